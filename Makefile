@@ -1,0 +1,36 @@
+# Two commands on a fresh clone: `make demo` and `make test`. Each sets up its own virtual environment.
+PYTHON ?= python3
+VENV ?= .venv
+# Pinned to the CPU build available here; override e.g. `make test TORCH_SPEC="torch==2.5.1"`.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= train,dev
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test test-slow lint bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+demo: setup
+	$(BIN)/markovformer train
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+
+bench: setup
+	$(BIN)/python benchmarks/attention.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
