@@ -1,0 +1,42 @@
+"""Position-wise feed-forward networks: SwiGLU (Eq. 3) and the GELU MLP."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+FFNS = ("swiglu", "gelu")
+
+
+class SwiGLU(nn.Module):
+    """W2 · (SiLU(W1 x) ⊙ W3 x); hidden width 2/3 of ``mult * d_model`` (rounded up to 8) to match GELU's size."""
+
+    def __init__(self, d_model: int, mult: int = 4, dropout: float = 0.0) -> None:
+        super().__init__()
+        hidden = -(-int(2 * mult * d_model / 3) // 8) * 8
+        self.gate_up = nn.Linear(d_model, 2 * hidden, bias=False)
+        self.down = nn.Linear(hidden, d_model, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(self.dropout(F.silu(gate) * up))
+
+
+class GELUMLP(nn.Module):
+    def __init__(self, d_model: int, mult: int = 4, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.up = nn.Linear(d_model, mult * d_model)
+        self.down = nn.Linear(mult * d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.dropout(F.gelu(self.up(x))))
+
+
+def build_ffn(kind: str, d_model: int, mult: int = 4, dropout: float = 0.0) -> nn.Module:
+    if kind == "swiglu":
+        return SwiGLU(d_model, mult, dropout)
+    if kind == "gelu":
+        return GELUMLP(d_model, mult, dropout)
+    raise ValueError(f"ffn must be one of {FFNS}; got {kind!r}")

@@ -1,0 +1,30 @@
+"""GRU injection (Eq. 4-5): x <- x + W_gru · GRU(x), a recurrent path beside attention."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+
+class GRUInjection(nn.Module):
+    """A GRU over the sequence, projected back to d_model. Bidirectional only in bidirectional models.
+
+    Padded positions (attention_mask 0, right padding) never reach the real tokens' states.
+    """
+
+    def __init__(self, d_model: int, bidirectional: bool = False) -> None:
+        super().__init__()
+        self.gru = nn.GRU(d_model, d_model, batch_first=True, bidirectional=bidirectional)
+        self.proj = nn.Linear(d_model * (2 if bidirectional else 1), d_model, bias=False)
+
+    def forward(self, x: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        if attention_mask is None or bool(attention_mask.all()):
+            return self.proj(self.gru(x)[0])
+        lengths = attention_mask.long().sum(-1)
+        right_padded = attention_mask.bool() == (torch.arange(x.shape[1], device=x.device)[None] < lengths[:, None])
+        if not bool(right_padded.all()):
+            raise ValueError("GRU injection needs right-padded attention_mask (ones then zeros in every row)")
+        packed = pack_padded_sequence(x, lengths.clamp_min(1).cpu(), batch_first=True, enforce_sorted=False)
+        states, _ = pad_packed_sequence(self.gru(packed)[0], batch_first=True, total_length=x.shape[1])
+        return self.proj(states) * attention_mask[..., None].to(x.dtype)

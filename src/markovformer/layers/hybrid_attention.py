@@ -1,0 +1,87 @@
+"""Hybrids of Markov and random-feature attention (SPEC 2.6)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from markovformer.layers.attention import AttentionOutput, SelfAttention
+from markovformer.layers.markov_attention import MarkovAttention, MarkovCore
+from markovformer.layers.random_feature_attention import RandomFeatureAttention, RandomFeatureCore
+
+HYBRID_MODES = ("split", "parallel")
+MARKOV_OPTIONS = (
+    "max_order", "bidirectional", "scope", "window", "gate", "gate_input", "gate_null", "gate_gumbel_tau",
+    "transition", "head_specific", "dropout", "backend",
+)  # fmt: skip
+RANDOM_FEATURE_OPTIONS = ("feature_map", "num_features", "redraw_interval", "chunk_size")
+
+
+def _pick(options: dict, names: tuple[str, ...]) -> dict:
+    return {name: options[name] for name in names if name in options}
+
+
+class HybridSplitAttention(SelfAttention):
+    """``floor(n_heads * markov_head_ratio)`` Markov heads and the rest random-feature heads, sharing one QKV
+    projection; the heads are concatenated and mixed by the output projection."""
+
+    def __init__(
+        self, *, d_model: int, n_heads: int, markov_head_ratio: float = 0.5, causal: bool = True,
+        rotary: bool = True, **options,
+    ) -> None:  # fmt: skip
+        n_markov = math.floor(n_heads * markov_head_ratio)
+        head_dim = d_model // n_heads
+        markov_options = _pick(options, MARKOV_OPTIONS)
+        markov_options.setdefault("bidirectional", not causal)
+        markov = MarkovCore(d_model=d_model, n_heads=max(n_markov, 1), head_dim=head_dim, causal=causal, **markov_options)
+        features = RandomFeatureCore(head_dim=head_dim, causal=causal, **_pick(options, RANDOM_FEATURE_OPTIONS))
+        super().__init__(
+            d_model=d_model, n_heads=n_heads, cores=[markov, features],
+            heads_per_core=[n_markov, n_heads - n_markov], rotary=rotary,
+        )  # fmt: skip
+        if n_markov == 0:
+            self.cores[0].requires_grad_(False)  # no Markov head: keep the unused core out of the optimiser
+
+    @property
+    def markov_bias(self):
+        return self.cores[0].markov_bias
+
+
+class HybridParallelAttention(nn.Module):
+    """Markov attention and random-feature attention over all heads, each with its own projections; summed."""
+
+    def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = True, **options) -> None:
+        super().__init__()
+        self.markov = MarkovAttention(
+            d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary, **_pick(options, MARKOV_OPTIONS)
+        )
+        self.random_features = RandomFeatureAttention(
+            d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary, **_pick(options, RANDOM_FEATURE_OPTIONS)
+        )
+
+    @property
+    def markov_bias(self):
+        return self.markov.markov_bias
+
+    def forward(
+        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False
+    ) -> Tensor | AttentionOutput:
+        if not (return_gates or return_weights):
+            return self.markov(x, attention_mask) + self.random_features(x, attention_mask)
+        markov = self.markov(x, attention_mask, return_gates, return_weights)
+        features = self.random_features(x, attention_mask, return_gates, return_weights)
+        weights = None
+        if return_weights:  # (B, 2H, T, T): the Markov heads' weights, then the random-feature heads'
+            weights = torch.cat([markov.weights, features.weights], dim=1)
+        return AttentionOutput(markov.output + features.output, markov.gates, weights)
+
+
+def HybridAttention(*, mode: str = "split", **options) -> nn.Module:  # noqa: N802 - a factory named like the layers
+    """Build a hybrid attention layer: ``mode="split"`` or ``"parallel"``."""
+    if mode == "split":
+        return HybridSplitAttention(**options)
+    if mode == "parallel":
+        return HybridParallelAttention(**options)
+    raise ValueError(f"hybrid mode must be one of {HYBRID_MODES}; got {mode!r}")

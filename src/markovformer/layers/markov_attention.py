@@ -1,0 +1,72 @@
+"""Markovian attention: softmax attention whose logits carry gated per-lag transition biases (SPEC 2.3-2.4)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from markovformer.layers.attention import CoreOutput, SelfAttention
+from markovformer.layers.markov_bias import MarkovBias
+from markovformer.ops.banded_attention import banded_attention, banded_attention_naive
+
+SCOPES = ("local", "global")
+
+
+class MarkovCore(nn.Module):
+    """Per-lag biased attention over ``n_heads`` heads; local scope sees keys within ``window`` only."""
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        max_order: int,
+        causal: bool,
+        bidirectional: bool,
+        scope: str = "local",
+        window: int | None = None,
+        dropout: float = 0.0,
+        backend: str = "auto",
+        head_dim: int,
+        **bias_options,
+    ) -> None:
+        super().__init__()
+        if scope not in SCOPES:
+            raise ValueError(f"scope must be one of {SCOPES}; got {scope!r}")
+        self.markov_bias = MarkovBias(
+            d_model=d_model,
+            n_heads=n_heads,
+            head_dim=head_dim,
+            max_order=max_order,
+            bidirectional=bidirectional,
+            **bias_options,
+        )
+        self.causal, self.dropout, self.backend = causal, dropout, backend
+        self.window = (window if window is not None else max_order) if scope == "local" else None
+
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None) -> CoreOutput:
+        past, future, gates = self.markov_bias(x, q if q_raw is None else q_raw, attention_mask)
+        dropout = self.dropout if self.training else 0.0
+        options = dict(window=self.window, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout)
+        if return_weights:
+            heads, weights = banded_attention_naive(q, k, v, past, future, **options)
+            return CoreOutput(heads, gates, weights)
+        return CoreOutput(banded_attention(q, k, v, past, future, backend=self.backend, **options), gates, None)
+
+
+class MarkovAttention(SelfAttention):
+    """Self-attention with Markov transition biases and order gates on every head.
+
+    Keyword arguments are named like the config fields: ``d_model, n_heads, max_order, causal, bidirectional,
+    scope, window, gate, gate_input, gate_null, gate_gumbel_tau, transition, head_specific, dropout, backend,
+    rotary``. ``forward(x, attention_mask=None, return_gates=False, return_weights=False)``.
+    """
+
+    def __init__(self, *, d_model: int, n_heads: int, rotary: bool = True, **core_options) -> None:
+        core_options.setdefault("causal", True)
+        core_options.setdefault("bidirectional", not core_options["causal"])
+        core = MarkovCore(d_model=d_model, n_heads=n_heads, head_dim=d_model // n_heads, **core_options)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+
+    @property
+    def markov_bias(self) -> MarkovBias:
+        return self.cores[0].markov_bias

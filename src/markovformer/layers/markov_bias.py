@@ -1,0 +1,168 @@
+"""Per-lag Markov transition strengths and token-wise order gates (SPEC 2.1-2.3).
+
+The bias a query at t adds to the key at t-k (past) or t+k (future) is ``alpha[t, k] * T[k]``: a learned transition
+strength T per head and lag, scaled by the order gate alpha, a probability vector over the K lags plus an optional
+null slot whose mass multiplies nothing (so the gate can switch the bias off). The bias leaves this module as
+per-lag tensors (B, H, T, K); the attention ops place them, and nothing here builds a (T, T) matrix.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+GATES = ("linear", "mlp", "deep_mlp", "none")
+GATE_INPUTS = ("token", "query", "static", "sequence")
+TRANSITIONS = ("softplus", "signed")
+SOFTPLUS_EPS = 1e-4  # keeps softplus strengths strictly positive (Algorithm 1's epsilon)
+
+
+class MarkovBiasOutput(NamedTuple):
+    past_bias: Tensor  # (B, H, T, K)
+    future_bias: Tensor | None  # (B, H, T, K) when bidirectional
+    gates: dict[str, Tensor]  # direction -> (B, H, T, K [+1 null slot]) probabilities; empty when gate="none"
+
+
+class HeadwiseLinear(nn.Module):
+    """A linear map applied per group with its own weights: (..., G, in) -> (..., G, out)."""
+
+    def __init__(self, groups: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight = nn.Parameter(torch.empty(groups, in_features, out_features).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.zeros(groups, out_features))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.einsum("...gi,gio->...go", x, self.weight) + self.bias
+
+
+def _gate_network(gate: str, groups: int, in_features: int, out_features: int) -> nn.Module:
+    depth = {"linear": 0, "mlp": 1, "deep_mlp": 2}[gate]
+    layers: list[nn.Module] = []
+    width = in_features
+    for _ in range(depth):
+        layers += [HeadwiseLinear(groups, width, in_features), nn.GELU()]
+    layers.append(HeadwiseLinear(groups, width, out_features))
+    return nn.Sequential(*layers)
+
+
+class MarkovBias(nn.Module):
+    """Transition strengths and order gates for one attention layer.
+
+    Args:
+        d_model: width of the layer input (the token gate's input).
+        n_heads, max_order (K): bias tensors are (B, n_heads, T, K).
+        head_dim: width of each head's query (the query gate's input); default d_model // n_heads.
+        bidirectional: also learn future strengths and a future gate (Eq. 24).
+        gate, gate_input, gate_null, gate_gumbel_tau, transition, head_specific: SPEC 2.1-2.2.
+        init_std: theta ~ N(0, init_std), as in the reference code.
+    """
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        max_order: int,
+        head_dim: int | None = None,
+        bidirectional: bool = False,
+        gate: str = "linear",
+        gate_input: str = "token",
+        gate_null: bool = True,
+        gate_gumbel_tau: float | None = None,
+        transition: str = "softplus",
+        head_specific: bool = True,
+        init_std: float = 0.02,
+    ) -> None:
+        super().__init__()
+        if gate not in GATES:
+            raise ValueError(f"gate must be one of {GATES}; got {gate!r}")
+        if gate_input not in GATE_INPUTS:
+            raise ValueError(f"gate_input must be one of {GATE_INPUTS}; got {gate_input!r}")
+        if transition not in TRANSITIONS:
+            raise ValueError(f"transition must be one of {TRANSITIONS}; got {transition!r}")
+        if gate_input == "sequence" and not bidirectional:
+            raise ValueError("gate_input='sequence' reads the whole sequence (the future); it needs bidirectional")
+        self.n_heads, self.max_order = n_heads, max_order
+        self.directions = ("past", "future") if bidirectional else ("past",)
+        self.gate, self.gate_input, self.gate_null = gate, gate_input, gate_null and gate != "none"
+        self.gate_gumbel_tau, self.transition = gate_gumbel_tau, transition
+        strength_rows = n_heads if head_specific else 1
+        self.theta = nn.ParameterDict(
+            {d: nn.Parameter(torch.randn(strength_rows, max_order) * init_std) for d in self.directions}
+        )
+        self.gate_networks = nn.ModuleDict()
+        self.static_gate_logits = nn.ParameterDict()
+        slots = max_order + int(self.gate_null)
+        if gate != "none":
+            for direction in self.directions:
+                if gate_input == "static":
+                    self.static_gate_logits[direction] = nn.Parameter(torch.zeros(n_heads, slots))
+                elif gate_input == "query":
+                    self.gate_networks[direction] = _gate_network(gate, n_heads, head_dim or d_model // n_heads, slots)
+                else:  # token or sequence: one network over d_model with an output per head
+                    self.gate_networks[direction] = _gate_network(gate, 1, d_model, n_heads * slots)
+        self.last_gate_entropy: Tensor | None = None
+
+    def transitions(self) -> dict[str, Tensor | None]:
+        """Effective strengths T per direction, (H, K); ``future`` is None for a causal layer."""
+        strengths: dict[str, Tensor | None] = {"future": None}
+        for direction, theta in self.theta.items():
+            value = F.softplus(theta) + SOFTPLUS_EPS if self.transition == "softplus" else theta
+            strengths[direction] = value.expand(self.n_heads, self.max_order)
+        return strengths
+
+    def _gate_logits(self, direction: str, x: Tensor, q: Tensor, attention_mask: Tensor | None) -> Tensor:
+        """(B, H, T, slots) logits from the configured gate input."""
+        batch, seq_len = x.shape[:2]
+        if self.gate_input == "static":
+            return self.static_gate_logits[direction][None, :, None, :].expand(batch, -1, seq_len, -1)
+        network = self.gate_networks[direction]
+        if self.gate_input == "query":
+            return network(q.transpose(1, 2)).transpose(1, 2)  # heads as groups: (B, T, H, Dh) -> (B, H, T, s)
+        if self.gate_input == "sequence":
+            weights = torch.ones(batch, seq_len, 1, device=x.device, dtype=x.dtype)
+            if attention_mask is not None:
+                weights = attention_mask[..., None].to(x.dtype)
+            x = ((x * weights).sum(1, keepdim=True) / weights.sum(1, keepdim=True).clamp_min(1.0))
+            x = x.expand(batch, seq_len, -1)
+        logits = network(x[:, :, None, :]).squeeze(2)  # (B, T, H·slots)
+        return logits.view(batch, seq_len, self.n_heads, -1).transpose(1, 2)
+
+    def _gate_probabilities(self, logits: Tensor) -> Tensor:
+        if self.training and self.gate_gumbel_tau is not None:
+            return F.gumbel_softmax(logits, tau=self.gate_gumbel_tau, hard=True, dim=-1)
+        return torch.softmax(logits, dim=-1)
+
+    def forward(self, x: Tensor, q: Tensor, attention_mask: Tensor | None = None) -> MarkovBiasOutput:
+        """x: the normalised layer input (B, T, D); q: the layer's queries (B, H, T, Dh)."""
+        batch, seq_len = x.shape[:2]
+        strengths = self.transitions()
+        biases: dict[str, Tensor | None] = {"future": None}
+        gates: dict[str, Tensor] = {}
+        entropy = x.new_zeros(())
+        for direction in self.directions:
+            strength = strengths[direction].to(x.dtype)[None, :, None, :]  # (1, H, 1, K)
+            if self.gate == "none":
+                biases[direction] = strength.expand(batch, -1, seq_len, -1)
+                continue
+            logits = self._gate_logits(direction, x, q, attention_mask)
+            alpha = self._gate_probabilities(logits)
+            gates[direction] = alpha
+            biases[direction] = alpha[..., : self.max_order] * strength
+            entropy = entropy + _mean_entropy(torch.softmax(logits, dim=-1), attention_mask)
+        self.last_gate_entropy = entropy if gates else None
+        return MarkovBiasOutput(biases["past"], biases["future"], gates)
+
+
+def _mean_entropy(alpha: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """Mean over heads and real tokens of H(alpha), in nats."""
+    entropy = -(alpha * torch.log(alpha.clamp_min(1e-12))).sum(-1)  # (B, H, T)
+    if attention_mask is None:
+        return entropy.mean()
+    weights = attention_mask[:, None, :].to(entropy.dtype)
+    return (entropy * weights).sum() / (weights.sum() * entropy.shape[1]).clamp_min(1.0)

@@ -1,0 +1,38 @@
+"""Position information: rotary (applied to q, k inside attention) and sinusoidal (added to the input)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+POSITIONS = ("rotary", "sinusoidal", "learned", "none")
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding of (B, H, T, Dh) queries or keys (Dh even). Computed on the fly for any T."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rotary position needs an even head dimension; got {head_dim}")
+        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        positions = torch.arange(x.shape[-2], device=x.device, dtype=torch.float32)
+        angles = positions[:, None] * self.inv_freq[None, :]  # (T, Dh/2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+def sinusoidal_positions(seq_len: int, d_model: int, device: torch.device | None = None) -> Tensor:
+    """The Transformer's fixed sinusoidal table, (T, D)."""
+    positions = torch.arange(seq_len, device=device, dtype=torch.float32)[:, None]
+    div = torch.exp(torch.arange(0, d_model, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(seq_len, d_model, device=device)
+    table[:, 0::2] = torch.sin(positions * div)
+    table[:, 1::2] = torch.cos(positions * div)[:, : d_model // 2]
+    return table

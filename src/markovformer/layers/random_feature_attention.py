@@ -1,0 +1,72 @@
+"""Random-feature (linear) attention, SPEC 2.5: the Performer/RFA baseline and the paper's "QI-RFF" heads."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from markovformer.layers.attention import CoreOutput, SelfAttention
+from markovformer.ops.linear_attention import draw_projection, feature_map, linear_attention
+from markovformer.ops.linear_attention.naive import linear_attention_weights
+
+
+class RandomFeatureCore(nn.Module):
+    """Linear attention with random features of the queries and keys; O(T) time and memory.
+
+    The projection W is a buffer (saved with the model). With ``redraw_interval`` > 0 it is redrawn every that many
+    training forward passes, so evaluation always uses the latest draw.
+    """
+
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        causal: bool,
+        feature_map: str = "positive",
+        num_features: int = 64,
+        redraw_interval: int = 0,
+        chunk_size: int = 64,
+    ) -> None:
+        super().__init__()
+        self.causal, self.kind, self.chunk_size = causal, feature_map, chunk_size
+        self.num_features, self.head_dim, self.redraw_interval = num_features, head_dim, redraw_interval
+        self.normaliser = "positive" if feature_map == "positive" else "signed"
+        self.register_buffer("projection", draw_projection(num_features, head_dim))
+        self.register_buffer("forward_count", torch.zeros((), dtype=torch.long))
+
+    @torch.no_grad()
+    def redraw(self, generator: torch.Generator | None = None) -> None:
+        fresh = draw_projection(self.num_features, self.head_dim, generator=generator, device=self.projection.device)
+        self.projection.copy_(fresh)
+
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None) -> CoreOutput:
+        if self.training and self.redraw_interval > 0:
+            self.forward_count += 1
+            if int(self.forward_count) % self.redraw_interval == 0:
+                self.redraw()
+        projection = self.projection.to(q.dtype)
+        q_features, k_features = feature_map(q, projection, self.kind), feature_map(k, projection, self.kind)
+        heads = linear_attention(
+            q_features,
+            k_features,
+            v,
+            causal=self.causal,
+            attention_mask=attention_mask,
+            chunk_size=self.chunk_size,
+            normaliser=self.normaliser,
+        )
+        weights = None
+        if return_weights:
+            weights = linear_attention_weights(
+                q_features, k_features, causal=self.causal, attention_mask=attention_mask, normaliser=self.normaliser
+            )
+        return CoreOutput(heads, {}, weights)
+
+
+class RandomFeatureAttention(SelfAttention):
+    """Multi-head random-feature attention (``feature_map`` "positive" = FAVOR+, "trig" = the paper's form)."""
+
+    def __init__(self, *, d_model: int, n_heads: int, rotary: bool = True, **core_options) -> None:
+        core_options.setdefault("causal", True)
+        core = RandomFeatureCore(head_dim=d_model // n_heads, **core_options)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)

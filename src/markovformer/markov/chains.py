@@ -1,0 +1,334 @@
+"""Markov chains of order k over S symbols and their exact quantities (SPEC 6).
+
+A chain of order k has a transition table ``P`` of shape (S**k, S): row ``c`` is the distribution of the next
+symbol given the context ``c`` of the last k symbols. The context index is the base-S number of those symbols
+with the **oldest symbol most significant**: context (x_{t-k}, ..., x_{t-1}) has index
+``sum_i x_{t-k+i} * S**(k-1-i)``, so the newest symbol is ``index % S``. ``context_index`` and
+``context_symbols`` own this convention.
+
+All entropies and losses are in nats. Randomness comes only from an explicit ``torch.Generator``; passing
+``generator=None`` means a fresh generator seeded with 0 (deterministic), never torch's global RNG.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+# Up to this many contexts the stationary distribution is found by squaring the dense context matrix.
+DENSE_STATIONARY_MAX_CONTEXTS = 256
+_ROW_SUM_TOLERANCE = 1e-6
+_POWER_TOLERANCE = 1e-12
+_POWER_MAX_ITERATIONS = 200_000
+
+
+def _resolve_generator(generator: torch.Generator | None, device: torch.device) -> torch.Generator:
+    """The caller's generator, or a fresh one seeded with 0 so results never depend on global RNG state."""
+    if generator is not None:
+        return generator
+    return torch.Generator(device=device).manual_seed(0)
+
+
+def _symbols_of_context(index: Tensor, order: int, num_symbols: int) -> Tensor:
+    """Symbols (..., order), oldest first, of context indices (...): the inverse of the base-S encoding."""
+    place_values = num_symbols ** torch.arange(order - 1, -1, -1, device=index.device)
+    return (index.long()[..., None] // place_values) % num_symbols
+
+
+def _entropy(probabilities: Tensor) -> Tensor:
+    """Shannon entropy in nats over the last axis, with 0 log 0 = 0."""
+    return -torch.xlogy(probabilities, probabilities).sum(-1)
+
+
+class MarkovChain:
+    """A k-th order Markov chain over ``num_symbols`` symbols with a fixed transition table.
+
+    Args:
+        order: k >= 1, the number of past symbols the next symbol depends on.
+        num_symbols: S >= 2.
+        transition: (S**k, S) table indexed by context (see module docstring), or (S,)*k + (S,) with axes
+            (x_{t-k}, ..., x_{t-1}, x_t). Entries must be >= 0 and rows must sum to 1 within 1e-6; rows are
+            then renormalised exactly and stored as float64 in ``self.transition`` (treat as read-only).
+        true_lags: the lags (1 <= lag <= order) the kernel actually depends on; defaults to all of 1..order.
+    """
+
+    def __init__(
+        self,
+        order: int,
+        num_symbols: int,
+        transition: Tensor,
+        *,
+        true_lags: tuple[int, ...] | None = None,
+    ) -> None:
+        if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+            raise ValueError(f"order must be an integer >= 1, got {order!r}")
+        if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or num_symbols < 2:
+            raise ValueError(f"num_symbols must be an integer >= 2, got {num_symbols!r}")
+        if not isinstance(transition, Tensor):
+            raise ValueError(f"transition must be a torch.Tensor, got {type(transition).__name__}")
+        num_contexts = num_symbols**order
+        flat_shape = (num_contexts, num_symbols)
+        nested_shape = (num_symbols,) * (order + 1)
+        if tuple(transition.shape) not in (flat_shape, nested_shape):
+            raise ValueError(
+                f"transition must have shape {flat_shape} or {nested_shape} for order={order}, "
+                f"num_symbols={num_symbols}; got {tuple(transition.shape)}"
+            )
+        if not (transition.is_floating_point() or transition.dtype in (torch.int32, torch.int64)):
+            raise ValueError(f"transition must be a real-valued tensor, got dtype {transition.dtype}")
+        table = transition.detach().to(torch.float64).reshape(flat_shape).clone()
+        if not torch.isfinite(table).all():
+            raise ValueError("transition contains NaN or infinite entries")
+        if (table < 0).any():
+            raise ValueError(f"transition entries must be >= 0, got minimum {table.min().item():.3g}")
+        row_sums = table.sum(-1)
+        worst = (row_sums - 1.0).abs().argmax()
+        if (row_sums[worst] - 1.0).abs() > _ROW_SUM_TOLERANCE:
+            raise ValueError(
+                f"transition rows must sum to 1 (within {_ROW_SUM_TOLERANCE}); row {worst.item()} sums to "
+                f"{row_sums[worst].item():.9g}"
+            )
+        self.order = order
+        self.num_symbols = num_symbols
+        self.num_contexts = num_contexts
+        self.transition = table / row_sums[:, None]
+        if true_lags is None:
+            true_lags = tuple(range(1, order + 1))
+        true_lags = tuple(true_lags)
+        if not true_lags or any(
+            isinstance(lag, bool) or not isinstance(lag, int) or not 1 <= lag <= order for lag in true_lags
+        ):
+            raise ValueError(f"true_lags must be non-empty integers in [1, {order}], got {true_lags}")
+        self.true_lags = tuple(sorted(set(true_lags)))
+        self._stationary_cache: dict[str, Tensor] = {}
+
+    def __repr__(self) -> str:
+        return f"MarkovChain(order={self.order}, num_symbols={self.num_symbols}, true_lags={self.true_lags})"
+
+    # ---- the context convention ---------------------------------------------------------------------
+
+    def _check_symbols(self, x: Tensor, name: str) -> None:
+        integer = isinstance(x, Tensor) and not (x.dtype.is_floating_point or x.dtype.is_complex)
+        if not integer or x.dtype == torch.bool:
+            raise ValueError(f"{name} must be an integer symbol tensor, got {getattr(x, 'dtype', type(x))}")
+        if x.numel() and (x.min() < 0 or x.max() >= self.num_symbols):
+            raise ValueError(
+                f"{name} holds symbols outside [0, {self.num_symbols}): min {x.min().item()}, "
+                f"max {x.max().item()}"
+            )
+
+    def context_index(self, x: Tensor) -> Tensor:
+        """Context indices, shape (...), of symbol windows x, shape (..., order), oldest symbol first."""
+        self._check_symbols(x, "x")
+        if x.ndim == 0 or x.shape[-1] != self.order:
+            raise ValueError(f"x must have last dimension order={self.order}, got shape {tuple(x.shape)}")
+        place_values = self.num_symbols ** torch.arange(self.order - 1, -1, -1, device=x.device)
+        return (x.long() * place_values).sum(-1)
+
+    def context_symbols(self, index: Tensor) -> Tensor:
+        """Inverse of ``context_index``: symbols (..., order), oldest first, of context indices (...)."""
+        return _symbols_of_context(index, self.order, self.num_symbols)
+
+    def _next_context(self, index: Tensor, symbol: Tensor) -> Tensor:
+        """Context index after appending ``symbol`` to context ``index`` (the oldest symbol drops out)."""
+        return (index % (self.num_contexts // self.num_symbols)) * self.num_symbols + symbol
+
+    # ---- sampling -----------------------------------------------------------------------------------
+
+    def sample(
+        self,
+        batch: int,
+        length: int,
+        *,
+        generator: torch.Generator | None = None,
+        initial: str = "stationary",
+    ) -> Tensor:
+        """Draw ``batch`` independent sequences, LongTensor (batch, length), on the transition's device.
+
+        The first ``order`` symbols are a context drawn from ``stationary()`` (initial="stationary") or
+        uniformly (initial="uniform"); if length < order the first ``length`` of them are returned.
+        """
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+            raise ValueError(f"length must be an integer >= 0, got {length!r}")
+        if initial not in ("stationary", "uniform"):
+            raise ValueError(f"initial must be 'stationary' or 'uniform', got {initial!r}")
+        device = self.transition.device
+        generator = _resolve_generator(generator, device)
+        if initial == "stationary":
+            context = torch.multinomial(self.stationary(), batch, replacement=True, generator=generator)
+        else:
+            context = torch.randint(self.num_contexts, (batch,), generator=generator, device=device)
+        sequence = torch.empty(batch, max(length, self.order), dtype=torch.long, device=device)
+        sequence[:, : self.order] = self.context_symbols(context)
+        cumulative = self.transition.cumsum(-1)
+        for t in range(self.order, length):
+            row_cdf = cumulative[context]
+            # scaling by the row total keeps zero-probability trailing symbols unreachable despite rounding
+            u = torch.rand(batch, 1, generator=generator, dtype=torch.float64, device=device)
+            u = u * row_cdf[:, -1:]
+            symbol = torch.searchsorted(row_cdf, u, right=True).squeeze(-1).clamp_(max=self.num_symbols - 1)
+            sequence[:, t] = symbol
+            context = self._next_context(context, symbol)
+        return sequence[:, :length]
+
+    # ---- exact quantities ---------------------------------------------------------------------------
+
+    def stationary(self, *, method: str = "auto") -> Tensor:
+        """Stationary distribution over contexts, float64 (S**order,), of the chain on contexts.
+
+        The chain on contexts moves (x_1, ..., x_k) -> (x_2, ..., x_k, x_next). method="dense" squares the
+        lazy (S**k x S**k) context matrix; method="power" runs lazy power iteration (0.5 I + 0.5 P, same
+        stationary distribution, immune to periodicity) without building that matrix, to 1e-12 in L1;
+        "auto" picks dense up to ``DENSE_STATIONARY_MAX_CONTEXTS`` contexts. Both start from the uniform
+        distribution, so for a reducible chain they return the limit reached from uniform.
+        """
+        if method not in ("auto", "dense", "power"):
+            raise ValueError(f"method must be 'auto', 'dense' or 'power', got {method!r}")
+        if method == "auto":
+            method = "dense" if self.num_contexts <= DENSE_STATIONARY_MAX_CONTEXTS else "power"
+        if method not in self._stationary_cache:
+            solve = self._stationary_dense if method == "dense" else self._stationary_power
+            self._stationary_cache[method] = solve()
+        return self._stationary_cache[method].clone()
+
+    def _stationary_dense(self) -> Tensor:
+        n, device = self.num_contexts, self.transition.device
+        contexts = torch.arange(n, device=device)
+        successors = self._next_context(contexts[:, None], torch.arange(self.num_symbols, device=device))
+        lazy = torch.zeros(n, n, dtype=torch.float64, device=device)
+        lazy[contexts[:, None], successors] = 0.5 * self.transition
+        lazy += 0.5 * torch.eye(n, dtype=torch.float64, device=device)
+        # 64 squarings reach step 2**64: converged for any chain whose spectral gap is not below float64 eps
+        for _ in range(64):
+            squared = lazy @ lazy
+            squared /= squared.sum(-1, keepdim=True)
+            converged = (squared - lazy).abs().max() < 1e-14
+            lazy = squared
+            if converged:
+                break
+        pi = torch.full((n,), 1.0 / n, dtype=torch.float64, device=device) @ lazy
+        return pi / pi.sum()
+
+    def _lazy_step(self, pi: Tensor) -> Tensor:
+        """One step of the lazy context chain on a distribution pi (S**order,), in O(S**(order+1))."""
+        flow = (pi[:, None] * self.transition).reshape(self.num_symbols, -1, self.num_symbols)
+        # successor (x_2..x_k, j) collects the flow from every dropped oldest symbol x_1
+        return 0.5 * pi + 0.5 * flow.sum(0).reshape(-1)
+
+    def _stationary_power(self) -> Tensor:
+        n = self.num_contexts
+        pi = torch.full((n,), 1.0 / n, dtype=torch.float64, device=self.transition.device)
+        for _ in range(_POWER_MAX_ITERATIONS):
+            updated = self._lazy_step(pi)
+            updated /= updated.sum()
+            if (updated - pi).abs().sum() < _POWER_TOLERANCE:
+                return updated
+            pi = updated
+        raise RuntimeError(
+            f"stationary: power iteration did not reach {_POWER_TOLERANCE} in {_POWER_MAX_ITERATIONS} "
+            f"steps ({n} contexts); the chain mixes too slowly, try method='dense'"
+        )
+
+    def symbol_stationary(self) -> Tensor:
+        """Stationary marginal over single symbols, float64 (S,) (pi = (q, p)/(p+q) for a switching chain)."""
+        return self.stationary().reshape(-1, self.num_symbols).sum(0)
+
+    def entropy_rate(self) -> float:
+        """Entropy rate in nats: sum_c pi(c) H(P[c]), the least achievable next-symbol loss."""
+        return float((self.stationary() * _entropy(self.transition)).sum())
+
+    def marginal_entropy(self) -> float:
+        """H(pi) in nats of the stationary symbol marginal: the loss of the best unigram predictor."""
+        return float(_entropy(self.symbol_stationary()))
+
+    def log_prob_next(self, x: Tensor) -> Tensor:
+        """True log-probabilities, float64 (B, T - order, S), of x[:, t] for t = order..T-1; x is (B, T)."""
+        self._check_symbols(x, "x")
+        if x.ndim != 2:
+            raise ValueError(f"x must have shape (B, T), got {tuple(x.shape)}")
+        if x.shape[1] <= self.order:
+            raise ValueError(f"x must have length T > order={self.order}, got T={x.shape[1]}")
+        windows = x.long().unfold(1, self.order, 1)[:, :-1]  # (B, T - order, order)
+        contexts = self.context_index(windows)
+        return self.transition.to(x.device).log()[contexts]
+
+    def oracle_loss(self, x: Tensor) -> float:
+        """Mean cross-entropy in nats of the true kernel on x (B, T) over positions t >= order."""
+        log_prob = self.log_prob_next(x)
+        targets = x[:, self.order :].long()
+        return float(-log_prob.gather(-1, targets[..., None]).mean())
+
+
+def switching_chain(p: float, q: float) -> MarkovChain:
+    """Binary first-order chain [[1-p, p], [q, 1-q]], pi = (q, p)/(p+q); needs 0 <= p, q <= 1 and p+q > 0."""
+    for name, value in (("p", p), ("q", q)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+    if p + q <= 0:
+        raise ValueError(f"p + q must be > 0 for a unique stationary distribution, got p={p!r}, q={q!r}")
+    return MarkovChain(1, 2, torch.tensor([[1.0 - p, p], [q, 1.0 - q]], dtype=torch.float64))
+
+
+def random_chain(
+    order: int,
+    num_symbols: int,
+    beta: float = 1.0,
+    *,
+    generator: torch.Generator | None = None,
+) -> MarkovChain:
+    """A chain whose S**order rows are drawn independently from Dirichlet(beta, ..., beta), once.
+
+    torch has no generator-aware Gamma sampler, so one 63-bit seed is drawn from ``generator`` and the Gammas
+    come from numpy's PCG64 with that seed: the same generator state gives the same chain. Gammas are drawn in
+    log space (Gamma(b) = Gamma(b + 1) * U**(1/b)) so rows stay well defined for very small beta.
+    """
+    if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
+        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+        raise ValueError(f"order must be an integer >= 1, got {order!r}")
+    if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or num_symbols < 2:
+        raise ValueError(f"num_symbols must be an integer >= 2, got {num_symbols!r}")
+    generator = _resolve_generator(generator, torch.device("cpu"))
+    seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator, device=generator.device).item())
+    rng = np.random.default_rng(seed)
+    shape = (num_symbols**order, num_symbols)
+    log_gamma = np.log(rng.gamma(beta + 1.0, size=shape)) + np.log1p(-rng.random(size=shape)) / beta
+    rows = torch.softmax(torch.from_numpy(log_gamma), dim=-1)
+    return MarkovChain(order, num_symbols, rows)
+
+
+def lagged_chain(
+    num_symbols: int,
+    lags: tuple[int, ...],
+    *,
+    strength: float = 2.0,
+    generator: torch.Generator | None = None,
+) -> MarkovChain:
+    """A hidden-order source: P(x_t = j | past) ∝ exp(strength * sum_{l in lags} M_l[x_{t-l}, j]).
+
+    Each M_l is an (S, S) standard normal matrix drawn from ``generator`` in increasing lag order; the chain
+    has order max(lags) and ``true_lags`` = sorted(lags), so the kernel is constant along every other lag.
+    """
+    if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or num_symbols < 2:
+        raise ValueError(f"num_symbols must be an integer >= 2, got {num_symbols!r}")
+    lags = tuple(lags)
+    if not lags or any(isinstance(lag, bool) or not isinstance(lag, int) or lag < 1 for lag in lags):
+        raise ValueError(f"lags must be a non-empty tuple of integers >= 1, got {lags!r}")
+    if len(set(lags)) != len(lags):
+        raise ValueError(f"lags must not repeat, got {lags!r}")
+    if not (isinstance(strength, (int, float)) and math.isfinite(strength)):
+        raise ValueError(f"strength must be a finite number, got {strength!r}")
+    order = max(lags)
+    generator = _resolve_generator(generator, torch.device("cpu"))
+    num_contexts = num_symbols**order
+    symbols = _symbols_of_context(torch.arange(num_contexts), order, num_symbols)  # (S**order, order)
+    logits = torch.zeros(num_contexts, num_symbols, dtype=torch.float64)
+    for lag in sorted(lags):
+        weights = torch.randn(num_symbols, num_symbols, generator=generator, dtype=torch.float64)
+        logits += strength * weights[symbols[:, order - lag]]
+    return MarkovChain(order, num_symbols, torch.softmax(logits, dim=-1), true_lags=tuple(sorted(lags)))

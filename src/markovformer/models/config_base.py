@@ -1,0 +1,53 @@
+"""What every model config shares: dict/JSON round trips that reject unknown keys with a suggestion."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+ConfigT = TypeVar("ConfigT", bound="ModelConfig")
+
+
+def unknown_key_message(owner: str, key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{owner} has no field {key!r}{hint}"
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """Base for model configs: subclasses are dataclasses that validate themselves in ``__post_init__``."""
+
+    model_type: ClassVar[str] = "base"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model_type": self.model_type, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls: type[ConfigT], values: dict[str, Any]) -> ConfigT:
+        values = dict(values)
+        model_type = values.pop("model_type", cls.model_type)
+        if model_type != cls.model_type:
+            raise ValueError(f"config is for model_type {model_type!r}, not {cls.model_type!r}")
+        known = [field.name for field in dataclasses.fields(cls)]
+        for key in values:
+            if key not in known:
+                raise ValueError(unknown_key_message(cls.__name__, key, known))
+        return cls(**values)
+
+    def to_json_file(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def from_json_file(cls: type[ConfigT], path: str | Path) -> ConfigT:
+        try:
+            values = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: not valid JSON ({error})") from error
+        return cls.from_dict(values)
+
+    def replace(self: ConfigT, **changes: Any) -> ConfigT:
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,19 @@
+from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
+from markovformer.models.markovian_transformer.modeling import (
+    MarkovianTransformerForCausalLM,
+    MarkovianTransformerForCTC,
+    MarkovianTransformerForSequenceClassification,
+    MarkovianTransformerForTokenClassification,
+    MarkovianTransformerModel,
+    MarkovianTransformerOutput,
+)
+
+__all__ = [
+    "MarkovianTransformerConfig",
+    "MarkovianTransformerForCTC",
+    "MarkovianTransformerForCausalLM",
+    "MarkovianTransformerForSequenceClassification",
+    "MarkovianTransformerForTokenClassification",
+    "MarkovianTransformerModel",
+    "MarkovianTransformerOutput",
+]

@@ -1,0 +1,149 @@
+"""MarkovianTransformerConfig: every option of the Markovian Transformer, validated on construction."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from markovformer.layers.ffn import FFNS
+from markovformer.layers.markov_attention import SCOPES
+from markovformer.layers.markov_bias import GATE_INPUTS, GATES, TRANSITIONS
+from markovformer.layers.position import POSITIONS
+from markovformer.layers.registry import ATTENTION_KINDS
+from markovformer.models.config_base import ModelConfig
+from markovformer.ops.banded_attention import BACKENDS
+from markovformer.ops.linear_attention import FEATURE_MAPS
+
+POOLINGS = ("mean", "last", "cls")
+
+
+@dataclasses.dataclass
+class MarkovianTransformerConfig(ModelConfig):
+    """Configuration of the Markovian Transformer and its heads (SPEC 2).
+
+    Inputs: ``vocab_size`` (token ids) or ``input_dim`` (continuous feature frames), not both.
+    ``attention`` is one kind for every layer or a list with one kind per layer; "softmax" everywhere is the vanilla
+    Transformer and "rff" everywhere the Performer/RFA baseline. ``window`` defaults to ``max_order``.
+    ``bidirectional`` (future lag biases, bidirectional GRU) defaults to ``not causal``.
+    The default position encoding is rotary: local attention only ever sees offsets within its window, so a
+    local-scope model runs unchanged on sequences longer than those it was trained on.
+    """
+
+    model_type = "markovian_transformer"
+
+    vocab_size: int | None = None
+    input_dim: int | None = None
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    num_labels: int = 2
+    max_order: int = 4
+    attention: str | list[str] = "markov"
+    scope: str = "local"
+    window: int | None = None
+    causal: bool = True
+    bidirectional: bool | None = None
+    gate: str = "linear"
+    gate_input: str = "token"
+    gate_null: bool = True
+    gate_gumbel_tau: float | None = None
+    transition: str = "softplus"
+    head_specific: bool = True
+    markov_head_ratio: float = 0.5
+    feature_map: str = "positive"
+    num_features: int = 64
+    redraw_interval: int = 0
+    chunk_size: int = 64
+    ffn: str = "swiglu"
+    ffn_mult: int = 4
+    gru: bool = False
+    position: str = "rotary"
+    max_position: int | None = None
+    dropout: float = 0.0
+    backend: str = "auto"
+    pooling: str = "mean"
+    tie_word_embeddings: bool = False
+    gate_entropy_weight: float = 0.0
+    transition_penalty: float = 0.0
+    initializer_range: float = 0.02
+
+    def __post_init__(self) -> None:
+        def fail(field: str, message: str) -> None:
+            raise ValueError(f"MarkovianTransformerConfig.{field}={getattr(self, field)!r}: {message}")
+
+        def choice(field: str, options: tuple) -> None:
+            if getattr(self, field) not in options:
+                fail(field, f"must be one of {options}")
+
+        def positive_int(field: str, allow_none: bool = False) -> None:
+            value = getattr(self, field)
+            if value is None and allow_none:
+                return
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                fail(field, "must be a positive integer")
+
+        if (self.vocab_size is None) == (self.input_dim is None):
+            fail("vocab_size", f"give exactly one of vocab_size (token ids) and input_dim (features); input_dim="
+                 f"{self.input_dim!r}")  # fmt: skip
+        for field in ("vocab_size", "input_dim", "max_position", "window"):
+            positive_int(field, allow_none=True)
+        for field in ("d_model", "n_layers", "n_heads", "num_labels", "max_order", "num_features", "chunk_size",
+                      "ffn_mult"):  # fmt: skip
+            positive_int(field)
+        if self.d_model % self.n_heads:
+            fail("d_model", f"must be divisible by n_heads={self.n_heads}")
+        if isinstance(self.attention, str):
+            choice("attention", tuple(ATTENTION_KINDS))
+        else:
+            self.attention = list(self.attention)
+            if len(self.attention) != self.n_layers:
+                fail("attention", f"a per-layer list needs n_layers={self.n_layers} entries")
+            for kind in self.attention:
+                if kind not in ATTENTION_KINDS:
+                    fail("attention", f"unknown kind {kind!r}; expected one of {tuple(ATTENTION_KINDS)}")
+        for field, options in (("scope", SCOPES), ("gate", GATES), ("gate_input", GATE_INPUTS),
+                               ("transition", TRANSITIONS), ("feature_map", FEATURE_MAPS), ("ffn", FFNS),
+                               ("position", POSITIONS), ("backend", BACKENDS), ("pooling", POOLINGS)):  # fmt: skip
+            choice(field, options)
+        if self.bidirectional is None:
+            self.bidirectional = not self.causal
+        if self.causal and self.bidirectional:
+            fail("bidirectional", "a causal model cannot attend to the future; set causal=False")
+        if self.gate_input == "sequence" and not self.bidirectional:
+            fail("gate_input", "'sequence' reads the whole sequence (the future); it needs bidirectional=True")
+        if self.scope == "local":
+            if self.window is None:
+                self.window = self.max_order
+            if self.window < self.max_order:
+                fail("window", f"is smaller than max_order={self.max_order}: lags beyond the window are never seen")
+        elif self.window is not None:
+            fail("window", "is only meaningful with scope='local'")
+        if self.scope == "global" and self.backend == "banded":
+            fail("backend", "the banded backend needs scope='local'")
+        if self.gate_gumbel_tau is not None and not self.gate_gumbel_tau > 0:
+            fail("gate_gumbel_tau", "must be positive or None")
+        if not 0.0 <= self.markov_head_ratio <= 1.0:
+            fail("markov_head_ratio", "must lie in [0, 1]")
+        if not 0.0 <= self.dropout < 1.0:
+            fail("dropout", "must lie in [0, 1)")
+        if self.redraw_interval < 0:
+            fail("redraw_interval", "must be >= 0 (0 never redraws)")
+        if self.position == "rotary" and (self.d_model // self.n_heads) % 2:
+            fail("position", f"rotary needs an even head dimension; d_model/n_heads = {self.d_model // self.n_heads}")
+        if self.position == "learned" and self.max_position is None:
+            fail("max_position", "position='learned' needs max_position")
+        if self.tie_word_embeddings and self.vocab_size is None:
+            fail("tie_word_embeddings", "needs token inputs (vocab_size)")
+        for field in ("gate_entropy_weight", "transition_penalty"):
+            if getattr(self, field) < 0:
+                fail(field, "must be >= 0")
+
+    def layer_kinds(self) -> list[str]:
+        """The attention kind of each layer."""
+        return [self.attention] * self.n_layers if isinstance(self.attention, str) else list(self.attention)
+
+    def attention_options(self) -> dict:
+        """Every attention option, named as the layer keyword arguments."""
+        names = ("max_order", "bidirectional", "scope", "window", "gate", "gate_input", "gate_null",
+                 "gate_gumbel_tau", "transition", "head_specific", "dropout", "backend", "feature_map",
+                 "num_features", "redraw_interval", "chunk_size", "markov_head_ratio")  # fmt: skip
+        return {name: getattr(self, name) for name in names}

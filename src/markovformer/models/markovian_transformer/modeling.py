@@ -1,0 +1,284 @@
+"""The Markovian Transformer (SPEC 2.7): an embedding, pre-LN blocks with per-layer attention kinds, and heads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from markovformer.layers.block import PreLNBlock
+from markovformer.layers.ffn import build_ffn
+from markovformer.layers.gru import GRUInjection
+from markovformer.layers.markov_bias import MarkovBias
+from markovformer.layers.position import sinusoidal_positions
+from markovformer.layers.registry import build_attention
+from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
+from markovformer.models.pretrained import PreTrainedModel
+
+
+@dataclass
+class MarkovianTransformerOutput:
+    logits: Tensor | None = None
+    loss: Tensor | None = None
+    last_hidden_state: Tensor | None = None  # (B, T, D), after the final LayerNorm
+    gates: list[dict[str, Tensor] | None] | None = None  # per layer: direction -> (B, H, T, K [+1])
+    attentions: list[Tensor] | None = None  # per layer: (B, H, T, T) probabilities
+
+
+class MarkovianTransformerPreTrainedModel(PreTrainedModel):
+    config_class = MarkovianTransformerConfig
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=self.config.initializer_range)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def markov_biases(self) -> list[MarkovBias]:
+        return [module for module in self.modules() if isinstance(module, MarkovBias)]
+
+    def regularization_loss(self) -> Tensor:
+        """λ_ent · mean gate entropy of the last forward pass + λ_T · Σ θ_T² (SPEC 2.7); zero when both are 0."""
+        config = self.config
+        total = next(self.parameters()).new_zeros(())
+        for bias in self.markov_biases():
+            if config.gate_entropy_weight and bias.last_gate_entropy is not None:
+                total = total + config.gate_entropy_weight * bias.last_gate_entropy
+            if config.transition_penalty:
+                total = total + config.transition_penalty * sum((theta**2).sum() for theta in bias.theta.values())
+        return total
+
+    def transition_strengths(self) -> list[dict[str, Tensor | None]]:
+        """Per Markov layer, the effective strengths ``{"past": (H, K), "future": (H, K) or None}``, detached."""
+        return [
+            {d: (t.detach().clone() if t is not None else None) for d, t in bias.transitions().items()}
+            for bias in self.markov_biases()
+        ]
+
+
+class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
+    """The backbone: inputs -> (B, T, D) hidden states."""
+
+    def __init__(self, config: MarkovianTransformerConfig) -> None:
+        super().__init__(config)
+        if config.vocab_size is not None:
+            self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        else:
+            self.embed = nn.Linear(config.input_dim, config.d_model)
+        self.position_embedding = (
+            nn.Embedding(config.max_position, config.d_model) if config.position == "learned" else None
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(self._block(kind) for kind in config.layer_kinds())
+        self.final_norm = nn.LayerNorm(config.d_model)
+        self.apply(self._init_weights)
+
+    def _block(self, kind: str) -> PreLNBlock:
+        config = self.config
+        attention = build_attention(
+            kind,
+            d_model=config.d_model,
+            n_heads=config.n_heads,
+            causal=config.causal,
+            rotary=config.position == "rotary",
+            **config.attention_options(),
+        )
+        ffn = build_ffn(config.ffn, config.d_model, config.ffn_mult, config.dropout)
+        gru = GRUInjection(config.d_model, bidirectional=config.bidirectional) if config.gru else None
+        return PreLNBlock(config.d_model, attention, ffn, gru, config.dropout)
+
+    def embed_inputs(self, input_ids: Tensor | None = None, input_features: Tensor | None = None) -> Tensor:
+        """Token ids (B, T) or feature frames (B, T, input_dim) -> (B, T, D), with additive positions if any."""
+        config = self.config
+        if config.vocab_size is not None:
+            if input_ids is None or input_features is not None:
+                raise ValueError("this model reads token ids: pass input_ids (B, T), not input_features")
+            if input_ids.dim() != 2:
+                raise ValueError(f"input_ids must be (B, T); got shape {tuple(input_ids.shape)}")
+            if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= config.vocab_size):
+                bad = input_ids[(input_ids < 0) | (input_ids >= config.vocab_size)][0].item()
+                raise ValueError(f"token id {bad} is outside the vocabulary [0, {config.vocab_size})")
+            hidden = self.embed(input_ids)
+        else:
+            if input_features is None or input_ids is not None:
+                raise ValueError("this model reads feature frames: pass input_features (B, T, input_dim)")
+            if input_features.dim() != 3 or input_features.shape[-1] != config.input_dim:
+                raise ValueError(
+                    f"input_features must be (B, T, {config.input_dim}); got shape {tuple(input_features.shape)}"
+                )
+            if not torch.isfinite(input_features).all():
+                raise ValueError("input_features contain NaN or infinite values")
+            hidden = self.embed(input_features.to(self.embed.weight.dtype))
+        return self.add_positions(hidden)
+
+    def add_positions(self, hidden: Tensor) -> Tensor:
+        seq_len = hidden.shape[1]
+        if self.config.position == "sinusoidal":
+            hidden = hidden + sinusoidal_positions(seq_len, self.config.d_model, hidden.device).to(hidden.dtype)
+        elif self.position_embedding is not None:
+            if seq_len > self.config.max_position:
+                raise ValueError(f"sequence length {seq_len} exceeds max_position={self.config.max_position}")
+            hidden = hidden + self.position_embedding(torch.arange(seq_len, device=hidden.device))
+        return hidden
+
+    def encode(
+        self,
+        hidden: Tensor,
+        attention_mask: Tensor | None = None,
+        return_gates: bool = False,
+        return_weights: bool = False,
+    ) -> MarkovianTransformerOutput:
+        """Run the blocks over embedded inputs (B, T, D)."""
+        if attention_mask is not None and tuple(attention_mask.shape) != tuple(hidden.shape[:2]):
+            raise ValueError(
+                f"attention_mask must be (B, T) = {tuple(hidden.shape[:2])}; got {tuple(attention_mask.shape)}"
+            )
+        hidden = self.dropout(hidden)
+        gates, attentions = [], []
+        for block in self.blocks:
+            result = block(hidden, attention_mask, return_gates, return_weights)
+            hidden = result.output
+            gates.append(result.gates or None)
+            attentions.append(result.weights)
+        return MarkovianTransformerOutput(
+            last_hidden_state=self.final_norm(hidden),
+            gates=gates if return_gates else None,
+            attentions=attentions if return_weights else None,
+        )
+
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        input_features: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        return_gates: bool = False,
+        return_weights: bool = False,
+    ) -> MarkovianTransformerOutput:
+        hidden = self.embed_inputs(input_ids, input_features)
+        return self.encode(hidden, attention_mask, return_gates, return_weights)
+
+
+class _WithBackbone(MarkovianTransformerPreTrainedModel):
+    def __init__(self, config: MarkovianTransformerConfig) -> None:
+        super().__init__(config)
+        self.model = MarkovianTransformerModel(config)
+
+    def _encode(self, input_ids, input_features, attention_mask, return_gates, return_weights):
+        return self.model(input_ids, input_features, attention_mask, return_gates, return_weights)
+
+
+class MarkovianTransformerForCausalLM(_WithBackbone):
+    """Next-token prediction. ``labels`` are the inputs (shifted inside); label -100 is ignored."""
+
+    def __init__(self, config: MarkovianTransformerConfig) -> None:
+        if config.vocab_size is None or not config.causal:
+            raise ValueError("MarkovianTransformerForCausalLM needs vocab_size and causal=True")
+        super().__init__(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head.apply(self._init_weights)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed.weight
+
+    def forward(self, input_ids, attention_mask=None, labels=None, return_gates=False, return_weights=False):
+        output = self._encode(input_ids, None, attention_mask, return_gates, return_weights)
+        output.logits = self.lm_head(output.last_hidden_state)
+        if labels is not None:
+            output.loss = F.cross_entropy(
+                output.logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
+            )
+        return output
+
+
+class MarkovianTransformerForSequenceClassification(_WithBackbone):
+    """One label per sequence from pooled hidden states (``pooling``: mean over real tokens, last real token, or a
+    learned [CLS] vector prepended to the sequence)."""
+
+    def __init__(self, config: MarkovianTransformerConfig) -> None:
+        if config.pooling == "cls" and config.causal:
+            raise ValueError("MarkovianTransformerConfig.pooling='cls' needs causal=False (use 'last' when causal)")
+        super().__init__(config)
+        self.cls = nn.Parameter(torch.zeros(config.d_model)) if config.pooling == "cls" else None
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        self.classifier.apply(self._init_weights)
+
+    def forward(
+        self, input_ids=None, input_features=None, attention_mask=None, labels=None, return_gates=False,
+        return_weights=False,
+    ):  # fmt: skip
+        hidden = self.model.embed_inputs(input_ids, input_features)
+        batch, seq_len = hidden.shape[:2]
+        mask = attention_mask if attention_mask is not None else hidden.new_ones(batch, seq_len)
+        if self.cls is not None:
+            hidden = torch.cat([self.cls.expand(batch, 1, -1).to(hidden.dtype), hidden], dim=1)
+            mask = torch.cat([mask.new_ones(batch, 1), mask], dim=1)
+        output = self.model.encode(hidden, mask, return_gates, return_weights)
+        states = output.last_hidden_state
+        if self.config.pooling == "cls":
+            pooled = states[:, 0]
+        elif self.config.pooling == "last":
+            last = (mask.long().sum(-1) - 1).clamp_min(0)
+            pooled = states[torch.arange(batch, device=states.device), last]
+        else:
+            weights = mask[..., None].to(states.dtype)
+            pooled = (states * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+        output.logits = self.classifier(pooled)
+        if labels is not None:
+            output.loss = F.cross_entropy(output.logits.float(), labels)
+        return output
+
+
+class MarkovianTransformerForTokenClassification(_WithBackbone):
+    """One label per position; label -100 is ignored."""
+
+    def __init__(self, config: MarkovianTransformerConfig) -> None:
+        super().__init__(config)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        self.classifier.apply(self._init_weights)
+
+    def forward(
+        self, input_ids=None, input_features=None, attention_mask=None, labels=None, return_gates=False,
+        return_weights=False,
+    ):  # fmt: skip
+        output = self._encode(input_ids, input_features, attention_mask, return_gates, return_weights)
+        output.logits = self.classifier(output.last_hidden_state)
+        if labels is not None:
+            output.loss = F.cross_entropy(output.logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return output
+
+
+class MarkovianTransformerForCTC(_WithBackbone):
+    """Frame-level CTC over ``num_labels`` symbols, index 0 the blank. ``labels`` (B, L) padded with -100."""
+
+    blank = 0
+
+    def __init__(self, config: MarkovianTransformerConfig) -> None:
+        if config.num_labels < 2:
+            raise ValueError("MarkovianTransformerConfig.num_labels must count the blank and at least one symbol")
+        super().__init__(config)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        self.classifier.apply(self._init_weights)
+
+    def forward(
+        self, input_ids=None, input_features=None, attention_mask=None, labels=None, return_gates=False,
+        return_weights=False,
+    ):  # fmt: skip
+        output = self._encode(input_ids, input_features, attention_mask, return_gates, return_weights)
+        output.logits = self.classifier(output.last_hidden_state)
+        if labels is not None:
+            batch, frames = output.logits.shape[:2]
+            input_lengths = (
+                attention_mask.long().sum(-1)
+                if attention_mask is not None
+                else torch.full((batch,), frames, dtype=torch.long, device=labels.device)
+            )
+            target_mask = labels != -100
+            if bool((labels[target_mask] == self.blank).any()):
+                raise ValueError("CTC labels must not contain the blank index 0")
+            log_probs = output.logits.float().log_softmax(-1).transpose(0, 1)  # (T, B, C)
+            output.loss = F.ctc_loss(
+                log_probs, labels.clamp_min(0), input_lengths, target_mask.long().sum(-1),
+                blank=self.blank, zero_infinity=True,
+            )  # fmt: skip
+        return output

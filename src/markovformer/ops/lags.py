@@ -1,0 +1,64 @@
+"""The lag and window convention of SPEC 1, in one place: every mask and every bias placement calls these.
+
+A query at position t and a key at position j have lag ``t - j``: past lags are >= 1, future lags <= -1, and
+the diagonal (lag 0) never receives a Markov bias. A causal window W shows keys ``t - W <= j <= t`` (W + 1 keys,
+the query included); a bidirectional window shows ``|t - j| <= W``; ``window=None`` shows every allowed key.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def lag_matrix(query_positions: Tensor, key_positions: Tensor) -> Tensor:
+    """Integer lags ``t - j``, shape (Tq, Tk), for 1-D position tensors of lengths Tq and Tk."""
+    return query_positions[:, None] - key_positions[None, :]
+
+
+def visible(lag: Tensor, window: int | None, causal: bool) -> Tensor:
+    """Boolean tensor (same shape as ``lag``): True where a key at this lag may be attended."""
+    allowed = torch.ones_like(lag, dtype=torch.bool)
+    if causal:
+        allowed = allowed & (lag >= 0)
+    if window is not None:
+        allowed = allowed & (lag.abs() <= window)
+    return allowed
+
+
+def lag_slot(lag: Tensor, max_order: int, direction: str) -> Tensor:
+    """Index into a per-lag bias tensor's last axis for each lag, or -1 where the lag has no slot.
+
+    Past slot k-1 holds lag k (1 <= k <= K); future slot k-1 holds lag -k.
+    """
+    signed = lag if direction == "past" else -lag
+    in_range = (signed >= 1) & (signed <= max_order)
+    return torch.where(in_range, signed - 1, torch.full_like(signed, -1))
+
+
+def dense_lag_bias(lag: Tensor, past_bias: Tensor | None, future_bias: Tensor | None) -> Tensor | None:
+    """Materialise the SPEC 2.3 bias over a (Tq, Tk) lag matrix.
+
+    past_bias / future_bias: (B, H, Tq, K) per-query per-lag values (gate times transition strength).
+    Returns (B, H, Tq, Tk), or None when both are None. For the naive reference and inspection only:
+    fast paths never build this.
+    """
+    dense = None
+    for bias, direction in ((past_bias, "past"), (future_bias, "future")):
+        if bias is None:
+            continue
+        slots = lag_slot(lag, bias.shape[-1], direction)  # (Tq, Tk)
+        one_hot = (slots[..., None] == torch.arange(bias.shape[-1], device=lag.device)).to(bias.dtype)
+        term = torch.einsum("bhtk,tjk->bhtj", bias, one_hot)
+        dense = term if dense is None else dense + term
+    return dense
+
+
+def lag_key_offsets(query_offsets: Tensor, max_order: int, direction: str) -> Tensor:
+    """Key position holding lag k for each query, shape (Tq, K): column k-1 is ``t - k`` (past) or ``t + k``.
+
+    The inverse of :func:`lag_slot`, for fast paths that scatter per-lag values straight into score rows.
+    """
+    lags = torch.arange(1, max_order + 1, device=query_offsets.device)
+    sign = -1 if direction == "past" else 1
+    return query_offsets[:, None] + sign * lags[None, :]

@@ -1,0 +1,278 @@
+"""Tests for markov/chains.py: closed forms (SPEC 6), stationarity invariants, Monte-Carlo agreement."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from markovformer.markov import MarkovChain, lagged_chain, random_chain, switching_chain
+
+
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def naive_context_matrix(chain: MarkovChain) -> torch.Tensor:
+    """Dense (S**k, S**k) context-transition matrix built symbol tuple by symbol tuple."""
+    s, k = chain.num_symbols, chain.order
+    index = {symbols: i for i, symbols in enumerate(itertools.product(range(s), repeat=k))}
+    matrix = torch.zeros(s**k, s**k, dtype=torch.float64)
+    for symbols, row in index.items():
+        for j in range(s):
+            matrix[row, index[symbols[1:] + (j,)]] += chain.transition[row, j]
+    return matrix
+
+
+def binary_entropy(p: float) -> float:
+    return -sum(v * math.log(v) for v in (p, 1.0 - p) if v > 0)
+
+
+# ---- closed forms ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("p", "q", "entropy_rate", "marginal_entropy"),
+    [
+        (0.2, 0.3, 0.5446, 0.6730),
+        (0.5, 0.8, 0.6190, 0.6663),
+        (0.7, 0.9, 0.4858, 0.6853),
+        (1.0, 0.8, 0.2780, 0.6870),
+    ],
+)
+def test_switching_chain_matches_spec_reference(p, q, entropy_rate, marginal_entropy):
+    chain = switching_chain(p, q)
+    pi = chain.symbol_stationary()
+    torch.testing.assert_close(pi, torch.tensor([q, p], dtype=torch.float64) / (p + q), rtol=0, atol=1e-12)
+    assert chain.entropy_rate() == pytest.approx(entropy_rate, abs=1e-4)
+    assert chain.marginal_entropy() == pytest.approx(marginal_entropy, abs=1e-4)
+    closed_form = (q * binary_entropy(p) + p * binary_entropy(q)) / (p + q)
+    assert chain.entropy_rate() == pytest.approx(closed_form, abs=1e-12)
+
+
+def test_context_index_oldest_symbol_most_significant():
+    chain = random_chain(3, 3, generator=seeded(0))
+    x = torch.tensor([[2, 1, 0], [0, 0, 1], [1, 2, 2]])
+    torch.testing.assert_close(chain.context_index(x), torch.tensor([21, 1, 17]))
+    every = torch.arange(27)
+    torch.testing.assert_close(chain.context_index(chain.context_symbols(every)), every)
+
+
+def test_nested_transition_shape_is_flattened_in_context_order():
+    nested = torch.rand(3, 3, 3, generator=seeded(1))
+    nested = nested / nested.sum(-1, keepdim=True)
+    chain = MarkovChain(2, 3, nested)
+    for a, b in itertools.product(range(3), repeat=2):
+        torch.testing.assert_close(chain.transition[a * 3 + b], nested[a, b].double())
+
+
+def test_rows_are_renormalised_exactly():
+    table = torch.tensor([[0.3, 0.7 + 5e-7], [0.5, 0.5]])
+    chain = MarkovChain(1, 2, table)
+    assert chain.transition.dtype == torch.float64
+    torch.testing.assert_close(
+        chain.transition.sum(-1), torch.ones(2, dtype=torch.float64), rtol=0, atol=1e-15
+    )
+
+
+def test_oracle_loss_by_hand():
+    chain = switching_chain(0.2, 0.3)
+    x = torch.tensor([[0, 1, 1, 0]])
+    expected = -(math.log(0.2) + math.log(0.7) + math.log(0.3)) / 3
+    assert chain.oracle_loss(x) == pytest.approx(expected, abs=1e-12)
+    log_prob = chain.log_prob_next(x)
+    assert log_prob.shape == (1, 3, 2)
+    torch.testing.assert_close(log_prob.exp().sum(-1), torch.ones(1, 3, dtype=torch.float64))
+
+
+def test_entropy_rate_equals_explicit_sum():
+    chain = random_chain(2, 3, beta=0.5, generator=seeded(3))
+    pi = chain.stationary()
+    expected = 0.0
+    for c in range(9):
+        expected += pi[c].item() * -sum(v * math.log(v) for v in chain.transition[c].tolist() if v > 0)
+    assert chain.entropy_rate() == pytest.approx(expected, abs=1e-12)
+
+
+# ---- stationary distribution ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_stationary_is_fixed_point_of_context_chain(order):
+    chain = random_chain(order, 3, beta=0.7, generator=seeded(order))
+    pi = chain.stationary()
+    assert pi.shape == (3**order,)
+    assert pi.sum().item() == pytest.approx(1.0, abs=1e-12)
+    assert (pi >= 0).all()
+    torch.testing.assert_close(pi @ naive_context_matrix(chain), pi, rtol=0, atol=1e-12)
+    # stationarity makes the oldest and newest symbol marginals equal
+    oldest = pi.reshape(3, -1).sum(1)
+    torch.testing.assert_close(chain.symbol_stationary(), oldest, rtol=0, atol=1e-12)
+
+
+def test_power_iteration_path_agrees_with_dense_and_fixed_point():
+    chain = random_chain(9, 2, generator=seeded(5))  # 512 contexts: "auto" takes the power path
+    pi = chain.stationary()
+    torch.testing.assert_close(pi, chain.stationary(method="dense"), rtol=0, atol=1e-10)
+    torch.testing.assert_close(pi @ naive_context_matrix(chain), pi, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("method", ["dense", "power"])
+def test_periodic_chain_stationary(method):
+    # period 2: plain power iteration from uniform oscillates between (1/6, 2/3, 1/6) and uniform
+    chain = MarkovChain(1, 3, torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5], [0.0, 1.0, 0.0]]))
+    expected = torch.tensor([0.25, 0.5, 0.25], dtype=torch.float64)
+    torch.testing.assert_close(chain.stationary(method=method), expected, rtol=0, atol=1e-10)
+
+
+def test_stationary_scales_to_65k_contexts():
+    chain = random_chain(8, 4, generator=seeded(6))  # 65536 contexts, never a dense matrix
+    pi = chain.stationary()
+    symbols = chain.context_symbols(torch.arange(chain.num_contexts))
+    successor = torch.zeros_like(pi)
+    for j in range(4):
+        shifted = torch.cat([symbols[:, 1:], torch.full((chain.num_contexts, 1), j)], dim=1)
+        successor.index_add_(0, chain.context_index(shifted), pi * chain.transition[:, j])
+    torch.testing.assert_close(successor, pi, rtol=0, atol=1e-12)
+    assert pi.sum().item() == pytest.approx(1.0, abs=1e-12)
+
+
+# ---- sampling --------------------------------------------------------------------------------------
+
+
+def test_oracle_loss_of_long_samples_matches_entropy_rate():
+    chain = random_chain(2, 3, generator=seeded(7))
+    x = chain.sample(64, 4000, generator=seeded(8))
+    assert x.shape == (64, 4000) and x.dtype == torch.long
+    # ~256k predictions: the Monte-Carlo standard error is about 0.002 nats
+    assert chain.oracle_loss(x) == pytest.approx(chain.entropy_rate(), abs=0.01)
+
+
+def test_lagged_chain_oracle_loss_matches_entropy_rate():
+    chain = lagged_chain(3, (1, 3), generator=seeded(9))
+    x = chain.sample(64, 4000, generator=seeded(10))
+    assert chain.oracle_loss(x) == pytest.approx(chain.entropy_rate(), abs=0.01)
+    assert chain.entropy_rate() < chain.marginal_entropy() - 0.05
+
+
+def chi_square(counts: torch.Tensor, probabilities: torch.Tensor) -> float:
+    expected = counts.sum(-1, keepdim=True) * probabilities
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def test_sample_transition_frequencies_match_kernel():
+    chain = random_chain(2, 3, beta=2.0, generator=seeded(11))
+    x = chain.sample(32, 2000, generator=seeded(12))
+    contexts = chain.context_index(x.unfold(1, 2, 1)[:, :-1]).reshape(-1)
+    flat = contexts * 3 + x[:, 2:].reshape(-1)
+    counts = torch.bincount(flat, minlength=27).reshape(9, 3).double()
+    dof = 9 * 2
+    # a 6-sigma chi-square band; a wrong kernel (another random chain) lands far outside it
+    assert chi_square(counts, chain.transition) < dof + 6 * math.sqrt(2 * dof)
+    other = random_chain(2, 3, beta=2.0, generator=seeded(13))
+    assert chi_square(counts, other.transition) > 10 * dof
+
+
+@pytest.mark.parametrize("initial", ["stationary", "uniform"])
+def test_initial_context_distribution(initial):
+    chain = random_chain(2, 2, beta=0.5, generator=seeded(14))
+    x = chain.sample(40000, 2, generator=seeded(15), initial=initial)
+    frequencies = torch.bincount(chain.context_index(x), minlength=4).double() / 40000
+    target = chain.stationary() if initial == "stationary" else torch.full((4,), 0.25, dtype=torch.float64)
+    torch.testing.assert_close(frequencies, target, rtol=0, atol=0.012)
+
+
+def test_short_length_returns_start_of_initial_context():
+    chain = random_chain(3, 2, generator=seeded(16))
+    full = chain.sample(8, 10, generator=seeded(17))
+    assert torch.equal(chain.sample(8, 2, generator=seeded(17)), full[:, :2])
+    assert chain.sample(8, 0, generator=seeded(17)).shape == (8, 0)
+
+
+def test_sampling_is_reproducible_per_seed():
+    chain = random_chain(2, 4, generator=seeded(18))
+    a = chain.sample(4, 300, generator=seeded(19))
+    assert torch.equal(a, chain.sample(4, 300, generator=seeded(19)))
+    assert not torch.equal(a, chain.sample(4, 300, generator=seeded(20)))
+
+
+def test_zero_probability_transitions_never_sampled():
+    chain = switching_chain(1.0, 1.0)  # deterministic alternation
+    x = chain.sample(16, 200, generator=seeded(21))
+    assert (x[:, 1:] != x[:, :-1]).all()
+
+
+# ---- constructors ----------------------------------------------------------------------------------
+
+
+def test_random_chain_dirichlet_moments_and_determinism():
+    for beta in (0.1, 5.0):
+        rows = random_chain(10, 2, beta=beta, generator=seeded(22)).transition[:, 0]
+        # Dirichlet(beta, beta) marginal: mean 1/2, variance (1/4) / (2 beta + 1); 1024 rows
+        assert rows.mean().item() == pytest.approx(0.5, abs=0.04)
+        assert rows.var().item() == pytest.approx(0.25 / (2 * beta + 1), rel=0.15)
+    first = random_chain(2, 3, generator=seeded(23)).transition
+    assert torch.equal(first, random_chain(2, 3, generator=seeded(23)).transition)
+    assert not torch.equal(first, random_chain(2, 3, generator=seeded(24)).transition)
+
+
+def test_random_chain_tiny_beta_is_well_defined():
+    chain = random_chain(2, 4, beta=1e-3, generator=seeded(25))
+    assert torch.isfinite(chain.transition).all()
+    torch.testing.assert_close(chain.transition.sum(-1), torch.ones(16, dtype=torch.float64))
+    assert chain.transition.max(-1).values.min() > 0.9  # nearly one-hot rows
+
+
+def test_lagged_chain_ignores_unlisted_lags():
+    chain = lagged_chain(3, (1, 3), strength=2.0, generator=seeded(26))
+    assert chain.order == 3 and chain.true_lags == (1, 3)
+    table = chain.transition.reshape(3, 3, 3, 3)  # (lag 3, lag 2, lag 1, next)
+    for b in range(3):
+        torch.testing.assert_close(table[:, b], table[:, 0], rtol=0, atol=1e-15)
+    # ... but it does depend on the listed lags
+    assert (table[0] - table[1]).abs().max() > 1e-3
+    assert (table[:, :, 0] - table[:, :, 1]).abs().max() > 1e-3
+
+
+def test_ordinary_chains_list_every_lag():
+    assert random_chain(3, 2, generator=seeded(27)).true_lags == (1, 2, 3)
+    assert switching_chain(0.2, 0.3).true_lags == (1,)
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda: MarkovChain(0, 2, torch.eye(2)), "order"),
+        (lambda: MarkovChain(1, 1, torch.ones(1, 1)), "num_symbols"),
+        (lambda: MarkovChain(2, 2, torch.eye(2)), "transition"),
+        (lambda: MarkovChain(1, 2, torch.tensor([[1.2, -0.2], [0.5, 0.5]])), "transition"),
+        (lambda: MarkovChain(1, 2, torch.tensor([[0.6, 0.6], [0.5, 0.5]])), "transition"),
+        (lambda: MarkovChain(1, 2, torch.tensor([[float("nan"), 1.0], [0.5, 0.5]])), "transition"),
+        (lambda: MarkovChain(2, 2, torch.full((4, 2), 0.5), true_lags=(3,)), "true_lags"),
+        (lambda: switching_chain(1.5, 0.3), "p"),
+        (lambda: switching_chain(0.2, -0.1), "q"),
+        (lambda: switching_chain(0.0, 0.0), "p \\+ q"),
+        (lambda: random_chain(2, 2, beta=0.0), "beta"),
+        (lambda: random_chain(0, 2), "order"),
+        (lambda: lagged_chain(3, ()), "lags"),
+        (lambda: lagged_chain(3, (0, 2)), "lags"),
+        (lambda: lagged_chain(3, (2, 2)), "lags"),
+        (lambda: lagged_chain(1, (1,)), "num_symbols"),
+        (lambda: switching_chain(0.2, 0.3).sample(0, 5), "batch"),
+        (lambda: switching_chain(0.2, 0.3).sample(2, -1), "length"),
+        (lambda: switching_chain(0.2, 0.3).sample(2, 5, initial="zeros"), "initial"),
+        (lambda: switching_chain(0.2, 0.3).stationary(method="eig"), "method"),
+        (lambda: switching_chain(0.2, 0.3).oracle_loss(torch.tensor([[0, 2, 1]])), "x"),
+        (lambda: switching_chain(0.2, 0.3).oracle_loss(torch.tensor([[0.0, 1.0]])), "x"),
+        (lambda: switching_chain(0.2, 0.3).oracle_loss(torch.tensor([[1]])), "x"),
+        (lambda: random_chain(2, 2).context_index(torch.tensor([0, 1, 1])), "x"),
+    ],
+)
+def test_bad_inputs_raise_value_error_naming_argument(build, name):
+    with pytest.raises(ValueError, match=f"^{name}"):
+        build()
