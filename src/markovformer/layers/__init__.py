@@ -4,7 +4,11 @@ from markovformer.layers.attention import AttentionOutput, SelfAttention
 from markovformer.layers.block import PreLNBlock
 from markovformer.layers.ffn import GELUMLP, SwiGLU, build_ffn
 from markovformer.layers.gru import GRUInjection
-from markovformer.layers.hybrid_attention import HybridAttention, HybridParallelAttention, HybridSplitAttention
+from markovformer.layers.hybrid_attention import (
+    HybridAttention,
+    HybridParallelAttention,
+    HybridSplitAttention,
+)
 from markovformer.layers.markov_attention import MarkovAttention
 from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.position import RotaryEmbedding

@@ -45,7 +45,8 @@ class RandomFeatureCore(nn.Module):
             if int(self.forward_count) % self.redraw_interval == 0:
                 self.redraw()
         projection = self.projection.to(q.dtype)
-        q_features, k_features = feature_map(q, projection, self.kind), feature_map(k, projection, self.kind)
+        q_features = feature_map(q, projection, self.kind, is_query=True)
+        k_features = feature_map(k, projection, self.kind)
         heads = linear_attention(
             q_features,
             k_features,

@@ -2,6 +2,7 @@
 
 from markovformer.ops.banded_attention import banded_attention
 from markovformer.ops.lags import dense_lag_bias, lag_matrix, lag_slot, visible
+from markovformer.ops.linear_attention import linear_attention
 from markovformer.ops.masked_softmax import masked_softmax
 
 __all__ = [
@@ -9,6 +10,7 @@ __all__ = [
     "dense_lag_bias",
     "lag_matrix",
     "lag_slot",
+    "linear_attention",
     "masked_softmax",
     "visible",
 ]

@@ -18,7 +18,7 @@ def _exclusive_cumsum(x: Tensor, dim: int) -> Tensor:
     """Sum of the strictly earlier entries along ``dim`` (shift then cumsum, no subtraction of large sums)."""
     shifted = x.narrow(dim, 0, x.shape[dim] - 1)
     zeros = torch.zeros_like(x.narrow(dim, 0, 1))
-    return x.cumsum(dim=dim)
+    return torch.cat([zeros, shifted], dim=dim).cumsum(dim=dim)
 
 
 def _bidirectional(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
