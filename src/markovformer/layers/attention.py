@@ -69,7 +69,7 @@ class SelfAttention(nn.Module):
             q, k = self.rotary(q), self.rotary(k)
         heads, gates, weights = [], {}, []
         start = 0
-        for core, count in zip(self.cores, self.heads_per_core):
+        for core, count in zip(self.cores, self.heads_per_core, strict=True):
             if count == 0:
                 continue
             part = slice(start, start + count)

@@ -1,0 +1,5 @@
+import sys
+
+from markovformer.cli.main import main
+
+sys.exit(main())
