@@ -35,7 +35,9 @@ class HybridSplitAttention(SelfAttention):
         head_dim = d_model // n_heads
         markov_options = _pick(options, MARKOV_OPTIONS)
         markov_options.setdefault("bidirectional", not causal)
-        markov = MarkovCore(d_model=d_model, n_heads=max(n_markov, 1), head_dim=head_dim, causal=causal, **markov_options)
+        markov = MarkovCore(
+            d_model=d_model, n_heads=max(n_markov, 1), head_dim=head_dim, causal=causal, **markov_options
+        )
         features = RandomFeatureCore(head_dim=head_dim, causal=causal, **_pick(options, RANDOM_FEATURE_OPTIONS))
         super().__init__(
             d_model=d_model, n_heads=n_heads, cores=[markov, features],

@@ -128,7 +128,7 @@ class MarkovBias(nn.Module):
             weights = torch.ones(batch, seq_len, 1, device=x.device, dtype=x.dtype)
             if attention_mask is not None:
                 weights = attention_mask[..., None].to(x.dtype)
-            x = ((x * weights).sum(1, keepdim=True) / weights.sum(1, keepdim=True).clamp_min(1.0))
+            x = (x * weights).sum(1, keepdim=True) / weights.sum(1, keepdim=True).clamp_min(1.0)
             x = x.expand(batch, seq_len, -1)
         logits = network(x[:, :, None, :]).squeeze(2)  # (B, T, H·slots)
         return logits.view(batch, seq_len, self.n_heads, -1).transpose(1, 2)

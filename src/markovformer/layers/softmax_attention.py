@@ -23,7 +23,9 @@ class SoftmaxCore(nn.Module):
             )
             return CoreOutput(heads, {}, weights)
         if attention_mask is None:
-            return CoreOutput(F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal), {}, None)
+            return CoreOutput(
+                F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal), {}, None
+            )
         allowed = dense_allowed(q.shape[-2], None, self.causal, attention_mask, q.device)
         # SDPA returns NaN for a query with no visible key: let such rows see everything, then zero them.
         has_key = allowed.any(-1, keepdim=True)

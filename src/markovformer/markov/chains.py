@@ -116,8 +116,7 @@ class MarkovChain:
             raise ValueError(f"{name} must be an integer symbol tensor, got {getattr(x, 'dtype', type(x))}")
         if x.numel() and (x.min() < 0 or x.max() >= self.num_symbols):
             raise ValueError(
-                f"{name} holds symbols outside [0, {self.num_symbols}): min {x.min().item()}, "
-                f"max {x.max().item()}"
+                f"{name} holds symbols outside [0, {self.num_symbols}): min {x.min().item()}, max {x.max().item()}"
             )
 
     def context_index(self, x: Tensor) -> Tensor:

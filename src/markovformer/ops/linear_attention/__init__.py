@@ -36,14 +36,11 @@ def _check_shapes(q_features: Tensor, k_features: Tensor, v: Tensor, attention_m
         )
     if v.dim() != 4 or v.shape[:3] != q_features.shape[:3]:
         raise ValueError(
-            f"v must be (B, H, T, Dv) with (B, H, T) = {tuple(q_features.shape[:3])}, "
-            f"got shape {tuple(v.shape)}"
+            f"v must be (B, H, T, Dv) with (B, H, T) = {tuple(q_features.shape[:3])}, got shape {tuple(v.shape)}"
         )
     batch, _, length, _ = q_features.shape
     if attention_mask is not None and tuple(attention_mask.shape) != (batch, length):
-        raise ValueError(
-            f"attention_mask must be (B, T) = {(batch, length)}, got shape {tuple(attention_mask.shape)}"
-        )
+        raise ValueError(f"attention_mask must be (B, T) = {(batch, length)}, got shape {tuple(attention_mask.shape)}")
 
 
 def linear_attention(

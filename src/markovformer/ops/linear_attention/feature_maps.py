@@ -52,9 +52,7 @@ def draw_projection(
 def _project(x: Tensor, projection: Tensor) -> tuple[Tensor, Tensor]:
     """Scaled inputs x' (..., Dh) and projections W x' (..., M), in at least float32."""
     if x.shape[-1] != projection.shape[-1]:
-        raise ValueError(
-            f"x has head dim {x.shape[-1]} but projection has shape {tuple(projection.shape)} (M, Dh)"
-        )
+        raise ValueError(f"x has head dim {x.shape[-1]} but projection has shape {tuple(projection.shape)} (M, Dh)")
     compute_dtype = torch.promote_types(x.dtype, torch.float32)
     scaled = x.to(compute_dtype) * x.shape[-1] ** -0.25
     return scaled, scaled @ projection.to(compute_dtype).transpose(-2, -1)

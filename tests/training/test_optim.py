@@ -1,0 +1,50 @@
+import math
+
+import pytest
+import torch
+
+from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+from markovformer.training.optim import build_optimizer, lr_multiplier
+
+
+def test_weight_decay_only_on_weight_matrices():
+    config = MarkovianTransformerConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=1, gru=True)
+    model = MarkovianTransformerForCausalLM(config)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed, plain = build_optimizer(model, lr=1e-3, weight_decay=0.1).param_groups
+    decayed_names = {names[id(p)] for p in decayed["params"]}
+    plain_names = {names[id(p)] for p in plain["params"]}
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    assert "model.embed.weight" in decayed_names and "lm_head.weight" in decayed_names
+    assert any(".qkv.weight" in n for n in decayed_names)
+    # strengths, norms and biases are never decayed; every trainable parameter is in exactly one group
+    assert any("theta" in n for n in plain_names) and not any("theta" in n for n in decayed_names)
+    assert not any("norm" in n for n in decayed_names)
+    assert decayed_names.isdisjoint(plain_names)
+    assert decayed_names | plain_names == {n for n, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("decay", ["cosine", "linear"])
+def test_schedule_warms_up_then_decays_to_the_floor(decay):
+    warmup, total = 10, 110
+    values = [lr_multiplier(s, warmup, total, decay) for s in range(total + 5)]
+    assert values[0] == pytest.approx(0.1) and values[warmup - 1] == pytest.approx(1.0)
+    assert values[warmup] == pytest.approx(1.0)
+    assert values[total] == pytest.approx(0.1) and values[-1] == pytest.approx(0.1)
+    assert all(a >= b - 1e-12 for a, b in zip(values[warmup:], values[warmup + 1 :], strict=False))
+    middle = warmup + (total - warmup) // 2
+    expected = 0.1 + 0.9 * (0.5 if decay == "cosine" else 0.5)
+    assert values[middle] == pytest.approx(expected)
+    quarter = warmup + (total - warmup) // 4
+    expected = 0.1 + 0.9 * (0.5 * (1 + math.cos(math.pi / 4)) if decay == "cosine" else 0.75)
+    assert values[quarter] == pytest.approx(expected)
+
+
+def test_unknown_decay_is_rejected():
+    with pytest.raises(ValueError, match="decay"):
+        lr_multiplier(50, 10, 100, "step")
+
+
+def test_optimizer_uses_the_papers_betas():
+    model = torch.nn.Linear(2, 2)
+    assert build_optimizer(model, lr=1e-3).defaults["betas"] == (0.9, 0.95)
