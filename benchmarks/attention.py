@@ -91,7 +91,9 @@ def main() -> None:
             command += [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
-                rows.append({"kind": kind, "T": seq_len, "seconds": None, "peak_mib": None, "error": done.stderr[-300:]})
+                rows.append(
+                    {"kind": kind, "T": seq_len, "seconds": None, "peak_mib": None, "error": done.stderr[-300:]}
+                )
             else:
                 rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(f"{kind:15} T={seq_len:6}  {rows[-1].get('seconds')}", file=sys.stderr, flush=True)
@@ -104,7 +106,9 @@ def main() -> None:
         cells = []
         for kind in args.kinds:
             r = table[(kind, seq_len)]
-            cells.append(f"{'—':>24}" if r["seconds"] is None else f"{r['seconds'] * 1e3:9.1f} ms {r['peak_mib']:8.1f} MiB")
+            cells.append(
+                f"{'—':>24}" if r["seconds"] is None else f"{r['seconds'] * 1e3:9.1f} ms {r['peak_mib']:8.1f} MiB"
+            )
         print(f"{seq_len:>6} | " + " | ".join(cells))
     ratios = {}
     local = {r["T"]: r["seconds"] for r in rows if r["kind"] == "markov_local" and r["seconds"]}

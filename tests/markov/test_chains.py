@@ -72,9 +72,7 @@ def test_rows_are_renormalised_exactly():
     table = torch.tensor([[0.3, 0.7 + 5e-7], [0.5, 0.5]])
     chain = MarkovChain(1, 2, table)
     assert chain.transition.dtype == torch.float64
-    torch.testing.assert_close(
-        chain.transition.sum(-1), torch.ones(2, dtype=torch.float64), rtol=0, atol=1e-15
-    )
+    torch.testing.assert_close(chain.transition.sum(-1), torch.ones(2, dtype=torch.float64), rtol=0, atol=1e-15)
 
 
 def test_oracle_loss_by_hand():

@@ -214,8 +214,10 @@ def test_positive_features_closed_form_and_positivity():
     log_features = scaled @ projection.T - scaled.square().sum(-1, keepdim=True) / 2
     keys = positive_features(x, projection)
     assert (keys > 0).all()
-    # Keys: one max over the whole tensor is subtracted; queries: one max per row.
-    torch.testing.assert_close(keys, torch.exp(log_features - log_features.max()) / 32**0.5)
+    # Keys: the data-free bound max_i |w_i|^2 / 2 is subtracted (so the exponent is <= 0); queries: one max per row.
+    bound = projection.square().sum(-1).max() / 2
+    assert (log_features <= bound).all()
+    torch.testing.assert_close(keys, torch.exp(log_features - bound) / 32**0.5)
     queries = positive_features(x, projection, is_query=True)
     row_max = log_features.amax(dim=-1, keepdim=True)
     torch.testing.assert_close(queries, torch.exp(log_features - row_max) / 32**0.5)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from markovformer.ops.padding import right_padded_lengths
 
 
 class GRUInjection(nn.Module):
@@ -21,10 +22,7 @@ class GRUInjection(nn.Module):
     def forward(self, x: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         if attention_mask is None or bool(attention_mask.all()):
             return self.proj(self.gru(x)[0])
-        lengths = attention_mask.long().sum(-1)
-        right_padded = attention_mask.bool() == (torch.arange(x.shape[1], device=x.device)[None] < lengths[:, None])
-        if not bool(right_padded.all()):
-            raise ValueError("GRU injection needs right-padded attention_mask (ones then zeros in every row)")
+        lengths = right_padded_lengths(attention_mask, "GRU injection")
         packed = pack_padded_sequence(x, lengths.clamp_min(1).cpu(), batch_first=True, enforce_sorted=False)
         states, _ = pad_packed_sequence(self.gru(packed)[0], batch_first=True, total_length=x.shape[1])
         return self.proj(states) * attention_mask[..., None].to(x.dtype)

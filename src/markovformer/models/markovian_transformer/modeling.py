@@ -16,6 +16,12 @@ from markovformer.layers.position import sinusoidal_positions
 from markovformer.layers.registry import build_attention
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
 from markovformer.models.pretrained import PreTrainedModel
+from markovformer.ops.padding import right_padded_lengths
+
+
+def _for_loss(logits: Tensor) -> Tensor:
+    """Losses in at least float32: half-precision logits are upcast, float64 ones kept."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
 @dataclass
@@ -44,6 +50,8 @@ class MarkovianTransformerPreTrainedModel(PreTrainedModel):
         config = self.config
         total = next(self.parameters()).new_zeros(())
         for bias in self.markov_biases():
+            if not bias.theta["past"].requires_grad:  # a frozen, unused core (hybrid_split with no Markov head)
+                continue
             if config.gate_entropy_weight and bias.last_gate_entropy is not None:
                 total = total + config.gate_entropy_weight * bias.last_gate_entropy
             if config.transition_penalty:
@@ -186,7 +194,7 @@ class MarkovianTransformerForCausalLM(_WithBackbone):
         output.logits = self.lm_head(output.last_hidden_state)
         if labels is not None:
             output.loss = F.cross_entropy(
-                output.logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
+                _for_loss(output.logits[:, :-1].flatten(0, 1)), labels[:, 1:].flatten(), ignore_index=-100
             )
         return output
 
@@ -218,14 +226,15 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
         if self.config.pooling == "cls":
             pooled = states[:, 0]
         elif self.config.pooling == "last":
-            last = (mask.long().sum(-1) - 1).clamp_min(0)
+            # the last real token under left or right padding: the first 1 of the reversed mask
+            last = mask.shape[1] - 1 - mask.long().flip(-1).argmax(-1)
             pooled = states[torch.arange(batch, device=states.device), last]
         else:
             weights = mask[..., None].to(states.dtype)
             pooled = (states * weights).sum(1) / weights.sum(1).clamp_min(1.0)
         output.logits = self.classifier(pooled)
         if labels is not None:
-            output.loss = F.cross_entropy(output.logits.float(), labels)
+            output.loss = F.cross_entropy(_for_loss(output.logits), labels)
         return output
 
 
@@ -244,7 +253,7 @@ class MarkovianTransformerForTokenClassification(_WithBackbone):
         output = self._encode(input_ids, input_features, attention_mask, return_gates, return_weights)
         output.logits = self.classifier(output.last_hidden_state)
         if labels is not None:
-            output.loss = F.cross_entropy(output.logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+            output.loss = F.cross_entropy(_for_loss(output.logits.flatten(0, 1)), labels.flatten(), ignore_index=-100)
         return output
 
 
@@ -269,14 +278,14 @@ class MarkovianTransformerForCTC(_WithBackbone):
         if labels is not None:
             batch, frames = output.logits.shape[:2]
             input_lengths = (
-                attention_mask.long().sum(-1)
+                right_padded_lengths(attention_mask, "CTC")
                 if attention_mask is not None
                 else torch.full((batch,), frames, dtype=torch.long, device=labels.device)
             )
             target_mask = labels != -100
             if bool((labels[target_mask] == self.blank).any()):
                 raise ValueError("CTC labels must not contain the blank index 0")
-            log_probs = output.logits.float().log_softmax(-1).transpose(0, 1)  # (T, B, C)
+            log_probs = _for_loss(output.logits).log_softmax(-1).transpose(0, 1)  # (T, B, C)
             output.loss = F.ctc_loss(
                 log_probs, labels.clamp_min(0), input_lengths, target_mask.long().sum(-1),
                 blank=self.blank, zero_infinity=True,

@@ -61,19 +61,20 @@ def _project(x: Tensor, projection: Tensor) -> tuple[Tensor, Tensor]:
 def positive_features(x: Tensor, projection: Tensor, *, is_query: bool = False) -> Tensor:
     """FAVOR+ positive softmax-kernel features: x (..., Dh), projection (M, Dh) -> (..., M), all > 0.
 
-    Stabiliser c: by default one detached max over the whole tensor, a constant common to every position, so
-    phi(q)·phi(k) stays proportional to exp(q·k / sqrt(Dh)) with one constant for all pairs. With
-    ``is_query=True`` it is a detached max per row (per query), which scales each query's weights by its own
-    constant and so cancels in the linear-attention normaliser; never use it for keys.
+    Stabiliser c: by default max_i |w_i|^2 / 2 over the projection rows, an upper bound of the exponent
+    w·x' - |x'|^2/2 that depends on no data, so features never overflow, phi(q)·phi(k) stays proportional to
+    exp(q·k / sqrt(Dh)) with one constant for all pairs, and no position (a future or padded key) can change the
+    scale of another. With ``is_query=True`` it is a detached max per row (per query), which scales each query's
+    weights by its own constant and so cancels in the linear-attention normaliser; never use it for keys.
     """
     scaled, projected = _project(x, projection)
     log_features = projected - scaled.square().sum(dim=-1, keepdim=True) / 2
     if is_query:
         stabiliser = log_features.amax(dim=-1, keepdim=True).detach()
     else:
-        stabiliser = log_features.amax().detach()
-    features = torch.exp(log_features - stabiliser) * projection.shape[0] ** -0.5
-    return features.to(x.dtype)
+        stabiliser = (projection.detach().float().square().sum(dim=-1).amax() / 2).to(log_features.dtype)
+    # Kept in at least float32: the bounded keys can sit below float16's range; linear attention accumulates in it.
+    return torch.exp(log_features - stabiliser) * projection.shape[0] ** -0.5
 
 
 def trig_features(x: Tensor, projection: Tensor) -> Tensor:

@@ -1,0 +1,33 @@
+"""The pre-LN block (SPEC 2.7) against its three residual updates written out by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from markovformer.layers import GRUInjection, MarkovAttention, PreLNBlock, build_ffn
+
+D_MODEL, HEADS = 16, 2
+
+
+@pytest.mark.parametrize("ffn", ["swiglu", "gelu"])
+@pytest.mark.parametrize("with_gru", [False, True])
+def test_block_is_three_residual_updates(with_gru, ffn):
+    torch.manual_seed(0)
+    attention = MarkovAttention(d_model=D_MODEL, n_heads=HEADS, max_order=2, causal=True)
+    gru = GRUInjection(D_MODEL) if with_gru else None
+    block = PreLNBlock(D_MODEL, attention, build_ffn(ffn, D_MODEL), gru).double().eval()
+    with torch.no_grad():  # LayerNorm affine parameters away from (1, 0), so each norm's place matters
+        for norm in (block.attention_norm, block.ffn_norm):
+            norm.weight.normal_(1.0, 0.3)
+            norm.bias.normal_(0.0, 0.3)
+    x = torch.randn(2, 7, D_MODEL, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    result = block(x, mask, return_gates=True)
+    expected = x + attention(block.attention_norm(x), mask)
+    if with_gru:
+        expected = expected + gru(expected, mask)
+    expected = expected + block.ffn(block.ffn_norm(expected))
+    torch.testing.assert_close(result.output, expected, rtol=1e-12, atol=1e-12)
+    assert set(result.gates) == {"past"}

@@ -1,0 +1,157 @@
+"""Hybrid attention (SPEC 2.6) reduces to its parts: ratio 1 is Markov attention, ratio 0 random-feature attention,
+and the parallel hybrid is the sum of a Markov and a random-feature layer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from markovformer.layers import HybridAttention, MarkovAttention, RandomFeatureAttention
+
+D_MODEL, HEADS, LENGTH = 16, 4, 10
+MARKOV = dict(max_order=2, scope="local", window=3, gate="mlp", gate_input="token")
+FEATURES = dict(feature_map="positive", num_features=16, chunk_size=4)
+
+
+def _input() -> torch.Tensor:
+    return torch.randn(2, LENGTH, D_MODEL, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+
+
+def _mask() -> torch.Tensor:
+    mask = torch.ones(2, LENGTH, dtype=torch.long)
+    mask[1, 7:] = 0
+    return mask
+
+
+def _randomise_markov(module) -> None:
+    with torch.no_grad():
+        for theta in module.markov_bias.theta.values():
+            theta.normal_(0.0, 1.0)
+
+
+def _load_renamed(target: torch.nn.Module, source: torch.nn.Module, rename: dict[str, str]) -> None:
+    """Copy the source entries the target has (after renaming prefixes); strict, so nothing is left unset."""
+    renamed = {}
+    for key, value in source.state_dict().items():
+        for old, new in rename.items():
+            if key.startswith(old):
+                key = new + key[len(old) :]
+        renamed[key] = value
+    target.load_state_dict({key: value for key, value in renamed.items() if key in target.state_dict()})
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_split_ratio_one_is_markov_attention(causal):
+    torch.manual_seed(0)
+    hybrid = (
+        HybridAttention(
+            mode="split", d_model=D_MODEL, n_heads=HEADS, markov_head_ratio=1.0, causal=causal, **MARKOV, **FEATURES
+        )
+        .double()
+        .eval()
+    )
+    _randomise_markov(hybrid)
+    torch.manual_seed(1)
+    markov = MarkovAttention(d_model=D_MODEL, n_heads=HEADS, causal=causal, **MARKOV).double().eval()
+    _load_renamed(markov, hybrid, {})
+    x, mask = _input(), _mask()
+    expected = markov(x, mask, return_gates=True)
+    got = hybrid(x, mask, return_gates=True)
+    torch.testing.assert_close(got.output, expected.output, rtol=1e-12, atol=1e-12)
+    assert set(got.gates) == set(expected.gates) == ({"past"} if causal else {"past", "future"})
+    for direction in got.gates:
+        torch.testing.assert_close(got.gates[direction], expected.gates[direction], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_split_ratio_zero_is_random_feature_attention(causal):
+    torch.manual_seed(0)
+    hybrid = (
+        HybridAttention(
+            mode="split", d_model=D_MODEL, n_heads=HEADS, markov_head_ratio=0.0, causal=causal, **MARKOV, **FEATURES
+        )
+        .double()
+        .eval()
+    )
+    torch.manual_seed(1)
+    features = RandomFeatureAttention(d_model=D_MODEL, n_heads=HEADS, causal=causal, **FEATURES).double().eval()
+    assert not torch.equal(features.cores[0].projection, hybrid.cores[1].projection)
+    _load_renamed(features, hybrid, {"cores.1.": "cores.0."})
+    assert torch.equal(features.cores[0].projection, hybrid.cores[1].projection)
+    x, mask = _input(), _mask()
+    torch.testing.assert_close(hybrid(x, mask), features(x, mask), rtol=1e-12, atol=1e-12)
+    # No Markov head: its core is frozen out of the optimiser.
+    assert not any(p.requires_grad for p in hybrid.cores[0].parameters())
+
+
+@pytest.mark.parametrize("ratio, n_markov", [(0.25, 1), (0.5, 2), (0.74, 2), (0.75, 3)])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_split_gives_floor_ratio_markov_heads_first(causal, ratio, n_markov):
+    torch.manual_seed(0)
+    hybrid = (
+        HybridAttention(
+            mode="split", d_model=D_MODEL, n_heads=HEADS, markov_head_ratio=ratio, causal=causal, **MARKOV, **FEATURES
+        )
+        .double()
+        .eval()
+    )
+    _randomise_markov(hybrid)
+    assert hybrid.markov_bias.n_heads == n_markov
+    x, mask = _input(), _mask()
+    weights = hybrid(x, mask, return_weights=True).weights
+    assert weights.shape == (2, HEADS, LENGTH, LENGTH)
+    # The first n_markov heads are local Markov heads (window 3), the others global random-feature heads.
+    lag = torch.arange(LENGTH)[:, None] - torch.arange(LENGTH)[None, :]
+    outside = lag.abs() > MARKOV["window"]
+    assert (weights[:, :n_markov, outside] == 0).all()
+    assert (weights[0, n_markov:, outside & (lag >= 0)] != 0).all()
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_split_output_places_feature_heads_after_markov_heads(causal):
+    """With W_O's Markov-head columns zeroed, the split hybrid is random-feature attention with the same weights
+    and the same columns zeroed: the feature heads sit in the last columns of the concatenation."""
+    torch.manual_seed(0)
+    hybrid = (
+        HybridAttention(
+            mode="split", d_model=D_MODEL, n_heads=HEADS, markov_head_ratio=0.5, causal=causal, **MARKOV, **FEATURES
+        )
+        .double()
+        .eval()
+    )
+    torch.manual_seed(1)
+    features = RandomFeatureAttention(d_model=D_MODEL, n_heads=HEADS, causal=causal, **FEATURES).double().eval()
+    _load_renamed(features, hybrid, {"cores.1.": "cores.0."})
+    markov_columns = slice(0, 2 * D_MODEL // HEADS)
+    with torch.no_grad():
+        for layer in (hybrid, features):
+            layer.out_proj.weight[:, markov_columns] = 0.0
+    x, mask = _input(), _mask()
+    expected = features(x, mask)
+    assert expected.abs().amax() > 1e-3
+    torch.testing.assert_close(hybrid(x, mask), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_parallel_is_the_sum_of_both_layers(causal):
+    torch.manual_seed(0)
+    hybrid = (
+        HybridAttention(mode="parallel", d_model=D_MODEL, n_heads=HEADS, causal=causal, **MARKOV, **FEATURES)
+        .double()
+        .eval()
+    )
+    _randomise_markov(hybrid)
+    torch.manual_seed(1)
+    markov = MarkovAttention(d_model=D_MODEL, n_heads=HEADS, causal=causal, **MARKOV).double().eval()
+    features = RandomFeatureAttention(d_model=D_MODEL, n_heads=HEADS, causal=causal, **FEATURES).double().eval()
+    _load_renamed(markov, hybrid, {"markov.": ""})
+    _load_renamed(features, hybrid, {"random_features.": ""})
+    x, mask = _input(), _mask()
+    expected = markov(x, mask) + features(x, mask)
+    torch.testing.assert_close(hybrid(x, mask), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(hybrid(x, mask, return_gates=True).output, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_unknown_hybrid_mode_raises():
+    with pytest.raises(ValueError, match="'series'"):
+        HybridAttention(mode="series", d_model=D_MODEL, n_heads=HEADS)

@@ -1,0 +1,59 @@
+"""Rotary position embedding (relative property, the rotation itself) and SwiGLU against hand computations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from markovformer.layers import RotaryEmbedding, SwiGLU
+
+
+def test_rotary_scores_depend_only_on_the_offset():
+    head_dim, length = 8, 24
+    rotary = RotaryEmbedding(head_dim)
+    g = torch.Generator().manual_seed(0)
+    q0 = torch.randn(head_dim, generator=g, dtype=torch.float64)
+    k0 = torch.randn(head_dim, generator=g, dtype=torch.float64)
+    q = rotary(q0.expand(1, 1, length, head_dim))[0, 0]
+    k = rotary(k0.expand(1, 1, length, head_dim))[0, 0]
+    scores = q @ k.T  # scores[i, j] = rot_i(q0) . rot_j(k0)
+    for offset in range(-length + 1, length):
+        diagonal = torch.diagonal(scores, offset=offset)
+        torch.testing.assert_close(diagonal, diagonal[:1].expand_as(diagonal), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(torch.diagonal(scores, 0)[0], torch.diagonal(scores, 1)[0], atol=1e-3)
+    # A rotation: norms are kept.
+    torch.testing.assert_close(q.norm(dim=-1), q0.norm().expand(length), rtol=1e-6, atol=1e-6)
+
+
+def test_rotary_rotates_each_pair_by_position_times_frequency():
+    head_dim, length, base = 6, 5, 10000.0
+    rotary = RotaryEmbedding(head_dim, base=base)
+    x = torch.randn(2, 3, length, head_dim, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    out = rotary(x)
+    for t in range(length):
+        for pair in range(head_dim // 2):
+            angle = t * base ** (-2 * pair / head_dim)
+            even, odd = x[..., t, 2 * pair], x[..., t, 2 * pair + 1]
+            torch.testing.assert_close(out[..., t, 2 * pair], even * math.cos(angle) - odd * math.sin(angle))
+            torch.testing.assert_close(out[..., t, 2 * pair + 1], even * math.sin(angle) + odd * math.cos(angle))
+
+
+def test_rotary_needs_even_head_dim():
+    with pytest.raises(ValueError, match="7"):
+        RotaryEmbedding(7)
+
+
+@pytest.mark.parametrize("d_model, mult", [(16, 4), (24, 2)])
+def test_swiglu_by_hand(d_model, mult):
+    torch.manual_seed(0)
+    ffn = SwiGLU(d_model, mult).double()
+    hidden = math.ceil(int(2 * mult * d_model / 3) / 8) * 8  # 2/3 of mult * d_model, rounded up to 8
+    assert ffn.down.weight.shape == (d_model, hidden)
+    w1, w3 = ffn.gate_up.weight[:hidden], ffn.gate_up.weight[hidden:]
+    w2 = ffn.down.weight
+    x = torch.randn(2, 5, d_model, dtype=torch.float64)
+    expected = (F.silu(x @ w1.T) * (x @ w3.T)) @ w2.T
+    torch.testing.assert_close(ffn(x), expected, rtol=1e-12, atol=1e-12)

@@ -1,0 +1,67 @@
+"""MarkovianTransformerConfig refuses bad values and bad combinations with a message naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+
+BASE = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
+
+
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        (dict(d_model=18, n_heads=4), "d_model"),
+        (dict(attention="linformer"), "attention"),
+        (dict(attention=["markov", "flash"]), "attention"),
+        (dict(attention=["markov", "softmax", "rff"]), "attention"),
+        (dict(window=1, max_order=3), "window"),
+        (dict(causal=True, bidirectional=True), "bidirectional"),
+        (dict(causal=True, gate_input="sequence"), "gate_input"),
+        (dict(input_dim=8), "vocab_size"),
+        (dict(vocab_size=None), "vocab_size"),
+        (dict(dropout=-0.1), "dropout"),
+        (dict(markov_head_ratio=1.5), "markov_head_ratio"),
+        (dict(n_heads=0), "n_heads"),
+        (dict(scope="everywhere"), "scope"),
+        (dict(scope="global", window=3), "window"),
+        (dict(gate_entropy_weight=-1.0), "gate_entropy_weight"),
+        (dict(position="learned"), "max_position"),
+    ],
+)
+def test_bad_config_names_the_field(changes, field):
+    with pytest.raises(ValueError, match=rf"MarkovianTransformerConfig\.{field}="):
+        MarkovianTransformerConfig(**{**BASE, **changes})
+
+
+def test_sequence_gate_is_allowed_when_bidirectional():
+    config = MarkovianTransformerConfig(**BASE, causal=False, gate_input="sequence")
+    assert config.bidirectional is True and config.window == config.max_order
+
+
+def test_both_inputs_message_names_both_fields():
+    with pytest.raises(ValueError, match="input_dim"):
+        MarkovianTransformerConfig(**BASE, input_dim=8)
+
+
+def test_unknown_field_suggests_the_close_one():
+    with pytest.raises(ValueError, match="'max_ordr'.*did you mean 'max_order'"):
+        MarkovianTransformerConfig.from_dict({**BASE, "max_ordr": 3})
+
+
+def test_model_type_mismatch():
+    with pytest.raises(ValueError, match="model_type 'mat'"):
+        MarkovianTransformerConfig.from_dict({**BASE, "model_type": "mat"})
+
+
+def test_dict_round_trip_keeps_every_field():
+    config = MarkovianTransformerConfig(**BASE, attention=["markov", "rff"], causal=False, gate="deep_mlp")
+    values = config.to_dict()
+    assert values["model_type"] == "markovian_transformer"
+    assert MarkovianTransformerConfig.from_dict(values) == config
+
+
+def test_causal_lm_needs_a_causal_config():
+    with pytest.raises(ValueError, match="causal"):
+        MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**BASE, causal=False))

@@ -1,0 +1,295 @@
+"""The Markovian Transformer end to end: causality, the local receptive field through depth, padding, the heads'
+losses against hand computations, and the regularisers of SPEC 2.7."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import markovformer
+from markovformer import (
+    MarkovianTransformerConfig,
+    MarkovianTransformerForCausalLM,
+    MarkovianTransformerForCTC,
+    MarkovianTransformerForSequenceClassification,
+    MarkovianTransformerForTokenClassification,
+    MarkovianTransformerModel,
+)
+
+VOCAB = 13
+
+
+def _config(**overrides) -> MarkovianTransformerConfig:
+    values = dict(vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2, max_order=2, num_features=16, chunk_size=4)
+    values.update(overrides)
+    return MarkovianTransformerConfig(**values)
+
+
+@torch.no_grad()
+def _randomise(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Re-draw every parameter at unit scale (the default 0.02 init makes every path nearly linear)."""
+    g = torch.Generator().manual_seed(seed)
+    for name, parameter in model.named_parameters():
+        noise = torch.randn(parameter.shape, generator=g, dtype=torch.float64).to(parameter.dtype)
+        if "norm" in name:
+            parameter.copy_((1.0 if name.endswith("weight") else 0.0) + 0.1 * noise)
+        elif "theta" in name or "embed.weight" in name or "static_gate_logits" in name:
+            parameter.copy_(noise)
+        elif parameter.dim() >= 2:
+            parameter.copy_(noise / parameter.shape[1] ** 0.5)
+        else:
+            parameter.copy_(0.1 * noise)
+    return model
+
+
+def _build(model_class, seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    return _randomise(model_class(_config(**overrides)).double().eval(), seed)
+
+
+def _tokens(batch: int, length: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+KINDS = ("markov", "softmax", "rff", "hybrid_split", "hybrid_parallel")
+
+
+def _other_token(ids: torch.Tensor, position: int) -> torch.Tensor:
+    changed = ids.clone()
+    changed[:, position] = (changed[:, position] + 1 + position % (VOCAB - 1)) % VOCAB
+    return changed
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_causal_lm_never_reads_the_future(kind):
+    length = 9
+    model = _build(MarkovianTransformerForCausalLM, attention=kind, gru=True, n_layers=2)
+    ids = _tokens(1, length)
+    base = model(ids).logits
+    for position in range(length):
+        moved = (model(_other_token(ids, position)).logits - base).abs().amax(-1)[0]
+        assert (moved[:position] < 1e-10).all(), (position, moved)
+        assert moved[position] > 1e-6  # the change itself is visible where it is allowed to be
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("n_layers, window", [(1, 2), (2, 2), (3, 1)])
+def test_local_receptive_field_grows_by_window_per_layer(n_layers, window, causal):
+    length = 16
+    model_class = MarkovianTransformerForCausalLM if causal else MarkovianTransformerForTokenClassification
+    model = _build(model_class, n_layers=n_layers, max_order=window, window=window, causal=causal)
+    ids = _tokens(1, length)
+    base = model(ids).logits
+    reach = n_layers * window
+    for position in (0, 3, 7):
+        moved = (model(_other_token(ids, position)).logits - base).abs().amax(-1)[0]
+        for t in range(length):
+            inside = 0 <= t - position <= reach if causal else abs(t - position) <= reach
+            if not inside:
+                assert moved[t] < 1e-12, (position, t)
+        # The bound is tight: the farthest position inside the field does change.
+        assert moved[position + reach] > 1e-8
+        if not causal and position - reach >= 0:
+            assert moved[position - reach] > 1e-8
+
+
+def _right_padded(lengths: list[int], total: int, seed: int = 2):
+    ids = _tokens(len(lengths), total, seed=seed)
+    mask = torch.zeros(len(lengths), total, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    return ids, mask
+
+
+@pytest.mark.parametrize(
+    "kind, pooling, gate_input",
+    [
+        ("markov", "mean", "token"),
+        ("markov", "mean", "sequence"),
+        ("markov", "last", "query"),
+        ("markov", "cls", "sequence"),
+        ("softmax", "mean", "token"),
+        ("rff", "mean", "token"),
+        ("hybrid_split", "last", "token"),
+        ("hybrid_parallel", "cls", "token"),
+    ],
+)
+def test_right_padding_leaves_sequence_classification_unchanged(kind, pooling, gate_input):
+    model = _build(
+        MarkovianTransformerForSequenceClassification, attention=kind, causal=False, gru=True, pooling=pooling,
+        gate_input=gate_input, num_labels=3,
+    )  # fmt: skip
+    assert model.config.bidirectional
+    lengths = [9, 6, 2]
+    ids, mask = _right_padded(lengths, 9)
+    padded = model(ids, attention_mask=mask).logits
+    for row, length in enumerate(lengths):
+        alone = model(ids[row : row + 1, :length]).logits
+        torch.testing.assert_close(padded[row], alone[0], rtol=1e-9, atol=1e-9)
+    # The padded slots really hold other tokens that would change the answer if read.
+    assert not torch.allclose(model(ids[1:2]).logits, padded[1:2], atol=1e-6)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "last", "cls"])
+def test_sequence_pooling_by_hand(pooling):
+    model = _build(MarkovianTransformerForSequenceClassification, causal=False, pooling=pooling, num_labels=3)
+    ids, mask = _right_padded([7, 4], 7)
+    output = model(ids, attention_mask=mask)
+    states = output.last_hidden_state
+    offset = 1 if pooling == "cls" else 0
+    assert states.shape == (2, 7 + offset, model.config.d_model)
+    pooled = []
+    for row, length in enumerate((7, 4)):
+        real = states[row, offset : offset + length]
+        pooled.append({"mean": real.mean(0), "last": real[-1], "cls": states[row, 0]}[pooling])
+    expected = model.classifier(torch.stack(pooled))
+    torch.testing.assert_close(output.logits, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_last_pooling_reads_the_last_real_token_under_left_padding(causal):
+    # position="none" and no GRU: left padding then leaves the real tokens' states exactly unchanged.
+    model = _build(
+        MarkovianTransformerForSequenceClassification, causal=causal, pooling="last", position="none", num_labels=3
+    )
+    ids = _tokens(2, 7)
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, :3] = 0
+    padded = model(ids, attention_mask=mask).logits
+    torch.testing.assert_close(padded[0], model(ids[:1]).logits[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(padded[1], model(ids[1:, 3:]).logits[0], rtol=1e-10, atol=1e-10)
+
+
+def test_causal_lm_loss_is_shifted_cross_entropy():
+    model = _build(MarkovianTransformerForCausalLM)
+    ids = _tokens(2, 8)
+    labels = ids.clone()
+    labels[1, 5:] = -100
+    output = model(ids, labels=labels)
+    logits = output.logits
+    terms = [
+        F.cross_entropy(logits[b, t - 1 : t], labels[b, t : t + 1], reduction="sum")
+        for b in range(2)
+        for t in range(1, 8)
+        if labels[b, t] != -100
+    ]
+    torch.testing.assert_close(output.loss, torch.stack(terms).mean(), rtol=1e-12, atol=1e-12)
+
+
+def test_token_classification_ignores_minus_100():
+    model = _build(MarkovianTransformerForTokenClassification, causal=False, num_labels=4)
+    ids = _tokens(2, 7)
+    labels = torch.randint(0, 4, (2, 7), generator=torch.Generator().manual_seed(3))
+    labels[0, 2] = labels[1, 4:] = -100
+    output = model(ids, labels=labels)
+    keep = labels != -100
+    log_probs = output.logits.log_softmax(-1)
+    expected = -log_probs[keep].gather(-1, labels[keep][:, None]).mean()
+    torch.testing.assert_close(output.loss, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_ctc_loss_matches_functional_ctc_with_lengths():
+    model = _build(MarkovianTransformerForCTC, vocab_size=None, input_dim=5, causal=False, num_labels=4)
+    features = torch.randn(2, 10, 5, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    mask = torch.ones(2, 10, dtype=torch.long)
+    mask[1, 7:] = 0
+    labels = torch.tensor([[1, 2, 2, 3], [3, 1, -100, -100]])
+    output = model(input_features=features, attention_mask=mask, labels=labels)
+    log_probs = output.logits.log_softmax(-1)
+    per_sequence = [
+        F.ctc_loss(log_probs[0, :10], labels[0, :4], [10], [4], blank=0, reduction="sum"),
+        F.ctc_loss(log_probs[1, :7], labels[1, :2], [7], [2], blank=0, reduction="sum"),
+    ]
+    expected = (per_sequence[0] / 4 + per_sequence[1] / 2) / 2  # 'mean': per-target-length, then over the batch
+    torch.testing.assert_close(output.loss, expected, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="blank"):
+        model(input_features=features, attention_mask=mask, labels=torch.tensor([[1, 0], [2, 2]]))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("attention", ["markov", ["markov", "softmax", "hybrid_split"]])
+def test_regularization_loss_by_hand(attention, causal):
+    """Mean gate entropy per layer (and per direction when bidirectional), summed, plus the squared thetas."""
+    weights = dict(gate_entropy_weight=0.3, transition_penalty=0.05)
+    model_class = MarkovianTransformerForCausalLM if causal else MarkovianTransformerForTokenClassification
+    model = _build(model_class, attention=attention, n_layers=3, causal=causal, **weights)
+    ids = _tokens(2, 8)
+    gates = model(ids, return_gates=True).gates
+    assert len(gates) == 3
+    directions = 1 if causal else 2
+    assert [len(layer) for layer in gates if layer is not None] == [directions] * (3 if attention == "markov" else 2)
+    entropy = sum(
+        -(alpha * alpha.log()).sum(-1).mean() for layer in gates if layer is not None for alpha in layer.values()
+    )
+    thetas = [p for name, p in model.named_parameters() if ".theta." in name]
+    assert len(thetas) == (3 if attention == "markov" else 2) * directions
+    penalty = sum((theta**2).sum() for theta in thetas)
+    expected = weights["gate_entropy_weight"] * entropy + weights["transition_penalty"] * penalty
+    torch.testing.assert_close(model.regularization_loss(), expected, rtol=1e-12, atol=1e-12)
+    # Minimising it is possible: it carries gradients to the gates and the strengths.
+    model.regularization_loss().backward()
+    assert all(theta.grad is not None and theta.grad.abs().sum() > 0 for theta in thetas)
+
+    unregularised = _build(model_class, attention=attention, n_layers=3, causal=causal)
+    unregularised(ids, return_gates=True)
+    assert unregularised.regularization_loss().item() == 0.0
+
+
+def test_regularization_entropy_averages_over_real_tokens_only():
+    model = _build(MarkovianTransformerForSequenceClassification, causal=False, gate_entropy_weight=1.0, n_layers=1)
+    ids, mask = _right_padded([7, 4], 7)
+    gates = model(ids, attention_mask=mask, return_gates=True).gates[0]
+    real = mask.bool()[:, None, :].expand(-1, model.config.n_heads, -1)
+    expected = sum(-(alpha * alpha.log()).sum(-1)[real].mean() for alpha in gates.values())
+    torch.testing.assert_close(model.regularization_loss(), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "model_class, options",
+    [
+        (MarkovianTransformerForCausalLM, {}),
+        (MarkovianTransformerForSequenceClassification, dict(causal=False)),
+        (MarkovianTransformerForTokenClassification, dict(causal=False)),
+        (MarkovianTransformerForCTC, dict(causal=False)),
+    ],
+    ids=["causal_lm", "sequence", "token", "ctc"],
+)
+def test_float64_model_loss_stays_float64(model_class, options):
+    model = _build(model_class, **options)
+    ids = _tokens(2, 6)
+    labels = {
+        MarkovianTransformerForCausalLM: ids,
+        MarkovianTransformerForSequenceClassification: ids[:, 0] % 2,
+        MarkovianTransformerForTokenClassification: ids % 2,
+        MarkovianTransformerForCTC: torch.ones(2, 3, dtype=torch.long),
+    }[model_class]
+    loss = model(ids, labels=labels).loss
+    assert torch.isfinite(loss)
+    assert loss.dtype == torch.float64
+
+
+def test_bad_inputs_name_the_value():
+    model = _build(MarkovianTransformerForCausalLM)
+    ids = _tokens(1, 5)
+    ids[0, 3] = VOCAB + 4
+    with pytest.raises(ValueError, match=str(VOCAB + 4)):
+        model(ids)
+    ids[0, 3] = -2
+    with pytest.raises(ValueError, match="-2"):
+        model(ids)
+    features_model = _build(MarkovianTransformerModel, vocab_size=None, input_dim=3, causal=False)
+    features = torch.zeros(1, 4, 3, dtype=torch.float64)
+    features[0, 2, 1] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        features_model(input_features=features)
+    with pytest.raises(ValueError, match="input_features"):
+        features_model(input_features=torch.zeros(1, 4, 2, dtype=torch.float64))
+
+
+def test_top_level_exports_are_the_model_classes():
+    assert markovformer.MarkovianTransformerForCausalLM is MarkovianTransformerForCausalLM
+    assert set(markovformer.__all__) >= {
+        "MarkovianTransformerConfig", "MarkovianTransformerForCausalLM", "MarkovianTransformerForCTC",
+        "MarkovianTransformerForSequenceClassification", "MarkovianTransformerForTokenClassification",
+    }  # fmt: skip

@@ -1,0 +1,80 @@
+"""save_pretrained / from_pretrained: identical logits for every head, tied weights kept, wrong heads refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from markovformer import (
+    MarkovianTransformerConfig,
+    MarkovianTransformerForCausalLM,
+    MarkovianTransformerForCTC,
+    MarkovianTransformerForSequenceClassification,
+    MarkovianTransformerForTokenClassification,
+)
+
+SMALL = dict(d_model=16, n_layers=2, n_heads=2, max_order=2, num_features=16, chunk_size=4, num_labels=3)
+HEADS = {
+    "causal_lm": (MarkovianTransformerForCausalLM, dict(vocab_size=11, attention=["markov", "hybrid_split"])),
+    "sequence": (
+        MarkovianTransformerForSequenceClassification,
+        dict(vocab_size=11, causal=False, pooling="cls", gru=True, attention=["rff", "hybrid_parallel"]),
+    ),
+    "token": (MarkovianTransformerForTokenClassification, dict(vocab_size=11, causal=False, gate_input="sequence")),
+    "ctc": (MarkovianTransformerForCTC, dict(input_dim=5, causal=False, attention="softmax", gru=True)),
+}
+
+
+def _model(name: str, seed: int = 0):
+    model_class, options = HEADS[name]
+    torch.manual_seed(seed)
+    model = model_class(MarkovianTransformerConfig(**SMALL, **options)).eval()
+    with torch.no_grad():  # non-default values everywhere, so a parameter left at its init would show
+        for parameter in model.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    return model
+
+
+def _inputs(model):
+    if model.config.vocab_size is not None:
+        return dict(input_ids=torch.randint(0, 11, (2, 7), generator=torch.Generator().manual_seed(1)))
+    return dict(input_features=torch.randn(2, 7, 5, generator=torch.Generator().manual_seed(1)))
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_round_trip_gives_identical_logits(name, tmp_path):
+    model = _model(name)
+    model.save_pretrained(tmp_path)
+    loaded = type(model).from_pretrained(tmp_path)
+    assert loaded.config == model.config
+    inputs = _inputs(model)
+    assert torch.equal(loaded(**inputs).logits, model(**inputs).logits)
+    fresh = _model(name, seed=1)
+    assert not torch.equal(fresh(**inputs).logits, model(**inputs).logits)  # logits do depend on the weights
+
+
+@pytest.mark.parametrize("saved, loaded_as", [("causal_lm", "token"), ("token", "sequence"), ("sequence", "ctc")])
+def test_loading_another_head_class_raises(saved, loaded_as, tmp_path):
+    _model(saved).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=HEADS[saved][0].__name__):
+        HEADS[loaded_as][0].from_pretrained(tmp_path)
+
+
+def test_tied_embeddings_stay_tied(tmp_path):
+    config = MarkovianTransformerConfig(**SMALL, vocab_size=11, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(config).eval()
+    assert model.lm_head.weight is model.model.embed.weight
+    with torch.no_grad():
+        model.model.embed.weight.normal_()
+    model.save_pretrained(tmp_path)
+    loaded = MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
+    assert loaded.lm_head.weight is loaded.model.embed.weight
+    assert torch.equal(loaded.lm_head.weight, model.model.embed.weight)
+    ids = torch.randint(0, 11, (1, 6), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+
+def test_missing_files_raise(tmp_path):
+    with pytest.raises(ValueError, match="config.json"):
+        MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
