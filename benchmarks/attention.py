@@ -34,6 +34,9 @@ def run_case(kind: str, seq_len: int, batch: int, heads: int, head_dim: int, ord
     bias = torch.randn(batch, heads, seq_len, order, generator=generator)
     leaves = [t.requires_grad_() for t in (q, k, v, bias)]
     projection = draw_projection(64, head_dim, generator=generator)
+    # A dense upstream gradient, as a following layer sends; out.sum().backward() would send a stride-0 one that
+    # pushes CPU bmm onto a slow per-matrix path and measures that instead of the attention.
+    upstream = torch.randn(batch, heads, seq_len, head_dim, generator=generator)
 
     def step() -> None:
         if kind == "markov_local":
@@ -45,7 +48,7 @@ def run_case(kind: str, seq_len: int, batch: int, heads: int, head_dim: int, ord
         else:
             qf, kf = feature_map(q, projection, "positive", is_query=True), feature_map(k, projection, "positive")
             out = linear_attention(qf, kf, v, causal=True)
-        out.sum().backward()
+        out.backward(upstream)
         for leaf in leaves:
             leaf.grad = None
 

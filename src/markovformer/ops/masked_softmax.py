@@ -12,14 +12,10 @@ def masked_softmax(scores: Tensor, allowed: Tensor) -> Tensor:
     ``allowed`` broadcasts against ``scores``. Half-precision inputs are normalised in float32 and cast
     back. A row with no allowed entry gets all-zero probabilities, so its attention output is zero.
     """
-    out_dtype = scores.dtype
-    if scores.dtype in (torch.float16, torch.bfloat16):
-        scores = scores.float()
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    row_max = scores.amax(dim=-1, keepdim=True).detach()
-    # An all-masked row has max -inf; shifting by 0 instead keeps exp(-inf) = 0 and avoids inf - inf.
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    weights = torch.exp(scores - row_max)
-    total = weights.sum(dim=-1, keepdim=True)
-    weights = weights / total.clamp_min(torch.finfo(weights.dtype).tiny)
-    return weights.to(out_dtype)
+    # The dtype's most negative finite value, not -inf: exp underflows to exactly 0 beside any allowed entry, and
+    # a row with nothing allowed stays finite (uniform) until it is zeroed below.
+    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+    compute_dtype = torch.promote_types(scores.dtype, torch.float32)
+    weights = torch.softmax(scores, dim=-1, dtype=compute_dtype)
+    weights = weights * allowed.any(dim=-1, keepdim=True)
+    return weights.to(scores.dtype)
