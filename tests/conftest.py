@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+import yaml
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -14,3 +20,54 @@ def _single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+TINY_RUN = {
+    "task": "causal_lm",
+    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2, "dropout": 0.1},
+    "data": {
+        "source": "markov_chain",
+        "kind": "lagged",
+        "num_symbols": 4,
+        "lags": [1, 2],
+        "seq_len": 24,
+        "train_sequences": 512,
+        "val_sequences": 64,
+        "test_sequences": 32,
+    },  # fmt: skip
+    "trainer": {
+        "max_steps": 40,
+        "batch_size": 8,
+        "warmup_steps": 5,
+        "eval_every": 20,
+        "checkpoint_every": 10,
+        "log_every": 10,
+        "deterministic": True,
+        "seed": 3,
+        "eval_batch_size": 16,
+    },  # fmt: skip
+}
+
+
+@pytest.fixture
+def tiny_config(tmp_path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(TINY_RUN))
+    return path
+
+
+@pytest.fixture
+def tiny_run() -> dict:
+    return TINY_RUN
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """The command line, run in a fresh folder (so default output directories never collide)."""
+    return lambda *args, **options: run_cli(*args, **{"cwd": tmp_path, **options})
+
+
+def run_cli(*args: str, timeout: float = 300, **popen) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "markovformer", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, **popen)  # fmt: skip

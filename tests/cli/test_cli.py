@@ -1,19 +1,115 @@
-import subprocess
-import sys
+"""Bad input at the command line: one line naming the problem, exit status 2, no traceback."""
+
+import shutil
+
+import pytest
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "markovformer", *args], capture_output=True, text=True, timeout=120)
-
-
-def test_bad_value_is_one_line_and_exit_status_2():
-    done = run_cli("train", "--steps", "0")
-    assert done.returncode == 2
+def assert_one_line_error(done, *fragments: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "steps" in lines[0] and "Traceback" not in done.stderr
+    assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr
+    assert "Traceback" not in done.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
 
 
-def test_bad_model_option_names_the_config_field():
-    done = run_cli("train", "--attention", "quantum")
-    assert done.returncode == 2
-    assert "attention" in done.stderr and "quantum" in done.stderr and "Traceback" not in done.stderr
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A tiny trained LM run shared by the tests that need one."""
+    import yaml
+
+    from conftest import TINY_RUN, run_cli
+
+    folder = tmp_path_factory.mktemp("trained")
+    config = folder / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY_RUN))
+    done = run_cli("train", str(config), f"output_dir={folder / 'run'}", "trainer.max_steps=10")
+    assert done.returncode == 0, done.stderr
+    return folder / "run"
+
+
+def test_malformed_yaml(tmp_path, cli):
+    path = tmp_path / "bad.yaml"
+    path.write_text("task: causal_lm\nmodel: [d_model: 4\n")
+    assert_one_line_error(cli("train", str(path)), "bad.yaml", "malformed YAML")
+
+
+def test_empty_config_file(tmp_path, cli):
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert_one_line_error(cli("train", str(path)), "empty")
+
+
+def test_unknown_keys_get_a_suggestion(cli):
+    assert_one_line_error(cli("train", "trainer.max_stepz=3"), "trainer.max_stepz", "max_steps")
+    assert_one_line_error(cli("train", "model.max_ordr=3"), "max_ordr", "max_order")
+    assert_one_line_error(cli("train", "data.num_symbol=3"), "data.num_symbol", "num_symbols")
+    assert_one_line_error(cli("train", "tsk=causal_lm"), "tsk", "task")
+
+
+def test_wrong_types_and_values(cli):
+    assert_one_line_error(cli("train", "trainer.max_steps=abc"), "trainer.max_steps", "int")
+    assert_one_line_error(cli("train", "model.attention=quantum"), "attention", "quantum")
+    assert_one_line_error(cli("train", "model.d_model=30", "model.n_heads=4"), "d_model", "n_heads")
+    assert_one_line_error(cli("train", "task=ctc"), "markov_chain", "ctc")
+
+
+def test_fasta_letter_outside_the_vocabulary(tmp_path, cli):
+    (tmp_path / "seqs.fa").write_text(">a\nACGT\n>b\nACXT\n")
+    (tmp_path / "labels.tsv").write_text("a\t0\nb\t1\n")
+    done = cli("train", "task=sequence_classification", "data={source: fasta}", f"data.path={tmp_path / 'seqs.fa'}",
+               f"data.labels={tmp_path / 'labels.tsv'}")  # fmt: skip
+    assert_one_line_error(done, "'b'", "'X'")
+
+
+def test_csv_with_nan_and_without_the_label_column(tmp_path, cli):
+    rows = ["x,y,label"] + [f"{i},{i % 3},{i % 2}" for i in range(40)]
+    rows[7] = "6,nan,0"
+    (tmp_path / "series.csv").write_text("\n".join(rows) + "\n")
+    common = [
+        "task=sequence_classification",
+        "data={source: csv_series, window: 4}",
+        f"data.path={tmp_path / 'series.csv'}",
+    ]
+    assert_one_line_error(cli("train", *common), "line 8", "'y'")
+    assert_one_line_error(cli("train", *common, "data.label_column=target"), "target")
+
+
+def test_empty_text_file(tmp_path, cli):
+    (tmp_path / "empty.txt").write_text("")
+    assert_one_line_error(cli("train", "data={source: text}", f"data.path={tmp_path / 'empty.txt'}"), "empty.txt")
+
+
+def test_missing_data_file(tmp_path, cli):
+    assert_one_line_error(cli("train", "data={source: text}", f"data.path={tmp_path / 'nope.txt'}"), "nope.txt")
+
+
+def test_token_id_outside_the_vocabulary(trained_run, cli):
+    assert_one_line_error(cli("generate", str(trained_run), "--prompt", "1 2 99"), "99", "vocabulary")
+
+
+def test_checkpoint_from_another_model(trained_run, tmp_path, cli):
+    import yaml
+
+    from conftest import TINY_RUN
+
+    other = {**TINY_RUN, "model": {**TINY_RUN["model"], "d_model": 32}}
+    config = tmp_path / "other.yaml"
+    config.write_text(yaml.safe_dump(other))
+    assert cli("train", str(config), f"output_dir={tmp_path / 'other'}", "trainer.max_steps=10").returncode == 0
+    foreign = trained_run / "checkpoints" / "foreign.ckpt"
+    shutil.copy(tmp_path / "other" / "checkpoints" / "last.ckpt", foreign)
+    try:
+        assert_one_line_error(cli("eval", str(foreign)), "foreign.ckpt", "does not match")
+    finally:
+        foreign.unlink()
+
+
+def test_not_a_run_directory(tmp_path, cli):
+    assert_one_line_error(cli("eval", str(tmp_path)), "not a run directory")
+
+
+def test_debug_shows_the_traceback(cli):
+    done = cli("--debug", "train", "trainer.max_steps=abc")
+    assert done.returncode != 0 and "Traceback" in done.stderr

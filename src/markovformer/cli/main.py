@@ -1,62 +1,187 @@
-"""The ``markovformer`` command. Thin: parse, validate, call the library; errors are one line and exit status 2."""
+"""markovformer: train, evaluate, sample from and inspect Markov-structured sequence models.
+
+Errors are one line on stderr and exit status 2 (add --debug for the traceback).
+"""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import copy
+import json
 import logging
 import sys
 import warnings
 
-from markovformer.training.chain_lm import ChainLMJob
-
-
-def _add_job_arguments(parser: argparse.ArgumentParser, job_class: type) -> None:
-    for field in dataclasses.fields(job_class):
-        default = field.default
-        flag = "--" + field.name.replace("_", "-")
-        if isinstance(default, tuple):
-            parser.add_argument(flag, type=int, nargs="+", default=list(default), help=f"default {default}")
-        else:
-            parser.add_argument(flag, type=type(default), default=default, help=f"default {default!r}")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="markovformer", description=__doc__)
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
-    commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser(
-        "train", help="train a Markovian Transformer LM on a synthetic Markov chain (the demo's defaults)"
-    )
-    _add_job_arguments(train, ChainLMJob)
-    return parser
+EXIT_BAD_INPUT = 2
 
 
 def quiet_frameworks() -> None:
     """Keep Lightning's banners and third-party deprecation chatter out of the progress output."""
+    import lightning.pytorch  # noqa: F401 - it sets its loggers' levels on import, so import it before changing them
+
     for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated")
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    for message in (".*LeafSpec.*is deprecated", ".*does not have many workers.*", ".*Checkpoint directory.*exists",
+                    ".*GPU available but not used.*", ".*TensorBoard.*", ".*tensorboardX.*"):  # fmt: skip
+        warnings.filterwarnings("ignore", message=message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="markovformer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train a run from a YAML config (default: the embedded demo run)")
+    train.add_argument("config", nargs="?", help="YAML run config (see configs/); omitted: the demo run")
+    train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.max_order=3 trainer.max_steps=2000")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue a killed run from its last checkpoint")
+
+    evaluate = commands.add_parser("eval", help="metrics of a trained run on a split of its data")
+    evaluate.add_argument("target", help="run directory or checkpoint file")
+    evaluate.add_argument("--split", default="val", choices=("train", "val", "test"))
+    evaluate.add_argument("--data", nargs="*", default=[], metavar="KEY=VALUE",
+                          help="override data options, e.g. path=other.txt")  # fmt: skip
+    evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+
+    generate = commands.add_parser("generate", help="sample a continuation from a causal language model")
+    generate.add_argument("target", help="run directory or checkpoint file")
+    generate.add_argument("--prompt", required=True, help="text (or space-separated token ids without tokenizer)")
+    generate.add_argument("--max-new-tokens", type=int, default=200)
+    generate.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    generate.add_argument("--top-k", type=int, default=None)
+    generate.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
+    generate.add_argument("--seed", type=int, default=0)
+
+    inspect = commands.add_parser("inspect", help="figures of a trained run: curves, strengths, gates, attention")
+    inspect.add_argument("target", help="run directory or checkpoint file")
+    inspect.add_argument("--layers", type=int, nargs="*", default=None, help="layers whose attention maps to draw")
+    inspect.add_argument("--out", default=None, help="output folder (default RUN_DIR/report)")
+
+    data = commands.add_parser("data", help="the data sources")
+    data_commands = data.add_subparsers(dest="data_command", required=True)
+    data_commands.add_parser("list", help="list the data sources")
+    show = data_commands.add_parser("show", help="a data source's options and defaults")
+    show.add_argument("name")
+    return parser
+
+
+def run_train(args: argparse.Namespace) -> None:
+    from markovformer.training.demo import DEMO_CONFIG
+    from markovformer.training.run_config import apply_overrides, load_yaml, resolve_run_config
+    from markovformer.training.runner import resume, train
+
+    if args.resume:
+        if args.config or args.overrides:
+            raise ValueError("--resume continues a run exactly as configured; give no config or overrides with it")
+        resume(args.resume)
+        return
+    overrides = list(args.overrides)
+    if args.config and "=" in args.config:  # `markovformer train key=value ...` overrides the demo run
+        overrides.insert(0, args.config)
+        args.config = None
+    values = load_yaml(args.config) if args.config else copy.deepcopy(DEMO_CONFIG)
+    train(resolve_run_config(apply_overrides(values, overrides)))
+
+
+def run_eval(args: argparse.Namespace) -> None:
+    from markovformer.training.run_config import parse_override
+    from markovformer.training.runner import evaluate
+
+    data = {}
+    for text in args.data:
+        path, value = parse_override(text)
+        data[".".join(path)] = value
+    results = evaluate(args.target, args.split, data)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    shown = "  ".join(f"{k} {v:.4f}" for k, v in results["metrics"].items())
+    print(f"{results['run_dir']} [{results['split']}]: {shown}")
+
+
+def run_generate(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    import torch
+
+    from markovformer.models.generation import generate_tokens
+    from markovformer.training.runner import load_run
+
+    config, model, run_dir = load_run(args.target)
+    if config.task != "causal_lm":
+        raise ValueError(f"{run_dir} is a {config.task} run; generate needs a causal_lm run")
+    tokenizer = None
+    if (Path(run_dir) / "tokenizer").is_dir():
+        from markovformer.data.text import load_tokenizer
+
+        tokenizer = load_tokenizer(Path(run_dir) / "tokenizer")
+    if tokenizer is not None:
+        ids = tokenizer.encode(args.prompt)
+    else:
+        try:
+            ids = [int(token) for token in args.prompt.split()]
+        except ValueError as error:
+            raise ValueError(
+                f"this run has no tokenizer: give the prompt as token ids, e.g. '3 1 4' ({error})"
+            ) from None
+    prompt = torch.tensor([ids], dtype=torch.long)
+    generator = torch.Generator().manual_seed(args.seed)
+    out = generate_tokens(model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, generator,
+                          max_context=getattr(model.config, "max_position", None))  # fmt: skip
+    new = out[0, len(ids) :].tolist()
+    print(args.prompt + tokenizer.decode(new) if tokenizer is not None else " ".join(map(str, ids + new)))
+
+
+def run_inspect(args: argparse.Namespace) -> None:
+    from markovformer.training.inspection import write_inspection_report
+
+    path = write_inspection_report(args.target, layers=args.layers, out_dir=args.out)
+    print(f"inspection report: {path}")
+
+
+def run_data(args: argparse.Namespace) -> None:
+    import dataclasses
+
+    from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+    from markovformer.training.run_config import suggest
+
+    if args.data_command == "list":
+        for name, source in DATA_SOURCES.items():
+            summary = " ".join((source.__doc__ or "").split()).split(": ")[0].split(". ")[0].rstrip(".")
+            print(f"{name:14} {summary}\n{'':14} tasks: {', '.join(SOURCE_TASKS[name])}")
+        return
+    if args.name not in DATA_SOURCES:
+        raise ValueError(
+            f"no data source {args.name!r}{suggest(args.name, DATA_SOURCES)}; see `markovformer data list`"
+        )
+    source = DATA_SOURCES[args.name]
+    print(f"{args.name}: {' '.join((source.__doc__ or '').split())}")
+    print(f"tasks: {', '.join(SOURCE_TASKS[args.name])}\noptions (data.<option> in a run config):")
+    for field in dataclasses.fields(source):
+        print(f"  {field.name:18} default {field.default!r}")
+    if hasattr(source, "chain"):
+        chain = source().chain()
+        print(f"default chain: order {chain.order}, {chain.num_symbols} symbols, true lags {chain.true_lags}, "
+              f"entropy rate {chain.entropy_rate():.4f} nats/token")  # fmt: skip
+
+
+COMMANDS = {"train": run_train, "eval": run_eval, "generate": run_generate, "inspect": run_inspect, "data": run_data}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not args.debug:
-        quiet_frameworks()
     try:
-        if args.command == "train":
-            values = {f.name: getattr(args, f.name) for f in dataclasses.fields(ChainLMJob)}
-            values["lags"] = tuple(values["lags"])
-            from markovformer.training.chain_lm import run_chain_lm
-
-            run_chain_lm(ChainLMJob(**values))
+        if args.command == "train" and not args.debug:
+            quiet_frameworks()
+        COMMANDS[args.command](args)
         return 0
     except (ValueError, FileNotFoundError) as error:
         if args.debug:
             raise
-        print(f"markovformer: error: {error}", file=sys.stderr)
-        return 2
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"markovformer: error: {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

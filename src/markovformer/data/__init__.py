@@ -1,5 +1,7 @@
-"""Datasets and loaders (torch and numpy only)."""
+"""Datasets, tokenizers and loaders for standard file formats (torch and numpy only at import)."""
 
-from markovformer.data.markov_source import ChainStream, chain_batch, chain_eval_batches
+from markovformer.data.bundle import DataBundle
+from markovformer.data.collate import collate
+from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
 
-__all__ = ["ChainStream", "chain_batch", "chain_eval_batches"]
+__all__ = ["DATA_SOURCES", "DataBundle", "SOURCE_TASKS", "collate"]

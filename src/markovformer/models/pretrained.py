@@ -3,33 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from torch import nn
 
+from markovformer.atomic import atomic_write
 from markovformer.models.config_base import ModelConfig
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 ModelT = TypeVar("ModelT", bound="PreTrainedModel")
-
-
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(temporary_path)`` then rename onto ``path``: a killed process never leaves a partial file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        write(Path(temporary))
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
 
 
 class PreTrainedModel(nn.Module):
@@ -75,4 +59,4 @@ class PreTrainedModel(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
 
-__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "PreTrainedModel", "atomic_write"]
+__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "PreTrainedModel"]

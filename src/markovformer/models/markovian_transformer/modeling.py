@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from markovformer.layers.block import PreLNBlock
 from markovformer.layers.ffn import build_ffn
@@ -67,10 +68,12 @@ class MarkovianTransformerPreTrainedModel(PreTrainedModel):
 
 
 class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
-    """The backbone: inputs -> (B, T, D) hidden states."""
+    """The backbone: inputs -> (B, T, D) hidden states. Set ``gradient_checkpointing = True`` to recompute each
+    block's activations in the backward pass instead of storing them (less memory, about one more forward)."""
 
     def __init__(self, config: MarkovianTransformerConfig) -> None:
         super().__init__(config)
+        self.gradient_checkpointing = False
         if config.vocab_size is not None:
             self.embed = nn.Embedding(config.vocab_size, config.d_model)
         else:
@@ -146,7 +149,10 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         hidden = self.dropout(hidden)
         gates, attentions = [], []
         for block in self.blocks:
-            result = block(hidden, attention_mask, return_gates, return_weights)
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                result = checkpoint(block, hidden, attention_mask, return_gates, return_weights, use_reentrant=False)
+            else:
+                result = block(hidden, attention_mask, return_gates, return_weights)
             hidden = result.output
             gates.append(result.gates or None)
             attentions.append(result.weights)

@@ -1,0 +1,71 @@
+"""Padding a list of examples into one batch (right padding, Hugging Face ``attention_mask`` semantics)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
+
+PAD_ID = 0  # token id 0 is padding for every tokenizer and vocabulary in markovformer.data
+IGNORE_INDEX = -100  # label value the losses skip (PyTorch's cross-entropy default)
+
+_INPUT_KEYS = ("input_ids", "input_features")
+
+
+def collate(examples: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """Pad examples to the longest one, on the right.
+
+    Each example has ``input_ids`` (T_i,) long or ``input_features`` (T_i, F), and optionally ``labels``: a 0-dim
+    tensor (one label per example) or (L_i,) (one per position; L_i may differ from T_i, e.g. for CTC).
+
+    Returns ``input_ids`` (B, T) long padded with 0, or ``input_features`` (B, T, F) padded with 0.0;
+    ``attention_mask`` (B, T) long, 1 = real position, 0 = padding; ``labels`` (B,) or (B, L) long padded with -100.
+    The batch owns fresh tensors: editing it never changes the examples.
+    """
+    if not examples:
+        raise ValueError("collate got an empty list of examples")
+    keys = set(examples[0])
+    inputs = [key for key in _INPUT_KEYS if key in keys]
+    unknown = sorted(keys - {*_INPUT_KEYS, "labels"})
+    if len(inputs) != 1 or unknown:
+        raise ValueError(
+            f"an example needs exactly one of input_ids / input_features and optionally labels; got keys {sorted(keys)}"
+        )
+    for index, example in enumerate(examples):
+        if set(example) != keys:
+            raise ValueError(f"example {index} has keys {sorted(example)} but example 0 has {sorted(keys)}")
+
+    input_key = inputs[0]
+    sequences = [example[input_key] for example in examples]
+    expected_dim = 1 if input_key == "input_ids" else 2
+    for index, sequence in enumerate(sequences):
+        if sequence.dim() != expected_dim or sequence.shape[0] == 0:
+            raise ValueError(
+                f"example {index}: {input_key} has shape {tuple(sequence.shape)}; expected a non-empty "
+                f"{'(T,)' if expected_dim == 1 else '(T, F)'} tensor"
+            )
+        if sequence.shape[1:] != sequences[0].shape[1:]:
+            raise ValueError(
+                f"example {index}: {input_key} has shape {tuple(sequence.shape)}, example 0 has "
+                f"{tuple(sequences[0].shape)}; the feature sizes differ"
+            )
+    padding = PAD_ID if input_key == "input_ids" else 0.0
+    batch = {input_key: pad_sequence(sequences, batch_first=True, padding_value=padding)}
+    if input_key == "input_ids":
+        batch[input_key] = batch[input_key].long()
+    lengths = torch.tensor([sequence.shape[0] for sequence in sequences])
+    batch["attention_mask"] = (torch.arange(int(lengths.max()))[None, :] < lengths[:, None]).long()
+
+    if "labels" in keys:
+        batch["labels"] = _collate_labels([example["labels"] for example in examples])
+    return batch
+
+
+def _collate_labels(labels: list[Tensor]) -> Tensor:
+    """(B,) from 0-dim labels, or (B, L) padded with -100 from (L_i,) labels; mixing the two is an error."""
+    dims = {label.dim() for label in labels}
+    if dims == {0}:
+        return torch.stack(labels).long()
+    if dims == {1}:
+        return pad_sequence(labels, batch_first=True, padding_value=IGNORE_INDEX).long()
+    raise ValueError(f"labels must be all 0-dim (per example) or all 1-dim (per position); got dims {sorted(dims)}")

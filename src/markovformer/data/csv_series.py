@@ -1,0 +1,159 @@
+"""Numeric time series from a CSV file: rows in time order, split chronologically, cut into windows per split."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from markovformer.data.bundle import DataBundle, label_names_in_order
+from markovformer.data.splits import contiguous_split
+
+TASKS = ("sequence_classification", "token_classification")
+_SPLIT_NAMES = ("train", "val", "test")
+
+
+def load_csv_series(
+    path: str | Path,
+    *,
+    label_column: str,
+    feature_columns: list[str] | None = None,
+    window: int,
+    stride: int = 1,
+    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+    task: str = "sequence_classification",
+) -> DataBundle:
+    """A CSV with a header row, one time step per row, as windows of ``window`` consecutive rows.
+
+    Rows are split in order (train first, then val, then test; row ranges in ``splits``, rows counted from 0 after
+    the header), and windows start every ``stride`` rows inside each split, so none straddles two splits. Features
+    (default: every column but ``label_column``, in file order) are normalised with the per-feature mean and
+    (population) standard deviation of the train rows only; a constant feature keeps std 1. Label strings map to
+    0..C-1 in ``label_names_in_order`` order over all rows.
+
+    Example: {"input_features": (window, F) float32, "labels": 0-dim long (the window's last row) for
+    ``task="sequence_classification"`` or (window,) long (every row) for ``"token_classification"``}.
+    info: {"input_dim": F, "num_labels": C, "label_names", "feature_columns", "normalisation": {"mean", "std"}}.
+    """
+    path = Path(path)
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    for name, value in (("window", window), ("stride", stride)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    header, rows = _read_rows(path)
+    feature_columns = _choose_features(path, header, label_column, feature_columns)
+    feature_index = [header.index(column) for column in feature_columns]
+    label_index = header.index(label_column)
+
+    features = np.empty((len(rows), len(feature_columns)), dtype=np.float64)
+    label_strings = []
+    for row, (line, cells) in enumerate(rows):
+        for position, (column, index) in enumerate(zip(feature_columns, feature_index, strict=True)):
+            features[row, position] = _parse_number(cells[index], path, line, column)
+        label = cells[label_index].strip()
+        if not label:
+            raise ValueError(f"{path}: line {line}, column {label_column!r}: the label is empty")
+        label_strings.append(label)
+
+    ranges = contiguous_split(len(rows), fractions)
+    if not ranges[0]:
+        raise ValueError(f"{path}: {len(rows)} rows leave no train row with fractions {tuple(fractions)}")
+    mean = features[ranges[0].start : ranges[0].stop].mean(axis=0)
+    std = features[ranges[0].start : ranges[0].stop].std(axis=0)
+    std[std == 0] = 1.0
+    normalised = torch.from_numpy(((features - mean) / std).astype(np.float32))
+    names = label_names_in_order(label_strings)
+    label_ids = {name: index for index, name in enumerate(names)}
+    labels = torch.tensor([label_ids[label] for label in label_strings], dtype=torch.long)
+
+    examples = {}
+    for name, rows_range, fraction in zip(_SPLIT_NAMES, ranges, fractions, strict=True):
+        starts = range(rows_range.start, rows_range.stop - window + 1, stride)
+        if not starts and fraction > 0:
+            raise ValueError(
+                f"{path}: the {name} split has {len(rows_range)} rows, fewer than window={window}; "
+                "use more rows, a shorter window or other fractions"
+            )
+        examples[name] = [
+            {
+                "input_features": normalised[start : start + window],
+                "labels": labels[start + window - 1] if task == TASKS[0] else labels[start : start + window],
+            }
+            for start in starts
+        ]
+    info = {
+        "input_dim": len(feature_columns),
+        "num_labels": len(names),
+        "label_names": names,
+        "feature_columns": feature_columns,
+        "normalisation": {"mean": mean.tolist(), "std": std.tolist()},
+    }
+    splits = {
+        "kind": "chronological_rows",
+        "path": str(path),
+        "num_rows": len(rows),
+        **{name: [r.start, r.stop] for name, r in zip(_SPLIT_NAMES, ranges, strict=True)},
+        "window": window,
+        "stride": stride,
+        "task": task,
+    }
+    return DataBundle(**examples, info=info, splits=splits)
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """The header (stripped names) and the data rows as (file line number, cells); blank lines skipped."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle)
+            header = [name.strip() for name in next(reader, [])]
+            if not header:
+                raise ValueError(f"{path}: the file is empty; a header row is required")
+            duplicate = next((name for i, name in enumerate(header) if name in header[:i]), None)
+            if duplicate is not None:
+                raise ValueError(f"{path}: line 1: column {duplicate!r} appears twice in the header")
+            rows = []
+            for cells in reader:
+                if not cells:
+                    continue
+                if len(cells) != len(header):
+                    raise ValueError(
+                        f"{path}: line {reader.line_num}: {len(cells)} cells but the header has {len(header)} columns"
+                    )
+                rows.append((reader.line_num, cells))
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise ValueError(f"{path}: cannot read as a UTF-8 CSV file ({error})") from None
+    if not rows:
+        raise ValueError(f"{path}: no data rows after the header")
+    return header, rows
+
+
+def _choose_features(path: Path, header: list[str], label_column: str, feature_columns: list[str] | None) -> list[str]:
+    if label_column not in header:
+        raise ValueError(f"{path}: label column {label_column!r} is not in the header; columns are {header}")
+    if feature_columns is None:
+        feature_columns = [column for column in header if column != label_column]
+    feature_columns = list(feature_columns)
+    if not feature_columns:
+        raise ValueError(f"{path}: no feature columns (the header has only {header})")
+    for column in feature_columns:
+        if column not in header:
+            raise ValueError(f"{path}: feature column {column!r} is not in the header; columns are {header}")
+        if column == label_column:
+            raise ValueError(f"{path}: column {column!r} cannot be both the label and a feature")
+    if len(set(feature_columns)) != len(feature_columns):
+        raise ValueError(f"{path}: feature_columns repeats a column: {feature_columns}")
+    return feature_columns
+
+
+def _parse_number(cell: str, path: Path, line: int, column: str) -> float:
+    """The cell as a finite float; empty, non-numeric, NaN or infinite cells raise naming line and column."""
+    try:
+        value = float(cell)
+    except ValueError:
+        value = None
+    if value is None or not np.isfinite(value):
+        raise ValueError(f"{path}: line {line}, column {column!r}: value {cell!r} is not a finite number")
+    return value

@@ -1,0 +1,190 @@
+"""DNA from FASTA files: reading and writing records, the nucleotide vocabulary, reverse complements, and a loader
+for sequence classification with a labels table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from markovformer.data.bundle import DataBundle, label_names_in_order
+from markovformer.data.splits import split_indices
+
+DNA_VOCAB = "ACGTN"  # letter DNA_VOCAB[i] has id i + 1; id 0 is padding, so the vocabulary size is 6
+DNA_VOCAB_SIZE = len(DNA_VOCAB) + 1
+
+_DNA_IDS = np.zeros(256, dtype=np.int64)  # byte -> id; 0 marks a byte outside the vocabulary
+_DNA_IDS[np.frombuffer(DNA_VOCAB.encode("ascii"), dtype=np.uint8)] = np.arange(1, len(DNA_VOCAB) + 1)
+_DNA_LETTERS = frozenset(DNA_VOCAB)
+_COMPLEMENT = str.maketrans("ACGTN", "TGCAN")
+
+
+def read_fasta(path: str | Path) -> list[tuple[str, str]]:
+    """Records ``(id, sequence)`` in file order. The id is the header's first word after '>'; sequence lines are
+    joined and uppercased; blank lines are skipped. Letters outside ACGTN, sequence text before the first header,
+    duplicate ids, empty records and a file with no record raise, naming the file, record and line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read as a UTF-8 FASTA file ({error})") from None
+    records: list[tuple[str, list[str], int]] = []  # (id, sequence lines, header line number)
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith(">"):
+            words = line[1:].split()
+            if not words:
+                raise ValueError(f"{path}: line {number}: header '>' has no record id")
+            if words[0] in seen:
+                raise ValueError(f"{path}: line {number}: record id {words[0]!r} repeats line {seen[words[0]]}")
+            seen[words[0]] = number
+            records.append((words[0], [], number))
+            continue
+        if not records:
+            raise ValueError(f"{path}: line {number}: sequence text {line[:20]!r} comes before the first '>' header")
+        letters = line.upper()
+        bad = _first_bad_letter(letters)
+        if bad is not None:
+            raise ValueError(
+                f"{path}: record {records[-1][0]!r} line {number}: letter {bad!r} is outside the DNA vocabulary "
+                f"{DNA_VOCAB}"
+            )
+        records[-1][1].append(letters)
+    if not records:
+        raise ValueError(f"{path}: no FASTA records (no line starts with '>')")
+    for record_id, chunks, number in records:
+        if not chunks:
+            raise ValueError(f"{path}: record {record_id!r} (line {number}) has an empty sequence")
+    return [(record_id, "".join(chunks)) for record_id, chunks, _ in records]
+
+
+def write_fasta(records: Iterable[tuple[str, str]], path: str | Path, line_width: int = 60) -> None:
+    """Write ``(id, sequence)`` records, wrapping sequences at ``line_width`` letters; ``read_fasta`` reads them
+    back unchanged (for uppercase ACGTN sequences)."""
+    lines = []
+    for record_id, sequence in records:
+        if not record_id or any(char.isspace() for char in record_id):
+            raise ValueError(f"FASTA record id {record_id!r} must be non-empty with no whitespace")
+        lines.append(f">{record_id}")
+        lines.extend(sequence[start : start + line_width] for start in range(0, len(sequence), line_width))
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def encode_dna(sequence: str) -> torch.Tensor:
+    """(L,) long ids of an uppercase ACGTN sequence (A=1, C=2, G=3, T=4, N=5)."""
+    bad = _first_bad_letter(sequence)
+    if bad is not None:
+        offset = sequence.index(bad)
+        raise ValueError(f"letter {bad!r} at offset {offset} is outside the DNA vocabulary {DNA_VOCAB}")
+    return torch.from_numpy(_DNA_IDS[np.frombuffer(sequence.encode("ascii"), dtype=np.uint8)])
+
+
+def reverse_complement(sequence: str) -> str:
+    """The opposite strand read 5'->3': reversed, with A<->T and C<->G swapped and N kept."""
+    bad = _first_bad_letter(sequence)
+    if bad is not None:
+        raise ValueError(f"letter {bad!r} is outside the DNA vocabulary {DNA_VOCAB}")
+    return sequence.translate(_COMPLEMENT)[::-1]
+
+
+def _first_bad_letter(text: str) -> str | None:
+    """The first character of ``text`` outside ACGTN, or None (a set test first: fast on long clean sequences)."""
+    if set(text) <= _DNA_LETTERS:
+        return None
+    return next(char for char in text if char not in _DNA_LETTERS)
+
+
+def load_fasta_classification(
+    fasta_path: str | Path,
+    labels_path: str | Path,
+    *,
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    seed: int = 0,
+    reverse_complement_augment: bool = False,
+    max_length: int | None = None,
+) -> DataBundle:
+    """DNA records with one class label each, split at random by record (seeded, disjoint, covering).
+
+    ``labels_path``: one ``id<TAB>label`` or ``id,label`` row per record; the first row is a header when its id is
+    not a FASTA record id. Every record needs exactly one label row and every row a record. Label strings map to
+    ids 0..C-1 in ``label_names_in_order`` order (``info["label_names"]``).
+
+    ``max_length`` keeps the first ``max_length`` letters of each sequence. With ``reverse_complement_augment``
+    each train example is followed by its reverse complement (of the kept letters) with the same label; val and
+    test are never augmented.
+
+    Example: {"input_ids": (L,) long, ids 1..5 for ACGTN, "labels": 0-dim long}.
+    info: {"vocab_size": 6, "num_labels": C, "label_names": [...]}.
+    """
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+        raise ValueError(f"max_length must be a positive int or None, got {max_length!r}")
+    records = read_fasta(fasta_path)
+    labels = read_labels(labels_path, [record_id for record_id, _ in records])
+    names = label_names_in_order(list(labels.values()))
+    label_ids = {name: index for index, name in enumerate(names)}
+
+    def example(sequence: str, record_id: str) -> dict[str, torch.Tensor]:
+        return {"input_ids": encode_dna(sequence), "labels": torch.tensor(label_ids[labels[record_id]])}
+
+    parts = dict(zip(("train", "val", "test"), split_indices(len(records), fractions, seed), strict=True))
+    if not parts["train"]:
+        raise ValueError(f"{fasta_path}: {len(records)} records leave no train record with fractions {fractions}")
+    examples: dict[str, list[dict[str, torch.Tensor]]] = {}
+    for name, indices in parts.items():
+        examples[name] = []
+        for index in indices:
+            record_id, sequence = records[index]
+            sequence = sequence[:max_length]
+            examples[name].append(example(sequence, record_id))
+            if reverse_complement_augment and name == "train":
+                examples[name].append(example(reverse_complement(sequence), record_id))
+    splits = {
+        "kind": "random_records",
+        "seed": seed,
+        "fractions": list(fractions),
+        **{name: [records[index][0] for index in indices] for name, indices in parts.items()},
+        "reverse_complement_augment": reverse_complement_augment,
+        "max_length": max_length,
+    }
+    info = {"vocab_size": DNA_VOCAB_SIZE, "num_labels": len(names), "label_names": names}
+    return DataBundle(**examples, info=info, splits=splits)
+
+
+def read_labels(path: str | Path, record_ids: list[str]) -> dict[str, str]:
+    """``{id: label}`` from a two-column tab- or comma-separated file, checked against ``record_ids`` both ways
+    (the first id of either side lacking a partner raises)."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read as a UTF-8 labels file ({error})") from None
+    known = set(record_ids)
+    labels: dict[str, str] = {}
+    line_of: dict[str, int] = {}
+    first_row = True
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        fields = [field.strip() for field in raw.split("\t" if "\t" in raw else ",")]
+        if len(fields) != 2 or not fields[0] or not fields[1]:
+            raise ValueError(f"{path}: line {number}: expected 'id<TAB>label' or 'id,label', got {raw!r}")
+        record_id, label = fields
+        if first_row and record_id not in known:  # a header row
+            first_row = False
+            continue
+        first_row = False
+        if record_id in labels:
+            raise ValueError(f"{path}: line {number}: id {record_id!r} was labelled on line {line_of[record_id]}")
+        labels[record_id], line_of[record_id] = label, number
+    missing = next((record_id for record_id in record_ids if record_id not in labels), None)
+    if missing is not None:
+        raise ValueError(f"{path}: FASTA record {missing!r} has no label")
+    extra = next((record_id for record_id in labels if record_id not in known), None)
+    if extra is not None:
+        raise ValueError(f"{path}: line {line_of[extra]}: labelled id {extra!r} is not a FASTA record")
+    return labels

@@ -1,0 +1,105 @@
+"""Data sources by name: the ``data:`` section of a run config is ``{source: NAME, ...options}``.
+
+Each source is a dataclass whose fields are its options and whose ``build(seed)`` returns a DataBundle.
+To add a data set: write such a dataclass (see ``TextSource``) and add it to ``DATA_SOURCES``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from markovformer.data.bundle import DataBundle
+from markovformer.data.markov_sources import HiddenOrderSource, MarkovChainSource
+
+
+@dataclasses.dataclass
+class TextSource:
+    """A UTF-8 text file for causal LM, at character level or with a BPE tokenizer trained on the training part
+    (saved with the run). Split contiguously: the first ``fractions[0]`` is training text."""
+
+    path: str = ""
+    tokenizer: str = "char"
+    vocab_size: int | None = None
+    seq_len: int = 128
+    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
+
+    def build(self, seed: int) -> DataBundle:
+        from markovformer.data.text import load_text_lm
+
+        _require_path(self.path)
+        return load_text_lm(
+            self.path, tokenizer=self.tokenizer, vocab_size=self.vocab_size, seq_len=self.seq_len,
+            fractions=self.fractions,
+        )  # fmt: skip
+
+
+@dataclasses.dataclass
+class FastaSource:
+    """DNA sequences in FASTA with a labels file (``id<TAB>label`` per line), for sequence classification.
+    Vocabulary A/C/G/T/N; optional reverse-complement augmentation of the training split."""
+
+    path: str = ""
+    labels: str = ""
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    reverse_complement: bool = False
+    max_length: int | None = None
+
+    def build(self, seed: int) -> DataBundle:
+        from markovformer.data.fasta import load_fasta_classification
+
+        _require_path(self.path)
+        _require_path(self.labels, "data.labels")
+        return load_fasta_classification(
+            self.path, self.labels, fractions=self.fractions, seed=seed,
+            reverse_complement_augment=self.reverse_complement, max_length=self.max_length,
+        )  # fmt: skip
+
+
+@dataclasses.dataclass
+class CsvSeriesSource:
+    """Numeric time series in CSV: feature columns and a label column, sliding windows, chronological splits,
+    normalisation fitted on the training rows only."""
+
+    path: str = ""
+    label_column: str = "label"
+    feature_columns: list[str] | None = None
+    window: int = 32
+    stride: int = 1
+    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
+    task: str = "sequence_classification"
+
+    def build(self, seed: int) -> DataBundle:
+        from markovformer.data.csv_series import load_csv_series
+
+        _require_path(self.path)
+        return load_csv_series(
+            self.path, label_column=self.label_column, feature_columns=self.feature_columns, window=self.window,
+            stride=self.stride, fractions=self.fractions, task=self.task,
+        )  # fmt: skip
+
+
+def _require_path(path: str, key: str = "data.path") -> None:
+    from pathlib import Path
+
+    if not path:
+        raise ValueError(f"{key} is required for this data source")
+    if not Path(path).is_file():
+        raise ValueError(f"{key}={path!r}: no such file")
+
+
+DATA_SOURCES: dict[str, type] = {
+    "markov_chain": MarkovChainSource,
+    "hidden_order": HiddenOrderSource,
+    "text": TextSource,
+    "fasta": FastaSource,
+    "csv_series": CsvSeriesSource,
+}
+
+# The tasks each source feeds; a mismatch is a config error caught before any model is built.
+SOURCE_TASKS: dict[str, tuple[str, ...]] = {
+    "markov_chain": ("causal_lm",),
+    "hidden_order": ("causal_lm",),
+    "text": ("causal_lm",),
+    "fasta": ("sequence_classification",),
+    "csv_series": ("sequence_classification", "token_classification"),
+}

@@ -1,0 +1,115 @@
+"""Training curves from a Lightning ``CSVLogger`` ``metrics.csv``.
+
+The logger writes one row per logging call with every known column, leaving blanks for metrics not logged in that
+call, so each metric is read as its own (step, value) series. Columns are grouped into families by their name
+without the split prefix (``train/``, ``val/``, ``test/``) and without Lightning's ``_step``/``_epoch`` suffixes:
+``train/loss`` and ``val/loss`` share the loss panel; every ``lr-*`` column (LearningRateMonitor) shares one
+learning-rate panel.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from markovformer.plots.saving import new_figure, save_figure
+
+_INDEX_COLUMNS = ("step", "epoch")
+_SPLITS = ("train/", "val/", "validation/", "test/")
+_UNITS = {
+    "loss": "loss (nats)",
+    "bits_per_token": "bits per token",
+    "learning rate": "learning rate",
+    "perplexity": "perplexity",
+}
+
+
+def read_metric_series(metrics_csv: Path) -> dict[str, tuple[list[int], list[float]]]:
+    """Every metric column of ``metrics_csv`` as ``{column: (steps, values)}``, in file column order.
+
+    Rows where the column (or ``step``) is blank or not a finite number are skipped; columns left empty are dropped.
+    Raises ValueError naming the file when it has no ``step`` column or no metric value at all.
+    """
+    metrics_csv = Path(metrics_csv)
+    with metrics_csv.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        if reader.fieldnames is None:
+            raise ValueError(f"{metrics_csv}: the file is empty")
+        if "step" not in reader.fieldnames:
+            raise ValueError(f"{metrics_csv}: no 'step' column, not a Lightning CSVLogger metrics file")
+        columns = [c for c in reader.fieldnames if c not in _INDEX_COLUMNS]
+        series: dict[str, tuple[list[int], list[float]]] = {column: ([], []) for column in columns}
+        for row in reader:
+            step = _number(row.get("step"))
+            if step is None:
+                continue
+            for column in columns:
+                value = _number(row.get(column))
+                if value is not None:
+                    series[column][0].append(int(step))
+                    series[column][1].append(value)
+    series = {column: points for column, points in series.items() if points[0]}
+    if not series:
+        raise ValueError(f"{metrics_csv}: no metric values to plot")
+    return series
+
+
+def metric_family(column: str) -> str:
+    """The panel a column belongs to: ``val/loss_epoch`` -> ``loss``, ``lr-AdamW/pg1`` -> ``learning rate``."""
+    if column.startswith("lr-"):
+        return "learning rate"
+    name = column
+    for split in _SPLITS:
+        if name.startswith(split):
+            name = name[len(split) :]
+            break
+    for suffix in ("_step", "_epoch"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str, float] | None = None) -> Path:
+    """One panel per metric family against the optimiser step, stacked with a shared x axis; returns ``out``.
+
+    The loss panel (train and validation together) comes first and carries ``reference_lines`` (label -> value in
+    the loss's own unit, nats; e.g. ``{"entropy rate": 1.73}``) as dashed horizontal lines (there is nowhere to draw
+    them when the file has no loss column). Raises ValueError
+    naming the file when it holds no metric values.
+    """
+    series = read_metric_series(metrics_csv)
+    families: dict[str, list[str]] = {}
+    for column in series:
+        families.setdefault(metric_family(column), []).append(column)
+    order = sorted(families, key=lambda family: family != "loss")  # stable: the rest keep file order
+
+    figure = new_figure(9.0, 2.6 * len(order) + 0.6)
+    axes = figure.subplots(len(order), 1, sharex=True, squeeze=False)[:, 0]
+    figure.suptitle("Training curves")
+    for ax, family in zip(axes, order, strict=True):
+        for column in families[family]:
+            steps, values = series[column]
+            ax.plot(steps, values, label=column, marker="o" if len(steps) <= 50 else None, markersize=3, lw=1.2)
+        if family == "loss":
+            for index, (label, value) in enumerate((reference_lines or {}).items()):
+                colour = f"C{len(families[family]) + index}"
+                ax.axhline(value, ls="--", lw=1.2, color=colour, label=f"{label} = {value:.4g}")
+        ax.set_title(family.replace("_", " "))
+        ax.set_ylabel(_UNITS.get(family, family.replace("_", " ")))
+        if family == "learning rate":
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    axes[-1].set_xlabel("step (optimiser updates)")
+    return save_figure(figure, out)
+
+
+def _number(text: str | None) -> float | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None

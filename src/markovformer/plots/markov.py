@@ -1,0 +1,277 @@
+"""Inspection figures for Markovian attention (SPEC 2.1-2.3): transition strengths, order gates, attention maps.
+
+Inputs are the plain tensors the model hands out: ``model.transition_strengths()`` (per Markov layer
+``{"past": (H, K), "future": (H, K) or None}``), and the ``gates`` / ``attentions`` of a forward pass with
+``return_gates=True`` / ``return_weights=True`` (per model layer: ``{direction: (B, H, T, K [+1])}`` or None, and
+``(B, H, T, T)`` or None). Lags follow the SPEC's convention: past lag k is the key at t - k, labelled ``k``;
+future lag k is the key at t + k, labelled ``-k``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.colors import Normalize, PowerNorm
+from matplotlib.patches import Rectangle
+from torch import Tensor
+
+from markovformer.plots.saving import new_figure, save_figure
+
+DIRECTIONS = ("past", "future")
+_GATE_ROW = 0.14  # inches per (head, slot) row: room for a 7 pt label
+_MINUS = "\u2212"  # a typographic minus: "-3" in DejaVu Sans reads as a hyphen
+
+
+def _array(values: Tensor | np.ndarray) -> np.ndarray:
+    if isinstance(values, Tensor):
+        values = values.detach().to("cpu").float().numpy()
+    return np.asarray(values, dtype=np.float64)
+
+
+def _lag_labels(direction: str, max_order: int) -> list[str]:
+    sign = "" if direction == "past" else _MINUS
+    return [f"{sign}{k}" for k in range(1, max_order + 1)]
+
+
+def _token_ticks(ax, tokens: Sequence[str] | None, seq_len: int, limit: int, axes: str = "x") -> None:
+    """Token strings as tick labels when there are at most ``limit`` positions, otherwise matplotlib's own ticks."""
+    if tokens is None or seq_len > limit:
+        return
+    size = 8 if seq_len <= 24 else 7
+    if "x" in axes:
+        ax.set_xticks(range(seq_len), [str(t) for t in tokens], rotation=90, fontsize=size)
+    if "y" in axes:
+        ax.set_yticks(range(seq_len), [str(t) for t in tokens], fontsize=size)
+
+
+def _check_tokens(tokens: Sequence[str] | None, seq_len: int) -> None:
+    if tokens is not None and len(tokens) != seq_len:
+        raise ValueError(f"{len(tokens)} tokens given for a sequence of length {seq_len}")
+
+
+def _check_index(name: str, index: int, size: int) -> None:
+    if not 0 <= index < size:
+        raise ValueError(f"{name} {index} out of range [0, {size})")
+
+
+# --------------------------------------------------------------------------- transition strengths
+
+
+def _strength_colours(values: np.ndarray) -> tuple[Normalize, object]:
+    """One scale for every cell: diverging around 0 when any strength is negative (``signed``), else 0..max."""
+    largest = float(np.abs(values).max()) or 1.0
+    if values.min() < 0:
+        return Normalize(-largest, largest), colormaps["RdBu_r"]
+    return Normalize(0.0, largest), colormaps["viridis"]
+
+
+def _annotation(value: float) -> str:
+    text = f"{value:.2f}" if abs(value) < 10 else f"{value:.3g}"
+    return text.replace("-", _MINUS)
+
+
+def plot_transition_strengths(
+    strengths: list[dict[str, Tensor | None]], out: Path, true_lags: tuple[int, ...] | None = None
+) -> Path:
+    """Heatmaps of the transition strengths T; returns ``out``.
+
+    A grid with one row per Markov layer and one column per direction (``future`` only when some layer has it);
+    each cell shows heads (rows) x lags (columns) with the value written in every square. All cells share one
+    colour scale and colour bar, diverging around zero when any strength is negative (``transition="signed"``).
+    ``true_lags`` (1-based lags of the generating chain) are marked by an outlined column and a bold ``k*`` tick
+    label; a dependency at lag k ties t to t - k and t + k to t, so both directions mark it.
+    A 1-D strength ``(K,)`` is drawn as a single row.
+    """
+    if not strengths:
+        raise ValueError("strengths is empty: the model has no Markov layer")
+    layers = [
+        {d: np.atleast_2d(_array(t)) for d, t in layer.items() if d in DIRECTIONS and t is not None}
+        for layer in strengths
+    ]
+    directions = [d for d in DIRECTIONS if any(d in layer for layer in layers)]
+    if not directions:
+        raise ValueError("no layer has a past or future strength tensor")
+    values = np.concatenate([m.ravel() for layer in layers for m in layer.values()])
+    norm, cmap = _strength_colours(values)
+    n_heads = max(m.shape[0] for layer in layers for m in layer.values())
+    max_order = max(m.shape[1] for layer in layers for m in layer.values())
+    marked = tuple(sorted(set(true_lags or ())))
+    if any(not 1 <= lag <= max_order for lag in marked):
+        raise ValueError(f"true_lags {true_lags} must lie in 1..{max_order} (max_order)")
+
+    figure = new_figure(
+        max(len(directions) * (0.62 * max_order + 1.4) + 1.3, 5.5), len(layers) * (0.36 * n_heads + 1.1) + 0.9
+    )
+    axes = figure.subplots(len(layers), len(directions), squeeze=False)
+    title = "Transition strengths T per head and lag"
+    if marked:
+        title += f"\n(outlined, *: true lags {', '.join(map(str, marked))})"
+    figure.suptitle(title)
+    for row, layer in enumerate(layers):
+        for column, direction in enumerate(directions):
+            ax = axes[row, column]
+            if direction not in layer:
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, f"Markov layer {row}: no {direction} term", ha="center", va="center")
+                continue
+            _strength_cell(ax, layer[direction], direction, norm, cmap, marked)
+            ax.set_title(f"Markov layer {row}, {direction}", fontsize=10)
+    mappable = axes.flat[0].images[0] if axes.flat[0].images else next(a.images[0] for a in axes.flat if a.images)
+    figure.colorbar(mappable, ax=axes, shrink=0.9, label="transition strength T (added to the attention logit)")
+    return save_figure(figure, out)
+
+
+def _strength_cell(ax, matrix: np.ndarray, direction: str, norm: Normalize, cmap, marked: tuple[int, ...]) -> None:
+    n_heads, max_order = matrix.shape
+    ax.imshow(matrix, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
+    for head in range(n_heads):
+        for lag in range(max_order):
+            red, green, blue, _ = cmap(norm(matrix[head, lag]))
+            ink = "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
+            ax.text(lag, head, _annotation(matrix[head, lag]), ha="center", va="center", fontsize=7, color=ink)
+    labels = [label + ("*" if k + 1 in marked else "") for k, label in enumerate(_lag_labels(direction, max_order))]
+    ax.set_xticks(range(max_order), labels)
+    for lag, tick in enumerate(ax.get_xticklabels()):
+        if lag + 1 in marked:
+            tick.set_fontweight("bold")
+    for lag in marked:
+        if lag <= max_order:  # white under black: visible on either colour map
+            for colour, width in (("white", 4.0), ("black", 2.0)):
+                ax.add_patch(Rectangle((lag - 1.5, -0.5), 1, n_heads, fill=False, edgecolor=colour, lw=width))
+    ax.set_yticks(range(n_heads), [str(h) for h in range(n_heads)])
+    ax.set_xlabel("lag k (key at query " + ("\u2212 k)" if direction == "past" else "+ k, shown as \u2212k)"))
+    ax.set_ylabel("head")
+
+
+# --------------------------------------------------------------------------- order gates
+
+
+def plot_order_gates(
+    gates: list[dict[str, Tensor] | None],
+    tokens: Sequence[str] | None,
+    out: Path,
+    example: int = 0,
+    null_slot: bool = True,
+) -> Path:
+    """The order-gate probabilities α of one example over its positions; returns ``out``.
+
+    Every (head, slot) pair gets its own row rather than a summary (a mean over heads hides heads that disagree,
+    an argmax hides how sure a gate is): one heatmap per Markov layer (grid rows; layers whose entry is None are
+    skipped, titles keep the model's layer index) and direction (grid columns), x = position with the tokens as
+    tick labels when T <= 64, y = slots ``lag 1..K`` (``lag -1..-K`` for the future direction) then ``null``,
+    grouped by head (head names on the right, white lines between heads). Colour: probability on a fixed 0..1
+    scale. ``null_slot`` says whether the last slot is the null slot (``config.gate_null``); 8 heads x (K=8 + 1)
+    slots stay readable at 0.14 inch per row.
+    """
+    layers = [(index, layer) for index, layer in enumerate(gates) if layer]
+    if not layers:
+        raise ValueError("no layer returned gates (run the forward pass with return_gates=True on a gated model)")
+    directions = [d for d in DIRECTIONS if any(d in layer for _, layer in layers)]
+    panels: dict[tuple[int, str], np.ndarray] = {}
+    for index, layer in layers:
+        for direction, alpha in layer.items():
+            alpha = _array(alpha)
+            if alpha.ndim != 4:
+                raise ValueError(f"layer {index} {direction} gates: expected (B, H, T, slots), got {alpha.shape}")
+            _check_index("example", example, alpha.shape[0])
+            panels[index, direction] = alpha[example]  # (H, T, slots)
+    seq_len = next(iter(panels.values())).shape[1]
+    _check_tokens(tokens, seq_len)
+    rows = {index: max(p.shape[0] * p.shape[2] for (i, _), p in panels.items() if i == index) for index, _ in layers}
+
+    width = len(directions) * min(max(0.2 * seq_len + 2.6, 6.0), 16.0) + 1.0
+    heights = [_GATE_ROW * r + 1.4 for r in rows.values()]
+    figure = new_figure(width, sum(heights) + 0.6)
+    axes = figure.subplots(len(layers), len(directions), squeeze=False, gridspec_kw={"height_ratios": heights})
+    figure.suptitle(f"Order gates \u03b1 of example {example} (rows: head x slot; colour: probability)")
+    image = None
+    for row, (index, _) in enumerate(layers):
+        for column, direction in enumerate(directions):
+            ax = axes[row, column]
+            if (index, direction) not in panels:
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, f"layer {index}: no {direction} gate", ha="center", va="center")
+                continue
+            image = _gate_cell(ax, panels[index, direction], direction, null_slot, tokens)
+            ax.set_title(f"layer {index}, {direction} gates", fontsize=10)
+    figure.colorbar(image, ax=axes, shrink=0.6, label="gate probability \u03b1 (0..1)")
+    return save_figure(figure, out)
+
+
+def _gate_cell(ax, alpha: np.ndarray, direction: str, null_slot: bool, tokens: Sequence[str] | None):
+    n_heads, seq_len, slots = alpha.shape
+    max_order = slots - int(null_slot)
+    if max_order < 1:
+        raise ValueError(f"{slots} gate slots leave no lag slot (null_slot={null_slot})")
+    rows = alpha.transpose(0, 2, 1).reshape(n_heads * slots, seq_len)  # row h * slots + s
+    image = ax.imshow(rows, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    slot_labels = [f"lag {k}" for k in _lag_labels(direction, max_order)] + (["null"] if null_slot else [])
+    ax.set_yticks(range(n_heads * slots), slot_labels * n_heads, fontsize=7 if n_heads * slots > 24 else 8)
+    for head in range(1, n_heads):
+        ax.axhline(head * slots - 0.5, color="white", lw=1.5)
+    heads_axis = ax.secondary_yaxis("right")
+    heads_axis.set_yticks([h * slots + (slots - 1) / 2 for h in range(n_heads)], [f"head {h}" for h in range(n_heads)])
+    heads_axis.tick_params(length=0, labelsize=8)
+    _token_ticks(ax, tokens, seq_len, limit=64)
+    ax.set_xlabel("position t (token)")
+    ax.set_ylabel("gate slot")
+    return image
+
+
+# --------------------------------------------------------------------------- attention maps
+
+
+def plot_attention_maps(
+    attentions: list[Tensor | None],
+    layers: list[int],
+    out: Path,
+    example: int = 0,
+    heads: list[int] | None = None,
+    tokens: Sequence[str] | None = None,
+) -> Path:
+    """T x T attention probabilities of one example; returns ``out``.
+
+    A grid with one row per chosen layer and one column per chosen head (default: all), query positions down the
+    rows and key positions across the columns. All maps share a 0..1 colour scale with a square-root stretch so
+    that small probabilities spread over long contexts remain visible. Tokens label the axes when T <= 32.
+    """
+    if not layers:
+        raise ValueError("layers is empty: choose at least one layer to draw")
+    maps = []
+    for layer in layers:
+        _check_index("layer", layer, len(attentions))
+        if attentions[layer] is None:
+            raise ValueError(f"layer {layer} returned no attention weights (random-feature heads have no T x T map)")
+        weights = _array(attentions[layer])
+        if weights.ndim != 4 or weights.shape[-1] != weights.shape[-2]:
+            raise ValueError(f"layer {layer} attentions: expected (B, H, T, T), got {weights.shape}")
+        _check_index("example", example, weights.shape[0])
+        maps.append(weights[example])
+    heads = list(range(maps[0].shape[0])) if heads is None else list(heads)
+    for weights in maps:
+        for head in heads:
+            _check_index("head", head, weights.shape[0])
+    seq_len = maps[0].shape[-1]
+    _check_tokens(tokens, seq_len)
+
+    cell = min(max(0.12 * seq_len, 2.2), 4.0)
+    figure = new_figure(len(heads) * cell + 1.6, len(layers) * (cell + 0.5) + 0.8)
+    axes = figure.subplots(len(layers), len(heads), squeeze=False)
+    figure.suptitle(f"Attention probabilities of example {example} (rows: query, columns: key)")
+    norm = PowerNorm(0.5, vmin=0.0, vmax=1.0)
+    image = None
+    for row, (layer, weights) in enumerate(zip(layers, maps, strict=True)):
+        for column, head in enumerate(heads):
+            ax = axes[row, column]
+            image = ax.imshow(weights[head], cmap="magma_r", norm=norm, interpolation="nearest")
+            ax.set_title(f"layer {layer}, head {head}", fontsize=9)
+            _token_ticks(ax, tokens, seq_len, limit=32, axes="xy")
+            if column == 0:
+                ax.set_ylabel("query position")
+            if row == len(layers) - 1:
+                ax.set_xlabel("key position")
+    figure.colorbar(image, ax=axes, shrink=0.8, label="attention probability (square-root colour scale)")
+    return save_figure(figure, out)

@@ -1,0 +1,89 @@
+"""Validation metrics per task, from torchmetrics and jiwer (never hand-written), synced across processes."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC, MulticlassF1Score
+
+
+def greedy_ctc_decode(logits: Tensor, lengths: Tensor, blank: int = 0) -> list[list[int]]:
+    """Best-path CTC decoding: argmax per frame, merge repeats, drop blanks. logits (B, T, C), lengths (B,)."""
+    best = logits.argmax(-1)
+    decoded = []
+    for row, length in zip(best, lengths.tolist(), strict=True):
+        path = torch.unique_consecutive(row[:length]).tolist()
+        decoded.append([s for s in path if s != blank])
+    return decoded
+
+
+def symbols_to_words(ids: list[int], names: list[str] | None) -> str:
+    """Label ids as text for WER: with symbol names (characters) they are joined and split on spaces; without, each
+    id is one word (then WER is the symbol error rate)."""
+    if names is None:
+        return " ".join(str(i) for i in ids)
+    return "".join(names[i] for i in ids)
+
+
+class TaskMetrics(nn.Module):
+    """Accumulates one task's validation metrics over batches; ``compute()`` returns plain floats."""
+
+    def __init__(self, task: str, num_labels: int | None = None, label_names: list[str] | None = None) -> None:
+        super().__init__()
+        self.task, self.label_names = task, label_names
+        self.loss = MeanMetric()
+        if task in ("sequence_classification", "token_classification"):
+            self.accuracy = MulticlassAccuracy(num_labels, average="micro", ignore_index=-100)
+            self.macro_f1 = MulticlassF1Score(num_labels, average="macro", ignore_index=-100)
+        if task == "sequence_classification":
+            self.auroc = MulticlassAUROC(num_labels, average="macro")
+        self._references: list[str] = []
+        self._hypotheses: list[str] = []
+
+    def update(self, output, batch: dict) -> None:
+        labels = batch["labels"]
+        if self.task == "causal_lm":
+            count = (labels[:, 1:] != -100).sum()
+            self.loss.update(output.loss.detach(), weight=count)  # token-weighted: uneven batches average correctly
+            return
+        self.loss.update(output.loss.detach(), weight=labels.shape[0])
+        logits = output.logits.detach().float()
+        if self.task == "sequence_classification":
+            self.accuracy.update(logits, labels)
+            self.macro_f1.update(logits, labels)
+            self.auroc.update(logits.softmax(-1), labels)
+        elif self.task == "token_classification":
+            self.accuracy.update(logits.flatten(0, 1), labels.flatten())
+            self.macro_f1.update(logits.flatten(0, 1), labels.flatten())
+        else:  # ctc
+            mask = batch.get("attention_mask")
+            lengths = mask.long().sum(-1) if mask is not None else torch.full((len(labels),), logits.shape[1])
+            for hypothesis, reference in zip(greedy_ctc_decode(logits, lengths), labels.tolist(), strict=True):
+                self._hypotheses.append(symbols_to_words(hypothesis, self.label_names))
+                self._references.append(symbols_to_words([r for r in reference if r != -100], self.label_names))
+
+    def compute(self) -> dict[str, float]:
+        loss = float(self.loss.compute())
+        results = {"loss": loss}
+        if self.task == "causal_lm":
+            results["bits_per_token"] = loss / math.log(2)
+            results["perplexity"] = math.exp(min(loss, 700.0))
+        elif self.task in ("sequence_classification", "token_classification"):
+            results["accuracy"] = float(self.accuracy.compute())
+            results["macro_f1"] = float(self.macro_f1.compute())
+            if self.task == "sequence_classification":
+                results["auroc"] = float(self.auroc.compute())
+        else:
+            import jiwer
+
+            references = [r if r.strip() else "<empty>" for r in self._references]
+            results["wer"] = float(jiwer.wer(references, self._hypotheses)) if references else float("nan")
+        return results
+
+    def reset(self) -> None:
+        for child in self.children():
+            child.reset()
+        self._references, self._hypotheses = [], []

@@ -1,0 +1,238 @@
+"""Run configuration: a YAML file plus dotted ``key=value`` overrides, validated with errors that name the key.
+
+A run config has four sections and two scalars::
+
+    task: causal_lm            # causal_lm | sequence_classification | token_classification | ctc
+    output_dir: runs/example
+    model:   {...}             # the model config's fields (input sizes are filled in from the data)
+    data:    {source: ..., ...}  # a data source from markovformer.data.sources and its options
+    trainer: {...}             # TrainerConfig below
+
+Values are checked against the dataclass field types; an unknown key gets a "did you mean" suggestion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+TASKS = ("causal_lm", "sequence_classification", "token_classification", "ctc")
+PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
+
+
+class ConfigError(ValueError):
+    """A bad run config: the message names the key and the problem."""
+
+
+@dataclasses.dataclass
+class TrainerConfig:
+    max_steps: int = 1000
+    batch_size: int = 32
+    lr: float = 3e-3
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_steps: int = 100
+    decay: str = "cosine"  # or "linear"; both end at lr_floor * lr
+    lr_floor: float = 0.1
+    gradient_clip: float = 1.0
+    precision: str = "32-true"
+    compile: bool = False
+    activation_checkpointing: bool = False
+    deterministic: bool = False
+    seed: int = 0
+    eval_every: int = 200
+    checkpoint_every: int = 200
+    log_every: int = 50
+    eval_batch_size: int = 64
+    accelerator: str = "cpu"
+    devices: int = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    num_workers: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "batch_size", "eval_every", "checkpoint_every", "log_every", "eval_batch_size",
+                     "devices", "num_nodes"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise ConfigError(f"trainer.{name}={getattr(self, name)!r} must be >= 1")
+        if self.lr <= 0:
+            raise ConfigError(f"trainer.lr={self.lr!r} must be positive")
+        if self.decay not in ("cosine", "linear"):
+            raise ConfigError(f"trainer.decay={self.decay!r} must be 'cosine' or 'linear'")
+        if not 0 <= self.lr_floor <= 1:
+            raise ConfigError(f"trainer.lr_floor={self.lr_floor!r} must lie in [0, 1]")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"trainer.precision={self.precision!r} must be one of {PRECISIONS}")
+        if self.warmup_steps < 0 or self.num_workers < 0:
+            raise ConfigError("trainer.warmup_steps and trainer.num_workers must be >= 0")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    task: str
+    model: dict[str, Any]
+    data: dict[str, Any]
+    trainer: TrainerConfig
+    output_dir: str = "runs/run"
+    model_type: str = "markovian_transformer"
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            close = difflib.get_close_matches(str(self.task), TASKS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"task={self.task!r} must be one of {TASKS}{hint}")
+        if "source" not in self.data:
+            raise ConfigError("data.source is missing: name a data source (see `markovformer data list`)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def suggest(key: str, known: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Check ``value`` against a dataclass field annotation; convert lists to tuples and ints to floats."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return coerce(value, option, key)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(f"{key}={value!r} has the wrong type: expected {annotation}")
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}={value!r} has the wrong type: expected a list")
+        args = typing.get_args(annotation)
+        if origin is tuple and args and args[-1] is not Ellipsis and len(args) != len(value):
+            raise ConfigError(f"{key}={value!r} must have {len(args)} entries")
+        item_types = [args[0] if (origin is list or args[-1] is Ellipsis) else args[i] for i in range(len(value))]
+        items = [coerce(v, t, f"{key}[{i}]") for i, (v, t) in enumerate(zip(value, item_types, strict=True))]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}={value!r} has the wrong type: expected a mapping")
+        return value
+    if annotation is Any:
+        return value
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if annotation in (int, float, str, bool) and (type(value) is not annotation):
+        raise ConfigError(f"{key}={value!r} has the wrong type: expected {_type_name(annotation)}")
+    return value
+
+
+def build_dataclass(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    """Instantiate ``cls`` from ``values``, naming ``prefix.key`` in every error."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{prefix} must be a mapping; got {values!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(f"unknown key {prefix}.{key}{suggest(key, fields)}")
+        kwargs[key] = coerce(value, hints[key], f"{prefix}.{key}")
+    missing = [name for name, f in fields.items() if name not in kwargs and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]  # fmt: skip
+    if missing:
+        raise ConfigError(f"{prefix}.{missing[0]} is required")
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"{prefix}: {error}") from error
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"model.max_order=3"`` -> (["model", "max_order"], 3); the value is read as YAML (numbers, lists, ...)."""
+    import yaml
+
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key.path=value")
+    key, raw = text.split("=", 1)
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError as error:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({error})") from error
+    return key.split("."), value
+
+
+def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set each dotted override in a nested dict (sections are created when absent); returns the same dict."""
+    for text in overrides:
+        path, value = parse_override(text)
+        node = values
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {text!r}: {part!r} is not a section")
+        node[path[-1]] = value
+    return values
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        values = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}:{where} malformed YAML ({getattr(error, 'problem', error)})") from error
+    if values is None:
+        raise ConfigError(f"{path}: the config file is empty")
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: a config must be a mapping of sections, got {type(values).__name__}")
+    return values
+
+
+SECTIONS = ("task", "output_dir", "model_type", "model", "data", "trainer")
+
+
+def resolve_run_config(values: dict[str, Any]) -> RunConfig:
+    """Validate the raw nested dict (after overrides) into a RunConfig. Model and data sections are checked by their
+    own classes when the run is built (they need the data's vocabulary size)."""
+    for key in values:
+        if key not in SECTIONS:
+            raise ConfigError(f"unknown top-level key {key!r}{suggest(key, SECTIONS)}")
+    if "task" not in values:
+        raise ConfigError(f"task is missing: one of {TASKS}")
+    for section in ("model", "data"):
+        if not isinstance(values.get(section, {}), dict):
+            raise ConfigError(f"{section} must be a mapping; got {values[section]!r}")
+    trainer = build_dataclass(TrainerConfig, values.get("trainer") or {}, "trainer")
+    for key in ("task", "output_dir", "model_type"):
+        if key in values and not isinstance(values[key], str):
+            raise ConfigError(f"{key}={values[key]!r} has the wrong type: expected str")
+    return RunConfig(
+        task=values["task"],
+        model=dict(values.get("model") or {}),
+        data=dict(values.get("data") or {}),
+        trainer=trainer,
+        output_dir=values.get("output_dir", "runs/run"),
+        model_type=values.get("model_type", "markovian_transformer"),
+    )

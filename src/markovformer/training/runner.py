@@ -1,0 +1,322 @@
+"""Build, train, resume and evaluate a run from its RunConfig. The CLI is a thin layer over these functions.
+
+A run directory holds::
+
+    config.yaml        the resolved config (what `--resume` and `eval` rebuild from)
+    environment.json   versions, machine, command line, git commit
+    data.json          the data's info and the record of its splits (what went where)
+    tokenizer/         when the data has one
+    checkpoints/       step-NNNNNN.ckpt and last.ckpt (safetensors, atomic; model + optimizer + schedule + loops)
+    logs/metrics.csv   CSV log; tensorboard/ the same for TensorBoard
+    model/             the final model (save_pretrained format)
+    metrics.json       final validation metrics (and the data's reference values)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from torch.utils.data import DataLoader
+
+from markovformer.atomic import atomic_write
+from markovformer.data.bundle import DataBundle
+from markovformer.data.collate import collate
+from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.models.registry import MODEL_FAMILIES, head_class
+from markovformer.training.batches import EpochBatches
+from markovformer.training.checkpoint import SafetensorsCheckpointIO
+from markovformer.training.environment import environment_record
+from markovformer.training.metrics import TaskMetrics
+from markovformer.training.run_config import (
+    ConfigError,
+    RunConfig,
+    build_dataclass,
+    load_yaml,
+    resolve_run_config,
+    suggest,
+)
+from markovformer.training.task import SequenceTask, model_inputs
+
+RESOLVED_CONFIG = "config.yaml"
+LAST_CHECKPOINT = "last.ckpt"
+
+
+def build_data(config: RunConfig) -> DataBundle:
+    values = dict(config.data)
+    name = values.pop("source")
+    if name not in DATA_SOURCES:
+        raise ConfigError(f"data.source={name!r} is not a data source{suggest(name, DATA_SOURCES)}; "
+                          f"see `markovformer data list`")  # fmt: skip
+    if config.task not in SOURCE_TASKS[name]:
+        raise ConfigError(f"data.source={name!r} feeds {SOURCE_TASKS[name]}, not task={config.task!r}")
+    source = build_dataclass(DATA_SOURCES[name], values, "data")
+    return source.build(seed=config.trainer.seed)
+
+
+def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
+    """The task's head, with input and label sizes taken from the data (a conflicting explicit value is an error)."""
+    head = head_class(config.model_type, config.task)
+    values = dict(config.model)
+    for key in ("vocab_size", "input_dim", "num_labels"):
+        if key not in info or (key == "num_labels" and config.task == "causal_lm"):
+            continue
+        if values.get(key) not in (None, info[key]):
+            raise ConfigError(f"model.{key}={values[key]!r} disagrees with the data, which has {key}={info[key]}")
+        values[key] = info[key]
+    config_class = MODEL_FAMILIES[config.model_type].config_class
+    try:
+        model_config = config_class.from_dict(values)
+        model = head(model_config)
+    except ValueError as error:
+        raise ConfigError(f"model: {error}") from error
+    if config.trainer.activation_checkpointing:
+        model.model.gradient_checkpointing = True
+    return model
+
+
+def _loaders(config: RunConfig, bundle: DataBundle, trainer: L.Trainer) -> tuple[DataLoader, DataLoader]:
+    stream = EpochBatches(bundle.train, config.trainer.batch_size, config.trainer.seed, collate,
+                          start=lambda: trainer.global_step)  # fmt: skip
+    # Own generators: a DataLoader draws its base seed from the global RNG at every new iterator, which would shift
+    # the dropout stream between an uninterrupted run and a resumed one.
+    train = DataLoader(stream, batch_size=None, num_workers=config.trainer.num_workers, generator=torch.Generator())
+    val = DataLoader(bundle.val, batch_size=config.trainer.eval_batch_size, collate_fn=collate,
+                     generator=torch.Generator())  # fmt: skip
+    return train, val
+
+
+class PrintProgress(L.Callback):
+    """Progress as lines (for logs and pipes) every ``every`` steps and after each validation."""
+
+    def __init__(self, every: int, total: int) -> None:
+        self.every, self.total, self.start = every, total, time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if trainer.is_global_zero and (step % self.every == 0 or step == self.total):
+            lr = trainer.optimizers[0].param_groups[0]["lr"]
+            loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
+            elapsed = time.perf_counter() - self.start
+            print(f"step {step:>6}/{self.total}  train loss {loss:.4f}  lr {lr:.2e}  {elapsed:7.1f}s", flush=True)
+
+    def on_validation_end(self, trainer, module) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero:
+            return
+        shown = "  ".join(
+            f"{k[4:]} {float(v):.4f}" for k, v in trainer.callback_metrics.items() if k.startswith("val/")
+        )
+        print(f"step {trainer.global_step:>6}/{self.total}  validation: {shown}", flush=True)
+
+
+def _write_json(path: Path, values: dict) -> None:
+    atomic_write(path, lambda p: p.write_text(json.dumps(values, indent=2, default=str) + "\n"))
+
+
+def _write_run_files(run_dir: Path, config: RunConfig, bundle: DataBundle) -> None:
+    import yaml
+
+    atomic_write(run_dir / RESOLVED_CONFIG, lambda p: p.write_text(yaml.safe_dump(_plain(config.to_dict()),
+                                                                                  sort_keys=False)))  # fmt: skip
+    _write_json(run_dir / "environment.json", environment_record())
+    sizes = {split: len(getattr(bundle, split)) for split in ("train", "val", "test")}
+    _write_json(run_dir / "data.json", {"info": bundle.info, "splits": bundle.splits, "sizes": sizes})
+    if bundle.tokenizer is not None:
+        bundle.tokenizer.save(run_dir / "tokenizer")
+
+
+def _plain(value):
+    """Tuples to lists, recursively, for YAML."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def train(config: RunConfig, resume: bool = False) -> dict:
+    """Train a run into ``config.output_dir``; with ``resume`` continue from its last checkpoint."""
+    run_dir = Path(config.output_dir)
+    last = run_dir / "checkpoints" / LAST_CHECKPOINT
+    L.seed_everything(config.trainer.seed, workers=True, verbose=False)
+    bundle = build_data(config)
+    model = build_model(config, bundle.info)
+    if not resume and (run_dir / "checkpoints").exists():
+        raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with --resume {run_dir} "
+                          f"or choose another output_dir")  # fmt: skip
+    if config.trainer.compile:
+        model.compile()
+    task = SequenceTask(model, config.task, config.trainer, bundle.info)
+    tc = config.trainer
+    trainer = L.Trainer(
+        max_steps=tc.max_steps,
+        val_check_interval=tc.eval_every,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        gradient_clip_val=tc.gradient_clip or None,
+        precision=tc.precision,
+        deterministic=tc.deterministic,
+        accelerator=tc.accelerator,
+        devices=tc.devices,
+        num_nodes=tc.num_nodes,
+        strategy=tc.strategy,
+        logger=[
+            CSVLogger(run_dir, name="logs", version=""),
+            TensorBoardLogger(run_dir, name="tensorboard", version=""),
+        ],
+        callbacks=[
+            ModelCheckpoint(
+                dirpath=run_dir / "checkpoints",
+                filename="step-{step:06d}",
+                auto_insert_metric_name=False,
+                every_n_train_steps=tc.checkpoint_every,
+                save_top_k=-1,
+                save_last=True,
+            ),  # fmt: skip
+            LearningRateMonitor(logging_interval="step"),
+            PrintProgress(tc.log_every, tc.max_steps),
+        ],
+        plugins=[SafetensorsCheckpointIO()],
+        enable_progress_bar=sys.stdout.isatty(),
+        enable_model_summary=False,
+        log_every_n_steps=min(tc.log_every, 50),
+    )
+    if trainer.is_global_zero:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            _write_run_files(run_dir, config, bundle)
+        describe_run(config, bundle, model)
+    train_loader, val_loader = _loaders(config, bundle, trainer)
+    ckpt_path = None
+    if resume:
+        for stale in last.parent.glob(".*.tmp"):  # a write cut short by a kill; the checkpoints beside it are whole
+            stale.unlink()
+        if last.exists():
+            ckpt_path = str(last)
+            print(f"resuming from {last}", flush=True)
+        else:
+            print(f"no checkpoint in {run_dir / 'checkpoints'} yet: starting from step 0", flush=True)
+    start = time.perf_counter()
+    trainer.fit(task, train_loader, val_loader, ckpt_path=ckpt_path)
+    seconds = time.perf_counter() - start
+    metrics = {k[4:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    if trainer.global_step % tc.eval_every != 0 or not metrics:  # the last step was not validated yet
+        trainer.validate(task, val_loader, verbose=False)
+        metrics = {k[4:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    if not trainer.is_global_zero:
+        return metrics
+    model.save_pretrained(run_dir / "model")
+    results = {"val": metrics, "steps": trainer.global_step, "train_seconds_this_process": seconds,
+               "reference": bundle.info.get("reference", {})}  # fmt: skip
+    _write_json(run_dir / "metrics.json", results)
+    report_results(results, model, bundle)
+    print(f"run directory: {run_dir}  (model/, checkpoints/, logs/metrics.csv, tensorboard/, metrics.json)")
+    return results
+
+
+def resume(run_dir: str | Path) -> dict:
+    run_dir = Path(run_dir)
+    if not (run_dir / RESOLVED_CONFIG).is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_CONFIG})")
+    config = resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG))
+    config = dataclasses.replace(config, output_dir=str(run_dir))
+    return train(config, resume=True)
+
+
+def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) -> None:
+    sizes = ", ".join(f"{s} {len(getattr(bundle, s)):,}" for s in ("train", "val", "test"))
+    print(f"data: {config.data['source']} ({sizes} examples)", flush=True)
+    reference = bundle.info.get("reference", {})
+    if "entropy_rate" in reference:
+        print(f"  true lags {tuple(bundle.info.get('true_lags', ()))}, entropy rate {reference['entropy_rate']:.4f} "
+              f"nats/token, unigram entropy {reference['unigram_entropy']:.4f}")  # fmt: skip
+    kinds = sorted(set(model.config.layer_kinds())) if hasattr(model.config, "layer_kinds") else []
+    print(f"model: {type(model).__name__}, {model.num_parameters():,} parameters, attention {kinds}", flush=True)
+
+
+def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle) -> None:
+    """Print the final metrics, the data's reference values and, for Markov layers, strengths and mean gates."""
+    shown = "  ".join(f"{k} {v:.4f}" for k, v in results["val"].items())
+    print(f"\nfinal validation: {shown}")
+    reference = results["reference"]
+    if "entropy_rate" in reference and "loss" in results["val"]:
+        rate, excess = reference["entropy_rate"], 100 * (results["val"]["loss"] / reference["entropy_rate"] - 1)
+        print(f"  vs entropy rate {rate:.4f} ({excess:+.2f}%); the true chain scores "
+              f"{reference['oracle_val_loss']:.4f} on the same validation sequences")
+    if not hasattr(model, "transition_strengths") or not model.transition_strengths():
+        return
+    batch = collate(bundle.val[: min(len(bundle.val), 64)])
+    model.eval()
+    with torch.no_grad():
+        gates = model(**{k: v for k, v in model_inputs(batch).items() if k != "labels"}, return_gates=True).gates
+    markov_gates = [g for g in gates if g is not None]
+    for layer, strengths in enumerate(model.transition_strengths()):
+        for direction, values in strengths.items():
+            if values is None:
+                continue
+            lags = values.shape[1]
+            gated = "; mean gate per head, lags 1..K then the null slot" if layer < len(markov_gates) else ""
+            print(f"layer {layer} {direction}: transition strength per head, lags 1..{lags}{gated}")
+            gate = markov_gates[layer].get(direction) if layer < len(markov_gates) else None
+            mean_gate = None if gate is None else gate.float().mean(dim=(0, 2))
+            for head in range(values.shape[0]):
+                row = " ".join(f"{v:6.3f}" for v in values[head].tolist())
+                extra = "" if mean_gate is None else "   | " + " ".join(f"{v:5.3f}" for v in mean_gate[head].tolist())
+                print(f"  head {head}: {row}{extra}")
+
+
+def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
+    """A trained run's config and model, from a run directory (its final model/, else its last checkpoint) or from
+    one checkpoint file inside a run's checkpoints/ folder."""
+    from markovformer.training.checkpoint import load_checkpoint_file
+
+    target = Path(target)
+    if not target.exists():
+        raise ConfigError(f"{target}: no such run directory or checkpoint")
+    run_dir = target if target.is_dir() else target.parent.parent
+    if not (run_dir / RESOLVED_CONFIG).is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_CONFIG})")
+    config = resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG))
+    data_info = json.loads((run_dir / "data.json").read_text())["info"]
+    if target.is_dir() and (run_dir / "model").is_dir():
+        model = head_class(config.model_type, config.task).from_pretrained(run_dir / "model")
+        return config, model, run_dir
+    checkpoint = target if target.is_file() else run_dir / "checkpoints" / LAST_CHECKPOINT
+    if not checkpoint.is_file():
+        raise ConfigError(f"{run_dir}: holds neither a final model/ nor checkpoints/{LAST_CHECKPOINT}")
+    model = build_model(config, data_info)
+    state = load_checkpoint_file(checkpoint)["state_dict"]
+    prefix = "model."
+    try:
+        model.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
+    except RuntimeError as error:
+        raise ConfigError(f"{checkpoint} does not match the run's model ({error})") from error
+    return config, model, run_dir
+
+
+def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None) -> dict:
+    """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options)."""
+    config, model, run_dir = load_run(target)
+    if data_overrides:
+        config = dataclasses.replace(config, data={**config.data, **data_overrides})
+    bundle = build_data(config)
+    if split not in ("train", "val", "test"):
+        raise ConfigError(f"split={split!r} must be train, val or test")
+    metrics = TaskMetrics(config.task, bundle.info.get("num_labels"), bundle.info.get("label_names"))
+    model.eval()
+    loader = DataLoader(getattr(bundle, split), batch_size=config.trainer.eval_batch_size, collate_fn=collate)
+    with torch.no_grad():
+        for batch in loader:
+            metrics.update(model(**model_inputs(batch)), batch)
+    results = metrics.compute()
+    return {"split": split, "run_dir": str(run_dir), "metrics": results}
+
+
+__all__ = ["build_data", "build_model", "evaluate", "load_run", "resume", "train"]

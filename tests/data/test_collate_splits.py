@@ -1,0 +1,92 @@
+"""collate pads to a hand-built batch; split_indices / contiguous_split are disjoint, covering and seeded."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from markovformer.data.collate import collate
+from markovformer.data.splits import contiguous_split, split_indices, split_sizes
+
+
+def test_collate_token_ids_with_sequence_labels_of_another_length():
+    examples = [
+        {"input_ids": torch.tensor([5, 6, 7]), "labels": torch.tensor([1, 2])},
+        {"input_ids": torch.tensor([8]), "labels": torch.tensor([3, 4, 5, 6])},
+        {"input_ids": torch.tensor([9, 10]), "labels": torch.tensor([7])},
+    ]
+    batch = collate(examples)
+    assert set(batch) == {"input_ids", "attention_mask", "labels"}
+    assert torch.equal(batch["input_ids"], torch.tensor([[5, 6, 7], [8, 0, 0], [9, 10, 0]]))
+    assert torch.equal(batch["attention_mask"], torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0]]))
+    assert torch.equal(batch["labels"], torch.tensor([[1, 2, -100, -100], [3, 4, 5, 6], [7, -100, -100, -100]]))
+    assert batch["input_ids"].dtype == batch["labels"].dtype == batch["attention_mask"].dtype == torch.long
+
+
+def test_collate_features_with_scalar_labels():
+    first, second = torch.arange(6.0).view(3, 2), torch.tensor([[10.0, 11.0]])
+    examples = [
+        {"input_features": first, "labels": torch.tensor(2)},
+        {"input_features": second, "labels": torch.tensor(0)},
+    ]
+    batch = collate(examples)
+    expected = torch.tensor([[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], [[10.0, 11.0], [0.0, 0.0], [0.0, 0.0]]])
+    assert torch.equal(batch["input_features"], expected)
+    assert torch.equal(batch["attention_mask"], torch.tensor([[1, 1, 1], [1, 0, 0]]))
+    assert torch.equal(batch["labels"], torch.tensor([2, 0]))
+
+
+def test_collate_copies_so_editing_the_batch_leaves_examples_alone():
+    shared = torch.tensor([1, 2, 3])
+    batch = collate([{"input_ids": shared, "labels": shared}])
+    batch["labels"][0, 0] = -100
+    assert torch.equal(shared, torch.tensor([1, 2, 3]))
+    assert torch.equal(batch["input_ids"], torch.tensor([[1, 2, 3]]))
+
+
+@pytest.mark.parametrize(
+    "examples, message",
+    [
+        ([], "empty"),
+        (
+            [
+                {"input_ids": torch.tensor([1]), "labels": torch.tensor(0)},
+                {"input_ids": torch.tensor([1]), "labels": torch.tensor([0])},
+            ],
+            "dims",
+        ),
+        ([{"input_features": torch.zeros(2, 3)}, {"input_features": torch.zeros(2, 4)}], "example 1"),
+        ([{"input_ids": torch.tensor([1])}, {"input_ids": torch.tensor([], dtype=torch.long)}], "example 1"),
+        ([{"input_ids": torch.tensor([1]), "mask": torch.tensor([1])}], "keys"),
+    ],
+)
+def test_collate_rejects_bad_examples(examples, message):
+    with pytest.raises(ValueError, match=message):
+        collate(examples)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 10, 101])
+def test_split_indices_disjoint_covering_and_sized(n):
+    train, val, test = split_indices(n, (0.8, 0.1, 0.1), seed=3)
+    assert sorted(train + val + test) == list(range(n))
+    assert (len(train), len(val), len(test)) == split_sizes(n, (0.8, 0.1, 0.1))
+    assert all(part == sorted(part) for part in (train, val, test))
+
+
+def test_split_indices_is_seeded():
+    assert split_indices(50, seed=1) == split_indices(50, seed=1)
+    assert split_indices(50, seed=1) != split_indices(50, seed=2)
+
+
+def test_split_sizes_closed_form_and_bad_fractions():
+    assert split_sizes(10, (0.8, 0.1, 0.1)) == (8, 1, 1)
+    assert split_sizes(100, (0.7, 0.15, 0.15)) == (70, 15, 15)
+    assert split_sizes(2, (0.0, 0.5, 0.5)) == (0, 1, 1)
+    for bad in [(0.5, 0.5), (0.8, 0.3, 0.1), (1.2, -0.1, -0.1)]:
+        with pytest.raises(ValueError, match="fractions"):
+            split_sizes(10, bad)
+
+
+def test_contiguous_split_is_in_order_and_adjacent():
+    train, val, test = contiguous_split(20, (0.7, 0.2, 0.1))
+    assert (train, val, test) == (range(0, 14), range(14, 18), range(18, 20))

@@ -1,0 +1,139 @@
+"""CSV time series: chronological splits, windows inside splits, train-only normalisation, labels and errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from markovformer.data.csv_series import load_csv_series
+
+_NAMES = ["calm", "rising", "storm"]
+
+
+def _write_series(path, num_rows: int, *, override: dict | None = None) -> None:
+    """Columns t (= row index), wave, constant, state (label: _NAMES[(row // 2) % 3]); ``override`` maps
+    (row, column) to a replacement cell."""
+    override = override or {}
+    lines = ["t,wave,constant,state"]
+    for row in range(num_rows):
+        cells = {"t": str(row), "wave": f"{np.sin(row * 0.7) * 3 + row * 0.1:.6f}", "constant": "4.5"}
+        cells["state"] = _NAMES[(row // 2) % 3]
+        cells.update({column: value for (r, column), value in override.items() if r == row})
+        lines.append(",".join(cells[column] for column in ("t", "wave", "constant", "state")))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _row_indices(bundle, example) -> list[int]:
+    """The file rows a window covers, read back from the normalised 't' feature."""
+    mean, std = bundle.info["normalisation"]["mean"][0], bundle.info["normalisation"]["std"][0]
+    return [round(float(value) * std + mean) for value in example["input_features"][:, 0]]
+
+
+def test_splits_are_chronological_and_windows_stay_inside(tmp_path):
+    path = tmp_path / "series.csv"
+    _write_series(path, 100)
+    bundle = load_csv_series(path, label_column="state", window=6, stride=2, fractions=(0.6, 0.2, 0.2))
+    assert [bundle.splits[name] for name in ("train", "val", "test")] == [[0, 60], [60, 80], [80, 100]]
+    bounds = {}
+    for name in ("train", "val", "test"):
+        start, stop = bundle.splits[name]
+        windows = [_row_indices(bundle, example) for example in getattr(bundle, name)]
+        assert [window[0] for window in windows] == list(range(start, stop - 6 + 1, 2))
+        for window in windows:
+            assert window == list(range(window[0], window[0] + 6))  # consecutive rows
+            assert start <= window[0] and window[-1] < stop  # never straddles a split boundary
+        bounds[name] = (min(w[0] for w in windows), max(w[-1] for w in windows))
+    assert bounds["train"][1] < bounds["val"][0] and bounds["val"][1] < bounds["test"][0]
+
+
+def test_sequence_labels_are_the_last_rows_label(tmp_path):
+    path = tmp_path / "series.csv"
+    _write_series(path, 40)
+    bundle = load_csv_series(path, label_column="state", window=5, fractions=(0.5, 0.25, 0.25))
+    assert bundle.info["label_names"] == sorted(_NAMES) and bundle.info["num_labels"] == 3
+    assert bundle.info["feature_columns"] == ["t", "wave", "constant"] and bundle.info["input_dim"] == 3
+    for example in bundle.train + bundle.val + bundle.test:
+        last = _row_indices(bundle, example)[-1]
+        assert example["labels"].dim() == 0 and example["labels"].dtype == torch.long
+        assert bundle.info["label_names"][int(example["labels"])] == _NAMES[(last // 2) % 3]
+        assert example["input_features"].shape == (5, 3) and example["input_features"].dtype == torch.float32
+
+
+def test_token_labels_cover_every_row(tmp_path):
+    path = tmp_path / "series.csv"
+    _write_series(path, 40)
+    bundle = load_csv_series(
+        path, label_column="state", feature_columns=["t"], window=4, stride=3, task="token_classification"
+    )
+    assert bundle.info["input_dim"] == 1
+    for example in bundle.train + bundle.val + bundle.test:
+        rows = _row_indices(bundle, example)
+        expected = [sorted(_NAMES).index(_NAMES[(row // 2) % 3]) for row in rows]
+        assert example["labels"].tolist() == expected
+
+
+def test_normalisation_uses_train_rows_only(tmp_path):
+    clean, spiked = tmp_path / "clean.csv", tmp_path / "spiked.csv"
+    _write_series(clean, 50)
+    _write_series(spiked, 50, override={(45, "wave"): "1e6", (35, "t"): "-999"})  # rows in val and test
+    options = {"label_column": "state", "window": 1, "fractions": (0.6, 0.2, 0.2)}
+    first, second = load_csv_series(clean, **options), load_csv_series(spiked, **options)
+    assert first.info["normalisation"] == second.info["normalisation"]
+    for a, b in zip(first.train, second.train, strict=True):
+        assert torch.equal(a["input_features"], b["input_features"])
+
+    train = torch.cat([example["input_features"] for example in first.train]).double()  # window 1: one row each
+    assert train.shape == (30, 3)
+    zeros, ones = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    torch.testing.assert_close(train[:, :2].mean(0), zeros, atol=1e-6, rtol=0)
+    torch.testing.assert_close(train[:, :2].std(0, unbiased=False), ones, atol=1e-6, rtol=0)
+    assert first.info["normalisation"]["std"][2] == 1.0 and torch.all(train[:, 2] == 0)  # constant column
+    raw_t = np.arange(50.0)
+    expected_val = (raw_t[30:40] - raw_t[:30].mean()) / raw_t[:30].std()
+    got_val = torch.cat([example["input_features"][:, 0] for example in first.val]).numpy()
+    np.testing.assert_allclose(got_val, expected_val, rtol=1e-6)
+
+
+def test_integer_labels_sort_numerically(tmp_path):
+    path = tmp_path / "series.csv"
+    path.write_text("x,y\n" + "".join(f"{i}.5,{[10, 2, 0][i % 3]}\n" for i in range(30)))
+    bundle = load_csv_series(path, label_column="y", window=2, fractions=(0.8, 0.1, 0.1))
+    assert bundle.info["label_names"] == ["0", "2", "10"]
+    assert int(bundle.train[0]["labels"]) == 1  # row 1 has label 2
+
+
+@pytest.mark.parametrize("bad", ["nan", "", "abc", "inf"])
+def test_bad_feature_cell_names_line_and_column(tmp_path, bad):
+    path = tmp_path / "series.csv"
+    _write_series(path, 30, override={(2, "wave"): bad})
+    with pytest.raises(ValueError, match=f"series.csv: line 4, column 'wave': value '{bad}' is not a finite number"):
+        load_csv_series(path, label_column="state", window=3)
+
+
+def test_missing_label_column_lists_the_columns(tmp_path):
+    path = tmp_path / "series.csv"
+    _write_series(path, 30)
+    with pytest.raises(ValueError, match=r"label column 'label' is not in the header; columns are \['t', 'wave'"):
+        load_csv_series(path, label_column="label", window=3)
+
+
+@pytest.mark.parametrize(
+    "options, content, message",
+    [
+        ({"window": 3}, "", "empty"),
+        ({"window": 3}, "a,state\n", "no data rows"),
+        ({"window": 3}, "a,state\n1,x\n2\n", "line 3: 1 cells but the header has 2"),
+        ({"window": 3}, "a,a,state\n1,2,x\n", "'a' appears twice"),
+        ({"window": 3}, "a,state\n1,\n", "line 2, column 'state': the label is empty"),
+        ({"window": 3, "feature_columns": ["b"]}, "a,state\n1,x\n", "feature column 'b'"),
+        ({"window": 3, "task": "regression"}, "a,state\n1,x\n", "'regression'"),
+        ({"window": 0}, "a,state\n1,x\n", "window"),
+        ({"window": 8}, "a,state\n" + "1,x\n" * 40, "the val split has 6 rows, fewer than window=8"),
+    ],
+)
+def test_bad_files_and_options_raise(tmp_path, options, content, message):
+    path = tmp_path / "series.csv"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        load_csv_series(path, label_column="state", **options)

@@ -1,0 +1,165 @@
+"""FASTA parsing and writing, DNA ids, reverse complements, and the classification loader's split and labels."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from markovformer.data.fasta import (
+    DNA_VOCAB,
+    encode_dna,
+    load_fasta_classification,
+    read_fasta,
+    reverse_complement,
+    write_fasta,
+)
+
+
+def _random_dna(rng: random.Random, length: int) -> str:
+    return "".join(rng.choice(DNA_VOCAB) for _ in range(length))
+
+
+def test_read_hand_written_multiline_file(tmp_path):
+    path = tmp_path / "genes.fa"
+    path.write_bytes(b">seq1 first gene, with a description\nACGT\nacgn\n\n>seq2\r\nTTTT\r\n\r\nGg\r\n>seq3\nN\n")
+    assert read_fasta(path) == [("seq1", "ACGTACGN"), ("seq2", "TTTTGG"), ("seq3", "N")]
+
+
+def test_write_read_round_trip(tmp_path):
+    rng = random.Random(0)
+    records = [(f"r{i}", _random_dna(rng, rng.randint(1, 150))) for i in range(12)]
+    path = tmp_path / "out.fa"
+    write_fasta(records, path, line_width=37)
+    assert read_fasta(path) == records
+    assert max(len(line) for line in path.read_text().splitlines()) <= 37
+
+
+def test_bad_letter_names_record_line_and_letter(tmp_path):
+    path = tmp_path / "genes.fa"
+    path.write_text(">seq1\nACGT\n>seq3 x\nACGT\n\nACXT\n")
+    message = f"{path}: record 'seq3' line 6: letter 'X' is outside the DNA vocabulary ACGTN"
+    with pytest.raises(ValueError) as error:
+        read_fasta(path)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "no FASTA records"),
+        ("\n\n", "no FASTA records"),
+        ("ACGT\n>a\nAC\n", "line 1: sequence text 'ACGT' comes before"),
+        (">a\nAC\n>a\nGT\n", "line 3: record id 'a' repeats line 1"),
+        (">a\n>b\nAC\n", "record 'a' \\(line 1\\) has an empty sequence"),
+        (">\nAC\n", "line 1: header '>' has no record id"),
+    ],
+)
+def test_malformed_files_raise(tmp_path, content, message):
+    path = tmp_path / "bad.fa"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        read_fasta(path)
+
+
+def test_encode_dna_ids():
+    assert encode_dna("ACGTN").tolist() == [1, 2, 3, 4, 5]
+    assert encode_dna("TTA").dtype == torch.long
+    with pytest.raises(ValueError, match="'U' at offset 2"):
+        encode_dna("ACUG")
+
+
+def test_reverse_complement_closed_form_and_involution():
+    assert reverse_complement("AACGTN") == "NACGTT"
+    assert reverse_complement("") == ""
+    rng = random.Random(1)
+    for _ in range(20):
+        sequence = _random_dna(rng, rng.randint(1, 50))
+        assert reverse_complement(reverse_complement(sequence)) == sequence
+        assert len(reverse_complement(sequence)) == len(sequence)
+    with pytest.raises(ValueError, match="'a'"):
+        reverse_complement("AaC")
+
+
+@pytest.fixture()
+def dataset(tmp_path):
+    """30 records with labels 'promoter' / 'enhancer' / 'other' in a tab-separated file with a header."""
+    rng = random.Random(2)
+    records = [(f"seq{i}", _random_dna(rng, rng.randint(5, 40))) for i in range(30)]
+    labels = {record_id: ["promoter", "enhancer", "other"][i % 3] for i, (record_id, _) in enumerate(records)}
+    fasta_path, labels_path = tmp_path / "genes.fa", tmp_path / "labels.tsv"
+    write_fasta(records, fasta_path)
+    labels_path.write_text("id\tlabel\n" + "".join(f"{key}\t{value}\n" for key, value in labels.items()))
+    return fasta_path, labels_path, dict(records), labels
+
+
+def test_classification_split_examples_and_labels(dataset):
+    fasta_path, labels_path, sequences, labels = dataset
+    bundle = load_fasta_classification(fasta_path, labels_path, seed=5)
+    assert bundle.info == {"vocab_size": 6, "num_labels": 3, "label_names": ["enhancer", "other", "promoter"]}
+    ids = {name: bundle.splits[name] for name in ("train", "val", "test")}
+    assert (len(ids["train"]), len(ids["val"]), len(ids["test"])) == (24, 3, 3)
+    assert sorted(ids["train"] + ids["val"] + ids["test"]) == sorted(sequences)  # disjoint and covering
+    for name in ("train", "val", "test"):
+        examples = getattr(bundle, name)
+        assert len(examples) == len(ids[name])
+        for record_id, example in zip(ids[name], examples, strict=True):
+            assert torch.equal(example["input_ids"], encode_dna(sequences[record_id]))
+            assert example["labels"].dim() == 0
+            assert bundle.info["label_names"][int(example["labels"])] == labels[record_id]
+    assert load_fasta_classification(fasta_path, labels_path, seed=5).splits == bundle.splits
+    assert load_fasta_classification(fasta_path, labels_path, seed=6).splits["train"] != ids["train"]
+
+
+def test_reverse_complement_augmentation_doubles_train_only(dataset):
+    fasta_path, labels_path, sequences, _ = dataset
+    plain = load_fasta_classification(fasta_path, labels_path, seed=1)
+    augmented = load_fasta_classification(fasta_path, labels_path, seed=1, reverse_complement_augment=True)
+    assert len(augmented.train) == 2 * len(plain.train)
+    for index, record_id in enumerate(plain.splits["train"]):
+        original, flipped = augmented.train[2 * index], augmented.train[2 * index + 1]
+        assert torch.equal(original["input_ids"], encode_dna(sequences[record_id]))
+        assert torch.equal(flipped["input_ids"], encode_dna(reverse_complement(sequences[record_id])))
+        assert int(original["labels"]) == int(flipped["labels"]) == int(plain.train[index]["labels"])
+    for name in ("val", "test"):
+        plain_part, augmented_part = getattr(plain, name), getattr(augmented, name)
+        assert len(plain_part) == len(augmented_part)
+        for first, second in zip(plain_part, augmented_part, strict=True):
+            assert torch.equal(first["input_ids"], second["input_ids"])
+            assert torch.equal(first["labels"], second["labels"])
+
+
+def test_max_length_keeps_the_first_letters(dataset):
+    fasta_path, labels_path, sequences, _ = dataset
+    bundle = load_fasta_classification(fasta_path, labels_path, max_length=7, reverse_complement_augment=True)
+    first_id = bundle.splits["train"][0]
+    assert torch.equal(bundle.train[0]["input_ids"], encode_dna(sequences[first_id][:7]))
+    assert torch.equal(bundle.train[1]["input_ids"], encode_dna(reverse_complement(sequences[first_id][:7])))
+    assert max(len(example["input_ids"]) for example in bundle.train + bundle.val + bundle.test) == 7
+
+
+def test_comma_labels_without_header_and_numeric_label_order(tmp_path):
+    fasta_path, labels_path = tmp_path / "g.fa", tmp_path / "labels.csv"
+    write_fasta([("a", "ACGT"), ("b", "GGCC"), ("c", "NNAT")], fasta_path)
+    labels_path.write_text("a,10\nb, 2\nc,10\n")
+    bundle = load_fasta_classification(fasta_path, labels_path, fractions=(1.0, 0.0, 0.0))
+    assert bundle.info["label_names"] == ["2", "10"]
+    assert [int(example["labels"]) for example in bundle.train] == [1, 0, 1]
+
+
+@pytest.mark.parametrize(
+    "labels_text, message",
+    [
+        ("id\tlabel\na\tx\nc\ty\n", "FASTA record 'b' has no label"),
+        ("a\tx\nb\ty\nc\tz\nd\tz\n", "line 4: labelled id 'd' is not a FASTA record"),
+        ("a\tx\nb\ty\nc\tz\na\tz\n", "line 4: id 'a' was labelled on line 1"),
+        ("a\tx\nb\ty\tz\nc\tz\n", "line 2: expected"),
+    ],
+)
+def test_label_mismatches_raise(tmp_path, labels_text, message):
+    fasta_path, labels_path = tmp_path / "g.fa", tmp_path / "labels.tsv"
+    write_fasta([("a", "ACGT"), ("b", "GGCC"), ("c", "NNAT")], fasta_path)
+    labels_path.write_text(labels_text)
+    with pytest.raises(ValueError, match=message):
+        load_fasta_classification(fasta_path, labels_path)

@@ -1,0 +1,155 @@
+"""Character and BPE tokenizers round-trip exactly; load_text_lm splits in order, fits on train, windows the text."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from markovformer.data.text import BPETokenizer, CharTokenizer, load_text_lm, load_tokenizer
+
+_EXOTIC = "ab \n\r\t\x00éß€漢字😀\u200b\ufeff"
+
+
+def _random_text(seed: int, length: int, alphabet: str = _EXOTIC) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice(alphabet) for _ in range(length))
+
+
+@pytest.fixture(scope="module")
+def prose() -> str:
+    words = ["the", "chain", "order", "state", "Markov", "attention", "window", "gate", "lag", "token"]
+    rng = random.Random(0)
+    return " ".join(rng.choice(words) + rng.choice(["", ",", ".\n"]) for _ in range(1500))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_char_tokenizer_round_trips_arbitrary_text(seed):
+    text = _random_text(seed, 300)
+    tokenizer = CharTokenizer.from_text(text)
+    ids = tokenizer.encode(text)
+    assert tokenizer.decode(ids) == text
+    assert min(ids) >= 1 and max(ids) == tokenizer.vocab_size - 1 == len(set(text))
+
+
+def test_char_ids_follow_sorted_characters_and_zero_is_padding():
+    tokenizer = CharTokenizer.from_text("cab")
+    assert tokenizer.encode("abcba") == [1, 2, 3, 2, 1]
+    assert tokenizer.vocab_size == 4
+    with pytest.raises(ValueError, match="token id 0"):
+        tokenizer.decode([0, 1])
+
+
+def test_char_tokenizer_unknown_character_is_named():
+    with pytest.raises(ValueError, match="'z' at offset 2"):
+        CharTokenizer.from_text("abc").encode("abz")
+
+
+def test_char_tokenizer_save_load(tmp_path):
+    text = _random_text(7, 200)
+    tokenizer = CharTokenizer.from_text(text)
+    tokenizer.save(tmp_path)
+    loaded = load_tokenizer(tmp_path)
+    assert isinstance(loaded, CharTokenizer) and loaded.encode(text) == tokenizer.encode(text)
+
+
+def test_bpe_round_trips_exactly_including_unseen_characters(prose):
+    tokenizer = BPETokenizer.train(prose, vocab_size=320)
+    assert 257 < tokenizer.vocab_size <= 320
+    for text in [prose[:500], _random_text(1, 400), "  leading and trailing  ", "\r\n\r\n", "Ω≈ç√ unseen 😀"]:
+        ids = tokenizer.encode(text)
+        assert 0 not in ids
+        assert tokenizer.decode(ids) == text
+    # merges were learned: common words compress below one token per character
+    assert len(tokenizer.encode(prose)) < 0.6 * len(prose)
+
+
+def test_bpe_save_load_gives_identical_ids(tmp_path, prose):
+    tokenizer = BPETokenizer.train(prose, vocab_size=300)
+    tokenizer.save(tmp_path)
+    loaded = load_tokenizer(tmp_path)
+    assert isinstance(loaded, BPETokenizer)
+    sample = prose[1000:3000] + _random_text(2, 100)
+    assert loaded.encode(sample) == tokenizer.encode(sample)
+    assert loaded.vocab_size == tokenizer.vocab_size
+
+
+def test_bpe_vocab_size_too_small_raises():
+    with pytest.raises(ValueError, match="vocab_size"):
+        BPETokenizer.train("abc", vocab_size=100)
+
+
+def test_load_tokenizer_rejects_unknown_kind(tmp_path):
+    (tmp_path / "tokenizer.json").write_text('{"kind": "wordpiece"}')
+    with pytest.raises(ValueError, match="wordpiece"):
+        load_tokenizer(tmp_path)
+
+
+def test_text_split_is_contiguous_and_windows_rebuild_each_part(tmp_path):
+    text = _random_text(3, 2000, alphabet="abcdefgh \n")
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(text.encode("utf-8"))
+    seq_len = 15
+    bundle = load_text_lm(path, tokenizer="char", seq_len=seq_len, fractions=(0.8, 0.1, 0.1))
+    offsets = [bundle.splits[name] for name in ("train", "val", "test")]
+    assert offsets == [[0, 1600], [1600, 1800], [1800, 2000]]
+    assert bundle.info == {"vocab_size": len(set(text[:1600])) + 1}
+    for name, (start, stop) in zip(("train", "val", "test"), offsets, strict=True):
+        examples = getattr(bundle, name)
+        assert len(examples) == (stop - start) // (seq_len + 1)
+        for example in examples:
+            assert example["input_ids"].shape == (seq_len + 1,) and example["input_ids"].dtype == torch.long
+            assert torch.equal(example["labels"], example["input_ids"])
+        joined = torch.cat([example["input_ids"] for example in examples]).tolist()
+        assert bundle.tokenizer.decode(joined) == text[start:stop][: len(joined)]
+
+
+def test_char_vocabulary_is_fitted_on_train_only(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("ab" * 475 + "abZb" * 5 + "ab" * 15, encoding="utf-8")  # 1000 chars; 'Z' only in the test part
+    with pytest.raises(ValueError, match="corpus.txt: character 'Z' at offset 952 in the test part"):
+        load_text_lm(path, seq_len=4, fractions=(0.9, 0.05, 0.05))
+
+
+def test_bpe_is_fitted_on_train_only(tmp_path, prose):
+    path = tmp_path / "corpus.txt"
+    path.write_text(prose, encoding="utf-8")
+    bundle = load_text_lm(path, tokenizer="bpe", vocab_size=300, seq_len=32, fractions=(0.5, 0.25, 0.25))
+    train_end = bundle.splits["train"][1]
+    fitted_on_train = BPETokenizer.train(prose[:train_end], vocab_size=300)
+    fitted_on_all = BPETokenizer.train(prose, vocab_size=300)
+    sample = prose[train_end:]
+    assert bundle.tokenizer.encode(sample) == fitted_on_train.encode(sample)
+    assert fitted_on_all.encode(sample) != fitted_on_train.encode(sample)  # so the check above can tell them apart
+    val_tokens = torch.cat([example["input_ids"] for example in bundle.val]).tolist()
+    val_text = prose[bundle.splits["val"][0] : bundle.splits["val"][1]]
+    assert val_tokens == fitted_on_train.encode(val_text)[: len(val_tokens)]
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [(b"", "empty"), (b"abc\xff\xfeabc", "0xff at offset 3 is not valid UTF-8")],
+)
+def test_unreadable_text_names_the_path(tmp_path, content, message):
+    path = tmp_path / "broken.txt"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=f"broken.txt.*{message}"):
+        load_text_lm(path, seq_len=4)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"tokenizer": "char", "vocab_size": 300}, "vocab_size"),
+        ({"tokenizer": "bpe"}, "needs vocab_size"),
+        ({"tokenizer": "words"}, "'words'"),
+        ({"seq_len": 0}, "seq_len"),
+        ({"seq_len": 200}, "fewer than seq_len"),
+    ],
+)
+def test_bad_options_raise(tmp_path, options, message):
+    path = tmp_path / "corpus.txt"
+    path.write_text("abcd" * 250, encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        load_text_lm(path, **{"seq_len": 8, **options})

@@ -1,0 +1,93 @@
+"""The engine end to end: kill and resume, DDP, eval reproducing training's numbers, and run-directory contents."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+from markovformer.training.checkpoint import load_checkpoint_file
+from markovformer.training.run_config import resolve_run_config
+from markovformer.training.runner import evaluate
+
+
+def final_val(run_dir) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())["val"]
+
+
+def test_killed_run_resumes_to_the_same_final_metrics(tiny_config, tmp_path, cli):
+    run_cli = cli
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    done = run_cli("train", str(tiny_config), f"output_dir={whole}")
+    assert done.returncode == 0, done.stderr
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "markovformer", "train", str(tiny_config), f"output_dir={killed}"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while not (killed / "checkpoints" / "step-000020.ckpt").exists():
+        assert process.poll() is None, process.stderr.read().decode()
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed / "metrics.json").exists()  # it really died before the end
+    for checkpoint in (killed / "checkpoints").glob("*.ckpt"):  # every checkpoint left behind is whole
+        assert load_checkpoint_file(checkpoint)["global_step"] >= 10
+
+    resumed = run_cli("train", "--resume", str(killed))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from" in resumed.stdout
+    assert final_val(killed)["loss"] == pytest.approx(final_val(whole)["loss"], rel=1e-6)
+    assert not list((killed / "checkpoints").glob(".*.tmp"))
+
+
+def test_eval_reproduces_the_logged_validation_metrics_and_the_run_directory_is_complete(
+    tiny_config, tmp_path, cli, tiny_run
+):
+    run_cli, TINY_RUN = cli, tiny_run
+    run_dir = tmp_path / "run"
+    assert run_cli("train", str(tiny_config), f"output_dir={run_dir}").returncode == 0
+    for name in ("config.yaml", "environment.json", "data.json", "metrics.json", "model/model.safetensors",
+                 "checkpoints/last.ckpt", "logs/metrics.csv"):  # fmt: skip
+        assert (run_dir / name).exists(), name
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    logged = final_val(run_dir)
+    for target in (run_dir, run_dir / "checkpoints" / "last.ckpt"):  # the final model and the last checkpoint
+        measured = evaluate(target)["metrics"]
+        assert measured["loss"] == pytest.approx(logged["loss"], rel=1e-6)
+    # the resolved config is complete: it rebuilds the same run
+    resolved = resolve_run_config(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    assert resolved.trainer.max_steps == TINY_RUN["trainer"]["max_steps"] and resolved.data["lags"] == [1, 2]
+    environment = json.loads((run_dir / "environment.json").read_text())
+    assert environment["torch"] == torch.__version__
+    data = json.loads((run_dir / "data.json").read_text())
+    assert data["sizes"] == {"train": 512, "val": 64, "test": 32}
+    assert len(set(data["splits"]["generator_seeds"].values())) == 3  # the splits come from different streams
+
+
+def test_a_second_run_into_the_same_directory_is_refused(tiny_config, tmp_path, cli):
+    run_cli = cli
+    run_dir = tmp_path / "run"
+    assert run_cli("train", str(tiny_config), f"output_dir={run_dir}", "trainer.max_steps=10").returncode == 0
+    again = run_cli("train", str(tiny_config), f"output_dir={run_dir}")
+    assert again.returncode == 2 and "--resume" in again.stderr
+
+
+def test_two_process_ddp_matches_the_single_process_run(tiny_config, tmp_path, cli):
+    run_cli = cli
+    """Two gloo processes with batch B each see exactly the examples one process sees with batch 2B."""
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+    common = ["trainer.max_steps=20", "trainer.eval_every=20", "model.dropout=0.0", "trainer.deterministic=false"]
+    one = run_cli("train", str(tiny_config), f"output_dir={single}", "trainer.batch_size=16", *common)
+    assert one.returncode == 0, one.stderr
+    two = run_cli("train", str(tiny_config), f"output_dir={ddp}", "trainer.batch_size=8", "trainer.devices=2",
+                  "trainer.strategy=ddp", *common, cwd=tmp_path)  # fmt: skip
+    assert two.returncode == 0, two.stderr
+    # Same data and same averaged gradients; only the order of floating-point reductions differs.
+    assert final_val(ddp)["loss"] == pytest.approx(final_val(single)["loss"], rel=1e-4)
