@@ -5,6 +5,8 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= train,dev
 BIN := $(VENV)/bin
+# Each `make demo` trains into a fresh run directory, so running it twice never collides.
+DEMO_DIR := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: setup demo test test-slow lint bench clean
 
@@ -18,7 +20,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 demo: setup
-	$(BIN)/markovformer train
+	$(BIN)/markovformer train output_dir=$(DEMO_DIR)
+	$(BIN)/markovformer inspect $(DEMO_DIR)
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -1,5 +1,6 @@
 """The engine end to end: kill and resume, DDP, eval reproducing training's numbers, and run-directory contents."""
 
+import csv
 import json
 import os
 import signal
@@ -45,6 +46,9 @@ def test_killed_run_resumes_to_the_same_final_metrics(tiny_config, tmp_path, cli
     assert "resuming from" in resumed.stdout
     assert final_val(killed)["loss"] == pytest.approx(final_val(whole)["loss"], rel=1e-6)
     assert not list((killed / "checkpoints").glob(".*.tmp"))
+    # the log keeps the killed process's rows: the curves cover the whole run
+    logged_steps = {int(row["step"]) for row in csv.DictReader((killed / "logs" / "metrics.csv").open())}
+    assert min(logged_steps) < 20 and max(logged_steps) >= 39
 
 
 def test_eval_reproduces_the_logged_validation_metrics_and_the_run_directory_is_complete(
@@ -91,3 +95,17 @@ def test_two_process_ddp_matches_the_single_process_run(tiny_config, tmp_path, c
     assert two.returncode == 0, two.stderr
     # Same data and same averaged gradients; only the order of floating-point reductions differs.
     assert final_val(ddp)["loss"] == pytest.approx(final_val(single)["loss"], rel=1e-4)
+
+
+def test_inspect_writes_every_figure_and_links_them(tiny_config, tmp_path, cli):
+    run_dir = tmp_path / "run"
+    assert cli("train", str(tiny_config), f"output_dir={run_dir}", "trainer.max_steps=20").returncode == 0
+    done = cli("inspect", str(run_dir), "--layers", "0")
+    assert done.returncode == 0, done.stderr
+    report = run_dir / "report"
+    page = (report / "index.html").read_text()
+    for name in ("curves.png", "transition_strengths.png", "order_gates.png", "attention.png"):
+        assert (report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and name in page
+    assert "entropy rate" in page
+    bad = cli("inspect", str(run_dir), "--layers", "5")
+    assert bad.returncode == 2 and "--layers 5" in bad.stderr

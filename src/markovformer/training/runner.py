@@ -132,6 +132,31 @@ def _write_run_files(run_dir: Path, config: RunConfig, bundle: DataBundle) -> No
         bundle.tokenizer.save(run_dir / "tokenizer")
 
 
+def _read_csv_rows(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    if not path.is_file():
+        return []
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _prepend_csv_rows(path: Path, earlier: list[dict[str, str]]) -> None:
+    """Rewrite the CSV log as the earlier rows (up to where the new ones start) followed by the new ones."""
+    import csv
+    import io
+
+    later = _read_csv_rows(path)
+    first_new_step = min((int(row["step"]) for row in later if row.get("step")), default=None)
+    kept = [row for row in earlier if first_new_step is None or int(row.get("step") or 0) < first_new_step]
+    columns = list(dict.fromkeys([c for row in kept + later for c in row]))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(kept + later)
+    atomic_write(path, lambda temporary: temporary.write_text(text.getvalue()))
+
+
 def _plain(value):
     """Tuples to lists, recursively, for YAML."""
     if isinstance(value, dict):
@@ -203,6 +228,7 @@ def train(config: RunConfig, resume: bool = False) -> dict:
             print(f"resuming from {last}", flush=True)
         else:
             print(f"no checkpoint in {run_dir / 'checkpoints'} yet: starting from step 0", flush=True)
+    earlier_log = _read_csv_rows(run_dir / "logs" / "metrics.csv") if resume and trainer.is_global_zero else []
     start = time.perf_counter()
     trainer.fit(task, train_loader, val_loader, ckpt_path=ckpt_path)
     seconds = time.perf_counter() - start
@@ -212,6 +238,8 @@ def train(config: RunConfig, resume: bool = False) -> dict:
         metrics = {k[4:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     if not trainer.is_global_zero:
         return metrics
+    if earlier_log:  # Lightning's CSV logger starts a fresh file on resume: put the killed run's rows back in front
+        _prepend_csv_rows(run_dir / "logs" / "metrics.csv", earlier_log)
     model.save_pretrained(run_dir / "model")
     results = {"val": metrics, "steps": trainer.global_step, "train_seconds_this_process": seconds,
                "reference": bundle.info.get("reference", {})}  # fmt: skip
@@ -248,8 +276,10 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle) ->
     reference = results["reference"]
     if "entropy_rate" in reference and "loss" in results["val"]:
         rate, excess = reference["entropy_rate"], 100 * (results["val"]["loss"] / reference["entropy_rate"] - 1)
-        print(f"  vs entropy rate {rate:.4f} ({excess:+.2f}%); the true chain scores "
-              f"{reference['oracle_val_loss']:.4f} on the same validation sequences")
+        print(
+            f"  vs entropy rate {rate:.4f} ({excess:+.2f}%); the true chain scores "
+            f"{reference['oracle_val_loss']:.4f} on the same validation sequences"
+        )
     if not hasattr(model, "transition_strengths") or not model.transition_strengths():
         return
     batch = collate(bundle.val[: min(len(bundle.val), 64)])
