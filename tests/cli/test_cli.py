@@ -18,7 +18,6 @@ def assert_one_line_error(done, *fragments: str) -> None:
 def trained_run(tmp_path_factory):
     """A tiny trained LM run shared by the tests that need one."""
     import yaml
-
     from conftest import TINY_RUN, run_cli
 
     folder = tmp_path_factory.mktemp("trained")
@@ -91,7 +90,6 @@ def test_token_id_outside_the_vocabulary(trained_run, cli):
 
 def test_checkpoint_from_another_model(trained_run, tmp_path, cli):
     import yaml
-
     from conftest import TINY_RUN
 
     other = {**TINY_RUN, "model": {**TINY_RUN["model"], "d_model": 32}}

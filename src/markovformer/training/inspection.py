@@ -64,14 +64,14 @@ def write_inspection_report(target: str | Path, layers: list[int] | None = None,
     ids = batch["input_ids"][0].tolist() if "input_ids" in batch else list(range(batch["attention_mask"].shape[1]))
     tokens = _tokens(ids, run_dir) if "input_ids" in batch else [str(i) for i in ids]
     if any(g for g in output.gates or []):
-        figures.append(("Order gates over a validation sequence: per head, the probability of each lag and the null slot",
-                        plot_order_gates(output.gates, tokens, out / "order_gates.png",
-                                         null_slot=bool(getattr(model.config, "gate_null", True)))))  # fmt: skip
+        caption = "Order gates over a validation sequence: per head, the probability of each lag and the null slot"
+        null_slot = bool(getattr(model.config, "gate_null", True))
+        figures.append((caption, plot_order_gates(output.gates, tokens, out / "order_gates.png", null_slot=null_slot)))
     chosen = layers if layers is not None else list(range(min(len(output.attentions), 2)))
     bad = [layer for layer in chosen if not 0 <= layer < len(output.attentions)]
     if bad:
         raise ValueError(f"--layers {bad[0]} is not a layer of this model (it has {len(output.attentions)})")
     if chosen:
-        figures.append((f"Attention probabilities of layers {chosen} on the same sequence (queries down, keys across)",
-                        plot_attention_maps(output.attentions, chosen, out / "attention.png", tokens=tokens)))  # fmt: skip
+        caption = f"Attention probabilities of layers {chosen} on the same sequence (queries down, keys across)"
+        figures.append((caption, plot_attention_maps(output.attentions, chosen, out / "attention.png", tokens=tokens)))
     return write_html_report(out, f"markovformer run {run_dir.name}", figures, summary)
