@@ -1,0 +1,281 @@
+"""TaskMetrics against values worked out by hand on small fixed examples (never by calling the libraries again)."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from markovformer.training.metrics import TaskMetrics, greedy_ctc_decode, symbols_to_words
+
+
+def fake_output(loss: float, logits=None) -> SimpleNamespace:
+    """What a head returns, as far as TaskMetrics reads it."""
+    return SimpleNamespace(loss=torch.tensor(loss), logits=None if logits is None else torch.as_tensor(logits))
+
+
+def log_probabilities(rows: list[list[float]]) -> torch.Tensor:
+    """Logits whose softmax is exactly ``rows`` (each row sums to 1), so scores can be read off by hand."""
+    return torch.tensor(rows, dtype=torch.float64).log().float()
+
+
+def rank_statistic(scores: list[float], positive: list[bool]) -> float:
+    """Mann-Whitney U / (n_pos * n_neg): the fraction of (positive, negative) pairs ordered correctly, ties half."""
+    pos = [s for s, p in zip(scores, positive, strict=True) if p]
+    neg = [s for s, p in zip(scores, positive, strict=True) if not p]
+    wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in pos for b in neg)
+    return wins / (len(pos) * len(neg))
+
+
+def f1_from_confusion(confusion: list[list[int]]) -> list[float]:
+    """Per-class F1 = 2 TP / (2 TP + FP + FN) from confusion[true][predicted]."""
+    n = len(confusion)
+    scores = []
+    for c in range(n):
+        tp = confusion[c][c]
+        fn = sum(confusion[c]) - tp
+        fp = sum(confusion[r][c] for r in range(n)) - tp
+        scores.append(2 * tp / (2 * tp + fp + fn))
+    return scores
+
+
+def word_edit_distance(reference: list[str], hypothesis: list[str]) -> int:
+    """Levenshtein distance over words (substitutions, insertions, deletions all cost 1)."""
+    previous = list(range(len(hypothesis) + 1))
+    for i, r in enumerate(reference, 1):
+        current = [i]
+        for j, h in enumerate(hypothesis, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h)))
+        previous = current
+    return previous[-1]
+
+
+# ---- helpers themselves, on cases small enough to count on paper ---------------------------------------------------
+
+
+def test_the_hand_helpers_on_paper_examples():
+    # positives {0.9, 0.4}, negatives {0.5, 0.4, 0.1}: 0.9 beats all 3; 0.4 beats 0.1, ties 0.4 -> (3 + 1.5) / 6
+    assert rank_statistic([0.9, 0.5, 0.4, 0.4, 0.1], [True, False, True, False, False]) == 4.5 / 6
+    assert f1_from_confusion([[2, 1], [0, 3]]) == [2 * 2 / (4 + 0 + 1), 2 * 3 / (6 + 1 + 0)]
+    assert word_edit_distance("a b c".split(), "a x c d".split()) == 2  # one substitution, one insertion
+    assert word_edit_distance([], ["a"]) == 1 and word_edit_distance(["a", "b"], []) == 2
+
+
+# ---- causal_lm -------------------------------------------------------------------------------------------------------
+
+
+def test_causal_lm_loss_is_token_weighted_over_uneven_batches():
+    metrics = TaskMetrics("causal_lm")
+    # The model predicts labels[:, 1:], so the first label never counts. Batch 1 has 2 + 1 = 3 targets.
+    batch_1 = {"labels": torch.tensor([[5, 1, -100, 2], [3, -100, -100, 4]])}
+    # Batch 2: one row, 4 targets (its first label, 7, is not a target).
+    batch_2 = {"labels": torch.tensor([[7, 1, 2, 3, 4]])}
+    metrics.update(fake_output(2.0), batch_1)
+    metrics.update(fake_output(0.5), batch_2)
+    results = metrics.compute()
+
+    loss = (2.0 * 3 + 0.5 * 4) / (3 + 4)  # = 8/7, not the batch mean 1.25 nor (2*5 + 0.5*5)/10 counting every label
+    assert results["loss"] == pytest.approx(loss, rel=1e-6)
+    assert results["bits_per_token"] == pytest.approx(loss / math.log(2), rel=1e-6)
+    assert results["perplexity"] == pytest.approx(math.exp(loss), rel=1e-6)
+    assert set(results) == {"loss", "bits_per_token", "perplexity"}
+
+
+def test_causal_lm_loss_equals_the_mean_nll_over_every_target_token_of_both_batches():
+    """The weights match the heads' loss convention (logits[:, :-1] predict labels[:, 1:], -100 ignored): the
+    metric equals the per-token negative log-likelihood averaged over all targets, worked out with math.log."""
+    generator = torch.Generator().manual_seed(0)
+    batches = [torch.tensor([[2, 0, -100, 1, 2], [1, 1, 2, -100, -100]]), torch.tensor([[0, 2, 1, 0, 0, 2, 1]])]
+    metrics, nll = TaskMetrics("causal_lm"), []
+    for labels in batches:
+        logits = torch.randn(*labels.shape, 3, generator=generator, dtype=torch.float64)
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
+        metrics.update(SimpleNamespace(loss=loss, logits=logits), {"labels": labels})
+        for b in range(labels.shape[0]):
+            for t in range(1, labels.shape[1]):
+                target = int(labels[b, t])
+                if target != -100:
+                    row = logits[b, t - 1].tolist()
+                    nll.append(math.log(sum(math.exp(v) for v in row)) - row[target])
+    assert len(nll) == 3 + 6
+    assert metrics.compute()["loss"] == pytest.approx(sum(nll) / len(nll), rel=1e-5)
+
+
+# ---- sequence_classification -----------------------------------------------------------------------------------------
+
+# Six examples, three classes: softmax(logits) is exactly PROBS (no ties within a column).
+PROBS = [
+    [0.7, 0.2, 0.1],  # true 0, predicted 0
+    [0.3, 0.6, 0.1],  # true 0, predicted 1
+    [0.25, 0.15, 0.6],  # true 1, predicted 2
+    [0.1, 0.8, 0.1 - 1e-9],  # true 1, predicted 1  (1e-9 keeps the class-2 column free of ties)
+    [0.15, 0.3, 0.55],  # true 2, predicted 2
+    [0.45, 0.05, 0.5],  # true 2, predicted 2
+]
+TARGETS = [0, 0, 1, 1, 2, 2]
+
+
+def test_sequence_classification_three_classes_by_hand():
+    metrics = TaskMetrics("sequence_classification", num_labels=3)
+    # two batches of different sizes: the state accumulates across them
+    metrics.update(fake_output(1.0, log_probabilities(PROBS[:4])), {"labels": torch.tensor(TARGETS[:4])})
+    metrics.update(fake_output(0.4, log_probabilities(PROBS[4:])), {"labels": torch.tensor(TARGETS[4:])})
+    results = metrics.compute()
+
+    # confusion[true][predicted]: rows 0: (1, 1, 0); 1: (0, 1, 1); 2: (0, 0, 2)
+    confusion = [[1, 1, 0], [0, 1, 1], [0, 0, 2]]
+    assert results["accuracy"] == pytest.approx(4 / 6)
+    # per class: F1_0 = 2/(2+0+1) = 2/3, F1_1 = 2/(2+1+1) = 1/2, F1_2 = 4/(4+1+0) = 4/5
+    assert f1_from_confusion(confusion) == pytest.approx([2 / 3, 1 / 2, 4 / 5])
+    assert results["macro_f1"] == pytest.approx((2 / 3 + 1 / 2 + 4 / 5) / 3, rel=1e-6)
+    # one-vs-rest AUROC per class from the probability columns, then the plain mean over classes
+    per_class = [rank_statistic([p[c] for p in PROBS], [t == c for t in TARGETS]) for c in range(3)]
+    # by hand: class 0 scores pos {.7, .3} vs neg {.25, .1, .15, .45}: 4 + 2 = 6 of 8 pairs;
+    # class 1 pos {.15, .8} vs neg {.2, .6, .3, .05}: 1 + 4 = 5 of 8; class 2 pos {.55, .5} vs neg {.1, .1, .6, ~.1}: 3 + 3
+    assert per_class == [6 / 8, 5 / 8, 6 / 8]
+    assert results["auroc"] == pytest.approx(sum(per_class) / 3, rel=1e-6)
+    # loss: weighted by examples per batch
+    assert results["loss"] == pytest.approx((1.0 * 4 + 0.4 * 2) / 6, rel=1e-6)
+
+
+def test_binary_auroc_is_the_mann_whitney_statistic_with_ties_counted_half():
+    # class-1 logit minus class-0 logit orders the examples; two examples share exactly the same logits (a tie)
+    logits = torch.tensor([[0.0, 2.0], [0.0, 0.5], [1.0, 0.0], [0.0, 0.5], [0.0, -1.0], [0.0, 1.0], [0.3, 0.0]])
+    targets = [1, 1, 1, 0, 0, 0, 0]
+    metrics = TaskMetrics("sequence_classification", num_labels=2)
+    metrics.update(fake_output(0.0, logits), {"labels": torch.tensor(targets)})
+    results = metrics.compute()
+    # margins: positives {2.0, 0.5, -1.0}, negatives {0.5, -1.0, 1.0, -0.3}
+    # 2.0 beats all 4; 0.5 beats -1.0 and -0.3, ties 0.5, loses to 1.0 -> 2.5; -1.0 ties -1.0 -> 0.5. (4 + 2.5 + .5)/12
+    assert results["auroc"] == pytest.approx(7 / 12, rel=1e-6)
+    assert rank_statistic((logits[:, 1] - logits[:, 0]).tolist(), [t == 1 for t in targets]) == 7 / 12
+    # predicted 1 where the margin is > 0: examples 0, 1, 3, 5 -> correct are 0, 1, 4, 6
+    assert results["accuracy"] == pytest.approx(4 / 7)
+    # confusion[true][pred]: true 0 -> (2, 2); true 1 -> (1, 2). F1_0 = 4/(4+1+2) = 4/7, F1_1 = 4/(4+2+1) = 4/7
+    assert results["macro_f1"] == pytest.approx(4 / 7, rel=1e-6)
+
+
+# ---- token_classification --------------------------------------------------------------------------------------------
+
+
+def test_token_classification_ignores_positions_labelled_minus_100():
+    # predictions by argmax of one-hot-ish logits; the ignored positions are all predicted wrongly as class 2, so
+    # counting them (as anything) would change both numbers
+    predicted = torch.tensor([[0, 0, 1, 2, 2], [1, 1, 0, 2, 2]])
+    labels = torch.tensor([[0, 1, 1, -100, -100], [1, 0, 0, 1, -100]])
+    logits = F.one_hot(predicted, 3).float() * 5.0
+    metrics = TaskMetrics("token_classification", num_labels=3)
+    metrics.update(fake_output(0.3, logits), {"labels": labels})
+    results = metrics.compute()
+
+    # the 7 kept positions as (true, predicted): (0,0) (1,0) (1,1) | (1,1) (0,1) (0,0) (1,2)
+    correct = 4
+    assert results["accuracy"] == pytest.approx(correct / 7)
+    # confusion[true][predicted]: true 0 -> (2, 1, 0); true 1 -> (1, 2, 1); class 2 never true
+    confusion = [[2, 1, 0], [1, 2, 1], [0, 0, 0]]
+    f1 = f1_from_confusion(confusion)  # F1_0 = 4/(4+1+1) = 2/3, F1_1 = 4/(4+1+2) = 4/7, F1_2 = 0/(0+1+0) = 0
+    assert f1 == pytest.approx([2 / 3, 4 / 7, 0.0])
+    assert results["macro_f1"] == pytest.approx(sum(f1) / 3, rel=1e-6)
+    assert set(results) == {"loss", "accuracy", "macro_f1"}
+
+
+# ---- ctc -------------------------------------------------------------------------------------------------------------
+
+
+def frames(path: list[int], num_classes: int = 5) -> torch.Tensor:
+    """Logits (T, C) whose argmax per frame is ``path``."""
+    return F.one_hot(torch.tensor(path), num_classes).float() * 3.0 - 1.0
+
+
+def test_greedy_ctc_decode_merges_repeats_drops_blanks_and_respects_lengths():
+    logits = torch.stack([
+        frames([1, 1, 0, 1, 2, 2, 0, 3]),  # 1 1 | blank | 1 | 2 2 | blank | 3  -> 1 1 2 3
+        frames([0, 2, 2, 2, 0, 0, 4, 4]),  # only the first 5 frames count -> 2  (4 4 lies beyond the length)
+        frames([3, 3, 3, 3, 0, 0, 0, 0]),  # length 3: 3 3 3 -> 3
+        frames([0, 0, 0, 0, 0, 0, 0, 0]),  # all blank -> nothing
+    ])  # fmt: skip
+    lengths = torch.tensor([8, 5, 3, 8])
+    assert greedy_ctc_decode(logits, lengths) == [[1, 1, 2, 3], [2], [3], []]
+    # with a length cutting a run of repeats and a different blank index
+    assert greedy_ctc_decode(frames([2, 2, 1, 2])[None], torch.tensor([4]), blank=2) == [[1]]
+    assert greedy_ctc_decode(frames([2, 2, 1, 2])[None], torch.tensor([2]), blank=0) == [[2]]
+
+
+# Two utterances, blank 0; the first is padded (attention_mask) after 6 frames, labels padded with -100.
+CTC_LOGITS = torch.stack([
+    frames([1, 2, 0, 3, 3, 4, 1, 1]),  # 6 frames -> 1 2 3 4   (the 1 1 in the padding must not count)
+    frames([4, 0, 4, 1, 3, 3, 0, 2]),  # 8 frames -> 4 4 1 3 2
+])  # fmt: skip
+CTC_BATCH = {
+    "labels": torch.tensor([[1, 2, 4, -100, -100], [4, 1, 1, 3, 2]]),
+    "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0], [1] * 8]),
+}
+
+
+def test_wer_without_label_names_counts_each_symbol_as_a_word():
+    metrics = TaskMetrics("ctc")
+    metrics.update(fake_output(1.5, CTC_LOGITS), CTC_BATCH)
+    # utterance 1: ref 1 2 4, hyp 1 2 3 4 -> one insertion; utterance 2: ref 4 1 1 3 2, hyp 4 4 1 3 2 -> one
+    # substitution. Corpus WER = (1 + 1) / (3 + 5)
+    assert word_edit_distance("1 2 4".split(), "1 2 3 4".split()) == 1
+    assert word_edit_distance("4 1 1 3 2".split(), "4 4 1 3 2".split()) == 1
+    results = metrics.compute()
+    assert results["wer"] == pytest.approx(2 / 8)
+    assert results["loss"] == pytest.approx(1.5)
+    assert set(results) == {"loss", "wer"}
+
+
+def test_wer_with_label_names_joins_characters_and_splits_words_on_spaces():
+    names = ["<blank>", "a", "b", " ", "c"]  # id 3 is the space
+    metrics = TaskMetrics("ctc", label_names=names)
+    metrics.update(fake_output(1.5, CTC_LOGITS), CTC_BATCH)
+    # utterance 1: ref ids 1 2 4 = "abc" (1 word), hyp 1 2 3 4 = "ab c" (2 words): 1 substitution + 1 insertion
+    # utterance 2: ref ids 4 1 1 3 2 = "caa b", hyp 4 4 1 3 2 = "cca b": 1 substitution. (2 + 1) / (1 + 2)
+    assert symbols_to_words([1, 2, 3, 4], names) == "ab c"
+    assert word_edit_distance(["abc"], ["ab", "c"]) == 2
+    assert word_edit_distance(["caa", "b"], ["cca", "b"]) == 1
+    assert metrics.compute()["wer"] == pytest.approx(3 / 3)
+
+
+def test_wer_uses_the_full_length_without_an_attention_mask():
+    metrics = TaskMetrics("ctc")
+    metrics.update(fake_output(1.0, CTC_LOGITS[:1]), {"labels": torch.tensor([[1, 2, 3, 4]])})
+    # all 8 frames: 1 2 0 3 3 4 1 1 -> 1 2 3 4 1; ref 1 2 3 4 -> one insertion over 4 words
+    assert metrics.compute()["wer"] == pytest.approx(1 / 4)
+
+
+# ---- reset -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", ["causal_lm", "sequence_classification", "token_classification", "ctc"])
+def test_reset_clears_everything(task):
+    """After reset, the results are those of the batches seen since, as if the metric were new."""
+    if task == "causal_lm":
+        first = (fake_output(9.0), {"labels": torch.tensor([[1, 2, 3]])})
+        second = (fake_output(1.0), {"labels": torch.tensor([[1, 2, -100]])})
+    elif task == "sequence_classification":
+        first = (fake_output(9.0, log_probabilities(PROBS)), {"labels": torch.tensor([2, 2, 0, 0, 1, 1])})
+        second = (fake_output(1.0, log_probabilities(PROBS)), {"labels": torch.tensor(TARGETS)})
+    elif task == "token_classification":
+        labels = torch.tensor([[0, 1, 2, -100]])
+        first = (fake_output(9.0, F.one_hot(torch.tensor([[2, 2, 2, 2]]), 3).float()), {"labels": labels})
+        second = (fake_output(1.0, F.one_hot(torch.tensor([[0, 1, 1, 0]]), 3).float()), {"labels": labels})
+    else:
+        first = (fake_output(9.0, CTC_LOGITS), CTC_BATCH)
+        second = (fake_output(1.0, CTC_LOGITS[1:]), {"labels": torch.tensor([[4, 4, 1, 3, 2]])})
+    num_labels = None if task in ("causal_lm", "ctc") else 3
+
+    used = TaskMetrics(task, num_labels)
+    used.update(*first)
+    used.compute()
+    used.reset()
+    used.update(*second)
+    fresh = TaskMetrics(task, num_labels)
+    fresh.update(*second)
+    assert used.compute() == fresh.compute()
+    assert used.compute()["loss"] == pytest.approx(1.0)
+    if task == "ctc":
+        assert used.compute()["wer"] == 0.0  # the first batch's references and hypotheses are gone
+        used.reset()
+        assert used._references == [] and used._hypotheses == []
