@@ -98,22 +98,24 @@ def test_causal_lm_loss_equals_the_mean_nll_over_every_target_token_of_both_batc
                 if target != -100:
                     row = logits[b, t - 1].tolist()
                     nll.append(math.log(sum(math.exp(v) for v in row)) - row[target])
-    assert len(nll) == 3 + 6
+    assert len(nll) == (3 + 2) + 6
     assert metrics.compute()["loss"] == pytest.approx(sum(nll) / len(nll), rel=1e-5)
 
 
 # ---- sequence_classification -----------------------------------------------------------------------------------------
 
-# Six examples, three classes: softmax(logits) is exactly PROBS (no ties within a column).
+# Seven examples, three classes with unequal support (2, 2, 3), so micro, macro and support-weighted averages all
+# differ: softmax(logits) is exactly PROBS up to rounding, and no positive ties a negative within a column.
 PROBS = [
     [0.7, 0.2, 0.1],  # true 0, predicted 0
     [0.3, 0.6, 0.1],  # true 0, predicted 1
     [0.25, 0.15, 0.6],  # true 1, predicted 2
-    [0.1, 0.8, 0.1 - 1e-9],  # true 1, predicted 1  (1e-9 keeps the class-2 column free of ties)
+    [0.1, 0.8, 0.1],  # true 1, predicted 1
     [0.15, 0.3, 0.55],  # true 2, predicted 2
     [0.45, 0.05, 0.5],  # true 2, predicted 2
+    [0.35, 0.4, 0.25],  # true 2, predicted 1
 ]
-TARGETS = [0, 0, 1, 1, 2, 2]
+TARGETS = [0, 0, 1, 1, 2, 2, 2]
 
 
 def test_sequence_classification_three_classes_by_hand():
@@ -123,20 +125,21 @@ def test_sequence_classification_three_classes_by_hand():
     metrics.update(fake_output(0.4, log_probabilities(PROBS[4:])), {"labels": torch.tensor(TARGETS[4:])})
     results = metrics.compute()
 
-    # confusion[true][predicted]: rows 0: (1, 1, 0); 1: (0, 1, 1); 2: (0, 0, 2)
-    confusion = [[1, 1, 0], [0, 1, 1], [0, 0, 2]]
-    assert results["accuracy"] == pytest.approx(4 / 6)
-    # per class: F1_0 = 2/(2+0+1) = 2/3, F1_1 = 2/(2+1+1) = 1/2, F1_2 = 4/(4+1+0) = 4/5
-    assert f1_from_confusion(confusion) == pytest.approx([2 / 3, 1 / 2, 4 / 5])
-    assert results["macro_f1"] == pytest.approx((2 / 3 + 1 / 2 + 4 / 5) / 3, rel=1e-6)
+    assert results["accuracy"] == pytest.approx(4 / 7)  # micro: 4 of 7 right (the macro recall would be 5/9)
+    # confusion[true][predicted]
+    confusion = [[1, 1, 0], [0, 1, 1], [0, 1, 2]]
+    # per class: F1_0 = 2/(2+0+1) = 2/3, F1_1 = 2/(2+2+1) = 2/5, F1_2 = 4/(4+1+1) = 2/3
+    assert f1_from_confusion(confusion) == pytest.approx([2 / 3, 2 / 5, 2 / 3])
+    assert results["macro_f1"] == pytest.approx((2 / 3 + 2 / 5 + 2 / 3) / 3, rel=1e-6)  # 26/45; weighted: 62/105
     # one-vs-rest AUROC per class from the probability columns, then the plain mean over classes
     per_class = [rank_statistic([p[c] for p in PROBS], [t == c for t in TARGETS]) for c in range(3)]
-    # by hand: class 0 scores pos {.7, .3} vs neg {.25, .1, .15, .45}: 4 + 2 = 6 of 8 pairs;
-    # class 1 pos {.15, .8} vs neg {.2, .6, .3, .05}: 1 + 4 = 5 of 8; class 2 pos {.55, .5} vs neg {.1, .1, .6, ~.1}: 3 + 3
-    assert per_class == [6 / 8, 5 / 8, 6 / 8]
-    assert results["auroc"] == pytest.approx(sum(per_class) / 3, rel=1e-6)
+    # by hand: class 0: pos {.7, .3} vs neg {.25, .1, .15, .45, .35}: 5 + 3 = 8 of 10 pairs;
+    # class 1: pos {.15, .8} vs neg {.2, .6, .3, .05, .4}: 1 + 5 = 6 of 10;
+    # class 2: pos {.55, .5, .25} vs neg {.1, .1, .6, .1}: 3 + 3 + 3 = 9 of 12
+    assert per_class == [8 / 10, 6 / 10, 9 / 12]
+    assert results["auroc"] == pytest.approx((8 / 10 + 6 / 10 + 9 / 12) / 3, rel=1e-6)
     # loss: weighted by examples per batch
-    assert results["loss"] == pytest.approx((1.0 * 4 + 0.4 * 2) / 6, rel=1e-6)
+    assert results["loss"] == pytest.approx((1.0 * 4 + 0.4 * 3) / 7, rel=1e-6)
 
 
 def test_binary_auroc_is_the_mann_whitney_statistic_with_ties_counted_half():
@@ -255,7 +258,7 @@ def test_reset_clears_everything(task):
         first = (fake_output(9.0), {"labels": torch.tensor([[1, 2, 3]])})
         second = (fake_output(1.0), {"labels": torch.tensor([[1, 2, -100]])})
     elif task == "sequence_classification":
-        first = (fake_output(9.0, log_probabilities(PROBS)), {"labels": torch.tensor([2, 2, 0, 0, 1, 1])})
+        first = (fake_output(9.0, log_probabilities(PROBS)), {"labels": torch.tensor([2, 2, 0, 0, 1, 1, 0])})
         second = (fake_output(1.0, log_probabilities(PROBS)), {"labels": torch.tensor(TARGETS)})
     elif task == "token_classification":
         labels = torch.tensor([[0, 1, 2, -100]])

@@ -10,6 +10,7 @@ import dataclasses
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.markov_sources import HiddenOrderSource, MarkovChainSource
+from markovformer.data.synthetic_ctc import SyntheticCTCSource
 
 
 @dataclasses.dataclass
@@ -93,6 +94,7 @@ DATA_SOURCES: dict[str, type] = {
     "text": TextSource,
     "fasta": FastaSource,
     "csv_series": CsvSeriesSource,
+    "synthetic_ctc": SyntheticCTCSource,
 }
 
 # The tasks each source feeds; a mismatch is a config error caught before any model is built.
@@ -102,4 +104,5 @@ SOURCE_TASKS: dict[str, tuple[str, ...]] = {
     "text": ("causal_lm",),
     "fasta": ("sequence_classification",),
     "csv_series": ("sequence_classification", "token_classification"),
+    "synthetic_ctc": ("ctc",),
 }

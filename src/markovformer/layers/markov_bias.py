@@ -110,7 +110,7 @@ class MarkovBias(nn.Module):
 
     def transitions(self) -> dict[str, Tensor | None]:
         """Effective strengths T per direction, (H, K); ``future`` is None for a causal layer."""
-        strengths: dict[str, Tensor | None] = {"future": None}
+        strengths: dict[str, Tensor | None] = {"past": None, "future": None}
         for direction, theta in self.theta.items():
             value = F.softplus(theta) + SOFTPLUS_EPS if self.transition == "softplus" else theta
             strengths[direction] = value.expand(self.n_heads, self.max_order)
