@@ -111,3 +111,14 @@ def test_not_a_run_directory(tmp_path, cli):
 def test_debug_shows_the_traceback(cli):
     done = cli("--debug", "train", "trainer.max_steps=abc")
     assert done.returncode != 0 and "Traceback" in done.stderr
+
+
+def test_model_field_of_the_wrong_type(cli):
+    assert_one_line_error(cli("train", 'model.dropout="0.1"'), "model.dropout", "float")
+
+
+def test_data_task_must_agree_with_the_run_task(tmp_path, cli):
+    rows = ["x,label"] + [f"{i},{i % 2}" for i in range(40)]
+    (tmp_path / "series.csv").write_text("\n".join(rows) + "\n")
+    data = f"data={{source: csv_series, window: 4, path: {tmp_path / 'series.csv'}, task: sequence_classification}}"
+    assert_one_line_error(cli("train", "task=token_classification", data), "data.task", "token_classification")

@@ -266,3 +266,14 @@ def test_dispatcher_errors():
         banded_attention(q, k, v, attention_mask=torch.ones(2, 4), **options)
     with pytest.raises(ValueError, match="window"):
         banded_attention(q, k, v, window=-1, causal=True)
+
+
+def test_prediction_lags_place_a_source_lag_where_the_predicting_query_sees_it():
+    from markovformer.ops.lags import lag_matrix, prediction_lags
+
+    positions = torch.arange(10)
+    lags = lag_matrix(positions, positions)
+    t = 7  # the query at t predicts the symbol at t + 1
+    for source_lag in (1, 2, 4):
+        symbol = t + 1 - source_lag  # x_{t+1} depends on x_{t+1-l}
+        assert prediction_lags((source_lag,)) == (int(lags[t, symbol]),)

@@ -62,3 +62,12 @@ def lag_key_offsets(query_offsets: Tensor, max_order: int, direction: str) -> Te
     lags = torch.arange(1, max_order + 1, device=query_offsets.device)
     sign = -1 if direction == "past" else 1
     return query_offsets[:, None] + sign * lags[None, :]
+
+
+def prediction_lags(source_lags: tuple[int, ...]) -> tuple[int, ...]:
+    """A next-token source's lags as attention lags of the position that predicts.
+
+    A chain whose next symbol x_{t+1} depends on x_{t+1-l} is read at position t (the last input), where that
+    symbol sits at attention lag l - 1: source lag 1 is the query token itself (lag 0), source lag 4 is lag 3.
+    """
+    return tuple(lag - 1 for lag in source_lags)

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from markovformer.data.collate import collate
+from markovformer.ops.lags import prediction_lags
 from markovformer.training.runner import build_data, load_run
 from markovformer.training.task import model_inputs
 
@@ -50,9 +51,12 @@ def write_inspection_report(target: str | Path, layers: list[int] | None = None,
                         plot_training_curves(csv, out / "curves.png", reference_lines=lines)))  # fmt: skip
 
     strengths = model.transition_strengths() if hasattr(model, "transition_strengths") else []
-    true_lags = tuple(data_info["true_lags"]) if "true_lags" in data_info else None
+    # The source's lags count from the predicted symbol; the figure's count from the predicting position.
+    true_lags = prediction_lags(tuple(data_info["true_lags"])) if "true_lags" in data_info else None
+    true_lags = tuple(lag for lag in true_lags if lag >= 1) if true_lags else None
     if strengths:
-        figures.append(("Learned transition strengths T per layer, head and lag (true lags of the source marked)",
+        figures.append(("Learned transition strengths T per layer, head and lag (the source's true lags marked, "
+                        "counted from the predicting position)",
                         plot_transition_strengths(strengths, out / "transition_strengths.png", true_lags)))  # fmt: skip
 
     example = build_data(config).val[0]

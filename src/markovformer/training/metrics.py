@@ -1,4 +1,4 @@
-"""Validation metrics per task, from torchmetrics and jiwer (never hand-written), synced across processes."""
+"""Validation metrics per task, from torchmetrics (never hand-written), synced across processes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC, MulticlassF1Score
+from torchmetrics.text import WordErrorRate
 
 
 def greedy_ctc_decode(logits: Tensor, lengths: Tensor, blank: int = 0) -> list[list[int]]:
@@ -40,8 +41,8 @@ class TaskMetrics(nn.Module):
             self.macro_f1 = MulticlassF1Score(num_labels, average="macro", ignore_index=-100)
         if task == "sequence_classification":
             self.auroc = MulticlassAUROC(num_labels, average="macro")
-        self._references: list[str] = []
-        self._hypotheses: list[str] = []
+        if task == "ctc":
+            self.wer = WordErrorRate()
 
     def update(self, output, batch: dict) -> None:
         labels = batch["labels"]
@@ -49,7 +50,8 @@ class TaskMetrics(nn.Module):
             count = (labels[:, 1:] != -100).sum()
             self.loss.update(output.loss.detach(), weight=count)  # token-weighted: uneven batches average correctly
             return
-        self.loss.update(output.loss.detach(), weight=labels.shape[0])
+        # Weighted by what each batch's loss averages over: tokens for token classification, sequences otherwise.
+        self.loss.update(output.loss.detach(), weight=(labels != -100).sum() if labels.dim() > 1 else len(labels))
         logits = output.logits.detach().float()
         if self.task == "sequence_classification":
             self.accuracy.update(logits, labels)
@@ -61,9 +63,12 @@ class TaskMetrics(nn.Module):
         else:  # ctc
             mask = batch.get("attention_mask")
             lengths = mask.long().sum(-1) if mask is not None else torch.full((len(labels),), logits.shape[1])
+            hypotheses, references = [], []
             for hypothesis, reference in zip(greedy_ctc_decode(logits, lengths), labels.tolist(), strict=True):
-                self._hypotheses.append(symbols_to_words(hypothesis, self.label_names))
-                self._references.append(symbols_to_words([r for r in reference if r != -100], self.label_names))
+                hypotheses.append(symbols_to_words(hypothesis, self.label_names))
+                words = symbols_to_words([r for r in reference if r != -100], self.label_names)
+                references.append(words if words.strip() else "<empty>")  # an empty reference has no words to score
+            self.wer.update(hypotheses, references)
 
     def compute(self) -> dict[str, float]:
         loss = float(self.loss.compute())
@@ -77,13 +82,9 @@ class TaskMetrics(nn.Module):
             if self.task == "sequence_classification":
                 results["auroc"] = float(self.auroc.compute())
         else:
-            import jiwer
-
-            references = [r if r.strip() else "<empty>" for r in self._references]
-            results["wer"] = float(jiwer.wer(references, self._hypotheses)) if references else float("nan")
+            results["wer"] = float(self.wer.compute())
         return results
 
     def reset(self) -> None:
         for child in self.children():
             child.reset()
-        self._references, self._hypotheses = [], []

@@ -31,6 +31,7 @@ from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import collate
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
 from markovformer.models.registry import MODEL_FAMILIES, head_class
+from markovformer.ops.lags import prediction_lags
 from markovformer.training.batches import EpochBatches
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
 from markovformer.training.environment import environment_record
@@ -57,7 +58,11 @@ def build_data(config: RunConfig) -> DataBundle:
                           f"see `markovformer data list`")  # fmt: skip
     if config.task not in SOURCE_TASKS[name]:
         raise ConfigError(f"data.source={name!r} feeds {SOURCE_TASKS[name]}, not task={config.task!r}")
-    source = build_dataclass(DATA_SOURCES[name], values, "data")
+    source_class = DATA_SOURCES[name]
+    if "task" in {field.name for field in dataclasses.fields(source_class)}:  # a source that can feed several tasks
+        if values.setdefault("task", config.task) != config.task:
+            raise ConfigError(f"data.task={values['task']!r} disagrees with task={config.task!r}")
+    source = build_dataclass(source_class, values, "data")
     return source.build(seed=config.trainer.seed)
 
 
@@ -71,9 +76,8 @@ def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
         if values.get(key) not in (None, info[key]):
             raise ConfigError(f"model.{key}={values[key]!r} disagrees with the data, which has {key}={info[key]}")
         values[key] = info[key]
-    config_class = MODEL_FAMILIES[config.model_type].config_class
+    model_config = build_dataclass(MODEL_FAMILIES[config.model_type].config_class, values, "model")
     try:
-        model_config = config_class.from_dict(values)
         model = head(model_config)
     except ValueError as error:
         raise ConfigError(f"model: {error}") from error
@@ -263,8 +267,12 @@ def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) 
     print(f"data: {config.data['source']} ({sizes} examples)", flush=True)
     reference = bundle.info.get("reference", {})
     if "entropy_rate" in reference:
-        print(f"  true lags {tuple(bundle.info.get('true_lags', ()))}, entropy rate {reference['entropy_rate']:.4f} "
-              f"nats/token, unigram entropy {reference['unigram_entropy']:.4f}")  # fmt: skip
+        lags = tuple(bundle.info.get("true_lags", ()))
+        print(
+            f"  true lags {lags} (attention lags {prediction_lags(lags)} from the predicting position; lag 0 is the "
+            f"query itself), entropy rate {reference['entropy_rate']:.4f} nats/token, "
+            f"unigram entropy {reference['unigram_entropy']:.4f}"
+        )
     kinds = sorted(set(model.config.layer_kinds())) if hasattr(model.config, "layer_kinds") else []
     print(f"model: {type(model).__name__}, {model.num_parameters():,} parameters, attention {kinds}", flush=True)
 

@@ -1,0 +1,204 @@
+"""The example configs in configs/: each is a valid run (model, data and trainer sections build their classes), the
+demo YAML is the embedded demo run, the variants stay in step with what they vary, and the configs whose data needs
+no files train for a few steps through the real runner."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+import typing
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from markovformer.data.collate import collate
+from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.models.registry import MODEL_FAMILIES
+from markovformer.training.demo import DEMO_CONFIG
+from markovformer.training.run_config import RunConfig, build_dataclass, coerce, load_yaml, resolve_run_config
+from markovformer.training.runner import build_data, build_model, train
+from markovformer.training.task import model_inputs
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+EXPECTED = {"causal_lm_chain", "hidden_order", "softmax_baseline", "text_char", "text_bpe", "dna_fasta",
+            "time_series_csv"}  # fmt: skip
+# The model input size each source fills in (the config leaves it out); num_labels likewise for classification.
+DATA_INPUT = {"csv_series": "input_dim", "synthetic_ctc": "input_dim"}
+NEEDS_NO_FILES = ("markov_chain", "hidden_order")
+
+
+def plain(value):
+    """Tuples to lists, recursively: YAML has only lists."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def resolved(name: str) -> RunConfig:
+    return resolve_run_config(load_yaml(ROOT / "configs" / f"{name}.yaml"))
+
+
+def model_config(config: RunConfig, **filled):
+    """The config's model section as its model config, with the sizes the data would provide."""
+    values = dict(config.model)
+    input_key = DATA_INPUT.get(config.data["source"], "vocab_size")
+    assert input_key not in values, f"model.{input_key} comes from the data; the config should leave it out"
+    values[input_key] = 7
+    values.update(filled)
+    return MODEL_FAMILIES[config.model_type].config_class.from_dict(values)
+
+
+def test_every_example_config_is_there():
+    assert EXPECTED <= {path.stem for path in CONFIGS}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda path: path.stem)
+def test_config_resolves_and_its_sections_build_their_classes(path):
+    config = resolve_run_config(load_yaml(path))
+    name = config.data["source"]
+    assert name in DATA_SOURCES
+    assert config.task in SOURCE_TASKS[name], f"{name} feeds {SOURCE_TASKS[name]}, not {config.task}"
+    options = {k: v for k, v in config.data.items() if k != "source"}
+    source = build_dataclass(DATA_SOURCES[name], options, "data")
+    assert plain(source.__dict__) == plain({**DATA_SOURCES[name]().__dict__, **options})  # every option taken
+    if "task" in options:  # a source with its own task option (csv_series) must agree with the run
+        assert source.task == config.task
+
+    model_config(config)
+    hints = typing.get_type_hints(MODEL_FAMILIES[config.model_type].config_class)
+    for key, value in config.model.items():  # each value has its field's type (the model config does not check)
+        coerce(value, hints[key], f"model.{key}")
+
+
+def test_no_two_configs_share_a_run_directory():
+    output_dirs = [resolve_run_config(load_yaml(path)).output_dir for path in CONFIGS]
+    assert len(set(output_dirs)) == len(output_dirs)
+
+
+def test_the_demo_yaml_is_the_embedded_demo_run():
+    assert plain(yaml.safe_load((ROOT / "configs" / "causal_lm_chain.yaml").read_text())) == plain(DEMO_CONFIG)
+
+
+def test_the_softmax_baseline_is_the_demo_run_with_softmax_attention():
+    demo, baseline = resolve_run_config(copy.deepcopy(DEMO_CONFIG)), resolved("softmax_baseline")
+    assert baseline.data == demo.data and baseline.trainer == demo.trainer and baseline.task == demo.task
+    model = model_config(baseline)
+    assert model.layer_kinds() == ["softmax"] * model.n_layers
+    same_size = ("d_model", "n_layers", "n_heads")
+    assert {k: getattr(model, k) for k in same_size} == {k: DEMO_CONFIG["model"][k] for k in same_size}
+
+
+def test_hidden_order_learns_lags_one_and_four_with_gated_order_four():
+    config = resolved("hidden_order")
+    source = build_dataclass(DATA_SOURCES["hidden_order"], {k: v for k, v in config.data.items() if k != "source"},
+                             "data")  # fmt: skip
+    assert tuple(source.chain().true_lags) == (1, 4)
+    model = model_config(config)
+    assert model.max_order == 4 and model.gate != "none" and set(model.layer_kinds()) == {"markov"}
+    assert 0 < model.gate_entropy_weight <= 0.1
+    assert config.trainer.max_steps * config.trainer.batch_size <= source.train_sequences  # no sequence seen twice
+
+
+def test_text_configs_differ_only_in_the_tokenizer():
+    char, bpe = resolved("text_char"), resolved("text_bpe")
+    assert char.data["path"] == bpe.data["path"] == "../shared/data/tiny_shakespeare.txt"
+    assert char.data["tokenizer"] == "char" and "vocab_size" not in char.data and char.data["seq_len"] == 128
+    assert bpe.data == {**char.data, "tokenizer": "bpe", "vocab_size": 512}
+    assert bpe.model == char.model and bpe.trainer == char.trainer
+    model = model_config(char)
+    assert model.scope == "local" and model.causal
+    assert set(model.layer_kinds()) <= {"markov", "hybrid_split", "hybrid_parallel"}
+    assert "markov" in model.layer_kinds() or any(kind.startswith("hybrid") for kind in model.layer_kinds())
+
+
+@pytest.mark.skipif(not (ROOT / "../shared/data/tiny_shakespeare.txt").is_file(), reason="no Tiny Shakespeare here")
+@pytest.mark.parametrize("name", ["text_char", "text_bpe"])
+def test_text_config_builds_its_data_and_model(name, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the data path is relative to the repository root
+    config = resolved(name)
+    bundle = build_data(config)
+    model = build_model(config, bundle.info).eval()
+    batch = collate(bundle.val[:2])
+    assert batch["input_ids"].shape == (2, 129)  # seq_len + 1: inputs and their shifted targets
+    with torch.no_grad():
+        loss = model(**model_inputs(batch)).loss
+    assert abs(float(loss) - math.log(bundle.info["vocab_size"])) < 1.0  # untrained: close to uniform
+
+
+def _write_fasta_files(directory: Path) -> tuple[Path, Path]:
+    rng = random.Random(0)
+    fasta, labels = directory / "promoters.fa", directory / "promoters.labels.tsv"
+    records = [(f"r{i}", "".join(rng.choice("ACGT") for _ in range(rng.randint(20, 40)))) for i in range(30)]
+    fasta.write_text("".join(f">{name}\n{sequence}\n" for name, sequence in records))
+    labels.write_text("".join(f"{name}\t{'promoter' if i % 3 else 'other'}\n" for i, (name, _) in enumerate(records)))
+    return fasta, labels
+
+
+def _write_series(path: Path, rows: int) -> Path:
+    lines = ["a,b,c,label"] + [f"{math.sin(t)},{t % 7},{math.cos(t / 3)},{'up' if t % 5 < 2 else 'down'}"
+                               for t in range(rows)]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_file_configs_build_their_data_and_model_on_small_files(tmp_path):
+    """The placeholder paths replaced by small files: data, model (sizes from the data) and one loss."""
+    fasta, labels = _write_fasta_files(tmp_path)
+    series = _write_series(tmp_path / "series.csv", 500)
+    cases = {
+        "dna_fasta": {"path": str(fasta), "labels": str(labels)},
+        "time_series_csv": {"path": str(series)},
+    }
+    for name, paths in cases.items():
+        config = resolved(name)
+        config.data.update(paths)
+        bundle = build_data(config)
+        model = build_model(config, bundle.info).eval()
+        assert model.config.num_labels == 2
+        with torch.no_grad():
+            output = model(**model_inputs(collate(bundle.val[:2])))
+        assert output.logits.shape == (2, 2) and torch.isfinite(output.loss)
+    fasta_config = model_config(resolved("dna_fasta"))
+    assert not fasta_config.causal and fasta_config.bidirectional and resolved("dna_fasta").data["reverse_complement"]
+    assert resolved("dna_fasta").data["path"] == "data/promoters.fa"
+    assert resolved("dna_fasta").data["labels"] == "data/promoters.labels.tsv"
+    csv_config = resolved("time_series_csv")
+    assert csv_config.data["path"] == "data/series.csv" and csv_config.data["label_column"] == "label"
+    assert build_model(csv_config, bundle.info).config.input_dim == 3  # a, b, c: filled from the data
+
+
+TINY = {
+    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+    "data": {"num_symbols": 6, "seq_len": 16, "train_sequences": 48, "val_sequences": 8, "test_sequences": 8},
+    "trainer": {"max_steps": 3, "batch_size": 8, "warmup_steps": 1, "eval_every": 3, "checkpoint_every": 3,
+                "log_every": 1, "eval_batch_size": 8},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", [p.stem for p in CONFIGS if load_yaml(p)["data"]["source"] in NEEDS_NO_FILES])
+def test_configs_without_data_files_train_three_steps(name, tmp_path):
+    """The config as written, shrunk (sizes only: attention kind, gates and regularisers are kept), trains through
+    the runner and writes a complete run directory."""
+    values = load_yaml(ROOT / "configs" / f"{name}.yaml")
+    for section, shrunk in TINY.items():
+        values[section].update(shrunk)
+    values["output_dir"] = str(tmp_path / name)
+    if "lags" in values["data"]:
+        values["data"]["lags"] = [1, 2]
+    results = train(resolve_run_config(values))
+    run_dir = tmp_path / name
+    assert results["steps"] == 3
+    loss = results["val"]["loss"]
+    assert math.isfinite(loss) and abs(loss - math.log(6)) < 0.5  # three steps: still near uniform over 6 symbols
+    assert json.loads((run_dir / "metrics.json").read_text())["val"] == results["val"]
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "model").is_dir()
+    written = resolve_run_config(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    assert written.model == {**load_yaml(ROOT / "configs" / f"{name}.yaml")["model"], **TINY["model"]}
+    assert written.trainer.max_steps == 3
