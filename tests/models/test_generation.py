@@ -1,0 +1,61 @@
+import pytest
+import torch
+
+from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+from markovformer.models.generation import generate_tokens, sample_next_token
+
+
+def test_top_k_and_top_p_restrict_the_support_exactly():
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, -3.0]]).expand(4000, -1)
+    generator = torch.Generator().manual_seed(0)
+    top2 = sample_next_token(logits, top_k=2, generator=generator)
+    assert set(top2.tolist()) == {0, 1}
+    probs = logits[0].softmax(-1)
+    # the nucleus is the smallest prefix of the sorted tokens whose mass reaches top_p
+    nucleus_p = float(probs[:2].sum()) + 1e-3
+    nucleus = sample_next_token(logits, top_p=nucleus_p, generator=generator)
+    assert set(nucleus.tolist()) == {0, 1, 2}
+    # within the support, frequencies follow the renormalised probabilities
+    expected = probs[:2] / probs[:2].sum()
+    observed = torch.bincount(top2, minlength=2)[:2].float() / len(top2)
+    torch.testing.assert_close(observed, expected, atol=0.03, rtol=0)
+
+
+def test_greedy_and_degenerate_settings_take_the_argmax():
+    logits = torch.randn(16, 9, generator=torch.Generator().manual_seed(1))
+    best = logits.argmax(-1)
+    assert torch.equal(sample_next_token(logits, temperature=0.0), best)
+    assert torch.equal(sample_next_token(logits, top_k=1), best)
+    assert torch.equal(sample_next_token(logits, top_p=1e-6), best)
+
+
+@pytest.mark.parametrize("bad", [{"temperature": -1.0}, {"top_k": 0}, {"top_p": 0.0}, {"top_p": 1.5}])
+def test_bad_sampling_settings_name_the_argument(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        sample_next_token(torch.zeros(1, 3), **bad)
+
+
+def test_greedy_generation_extends_with_the_models_own_argmax():
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=7, d_model=16, n_heads=2, n_layers=1))
+    prompt = torch.tensor([[1, 2, 3]])
+    out = generate_tokens(model, prompt, 5, temperature=0.0)
+    assert torch.equal(out[:, :3], prompt) and out.shape == (1, 8)
+    for step in range(3, 8):
+        assert int(out[0, step]) == int(model(out[:, :step]).logits[0, -1].argmax())
+
+
+def test_activation_checkpointing_gives_the_same_loss_and_gradients():
+    torch.manual_seed(0)
+    config = MarkovianTransformerConfig(vocab_size=7, d_model=16, n_heads=2, n_layers=2, gru=True)
+    model = MarkovianTransformerForCausalLM(config).double()
+    ids = torch.randint(0, 7, (2, 12))
+    plain = model(ids, labels=ids).loss
+    plain_grads = torch.autograd.grad(plain, list(model.parameters()), allow_unused=True)
+    model.model.gradient_checkpointing = True
+    checkpointed = model(ids, labels=ids).loss
+    grads = torch.autograd.grad(checkpointed, list(model.parameters()), allow_unused=True)
+    torch.testing.assert_close(checkpointed, plain)
+    for a, b in zip(grads, plain_grads, strict=True):
+        if a is not None:
+            torch.testing.assert_close(a, b)
