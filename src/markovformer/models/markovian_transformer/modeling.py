@@ -244,13 +244,16 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
         return output
 
 
-class MarkovianTransformerForTokenClassification(_WithBackbone):
-    """One label per position; label -100 is ignored."""
+class _PerPositionHead(_WithBackbone):
+    """A linear classifier over every position's hidden state; subclasses define the loss."""
 
     def __init__(self, config: MarkovianTransformerConfig) -> None:
         super().__init__(config)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
         self.classifier.apply(self._init_weights)
+
+    def loss(self, logits: Tensor, labels: Tensor, attention_mask: Tensor | None) -> Tensor:
+        raise NotImplementedError
 
     def forward(
         self, input_ids=None, input_features=None, attention_mask=None, labels=None, return_gates=False,
@@ -259,11 +262,18 @@ class MarkovianTransformerForTokenClassification(_WithBackbone):
         output = self._encode(input_ids, input_features, attention_mask, return_gates, return_weights)
         output.logits = self.classifier(output.last_hidden_state)
         if labels is not None:
-            output.loss = F.cross_entropy(_for_loss(output.logits.flatten(0, 1)), labels.flatten(), ignore_index=-100)
+            output.loss = self.loss(output.logits, labels, attention_mask)
         return output
 
 
-class MarkovianTransformerForCTC(_WithBackbone):
+class MarkovianTransformerForTokenClassification(_PerPositionHead):
+    """One label per position; label -100 is ignored."""
+
+    def loss(self, logits: Tensor, labels: Tensor, attention_mask: Tensor | None) -> Tensor:
+        return F.cross_entropy(_for_loss(logits.flatten(0, 1)), labels.flatten(), ignore_index=-100)
+
+
+class MarkovianTransformerForCTC(_PerPositionHead):
     """Frame-level CTC over ``num_labels`` symbols, index 0 the blank. ``labels`` (B, L) padded with -100."""
 
     blank = 0
@@ -272,28 +282,18 @@ class MarkovianTransformerForCTC(_WithBackbone):
         if config.num_labels < 2:
             raise ValueError("MarkovianTransformerConfig.num_labels must count the blank and at least one symbol")
         super().__init__(config)
-        self.classifier = nn.Linear(config.d_model, config.num_labels)
-        self.classifier.apply(self._init_weights)
 
-    def forward(
-        self, input_ids=None, input_features=None, attention_mask=None, labels=None, return_gates=False,
-        return_weights=False,
-    ):  # fmt: skip
-        output = self._encode(input_ids, input_features, attention_mask, return_gates, return_weights)
-        output.logits = self.classifier(output.last_hidden_state)
-        if labels is not None:
-            batch, frames = output.logits.shape[:2]
-            input_lengths = (
-                right_padded_lengths(attention_mask, "CTC")
-                if attention_mask is not None
-                else torch.full((batch,), frames, dtype=torch.long, device=labels.device)
-            )
-            target_mask = labels != -100
-            if bool((labels[target_mask] == self.blank).any()):
-                raise ValueError("CTC labels must not contain the blank index 0")
-            log_probs = _for_loss(output.logits).log_softmax(-1).transpose(0, 1)  # (T, B, C)
-            output.loss = F.ctc_loss(
-                log_probs, labels.clamp_min(0), input_lengths, target_mask.long().sum(-1),
-                blank=self.blank, zero_infinity=True,
-            )  # fmt: skip
-        return output
+    def loss(self, logits: Tensor, labels: Tensor, attention_mask: Tensor | None) -> Tensor:
+        batch, frames = logits.shape[:2]
+        if attention_mask is not None:
+            input_lengths = right_padded_lengths(attention_mask, "CTC")
+        else:
+            input_lengths = torch.full((batch,), frames, dtype=torch.long, device=labels.device)
+        target_mask = labels != -100
+        if bool((labels[target_mask] == self.blank).any()):
+            raise ValueError("CTC labels must not contain the blank index 0")
+        log_probs = _for_loss(logits).log_softmax(-1).transpose(0, 1)  # (T, B, C)
+        return F.ctc_loss(
+            log_probs, labels.clamp_min(0), input_lengths, target_mask.long().sum(-1), blank=self.blank,
+            zero_infinity=True,
+        )  # fmt: skip
