@@ -19,7 +19,7 @@ MARKOV_OPTIONS = (
 RANDOM_FEATURE_OPTIONS = ("feature_map", "num_features", "redraw_interval", "chunk_size")
 
 
-def _pick(options: dict, names: tuple[str, ...]) -> dict:
+def pick_options(options: dict, names: tuple[str, ...]) -> dict:
     return {name: options[name] for name in names if name in options}
 
 
@@ -33,12 +33,12 @@ class HybridSplitAttention(SelfAttention):
     ) -> None:  # fmt: skip
         n_markov = math.floor(n_heads * markov_head_ratio)
         head_dim = d_model // n_heads
-        markov_options = _pick(options, MARKOV_OPTIONS)
+        markov_options = pick_options(options, MARKOV_OPTIONS)
         markov_options.setdefault("bidirectional", not causal)
         markov = MarkovCore(
             d_model=d_model, n_heads=max(n_markov, 1), head_dim=head_dim, causal=causal, **markov_options
         )
-        features = RandomFeatureCore(head_dim=head_dim, causal=causal, **_pick(options, RANDOM_FEATURE_OPTIONS))
+        features = RandomFeatureCore(head_dim=head_dim, causal=causal, **pick_options(options, RANDOM_FEATURE_OPTIONS))
         super().__init__(
             d_model=d_model, n_heads=n_heads, cores=[markov, features],
             heads_per_core=[n_markov, n_heads - n_markov], rotary=rotary,
@@ -57,10 +57,14 @@ class HybridParallelAttention(nn.Module):
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = True, **options) -> None:
         super().__init__()
         self.markov = MarkovAttention(
-            d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary, **_pick(options, MARKOV_OPTIONS)
+            d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary, **pick_options(options, MARKOV_OPTIONS)
         )
         self.random_features = RandomFeatureAttention(
-            d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary, **_pick(options, RANDOM_FEATURE_OPTIONS)
+            d_model=d_model,
+            n_heads=n_heads,
+            causal=causal,
+            rotary=rotary,
+            **pick_options(options, RANDOM_FEATURE_OPTIONS),
         )
 
     @property

@@ -15,21 +15,21 @@ from markovformer.layers.hybrid_attention import (
     RANDOM_FEATURE_OPTIONS,
     HybridParallelAttention,
     HybridSplitAttention,
-    _pick,
+    pick_options,
 )
 from markovformer.layers.markov_attention import MarkovAttention
 from markovformer.layers.random_feature_attention import RandomFeatureAttention
 from markovformer.layers.softmax_attention import SoftmaxAttention
 
 ATTENTION_KINDS: dict[str, Callable[..., nn.Module]] = {
-    "markov": lambda shared, options: MarkovAttention(**shared, **_pick(options, MARKOV_OPTIONS)),
-    "softmax": lambda shared, options: SoftmaxAttention(**shared, **_pick(options, ("dropout",))),
-    "rff": lambda shared, options: RandomFeatureAttention(**shared, **_pick(options, RANDOM_FEATURE_OPTIONS)),
+    "markov": lambda shared, options: MarkovAttention(**shared, **pick_options(options, MARKOV_OPTIONS)),
+    "softmax": lambda shared, options: SoftmaxAttention(**shared, **pick_options(options, ("dropout",))),
+    "rff": lambda shared, options: RandomFeatureAttention(**shared, **pick_options(options, RANDOM_FEATURE_OPTIONS)),
     "hybrid_split": lambda shared, options: HybridSplitAttention(
-        **shared, **_pick(options, MARKOV_OPTIONS + RANDOM_FEATURE_OPTIONS + ("markov_head_ratio",))
+        **shared, **pick_options(options, MARKOV_OPTIONS + RANDOM_FEATURE_OPTIONS + ("markov_head_ratio",))
     ),
     "hybrid_parallel": lambda shared, options: HybridParallelAttention(
-        **shared, **_pick(options, MARKOV_OPTIONS + RANDOM_FEATURE_OPTIONS)
+        **shared, **pick_options(options, MARKOV_OPTIONS + RANDOM_FEATURE_OPTIONS)
     ),
 }
 
