@@ -1,5 +1,31 @@
 """Markov chains, estimators and the exact quantities of the theory (SPEC 6); imports only torch and numpy."""
 
-from markovformer.markov.chains import MarkovChain, lagged_chain, random_chain, switching_chain
+from markovformer.markov.chains import MarkovChain, dirichlet_kernels, lagged_chain, random_chain, switching_chain
+from markovformer.markov.estimators import add_beta_loss, add_beta_predict
+from markovformer.markov.icl import RandomChainSampler, sample_from_kernels
+from markovformer.markov.icl import oracle_loss as icl_oracle_loss
+from markovformer.markov.reduced_model import (
+    gradient_flow,
+    reduced_gradient,
+    reduced_loss,
+    saddle_point,
+    unigram_bias,
+)
 
-__all__ = ["MarkovChain", "lagged_chain", "random_chain", "switching_chain"]
+__all__ = [
+    "MarkovChain",
+    "RandomChainSampler",
+    "add_beta_loss",
+    "add_beta_predict",
+    "dirichlet_kernels",
+    "gradient_flow",
+    "icl_oracle_loss",
+    "lagged_chain",
+    "random_chain",
+    "reduced_gradient",
+    "reduced_loss",
+    "saddle_point",
+    "sample_from_kernels",
+    "switching_chain",
+    "unigram_bias",
+]

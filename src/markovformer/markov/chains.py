@@ -25,7 +25,7 @@ _POWER_TOLERANCE = 1e-12
 _POWER_MAX_ITERATIONS = 200_000
 
 
-def _resolve_generator(generator: torch.Generator | None, device: torch.device) -> torch.Generator:
+def resolve_generator(generator: torch.Generator | None, device: torch.device) -> torch.Generator:
     """The caller's generator, or a fresh one seeded with 0 so results never depend on global RNG state."""
     if generator is not None:
         return generator
@@ -157,7 +157,7 @@ class MarkovChain:
         if initial not in ("stationary", "uniform"):
             raise ValueError(f"initial must be 'stationary' or 'uniform', got {initial!r}")
         device = self.transition.device
-        generator = _resolve_generator(generator, device)
+        generator = resolve_generator(generator, device)
         if initial == "stationary":
             context = torch.multinomial(self.stationary(), batch, replacement=True, generator=generator)
         else:
@@ -273,6 +273,23 @@ def switching_chain(p: float, q: float) -> MarkovChain:
     return MarkovChain(1, 2, torch.tensor([[1.0 - p, p], [q, 1.0 - q]], dtype=torch.float64))
 
 
+def dirichlet_kernels(
+    batch: int, order: int, num_symbols: int, beta: float, generator: torch.Generator | None = None
+) -> Tensor:
+    """``batch`` independent kernels, float64 (batch, S**order, S), every row ~ Dirichlet(beta, ..., beta).
+
+    torch has no generator-aware Gamma sampler, so one 63-bit seed is drawn from ``generator`` and the Gammas
+    come from numpy's PCG64 with that seed: the same generator state gives the same kernels. Gammas are drawn in
+    log space (Gamma(b) = Gamma(b + 1) * U**(1/b)) so rows stay well defined for very small beta.
+    """
+    generator = resolve_generator(generator, torch.device("cpu"))
+    seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator, device=generator.device).item())
+    rng = np.random.default_rng(seed)
+    shape = (batch, num_symbols**order, num_symbols)
+    log_gamma = np.log(rng.gamma(beta + 1.0, size=shape)) + np.log1p(-rng.random(size=shape)) / beta
+    return torch.softmax(torch.from_numpy(log_gamma), dim=-1)
+
+
 def random_chain(
     order: int,
     num_symbols: int,
@@ -280,24 +297,15 @@ def random_chain(
     *,
     generator: torch.Generator | None = None,
 ) -> MarkovChain:
-    """A chain whose S**order rows are drawn independently from Dirichlet(beta, ..., beta), once.
-
-    torch has no generator-aware Gamma sampler, so one 63-bit seed is drawn from ``generator`` and the Gammas
-    come from numpy's PCG64 with that seed: the same generator state gives the same chain. Gammas are drawn in
-    log space (Gamma(b) = Gamma(b + 1) * U**(1/b)) so rows stay well defined for very small beta.
-    """
+    """A chain whose S**order rows are drawn independently from Dirichlet(beta, ..., beta), once
+    (see :func:`dirichlet_kernels`)."""
     if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
         raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
     if isinstance(order, bool) or not isinstance(order, int) or order < 1:
         raise ValueError(f"order must be an integer >= 1, got {order!r}")
     if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or num_symbols < 2:
         raise ValueError(f"num_symbols must be an integer >= 2, got {num_symbols!r}")
-    generator = _resolve_generator(generator, torch.device("cpu"))
-    seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator, device=generator.device).item())
-    rng = np.random.default_rng(seed)
-    shape = (num_symbols**order, num_symbols)
-    log_gamma = np.log(rng.gamma(beta + 1.0, size=shape)) + np.log1p(-rng.random(size=shape)) / beta
-    rows = torch.softmax(torch.from_numpy(log_gamma), dim=-1)
+    rows = dirichlet_kernels(1, order, num_symbols, beta, generator)[0]
     return MarkovChain(order, num_symbols, rows)
 
 
@@ -323,7 +331,7 @@ def lagged_chain(
     if not (isinstance(strength, (int, float)) and math.isfinite(strength)):
         raise ValueError(f"strength must be a finite number, got {strength!r}")
     order = max(lags)
-    generator = _resolve_generator(generator, torch.device("cpu"))
+    generator = resolve_generator(generator, torch.device("cpu"))
     num_contexts = num_symbols**order
     symbols = _symbols_of_context(torch.arange(num_contexts), order, num_symbols)  # (S**order, order)
     logits = torch.zeros(num_contexts, num_symbols, dtype=torch.float64)

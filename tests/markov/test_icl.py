@@ -1,0 +1,82 @@
+"""Tests for markov/icl.py: the two labelled modes, Dirichlet rows, sampling frequencies, the oracle loss."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from markovformer.markov import RandomChainSampler, dirichlet_kernels, icl_oracle_loss, sample_from_kernels
+
+
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_fixed_mode_reuses_one_kernel():
+    sampler = RandomChainSampler(2, 3, 0.5, per_sequence=False, generator=seeded(0))
+    assert sampler.mode == "fixed"
+    x, kernels = sampler.sample(5, 20, generator=seeded(1))
+    assert x.shape == (5, 20) and x.dtype == torch.long
+    assert kernels.shape == (5, 9, 3) and kernels.dtype == torch.float64
+    for b in range(5):
+        torch.testing.assert_close(kernels[b], sampler.chain.transition)
+
+
+def test_per_sequence_mode_redraws_kernels():
+    sampler = RandomChainSampler(1, 2, per_sequence=True)
+    assert sampler.mode == "per_sequence" and sampler.chain is None
+    _, kernels = sampler.sample(4, 10, generator=seeded(2))
+    assert not torch.allclose(kernels[0], kernels[1])
+    _, again = sampler.sample(4, 10, generator=seeded(2))
+    torch.testing.assert_close(kernels, again)
+
+
+def test_dirichlet_kernel_moments():
+    # Dirichlet(β) over S symbols: mean 1/S, variance (S-1) / (S^2 (Sβ + 1))
+    beta, symbols = 0.5, 3
+    kernels = dirichlet_kernels(20000, 1, symbols, beta, seeded(3))
+    rows = kernels.reshape(-1, symbols)
+    torch.testing.assert_close(rows.sum(-1), torch.ones(rows.shape[0], dtype=torch.float64))
+    assert rows.mean(0).sub(1 / symbols).abs().max() < 0.005
+    variance = (symbols - 1) / (symbols**2 * (symbols * beta + 1))
+    assert rows.var(0).sub(variance).abs().max() < 0.005
+
+
+def test_sampled_transition_frequencies_match_each_kernel():
+    kernels = torch.tensor([[[0.9, 0.1], [0.2, 0.8]], [[0.3, 0.7], [0.6, 0.4]]], dtype=torch.float64)
+    x = sample_from_kernels(20000, kernels, seeded(4))
+    for b in range(2):
+        for context in range(2):
+            followers = x[b, 1:][x[b, :-1] == context]
+            frequency = followers.double().mean().item()
+            assert frequency == pytest.approx(kernels[b, context, 1].item(), abs=0.02)
+
+
+def test_oracle_loss_by_hand():
+    kernels = torch.tensor([[[0.8, 0.2], [0.4, 0.6]]], dtype=torch.float64)
+    x = torch.tensor([[0, 1, 1, 0]])
+    expected = -(math.log(0.2) + math.log(0.6) + math.log(0.4)) / 3
+    assert icl_oracle_loss(x, kernels) == pytest.approx(expected, abs=1e-12)
+
+
+def test_fixed_mode_oracle_loss_matches_chain_oracle_loss():
+    sampler = RandomChainSampler(2, 2, per_sequence=False, generator=seeded(5))
+    x, kernels = sampler.sample(8, 100, generator=seeded(6))
+    assert icl_oracle_loss(x, kernels) == pytest.approx(sampler.chain.oracle_loss(x), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"order": 0}, "order"),
+        ({"num_symbols": 1}, "num_symbols"),
+        ({"beta": -1.0}, "beta"),
+        ({"per_sequence": 1}, "per_sequence"),
+    ],
+)
+def test_bad_inputs_raise_value_error_naming_argument(kwargs, name):
+    arguments = {"order": 1, "num_symbols": 2, "beta": 1.0, "per_sequence": True} | kwargs
+    with pytest.raises(ValueError, match=name):
+        RandomChainSampler(**arguments)

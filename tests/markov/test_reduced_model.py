@@ -1,0 +1,84 @@
+"""Tests for markov/reduced_model.py: closed-form gradient vs autograd, the saddle, gradient-flow outcomes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from markovformer.markov import (
+    gradient_flow,
+    reduced_gradient,
+    reduced_loss,
+    saddle_point,
+    switching_chain,
+    unigram_bias,
+)
+
+
+@pytest.mark.parametrize("p, q", [(0.2, 0.3), (0.7, 0.9), (0.5, 0.8), (1.0, 0.8)])
+def test_closed_form_gradient_equals_autograd(p, q):
+    generator = torch.Generator().manual_seed(0)
+    for point in torch.randn(20, 3, generator=generator, dtype=torch.float64) * 1.5:
+        theta = point.clone().requires_grad_(True)
+        expected = torch.autograd.grad(reduced_loss(theta[0], theta[1], theta[2], p, q), theta)[0]
+        closed = torch.stack(reduced_gradient(*point, p, q))
+        torch.testing.assert_close(closed, expected, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("p, q", [(0.2, 0.3), (0.7, 0.9)])
+def test_saddle_is_stationary(p, q):
+    w, e = saddle_point()
+    assert (w, e) == (-1 / math.sqrt(2), 0.0)
+    gradient = torch.stack(reduced_gradient(e, w, unigram_bias(p, q), p, q))
+    assert gradient.abs().max() < 1e-14
+    # a saddle, not a minimum: near it L ≈ H(π) − e² κ (1−p−q)(1 + 2w|w|), so moving e off 0 lowers the loss on
+    # one side of w = −1/√2 and raises it on the other, whichever the sign of 1−p−q
+    unigram = switching_chain(p, q).marginal_entropy()
+    side = 1.0 if p + q < 1 else -1.0
+    assert reduced_loss(0.05, w + side * 0.1, unigram_bias(p, q), p, q).item() < unigram
+    assert reduced_loss(0.05, w - side * 0.1, unigram_bias(p, q), p, q).item() > unigram
+
+
+@pytest.mark.parametrize("p, q", [(0.2, 0.3), (0.5, 0.8), (0.7, 0.9), (1.0, 0.8)])
+def test_unigram_line_gives_marginal_entropy(p, q):
+    chain = switching_chain(p, q)
+    for w in (-2.0, -1 / math.sqrt(2), 0.0, 1.3):
+        loss = reduced_loss(0.0, w, unigram_bias(p, q), p, q).item()
+        assert loss == pytest.approx(chain.marginal_entropy(), abs=1e-12)
+    # and the unigram bias is optimal there: nearby biases are worse
+    assert reduced_loss(0.0, 0.0, unigram_bias(p, q) + 0.01, p, q) > chain.marginal_entropy()
+
+
+@pytest.mark.parametrize("p, q", [(0.2, 0.3), (0.7, 0.9)])
+def test_global_minimum_reaches_entropy_rate(p, q):
+    # the model can express any pair of logits: slope e^2 (1 + 2w|w|) spans R, bias absorbs the offset
+    slope = math.log((1 - q) / q) - math.log(p / (1 - p))
+    w = math.copysign(math.sqrt(abs(slope - 1) / 2), slope - 1)
+    bias = math.log(p / (1 - p)) + 0.5
+    assert reduced_loss(1.0, w, bias, p, q).item() == pytest.approx(switching_chain(p, q).entropy_rate(), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("p", "q", "target"),
+    [(0.2, 0.3, "entropy_rate"), (0.3, 0.3, "entropy_rate"), (0.7, 0.9, "unigram"), (0.5, 0.8, "unigram")],
+)
+def test_small_initialisation_flow_outcome(p, q, target):
+    # SPEC 6: small init converges to the global minimum when p+q < 1 and to the unigram minimum when p+q > 1
+    chain = switching_chain(p, q)
+    trajectory = gradient_flow(0.1, 0.1, 0.0, p, q, steps=5000, lr=1.0)
+    assert trajectory.shape == (5001, 3)
+    torch.testing.assert_close(trajectory[0], torch.tensor([0.1, 0.1, 0.0], dtype=torch.float64))
+    final_loss = reduced_loss(*trajectory[-1], p, q).item()
+    expected = chain.entropy_rate() if target == "entropy_rate" else chain.marginal_entropy()
+    assert final_loss == pytest.approx(expected, abs=1e-6)
+    if target == "unigram":
+        assert abs(trajectory[-1, 0].item()) < 1e-6
+
+
+def test_flow_takes_euler_steps_on_the_gradient():
+    trajectory = gradient_flow(0.4, -0.3, 0.2, 0.2, 0.3, steps=2, lr=0.1)
+    step = torch.stack(reduced_gradient(0.4, -0.3, 0.2, 0.2, 0.3))
+    torch.testing.assert_close(trajectory[1], trajectory[0] - 0.1 * step, rtol=0, atol=1e-15)
+    assert reduced_loss(*trajectory[2], 0.2, 0.3) < reduced_loss(*trajectory[0], 0.2, 0.3)
