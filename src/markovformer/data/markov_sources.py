@@ -7,6 +7,7 @@ import dataclasses
 import torch
 
 from markovformer.data.bundle import DataBundle
+from markovformer.data.splits import generated_splits
 from markovformer.markov import MarkovChain, lagged_chain, random_chain, switching_chain
 
 CHAIN_KINDS = ("lagged", "random", "switching")
@@ -57,15 +58,15 @@ class MarkovChainSource:
         chain = self.chain()
         if self.seq_len <= chain.order:
             raise ValueError(f"data.seq_len={self.seq_len} must exceed the chain order {chain.order}")
-        splits = {}
-        # One generator per split from its own seed: the splits never share a sequence stream.
-        for offset, (name, count) in enumerate(
-            (("train", self.train_sequences), ("val", self.val_sequences), ("test", self.test_sequences))
-        ):
-            sequences = chain.sample(count, self.seq_len, generator=torch.Generator().manual_seed(seed * 7 + offset))
+
+        def make_split(count: int, generator: torch.Generator) -> list[dict[str, torch.Tensor]]:
+            sequences = chain.sample(count, self.seq_len, generator=generator)
             labels = sequences.clone()
             labels[:, : chain.order] = -100
-            splits[name] = [{"input_ids": x, "labels": y} for x, y in zip(sequences, labels, strict=True)]
+            return [{"input_ids": x, "labels": y} for x, y in zip(sequences, labels, strict=True)]
+
+        counts = {"train": self.train_sequences, "val": self.val_sequences, "test": self.test_sequences}
+        splits, seeds = generated_splits(counts, seed, make_split)
         reference = {"entropy_rate": chain.entropy_rate(), "unigram_entropy": chain.marginal_entropy()}
         for name in ("val", "test"):
             reference[f"oracle_{name}_loss"] = chain.oracle_loss(torch.stack([e["input_ids"] for e in splits[name]]))
@@ -74,7 +75,7 @@ class MarkovChainSource:
             val=splits["val"],
             test=splits["test"],
             info={"vocab_size": chain.num_symbols, "true_lags": list(chain.true_lags), "reference": reference},
-            splits={"generator_seeds": {"train": seed * 7, "val": seed * 7 + 1, "test": seed * 7 + 2}},
+            splits={"generator_seeds": seeds},
         )
 
 

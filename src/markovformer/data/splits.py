@@ -41,3 +41,14 @@ def contiguous_split(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1)) -> tu
     Used where order carries information (text, time series) so that no later item leaks into training."""
     n_train, n_val, _ = split_sizes(n, fractions)
     return range(0, n_train), range(n_train, n_train + n_val), range(n_train + n_val, n)
+
+
+def generated_splits(counts: dict[str, int], seed: int, make_split) -> tuple[dict[str, list], dict[str, int]]:
+    """Generated data's splits, each from its own generator seeded from ``seed``, so no two share a stream.
+
+    ``make_split(count, generator)`` returns that many examples. Returns the splits by name and the seed of each
+    (for the run's record of what went where).
+    """
+    seeds = {name: seed * 7 + offset for offset, name in enumerate(counts)}
+    splits = {name: make_split(count, torch.Generator().manual_seed(seeds[name])) for name, count in counts.items()}
+    return splits, seeds

@@ -7,6 +7,7 @@ import dataclasses
 import torch
 
 from markovformer.data.bundle import DataBundle
+from markovformer.data.splits import generated_splits
 
 
 @dataclasses.dataclass
@@ -47,15 +48,13 @@ class SyntheticCTCSource:
 
     def build(self, seed: int) -> DataBundle:
         prototypes = torch.randn(self.num_symbols + 1, self.input_dim, generator=torch.Generator().manual_seed(seed))
-        splits = {}
-        for offset, (name, count) in enumerate(
-            (("train", self.train_examples), ("val", self.val_examples), ("test", self.test_examples))
-        ):
-            generator = torch.Generator().manual_seed(seed * 7 + 1 + offset)
-            splits[name] = [self._example(prototypes, generator) for _ in range(count)]
+        counts = {"train": self.train_examples, "val": self.val_examples, "test": self.test_examples}
+        splits, seeds = generated_splits(
+            counts, seed + 1, lambda count, generator: [self._example(prototypes, generator) for _ in range(count)]
+        )
         names = ["<blank>", " "] + [chr(ord("a") + i) for i in range(self.num_symbols - 1)]
         return DataBundle(
             train=splits["train"], val=splits["val"], test=splits["test"],
             info={"input_dim": self.input_dim, "num_labels": self.num_symbols + 1, "label_names": names},
-            splits={"generator_seeds": {"train": seed * 7 + 1, "val": seed * 7 + 2, "test": seed * 7 + 3}},
+            splits={"generator_seeds": seeds},
         )  # fmt: skip
