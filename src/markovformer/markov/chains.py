@@ -63,10 +63,7 @@ class MarkovChain:
         *,
         true_lags: tuple[int, ...] | None = None,
     ) -> None:
-        if isinstance(order, bool) or not isinstance(order, int) or order < 1:
-            raise ValueError(f"order must be an integer >= 1, got {order!r}")
-        if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or num_symbols < 2:
-            raise ValueError(f"num_symbols must be an integer >= 2, got {num_symbols!r}")
+        check_chain_arguments(order, num_symbols)
         if not isinstance(transition, Tensor):
             raise ValueError(f"transition must be a torch.Tensor, got {type(transition).__name__}")
         num_contexts = num_symbols**order
@@ -273,6 +270,16 @@ def switching_chain(p: float, q: float) -> MarkovChain:
     return MarkovChain(1, 2, torch.tensor([[1.0 - p, p], [q, 1.0 - q]], dtype=torch.float64))
 
 
+def check_chain_arguments(order: int, num_symbols: int, beta: float | None = None) -> None:
+    """ValueError naming the argument unless order >= 1, num_symbols >= 2 (integers) and beta (if given) > 0."""
+    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+        raise ValueError(f"order must be an integer >= 1, got {order!r}")
+    if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or num_symbols < 2:
+        raise ValueError(f"num_symbols must be an integer >= 2, got {num_symbols!r}")
+    if beta is not None and not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
+        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+
+
 def dirichlet_kernels(
     batch: int, order: int, num_symbols: int, beta: float, generator: torch.Generator | None = None
 ) -> Tensor:
@@ -299,12 +306,7 @@ def random_chain(
 ) -> MarkovChain:
     """A chain whose S**order rows are drawn independently from Dirichlet(beta, ..., beta), once
     (see :func:`dirichlet_kernels`)."""
-    if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
-        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
-    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
-        raise ValueError(f"order must be an integer >= 1, got {order!r}")
-    if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or num_symbols < 2:
-        raise ValueError(f"num_symbols must be an integer >= 2, got {num_symbols!r}")
+    check_chain_arguments(order, num_symbols, beta)
     rows = dirichlet_kernels(1, order, num_symbols, beta, generator)[0]
     return MarkovChain(order, num_symbols, rows)
 

@@ -11,19 +11,14 @@ Losses are in nats and average over target positions t' = t+1 >= k, the same pos
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
+from markovformer.markov.chains import check_chain_arguments
+
 
 def _check_arguments(x: Tensor, order: int, num_symbols: int, beta: float) -> None:
-    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
-        raise ValueError(f"order must be an integer >= 1, got {order!r}")
-    if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or num_symbols < 2:
-        raise ValueError(f"num_symbols must be an integer >= 2, got {num_symbols!r}")
-    if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
-        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+    check_chain_arguments(order, num_symbols, beta)
     if not isinstance(x, Tensor) or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
         raise ValueError(f"x must be an integer symbol tensor, got {getattr(x, 'dtype', type(x))}")
     if x.ndim != 2:

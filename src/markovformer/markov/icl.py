@@ -18,7 +18,13 @@ import math
 import torch
 from torch import Tensor
 
-from markovformer.markov.chains import MarkovChain, dirichlet_kernels, random_chain, resolve_generator
+from markovformer.markov.chains import (
+    MarkovChain,
+    check_chain_arguments,
+    dirichlet_kernels,
+    random_chain,
+    resolve_generator,
+)
 
 MODES = ("fixed", "per_sequence")
 
@@ -99,12 +105,7 @@ class RandomChainSampler:
     ) -> None:
         if not isinstance(per_sequence, bool):
             raise ValueError(f"per_sequence must be a bool, got {per_sequence!r}")
-        if isinstance(order, bool) or not isinstance(order, int) or order < 1:
-            raise ValueError(f"order must be an integer >= 1, got {order!r}")
-        if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or num_symbols < 2:
-            raise ValueError(f"num_symbols must be an integer >= 2, got {num_symbols!r}")
-        if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
-            raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+        check_chain_arguments(order, num_symbols, beta)
         self.order = order
         self.num_symbols = num_symbols
         self.beta = float(beta)
