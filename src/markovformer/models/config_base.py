@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, ClassVar, TypeVar
 
 ConfigT = TypeVar("ConfigT", bound="ModelConfig")
 
 
+def suggest(key: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest known name, or an empty string: the one spelling hint of the CLI."""
+    close = difflib.get_close_matches(str(key), list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def unknown_key_message(owner: str, key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"{owner} has no field {key!r}{hint}"
+    return f"{owner} has no field {key!r}{suggest(key, known)}"
 
 
 @dataclasses.dataclass
@@ -37,17 +40,6 @@ class ModelConfig:
             if key not in known:
                 raise ValueError(unknown_key_message(cls.__name__, key, known))
         return cls(**values)
-
-    def to_json_file(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def from_json_file(cls: type[ConfigT], path: str | Path) -> ConfigT:
-        try:
-            values = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}: not valid JSON ({error})") from error
-        return cls.from_dict(values)
 
     def replace(self: ConfigT, **changes: Any) -> ConfigT:
         return dataclasses.replace(self, **changes)

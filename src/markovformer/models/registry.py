@@ -41,12 +41,3 @@ def head_class(model_type: str, task: str) -> type[PreTrainedModel]:
     if task not in heads:
         raise ValueError(f"model_type={model_type!r} has no head for task={task!r}; it supports {tuple(heads)}")
     return heads[task]
-
-
-def head_class_by_name(name: str) -> type[PreTrainedModel]:
-    """The head class called ``name`` (as recorded in a saved model's config.json)."""
-    for family in MODEL_FAMILIES.values():
-        for head in family.heads.values():
-            if head.__name__ == name:
-                return head
-    raise ValueError(f"unknown model architecture {name!r}")

@@ -14,11 +14,12 @@ Values are checked against the dataclass field types; an unknown key gets a "did
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import types
 import typing
 from pathlib import Path
 from typing import Any
+
+from markovformer.models.config_base import suggest
 
 TASKS = ("causal_lm", "sequence_classification", "token_classification", "ctc")
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
@@ -82,19 +83,12 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
-            close = difflib.get_close_matches(str(self.task), TASKS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"task={self.task!r} must be one of {TASKS}{hint}")
+            raise ConfigError(f"task={self.task!r} must be one of {TASKS}{suggest(self.task, TASKS)}")
         if "source" not in self.data:
             raise ConfigError("data.source is missing: name a data source (see `markovformer data list`)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def suggest(key: str, known: typing.Iterable[str]) -> str:
-    close = difflib.get_close_matches(key, list(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _type_name(annotation: Any) -> str:
