@@ -122,3 +122,9 @@ def test_data_task_must_agree_with_the_run_task(tmp_path, cli):
     (tmp_path / "series.csv").write_text("\n".join(rows) + "\n")
     data = f"data={{source: csv_series, window: 4, path: {tmp_path / 'series.csv'}, task: sequence_classification}}"
     assert_one_line_error(cli("train", "task=token_classification", data), "data.task", "token_classification")
+
+
+def test_experiment_list_and_unknown_name(cli):
+    listed = cli("experiment", "list")
+    assert listed.returncode == 0 and "weight-tying" in listed.stdout and "landscape" in listed.stdout
+    assert_one_line_error(cli("experiment", "wieght-tying"), "did you mean 'weight-tying'")

@@ -274,3 +274,22 @@ def test_ordinary_chains_list_every_lag():
 def test_bad_inputs_raise_value_error_naming_argument(build, name):
     with pytest.raises(ValueError, match=f"^{name}"):
         build()
+
+
+def test_expected_loss_weights_each_prediction_by_the_true_kernel():
+    chain = random_chain(2, 3, beta=1.0, generator=torch.Generator().manual_seed(5))
+    x = chain.sample(4, 30, generator=torch.Generator().manual_seed(6))
+    log_probs = torch.log_softmax(torch.randn(4, 30, 3, generator=torch.Generator().manual_seed(7)), dim=-1)
+    brute = []
+    for b in range(4):
+        for t in range(chain.order - 1, 29):  # row t predicts x_{t+1} from the context ending at x_t
+            context = int(x[b, t - 1]) * 3 + int(x[b, t])
+            brute.append(-(chain.transition[context] * log_probs[b, t].double()).sum())
+    assert chain.expected_loss(x, log_probs) == pytest.approx(float(torch.stack(brute).mean()), abs=1e-12)
+    # with the true predictions it is the mean conditional entropy, which averages to the entropy rate
+    long = chain.sample(256, 400, generator=torch.Generator().manual_seed(8))
+    truth = torch.zeros(256, 400, 3, dtype=torch.float64)
+    truth[:, 1:-1] = chain.log_prob_next(long)
+    assert chain.expected_loss(long, truth) == pytest.approx(chain.entropy_rate(), abs=3e-3)
+    with pytest.raises(ValueError, match="log_probs must have shape"):
+        chain.expected_loss(x, log_probs[:, :-1])

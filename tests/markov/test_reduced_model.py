@@ -8,9 +8,14 @@ import pytest
 import torch
 
 from markovformer.markov import (
+    basin_boundary,
+    energy,
     gradient_flow,
+    optimal_bias,
+    reaches_global_minimum,
     reduced_gradient,
     reduced_loss,
+    saddle_energy,
     saddle_point,
     switching_chain,
     unigram_bias,
@@ -82,3 +87,61 @@ def test_flow_takes_euler_steps_on_the_gradient():
     step = torch.stack(reduced_gradient(0.4, -0.3, 0.2, 0.2, 0.3))
     torch.testing.assert_close(trajectory[1], trajectory[0] - 0.1 * step, rtol=0, atol=1e-15)
     assert reduced_loss(*trajectory[2], 0.2, 0.3) < reduced_loss(*trajectory[0], 0.2, 0.3)
+
+
+@pytest.mark.parametrize(("p", "q"), [(0.2, 0.3), (0.7, 0.9), (1.0, 0.8)])
+def test_optimal_bias_zeroes_the_bias_gradient_and_beats_a_scan(p, q):
+    e = torch.tensor([0.0, 0.5, 1.3, -0.8])
+    w = torch.tensor([0.3, -1.2, 0.7, -0.4])
+    b = optimal_bias(e, w, p, q)
+    torch.testing.assert_close(
+        reduced_gradient(e, w, b, p, q)[2], torch.zeros(4, dtype=torch.float64), atol=1e-12, rtol=0
+    )
+    scan = torch.linspace(-8, 8, 4001, dtype=torch.float64)
+    for i in range(4):
+        assert reduced_loss(e[i], w[i], b[i], p, q) <= reduced_loss(e[i], w[i], scan, p, q).min() + 1e-12
+
+
+@pytest.mark.parametrize(("p", "q"), [(0.2, 0.3), (0.7, 0.9)])
+def test_profiled_flow_conserves_the_energy(p, q):
+    starts_e = torch.tensor([0.3, 0.8, -0.5, 1.1])
+    starts_w = torch.tensor([0.2, -0.3, -1.0, 0.6])
+    trajectory = gradient_flow(starts_e, starts_w, 0.0, p, q, steps=4000, lr=0.005, profile_bias=True)
+    e, w = trajectory[..., 0], trajectory[..., 1]
+    drift = (energy(e, w) - energy(e[0], w[0])).abs().max()
+    assert drift < 5e-3  # explicit Euler: O(lr) drift over the whole path
+    assert (e[-1] - e[0]).abs().max() > 0.05  # the trajectories really moved
+    # and the energy is not conserved by the ordinary flow with b out of equilibrium
+    free = gradient_flow(starts_e, starts_w, 3.0, p, q, steps=4000, lr=0.005)
+    assert (energy(free[-1, :, 0], free[-1, :, 1]) - energy(starts_e, starts_w)).abs().max() > 0.05
+
+
+def test_basin_boundary_lies_on_the_saddle_level_set():
+    w = torch.linspace(-2.0, -0.01, 50, dtype=torch.float64)
+    e = basin_boundary(w)
+    torch.testing.assert_close(energy(e, w), torch.full_like(w, saddle_energy()), atol=1e-12, rtol=0)
+    assert basin_boundary(-1 / math.sqrt(2)).item() == pytest.approx(0.0, abs=1e-7)
+    assert saddle_energy() == pytest.approx(energy(0.0, saddle_point()[0]).item(), abs=1e-15)
+    with pytest.raises(ValueError, match="w < 0"):
+        basin_boundary(0.5)
+
+
+@pytest.mark.parametrize(("p", "q"), [(0.2, 0.3), (0.7, 0.9), (0.5, 0.8)])
+def test_predicted_basins_match_where_the_profiled_flow_ends(p, q):
+    chain = switching_chain(p, q)
+    generator = torch.Generator().manual_seed(3)
+    e0 = torch.rand(60, generator=generator, dtype=torch.float64) * 2.4 - 1.2
+    w0 = torch.rand(60, generator=generator, dtype=torch.float64) * 2.6 - 1.6
+    keep = (e0.abs() > 0.15) & (w0.abs() > 0.05)
+    # starts too close to the boundary converge too slowly to classify within the budget
+    keep &= (energy(e0, w0) - saddle_energy()).abs() > 0.1
+    e0, w0 = e0[keep], w0[keep]
+    # a small step: large Euler steps can jump e across 0, which the continuous flow never does
+    final = gradient_flow(e0, w0, 0.0, p, q, steps=10000, lr=0.1, profile_bias=True)[-1]
+    losses = reduced_loss(final[:, 0], final[:, 1], final[:, 2], p, q)
+    at_rate = (losses - chain.entropy_rate()).abs() < 1e-3
+    at_unigram = (losses - chain.marginal_entropy()).abs() < 1e-3
+    assert bool((at_rate | at_unigram).all())
+    predicted = reaches_global_minimum(e0, w0, p, q)
+    assert torch.equal(predicted, at_rate)
+    assert predicted.any() and (~predicted).any()  # both outcomes occur among the starts

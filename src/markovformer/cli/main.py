@@ -58,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--layers", type=int, nargs="*", default=None, help="layers whose attention maps to draw")
     inspect.add_argument("--out", default=None, help="output folder (default RUN_DIR/report)")
 
+    experiment = commands.add_parser("experiment", help="run a named reproduction (`experiment list` names them)")
+    experiment.add_argument("name", help="experiment name, or 'list'")
+    experiment.add_argument("--out", default=None, help="output folder (default runs/experiments/NAME); "
+                            "rerunning into it reuses the cells that finished")  # fmt: skip
+    experiment.add_argument("--quick", action="store_true", help="a smaller version (fewer cells, seeds, steps)")
+    experiment.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: the experiment's)")
+
     data = commands.add_parser("data", help="the data sources")
     data_commands = data.add_subparsers(dest="data_command", required=True)
     data_commands.add_parser("list", help="list the data sources")
@@ -166,7 +173,30 @@ def run_data(args: argparse.Namespace) -> None:
               f"entropy rate {chain.entropy_rate():.4f} nats/token")  # fmt: skip
 
 
-COMMANDS = {"train": run_train, "eval": run_eval, "generate": run_generate, "inspect": run_inspect, "data": run_data}
+def run_experiment_command(args: argparse.Namespace) -> None:
+    import time
+
+    from markovformer.experiments import EXPERIMENTS, run_experiment
+
+    if args.name == "list":
+        for name, experiment in EXPERIMENTS.items():
+            print(f"{name:16} {experiment.summary}")
+        return
+    out = args.out or f"runs/experiments/{args.name}"
+    start = time.perf_counter()
+    seeds = tuple(args.seeds) if args.seeds else None
+    report = run_experiment(args.name, out, quick=args.quick, seeds=seeds, log=lambda line: print(line, flush=True))
+    print(f"report: {report}  ({time.perf_counter() - start:.0f} s)")
+
+
+COMMANDS = {
+    "train": run_train,
+    "experiment": run_experiment_command,
+    "eval": run_eval,
+    "generate": run_generate,
+    "inspect": run_inspect,
+    "data": run_data,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,9 +5,14 @@ from markovformer.markov.estimators import add_beta_loss, add_beta_predict
 from markovformer.markov.icl import RandomChainSampler, sample_from_kernels
 from markovformer.markov.icl import oracle_loss as icl_oracle_loss
 from markovformer.markov.reduced_model import (
+    basin_boundary,
+    energy,
     gradient_flow,
+    optimal_bias,
+    reaches_global_minimum,
     reduced_gradient,
     reduced_loss,
+    saddle_energy,
     saddle_point,
     unigram_bias,
 )
@@ -17,13 +22,18 @@ __all__ = [
     "RandomChainSampler",
     "add_beta_loss",
     "add_beta_predict",
+    "basin_boundary",
+    "energy",
     "dirichlet_kernels",
     "gradient_flow",
     "icl_oracle_loss",
     "lagged_chain",
+    "optimal_bias",
     "random_chain",
+    "reaches_global_minimum",
     "reduced_gradient",
     "reduced_loss",
+    "saddle_energy",
     "saddle_point",
     "sample_from_kernels",
     "switching_chain",

@@ -253,6 +253,19 @@ class MarkovChain:
         contexts = self.context_index(windows)
         return self.transition.to(x.device).log()[contexts]
 
+    def expected_loss(self, x: Tensor, log_probs: Tensor) -> float:
+        """Mean cross-entropy in nats of predictions against the true next-symbol distribution of each context.
+
+        log_probs: (B, T, S), row t a model's log-distribution of x_{t+1} given x_0..x_t. Averages
+        −Σ_s P(s | context) log_probs[t, s] over t = order−1..T−2, so it has no sampling noise from the targets;
+        with the true kernel's predictions it is the mean conditional entropy, whose expectation is the entropy rate.
+        """
+        if log_probs.shape != (*x.shape, self.num_symbols):
+            raise ValueError(f"log_probs must have shape {(*x.shape, self.num_symbols)}; got {tuple(log_probs.shape)}")
+        truth = self.log_prob_next(x).exp()
+        predicted = log_probs[:, self.order - 1 : -1].to(torch.float64)
+        return float(-(truth * predicted).sum(-1).mean())
+
     def oracle_loss(self, x: Tensor) -> float:
         """Mean cross-entropy in nats of the true kernel on x (B, T) over positions t >= order."""
         log_prob = self.log_prob_next(x)

@@ -12,8 +12,22 @@ Its loss is the exact expected binary cross-entropy (nats) under the stationary 
 so the global minimum is the entropy rate and, on the line e = 0 (the model ignores its input), the best b gives
 the unigram loss H(π). At w = −1/√2 the slope 1 + 2w|w| vanishes: (w, e) = (−1/√2, 0) is the saddle of SPEC 6.
 
-The seed talk defines no energy function and no basin boundary for this model, so neither is implemented here.
-All functions accept Python floats or 0-d tensors and compute in float64.
+**Energy and basins.** With b held at its optimum (the profiled loss L*(e, w) = min_b L, whose gradient is
+∇_{e,w} L by the envelope theorem) the residuals satisfy g_0 = −g_1, and the flow dθ/dt = −∇L* obeys
+dw/de = 2e|w| / (1 + 2w|w|). Separating variables gives the conserved energy
+
+    E(e, w) = e² − w² − sign(w) log|w|,
+
+so every trajectory of the profiled flow stays on one level set of E. For w < 0 the function −w² + log|w| peaks
+at the saddle's w = −1/√2 with value E_s = E(0, −1/√2) = −1/2 − (log 2)/2. A level set with E < E_s meets the
+unigram line e = 0 on both sides of the saddle, so it never crosses w = −1/√2, where the slope 1 + 2w|w| of the
+logit changes sign; a level set with E > E_s (w < 0) crosses it. Level sets with w > 0 never reach w = 0. Hence,
+when p + q > 1 (the target slope is negative, reachable only with w < −1/√2), a start with slope ≥ 0 reaches the
+global minimum only if w < 0 and E > E_s: the **basin boundary** is the curve e² = E_s + w² − log|w|, w < 0.
+Small initialisations (|w| small) have E far below E_s and end on the unigram line, as the talk shows. When
+p + q < 1 the target slope is positive and every start with w > −1/√2 and e ≠ 0 reaches the global minimum.
+
+All functions accept Python floats or tensors (broadcast elementwise) and compute in float64.
 """
 
 from __future__ import annotations
@@ -56,7 +70,7 @@ def reduced_loss(e: float | Tensor, w: float | Tensor, b: float | Tensor, p: flo
 def reduced_gradient(
     e: float | Tensor, w: float | Tensor, b: float | Tensor, p: float, q: float
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Closed-form (∂L/∂e, ∂L/∂w, ∂L/∂b), float64 0-d tensors.
+    """Closed-form (∂L/∂e, ∂L/∂w, ∂L/∂b), float64 tensors broadcast over the arguments.
 
     With residuals g_x = π(x) (sigmoid(logit(x)) − P(1|x)) (the derivative of π(x) BCE w.r.t. logit(x)):
         ∂logit(0)/∂e = −e,   ∂logit(1)/∂e = 2e(1 + 2w|w|) − e,   ∂logit(1)/∂w = 4e²|w|,   ∂logit(x)/∂b = 1,
@@ -83,19 +97,108 @@ def unigram_bias(p: float, q: float) -> float:
     return math.log(p / q)
 
 
-def gradient_flow(e0: float, w0: float, b0: float, p: float, q: float, steps: int, lr: float) -> Tensor:
-    """Explicit-Euler gradient flow θ ← θ − lr ∇L(θ) on the closed-form gradient.
+def optimal_bias(
+    e: float | Tensor, w: float | Tensor, p: float, q: float, initial: Tensor | None = None, iterations: int = 200
+) -> Tensor:
+    """argmin_b L(e, w, b), float64, broadcast over e and w.
 
-    Returns the trajectory, float64 (steps + 1, 3), columns (e, w, b); row 0 is the initial point.
+    ∂L/∂b is increasing in b, so Newton's method runs inside a bracket [lo, hi] that always holds the root and
+    falls back to bisection whenever a Newton step would leave it (plain Newton diverges where the logit's slope
+    is large). ``initial`` warm-starts the iteration (a trajectory passes the previous step's b); iteration stops
+    once every step is below 1e-13.
+    """
+    e, w, p, q = _as_float64(e, w, p, q)
+    pi_0, pi_1, target_0, target_1 = _targets(p, q)
+    shape = torch.broadcast_shapes(e.shape, w.shape)
+    if initial is None:
+        initial = torch.logit(pi_0 * target_0 + pi_1 * target_1)  # the optimum when the slope is 0
+    b = torch.broadcast_to(torch.as_tensor(initial, dtype=torch.float64), shape).clone()
+    slope = (e**2 * (1 + 2 * w * w.abs())).abs()
+    lo = torch.broadcast_to(-slope - 50.0 + e**2 / 2, shape).clone()  # σ(l) ∈ (0, 1) at every logit bound
+    hi = torch.broadcast_to(slope + 50.0 + e**2 / 2, shape).clone()
+    b = b.clamp(lo, hi)
+    for _ in range(iterations):
+        logit_0, logit_1 = _logits(e, w, b)
+        s0, s1 = torch.sigmoid(logit_0), torch.sigmoid(logit_1)
+        gradient = pi_0 * (s0 - target_0) + pi_1 * (s1 - target_1)
+        curvature = pi_0 * s0 * (1 - s0) + pi_1 * s1 * (1 - s1)
+        lo = torch.where(gradient < 0, b, lo)
+        hi = torch.where(gradient > 0, b, hi)
+        newton = b - gradient / curvature.clamp_min(1e-300)
+        inside = (newton >= lo) & (newton <= hi)
+        updated = torch.where(inside, newton, (lo + hi) / 2)
+        done = float((updated - b).abs().max()) < 1e-13
+        b = updated
+        if done:
+            break
+    return b
+
+
+def energy(e: float | Tensor, w: float | Tensor) -> Tensor:
+    """E(e, w) = e² − w² − sign(w) log|w|: conserved by the profiled gradient flow (module docstring); w ≠ 0."""
+    e, w = torch.as_tensor(e, dtype=torch.float64), torch.as_tensor(w, dtype=torch.float64)
+    return e**2 - w**2 - torch.sign(w) * torch.log(w.abs())
+
+
+def saddle_energy() -> float:
+    """E_s = E(0, −1/√2) = −1/2 − (log 2)/2: the level set through the saddle is the basin boundary."""
+    return -0.5 - math.log(2.0) / 2
+
+
+def basin_boundary(w: float | Tensor) -> Tensor:
+    """|e| on the basin boundary E(e, w) = E_s for w < 0: e = sqrt(E_s + w² − log|w|) (module docstring)."""
+    w = torch.as_tensor(w, dtype=torch.float64)
+    if (w >= 0).any():
+        raise ValueError("basin_boundary is defined for w < 0 only")
+    return (saddle_energy() + w**2 - torch.log(w.abs())).clamp_min(0).sqrt()
+
+
+def reaches_global_minimum(e: float | Tensor, w: float | Tensor, p: float, q: float) -> Tensor:
+    """Boolean tensor: whether the profiled flow from (e, w) ends at the global minimum rather than at e = 0.
+
+    For e ≠ 0 and w ≠ 0, from the energy argument of the module docstring: p + q < 1 needs the positive-slope side
+    (w > −1/√2) or a level set that crosses the saddle's line (w < 0, E > E_s); p + q > 1 needs the negative-slope
+    side or such a crossing. p + q = 1 (independent symbols) has no slope to learn: every start is optimal.
+    """
+    e, w = torch.as_tensor(e, dtype=torch.float64), torch.as_tensor(w, dtype=torch.float64)
+    crosses = (w < 0) & (energy(e, w) > saddle_energy())
+    positive_side = 1 + 2 * w * w.abs() > 0
+    if math.isclose(p + q, 1.0):
+        return torch.ones_like(crosses)
+    return crosses | (positive_side if p + q < 1 else ~positive_side)
+
+
+def gradient_flow(
+    e0: float | Tensor,
+    w0: float | Tensor,
+    b0: float | Tensor,
+    p: float,
+    q: float,
+    steps: int,
+    lr: float,
+    *,
+    profile_bias: bool = False,
+) -> Tensor:
+    """Explicit-Euler gradient flow θ ← θ − lr ∇L(θ) on the closed-form gradient, for one start or many.
+
+    e0, w0, b0: floats or tensors of one shape S (many starts run at once). ``profile_bias=True`` keeps b at
+    ``optimal_bias`` after every step (the flow of the profiled loss, which conserves ``energy``); b0 is then
+    ignored. Returns the trajectory, float64 (steps + 1, *S, 3), columns (e, w, b); row 0 is the initial point.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    trajectory = torch.empty(steps + 1, 3, dtype=torch.float64)
-    theta = torch.tensor([e0, w0, b0], dtype=torch.float64)
-    trajectory[0] = theta
+    e, w, b = torch.broadcast_tensors(*_as_float64(e0, w0, b0))
+    e, w, b = e.clone(), w.clone(), b.clone()
+    if profile_bias:
+        b = optimal_bias(e, w, p, q)
+    trajectory = torch.empty(steps + 1, *e.shape, 3, dtype=torch.float64)
+    trajectory[0] = torch.stack((e, w, b), dim=-1)
     for step in range(1, steps + 1):
-        theta = theta - lr * torch.stack(reduced_gradient(theta[0], theta[1], theta[2], p, q))
-        trajectory[step] = theta
+        grad_e, grad_w, grad_b = reduced_gradient(e, w, b, p, q)
+        e, w, b = e - lr * grad_e, w - lr * grad_w, b - lr * grad_b
+        if profile_bias:
+            b = optimal_bias(e, w, p, q, initial=b)
+        trajectory[step] = torch.stack((e, w, b), dim=-1)
     return trajectory

@@ -1,0 +1,44 @@
+"""Named reproductions: ``markovformer experiment NAME`` runs one and writes ``report.md``, ``results.json`` and
+figures into its output folder. To add one, write a module with ``NAME``, ``SUMMARY`` and
+``run(out_dir, *, quick, seeds, log) -> Path`` (see ``weight_tying``) and list it in ``_MODULES``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from markovformer.experiments import landscape, weight_tying
+
+_MODULES = (weight_tying, landscape)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    summary: str
+    run: Callable[..., Path]
+
+
+EXPERIMENTS: dict[str, Experiment] = {
+    module.NAME: Experiment(module.NAME, module.SUMMARY, module.run) for module in _MODULES
+}
+
+
+def run_experiment(
+    name: str,
+    out_dir: str | Path,
+    *,
+    quick: bool = False,
+    seeds: tuple[int, ...] | None = None,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """Run experiment ``name`` into ``out_dir`` (finished cells found there are reused); returns the report path."""
+    if name not in EXPERIMENTS:
+        from markovformer.models.config_base import suggest
+
+        raise ValueError(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; known: {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[name].run(Path(out_dir), quick=quick, seeds=seeds, log=log)
+
+
+__all__ = ["EXPERIMENTS", "Experiment", "run_experiment"]

@@ -1,0 +1,85 @@
+"""Figures of the named experiments: measured curves drawn against their analytic reference values."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from markovformer.plots.saving import new_figure, save_figure
+
+_REFERENCE_STYLES = ("--", ":", "-.", (0, (5, 1, 1, 1)))
+
+
+@dataclass
+class Panel:
+    """One subplot: measured ``curves`` {label: (x, y)} and horizontal ``references`` {label: value}."""
+
+    title: str
+    curves: dict[str, tuple[Sequence[float], Sequence[float]]]
+    references: dict[str, float] = field(default_factory=dict)
+
+
+def plot_panels(panels: Sequence[Panel], out: Path, xlabel: str, ylabel: str, log_x: bool = False) -> Path:
+    """Panels side by side (shared y axis), each with its curves and dashed, labelled reference lines."""
+    if not panels:
+        raise ValueError("plot_panels needs at least one panel")
+    figure = new_figure(4.2 * len(panels), 3.6)
+    axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for ax, panel in zip(axes, panels, strict=True):
+        for label, (x, y) in panel.curves.items():
+            ax.plot(x, y, label=label, linewidth=1.2, marker="o" if len(x) <= 12 else None, markersize=3)
+        for index, (label, value) in enumerate(panel.references.items()):
+            style = _REFERENCE_STYLES[index % len(_REFERENCE_STYLES)]
+            ax.axhline(value, color="black", linestyle=style, linewidth=1, label=f"{label} = {value:.4f}")
+        if log_x:
+            ax.set_xscale("log")
+        ax.set_title(panel.title, fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel(ylabel)
+    return save_figure(figure, out)
+
+
+@dataclass
+class LandscapePanel:
+    """The reduced model's profiled loss on a (w, e) grid, with gradient-flow trajectories."""
+
+    title: str
+    w_grid: np.ndarray  # (W,)
+    e_grid: np.ndarray  # (E,)
+    loss: np.ndarray  # (E, W): min over b of L(e, w, b)
+    trajectories: list[np.ndarray]  # each (steps, 2): columns (w, e)
+    reached_global: list[bool]
+    boundary: tuple[np.ndarray, np.ndarray] | None = None  # (w, e) points of the basin boundary (e >= 0)
+
+
+def plot_landscapes(panels: Sequence[LandscapePanel], saddle: tuple[float, float], out: Path) -> Path:
+    """Filled contours of each panel's loss, trajectories (green: global minimum, red: unigram line e = 0), the
+    saddle (black cross) and the basin boundary (dashed, mirrored to e < 0)."""
+    figure = new_figure(5.2 * len(panels), 4.4)
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for ax, panel in zip(axes, panels, strict=True):
+        # the corners of the grid reach losses far above both minima: spread the colours over the lower 70 %
+        levels = np.linspace(panel.loss.min(), np.quantile(panel.loss, 0.7), 30)
+        filled = ax.contourf(panel.w_grid, panel.e_grid, panel.loss, levels=levels, cmap="viridis", extend="max")
+        figure.colorbar(filled, ax=ax, label="loss (nats), b at its optimum")
+        for trajectory, reached in zip(panel.trajectories, panel.reached_global, strict=True):
+            color = "limegreen" if reached else "red"
+            ax.plot(trajectory[:, 0], trajectory[:, 1], color=color, linewidth=1)
+            ax.plot(trajectory[0, 0], trajectory[0, 1], "o", color=color, markersize=3)
+            ax.plot(trajectory[-1, 0], trajectory[-1, 1], "s", color=color, markersize=4)
+        if panel.boundary is not None:
+            w, e = panel.boundary
+            ax.plot(w, e, "w--", linewidth=1.2, label="basin boundary E(e, w) = E_s")
+            ax.plot(w, -e, "w--", linewidth=1.2)
+        ax.plot(*saddle, "kx", markersize=9, markeredgewidth=2, label="saddle (-1/√2, 0)")
+        ax.set_xlim(panel.w_grid[0], panel.w_grid[-1])
+        ax.set_ylim(panel.e_grid[0], panel.e_grid[-1])
+        ax.set_xlabel("w")
+        ax.set_ylabel("e")
+        ax.set_title(panel.title, fontsize=10)
+        ax.legend(fontsize=7, loc="lower right")
+    return save_figure(figure, out)

@@ -1,0 +1,65 @@
+"""The experiment report: cells are cached so a killed experiment resumes; files are complete or absent."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from markovformer.experiments import EXPERIMENTS, run_experiment
+from markovformer.experiments.fitting import FitResult, steps_to_reach
+from markovformer.experiments.report import ExperimentReport, markdown_table
+
+
+def test_cached_cells_are_computed_once_and_reread(tmp_path):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"loss": 0.5, "curve": [1.0, 0.5]}
+
+    first = ExperimentReport(tmp_path, "t", log=lambda line: None).cached("cell_a", compute)
+    again = ExperimentReport(tmp_path, "t", log=lambda line: None).cached("cell_a", compute)
+    assert first == again == {"loss": 0.5, "curve": [1.0, 0.5]}
+    assert len(calls) == 1
+    assert json.loads((tmp_path / "cells" / "cell_a.json").read_text()) == first
+
+
+def test_a_failing_cell_leaves_no_file_and_reruns(tmp_path):
+    report = ExperimentReport(tmp_path, "t", log=lambda line: None)
+
+    def crash():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        report.cached("cell_b", crash)
+    assert not (tmp_path / "cells" / "cell_b.json").exists()
+    assert report.cached("cell_b", lambda: 3) == 3
+
+
+def test_cell_keys_must_be_plain_file_names(tmp_path):
+    with pytest.raises(ValueError, match="'../escape'"):
+        ExperimentReport(tmp_path, "t").cached("../escape", lambda: 1)
+
+
+def test_report_and_results_are_written(tmp_path):
+    report = ExperimentReport(tmp_path, "Title", log=lambda line: None)
+    report.table(["a", "b"], [[1, 0.123456], ["x", 2.0]], caption="numbers")
+    report.results = {"a": 1}
+    path = report.write()
+    text = path.read_text()
+    assert text.startswith("# Title\n") and "| 1 | 0.1235 |" in text and "numbers" in text
+    assert json.loads((tmp_path / "results.json").read_text()) == {"a": 1}
+    assert markdown_table(["c"], [[1]]).splitlines()[1] == "|---|"
+
+
+def test_steps_to_reach_is_the_first_evaluation_within_tolerance():
+    result = FitResult(steps=[0, 10, 20, 30], evaluations=[1.0, 0.62, 0.55, 0.505])
+    assert steps_to_reach(result, 0.5, 0.06) == 20
+    assert steps_to_reach(result, 0.5, 0.001) is None
+
+
+def test_unknown_experiment_gets_a_suggestion(tmp_path):
+    with pytest.raises(ValueError, match="did you mean 'landscape'"):
+        run_experiment("landscap", tmp_path)
+    assert {"weight-tying", "landscape"} <= set(EXPERIMENTS)
