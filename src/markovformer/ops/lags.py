@@ -71,3 +71,16 @@ def prediction_lags(source_lags: tuple[int, ...]) -> tuple[int, ...]:
     symbol sits at attention lag l - 1: source lag 1 is the query token itself (lag 0), source lag 4 is lag 3.
     """
     return tuple(lag - 1 for lag in source_lags)
+
+
+def order_to_window(order: int | None) -> int | None:
+    """MAT's Markov order k (SPEC 3) as a causal window: ``k - 1``, or None (unbounded) for None.
+
+    Predicting y_i may read y_{i-k..i-1}; with the shifted-right decoder input position i holds y_{i-1}, so it
+    attends to positions i-k+1..i: k keys including itself, which is causal window W = k - 1.
+    """
+    if order is None:
+        return None
+    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+        raise ValueError(f"order={order!r} must be a positive integer (or None for an unbounded order)")
+    return order - 1

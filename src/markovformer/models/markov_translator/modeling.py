@@ -1,0 +1,275 @@
+"""MAT (SPEC 3): a pre-LN Transformer encoder-decoder whose decoder self-attention can be order-k banded and
+transparent (keys and values from the decoder's layer-0 input E in every layer), which makes it exactly k-th order
+Markov at any depth. The building blocks here are shared with incremental decoding in ``generation.py``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from markovformer.layers.position import sinusoidal_positions
+from markovformer.models.markov_translator.config import MarkovTranslatorConfig
+from markovformer.models.pretrained import PreTrainedModel
+from markovformer.ops.lags import lag_matrix, order_to_window, visible
+
+if TYPE_CHECKING:
+    from markovformer.models.markov_translator.generation import GenerationOutput
+
+
+def attend(query: Tensor, keys: Tensor, values: Tensor, allowed: Tensor | None, dropout_p: float = 0.0) -> Tensor:
+    """Softmax attention of heads (B, H, Tq, Dh) over (B, H, Tk, Dh); ``allowed`` broadcasts to (B, H, Tq, Tk).
+
+    A query with no allowed key returns zeros, never NaN.
+    """
+    if allowed is None:
+        return F.scaled_dot_product_attention(query, keys, values, dropout_p=dropout_p)
+    # SDPA returns NaN for a query with no visible key: let such rows see everything, then zero them.
+    has_key = allowed.any(-1, keepdim=True)
+    heads = F.scaled_dot_product_attention(query, keys, values, attn_mask=allowed | ~has_key, dropout_p=dropout_p)
+    return heads * has_key.to(heads.dtype)
+
+
+def key_padding_allowed(mask: Tensor | None) -> Tensor | None:
+    """A (B, T) mask (1 = real token) as (B, 1, 1, T) allowed keys; None stays None (everything visible)."""
+    return None if mask is None else mask.bool()[:, None, None, :]
+
+
+def decoder_self_allowed(
+    query_positions: Tensor, key_positions: Tensor, order: int | None, key_mask: Tensor | None = None
+) -> Tensor:
+    """Causal order-k band (through ``ops.lags``) and key padding: (B or 1, 1, Tq, Tk) booleans."""
+    band = visible(lag_matrix(query_positions, key_positions), window=order_to_window(order), causal=True)
+    allowed = band[None, None]
+    return allowed if key_mask is None else allowed & key_mask.bool()[:, None, None, :]
+
+
+class Attention(nn.Module):
+    """Multi-head attention whose queries and keys/values come from separate inputs (self, cross or transparent)."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim, self.dropout = n_heads, d_model // n_heads, dropout
+        self.query = nn.Linear(d_model, d_model)
+        self.key_value = nn.Linear(d_model, 2 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        return x.view(*x.shape[:2], self.n_heads, self.head_dim).transpose(1, 2)
+
+    def keys_values(self, source: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, Tk, D) -> keys and values, each (B, H, Tk, Dh)."""
+        keys, values = self.key_value(source).chunk(2, dim=-1)
+        return self._heads(keys), self._heads(values)
+
+    def forward(self, x: Tensor, keys: Tensor, values: Tensor, allowed: Tensor | None) -> Tensor:
+        """x: (B, Tq, D) normalised queries' input -> (B, Tq, D)."""
+        heads = attend(self._heads(self.query(x)), keys, values, allowed, self.dropout if self.training else 0.0)
+        return self.out(heads.transpose(1, 2).reshape(x.shape))
+
+
+class FeedForward(nn.Module):
+    """Linear–ReLU–Linear of hidden width d_ff: the Transformer-base FFN the paper trains (any width, not a
+    multiple of d_model as in ``layers.ffn``)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.up = nn.Linear(d_model, d_ff)
+        self.down = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.dropout(F.relu(self.up(x))))
+
+
+class EncoderLayer(nn.Module):
+    """Pre-LN: x + SelfAttn(LN x) (bidirectional, key padding), then x + FFN(LN x)."""
+
+    def __init__(self, config: MarkovTranslatorConfig) -> None:
+        super().__init__()
+        self.self_norm = nn.LayerNorm(config.d_model)
+        self.self_attention = Attention(config.d_model, config.n_heads, config.dropout)
+        self.ffn_norm = nn.LayerNorm(config.d_model)
+        self.ffn = FeedForward(config.d_model, config.d_ff, config.dropout)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, hidden: Tensor, allowed: Tensor | None) -> Tensor:
+        normed = self.self_norm(hidden)
+        hidden = hidden + self.dropout(self.self_attention(normed, *self.self_attention.keys_values(normed), allowed))
+        return hidden + self.dropout(self.ffn(self.ffn_norm(hidden)))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-LN: self-attention, cross-attention over the source memory, FFN.
+
+    Its self-attention keys/values come from :meth:`self_keys_values`: from LN(hidden) as usual, or, when
+    ``transparent``, from the layer's own LayerNorm of the decoder's layer-0 input E (SPEC 3).
+    """
+
+    def __init__(self, config: MarkovTranslatorConfig) -> None:
+        super().__init__()
+        self.transparent = config.transparent
+        self.self_norm = nn.LayerNorm(config.d_model)
+        self.embedding_norm = nn.LayerNorm(config.d_model) if config.transparent else None
+        self.self_attention = Attention(config.d_model, config.n_heads, config.dropout)
+        self.cross_norm = nn.LayerNorm(config.d_model)
+        self.cross_attention = Attention(config.d_model, config.n_heads, config.dropout)
+        self.ffn_norm = nn.LayerNorm(config.d_model)
+        self.ffn = FeedForward(config.d_model, config.d_ff, config.dropout)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def self_keys_values(self, hidden: Tensor | None, embedded: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values (B, H, T, Dh) for the positions of ``embedded`` (B, T, D); ``hidden`` (B, T, D) is this
+        layer's input, unused (may be None) when transparent."""
+        if self.transparent:
+            return self.self_attention.keys_values(self.embedding_norm(embedded))
+        return self.self_attention.keys_values(self.self_norm(hidden))
+
+    def forward(
+        self,
+        hidden: Tensor,
+        self_keys: Tensor,
+        self_values: Tensor,
+        self_allowed: Tensor | None,
+        memory_keys: Tensor,
+        memory_values: Tensor,
+        memory_allowed: Tensor | None,
+    ) -> Tensor:
+        """hidden: (B, Tq, D) queries' stream; keys/values (B, H, Tk, Dh) and (B, H, S, Dh) -> (B, Tq, D)."""
+        attended = self.self_attention(self.self_norm(hidden), self_keys, self_values, self_allowed)
+        hidden = hidden + self.dropout(attended)
+        attended = self.cross_attention(self.cross_norm(hidden), memory_keys, memory_values, memory_allowed)
+        hidden = hidden + self.dropout(attended)
+        return hidden + self.dropout(self.ffn(self.ffn_norm(hidden)))
+
+
+@dataclass
+class MarkovTranslatorOutput:
+    logits: Tensor  # (B, T_tgt, V)
+    loss: Tensor | None = None  # mean token cross-entropy over labels != -100
+    encoder_last_hidden_state: Tensor | None = None  # (B, S, D): the memory
+
+
+class MarkovTranslator(PreTrainedModel):
+    """Encoder-decoder translator over a joint vocabulary (SPEC 3). ``tgt_ids`` is the shifted-right decoder input
+    (bos, y_1, ..., y_{T-1}); ``labels`` are aligned with it (y_1, ..., y_T), -100 ignored. Masks are (B, T) with
+    1 = real token; target padding must be on the right."""
+
+    config_class = MarkovTranslatorConfig
+
+    def __init__(self, config: MarkovTranslatorConfig) -> None:
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed_scale = math.sqrt(config.d_model)
+        table = sinusoidal_positions(config.max_positions, config.d_model)
+        self.register_buffer("position_table", table, persistent=False)  # derived, so not saved
+        self.dropout = nn.Dropout(config.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
+        self.encoder_norm = nn.LayerNorm(config.d_model)
+        self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
+        self.decoder_norm = nn.LayerNorm(config.d_model)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=self.config.initializer_range)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def embed_tokens(self, ids: Tensor, start: int = 0) -> Tensor:
+        """Token ids (B, T) at positions start..start+T-1 -> (B, T, D): √D-scaled embedding + sinusoid, dropout."""
+        if ids.dim() != 2:
+            raise ValueError(f"token ids must be (B, T); got shape {tuple(ids.shape)}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size):
+            bad = ids[(ids < 0) | (ids >= self.config.vocab_size)][0].item()
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+        end = start + ids.shape[1]
+        if end > self.config.max_positions:
+            raise ValueError(f"position {end - 1} is beyond max_positions={self.config.max_positions}")
+        positions = self.position_table[start:end].to(self.embed.weight.dtype)
+        return self.dropout(self.embed(ids) * self.embed_scale + positions)
+
+    @staticmethod
+    def _check_mask(mask: Tensor | None, ids: Tensor, name: str) -> None:
+        if mask is not None and tuple(mask.shape) != tuple(ids.shape):
+            raise ValueError(f"{name} must have the shape of its ids {tuple(ids.shape)}; got {tuple(mask.shape)}")
+
+    def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Source ids (B, S) -> memory (B, S, D), after the encoder's final LayerNorm."""
+        self._check_mask(src_mask, src_ids, "src_mask")
+        hidden = self.embed_tokens(src_ids)
+        allowed = key_padding_allowed(src_mask)
+        for layer in self.encoder_layers:
+            hidden = layer(hidden, allowed)
+        return self.encoder_norm(hidden)
+
+    def memory_keys_values(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Per decoder layer, the cross-attention keys and values of the memory (B, S, D), each (B, H, S, Dh)."""
+        return [layer.cross_attention.keys_values(memory) for layer in self.decoder_layers]
+
+    def output_logits(self, hidden: Tensor) -> Tensor:
+        """Last decoder hidden states (B, T, D) -> logits (B, T, V) through the tied embedding."""
+        return F.linear(self.decoder_norm(hidden), self.embed.weight)
+
+    def decode(
+        self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None
+    ) -> Tensor:
+        """Teacher-forced decoder: shifted-right ids (B, T) and memory (B, S, D) -> logits (B, T, V)."""
+        self._check_mask(tgt_mask, tgt_ids, "tgt_mask")
+        embedded = self.embed_tokens(tgt_ids)
+        positions = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)
+        self_allowed = decoder_self_allowed(positions, positions, self.config.order, tgt_mask)
+        memory_allowed = key_padding_allowed(src_mask)
+        hidden = embedded
+        for layer, (memory_keys, memory_values) in zip(
+            self.decoder_layers, self.memory_keys_values(memory), strict=True
+        ):
+            keys, values = layer.self_keys_values(hidden, embedded)
+            hidden = layer(hidden, keys, values, self_allowed, memory_keys, memory_values, memory_allowed)
+        return self.output_logits(hidden)
+
+    def forward(
+        self,
+        src_ids: Tensor,
+        tgt_ids: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        labels: Tensor | None = None,
+    ) -> MarkovTranslatorOutput:
+        """src_ids (B, S), tgt_ids (B, T) shifted right, labels (B, T) or None -> logits (B, T, V) [+ loss]."""
+        memory = self.encode(src_ids, src_mask)
+        logits = self.decode(tgt_ids, memory, src_mask, tgt_mask)
+        loss = None
+        if labels is not None:
+            if tuple(labels.shape) != tuple(tgt_ids.shape):
+                raise ValueError(f"labels must have the shape of tgt_ids {tuple(tgt_ids.shape)}; got "
+                                 f"{tuple(labels.shape)}")  # fmt: skip
+            # losses in at least float32: half-precision logits are upcast, float64 ones kept
+            logits_for_loss = logits.to(torch.promote_types(logits.dtype, torch.float32))
+            loss = F.cross_entropy(
+                logits_for_loss.flatten(0, 1),
+                labels.flatten(),
+                ignore_index=-100,
+                label_smoothing=self.config.label_smoothing,
+            )
+        return MarkovTranslatorOutput(logits, loss, memory)
+
+    def generate(
+        self,
+        src_ids: Tensor,
+        src_mask: Tensor | None = None,
+        beam_size: int = 1,
+        max_length: int | None = None,
+        length_penalty: float = 1.0,
+    ) -> GenerationOutput:
+        """Translate (B, S) sources: greedy (beam_size=1) or beam search; see ``generation.generate``."""
+        from markovformer.models.markov_translator.generation import generate  # it imports this module
+
+        return generate(self, src_ids, src_mask, beam_size, max_length, length_penalty)
+
+
+__all__ = ["MarkovTranslator", "MarkovTranslatorOutput"]
