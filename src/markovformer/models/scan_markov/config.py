@@ -1,0 +1,68 @@
+"""ScanMarkovConfig: every option of the scan Markov model (SPEC 4), validated on construction."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from markovformer.models.config_base import ModelConfig
+from markovformer.ops.scan import BACKENDS
+
+CONTEXT_MODES = ("markov", "recurrent")
+
+
+@dataclasses.dataclass
+class ScanMarkovConfig(ModelConfig):
+    """Configuration of ``ScanMarkovLM``.
+
+    ``context_mode``: ``"markov"`` (the state at t runs over the last ``context_length`` tokens only, positions
+    counted from the window start) or ``"recurrent"`` (over the whole prefix, absolute positions, so sequences
+    may be at most ``max_positions`` long). ``context_length`` is required in markov mode and must fit in
+    ``max_positions``; a forward call may override it. ``ffn_mult``: hidden width of the gate projection and the
+    decoder, in units of ``d_model`` (the seed's 512 = 4·128). ``scan_backend``: the ``linear_scan`` backend of the
+    recurrent mode; the markov mode's short windows use ``windowed_linear_scan`` (its naive loop when
+    ``scan_backend="naive"``). ``dropout`` acts on the embeddings and the decoder's hidden layer.
+    """
+
+    model_type = "scan_markov"
+
+    vocab_size: int | None = None
+    d_model: int = 128
+    max_positions: int = 1024
+    context_mode: str = "markov"
+    context_length: int | None = None
+    ffn_mult: int = 4
+    dropout: float = 0.0
+    initializer_range: float = 0.02
+    scan_backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        def fail(field: str, message: str) -> None:
+            raise ValueError(f"ScanMarkovConfig.{field}={getattr(self, field)!r}: {message}")
+
+        if self.vocab_size is None:
+            fail("vocab_size", "is required (a positive integer)")
+        for field in ("vocab_size", "d_model", "max_positions", "ffn_mult"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                fail(field, "must be a positive integer")
+        if self.context_mode not in CONTEXT_MODES:
+            fail("context_mode", f"must be one of {CONTEXT_MODES}")
+        if self.context_mode == "markov":
+            if self.context_length is None:
+                fail("context_length", "is required with context_mode='markov' (the window size n)")
+            check_context_length(self.context_length, self.max_positions, "ScanMarkovConfig.context_length")
+        elif self.context_length is not None:
+            fail("context_length", "is only meaningful with context_mode='markov'; leave it None")
+        if not 0.0 <= self.dropout < 1.0:
+            fail("dropout", "must lie in [0, 1)")
+        if not self.initializer_range > 0:
+            fail("initializer_range", "must be positive")
+        if self.scan_backend not in BACKENDS:
+            fail("scan_backend", f"must be one of {BACKENDS}")
+
+
+def check_context_length(value: object, max_positions: int, name: str) -> None:
+    """ValueError naming ``name`` unless ``value`` is an integer in [1, max_positions]: a window of n tokens uses
+    positions 0..n-1."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= max_positions:
+        raise ValueError(f"{name}={value!r}: must be an integer in [1, max_positions={max_positions}]")

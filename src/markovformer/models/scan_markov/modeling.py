@@ -1,0 +1,228 @@
+"""The scan Markov model (SPEC 4): a gated linear recurrence over token + position embeddings, decoded through a
+LayerNorm, an MLP and the tied embedding matrix.
+
+    e_t = E[x_t] + P[pos_t];  [A_t, B_t] = σ(gate_proj(e_t));  h_t = A_t ⊙ h_{t-1} + B_t ⊙ e_t, h_{-1} = 0
+    logits_t = decode(LayerNorm(h_t)) Eᵀ
+
+``h_{-1} = 0`` makes h_0 = B_0 ⊙ e_0: the first step has no A gate. In markov mode every position t has its own
+window of the last n tokens, with positions 0.. counted from the window start, all computed in parallel; in
+recurrent mode h runs over the whole prefix with absolute positions. Generation feeds tokens through ``step``,
+which is the same recurrence token by token (the seed's generator differed from its trainer; this one does not).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from markovformer.models.generation import sample_next_token
+from markovformer.models.pretrained import PreTrainedModel
+from markovformer.models.scan_markov.config import ScanMarkovConfig, check_context_length
+from markovformer.ops.padding import right_padded_lengths
+from markovformer.ops.scan import linear_scan, window_offsets, windowed_linear_scan
+
+
+@dataclass
+class ScanMarkovOutput:
+    logits: Tensor | None = None  # (B, T, V): next-token logits at every position
+    loss: Tensor | None = None  # mean next-token cross-entropy over labels != -100
+    hidden_states: Tensor | None = None  # (B, T, D): the states h_t, before the LayerNorm
+
+
+@dataclass
+class ScanMarkovState:
+    """Where incremental decoding stands after ``position`` tokens of every row.
+
+    Recurrent mode keeps ``hidden``, h after the last token (B, D); markov mode keeps ``window``, the last
+    min(n, position) tokens (B, L), since its state is recomputed from exactly those.
+    """
+
+    position: int = 0
+    hidden: Tensor | None = None
+    window: Tensor | None = None
+
+
+class ScanMarkovLM(PreTrainedModel):
+    """Next-token prediction with the scan recurrence. ``labels`` are the inputs (shifted inside); -100 is ignored."""
+
+    config_class = ScanMarkovConfig
+
+    def __init__(self, config: ScanMarkovConfig) -> None:
+        super().__init__(config)
+        width, hidden = config.d_model, config.ffn_mult * config.d_model
+        self.embed = nn.Embedding(config.vocab_size, width)
+        self.position_embedding = nn.Embedding(config.max_positions, width)
+        self.dropout = nn.Dropout(config.dropout)
+        self.gate_proj = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, 2 * width))
+        self.norm = nn.LayerNorm(width)
+        self.decoder = nn.Sequential(
+            nn.Linear(width, hidden), nn.GELU(), nn.Dropout(config.dropout), nn.Linear(hidden, width)
+        )
+        self.lm_head = nn.Linear(width, config.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        self.lm_head.weight = self.embed.weight
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=self.config.initializer_range)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def _check_input_ids(self, input_ids: Tensor, dims: int = 2) -> None:
+        shape = "(B, T)" if dims == 2 else "(B,)"
+        if input_ids.dim() != dims or input_ids.is_floating_point() or input_ids.is_complex():
+            raise ValueError(
+                f"input_ids must be integer token ids {shape}, got {input_ids.dtype} {tuple(input_ids.shape)}"
+            )
+        if dims == 2 and input_ids.shape[1] == 0:
+            raise ValueError("input_ids has no tokens (T = 0)")
+        vocab_size = self.config.vocab_size
+        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab_size):
+            bad = input_ids[(input_ids < 0) | (input_ids >= vocab_size)][0].item()
+            raise ValueError(f"input_ids holds token id {bad}, outside the vocabulary [0, {vocab_size})")
+
+    def window_size(self, context_length: int | None = None) -> int | None:
+        """The window n of a call: ``context_length`` if given, else the config's; None in recurrent mode."""
+        if self.config.context_mode == "recurrent":
+            if context_length is not None:
+                raise ValueError(f"context_length={context_length!r}: only meaningful with context_mode='markov'")
+            return None
+        if context_length is None:
+            return self.config.context_length
+        check_context_length(context_length, self.config.max_positions, "context_length")
+        return context_length
+
+    def gated_inputs(self, embeddings: Tensor) -> tuple[Tensor, Tensor]:
+        """The recurrence inputs (a, b) = (A, B ⊙ e) with [A, B] = σ(gate_proj(e)); e (..., D) -> two (..., D)."""
+        decay, inject = torch.sigmoid(self.gate_proj(embeddings)).chunk(2, dim=-1)
+        return decay, inject * embeddings
+
+    def recurrent_states(self, input_ids: Tensor) -> Tensor:
+        """h over the whole prefix, absolute positions: input_ids (B, T) -> (B, T, D)."""
+        length = input_ids.shape[1]
+        if length > self.config.max_positions:
+            raise ValueError(
+                f"input_ids has length {length} > max_positions={self.config.max_positions}: the recurrent mode "
+                "has no position embedding beyond it"
+            )
+        positions = self.position_embedding(torch.arange(length, device=input_ids.device))
+        decay, inject = self.gated_inputs(self.dropout(self.embed(input_ids) + positions))
+        return linear_scan(decay, inject, backend=self.config.scan_backend)[0]
+
+    def markov_states(self, input_ids: Tensor, window: int) -> Tensor:
+        """h over the last ``window`` tokens at every position, positions from the window start: (B, T) -> (B, T, D).
+
+        Token s seen from the window ending at t has position s - max(0, t - window + 1), so its embedding, gates
+        and input differ per window: they are built for all (t, offset) pairs, (B, T, window, D), then scanned.
+        """
+        source, position, _ = window_offsets(input_ids.shape[1], window, input_ids.device)
+        embeddings = self.embed(input_ids[:, source]) + self.position_embedding(position)
+        decay, inject = self.gated_inputs(self.dropout(embeddings))
+        backend = "naive" if self.config.scan_backend == "naive" else "auto"
+        return windowed_linear_scan(decay, inject, window, backend=backend)
+
+    def logits_from_states(self, states: Tensor) -> Tensor:
+        """decode(LayerNorm(h)) Eᵀ: states (..., D) -> logits (..., V)."""
+        return self.lm_head(self.decoder(self.norm(states)))
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        labels: Tensor | None = None,
+        context_length: int | None = None,
+        label_smoothing: float = 0.0,
+    ) -> ScanMarkovOutput:
+        """input_ids (B, T); attention_mask (B, T) right-padded, 1 = real (padding follows every real token, so it
+        never reaches one through the causal recurrence); labels (B, T) aligned with the inputs.
+        ``context_length`` overrides the markov window n for this call (e.g. to train on a mixture of n).
+        """
+        self._check_input_ids(input_ids)
+        if attention_mask is not None:
+            if tuple(attention_mask.shape) != tuple(input_ids.shape):
+                raise ValueError(
+                    f"attention_mask must be (B, T) = {tuple(input_ids.shape)}, got {tuple(attention_mask.shape)}"
+                )
+            right_padded_lengths(attention_mask, "ScanMarkovLM")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing={label_smoothing!r}: must lie in [0, 1)")
+        window = self.window_size(context_length)
+        states = self.recurrent_states(input_ids) if window is None else self.markov_states(input_ids, window)
+        output = ScanMarkovOutput(logits=self.logits_from_states(states), hidden_states=states)
+        if labels is not None:
+            if tuple(labels.shape) != tuple(input_ids.shape):
+                raise ValueError(f"labels must be (B, T) = {tuple(input_ids.shape)}, got {tuple(labels.shape)}")
+            logits = output.logits[:, :-1]
+            output.loss = F.cross_entropy(
+                logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32)),
+                labels[:, 1:].flatten(),
+                ignore_index=-100,
+                label_smoothing=label_smoothing,
+            )
+        return output
+
+    def step(
+        self, input_ids: Tensor, state: ScanMarkovState | None = None, context_length: int | None = None
+    ) -> tuple[Tensor, ScanMarkovState]:
+        """Feed one token per row, input_ids (B,); returns the next-token logits (B, V) and the new state.
+
+        Equal to ``forward`` on the whole sequence at the same position. Recurrent mode: h = A ⊙ h + B ⊙ e at
+        position ``state.position``. Markov mode: h recomputed over the last n tokens (keep n fixed per sequence).
+        """
+        self._check_input_ids(input_ids, dims=1)
+        state = state if state is not None else ScanMarkovState()
+        window = self.window_size(context_length)
+        if window is None:
+            if state.position >= self.config.max_positions:
+                raise ValueError(
+                    f"position {state.position} is beyond max_positions={self.config.max_positions}: the recurrent "
+                    "mode has no position embedding there"
+                )
+            embeddings = self.embed(input_ids) + self.position_embedding.weight[state.position]
+            decay, inject = self.gated_inputs(self.dropout(embeddings))
+            hidden = inject if state.hidden is None else torch.addcmul(inject, decay, state.hidden)
+            return self.logits_from_states(hidden), ScanMarkovState(state.position + 1, hidden=hidden)
+        tokens = input_ids[:, None] if state.window is None else torch.cat([state.window, input_ids[:, None]], 1)
+        tokens = tokens[:, -window:]
+        hidden = self.markov_states(tokens, window)[:, -1]
+        return self.logits_from_states(hidden), ScanMarkovState(state.position + 1, window=tokens)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+        context_length: int | None = None,
+    ) -> Tensor:
+        """Extend prompts (B, T) by ``max_new_tokens`` sampled tokens -> (B, T + max_new_tokens), in eval mode.
+
+        Every token (prompt and sampled) goes through ``step``. ``temperature`` 0 is greedy; ``top_p`` < 1 keeps
+        the smallest set of tokens whose probability reaches it (nucleus sampling).
+        """
+        self._check_input_ids(input_ids)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens={max_new_tokens!r}: must be a non-negative integer")
+        window = self.window_size(context_length)
+        fed = input_ids.shape[1] + max(max_new_tokens - 1, 0)
+        if window is None and fed > self.config.max_positions:
+            raise ValueError(
+                f"a prompt of {input_ids.shape[1]} tokens plus max_new_tokens={max_new_tokens} needs {fed} positions "
+                f"but max_positions={self.config.max_positions}"
+            )
+        self.eval()
+        state = None
+        for token in input_ids.unbind(1):
+            logits, state = self.step(token, state, window)
+        pieces = [input_ids]
+        for index in range(max_new_tokens):
+            token = sample_next_token(logits, temperature, top_p=top_p, generator=generator)
+            pieces.append(token[:, None])
+            if index + 1 < max_new_tokens:
+                logits, state = self.step(token, state, window)
+        return torch.cat(pieces, dim=1)

@@ -1,0 +1,289 @@
+"""The scan Markov model: pinned to SPEC 4's formula written out token by token, the markov window's exact receptive
+field and window-relative positions, causality under right padding, incremental decoding equal to the full forward,
+tied weights, the checkpoint round trip and config validation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovLM, ScanMarkovState
+
+VOCAB = 11
+WINDOW = 3
+
+
+def _config(**overrides) -> ScanMarkovConfig:
+    values = dict(vocab_size=VOCAB, d_model=8, ffn_mult=2, max_positions=24, context_length=WINDOW)
+    values.update(overrides)
+    if values.get("context_mode") == "recurrent":
+        values.pop("context_length", None)
+    return ScanMarkovConfig(**values)
+
+
+@torch.no_grad()
+def _build(seed: int = 0, **overrides) -> ScanMarkovLM:
+    """A float64 model in eval mode with every parameter re-drawn at unit scale (the 0.02 init is nearly linear)."""
+    torch.manual_seed(seed)
+    model = ScanMarkovLM(_config(**overrides)).double().eval()
+    g = torch.Generator().manual_seed(seed)
+    for name, parameter in model.named_parameters():
+        noise = torch.randn(parameter.shape, generator=g, dtype=torch.float64)
+        if name.startswith("norm."):
+            parameter.copy_((1.0 if name.endswith("weight") else 0.0) + 0.1 * noise)
+        elif "embed" in name or parameter.dim() == 1:
+            parameter.copy_(noise)
+        else:
+            parameter.copy_(noise / parameter.shape[1] ** 0.5)
+    return model
+
+
+def _tokens(batch: int, length: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def _changed(ids: torch.Tensor, position: int) -> torch.Tensor:
+    changed = ids.clone()
+    changed[:, position] = (changed[:, position] + 1 + position % (VOCAB - 1)) % VOCAB
+    return changed
+
+
+def _spec_logits(model: ScanMarkovLM, tokens: list[int], positions: list[int]) -> torch.Tensor:
+    """SPEC 4 written out for one sequence: h_0 = B_0 e_0, h = A h + B e, logits = decode(LN(h)) Eᵀ -> (V,)."""
+    state = None
+    for token, position in zip(tokens, positions, strict=True):
+        e = model.embed.weight[token] + model.position_embedding.weight[position]
+        gate_a, gate_b = torch.sigmoid(model.gate_proj(e)).chunk(2)
+        state = gate_b * e if state is None else gate_a * state + gate_b * e
+    return model.decoder(model.norm(state)) @ model.embed.weight.T
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("mode", ["markov", "recurrent"])
+def test_logits_follow_the_spec_formula(mode):
+    model = _build(context_mode=mode)
+    ids = _tokens(2, 7)
+    logits = model(ids).logits
+    for row in range(2):
+        for t in range(7):
+            start = max(0, t - WINDOW + 1) if mode == "markov" else 0
+            tokens = ids[row, start : t + 1].tolist()
+            expected = _spec_logits(model, tokens, list(range(len(tokens))))
+            torch.testing.assert_close(logits[row, t], expected, rtol=1e-10, atol=1e-10)
+
+
+@torch.no_grad()
+def test_markov_logits_depend_on_exactly_the_last_n_tokens():
+    model = _build()
+    ids = _tokens(2, 9)
+    logits = model(ids).logits
+    for position in range(9):
+        changed = model(_changed(ids, position)).logits
+        for t in range(9):
+            inside = t - WINDOW + 1 <= position <= t
+            difference = (changed[:, t] - logits[:, t]).abs().max().item()
+            if inside:
+                assert difference > 1e-6, (position, t)
+            else:
+                assert difference < 1e-10, (position, t)
+
+
+@torch.no_grad()
+def test_markov_window_is_the_same_wherever_it_sits():
+    """Positions count from the window start, so a window's logits equal those of the window fed alone."""
+    model = _build()
+    ids = _tokens(2, 8)
+    logits = model(ids).logits
+    for t in range(8):
+        alone = model(ids[:, max(0, t - WINDOW + 1) : t + 1]).logits[:, -1]
+        torch.testing.assert_close(logits[:, t], alone, rtol=1e-10, atol=1e-10)
+
+
+@torch.no_grad()
+def test_context_length_override_equals_a_model_built_with_it():
+    model = _build()
+    other = ScanMarkovLM(_config(context_length=5)).double().eval()
+    other.load_state_dict(model.state_dict())
+    ids = _tokens(2, 9)
+    torch.testing.assert_close(model(ids, context_length=5).logits, other(ids).logits, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="context_length=0"):
+        model(ids, context_length=0)
+    with pytest.raises(ValueError, match="context_length=25"):
+        model(ids, context_length=25)
+
+
+@torch.no_grad()
+def test_recurrent_logits_are_causal_and_see_the_whole_prefix():
+    model = _build(context_mode="recurrent")
+    ids = _tokens(2, 10)
+    logits = model(ids).logits
+    assert (model(_changed(ids, 0)).logits[:, -1] - logits[:, -1]).abs().max() > 1e-6
+    torch.testing.assert_close(model(_changed(ids, 6)).logits[:, :6], logits[:, :6], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="context_length"):
+        model(ids, context_length=3)
+    with pytest.raises(ValueError, match="max_positions=24"):
+        model(_tokens(1, 25))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("mode", ["markov", "recurrent"])
+def test_right_padding_never_reaches_real_positions(mode):
+    model = _build(context_mode=mode)
+    ids = _tokens(2, 8)
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, 5:] = 0
+    padded = ids.clone()
+    padded[1, 5:] = 0
+    logits = model(padded, attention_mask=mask).logits
+    torch.testing.assert_close(logits[1, :5], model(ids[1:, :5]).logits[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(logits[0], model(ids[:1]).logits[0], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="right-padded"):
+        model(padded, attention_mask=mask.flip(-1))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("backend", ["naive", "sequential", "chunked"])
+@pytest.mark.parametrize("mode", ["markov", "recurrent"])
+def test_scan_backends_give_the_same_logits(backend, mode):
+    reference = _build(context_mode=mode, scan_backend="auto")
+    model = ScanMarkovLM(_config(context_mode=mode, scan_backend=backend)).double().eval()
+    model.load_state_dict(reference.state_dict())
+    ids = _tokens(2, 11)
+    torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=1e-10, atol=1e-10)
+
+
+def test_loss_is_shifted_cross_entropy_with_ignore_and_smoothing():
+    model = _build()
+    ids = _tokens(2, 7)
+    labels = ids.clone()
+    labels[0, 3] = -100
+    output = model(ids, labels=labels, label_smoothing=0.1)
+    expected = F.cross_entropy(
+        output.logits[:, :-1].reshape(-1, VOCAB), labels[:, 1:].reshape(-1), ignore_index=-100, label_smoothing=0.1
+    )
+    torch.testing.assert_close(output.loss, expected)
+    by_hand = -output.logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    keep = labels[:, 1:] != -100
+    torch.testing.assert_close(model(ids, labels=labels).loss, by_hand[keep].mean())
+    output.loss.backward()
+    assert model.gate_proj[0].weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="label_smoothing=1.5"):
+        model(ids, labels=labels, label_smoothing=1.5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("mode, context_length", [("markov", None), ("markov", 2), ("recurrent", None)])
+def test_incremental_step_equals_full_forward(mode, context_length):
+    model = _build(context_mode=mode)
+    ids = _tokens(3, 9)
+    full = model(ids, context_length=context_length).logits
+    state = None
+    for t in range(9):
+        logits, state = model.step(ids[:, t], state, context_length=context_length)
+        torch.testing.assert_close(logits, full[:, t], rtol=1e-10, atol=1e-10)
+    assert isinstance(state, ScanMarkovState) and state.position == 9
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("mode", ["markov", "recurrent"])
+def test_greedy_generation_follows_the_full_forward(mode):
+    model = _build(context_mode=mode)
+    prompt = _tokens(2, 3)
+    generated = model.generate(prompt, max_new_tokens=6, temperature=0.0)
+    assert generated.shape == (2, 9) and torch.equal(generated[:, :3], prompt)
+    for t in range(3, 9):
+        assert torch.equal(generated[:, t], model(generated[:, :t]).logits[:, -1].argmax(-1))
+    assert torch.equal(model.generate(prompt, 6, top_p=1e-9), generated)
+
+
+@torch.no_grad()
+def test_sampling_is_reproducible_from_the_generator():
+    model = _build()
+    prompt = _tokens(2, 2)
+    first = model.generate(prompt, 12, temperature=1.5, top_p=0.9, generator=torch.Generator().manual_seed(3))
+    again = model.generate(prompt, 12, temperature=1.5, top_p=0.9, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(first, again)
+    assert ((first[:, 2:] >= 0) & (first[:, 2:] < VOCAB)).all()
+
+
+def test_recurrent_generation_refuses_to_run_past_max_positions():
+    model = _build(context_mode="recurrent")
+    with pytest.raises(ValueError, match="max_positions=24"):
+        model.generate(_tokens(1, 20), max_new_tokens=6)
+    assert model.generate(_tokens(1, 20), max_new_tokens=5).shape == (1, 25)
+    with pytest.raises(ValueError, match="max_new_tokens=-1"):
+        model.generate(_tokens(1, 2), max_new_tokens=-1)
+
+
+def test_output_weights_are_tied_to_the_embedding(tmp_path):
+    model = _build()
+    assert model.lm_head.weight is model.embed.weight
+    model(_tokens(2, 5), labels=_tokens(2, 5)).loss.backward()
+    assert model.embed.weight.grad is model.lm_head.weight.grad
+    model.save_pretrained(tmp_path)
+    loaded = ScanMarkovLM.from_pretrained(tmp_path)
+    assert loaded.lm_head.weight.data_ptr() == loaded.embed.weight.data_ptr()
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("mode", ["markov", "recurrent"])
+def test_save_and_load_give_identical_logits(tmp_path, mode):
+    model = _build(context_mode=mode).float()  # checkpoints load into a float32 model
+    model.save_pretrained(tmp_path)
+    loaded = ScanMarkovLM.from_pretrained(tmp_path).eval()
+    assert loaded.config == model.config
+    ids = _tokens(2, 9)
+    assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+
+def test_seed_architecture_size():
+    """Tiny Shakespeare, d = 128, n <= 5: embedding, positions, 128-512-256 gates, LayerNorm, 128-512-128 decoder."""
+    model = ScanMarkovLM(ScanMarkovConfig(vocab_size=65, d_model=128, max_positions=5, context_length=5))
+    expected = 65 * 128 + 5 * 128 + (128 * 512 + 512 + 512 * 256 + 256) + 2 * 128 + (128 * 512 + 512 + 512 * 128 + 128)
+    assert model.num_parameters() == expected
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(vocab_size=None), "vocab_size"),
+        (dict(vocab_size=0), "vocab_size"),
+        (dict(d_model=0), "d_model"),
+        (dict(max_positions=-1), "max_positions"),
+        (dict(ffn_mult=0), "ffn_mult"),
+        (dict(context_mode="window"), "context_mode"),
+        (dict(context_length=None), "context_length"),
+        (dict(context_length=0), "context_length"),
+        (dict(context_length=25), "context_length"),
+        (dict(context_length=2.5), "context_length"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(initializer_range=0.0), "initializer_range"),
+        (dict(scan_backend="fast"), "scan_backend"),
+    ],
+)
+def test_config_errors_name_the_field(overrides, field):
+    values = dict(vocab_size=VOCAB, context_length=WINDOW, max_positions=24)
+    values.update(overrides)
+    with pytest.raises(ValueError, match=f"ScanMarkovConfig.{field}="):
+        ScanMarkovConfig(**values)
+
+
+def test_config_round_trip_and_mode_combinations():
+    config = _config()
+    assert ScanMarkovConfig.from_dict(config.to_dict()) == config
+    assert config.to_dict()["model_type"] == "scan_markov"
+    with pytest.raises(ValueError, match="ScanMarkovConfig.context_length=3: is only meaningful"):
+        ScanMarkovConfig(vocab_size=VOCAB, context_mode="recurrent", context_length=3)
+    with pytest.raises(ValueError, match="did you mean 'context_length'"):
+        ScanMarkovConfig.from_dict({**config.to_dict(), "context_lenght": 2})
+
+
+def test_input_ids_are_checked():
+    model = _build()
+    with pytest.raises(ValueError, match=f"token id {VOCAB}"):
+        model(torch.tensor([[1, VOCAB]]))
+    with pytest.raises(ValueError, match="input_ids must be integer token ids"):
+        model(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="attention_mask must be"):
+        model(_tokens(1, 3), attention_mask=torch.ones(1, 4))
