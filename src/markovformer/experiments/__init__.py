@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from markovformer.experiments import landscape, weight_tying
+from markovformer.experiments import icl_depth, landscape, order_recovery, weight_tying
 
-_MODULES = (weight_tying, landscape)
+_MODULES = (weight_tying, landscape, icl_depth, order_recovery)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
+from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig, gpt2_style_config
 from markovformer.models.markovian_transformer.modeling import (
     MarkovianTransformerForCausalLM,
     MarkovianTransformerForCTC,
@@ -16,4 +16,5 @@ __all__ = [
     "MarkovianTransformerForTokenClassification",
     "MarkovianTransformerModel",
     "MarkovianTransformerOutput",
+    "gpt2_style_config",
 ]

@@ -147,3 +147,14 @@ class MarkovianTransformerConfig(ModelConfig):
                  "gate_gumbel_tau", "transition", "head_specific", "dropout", "backend", "feature_map",
                  "num_features", "redraw_interval", "chunk_size", "markov_head_ratio")  # fmt: skip
         return {name: getattr(self, name) for name in names}
+
+
+def gpt2_style_config(
+    vocab_size: int, d_model: int, n_layers: int, n_heads: int, max_position: int, **overrides
+) -> MarkovianTransformerConfig:
+    """The GPT-2-style model of the Markov-chain papers as a Markovian Transformer configuration: softmax attention
+    over the whole prefix, learned absolute positions, a GELU MLP and tied input/output embeddings."""
+    values = dict(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, attention="softmax",
+                  scope="global", position="learned", max_position=max_position, ffn="gelu",
+                  tie_word_embeddings=True)  # fmt: skip
+    return MarkovianTransformerConfig(**{**values, **overrides})
