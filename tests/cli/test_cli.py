@@ -1,5 +1,6 @@
 """Bad input at the command line: one line naming the problem, exit status 2, no traceback."""
 
+import json
 import shutil
 
 import pytest
@@ -128,3 +129,20 @@ def test_experiment_list_and_unknown_name(cli):
     listed = cli("experiment", "list")
     assert listed.returncode == 0 and "weight-tying" in listed.stdout and "landscape" in listed.stdout
     assert_one_line_error(cli("experiment", "wieght-tying"), "did you mean 'weight-tying'")
+    assert_one_line_error(cli("experiment", "landscape", "--set", "stps=5"), "landscape.stps", "did you mean 'steps'")
+    assert_one_line_error(cli("experiment", "landscape", "--set", "steps=many"), "landscape.steps")
+
+
+def test_experiment_runs_with_settings_and_reuses_cells(tmp_path, cli):
+    out = tmp_path / "landscape"
+    args = ("experiment", "landscape", "--out", str(out), "--set", "steps=300", "starts=2", "chains=[[0.2, 0.3]]")
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr
+    report = (out / "report.md").read_text()
+    assert "lr 0.1, 300 steps" in report and (out / "landscape.png").is_file()
+    results = json.loads((out / "results.json").read_text())
+    assert results["settings"]["steps"] == 300 and len(results["cells"]) == 1
+    again = cli(*args)
+    assert "done earlier" in again.stdout
+    changed = cli(*args[:-2], "steps=200", args[-1])
+    assert "stored under other settings" in changed.stdout

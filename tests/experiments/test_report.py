@@ -18,11 +18,16 @@ def test_cached_cells_are_computed_once_and_reread(tmp_path):
         calls.append(1)
         return {"loss": 0.5, "curve": [1.0, 0.5]}
 
-    first = ExperimentReport(tmp_path, "t", log=lambda line: None).cached("cell_a", compute)
-    again = ExperimentReport(tmp_path, "t", log=lambda line: None).cached("cell_a", compute)
+    settings = {"steps": 10, "grid": (1, 2)}
+    first = ExperimentReport(tmp_path, "t", log=lambda line: None, settings=settings).cached("cell_a", compute)
+    again = ExperimentReport(tmp_path, "t", log=lambda line: None, settings=settings).cached("cell_a", compute)
     assert first == again == {"loss": 0.5, "curve": [1.0, 0.5]}
     assert len(calls) == 1
-    assert json.loads((tmp_path / "cells" / "cell_a.json").read_text()) == first
+    stored = json.loads((tmp_path / "cells" / "cell_a.json").read_text())
+    assert stored == {"settings": {"steps": 10, "grid": [1, 2]}, "result": first}
+    # other settings: the stored cell does not answer for them
+    ExperimentReport(tmp_path, "t", log=lambda line: None, settings={"steps": 20}).cached("cell_a", compute)
+    assert len(calls) == 2
 
 
 def test_a_failing_cell_leaves_no_file_and_reruns(tmp_path):

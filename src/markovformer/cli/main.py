@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "rerunning into it reuses the cells that finished")  # fmt: skip
     experiment.add_argument("--quick", action="store_true", help="a smaller version (fewer cells, seeds, steps)")
     experiment.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: the experiment's)")
+    experiment.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="overrides",
+                            help="change the experiment's settings, e.g. steps=500 'orders=[1, 2]'")  # fmt: skip
 
     data = commands.add_parser("data", help="the data sources")
     data_commands = data.add_subparsers(dest="data_command", required=True)
@@ -177,6 +179,7 @@ def run_experiment_command(args: argparse.Namespace) -> None:
     import time
 
     from markovformer.experiments import EXPERIMENTS, run_experiment
+    from markovformer.training.run_config import parse_override
 
     if args.name == "list":
         for name, experiment in EXPERIMENTS.items():
@@ -185,7 +188,14 @@ def run_experiment_command(args: argparse.Namespace) -> None:
     out = args.out or f"runs/experiments/{args.name}"
     start = time.perf_counter()
     seeds = tuple(args.seeds) if args.seeds else None
-    report = run_experiment(args.name, out, quick=args.quick, seeds=seeds, log=lambda line: print(line, flush=True))
+    overrides = {}
+    for text in args.overrides:
+        path, value = parse_override(text)
+        if len(path) != 1:
+            raise ValueError(f"--set {text!r}: experiment settings are flat; use KEY=VALUE")
+        overrides[path[0]] = value
+    report = run_experiment(args.name, out, quick=args.quick, seeds=seeds, overrides=overrides,
+                            log=lambda line: print(line, flush=True))  # fmt: skip
     print(f"report: {report}  ({time.perf_counter() - start:.0f} s)")
 
 

@@ -1,12 +1,13 @@
 """Named reproductions: ``markovformer experiment NAME`` runs one and writes ``report.md``, ``results.json`` and
 figures into its output folder. To add one, write a module with ``NAME``, ``SUMMARY`` and
-``run(out_dir, *, quick, seeds, log) -> Path`` (see ``weight_tying``) and list it in ``_MODULES``."""
+``run(out_dir, *, quick, seeds, overrides, log) -> Path`` (see ``weight_tying``) and list it in ``_MODULES``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from markovformer.experiments import icl_depth, landscape, order_recovery, weight_tying
 
@@ -31,14 +32,18 @@ def run_experiment(
     *,
     quick: bool = False,
     seeds: tuple[int, ...] | None = None,
+    overrides: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
 ) -> Path:
-    """Run experiment ``name`` into ``out_dir`` (finished cells found there are reused); returns the report path."""
+    """Run experiment ``name`` into ``out_dir`` (finished cells found there are reused); returns the report path.
+
+    ``overrides`` change fields of the experiment's settings (its grid, steps, sizes), e.g. ``{"steps": 500}``.
+    """
     if name not in EXPERIMENTS:
         from markovformer.models.config_base import suggest
 
         raise ValueError(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; known: {', '.join(EXPERIMENTS)}")
-    return EXPERIMENTS[name].run(Path(out_dir), quick=quick, seeds=seeds, log=log)
+    return EXPERIMENTS[name].run(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {}, log=log)
 
 
 __all__ = ["EXPERIMENTS", "Experiment", "run_experiment"]

@@ -9,12 +9,15 @@ whether the energy argument predicted it, and where small initialisations end fo
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.settings import configure
 from markovformer.markov import (
     basin_boundary,
     energy,
@@ -29,10 +32,19 @@ from markovformer.markov import (
 
 NAME = "landscape"
 SUMMARY = "reduced (e, w, b) model: loss surface, gradient flows, saddle, energy and basin boundary"
-CHAINS = ((0.2, 0.3), (0.7, 0.9))
-# Euler step and horizon of the flows: small enough that no step jumps e across 0 (the continuous flow never does).
-LR, STEPS = 0.1, 10_000
 TOLERANCE = 1e-3
+
+
+@dataclass(frozen=True)
+class LandscapeSettings:
+    chains: tuple[tuple[float, float], ...] = ((0.2, 0.3), (0.7, 0.9))  # (p, q)
+    starts: int = 24  # per initialisation scale
+    # Euler step and horizon: small enough that no step jumps e across 0 (the continuous flow never does)
+    lr: float = 0.1
+    steps: int = 10_000
+
+
+QUICK = LandscapeSettings(starts=8)
 
 
 def _starts(seed: int, count: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,16 +59,16 @@ def _where(loss: float, rate: float, unigram: float) -> str:
     return "unigram (e = 0)" if abs(loss - unigram) < TOLERANCE else "not converged"
 
 
-def flow_cell(p: float, q: float, seed: int, quick: bool) -> dict:
+def flow_cell(p: float, q: float, seed: int, settings: LandscapeSettings) -> dict:
     """Profiled and ordinary flows from small (N(0, 0.1²)) and larger (N(0, 0.8²)) starts on P(p, q)."""
     chain = switching_chain(p, q)
     rate, unigram = chain.entropy_rate(), chain.marginal_entropy()
-    count = 8 if quick else 24
+    count, steps, lr = settings.starts, settings.steps, settings.lr
     out: dict = {"p": p, "q": q, "seed": seed, "entropy_rate": rate, "unigram_entropy": unigram, "starts": {}}
     for kind, scale in (("small", 0.1), ("large", 0.8)):
         e0, w0 = _starts(seed, count, scale)
-        profiled = gradient_flow(e0, w0, 0.0, p, q, steps=STEPS, lr=LR, profile_bias=True)
-        free = gradient_flow(e0, w0, 0.0, p, q, steps=STEPS, lr=LR)
+        profiled = gradient_flow(e0, w0, 0.0, p, q, steps=steps, lr=lr, profile_bias=True)
+        free = gradient_flow(e0, w0, 0.0, p, q, steps=steps, lr=lr)
         predicted = reaches_global_minimum(e0, w0, p, q)
         starts = []
         for i in range(count):
@@ -69,7 +81,7 @@ def flow_cell(p: float, q: float, seed: int, quick: bool) -> dict:
                 "free_end": _where(float(reduced_loss(*final_free, p, q)), rate, unigram),
                 "free_loss": float(reduced_loss(*final_free, p, q)),
                 "energy_drift": float((path_energy - path_energy[0]).abs().max()),
-                "path": profiled[:: STEPS // 200, i, :2].tolist(),
+                "path": profiled[:: max(1, steps // 200), i, :2].tolist(),
             })  # fmt: skip
         out["starts"][kind] = starts
     return out
@@ -80,23 +92,26 @@ def _surface(p: float, q: float, w_grid: np.ndarray, e_grid: np.ndarray) -> np.n
     return reduced_loss(e, w, optimal_bias(e, w, p, q), p, q).numpy()
 
 
-def run(out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, log: Callable[[str], None]) -> Path:
+def run(
+    out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
+) -> Path:
     from markovformer.plots.experiments import LandscapePanel, plot_landscapes
 
+    settings = configure(QUICK if quick else LandscapeSettings(), overrides, NAME)
     seed = (seeds or (0,))[0]
-    report = ExperimentReport(out_dir, "The reduced model's loss landscape (e, w, b)", log)
+    report = ExperimentReport(out_dir, "The reduced model's loss landscape (e, w, b)", log, settings=asdict(settings))
     saddle_w, saddle_e = saddle_point()
     report.text(
         "logit(x) = e²(1 + 2w|w|)x + b − e²/2, exact expected BCE under the stationary switching chain. Flows are "
-        f"explicit Euler, lr {LR}, {STEPS} steps; 'profiled' keeps b at its optimum (the flow that conserves "
-        "E(e, w) = e² − w² − sign(w) log|w|), 'free' moves b by gradient too. Saddle (w, e) = "
+        f"explicit Euler, lr {settings.lr}, {settings.steps} steps; 'profiled' keeps b at its optimum (the flow that "
+        "conserves E(e, w) = e² − w² − sign(w) log|w|), 'free' moves b by gradient too. Saddle (w, e) = "
         f"({saddle_w:.4f}, {saddle_e}); E_s = {saddle_energy():.4f}. A start ends at a minimum when its loss is within "
         f"{TOLERANCE} of it."
     )
     cells = []
-    for p, q in CHAINS:
+    for p, q in settings.chains:
         log(f"[{NAME}] p={p} q={q}")
-        cells.append(report.cached(f"p={p}_q={q}_seed={seed}", lambda p=p, q=q: flow_cell(p, q, seed, quick)))
+        cells.append(report.cached(f"p={p}_q={q}_seed={seed}", partial(flow_cell, p, q, seed, settings)))
     summary_rows, agreement_rows = [], []
     for cell in cells:
         for kind, starts in cell["starts"].items():
@@ -136,6 +151,6 @@ def run(out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, log: Calla
     figure = plot_landscapes(panels, (saddle_w, saddle_e), report.out_dir / "landscape.png")
     report.figure(figure, "Profiled loss over (w, e); profiled flows (green: global minimum, red: unigram line), "
                   "the saddle and the basin boundary E(e, w) = E_s (dashed)")  # fmt: skip
-    report.results = {"lr": LR, "steps": STEPS, "saddle": [saddle_w, saddle_e], "saddle_energy": saddle_energy(),
+    report.results = {"settings": asdict(settings), "saddle": [saddle_w, saddle_e], "saddle_energy": saddle_energy(),
                       "cells": [{k: v for k, v in cell.items()} for cell in cells]}  # fmt: skip
     return report.write()

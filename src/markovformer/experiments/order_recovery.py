@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from markovformer.experiments.fitting import fit_on_stream, steps_to_reach
 from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.settings import configure
 from markovformer.markov import RandomChainSampler, add_beta_loss, icl_oracle_loss, lagged_chain
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 
@@ -38,6 +39,7 @@ CONVERGED = 0.02  # nats above the floor that count as converged
 
 @dataclass(frozen=True)
 class RecoverySettings:
+    sources: tuple[str, ...] = ("fixed-1", "fixed-2", "fixed-3", "fixed-4", "icl-2")  # fixed-k or icl-k
     num_symbols: int = 8
     strength: float = 1.0
     max_order: int = 6
@@ -53,7 +55,7 @@ class RecoverySettings:
     eval_batch: int = 128
 
 
-QUICK = RecoverySettings(steps=400, eval_every=50, eval_batch=64)
+QUICK = RecoverySettings(sources=("fixed-1", "fixed-3", "icl-2"), steps=400, eval_every=50, eval_batch=64)
 
 
 def _model(kind: str, vocab_size: int, settings: RecoverySettings) -> MarkovianTransformerForCausalLM:
@@ -139,13 +141,20 @@ def train_recovery_cell(source: str, kind: str, seed: int, settings: RecoverySet
     return cell
 
 
-def run(out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, log: Callable[[str], None]) -> Path:
+def run(
+    out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
+) -> Path:
     from markovformer.plots.experiments import Panel, plot_panels
 
-    settings = QUICK if quick else RecoverySettings()
-    sources = ("fixed-1", "fixed-3", "icl-2") if quick else ("fixed-1", "fixed-2", "fixed-3", "fixed-4", "icl-2")
+    settings = configure(QUICK if quick else RecoverySettings(), overrides, NAME)
+    sources = settings.sources
+    for source in sources:
+        family, _, order = source.partition("-")
+        if family not in ("fixed", "icl") or not order.isdigit() or int(order) < 1:
+            raise ValueError(f"{NAME}.sources: {source!r} must be 'fixed-K' or 'icl-K' with an order K >= 1")
     seeds = seeds or (0,)
-    report = ExperimentReport(out_dir, "Order recovery: the Markovian Transformer's lags against the true order", log)
+    title = "Order recovery: the Markovian Transformer's lags against the true order"
+    report = ExperimentReport(out_dir, title, log, settings=asdict(settings))
     report.text(
         f"Fixed chains: `lagged_chain` over {settings.num_symbols} symbols with lags 1..k (strength "
         f"{settings.strength}). In-context: binary order-2 chains with a fresh kernel per sequence (rows ~ U[0, 1]). "

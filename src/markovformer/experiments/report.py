@@ -29,15 +29,19 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 class ExperimentReport:
     """Accumulates an experiment's report and writes it into ``out_dir`` atomically.
 
-    ``cached(key, compute)`` returns ``compute()``'s JSON-serialisable result, stored in ``cells/<key>.json`` the
-    first time: rerunning a killed experiment skips every cell that already finished.
+    ``cached(key, compute)`` returns ``compute()``'s JSON-serialisable result, stored in ``cells/<key>.json`` with
+    the experiment's ``settings`` the first time: rerunning a killed experiment skips every cell that already
+    finished under the same settings, and recomputes cells stored under other settings.
     """
 
-    def __init__(self, out_dir: str | Path, title: str, log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self, out_dir: str | Path, title: str, log: Callable[[str], None] = print, settings: dict | None = None
+    ) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.title = title
         self.log = log
+        self.settings = json.loads(json.dumps(settings or {}))  # as JSON would store it (tuples become lists)
         self.sections: list[str] = []
         self.results: dict[str, Any] = {}
 
@@ -46,11 +50,14 @@ class ExperimentReport:
             raise ValueError(f"cell key {key!r} must be a plain file name (letters, digits, _.=+-)")
         path = self.out_dir / "cells" / f"{key}.json"
         if path.is_file():
-            self.log(f"  {key}: done earlier, read from {path}")
-            return json.loads(path.read_text())
+            stored = json.loads(path.read_text())
+            if stored.get("settings") == self.settings:
+                self.log(f"  {key}: done earlier, read from {path}")
+                return stored["result"]
+            self.log(f"  {key}: stored under other settings, recomputing")
         value = compute()
         path.parent.mkdir(exist_ok=True)
-        atomic_write_text(path, json.dumps(value, indent=1) + "\n")
+        atomic_write_text(path, json.dumps({"settings": self.settings, "result": value}, indent=1) + "\n")
         return value
 
     def text(self, markdown: str) -> None:

@@ -18,15 +18,14 @@ from pathlib import Path
 
 import torch
 
-from markovformer.experiments.fitting import fit_on_stream
+from markovformer.experiments.fitting import OPTIMIZERS, fit_on_stream
 from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.settings import configure
 from markovformer.markov import switching_chain
 from markovformer.models.binary_transformer import BinaryTransformer, BinaryTransformerConfig
 
 NAME = "weight-tying"
 SUMMARY = "single-layer binary model on switching chains, tied vs untied: entropy rate or the unigram H(π)"
-CHAINS = ((0.2, 0.3), (0.5, 0.8), (0.7, 0.9), (1.0, 0.8))
-QUICK_CHAINS = ((0.2, 0.3), (0.7, 0.9))
 # The verdict threshold: a final loss within this of a reference value is said to have reached it.
 TOLERANCE = 0.01
 ADAMW_LR = 1e-3
@@ -34,6 +33,8 @@ ADAMW_LR = 1e-3
 
 @dataclass(frozen=True)
 class WeightTyingSettings:
+    chains: tuple[tuple[float, float], ...] = ((0.2, 0.3), (0.5, 0.8), (0.7, 0.9), (1.0, 0.8))  # (p, q)
+    optimizers: tuple[str, ...] = ("sgd", "adamw")
     d_model: int = 4
     seq_len: int = 128
     batch_size: int = 64
@@ -41,6 +42,9 @@ class WeightTyingSettings:
     lr: float = 1.0  # SGD; AdamW cells use ADAMW_LR
     eval_every: int = 100
     eval_batch: int = 64
+
+
+QUICK = WeightTyingSettings(chains=((0.2, 0.3), (0.7, 0.9)), optimizers=("sgd",))
 
 
 def train_switching_cell(
@@ -99,14 +103,19 @@ def _label(cell: dict) -> str:
     return f"{'tied' if cell['tied'] else 'untied'} {cell['optimizer']} s{cell['seed']}"
 
 
-def run(out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, log: Callable[[str], None]) -> Path:
+def run(
+    out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
+) -> Path:
     from markovformer.plots.experiments import Panel, plot_panels
 
-    settings = WeightTyingSettings()
-    chains = QUICK_CHAINS if quick else CHAINS
-    optimizers = ("sgd",) if quick else ("sgd", "adamw")
+    settings = configure(QUICK if quick else WeightTyingSettings(), overrides, NAME)
+    chains, optimizers = settings.chains, settings.optimizers
+    for optimizer in optimizers:
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"{NAME}.optimizers: {optimizer!r} is not one of {OPTIMIZERS}")
     seeds = seeds if seeds is not None else ((0,) if quick else (0, 1, 2))
-    report = ExperimentReport(out_dir, "Weight tying on switching chains (canonical single-layer binary model)", log)
+    title = "Weight tying on switching chains (canonical single-layer binary model)"
+    report = ExperimentReport(out_dir, title, log, settings=asdict(settings))
     report.text(
         f"Model: x_n·e + p_n, one head, ReLU MLP, logit = <a, z_n> + b, BCE; d = {settings.d_model}. "
         f"Training: {settings.steps} steps of fresh batches of {settings.batch_size} × T = {settings.seq_len}, "
