@@ -53,7 +53,7 @@ def test_report_and_results_are_written(tmp_path):
     report.results = {"a": 1}
     path = report.write()
     text = path.read_text()
-    assert text.startswith("# Title\n") and "| 1 | 0.1235 |" in text and "numbers" in text
+    assert text.startswith("# Title\n") and "| 1 | 0.1235 |" in text and "| x | 2 |" in text and "numbers" in text
     assert json.loads((tmp_path / "results.json").read_text()) == {"a": 1}
     assert markdown_table(["c"], [[1]]).splitlines()[1] == "|---|"
 

@@ -293,3 +293,12 @@ def test_expected_loss_weights_each_prediction_by_the_true_kernel():
     assert chain.expected_loss(long, truth) == pytest.approx(chain.entropy_rate(), abs=3e-3)
     with pytest.raises(ValueError, match="log_probs must have shape"):
         chain.expected_loss(x, log_probs[:, :-1])
+
+
+def test_expected_loss_ignores_symbols_the_kernel_never_emits():
+    chain = switching_chain(1.0, 0.8)  # from 0 the chain always moves to 1
+    x = chain.sample(8, 50, generator=torch.Generator().manual_seed(9))
+    truth = torch.zeros(8, 50, 2, dtype=torch.float64)
+    truth[:, :-1] = chain.log_prob_next(x)  # holds log 0 = -inf
+    value = chain.expected_loss(x, truth)
+    assert math.isfinite(value) and value == pytest.approx(chain.entropy_rate(), abs=0.05)

@@ -15,6 +15,8 @@ from markovformer.atomic import atomic_write_text
 
 def _cell(value: Any) -> str:
     if isinstance(value, float):
+        if math.isfinite(value) and value == round(value, 2):
+            return f"{value:g}"  # settings such as p = 0.2 or lr = 0.001, not measurements
         return f"{value:.4f}" if math.isfinite(value) and abs(value) < 1e4 else f"{value:.4g}"
     return str(value)
 

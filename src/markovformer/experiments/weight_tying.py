@@ -152,7 +152,7 @@ def run(
             cell["final_loss"] - floors[(cell["p"], cell["q"], cell["seed"])],
             cell["final_loss"] - cell["entropy_rate"], cell["final_loss"] - cell["unigram_entropy"],
             cell["p1_given_0"], cell["p"], cell["p1_given_1"],
-            1 - cell["q"], verdict(cell), round(cell["seconds"], 1),
+            1 - cell["q"], verdict(cell), round(cell["seconds"]),
         ]
         for cell in cells
     ]  # fmt: skip

@@ -264,7 +264,9 @@ class MarkovChain:
             raise ValueError(f"log_probs must have shape {(*x.shape, self.num_symbols)}; got {tuple(log_probs.shape)}")
         truth = self.log_prob_next(x).exp()
         predicted = log_probs[:, self.order - 1 : -1].to(torch.float64)
-        return float(-(truth * predicted).sum(-1).mean())
+        # 0 · log 0 = 0: a symbol the kernel never emits costs nothing, whatever its predicted log-probability
+        weighted = torch.where(truth > 0, truth * predicted, torch.zeros_like(predicted))
+        return float(-weighted.sum(-1).mean())
 
     def oracle_loss(self, x: Tensor) -> float:
         """Mean cross-entropy in nats of the true kernel on x (B, T) over positions t >= order."""
