@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,14 +24,23 @@ class Panel:
 
 
 def plot_panels(panels: Sequence[Panel], out: Path, xlabel: str, ylabel: str, log_x: bool = False) -> Path:
-    """Panels side by side (shared y axis), each with its curves and dashed, labelled reference lines."""
+    """Panels side by side (shared y axis), each with its curves and dashed, labelled reference lines.
+
+    Curves labelled ``"<group> s<seed>"`` are drawn in their group's colour with one legend entry per group.
+    """
     if not panels:
         raise ValueError("plot_panels needs at least one panel")
     figure = new_figure(4.2 * len(panels), 3.6)
     axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
+        # curves labelled "<group> s<seed>" share their group's colour and one legend entry
+        colours: dict[str, str] = {}
         for label, (x, y) in panel.curves.items():
-            ax.plot(x, y, label=label, linewidth=1.2, marker="o" if len(x) <= 12 else None, markersize=3)
+            group = re.sub(r" s\d+$", "", label)
+            first = group not in colours
+            colours.setdefault(group, f"C{len(colours) % 10}")
+            ax.plot(x, y, label=group if first else None, color=colours[group], linewidth=1.2, alpha=0.85,
+                    marker="o" if len(x) <= 12 else None, markersize=3)  # fmt: skip
         for index, (label, value) in enumerate(panel.references.items()):
             style = _REFERENCE_STYLES[index % len(_REFERENCE_STYLES)]
             ax.axhline(value, color="black", linestyle=style, linewidth=1, label=f"{label} = {value:.4f}")
