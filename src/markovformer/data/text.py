@@ -72,19 +72,30 @@ class BPETokenizer:
             raise ValueError(f"a BPE tokenizer must have {_PAD_TOKEN!r} as id 0")
 
     @classmethod
-    def train(cls, text: str, vocab_size: int, seed: int = 0) -> BPETokenizer:
-        """Learn merges on ``text`` up to ``vocab_size`` tokens (at least 257: padding + the 256 bytes; fewer when the
-        text offers fewer merges). ``seed`` keeps the signature uniform with other fitted objects: the Hugging Face
-        BPE trainer is deterministic, so the merges depend on ``text`` and ``vocab_size`` only."""
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 257:
-            raise ValueError(f"BPE vocab_size must be an int >= 257 (padding + 256 bytes), got {vocab_size!r}")
+    def train(
+        cls, text: str, vocab_size: int, seed: int = 0, special_tokens: tuple[str, ...] = (_PAD_TOKEN,)
+    ) -> BPETokenizer:
+        """Learn merges on ``text`` up to ``vocab_size`` tokens (at least len(special_tokens) + 256: the special
+        tokens, then the 256 bytes; fewer when the text offers fewer merges). ``special_tokens`` take ids 0, 1, ...
+        in order (the first must be ``<pad>``) and are never produced by splitting text; translation adds
+        ``<bos>``, ``<eos>`` and ``<unk>``. ``seed`` keeps the signature uniform with other fitted objects: the
+        Hugging Face BPE trainer is deterministic, so the merges depend on ``text`` and ``vocab_size`` only."""
+        special_tokens = tuple(special_tokens)
+        if not special_tokens or special_tokens[0] != _PAD_TOKEN or len(set(special_tokens)) != len(special_tokens):
+            raise ValueError(f"special_tokens must start with {_PAD_TOKEN!r} and not repeat, got {special_tokens!r}")
+        smallest = len(special_tokens) + 256
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < smallest:
+            raise ValueError(
+                f"BPE vocab_size must be an int >= {smallest} ({len(special_tokens)} special tokens + 256 bytes), "
+                f"got {vocab_size!r}"
+            )
         hf = _import_tokenizers()
         tokenizer = hf.Tokenizer(hf.models.BPE())
         tokenizer.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
         tokenizer.decoder = hf.decoders.ByteLevel()
         trainer = hf.trainers.BpeTrainer(
             vocab_size=vocab_size,
-            special_tokens=[_PAD_TOKEN],
+            special_tokens=list(special_tokens),
             initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
@@ -94,6 +105,10 @@ class BPETokenizer:
     @property
     def vocab_size(self) -> int:
         return self._tokenizer.get_vocab_size()
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of ``token`` (a special token such as ``"<eos>"``, or a vocabulary entry), None if absent."""
+        return self._tokenizer.token_to_id(token)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (any text encodes)."""

@@ -1,0 +1,47 @@
+"""Translation data: parallel text, the joint BPE tokenizer, length-bucketed batches, a synthetic task of known
+order, German-English pairs from the Ding dictionary, and corpus BLEU (sacrebleu, imported when used)."""
+
+from markovformer.data.translation.batching import LengthBucketSampler, collate_translation, translation_lengths
+from markovformer.data.translation.bleu import corpus_bleu
+from markovformer.data.translation.de_en import parse_ding, prepare_de_en
+from markovformer.data.translation.parallel import (
+    BOS_TOKEN_ID,
+    EOS_TOKEN_ID,
+    PAD_TOKEN_ID,
+    SPECIAL_TOKENS,
+    UNK_TOKEN_ID,
+    TranslationFileSource,
+    check_translation_tokenizer,
+    decode_generated,
+    encode_pairs,
+    load_translation,
+    load_translation_tokenizer,
+    read_parallel,
+    train_translation_tokenizer,
+    translation_bundle,
+)
+from markovformer.data.translation.synthetic import SyntheticTranslationSource
+
+__all__ = [
+    "BOS_TOKEN_ID",
+    "EOS_TOKEN_ID",
+    "LengthBucketSampler",
+    "PAD_TOKEN_ID",
+    "SPECIAL_TOKENS",
+    "SyntheticTranslationSource",
+    "TranslationFileSource",
+    "UNK_TOKEN_ID",
+    "check_translation_tokenizer",
+    "collate_translation",
+    "corpus_bleu",
+    "decode_generated",
+    "encode_pairs",
+    "load_translation",
+    "load_translation_tokenizer",
+    "parse_ding",
+    "prepare_de_en",
+    "read_parallel",
+    "train_translation_tokenizer",
+    "translation_bundle",
+    "translation_lengths",
+]

@@ -1,0 +1,110 @@
+"""Batches of sentence pairs: a seeded length-bucketed batch sampler, and the collate that adds ``<bos>``/``<eos>``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import Sampler
+
+from markovformer.data.collate import IGNORE_INDEX
+from markovformer.data.translation.parallel import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID
+
+
+def translation_lengths(examples: Sequence[dict[str, Tensor]]) -> list[int]:
+    """The padded length each example costs: max(source tokens, target tokens + 1), the +1 for ``<bos>``/``<eos>``."""
+    return [max(len(example["src_ids"]), len(example["tgt_ids"]) + 1) for example in examples]
+
+
+class LengthBucketSampler(Sampler[list[int]]):
+    """Batches of indices that group examples of similar length, covering every index exactly once per epoch.
+
+    Shuffled (the default): each epoch draws a permutation from ``(seed, epoch)``, cuts it into pools of
+    ``pool_batches * batch_size`` indices, sorts each pool by length (ties stay in random order), cuts the pools into
+    batches of ``batch_size`` and shuffles the order of all batches. A larger pool groups lengths more tightly and
+    mixes them less. Not shuffled: one global sort by length (index order within equal lengths), in order, for
+    evaluation. Call ``set_epoch`` before each epoch for a new order (Lightning does, as for DistributedSampler).
+    Pass it to a DataLoader as ``batch_sampler``.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        pool_batches: int = 50,
+    ) -> None:
+        for name, value in (("batch_size", batch_size), ("pool_batches", pool_batches)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if len(lengths) == 0:
+            raise ValueError("a length-bucketed sampler needs at least one example")
+        self.lengths = torch.as_tensor(list(lengths), dtype=torch.long)
+        self.batch_size, self.seed, self.shuffle, self.pool_batches = batch_size, seed, shuffle, pool_batches
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        if not self.shuffle:
+            return -(-len(self.lengths) // self.batch_size)
+        full_pools, rest = divmod(len(self.lengths), self.pool_batches * self.batch_size)
+        return full_pools * self.pool_batches + -(-rest // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self._batches())
+
+    def _batches(self) -> list[list[int]]:
+        if not self.shuffle:
+            order = torch.sort(self.lengths, stable=True).indices
+            return [chunk.tolist() for chunk in order.split(self.batch_size)]
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        permutation = torch.randperm(len(self.lengths), generator=generator)
+        batches = []
+        for pool in permutation.split(self.pool_batches * self.batch_size):
+            by_length = pool[torch.sort(self.lengths[pool], stable=True).indices]
+            batches += [chunk.tolist() for chunk in by_length.split(self.batch_size)]
+        return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+def collate_translation(examples: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """Pad sentence pairs ``{"src_ids": (S_i,), "tgt_ids": (T_i,)}`` (plain ids, no specials) into a batch for
+    ``MarkovTranslator.forward(**batch)``, padding on the right:
+
+    - ``src_ids`` (B, S) padded with ``<pad>``; ``src_mask`` (B, S) long, 1 = real token;
+    - ``tgt_ids`` (B, T + 1): the decoder input ``<bos> y``; ``tgt_mask`` (B, T + 1) long;
+    - ``labels`` (B, T + 1): ``y <eos>``, padding as -100 (ignored by the loss).
+    """
+    if not examples:
+        raise ValueError("collate_translation got an empty list of examples")
+    sources, decoder_inputs, labels = [], [], []
+    for index, example in enumerate(examples):
+        if set(example) != {"src_ids", "tgt_ids"}:
+            raise ValueError(f"example {index} has keys {sorted(example)}; expected ['src_ids', 'tgt_ids']")
+        source, target = example["src_ids"], example["tgt_ids"]
+        if source.dim() != 1 or target.dim() != 1 or len(source) == 0:
+            raise ValueError(
+                f"example {index}: src_ids {tuple(source.shape)} and tgt_ids {tuple(target.shape)} must be 1-D, "
+                "with at least one source token"
+            )
+        target = target.long()
+        sources.append(source.long())
+        decoder_inputs.append(torch.cat([target.new_tensor([BOS_TOKEN_ID]), target]))
+        labels.append(torch.cat([target, target.new_tensor([EOS_TOKEN_ID])]))
+    return {
+        "src_ids": pad_sequence(sources, batch_first=True, padding_value=PAD_TOKEN_ID),
+        "src_mask": _mask([len(s) for s in sources]),
+        "tgt_ids": pad_sequence(decoder_inputs, batch_first=True, padding_value=PAD_TOKEN_ID),
+        "tgt_mask": _mask([len(t) for t in decoder_inputs]),
+        "labels": pad_sequence(labels, batch_first=True, padding_value=IGNORE_INDEX),
+    }
+
+
+def _mask(lengths: list[int]) -> Tensor:
+    lengths_tensor = torch.tensor(lengths)
+    return (torch.arange(max(lengths))[None, :] < lengths_tensor[:, None]).long()

@@ -1,0 +1,208 @@
+"""Parallel text: reading sentence pairs, the joint source/target BPE tokenizer, and a loader into a DataBundle.
+
+Special tokens have fixed ids in every translation vocabulary: ``<pad>`` 0, ``<bos>`` 1, ``<eos>`` 2, ``<unk>`` 3
+(MarkovTranslatorConfig's defaults). Byte-level BPE encodes any text, so ``<unk>`` is reserved but never produced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from markovformer.data.bundle import DataBundle
+from markovformer.data.splits import split_indices
+from markovformer.data.text import BPETokenizer, load_tokenizer
+
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
+PAD_TOKEN_ID, BOS_TOKEN_ID, EOS_TOKEN_ID, UNK_TOKEN_ID = range(len(SPECIAL_TOKENS))
+_SPLIT_NAMES = ("train", "val", "test")
+
+
+def read_parallel(path: str | Path, target_path: str | Path | None = None) -> list[tuple[str, str]]:
+    """Sentence pairs ``(source, target)`` in file order, each side stripped of surrounding whitespace.
+
+    One file: a TSV, ``source<TAB>target`` per line. Two files: aligned line by line (line i of ``path`` translates
+    to line i of ``target_path``). Strict UTF-8; CRLF line ends and a leading BOM are accepted. An empty file, a
+    line without exactly one tab, a blank line or an empty side, undecodable bytes and files of different line
+    counts raise ValueError naming the file and line.
+    """
+    path = Path(path)
+    if target_path is None:
+        pairs = []
+        for number, line in enumerate(_read_lines(path), start=1):
+            fields = line.split("\t")
+            if len(fields) != 2:
+                raise ValueError(
+                    f"{path}: line {number}: expected 'source<TAB>target' (exactly one tab), found "
+                    f"{len(fields) - 1} tabs in {line[:60]!r}"
+                )
+            pairs.append((_side(fields[0], path, number, "source"), _side(fields[1], path, number, "target")))
+        return pairs
+    target_path = Path(target_path)
+    sources, targets = _read_lines(path), _read_lines(target_path)
+    if len(sources) != len(targets):
+        raise ValueError(
+            f"{path} has {len(sources)} lines but {target_path} has {len(targets)}; aligned files need the same "
+            f"number of lines (the first unmatched line is {min(len(sources), len(targets)) + 1})"
+        )
+    return [
+        (_side(source, path, number, "source"), _side(target, target_path, number, "target"))
+        for number, (source, target) in enumerate(zip(sources, targets, strict=True), start=1)
+    ]
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The file's lines (no line ends); empty files and undecodable bytes raise, naming the line."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read ({error.strerror})") from None
+    if not data.strip():
+        raise ValueError(f"{path}: the file is empty")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ValueError(f"{path}: line {line}: byte {data[error.start]:#04x} is not valid UTF-8") from None
+    lines = text.removeprefix("\ufeff").split("\n")
+    if lines[-1] == "":  # the final newline ends the last line; it does not start another
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _side(text: str, path: Path, number: int, side: str) -> str:
+    text = text.strip()
+    if not text:
+        raise ValueError(f"{path}: line {number}: the {side} side is empty")
+    return text
+
+
+def train_translation_tokenizer(pairs: Sequence[tuple[str, str]], vocab_size: int) -> BPETokenizer:
+    """A joint byte-level BPE (``data.text.BPETokenizer``) learned on both sides of ``pairs``, with the
+    translation special tokens at ids 0-3. ``vocab_size`` >= 260 (4 special tokens + 256 bytes)."""
+    if not pairs:
+        raise ValueError("a translation tokenizer needs at least one sentence pair to learn from")
+    text = "\n".join(side for pair in pairs for side in pair)
+    return BPETokenizer.train(text, vocab_size, special_tokens=SPECIAL_TOKENS)
+
+
+def check_translation_tokenizer(tokenizer) -> None:
+    """Raise unless ``tokenizer`` maps the translation special tokens to ids 0-3."""
+    token_to_id = getattr(tokenizer, "token_to_id", None)
+    found = {token: token_to_id(token) if token_to_id else None for token in SPECIAL_TOKENS}
+    expected = dict(zip(SPECIAL_TOKENS, range(len(SPECIAL_TOKENS)), strict=True))
+    if found != expected:
+        raise ValueError(f"a translation tokenizer needs special token ids {expected}; this one has {found}")
+
+
+def load_translation_tokenizer(directory: str | Path) -> BPETokenizer:
+    """Read back the tokenizer a translation run saved (``tokenizer.save(directory)``), checking its special ids."""
+    tokenizer = load_tokenizer(directory)
+    check_translation_tokenizer(tokenizer)
+    return tokenizer
+
+
+def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[dict[str, Tensor]]:
+    """Examples ``{"src_ids": (S,) long, "tgt_ids": (T,) long}``: the plain token ids of each side, with no
+    ``<bos>``/``<eos>`` (``collate_translation`` adds them)."""
+    return [
+        {
+            "src_ids": torch.tensor(tokenizer.encode(source), dtype=torch.long),
+            "tgt_ids": torch.tensor(tokenizer.encode(target), dtype=torch.long),
+        }
+        for source, target in pairs
+    ]
+
+
+def decode_generated(tokenizer, sequences: Tensor | Sequence[Sequence[int]]) -> list[str]:
+    """Generated ids (B, L) as text: each row is cut at its first ``<eos>``; ``<pad>`` and ``<bos>`` are dropped."""
+    texts = []
+    for row in sequences.tolist() if isinstance(sequences, Tensor) else sequences:
+        row = [int(i) for i in row]
+        if EOS_TOKEN_ID in row:
+            row = row[: row.index(EOS_TOKEN_ID)]
+        texts.append(tokenizer.decode([i for i in row if i not in (PAD_TOKEN_ID, BOS_TOKEN_ID)]))
+    return texts
+
+
+def translation_bundle(
+    pairs_by_split: dict[str, Sequence[tuple[str, str]]],
+    tokenizer,
+    *,
+    max_length: int | None = None,
+    splits: dict | None = None,
+) -> DataBundle:
+    """Encode text pairs already split into ``train``/``val``/``test`` with ``tokenizer`` (a translation tokenizer,
+    usually ``train_translation_tokenizer`` of the train pairs).
+
+    ``max_length``: training pairs with more tokens than this on either side are dropped (their count is recorded
+    in ``splits["dropped_long_train"]``); val and test are kept whole so scores stay comparable.
+    info: {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id"}.
+    """
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+        raise ValueError(f"max_length must be a positive int or None, got {max_length!r}")
+    check_translation_tokenizer(tokenizer)
+    examples = {name: encode_pairs(tokenizer, pairs_by_split[name]) for name in _SPLIT_NAMES}
+    dropped = 0
+    if max_length is not None:
+        kept = [e for e in examples["train"] if max(len(e["src_ids"]), len(e["tgt_ids"])) <= max_length]
+        dropped, examples["train"] = len(examples["train"]) - len(kept), kept
+        if not kept:
+            raise ValueError(f"every training pair is longer than max_length={max_length} tokens")
+    info = {"vocab_size": tokenizer.vocab_size, "pad_token_id": PAD_TOKEN_ID, "bos_token_id": BOS_TOKEN_ID,
+            "eos_token_id": EOS_TOKEN_ID}  # fmt: skip
+    record = {**(splits or {}), "max_length": max_length, "dropped_long_train": dropped}
+    return DataBundle(**examples, info=info, splits=record, tokenizer=tokenizer)
+
+
+def load_translation(
+    path: str | Path,
+    *,
+    target_path: str | Path | None = None,
+    vocab_size: int = 8000,
+    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05),
+    seed: int = 0,
+    max_length: int | None = None,
+) -> DataBundle:
+    """Parallel text (a TSV, or two aligned files; see ``read_parallel``) as translation examples.
+
+    Pairs are split at random by ``seed`` (``splits.split_indices``; the indices are recorded), the joint BPE of
+    ``vocab_size`` is fitted on the train pairs, and every pair is encoded (see ``translation_bundle``).
+    """
+    pairs = read_parallel(path, target_path)
+    train, val, test = split_indices(len(pairs), fractions, seed)
+    if not train:
+        raise ValueError(f"{path}: {len(pairs)} pairs leave no training pair with fractions {tuple(fractions)}")
+    indices = dict(zip(_SPLIT_NAMES, (train, val, test), strict=True))
+    record = {"kind": "random_pairs", "path": str(path), "target_path": None if target_path is None else
+              str(target_path), "num_pairs": len(pairs), "seed": seed, **indices}  # fmt: skip
+    by_split = {name: [pairs[i] for i in chosen] for name, chosen in indices.items()}
+    tokenizer = train_translation_tokenizer(by_split["train"], vocab_size)
+    return translation_bundle(by_split, tokenizer, max_length=max_length, splits=record)
+
+
+@dataclasses.dataclass
+class TranslationFileSource:
+    """Parallel text from a TSV (``source<TAB>target``) or two aligned files (``path`` and ``target_path``), with
+    a joint BPE tokenizer of ``vocab_size`` trained on the training pairs (saved with the run)."""
+
+    path: str = ""
+    target_path: str | None = None
+    vocab_size: int = 8000
+    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
+    max_length: int | None = None
+
+    def build(self, seed: int) -> DataBundle:
+        if not self.path:
+            raise ValueError("data.path is required for this data source")
+        for key, value in (("data.path", self.path), ("data.target_path", self.target_path)):
+            if value is not None and not Path(value).is_file():
+                raise ValueError(f"{key}={value!r}: no such file")
+        return load_translation(
+            self.path, target_path=self.target_path, vocab_size=self.vocab_size, fractions=self.fractions,
+            seed=seed, max_length=self.max_length,
+        )  # fmt: skip

@@ -1,0 +1,470 @@
+"""Translation data: parallel-text errors name file and line; the bucketed sampler covers every example once with
+similar lengths per batch; collate builds <bos> y / y <eos>; the joint BPE round-trips; the synthetic task follows its
+documented rule and really needs its order; BLEU agrees with sacrebleu and a hand computation; the Ding parser and
+prepare_de_en work offline on a fixture."""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from markovformer.data.text import BPETokenizer
+from markovformer.data.translation import (
+    BOS_TOKEN_ID,
+    EOS_TOKEN_ID,
+    PAD_TOKEN_ID,
+    SPECIAL_TOKENS,
+    LengthBucketSampler,
+    SyntheticTranslationSource,
+    TranslationFileSource,
+    check_translation_tokenizer,
+    collate_translation,
+    corpus_bleu,
+    decode_generated,
+    load_translation,
+    load_translation_tokenizer,
+    parse_ding,
+    prepare_de_en,
+    read_parallel,
+    train_translation_tokenizer,
+    translation_lengths,
+)
+
+# --- reading parallel text ---------------------------------------------------------------------------------------
+
+
+def test_read_tsv_strips_sides_and_accepts_crlf_and_bom(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_bytes("\ufeffHallo Welt\tHello world\r\n  Gut. \t Good. \n".encode())
+    assert read_parallel(path) == [("Hallo Welt", "Hello world"), ("Gut.", "Good.")]
+
+
+def test_read_two_aligned_files(tmp_path):
+    (tmp_path / "src.txt").write_text("eins\nzwei\n", encoding="utf-8")
+    (tmp_path / "tgt.txt").write_text("one\ntwo", encoding="utf-8")  # no final newline: still two lines
+    assert read_parallel(tmp_path / "src.txt", tmp_path / "tgt.txt") == [("eins", "one"), ("zwei", "two")]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"a\tb\nno tab here\nc\td\n", r"line 2: expected 'source<TAB>target' \(exactly one tab\), found 0 tabs"),
+        (b"a\tb\nc\td\te\n", r"line 2: .*found 2 tabs"),
+        (b"a\tb\n\t\xc3\xa9\n", r"line 2: the source side is empty"),
+        (b"a\tb\nc\td\ne\t  \n", r"line 3: the target side is empty"),
+        (b"a\tb\n\nc\td\n", r"line 2: expected 'source<TAB>target'"),
+        (b"a\tb\nc\t\xff\n", r"line 2: byte 0xff is not valid UTF-8"),
+        (b"", r"the file is empty"),
+        (b"\n\n", r"the file is empty"),
+    ],
+)
+def test_malformed_tsv_names_file_and_line(tmp_path, content, message):
+    path = tmp_path / "bad.tsv"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=f"{path}: {message}"):
+        read_parallel(path)
+
+
+def test_aligned_files_of_different_lengths_raise_naming_both(tmp_path):
+    (tmp_path / "src.txt").write_text("eins\nzwei\ndrei\n", encoding="utf-8")
+    (tmp_path / "tgt.txt").write_text("one\ntwo\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"src.txt has 3 lines but .*tgt.txt has 2.*first unmatched line is 3"):
+        read_parallel(tmp_path / "src.txt", tmp_path / "tgt.txt")
+
+
+def test_empty_line_in_aligned_file_names_that_file(tmp_path):
+    (tmp_path / "src.txt").write_text("eins\nzwei\n", encoding="utf-8")
+    (tmp_path / "tgt.txt").write_text("one\n \n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"tgt.txt: line 2: the target side is empty"):
+        read_parallel(tmp_path / "src.txt", tmp_path / "tgt.txt")
+
+
+def test_missing_file_raises_value_error(tmp_path):
+    with pytest.raises(ValueError, match="cannot read"):
+        read_parallel(tmp_path / "absent.tsv")
+
+
+# --- length-bucketed batches -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lengths() -> list[int]:
+    generator = torch.Generator().manual_seed(3)
+    return torch.randint(1, 80, (1003,), generator=generator).tolist()
+
+
+@pytest.mark.parametrize(("seed", "epoch", "pool_batches"), [(0, 0, 50), (0, 1, 50), (5, 2, 4), (1, 0, 1000)])
+def test_bucket_sampler_covers_every_example_exactly_once(lengths, seed, epoch, pool_batches):
+    sampler = LengthBucketSampler(lengths, 32, seed=seed, pool_batches=pool_batches)
+    sampler.set_epoch(epoch)
+    batches = list(sampler)
+    flat = [index for batch in batches for index in batch]
+    assert sorted(flat) == list(range(len(lengths)))
+    assert all(1 <= len(batch) <= 32 for batch in batches) and len(batches) == len(sampler)
+
+
+def test_bucket_sampler_batches_have_similar_lengths(lengths):
+    sampler = LengthBucketSampler(lengths, 32, seed=0, pool_batches=10)
+    spread = [max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in sampler]
+    random_order = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(0)).split(32)
+    random_spread = [max(lengths[i] for i in b.tolist()) - min(lengths[i] for i in b.tolist()) for b in random_order]
+    # lengths 1..79: random batches of 32 span ~73; pools of 320 sorted give batches spanning ~8
+    assert sum(spread) / len(spread) < 0.2 * sum(random_spread) / len(random_spread)
+
+
+def test_bucket_sampler_is_seeded_and_reshuffles_each_epoch(lengths):
+    def order(seed: int, epoch: int) -> list[list[int]]:
+        sampler = LengthBucketSampler(lengths, 16, seed=seed)
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    assert order(0, 0) == order(0, 0)
+    assert order(0, 0) != order(0, 1)
+    assert order(0, 0) != order(1, 0)
+
+
+def test_unshuffled_bucket_sampler_is_a_global_length_sort(lengths):
+    batches = list(LengthBucketSampler(lengths, 100, shuffle=False))
+    flat = [index for batch in batches for index in batch]
+    assert [lengths[i] for i in flat] == sorted(lengths)
+    assert sorted(flat) == list(range(len(lengths))) and len(batches) == 11
+
+
+def test_bucket_sampler_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="batch_size"):
+        LengthBucketSampler([1, 2], 0)
+    with pytest.raises(ValueError, match="at least one example"):
+        LengthBucketSampler([], 4)
+
+
+# --- collate -----------------------------------------------------------------------------------------------------
+
+
+def test_collate_adds_bos_and_eos_and_pads_with_masks():
+    examples = [
+        {"src_ids": torch.tensor([10, 11, 12]), "tgt_ids": torch.tensor([20])},
+        {"src_ids": torch.tensor([13]), "tgt_ids": torch.tensor([21, 22, 23])},
+    ]
+    batch = collate_translation(examples)
+    assert batch["src_ids"].tolist() == [[10, 11, 12], [13, PAD_TOKEN_ID, PAD_TOKEN_ID]]
+    assert batch["src_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["tgt_ids"].tolist() == [[BOS_TOKEN_ID, 20, 0, 0], [BOS_TOKEN_ID, 21, 22, 23]]
+    assert batch["tgt_mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+    assert batch["labels"].tolist() == [[20, EOS_TOKEN_ID, -100, -100], [21, 22, 23, EOS_TOKEN_ID]]
+    assert all(t.dtype == torch.long for t in batch.values())
+    # labels are the decoder input shifted left by one: the model predicts position i+1's input at i
+    real = batch["tgt_mask"].bool()
+    assert torch.equal(batch["labels"][:, :-1][real[:, 1:]], batch["tgt_ids"][:, 1:][real[:, 1:]])
+
+
+def test_collate_feeds_the_translator_directly():
+    from markovformer.models.markov_translator import MarkovTranslator, MarkovTranslatorConfig
+
+    examples = [{"src_ids": torch.tensor([5, 6, 7]), "tgt_ids": torch.tensor([8, 9])},
+                {"src_ids": torch.tensor([5]), "tgt_ids": torch.tensor([9, 9, 8, 8])}]  # fmt: skip
+    model = MarkovTranslator(MarkovTranslatorConfig(vocab_size=16, d_model=16, n_heads=2, n_encoder_layers=1,
+                                                    n_decoder_layers=1, dropout=0.0))  # fmt: skip
+    batch = collate_translation(examples)
+    padded = model(**batch)
+    alone = model(**collate_translation(examples[:1]))
+    assert padded.logits.shape == (2, 5, 16)
+    assert torch.allclose(padded.logits[0, :3], alone.logits[0], atol=1e-5)  # padding changes nothing
+
+
+def test_collate_rejects_wrong_keys_and_empty_sources():
+    with pytest.raises(ValueError, match="keys"):
+        collate_translation([{"input_ids": torch.tensor([1])}])
+    with pytest.raises(ValueError, match="at least one source token"):
+        collate_translation([{"src_ids": torch.tensor([], dtype=torch.long), "tgt_ids": torch.tensor([4])}])
+
+
+def test_translation_lengths_count_the_added_special_token():
+    examples = [
+        {"src_ids": torch.ones(5), "tgt_ids": torch.ones(2)},
+        {"src_ids": torch.ones(2), "tgt_ids": torch.ones(5)},
+    ]
+    assert translation_lengths(examples) == [5, 6]
+
+
+# --- tokenizer and loader ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def synthetic_pairs() -> list[tuple[str, str]]:
+    pairs, _ = SyntheticTranslationSource(train_examples=300, val_examples=10, test_examples=10).text_pairs(0)
+    return pairs["train"]
+
+
+def test_joint_tokenizer_round_trips_the_synthetic_data_and_fixes_special_ids(tmp_path, synthetic_pairs):
+    tokenizer = train_translation_tokenizer(synthetic_pairs, 400)
+    assert [tokenizer.token_to_id(token) for token in SPECIAL_TOKENS] == [0, 1, 2, 3]
+    for source, target in synthetic_pairs:
+        for text in (source, target):
+            ids = tokenizer.encode(text)
+            assert min(ids) > 3 and tokenizer.decode(ids) == text
+    tokenizer.save(tmp_path)
+    loaded = load_translation_tokenizer(tmp_path)
+    assert all(loaded.encode(s) == tokenizer.encode(s) for pair in synthetic_pairs[:20] for s in pair)
+
+
+def test_a_language_model_tokenizer_is_not_a_translation_tokenizer(tmp_path):
+    lm = BPETokenizer.train("some text to learn from " * 20, 300)
+    with pytest.raises(ValueError, match="special token ids"):
+        check_translation_tokenizer(lm)
+    lm.save(tmp_path)
+    with pytest.raises(ValueError, match="special token ids"):
+        load_translation_tokenizer(tmp_path)
+
+
+def test_bpe_special_tokens_must_start_with_pad():
+    with pytest.raises(ValueError, match="special_tokens must start with '<pad>'"):
+        BPETokenizer.train("text", 300, special_tokens=("<bos>", "<pad>"))
+    with pytest.raises(ValueError, match=r"vocab_size must be an int >= 260 \(4 special tokens"):
+        BPETokenizer.train("text", 259, special_tokens=SPECIAL_TOKENS)
+
+
+def test_load_translation_splits_fits_on_train_and_decodes_back(tmp_path):
+    pairs = [(f"quelle {i} satz", f"target {i} sentence") for i in range(40)]
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    bundle = load_translation(path, vocab_size=300, fractions=(0.5, 0.25, 0.25), seed=1)
+    indices = bundle.splits["train"] + bundle.splits["val"] + bundle.splits["test"]
+    assert sorted(indices) == list(range(40)) and len(bundle.splits["train"]) == 20
+    for name in ("train", "val", "test"):
+        for index, example in zip(bundle.splits[name], getattr(bundle, name), strict=True):
+            assert bundle.tokenizer.decode(example["src_ids"].tolist()) == pairs[index][0]
+            assert bundle.tokenizer.decode(example["tgt_ids"].tolist()) == pairs[index][1]
+    assert bundle.info == {"vocab_size": bundle.tokenizer.vocab_size, "pad_token_id": 0, "bos_token_id": 1,
+                           "eos_token_id": 2}  # fmt: skip
+    again = TranslationFileSource(path=str(path), vocab_size=300, fractions=(0.5, 0.25, 0.25)).build(seed=1)
+    assert again.splits["val"] == bundle.splits["val"]
+
+
+def test_load_translation_max_length_drops_long_training_pairs_only(tmp_path):
+    pairs = [("kurz", "short")] * 30 + [("lang " * 30, "long " * 30)] * 30
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"{s.strip()}\t{t.strip()}\n" for s, t in pairs), encoding="utf-8")
+    bundle = load_translation(path, vocab_size=300, fractions=(0.8, 0.1, 0.1), max_length=10)
+    long_in_train = sum(1 for i in bundle.splits["train"] if i >= 30)
+    assert bundle.splits["dropped_long_train"] == long_in_train > 0
+    assert all(len(e["src_ids"]) <= 10 for e in bundle.train)
+    assert any(len(e["src_ids"]) > 10 for e in bundle.val + bundle.test)
+
+
+def test_file_source_checks_paths(tmp_path):
+    with pytest.raises(ValueError, match="data.path is required"):
+        TranslationFileSource().build(0)
+    with pytest.raises(ValueError, match="data.target_path=.*no such file"):
+        TranslationFileSource(path=__file__, target_path=str(tmp_path / "absent")).build(0)
+
+
+def test_decode_generated_cuts_at_eos_and_drops_padding(synthetic_pairs):
+    tokenizer = train_translation_tokenizer(synthetic_pairs, 400)
+    first, second = (tokenizer.encode(synthetic_pairs[i][1]) for i in (0, 1))
+    rows = [[BOS_TOKEN_ID, *first, EOS_TOKEN_ID, *second], [*second, PAD_TOKEN_ID, PAD_TOKEN_ID]]
+    width = max(map(len, rows))
+    sequences = torch.tensor([row + [PAD_TOKEN_ID] * (width - len(row)) for row in rows])
+    assert decode_generated(tokenizer, sequences) == [synthetic_pairs[0][1], synthetic_pairs[1][1]]
+
+
+# --- the synthetic task ------------------------------------------------------------------------------------------
+
+
+def _symbols(text: str) -> list[int]:
+    """A word's symbol index: the letters after the side prefix, in base 26."""
+    return [sum((ord(c) - 97) * 26**power for power, c in enumerate(reversed(word[1:]))) for word in text.split()]
+
+
+def test_synthetic_targets_follow_the_documented_rule():
+    task = SyntheticTranslationSource(source_symbols=5, target_symbols=30, order=2, train_examples=200)
+    table = task.table()
+    assert table.shape == (5, 31, 31) and int(table.max()) < 30
+    pairs, _ = task.text_pairs(seed=4)
+    for source, target in pairs["train"]:
+        x, y = _symbols(source), _symbols(target)
+        assert len(x) == len(y) and task.min_length <= len(x) <= task.max_length
+        padded = [30, 30] + y  # the start symbol stands for y_0 and y_{-1}
+        for i in range(len(x)):
+            assert y[i] == int(table[x[i], padded[i + 1], padded[i]])  # table[x_i, y_{i-1}, y_{i-2}]
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_synthetic_target_needs_exactly_its_order(order):
+    """An oracle that sees x_i and the last ``order`` targets predicts every word; one that sees one target fewer
+    (the best lookup from those counts on the data themselves) gets many wrong."""
+    task = SyntheticTranslationSource(order=order, train_examples=3000, table_seed=7)
+    pairs, _ = task.text_pairs(seed=0)
+    sequences = [(_symbols(s), _symbols(t)) for s, t in pairs["train"]]
+
+    def best_accuracy(context: int) -> float:
+        counts: dict[tuple, Counter] = defaultdict(Counter)
+        for x, y in sequences:
+            padded = [-1] * order + y
+            for i in range(len(x)):
+                key = (x[i], *padded[order + i - context : order + i])
+                counts[key][y[i]] += 1
+        return sum(c.most_common(1)[0][1] for c in counts.values()) / sum(sum(c.values()) for c in counts.values())
+
+    assert best_accuracy(order) == 1.0
+    assert best_accuracy(order - 1) < 0.75
+
+
+def test_synthetic_task_is_deterministic_given_its_seeds():
+    task = SyntheticTranslationSource(train_examples=50, val_examples=5, test_examples=5)
+    assert task.text_pairs(3) == task.text_pairs(3)
+    assert task.text_pairs(3)[0]["train"] != task.text_pairs(4)[0]["train"]
+    assert not torch.equal(task.table(), SyntheticTranslationSource(table_seed=1).table())
+
+
+def test_synthetic_build_keeps_one_token_per_word():
+    bundle = SyntheticTranslationSource(train_examples=300, val_examples=20, test_examples=20).build(0)
+    assert bundle.info["true_order"] == 2 and bundle.info["bos_token_id"] == BOS_TOKEN_ID
+    for example in bundle.train + bundle.test:
+        for key in ("src_ids", "tgt_ids"):
+            assert len(example[key]) == len(bundle.tokenizer.decode(example[key].tolist()).split())
+
+
+def test_synthetic_build_refuses_a_vocabulary_that_splits_words():
+    task = SyntheticTranslationSource(source_symbols=200, target_symbols=200, order=1, vocab_size=262,
+                                      train_examples=200, val_examples=5, test_examples=5)  # fmt: skip
+    with pytest.raises(ValueError, match="vocab_size=262 splits a word"):
+        task.build(0)
+
+
+def test_synthetic_options_are_validated():
+    with pytest.raises(ValueError, match="data.order=0"):
+        SyntheticTranslationSource(order=0)
+    with pytest.raises(ValueError, match="max_length=2 must be >= min_length=6"):
+        SyntheticTranslationSource(max_length=2)
+    with pytest.raises(ValueError, match="needs a table of"):
+        SyntheticTranslationSource(target_symbols=100, order=5)
+
+
+# --- BLEU --------------------------------------------------------------------------------------------------------
+
+
+def test_bleu_of_identical_text_is_100():
+    sentences = ["Das ist gut.", "the cat sat on the mat", "ta tb tc td"]
+    assert corpus_bleu(sentences, sentences) == pytest.approx(100.0)
+
+
+def test_bleu_matches_a_hand_computation_and_sacrebleu():
+    import sacrebleu
+
+    # precisions 5/6, 3/5, 2/4, 1/3 and equal lengths (no brevity penalty)
+    expected = 100 * math.exp(sum(math.log(p) for p in (5 / 6, 3 / 5, 2 / 4, 1 / 3)) / 4)
+    assert corpus_bleu(["the cat sat on the mat"], ["the cat sat on a mat"]) == pytest.approx(expected, abs=1e-9)
+    hypotheses = ["It is a guide to action.", "He read the book because he was interested in world history"]
+    references = ["It is the guiding principle which guarantees action.", "He was interested in world history."]
+    own = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    assert corpus_bleu(hypotheses, references) == pytest.approx(own, abs=1e-12)
+    assert 0 < own < 100
+
+
+def test_bleu_rejects_mismatched_inputs():
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        corpus_bleu(["a", "b"], ["a"])
+    with pytest.raises(ValueError, match="not one string"):
+        corpus_bleu("a b", "a b")
+
+
+# --- German-English from the Ding dictionary ---------------------------------------------------------------------
+
+DING_FIXTURE = """\
+# Version :: devel 2023-01-30
+# License :: GPL Version 2 or later; GNU General Public License
+Aal {m} [cook.] | Aale {pl} :: eel | eels
+annehmbar; passabel {adj} | halbwegs annehmbar | Seine Noten sind passabel. :: decent; respectable | half-decent | His marks are decent / respectable.
+Das ist doch nicht möglich. :: That really isn't possible.
+Halt (endlich) die Klappe! :: Shut the fuck up! /STFU/
+Es steht außer Frage.; Es besteht kein Zweifel. :: There is no mistaking.
+Wir hatten kein leichtes Los. [ugs.] :: We've had a tough time. [coll.]
+jdm. etw. geben {vt} | Er gab ihr etw. Geld. :: to give sb. sth. | He gave her some money.
+Baum fällt! :: Timber!
+Zwei Sinne | Der erste Satz ist hier. :: Only one sense here.
+Das ist doch nicht möglich. :: That really isn't possible.
+"""  # noqa: E501
+DING_PAIRS = [
+    ("Das ist doch nicht möglich.", "That really isn't possible."),
+    ("Halt die Klappe!", "Shut the fuck up!"),
+    ("Es steht außer Frage.", "There is no mistaking."),
+    ("Wir hatten kein leichtes Los.", "We've had a tough time."),
+]
+
+
+def test_parse_ding_keeps_clean_example_sentences_once():
+    assert parse_ding(DING_FIXTURE.splitlines()) == DING_PAIRS
+
+
+def test_parse_ding_min_words():
+    assert ("Baum fällt!", "Timber!") in parse_ding(DING_FIXTURE.splitlines(), min_words=1)
+    with pytest.raises(ValueError, match="min_words"):
+        parse_ding([], min_words=0)
+
+
+def test_parse_ding_malformed_line_names_source_and_line():
+    with pytest.raises(ValueError, match=r"de-en: line 2: expected 'German :: English'"):
+        parse_ding(["# comment", "Kein Trenner hier."], source="de-en")
+
+
+def _fake_tools(folder: Path, dictionary: str | None, download_exit: int = 0) -> dict[str, str]:
+    """apt-get and dpkg stand-ins on PATH: 'download' leaves a .deb, 'dpkg -x' unpacks ``dictionary`` into place."""
+    folder.mkdir()
+    (folder / "fixture").write_text(dictionary or "", encoding="utf-8")
+    scripts = {
+        "apt-get": f'#!/bin/sh\n[ "$1" = download ] || exit 2\n[ {download_exit} = 0 ] || '
+        f'{{ echo "E: Unable to locate package $2" >&2; exit {download_exit}; }}\ntouch "$2_1.9-6_all.deb"\n',
+        "dpkg": '#!/bin/sh\n[ "$1" = -x ] || exit 2\nmkdir -p "$3/usr/share/trans"\n'
+        + (f'cp "{folder / "fixture"}" "$3/usr/share/trans/de-en"\n' if dictionary is not None else ""),
+    }
+    for name, body in scripts.items():
+        (folder / name).write_text(body)
+        (folder / name).chmod((folder / name).stat().st_mode | stat.S_IEXEC)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_prepare_de_en_writes_the_tsv_from_the_package(tmp_path, monkeypatch):
+    for key, value in _fake_tools(tmp_path / "bin", DING_FIXTURE).items():
+        monkeypatch.setenv(key, value)
+    out = prepare_de_en(tmp_path / "out" / "de_en.tsv")
+    assert read_parallel(out) == DING_PAIRS
+    assert not list((tmp_path / "out").glob(".*.tmp"))
+
+
+def test_prepare_de_en_download_failure_is_clear_and_writes_nothing(tmp_path, monkeypatch):
+    for key, value in _fake_tools(tmp_path / "bin", DING_FIXTURE, download_exit=100).items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(RuntimeError, match=r"could not download trans-de-en .*apt-get update.*Unable to locate"):
+        prepare_de_en(tmp_path / "de_en.tsv")
+    assert not (tmp_path / "de_en.tsv").exists()
+
+
+def test_prepare_de_en_package_without_dictionary(tmp_path, monkeypatch):
+    for key, value in _fake_tools(tmp_path / "bin", None).items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(RuntimeError, match="has no usr/share/trans/de-en"):
+        prepare_de_en(tmp_path / "de_en.tsv")
+
+
+def test_prepare_de_en_without_apt(tmp_path, monkeypatch):
+    import markovformer.data.translation.de_en as de_en
+
+    monkeypatch.setattr(de_en.shutil, "which", lambda tool: None if tool == "apt-get" else "/usr/bin/" + tool)
+    with pytest.raises(RuntimeError, match="needs 'apt-get'"):
+        prepare_de_en(tmp_path / "de_en.tsv")
+
+
+def test_prepare_de_en_keeps_an_existing_file_when_parsing_fails(tmp_path, monkeypatch):
+    for key, value in _fake_tools(tmp_path / "bin", "no separator on this line\n").items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "de_en.tsv"
+    out.write_text("old\tcontent\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="line 1: expected 'German :: English'"):
+        prepare_de_en(out)
+    assert out.read_text(encoding="utf-8") == "old\tcontent\n"
