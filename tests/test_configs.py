@@ -26,7 +26,7 @@ from markovformer.training.task import model_inputs
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 EXPECTED = {"causal_lm_chain", "hidden_order", "softmax_baseline", "text_char", "text_bpe", "dna_fasta",
-            "time_series_csv"}  # fmt: skip
+            "time_series_csv", "scan_shakespeare"}  # fmt: skip
 # The model input size each source fills in (the config leaves it out); num_labels likewise for classification.
 DATA_INPUT = {"csv_series": "input_dim", "synthetic_ctc": "input_dim"}
 NEEDS_NO_FILES = ("markov_chain", "hidden_order")
@@ -130,6 +130,34 @@ def test_text_config_builds_its_data_and_model(name, monkeypatch):
     with torch.no_grad():
         loss = model(**model_inputs(batch)).loss
     assert abs(float(loss) - math.log(bundle.info["vocab_size"])) < 1.0  # untrained: close to uniform
+
+
+def test_scan_shakespeare_is_the_seed_setup():
+    """SPEC 4: 90/10 contiguous split, n = 2..5 in equal proportion, label smoothing 0.1 on training, AdamW with
+    cosine decay, the seed's architecture; validation windows carry the longest context."""
+    config = resolved("scan_shakespeare")
+    assert config.model_type == "scan_markov" and config.task == "causal_lm"
+    assert config.data["path"] == "../shared/data/tiny_shakespeare.txt" and config.data["tokenizer"] == "char"
+    assert config.data["fractions"] == [0.9, 0.1, 0.0] and config.data["overlap"] >= 5
+    trainer = config.trainer
+    assert trainer.context_lengths == (2, 3, 4, 5) and trainer.label_smoothing == 0.1 and trainer.decay == "cosine"
+    model = model_config(config, vocab_size=66)
+    assert (model.context_mode, model.d_model, model.ffn_mult, model.dropout) == ("markov", 128, 4, 0.0)
+    assert max(trainer.context_lengths) <= model.max_positions
+
+
+@pytest.mark.skipif(not (ROOT / "../shared/data/tiny_shakespeare.txt").is_file(), reason="no Tiny Shakespeare here")
+def test_scan_shakespeare_builds_its_data_and_model(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    config = resolved("scan_shakespeare")
+    bundle = build_data(config)
+    model = build_model(config, bundle.info).eval()
+    assert bundle.info["vocab_size"] == 66 and bundle.test == []
+    assert 330_000 < model.num_parameters() < 350_000  # the seed's ~340K
+    batch = collate(bundle.val[:2])
+    with torch.no_grad():
+        loss = model(**model_inputs(batch), context_length=2).loss
+    assert abs(float(loss) - math.log(66)) < 0.5  # untrained: close to uniform
 
 
 def _write_fasta_files(directory: Path) -> tuple[Path, Path]:

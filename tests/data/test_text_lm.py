@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
 
-from markovformer.data.text import BPETokenizer, CharTokenizer, load_text_lm, load_tokenizer
+from markovformer.data.text import BPETokenizer, CharTokenizer, load_text_lm, load_tokenizer, text_windows
 
 _EXOTIC = "ab \n\r\t\x00éß€漢字😀\u200b\ufeff"
 
@@ -153,3 +154,57 @@ def test_bad_options_raise(tmp_path, options, message):
     path.write_text("abcd" * 250, encoding="utf-8")
     with pytest.raises(ValueError, match=message):
         load_text_lm(path, **{"seq_len": 8, **options})
+
+
+@pytest.mark.parametrize("length, seq_len, overlap", [(100, 9, 3), (101, 9, 3), (8, 9, 3), (4, 9, 3), (57, 6, 5)])
+def test_overlapping_windows_score_every_token_once_with_enough_context(length, seq_len, overlap):
+    tokens = torch.arange(length) + 1
+    examples = text_windows(tokens, seq_len, overlap)
+    scored = []
+    for example in examples:
+        window, labels = example["input_ids"], example["labels"]
+        assert len(window) <= seq_len + 1 and len(window) > overlap  # every window scores at least one token
+        assert torch.all(labels[:overlap] == -100) and torch.equal(labels[overlap:], window[overlap:])
+        start = int(window[0]) - 1
+        assert torch.equal(window, tokens[start : start + len(window)])  # a contiguous piece of the stream
+        scored += [int(token) - 1 for token in window[overlap:]]  # each has >= overlap tokens before it in the window
+    assert scored == list(range(overlap, length))  # every token from offset `overlap` on, once, in order
+    assert all(len(example["input_ids"]) == seq_len + 1 for example in examples[:-1])
+
+
+def test_without_overlap_windows_tile_the_stream_and_drop_the_tail():
+    examples = text_windows(torch.arange(23), seq_len=4)
+    assert [example["input_ids"].tolist() for example in examples] == [list(range(i, i + 5)) for i in (0, 5, 10, 15)]
+    assert all(example["labels"] is example["input_ids"] for example in examples)
+
+
+def test_overlap_reaches_the_bundle_and_its_record(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text(_random_text(4, 1000, alphabet="abcdef \n"), encoding="utf-8")
+    bundle = load_text_lm(path, seq_len=20, fractions=(0.9, 0.1, 0.0), overlap=4)
+    assert bundle.splits["overlap"] == 4 and bundle.splits["val"] == [900, 1000] and bundle.test == []
+    targets = sum(int((example["labels"][1:] != -100).sum()) for example in bundle.val)
+    assert targets == 100 - 4
+    with pytest.raises(ValueError, match="overlap=20"):
+        load_text_lm(path, seq_len=20, overlap=20)
+
+
+SHAKESPEARE = Path(__file__).resolve().parents[2] / "../shared/data/tiny_shakespeare.txt"
+
+
+@pytest.mark.skipif(not SHAKESPEARE.is_file(), reason=f"Tiny Shakespeare is not at {SHAKESPEARE}")
+def test_tiny_shakespeare_split_is_contiguous_disjoint_and_its_vocabulary_round_trips_the_text():
+    """SPEC 4's setup: 1,115,394 characters, 65 symbols, first 90 % train, last 10 % validation, never overlapping."""
+    bundle = load_text_lm(SHAKESPEARE, seq_len=128, fractions=(0.9, 0.1, 0.0), overlap=5)
+    text = SHAKESPEARE.read_text(encoding="utf-8")
+    assert bundle.splits["num_characters"] == len(text) == 1_115_394
+    train, val, test = (bundle.splits[name] for name in ("train", "val", "test"))
+    assert train[0] == 0 and train[1] == val[0] and val[1] == test[0] == test[1] == len(text)
+    assert val[1] - val[0] == round(0.1 * len(text))
+    assert bundle.tokenizer.vocab_size == 65 + 1  # the characters and padding
+    assert bundle.tokenizer.decode(bundle.tokenizer.encode(text)) == text
+    for name, (start, stop) in (("train", train), ("val", val)):  # each split's windows lie inside its own part
+        examples = getattr(bundle, name)
+        first, last = examples[0]["input_ids"], examples[-1]["input_ids"]
+        assert bundle.tokenizer.decode(first.tolist()) == text[start : start + len(first)]
+        assert bundle.tokenizer.decode(last.tolist()) == text[stop - len(last) : stop]

@@ -100,6 +100,21 @@ def test_markov_window_is_the_same_wherever_it_sits():
         torch.testing.assert_close(logits[:, t], alone, rtol=1e-10, atol=1e-10)
 
 
+def test_gate_table_lookup_gives_the_direct_values_and_gradients():
+    """Without dropout, markov mode gates the (token, position) table once and gathers when the table (V × n) is
+    smaller than the batch's (t, offset) pairs; one short row is below that and takes the direct path."""
+    model = _build()
+    ids = _tokens(6, 9)
+    assert 9 < VOCAB <= ids.numel()  # the table pays off for the batch, not for one row
+    batch_loss = model(ids, labels=ids).loss
+    batch_grads = torch.autograd.grad(batch_loss, list(model.parameters()))
+    row_losses = torch.stack([model(row[None], labels=row[None]).loss for row in ids])
+    row_grads = torch.autograd.grad(row_losses.mean(), list(model.parameters()))
+    torch.testing.assert_close(batch_loss, row_losses.mean(), rtol=1e-12, atol=1e-12)
+    for batch_grad, row_grad in zip(batch_grads, row_grads, strict=True):
+        torch.testing.assert_close(batch_grad, row_grad, rtol=1e-10, atol=1e-12)
+
+
 @torch.no_grad()
 def test_context_length_override_equals_a_model_built_with_it():
     model = _build()

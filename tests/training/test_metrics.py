@@ -285,3 +285,28 @@ def test_reset_clears_everything(task):
         assert used.compute()["wer"] == 0.0  # the first batch's references and hypotheses are gone
         used.reset()
         assert float(used.wer.errors) == 0 and float(used.wer.total) == 0
+
+
+def test_context_lengths_report_each_n_token_weighted_and_their_mean_as_the_loss():
+    metrics = TaskMetrics("causal_lm", context_lengths=(2, 5))
+    batch_1 = {"labels": torch.tensor([[5, 1, -100, 2]])}  # 2 targets
+    batch_2 = {"labels": torch.tensor([[7, 1, 2, 3, 4]])}  # 4 targets
+    for batch, (loss_2, loss_5) in ((batch_1, (3.0, 1.0)), (batch_2, (1.5, 0.4))):
+        metrics.update(fake_output(loss_2), batch, 2)
+        metrics.update(fake_output(loss_5), batch, 5)
+    results = metrics.compute()
+    n2, n5 = (2 * 3.0 + 4 * 1.5) / 6, (2 * 1.0 + 4 * 0.4) / 6
+    assert results["loss_n2"] == pytest.approx(n2) and results["loss_n5"] == pytest.approx(n5)
+    assert results["loss"] == pytest.approx((n2 + n5) / 2)
+    assert results["bits_per_token"] == pytest.approx((n2 + n5) / 2 / math.log(2))
+    metrics.reset()
+    metrics.update(fake_output(1.0), batch_1, 2)
+    metrics.update(fake_output(3.0), batch_1, 5)
+    assert metrics.compute()["loss"] == pytest.approx(2.0)  # reset cleared the per-n means too
+    for wrong in (None, 3):
+        with pytest.raises(ValueError, match=f"context_length={wrong}"):
+            metrics.update(fake_output(1.0), batch_1, wrong)
+    with pytest.raises(ValueError, match="context_length=2"):
+        TaskMetrics("causal_lm").update(fake_output(1.0), batch_1, 2)
+    with pytest.raises(ValueError, match="causal_lm only"):
+        TaskMetrics("ctc", context_lengths=(2,))

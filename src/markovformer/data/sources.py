@@ -16,13 +16,16 @@ from markovformer.data.synthetic_ctc import SyntheticCTCSource
 @dataclasses.dataclass
 class TextSource:
     """A UTF-8 text file for causal LM, at character level or with a BPE tokenizer trained on the training part
-    (saved with the run). Split contiguously: the first ``fractions[0]`` is training text."""
+    (saved with the run). Split contiguously: the first ``fractions[0]`` is training text. ``overlap`` > 0: windows
+    carry that many tokens of unscored context from the one before, so every position is scored with at least that
+    much context (exact n-gram evaluation; see ``markovformer.data.text.text_windows``)."""
 
     path: str = ""
     tokenizer: str = "char"
     vocab_size: int | None = None
     seq_len: int = 128
     fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
+    overlap: int = 0
 
     def build(self, seed: int) -> DataBundle:
         from markovformer.data.text import load_text_lm
@@ -30,7 +33,7 @@ class TextSource:
         _require_path(self.path)
         return load_text_lm(
             self.path, tokenizer=self.tokenizer, vocab_size=self.vocab_size, seq_len=self.seq_len,
-            fractions=self.fractions,
+            fractions=self.fractions, overlap=self.overlap,
         )  # fmt: skip
 
 

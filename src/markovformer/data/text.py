@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import DataBundle
+from markovformer.data.collate import IGNORE_INDEX
 from markovformer.data.splits import contiguous_split
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -145,16 +147,18 @@ def load_text_lm(
     vocab_size: int | None = None,
     seq_len: int,
     fractions: tuple[float, float, float] = (0.9, 0.05, 0.05),
+    overlap: int = 0,
 ) -> DataBundle:
     """A UTF-8 text file as next-token examples.
 
     The text is split by characters in order (train first, then val, then test; offsets in ``splits``). The
     tokenizer is fitted on the train part only: with ``tokenizer="char"`` a character that first appears in val or
     test raises (naming it and the split); byte-level BPE (``vocab_size`` required) encodes anything. Each part is
-    encoded on its own and cut into non-overlapping windows of ``seq_len + 1`` tokens (a shorter tail is dropped).
+    encoded on its own and cut into windows of ``seq_len + 1`` tokens by ``text_windows`` (``overlap`` tokens of
+    context carried from one window to the next; see there).
 
-    Example: {"input_ids": (seq_len + 1,) long, "labels": the same tensor}; the model shifts labels inside.
-    info: {"vocab_size": V}.
+    Example: {"input_ids": (L,) long, "labels": (L,) long}, L = seq_len + 1 except a last shorter window; the model
+    shifts labels inside. info: {"vocab_size": V}.
     """
     path = Path(path)
     if tokenizer not in ("char", "bpe"):
@@ -165,6 +169,8 @@ def load_text_lm(
         raise ValueError("tokenizer='bpe' needs vocab_size")
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
         raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < seq_len:
+        raise ValueError(f"overlap={overlap!r} must be an int in [0, seq_len={seq_len})")
     text = read_text(path)
     ranges = contiguous_split(len(text), fractions)
     parts = [text[r.start : r.stop] for r in ranges]
@@ -177,23 +183,44 @@ def load_text_lm(
         if isinstance(fitted, CharTokenizer):
             _check_seen_in_train(part, r.start, name, fitted, path)
         tokens = torch.tensor(fitted.encode(part), dtype=torch.long)
-        count = len(tokens) // (seq_len + 1)
-        if count == 0 and fraction > 0:
+        if len(tokens) < seq_len + 1 and fraction > 0:
             raise ValueError(
                 f"{path}: the {name} part has {len(tokens)} tokens, fewer than seq_len + 1 = {seq_len + 1}; "
                 "use a longer file, a shorter seq_len or other fractions"
             )
-        windows = tokens[: count * (seq_len + 1)].view(count, seq_len + 1)
-        examples[name] = [{"input_ids": window, "labels": window} for window in windows]
+        examples[name] = text_windows(tokens, seq_len, overlap)
     splits = {
         "kind": "contiguous_characters",
         "path": str(path),
         "num_characters": len(text),
         **{name: [r.start, r.stop] for name, r in zip(_SPLIT_NAMES, ranges, strict=True)},
         "seq_len": seq_len,
+        "overlap": overlap,
         "tokenizer": tokenizer,
     }
     return DataBundle(**examples, info={"vocab_size": fitted.vocab_size}, splits=splits, tokenizer=fitted)
+
+
+def text_windows(tokens: Tensor, seq_len: int, overlap: int = 0) -> list[dict[str, Tensor]]:
+    """Cut a token stream (N,) into next-token examples of ``seq_len + 1`` tokens.
+
+    ``overlap = 0``: non-overlapping windows; a shorter tail is dropped. ``overlap = c > 0``: a window starts every
+    ``seq_len + 1 - c`` tokens, so each begins with the last c tokens of the one before, and those are context only
+    (labels -100); a last shorter window keeps the tail. Then every token from offset c on is a target exactly once,
+    with at least c tokens before it in its window: a model that reads at most c tokens back (an n-gram, the scan
+    model's markov mode with n <= c) is scored on every position as if it read the whole stream.
+    """
+    length = seq_len + 1
+    if overlap == 0:
+        count = len(tokens) // length
+        return [{"input_ids": window, "labels": window} for window in tokens[: count * length].view(count, length)]
+    examples = []
+    for start in range(0, max(len(tokens) - overlap, 0), length - overlap):
+        window = tokens[start : start + length]
+        labels = window.clone()
+        labels[:overlap] = IGNORE_INDEX
+        examples.append({"input_ids": window, "labels": labels})
+    return examples
 
 
 def read_text(path: Path) -> str:

@@ -13,6 +13,7 @@ from markovformer.models.markovian_transformer import (
     MarkovianTransformerForTokenClassification,
 )
 from markovformer.models.pretrained import PreTrainedModel
+from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovLM
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ MODEL_FAMILIES: dict[str, ModelFamily] = {
             "ctc": MarkovianTransformerForCTC,
         },
     ),
+    "scan_markov": ModelFamily(ScanMarkovConfig, {"causal_lm": ScanMarkovLM}),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -26,13 +27,7 @@ def _tokens(ids: list[int], run_dir: Path) -> list[str]:
 
 def write_inspection_report(target: str | Path, layers: list[int] | None = None, out_dir: str | Path | None = None):
     """Write the figures of a trained run under ``out_dir`` (default RUN_DIR/report) and return its index.html."""
-    from markovformer.plots import (
-        plot_attention_maps,
-        plot_order_gates,
-        plot_training_curves,
-        plot_transition_strengths,
-        write_html_report,
-    )
+    from markovformer.plots import plot_training_curves, plot_transition_strengths, write_html_report
 
     config, model, run_dir = load_run(target)
     out = Path(out_dir) if out_dir is not None else run_dir / "report"
@@ -59,6 +54,18 @@ def write_inspection_report(target: str | Path, layers: list[int] | None = None,
                         "counted from the predicting position)",
                         plot_transition_strengths(strengths, out / "transition_strengths.png", true_lags)))  # fmt: skip
 
+    if "return_gates" in inspect.signature(model.forward).parameters:
+        figures += _gate_and_attention_figures(config, model, run_dir, out, layers)
+    elif layers:
+        raise ValueError(f"--layers: {type(model).__name__} has no attention layers to draw")
+    return write_html_report(out, f"markovformer run {run_dir.name}", figures, summary)
+
+
+def _gate_and_attention_figures(config, model, run_dir: Path, out: Path, layers: list[int] | None) -> list[tuple]:
+    """Order gates and attention maps of the first validation example, as (caption, path) pairs."""
+    from markovformer.plots import plot_attention_maps, plot_order_gates
+
+    figures = []
     example = build_data(config).val[0]
     batch = collate([{k: v[:EXAMPLE_LENGTH] if v.dim() else v for k, v in example.items()}])
     inputs = {k: v for k, v in model_inputs(batch).items() if k != "labels"}
@@ -78,4 +85,4 @@ def write_inspection_report(target: str | Path, layers: list[int] | None = None,
     if chosen:
         caption = f"Attention probabilities of layers {chosen} on the same sequence (queries down, keys across)"
         figures.append((caption, plot_attention_maps(output.attentions, chosen, out / "attention.png", tokens=tokens)))
-    return write_html_report(out, f"markovformer run {run_dir.name}", figures, summary)
+    return figures

@@ -6,7 +6,7 @@ import math
 
 import torch
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC, MulticlassF1Score
 from torchmetrics.text import WordErrorRate
 
@@ -30,12 +30,26 @@ def symbols_to_words(ids: list[int], names: list[str] | None) -> str:
 
 
 class TaskMetrics(nn.Module):
-    """Accumulates one task's validation metrics over batches; ``compute()`` returns plain floats."""
+    """Accumulates one task's validation metrics over batches; ``compute()`` returns plain floats.
 
-    def __init__(self, task: str, num_labels: int | None = None, label_names: list[str] | None = None) -> None:
+    ``context_lengths`` (causal LM with a markov window): every batch is scored once per n, ``update`` is told
+    which, and ``loss`` is the mean over n of each n's token-weighted loss (``loss_n<n>``): the cross-entropy of an
+    equal mixture of the n-gram predictions, since every n is scored on the same tokens.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        num_labels: int | None = None,
+        label_names: list[str] | None = None,
+        context_lengths: tuple[int, ...] = (),
+    ) -> None:
         super().__init__()
-        self.task, self.label_names = task, label_names
+        self.task, self.label_names, self.context_lengths = task, label_names, tuple(context_lengths)
+        if self.context_lengths and task != "causal_lm":
+            raise ValueError(f"context lengths apply to causal_lm only, not task={task!r}")
         self.loss = MeanMetric()
+        self.loss_by_context = nn.ModuleList(MeanMetric() for _ in self.context_lengths)
         if task in ("sequence_classification", "token_classification"):
             self.accuracy = MulticlassAccuracy(num_labels, average="micro", ignore_index=-100)
             self.macro_f1 = MulticlassF1Score(num_labels, average="macro", ignore_index=-100)
@@ -44,11 +58,17 @@ class TaskMetrics(nn.Module):
         if task == "ctc":
             self.wer = WordErrorRate()
 
-    def update(self, output, batch: dict) -> None:
+    def update(self, output, batch: dict, context_length: int | None = None) -> None:
+        """Add one batch's model output; with context lengths, ``context_length`` says which n produced it."""
         labels = batch["labels"]
+        expected = context_length in self.context_lengths if self.context_lengths else context_length is None
+        if not expected:
+            raise ValueError(f"context_length={context_length!r}: these metrics score n in {self.context_lengths}")
         if self.task == "causal_lm":
             count = (labels[:, 1:] != -100).sum()
-            self.loss.update(output.loss.detach(), weight=count)  # token-weighted: uneven batches average correctly
+            index = None if context_length is None else self.context_lengths.index(context_length)
+            loss = self.loss if index is None else self.loss_by_context[index]
+            loss.update(output.loss.detach(), weight=count)  # token-weighted: uneven batches average correctly
             return
         # Weighted by what each batch's loss averages over: tokens for token classification, sequences otherwise.
         self.loss.update(output.loss.detach(), weight=(labels != -100).sum() if labels.dim() > 1 else len(labels))
@@ -71,11 +91,14 @@ class TaskMetrics(nn.Module):
             self.wer.update(hypotheses, references)
 
     def compute(self) -> dict[str, float]:
-        loss = float(self.loss.compute())
+        by_context = {f"loss_n{n}": float(m.compute()) for n, m in zip(self.context_lengths, self.loss_by_context,
+                                                                        strict=True)}  # fmt: skip
+        loss = sum(by_context.values()) / len(by_context) if by_context else float(self.loss.compute())
         results = {"loss": loss}
         if self.task == "causal_lm":
             results["bits_per_token"] = loss / math.log(2)
             results["perplexity"] = math.exp(min(loss, 700.0))
+            results.update(by_context)
         elif self.task in ("sequence_classification", "token_classification"):
             results["accuracy"] = float(self.accuracy.compute())
             results["macro_f1"] = float(self.macro_f1.compute())
@@ -86,5 +109,6 @@ class TaskMetrics(nn.Module):
         return results
 
     def reset(self) -> None:
-        for child in self.children():
-            child.reset()
+        for module in self.modules():
+            if isinstance(module, Metric):
+                module.reset()

@@ -54,6 +54,10 @@ class TrainerConfig:
     num_nodes: int = 1
     strategy: str = "auto"
     num_workers: int = 0
+    # Models with a markov context window (scan_markov): each training batch uses an n drawn uniformly from this list
+    # (a function of seed and step); validation scores every n and reports their mean as the loss. () = the model's.
+    context_lengths: tuple[int, ...] = ()
+    label_smoothing: float = 0.0  # on the training loss only; validation reports plain cross-entropy
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "batch_size", "eval_every", "checkpoint_every", "log_every", "eval_batch_size",
@@ -70,6 +74,12 @@ class TrainerConfig:
             raise ConfigError(f"trainer.precision={self.precision!r} must be one of {PRECISIONS}")
         if self.warmup_steps < 0 or self.num_workers < 0:
             raise ConfigError("trainer.warmup_steps and trainer.num_workers must be >= 0")
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.context_lengths):
+            raise ConfigError(f"trainer.context_lengths={list(self.context_lengths)!r} must be positive integers")
+        if len(set(self.context_lengths)) != len(self.context_lengths):
+            raise ConfigError(f"trainer.context_lengths={list(self.context_lengths)!r} repeats a value")
+        if not 0 <= self.label_smoothing < 1:
+            raise ConfigError(f"trainer.label_smoothing={self.label_smoothing!r} must lie in [0, 1)")
 
 
 @dataclasses.dataclass

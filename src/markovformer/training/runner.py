@@ -44,7 +44,7 @@ from markovformer.training.run_config import (
     resolve_run_config,
     suggest,
 )
-from markovformer.training.task import SequenceTask, model_inputs
+from markovformer.training.task import SequenceTask, model_inputs, scored_outputs
 
 RESOLVED_CONFIG = "config.yaml"
 LAST_CHECKPOINT = "last.ckpt"
@@ -82,18 +82,31 @@ def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
     except ValueError as error:
         raise ConfigError(f"model: {error}") from error
     if config.trainer.activation_checkpointing:
+        if not hasattr(getattr(model, "model", None), "gradient_checkpointing"):
+            raise ConfigError(f"trainer.activation_checkpointing: model_type={config.model_type!r} does not support it")
         model.model.gradient_checkpointing = True
     return model
 
 
+def check_context_coverage(config: RunConfig, bundle: DataBundle) -> None:
+    """ConfigError when validation would score some position with less context than the largest n of
+    ``trainer.context_lengths``: text windows must overlap by at least that much (``data.overlap``)."""
+    overlap = bundle.splits.get("overlap")
+    longest = max(config.trainer.context_lengths, default=0)
+    if overlap is not None and longest > overlap:
+        raise ConfigError(f"trainer.context_lengths reaches n={longest} but data.overlap={overlap}: the first "
+                          f"positions of each validation window would see fewer than n tokens; set data.overlap "
+                          f">= {longest}")  # fmt: skip
+
+
 def _loaders(config: RunConfig, bundle: DataBundle, trainer: L.Trainer) -> tuple[DataLoader, DataLoader]:
-    stream = EpochBatches(bundle.train, config.trainer.batch_size, config.trainer.seed, collate,
-                          start=lambda: trainer.global_step)  # fmt: skip
+    tc = config.trainer
+    stream = EpochBatches(bundle.train, tc.batch_size, tc.seed, collate, start=lambda: trainer.global_step,
+                          context_lengths=tc.context_lengths)  # fmt: skip
     # Own generators: a DataLoader draws its base seed from the global RNG at every new iterator, which would shift
     # the dropout stream between an uninterrupted run and a resumed one.
-    train = DataLoader(stream, batch_size=None, num_workers=config.trainer.num_workers, generator=torch.Generator())
-    val = DataLoader(bundle.val, batch_size=config.trainer.eval_batch_size, collate_fn=collate,
-                     generator=torch.Generator())  # fmt: skip
+    train = DataLoader(stream, batch_size=None, num_workers=tc.num_workers, generator=torch.Generator())
+    val = DataLoader(bundle.val, batch_size=tc.eval_batch_size, collate_fn=collate, generator=torch.Generator())
     return train, val
 
 
@@ -176,6 +189,7 @@ def train(config: RunConfig, resume: bool = False) -> dict:
     last = run_dir / "checkpoints" / LAST_CHECKPOINT
     L.seed_everything(config.trainer.seed, workers=True, verbose=False)
     bundle = build_data(config)
+    check_context_coverage(config, bundle)
     model = build_model(config, bundle.info)
     if not resume and (run_dir / "checkpoints").exists():
         raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with --resume {run_dir} "
@@ -273,8 +287,8 @@ def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) 
             f"query itself), entropy rate {reference['entropy_rate']:.4f} nats/token, "
             f"unigram entropy {reference['unigram_entropy']:.4f}"
         )
-    kinds = sorted(set(model.config.layer_kinds())) if hasattr(model.config, "layer_kinds") else []
-    print(f"model: {type(model).__name__}, {model.num_parameters():,} parameters, attention {kinds}", flush=True)
+    kinds = f", attention {sorted(set(model.config.layer_kinds()))}" if hasattr(model.config, "layer_kinds") else ""
+    print(f"model: {type(model).__name__}, {model.num_parameters():,} parameters{kinds}", flush=True)
 
 
 def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle) -> None:
@@ -345,14 +359,17 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     if data_overrides:
         config = dataclasses.replace(config, data={**config.data, **data_overrides})
     bundle = build_data(config)
+    check_context_coverage(config, bundle)
     if split not in ("train", "val", "test"):
         raise ConfigError(f"split={split!r} must be train, val or test")
-    metrics = TaskMetrics(config.task, bundle.info.get("num_labels"), bundle.info.get("label_names"))
+    context_lengths = config.trainer.context_lengths
+    metrics = TaskMetrics(config.task, bundle.info.get("num_labels"), bundle.info.get("label_names"), context_lengths)
     model.eval()
     loader = DataLoader(getattr(bundle, split), batch_size=config.trainer.eval_batch_size, collate_fn=collate)
     with torch.no_grad():
         for batch in loader:
-            metrics.update(model(**model_inputs(batch)), batch)
+            for n, output in scored_outputs(model, batch, context_lengths):
+                metrics.update(output, batch, n)
     results = metrics.compute()
     return {"split": split, "run_dir": str(run_dir), "metrics": results}
 

@@ -1,0 +1,101 @@
+"""``scan-shakespeare``: its Scan Markov run is configs/scan_shakespeare.yaml, its n-gram score is the engine's
+validation mixture, its sampler never draws padding, and (slow) the quick run writes the whole report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from markovformer.data.collate import PAD_ID, collate
+from markovformer.data.text import text_windows
+from markovformer.experiments import scan_shakespeare
+from markovformer.experiments.scan_shakespeare import ScanShakespeareSettings, ngram_losses, run_config, sample_text
+from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovLM
+from markovformer.training.metrics import TaskMetrics
+from markovformer.training.run_config import load_yaml
+from markovformer.training.task import scored_outputs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_scan_markov_cell_is_the_example_config():
+    settings = ScanShakespeareSettings()
+    cell = run_config("scan_markov", "../shared/data/tiny_shakespeare.txt", "runs/scan_shakespeare", settings)
+    config = load_yaml(ROOT / "configs" / "scan_shakespeare.yaml")
+    assert {k: v for k, v in cell.items() if k != "trainer"} == {k: v for k, v in config.items() if k != "trainer"}
+    assert cell["trainer"] == config["trainer"]
+
+
+def test_the_transformers_are_about_the_scan_models_size():
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import build_model
+
+    sizes = {}
+    for model in scan_shakespeare.MODELS:
+        config = resolve_run_config(run_config(model, "unused.txt", "unused", ScanShakespeareSettings()))
+        sizes[model] = build_model(config, {"vocab_size": 66}).num_parameters()
+    assert all(abs(size / sizes["scan_markov"] - 1) < 0.1 for size in sizes.values()), sizes
+
+
+def test_ngram_losses_are_the_engines_validation_mixture():
+    torch.manual_seed(0)
+    model = ScanMarkovLM(ScanMarkovConfig(vocab_size=9, d_model=16, ffn_mult=2, max_positions=5, context_length=5))
+    tokens = torch.randint(1, 9, (300,), generator=torch.Generator().manual_seed(1))
+    contexts = (2, 3, 5)
+    metrics = TaskMetrics("causal_lm", context_lengths=contexts)
+    examples = text_windows(tokens, seq_len=20, overlap=5)
+    with torch.no_grad():
+        for start in range(0, len(examples), 4):
+            batch = collate(examples[start : start + 4])
+            for n, output in scored_outputs(model.eval(), batch, contexts):
+                metrics.update(output, batch, n)
+    engine = metrics.compute()
+    losses = ngram_losses(model, tokens.tolist(), contexts, first_target=5, batch_size=64)
+    for n in contexts:
+        assert losses[n] == pytest.approx(engine[f"loss_n{n}"], rel=1e-5)
+    with pytest.raises(ValueError, match="first_target=3"):
+        ngram_losses(model, tokens.tolist(), contexts, first_target=3)
+
+
+def test_samples_never_draw_padding_and_repeat_with_the_seed():
+    class PadLover(torch.nn.Module):
+        """Logits favouring the padding id, then token 3; records the widest context it was shown."""
+
+        widest = 0
+
+        def forward(self, ids):
+            self.widest = max(self.widest, ids.shape[1])
+            logits = torch.zeros(ids.shape[0], ids.shape[1], 5)
+            logits[..., PAD_ID], logits[..., 3] = 10.0, 2.0
+            return SimpleNamespace(logits=logits)
+
+    tokenizer = SimpleNamespace(encode=lambda text: [1 + "ab".index(c) for c in text],
+                                decode=lambda ids: "".join("?abcd"[i] for i in ids))  # fmt: skip
+    model = PadLover()
+    text = sample_text(model, tokenizer, "abba", context=3, length=40, temperature=1.0, top_p=1.0, seed=2)
+    assert text.startswith("abba") and len(text) == 44 and "?" not in text and model.widest == 3
+    assert text == sample_text(model, tokenizer, "abba", 3, 40, 1.0, 1.0, seed=2)
+    assert sample_text(model, tokenizer, "ab", 3, 5, temperature=0.0, top_p=1.0) == "abccccc"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT / scan_shakespeare.DATA_PATH).is_file(), reason="no Tiny Shakespeare here")
+def test_quick_run_writes_the_table_samples_and_figure(tmp_path):
+    lines = []
+    report = scan_shakespeare.run(tmp_path, quick=True, seeds=None, overrides={}, log=lines.append)
+    text = report.read_text()
+    for label in [*scan_shakespeare.LABELS.values(), "interpolated Kneser-Ney (SPEC 4)", "| 1.7170 |"]:
+        assert label in text
+    assert text.count("Follow those") >= len(scan_shakespeare.MODELS) + 1 and (tmp_path / "cross_entropy.png").is_file()
+    cells = json.loads((tmp_path / "results.json").read_text())["cells"]
+    assert {cell["model"] for cell in cells} == set(scan_shakespeare.MODELS)
+    for cell in cells:
+        assert cell["mixture"] == pytest.approx(sum(cell["losses"].values()) / 4)
+        assert (Path(cell["run_dir"]) / "model").is_dir() and Path(cell["run_dir"]).parent == tmp_path / "runs"
+    lines.clear()
+    scan_shakespeare.run(tmp_path, quick=True, seeds=None, overrides={}, log=lines.append)  # every cell is reused
+    assert sum("done earlier" in line for line in lines) == len(scan_shakespeare.MODELS)

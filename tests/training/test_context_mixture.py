@@ -1,0 +1,184 @@
+"""Training on a mixture of markov context lengths (trainer.context_lengths) with label smoothing, and validation on
+the exact n-gram mixture, for the scan Markov model through the engine: the draws are a function of (seed, step),
+smoothing never reaches validation, every validation position is scored with its full n, and eval / generate work
+on the run."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from markovformer.data.collate import collate
+from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovLM
+from markovformer.training.batches import EpochBatches
+from markovformer.training.run_config import ConfigError, TrainerConfig, resolve_run_config
+from markovformer.training.runner import build_data, build_model, evaluate, load_run, train
+from markovformer.training.task import SequenceTask
+
+LENGTHS = (2, 3, 5)
+
+
+def _examples(count: int) -> list[dict]:
+    return [{"input_ids": torch.tensor([i, i + 1]), "labels": torch.tensor([i, i + 1])} for i in range(count)]
+
+
+def _stream(start: int, **options) -> list[dict]:
+    batches = EpochBatches(_examples(40), 4, seed=7, collate=collate, start=lambda: start, **options)
+    iterator = iter(batches)
+    return [next(iterator) for _ in range(25)]  # 2.5 epochs of 10 batches
+
+
+def test_context_lengths_are_drawn_per_batch_as_a_function_of_seed_and_step():
+    whole = _stream(0, context_lengths=LENGTHS)
+    resumed = _stream(13, context_lengths=LENGTHS)
+    for later, batch in zip(resumed, whole[13:], strict=False):  # a resumed stream continues the same sequence
+        assert later["context_length"] == batch["context_length"]
+        assert torch.equal(later["input_ids"], batch["input_ids"])
+    plain = _stream(0)
+    for batch, unmixed in zip(whole, plain, strict=True):  # the draw leaves the epoch permutation alone
+        assert torch.equal(batch["input_ids"], unmixed["input_ids"]) and "context_length" not in unmixed
+    draws = [batch["context_length"] for batch in _stream(0, context_lengths=LENGTHS)]
+    assert set(draws) <= set(LENGTHS)
+    many = EpochBatches(_examples(4000), 4, seed=1, collate=collate, context_lengths=LENGTHS)
+    counts = Counter(batch["context_length"] for batch, _ in zip(many, range(3000), strict=False))
+    assert set(counts) == set(LENGTHS) and all(900 < count < 1100 for count in counts.values())  # uniform: 1000 ± 3σ
+
+
+def _model(**overrides) -> ScanMarkovLM:
+    values = dict(vocab_size=9, d_model=8, ffn_mult=2, max_positions=5, context_length=5)
+    torch.manual_seed(0)
+    return ScanMarkovLM(ScanMarkovConfig(**{**values, **overrides}))
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # the step is called without a Trainer
+def test_label_smoothing_and_the_drawn_context_reach_training_only():
+    model = _model()
+    trainer = TrainerConfig(context_lengths=LENGTHS, label_smoothing=0.2)
+    task = SequenceTask(model, "causal_lm", trainer, {"vocab_size": 9})
+    ids = torch.randint(1, 9, (3, 12), generator=torch.Generator().manual_seed(0))
+    batch = {"input_ids": ids, "labels": ids, "context_length": 3}
+    with torch.no_grad():
+        logits = model(ids, context_length=3).logits[:, :-1].flatten(0, 1)
+        expected = F.cross_entropy(logits, ids[:, 1:].flatten(), label_smoothing=0.2)
+        torch.testing.assert_close(task.training_step(batch, 0), expected)
+        task.on_validation_epoch_start()
+        task.validation_step({"input_ids": ids, "labels": ids}, 0)
+        results = task.val_metrics.compute()
+    for n in LENGTHS:
+        with torch.no_grad():
+            plain = F.cross_entropy(model(ids, context_length=n).logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+        assert results[f"loss_n{n}"] == pytest.approx(plain.item(), rel=1e-6)
+    assert results["loss"] == pytest.approx(sum(results[f"loss_n{n}"] for n in LENGTHS) / 3, rel=1e-9)
+
+
+def test_models_that_cannot_take_the_options_are_refused_up_front():
+    from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+
+    transformer = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=9, d_model=8, n_layers=1,
+                                                                             n_heads=2))  # fmt: skip
+    for options, key in (({"context_lengths": (2,)}, "context_lengths"), ({"label_smoothing": 0.1}, "label_smoothing")):
+        with pytest.raises(ConfigError, match=f"trainer.{key} is set but MarkovianTransformerForCausalLM"):
+            SequenceTask(transformer, "causal_lm", TrainerConfig(**options), {})
+    with pytest.raises(ConfigError, match="only meaningful with context_mode='markov'"):
+        SequenceTask(_model(context_mode="recurrent", context_length=None), "causal_lm",
+                     TrainerConfig(context_lengths=(2,)), {})  # fmt: skip
+    with pytest.raises(ConfigError, match="context_length=6"):
+        SequenceTask(_model(), "causal_lm", TrainerConfig(context_lengths=(2, 6)), {})
+    for options, message in (({"context_lengths": (2, 2)}, "repeats"), ({"context_lengths": (0,)}, "positive"),
+                             ({"label_smoothing": 1.0}, "label_smoothing")):  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            TrainerConfig(**options)
+
+
+def _text_run(tmp_path, **trainer) -> dict:
+    rng = random.Random(0)
+    words = ["to", "be", "or", "not", "that", "is", "the", "question"]
+    text = "".join(rng.choice(words) + rng.choice(" \n") for _ in range(700))
+    (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
+    return {
+        "task": "causal_lm",
+        "model_type": "scan_markov",
+        "output_dir": str(tmp_path / "run"),
+        "model": {"d_model": 16, "ffn_mult": 2, "max_positions": 5, "context_length": 4},
+        "data": {"source": "text", "path": str(tmp_path / "corpus.txt"), "seq_len": 32, "fractions": [0.9, 0.1, 0.0],
+                 "overlap": 4},
+        "trainer": {"max_steps": 6, "batch_size": 8, "warmup_steps": 1, "eval_every": 6, "checkpoint_every": 6,
+                    "log_every": 3, "eval_batch_size": 5, "context_lengths": [2, 4], "label_smoothing": 0.1,
+                    **trainer},
+    }  # fmt: skip
+
+
+def _explicit_ngram_loss(model: ScanMarkovLM, tokens: list[int], n: int, first_target: int) -> float:
+    """Mean -log p(x_j | x_{j-n..j-1}) over j >= first_target, each window of n tokens fed on its own."""
+    windows = torch.tensor([tokens[j - n : j] for j in range(first_target, len(tokens))])
+    targets = torch.tensor(tokens[first_target:])
+    with torch.no_grad():
+        return float(F.cross_entropy(model(windows).logits[:, -1], targets))
+
+
+def _cli(capsys, *args: str) -> str:
+    """The command line in this process (a subprocess would spend seconds importing): its stdout."""
+    from markovformer.cli.main import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def test_validation_is_the_exact_ngram_mixture_and_eval_generate_and_inspect_work_on_the_run(tmp_path, capsys):
+    values = _text_run(tmp_path)
+    results = train(resolve_run_config(values))
+    run_dir = tmp_path / "run"
+    config, model, _ = load_run(run_dir)
+    bundle = build_data(config)
+    start, stop = bundle.splits["val"]
+    text = (tmp_path / "corpus.txt").read_text(encoding="utf-8")
+    tokens = bundle.tokenizer.encode(text[start:stop])
+    for n in (2, 4):  # every validation character from offset 4 on, predicted from exactly its n characters before
+        assert results["val"][f"loss_n{n}"] == pytest.approx(_explicit_ngram_loss(model, tokens, n, 4), rel=1e-5)
+    assert results["val"]["loss"] == pytest.approx((results["val"]["loss_n2"] + results["val"]["loss_n4"]) / 2)
+    assert json.loads((run_dir / "metrics.json").read_text())["val"] == results["val"]
+    assert evaluate(run_dir)["metrics"] == pytest.approx(results["val"], rel=1e-6)
+    shown = json.loads(_cli(capsys, "eval", str(run_dir), "--json"))["metrics"]
+    assert shown == pytest.approx(results["val"], rel=1e-6)
+
+    greedy = _cli(capsys, "generate", str(run_dir), "--prompt", "to be", "--max-new-tokens", "12", "--temperature", "0")
+    prompt = torch.tensor([bundle.tokenizer.encode("to be")])
+    expected = model.generate(prompt, 12, temperature=0.0)[0, prompt.shape[1] :].tolist()  # the model's own decoding
+    assert greedy[:-1] == "to be" + bundle.tokenizer.decode(expected)
+    # Sampling draws from the same generator as the model's own sampler. A barely trained model can draw the padding
+    # id, which has no character: take a seed whose sample has none.
+    for seed in range(20):
+        generator = torch.Generator().manual_seed(seed)
+        expected = model.generate(prompt, 30, temperature=0.8, top_p=0.9, generator=generator)[0, prompt.shape[1] :]
+        if 0 not in expected:
+            break
+    sampled = _cli(capsys, "generate", str(run_dir), "--prompt", "to be", "--max-new-tokens", "30", "--temperature",
+                   "0.8", "--top-p", "0.9", "--seed", str(seed))  # fmt: skip
+    assert sampled[:-1] == "to be" + bundle.tokenizer.decode(expected.tolist())
+
+    from markovformer.training.inspection import write_inspection_report
+
+    index = write_inspection_report(run_dir)  # curves only: the model has no gates or attention maps
+    assert (index.parent / "curves.png").is_file() and not (index.parent / "attention.png").exists()
+    with pytest.raises(ValueError, match="ScanMarkovLM has no attention layers"):
+        write_inspection_report(run_dir, layers=[0])
+
+
+def test_validation_windows_must_carry_the_longest_context_and_unsupported_options_are_named(tmp_path):
+    values = _text_run(tmp_path, context_lengths=[2, 5])
+    values["model"]["max_positions"] = 5
+    with pytest.raises(ConfigError, match=r"n=5 but data.overlap=4"):
+        train(resolve_run_config(values))
+    config = resolve_run_config(_text_run(tmp_path))
+    assert isinstance(build_model(config, build_data(config).info), ScanMarkovLM)
+    checkpointed = resolve_run_config(_text_run(tmp_path, activation_checkpointing=True))
+    with pytest.raises(ConfigError, match="activation_checkpointing: model_type='scan_markov' does not support it"):
+        build_model(checkpointed, {"vocab_size": 9})
