@@ -8,6 +8,7 @@ from torch import nn
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.ops.banded_attention import banded_attention_naive
 from markovformer.ops.banded_attention.naive import dense_allowed
+from markovformer.ops.masked_softmax import masked_sdpa
 
 
 class SoftmaxCore(nn.Module):
@@ -27,10 +28,7 @@ class SoftmaxCore(nn.Module):
                 F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal), {}, None
             )
         allowed = dense_allowed(q.shape[-2], None, self.causal, attention_mask, q.device)
-        # SDPA returns NaN for a query with no visible key: let such rows see everything, then zero them.
-        has_key = allowed.any(-1, keepdim=True)
-        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | ~has_key, dropout_p=dropout)
-        return CoreOutput(heads * has_key.to(heads.dtype), {}, None)
+        return CoreOutput(masked_sdpa(q, k, v, allowed, dropout), {}, None)
 
 
 class SoftmaxAttention(SelfAttention):

@@ -1,8 +1,10 @@
-"""Softmax over allowed keys only, with rows that allow nothing returning zeros (never NaN)."""
+"""Softmax over allowed keys only, with rows that allow nothing returning zeros (never NaN): the explicit form
+and the fused ``scaled_dot_product_attention`` form."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -19,3 +21,14 @@ def masked_softmax(scores: Tensor, allowed: Tensor) -> Tensor:
     weights = torch.softmax(scores, dim=-1, dtype=compute_dtype)
     weights = weights * allowed.any(dim=-1, keepdim=True)
     return weights.to(scores.dtype)
+
+
+def masked_sdpa(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, dropout_p: float = 0.0) -> Tensor:
+    """``scaled_dot_product_attention`` of (B, H, Tq, Dh) queries over (B, H, Tk, Dh) keys where ``allowed``
+    (broadcasting to (B, H, Tq, Tk); None = every key) is True; a query with no allowed key returns zeros."""
+    if allowed is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    # SDPA returns NaN for a row with nothing allowed: let such rows see everything, then zero them.
+    has_key = allowed.any(-1, keepdim=True)
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | ~has_key, dropout_p=dropout_p)
+    return heads * has_key.to(heads.dtype)

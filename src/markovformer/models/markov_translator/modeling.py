@@ -16,22 +16,10 @@ from markovformer.layers.position import sinusoidal_positions
 from markovformer.models.markov_translator.config import MarkovTranslatorConfig
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.ops.lags import lag_matrix, order_to_window, visible
+from markovformer.ops.masked_softmax import masked_sdpa
 
 if TYPE_CHECKING:
     from markovformer.models.markov_translator.generation import GenerationOutput
-
-
-def attend(query: Tensor, keys: Tensor, values: Tensor, allowed: Tensor | None, dropout_p: float = 0.0) -> Tensor:
-    """Softmax attention of heads (B, H, Tq, Dh) over (B, H, Tk, Dh); ``allowed`` broadcasts to (B, H, Tq, Tk).
-
-    A query with no allowed key returns zeros, never NaN.
-    """
-    if allowed is None:
-        return F.scaled_dot_product_attention(query, keys, values, dropout_p=dropout_p)
-    # SDPA returns NaN for a query with no visible key: let such rows see everything, then zero them.
-    has_key = allowed.any(-1, keepdim=True)
-    heads = F.scaled_dot_product_attention(query, keys, values, attn_mask=allowed | ~has_key, dropout_p=dropout_p)
-    return heads * has_key.to(heads.dtype)
 
 
 def key_padding_allowed(mask: Tensor | None) -> Tensor | None:
@@ -68,7 +56,7 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, keys: Tensor, values: Tensor, allowed: Tensor | None) -> Tensor:
         """x: (B, Tq, D) normalised queries' input -> (B, Tq, D)."""
-        heads = attend(self._heads(self.query(x)), keys, values, allowed, self.dropout if self.training else 0.0)
+        heads = masked_sdpa(self._heads(self.query(x)), keys, values, allowed, self.dropout if self.training else 0.0)
         return self.out(heads.transpose(1, 2).reshape(x.shape))
 
 
