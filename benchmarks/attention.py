@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import resource
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
+
+from harness import run_child, with_peak_mib, write_record  # benchmarks/, the script's own folder
 
 KINDS = ("markov_local", "markov_global", "softmax_sdpa", "random_feature")
 
@@ -52,15 +50,13 @@ def run_case(kind: str, seq_len: int, batch: int, heads: int, head_dim: int, ord
         for leaf in leaves:
             leaf.grad = None
 
-    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    step()  # warm-up; also sets the process's peak
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - baseline
+    _, peak_mib = with_peak_mib(step)  # the warm-up sets the process's peak
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
-    return {"kind": kind, "T": seq_len, "seconds": statistics.median(times), "peak_mib": peak_kib / 1024}
+    return {"kind": kind, "T": seq_len, "seconds": statistics.median(times), "peak_mib": peak_mib}
 
 
 def main() -> None:
@@ -90,15 +86,9 @@ def main() -> None:
             if kind == "markov_global" and seq_len > args.max_global:
                 rows.append({"kind": kind, "T": seq_len, "seconds": None, "peak_mib": None, "skipped": "O(T^2)"})
                 continue
-            command = [sys.executable, __file__, "--case", kind, str(seq_len)]
-            command += [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
-            done = subprocess.run(command, capture_output=True, text=True)
-            if done.returncode != 0:
-                rows.append(
-                    {"kind": kind, "T": seq_len, "seconds": None, "peak_mib": None, "error": done.stderr[-300:]}
-                )
-            else:
-                rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            options = [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
+            row = run_child(__file__, ["--case", kind, str(seq_len), *options])
+            rows.append({"kind": kind, "T": seq_len, "seconds": None, "peak_mib": None, **row})
             print(f"{kind:15} T={seq_len:6}  {rows[-1].get('seconds')}", file=sys.stderr, flush=True)
 
     table = {(r["kind"], r["T"]): r for r in rows}
@@ -122,12 +112,7 @@ def main() -> None:
         ratios[f"sdpa_over_markov_local_at_{seq_len}"] = sdpa[seq_len] / local[seq_len]
     for name, value in ratios.items():
         print(f"{name}: {value:.2f}")
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    machine = {"platform": platform.platform(), "processor": platform.processor(), "python": platform.python_version(),
-               "torch": torch.__version__, "threads": torch.get_num_threads()}  # fmt: skip
-    output.write_text(json.dumps({"machine": machine, "shape": shape, "rows": rows, "ratios": ratios}, indent=2) + "\n")
-    print(f"wrote {output}")
+    write_record(args.output, {"shape": shape, "rows": rows, "ratios": ratios}, torch.get_num_threads())
 
 
 if __name__ == "__main__":

@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import resource
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
+
+from harness import run_child, with_peak_mib, write_record  # benchmarks/, the script's own folder
 
 KINDS = {"mat": {"order": 5, "transparent": True}, "at": {"order": None, "transparent": False}}
 SIZE = {"d_model": 256, "n_heads": 4, "n_encoder_layers": 3, "n_decoder_layers": 3, "vocab_size": 8000}
@@ -61,15 +59,13 @@ def run_case(kind: str, length: int, batch: int, threads: int) -> dict:
         held = [t for t in (state.inputs,) if t is not None] + [t for pair in state.cache or [] for t in pair]
         return step_times, time.perf_counter() - start, sum(t.numel() for t in held) // batch
 
-    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    step_times, seconds, state_floats = generate()
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - baseline
+    (step_times, seconds, state_floats), peak_mib = with_peak_mib(generate)
     edge = max(1, length // 8)
     return {
         "kind": kind, "L": length, "B": batch, "seconds": seconds, "tokens_per_s": batch * length / seconds,
         "step_ms_start": statistics.median(step_times[:edge]) * 1e3,
         "step_ms_end": statistics.median(step_times[-edge:]) * 1e3,
-        "state_floats_per_row": state_floats, "peak_mib": peak_kib / 1024,
+        "state_floats_per_row": state_floats, "peak_mib": peak_mib,
     }  # fmt: skip
 
 
@@ -112,13 +108,8 @@ def main() -> None:
                 if kind == "at" and batch * length > args.max_cache_tokens:
                     rows.append({"kind": kind, "L": length, "B": batch, "skipped": "B*L > --max-cache-tokens"})
                     continue
-                command = [sys.executable, __file__, "--case", kind, str(length), str(batch)]
-                command.append(f"--threads={args.threads}")
-                done = subprocess.run(command, capture_output=True, text=True)
-                if done.returncode != 0:
-                    rows.append({"kind": kind, "L": length, "B": batch, "error": done.stderr[-300:]})
-                else:
-                    rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+                row = run_child(__file__, ["--case", kind, str(length), str(batch), f"--threads={args.threads}"])
+                rows.append({"kind": kind, "L": length, "B": batch, **row})
                 row = rows[-1]
                 print(f"{kind:3} B={batch:3} L={length:5}  {row.get('tokens_per_s', 0):9.1f} tok/s", file=sys.stderr,
                       flush=True)  # fmt: skip
@@ -141,14 +132,8 @@ def main() -> None:
     for batch, length in overtakes.items():
         where = f"first at L = {length} (of those measured)" if length is not None else "at no measured length"
         print(f"MAT decodes more tokens/s than AT ({batch}): {where}")
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    machine = {"platform": platform.platform(), "processor": platform.processor(), "python": platform.python_version(),
-               "torch": torch.__version__, "threads": args.threads}  # fmt: skip
     setup = {**SIZE, "kinds": KINDS, "source_length": SOURCE_LENGTH}
-    record = {"machine": machine, "setup": setup, "rows": rows, "mat_faster_from_length": overtakes}
-    output.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {output}")
+    write_record(args.output, {"setup": setup, "rows": rows, "mat_faster_from_length": overtakes}, args.threads)
 
 
 if __name__ == "__main__":

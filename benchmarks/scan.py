@@ -13,14 +13,12 @@ the same loop over ``unbind`` views, whose backward is O(T): the best a plain au
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
+from harness import write_record
 
 from markovformer.ops.scan import DEFAULT_CHUNK_SIZE, linear_scan
 
@@ -121,12 +119,7 @@ def main() -> None:
     for name, value in ratios.items():
         if name.endswith("_at_2048"):
             print(f"{name}: {value:.1f}x")
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    machine = {"platform": platform.platform(), "processor": platform.processor(), "python": platform.python_version(),
-               "torch": torch.__version__, "threads": torch.get_num_threads()}  # fmt: skip
-    output.write_text(json.dumps({"machine": machine, "shape": shape, "rows": rows, "ratios": ratios}, indent=2) + "\n")
-    print(f"wrote {output}")
+    write_record(args.output, {"shape": shape, "rows": rows, "ratios": ratios}, torch.get_num_threads())
 
 
 if __name__ == "__main__":
