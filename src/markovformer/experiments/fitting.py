@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -88,3 +89,10 @@ def steps_to_reach(result: FitResult, target: float, tolerance: float) -> int | 
         if value <= target + tolerance:
             return step
     return None
+
+
+def next_token_loss(model: nn.Module, x: Tensor, first_target: int) -> Tensor:
+    """Mean next-token cross-entropy of a causal LM on x (B, T) over targets t = first_target..T-1 (an order-k
+    chain's estimators and oracle score t >= k)."""
+    logits = model(x).logits[:, first_target - 1 : -1]
+    return F.cross_entropy(logits.flatten(0, 1), x[:, first_target:].flatten())

@@ -14,9 +14,8 @@ from functools import partial
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from markovformer.experiments.fitting import fit_on_stream, steps_to_reach
+from markovformer.experiments.fitting import fit_on_stream, next_token_loss, steps_to_reach
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
 from markovformer.markov import RandomChainSampler, add_beta_loss, icl_oracle_loss
@@ -46,12 +45,6 @@ class ICLSettings:
 QUICK = ICLSettings(orders=(1, 2), depths=(1, 2), seq_len=128, steps=600, eval_every=100, eval_batch=128)
 
 
-def model_loss(model: MarkovianTransformerForCausalLM, x: torch.Tensor, order: int) -> torch.Tensor:
-    """Mean next-symbol cross-entropy over targets t = order..T-1 (the positions ``icl_oracle_loss`` scores)."""
-    logits = model(x).logits[:, order - 1 : -1]
-    return F.cross_entropy(logits.flatten(0, 1), x[:, order:].flatten())
-
-
 def train_icl_cell(
     order: int, n_layers: int, seed: int, settings: ICLSettings, log: Callable[[str], None] | None = None
 ) -> dict:
@@ -68,7 +61,7 @@ def train_icl_cell(
 
     fit = fit_on_stream(
         model, loss_on_batch, lambda g: sampler.sample(settings.batch_size, settings.seq_len, g)[0],
-        lambda: float(model_loss(model, held_out, order)), steps=settings.steps, lr=settings.lr, seed=seed,
+        lambda: float(next_token_loss(model, held_out, order)), steps=settings.steps, lr=settings.lr, seed=seed,
         warmup_steps=settings.warmup_steps, eval_every=settings.eval_every, log=log,
         label=f"k={order} layers={n_layers} seed={seed}",
     )  # fmt: skip

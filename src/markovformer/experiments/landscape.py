@@ -152,5 +152,5 @@ def run(
     report.figure(figure, "Profiled loss over (w, e); profiled flows (green: global minimum, red: unigram line), "
                   "the saddle and the basin boundary E(e, w) = E_s (dashed)")  # fmt: skip
     report.results = {"settings": asdict(settings), "saddle": [saddle_w, saddle_e], "saddle_energy": saddle_energy(),
-                      "cells": [{k: v for k, v in cell.items()} for cell in cells]}  # fmt: skip
+                      "cells": cells}  # fmt: skip
     return report.write()

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from markovformer.experiments.fitting import fit_on_stream, steps_to_reach
+from markovformer.experiments.fitting import fit_on_stream, next_token_loss, steps_to_reach
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
 from markovformer.markov import RandomChainSampler, add_beta_loss, icl_oracle_loss, lagged_chain
@@ -116,11 +116,9 @@ def train_recovery_cell(source: str, kind: str, seed: int, settings: RecoverySet
     model = _model(kind, vocab_size, settings)
 
     def evaluate() -> float:
-        log_probs = F.log_softmax(model(held_out).logits.double(), dim=-1)
         if family == "fixed":
-            return chain.expected_loss(held_out, log_probs)
-        targets = held_out[:, order:]
-        return float(-log_probs[:, order - 1 : -1].gather(-1, targets[..., None]).mean())
+            return chain.expected_loss(held_out, F.log_softmax(model(held_out).logits.double(), dim=-1))
+        return float(next_token_loss(model, held_out, order))
 
     fit = fit_on_stream(
         model, lambda x: model(x, labels=x).loss, sample, evaluate, steps=settings.steps, lr=settings.lr, seed=seed,

@@ -91,12 +91,11 @@ def train_switching_cell(
     model.eval()
     with torch.no_grad():
         probability_one = model.next_symbol_log_probs(held_out)[..., 1].exp()
-    inputs = held_out
     return {
         "p": p, "q": q, "tied": tied, "seed": seed, "optimizer": optimizer,
         "steps": fit.steps, "losses": fit.evaluations, "final_loss": fit.evaluations[-1],
-        "p1_given_0": float(probability_one[inputs == 0].mean()),
-        "p1_given_1": float(probability_one[inputs == 1].mean()),
+        "p1_given_0": float(probability_one[held_out == 0].mean()),
+        "p1_given_1": float(probability_one[held_out == 1].mean()),
         "entropy_rate": chain.entropy_rate(), "unigram_entropy": chain.marginal_entropy(),
         "seconds": fit.seconds,
     }  # fmt: skip
