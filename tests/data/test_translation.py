@@ -448,14 +448,14 @@ def test_prepare_de_en_download_failure_is_clear_and_writes_nothing(tmp_path, mo
 def test_prepare_de_en_package_without_dictionary(tmp_path, monkeypatch):
     for key, value in _fake_tools(tmp_path / "bin", None).items():
         monkeypatch.setenv(key, value)
-    with pytest.raises(RuntimeError, match="has no usr/share/trans/de-en"):
+    with pytest.raises(RuntimeError, match="trans-de-en package has no usr/share/trans/de-en"):
         prepare_de_en(tmp_path / "de_en.tsv")
 
 
 def test_prepare_de_en_without_apt(tmp_path, monkeypatch):
-    import markovformer.data.translation.de_en as de_en
+    import markovformer.data.debian as debian
 
-    monkeypatch.setattr(de_en.shutil, "which", lambda tool: None if tool == "apt-get" else "/usr/bin/" + tool)
+    monkeypatch.setattr(debian.shutil, "which", lambda tool: None if tool == "apt-get" else "/usr/bin/" + tool)
     with pytest.raises(RuntimeError, match="needs 'apt-get'"):
         prepare_de_en(tmp_path / "de_en.tsv")
 

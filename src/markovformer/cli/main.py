@@ -43,10 +43,16 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--data", nargs="*", default=[], metavar="KEY=VALUE",
                           help="override data options, e.g. path=other.txt")  # fmt: skip
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    evaluate.add_argument("--beam-size", type=int, default=1, help="translation: beam search width for BLEU")
 
-    generate = commands.add_parser("generate", help="sample a continuation from a causal language model")
+    generate = commands.add_parser("generate", help="sample from a language model, or translate with a translation "
+                                   "model (one sentence per --prompt, or per line of --input)")  # fmt: skip
     generate.add_argument("target", help="run directory or checkpoint file")
-    generate.add_argument("--prompt", required=True, help="text (or space-separated token ids without tokenizer)")
+    generate.add_argument("--prompt", help="text (or space-separated token ids without tokenizer); for a "
+                          "translation run, the source sentence")  # fmt: skip
+    generate.add_argument("--input", help="translation: a file of source sentences, one per line")
+    generate.add_argument("--beam-size", type=int, default=1, help="translation: beam width (1 = greedy)")
+    generate.add_argument("--length-penalty", type=float, default=1.0, help="translation: beam score / length^this")
     generate.add_argument("--max-new-tokens", type=int, default=200)
     generate.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     generate.add_argument("--top-k", type=int, default=None)
@@ -72,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     data_commands.add_parser("list", help="list the data sources")
     show = data_commands.add_parser("show", help="a data source's options and defaults")
     show.add_argument("name")
+    prepare = data_commands.add_parser("prepare", help="fetch and convert a public data set into the data directory")
+    prepare.add_argument("name", help="recipe name (`data prepare list` names them)")
+    prepare.add_argument("--dir", default=None, help="data directory (default $MARKOVFORMER_DATA or ./data)")
+    prepare.add_argument("--force", action="store_true", help="rebuild even when the file is already there")
     return parser
 
 
@@ -101,7 +111,7 @@ def run_eval(args: argparse.Namespace) -> None:
     for text in args.data:
         path, value = parse_override(text)
         data[".".join(path)] = value
-    results = evaluate(args.target, args.split, data)
+    results = evaluate(args.target, args.split, data, beam_size=args.beam_size)
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -110,16 +120,26 @@ def run_eval(args: argparse.Namespace) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> None:
+    from markovformer.training.runner import load_run
+
+    config, model, run_dir = load_run(args.target)
+    if config.task == "translation":
+        translate(args, model, run_dir)
+    elif config.task == "causal_lm":
+        continue_prompt(args, model, run_dir)
+    else:
+        raise ValueError(f"{run_dir} is a {config.task} run; generate needs a causal_lm or translation run")
+
+
+def continue_prompt(args: argparse.Namespace, model, run_dir) -> None:
     from pathlib import Path
 
     import torch
 
     from markovformer.models.generation import generate_tokens
-    from markovformer.training.runner import load_run
 
-    config, model, run_dir = load_run(args.target)
-    if config.task != "causal_lm":
-        raise ValueError(f"{run_dir} is a {config.task} run; generate needs a causal_lm run")
+    if args.prompt is None or args.input is not None:
+        raise ValueError("a language model continues one --prompt (--input is for translation runs)")
     tokenizer = None
     if (Path(run_dir) / "tokenizer").is_dir():
         from markovformer.data.text import load_tokenizer
@@ -142,6 +162,35 @@ def run_generate(args: argparse.Namespace) -> None:
     print(args.prompt + tokenizer.decode(new) if tokenizer is not None else " ".join(map(str, ids + new)))
 
 
+def translate(args: argparse.Namespace, model, run_dir) -> None:
+    """Translate --prompt, or each line of --input, printing one translation per line (batches of 32)."""
+    from pathlib import Path
+
+    import torch
+
+    from markovformer.data.translation import collate_translation, decode_generated, load_translation_tokenizer
+
+    if (args.prompt is None) == (args.input is None):
+        raise ValueError("a translation run translates either --prompt SENTENCE or --input FILE (one per line)")
+    if args.input is not None and not Path(args.input).is_file():
+        raise ValueError(f"--input {args.input!r}: no such file")
+    sentences = [args.prompt] if args.input is None else Path(args.input).read_text(encoding="utf-8").splitlines()
+    if not sentences or any(not sentence.strip() for sentence in sentences):
+        raise ValueError(f"{args.input or '--prompt'}: every source sentence must be non-empty")
+    tokenizer = load_translation_tokenizer(Path(run_dir) / "tokenizer")
+    max_length = min(args.max_new_tokens, model.config.max_positions)
+    model.eval()
+    for start in range(0, len(sentences), 32):
+        chunk = sentences[start : start + 32]
+        examples = [{"src_ids": torch.tensor(tokenizer.encode(s)), "tgt_ids": torch.tensor([], dtype=torch.long)}
+                    for s in chunk]  # fmt: skip
+        batch = collate_translation(examples)
+        generated = model.generate(batch["src_ids"], batch["src_mask"], beam_size=args.beam_size,
+                                   max_length=max_length, length_penalty=args.length_penalty)  # fmt: skip
+        for line in decode_generated(tokenizer, generated.sequences):
+            print(line, flush=True)
+
+
 def run_inspect(args: argparse.Namespace) -> None:
     from markovformer.training.inspection import write_inspection_report
 
@@ -155,6 +204,9 @@ def run_data(args: argparse.Namespace) -> None:
     from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
     from markovformer.training.run_config import suggest
 
+    if args.data_command == "prepare":
+        prepare_data(args)
+        return
     if args.data_command == "list":
         for name, source in DATA_SOURCES.items():
             summary = " ".join((source.__doc__ or "").split()).split(": ")[0].split(". ")[0].rstrip(".")
@@ -173,6 +225,32 @@ def run_data(args: argparse.Namespace) -> None:
         chain = source().chain()
         print(f"default chain: order {chain.order}, {chain.num_symbols} symbols, true lags {chain.true_lags}, "
               f"entropy rate {chain.entropy_rate():.4f} nats/token")  # fmt: skip
+
+
+def prepare_data(args: argparse.Namespace) -> None:
+    import os
+    from pathlib import Path
+
+    from markovformer.data.recipes import DATA_RECIPES
+    from markovformer.training.run_config import suggest
+
+    if args.name == "list":
+        for name, recipe in DATA_RECIPES.items():
+            print(f"{name:10} {recipe.summary}  -> {recipe.file_name}")
+        return
+    if args.name not in DATA_RECIPES:
+        raise ValueError(f"no data recipe {args.name!r}{suggest(args.name, DATA_RECIPES)}; known: "
+                         f"{', '.join(DATA_RECIPES)}")  # fmt: skip
+    recipe = DATA_RECIPES[args.name]
+    out = Path(args.dir or os.environ.get("MARKOVFORMER_DATA") or "data") / recipe.file_name
+    if out.exists() and not args.force:
+        print(f"{out} is already there (--force rebuilds it)")
+        return
+    try:
+        recipe.prepare(out)
+    except RuntimeError as error:  # a missing tool or a failed download: the user's environment, not a bug
+        raise ValueError(str(error)) from None
+    print(f"wrote {out}\n{recipe.usage.format(path=out)}")
 
 
 def run_experiment_command(args: argparse.Namespace) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from torch import Tensor
+
+from markovformer.data.collate import collate
 
 
 @dataclass
@@ -24,6 +26,10 @@ class DataBundle:
 
     ``tokenizer``: for text, an object with ``encode``/``decode``/``vocab_size``/``save(directory)`` that
     ``markovformer.data.text.load_tokenizer`` reads back; None for other data.
+
+    ``collate``: pads a list of these examples into a batch (``data.collate.collate`` unless the examples have
+    other keys, as sentence pairs do). ``lengths``: None, or the padded length of each example of a list, for
+    training batches that group similar lengths (``EpochBatches``).
     """
 
     train: list[dict[str, Tensor]]
@@ -32,6 +38,8 @@ class DataBundle:
     info: dict
     splits: dict = field(default_factory=dict)
     tokenizer: object | None = None
+    collate: Callable[[list[dict[str, Tensor]]], dict[str, Tensor]] = collate
+    lengths: Callable[[Sequence[dict[str, Tensor]]], list[int]] | None = None
 
 
 def label_names_in_order(labels: Sequence[str]) -> list[str]:

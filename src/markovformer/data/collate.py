@@ -1,4 +1,5 @@
-"""Padding a list of examples into one batch (right padding, Hugging Face ``attention_mask`` semantics)."""
+"""Padding a list of examples into one batch (right padding, Hugging Face ``attention_mask`` semantics), and
+grouping examples of similar length into batches."""
 
 from __future__ import annotations
 
@@ -69,3 +70,17 @@ def _collate_labels(labels: list[Tensor]) -> Tensor:
     if dims == {1}:
         return pad_sequence(labels, batch_first=True, padding_value=IGNORE_INDEX).long()
     raise ValueError(f"labels must be all 0-dim (per example) or all 1-dim (per position); got dims {sorted(dims)}")
+
+
+def bucket_by_length(
+    permutation: Tensor, lengths: Tensor, batch_size: int, pool_batches: int, generator: torch.Generator
+) -> list[list[int]]:
+    """Length-grouped batches from a random ``permutation`` of example indices: cut it into pools of
+    ``pool_batches * batch_size``, sort each pool by ``lengths`` (stable, so ties keep their random order), cut the
+    pools into batches of ``batch_size`` (the last of a pool may be short) and shuffle the batch order with
+    ``generator``. Every index appears exactly once."""
+    batches = []
+    for pool in permutation.split(pool_batches * batch_size):
+        by_length = pool[torch.sort(lengths[pool], stable=True).indices]
+        batches += [chunk.tolist() for chunk in by_length.split(batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]

@@ -11,6 +11,7 @@ import dataclasses
 from markovformer.data.bundle import DataBundle
 from markovformer.data.markov_sources import HiddenOrderSource, MarkovChainSource
 from markovformer.data.synthetic_ctc import SyntheticCTCSource
+from markovformer.data.translation import SyntheticTranslationSource, TranslationFileSource
 
 
 @dataclasses.dataclass
@@ -98,6 +99,8 @@ DATA_SOURCES: dict[str, type] = {
     "fasta": FastaSource,
     "csv_series": CsvSeriesSource,
     "synthetic_ctc": SyntheticCTCSource,
+    "translation_file": TranslationFileSource,
+    "synthetic_translation": SyntheticTranslationSource,
 }
 
 # The tasks each source feeds; a mismatch is a config error caught before any model is built.
@@ -108,4 +111,6 @@ SOURCE_TASKS: dict[str, tuple[str, ...]] = {
     "fasta": ("sequence_classification",),
     "csv_series": ("sequence_classification", "token_classification"),
     "synthetic_ctc": ("ctc",),
+    "translation_file": ("translation",),
+    "synthetic_translation": ("translation",),
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from markovformer.models.config_base import ModelConfig
+from markovformer.models.markov_translator import MarkovTranslator, MarkovTranslatorConfig
 from markovformer.models.markovian_transformer import (
     MarkovianTransformerConfig,
     MarkovianTransformerForCausalLM,
@@ -33,6 +34,7 @@ MODEL_FAMILIES: dict[str, ModelFamily] = {
         },
     ),
     "scan_markov": ModelFamily(ScanMarkovConfig, {"causal_lm": ScanMarkovLM}),
+    "markov_translator": ModelFamily(MarkovTranslatorConfig, {"translation": MarkovTranslator}),
 }
 
 

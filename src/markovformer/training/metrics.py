@@ -43,9 +43,15 @@ class TaskMetrics(nn.Module):
         num_labels: int | None = None,
         label_names: list[str] | None = None,
         context_lengths: tuple[int, ...] = (),
+        tokenizer=None,
     ) -> None:
         super().__init__()
         self.task, self.label_names, self.context_lengths = task, label_names, tuple(context_lengths)
+        if task == "translation" and tokenizer is None:
+            raise ValueError("translation metrics need the run's tokenizer to detokenise for BLEU")
+        self.tokenizer = tokenizer
+        self.hypotheses: list[str] = []  # translation: detokenised, for sacrebleu (this process's share only)
+        self.references: list[str] = []
         if self.context_lengths and task != "causal_lm":
             raise ValueError(f"context lengths apply to causal_lm only, not task={task!r}")
         self.loss = MeanMetric()
@@ -64,8 +70,9 @@ class TaskMetrics(nn.Module):
         expected = context_length in self.context_lengths if self.context_lengths else context_length is None
         if not expected:
             raise ValueError(f"context_length={context_length!r}: these metrics score n in {self.context_lengths}")
-        if self.task == "causal_lm":
-            count = (labels[:, 1:] != -100).sum()
+        if self.task in ("causal_lm", "translation"):
+            count = (labels[:, 1:] if self.task == "causal_lm" else labels) != -100  # causal LM shifts inside
+            count = count.sum()
             index = None if context_length is None else self.context_lengths.index(context_length)
             loss = self.loss if index is None else self.loss_by_context[index]
             loss.update(output.loss.detach(), weight=count)  # token-weighted: uneven batches average correctly
@@ -90,12 +97,27 @@ class TaskMetrics(nn.Module):
                 references.append(words if words.strip() else "<empty>")  # an empty reference has no words to score
             self.wer.update(hypotheses, references)
 
+    def update_translations(self, generated: Tensor, labels: Tensor) -> None:
+        """Add decoded translations (B, L) and their references (the labels ``y <eos>``, -100 padded) for BLEU."""
+        from markovformer.data.translation import PAD_TOKEN_ID, decode_generated
+
+        self.hypotheses += decode_generated(self.tokenizer, generated)
+        self.references += decode_generated(self.tokenizer, labels.masked_fill(labels == -100, PAD_TOKEN_ID))
+
     def compute(self) -> dict[str, float]:
         by_context = {f"loss_n{n}": float(m.compute()) for n, m in zip(self.context_lengths, self.loss_by_context,
                                                                         strict=True)}  # fmt: skip
         loss = sum(by_context.values()) / len(by_context) if by_context else float(self.loss.compute())
         results = {"loss": loss}
-        if self.task == "causal_lm":
+        if self.task == "translation":
+            from markovformer.data.translation import corpus_bleu
+
+            results["perplexity"] = math.exp(min(loss, 700.0))
+            if self.hypotheses:
+                results["bleu"] = corpus_bleu(self.hypotheses, self.references)
+                exact = sum(h == r for h, r in zip(self.hypotheses, self.references, strict=True))
+                results["exact_match"] = exact / len(self.references)
+        elif self.task == "causal_lm":
             results["bits_per_token"] = loss / math.log(2)
             results["perplexity"] = math.exp(min(loss, 700.0))
             results.update(by_context)
@@ -109,6 +131,7 @@ class TaskMetrics(nn.Module):
         return results
 
     def reset(self) -> None:
+        self.hypotheses, self.references = [], []
         for module in self.modules():
             if isinstance(module, Metric):
                 module.reset()

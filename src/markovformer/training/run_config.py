@@ -2,7 +2,7 @@
 
 A run config has four sections and two scalars::
 
-    task: causal_lm            # causal_lm | sequence_classification | token_classification | ctc
+    task: causal_lm            # causal_lm | sequence_classification | token_classification | ctc | translation
     output_dir: runs/example
     model:   {...}             # the model config's fields (input sizes are filled in from the data)
     data:    {source: ..., ...}  # a data source from markovformer.data.sources and its options
@@ -21,7 +21,7 @@ from typing import Any
 
 from markovformer.models.config_base import suggest
 
-TASKS = ("causal_lm", "sequence_classification", "token_classification", "ctc")
+TASKS = ("causal_lm", "sequence_classification", "token_classification", "ctc", "translation")
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
 
 

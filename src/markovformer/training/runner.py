@@ -28,7 +28,6 @@ from torch.utils.data import DataLoader
 
 from markovformer.atomic import atomic_write
 from markovformer.data.bundle import DataBundle
-from markovformer.data.collate import collate
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
 from markovformer.models.registry import MODEL_FAMILIES, head_class
 from markovformer.ops.lags import prediction_lags
@@ -44,7 +43,7 @@ from markovformer.training.run_config import (
     resolve_run_config,
     suggest,
 )
-from markovformer.training.task import SequenceTask, model_inputs, scored_outputs
+from markovformer.training.task import SequenceTask, model_inputs, score_batch
 
 RESOLVED_CONFIG = "config.yaml"
 LAST_CHECKPOINT = "last.ckpt"
@@ -70,8 +69,9 @@ def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
     """The task's head, with input and label sizes taken from the data (a conflicting explicit value is an error)."""
     head = head_class(config.model_type, config.task)
     values = dict(config.model)
-    for key in ("vocab_size", "input_dim", "num_labels"):
-        if key not in info or (key == "num_labels" and config.task == "causal_lm"):
+    fields = {field.name for field in dataclasses.fields(MODEL_FAMILIES[config.model_type].config_class)}
+    for key in ("vocab_size", "input_dim", "num_labels", "pad_token_id", "bos_token_id", "eos_token_id"):
+        if key not in info or key not in fields or (key == "num_labels" and config.task == "causal_lm"):
             continue
         if values.get(key) not in (None, info[key]):
             raise ConfigError(f"model.{key}={values[key]!r} disagrees with the data, which has {key}={info[key]}")
@@ -101,12 +101,13 @@ def check_context_coverage(config: RunConfig, bundle: DataBundle) -> None:
 
 def _loaders(config: RunConfig, bundle: DataBundle, trainer: L.Trainer) -> tuple[DataLoader, DataLoader]:
     tc = config.trainer
-    stream = EpochBatches(bundle.train, tc.batch_size, tc.seed, collate, start=lambda: trainer.global_step,
-                          context_lengths=tc.context_lengths)  # fmt: skip
+    lengths = None if bundle.lengths is None else bundle.lengths(bundle.train)
+    stream = EpochBatches(bundle.train, tc.batch_size, tc.seed, bundle.collate, start=lambda: trainer.global_step,
+                          context_lengths=tc.context_lengths, lengths=lengths)  # fmt: skip
     # Own generators: a DataLoader draws its base seed from the global RNG at every new iterator, which would shift
     # the dropout stream between an uninterrupted run and a resumed one.
     train = DataLoader(stream, batch_size=None, num_workers=tc.num_workers, generator=torch.Generator())
-    val = DataLoader(bundle.val, batch_size=tc.eval_batch_size, collate_fn=collate, generator=torch.Generator())
+    val = DataLoader(bundle.val, batch_size=tc.eval_batch_size, collate_fn=bundle.collate, generator=torch.Generator())
     return train, val
 
 
@@ -196,7 +197,7 @@ def train(config: RunConfig, resume: bool = False) -> dict:
                           f"or choose another output_dir")  # fmt: skip
     if config.trainer.compile:
         model.compile()
-    task = SequenceTask(model, config.task, config.trainer, bundle.info)
+    task = SequenceTask(model, config.task, config.trainer, bundle.info, tokenizer=bundle.tokenizer)
     tc = config.trainer
     trainer = L.Trainer(
         max_steps=tc.max_steps,
@@ -304,7 +305,7 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle) ->
         )
     if not hasattr(model, "transition_strengths") or not model.transition_strengths():
         return
-    batch = collate(bundle.val[: min(len(bundle.val), 64)])
+    batch = bundle.collate(bundle.val[: min(len(bundle.val), 64)])
     model.eval()
     with torch.no_grad():
         gates = model(**{k: v for k, v in model_inputs(batch).items() if k != "labels"}, return_gates=True).gates
@@ -353,23 +354,44 @@ def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
     return config, model, run_dir
 
 
-def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None) -> dict:
-    """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options)."""
+def check_same_tokenizer(run_dir: Path, bundle: DataBundle) -> None:
+    """ConfigError unless the rebuilt data's tokenizer is the one saved with the run: a tokenizer fitted on other
+    text (say, after ``--data path=...``) would give the model ids that mean other tokens."""
+    import tempfile
+
+    saved = run_dir / "tokenizer"
+    if not saved.is_dir() and bundle.tokenizer is None:
+        return
+    if not saved.is_dir() or bundle.tokenizer is None:
+        raise ConfigError(f"{run_dir}: the run {'has' if saved.is_dir() else 'has no'} saved tokenizer but the "
+                          f"rebuilt data {'has none' if bundle.tokenizer is None else 'has one'}")  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:
+        bundle.tokenizer.save(Path(folder))
+        rebuilt = {p.name: p.read_bytes() for p in Path(folder).iterdir()}
+    if rebuilt != {p.name: p.read_bytes() for p in saved.iterdir()}:
+        raise ConfigError(f"the data rebuilt with these options has another tokenizer than the one saved in {saved} "
+                          "(it was fitted on other text): its ids would mean other tokens to this model")  # fmt: skip
+
+
+def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1) -> dict:
+    """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options).
+    Translation runs are decoded with beam search of ``beam_size`` (1 = greedy) for BLEU."""
     config, model, run_dir = load_run(target)
     if data_overrides:
         config = dataclasses.replace(config, data={**config.data, **data_overrides})
     bundle = build_data(config)
     check_context_coverage(config, bundle)
+    check_same_tokenizer(run_dir, bundle)
     if split not in ("train", "val", "test"):
         raise ConfigError(f"split={split!r} must be train, val or test")
     context_lengths = config.trainer.context_lengths
-    metrics = TaskMetrics(config.task, bundle.info.get("num_labels"), bundle.info.get("label_names"), context_lengths)
+    metrics = TaskMetrics(config.task, bundle.info.get("num_labels"), bundle.info.get("label_names"), context_lengths,
+                          tokenizer=bundle.tokenizer)  # fmt: skip
     model.eval()
-    loader = DataLoader(getattr(bundle, split), batch_size=config.trainer.eval_batch_size, collate_fn=collate)
+    loader = DataLoader(getattr(bundle, split), batch_size=config.trainer.eval_batch_size, collate_fn=bundle.collate)
     with torch.no_grad():
         for batch in loader:
-            for n, output in scored_outputs(model, batch, context_lengths):
-                metrics.update(output, batch, n)
+            score_batch(model, batch, metrics, context_lengths, beam_size)
     results = metrics.compute()
     return {"split": split, "run_dir": str(run_dir), "metrics": results}
 

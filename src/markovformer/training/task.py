@@ -13,7 +13,8 @@ from markovformer.training.metrics import TaskMetrics
 from markovformer.training.optim import build_optimizer, lr_multiplier
 from markovformer.training.run_config import ConfigError, TrainerConfig
 
-MODEL_INPUTS = ("input_ids", "input_features", "attention_mask", "labels", "context_length")
+MODEL_INPUTS = ("input_ids", "input_features", "attention_mask", "labels", "context_length",
+                "src_ids", "src_mask", "tgt_ids", "tgt_mask")  # fmt: skip
 
 
 def model_inputs(batch: dict) -> dict:
@@ -39,13 +40,26 @@ def check_trainer_options(model: torch.nn.Module, config: TrainerConfig) -> None
 
 
 def scored_outputs(model: torch.nn.Module, batch: dict, context_lengths: tuple[int, ...] = ()) -> Iterator:
-    """(n, output) for each context length n the batch is scored with, or (None, output) once without them: the
-    one evaluation pass that validation and ``runner.evaluate`` share."""
+    """(n, output) for each context length n the batch is scored with, or (None, output) once without them."""
     inputs = model_inputs(batch)
     if not context_lengths:
         yield None, model(**inputs)
     for n in context_lengths:
         yield n, model(**inputs, context_length=n)
+
+
+def score_batch(
+    model: torch.nn.Module, batch: dict, metrics: TaskMetrics, context_lengths: tuple[int, ...] = (), beam_size: int = 1
+) -> None:
+    """Add one batch to ``metrics``: the one evaluation pass that validation and ``runner.evaluate`` share. For
+    translation it also decodes the sources (greedy, or beam search) and adds the translations for BLEU."""
+    for n, output in scored_outputs(model, batch, context_lengths):
+        metrics.update(output, batch, n)
+    if metrics.task == "translation":
+        source_length = int(batch["src_mask"].sum(-1).max()) if "src_mask" in batch else batch["src_ids"].shape[1]
+        max_length = min(2 * source_length + 10, model.config.max_positions)  # fairseq's usual a·|x| + b cap
+        generated = model.generate(batch["src_ids"], batch.get("src_mask"), beam_size=beam_size, max_length=max_length)
+        metrics.update_translations(generated.sequences, batch["labels"])
 
 
 class SequenceTask(L.LightningModule):
@@ -54,12 +68,14 @@ class SequenceTask(L.LightningModule):
     The RNG state is saved in checkpoints so that a resumed run draws the same dropout masks as an uninterrupted one.
     """
 
-    def __init__(self, model: torch.nn.Module, task: str, trainer_config: TrainerConfig, data_info: dict) -> None:
+    def __init__(
+        self, model: torch.nn.Module, task: str, trainer_config: TrainerConfig, data_info: dict, tokenizer=None
+    ) -> None:
         super().__init__()
         check_trainer_options(model, trainer_config)
         self.model, self.task, self.config = model, task, trainer_config
         self.val_metrics = TaskMetrics(task, data_info.get("num_labels"), data_info.get("label_names"),
-                                       trainer_config.context_lengths)  # fmt: skip
+                                       trainer_config.context_lengths, tokenizer=tokenizer)  # fmt: skip
         smoothing = trainer_config.label_smoothing
         self.train_options = {"label_smoothing": smoothing} if smoothing else {}  # training only: never in validation
 
@@ -73,8 +89,7 @@ class SequenceTask(L.LightningModule):
         self.val_metrics.reset()
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        for n, output in scored_outputs(self.model, batch, self.config.context_lengths):
-            self.val_metrics.update(output, batch, n)
+        score_batch(self.model, batch, self.val_metrics, self.config.context_lengths)
 
     def on_validation_epoch_end(self) -> None:
         for name, value in self.val_metrics.compute().items():

@@ -9,7 +9,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Sampler
 
-from markovformer.data.collate import IGNORE_INDEX
+from markovformer.data.collate import IGNORE_INDEX, bucket_by_length
 from markovformer.data.translation.parallel import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID
 
 
@@ -65,11 +65,7 @@ class LengthBucketSampler(Sampler[list[int]]):
             return [chunk.tolist() for chunk in order.split(self.batch_size)]
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
         permutation = torch.randperm(len(self.lengths), generator=generator)
-        batches = []
-        for pool in permutation.split(self.pool_batches * self.batch_size):
-            by_length = pool[torch.sort(self.lengths[pool], stable=True).indices]
-            batches += [chunk.tolist() for chunk in by_length.split(self.batch_size)]
-        return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+        return bucket_by_length(permutation, self.lengths, self.batch_size, self.pool_batches, generator)
 
 
 def collate_translation(examples: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:

@@ -16,13 +16,11 @@ The dictionary is GPL-2+ (Frank Richter, TU Chemnitz); the pairs are written to 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from markovformer.atomic import atomic_write_text
+from markovformer.data.debian import package_file, unpacked_debian_package
 
 PACKAGE = "trans-de-en"
 DICTIONARY_PATH = "usr/share/trans/de-en"  # inside the unpacked package
@@ -87,45 +85,16 @@ def parse_ding(lines: Iterable[str], *, min_words: int = 3, source: str = "<line
 
 
 def prepare_de_en(out_path: str | Path, *, min_words: int = 3) -> Path:
-    """Write the Ding example sentence pairs as a TSV (``German<TAB>English`` per line) to ``out_path``.
+    """Write the Ding example sentence pairs as a TSV (``German<TAB>English`` per line) to ``out_path``, atomically.
 
-    Fetches the Debian package with ``apt-get download trans-de-en`` into a temporary folder and unpacks it there
-    with ``dpkg -x``: nothing is installed system-wide, and the folder is removed afterwards. The file is written
-    atomically. Raises RuntimeError when apt-get or dpkg is missing, the download fails (no network, or the package
-    lists need ``apt-get update``) or the package lacks the dictionary. Returns ``out_path``.
+    The dictionary comes from the Debian package (``data.debian.unpacked_debian_package``: fetched and unpacked in a
+    temporary folder, nothing installed). Raises RuntimeError when apt-get or dpkg is missing, the download fails
+    or the package lacks the dictionary. Returns ``out_path``.
     """
-    for tool in ("apt-get", "dpkg"):
-        if shutil.which(tool) is None:
-            raise RuntimeError(
-                f"prepare_de_en needs {tool!r} (a Debian or Ubuntu system) to fetch the {PACKAGE} package; "
-                "it is not on PATH"
-            )
-    with tempfile.TemporaryDirectory(prefix="markovformer-de-en-") as folder:
-        folder = Path(folder)
-        _run(["apt-get", "download", PACKAGE], folder, "download")
-        packages = sorted(folder.glob(f"{PACKAGE}_*.deb"))
-        if not packages:
-            raise RuntimeError(f"apt-get download {PACKAGE} finished but left no .deb file in {folder}")
-        _run(["dpkg", "-x", str(packages[0]), str(folder / "unpacked")], folder, "unpack")
-        dictionary = folder / "unpacked" / DICTIONARY_PATH
-        if not dictionary.is_file():
-            raise RuntimeError(f"{packages[0].name} has no {DICTIONARY_PATH}; the package layout has changed")
+    with unpacked_debian_package(PACKAGE) as root:
+        dictionary = package_file(root, DICTIONARY_PATH, PACKAGE)
         with dictionary.open(encoding="utf-8") as lines:
-            pairs = parse_ding(lines, min_words=min_words, source=f"{packages[0].name}:{DICTIONARY_PATH}")
+            pairs = parse_ding(lines, min_words=min_words, source=f"{PACKAGE}:{DICTIONARY_PATH}")
     if not pairs:
         raise RuntimeError(f"no example sentence pairs found in {PACKAGE} (min_words={min_words})")
     return atomic_write_text(out_path, "".join(f"{german}\t{english}\n" for german, english in pairs))
-
-
-def _run(command: list[str], folder: Path, what: str) -> None:
-    try:
-        done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise RuntimeError(f"could not {what} {PACKAGE} ({' '.join(command)}): {error}") from None
-    if done.returncode != 0:
-        message = (done.stderr or done.stdout).strip().splitlines()
-        hint = " (no network, or run 'apt-get update' first?)" if what == "download" else ""
-        raise RuntimeError(
-            f"could not {what} {PACKAGE}{hint}: '{' '.join(command)}' exited {done.returncode}: "
-            f"{message[-1] if message else 'no message'}"
-        )

@@ -156,7 +156,10 @@ def translation_bundle(
     info = {"vocab_size": tokenizer.vocab_size, "pad_token_id": PAD_TOKEN_ID, "bos_token_id": BOS_TOKEN_ID,
             "eos_token_id": EOS_TOKEN_ID}  # fmt: skip
     record = {**(splits or {}), "max_length": max_length, "dropped_long_train": dropped}
-    return DataBundle(**examples, info=info, splits=record, tokenizer=tokenizer)
+    from markovformer.data.translation.batching import collate_translation, translation_lengths  # it imports this
+
+    return DataBundle(**examples, info=info, splits=record, tokenizer=tokenizer, collate=collate_translation,
+                      lengths=translation_lengths)  # fmt: skip
 
 
 def load_translation(

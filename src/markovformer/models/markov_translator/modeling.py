@@ -227,8 +227,10 @@ class MarkovTranslator(PreTrainedModel):
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         labels: Tensor | None = None,
+        label_smoothing: float | None = None,
     ) -> MarkovTranslatorOutput:
-        """src_ids (B, S), tgt_ids (B, T) shifted right, labels (B, T) or None -> logits (B, T, V) [+ loss]."""
+        """src_ids (B, S), tgt_ids (B, T) shifted right, labels (B, T) or None -> logits (B, T, V) [+ loss].
+        ``label_smoothing`` overrides the config's for this call (the trainer passes it for training steps only)."""
         memory = self.encode(src_ids, src_mask)
         logits = self.decode(tgt_ids, memory, src_mask, tgt_mask)
         loss = None
@@ -242,7 +244,7 @@ class MarkovTranslator(PreTrainedModel):
                 logits_for_loss.flatten(0, 1),
                 labels.flatten(),
                 ignore_index=-100,
-                label_smoothing=self.config.label_smoothing,
+                label_smoothing=self.config.label_smoothing if label_smoothing is None else label_smoothing,
             )
         return MarkovTranslatorOutput(logits, loss, memory)
 

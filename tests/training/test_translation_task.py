@@ -1,0 +1,216 @@
+"""The engine's translation task: length-bucketed training batches as a function of (seed, step), token-weighted
+loss and sacrebleu BLEU on detokenised greedy/beam translations, a run that trains, evaluates and translates from
+the command line, the de-en data recipe behind `data prepare`, and a refused evaluation with another tokenizer."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from markovformer.cli.main import main
+from markovformer.data.translation import (
+    SyntheticTranslationSource,
+    collate_translation,
+    corpus_bleu,
+    decode_generated,
+    translation_lengths,
+)
+from markovformer.models.markov_translator import MarkovTranslator, MarkovTranslatorConfig
+from markovformer.training.batches import EpochBatches
+from markovformer.training.metrics import TaskMetrics
+from markovformer.training.run_config import ConfigError, resolve_run_config
+from markovformer.training.runner import evaluate, load_run, train
+from markovformer.training.task import score_batch
+
+
+def _pairs(lengths: list[int]) -> list[dict]:
+    return [{"src_ids": torch.arange(4, 4 + n), "tgt_ids": torch.arange(5, 5 + n)} for n in lengths]
+
+
+def test_length_bucketed_batches_cover_each_epoch_group_lengths_and_resume_exactly():
+    lengths = [1 + (7 * i) % 40 for i in range(400)]
+    examples = _pairs(lengths)
+    padded = translation_lengths(examples)
+
+    def stream(start: int, count: int, bucketed: bool = True) -> list[dict]:
+        batches = EpochBatches(examples, 8, seed=3, collate=collate_translation, start=lambda: start,
+                               lengths=padded if bucketed else None, pool_batches=10)  # fmt: skip
+        iterator = iter(batches)
+        return [next(iterator) for _ in range(count)]
+
+    per_epoch = 400 // 80 * 10  # 5 full pools of 10 batches of 8: no short batch is dropped
+    first_epoch = stream(0, per_epoch)
+    assert sum(len(batch["src_ids"]) for batch in first_epoch) == 400
+    rows = sorted(int(batch["src_mask"][row].sum()) for batch in first_epoch for row in range(8))
+    assert rows == sorted(lengths)  # every example exactly once in the epoch
+
+    def spread(batches: list[dict]) -> float:
+        sizes = [batch["src_mask"].sum(-1).float() for batch in batches]
+        return float(torch.stack([s.max() - s.min() for s in sizes]).mean())
+
+    assert spread(first_epoch) < 0.25 * spread(stream(0, per_epoch, bucketed=False))  # similar lengths together
+    whole = stream(0, per_epoch + 7)
+    for later, batch in zip(stream(per_epoch - 3, 10), whole[per_epoch - 3 :], strict=True):
+        assert torch.equal(later["src_ids"], batch["src_ids"])  # a resumed stream continues the same sequence
+    assert not torch.equal(whole[per_epoch]["src_ids"], whole[0]["src_ids"])  # a new epoch, a new order
+
+
+class _WordTokenizer:
+    """Ids 4.. are the words w0, w1, ...; decode joins them with spaces."""
+
+    def decode(self, ids: list[int]) -> str:
+        return " ".join(f"w{i - 4}" for i in ids)
+
+
+def test_translation_metrics_weigh_the_loss_by_tokens_and_score_bleu_on_detokenised_text():
+    metrics = TaskMetrics("translation", tokenizer=_WordTokenizer())
+    losses, counts = [], []
+    for tokens in (3, 9):
+        labels = torch.full((2, 10), -100)
+        labels[0, :tokens] = 5
+        logits = torch.randn(2, 10, 12, generator=torch.Generator().manual_seed(tokens))
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        metrics.update(type("Output", (), {"loss": loss, "logits": logits})(), {"labels": labels})
+        losses.append(float(loss))
+        counts.append(tokens)
+    expected = sum(loss * count for loss, count in zip(losses, counts, strict=True)) / sum(counts)
+    generated = torch.tensor([[4, 5, 6, 2, 0], [4, 4, 7, 8, 2]])  # <eos> = 2 ends a translation, <pad> = 0 dropped
+    labels = torch.tensor([[4, 5, 6, 2, -100], [4, 5, 7, 8, 2]])
+    metrics.update_translations(generated, labels)
+    results = metrics.compute()
+    assert results["loss"] == pytest.approx(expected, rel=1e-6)
+    hypotheses, references = ["w0 w1 w2", "w0 w0 w3 w4"], ["w0 w1 w2", "w0 w1 w3 w4"]
+    assert results["bleu"] == pytest.approx(corpus_bleu(hypotheses, references))
+    assert results["exact_match"] == 0.5
+    with pytest.raises(ValueError, match="tokenizer"):
+        TaskMetrics("translation")
+
+
+def _config(tmp_path: Path, **trainer) -> dict:
+    model = {"d_model": 32, "n_heads": 2, "n_encoder_layers": 1, "n_decoder_layers": 2, "order": 2, "dropout": 0.0,
+             "max_positions": 40}  # fmt: skip
+    data = {"source": "synthetic_translation", "train_examples": 256, "val_examples": 24, "test_examples": 24,
+            "max_length": 8}  # fmt: skip
+    schedule = {"max_steps": 40, "batch_size": 16, "lr": 3e-3, "warmup_steps": 5, "eval_every": 20,
+                "checkpoint_every": 20, "log_every": 20, "eval_batch_size": 10}  # fmt: skip
+    return {"task": "translation", "model_type": "markov_translator", "output_dir": str(tmp_path / "run"),
+            "model": model, "data": data, "trainer": {**schedule, **trainer}}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("translation")
+    results = train(resolve_run_config(_config(tmp_path)))
+    return tmp_path / "run", results
+
+
+def test_a_translation_run_validates_with_the_bleu_of_its_own_greedy_translations(trained_run):
+    run_dir, results = trained_run
+    config, model, _ = load_run(run_dir)
+    assert isinstance(model, MarkovTranslator) and results["steps"] == 40
+    bundle = SyntheticTranslationSource(train_examples=256, val_examples=24, test_examples=24, max_length=8).build(0)
+    batch = collate_translation(bundle.val)
+    model.eval()
+    hypotheses = []
+    with torch.no_grad():
+        loss = model(**batch).loss
+        for start in range(0, 24, 10):  # the validation batches; each decodes at most 2 |longest source| + 10 tokens
+            part = collate_translation(bundle.val[start : start + 10])
+            cap = min(2 * part["src_ids"].shape[1] + 10, 40)
+            generated = model.generate(part["src_ids"], part["src_mask"], max_length=cap).sequences
+            hypotheses += decode_generated(bundle.tokenizer, generated)
+    references = [bundle.tokenizer.decode(example["tgt_ids"].tolist()) for example in bundle.val]
+    assert results["val"]["bleu"] == pytest.approx(corpus_bleu(hypotheses, references), rel=1e-6)
+    assert results["val"]["loss"] == pytest.approx(float(loss), rel=1e-5)  # 24 pairs in 3 batches, token-weighted
+    again = evaluate(run_dir)["metrics"]
+    assert again["bleu"] == pytest.approx(results["val"]["bleu"]) and again["loss"] == pytest.approx(float(loss))
+    beam = evaluate(run_dir, beam_size=3)["metrics"]
+    assert beam["loss"] == pytest.approx(again["loss"])  # the loss is teacher-forced; only the decoding changes
+
+
+def test_score_batch_decodes_with_the_requested_beam(trained_run):
+    run_dir, _ = trained_run
+    _, model, _ = load_run(run_dir)
+    bundle = SyntheticTranslationSource(train_examples=256, val_examples=24, test_examples=24, max_length=8).build(0)
+    batch = collate_translation(bundle.test[:6])
+    metrics = TaskMetrics("translation", tokenizer=bundle.tokenizer)
+    model.eval()
+    with torch.no_grad():
+        score_batch(model, batch, metrics, beam_size=3)
+        cap = min(2 * batch["src_ids"].shape[1] + 10, 40)
+        beams = model.generate(batch["src_ids"], batch["src_mask"], beam_size=3, max_length=cap).sequences
+    assert metrics.hypotheses == decode_generated(bundle.tokenizer, beams)
+
+
+def test_generate_translates_a_prompt_and_a_file_of_sentences(trained_run, tmp_path, capsys):
+    run_dir, _ = trained_run
+    _, model, _ = load_run(run_dir)
+    bundle = SyntheticTranslationSource(train_examples=256, val_examples=24, test_examples=24, max_length=8).build(0)
+    sources = [bundle.tokenizer.decode(example["src_ids"].tolist()) for example in bundle.test[:3]]
+    batch = collate_translation(bundle.test[:3])
+    model.eval()
+    expected = decode_generated(bundle.tokenizer, model.generate(batch["src_ids"], batch["src_mask"],
+                                                                 max_length=40).sequences)  # fmt: skip
+    assert main(["generate", str(run_dir), "--prompt", sources[0], "--max-new-tokens", "40"]) == 0
+    assert capsys.readouterr().out.splitlines() == expected[:1]
+    (tmp_path / "sources.txt").write_text("\n".join(sources) + "\n")
+    assert main(["generate", str(run_dir), "--input", str(tmp_path / "sources.txt"), "--max-new-tokens", "40"]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+    assert main(["generate", str(run_dir)]) == 2
+    assert "either --prompt" in capsys.readouterr().err
+
+
+def test_evaluating_with_data_that_fits_another_tokenizer_is_refused(trained_run):
+    run_dir, _ = trained_run
+    with pytest.raises(ConfigError, match="another tokenizer"):
+        evaluate(run_dir, data_overrides={"source_symbols": 3})
+
+
+def _fake_apt(folder: Path, dictionary: str) -> str:
+    folder.mkdir()
+    (folder / "fixture").write_text(dictionary, encoding="utf-8")
+    scripts = {
+        "apt-get": '#!/bin/sh\n[ "$1" = download ] || exit 2\ntouch "$2_1.9-6_all.deb"\n',
+        "dpkg": f'#!/bin/sh\nmkdir -p "$3/usr/share/trans"\ncp "{folder / "fixture"}" "$3/usr/share/trans/de-en"\n',
+    }
+    for name, body in scripts.items():
+        (folder / name).write_text(body)
+        (folder / name).chmod((folder / name).stat().st_mode | stat.S_IEXEC)
+    return f"{folder}{os.pathsep}{os.environ['PATH']}"
+
+
+def test_data_prepare_writes_the_recipe_into_the_data_directory_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", _fake_apt(tmp_path / "bin", "Das ist gut. :: That is good.\n"))
+    monkeypatch.setenv("MARKOVFORMER_DATA", str(tmp_path / "data"))
+    assert main(["data", "prepare", "de-en"]) == 0
+    assert (tmp_path / "data" / "de_en.tsv").read_text() == "Das ist gut.\tThat is good.\n"
+    assert "configs/mat_de_en.yaml" in capsys.readouterr().out
+    (tmp_path / "data" / "de_en.tsv").write_text("kept\tas is\n")
+    assert main(["data", "prepare", "de-en"]) == 0 and "already there" in capsys.readouterr().out
+    assert (tmp_path / "data" / "de_en.tsv").read_text() == "kept\tas is\n"
+    assert main(["data", "prepare", "de-en", "--force", "--dir", str(tmp_path / "other")]) == 0
+    assert (tmp_path / "other" / "de_en.tsv").read_text() == "Das ist gut.\tThat is good.\n"
+    assert main(["data", "prepare", "de_en"]) == 2
+    assert "did you mean 'de-en'" in capsys.readouterr().err
+
+
+def test_data_prepare_without_apt_is_one_clear_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # neither apt-get nor dpkg
+    assert main(["data", "prepare", "de-en", "--dir", str(tmp_path)]) == 2
+    assert "needs 'apt-get'" in capsys.readouterr().err and not (tmp_path / "de_en.tsv").exists()
+
+
+def test_the_saved_results_name_the_translation_metrics(trained_run):
+    run_dir, results = trained_run
+    saved = json.loads((run_dir / "metrics.json").read_text())
+    assert set(saved["val"]) == {"loss", "perplexity", "bleu", "exact_match"}
+    assert saved["val"]["perplexity"] == pytest.approx(torch.tensor(saved["val"]["loss"]).exp().item(), rel=1e-6)
+    assert (run_dir / "tokenizer").is_dir() and MarkovTranslatorConfig.from_dict(
+        {k: v for k, v in json.loads((run_dir / "model" / "config.json").read_text()).items() if k != "architecture"}
+    ).order == 2
