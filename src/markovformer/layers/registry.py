@@ -10,6 +10,15 @@ from collections.abc import Callable
 
 from torch import nn
 
+from markovformer.layers.baselines import (
+    GRUMixer,
+    HyenaMixer,
+    LinformerAttention,
+    RetNetAttention,
+    RWKVTimeMix,
+    S4DMixer,
+    ScanMixer,
+)
 from markovformer.layers.hybrid_attention import (
     MARKOV_OPTIONS,
     RANDOM_FEATURE_OPTIONS,
@@ -31,6 +40,18 @@ ATTENTION_KINDS: dict[str, Callable[..., nn.Module]] = {
     "hybrid_parallel": lambda shared, options: HybridParallelAttention(
         **shared, **pick_options(options, MARKOV_OPTIONS + RANDOM_FEATURE_OPTIONS)
     ),
+    # the baseline zoo (layers.baselines): sequence mixers in the same blocks; some ignore n_heads and rotary
+    "linformer": lambda shared, options: LinformerAttention(
+        **shared, **pick_options(options, ("max_position", "linformer_k", "dropout"))
+    ),
+    "retnet": lambda shared, options: RetNetAttention(**shared, **pick_options(options, ("chunk_size",))),
+    "s4d": lambda shared, options: S4DMixer(
+        d_model=shared["d_model"], causal=shared["causal"], **pick_options(options, ("ssm_state_size",))
+    ),
+    "hyena": lambda shared, options: HyenaMixer(d_model=shared["d_model"], causal=shared["causal"]),
+    "rwkv": lambda shared, options: RWKVTimeMix(d_model=shared["d_model"], causal=shared["causal"]),
+    "gru": lambda shared, options: GRUMixer(d_model=shared["d_model"], causal=shared["causal"]),
+    "scan": lambda shared, options: ScanMixer(d_model=shared["d_model"], causal=shared["causal"]),
 }
 
 

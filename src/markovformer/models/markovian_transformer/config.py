@@ -22,7 +22,10 @@ class MarkovianTransformerConfig(ModelConfig):
 
     Inputs: ``vocab_size`` (token ids) or ``input_dim`` (continuous feature frames), not both.
     ``attention`` is one kind for every layer or a list with one kind per layer; "softmax" everywhere is the vanilla
-    Transformer and "rff" everywhere the Performer/RFA baseline. ``window`` defaults to ``max_order``.
+    Transformer and "rff" everywhere the Performer/RFA baseline; the other baselines ("linformer", "s4d", "retnet",
+    "hyena", "rwkv", "gru", "scan") are listed in ``layers.baselines``. ``window`` defaults to ``max_order``.
+    Linformer layers need ``causal=False`` and ``max_position`` (the length their projections cover; k is
+    ``linformer_k``); ``ssm_state_size`` is S4D's state size N.
     ``bidirectional`` (future lag biases, bidirectional GRU) defaults to ``not causal``.
     The default position encoding is rotary: local attention only ever sees offsets within its window, so a
     local-scope model runs unchanged on sequences longer than those it was trained on.
@@ -53,6 +56,8 @@ class MarkovianTransformerConfig(ModelConfig):
     num_features: int = 64
     redraw_interval: int = 0
     chunk_size: int = 64
+    linformer_k: int = 64
+    ssm_state_size: int = 64
     ffn: str = "swiglu"
     ffn_mult: int = 4
     gru: bool = False
@@ -87,8 +92,10 @@ class MarkovianTransformerConfig(ModelConfig):
         for field in ("vocab_size", "input_dim", "max_position", "window"):
             positive_int(field, allow_none=True)
         for field in ("d_model", "n_layers", "n_heads", "num_labels", "max_order", "num_features", "chunk_size",
-                      "ffn_mult"):  # fmt: skip
+                      "ffn_mult", "linformer_k", "ssm_state_size"):  # fmt: skip
             positive_int(field)
+        if self.ssm_state_size % 2:
+            fail("ssm_state_size", "must be even (S4D's complex modes come in conjugate pairs)")
         if self.d_model % self.n_heads:
             fail("d_model", f"must be divisible by n_heads={self.n_heads}")
         if isinstance(self.attention, str):
@@ -104,6 +111,14 @@ class MarkovianTransformerConfig(ModelConfig):
                                ("transition", TRANSITIONS), ("feature_map", FEATURE_MAPS), ("ffn", FFNS),
                                ("position", POSITIONS), ("backend", BACKENDS), ("pooling", POOLINGS)):  # fmt: skip
             choice(field, options)
+        if "linformer" in self.layer_kinds():
+            if self.causal:
+                fail("attention", "Linformer is non-causal: its length projections mix the whole sequence, so every "
+                     "output reads the future; set causal=False or use a causal kind ('retnet', 'rwkv', 'hyena', "
+                     "'s4d', ...)")  # fmt: skip
+            if self.max_position is None:
+                fail("max_position", "attention='linformer' needs max_position, the longest sequence its length "
+                     "projections cover")  # fmt: skip
         if self.bidirectional is None:
             self.bidirectional = not self.causal
         if self.causal and self.bidirectional:
@@ -145,7 +160,8 @@ class MarkovianTransformerConfig(ModelConfig):
         """Every attention option, named as the layer keyword arguments."""
         names = ("max_order", "bidirectional", "scope", "window", "gate", "gate_input", "gate_null",
                  "gate_gumbel_tau", "transition", "head_specific", "dropout", "backend", "feature_map",
-                 "num_features", "redraw_interval", "chunk_size", "markov_head_ratio")  # fmt: skip
+                 "num_features", "redraw_interval", "chunk_size", "markov_head_ratio", "linformer_k",
+                 "ssm_state_size", "max_position")  # fmt: skip
         return {name: getattr(self, name) for name in names}
 
 

@@ -1,0 +1,119 @@
+"""The Hyena operator (Poli et al. 2023, "Hyena Hierarchy: Towards Larger Convolutional Language Models"), order 2.
+
+Definition 3.1 with N = 2: three projections (v, x¹, x²) of the input, each passed through a short depthwise
+causal convolution (width 3), then
+
+    z¹ = v,   z^{n+1} = xⁿ ⊙ (hⁿ * zⁿ + bⁿ ⊙ zⁿ)  (n = 1, 2),   y = W_out z³
+
+where * is a long convolution computed by FFT and hⁿ an *implicit* filter (§3.3): hⁿ_l = window_l · FFN(pos(l)),
+FFN a small MLP with sine activations, window_l = exp(-α_c l) a fixed per-channel exponential decay, bⁿ a learned
+per-channel bias (the "D" term). Differences from the authors' code, for reasons: pos(l) are sinusoids of the lag
+with fixed periods 2..10⁴ and α_c is set per lag (1% reached at lags 8..4096 across channels) instead of both
+being scaled by a fixed maximum length, so one layer runs at any T and a filter depends on lags only (left
+padding changes nothing); the gates follow the paper's Definition 3.1 (the authors' safari code gates v
+before its first convolution and has order - 1 filters).
+Non-causal layers learn a second, strictly-future filter per order (two-sided convolution).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from markovformer.layers.baselines.long_conv import long_conv, long_conv_naive
+from markovformer.layers.baselines.padding import zero_padding
+
+CONVOLUTIONS = ("fft", "direct")
+
+
+class SineMLP(nn.Module):
+    """Linear → sin(ω ⊙ ·) → ... → Linear, ω learned per unit. Plain parameters with PyTorch's Linear init,
+    so a model's own weight init (which targets nn.Linear) leaves the filter's scale alone."""
+
+    def __init__(self, sizes: list[int], frequency: float = 1.0) -> None:
+        super().__init__()
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        self.frequencies = nn.ParameterList()
+        for index, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:], strict=False)):
+            bound = 1 / math.sqrt(fan_in)
+            self.weights.append(nn.Parameter(torch.empty(fan_out, fan_in).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(fan_out).uniform_(-bound, bound)))
+            if index < len(sizes) - 2:
+                self.frequencies.append(nn.Parameter(torch.full((fan_out,), frequency)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        for index, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = F.linear(x, weight, bias)
+            if index < len(self.frequencies):
+                x = torch.sin(self.frequencies[index] * x)
+        return x
+
+
+class ImplicitFilter(nn.Module):
+    """``filters`` filters of ``channels`` channels, h_l = window_l ⊙ SineMLP(pos(l)) for lags l = 0..T-1:
+    (T, filters · channels). Every filter spans the same windows, from short (channel 0) to long."""
+
+    def __init__(self, channels: int, filters: int = 1, num_bands: int = 8, hidden: int = 64, depth: int = 3):
+        super().__init__()
+        periods = torch.logspace(math.log10(2.0), 4.0, num_bands, dtype=torch.float64)
+        self.register_buffer("angular", (2 * math.pi / periods).float(), persistent=False)
+        spans = torch.logspace(math.log10(8.0), math.log10(4096.0), channels, dtype=torch.float64)
+        self.register_buffer("decay", (math.log(100.0) / spans).float().repeat(filters), persistent=False)
+        self.mlp = SineMLP([2 * num_bands] + [hidden] * depth + [filters * channels])
+
+    def forward(self, length: int) -> Tensor:
+        lags = torch.arange(length, device=self.angular.device, dtype=torch.float32)[:, None]
+        angles = lags * self.angular
+        features = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+        return self.mlp(features.to(self.mlp.weights[0].dtype)) * torch.exp(-lags * self.decay).to(features.dtype)
+
+
+class HyenaMixer(nn.Module):
+    """Order-2 Hyena: (B, T, D) -> (B, T, D). ``convolution="direct"`` swaps the FFT for the O(T²) reference."""
+
+    order = 2
+
+    def __init__(
+        self, *, d_model: int, causal: bool = True, short_kernel: int = 3, filter_hidden: int = 64,
+        convolution: str = "fft",
+    ) -> None:  # fmt: skip
+        super().__init__()
+        if convolution not in CONVOLUTIONS:
+            raise ValueError(f"convolution={convolution!r}: expected one of {CONVOLUTIONS}")
+        self.d_model, self.causal, self.convolution = d_model, causal, convolution
+        width = (self.order + 1) * d_model
+        self.in_proj = nn.Linear(d_model, width)
+        self.short_conv = nn.Conv1d(width, width, short_kernel, groups=width, padding=short_kernel - 1)
+        directions = 1 if causal else 2
+        self.filter = ImplicitFilter(d_model, filters=self.order * directions, hidden=filter_hidden)
+        self.filter_bias = nn.Parameter(torch.randn(self.order, d_model))
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def filters(self, length: int) -> list[tuple[Tensor, Tensor | None]]:
+        """Per order n: (past-and-present filter (T, D), strictly-future filter (T, D) or None when causal)."""
+        parts = self.filter(length).split(self.d_model, dim=-1)
+        if self.causal:
+            return [(part, None) for part in parts]
+        return [(parts[2 * n], parts[2 * n + 1]) for n in range(self.order)]
+
+    def forward(
+        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False
+    ) -> Tensor:
+        """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind."""
+        length = x.shape[1]
+        projected = zero_padding(self.in_proj(x), attention_mask)
+        # causal short convolution: crop the right overhang; re-zero padding, since the conv bias would leak
+        projected = self.short_conv(projected.transpose(1, 2))[..., :length].transpose(1, 2)
+        z, *gates = zero_padding(projected, attention_mask).split(self.d_model, dim=-1)
+        conv = long_conv if self.convolution == "fft" else long_conv_naive
+        for n, ((past, future), gate) in enumerate(zip(self.filters(length), gates, strict=True)):
+            future = None if future is None else future.to(z.dtype)
+            z = gate * (conv(z, past.to(z.dtype), future) + self.filter_bias[n] * z)
+        return zero_padding(self.out_proj(z), attention_mask)
+
+
+__all__ = ["CONVOLUTIONS", "HyenaMixer", "ImplicitFilter", "SineMLP"]

@@ -1,0 +1,407 @@
+"""The baseline zoo (layers.baselines) against references: each form of a mixer against its other forms or a closed
+form, causality and padding for every kind, and the kinds inside a MarkovianTransformer built from a config."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from markovformer.layers import SoftmaxAttention, build_attention
+from markovformer.layers.baselines import HyenaMixer, LinformerAttention, RetNetAttention, S4DMixer
+from markovformer.layers.baselines.linformer import CAUSAL_MESSAGE
+from markovformer.layers.baselines.long_conv import long_conv, long_conv_naive
+from markovformer.layers.baselines.retnet import (
+    retention,
+    retention_chunkwise,
+    retention_decays,
+    retention_parallel,
+    retention_recurrent,
+)
+from markovformer.layers.baselines.rwkv import wkv_naive, wkv_recurrent, wkv_scan
+from markovformer.models.markovian_transformer import (
+    MarkovianTransformerConfig,
+    MarkovianTransformerForCausalLM,
+    MarkovianTransformerForSequenceClassification,
+)
+
+D_MODEL, HEADS, LENGTH = 16, 4, 11
+CAUSAL_KINDS = ("retnet", "s4d", "hyena", "rwkv", "gru", "scan")
+ALL_KINDS = CAUSAL_KINDS + ("linformer",)
+
+
+def _randn(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _mixer(kind: str, causal: bool, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    options = {"max_position": 32, "linformer_k": 5, "chunk_size": 4, "ssm_state_size": 8}
+    layer = build_attention(kind, d_model=D_MODEL, n_heads=HEADS, causal=causal, rotary=True, **options)
+    return layer.double().eval()
+
+
+def _grads(output: torch.Tensor, inputs: list[torch.Tensor], seed: int = 9) -> list[torch.Tensor]:
+    weights = _randn(*output.shape, seed=seed)
+    return list(torch.autograd.grad((output * weights).sum(), inputs))
+
+
+# --- long convolutions (S4D, Hyena) ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("two_sided", [False, True], ids=["causal", "two_sided"])
+@pytest.mark.parametrize("length", [1, 2, 9])
+def test_fft_long_conv_equals_direct_convolution(length, two_sided):
+    u = _randn(3, length, 5, seed=1)
+    forward, backward = _randn(length + 3, 5, seed=2), _randn(length + 3, 5, seed=3) if two_sided else None
+    by_hand = torch.zeros_like(u)
+    for t in range(length):
+        for j in range(length):
+            if j <= t:
+                by_hand[:, t] += forward[t - j] * u[:, j]
+            elif two_sided:
+                by_hand[:, t] += backward[j - t - 1] * u[:, j]
+    torch.testing.assert_close(long_conv_naive(u, forward, backward), by_hand, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(long_conv(u, forward, backward), by_hand, rtol=1e-10, atol=1e-10)
+
+
+def test_long_conv_half_precision_runs_in_float32():
+    u, kernel = _randn(2, 8, 3, seed=1), _randn(8, 3, seed=2)
+    out = long_conv(u.to(torch.bfloat16), kernel.to(torch.bfloat16))
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), long_conv_naive(u, kernel), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_hyena_fft_layer_equals_direct_convolution_layer(causal):
+    torch.manual_seed(0)
+    layer = HyenaMixer(d_model=D_MODEL, causal=causal).double()
+    x = _randn(2, LENGTH, D_MODEL, seed=1).requires_grad_()
+    params = [x, *layer.parameters()]
+    fft = layer(x)
+    fft_grads = _grads(fft, params)
+    layer.convolution = "direct"
+    direct = layer(x)
+    torch.testing.assert_close(fft, direct, rtol=1e-9, atol=1e-10)
+    for got, want in zip(fft_grads, _grads(direct, params), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10)
+
+
+def test_hyena_filter_decays_with_lag():
+    torch.manual_seed(0)
+    layer = HyenaMixer(d_model=D_MODEL, causal=True).double()
+    window = torch.exp(-torch.arange(600.0, dtype=torch.float64)[:, None] * layer.filter.decay.double())
+    filters = layer.filter(600)
+    assert filters.shape == (600, 2 * D_MODEL)
+    # |h_l| <= window_l · max|MLP|: channel 0 (1% at lag 8) is negligible far out, the slowest is not
+    assert filters[500:, 0].abs().max() < 1e-6 * filters[:, 0].abs().max()
+    assert (window[:, -1] > 0.2).all()
+
+
+# --- S4D -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_s4d_fft_convolution_equals_step_by_step_recurrence(causal):
+    torch.manual_seed(0)
+    layer = S4DMixer(d_model=D_MODEL, causal=causal, ssm_state_size=8).double()
+    with torch.no_grad():  # larger steps than the init, so the kernel is far from zero over the whole length
+        layer.log_dt.uniform_(-2.0, 0.0)
+    x = _randn(2, LENGTH, D_MODEL, seed=1).requires_grad_()
+    params = [x, *layer.parameters()]
+    convolution = layer(x)
+    convolution_grads = _grads(convolution, params)
+    layer.mode = "recurrent"
+    recurrence = layer(x)
+    torch.testing.assert_close(convolution, recurrence, rtol=1e-9, atol=1e-10)
+    for got, want in zip(convolution_grads, _grads(recurrence, params), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10)
+
+
+def test_s4d_kernel_closed_form_and_lin_init():
+    layer = S4DMixer(d_model=2, causal=True, ssm_state_size=4).double()
+    dt_a, a_bar, c_b = layer.discretised()
+    dt = torch.exp(layer.log_dt)[:, None]
+    a = torch.complex(torch.full((2, 2), -0.5, dtype=torch.float64), torch.pi * torch.tensor([0.0, 1.0]).double())
+    torch.testing.assert_close(dt_a, a * dt)  # S4D-Lin: A_n = -1/2 + iπn
+    kernel = layer.kernel(11)  # lags across the kernel's √T blocks
+    c = torch.view_as_complex(layer.c)
+    for lag in range(11):  # K_l = 2 Re Σ_n C_n (exp(ΔA_n) - 1)/A_n exp(ΔA_n)^l
+        expected = 2 * (c * (torch.exp(a * dt) - 1) / a * torch.exp(a * dt) ** lag).sum(-1).real
+        torch.testing.assert_close(kernel[lag], expected.detach())
+    for length in (1, 2, 4, 5):
+        torch.testing.assert_close(layer.kernel(length), kernel[:length])
+
+
+# --- RetNet --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 5, 16])
+def test_retention_parallel_recurrent_chunkwise_agree(chunk_size):
+    q, k, v = _randn(2, 3, LENGTH, 4, seed=1), _randn(2, 3, LENGTH, 4, seed=2), _randn(2, 3, LENGTH, 6, seed=3)
+    inputs = [x.requires_grad_() for x in (q, k, v)]
+    gamma = torch.tensor([0.5, 0.9, 0.999], dtype=torch.float64)
+    parallel = retention_parallel(q, k, v, gamma)
+    recurrent = retention_recurrent(q, k, v, gamma)
+    chunkwise = retention_chunkwise(q, k, v, gamma, chunk_size)
+    torch.testing.assert_close(recurrent, parallel, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(chunkwise, parallel, rtol=1e-12, atol=1e-12)
+    for got, want in zip(_grads(chunkwise, inputs), _grads(parallel, inputs), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for form in ("recurrent", "chunkwise"):  # non-causal: γ^{|n-m|}
+        torch.testing.assert_close(
+            retention(q, k, v, gamma, causal=False, form=form, chunk_size=chunk_size),
+            retention_parallel(q, k, v, gamma, causal=False),
+            rtol=1e-12,
+            atol=1e-12,
+        )
+
+
+def test_retention_closed_form_and_multiscale_decays():
+    torch.testing.assert_close(retention_decays(3), torch.tensor([1 - 1 / 32, 1 - 1 / 64, 1 - 1 / 128]).double())
+    ones = torch.ones(1, 1, 6, 1, dtype=torch.float64)
+    gamma = torch.tensor([0.8], dtype=torch.float64)
+    steps = torch.arange(6, dtype=torch.float64)
+    expected = (1 - 0.8 ** (steps + 1)) / (1 - 0.8)  # Σ_{m<=n} γ^{n-m}
+    torch.testing.assert_close(retention_chunkwise(ones, ones, ones, gamma, 4)[0, 0, :, 0], expected)
+    bidirectional = expected + (1 - 0.8 ** (6 - steps)) / (1 - 0.8) - 1
+    torch.testing.assert_close(retention(ones, ones, ones, gamma, causal=False)[0, 0, :, 0], bidirectional)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_retnet_layer_forms_agree(causal):
+    torch.manual_seed(0)
+    layer = RetNetAttention(d_model=D_MODEL, n_heads=HEADS, causal=causal, chunk_size=4).double()
+    x = _randn(2, LENGTH, D_MODEL, seed=1)
+    outputs = {}
+    for form in ("parallel", "recurrent", "chunkwise"):
+        layer.form = form
+        outputs[form] = layer(x)
+    torch.testing.assert_close(outputs["recurrent"], outputs["parallel"], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(outputs["chunkwise"], outputs["parallel"], rtol=1e-10, atol=1e-12)
+    with_weights = layer(x, return_weights=True)
+    torch.testing.assert_close(with_weights.output, outputs["parallel"], rtol=1e-10, atol=1e-12)
+    assert with_weights.weights.shape == (2, HEADS, LENGTH, LENGTH)
+    if causal:
+        assert (with_weights.weights.triu(1) == 0).all()
+    with pytest.raises(ValueError, match="form"):
+        layer.form = "fast"
+
+
+# --- Linformer -----------------------------------------------------------------------------------------------------
+
+
+def test_linformer_with_identity_projections_is_softmax_attention():
+    torch.manual_seed(0)
+    linformer = LinformerAttention(d_model=D_MODEL, n_heads=HEADS, max_position=LENGTH, linformer_k=LENGTH)
+    softmax = SoftmaxAttention(d_model=D_MODEL, n_heads=HEADS, causal=False)
+    softmax.load_state_dict({k: v for k, v in linformer.state_dict().items() if "projection" not in k})
+    linformer, softmax = linformer.double(), softmax.double()
+    with torch.no_grad():
+        linformer.cores[0].key_projection.copy_(torch.eye(LENGTH))
+        linformer.cores[0].value_projection.copy_(torch.eye(LENGTH))
+    x = _randn(2, LENGTH, D_MODEL, seed=1)
+    torch.testing.assert_close(linformer(x), softmax(x), rtol=1e-12, atol=1e-12)
+    # the effective token mixing is then the softmax attention matrix itself
+    torch.testing.assert_close(
+        linformer(x, return_weights=True).weights, softmax(x, return_weights=True).weights, rtol=1e-12, atol=1e-12
+    )
+    with torch.no_grad():  # and a non-identity projection changes the result
+        linformer.cores[0].key_projection.copy_(torch.eye(LENGTH).flip(0)[:, torch.randperm(LENGTH)])
+    assert not torch.allclose(linformer(x), softmax(x))
+
+
+def test_linformer_is_refused_for_causal_models():
+    with pytest.raises(ValueError, match="non-causal") as error:
+        build_attention("linformer", d_model=D_MODEL, n_heads=HEADS, causal=True, rotary=True, max_position=8)
+    assert str(error.value) == CAUSAL_MESSAGE
+    with pytest.raises(ValueError, match="Linformer is non-causal"):
+        MarkovianTransformerConfig(vocab_size=5, attention="linformer", max_position=8)
+    with pytest.raises(ValueError, match="max_position"):
+        MarkovianTransformerConfig(vocab_size=5, attention="linformer", causal=False)
+    layer = _mixer("linformer", causal=False)
+    with pytest.raises(ValueError, match="exceeds"):
+        layer(_randn(1, 33, D_MODEL))
+
+
+# --- RWKV ----------------------------------------------------------------------------------------------------------
+
+
+def _wkv_inputs(seed: int = 0, length: int = LENGTH, scale: float = 2.0):
+    w = torch.exp(_randn(6, seed=seed)).requires_grad_()
+    u = _randn(6, seed=seed + 1).requires_grad_()
+    k = (scale * _randn(3, length, 6, seed=seed + 2)).requires_grad_()
+    v = _randn(3, length, 6, seed=seed + 3).requires_grad_()
+    return w, u, k, v
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_stable_wkv_equals_naive_formula(causal):
+    inputs = _wkv_inputs()
+    naive = wkv_naive(*inputs, causal=causal)
+    scan = wkv_scan(*inputs, causal=causal)
+    torch.testing.assert_close(scan, naive, rtol=1e-12, atol=1e-12)
+    for got, want in zip(_grads(scan, list(inputs)), _grads(naive, list(inputs)), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    if causal:
+        torch.testing.assert_close(wkv_recurrent(*inputs), naive, rtol=1e-12, atol=1e-12)
+    single = wkv_scan(*(x.float() for x in inputs), causal=causal)
+    assert single.dtype == torch.float32
+    torch.testing.assert_close(single.double(), naive, rtol=1e-5, atol=1e-5)
+
+
+def test_stable_wkv_survives_keys_where_the_naive_formula_overflows():
+    w, u, k, v = (x.detach() for x in _wkv_inputs(length=300))
+    reference = wkv_naive(w, u, k, v)
+    shifted = k + 1000.0  # WKV is invariant to a common shift of the keys; e^1000 overflows even in float64
+    assert not torch.isfinite(wkv_naive(w, u, shifted, v)).all()
+    torch.testing.assert_close(wkv_scan(w, u, shifted, v), reference, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(wkv_recurrent(w, u, shifted, v), reference, rtol=1e-9, atol=1e-9)
+    fast = torch.full_like(w, 50.0)  # decays so fast that e^{-(t-1-i)w} underflows: wkv ≈ the last two tokens
+    out = wkv_scan(fast, u, k.float(), v.float())
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), wkv_naive(fast, u, k, v), rtol=1e-5, atol=1e-5)
+
+
+# --- recurrent mixers -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_scan_mixer_is_the_gated_recurrence_by_hand(causal):
+    layer = _mixer("scan", causal=causal)
+    x = _randn(2, LENGTH, D_MODEL, seed=1)
+    keep, write = torch.sigmoid(layer.gate_proj(x)).chunk(2, dim=-1)
+    forward, backward = [], []
+    state = torch.zeros_like(x[:, 0])
+    for t in range(LENGTH):  # h_t = A_t h_{t-1} + B_t x_t
+        state = keep[:, t] * state + write[:, t] * x[:, t]
+        forward.append(state)
+    state = torch.zeros_like(x[:, 0])
+    for t in reversed(range(LENGTH)):  # the same gates from the other end, x_t counted once
+        state = keep[:, t] * state + write[:, t] * x[:, t]
+        backward.insert(0, state - write[:, t] * x[:, t])
+    states = torch.stack(forward, 1) + (0 if causal else torch.stack(backward, 1))
+    torch.testing.assert_close(layer(x), layer.out_proj(states), rtol=1e-12, atol=1e-12)
+
+
+# --- every kind: causality and padding ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", CAUSAL_KINDS)
+def test_causal_mixers_never_read_the_future(kind):
+    layer = _mixer(kind, causal=True)
+    x = _randn(2, LENGTH, D_MODEL, seed=1)
+    base = layer(x)
+    for t in (0, 4, LENGTH - 2):
+        perturbed = x.clone()
+        perturbed[:, t + 1 :] += _randn(2, LENGTH - t - 1, D_MODEL, seed=t + 10)
+        changed = layer(perturbed)
+        torch.testing.assert_close(changed[:, : t + 1], base[:, : t + 1], rtol=0, atol=1e-12)
+        assert not torch.allclose(changed[:, t + 1 :], base[:, t + 1 :])
+    # the same perturbation does reach earlier positions once the kind is non-causal
+    layer = _mixer(kind, causal=False)
+    perturbed = x.clone()
+    perturbed[:, -1] += 1.0
+    assert not torch.allclose(layer(perturbed)[:, 0], layer(x)[:, 0])
+
+
+def _padded(x: torch.Tensor, lengths: list[int], left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of x cut to ``lengths`` and padded (with noise, which must not matter) to x's length."""
+    padded = _randn(*x.shape, seed=99) * 5
+    mask = torch.zeros(x.shape[:2], dtype=torch.long)
+    for row, n in enumerate(lengths):
+        place = slice(x.shape[1] - n, None) if left else slice(0, n)
+        padded[row, place] = x[row, :n]
+        mask[row, place] = 1
+    return padded, mask
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right_padding", "left_padding"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_padding_changes_nothing_for_real_tokens(kind, causal, left):
+    if kind == "linformer" and causal:
+        pytest.skip("Linformer is non-causal")
+    layer = _mixer(kind, causal=causal)
+    x = _randn(4, LENGTH, D_MODEL, seed=1)
+    lengths = [LENGTH, 7, 1, 0]
+    padded, mask = _padded(x, lengths, left)
+    if kind == "gru" and left:
+        with pytest.raises(ValueError, match="right-padded"):
+            layer(padded, mask)
+        return
+    out = layer(padded, mask)
+    assert torch.isfinite(out).all()
+    for row, n in enumerate(lengths):
+        real = mask[row].bool()
+        assert (out[row, ~real] == 0).all()  # padded positions (and the fully padded row) give zeros
+        if n:
+            alone = layer(x[row : row + 1, :n])[0]
+            torch.testing.assert_close(out[row, real], alone, rtol=1e-10, atol=1e-12)
+
+
+def test_linformer_projection_columns_follow_token_rank():
+    layer = _mixer("linformer", causal=False)
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0]])
+    key_projection, _ = layer.cores[0].projections(5, mask)
+    full = layer.cores[0].key_projection
+    torch.testing.assert_close(key_projection[0, :, 2:], full[:, :3])
+    torch.testing.assert_close(key_projection[1, :, :3], full[:, :3])
+    assert (key_projection[0, :, :2] == 0).all() and (key_projection[1, :, 3:] == 0).all()
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_bfloat16_mixers_stay_close_to_float32(kind):
+    layer = _mixer(kind, causal=kind != "linformer").float()
+    x = _randn(2, LENGTH, D_MODEL, seed=1).float()
+    mask = torch.ones(2, LENGTH, dtype=torch.long)
+    mask[1, 8:] = 0
+    reference = layer(x, mask)
+    half = layer.to(torch.bfloat16)(x.bfloat16(), mask)
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.float(), reference, rtol=0.05, atol=0.05 * reference.abs().max().item())
+
+
+# --- inside the model ------------------------------------------------------------------------------------------------
+
+
+def _config(kind: str, causal: bool = True, **overrides) -> MarkovianTransformerConfig:
+    values = dict(vocab_size=7, d_model=D_MODEL, n_layers=2, n_heads=HEADS, attention=kind, causal=causal,
+                  chunk_size=4, ssm_state_size=8, linformer_k=8, max_position=32)  # fmt: skip
+    return MarkovianTransformerConfig(**{**values, **overrides})
+
+
+@pytest.mark.parametrize("kind", CAUSAL_KINDS)
+def test_causal_lm_per_kind_trains_and_every_parameter_learns(kind):
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(_config(kind))
+    ids = torch.tensor([[1, 2, 3, 4, 5] * 4] * 2)
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for step in range(12):
+        loss = model(ids, labels=ids).loss
+        optimiser.zero_grad()
+        loss.backward()
+        if step == 0:
+            dead = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+            assert not dead, f"parameters without gradient: {dead}"
+        optimiser.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_per_layer_kinds_and_sequence_classification_with_linformer():
+    config = _config(["linformer", "s4d"], causal=False)
+    assert config.to_dict()["linformer_k"] == 8
+    assert MarkovianTransformerConfig.from_dict(config.to_dict()) == config
+    torch.manual_seed(0)
+    model = MarkovianTransformerForSequenceClassification(config).eval()
+    kinds = [type(block.attention).__name__ for block in model.model.blocks]
+    assert kinds == ["LinformerAttention", "S4DMixer"]
+    ids = torch.randint(0, 7, (3, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    output = model(ids, attention_mask=mask, return_weights=True)
+    torch.testing.assert_close(output.logits[1], model(ids[1:2, :6]).logits[0], rtol=1e-5, atol=1e-6)
+    assert output.attentions[0].shape == (3, HEADS, 9, 9) and output.attentions[1] is None  # S4D has no weights
+    with pytest.raises(ValueError, match="even"):
+        _config("s4d", ssm_state_size=7)
