@@ -59,3 +59,18 @@ def test_activation_checkpointing_gives_the_same_loss_and_gradients():
     for a, b in zip(grads, plain_grads, strict=True):
         if a is not None:
             torch.testing.assert_close(a, b)
+
+
+def test_a_banned_token_is_never_drawn_even_when_it_is_the_most_likely():
+    from markovformer.models.generation import sample_next_token
+
+    logits = torch.tensor([[5.0, 1.0, 0.5, 0.0]]).repeat(2000, 1)
+    generator = torch.Generator().manual_seed(0)
+    assert int(sample_next_token(logits[:1], temperature=0.0, banned_token_id=0)) == 1
+    drawn = sample_next_token(logits, temperature=1.0, generator=generator, banned_token_id=0)
+    assert 0 not in drawn.tolist()
+    counts = torch.bincount(drawn, minlength=4)[1:].double() / len(drawn)
+    expected = torch.tensor([1.0, 0.5, 0.0]).exp() / torch.tensor([1.0, 0.5, 0.0]).exp().sum()
+    assert torch.allclose(counts, expected.double(), atol=0.04)  # the rest keep their relative probabilities
+    plain = sample_next_token(logits[:1], temperature=0.0)
+    assert int(plain) == 0

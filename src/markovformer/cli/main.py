@@ -136,6 +136,7 @@ def continue_prompt(args: argparse.Namespace, model, run_dir) -> None:
 
     import torch
 
+    from markovformer.data.collate import PAD_ID
     from markovformer.models.generation import generate_tokens
 
     if args.prompt is None or args.input is not None:
@@ -156,8 +157,16 @@ def continue_prompt(args: argparse.Namespace, model, run_dir) -> None:
             ) from None
     prompt = torch.tensor([ids], dtype=torch.long)
     generator = torch.Generator().manual_seed(args.seed)
-    out = generate_tokens(model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, generator,
-                          max_context=getattr(model.config, "max_position", None))  # fmt: skip
+    banned = PAD_ID if tokenizer is not None else None  # a tokenizer reserves id 0 for padding: never sample it
+    if hasattr(model, "step"):  # a recurrent model: its own incremental generation, exactly its training recurrence
+        if args.top_k is not None:
+            raise ValueError(f"--top-k is not supported by {type(model).__name__}; use --top-p")
+        out = model.generate(prompt, args.max_new_tokens, args.temperature, args.top_p or 1.0, generator,
+                             banned_token_id=banned)  # fmt: skip
+    else:
+        limit = getattr(model.config, "max_position", None)
+        out = generate_tokens(model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, generator,
+                              max_context=limit, banned_token_id=banned)  # fmt: skip
     new = out[0, len(ids) :].tolist()
     print(args.prompt + tokenizer.decode(new) if tokenizer is not None else " ".join(map(str, ids + new)))
 

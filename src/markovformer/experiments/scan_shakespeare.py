@@ -146,7 +146,6 @@ def ngram_losses(
     return losses
 
 
-@torch.no_grad()
 def sample_text(
     model: torch.nn.Module,
     tokenizer,
@@ -159,15 +158,11 @@ def sample_text(
 ) -> str:
     """``prompt`` and ``length`` sampled characters, the model seeing the last ``context`` tokens at each step. The
     padding id is never drawn (label smoothing gives it a little probability; it has no character)."""
-    from markovformer.models.generation import sample_next_token
+    from markovformer.models.generation import generate_tokens
 
-    model.eval()
     generator = torch.Generator().manual_seed(seed)
-    ids = torch.tensor([tokenizer.encode(prompt)])
-    for _ in range(length):
-        logits = model(ids[:, -context:]).logits[:, -1].float()
-        logits[:, PAD_ID] = float("-inf")
-        ids = torch.cat([ids, sample_next_token(logits, temperature, top_p=top_p, generator=generator)[:, None]], 1)
+    ids = generate_tokens(model, torch.tensor([tokenizer.encode(prompt)]), length, temperature, top_p=top_p,
+                          generator=generator, max_context=context, banned_token_id=PAD_ID)  # fmt: skip
     return prompt + tokenizer.decode(ids[0, -length:].tolist()) if length else prompt
 
 

@@ -209,11 +209,13 @@ class ScanMarkovLM(PreTrainedModel):
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
         context_length: int | None = None,
+        banned_token_id: int | None = None,
     ) -> Tensor:
         """Extend prompts (B, T) by ``max_new_tokens`` sampled tokens -> (B, T + max_new_tokens), in eval mode.
 
         Every token (prompt and sampled) goes through ``step``. ``temperature`` 0 is greedy; ``top_p`` < 1 keeps
-        the smallest set of tokens whose probability reaches it (nucleus sampling).
+        the smallest set of tokens whose probability reaches it (nucleus sampling); ``banned_token_id`` (a
+        tokenizer's padding) is never drawn.
         """
         self._check_input_ids(input_ids)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -231,7 +233,8 @@ class ScanMarkovLM(PreTrainedModel):
             logits, state = self.step(token, state, window)
         pieces = [input_ids]
         for index in range(max_new_tokens):
-            token = sample_next_token(logits, temperature, top_p=top_p, generator=generator)
+            token = sample_next_token(logits, temperature, top_p=top_p, generator=generator,
+                                      banned_token_id=banned_token_id)  # fmt: skip
             pieces.append(token[:, None])
             if index + 1 < max_new_tokens:
                 logits, state = self.step(token, state, window)
