@@ -9,9 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from markovformer.experiments import icl_depth, landscape, mat_order, order_recovery, scan_shakespeare, weight_tying
+from markovformer.experiments import (
+    icl_depth,
+    landscape,
+    mat_order,
+    order_recovery,
+    scan_shakespeare,
+    vmt,
+    weight_tying,
+)
 
-_MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare)
+_MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt)
 
 
 @dataclass(frozen=True)

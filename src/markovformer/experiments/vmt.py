@@ -1,0 +1,570 @@
+"""``vmt``: the Variational Markov Transformer (SPEC 5) against exact likelihoods and a windowed Transformer.
+
+1. **Linear-Gaussian state-space model**, where the Kalman filter gives the exact log-likelihood: the ELBO and the
+   importance-weighted bounds (K = 1, 10, 100) per step on held-out documents as training proceeds, for a VMT that
+   learns everything and for one whose generative part is set to the true model (only its posterior learns, so its
+   bounds can meet the exact value). Every bound is chained over the document's windows with the carry, so it is a
+   bound on the whole document's log-likelihood.
+2. **Sticky HMM** (a hidden state that outlives any short window): per-token loss against the window length for the
+   VMT with the carry (truncated BPTT), without it (every window starts from P(x_1)), and a softmax Transformer LM
+   of about the same size that sees one window. References: the exact loss (forward algorithm over the whole
+   document), the best any model restarted at every window can do (forward algorithm restarted there), and the
+   context-free marginal entropy.
+3. **Text** (Tiny Shakespeare by default, characters): bits per character against the window length, the same three
+   models. Skipped, with a log line, when the file is absent.
+
+Every VMT trains with the text's Algorithm 1 in a small loop of its own: each batch row walks a long document window
+by window, the last latent carried into the next window (``--set overlap=true``: windows advance by half a window
+and the latent carried is the one in the middle, inferred with half a window of future), a row that reaches the end
+of its document starts a new one without a carry, KL warm-up over the first steps. The VMT's loss is −ELBO per token
+(an upper bound on its negative log-likelihood); the Transformer's is its cross-entropy. Both score the same tokens:
+the held-out documents cut into consecutive windows, the Transformer seeing the window plus the one token before it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from markovformer.data.state_space import HiddenMarkovParameters, LinearGaussianSource, StickyHMMSource
+from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.settings import configure
+from markovformer.models.markovian_transformer import MarkovianTransformerForCausalLM, gpt2_style_config
+from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
+
+NAME = "vmt"
+SUMMARY = "Variational Markov Transformer: ELBO/IW bounds vs the exact Kalman likelihood; carry on/off vs a windowed " \
+          "Transformer on a sticky HMM and on text"  # fmt: skip
+if TYPE_CHECKING:
+    from markovformer.plots.experiments import Panel
+
+MODELS = ("vmt_carry", "vmt_no_carry", "transformer")
+LABELS = {"vmt_carry": "VMT, carry", "vmt_no_carry": "VMT, no carry", "transformer": "Transformer (window)"}
+
+
+@dataclass(frozen=True)
+class VMTSettings:
+    # the VMT (parts 2 and 3; part 1 uses the same sizes with latent_dim = the true state size for "true P")
+    latent_dim: int = 16
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    hidden_dim: int = 128
+    posterior: str = "gaussian"
+    free_bits: float = 0.0
+    # training
+    batch_size: int = 16
+    lr: float = 2e-3
+    kl_warmup_steps: int = 500
+    overlap: bool = False
+    eval_samples: int = 1  # posterior paths per window for the held-out ELBO
+    iw_samples: int = 10  # K of the importance-weighted bound also reported in parts 2 and 3 (0: none)
+    # part 1: linear-Gaussian state-space model
+    lg_window: int = 32
+    lg_steps: int = 2000
+    lg_eval_every: int = 250
+    lg_iw_samples: tuple[int, ...] = (1, 10, 100)
+    lg_latent_dim: int = 4
+    lg_doc_len: int = 256
+    lg_train_documents: int = 512
+    lg_val_documents: int = 16
+    # part 2: sticky HMM
+    hmm_windows: tuple[int, ...] = (4, 8, 16, 32)
+    hmm_steps: int = 2500
+    hmm_doc_len: int = 1024
+    hmm_train_documents: int = 256
+    hmm_val_documents: int = 8
+    # part 3: text
+    text_path: str = "/work/shared/data/tiny_shakespeare.txt"
+    text_windows: tuple[int, ...] = (16, 64)
+    text_steps: int = 2500
+    text_doc_len: int = 1024
+    text_val_chars: int = 32768
+    # the windowed Transformer: 2 layers, 4 heads, width chosen to match the VMT's parameter count
+    transformer_layers: int = 2
+
+
+QUICK = VMTSettings(latent_dim=8, d_model=32, hidden_dim=64, batch_size=8, kl_warmup_steps=100, lg_window=16,
+                    lg_steps=300, lg_eval_every=100, lg_doc_len=128, lg_train_documents=64, lg_val_documents=4,
+                    hmm_windows=(4, 16), hmm_steps=300, hmm_doc_len=256, hmm_train_documents=32, hmm_val_documents=4,
+                    text_windows=(32,), text_steps=200, text_doc_len=256, text_val_chars=4096)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ training
+
+
+@dataclass
+class TrainRecord:
+    seconds: float = 0.0
+    steps: list[int] | None = None
+    evaluations: list[dict] | None = None
+    last_kl: float = 0.0  # training KL per token over the last tenth of the steps
+
+
+def _window(documents: Tensor, rows: Tensor, starts: Tensor, length: int) -> Tensor:
+    """documents (N, L[, F]); one window of ``length`` per row from its start: (B, length[, F])."""
+    index = starts[:, None] + torch.arange(length)[None]
+    return documents[rows[:, None], index]
+
+
+def train_vmt(
+    model: VariationalMarkovTransformer,
+    documents: Tensor,
+    *,
+    window: int,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    carry: bool,
+    overlap: bool,
+    kl_warmup_steps: int,
+    seed: int,
+    evaluate: Callable[[], dict] | None = None,
+    eval_every: int | None = None,
+    log: Callable[[str], None] | None = None,
+    label: str = "",
+) -> TrainRecord:
+    """Algorithm 1 on long documents (N, L) token ids or (N, L, F) features: each of ``batch_size`` rows walks a
+    document from a random window-aligned start, ``window`` tokens a step (half of it with ``overlap``), its latent
+    carried (``carry``) into the next window; at a document's end the row takes a new random document and starts
+    without a carry. AdamW (no weight decay), gradient norm clipped at 1, KL weight rising linearly to 1 over
+    ``kl_warmup_steps``. ``evaluate()`` runs (in eval mode, no gradients) at step 0, every ``eval_every`` steps and
+    at the end. Only parameters with ``requires_grad`` train."""
+    count, length = documents.shape[:2]
+    if window > length:
+        raise ValueError(f"window={window} is longer than the documents ({length} tokens)")
+    stride = max(1, window // 2) if overlap else window
+    generator = torch.Generator().manual_seed(seed)
+    noise = torch.Generator().manual_seed(seed + 1)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    positions_per_document = (length - window) // stride + 1
+    rows = torch.randint(0, count, (batch_size,), generator=generator)
+    starts = torch.randint(0, positions_per_document, (batch_size,), generator=generator) * stride
+    state = torch.zeros(batch_size, model.config.latent_dim)
+    carried = torch.zeros(batch_size, dtype=torch.bool)
+    record = TrainRecord(steps=[], evaluations=[])
+    kls: list[float] = []
+    start_time = time.perf_counter()
+
+    def run_evaluation(step: int) -> None:
+        if evaluate is None:
+            return
+        model.eval()
+        with torch.no_grad():
+            result = evaluate()
+        model.train()
+        record.steps.append(step)
+        record.evaluations.append(result)
+        if log is not None:
+            shown = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float))
+            log(f"  {label} step {step}/{steps}: {shown} ({time.perf_counter() - start_time:.0f}s)")
+
+    run_evaluation(0)
+    model.train()
+    for step in range(1, steps + 1):
+        piece = _window(documents, rows, starts, window)
+        inputs = {"input_ids": piece} if model.tokens else {"input_features": piece}
+        use = carry and bool(carried.any())
+        out = model(**inputs, carry=state if use else None, carry_mask=carried if use else None,
+                    kl_weight=min(1.0, step / max(1, kl_warmup_steps)), generator=noise,
+                    carry_index=stride - 1)  # fmt: skip
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        kls.append(float(out.kl.detach()))
+        state, carried = out.carry, torch.full((batch_size,), carry)
+        starts = starts + stride
+        finished = starts + window > length
+        if bool(finished.any()):  # those rows start a new document, without a carry
+            rows[finished] = torch.randint(0, count, (int(finished.sum()),), generator=generator)
+            starts[finished] = 0
+            carried[finished] = False
+        if eval_every is not None and (step % eval_every == 0 or step == steps):
+            run_evaluation(step)
+    record.seconds = time.perf_counter() - start_time
+    tail = kls[-max(1, steps // 10) :]
+    record.last_kl = sum(tail) / len(tail)
+    return record
+
+
+@torch.no_grad()
+def evaluate_vmt(
+    model: VariationalMarkovTransformer,
+    documents: Tensor,
+    *,
+    window: int,
+    carry: bool,
+    iw_samples: tuple[int, ...] = (),
+    num_samples: int = 1,
+    seed: int = 0,
+) -> dict:
+    """Bounds on held-out documents (N, L[, F]) cut into consecutive windows (the last may be shorter), all rows
+    together. With ``carry`` each window starts from the latent of the one before (the ELBO's path; for an
+    importance-weighted bound, a path resampled by weight), so the totals bound log P(document); without, every
+    window starts from P(x_1). Returns nats per token: ``elbo``, ``reconstruction``, ``kl``, ``iw_K`` for each K,
+    and ``window_elbo``, the ELBO per token of each window position (a list)."""
+    was_training = model.training
+    model.eval()
+    length = documents.shape[1]
+    totals = {"elbo": 0.0, "reconstruction": 0.0, "kl": 0.0, **{f"iw_{k}": 0.0 for k in iw_samples}}
+    window_elbo = []
+    generator = torch.Generator().manual_seed(seed)
+    state = None
+    iw_states = dict.fromkeys(iw_samples)
+    for start in range(0, length, window):
+        piece = documents[:, start : start + window]
+        result = model.elbo(piece, carry=state, num_samples=num_samples, generator=generator)
+        tokens = result.num_tokens
+        totals["elbo"] += float(result.elbo) * tokens
+        totals["reconstruction"] += float(result.reconstruction) * tokens
+        totals["kl"] += float(result.kl) * tokens
+        window_elbo.append(float(result.elbo))
+        state = result.carry if carry else None
+        for k in iw_samples:
+            bound = model.iw_bound(piece, k, carry=iw_states[k], generator=generator)
+            totals[f"iw_{k}"] += float(bound.per_token) * tokens
+            iw_states[k] = bound.carry if carry else None
+    model.train(was_training)
+    count = documents.shape[0] * length
+    return {**{name: value / count for name, value in totals.items()}, "window_elbo": window_elbo}
+
+
+def train_transformer(
+    model: MarkovianTransformerForCausalLM,
+    documents: Tensor,
+    *,
+    window: int,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+) -> float:
+    """Next-token training on random windows of ``window + 1`` tokens of the documents (N, L): the same tokens per
+    step as the VMT's ``batch_size`` windows. AdamW, no weight decay, clipping at 1. Returns seconds."""
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    count, length = documents.shape
+    start_time = time.perf_counter()
+    model.train()
+    for _ in range(steps):
+        rows = torch.randint(0, count, (batch_size,), generator=generator)
+        starts = torch.randint(0, length - window, (batch_size,), generator=generator)
+        piece = _window(documents, rows, starts, window + 1)
+        loss = model(piece, labels=piece).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    return time.perf_counter() - start_time
+
+
+@torch.no_grad()
+def evaluate_transformer(model: MarkovianTransformerForCausalLM, documents: Tensor, *, window: int) -> float:
+    """Cross-entropy per token (nats) of the documents (N, L) cut into consecutive windows, each predicted with
+    the window's tokens before it and the last token of the window before (the first token of a document is not
+    scored: it has no context)."""
+    model.eval()
+    total, count = 0.0, 0
+    length = documents.shape[1]
+    for start in range(0, length, window):
+        context = max(0, start - 1)
+        piece = documents[:, context : start + window]
+        logits = model(piece).logits[:, :-1]
+        targets = piece[:, 1:]
+        total += float(F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum"))
+        count += targets.numel()
+    return total / count
+
+
+# ---------------------------------------------------------------------------------------------- the models
+
+
+def vmt_model(settings: VMTSettings, window: int, seed: int, **inputs) -> VariationalMarkovTransformer:
+    """A VMT with the settings' sizes; ``inputs``: vocab_size= or input_dim= (and optionally latent_dim=)."""
+    torch.manual_seed(seed)
+    values = dict(latent_dim=settings.latent_dim, d_model=settings.d_model, n_layers=settings.n_layers,
+                  n_heads=settings.n_heads, hidden_dim=settings.hidden_dim, window=window,
+                  skip_length=max(2, min(8, window - 1)), posterior=settings.posterior,
+                  free_bits=settings.free_bits)  # fmt: skip
+    return VariationalMarkovTransformer(VMTConfig(**{**values, **inputs}))
+
+
+def transformer_model(settings: VMTSettings, vocab_size: int, window: int, parameters: int, seed: int):
+    """The GPT-2-style softmax Transformer whose width (a multiple of 8, 4 heads) brings its parameter count
+    closest to ``parameters``."""
+    best = None
+    for width in range(16, 513, 8):
+        config = gpt2_style_config(vocab_size, width, settings.transformer_layers, 4, window + 1)
+        count = MarkovianTransformerForCausalLM(config).num_parameters()
+        if best is None or abs(count - parameters) < abs(best[1] - parameters):
+            best = (config, count)
+        if count > parameters:
+            break
+    torch.manual_seed(seed)
+    return MarkovianTransformerForCausalLM(best[0])
+
+
+def _stack(examples: list[dict], key: str) -> Tensor:
+    return torch.stack([example[key] for example in examples])
+
+
+# --------------------------------------------------------------------------------------------------- cells
+
+
+def linear_gaussian_cell(settings: VMTSettings, seed: int, log: Callable[[str], None]) -> dict:
+    """Part 1: bounds per step on held-out documents during training, for a learned VMT and for one with the true
+    generative part (frozen) and a learned posterior."""
+    source = LinearGaussianSource(doc_len=settings.lg_doc_len, train_documents=settings.lg_train_documents,
+                                  val_documents=settings.lg_val_documents, test_documents=1)  # fmt: skip
+    bundle = source.build(seed)
+    train, val = _stack(bundle.train, "input_features"), _stack(bundle.val, "input_features")
+    exact = bundle.info["reference"]["val_log_likelihood_per_step"]
+    out: dict = {"exact": exact, "entropy_rate": bundle.info["reference"]["entropy_rate"], "models": {}}
+    for kind in ("learned", "true_p"):
+        latent = settings.lg_latent_dim if kind == "learned" else source.state_dim
+        model = vmt_model(settings, settings.lg_window, seed, input_dim=source.obs_dim, latent_dim=latent)
+        if kind == "true_p":
+            model.set_linear_gaussian(**bundle.info["parameters"])
+            for parameter in model.generative_parameters():
+                parameter.requires_grad_(False)
+        evaluate = partial(evaluate_vmt, model, val, window=settings.lg_window, carry=True, seed=seed,
+                           iw_samples=tuple(settings.lg_iw_samples), num_samples=settings.eval_samples)  # fmt: skip
+        record = train_vmt(model, train, window=settings.lg_window, steps=settings.lg_steps,
+                           batch_size=settings.batch_size, lr=settings.lr, carry=True, overlap=settings.overlap,
+                           kl_warmup_steps=settings.kl_warmup_steps, seed=seed, evaluate=evaluate,
+                           eval_every=settings.lg_eval_every, log=log, label=f"linear-Gaussian {kind}")  # fmt: skip
+        out["models"][kind] = {"steps": record.steps, "evaluations": record.evaluations, "seconds": record.seconds,
+                               "train_kl": record.last_kl, "parameters": model.num_parameters()}  # fmt: skip
+    return out
+
+
+def _restart_reference(parameters: HiddenMarkovParameters, documents: Tensor, window: int) -> float:
+    """The exact loss per token of a model restarted at every window (forward algorithm from the stationary start)."""
+    per_step = []
+    for start in range(0, documents.shape[1], window):
+        per_step.append(parameters.log_likelihood(documents[:, start : start + window]))
+    return float(-torch.cat(per_step, dim=1).mean())
+
+
+def _sequence_cell(
+    model_kind: str, window: int, train: Tensor, val: Tensor, vocab_size: int, steps: int, settings: VMTSettings,
+    seed: int, log: Callable[[str], None], label: str,
+) -> dict:  # fmt: skip
+    """Train and score one model of ``MODELS`` on token documents: loss per token (nats) on ``val``."""
+    vmt = vmt_model(settings, window, seed, vocab_size=vocab_size)
+    if model_kind == "transformer":
+        model = transformer_model(settings, vocab_size, window, vmt.num_parameters(), seed)
+        log(f"  {label}: training the Transformer ({model.num_parameters():,} parameters)")
+        seconds = train_transformer(model, train, window=window, steps=steps, batch_size=settings.batch_size,
+                                    lr=settings.lr, seed=seed)  # fmt: skip
+        loss = evaluate_transformer(model, val, window=window)
+        return {"model": model_kind, "window": window, "loss": loss, "seconds": seconds,
+                "parameters": model.num_parameters()}  # fmt: skip
+    carry = model_kind == "vmt_carry"
+    record = train_vmt(vmt, train, window=window, steps=steps, batch_size=settings.batch_size, lr=settings.lr,
+                       carry=carry, overlap=settings.overlap, kl_warmup_steps=settings.kl_warmup_steps, seed=seed,
+                       log=log, label=label)  # fmt: skip
+    iw = (settings.iw_samples,) if settings.iw_samples else ()
+    result = evaluate_vmt(vmt, val, window=window, carry=carry, iw_samples=iw, num_samples=settings.eval_samples,
+                          seed=seed)  # fmt: skip
+    log(f"  {label}: −ELBO {-result['elbo']:.4f} nats/token, KL {result['kl']:.4f} ({record.seconds:.0f}s)")
+    return {"model": model_kind, "window": window, "loss": -result["elbo"], "reconstruction": result["reconstruction"],
+            "kl": result["kl"], "iw_loss": -result[f"iw_{iw[0]}"] if iw else None, "train_kl": record.last_kl,
+            "seconds": record.seconds, "parameters": vmt.num_parameters()}  # fmt: skip
+
+
+def memory_cell(model_kind: str, window: int, settings: VMTSettings, seed: int, log: Callable[[str], None]) -> dict:
+    """Part 2: one model and window on the sticky HMM, with the exact references for that window."""
+    source = StickyHMMSource(doc_len=settings.hmm_doc_len, train_documents=settings.hmm_train_documents,
+                             val_documents=settings.hmm_val_documents, test_documents=1)  # fmt: skip
+    bundle = source.build(seed)
+    train, val = _stack(bundle.train, "input_ids"), _stack(bundle.val, "input_ids")
+    cell = _sequence_cell(model_kind, window, train, val, source.num_symbols, settings.hmm_steps, settings, seed,
+                          log, f"HMM W={window} {model_kind}")  # fmt: skip
+    parameters = HiddenMarkovParameters(**bundle.info["parameters"])
+    reference = bundle.info["reference"]
+    return {**cell, "exact": -reference["val_log_likelihood_per_token"], "restart": _restart_reference(parameters,
+            val, window), "marginal": reference["marginal_entropy"]}  # fmt: skip
+
+
+def text_documents(path: str, doc_len: int, val_chars: int) -> tuple[Tensor, Tensor, int]:
+    """Characters of the file: the first 90 % as training documents of ``doc_len``, then ``val_chars`` characters of
+    the rest as validation documents of ``doc_len`` (fewer if it is shorter). Ids 0..V-1 over the file's alphabet
+    (the set of characters only; no statistics of the validation part)."""
+    text = Path(path).read_text(encoding="utf-8")
+    alphabet = {char: index for index, char in enumerate(sorted(set(text)))}
+    ids = torch.tensor([alphabet[char] for char in text])
+    split = int(0.9 * len(ids))
+    train = ids[: split // doc_len * doc_len].view(-1, doc_len)
+    val_part = ids[split : split + val_chars]
+    if len(val_part) == 0 or split < doc_len:
+        raise ValueError(f"{path}: too short for training documents of {doc_len} characters and a validation part")
+    val_len = min(doc_len, len(val_part))
+    val = val_part[: len(val_part) // val_len * val_len].view(-1, val_len)
+    return train, val, len(alphabet)
+
+
+def text_cell(model_kind: str, window: int, settings: VMTSettings, seed: int, log: Callable[[str], None]) -> dict:
+    """Part 3: one model and window on the text file; loss in nats per character."""
+    train, val, vocab_size = text_documents(settings.text_path, settings.text_doc_len, settings.text_val_chars)
+    cell = _sequence_cell(model_kind, window, train, val, vocab_size, settings.text_steps, settings, seed, log,
+                          f"text W={window} {model_kind}")  # fmt: skip
+    return {**cell, "val_chars": val.numel(), "vocab_size": vocab_size}
+
+
+# ------------------------------------------------------------------------------------------------------- run
+
+
+def run(
+    out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
+) -> Path:
+    from markovformer.plots.experiments import Panel, plot_panels
+
+    settings = configure(QUICK if quick else VMTSettings(), overrides, NAME)
+    seed = (seeds or (0,))[0]
+    report = ExperimentReport(out_dir, "The Variational Markov Transformer against exact likelihoods", log,
+                              settings=asdict(settings))  # fmt: skip
+    report.text(
+        f"Seed {seed}. VMT: latent {settings.latent_dim}, encoder d_model {settings.d_model} × {settings.n_layers} "
+        f"layers, networks {settings.hidden_dim} wide, {settings.posterior} posterior; AdamW lr {settings.lr}, "
+        f"batch {settings.batch_size} windows, KL warm-up {settings.kl_warmup_steps} steps, free bits "
+        f"{settings.free_bits}, {'half-window overlap' if settings.overlap else 'no overlap'}; "
+        f"{torch.get_num_threads()} intra-op thread(s). Held-out numbers use {settings.eval_samples} posterior "
+        "path(s) per window, windows chained by the carry (or not, for 'no carry')."
+        + (" **Quick mode**: a few steps per model, a smoke test of the pipeline, not a result." if quick else "")
+    )
+    results: dict = {"settings": asdict(settings)}
+
+    # 1. linear-Gaussian
+    log(f"[{NAME}] part 1: linear-Gaussian state-space model")
+    lg = report.cached(f"linear_gaussian_seed={seed}", lambda: linear_gaussian_cell(settings, seed, log))
+    results["linear_gaussian"] = lg
+    columns = ["model", "step", "ELBO", *(f"IW K={k}" for k in settings.lg_iw_samples), "exact", "KL"]
+    rows = []
+    for kind, record in lg["models"].items():
+        for step, values in zip(record["steps"], record["evaluations"], strict=True):
+            rows.append([{"learned": "VMT, learned P", "true_p": "VMT, true P"}[kind], step, values["elbo"],
+                         *(values[f"iw_{k}"] for k in settings.lg_iw_samples), lg["exact"], values["kl"]])  # fmt: skip
+    seconds = ", ".join(f"{kind} {record['seconds']:.0f}s" for kind, record in lg["models"].items())
+    caption = (
+        "Part 1. Linear-Gaussian state-space model (2-d rotating state, 1-d observations): held-out log-likelihood "
+        f"bounds per step (nats, higher is tighter) against the exact Kalman value, windows of {settings.lg_window} "
+        f"chained by the carry over {settings.lg_val_documents} documents of {settings.lg_doc_len} steps. Must "
+        "hold, up to Monte-Carlo noise: IW K=1 ≈ ELBO ≤ IW K=10 ≤ IW K=100 ≤ the model's own log-likelihood, "
+        "which for the true P is the exact value (and for a learned P lies below it in expectation over data). "
+        f"Training time: {seconds}."
+    )
+    report.table(columns, rows, caption=caption)
+    finals = []
+    for kind, record in lg["models"].items():
+        last = record["evaluations"][-1]
+        gaps = ", ".join(f"IW K={k} {lg['exact'] - last[f'iw_{k}']:.4f}" for k in settings.lg_iw_samples)
+        finals.append(f"{kind.replace('_', ' ')}: ELBO {lg['exact'] - last['elbo']:.4f}, {gaps}")
+    report.text("Gap to the exact log-likelihood at the end of training (nats per step): " + "; ".join(finals) + ".")
+    panels = []
+    for kind, record in lg["models"].items():
+        kept = [i for i, step in enumerate(record["steps"]) if step > 0] or list(range(len(record["steps"])))
+        steps = [record["steps"][i] for i in kept]
+        curves = {"ELBO": (steps, [lg["exact"] - record["evaluations"][i]["elbo"] for i in kept])}
+        for k in settings.lg_iw_samples:
+            curves[f"IW K={k}"] = (steps, [lg["exact"] - record["evaluations"][i][f"iw_{k}"] for i in kept])
+        panels.append(Panel(f"VMT, {'learned' if kind == 'learned' else 'true'} P", curves, {"exact": 0.0}))
+    figure = plot_panels(panels, report.out_dir / "linear_gaussian.png", "training step", "exact − bound (nats/step)")
+    report.figure(figure, "Gap between the exact held-out log-likelihood and each bound during training (from the "
+                  "first evaluation after step 0)")  # fmt: skip
+
+    # 2. sticky HMM
+    log(f"[{NAME}] part 2: sticky HMM, windows {list(settings.hmm_windows)}")
+    memory = [report.cached(f"hmm_W={w}_{m}_seed={seed}", partial(memory_cell, m, w, settings, seed, log))
+              for w in settings.hmm_windows for m in MODELS]  # fmt: skip
+    results["hmm"] = memory
+    caption = (
+        "Part 2. Sticky HMM (4 states staying with probability 0.98, 16 symbols): held-out loss per token (nats; "
+        "the VMT's is −ELBO, an upper bound on its own negative log-likelihood, and −IW the tighter importance-"
+        "weighted one). *restart floor* is the exact loss "
+        "of a model restarted at every window, the floor for 'no carry' (the Transformer sees one token more); "
+        f"*exact floor* the floor with unbounded memory; the context-free marginal entropy is "
+        f"{memory[0]['marginal']:.4f}."
+    )
+    report.table(*_sequence_table(memory, "nats/token", settings.iw_samples), caption=caption)
+    report.text(_comparison(memory, "nats/token"))
+    panel = _loss_panel(memory, "sticky HMM", {"exact floor": memory[0]["exact"], "marginal": memory[0]["marginal"]},
+                        restart=True)  # fmt: skip
+    figure = plot_panels([panel], report.out_dir / "hmm.png", "window length", "nats per token", log_x=True)
+    report.figure(figure, "Sticky HMM: held-out loss against the window length, with the exact floors")
+
+    # 3. text
+    if Path(settings.text_path).is_file():
+        log(f"[{NAME}] part 3: {settings.text_path}, windows {list(settings.text_windows)}")
+        text = [report.cached(f"text_W={w}_{m}_seed={seed}", partial(text_cell, m, w, settings, seed, log))
+                for w in settings.text_windows for m in MODELS]  # fmt: skip
+        results["text"] = text
+        for cell in text:
+            cell["bits_per_char"] = cell["loss"] / math.log(2)
+        caption = (
+            f"Part 3. `{settings.text_path}`, characters ({text[0]['vocab_size']} symbols), {settings.text_steps} "
+            f"steps per model, {text[0]['val_chars']:,} held-out characters: bits per character (VMT: −ELBO / ln 2)."
+        )
+        report.table(*_sequence_table(text, "bits/char", settings.iw_samples, scale=1 / math.log(2)), caption=caption)
+        report.text(_comparison(text, "bits/char", scale=1 / math.log(2)))
+        panel = _loss_panel(text, Path(settings.text_path).name, {}, scale=1 / math.log(2))
+        figure = plot_panels([panel], report.out_dir / "text.png", "window length", "bits per character", log_x=True)
+        report.figure(figure, "Text: held-out bits per character against the window length")
+    else:
+        log(f"[{NAME}] part 3 skipped: no text file at {settings.text_path} (set text_path=...)")
+        report.text(f"Part 3 skipped: no text file at `{settings.text_path}`.")
+    report.results = results
+    return report.write()
+
+
+def _sequence_table(cells: list[dict], unit: str, iw_samples: int, scale: float = 1.0) -> tuple[list[str], list[list]]:
+    restart = "restart" in cells[0]
+    columns = ["window", "model", "parameters", f"loss ({unit})", *([f"IW K={iw_samples} ({unit})"] if iw_samples
+               else []), "KL/token (nats)", "train KL/token", *(["restart floor", "exact floor"] if restart else []),
+               "train s"]  # fmt: skip
+    rows = []
+    for cell in cells:
+        vmt = cell["model"] != "transformer"
+        iw = [cell["iw_loss"] * scale if vmt else ""] if iw_samples else []
+        rows.append([cell["window"], LABELS[cell["model"]], cell["parameters"], cell["loss"] * scale, *iw,
+                     cell["kl"] if vmt else "", cell["train_kl"] if vmt else "",
+                     *([cell["restart"], cell["exact"]] if restart else []), round(cell["seconds"])])  # fmt: skip
+    return columns, rows
+
+
+def _comparison(cells: list[dict], unit: str, scale: float = 1.0) -> str:
+    """One line per window: what the carry gains (no carry − carry) and where the VMT stands against the
+    Transformer (VMT with carry − Transformer), both in ``unit``; positive means the first one is worse."""
+    parts = []
+    for window in sorted({cell["window"] for cell in cells}):
+        loss = {cell["model"]: cell["loss"] * scale for cell in cells if cell["window"] == window}
+        parts.append(f"W={window}: carry gains {loss['vmt_no_carry'] - loss['vmt_carry']:+.4f}, VMT with carry − "
+                     f"Transformer {loss['vmt_carry'] - loss['transformer']:+.4f}")  # fmt: skip
+    return f"Differences in {unit} (−ELBO for the VMT): " + "; ".join(parts) + "."
+
+
+def _loss_panel(cells: list[dict], title: str, references: dict, scale: float = 1.0, restart: bool = False) -> Panel:
+    from markovformer.plots.experiments import Panel
+
+    curves = {}
+    for kind in MODELS:
+        mine = sorted((c for c in cells if c["model"] == kind), key=lambda c: c["window"])
+        curves[LABELS[kind]] = ([c["window"] for c in mine], [c["loss"] * scale for c in mine])
+    if restart:
+        mine = sorted((c for c in cells if c["model"] == MODELS[0]), key=lambda c: c["window"])
+        curves["restart floor"] = ([c["window"] for c in mine], [c["restart"] for c in mine])
+    return Panel(title, curves, references)
+
+
+__all__ = ["NAME", "QUICK", "SUMMARY", "VMTSettings", "evaluate_transformer", "evaluate_vmt", "run",
+           "text_documents", "train_transformer", "train_vmt", "transformer_model", "vmt_model"]  # fmt: skip

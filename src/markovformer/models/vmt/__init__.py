@@ -1,0 +1,13 @@
+"""The Variational Markov Transformer (SPEC 5): config, the model (ELBO, importance-weighted bound, generation)."""
+
+from markovformer.models.vmt.config import POSTERIORS, VMTConfig
+from markovformer.models.vmt.modeling import (
+    VariationalMarkovTransformer,
+    VMTBound,
+    VMTElbo,
+    VMTOutput,
+    reverse_within_lengths,
+)
+
+__all__ = ["POSTERIORS", "VMTBound", "VMTConfig", "VMTElbo", "VMTOutput", "VariationalMarkovTransformer",
+           "reverse_within_lengths"]  # fmt: skip

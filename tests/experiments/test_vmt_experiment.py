@@ -1,0 +1,172 @@
+"""``vmt``: the training loop walks documents window by window with the carry (Algorithm 1), the held-out bounds
+chain windows, both models score the same tokens, and a tiny run's report obeys the bounds' invariants."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from markovformer.experiments import EXPERIMENTS, vmt
+from markovformer.experiments.vmt import (
+    VMTSettings,
+    evaluate_transformer,
+    evaluate_vmt,
+    text_documents,
+    train_vmt,
+    transformer_model,
+    vmt_model,
+)
+from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = dict(latent_dim=4, d_model=16, n_layers=1, n_heads=2, hidden_dim=32, batch_size=4, kl_warmup_steps=5,
+            lg_window=8, lg_steps=10, lg_eval_every=5, lg_latent_dim=2, lg_doc_len=32, lg_train_documents=8,
+            lg_val_documents=4, hmm_windows=(4,), hmm_steps=10, hmm_doc_len=64, hmm_train_documents=8,
+            hmm_val_documents=2, text_windows=(8,), text_steps=10, text_doc_len=64, text_val_chars=256,
+            iw_samples=5)  # fmt: skip
+
+
+def reading_vmt(**changes) -> VariationalMarkovTransformer:
+    """A tiny VMT whose posterior reads its window (a fresh residual posterior equals the prior)."""
+    torch.manual_seed(0)
+    values = dict(vocab_size=64, latent_dim=3, d_model=16, n_layers=1, n_heads=2, hidden_dim=16, skip_length=2)
+    model = VariationalMarkovTransformer(VMTConfig(**{**values, **changes}))
+    with torch.no_grad():
+        for posterior in (model.posterior_init, model.posterior_step):
+            torch.nn.init.normal_(posterior.base.from_context.weight, std=0.3)
+    return model
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_training_walks_each_document_in_order_and_carries_the_state(overlap):
+    model = reading_vmt()
+    calls = []
+    forward = model.forward
+
+    def spy(**options):
+        calls.append({**options, "input_ids": options["input_ids"].clone()})
+        return forward(**options)
+
+    model.forward = spy
+    documents = torch.arange(64).repeat(5, 1)  # token = position, so a window shows where it starts
+    window, stride = 8, 4 if overlap else 8
+    train_vmt(model, documents, window=window, steps=24, batch_size=3, lr=1e-3, carry=True, overlap=overlap,
+              kl_warmup_steps=10, seed=0)  # fmt: skip
+    assert calls[0]["carry"] is None and calls[0]["kl_weight"] == pytest.approx(0.1)
+    restarts = 0
+    for before, after in zip(calls[:-1], calls[1:], strict=True):
+        assert after["carry_index"] == stride - 1
+        starts_before, starts_after = before["input_ids"][:, 0], after["input_ids"][:, 0]
+        continued = after["carry_mask"] if after["carry"] is not None else torch.zeros(3, dtype=torch.bool)
+        # a row either moves on by one stride with its carry, or starts a new document at 0 without one
+        assert torch.equal(starts_after[continued], starts_before[continued] + stride)
+        assert bool((starts_after[~continued] == 0).all()) and bool((starts_before[~continued] + stride + window
+                                                                    > 64).all())  # fmt: skip
+        restarts += int((~continued).sum())
+    assert restarts > 0
+    calls.clear()
+    train_vmt(model, documents, window=window, steps=5, batch_size=3, lr=1e-3, carry=False, overlap=overlap,
+              kl_warmup_steps=1, seed=0)  # fmt: skip
+    assert all(call["carry"] is None for call in calls)
+
+
+def test_held_out_bounds_chain_windows_only_with_the_carry():
+    model = reading_vmt().eval()
+    documents = torch.randint(0, 64, (3, 24), generator=torch.Generator().manual_seed(0))
+    changed = documents.clone()
+    changed[:, :8] = (changed[:, :8] + 5) % 64  # only the first window differs
+    for carry in (True, False):
+        first = evaluate_vmt(model, documents, window=8, carry=carry, seed=1)["window_elbo"]
+        second = evaluate_vmt(model, changed, window=8, carry=carry, seed=1)["window_elbo"]
+        assert first[0] != second[0]
+        if carry:
+            assert abs(first[1] - second[1]) > 1e-4  # window 2's bound depends on window 1 through the carry
+        else:
+            assert first[1:] == second[1:]
+    result = evaluate_vmt(model, documents, window=8, carry=True, iw_samples=(1, 50), seed=2)
+    assert result["elbo"] == pytest.approx(result["reconstruction"] - result["kl"])
+    assert result["elbo"] == pytest.approx(sum(result["window_elbo"]) / 3)  # equal windows: the mean of windows
+    assert result["iw_50"] > result["elbo"] and result["iw_50"] > result["iw_1"]
+
+
+def test_transformer_scores_every_token_after_the_first_with_the_window_before_it():
+    class Uniform(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lengths = []
+
+        def forward(self, ids):
+            self.lengths.append(ids.shape[1])
+            return SimpleNamespace(logits=torch.zeros(*ids.shape, 7))
+
+    model = Uniform()
+    loss = evaluate_transformer(model, torch.randint(0, 7, (2, 20)), window=8)
+    assert loss == pytest.approx(math.log(7))
+    assert model.lengths == [8, 9, 5]  # the first window alone, then one token of context before each
+
+
+def test_the_transformer_baseline_has_about_the_vmts_size():
+    settings = VMTSettings()
+    vmt_size = vmt_model(settings, 16, 0, vocab_size=65).num_parameters()
+    transformer = transformer_model(settings, 65, 16, vmt_size, 0)
+    assert abs(transformer.num_parameters() / vmt_size - 1) < 0.05
+    assert transformer.config.attention == "softmax" and transformer.config.n_layers == settings.transformer_layers
+
+
+def test_text_documents_split_the_file_in_order(tmp_path):
+    path = tmp_path / "text.txt"
+    path.write_text("abcdefghij" * 30)
+    train, val, vocab = text_documents(str(path), doc_len=20, val_chars=25)
+    assert vocab == 10 and train.shape == (13, 20) and val.shape == (1, 20)
+    assert train[0, :3].tolist() == [0, 1, 2] and val[0, 0].item() == 0  # 90 % of 300 = 270 = "a" again
+
+
+def test_a_tiny_run_obeys_the_bounds_invariants(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 60)
+    lines = []
+    report = vmt.run(tmp_path / "out", quick=True, seeds=(0,), overrides={**TINY, "text_path": str(text)},
+                     log=lines.append)  # fmt: skip
+    body = report.read_text()
+    assert "Part 1" in body and "Part 2" in body and "Part 3" in body
+    assert (tmp_path / "out" / "linear_gaussian.png").is_file() and (tmp_path / "out" / "hmm.png").is_file()
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    lg = results["linear_gaussian"]
+    for kind, record in lg["models"].items():
+        assert record["steps"] == [0, 5, 10]
+        for values in record["evaluations"]:
+            assert values["kl"] >= 0 and values["elbo"] == pytest.approx(values["reconstruction"] - values["kl"])
+            assert values["iw_100"] > values["elbo"]  # many paths beat one
+            assert values["iw_100"] > values["iw_1"] - 0.05
+        if kind == "true_p":  # the true generative model: every bound lies below the exact likelihood
+            assert all(values["iw_100"] < lg["exact"] + 0.05 for values in record["evaluations"])
+    for cell in results["hmm"]:
+        assert cell["restart"] >= cell["exact"] - 1e-9 and cell["loss"] > cell["exact"] - 0.05
+        if cell["model"] != "transformer":
+            assert cell["loss"] > cell["iw_loss"] - 0.02 and cell["kl"] >= 0  # −ELBO ≥ −IW
+    assert {cell["model"] for cell in results["text"]} == set(vmt.MODELS)
+    for cell in results["text"]:
+        assert cell["bits_per_char"] == pytest.approx(cell["loss"] / math.log(2))
+    lines.clear()
+    vmt.run(tmp_path / "out", quick=True, seeds=(0,), overrides={**TINY, "text_path": str(text)}, log=lines.append)
+    assert sum("done earlier" in line for line in lines) == 1 + 2 * len(vmt.MODELS)
+
+
+def test_the_text_part_is_skipped_without_a_file(tmp_path):
+    lines = []
+    overrides = {**TINY, "text_path": str(tmp_path / "missing.txt"), "lg_steps": 2, "lg_eval_every": 2,
+                 "hmm_steps": 2}  # fmt: skip
+    report = vmt.run(tmp_path, quick=True, seeds=None, overrides=overrides, log=lines.append)
+    assert any("part 3 skipped" in line for line in lines) and "Part 3 skipped" in report.read_text()
+    assert "vmt" in EXPERIMENTS
+
+
+@pytest.mark.slow
+def test_the_quick_run(tmp_path):
+    report = vmt.run(tmp_path, quick=True, seeds=None, overrides={}, log=lambda line: None)
+    assert "Part 1" in report.read_text()
