@@ -10,6 +10,7 @@ import dataclasses
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.markov_sources import HiddenOrderSource, MarkovChainSource
+from markovformer.data.state_space import LinearGaussianSource, StickyHMMSource
 from markovformer.data.synthetic_ctc import SyntheticCTCSource
 from markovformer.data.translation import SyntheticTranslationSource, TranslationFileSource
 
@@ -101,16 +102,20 @@ DATA_SOURCES: dict[str, type] = {
     "synthetic_ctc": SyntheticCTCSource,
     "translation_file": TranslationFileSource,
     "synthetic_translation": SyntheticTranslationSource,
+    "linear_gaussian": LinearGaussianSource,
+    "sticky_hmm": StickyHMMSource,
 }
 
 # The tasks each source feeds; a mismatch is a config error caught before any model is built.
 SOURCE_TASKS: dict[str, tuple[str, ...]] = {
     "markov_chain": ("causal_lm",),
     "hidden_order": ("causal_lm",),
-    "text": ("causal_lm",),
+    "text": ("causal_lm", "vmt"),  # vmt: each window of seq_len + 1 tokens is a document
     "fasta": ("sequence_classification",),
     "csv_series": ("sequence_classification", "token_classification"),
     "synthetic_ctc": ("ctc",),
     "translation_file": ("translation",),
     "synthetic_translation": ("translation",),
+    "linear_gaussian": ("vmt",),
+    "sticky_hmm": ("vmt",),
 }

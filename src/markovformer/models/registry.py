@@ -15,6 +15,7 @@ from markovformer.models.markovian_transformer import (
 )
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovLM
+from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ MODEL_FAMILIES: dict[str, ModelFamily] = {
     ),
     "scan_markov": ModelFamily(ScanMarkovConfig, {"causal_lm": ScanMarkovLM}),
     "markov_translator": ModelFamily(MarkovTranslatorConfig, {"translation": MarkovTranslator}),
+    "vmt": ModelFamily(VMTConfig, {"vmt": VariationalMarkovTransformer}),
 }
 
 

@@ -86,3 +86,90 @@ class EpochBatches(IterableDataset):
                 batch["context_length"] = lengths[position]
             yield batch
             step += 1
+
+
+def window_stride(window: int, overlap: bool) -> int:
+    """How far a document walker advances per step: a whole window, or half of one (at least 1) with overlap."""
+    return max(1, window // 2) if overlap else window
+
+
+def windows_in_document(length: int, window: int, stride: int) -> int:
+    """The number of windows [k·stride, k·stride + window) that walk a document of ``length`` tokens: up to the
+    first that reaches its end (which may be shorter than ``window``)."""
+    return 1 if length <= window else -(-(length - window) // stride) + 1
+
+
+class DocumentWindows(IterableDataset):
+    """Endless training batches of windows walked along long documents (truncated BPTT, the VMT's Algorithm 1).
+
+    ``batch_size * world_size`` lanes each walk one document, ``window`` tokens at a time, advancing by ``stride``;
+    rank r takes lanes r·batch_size onwards. At step 0 every lane takes a document and a window in it at random
+    (so that the lanes do not all reach their ends together); a lane that has walked past its document's last window
+    takes a new document, from its first window, drawn from a generator seeded by (seed, step). Each batch is
+    ``collate`` of the windows (right-padded: a document's last window may be short) plus ``carry_mask`` (B,) bool:
+    True where the row continues the lane's document from the row before, so the previous step's carry applies.
+
+    The lanes' state is replayed from step 0 to ``start()`` (integer bookkeeping only), so a resumed run sees exactly
+    the batches an uninterrupted one does.
+    """
+
+    def __init__(
+        self,
+        documents: Sequence[dict],
+        batch_size: int,
+        seed: int,
+        collate: Callable[[list[dict]], dict],
+        window: int,
+        stride: int,
+        start: Callable[[], int] = lambda: 0,
+    ) -> None:
+        super().__init__()
+        if not documents:
+            raise ValueError("the training split has no documents")
+        if not 1 <= stride <= window:
+            raise ValueError(f"stride={stride} must lie in [1, window={window}]")
+        self.key = "input_ids" if "input_ids" in documents[0] else "input_features"
+        self.documents, self.batch_size, self.seed, self.collate = documents, batch_size, seed, collate
+        self.window, self.stride, self.start = window, stride, start
+        lengths = [len(document[self.key]) for document in documents]
+        if min(lengths) == 0:
+            raise ValueError(f"training document {lengths.index(0)} is empty")
+        self.counts = [windows_in_document(length, window, stride) for length in lengths]
+
+    def _generator(self, step: int) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+
+    def _first_lanes(self, lanes: int) -> tuple[list[int], list[int]]:
+        """Step 0: each lane's document and window index."""
+        generator = self._generator(0)
+        documents = torch.randint(len(self.documents), (lanes,), generator=generator).tolist()
+        fractions = torch.rand(lanes, generator=generator).tolist()
+        return documents, [int(f * self.counts[d]) for d, f in zip(documents, fractions, strict=True)]
+
+    def _advance(self, step: int, documents: list[int], windows: list[int]) -> list[bool]:
+        """Move every lane on to ``step`` in place; returns the carry mask (the lanes that kept their document)."""
+        finished = []
+        for lane, document in enumerate(documents):
+            windows[lane] += 1
+            finished.append(windows[lane] >= self.counts[document])
+        if any(finished):
+            drawn = torch.randint(len(self.documents), (len(documents),), generator=self._generator(step)).tolist()
+            for lane in (lane for lane, done in enumerate(finished) if done):
+                documents[lane], windows[lane] = drawn[lane], 0
+        return [not done for done in finished]
+
+    def __iter__(self) -> Iterator[dict]:
+        rank, world_size = world()
+        lanes = range(rank * self.batch_size, (rank + 1) * self.batch_size)
+        documents, windows = self._first_lanes(self.batch_size * world_size)
+        carry_mask = [False] * len(documents)
+        step, first = 0, self.start()
+        while True:
+            if step >= first:
+                pieces = [self.documents[documents[lane]][self.key][windows[lane] * self.stride :][: self.window]
+                          for lane in lanes]  # fmt: skip
+                batch = self.collate([{self.key: piece} for piece in pieces])
+                batch["carry_mask"] = torch.tensor([carry_mask[lane] for lane in lanes])
+                yield batch
+            step += 1
+            carry_mask = self._advance(step, documents, windows)

@@ -35,6 +35,9 @@ class TaskMetrics(nn.Module):
     ``context_lengths`` (causal LM with a markov window): every batch is scored once per n, ``update`` is told
     which, and ``loss`` is the mean over n of each n's token-weighted loss (``loss_n<n>``): the cross-entropy of an
     equal mixture of the n-gram predictions, since every n is scored on the same tokens.
+
+    Task vmt: ``update_documents`` adds windows' bounds; per token, in nats: ``elbo``, ``reconstruction``, ``kl``,
+    ``iw_bound`` (log-likelihood bounds, higher is better), ``loss`` = −ELBO and ``bits_per_token`` = loss / ln 2.
     """
 
     def __init__(
@@ -63,9 +66,13 @@ class TaskMetrics(nn.Module):
             self.auroc = MulticlassAUROC(num_labels, average="macro")
         if task == "ctc":
             self.wer = WordErrorRate()
+        if task == "vmt":
+            self.bounds = nn.ModuleDict({name: MeanMetric() for name in ("elbo", "reconstruction", "kl", "iw_bound")})
 
     def update(self, output, batch: dict, context_length: int | None = None) -> None:
         """Add one batch's model output; with context lengths, ``context_length`` says which n produced it."""
+        if self.task == "vmt":
+            raise ValueError("VMT metrics add whole documents' bounds: use update_documents")
         labels = batch["labels"]
         expected = context_length in self.context_lengths if self.context_lengths else context_length is None
         if not expected:
@@ -97,6 +104,15 @@ class TaskMetrics(nn.Module):
                 references.append(words if words.strip() else "<empty>")  # an empty reference has no words to score
             self.wer.update(hypotheses, references)
 
+    def update_documents(self, elbo, bound=None) -> None:
+        """Add one batch of VMT windows: ``elbo`` a ``VMTElbo``, ``bound`` a ``VMTBound`` of the same windows (or
+        None); each weighted by the windows' real tokens."""
+        tokens = elbo.num_tokens
+        for name in ("elbo", "reconstruction", "kl"):
+            self.bounds[name].update(getattr(elbo, name).detach(), weight=tokens)
+        if bound is not None:
+            self.bounds["iw_bound"].update(bound.per_token.detach(), weight=tokens)
+
     def update_translations(self, generated: Tensor, labels: Tensor) -> None:
         """Add decoded translations (B, L) and their references (the labels ``y <eos>``, -100 padded) for BLEU."""
         from markovformer.data.translation import PAD_TOKEN_ID, decode_generated
@@ -105,6 +121,13 @@ class TaskMetrics(nn.Module):
         self.references += decode_generated(self.tokenizer, labels.masked_fill(labels == -100, PAD_TOKEN_ID))
 
     def compute(self) -> dict[str, float]:
+        if self.task == "vmt":
+            elbo = float(self.bounds["elbo"].compute())
+            results = {"loss": -elbo, "bits_per_token": -elbo / math.log(2), "elbo": elbo}
+            for name in ("reconstruction", "kl", "iw_bound"):
+                if self.bounds[name].update_count:
+                    results[name] = float(self.bounds[name].compute())
+            return results
         by_context = {f"loss_n{n}": float(m.compute()) for n, m in zip(self.context_lengths, self.loss_by_context,
                                                                         strict=True)}  # fmt: skip
         loss = sum(by_context.values()) / len(by_context) if by_context else float(self.loss.compute())

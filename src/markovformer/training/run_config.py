@@ -2,7 +2,7 @@
 
 A run config has four sections and two scalars::
 
-    task: causal_lm            # causal_lm | sequence_classification | token_classification | ctc | translation
+    task: causal_lm            # causal_lm | sequence_classification | token_classification | ctc | translation | vmt
     output_dir: runs/example
     model:   {...}             # the model config's fields (input sizes are filled in from the data)
     data:    {source: ..., ...}  # a data source from markovformer.data.sources and its options
@@ -21,7 +21,7 @@ from typing import Any
 
 from markovformer.models.config_base import suggest
 
-TASKS = ("causal_lm", "sequence_classification", "token_classification", "ctc", "translation")
+TASKS = ("causal_lm", "sequence_classification", "token_classification", "ctc", "translation", "vmt")
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
 
 
@@ -58,6 +58,12 @@ class TrainerConfig:
     # (a function of seed and step); validation scores every n and reports their mean as the loss. () = the model's.
     context_lengths: tuple[int, ...] = ()
     label_smoothing: float = 0.0  # on the training loss only; validation reports plain cross-entropy
+    # task vmt (windows walked along documents, truncated BPTT): the KL weight rises linearly to 1 over this many
+    # steps; carry the last latent from window to window (false: every window starts from P(x_1)); training windows
+    # advance by half a window instead of a whole one (validation always walks consecutive windows).
+    kl_warmup_steps: int = 0
+    carry: bool = True
+    window_overlap: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "batch_size", "eval_every", "checkpoint_every", "log_every", "eval_batch_size",
@@ -74,6 +80,8 @@ class TrainerConfig:
             raise ConfigError(f"trainer.precision={self.precision!r} must be one of {PRECISIONS}")
         if self.warmup_steps < 0 or self.num_workers < 0:
             raise ConfigError("trainer.warmup_steps and trainer.num_workers must be >= 0")
+        if self.kl_warmup_steps < 0:
+            raise ConfigError(f"trainer.kl_warmup_steps={self.kl_warmup_steps!r} must be >= 0")
         if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.context_lengths):
             raise ConfigError(f"trainer.context_lengths={list(self.context_lengths)!r} must be positive integers")
         if len(set(self.context_lengths)) != len(self.context_lengths):

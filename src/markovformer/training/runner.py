@@ -31,7 +31,7 @@ from markovformer.data.bundle import DataBundle
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
 from markovformer.models.registry import MODEL_FAMILIES, head_class
 from markovformer.ops.lags import prediction_lags
-from markovformer.training.batches import EpochBatches
+from markovformer.training.batches import DocumentWindows, EpochBatches, window_stride
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
 from markovformer.training.environment import environment_record
 from markovformer.training.metrics import TaskMetrics
@@ -43,7 +43,7 @@ from markovformer.training.run_config import (
     resolve_run_config,
     suggest,
 )
-from markovformer.training.task import SequenceTask, model_inputs, score_batch
+from markovformer.training.task import IW_SAMPLES, DocumentWalk, SequenceTask, model_inputs, score_batch
 
 RESOLVED_CONFIG = "config.yaml"
 LAST_CHECKPOINT = "last.ckpt"
@@ -99,11 +99,27 @@ def check_context_coverage(config: RunConfig, bundle: DataBundle) -> None:
                           f">= {longest}")  # fmt: skip
 
 
-def _loaders(config: RunConfig, bundle: DataBundle, trainer: L.Trainer) -> tuple[DataLoader, DataLoader]:
+def check_whole_documents(config: RunConfig, bundle: DataBundle) -> None:
+    """ConfigError when a VMT run's documents overlap (text windows with ``data.overlap``): the VMT reads each
+    example as a document of its own, so overlapping ones would score tokens twice."""
+    if config.task == "vmt" and bundle.splits.get("overlap"):
+        raise ConfigError(f"data.overlap={bundle.splits['overlap']} makes the text's windows overlap, but task=vmt "
+                          f"reads each window as a document of its own; set data.overlap=0")  # fmt: skip
+
+
+def _loaders(
+    config: RunConfig, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.Module
+) -> tuple[DataLoader, DataLoader]:
     tc = config.trainer
-    lengths = None if bundle.lengths is None else bundle.lengths(bundle.train)
-    stream = EpochBatches(bundle.train, tc.batch_size, tc.seed, bundle.collate, start=lambda: trainer.global_step,
-                          context_lengths=tc.context_lengths, lengths=lengths)  # fmt: skip
+    if config.task == "vmt":
+        window = model.config.window
+        stride = window_stride(window, tc.window_overlap)
+        stream = DocumentWindows(bundle.train, tc.batch_size, tc.seed, bundle.collate, window, stride,
+                                 start=lambda: trainer.global_step)  # fmt: skip
+    else:
+        lengths = None if bundle.lengths is None else bundle.lengths(bundle.train)
+        stream = EpochBatches(bundle.train, tc.batch_size, tc.seed, bundle.collate, start=lambda: trainer.global_step,
+                              context_lengths=tc.context_lengths, lengths=lengths)  # fmt: skip
     # Own generators: a DataLoader draws its base seed from the global RNG at every new iterator, which would shift
     # the dropout stream between an uninterrupted run and a resumed one.
     train = DataLoader(stream, batch_size=None, num_workers=tc.num_workers, generator=torch.Generator())
@@ -191,6 +207,7 @@ def train(config: RunConfig, resume: bool = False) -> dict:
     L.seed_everything(config.trainer.seed, workers=True, verbose=False)
     bundle = build_data(config)
     check_context_coverage(config, bundle)
+    check_whole_documents(config, bundle)
     model = build_model(config, bundle.info)
     if not resume and (run_dir / "checkpoints").exists():
         raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with --resume {run_dir} "
@@ -237,7 +254,7 @@ def train(config: RunConfig, resume: bool = False) -> dict:
         if not resume:
             _write_run_files(run_dir, config, bundle)
         describe_run(config, bundle, model)
-    train_loader, val_loader = _loaders(config, bundle, trainer)
+    train_loader, val_loader = _loaders(config, bundle, trainer, model)
     ckpt_path = None
     if resume:
         for stale in last.parent.glob(".*.tmp"):  # a write cut short by a kill; the checkpoints beside it are whole
@@ -281,7 +298,7 @@ def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) 
     sizes = ", ".join(f"{s} {len(getattr(bundle, s)):,}" for s in ("train", "val", "test"))
     print(f"data: {config.data['source']} ({sizes} examples)", flush=True)
     reference = bundle.info.get("reference", {})
-    if "entropy_rate" in reference:
+    if "unigram_entropy" in reference:
         lags = tuple(bundle.info.get("true_lags", ()))
         print(
             f"  true lags {lags} (attention lags {prediction_lags(lags)} from the predicting position; lag 0 is the "
@@ -297,12 +314,20 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle) ->
     shown = "  ".join(f"{k} {v:.4f}" for k, v in results["val"].items())
     print(f"\nfinal validation: {shown}")
     reference = results["reference"]
-    if "entropy_rate" in reference and "loss" in results["val"]:
+    if "oracle_val_loss" in reference and "loss" in results["val"]:
         rate, excess = reference["entropy_rate"], 100 * (results["val"]["loss"] / reference["entropy_rate"] - 1)
         print(
             f"  vs entropy rate {rate:.4f} ({excess:+.2f}%); the true chain scores "
             f"{reference['oracle_val_loss']:.4f} on the same validation sequences"
         )
+    exact = document_log_likelihood(reference, "val")
+    if exact is not None and "elbo" in results["val"]:
+        bounds = [f"ELBO {results['val']['elbo'] - exact:+.4f}"]
+        if "iw_bound" in results["val"]:
+            bounds.append(f"importance-weighted bound (K = {IW_SAMPLES}) "
+                          f"{results['val']['iw_bound'] - exact:+.4f}")  # fmt: skip
+        print(f"  vs the exact log-likelihood of the validation documents {exact:.4f} nats/token: "
+              f"{', '.join(bounds)}")  # fmt: skip
     if not hasattr(model, "transition_strengths") or not model.transition_strengths():
         return
     batch = bundle.collate(bundle.val[: min(len(bundle.val), 64)])
@@ -323,6 +348,14 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle) ->
                 row = " ".join(f"{v:6.3f}" for v in values[head].tolist())
                 extra = "" if mean_gate is None else "   | " + " ".join(f"{v:5.3f}" for v in mean_gate[head].tolist())
                 print(f"  head {head}: {row}{extra}")
+
+
+def document_log_likelihood(reference: dict, split: str) -> float | None:
+    """The exact log-likelihood per token of a split's documents, when the data gives it (state-space sources)."""
+    for unit in ("token", "step"):
+        if f"{split}_log_likelihood_per_{unit}" in reference:
+            return reference[f"{split}_log_likelihood_per_{unit}"]
+    return None
 
 
 def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
@@ -375,12 +408,14 @@ def check_same_tokenizer(run_dir: Path, bundle: DataBundle) -> None:
 
 def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1) -> dict:
     """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options).
-    Translation runs are decoded with beam search of ``beam_size`` (1 = greedy) for BLEU."""
+    Translation runs are decoded with beam search of ``beam_size`` (1 = greedy) for BLEU. VMT runs walk the split's
+    documents as validation does, and the result carries the documents' exact log-likelihood when the data has it."""
     config, model, run_dir = load_run(target)
     if data_overrides:
         config = dataclasses.replace(config, data={**config.data, **data_overrides})
     bundle = build_data(config)
     check_context_coverage(config, bundle)
+    check_whole_documents(config, bundle)
     check_same_tokenizer(run_dir, bundle)
     if split not in ("train", "val", "test"):
         raise ConfigError(f"split={split!r} must be train, val or test")
@@ -389,11 +424,15 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
                           tokenizer=bundle.tokenizer)  # fmt: skip
     model.eval()
     loader = DataLoader(getattr(bundle, split), batch_size=config.trainer.eval_batch_size, collate_fn=bundle.collate)
+    documents = DocumentWalk(config.trainer.carry) if config.task == "vmt" else None
     with torch.no_grad():
         for batch in loader:
-            score_batch(model, batch, metrics, context_lengths, beam_size)
-    results = metrics.compute()
-    return {"split": split, "run_dir": str(run_dir), "metrics": results}
+            score_batch(model, batch, metrics, context_lengths, beam_size, documents)
+    results = {"split": split, "run_dir": str(run_dir), "metrics": metrics.compute()}
+    exact = document_log_likelihood(bundle.info.get("reference", {}), split)
+    if exact is not None:
+        results["exact_log_likelihood_per_token"] = exact
+    return results
 
 
 __all__ = ["build_data", "build_model", "evaluate", "load_run", "resume", "train"]

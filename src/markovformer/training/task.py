@@ -9,12 +9,14 @@ from collections.abc import Iterator
 import lightning as L
 import torch
 
+from markovformer.training.batches import window_stride, world
 from markovformer.training.metrics import TaskMetrics
 from markovformer.training.optim import build_optimizer, lr_multiplier
 from markovformer.training.run_config import ConfigError, TrainerConfig
 
 MODEL_INPUTS = ("input_ids", "input_features", "attention_mask", "labels", "context_length",
                 "src_ids", "src_mask", "tgt_ids", "tgt_mask")  # fmt: skip
+IW_SAMPLES = 10  # K of the importance-weighted bound that VMT validation and evaluation report
 
 
 def model_inputs(batch: dict) -> dict:
@@ -24,13 +26,19 @@ def model_inputs(batch: dict) -> dict:
 
 
 def check_trainer_options(model: torch.nn.Module, config: TrainerConfig) -> None:
-    """ConfigError unless the model takes what ``trainer.context_lengths`` and ``trainer.label_smoothing`` pass to it
-    (a ``context_length`` / ``label_smoothing`` forward argument) and accepts every listed n."""
+    """ConfigError unless the model takes what the trainer options pass to it: ``trainer.context_lengths`` and
+    ``trainer.label_smoothing`` (a ``context_length`` / ``label_smoothing`` forward argument, every listed n
+    accepted), and, set away from their defaults, ``trainer.kl_warmup_steps`` (``kl_weight``), ``trainer.carry``
+    (``carry``) and ``trainer.window_overlap`` (``carry_index``)."""
     accepted = inspect.signature(model.forward).parameters
-    for key, used in (("context_length", bool(config.context_lengths)), ("label_smoothing", config.label_smoothing)):
-        if used and key not in accepted:
-            raise ConfigError(f"trainer.{key}{'s' if key == 'context_length' else ''} is set but "
-                              f"{type(model).__name__} takes no {key} argument")  # fmt: skip
+    options = (("context_lengths", "context_length", bool(config.context_lengths)),
+               ("label_smoothing", "label_smoothing", config.label_smoothing),
+               ("kl_warmup_steps", "kl_weight", config.kl_warmup_steps),
+               ("carry", "carry", not config.carry),
+               ("window_overlap", "carry_index", config.window_overlap))  # fmt: skip
+    for key, argument, used in options:
+        if used and argument not in accepted:
+            raise ConfigError(f"trainer.{key} is set but {type(model).__name__} takes no {argument} argument")
     window_size = getattr(model, "window_size", None)
     for n in config.context_lengths if window_size is not None else ():
         try:
@@ -48,11 +56,79 @@ def scored_outputs(model: torch.nn.Module, batch: dict, context_lengths: tuple[i
         yield n, model(**inputs, context_length=n)
 
 
+def kl_weight(step: int, warmup_steps: int) -> float:
+    """The KL weight of the ``step``-th optimiser step (1-based): rising linearly to 1 over ``warmup_steps``."""
+    return 1.0 if warmup_steps == 0 else min(1.0, step / warmup_steps)
+
+
+def document_inputs(batch: dict) -> dict:
+    """The observations of a batch of windows or documents: ``input_ids`` or ``input_features``, ``attention_mask``."""
+    return {key: batch[key] for key in ("input_ids", "input_features", "attention_mask") if key in batch}
+
+
+class DocumentWalk:
+    """The VMT's evaluation pass over whole documents; one per pass over a split (its noise restarts with it).
+
+    Each batch of documents is walked in order in consecutive windows of ``model.config.window`` tokens (never
+    overlapping: every token is scored once), the latent carried from window to window when ``carry`` (else every
+    window starts from P(x_1)). Added per window: the ELBO (one posterior path, carrying the path's latent) and the
+    importance-weighted bound with K = ``iw_samples`` (carrying a latent resampled by weight), each chained bound
+    summing to a bound on the documents' log-likelihood. Noise comes from two generators of its own seeded by
+    ``seed``, so validation never moves the training's random stream and a rerun gives the same numbers.
+    """
+
+    def __init__(self, carry: bool = True, iw_samples: int = IW_SAMPLES, seed: int = 0) -> None:
+        self.carry, self.iw_samples, self.seed = carry, iw_samples, seed
+        self.generators: tuple[torch.Generator, torch.Generator] | None = None
+
+    def __call__(self, model: torch.nn.Module, batch: dict, metrics: TaskMetrics) -> None:
+        inputs = document_inputs(batch)
+        y = inputs.get("input_ids", inputs.get("input_features"))
+        mask = inputs.get("attention_mask")
+        mask = torch.ones(y.shape[:2], dtype=torch.long, device=y.device) if mask is None else mask
+        if self.generators is None:
+            self.generators = tuple(torch.Generator(device=y.device).manual_seed(self.seed + i) for i in (0, 1))
+        elbo_noise, iw_noise = self.generators
+        lengths, window = mask.long().sum(-1), model.config.window
+        state = iw_state = None
+        for start in range(0, int(lengths.max()), window):
+            rows = (lengths > start).nonzero().squeeze(-1)  # the documents that reach this window
+            piece, piece_mask = y[rows, start : start + window], mask[rows, start : start + window]
+            carried = None if state is None else state[rows]
+            result = model.elbo(piece, piece_mask, carry=carried, generator=elbo_noise)
+            bound = None
+            if self.iw_samples:
+                carried = None if iw_state is None else iw_state[rows]
+                bound = model.iw_bound(piece, self.iw_samples, piece_mask, carry=carried, generator=iw_noise)
+            metrics.update_documents(result, bound)
+            if self.carry:
+                state = _scatter_rows(state, rows, result.carry, len(y))
+                iw_state = None if bound is None else _scatter_rows(iw_state, rows, bound.carry, len(y))
+
+
+def _scatter_rows(state: torch.Tensor | None, rows: torch.Tensor, values: torch.Tensor, batch: int) -> torch.Tensor:
+    """``state`` (batch, D) (zeros when None) with ``rows`` set to ``values``."""
+    state = values.new_zeros(batch, values.shape[-1]) if state is None else state.clone()
+    state[rows] = values
+    return state
+
+
 def score_batch(
-    model: torch.nn.Module, batch: dict, metrics: TaskMetrics, context_lengths: tuple[int, ...] = (), beam_size: int = 1
+    model: torch.nn.Module,
+    batch: dict,
+    metrics: TaskMetrics,
+    context_lengths: tuple[int, ...] = (),
+    beam_size: int = 1,
+    documents: DocumentWalk | None = None,
 ) -> None:
     """Add one batch to ``metrics``: the one evaluation pass that validation and ``runner.evaluate`` share. For
-    translation it also decodes the sources (greedy, or beam search) and adds the translations for BLEU."""
+    translation it also decodes the sources (greedy, or beam search) and adds the translations for BLEU; for the
+    VMT the batch holds whole documents, walked by ``documents``."""
+    if metrics.task == "vmt":
+        if documents is None:
+            raise ValueError("scoring VMT documents needs a DocumentWalk")
+        documents(model, batch, metrics)
+        return
     for n, output in scored_outputs(model, batch, context_lengths):
         metrics.update(output, batch, n)
     if metrics.task == "translation":
@@ -66,6 +142,11 @@ class SequenceTask(L.LightningModule):
     """Trains ``model`` (a head returning ``.loss``) and reports ``val/<metric>`` for its task.
 
     The RNG state is saved in checkpoints so that a resumed run draws the same dropout masks as an uninterrupted one.
+
+    Task vmt: training batches are windows walked along documents (``DocumentWindows``); the last step's
+    ``output.carry`` is passed to the next step for the rows that continue their document (``carry_mask``), with
+    ``carry_index`` the last position before the next window starts, and saved in checkpoints so that a resumed run
+    carries it on. Validation walks whole documents (``DocumentWalk``).
     """
 
     def __init__(
@@ -78,18 +159,37 @@ class SequenceTask(L.LightningModule):
                                        trainer_config.context_lengths, tokenizer=tokenizer)  # fmt: skip
         smoothing = trainer_config.label_smoothing
         self.train_options = {"label_smoothing": smoothing} if smoothing else {}  # training only: never in validation
+        self.carry: torch.Tensor | None = None  # vmt: the last training step's carry (B, latent_dim)
+        self.documents: DocumentWalk | None = None
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        if self.task == "vmt":
+            return self._document_training_step(batch)
         output = self.model(**model_inputs(batch), **self.train_options)
         self.log("train/loss", output.loss.detach(), prog_bar=True, batch_size=len(batch["labels"]))
         regularization = getattr(self.model, "regularization_loss", None)  # a model's own extra terms, if it has any
         return output.loss if regularization is None else output.loss + regularization()
 
+    def _document_training_step(self, batch: dict) -> torch.Tensor:
+        continues = batch["carry_mask"]
+        carried = {}
+        if self.carry is not None and bool(continues.any()):
+            carried = {"carry": self.carry.to(continues.device), "carry_mask": continues}
+        stride = window_stride(self.model.config.window, self.config.window_overlap)
+        output = self.model(**document_inputs(batch), **carried, carry_index=stride - 1,
+                            kl_weight=kl_weight(self.global_step + 1, self.config.kl_warmup_steps))  # fmt: skip
+        self.carry = output.carry if self.config.carry else None
+        rows = len(continues)
+        for name in ("loss", "elbo", "reconstruction", "kl"):
+            self.log(f"train/{name}", getattr(output, name).detach(), prog_bar=name == "loss", batch_size=rows)
+        return output.loss
+
     def on_validation_epoch_start(self) -> None:
         self.val_metrics.reset()
+        self.documents = DocumentWalk(self.config.carry) if self.task == "vmt" else None
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        score_batch(self.model, batch, self.val_metrics, self.config.context_lengths)
+        score_batch(self.model, batch, self.val_metrics, self.config.context_lengths, documents=self.documents)
 
     def on_validation_epoch_end(self) -> None:
         for name, value in self.val_metrics.compute().items():
@@ -106,7 +206,15 @@ class SequenceTask(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["torch_rng_state"] = torch.get_rng_state()
+        if self.task == "vmt":  # every process's lanes, in rank order (every process runs this hook)
+            carry = self.carry if self.carry is None or world()[1] == 1 else self.all_gather(self.carry).flatten(0, 1)
+            checkpoint["vmt_carry"] = None if carry is None else carry.detach().cpu()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "torch_rng_state" in checkpoint:
             torch.set_rng_state(checkpoint["torch_rng_state"])
+        carry = checkpoint.get("vmt_carry")
+        if carry is not None:
+            rank, world_size = world()
+            lanes = len(carry) // world_size
+            self.carry = carry[rank * lanes : (rank + 1) * lanes]

@@ -1,0 +1,277 @@
+"""The engine's vmt task: windows walked along documents as a function of (seed, step), the carry handed from one
+training step to the next (and through a checkpoint), KL warm-up, validation as the ELBO of whole documents walked
+window by window, and trainer options refused by models that cannot take them."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+from markovformer.data.collate import collate
+from markovformer.data.state_space import StickyHMMSource
+from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
+from markovformer.training.batches import DocumentWindows, window_stride, windows_in_document
+from markovformer.training.checkpoint import load_checkpoint_file
+from markovformer.training.metrics import TaskMetrics
+from markovformer.training.run_config import ConfigError, TrainerConfig, resolve_run_config
+from markovformer.training.runner import build_data, check_whole_documents, evaluate, train
+from markovformer.training.task import DocumentWalk, SequenceTask, check_trainer_options, kl_weight, score_batch
+
+TINY_VMT = {
+    "task": "vmt",
+    "model_type": "vmt",
+    "model": {"latent_dim": 4, "d_model": 16, "n_layers": 1, "n_heads": 2, "hidden_dim": 16, "window": 4,
+              "skip_length": 3},
+    "data": {"source": "sticky_hmm", "num_states": 3, "num_symbols": 6, "doc_len": 18, "train_documents": 12,
+             "val_documents": 3, "test_documents": 3},
+    "trainer": {"max_steps": 9, "batch_size": 3, "warmup_steps": 2, "eval_every": 9, "checkpoint_every": 9,
+                "log_every": 3, "eval_batch_size": 2, "kl_warmup_steps": 4, "seed": 5},
+}  # fmt: skip
+
+
+def tiny_vmt(**changes) -> dict:
+    values = json.loads(json.dumps(TINY_VMT))
+    for dotted, value in changes.items():
+        section, key = dotted.split("__")
+        values[section][key] = value
+    return values
+
+
+# --------------------------------------------------------------------------------------------- the stream
+
+
+def _numbered_documents(lengths: list[int]) -> list[dict]:
+    """Document d holds ids 100·d + position, so a window says where it was cut from."""
+    return [{"input_ids": 100 * d + torch.arange(length)} for d, length in enumerate(lengths)]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_document_windows_walk_each_document_in_order_and_resume_exactly(overlap):
+    lengths, window, lanes = [37, 8, 50, 3, 64, 21], 8, 3
+    stride = window_stride(window, overlap)
+    documents = _numbered_documents(lengths)
+
+    def stream(start: int, count: int, seed: int = 1) -> list[dict]:
+        iterator = iter(DocumentWindows(documents, lanes, seed, collate, window, stride, start=lambda: start))
+        return [next(iterator) for _ in range(count)]
+
+    steps = stream(0, 200)
+    previous: list[tuple[int, int] | None] = [None] * lanes
+    taken = [0] * lanes  # windows taken in the lane's current document (None: it joined that document midway)
+    walked = torch.zeros(len(lengths), dtype=torch.long)  # documents walked to their end from their first window
+    for batch in steps:
+        assert set(batch) == {"input_ids", "attention_mask", "carry_mask"}
+        for lane in range(lanes):
+            ids = batch["input_ids"][lane][batch["attention_mask"][lane].bool()]
+            document, start = int(ids[0]) // 100, int(ids[0]) % 100
+            expected = torch.arange(start, min(start + window, lengths[document])) + 100 * document
+            assert torch.equal(ids, expected)  # one contiguous window, cut short only by the document's end
+            continues = bool(batch["carry_mask"][lane])
+            if previous[lane] is None:  # step 0: a random window, nothing to carry
+                assert not continues and start % stride == 0
+                taken[lane] = None
+            else:
+                last_document, last_start = previous[lane]
+                ended = last_start + window >= lengths[last_document]
+                assert continues == (not ended)
+                if continues:
+                    assert (document, start) == (last_document, last_start + stride)
+                else:  # a new document, from its beginning
+                    assert start == 0
+                    if taken[lane] is not None:
+                        assert taken[lane] == windows_in_document(lengths[last_document], window, stride)
+                        walked[last_document] += 1
+                    taken[lane] = 0
+            if taken[lane] is not None:
+                taken[lane] += 1
+            previous[lane] = (document, start)
+    assert bool((walked > 0).all())  # every document was drawn and walked through
+    assert windows_in_document(37, window, stride) == (5 if not overlap else 9)  # the last one short: 32..36
+    for start in (1, 57, 199):  # a resumed stream continues the same sequence
+        count = min(5, len(steps) - start)
+        for later, batch in zip(stream(start, count), steps[start : start + count], strict=True):
+            for key in batch:
+                assert torch.equal(later[key], batch[key]), (start, key)
+    other_seed = stream(0, 20, seed=2)
+    assert any(not torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(other_seed, steps[:20], strict=True))
+
+
+# ------------------------------------------------------------------------------------- training steps
+
+
+@pytest.fixture
+def recorded_forwards(monkeypatch):
+    """Every VMT forward call during a run: its keyword arguments and output."""
+    calls = []
+    original = VariationalMarkovTransformer.forward
+
+    @functools.wraps(original)
+    def recording(self, **kwargs):
+        output = original(self, **kwargs)
+        calls.append((kwargs, output))
+        return output
+
+    monkeypatch.setattr(VariationalMarkovTransformer, "forward", recording)
+    return calls
+
+
+@pytest.mark.parametrize("changes", [{}, {"trainer__window_overlap": True}, {"trainer__carry": False}],
+                         ids=["carry", "overlap", "no_carry"])  # fmt: skip
+def test_each_step_gets_the_previous_steps_carry_and_the_warming_kl_weight(changes, recorded_forwards, tmp_path):
+    values = tiny_vmt(**changes)
+    values["output_dir"] = str(tmp_path / "run")
+    config = resolve_run_config(values)
+    train(config)
+    tc = config.trainer
+    stride = window_stride(config.model["window"], tc.window_overlap)
+    bundle = build_data(config)
+    stream = iter(DocumentWindows(bundle.train, tc.batch_size, tc.seed, collate, config.model["window"], stride))
+    assert len(recorded_forwards) == tc.max_steps  # training only: validation walks with elbo / iw_bound
+    continued = 0
+    for step, (kwargs, _) in enumerate(recorded_forwards):
+        batch = next(stream)
+        assert torch.equal(kwargs["input_ids"], batch["input_ids"])
+        assert kwargs["kl_weight"] == pytest.approx(min(1.0, (step + 1) / tc.kl_warmup_steps))
+        assert kwargs["carry_index"] == stride - 1
+        if not tc.carry or step == 0 or not bool(batch["carry_mask"].any()):
+            assert kwargs.get("carry") is None and kwargs.get("carry_mask") is None
+            continue
+        continued += 1
+        assert torch.equal(kwargs["carry_mask"], batch["carry_mask"])  # rows starting a document use no carry
+        assert torch.equal(kwargs["carry"], recorded_forwards[step - 1][1].carry)
+    assert continued > 0 if tc.carry else continued == 0
+    assert (kl_weight(1, 0), kl_weight(2, 4), kl_weight(9, 4)) == (1.0, 0.5, 1.0)
+
+
+# --------------------------------------------------------------------------------------------- validation
+
+
+def _walk_by_hand(model, documents: torch.Tensor, window: int, carry: bool, generator) -> dict:
+    totals = {"elbo": 0.0, "reconstruction": 0.0, "kl": 0.0}
+    state = None
+    for start in range(0, documents.shape[1], window):
+        result = model.elbo(documents[:, start : start + window], carry=state, generator=generator)
+        for name in totals:
+            totals[name] += float(getattr(result, name)) * result.num_tokens
+        state = result.carry if carry else None
+    return totals
+
+
+@pytest.mark.parametrize("carry", [True, False])
+def test_validation_is_the_elbo_of_the_documents_walked_window_by_window(carry):
+    """-ELBO per token of the whole documents: consecutive windows (the last one short), the carry chained, batches
+    of documents scored in turn with one noise stream."""
+    torch.manual_seed(0)
+    # residual_posterior off: Q differs from P from the start, so there is a KL to count
+    config = VMTConfig(vocab_size=6, latent_dim=4, d_model=16, n_layers=1, n_heads=2, hidden_dim=16, window=8,
+                       skip_length=3, residual_posterior=False)  # fmt: skip
+    model = VariationalMarkovTransformer(config).eval()
+    documents = StickyHMMSource(num_states=3, num_symbols=6, doc_len=21, val_documents=5).build(seed=0).val
+    metrics = TaskMetrics("vmt")
+    walk = DocumentWalk(carry=carry)
+    with torch.no_grad():
+        for first in (0, 3):  # two batches: 3 documents, then 2
+            score_batch(model, collate(documents[first : first + 3]), metrics, documents=walk)
+        measured = metrics.compute()
+        generator = torch.Generator().manual_seed(0)
+        stacked = torch.stack([document["input_ids"] for document in documents])
+        totals = [_walk_by_hand(model, stacked[rows], 8, carry, generator) for rows in (slice(0, 3), slice(3, 5))]
+    tokens = stacked.numel()
+    for name in ("elbo", "reconstruction", "kl"):
+        assert measured[name] == pytest.approx(sum(t[name] for t in totals) / tokens, rel=1e-5)
+    assert measured["loss"] == pytest.approx(-measured["elbo"])
+    assert measured["bits_per_token"] == pytest.approx(-measured["elbo"] / torch.log(torch.tensor(2.0)).item())
+    assert measured["iw_bound"] > measured["elbo"] - 0.05  # K = 10 paths: tighter, up to Monte-Carlo noise
+    assert measured["kl"] > 0
+
+
+def test_a_killed_vmt_run_resumes_with_its_carry_to_the_same_final_metrics(tmp_path):
+    values = tiny_vmt(
+        model__d_model=32, model__hidden_dim=32, model__window=6, data__doc_len=30, data__train_documents=32,
+        trainer__max_steps=40, trainer__batch_size=8, trainer__eval_every=20, trainer__checkpoint_every=10,
+    )  # fmt: skip
+    config_path = tmp_path / "vmt.yaml"
+    config_path.write_text(yaml.safe_dump(values))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+    def command(*args: str) -> list[str]:
+        return [sys.executable, "-m", "markovformer", *args]
+
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    done = subprocess.run(command("train", str(config_path), f"output_dir={whole}"), capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "exact log-likelihood" in done.stdout  # the data's reference, printed beside the bounds
+
+    process = subprocess.Popen(command("train", str(config_path), f"output_dir={killed}"), env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.time() + 240
+    while not (killed / "checkpoints" / "step-000020.ckpt").exists():
+        assert process.poll() is None, process.stderr.read().decode()
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed / "metrics.json").exists()  # it really died before the end
+    saved = load_checkpoint_file(killed / "checkpoints" / "last.ckpt")
+    assert saved["vmt_carry"].shape == (8, 4)  # the lanes' carry travels with the checkpoint
+
+    resumed = subprocess.run(command("train", "--resume", str(killed)), capture_output=True, text=True, env=env,
+                             timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from" in resumed.stdout
+    final = {name: json.loads((run / "metrics.json").read_text())["val"] for name, run in
+             (("whole", whole), ("killed", killed))}  # fmt: skip
+    assert set(final["whole"]) == {"loss", "bits_per_token", "elbo", "reconstruction", "kl", "iw_bound"}
+    for name, value in final["whole"].items():
+        assert final["killed"][name] == pytest.approx(value, rel=1e-6), name
+    # eval walks the documents as validation did, and gives the exact reference beside them
+    measured = evaluate(whole)
+    for name, value in final["whole"].items():
+        assert measured["metrics"][name] == pytest.approx(value, rel=1e-6), name
+    reference = json.loads((whole / "metrics.json").read_text())["reference"]
+    assert measured["exact_log_likelihood_per_token"] == reference["val_log_likelihood_per_token"]
+    assert evaluate(whole, split="test")["exact_log_likelihood_per_token"] == reference["test_log_likelihood_per_token"]
+
+
+# ------------------------------------------------------------------------------------------------ options
+
+
+def test_trainer_options_are_refused_by_models_that_cannot_take_them(tmp_path):
+    causal = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=6, d_model=16, n_layers=1,
+                                                                        n_heads=2))  # fmt: skip
+    vmt = VariationalMarkovTransformer(VMTConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2))
+    for option, value in (("kl_warmup_steps", 10), ("carry", False), ("window_overlap", True)):
+        with pytest.raises(ConfigError, match=f"trainer.{option} is set but"):
+            check_trainer_options(causal, TrainerConfig(**{option: value}))
+        check_trainer_options(vmt, TrainerConfig(**{option: value}))
+    for option, value in (("label_smoothing", 0.1), ("context_lengths", (2,))):
+        with pytest.raises(ConfigError, match=f"trainer.{option} is set but"):
+            SequenceTask(vmt, "vmt", TrainerConfig(**{option: value}), {})
+    with pytest.raises(ConfigError, match="trainer.kl_warmup_steps=-1"):
+        TrainerConfig(kl_warmup_steps=-1)
+    with pytest.raises(ConfigError, match="trainer.carry"):
+        resolve_run_config(tiny_vmt(trainer__carry="yes"))
+    with pytest.raises(ConfigError, match="feeds"):  # the state-space sources feed the vmt task only
+        build_data(resolve_run_config({**tiny_vmt(), "task": "causal_lm"}))
+
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    values = {**tiny_vmt(), "data": {"source": "text", "path": str(text), "seq_len": 31, "overlap": 4}}
+    config = resolve_run_config(values)
+    with pytest.raises(ConfigError, match="data.overlap=4"):  # overlapping windows would score tokens twice
+        check_whole_documents(config, build_data(config))
+    values["data"]["overlap"] = 0
+    values["output_dir"] = str(tmp_path / "text_run")
+    results = train(resolve_run_config(values))  # text feeds the VMT too: each window a document
+    assert results["val"]["loss"] > 0 and results["reference"] == {}
