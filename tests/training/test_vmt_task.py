@@ -24,7 +24,7 @@ from markovformer.training.batches import DocumentWindows, window_stride, window
 from markovformer.training.checkpoint import load_checkpoint_file
 from markovformer.training.metrics import TaskMetrics
 from markovformer.training.run_config import ConfigError, TrainerConfig, resolve_run_config
-from markovformer.training.runner import build_data, check_whole_documents, evaluate, train
+from markovformer.training.runner import build_data, check_whole_documents, evaluate, load_run, train
 from markovformer.training.task import DocumentWalk, SequenceTask, check_trainer_options, kl_weight, score_batch
 
 TINY_VMT = {
@@ -275,3 +275,19 @@ def test_trainer_options_are_refused_by_models_that_cannot_take_them(tmp_path):
     values["output_dir"] = str(tmp_path / "text_run")
     results = train(resolve_run_config(values))  # text feeds the VMT too: each window a document
     assert results["val"]["loss"] > 0 and results["reference"] == {}
+
+
+def test_generate_on_a_vmt_run_reads_the_prompt_and_writes_with_the_models_own_sampler(tmp_path, capsys):
+    from markovformer.cli.main import main
+
+    values = tiny_vmt()
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    _, model, _ = load_run(tmp_path / "run")
+    expected = model.generate(torch.tensor([[1, 2, 3]]), 8, torch.Generator().manual_seed(4), temperature=0.7)
+    capsys.readouterr()
+    assert main(["generate", str(tmp_path / "run"), "--prompt", "1 2 3", "--max-new-tokens", "8", "--temperature",
+                 "0.7", "--seed", "4"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.split() == [str(i) for i in expected[0].tolist()]
+    assert main(["generate", str(tmp_path / "run"), "--prompt", "1 2", "--top-p", "0.9"]) == 2
+    assert "--temperature only" in capsys.readouterr().err

@@ -125,10 +125,11 @@ def run_generate(args: argparse.Namespace) -> None:
     config, model, run_dir = load_run(args.target)
     if config.task == "translation":
         translate(args, model, run_dir)
-    elif config.task == "causal_lm":
+    elif config.task in ("causal_lm", "vmt") and not getattr(model.config, "input_dim", None):
         continue_prompt(args, model, run_dir)
     else:
-        raise ValueError(f"{run_dir} is a {config.task} run; generate needs a causal_lm or translation run")
+        raise ValueError(f"{run_dir} is a {config.task} run; generate needs a causal_lm, vmt (tokens) or "
+                         f"translation run")  # fmt: skip
 
 
 def continue_prompt(args: argparse.Namespace, model, run_dir) -> None:
@@ -158,7 +159,11 @@ def continue_prompt(args: argparse.Namespace, model, run_dir) -> None:
     prompt = torch.tensor([ids], dtype=torch.long)
     generator = torch.Generator().manual_seed(args.seed)
     banned = PAD_ID if tokenizer is not None else None  # a tokenizer reserves id 0 for padding: never sample it
-    if hasattr(model, "step"):  # a recurrent model: its own incremental generation, exactly its training recurrence
+    if hasattr(model, "iw_bound"):  # the VMT: read the prompt with the posterior, write with transition and emission
+        if args.top_k is not None or args.top_p is not None:
+            raise ValueError("the VMT samples its emission at --temperature only (no --top-k / --top-p)")
+        out = model.generate(prompt, args.max_new_tokens, generator, temperature=args.temperature)
+    elif hasattr(model, "step"):  # a recurrent model: its own incremental generation, exactly its training recurrence
         if args.top_k is not None:
             raise ValueError(f"--top-k is not supported by {type(model).__name__}; use --top-p")
         out = model.generate(prompt, args.max_new_tokens, args.temperature, args.top_p or 1.0, generator,
