@@ -1,6 +1,7 @@
 """Data recipes by name: ``markovformer data prepare NAME`` fetches a public data set and writes it, converted, as
-one file in the data directory. To add one: a function ``prepare(out_path) -> Path`` that writes atomically, and
-an entry in ``DATA_RECIPES``."""
+one file in the data directory, or one folder where a data source reads two files (DNA: ``sequences.fa`` and
+``labels.tsv``). To add one: a function ``prepare(out_path) -> Path`` that writes atomically (nothing half-written
+on failure), and an entry in ``DATA_RECIPES``."""
 
 from __future__ import annotations
 
@@ -8,16 +9,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from markovformer.data.finance import DAILY_FEATURES, prepare_nasdaq, prepare_sp500
+from markovformer.data.genomics import prepare_drosophila_promoters, prepare_promoters, prepare_splice
+from markovformer.data.speech import prepare_digits
 from markovformer.data.translation.de_en import prepare_de_en
 
 
 @dataclass(frozen=True)
 class DataRecipe:
     summary: str
-    file_name: str  # what it writes inside the data directory
+    file_name: str  # the file (or folder) it writes inside the data directory
     prepare: Callable[[Path], Path]
     usage: str  # how to use the file; ``{path}`` is replaced by where it was written
 
+
+_DNA_USAGE = (
+    "classify the sequences: markovformer train configs/dna_fasta.yaml data.path={path}/sequences.fa "
+    "data.labels={path}/labels.tsv"
+)
+_MARKET_USAGE = (
+    "classify windows of days: markovformer train configs/time_series_csv.yaml data.path={path} "
+    f"'data.feature_columns=[{', '.join(DAILY_FEATURES)}]' 'data.fractions=[0.7, 0.15, 0.15]' "
+    "(thresholds and regimes were fitted on those training rows; the regime column gives F1 by volatility regime)"
+)
 
 DATA_RECIPES: dict[str, DataRecipe] = {
     "de-en": DataRecipe(
@@ -25,5 +39,43 @@ DATA_RECIPES: dict[str, DataRecipe] = {
         "de_en.tsv",
         prepare_de_en,
         "train a translation model on it: markovformer train configs/mat_de_en.yaml data.path={path}",
+    ),
+    "splice": DataRecipe(
+        "UCI splice junctions: 60 nt, exon/intron (EI), intron/exon (IE) or neither (N), deduplicated "
+        "(Debian r-cran-mlbench)",
+        "splice",
+        prepare_splice,
+        _DNA_USAGE,
+    ),
+    "promoters": DataRecipe(
+        "UCI E. coli promoters: 106 x 57 nt, promoter or not (Debian r-cran-kernlab)",
+        "promoters",
+        prepare_promoters,
+        _DNA_USAGE,
+    ),
+    "drosophila-promoters": DataRecipe(
+        "Drosophila (dm3) 200 nt promoters vs far-upstream background of RefSeq genes (Debian r-bioc-biostrings)",
+        "drosophila_promoters",
+        prepare_drosophila_promoters,
+        _DNA_USAGE,
+    ),
+    "sp500": DataRecipe(
+        "S&P 500 daily bars 1999-2018 (the arch package): next-day move down/flat/up with volatility regimes",
+        "sp500.csv",
+        prepare_sp500,
+        _MARKET_USAGE,
+    ),
+    "nasdaq": DataRecipe(
+        "NASDAQ Composite daily bars 1999-2018 (the arch package): next-day move down/flat/up, volatility regimes",
+        "nasdaq.csv",
+        prepare_nasdaq,
+        _MARKET_USAGE,
+    ),
+    "digits": DataRecipe(
+        "spoken number words: espeak-ng voices plus noise, real Asterisk recordings as test; 80 log-Mel per 10 ms",
+        "digits.safetensors",
+        prepare_digits,
+        "CTC recognition (WER): a run config with task: ctc and data: {{source: speech_features, path: {path}}} "
+        "(test_set: recorded = the real recordings, synthetic = unseen voices)",
     ),
 }

@@ -84,6 +84,86 @@ class CsvSeriesSource:
         )  # fmt: skip
 
 
+@dataclasses.dataclass
+class BedSource:
+    """Labelled BED intervals (label in column ``label_column``, 4 = the name) cut from a reference FASTA (plain or
+    .gz; minus-strand intervals reverse-complemented), then as the ``fasta`` source: sequence classification."""
+
+    path: str = ""
+    reference: str = ""
+    label_column: int = 4
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    reverse_complement: bool = False
+    max_length: int | None = None
+
+    def build(self, seed: int) -> DataBundle:
+        from markovformer.data.genomics import load_bed_classification
+
+        _require_path(self.path)
+        _require_path(self.reference, "data.reference")
+        return load_bed_classification(
+            self.path, self.reference, label_column=self.label_column, fractions=self.fractions, seed=seed,
+            reverse_complement_augment=self.reverse_complement, max_length=self.max_length,
+        )  # fmt: skip
+
+
+@dataclasses.dataclass
+class OrderBookSource:
+    """Limit-order-book snapshots in CSV (timestamp, bid/ask price and size per level) -> windows labelled by the
+    smoothed mid-price move over ``horizon`` snapshots (down/flat/up at +-``threshold``, or null: thresholds that
+    balance the classes on the training rows); chronological splits, training-only normalisation."""
+
+    path: str = ""
+    horizon: int = 10
+    threshold: float | None = None
+    window: int = 100
+    stride: int = 1
+    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
+    task: str = "sequence_classification"
+
+    def build(self, seed: int) -> DataBundle:
+        from markovformer.data.finance import load_order_book
+
+        _require_path(self.path)
+        return load_order_book(
+            self.path, horizon=self.horizon, threshold=self.threshold, window=self.window, stride=self.stride,
+            fractions=self.fractions, task=self.task,
+        )  # fmt: skip
+
+
+@dataclasses.dataclass
+class SpeechFeaturesSource:
+    """Log-Mel frames and character transcripts of a speech file (``markovformer data prepare digits``) for CTC:
+    its train and val splits, and as test the real recordings (``test_set: recorded``) or the synthetic test split
+    of voices unseen in training (``synthetic``). Features normalised with the training frames' statistics."""
+
+    path: str = ""
+    test_set: str = "recorded"
+
+    def build(self, seed: int) -> DataBundle:
+        from markovformer.data.speech import load_speech_features
+
+        _require_path(self.path)
+        return load_speech_features(self.path, self.test_set)
+
+
+@dataclasses.dataclass
+class AudioManifestSource:
+    """WAV files with transcripts (a manifest of ``path<TAB>transcript`` lines, paths relative to it) for CTC:
+    resampled to ``sample_rate``, 80 log-Mel features per 10 ms, characters a-z, space and apostrophe; split at
+    random by utterance."""
+
+    path: str = ""
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    sample_rate: int = 8000
+
+    def build(self, seed: int) -> DataBundle:
+        from markovformer.data.speech import load_audio_manifest
+
+        _require_path(self.path)
+        return load_audio_manifest(self.path, fractions=self.fractions, seed=seed, sample_rate=self.sample_rate)
+
+
 def _require_path(path: str, key: str = "data.path") -> None:
     from pathlib import Path
 
@@ -98,8 +178,12 @@ DATA_SOURCES: dict[str, type] = {
     "hidden_order": HiddenOrderSource,
     "text": TextSource,
     "fasta": FastaSource,
+    "bed": BedSource,
     "csv_series": CsvSeriesSource,
+    "order_book": OrderBookSource,
     "synthetic_ctc": SyntheticCTCSource,
+    "speech_features": SpeechFeaturesSource,
+    "audio_manifest": AudioManifestSource,
     "translation_file": TranslationFileSource,
     "synthetic_translation": SyntheticTranslationSource,
     "linear_gaussian": LinearGaussianSource,
@@ -112,8 +196,12 @@ SOURCE_TASKS: dict[str, tuple[str, ...]] = {
     "hidden_order": ("causal_lm",),
     "text": ("causal_lm", "vmt"),  # vmt: each window of seq_len + 1 tokens is a document
     "fasta": ("sequence_classification",),
+    "bed": ("sequence_classification",),
     "csv_series": ("sequence_classification", "token_classification"),
+    "order_book": ("sequence_classification", "token_classification"),
     "synthetic_ctc": ("ctc",),
+    "speech_features": ("ctc",),
+    "audio_manifest": ("ctc",),
     "translation_file": ("translation",),
     "synthetic_translation": ("translation",),
     "linear_gaussian": ("vmt",),
