@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -84,7 +84,7 @@ class VMTSettings:
     hmm_train_documents: int = 256
     hmm_val_documents: int = 8
     # part 3: text
-    text_path: str = "/work/shared/data/tiny_shakespeare.txt"
+    text_path: str = "../shared/data/tiny_shakespeare.txt"  # from the working directory, else the repository root
     text_windows: tuple[int, ...] = (16, 64)
     text_steps: int = 2500
     text_doc_len: int = 1024
@@ -504,7 +504,9 @@ def run(
     report.figure(figure, "Sticky HMM: held-out loss against the window length, with the exact floors")
 
     # 3. text
-    if Path(settings.text_path).is_file():
+    text_file = _locate(settings.text_path)
+    if text_file is not None:
+        settings = replace(settings, text_path=str(text_file))
         log(f"[{NAME}] part 3: {settings.text_path}, windows {list(settings.text_windows)}")
         text = [report.cached(f"text_W={w}_{m}_seed={seed}", partial(text_cell, m, w, settings, seed, log))
                 for w in settings.text_windows for m in MODELS]  # fmt: skip
@@ -525,6 +527,16 @@ def run(
         report.text(f"Part 3 skipped: no text file at `{settings.text_path}`.")
     report.results = results
     return report.write()
+
+
+def _locate(path: str) -> Path | None:
+    """``path`` from the working directory, else from the repository root; None when neither exists."""
+    from markovformer.experiments.scan_shakespeare import find_data
+
+    try:
+        return find_data(path)
+    except ValueError:
+        return None
 
 
 def _sequence_table(cells: list[dict], unit: str, iw_samples: int, scale: float = 1.0) -> tuple[list[str], list[list]]:
