@@ -33,7 +33,7 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks
 
 bench: setup
-	$(BIN)/python benchmarks/attention.py
+	$(BIN)/markovformer bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import platform
-import resource
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,16 +14,18 @@ from pathlib import Path
 from typing import TypeVar
 
 from markovformer.atomic import atomic_write_text
+from markovformer.bench.measure import PeakMemory
 
 T = TypeVar("T")
 
 
 def with_peak_mib(run: Callable[[], T]) -> tuple[T, float]:
-    """``run()``'s result and how far it raised this process's peak resident memory, in MiB (CPU tensors are not
-    counted by any allocator statistic, so one case per process gives a clean reading)."""
-    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """``run()``'s result and its peak resident memory above the start, in MiB (``markovformer.bench``'s reading:
+    CPU tensors are not counted by any allocator statistic)."""
+    meter = PeakMemory("cpu")
+    meter.start()
     result = run()
-    return result, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - baseline) / 1024
+    return result, meter.peak_mib()
 
 
 def run_child(script: str, arguments: list[str]) -> dict:

@@ -28,6 +28,8 @@ BASE = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
         (dict(scope="global", window=3), "window"),
         (dict(gate_entropy_weight=-1.0), "gate_entropy_weight"),
         (dict(position="learned"), "max_position"),
+        (dict(scope="global", backend="banded"), "backend"),
+        (dict(scope="local", backend="chunked"), "backend"),
     ],
 )
 def test_bad_config_names_the_field(changes, field):

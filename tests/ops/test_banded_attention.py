@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from markovformer.ops import banded_attention, dense_lag_bias, lag_matrix
-from markovformer.ops.banded_attention import BACKENDS, banded_attention_banded, banded_attention_naive
+from markovformer.ops.banded_attention import banded_attention_banded, banded_attention_naive
 
 HEADS, HEAD_DIM, VALUE_DIM = 2, 4, 3
 
@@ -229,7 +229,7 @@ def test_dispatcher_backends(causal):
     mask = _mixed_mask(length)
     local = dict(window=window, causal=causal, attention_mask=mask)
     expected_local = banded_attention_naive(q, k, v, past, future, **local)[0]
-    for backend in BACKENDS:
+    for backend in ("auto", "naive", "banded"):  # the local-scope backends that run on CPU (the rest: fast-path tests)
         got = banded_attention(q, k, v, past, future, backend=backend, **local)
         torch.testing.assert_close(got, expected_local, rtol=1e-10, atol=1e-10)
     # auto picks the banded path for local scope: bit-identical to calling it directly.

@@ -12,6 +12,8 @@ import logging
 import sys
 import warnings
 
+from markovformer.cli import bench as bench_command  # its parser imports no torch
+
 EXIT_BAD_INPUT = 2
 
 
@@ -82,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("name", help="recipe name (`data prepare list` names them)")
     prepare.add_argument("--dir", default=None, help="data directory (default $MARKOVFORMER_DATA or ./data)")
     prepare.add_argument("--force", action="store_true", help="rebuild even when the file is already there")
+    bench_command.add_parser(commands)
     return parser
 
 
@@ -298,6 +301,7 @@ COMMANDS = {
     "generate": run_generate,
     "inspect": run_inspect,
     "data": run_data,
+    "bench": bench_command.run_bench,
 }
 
 

@@ -134,6 +134,8 @@ class MarkovianTransformerConfig(ModelConfig):
             fail("window", "is only meaningful with scope='local'")
         if self.scope == "global" and self.backend == "banded":
             fail("backend", "the banded backend needs scope='local'")
+        if self.scope == "local" and self.backend == "chunked":
+            fail("backend", "the chunked backend is the global-scope path; use 'banded' (or 'auto') with scope='local'")
         if self.gate_gumbel_tau is not None and not self.gate_gumbel_tau > 0:
             fail("gate_gumbel_tau", "must be positive or None")
         if not 0.0 <= self.markov_head_ratio <= 1.0:

@@ -3,9 +3,15 @@
 ``banded_attention`` validates its inputs once and dispatches to a backend:
 
 - ``"naive"``: dense (T, T) masks and bias, obviously correct; the reference every other path is tested against,
-  and the path that returns attention weights for inspection. Also the global-scope path for now (O(T²)).
-- ``"banded"``: local scope only (``window`` not None), look-around blocks, O(T·W).
-- ``"auto"``: ``banded`` for local scope, ``naive`` for global scope.
+  and the path that returns attention weights for inspection.
+- ``"banded"``: local scope only (``window`` not None), look-around blocks, O(T·W) time and memory; CPU and GPU.
+- ``"chunked"``: global scope only (``window=None``), exact softmax over query chunks, O(T) memory; CPU and GPU.
+- ``"flex"``: FlexAttention with a bias ``score_mod`` and a band ``BlockMask``, local or global; CUDA only, no
+  dropout.
+- ``"auto"``: ``flex`` on CUDA (without dropout); otherwise ``banded`` for local scope, and for global scope
+  ``naive`` below ``CHUNKED_MIN_LENGTH`` positions (where its few large products win) and ``chunked`` from there.
+
+Asking for a backend that cannot run these inputs raises ValueError naming it and the reason.
 """
 
 from __future__ import annotations
@@ -13,9 +19,12 @@ from __future__ import annotations
 from torch import Tensor
 
 from markovformer.ops.banded_attention.banded import banded_attention_banded
+from markovformer.ops.banded_attention.chunked import banded_attention_chunked
+from markovformer.ops.banded_attention.flex import banded_attention_flex, flex_available
 from markovformer.ops.banded_attention.naive import banded_attention_naive
 
-BACKENDS = ("auto", "naive", "banded")
+BACKENDS = ("auto", "naive", "banded", "chunked", "flex")
+CHUNKED_MIN_LENGTH = 256  # global scope: naive and chunked cross near here on CPU (forward+backward, 1 thread)
 
 
 def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask) -> None:
@@ -33,6 +42,31 @@ def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask) -> No
         raise ValueError(
             f"attention_mask must be (B, T) = {(q.shape[0], q.shape[2])}; got {tuple(attention_mask.shape)}"
         )
+
+
+def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: float = 0.0) -> str:
+    """The backend that ``banded_attention`` runs for these inputs; ValueError if ``backend`` cannot run them."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; expected one of {BACKENDS}")
+    if backend == "auto":
+        if flex_available(q.device) and dropout_p == 0:
+            return "flex"
+        if window is not None:
+            return "banded"
+        return "chunked" if q.shape[-2] >= CHUNKED_MIN_LENGTH else "naive"
+    if backend == "banded" and window is None:
+        raise ValueError("backend 'banded' needs a local window (scope='local'); got window=None")
+    if backend == "chunked" and window is not None:
+        raise ValueError(f"backend 'chunked' is the global-scope path (window=None); got window={window}")
+    if backend == "flex":
+        if not flex_available(q.device):
+            raise ValueError(
+                f"backend 'flex' is not available on device {q.device.type!r}: it needs CUDA and "
+                "torch.nn.attention.flex_attention (FlexAttention has no backward on CPU)"
+            )
+        if dropout_p > 0:
+            raise ValueError(f"backend 'flex' has no attention dropout; got dropout_p={dropout_p}")
+    return backend
 
 
 def banded_attention(
@@ -58,22 +92,31 @@ def banded_attention(
         causal: hide keys after the query.
         attention_mask: (B, T), 1 = real token, 0 = padding (as a key). Queries with no visible key output 0.
         dropout_p: dropout on the attention probabilities (pass 0 at evaluation).
-        backend: one of ``BACKENDS``.
+        backend: one of ``BACKENDS`` (see the module docstring).
 
     Returns:
         (B, H, T, Dv).
     """
     _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask)
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown attention backend {backend!r}; expected one of {BACKENDS}")
-    if backend == "auto":
-        backend = "naive" if window is None else "banded"
-    kwargs = dict(window=window, causal=causal, attention_mask=attention_mask, dropout_p=dropout_p)
+    backend = resolve_backend(backend, q, window, dropout_p)
+    options = dict(causal=causal, attention_mask=attention_mask)
+    if backend == "flex":
+        return banded_attention_flex(q, k, v, past_bias, future_bias, window=window, **options)
     if backend == "banded":
-        if window is None:
-            raise ValueError("backend 'banded' needs a local window (scope='local'); got window=None")
-        return banded_attention_banded(q, k, v, past_bias, future_bias, **kwargs)
-    return banded_attention_naive(q, k, v, past_bias, future_bias, **kwargs)[0]
+        return banded_attention_banded(q, k, v, past_bias, future_bias, window=window, dropout_p=dropout_p, **options)
+    if backend == "chunked":
+        return banded_attention_chunked(q, k, v, past_bias, future_bias, dropout_p=dropout_p, **options)
+    return banded_attention_naive(q, k, v, past_bias, future_bias, window=window, dropout_p=dropout_p, **options)[0]
 
 
-__all__ = ["BACKENDS", "banded_attention", "banded_attention_banded", "banded_attention_naive"]
+__all__ = [
+    "BACKENDS",
+    "CHUNKED_MIN_LENGTH",
+    "banded_attention",
+    "banded_attention_banded",
+    "banded_attention_chunked",
+    "banded_attention_flex",
+    "banded_attention_naive",
+    "flex_available",
+    "resolve_backend",
+]

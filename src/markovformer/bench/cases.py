@@ -1,0 +1,231 @@
+"""Benchmark cases, run inside a child process: ``python -m markovformer.bench.cases '<json>'``.
+
+The JSON holds ``cases`` (run in order), ``device``, ``threads``, ``memory_cap_mib`` and ``time_cap`` (seconds per
+step). Each finished case prints one JSON line at once, so a parent that loses the child (killed, timed out) keeps
+the rows before it. On CPU the child limits its own address space to the memory cap above where it started, so a
+case that would exceed the cap fails with an allocation error (reported as out of memory) instead of pushing the
+machine into swap or the OOM killer.
+
+An op case times forward + backward of one attention op (or layer) against a dense upstream gradient; a model case
+times one full training step (forward, loss, backward, AdamW update).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import resource
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from markovformer.bench.measure import PeakMemory, SizeSeries, status_mib, time_steps
+from markovformer.bench.models import build_model, loss_of, parameter_count
+
+# markov_layer: a MarkovAttention layer (projections, gates, attention) timed in turns with the same layer whose
+# attention core is removed ("projections_only"), so their ratio is taken under the same machine load.
+OP_KINDS = ("markov_local", "markov_global", "softmax_sdpa", "random_feature", "hybrid", "markov_layer")
+CUDA_OP_KINDS = ("sliding_window_flex",)  # FlexAttention's plain sliding window: what the Markov bias adds to
+OP_SHAPE = dict(batch=1, heads=8, head_dim=32, order=4)  # d_model = 256, the paper's configuration; K = W = 4
+
+
+class _ProjectionsOnly(nn.Module):
+    """An attention core that returns its values: the layer with the attention itself removed."""
+
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None):
+        from markovformer.layers.attention import CoreOutput
+
+        return CoreOutput(v, {}, None)
+
+
+def _op_step(kind: str, seq_len: int, device: str, backend: str):
+    """Inputs for one op case and the step that runs it (forward + backward, gradients cleared)."""
+    from markovformer.layers import MarkovAttention
+    from markovformer.ops.banded_attention import banded_attention
+    from markovformer.ops.linear_attention import draw_projection, feature_map, linear_attention
+
+    batch, heads, head_dim, order = (OP_SHAPE[key] for key in ("batch", "heads", "head_dim", "order"))
+    generator = torch.Generator().manual_seed(0)
+    if kind in ("markov_layer", "projections_only"):
+        layer = MarkovAttention(d_model=heads * head_dim, n_heads=heads, max_order=order, backend=backend)
+        if kind == "projections_only":
+            layer.cores[0] = _ProjectionsOnly()
+        layer = layer.to(device)
+        x = torch.randn(batch, seq_len, heads * head_dim, generator=generator).to(device).requires_grad_()
+        upstream = torch.randn(batch, seq_len, heads * head_dim, generator=generator).to(device)
+        leaves = [x, *layer.parameters()]
+
+        def forward():
+            return layer(x)
+
+    else:
+        shape = (batch, heads, seq_len, head_dim)
+        q, k, v = (torch.randn(shape, generator=generator).to(device).requires_grad_() for _ in range(3))
+        bias = torch.randn(batch, heads, seq_len, order, generator=generator).to(device).requires_grad_()
+        projection = draw_projection(64, head_dim, generator=generator).to(device)
+        # A dense upstream gradient, as a following layer sends (out.sum() would send a stride-0 one).
+        upstream = torch.randn(shape, generator=generator).to(device)
+        leaves = [q, k, v, bias]
+        half = heads // 2
+
+        def local(q, k, v, bias):
+            return banded_attention(q, k, v, bias, window=order, causal=True, backend=backend)
+
+        def features(q, k, v):
+            q_features = feature_map(q, projection, "positive", is_query=True)
+            return linear_attention(q_features, feature_map(k, projection, "positive"), v, causal=True)
+
+        def forward():
+            if kind == "markov_local":
+                return local(q, k, v, bias)
+            if kind == "markov_global":
+                return banded_attention(q, k, v, bias, window=None, causal=True, backend=backend)
+            if kind == "softmax_sdpa":
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            if kind == "random_feature":
+                return features(q, k, v)
+            if kind == "hybrid":  # half the heads local Markov, half random features (hybrid_split)
+                markov = local(q[:, :half], k[:, :half], v[:, :half], bias[:, :half])
+                return torch.cat([markov, features(q[:, half:], k[:, half:], v[:, half:])], dim=1)
+            if kind == "sliding_window_flex":
+                return _sliding_window_flex(q, k, v, order)
+            raise ValueError(f"unknown op kind {kind!r}; expected one of {OP_KINDS + CUDA_OP_KINDS}")
+
+    def step():
+        forward().backward(upstream)
+        for leaf in leaves:
+            leaf.grad = None
+
+    return step
+
+
+def _sliding_window_flex(q, k, v, window: int):
+    from markovformer.ops.banded_attention.flex import block_mask_for, compiled_flex_attention
+
+    return compiled_flex_attention()(q, k, v, block_mask=block_mask_for(q.shape[-2], window, True, None, q.device))
+
+
+def _model_step(name: str, seq_len: int, batch: int, device: str):
+    model = build_model(name).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 256, (batch, seq_len), generator=torch.Generator().manual_seed(0)).to(device)
+
+    def step():
+        loss_of(model, ids).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step, model, optimizer
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    text = str(error).lower()
+    return isinstance(error, MemoryError) or "out of memory" in text or "can't allocate memory" in text
+
+
+def _state_mib(model: nn.Module, optimizer: torch.optim.Optimizer) -> float:
+    """Parameters and optimizer state (what a training run holds between steps), in MiB."""
+    tensors = list(model.parameters())
+    tensors += [value for state in optimizer.state.values() for value in state.values() if torch.is_tensor(value)]
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors) / 2**20
+
+
+def _paired_times(step, reference, repeats: int, time_cap: float, sync) -> dict:
+    """``step`` and ``reference`` timed in turns: their medians and the median of the per-turn ratios."""
+    pairs: list[tuple[float, float]] = []
+    while len(pairs) < max(1, repeats) and sum(a + b for a, b in pairs) <= time_cap:
+        one = time_steps(step, 1, time_cap, sync)["seconds"]
+        other = time_steps(reference, 1, time_cap, sync)["seconds"]
+        pairs.append((one, other))
+    return {"seconds": statistics.median(a for a, _ in pairs), "runs": len(pairs),
+            "projections_seconds": statistics.median(b for _, b in pairs),
+            "over_projections": statistics.median(a / b for a, b in pairs)}  # fmt: skip
+
+
+def run_case(case: dict, device: str, time_cap: float) -> dict:
+    """One measurement: ``case`` has ``part`` ("ops" or "models"), ``kind``, ``T``, ``repeats`` and, for models,
+    ``batch``. Returns the row: the case plus ``seconds`` (median of the timed runs after a warm-up run) and
+    ``peak_mib``; models add ``tokens_per_second``.
+
+    Peak memory is read over the timed runs above the memory in use after the warm-up, so one-time costs of a fresh
+    process (libraries paged in, lazy initialisation) are left out; a model adds its parameters and optimizer
+    state back (``state_mib``). With ``repeats=0`` the single run is both warm-up and measurement, and its peak
+    includes those one-time costs (an upper bound, enough for the longest-context search)."""
+    memory = PeakMemory(device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    row, state_mib = dict(case), 0.0
+    if case["repeats"] == 0:
+        memory.start()
+    reference = None
+    if case["part"] == "ops":
+        step = _op_step(case["kind"], case["T"], device, case.get("backend", "auto"))
+        if case["kind"] == "markov_layer":
+            reference = _op_step("projections_only", case["T"], device, case.get("backend", "auto"))
+    else:
+        step, model, optimizer = _model_step(case["kind"], case["T"], case["batch"], device)
+        row["parameters"] = parameter_count(model)
+    if case["repeats"] == 0:
+        row.update(time_steps(step, 0, time_cap, sync))
+        row["warmup_seconds"] = row["seconds"]
+    else:
+        row.update(time_steps(step, 1, time_cap, sync))
+        row["warmup_seconds"] = row.pop("seconds")
+        if reference is not None:
+            reference()
+        if case["part"] == "models":
+            state_mib = row["state_mib"] = _state_mib(model, optimizer)
+        memory.start()
+        if row["warmup_seconds"] <= time_cap and reference is not None:
+            row.update(_paired_times(step, reference, case["repeats"], time_cap - row["warmup_seconds"], sync))
+        elif row["warmup_seconds"] <= time_cap:
+            row.update(time_steps(step, case["repeats"], time_cap - row["warmup_seconds"], sync))
+        else:
+            row.update(seconds=row["warmup_seconds"], runs=0)
+    row["peak_mib"] = memory.peak_mib() + state_mib
+    if not memory.isolated:
+        row["peak_note"] = "high-water mark since the process began (reset refused)"
+    if case["part"] == "models":
+        row["tokens_per_second"] = case["batch"] * case["T"] / row["seconds"]
+    return row
+
+
+def _limit_address_space(memory_cap_mib: float) -> None:
+    """Fail allocations (MemoryError / allocation errors) beyond ``memory_cap_mib`` above the current size."""
+    current = status_mib("VmSize")
+    if current is None:
+        return
+    limit = int((current + memory_cap_mib + 512) * 2**20)  # slack: allocator arenas and thread stacks
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
+def main(argv: list[str]) -> None:
+    job = json.loads(argv[0])
+    device, time_cap, memory_cap = job["device"], job["time_cap"], job["memory_cap_mib"]
+    torch.set_num_threads(job["threads"])
+    if device == "cpu":
+        _limit_address_space(memory_cap)
+    series: dict[str, SizeSeries] = {}
+    for case in job["cases"]:
+        sizes = series.setdefault(case["kind"], SizeSeries(memory_cap, time_cap))
+        reason = sizes.skip_reason(case["T"])
+        if reason:
+            row = {**case, "skipped": reason}
+        else:
+            try:
+                row = run_case(case, device, time_cap)
+            except (RuntimeError, MemoryError) as error:
+                if not _is_out_of_memory(error):
+                    raise
+                row = {**case, "skipped": f"out of memory (cap {memory_cap:.0f} MiB): {str(error).splitlines()[0]}"}
+            gc.collect()
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        sizes.add(row)
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

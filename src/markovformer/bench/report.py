@@ -1,0 +1,148 @@
+"""Tables, within-run ratios and the issue-8 targets, read from the suite's rows (pure Python, no torch)."""
+
+from __future__ import annotations
+
+import math
+
+
+def _table(rows: list[dict], key: str) -> dict[str, dict[int, float]]:
+    """{kind: {T: row[key]}} over the rows that measured it."""
+    table: dict[str, dict[int, float]] = {}
+    for row in rows:
+        if row.get(key) is not None:
+            table.setdefault(row["kind"], {})[row["T"]] = row[key]
+    return table
+
+
+def _not_measured(rows: list[dict]) -> dict[str, dict[int, str]]:
+    table: dict[str, dict[int, str]] = {}
+    for row in rows:
+        reason = row.get("skipped") or row.get("error")
+        if reason:
+            table.setdefault(row["kind"], {})[row["T"]] = reason
+    return table
+
+
+def _ratio(table: dict, top: tuple[str, int], bottom: tuple[str, int]) -> float | None:
+    numerator, denominator = table.get(top[0], {}).get(top[1]), table.get(bottom[0], {}).get(bottom[1])
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def _target(value: float | None, bound: float, at_most: bool, needs: str) -> dict:
+    if value is None:
+        return {"value": None, "target": f"{'<=' if at_most else '>='} {bound:g}", "met": None, "missing": needs}
+    met = value <= bound if at_most else value >= bound
+    return {"value": round(value, 4), "target": f"{'<=' if at_most else '>='} {bound:g}", "met": met}
+
+
+def _growth_exponent(series: dict[int, float]) -> float | None:
+    """Least-squares exponent p of value ~ T**p over every measured T (None with fewer than two)."""
+    points = [(math.log(int(t)), math.log(v)) for t, v in series.items() if v and v > 0]
+    if len(points) < 2:
+        return None
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else None
+
+
+def targets(parts: dict) -> dict:
+    """The issue-8 targets this run measured (``met`` None with ``missing`` for those it could not)."""
+    found = {}
+    ops_rows = parts.get("ops", {}).get("rows", [])
+    seconds, peaks = _table(ops_rows, "seconds"), _table(ops_rows, "peak_mib")
+    for name, table in (("time", seconds), ("memory", peaks)):
+        value = _ratio(table, ("markov_local", 65536), ("markov_local", 8192))
+        found[f"markov_local_{name}_64k_over_8k"] = _target(value, 9.0, True, "ops markov_local at T=8192 and 65536")
+    paired = _table(ops_rows, "over_projections")  # median of per-turn ratios, timed in the same process
+    for length in (4096, 16384):
+        value = paired.get("markov_layer", {}).get(length)
+        found[f"markov_layer_over_projections_{length}"] = _target(value, 1.5, True, f"ops markov_layer at T={length}")
+    # GPU rows (CUDA only): the bias against FlexAttention's plain sliding window, and against causal SDPA (flash).
+    value = _ratio(seconds, ("markov_local", 16384), ("sliding_window_flex", 16384))
+    found["markov_local_over_flex_sliding_window_16384"] = _target(
+        value, 1.3, True, "ops on CUDA: markov_local and sliding_window_flex at T=16384"
+    )
+    value = _ratio(seconds, ("markov_local", 16384), ("softmax_sdpa", 16384))
+    found["markov_local_over_softmax_sdpa_16384"] = _target(
+        value, 1.0, True, "ops markov_local and softmax_sdpa at T=16384"
+    )
+    exponent = _growth_exponent(peaks.get("markov_global", {}))
+    found["markov_global_memory_growth_exponent"] = _target(
+        exponent, 1.2, True, "ops markov_global peak memory at two sizes"
+    )
+    model_rows = parts.get("models", {}).get("rows", [])
+    rates, model_peaks = _table(model_rows, "tokens_per_second"), _table(model_rows, "peak_mib")
+    for length, bound in ((2048, 2.0), (8192, 8.0)):
+        value = _ratio(rates, ("markov_local", length), ("softmax", length))
+        found[f"markov_local_over_softmax_tokens_per_second_{length}"] = _target(
+            value, bound, False, f"models markov_local and softmax at T={length}"
+        )
+    value = _ratio(model_peaks, ("markov_local", 4096), ("softmax", 4096))
+    found["markov_local_over_softmax_peak_memory_4096"] = _target(
+        value, 1.0, True, "models markov_local and softmax at T=4096"
+    )
+    return found
+
+
+def summarise(parts: dict) -> dict:
+    """Tables {kind: {T: value}} per part, the skip/error reasons, the longest contexts and the targets."""
+    summary: dict = {}
+    if "ops" in parts:
+        rows = parts["ops"]["rows"]
+        summary["ops"] = {"seconds": _table(rows, "seconds"), "peak_mib": _table(rows, "peak_mib"),
+                          "not_measured": _not_measured(rows)}  # fmt: skip
+    if "models" in parts:
+        rows = parts["models"]["rows"]
+        summary["models"] = {"tokens_per_second": _table(rows, "tokens_per_second"),
+                             "peak_mib": _table(rows, "peak_mib"), "not_measured": _not_measured(rows)}  # fmt: skip
+    if "longest" in parts:
+        summary["longest"] = {model: entry["T"] for model, entry in parts["longest"]["longest"].items()}
+    summary["targets"] = targets(parts)
+    return summary
+
+
+def _grid(table: dict[str, dict], columns: list[str], fmt, header: str) -> list[str]:
+    lengths = sorted({int(t) for series in table.values() for t in series})
+    lines = [f"{header:>8} | " + " | ".join(f"{name:>20}" for name in columns)]
+    for length in lengths:
+        cells = []
+        for name in columns:
+            series = table.get(name, {})
+            value = series.get(length, series.get(str(length)))
+            cells.append(f"{'—' if value is None else fmt(value):>20}")
+        lines.append(f"{length:>8} | " + " | ".join(cells))
+    return lines
+
+
+def _pairs(first: dict[str, dict], second: dict[str, dict], names: list[str]) -> dict[str, dict]:
+    """{name: {T: (first value, second value)}} over the T that ``first`` has."""
+    return {name: {t: (value, second.get(name, {}).get(t)) for t, value in first.get(name, {}).items()}
+            for name in names}  # fmt: skip
+
+
+def format_summary(record: dict) -> str:
+    """The record's tables and targets as plain text (what ``markovformer bench`` prints at the end)."""
+    summary, lines = record.get("summary", {}), []
+    if "ops" in summary:
+        ops = summary["ops"]
+        kinds = list(dict.fromkeys([*ops["seconds"], *ops["not_measured"]]))
+        lines += ["attention ops, forward+backward: ms / peak MiB (— = skipped, reasons in bench.json)"]
+        pairs = _pairs(ops["seconds"], ops["peak_mib"], kinds)
+        lines += _grid(pairs, kinds, lambda v: f"{v[0] * 1e3:.1f} / {v[1]:.0f}", "T")
+    if "models" in summary:
+        models = summary["models"]
+        names = list(dict.fromkeys([*models["tokens_per_second"], *models["not_measured"]]))
+        lines += ["", "models, training step: tokens/s / peak MiB"]
+        pairs = _pairs(models["tokens_per_second"], models["peak_mib"], names)
+        lines += _grid(pairs, names, lambda v: f"{v[0]:.0f} / {v[1]:.0f}", "T")
+    if "longest" in summary:
+        lines += ["", "longest context trained: " + ", ".join(f"{k} {v}" for k, v in summary["longest"].items())]
+    lines += ["", "targets:"]
+    for name, target in summary.get("targets", {}).items():
+        state = {True: "met", False: "NOT met", None: "not measured"}[target["met"]]
+        value = "—" if target["value"] is None else f"{target['value']:.3g}"
+        lines.append(f"  {name:52} {value:>8} (target {target['target']}): {state}")
+    return "\n".join(lines)

@@ -1,0 +1,257 @@
+"""The benchmark suite: which cases each part runs, in which child processes, and the record it writes.
+
+Parts:
+- ``ops``: forward+backward time and peak memory of the attention ops against T (Markov local and global, softmax
+  SDPA, random features, the split hybrid) and of a Markov attention layer against the same layer with the
+  attention core removed (projections only).
+- ``models``: training steps of the equal-size models: tokens/s at the throughput length, peak memory at the
+  memory lengths.
+- ``longest``: the longest context each model trains at: T doubles until a step runs out of memory or exceeds the
+  time cap (or is predicted to).
+
+Without ``quick`` every (kind, T) runs in its own child process, so each peak-memory reading is clean and a crash
+loses one case; ``quick`` runs all sizes of a kind in one child (peaks then rely on resetting the high-water mark).
+The JSON record is rewritten atomically after every child, so an interrupted run leaves a valid partial file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from markovformer.atomic import atomic_write_text
+from markovformer.bench.measure import SizeSeries, status_mib
+
+PARTS = ("ops", "models", "longest")
+RESULTS_NAME = "bench.json"
+# glibc returns every freed block over 32 MiB to the OS, so each large tensor is page-faulted in again on every
+# step; at T = 64k that costs more than the attention arithmetic. These settings make the children keep and reuse
+# freed memory instead, as an allocator such as jemalloc would (the defaults are measured unless asked).
+KEEP_FREED_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
+STARTUP_SECONDS = 120  # child start-up (imports; compilation on CUDA) on top of its steps' time
+
+
+@dataclasses.dataclass
+class BenchSettings:
+    """What the suite runs. ``None`` fields take a default that depends on ``quick`` (see ``resolved``)."""
+
+    parts: tuple[str, ...] = PARTS
+    quick: bool = False
+    lengths: tuple[int, ...] | None = None  # ops: 1k..64k (quick: 1k, 2k)
+    op_kinds: tuple[str, ...] | None = None  # default: every op kind (plus the CUDA-only ones on CUDA)
+    models: tuple[str, ...] | None = None  # default: every bench model
+    repeats: int | None = None  # timed runs after one warm-up (5; quick 2)
+    threads: int = 1  # torch intra-op threads in the children
+    memory_cap_mib: float | None = None  # default: a quarter of the memory available at the start, at most 16 GiB
+    time_cap: float | None = None  # seconds per step (120; quick 5)
+    device: str = "auto"  # "cpu", "cuda" or "auto" (CUDA when present)
+    throughput_length: int | None = None  # models: tokens/s at this T (2048; quick 512)
+    memory_lengths: tuple[int, ...] | None = None  # models: peak memory at these T (4096, 8192; quick 1024)
+    longest_start: int | None = None  # longest: first T (2048; quick 1024)
+    longest_max: int | None = None  # longest: stop doubling here (2**20; quick 4096)
+    model_batch: int = 1
+    keep_freed_memory: bool = False  # children keep freed heap memory for reuse (see KEEP_FREED_MEMORY)
+
+    def resolved(self) -> BenchSettings:
+        from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS
+        from markovformer.bench.models import MODELS
+
+        quick = self.quick
+        import torch
+
+        device = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
+        if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
+            raise ValueError(f"bench device {self.device!r} is not available here (expected 'auto', 'cpu' or 'cuda')")
+        unknown = [part for part in self.parts if part not in PARTS]
+        if unknown or not self.parts:
+            raise ValueError(f"bench parts {unknown or list(self.parts)}: expected some of {PARTS}")
+        kinds = self.op_kinds or (OP_KINDS + (CUDA_OP_KINDS if device == "cuda" else ()))
+        for kind in kinds:
+            if kind not in OP_KINDS + CUDA_OP_KINDS:
+                raise ValueError(f"unknown op kind {kind!r}; expected one of {OP_KINDS + CUDA_OP_KINDS}")
+        for model in self.models or ():
+            if model not in MODELS:
+                raise ValueError(f"unknown bench model {model!r}; expected one of {MODELS}")
+        available = status_mib("MemAvailable", "/proc/meminfo") or 8192.0
+        return dataclasses.replace(
+            self,
+            device=device,
+            lengths=tuple(sorted(self.lengths or ((1024, 2048) if quick else tuple(1024 * 2**i for i in range(7))))),
+            op_kinds=tuple(kinds),
+            models=tuple(self.models or MODELS),
+            repeats=self.repeats if self.repeats is not None else (2 if quick else 5),
+            memory_cap_mib=self.memory_cap_mib or min(16384.0, available / 4),
+            time_cap=self.time_cap or (5.0 if quick else 120.0),
+            throughput_length=self.throughput_length or (512 if quick else 2048),
+            memory_lengths=tuple(self.memory_lengths or ((1024,) if quick else (4096, 8192))),
+            longest_start=self.longest_start or (1024 if quick else 2048),
+            longest_max=self.longest_max or (4096 if quick else 2**20),
+        )
+
+
+def machine_record(settings: BenchSettings) -> dict:
+    import torch
+
+    import markovformer
+
+    cpu_model = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "platform": platform.platform(), "python": platform.python_version(), "cpu": cpu_model,
+        "cpu_count": os.cpu_count(), "memory_available_mib": status_mib("MemAvailable", "/proc/meminfo"),
+        "torch": torch.__version__, "markovformer": markovformer.__version__, "threads": settings.threads,
+        "device": settings.device, "cuda": torch.cuda.get_device_name(0) if settings.device == "cuda" else None,
+        "command": sys.argv,
+    }  # fmt: skip
+
+
+class _Runner:
+    """Launches children for a series of cases and keeps the JSON record current."""
+
+    def __init__(self, settings: BenchSettings, out: Path, log: Callable[[str], None]) -> None:
+        self.settings, self.out, self.log = settings, out, log
+        self.record = {"complete": False, "machine": machine_record(settings),
+                       "settings": dataclasses.asdict(settings), "parts": {}}  # fmt: skip
+
+    def write(self) -> Path:
+        from markovformer.bench.report import summarise
+
+        self.record["summary"] = summarise(self.record["parts"])
+        return atomic_write_text(self.out / RESULTS_NAME, json.dumps(self.record, indent=2) + "\n")
+
+    def _child(self, cases: list[dict]) -> list[dict]:
+        """Run ``cases`` in one child; a row for every case (a failed child's remaining cases say why)."""
+        settings = self.settings
+        job = {"cases": cases, "device": settings.device, "threads": settings.threads,
+               "memory_cap_mib": settings.memory_cap_mib, "time_cap": settings.time_cap}  # fmt: skip
+        timeout = STARTUP_SECONDS + sum((case["repeats"] + 1) * settings.time_cap for case in cases)
+        env = {**os.environ, "OMP_NUM_THREADS": str(settings.threads), "MKL_NUM_THREADS": str(settings.threads)}
+        if settings.keep_freed_memory:
+            env.update(KEEP_FREED_MEMORY)
+        command = [sys.executable, "-m", "markovformer.bench.cases", json.dumps(job)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+            stdout, failure = done.stdout, None
+            if done.returncode != 0:
+                lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+                failure = lines[-1][-300:]
+                if done.returncode in (-9, 137):
+                    failure = f"killed (out of memory?): {failure}"
+        except subprocess.TimeoutExpired as expired:
+            output = expired.stdout or b""
+            stdout = output.decode() if isinstance(output, bytes) else output
+            failure = f"timed out after {timeout:.0f} s"
+        rows = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+        missing = cases[len(rows) :]
+        if missing:  # the case it died in gets the error; the ones after it were never tried
+            rows.append({**missing[0], "error": failure})
+            rows += [{**case, "skipped": f"the child stopped: {failure}"} for case in missing[1:]]
+        return rows
+
+    def series(self, cases: list[dict], label: str) -> list[dict]:
+        """The cases of one kind in ascending T, every case given a row; ``label`` names the part in the log."""
+        if self.settings.quick:
+            rows = self._child(cases)
+        else:
+            sizes = SizeSeries(self.settings.memory_cap_mib, self.settings.time_cap)
+            for case in cases:
+                reason = sizes.skip_reason(case["T"])
+                sizes.add({**case, "skipped": reason} if reason else self._child([case])[0])
+            rows = sizes.rows
+        for row in rows:
+            shown = row.get("skipped") or row.get("error")
+            if not shown:
+                shown = f"{row['seconds'] * 1e3:.1f} ms, {row['peak_mib']:.0f} MiB"
+                if "over_projections" in row:
+                    shown += f", {row['over_projections']:.2f}x the layer without its attention"
+            self.log(f"{label:7} {row['kind']:20} T={row['T']:<7} {shown}")
+        return rows
+
+
+def _ops(runner: _Runner) -> dict:
+    from markovformer.bench.cases import OP_SHAPE
+
+    settings, rows = runner.settings, []
+    runner.record["parts"]["ops"] = part = {"shape": OP_SHAPE, "rows": rows}
+    for kind in settings.op_kinds:
+        cases = [{"part": "ops", "kind": kind, "T": t, "repeats": settings.repeats} for t in settings.lengths]
+        rows.extend(runner.series(cases, "ops"))
+        runner.write()
+    return part
+
+
+def _models(runner: _Runner) -> dict:
+    from markovformer.bench.models import describe_models
+
+    settings, rows = runner.settings, []
+    recorded = {"throughput_length": settings.throughput_length, "memory_lengths": list(settings.memory_lengths)}
+    part = {"models": describe_models(), "batch": settings.model_batch, **recorded, "rows": rows}
+    runner.record["parts"]["models"] = part
+    lengths = sorted({settings.throughput_length, *settings.memory_lengths})
+    for model in settings.models:
+        cases = [{"part": "models", "kind": model, "T": t, "batch": settings.model_batch,
+                  "repeats": settings.repeats if t == settings.throughput_length else min(2, settings.repeats)}
+                 for t in lengths]  # fmt: skip
+        rows.extend(runner.series(cases, "models"))
+        runner.write()
+    return part
+
+
+def _longest(runner: _Runner) -> dict:
+    settings, rows = runner.settings, []
+    runner.record["parts"]["longest"] = part = {"batch": settings.model_batch, "rows": rows, "longest": {}}
+    lengths = []
+    length = settings.longest_start
+    while length <= settings.longest_max:
+        lengths.append(length)
+        length *= 2
+    for model in settings.models:
+        cases = [{"part": "models", "kind": model, "T": t, "batch": settings.model_batch, "repeats": 0}
+                 for t in lengths]  # fmt: skip
+        series = runner.series(cases, "longest")
+        rows.extend(series)
+        trained = [row for row in series if row.get("seconds") is not None and row["seconds"] <= settings.time_cap]
+        failed = [row for row in series if row not in trained]
+        stopped_by = "longest_max reached"
+        if failed:
+            stopped_by = failed[0].get("skipped") or failed[0].get("error") or f"T={failed[0]['T']} over the time cap"
+        part["longest"][model] = {"T": trained[-1]["T"] if trained else None, "stopped_by": stopped_by}
+        runner.write()
+    return part
+
+
+PART_RUNNERS = {"ops": _ops, "models": _models, "longest": _longest}
+
+
+def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Callable[[str], None] = print) -> Path:
+    """Run the chosen parts, write ``OUT/bench.json`` and the PNG plots; return the JSON path."""
+    from markovformer.bench.plots import write_plots
+    from markovformer.bench.report import format_summary
+
+    settings = (settings or BenchSettings()).resolved()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    runner = _Runner(settings, out, log)
+    log(f"bench: parts {', '.join(settings.parts)} on {settings.device}, {settings.threads} thread(s), caps "
+        f"{settings.memory_cap_mib:.0f} MiB and {settings.time_cap:.0f} s per step -> {out}")  # fmt: skip
+    for part in settings.parts:
+        PART_RUNNERS[part](runner)
+    runner.record["complete"] = True
+    path = runner.write()
+    log(format_summary(runner.record))
+    for figure in write_plots(runner.record, out):
+        log(f"wrote {figure}")
+    log(f"wrote {path}")
+    return path

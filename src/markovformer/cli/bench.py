@@ -1,0 +1,43 @@
+"""``markovformer bench``: run the benchmark suite and write JSON plus PNG plots (``markovformer.bench``)."""
+
+from __future__ import annotations
+
+import argparse
+
+PART_NAMES = ("ops", "models", "longest")  # markovformer.bench.PARTS, spelled here so --help imports no torch
+
+
+def add_parser(commands) -> argparse.ArgumentParser:
+    """Add the ``bench`` subcommand to an ``add_subparsers()`` object."""
+    bench = commands.add_parser("bench", help="benchmark attention ops and models (time, memory, longest context)")
+    bench.add_argument("--out", default="runs/bench", help="output folder for bench.json and the plots")
+    bench.add_argument("--quick", action="store_true", help="small sizes, fewer repeats (about 2 minutes on a CPU)")
+    bench.add_argument("--parts", nargs="+", default=list(PART_NAMES), choices=PART_NAMES, help="what to run")
+    bench.add_argument("--lengths", type=int, nargs="+", default=None, help="op sequence lengths (default 1k..64k)")
+    bench.add_argument("--repeats", type=int, default=None, help="timed runs per case after a warm-up (median)")
+    bench.add_argument("--threads", type=int, default=1, help="torch threads per case (default 1)")
+    memory_help = "skip sizes predicted to exceed this peak memory (default: a quarter of free memory)"
+    bench.add_argument("--max-memory-mib", type=float, default=None, help=memory_help)
+    bench.add_argument("--time-cap", type=float, default=None, help="seconds per step beyond which sizes stop")
+    bench.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    bench.add_argument("--keep-freed-memory", action="store_true",
+                       help="let the cases reuse freed memory (glibc otherwise page-faults every tensor over 32 MiB "
+                       "in again on every step, which dominates at long T)")  # fmt: skip
+    return bench
+
+
+def run_bench(args: argparse.Namespace) -> None:
+    from markovformer.bench import BenchSettings, run_suite
+
+    for name in ("repeats", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "repeats" else 1):
+            raise ValueError(f"--{name}={value} must be {'>= 0' if name == 'repeats' else '>= 1'}")
+    if args.lengths and min(args.lengths) < 1:
+        raise ValueError(f"--lengths {args.lengths}: lengths must be positive")
+    settings = BenchSettings(
+        parts=tuple(args.parts), quick=args.quick, lengths=tuple(args.lengths) if args.lengths else None,
+        repeats=args.repeats, threads=args.threads, memory_cap_mib=args.max_memory_mib, time_cap=args.time_cap,
+        device=args.device, keep_freed_memory=args.keep_freed_memory,
+    )  # fmt: skip
+    run_suite(args.out, settings, log=lambda line: print(line, flush=True))

@@ -1,0 +1,116 @@
+"""Markov attention through FlexAttention (CUDA): a ``score_mod`` that adds the gated per-lag bias, and a
+``BlockMask`` for the window, causality and key padding, so the kernel skips every block outside the band.
+
+FlexAttention differentiates through the bias tensors it reads, so ``past_bias`` / ``future_bias`` get gradients
+without any (T, T) tensor. It has no backward on CPU: ``flex_available`` says where this path exists, and the
+dispatcher never picks it elsewhere. ``compiled=False`` runs FlexAttention's eager reference (dense, O(T²)), which
+tests use to pin this file's score and mask functions to the naive path on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from markovformer.ops.lags import visible
+
+
+def flex_importable() -> bool:
+    try:
+        from torch.nn.attention import flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def flex_available(device: torch.device) -> bool:
+    """True where this path runs forward and backward: CUDA devices with a torch that ships FlexAttention."""
+    return device.type == "cuda" and flex_importable()
+
+
+@lru_cache(maxsize=1)
+def compiled_flex_attention():
+    """``flex_attention`` compiled once per process (its eager form materialises the full score matrix)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def _mask_mod(window: int | None, causal: bool, present: Tensor | None):
+    """SPEC 1's visibility rule (``lags.visible``) and key padding as a FlexAttention mask function."""
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        allowed = visible(q_idx - kv_idx, window, causal)
+        return allowed if present is None else allowed & present[b, kv_idx]
+
+    return mask_mod
+
+
+@lru_cache(maxsize=16)
+def _cached_block_mask(seq_len: int, window: int | None, causal: bool, device: torch.device):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    mask_mod = _mask_mod(window, causal, None)
+    return create_block_mask(mask_mod, None, None, seq_len, seq_len, device=device, _compile=device.type == "cuda")
+
+
+def block_mask_for(seq_len: int, window: int | None, causal: bool, attention_mask: Tensor | None, device: torch.device):
+    """The ``BlockMask`` of SPEC 1's visibility rule for this window, causality and key padding."""
+    if attention_mask is None:  # the same for every call of this shape: build it once
+        return _cached_block_mask(seq_len, window, causal, device)
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    present = attention_mask.to(device).bool()
+    mask_mod = _mask_mod(window, causal, present)
+    # Compiled on CUDA, so the mask is evaluated block by block, never as a (B, T, T) tensor.
+    return create_block_mask(mask_mod, present.shape[0], None, seq_len, seq_len, device=device,
+                             _compile=device.type == "cuda")  # fmt: skip
+
+
+def _score_mod(past_bias: Tensor | None, future_bias: Tensor | None, reach_past: int, reach_future: int):
+    """Add past_bias[b, h, t, k-1] to the score on key t-k (1 <= k <= K) and future_bias[..., k-1] on key t+k."""
+    past_count = 0 if past_bias is None else min(past_bias.shape[-1], reach_past)
+    future_count = 0 if future_bias is None else min(future_bias.shape[-1], reach_future)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        lag = q_idx - kv_idx
+        if past_count:
+            slot = (lag - 1).clamp(0, past_count - 1)
+            score = torch.where((lag >= 1) & (lag <= past_count), score + past_bias[b, h, q_idx, slot], score)
+        if future_count:
+            slot = (-lag - 1).clamp(0, future_count - 1)
+            score = torch.where((lag <= -1) & (lag >= -future_count), score + future_bias[b, h, q_idx, slot], score)
+        return score
+
+    return score_mod
+
+
+def banded_attention_flex(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    past_bias: Tensor | None = None,
+    future_bias: Tensor | None = None,
+    *,
+    window: int | None,
+    causal: bool,
+    attention_mask: Tensor | None = None,
+    compiled: bool = True,
+) -> Tensor:
+    """Local (``window``) or global (``window=None``) Markov attention; shapes as the naive reference.
+
+    No dropout (FlexAttention has none). A query with no visible key returns zeros.
+    """
+    from torch.nn.attention.flex_attention import flex_attention
+
+    seq_len = q.shape[-2]
+    unbounded = seq_len  # no lag reaches further than the sequence
+    reach_past = unbounded if window is None else window
+    reach_future = 0 if causal else reach_past
+    biases = [None if b is None else b.to(q.dtype) for b in (past_bias, future_bias)]
+    score_mod = _score_mod(*biases, reach_past, reach_future)
+    block_mask = block_mask_for(seq_len, window, causal, attention_mask, q.device)
+    attend = compiled_flex_attention() if compiled else flex_attention
+    return attend(q, k, v, score_mod=score_mod, block_mask=block_mask)

@@ -1,0 +1,181 @@
+"""The benchmark suite: every requested size ends up in the record, measured or with the reason it was not; the
+skip rules; the targets read from the rows; peak-memory readings; the bench models; the command-line options."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from markovformer.bench import PARTS, RESULTS_NAME, BenchSettings, run_suite
+from markovformer.bench.cases import run_case
+from markovformer.bench.measure import PeakMemory, SizeSeries, growth_exponent, predicted_over_caps
+from markovformer.bench.models import MODELS, GRULanguageModel, build_model, loss_of
+from markovformer.bench.plots import write_plots
+from markovformer.bench.report import format_summary, summarise, targets
+from markovformer.bench.suite import _Runner
+from markovformer.cli import bench as bench_cli
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_ops_record_has_every_size_measured_or_explained(tmp_path):
+    """A tiny memory cap: each kind's first size runs, the larger ones are skipped with the predicted excess; the
+    record is complete, machine and settings included, and the figure is a PNG."""
+    kinds, lengths = ("markov_local", "markov_global"), (32, 64, 128)
+    settings = BenchSettings(parts=("ops",), quick=True, op_kinds=kinds, lengths=lengths, repeats=1,
+                             memory_cap_mib=1e-3, time_cap=30.0)  # fmt: skip
+    path = run_suite(tmp_path, settings, log=lambda line: None)
+    assert path == tmp_path / RESULTS_NAME
+    record = json.loads(path.read_text())
+    assert record["complete"] and record["machine"]["torch"] == torch.__version__
+    assert record["settings"]["lengths"] == list(lengths)
+    rows = record["parts"]["ops"]["rows"]
+    for kind in kinds:
+        series = [row for row in rows if row["kind"] == kind]
+        assert [row["T"] for row in series] == list(lengths)
+        first, *rest = series
+        assert first["seconds"] > 0 and first["peak_mib"] >= 0 and "skipped" not in first
+        for row in rest:
+            assert "seconds" not in row and row["skipped"]
+        assert "predicted peak memory" in rest[0]["skipped"] and "cap" in rest[0]["skipped"]
+    summary = record["summary"]
+    assert set(summary["ops"]["seconds"]) == set(kinds)
+    assert set(summary["ops"]["not_measured"]["markov_local"]) == {"64", "128"}
+    assert (tmp_path / "ops.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary file behind
+    text = format_summary(record)
+    assert "markov_global" in text and "predicted" not in text and "targets:" in text
+
+
+def test_layer_case_is_timed_against_its_projections_and_model_case_counts_tokens():
+    """In-process cases: the layer row carries its paired projections-only time and their ratio; a model row its
+    tokens per second and its parameters and optimizer state."""
+    layer = run_case({"part": "ops", "kind": "markov_layer", "T": 32, "repeats": 3}, "cpu", time_cap=60.0)
+    assert layer["runs"] == 3 and layer["seconds"] > 0 and layer["projections_seconds"] > 0
+    assert layer["over_projections"] > 0
+    model = run_case({"part": "models", "kind": "gru", "T": 16, "batch": 2, "repeats": 1}, "cpu", time_cap=60.0)
+    assert model["tokens_per_second"] == pytest.approx(2 * 16 / model["seconds"])
+    # parameters, AdamW's two moments (and its step counters)
+    assert model["parameters"] > 0 and model["state_mib"] == pytest.approx(3 * model["parameters"] * 4 / 2**20, 1e-3)
+    assert model["peak_mib"] >= model["state_mib"]
+
+
+def test_plots_of_every_part(tmp_path):
+    def row(kind, length, **values):
+        return {"kind": kind, "T": length, **values}
+
+    parts = {
+        "ops": {"rows": [row("markov_local", 1024, seconds=0.01, peak_mib=5.0), row("hybrid", 2048, skipped="x")]},
+        "models": {"rows": [row("gru", 512, tokens_per_second=100.0, peak_mib=50.0)]},
+        "longest": {"longest": {"gru": {"T": 1024, "stopped_by": "cap"}, "softmax": {"T": None, "stopped_by": "x"}}},
+    }  # fmt: skip
+    record = {"machine": {"device": "cpu"}, "summary": summarise(parts)}
+    written = write_plots(record, tmp_path)
+    assert [path.name for path in written] == ["ops.png", "models.png", "longest.png"]
+    assert all(path.read_bytes()[:8] == PNG_SIGNATURE for path in written)
+
+
+def test_a_failing_child_gives_an_error_row_and_explains_the_rest(tmp_path):
+    runner = _Runner(BenchSettings(parts=("ops",), quick=True).resolved(), tmp_path, log=lambda line: None)
+    cases = [{"part": "ops", "kind": "no_such_kind", "T": 8, "repeats": 1},
+             {"part": "ops", "kind": "no_such_kind", "T": 16, "repeats": 1}]  # fmt: skip
+    first, second = runner.series(cases, "ops")
+    assert "no_such_kind" in first["error"]
+    assert second["skipped"].startswith("the child stopped")
+
+
+def test_size_series_stops_after_a_failure_and_predicts_the_caps():
+    series = SizeSeries(memory_cap_mib=2000.0, time_cap=10.0)
+    assert series.skip_reason(1024) is None
+    series.add({"T": 1024, "seconds": 1.0, "peak_mib": 100.0})
+    series.add({"T": 2048, "seconds": 2.0, "peak_mib": 200.0})  # linear growth
+    assert series.skip_reason(8192) is None  # 8 s, 800 MiB predicted
+    assert "predicted step time 16 s > cap 10 s" in series.skip_reason(16384)  # 1600 MiB would fit
+    assert "predicted peak memory 3200 MiB > cap 2000 MiB" in series.skip_reason(32768)
+    series.add({"T": 4096, "skipped": "out of memory"})
+    assert "a smaller size stopped" in series.skip_reason(8192)
+    slow = SizeSeries(memory_cap_mib=1000.0, time_cap=10.0)
+    slow.add({"T": 1024, "seconds": 12.0, "warmup_seconds": 12.0, "peak_mib": 1.0})
+    assert "time cap" in slow.skip_reason(2048)
+
+
+def test_growth_exponent_and_prediction():
+    assert growth_exponent([(1, 1.0), (2, 4.0)]) == pytest.approx(2.0)
+    assert growth_exponent([(1, 1.0), (4, 4.0)]) == pytest.approx(1.0)
+    assert growth_exponent([(1, 1.0)]) == 2.0  # one point: assume quadratic
+    assert predicted_over_caps([], 10**6, 1.0, 1.0) is None  # nothing measured: try it
+    assert "peak memory 400 MiB > cap 300 MiB" in predicted_over_caps([{"T": 1, "seconds": 0.1, "peak_mib": 100.0}],
+                                                                       2, 300.0, 10.0)  # fmt: skip
+
+
+def test_targets_read_from_rows():
+    def row(kind, length, **values):
+        return {"kind": kind, "T": length, **values}
+
+    parts = {
+        "ops": {"rows": [row("markov_local", 8192, seconds=1.0, peak_mib=10.0),
+                         row("markov_local", 65536, seconds=8.5, peak_mib=95.0),
+                         row("markov_layer", 4096, seconds=1.2, over_projections=1.2),
+                         row("markov_global", 1024, peak_mib=10.0), row("markov_global", 4096, peak_mib=40.0)]},
+        "models": {"rows": [row("markov_local", 2048, tokens_per_second=300.0),
+                            row("softmax", 2048, tokens_per_second=100.0),
+                            row("markov_local", 4096, peak_mib=90.0), row("softmax", 4096, peak_mib=100.0)]},
+    }  # fmt: skip
+    found = targets(parts)
+    assert found["markov_local_time_64k_over_8k"] == {"value": 8.5, "target": "<= 9", "met": True}
+    assert found["markov_local_memory_64k_over_8k"]["met"] is False  # 9.5
+    assert found["markov_layer_over_projections_4096"]["value"] == pytest.approx(1.2)
+    assert found["markov_layer_over_projections_16384"]["met"] is None
+    assert "T=16384" in found["markov_layer_over_projections_16384"]["missing"]
+    assert found["markov_global_memory_growth_exponent"]["value"] == pytest.approx(1.0)
+    assert found["markov_local_over_softmax_tokens_per_second_2048"]["value"] == pytest.approx(3.0)
+    assert found["markov_local_over_softmax_tokens_per_second_8192"]["met"] is None
+    assert found["markov_local_over_softmax_peak_memory_4096"]["met"] is True
+
+
+def test_peak_memory_sees_an_allocation():
+    memory = PeakMemory("cpu")
+    memory.start()
+    if not memory.isolated:
+        pytest.skip("this kernel refuses to reset the resident high-water mark")
+    block = torch.ones(16 * 2**20)  # 64 MiB, touched
+    del block
+    assert 60 <= memory.peak_mib() < 200
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_bench_models_train_on_next_token_loss(name):
+    torch.manual_seed(0)
+    model = build_model(name)
+    ids = torch.randint(0, 256, (2, 12))
+    loss = loss_of(model, ids)
+    assert loss.ndim == 0 and abs(loss.item() - torch.log(torch.tensor(256.0)).item()) < 0.5  # near uniform at init
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_gru_model_loss_is_shifted_cross_entropy():
+    torch.manual_seed(0)
+    model = GRULanguageModel(vocab_size=7, d_model=8, n_layers=2)
+    ids = torch.randint(0, 7, (3, 5))
+    hidden, _ = model.gru(model.embed(ids))
+    logits = model.head(model.norm(hidden))
+    expected = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 7), ids[:, 1:].reshape(-1))
+    torch.testing.assert_close(model(ids, ids), expected)
+
+
+def test_command_line_options():
+    assert bench_cli.PART_NAMES == PARTS
+    parser = argparse.ArgumentParser()
+    bench_cli.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", "--quick", "--parts", "ops", "--out", "somewhere", "--lengths", "64"])
+    assert (args.command, args.quick, args.parts, args.out, args.lengths) == ("bench", True, ["ops"], "somewhere", [64])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "--parts", "everything"])
+    with pytest.raises(ValueError, match="--threads=0"):
+        bench_cli.run_bench(parser.parse_args(["bench", "--threads", "0"]))
+    with pytest.raises(ValueError, match="unknown op kind"):
+        BenchSettings(op_kinds=("flash",)).resolved()

@@ -1,0 +1,304 @@
+"""The fast Markov-attention paths pinned to the naive reference on outputs and every gradient (q, k, v, past_bias,
+future_bias): the block layouts of ``banded``, the chunked global path, FlexAttention (its eager reference on CPU,
+compiled on CUDA when present), attention dropout, and the dispatcher's choice of a path that exists."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+import pytest
+import torch
+
+from markovformer.ops.banded_attention import (
+    CHUNKED_MIN_LENGTH,
+    banded_attention,
+    banded_attention_banded,
+    banded_attention_chunked,
+    banded_attention_flex,
+    banded_attention_naive,
+    resolve_backend,
+)
+
+banded_module = importlib.import_module("markovformer.ops.banded_attention.banded")
+flex_module = importlib.import_module("markovformer.ops.banded_attention.flex")
+
+HEADS, HEAD_DIM, VALUE_DIM = 2, 4, 3
+NAMES = ("q", "k", "v", "past_bias", "future_bias")
+
+
+def _mixed_mask(length: int) -> torch.Tensor:
+    """(4, T) rows: no padding, left padding, right padding, everything padded."""
+    pad = (length + 2) // 3
+    mask = torch.ones(4, length, dtype=torch.long)
+    mask[1, :pad] = 0
+    mask[2, length - pad :] = 0
+    mask[3] = 0
+    return mask
+
+
+def _inputs(length, order, dtype=torch.float64, seed=0, batch=4, head_dim=HEAD_DIM, value_dim=VALUE_DIM):
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(head_dim,), (head_dim,), (value_dim,), (order,), (order,)]
+    return [torch.randn(batch, HEADS, length, *s, generator=g, dtype=torch.float64).to(dtype) for s in shapes]
+
+
+def _output_and_grads(attention, tensors):
+    """Output and the gradient of every input under a fixed random upstream gradient (zeros where unused)."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in tensors]
+    out = attention(*leaves)
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(out.dtype)
+    grads = torch.autograd.grad((out * upstream).sum(), leaves, allow_unused=True)
+    return out.detach(), [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads, strict=True)]
+
+
+def _assert_matches_naive(fast, tensors, window, causal, mask, tol, context):
+    def naive(q, k, v, past, future):
+        return banded_attention_naive(q, k, v, past, future, window=window, causal=causal, attention_mask=mask)[0]
+
+    expected, expected_grads = _output_and_grads(naive, tensors)
+    got, got_grads = _output_and_grads(fast, tensors)
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected, rtol=tol, atol=tol, msg=lambda m: f"output, {context}: {m}")
+    for name, got_grad, expected_grad in zip(NAMES, got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(
+            got_grad, expected_grad, rtol=tol, atol=tol, msg=lambda m, n=name: f"grad {n}, {context}: {m}"
+        )
+
+
+# --- banded: the default block layouts (16-multiple spans) for many windows --------------------------------------
+
+
+@pytest.mark.parametrize("group_elements", [1, 700, banded_module.GROUP_ELEMENTS], ids=["group1", "groups", "default"])
+@pytest.mark.parametrize("window", [0, 1, 2, 4, 7, 12, 16, 21])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_banded_default_layout_matches_naive(causal, window, group_elements, monkeypatch):
+    """Default block sizes, and the blocks walked one per group, a few per group, or all in one group."""
+    monkeypatch.setattr(banded_module, "GROUP_ELEMENTS", group_elements)
+    length = 53  # not a multiple of any default block size
+    block = banded_module.default_block_size(window, causal)
+    span = banded_module._layout(torch.zeros(1, 1, length, 1), 1, window, causal, None).span
+    assert block >= banded_module.MIN_BLOCK and block & (block - 1) == 0  # a power of two
+    assert span % banded_module.SPAN_MULTIPLE == 0 and block + window * (1 if causal else 2) <= span
+    for order in (1, max(1, window), window + 3):
+        tensors = _inputs(length, order, seed=window)
+        for mask in (None, _mixed_mask(length)):
+
+            def fast(q, k, v, past, future, mask=mask):
+                return banded_attention_banded(q, k, v, past, future, window=window, causal=causal, attention_mask=mask)
+
+            context = f"W={window} K={order} causal={causal} mask={mask is not None}"
+            _assert_matches_naive(fast, tensors, window, causal, mask, 1e-10, context)
+
+
+def test_banded_noncontiguous_inputs_and_batch_one():
+    """Heads sliced out of a fused projection (strided views) and B=1, as the attention layers pass them."""
+    fused = torch.randn(1, 37, 3, 2 * HEADS, HEAD_DIM, dtype=torch.float64)
+    q, k, v = fused[:, :, :, :HEADS].permute(2, 0, 3, 1, 4)
+    past, future = torch.randn(2, 1, HEADS, 37, 3, dtype=torch.float64)
+    for causal in (True, False):
+
+        def fast(q, k, v, past, future, causal=causal):
+            return banded_attention_banded(q, k, v, past, future, window=3, causal=causal)
+
+        _assert_matches_naive(fast, [q, k, v, past, future], 3, causal, None, 1e-10, f"causal={causal}")
+
+
+# --- chunked: global scope in O(T) memory --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 16, None])
+@pytest.mark.parametrize("length", [1, 2, 7, 40])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_chunked_matches_naive_float64(causal, length, chunk):
+    for order in (1, 3, length + 2):  # K > T: lags past the sequence ends have no key
+        tensors = _inputs(length, order, seed=order)
+        for mask in (None, _mixed_mask(length)):
+
+            def fast(q, k, v, past, future, mask=mask):
+                return banded_attention_chunked(
+                    q, k, v, past, future, causal=causal, attention_mask=mask, chunk_size=chunk
+                )
+
+            context = f"T={length} K={order} chunk={chunk} causal={causal} mask={mask is not None}"
+            _assert_matches_naive(fast, tensors, None, causal, mask, 1e-10, context)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_chunked_matches_naive_float32(causal):
+    length = 70
+    tensors = _inputs(length, 4, dtype=torch.float32, head_dim=8, value_dim=8)
+    mask = _mixed_mask(length)
+
+    def fast(q, k, v, past, future):
+        return banded_attention_chunked(q, k, v, past, future, causal=causal, attention_mask=mask, chunk_size=16)
+
+    _assert_matches_naive(fast, tensors, None, causal, mask, 2e-5, f"float32 causal={causal}")
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_chunked_all_masked_queries_give_zeros(dtype, causal):
+    length = 12
+    mask = torch.ones(3, length, dtype=torch.long)
+    mask[0, :6] = 0
+    mask[1] = 0
+    leaves = [t.requires_grad_(True) for t in _inputs(length, 2, dtype=dtype, batch=3)]
+    out = banded_attention_chunked(*leaves, causal=causal, attention_mask=mask, chunk_size=5)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    empty = torch.zeros(3, length, dtype=torch.bool)
+    empty[1] = True
+    if causal:
+        empty[0, :6] = True
+    assert (out[empty[:, None, :, None].expand_as(out)] == 0).all()
+    assert (out[~empty[:, None, :, None].expand_as(out)] != 0).any()
+    out.float().square().sum().backward()
+    for name, leaf in zip(NAMES, leaves, strict=True):
+        assert torch.isfinite(leaf.grad).all(), name
+
+
+def test_default_chunk_size_bounds_the_workspace():
+    chunked = importlib.import_module("markovformer.ops.banded_attention.chunked")
+    assert chunked.default_chunk_size(8, 1024) == chunked.MAX_CHUNK
+    for batch_heads, length in ((8, 65536), (64, 16384), (1, 2**22)):
+        rows = chunked.default_chunk_size(batch_heads, length)
+        assert chunked.MIN_CHUNK <= rows <= chunked.MAX_CHUNK
+        assert rows == chunked.MIN_CHUNK or rows * batch_heads * length <= chunked.CHUNK_ELEMENTS
+
+
+def test_chunked_through_the_dispatcher_and_a_layer():
+    """auto takes the chunked path for long global-scope inputs, and a global-scope layer gives the naive output."""
+    from markovformer.layers import MarkovAttention
+
+    length = CHUNKED_MIN_LENGTH
+    q = torch.randn(1, HEADS, length, HEAD_DIM, dtype=torch.float64)
+    assert resolve_backend("auto", q, None) == "chunked"
+    assert resolve_backend("auto", q[:, :, :-1], None) == "naive"
+    torch.manual_seed(0)
+    layer = MarkovAttention(d_model=8, n_heads=2, max_order=3, scope="global").double()
+    x = torch.randn(2, length, 8, dtype=torch.float64)
+    fast = layer(x)
+    layer.cores[0].backend = "naive"
+    torch.testing.assert_close(fast, layer(x), rtol=1e-10, atol=1e-10)
+
+
+# --- dropout: the same mask in forward and backward ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["banded", "chunked"])
+def test_dropout_backward_is_the_gradient_of_the_forward(path):
+    q, k, v, past, future = (t[:1, :1, :6] for t in _inputs(6, 2))
+
+    def attention(q, k, v, past, future):
+        torch.manual_seed(0)  # the same dropout mask on every call gradcheck makes
+        if path == "banded":
+            return banded_attention_banded(q, k, v, past, future, window=2, causal=False, dropout_p=0.4)
+        return banded_attention_chunked(q, k, v, past, future, causal=False, dropout_p=0.4, chunk_size=4)
+
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v, past, future)]
+    assert torch.autograd.gradcheck(attention, leaves)
+
+
+@pytest.mark.parametrize("path", ["banded", "chunked"])
+def test_dropout_is_unbiased_and_drops(path):
+    q, k, v, past, future = _inputs(9, 2, batch=1)
+    window = 2 if path == "banded" else None
+    options = dict(window=window, causal=True)
+    expected = banded_attention_naive(q, k, v, past, future, **options)[0]
+    torch.manual_seed(0)
+    draws = torch.stack([banded_attention(q, k, v, past, future, dropout_p=0.5, backend=path, **options)
+                         for _ in range(400)])  # fmt: skip
+    assert not torch.allclose(draws[0], expected)
+    standard_error = draws.std(0) / len(draws) ** 0.5
+    assert ((draws.mean(0) - expected).abs() <= 5 * standard_error + 1e-12).all()
+
+
+# --- FlexAttention ------------------------------------------------------------------------------------------------
+
+needs_flex = pytest.mark.skipif(not flex_module.flex_importable(), reason="torch without FlexAttention")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.fixture
+def eager_flex_backward(monkeypatch):
+    """FlexAttention's eager reference has a backward on CPU, but the public function refuses CPU gradients; lift
+    that guard so this file's score_mod and block mask can be checked on outputs and gradients without a GPU."""
+    flex_attention = importlib.import_module("torch.nn.attention.flex_attention")
+    monkeypatch.setattr(flex_attention, "_validate_device", lambda *args: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@needs_flex
+@pytest.mark.parametrize("window", [None, 0, 2, 5])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_flex_score_and_mask_functions_match_naive(eager_flex_backward, causal, window):
+    length = 11
+    for order in (2, 7):  # K = 7 reaches past every window tried (those lags are never visible)
+        tensors = _inputs(length, order, seed=order)
+        for mask in (None, _mixed_mask(length)):
+
+            def fast(q, k, v, past, future, mask=mask):
+                return banded_attention_flex(
+                    q, k, v, past, future, window=window, causal=causal, attention_mask=mask, compiled=False
+                )
+
+            context = f"W={window} K={order} causal={causal} mask={mask is not None}"
+            _assert_matches_naive(fast, tensors, window, causal, mask, 1e-10, context)
+
+
+@needs_cuda
+@needs_flex
+@pytest.mark.parametrize("window", [None, 4])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_flex_compiled_on_cuda_matches_naive(causal, window):
+    length = 300  # several 128-position blocks
+    tensors = [t.cuda() for t in _inputs(length, 4, dtype=torch.float32, head_dim=16, value_dim=16, batch=2)]
+    mask = _mixed_mask(length)[1:3].cuda()
+    for attention_mask in (None, mask):
+
+        def fast(q, k, v, past, future, attention_mask=attention_mask):
+            return banded_attention(q, k, v, past, future, window=window, causal=causal,
+                                    attention_mask=attention_mask, backend="flex")  # fmt: skip
+
+        context = f"cuda W={window} causal={causal} mask={attention_mask is not None}"
+        _assert_matches_naive(fast, tensors, window, causal, attention_mask, 1e-3, context)
+
+
+# --- the dispatcher -----------------------------------------------------------------------------------------------
+
+
+def test_auto_picks_a_path_that_exists_here():
+    q = torch.randn(1, 1, 8, 4)
+    for window in (None, 3):
+        for dropout_p in (0.0, 0.1):
+            chosen = resolve_backend("auto", q, window, dropout_p)
+            assert chosen != "flex" or (q.is_cuda and dropout_p == 0)
+            out = banded_attention(q, q, q, window=window, causal=True, dropout_p=dropout_p, backend="auto")
+            assert out.shape == q.shape and torch.isfinite(out).all()
+    assert resolve_backend("auto", q, 3) == ("flex" if torch.cuda.is_available() else "banded")
+
+
+def test_auto_picks_flex_where_it_exists(monkeypatch):
+    dispatcher = importlib.import_module("markovformer.ops.banded_attention")  # the package, not the function
+    monkeypatch.setattr(dispatcher, "flex_available", lambda device: True)
+    q = torch.randn(1, 1, 8, 4)
+    assert resolve_backend("auto", q, 3) == "flex"
+    assert resolve_backend("auto", q, None) == "flex"
+    assert resolve_backend("auto", q, 3, dropout_p=0.1) == "banded"  # FlexAttention has no dropout
+    with pytest.raises(ValueError, match="'flex' has no attention dropout"):
+        resolve_backend("flex", q, 3, dropout_p=0.1)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_unavailable_backend_raises_naming_it():
+    q = torch.randn(1, 1, 8, 4)
+    with pytest.raises(ValueError, match="backend 'flex' is not available on device 'cpu'"):
+        banded_attention(q, q, q, window=2, causal=True, backend="flex")
+    with pytest.raises(ValueError, match="backend 'chunked' is the global-scope path"):
+        banded_attention(q, q, q, window=2, causal=True, backend="chunked")
+    with pytest.raises(ValueError, match="backend 'banded' needs a local window"):
+        banded_attention(q, q, q, window=None, causal=True, backend="banded")
+    with pytest.raises(ValueError, match="unknown attention backend 'triton'"):
+        banded_attention(q, q, q, window=None, causal=True, backend="triton")
