@@ -26,7 +26,8 @@ from markovformer.training.task import model_inputs
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 EXPECTED = {"causal_lm_chain", "hidden_order", "softmax_baseline", "text_char", "text_bpe", "dna_fasta",
-            "time_series_csv", "scan_shakespeare", "mat_synthetic", "mat_de_en", "vmt_hmm"}  # fmt: skip
+            "time_series_csv", "scan_shakespeare", "mat_synthetic", "mat_de_en", "vmt_hmm", "dna_splice",
+            "finance_sp500", "speech_digits"}  # fmt: skip
 # The model input size each source fills in (the config leaves it out); num_labels likewise for classification.
 DATA_INPUT = {"csv_series": "input_dim", "synthetic_ctc": "input_dim"}
 NEEDS_NO_FILES = ("markov_chain", "hidden_order")
@@ -271,3 +272,56 @@ def test_vmt_hmm_walks_windows_shorter_than_the_hidden_state_lasts_and_trains(tm
     assert set(results["val"]) == {"loss", "bits_per_token", "elbo", "reconstruction", "kl", "iw_bound"}
     exact = results["reference"]["val_log_likelihood_per_token"]
     assert results["val"]["elbo"] < exact < 0  # a lower bound on the exact value
+
+
+TABLE1_CONFIGS = {"dna_splice": ("genomics", "splice"), "finance_sp500": ("finance", "sp500"),
+                  "speech_digits": ("speech", "digits")}  # fmt: skip
+
+
+def _table1_cell(name: str) -> dict:
+    """The table1 experiment's Markovian Transformer run (seed 0, default settings) on the recipe's file in data/."""
+    from markovformer.experiments.table1 import DomainSetup, Table1Settings, run_config
+    from markovformer.experiments.table1_models import MARKOVIAN, data_paths, data_section, markovian_section
+
+    domain, dataset = TABLE1_CONFIGS[name]
+    data = data_section(domain, data_paths(domain, "data", dataset))
+    setup = DomainSetup(domain, dataset, data, {}, 0, {MARKOVIAN: markovian_section(domain)}, {})
+    return run_config(setup, MARKOVIAN, Table1Settings(), seed=0)
+
+
+@pytest.mark.parametrize("name", sorted(TABLE1_CONFIGS))
+def test_table1_configs_are_the_experiments_markovian_transformer_runs(name):
+    values = load_yaml(ROOT / "configs" / f"{name}.yaml")
+    assert values["output_dir"] == f"runs/{name}"
+    assert plain({**values, "output_dir": ""}) == plain(_table1_cell(name))
+    model = model_config(resolved(name), **({"vocab_size": None, "input_dim": 80} if name == "speech_digits" else {}))
+    assert model.layer_kinds() == ["hybrid_split"] * model.n_layers and model.markov_head_ratio == 0.5
+    assert model.gru and model.gate == "mlp" and model.scope == "local"
+    assert not model.causal and model.bidirectional  # classification and CTC read the whole input
+
+
+def test_dna_splice_reads_the_splice_recipes_folder_without_reverse_complements():
+    from markovformer.data.recipes import DATA_RECIPES
+
+    data = resolved("dna_splice").data
+    folder = f"data/{DATA_RECIPES['splice'].file_name}"
+    assert (data["path"], data["labels"]) == (f"{folder}/sequences.fa", f"{folder}/labels.tsv")
+    assert data["reverse_complement"] is False  # EI and IE swap under reverse complement: not label-preserving
+
+
+def test_finance_sp500_reads_the_recipes_features_with_the_fractions_its_thresholds_were_fitted_on():
+    from markovformer.data.finance import DAILY_FEATURES, FRACTIONS
+    from markovformer.data.recipes import DATA_RECIPES
+
+    data = resolved("finance_sp500").data
+    assert data["path"] == f"data/{DATA_RECIPES['sp500'].file_name}"
+    assert data["feature_columns"] == list(DAILY_FEATURES) and tuple(data["fractions"]) == FRACTIONS
+    assert data["label_column"] == "label" and "regime" not in data["feature_columns"]
+
+
+def test_speech_digits_reads_the_digits_file_and_tests_on_unseen_voices():
+    from markovformer.data.recipes import DATA_RECIPES
+
+    config = resolved("speech_digits")
+    assert config.task == "ctc" and config.data["path"] == f"data/{DATA_RECIPES['digits'].file_name}"
+    assert config.data["test_set"] == "synthetic"

@@ -15,11 +15,12 @@ from markovformer.experiments import (
     mat_order,
     order_recovery,
     scan_shakespeare,
+    table1,
     vmt,
     weight_tying,
 )
 
-_MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt)
+_MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt, table1)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,207 @@
+"""table1 on tiny prepared files written by the data modules' own writers: matched widths, the cells' numbers against
+``runner.evaluate`` of their runs, the statistics over seeds, the ratio choice, F1 by regime, the speech tests, the
+cost measurement, skipping a domain whose data is missing, and a rerun that trains nothing."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from datetime import date, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from markovformer.data.finance import FRACTIONS, DailyBars, daily_move_table, write_csv
+from markovformer.data.genomics import write_labelled_fasta
+from markovformer.data.speech import WORDS, read_speech_features, write_speech_features
+from markovformer.data.splits import contiguous_split
+from markovformer.experiments import run_experiment
+from markovformer.experiments.table1 import (
+    Table1Settings,
+    choose_ratio,
+    regime_scores,
+    set_up_domain,
+    summarise,
+    train_cell,
+)
+from markovformer.experiments.table1_models import (
+    MARKOVIAN,
+    MODELS,
+    data_paths,
+    parameter_count,
+    variants,
+)
+from markovformer.experiments.table1_speed import build, measure, measure_in_child
+from markovformer.training.runner import evaluate, load_run
+
+TINY = {"d_model": 16, "n_layers": 1, "n_heads": 2, "steps": 2, "batch_size": 8, "ctc_batch_size": 4,
+        "measure": False}  # fmt: skip
+
+
+def write_genomics(data_dir: Path, n: int = 40, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    records = [(f"s{i}", "".join(rng.choice(list("ACGT"), 30)), ("EI", "IE", "N")[i % 3])
+               for i in range(n)]  # fmt: skip
+    write_labelled_fasta(records, data_dir / "splice")
+
+
+def write_finance(data_dir: Path, days: int = 320, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, days) * np.repeat([1.0, 3.0, 1.5], days // 3 + 1)[:days]))
+    open_ = close * np.exp(rng.normal(0, 0.003, days))
+    high = np.maximum(open_, close) * np.exp(np.abs(rng.normal(0, 0.004, days)))
+    low = np.minimum(open_, close) * np.exp(-np.abs(rng.normal(0, 0.004, days)))
+    volume = rng.integers(1_000, 5_000, days).astype(float)
+    dates = [(date(2000, 1, 3) + timedelta(days=i)).isoformat() for i in range(days)]
+    header, rows, _ = daily_move_table(DailyBars(dates, open_, high, low, close, volume))
+    write_csv(data_dir / "sp500.csv", header, rows)
+
+
+def write_speech(data_dir: Path, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    utterances = []
+    for split, count in (("train", 12), ("val", 4), ("test", 4), ("recorded", 3)):
+        for _ in range(count):
+            words = " ".join(rng.choice(WORDS, int(rng.integers(1, 3))))
+            frames = int(rng.integers(30, 50 if split != "recorded" else 70))
+            utterances.append((torch.from_numpy(rng.normal(size=(frames, 80)).astype(np.float32)), words, split))
+    write_speech_features(data_dir / "digits.safetensors", utterances, {"log_mel": None})
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("mf_data")
+    write_genomics(folder)
+    write_finance(folder)
+    write_speech(folder)
+    return folder
+
+
+def settings_for(data_dir: Path, **changes) -> Table1Settings:
+    return Table1Settings(**{"data_dir": str(data_dir), **TINY, **changes})
+
+
+def test_every_baseline_gets_the_width_whose_parameter_count_is_nearest_the_markovian_transformers(data_dir):
+    settings = Table1Settings(data_dir=str(data_dir), measure=False)  # the default sizes: d_model 64, 2 layers
+    rows = variants(tuple(MODELS), (), ())
+    for domain in ("genomics", "finance", "speech"):
+        setup = set_up_domain(domain, settings, rows, log=lambda line: None)
+        target = setup.parameters[MARKOVIAN]
+        task = {"speech": "ctc"}.get(domain, "sequence_classification")
+        for variant in rows:
+            section, count = setup.sections[variant], setup.parameters[variant]
+            assert count == parameter_count(task, section, setup.info)
+            assert abs(count / target - 1) <= settings.tolerance, (domain, variant, count, target)
+            if variant == MARKOVIAN:
+                continue
+            width, step = section["d_model"], 2 * section["n_heads"]
+            assert width % step == 0
+            for other in (width - step, width + step):  # no neighbouring width comes closer
+                assert abs(parameter_count(task, {**section, "d_model": other}, setup.info) - target) >= abs(
+                    count - target
+                )
+        assert setup.sections["linformer"]["max_position"] == setup.longest
+    parts, _ = read_speech_features(data_dir / "digits.safetensors")  # speech: the real recordings count too
+    assert setup.longest == max(len(features) for part in parts.values() for features, _ in part)
+
+
+def test_missing_domains_are_skipped_and_cells_are_the_evaluations_of_their_runs(data_dir, tmp_path):
+    only_genomics = tmp_path / "data"
+    write_genomics(only_genomics)
+    lines: list[str] = []
+    overrides = {**TINY, "data_dir": str(only_genomics), "models": [MARKOVIAN, "transformer"], "ablations": [],
+                 "ratios": [0.25]}  # fmt: skip
+    report = run_experiment("table1", tmp_path / "out", seeds=(0, 1), overrides=overrides, log=lines.append)
+
+    for dataset, domain in (("sp500", "finance"), ("digits", "speech")):
+        message = (f"[table1] skipping {domain}: {data_paths(domain, only_genomics, dataset)['path']} not found; "
+                   f"prepare it with `markovformer data prepare {dataset} --dir {only_genomics}`")  # fmt: skip
+        assert message in lines
+        assert message.split("skipping ", 1)[1] in report.read_text()
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(results["skipped"]) == {"finance", "speech"} and list(results["setups"]) == ["genomics"]
+
+    cells = results["cells"]
+    assert {(c["variant"], c["seed"]) for c in cells} == {(v, s) for v in (MARKOVIAN, "transformer", "ratio=0.25")
+                                                          for s in (0, 1)}  # fmt: skip
+    for cell in cells:  # every number is runner.evaluate of the cell's own run
+        assert cell["val"] == evaluate(cell["run_dir"], "val")["metrics"]
+        test = evaluate(cell["run_dir"], "test")["metrics"]
+        assert cell["test"] == test and cell["scores"]["auroc"] == test["auroc"]
+        assert cell["parameters"] == load_run(cell["run_dir"])[1].num_parameters()
+    assert len({c["run_dir"] for c in cells}) == len(cells)  # seeds train separate runs
+
+    for variant in (MARKOVIAN, "transformer", "ratio=0.25"):
+        values = [c["scores"]["auroc"] for c in sorted(cells, key=lambda c: c["seed"]) if c["variant"] == variant]
+        entry = results["summaries"]["genomics"][variant]["auroc"]
+        assert entry["mean"] == pytest.approx(sum(values) / 2)
+        assert entry["std"] == pytest.approx(abs(values[0] - values[1]) / 2**0.5)  # sample std of two values
+        assert f"{entry['mean']:.4f} ± {entry['std']:.4f}" in report.read_text()
+    validation = {v: results["summaries"]["genomics"][v]["val_auroc"]["mean"] for v in (MARKOVIAN, "ratio=0.25")}
+    assert results["chosen_ratio"]["genomics"] == max(validation, key=validation.get)
+    assert (tmp_path / "out" / "table1.png").stat().st_size > 0
+
+    lines.clear()  # a rerun reads every cell and trains nothing
+    run_experiment("table1", tmp_path / "out", seeds=(0, 1), overrides=overrides, log=lines.append)
+    assert not any(line.startswith("[table1] training") for line in lines)
+    assert sum("done earlier" in line for line in lines) == len(cells)
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["cells"] == cells
+
+
+def test_finance_cell_scores_f1_by_volatility_regime(data_dir, tmp_path):
+    settings = settings_for(data_dir)
+    setup = set_up_domain("finance", settings, {MARKOVIAN: "MT"}, log=lambda line: None)
+    cell = train_cell(setup, MARKOVIAN, settings, 0, tmp_path, log=lambda line: None)
+    test = evaluate(cell["run_dir"], "test")["metrics"]
+    assert cell["scores"]["macro_f1"] == test["macro_f1"]
+    scores = regime_scores(cell["run_dir"])
+    assert scores["macro_f1"] == pytest.approx(test["macro_f1"], abs=1e-6)  # the same predictions as the engine's
+    config = load_run(cell["run_dir"])[0]
+    with open(config.data["path"]) as handle:
+        regimes = [line.rstrip("\n").split(",")[-2] for line in handle][1:]
+    test_rows = contiguous_split(len(regimes), FRACTIONS)[2]  # each test window is labelled by its last row
+    expected = [regimes[last] for last in range(test_rows.start + config.data["window"] - 1, test_rows.stop)]
+    for regime in ("low", "medium", "high"):
+        assert scores[f"count_{regime}"] == expected.count(regime)
+        assert (f"f1_{regime}" in cell["scores"]) == (regime in expected)
+
+
+def test_speech_cell_scores_unseen_voices_and_real_recordings(data_dir, tmp_path):
+    settings = settings_for(data_dir)
+    setup = set_up_domain("speech", settings, {"s4d": "S4D"}, log=lambda line: None)
+    cell = train_cell(setup, "s4d", settings, 0, tmp_path, log=lambda line: None)
+    assert cell["scores"]["wer"] == evaluate(cell["run_dir"], "test")["metrics"]["wer"]
+    recorded = evaluate(cell["run_dir"], "test", {"test_set": "recorded"})["metrics"]["wer"]
+    assert cell["scores"]["wer_recorded"] == recorded
+
+
+def test_summaries_use_the_sample_std_and_the_ratio_is_chosen_on_validation_in_the_metrics_direction():
+    def cell(domain, variant, seed, val, test):
+        primary = {"speech": "wer", "genomics": "auroc"}[domain]
+        return {"domain": domain, "variant": variant, "seed": seed, "val": {primary: val}, "scores": {primary: test}}
+
+    cells = [cell("speech", MARKOVIAN, 0, 0.5, 0.4), cell("speech", MARKOVIAN, 1, 0.3, 0.2),
+             cell("speech", "ratio=0.25", 0, 0.2, 0.9), cell("speech", "ratio=0.25", 1, 0.4, 0.9),
+             cell("genomics", MARKOVIAN, 0, 0.7, 0.1), cell("genomics", "ratio=0.75", 0, 0.8, 0.0)]  # fmt: skip
+    summaries = summarise(cells)
+    assert summaries["speech"][MARKOVIAN]["wer"]["std"] == pytest.approx(statistics.stdev([0.4, 0.2]))
+    assert summaries["speech"][MARKOVIAN]["val_wer"]["mean"] == pytest.approx(0.4)
+    assert summaries["genomics"][MARKOVIAN]["auroc"]["std"] is None  # one seed: no spread to report
+    assert choose_ratio("speech", summaries) == "ratio=0.25"  # lower validation WER (0.3 < 0.4), worse test
+    assert choose_ratio("genomics", summaries) == "ratio=0.75"  # higher validation AUROC
+
+
+def test_cost_measurement_reports_a_training_step_and_failures_come_back_as_skipped():
+    section = {"vocab_size": 6, "num_labels": 3, "d_model": 16, "n_layers": 1, "n_heads": 2, "causal": False,
+               "attention": "softmax"}  # fmt: skip
+    job = {"model_type": "markovian_transformer", "task": "sequence_classification", "section": section,
+           "memory_length": 256, "speed_length": 128, "repeats": 2}  # fmt: skip
+    result = measure(job)
+    assert result["tokens_per_second"] == pytest.approx(128 / result["step_seconds"])
+    assert result["timed_steps"] == 2
+    parameters_mib = build(job["model_type"], job["task"], section)[0].num_parameters() * 4 / 2**20
+    assert result["peak_mib"] >= 3 * parameters_mib  # parameters, Adam's two moments and the step's activations
+    failed = measure_in_child({**job, "section": {**section, "attention": "no_such_kind"}})
+    assert failed["skipped"].startswith("the measuring process failed") and "no_such_kind" in failed["skipped"]
