@@ -421,3 +421,16 @@ def test_bad_inputs_are_named():
         model(input_ids=torch.tensor([[1, 2]]), attention_mask=torch.tensor([[0, 0]]))
     with pytest.raises(ValueError, match="num_samples=0"):
         model.elbo(torch.tensor([[1, 2]]), num_samples=0)
+
+
+def test_resampling_never_draws_a_non_finite_weight_and_survives_a_row_without_any():
+    from markovformer.models.vmt.modeling import resampling_probabilities
+
+    nan, inf = float("nan"), float("inf")
+    log_weights = torch.tensor([[0.0, nan, -inf], [math.log(3.0), nan, -inf], [nan, inf, -inf]])  # (s=3, B=3)
+    probabilities = resampling_probabilities(log_weights)
+    torch.testing.assert_close(probabilities[0], torch.tensor([0.25, 0.75, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(probabilities[1], torch.full((3,), 1 / 3, dtype=torch.float64))  # nothing finite
+    torch.testing.assert_close(probabilities[2], torch.full((3,), 1 / 3, dtype=torch.float64))
+    plain = torch.randn(4, 2, dtype=torch.float64)
+    torch.testing.assert_close(resampling_probabilities(plain), plain.T.softmax(-1))

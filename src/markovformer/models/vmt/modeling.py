@@ -101,6 +101,16 @@ def reverse_within_lengths(x: Tensor, lengths: Tensor) -> Tensor:
     return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
+def resampling_probabilities(log_weights: Tensor) -> Tensor:
+    """(s, B) importance log-weights -> (B, s) probabilities for drawing the carried latent. A sample whose weight is
+    not finite (a latent far out in a Gaussian tail can make inf - inf) is never drawn; a row with no finite weight
+    draws uniformly, so one bad row never stops an evaluation (its bound still reports the non-finite value)."""
+    usable = torch.isfinite(log_weights)
+    safe = log_weights.double().masked_fill(~usable, float("-inf"))
+    safe[:, ~usable.any(0)] = 0.0
+    return safe.T.softmax(-1)
+
+
 class VariationalMarkovTransformer(PreTrainedModel):
     """The VMT: ``elbo``, ``iw_bound``, ``forward`` (the training loss) and ``generate``; see the module docstring."""
 
@@ -394,7 +404,7 @@ class VariationalMarkovTransformer(PreTrainedModel):
             candidates.append(paths.latents[:, rows, positions])  # (s, B, dx)
         log_weights = torch.cat(log_weights, dim=0)
         per_sequence = torch.logsumexp(log_weights, dim=0) - math.log(num_samples)
-        probabilities = log_weights.detach().T.float().softmax(-1)
+        probabilities = resampling_probabilities(log_weights.detach())
         if generator is not None:
             probabilities = probabilities.to(generator.device)
         chosen = torch.multinomial(probabilities, 1, generator=generator).squeeze(-1).to(y.device)
