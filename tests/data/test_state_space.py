@@ -17,28 +17,10 @@ from markovformer.data.state_space import (
     StickyHMMSource,
     forward_log_likelihood,
     kalman_log_likelihood,
+    random_linear_gaussian,
     rotating_linear_gaussian,
     sticky_hmm,
 )
-
-
-def random_linear_gaussian(seed: int, state_dim: int = 2, obs_dim: int = 2) -> LinearGaussianParameters:
-    """Random parameters with a stable transition (spectral norm 0.9) and non-zero biases."""
-    generator = torch.Generator().manual_seed(seed)
-
-    def normal(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=generator, dtype=torch.float64)
-
-    def uniform(*shape: int) -> torch.Tensor:
-        return torch.rand(*shape, generator=generator, dtype=torch.float64)
-
-    A = normal(state_dim, state_dim)
-    return LinearGaussianParameters(
-        transition=0.9 * A / torch.linalg.matrix_norm(A, ord=2), transition_bias=0.3 * normal(state_dim),
-        transition_std=0.2 + 0.6 * uniform(state_dim), emission=normal(obs_dim, state_dim),
-        emission_bias=0.3 * normal(obs_dim), emission_std=0.3 + 0.5 * uniform(obs_dim),
-        initial_mean=normal(state_dim), initial_std=0.5 + uniform(state_dim),
-    )  # fmt: skip
 
 
 def joint_observation_gaussian(parameters: LinearGaussianParameters, length: int) -> MultivariateNormal:

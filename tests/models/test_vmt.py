@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.distributions import Normal, kl_divergence
 
-from markovformer.data.state_space import LinearGaussianParameters
+from markovformer.data.state_space import LinearGaussianParameters, random_linear_gaussian
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig, reverse_within_lengths
 from markovformer.models.vmt.densities import gaussian_kl, gaussian_log_prob
 from markovformer.models.vmt.posterior import FlowPosterior
@@ -30,24 +30,6 @@ def reading_vmt(seed: int = 0, **changes) -> VariationalMarkovTransformer:
         for posterior in (model.posterior_init, model.posterior_step):
             torch.nn.init.normal_(posterior.base.from_context.weight, std=0.3)
     return model
-
-
-def random_linear_gaussian(seed: int, state_dim: int = 2, obs_dim: int = 2) -> LinearGaussianParameters:
-    generator = torch.Generator().manual_seed(seed)
-
-    def normal(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=generator, dtype=torch.float64)
-
-    def uniform(*shape: int) -> torch.Tensor:
-        return torch.rand(*shape, generator=generator, dtype=torch.float64)
-
-    A = normal(state_dim, state_dim)
-    return LinearGaussianParameters(
-        transition=0.9 * A / torch.linalg.matrix_norm(A, ord=2), transition_bias=0.3 * normal(state_dim),
-        transition_std=0.2 + 0.6 * uniform(state_dim), emission=normal(obs_dim, state_dim),
-        emission_bias=0.3 * normal(obs_dim), emission_std=0.3 + 0.5 * uniform(obs_dim),
-        initial_mean=normal(state_dim), initial_std=0.5 + uniform(state_dim),
-    )  # fmt: skip
 
 
 def linear_gaussian_vmt(parameters: LinearGaussianParameters, seed: int = 0, **changes) -> VariationalMarkovTransformer:

@@ -8,21 +8,12 @@ import math
 
 import pytest
 import torch
+from padding_masks import mixed_mask
 
 from markovformer.ops import banded_attention, dense_lag_bias, lag_matrix
 from markovformer.ops.banded_attention import banded_attention_banded, banded_attention_naive
 
 HEADS, HEAD_DIM, VALUE_DIM = 2, 4, 3
-
-
-def _mixed_mask(length: int) -> torch.Tensor:
-    """(4, T) mask rows: no padding, left padding, right padding, everything padded."""
-    pad = (length + 2) // 3
-    mask = torch.ones(4, length, dtype=torch.long)
-    mask[1, :pad] = 0
-    mask[2, length - pad :] = 0
-    mask[3] = 0
-    return mask
 
 
 def _inputs(length: int, order: int | None, dtype=torch.float64, seed: int = 0, batch: int = 4):
@@ -79,7 +70,7 @@ def test_banded_matches_naive_float64(causal, length, window, block):
     # K < W, K == W and K > W (lags beyond the window are never visible, so their bias must not matter).
     orders = [None] + sorted({max(1, window // 2), window, window + 2})
     for order in orders:
-        for mask in (None, _mixed_mask(length)):
+        for mask in (None, mixed_mask(length)):
             _assert_banded_matches_naive(length, window, order, causal, mask, block, torch.float64, 1e-10)
 
 
@@ -89,7 +80,7 @@ def test_banded_matches_naive_float64(causal, length, window, block):
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 def test_banded_matches_naive_float32(causal, length, window, block):
     for order in (None, window):
-        _assert_banded_matches_naive(length, window, order, causal, _mixed_mask(length), block, torch.float32, 1e-5)
+        _assert_banded_matches_naive(length, window, order, causal, mixed_mask(length), block, torch.float32, 1e-5)
 
 
 def _loop_reference(q, k, v, past, future, window, causal, mask):
@@ -135,7 +126,7 @@ def test_naive_matches_double_loop(causal, window, masked, biases):
     q, k, v, past, future = _inputs(length, order=3, seed=3)
     past = past if biases in ("past", "both") else None
     future = future if biases in ("future", "both") else None
-    mask = _mixed_mask(length) if masked else None
+    mask = mixed_mask(length) if masked else None
     out, probs = banded_attention_naive(q, k, v, past, future, window=window, causal=causal, attention_mask=mask)
     expected_out, expected_probs = _loop_reference(q, k, v, past, future, window, causal, mask)
     torch.testing.assert_close(probs, expected_probs, rtol=1e-12, atol=1e-12)
@@ -226,7 +217,7 @@ def test_all_masked_queries_give_zeros_and_finite_grads(dtype, causal, backend):
 def test_dispatcher_backends(causal):
     length, window = 11, 3
     q, k, v, past, future = _inputs(length, order=3, seed=7)
-    mask = _mixed_mask(length)
+    mask = mixed_mask(length)
     local = dict(window=window, causal=causal, attention_mask=mask)
     expected_local = banded_attention_naive(q, k, v, past, future, **local)[0]
     for backend in ("auto", "naive", "banded"):  # the local-scope backends that run on CPU (the rest: fast-path tests)

@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from padding_masks import mixed_mask
 
 from markovformer.ops.banded_attention import (
     CHUNKED_MIN_LENGTH,
@@ -25,16 +26,6 @@ flex_module = importlib.import_module("markovformer.ops.banded_attention.flex")
 
 HEADS, HEAD_DIM, VALUE_DIM = 2, 4, 3
 NAMES = ("q", "k", "v", "past_bias", "future_bias")
-
-
-def _mixed_mask(length: int) -> torch.Tensor:
-    """(4, T) rows: no padding, left padding, right padding, everything padded."""
-    pad = (length + 2) // 3
-    mask = torch.ones(4, length, dtype=torch.long)
-    mask[1, :pad] = 0
-    mask[2, length - pad :] = 0
-    mask[3] = 0
-    return mask
 
 
 def _inputs(length, order, dtype=torch.float64, seed=0, batch=4, head_dim=HEAD_DIM, value_dim=VALUE_DIM):
@@ -82,7 +73,7 @@ def test_banded_default_layout_matches_naive(causal, window, group_elements, mon
     assert span % banded_module.SPAN_MULTIPLE == 0 and block + window * (1 if causal else 2) <= span
     for order in (1, max(1, window), window + 3):
         tensors = _inputs(length, order, seed=window)
-        for mask in (None, _mixed_mask(length)):
+        for mask in (None, mixed_mask(length)):
 
             def fast(q, k, v, past, future, mask=mask):
                 return banded_attention_banded(q, k, v, past, future, window=window, causal=causal, attention_mask=mask)
@@ -113,7 +104,7 @@ def test_banded_noncontiguous_inputs_and_batch_one():
 def test_chunked_matches_naive_float64(causal, length, chunk):
     for order in (1, 3, length + 2):  # K > T: lags past the sequence ends have no key
         tensors = _inputs(length, order, seed=order)
-        for mask in (None, _mixed_mask(length)):
+        for mask in (None, mixed_mask(length)):
 
             def fast(q, k, v, past, future, mask=mask):
                 return banded_attention_chunked(
@@ -128,7 +119,7 @@ def test_chunked_matches_naive_float64(causal, length, chunk):
 def test_chunked_matches_naive_float32(causal):
     length = 70
     tensors = _inputs(length, 4, dtype=torch.float32, head_dim=8, value_dim=8)
-    mask = _mixed_mask(length)
+    mask = mixed_mask(length)
 
     def fast(q, k, v, past, future):
         return banded_attention_chunked(q, k, v, past, future, causal=causal, attention_mask=mask, chunk_size=16)
@@ -237,7 +228,7 @@ def test_flex_score_and_mask_functions_match_naive(eager_flex_backward, causal, 
     length = 11
     for order in (2, 7):  # K = 7 reaches past every window tried (those lags are never visible)
         tensors = _inputs(length, order, seed=order)
-        for mask in (None, _mixed_mask(length)):
+        for mask in (None, mixed_mask(length)):
 
             def fast(q, k, v, past, future, mask=mask):
                 return banded_attention_flex(
@@ -255,7 +246,7 @@ def test_flex_score_and_mask_functions_match_naive(eager_flex_backward, causal, 
 def test_flex_compiled_on_cuda_matches_naive(causal, window):
     length = 300  # several 128-position blocks
     tensors = [t.cuda() for t in _inputs(length, 4, dtype=torch.float32, head_dim=16, value_dim=16, batch=2)]
-    mask = _mixed_mask(length)[1:3].cuda()
+    mask = mixed_mask(length)[1:3].cuda()
     for attention_mask in (None, mask):
 
         def fast(q, k, v, past, future, attention_mask=attention_mask):

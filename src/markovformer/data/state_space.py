@@ -221,6 +221,26 @@ def sticky_hmm(
     return HiddenMarkovParameters(initial, transition, emission)
 
 
+def random_linear_gaussian(seed: int, state_dim: int = 2, obs_dim: int = 2) -> LinearGaussianParameters:
+    """Random parameters drawn from ``seed``: a stable transition (spectral norm 0.9), non-zero biases, standard
+    deviations bounded away from 0 (for testing likelihoods and bounds on models that are not special cases)."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def normal(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    def uniform(*shape: int) -> torch.Tensor:
+        return torch.rand(*shape, generator=generator, dtype=torch.float64)
+
+    A = normal(state_dim, state_dim)
+    return LinearGaussianParameters(
+        transition=0.9 * A / torch.linalg.matrix_norm(A, ord=2), transition_bias=0.3 * normal(state_dim),
+        transition_std=0.2 + 0.6 * uniform(state_dim), emission=normal(obs_dim, state_dim),
+        emission_bias=0.3 * normal(obs_dim), emission_std=0.3 + 0.5 * uniform(obs_dim),
+        initial_mean=normal(state_dim), initial_std=0.5 + uniform(state_dim),
+    )  # fmt: skip
+
+
 def rotating_linear_gaussian(
     state_dim: int, obs_dim: int, decay: float, rotation: float, process_std: float, obs_std: float, seed: int
 ) -> LinearGaussianParameters:
@@ -361,4 +381,5 @@ class StickyHMMSource:
 
 
 __all__ = ["HiddenMarkovParameters", "LinearGaussianParameters", "LinearGaussianSource", "StickyHMMSource",
-           "forward_log_likelihood", "kalman_log_likelihood", "rotating_linear_gaussian", "sticky_hmm"]  # fmt: skip
+           "forward_log_likelihood", "kalman_log_likelihood", "random_linear_gaussian", "rotating_linear_gaussian",
+           "sticky_hmm"]  # fmt: skip
