@@ -18,8 +18,6 @@ The posterior networks also read log(n - k + 1), the number of tokens y_k..y_n b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -38,59 +36,9 @@ from markovformer.models.vmt.densities import (
     gaussian_log_prob,
     standard_normal,
 )
+from markovformer.models.vmt.outputs import SampledPaths, VMTBound, VMTElbo, VMTOutput
 from markovformer.models.vmt.posterior import build_posterior
 from markovformer.ops.padding import right_padded_lengths
-
-
-@dataclass
-class VMTElbo:
-    """The ELBO of a batch of windows. Scalars are nats per real token (sums over real tokens of the batch, divided
-    by their number, averaged over posterior samples); ``*_terms`` are per position (B, T), 0 at padding."""
-
-    elbo: Tensor  # reconstruction − kl
-    reconstruction: Tensor  # E_Q log P(y_k | x_k)
-    kl: Tensor  # E_Q KL(Q(x_k | x_{k-1}, h_k) || P(x_k | x_{k-1})); closed form for "gaussian", sampled for "flow"
-    loss_init: Tensor  # −log Q(x_1 | h_1) of the carried x_1, per window (0 without a carry)
-    loss_prior: Tensor  # −log P(x_k) per real token
-    loss_skip: Tensor  # −log Q_skip(x_{k+t} | x_k, h_{k+1}, t) per scored pair (0 when none)
-    carry: Tensor  # (B, latent_dim): the carried latent of sample 0, detached
-    latents: Tensor  # (S, B, T, latent_dim): the drawn paths (values past a row's length are unused)
-    elbo_terms: Tensor
-    reconstruction_terms: Tensor
-    kl_terms: Tensor
-    num_tokens: int
-
-
-@dataclass
-class VMTBound:
-    """The importance-weighted bound log (1/K) Σ_s P(y, x^s) / Q(x^s | y) of a batch of windows."""
-
-    per_token: Tensor  # nats per real token over the batch
-    per_sequence: Tensor  # (B,) nats: the bound of each row's window
-    carry: Tensor  # (B, latent_dim): a final latent resampled in proportion to the weights, detached
-    num_tokens: int
-
-
-@dataclass
-class VMTOutput:
-    loss: Tensor  # the training objective per token, to minimise (see ``forward``)
-    elbo: Tensor
-    reconstruction: Tensor
-    kl: Tensor
-    loss_init: Tensor
-    loss_prior: Tensor
-    loss_skip: Tensor
-    carry: Tensor  # (B, latent_dim), detached
-
-
-class _Paths(NamedTuple):
-    """Sampled latent paths and their per-position log densities, (S, B, T) each, 0 at padding."""
-
-    latents: Tensor  # (S, B, T, dx)
-    log_q: Tensor
-    log_p_x: Tensor  # log P(x_k | x_{k-1}) (P(x_1) without a carry)
-    kl: Tensor
-    reconstruction: Tensor  # log P(y_k | x_k)
 
 
 def reverse_within_lengths(x: Tensor, lengths: Tensor) -> Tensor:
@@ -233,7 +181,7 @@ class VariationalMarkovTransformer(PreTrainedModel):
     def _infer(
         self, y: Tensor, mask: Tensor, context: Tensor, carry: Tensor | None, carried: Tensor, num_samples: int,
         generator: torch.Generator | None,
-    ) -> _Paths:  # fmt: skip
+    ) -> SampledPaths:  # fmt: skip
         """Draw ``num_samples`` latent paths x_1 → x_T from Q and score them under P and Q. Rows with ``carried``
         start from the carry (Q(x_1 | x_0, h_1), P(x_1 | x_0)), the others from Q(x_1 | h_1) and P(x_1)."""
         batch, length = mask.shape
@@ -280,7 +228,7 @@ class VariationalMarkovTransformer(PreTrainedModel):
         def real(values: Tensor) -> Tensor:
             return torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device))
 
-        return _Paths(latents, real(log_q), real(log_p_x), real(kl), real(reconstruction))
+        return SampledPaths(latents, real(log_q), real(log_p_x), real(kl), real(reconstruction))
 
     def _carry_positions(self, lengths: Tensor, carry_index: int | None) -> Tensor:
         """(B,) window positions whose latent is carried: ``carry_index`` (0-based), or each row's last real token."""
@@ -291,7 +239,7 @@ class VariationalMarkovTransformer(PreTrainedModel):
         return lengths.clamp_max(carry_index + 1) - 1
 
     def _auxiliary_losses(
-        self, paths: _Paths, context: Tensor, mask: Tensor, lengths: Tensor, carried: Tensor, skips: Tensor | None
+        self, paths: SampledPaths, context: Tensor, mask: Tensor, lengths: Tensor, carried: Tensor, skips: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """(Loss_init, Loss_prior, Loss_skip), nats. The drawn latents are detached: these terms train their own
         density (and, through h, the encoder) toward the path the ELBO chose, never the path toward them."""
