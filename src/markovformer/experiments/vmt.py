@@ -40,6 +40,7 @@ from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
 from markovformer.models.markovian_transformer import MarkovianTransformerForCausalLM, gpt2_style_config
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
+from markovformer.models.vmt.documents import walk_documents
 
 NAME = "vmt"
 SUMMARY = "Variational Markov Transformer: ELBO/IW bounds vs the exact Kalman likelihood; carry on/off vs a windowed " \
@@ -215,27 +216,20 @@ def evaluate_vmt(
     and ``window_elbo``, the ELBO per token of each window position (a list)."""
     was_training = model.training
     model.eval()
-    length = documents.shape[1]
     totals = {"elbo": 0.0, "reconstruction": 0.0, "kl": 0.0, **{f"iw_{k}": 0.0 for k in iw_samples}}
     window_elbo = []
     generator = torch.Generator().manual_seed(seed)
-    state = None
-    iw_states = dict.fromkeys(iw_samples)
-    for start in range(0, length, window):
-        piece = documents[:, start : start + window]
-        result = model.elbo(piece, carry=state, num_samples=num_samples, generator=generator)
-        tokens = result.num_tokens
-        totals["elbo"] += float(result.elbo) * tokens
-        totals["reconstruction"] += float(result.reconstruction) * tokens
-        totals["kl"] += float(result.kl) * tokens
-        window_elbo.append(float(result.elbo))
-        state = result.carry if carry else None
-        for k in iw_samples:
-            bound = model.iw_bound(piece, k, carry=iw_states[k], generator=generator)
+    walk = walk_documents(model, documents, window=window, carry=carry, iw_samples=iw_samples,
+                          num_samples=num_samples, elbo_generator=generator, iw_generator=generator)  # fmt: skip
+    for scores in walk:
+        tokens = scores.elbo.num_tokens
+        for name in ("elbo", "reconstruction", "kl"):
+            totals[name] += float(getattr(scores.elbo, name)) * tokens
+        window_elbo.append(float(scores.elbo.elbo))
+        for k, bound in scores.bounds.items():
             totals[f"iw_{k}"] += float(bound.per_token) * tokens
-            iw_states[k] = bound.carry if carry else None
     model.train(was_training)
-    count = documents.shape[0] * length
+    count = documents.shape[0] * documents.shape[1]
     return {**{name: value / count for name, value in totals.items()}, "window_elbo": window_elbo}
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import lightning as L
 import torch
 
+from markovformer.models.vmt.documents import walk_documents
 from markovformer.training.batches import window_stride, world
 from markovformer.training.metrics import TaskMetrics
 from markovformer.training.optim import build_optimizer, lr_multiplier
@@ -69,12 +70,10 @@ def document_inputs(batch: dict) -> dict:
 class DocumentWalk:
     """The VMT's evaluation pass over whole documents; one per pass over a split (its noise restarts with it).
 
-    Each batch of documents is walked in order in consecutive windows of ``model.config.window`` tokens (never
-    overlapping: every token is scored once), the latent carried from window to window when ``carry`` (else every
-    window starts from P(x_1)). Added per window: the ELBO (one posterior path, carrying the path's latent) and the
-    importance-weighted bound with K = ``iw_samples`` (carrying a latent resampled by weight), each chained bound
-    summing to a bound on the documents' log-likelihood. Noise comes from two generators of its own seeded by
-    ``seed``, so validation never moves the training's random stream and a rerun gives the same numbers.
+    Each batch of documents is walked window by window (``models.vmt.documents.walk_documents``, the latent carried
+    when ``carry``); added per window: the ELBO and the importance-weighted bound with K = ``iw_samples``, each
+    chained bound summing to a bound on the documents' log-likelihood. Noise comes from two generators of its own
+    seeded by ``seed``, so validation never moves the training's random stream and a rerun gives the same numbers.
     """
 
     def __init__(self, carry: bool = True, iw_samples: int = IW_SAMPLES, seed: int = 0) -> None:
@@ -84,33 +83,12 @@ class DocumentWalk:
     def __call__(self, model: torch.nn.Module, batch: dict, metrics: TaskMetrics) -> None:
         inputs = document_inputs(batch)
         y = inputs.get("input_ids", inputs.get("input_features"))
-        mask = inputs.get("attention_mask")
-        mask = torch.ones(y.shape[:2], dtype=torch.long, device=y.device) if mask is None else mask
         if self.generators is None:
             self.generators = tuple(torch.Generator(device=y.device).manual_seed(self.seed + i) for i in (0, 1))
-        elbo_noise, iw_noise = self.generators
-        lengths, window = mask.long().sum(-1), model.config.window
-        state = iw_state = None
-        for start in range(0, int(lengths.max()), window):
-            rows = (lengths > start).nonzero().squeeze(-1)  # the documents that reach this window
-            piece, piece_mask = y[rows, start : start + window], mask[rows, start : start + window]
-            carried = None if state is None else state[rows]
-            result = model.elbo(piece, piece_mask, carry=carried, generator=elbo_noise)
-            bound = None
-            if self.iw_samples:
-                carried = None if iw_state is None else iw_state[rows]
-                bound = model.iw_bound(piece, self.iw_samples, piece_mask, carry=carried, generator=iw_noise)
-            metrics.update_documents(result, bound)
-            if self.carry:
-                state = _scatter_rows(state, rows, result.carry, len(y))
-                iw_state = None if bound is None else _scatter_rows(iw_state, rows, bound.carry, len(y))
-
-
-def _scatter_rows(state: torch.Tensor | None, rows: torch.Tensor, values: torch.Tensor, batch: int) -> torch.Tensor:
-    """``state`` (batch, D) (zeros when None) with ``rows`` set to ``values``."""
-    state = values.new_zeros(batch, values.shape[-1]) if state is None else state.clone()
-    state[rows] = values
-    return state
+        iw_samples = (self.iw_samples,) if self.iw_samples else ()
+        for scores in walk_documents(model, y, inputs.get("attention_mask"), carry=self.carry, iw_samples=iw_samples,
+                                     elbo_generator=self.generators[0], iw_generator=self.generators[1]):  # fmt: skip
+            metrics.update_documents(scores.elbo, scores.bounds.get(self.iw_samples))
 
 
 def score_batch(
