@@ -12,15 +12,8 @@ import pytest
 import torch
 
 from markovformer.experiments import EXPERIMENTS, vmt
-from markovformer.experiments.vmt import (
-    VMTSettings,
-    evaluate_transformer,
-    evaluate_vmt,
-    text_documents,
-    train_vmt,
-    transformer_model,
-    vmt_model,
-)
+from markovformer.experiments.vmt import VMTSettings, text_documents, transformer_model, vmt_model
+from markovformer.experiments.vmt_training import evaluate_transformer, evaluate_vmt, train_vmt
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 
 ROOT = Path(__file__).resolve().parents[2]
