@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import sys
 import types
-from datetime import date, timedelta
+from datetime import date
 
 import numpy as np
 import pytest
@@ -34,20 +34,9 @@ from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
 from markovformer.data.splits import contiguous_split
 
 
-def _bars(n: int = 300, seed: int = 0) -> DailyBars:
-    rng = np.random.default_rng(seed)
-    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n) * np.repeat([1.0, 3.0, 1.5], n // 3 + 1)[:n]))
-    open_ = close * np.exp(rng.normal(0, 0.003, n))
-    high = np.maximum(open_, close) * np.exp(np.abs(rng.normal(0, 0.004, n)))
-    low = np.minimum(open_, close) * np.exp(-np.abs(rng.normal(0, 0.004, n)))
-    volume = rng.integers(1_000, 5_000, n).astype(float)
-    dates = [(date(2000, 1, 3) + timedelta(days=i)).isoformat() for i in range(n)]
-    return DailyBars(dates, open_, high, low, close, volume)
-
-
 def _replace(bars: DailyBars, start: int, seed: int) -> DailyBars:
     """The same bars up to ``start``, different ones from there on."""
-    other = _bars(len(bars.dates), seed)
+    other = finance.synthetic_bars(len(bars.dates), seed)
     arrays = {}
     for name in ("open", "high", "low", "close", "volume"):
         values = getattr(bars, name).copy()
@@ -58,7 +47,7 @@ def _replace(bars: DailyBars, start: int, seed: int) -> DailyBars:
 
 
 def test_daily_features_follow_their_formulas():
-    bars = _bars()
+    bars = finance.synthetic_bars(300)
     features = daily_features(bars)
     c, o, h, l, v = bars.close, bars.open, bars.high, bars.low, bars.volume
     t = 50
@@ -77,7 +66,7 @@ def test_daily_features_follow_their_formulas():
 
 
 def test_zero_volume_repeats_the_previous_day_and_flat_bars_sit_mid_range():
-    bars = _bars(40)
+    bars = finance.synthetic_bars(40)
     volume, high, low = bars.volume.copy(), bars.high.copy(), bars.low.copy()
     volume[30] = 0.0
     high[31] = low[31] = bars.open[31] = bars.close[31] = bars.close[30]
@@ -89,7 +78,7 @@ def test_zero_volume_repeats_the_previous_day_and_flat_bars_sit_mid_range():
 
 
 def test_features_never_read_the_future():
-    bars, cut = _bars(), 150
+    bars, cut = finance.synthetic_bars(300), 150
     before, after = daily_features(bars), daily_features(_replace(bars, cut, seed=9))
     for name in DAILY_FEATURES:
         np.testing.assert_array_equal(before[name][:cut], after[name][:cut], err_msg=name)
@@ -97,7 +86,7 @@ def test_features_never_read_the_future():
 
 
 def test_bars_are_validated():
-    bars = _bars(30)
+    bars = finance.synthetic_bars(30)
     with pytest.raises(ValueError, match="low <= open, close <= high"):
         DailyBars(bars.dates, bars.open, bars.low, bars.high, bars.close, bars.volume)
     with pytest.raises(ValueError, match="strictly increasing"):
@@ -122,7 +111,7 @@ def _table(bars: DailyBars):
 
 
 def test_daily_table_labels_the_next_day_and_balances_the_training_period():
-    bars = _bars()
+    bars = finance.synthetic_bars(300)
     header, rows, fitted, columns = _table(bars)
     assert header == ["date", *DAILY_FEATURES, "regime", "label"]
     assert len(rows) == len(bars.dates) - 21  # 20 days of history, and the last day has no next day
@@ -141,7 +130,7 @@ def test_daily_table_labels_the_next_day_and_balances_the_training_period():
 
 
 def test_nothing_fitted_reads_past_the_training_period():
-    bars = _bars()
+    bars = finance.synthetic_bars(300)
     _, rows, fitted, _ = _table(bars)
     train_stop = fitted["train_rows"][1]
     first_validation_day = 20 + train_stop  # row i is bar 20 + i: the first 20 bars are history
@@ -158,7 +147,7 @@ def _write_table(path, bars: DailyBars):
 
 
 def test_the_csv_loads_in_csv_series_with_chronological_splits_and_training_statistics(tmp_path):
-    bars = _bars()
+    bars = finance.synthetic_bars(300)
     path = _write_table(tmp_path / "bars.csv", bars)
     bundle = load_csv_series(path, label_column="label", feature_columns=list(DAILY_FEATURES), window=10, stride=3)
     with path.open() as handle:
@@ -198,7 +187,7 @@ class _Frame:
 
 @pytest.mark.parametrize("name, prepare", [("sp500", prepare_sp500), ("nasdaq", prepare_nasdaq)])
 def test_recipes_write_the_table_of_the_arch_data(tmp_path, monkeypatch, name, prepare):
-    bars = _bars()
+    bars = finance.synthetic_bars(300)
     module = types.ModuleType(f"arch.data.{name}")
     module.load = lambda: _Frame(bars)
     monkeypatch.setitem(sys.modules, f"arch.data.{name}", module)
@@ -213,7 +202,7 @@ def test_recipe_without_arch_or_with_too_little_data_raises_and_writes_nothing(t
     with pytest.raises(RuntimeError, match="pip install arch"):
         prepare_sp500(tmp_path / "sp500.csv")
     module = types.ModuleType("arch.data.sp500")
-    module.load = lambda: _Frame(_bars(24))
+    module.load = lambda: _Frame(finance.synthetic_bars(24))
     monkeypatch.setitem(sys.modules, "arch.data.sp500", module)
     with pytest.raises(ValueError, match="training days"):
         prepare_sp500(tmp_path / "sp500.csv")

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import statistics
-from datetime import date, timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from markovformer.data.finance import FRACTIONS, DailyBars, daily_move_table, write_csv
+from markovformer.data.finance import FRACTIONS, daily_move_table, synthetic_bars, write_csv
 from markovformer.data.genomics import write_labelled_fasta
 from markovformer.data.speech import WORDS, read_speech_features, write_speech_features
 from markovformer.data.splits import contiguous_split
@@ -48,14 +47,7 @@ def write_genomics(data_dir: Path, n: int = 40, seed: int = 0) -> None:
 
 
 def write_finance(data_dir: Path, days: int = 320, seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, days) * np.repeat([1.0, 3.0, 1.5], days // 3 + 1)[:days]))
-    open_ = close * np.exp(rng.normal(0, 0.003, days))
-    high = np.maximum(open_, close) * np.exp(np.abs(rng.normal(0, 0.004, days)))
-    low = np.minimum(open_, close) * np.exp(-np.abs(rng.normal(0, 0.004, days)))
-    volume = rng.integers(1_000, 5_000, days).astype(float)
-    dates = [(date(2000, 1, 3) + timedelta(days=i)).isoformat() for i in range(days)]
-    header, rows, _ = daily_move_table(DailyBars(dates, open_, high, low, close, volume))
+    header, rows, _ = daily_move_table(synthetic_bars(days, seed))
     write_csv(data_dir / "sp500.csv", header, rows)
 
 

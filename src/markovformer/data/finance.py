@@ -59,6 +59,22 @@ class DailyBars:
             raise ValueError(f"bar {self.dates[int(np.argmax(self.volume < 0))]}: negative volume")
 
 
+def synthetic_bars(days: int, seed: int = 0) -> DailyBars:
+    """Random-walk daily bars from ``seed`` with three volatility regimes in turn (daily σ 1%, 3%, 1.5% of the
+    close): data of the recipes' shape without the arch package, for tests and trials. Dates from 2000-01-03."""
+    from datetime import date, timedelta
+
+    rng = np.random.default_rng(seed)
+    scale = np.repeat([1.0, 3.0, 1.5], days // 3 + 1)[:days]
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, days) * scale))
+    open_ = close * np.exp(rng.normal(0, 0.003, days))
+    high = np.maximum(open_, close) * np.exp(np.abs(rng.normal(0, 0.004, days)))
+    low = np.minimum(open_, close) * np.exp(-np.abs(rng.normal(0, 0.004, days)))
+    volume = rng.integers(1_000, 5_000, days).astype(float)
+    dates = [(date(2000, 1, 3) + timedelta(days=i)).isoformat() for i in range(days)]
+    return DailyBars(dates, open_, high, low, close, volume)
+
+
 def bars_from_arch(name: str) -> DailyBars:
     """``arch.data.<name>.load()`` (``sp500`` or ``nasdaq``: columns Open, High, Low, Close, Adj Close, Volume,
     indexed by date) as DailyBars."""
