@@ -14,6 +14,7 @@ Values are checked against the dataclass field types; an unknown key gets a "did
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -174,6 +175,19 @@ def build_dataclass(cls: type, values: dict[str, Any], prefix: str) -> Any:
         raise ConfigError(f"{prefix}: {error}") from error
 
 
+def read_yaml(text: str) -> Any:
+    """YAML as PyYAML's safe loader reads it, except that exponent numbers without a dot (``2e-3``, ``1E5``) are
+    floats, as in YAML 1.2, not strings."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    exponent = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", exponent, list("-+0123456789."))
+    return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``"model.max_order=3"`` -> (["model", "max_order"], 3); the value is read as YAML (numbers, lists, ...)."""
     import yaml
@@ -184,7 +198,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override {text!r} has an empty key")
     try:
-        value = yaml.safe_load(raw) if raw != "" else ""
+        value = read_yaml(raw) if raw != "" else ""
     except yaml.YAMLError as error:
         raise ConfigError(f"override {text!r}: value is not valid YAML ({error})") from error
     return key.split("."), value
@@ -210,7 +224,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        values = yaml.safe_load(path.read_text())
+        values = read_yaml(path.read_text())
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
