@@ -247,6 +247,24 @@ def test_speech_file_round_trips_and_the_source_picks_the_test_set(tmp_path):
         load_speech_features(path, test_set="real")
 
 
+def test_stacked_frames_are_the_normalised_frames_side_by_side(tmp_path):
+    path = write_speech_features(tmp_path / "s.safetensors", _utterances(12), {})
+    plain = load_speech_features(path, test_set="synthetic")
+    stacked = DATA_SOURCES["speech_features"](path=str(path), test_set="synthetic", stack_frames=3).build(seed=0)
+    assert stacked.info["input_dim"] == 240 and stacked.info["stack_frames"] == 3
+    for split in ("train", "val", "test"):
+        for original, grouped in zip(getattr(plain, split), getattr(stacked, split), strict=True):
+            frames, wide = original["input_features"], grouped["input_features"]
+            assert wide.shape == (math.ceil(len(frames) / 3), 240)
+            for t in range(len(frames)):  # frame t is slot t % 3 of row t // 3; the rest of the last row is zero
+                torch.testing.assert_close(wide[t // 3, 80 * (t % 3) : 80 * (t % 3 + 1)], frames[t])
+            assert not wide.flatten()[len(frames) * 80 :].any()
+            assert torch.equal(grouped["labels"], original["labels"])
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match=f"stack_frames must be an integer >= 1, got {bad!r}"):
+            load_speech_features(path, stack=bad)
+
+
 def test_speech_file_of_another_format_is_refused(tmp_path):
     from safetensors.torch import save_file
 

@@ -135,33 +135,37 @@ class OrderBookSource:
 class SpeechFeaturesSource:
     """Log-Mel frames and character transcripts of a speech file (``markovformer data prepare digits``) for CTC:
     its train and val splits, and as test the real recordings (``test_set: recorded``) or the synthetic test split
-    of voices unseen in training (``synthetic``). Features normalised with the training frames' statistics."""
+    of voices unseen in training (``synthetic``). Features normalised with the training frames' statistics;
+    ``stack_frames`` consecutive frames side by side make one input (3: 240 features per 30 ms, a third as long)."""
 
     path: str = ""
     test_set: str = "recorded"
+    stack_frames: int = 1
 
     def build(self, seed: int) -> DataBundle:
         from markovformer.data.speech import load_speech_features
 
         _require_path(self.path)
-        return load_speech_features(self.path, self.test_set)
+        return load_speech_features(self.path, self.test_set, self.stack_frames)
 
 
 @dataclasses.dataclass
 class AudioManifestSource:
     """WAV files with transcripts (a manifest of ``path<TAB>transcript`` lines, paths relative to it) for CTC:
     resampled to ``sample_rate``, 80 log-Mel features per 10 ms, characters a-z, space and apostrophe; split at
-    random by utterance."""
+    random by utterance; ``stack_frames`` as for ``speech_features``."""
 
     path: str = ""
     fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
     sample_rate: int = 8000
+    stack_frames: int = 1
 
     def build(self, seed: int) -> DataBundle:
         from markovformer.data.speech import load_audio_manifest
 
         _require_path(self.path)
-        return load_audio_manifest(self.path, fractions=self.fractions, seed=seed, sample_rate=self.sample_rate)
+        return load_audio_manifest(self.path, fractions=self.fractions, seed=seed, sample_rate=self.sample_rate,
+                                   stack=self.stack_frames)  # fmt: skip
 
 
 def _require_path(path: str, key: str = "data.path") -> None:

@@ -180,30 +180,53 @@ def read_speech_features(path: str | Path) -> tuple[dict[str, list[tuple[Tensor,
     return parts, metadata
 
 
-def speech_bundle(parts: dict[str, list[tuple[Tensor, Tensor]]], splits: dict, info: dict | None = None) -> DataBundle:
-    """A CTC DataBundle of ``train``/``val``/``test`` ``(features, label ids)`` lists: features normalised per
-    dimension with the mean and (population) std of every training frame.
+def stack_frames(features: Tensor, factor: int) -> Tensor:
+    """Every ``factor`` consecutive frames side by side, the last group padded with zeros: (T, F) ->
+    (ceil(T / factor), factor * F). The same audio at a 1/factor frame rate (factor 3: one frame per 30 ms)."""
+    if factor == 1:
+        return features
+    length, width = features.shape
+    padded = features.new_zeros(-(-length // factor) * factor, width)
+    padded[:length] = features
+    return padded.reshape(-1, factor * width)
 
-    Example: {"input_features": (T, F) float32, "labels": (L,) long, characters 1..28 (0 is the CTC blank)}.
-    info: {"input_dim": F, "num_labels": 29, "label_names": CTC_LABEL_NAMES, "normalisation": {"mean", "std"}}.
+
+def check_stack_frames(factor: int) -> None:
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+        raise ValueError(f"stack_frames must be an integer >= 1, got {factor!r}")
+
+
+def speech_bundle(
+    parts: dict[str, list[tuple[Tensor, Tensor]]], splits: dict, info: dict | None = None, stack: int = 1
+) -> DataBundle:
+    """A CTC DataBundle of ``train``/``val``/``test`` ``(features, label ids)`` lists: features normalised per
+    dimension with the mean and (population) std of every training frame, then ``stack`` frames to one
+    (``stack_frames``; zero padding is the training mean).
+
+    Example: {"input_features": (T / stack, stack * F) float32, "labels": (L,) long, characters 1..28 (0 is the
+    CTC blank)}. info: {"input_dim": stack * F, "num_labels": 29, "label_names": CTC_LABEL_NAMES, "normalisation":
+    {"mean", "std"} per original dimension, "stack_frames": stack}.
     """
+    check_stack_frames(stack)
     if not parts["train"]:
         raise ValueError("the speech data has no training utterance")
     frames = torch.cat([features for features, _ in parts["train"]]).double()
     mean, std = frames.mean(0), frames.std(0, correction=0)
     std[std == 0] = 1.0
     examples = {
-        name: [{"input_features": ((features - mean) / std).float(), "labels": ids} for features, ids in parts[name]]
+        name: [{"input_features": stack_frames(((features - mean) / std).float(), stack), "labels": ids}
+               for features, ids in parts[name]]
         for name in ("train", "val", "test")
-    }
-    info = {"input_dim": frames.shape[1], "num_labels": len(CTC_LABEL_NAMES), "label_names": list(CTC_LABEL_NAMES),
-            "normalisation": {"mean": mean.tolist(), "std": std.tolist()}, **(info or {})}  # fmt: skip
+    }  # fmt: skip
+    info = {"input_dim": stack * frames.shape[1], "num_labels": len(CTC_LABEL_NAMES),
+            "label_names": list(CTC_LABEL_NAMES), "normalisation": {"mean": mean.tolist(), "std": std.tolist()},
+            "stack_frames": stack, **(info or {})}  # fmt: skip
     return DataBundle(**examples, info=info, splits=splits)
 
 
-def load_speech_features(path: str | Path, test_set: str = "recorded") -> DataBundle:
+def load_speech_features(path: str | Path, test_set: str = "recorded", stack: int = 1) -> DataBundle:
     """The speech file's train and val splits, and as test its ``recorded`` utterances (real speech) or its
-    synthetic ``test`` split (``test_set="synthetic"``: unseen voices)."""
+    synthetic ``test`` split (``test_set="synthetic"``: unseen voices); ``stack`` frames to one (``speech_bundle``)."""
     if test_set not in ("recorded", "synthetic"):
         raise ValueError(f"test_set must be 'recorded' or 'synthetic', got {test_set!r}")
     parts, metadata = read_speech_features(path)
@@ -216,15 +239,17 @@ def load_speech_features(path: str | Path, test_set: str = "recorded") -> DataBu
     }
     splits = {"kind": "speech_features", "path": str(path), "test_set": test_set,
               **{name: len(items) for name, items in chosen.items()}}  # fmt: skip
-    return speech_bundle(chosen, splits, {"log_mel": metadata.get("log_mel")})
+    return speech_bundle(chosen, splits, {"log_mel": metadata.get("log_mel")}, stack)
 
 
 def load_audio_manifest(
     path: str | Path, *, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1), seed: int = 0,
-    sample_rate: int = 8000,
+    sample_rate: int = 8000, stack: int = 1,
 ) -> DataBundle:  # fmt: skip
     """Utterances of a ``path<TAB>transcript`` manifest (``audio.read_audio_manifest``; WAVs resampled to
-    ``sample_rate``, log-Mel frames of ``LogMelConfig.for_rate``), split at random by utterance (seeded)."""
+    ``sample_rate``, log-Mel frames of ``LogMelConfig.for_rate``), split at random by utterance (seeded);
+    ``stack`` frames to one (``speech_bundle``)."""
+    check_stack_frames(stack)
     from markovformer.data.splits import split_indices
 
     entries = read_audio_manifest(path)
@@ -242,7 +267,7 @@ def load_audio_manifest(
     splits = {"kind": "random_utterances", "path": str(path), "seed": seed, "fractions": list(fractions),
               **{name: [str(entries[i][0]) for i in chosen] for name, chosen in indices.items()}}  # fmt: skip
     parts = {name: [utterances[i] for i in chosen] for name, chosen in indices.items()}
-    return speech_bundle(parts, splits, {"log_mel": dataclasses.asdict(config)})
+    return speech_bundle(parts, splits, {"log_mel": dataclasses.asdict(config)}, stack)
 
 
 # The recipe.
