@@ -30,6 +30,23 @@ def test_cached_cells_are_computed_once_and_reread(tmp_path):
     assert len(calls) == 2
 
 
+def test_a_cell_with_its_own_dependencies_is_reused_across_experiment_settings(tmp_path):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return len(calls)
+
+    def report(seeds):
+        return ExperimentReport(tmp_path, "t", log=lambda line: None, settings={"seeds": seeds, "steps": 10})
+
+    assert report([0]).cached("cell", compute, depends_on={"steps": 10, "seed": 0}) == 1
+    assert report([0, 1, 2]).cached("cell", compute, depends_on={"steps": 10, "seed": 0}) == 1  # reused
+    assert report([0]).cached("cell", compute, depends_on={"steps": 20, "seed": 0}) == 2  # what it depends on changed
+    stored = json.loads((tmp_path / "cells" / "cell.json").read_text())
+    assert stored["settings"] == {"steps": 20, "seed": 0}
+
+
 def test_a_failing_cell_leaves_no_file_and_reruns(tmp_path):
     report = ExperimentReport(tmp_path, "t", log=lambda line: None)
 

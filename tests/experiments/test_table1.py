@@ -5,6 +5,7 @@ cost measurement, skipping a domain whose data is missing, and a rerun that trai
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from markovformer.experiments.table1 import (
 from markovformer.experiments.table1_models import (
     MARKOVIAN,
     MODELS,
+    SPEECH_STACK,
     data_paths,
     parameter_count,
     variants,
@@ -96,7 +98,8 @@ def test_every_baseline_gets_the_width_whose_parameter_count_is_nearest_the_mark
                 )
         assert setup.sections["linformer"]["max_position"] == setup.longest
     parts, _ = read_speech_features(data_dir / "digits.safetensors")  # speech: the real recordings count too
-    assert setup.longest == max(len(features) for part in parts.values() for features, _ in part)
+    frames = max(len(features) for part in parts.values() for features, _ in part)
+    assert setup.longest == math.ceil(frames / SPEECH_STACK)  # inputs of SPEECH_STACK frames each
 
 
 def test_missing_domains_are_skipped_and_cells_are_the_evaluations_of_their_runs(data_dir, tmp_path):

@@ -33,7 +33,9 @@ class ExperimentReport:
 
     ``cached(key, compute)`` returns ``compute()``'s JSON-serialisable result, stored in ``cells/<key>.json`` with
     the experiment's ``settings`` the first time: rerunning a killed experiment skips every cell that already
-    finished under the same settings, and recomputes cells stored under other settings.
+    finished under the same settings, and recomputes cells stored under other settings. A cell that depends on
+    less than all the settings passes what it depends on as ``depends_on``: it is then reused by any run of the
+    experiment that would compute it the same way (another seed list, more domains, a second process on others).
     """
 
     def __init__(
@@ -47,19 +49,20 @@ class ExperimentReport:
         self.sections: list[str] = []
         self.results: dict[str, Any] = {}
 
-    def cached(self, key: str, compute: Callable[[], Any]) -> Any:
+    def cached(self, key: str, compute: Callable[[], Any], depends_on: dict | None = None) -> Any:
         if not re.fullmatch(r"[A-Za-z0-9_.=+-]+", key):
             raise ValueError(f"cell key {key!r} must be a plain file name (letters, digits, _.=+-)")
+        settings = self.settings if depends_on is None else json.loads(json.dumps(depends_on))
         path = self.out_dir / "cells" / f"{key}.json"
         if path.is_file():
             stored = json.loads(path.read_text())
-            if stored.get("settings") == self.settings:
+            if stored.get("settings") == settings:
                 self.log(f"  {key}: done earlier, read from {path}")
                 return stored["result"]
             self.log(f"  {key}: stored under other settings, recomputing")
         value = compute()
         path.parent.mkdir(exist_ok=True)
-        atomic_write_text(path, json.dumps({"settings": self.settings, "result": value}, indent=1) + "\n")
+        atomic_write_text(path, json.dumps({"settings": settings, "result": value}, indent=1) + "\n")
         return value
 
     def text(self, markdown: str) -> None:

@@ -73,7 +73,8 @@ class Table1Settings:
     tolerance: float = 0.1  # largest relative parameter-count difference reported as matched
     steps: int = 400
     batch_size: int = 32
-    ctc_batch_size: int = 16  # speech: utterances of ~130 frames instead of 32-60 steps
+    ctc_steps: int = 1000  # speech: CTC needs more steps before it emits characters (WER 0.57 at 500, 0.25 at 1000)
+    ctc_batch_size: int = 16  # speech: utterances of ~40 stacked frames instead of 32-60 steps
     lr: float = 2e-3
     measure: bool = True  # peak memory and throughput columns
     memory_length: int = 4096
@@ -81,7 +82,7 @@ class Table1Settings:
     speed_repeats: int = 3
 
 
-QUICK = Table1Settings(models=(MARKOVIAN, "transformer", "s4d"), ablations=(), ratios=(), steps=30,
+QUICK = Table1Settings(models=(MARKOVIAN, "transformer", "s4d"), ablations=(), ratios=(), steps=30, ctc_steps=30,
                        speed_repeats=1)  # fmt: skip
 
 
@@ -160,13 +161,13 @@ def set_up_domain(
 
 def run_config(setup: DomainSetup, variant: str, settings: Table1Settings, seed: int, output_dir: str = "") -> dict:
     """The engine run config of one cell."""
-    spec = DOMAIN_SPECS[setup.name]
-    steps = settings.steps
-    trainer = {"max_steps": steps, "batch_size": settings.ctc_batch_size if spec.task == "ctc" else settings.batch_size,
+    ctc = DOMAIN_SPECS[setup.name].task == "ctc"
+    steps = settings.ctc_steps if ctc else settings.steps
+    trainer = {"max_steps": steps, "batch_size": settings.ctc_batch_size if ctc else settings.batch_size,
                "lr": settings.lr, "weight_decay": 0.1, "warmup_steps": max(1, steps // 10), "decay": "cosine",
                "lr_floor": 0.1, "eval_every": steps, "checkpoint_every": steps, "log_every": max(1, steps // 4),
                "eval_batch_size": 64, "seed": seed}  # fmt: skip
-    return {"task": spec.task, "model_type": "markovian_transformer", "output_dir": output_dir,
+    return {"task": DOMAIN_SPECS[setup.name].task, "model_type": "markovian_transformer", "output_dir": output_dir,
             "model": setup.sections[variant], "data": setup.data, "trainer": trainer}  # fmt: skip
 
 
@@ -236,18 +237,31 @@ def train_cell(
             "train_seconds": metrics["train_seconds_this_process"], "threads": torch.get_num_threads()}  # fmt: skip
 
 
-def measure_cell(setup: DomainSetup, variant: str, settings: Table1Settings) -> dict:
-    """Peak training memory at ``memory_length`` and tokens/s at ``speed_length`` of ``variant`` as built for
-    ``setup``'s domain (Linformer's projections extended to cover the longer length)."""
-    from markovformer.experiments.table1_speed import measure_in_child
+def cell_inputs(setup: DomainSetup, variant: str, settings: Table1Settings, seed: int) -> dict:
+    """What a trained cell's result depends on: its run config and dataset, not where the data lies (it may move).
+    A cell is reused by every run of the experiment that would train it the same way."""
+    values = run_config(setup, variant, settings, seed)
+    data = {key: value for key, value in values["data"].items() if key not in ("path", "labels")}
+    return {**values, "data": data, "dataset": setup.dataset}
 
+
+def speed_job(setup: DomainSetup, variant: str, settings: Table1Settings) -> dict:
+    """The measurement of ``variant`` as built for ``setup``'s domain (Linformer's projections extended to cover
+    the longer length)."""
     section = {**setup.sections[variant], **setup.info}
     if section["attention"] == "linformer":
         section["max_position"] = max(settings.memory_length, settings.speed_length)
-    job = {"model_type": "markovian_transformer", "task": DOMAIN_SPECS[setup.name].task, "section": section,
-           "memory_length": settings.memory_length, "speed_length": settings.speed_length,
-           "repeats": settings.speed_repeats}  # fmt: skip
-    return {"domain": setup.name, "variant": variant, **measure_in_child(job)}
+    return {"model_type": "markovian_transformer", "task": DOMAIN_SPECS[setup.name].task, "section": section,
+            "memory_length": settings.memory_length, "speed_length": settings.speed_length,
+            "repeats": settings.speed_repeats}  # fmt: skip
+
+
+def measure_cell(setup: DomainSetup, variant: str, settings: Table1Settings) -> dict:
+    """Peak training memory at ``memory_length`` and tokens/s at ``speed_length`` of ``variant`` (``speed_job``),
+    in a child process."""
+    from markovformer.experiments.table1_speed import measure_in_child
+
+    return {"domain": setup.name, "variant": variant, **measure_in_child(speed_job(setup, variant, settings))}
 
 
 def summary(values: list[float]) -> dict:
@@ -306,7 +320,8 @@ def run(
     setups = {domain: set_up_domain(domain, settings, rows, log) for domain in present}
     cells = [report.cached(f"{domain}_{variant}_seed={seed}",
                            lambda d=domain, v=variant, s=seed: train_cell(setups[d], v, settings, s, report.out_dir,
-                                                                          log))
+                                                                          log),
+                           depends_on=cell_inputs(setups[domain], variant, settings, seed))
              for domain in present for variant in rows for seed in seeds]  # fmt: skip
     speed = {}
     if settings.measure:
@@ -314,7 +329,9 @@ def run(
         for variant in (v for v in rows if v in MODELS):
             log(f"[{NAME}] measuring {variant}: peak memory at T={settings.memory_length}, tokens/s at "
                 f"T={settings.speed_length}")  # fmt: skip
-            speed[variant] = report.cached(f"speed_{variant}", lambda v=variant: measure_cell(measured, v, settings))
+            speed[variant] = report.cached(f"speed_{variant}", lambda v=variant: measure_cell(measured, v, settings),
+                                           depends_on={"domain": measured.name, **speed_job(measured, variant,
+                                                                                          settings)})  # fmt: skip
     summaries = summarise(cells)
     chosen = {domain: choose_ratio(domain, summaries) for domain in present}
     report.results = {"settings": asdict(settings), "seeds": list(seeds), "skipped": skipped, "rows": rows,
@@ -327,6 +344,6 @@ def run(
     return report.write()
 
 
-__all__ = ["NAME", "QUICK", "SUMMARY", "DomainSetup", "Table1Settings", "choose_ratio", "measure_cell",
-           "missing_data", "regime_scores", "run", "run_config", "set_up_domain", "summarise", "summary",
+__all__ = ["NAME", "QUICK", "SUMMARY", "DomainSetup", "Table1Settings", "cell_inputs", "choose_ratio", "measure_cell",
+           "missing_data", "regime_scores", "run", "run_config", "set_up_domain", "speed_job", "summarise", "summary",
            "train_cell"]  # fmt: skip

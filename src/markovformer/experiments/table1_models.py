@@ -68,6 +68,7 @@ DOMAIN_SPECS = {
 METRIC_LABELS = {"auroc": "AUROC", "accuracy": "accuracy", "macro_f1": "macro-F1", "wer": "WER (unseen voices)",
                  "wer_recorded": "WER (real recordings)"}  # fmt: skip
 FINANCE_WINDOW = 32  # trading days per example
+SPEECH_STACK = 3  # 10 ms frames per input: 2.8x faster CTC steps, and the fastest utterance keeps 1.6 inputs a label
 
 
 def data_paths(domain: str, data_dir: str | Path, dataset: str) -> dict[str, str]:
@@ -84,14 +85,15 @@ def data_paths(domain: str, data_dir: str | Path, dataset: str) -> dict[str, str
 def data_section(domain: str, paths: dict[str, str]) -> dict:
     """The run config's data section (genomics: no reverse-complement augmentation, since splice-junction classes
     are strand-specific; finance: the recipe's features and fractions, which its thresholds were fitted for;
-    speech: the synthetic test split of unseen voices, the real recordings are scored as well)."""
+    speech: three log-Mel frames stacked per input (30 ms), the synthetic test split of unseen voices, the real
+    recordings are scored as well)."""
     if domain == "genomics":
         return {"source": "fasta", **paths, "fractions": [0.8, 0.1, 0.1], "reverse_complement": False}
     if domain == "finance":
         return {"source": "csv_series", **paths, "label_column": "label", "feature_columns": list(DAILY_FEATURES),
                 "window": FINANCE_WINDOW, "stride": 1, "fractions": list(FRACTIONS)}  # fmt: skip
     if domain == "speech":
-        return {"source": "speech_features", **paths, "test_set": "synthetic"}
+        return {"source": "speech_features", **paths, "test_set": "synthetic", "stack_frames": SPEECH_STACK}
     raise ValueError(f"domain={domain!r} must be one of {DOMAINS}")
 
 

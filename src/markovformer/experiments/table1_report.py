@@ -179,7 +179,8 @@ def write_report(report: ExperimentReport, settings, quick: bool) -> None:
     setups = results["setups"]
     data = "; ".join(f"{d}: `{setups[d]['dataset']}` ({DOMAIN_SPECS[d].task})" for d in domains)
     budget = (
-        f"{settings.steps} steps, batch {settings.batch_size} ({settings.ctc_batch_size} for CTC), AdamW lr "
+        f"{settings.steps} steps, batch {settings.batch_size} ({settings.ctc_steps} steps, batch "
+        f"{settings.ctc_batch_size} for CTC), AdamW lr "
         f"{settings.lr:g}, cosine decay, seeds {results['seeds']}, {torch.get_num_threads()} intra-op thread(s)"
     )
     report.text(f"Data: {data} (from `{settings.data_dir}`). Every model: {settings.n_layers} layers, "
