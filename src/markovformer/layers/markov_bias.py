@@ -106,7 +106,18 @@ class MarkovBias(nn.Module):
                     self.gate_networks[direction] = _gate_network(gate, n_heads, head_dim or d_model // n_heads, slots)
                 else:  # token or sequence: one network over d_model with an output per head
                     self.gate_networks[direction] = _gate_network(gate, 1, d_model, n_heads * slots)
-        self.last_gate_entropy: Tensor | None = None
+        self._last_gate_logits: list[Tensor] = []  # per direction, from the last forward
+        self._last_attention_mask: Tensor | None = None
+
+    @property
+    def last_gate_entropy(self) -> Tensor | None:
+        """Mean entropy of the order-gate distributions of the last forward, summed over directions (differentiable;
+        None without gates). Computed when read, so a model whose entropy weight is 0 never pays for it."""
+        if not self._last_gate_logits:
+            return None
+        entropies = [_mean_entropy(torch.softmax(logits, dim=-1), self._last_attention_mask)
+                     for logits in self._last_gate_logits]  # fmt: skip
+        return torch.stack(entropies).sum()
 
     def transitions(self) -> dict[str, Tensor | None]:
         """Effective strengths T per direction, (H, K); ``future`` is None for a causal layer."""
@@ -144,7 +155,7 @@ class MarkovBias(nn.Module):
         strengths = self.transitions()
         biases: dict[str, Tensor | None] = {"future": None}
         gates: dict[str, Tensor] = {}
-        entropy = x.new_zeros(())
+        self._last_gate_logits, self._last_attention_mask = [], attention_mask
         for direction in self.directions:
             strength = strengths[direction].to(x.dtype)[None, :, None, :]  # (1, H, 1, K)
             if self.gate == "none":
@@ -154,8 +165,7 @@ class MarkovBias(nn.Module):
             alpha = self._gate_probabilities(logits)
             gates[direction] = alpha
             biases[direction] = alpha[..., : self.max_order] * strength
-            entropy = entropy + _mean_entropy(torch.softmax(logits, dim=-1), attention_mask)
-        self.last_gate_entropy = entropy if gates else None
+            self._last_gate_logits.append(logits)
         return MarkovBiasOutput(biases["past"], biases["future"], gates)
 
 
