@@ -116,6 +116,18 @@ def test_gate_table_lookup_gives_the_direct_values_and_gradients():
 
 
 @torch.no_grad()
+def test_decoder_dropout_leaves_the_states_and_drops_in_the_decoder_only():
+    model = _build(decoder_dropout=0.5)
+    ids = _tokens(4, 9)
+    reference = model(ids)
+    model.train()
+    first, second = model(ids), model(ids)
+    torch.testing.assert_close(first.hidden_states, reference.hidden_states, rtol=0, atol=0)  # no embedding dropout
+    assert not torch.allclose(first.logits, second.logits)  # the decoder drops
+    assert _build(dropout=0.3).decoder[2].p == 0.3 and _build(dropout=0.3, decoder_dropout=0.0).decoder[2].p == 0.0
+
+
+@torch.no_grad()
 def test_context_length_override_equals_a_model_built_with_it():
     model = _build()
     other = ScanMarkovLM(_config(context_length=5)).double().eval()
@@ -273,6 +285,7 @@ def test_seed_architecture_size():
         (dict(context_length=25), "context_length"),
         (dict(context_length=2.5), "context_length"),
         (dict(dropout=1.0), "dropout"),
+        (dict(decoder_dropout=-0.1), "decoder_dropout"),
         (dict(initializer_range=0.0), "initializer_range"),
         (dict(scan_backend="fast"), "scan_backend"),
     ],

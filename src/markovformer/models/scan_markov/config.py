@@ -20,7 +20,9 @@ class ScanMarkovConfig(ModelConfig):
     ``max_positions``; a forward call may override it. ``ffn_mult``: hidden width of the gate projection and the
     decoder, in units of ``d_model`` (the seed's 512 = 4·128). ``scan_backend``: the ``linear_scan`` backend of the
     recurrent mode; the markov mode's short windows use ``windowed_linear_scan`` (its naive loop when
-    ``scan_backend="naive"``). ``dropout`` acts on the embeddings and the decoder's hidden layer.
+    ``scan_backend="naive"``). ``dropout`` acts on the embeddings and the decoder's hidden layer;
+    ``decoder_dropout``, if set, replaces it in the decoder alone. Dropout on the decoder only keeps the markov
+    mode's gates a table over (token, position), computed once a step (embedding dropout makes them per pair).
     """
 
     model_type = "scan_markov"
@@ -32,6 +34,7 @@ class ScanMarkovConfig(ModelConfig):
     context_length: int | None = None
     ffn_mult: int = 4
     dropout: float = 0.0
+    decoder_dropout: float | None = None
     initializer_range: float = 0.02
     scan_backend: str = "auto"
 
@@ -53,8 +56,10 @@ class ScanMarkovConfig(ModelConfig):
             check_context_length(self.context_length, self.max_positions, "ScanMarkovConfig.context_length")
         elif self.context_length is not None:
             fail("context_length", "is only meaningful with context_mode='markov'; leave it None")
-        if not 0.0 <= self.dropout < 1.0:
-            fail("dropout", "must lie in [0, 1)")
+        for field in ("dropout", "decoder_dropout"):
+            value = getattr(self, field)
+            if value is not None and not 0.0 <= value < 1.0:
+                fail(field, "must lie in [0, 1)")
         if not self.initializer_range > 0:
             fail("initializer_range", "must be positive")
         if self.scan_backend not in BACKENDS:

@@ -58,8 +58,9 @@ class ScanMarkovLM(PreTrainedModel):
         self.dropout = nn.Dropout(config.dropout)
         self.gate_proj = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, 2 * width))
         self.norm = nn.LayerNorm(width)
+        decoder_dropout = config.dropout if config.decoder_dropout is None else config.decoder_dropout
         self.decoder = nn.Sequential(
-            nn.Linear(width, hidden), nn.GELU(), nn.Dropout(config.dropout), nn.Linear(hidden, width)
+            nn.Linear(width, hidden), nn.GELU(), nn.Dropout(decoder_dropout), nn.Linear(hidden, width)
         )
         self.lm_head = nn.Linear(width, config.vocab_size, bias=False)
         self.apply(self._init_weights)
