@@ -26,8 +26,8 @@ from markovformer.training.task import model_inputs
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 EXPECTED = {"causal_lm_chain", "hidden_order", "softmax_baseline", "text_char", "text_bpe", "dna_fasta",
-            "time_series_csv", "scan_shakespeare", "mat_synthetic", "mat_de_en", "vmt_hmm", "dna_splice",
-            "finance_sp500", "speech_digits"}  # fmt: skip
+            "time_series_csv", "scan_shakespeare", "scan_shakespeare_large", "mat_synthetic", "mat_de_en", "vmt_hmm",
+            "dna_splice", "finance_sp500", "speech_digits"}  # fmt: skip
 # The model input size each source fills in (the config leaves it out); num_labels likewise for classification.
 DATA_INPUT = {"csv_series": "input_dim", "synthetic_ctc": "input_dim"}
 NEEDS_NO_FILES = ("markov_chain", "hidden_order")
@@ -117,6 +117,25 @@ def test_text_configs_differ_only_in_the_tokenizer():
     assert model.scope == "local" and model.causal
     assert set(model.layer_kinds()) <= {"markov", "hybrid_split", "hybrid_parallel"}
     assert "markov" in model.layer_kinds() or any(kind.startswith("hybrid") for kind in model.layer_kinds())
+
+
+def test_scan_shakespeare_large_changes_only_width_smoothing_and_budget():
+    base, large = (
+        load_yaml(ROOT / "configs/scan_shakespeare.yaml"),
+        load_yaml(ROOT / "configs/scan_shakespeare_large.yaml"),
+    )
+    assert large["data"] == base["data"] and large["task"] == base["task"]
+    assert {k: v for k, v in large["model"].items() if k not in ("d_model", "decoder_dropout")} == {
+        k: v for k, v in base["model"].items() if k != "d_model"
+    }
+    changed = {k for k in base["trainer"] if large["trainer"][k] != base["trainer"][k]}
+    assert changed == {"label_smoothing", "max_steps", "batch_size", "lr", "warmup_steps", "eval_every",
+                       "checkpoint_every"}  # fmt: skip
+    assert (large["model"]["d_model"], large["model"]["decoder_dropout"], large["trainer"]["label_smoothing"]) == (
+        256,
+        0.2,
+        0.0,
+    )
 
 
 @pytest.mark.skipif(not (ROOT / "../shared/data/tiny_shakespeare.txt").is_file(), reason="no Tiny Shakespeare here")
