@@ -45,6 +45,12 @@ def _grads(output: torch.Tensor, inputs: list[torch.Tensor], seed: int = 9) -> l
     return list(torch.autograd.grad((output * weights).sum(), inputs))
 
 
+def _assert_same_gradients(got: torch.Tensor, want: torch.Tensor, inputs: list[torch.Tensor], **tolerance) -> None:
+    """Two forms of one computation have the same gradients (of the same random projection) in every input."""
+    for got_grad, want_grad in zip(_grads(got, inputs), _grads(want, inputs), strict=True):
+        torch.testing.assert_close(got_grad, want_grad, **tolerance)
+
+
 # --- long convolutions (S4D, Hyena) ------------------------------------------------------------------------------
 
 
@@ -78,12 +84,10 @@ def test_hyena_fft_layer_equals_direct_convolution_layer(causal):
     x = _randn(2, LENGTH, D_MODEL, seed=1).requires_grad_()
     params = [x, *layer.parameters()]
     fft = layer(x)
-    fft_grads = _grads(fft, params)
     layer.convolution = "direct"
     direct = layer(x)
     torch.testing.assert_close(fft, direct, rtol=1e-9, atol=1e-10)
-    for got, want in zip(fft_grads, _grads(direct, params), strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10)
+    _assert_same_gradients(fft, direct, params, rtol=1e-8, atol=1e-10)
 
 
 def test_hyena_filter_decays_with_lag():
@@ -109,12 +113,10 @@ def test_s4d_fft_convolution_equals_step_by_step_recurrence(causal):
     x = _randn(2, LENGTH, D_MODEL, seed=1).requires_grad_()
     params = [x, *layer.parameters()]
     convolution = layer(x)
-    convolution_grads = _grads(convolution, params)
     layer.mode = "recurrent"
     recurrence = layer(x)
     torch.testing.assert_close(convolution, recurrence, rtol=1e-9, atol=1e-10)
-    for got, want in zip(convolution_grads, _grads(recurrence, params), strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10)
+    _assert_same_gradients(convolution, recurrence, params, rtol=1e-8, atol=1e-10)
 
 
 def test_s4d_kernel_closed_form_and_lin_init():
@@ -145,8 +147,7 @@ def test_retention_parallel_recurrent_chunkwise_agree(chunk_size):
     chunkwise = retention_chunkwise(q, k, v, gamma, chunk_size)
     torch.testing.assert_close(recurrent, parallel, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(chunkwise, parallel, rtol=1e-12, atol=1e-12)
-    for got, want in zip(_grads(chunkwise, inputs), _grads(parallel, inputs), strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    _assert_same_gradients(chunkwise, parallel, inputs, rtol=1e-12, atol=1e-12)
     for form in ("recurrent", "chunkwise"):  # non-causal: γ^{|n-m|}
         torch.testing.assert_close(
             retention(q, k, v, gamma, causal=False, form=form, chunk_size=chunk_size),
@@ -240,8 +241,7 @@ def test_stable_wkv_equals_naive_formula(causal):
     naive = wkv_naive(*inputs, causal=causal)
     scan = wkv_scan(*inputs, causal=causal)
     torch.testing.assert_close(scan, naive, rtol=1e-12, atol=1e-12)
-    for got, want in zip(_grads(scan, list(inputs)), _grads(naive, list(inputs)), strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    _assert_same_gradients(scan, naive, list(inputs), rtol=1e-10, atol=1e-12)
     if causal:
         torch.testing.assert_close(wkv_recurrent(*inputs), naive, rtol=1e-12, atol=1e-12)
     single = wkv_scan(*(x.float() for x in inputs), causal=causal)
