@@ -41,8 +41,12 @@ def test_killed_run_resumes_to_the_same_final_metrics(tiny_config, tmp_path, cli
     for checkpoint in (killed / "checkpoints").glob("*.ckpt"):  # every checkpoint left behind is whole
         assert load_checkpoint_file(checkpoint)["global_step"] >= 10
 
+    clock = load_checkpoint_file(killed / "checkpoints" / "last.ckpt")["callbacks"]["PrintProgress"]
     resumed = run_cli("train", "--resume", str(killed))
     assert resumed.returncode == 0, resumed.stderr
+    # the run's clock goes on from the checkpoint: the killed process's seconds up to it are counted
+    assert clock["train_seconds"] > 0
+    assert json.loads((killed / "metrics.json").read_text())["train_seconds"] > clock["train_seconds"]
     assert "resuming from" in resumed.stdout
     assert final_val(killed)["loss"] == pytest.approx(final_val(whole)["loss"], rel=1e-6)
     assert not list((killed / "checkpoints").glob(".*.tmp"))

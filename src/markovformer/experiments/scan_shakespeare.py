@@ -216,7 +216,7 @@ def train_cell(
     return {
         "model": model, "seed": seed, "run_dir": str(run_dir), "losses": {str(n): loss for n, loss in losses.items()},
         "mixture": sum(losses.values()) / len(losses), "targets": len(tokens) - FIRST_TARGET,
-        "engine_val": metrics["val"], "steps": metrics["steps"], "train_seconds": metrics["train_seconds_this_process"],
+        "engine_val": metrics["val"], "steps": metrics["steps"], "train_seconds": metrics["train_seconds"],
         "parameters": network.num_parameters(), "curve_steps": steps, "curve_loss": curve, "sample": sample,
         "threads": torch.get_num_threads(),
     }  # fmt: skip

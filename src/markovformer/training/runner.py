@@ -128,18 +128,28 @@ def _loaders(
 
 
 class PrintProgress(L.Callback):
-    """Progress as lines (for logs and pipes) every ``every`` steps and after each validation."""
+    """Progress as lines (for logs and pipes) every ``every`` steps and after each validation, with the run's wall
+    clock: the seconds of earlier processes up to the checkpoint this one resumed from, plus this process's."""
 
     def __init__(self, every: int, total: int) -> None:
-        self.every, self.total, self.start = every, total, time.perf_counter()
+        self.every, self.total, self.start, self.earlier = every, total, time.perf_counter(), 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.earlier + time.perf_counter() - self.start
+
+    def state_dict(self) -> dict:
+        return {"train_seconds": self.seconds}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.earlier, self.start = float(state_dict["train_seconds"]), time.perf_counter()
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         if trainer.is_global_zero and (step % self.every == 0 or step == self.total):
             lr = trainer.optimizers[0].param_groups[0]["lr"]
             loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
-            elapsed = time.perf_counter() - self.start
-            print(f"step {step:>6}/{self.total}  train loss {loss:.4f}  lr {lr:.2e}  {elapsed:7.1f}s", flush=True)
+            print(f"step {step:>6}/{self.total}  train loss {loss:.4f}  lr {lr:.2e}  {self.seconds:7.1f}s", flush=True)
 
     def on_validation_end(self, trainer, module) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero:
@@ -216,6 +226,7 @@ def train(config: RunConfig, resume: bool = False) -> dict:
         model.compile()
     task = SequenceTask(model, config.task, config.trainer, bundle.info, tokenizer=bundle.tokenizer)
     tc = config.trainer
+    progress = PrintProgress(tc.log_every, tc.max_steps)
     trainer = L.Trainer(
         max_steps=tc.max_steps,
         val_check_interval=tc.eval_every,
@@ -242,7 +253,7 @@ def train(config: RunConfig, resume: bool = False) -> dict:
                 save_last=True,
             ),  # fmt: skip
             LearningRateMonitor(logging_interval="step"),
-            PrintProgress(tc.log_every, tc.max_steps),
+            progress,
         ],
         plugins=[SafetensorsCheckpointIO()],
         enable_progress_bar=sys.stdout.isatty(),
@@ -265,9 +276,8 @@ def train(config: RunConfig, resume: bool = False) -> dict:
         else:
             print(f"no checkpoint in {run_dir / 'checkpoints'} yet: starting from step 0", flush=True)
     earlier_log = _read_csv_rows(run_dir / "logs" / "metrics.csv") if resume and trainer.is_global_zero else []
-    start = time.perf_counter()
     trainer.fit(task, train_loader, val_loader, ckpt_path=ckpt_path)
-    seconds = time.perf_counter() - start
+    seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from
     metrics = {k[4:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     if trainer.global_step % tc.eval_every != 0 or not metrics:  # the last step was not validated yet
         trainer.validate(task, val_loader, verbose=False)
@@ -277,7 +287,7 @@ def train(config: RunConfig, resume: bool = False) -> dict:
     if earlier_log:  # Lightning's CSV logger starts a fresh file on resume: put the killed run's rows back in front
         _prepend_csv_rows(run_dir / "logs" / "metrics.csv", earlier_log)
     model.save_pretrained(run_dir / "model")
-    results = {"val": metrics, "steps": trainer.global_step, "train_seconds_this_process": seconds,
+    results = {"val": metrics, "steps": trainer.global_step, "train_seconds": seconds,
                "reference": bundle.info.get("reference", {})}  # fmt: skip
     _write_json(run_dir / "metrics.json", results)
     report_results(results, model, bundle)
