@@ -161,13 +161,14 @@ def set_up_domain(
 
 def run_config(setup: DomainSetup, variant: str, settings: Table1Settings, seed: int, output_dir: str = "") -> dict:
     """The engine run config of one cell."""
-    ctc = DOMAIN_SPECS[setup.name].task == "ctc"
+    task = DOMAIN_SPECS[setup.name].task
+    ctc = task == "ctc"
     steps = settings.ctc_steps if ctc else settings.steps
     trainer = {"max_steps": steps, "batch_size": settings.ctc_batch_size if ctc else settings.batch_size,
                "lr": settings.lr, "weight_decay": 0.1, "warmup_steps": max(1, steps // 10), "decay": "cosine",
                "lr_floor": 0.1, "eval_every": steps, "checkpoint_every": steps, "log_every": max(1, steps // 4),
                "eval_batch_size": 64, "seed": seed}  # fmt: skip
-    return {"task": DOMAIN_SPECS[setup.name].task, "model_type": "markovian_transformer", "output_dir": output_dir,
+    return {"task": task, "model_type": "markovian_transformer", "output_dir": output_dir,
             "model": setup.sections[variant], "data": setup.data, "trainer": trainer}  # fmt: skip
 
 
