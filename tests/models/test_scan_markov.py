@@ -128,6 +128,35 @@ def test_decoder_dropout_leaves_the_states_and_drops_in_the_decoder_only():
 
 
 @torch.no_grad()
+@pytest.mark.parametrize("mode", ["markov", "recurrent"])
+def test_context_dropout_skips_exactly_the_drawn_steps_of_each_context(mode):
+    """In training each (context, token) step is skipped (h passes through) where the model's one uniform draw falls
+    below ``context_dropout``: per window in markov mode, (B, T, n), per token in recurrent mode, (B, T). Replayed
+    from the same seed, the SPEC formula without the skipped tokens gives the same logits; eval mode skips nothing."""
+    model = _build(context_mode=mode, context_dropout=0.4)
+    ids = _tokens(3, 8)
+    reference = _build(context_mode=mode)(ids).logits
+    torch.testing.assert_close(model(ids).logits, reference, rtol=0, atol=0)
+    model.train()
+    torch.manual_seed(5)
+    logits = model(ids).logits
+    torch.manual_seed(5)
+    skipped = torch.rand((3, 8, WINDOW) if mode == "markov" else (3, 8)) < 0.4
+    assert 0 < skipped.sum() < skipped.numel()
+    for row in range(3):
+        for t in range(8):
+            start = max(0, t - WINDOW + 1) if mode == "markov" else 0
+            drawn = skipped[row, t, start - t + WINDOW - 1 :] if mode == "markov" else skipped[row, : t + 1]
+            state = torch.zeros(model.config.d_model, dtype=torch.float64)
+            for s in range(start, t + 1):
+                e = model.embed.weight[ids[row, s]] + model.position_embedding.weight[s - start]
+                gate_a, gate_b = torch.sigmoid(model.gate_proj(e)).chunk(2)
+                state = state if drawn[s - start] else gate_a * state + gate_b * e
+            expected = model.decoder(model.norm(state)) @ model.embed.weight.T
+            torch.testing.assert_close(logits[row, t], expected, rtol=1e-10, atol=1e-10)
+
+
+@torch.no_grad()
 def test_context_length_override_equals_a_model_built_with_it():
     model = _build()
     other = ScanMarkovLM(_config(context_length=5)).double().eval()
@@ -286,6 +315,7 @@ def test_seed_architecture_size():
         (dict(context_length=2.5), "context_length"),
         (dict(dropout=1.0), "dropout"),
         (dict(decoder_dropout=-0.1), "decoder_dropout"),
+        (dict(context_dropout=1.0), "context_dropout"),
         (dict(initializer_range=0.0), "initializer_range"),
         (dict(scan_backend="fast"), "scan_backend"),
     ],

@@ -23,6 +23,9 @@ class ScanMarkovConfig(ModelConfig):
     ``scan_backend="naive"``). ``dropout`` acts on the embeddings and the decoder's hidden layer;
     ``decoder_dropout``, if set, replaces it in the decoder alone. Dropout on the decoder only keeps the markov
     mode's gates a table over (token, position), computed once a step (embedding dropout makes them per pair).
+    ``context_dropout``: in training, each token of each context is skipped with this probability (its step of the
+    recurrence becomes h_t = h_{t-1}: A = 1, B = 0), independently per window in markov mode. Noising the context
+    teaches the model to predict from part of it, as an n-gram model's backoff does; it keeps the gate table.
     """
 
     model_type = "scan_markov"
@@ -35,6 +38,7 @@ class ScanMarkovConfig(ModelConfig):
     ffn_mult: int = 4
     dropout: float = 0.0
     decoder_dropout: float | None = None
+    context_dropout: float = 0.0
     initializer_range: float = 0.02
     scan_backend: str = "auto"
 
@@ -56,7 +60,7 @@ class ScanMarkovConfig(ModelConfig):
             check_context_length(self.context_length, self.max_positions, "ScanMarkovConfig.context_length")
         elif self.context_length is not None:
             fail("context_length", "is only meaningful with context_mode='markov'; leave it None")
-        for field in ("dropout", "decoder_dropout"):
+        for field in ("dropout", "decoder_dropout", "context_dropout"):
             value = getattr(self, field)
             if value is not None and not 0.0 <= value < 1.0:
                 fail(field, "must lie in [0, 1)")

@@ -101,6 +101,14 @@ class ScanMarkovLM(PreTrainedModel):
         decay, inject = torch.sigmoid(self.gate_proj(embeddings)).chunk(2, dim=-1)
         return decay, inject * embeddings
 
+    def skip_context_tokens(self, decay: Tensor, inject: Tensor) -> tuple[Tensor, Tensor]:
+        """In training, skip each recurrence step (decay, inject) (..., D) with probability ``context_dropout``:
+        (A, B ⊙ e) becomes (1, 0), so h passes through it unchanged. The identity otherwise."""
+        if not (self.training and self.config.context_dropout > 0):
+            return decay, inject
+        skipped = torch.rand(decay.shape[:-1], device=decay.device)[..., None] < self.config.context_dropout
+        return decay.masked_fill(skipped, 1.0), inject.masked_fill(skipped, 0.0)
+
     def recurrent_states(self, input_ids: Tensor) -> Tensor:
         """h over the whole prefix, absolute positions: input_ids (B, T) -> (B, T, D)."""
         length = input_ids.shape[1]
@@ -110,7 +118,7 @@ class ScanMarkovLM(PreTrainedModel):
                 "has no position embedding beyond it"
             )
         positions = self.position_embedding(torch.arange(length, device=input_ids.device))
-        decay, inject = self.gated_inputs(self.dropout(self.embed(input_ids) + positions))
+        decay, inject = self.skip_context_tokens(*self.gated_inputs(self.dropout(self.embed(input_ids) + positions)))
         return linear_scan(decay, inject, backend=self.config.scan_backend)[0]
 
     def markov_states(self, input_ids: Tensor, window: int) -> Tensor:
@@ -132,6 +140,7 @@ class ScanMarkovLM(PreTrainedModel):
             decay_table, inject_table = (part.flatten(0, 1) for part in self.gated_inputs(table))
             pair = tokens * window + position
             decay, inject = decay_table[pair], inject_table[pair]
+        decay, inject = self.skip_context_tokens(decay, inject)
         backend = "naive" if self.config.scan_backend == "naive" else "auto"
         return windowed_linear_scan(decay, inject, window, backend=backend)
 
