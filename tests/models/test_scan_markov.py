@@ -60,17 +60,33 @@ def _spec_logits(model: ScanMarkovLM, tokens: list[int], positions: list[int]) -
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("mode", ["markov", "recurrent"])
-def test_logits_follow_the_spec_formula(mode):
-    model = _build(context_mode=mode)
+@pytest.mark.parametrize("mode, window_positions", [("markov", "start"), ("markov", "end"), ("recurrent", "start")])
+def test_logits_follow_the_spec_formula(mode, window_positions):
+    """Positions 0.. from the window start (SPEC 4), or with ``window_positions="end"`` counted back from the
+    window's last token (which sits at 0), also in windows cut short by the sequence start."""
+    model = _build(context_mode=mode, window_positions=window_positions)
     ids = _tokens(2, 7)
     logits = model(ids).logits
     for row in range(2):
         for t in range(7):
             start = max(0, t - WINDOW + 1) if mode == "markov" else 0
             tokens = ids[row, start : t + 1].tolist()
-            expected = _spec_logits(model, tokens, list(range(len(tokens))))
+            positions = list(range(len(tokens)))
+            expected = _spec_logits(model, tokens, positions[::-1] if window_positions == "end" else positions)
             torch.testing.assert_close(logits[row, t], expected, rtol=1e-10, atol=1e-10)
+
+
+@torch.no_grad()
+def test_positions_from_the_end_make_the_n_state_the_shorter_state_plus_the_oldest_token():
+    """With positions counted from the end, the state over n tokens is the state over the last n - 1 plus the oldest
+    token's input carried through the later decays: h_n = h_{n-1} + (Π A) ⊙ B ⊙ e, the shape of a backoff."""
+    model = _build(window_positions="end")
+    ids = _tokens(2, WINDOW)
+    longer = model(ids, context_length=WINDOW).hidden_states[:, -1]
+    shorter = model(ids[:, 1:], context_length=WINDOW - 1).hidden_states[:, -1]
+    e = model.embed(ids) + model.position_embedding.weight[WINDOW - 1 - torch.arange(WINDOW)]
+    decay, inject = model.gated_inputs(e)
+    torch.testing.assert_close(longer - shorter, decay[:, 1:].prod(1) * inject[:, 0], rtol=1e-10, atol=1e-12)
 
 
 @torch.no_grad()
@@ -229,9 +245,11 @@ def test_loss_is_shifted_cross_entropy_with_ignore_and_smoothing():
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("mode, context_length", [("markov", None), ("markov", 2), ("recurrent", None)])
-def test_incremental_step_equals_full_forward(mode, context_length):
-    model = _build(context_mode=mode)
+@pytest.mark.parametrize("mode, context_length, window_positions",
+                         [("markov", None, "start"), ("markov", 2, "start"), ("markov", None, "end"),
+                          ("recurrent", None, "start")])  # fmt: skip
+def test_incremental_step_equals_full_forward(mode, context_length, window_positions):
+    model = _build(context_mode=mode, window_positions=window_positions)
     ids = _tokens(3, 9)
     full = model(ids, context_length=context_length).logits
     state = None
@@ -316,6 +334,8 @@ def test_seed_architecture_size():
         (dict(dropout=1.0), "dropout"),
         (dict(decoder_dropout=-0.1), "decoder_dropout"),
         (dict(context_dropout=1.0), "context_dropout"),
+        (dict(window_positions="middle"), "window_positions"),
+        (dict(context_mode="recurrent", context_length=None, window_positions="end"), "window_positions"),
         (dict(initializer_range=0.0), "initializer_range"),
         (dict(scan_backend="fast"), "scan_backend"),
     ],

@@ -8,6 +8,7 @@ from markovformer.models.config_base import ModelConfig
 from markovformer.ops.scan import BACKENDS
 
 CONTEXT_MODES = ("markov", "recurrent")
+WINDOW_POSITIONS = ("start", "end")
 
 
 @dataclasses.dataclass
@@ -23,6 +24,10 @@ class ScanMarkovConfig(ModelConfig):
     ``scan_backend="naive"``). ``dropout`` acts on the embeddings and the decoder's hidden layer;
     ``decoder_dropout``, if set, replaces it in the decoder alone. Dropout on the decoder only keeps the markov
     mode's gates a table over (token, position), computed once a step (embedding dropout makes them per pair).
+    ``window_positions``: in markov mode, count a window's positions from its first token (``"start"``, SPEC 4 and
+    the seed: the last of n tokens sits at n - 1) or back from its last (``"end"``: the last token sits at 0 for
+    every n, so windows of different n share the recent tokens' gates and the n-token state is the (n-1)-token
+    state plus a decayed term of the oldest token, the shape of an n-gram model's backoff).
     ``context_dropout``: in training, each token of each context is skipped with this probability (its step of the
     recurrence becomes h_t = h_{t-1}: A = 1, B = 0), independently per window in markov mode. Noising the context
     teaches the model to predict from part of it, as an n-gram model's backoff does; it keeps the gate table.
@@ -38,6 +43,7 @@ class ScanMarkovConfig(ModelConfig):
     ffn_mult: int = 4
     dropout: float = 0.0
     decoder_dropout: float | None = None
+    window_positions: str = "start"
     context_dropout: float = 0.0
     initializer_range: float = 0.02
     scan_backend: str = "auto"
@@ -60,6 +66,10 @@ class ScanMarkovConfig(ModelConfig):
             check_context_length(self.context_length, self.max_positions, "ScanMarkovConfig.context_length")
         elif self.context_length is not None:
             fail("context_length", "is only meaningful with context_mode='markov'; leave it None")
+        if self.window_positions not in WINDOW_POSITIONS:
+            fail("window_positions", f"must be one of {WINDOW_POSITIONS}")
+        if self.context_mode == "recurrent" and self.window_positions != "start":
+            fail("window_positions", "is only meaningful with context_mode='markov' (recurrent positions are absolute)")
         for field in ("dropout", "decoder_dropout", "context_dropout"):
             value = getattr(self, field)
             if value is not None and not 0.0 <= value < 1.0:

@@ -5,9 +5,10 @@ LayerNorm, an MLP and the tied embedding matrix.
     logits_t = decode(LayerNorm(h_t)) Eᵀ
 
 ``h_{-1} = 0`` makes h_0 = B_0 ⊙ e_0: the first step has no A gate. In markov mode every position t has its own
-window of the last n tokens, with positions 0.. counted from the window start, all computed in parallel; in
-recurrent mode h runs over the whole prefix with absolute positions. Generation feeds tokens through ``step``,
-which is the same recurrence token by token (the seed's generator differed from its trainer; this one does not).
+window of the last n tokens, with positions 0.. counted from the window start (or, as an option, back from its
+end), all computed in parallel; in recurrent mode h runs over the whole prefix with absolute positions. Generation
+feeds tokens through ``step``, which is the same recurrence token by token (the seed's generator differed from its
+trainer; this one does not).
 """
 
 from __future__ import annotations
@@ -122,14 +123,17 @@ class ScanMarkovLM(PreTrainedModel):
         return linear_scan(decay, inject, backend=self.config.scan_backend)[0]
 
     def markov_states(self, input_ids: Tensor, window: int) -> Tensor:
-        """h over the last ``window`` tokens at every position, positions from the window start: (B, T) -> (B, T, D).
+        """h over the last ``window`` tokens at every position: (B, T) -> (B, T, D).
 
-        Token s seen from the window ending at t has position s - max(0, t - window + 1), so its embedding, gates
-        and input differ per window: they are built for all (t, offset) pairs, (B, T, window, D), then scanned.
+        Token s seen from the window ending at t has position s - max(0, t - window + 1) (``window_positions="end"``:
+        t - s), so its embedding, gates and input differ per window: they are built for all (t, offset) pairs,
+        (B, T, window, D), then scanned.
         Without active dropout they depend on (token, position) only, so when that table (V × window) is smaller
         than the pairs, the gates run on the table once and are gathered: the same values, window times cheaper.
         """
         source, position, _ = window_offsets(input_ids.shape[1], window, input_ids.device)
+        if self.config.window_positions == "end":  # offset o of the window ending at t holds step t - window + 1 + o
+            position = (window - 1 - torch.arange(window, device=input_ids.device)).expand_as(position)
         tokens = input_ids[:, source]  # (B, T, window)
         dropout_active = self.training and self.dropout.p > 0
         if dropout_active or self.config.vocab_size * window >= tokens.numel():
