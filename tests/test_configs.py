@@ -119,23 +119,20 @@ def test_text_configs_differ_only_in_the_tokenizer():
     assert "markov" in model.layer_kinds() or any(kind.startswith("hybrid") for kind in model.layer_kinds())
 
 
-def test_scan_shakespeare_large_changes_only_width_smoothing_and_budget():
+def test_scan_shakespeare_large_changes_only_width_positions_regularisation_and_budget():
     base, large = (
         load_yaml(ROOT / "configs/scan_shakespeare.yaml"),
         load_yaml(ROOT / "configs/scan_shakespeare_large.yaml"),
     )
     assert large["data"] == base["data"] and large["task"] == base["task"]
-    assert {k: v for k, v in large["model"].items() if k not in ("d_model", "decoder_dropout")} == {
+    assert {k: v for k, v in large["model"].items() if k not in ("d_model", "window_positions")} == {
         k: v for k, v in base["model"].items() if k != "d_model"
     }
     changed = {k for k in base["trainer"] if large["trainer"][k] != base["trainer"][k]}
-    assert changed == {"label_smoothing", "max_steps", "batch_size", "lr", "warmup_steps", "eval_every",
-                       "checkpoint_every"}  # fmt: skip
-    assert (large["model"]["d_model"], large["model"]["decoder_dropout"], large["trainer"]["label_smoothing"]) == (
-        256,
-        0.2,
-        0.0,
-    )
+    assert changed == {"label_smoothing", "weight_decay", "max_steps", "batch_size", "lr", "warmup_steps",
+                       "eval_every", "checkpoint_every"}  # fmt: skip
+    assert (large["model"]["d_model"], large["model"]["window_positions"]) == (256, "end")
+    assert (large["trainer"]["label_smoothing"], large["trainer"]["weight_decay"]) == (0.0, 0.5)
 
 
 @pytest.mark.skipif(not (ROOT / "../shared/data/tiny_shakespeare.txt").is_file(), reason="no Tiny Shakespeare here")
