@@ -49,13 +49,18 @@ def _changed(ids: torch.Tensor, position: int) -> torch.Tensor:
     return changed
 
 
-def _spec_logits(model: ScanMarkovLM, tokens: list[int], positions: list[int]) -> torch.Tensor:
-    """SPEC 4 written out for one sequence: h_0 = B_0 e_0, h = A h + B e, logits = decode(LN(h)) Eᵀ -> (V,)."""
-    state = None
-    for token, position in zip(tokens, positions, strict=True):
+def _spec_logits(
+    model: ScanMarkovLM, tokens: list[int], positions: list[int], skipped: list[bool] | None = None
+) -> torch.Tensor:
+    """SPEC 4 written out for one sequence: h_{-1} = 0, h = A h + B e, logits = decode(LN(h)) Eᵀ -> (V,); the
+    tokens marked ``skipped`` leave h as it was."""
+    state = torch.zeros(model.config.d_model, dtype=model.embed.weight.dtype)
+    for index, (token, position) in enumerate(zip(tokens, positions, strict=True)):
+        if skipped is not None and skipped[index]:
+            continue
         e = model.embed.weight[token] + model.position_embedding.weight[position]
         gate_a, gate_b = torch.sigmoid(model.gate_proj(e)).chunk(2)
-        state = gate_b * e if state is None else gate_a * state + gate_b * e
+        state = gate_a * state + gate_b * e
     return model.decoder(model.norm(state)) @ model.embed.weight.T
 
 
@@ -163,12 +168,8 @@ def test_context_dropout_skips_exactly_the_drawn_steps_of_each_context(mode):
         for t in range(8):
             start = max(0, t - WINDOW + 1) if mode == "markov" else 0
             drawn = skipped[row, t, start - t + WINDOW - 1 :] if mode == "markov" else skipped[row, : t + 1]
-            state = torch.zeros(model.config.d_model, dtype=torch.float64)
-            for s in range(start, t + 1):
-                e = model.embed.weight[ids[row, s]] + model.position_embedding.weight[s - start]
-                gate_a, gate_b = torch.sigmoid(model.gate_proj(e)).chunk(2)
-                state = state if drawn[s - start] else gate_a * state + gate_b * e
-            expected = model.decoder(model.norm(state)) @ model.embed.weight.T
+            tokens = ids[row, start : t + 1].tolist()
+            expected = _spec_logits(model, tokens, list(range(len(tokens))), drawn.tolist())
             torch.testing.assert_close(logits[row, t], expected, rtol=1e-10, atol=1e-10)
 
 

@@ -30,7 +30,9 @@ class ScanMarkovConfig(ModelConfig):
     state plus a decayed term of the oldest token, the shape of an n-gram model's backoff).
     ``context_dropout``: in training, each token of each context is skipped with this probability (its step of the
     recurrence becomes h_t = h_{t-1}: A = 1, B = 0), independently per window in markov mode. Noising the context
-    teaches the model to predict from part of it, as an n-gram model's backoff does; it keeps the gate table.
+    teaches the model to predict from part of it, as an n-gram model's backoff does; it keeps the gate table. On
+    Tiny Shakespeare it hurt (d = 256, weight decay 0.1, p = 0.1: validation mixture 1.807 against 1.767 without,
+    at 6,000 steps).
     """
 
     model_type = "scan_markov"
