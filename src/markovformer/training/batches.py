@@ -1,4 +1,7 @@
-"""Training batches as a pure function of (seed, step, rank): a resumed run continues exactly where it stopped."""
+"""Training batches as a pure function of (seed, step, rank): a resumed run continues exactly where it stopped.
+
+With W DataLoader workers, worker w builds only the steps start + w, start + w + W, ...: the DataLoader takes one
+batch from each worker in turn, so the main process sees every step exactly once and in order, for any W."""
 
 from __future__ import annotations
 
@@ -8,6 +11,12 @@ import torch
 from torch.utils.data import IterableDataset
 
 from markovformer.data.collate import bucket_by_length
+
+
+def worker_share() -> tuple[int, int]:
+    """(this DataLoader worker's index, the number of workers), or (0, 1) in the main process."""
+    info = torch.utils.data.get_worker_info()
+    return (0, 1) if info is None else (info.id, info.num_workers)
 
 
 def world() -> tuple[int, int]:
@@ -74,7 +83,8 @@ class EpochBatches(IterableDataset):
                 f"the training split has {len(self.examples)} examples, fewer than one global batch "
                 f"({self.batch_size} x {world_size} processes); lower trainer.batch_size"
             )
-        step = self.start()
+        worker, workers = worker_share()
+        step = self.start() + worker
         epoch, batches, lengths = -1, None, None
         while True:
             batch_epoch, position = divmod(step, per_epoch)
@@ -85,7 +95,7 @@ class EpochBatches(IterableDataset):
             if lengths is not None:
                 batch["context_length"] = lengths[position]
             yield batch
-            step += 1
+            step += workers
 
 
 def window_stride(window: int, overlap: bool) -> int:
@@ -110,7 +120,7 @@ class DocumentWindows(IterableDataset):
     True where the row continues the lane's document from the row before, so the previous step's carry applies.
 
     The lanes' state is replayed from step 0 to ``start()`` (integer bookkeeping only), so a resumed run sees exactly
-    the batches an uninterrupted one does.
+    the batches an uninterrupted one does; every DataLoader worker replays all of it and yields its own share.
     """
 
     def __init__(
@@ -163,9 +173,10 @@ class DocumentWindows(IterableDataset):
         lanes = range(rank * self.batch_size, (rank + 1) * self.batch_size)
         documents, windows = self._first_lanes(self.batch_size * world_size)
         carry_mask = [False] * len(documents)
+        worker, workers = worker_share()
         step, first = 0, self.start()
         while True:
-            if step >= first:
+            if step >= first and (step - first) % workers == worker:
                 pieces = [self.documents[documents[lane]][self.key][windows[lane] * self.stride :][: self.window]
                           for lane in lanes]  # fmt: skip
                 batch = self.collate([{self.key: piece} for piece in pieces])
