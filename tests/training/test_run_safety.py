@@ -1,7 +1,6 @@
 """Runs that never lose or mix data (issue 17): worker-safe batches, exact resume with workers, logs that survive
 kills, validation never skipped by a kill, the run-directory lock, extension and retention of checkpoints."""
 
-import csv
 import json
 import os
 import signal
@@ -51,3 +50,166 @@ def test_workers_yield_each_step_once_and_in_order(workers):
     walk = DocumentWindows(documents, batch_size=2, seed=1, collate=_collate, window=4, stride=4, start=lambda: 2)
     expected = _stream(walk, 0, 10)
     assert all(torch.equal(a, b) for a, b in zip(_stream(walk, workers, 10), expected, strict=True))
+
+
+STEPS = 60  # checkpoints and validations every 10 steps
+
+
+@pytest.fixture(scope="module")
+def run_files(tmp_path_factory):
+    """The tiny run's config with a validation at every checkpoint step, and one uninterrupted run of it (0 workers)."""
+    import yaml
+    from conftest import TINY_RUN, run_cli
+
+    folder = tmp_path_factory.mktemp("safety")
+    values = {**TINY_RUN, "trainer": {**TINY_RUN["trainer"], "max_steps": STEPS, "eval_every": 10,
+                                      "checkpoint_every": 10, "log_every": 5}}  # fmt: skip
+    config = folder / "tiny.yaml"
+    config.write_text(yaml.safe_dump(values))
+    done = run_cli("train", str(config), f"output_dir={folder / 'whole'}", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    return config, folder / "whole"
+
+
+def start(*args: str, cwd: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "markovformer", *args]
+    return subprocess.Popen(command, env=ENV, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def kill_when(process: subprocess.Popen, path: Path, timeout: float = 240) -> None:
+    """SIGKILL ``process`` as soon as ``path`` exists (it must still be running then)."""
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.stderr.read().decode()[-2000:]
+        assert time.time() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def logged(run_dir: Path) -> list[tuple]:
+    """Every non-empty cell of the metrics log as (step, column, value), sorted."""
+    _, rows = read_log_rows(run_dir / "logs" / "metrics.csv")
+    return sorted((int(row["step"]), key, float(value)) for row in rows for key, value in row.items()
+                  if key != "step" and value != "")  # fmt: skip
+
+
+def test_killed_twice_with_two_workers_the_run_matches_an_uninterrupted_one(run_files, tmp_path, cli):
+    """Exact resume with num_workers=2 through kill -> resume -> kill -> resume: same weights, same final metrics,
+    and the log holds every row of the uninterrupted run exactly once (on main workers duplicated the batches and
+    each resume dropped the killed process's rows)."""
+    config, whole = run_files
+    killed = tmp_path / "killed"
+    kill_when(start("train", str(config), f"output_dir={killed}", "trainer.num_workers=2", cwd=tmp_path),
+              killed / "checkpoints" / "step-000020.ckpt")  # fmt: skip
+    kill_when(start("train", "--resume", str(killed), cwd=tmp_path), killed / "checkpoints" / "step-000040.ckpt")
+    assert not (killed / "metrics.json").exists()  # both really died before the end
+    done = cli("train", "--resume", str(killed))
+    assert done.returncode == 0, done.stderr
+    assert "Previous log files" not in done.stderr
+    final = [json.loads((run / "metrics.json").read_text())["val"] for run in (killed, whole)]
+    assert final[0] == final[1]
+    ours, reference = (load_file(run / "model" / "model.safetensors") for run in (killed, whole))
+    assert all(torch.equal(ours[name], reference[name]) for name in reference)
+    rows, expected = logged(killed), logged(whole)
+    assert [(s, k) for s, k, _ in rows] == [(s, k) for s, k, _ in expected]
+    assert [v for *_, v in rows] == pytest.approx([v for *_, v in expected], rel=1e-6)
+    assert sum(key == "val/loss" for _, key, _ in rows) == STEPS // 10  # one validation per 10 steps, none lost
+
+
+def test_a_checkpoint_at_a_validation_step_is_written_after_that_validation(run_files):
+    """So a kill between the two cannot skip the validation (on main the checkpoint came first)."""
+    _, whole = run_files
+    validation_batches = 64 // 16
+    for step in range(10, STEPS + 1, 10):
+        loops = load_checkpoint_file(whole / "checkpoints" / f"step-{step:06d}.ckpt")["loops"]["fit_loop"]
+        done = loops["epoch_loop.val_loop.batch_progress"]["total"]["completed"]
+        assert done == step // 10 * validation_batches, step
+
+
+def one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def test_a_second_writer_is_refused_naming_the_holder_and_the_first_run_finishes_untouched(run_files, tmp_path, cli):
+    """Two `train` into one folder, and `--resume` of a running run: the second exits 2 naming the first's pid; the
+    first ends as if alone (on main both ran and mixed config, checkpoints and log)."""
+    config, whole = run_files
+    shared = tmp_path / "shared"
+    long = ["trainer.max_steps=2000", "trainer.eval_every=500", "trainer.checkpoint_every=500"]
+    first = start("train", str(config), f"output_dir={shared}", *long, cwd=tmp_path)
+    try:
+        deadline = time.time() + 240
+        while not (shared / "config.yaml").exists():  # past its lock and its checks: training
+            assert first.poll() is None and time.time() < deadline, first.stderr.read().decode()[-2000:]
+            time.sleep(0.05)
+        second = start("train", str(config), f"output_dir={shared}", "trainer.seed=1", cwd=tmp_path)
+        third = start("train", "--resume", str(shared), cwd=tmp_path)
+        for other in (second, third):
+            error = other.stderr.read().decode()
+            assert other.wait() == 2 and f"pid {first.pid}" in error and "in use" in error, error[-2000:]
+            assert len(error.strip().splitlines()) == 1
+        assert first.poll() is None  # the refusals came while the first run was still training
+        assert first.wait(timeout=400) == 0, first.stderr.read().decode()[-2000:]
+    finally:
+        first.kill()
+    assert "seed: 3" in (shared / "config.yaml").read_text()
+    steps = [int(row["step"]) for row in read_log_rows(shared / "logs" / "metrics.csv")[1] if row.get("train/loss")]
+    assert steps == sorted(set(steps)) and json.loads((shared / "metrics.json").read_text())["steps"] == 2000
+    # and once the holder is gone, the lock is free again: a killed holder would have released it too
+    one_line_error(cli("train", str(config), f"output_dir={shared}"), "already holds a run")
+
+
+def test_resume_refuses_a_finished_run_and_extends_it_with_a_larger_max_steps(run_files, tmp_path, cli):
+    """A finished run is refused in one line unless extended; extending continues from its last checkpoint with the
+    learning rate held at the floor its schedule reached (no jump), keeps every earlier log row and honours
+    trainer.keep_checkpoints; keys that would change what the run computes cannot change on resume."""
+    import shutil
+
+    config, whole = run_files
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    before = (run / "logs" / "metrics.csv").read_bytes()
+    one_line_error(cli("train", "--resume", str(run)), "finished", "trainer.max_steps=N")
+    one_line_error(cli("train", "--resume", str(run), "trainer.lr=0.1"), "trainer.lr cannot change")
+    one_line_error(cli("train", "--resume", str(run), "trainer.max_steps=30"), "below the 60 steps")
+    assert (run / "logs" / "metrics.csv").read_bytes() == before  # refusals touch nothing
+    done = cli("train", "--resume", str(run), "trainer.max_steps=80", "trainer.keep_checkpoints=2")
+    assert done.returncode == 0, done.stderr
+    assert f"resuming from {run / 'checkpoints' / 'last.ckpt'} (step 60)" in done.stdout
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 80
+    assert sorted(p.name for p in (run / "checkpoints").glob("*.ckpt")) == [
+        "last.ckpt", "step-000070.ckpt", "step-000080.ckpt"]  # fmt: skip
+    rows = read_log_rows(run / "logs" / "metrics.csv")[1]
+    assert logged(whole) == [cell for cell in logged(run) if cell[0] < STEPS]  # the first 60 steps, untouched
+    floor = 3e-3 * 0.1  # TrainerConfig's lr and lr_floor: the schedule had reached its floor at step 60
+    extension = [float(r["lr-AdamW/pg1"]) for r in rows if r.get("lr-AdamW/pg1") and int(r["step"]) >= STEPS]
+    assert extension and all(lr == pytest.approx(floor) for lr in extension)
+    resolved = (run / "config.yaml").read_text()
+    assert "max_steps: 80" in resolved and "decay_steps: 60" in resolved and "keep_checkpoints: 2" in resolved
+
+
+def test_a_failed_resume_keeps_every_log_row(run_files, tmp_path, cli):
+    """A resume that fails (a damaged last checkpoint, the checkpoint of another model) says so in one line and
+    leaves the log as it was (on main the CSV logger had already deleted metrics.csv)."""
+    import shutil
+
+    config, whole = run_files
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    (run / "metrics.json").unlink()  # as if killed after its last checkpoint
+    before = (run / "logs" / "metrics.csv").read_bytes()
+    last = run / "checkpoints" / "last.ckpt"
+    good = last.read_bytes()
+    last.write_bytes(good[: len(good) // 2])
+    one_line_error(cli("train", "--resume", str(run)), "last.ckpt")
+    other = tmp_path / "other"
+    assert cli("train", str(config), f"output_dir={other}", "model.d_model=32", "trainer.max_steps=10").returncode == 0
+    shutil.copy(other / "checkpoints" / "last.ckpt", last)
+    one_line_error(cli("train", "--resume", str(run)), "last.ckpt", "does not match")
+    assert (run / "logs" / "metrics.csv").read_bytes() == before

@@ -22,7 +22,7 @@ import math
 import types
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -81,6 +81,44 @@ def load_checkpoint_file(path: str | Path, map_location: str | torch.device | in
                 raise ValueError(f"{path} is not a markovformer checkpoint (a safetensors file without '{FORMAT_KEY}')")
             names = set(handle.keys())
             return _decode_header(header, path, lambda name: _read_tensor(handle, names, name, path))
+    except SafetensorError as error:
+        raise ValueError(f"{path} is not a markovformer checkpoint (not a safetensors file: {error})") from error
+
+
+class TensorInfo(NamedTuple):
+    """A stored tensor's dtype and shape, read from the file's header without reading the tensor."""
+
+    dtype: torch.dtype | None  # None: a dtype this torch build does not know
+    shape: tuple[int, ...]
+
+
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                       "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+                       "U16": "uint16", "U32": "uint32", "U64": "uint64", "C64": "complex64",
+                       "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}  # fmt: skip
+
+
+def read_checkpoint_skeleton(path: str | Path) -> dict:
+    """The checkpoint of ``path`` with every tensor replaced by its ``TensorInfo``: reads only the file's header, so
+    it is cheap for any checkpoint size. Raises as ``load_checkpoint_file`` does."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no checkpoint file here")
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            header = (handle.metadata() or {}).get(FORMAT_KEY)
+            if header is None:
+                raise ValueError(f"{path} is not a markovformer checkpoint (a safetensors file without '{FORMAT_KEY}')")
+            names = set(handle.keys())
+
+            def describe(name: Any) -> TensorInfo:
+                if not isinstance(name, str) or name not in names:
+                    raise ValueError(f"{path}: malformed checkpoint header: no tensor {name!r} in the file")
+                piece = handle.get_slice(name)
+                dtype = getattr(torch, _SAFETENSORS_DTYPES.get(piece.get_dtype(), ""), None)
+                return TensorInfo(dtype if isinstance(dtype, torch.dtype) else None, tuple(piece.get_shape()))
+
+            return _decode_header(header, path, describe)
     except SafetensorError as error:
         raise ValueError(f"{path} is not a markovformer checkpoint (not a safetensors file: {error})") from error
 
@@ -191,12 +229,17 @@ def _decode_header(header: str, path: Path, read_tensor: Any) -> dict:
         document = json.loads(header, parse_constant=_reject_constant)
     except ValueError as error:
         raise ValueError(f"{path}: malformed checkpoint header: not valid JSON ({error})") from error
+    except RecursionError:
+        raise ValueError(f"{path}: malformed checkpoint header: nested too deeply") from None
     if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION or "root" not in document:
         version = document.get("version") if isinstance(document, dict) else None
         raise ValueError(
             f"{path}: unsupported checkpoint header (version {version!r}; this code reads {FORMAT_VERSION})"
         )
-    checkpoint = _decode(document["root"], path, read_tensor)
+    try:
+        checkpoint = _decode(document["root"], path, read_tensor)
+    except RecursionError:
+        raise ValueError(f"{path}: malformed checkpoint header: nested too deeply") from None
     if type(checkpoint) not in (dict, OrderedDict):
         raise ValueError(f"{path}: malformed checkpoint header: the root is not a dict")
     return checkpoint
@@ -239,4 +282,5 @@ def _decode(node: Any, path: Path, read_tensor: Any) -> Any:
     raise ValueError(f"{path}: malformed checkpoint header: unexpected node {node!r:.200}")
 
 
-__all__ = ["FORMAT_KEY", "SafetensorsCheckpointIO", "load_checkpoint_file", "save_checkpoint_file"]
+__all__ = ["FORMAT_KEY", "SafetensorsCheckpointIO", "TensorInfo", "load_checkpoint_file", "read_checkpoint_skeleton",
+           "save_checkpoint_file"]  # fmt: skip

@@ -14,6 +14,7 @@ Values are checked against the dataclass field types; an unknown key gets a "did
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -40,6 +41,9 @@ class TrainerConfig:
     warmup_steps: int = 100
     decay: str = "cosine"  # or "linear"; both end at lr_floor * lr
     lr_floor: float = 0.1
+    # The step at which the decay reaches lr_floor (None: max_steps). Extending a run with --resume sets it to the old
+    # max_steps, so the learning rate never jumps: the added steps run at lr_floor * lr.
+    decay_steps: int | None = None
     gradient_clip: float = 1.0
     precision: str = "32-true"
     compile: bool = False
@@ -55,6 +59,7 @@ class TrainerConfig:
     num_nodes: int = 1
     strategy: str = "auto"
     num_workers: int = 0
+    keep_checkpoints: int = 0  # keep only the newest N step checkpoints (plus last.ckpt); 0 keeps them all
     # Models with a markov context window (scan_markov): each training batch uses an n drawn uniformly from this list
     # (a function of seed and step); validation scores every n and reports their mean as the loss. () = the model's.
     context_lengths: tuple[int, ...] = ()
@@ -71,8 +76,19 @@ class TrainerConfig:
                      "devices", "num_nodes"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name}={getattr(self, name)!r} must be >= 1")
-        if self.lr <= 0:
+        if not self.lr > 0:  # coerce has already refused inf and nan
             raise ConfigError(f"trainer.lr={self.lr!r} must be positive")
+        for name in ("weight_decay", "gradient_clip"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"trainer.{name}={getattr(self, name)!r} must be >= 0 (0 turns it off)")
+        if not all(0 <= beta < 1 for beta in self.betas):
+            raise ConfigError(f"trainer.betas={list(self.betas)!r}: each must lie in [0, 1)")
+        if self.decay_steps is not None and self.decay_steps < 1:
+            raise ConfigError(f"trainer.decay_steps={self.decay_steps!r} must be >= 1 (or null: max_steps)")
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"trainer.seed={self.seed!r} must lie in [0, 2**32)")
+        if self.keep_checkpoints < 0:
+            raise ConfigError(f"trainer.keep_checkpoints={self.keep_checkpoints!r} must be >= 0 (0 keeps all)")
         if self.decay not in ("cosine", "linear"):
             raise ConfigError(f"trainer.decay={self.decay!r} must be 'cosine' or 'linear'")
         if not 0 <= self.lr_floor <= 1:
@@ -147,6 +163,8 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
         return value
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if annotation is float and isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}={value!r} must be a finite number")
     if annotation in (int, float, str, bool) and (type(value) is not annotation):
         raise ConfigError(f"{key}={value!r} has the wrong type: expected {_type_name(annotation)}")
     return value

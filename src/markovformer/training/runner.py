@@ -22,31 +22,46 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.data import DataLoader
 
 from markovformer.atomic import atomic_write
 from markovformer.data.bundle import DataBundle
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.models.registry import MODEL_FAMILIES, head_class
 from markovformer.ops.lags import prediction_lags
 from markovformer.training.batches import DocumentWindows, EpochBatches, window_stride
-from markovformer.training.checkpoint import SafetensorsCheckpointIO
+from markovformer.training.checkpoint import SafetensorsCheckpointIO, TensorInfo, read_checkpoint_skeleton
 from markovformer.training.environment import environment_record
+from markovformer.training.fingerprint import (
+    check_checkpoint_fingerprint,
+    check_model_fingerprint,
+    run_fingerprint,
+    write_model_fingerprint,
+)
 from markovformer.training.metrics import TaskMetrics
+from markovformer.training.metrics_log import AppendingCSVLogger
 from markovformer.training.run_config import (
     ConfigError,
     RunConfig,
+    apply_overrides,
     build_dataclass,
     load_yaml,
     resolve_run_config,
     suggest,
 )
+from markovformer.training.run_lock import is_first_process, run_dir_lock
+from markovformer.training.step_checkpoints import RunFingerprint, StepCheckpoints
 from markovformer.training.task import IW_SAMPLES, DocumentWalk, SequenceTask, model_inputs, score_batch
 
 RESOLVED_CONFIG = "config.yaml"
 LAST_CHECKPOINT = "last.ckpt"
+# What `--resume RUN key=value` may change: how long the run goes on and how it is watched, never what it computes.
+RESUMABLE_KEYS = ("trainer.max_steps", "trainer.decay_steps", "trainer.eval_every", "trainer.checkpoint_every",
+                  "trainer.log_every", "trainer.keep_checkpoints", "trainer.num_workers",
+                  "trainer.eval_batch_size")  # fmt: skip
 
 
 def build_data(config: RunConfig) -> DataBundle:
@@ -81,6 +96,11 @@ def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
         model = head(model_config)
     except ValueError as error:
         raise ConfigError(f"model: {error}") from error
+    except (RuntimeError, MemoryError) as error:  # torch reports a failed allocation as a RuntimeError
+        if not isinstance(error, MemoryError) and "allocate" not in str(error):
+            raise
+        raise ConfigError(f"model: not enough memory to build it ({str(error).splitlines()[0][:160]}); lower "
+                          f"model.d_model, model.n_layers or the vocabulary") from None  # fmt: skip
     if config.trainer.activation_checkpointing:
         if not hasattr(getattr(model, "model", None), "gradient_checkpointing"):
             raise ConfigError(f"trainer.activation_checkpointing: model_type={config.model_type!r} does not support it")
@@ -165,40 +185,12 @@ def _write_json(path: Path, values: dict) -> None:
 
 
 def _write_run_files(run_dir: Path, config: RunConfig, bundle: DataBundle) -> None:
-    import yaml
-
-    atomic_write(run_dir / RESOLVED_CONFIG, lambda p: p.write_text(yaml.safe_dump(_plain(config.to_dict()),
-                                                                                  sort_keys=False)))  # fmt: skip
+    write_resolved_config(run_dir, config)
     _write_json(run_dir / "environment.json", environment_record())
     sizes = {split: len(getattr(bundle, split)) for split in ("train", "val", "test")}
     _write_json(run_dir / "data.json", {"info": bundle.info, "splits": bundle.splits, "sizes": sizes})
     if bundle.tokenizer is not None:
         bundle.tokenizer.save(run_dir / "tokenizer")
-
-
-def _read_csv_rows(path: Path) -> list[dict[str, str]]:
-    import csv
-
-    if not path.is_file():
-        return []
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def _prepend_csv_rows(path: Path, earlier: list[dict[str, str]]) -> None:
-    """Rewrite the CSV log as the earlier rows (up to where the new ones start) followed by the new ones."""
-    import csv
-    import io
-
-    later = _read_csv_rows(path)
-    first_new_step = min((int(row["step"]) for row in later if row.get("step")), default=None)
-    kept = [row for row in earlier if first_new_step is None or int(row.get("step") or 0) < first_new_step]
-    columns = list(dict.fromkeys([c for row in kept + later for c in row]))
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(kept + later)
-    atomic_write(path, lambda temporary: temporary.write_text(text.getvalue()))
 
 
 def _plain(value):
@@ -210,23 +202,136 @@ def _plain(value):
     return value
 
 
-def train(config: RunConfig, resume: bool = False) -> dict:
-    """Train a run into ``config.output_dir``; with ``resume`` continue from its last checkpoint."""
+def train(config: RunConfig) -> dict:
+    """Train a new run into ``config.output_dir``, holding the run directory's lock while it runs."""
+    run_dir = Path(config.output_dir)
+    with run_dir_lock(run_dir):
+        if is_first_process() and ((run_dir / RESOLVED_CONFIG).exists() or (run_dir / "checkpoints").exists()):
+            raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with --resume {run_dir} "
+                              f"or choose another output_dir")  # fmt: skip
+        return _fit(config, resume=False)
+
+
+def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Continue the run in ``run_dir`` from its last checkpoint. ``overrides`` may change only the keys of
+    ``RESUMABLE_KEYS``; a larger ``trainer.max_steps`` extends a run (finished or not), keeping its learning-rate
+    schedule (``trainer.decay_steps``). A finished run is refused unless it is extended."""
+    run_dir = Path(run_dir)
+    if not (run_dir / RESOLVED_CONFIG).is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_CONFIG})")
+    with run_dir_lock(run_dir):
+        config = dataclasses.replace(resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG)), output_dir=str(run_dir))
+        last = run_dir / "checkpoints" / LAST_CHECKPOINT
+        done_steps = resumable_checkpoint(last)["global_step"] if last.is_file() else 0
+        extended = resumed_config(config, overrides, done_steps)
+        finished = (run_dir / "metrics.json").is_file() and done_steps >= extended.trainer.max_steps
+        if finished:
+            raise ConfigError(f"{run_dir} is a finished run ({done_steps} steps); to train it longer, extend it: "
+                              f"--resume {run_dir} trainer.max_steps=N with N > {done_steps}")  # fmt: skip
+        if extended != config and is_first_process():
+            write_resolved_config(run_dir, extended)
+        return _fit(extended, resume=True)
+
+
+def resumed_config(config: RunConfig, overrides: list[str] | tuple[str, ...], done_steps: int) -> RunConfig:
+    """``config`` with the ``--resume`` overrides applied: only ``RESUMABLE_KEYS`` may change; a larger max_steps
+    keeps the old decay (``trainer.decay_steps`` set to the old max_steps), so the learning rate does not jump."""
+    if not overrides:
+        return config
+    values = apply_overrides(_plain(config.to_dict()), list(overrides))
+    changed = resolve_run_config(values)
+    before, after = _plain(config.to_dict()), _plain(changed.to_dict())
+    for section in before:
+        keys = before[section].keys() | after[section].keys() if isinstance(before[section], dict) else [None]
+        for key in keys:
+            old, new = (before[section], after[section]) if key is None else (before[section].get(key),
+                                                                               after[section].get(key))  # fmt: skip
+            name = section if key is None else f"{section}.{key}"
+            if old != new and name not in RESUMABLE_KEYS:
+                allowed = ", ".join(RESUMABLE_KEYS)
+                raise ConfigError(f"{name} cannot change when resuming (the run would no longer be the one its "
+                                  f"checkpoints record); --resume may change {allowed}")  # fmt: skip
+    trainer = changed.trainer
+    if trainer.max_steps < done_steps:
+        raise ConfigError(f"trainer.max_steps={trainer.max_steps} is below the {done_steps} steps the run has "
+                          f"already done")  # fmt: skip
+    if trainer.max_steps > config.trainer.max_steps and trainer.decay_steps is None:
+        trainer = dataclasses.replace(trainer, decay_steps=config.trainer.max_steps)
+    return dataclasses.replace(changed, trainer=trainer)
+
+
+def resumable_checkpoint(path: Path) -> dict:
+    """The header of the checkpoint a run resumes from (tensors as ``TensorInfo``), checked for the entries resuming
+    reads; ConfigError naming the file otherwise."""
+    try:
+        skeleton = read_checkpoint_skeleton(path)
+    except (ValueError, OSError) as error:
+        raise ConfigError(f"cannot resume from {path.name} ({error}); copy an earlier checkpoints/step-*.ckpt over "
+                          f"it to resume from that step") from None  # fmt: skip
+    step, state = skeleton.get("global_step"), skeleton.get("state_dict")
+    if type(step) is not int or step < 0 or not isinstance(state, dict) or not isinstance(skeleton.get("loops"), dict):
+        raise ConfigError(f"{path}: cannot resume from it (global_step, state_dict or loops missing or of the wrong "
+                          f"type)")  # fmt: skip
+    if not all(isinstance(info, TensorInfo) for info in state.values()):
+        raise ConfigError(f"{path}: cannot resume from it (its state_dict holds values that are not tensors)")
+    return skeleton
+
+
+def check_tensors_match(model: torch.nn.Module, stored: dict, path: Path, prefix: str = "",
+                        partial: bool = False) -> None:  # fmt: skip
+    """ConfigError naming ``path`` and the first mismatching names unless ``stored`` (name -> tensor or TensorInfo,
+    names under ``prefix``) has exactly the model's tensors, with their shapes and dtypes. ``partial``: names may be
+    missing (safetensors leaves out the second of two tied weights)."""
+    expected = {prefix + name: tensor for name, tensor in model.state_dict().items()}
+    found = {name: TensorInfo(value.dtype, tuple(value.shape)) if isinstance(value, torch.Tensor) else value
+             for name, value in stored.items() if name.startswith(prefix)}  # fmt: skip
+    problems = []
+    missing = [] if partial else sorted(expected.keys() - found.keys())
+    unexpected = sorted(found.keys() - expected.keys())
+    if missing:
+        problems.append(f"missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    if unexpected:
+        problems.append(f"unexpected {', '.join(unexpected[:3])}{' ...' if len(unexpected) > 3 else ''}")
+    for name in sorted(expected.keys() & found.keys()):
+        want, have = expected[name], found[name]
+        if tuple(want.shape) != tuple(have.shape):
+            problems.append(f"{name} has shape {list(have.shape)}, the model's is {list(want.shape)}")
+        elif want.dtype != have.dtype:
+            problems.append(f"{name} is stored as {have.dtype}, the model's is {want.dtype}")
+        if len(problems) >= 4:
+            break
+    if problems:
+        raise ConfigError(f"{path} does not match the run's model: {'; '.join(problems)}")
+
+
+def write_resolved_config(run_dir: Path, config: RunConfig) -> None:
+    import yaml
+
+    text = yaml.safe_dump(_plain(config.to_dict()), sort_keys=False)
+    atomic_write(run_dir / RESOLVED_CONFIG, lambda path: path.write_text(text))
+
+
+def _fit(config: RunConfig, resume: bool) -> dict:
+    """Build the data and model, then train (from the last checkpoint when ``resume``); the lock is held."""
     run_dir = Path(config.output_dir)
     last = run_dir / "checkpoints" / LAST_CHECKPOINT
+    checkpoint = None
+    if resume:
+        for stale in last.parent.glob(".*.tmp"):  # a write cut short by a kill; the checkpoints beside it are whole
+            stale.unlink()
+        checkpoint = resumable_checkpoint(last) if last.is_file() else None
     L.seed_everything(config.trainer.seed, workers=True, verbose=False)
     bundle = build_data(config)
     check_context_coverage(config, bundle)
     check_whole_documents(config, bundle)
     model = build_model(config, bundle.info)
-    if not resume and (run_dir / "checkpoints").exists():
-        raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with --resume {run_dir} "
-                          f"or choose another output_dir")  # fmt: skip
     if config.trainer.compile:
         model.compile()
     task = SequenceTask(model, config.task, config.trainer, bundle.info, tokenizer=bundle.tokenizer)
     tc = config.trainer
     progress = PrintProgress(tc.log_every, tc.max_steps)
+    fingerprint = RunFingerprint("")
+    log = AppendingCSVLogger(run_dir / "logs" / "metrics.csv")
     trainer = L.Trainer(
         max_steps=tc.max_steps,
         val_check_interval=tc.eval_every,
@@ -239,19 +344,10 @@ def train(config: RunConfig, resume: bool = False) -> dict:
         devices=tc.devices,
         num_nodes=tc.num_nodes,
         strategy=tc.strategy,
-        logger=[
-            CSVLogger(run_dir, name="logs", version=""),
-            TensorBoardLogger(run_dir, name="tensorboard", version=""),
-        ],
+        logger=[log, TensorBoardLogger(run_dir, name="tensorboard", version="")],
         callbacks=[
-            ModelCheckpoint(
-                dirpath=run_dir / "checkpoints",
-                filename="step-{step:06d}",
-                auto_insert_metric_name=False,
-                every_n_train_steps=tc.checkpoint_every,
-                save_top_k=-1,
-                save_last=True,
-            ),  # fmt: skip
+            StepCheckpoints(run_dir / "checkpoints", tc.checkpoint_every, tc.eval_every, tc.keep_checkpoints),
+            fingerprint,
             LearningRateMonitor(logging_interval="step"),
             progress,
         ],
@@ -265,17 +361,18 @@ def train(config: RunConfig, resume: bool = False) -> dict:
         if not resume:
             _write_run_files(run_dir, config, bundle)
         describe_run(config, bundle, model)
-    train_loader, val_loader = _loaders(config, bundle, trainer, model)
+    fingerprint.fingerprint = run_fingerprint(config, run_dir)
     ckpt_path = None
-    if resume:
-        for stale in last.parent.glob(".*.tmp"):  # a write cut short by a kill; the checkpoints beside it are whole
-            stale.unlink()
-        if last.exists():
-            ckpt_path = str(last)
-            print(f"resuming from {last}", flush=True)
-        else:
-            print(f"no checkpoint in {run_dir / 'checkpoints'} yet: starting from step 0", flush=True)
-    earlier_log = _read_csv_rows(run_dir / "logs" / "metrics.csv") if resume and trainer.is_global_zero else []
+    if checkpoint is not None:
+        check_checkpoint_fingerprint(checkpoint, fingerprint.fingerprint, last)
+        check_tensors_match(model, checkpoint["state_dict"], last, prefix="model.")
+        log.resume_from_step(checkpoint["global_step"])
+        ckpt_path = str(last)
+        print(f"resuming from {last} (step {checkpoint['global_step']})", flush=True)
+    elif resume:
+        print(f"no checkpoint in {run_dir / 'checkpoints'} yet: starting from step 0", flush=True)
+        log.resume_from_step(0)
+    train_loader, val_loader = _loaders(config, bundle, trainer, model)
     trainer.fit(task, train_loader, val_loader, ckpt_path=ckpt_path)
     seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from
     metrics = {k[4:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
@@ -284,24 +381,14 @@ def train(config: RunConfig, resume: bool = False) -> dict:
         metrics = {k[4:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     if not trainer.is_global_zero:
         return metrics
-    if earlier_log:  # Lightning's CSV logger starts a fresh file on resume: put the killed run's rows back in front
-        _prepend_csv_rows(run_dir / "logs" / "metrics.csv", earlier_log)
     model.save_pretrained(run_dir / "model")
+    write_model_fingerprint(run_dir / "model", fingerprint.fingerprint, run_dir / "model" / WEIGHTS_NAME)
     results = {"val": metrics, "steps": trainer.global_step, "train_seconds": seconds,
                "reference": bundle.info.get("reference", {})}  # fmt: skip
     _write_json(run_dir / "metrics.json", results)
     report_results(results, model, bundle)
     print(f"run directory: {run_dir}  (model/, checkpoints/, logs/metrics.csv, tensorboard/, metrics.json)")
     return results
-
-
-def resume(run_dir: str | Path) -> dict:
-    run_dir = Path(run_dir)
-    if not (run_dir / RESOLVED_CONFIG).is_file():
-        raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_CONFIG})")
-    config = resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG))
-    config = dataclasses.replace(config, output_dir=str(run_dir))
-    return train(config, resume=True)
 
 
 def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) -> None:
@@ -370,7 +457,8 @@ def document_log_likelihood(reference: dict, split: str) -> float | None:
 
 def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
     """A trained run's config and model, from a run directory (its final model/, else its last checkpoint) or from
-    one checkpoint file inside a run's checkpoints/ folder."""
+    one checkpoint file inside a run's checkpoints/ folder. The weights must belong to the run (their fingerprint,
+    ``training.fingerprint``) and match the model's tensor names, shapes and dtypes; takes no lock (reads only)."""
     from markovformer.training.checkpoint import load_checkpoint_file
 
     target = Path(target)
@@ -380,21 +468,59 @@ def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
     if not (run_dir / RESOLVED_CONFIG).is_file():
         raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_CONFIG})")
     config = resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG))
-    data_info = json.loads((run_dir / "data.json").read_text())["info"]
+    data_info = read_data_info(run_dir)
+    fingerprint = run_fingerprint(config, run_dir)
     if target.is_dir() and (run_dir / "model").is_dir():
-        model = head_class(config.model_type, config.task).from_pretrained(run_dir / "model")
-        return config, model, run_dir
+        return config, load_final_model(config, data_info, run_dir / "model", fingerprint), run_dir
     checkpoint = target if target.is_file() else run_dir / "checkpoints" / LAST_CHECKPOINT
     if not checkpoint.is_file():
         raise ConfigError(f"{run_dir}: holds neither a final model/ nor checkpoints/{LAST_CHECKPOINT}")
-    model = build_model(config, data_info)
-    state = load_checkpoint_file(checkpoint)["state_dict"]
-    prefix = "model."
     try:
-        model.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
-    except RuntimeError as error:
-        raise ConfigError(f"{checkpoint} does not match the run's model ({error})") from error
+        loaded = load_checkpoint_file(checkpoint)
+    except (ValueError, OSError) as error:
+        raise ConfigError(f"{checkpoint}: cannot read it ({error})") from None
+    check_checkpoint_fingerprint(loaded, fingerprint, checkpoint)
+    state = loaded.get("state_dict")
+    if not isinstance(state, dict):
+        raise ConfigError(f"{checkpoint}: not a training checkpoint (no state_dict)")
+    model = build_model(config, data_info)
+    prefix = "model."
+    check_tensors_match(model, state, checkpoint, prefix=prefix)
+    model.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
     return config, model, run_dir
+
+
+def read_data_info(run_dir: Path) -> dict:
+    path = run_dir / "data.json"
+    try:
+        info = json.loads(path.read_text())["info"]
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: missing; the run directory is incomplete") from None
+    except (ValueError, KeyError, TypeError) as error:
+        raise ConfigError(f"{path}: not a run's data record ({type(error).__name__}: {error})") from None
+    if not isinstance(info, dict):
+        raise ConfigError(f"{path}: not a run's data record ('info' is not a mapping)")
+    return info
+
+
+def load_final_model(config: RunConfig, data_info: dict, model_dir: Path, fingerprint: str) -> torch.nn.Module:
+    """The run's saved model/: its fingerprint checked, then its tensors' names, shapes and dtypes, then loaded."""
+    from safetensors.torch import load_file
+
+    weights = model_dir / WEIGHTS_NAME
+    if not weights.is_file():
+        raise ConfigError(f"{model_dir}: no {WEIGHTS_NAME} here")
+    check_model_fingerprint(model_dir, fingerprint, weights)
+    try:
+        stored = load_file(str(weights))
+    except Exception as error:  # safetensors raises its own error types, and OSError, for damaged files
+        raise ConfigError(f"{weights}: not a readable safetensors file ({type(error).__name__}: {error})") from None
+    model = build_model(config, data_info)
+    check_tensors_match(model, stored, weights, partial=True)
+    try:
+        return head_class(config.model_type, config.task).from_pretrained(model_dir)
+    except (ValueError, RuntimeError, OSError) as error:
+        raise ConfigError(f"{model_dir}: cannot load it ({error})") from None
 
 
 def check_same_tokenizer(run_dir: Path, bundle: DataBundle) -> None:
@@ -420,6 +546,8 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options).
     Translation runs are decoded with beam search of ``beam_size`` (1 = greedy) for BLEU. VMT runs walk the split's
     documents as validation does, and the result carries the documents' exact log-likelihood when the data has it."""
+    if split not in ("train", "val", "test"):
+        raise ConfigError(f"split={split!r} must be train, val or test")
     config, model, run_dir = load_run(target)
     if data_overrides:
         config = dataclasses.replace(config, data={**config.data, **data_overrides})
@@ -427,8 +555,9 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     check_context_coverage(config, bundle)
     check_whole_documents(config, bundle)
     check_same_tokenizer(run_dir, bundle)
-    if split not in ("train", "val", "test"):
-        raise ConfigError(f"split={split!r} must be train, val or test")
+    if len(getattr(bundle, split)) == 0:
+        raise ConfigError(f"the {split} split of {run_dir}'s data is empty (data.source={config.data['source']!r}): "
+                          f"nothing to evaluate; choose another --split or give the data a {split} part")  # fmt: skip
     context_lengths = config.trainer.context_lengths
     metrics = TaskMetrics(config.task, bundle.info.get("num_labels"), bundle.info.get("label_names"), context_lengths,
                           tokenizer=bundle.tokenizer)  # fmt: skip

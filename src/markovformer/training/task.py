@@ -176,9 +176,9 @@ class SequenceTask(L.LightningModule):
     def configure_optimizers(self):
         config = self.config
         optimizer = build_optimizer(self.model, config.lr, config.weight_decay, tuple(config.betas))
+        decay_steps = config.decay_steps or config.max_steps
         schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lambda step: lr_multiplier(step, config.warmup_steps, config.max_steps, config.decay, config.lr_floor),
+            optimizer, lambda step: lr_multiplier(step, config.warmup_steps, decay_steps, config.decay, config.lr_floor)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 

@@ -1,0 +1,80 @@
+"""Which run a set of weights belongs to: a fingerprint of the run's config and tokenizer, saved with the weights.
+
+The fingerprint is the SHA-256 of the task, the model type and model section, the data section, the seed (which
+draws the data) and the bytes of every file of the run's saved tokenizer: everything that fixes what the model's
+inputs and outputs mean. Schedule settings (steps, learning rate, ...) are left out, so extending a run keeps it.
+
+Checkpoints carry it under ``"run_fingerprint"``; the final ``model/`` carries it in ``model/fingerprint.json``
+together with the SHA-256 of ``model.safetensors``, so neither a ``model/`` copied from another run nor weights
+swapped under it pass. Files written before fingerprints existed have none and are checked by names, shapes and
+dtypes only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from markovformer.atomic import atomic_write_text
+from markovformer.training.run_config import ConfigError, RunConfig
+
+CHECKPOINT_KEY = "run_fingerprint"
+FINGERPRINT_FILE = "fingerprint.json"
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def run_fingerprint(config: RunConfig, run_dir: Path) -> str:
+    """The fingerprint of the run in ``run_dir`` built from ``config`` (its tokenizer read from ``run_dir``)."""
+    tokenizer = run_dir / "tokenizer"
+    files = sorted(tokenizer.iterdir()) if tokenizer.is_dir() else []
+    identity = {
+        "task": config.task,
+        "model_type": config.model_type,
+        "model": config.model,
+        "data": config.data,
+        "seed": config.trainer.seed,
+        "tokenizer": {path.name: _file_digest(path) for path in files if path.is_file()},
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def write_model_fingerprint(model_dir: Path, fingerprint: str, weights: Path) -> None:
+    record = {"run": fingerprint, "weights_sha256": _file_digest(weights)}
+    atomic_write_text(model_dir / FINGERPRINT_FILE, json.dumps(record, indent=2) + "\n")
+
+
+def check_model_fingerprint(model_dir: Path, fingerprint: str, weights: Path) -> None:
+    """ConfigError unless ``model_dir`` was saved by the run with ``fingerprint`` and its weights are the ones saved."""
+    path = model_dir / FINGERPRINT_FILE
+    if not path.is_file():
+        return  # saved before fingerprints existed: the names, shapes and dtypes are still checked
+    try:
+        record = json.loads(path.read_text())
+        saved, saved_weights = record["run"], record["weights_sha256"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: not a fingerprint record ({type(error).__name__}: {error})") from None
+    if saved != fingerprint:
+        raise ConfigError(f"{model_dir} does not match the run's model: it was saved by another run (its config or "
+                          f"tokenizer differ from this run's config.yaml and tokenizer/)")  # fmt: skip
+    if saved_weights != _file_digest(weights):
+        raise ConfigError(f"{weights} does not match the run's model: the file is not the one this run saved "
+                          f"(its SHA-256 differs from {path})")  # fmt: skip
+
+
+def check_checkpoint_fingerprint(checkpoint: dict, fingerprint: str, path: Path) -> None:
+    saved = checkpoint.get(CHECKPOINT_KEY)
+    if saved is not None and saved != fingerprint:
+        raise ConfigError(f"{path} does not match the run's model: it was written by another run (its config or "
+                          f"tokenizer differ from this run's)")  # fmt: skip
+
+
+__all__ = ["CHECKPOINT_KEY", "check_checkpoint_fingerprint", "check_model_fingerprint", "run_fingerprint",
+           "write_model_fingerprint"]  # fmt: skip

@@ -1,0 +1,110 @@
+"""The run's CSV metrics log (``logs/metrics.csv``): one row per ``log_metrics`` call, appended and flushed at once,
+so a kill loses at most the row being written; never rewritten from a partial copy.
+
+Lightning's own ``CSVLogger`` deletes an existing ``metrics.csv`` when it starts and buffers rows in memory, so a
+resume that failed, or a run killed twice, lost rows. Here a resumed run keeps every earlier row: the rows that the
+resumed run will log again (those of steps at or after the checkpoint it resumed from) are dropped only when it logs
+its first row, and a row cut short by a kill is repaired away at the same moment. Both rewrites (and a new column,
+which changes the header) replace the file atomically with the whole of its old contents plus the change.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.loggers.logger import Logger
+from lightning.pytorch.utilities import rank_zero_only
+
+from markovformer.atomic import atomic_write
+
+
+def read_log_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """(columns, rows) of a metrics log; a last line without its newline (a write cut short) is left out."""
+    if not path.is_file():
+        return [], []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    reader = csv.DictReader(io.StringIO(text))
+    rows = [row for row in reader if row.get("step")]
+    return list(reader.fieldnames or []), rows
+
+
+def _row_step(row: dict[str, str]) -> int:
+    try:
+        return int(float(row["step"]))
+    except (TypeError, ValueError):
+        return -1  # a damaged step cell: kept as an earlier row
+
+
+class AppendingCSVLogger(Logger):
+    """A Lightning logger that appends to ``path``; ``resume_from_step(g)`` makes the first row logged drop the old
+    rows of steps >= g (Lightning logs the batch that reaches global step g under step g - 1)."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.columns: list[str] | None = None  # read from the file on the first write
+        self.drop_from_step: int | None = None
+
+    @property
+    def name(self) -> str:
+        return "logs"
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    @property
+    def save_dir(self) -> str:
+        return str(self.path.parent)
+
+    def resume_from_step(self, step: int) -> None:
+        self.drop_from_step = step
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        """The resolved config is the run's config.yaml; nothing to add to the CSV."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        row = {"step": str(step if step is not None else "")}
+        for key, value in metrics.items():
+            value = float(value)
+            row[key] = repr(value) if math.isfinite(value) else str(value)
+        if self.columns is None:
+            self._start()
+        if any(key not in self.columns for key in row):
+            columns = sorted(set(self.columns) | set(row))
+            self._rewrite(columns, [*read_log_rows(self.path)[1], row])
+            return
+        with self.path.open("a", encoding="utf-8", newline="") as handle:
+            csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
+            handle.flush()
+
+    def _start(self) -> None:
+        """Repair the file left by earlier processes: no torn last row, none of the steps this run logs again."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        columns, rows = read_log_rows(self.path)
+        kept = rows if self.drop_from_step is None else [r for r in rows if _row_step(r) < self.drop_from_step]
+        whole = self.path.is_file() and self.path.read_bytes().endswith(b"\n")
+        if columns and whole and len(kept) == len(rows):
+            self.columns = columns
+        else:
+            self._rewrite(columns, kept)
+
+    def _rewrite(self, columns: list[str], rows: list[dict[str, str]]) -> None:
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore")
+        if columns:
+            writer.writeheader()
+        writer.writerows(rows)
+        atomic_write(self.path, lambda temporary: temporary.write_text(text.getvalue(), encoding="utf-8"))
+        self.columns = columns
+
+
+__all__ = ["AppendingCSVLogger", "read_log_rows"]
