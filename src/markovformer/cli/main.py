@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train a run from a YAML config (default: the embedded demo run)")
     train.add_argument("config", nargs="?", help="YAML run config (see configs/); omitted: the demo run")
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.max_order=3 trainer.max_steps=2000")
-    train.add_argument("--resume", metavar="RUN_DIR", help="continue a killed run from its last checkpoint")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue a killed run from its last checkpoint; "
+                       "overrides may extend it (trainer.max_steps=N) or change how it is watched")  # fmt: skip
 
     evaluate = commands.add_parser("eval", help="metrics of a trained run on a split of its data")
     evaluate.add_argument("target", help="run directory or checkpoint file")
@@ -93,15 +94,16 @@ def run_train(args: argparse.Namespace) -> None:
     from markovformer.training.run_config import apply_overrides, load_yaml, resolve_run_config
     from markovformer.training.runner import resume, train
 
-    if args.resume:
-        if args.config or args.overrides:
-            raise ValueError("--resume continues a run exactly as configured; give no config or overrides with it")
-        resume(args.resume)
-        return
     overrides = list(args.overrides)
     if args.config and "=" in args.config:  # `markovformer train key=value ...` overrides the demo run
         overrides.insert(0, args.config)
         args.config = None
+    if args.resume:
+        if args.config:
+            raise ValueError(f"--resume rebuilds the run from its own config.yaml; drop {args.config!r} (only "
+                             f"key=value overrides such as trainer.max_steps=N may follow)")  # fmt: skip
+        resume(args.resume, overrides)
+        return
     values = load_yaml(args.config) if args.config else copy.deepcopy(DEMO_CONFIG)
     train(resolve_run_config(apply_overrides(values, overrides)))
 
@@ -114,17 +116,56 @@ def run_eval(args: argparse.Namespace) -> None:
     for text in args.data:
         path, value = parse_override(text)
         data[".".join(path)] = value
+    if args.beam_size < 1:
+        raise ValueError(f"--beam-size {args.beam_size} must be >= 1")
     results = evaluate(args.target, args.split, data, beam_size=args.beam_size)
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps(finite_or_null(results), indent=2, allow_nan=False))  # NaN is not JSON
         return
     shown = "  ".join(f"{k} {v:.4f}" for k, v in results["metrics"].items())
     print(f"{results['run_dir']} [{results['split']}]: {shown}")
 
 
+def finite_or_null(value):
+    """``value`` with every NaN or infinite float replaced by None (JSON null), recursively."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
+
+
+MAX_NEW_TOKENS = 100_000  # far beyond any use here; a larger number is a typo that would run for days
+
+
+def check_generation_options(args: argparse.Namespace) -> None:
+    """ValueError naming the option unless every sampling and decoding option is a finite number in its range."""
+    import math
+
+    if not 1 <= args.max_new_tokens <= MAX_NEW_TOKENS:
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens} must lie in [1, {MAX_NEW_TOKENS}]")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise ValueError(f"--temperature {args.temperature} must be a finite number >= 0 (0 = greedy)")
+    if args.top_k is not None and args.top_k < 1:
+        raise ValueError(f"--top-k {args.top_k} must be >= 1")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise ValueError(f"--top-p {args.top_p} must lie in (0, 1]")
+    if args.beam_size < 1:
+        raise ValueError(f"--beam-size {args.beam_size} must be >= 1")
+    if not math.isfinite(args.length_penalty):
+        raise ValueError(f"--length-penalty {args.length_penalty} must be a finite number")
+    if not 0 <= args.seed < 2**63:
+        raise ValueError(f"--seed {args.seed} must lie in [0, 2**63)")
+
+
 def run_generate(args: argparse.Namespace) -> None:
     from markovformer.training.runner import load_run
 
+    check_generation_options(args)
     config, model, run_dir = load_run(args.target)
     if config.task == "translation":
         translate(args, model, run_dir)
@@ -159,6 +200,12 @@ def continue_prompt(args: argparse.Namespace, model, run_dir) -> None:
             raise ValueError(
                 f"this run has no tokenizer: give the prompt as token ids, e.g. '3 1 4' ({error})"
             ) from None
+        vocab_size = getattr(model.config, "vocab_size", None)
+        outside = [i for i in ids if i < 0 or (vocab_size is not None and i >= vocab_size)]
+        if outside:
+            raise ValueError(f"--prompt: token id {outside[0]} is outside the vocabulary [0, {vocab_size})")
+    if not ids:
+        raise ValueError("--prompt is empty: give at least one token")
     prompt = torch.tensor([ids], dtype=torch.long)
     generator = torch.Generator().manual_seed(args.seed)
     banned = PAD_ID if tokenizer is not None else None  # a tokenizer reserves id 0 for padding: never sample it
@@ -312,12 +359,40 @@ def main(argv: list[str] | None = None) -> int:
             quiet_frameworks()
         COMMANDS[args.command](args)
         return 0
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, OSError, MemoryError) as error:
         if args.debug:
             raise
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        print(f"markovformer: error: {message}", file=sys.stderr)
+        print(f"markovformer: error: {error_line(error)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except RuntimeError as error:  # torch's out-of-memory errors are RuntimeErrors
+        if args.debug or not is_out_of_memory(error):
+            raise
+        print(f"markovformer: error: {error_line(error)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    text = str(error)
+    return type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in text or "out of memory" in text
+
+
+def error_line(error: BaseException) -> str:
+    """One line for a user's error: the message's first line; for resource errors, what ran out and what to change."""
+    import errno
+
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if isinstance(error, MemoryError) or is_out_of_memory(error):
+        return (f"out of memory ({first[:200]}); lower trainer.batch_size, trainer.eval_batch_size or the model's "
+                f"size (model.d_model, model.n_layers)")  # fmt: skip
+    if isinstance(error, OSError) and error.errno is not None:
+        where = error.filename or "a file"
+        if error.errno == errno.ENOSPC:
+            return (f"no space left on the device while writing {where}; free some space (the checkpoints already "
+                    f"written are whole: continue with --resume)")  # fmt: skip
+        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return f"cannot write {where} ({error.strerror}); choose a writable output_dir or fix its permissions"
+        return f"{where}: {error.strerror}"
+    return first
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ import torch
 from markovformer.data.bundle import DataBundle, label_names_in_order
 from markovformer.data.splits import contiguous_split
 
+# Spellings of a missing value (pandas reads these as NA): a label cell holding one is an error, not a class.
+MISSING_LABELS = frozenset({"nan", "-nan", "na", "n/a", "null", "none", "<na>", "#n/a"})
+
 TASKS = ("sequence_classification", "token_classification")
 _SPLIT_NAMES = ("train", "val", "test")
 
@@ -56,6 +59,9 @@ def load_csv_series(
         label = cells[label_index].strip()
         if not label:
             raise ValueError(f"{path}: line {line}, column {label_column!r}: the label is empty")
+        if label.lower() in MISSING_LABELS:  # pandas' NA spellings: a missing label, not a class of its own
+            raise ValueError(f"{path}: line {line}, column {label_column!r}: the label {label!r} marks a missing "
+                             f"value; give every row a label or drop the row")  # fmt: skip
         label_strings.append(label)
 
     ranges = contiguous_split(len(rows), fractions)

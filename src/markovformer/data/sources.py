@@ -173,6 +173,8 @@ def _require_path(path: str, key: str = "data.path") -> None:
 
     if not path:
         raise ValueError(f"{key} is required for this data source")
+    if Path(path).is_dir():
+        raise ValueError(f"{key}={path!r} is a directory; give the data file inside it")
     if not Path(path).is_file():
         raise ValueError(f"{key}={path!r}: no such file")
 
