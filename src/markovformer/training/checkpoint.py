@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import types
 from collections import OrderedDict
 from pathlib import Path
@@ -62,7 +64,14 @@ def save_checkpoint_file(checkpoint: dict, path: str | Path) -> None:
     skeleton = _encode(checkpoint, ROOT, tensors, seen_storages=set(), ancestors=set())
     header = json.dumps({"version": FORMAT_VERSION, "root": skeleton}, allow_nan=False, separators=(",", ":"))
     metadata = {FORMAT_KEY: header, "format": "pt"}
-    atomic_write(path, lambda temporary: save_file(tensors, str(temporary), metadata=metadata))
+    try:
+        atomic_write(path, lambda temporary: save_file(tensors, str(temporary), metadata=metadata))
+    except SafetensorError as error:  # safetensors reports a failed write (disk full, ...) as its own error type
+        code = re.search(r"os error (\d+)", str(error))
+        if code is None:
+            raise
+        number = int(code.group(1))
+        raise OSError(number, os.strerror(number), str(path)) from error
 
 
 def load_checkpoint_file(path: str | Path, map_location: str | torch.device | int | None = "cpu") -> dict:

@@ -1,0 +1,245 @@
+"""Hostile input at the command line (issue 17, items 4-7; issue 22, item 5): every case is refused on one line that
+names the bad key, option or file, with exit status 2 and nothing left half-written. Run in-process through
+``main`` (no subprocess start-up), so the whole list stays cheap."""
+
+import errno
+import json
+import shutil
+
+import pytest
+import torch
+import yaml
+from conftest import TINY_RUN, run_cli
+from safetensors.torch import load_file, save_file
+
+from markovformer.cli.main import main
+from markovformer.training.checkpoint import load_checkpoint_file, save_checkpoint_file
+
+
+def refused(capsys, argv: list[str], *fragments: str) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("markovformer: error:"), (code, err[-2000:])
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A tiny run, one of the same architecture on other data (another chain, other lags), and two character-level
+    text runs of the same architecture and vocabulary size whose vocabularies differ (other letters)."""
+    folder = tmp_path_factory.mktemp("hostile")
+    config = folder / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY_RUN))
+    generator = torch.Generator().manual_seed(0)
+    for name, letters in (("a.txt", "abcdefgh \n"), ("b.txt", "ijklmnop \n")):
+        picks = torch.randint(len(letters), (4000,), generator=generator).tolist()
+        (folder / name).write_text("".join(letters[i] for i in picks))
+    text = ["data={source: text, seq_len: 16}", "trainer.max_steps=5"]
+    for name, extra in (("run", ["trainer.max_steps=10"]), ("other", ["trainer.max_steps=10", "data.lags=[1, 3]",
+                        "model.max_order=3"]), ("text_a", [*text, f"data.path={folder / 'a.txt'}"]),
+                        ("text_b", [*text, f"data.path={folder / 'b.txt'}"])):  # fmt: skip
+        done = run_cli("train", str(config), f"output_dir={folder / name}", *extra, cwd=folder)
+        assert done.returncode == 0, done.stderr
+    return config, folder / "run", folder / "other", folder / "text_a", folder / "text_b"
+
+
+@pytest.fixture
+def run(runs, tmp_path):
+    """A private copy of the tiny run, free to damage."""
+    shutil.copytree(runs[1], tmp_path / "run")
+    return tmp_path / "run"
+
+
+SETTINGS = [
+    ("trainer.lr=.inf", "trainer.lr"),
+    ("trainer.lr=.nan", "trainer.lr"),
+    ("trainer.lr=-1", "trainer.lr"),
+    ("trainer.betas=[0.9, 1.0]", "trainer.betas"),
+    ("trainer.betas=[-0.1, 0.9]", "trainer.betas"),
+    ("trainer.weight_decay=-0.1", "trainer.weight_decay"),
+    ("trainer.gradient_clip=-1", "trainer.gradient_clip"),
+    ("trainer.gradient_clip=.nan", "trainer.gradient_clip"),
+    ("trainer.label_smoothing=.nan", "trainer.label_smoothing"),
+    ("trainer.lr_floor=.inf", "trainer.lr_floor"),
+    ("trainer.keep_checkpoints=-1", "trainer.keep_checkpoints"),
+    ("trainer.decay_steps=0", "trainer.decay_steps"),
+    ("trainer.seed=-1", "trainer.seed"),
+    ("trainer.deterministic=1", "trainer.deterministic"),  # a bool must be a bool, not 1
+    ("model.gate_entropy_weight=.nan", "model.gate_entropy_weight"),
+    ("model.dropout=.inf", "model.dropout"),
+    ('model.causal="no"', "model.causal"),
+    ("model.d_model=1000000", "model.d_model"),  # cannot be allocated: one line saying what to lower
+]
+
+
+@pytest.mark.parametrize(("override", "key"), SETTINGS, ids=[s for s, _ in SETTINGS])
+def test_non_finite_out_of_range_and_mistyped_settings_are_refused(runs, tmp_path, capsys, override, key):
+    config = runs[0]
+    refused(capsys, ["train", str(config), f"output_dir={tmp_path / 'new'}", "trainer.max_steps=2", override], key)
+    assert not (tmp_path / "new" / "checkpoints").exists()
+
+
+GENERATION = [
+    (["--max-new-tokens", "-5"], "--max-new-tokens"),
+    (["--max-new-tokens", "1000000000"], "--max-new-tokens"),
+    (["--temperature", "nan"], "--temperature"),
+    (["--temperature", "inf"], "--temperature"),
+    (["--temperature", "-1"], "--temperature"),
+    (["--top-k", "0"], "--top-k"),
+    (["--top-p", "0"], "--top-p"),
+    (["--top-p", "1.5"], "--top-p"),
+    (["--top-p", "nan"], "--top-p"),
+    (["--beam-size", "0"], "--beam-size"),
+    (["--length-penalty", "nan"], "--length-penalty"),
+    (["--seed", "-1"], "--seed"),
+    (["--prompt", "1 2 100000000000000000000"], "100000000000000000000"),  # was "Overflow when unpacking long long"
+    (["--prompt", "1 -3"], "-3"),
+]
+
+
+@pytest.mark.parametrize(("options", "named"), GENERATION, ids=[" ".join(o) for o, _ in GENERATION])
+def test_generation_options_are_checked(runs, capsys, options, named):
+    prompt = [] if "--prompt" in options else ["--prompt", "1 2"]
+    refused(capsys, ["generate", str(runs[1]), *prompt, *options], named)
+
+
+def test_eval_refuses_weights_of_another_run(runs, run, capsys):
+    """Same architecture, other data: on main every one of these was loaded and scored with exit 0."""
+    other = runs[2]
+    good = load_file(run / "model" / "model.safetensors")
+    shutil.rmtree(run / "model")
+    shutil.copytree(other / "model", run / "model")  # another run's whole model/
+    refused(capsys, ["eval", str(run)], "model", "saved by another run")
+    shutil.copy(runs[1] / "model" / "fingerprint.json", run / "model" / "fingerprint.json")  # its weights only
+    refused(capsys, ["eval", str(run)], "model.safetensors", "not the one this run saved")
+    shutil.copy(other / "checkpoints" / "last.ckpt", run / "checkpoints" / "foreign.ckpt")  # a checkpoint
+    refused(capsys, ["eval", str(run / "checkpoints" / "foreign.ckpt")], "foreign.ckpt", "written by another run")
+    assert good  # the run's own weights were there to be replaced
+
+
+def test_eval_refuses_the_model_of_a_run_with_another_vocabulary(runs, tmp_path, capsys):
+    """The issue's case: same architecture and vocabulary size, other characters; on main scored with exit 0."""
+    text_a, text_b = runs[3], runs[4]
+    assert json.loads((text_a / "data.json").read_text())["info"]["vocab_size"] == json.loads(
+        (text_b / "data.json").read_text())["info"]["vocab_size"]  # fmt: skip
+    run = tmp_path / "text_a"
+    shutil.copytree(text_a, run)
+    shutil.rmtree(run / "model")
+    shutil.copytree(text_b / "model", run / "model")
+    refused(capsys, ["eval", str(run)], "saved by another run")
+    refused(capsys, ["generate", str(run), "--prompt", "abc"], "saved by another run")
+    assert main(["eval", str(text_a), "--json"]) == 0  # the run's own model still scores
+    assert json.loads(capsys.readouterr().out)["metrics"]["loss"] > 0
+
+
+def test_eval_refuses_tensors_of_another_dtype(run, capsys):
+    """Integer weights in a crafted file were cast and loaded silently on main."""
+    weights = run / "model" / "model.safetensors"
+    tensors = load_file(weights)
+    name = next(n for n, t in tensors.items() if t.is_floating_point())
+    save_file({**tensors, name: (tensors[name] * 100).long()}, str(weights))
+    (run / "model" / "fingerprint.json").unlink()  # as a run saved before fingerprints: the dtype check remains
+    refused(capsys, ["eval", str(run)], name, "torch.int64")
+    last = run / "checkpoints" / "last.ckpt"
+    checkpoint = load_checkpoint_file(last)
+    key = next(k for k, t in checkpoint["state_dict"].items() if t.is_floating_point())
+    checkpoint["state_dict"][key] = checkpoint["state_dict"][key].to(torch.float64)
+    save_checkpoint_file(checkpoint, last)
+    refused(capsys, ["eval", str(last)], key, "torch.float64")
+
+
+def test_damaged_weights_and_records_are_one_line_in_eval_generate_and_inspect(run, capsys):
+    weights = run / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated
+    for argv in (["eval", str(run)], ["generate", str(run), "--prompt", "1 2"], ["inspect", str(run)]):
+        refused(capsys, argv, "model.safetensors")
+    (run / "model" / "fingerprint.json").unlink()
+    refused(capsys, ["eval", str(run)], "model.safetensors", "not a readable safetensors file")
+    weights.write_bytes(b"garbage" * 10)
+    refused(capsys, ["generate", str(run), "--prompt", "1 2"], "model.safetensors")
+    (run / "data.json").write_text("{not json")
+    refused(capsys, ["eval", str(run)], "data.json")
+
+
+def test_an_empty_split_is_one_line_and_json_never_holds_nan(runs, capsys):
+    text_run = runs[3]
+    empty = ["--split", "test", "--data", "fractions=[0.9, 0.1, 0.0]"]
+    refused(capsys, ["eval", str(text_run), *empty], "test split", "empty")  # main: "loss nan", exit 0
+    refused(capsys, ["eval", str(text_run), *empty, "--json"], "test split", "empty")  # main: NaN, not JSON
+    from markovformer.cli.main import finite_or_null
+
+    assert json.loads(json.dumps(finite_or_null({"m": {"loss": float("nan"), "n": [float("inf"), 1.0]}}))) == {
+        "m": {"loss": None, "n": [None, 1.0]}}  # fmt: skip
+
+
+def test_output_dirs_that_cannot_hold_a_run(runs, tmp_path, capsys):
+    config = runs[0]
+    (tmp_path / "file").write_text("x")
+    refused(capsys, ["train", str(config), f"output_dir={tmp_path / 'file'}"], "output_dir", "file")
+    refused(capsys, ["train", str(config), f"output_dir={tmp_path / 'file' / 'run'}"], "output_dir")
+
+
+def test_a_full_disk_during_a_checkpoint_is_one_line_and_leaves_the_checkpoints_whole(runs, tmp_path, capsys,
+                                                                                        monkeypatch):  # fmt: skip
+    from safetensors import SafetensorError
+
+    import markovformer.training.checkpoint as checkpoint_module
+
+    written = []
+    real_save = checkpoint_module.save_file
+
+    def fill_the_disk(tensors, path, metadata=None):
+        if written:  # the first checkpoint fits, the second does not
+            raise SafetensorError(f"Error while serializing: I/O error: No space left on device (os error "
+                                  f"{errno.ENOSPC}) at path {path!r}")  # fmt: skip
+        written.append(path)
+        real_save(tensors, path, metadata=metadata)
+
+    monkeypatch.setattr(checkpoint_module, "save_file", fill_the_disk)
+    out = tmp_path / "full"
+    refused(capsys, ["train", str(runs[0]), f"output_dir={out}", "trainer.max_steps=30"], "no space left",
+            "--resume")  # fmt: skip
+    assert load_checkpoint_file(out / "checkpoints" / "step-000010.ckpt")["global_step"] == 10
+    assert not list((out / "checkpoints").glob(".*.tmp"))
+
+
+def test_crafted_checkpoint_headers_are_refused(run, capsys):
+    """Deep nesting (a RecursionError on main) and entries of the wrong type (a Lightning traceback)."""
+    from markovformer.training.checkpoint import FORMAT_KEY
+
+    last = run / "checkpoints" / "last.ckpt"
+    (run / "metrics.json").unlink()  # resumable
+    deep = '{"version": 1, "root": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    save_file({"x": torch.zeros(1)}, str(last), metadata={FORMAT_KEY: deep})
+    refused(capsys, ["train", "--resume", str(run)], "last.ckpt", "nested too deeply")
+    refused(capsys, ["eval", str(last)], "last.ckpt", "nested too deeply")
+    checkpoint = load_checkpoint_file(run / "checkpoints" / "step-000010.ckpt")
+    save_checkpoint_file({**checkpoint, "global_step": "ten"}, last)
+    refused(capsys, ["train", "--resume", str(run)], "last.ckpt", "global_step")
+
+
+def test_data_files_that_are_not_what_they_claim(tmp_path, capsys):
+    (tmp_path / "folder").mkdir()
+    refused(capsys, ["train", "data={source: text}", f"data.path={tmp_path / 'folder'}"], "folder", "directory")
+    (tmp_path / "utf16.txt").write_bytes("hello world".encode("utf-16"))
+    refused(capsys, ["train", "data={source: text}", f"data.path={tmp_path / 'utf16.txt'}"], "utf16.txt")
+    (tmp_path / "binary.txt").write_bytes(bytes(range(256)))
+    refused(capsys, ["train", "data={source: text}", f"data.path={tmp_path / 'binary.txt'}"], "binary.txt")
+    rows = ["x,label"] + [f"{i},{i % 2}" for i in range(40)]
+    rows[5] = "4,nan"
+    (tmp_path / "series.csv").write_text("\n".join(rows) + "\n")
+    refused(capsys, ["train", "task=sequence_classification", "data={source: csv_series, window: 4}",
+                     f"data.path={tmp_path / 'series.csv'}"], "series.csv", "line 6", "'nan'")  # fmt: skip
+
+
+def test_resume_of_a_run_that_does_not_exist_names_it(tmp_path, capsys):
+    refused(capsys, ["train", "--resume", str(tmp_path / "nowhere")], "nowhere", "not a run directory")
+    assert not (tmp_path / "nowhere").exists()
+
+
+def count_hostile_inputs() -> int:
+    """How many hostile inputs this file feeds the command line (reported in the issue's note)."""
+    return len(SETTINGS) + len(GENERATION)
