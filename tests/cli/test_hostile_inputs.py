@@ -71,6 +71,7 @@ SETTINGS = [
     ("model.gate_entropy_weight=.nan", "model.gate_entropy_weight"),
     ("model.dropout=.inf", "model.dropout"),
     ('model.causal="no"', "model.causal"),
+    ("model.initializer_range=-1", "initializer_range"),
     ("model.d_model=1000000", "model.d_model"),  # cannot be allocated: one line saying what to lower
 ]
 
@@ -243,3 +244,17 @@ def test_resume_of_a_run_that_does_not_exist_names_it(tmp_path, capsys):
 def count_hostile_inputs() -> int:
     """How many hostile inputs this file feeds the command line (reported in the issue's note)."""
     return len(SETTINGS) + len(GENERATION)
+
+
+def test_cheap_checks_come_before_the_data_is_built(runs, run, capsys, monkeypatch):
+    """"already holds a run", a finished run, a key that cannot change on resume: refused before any data is built
+    (on main the first came after the data, 27 s for a large text)."""
+    import markovformer.training.runner as runner
+
+    def no_data(config):
+        raise AssertionError("the data was built before the cheap checks")
+
+    monkeypatch.setattr(runner, "build_data", no_data)
+    refused(capsys, ["train", str(runs[0]), f"output_dir={run}"], "already holds a run")
+    refused(capsys, ["train", "--resume", str(run)], "finished")
+    refused(capsys, ["train", "--resume", str(run), "trainer.lr=1.0"], "trainer.lr cannot change")

@@ -206,7 +206,7 @@ def train(config: RunConfig) -> dict:
     """Train a new run into ``config.output_dir``, holding the run directory's lock while it runs."""
     run_dir = Path(config.output_dir)
     with run_dir_lock(run_dir):
-        if is_first_process() and ((run_dir / RESOLVED_CONFIG).exists() or (run_dir / "checkpoints").exists()):
+        if is_first_process() and (run_dir / "checkpoints").exists():  # a run killed before it: overwritten
             raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with --resume {run_dir} "
                               f"or choose another output_dir")  # fmt: skip
         return _fit(config, resume=False)
@@ -369,9 +369,10 @@ def _fit(config: RunConfig, resume: bool) -> dict:
         log.resume_from_step(checkpoint["global_step"])
         ckpt_path = str(last)
         print(f"resuming from {last} (step {checkpoint['global_step']})", flush=True)
-    elif resume:
-        print(f"no checkpoint in {run_dir / 'checkpoints'} yet: starting from step 0", flush=True)
-        log.resume_from_step(0)
+    else:
+        if resume:
+            print(f"no checkpoint in {run_dir / 'checkpoints'} yet: starting from step 0", flush=True)
+        log.resume_from_step(0)  # rows of a process killed before its first checkpoint are logged again
     train_loader, val_loader = _loaders(config, bundle, trainer, model)
     trainer.fit(task, train_loader, val_loader, ckpt_path=ckpt_path)
     seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from

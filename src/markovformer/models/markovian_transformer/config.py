@@ -142,6 +142,8 @@ class MarkovianTransformerConfig(ModelConfig):
             fail("markov_head_ratio", "must lie in [0, 1]")
         if not 0.0 <= self.dropout < 1.0:
             fail("dropout", "must lie in [0, 1)")
+        if not self.initializer_range > 0:
+            fail("initializer_range", "must be positive")
         if self.redraw_interval < 0:
             fail("redraw_interval", "must be >= 0 (0 never redraws)")
         if self.position == "rotary" and (self.d_model // self.n_heads) % 2:
