@@ -193,6 +193,15 @@ def build_dataclass(cls: type, values: dict[str, Any], prefix: str) -> Any:
         raise ConfigError(f"{prefix}: {error}") from error
 
 
+def plain_values(value: Any) -> Any:
+    """Tuples to lists, recursively, for YAML."""
+    if isinstance(value, dict):
+        return {k: plain_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_values(v) for v in value]
+    return value
+
+
 def read_yaml(text: str) -> Any:
     """YAML as PyYAML's safe loader reads it, except that exponent numbers without a dot (``2e-3``, ``1E5``) are
     floats, as in YAML 1.2, not strings."""

@@ -33,7 +33,7 @@ from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.models.registry import MODEL_FAMILIES, head_class
 from markovformer.ops.lags import prediction_lags
 from markovformer.training.batches import DocumentWindows, EpochBatches, window_stride
-from markovformer.training.checkpoint import SafetensorsCheckpointIO, TensorInfo, read_checkpoint_skeleton
+from markovformer.training.checkpoint import SafetensorsCheckpointIO
 from markovformer.training.environment import environment_record
 from markovformer.training.fingerprint import (
     check_checkpoint_fingerprint,
@@ -43,12 +43,18 @@ from markovformer.training.fingerprint import (
 )
 from markovformer.training.metrics import TaskMetrics
 from markovformer.training.metrics_log import AppendingCSVLogger
+from markovformer.training.run_checks import (
+    check_tensors_match,
+    read_data_info,
+    resumable_checkpoint,
+    resumed_config,
+)
 from markovformer.training.run_config import (
     ConfigError,
     RunConfig,
-    apply_overrides,
     build_dataclass,
     load_yaml,
+    plain_values,
     resolve_run_config,
     suggest,
 )
@@ -58,10 +64,6 @@ from markovformer.training.task import IW_SAMPLES, DocumentWalk, SequenceTask, m
 
 RESOLVED_CONFIG = "config.yaml"
 LAST_CHECKPOINT = "last.ckpt"
-# What `--resume RUN key=value` may change: how long the run goes on and how it is watched, never what it computes.
-RESUMABLE_KEYS = ("trainer.max_steps", "trainer.decay_steps", "trainer.eval_every", "trainer.checkpoint_every",
-                  "trainer.log_every", "trainer.keep_checkpoints", "trainer.num_workers",
-                  "trainer.eval_batch_size")  # fmt: skip
 
 
 def build_data(config: RunConfig) -> DataBundle:
@@ -193,15 +195,6 @@ def _write_run_files(run_dir: Path, config: RunConfig, bundle: DataBundle) -> No
         bundle.tokenizer.save(run_dir / "tokenizer")
 
 
-def _plain(value):
-    """Tuples to lists, recursively, for YAML."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 def train(config: RunConfig) -> dict:
     """Train a new run into ``config.output_dir``, holding the run directory's lock while it runs."""
     run_dir = Path(config.output_dir)
@@ -233,81 +226,10 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         return _fit(extended, resume=True)
 
 
-def resumed_config(config: RunConfig, overrides: list[str] | tuple[str, ...], done_steps: int) -> RunConfig:
-    """``config`` with the ``--resume`` overrides applied: only ``RESUMABLE_KEYS`` may change; a larger max_steps
-    keeps the old decay (``trainer.decay_steps`` set to the old max_steps), so the learning rate does not jump."""
-    if not overrides:
-        return config
-    values = apply_overrides(_plain(config.to_dict()), list(overrides))
-    changed = resolve_run_config(values)
-    before, after = _plain(config.to_dict()), _plain(changed.to_dict())
-    for section in before:
-        keys = before[section].keys() | after[section].keys() if isinstance(before[section], dict) else [None]
-        for key in keys:
-            old, new = (before[section], after[section]) if key is None else (before[section].get(key),
-                                                                               after[section].get(key))  # fmt: skip
-            name = section if key is None else f"{section}.{key}"
-            if old != new and name not in RESUMABLE_KEYS:
-                allowed = ", ".join(RESUMABLE_KEYS)
-                raise ConfigError(f"{name} cannot change when resuming (the run would no longer be the one its "
-                                  f"checkpoints record); --resume may change {allowed}")  # fmt: skip
-    trainer = changed.trainer
-    if trainer.max_steps < done_steps:
-        raise ConfigError(f"trainer.max_steps={trainer.max_steps} is below the {done_steps} steps the run has "
-                          f"already done")  # fmt: skip
-    if trainer.max_steps > config.trainer.max_steps and trainer.decay_steps is None:
-        trainer = dataclasses.replace(trainer, decay_steps=config.trainer.max_steps)
-    return dataclasses.replace(changed, trainer=trainer)
-
-
-def resumable_checkpoint(path: Path) -> dict:
-    """The header of the checkpoint a run resumes from (tensors as ``TensorInfo``), checked for the entries resuming
-    reads; ConfigError naming the file otherwise."""
-    try:
-        skeleton = read_checkpoint_skeleton(path)
-    except (ValueError, OSError) as error:
-        raise ConfigError(f"cannot resume from {path.name} ({error}); copy an earlier checkpoints/step-*.ckpt over "
-                          f"it to resume from that step") from None  # fmt: skip
-    step, state = skeleton.get("global_step"), skeleton.get("state_dict")
-    if type(step) is not int or step < 0 or not isinstance(state, dict) or not isinstance(skeleton.get("loops"), dict):
-        raise ConfigError(f"{path}: cannot resume from it (global_step, state_dict or loops missing or of the wrong "
-                          f"type)")  # fmt: skip
-    if not all(isinstance(info, TensorInfo) for info in state.values()):
-        raise ConfigError(f"{path}: cannot resume from it (its state_dict holds values that are not tensors)")
-    return skeleton
-
-
-def check_tensors_match(model: torch.nn.Module, stored: dict, path: Path, prefix: str = "",
-                        partial: bool = False) -> None:  # fmt: skip
-    """ConfigError naming ``path`` and the first mismatching names unless ``stored`` (name -> tensor or TensorInfo,
-    names under ``prefix``) has exactly the model's tensors, with their shapes and dtypes. ``partial``: names may be
-    missing (safetensors leaves out the second of two tied weights)."""
-    expected = {prefix + name: tensor for name, tensor in model.state_dict().items()}
-    found = {name: TensorInfo(value.dtype, tuple(value.shape)) if isinstance(value, torch.Tensor) else value
-             for name, value in stored.items() if name.startswith(prefix)}  # fmt: skip
-    problems = []
-    missing = [] if partial else sorted(expected.keys() - found.keys())
-    unexpected = sorted(found.keys() - expected.keys())
-    if missing:
-        problems.append(f"missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
-    if unexpected:
-        problems.append(f"unexpected {', '.join(unexpected[:3])}{' ...' if len(unexpected) > 3 else ''}")
-    for name in sorted(expected.keys() & found.keys()):
-        want, have = expected[name], found[name]
-        if tuple(want.shape) != tuple(have.shape):
-            problems.append(f"{name} has shape {list(have.shape)}, the model's is {list(want.shape)}")
-        elif want.dtype != have.dtype:
-            problems.append(f"{name} is stored as {have.dtype}, the model's is {want.dtype}")
-        if len(problems) >= 4:
-            break
-    if problems:
-        raise ConfigError(f"{path} does not match the run's model: {'; '.join(problems)}")
-
-
 def write_resolved_config(run_dir: Path, config: RunConfig) -> None:
     import yaml
 
-    text = yaml.safe_dump(_plain(config.to_dict()), sort_keys=False)
+    text = yaml.safe_dump(plain_values(config.to_dict()), sort_keys=False)
     atomic_write(run_dir / RESOLVED_CONFIG, lambda path: path.write_text(text))
 
 
@@ -489,19 +411,6 @@ def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
     check_tensors_match(model, state, checkpoint, prefix=prefix)
     model.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
     return config, model, run_dir
-
-
-def read_data_info(run_dir: Path) -> dict:
-    path = run_dir / "data.json"
-    try:
-        info = json.loads(path.read_text())["info"]
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: missing; the run directory is incomplete") from None
-    except (ValueError, KeyError, TypeError) as error:
-        raise ConfigError(f"{path}: not a run's data record ({type(error).__name__}: {error})") from None
-    if not isinstance(info, dict):
-        raise ConfigError(f"{path}: not a run's data record ('info' is not a mapping)")
-    return info
 
 
 def load_final_model(config: RunConfig, data_info: dict, model_dir: Path, fingerprint: str) -> torch.nn.Module:
