@@ -94,6 +94,7 @@ def logged(run_dir: Path) -> list[tuple]:
                   if key != "step" and value != "")  # fmt: skip
 
 
+@pytest.mark.slow  # three processes; the default suite's single kill with two workers is in test_runner.py
 def test_killed_twice_with_two_workers_the_run_matches_an_uninterrupted_one(run_files, tmp_path, cli):
     """Exact resume with num_workers=2 through kill -> resume -> kill -> resume: same weights, same final metrics,
     and the log holds every row of the uninterrupted run exactly once (on main workers duplicated the batches and
