@@ -27,7 +27,7 @@ BASE = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
         (dict(scope="everywhere"), "scope"),
         (dict(scope="global", window=3), "window"),
         (dict(gate_entropy_weight=-1.0), "gate_entropy_weight"),
-        (dict(position="learned"), "max_position"),
+        (dict(position="learned"), "max_positions"),
         (dict(scope="global", backend="banded"), "backend"),
         (dict(scope="local", backend="chunked"), "backend"),
     ],

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from markovformer.models.markov_translator import (
-    MarkovTranslator,
     MarkovTranslatorConfig,
+    MarkovTranslatorForConditionalGeneration,
     beam_search,
     decode_step,
     greedy_search,
@@ -32,10 +32,10 @@ def _config(**overrides) -> MarkovTranslatorConfig:
 
 
 @torch.no_grad()
-def _build(seed: int = 0, scale: float = 1.0, **overrides) -> MarkovTranslator:
+def _build(seed: int = 0, scale: float = 1.0, **overrides) -> MarkovTranslatorForConditionalGeneration:
     """A float64 model with every parameter re-drawn at unit scale (the 0.02 init makes every path nearly linear)."""
     torch.manual_seed(seed)
-    model = MarkovTranslator(_config(**overrides)).double().eval()
+    model = MarkovTranslatorForConditionalGeneration(_config(**overrides)).double().eval()
     g = torch.Generator().manual_seed(seed)
     for name, parameter in model.named_parameters():
         noise = torch.randn(parameter.shape, generator=g, dtype=torch.float64)
@@ -48,7 +48,7 @@ def _build(seed: int = 0, scale: float = 1.0, **overrides) -> MarkovTranslator:
     return model
 
 
-def _generation_model(row: str) -> MarkovTranslator:
+def _generation_model(row: str) -> MarkovTranslatorForConditionalGeneration:
     """A random model whose greedy outputs vary with the source and often end with eos, eos often ranking second
     (most random tied-embedding models just copy their input token)."""
     order, transparent = ROWS[row]
@@ -70,7 +70,7 @@ def _decoder_input(batch: int, length: int, seed: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _perturbation_effect(model: MarkovTranslator, length: int = 9) -> torch.Tensor:
+def _perturbation_effect(model: MarkovTranslatorForConditionalGeneration, length: int = 9) -> torch.Tensor:
     """effect[p, i]: largest change of the logits at position i when the decoder input at position p changes."""
     src, tgt = _tokens(1, 6, seed=1), _decoder_input(1, length, seed=2)
     base = model(src, tgt).logits[0]
@@ -335,7 +335,7 @@ def test_config_defaults_and_bad_inputs():
 def test_save_and_load_round_trip(tmp_path):
     model = _build(order=2, transparent=True, label_smoothing=0.1).float()  # float32 weights load back exactly
     model.save_pretrained(tmp_path)
-    loaded = MarkovTranslator.from_pretrained(tmp_path).eval()
+    loaded = MarkovTranslatorForConditionalGeneration.from_pretrained(tmp_path).eval()
     assert loaded.config == model.config
     src, tgt = _tokens(2, 5, seed=14), _decoder_input(2, 6, seed=15)
     with torch.no_grad():

@@ -13,14 +13,19 @@ from markovformer import (
     MarkovianTransformerForTokenClassification,
 )
 
-SMALL = dict(d_model=16, n_layers=2, n_heads=2, max_order=2, num_features=16, chunk_size=4, num_labels=3)
+SMALL = dict(d_model=16, n_layers=2, n_heads=2, num_labels=3)
+FEATURES = dict(num_features=16, chunk_size=4)  # the random-feature kinds' small sizes
 HEADS = {
-    "causal_lm": (MarkovianTransformerForCausalLM, dict(vocab_size=11, attention=["markov", "hybrid_split"])),
+    "causal_lm": (
+        MarkovianTransformerForCausalLM,
+        dict(vocab_size=11, max_order=2, attention=["markov", "hybrid_split"], **FEATURES),
+    ),
     "sequence": (
         MarkovianTransformerForSequenceClassification,
-        dict(vocab_size=11, causal=False, pooling="cls", gru=True, attention=["rff", "hybrid_parallel"]),
+        dict(vocab_size=11, causal=False, pooling="cls", gru=True, attention=["rff", "hybrid_parallel"], **FEATURES),
     ),
-    "token": (MarkovianTransformerForTokenClassification, dict(vocab_size=11, causal=False, gate_input="sequence")),
+    "token": (MarkovianTransformerForTokenClassification,
+              dict(vocab_size=11, max_order=2, causal=False, gate_input="sequence")),
     "ctc": (MarkovianTransformerForCTC, dict(input_dim=5, causal=False, attention="softmax", gru=True)),
 }
 

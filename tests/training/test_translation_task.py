@@ -21,7 +21,7 @@ from markovformer.data.translation import (
     decode_generated,
     translation_lengths,
 )
-from markovformer.models.markov_translator import MarkovTranslator, MarkovTranslatorConfig
+from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 from markovformer.training.batches import EpochBatches
 from markovformer.training.metrics import TaskMetrics
 from markovformer.training.run_config import ConfigError, resolve_run_config
@@ -113,7 +113,7 @@ def trained_run(tmp_path_factory):
 def test_a_translation_run_validates_with_the_bleu_of_its_own_greedy_translations(trained_run):
     run_dir, results = trained_run
     config, model, _ = load_run(run_dir)
-    assert isinstance(model, MarkovTranslator) and results["steps"] == 40
+    assert isinstance(model, MarkovTranslatorForConditionalGeneration) and results["steps"] == 40
     bundle = SyntheticTranslationSource(train_examples=256, val_examples=24, test_examples=24, max_length=8).build(0)
     batch = collate_translation(bundle.val)
     model.eval()

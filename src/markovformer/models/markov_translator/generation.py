@@ -1,4 +1,4 @@
-"""Incremental decoding, greedy search and beam search for :class:`MarkovTranslator` (SPEC 3).
+"""Incremental decoding, greedy search and beam search for :class:`MarkovTranslatorForConditionalGeneration` (SPEC 3).
 
 Self-attention state per hypothesis:
 
@@ -26,7 +26,7 @@ from torch import Tensor
 from markovformer.models.markov_translator.modeling import decoder_self_allowed, key_padding_allowed
 
 if TYPE_CHECKING:
-    from markovformer.models.markov_translator.modeling import MarkovTranslator
+    from markovformer.models.markov_translator.modeling import MarkovTranslatorForConditionalGeneration
 
 
 @dataclass
@@ -54,13 +54,13 @@ class DecodingState:
             self.cache = [(keys.index_select(0, rows), values.index_select(0, rows)) for keys, values in self.cache]
 
 
-def uses_input_window(model: MarkovTranslator) -> bool:
+def uses_input_window(model: MarkovTranslatorForConditionalGeneration) -> bool:
     """True for MAT, whose decoding holds the last k layer-0 inputs instead of a key/value cache."""
     return model.config.transparent and model.config.order is not None
 
 
 def start_decoding(
-    model: MarkovTranslator, src_ids: Tensor, src_mask: Tensor | None = None, repeats: int = 1
+    model: MarkovTranslatorForConditionalGeneration, src_ids: Tensor, src_mask: Tensor | None = None, repeats: int = 1
 ) -> DecodingState:
     """Encode sources (B, S) once; each source's memory keys/values are repeated for ``repeats`` consecutive rows."""
     memory = model.encode(src_ids, src_mask)
@@ -72,7 +72,7 @@ def start_decoding(
     return DecodingState(keys_values, None if allowed is None else allowed.repeat_interleave(repeats, dim=0))
 
 
-def decode_step(model: MarkovTranslator, tokens: Tensor, state: DecodingState) -> Tensor:
+def decode_step(model: MarkovTranslatorForConditionalGeneration, tokens: Tensor, state: DecodingState) -> Tensor:
     """Feed one decoder input per hypothesis, tokens (N,), at position ``state.step``; returns logits (N, V) and
     advances ``state``. Equals the teacher-forced logits at that position."""
     order, step = model.config.order, state.step
@@ -111,7 +111,7 @@ def _log_probs(logits: Tensor, pad_token_id: int) -> Tensor:
     return log_probs
 
 
-def _resolve_max_length(model: MarkovTranslator, max_length: int | None) -> int:
+def _resolve_max_length(model: MarkovTranslatorForConditionalGeneration, max_length: int | None) -> int:
     limit = model.config.max_positions
     if max_length is None:
         return limit
@@ -122,7 +122,7 @@ def _resolve_max_length(model: MarkovTranslator, max_length: int | None) -> int:
 
 @torch.no_grad()
 def greedy_search(
-    model: MarkovTranslator,
+    model: MarkovTranslatorForConditionalGeneration,
     src_ids: Tensor,
     src_mask: Tensor | None = None,
     max_length: int | None = None,
@@ -151,7 +151,7 @@ def greedy_search(
 
 @torch.no_grad()
 def beam_search(
-    model: MarkovTranslator,
+    model: MarkovTranslatorForConditionalGeneration,
     src_ids: Tensor,
     src_mask: Tensor | None = None,
     beam_size: int = 4,
@@ -220,7 +220,7 @@ def beam_search(
 
 
 def generate(
-    model: MarkovTranslator,
+    model: MarkovTranslatorForConditionalGeneration,
     src_ids: Tensor,
     src_mask: Tensor | None = None,
     beam_size: int = 1,

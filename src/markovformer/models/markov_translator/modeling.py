@@ -142,7 +142,7 @@ class MarkovTranslatorOutput:
     encoder_last_hidden_state: Tensor | None = None  # (B, S, D): the memory
 
 
-class MarkovTranslator(PreTrainedModel):
+class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
     """Encoder-decoder translator over a joint vocabulary (SPEC 3). ``tgt_ids`` is the shifted-right decoder input
     (bos, y_1, ..., y_{T-1}); ``labels`` are aligned with it (y_1, ..., y_T), -100 ignored. Masks are (B, T) with
     1 = real token; target padding must be on the right."""
@@ -160,13 +160,7 @@ class MarkovTranslator(PreTrainedModel):
         self.encoder_norm = nn.LayerNorm(config.d_model)
         self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
         self.decoder_norm = nn.LayerNorm(config.d_model)
-        self.apply(self._init_weights)
-
-    def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=self.config.initializer_range)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
+        self.init_weights()
 
     def embed_tokens(self, ids: Tensor, start: int = 0) -> Tensor:
         """Token ids (B, T) at positions start..start+T-1 -> (B, T, D): √D-scaled embedding + sinusoid, dropout."""
@@ -262,4 +256,4 @@ class MarkovTranslator(PreTrainedModel):
         return generate(self, src_ids, src_mask, beam_size, max_length, length_penalty)
 
 
-__all__ = ["MarkovTranslator", "MarkovTranslatorOutput"]
+__all__ = ["MarkovTranslatorForConditionalGeneration", "MarkovTranslatorOutput"]

@@ -46,7 +46,7 @@ class ScanMarkovState:
     window: Tensor | None = None
 
 
-class ScanMarkovLM(PreTrainedModel):
+class ScanMarkovForCausalLM(PreTrainedModel):
     """Next-token prediction with the scan recurrence. ``labels`` are the inputs (shifted inside); -100 is ignored."""
 
     config_class = ScanMarkovConfig
@@ -64,14 +64,8 @@ class ScanMarkovLM(PreTrainedModel):
             nn.Linear(width, hidden), nn.GELU(), nn.Dropout(decoder_dropout), nn.Linear(hidden, width)
         )
         self.lm_head = nn.Linear(width, config.vocab_size, bias=False)
-        self.apply(self._init_weights)
+        self.init_weights()
         self.lm_head.weight = self.embed.weight
-
-    def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=self.config.initializer_range)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
 
     def _check_input_ids(self, input_ids: Tensor, dims: int = 2) -> None:
         shape = "(B, T)" if dims == 2 else "(B,)"
@@ -120,7 +114,7 @@ class ScanMarkovLM(PreTrainedModel):
             )
         positions = self.position_embedding(torch.arange(length, device=input_ids.device))
         decay, inject = self.skip_context_tokens(*self.gated_inputs(self.dropout(self.embed(input_ids) + positions)))
-        return linear_scan(decay, inject, backend=self.config.scan_backend)[0]
+        return linear_scan(decay, inject, backend=self.config.backend)[0]
 
     def markov_states(self, input_ids: Tensor, window: int) -> Tensor:
         """h over the last ``window`` tokens at every position: (B, T) -> (B, T, D).
@@ -145,7 +139,7 @@ class ScanMarkovLM(PreTrainedModel):
             pair = tokens * window + position
             decay, inject = decay_table[pair], inject_table[pair]
         decay, inject = self.skip_context_tokens(decay, inject)
-        backend = "naive" if self.config.scan_backend == "naive" else "auto"
+        backend = "naive" if self.config.backend == "naive" else "auto"
         return windowed_linear_scan(decay, inject, window, backend=backend)
 
     def logits_from_states(self, states: Tensor) -> Tensor:
@@ -170,7 +164,7 @@ class ScanMarkovLM(PreTrainedModel):
                 raise ValueError(
                     f"attention_mask must be (B, T) = {tuple(input_ids.shape)}, got {tuple(attention_mask.shape)}"
                 )
-            right_padded_lengths(attention_mask, "ScanMarkovLM")
+            right_padded_lengths(attention_mask, "ScanMarkovForCausalLM")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={label_smoothing!r}: must lie in [0, 1)")
         window = self.window_size(context_length)
