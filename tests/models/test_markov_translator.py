@@ -16,6 +16,7 @@ from markovformer.models.markov_translator import (
     MarkovTranslatorForConditionalGeneration,
     beam_search,
     decode_step,
+    generate,
     greedy_search,
     start_decoding,
 )
@@ -193,8 +194,8 @@ def test_padding_changes_nothing_for_real_tokens(row):
         assert torch.allclose(logits[1], model(src[1:], tgt[1:]).logits[0], atol=1e-12, rtol=0)
     model = _generation_model(row)
     for beam_size in (1, 3):
-        batched = model.generate(src, src_mask, beam_size=beam_size, max_length=6)
-        single = model.generate(src[:1, :src_len], beam_size=beam_size, max_length=6)
+        batched = generate(model, src, src_mask, beam_size=beam_size, max_length=6)
+        single = generate(model, src[:1, :src_len], beam_size=beam_size, max_length=6)
         width = single.sequences.shape[1]
         assert torch.equal(batched.sequences[0, :width], single.sequences[0])
         assert (batched.sequences[0, width:] == PAD).all()
@@ -257,7 +258,7 @@ def test_greedy_and_beam_of_one_agree_with_a_full_forward_greedy(row, length_pen
 def test_beam_scores_match_a_teacher_forced_rescoring(row):
     model = _generation_model(row)
     src, _, src_mask, _, _ = _padded_batch()
-    result = model.generate(src, src_mask, beam_size=3, max_length=8, length_penalty=0.6)
+    result = generate(model, src, src_mask, beam_size=3, max_length=8, length_penalty=0.6)
     rescored = _rescore(model, src, src_mask, result.sequences, 0.6)
     assert torch.allclose(result.scores, rescored, atol=1e-10, rtol=0)
 
@@ -327,7 +328,7 @@ def test_config_defaults_and_bad_inputs():
     with pytest.raises(ValueError, match="tgt_mask"):
         model(_tokens(1, 3, seed=0), _decoder_input(1, 3, seed=0), tgt_mask=torch.ones(1, 4))
     with pytest.raises(ValueError, match="max_length=33"):
-        model.generate(_tokens(1, 3, seed=0), max_length=33)
+        generate(model, _tokens(1, 3, seed=0), max_length=33)
     with pytest.raises(ValueError, match="beam_size=0"):
         beam_search(model, _tokens(1, 3, seed=0), beam_size=0)
 
@@ -340,5 +341,5 @@ def test_save_and_load_round_trip(tmp_path):
     src, tgt = _tokens(2, 5, seed=14), _decoder_input(2, 6, seed=15)
     with torch.no_grad():
         assert torch.equal(loaded(src, tgt).logits, model(src, tgt).logits)
-    assert torch.equal(loaded.generate(src, beam_size=2, max_length=5).sequences,
-                       model.generate(src, beam_size=2, max_length=5).sequences)  # fmt: skip
+    assert torch.equal(generate(loaded, src, beam_size=2, max_length=5).sequences,
+                       generate(model, src, beam_size=2, max_length=5).sequences)  # fmt: skip

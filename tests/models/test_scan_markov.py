@@ -265,19 +265,20 @@ def test_incremental_step_equals_full_forward(mode, context_length, window_posit
 def test_greedy_generation_follows_the_full_forward(mode):
     model = _build(context_mode=mode)
     prompt = _tokens(2, 3)
-    generated = model.generate(prompt, max_new_tokens=6, temperature=0.0)
+    generated = model.generate(prompt, max_new_tokens=6)
     assert generated.shape == (2, 9) and torch.equal(generated[:, :3], prompt)
     for t in range(3, 9):
         assert torch.equal(generated[:, t], model(generated[:, :t]).logits[:, -1].argmax(-1))
-    assert torch.equal(model.generate(prompt, 6, top_p=1e-9), generated)
+    assert torch.equal(model.generate(prompt, max_new_tokens=6, do_sample=True, top_p=1e-9), generated)
 
 
 @torch.no_grad()
 def test_sampling_is_reproducible_from_the_generator():
     model = _build()
     prompt = _tokens(2, 2)
-    first = model.generate(prompt, 12, temperature=1.5, top_p=0.9, generator=torch.Generator().manual_seed(3))
-    again = model.generate(prompt, 12, temperature=1.5, top_p=0.9, generator=torch.Generator().manual_seed(3))
+    options = dict(max_new_tokens=12, do_sample=True, temperature=1.5, top_p=0.9)
+    first = model.generate(prompt, **options, generator=torch.Generator().manual_seed(3))
+    again = model.generate(prompt, **options, generator=torch.Generator().manual_seed(3))
     assert torch.equal(first, again)
     assert ((first[:, 2:] >= 0) & (first[:, 2:] < VOCAB)).all()
 

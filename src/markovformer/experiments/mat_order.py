@@ -115,11 +115,11 @@ def train_order_cell(
     model.eval()
     test = collate_translation(bundle.test)
     start = time.perf_counter()
-    generated = model.generate(test["src_ids"], test["src_mask"], max_length=max_decode)
+    generated = model.generate(test["src_ids"], test["src_mask"], max_new_tokens=max_decode)
     decode_seconds = time.perf_counter() - start
-    hypotheses = decode_generated(bundle.tokenizer, generated.sequences)
+    hypotheses = decode_generated(bundle.tokenizer, generated)
     references = [bundle.tokenizer.decode(example["tgt_ids"].tolist()) for example in bundle.test]
-    generated_tokens = int((generated.sequences != config.pad_token_id).sum())
+    generated_tokens = int((generated != config.pad_token_id).sum())
     return {
         "order": order, "transparent": transparent, "n_layers": settings.n_layers, "seed": seed, "steps": fit.steps,
         "val_losses": fit.evaluations, "final_val_loss": fit.evaluations[-1],

@@ -17,6 +17,7 @@ Padding is never generated. A hypothesis that reaches ``max_length`` without eos
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -127,9 +128,11 @@ def greedy_search(
     src_mask: Tensor | None = None,
     max_length: int | None = None,
     length_penalty: float = 1.0,
+    choose: Callable[[Tensor], Tensor] | None = None,
 ) -> GenerationOutput:
-    """The most likely next token at every step, for sources (B, S); stops when every row has emitted eos.
-    Dropout stays as the model's mode has it: :func:`generate` switches to eval mode."""
+    """The most likely next token at every step (or the one ``choose`` picks from the log-probabilities (B, V):
+    sampling), for sources (B, S); stops when every row has emitted eos. Dropout stays as the model's mode has
+    it: :func:`generate` switches to eval mode."""
     config = model.config
     max_length = _resolve_max_length(model, max_length)
     state = start_decoding(model, src_ids, src_mask)
@@ -138,7 +141,12 @@ def greedy_search(
     lengths = torch.zeros_like(tokens)
     scores, generated = None, []
     for _ in range(max_length):
-        best, tokens = _log_probs(decode_step(model, tokens, state), config.pad_token_id).max(dim=-1)
+        log_probs = _log_probs(decode_step(model, tokens, state), config.pad_token_id)
+        if choose is None:
+            best, tokens = log_probs.max(dim=-1)
+        else:
+            tokens = choose(log_probs)
+            best = log_probs.gather(-1, tokens[:, None]).squeeze(-1)
         scores = best.masked_fill(finished, 0.0) + (0.0 if scores is None else scores)
         tokens = tokens.masked_fill(finished, config.pad_token_id)
         lengths += ~finished
@@ -226,14 +234,16 @@ def generate(
     beam_size: int = 1,
     max_length: int | None = None,
     length_penalty: float = 1.0,
+    choose: Callable[[Tensor], Tensor] | None = None,
 ) -> GenerationOutput:
-    """Translate sources (B, S): greedy search when ``beam_size`` is 1, else beam search. ``max_length`` counts
-    generated tokens (default: ``max_positions``). Runs in eval mode and restores the model's mode afterwards."""
+    """Translate sources (B, S): greedy search (or ``choose``'s pick: sampling) when ``beam_size`` is 1, else beam
+    search. ``max_length`` counts generated tokens (default: ``max_positions``). Runs in eval mode and restores
+    the model's mode afterwards."""
     was_training = model.training
     model.eval()
     try:
         if beam_size == 1:
-            return greedy_search(model, src_ids, src_mask, max_length, length_penalty)
+            return greedy_search(model, src_ids, src_mask, max_length, length_penalty, choose)
         return beam_search(model, src_ids, src_mask, beam_size, max_length, length_penalty)
     finally:
         model.train(was_training)

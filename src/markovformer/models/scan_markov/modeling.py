@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from markovformer.models.generation import sample_next_token
+from markovformer.models.generation import GenerationMixin, Step
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.models.scan_markov.config import ScanMarkovConfig, check_context_length
 from markovformer.ops.padding import right_padded_lengths
@@ -46,7 +46,7 @@ class ScanMarkovState:
     window: Tensor | None = None
 
 
-class ScanMarkovForCausalLM(PreTrainedModel):
+class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
     """Next-token prediction with the scan recurrence. ``labels`` are the inputs (shifted inside); -100 is ignored."""
 
     config_class = ScanMarkovConfig
@@ -208,42 +208,28 @@ class ScanMarkovForCausalLM(PreTrainedModel):
         hidden = self.markov_states(tokens, window)[:, -1]
         return self.logits_from_states(hidden), ScanMarkovState(state.position + 1, window=tokens)
 
-    @torch.no_grad()
-    def generate(
-        self,
-        input_ids: Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        generator: torch.Generator | None = None,
-        context_length: int | None = None,
-        banned_token_id: int | None = None,
-    ) -> Tensor:
-        """Extend prompts (B, T) by ``max_new_tokens`` sampled tokens -> (B, T + max_new_tokens), in eval mode.
-
-        Every token (prompt and sampled) goes through ``step``. ``temperature`` 0 is greedy; ``top_p`` < 1 keeps
-        the smallest set of tokens whose probability reaches it (nucleus sampling); ``banned_token_id`` (a
-        tokenizer's padding) is never drawn.
-        """
+    def start_decoding(
+        self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int
+    ) -> tuple[Tensor, Step]:
+        """``GenerationMixin``'s start: every prompt token goes through ``step``, the training recurrence, and so
+        does every chosen token. Prompts must be unpadded (the recurrence has no padding steps)."""
         self._check_input_ids(input_ids)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens={max_new_tokens!r}: must be a non-negative integer")
-        window = self.window_size(context_length)
-        fed = input_ids.shape[1] + max(max_new_tokens - 1, 0)
-        if window is None and fed > self.config.max_positions:
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            raise ValueError("ScanMarkovForCausalLM generates from unpadded prompts: give rows of equal length, or "
+                             "one prompt at a time")  # fmt: skip
+        fed = input_ids.shape[1] + max_new_tokens - 1
+        if self.window_size() is None and fed > self.config.max_positions:
             raise ValueError(
                 f"a prompt of {input_ids.shape[1]} tokens plus max_new_tokens={max_new_tokens} needs {fed} positions "
                 f"but max_positions={self.config.max_positions}"
             )
-        self.eval()
         state = None
         for token in input_ids.unbind(1):
-            logits, state = self.step(token, state, window)
-        pieces = [input_ids]
-        for index in range(max_new_tokens):
-            token = sample_next_token(logits, temperature, top_p=top_p, generator=generator,
-                                      banned_token_id=banned_token_id)  # fmt: skip
-            pieces.append(token[:, None])
-            if index + 1 < max_new_tokens:
-                logits, state = self.step(token, state, window)
-        return torch.cat(pieces, dim=1)
+            logits, state = self.step(token, state)
+        states = [state]
+
+        def feed(tokens: Tensor) -> Tensor:
+            next_logits, states[0] = self.step(tokens, states[0])
+            return next_logits
+
+        return logits, feed
