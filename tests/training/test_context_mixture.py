@@ -155,8 +155,8 @@ def test_validation_is_the_exact_ngram_mixture_and_eval_generate_and_inspect_wor
     assert greedy[:-1] == "to be" + bundle.tokenizer.decode(expected)
     # Sampling draws from the same generator as the model's own sampler; the padding id (no character) is banned.
     generator = torch.Generator().manual_seed(3)
-    expected = model.generate(prompt, max_new_tokens=30, do_sample=True, temperature=0.8, top_p=0.9, generator=generator,
-                              suppress_tokens=[0])  # fmt: skip
+    expected = model.generate(prompt, max_new_tokens=30, do_sample=True, temperature=0.8, top_p=0.9,
+                              generator=generator, suppress_tokens=[0])  # fmt: skip
     expected = expected[0, prompt.shape[1] :]
     sampled = _cli(capsys, "generate", str(run_dir), "--prompt", "to be", "--max-new-tokens", "30", "--temperature",
                    "0.8", "--top-p", "0.9", "--seed", "3")  # fmt: skip

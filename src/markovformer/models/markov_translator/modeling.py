@@ -19,7 +19,7 @@ from markovformer.ops.lags import lag_matrix, order_to_window, visible
 from markovformer.ops.masked_softmax import masked_sdpa
 
 if TYPE_CHECKING:
-    from markovformer.models.markov_translator.generation import GenerationOutput
+    pass
 
 
 def key_padding_allowed(mask: Tensor | None) -> Tensor | None:
