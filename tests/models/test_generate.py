@@ -188,8 +188,8 @@ def test_translator_greedy_generation_is_the_teacher_forced_argmax(order, transp
 
 def test_vmt_greedy_generation_is_the_argmax_of_its_mean_latent_path():
     torch.manual_seed(0)
-    model = _perturbed(VariationalMarkovTransformer(VMTConfig(vocab_size=VOCAB, latent_dim=3, d_model=8, n_layers=1,
-                                                              n_heads=2, hidden_dim=16, window=4)), scale=1.0)  # fmt: skip
+    config = VMTConfig(vocab_size=VOCAB, latent_dim=3, d_model=8, n_layers=1, n_heads=2, hidden_dim=16, window=4)
+    model = _perturbed(VariationalMarkovTransformer(config), scale=1.0)
     prompt = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(5))
     generated = model.generate(prompt, max_new_tokens=7, generator=torch.Generator().manual_seed(6))
     generator = torch.Generator().manual_seed(6)  # the prompt's reading draws the same posterior samples
