@@ -79,6 +79,35 @@ def test_auto_classes_load_a_saved_model_with_identical_logits(auto_name, model,
         assert torch.equal(loaded(input_ids=ids).logits, ours(ids).logits)
 
 
+def test_seq2seq_and_vmt_load_through_their_auto_classes(tmp_path):
+    transformers = _transformers()
+    import markovformer.hf  # noqa: F401
+    from markovformer import (
+        MarkovTranslatorConfig,
+        MarkovTranslatorForConditionalGeneration,
+        VariationalMarkovTransformer,
+        VMTConfig,
+    )
+
+    torch.manual_seed(0)
+    mat = _saved(MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, order=2, dropout=0.0,
+        max_positions=32)), tmp_path / "mat")  # fmt: skip
+    loaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "mat")
+    source = torch.randint(3, 11, (2, 6), generator=torch.Generator().manual_seed(1))
+    target = torch.randint(3, 11, (2, 4), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=source, decoder_input_ids=target).logits, mat(source, target).logits)
+    vmt = _saved(VariationalMarkovTransformer(VMTConfig(vocab_size=11, latent_dim=2, d_model=8, n_layers=1,
+                                                        n_heads=2, hidden_dim=8)), tmp_path / "vmt")  # fmt: skip
+    loaded = transformers.AutoModel.from_pretrained(tmp_path / "vmt")
+    with torch.no_grad():
+        torch.manual_seed(3)  # the ELBO draws latent samples from the global generator
+        theirs = loaded(input_ids=source).elbo
+        torch.manual_seed(3)
+        assert torch.equal(theirs, vmt(input_ids=source).elbo)
+
+
 def test_auto_model_loads_the_backbone(tmp_path):
     transformers = _transformers()
     import markovformer.hf  # noqa: F401

@@ -30,6 +30,7 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from transformers.utils import ModelOutput
 
 from markovformer.models.config_base import ModelConfig
 from markovformer.models.pretrained import PreTrainedModel as MarkovformerModel
@@ -90,7 +91,8 @@ class _Wrapper(PreTrainedModel):
 
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__(config)
-        inner = self.markovformer_class(config.to_markovformer())
+        with torch.device("cpu"):  # real tensors even inside from_pretrained's meta-device context: some
+            inner = self.markovformer_class(config.to_markovformer())  # families check values as they build
         for name, child in inner.named_children():
             self.add_module(name, child)
         for name, parameter in inner.named_parameters(recurse=False):
@@ -127,17 +129,14 @@ class _Wrapper(PreTrainedModel):
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
         """``transformers``' loading, then the buffers that are derived rather than saved (rotary frequencies,
-        position tables) recomputed: ``transformers`` builds the model on the meta device and loads only what
-        the checkpoint holds."""
+        position tables) recomputed: ``transformers`` initialises what the checkpoint does not hold its own way."""
         model = super().from_pretrained(*args, **kwargs)
         with torch.device("cpu"):
             fresh = cls.markovformer_class(model.config.to_markovformer())
         fresh_modules = dict(fresh.named_modules())
-        with torch.no_grad():
-            for name, module in model.markovformer.named_modules():
-                for buffer_name in module._non_persistent_buffers_set:
-                    value = fresh_modules[name]._buffers[buffer_name]
-                    module._buffers[buffer_name] = value.to(model.device)
+        for name, module in model.markovformer.named_modules():
+            for buffer_name in module._non_persistent_buffers_set:
+                module._buffers[buffer_name] = fresh_modules[name]._buffers[buffer_name].to(model.device)
         return model
 
     @classmethod
@@ -189,11 +188,16 @@ class _BackboneWrapper(_Wrapper):
         return BaseModelOutput(last_hidden_state=output.last_hidden_state)
 
 
+@dataclasses.dataclass
+class VMTOutput(ModelOutput):
+    loss: Tensor | None = None  # the training objective per token (negative ELBO plus the extra terms)
+    elbo: Tensor | None = None  # per token
+
+
 class _VMTWrapper(_Wrapper):
-    def forward(self, input_ids=None, attention_mask=None, input_features=None, **unused):
-        """The VMT's training objective (negative ELBO and extra terms per token) as ``loss``."""
+    def forward(self, input_ids=None, attention_mask=None, input_features=None, **unused) -> VMTOutput:
         output = self.markovformer(input_ids=input_ids, input_features=input_features, attention_mask=attention_mask)
-        return BaseModelOutput(last_hidden_state=None), output.loss
+        return VMTOutput(loss=output.loss, elbo=output.elbo)
 
 
 class _Seq2SeqWrapper(_Wrapper):
