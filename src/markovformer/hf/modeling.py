@@ -36,47 +36,34 @@ from markovformer.models.config_base import ModelConfig
 from markovformer.models.pretrained import PreTrainedModel as MarkovformerModel
 from markovformer.models.registry import MODEL_FAMILIES
 
-# config.json keys written by markovformer or transformers that are no field of a markovformer config
-_NOT_FIELDS = ("architecture", "architectures", "transformers_version", "dtype", "torch_dtype")
-
 
 def _config_class(family: str) -> type[PretrainedConfig]:
-    """A ``PretrainedConfig`` subclass for model family ``family`` (its ``model_type``)."""
+    """A ``PretrainedConfig`` subclass for model family ``family`` (its ``model_type``), holding the markovformer
+    config's fields as attributes (old field names accepted, as by ``from_dict``)."""
     markovformer_class = MODEL_FAMILIES[family].config_class
+    fields = [field.name for field in dataclasses.fields(markovformer_class)]
 
     def __init__(self, **values):  # noqa: N807 - becomes the class's __init__
-        fields = {field.name for field in dataclasses.fields(markovformer_class)}
-        own = markovformer_class.upgrade_keys({k: v for k, v in values.items() if k in fields
-                                               or k in markovformer_class.renamed_fields})  # fmt: skip
-        rest = {k: v for k, v in values.items() if k not in own and k not in markovformer_class.renamed_fields}
-        for key in ("pad_token_id", "bos_token_id", "eos_token_id", "vocab_size", "num_labels"):
-            rest.pop(key, None)  # markovformer fields of the same name: kept in ``own``
-        for key in ("architecture",):
-            rest.pop(key, None)
-        self.markovformer_values = own
+        values = markovformer_class.upgrade_keys(values)
+        rest = {key: value for key, value in values.items() if key not in fields and key != "architecture"}
         rest.setdefault("use_cache", False)  # the wrappers keep no transformers cache: generate re-runs the prefix
         PretrainedConfig.__init__(self, **rest)
-        for key, value in own.items():  # PretrainedConfig would handle these its own way
-            object.__setattr__(self, key, value) if key != "num_labels" else None
-        if "num_labels" in own and own["num_labels"] is not None:
-            self.num_labels = own["num_labels"]
+        for key in fields:  # set after PretrainedConfig, which treats some of these names its own way
+            if key not in values:
+                continue
+            if key == "num_labels":  # a property of PretrainedConfig (it builds id2label)
+                if values[key] is not None:
+                    self.num_labels = values[key]
+            else:
+                object.__setattr__(self, key, values[key])
 
     def to_markovformer(self) -> ModelConfig:
         """The markovformer config these values describe (validated)."""
-        values = {field.name: getattr(self, field.name) for field in dataclasses.fields(markovformer_class)
-                  if hasattr(self, field.name)}  # fmt: skip
-        return markovformer_class(**values)
-
-    def to_dict(self) -> dict:
-        values = PretrainedConfig.to_dict(self)
-        values.pop("markovformer_values", None)
-        return values
+        return markovformer_class(**{key: getattr(self, key) for key in fields if hasattr(self, key)})
 
     name = "".join(part.title() for part in family.split("_")) + "HFConfig"
-    return type(name, (PretrainedConfig,), {
-        "model_type": markovformer_class.model_type, "__init__": __init__, "to_markovformer": to_markovformer,
-        "to_dict": to_dict, "__module__": __name__,
-    })  # fmt: skip
+    return type(name, (PretrainedConfig,), {"model_type": markovformer_class.model_type, "__init__": __init__,
+                                            "to_markovformer": to_markovformer, "__module__": __name__})  # fmt: skip
 
 
 HF_CONFIGS: dict[str, type[PretrainedConfig]] = {family: _config_class(family) for family in MODEL_FAMILIES}
