@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 # Pinned to the CPU build available here; override e.g. `make test TORCH_SPEC="torch==2.5.1"`.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= train,data,dev
+EXTRAS ?= train,data,dev,hf
 BIN := $(VENV)/bin
 # Each `make demo` trains into a fresh run directory, so running it twice never collides.
 DEMO_DIR := runs/demo-$(shell date +%Y%m%d-%H%M%S)

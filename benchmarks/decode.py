@@ -34,13 +34,13 @@ SOURCE_LENGTH = 32
 def run_case(kind: str, length: int, batch: int, threads: int) -> dict:
     import torch
 
-    from markovformer.models.markov_translator import MarkovTranslator, MarkovTranslatorConfig
+    from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
     from markovformer.models.markov_translator.generation import decode_step, start_decoding
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     config = MarkovTranslatorConfig(**SIZE, **KINDS[kind], dropout=0.0, max_positions=length + 1)
-    model = MarkovTranslator(config).eval()
+    model = MarkovTranslatorForConditionalGeneration(config).eval()
     source = torch.randint(4, config.vocab_size, (batch, SOURCE_LENGTH), generator=torch.Generator().manual_seed(1))
     banned = torch.tensor([config.eos_token_id, config.pad_token_id])
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from harness import write_record
 
-from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovLM
+from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
 from markovformer.ops.scan import DEFAULT_CHUNK_SIZE, linear_scan
 
 KINDS = ("naive", "naive_unbind", "sequential", "chunked")
@@ -70,7 +70,7 @@ def run_case(kind: str, seq_len: int, batch: int, dim: int, repeats: int, budget
     return {"kind": kind, "T": seq_len, "seconds": statistics.median(measured), "runs": len(measured)}
 
 
-def seed_style_loss(model: ScanMarkovLM, contexts: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def seed_style_loss(model: ScanMarkovForCausalLM, contexts: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """The source's training step on n-gram samples (B, n) -> next characters (B,): the gated recurrence run one
     position at a time over each sample, the last state decoded; the same parameters as ``model``."""
     e = model.embed(contexts) + model.position_embedding(torch.arange(contexts.shape[1]))
@@ -85,8 +85,8 @@ def seed_style_loss(model: ScanMarkovLM, contexts: torch.Tensor, targets: torch.
 def training_throughput(kind: str, steps: int, vocab: int = 66) -> dict:
     """Scored characters per second of ``steps`` training steps (after two warm-up steps) on random characters."""
     torch.manual_seed(0)
-    model = ScanMarkovLM(ScanMarkovConfig(vocab_size=vocab, d_model=128, context_mode="markov", context_length=5,
-                                          max_positions=5))  # fmt: skip
+    config = ScanMarkovConfig(vocab_size=vocab, d_model=128, context_mode="markov", context_length=5, max_positions=5)
+    model = ScanMarkovForCausalLM(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(1)
     times, scored = [], 0

@@ -179,3 +179,19 @@ def test_command_line_options():
         bench_cli.run_bench(parser.parse_args(["bench", "--threads", "0"]))
     with pytest.raises(ValueError, match="unknown op kind"):
         BenchSettings(op_kinds=("flash",)).resolved()
+
+
+def test_decode_part_measures_cached_generation_with_the_cache_sizes_of_each_kind():
+    from markovformer.bench.decode import PROMPT_LENGTH, decode_case
+
+    size = dict(vocab_size=16, d_model=16, n_layers=2, n_heads=2)
+    local = decode_case("markov_local", 100, 2, size=size)
+    global_ = decode_case("softmax_global", 100, 2, size=size)
+    assert local["cache_floats_per_row"] == 2 * 2 * 65 * 16  # layers x (keys, values) x (W + 1) x d_model
+    assert global_["cache_floats_per_row"] == 2 * 2 * (PROMPT_LENGTH + 100) * 16  # the whole sequence
+    for row in (local, global_):
+        assert row["tokens_per_second"] == pytest.approx(2 * 100 / row["seconds"])
+        assert row["end_over_start"] == pytest.approx(row["step_ms_end"] / row["step_ms_start"])
+    with pytest.raises(ValueError, match="decode"):
+        BenchSettings(parts=("decoding",)).resolved()
+    assert BenchSettings(parts=("decode",), quick=True).resolved().decode_lengths == (256, 1024)

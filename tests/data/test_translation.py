@@ -164,12 +164,12 @@ def test_collate_adds_bos_and_eos_and_pads_with_masks():
 
 
 def test_collate_feeds_the_translator_directly():
-    from markovformer.models.markov_translator import MarkovTranslator, MarkovTranslatorConfig
+    from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 
     examples = [{"src_ids": torch.tensor([5, 6, 7]), "tgt_ids": torch.tensor([8, 9])},
                 {"src_ids": torch.tensor([5]), "tgt_ids": torch.tensor([9, 9, 8, 8])}]  # fmt: skip
-    model = MarkovTranslator(MarkovTranslatorConfig(vocab_size=16, d_model=16, n_heads=2, n_encoder_layers=1,
-                                                    n_decoder_layers=1, dropout=0.0))  # fmt: skip
+    model = MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=16, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0))
     batch = collate_translation(examples)
     padded = model(**batch)
     alone = model(**collate_translation(examples[:1]))

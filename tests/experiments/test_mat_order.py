@@ -12,7 +12,7 @@ import torch
 from markovformer.data.translation import SyntheticTranslationSource
 from markovformer.experiments import mat_order
 from markovformer.experiments.mat_order import MatOrderSettings, decoder_state_floats, train_order_cell
-from markovformer.models.markov_translator import MarkovTranslator, MarkovTranslatorConfig
+from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 
 
 @pytest.mark.parametrize(
@@ -27,7 +27,7 @@ from markovformer.models.markov_translator import MarkovTranslator, MarkovTransl
 def test_decoder_state_floats_is_the_closed_form(order, transparent, expected):
     config = MarkovTranslatorConfig(vocab_size=40, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2,
                                     order=order, transparent=transparent, dropout=0.0)  # fmt: skip
-    model = MarkovTranslator(config).eval()
+    model = MarkovTranslatorForConditionalGeneration(config).eval()
     sources = torch.randint(4, 40, (3, 7), generator=torch.Generator().manual_seed(0))
     assert decoder_state_floats(model, sources, tokens=20) == expected
 

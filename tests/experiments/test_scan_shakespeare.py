@@ -14,7 +14,7 @@ from markovformer.data.collate import PAD_ID, collate
 from markovformer.data.text import text_windows
 from markovformer.experiments import scan_shakespeare
 from markovformer.experiments.scan_shakespeare import ScanShakespeareSettings, ngram_losses, run_config, sample_text
-from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovLM
+from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
 from markovformer.training.metrics import TaskMetrics
 from markovformer.training.run_config import load_yaml
 from markovformer.training.task import scored_outputs
@@ -43,7 +43,8 @@ def test_the_transformers_are_about_the_scan_models_size():
 
 def test_ngram_losses_are_the_engines_validation_mixture():
     torch.manual_seed(0)
-    model = ScanMarkovLM(ScanMarkovConfig(vocab_size=9, d_model=16, ffn_mult=2, max_positions=5, context_length=5))
+    config = ScanMarkovConfig(vocab_size=9, d_model=16, ffn_mult=2, max_positions=5, context_length=5)
+    model = ScanMarkovForCausalLM(config)
     tokens = torch.randint(1, 9, (300,), generator=torch.Generator().manual_seed(1))
     contexts = (2, 3, 5)
     metrics = TaskMetrics("causal_lm", context_lengths=contexts)

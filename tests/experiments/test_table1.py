@@ -96,7 +96,7 @@ def test_every_baseline_gets_the_width_whose_parameter_count_is_nearest_the_mark
                 assert abs(parameter_count(task, {**section, "d_model": other}, setup.info) - target) >= abs(
                     count - target
                 )
-        assert setup.sections["linformer"]["max_position"] == setup.longest
+        assert setup.sections["linformer"]["max_positions"] == setup.longest
     parts, _ = read_speech_features(data_dir / "digits.safetensors")  # speech: the real recordings count too
     frames = max(len(features) for part in parts.values() for features, _ in part)
     assert setup.longest == math.ceil(frames / SPEECH_STACK)  # inputs of SPEECH_STACK frames each

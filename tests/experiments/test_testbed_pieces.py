@@ -42,7 +42,7 @@ def test_effective_lag_bias_is_mean_gate_times_strength():
 
 
 def test_gpt2_style_config_is_softmax_with_learned_positions_and_tied_embeddings():
-    config = gpt2_style_config(2, d_model=16, n_layers=2, n_heads=2, max_position=32)
+    config = gpt2_style_config(2, d_model=16, n_layers=2, n_heads=2, max_positions=32)
     assert (config.attention, config.scope, config.position, config.ffn) == ("softmax", "global", "learned", "gelu")
     model = MarkovianTransformerForCausalLM(config)
     assert model.lm_head.weight.data_ptr() == model.model.embed.weight.data_ptr()

@@ -18,6 +18,7 @@ from markovformer.layers.baselines.retnet import (
     retention_recurrent,
 )
 from markovformer.layers.baselines.rwkv import wkv_naive, wkv_recurrent, wkv_scan
+from markovformer.layers.registry import attention_option_names
 from markovformer.models.markovian_transformer import (
     MarkovianTransformerConfig,
     MarkovianTransformerForCausalLM,
@@ -35,7 +36,7 @@ def _randn(*shape: int, seed: int = 0) -> torch.Tensor:
 
 def _mixer(kind: str, causal: bool, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    options = {"max_position": 32, "linformer_k": 5, "chunk_size": 4, "ssm_state_size": 8}
+    options = {"max_positions": 32, "linformer_k": 5, "chunk_size": 4, "ssm_state_size": 8}
     layer = build_attention(kind, d_model=D_MODEL, n_heads=HEADS, causal=causal, rotary=True, **options)
     return layer.double().eval()
 
@@ -213,11 +214,11 @@ def test_linformer_with_identity_projections_is_softmax_attention():
 
 def test_linformer_is_refused_for_causal_models():
     with pytest.raises(ValueError, match="non-causal") as error:
-        build_attention("linformer", d_model=D_MODEL, n_heads=HEADS, causal=True, rotary=True, max_position=8)
+        build_attention("linformer", d_model=D_MODEL, n_heads=HEADS, causal=True, rotary=True, max_positions=8)
     assert str(error.value) == CAUSAL_MESSAGE
     with pytest.raises(ValueError, match="Linformer is non-causal"):
-        MarkovianTransformerConfig(vocab_size=5, attention="linformer", max_position=8)
-    with pytest.raises(ValueError, match="max_position"):
+        MarkovianTransformerConfig(vocab_size=5, attention="linformer", max_positions=8)
+    with pytest.raises(ValueError, match="max_positions"):
         MarkovianTransformerConfig(vocab_size=5, attention="linformer", causal=False)
     layer = _mixer("linformer", causal=False)
     with pytest.raises(ValueError, match="exceeds"):
@@ -366,7 +367,10 @@ def test_bfloat16_mixers_stay_close_to_float32(kind):
 
 def _config(kind: str, causal: bool = True, **overrides) -> MarkovianTransformerConfig:
     values = dict(vocab_size=7, d_model=D_MODEL, n_layers=2, n_heads=HEADS, attention=kind, causal=causal,
-                  chunk_size=4, ssm_state_size=8, linformer_k=8, max_position=32)  # fmt: skip
+                  max_positions=32)  # fmt: skip
+    options = dict(chunk_size=4, ssm_state_size=8, linformer_k=8)  # each kind gets the ones it reads
+    read = set().union(*(attention_option_names(k) for k in ([kind] if isinstance(kind, str) else kind)))
+    values.update({name: value for name, value in options.items() if name in read})
     return MarkovianTransformerConfig(**{**values, **overrides})
 
 

@@ -27,7 +27,7 @@ BASE = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
         (dict(scope="everywhere"), "scope"),
         (dict(scope="global", window=3), "window"),
         (dict(gate_entropy_weight=-1.0), "gate_entropy_weight"),
-        (dict(position="learned"), "max_position"),
+        (dict(position="learned"), "max_positions"),
         (dict(scope="global", backend="banded"), "backend"),
         (dict(scope="local", backend="chunked"), "backend"),
     ],
@@ -67,3 +67,42 @@ def test_dict_round_trip_keeps_every_field():
 def test_causal_lm_needs_a_causal_config():
     with pytest.raises(ValueError, match="causal"):
         MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**BASE, causal=False))
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (dict(attention="softmax", max_order=8), ("max_order", "'softmax'")),
+        (dict(attention="rff", window=64), ("window", "'rff'")),
+        (dict(attention="markov", num_features=32), ("num_features", "'markov'")),
+        (dict(attention="retnet", gate="mlp"), ("gate", "'retnet'")),
+        (dict(attention=["markov", "rff"], linformer_k=8), ("linformer_k", "'markov' / 'rff'")),
+        (dict(attention="hyena", scope="local"), ("scope", "'hyena'")),
+    ],
+)
+def test_an_option_the_kind_does_not_read_is_an_error_naming_it_and_the_kind(options, named):
+    values = {**BASE, **options}
+    if options["attention"] != "markov" and "max_order" not in options:
+        values.pop("max_order")  # BASE sets it for Markov layers
+    with pytest.raises(ValueError, match="MarkovianTransformerConfig") as error:
+        MarkovianTransformerConfig(**values)
+    option, kind = named
+    assert f"{option}=" in str(error.value) and f"has no option {option!r}" in str(error.value)
+    assert kind in str(error.value)
+
+
+def test_softmax_with_a_window_is_sliding_window_softmax_and_needs_scope_local():
+    values = {key: value for key, value in BASE.items() if key != "max_order"}
+    with pytest.raises(ValueError, match="window"):  # softmax is global unless asked: a window alone is an error
+        MarkovianTransformerConfig(**values, attention="softmax", window=64)
+    with pytest.raises(ValueError, match="needs a window"):
+        MarkovianTransformerConfig(**values, attention="softmax", scope="local")
+    config = MarkovianTransformerConfig(**values, attention="softmax", scope="local", window=64)
+    core = MarkovianTransformerForCausalLM(config).model.blocks[0].attention.cores[0]
+    assert core.window == 64
+    assert MarkovianTransformerConfig(**values, attention="softmax").scope == "global"
+    assert MarkovianTransformerConfig(**BASE).scope == "local"
+    assert MarkovianTransformerConfig(**values, attention="rff").scope is None  # rff has no scope
+    # the same config with attention="markov" instead: "what does the Markov bias add" is one flag
+    markov = config.replace(attention="markov")
+    assert markov.scope == "local" and markov.window == 64

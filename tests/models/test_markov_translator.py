@@ -12,10 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from markovformer.models.markov_translator import (
-    MarkovTranslator,
     MarkovTranslatorConfig,
+    MarkovTranslatorForConditionalGeneration,
     beam_search,
     decode_step,
+    generate,
     greedy_search,
     start_decoding,
 )
@@ -32,10 +33,10 @@ def _config(**overrides) -> MarkovTranslatorConfig:
 
 
 @torch.no_grad()
-def _build(seed: int = 0, scale: float = 1.0, **overrides) -> MarkovTranslator:
+def _build(seed: int = 0, scale: float = 1.0, **overrides) -> MarkovTranslatorForConditionalGeneration:
     """A float64 model with every parameter re-drawn at unit scale (the 0.02 init makes every path nearly linear)."""
     torch.manual_seed(seed)
-    model = MarkovTranslator(_config(**overrides)).double().eval()
+    model = MarkovTranslatorForConditionalGeneration(_config(**overrides)).double().eval()
     g = torch.Generator().manual_seed(seed)
     for name, parameter in model.named_parameters():
         noise = torch.randn(parameter.shape, generator=g, dtype=torch.float64)
@@ -48,7 +49,7 @@ def _build(seed: int = 0, scale: float = 1.0, **overrides) -> MarkovTranslator:
     return model
 
 
-def _generation_model(row: str) -> MarkovTranslator:
+def _generation_model(row: str) -> MarkovTranslatorForConditionalGeneration:
     """A random model whose greedy outputs vary with the source and often end with eos, eos often ranking second
     (most random tied-embedding models just copy their input token)."""
     order, transparent = ROWS[row]
@@ -70,7 +71,7 @@ def _decoder_input(batch: int, length: int, seed: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _perturbation_effect(model: MarkovTranslator, length: int = 9) -> torch.Tensor:
+def _perturbation_effect(model: MarkovTranslatorForConditionalGeneration, length: int = 9) -> torch.Tensor:
     """effect[p, i]: largest change of the logits at position i when the decoder input at position p changes."""
     src, tgt = _tokens(1, 6, seed=1), _decoder_input(1, length, seed=2)
     base = model(src, tgt).logits[0]
@@ -193,8 +194,8 @@ def test_padding_changes_nothing_for_real_tokens(row):
         assert torch.allclose(logits[1], model(src[1:], tgt[1:]).logits[0], atol=1e-12, rtol=0)
     model = _generation_model(row)
     for beam_size in (1, 3):
-        batched = model.generate(src, src_mask, beam_size=beam_size, max_length=6)
-        single = model.generate(src[:1, :src_len], beam_size=beam_size, max_length=6)
+        batched = generate(model, src, src_mask, beam_size=beam_size, max_length=6)
+        single = generate(model, src[:1, :src_len], beam_size=beam_size, max_length=6)
         width = single.sequences.shape[1]
         assert torch.equal(batched.sequences[0, :width], single.sequences[0])
         assert (batched.sequences[0, width:] == PAD).all()
@@ -257,7 +258,7 @@ def test_greedy_and_beam_of_one_agree_with_a_full_forward_greedy(row, length_pen
 def test_beam_scores_match_a_teacher_forced_rescoring(row):
     model = _generation_model(row)
     src, _, src_mask, _, _ = _padded_batch()
-    result = model.generate(src, src_mask, beam_size=3, max_length=8, length_penalty=0.6)
+    result = generate(model, src, src_mask, beam_size=3, max_length=8, length_penalty=0.6)
     rescored = _rescore(model, src, src_mask, result.sequences, 0.6)
     assert torch.allclose(result.scores, rescored, atol=1e-10, rtol=0)
 
@@ -327,7 +328,7 @@ def test_config_defaults_and_bad_inputs():
     with pytest.raises(ValueError, match="tgt_mask"):
         model(_tokens(1, 3, seed=0), _decoder_input(1, 3, seed=0), tgt_mask=torch.ones(1, 4))
     with pytest.raises(ValueError, match="max_length=33"):
-        model.generate(_tokens(1, 3, seed=0), max_length=33)
+        generate(model, _tokens(1, 3, seed=0), max_length=33)
     with pytest.raises(ValueError, match="beam_size=0"):
         beam_search(model, _tokens(1, 3, seed=0), beam_size=0)
 
@@ -335,10 +336,10 @@ def test_config_defaults_and_bad_inputs():
 def test_save_and_load_round_trip(tmp_path):
     model = _build(order=2, transparent=True, label_smoothing=0.1).float()  # float32 weights load back exactly
     model.save_pretrained(tmp_path)
-    loaded = MarkovTranslator.from_pretrained(tmp_path).eval()
+    loaded = MarkovTranslatorForConditionalGeneration.from_pretrained(tmp_path).eval()
     assert loaded.config == model.config
     src, tgt = _tokens(2, 5, seed=14), _decoder_input(2, 6, seed=15)
     with torch.no_grad():
         assert torch.equal(loaded(src, tgt).logits, model(src, tgt).logits)
-    assert torch.equal(loaded.generate(src, beam_size=2, max_length=5).sequences,
-                       model.generate(src, beam_size=2, max_length=5).sequences)  # fmt: skip
+    assert torch.equal(generate(loaded, src, beam_size=2, max_length=5).sequences,
+                       generate(model, src, beam_size=2, max_length=5).sequences)  # fmt: skip

@@ -16,13 +16,18 @@ from markovformer import (
     MarkovianTransformerForTokenClassification,
     MarkovianTransformerModel,
 )
+from markovformer.layers.registry import attention_option_names
 
 VOCAB = 13
 
 
 def _config(**overrides) -> MarkovianTransformerConfig:
-    values = dict(vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2, max_order=2, num_features=16, chunk_size=4)
-    values.update(overrides)
+    values = {**dict(vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2), **overrides}
+    kinds = values.get("attention", "markov")
+    read = set().union(*(attention_option_names(kind) for kind in ([kinds] if isinstance(kinds, str) else kinds)))
+    for name, value in dict(max_order=2, num_features=16, chunk_size=4).items():  # small sizes, where read
+        if name in read:
+            values.setdefault(name, value)
     return MarkovianTransformerConfig(**values)
 
 

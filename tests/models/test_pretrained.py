@@ -13,14 +13,19 @@ from markovformer import (
     MarkovianTransformerForTokenClassification,
 )
 
-SMALL = dict(d_model=16, n_layers=2, n_heads=2, max_order=2, num_features=16, chunk_size=4, num_labels=3)
+SMALL = dict(d_model=16, n_layers=2, n_heads=2, num_labels=3)
+FEATURES = dict(num_features=16, chunk_size=4)  # the random-feature kinds' small sizes
 HEADS = {
-    "causal_lm": (MarkovianTransformerForCausalLM, dict(vocab_size=11, attention=["markov", "hybrid_split"])),
+    "causal_lm": (
+        MarkovianTransformerForCausalLM,
+        dict(vocab_size=11, max_order=2, attention=["markov", "hybrid_split"], **FEATURES),
+    ),
     "sequence": (
         MarkovianTransformerForSequenceClassification,
-        dict(vocab_size=11, causal=False, pooling="cls", gru=True, attention=["rff", "hybrid_parallel"]),
+        dict(vocab_size=11, causal=False, pooling="cls", gru=True, attention=["rff", "hybrid_parallel"], **FEATURES),
     ),
-    "token": (MarkovianTransformerForTokenClassification, dict(vocab_size=11, causal=False, gate_input="sequence")),
+    "token": (MarkovianTransformerForTokenClassification,
+              dict(vocab_size=11, max_order=2, causal=False, gate_input="sequence")),
     "ctc": (MarkovianTransformerForCTC, dict(input_dim=5, causal=False, attention="softmax", gru=True)),
 }
 
@@ -78,3 +83,27 @@ def test_tied_embeddings_stay_tied(tmp_path):
 def test_missing_files_raise(tmp_path):
     with pytest.raises(ValueError, match="config.json"):
         MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
+
+
+def test_num_parameters_device_and_dtype_of_the_base():
+    config = MarkovianTransformerConfig(**SMALL, vocab_size=11, tie_word_embeddings=True)
+    model = MarkovianTransformerForCausalLM(config)
+    unique = {id(p): p.numel() for p in model.parameters()}  # the tied embedding counted once
+    assert model.num_parameters() == sum(unique.values())
+    untied = MarkovianTransformerForCausalLM(config.replace(tie_word_embeddings=False))
+    assert untied.num_parameters() == model.num_parameters() + 11 * 16  # its own output matrix
+    model.model.embed.weight.requires_grad_(False)
+    assert model.num_parameters() == sum(unique.values()) - 11 * 16
+    assert model.num_parameters(trainable_only=False) == sum(unique.values())
+    assert model.dtype == torch.float32 and model.double().dtype == torch.float64
+    assert model.device == torch.device("cpu")
+
+
+def test_every_family_initialises_linear_and_embedding_weights_from_its_config():
+    from markovformer import ScanMarkovConfig, ScanMarkovForCausalLM
+
+    torch.manual_seed(0)
+    model = ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=50, d_model=64, context_length=3,
+                                                   initializer_range=0.5))  # fmt: skip
+    assert abs(float(model.embed.weight.detach().std()) - 0.5) < 0.05
+    assert float(model.gate_proj[0].bias.detach().abs().max()) == 0.0

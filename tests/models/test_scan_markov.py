@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovLM, ScanMarkovState
+from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM, ScanMarkovState
 
 VOCAB = 11
 WINDOW = 3
@@ -23,10 +23,10 @@ def _config(**overrides) -> ScanMarkovConfig:
 
 
 @torch.no_grad()
-def _build(seed: int = 0, **overrides) -> ScanMarkovLM:
+def _build(seed: int = 0, **overrides) -> ScanMarkovForCausalLM:
     """A float64 model in eval mode with every parameter re-drawn at unit scale (the 0.02 init is nearly linear)."""
     torch.manual_seed(seed)
-    model = ScanMarkovLM(_config(**overrides)).double().eval()
+    model = ScanMarkovForCausalLM(_config(**overrides)).double().eval()
     g = torch.Generator().manual_seed(seed)
     for name, parameter in model.named_parameters():
         noise = torch.randn(parameter.shape, generator=g, dtype=torch.float64)
@@ -50,7 +50,7 @@ def _changed(ids: torch.Tensor, position: int) -> torch.Tensor:
 
 
 def _spec_logits(
-    model: ScanMarkovLM, tokens: list[int], positions: list[int], skipped: list[bool] | None = None
+    model: ScanMarkovForCausalLM, tokens: list[int], positions: list[int], skipped: list[bool] | None = None
 ) -> torch.Tensor:
     """SPEC 4 written out for one sequence: h_{-1} = 0, h = A h + B e, logits = decode(LN(h)) Eᵀ -> (V,); the
     tokens marked ``skipped`` leave h as it was."""
@@ -176,7 +176,7 @@ def test_context_dropout_skips_exactly_the_drawn_steps_of_each_context(mode):
 @torch.no_grad()
 def test_context_length_override_equals_a_model_built_with_it():
     model = _build()
-    other = ScanMarkovLM(_config(context_length=5)).double().eval()
+    other = ScanMarkovForCausalLM(_config(context_length=5)).double().eval()
     other.load_state_dict(model.state_dict())
     ids = _tokens(2, 9)
     torch.testing.assert_close(model(ids, context_length=5).logits, other(ids).logits, rtol=0, atol=0)
@@ -219,8 +219,8 @@ def test_right_padding_never_reaches_real_positions(mode):
 @pytest.mark.parametrize("backend", ["naive", "sequential", "chunked"])
 @pytest.mark.parametrize("mode", ["markov", "recurrent"])
 def test_scan_backends_give_the_same_logits(backend, mode):
-    reference = _build(context_mode=mode, scan_backend="auto")
-    model = ScanMarkovLM(_config(context_mode=mode, scan_backend=backend)).double().eval()
+    reference = _build(context_mode=mode, backend="auto")
+    model = ScanMarkovForCausalLM(_config(context_mode=mode, backend=backend)).double().eval()
     model.load_state_dict(reference.state_dict())
     ids = _tokens(2, 11)
     torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=1e-10, atol=1e-10)
@@ -265,19 +265,20 @@ def test_incremental_step_equals_full_forward(mode, context_length, window_posit
 def test_greedy_generation_follows_the_full_forward(mode):
     model = _build(context_mode=mode)
     prompt = _tokens(2, 3)
-    generated = model.generate(prompt, max_new_tokens=6, temperature=0.0)
+    generated = model.generate(prompt, max_new_tokens=6)
     assert generated.shape == (2, 9) and torch.equal(generated[:, :3], prompt)
     for t in range(3, 9):
         assert torch.equal(generated[:, t], model(generated[:, :t]).logits[:, -1].argmax(-1))
-    assert torch.equal(model.generate(prompt, 6, top_p=1e-9), generated)
+    assert torch.equal(model.generate(prompt, max_new_tokens=6, do_sample=True, top_p=1e-9), generated)
 
 
 @torch.no_grad()
 def test_sampling_is_reproducible_from_the_generator():
     model = _build()
     prompt = _tokens(2, 2)
-    first = model.generate(prompt, 12, temperature=1.5, top_p=0.9, generator=torch.Generator().manual_seed(3))
-    again = model.generate(prompt, 12, temperature=1.5, top_p=0.9, generator=torch.Generator().manual_seed(3))
+    options = dict(max_new_tokens=12, do_sample=True, temperature=1.5, top_p=0.9)
+    first = model.generate(prompt, **options, generator=torch.Generator().manual_seed(3))
+    again = model.generate(prompt, **options, generator=torch.Generator().manual_seed(3))
     assert torch.equal(first, again)
     assert ((first[:, 2:] >= 0) & (first[:, 2:] < VOCAB)).all()
 
@@ -297,7 +298,7 @@ def test_output_weights_are_tied_to_the_embedding(tmp_path):
     model(_tokens(2, 5), labels=_tokens(2, 5)).loss.backward()
     assert model.embed.weight.grad is model.lm_head.weight.grad
     model.save_pretrained(tmp_path)
-    loaded = ScanMarkovLM.from_pretrained(tmp_path)
+    loaded = ScanMarkovForCausalLM.from_pretrained(tmp_path)
     assert loaded.lm_head.weight.data_ptr() == loaded.embed.weight.data_ptr()
 
 
@@ -306,7 +307,7 @@ def test_output_weights_are_tied_to_the_embedding(tmp_path):
 def test_save_and_load_give_identical_logits(tmp_path, mode):
     model = _build(context_mode=mode).float()  # checkpoints load into a float32 model
     model.save_pretrained(tmp_path)
-    loaded = ScanMarkovLM.from_pretrained(tmp_path).eval()
+    loaded = ScanMarkovForCausalLM.from_pretrained(tmp_path).eval()
     assert loaded.config == model.config
     ids = _tokens(2, 9)
     assert torch.equal(loaded(ids).logits, model(ids).logits)
@@ -314,7 +315,7 @@ def test_save_and_load_give_identical_logits(tmp_path, mode):
 
 def test_seed_architecture_size():
     """Tiny Shakespeare, d = 128, n <= 5: embedding, positions, 128-512-256 gates, LayerNorm, 128-512-128 decoder."""
-    model = ScanMarkovLM(ScanMarkovConfig(vocab_size=65, d_model=128, max_positions=5, context_length=5))
+    model = ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=65, d_model=128, max_positions=5, context_length=5))
     expected = 65 * 128 + 5 * 128 + (128 * 512 + 512 + 512 * 256 + 256) + 2 * 128 + (128 * 512 + 512 + 512 * 128 + 128)
     assert model.num_parameters() == expected
 
@@ -338,7 +339,7 @@ def test_seed_architecture_size():
         (dict(window_positions="middle"), "window_positions"),
         (dict(context_mode="recurrent", context_length=None, window_positions="end"), "window_positions"),
         (dict(initializer_range=0.0), "initializer_range"),
-        (dict(scan_backend="fast"), "scan_backend"),
+        (dict(backend="fast"), "backend"),
     ],
 )
 def test_config_errors_name_the_field(overrides, field):

@@ -323,21 +323,22 @@ def test_generate_reads_the_prompt_then_writes_with_transition_and_emission():
                                           torch.full((2,), 0.002), torch.zeros(2), torch.ones(2))  # fmt: skip
     model = linear_gaussian_vmt(parameters)
     prompt = torch.randn(3, 5, 2, dtype=torch.float64)
-    out = model.generate(prompt, 6, generator=torch.Generator().manual_seed(0))
+    out = model.generate(prompt, max_new_tokens=6, do_sample=True, generator=torch.Generator().manual_seed(0))
     assert out.shape == (3, 11, 2) and torch.equal(out[:, :5], prompt)
     written = out[:, 5:]
     torch.testing.assert_close(written[:, 1:], 0.9 * written[:, :-1], atol=0.02, rtol=0)  # y_{k+1} ≈ C A C⁻¹ y_k
-    again = model.generate(prompt, 6, generator=torch.Generator().manual_seed(0))
+    again = model.generate(prompt, max_new_tokens=6, do_sample=True, generator=torch.Generator().manual_seed(0))
     assert torch.equal(out, again)
 
 
 def test_generate_tokens_from_a_prompt_or_from_the_prior():
     model = tiny_vmt(window=4)
     prompt = torch.randint(0, 7, (2, 9), generator=torch.Generator().manual_seed(0))
-    out = model.generate(prompt, 5, generator=torch.Generator().manual_seed(1))
+    options = dict(max_new_tokens=5, do_sample=True)
+    out = model.generate(prompt, **options, generator=torch.Generator().manual_seed(1))
     assert out.shape == (2, 14) and torch.equal(out[:, :9], prompt) and int(out.max()) < 7
-    assert torch.equal(out, model.generate(prompt, 5, generator=torch.Generator().manual_seed(1)))
-    assert model.generate(prompt[:, :0], 4, generator=torch.Generator().manual_seed(1)).shape == (2, 4)
+    assert torch.equal(out, model.generate(prompt, **options, generator=torch.Generator().manual_seed(1)))
+    assert model.generate(prompt[:, :0], max_new_tokens=4, generator=torch.Generator().manual_seed(1)).shape == (2, 4)
     assert model.training  # generate restores the mode it found
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from markovformer.data.collate import collate
-from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovLM
+from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
 from markovformer.training.batches import EpochBatches
 from markovformer.training.run_config import ConfigError, TrainerConfig, resolve_run_config
 from markovformer.training.runner import build_data, build_model, evaluate, load_run, train
@@ -49,10 +49,10 @@ def test_context_lengths_are_drawn_per_batch_as_a_function_of_seed_and_step():
     assert set(counts) == set(LENGTHS) and all(900 < count < 1100 for count in counts.values())  # uniform: 1000 ± 3σ
 
 
-def _model(**overrides) -> ScanMarkovLM:
+def _model(**overrides) -> ScanMarkovForCausalLM:
     values = dict(vocab_size=9, d_model=8, ffn_mult=2, max_positions=5, context_length=5)
     torch.manual_seed(0)
-    return ScanMarkovLM(ScanMarkovConfig(**{**values, **overrides}))
+    return ScanMarkovForCausalLM(ScanMarkovConfig(**{**values, **overrides}))
 
 
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # the step is called without a Trainer
@@ -113,7 +113,7 @@ def _text_run(tmp_path, **trainer) -> dict:
     }  # fmt: skip
 
 
-def _explicit_ngram_loss(model: ScanMarkovLM, tokens: list[int], n: int, first_target: int) -> float:
+def _explicit_ngram_loss(model: ScanMarkovForCausalLM, tokens: list[int], n: int, first_target: int) -> float:
     """Mean -log p(x_j | x_{j-n..j-1}) over j >= first_target, each window of n tokens fed on its own."""
     windows = torch.tensor([tokens[j - n : j] for j in range(first_target, len(tokens))])
     targets = torch.tensor(tokens[first_target:])
@@ -151,11 +151,12 @@ def test_validation_is_the_exact_ngram_mixture_and_eval_generate_and_inspect_wor
 
     greedy = _cli(capsys, "generate", str(run_dir), "--prompt", "to be", "--max-new-tokens", "12", "--temperature", "0")
     prompt = torch.tensor([bundle.tokenizer.encode("to be")])
-    expected = model.generate(prompt, 12, temperature=0.0)[0, prompt.shape[1] :].tolist()  # the model's own decoding
+    expected = model.generate(prompt, max_new_tokens=12)[0, prompt.shape[1] :].tolist()  # the model's own decoding
     assert greedy[:-1] == "to be" + bundle.tokenizer.decode(expected)
     # Sampling draws from the same generator as the model's own sampler; the padding id (no character) is banned.
     generator = torch.Generator().manual_seed(3)
-    expected = model.generate(prompt, 30, temperature=0.8, top_p=0.9, generator=generator, banned_token_id=0)
+    expected = model.generate(prompt, max_new_tokens=30, do_sample=True, temperature=0.8, top_p=0.9,
+                              generator=generator, suppress_tokens=[0])  # fmt: skip
     expected = expected[0, prompt.shape[1] :]
     sampled = _cli(capsys, "generate", str(run_dir), "--prompt", "to be", "--max-new-tokens", "30", "--temperature",
                    "0.8", "--top-p", "0.9", "--seed", "3")  # fmt: skip
@@ -165,7 +166,7 @@ def test_validation_is_the_exact_ngram_mixture_and_eval_generate_and_inspect_wor
 
     index = write_inspection_report(run_dir)  # curves only: the model has no gates or attention maps
     assert (index.parent / "curves.png").is_file() and not (index.parent / "attention.png").exists()
-    with pytest.raises(ValueError, match="ScanMarkovLM has no attention layers"):
+    with pytest.raises(ValueError, match="ScanMarkovForCausalLM has no attention layers"):
         write_inspection_report(run_dir, layers=[0])
 
 
@@ -175,7 +176,7 @@ def test_validation_windows_must_carry_the_longest_context_and_unsupported_optio
     with pytest.raises(ConfigError, match=r"n=5 but data.overlap=4"):
         train(resolve_run_config(values))
     config = resolve_run_config(_text_run(tmp_path))
-    assert isinstance(build_model(config, build_data(config).info), ScanMarkovLM)
+    assert isinstance(build_model(config, build_data(config).info), ScanMarkovForCausalLM)
     checkpointed = resolve_run_config(_text_run(tmp_path, activation_checkpointing=True))
     with pytest.raises(ConfigError, match="activation_checkpointing: model_type='scan_markov' does not support it"):
         build_model(checkpointed, {"vocab_size": 9})

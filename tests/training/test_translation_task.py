@@ -21,7 +21,7 @@ from markovformer.data.translation import (
     decode_generated,
     translation_lengths,
 )
-from markovformer.models.markov_translator import MarkovTranslator, MarkovTranslatorConfig
+from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 from markovformer.training.batches import EpochBatches
 from markovformer.training.metrics import TaskMetrics
 from markovformer.training.run_config import ConfigError, resolve_run_config
@@ -113,7 +113,7 @@ def trained_run(tmp_path_factory):
 def test_a_translation_run_validates_with_the_bleu_of_its_own_greedy_translations(trained_run):
     run_dir, results = trained_run
     config, model, _ = load_run(run_dir)
-    assert isinstance(model, MarkovTranslator) and results["steps"] == 40
+    assert isinstance(model, MarkovTranslatorForConditionalGeneration) and results["steps"] == 40
     bundle = SyntheticTranslationSource(train_examples=256, val_examples=24, test_examples=24, max_length=8).build(0)
     batch = collate_translation(bundle.val)
     model.eval()
@@ -123,7 +123,7 @@ def test_a_translation_run_validates_with_the_bleu_of_its_own_greedy_translation
         for start in range(0, 24, 10):  # the validation batches; each decodes at most 2 |longest source| + 10 tokens
             part = collate_translation(bundle.val[start : start + 10])
             cap = min(2 * part["src_ids"].shape[1] + 10, 40)
-            generated = model.generate(part["src_ids"], part["src_mask"], max_length=cap).sequences
+            generated = model.generate(part["src_ids"], part["src_mask"], max_new_tokens=cap)
             hypotheses += decode_generated(bundle.tokenizer, generated)
     references = [bundle.tokenizer.decode(example["tgt_ids"].tolist()) for example in bundle.val]
     assert results["val"]["bleu"] == pytest.approx(corpus_bleu(hypotheses, references), rel=1e-6)
@@ -144,7 +144,7 @@ def test_score_batch_decodes_with_the_requested_beam(trained_run):
     with torch.no_grad():
         score_batch(model, batch, metrics, beam_size=3)
         cap = min(2 * batch["src_ids"].shape[1] + 10, 40)
-        beams = model.generate(batch["src_ids"], batch["src_mask"], beam_size=3, max_length=cap).sequences
+        beams = model.generate(batch["src_ids"], batch["src_mask"], max_new_tokens=cap, num_beams=3)
     assert metrics.hypotheses == decode_generated(bundle.tokenizer, beams)
 
 
@@ -156,7 +156,7 @@ def test_generate_translates_a_prompt_and_a_file_of_sentences(trained_run, tmp_p
     batch = collate_translation(bundle.test[:3])
     model.eval()
     expected = decode_generated(bundle.tokenizer, model.generate(batch["src_ids"], batch["src_mask"],
-                                                                 max_length=40).sequences)  # fmt: skip
+                                                                 max_new_tokens=40))  # fmt: skip
     assert main(["generate", str(run_dir), "--prompt", sources[0], "--max-new-tokens", "40"]) == 0
     assert capsys.readouterr().out.splitlines() == expected[:1]
     (tmp_path / "sources.txt").write_text("\n".join(sources) + "\n")

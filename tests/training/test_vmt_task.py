@@ -284,10 +284,13 @@ def test_generate_on_a_vmt_run_reads_the_prompt_and_writes_with_the_models_own_s
     values["output_dir"] = str(tmp_path / "run")
     train(resolve_run_config(values))
     _, model, _ = load_run(tmp_path / "run")
-    expected = model.generate(torch.tensor([[1, 2, 3]]), 8, torch.Generator().manual_seed(4), temperature=0.7)
+    expected = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=8, do_sample=True, temperature=0.7,
+                              generator=torch.Generator().manual_seed(4))  # fmt: skip
     capsys.readouterr()
     assert main(["generate", str(tmp_path / "run"), "--prompt", "1 2 3", "--max-new-tokens", "8", "--temperature",
                  "0.7", "--seed", "4"]) == 0  # fmt: skip
     assert capsys.readouterr().out.split() == [str(i) for i in expected[0].tolist()]
-    assert main(["generate", str(tmp_path / "run"), "--prompt", "1 2", "--top-p", "0.9"]) == 2
-    assert "--temperature only" in capsys.readouterr().err
+    expected = model.generate(torch.tensor([[1, 2]]), max_new_tokens=5, do_sample=True, top_p=0.5,
+                              generator=torch.Generator().manual_seed(0))  # fmt: skip
+    assert main(["generate", str(tmp_path / "run"), "--prompt", "1 2", "--max-new-tokens", "5", "--top-p", "0.5"]) == 0
+    assert capsys.readouterr().out.split() == [str(i) for i in expected[0].tolist()]

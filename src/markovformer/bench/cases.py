@@ -154,6 +154,10 @@ def run_case(case: dict, device: str, time_cap: float) -> dict:
     process (libraries paged in, lazy initialisation) are left out; a model adds its parameters and optimizer
     state back (``state_mib``). With ``repeats=0`` the single run is both warm-up and measurement, and its peak
     includes those one-time costs (an upper bound, enough for the longest-context search)."""
+    if case["part"] == "decode":  # generation: its own loop and timing (markovformer.bench.decode)
+        from markovformer.bench.decode import decode_case
+
+        return {**case, **decode_case(case["kind"], case["T"], case["batch"], device)}
     memory = PeakMemory(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     row, state_mib = dict(case), 0.0

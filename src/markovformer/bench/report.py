@@ -100,6 +100,13 @@ def summarise(parts: dict) -> dict:
                              "peak_mib": _table(rows, "peak_mib"), "not_measured": _not_measured(rows)}  # fmt: skip
     if "longest" in parts:
         summary["longest"] = {model: entry["T"] for model, entry in parts["longest"]["longest"].items()}
+    if "decode" in parts:  # per model and batch, per length: last-token / first-token time (local: <= 1.3), ...
+        table: dict = {}
+        for row in parts["decode"]["rows"]:
+            if "end_over_start" in row:
+                entry = {key: row[key] for key in ("end_over_start", "tokens_per_second", "peak_mib")}
+                table.setdefault(f"{row['kind']} B={row['batch']}", {})[row["T"]] = entry
+        summary["decode"] = table
     summary["targets"] = targets(parts)
     return summary
 

@@ -8,6 +8,9 @@ Parts:
   memory lengths.
 - ``longest``: the longest context each model trains at: T doubles until a step runs out of memory or exceeds the
   time cap (or is predicted to).
+- ``decode`` (not run by default): greedy generation of a local-scope Markovian Transformer (rolling key/value
+  caches) against global softmax with a key/value cache: per-token time at the start and end, tokens/s, cache size
+  and peak memory against the generated length (``markovformer.bench.decode``).
 
 Without ``quick`` every (kind, T) runs in its own child process, so each peak-memory reading is clean and a crash
 loses one case; ``quick`` runs all sizes of a kind in one child (peaks then rely on resetting the high-water mark).
@@ -28,7 +31,8 @@ from pathlib import Path
 from markovformer.atomic import atomic_write_text
 from markovformer.bench.measure import SizeSeries, status_mib
 
-PARTS = ("ops", "models", "longest")
+PARTS = ("ops", "models", "longest")  # the default run
+ALL_PARTS = (*PARTS, "decode")
 RESULTS_NAME = "bench.json"
 # glibc returns every freed block over 32 MiB to the OS, so each large tensor is page-faulted in again on every
 # step; at T = 64k that costs more than the attention arithmetic. These settings make the children keep and reuse
@@ -57,6 +61,8 @@ class BenchSettings:
     longest_max: int | None = None  # longest: stop doubling here (2**20; quick 4096)
     model_batch: int = 1
     keep_freed_memory: bool = False  # children keep freed heap memory for reuse (see KEEP_FREED_MEMORY)
+    decode_lengths: tuple[int, ...] | None = None  # decode: generated lengths (4096, 16384; quick 256, 1024)
+    decode_batches: tuple[int, ...] = (1, 16)
 
     def resolved(self) -> BenchSettings:
         from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS
@@ -68,9 +74,9 @@ class BenchSettings:
         device = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
         if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
             raise ValueError(f"bench device {self.device!r} is not available here (expected 'auto', 'cpu' or 'cuda')")
-        unknown = [part for part in self.parts if part not in PARTS]
+        unknown = [part for part in self.parts if part not in ALL_PARTS]
         if unknown or not self.parts:
-            raise ValueError(f"bench parts {unknown or list(self.parts)}: expected some of {PARTS}")
+            raise ValueError(f"bench parts {unknown or list(self.parts)}: expected some of {ALL_PARTS}")
         kinds = self.op_kinds or (OP_KINDS + (CUDA_OP_KINDS if device == "cuda" else ()))
         for kind in kinds:
             if kind not in OP_KINDS + CUDA_OP_KINDS:
@@ -92,6 +98,7 @@ class BenchSettings:
             memory_lengths=tuple(self.memory_lengths or ((1024,) if quick else (4096, 8192))),
             longest_start=self.longest_start or (1024 if quick else 2048),
             longest_max=self.longest_max or (4096 if quick else 2**20),
+            decode_lengths=tuple(self.decode_lengths or ((256, 1024) if quick else (4096, 16384))),
         )
 
 
@@ -232,7 +239,25 @@ def _longest(runner: _Runner) -> dict:
     return part
 
 
-PART_RUNNERS = {"ops": _ops, "models": _models, "longest": _longest}
+def _decode(runner: _Runner) -> dict:
+    from markovformer.bench.decode import DECODE_KINDS, DECODE_SIZE
+
+    settings, rows = runner.settings, []
+    runner.record["parts"]["decode"] = part = {"size": DECODE_SIZE, "kinds": DECODE_KINDS, "rows": rows}
+    for batch in settings.decode_batches:
+        for length in settings.decode_lengths:
+            for kind in DECODE_KINDS:
+                row = runner._child([{"part": "decode", "kind": kind, "T": length, "batch": batch, "repeats": 0}])[0]
+                rows.append(row)
+                shown = row.get("skipped") or row.get("error") or (
+                    f"{row['tokens_per_second']:.1f} tok/s, {row['step_ms_start']:.2f} -> {row['step_ms_end']:.2f} "
+                    f"ms/token, {row['peak_mib']:.0f} MiB")  # fmt: skip
+                runner.log(f"decode  {kind:20} B={batch:<3} L={length:<7} {shown}")
+                runner.write()
+    return part
+
+
+PART_RUNNERS = {"ops": _ops, "models": _models, "longest": _longest, "decode": _decode}
 
 
 def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Callable[[str], None] = print) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 PART_NAMES = ("ops", "models", "longest")  # markovformer.bench.PARTS, spelled here so --help imports no torch
+ALL_PART_NAMES = (*PART_NAMES, "decode")  # decode (generation speed) runs only when asked
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -12,7 +13,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="benchmark attention ops and models (time, memory, longest context)")
     bench.add_argument("--out", default="runs/bench", help="output folder for bench.json and the plots")
     bench.add_argument("--quick", action="store_true", help="small sizes, fewer repeats (about 2 minutes on a CPU)")
-    bench.add_argument("--parts", nargs="+", default=list(PART_NAMES), choices=PART_NAMES, help="what to run")
+    bench.add_argument("--parts", nargs="+", default=list(PART_NAMES), choices=ALL_PART_NAMES, help="what to run")
     bench.add_argument("--lengths", type=int, nargs="+", default=None, help="op sequence lengths (default 1k..64k)")
     bench.add_argument("--repeats", type=int, default=None, help="timed runs per case after a warm-up (median)")
     bench.add_argument("--threads", type=int, default=1, help="torch threads per case (default 1)")

@@ -182,7 +182,6 @@ def continue_prompt(args: argparse.Namespace, model, run_dir) -> None:
     import torch
 
     from markovformer.data.collate import PAD_ID
-    from markovformer.models.generation import generate_tokens
 
     if args.prompt is None or args.input is not None:
         raise ValueError("a language model continues one --prompt (--input is for translation runs)")
@@ -208,20 +207,11 @@ def continue_prompt(args: argparse.Namespace, model, run_dir) -> None:
         raise ValueError("--prompt is empty: give at least one token")
     prompt = torch.tensor([ids], dtype=torch.long)
     generator = torch.Generator().manual_seed(args.seed)
-    banned = PAD_ID if tokenizer is not None else None  # a tokenizer reserves id 0 for padding: never sample it
-    if hasattr(model, "iw_bound"):  # the VMT: read the prompt with the posterior, write with transition and emission
-        if args.top_k is not None or args.top_p is not None:
-            raise ValueError("the VMT samples its emission at --temperature only (no --top-k / --top-p)")
-        out = model.generate(prompt, args.max_new_tokens, generator, temperature=args.temperature)
-    elif hasattr(model, "step"):  # a recurrent model: its own incremental generation, exactly its training recurrence
-        if args.top_k is not None:
-            raise ValueError(f"--top-k is not supported by {type(model).__name__}; use --top-p")
-        out = model.generate(prompt, args.max_new_tokens, args.temperature, args.top_p or 1.0, generator,
-                             banned_token_id=banned)  # fmt: skip
-    else:
-        limit = getattr(model.config, "max_position", None)
-        out = generate_tokens(model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, generator,
-                              max_context=limit, banned_token_id=banned)  # fmt: skip
+    banned = [PAD_ID] if tokenizer is not None else None  # a tokenizer reserves id 0 for padding: never sample it
+    # every family's generate: --temperature 0 is greedy
+    out = model.generate(prompt, max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0,
+                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=generator,
+                         suppress_tokens=banned)  # fmt: skip
     new = out[0, len(ids) :].tolist()
     print(args.prompt + tokenizer.decode(new) if tokenizer is not None else " ".join(map(str, ids + new)))
 
@@ -249,9 +239,9 @@ def translate(args: argparse.Namespace, model, run_dir) -> None:
         examples = [{"src_ids": torch.tensor(tokenizer.encode(s)), "tgt_ids": torch.tensor([], dtype=torch.long)}
                     for s in chunk]  # fmt: skip
         batch = collate_translation(examples)
-        generated = model.generate(batch["src_ids"], batch["src_mask"], beam_size=args.beam_size,
-                                   max_length=max_length, length_penalty=args.length_penalty)  # fmt: skip
-        for line in decode_generated(tokenizer, generated.sequences):
+        generated = model.generate(batch["src_ids"], batch["src_mask"], max_new_tokens=max_length,
+                                   num_beams=args.beam_size, length_penalty=args.length_penalty)  # fmt: skip
+        for line in decode_generated(tokenizer, generated):
             print(line, flush=True)
 
 

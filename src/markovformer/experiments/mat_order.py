@@ -2,7 +2,8 @@
 
 Data: the synthetic translation task of true order 2 (``data.translation.SyntheticTranslationSource``: y_i is a fixed
 random table of x_i, y_{i-1}, y_{i-2}), or a parallel TSV of yours (``--set tsv_path=pairs.tsv``; for instance the
-German-English pairs of ``data.translation.prepare_de_en``). Each cell trains one small MarkovTranslator and
+German-English pairs of ``data.translation.prepare_de_en``). Each cell trains one small MAT
+(``MarkovTranslatorForConditionalGeneration``) and
 reports greedy BLEU on the test split (sacrebleu on detokenised text), greedy decoding speed on that split, and the
 decoder's state after 64 generated tokens in floats per hypothesis: MAT keeps the last k layer-0 inputs (k·D), any
 other decoder a per-layer key/value cache (2·layers·D per kept token; with an order k only the last k are kept).
@@ -38,7 +39,7 @@ from markovformer.data.translation import (
 from markovformer.experiments.fitting import fit_on_stream
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
-from markovformer.models.markov_translator import MarkovTranslator, MarkovTranslatorConfig
+from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 from markovformer.models.markov_translator.generation import decode_step, start_decoding
 
 NAME = "mat-order"
@@ -88,7 +89,8 @@ def train_order_cell(
     settings: MatOrderSettings,
     log: Callable[[str], None] | None = None,
 ) -> dict:
-    """Train one MarkovTranslator on ``bundle`` and measure it: test BLEU (greedy), decoding speed, decoder state."""
+    """Train one MarkovTranslatorForConditionalGeneration on ``bundle`` and measure it: test BLEU (greedy),
+    decoding speed, decoder state."""
     longest = max(max(translation_lengths(split)) for split in (bundle.train, bundle.val, bundle.test))
     max_decode = longest + 8  # room for a model that over-generates, without letting it run for ever
     torch.manual_seed(seed)
@@ -97,7 +99,7 @@ def train_order_cell(
         n_encoder_layers=settings.n_layers, n_decoder_layers=settings.n_layers, order=order, transparent=transparent,
         dropout=0.0, max_positions=max(longest, max_decode, STATE_PROBE_TOKENS) + 1,
     )  # fmt: skip
-    model = MarkovTranslator(config)
+    model = MarkovTranslatorForConditionalGeneration(config)
     sampler = LengthBucketSampler(translation_lengths(bundle.train), settings.batch_size, seed=seed)
     batches = _endless(sampler)
     validation = collate_translation(bundle.val)
@@ -113,11 +115,11 @@ def train_order_cell(
     model.eval()
     test = collate_translation(bundle.test)
     start = time.perf_counter()
-    generated = model.generate(test["src_ids"], test["src_mask"], max_length=max_decode)
+    generated = model.generate(test["src_ids"], test["src_mask"], max_new_tokens=max_decode)
     decode_seconds = time.perf_counter() - start
-    hypotheses = decode_generated(bundle.tokenizer, generated.sequences)
+    hypotheses = decode_generated(bundle.tokenizer, generated)
     references = [bundle.tokenizer.decode(example["tgt_ids"].tolist()) for example in bundle.test]
-    generated_tokens = int((generated.sequences != config.pad_token_id).sum())
+    generated_tokens = int((generated != config.pad_token_id).sum())
     return {
         "order": order, "transparent": transparent, "n_layers": settings.n_layers, "seed": seed, "steps": fit.steps,
         "val_losses": fit.evaluations, "final_val_loss": fit.evaluations[-1],
@@ -131,7 +133,7 @@ def train_order_cell(
 
 
 @torch.no_grad()
-def decoder_state_floats(model: MarkovTranslator, src_ids: torch.Tensor, tokens: int) -> int:
+def decoder_state_floats(model: MarkovTranslatorForConditionalGeneration, src_ids: torch.Tensor, tokens: int) -> int:
     """Floats the decoder holds per hypothesis after ``tokens`` steps, besides the source memory: the layer-0 input
     window (MAT) or the self-attention key/value cache (every other decoder)."""
     state = start_decoding(model, src_ids)
@@ -205,7 +207,8 @@ def _run(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...], log:
         f"{settings.train_examples} training pairs)"
     )
     report.text(
-        f"Data: {data_text}. Model: MarkovTranslator, d_model {settings.d_model}, {settings.n_heads} heads, "
+        f"Data: {data_text}. Model: MarkovTranslatorForConditionalGeneration, d_model {settings.d_model}, "
+        f"{settings.n_heads} heads, "
         f"{settings.n_layers}+{settings.n_layers} layers, no dropout. Training: {settings.steps} AdamW steps at lr "
         f"{settings.lr} ({settings.warmup_steps} warm-up) on length-bucketed batches of {settings.batch_size}. "
         f"BLEU: greedy decoding of the test split, sacrebleu corpus BLEU on detokenised text. Speed: greedy "

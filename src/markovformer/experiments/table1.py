@@ -251,7 +251,7 @@ def speed_job(setup: DomainSetup, variant: str, settings: Table1Settings) -> dic
     the longer length)."""
     section = {**setup.sections[variant], **setup.info}
     if section["attention"] == "linformer":
-        section["max_position"] = max(settings.memory_length, settings.speed_length)
+        section["max_positions"] = max(settings.memory_length, settings.speed_length)
     return {"model_type": "markovian_transformer", "task": DOMAIN_SPECS[setup.name].task, "section": section,
             "memory_length": settings.memory_length, "speed_length": settings.speed_length,
             "repeats": settings.speed_repeats}  # fmt: skip

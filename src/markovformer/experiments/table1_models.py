@@ -143,7 +143,7 @@ def variant_section(variant: str, markovian: dict, width: int, max_position: int
     kind = MODELS[variant][1]
     section = {**shared_section(width, markovian["n_layers"], markovian["n_heads"]), "attention": kind}
     if kind == "linformer":
-        section["max_position"] = max_position
+        section["max_positions"] = max_position
     return section
 
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 from torch import Tensor, nn
 
 from markovformer.layers.attention import AttentionOutput, SelfAttention
-from markovformer.layers.markov_attention import MarkovAttention, MarkovCore
-from markovformer.layers.random_feature_attention import RandomFeatureAttention, RandomFeatureCore
+from markovformer.layers.markov_attention import MarkovAttention, MarkovCore, MarkovOptions
+from markovformer.layers.random_feature_attention import (
+    RandomFeatureAttention,
+    RandomFeatureCore,
+    RandomFeatureOptions,
+)
 
 HYBRID_MODES = ("split", "parallel")
 MARKOV_OPTIONS = (
@@ -17,6 +22,18 @@ MARKOV_OPTIONS = (
     "transition", "head_specific", "dropout", "backend",
 )  # fmt: skip
 RANDOM_FEATURE_OPTIONS = ("feature_map", "num_features", "redraw_interval", "chunk_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class HybridParallelOptions(MarkovOptions, RandomFeatureOptions):
+    """The options of attention kind "hybrid_parallel": those of "markov" and "rff"."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HybridSplitOptions(HybridParallelOptions):
+    """The options of attention kind "hybrid_split": those of "markov" and "rff", and the Markov heads' share."""
+
+    markov_head_ratio: float = 0.5
 
 
 def pick_options(options: dict, names: tuple[str, ...]) -> dict:
@@ -34,7 +51,8 @@ class HybridSplitAttention(SelfAttention):
         n_markov = math.floor(n_heads * markov_head_ratio)
         head_dim = d_model // n_heads
         markov_options = pick_options(options, MARKOV_OPTIONS)
-        markov_options.setdefault("bidirectional", not causal)
+        if markov_options.get("bidirectional") is None:
+            markov_options["bidirectional"] = not causal
         markov = MarkovCore(
             d_model=d_model, n_heads=max(n_markov, 1), head_dim=head_dim, causal=causal, **markov_options
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
@@ -63,10 +65,29 @@ class MarkovAttention(SelfAttention):
 
     def __init__(self, *, d_model: int, n_heads: int, rotary: bool = True, **core_options) -> None:
         core_options.setdefault("causal", True)
-        core_options.setdefault("bidirectional", not core_options["causal"])
+        if core_options.get("bidirectional") is None:
+            core_options["bidirectional"] = not core_options["causal"]
         core = MarkovCore(d_model=d_model, n_heads=n_heads, head_dim=d_model // n_heads, **core_options)
         super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
 
     @property
     def markov_bias(self) -> MarkovBias:
         return self.cores[0].markov_bias
+
+
+@dataclasses.dataclass(frozen=True)
+class MarkovOptions:
+    """The options of attention kind "markov" (SPEC 2.1-2.4), named as the config fields."""
+
+    max_order: int = 4
+    bidirectional: bool | None = None
+    scope: str = "local"
+    window: int | None = None
+    gate: str = "linear"
+    gate_input: str = "token"
+    gate_null: bool = True
+    gate_gumbel_tau: float | None = None
+    transition: str = "softplus"
+    head_specific: bool = True
+    dropout: float = 0.0
+    backend: str = "auto"

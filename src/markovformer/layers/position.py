@@ -20,17 +20,20 @@ class RotaryEmbedding(nn.Module):
         inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:
-        positions = torch.arange(x.shape[-2], device=x.device, dtype=torch.float32)
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """x (..., T, Dh) at positions start..start+T-1."""
+        positions = torch.arange(start, start + x.shape[-2], device=x.device, dtype=torch.float32)
         angles = positions[:, None] * self.inv_freq[None, :]  # (T, Dh/2)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         even, odd = x[..., 0::2], x[..., 1::2]
         return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
 
-def sinusoidal_positions(seq_len: int, d_model: int, device: torch.device | None = None) -> Tensor:
-    """The Transformer's fixed sinusoidal table, (T, D)."""
-    positions = torch.arange(seq_len, device=device, dtype=torch.float32)[:, None]
+def sinusoidal_positions(
+    seq_len: int, d_model: int, device: torch.device | None = None, start: int = 0
+) -> Tensor:
+    """The Transformer's fixed sinusoidal table for positions start..start+T-1, (T, D)."""
+    positions = torch.arange(start, start + seq_len, device=device, dtype=torch.float32)[:, None]
     div = torch.exp(torch.arange(0, d_model, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d_model))
     table = torch.zeros(seq_len, d_model, device=device)
     table[:, 0::2] = torch.sin(positions * div)

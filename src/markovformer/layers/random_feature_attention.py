@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -71,3 +73,13 @@ class RandomFeatureAttention(SelfAttention):
         core_options.setdefault("causal", True)
         core = RandomFeatureCore(head_dim=d_model // n_heads, **core_options)
         super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomFeatureOptions:
+    """The options of attention kind "rff" (SPEC 2.5), named as the config fields."""
+
+    feature_map: str = "positive"
+    num_features: int = 64
+    redraw_interval: int = 0
+    chunk_size: int = 64

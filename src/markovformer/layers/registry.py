@@ -1,12 +1,16 @@
 """Attention kinds by name, as in Hugging Face's attention-implementation registry.
 
-Each builder receives the shared keyword arguments (``d_model, n_heads, causal, rotary``) plus every
-attention option of the config and keeps the ones it uses. Register a new kind by adding one entry.
+Each kind is one ``AttentionKind``: the dataclass of the options it accepts (the one source of truth for them:
+the model config checks every option it is given against it) and a builder that receives the shared keyword
+arguments (``d_model, n_heads, causal, rotary``) and an instance of that dataclass. Register a new kind by adding
+one entry.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from torch import nn
 
@@ -20,44 +24,108 @@ from markovformer.layers.baselines import (
     ScanMixer,
 )
 from markovformer.layers.hybrid_attention import (
-    MARKOV_OPTIONS,
-    RANDOM_FEATURE_OPTIONS,
     HybridParallelAttention,
+    HybridParallelOptions,
     HybridSplitAttention,
-    pick_options,
+    HybridSplitOptions,
 )
-from markovformer.layers.markov_attention import MarkovAttention
-from markovformer.layers.random_feature_attention import RandomFeatureAttention
-from markovformer.layers.softmax_attention import SoftmaxAttention
+from markovformer.layers.markov_attention import MarkovAttention, MarkovOptions
+from markovformer.layers.random_feature_attention import RandomFeatureAttention, RandomFeatureOptions
+from markovformer.layers.softmax_attention import SoftmaxAttention, SoftmaxOptions
 
-ATTENTION_KINDS: dict[str, Callable[..., nn.Module]] = {
-    "markov": lambda shared, options: MarkovAttention(**shared, **pick_options(options, MARKOV_OPTIONS)),
-    "softmax": lambda shared, options: SoftmaxAttention(**shared, **pick_options(options, ("dropout",))),
-    "rff": lambda shared, options: RandomFeatureAttention(**shared, **pick_options(options, RANDOM_FEATURE_OPTIONS)),
-    "hybrid_split": lambda shared, options: HybridSplitAttention(
-        **shared, **pick_options(options, MARKOV_OPTIONS + RANDOM_FEATURE_OPTIONS + ("markov_head_ratio",))
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """The options of a kind that takes none beyond the shared ones."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LinformerOptions:
+    max_positions: int | None = None  # the longest sequence its length projections cover
+    linformer_k: int = 64
+    dropout: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RetNetOptions:
+    chunk_size: int = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class S4DOptions:
+    ssm_state_size: int = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionKind:
+    """A registered kind: ``options`` (a frozen dataclass), ``build(shared, options) -> nn.Module`` and whether its
+    layer decodes one token at a time from a key/value cache (``models.markovian_transformer.decoding``)."""
+
+    options: type
+    build: Callable[[dict, Any], nn.Module]
+    incremental: bool = False
+
+
+def _mixer(mixer: type) -> Callable[[dict, Any], nn.Module]:
+    """Builder of a sequence mixer that reads only d_model and causal (no heads, no rotary)."""
+    return lambda shared, options: mixer(d_model=shared["d_model"], causal=shared["causal"])
+
+
+ATTENTION_KINDS: dict[str, AttentionKind] = {
+    "markov": AttentionKind(MarkovOptions, lambda shared, o: MarkovAttention(**shared, **dataclasses.asdict(o)), True),
+    "softmax": AttentionKind(
+        SoftmaxOptions, lambda shared, o: SoftmaxAttention(**shared, **dataclasses.asdict(o)), True
     ),
-    "hybrid_parallel": lambda shared, options: HybridParallelAttention(
-        **shared, **pick_options(options, MARKOV_OPTIONS + RANDOM_FEATURE_OPTIONS)
+    "rff": AttentionKind(
+        RandomFeatureOptions, lambda shared, o: RandomFeatureAttention(**shared, **dataclasses.asdict(o))
+    ),
+    "hybrid_split": AttentionKind(
+        HybridSplitOptions, lambda shared, o: HybridSplitAttention(**shared, **dataclasses.asdict(o))
+    ),
+    "hybrid_parallel": AttentionKind(
+        HybridParallelOptions, lambda shared, o: HybridParallelAttention(**shared, **dataclasses.asdict(o))
     ),
     # the baseline zoo (layers.baselines): sequence mixers in the same blocks; some ignore n_heads and rotary
-    "linformer": lambda shared, options: LinformerAttention(
-        **shared, **pick_options(options, ("max_position", "linformer_k", "dropout"))
+    "linformer": AttentionKind(
+        LinformerOptions,
+        lambda shared, o: LinformerAttention(
+            **shared, max_position=o.max_positions, linformer_k=o.linformer_k, dropout=o.dropout
+        ),
     ),
-    "retnet": lambda shared, options: RetNetAttention(**shared, **pick_options(options, ("chunk_size",))),
-    "s4d": lambda shared, options: S4DMixer(
-        d_model=shared["d_model"], causal=shared["causal"], **pick_options(options, ("ssm_state_size",))
+    "retnet": AttentionKind(RetNetOptions, lambda shared, o: RetNetAttention(**shared, chunk_size=o.chunk_size)),
+    "s4d": AttentionKind(
+        S4DOptions,
+        lambda shared, o: S4DMixer(d_model=shared["d_model"], causal=shared["causal"], ssm_state_size=o.ssm_state_size),
     ),
-    "hyena": lambda shared, options: HyenaMixer(d_model=shared["d_model"], causal=shared["causal"]),
-    "rwkv": lambda shared, options: RWKVTimeMix(d_model=shared["d_model"], causal=shared["causal"]),
-    "gru": lambda shared, options: GRUMixer(d_model=shared["d_model"], causal=shared["causal"]),
-    "scan": lambda shared, options: ScanMixer(d_model=shared["d_model"], causal=shared["causal"]),
+    "hyena": AttentionKind(NoOptions, _mixer(HyenaMixer)),
+    "rwkv": AttentionKind(NoOptions, _mixer(RWKVTimeMix)),
+    "gru": AttentionKind(NoOptions, _mixer(GRUMixer)),
+    "scan": AttentionKind(NoOptions, _mixer(ScanMixer)),
 }
 
 
+def attention_option_names(kind: str) -> frozenset[str] | None:
+    """The option names attention kind ``kind`` accepts; None for an entry registered as a bare builder
+    ``(shared, options_dict) -> nn.Module``, which picks its own options."""
+    entry = ATTENTION_KINDS[kind]
+    if not isinstance(entry, AttentionKind):
+        return None
+    return frozenset(field.name for field in dataclasses.fields(entry.options))
+
+
+def decodes_incrementally(kind: str) -> bool:
+    entry = ATTENTION_KINDS[kind]
+    return isinstance(entry, AttentionKind) and entry.incremental
+
+
 def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rotary: bool, **options) -> nn.Module:
-    """Build the attention layer registered as ``kind``."""
+    """Build the attention layer registered as ``kind``. ``options`` may hold options of other kinds (a model
+    config passes all of its own); only this kind's are used, so validate them first (the config does)."""
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; expected one of {tuple(ATTENTION_KINDS)}")
     shared = dict(d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary)
-    return ATTENTION_KINDS[kind](shared, options)
+    entry = ATTENTION_KINDS[kind]
+    if not isinstance(entry, AttentionKind):
+        return entry(shared, options)
+    accepted = attention_option_names(kind)
+    return entry.build(shared, entry.options(**{name: value for name, value in options.items() if name in accepted}))

@@ -1,28 +1,58 @@
-"""Vanilla softmax attention (the Transformer baseline) through ``scaled_dot_product_attention``."""
+"""Vanilla softmax attention (the Transformer baseline): global through ``scaled_dot_product_attention``, or local
+(sliding window, the Mistral/Longformer baseline) through the banded op with no bias."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch.nn.functional as F
 from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
-from markovformer.ops.banded_attention import banded_attention_naive
+from markovformer.ops.banded_attention import banded_attention, banded_attention_naive
 from markovformer.ops.banded_attention.naive import dense_allowed
 from markovformer.ops.masked_softmax import masked_sdpa
 
+SOFTMAX_SCOPES = ("global", "local")
+
+
+@dataclasses.dataclass(frozen=True)
+class SoftmaxOptions:
+    """The options of attention kind "softmax". ``scope="local"`` sees keys t-window..t (SPEC 1) and needs
+    ``window``; ``backend`` picks the banded op's path for local scope."""
+
+    scope: str = "global"
+    window: int | None = None
+    dropout: float = 0.0
+    backend: str = "auto"
+
 
 class SoftmaxCore(nn.Module):
-    def __init__(self, *, causal: bool, dropout: float = 0.0) -> None:
+    def __init__(
+        self, *, causal: bool, dropout: float = 0.0, scope: str = "global", window: int | None = None,
+        backend: str = "auto",
+    ) -> None:  # fmt: skip
         super().__init__()
-        self.causal, self.dropout = causal, dropout
+        if scope not in SOFTMAX_SCOPES:
+            raise ValueError(f"softmax attention scope must be one of {SOFTMAX_SCOPES}; got {scope!r}")
+        if scope == "local" and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+            raise ValueError(f"softmax attention with scope='local' needs a window >= 0; got window={window!r}")
+        if scope == "global" and window is not None:
+            raise ValueError(f"softmax attention window={window!r} is only meaningful with scope='local'")
+        self.causal, self.dropout, self.backend = causal, dropout, backend
+        self.window = window if scope == "local" else None
 
     def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None) -> CoreOutput:
         dropout = self.dropout if self.training else 0.0
         if return_weights:
             heads, weights = banded_attention_naive(
-                q, k, v, window=None, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout
+                q, k, v, window=self.window, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout
             )
             return CoreOutput(heads, {}, weights)
+        if self.window is not None:  # the Markov op with zero bias: the same windows and masks as "markov"
+            heads = banded_attention(q, k, v, window=self.window, causal=self.causal, attention_mask=attention_mask,
+                                     dropout_p=dropout, backend=self.backend)  # fmt: skip
+            return CoreOutput(heads, {}, None)
         if attention_mask is None:
             return CoreOutput(
                 F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal), {}, None
@@ -32,13 +62,14 @@ class SoftmaxCore(nn.Module):
 
 
 class SoftmaxAttention(SelfAttention):
-    """Plain multi-head softmax attention over all (allowed) keys; no Markov bias."""
+    """Plain multi-head softmax attention, no Markov bias: over all (allowed) keys, or a sliding window."""
 
     def __init__(
-        self, *, d_model: int, n_heads: int, causal: bool = True, dropout: float = 0.0, rotary: bool = True
-    ) -> None:
-        core = SoftmaxCore(causal=causal, dropout=dropout)
+        self, *, d_model: int, n_heads: int, causal: bool = True, dropout: float = 0.0, rotary: bool = True,
+        scope: str = "global", window: int | None = None, backend: str = "auto",
+    ) -> None:  # fmt: skip
+        core = SoftmaxCore(causal=causal, dropout=dropout, scope=scope, window=window, backend=backend)
         super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
 
 
-__all__ = ["SoftmaxAttention", "SoftmaxCore"]
+__all__ = ["SOFTMAX_SCOPES", "SoftmaxAttention", "SoftmaxCore", "SoftmaxOptions"]

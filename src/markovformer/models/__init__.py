@@ -1,4 +1,2 @@
-"""One folder per system: its config dataclass, its model classes, its generation."""
-
-from markovformer.models.markovian_transformer import *  # noqa: F401,F403
-from markovformer.models.markovian_transformer import __all__  # noqa: F401
+"""One folder per system: its config dataclass, its model classes, its generation. The public ones are re-exported
+from the package top level (``from markovformer import ...``)."""

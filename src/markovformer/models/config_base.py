@@ -1,4 +1,5 @@
-"""What every model config shares: dict/JSON round trips that reject unknown keys with a suggestion."""
+"""What every model config shares: dict/JSON round trips that reject unknown keys with a suggestion, and the map
+of renamed fields that lets configs written before a rename still load."""
 
 from __future__ import annotations
 
@@ -22,16 +23,32 @@ def unknown_key_message(owner: str, key: str, known: list[str]) -> str:
 
 @dataclasses.dataclass
 class ModelConfig:
-    """Base for model configs: subclasses are dataclasses that validate themselves in ``__post_init__``."""
+    """Base for model configs: subclasses are dataclasses that validate themselves in ``__post_init__``.
+
+    ``renamed_fields`` maps a field's old name to its new one; ``from_dict`` (config.json) and ``upgrade_keys``
+    (a run config's ``model`` section) accept the old names, so files written before the rename still load.
+    """
 
     model_type: ClassVar[str] = "base"
+    renamed_fields: ClassVar[dict[str, str]] = {}
 
     def to_dict(self) -> dict[str, Any]:
         return {"model_type": self.model_type, **dataclasses.asdict(self)}
 
     @classmethod
+    def upgrade_keys(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` with every old field name replaced by its new one; ValueError if both spellings are given."""
+        upgraded = dict(values)
+        for old, new in cls.renamed_fields.items():
+            if old in upgraded:
+                if new in upgraded:
+                    raise ValueError(f"{cls.__name__}: {old!r} is the old name of {new!r}; give only {new!r}")
+                upgraded[new] = upgraded.pop(old)
+        return upgraded
+
+    @classmethod
     def from_dict(cls: type[ConfigT], values: dict[str, Any]) -> ConfigT:
-        values = dict(values)
+        values = cls.upgrade_keys(values)
         model_type = values.pop("model_type", cls.model_type)
         if model_type != cls.model_type:
             raise ValueError(f"config is for model_type {model_type!r}, not {cls.model_type!r}")

@@ -1,9 +1,14 @@
-"""Sampling from causal language models: temperature, top-k and nucleus (top-p)."""
+"""Generation for every model family: the one ``generate`` signature (``GenerationMixin``), greedy or sampled next
+tokens (temperature, top-k, nucleus top-p), and the decoding loop with end-of-sequence handling."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
+
+Step = Callable[[Tensor], Tensor]  # the next tokens (B,) -> the logits (B, V) after them
 
 
 def sample_next_token(
@@ -63,3 +68,112 @@ def generate_tokens(
         token = sample_next_token(logits, temperature, top_k, top_p, generator, banned_token_id)
         tokens = torch.cat([tokens, token[:, None]], dim=1)
     return tokens
+
+
+def check_generation_options(
+    max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None
+) -> None:
+    """ValueError naming the first bad option of ``generate``."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens={max_new_tokens!r}: must be a non-negative integer")
+    if not temperature >= 0:
+        raise ValueError(f"temperature={temperature!r} must be >= 0")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k={top_k!r} must be a positive integer")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p={top_p!r} must lie in (0, 1]")
+
+
+def next_tokens(
+    logits: Tensor,
+    do_sample: bool,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    suppress_tokens: list[int] | None = None,
+) -> Tensor:
+    """(B, V) logits -> (B,) tokens: the argmax (``do_sample=False``) or a draw; ``suppress_tokens`` never come."""
+    if suppress_tokens:
+        index = torch.tensor(list(suppress_tokens), device=logits.device)
+        logits = logits.float().index_fill(-1, index, float("-inf"))
+    if not do_sample:
+        return logits.argmax(-1)
+    return sample_next_token(logits, temperature, top_k, top_p, generator)
+
+
+def decoding_loop(
+    input_ids: Tensor,
+    logits: Tensor,
+    step: Step,
+    max_new_tokens: int,
+    choose: Callable[[Tensor], Tensor],
+    eos_token_id: int | None = None,
+) -> Tensor:
+    """Extend input_ids (B, T) from the first next-token logits (B, V): ``choose`` picks tokens, ``step`` feeds them
+    back. A row that has emitted ``eos_token_id`` continues with it; the loop ends early once every row has.
+    Returns (B, T + generated)."""
+    pieces = [input_ids]
+    finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+    for index in range(max_new_tokens):
+        tokens = choose(logits).to(input_ids.dtype)
+        if eos_token_id is not None:
+            tokens = tokens.masked_fill(finished, eos_token_id)
+            finished |= tokens == eos_token_id
+        pieces.append(tokens[:, None])
+        if index + 1 == max_new_tokens or bool(finished.all()):
+            break
+        logits = step(tokens)
+    return torch.cat(pieces, dim=1)
+
+
+class GenerationMixin:
+    """``generate`` for the causal language models of every family. A family implements
+    ``start_decoding(input_ids, attention_mask, max_new_tokens) -> (logits (B, V), step)``: the next-token logits
+    after the prompt and a function that feeds the chosen tokens (B,) and returns the logits after them."""
+
+    def start_decoding(
+        self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int
+    ) -> tuple[Tensor, Step]:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        *,
+        max_new_tokens: int,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        eos_token_id: int | None = None,
+        generator: torch.Generator | None = None,
+        suppress_tokens: list[int] | None = None,
+    ) -> Tensor:
+        """Continue prompts input_ids (B, T) (``attention_mask`` (B, T), 0 at padding, e.g. on the left) by up to
+        ``max_new_tokens`` tokens -> (B, T + new). Greedy by default (the argmax of the model's next-token logits,
+        which equal its teacher-forced logits); ``do_sample`` draws at ``temperature`` from the ``top_k`` tokens /
+        the nucleus of mass ``top_p``. Rows that emit ``eos_token_id`` continue with it, and generation stops once
+        every row has. ``suppress_tokens`` (e.g. a tokenizer's padding id) are never chosen. Runs in eval mode
+        and restores the model's mode."""
+        check_generation_options(max_new_tokens, temperature, top_k, top_p)
+        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+            raise ValueError(f"input_ids must be (B, T) with T >= 1; got shape {tuple(input_ids.shape)}")
+        if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
+            raise ValueError(f"attention_mask must be (B, T) = {tuple(input_ids.shape)}; got "
+                             f"{tuple(attention_mask.shape)}")  # fmt: skip
+        was_training = self.training
+        self.eval()
+        try:
+            if max_new_tokens == 0:
+                return input_ids
+            logits, step = self.start_decoding(input_ids, attention_mask, max_new_tokens)
+
+            def choose(scores: Tensor) -> Tensor:
+                return next_tokens(scores, do_sample, temperature, top_k, top_p, generator, suppress_tokens)
+
+            return decoding_loop(input_ids, logits, step, max_new_tokens, choose, eos_token_id)
+        finally:
+            self.train(was_training)

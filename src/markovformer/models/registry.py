@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from markovformer.models.config_base import ModelConfig
-from markovformer.models.markov_translator import MarkovTranslator, MarkovTranslatorConfig
+from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 from markovformer.models.markovian_transformer import (
     MarkovianTransformerConfig,
     MarkovianTransformerForCausalLM,
@@ -14,7 +14,7 @@ from markovformer.models.markovian_transformer import (
     MarkovianTransformerForTokenClassification,
 )
 from markovformer.models.pretrained import PreTrainedModel
-from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovLM
+from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 
 
@@ -34,8 +34,8 @@ MODEL_FAMILIES: dict[str, ModelFamily] = {
             "ctc": MarkovianTransformerForCTC,
         },
     ),
-    "scan_markov": ModelFamily(ScanMarkovConfig, {"causal_lm": ScanMarkovLM}),
-    "markov_translator": ModelFamily(MarkovTranslatorConfig, {"translation": MarkovTranslator}),
+    "scan_markov": ModelFamily(ScanMarkovConfig, {"causal_lm": ScanMarkovForCausalLM}),
+    "markov_translator": ModelFamily(MarkovTranslatorConfig, {"translation": MarkovTranslatorForConditionalGeneration}),
     "vmt": ModelFamily(VMTConfig, {"vmt": VariationalMarkovTransformer}),
 }
 

@@ -85,15 +85,19 @@ def build_data(config: RunConfig) -> DataBundle:
 def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
     """The task's head, with input and label sizes taken from the data (a conflicting explicit value is an error)."""
     head = head_class(config.model_type, config.task)
-    values = dict(config.model)
-    fields = {field.name for field in dataclasses.fields(MODEL_FAMILIES[config.model_type].config_class)}
+    config_class = MODEL_FAMILIES[config.model_type].config_class
+    try:
+        values = config_class.upgrade_keys(dict(config.model))  # runs written before a field was renamed
+    except ValueError as error:
+        raise ConfigError(f"model: {error}") from error
+    fields = {field.name for field in dataclasses.fields(config_class)}
     for key in ("vocab_size", "input_dim", "num_labels", "pad_token_id", "bos_token_id", "eos_token_id"):
         if key not in info or key not in fields or (key == "num_labels" and config.task == "causal_lm"):
             continue
         if values.get(key) not in (None, info[key]):
             raise ConfigError(f"model.{key}={values[key]!r} disagrees with the data, which has {key}={info[key]}")
         values[key] = info[key]
-    model_config = build_dataclass(MODEL_FAMILIES[config.model_type].config_class, values, "model")
+    model_config = build_dataclass(config_class, values, "model")
     try:
         model = head(model_config)
     except ValueError as error:

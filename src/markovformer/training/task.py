@@ -112,8 +112,9 @@ def score_batch(
     if metrics.task == "translation":
         source_length = int(batch["src_mask"].sum(-1).max()) if "src_mask" in batch else batch["src_ids"].shape[1]
         max_length = min(2 * source_length + 10, model.config.max_positions)  # fairseq's usual a·|x| + b cap
-        generated = model.generate(batch["src_ids"], batch.get("src_mask"), beam_size=beam_size, max_length=max_length)
-        metrics.update_translations(generated.sequences, batch["labels"])
+        generated = model.generate(batch["src_ids"], batch.get("src_mask"), max_new_tokens=max_length,
+                                   num_beams=beam_size)  # fmt: skip
+        metrics.update_translations(generated, batch["labels"])
 
 
 class SequenceTask(L.LightningModule):

@@ -70,7 +70,7 @@ class LengthBucketSampler(Sampler[list[int]]):
 
 def collate_translation(examples: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
     """Pad sentence pairs ``{"src_ids": (S_i,), "tgt_ids": (T_i,)}`` (plain ids, no specials) into a batch for
-    ``MarkovTranslator.forward(**batch)``, padding on the right:
+    ``MarkovTranslatorForConditionalGeneration.forward(**batch)``, padding on the right:
 
     - ``src_ids`` (B, S) padded with ``<pad>``; ``src_mask`` (B, S) long, 1 = real token;
     - ``tgt_ids`` (B, T + 1): the decoder input ``<bos> y``; ``tgt_mask`` (B, T + 1) long;

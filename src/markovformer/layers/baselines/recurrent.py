@@ -2,7 +2,7 @@
 (SPEC 4, h_t = A_t ⊙ h_{t-1} + B_t ⊙ x_t), so both run inside the same blocks, embeddings and heads as the
 attention kinds.
 
-The stand-alone systems stay where they are: ``models.scan_markov.ScanMarkovLM`` is the seed's model, and
+The stand-alone systems stay where they are: ``models.scan_markov.ScanMarkovForCausalLM`` is the seed's model, and
 ``layers.gru.GRUInjection`` is the Markovian Transformer's GRU path beside attention (Eq. 4-5), which the "gru"
 kind reuses as the mixer itself.
 """

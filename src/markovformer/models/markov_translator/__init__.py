@@ -8,12 +8,15 @@ from markovformer.models.markov_translator.generation import (
     greedy_search,
     start_decoding,
 )
-from markovformer.models.markov_translator.modeling import MarkovTranslator, MarkovTranslatorOutput
+from markovformer.models.markov_translator.modeling import (
+    MarkovTranslatorForConditionalGeneration,
+    MarkovTranslatorOutput,
+)
 
 __all__ = [
     "DecodingState",
     "GenerationOutput",
-    "MarkovTranslator",
+    "MarkovTranslatorForConditionalGeneration",
     "MarkovTranslatorConfig",
     "MarkovTranslatorOutput",
     "beam_search",

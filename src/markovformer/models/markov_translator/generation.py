@@ -1,4 +1,4 @@
-"""Incremental decoding, greedy search and beam search for :class:`MarkovTranslator` (SPEC 3).
+"""Incremental decoding, greedy search and beam search for :class:`MarkovTranslatorForConditionalGeneration` (SPEC 3).
 
 Self-attention state per hypothesis:
 
@@ -17,6 +17,7 @@ Padding is never generated. A hypothesis that reaches ``max_length`` without eos
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ from torch import Tensor
 from markovformer.models.markov_translator.modeling import decoder_self_allowed, key_padding_allowed
 
 if TYPE_CHECKING:
-    from markovformer.models.markov_translator.modeling import MarkovTranslator
+    from markovformer.models.markov_translator.modeling import MarkovTranslatorForConditionalGeneration
 
 
 @dataclass
@@ -54,13 +55,13 @@ class DecodingState:
             self.cache = [(keys.index_select(0, rows), values.index_select(0, rows)) for keys, values in self.cache]
 
 
-def uses_input_window(model: MarkovTranslator) -> bool:
+def uses_input_window(model: MarkovTranslatorForConditionalGeneration) -> bool:
     """True for MAT, whose decoding holds the last k layer-0 inputs instead of a key/value cache."""
     return model.config.transparent and model.config.order is not None
 
 
 def start_decoding(
-    model: MarkovTranslator, src_ids: Tensor, src_mask: Tensor | None = None, repeats: int = 1
+    model: MarkovTranslatorForConditionalGeneration, src_ids: Tensor, src_mask: Tensor | None = None, repeats: int = 1
 ) -> DecodingState:
     """Encode sources (B, S) once; each source's memory keys/values are repeated for ``repeats`` consecutive rows."""
     memory = model.encode(src_ids, src_mask)
@@ -72,7 +73,7 @@ def start_decoding(
     return DecodingState(keys_values, None if allowed is None else allowed.repeat_interleave(repeats, dim=0))
 
 
-def decode_step(model: MarkovTranslator, tokens: Tensor, state: DecodingState) -> Tensor:
+def decode_step(model: MarkovTranslatorForConditionalGeneration, tokens: Tensor, state: DecodingState) -> Tensor:
     """Feed one decoder input per hypothesis, tokens (N,), at position ``state.step``; returns logits (N, V) and
     advances ``state``. Equals the teacher-forced logits at that position."""
     order, step = model.config.order, state.step
@@ -111,7 +112,7 @@ def _log_probs(logits: Tensor, pad_token_id: int) -> Tensor:
     return log_probs
 
 
-def _resolve_max_length(model: MarkovTranslator, max_length: int | None) -> int:
+def _resolve_max_length(model: MarkovTranslatorForConditionalGeneration, max_length: int | None) -> int:
     limit = model.config.max_positions
     if max_length is None:
         return limit
@@ -122,14 +123,16 @@ def _resolve_max_length(model: MarkovTranslator, max_length: int | None) -> int:
 
 @torch.no_grad()
 def greedy_search(
-    model: MarkovTranslator,
+    model: MarkovTranslatorForConditionalGeneration,
     src_ids: Tensor,
     src_mask: Tensor | None = None,
     max_length: int | None = None,
     length_penalty: float = 1.0,
+    choose: Callable[[Tensor], Tensor] | None = None,
 ) -> GenerationOutput:
-    """The most likely next token at every step, for sources (B, S); stops when every row has emitted eos.
-    Dropout stays as the model's mode has it: :func:`generate` switches to eval mode."""
+    """The most likely next token at every step (or the one ``choose`` picks from the log-probabilities (B, V):
+    sampling), for sources (B, S); stops when every row has emitted eos. Dropout stays as the model's mode has
+    it: :func:`generate` switches to eval mode."""
     config = model.config
     max_length = _resolve_max_length(model, max_length)
     state = start_decoding(model, src_ids, src_mask)
@@ -138,7 +141,12 @@ def greedy_search(
     lengths = torch.zeros_like(tokens)
     scores, generated = None, []
     for _ in range(max_length):
-        best, tokens = _log_probs(decode_step(model, tokens, state), config.pad_token_id).max(dim=-1)
+        log_probs = _log_probs(decode_step(model, tokens, state), config.pad_token_id)
+        if choose is None:
+            best, tokens = log_probs.max(dim=-1)
+        else:
+            tokens = choose(log_probs)
+            best = log_probs.gather(-1, tokens[:, None]).squeeze(-1)
         scores = best.masked_fill(finished, 0.0) + (0.0 if scores is None else scores)
         tokens = tokens.masked_fill(finished, config.pad_token_id)
         lengths += ~finished
@@ -151,7 +159,7 @@ def greedy_search(
 
 @torch.no_grad()
 def beam_search(
-    model: MarkovTranslator,
+    model: MarkovTranslatorForConditionalGeneration,
     src_ids: Tensor,
     src_mask: Tensor | None = None,
     beam_size: int = 4,
@@ -220,20 +228,22 @@ def beam_search(
 
 
 def generate(
-    model: MarkovTranslator,
+    model: MarkovTranslatorForConditionalGeneration,
     src_ids: Tensor,
     src_mask: Tensor | None = None,
     beam_size: int = 1,
     max_length: int | None = None,
     length_penalty: float = 1.0,
+    choose: Callable[[Tensor], Tensor] | None = None,
 ) -> GenerationOutput:
-    """Translate sources (B, S): greedy search when ``beam_size`` is 1, else beam search. ``max_length`` counts
-    generated tokens (default: ``max_positions``). Runs in eval mode and restores the model's mode afterwards."""
+    """Translate sources (B, S): greedy search (or ``choose``'s pick: sampling) when ``beam_size`` is 1, else beam
+    search. ``max_length`` counts generated tokens (default: ``max_positions``). Runs in eval mode and restores
+    the model's mode afterwards."""
     was_training = model.training
     model.eval()
     try:
         if beam_size == 1:
-            return greedy_search(model, src_ids, src_mask, max_length, length_penalty)
+            return greedy_search(model, src_ids, src_mask, max_length, length_penalty, choose)
         return beam_search(model, src_ids, src_mask, beam_size, max_length, length_penalty)
     finally:
         model.train(was_training)

@@ -19,7 +19,7 @@ from markovformer.ops.lags import lag_matrix, order_to_window, visible
 from markovformer.ops.masked_softmax import masked_sdpa
 
 if TYPE_CHECKING:
-    from markovformer.models.markov_translator.generation import GenerationOutput
+    pass
 
 
 def key_padding_allowed(mask: Tensor | None) -> Tensor | None:
@@ -142,7 +142,7 @@ class MarkovTranslatorOutput:
     encoder_last_hidden_state: Tensor | None = None  # (B, S, D): the memory
 
 
-class MarkovTranslator(PreTrainedModel):
+class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
     """Encoder-decoder translator over a joint vocabulary (SPEC 3). ``tgt_ids`` is the shifted-right decoder input
     (bos, y_1, ..., y_{T-1}); ``labels`` are aligned with it (y_1, ..., y_T), -100 ignored. Masks are (B, T) with
     1 = real token; target padding must be on the right."""
@@ -160,13 +160,7 @@ class MarkovTranslator(PreTrainedModel):
         self.encoder_norm = nn.LayerNorm(config.d_model)
         self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
         self.decoder_norm = nn.LayerNorm(config.d_model)
-        self.apply(self._init_weights)
-
-    def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=self.config.initializer_range)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
+        self.init_weights()
 
     def embed_tokens(self, ids: Tensor, start: int = 0) -> Tensor:
         """Token ids (B, T) at positions start..start+T-1 -> (B, T, D): √D-scaled embedding + sinusoid, dropout."""
@@ -248,18 +242,45 @@ class MarkovTranslator(PreTrainedModel):
             )
         return MarkovTranslatorOutput(logits, loss, memory)
 
+    @torch.no_grad()
     def generate(
         self,
-        src_ids: Tensor,
-        src_mask: Tensor | None = None,
-        beam_size: int = 1,
-        max_length: int | None = None,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        *,
+        max_new_tokens: int,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        eos_token_id: int | None = None,
+        generator: torch.Generator | None = None,
+        num_beams: int = 1,
         length_penalty: float = 1.0,
-    ) -> GenerationOutput:
-        """Translate (B, S) sources: greedy (beam_size=1) or beam search; see ``generation.generate``."""
+    ) -> Tensor:
+        """Translate sources ``input_ids`` (B, S) (``attention_mask``: 1 = real) into target ids (B, L): bos
+        excluded, eos kept, padding (``pad_token_id``) after it, L <= ``max_new_tokens`` (at most
+        ``max_positions``). Greedy by default, sampling with ``do_sample`` (temperature / top-k / top-p), or beam
+        search with ``num_beams`` > 1 (scores / length ** ``length_penalty``). ``eos_token_id`` defaults to the
+        config's. ``generation.generate`` also returns the scores."""
+        from markovformer.models.generation import check_generation_options, next_tokens
         from markovformer.models.markov_translator.generation import generate  # it imports this module
 
-        return generate(self, src_ids, src_mask, beam_size, max_length, length_penalty)
+        check_generation_options(max_new_tokens, temperature, top_k, top_p)
+        if eos_token_id not in (None, self.config.eos_token_id):
+            raise ValueError(f"eos_token_id={eos_token_id!r}: this model ends sentences with its config's "
+                             f"eos_token_id={self.config.eos_token_id}")  # fmt: skip
+        if do_sample and num_beams != 1:
+            raise ValueError(f"do_sample=True samples one hypothesis; num_beams={num_beams!r} must be 1")
+        if max_new_tokens == 0:
+            return input_ids.new_zeros(input_ids.shape[0], 0)
+
+        def choose(log_probs: Tensor) -> Tensor:
+            return next_tokens(log_probs, True, temperature, top_k, top_p, generator)
+
+        max_length = min(max_new_tokens, self.config.max_positions)
+        return generate(self, input_ids, attention_mask, num_beams, max_length, length_penalty,
+                        choose if do_sample else None).sequences  # fmt: skip
 
 
-__all__ = ["MarkovTranslator", "MarkovTranslatorOutput"]
+__all__ = ["MarkovTranslatorForConditionalGeneration", "MarkovTranslatorOutput"]

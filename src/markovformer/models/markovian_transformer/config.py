@@ -5,15 +5,17 @@ from __future__ import annotations
 import dataclasses
 
 from markovformer.layers.ffn import FFNS
-from markovformer.layers.markov_attention import SCOPES
 from markovformer.layers.markov_bias import GATE_INPUTS, GATES, TRANSITIONS
 from markovformer.layers.position import POSITIONS
-from markovformer.layers.registry import ATTENTION_KINDS
+from markovformer.layers.registry import ATTENTION_KINDS, attention_option_names
 from markovformer.models.config_base import ModelConfig
 from markovformer.ops.banded_attention import BACKENDS
 from markovformer.ops.linear_attention import FEATURE_MAPS
 
 POOLINGS = ("mean", "last", "cls")
+SCOPES = ("local", "global")
+# options some attention kinds read that also configure the rest of the model, so never unused
+MODEL_WIDE_OPTIONS = frozenset({"dropout", "bidirectional", "max_positions"})
 
 
 @dataclasses.dataclass
@@ -23,15 +25,20 @@ class MarkovianTransformerConfig(ModelConfig):
     Inputs: ``vocab_size`` (token ids) or ``input_dim`` (continuous feature frames), not both.
     ``attention`` is one kind for every layer or a list with one kind per layer; "softmax" everywhere is the vanilla
     Transformer and "rff" everywhere the Performer/RFA baseline; the other baselines ("linformer", "s4d", "retnet",
-    "hyena", "rwkv", "gru", "scan") are listed in ``layers.baselines``. ``window`` defaults to ``max_order``.
-    Linformer layers need ``causal=False`` and ``max_position`` (the length their projections cover; k is
-    ``linformer_k``); ``ssm_state_size`` is S4D's state size N.
+    "hyena", "rwkv", "gru", "scan") are listed in ``layers.baselines``. Each kind accepts the options of its
+    dataclass in ``layers.registry`` (``attention_option_names``); setting an option that no layer's kind reads is
+    an error naming it and the kinds. ``scope`` defaults to "local" when a layer has Markov biases and to "global"
+    for softmax; ``scope="local"`` with ``attention="softmax"`` is sliding-window softmax (needs ``window``).
+    ``window`` defaults to ``max_order``. Linformer layers need ``causal=False`` and ``max_positions`` (the length
+    their projections cover; k is ``linformer_k``); ``ssm_state_size`` is S4D's state size N.
     ``bidirectional`` (future lag biases, bidirectional GRU) defaults to ``not causal``.
     The default position encoding is rotary: local attention only ever sees offsets within its window, so a
     local-scope model runs unchanged on sequences longer than those it was trained on.
+    Renamed fields (old configs still load): ``max_position`` -> ``max_positions``.
     """
 
     model_type = "markovian_transformer"
+    renamed_fields = {"max_position": "max_positions"}
 
     vocab_size: int | None = None
     input_dim: int | None = None
@@ -41,7 +48,7 @@ class MarkovianTransformerConfig(ModelConfig):
     num_labels: int = 2
     max_order: int = 4
     attention: str | list[str] = "markov"
-    scope: str = "local"
+    scope: str | None = None
     window: int | None = None
     causal: bool = True
     bidirectional: bool | None = None
@@ -62,7 +69,7 @@ class MarkovianTransformerConfig(ModelConfig):
     ffn_mult: int = 4
     gru: bool = False
     position: str = "rotary"
-    max_position: int | None = None
+    max_positions: int | None = None
     dropout: float = 0.0
     backend: str = "auto"
     pooling: str = "mean"
@@ -89,7 +96,7 @@ class MarkovianTransformerConfig(ModelConfig):
         if (self.vocab_size is None) == (self.input_dim is None):
             fail("vocab_size", f"give exactly one of vocab_size (token ids) and input_dim (features); input_dim="
                  f"{self.input_dim!r}")  # fmt: skip
-        for field in ("vocab_size", "input_dim", "max_position", "window"):
+        for field in ("vocab_size", "input_dim", "max_positions", "window"):
             positive_int(field, allow_none=True)
         for field in ("d_model", "n_layers", "n_heads", "num_labels", "max_order", "num_features", "chunk_size",
                       "ffn_mult", "linformer_k", "ssm_state_size"):  # fmt: skip
@@ -107,18 +114,24 @@ class MarkovianTransformerConfig(ModelConfig):
             for kind in self.attention:
                 if kind not in ATTENTION_KINDS:
                     fail("attention", f"unknown kind {kind!r}; expected one of {tuple(ATTENTION_KINDS)}")
-        for field, options in (("scope", SCOPES), ("gate", GATES), ("gate_input", GATE_INPUTS),
+        kinds = set(self.layer_kinds())
+        if self.scope is None and "scope" in self._options_read():
+            self.scope = "local" if "max_order" in self._options_read(kinds - {"softmax"}) else "global"
+        for field, options in (("gate", GATES), ("gate_input", GATE_INPUTS),
                                ("transition", TRANSITIONS), ("feature_map", FEATURE_MAPS), ("ffn", FFNS),
                                ("position", POSITIONS), ("backend", BACKENDS), ("pooling", POOLINGS)):  # fmt: skip
             choice(field, options)
-        if "linformer" in self.layer_kinds():
+        if self.scope is not None:
+            choice("scope", SCOPES)
+        if "linformer" in kinds:
             if self.causal:
                 fail("attention", "Linformer is non-causal: its length projections mix the whole sequence, so every "
                      "output reads the future; set causal=False or use a causal kind ('retnet', 'rwkv', 'hyena', "
                      "'s4d', ...)")  # fmt: skip
-            if self.max_position is None:
-                fail("max_position", "attention='linformer' needs max_position, the longest sequence its length "
+            if self.max_positions is None:
+                fail("max_positions", "attention='linformer' needs max_positions, the longest sequence its length "
                      "projections cover")  # fmt: skip
+        self._check_options_are_used()
         if self.bidirectional is None:
             self.bidirectional = not self.causal
         if self.causal and self.bidirectional:
@@ -126,9 +139,11 @@ class MarkovianTransformerConfig(ModelConfig):
         if self.gate_input == "sequence" and not self.bidirectional:
             fail("gate_input", "'sequence' reads the whole sequence (the future); it needs bidirectional=True")
         if self.scope == "local":
+            if self.window is None and "max_order" not in self._options_read(kinds - {"softmax"}):
+                fail("window", "scope='local' softmax attention needs a window (keys t-window..t are visible)")
             if self.window is None:
                 self.window = self.max_order
-            if self.window < self.max_order:
+            if self.window < self.max_order and "max_order" in self._options_read():
                 fail("window", f"is smaller than max_order={self.max_order}: lags beyond the window are never seen")
         elif self.window is not None:
             fail("window", "is only meaningful with scope='local'")
@@ -148,8 +163,8 @@ class MarkovianTransformerConfig(ModelConfig):
             fail("redraw_interval", "must be >= 0 (0 never redraws)")
         if self.position == "rotary" and (self.d_model // self.n_heads) % 2:
             fail("position", f"rotary needs an even head dimension; d_model/n_heads = {self.d_model // self.n_heads}")
-        if self.position == "learned" and self.max_position is None:
-            fail("max_position", "position='learned' needs max_position")
+        if self.position == "learned" and self.max_positions is None:
+            fail("max_positions", "position='learned' needs max_positions")
         if self.tie_word_embeddings and self.vocab_size is None:
             fail("tie_word_embeddings", "needs token inputs (vocab_size)")
         for field in ("gate_entropy_weight", "transition_penalty"):
@@ -160,21 +175,62 @@ class MarkovianTransformerConfig(ModelConfig):
         """The attention kind of each layer."""
         return [self.attention] * self.n_layers if isinstance(self.attention, str) else list(self.attention)
 
+    def _options_read(self, kinds: set[str] | None = None) -> set[str]:
+        """The attention options read by the given kinds (default: every layer's); all of them for a kind
+        registered without an options dataclass."""
+        names: set[str] = set()
+        for kind in set(self.layer_kinds()) if kinds is None else kinds:
+            accepted = attention_option_names(kind)
+            names |= set(ATTENTION_OPTION_FIELDS) if accepted is None else accepted
+        return names
+
+    def _check_options_are_used(self) -> None:
+        """ValueError naming an attention option set to a non-default value that no layer's kind reads."""
+        defaults = {field.name: field.default for field in dataclasses.fields(type(self))}
+        read = self._options_read() | MODEL_WIDE_OPTIONS
+        for name in ATTENTION_OPTION_FIELDS:
+            if name not in read and getattr(self, name) != defaults[name]:
+                kinds = sorted(set(self.layer_kinds()))
+                raise ValueError(
+                    f"MarkovianTransformerConfig.{name}={getattr(self, name)!r}: attention kind "
+                    f"{' / '.join(map(repr, kinds))} has no option {name!r}; it is read by "
+                    f"{sorted(k for k in ATTENTION_KINDS if name in (attention_option_names(k) or ()))}"
+                )
+
     def attention_options(self) -> dict:
-        """Every attention option, named as the layer keyword arguments."""
-        names = ("max_order", "bidirectional", "scope", "window", "gate", "gate_input", "gate_null",
-                 "gate_gumbel_tau", "transition", "head_specific", "dropout", "backend", "feature_map",
-                 "num_features", "redraw_interval", "chunk_size", "markov_head_ratio", "linformer_k",
-                 "ssm_state_size", "max_position")  # fmt: skip
-        return {name: getattr(self, name) for name in names}
+        """Every attention option, named as the layer keyword arguments (each kind keeps its own)."""
+        return {name: getattr(self, name) for name in ATTENTION_OPTION_FIELDS}
+
+    @classmethod
+    def upgrade_keys(cls, values: dict) -> dict:
+        """Also: a config written before options were checked per kind (it has ``max_position``) may hold options
+        its kinds ignored then (softmax read only ``dropout``); they are dropped, as they were at the time."""
+        old_format = "max_position" in values and "max_positions" not in values
+        values = super().upgrade_keys(values)
+        if old_format:
+            attention = values.get("attention", "markov")
+            kinds = {attention} if isinstance(attention, str) else set(attention)
+            read = set(MODEL_WIDE_OPTIONS) | {"dropout"}
+            for kind in kinds - {"softmax"}:
+                if kind in ATTENTION_KINDS:
+                    read |= attention_option_names(kind) or set(ATTENTION_OPTION_FIELDS)
+            for name in set(ATTENTION_OPTION_FIELDS) - read:
+                values.pop(name, None)
+        return values
+
+
+ATTENTION_OPTION_FIELDS = tuple(sorted(
+    {name for kind in ATTENTION_KINDS for name in (attention_option_names(kind) or ())}
+    & {field.name for field in dataclasses.fields(MarkovianTransformerConfig)}
+))  # fmt: skip
 
 
 def gpt2_style_config(
-    vocab_size: int, d_model: int, n_layers: int, n_heads: int, max_position: int, **overrides
+    vocab_size: int, d_model: int, n_layers: int, n_heads: int, max_positions: int, **overrides
 ) -> MarkovianTransformerConfig:
     """The GPT-2-style model of the Markov-chain papers as a Markovian Transformer configuration: softmax attention
     over the whole prefix, learned absolute positions, a GELU MLP and tied input/output embeddings."""
     values = dict(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, attention="softmax",
-                  scope="global", position="learned", max_position=max_position, ffn="gelu",
+                  scope="global", position="learned", max_positions=max_positions, ffn="gelu",
                   tie_word_embeddings=True)  # fmt: skip
     return MarkovianTransformerConfig(**{**values, **overrides})

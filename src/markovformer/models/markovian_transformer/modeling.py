@@ -15,6 +15,7 @@ from markovformer.layers.gru import GRUInjection
 from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.position import sinusoidal_positions
 from markovformer.layers.registry import build_attention
+from markovformer.models.generation import GenerationMixin
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.ops.padding import right_padded_lengths
@@ -36,12 +37,6 @@ class MarkovianTransformerOutput:
 
 class MarkovianTransformerPreTrainedModel(PreTrainedModel):
     config_class = MarkovianTransformerConfig
-
-    def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=self.config.initializer_range)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
 
     def markov_biases(self) -> list[MarkovBias]:
         return [module for module in self.modules() if isinstance(module, MarkovBias)]
@@ -79,12 +74,12 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         else:
             self.embed = nn.Linear(config.input_dim, config.d_model)
         self.position_embedding = (
-            nn.Embedding(config.max_position, config.d_model) if config.position == "learned" else None
+            nn.Embedding(config.max_positions, config.d_model) if config.position == "learned" else None
         )
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(self._block(kind) for kind in config.layer_kinds())
         self.final_norm = nn.LayerNorm(config.d_model)
-        self.apply(self._init_weights)
+        self.init_weights()
 
     def _block(self, kind: str) -> PreLNBlock:
         config = self.config
@@ -100,8 +95,11 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         gru = GRUInjection(config.d_model, bidirectional=config.bidirectional) if config.gru else None
         return PreLNBlock(config.d_model, attention, ffn, gru, config.dropout)
 
-    def embed_inputs(self, input_ids: Tensor | None = None, input_features: Tensor | None = None) -> Tensor:
-        """Token ids (B, T) or feature frames (B, T, input_dim) -> (B, T, D), with additive positions if any."""
+    def embed_inputs(
+        self, input_ids: Tensor | None = None, input_features: Tensor | None = None, start: int = 0
+    ) -> Tensor:
+        """Token ids (B, T) or feature frames (B, T, input_dim) at positions start.. -> (B, T, D), with additive
+        positions if any."""
         config = self.config
         if config.vocab_size is not None:
             if input_ids is None or input_features is not None:
@@ -122,16 +120,19 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             if not torch.isfinite(input_features).all():
                 raise ValueError("input_features contain NaN or infinite values")
             hidden = self.embed(input_features.to(self.embed.weight.dtype))
-        return self.add_positions(hidden)
+        return self.add_positions(hidden, start)
 
-    def add_positions(self, hidden: Tensor) -> Tensor:
-        seq_len = hidden.shape[1]
+    def add_positions(self, hidden: Tensor, start: int = 0) -> Tensor:
+        """Additive positions (sinusoidal or learned; rotary acts inside attention) of hidden (B, T, D) at
+        positions start..start+T-1."""
+        end = start + hidden.shape[1]
         if self.config.position == "sinusoidal":
-            hidden = hidden + sinusoidal_positions(seq_len, self.config.d_model, hidden.device).to(hidden.dtype)
+            table = sinusoidal_positions(hidden.shape[1], self.config.d_model, hidden.device, start=start)
+            hidden = hidden + table.to(hidden.dtype)
         elif self.position_embedding is not None:
-            if seq_len > self.config.max_position:
-                raise ValueError(f"sequence length {seq_len} exceeds max_position={self.config.max_position}")
-            hidden = hidden + self.position_embedding(torch.arange(seq_len, device=hidden.device))
+            if end > self.config.max_positions:
+                raise ValueError(f"sequence length {end} exceeds max_positions={self.config.max_positions}")
+            hidden = hidden + self.position_embedding(torch.arange(start, end, device=hidden.device))
         return hidden
 
     def encode(
@@ -183,15 +184,17 @@ class _WithBackbone(MarkovianTransformerPreTrainedModel):
         return self.model(input_ids, input_features, attention_mask, return_gates, return_weights)
 
 
-class MarkovianTransformerForCausalLM(_WithBackbone):
-    """Next-token prediction. ``labels`` are the inputs (shifted inside); label -100 is ignored."""
+class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
+    """Next-token prediction. ``labels`` are the inputs (shifted inside); label -100 is ignored. ``generate``
+    decodes from per-layer key/value caches when every layer is Markov or softmax attention (rolling caches of
+    W + 1 entries for local scope), and re-runs the prefix each step otherwise (see ``decoding``)."""
 
     def __init__(self, config: MarkovianTransformerConfig) -> None:
         if config.vocab_size is None or not config.causal:
             raise ValueError("MarkovianTransformerForCausalLM needs vocab_size and causal=True")
         super().__init__(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.lm_head.apply(self._init_weights)
+        self.init_weights(self.lm_head)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed.weight
 
@@ -204,6 +207,11 @@ class MarkovianTransformerForCausalLM(_WithBackbone):
             )
         return output
 
+    def start_decoding(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int):
+        from markovformer.models.markovian_transformer.decoding import start_decoding  # it imports this module
+
+        return start_decoding(self, input_ids, attention_mask, max_new_tokens)
+
 
 class MarkovianTransformerForSequenceClassification(_WithBackbone):
     """One label per sequence from pooled hidden states (``pooling``: mean over real tokens, last real token, or a
@@ -215,7 +223,7 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
         super().__init__(config)
         self.cls = nn.Parameter(torch.zeros(config.d_model)) if config.pooling == "cls" else None
         self.classifier = nn.Linear(config.d_model, config.num_labels)
-        self.classifier.apply(self._init_weights)
+        self.init_weights(self.classifier)
 
     def forward(
         self, input_ids=None, input_features=None, attention_mask=None, labels=None, return_gates=False,
@@ -250,7 +258,7 @@ class _PerPositionHead(_WithBackbone):
     def __init__(self, config: MarkovianTransformerConfig) -> None:
         super().__init__(config)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
-        self.classifier.apply(self._init_weights)
+        self.init_weights(self.classifier)
 
     def loss(self, logits: Tensor, labels: Tensor, attention_mask: Tensor | None) -> Tensor:
         raise NotImplementedError

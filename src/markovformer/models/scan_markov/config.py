@@ -13,15 +13,15 @@ WINDOW_POSITIONS = ("start", "end")
 
 @dataclasses.dataclass
 class ScanMarkovConfig(ModelConfig):
-    """Configuration of ``ScanMarkovLM``.
+    """Configuration of ``ScanMarkovForCausalLM``.
 
     ``context_mode``: ``"markov"`` (the state at t runs over the last ``context_length`` tokens only, positions
     counted from the window start) or ``"recurrent"`` (over the whole prefix, absolute positions, so sequences
     may be at most ``max_positions`` long). ``context_length`` is required in markov mode and must fit in
     ``max_positions``; a forward call may override it. ``ffn_mult``: hidden width of the gate projection and the
-    decoder, in units of ``d_model`` (the seed's 512 = 4·128). ``scan_backend``: the ``linear_scan`` backend of the
+    decoder, in units of ``d_model`` (the seed's 512 = 4·128). ``backend``: the ``linear_scan`` backend of the
     recurrent mode; the markov mode's short windows use ``windowed_linear_scan`` (its naive loop when
-    ``scan_backend="naive"``). ``dropout`` acts on the embeddings and the decoder's hidden layer;
+    ``backend="naive"``). ``dropout`` acts on the embeddings and the decoder's hidden layer;
     ``decoder_dropout``, if set, replaces it in the decoder alone. Dropout on the decoder only keeps the markov
     mode's gates a table over (token, position), computed once a step (embedding dropout makes them per pair).
     ``window_positions``: in markov mode, count a window's positions from its first token (``"start"``, SPEC 4 and
@@ -36,6 +36,7 @@ class ScanMarkovConfig(ModelConfig):
     """
 
     model_type = "scan_markov"
+    renamed_fields = {"scan_backend": "backend"}
 
     vocab_size: int | None = None
     d_model: int = 128
@@ -48,7 +49,7 @@ class ScanMarkovConfig(ModelConfig):
     window_positions: str = "start"
     context_dropout: float = 0.0
     initializer_range: float = 0.02
-    scan_backend: str = "auto"
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
         def fail(field: str, message: str) -> None:
@@ -78,8 +79,8 @@ class ScanMarkovConfig(ModelConfig):
                 fail(field, "must lie in [0, 1)")
         if not self.initializer_range > 0:
             fail("initializer_range", "must be positive")
-        if self.scan_backend not in BACKENDS:
-            fail("scan_backend", f"must be one of {BACKENDS}")
+        if self.backend not in BACKENDS:
+            fail("backend", f"must be one of {BACKENDS}")
 
 
 def check_context_length(value: object, max_positions: int, name: str) -> None:

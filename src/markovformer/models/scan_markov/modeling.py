@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from markovformer.models.generation import sample_next_token
+from markovformer.models.generation import GenerationMixin, Step
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.models.scan_markov.config import ScanMarkovConfig, check_context_length
 from markovformer.ops.padding import right_padded_lengths
@@ -46,7 +46,7 @@ class ScanMarkovState:
     window: Tensor | None = None
 
 
-class ScanMarkovLM(PreTrainedModel):
+class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
     """Next-token prediction with the scan recurrence. ``labels`` are the inputs (shifted inside); -100 is ignored."""
 
     config_class = ScanMarkovConfig
@@ -64,14 +64,8 @@ class ScanMarkovLM(PreTrainedModel):
             nn.Linear(width, hidden), nn.GELU(), nn.Dropout(decoder_dropout), nn.Linear(hidden, width)
         )
         self.lm_head = nn.Linear(width, config.vocab_size, bias=False)
-        self.apply(self._init_weights)
+        self.init_weights()
         self.lm_head.weight = self.embed.weight
-
-    def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=self.config.initializer_range)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
 
     def _check_input_ids(self, input_ids: Tensor, dims: int = 2) -> None:
         shape = "(B, T)" if dims == 2 else "(B,)"
@@ -120,7 +114,7 @@ class ScanMarkovLM(PreTrainedModel):
             )
         positions = self.position_embedding(torch.arange(length, device=input_ids.device))
         decay, inject = self.skip_context_tokens(*self.gated_inputs(self.dropout(self.embed(input_ids) + positions)))
-        return linear_scan(decay, inject, backend=self.config.scan_backend)[0]
+        return linear_scan(decay, inject, backend=self.config.backend)[0]
 
     def markov_states(self, input_ids: Tensor, window: int) -> Tensor:
         """h over the last ``window`` tokens at every position: (B, T) -> (B, T, D).
@@ -145,7 +139,7 @@ class ScanMarkovLM(PreTrainedModel):
             pair = tokens * window + position
             decay, inject = decay_table[pair], inject_table[pair]
         decay, inject = self.skip_context_tokens(decay, inject)
-        backend = "naive" if self.config.scan_backend == "naive" else "auto"
+        backend = "naive" if self.config.backend == "naive" else "auto"
         return windowed_linear_scan(decay, inject, window, backend=backend)
 
     def logits_from_states(self, states: Tensor) -> Tensor:
@@ -170,7 +164,7 @@ class ScanMarkovLM(PreTrainedModel):
                 raise ValueError(
                     f"attention_mask must be (B, T) = {tuple(input_ids.shape)}, got {tuple(attention_mask.shape)}"
                 )
-            right_padded_lengths(attention_mask, "ScanMarkovLM")
+            right_padded_lengths(attention_mask, "ScanMarkovForCausalLM")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={label_smoothing!r}: must lie in [0, 1)")
         window = self.window_size(context_length)
@@ -214,42 +208,28 @@ class ScanMarkovLM(PreTrainedModel):
         hidden = self.markov_states(tokens, window)[:, -1]
         return self.logits_from_states(hidden), ScanMarkovState(state.position + 1, window=tokens)
 
-    @torch.no_grad()
-    def generate(
-        self,
-        input_ids: Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        generator: torch.Generator | None = None,
-        context_length: int | None = None,
-        banned_token_id: int | None = None,
-    ) -> Tensor:
-        """Extend prompts (B, T) by ``max_new_tokens`` sampled tokens -> (B, T + max_new_tokens), in eval mode.
-
-        Every token (prompt and sampled) goes through ``step``. ``temperature`` 0 is greedy; ``top_p`` < 1 keeps
-        the smallest set of tokens whose probability reaches it (nucleus sampling); ``banned_token_id`` (a
-        tokenizer's padding) is never drawn.
-        """
+    def start_decoding(
+        self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int
+    ) -> tuple[Tensor, Step]:
+        """``GenerationMixin``'s start: every prompt token goes through ``step``, the training recurrence, and so
+        does every chosen token. Prompts must be unpadded (the recurrence has no padding steps)."""
         self._check_input_ids(input_ids)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens={max_new_tokens!r}: must be a non-negative integer")
-        window = self.window_size(context_length)
-        fed = input_ids.shape[1] + max(max_new_tokens - 1, 0)
-        if window is None and fed > self.config.max_positions:
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            raise ValueError("ScanMarkovForCausalLM generates from unpadded prompts: give rows of equal length, or "
+                             "one prompt at a time")  # fmt: skip
+        fed = input_ids.shape[1] + max_new_tokens - 1
+        if self.window_size() is None and fed > self.config.max_positions:
             raise ValueError(
                 f"a prompt of {input_ids.shape[1]} tokens plus max_new_tokens={max_new_tokens} needs {fed} positions "
                 f"but max_positions={self.config.max_positions}"
             )
-        self.eval()
         state = None
         for token in input_ids.unbind(1):
-            logits, state = self.step(token, state, window)
-        pieces = [input_ids]
-        for index in range(max_new_tokens):
-            token = sample_next_token(logits, temperature, top_p=top_p, generator=generator,
-                                      banned_token_id=banned_token_id)  # fmt: skip
-            pieces.append(token[:, None])
-            if index + 1 < max_new_tokens:
-                logits, state = self.step(token, state, window)
-        return torch.cat(pieces, dim=1)
+            logits, state = self.step(token, state)
+        states = [state]
+
+        def feed(tokens: Tensor) -> Tensor:
+            next_logits, states[0] = self.step(tokens, states[0])
+            return next_logits
+
+        return logits, feed

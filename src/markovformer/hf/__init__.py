@@ -1,0 +1,25 @@
+"""Hugging Face integration (the ``hf`` extra: ``pip install "markovformer[hf]"``).
+
+``import markovformer.hf`` registers every markovformer config with ``transformers.AutoConfig`` and each model
+with the Auto class of its task (``AutoModel``, ``AutoModelForCausalLM``, ``AutoModelForSequenceClassification``,
+``AutoModelForTokenClassification``, ``AutoModelForSeq2SeqLM``), as flash-linear-attention does. Then::
+
+    import markovformer.hf  # noqa: F401
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained("runs/NAME/model")   # a run's model/ or any save_pretrained
+
+loads the saved weights into a ``transformers.PreTrainedModel`` that wraps the markovformer model (the same
+modules, so the same state-dict keys and the same logits), usable with ``transformers``' ``generate`` and
+``Trainer``. The core package never imports ``transformers``.
+"""
+
+try:
+    import transformers  # noqa: F401
+except ImportError as error:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ImportError('markovformer.hf needs transformers: pip install "markovformer[hf]"') from error
+
+from markovformer.hf.modeling import HF_CLASSES, HF_CONFIGS, register  # noqa: E402
+
+register()
+
+__all__ = ["HF_CLASSES", "HF_CONFIGS", "register"]

@@ -1,0 +1,48 @@
+"""Attention of a few new queries over a key/value cache (incremental decoding), with per-lag Markov biases placed
+by ``ops.lags``. Its reference is the full forward of the same layer: the model tests compare them at every step."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from markovformer.ops.lags import lag_matrix, lag_slot, visible
+from markovformer.ops.masked_softmax import masked_softmax
+
+
+def cached_attention(
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    query_positions: Tensor,
+    key_positions: Tensor,
+    key_real: Tensor,
+    *,
+    window: int | None,
+    past_bias: Tensor | None = None,
+) -> Tensor:
+    """Causal attention of queries over cached keys.
+
+    Args:
+        q: (B, H, Tq, Dh) queries at ``query_positions`` (Tq,).
+        keys, values: (B, H, C, Dh) cache slots holding the keys at ``key_positions`` (C,); a slot with position
+            < 0 is empty. The slots may be in any order (a rolling cache).
+        key_real: (B, C) False where the slot holds padding (or nothing).
+        window: W of SPEC 1 (keys t-W..t), or None for global scope.
+        past_bias: (B, H, Tq, K) per-lag biases: slot k-1 is added to the score of the key at lag k.
+
+    Returns:
+        (B, H, Tq, Dh); a query with no visible key gives zeros.
+    """
+    lags = lag_matrix(query_positions, key_positions)  # (Tq, C)
+    allowed = visible(lags, window, causal=True) & (key_positions >= 0)[None, :]
+    allowed = allowed[None, None] & key_real[:, None, None, :]
+    scores = torch.matmul(q, keys.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if past_bias is not None:
+        slots = lag_slot(lags, past_bias.shape[-1], "past")  # (Tq, C), -1 where the lag has no bias
+        index = slots.clamp_min(0)[None, None].expand(*past_bias.shape[:2], -1, -1)
+        scores = scores + torch.where(slots >= 0, past_bias.gather(-1, index), 0.0)
+    return torch.matmul(masked_softmax(scores, allowed).to(values.dtype), values)
+
+
+__all__ = ["cached_attention"]

@@ -1,0 +1,163 @@
+"""The ``hf`` extra: markovformer models through ``transformers``' Auto classes, ``generate`` and ``Trainer``.
+
+Skipped when ``transformers`` is not installed (``pip install "markovformer[hf]"``); the core's independence from
+it is tested in a subprocess that blocks the import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from markovformer import (
+    MarkovianTransformerConfig,
+    MarkovianTransformerForCausalLM,
+    MarkovianTransformerForSequenceClassification,
+    MarkovianTransformerForTokenClassification,
+    ScanMarkovConfig,
+    ScanMarkovForCausalLM,
+)
+from markovformer.markov import lagged_chain
+
+SMALL = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
+
+
+def _transformers():
+    return pytest.importorskip("transformers", reason="the hf extra is not installed (pip install 'markovformer[hf]')")
+
+
+def _saved(model: torch.nn.Module, directory) -> torch.nn.Module:
+    with torch.no_grad():  # weights away from the init, so that a parameter left unloaded would show
+        for parameter in model.parameters():
+            parameter.add_(0.2 * torch.randn_like(parameter))
+    model.eval().save_pretrained(directory)
+    return model
+
+
+def test_the_core_imports_and_runs_without_transformers():
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"  # any import of transformers now fails
+        "import torch, markovformer\n"
+        "from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM\n"
+        "model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=5, d_model=8, n_heads=2))\n"
+        "print(model.generate(torch.tensor([[1, 2]]), max_new_tokens=3).shape)\n"
+        "try:\n    import markovformer.hf\nexcept ImportError as error:\n    print(error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    expected_error = 'markovformer.hf needs transformers: pip install "markovformer[hf]"'
+    assert result.stdout.splitlines() == ["torch.Size([1, 5])", expected_error]
+
+
+@pytest.mark.parametrize(
+    "auto_name, model",
+    [
+        ("AutoModelForCausalLM", lambda: MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
+            **SMALL, tie_word_embeddings=True))),
+        ("AutoModelForCausalLM", lambda: ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=11, d_model=16,
+                                                                                 context_length=3))),
+        ("AutoModelForSequenceClassification", lambda: MarkovianTransformerForSequenceClassification(
+            MarkovianTransformerConfig(**SMALL, causal=False, pooling="cls", num_labels=3))),
+        ("AutoModelForTokenClassification", lambda: MarkovianTransformerForTokenClassification(
+            MarkovianTransformerConfig(**SMALL, num_labels=4))),
+    ],
+    ids=["markovian_causal_lm", "scan_markov_causal_lm", "sequence_classification", "token_classification"],
+)  # fmt: skip
+def test_auto_classes_load_a_saved_model_with_identical_logits(auto_name, model, tmp_path):
+    transformers = _transformers()
+    import markovformer.hf  # noqa: F401 - registers the Auto classes
+
+    torch.manual_seed(0)
+    ours = _saved(model(), tmp_path)
+    config = transformers.AutoConfig.from_pretrained(tmp_path)
+    assert config.to_markovformer() == ours.config
+    loaded = getattr(transformers, auto_name).from_pretrained(tmp_path)
+    assert type(loaded.markovformer) is type(ours)
+    ids = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, ours(ids).logits)
+
+
+def test_seq2seq_and_vmt_load_through_their_auto_classes(tmp_path):
+    transformers = _transformers()
+    import markovformer.hf  # noqa: F401
+    from markovformer import (
+        MarkovTranslatorConfig,
+        MarkovTranslatorForConditionalGeneration,
+        VariationalMarkovTransformer,
+        VMTConfig,
+    )
+
+    torch.manual_seed(0)
+    mat = _saved(MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, order=2, dropout=0.0,
+        max_positions=32)), tmp_path / "mat")  # fmt: skip
+    loaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "mat")
+    source = torch.randint(3, 11, (2, 6), generator=torch.Generator().manual_seed(1))
+    target = torch.randint(3, 11, (2, 4), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=source, decoder_input_ids=target).logits, mat(source, target).logits)
+    vmt = _saved(VariationalMarkovTransformer(VMTConfig(vocab_size=11, latent_dim=2, d_model=8, n_layers=1,
+                                                        n_heads=2, hidden_dim=8)), tmp_path / "vmt")  # fmt: skip
+    loaded = transformers.AutoModel.from_pretrained(tmp_path / "vmt")
+    with torch.no_grad():
+        torch.manual_seed(3)  # the ELBO draws latent samples from the global generator
+        theirs = loaded(input_ids=source).elbo
+        torch.manual_seed(3)
+        assert torch.equal(theirs, vmt(input_ids=source).elbo)
+
+
+def test_auto_model_loads_the_backbone(tmp_path):
+    transformers = _transformers()
+    import markovformer.hf  # noqa: F401
+
+    torch.manual_seed(0)
+    ours = _saved(MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**SMALL)).model, tmp_path)
+    loaded = transformers.AutoModel.from_pretrained(tmp_path)
+    ids = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).last_hidden_state, ours(ids).last_hidden_state)
+
+
+@pytest.mark.parametrize("options", [dict(scope="local", window=3), dict(attention="softmax")], ids=["local", "global"])
+def test_transformers_greedy_generate_gives_our_ids(options, tmp_path):
+    transformers = _transformers()
+    import markovformer.hf  # noqa: F401
+
+    torch.manual_seed(0)
+    ours = _saved(MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
+        **{**SMALL, **options, **({"max_order": 4} if "attention" in options else {})})), tmp_path)  # fmt: skip
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    prompt = torch.randint(0, 11, (3, 5), generator=torch.Generator().manual_seed(2))
+    theirs = loaded.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=12,
+                             pad_token_id=0)  # fmt: skip
+    assert torch.equal(theirs, ours.generate(prompt, max_new_tokens=12))
+
+
+def test_transformers_trainer_lowers_the_loss_on_a_markov_chain(tmp_path):
+    transformers = _transformers()
+    pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate (the hf extra installs it)")
+    import markovformer.hf  # noqa: F401
+    from markovformer.hf import HF_CLASSES, HF_CONFIGS
+
+    chain = lagged_chain(num_symbols=6, lags=(1, 2), generator=torch.Generator().manual_seed(0))
+    sequences = chain.sample(512, 32, generator=torch.Generator().manual_seed(1))
+    data = [{"input_ids": row, "labels": row} for row in sequences]
+    config = HF_CONFIGS["markovian_transformer"](vocab_size=6, d_model=32, n_layers=1, n_heads=2, max_order=2)
+    model = HF_CLASSES["markovian_transformer", "causal_lm"][1](config)
+    arguments = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=300, per_device_train_batch_size=16, learning_rate=3e-3,
+        logging_steps=50, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0,
+    )  # fmt: skip
+    held_out = chain.sample(256, 32, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        before = float(model.eval()(input_ids=held_out, labels=held_out).loss)
+    trainer = transformers.Trainer(model=model, args=arguments, train_dataset=data)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    with torch.no_grad():
+        after = float(model.eval()(input_ids=held_out, labels=held_out).loss)
+    assert len(losses) == 6 and losses == sorted(losses, reverse=True), losses  # falling at every logging step
+    floor = float(chain.entropy_rate())  # the lowest loss any model can reach
+    assert before > floor + 0.5 and after < floor + 0.1, (before, after, floor)

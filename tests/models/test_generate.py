@@ -1,0 +1,204 @@
+"""The one ``generate`` of every family: greedy ids are the argmax of the teacher-forced logits at every step;
+the Markovian Transformer's key/value-cache decoding equals its full forward at every step (left-padded prompts
+included); local layers keep W + 1 cache entries, global ones a preallocated cache written in place."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from markovformer import (
+    MarkovianTransformerConfig,
+    MarkovianTransformerForCausalLM,
+    MarkovTranslatorConfig,
+    MarkovTranslatorForConditionalGeneration,
+    ScanMarkovConfig,
+    ScanMarkovForCausalLM,
+    VariationalMarkovTransformer,
+    VMTConfig,
+)
+from markovformer.models.markovian_transformer.decoding import IncrementalDecoder, has_incremental_decoding
+
+VOCAB = 11
+INCREMENTAL = {
+    "markov_local": dict(attention="markov", max_order=2, window=3),
+    "markov_global": dict(attention="markov", max_order=2, scope="global"),
+    "markov_query_gate_sinusoidal": dict(attention="markov", max_order=3, gate_input="query", position="sinusoidal"),
+    "softmax_local": dict(attention="softmax", scope="local", window=2),
+    "softmax_global_learned": dict(attention="softmax", position="learned", max_positions=40),
+    "mixed": dict(attention=["markov", "softmax"], max_order=2, window=4, gate="mlp"),
+}
+RERUN = {  # kinds whose layers cannot decode from a key/value cache: generate re-runs the prefix
+    "rff": dict(attention="rff", num_features=8),
+    "hybrid_split": dict(attention="hybrid_split", max_order=2, num_features=8),
+    "retnet": dict(attention="retnet", chunk_size=4),
+    "gru_injection": dict(attention="markov", max_order=2, gru=True),
+}
+
+
+def _perturbed(model: torch.nn.Module, seed: int = 0, scale: float = 0.25) -> torch.nn.Module:
+    """Weights far from the 0.02 init, so that every path (biases, gates, positions) matters."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(scale * torch.randn(parameter.shape, generator=generator).to(parameter.dtype))
+    return model.eval()
+
+
+def _markovian(options: dict, seed: int = 0) -> MarkovianTransformerForCausalLM:
+    torch.manual_seed(seed)
+    config = MarkovianTransformerConfig(vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2, **options)
+    return _perturbed(MarkovianTransformerForCausalLM(config), seed)
+
+
+def _left_padded(batch: int = 3, length: int = 6, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    mask[2, :4] = 0
+    return ids, mask
+
+
+def _assert_greedy_is_teacher_forced_argmax(model, prompt, mask, new):
+    generated = model.generate(prompt, mask, max_new_tokens=new)
+    assert generated.shape == (prompt.shape[0], prompt.shape[1] + new) and torch.equal(generated[:, :prompt.shape[1]],
+                                                                                       prompt)  # fmt: skip
+    full_mask = None if mask is None else torch.cat([mask, torch.ones_like(generated[:, prompt.shape[1] :])], dim=1)
+    with torch.no_grad():
+        logits = model(generated, attention_mask=full_mask).logits
+    assert torch.equal(logits[:, prompt.shape[1] - 1 : -1].argmax(-1), generated[:, prompt.shape[1] :])
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
+@pytest.mark.parametrize("name", list(INCREMENTAL) + list(RERUN))
+def test_markovian_greedy_generation_is_the_teacher_forced_argmax(name, padded):
+    model = _markovian({**INCREMENTAL, **RERUN}[name])
+    assert has_incremental_decoding(model.config) == (name in INCREMENTAL)
+    prompt, mask = _left_padded()
+    if padded and name == "gru_injection":  # the GRU reads right padding only, in generation as in its forward
+        with pytest.raises(ValueError, match="right-padded"):
+            model.generate(prompt, mask, max_new_tokens=2)
+        return
+    _assert_greedy_is_teacher_forced_argmax(model, prompt, mask if padded else None, new=9)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
+@pytest.mark.parametrize("name", list(INCREMENTAL))
+def test_incremental_logits_equal_the_full_forward_at_every_step(name, padded):
+    model = _markovian(INCREMENTAL[name])
+    ids, mask = _left_padded(length=17)
+    if not padded:
+        mask = torch.ones_like(mask)
+    prompt = 5
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask if padded else None).logits
+        decoder = IncrementalDecoder(model, ids.shape[0], ids.shape[1])
+        steps = [decoder.feed(ids[:, :prompt], mask[:, :prompt].bool(), prompt=True)]
+        for t in range(prompt, ids.shape[1]):  # the padding of row 2 outlasts the prompt: padded steps too
+            steps.append(decoder.feed(ids[:, t : t + 1], mask[:, t : t + 1].bool()))
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
+
+
+def test_local_layers_keep_window_plus_one_entries_and_global_layers_write_in_place():
+    model = _markovian(INCREMENTAL["mixed"] | dict(attention=["markov", "softmax"]))  # window 4 in both layers
+    global_model = _markovian(INCREMENTAL["markov_global"])
+    prompt = torch.randint(0, VOCAB, (2, 3), generator=torch.Generator().manual_seed(2))
+    local = IncrementalDecoder(model, 2, 200)
+    full = IncrementalDecoder(global_model, 2, 200)
+    storage = [cache.keys.data_ptr() for cache in full.caches]
+    with torch.no_grad():
+        local.feed(prompt, torch.ones_like(prompt, dtype=torch.bool), prompt=True)
+        full.feed(prompt, torch.ones_like(prompt, dtype=torch.bool), prompt=True)
+        for t in range(100):
+            token = torch.full((2, 1), t % VOCAB)
+            local.feed(token, torch.ones_like(token, dtype=torch.bool))
+            full.feed(token, torch.ones_like(token, dtype=torch.bool))
+    for cache in local.caches:
+        assert cache.rolling and cache.keys.shape[2] == 5  # W + 1, however long the generation
+        assert sorted(cache.positions.tolist()) == list(range(98, 103))  # the last W + 1 positions
+    assert [cache.keys.data_ptr() for cache in full.caches] == storage  # preallocated, never reallocated
+    assert all(cache.keys.shape[2] == 200 and cache.length == 103 for cache in full.caches)
+
+
+def test_eos_ends_a_row_and_generation_stops_once_every_row_has():
+    model = _markovian(INCREMENTAL["markov_local"])
+    prompt, _ = _left_padded()
+    free = model.generate(prompt, max_new_tokens=12)
+    eos = int(free[0, prompt.shape[1] + 1])  # the token row 0 emits second
+    stopped = model.generate(prompt, max_new_tokens=12, eos_token_id=eos)
+    for row, continuation in zip(free[:, 6:], stopped[:, 6:], strict=True):
+        hits = (continuation == eos).nonzero()
+        first = int(hits[0]) if len(hits) else len(continuation)
+        assert torch.equal(continuation[: first + 1], row[: first + 1])  # the same tokens up to its eos
+        assert (continuation[first:] == eos).all()  # then eos only
+    ends = [(row == eos).nonzero() for row in stopped[:, 6:]]
+    if all(len(hit) for hit in ends):
+        assert stopped.shape[1] == 6 + max(int(hit[0]) for hit in ends) + 1
+
+
+def test_sampling_follows_the_generator_and_top_k_one_is_greedy():
+    model = _markovian(INCREMENTAL["markov_global"])
+    prompt, mask = _left_padded()
+    options = dict(max_new_tokens=8, do_sample=True, temperature=1.3, top_p=0.9)
+    first = model.generate(prompt, mask, **options, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(first, model.generate(prompt, mask, **options, generator=torch.Generator().manual_seed(3)))
+    greedy = model.generate(prompt, mask, max_new_tokens=8)
+    assert torch.equal(model.generate(prompt, mask, max_new_tokens=8, do_sample=True, top_k=1), greedy)
+    with pytest.raises(ValueError, match="top_p=1.5"):
+        model.generate(prompt, max_new_tokens=2, do_sample=True, top_p=1.5)
+
+
+@pytest.mark.parametrize("mode", ["markov", "recurrent"])
+def test_scan_markov_greedy_generation_is_the_teacher_forced_argmax(mode):
+    torch.manual_seed(0)
+    config = ScanMarkovConfig(vocab_size=VOCAB, d_model=16, context_mode=mode, max_positions=32,
+                              context_length=4 if mode == "markov" else None)  # fmt: skip
+    model = _perturbed(ScanMarkovForCausalLM(config), scale=1.0)
+    prompt, _ = _left_padded()
+    _assert_greedy_is_teacher_forced_argmax(model, prompt, None, new=9)
+    with pytest.raises(ValueError, match="unpadded"):
+        model.generate(prompt, _left_padded()[1], max_new_tokens=2)
+
+
+@pytest.mark.parametrize("order, transparent", [(None, False), (3, True), (2, False)])
+def test_translator_greedy_generation_is_the_teacher_forced_argmax(order, transparent):
+    torch.manual_seed(0)
+    config = MarkovTranslatorConfig(vocab_size=VOCAB, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2,
+                                    order=order, transparent=transparent, dropout=0.0, max_positions=32)  # fmt: skip
+    model = _perturbed(MarkovTranslatorForConditionalGeneration(config), scale=1.0)
+    source = torch.randint(3, VOCAB, (3, 5), generator=torch.Generator().manual_seed(4))
+    source_mask = torch.ones_like(source)
+    source_mask[1, 3:] = 0
+    target = model.generate(source, source_mask, max_new_tokens=10)
+    decoder_input = torch.cat([torch.full_like(target[:, :1], config.bos_token_id), target[:, :-1]], dim=1)
+    with torch.no_grad():
+        logits = model(source, decoder_input, src_mask=source_mask).logits
+    logits[..., config.pad_token_id] = float("-inf")  # padding is never generated
+    chosen = logits.argmax(-1)
+    for row in range(3):  # up to and including each row's eos; padding after it
+        ended = (target[row] == config.eos_token_id).nonzero()
+        length = int(ended[0]) + 1 if len(ended) else target.shape[1]
+        assert torch.equal(chosen[row, :length], target[row, :length])
+        assert (target[row, length:] == config.pad_token_id).all()
+    sampled = model.generate(source, source_mask, max_new_tokens=10, do_sample=True, top_k=1)
+    assert torch.equal(sampled, target)  # top-k 1 sampling is greedy
+    beams = model.generate(source, source_mask, max_new_tokens=10, num_beams=1)
+    assert torch.equal(beams, target)
+
+
+def test_vmt_greedy_generation_is_the_argmax_of_its_mean_latent_path():
+    torch.manual_seed(0)
+    config = VMTConfig(vocab_size=VOCAB, latent_dim=3, d_model=8, n_layers=1, n_heads=2, hidden_dim=16, window=4)
+    model = _perturbed(VariationalMarkovTransformer(config), scale=1.0)
+    prompt = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(5))
+    generated = model.generate(prompt, max_new_tokens=7, generator=torch.Generator().manual_seed(6))
+    generator = torch.Generator().manual_seed(6)  # the prompt's reading draws the same posterior samples
+    with torch.no_grad():
+        state = None
+        for start in range(0, 6, 4):
+            state = model.elbo(prompt[:, start : start + 4], carry=state, generator=generator).carry
+        expected = []
+        for _ in range(7):
+            state = model.transition(state, model.transition.prepare())[0]  # the transition's mean
+            expected.append(model.emission.logits(state).argmax(-1))
+    assert torch.equal(generated[:, 6:], torch.stack(expected, dim=1))
