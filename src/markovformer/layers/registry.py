@@ -19,6 +19,7 @@ from markovformer.layers.baselines import (
     S4DMixer,
     ScanMixer,
 )
+from markovformer.layers.decay_attention import AlibiAttention, ForgettingAttention
 from markovformer.layers.hybrid_attention import (
     MARKOV_OPTIONS,
     RANDOM_FEATURE_OPTIONS,
@@ -28,6 +29,7 @@ from markovformer.layers.hybrid_attention import (
 )
 from markovformer.layers.markov_attention import MarkovAttention
 from markovformer.layers.random_feature_attention import RandomFeatureAttention
+from markovformer.layers.sliding_window_attention import SlidingWindowAttention
 from markovformer.layers.softmax_attention import SoftmaxAttention
 
 ATTENTION_KINDS: dict[str, Callable[..., nn.Module]] = {
@@ -39,6 +41,12 @@ ATTENTION_KINDS: dict[str, Callable[..., nn.Module]] = {
     ),
     "hybrid_parallel": lambda shared, options: HybridParallelAttention(
         **shared, **pick_options(options, MARKOV_OPTIONS + RANDOM_FEATURE_OPTIONS)
+    ),
+    # the mixer suite's relatives of per-lag biases (layers.decay_attention) and the local Transformer
+    "alibi": lambda shared, options: AlibiAttention(**shared, **pick_options(options, ("window", "dropout"))),
+    "forgetting": lambda shared, options: ForgettingAttention(**shared, **pick_options(options, ("window", "dropout"))),
+    "sliding_window": lambda shared, options: SlidingWindowAttention(
+        **shared, **pick_options(options, ("window", "dropout", "backend"))
     ),
     # the baseline zoo (layers.baselines): sequence mixers in the same blocks; some ignore n_heads and rotary
     "linformer": lambda shared, options: LinformerAttention(

@@ -25,7 +25,9 @@ class MarkovianTransformerConfig(ModelConfig):
     Transformer and "rff" everywhere the Performer/RFA baseline; the other baselines ("linformer", "s4d", "retnet",
     "hyena", "rwkv", "gru", "scan") are listed in ``layers.baselines``. ``window`` defaults to ``max_order``.
     Linformer layers need ``causal=False`` and ``max_position`` (the length their projections cover; k is
-    ``linformer_k``); ``ssm_state_size`` is S4D's state size N.
+    ``linformer_k``); ``ssm_state_size`` is S4D's state size N. "alibi" (fixed per-head distance penalties) and
+    "forgetting" (FoX's data-dependent forget gate) follow ``scope``/``window`` and want ``position='none'``;
+    "sliding_window" is softmax attention over ``window`` keys and needs ``scope='local'``.
     ``bidirectional`` (future lag biases, bidirectional GRU) defaults to ``not causal``.
     The default position encoding is rotary: local attention only ever sees offsets within its window, so a
     local-scope model runs unchanged on sequences longer than those it was trained on.
@@ -119,6 +121,8 @@ class MarkovianTransformerConfig(ModelConfig):
             if self.max_position is None:
                 fail("max_position", "attention='linformer' needs max_position, the longest sequence its length "
                      "projections cover")  # fmt: skip
+        if "sliding_window" in self.layer_kinds() and self.scope != "local":
+            fail("scope", "attention='sliding_window' needs scope='local' (its window); use 'softmax' for global")
         if self.bidirectional is None:
             self.bidirectional = not self.causal
         if self.causal and self.bidirectional:
