@@ -191,11 +191,7 @@ def published_comparison(report, points: list[dict], settings, quick: bool) -> N
                 if not parts:
                     continue
                 text = ", ".join(f"{kind} ({group}) {value:.3f}" for group, kind, value in parts)
-                selective_ok = all(v >= settings.solved for g, _, v in parts if g == "selective")
-                lti_fail = all(v < settings.solved for g, _, v in parts if g == "LTI")
-                verdict = "reproduced" if selective_ok and lti_fail else (
-                    "half reproduced (LTI kinds fail, selective ones do not all solve it)" if lti_fail
-                    else "not reproduced (an LTI kind solves it)")  # fmt: skip
+                verdict = selective_copy_verdict([(g, v) for g, _, v in parts], settings.solved)
                 lines.append(f"- T = {length}, d = {grid_width}: {text}: {verdict}.")
         lines.append("")
     if quick:
@@ -204,6 +200,19 @@ def published_comparison(report, points: list[dict], settings, quick: bool) -> N
                      "statement about the budget unless the slow learning test (global softmax reaches ≥ 0.99 on "
                      "MQAR T = 64 through the engine) says otherwise.")  # fmt: skip
     report.text("\n".join(lines))
+
+
+def selective_copy_verdict(results: list[tuple[str, float]], solved: float) -> str:
+    """Mamba's claim on one cell from (group, accuracy) pairs, group "selective" or "LTI"."""
+    selective = [v >= solved for g, v in results if g == "selective"]
+    lti = [v >= solved for g, v in results if g == "LTI"]
+    if any(lti):
+        return "not reproduced (an LTI kind solves it)"
+    if selective and all(selective):
+        return "reproduced"
+    if any(selective):
+        return "partly reproduced (LTI kinds fail; only some selective kinds solve it)"
+    return "not separated (no kind of either group solves it at this budget)"
 
 
 def mqar_pairs_text(length: int, settings) -> str:
@@ -237,4 +246,4 @@ def write_report(report, settings, seeds: tuple[int, ...], quick: bool) -> None:
     published_comparison(report, points, settings, quick)
 
 
-__all__ = ["ICL_SOLVED_GAP", "chance_of", "solves", "write_report"]
+__all__ = ["ICL_SOLVED_GAP", "chance_of", "selective_copy_verdict", "solves", "write_report"]
