@@ -27,7 +27,7 @@ def _dense_reference(layer, x, mask, bias, window):
     """The layer's attention from its own weights with a dense (B, H, T, T) ``bias``: softmax over keys j <= t
     (and t - j <= window), real keys only, rows without keys give 0."""
     batch = x.shape[0]
-    q, k, v = (layer.qkv(x).view(batch, LENGTH, 3, HEADS, -1).permute(2, 0, 3, 1, 4))
+    q, k, v = layer.qkv(x).view(batch, LENGTH, 3, HEADS, -1).permute(2, 0, 3, 1, 4)
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias
     lag = torch.arange(LENGTH)[:, None] - torch.arange(LENGTH)[None, :]
     allowed = (lag >= 0) & (lag <= (window if window is not None else LENGTH))

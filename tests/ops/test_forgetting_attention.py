@@ -55,9 +55,7 @@ def test_chunked_matches_naive_on_outputs_and_all_gradients(causal, window, chun
     tensors = _inputs(length)
     mask = mixed_mask(length) if padded else None
     options = dict(window=window, causal=causal, attention_mask=mask)
-    expected, expected_grads = _output_and_grads(
-        lambda *t: forgetting_attention_naive(*t, **options)[0], tensors
-    )
+    expected, expected_grads = _output_and_grads(lambda *t: forgetting_attention_naive(*t, **options)[0], tensors)
     got, got_grads = _output_and_grads(
         lambda *t: forgetting_attention_chunked(*t, chunk_size=chunk_size, **options), tensors
     )

@@ -48,9 +48,9 @@ def accuracy_tables(report, points: list[dict], settings) -> None:
             extra = f" ✓: test loss within {ICL_SOLVED_GAP} nats of the Bayes add-1 predictor's."
         else:
             extra = f" ✓: mean test accuracy ≥ {settings.solved}."
-        report.table(["kind", *(f"T={length}, d={width}" for length, width in grid)], rows,
-                     caption=f"**{task}**: test accuracy on the scored positions, mean ± std over seeds, at the learning "
-                             f"rate chosen on validation; chance {chance_of(task, settings):.3f}.{extra}")  # fmt: skip
+        caption = (f"**{task}**: test accuracy on the scored positions, mean ± std over seeds, at the learning rate "
+                   f"chosen on validation; chance {chance_of(task, settings):.3f}.{extra}")  # fmt: skip
+        report.table(["kind", *(f"T={length}, d={width}" for length, width in grid)], rows, caption=caption)
 
 
 def parameter_table(report, points: list[dict], settings) -> None:
@@ -76,7 +76,8 @@ def solved_summary(report, points: list[dict], settings) -> None:
         for kind in settings.kinds:
             cells = []
             for length in settings.lengths:
-                widths = [p["width"] for p in _points(points, task=task, kind=kind, length=length) if solves(p, settings)]
+                found = _points(points, task=task, kind=kind, length=length)
+                widths = [p["width"] for p in found if solves(p, settings)]
                 cells.append(f"d={min(widths)}" if widths else "no")
             rows.append([task, zoo.KINDS[kind][0], *cells])
     report.table(["task", "kind", *(f"smallest width solving, T={length}" for length in settings.lengths)], rows,
@@ -121,7 +122,8 @@ def figures(report, points: list[dict], settings) -> None:
                                               [p["test_accuracy"]["mean"] for p in found])  # fmt: skip
             references = {"chance": chance_of(task, settings)}
             if task == "icl_markov":
-                references["Bayes add-1"] = _points(points, task=task, length=length)[0]["bayes_add1"]["accuracy"]["mean"]
+                add1 = _points(points, task=task, length=length)[0]["bayes_add1"]
+                references["Bayes add-1"] = add1["accuracy"]["mean"]
             panels.append(Panel(f"{task}, T = {length}", curves, references))
         path = plot_panels(panels, report.out_dir / f"accuracy_{task}.png", "d_model (softmax reference)",
                            "test accuracy", log_x=True)  # fmt: skip
@@ -156,8 +158,10 @@ def published_comparison(report, points: list[dict], settings, quick: bool) -> N
                     continue
                 behind = [k for k, v in values.items() if k != "softmax" and v < values["softmax"] - 0.05]
                 text = ", ".join(f"{k} {v:.3f}" for k, v in values.items())
-                verdict = ("reproduced: every gated convolution trails softmax by > 0.05" if len(behind) == len(values) - 1
-                           else f"trailing softmax by > 0.05: {', '.join(behind) or 'none'}")  # fmt: skip
+                if len(behind) == len(values) - 1:
+                    verdict = "reproduced: every gated convolution trails softmax by > 0.05"
+                else:
+                    verdict = f"trailing softmax by > 0.05: {', '.join(behind) or 'none'}"
                 lines.append(f"- T = {length}, d = {grid_width}: {text}; {verdict}.")
         if len(settings.lengths) > 1:
             lines.append("")
@@ -235,8 +239,9 @@ def write_report(report, settings, seeds: tuple[int, ...], quick: bool) -> None:
         f"{settings.mqar_vocab}, length/{settings.mqar_pairs_per_length} pairs; induction: vocabulary "
         f"{settings.induction_vocab}; selective copying: {settings.copy_tokens} tokens, vocabulary "
         f"{settings.copy_vocab}; in-context chains: order {settings.icl_order} over {settings.icl_symbols} symbols. "
-        f"Linformer is not run: it is non-causal. Wall time {minutes:.1f} min ({trained:.1f} min training, cached "
-        f"cells included), {report.results['threads']} thread(s)."
+        f"Linformer is not run: it is non-causal. Wall time {minutes:.1f} min, CPU time "
+        f"{report.results['cpu_seconds'] / 60:.1f} min (this run's cells only; {trained:.1f} min training wall time "
+        f"over all cells, cached ones included), {report.results['threads']} thread(s)."
     )
     accuracy_tables(report, points, settings)
     figures(report, points, settings)
