@@ -41,7 +41,7 @@ class MixersSettings:
     tasks: tuple[str, ...] = zoo.TASKS
     kinds: tuple[str, ...] = DEFAULT_KINDS
     lengths: tuple[int, ...] = (64, 128)
-    widths: tuple[int, ...] = (32, 64, 128)  # the global softmax model's d_model; other kinds match its parameters
+    widths: tuple[int, ...] = (32, 64)  # the global softmax model's d_model; other kinds match its parameters
     sizes: str = "small"  # "zoology": Zoology's figure-2 grid (lengths 64-512, widths 64-512, vocabulary 8,192)
     n_layers: int = 2
     n_heads: int = 2
@@ -55,13 +55,14 @@ class MixersSettings:
     icl_order: int = 2
     icl_symbols: int = 2
     lrs: tuple[float, ...] = (1e-3, 3e-3)
-    steps: int = 600
+    steps: int = 400
     batch_size: int = 32
     warmup_steps: int = 50
     val_examples: int = 256
     test_examples: int = 512
     tolerance: float = 0.1  # largest relative parameter difference to the reference that counts as matched
     solved: float = 0.9  # test accuracy that counts as solving a task (icl_markov: within 0.02 of Bayes add-1)
+    device: str = "cpu"  # "cuda" for the zoology sizes
 
 
 # --quick: one short length (MQAR with 2 pairs, 4 tokens to copy), two small widths, one lr, one seed
@@ -135,10 +136,13 @@ def train_cell(task: str, length: int, section: dict, lr: float, seed: int, sett
     source = source_of(task, length, settings)
     val = source.examples(settings.val_examples, torch.Generator().manual_seed(10**6 + seed))
     test = source.examples(settings.test_examples, torch.Generator().manual_seed(2 * 10**6 + seed))
+    device = torch.device(settings.device)
+    val, test = tuple(t.to(device) for t in val), tuple(t.to(device) for t in test)
     torch.manual_seed(seed)
     model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=zoo.vocab_of(source), **section))
+    model.to(device)
     fit = fit_on_stream(
-        model, lambda batch: model(batch[0], labels=batch[1]).loss,
+        model, lambda batch: model(batch[0].to(device), labels=batch[1].to(device)).loss,
         lambda generator: source.examples(settings.batch_size, generator),
         lambda: zoo.score(model, *val)["accuracy"], steps=settings.steps, lr=lr, seed=seed,
         eval_every=settings.steps, warmup_steps=settings.warmup_steps, log=log,
@@ -148,7 +152,7 @@ def train_cell(task: str, length: int, section: dict, lr: float, seed: int, sett
     result = {"val": zoo.score(model, *val), "test": zoo.score(model, *test), "seconds": fit.seconds,
               "gates": zoo.gate_profile(model, *test)}  # fmt: skip
     if task == "icl_markov":
-        result["bayes_add1"] = zoo.bayes_add1_scores(test[0], settings.icl_order, settings.icl_symbols)
+        result["bayes_add1"] = zoo.bayes_add1_scores(test[0].cpu(), settings.icl_order, settings.icl_symbols)
     return result
 
 
