@@ -14,7 +14,7 @@ import torch
 from markovformer.data import synthetic_tasks as tasks
 from markovformer.experiments import mixers
 from markovformer.experiments import mixers_models as zoo
-from markovformer.experiments.mixers_report import selective_copy_verdict, solves
+from markovformer.experiments.mixers_report import gated_convolution_verdict, selective_copy_verdict, solves
 from markovformer.markov import add_beta_predict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +76,9 @@ def test_gate_profile_is_a_distribution_over_lags_and_null():
 
 
 def test_verdicts_follow_the_published_claims():
+    assert gated_convolution_verdict({"softmax": 0.99, "hyena": 0.5, "s4d": 0.6}, 0.9).startswith("reproduced")
+    assert gated_convolution_verdict({"softmax": 0.99, "hyena": 0.97}, 0.9).startswith("not reproduced")
+    assert gated_convolution_verdict({"softmax": 0.4, "hyena": 0.1}, 0.9).startswith("not testable")
     assert selective_copy_verdict([("selective", 0.95), ("LTI", 0.2)], 0.9) == "reproduced"
     assert selective_copy_verdict([("selective", 0.95), ("LTI", 0.92)], 0.9).startswith("not reproduced")
     assert selective_copy_verdict([("selective", 0.3), ("LTI", 0.2)], 0.9).startswith("not separated")
