@@ -126,7 +126,7 @@ def figures(report, points: list[dict], settings) -> None:
                 references["Bayes add-1"] = add1["accuracy"]["mean"]
             panels.append(Panel(f"{task}, T = {length}", curves, references))
         path = plot_panels(panels, report.out_dir / f"accuracy_{task}.png", "d_model (softmax reference)",
-                           "test accuracy", log_x=True)  # fmt: skip
+                           "test accuracy")  # fmt: skip
         report.figure(path, f"{task}: test accuracy against model width, one panel per sequence length")
 
 
