@@ -12,6 +12,7 @@ from markovformer.data.bundle import DataBundle
 from markovformer.data.markov_sources import HiddenOrderSource, MarkovChainSource
 from markovformer.data.state_space import LinearGaussianSource, StickyHMMSource
 from markovformer.data.synthetic_ctc import SyntheticCTCSource
+from markovformer.data.task_sources import ICLMarkovSource, InductionSource, MQARSource, SelectiveCopySource
 from markovformer.data.translation import SyntheticTranslationSource, TranslationFileSource
 
 
@@ -194,6 +195,10 @@ DATA_SOURCES: dict[str, type] = {
     "synthetic_translation": SyntheticTranslationSource,
     "linear_gaussian": LinearGaussianSource,
     "sticky_hmm": StickyHMMSource,
+    "mqar": MQARSource,
+    "induction": InductionSource,
+    "selective_copy": SelectiveCopySource,
+    "icl_markov": ICLMarkovSource,
 }
 
 # The tasks each source feeds; a mismatch is a config error caught before any model is built.
@@ -212,4 +217,8 @@ SOURCE_TASKS: dict[str, tuple[str, ...]] = {
     "synthetic_translation": ("translation",),
     "linear_gaussian": ("vmt",),
     "sticky_hmm": ("vmt",),
+    "mqar": ("causal_lm",),
+    "induction": ("causal_lm",),
+    "selective_copy": ("causal_lm",),
+    "icl_markov": ("causal_lm",),
 }

@@ -13,6 +13,7 @@ from markovformer.experiments import (
     icl_depth,
     landscape,
     mat_order,
+    mixers,
     order_recovery,
     scan_shakespeare,
     table1,
@@ -20,7 +21,8 @@ from markovformer.experiments import (
     weight_tying,
 )
 
-_MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt, table1)
+_MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt, table1,
+            mixers)
 
 
 @dataclass(frozen=True)

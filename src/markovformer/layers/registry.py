@@ -23,6 +23,7 @@ from markovformer.layers.baselines import (
     S4DMixer,
     ScanMixer,
 )
+from markovformer.layers.decay_attention import AlibiAttention, DecayOptions, ForgettingAttention
 from markovformer.layers.hybrid_attention import (
     HybridParallelAttention,
     HybridParallelOptions,
@@ -71,6 +72,11 @@ def _mixer(mixer: type) -> Callable[[dict, Any], nn.Module]:
     return lambda shared, options: mixer(d_model=shared["d_model"], causal=shared["causal"])
 
 
+def _scoped(options: DecayOptions) -> dict:
+    """A decay kind's keyword arguments: its window only in local scope (``window=None`` is global scope)."""
+    return dict(window=options.window if options.scope == "local" else None, dropout=options.dropout)
+
+
 ATTENTION_KINDS: dict[str, AttentionKind] = {
     "markov": AttentionKind(MarkovOptions, lambda shared, o: MarkovAttention(**shared, **dataclasses.asdict(o)), True),
     "softmax": AttentionKind(
@@ -85,6 +91,9 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
     "hybrid_parallel": AttentionKind(
         HybridParallelOptions, lambda shared, o: HybridParallelAttention(**shared, **dataclasses.asdict(o))
     ),
+    # the mixer suite's nearest relatives of per-lag biases: fixed (ALiBi) and data-dependent (FoX) decays
+    "alibi": AttentionKind(DecayOptions, lambda shared, o: AlibiAttention(**shared, **_scoped(o))),
+    "forgetting": AttentionKind(DecayOptions, lambda shared, o: ForgettingAttention(**shared, **_scoped(o))),
     # the baseline zoo (layers.baselines): sequence mixers in the same blocks; some ignore n_heads and rotary
     "linformer": AttentionKind(
         LinformerOptions,

@@ -1,0 +1,221 @@
+"""``mixers``: every sequence mixer on the synthetic tasks that isolate what a mixer can do (Zoology's figure-2 shape).
+
+Tasks (``data.synthetic_tasks``): multi-query associative recall (MQAR, Arora et al., 2023), induction heads and
+selective copying (Gu and Dao, 2023), and in-context Markov chains (scored against the Bayes add-1 predictor).
+Kinds (``mixers_models.KINDS``): Markov attention local and global, softmax global and sliding-window, ALiBi, FoX,
+random features, the two hybrids and the baseline zoo, each at the parameter count of the global softmax model of
+the grid's width (within ``tolerance``). Grid: sequence length x width. The learning rate of each (task, length,
+width, kind) is picked on the validation accuracy of the first seed among ``lrs``; the other seeds train at it.
+Test accuracy is reported as mean +- std over seeds. Markov kinds also report where their order gates put their
+mass at the positions that answer a query.
+
+Each cell trains on a fresh stream of generated batches with the testbed's small loop (``fitting.fit_on_stream``:
+AdamW, warm-up then a constant rate), as ``icl-depth`` and ``order-recovery`` do: thousands of tiny models on
+endless generated data, where the engine's Lightning runs (datasets, checkpoints, logs) would cost more than the
+training. The same tasks train through the engine from a config (``configs/mixers_mqar.yaml``). Validation and test
+sets are fixed per seed and never seen in training (a fresh stream cannot repeat them except by chance).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from markovformer.experiments import mixers_models as zoo
+from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.settings import configure
+
+NAME = "mixers"
+SUMMARY = "every sequence mixer on MQAR, induction, selective copying and in-context chains, accuracy vs width"
+DEFAULT_KINDS = tuple(kind for kind in zoo.KINDS if kind != "alibi_local")
+
+
+@dataclass(frozen=True)
+class MixersSettings:
+    tasks: tuple[str, ...] = zoo.TASKS
+    kinds: tuple[str, ...] = DEFAULT_KINDS
+    lengths: tuple[int, ...] = (64, 128)
+    widths: tuple[int, ...] = (32, 64)  # the global softmax model's d_model; other kinds match its parameters
+    sizes: str = "small"  # "zoology": Zoology's figure-2 grid (lengths 64-512, widths 64-512, vocabulary 8,192)
+    n_layers: int = 2
+    n_heads: int = 2
+    max_order: int = 8  # Markov lags K
+    window: int = 16  # keys seen by local kinds (markov_local, sliding_window, hybrids, alibi_local)
+    mqar_vocab: int = 256
+    mqar_pairs_per_length: int = 16  # pairs = length / 16: Zoology's 4 pairs at 64, 8 at 128, 16 at 256
+    induction_vocab: int = 16
+    copy_tokens: int = 8
+    copy_vocab: int = 16
+    icl_order: int = 2
+    icl_symbols: int = 2
+    lrs: tuple[float, ...] = (1e-3, 3e-3)
+    steps: int = 400
+    batch_size: int = 32
+    warmup_steps: int = 50
+    val_examples: int = 256
+    test_examples: int = 512
+    tolerance: float = 0.1  # largest relative parameter difference to the reference that counts as matched
+    solved: float = 0.9  # test accuracy that counts as solving a task (icl_markov: within 0.02 of Bayes add-1)
+    device: str = "cpu"  # "cuda" for the zoology sizes
+
+
+# --quick: one short length (MQAR with 2 pairs, 4 tokens to copy), two widths, one lr, one seed. Below d = 32 some
+# kinds cannot be matched (Hyena's filters alone outweigh a d = 16 softmax model), so the smallest width is 32.
+QUICK = MixersSettings(lengths=(32,), widths=(32, 64), mqar_vocab=64, copy_tokens=4, lrs=(3e-3,), steps=150,
+                       warmup_steps=20, val_examples=128, test_examples=256)  # fmt: skip
+
+
+def resolve_sizes(settings: MixersSettings) -> MixersSettings:
+    """Settings with ``sizes='zoology'`` expanded into Zoology's figure-2 grid."""
+    if settings.sizes == "small":
+        return settings
+    if settings.sizes != "zoology":
+        raise ValueError(f"mixers.sizes={settings.sizes!r} must be 'small' or 'zoology'")
+    return dataclasses.replace(settings, lengths=tuple(zoo.ZOOLOGY_PAIRS), widths=(64, 128, 256, 512),
+                               mqar_vocab=8192)  # fmt: skip
+
+
+def check_settings(settings: MixersSettings) -> None:
+    for task in settings.tasks:
+        if task not in zoo.TASKS:
+            raise ValueError(f"mixers.tasks: {task!r} is not one of {zoo.TASKS}")
+    for kind in settings.kinds:
+        if kind not in zoo.KINDS:
+            raise ValueError(f"mixers.kinds: {kind!r} is not one of {tuple(zoo.KINDS)}")
+    if not settings.lrs or not settings.lengths or not settings.widths:
+        raise ValueError("mixers: lrs, lengths and widths need at least one value each")
+    for length in settings.lengths:  # every task's constraints, before anything trains
+        for task in settings.tasks:
+            source_of(task, length, settings)
+
+
+def mqar_pairs(length: int, settings: MixersSettings) -> int:
+    if settings.sizes == "zoology" and length in zoo.ZOOLOGY_PAIRS:
+        return zoo.ZOOLOGY_PAIRS[length]
+    return max(1, length // settings.mqar_pairs_per_length)
+
+
+def source_of(task: str, length: int, settings: MixersSettings):
+    return zoo.task_source(task, length, mqar_vocab=settings.mqar_vocab, mqar_pairs=mqar_pairs(length, settings),
+                           induction_vocab=settings.induction_vocab, copy_tokens=settings.copy_tokens,
+                           copy_vocab=settings.copy_vocab, icl_order=settings.icl_order,
+                           icl_symbols=settings.icl_symbols)  # fmt: skip
+
+
+def matched_sections(task: str, length: int, width: int, settings: MixersSettings) -> dict[str, dict]:
+    """Every kind's model section at the reference's parameter count (the global softmax model at ``width``), with
+    ``parameters`` and ``ratio`` (its count over the reference's)."""
+    from markovformer.experiments.table1_models import match_width, parameter_count
+
+    info = {"vocab_size": zoo.vocab_of(source_of(task, length, settings))}
+    shape = (settings.n_layers, settings.n_heads, settings.max_order, settings.window)
+    reference = zoo.kind_section(zoo.REFERENCE_KIND, width, *shape)
+    target = parameter_count("causal_lm", reference, info)
+    sections = {}
+    for kind in settings.kinds:
+        section = zoo.kind_section(kind, width, *shape)
+        if kind != zoo.REFERENCE_KIND:
+            matched, _ = match_width("causal_lm", section, info, target)
+            section = zoo.kind_section(kind, matched, *shape)
+        count = parameter_count("causal_lm", section, info)
+        sections[kind] = {"section": section, "parameters": count, "ratio": count / target}
+    return sections
+
+
+def train_cell(task: str, length: int, section: dict, lr: float, seed: int, settings: MixersSettings,
+               log: Callable[[str], None] | None = None) -> dict:  # fmt: skip
+    """Train one model on a fresh stream of the task; its validation and test scores (and gate profile)."""
+    from markovformer.experiments.fitting import fit_on_stream
+    from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+
+    source = source_of(task, length, settings)
+    val = source.examples(settings.val_examples, torch.Generator().manual_seed(10**6 + seed))
+    test = source.examples(settings.test_examples, torch.Generator().manual_seed(2 * 10**6 + seed))
+    device = torch.device(settings.device)
+    val, test = tuple(t.to(device) for t in val), tuple(t.to(device) for t in test)
+    torch.manual_seed(seed)
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=zoo.vocab_of(source), **section))
+    model.to(device)
+    fit = fit_on_stream(
+        model, lambda batch: model(batch[0].to(device), labels=batch[1].to(device)).loss,
+        lambda generator: source.examples(settings.batch_size, generator),
+        lambda: zoo.score(model, *val)["accuracy"], steps=settings.steps, lr=lr, seed=seed,
+        eval_every=settings.steps, warmup_steps=settings.warmup_steps, log=log,
+        label=f"{task} T={length} {section['attention']} d={section['d_model']} lr={lr:g} seed={seed}",
+    )  # fmt: skip
+    model.eval()
+    result = {"val": zoo.score(model, *val), "test": zoo.score(model, *test), "seconds": fit.seconds,
+              "gates": zoo.gate_profile(model, *test)}  # fmt: skip
+    if task == "icl_markov":
+        result["bayes_add1"] = zoo.bayes_add1_scores(test[0].cpu(), settings.icl_order, settings.icl_symbols)
+    return result
+
+
+def summary(values: list[float]) -> dict:
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "n": len(values), "values": list(values)}  # fmt: skip
+
+
+def run_grid_point(report: ExperimentReport, task: str, length: int, width: int, kind: str, matched: dict,
+                   settings: MixersSettings, seeds: tuple[int, ...], log: Callable[[str], None]) -> dict:  # fmt: skip
+    """One (task, length, width, kind): every lr on the first seed, the best on validation for the other seeds."""
+
+    def cell(lr: float, seed: int) -> dict:
+        inputs = {"task": task, "length": length, "section": matched["section"], "lr": lr, "seed": seed,
+                  "source": asdict(source_of(task, length, settings)),
+                  **{k: getattr(settings, k) for k in ("steps", "batch_size", "warmup_steps", "val_examples",
+                                                       "test_examples")}}  # fmt: skip
+        key = f"{task}_T={length}_d={width}_{kind}_lr={lr:g}_seed={seed}"
+        return report.cached(key, lambda: train_cell(task, length, matched["section"], lr, seed, settings),
+                             depends_on=inputs)  # fmt: skip
+
+    first = {lr: cell(lr, seeds[0]) for lr in settings.lrs}
+    best_lr = max(settings.lrs, key=lambda lr: first[lr]["val"]["accuracy"])
+    runs = [first[best_lr]] + [cell(best_lr, seed) for seed in seeds[1:]]
+    test_accuracy = summary([r["test"]["accuracy"] for r in runs])
+    log(f"[{NAME}] {task} T={length} d={width} {kind}: lr {best_lr:g}, test accuracy "
+        f"{test_accuracy['mean']:.3f} +- {test_accuracy['std']:.3f}")  # fmt: skip
+    point = {"task": task, "length": length, "width": width, "kind": kind, "d_model": matched["section"]["d_model"],
+             "parameters": matched["parameters"], "ratio": matched["ratio"], "lr": best_lr,
+             "val_by_lr": {f"{lr:g}": first[lr]["val"]["accuracy"] for lr in settings.lrs},
+             "test_accuracy": test_accuracy, "test_loss": summary([r["test"]["loss"] for r in runs]),
+             "seconds": sum(r["seconds"] for r in runs), "gates": [r["gates"] for r in runs]}  # fmt: skip
+    if task == "icl_markov":
+        point["bayes_add1"] = {name: summary([r["bayes_add1"][name] for r in runs]) for name in ("accuracy", "loss")}
+    return point
+
+
+def run(
+    out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
+) -> Path:
+    from markovformer.experiments.mixers_report import write_report
+
+    settings = resolve_sizes(configure(QUICK if quick else MixersSettings(), overrides, NAME))
+    check_settings(settings)
+    seeds = tuple(seeds) if seeds else ((0,) if quick else (0, 1))
+    title = "Sequence mixers on associative recall, induction, selective copying and in-context chains"
+    report = ExperimentReport(out_dir, title, log, settings={**asdict(settings), "seeds": list(seeds)})
+    start, cpu_start = time.perf_counter(), time.process_time()
+    points = []
+    for task in settings.tasks:
+        for length in settings.lengths:
+            for width in settings.widths:
+                sections = matched_sections(task, length, width, settings)
+                for kind in settings.kinds:
+                    points.append(run_grid_point(report, task, length, width, kind, sections[kind], settings, seeds,
+                                                 log))  # fmt: skip
+    report.results = {"settings": asdict(settings), "seeds": list(seeds), "points": points,
+                      "wall_seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start,
+                      "threads": torch.get_num_threads()}  # fmt: skip
+    write_report(report, settings, seeds, quick)
+    return report.write()
+
+
+__all__ = ["DEFAULT_KINDS", "NAME", "QUICK", "SUMMARY", "MixersSettings", "check_settings", "matched_sections",
+           "mqar_pairs", "resolve_sizes", "run", "run_grid_point", "source_of", "train_cell"]  # fmt: skip

@@ -1,0 +1,131 @@
+"""What ``mixers`` trains: the sequence-mixer kinds (model sections of the Markovian Transformer's config, differing
+only in ``attention`` and what it needs), the four tasks at a given length, the width matching, and the scoring.
+
+Every kind shares the embeddings, pre-LN blocks, SwiGLU FFN and LM head; its ``d_model`` is chosen so its parameter
+count is nearest the global softmax Transformer's at the grid's width (``table1_models.match_width``).
+ALiBi and FoX run without position embeddings (as in their papers); every other kind keeps the default rotary.
+Linformer is left out: its length projections mix the whole sequence, so it cannot be causal, and every task here
+is causal language modelling.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from markovformer.data.sources import DATA_SOURCES
+
+TASKS = ("mqar", "induction", "selective_copy", "icl_markov")
+REFERENCE_KIND = "softmax"
+# key -> (label, model section fields beside the shared ones); "local" kinds see ``window`` keys per layer
+KINDS: dict[str, tuple[str, dict]] = {
+    "markov_local": ("Markov, local", {"attention": "markov", "scope": "local"}),
+    "markov_global": ("Markov, global", {"attention": "markov", "scope": "global"}),
+    "softmax": ("softmax, global", {"attention": "softmax", "scope": "global"}),
+    "sliding_window": ("softmax, sliding window", {"attention": "softmax", "scope": "local"}),
+    "alibi": ("ALiBi, global", {"attention": "alibi", "scope": "global", "position": "none"}),
+    "alibi_local": ("ALiBi, local", {"attention": "alibi", "scope": "local", "position": "none"}),
+    "forgetting": ("FoX (forgetting)", {"attention": "forgetting", "scope": "global", "position": "none"}),
+    "rff": ("random features", {"attention": "rff"}),
+    "hybrid_split": ("hybrid split (Markov local + RFF)", {"attention": "hybrid_split", "scope": "local"}),
+    "hybrid_parallel": ("hybrid parallel (Markov local + RFF)", {"attention": "hybrid_parallel", "scope": "local"}),
+    "s4d": ("S4D", {"attention": "s4d"}),
+    "retnet": ("RetNet", {"attention": "retnet"}),
+    "hyena": ("Hyena", {"attention": "hyena"}),
+    "rwkv": ("RWKV", {"attention": "rwkv"}),
+    "gru": ("GRU", {"attention": "gru"}),
+    "scan": ("Scan (gated recurrence)", {"attention": "scan"}),
+}
+MARKOV_KINDS = ("markov_local", "markov_global", "hybrid_split", "hybrid_parallel")
+# The published picture's groups. Zoology's gated convolutions: H3, Hyena, RWKV, RetNet (S4D is its LTI core).
+# Mamba's selective recurrences have input-dependent transitions (our scan, GRU; FoX is their attention analogue);
+# LTI ones have fixed transitions (S4D; RetNet's and RWKV-4's decays are learned but input-independent).
+GATED_CONVOLUTIONS = ("hyena", "rwkv", "retnet", "s4d")
+SELECTIVE = ("scan", "gru", "forgetting")
+LTI = ("s4d", "retnet", "rwkv")
+# Zoology's figure 2: sequence length -> key-value pairs (vocabulary 8,192)
+ZOOLOGY_PAIRS = {64: 4, 128: 8, 256: 16, 512: 64}
+
+
+def kind_section(kind: str, width: int, n_layers: int, n_heads: int, max_order: int, window: int) -> dict:
+    """The model section of ``kind`` at ``width``: causal, SwiGLU, no dropout; local kinds see ``window`` keys."""
+    if kind not in KINDS:
+        raise ValueError(f"mixers: kind {kind!r} is not one of {tuple(KINDS)}")
+    section = {"d_model": width, "n_layers": n_layers, "n_heads": n_heads, "causal": True, "ffn": "swiglu",
+               "dropout": 0.0, **KINDS[kind][1]}  # fmt: skip
+    if kind in MARKOV_KINDS:  # the config refuses an option that the chosen kind does not read
+        section["max_order"] = max_order
+    if section.get("scope") == "local":
+        section["window"] = window
+    return section
+
+
+def task_source(task: str, length: int, *, mqar_vocab: int, mqar_pairs: int, induction_vocab: int,
+                copy_tokens: int, copy_vocab: int, icl_order: int, icl_symbols: int):  # fmt: skip
+    """The data source of ``task`` at sequence length ``length`` (its ``examples(count, generator)`` streams)."""
+    options = {
+        "mqar": {"seq_len": length, "num_pairs": mqar_pairs, "vocab_size": mqar_vocab},
+        "induction": {"seq_len": length, "vocab_size": induction_vocab},
+        "selective_copy": {"seq_len": length, "num_tokens": copy_tokens, "vocab_size": copy_vocab},
+        "icl_markov": {"seq_len": length, "order": icl_order, "num_symbols": icl_symbols},
+    }
+    if task not in options:
+        raise ValueError(f"mixers: task {task!r} is not one of {TASKS}")
+    return DATA_SOURCES[task](**options[task])
+
+
+def vocab_of(source) -> int:
+    return source.num_symbols if hasattr(source, "num_symbols") else source.vocab_size
+
+
+@torch.no_grad()
+def score(model, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 256) -> dict[str, float]:
+    """Accuracy and mean cross-entropy (nats) of a causal LM over the scored labels (the logits at t - 1 answer
+    ``labels[t]``)."""
+    correct, loss, count = 0, 0.0, 0
+    for start in range(0, len(inputs), batch_size):
+        logits = model(inputs[start : start + batch_size]).logits[:, :-1].float()
+        targets = labels[start : start + batch_size, 1:]
+        scored = targets != -100
+        correct += int((logits.argmax(-1) == targets)[scored].sum())
+        loss += float(F.cross_entropy(logits[scored], targets[scored], reduction="sum"))
+        count += int(scored.sum())
+    return {"accuracy": correct / count, "loss": loss / count}
+
+
+def bayes_add1_scores(inputs: torch.Tensor, order: int, num_symbols: int) -> dict[str, float]:
+    """The Bayes add-1 in-context predictor's accuracy (its most probable symbol) and loss on ``icl_markov``
+    sequences, over the same targets as ``score`` (t >= order)."""
+    from markovformer.markov import add_beta_loss, add_beta_predict
+
+    prediction = add_beta_predict(inputs, order, num_symbols, 1.0)[:, order - 1 : -1]
+    accuracy = float((prediction.argmax(-1) == inputs[:, order:]).double().mean())
+    return {"accuracy": accuracy, "loss": add_beta_loss(inputs, order, num_symbols, 1.0)}
+
+
+@torch.no_grad()
+def gate_profile(model, inputs: torch.Tensor, labels: torch.Tensor) -> list[dict] | None:
+    """Per Markov layer, where the order gates put their mass at the positions that answer a scored label: the mean
+    gate over those positions and the heads (lags 1..K, then the null slot when present), and the mean effective
+    bias per lag (gate times transition strength, in logit units). None for a model without Markov layers."""
+    strengths = model.transition_strengths() if hasattr(model, "transition_strengths") else []
+    if not strengths:
+        return None
+    output = model(inputs, return_gates=True)
+    answering = labels[:, 1:] != -100  # position t answers labels[t + 1]
+    answering = torch.cat([answering, torch.zeros_like(answering[:, :1])], dim=1)
+    layers = []
+    for gates, strength in zip((g for g in output.gates if g), strengths, strict=True):
+        past = gates["past"]  # (B, H, T, K [+1])
+        mean_gate = past.permute(0, 2, 1, 3)[answering].mean(dim=(0, 1))  # (K [+1],)
+        order = strength["past"].shape[-1]
+        per_head = past.permute(0, 2, 1, 3)[answering].mean(0)[:, :order]  # (H, K)
+        effective = (per_head * strength["past"]).mean(0)
+        layers.append({"gate": mean_gate.tolist(), "effective_bias": effective.tolist(),
+                       "strength": strength["past"].mean(0).tolist()})  # fmt: skip
+    return layers
+
+
+__all__ = ["GATED_CONVOLUTIONS", "KINDS", "LTI", "MARKOV_KINDS", "REFERENCE_KIND", "SELECTIVE", "TASKS",
+           "ZOOLOGY_PAIRS", "bayes_add1_scores", "gate_profile", "kind_section", "score", "task_source",
+           "vocab_of"]  # fmt: skip

@@ -1,0 +1,65 @@
+"""Forgetting attention (FoX, Lin et al., ICLR 2025): softmax attention whose logits carry a data-dependent decay.
+
+Per head, a forget gate f_t in (0, 1] (given as log f_t <= 0) decays the score of query t on key j by
+D_{t,j} = sum_{l=j+1..t} log f_l, so S_{t,j} = q_t·k_j/√Dh + D_{t,j}. With a constant log f = -m this is ALiBi's
+linear distance penalty with slope m. The bidirectional form uses the mirror image for keys after the query.
+
+- ``forgetting_attention_naive``: the dense (T, T) bias, obviously correct; the reference every path is tested
+  against, and the path that returns attention weights for inspection.
+- ``forgetting_attention_chunked``: query chunks under activation checkpointing, O(T) memory (O(T·W) time with a
+  window); the path ``forgetting_attention`` runs.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from markovformer.ops.forgetting_attention.chunked import DEFAULT_CHUNK, forgetting_attention_chunked
+from markovformer.ops.forgetting_attention.naive import dense_decay_bias, forgetting_attention_naive
+
+
+def forgetting_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_forget: Tensor,
+    *,
+    window: int | None,
+    causal: bool,
+    attention_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    chunk_size: int = DEFAULT_CHUNK,
+) -> Tensor:
+    """Softmax attention with the forgetting decay bias.
+
+    Args:
+        q, k: (B, H, T, Dh); v: (B, H, T, Dv).
+        log_forget: (B, H, T), log f_t <= 0 (the gate of position t decays every key before t).
+        window: W of SPEC 1 (keys t-W..t causal, |t-j| <= W bidirectional), or None for global scope.
+        causal: hide keys after the query.
+        attention_mask: (B, T), 1 = real token, 0 = padding (as a key). Queries with no visible key output 0.
+        dropout_p: dropout on the attention probabilities (pass 0 at evaluation).
+        chunk_size: queries per chunk.
+
+    Returns:
+        (B, H, T, Dv).
+    """
+    if q.dim() != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"q, k, v must be (B, H, T, Dh) with matching B, H, T; got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")  # fmt: skip
+    if tuple(log_forget.shape) != tuple(q.shape[:3]):
+        raise ValueError(f"log_forget must be (B, H, T) = {tuple(q.shape[:3])}; got {tuple(log_forget.shape)}")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise ValueError(f"window must be a non-negative int or None (global scope); got {window!r}")
+    if attention_mask is not None and tuple(attention_mask.shape) != (q.shape[0], q.shape[2]):
+        raise ValueError(f"attention_mask must be (B, T) = {(q.shape[0], q.shape[2])}; "
+                         f"got {tuple(attention_mask.shape)}")  # fmt: skip
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
+    return forgetting_attention_chunked(q, k, v, log_forget, window=window, causal=causal,
+                                        attention_mask=attention_mask, dropout_p=dropout_p,
+                                        chunk_size=chunk_size)  # fmt: skip
+
+
+__all__ = ["DEFAULT_CHUNK", "dense_decay_bias", "forgetting_attention", "forgetting_attention_chunked",
+           "forgetting_attention_naive"]  # fmt: skip

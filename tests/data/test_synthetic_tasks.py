@@ -1,0 +1,121 @@
+"""The sequence-mixer tasks: constraints with errors naming the value, where the labels sit, and hand-written oracles
+that read the answer off the input and solve every example; the sources' splits and references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from markovformer.data import synthetic_tasks as tasks
+from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.markov import add_beta_loss
+
+
+def _generator(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def mqar_oracle(inputs: torch.Tensor, labels: torch.Tensor, num_pairs: int) -> list[tuple[int, int]]:
+    """(prediction, label) for every scored position: look the query key (the token before) up among the pairs."""
+    answers = []
+    for row, label_row in zip(inputs.tolist(), labels.tolist(), strict=True):
+        table = {row[2 * i]: row[2 * i + 1] for i in range(num_pairs)}
+        answers += [(table[row[t - 1]], label) for t, label in enumerate(label_row) if label != tasks.IGNORE]
+    return answers
+
+
+def test_mqar_oracle_solves_every_query_and_only_queries_are_scored():
+    seq_len, pairs, vocab = 64, 8, 128
+    inputs, labels = tasks.mqar_examples(500, seq_len, pairs, vocab, _generator())
+    assert inputs.shape == labels.shape == (500, seq_len)
+    scored = labels != tasks.IGNORE
+    assert torch.all(scored.sum(-1) == pairs)  # each key queried exactly once
+    assert not scored[:, : 2 * pairs + 1].any()  # nothing in the key-value context
+    assert torch.all((scored.nonzero()[:, 1] - 2 * pairs) % 2 == 1)  # answers follow queries at even offsets
+    answers = mqar_oracle(inputs, labels, pairs)
+    assert len(answers) == 500 * pairs and all(p == label for p, label in answers)
+    keys, values = inputs[:, 0 : 2 * pairs : 2], inputs[:, 1 : 2 * pairs : 2]
+    assert keys.min() >= 1 and keys.max() < vocab // 2 and values.min() >= vocab // 2 and values.max() < vocab
+    assert all(len(set(row)) == pairs for row in keys.tolist())  # keys drawn without replacement
+
+
+def test_mqar_query_gaps_follow_the_power_law():
+    """Gap g (query at context + 2g) has probability ∝ g'^(a-1), g' = g + 1: the first gap is the likeliest and the
+    frequency of single draws matches the normalised weights."""
+    seq_len, vocab = 64, 128
+    inputs, labels = tasks.mqar_examples(20_000, seq_len, 1, vocab, _generator(1))
+    gaps = (labels != tasks.IGNORE).nonzero()[:, 1] - 2 - 1  # answer position - context - 1 = 2g
+    counts = torch.bincount(gaps // 2, minlength=(seq_len - 2) // 2).double()
+    weights = torch.arange(1, (seq_len - 2) // 2 + 1, dtype=torch.float64) ** (0.01 - 1)
+    expected = 20_000 * weights / weights.sum()
+    assert torch.all((counts - expected).abs() < 5 * expected.sqrt() + 5)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ((64, 17, 128), "num_pairs=17 needs 4 \\* num_pairs <= seq_len=64"),
+        ((64, 4, 64), "vocab_size=64 must exceed seq_len=64"),
+        ((63, 4, 128), "seq_len=63 must be even"),
+        ((64, 0, 128), "num_pairs=0"),
+    ],
+)
+def test_mqar_constraints_name_the_value(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        tasks.mqar_examples(4, *arguments, _generator())
+    with pytest.raises(ValueError, match=message):
+        DATA_SOURCES["mqar"](seq_len=arguments[0], num_pairs=arguments[1], vocab_size=arguments[2])
+
+
+def test_induction_oracle_reads_the_token_after_the_first_trigger():
+    inputs, labels = tasks.induction_examples(1000, 32, 10, _generator())
+    scored = labels != tasks.IGNORE
+    assert torch.all(scored[:, -1]) and scored.sum() == 1000
+    for row, label_row in zip(inputs.tolist(), labels.tolist(), strict=True):
+        assert row.count(tasks.INDUCTION_TRIGGER) == 2 and row[-2] == tasks.INDUCTION_TRIGGER
+        assert row[row.index(tasks.INDUCTION_TRIGGER) + 1] == label_row[-1]
+    with pytest.raises(ValueError, match="vocab_size=2"):
+        tasks.induction_examples(4, 32, 2, _generator())
+    with pytest.raises(ValueError, match="seq_len=3"):
+        DATA_SOURCES["induction"](seq_len=3)
+
+
+def test_selective_copy_oracle_copies_the_non_noise_tokens_in_order():
+    seq_len, count, vocab = 40, 8, 12
+    inputs, labels = tasks.selective_copy_examples(500, seq_len, count, vocab, _generator())
+    context = seq_len - count - 1
+    assert torch.all(inputs[:, context:] == tasks.COPY_MARKER)
+    assert torch.all((labels != tasks.IGNORE) == (torch.arange(seq_len) > context))
+    for row, label_row in zip(inputs.tolist(), labels.tolist(), strict=True):
+        copied = [token for token in row[:context] if token != tasks.COPY_NOISE]
+        assert copied == label_row[context + 1 :]
+    with pytest.raises(ValueError, match="seq_len=16 leaves a context of seq_len - num_tokens - 1 = 7"):
+        tasks.selective_copy_examples(4, 16, 8, vocab, _generator())
+    with pytest.raises(ValueError, match="vocab_size=2"):
+        DATA_SOURCES["selective_copy"](vocab_size=2)
+
+
+def test_icl_markov_labels_are_the_next_symbols_and_the_reference_is_bayes_add1():
+    source = DATA_SOURCES["icl_markov"](seq_len=64, order=2, num_symbols=3, train_examples=8, val_examples=50,
+                                        test_examples=60)  # fmt: skip
+    bundle = source.build(seed=3)
+    test = torch.stack([e["input_ids"] for e in bundle.test])
+    labels = torch.stack([e["labels"] for e in bundle.test])
+    assert torch.all(labels[:, :2] == tasks.IGNORE) and torch.equal(labels[:, 2:], test[:, 2:])
+    assert bundle.info["reference"]["bayes_add1_test_loss"] == pytest.approx(add_beta_loss(test, 2, 3, 1.0))
+    with pytest.raises(ValueError, match="seq_len=2 must exceed order=2"):
+        DATA_SOURCES["icl_markov"](seq_len=2, order=2)
+
+
+@pytest.mark.parametrize("name", ["mqar", "induction", "selective_copy", "icl_markov"])
+def test_sources_give_disjoint_seeded_splits_for_causal_lm(name):
+    source = DATA_SOURCES[name](train_examples=30, val_examples=10, test_examples=10)
+    first, again = source.build(seed=5), source.build(seed=5)
+    assert SOURCE_TASKS[name] == ("causal_lm",)
+    assert torch.equal(first.train[0]["input_ids"], again.train[0]["input_ids"])
+    train, val, test = (torch.stack([e["input_ids"] for e in split[:10]]) for split in (first.train, first.val,
+                                                                                       first.test))  # fmt: skip
+    assert not torch.equal(train, val) and not torch.equal(train, test) and not torch.equal(val, test)  # own streams
+    assert 0 < first.info["reference"]["chance_accuracy"] < 1
+    with pytest.raises(ValueError, match="data.val_examples=0"):
+        DATA_SOURCES[name](val_examples=0)

@@ -1,0 +1,165 @@
+"""The ``mixers`` experiment: matched parameter counts for every kind, its scoring against hand counts, the Bayes
+add-1 reference, the verdict rules, a tiny end-to-end run that resumes from its cells, and (slow) the learning test:
+global softmax attention solves MQAR through the engine while a window shorter than the pair distance cannot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from markovformer.data import synthetic_tasks as tasks
+from markovformer.experiments import mixers
+from markovformer.experiments import mixers_models as zoo
+from markovformer.experiments.mixers_report import gated_convolution_verdict, selective_copy_verdict, solves
+from markovformer.markov import add_beta_predict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_kind_is_matched_to_the_softmax_parameter_count_within_tolerance():
+    settings = mixers.MixersSettings()
+    for width in (32, 64):
+        sections = mixers.matched_sections("mqar", 64, width, settings)
+        assert set(sections) == set(settings.kinds)
+        assert sections["softmax"]["ratio"] == 1.0
+        for kind, matched in sections.items():
+            assert abs(matched["ratio"] - 1) <= settings.tolerance, (kind, width, matched)
+            assert matched["section"]["attention"] == zoo.KINDS[kind][1]["attention"]
+
+
+class _Oracle(torch.nn.Module):
+    """A causal LM whose logits at t put all mass on ``answers[t + 1]``: it scores 1 where answers equal labels."""
+
+    def __init__(self, answers: torch.Tensor, vocab: int) -> None:
+        super().__init__()
+        self.answers, self.vocab = answers, vocab
+
+    def forward(self, inputs):
+        shifted = torch.cat([self.answers[:, 1:], self.answers[:, :1]], dim=1).clamp(min=0)
+        return SimpleNamespace(logits=torch.nn.functional.one_hot(shifted, self.vocab).float() * 50)
+
+
+def test_score_counts_only_the_labelled_positions():
+    inputs, labels = tasks.mqar_examples(20, 32, 4, 64, torch.Generator().manual_seed(0))
+    assert zoo.score(_Oracle(labels, 64), inputs, labels)["accuracy"] == 1.0
+    wrong = labels.clone()
+    wrong[:5][wrong[:5] != -100] = 0  # every answer of 5 of the 20 sequences wrong
+    result = zoo.score(_Oracle(wrong, 64), inputs, labels)
+    assert result["accuracy"] == pytest.approx(15 / 20)
+    assert result["loss"] == pytest.approx(5 / 20 * 50, rel=1e-3)  # a wrong answer costs its 50-logit gap
+
+
+def test_bayes_add1_scores_match_the_estimator():
+    inputs, _ = tasks.icl_markov_examples(30, 40, 2, 2, torch.Generator().manual_seed(1))
+    result = zoo.bayes_add1_scores(inputs, 2, 2)
+    prediction = add_beta_predict(inputs, 2, 2, 1.0)
+    hits = [int(prediction[b, t - 1].argmax()) == int(inputs[b, t]) for b in range(30) for t in range(2, 40)]
+    assert result["accuracy"] == pytest.approx(sum(hits) / len(hits))
+
+
+def test_gate_profile_is_a_distribution_over_lags_and_null():
+    from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+
+    inputs, labels = tasks.mqar_examples(4, 32, 4, 64, torch.Generator().manual_seed(0))
+    section = zoo.kind_section("markov_global", 16, 2, 2, 4, 8)
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=64, **section)).eval()
+    profile = zoo.gate_profile(model, inputs, labels)
+    assert len(profile) == 2 and all(len(layer["gate"]) == 4 + 1 for layer in profile)
+    assert all(sum(layer["gate"]) == pytest.approx(1.0, abs=1e-5) for layer in profile)
+    softmax = zoo.kind_section("softmax", 16, 2, 2, 4, 8)
+    assert zoo.gate_profile(MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=64, **softmax)),
+                            inputs, labels) is None  # fmt: skip
+
+
+def test_verdicts_follow_the_published_claims():
+    assert gated_convolution_verdict({"softmax": 0.99, "hyena": 0.5, "s4d": 0.6}, 0.9).startswith("reproduced")
+    assert gated_convolution_verdict({"softmax": 0.99, "hyena": 0.97}, 0.9).startswith("not reproduced")
+    assert gated_convolution_verdict({"softmax": 0.4, "hyena": 0.1}, 0.9).startswith("not testable")
+    assert selective_copy_verdict([("selective", 0.95), ("LTI", 0.2)], 0.9) == "reproduced"
+    assert selective_copy_verdict([("selective", 0.95), ("LTI", 0.92)], 0.9).startswith("not reproduced")
+    assert selective_copy_verdict([("selective", 0.3), ("LTI", 0.2)], 0.9).startswith("not separated")
+    settings = SimpleNamespace(solved=0.9)
+    assert solves({"task": "mqar", "test_accuracy": {"mean": 0.91}}, settings)
+    icl = {"task": "icl_markov", "test_loss": {"mean": 0.52}, "bayes_add1": {"loss": {"mean": 0.49}}}
+    assert not solves(icl, settings)
+
+
+def test_settings_are_checked_with_the_bad_value_named():
+    with pytest.raises(ValueError, match="'linformer'"):
+        mixers.check_settings(mixers.MixersSettings(kinds=("linformer",)))
+    with pytest.raises(ValueError, match="vocab_size=64 must exceed seq_len=128"):
+        mixers.check_settings(mixers.MixersSettings(lengths=(128,), mqar_vocab=64))
+    with pytest.raises(ValueError, match="sizes='huge'"):
+        mixers.resolve_sizes(mixers.MixersSettings(sizes="huge"))
+    zoology = mixers.resolve_sizes(mixers.MixersSettings(sizes="zoology"))
+    assert zoology.lengths == (64, 128, 256, 512) and mixers.mqar_pairs(512, zoology) == 64
+
+
+def test_tiny_run_writes_the_report_and_reuses_its_cells(tmp_path):
+    from markovformer.experiments import run_experiment
+
+    overrides = {"tasks": ["mqar", "icl_markov"], "kinds": ["softmax", "markov_local"], "steps": 2,
+                 "warmup_steps": 1, "val_examples": 8, "test_examples": 8, "lrs": [1e-3, 3e-3]}  # fmt: skip
+    messages = []
+    report = run_experiment("mixers", tmp_path, quick=True, overrides=overrides, log=messages.append)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert len(results["points"]) == 2 * 2 * 2  # tasks x widths x kinds
+    assert len(list((tmp_path / "cells").glob("*.json"))) == 2 * 2 * 2 * 2  # and two lrs each
+    point = results["points"][0]
+    assert point["lr"] == max((1e-3, 3e-3), key=lambda lr: point["val_by_lr"][f"{lr:g}"])
+    text = report.read_text()
+    assert "accuracy_mqar.png" in text and (tmp_path / "accuracy_icl_markov.png").is_file()
+    assert "Where the Markov order gates put their mass" in text
+    messages.clear()
+    run_experiment("mixers", tmp_path, quick=True, overrides=overrides, log=messages.append)
+    assert sum("done earlier" in m for m in messages) == 16  # nothing retrained
+
+
+def _train_mqar(tmp_path: Path, name: str, **model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Train configs/mixers_mqar.yaml through the engine with ``model`` changes; (inputs, labels, correct) on its
+    test split, ``correct`` (B, T) True where the answer scored at t was predicted."""
+    from markovformer.training.run_config import load_yaml, resolve_run_config
+    from markovformer.training.runner import build_data, load_run, train
+
+    values = load_yaml(ROOT / "configs" / "mixers_mqar.yaml")
+    values["model"].update(model)
+    values["output_dir"] = str(tmp_path / name)
+    values["trainer"].update({"max_steps": 700, "eval_every": 700, "checkpoint_every": 700})
+    train(resolve_run_config(values))
+    config, trained, _ = load_run(tmp_path / name)
+    bundle = build_data(config)
+    inputs = torch.stack([e["input_ids"] for e in bundle.test])
+    labels = torch.stack([e["labels"] for e in bundle.test])
+    with torch.no_grad():
+        predicted = trained.eval()(inputs).logits.argmax(-1)
+    correct = torch.zeros_like(labels, dtype=torch.bool)
+    correct[:, 1:] = predicted[:, :-1] == labels[:, 1:]
+    return inputs, labels, correct
+
+
+@pytest.mark.slow
+def test_global_softmax_solves_mqar(tmp_path):
+    """MQAR, T = 64, 4 pairs, trained through the engine from configs/mixers_mqar.yaml: >= 0.99 test accuracy."""
+    _, labels, correct = _train_mqar(tmp_path, "global")
+    assert correct[labels != -100].float().mean() >= 0.99
+
+
+@pytest.mark.slow
+def test_a_short_window_cannot_reach_far_pairs(tmp_path):
+    """The same run with a sliding window of 2 keys in each of 2 layers: it reaches 4 positions back, and on queries
+    whose value lies further back it is near chance (1/64)."""
+    inputs, labels, correct = _train_mqar(tmp_path, "window", attention="softmax", scope="local", window=2,
+                                          max_order=2)  # fmt: skip
+    reach = 2 * 2  # layers x window
+    beyond = torch.zeros_like(labels, dtype=torch.bool)
+    for b, t in (labels != -100).nonzero().tolist():
+        query_key = int(inputs[b, t - 1])
+        value_position = 2 * inputs[b, :8:2].tolist().index(query_key) + 1
+        beyond[b, t] = (t - 1) - value_position > reach  # the answering position is t - 1
+    assert beyond.sum() > 500
+    assert correct[beyond].float().mean() < 0.1
+    assert correct[(labels != -100) & ~beyond].float().mean() > correct[beyond].float().mean()  # it did learn

@@ -1,0 +1,101 @@
+"""ALiBi, FoX (forgetting) and sliding-window attention layers against dense references written from their papers'
+formulas, on outputs and the gradients of the input and every parameter (causal, padded, float64)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from markovformer import MarkovianTransformerConfig
+from markovformer.layers.decay_attention import AlibiAttention, ForgettingAttention, alibi_slopes
+from markovformer.layers.registry import build_attention
+
+D_MODEL, HEADS, LENGTH = 8, 2, 10
+
+
+def mixed_mask(length: int) -> torch.Tensor:
+    """(4, T) rows: no padding, left padding, right padding, everything padded."""
+    mask = torch.ones(4, length, dtype=torch.long)
+    mask[1, :3], mask[2, -3:], mask[3] = 0, 0, 0
+    return mask
+
+
+def _dense_reference(layer, x, mask, bias, window):
+    """The layer's attention from its own weights with a dense (B, H, T, T) ``bias``: softmax over keys j <= t
+    (and t - j <= window), real keys only, rows without keys give 0."""
+    batch = x.shape[0]
+    q, k, v = layer.qkv(x).view(batch, LENGTH, 3, HEADS, -1).permute(2, 0, 3, 1, 4)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias
+    lag = torch.arange(LENGTH)[:, None] - torch.arange(LENGTH)[None, :]
+    allowed = (lag >= 0) & (lag <= (window if window is not None else LENGTH))
+    allowed = allowed[None, None] & mask.bool()[:, None, None, :]
+    weights = torch.softmax(scores.masked_fill(~allowed, -math.inf), -1).nan_to_num(0.0)
+    heads = (weights @ v).transpose(1, 2).reshape(batch, LENGTH, D_MODEL)
+    return layer.out_proj(heads)
+
+
+def _alibi_bias(layer, x):
+    distance = (torch.arange(LENGTH)[:, None] - torch.arange(LENGTH)[None, :]).abs().to(x.dtype)
+    return -alibi_slopes(HEADS).to(x.dtype)[:, None, None] * distance
+
+
+def _forgetting_bias(layer, x):
+    gate = torch.sigmoid(layer.cores[0].forget_gate(x)).transpose(1, 2)  # (B, H, T): f_t
+    bias = torch.zeros(*gate.shape, LENGTH, dtype=x.dtype)
+    for t in range(LENGTH):
+        for j in range(t):  # D_{t,j} = log prod_{l=j+1..t} f_l
+            bias[..., t, j] = torch.log(torch.prod(gate[..., j + 1 : t + 1], dim=-1))
+    return bias
+
+
+
+CASES = {
+    "alibi": (AlibiAttention, _alibi_bias),
+    "forgetting": (ForgettingAttention, _forgetting_bias),
+}
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+@pytest.mark.parametrize("window", [None, 3])
+def test_layer_matches_dense_reference_on_outputs_and_all_gradients(kind, window):
+    cls, bias_of = CASES[kind]
+    torch.manual_seed(0)
+    layer = cls(d_model=D_MODEL, n_heads=HEADS, causal=True, window=window, rotary=False).double()
+    x = torch.randn(4, LENGTH, D_MODEL, dtype=torch.float64, requires_grad=True)
+    mask = mixed_mask(LENGTH)
+    upstream = torch.randn(4, LENGTH, D_MODEL, dtype=torch.float64)
+    leaves = [x, *layer.parameters()]
+
+    got = layer(x, attention_mask=mask)
+    got_grads = torch.autograd.grad((got * upstream).sum(), leaves)
+    expected = _dense_reference(layer, x, mask, bias_of(layer, x), window)
+    expected_grads = torch.autograd.grad((expected * upstream).sum(), leaves)
+    torch.testing.assert_close(got, expected)
+    for index, (got_grad, expected_grad) in enumerate(zip(got_grads, expected_grads, strict=True)):
+        torch.testing.assert_close(got_grad, expected_grad, msg=lambda m, i=index: f"leaf {i}: {m}")
+    weights = layer(x, attention_mask=mask, return_weights=True).weights  # the inspection path agrees
+    assert torch.allclose(weights.sum(-1)[0], torch.ones(HEADS, LENGTH, dtype=torch.float64))
+
+
+def test_forget_gate_depends_on_the_token_and_alibi_does_not():
+    torch.manual_seed(0)
+    x = torch.randn(1, LENGTH, D_MODEL)
+    fox = ForgettingAttention(d_model=D_MODEL, n_heads=HEADS).cores[0].log_forget(x, HEADS)
+    alibi = AlibiAttention(d_model=D_MODEL, n_heads=HEADS).cores[0].log_forget(x, HEADS)
+    assert fox.std(-1).min() > 0 and torch.all(fox <= 0)
+    torch.testing.assert_close(alibi[0, :, 0], -alibi_slopes(HEADS))
+    assert alibi.std(-1).max() == 0
+
+
+def test_alibi_slopes_are_the_papers_geometric_sequence():
+    torch.testing.assert_close(alibi_slopes(8), torch.tensor([2.0 ** -(h + 1) for h in range(8)]))
+
+
+def test_registry_and_config_build_the_kinds_with_their_scope():
+    shared = dict(d_model=D_MODEL, n_heads=HEADS, causal=True, rotary=False)
+    assert build_attention("alibi", **shared, window=None).cores[0].window is None
+    assert build_attention("forgetting", **shared, scope="local", window=5).cores[0].window == 5
+    with pytest.raises(ValueError, match="needs a window"):
+        MarkovianTransformerConfig(vocab_size=4, attention="alibi", scope="local")
