@@ -15,6 +15,18 @@ import warnings
 from markovformer.cli import bench as bench_command  # its parser imports no torch
 
 EXIT_BAD_INPUT = 2
+# Packages of the optional extras, by import name; any other missing package is one of the command's dependencies.
+OPTIONAL_PACKAGES = {"rdata": "data", "arch": "data", "pytest": "dev", "ruff": "dev"}
+
+
+def missing_package_message(error: ModuleNotFoundError) -> str:
+    """One line naming the missing package and the pip command that installs it."""
+    package = (error.name or str(error)).split(".")[0]
+    extra = OPTIONAL_PACKAGES.get(package)
+    if extra is not None:
+        return f"this command needs the package {package!r}: pip install \"markovformer[{extra}]\""
+    return (f"this command needs the package {package!r}, a dependency of markovformer's command line: "
+            f"pip install markovformer (or `make setup` in a clone) installs it")  # fmt: skip
 
 
 def quiet_frameworks() -> None:
@@ -308,10 +320,15 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "train" and not args.debug:
+        if args.command in ("train", "experiment") and not args.debug:
             quiet_frameworks()
         COMMANDS[args.command](args)
         return 0
+    except ModuleNotFoundError as error:
+        if args.debug:
+            raise
+        print(f"markovformer: error: {missing_package_message(error)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except (ValueError, FileNotFoundError) as error:
         if args.debug:
             raise
