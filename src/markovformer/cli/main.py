@@ -257,21 +257,21 @@ def run_data(args: argparse.Namespace) -> None:
 
 
 def prepare_data(args: argparse.Namespace) -> None:
-    import os
     from pathlib import Path
 
+    from markovformer.data.locations import data_directory
     from markovformer.data.recipes import DATA_RECIPES
     from markovformer.training.run_config import suggest
 
     if args.name == "list":
         for name, recipe in DATA_RECIPES.items():
-            print(f"{name:10} {recipe.summary}  -> {recipe.file_name}")
+            print(f"{name:20} {recipe.summary}  -> {recipe.file_name}")
         return
     if args.name not in DATA_RECIPES:
         raise ValueError(f"no data recipe {args.name!r}{suggest(args.name, DATA_RECIPES)}; known: "
                          f"{', '.join(DATA_RECIPES)}")  # fmt: skip
     recipe = DATA_RECIPES[args.name]
-    out = Path(args.dir or os.environ.get("MARKOVFORMER_DATA") or "data") / recipe.file_name
+    out = (Path(args.dir) if args.dir else data_directory()) / recipe.file_name
     if out.exists() and not args.force:
         print(f"{out} is already there (--force rebuilds it)")
         return
