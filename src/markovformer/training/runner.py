@@ -33,7 +33,7 @@ from markovformer.models.registry import MODEL_FAMILIES, head_class
 from markovformer.ops.lags import prediction_lags
 from markovformer.training.batches import DocumentWindows, EpochBatches, window_stride
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
-from markovformer.training.environment import environment_record
+from markovformer.training.environment import check_accelerator, environment_record
 from markovformer.training.metrics import TaskMetrics
 from markovformer.training.run_config import (
     ConfigError,
@@ -212,6 +212,7 @@ def _plain(value):
 
 def train(config: RunConfig, resume: bool = False) -> dict:
     """Train a run into ``config.output_dir``; with ``resume`` continue from its last checkpoint."""
+    check_accelerator(config.trainer.accelerator)
     run_dir = Path(config.output_dir)
     last = run_dir / "checkpoints" / LAST_CHECKPOINT
     L.seed_everything(config.trainer.seed, workers=True, verbose=False)
