@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from markdown_tables import markdown_tables  # beside this file
 
 from markovformer.data.translation import SyntheticTranslationSource
 from markovformer.experiments import mat_order
@@ -71,6 +72,7 @@ def test_run_writes_the_report_and_reuses_cells(tmp_path, monkeypatch):
     assert cells[0]["state_floats_per_row"] == 2 * 16  # MAT k=2, D=16
     assert results["settings"]["source_symbols"] == mat_order.QUICK.source_symbols  # quick's smaller task
     text = report.read_text()
+    assert all(len(table) > 1 for table in markdown_tables(text))  # every table well formed, none empty
     assert "| 2 | on | MAT |" in text and "| inf | off | AT |" in text
     for figure in ("bleu_vs_order.png", "speed_vs_order.png", "state_vs_order.png", "val_loss.png"):
         assert (tmp_path / figure).is_file()

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from markdown_tables import markdown_tables  # beside this file
 
 from markovformer.data.collate import PAD_ID, collate
 from markovformer.data.text import text_windows
@@ -95,6 +96,7 @@ def test_quick_run_writes_the_table_samples_and_figure(tmp_path):
     lines = []
     report = scan_shakespeare.run(tmp_path, quick=True, seeds=None, overrides={}, log=lines.append)
     text = report.read_text()
+    assert all(len(table) > 1 for table in markdown_tables(text))  # every table well formed, none empty
     for label in [*scan_shakespeare.LABELS.values(), "interpolated Kneser-Ney (SPEC 4)", "| 1.7170 |"]:
         assert label in text
     assert text.count("Follow those") >= len(scan_shakespeare.MODELS) + 1 and (tmp_path / "cross_entropy.png").is_file()

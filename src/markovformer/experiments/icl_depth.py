@@ -93,11 +93,11 @@ def run(
         "add-1 estimator are scored on the same sequences."
     )
     cells = []
+    report.expect_cells(len(orders) * len(depths) * len(seeds))
     for order in orders:
         for n_layers in depths:
             for seed in seeds:
                 key = f"k={order}_layers={n_layers}_seed={seed}"
-                log(f"[{NAME}] {key}")
                 cells.append(report.cached(key, partial(train_icl_cell, order, n_layers, seed, settings, log)))
     rows = [
         [c["order"], c["n_layers"], c["seed"], c["final_loss"], c["oracle"], c["bayes_add1"],

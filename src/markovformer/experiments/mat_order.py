@@ -213,12 +213,12 @@ def _run(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...], log:
         f"State: floats per hypothesis after {STATE_PROBE_TOKENS} generated tokens."
     )
     cells = []
+    report.expect_cells(len(seeds) * len(settings.transparent) * len(orders))
     for seed in seeds:
         bundle, tag = _data(tsv_path, seed, settings)
         for transparent in settings.transparent:
             for order in orders:
                 key = f"{tag}_k={_order_name(order)}_{'transparent' if transparent else 'standard'}_seed={seed}"
-                log(f"[{NAME}] {key}")
                 cells.append(report.cached(key, partial(train_order_cell, bundle, order, transparent, seed, settings,
                                                         log)))  # fmt: skip
     rows = [

@@ -139,6 +139,11 @@ def train_recovery_cell(source: str, kind: str, seed: int, settings: RecoverySet
     return cell
 
 
+def _kinds(source: str) -> tuple[str, ...]:
+    """The models trained on a source: in-context sources also get a global-scope Markovian Transformer."""
+    return ("markov", "markov-global", "softmax") if source.startswith("icl") else ("markov", "softmax")
+
+
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
@@ -163,12 +168,12 @@ def run(
         f"nats of the floor. Recovered order: {RECOVERY_FRACTION:.0%} rule of the module docstring."
     )
     cells = []
+    report.expect_cells(sum(len(_kinds(source)) for source in sources) * len(seeds))
     for source in sources:
-        kinds = ("markov", "markov-global", "softmax") if source.startswith("icl") else ("markov", "softmax")
+        kinds = _kinds(source)
         for kind in kinds:
             for seed in seeds:
                 key = f"{source}_{kind}_seed={seed}"
-                log(f"[{NAME}] {key}")
                 cells.append(report.cached(key, partial(train_recovery_cell, source, kind, seed, settings, log)))
     rows = [
         [c["source"], c["kind"], c["seed"], c["true_order"], c.get("recovered_order", "—"), c["floor_name"],

@@ -230,6 +230,7 @@ def run(
     seeds = seeds if seeds is not None else (0,)
     title = "Scan Markov model on Tiny Shakespeare: cross-entropy by context length"
     report = ExperimentReport(out_dir, title, log, settings=asdict(settings))
+    report.expect_cells(len(MODELS) * len(seeds))
     cells = [report.cached(f"{model}_seed={seed}", lambda m=model, s=seed: train_cell(m, report.out_dir, settings, s,
                                                                                        log))
              for model in MODELS for seed in seeds]  # fmt: skip

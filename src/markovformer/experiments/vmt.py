@@ -257,6 +257,8 @@ def run(
     )
     results: dict = {"settings": asdict(settings)}
 
+    text_models = len(settings.text_windows) * len(MODELS) if _locate(settings.text_path) is not None else 0
+    report.expect_cells(1 + len(settings.hmm_windows) * len(MODELS) + text_models)
     # 1. linear-Gaussian
     log(f"[{NAME}] part 1: linear-Gaussian state-space model")
     lg = report.cached(f"linear_gaussian_seed={seed}", lambda: linear_gaussian_cell(settings, seed, log))
