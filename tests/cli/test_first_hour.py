@@ -121,8 +121,7 @@ def test_the_prepared_data_directory_is_git_ignored():
     root = Path(__file__).resolve().parents[2]
     if shutil.which("git") is None or not (root / ".git").exists():
         pytest.skip("not a git checkout")
-    done = subprocess.run(["git", "check-ignore", "-q", "data/tiny_shakespeare.txt", "data/splice/labels.tsv"],
-                          cwd=root, timeout=30)  # fmt: skip
-    assert done.returncode == 0
+    for prepared in ("data/tiny_shakespeare.txt", "data/splice/labels.tsv"):
+        assert subprocess.run(["git", "check-ignore", "-q", prepared], cwd=root, timeout=30).returncode == 0
     kept = subprocess.run(["git", "check-ignore", "-q", "src/markovformer/data/recipes.py"], cwd=root, timeout=30)
     assert kept.returncode == 1  # the package's own data/ folder is not ignored
