@@ -44,9 +44,10 @@ class ICLSettings:
     plateau_delta: float = 2e-3  # nats
 
 
-# Quick: orders 1 and 2 at depths 1 and 2 (one layer stays above Bayes add-1, two get close), stopped on a plateau.
-QUICK = ICLSettings(orders=(1, 2), depths=(1, 2), seq_len=128, steps=600, eval_every=50, eval_batch=128,
-                    plateau_patience=4)  # fmt: skip
+# Quick: order 1 at depths 1 and 2, at a higher learning rate. Two layers sit on the same plateau as one for about
+# 900 steps, then drop towards Bayes add-1 (measured: 0.586 -> 0.537 by step 1,100; one layer 0.575 at 2,000), so
+# quick mode needs no early stopping (it would stop on that plateau) but enough steps to pass it.
+QUICK = ICLSettings(orders=(1,), depths=(1, 2), seq_len=128, steps=1500, lr=3e-3, eval_every=100, eval_batch=128)
 
 
 def train_icl_cell(

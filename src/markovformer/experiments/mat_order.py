@@ -44,7 +44,6 @@ from markovformer.models.markov_translator.generation import decode_step, start_
 NAME = "mat-order"
 SUMMARY = "MAT decoder order k = 1..5, ∞, transparent on/off, on a task of true order 2: BLEU, decode speed, state"
 STATE_PROBE_TOKENS = 64  # the decoder state is measured after this many generated tokens
-INFINITY_AT = 6  # where k = ∞ is drawn on the figures' k axis
 
 
 @dataclass(frozen=True)
@@ -239,16 +238,9 @@ def _run(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...], log:
         "state_floats_per_row": (f"decoder state floats after {STATE_PROBE_TOKENS} tokens", "state_vs_order.png"),
     }
     for metric, (label, file_name) in figures.items():
-        curves = {}
-        for transparent in settings.transparent:
-            points = [
-                (INFINITY_AT if order is None else order,
-                 _mean([c[metric] for c in cells if c["order"] == order and c["transparent"] == transparent]))
-                for order in orders
-            ]  # fmt: skip
-            curves["transparent" if transparent else "standard"] = ([x for x, _ in points], [y for _, y in points])
-        figure = plot_panels([Panel(label, curves)], report.out_dir / file_name, f"order k (∞ drawn at {INFINITY_AT})",
-                             label)  # fmt: skip
+        curves, apart, infinity = order_curves(cells, orders, settings.transparent, metric)
+        panel = Panel(label, curves, apart=apart, tick_labels={infinity: "∞"} if apart else {})
+        figure = plot_panels([panel], report.out_dir / file_name, "decoder order k", label)
         report.figure(figure, f"{label} against the decoder order k (mean over seeds)")
     panels = []
     for transparent in settings.transparent:
@@ -260,6 +252,23 @@ def _run(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...], log:
     report.results = {"settings": asdict(settings), "data": tsv_path or "synthetic", "seeds": list(seeds),
                       "synthetic_task": None if tsv_path else asdict(source), "cells": cells}  # fmt: skip
     return report.write()
+
+
+def order_curves(cells: list[dict], orders, transparent_values, metric: str) -> tuple[dict, dict, int]:
+    """Per decoder kind ("transparent"/"standard"), the mean of ``metric`` over seeds against the finite orders k,
+    the k = ∞ mean apart (it is no point of the k axis, so it is never joined to them), and the x where ∞ is drawn:
+    one past the largest finite order."""
+    infinity = max([order for order in orders if order is not None], default=0) + 1
+    curves, apart = {}, {}
+    for transparent in transparent_values:
+        name = "transparent" if transparent else "standard"
+        means = {order: _mean([c[metric] for c in cells if c["order"] == order and c["transparent"] == transparent])
+                 for order in orders}  # fmt: skip
+        finite = sorted(order for order in means if order is not None)
+        curves[name] = (finite, [means[order] for order in finite])
+        if None in means:
+            apart[name] = (infinity, means[None])
+    return curves, apart, infinity
 
 
 def _row_name(cell: dict) -> str:

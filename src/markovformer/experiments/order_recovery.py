@@ -151,7 +151,7 @@ def _kinds(source: str) -> tuple[str, ...]:
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
-    from markovformer.plots.experiments import Panel, plot_panels
+    from markovformer.plots.experiments import LagPanel, Panel, plot_lag_bars, plot_panels
 
     settings = configure(QUICK if quick else RecoverySettings(), overrides, NAME)
     sources = settings.sources
@@ -202,6 +202,20 @@ def run(
         caption="Effective bias per attention lag (max over heads): mean gate × strength, logit units. A chain of "
         "order k needs attention lags 0..k−1.",
     )  # fmt: skip
+    bias_panels = []
+    for source in sources:
+        biased = [c for c in cells if c["source"] == source and "effective_bias" in c]
+        if not biased:
+            continue
+        needed = tuple(range(1, biased[0]["true_order"]))  # a chain of order k needs attention lags 0..k-1
+        series = {f"{c['kind']} layer {layer} s{c['seed']}": torch.tensor(c["effective_bias"])[layer].amax(0).tolist()
+                  for c in biased for layer in range(len(c["effective_bias"]))}  # fmt: skip
+        bias_panels.append(LagPanel(f"{source} (true order {biased[0]['true_order']})", series, needed))
+    if bias_panels:
+        figure = plot_lag_bars(bias_panels, report.out_dir / "effective_bias.png", "effective bias (logit units)")
+        report.figure(figure, "Effective bias per attention lag (mean gate × strength, max over heads) of each "
+                      "Markovian layer; shaded: the lags 1..k−1 a chain of order k needs besides lag 0 (the token "
+                      "itself, which never gets a bias)")  # fmt: skip
     panels = []
     for source in sources:
         source_cells = [c for c in cells if c["source"] == source]
