@@ -125,3 +125,20 @@ def test_the_prepared_data_directory_is_git_ignored():
         assert subprocess.run(["git", "check-ignore", "-q", prepared], cwd=root, timeout=30).returncode == 0
     kept = subprocess.run(["git", "check-ignore", "-q", "src/markovformer/data/recipes.py"], cwd=root, timeout=30)
     assert kept.returncode == 1  # the package's own data/ folder is not ignored
+
+
+def test_the_inspection_page_states_config_model_time_units_and_references(chain_run, tmp_path):
+    import html
+
+    _, run_dir = chain_run
+    assert main(["inspect", str(run_dir), "--out", str(tmp_path / "report")]) == 0
+    page = html.unescape((tmp_path / "report" / "index.html").read_text())
+    for expected in ("attention kind per layer</td><td>markov", "validation loss (nats/token)",
+                     "gap to the entropy rate", "true chain's loss on the validation sequences", "steps in",
+                     "x_(t+1) depends on x_t, x_(t\u22121)", "(config.yaml)</summary>", "max_order: 2",
+                     'src="attention_by_lag.png"', 'src="curves.png"'):  # fmt: skip
+        assert expected in page, expected
+    gap = re.search(r"gap to the entropy rate</td><td>([+-]\d\.\d{4}) nats/token", page)
+    metrics = __import__("json").loads((run_dir / "metrics.json").read_text())
+    assert float(gap.group(1)) == pytest.approx(metrics["val"]["loss"] - metrics["reference"]["entropy_rate"],
+                                                abs=1e-4)  # fmt: skip
