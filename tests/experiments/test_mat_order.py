@@ -63,7 +63,7 @@ TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "steps": 3, "eval_every": 3,
 
 def test_run_writes_the_report_and_reuses_cells(tmp_path, monkeypatch):
     lines = []
-    overrides = {**TINY, "orders": [2, None]}  # as --set gives them: lists, YAML null for k = ∞
+    overrides = {**TINY, "orders": [2, None], "transparent": [True, False]}  # as --set gives them (null: k = ∞)
     report = mat_order.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lines.append)
     results = json.loads((tmp_path / "results.json").read_text())
     cells = results["cells"]

@@ -11,7 +11,7 @@ from urllib.parse import quote
 from markovformer.plots.saving import write_text
 
 _STYLE = """
-body { font-family: sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+body { font-family: sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1150px; color: #222; }
 table { border-collapse: collapse; margin-bottom: 2em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.8em; text-align: left; }
 th { background: #f3f3f3; }
