@@ -99,3 +99,34 @@ def test_testbed_reports_are_well_formed_tables_with_progress(name, tmp_path):
     assert tables and all(len(table) > 1 for table in tables)
     progress = [line.split()[1] for line in lines if line.startswith("cell ")]
     assert progress and progress[-1] == f"{len(progress)}/{len(progress)}"
+
+
+@pytest.mark.slow
+def test_weight_tying_quick_still_shows_the_effect(tmp_path):
+    """Quick mode stops flat cells early and still separates tied p+q > 1 (unigram H(π)) from the rest."""
+    weight_tying.run(tmp_path, quick=True, seeds=None, overrides={}, log=lambda line: None)
+    cells = __import__("json").loads((tmp_path / "results.json").read_text())["cells"]
+    for cell in cells:
+        expected = "unigram H(π)" if cell["tied"] and cell["p"] + cell["q"] > 1 else "entropy rate"
+        assert weight_tying.verdict(cell) == expected, cell["p"]
+        assert cell["stopped_early"] and cell["steps"][-1] < weight_tying.QUICK.steps
+
+
+@pytest.mark.slow
+def test_order_recovery_quick_recovers_both_orders(tmp_path):
+    from markovformer.experiments import order_recovery
+
+    order_recovery.run(tmp_path, quick=True, seeds=None, overrides={}, log=lambda line: None)
+    cells = __import__("json").loads((tmp_path / "results.json").read_text())["cells"]
+    markov = [cell for cell in cells if cell["kind"] == "markov"]
+    assert [(c["true_order"], c["recovered_order"]) for c in markov] == [(1, 1), (3, 3)]
+    assert (tmp_path / "effective_bias.png").is_file()
+
+
+@pytest.mark.slow
+def test_icl_depth_quick_shows_two_layers_beating_one(tmp_path):
+    from markovformer.experiments import icl_depth
+
+    icl_depth.run(tmp_path, quick=True, seeds=None, overrides={}, log=lambda line: None)
+    cells = {c["n_layers"]: c for c in __import__("json").loads((tmp_path / "results.json").read_text())["cells"]}
+    assert cells[2]["final_loss"] < cells[1]["final_loss"] - 0.02
