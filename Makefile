@@ -1,9 +1,11 @@
 # Two commands on a fresh clone: `make demo` and `make test`. Each sets up its own virtual environment.
 PYTHON ?= python3
 VENV ?= .venv
-# Pinned to the CPU build available here; override e.g. `make test TORCH_SPEC="torch==2.5.1"`.
+# Pinned to the CPU build available here; override e.g. `make test TORCH_SPEC="torch==2.5.1"`. A CUDA build:
+# `make setup TORCH_INDEX=https://download.pytorch.org/whl/cu126` (the index of your CUDA version).
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= train,data,dev,hf
+TORCH_INDEX ?=
+EXTRAS ?= data,dev,hf
 BIN := $(VENV)/bin
 # Each `make demo` trains into a fresh run directory, so running it twice never collides.
 DEMO_DIR := runs/demo-$(shell date +%Y%m%d-%H%M%S)
@@ -15,7 +17,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 

@@ -24,6 +24,8 @@ from markovformer.training.runner import build_data, build_model, train
 from markovformer.training.task import model_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT / "../shared/data"  # where this checkout's Tiny Shakespeare lives; configs find it through
+# $MARKOVFORMER_DATA as they would find the copy `markovformer data prepare tiny-shakespeare` writes into ./data
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 EXPECTED = {"causal_lm_chain", "hidden_order", "softmax_baseline", "text_char", "text_bpe", "dna_fasta",
             "time_series_csv", "scan_shakespeare", "scan_shakespeare_large", "mat_synthetic", "mat_de_en", "vmt_hmm",
@@ -109,7 +111,7 @@ def test_hidden_order_learns_lags_one_and_four_with_gated_order_four():
 
 def test_text_configs_differ_only_in_the_tokenizer():
     char, bpe = resolved("text_char"), resolved("text_bpe")
-    assert char.data["path"] == bpe.data["path"] == "../shared/data/tiny_shakespeare.txt"
+    assert char.data["path"] == bpe.data["path"] == "data/tiny_shakespeare.txt"
     assert char.data["tokenizer"] == "char" and "vocab_size" not in char.data and char.data["seq_len"] == 128
     assert bpe.data == {**char.data, "tokenizer": "bpe", "vocab_size": 512}
     assert bpe.model == char.model and bpe.trainer == char.trainer
@@ -135,10 +137,11 @@ def test_scan_shakespeare_large_changes_only_width_positions_regularisation_and_
     assert (large["trainer"]["label_smoothing"], large["trainer"]["weight_decay"]) == (0.0, 0.5)
 
 
-@pytest.mark.skipif(not (ROOT / "../shared/data/tiny_shakespeare.txt").is_file(), reason="no Tiny Shakespeare here")
+@pytest.mark.skipif(not (SHARED_DATA / "tiny_shakespeare.txt").is_file(), reason="no Tiny Shakespeare here")
 @pytest.mark.parametrize("name", ["text_char", "text_bpe"])
 def test_text_config_builds_its_data_and_model(name, monkeypatch):
-    monkeypatch.chdir(ROOT)  # the data path is relative to the repository root
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("MARKOVFORMER_DATA", str(SHARED_DATA))
     config = resolved(name)
     bundle = build_data(config)
     model = build_model(config, bundle.info).eval()
@@ -154,7 +157,7 @@ def test_scan_shakespeare_is_the_seed_setup():
     cosine decay, the seed's architecture; validation windows carry the longest context."""
     config = resolved("scan_shakespeare")
     assert config.model_type == "scan_markov" and config.task == "causal_lm"
-    assert config.data["path"] == "../shared/data/tiny_shakespeare.txt" and config.data["tokenizer"] == "char"
+    assert config.data["path"] == "data/tiny_shakespeare.txt" and config.data["tokenizer"] == "char"
     assert config.data["fractions"] == [0.9, 0.1, 0.0] and config.data["overlap"] >= 5
     trainer = config.trainer
     assert trainer.context_lengths == (2, 3, 4, 5) and trainer.label_smoothing == 0.1 and trainer.decay == "cosine"
@@ -163,9 +166,10 @@ def test_scan_shakespeare_is_the_seed_setup():
     assert max(trainer.context_lengths) <= model.max_positions
 
 
-@pytest.mark.skipif(not (ROOT / "../shared/data/tiny_shakespeare.txt").is_file(), reason="no Tiny Shakespeare here")
+@pytest.mark.skipif(not (SHARED_DATA / "tiny_shakespeare.txt").is_file(), reason="no Tiny Shakespeare here")
 def test_scan_shakespeare_builds_its_data_and_model(monkeypatch):
     monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("MARKOVFORMER_DATA", str(SHARED_DATA))
     config = resolved("scan_shakespeare")
     bundle = build_data(config)
     model = build_model(config, bundle.info).eval()

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from markdown_tables import markdown_tables  # beside this file
 
 from markovformer.data.translation import SyntheticTranslationSource
 from markovformer.experiments import mat_order
@@ -62,7 +63,7 @@ TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "steps": 3, "eval_every": 3,
 
 def test_run_writes_the_report_and_reuses_cells(tmp_path, monkeypatch):
     lines = []
-    overrides = {**TINY, "orders": [2, None]}  # as --set gives them: lists, YAML null for k = ∞
+    overrides = {**TINY, "orders": [2, None], "transparent": [True, False]}  # as --set gives them (null: k = ∞)
     report = mat_order.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lines.append)
     results = json.loads((tmp_path / "results.json").read_text())
     cells = results["cells"]
@@ -71,6 +72,7 @@ def test_run_writes_the_report_and_reuses_cells(tmp_path, monkeypatch):
     assert cells[0]["state_floats_per_row"] == 2 * 16  # MAT k=2, D=16
     assert results["settings"]["source_symbols"] == mat_order.QUICK.source_symbols  # quick's smaller task
     text = report.read_text()
+    assert all(len(table) > 1 for table in markdown_tables(text))  # every table well formed, none empty
     assert "| 2 | on | MAT |" in text and "| inf | off | AT |" in text
     for figure in ("bleu_vs_order.png", "speed_vs_order.png", "state_vs_order.png", "val_loss.png"):
         assert (tmp_path / figure).is_file()

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from markdown_tables import markdown_tables  # beside this file
 
 from markovformer.data.collate import PAD_ID, collate
 from markovformer.data.text import text_windows
@@ -22,9 +23,16 @@ from markovformer.training.task import scored_outputs
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _has_tiny_shakespeare() -> bool:
+    try:
+        return scan_shakespeare.find_data().is_file()
+    except ValueError:
+        return False
+
+
 def test_the_scan_markov_cell_is_the_example_config():
     settings = ScanShakespeareSettings()
-    cell = run_config("scan_markov", "../shared/data/tiny_shakespeare.txt", "runs/scan_shakespeare", settings)
+    cell = run_config("scan_markov", "data/tiny_shakespeare.txt", "runs/scan_shakespeare", settings)
     config = load_yaml(ROOT / "configs" / "scan_shakespeare.yaml")
     assert {k: v for k, v in cell.items() if k != "trainer"} == {k: v for k, v in config.items() if k != "trainer"}
     assert cell["trainer"] == config["trainer"]
@@ -84,11 +92,12 @@ def test_samples_never_draw_padding_and_repeat_with_the_seed():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (ROOT / scan_shakespeare.DATA_PATH).is_file(), reason="no Tiny Shakespeare here")
+@pytest.mark.skipif(not _has_tiny_shakespeare(), reason="no Tiny Shakespeare here (markovformer data prepare ...)")
 def test_quick_run_writes_the_table_samples_and_figure(tmp_path):
     lines = []
     report = scan_shakespeare.run(tmp_path, quick=True, seeds=None, overrides={}, log=lines.append)
     text = report.read_text()
+    assert all(len(table) > 1 for table in markdown_tables(text))  # every table well formed, none empty
     for label in [*scan_shakespeare.LABELS.values(), "interpolated Kneser-Ney (SPEC 4)", "| 1.7170 |"]:
         assert label in text
     assert text.count("Follow those") >= len(scan_shakespeare.MODELS) + 1 and (tmp_path / "cross_entropy.png").is_file()

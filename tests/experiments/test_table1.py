@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from markdown_tables import markdown_tables  # beside this file
 
 from markovformer.data.finance import FRACTIONS, daily_move_table, synthetic_bars, write_csv
 from markovformer.data.genomics import write_labelled_fasta
@@ -115,6 +116,7 @@ def test_missing_domains_are_skipped_and_cells_are_the_evaluations_of_their_runs
                    f"prepare it with `markovformer data prepare {dataset} --dir {only_genomics}`")  # fmt: skip
         assert message in lines
         assert message.split("skipping ", 1)[1] in report.read_text()
+    assert all(len(table) > 1 for table in markdown_tables(report.read_text()))  # well formed, none empty
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert set(results["skipped"]) == {"finance", "speech"} and list(results["setups"]) == ["genomics"]
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from markdown_tables import markdown_tables  # beside this file
 
 from markovformer.experiments import EXPERIMENTS, vmt
 from markovformer.experiments.vmt import VMTSettings, text_documents, transformer_model, vmt_model
@@ -127,6 +128,7 @@ def test_a_tiny_run_obeys_the_bounds_invariants(tmp_path):
                      log=lines.append)  # fmt: skip
     body = report.read_text()
     assert "Part 1" in body and "Part 2" in body and "Part 3" in body
+    assert all(len(table) > 1 for table in markdown_tables(body))  # every table well formed, none empty
     assert (tmp_path / "out" / "linear_gaussian.png").is_file() and (tmp_path / "out" / "hmm.png").is_file()
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     lg = results["linear_gaussian"]

@@ -15,6 +15,18 @@ import warnings
 from markovformer.cli import bench as bench_command  # its parser imports no torch
 
 EXIT_BAD_INPUT = 2
+# Packages of the optional extras, by import name; any other missing package is one of the command's dependencies.
+OPTIONAL_PACKAGES = {"rdata": "data", "arch": "data", "pytest": "dev", "ruff": "dev"}
+
+
+def missing_package_message(error: ModuleNotFoundError) -> str:
+    """One line naming the missing package and the pip command that installs it."""
+    package = (error.name or str(error)).split(".")[0]
+    extra = OPTIONAL_PACKAGES.get(package)
+    if extra is not None:
+        return f"this command needs the package {package!r}: pip install \"markovformer[{extra}]\""
+    return (f"this command needs the package {package!r}, a dependency of markovformer's command line: "
+            f"pip install markovformer (or `make setup` in a clone) installs it")  # fmt: skip
 
 
 def quiet_frameworks() -> None:
@@ -124,6 +136,10 @@ def run_eval(args: argparse.Namespace) -> None:
         return
     shown = "  ".join(f"{k} {v:.4f}" for k, v in results["metrics"].items())
     print(f"{results['run_dir']} [{results['split']}]: {shown}")
+    if "entropy_rate" in results and "loss" in results["metrics"]:
+        excess = 100 * (results["metrics"]["loss"] / results["entropy_rate"] - 1)
+        truth = f"; the true chain scores {results['true_chain_loss']:.4f}" if "true_chain_loss" in results else ""
+        print(f"  vs entropy rate {results['entropy_rate']:.4f} nats/token ({excess:+.2f}%){truth}")
 
 
 def finite_or_null(value):
@@ -252,9 +268,24 @@ def run_inspect(args: argparse.Namespace) -> None:
     print(f"inspection report: {path}")
 
 
+def plain_text(docstring: str | None) -> str:
+    """A docstring as one line of plain text: whitespace collapsed, reStructuredText's ``code`` marks removed."""
+    return " ".join((docstring or "").replace("``", "").split())
+
+
+def wrapped(text: str, indent: int, first: str = "") -> str:
+    """``first`` + ``text`` wrapped to the terminal's width, continuation lines indented by ``indent``."""
+    import shutil
+    import textwrap
+
+    width = max(shutil.get_terminal_size((100, 24)).columns, 60)
+    return textwrap.fill(text, width, initial_indent=first.ljust(indent), subsequent_indent=" " * indent)
+
+
 def run_data(args: argparse.Namespace) -> None:
     import dataclasses
 
+    from markovformer.data.options import option_help
     from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
     from markovformer.training.run_config import suggest
 
@@ -262,41 +293,53 @@ def run_data(args: argparse.Namespace) -> None:
         prepare_data(args)
         return
     if args.data_command == "list":
+        column = max(map(len, DATA_SOURCES)) + 2
         for name, source in DATA_SOURCES.items():
-            summary = " ".join((source.__doc__ or "").split()).split(": ")[0].split(". ")[0].rstrip(".")
-            print(f"{name:14} {summary}\n{'':14} tasks: {', '.join(SOURCE_TASKS[name])}")
+            summary = plain_text(source.__doc__).split(". ")[0].rstrip(".")  # the first sentence, whole
+            print(wrapped(summary, column, name))
+            print(wrapped(f"tasks: {', '.join(SOURCE_TASKS[name])}", column))
+        print("\nmarkovformer data show NAME: a source's options; markovformer data prepare list: data sets to fetch")
         return
     if args.name not in DATA_SOURCES:
         raise ValueError(
             f"no data source {args.name!r}{suggest(args.name, DATA_SOURCES)}; see `markovformer data list`"
         )
     source = DATA_SOURCES[args.name]
-    print(f"{args.name}: {' '.join((source.__doc__ or '').split())}")
+    print(wrapped(plain_text(source.__doc__), 2, f"{args.name}: "))
     print(f"tasks: {', '.join(SOURCE_TASKS[args.name])}\noptions (data.<option> in a run config):")
-    for field in dataclasses.fields(source):
-        print(f"  {field.name:18} default {field.default!r}")
+    fields = dataclasses.fields(source)
+    name_width = max(len(field.name) for field in fields) + 2
+    defaults = {field.name: repr(source().__dict__[field.name]) if hasattr(source, "chain") else None
+                for field in fields}  # fmt: skip
+    for field in fields:
+        default = defaults[field.name] or repr(field.default if field.default is not dataclasses.MISSING else None)
+        print(wrapped(f"{option_help(args.name, field.name)} (default {default})", name_width + 2,
+                      f"  {field.name}"))  # fmt: skip
     if hasattr(source, "chain"):
+        from markovformer.training.lag_report import describe_chain
+
         chain = source().chain()
-        print(f"default chain: order {chain.order}, {chain.num_symbols} symbols, true lags {chain.true_lags}, "
-              f"entropy rate {chain.entropy_rate():.4f} nats/token")  # fmt: skip
+        print(wrapped(f"order {chain.order}, {chain.num_symbols} symbols, entropy rate {chain.entropy_rate():.4f} "
+                      f"nats/token; the data's lags {', '.join(map(str, chain.true_lags))} (steps back from the "
+                      f"predicted symbol), i.e. {describe_chain(chain.true_lags)}", 2, "default chain: "))  # fmt: skip
 
 
 def prepare_data(args: argparse.Namespace) -> None:
-    import os
     from pathlib import Path
 
+    from markovformer.data.locations import data_directory
     from markovformer.data.recipes import DATA_RECIPES
     from markovformer.training.run_config import suggest
 
     if args.name == "list":
         for name, recipe in DATA_RECIPES.items():
-            print(f"{name:10} {recipe.summary}  -> {recipe.file_name}")
+            print(f"{name:20} {recipe.summary}  -> {recipe.file_name}")
         return
     if args.name not in DATA_RECIPES:
         raise ValueError(f"no data recipe {args.name!r}{suggest(args.name, DATA_RECIPES)}; known: "
                          f"{', '.join(DATA_RECIPES)}")  # fmt: skip
     recipe = DATA_RECIPES[args.name]
-    out = Path(args.dir or os.environ.get("MARKOVFORMER_DATA") or "data") / recipe.file_name
+    out = (Path(args.dir) if args.dir else data_directory()) / recipe.file_name
     if out.exists() and not args.force:
         print(f"{out} is already there (--force rebuilds it)")
         return
@@ -345,10 +388,15 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "train" and not args.debug:
+        if args.command in ("train", "experiment") and not args.debug:
             quiet_frameworks()
         COMMANDS[args.command](args)
         return 0
+    except ModuleNotFoundError as error:
+        if args.debug:
+            raise
+        print(f"markovformer: error: {missing_package_message(error)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except (ValueError, OSError, MemoryError) as error:
         if args.debug:
             raise

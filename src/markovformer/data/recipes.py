@@ -11,6 +11,7 @@ from pathlib import Path
 
 from markovformer.data.finance import DAILY_FEATURES, prepare_nasdaq, prepare_sp500
 from markovformer.data.genomics import prepare_drosophila_promoters, prepare_promoters, prepare_splice
+from markovformer.data.shakespeare import prepare_tiny_shakespeare
 from markovformer.data.speech import prepare_digits
 from markovformer.data.translation.de_en import prepare_de_en
 
@@ -34,6 +35,13 @@ _MARKET_USAGE = (
 )
 
 DATA_RECIPES: dict[str, DataRecipe] = {
+    "tiny-shakespeare": DataRecipe(
+        "Tiny Shakespeare, 1,115,394 characters (karpathy/char-rnn on GitHub, SHA-256 checked)",
+        "tiny_shakespeare.txt",
+        prepare_tiny_shakespeare,
+        "the character and BPE language models and the Scan Markov model read it: markovformer train "
+        "configs/text_char.yaml (or scan_shakespeare.yaml, text_bpe.yaml); markovformer experiment scan-shakespeare",
+    ),
     "de-en": DataRecipe(
         "German-English example sentences of the Ding dictionary (Debian trans-de-en)",
         "de_en.tsv",
@@ -79,3 +87,8 @@ DATA_RECIPES: dict[str, DataRecipe] = {
         "(test_set: recorded = the real recordings, synthetic = unseen voices)",
     ),
 }
+
+
+def recipe_writing(file_name: str) -> str | None:
+    """The name of the recipe that writes ``file_name`` into the data directory, or None."""
+    return next((name for name, recipe in DATA_RECIPES.items() if recipe.file_name == file_name), None)

@@ -31,11 +31,13 @@ class TextSource:
     overlap: int = 0
 
     def build(self, seed: int) -> DataBundle:
+        from markovformer.data.locations import find_prepared_file
         from markovformer.data.text import load_text_lm
 
-        _require_path(self.path)
+        _require_path(self.path, must_exist=False)
+        path = find_prepared_file(self.path)  # a config's data/NAME is looked up in $MARKOVFORMER_DATA too
         return load_text_lm(
-            self.path, tokenizer=self.tokenizer, vocab_size=self.vocab_size, seq_len=self.seq_len,
+            path, tokenizer=self.tokenizer, vocab_size=self.vocab_size, seq_len=self.seq_len,
             fractions=self.fractions, overlap=self.overlap,
         )  # fmt: skip
 
@@ -169,14 +171,14 @@ class AudioManifestSource:
                                    stack=self.stack_frames)  # fmt: skip
 
 
-def _require_path(path: str, key: str = "data.path") -> None:
+def _require_path(path: str, key: str = "data.path", must_exist: bool = True) -> None:
     from pathlib import Path
 
     if not path:
         raise ValueError(f"{key} is required for this data source")
     if Path(path).is_dir():
         raise ValueError(f"{key}={path!r} is a directory; give the data file inside it")
-    if not Path(path).is_file():
+    if must_exist and not Path(path).is_file():
         raise ValueError(f"{key}={path!r}: no such file")
 
 

@@ -8,7 +8,8 @@ experiment; an interrupted experiment resumes cell by cell (``ExperimentReport.c
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -23,6 +24,42 @@ class FitResult:
     steps: list[int] = field(default_factory=list)  # the steps at which ``evaluate`` ran
     evaluations: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    stopped_early: bool = False  # True when ``plateau`` ended training before ``steps``
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """Early stopping for quick runs: the held-out value has flattened when its last ``patience`` evaluations
+    improved on the best one before them by less than ``min_delta`` (in its own unit, nats for a loss)."""
+
+    patience: int
+    min_delta: float = 1e-3
+
+    def __post_init__(self) -> None:
+        if self.patience < 1 or self.min_delta < 0:
+            raise ValueError(f"plateau patience must be >= 1 and min_delta >= 0; got {self.patience}, {self.min_delta}")
+
+    def reached(self, values: list[float]) -> bool:
+        if len(values) <= self.patience:
+            return False
+        return min(values[: -self.patience]) - min(values[-self.patience :]) < self.min_delta
+
+
+def plateau_from(patience: int, min_delta: float) -> Plateau | None:
+    """The ``Plateau`` of an experiment's settings; ``patience`` 0 turns early stopping off."""
+    return Plateau(patience, min_delta) if patience > 0 else None
+
+
+@contextmanager
+def one_intra_op_thread() -> Iterator[None]:
+    """Tiny models run thousands of small ops: one intra-op thread is faster than several, and immune to the
+    spin-wait contention that makes two threads several times slower on a busy machine. Restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def fit_on_stream(
@@ -39,12 +76,14 @@ def fit_on_stream(
     warmup_steps: int = 0,
     log: Callable[[str], None] | None = None,
     label: str = "",
+    plateau: Plateau | None = None,
 ) -> FitResult:
     """``optimizer`` "adamw" (no weight decay) or "sgd" (plain gradient steps, the discrete gradient flow of the
     theory), at a constant rate after a linear warm-up, on fresh batches from ``sample_batch``.
 
     ``evaluate()`` (a held-out loss, say) runs at step 0, every ``eval_every`` steps and at the end, in eval mode
     without gradients. The batch stream is seeded with ``seed``; the model's initialisation is the caller's.
+    With ``plateau``, training stops after the evaluation at which the held-out value has flattened.
     """
     if steps < 1 or eval_every < 1:
         raise ValueError(f"steps and eval_every must be >= 1; got steps={steps}, eval_every={eval_every}")
@@ -69,16 +108,22 @@ def fit_on_stream(
         if log is not None:
             log(f"  {label} step {step:>6}/{steps}: held-out {value:.4f}  ({time.perf_counter() - start:.0f}s)")
 
-    record(0)
-    model.train()
-    for step in range(1, steps + 1):
-        loss = loss_on_batch(sample_batch(generator))
-        optim.zero_grad(set_to_none=True)
-        loss.backward()
-        optim.step()
-        schedule.step()
-        if step % eval_every == 0 or step == steps:
-            record(step)
+    with one_intra_op_thread():
+        record(0)
+        model.train()
+        for step in range(1, steps + 1):
+            loss = loss_on_batch(sample_batch(generator))
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            optim.step()
+            schedule.step()
+            if step % eval_every == 0 or step == steps:
+                record(step)
+                if plateau is not None and step < steps and plateau.reached(result.evaluations):
+                    result.stopped_early = True
+                    if log is not None:
+                        log(f"  {label} stopped at step {step}: the held-out value has flattened")
+                    break
     result.seconds = time.perf_counter() - start
     return result
 

@@ -109,8 +109,8 @@ def run(
         f"{TOLERANCE} of it."
     )
     cells = []
+    report.expect_cells(len(settings.chains))
     for p, q in settings.chains:
-        log(f"[{NAME}] p={p} q={q}")
         cells.append(report.cached(f"p={p}_q={q}_seed={seed}", partial(flow_cell, p, q, seed, settings)))
     summary_rows, agreement_rows = [], []
     for cell in cells:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,28 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _escape(text: str) -> str:
+    """A table cell's text with its pipes escaped, so that ``P(1|0)`` stays one cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub markdown table; floats to 4 decimals."""
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
+    """A GitHub markdown table; floats to 4 decimals. Raises ValueError for a row whose length is not the header's."""
+    for row in rows:
+        if len(row) != len(columns):
+            raise ValueError(f"table row {list(row)!r} has {len(row)} cells for {len(columns)} columns")
+    lines = ["| " + " | ".join(_escape(str(c)) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_escape(_cell(value)) for value in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def format_duration(seconds: float) -> str:
+    """``42 s``, ``3.5 min`` or ``1.2 h``: a time estimate as a reader wants it."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 class ExperimentReport:
@@ -36,6 +54,9 @@ class ExperimentReport:
     finished under the same settings, and recomputes cells stored under other settings. A cell that depends on
     less than all the settings passes what it depends on as ``depends_on``: it is then reused by any run of the
     experiment that would compute it the same way (another seed list, more domains, a second process on others).
+
+    Progress: each cell is logged as ``cell i/N KEY`` (N from ``expect_cells``) with an estimate of the time left,
+    the mean time of the cells computed so far times the cells still to come.
     """
 
     def __init__(
@@ -48,19 +69,40 @@ class ExperimentReport:
         self.settings = json.loads(json.dumps(settings or {}))  # as JSON would store it (tuples become lists)
         self.sections: list[str] = []
         self.results: dict[str, Any] = {}
+        self.expected_cells: int | None = None
+        self.cells_seen = 0
+        self.cell_seconds: list[float] = []  # wall time of each cell computed (not reused) by this run
+
+    def expect_cells(self, count: int) -> None:
+        """Announce how many ``cached`` calls are coming, for the ``cell i/N`` progress lines."""
+        self.expected_cells = count
+        self.cells_seen = 0
+
+    def _progress(self, key: str) -> str:
+        """``cell i/N KEY`` and, once a cell has been computed, the estimated time left (the rest at the mean)."""
+        total = self.expected_cells
+        position = f"cell {self.cells_seen}/{total}" if total else f"cell {self.cells_seen}"
+        if not self.cell_seconds or not total:
+            return f"{position} {key}"
+        remaining = max(total - self.cells_seen + 1, 0) * sum(self.cell_seconds) / len(self.cell_seconds)
+        return f"{position} {key}  (about {format_duration(remaining)} left)"
 
     def cached(self, key: str, compute: Callable[[], Any], depends_on: dict | None = None) -> Any:
         if not re.fullmatch(r"[A-Za-z0-9_.=+-]+", key):
             raise ValueError(f"cell key {key!r} must be a plain file name (letters, digits, _.=+-)")
         settings = self.settings if depends_on is None else json.loads(json.dumps(depends_on))
         path = self.out_dir / "cells" / f"{key}.json"
+        self.cells_seen += 1
         if path.is_file():
             stored = json.loads(path.read_text())
             if stored.get("settings") == settings:
-                self.log(f"  {key}: done earlier, read from {path}")
+                self.log(f"{self._progress(key)}: done earlier, read from {path}")
                 return stored["result"]
             self.log(f"  {key}: stored under other settings, recomputing")
+        self.log(self._progress(key))
+        start = time.perf_counter()
         value = compute()
+        self.cell_seconds.append(time.perf_counter() - start)
         path.parent.mkdir(exist_ok=True)
         atomic_write_text(path, json.dumps({"settings": settings, "result": value}, indent=1) + "\n")
         return value

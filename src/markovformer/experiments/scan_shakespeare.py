@@ -39,7 +39,6 @@ from markovformer.experiments.settings import configure
 
 NAME = "scan-shakespeare"
 SUMMARY = "Scan Markov model on Tiny Shakespeare: validation cross-entropy by context n vs Kneser-Ney and Transformers"
-DATA_PATH = "../shared/data/tiny_shakespeare.txt"  # relative to the working directory or the repository root
 CONTEXTS = (2, 3, 4, 5)
 FIRST_TARGET = max(CONTEXTS)  # validation characters from this offset on have every context in the part
 KNESER_NEY = {2: 2.041, 3: 1.722, 4: 1.566, 5: 1.539}  # SPEC 4: interpolated Kneser-Ney, validation nats
@@ -71,12 +70,12 @@ QUICK = ScanShakespeareSettings(scan_steps=120, recurrent_steps=120, transformer
                                 eval_every=120, eval_chars=4000, sample_chars=120)  # fmt: skip
 
 
-def find_data(path: str = DATA_PATH) -> Path:
-    """The text file: ``path`` from the working directory, else from the repository root; ValueError if neither."""
-    for candidate in (Path(path), Path(__file__).resolve().parents[3] / path):
-        if candidate.is_file():
-            return candidate
-    raise ValueError(f"{path}: Tiny Shakespeare not found (relative to {Path.cwd()} or the repository root)")
+def find_data() -> Path:
+    """The Tiny Shakespeare file: the data directory's (``markovformer data prepare tiny-shakespeare``), else
+    ``../shared/data``; ValueError naming the prepare command when there is none."""
+    from markovformer.data.shakespeare import find_tiny_shakespeare
+
+    return find_tiny_shakespeare()
 
 
 def _trainer(steps: int, batch_size: int, settings: ScanShakespeareSettings, seed: int, **extra) -> dict:
@@ -231,12 +230,14 @@ def run(
     seeds = seeds if seeds is not None else (0,)
     title = "Scan Markov model on Tiny Shakespeare: cross-entropy by context length"
     report = ExperimentReport(out_dir, title, log, settings=asdict(settings))
+    report.expect_cells(len(MODELS) * len(seeds))
     cells = [report.cached(f"{model}_seed={seed}", lambda m=model, s=seed: train_cell(m, report.out_dir, settings, s,
                                                                                        log))
              for model in MODELS for seed in seeds]  # fmt: skip
     scored = "the whole validation part" if settings.eval_chars is None else f"its first {settings.eval_chars:,}"
     report.text(
-        f"Data: `{DATA_PATH}`, characters, first 90 % train / last 10 % validation (contiguous). Scored: every "
+        f"Data: Tiny Shakespeare (`{find_data()}`), characters, first 90 % train / last 10 % validation "
+        f"(contiguous). Scored: every "
         f"character from offset {FIRST_TARGET} of {scored} characters of validation text ({cells[0]['targets']:,} "
         f"targets), each predicted from exactly the n characters before it; *mixture* is the mean over n = "
         f"{', '.join(map(str, CONTEXTS))} (the equal mixture of the four n-gram tasks). Nats; bits per character = "

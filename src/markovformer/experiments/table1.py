@@ -319,6 +319,8 @@ def run(
     report = ExperimentReport(out_dir, "Table I: Markov-structured models on genomics, finance and speech", log,
                               settings={**cached_settings, "seeds": list(seeds)})  # fmt: skip
     setups = {domain: set_up_domain(domain, settings, rows, log) for domain in present}
+    speed_variants = [v for v in rows if v in MODELS] if settings.measure else []
+    report.expect_cells(len(present) * len(rows) * len(seeds) + len(speed_variants))
     cells = [report.cached(f"{domain}_{variant}_seed={seed}",
                            lambda d=domain, v=variant, s=seed: train_cell(setups[d], v, settings, s, report.out_dir,
                                                                           log),

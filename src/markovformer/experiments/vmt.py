@@ -83,7 +83,7 @@ class VMTSettings:
     hmm_train_documents: int = 256
     hmm_val_documents: int = 8
     # part 3: text
-    text_path: str = "../shared/data/tiny_shakespeare.txt"  # from the working directory, else the repository root
+    text_path: str = ""  # "": Tiny Shakespeare (data directory, else ../shared/data); a path: from cwd or the checkout
     text_windows: tuple[int, ...] = (16, 64)
     text_steps: int = 2500
     text_doc_len: int = 1024
@@ -257,6 +257,8 @@ def run(
     )
     results: dict = {"settings": asdict(settings)}
 
+    text_models = len(settings.text_windows) * len(MODELS) if _locate(settings.text_path) is not None else 0
+    report.expect_cells(1 + len(settings.hmm_windows) * len(MODELS) + text_models)
     # 1. linear-Gaussian
     log(f"[{NAME}] part 1: linear-Gaussian state-space model")
     lg = report.cached(f"linear_gaussian_seed={seed}", lambda: linear_gaussian_cell(settings, seed, log))
@@ -335,18 +337,19 @@ def run(
         figure = plot_panels([panel], report.out_dir / "text.png", "window length", "bits per character", log_x=True)
         report.figure(figure, "Text: held-out bits per character against the window length")
     else:
-        log(f"[{NAME}] part 3 skipped: no text file at {settings.text_path} (set text_path=...)")
-        report.text(f"Part 3 skipped: no text file at `{settings.text_path}`.")
+        where = settings.text_path or "Tiny Shakespeare (markovformer data prepare tiny-shakespeare)"
+        log(f"[{NAME}] part 3 skipped: no text file {where} (set text_path=...)")
+        report.text(f"Part 3 skipped: no text file `{where}`.")
     report.results = results
     return report.write()
 
 
 def _locate(path: str) -> Path | None:
-    """``path`` from the working directory, else from the repository root; None when neither exists."""
-    from markovformer.experiments.scan_shakespeare import find_data
+    """The text file (``path``, or Tiny Shakespeare when it is empty); None when there is none."""
+    from markovformer.data.shakespeare import find_tiny_shakespeare
 
     try:
-        return find_data(path)
+        return find_tiny_shakespeare(path or None)
     except ValueError:
         return None
 

@@ -6,11 +6,17 @@ package selects no backend and leaves no figure open (see ``saving``). ``import 
 """
 
 from markovformer.plots.curves import metric_family, plot_training_curves, read_metric_series
-from markovformer.plots.markov import plot_attention_maps, plot_order_gates, plot_transition_strengths
+from markovformer.plots.markov import (
+    plot_attention_lag_profile,
+    plot_attention_maps,
+    plot_order_gates,
+    plot_transition_strengths,
+)
 from markovformer.plots.report import write_html_report
 
 __all__ = [
     "metric_family",
+    "plot_attention_lag_profile",
     "plot_attention_maps",
     "plot_order_gates",
     "plot_training_curves",

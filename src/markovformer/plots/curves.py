@@ -70,31 +70,51 @@ def metric_family(column: str) -> str:
     return name
 
 
-def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str, float] | None = None) -> Path:
-    """One panel per metric family against the optimiser step, stacked with a shared x axis; returns ``out``.
+# Monotone rescalings of the loss (bits = nats / ln 2, perplexity = exp(loss)): a second panel would repeat the loss
+# curve on another scale, so they are drawn only when the file has no loss column.
+RESCALED_LOSS_FAMILIES = ("bits_per_token", "perplexity")
 
-    The loss panel (train and validation together) comes first and carries ``reference_lines`` (label -> value in
-    the loss's own unit, nats; e.g. ``{"entropy rate": 1.73}``) as dashed horizontal lines (there is nowhere to draw
-    them when the file has no loss column). Raises ValueError
-    naming the file when it holds no metric values.
-    """
-    series = read_metric_series(metrics_csv)
+
+def plotted_families(series: dict[str, tuple[list[int], list[float]]]) -> dict[str, list[str]]:
+    """The panels ``plot_training_curves`` draws, {family: columns}, loss first: rescalings of the loss are left out
+    when the loss is there, and columns whose (step, value) series equals an earlier one of the same family (the
+    learning rate of several parameter groups) are drawn once."""
     families: dict[str, list[str]] = {}
     for column in series:
-        families.setdefault(metric_family(column), []).append(column)
-    order = sorted(families, key=lambda family: family != "loss")  # stable: the rest keep file order
+        same = [c for c in families.get(metric_family(column), []) if series[c] == series[column]]
+        if not same:
+            families.setdefault(metric_family(column), []).append(column)
+    if "loss" in families:
+        families = {family: columns for family, columns in families.items() if family not in RESCALED_LOSS_FAMILIES}
+    return {family: families[family] for family in sorted(families, key=lambda family: family != "loss")}
 
-    figure = new_figure(9.0, 2.6 * len(order) + 0.6)
-    axes = figure.subplots(len(order), 1, sharex=True, squeeze=False)[:, 0]
+
+def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str, float] | None = None) -> Path:
+    """One panel per metric family (``plotted_families``) against the optimiser step, stacked; returns ``out``.
+
+    The loss panel (train and validation together) comes first and carries ``reference_lines`` (label -> value in
+    the loss's own unit, nats; e.g. ``{"entropy rate": 1.73}``) as dashed horizontal lines, always inside the axis
+    with the text of each value, so the gap between the curves and the floor reads off the figure (there is nowhere
+    to draw them when the file has no loss column). Raises ValueError naming the file when it holds no values.
+    """
+    series = read_metric_series(metrics_csv)
+    families = plotted_families(series)
+    figure = new_figure(9.0, 2.8 * len(families) + 0.6)
+    axes = figure.subplots(len(families), 1, sharex=True, squeeze=False)[:, 0]
     figure.suptitle("Training curves")
-    for ax, family in zip(axes, order, strict=True):
-        for column in families[family]:
+    for ax, (family, columns) in zip(axes, families.items(), strict=True):
+        for column in columns:
             steps, values = series[column]
-            ax.plot(steps, values, label=column, marker="o" if len(steps) <= 50 else None, markersize=3, lw=1.2)
-        if family == "loss":
-            for index, (label, value) in enumerate((reference_lines or {}).items()):
-                colour = f"C{len(families[family]) + index}"
-                ax.axhline(value, ls="--", lw=1.2, color=colour, label=f"{label} = {value:.4g}")
+            label = "learning rate" if family == "learning rate" else column
+            ax.plot(steps, values, label=label, marker="o" if len(steps) <= 50 else None, markersize=3, lw=1.2)
+        if family == "loss" and reference_lines:
+            low, high = ax.get_ylim()
+            for index, (label, value) in enumerate(reference_lines.items()):
+                ax.axhline(value, ls=("--", ":", "-.")[index % 3], lw=1.2, color="black",
+                           label=f"{label} = {value:.4f}")  # fmt: skip
+            values = list(reference_lines.values())
+            margin = 0.05 * (max(high, *values) - min(low, *values))
+            ax.set_ylim(min(low, *values) - margin, max(high, *values) + margin)
         ax.set_title(family.replace("_", " "))
         ax.set_ylabel(_UNITS.get(family, family.replace("_", " ")))
         if family == "learning rate":

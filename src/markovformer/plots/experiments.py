@@ -16,11 +16,18 @@ _REFERENCE_STYLES = ("--", ":", "-.", (0, (5, 1, 1, 1)))
 
 @dataclass
 class Panel:
-    """One subplot: measured ``curves`` {label: (x, y)} and horizontal ``references`` {label: value}."""
+    """One subplot: measured ``curves`` {label: (x, y)} and horizontal ``references`` {label: value}.
+
+    ``apart`` {label: (x, y)}: a measurement that is not a point of its curve's axis (MAT's unbounded order k = ∞),
+    drawn as a lone marker in the colour of the curve of the same label, behind a dotted divider and never joined;
+    ``tick_labels`` {x: text} names such positions on the x axis.
+    """
 
     title: str
     curves: dict[str, tuple[Sequence[float], Sequence[float]]]
     references: dict[str, float] = field(default_factory=dict)
+    apart: dict[str, tuple[float, float]] = field(default_factory=dict)
+    tick_labels: dict[float, str] = field(default_factory=dict)
 
 
 def plot_panels(panels: Sequence[Panel], out: Path, xlabel: str, ylabel: str, log_x: bool = False) -> Path:
@@ -41,6 +48,18 @@ def plot_panels(panels: Sequence[Panel], out: Path, xlabel: str, ylabel: str, lo
             colours.setdefault(group, f"C{len(colours) % 10}")
             ax.plot(x, y, label=group if first else None, color=colours[group], linewidth=1.2, alpha=0.85,
                     marker="o" if len(x) <= 12 else None, markersize=3)  # fmt: skip
+        if panel.apart:
+            finite = [x for xs, _ in panel.curves.values() for x in xs]
+            divider = (max(finite) + min(x for x, _ in panel.apart.values())) / 2 if finite else None
+            if divider is not None:
+                ax.axvline(divider, color="grey", linestyle=":", linewidth=1)
+            for label, (x, y) in panel.apart.items():
+                group = re.sub(r" s\d+$", "", label)
+                colours.setdefault(group, f"C{len(colours) % 10}")
+                ax.plot([x], [y], linestyle="none", marker="*", markersize=10, color=colours[group])
+        if panel.tick_labels:
+            ticks = sorted({float(x) for xs, _ in panel.curves.values() for x in xs} | set(panel.tick_labels))
+            ax.set_xticks(ticks, [panel.tick_labels.get(x, f"{x:g}") for x in ticks])
         for index, (label, value) in enumerate(panel.references.items()):
             style = _REFERENCE_STYLES[index % len(_REFERENCE_STYLES)]
             ax.axhline(value, color="black", linestyle=style, linewidth=1, label=f"{label} = {value:.4f}")
@@ -92,4 +111,39 @@ def plot_landscapes(panels: Sequence[LandscapePanel], saddle: tuple[float, float
         ax.set_ylabel("e")
         ax.set_title(panel.title, fontsize=10)
         ax.legend(fontsize=7, loc="lower right")
+    return save_figure(figure, out)
+
+
+@dataclass
+class LagPanel:
+    """One subplot of per-lag values: ``series`` {label: values at lags 1..K}, ``marked`` lags shaded."""
+
+    title: str
+    series: dict[str, Sequence[float]]
+    marked: tuple[int, ...] = ()
+
+
+def plot_lag_bars(panels: Sequence[LagPanel], out: Path, ylabel: str) -> Path:
+    """Grouped bars of per-lag values (one group per lag k = 1..K, one bar per series), panels side by side with a
+    shared y axis through zero; the marked lags of each panel are shaded. Lags are integers: nothing is joined."""
+    if not panels:
+        raise ValueError("plot_lag_bars needs at least one panel")
+    figure = new_figure(4.6 * len(panels), 3.8)
+    axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for ax, panel in zip(axes, panels, strict=True):
+        count = max(len(values) for values in panel.series.values())
+        lags = np.arange(1, count + 1)
+        for lag in panel.marked:
+            ax.axvspan(lag - 0.45, lag + 0.45, color="gold", alpha=0.35, lw=0)
+        width = 0.8 / max(len(panel.series), 1)
+        for index, (label, values) in enumerate(panel.series.items()):
+            offset = (index - (len(panel.series) - 1) / 2) * width
+            ax.bar(lags[: len(values)] + offset, values, width=width, label=label, color=f"C{index % 10}")
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.set_xticks(lags)
+        ax.set_xlabel("attention lag k (key k tokens before the query)")
+        ax.set_title(panel.title, fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel(ylabel)
     return save_figure(figure, out)

@@ -106,9 +106,9 @@ def plot_transition_strengths(
         max(len(directions) * (0.62 * max_order + 1.4) + 1.3, 5.5), len(layers) * (0.36 * n_heads + 1.1) + 0.9
     )
     axes = figure.subplots(len(layers), len(directions), squeeze=False)
-    title = "Transition strengths T per head and lag"
+    title = "Transition strengths T per head and lag k"
     if marked:
-        title += f"\n(outlined, *: true lags {', '.join(map(str, marked))})"
+        title += f"\n(outlined, *: the chain's lags {', '.join(map(str, marked))})"
     figure.suptitle(title)
     for row, layer in enumerate(layers):
         for column, direction in enumerate(directions):
@@ -155,6 +155,7 @@ def plot_order_gates(
     out: Path,
     example: int = 0,
     null_slot: bool = True,
+    true_lags: Sequence[int] | None = None,
 ) -> Path:
     """The order-gate probabilities α of one example over its positions; returns ``out``.
 
@@ -164,7 +165,7 @@ def plot_order_gates(
     tick labels when T <= 64, y = slots ``lag 1..K`` (``lag -1..-K`` for the future direction) then ``null``,
     grouped by head (head names on the right, white lines between heads). Colour: probability on a fixed 0..1
     scale. ``null_slot`` says whether the last slot is the null slot (``config.gate_null``); 8 heads x (K=8 + 1)
-    slots stay readable at 0.14 inch per row.
+    slots stay readable at 0.14 inch per row. ``true_lags`` (lags >= 1 the data depends on) get a ``*`` label.
     """
     layers = [(index, layer) for index, layer in enumerate(gates) if layer]
     if not layers:
@@ -195,20 +196,23 @@ def plot_order_gates(
                 ax.set_axis_off()
                 ax.text(0.5, 0.5, f"layer {index}: no {direction} gate", ha="center", va="center")
                 continue
-            image = _gate_cell(ax, panels[index, direction], direction, null_slot, tokens)
+            image = _gate_cell(ax, panels[index, direction], direction, null_slot, tokens, tuple(true_lags or ()))
             ax.set_title(f"layer {index}, {direction} gates", fontsize=10)
     figure.colorbar(image, ax=axes, shrink=0.6, label="gate probability \u03b1 (0..1)")
     return save_figure(figure, out)
 
 
-def _gate_cell(ax, alpha: np.ndarray, direction: str, null_slot: bool, tokens: Sequence[str] | None):
+def _gate_cell(ax, alpha: np.ndarray, direction: str, null_slot: bool, tokens: Sequence[str] | None,
+               marked: tuple[int, ...] = ()):  # fmt: skip
     n_heads, seq_len, slots = alpha.shape
     max_order = slots - int(null_slot)
     if max_order < 1:
         raise ValueError(f"{slots} gate slots leave no lag slot (null_slot={null_slot})")
     rows = alpha.transpose(0, 2, 1).reshape(n_heads * slots, seq_len)  # row h * slots + s
     image = ax.imshow(rows, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
-    slot_labels = [f"lag {k}" for k in _lag_labels(direction, max_order)] + (["null"] if null_slot else [])
+    stars = ["*" if k + 1 in marked else "" for k in range(max_order)]
+    slot_labels = [f"lag {k}{star}" for k, star in zip(_lag_labels(direction, max_order), stars, strict=True)]
+    slot_labels += ["null"] if null_slot else []
     ax.set_yticks(range(n_heads * slots), slot_labels * n_heads, fontsize=7 if n_heads * slots > 24 else 8)
     for head in range(1, n_heads):
         ax.axhline(head * slots - 0.5, color="white", lw=1.5)
@@ -274,4 +278,44 @@ def plot_attention_maps(
             if row == len(layers) - 1:
                 ax.set_xlabel("key position")
     figure.colorbar(image, ax=axes, shrink=0.8, label="attention probability (square-root colour scale)")
+    return save_figure(figure, out)
+
+
+# --------------------------------------------------------------------------- attention by lag
+
+
+def plot_attention_lag_profile(profiles: dict[int, Tensor | np.ndarray], out: Path,
+                               true_lags: Sequence[int] | None = None) -> Path:  # fmt: skip
+    """Which offset each head prefers: mean attention probability against the lag k = 0..L; returns ``out``.
+
+    ``profiles`` maps a layer index to its (H, L + 1) profile (``training.inspection.attention_by_lag``). One panel
+    per layer, one line per head (markers at the measured lags only, k is an integer), shared 0..1 probability
+    axis; ``true_lags`` are shaded. Unlike a T x T map this shows a head's preference at a glance.
+    """
+    if not profiles:
+        raise ValueError("profiles is empty: no layer returned attention weights")
+    arrays = {layer: _array(profile) for layer, profile in profiles.items()}
+    for layer, profile in arrays.items():
+        if profile.ndim != 2 or profile.shape[1] < 2:
+            raise ValueError(f"layer {layer} profile: expected (heads, lags >= 2), got {profile.shape}")
+    figure = new_figure(4.6 * len(arrays) + 0.8, 3.8)
+    axes = figure.subplots(1, len(arrays), sharey=True, squeeze=False)[0]
+    for ax, (layer, profile) in zip(axes, arrays.items(), strict=True):
+        lags = np.arange(profile.shape[1])
+        for lag in true_lags or ():
+            if lag < len(lags):
+                ax.axvspan(lag - 0.4, lag + 0.4, color="gold", alpha=0.35, lw=0)
+        for head, row in enumerate(profile):
+            ax.plot(lags, row, marker="o", markersize=4, lw=1.2, label=f"head {head}")
+        ax.set_xticks(lags)
+        ax.set_xlabel("lag k (key k tokens before the query; 0 = itself)")
+        ax.set_title(f"layer {layer}", fontsize=10)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("mean attention probability")
+    axes[-1].legend(fontsize=7, loc="upper right")
+    title = "Attention by lag"
+    if true_lags:
+        title += f" (shaded: the chain's lags {', '.join(map(str, true_lags))})"
+    figure.suptitle(title)
     return save_figure(figure, out)

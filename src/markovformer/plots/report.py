@@ -11,13 +11,15 @@ from urllib.parse import quote
 from markovformer.plots.saving import write_text
 
 _STYLE = """
-body { font-family: sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+body { font-family: sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1150px; color: #222; }
 table { border-collapse: collapse; margin-bottom: 2em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.8em; text-align: left; }
 th { background: #f3f3f3; }
 figure { margin: 0 0 2.5em 0; }
 figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { margin-top: 0.4em; font-style: italic; }
+details { margin-bottom: 2em; }
+pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; }
 """
 
 
@@ -28,14 +30,19 @@ def _format(value: object) -> str:
 
 
 def write_html_report(
-    out_dir: Path, title: str, figures: list[tuple[str, Path]], summary: dict[str, object] | None = None
+    out_dir: Path,
+    title: str,
+    figures: list[tuple[str, Path]],
+    summary: dict[str, object] | None = None,
+    config_text: str | None = None,
 ) -> Path:
     """Write ``out_dir/index.html`` atomically and return its path.
 
     The page shows ``title``, a key/value table of ``summary`` (floats to 6 significant digits) and each
     ``(caption, path)`` figure in order, linked by its path relative to ``out_dir`` so the folder can be moved or
-    served as is. Every caption, key, value and the title are HTML-escaped. Raises FileNotFoundError for a figure
-    that does not exist (the page would show a broken image).
+    served as is. ``config_text`` (the run's config.yaml) follows the table in a folded block. Every caption, key,
+    value and the title are HTML-escaped. Raises FileNotFoundError for a figure that does not exist (the page would
+    show a broken image).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -54,6 +61,9 @@ def write_html_report(
         for key, value in summary.items():
             parts.append(f"<tr><td>{html.escape(str(key))}</td><td>{html.escape(_format(value))}</td></tr>")
         parts.append("</table>")
+    if config_text:
+        parts.append(f"<details><summary>the run's config (config.yaml)</summary><pre>{html.escape(config_text)}</pre>"
+                     "</details>")  # fmt: skip
     for caption, path in figures:
         path = Path(path)
         if not path.is_file():

@@ -31,16 +31,16 @@ from markovformer.data.bundle import DataBundle
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
 from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.models.registry import MODEL_FAMILIES, head_class
-from markovformer.ops.lags import prediction_lags
 from markovformer.training.batches import DocumentWindows, EpochBatches, window_stride
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
-from markovformer.training.environment import environment_record
+from markovformer.training.environment import check_accelerator, environment_record
 from markovformer.training.fingerprint import (
     check_checkpoint_fingerprint,
     check_model_fingerprint,
     run_fingerprint,
     write_model_fingerprint,
 )
+from markovformer.training.lag_report import CONVENTION, biased_lags, describe_chain, lag_header
 from markovformer.training.metrics import TaskMetrics
 from markovformer.training.metrics_log import AppendingCSVLogger
 from markovformer.training.run_checks import (
@@ -201,6 +201,7 @@ def _write_run_files(run_dir: Path, config: RunConfig, bundle: DataBundle) -> No
 
 def train(config: RunConfig) -> dict:
     """Train a new run into ``config.output_dir``, holding the run directory's lock while it runs."""
+    check_accelerator(config.trainer.accelerator)  # before anything is written
     run_dir = Path(config.output_dir)
     with run_dir_lock(run_dir):
         if is_first_process() and (run_dir / "checkpoints").exists():  # a run killed before it: overwritten
@@ -221,6 +222,7 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         last = run_dir / "checkpoints" / LAST_CHECKPOINT
         done_steps = resumable_checkpoint(last)["global_step"] if last.is_file() else 0
         extended = resumed_config(config, overrides, done_steps)
+        check_accelerator(extended.trainer.accelerator)
         finished = (run_dir / "metrics.json").is_file() and done_steps >= extended.trainer.max_steps
         if finished:
             raise ConfigError(f"{run_dir} is a finished run ({done_steps} steps); to train it longer, extend it: "
@@ -323,12 +325,10 @@ def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) 
     print(f"data: {config.data['source']} ({sizes} examples)", flush=True)
     reference = bundle.info.get("reference", {})
     if "unigram_entropy" in reference:
-        lags = tuple(bundle.info.get("true_lags", ()))
-        print(
-            f"  true lags {lags} (attention lags {prediction_lags(lags)} from the predicting position; lag 0 is the "
-            f"query itself), entropy rate {reference['entropy_rate']:.4f} nats/token, "
-            f"unigram entropy {reference['unigram_entropy']:.4f}"
-        )
+        if bundle.info.get("true_lags"):
+            print(f"  chain: {describe_chain(bundle.info['true_lags'])}\n  ({CONVENTION})")
+        print(f"  entropy rate {reference['entropy_rate']:.4f} nats/token, unigram entropy "
+              f"{reference['unigram_entropy']:.4f}")  # fmt: skip
     kinds = f", attention {sorted(set(model.config.layer_kinds()))}" if hasattr(model.config, "layer_kinds") else ""
     print(f"model: {type(model).__name__}, {model.num_parameters():,} parameters{kinds}", flush=True)
 
@@ -359,15 +359,22 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle) ->
     with torch.no_grad():
         gates = model(**{k: v for k, v in model_inputs(batch).items() if k != "labels"}, return_gates=True).gates
     markov_gates = [g for g in gates if g is not None]
+    marked = biased_lags(bundle.info.get("true_lags", ()))
     for layer, strengths in enumerate(model.transition_strengths()):
         for direction, values in strengths.items():
             if values is None:
                 continue
-            lags = values.shape[1]
-            gated = "; mean gate per head, lags 1..K then the null slot" if layer < len(markov_gates) else ""
-            print(f"layer {layer} {direction}: transition strength per head, lags 1..{lags}{gated}")
             gate = markov_gates[layer].get(direction) if layer < len(markov_gates) else None
             mean_gate = None if gate is None else gate.float().mean(dim=(0, 2))
+            gated = ", then | the mean gate α per lag and the null slot" if mean_gate is not None else ""
+            star = " (* = a lag the chain depends on)" if marked else ""
+            print(f"layer {layer} {direction}: transition strength T per head and lag{gated}{star}")
+            sign = "" if direction == "past" else "−"
+            header = " ".join(f"{label:>6}" for label in lag_header(values.shape[1], marked, sign))
+            if mean_gate is not None:
+                slots = lag_header(values.shape[1], marked, sign) + ["null"] * (mean_gate.shape[1] - values.shape[1])
+                header += "   | " + " ".join(f"{label:>5}" for label in slots)
+            print(f"  {'lag':7} {header}")
             for head in range(values.shape[0]):
                 row = " ".join(f"{v:6.3f}" for v in values[head].tolist())
                 extra = "" if mean_gate is None else "   | " + " ".join(f"{v:5.3f}" for v in mean_gate[head].tolist())
@@ -485,6 +492,11 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     exact = document_log_likelihood(bundle.info.get("reference", {}), split)
     if exact is not None:
         results["exact_log_likelihood_per_token"] = exact
+    reference = bundle.info.get("reference", {})
+    if "entropy_rate" in reference:  # a Markov-chain source: the floor of the loss, and the true chain's own score
+        results["entropy_rate"] = reference["entropy_rate"]
+        if f"oracle_{split}_loss" in reference:
+            results["true_chain_loss"] = reference[f"oracle_{split}_loss"]
     return results
 
 

@@ -1,0 +1,109 @@
+"""One line per data-source option, for markovformer data show NAME: what data.<option> in a run config
+means. OPTION_HELP holds the meaning shared by every source that has the option; SOURCE_OPTION_HELP the
+few that differ by source. A test keeps every option of every source described."""
+
+from __future__ import annotations
+
+_CHAIN_ONLY = "(kind={kind} only)"
+
+OPTION_HELP: dict[str, str] = {
+    # Markov-chain sources
+    "kind": "the chain: lagged (log-linear in the symbols at lags), random (Dirichlet rows) or switching (binary)",
+    "num_symbols": "alphabet size",
+    "lags": "the symbols the next one depends on, as steps back from it (1 = the previous symbol) "
+    + _CHAIN_ONLY.format(kind="lagged"),
+    "strength": "how strongly the next symbol depends on the lagged ones " + _CHAIN_ONLY.format(kind="lagged"),
+    "order": "the chain's order " + _CHAIN_ONLY.format(kind="random"),
+    "beta": "Dirichlet concentration of each transition row " + _CHAIN_ONLY.format(kind="random"),
+    "p": "P(0 -> 1) of the switching chain " + _CHAIN_ONLY.format(kind="switching"),
+    "q": "P(1 -> 0) of the switching chain " + _CHAIN_ONLY.format(kind="switching"),
+    "chain_seed": "seed that draws the chain (the same seed, the same chain in every run)",
+    "train_sequences": "number of training sequences",
+    "val_sequences": "number of validation sequences",
+    "test_sequences": "number of test sequences",
+    "seq_len": "tokens per training window",
+    # files
+    "path": "the data file",
+    "fractions": "train, validation and test shares of the data (in order; they sum to 1)",
+    "tokenizer": "char (one token per character) or bpe (byte-level BPE trained on the training part)",
+    "vocab_size": "BPE vocabulary size (None: the tokenizer's default)",
+    "overlap": "tokens of unscored context each window carries from the previous one (exact n-gram scoring)",
+    "labels": "a TSV of id<TAB>label, one line per FASTA record",
+    "reverse_complement": "add each training sequence's reverse complement (DNA is read from either strand)",
+    "max_length": "longest sequence kept, in tokens (None: no limit)",
+    "reference": "the reference genome FASTA the intervals are cut from (plain or .gz)",
+    "label_column": "the column holding the label",
+    "feature_columns": "the numeric columns used as features (None: every column but the label)",
+    "window": "rows per example (sliding window)",
+    "stride": "rows between the starts of consecutive windows",
+    "task": "sequence_classification (one label per window) or token_classification (one per row)",
+    "horizon": "snapshots ahead over which the smoothed mid-price move is labelled",
+    "threshold": "relative move that counts as up or down (None: thresholds that balance the training classes)",
+    "test_set": "recorded (the real recordings) or synthetic (voices unseen in training)",
+    "stack_frames": "consecutive feature frames joined into one input (k: k times the features, 1/k the length)",
+    "sample_rate": "audio sample rate the WAV files are resampled to (Hz)",
+    "target_path": "the aligned target-language file, when path holds only the source side",
+    # synthetic tasks
+    "input_dim": "features per frame",
+    "min_symbols": "fewest symbols per string",
+    "max_symbols": "most symbols per string",
+    "noise": "standard deviation of the noise added to every frame",
+    "train_examples": "number of training examples",
+    "val_examples": "number of validation examples",
+    "test_examples": "number of test examples",
+    "source_symbols": "source-language alphabet size",
+    "target_symbols": "target-language alphabet size",
+    "min_length": "fewest words per sentence",
+    "table_seed": "seed that draws the task's lookup table",
+    # state-space sources
+    "state_dim": "dimension of the hidden state",
+    "obs_dim": "dimension of each observation",
+    "decay": "per-step shrinkage of the state (its transition's spectral radius)",
+    "rotation": "per-step rotation angle of the state (radians)",
+    "process_std": "standard deviation of the state noise",
+    "obs_std": "standard deviation of the observation noise",
+    "model_seed": "seed that draws the model's parameters",
+    "doc_len": "steps per document",
+    "train_documents": "number of training documents",
+    "val_documents": "number of validation documents",
+    "test_documents": "number of test documents",
+    "num_states": "number of hidden states",
+    "stay": "probability of keeping the hidden state for one more step",
+    "concentration": "Dirichlet concentration of each state's emission distribution",
+}
+
+SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
+    ("synthetic_translation", "order"): "true order of the target side: y_i depends on the previous order targets",
+    ("synthetic_translation", "max_length"): "most words per sentence",
+    ("synthetic_translation", "vocab_size"): "joint BPE vocabulary size (large enough that every word is one token)",
+    ("synthetic_ctc", "num_symbols"): "number of distinct symbols (labels 1..num_symbols; 0 is the CTC blank)",
+    ("sticky_hmm", "num_symbols"): "number of emitted symbols",
+    ("translation_file", "path"): "a TSV of source<TAB>target lines, or the source side with target_path",
+    ("translation_file", "vocab_size"): "joint BPE vocabulary size",
+    ("speech_features", "path"): "the .safetensors file markovformer data prepare digits writes",
+    ("audio_manifest", "path"): "a manifest of path<TAB>transcript lines, paths relative to it",
+    ("csv_series", "label_column"): "name of the label column",
+    ("bed", "path"): "the BED file of labelled intervals",
+    ("bed", "label_column"): "1-based BED column holding the label (4 = the name)",
+    ("text", "path"): "a UTF-8 text file (data/NAME is looked up in $MARKOVFORMER_DATA, else ./data)",
+    ("fasta", "path"): "the FASTA file of DNA sequences (A/C/G/T/N)",
+    # the sequence-mixer tasks (data/synthetic_tasks.py)
+    ("mqar", "seq_len"): "tokens per example (even; 4 * num_pairs <= seq_len < vocab_size)",
+    ("mqar", "num_pairs"): "key-value pairs stated first, then each key queried once",
+    ("mqar", "vocab_size"): "keys come from the lower half of the vocabulary, values from the upper half",
+    ("mqar", "power_a"): "exponent of the power law that spreads queries away from their pairs (Zoology's 0.01)",
+    ("induction", "seq_len"): "tokens per example; the trigger's second occurrence is the second-to-last token",
+    ("induction", "vocab_size"): "vocabulary size (token 0 is the trigger)",
+    ("selective_copy", "seq_len"): "tokens per example: the noisy context, the markers and the copied tokens",
+    ("selective_copy", "num_tokens"): "data tokens scattered among noise, to be reproduced in order after the marker",
+    ("selective_copy", "vocab_size"): "vocabulary size (0 is noise, 1 the marker, the rest data tokens)",
+    ("icl_markov", "seq_len"): "tokens per sequence (each sequence has its own randomly drawn chain)",
+    ("icl_markov", "order"): "order of every drawn chain",
+    ("icl_markov", "num_symbols"): "alphabet size",
+    ("icl_markov", "beta"): "Dirichlet concentration of each drawn transition row",
+}
+
+
+def option_help(source: str, option: str) -> str:
+    """What data.<option> means for source; KeyError for an option nobody described (a test forbids it)."""
+    return SOURCE_OPTION_HELP.get((source, option)) or OPTION_HELP[option]

@@ -1,0 +1,144 @@
+"""What a new user reads first: one lag convention in the demo's console, `data list` as aligned plain text,
+`data show` with a description per option and no contradiction, `eval` of a chain run next to its entropy rate,
+and no Lightning banners in an experiment's output."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import yaml
+
+from markovformer.cli.main import main
+from markovformer.data.options import option_help
+from markovformer.data.sources import DATA_SOURCES
+from markovformer.training.lag_report import biased_lags, chain_attention_lags, describe_chain, lag_header
+
+
+def test_the_lag_convention_maps_the_data_lags_to_attention_lags_once():
+    assert chain_attention_lags([3, 1, 2]) == (0, 1, 2) and biased_lags([1, 2, 3]) == (1, 2)
+    assert biased_lags([1, 4]) == (3,) and biased_lags([1]) == ()
+    text = describe_chain([1, 2, 3])
+    assert "x_t, x_(t\u22121), x_(t\u22122)" in text and "attention lags 0, 1, 2" in text and "lags 1, 2 are" in text
+    assert lag_header(4, (1, 2)) == ["1*", "2*", "3", "4"]
+
+
+def test_every_option_of_every_source_is_described():
+    for name, source in DATA_SOURCES.items():
+        for field in dataclasses.fields(source):
+            assert len(option_help(name, field.name)) > 10, (name, field.name)
+
+
+def test_data_list_is_aligned_plain_text_with_whole_sentences(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["data", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "``" not in out
+    lines = [line for line in out.splitlines() if line.strip()][:-1]  # the last line is the pointer to `data show`
+    assert max(map(len, lines)) <= 100
+    starts = {line.index(line.split()[1]) for line in lines if line.split()[0] in DATA_SOURCES}
+    assert len(starts) == 1  # every description starts in the same column
+    assert {line.index(line.strip()) for line in lines if line.split()[0] not in DATA_SOURCES} == starts
+    joined = " ".join(out.split())
+    assert "feature columns and a label column, sliding windows" in joined  # not cut at the first colon
+
+
+def test_data_show_hidden_order_describes_options_and_states_its_chain_once(capsys):
+    assert main(["data", "show", "hidden_order"]) == 0
+    out = capsys.readouterr().out
+    options = out.split("options (data.<option> in a run config):\n")[1].split("default chain:")[0]
+    named = re.findall(r"^  (\w+) +(\S.*)$", options, flags=re.M)
+    assert [name for name, _ in named] == [f.name for f in dataclasses.fields(DATA_SOURCES["hidden_order"])]
+    assert all(not text.startswith("(default") for _, text in named)  # a description before every default
+    assert "(kind=random only)" in dict(named)["order"]  # the option order 3 does not contradict the chain's 4
+    chain = " ".join(out.split("default chain:")[1].split())
+    assert chain.startswith("order 4, 16 symbols") and "attention lags 0, 3; lag 3 is the one" in chain
+
+
+@pytest.fixture(scope="module")
+def chain_run(tmp_path_factory):
+    """A tiny trained causal LM on a lagged chain (lags 1, 2), its console output and its run directory."""
+    from conftest import TINY_RUN, run_cli
+
+    folder = tmp_path_factory.mktemp("chain_run")
+    config = folder / "tiny.yaml"
+    config.write_text(yaml.safe_dump({**TINY_RUN, "output_dir": str(folder / "run")}))
+    done = run_cli("train", str(config), cwd=folder)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, folder / "run"
+
+
+def test_the_training_console_states_one_lag_convention(chain_run):
+    out, _ = chain_run
+    assert "x_(t+1) depends on x_t, x_(t\u22121): attention lags 0, 1; lag 1 is the one" in out
+    assert "true lags (1, 2)" not in out  # the data's convention is never printed beside the attention lags
+    header = [line for line in out.splitlines() if line.strip().startswith("lag ")]
+    assert header and all(line.split()[1:3] == ["1*", "2"] for line in header)
+
+
+def test_eval_of_a_chain_run_shows_the_entropy_rate(chain_run, capsys):
+    _, run_dir = chain_run
+    assert main(["eval", str(run_dir)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"  vs entropy rate \d\.\d{4} nats/token \([+-]\d+\.\d\d%\); the true chain scores \d\.\d{4}",
+                        out[1]), out  # fmt: skip
+
+
+def test_lightning_banners_stay_out_of_experiment_output(tmp_path):
+    """An experiment that builds a Lightning Trainer (as the engine-based ones do) prints its progress only."""
+    import os
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+import markovformer.experiments as experiments
+from markovformer.cli.main import main
+
+def lightning_experiment(name, out, **options):
+    import lightning.pytorch as pl
+
+    pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, max_steps=1)  # logs its banners
+    options["log"]("cell 1/1 done")
+    return "{tmp_path}/report.md"
+
+experiments.run_experiment = lightning_experiment
+sys.exit(main(["experiment", "weight-tying", "--out", "{tmp_path}"]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "cell 1/1 done" in done.stdout
+    assert "GPU available" not in done.stdout + done.stderr and "TPU available" not in done.stdout + done.stderr
+
+
+def test_the_prepared_data_directory_is_git_ignored():
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    for prepared in ("data/tiny_shakespeare.txt", "data/splice/labels.tsv"):
+        assert subprocess.run(["git", "check-ignore", "-q", prepared], cwd=root, timeout=30).returncode == 0
+    kept = subprocess.run(["git", "check-ignore", "-q", "src/markovformer/data/recipes.py"], cwd=root, timeout=30)
+    assert kept.returncode == 1  # the package's own data/ folder is not ignored
+
+
+def test_the_inspection_page_states_config_model_time_units_and_references(chain_run, tmp_path):
+    import html
+
+    _, run_dir = chain_run
+    assert main(["inspect", str(run_dir), "--out", str(tmp_path / "report")]) == 0
+    page = html.unescape((tmp_path / "report" / "index.html").read_text())
+    for expected in ("attention kind per layer</td><td>markov", "validation loss (nats/token)",
+                     "gap to the entropy rate", "true chain's loss on the validation sequences", "steps in",
+                     "x_(t+1) depends on x_t, x_(t\u22121)", "(config.yaml)</summary>", "max_order: 2",
+                     'src="attention_by_lag.png"', 'src="curves.png"'):  # fmt: skip
+        assert expected in page, expected
+    gap = re.search(r"gap to the entropy rate</td><td>([+-]\d\.\d{4}) nats/token", page)
+    metrics = __import__("json").loads((run_dir / "metrics.json").read_text())
+    assert float(gap.group(1)) == pytest.approx(metrics["val"]["loss"] - metrics["reference"]["entropy_rate"],
+                                                abs=1e-4)  # fmt: skip

@@ -1,0 +1,132 @@
+"""Quick modes that stop when the curve is flat, progress that says which cell of how many and the time left, and
+report tables that stay tables (a ``|`` inside a cell is escaped)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from markdown_tables import markdown_tables  # beside this file: pytest puts the folder on the path
+
+from markovformer.experiments import weight_tying
+from markovformer.experiments.fitting import Plateau, fit_on_stream
+from markovformer.experiments.report import ExperimentReport, format_duration, markdown_table
+
+
+def test_a_pipe_in_a_header_or_cell_stays_inside_its_cell():
+    text = markdown_table(["p", "P(1|0)", "P(1|1)"], [[0.2, 0.5, "a|b"], [0.7, 0.25, "c"]])
+    tables = markdown_tables(text)
+    assert tables == [[["p", r"P(1\|0)", r"P(1\|1)"], ["0.2", "0.5", r"a\|b"], ["0.7", "0.25", "c"]]]
+    with pytest.raises(ValueError, match="2 cells for 3 columns"):
+        markdown_table(["a", "b", "c"], [[1, 2]])
+
+
+def test_the_markdown_reader_rejects_a_broken_table():
+    with pytest.raises(AssertionError, match="rows of"):
+        markdown_tables("| a | P(1|0) |\n|---|---|\n| 1 | 2 |\n")
+
+
+def test_plateau_fires_only_when_the_last_evaluations_stopped_improving():
+    plateau = Plateau(patience=3, min_delta=0.01)
+    assert not plateau.reached([1.0, 0.9, 0.8])  # not enough evaluations yet
+    assert not plateau.reached([1.0, 0.9, 0.8, 0.7, 0.6])
+    assert plateau.reached([1.0, 0.5, 0.499, 0.498, 0.4995])  # best 0.498 vs 0.5 before: 0.002 < 0.01
+    assert not plateau.reached([1.0, 0.5, 0.5, 0.5, 0.48])  # a late drop of 0.02 still counts
+    with pytest.raises(ValueError, match="patience"):
+        Plateau(patience=0)
+
+
+def test_fit_stops_at_a_plateau_and_runs_to_the_end_without_one():
+    model = torch.nn.Linear(1, 1)
+    calls = []
+
+    def loss_on_batch(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return (model(x) ** 2).mean() * 0.0  # no gradient signal: the held-out value never moves
+
+    flat = fit_on_stream(model, loss_on_batch, lambda g: torch.ones(2, 1), lambda: 1.0, steps=100, lr=0.1, seed=0,
+                         eval_every=10, plateau=Plateau(patience=2))  # fmt: skip
+    assert flat.stopped_early and flat.steps == [0, 10, 20] and len(calls) == 20
+    full = fit_on_stream(model, loss_on_batch, lambda g: torch.ones(2, 1), lambda: 1.0, steps=30, lr=0.1, seed=0,
+                         eval_every=10)  # fmt: skip
+    assert not full.stopped_early and full.steps == [0, 10, 20, 30]
+
+
+def test_progress_names_the_cell_of_how_many_and_the_time_left(tmp_path, monkeypatch):
+    lines = []
+    report = ExperimentReport(tmp_path, "t", lines.append, settings={})
+    clock = iter([0.0, 10.0, 10.0, 30.0, 30.0, 45.0])
+    monkeypatch.setattr("markovformer.experiments.report.time.perf_counter", lambda: next(clock))
+    report.expect_cells(3)
+    for key in ("a", "b", "c"):
+        report.cached(key, lambda: 1)
+    assert lines == ["cell 1/3 a", "cell 2/3 b  (about 20 s left)", "cell 3/3 c  (about 15 s left)"]
+    lines.clear()
+    report.expect_cells(3)
+    report.cached("a", lambda: 1)
+    assert lines[0].startswith("cell 1/3 a") and "done earlier" in lines[0]
+    assert [format_duration(s) for s in (42, 210, 7200)] == ["42 s", "3.5 min", "2.0 h"]
+
+
+def test_weight_tying_run_logs_progress_and_writes_well_formed_tables(tmp_path):
+    lines = []
+    overrides = {"chains": [[0.7, 0.9]], "steps": 60, "eval_every": 20}
+    report = weight_tying.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lines.append)
+    progress = [line for line in lines if line.startswith("cell ")]
+    assert [line.split()[1] for line in progress] == ["1/2", "2/2"]
+    assert re.search(r"about \d+ s left", progress[1])
+    tables = markdown_tables(report.read_text())
+    assert len(tables) == 2 and tables[0][0][11] == r"P(1\|0)" and len(tables[0]) == 3
+
+
+TINY_RUNS = {
+    "landscape": {"chains": [[0.7, 0.9]], "starts": 2, "steps": 200},
+    "icl-depth": {"orders": [1], "depths": [1], "steps": 4, "eval_every": 2, "seq_len": 16, "eval_batch": 8,
+                  "d_model": 16, "batch_size": 4},
+    "order-recovery": {"sources": ["fixed-2"], "steps": 4, "eval_every": 2, "seq_len": 16, "eval_batch": 8,
+                       "d_model": 16, "batch_size": 4, "max_order": 3},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(TINY_RUNS))
+def test_testbed_reports_are_well_formed_tables_with_progress(name, tmp_path):
+    from markovformer.experiments import run_experiment
+
+    lines = []
+    report = run_experiment(name, tmp_path, quick=True, seeds=(0,), overrides=TINY_RUNS[name], log=lines.append)
+    tables = markdown_tables(report.read_text())
+    assert tables and all(len(table) > 1 for table in tables)
+    progress = [line.split()[1] for line in lines if line.startswith("cell ")]
+    assert progress and progress[-1] == f"{len(progress)}/{len(progress)}"
+
+
+@pytest.mark.slow
+def test_weight_tying_quick_still_shows_the_effect(tmp_path):
+    """Quick mode stops flat cells early and still separates tied p+q > 1 (unigram H(π)) from the rest."""
+    weight_tying.run(tmp_path, quick=True, seeds=None, overrides={}, log=lambda line: None)
+    cells = __import__("json").loads((tmp_path / "results.json").read_text())["cells"]
+    for cell in cells:
+        expected = "unigram H(π)" if cell["tied"] and cell["p"] + cell["q"] > 1 else "entropy rate"
+        assert weight_tying.verdict(cell) == expected, cell["p"]
+        assert cell["stopped_early"] and cell["steps"][-1] < weight_tying.QUICK.steps
+
+
+@pytest.mark.slow
+def test_order_recovery_quick_recovers_both_orders(tmp_path):
+    from markovformer.experiments import order_recovery
+
+    order_recovery.run(tmp_path, quick=True, seeds=None, overrides={}, log=lambda line: None)
+    cells = __import__("json").loads((tmp_path / "results.json").read_text())["cells"]
+    markov = [cell for cell in cells if cell["kind"] == "markov"]
+    assert [(c["true_order"], c["recovered_order"]) for c in markov] == [(1, 1), (3, 3)]
+    assert (tmp_path / "effective_bias.png").is_file()
+
+
+@pytest.mark.slow
+def test_icl_depth_quick_shows_two_layers_beating_one(tmp_path):
+    from markovformer.experiments import icl_depth
+
+    icl_depth.run(tmp_path, quick=True, seeds=None, overrides={}, log=lambda line: None)
+    cells = {c["n_layers"]: c for c in __import__("json").loads((tmp_path / "results.json").read_text())["cells"]}
+    assert cells[2]["final_loss"] < cells[1]["final_loss"] - 0.02

@@ -1,0 +1,98 @@
+"""Installation as users install: `pip install markovformer` gives a working command, the core stays slim, and a
+missing package is named on one line with the pip command that installs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND_PACKAGES = ("lightning", "torchmetrics", "yaml", "matplotlib", "tokenizers", "tensorboard", "sacrebleu")
+CORE = "import markovformer, markovformer.ops, markovformer.layers, markovformer.models, markovformer.markov"
+
+
+def _python(code: str, blocked: tuple[str, ...], cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter where importing any of ``blocked`` fails as if it were not installed."""
+    block = f"import sys\nfor name in {blocked!r}:\n    sys.modules[name] = None\n"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", block + code], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+
+
+def test_core_imports_and_runs_with_torch_numpy_and_safetensors_alone():
+    code = (
+        f"{CORE}\nimport torch\nfrom markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM\n"
+        "model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=5, d_model=8, n_layers=1, "
+        "n_heads=2, max_order=2))\nprint(model(torch.zeros(1, 6, dtype=torch.long)).logits.shape)\n"
+        f"print(sorted(set({COMMAND_PACKAGES!r}) & {{m.split('.')[0] for m in sys.modules if sys.modules[m]}}))"
+    )
+    done = _python(code, COMMAND_PACKAGES)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["torch.Size([1, 6, 5])", "[]"]
+
+
+def test_a_command_without_its_dependency_names_it_and_the_install_command_on_one_line(tmp_path):
+    code = f"from markovformer.cli.main import main\nsys.exit(main(['train', 'output_dir={tmp_path / 'run'}']))"
+    done = _python(code, ("lightning",), cwd=tmp_path)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "'lightning'" in lines[0] and "pip install markovformer" in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_recipe_package_is_named_with_the_data_extra():
+    from markovformer.cli.main import missing_package_message
+
+    message = missing_package_message(ModuleNotFoundError("No module named 'rdata'", name="rdata"))
+    assert message == "this command needs the package 'rdata': pip install \"markovformer[data]\""
+
+
+def test_the_command_dependencies_are_core_dependencies_of_the_package():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    required = {spec.split(">")[0].split("=")[0].strip() for spec in project["dependencies"]}
+    import_names = {"yaml": "pyyaml"}
+    assert {import_names.get(name, name) for name in COMMAND_PACKAGES} <= required
+
+
+@pytest.mark.slow
+def test_a_built_wheel_installs_a_working_command_into_a_new_venv(tmp_path):
+    """Build the wheel, read its requirements, install it (no downloads) into a new venv that sees the shared venv's
+    packages, and run the installed `markovformer` console script from outside the repository."""
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip"]
+    build = subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(ROOT)],
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    wheel = next(wheels.glob("markovformer-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    unconditional = {r.split(">")[0].split(";")[0].strip().lower() for r in requires if "extra ==" not in r}
+    assert {"torch", "lightning", "matplotlib", "pyyaml", "tokenizers"} <= unconditional
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # pip and the venv must not see a source tree
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    install = subprocess.run([*pip, "--python", str(venv / "bin" / "python"), "install", "--no-deps", "--no-index",
+                              str(wheel)], env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    if install.returncode != 0 and "no such option: --python" in install.stderr:
+        pytest.skip("this pip cannot install into another interpreter (--python needs pip >= 22.3)")
+    assert install.returncode == 0, install.stderr
+    # Only now let the venv see the shared packages (torch, lightning, ...): pip must not see the shared venv's
+    # markovformer as already installed, and must never touch that venv.
+    site = next((venv / "lib").glob("python*/site-packages"))
+    shared = next(p for p in map(Path, sys.path) if p.name == "site-packages" and (p / "torch").is_dir())
+    (site / "shared.pth").write_text(f"{shared}\n")
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import markovformer; print(markovformer.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert where.stdout.startswith(str(site)), where.stdout + where.stderr
+    shown = subprocess.run([str(venv / "bin" / "markovformer"), "data", "show", "markov_chain"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert shown.returncode == 0 and "entropy rate" in shown.stdout, shown.stderr
