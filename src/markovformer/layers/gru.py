@@ -1,11 +1,18 @@
-"""GRU injection (Eq. 4-5): x <- x + W_gru · GRU(x), a recurrent path beside attention."""
+"""GRU injection (Eq. 4-5): x <- x + W_gru · GRU(x), a recurrent path beside attention.
+
+``INJECTION_KINDS`` names the recurrences that can fill the role: ``"gru"`` (nn.GRU, sequential, SPEC 2.7) and
+``"min_gru"`` (``layers.min_gru``, trains in parallel on the linear scan); ``build_injection`` makes one.
+"""
 
 from __future__ import annotations
 
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from markovformer.layers.min_gru import MinGRUInjection
 from markovformer.ops.padding import right_padded_lengths
+
+INJECTION_KINDS = ("gru", "min_gru")
 
 
 class GRUInjection(nn.Module):
@@ -26,3 +33,12 @@ class GRUInjection(nn.Module):
         packed = pack_padded_sequence(x, lengths.clamp_min(1).cpu(), batch_first=True, enforce_sorted=False)
         states, _ = pad_packed_sequence(self.gru(packed)[0], batch_first=True, total_length=x.shape[1])
         return self.proj(states) * attention_mask[..., None].to(x.dtype)
+
+
+def build_injection(kind: str, d_model: int, bidirectional: bool = False) -> nn.Module:
+    """The recurrent injection of one block: ``kind`` one of INJECTION_KINDS."""
+    if kind == "gru":
+        return GRUInjection(d_model, bidirectional=bidirectional)
+    if kind == "min_gru":
+        return MinGRUInjection(d_model, bidirectional=bidirectional)
+    raise ValueError(f"injection kind {kind!r}: expected one of {INJECTION_KINDS}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from markovformer.layers.ffn import FFNS
+from markovformer.layers.gru import INJECTION_KINDS
 from markovformer.layers.markov_attention import SCOPES
 from markovformer.layers.markov_bias import GATE_INPUTS, GATES, TRANSITIONS
 from markovformer.layers.position import POSITIONS
@@ -61,6 +62,7 @@ class MarkovianTransformerConfig(ModelConfig):
     ffn: str = "swiglu"
     ffn_mult: int = 4
     gru: bool = False
+    gru_kind: str = "gru"  # the injection's recurrence when gru=True: "gru" (nn.GRU) or "min_gru" (parallel scan)
     position: str = "rotary"
     max_position: int | None = None
     dropout: float = 0.0
@@ -109,7 +111,8 @@ class MarkovianTransformerConfig(ModelConfig):
                     fail("attention", f"unknown kind {kind!r}; expected one of {tuple(ATTENTION_KINDS)}")
         for field, options in (("scope", SCOPES), ("gate", GATES), ("gate_input", GATE_INPUTS),
                                ("transition", TRANSITIONS), ("feature_map", FEATURE_MAPS), ("ffn", FFNS),
-                               ("position", POSITIONS), ("backend", BACKENDS), ("pooling", POOLINGS)):  # fmt: skip
+                               ("position", POSITIONS), ("backend", BACKENDS), ("pooling", POOLINGS),
+                               ("gru_kind", INJECTION_KINDS)):  # fmt: skip
             choice(field, options)
         if "linformer" in self.layer_kinds():
             if self.causal:
