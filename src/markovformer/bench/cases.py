@@ -205,6 +205,10 @@ def main(argv: list[str]) -> None:
     job = json.loads(argv[0])
     device, time_cap, memory_cap = job["device"], job["time_cap"], job["memory_cap_mib"]
     torch.set_num_threads(job["threads"])
+    if job.get("keep_freed_memory", True):
+        from markovformer.allocator import keep_freed_memory
+
+        keep_freed_memory()
     if device == "cpu":
         _limit_address_space(memory_cap)
     series: dict[str, SizeSeries] = {}

@@ -30,10 +30,6 @@ from markovformer.bench.measure import SizeSeries, status_mib
 
 PARTS = ("ops", "models", "longest")
 RESULTS_NAME = "bench.json"
-# glibc returns every freed block over 32 MiB to the OS, so each large tensor is page-faulted in again on every
-# step; at T = 64k that costs more than the attention arithmetic. These settings make the children keep and reuse
-# freed memory instead, as an allocator such as jemalloc would (the defaults are measured unless asked).
-KEEP_FREED_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
 STARTUP_SECONDS = 120  # child start-up (imports; compilation on CUDA) on top of its steps' time
 
 
@@ -47,7 +43,7 @@ class BenchSettings:
     op_kinds: tuple[str, ...] | None = None  # default: every op kind (plus the CUDA-only ones on CUDA)
     models: tuple[str, ...] | None = None  # default: every bench model
     repeats: int | None = None  # timed runs after one warm-up (5; quick 2)
-    threads: int = 1  # torch intra-op threads in the children
+    threads: int | None = None  # torch intra-op threads in the children (default: torch's, one per core)
     memory_cap_mib: float | None = None  # default: a quarter of the memory available at the start, at most 16 GiB
     time_cap: float | None = None  # seconds per step (120; quick 5)
     device: str = "auto"  # "cpu", "cuda" or "auto" (CUDA when present)
@@ -56,7 +52,7 @@ class BenchSettings:
     longest_start: int | None = None  # longest: first T (2048; quick 1024)
     longest_max: int | None = None  # longest: stop doubling here (2**20; quick 4096)
     model_batch: int = 1
-    keep_freed_memory: bool = False  # children keep freed heap memory for reuse (see KEEP_FREED_MEMORY)
+    keep_freed_memory: bool = True  # children keep freed heap memory, as `markovformer train` does (allocator.py)
 
     def resolved(self) -> BenchSettings:
         from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS
@@ -86,6 +82,7 @@ class BenchSettings:
             op_kinds=tuple(kinds),
             models=tuple(self.models or MODELS),
             repeats=self.repeats if self.repeats is not None else (2 if quick else 5),
+            threads=self.threads or torch.get_num_threads(),
             memory_cap_mib=self.memory_cap_mib or min(16384.0, available / 4),
             time_cap=self.time_cap or (5.0 if quick else 120.0),
             throughput_length=self.throughput_length or (512 if quick else 2048),
@@ -135,11 +132,10 @@ class _Runner:
         """Run ``cases`` in one child; a row for every case (a failed child's remaining cases say why)."""
         settings = self.settings
         job = {"cases": cases, "device": settings.device, "threads": settings.threads,
-               "memory_cap_mib": settings.memory_cap_mib, "time_cap": settings.time_cap}  # fmt: skip
+               "memory_cap_mib": settings.memory_cap_mib, "time_cap": settings.time_cap,
+               "keep_freed_memory": settings.keep_freed_memory}  # fmt: skip
         timeout = STARTUP_SECONDS + sum((case["repeats"] + 1) * settings.time_cap for case in cases)
         env = {**os.environ, "OMP_NUM_THREADS": str(settings.threads), "MKL_NUM_THREADS": str(settings.threads)}
-        if settings.keep_freed_memory:
-            env.update(KEEP_FREED_MEMORY)
         command = [sys.executable, "-m", "markovformer.bench.cases", json.dumps(job)]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)

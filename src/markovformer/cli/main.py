@@ -89,10 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_train(args: argparse.Namespace) -> None:
+    from markovformer.allocator import keep_freed_memory
     from markovformer.training.demo import DEMO_CONFIG
     from markovformer.training.run_config import apply_overrides, load_yaml, resolve_run_config
     from markovformer.training.runner import resume, train
 
+    keep_freed_memory()  # reuse freed memory: glibc would page-fault long-T activations in on every step
     if args.resume:
         if args.config or args.overrides:
             raise ValueError("--resume continues a run exactly as configured; give no config or overrides with it")
