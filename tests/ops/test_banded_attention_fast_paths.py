@@ -241,10 +241,11 @@ def test_flex_score_and_mask_functions_match_naive(eager_flex_backward, causal, 
 
 @needs_cuda
 @needs_flex
-@pytest.mark.parametrize("window", [None, 4])
+@pytest.mark.parametrize("length", [256, 300, 1000])  # FlexAttention's blocks are 128: whole and partial tails
+@pytest.mark.parametrize("window", [None, 4, 64])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-def test_flex_compiled_on_cuda_matches_naive(causal, window):
-    length = 300  # several 128-position blocks
+def test_flex_compiled_on_cuda_matches_naive(causal, window, length):
+    """Outputs and all gradients (compared with assert_close, which fails on any NaN) on the compiled kernel."""
     tensors = [t.cuda() for t in _inputs(length, 4, dtype=torch.float32, head_dim=16, value_dim=16, batch=2)]
     mask = mixed_mask(length)[1:3].cuda()
     for attention_mask in (None, mask):

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-PART_NAMES = ("ops", "models", "longest")  # markovformer.bench.PARTS, spelled here so --help imports no torch
+PART_NAMES = (
+    "ops",
+    "windows",
+    "models",
+    "longest",
+)  # markovformer.bench.PARTS, spelled here so --help imports no torch
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
