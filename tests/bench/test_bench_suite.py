@@ -14,8 +14,9 @@ from markovformer.bench.cases import run_case
 from markovformer.bench.measure import PeakMemory, SizeSeries, growth_exponent, predicted_over_caps
 from markovformer.bench.models import MODELS, GRULanguageModel, build_model, loss_of
 from markovformer.bench.plots import write_plots
-from markovformer.bench.report import format_summary, summarise, targets
+from markovformer.bench.report import format_summary, summarise, targets, time_per_key
 from markovformer.bench.suite import _Runner
+from markovformer.bench.windows import local_attention_available, parse_kind, window_forward
 from markovformer.cli import bench as bench_cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -195,3 +196,66 @@ def test_decode_part_measures_cached_generation_with_the_cache_sizes_of_each_kin
     with pytest.raises(ValueError, match="decode"):
         BenchSettings(parts=("decoding",)).resolved()
     assert BenchSettings(parts=("decode",), quick=True).resolved().decode_lengths == (256, 1024)
+
+
+def test_issue_21_targets_read_from_rows():
+    """The paper configuration against softmax, the local model's rate by T, banded against local-attention."""
+
+    def row(kind, length, **values):
+        return {"kind": kind, "T": length, **values}
+
+    parts = {
+        "models": {"rows": [row("softmax", 2048, tokens_per_second=100.0), row("softmax", 8192, tokens_per_second=20.0),
+                            row("paper_hybrid_gru", 2048, tokens_per_second=150.0),
+                            row("paper_hybrid_min_gru", 8192, tokens_per_second=100.0),
+                            row("markov_local", 2048, tokens_per_second=1000.0),
+                            row("markov_local", 8192, tokens_per_second=900.0),
+                            row("markov_local", 32768, tokens_per_second=800.0)]},
+        "windows": {"windows": [16, 64], "rows": [row("banded_w16", 4096, seconds=1.0),
+                                                  row("local_attention_w16", 4096, seconds=2.0),
+                                                  row("banded_w64", 4096, seconds=3.0),
+                                                  row("local_attention_w64", 4096, skipped="not installed")]},
+    }  # fmt: skip
+    found = targets(parts)
+    assert found["paper_hybrid_gru_over_softmax_tokens_per_second_2048"] == {"value": 1.5, "target": ">= 2",
+                                                                             "met": False}  # fmt: skip
+    assert found["paper_hybrid_gru_over_softmax_tokens_per_second_8192"]["met"] is None
+    assert found["paper_hybrid_min_gru_over_softmax_tokens_per_second_8192"]["value"] == pytest.approx(5.0)
+    assert found["paper_hybrid_min_gru_over_softmax_tokens_per_second_8192"]["met"] is True
+    assert found["markov_local_tokens_per_second_8192_over_2048"]["met"] is True  # 0.9
+    assert found["markov_local_tokens_per_second_32768_over_2048"]["met"] is False  # 0.8
+    assert found["banded_over_local_attention_w16_4096"]["value"] == pytest.approx(0.5)
+    assert found["banded_over_local_attention_w64_4096"]["met"] is None
+    assert set(name for name in found if name.startswith("banded_over")) == {
+        "banded_over_local_attention_w16_4096", "banded_over_local_attention_w64_4096"}  # fmt: skip
+
+
+def test_time_per_key_divides_by_the_visible_pairs():
+    rows = [{"kind": "banded_w16", "T": 1000, "seconds": 1.7e-3}, {"kind": "softmax_sdpa", "T": 1000, "seconds": 1.0}]
+    table = time_per_key({"rows": rows})
+    assert table["banded_w16"][1000] == pytest.approx(1.7e-3 / (1000 * 17) * 1e9)
+    assert table["softmax_sdpa"][1000] == pytest.approx(1.0 / (1000 * 1001 / 2) * 1e9)
+
+
+@pytest.mark.skipif(not local_attention_available(), reason="local-attention not installed (the bench extra)")
+@pytest.mark.parametrize("window", [3, 16])
+def test_window_kinds_compare_the_same_attention(window):
+    """The side-by-side is fair: banded (zero bias) and local-attention give the same output on the same inputs,
+    both equal to the naive reference at that window (every query sees keys t-W..t)."""
+    from markovformer.ops.banded_attention import banded_attention_naive
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 37, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    zero_bias = torch.zeros(1, 2, 37, 4, dtype=torch.float64)
+    expected = banded_attention_naive(q, k, v, window=window, causal=True)[0]
+    for kind in (f"banded_w{window}", f"local_attention_w{window}"):
+        torch.testing.assert_close(window_forward(kind, q, k, v, zero_bias), expected, rtol=1e-10, atol=1e-10,
+                                   msg=lambda m, kind=kind: f"{kind}: {m}")  # fmt: skip
+
+
+def test_window_kind_names():
+    assert parse_kind("banded_w64") == ("banded", 64) and parse_kind("local_attention_w1024") == ("local_attention",
+                                                                                                  1024)  # fmt: skip
+    assert parse_kind("softmax_sdpa") == ("softmax_sdpa", None)
+    with pytest.raises(ValueError, match="unknown windows kind 'flash_w8'"):
+        parse_kind("flash_w8")

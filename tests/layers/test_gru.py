@@ -1,11 +1,14 @@
-"""GRU injection: right padding never reaches the real tokens; left padding is refused."""
+"""GRU and minGRU injection: right padding never reaches the real tokens; nn.GRU refuses left padding; minGRU's
+scan is pinned to its loop reference (outputs and all gradients); the config picks the kind."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from markovformer.layers import GRUInjection
+from markovformer.layers import GRUInjection, MinGRUInjection
+from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerModel
+from markovformer.ops.scan import min_gru_naive
 
 D_MODEL, LENGTH = 8, 9
 
@@ -35,3 +38,64 @@ def test_left_padding_raises():
     mask[1, :2] = 0
     with pytest.raises(ValueError, match="right-padded"):
         gru(x, mask)
+
+
+def _min_gru_by_loop(layer: MinGRUInjection, x, mask):
+    """The layer written out with the loop reference: same parameters, no scan."""
+    chunks = layer.gates_and_candidates(x).chunk(4 if layer.bidirectional else 2, dim=-1)
+    states = [min_gru_naive(chunks[0], chunks[1], mask)]
+    if layer.bidirectional:
+        states.append(min_gru_naive(chunks[2], chunks[3], mask, reverse=True))
+    out = layer.proj(torch.cat(states, dim=-1))
+    return out if mask is None else out * mask[..., None].to(out.dtype)
+
+
+@pytest.mark.parametrize("backend", ["sequential", "chunked"])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_min_gru_layer_matches_loop_outputs_and_all_gradients(backend, padded, bidirectional):
+    torch.manual_seed(0)
+    layer = MinGRUInjection(D_MODEL, bidirectional=bidirectional, backend=backend).double()
+    x = torch.randn(3, LENGTH, D_MODEL, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    x.requires_grad_()
+    mask = None
+    if padded:
+        mask = torch.ones(3, LENGTH, dtype=torch.long)
+        mask[1, 5:] = 0
+    upstream = torch.randn(3, LENGTH, D_MODEL, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    leaves = [x, *layer.parameters()]
+    results = []
+    for fn in (layer, lambda x, mask: _min_gru_by_loop(layer, x, mask)):
+        out = fn(x, mask)
+        results.append((out.detach(), *torch.autograd.grad((out * upstream).sum(), leaves)))
+    names = ["output", "grad_x", *(name for name, _ in layer.named_parameters())]
+    for name, got, expected in zip(names, *results, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_min_gru_right_padding_leaves_real_positions_unchanged(bidirectional):
+    torch.manual_seed(0)
+    layer = MinGRUInjection(D_MODEL, bidirectional=bidirectional).double()
+    x = torch.randn(3, LENGTH, D_MODEL, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    mask = torch.ones(3, LENGTH, dtype=torch.long)
+    mask[1, 5:] = 0
+    mask[2, 1:] = 0
+    out = layer(x, mask)
+    for row, length in enumerate((LENGTH, 5, 1)):
+        alone = layer(x[row : row + 1, :length])
+        torch.testing.assert_close(out[row, :length], alone[0], rtol=1e-12, atol=1e-12)
+        assert torch.equal(out[row, length:], torch.zeros_like(out[row, length:]))
+    # Unmasked, the padded frames would reach the last real token backwards (and never forwards).
+    assert torch.allclose(layer(x)[1, :5], out[1, :5]) != bidirectional
+
+
+@pytest.mark.parametrize("kind, layer_type", [("gru", GRUInjection), ("min_gru", MinGRUInjection)])
+def test_config_gru_kind_picks_the_injection(kind, layer_type):
+    config = MarkovianTransformerConfig(vocab_size=5, d_model=8, n_layers=2, n_heads=2, max_order=2, gru=True,
+                                        gru_kind=kind, causal=False)  # fmt: skip
+    injections = [block.gru for block in MarkovianTransformerModel(config).blocks]
+    assert len(injections) == 2 and all(type(module) is layer_type for module in injections)
+    assert all(module.proj.in_features == 2 * 8 for module in injections)  # bidirectional, as the model is
+    with pytest.raises(ValueError, match="gru_kind"):
+        MarkovianTransformerConfig(vocab_size=5, gru=True, gru_kind="lstm")

@@ -82,6 +82,25 @@ def test_banded_default_layout_matches_naive(causal, window, group_elements, mon
             _assert_matches_naive(fast, tensors, window, causal, mask, 1e-10, context)
 
 
+@pytest.mark.parametrize("window", [128, 256, 300])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_banded_wide_window_layout_matches_naive(causal, window):
+    """Wide windows switch to WIDE_BLOCK queries per block (from a reach of WIDE_REACH keys): still exact, with
+    lengths shorter than, around and beyond the window."""
+    reach = window if causal else 2 * window
+    expected_block = banded_module.WIDE_BLOCK if reach >= banded_module.WIDE_REACH else None
+    if expected_block is not None:
+        assert banded_module.default_block_size(window, causal) == expected_block
+    for length in (window // 2 + 3, window + 70):
+        tensors = _inputs(length, 4, seed=window)
+        mask = mixed_mask(length)
+
+        def fast(q, k, v, past, future, mask=mask):
+            return banded_attention_banded(q, k, v, past, future, window=window, causal=causal, attention_mask=mask)
+
+        _assert_matches_naive(fast, tensors, window, causal, mask, 1e-10, f"W={window} T={length} causal={causal}")
+
+
 def test_banded_noncontiguous_inputs_and_batch_one():
     """Heads sliced out of a fused projection (strided views) and B=1, as the attention layers pass them."""
     fused = torch.randn(1, 37, 3, 2 * HEADS, HEAD_DIM, dtype=torch.float64)
@@ -241,10 +260,11 @@ def test_flex_score_and_mask_functions_match_naive(eager_flex_backward, causal, 
 
 @needs_cuda
 @needs_flex
-@pytest.mark.parametrize("window", [None, 4])
+@pytest.mark.parametrize("length", [256, 300, 1000])  # FlexAttention's blocks are 128: whole and partial tails
+@pytest.mark.parametrize("window", [None, 4, 64])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-def test_flex_compiled_on_cuda_matches_naive(causal, window):
-    length = 300  # several 128-position blocks
+def test_flex_compiled_on_cuda_matches_naive(causal, window, length):
+    """Outputs and all gradients (compared with assert_close, which fails on any NaN) on the compiled kernel."""
     tensors = [t.cuda() for t in _inputs(length, 4, dtype=torch.float32, head_dim=16, value_dim=16, batch=2)]
     mask = mixed_mask(length)[1:3].cuda()
     for attention_mask in (None, mask):

@@ -146,8 +146,8 @@ def _paired_times(step, reference, repeats: int, time_cap: float, sync) -> dict:
 
 
 def run_case(case: dict, device: str, time_cap: float) -> dict:
-    """One measurement: ``case`` has ``part`` ("ops" or "models"), ``kind``, ``T``, ``repeats`` and, for models,
-    ``batch``. Returns the row: the case plus ``seconds`` (median of the timed runs after a warm-up run) and
+    """One measurement: ``case`` has ``part`` ("ops", "windows" or "models"), ``kind``, ``T``, ``repeats`` and,
+    for models, ``batch``. Returns the row: the case plus ``seconds`` (median of the timed runs after a warm-up run) and
     ``peak_mib``; models add ``tokens_per_second``.
 
     Peak memory is read over the timed runs above the memory in use after the warm-up, so one-time costs of a fresh
@@ -164,7 +164,11 @@ def run_case(case: dict, device: str, time_cap: float) -> dict:
     if case["repeats"] == 0:
         memory.start()
     reference = None
-    if case["part"] == "ops":
+    if case["part"] == "windows":
+        from markovformer.bench.windows import window_step
+
+        step = window_step(case["kind"], case["T"], device)
+    elif case["part"] == "ops":
         step = _op_step(case["kind"], case["T"], device, case.get("backend", "auto"))
         if case["kind"] == "markov_layer":
             reference = _op_step("projections_only", case["T"], device, case.get("backend", "auto"))
@@ -209,12 +213,20 @@ def main(argv: list[str]) -> None:
     job = json.loads(argv[0])
     device, time_cap, memory_cap = job["device"], job["time_cap"], job["memory_cap_mib"]
     torch.set_num_threads(job["threads"])
+    if job.get("keep_freed_memory", True):
+        from markovformer.allocator import keep_freed_memory
+
+        keep_freed_memory()
     if device == "cpu":
         _limit_address_space(memory_cap)
     series: dict[str, SizeSeries] = {}
     for case in job["cases"]:
         sizes = series.setdefault(case["kind"], SizeSeries(memory_cap, time_cap))
         reason = sizes.skip_reason(case["T"])
+        if case["part"] == "windows" and case["kind"].startswith("local_attention"):
+            from markovformer.bench.windows import NOT_INSTALLED, local_attention_available
+
+            reason = reason or (None if local_attention_available() else NOT_INSTALLED)
         if reason:
             row = {**case, "skipped": reason}
         else:

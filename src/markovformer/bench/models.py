@@ -1,4 +1,5 @@
 """The models the suite compares at equal size (the paper's 6 layers, d=256, 8 heads), and a GRU language model.
+The paper's configuration (hybrid heads + recurrent injection) is timed with nn.GRU and with minGRU.
 
 Every Transformer variant is a ``MarkovianTransformerConfig``: they differ only in the attention kind, so the
 embedding, blocks (pre-LN, SwiGLU FFN), rotary positions and head are identical.
@@ -15,13 +16,19 @@ VOCAB_SIZE = 256  # bytes
 SIZE = dict(d_model=256, n_layers=6, n_heads=8)
 MAX_ORDER = 4  # K = W for the local Markov models
 
+# The paper's configuration is the hybrid with the recurrent injection in every block (nn.GRU, or minGRU on the scan).
 MODEL_ATTENTION = {
+    "paper_hybrid_gru": dict(attention="hybrid_split", scope="local", markov_head_ratio=0.5, gru=True),
+    "paper_hybrid_min_gru": dict(
+        attention="hybrid_split", scope="local", markov_head_ratio=0.5, gru=True, gru_kind="min_gru"
+    ),
     "markov_local_hybrid": dict(attention="hybrid_split", scope="local", markov_head_ratio=0.5),
     "markov_local": dict(attention="markov", scope="local"),
     "softmax": dict(attention="softmax"),
     "random_feature": dict(attention="rff"),
 }
 MODELS = (*MODEL_ATTENTION, "gru")
+LONG_MODELS = ("markov_local",)  # also timed at the long lengths: its tokens/s should not fall with T
 
 
 class GRULanguageModel(nn.Module):

@@ -1,4 +1,4 @@
-"""Tables, within-run ratios and the issue-8 targets, read from the suite's rows (pure Python, no torch)."""
+"""Tables, within-run ratios and the targets of issues 8 and 21, read from the suite's rows (pure Python, no torch)."""
 
 from __future__ import annotations
 
@@ -65,10 +65,11 @@ def targets(parts: dict) -> dict:
     found["markov_local_over_flex_sliding_window_16384"] = _target(
         value, 1.3, True, "ops on CUDA: markov_local and sliding_window_flex at T=16384"
     )
-    value = _ratio(seconds, ("markov_local", 16384), ("softmax_sdpa", 16384))
-    found["markov_local_over_softmax_sdpa_16384"] = _target(
-        value, 1.0, True, "ops markov_local and softmax_sdpa at T=16384"
-    )
+    for length in (16384, 65536):
+        value = _ratio(seconds, ("markov_local", length), ("softmax_sdpa", length))
+        found[f"markov_local_over_softmax_sdpa_{length}"] = _target(
+            value, 1.0, True, f"ops markov_local and softmax_sdpa at T={length}"
+        )
     exponent = _growth_exponent(peaks.get("markov_global", {}))
     found["markov_global_memory_growth_exponent"] = _target(
         exponent, 1.2, True, "ops markov_global peak memory at two sizes"
@@ -84,7 +85,49 @@ def targets(parts: dict) -> dict:
     found["markov_local_over_softmax_peak_memory_4096"] = _target(
         value, 1.0, True, "models markov_local and softmax at T=4096"
     )
+    for paper in ("paper_hybrid_gru", "paper_hybrid_min_gru"):  # the paper's configuration, with either injection
+        for length, bound in ((2048, 2.0), (8192, 4.0)):
+            value = _ratio(rates, (paper, length), ("softmax", length))
+            found[f"{paper}_over_softmax_tokens_per_second_{length}"] = _target(
+                value, bound, False, f"models {paper} and softmax at T={length}"
+            )
+    for length in (8192, 32768):  # flat cost per token: the pure local model's rate should not fall with T
+        value = _ratio(rates, ("markov_local", length), ("markov_local", 2048))
+        found[f"markov_local_tokens_per_second_{length}_over_2048"] = _target(
+            value, 0.85, False, f"models markov_local at T=2048 and {length}"
+        )
+    found.update(_window_targets(parts.get("windows", {})))
     return found
+
+
+def _window_targets(part: dict) -> dict:
+    """banded no slower than local-attention at the same window, for every (W, T) of the part (default grid if
+    the part did not run)."""
+    rows = part.get("rows", [])
+    seconds = _table(rows, "seconds")
+    windows = part.get("windows") or (16, 64, 256, 1024)
+    lengths = sorted({row["T"] for row in rows}) or (4096, 16384)
+    found = {}
+    for window in windows:
+        for length in lengths:
+            value = _ratio(seconds, (f"banded_w{window}", length), (f"local_attention_w{window}", length))
+            found[f"banded_over_local_attention_w{window}_{length}"] = _target(
+                value, 1.0, True, f"windows banded_w{window} and local_attention_w{window} at T={length}"
+            )
+    return found
+
+
+def time_per_key(part: dict) -> dict[str, dict[int, float]]:
+    """Nanoseconds per (query, visible key) pair, {kind: {T: ns}}: flat in T and W when time ~ T·W (SDPA: T²/2)."""
+    table: dict[str, dict[int, float]] = {}
+    for row in part.get("rows", []):
+        if row.get("seconds") is None:
+            continue
+        kind, length = row["kind"], row["T"]
+        window = int(kind.rpartition("_w")[2]) if "_w" in kind else None
+        pairs = length * (window + 1) if window is not None else length * (length + 1) / 2
+        table.setdefault(kind, {})[length] = row["seconds"] / pairs * 1e9
+    return table
 
 
 def summarise(parts: dict) -> dict:
@@ -94,6 +137,10 @@ def summarise(parts: dict) -> dict:
         rows = parts["ops"]["rows"]
         summary["ops"] = {"seconds": _table(rows, "seconds"), "peak_mib": _table(rows, "peak_mib"),
                           "not_measured": _not_measured(rows)}  # fmt: skip
+    if "windows" in parts:
+        rows = parts["windows"]["rows"]
+        summary["windows"] = {"seconds": _table(rows, "seconds"), "ns_per_query_key": time_per_key(parts["windows"]),
+                              "not_measured": _not_measured(rows)}  # fmt: skip
     if "models" in parts:
         rows = parts["models"]["rows"]
         summary["models"] = {"tokens_per_second": _table(rows, "tokens_per_second"),
@@ -139,6 +186,12 @@ def format_summary(record: dict) -> str:
         lines += ["attention ops, forward+backward: ms / peak MiB (— = skipped, reasons in bench.json)"]
         pairs = _pairs(ops["seconds"], ops["peak_mib"], kinds)
         lines += _grid(pairs, kinds, lambda v: f"{v[0] * 1e3:.1f} / {v[1]:.0f}", "T")
+    if "windows" in summary:
+        windows = summary["windows"]
+        kinds = list(dict.fromkeys([*windows["seconds"], *windows["not_measured"]]))
+        lines += ["", "local attention by window, forward+backward: ms / ns per (query, visible key)"]
+        pairs = _pairs(windows["seconds"], windows["ns_per_query_key"], kinds)
+        lines += _grid(pairs, kinds, lambda v: f"{v[0] * 1e3:.1f} / {v[1]:.2f}", "T")
     if "models" in summary:
         models = summary["models"]
         names = list(dict.fromkeys([*models["tokens_per_second"], *models["not_measured"]]))
@@ -151,5 +204,5 @@ def format_summary(record: dict) -> str:
     for name, target in summary.get("targets", {}).items():
         state = {True: "met", False: "NOT met", None: "not measured"}[target["met"]]
         value = "—" if target["value"] is None else f"{target['value']:.3g}"
-        lines.append(f"  {name:52} {value:>8} (target {target['target']}): {state}")
+        lines.append(f"  {name:56} {value:>8} (target {target['target']}): {state}")
     return "\n".join(lines)

@@ -4,6 +4,8 @@ Parts:
 - ``ops``: forward+backward time and peak memory of the attention ops against T (Markov local and global, softmax
   SDPA, random features, the split hybrid) and of a Markov attention layer against the same layer with the
   attention core removed (projections only).
+- ``windows``: the banded op at windows W = 16..1024 against lucidrains' ``local-attention`` at the same window and
+  causal SDPA, T = 4k and 16k (``bench.windows``).
 - ``models``: training steps of the equal-size models: tokens/s at the throughput length, peak memory at the
   memory lengths.
 - ``longest``: the longest context each model trains at: T doubles until a step runs out of memory or exceeds the
@@ -31,13 +33,9 @@ from pathlib import Path
 from markovformer.atomic import atomic_write_text
 from markovformer.bench.measure import SizeSeries, status_mib
 
-PARTS = ("ops", "models", "longest")  # the default run
+PARTS = ("ops", "windows", "models", "longest")  # the default run
 ALL_PARTS = (*PARTS, "decode")
 RESULTS_NAME = "bench.json"
-# glibc returns every freed block over 32 MiB to the OS, so each large tensor is page-faulted in again on every
-# step; at T = 64k that costs more than the attention arithmetic. These settings make the children keep and reuse
-# freed memory instead, as an allocator such as jemalloc would (the defaults are measured unless asked).
-KEEP_FREED_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
 STARTUP_SECONDS = 120  # child start-up (imports; compilation on CUDA) on top of its steps' time
 
 
@@ -49,24 +47,28 @@ class BenchSettings:
     quick: bool = False
     lengths: tuple[int, ...] | None = None  # ops: 1k..64k (quick: 1k, 2k)
     op_kinds: tuple[str, ...] | None = None  # default: every op kind (plus the CUDA-only ones on CUDA)
+    windows: tuple[int, ...] | None = None  # windows part: W (16, 64, 256, 1024; quick 16, 64)
+    window_lengths: tuple[int, ...] | None = None  # windows part: T (4096, 16384; quick 1024)
     models: tuple[str, ...] | None = None  # default: every bench model
     repeats: int | None = None  # timed runs after one warm-up (5; quick 2)
-    threads: int = 1  # torch intra-op threads in the children
+    threads: int | None = None  # torch intra-op threads in the children (default: torch's, one per core)
     memory_cap_mib: float | None = None  # default: a quarter of the memory available at the start, at most 16 GiB
     time_cap: float | None = None  # seconds per step (120; quick 5)
     device: str = "auto"  # "cpu", "cuda" or "auto" (CUDA when present)
     throughput_length: int | None = None  # models: tokens/s at this T (2048; quick 512)
     memory_lengths: tuple[int, ...] | None = None  # models: peak memory at these T (4096, 8192; quick 1024)
+    long_lengths: tuple[int, ...] | None = None  # models: also these T for LONG_MODELS (32768; quick none)
     longest_start: int | None = None  # longest: first T (2048; quick 1024)
     longest_max: int | None = None  # longest: stop doubling here (2**20; quick 4096)
     model_batch: int = 1
-    keep_freed_memory: bool = False  # children keep freed heap memory for reuse (see KEEP_FREED_MEMORY)
+    keep_freed_memory: bool = True  # children keep freed heap memory, as `markovformer train` does (allocator.py)
     decode_lengths: tuple[int, ...] | None = None  # decode: generated lengths (4096, 16384; quick 256, 1024)
     decode_batches: tuple[int, ...] = (1, 16)
 
     def resolved(self) -> BenchSettings:
         from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS
         from markovformer.bench.models import MODELS
+        from markovformer.bench.windows import WINDOW_LENGTHS, WINDOWS
 
         quick = self.quick
         import torch
@@ -92,10 +94,14 @@ class BenchSettings:
             op_kinds=tuple(kinds),
             models=tuple(self.models or MODELS),
             repeats=self.repeats if self.repeats is not None else (2 if quick else 5),
+            threads=self.threads or torch.get_num_threads(),
             memory_cap_mib=self.memory_cap_mib or min(16384.0, available / 4),
             time_cap=self.time_cap or (5.0 if quick else 120.0),
             throughput_length=self.throughput_length or (512 if quick else 2048),
             memory_lengths=tuple(self.memory_lengths or ((1024,) if quick else (4096, 8192))),
+            long_lengths=tuple(self.long_lengths if self.long_lengths is not None else (() if quick else (32768,))),
+            windows=tuple(self.windows or ((16, 64) if quick else WINDOWS)),
+            window_lengths=tuple(self.window_lengths or ((1024,) if quick else WINDOW_LENGTHS)),
             longest_start=self.longest_start or (1024 if quick else 2048),
             longest_max=self.longest_max or (4096 if quick else 2**20),
             decode_lengths=tuple(self.decode_lengths or ((256, 1024) if quick else (4096, 16384))),
@@ -142,11 +148,10 @@ class _Runner:
         """Run ``cases`` in one child; a row for every case (a failed child's remaining cases say why)."""
         settings = self.settings
         job = {"cases": cases, "device": settings.device, "threads": settings.threads,
-               "memory_cap_mib": settings.memory_cap_mib, "time_cap": settings.time_cap}  # fmt: skip
+               "memory_cap_mib": settings.memory_cap_mib, "time_cap": settings.time_cap,
+               "keep_freed_memory": settings.keep_freed_memory}  # fmt: skip
         timeout = STARTUP_SECONDS + sum((case["repeats"] + 1) * settings.time_cap for case in cases)
         env = {**os.environ, "OMP_NUM_THREADS": str(settings.threads), "MKL_NUM_THREADS": str(settings.threads)}
-        if settings.keep_freed_memory:
-            env.update(KEEP_FREED_MEMORY)
         command = [sys.executable, "-m", "markovformer.bench.cases", json.dumps(job)]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
@@ -199,8 +204,22 @@ def _ops(runner: _Runner) -> dict:
     return part
 
 
+def _windows(runner: _Runner) -> dict:
+    from markovformer.bench.windows import WINDOW_SHAPE, window_kinds
+
+    settings, rows = runner.settings, []
+    runner.record["parts"]["windows"] = part = {"shape": WINDOW_SHAPE, "windows": list(settings.windows), "rows": rows}
+    for kind in window_kinds(settings.windows):
+        cases = [
+            {"part": "windows", "kind": kind, "T": t, "repeats": settings.repeats} for t in settings.window_lengths
+        ]
+        rows.extend(runner.series(cases, "windows"))
+        runner.write()
+    return part
+
+
 def _models(runner: _Runner) -> dict:
-    from markovformer.bench.models import describe_models
+    from markovformer.bench.models import LONG_MODELS, describe_models
 
     settings, rows = runner.settings, []
     recorded = {"throughput_length": settings.throughput_length, "memory_lengths": list(settings.memory_lengths)}
@@ -208,9 +227,10 @@ def _models(runner: _Runner) -> dict:
     runner.record["parts"]["models"] = part
     lengths = sorted({settings.throughput_length, *settings.memory_lengths})
     for model in settings.models:
+        model_lengths = sorted({*lengths, *settings.long_lengths}) if model in LONG_MODELS else lengths
         cases = [{"part": "models", "kind": model, "T": t, "batch": settings.model_batch,
                   "repeats": settings.repeats if t == settings.throughput_length else min(2, settings.repeats)}
-                 for t in lengths]  # fmt: skip
+                 for t in model_lengths]  # fmt: skip
         rows.extend(runner.series(cases, "models"))
         runner.write()
     return part
@@ -257,7 +277,7 @@ def _decode(runner: _Runner) -> dict:
     return part
 
 
-PART_RUNNERS = {"ops": _ops, "models": _models, "longest": _longest, "decode": _decode}
+PART_RUNNERS = {"ops": _ops, "windows": _windows, "models": _models, "longest": _longest, "decode": _decode}
 
 
 def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Callable[[str], None] = print) -> Path:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-PART_NAMES = ("ops", "models", "longest")  # markovformer.bench.PARTS, spelled here so --help imports no torch
+# markovformer.bench.PARTS, spelled here so --help imports no torch
+PART_NAMES = ("ops", "windows", "models", "longest")
 ALL_PART_NAMES = (*PART_NAMES, "decode")  # decode (generation speed) runs only when asked
 
 
@@ -16,14 +17,16 @@ def add_parser(commands) -> argparse.ArgumentParser:
     bench.add_argument("--parts", nargs="+", default=list(PART_NAMES), choices=ALL_PART_NAMES, help="what to run")
     bench.add_argument("--lengths", type=int, nargs="+", default=None, help="op sequence lengths (default 1k..64k)")
     bench.add_argument("--repeats", type=int, default=None, help="timed runs per case after a warm-up (median)")
-    bench.add_argument("--threads", type=int, default=1, help="torch threads per case (default 1)")
+    bench.add_argument(
+        "--threads", type=int, default=None, help="torch threads per case (default: torch's, one per core)"
+    )
     memory_help = "skip sizes predicted to exceed this peak memory (default: a quarter of free memory)"
     bench.add_argument("--max-memory-mib", type=float, default=None, help=memory_help)
     bench.add_argument("--time-cap", type=float, default=None, help="seconds per step beyond which sizes stop")
     bench.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    bench.add_argument("--keep-freed-memory", action="store_true",
-                       help="let the cases reuse freed memory (glibc otherwise page-faults every tensor over 32 MiB "
-                       "in again on every step, which dominates at long T)")  # fmt: skip
+    bench.add_argument("--default-allocator", action="store_true",
+                       help="measure with glibc's default, which page-faults every tensor over 32 MiB in again on "
+                       "every step (by default the cases keep freed memory, as `markovformer train` does)")  # fmt: skip
     return bench
 
 
@@ -39,6 +42,6 @@ def run_bench(args: argparse.Namespace) -> None:
     settings = BenchSettings(
         parts=tuple(args.parts), quick=args.quick, lengths=tuple(args.lengths) if args.lengths else None,
         repeats=args.repeats, threads=args.threads, memory_cap_mib=args.max_memory_mib, time_cap=args.time_cap,
-        device=args.device, keep_freed_memory=args.keep_freed_memory,
+        device=args.device, keep_freed_memory=not args.default_allocator,
     )  # fmt: skip
     run_suite(args.out, settings, log=lambda line: print(line, flush=True))

@@ -102,10 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_train(args: argparse.Namespace) -> None:
+    from markovformer.allocator import keep_freed_memory
     from markovformer.training.demo import DEMO_CONFIG
     from markovformer.training.run_config import apply_overrides, load_yaml, resolve_run_config
     from markovformer.training.runner import resume, train
 
+    keep_freed_memory()  # reuse freed memory: glibc would page-fault long-T activations in on every step
     overrides = list(args.overrides)
     if args.config and "=" in args.config:  # `markovformer train key=value ...` overrides the demo run
         overrides.insert(0, args.config)

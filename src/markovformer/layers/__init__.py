@@ -3,7 +3,7 @@
 from markovformer.layers.attention import AttentionOutput, SelfAttention
 from markovformer.layers.block import PreLNBlock
 from markovformer.layers.ffn import GELUMLP, SwiGLU, build_ffn
-from markovformer.layers.gru import GRUInjection
+from markovformer.layers.gru import INJECTION_KINDS, GRUInjection, build_injection
 from markovformer.layers.hybrid_attention import (
     HybridAttention,
     HybridParallelAttention,
@@ -11,6 +11,7 @@ from markovformer.layers.hybrid_attention import (
 )
 from markovformer.layers.markov_attention import MarkovAttention
 from markovformer.layers.markov_bias import MarkovBias
+from markovformer.layers.min_gru import MinGRUInjection
 from markovformer.layers.position import RotaryEmbedding
 from markovformer.layers.random_feature_attention import RandomFeatureAttention
 from markovformer.layers.registry import ATTENTION_KINDS, build_attention
@@ -21,11 +22,13 @@ __all__ = [
     "AttentionOutput",
     "GELUMLP",
     "GRUInjection",
+    "INJECTION_KINDS",
     "HybridAttention",
     "HybridParallelAttention",
     "HybridSplitAttention",
     "MarkovAttention",
     "MarkovBias",
+    "MinGRUInjection",
     "PreLNBlock",
     "RandomFeatureAttention",
     "RotaryEmbedding",
@@ -34,4 +37,5 @@ __all__ = [
     "SwiGLU",
     "build_attention",
     "build_ffn",
+    "build_injection",
 ]

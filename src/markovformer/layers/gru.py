@@ -1,11 +1,21 @@
-"""GRU injection (Eq. 4-5): x <- x + W_gru · GRU(x), a recurrent path beside attention."""
+"""GRU injection (Eq. 4-5): x <- x + W_gru · GRU(x), a recurrent path beside attention.
+
+``INJECTION_KINDS`` names the recurrences that can fill the role: ``"gru"`` (nn.GRU, sequential, SPEC 2.7) and
+``"min_gru"`` (``layers.min_gru``, trains in parallel on the linear scan); ``build_injection`` makes one.
+nn.GRU stays the default: in Table I's speech cell (configs/speech_digits.yaml, 1000 steps) minGRU reached test WER
+0.41 and 0.36 (seeds 0, 1) against nn.GRU's 0.23 (seed 0), though it trained 1.5x faster there and gave the
+paper's 6-layer hybrid 3.1x nn.GRU's tokens/s at T=2048 (CPU, 1 thread, shared machine).
+"""
 
 from __future__ import annotations
 
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from markovformer.layers.min_gru import MinGRUInjection
 from markovformer.ops.padding import right_padded_lengths
+
+INJECTION_KINDS = ("gru", "min_gru")
 
 
 class GRUInjection(nn.Module):
@@ -26,3 +36,12 @@ class GRUInjection(nn.Module):
         packed = pack_padded_sequence(x, lengths.clamp_min(1).cpu(), batch_first=True, enforce_sorted=False)
         states, _ = pad_packed_sequence(self.gru(packed)[0], batch_first=True, total_length=x.shape[1])
         return self.proj(states) * attention_mask[..., None].to(x.dtype)
+
+
+def build_injection(kind: str, d_model: int, bidirectional: bool = False) -> nn.Module:
+    """The recurrent injection of one block: ``kind`` one of INJECTION_KINDS."""
+    if kind == "gru":
+        return GRUInjection(d_model, bidirectional=bidirectional)
+    if kind == "min_gru":
+        return MinGRUInjection(d_model, bidirectional=bidirectional)
+    raise ValueError(f"injection kind {kind!r}: expected one of {INJECTION_KINDS}")

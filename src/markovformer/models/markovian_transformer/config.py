@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from markovformer.layers.ffn import FFNS
+from markovformer.layers.gru import INJECTION_KINDS
 from markovformer.layers.markov_bias import GATE_INPUTS, GATES, TRANSITIONS
 from markovformer.layers.position import POSITIONS
 from markovformer.layers.registry import ATTENTION_KINDS, attention_option_names
@@ -70,6 +71,7 @@ class MarkovianTransformerConfig(ModelConfig):
     ffn: str = "swiglu"
     ffn_mult: int = 4
     gru: bool = False
+    gru_kind: str = "gru"  # the injection's recurrence when gru=True: "gru" (nn.GRU) or "min_gru" (parallel scan)
     position: str = "rotary"
     max_positions: int | None = None
     dropout: float = 0.0
@@ -121,7 +123,8 @@ class MarkovianTransformerConfig(ModelConfig):
             self.scope = "local" if "max_order" in self._options_read(kinds - {"softmax"}) else "global"
         for field, options in (("gate", GATES), ("gate_input", GATE_INPUTS),
                                ("transition", TRANSITIONS), ("feature_map", FEATURE_MAPS), ("ffn", FFNS),
-                               ("position", POSITIONS), ("backend", BACKENDS), ("pooling", POOLINGS)):  # fmt: skip
+                               ("position", POSITIONS), ("backend", BACKENDS), ("pooling", POOLINGS),
+                               ("gru_kind", INJECTION_KINDS)):  # fmt: skip
             choice(field, options)
         if self.scope is not None:
             choice("scope", SCOPES)

@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from markovformer.layers.block import PreLNBlock
 from markovformer.layers.ffn import build_ffn
-from markovformer.layers.gru import GRUInjection
+from markovformer.layers.gru import build_injection
 from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.position import sinusoidal_positions
 from markovformer.layers.registry import build_attention
@@ -92,7 +92,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             **config.attention_options(),
         )
         ffn = build_ffn(config.ffn, config.d_model, config.ffn_mult, config.dropout)
-        gru = GRUInjection(config.d_model, bidirectional=config.bidirectional) if config.gru else None
+        gru = build_injection(config.gru_kind, config.d_model, config.bidirectional) if config.gru else None
         return PreLNBlock(config.d_model, attention, ffn, gru, config.dropout)
 
     def embed_inputs(

@@ -9,7 +9,8 @@
 - ``"auto"``: ``chunked`` on CUDA, ``sequential`` elsewhere.
 
 ``windowed_linear_scan`` restarts the recurrence at every position over the last ``window`` steps (SPEC 4's
-Markov context mode); ``window_offsets`` owns its window convention.
+Markov context mode); ``window_offsets`` owns its window convention. ``min_gru`` is the minGRU recurrence on
+``linear_scan`` (``min_gru_naive`` its loop reference).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from markovformer.ops.scan.chunked import DEFAULT_CHUNK_SIZE, linear_scan_chunked
+from markovformer.ops.scan.min_gru import min_gru, min_gru_naive
 from markovformer.ops.scan.naive import linear_scan_naive, windowed_linear_scan_naive
 from markovformer.ops.scan.sequential import linear_scan_sequential
 from markovformer.ops.scan.windowed import window_offsets, windowed_linear_scan_offsets
@@ -103,6 +105,8 @@ __all__ = [
     "linear_scan_chunked",
     "linear_scan_naive",
     "linear_scan_sequential",
+    "min_gru",
+    "min_gru_naive",
     "window_offsets",
     "windowed_linear_scan",
     "windowed_linear_scan_naive",
