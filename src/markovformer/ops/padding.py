@@ -1,4 +1,5 @@
-"""Padding rules for the parts that read a sequence in order (recurrences, CTC): they need right padding."""
+"""Padding masks: what a valid ``attention_mask`` is, and the right-padding rule of the parts that read a sequence in
+order (recurrences, CTC)."""
 
 from __future__ import annotations
 
@@ -13,3 +14,15 @@ def right_padded_lengths(attention_mask: Tensor, who: str) -> Tensor:
     if not torch.equal(attention_mask.bool(), prefix):
         raise ValueError(f"{who} needs a right-padded attention_mask (ones then zeros in every row)")
     return lengths
+
+
+def check_attention_mask(attention_mask: Tensor, shape: tuple[int, ...]) -> None:
+    """ValueError unless ``attention_mask`` is (B, T) = ``shape`` and holds only 0 (padding) and 1 (real token):
+    a mask of 0.5 or 2 would otherwise be read as a real token by some paths and a weight by others."""
+    if tuple(attention_mask.shape) != tuple(shape):
+        raise ValueError(f"attention_mask must be (B, T) = {tuple(shape)}; got {tuple(attention_mask.shape)}")
+    if attention_mask.dtype != torch.bool:
+        bad = (attention_mask != 0) & (attention_mask != 1)
+        if bool(bad.any()):
+            raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (real token); got "
+                             f"{attention_mask[bad].flatten()[0].item()!r}")  # fmt: skip

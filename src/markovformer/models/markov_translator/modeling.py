@@ -16,6 +16,7 @@ from markovformer.layers.position import sinusoidal_positions
 from markovformer.models.markov_translator.config import MarkovTranslatorConfig
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.ops.lags import lag_matrix, order_to_window, visible
+from markovformer.ops.losses import token_cross_entropy
 from markovformer.ops.masked_softmax import masked_sdpa
 
 if TYPE_CHECKING:
@@ -232,14 +233,8 @@ class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
             if tuple(labels.shape) != tuple(tgt_ids.shape):
                 raise ValueError(f"labels must have the shape of tgt_ids {tuple(tgt_ids.shape)}; got "
                                  f"{tuple(labels.shape)}")  # fmt: skip
-            # losses in at least float32: half-precision logits are upcast, float64 ones kept
-            logits_for_loss = logits.to(torch.promote_types(logits.dtype, torch.float32))
-            loss = F.cross_entropy(
-                logits_for_loss.flatten(0, 1),
-                labels.flatten(),
-                ignore_index=-100,
-                label_smoothing=self.config.label_smoothing if label_smoothing is None else label_smoothing,
-            )
+            smoothing = self.config.label_smoothing if label_smoothing is None else label_smoothing
+            loss = token_cross_entropy(logits, labels, smoothing)
         return MarkovTranslatorOutput(logits, loss, memory)
 
     @torch.no_grad()

@@ -18,7 +18,8 @@ from markovformer.layers.registry import build_attention
 from markovformer.models.generation import GenerationMixin
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
 from markovformer.models.pretrained import PreTrainedModel
-from markovformer.ops.padding import right_padded_lengths
+from markovformer.ops.losses import token_cross_entropy
+from markovformer.ops.padding import check_attention_mask, right_padded_lengths
 
 
 def _for_loss(logits: Tensor) -> Tensor:
@@ -143,10 +144,8 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         return_weights: bool = False,
     ) -> MarkovianTransformerOutput:
         """Run the blocks over embedded inputs (B, T, D)."""
-        if attention_mask is not None and tuple(attention_mask.shape) != tuple(hidden.shape[:2]):
-            raise ValueError(
-                f"attention_mask must be (B, T) = {tuple(hidden.shape[:2])}; got {tuple(attention_mask.shape)}"
-            )
+        if attention_mask is not None:
+            check_attention_mask(attention_mask, hidden.shape[:2])
         hidden = self.dropout(hidden)
         gates, attentions = [], []
         for block in self.blocks:
@@ -202,9 +201,7 @@ class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
         output = self._encode(input_ids, None, attention_mask, return_gates, return_weights)
         output.logits = self.lm_head(output.last_hidden_state)
         if labels is not None:
-            output.loss = F.cross_entropy(
-                _for_loss(output.logits[:, :-1].flatten(0, 1)), labels[:, 1:].flatten(), ignore_index=-100
-            )
+            output.loss = token_cross_entropy(output.logits[:, :-1], labels[:, 1:])
         return output
 
     def start_decoding(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int):
@@ -278,7 +275,7 @@ class MarkovianTransformerForTokenClassification(_PerPositionHead):
     """One label per position; label -100 is ignored."""
 
     def loss(self, logits: Tensor, labels: Tensor, attention_mask: Tensor | None) -> Tensor:
-        return F.cross_entropy(_for_loss(logits.flatten(0, 1)), labels.flatten(), ignore_index=-100)
+        return token_cross_entropy(logits, labels)
 
 
 class MarkovianTransformerForCTC(_PerPositionHead):

@@ -16,13 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.models.generation import GenerationMixin, Step
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.models.scan_markov.config import ScanMarkovConfig, check_context_length
-from markovformer.ops.padding import right_padded_lengths
+from markovformer.ops.losses import token_cross_entropy
+from markovformer.ops.padding import check_attention_mask, right_padded_lengths
 from markovformer.ops.scan import linear_scan, window_offsets, windowed_linear_scan
 
 
@@ -160,10 +160,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         """
         self._check_input_ids(input_ids)
         if attention_mask is not None:
-            if tuple(attention_mask.shape) != tuple(input_ids.shape):
-                raise ValueError(
-                    f"attention_mask must be (B, T) = {tuple(input_ids.shape)}, got {tuple(attention_mask.shape)}"
-                )
+            check_attention_mask(attention_mask, input_ids.shape)
             right_padded_lengths(attention_mask, "ScanMarkovForCausalLM")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={label_smoothing!r}: must lie in [0, 1)")
@@ -173,13 +170,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         if labels is not None:
             if tuple(labels.shape) != tuple(input_ids.shape):
                 raise ValueError(f"labels must be (B, T) = {tuple(input_ids.shape)}, got {tuple(labels.shape)}")
-            logits = output.logits[:, :-1]
-            output.loss = F.cross_entropy(
-                logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32)),
-                labels[:, 1:].flatten(),
-                ignore_index=-100,
-                label_smoothing=label_smoothing,
-            )
+            output.loss = token_cross_entropy(output.logits[:, :-1], labels[:, 1:], label_smoothing)
         return output
 
     def step(

@@ -1,0 +1,62 @@
+"""The token loss every family trains with, against torch's mean cross-entropy, and its empty-batch rule."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from markovformer import (
+    MarkovianTransformerConfig,
+    MarkovianTransformerForCausalLM,
+    ScanMarkovConfig,
+    ScanMarkovForCausalLM,
+)
+from markovformer.ops.losses import token_cross_entropy
+from markovformer.ops.padding import check_attention_mask
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_equals_the_mean_over_labelled_positions(smoothing):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 7, 5, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, 5, (3, 7), generator=g)
+    labels[0, :4] = -100
+    expected = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, label_smoothing=smoothing)
+    torch.testing.assert_close(token_cross_entropy(logits, labels, smoothing), expected)
+
+
+def test_no_labelled_position_is_zero_loss_with_zero_gradients_not_nan():
+    logits = torch.randn(2, 4, 5, requires_grad=True)
+    labels = torch.full((2, 4), -100)
+    assert torch.isnan(F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100))  # the old rule
+    loss = token_cross_entropy(logits, labels)
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(logits.grad, torch.zeros_like(logits))
+
+
+def test_models_give_a_finite_loss_on_a_batch_without_labels():
+    ids = torch.randint(0, 6, (2, 9))
+    unlabelled = torch.full_like(ids, -100)
+    models = [MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=6, d_model=8, n_layers=1,
+                                                                         n_heads=2)),
+              ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=6, d_model=8, context_length=3))]  # fmt: skip
+    for model in models:
+        assert model(ids, labels=unlabelled).loss.item() == 0.0
+        assert torch.isfinite(model(ids, labels=ids).loss)
+
+
+@pytest.mark.parametrize("bad", [0.5, 2.0, -1.0])
+def test_attention_mask_values_other_than_zero_and_one_are_refused(bad):
+    mask = torch.ones(2, 5)
+    mask[1, 3] = bad
+    with pytest.raises(ValueError, match=f"only 0 .padding. and 1 .real token.; got {bad}"):
+        check_attention_mask(mask, (2, 5))
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=6, d_model=8, n_layers=1, n_heads=2))
+    with pytest.raises(ValueError, match="only 0"):
+        model(torch.zeros(2, 5, dtype=torch.long), attention_mask=mask)
+
+
+def test_valid_masks_pass_in_every_dtype():
+    for mask in (torch.tensor([[1, 1, 0]]), torch.tensor([[1.0, 0.0, 0.0]]), torch.tensor([[True, False, True]])):
+        check_attention_mask(mask, (1, 3))
+    with pytest.raises(ValueError, match=r"must be \(B, T\) = \(1, 4\)"):
+        check_attention_mask(torch.ones(1, 3), (1, 4))
