@@ -63,10 +63,12 @@ QUICK = RecoverySettings(sources=("fixed-1", "fixed-3"), steps=400, eval_every=2
 
 def _model(kind: str, vocab_size: int, settings: RecoverySettings) -> MarkovianTransformerForCausalLM:
     shared = dict(vocab_size=vocab_size, d_model=settings.d_model, n_layers=settings.n_layers,
-                  n_heads=settings.n_heads, max_order=settings.max_order)  # fmt: skip
+                  n_heads=settings.n_heads)  # fmt: skip
     if kind.startswith("markov"):
         scope = "global" if kind == "markov-global" else "local"
-        return MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**shared, attention="markov", scope=scope))
+        return MarkovianTransformerForCausalLM(
+            MarkovianTransformerConfig(**shared, attention="markov", scope=scope, max_order=settings.max_order)
+        )
     return MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**shared, attention="softmax", scope="global"))
 
 
