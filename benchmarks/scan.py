@@ -85,7 +85,7 @@ def seed_style_loss(model: ScanMarkovForCausalLM, contexts: torch.Tensor, target
 def training_throughput(kind: str, steps: int, vocab: int = 66) -> dict:
     """Scored characters per second of ``steps`` training steps (after two warm-up steps) on random characters."""
     torch.manual_seed(0)
-    config = ScanMarkovConfig(vocab_size=vocab, d_model=128, context_mode="markov", context_length=5, max_positions=5)
+    config = ScanMarkovConfig(vocab_size=vocab, d_model=128, context_mode="markov", order=5, max_positions=5)
     model = ScanMarkovForCausalLM(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(1)
@@ -95,7 +95,7 @@ def training_throughput(kind: str, steps: int, vocab: int = 66) -> dict:
         if kind == "library":
             ids = torch.randint(1, vocab, (16, 129), generator=generator)
             began = time.perf_counter()
-            loss = model(ids, labels=ids, context_length=n, label_smoothing=0.1).loss
+            loss = model(ids, labels=ids, order=n, label_smoothing=0.1).loss
             targets = 16 * 128
         else:
             samples = torch.randint(1, vocab, (256, n + 1), generator=generator)

@@ -160,10 +160,10 @@ def test_scan_shakespeare_is_the_seed_setup():
     assert config.data["path"] == "data/tiny_shakespeare.txt" and config.data["tokenizer"] == "char"
     assert config.data["fractions"] == [0.9, 0.1, 0.0] and config.data["overlap"] >= 5
     trainer = config.trainer
-    assert trainer.context_lengths == (2, 3, 4, 5) and trainer.label_smoothing == 0.1 and trainer.decay == "cosine"
+    assert trainer.orders == (2, 3, 4, 5) and trainer.label_smoothing == 0.1 and trainer.decay == "cosine"
     model = model_config(config, vocab_size=66)
     assert (model.context_mode, model.d_model, model.ffn_mult, model.dropout) == ("markov", 128, 4, 0.0)
-    assert max(trainer.context_lengths) <= model.max_positions
+    assert max(trainer.orders) <= model.max_positions
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "tiny_shakespeare.txt").is_file(), reason="no Tiny Shakespeare here")
@@ -177,7 +177,7 @@ def test_scan_shakespeare_builds_its_data_and_model(monkeypatch):
     assert 330_000 < model.num_parameters() < 350_000  # the seed's ~340K
     batch = collate(bundle.val[:2])
     with torch.no_grad():
-        loss = model(**model_inputs(batch), context_length=2).loss
+        loss = model(**model_inputs(batch), order=2).loss
     assert abs(float(loss) - math.log(66)) < 0.5  # untrained: close to uniform
 
 

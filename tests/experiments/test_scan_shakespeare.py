@@ -51,11 +51,11 @@ def test_the_transformers_are_about_the_scan_models_size():
 
 def test_ngram_losses_are_the_engines_validation_mixture():
     torch.manual_seed(0)
-    config = ScanMarkovConfig(vocab_size=9, d_model=16, ffn_mult=2, max_positions=5, context_length=5)
+    config = ScanMarkovConfig(vocab_size=9, d_model=16, ffn_mult=2, max_positions=5, order=5)
     model = ScanMarkovForCausalLM(config)
     tokens = torch.randint(1, 9, (300,), generator=torch.Generator().manual_seed(1))
     contexts = (2, 3, 5)
-    metrics = TaskMetrics("causal_lm", context_lengths=contexts)
+    metrics = TaskMetrics("causal_lm", orders=contexts)
     examples = text_windows(tokens, seq_len=20, overlap=5)
     with torch.no_grad():
         for start in range(0, len(examples), 4):

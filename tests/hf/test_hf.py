@@ -56,7 +56,7 @@ def test_the_core_imports_and_runs_without_transformers():
         ("AutoModelForCausalLM", lambda: MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
             **SMALL, tie_word_embeddings=True))),
         ("AutoModelForCausalLM", lambda: ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=11, d_model=16,
-                                                                                 context_length=3))),
+                                                                                 order=3))),
         ("AutoModelForSequenceClassification", lambda: MarkovianTransformerForSequenceClassification(
             MarkovianTransformerConfig(**SMALL, causal=False, pooling="cls", num_labels=3))),
         ("AutoModelForTokenClassification", lambda: MarkovianTransformerForTokenClassification(

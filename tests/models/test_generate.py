@@ -152,7 +152,7 @@ def test_sampling_follows_the_generator_and_top_k_one_is_greedy():
 def test_scan_markov_greedy_generation_is_the_teacher_forced_argmax(mode):
     torch.manual_seed(0)
     config = ScanMarkovConfig(vocab_size=VOCAB, d_model=16, context_mode=mode, max_positions=32,
-                              context_length=4 if mode == "markov" else None)  # fmt: skip
+                              order=4 if mode == "markov" else None)  # fmt: skip
     model = _perturbed(ScanMarkovForCausalLM(config), scale=1.0)
     prompt, _ = _left_padded()
     _assert_greedy_is_teacher_forced_argmax(model, prompt, None, new=9)

@@ -1,5 +1,6 @@
-"""Models saved before the renames of issue 18 (class names, ``max_position``, ``scan_backend``; softmax layers that
-ignored ``scope``) load under the new names and give the outputs they gave then; saved again, they round-trip."""
+"""Models saved before the renames of issue 18 (class names, ``max_position``, ``scan_backend``, scan Markov's
+``context_length`` now ``order``; softmax layers that ignored ``scope``) load under the new names and give the
+outputs they gave then; saved again, they round-trip."""
 
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ def test_old_names_in_the_files_are_what_the_rename_maps_translate():
     assert MarkovianTransformerForCausalLM.from_pretrained(LEGACY / "markovian_softmax").config.scope == "global"
     assert MarkovianTransformerForCausalLM.from_pretrained(LEGACY / "markovian_learned").config.max_positions == 16
     assert ScanMarkovForCausalLM.from_pretrained(LEGACY / "scan_markov").config.backend == "naive"
+    assert written["scan_markov"]["context_length"] == 3 and "order" not in written["scan_markov"]
+    assert ScanMarkovForCausalLM.from_pretrained(LEGACY / "scan_markov").config.order == 3
 
 
 def test_rename_maps_refuse_both_spellings_and_apply_to_run_config_sections():
@@ -65,3 +68,6 @@ def test_rename_maps_refuse_both_spellings_and_apply_to_run_config_sections():
         MarkovianTransformerConfig.from_dict(dict(vocab_size=5, max_position=8, max_positions=8))
     assert ScanMarkovConfig.upgrade_keys({"scan_backend": "naive", "vocab_size": 3}) == {"backend": "naive",
                                                                                           "vocab_size": 3}
+    assert ScanMarkovConfig.upgrade_keys({"context_length": 4}) == {"order": 4}
+    with pytest.raises(ValueError, match="'context_length' is the old name of 'order'; give only 'order'"):
+        ScanMarkovConfig.from_dict(dict(vocab_size=5, max_positions=8, context_length=3, order=3))

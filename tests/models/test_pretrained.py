@@ -103,7 +103,7 @@ def test_every_family_initialises_linear_and_embedding_weights_from_its_config()
     from markovformer import ScanMarkovConfig, ScanMarkovForCausalLM
 
     torch.manual_seed(0)
-    model = ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=50, d_model=64, context_length=3,
+    model = ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=50, d_model=64, order=3,
                                                    initializer_range=0.5))  # fmt: skip
     assert abs(float(model.embed.weight.detach().std()) - 0.5) < 0.05
     assert float(model.gate_proj[0].bias.detach().abs().max()) == 0.0

@@ -15,10 +15,10 @@ WINDOW = 3
 
 
 def _config(**overrides) -> ScanMarkovConfig:
-    values = dict(vocab_size=VOCAB, d_model=8, ffn_mult=2, max_positions=24, context_length=WINDOW)
+    values = dict(vocab_size=VOCAB, d_model=8, ffn_mult=2, max_positions=24, order=WINDOW)
     values.update(overrides)
     if values.get("context_mode") == "recurrent":
-        values.pop("context_length", None)
+        values.pop("order", None)
     return ScanMarkovConfig(**values)
 
 
@@ -87,8 +87,8 @@ def test_positions_from_the_end_make_the_n_state_the_shorter_state_plus_the_olde
     token's input carried through the later decays: h_n = h_{n-1} + (Π A) ⊙ B ⊙ e, the shape of a backoff."""
     model = _build(window_positions="end")
     ids = _tokens(2, WINDOW)
-    longer = model(ids, context_length=WINDOW).hidden_states[:, -1]
-    shorter = model(ids[:, 1:], context_length=WINDOW - 1).hidden_states[:, -1]
+    longer = model(ids, order=WINDOW).hidden_states[:, -1]
+    shorter = model(ids[:, 1:], order=WINDOW - 1).hidden_states[:, -1]
     e = model.embed(ids) + model.position_embedding.weight[WINDOW - 1 - torch.arange(WINDOW)]
     decay, inject = model.gated_inputs(e)
     torch.testing.assert_close(longer - shorter, decay[:, 1:].prod(1) * inject[:, 0], rtol=1e-10, atol=1e-12)
@@ -174,16 +174,16 @@ def test_context_dropout_skips_exactly_the_drawn_steps_of_each_context(mode):
 
 
 @torch.no_grad()
-def test_context_length_override_equals_a_model_built_with_it():
+def test_order_override_equals_a_model_built_with_it():
     model = _build()
-    other = ScanMarkovForCausalLM(_config(context_length=5)).double().eval()
+    other = ScanMarkovForCausalLM(_config(order=5)).double().eval()
     other.load_state_dict(model.state_dict())
     ids = _tokens(2, 9)
-    torch.testing.assert_close(model(ids, context_length=5).logits, other(ids).logits, rtol=0, atol=0)
-    with pytest.raises(ValueError, match="context_length=0"):
-        model(ids, context_length=0)
-    with pytest.raises(ValueError, match="context_length=25"):
-        model(ids, context_length=25)
+    torch.testing.assert_close(model(ids, order=5).logits, other(ids).logits, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="order=0"):
+        model(ids, order=0)
+    with pytest.raises(ValueError, match="order=25"):
+        model(ids, order=25)
 
 
 @torch.no_grad()
@@ -193,8 +193,8 @@ def test_recurrent_logits_are_causal_and_see_the_whole_prefix():
     logits = model(ids).logits
     assert (model(_changed(ids, 0)).logits[:, -1] - logits[:, -1]).abs().max() > 1e-6
     torch.testing.assert_close(model(_changed(ids, 6)).logits[:, :6], logits[:, :6], rtol=0, atol=0)
-    with pytest.raises(ValueError, match="context_length"):
-        model(ids, context_length=3)
+    with pytest.raises(ValueError, match="order"):
+        model(ids, order=3)
     with pytest.raises(ValueError, match="max_positions=24"):
         model(_tokens(1, 25))
 
@@ -246,16 +246,16 @@ def test_loss_is_shifted_cross_entropy_with_ignore_and_smoothing():
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("mode, context_length, window_positions",
+@pytest.mark.parametrize("mode, order, window_positions",
                          [("markov", None, "start"), ("markov", 2, "start"), ("markov", None, "end"),
                           ("recurrent", None, "start")])  # fmt: skip
-def test_incremental_step_equals_full_forward(mode, context_length, window_positions):
+def test_incremental_step_equals_full_forward(mode, order, window_positions):
     model = _build(context_mode=mode, window_positions=window_positions)
     ids = _tokens(3, 9)
-    full = model(ids, context_length=context_length).logits
+    full = model(ids, order=order).logits
     state = None
     for t in range(9):
-        logits, state = model.step(ids[:, t], state, context_length=context_length)
+        logits, state = model.step(ids[:, t], state, order=order)
         torch.testing.assert_close(logits, full[:, t], rtol=1e-10, atol=1e-10)
     assert isinstance(state, ScanMarkovState) and state.position == 9
 
@@ -315,7 +315,7 @@ def test_save_and_load_give_identical_logits(tmp_path, mode):
 
 def test_seed_architecture_size():
     """Tiny Shakespeare, d = 128, n <= 5: embedding, positions, 128-512-256 gates, LayerNorm, 128-512-128 decoder."""
-    model = ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=65, d_model=128, max_positions=5, context_length=5))
+    model = ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=65, d_model=128, max_positions=5, order=5))
     expected = 65 * 128 + 5 * 128 + (128 * 512 + 512 + 512 * 256 + 256) + 2 * 128 + (128 * 512 + 512 + 512 * 128 + 128)
     assert model.num_parameters() == expected
 
@@ -329,21 +329,21 @@ def test_seed_architecture_size():
         (dict(max_positions=-1), "max_positions"),
         (dict(ffn_mult=0), "ffn_mult"),
         (dict(context_mode="window"), "context_mode"),
-        (dict(context_length=None), "context_length"),
-        (dict(context_length=0), "context_length"),
-        (dict(context_length=25), "context_length"),
-        (dict(context_length=2.5), "context_length"),
+        (dict(order=None), "order"),
+        (dict(order=0), "order"),
+        (dict(order=25), "order"),
+        (dict(order=2.5), "order"),
         (dict(dropout=1.0), "dropout"),
         (dict(decoder_dropout=-0.1), "decoder_dropout"),
         (dict(context_dropout=1.0), "context_dropout"),
         (dict(window_positions="middle"), "window_positions"),
-        (dict(context_mode="recurrent", context_length=None, window_positions="end"), "window_positions"),
+        (dict(context_mode="recurrent", order=None, window_positions="end"), "window_positions"),
         (dict(initializer_range=0.0), "initializer_range"),
         (dict(backend="fast"), "backend"),
     ],
 )
 def test_config_errors_name_the_field(overrides, field):
-    values = dict(vocab_size=VOCAB, context_length=WINDOW, max_positions=24)
+    values = dict(vocab_size=VOCAB, order=WINDOW, max_positions=24)
     values.update(overrides)
     with pytest.raises(ValueError, match=f"ScanMarkovConfig.{field}="):
         ScanMarkovConfig(**values)
@@ -353,10 +353,10 @@ def test_config_round_trip_and_mode_combinations():
     config = _config()
     assert ScanMarkovConfig.from_dict(config.to_dict()) == config
     assert config.to_dict()["model_type"] == "scan_markov"
-    with pytest.raises(ValueError, match="ScanMarkovConfig.context_length=3: is only meaningful"):
-        ScanMarkovConfig(vocab_size=VOCAB, context_mode="recurrent", context_length=3)
-    with pytest.raises(ValueError, match="did you mean 'context_length'"):
-        ScanMarkovConfig.from_dict({**config.to_dict(), "context_lenght": 2})
+    with pytest.raises(ValueError, match="ScanMarkovConfig.order=3: is only meaningful"):
+        ScanMarkovConfig(vocab_size=VOCAB, context_mode="recurrent", order=3)
+    with pytest.raises(ValueError, match="did you mean 'order'"):
+        ScanMarkovConfig.from_dict({**config.to_dict(), "ordr": 2})
 
 
 def test_input_ids_are_checked():

@@ -38,7 +38,7 @@ def test_models_give_a_finite_loss_on_a_batch_without_labels():
     unlabelled = torch.full_like(ids, -100)
     models = [MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=6, d_model=8, n_layers=1,
                                                                          n_heads=2)),
-              ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=6, d_model=8, context_length=3))]  # fmt: skip
+              ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=6, d_model=8, order=3))]  # fmt: skip
     for model in models:
         assert model(ids, labels=unlabelled).loss.item() == 0.0
         assert torch.isfinite(model(ids, labels=ids).loss)

@@ -1,4 +1,4 @@
-"""Training on a mixture of markov context lengths (trainer.context_lengths) with label smoothing, and validation on
+"""Training on a mixture of markov orders n (trainer.orders) with label smoothing, and validation on
 the exact n-gram mixture, for the scan Markov model through the engine: the draws are a function of (seed, step),
 smoothing never reaches validation, every validation position is scored with its full n, and eval / generate work
 on the run."""
@@ -33,24 +33,24 @@ def _stream(start: int, **options) -> list[dict]:
     return [next(iterator) for _ in range(25)]  # 2.5 epochs of 10 batches
 
 
-def test_context_lengths_are_drawn_per_batch_as_a_function_of_seed_and_step():
-    whole = _stream(0, context_lengths=LENGTHS)
-    resumed = _stream(13, context_lengths=LENGTHS)
+def test_orders_are_drawn_per_batch_as_a_function_of_seed_and_step():
+    whole = _stream(0, orders=LENGTHS)
+    resumed = _stream(13, orders=LENGTHS)
     for later, batch in zip(resumed, whole[13:], strict=False):  # a resumed stream continues the same sequence
-        assert later["context_length"] == batch["context_length"]
+        assert later["order"] == batch["order"]
         assert torch.equal(later["input_ids"], batch["input_ids"])
     plain = _stream(0)
     for batch, unmixed in zip(whole, plain, strict=True):  # the draw leaves the epoch permutation alone
-        assert torch.equal(batch["input_ids"], unmixed["input_ids"]) and "context_length" not in unmixed
-    draws = [batch["context_length"] for batch in _stream(0, context_lengths=LENGTHS)]
+        assert torch.equal(batch["input_ids"], unmixed["input_ids"]) and "order" not in unmixed
+    draws = [batch["order"] for batch in _stream(0, orders=LENGTHS)]
     assert set(draws) <= set(LENGTHS)
-    many = EpochBatches(_examples(4000), 4, seed=1, collate=collate, context_lengths=LENGTHS)
-    counts = Counter(batch["context_length"] for batch, _ in zip(many, range(3000), strict=False))
+    many = EpochBatches(_examples(4000), 4, seed=1, collate=collate, orders=LENGTHS)
+    counts = Counter(batch["order"] for batch, _ in zip(many, range(3000), strict=False))
     assert set(counts) == set(LENGTHS) and all(900 < count < 1100 for count in counts.values())  # uniform: 1000 ± 3σ
 
 
 def _model(**overrides) -> ScanMarkovForCausalLM:
-    values = dict(vocab_size=9, d_model=8, ffn_mult=2, max_positions=5, context_length=5)
+    values = dict(vocab_size=9, d_model=8, ffn_mult=2, max_positions=5, order=5)
     torch.manual_seed(0)
     return ScanMarkovForCausalLM(ScanMarkovConfig(**{**values, **overrides}))
 
@@ -58,12 +58,12 @@ def _model(**overrides) -> ScanMarkovForCausalLM:
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # the step is called without a Trainer
 def test_label_smoothing_and_the_drawn_context_reach_training_only():
     model = _model()
-    trainer = TrainerConfig(context_lengths=LENGTHS, label_smoothing=0.2)
+    trainer = TrainerConfig(orders=LENGTHS, label_smoothing=0.2)
     task = SequenceTask(model, "causal_lm", trainer, {"vocab_size": 9})
     ids = torch.randint(1, 9, (3, 12), generator=torch.Generator().manual_seed(0))
-    batch = {"input_ids": ids, "labels": ids, "context_length": 3}
+    batch = {"input_ids": ids, "labels": ids, "order": 3}
     with torch.no_grad():
-        logits = model(ids, context_length=3).logits[:, :-1].flatten(0, 1)
+        logits = model(ids, order=3).logits[:, :-1].flatten(0, 1)
         expected = F.cross_entropy(logits, ids[:, 1:].flatten(), label_smoothing=0.2)
         torch.testing.assert_close(task.training_step(batch, 0), expected)
         task.on_validation_epoch_start()
@@ -71,7 +71,7 @@ def test_label_smoothing_and_the_drawn_context_reach_training_only():
         results = task.val_metrics.compute()
     for n in LENGTHS:
         with torch.no_grad():
-            plain = F.cross_entropy(model(ids, context_length=n).logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+            plain = F.cross_entropy(model(ids, order=n).logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
         assert results[f"loss_n{n}"] == pytest.approx(plain.item(), rel=1e-6)
     assert results["loss"] == pytest.approx(sum(results[f"loss_n{n}"] for n in LENGTHS) / 3, rel=1e-9)
 
@@ -81,15 +81,15 @@ def test_models_that_cannot_take_the_options_are_refused_up_front():
 
     transformer = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=9, d_model=8, n_layers=1,
                                                                              n_heads=2))  # fmt: skip
-    for options, key in (({"context_lengths": (2,)}, "context_lengths"), ({"label_smoothing": 0.1}, "label_smoothing")):
+    for options, key in (({"orders": (2,)}, "orders"), ({"label_smoothing": 0.1}, "label_smoothing")):
         with pytest.raises(ConfigError, match=f"trainer.{key} is set but MarkovianTransformerForCausalLM"):
             SequenceTask(transformer, "causal_lm", TrainerConfig(**options), {})
     with pytest.raises(ConfigError, match="only meaningful with context_mode='markov'"):
-        SequenceTask(_model(context_mode="recurrent", context_length=None), "causal_lm",
-                     TrainerConfig(context_lengths=(2,)), {})  # fmt: skip
-    with pytest.raises(ConfigError, match="context_length=6"):
-        SequenceTask(_model(), "causal_lm", TrainerConfig(context_lengths=(2, 6)), {})
-    for options, message in (({"context_lengths": (2, 2)}, "repeats"), ({"context_lengths": (0,)}, "positive"),
+        SequenceTask(_model(context_mode="recurrent", order=None), "causal_lm",
+                     TrainerConfig(orders=(2,)), {})  # fmt: skip
+    with pytest.raises(ConfigError, match="order=6"):
+        SequenceTask(_model(), "causal_lm", TrainerConfig(orders=(2, 6)), {})
+    for options, message in (({"orders": (2, 2)}, "repeats"), ({"orders": (0,)}, "positive"),
                              ({"label_smoothing": 1.0}, "label_smoothing")):  # fmt: skip
         with pytest.raises(ConfigError, match=message):
             TrainerConfig(**options)
@@ -104,11 +104,11 @@ def _text_run(tmp_path, **trainer) -> dict:
         "task": "causal_lm",
         "model_type": "scan_markov",
         "output_dir": str(tmp_path / "run"),
-        "model": {"d_model": 16, "ffn_mult": 2, "max_positions": 5, "context_length": 4},
+        "model": {"d_model": 16, "ffn_mult": 2, "max_positions": 5, "order": 4},
         "data": {"source": "text", "path": str(tmp_path / "corpus.txt"), "seq_len": 32, "fractions": [0.9, 0.1, 0.0],
                  "overlap": 4},
         "trainer": {"max_steps": 6, "batch_size": 8, "warmup_steps": 1, "eval_every": 6, "checkpoint_every": 6,
-                    "log_every": 3, "eval_batch_size": 5, "context_lengths": [2, 4], "label_smoothing": 0.1,
+                    "log_every": 3, "eval_batch_size": 5, "orders": [2, 4], "label_smoothing": 0.1,
                     **trainer},
     }  # fmt: skip
 
@@ -171,7 +171,7 @@ def test_validation_is_the_exact_ngram_mixture_and_eval_generate_and_inspect_wor
 
 
 def test_validation_windows_must_carry_the_longest_context_and_unsupported_options_are_named(tmp_path):
-    values = _text_run(tmp_path, context_lengths=[2, 5])
+    values = _text_run(tmp_path, orders=[2, 5])
     values["model"]["max_positions"] = 5
     with pytest.raises(ConfigError, match=r"n=5 but data.overlap=4"):
         train(resolve_run_config(values))

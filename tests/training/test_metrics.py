@@ -287,8 +287,8 @@ def test_reset_clears_everything(task):
         assert float(used.wer.errors) == 0 and float(used.wer.total) == 0
 
 
-def test_context_lengths_report_each_n_token_weighted_and_their_mean_as_the_loss():
-    metrics = TaskMetrics("causal_lm", context_lengths=(2, 5))
+def test_orders_report_each_n_token_weighted_and_their_mean_as_the_loss():
+    metrics = TaskMetrics("causal_lm", orders=(2, 5))
     batch_1 = {"labels": torch.tensor([[5, 1, -100, 2]])}  # 2 targets
     batch_2 = {"labels": torch.tensor([[7, 1, 2, 3, 4]])}  # 4 targets
     for batch, (loss_2, loss_5) in ((batch_1, (3.0, 1.0)), (batch_2, (1.5, 0.4))):
@@ -304,9 +304,9 @@ def test_context_lengths_report_each_n_token_weighted_and_their_mean_as_the_loss
     metrics.update(fake_output(3.0), batch_1, 5)
     assert metrics.compute()["loss"] == pytest.approx(2.0)  # reset cleared the per-n means too
     for wrong in (None, 3):
-        with pytest.raises(ValueError, match=f"context_length={wrong}"):
+        with pytest.raises(ValueError, match=f"order={wrong}"):
             metrics.update(fake_output(1.0), batch_1, wrong)
-    with pytest.raises(ValueError, match="context_length=2"):
+    with pytest.raises(ValueError, match="order=2"):
         TaskMetrics("causal_lm").update(fake_output(1.0), batch_1, 2)
     with pytest.raises(ValueError, match="causal_lm only"):
-        TaskMetrics("ctc", context_lengths=(2,))
+        TaskMetrics("ctc", orders=(2,))

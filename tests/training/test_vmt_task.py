@@ -255,7 +255,7 @@ def test_trainer_options_are_refused_by_models_that_cannot_take_them(tmp_path):
         with pytest.raises(ConfigError, match=f"trainer.{option} is set but"):
             check_trainer_options(causal, TrainerConfig(**{option: value}))
         check_trainer_options(vmt, TrainerConfig(**{option: value}))
-    for option, value in (("label_smoothing", 0.1), ("context_lengths", (2,))):
+    for option, value in (("label_smoothing", 0.1), ("orders", (2,))):
         with pytest.raises(ConfigError, match=f"trainer.{option} is set but"):
             SequenceTask(vmt, "vmt", TrainerConfig(**{option: value}), {})
     with pytest.raises(ConfigError, match="trainer.kl_warmup_steps=-1"):

@@ -95,9 +95,9 @@ def run_config(model: str, data_path: str, output_dir: str, settings: ScanShakes
     if model == "scan_markov":
         return {
             "task": "causal_lm", "model_type": "scan_markov", "output_dir": output_dir,
-            "model": {**scan, "context_mode": "markov", "context_length": 5, "max_positions": 5},
+            "model": {**scan, "context_mode": "markov", "order": 5, "max_positions": 5},
             "data": {**text, "seq_len": 128, "overlap": 5},
-            "trainer": _trainer(settings.scan_steps, 16, settings, seed, context_lengths=list(CONTEXTS),
+            "trainer": _trainer(settings.scan_steps, 16, settings, seed, orders=list(CONTEXTS),
                                 label_smoothing=0.1),
         }  # fmt: skip
     if model == "scan_recurrent":

@@ -35,7 +35,7 @@ class EpochBatches(IterableDataset):
     is cut into pools of ``pool_batches`` global batches, each pool sorted by length and cut into batches, and the
     batch order shuffled (``data.collate.bucket_by_length``); short batches at the pools' ends are dropped.
 
-    With ``context_lengths``, every batch also carries ``"context_length"``: one of them drawn uniformly per global
+    With ``orders``, every batch also carries ``"order"``: one of them drawn uniformly per global
     batch from the same (seed, e) generator, after the permutation (so the permutation does not depend on it), and
     the same on every rank.
     """
@@ -47,20 +47,20 @@ class EpochBatches(IterableDataset):
         seed: int,
         collate: Callable[[list[dict]], dict],
         start: Callable[[], int] = lambda: 0,
-        context_lengths: Sequence[int] = (),
+        orders: Sequence[int] = (),
         lengths: Sequence[int] | None = None,
         pool_batches: int = 50,
     ) -> None:
         super().__init__()
         self.examples, self.batch_size, self.seed, self.collate, self.start = examples, batch_size, seed, collate, start
-        self.context_lengths = tuple(context_lengths)
+        self.orders = tuple(orders)
         if lengths is not None and len(lengths) != len(examples):
             raise ValueError(f"lengths has {len(lengths)} entries for {len(examples)} examples")
         self.lengths = None if lengths is None else torch.as_tensor(list(lengths), dtype=torch.long)
         self.pool_batches = pool_batches
 
     def _epoch_batches(self, epoch: int, global_batch: int) -> tuple[list[list[int]], list[int] | None]:
-        """The epoch's global batches (lists of example indices) and, with context lengths, the n of each."""
+        """The epoch's global batches (lists of example indices) and, with orders, the n of each."""
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         permutation = torch.randperm(len(self.examples), generator=generator)
         if self.lengths is None:
@@ -69,10 +69,10 @@ class EpochBatches(IterableDataset):
         else:
             batches = bucket_by_length(permutation, self.lengths, global_batch, self.pool_batches, generator)
             batches = [batch for batch in batches if len(batch) == global_batch]
-        if not self.context_lengths:
+        if not self.orders:
             return batches, None
-        choices = torch.randint(len(self.context_lengths), (len(batches),), generator=generator).tolist()
-        return batches, [self.context_lengths[choice] for choice in choices]
+        choices = torch.randint(len(self.orders), (len(batches),), generator=generator).tolist()
+        return batches, [self.orders[choice] for choice in choices]
 
     def __iter__(self) -> Iterator[dict]:
         rank, world_size = world()
@@ -93,7 +93,7 @@ class EpochBatches(IterableDataset):
             part = batches[position][rank * self.batch_size : (rank + 1) * self.batch_size]
             batch = self.collate([self.examples[i] for i in part])
             if lengths is not None:
-                batch["context_length"] = lengths[position]
+                batch["order"] = lengths[position]
             yield batch
             step += workers
 

@@ -32,7 +32,7 @@ def symbols_to_words(ids: list[int], names: list[str] | None) -> str:
 class TaskMetrics(nn.Module):
     """Accumulates one task's validation metrics over batches; ``compute()`` returns plain floats.
 
-    ``context_lengths`` (causal LM with a markov window): every batch is scored once per n, ``update`` is told
+    ``orders`` (causal LM with a markov window): every batch is scored once per n, ``update`` is told
     which, and ``loss`` is the mean over n of each n's token-weighted loss (``loss_n<n>``): the cross-entropy of an
     equal mixture of the n-gram predictions, since every n is scored on the same tokens.
 
@@ -45,20 +45,20 @@ class TaskMetrics(nn.Module):
         task: str,
         num_labels: int | None = None,
         label_names: list[str] | None = None,
-        context_lengths: tuple[int, ...] = (),
+        orders: tuple[int, ...] = (),
         tokenizer=None,
     ) -> None:
         super().__init__()
-        self.task, self.label_names, self.context_lengths = task, label_names, tuple(context_lengths)
+        self.task, self.label_names, self.orders = task, label_names, tuple(orders)
         if task == "translation" and tokenizer is None:
             raise ValueError("translation metrics need the run's tokenizer to detokenise for BLEU")
         self.tokenizer = tokenizer
         self.hypotheses: list[str] = []  # translation: detokenised, for sacrebleu (this process's share only)
         self.references: list[str] = []
-        if self.context_lengths and task != "causal_lm":
-            raise ValueError(f"context lengths apply to causal_lm only, not task={task!r}")
+        if self.orders and task != "causal_lm":
+            raise ValueError(f"orders (a mixture of markov windows) apply to causal_lm only, not task={task!r}")
         self.loss = MeanMetric()
-        self.loss_by_context = nn.ModuleList(MeanMetric() for _ in self.context_lengths)
+        self.loss_by_order = nn.ModuleList(MeanMetric() for _ in self.orders)
         if task in ("sequence_classification", "token_classification"):
             self.accuracy = MulticlassAccuracy(num_labels, average="micro", ignore_index=-100)
             self.macro_f1 = MulticlassF1Score(num_labels, average="macro", ignore_index=-100)
@@ -69,19 +69,19 @@ class TaskMetrics(nn.Module):
         if task == "vmt":
             self.bounds = nn.ModuleDict({name: MeanMetric() for name in ("elbo", "reconstruction", "kl", "iw_bound")})
 
-    def update(self, output, batch: dict, context_length: int | None = None) -> None:
-        """Add one batch's model output; with context lengths, ``context_length`` says which n produced it."""
+    def update(self, output, batch: dict, order: int | None = None) -> None:
+        """Add one batch's model output; with orders, ``order`` says which n produced it."""
         if self.task == "vmt":
             raise ValueError("VMT metrics add whole documents' bounds: use update_documents")
         labels = batch["labels"]
-        expected = context_length in self.context_lengths if self.context_lengths else context_length is None
+        expected = order in self.orders if self.orders else order is None
         if not expected:
-            raise ValueError(f"context_length={context_length!r}: these metrics score n in {self.context_lengths}")
+            raise ValueError(f"order={order!r}: these metrics score n in {self.orders}")
         if self.task in ("causal_lm", "translation"):
             count = (labels[:, 1:] if self.task == "causal_lm" else labels) != -100  # causal LM shifts inside
             count = count.sum()
-            index = None if context_length is None else self.context_lengths.index(context_length)
-            loss = self.loss if index is None else self.loss_by_context[index]
+            index = None if order is None else self.orders.index(order)
+            loss = self.loss if index is None else self.loss_by_order[index]
             loss.update(output.loss.detach(), weight=count)  # token-weighted: uneven batches average correctly
             return
         # Weighted by what each batch's loss averages over: tokens for token classification, sequences otherwise.
@@ -128,9 +128,8 @@ class TaskMetrics(nn.Module):
                 if self.bounds[name].update_count:
                     results[name] = float(self.bounds[name].compute())
             return results
-        by_context = {f"loss_n{n}": float(m.compute()) for n, m in zip(self.context_lengths, self.loss_by_context,
-                                                                        strict=True)}  # fmt: skip
-        loss = sum(by_context.values()) / len(by_context) if by_context else float(self.loss.compute())
+        by_order = {f"loss_n{n}": float(m.compute()) for n, m in zip(self.orders, self.loss_by_order, strict=True)}
+        loss = sum(by_order.values()) / len(by_order) if by_order else float(self.loss.compute())
         results = {"loss": loss}
         if self.task == "translation":
             from markovformer.data.translation import corpus_bleu
@@ -143,7 +142,7 @@ class TaskMetrics(nn.Module):
         elif self.task == "causal_lm":
             results["bits_per_token"] = loss / math.log(2)
             results["perplexity"] = math.exp(min(loss, 700.0))
-            results.update(by_context)
+            results.update(by_order)
         elif self.task in ("sequence_classification", "token_classification"):
             results["accuracy"] = float(self.accuracy.compute())
             results["macro_f1"] = float(self.macro_f1.compute())

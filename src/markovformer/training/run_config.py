@@ -62,7 +62,7 @@ class TrainerConfig:
     keep_checkpoints: int = 0  # keep only the newest N step checkpoints (plus last.ckpt); 0 keeps them all
     # Models with a markov context window (scan_markov): each training batch uses an n drawn uniformly from this list
     # (a function of seed and step); validation scores every n and reports their mean as the loss. () = the model's.
-    context_lengths: tuple[int, ...] = ()
+    orders: tuple[int, ...] = ()
     label_smoothing: float = 0.0  # on the training loss only; validation reports plain cross-entropy
     # task vmt (windows walked along documents, truncated BPTT): the KL weight rises linearly to 1 over this many
     # steps; carry the last latent from window to window (false: every window starts from P(x_1)); training windows
@@ -99,10 +99,10 @@ class TrainerConfig:
             raise ConfigError("trainer.warmup_steps and trainer.num_workers must be >= 0")
         if self.kl_warmup_steps < 0:
             raise ConfigError(f"trainer.kl_warmup_steps={self.kl_warmup_steps!r} must be >= 0")
-        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.context_lengths):
-            raise ConfigError(f"trainer.context_lengths={list(self.context_lengths)!r} must be positive integers")
-        if len(set(self.context_lengths)) != len(self.context_lengths):
-            raise ConfigError(f"trainer.context_lengths={list(self.context_lengths)!r} repeats a value")
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.orders):
+            raise ConfigError(f"trainer.orders={list(self.orders)!r} must be positive integers")
+        if len(set(self.orders)) != len(self.orders):
+            raise ConfigError(f"trainer.orders={list(self.orders)!r} repeats a value")
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"trainer.label_smoothing={self.label_smoothing!r} must lie in [0, 1)")
 
@@ -264,6 +264,20 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 SECTIONS = ("task", "output_dir", "model_type", "model", "data", "trainer")
+# Trainer options renamed since run configs were first written (old key -> new key): a run's config.yaml written
+# before the rename still loads. (Model fields are renamed by their config class's ``renamed_fields``.)
+RENAMED_TRAINER_KEYS = {"context_lengths": "orders"}
+
+
+def rename_keys(values: dict[str, Any], renamed: dict[str, str], prefix: str) -> dict[str, Any]:
+    """``values`` with each old key of ``renamed`` replaced by its new one; ConfigError if both are given."""
+    upgraded = dict(values)
+    for old, new in renamed.items():
+        if old in upgraded:
+            if new in upgraded:
+                raise ConfigError(f"{prefix}.{old} is the old name of {prefix}.{new}; give only {prefix}.{new}")
+            upgraded[new] = upgraded.pop(old)
+    return upgraded
 
 
 def resolve_run_config(values: dict[str, Any]) -> RunConfig:
@@ -277,7 +291,10 @@ def resolve_run_config(values: dict[str, Any]) -> RunConfig:
     for section in ("model", "data"):
         if not isinstance(values.get(section, {}), dict):
             raise ConfigError(f"{section} must be a mapping; got {values[section]!r}")
-    trainer = build_dataclass(TrainerConfig, values.get("trainer") or {}, "trainer")
+    trainer = values.get("trainer") or {}
+    if isinstance(trainer, dict):  # build_dataclass names any other type
+        trainer = rename_keys(trainer, RENAMED_TRAINER_KEYS, "trainer")
+    trainer = build_dataclass(TrainerConfig, trainer, "trainer")
     for key in ("task", "output_dir", "model_type"):
         if key in values and not isinstance(values[key], str):
             raise ConfigError(f"{key}={values[key]!r} has the wrong type: expected str")

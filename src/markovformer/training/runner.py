@@ -116,11 +116,11 @@ def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
 
 def check_context_coverage(config: RunConfig, bundle: DataBundle) -> None:
     """ConfigError when validation would score some position with less context than the largest n of
-    ``trainer.context_lengths``: text windows must overlap by at least that much (``data.overlap``)."""
+    ``trainer.orders``: text windows must overlap by at least that much (``data.overlap``)."""
     overlap = bundle.splits.get("overlap")
-    longest = max(config.trainer.context_lengths, default=0)
+    longest = max(config.trainer.orders, default=0)
     if overlap is not None and longest > overlap:
-        raise ConfigError(f"trainer.context_lengths reaches n={longest} but data.overlap={overlap}: the first "
+        raise ConfigError(f"trainer.orders reaches n={longest} but data.overlap={overlap}: the first "
                           f"positions of each validation window would see fewer than n tokens; set data.overlap "
                           f">= {longest}")  # fmt: skip
 
@@ -145,7 +145,7 @@ def _loaders(
     else:
         lengths = None if bundle.lengths is None else bundle.lengths(bundle.train)
         stream = EpochBatches(bundle.train, tc.batch_size, tc.seed, bundle.collate, start=lambda: trainer.global_step,
-                              context_lengths=tc.context_lengths, lengths=lengths)  # fmt: skip
+                              orders=tc.orders, lengths=lengths)  # fmt: skip
     # Own generators: a DataLoader draws its base seed from the global RNG at every new iterator, which would shift
     # the dropout stream between an uninterrupted run and a resumed one.
     train = DataLoader(stream, batch_size=None, num_workers=tc.num_workers, generator=torch.Generator())
@@ -479,15 +479,15 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     if len(getattr(bundle, split)) == 0:
         raise ConfigError(f"the {split} split of {run_dir}'s data is empty (data.source={config.data['source']!r}): "
                           f"nothing to evaluate; choose another --split or give the data a {split} part")  # fmt: skip
-    context_lengths = config.trainer.context_lengths
-    metrics = TaskMetrics(config.task, bundle.info.get("num_labels"), bundle.info.get("label_names"), context_lengths,
+    orders = config.trainer.orders
+    metrics = TaskMetrics(config.task, bundle.info.get("num_labels"), bundle.info.get("label_names"), orders,
                           tokenizer=bundle.tokenizer)  # fmt: skip
     model.eval()
     loader = DataLoader(getattr(bundle, split), batch_size=config.trainer.eval_batch_size, collate_fn=bundle.collate)
     documents = DocumentWalk(config.trainer.carry) if config.task == "vmt" else None
     with torch.no_grad():
         for batch in loader:
-            score_batch(model, batch, metrics, context_lengths, beam_size, documents)
+            score_batch(model, batch, metrics, orders, beam_size, documents)
     results = {"split": split, "run_dir": str(run_dir), "metrics": metrics.compute()}
     exact = document_log_likelihood(bundle.info.get("reference", {}), split)
     if exact is not None:

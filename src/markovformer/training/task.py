@@ -15,24 +15,24 @@ from markovformer.training.metrics import TaskMetrics
 from markovformer.training.optim import build_optimizer, lr_multiplier
 from markovformer.training.run_config import ConfigError, TrainerConfig
 
-MODEL_INPUTS = ("input_ids", "input_features", "attention_mask", "labels", "context_length",
+MODEL_INPUTS = ("input_ids", "input_features", "attention_mask", "labels", "order",
                 "src_ids", "src_mask", "tgt_ids", "tgt_mask")  # fmt: skip
 IW_SAMPLES = 10  # K of the importance-weighted bound that VMT validation and evaluation report
 
 
 def model_inputs(batch: dict) -> dict:
     """The batch entries a head's forward takes (a source may carry extra keys; a training batch may carry the
-    ``context_length`` drawn for it)."""
+    ``order`` drawn for it)."""
     return {key: value for key, value in batch.items() if key in MODEL_INPUTS}
 
 
 def check_trainer_options(model: torch.nn.Module, config: TrainerConfig) -> None:
-    """ConfigError unless the model takes what the trainer options pass to it: ``trainer.context_lengths`` and
-    ``trainer.label_smoothing`` (a ``context_length`` / ``label_smoothing`` forward argument, every listed n
+    """ConfigError unless the model takes what the trainer options pass to it: ``trainer.orders`` and
+    ``trainer.label_smoothing`` (an ``order`` / ``label_smoothing`` forward argument, every listed n
     accepted), and, set away from their defaults, ``trainer.kl_warmup_steps`` (``kl_weight``), ``trainer.carry``
     (``carry``) and ``trainer.window_overlap`` (``carry_index``)."""
     accepted = inspect.signature(model.forward).parameters
-    options = (("context_lengths", "context_length", bool(config.context_lengths)),
+    options = (("orders", "order", bool(config.orders)),
                ("label_smoothing", "label_smoothing", config.label_smoothing),
                ("kl_warmup_steps", "kl_weight", config.kl_warmup_steps),
                ("carry", "carry", not config.carry),
@@ -41,20 +41,20 @@ def check_trainer_options(model: torch.nn.Module, config: TrainerConfig) -> None
         if used and argument not in accepted:
             raise ConfigError(f"trainer.{key} is set but {type(model).__name__} takes no {argument} argument")
     window_size = getattr(model, "window_size", None)
-    for n in config.context_lengths if window_size is not None else ():
+    for n in config.orders if window_size is not None else ():
         try:
             window_size(n)
         except ValueError as error:
-            raise ConfigError(f"trainer.context_lengths: {error}") from error
+            raise ConfigError(f"trainer.orders: {error}") from error
 
 
-def scored_outputs(model: torch.nn.Module, batch: dict, context_lengths: tuple[int, ...] = ()) -> Iterator:
-    """(n, output) for each context length n the batch is scored with, or (None, output) once without them."""
+def scored_outputs(model: torch.nn.Module, batch: dict, orders: tuple[int, ...] = ()) -> Iterator:
+    """(n, output) for each order n the batch is scored with, or (None, output) once without them."""
     inputs = model_inputs(batch)
-    if not context_lengths:
+    if not orders:
         yield None, model(**inputs)
-    for n in context_lengths:
-        yield n, model(**inputs, context_length=n)
+    for n in orders:
+        yield n, model(**inputs, order=n)
 
 
 def kl_weight(step: int, warmup_steps: int) -> float:
@@ -95,7 +95,7 @@ def score_batch(
     model: torch.nn.Module,
     batch: dict,
     metrics: TaskMetrics,
-    context_lengths: tuple[int, ...] = (),
+    orders: tuple[int, ...] = (),
     beam_size: int = 1,
     documents: DocumentWalk | None = None,
 ) -> None:
@@ -107,7 +107,7 @@ def score_batch(
             raise ValueError("scoring VMT documents needs a DocumentWalk")
         documents(model, batch, metrics)
         return
-    for n, output in scored_outputs(model, batch, context_lengths):
+    for n, output in scored_outputs(model, batch, orders):
         metrics.update(output, batch, n)
     if metrics.task == "translation":
         source_length = int(batch["src_mask"].sum(-1).max()) if "src_mask" in batch else batch["src_ids"].shape[1]
@@ -135,7 +135,7 @@ class SequenceTask(L.LightningModule):
         check_trainer_options(model, trainer_config)
         self.model, self.task, self.config = model, task, trainer_config
         self.val_metrics = TaskMetrics(task, data_info.get("num_labels"), data_info.get("label_names"),
-                                       trainer_config.context_lengths, tokenizer=tokenizer)  # fmt: skip
+                                       trainer_config.orders, tokenizer=tokenizer)  # fmt: skip
         smoothing = trainer_config.label_smoothing
         self.train_options = {"label_smoothing": smoothing} if smoothing else {}  # training only: never in validation
         self.carry: torch.Tensor | None = None  # vmt: the last training step's carry (B, latent_dim)
@@ -168,7 +168,7 @@ class SequenceTask(L.LightningModule):
         self.documents = DocumentWalk(self.config.carry) if self.task == "vmt" else None
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        score_batch(self.model, batch, self.val_metrics, self.config.context_lengths, documents=self.documents)
+        score_batch(self.model, batch, self.val_metrics, self.config.orders, documents=self.documents)
 
     def on_validation_epoch_end(self) -> None:
         for name, value in self.val_metrics.compute().items():

@@ -15,9 +15,10 @@ WINDOW_POSITIONS = ("start", "end")
 class ScanMarkovConfig(ModelConfig):
     """Configuration of ``ScanMarkovForCausalLM``.
 
-    ``context_mode``: ``"markov"`` (the state at t runs over the last ``context_length`` tokens only, positions
-    counted from the window start) or ``"recurrent"`` (over the whole prefix, absolute positions, so sequences
-    may be at most ``max_positions`` long). ``context_length`` is required in markov mode and must fit in
+    ``context_mode``: ``"markov"`` (the state at t runs over the last ``order`` tokens only, positions counted
+    from the window start: the next token depends on exactly its ``order`` previous ones, the field's meaning in
+    every family; formerly ``context_length``) or ``"recurrent"`` (over the whole prefix, absolute positions, so
+    sequences may be at most ``max_positions`` long). ``order`` is required in markov mode and must fit in
     ``max_positions``; a forward call may override it. ``ffn_mult``: hidden width of the gate projection and the
     decoder, in units of ``d_model`` (the seed's 512 = 4·128). ``backend``: the ``linear_scan`` backend of the
     recurrent mode; the markov mode's short windows use ``windowed_linear_scan`` (its naive loop when
@@ -36,13 +37,13 @@ class ScanMarkovConfig(ModelConfig):
     """
 
     model_type = "scan_markov"
-    renamed_fields = {"scan_backend": "backend"}
+    renamed_fields = {"scan_backend": "backend", "context_length": "order"}
 
     vocab_size: int | None = None
     d_model: int = 128
     max_positions: int = 1024
     context_mode: str = "markov"
-    context_length: int | None = None
+    order: int | None = None
     ffn_mult: int = 4
     dropout: float = 0.0
     decoder_dropout: float | None = None
@@ -64,11 +65,11 @@ class ScanMarkovConfig(ModelConfig):
         if self.context_mode not in CONTEXT_MODES:
             fail("context_mode", f"must be one of {CONTEXT_MODES}")
         if self.context_mode == "markov":
-            if self.context_length is None:
-                fail("context_length", "is required with context_mode='markov' (the window size n)")
-            check_context_length(self.context_length, self.max_positions, "ScanMarkovConfig.context_length")
-        elif self.context_length is not None:
-            fail("context_length", "is only meaningful with context_mode='markov'; leave it None")
+            if self.order is None:
+                fail("order", "is required with context_mode='markov' (the window size n)")
+            check_order(self.order, self.max_positions, "ScanMarkovConfig.order")
+        elif self.order is not None:
+            fail("order", "is only meaningful with context_mode='markov'; leave it None")
         if self.window_positions not in WINDOW_POSITIONS:
             fail("window_positions", f"must be one of {WINDOW_POSITIONS}")
         if self.context_mode == "recurrent" and self.window_positions != "start":
@@ -83,7 +84,7 @@ class ScanMarkovConfig(ModelConfig):
             fail("backend", f"must be one of {BACKENDS}")
 
 
-def check_context_length(value: object, max_positions: int, name: str) -> None:
+def check_order(value: object, max_positions: int, name: str) -> None:
     """ValueError naming ``name`` unless ``value`` is an integer in [1, max_positions]: a window of n tokens uses
     positions 0..n-1."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= max_positions:

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from markovformer.models.generation import GenerationMixin, Step
 from markovformer.models.pretrained import PreTrainedModel
-from markovformer.models.scan_markov.config import ScanMarkovConfig, check_context_length
+from markovformer.models.scan_markov.config import ScanMarkovConfig, check_order
 from markovformer.ops.losses import token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, right_padded_lengths
 from markovformer.ops.scan import linear_scan, window_offsets, windowed_linear_scan
@@ -80,16 +80,16 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
             bad = input_ids[(input_ids < 0) | (input_ids >= vocab_size)][0].item()
             raise ValueError(f"input_ids holds token id {bad}, outside the vocabulary [0, {vocab_size})")
 
-    def window_size(self, context_length: int | None = None) -> int | None:
-        """The window n of a call: ``context_length`` if given, else the config's; None in recurrent mode."""
+    def window_size(self, order: int | None = None) -> int | None:
+        """The window n of a call: ``order`` if given, else the config's; None in recurrent mode."""
         if self.config.context_mode == "recurrent":
-            if context_length is not None:
-                raise ValueError(f"context_length={context_length!r}: only meaningful with context_mode='markov'")
+            if order is not None:
+                raise ValueError(f"order={order!r}: only meaningful with context_mode='markov'")
             return None
-        if context_length is None:
-            return self.config.context_length
-        check_context_length(context_length, self.config.max_positions, "context_length")
-        return context_length
+        if order is None:
+            return self.config.order
+        check_order(order, self.config.max_positions, "order")
+        return order
 
     def gated_inputs(self, embeddings: Tensor) -> tuple[Tensor, Tensor]:
         """The recurrence inputs (a, b) = (A, B ⊙ e) with [A, B] = σ(gate_proj(e)); e (..., D) -> two (..., D)."""
@@ -151,12 +151,12 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
         labels: Tensor | None = None,
-        context_length: int | None = None,
+        order: int | None = None,
         label_smoothing: float = 0.0,
     ) -> ScanMarkovOutput:
         """input_ids (B, T); attention_mask (B, T) right-padded, 1 = real (padding follows every real token, so it
         never reaches one through the causal recurrence); labels (B, T) aligned with the inputs.
-        ``context_length`` overrides the markov window n for this call (e.g. to train on a mixture of n).
+        ``order`` overrides the markov window n for this call (e.g. to train on a mixture of n).
         """
         self._check_input_ids(input_ids)
         if attention_mask is not None:
@@ -164,7 +164,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
             right_padded_lengths(attention_mask, "ScanMarkovForCausalLM")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={label_smoothing!r}: must lie in [0, 1)")
-        window = self.window_size(context_length)
+        window = self.window_size(order)
         states = self.recurrent_states(input_ids) if window is None else self.markov_states(input_ids, window)
         output = ScanMarkovOutput(logits=self.logits_from_states(states), hidden_states=states)
         if labels is not None:
@@ -174,7 +174,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         return output
 
     def step(
-        self, input_ids: Tensor, state: ScanMarkovState | None = None, context_length: int | None = None
+        self, input_ids: Tensor, state: ScanMarkovState | None = None, order: int | None = None
     ) -> tuple[Tensor, ScanMarkovState]:
         """Feed one token per row, input_ids (B,); returns the next-token logits (B, V) and the new state.
 
@@ -183,7 +183,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         """
         self._check_input_ids(input_ids, dims=1)
         state = state if state is not None else ScanMarkovState()
-        window = self.window_size(context_length)
+        window = self.window_size(order)
         if window is None:
             if state.position >= self.config.max_positions:
                 raise ValueError(
