@@ -28,8 +28,6 @@ def _against_length(axis, table: dict[str, dict], ylabel: str) -> None:
     axis.set_xlabel("sequence length T")
     axis.set_ylabel(ylabel)
     axis.grid(True, which="both", alpha=0.3)
-    if table:
-        axis.legend(fontsize=8)
 
 
 def _bars(axis, values: dict[str, float | None], ylabel: str, title: str, capped: frozenset[str] = frozenset()) -> None:
@@ -42,7 +40,8 @@ def _bars(axis, values: dict[str, float | None], ylabel: str, title: str, capped
     axis.set_title(title, fontsize=9)
     for index, (name, bar) in enumerate(zip(names, bars, strict=True)):
         if values[name] is None:
-            axis.text(index, 0, "n/a", ha="center", va="bottom", fontsize=8)
+            # at the foot of the axes (axes coordinates in y), which also holds on a log axis
+            axis.text(index, 0.01, "n/a", ha="center", va="bottom", fontsize=8, transform=axis.get_xaxis_transform())
         elif name in capped:
             bar.set_hatch(CAPPED_HATCH)
             bar.set_facecolor("white")
@@ -85,6 +84,9 @@ def write_plots(record: dict, out: Path) -> list[Path]:
         _against_length(time_axis, summary["ops"]["seconds"], "forward+backward time (s)")
         _against_length(memory_axis, summary["ops"]["peak_mib"], "peak memory (MiB)")
         figure.suptitle(f"attention ops on {device} (missing points: skipped, see bench.json)", fontsize=10)
+        if summary["ops"]["seconds"]:  # one legend for both panels, below them, where it covers no line
+            figure.legend(*time_axis.get_legend_handles_labels(), loc="outside lower center", fontsize=8,
+                          ncol=min(6, len(summary["ops"]["seconds"])))  # fmt: skip
         written.append(save_figure(figure, Path(out) / "ops.png"))
     if "models" in summary:
         lengths = sorted({int(t) for series in summary["models"]["tokens_per_second"].values() for t in series})
