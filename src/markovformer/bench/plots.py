@@ -38,6 +38,7 @@ def _bars(axis, values: dict[str, float | None], ylabel: str, title: str, capped
     axis.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     axis.set_ylabel(ylabel)
     axis.set_title(title, fontsize=9)
+    axis.margins(y=0.15)  # room for the value labels above the bars
     for index, (name, bar) in enumerate(zip(names, bars, strict=True)):
         if values[name] is None:
             # at the foot of the axes (axes coordinates in y), which also holds on a log axis
