@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from markovformer.bench.plots import CAPPED_HATCH, _against_length, longest_figure  # noqa: E402
+from markovformer.bench.suite import CAP_REACHED  # noqa: E402
 from markovformer.plots.saving import new_figure  # noqa: E402
 
 
@@ -36,7 +37,7 @@ def _longest_record(entries: dict, cap: int) -> dict:
 
 def test_a_longest_bar_that_reached_the_search_cap_is_marked_as_a_lower_bound():
     entries = {
-        "gru": {"T": 4096, "stopped_by": "longest_max reached"},
+        "gru": {"T": 4096, "stopped_by": CAP_REACHED},
         "softmax": {"T": 2048, "stopped_by": "T=4096 over the time cap"},
         "hybrid": {"T": None, "stopped_by": "out of memory"},
     }

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from markovformer.bench.suite import CAP_REACHED
 from markovformer.plots.saving import new_figure, save_figure
 
 # Series that measure the same (e.g. two kinds at the same memory) would hide each other: each gets its own marker and
@@ -57,7 +58,7 @@ def longest_figure(record: dict) -> Figure:
     (hatched, "≥ T (cap)") and the cap is drawn as a line, so a cap never reads as a measured maximum."""
     longest = record["summary"]["longest"]
     entries = record.get("parts", {}).get("longest", {}).get("longest", {})
-    capped = frozenset(model for model, entry in entries.items() if entry.get("stopped_by") == "longest_max reached")
+    capped = frozenset(model for model, entry in entries.items() if entry.get("stopped_by") == CAP_REACHED)
     cap = record.get("settings", {}).get("longest_max")
     figure = new_figure(6, 4)
     axis = figure.subplots()
