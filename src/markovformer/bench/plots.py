@@ -2,56 +2,78 @@
 
 from __future__ import annotations
 
+from itertools import cycle
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
+from markovformer.bench.suite import CAP_REACHED
 from markovformer.plots.saving import new_figure, save_figure
+
+# Series that measure the same (e.g. two kinds at the same memory) would hide each other: each gets its own marker and
+# line style, and the ones drawn first are drawn larger and hollow, so a later, smaller one sits inside them.
+SERIES_STYLES = tuple(zip("os^Dvx+*", ("-", "--", ":", "-.", (0, (5, 1)), (0, (1, 2)), (0, (3, 1, 1, 1)), "-"),
+                          strict=True))  # fmt: skip
+CAPPED_HATCH = "//"
 
 
 def _against_length(axis, table: dict[str, dict], ylabel: str) -> None:
-    for kind, series in table.items():
+    for index, ((kind, series), (marker, linestyle)) in enumerate(zip(table.items(), cycle(SERIES_STYLES))):
         lengths = sorted(series, key=int)
-        axis.plot([int(t) for t in lengths], [series[t] for t in lengths], marker="o", label=kind)
+        larger = 1 - index / max(1, len(table) - 1)  # 1 for the first series drawn, 0 for the last
+        axis.plot([int(t) for t in lengths], [series[t] for t in lengths], marker=marker, linestyle=linestyle,
+                  markersize=4 + 7 * larger, markerfacecolor="none", linewidth=1 + 2 * larger, label=kind,
+                  zorder=2 + index)  # fmt: skip
     axis.set_xscale("log", base=2)
     axis.set_yscale("log")
     axis.set_xlabel("sequence length T")
     axis.set_ylabel(ylabel)
     axis.grid(True, which="both", alpha=0.3)
-    if table:
-        axis.legend(fontsize=8)
 
 
-def _bars(axis, values: dict[str, float | None], ylabel: str, title: str) -> None:
+def _bars(axis, values: dict[str, float | None], ylabel: str, title: str, capped: frozenset[str] = frozenset()) -> None:
+    """One bar per name; a bar in ``capped`` stopped at the search cap, so it is hatched and labelled "≥": a lower
+    bound, not a measured maximum."""
     names = list(values)
-    axis.bar(range(len(names)), [values[name] or 0.0 for name in names])
+    bars = axis.bar(range(len(names)), [values[name] or 0.0 for name in names])
     axis.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     axis.set_ylabel(ylabel)
     axis.set_title(title, fontsize=9)
-    for index, name in enumerate(names):
+    axis.margins(y=0.15)  # room for the value labels above the bars
+    for index, (name, bar) in enumerate(zip(names, bars, strict=True)):
         if values[name] is None:
-            axis.text(index, 0, "n/a", ha="center", va="bottom", fontsize=8)
+            # at the foot of the axes (axes coordinates in y), which also holds on a log axis
+            axis.text(index, 0.01, "n/a", ha="center", va="bottom", fontsize=8, transform=axis.get_xaxis_transform())
+        elif name in capped:
+            bar.set_hatch(CAPPED_HATCH)
+            bar.set_facecolor("white")
+            bar.set_edgecolor("tab:blue")
+            axis.text(index, values[name], f"≥ {values[name]:g}\n(cap)", ha="center", va="bottom", fontsize=7)
+        else:
+            axis.text(index, values[name], f"{values[name]:g}", ha="center", va="bottom", fontsize=7)
 
 
-def _by_window(axis, table: dict[str, dict], ylabel: str) -> None:
-    """One line per (implementation, T) against W; SDPA (no window) as a horizontal line per T."""
-    lines: dict[tuple[str, int], dict[int, float]] = {}
-    for kind, series in table.items():
-        name, _, window = kind.rpartition("_w")
-        for length, value in series.items():
-            if kind == "softmax_sdpa":
-                axis.axhline(value, linestyle=":", color="grey", label=f"causal SDPA T={length}")
-            else:
-                lines.setdefault((name, int(length)), {})[int(window)] = value
-    for (name, length), points in sorted(lines.items()):
-        windows = sorted(points)
-        axis.plot(windows, [points[w] for w in windows], marker="o", label=f"{name} T={length}",
-                  linestyle="-" if name == "banded" else "--")  # fmt: skip
-    axis.set_xscale("log", base=2)
-    axis.set_yscale("log")
-    axis.set_xlabel("window W")
-    axis.set_ylabel(ylabel)
-    axis.grid(True, which="both", alpha=0.3)
-    if table:
-        axis.legend(fontsize=7)
+def longest_figure(record: dict) -> Figure:
+    """Longest trained context per model; models that trained at every T up to ``longest_max`` are marked as capped
+    (hatched, "≥ T (cap)") and the cap is drawn as a line, so a cap never reads as a measured maximum."""
+    longest = record["summary"]["longest"]
+    entries = record.get("parts", {}).get("longest", {}).get("longest", {})
+    capped = frozenset(model for model, entry in entries.items() if entry.get("stopped_by") == CAP_REACHED)
+    cap = record.get("settings", {}).get("longest_max")
+    figure = new_figure(6, 4)
+    axis = figure.subplots()
+    _bars(axis, longest, "longest trained T", "longest context within the caps", capped)
+    measured = [value for value in longest.values() if value]
+    if measured:
+        axis.set_yscale("log", base=2)
+        axis.set_ylim(min(measured) / 2, max([*measured, cap or 0]) * 2.5)
+    if cap is not None:
+        axis.axhline(cap, color="tab:red", linestyle="--", linewidth=1, label=f"search cap longest_max = {cap}")
+        axis.legend(fontsize=8, loc="upper left")
+    if capped:
+        axis.set_title(f"longest context within the caps ({len(capped)} of {len(longest)} reached the search cap: "
+                       "a lower bound)", fontsize=9)  # fmt: skip
+    return figure
 
 
 def write_plots(record: dict, out: Path) -> list[Path]:
@@ -64,15 +86,10 @@ def write_plots(record: dict, out: Path) -> list[Path]:
         _against_length(time_axis, summary["ops"]["seconds"], "forward+backward time (s)")
         _against_length(memory_axis, summary["ops"]["peak_mib"], "peak memory (MiB)")
         figure.suptitle(f"attention ops on {device} (missing points: skipped, see bench.json)", fontsize=10)
+        if summary["ops"]["seconds"]:  # one legend for both panels, below them, where it covers no line
+            figure.legend(*time_axis.get_legend_handles_labels(), loc="outside lower center", fontsize=8,
+                          ncol=min(6, len(summary["ops"]["seconds"])))  # fmt: skip
         written.append(save_figure(figure, Path(out) / "ops.png"))
-    if "windows" in summary:
-        figure = new_figure(11, 4.2)
-        time_axis, pair_axis = figure.subplots(1, 2)
-        _by_window(time_axis, summary["windows"]["seconds"], "forward+backward time (s)")
-        _by_window(pair_axis, summary["windows"]["ns_per_query_key"], "ns per (query, visible key)")
-        figure.suptitle(f"local attention by window W on {device}: banded vs local-attention (SDPA: whole causal "
-                        "sequence)", fontsize=10)  # fmt: skip
-        written.append(save_figure(figure, Path(out) / "windows.png"))
     if "models" in summary:
         lengths = sorted({int(t) for series in summary["models"]["tokens_per_second"].values() for t in series})
         figure = new_figure(4 * max(1, len(lengths)), 4)
@@ -85,7 +102,5 @@ def write_plots(record: dict, out: Path) -> list[Path]:
         figure.suptitle(f"6 layers, d=256, 8 heads, training step on {device}", fontsize=10)
         written.append(save_figure(figure, Path(out) / "models.png"))
     if "longest" in summary:
-        figure = new_figure(6, 4)
-        _bars(figure.subplots(), summary["longest"], "longest trained T", "longest context within the caps")
-        written.append(save_figure(figure, Path(out) / "longest.png"))
+        written.append(save_figure(longest_figure(record), Path(out) / "longest.png"))
     return written

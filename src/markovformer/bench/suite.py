@@ -34,6 +34,7 @@ from markovformer.atomic import atomic_write_text
 from markovformer.bench.measure import SizeSeries, status_mib
 
 PARTS = ("ops", "windows", "models", "longest")  # the default run
+CAP_REACHED = "longest_max reached"  # the longest part's stop reason when every T trained: a lower bound
 ALL_PARTS = (*PARTS, "decode")
 RESULTS_NAME = "bench.json"
 STARTUP_SECONDS = 120  # child start-up (imports; compilation on CUDA) on top of its steps' time
@@ -251,7 +252,7 @@ def _longest(runner: _Runner) -> dict:
         rows.extend(series)
         trained = [row for row in series if row.get("seconds") is not None and row["seconds"] <= settings.time_cap]
         failed = [row for row in series if row not in trained]
-        stopped_by = "longest_max reached"
+        stopped_by = CAP_REACHED
         if failed:
             stopped_by = failed[0].get("skipped") or failed[0].get("error") or f"T={failed[0]['T']} over the time cap"
         part["longest"][model] = {"T": trained[-1]["T"] if trained else None, "stopped_by": stopped_by}

@@ -1,0 +1,62 @@
+"""The bench figures show every series and never present a search cap as a measured maximum (issue 22, item 9)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from markovformer.bench.plots import CAPPED_HATCH, _against_length, longest_figure  # noqa: E402
+from markovformer.bench.suite import CAP_REACHED  # noqa: E402
+from markovformer.plots.saving import new_figure  # noqa: E402
+
+
+def test_series_with_identical_values_are_all_drawn_distinguishably():
+    same = {1024: 10.0, 2048: 20.0, 4096: 40.0}
+    table = {"markov_local": dict(same), "hybrid": dict(same), "softmax": dict(same)}
+    axis = new_figure(4, 3).subplots()
+    _against_length(axis, table, "peak memory (MiB)")
+    lines = axis.get_lines()
+    assert [line.get_label() for line in lines] == list(table)
+    styles = {(line.get_marker(), str(line.get_linestyle())) for line in lines}
+    assert len(styles) == len(lines), "two series share marker and line style, so one can hide the other"
+    # drawn first = larger and hollow, so the later (smaller, on top) ones sit inside it rather than cover it
+    sizes = [line.get_markersize() for line in lines]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == len(sizes)
+    assert all(line.get_markerfacecolor() == "none" for line in lines)
+    assert [line.get_zorder() for line in lines] == sorted(line.get_zorder() for line in lines)
+
+
+def _longest_record(entries: dict, cap: int) -> dict:
+    return {
+        "summary": {"longest": {model: entry["T"] for model, entry in entries.items()}},
+        "parts": {"longest": {"longest": entries}},
+        "settings": {"longest_max": cap},
+    }
+
+
+def test_a_longest_bar_that_reached_the_search_cap_is_marked_as_a_lower_bound():
+    entries = {
+        "gru": {"T": 4096, "stopped_by": CAP_REACHED},
+        "softmax": {"T": 2048, "stopped_by": "T=4096 over the time cap"},
+        "hybrid": {"T": None, "stopped_by": "out of memory"},
+    }
+    axis = longest_figure(_longest_record(entries, cap=4096)).axes[0]
+    bars = {label.get_text(): patch for label, patch in zip(axis.get_xticklabels(), axis.patches, strict=True)}
+    assert bars["gru"].get_hatch() == CAPPED_HATCH
+    assert bars["softmax"].get_hatch() is None  # measured: the next T went over the time cap
+    texts = [text.get_text() for text in axis.texts]
+    assert any(text.startswith("≥ 4096") and "cap" in text for text in texts)
+    assert "2048" in texts and not any(text.startswith("≥ 2048") for text in texts)
+    assert "n/a" in texts
+    cap_lines = [line for line in axis.get_lines() if list(line.get_ydata()) == [4096, 4096]]
+    assert len(cap_lines) == 1 and "cap" in cap_lines[0].get_label()
+    assert "1 of 3 reached the search cap" in axis.get_title()
+
+
+def test_no_bar_is_marked_capped_when_every_model_stopped_below_the_cap():
+    entries = {"gru": {"T": 2048, "stopped_by": "T=4096 over the time cap"}}
+    axis = longest_figure(_longest_record(entries, cap=8192)).axes[0]
+    assert all(patch.get_hatch() is None for patch in axis.patches)
+    assert not any("≥" in text.get_text() for text in axis.texts)
+    assert "reached the search cap" not in axis.get_title()
