@@ -25,8 +25,12 @@ demo: setup
 	$(BIN)/markovformer train output_dir=$(DEMO_DIR)
 	$(BIN)/markovformer inspect $(DEMO_DIR)
 
+# The suite runs on two pytest-xdist workers (one per core of the CI machine); `make test PYTEST_WORKERS=0` runs it
+# in one process.
+PYTEST_WORKERS ?= 2
+
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
