@@ -26,3 +26,11 @@ def check_attention_mask(attention_mask: Tensor, shape: tuple[int, ...]) -> None
         if bool(bad.any()):
             raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (real token); got "
                              f"{attention_mask[bad].flatten()[0].item()!r}")  # fmt: skip
+
+
+def reverse_within_lengths(x: Tensor, lengths: Tensor) -> Tensor:
+    """Reverse the first ``lengths[b]`` entries of each row b along dim 1, leaving the padding after them in place:
+    x (B, T, ...), lengths (B,). Applying it twice is the identity."""
+    positions = torch.arange(x.shape[1], device=x.device)[None]
+    index = torch.where(positions < lengths[:, None], lengths[:, None] - 1 - positions, positions)
+    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))

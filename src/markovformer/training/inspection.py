@@ -12,7 +12,8 @@ import torch
 
 from markovformer.data.collate import collate
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
-from markovformer.training.runner import RESOLVED_CONFIG, build_data, document_log_likelihood, load_run
+from markovformer.training.run_report import document_log_likelihood
+from markovformer.training.runner import RESOLVED_CONFIG, build_data, load_run
 from markovformer.training.task import model_inputs
 
 EXAMPLE_LENGTH = 48  # positions shown in the gate and attention figures: long enough to see lags, short to read

@@ -40,7 +40,6 @@ from markovformer.training.fingerprint import (
     run_fingerprint,
     write_model_fingerprint,
 )
-from markovformer.training.lag_report import CONVENTION, biased_lags, describe_chain, lag_header
 from markovformer.training.metrics import TaskMetrics
 from markovformer.training.metrics_log import AppendingCSVLogger
 from markovformer.training.run_checks import (
@@ -59,8 +58,9 @@ from markovformer.training.run_config import (
     suggest,
 )
 from markovformer.training.run_lock import is_first_process, run_dir_lock
+from markovformer.training.run_report import describe_run, document_log_likelihood, report_results
 from markovformer.training.step_checkpoints import RunFingerprint, StepCheckpoints
-from markovformer.training.task import IW_SAMPLES, DocumentWalk, SequenceTask, model_inputs, score_batch
+from markovformer.training.task import DocumentWalk, SequenceTask, score_batch
 
 RESOLVED_CONFIG = "config.yaml"
 LAST_CHECKPOINT = "last.ckpt"
@@ -318,75 +318,6 @@ def _fit(config: RunConfig, resume: bool) -> dict:
     report_results(results, model, bundle)
     print(f"run directory: {run_dir}  (model/, checkpoints/, logs/metrics.csv, tensorboard/, metrics.json)")
     return results
-
-
-def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) -> None:
-    sizes = ", ".join(f"{s} {len(getattr(bundle, s)):,}" for s in ("train", "val", "test"))
-    print(f"data: {config.data['source']} ({sizes} examples)", flush=True)
-    reference = bundle.info.get("reference", {})
-    if "unigram_entropy" in reference:
-        if bundle.info.get("true_lags"):
-            print(f"  chain: {describe_chain(bundle.info['true_lags'])}\n  ({CONVENTION})")
-        print(f"  entropy rate {reference['entropy_rate']:.4f} nats/token, unigram entropy "
-              f"{reference['unigram_entropy']:.4f}")  # fmt: skip
-    kinds = f", attention {sorted(set(model.config.layer_kinds()))}" if hasattr(model.config, "layer_kinds") else ""
-    print(f"model: {type(model).__name__}, {model.num_parameters():,} parameters{kinds}", flush=True)
-
-
-def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle) -> None:
-    """Print the final metrics, the data's reference values and, for Markov layers, strengths and mean gates."""
-    shown = "  ".join(f"{k} {v:.4f}" for k, v in results["val"].items())
-    print(f"\nfinal validation: {shown}")
-    reference = results["reference"]
-    if "oracle_val_loss" in reference and "loss" in results["val"]:
-        rate, excess = reference["entropy_rate"], 100 * (results["val"]["loss"] / reference["entropy_rate"] - 1)
-        print(
-            f"  vs entropy rate {rate:.4f} ({excess:+.2f}%); the true chain scores "
-            f"{reference['oracle_val_loss']:.4f} on the same validation sequences"
-        )
-    exact = document_log_likelihood(reference, "val")
-    if exact is not None and "elbo" in results["val"]:
-        bounds = [f"ELBO {results['val']['elbo'] - exact:+.4f}"]
-        if "iw_bound" in results["val"]:
-            bounds.append(f"importance-weighted bound (K = {IW_SAMPLES}) "
-                          f"{results['val']['iw_bound'] - exact:+.4f}")  # fmt: skip
-        print(f"  vs the exact log-likelihood of the validation documents {exact:.4f} nats/token: "
-              f"{', '.join(bounds)}")  # fmt: skip
-    if not hasattr(model, "transition_strengths") or not model.transition_strengths():
-        return
-    batch = bundle.collate(bundle.val[: min(len(bundle.val), 64)])
-    model.eval()
-    with torch.no_grad():
-        gates = model(**{k: v for k, v in model_inputs(batch).items() if k != "labels"}, return_gates=True).gates
-    markov_gates = [g for g in gates if g is not None]
-    marked = biased_lags(bundle.info.get("true_lags", ()))
-    for layer, strengths in enumerate(model.transition_strengths()):
-        for direction, values in strengths.items():
-            if values is None:
-                continue
-            gate = markov_gates[layer].get(direction) if layer < len(markov_gates) else None
-            mean_gate = None if gate is None else gate.float().mean(dim=(0, 2))
-            gated = ", then | the mean gate α per lag and the null slot" if mean_gate is not None else ""
-            star = " (* = a lag the chain depends on)" if marked else ""
-            print(f"layer {layer} {direction}: transition strength T per head and lag{gated}{star}")
-            sign = "" if direction == "past" else "−"
-            header = " ".join(f"{label:>6}" for label in lag_header(values.shape[1], marked, sign))
-            if mean_gate is not None:
-                slots = lag_header(values.shape[1], marked, sign) + ["null"] * (mean_gate.shape[1] - values.shape[1])
-                header += "   | " + " ".join(f"{label:>5}" for label in slots)
-            print(f"  {'lag':7} {header}")
-            for head in range(values.shape[0]):
-                row = " ".join(f"{v:6.3f}" for v in values[head].tolist())
-                extra = "" if mean_gate is None else "   | " + " ".join(f"{v:5.3f}" for v in mean_gate[head].tolist())
-                print(f"  head {head}: {row}{extra}")
-
-
-def document_log_likelihood(reference: dict, split: str) -> float | None:
-    """The exact log-likelihood per token of a split's documents, when the data gives it (state-space sources)."""
-    for unit in ("token", "step"):
-        if f"{split}_log_likelihood_per_{unit}" in reference:
-            return reference[f"{split}_log_likelihood_per_{unit}"]
-    return None
 
 
 def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:

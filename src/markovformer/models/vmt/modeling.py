@@ -39,15 +39,7 @@ from markovformer.models.vmt.densities import (
 )
 from markovformer.models.vmt.outputs import SampledPaths, VMTBound, VMTElbo, VMTOutput
 from markovformer.models.vmt.posterior import build_posterior
-from markovformer.ops.padding import right_padded_lengths
-
-
-def reverse_within_lengths(x: Tensor, lengths: Tensor) -> Tensor:
-    """Reverse the first ``lengths[b]`` entries of each row b along dim 1, leaving the padding after them in place:
-    x (B, T, ...), lengths (B,). Applying it twice is the identity."""
-    positions = torch.arange(x.shape[1], device=x.device)[None]
-    index = torch.where(positions < lengths[:, None], lengths[:, None] - 1 - positions, positions)
-    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
+from markovformer.ops.padding import reverse_within_lengths, right_padded_lengths
 
 
 def resampling_probabilities(log_weights: Tensor) -> Tensor:
