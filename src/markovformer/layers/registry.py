@@ -113,18 +113,13 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
 }
 
 
-def attention_option_names(kind: str) -> frozenset[str] | None:
-    """The option names attention kind ``kind`` accepts; None for an entry registered as a bare builder
-    ``(shared, options_dict) -> nn.Module``, which picks its own options."""
-    entry = ATTENTION_KINDS[kind]
-    if not isinstance(entry, AttentionKind):
-        return None
-    return frozenset(field.name for field in dataclasses.fields(entry.options))
+def attention_option_names(kind: str) -> frozenset[str]:
+    """The option names attention kind ``kind`` accepts (the fields of its options dataclass)."""
+    return frozenset(field.name for field in dataclasses.fields(ATTENTION_KINDS[kind].options))
 
 
 def decodes_incrementally(kind: str) -> bool:
-    entry = ATTENTION_KINDS[kind]
-    return isinstance(entry, AttentionKind) and entry.incremental
+    return ATTENTION_KINDS[kind].incremental
 
 
 def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rotary: bool, **options) -> nn.Module:
@@ -134,7 +129,5 @@ def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rota
         raise ValueError(f"unknown attention kind {kind!r}; expected one of {tuple(ATTENTION_KINDS)}")
     shared = dict(d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary)
     entry = ATTENTION_KINDS[kind]
-    if not isinstance(entry, AttentionKind):
-        return entry(shared, options)
     accepted = attention_option_names(kind)
     return entry.build(shared, entry.options(**{name: value for name, value in options.items() if name in accepted}))

@@ -182,13 +182,8 @@ class MarkovianTransformerConfig(ModelConfig):
         return [self.attention] * self.n_layers if isinstance(self.attention, str) else list(self.attention)
 
     def _options_read(self, kinds: set[str] | None = None) -> set[str]:
-        """The attention options read by the given kinds (default: every layer's); all of them for a kind
-        registered without an options dataclass."""
-        names: set[str] = set()
-        for kind in set(self.layer_kinds()) if kinds is None else kinds:
-            accepted = attention_option_names(kind)
-            names |= set(ATTENTION_OPTION_FIELDS) if accepted is None else accepted
-        return names
+        """The attention options read by the given kinds (default: every layer's)."""
+        return set().union(*(attention_option_names(kind) for kind in (self.layer_kinds() if kinds is None else kinds)))
 
     def _check_options_are_used(self) -> None:
         """ValueError naming an attention option set to a non-default value that no layer's kind reads."""
@@ -200,7 +195,7 @@ class MarkovianTransformerConfig(ModelConfig):
                 raise ValueError(
                     f"MarkovianTransformerConfig.{name}={getattr(self, name)!r}: attention kind "
                     f"{' / '.join(map(repr, kinds))} has no option {name!r}; it is read by "
-                    f"{sorted(k for k in ATTENTION_KINDS if name in (attention_option_names(k) or ()))}"
+                    f"{sorted(k for k in ATTENTION_KINDS if name in attention_option_names(k))}"
                 )
 
     def attention_options(self) -> dict:
@@ -219,14 +214,14 @@ class MarkovianTransformerConfig(ModelConfig):
             read = set(MODEL_WIDE_OPTIONS) | {"dropout"}
             for kind in kinds - {"softmax"}:
                 if kind in ATTENTION_KINDS:
-                    read |= attention_option_names(kind) or set(ATTENTION_OPTION_FIELDS)
+                    read |= attention_option_names(kind)
             for name in set(ATTENTION_OPTION_FIELDS) - read:
                 values.pop(name, None)
         return values
 
 
 ATTENTION_OPTION_FIELDS = tuple(sorted(
-    {name for kind in ATTENTION_KINDS for name in (attention_option_names(kind) or ())}
+    {name for kind in ATTENTION_KINDS for name in attention_option_names(kind)}
     & {field.name for field in dataclasses.fields(MarkovianTransformerConfig)}
 ))  # fmt: skip
 
