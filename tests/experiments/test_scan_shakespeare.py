@@ -16,9 +16,8 @@ from markovformer.data.text import text_windows
 from markovformer.experiments import scan_shakespeare
 from markovformer.experiments.scan_shakespeare import ScanShakespeareSettings, ngram_losses, run_config, sample_text
 from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
-from markovformer.training.metrics import TaskMetrics
-from markovformer.training.run_config import load_yaml
-from markovformer.training.task import scored_outputs
+from markovformer.training.run_config import TrainerConfig, load_yaml
+from markovformer.training.tasks import build_task
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,13 +54,13 @@ def test_ngram_losses_are_the_engines_validation_mixture():
     model = ScanMarkovForCausalLM(config)
     tokens = torch.randint(1, 9, (300,), generator=torch.Generator().manual_seed(1))
     contexts = (2, 3, 5)
-    metrics = TaskMetrics("causal_lm", orders=contexts)
+    task = build_task("causal_lm", TrainerConfig(orders=contexts))
+    metrics = task.new_metrics()
     examples = text_windows(tokens, seq_len=20, overlap=5)
     with torch.no_grad():
         for start in range(0, len(examples), 4):
             batch = collate(examples[start : start + 4])
-            for n, output in scored_outputs(model.eval(), batch, contexts):
-                metrics.update(output, batch, n)
+            task.score(model.eval(), batch, metrics)
     engine = metrics.compute()
     losses = ngram_losses(model, tokens.tolist(), contexts, first_target=5, batch_size=64)
     for n in contexts:

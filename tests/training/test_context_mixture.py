@@ -16,9 +16,10 @@ import torch.nn.functional as F
 from markovformer.data.collate import collate
 from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
 from markovformer.training.batches import EpochBatches
+from markovformer.training.module import TrainingModule
 from markovformer.training.run_config import ConfigError, TrainerConfig, resolve_run_config
 from markovformer.training.runner import build_data, build_model, evaluate, load_run, train
-from markovformer.training.task import SequenceTask
+from markovformer.training.tasks import build_task
 
 LENGTHS = (2, 3, 5)
 
@@ -59,7 +60,7 @@ def _model(**overrides) -> ScanMarkovForCausalLM:
 def test_label_smoothing_and_the_drawn_context_reach_training_only():
     model = _model()
     trainer = TrainerConfig(orders=LENGTHS, label_smoothing=0.2)
-    task = SequenceTask(model, "causal_lm", trainer, {"vocab_size": 9})
+    task = TrainingModule(model, build_task("causal_lm", trainer, {"vocab_size": 9}))
     ids = torch.randint(1, 9, (3, 12), generator=torch.Generator().manual_seed(0))
     batch = {"input_ids": ids, "labels": ids, "order": 3}
     with torch.no_grad():
@@ -83,12 +84,13 @@ def test_models_that_cannot_take_the_options_are_refused_up_front():
                                                                              n_heads=2))  # fmt: skip
     for options, key in (({"orders": (2,)}, "orders"), ({"label_smoothing": 0.1}, "label_smoothing")):
         with pytest.raises(ConfigError, match=f"trainer.{key} is set but MarkovianTransformerForCausalLM"):
-            SequenceTask(transformer, "causal_lm", TrainerConfig(**options), {})
+            TrainingModule(transformer, build_task("causal_lm", TrainerConfig(**options)))
     with pytest.raises(ConfigError, match="only meaningful with context_mode='markov'"):
-        SequenceTask(_model(context_mode="recurrent", order=None), "causal_lm",
-                     TrainerConfig(orders=(2,)), {})  # fmt: skip
+        TrainingModule(
+            _model(context_mode="recurrent", order=None), build_task("causal_lm", TrainerConfig(orders=(2,)))
+        )
     with pytest.raises(ConfigError, match="order=6"):
-        SequenceTask(_model(), "causal_lm", TrainerConfig(orders=(2, 6)), {})
+        TrainingModule(_model(), build_task("causal_lm", TrainerConfig(orders=(2, 6))))
     for options, message in (({"orders": (2, 2)}, "repeats"), ({"orders": (0,)}, "positive"),
                              ({"label_smoothing": 1.0}, "label_smoothing")):  # fmt: skip
         with pytest.raises(ConfigError, match=message):

@@ -1,4 +1,5 @@
-"""TaskMetrics against values worked out by hand on small fixed examples (never by calling the libraries again)."""
+"""Each task's validation metrics against values worked out by hand on small fixed examples (never by calling the
+libraries again)."""
 
 import math
 from types import SimpleNamespace
@@ -7,11 +8,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from markovformer.training.metrics import TaskMetrics, greedy_ctc_decode, symbols_to_words
+from markovformer.training.run_config import ConfigError, TrainerConfig
+from markovformer.training.tasks import build_task
+from markovformer.training.tasks.ctc import greedy_ctc_decode, symbols_to_words
+
+
+def task_metrics(task: str, num_labels=None, label_names=None, orders=()):
+    """A task's fresh validation metrics, built as a run builds them."""
+    info = {"num_labels": num_labels, "label_names": label_names}
+    return build_task(task, TrainerConfig(orders=orders), info).new_metrics()
 
 
 def fake_output(loss: float, logits=None) -> SimpleNamespace:
-    """What a head returns, as far as TaskMetrics reads it."""
+    """What a head returns, as far as the metrics read it."""
     return SimpleNamespace(loss=torch.tensor(loss), logits=None if logits is None else torch.as_tensor(logits))
 
 
@@ -69,7 +78,7 @@ def test_the_hand_helpers_on_paper_examples():
 
 
 def test_causal_lm_loss_is_token_weighted_over_uneven_batches():
-    metrics = TaskMetrics("causal_lm")
+    metrics = task_metrics("causal_lm")
     # The model predicts labels[:, 1:], so the first label never counts. Batch 1 has 2 + 1 = 3 targets.
     batch_1 = {"labels": torch.tensor([[5, 1, -100, 2], [3, -100, -100, 4]])}
     # Batch 2: one row, 4 targets (its first label, 7, is not a target).
@@ -90,7 +99,7 @@ def test_causal_lm_loss_equals_the_mean_nll_over_every_target_token_of_both_batc
     metric equals the per-token negative log-likelihood averaged over all targets, worked out with math.log."""
     generator = torch.Generator().manual_seed(0)
     batches = [torch.tensor([[2, 0, -100, 1, 2], [1, 1, 2, -100, -100]]), torch.tensor([[0, 2, 1, 0, 0, 2, 1]])]
-    metrics, nll = TaskMetrics("causal_lm"), []
+    metrics, nll = task_metrics("causal_lm"), []
     for labels in batches:
         logits = torch.randn(*labels.shape, 3, generator=generator, dtype=torch.float64)
         loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
@@ -122,7 +131,7 @@ TARGETS = [0, 0, 1, 1, 2, 2, 2]
 
 
 def test_sequence_classification_three_classes_by_hand():
-    metrics = TaskMetrics("sequence_classification", num_labels=3)
+    metrics = task_metrics("sequence_classification", num_labels=3)
     # two batches of different sizes: the state accumulates across them
     metrics.update(fake_output(1.0, log_probabilities(PROBS[:4])), {"labels": torch.tensor(TARGETS[:4])})
     metrics.update(fake_output(0.4, log_probabilities(PROBS[4:])), {"labels": torch.tensor(TARGETS[4:])})
@@ -149,7 +158,7 @@ def test_binary_auroc_is_the_mann_whitney_statistic_with_ties_counted_half():
     # class-1 logit minus class-0 logit orders the examples; two examples share exactly the same logits (a tie)
     logits = torch.tensor([[0.0, 2.0], [0.0, 0.5], [1.0, 0.0], [0.0, 0.5], [0.0, -1.0], [0.0, 1.0], [0.3, 0.0]])
     targets = [1, 1, 1, 0, 0, 0, 0]
-    metrics = TaskMetrics("sequence_classification", num_labels=2)
+    metrics = task_metrics("sequence_classification", num_labels=2)
     metrics.update(fake_output(0.0, logits), {"labels": torch.tensor(targets)})
     results = metrics.compute()
     # margins: positives {2.0, 0.5, -1.0}, negatives {0.5, -1.0, 1.0, -0.3}
@@ -171,7 +180,7 @@ def test_token_classification_ignores_positions_labelled_minus_100():
     predicted = torch.tensor([[0, 0, 1, 2, 2], [1, 1, 0, 2, 2]])
     labels = torch.tensor([[0, 1, 1, -100, -100], [1, 0, 0, 1, -100]])
     logits = F.one_hot(predicted, 3).float() * 5.0
-    metrics = TaskMetrics("token_classification", num_labels=3)
+    metrics = task_metrics("token_classification", num_labels=3)
     metrics.update(fake_output(0.3, logits), {"labels": labels})
     results = metrics.compute()
 
@@ -220,7 +229,7 @@ CTC_BATCH = {
 
 
 def test_wer_without_label_names_counts_each_symbol_as_a_word():
-    metrics = TaskMetrics("ctc")
+    metrics = task_metrics("ctc")
     metrics.update(fake_output(1.5, CTC_LOGITS), CTC_BATCH)
     # utterance 1: ref 1 2 4, hyp 1 2 3 4 -> one insertion; utterance 2: ref 4 1 1 3 2, hyp 4 4 1 3 2 -> one
     # substitution. Corpus WER = (1 + 1) / (3 + 5)
@@ -234,7 +243,7 @@ def test_wer_without_label_names_counts_each_symbol_as_a_word():
 
 def test_wer_with_label_names_joins_characters_and_splits_words_on_spaces():
     names = ["<blank>", "a", "b", " ", "c"]  # id 3 is the space
-    metrics = TaskMetrics("ctc", label_names=names)
+    metrics = task_metrics("ctc", label_names=names)
     metrics.update(fake_output(1.5, CTC_LOGITS), CTC_BATCH)
     # utterance 1: ref ids 1 2 4 = "abc" (1 word), hyp 1 2 3 4 = "ab c" (2 words): 1 substitution + 1 insertion
     # utterance 2: ref ids 4 1 1 3 2 = "caa b", hyp 4 4 1 3 2 = "cca b": 1 substitution. (2 + 1) / (1 + 2)
@@ -245,7 +254,7 @@ def test_wer_with_label_names_joins_characters_and_splits_words_on_spaces():
 
 
 def test_wer_uses_the_full_length_without_an_attention_mask():
-    metrics = TaskMetrics("ctc")
+    metrics = task_metrics("ctc")
     metrics.update(fake_output(1.0, CTC_LOGITS[:1]), {"labels": torch.tensor([[1, 2, 3, 4]])})
     # all 8 frames: 1 2 0 3 3 4 1 1 -> 1 2 3 4 1; ref 1 2 3 4 -> one insertion over 4 words
     assert metrics.compute()["wer"] == pytest.approx(1 / 4)
@@ -272,12 +281,12 @@ def test_reset_clears_everything(task):
         second = (fake_output(1.0, CTC_LOGITS[1:]), {"labels": torch.tensor([[4, 4, 1, 3, 2]])})
     num_labels = None if task in ("causal_lm", "ctc") else 3
 
-    used = TaskMetrics(task, num_labels)
+    used = task_metrics(task, num_labels)
     used.update(*first)
     used.compute()
     used.reset()
     used.update(*second)
-    fresh = TaskMetrics(task, num_labels)
+    fresh = task_metrics(task, num_labels)
     fresh.update(*second)
     assert used.compute() == fresh.compute()
     assert used.compute()["loss"] == pytest.approx(1.0)
@@ -288,7 +297,7 @@ def test_reset_clears_everything(task):
 
 
 def test_orders_report_each_n_token_weighted_and_their_mean_as_the_loss():
-    metrics = TaskMetrics("causal_lm", orders=(2, 5))
+    metrics = task_metrics("causal_lm", orders=(2, 5))
     batch_1 = {"labels": torch.tensor([[5, 1, -100, 2]])}  # 2 targets
     batch_2 = {"labels": torch.tensor([[7, 1, 2, 3, 4]])}  # 4 targets
     for batch, (loss_2, loss_5) in ((batch_1, (3.0, 1.0)), (batch_2, (1.5, 0.4))):
@@ -307,6 +316,6 @@ def test_orders_report_each_n_token_weighted_and_their_mean_as_the_loss():
         with pytest.raises(ValueError, match=f"order={wrong}"):
             metrics.update(fake_output(1.0), batch_1, wrong)
     with pytest.raises(ValueError, match="order=2"):
-        TaskMetrics("causal_lm").update(fake_output(1.0), batch_1, 2)
-    with pytest.raises(ValueError, match="causal_lm only"):
-        TaskMetrics("ctc", orders=(2,))
+        task_metrics("causal_lm").update(fake_output(1.0), batch_1, 2)
+    with pytest.raises(ConfigError, match="trainer.orders is set but task ctc does not use it"):
+        task_metrics("ctc", orders=(2,))

@@ -23,10 +23,10 @@ from markovformer.data.translation import (
 )
 from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 from markovformer.training.batches import EpochBatches
-from markovformer.training.metrics import TaskMetrics
 from markovformer.training.run_config import ConfigError, resolve_run_config
 from markovformer.training.runner import evaluate, load_run, train
-from markovformer.training.task import score_batch
+from markovformer.training.tasks import build_task
+from markovformer.training.tasks.translation import TranslationMetrics
 
 
 def _pairs(lengths: list[int]) -> list[dict]:
@@ -69,7 +69,7 @@ class _WordTokenizer:
 
 
 def test_translation_metrics_weigh_the_loss_by_tokens_and_score_bleu_on_detokenised_text():
-    metrics = TaskMetrics("translation", tokenizer=_WordTokenizer())
+    metrics = TranslationMetrics(_WordTokenizer())
     losses, counts = [], []
     for tokens in (3, 9):
         labels = torch.full((2, 10), -100)
@@ -89,7 +89,7 @@ def test_translation_metrics_weigh_the_loss_by_tokens_and_score_bleu_on_detokeni
     assert results["bleu"] == pytest.approx(corpus_bleu(hypotheses, references))
     assert results["exact_match"] == 0.5
     with pytest.raises(ValueError, match="tokenizer"):
-        TaskMetrics("translation")
+        TranslationMetrics(None)
 
 
 def _config(tmp_path: Path, **trainer) -> dict:
@@ -134,15 +134,15 @@ def test_a_translation_run_validates_with_the_bleu_of_its_own_greedy_translation
     assert beam["loss"] == pytest.approx(again["loss"])  # the loss is teacher-forced; only the decoding changes
 
 
-def test_score_batch_decodes_with_the_requested_beam(trained_run):
+def test_scoring_decodes_with_the_requested_beam(trained_run):
     run_dir, _ = trained_run
     _, model, _ = load_run(run_dir)
     bundle = SyntheticTranslationSource(train_examples=256, val_examples=24, test_examples=24, max_length=8).build(0)
     batch = collate_translation(bundle.test[:6])
-    metrics = TaskMetrics("translation", tokenizer=bundle.tokenizer)
+    metrics = TranslationMetrics(bundle.tokenizer)
     model.eval()
     with torch.no_grad():
-        score_batch(model, batch, metrics, beam_size=3)
+        build_task("translation").score(model, batch, metrics, beam_size=3)
         cap = min(2 * batch["src_ids"].shape[1] + 10, 40)
         beams = model.generate(batch["src_ids"], batch["src_mask"], max_new_tokens=cap, num_beams=3)
     assert metrics.hypotheses == decode_generated(bundle.tokenizer, beams)

@@ -21,11 +21,13 @@ from markovformer.data.state_space import StickyHMMSource
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 from markovformer.training.batches import DocumentWindows, window_stride, windows_in_document
+from markovformer.training.build import build_run_task
 from markovformer.training.checkpoint import load_checkpoint_file
-from markovformer.training.metrics import TaskMetrics
+from markovformer.training.module import TrainingModule
 from markovformer.training.run_config import ConfigError, TrainerConfig, resolve_run_config
-from markovformer.training.runner import build_data, check_whole_documents, evaluate, load_run, train
-from markovformer.training.task import DocumentWalk, SequenceTask, check_trainer_options, kl_weight, score_batch
+from markovformer.training.runner import build_data, evaluate, load_run, train
+from markovformer.training.tasks import build_task
+from markovformer.training.tasks.vmt import DocumentMetrics, DocumentWalk, kl_weight
 
 TINY_VMT = {
     "task": "vmt",
@@ -177,11 +179,11 @@ def test_validation_is_the_elbo_of_the_documents_walked_window_by_window(carry):
                        skip_length=3, residual_posterior=False)  # fmt: skip
     model = VariationalMarkovTransformer(config).eval()
     documents = StickyHMMSource(num_states=3, num_symbols=6, doc_len=21, val_documents=5).build(seed=0).val
-    metrics = TaskMetrics("vmt")
+    metrics = DocumentMetrics()
     walk = DocumentWalk(carry=carry)
     with torch.no_grad():
         for first in (0, 3):  # two batches: 3 documents, then 2
-            score_batch(model, collate(documents[first : first + 3]), metrics, documents=walk)
+            walk(model, collate(documents[first : first + 3]), metrics)
         measured = metrics.compute()
         generator = torch.Generator().manual_seed(0)
         stacked = torch.stack([document["input_ids"] for document in documents])
@@ -253,11 +255,11 @@ def test_trainer_options_are_refused_by_models_that_cannot_take_them(tmp_path):
     vmt = VariationalMarkovTransformer(VMTConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2))
     for option, value in (("kl_warmup_steps", 10), ("carry", False), ("window_overlap", True)):
         with pytest.raises(ConfigError, match=f"trainer.{option} is set but"):
-            check_trainer_options(causal, TrainerConfig(**{option: value}))
-        check_trainer_options(vmt, TrainerConfig(**{option: value}))
+            build_task("causal_lm", TrainerConfig(**{option: value})).check_model(causal)
+        build_task("vmt", TrainerConfig(**{option: value})).check_model(vmt)
     for option, value in (("label_smoothing", 0.1), ("orders", (2,))):
         with pytest.raises(ConfigError, match=f"trainer.{option} is set but"):
-            SequenceTask(vmt, "vmt", TrainerConfig(**{option: value}), {})
+            TrainingModule(vmt, build_task("vmt", TrainerConfig(**{option: value})))
     with pytest.raises(ConfigError, match="trainer.kl_warmup_steps=-1"):
         TrainerConfig(kl_warmup_steps=-1)
     with pytest.raises(ConfigError, match="trainer.carry"):
@@ -270,7 +272,7 @@ def test_trainer_options_are_refused_by_models_that_cannot_take_them(tmp_path):
     values = {**tiny_vmt(), "data": {"source": "text", "path": str(text), "seq_len": 31, "overlap": 4}}
     config = resolve_run_config(values)
     with pytest.raises(ConfigError, match="data.overlap=4"):  # overlapping windows would score tokens twice
-        check_whole_documents(config, build_data(config))
+        build_run_task(config, build_data(config))
     values["data"]["overlap"] = 0
     values["output_dir"] = str(tmp_path / "text_run")
     results = train(resolve_run_config(values))  # text feeds the VMT too: each window a document

@@ -181,86 +181,15 @@ def check_generation_options(args: argparse.Namespace) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> None:
-    from markovformer.training.runner import load_run
+    from markovformer.training.runner import load_run  # deferred: torch and lightning (see the module docstring)
+    from markovformer.training.tasks import GenerationRequest, build_task
 
     check_generation_options(args)
     config, model, run_dir = load_run(args.target)
-    if config.task == "translation":
-        translate(args, model, run_dir)
-    elif config.task in ("causal_lm", "vmt") and not getattr(model.config, "input_dim", None):
-        continue_prompt(args, model, run_dir)
-    else:
-        raise ValueError(f"{run_dir} is a {config.task} run; generate needs a causal_lm, vmt (tokens) or "
-                         f"translation run")  # fmt: skip
-
-
-def continue_prompt(args: argparse.Namespace, model, run_dir) -> None:
-    from pathlib import Path
-
-    import torch
-
-    from markovformer.data.collate import PAD_ID
-
-    if args.prompt is None or args.input is not None:
-        raise ValueError("a language model continues one --prompt (--input is for translation runs)")
-    tokenizer = None
-    if (Path(run_dir) / "tokenizer").is_dir():
-        from markovformer.data.text import load_tokenizer
-
-        tokenizer = load_tokenizer(Path(run_dir) / "tokenizer")
-    if tokenizer is not None:
-        ids = tokenizer.encode(args.prompt)
-    else:
-        try:
-            ids = [int(token) for token in args.prompt.split()]
-        except ValueError as error:
-            raise ValueError(
-                f"this run has no tokenizer: give the prompt as token ids, e.g. '3 1 4' ({error})"
-            ) from None
-        vocab_size = getattr(model.config, "vocab_size", None)
-        outside = [i for i in ids if i < 0 or (vocab_size is not None and i >= vocab_size)]
-        if outside:
-            raise ValueError(f"--prompt: token id {outside[0]} is outside the vocabulary [0, {vocab_size})")
-    if not ids:
-        raise ValueError("--prompt is empty: give at least one token")
-    prompt = torch.tensor([ids], dtype=torch.long)
-    generator = torch.Generator().manual_seed(args.seed)
-    banned = [PAD_ID] if tokenizer is not None else None  # a tokenizer reserves id 0 for padding: never sample it
-    # every family's generate: --temperature 0 is greedy
-    out = model.generate(prompt, max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0,
-                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=generator,
-                         suppress_tokens=banned)  # fmt: skip
-    new = out[0, len(ids) :].tolist()
-    print(args.prompt + tokenizer.decode(new) if tokenizer is not None else " ".join(map(str, ids + new)))
-
-
-def translate(args: argparse.Namespace, model, run_dir) -> None:
-    """Translate --prompt, or each line of --input, printing one translation per line (batches of 32)."""
-    from pathlib import Path
-
-    import torch
-
-    from markovformer.data.translation import collate_translation, decode_generated, load_translation_tokenizer
-
-    if (args.prompt is None) == (args.input is None):
-        raise ValueError("a translation run translates either --prompt SENTENCE or --input FILE (one per line)")
-    if args.input is not None and not Path(args.input).is_file():
-        raise ValueError(f"--input {args.input!r}: no such file")
-    sentences = [args.prompt] if args.input is None else Path(args.input).read_text(encoding="utf-8").splitlines()
-    if not sentences or any(not sentence.strip() for sentence in sentences):
-        raise ValueError(f"{args.input or '--prompt'}: every source sentence must be non-empty")
-    tokenizer = load_translation_tokenizer(Path(run_dir) / "tokenizer")
-    max_length = min(args.max_new_tokens, model.config.max_positions)
-    model.eval()
-    for start in range(0, len(sentences), 32):
-        chunk = sentences[start : start + 32]
-        examples = [{"src_ids": torch.tensor(tokenizer.encode(s)), "tgt_ids": torch.tensor([], dtype=torch.long)}
-                    for s in chunk]  # fmt: skip
-        batch = collate_translation(examples)
-        generated = model.generate(batch["src_ids"], batch["src_mask"], max_new_tokens=max_length,
-                                   num_beams=args.beam_size, length_penalty=args.length_penalty)  # fmt: skip
-        for line in decode_generated(tokenizer, generated):
-            print(line, flush=True)
+    request = GenerationRequest(args.prompt, args.input, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
+                                args.seed, args.beam_size, args.length_penalty)  # fmt: skip
+    for line in build_task(config.task, config.trainer).generate(model, run_dir, request):
+        print(line, flush=True)
 
 
 def run_inspect(args: argparse.Namespace) -> None:

@@ -180,7 +180,7 @@ def regime_scores(run_dir: str | Path) -> dict[str, float | int]:
 
     from markovformer.data.finance import REGIMES, regimes_of_examples
     from markovformer.training.runner import build_data, load_run
-    from markovformer.training.task import model_inputs
+    from markovformer.training.tasks import model_inputs
 
     config, model, _ = load_run(run_dir)
     bundle = build_data(config)

@@ -11,10 +11,11 @@ from pathlib import Path
 import torch
 
 from markovformer.data.collate import collate
+from markovformer.training.build import build_data
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
+from markovformer.training.run_dir import RESOLVED_CONFIG, load_run
 from markovformer.training.run_report import document_log_likelihood
-from markovformer.training.runner import RESOLVED_CONFIG, build_data, load_run
-from markovformer.training.task import model_inputs
+from markovformer.training.tasks import model_inputs
 
 EXAMPLE_LENGTH = 48  # positions shown in the gate and attention figures: long enough to see lags, short to read
 PROFILE_EXAMPLES = 32  # validation sequences averaged in the attention-by-lag profile

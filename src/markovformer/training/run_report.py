@@ -8,7 +8,8 @@ import torch
 from markovformer.data.bundle import DataBundle
 from markovformer.training.lag_report import CONVENTION, biased_lags, describe_chain, lag_header
 from markovformer.training.run_config import RunConfig
-from markovformer.training.task import IW_SAMPLES, model_inputs
+from markovformer.training.tasks import model_inputs
+from markovformer.training.tasks.vmt import IW_SAMPLES
 
 
 def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) -> None:

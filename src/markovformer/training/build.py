@@ -1,0 +1,69 @@
+"""Build a run's data, task and model from its RunConfig."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from markovformer.data.bundle import DataBundle
+from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.models.registry import MODEL_FAMILIES, head_class
+from markovformer.training.run_config import RunConfig, build_dataclass, suggest
+from markovformer.training.tasks import TASKS, Task, build_task
+from markovformer.training.trainer_config import ConfigError
+
+
+def build_data(config: RunConfig) -> DataBundle:
+    values = dict(config.data)
+    name = values.pop("source")
+    if name not in DATA_SOURCES:
+        raise ConfigError(f"data.source={name!r} is not a data source{suggest(name, DATA_SOURCES)}; "
+                          f"see `markovformer data list`")  # fmt: skip
+    if config.task not in SOURCE_TASKS[name]:
+        raise ConfigError(f"data.source={name!r} feeds {SOURCE_TASKS[name]}, not task={config.task!r}")
+    source_class = DATA_SOURCES[name]
+    if "task" in {field.name for field in dataclasses.fields(source_class)}:  # a source that can feed several tasks
+        if values.setdefault("task", config.task) != config.task:
+            raise ConfigError(f"data.task={values['task']!r} disagrees with task={config.task!r}")
+    source = build_dataclass(source_class, values, "data")
+    return source.build(seed=config.trainer.seed)
+
+
+def build_run_task(config: RunConfig, bundle: DataBundle) -> Task:
+    """The run's task object, its data checked against it (e.g. overlapping windows for a mixture of orders)."""
+    task = build_task(config.task, config.trainer, bundle.info, bundle.tokenizer)
+    task.check_data(bundle)
+    return task
+
+
+def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
+    """The task's head, with input and label sizes taken from the data (a conflicting explicit value is an error)."""
+    head = head_class(config.model_type, config.task)
+    config_class = MODEL_FAMILIES[config.model_type].config_class
+    try:
+        values = config_class.upgrade_keys(dict(config.model))  # runs written before a field was renamed
+    except ValueError as error:
+        raise ConfigError(f"model: {error}") from error
+    fields = {field.name for field in dataclasses.fields(config_class)}
+    for key in TASKS[config.task].sizes_from_data:
+        if key not in info or key not in fields:
+            continue
+        if values.get(key) not in (None, info[key]):
+            raise ConfigError(f"model.{key}={values[key]!r} disagrees with the data, which has {key}={info[key]}")
+        values[key] = info[key]
+    model_config = build_dataclass(config_class, values, "model")
+    try:
+        model = head(model_config)
+    except ValueError as error:
+        raise ConfigError(f"model: {error}") from error
+    except (RuntimeError, MemoryError) as error:  # torch reports a failed allocation as a RuntimeError
+        if not isinstance(error, MemoryError) and "allocate" not in str(error):
+            raise
+        raise ConfigError(f"model: not enough memory to build it ({str(error).splitlines()[0][:160]}); lower "
+                          f"model.d_model, model.n_layers or the vocabulary") from None  # fmt: skip
+    if config.trainer.activation_checkpointing:
+        if not hasattr(getattr(model, "model", None), "gradient_checkpointing"):
+            raise ConfigError(f"trainer.activation_checkpointing: model_type={config.model_type!r} does not support it")
+        model.model.gradient_checkpointing = True
+    return model

@@ -1,0 +1,54 @@
+"""``markovformer eval``: a trained run's metrics on a split of its data, beside the data's reference values."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from markovformer.training.build import build_data, build_run_task
+from markovformer.training.run_dir import check_same_tokenizer, load_run
+from markovformer.training.run_report import document_log_likelihood
+from markovformer.training.trainer_config import ConfigError
+
+
+def reference_results(reference: dict, split: str) -> dict:
+    """The data's own scores of the split: a state-space source's exact log-likelihood per token; a Markov-chain
+    source's entropy rate (the floor of the loss) and the true chain's loss."""
+    results = {}
+    exact = document_log_likelihood(reference, split)
+    if exact is not None:
+        results["exact_log_likelihood_per_token"] = exact
+    if "entropy_rate" in reference:
+        results["entropy_rate"] = reference["entropy_rate"]
+        if f"oracle_{split}_loss" in reference:
+            results["true_chain_loss"] = reference[f"oracle_{split}_loss"]
+    return results
+
+
+def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1) -> dict:
+    """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options),
+    scored as validation scores it. Translation runs are decoded with beam search of ``beam_size`` (1 = greedy) for
+    BLEU; VMT runs walk the split's documents."""
+    if split not in ("train", "val", "test"):
+        raise ConfigError(f"split={split!r} must be train, val or test")
+    config, model, run_dir = load_run(target)
+    if data_overrides:
+        config = dataclasses.replace(config, data={**config.data, **data_overrides})
+    bundle = build_data(config)
+    task = build_run_task(config, bundle)
+    check_same_tokenizer(run_dir, bundle)
+    if len(getattr(bundle, split)) == 0:
+        raise ConfigError(f"the {split} split of {run_dir}'s data is empty (data.source={config.data['source']!r}): "
+                          f"nothing to evaluate; choose another --split or give the data a {split} part")  # fmt: skip
+    metrics = task.new_metrics()
+    model.eval()
+    loader = DataLoader(getattr(bundle, split), batch_size=config.trainer.eval_batch_size, collate_fn=bundle.collate)
+    task.start_scoring()
+    with torch.no_grad():
+        for batch in loader:
+            task.score(model, batch, metrics, beam_size)
+    results = {"split": split, "run_dir": str(run_dir), "metrics": metrics.compute()}
+    return {**results, **reference_results(bundle.info.get("reference", {}), split)}

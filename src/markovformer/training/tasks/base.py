@@ -1,0 +1,189 @@
+"""What every task kind answers for the engine: the batch keys its model reads, the training batches and step, how
+validation and ``eval`` score a batch, what ``generate`` does, and the extra state a checkpoint carries.
+
+A task is built once per run (``tasks.build_task``) from the trainer options, the data's info and tokenizer. The
+Lightning module (``training.module``), the runner, ``eval`` and the CLI ask it; none of them branches on the task's
+name. To add a task: subclass ``Task`` in a file of this package and add it to ``TASKS`` in ``tasks/__init__.py``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import IterableDataset
+from torchmetrics import MeanMetric, Metric
+
+from markovformer.data.bundle import DataBundle
+from markovformer.data.collate import PAD_ID
+from markovformer.data.text import load_tokenizer
+from markovformer.training.batches import EpochBatches
+from markovformer.training.trainer_config import ConfigError, TrainerConfig
+
+MODEL_INPUTS = ("input_ids", "input_features", "attention_mask", "labels", "order",
+                "src_ids", "src_mask", "tgt_ids", "tgt_mask")  # fmt: skip
+
+
+def model_inputs(batch: dict) -> dict:
+    """The batch entries a head's forward takes (a source may carry extra keys; a training batch may carry the
+    ``order`` drawn for it)."""
+    return {key: value for key, value in batch.items() if key in MODEL_INPUTS}
+
+
+def forward_takes(model: nn.Module, argument: str) -> bool:
+    """Whether ``model.forward`` has a parameter named ``argument`` (heads differ in the training options they take)."""
+    return argument in inspect.signature(model.forward).parameters
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What ``markovformer generate`` asks of a run: a prompt (or a file of sources), the length and the decoding."""
+
+    prompt: str | None = None
+    input: str | None = None
+    max_new_tokens: int = 200
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    beam_size: int = 1
+    length_penalty: float = 1.0
+
+
+class LossMetric(nn.Module):
+    """The mean validation loss, each batch weighted by what its loss averages over; a task's metrics extend it.
+
+    ``compute()`` returns plain floats; every torchmetrics state is synced across processes by torchmetrics."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loss = MeanMetric()
+
+    def update(self, output, batch: dict) -> None:
+        labels = batch["labels"]
+        self.loss.update(output.loss.detach(), weight=(labels != -100).sum() if labels.dim() > 1 else len(labels))
+
+    def compute(self) -> dict[str, float]:
+        return {"loss": float(self.loss.compute())}
+
+    def reset(self) -> None:
+        for module in self.modules():
+            if isinstance(module, Metric):
+                module.reset()
+
+
+class Task:
+    """One task kind. Subclasses set ``name``, ``options`` and override what differs from these defaults: batches
+    from ``EpochBatches``, a training step that returns the head's ``.loss`` (plus the model's own
+    ``regularization_loss()`` when it has one), validation by one forward pass per batch into ``new_metrics()``."""
+
+    name: ClassVar[str]
+    # The trainer options this task passes to the model's forward, by the argument name that receives them; setting
+    # any other task-specific trainer option (see TASK_OPTIONS) is an error naming it.
+    options: ClassVar[dict[str, str]] = {"label_smoothing": "label_smoothing"}
+    # The data's sizes (keys of its info) that fill the model config's fields of the same name.
+    sizes_from_data: ClassVar[tuple[str, ...]] = ("vocab_size", "input_dim", "num_labels", "pad_token_id",
+                                                  "bos_token_id", "eos_token_id")  # fmt: skip
+
+    def __init__(self, trainer: TrainerConfig | None = None, info: dict | None = None, tokenizer=None) -> None:
+        self.trainer = trainer if trainer is not None else TrainerConfig()
+        self.info, self.tokenizer = info or {}, tokenizer
+        for option in TASK_OPTIONS:
+            if option not in self.options and getattr(self.trainer, option) != TASK_OPTIONS[option]:
+                raise ConfigError(f"trainer.{option} is set but task {self.name} does not use it")
+
+    # --------------------------------------------------------------------------------------------------- building
+
+    def check_model(self, model: nn.Module) -> None:
+        """ConfigError unless ``model`` takes the trainer options this run sets."""
+        for option, argument in self.options.items():
+            if getattr(self.trainer, option) != TASK_OPTIONS[option] and not forward_takes(model, argument):
+                raise ConfigError(f"trainer.{option} is set but {type(model).__name__} takes no {argument} argument")
+
+    def check_data(self, bundle: DataBundle) -> None:
+        """ConfigError when the data cannot be scored as this task scores it."""
+
+    def train_batches(self, bundle: DataBundle, model: nn.Module, start) -> IterableDataset:
+        """Endless training batches; ``start()`` gives the step to begin at (the restored step on resume)."""
+        lengths = None if bundle.lengths is None else bundle.lengths(bundle.train)
+        return EpochBatches(bundle.train, self.trainer.batch_size, self.trainer.seed, bundle.collate, start=start,
+                            lengths=lengths)  # fmt: skip
+
+    # --------------------------------------------------------------------------------------------------- training
+
+    def train_options(self) -> dict:
+        """Keyword arguments of every training forward (never of validation's)."""
+        smoothing = self.trainer.label_smoothing
+        return {"label_smoothing": smoothing} if smoothing else {}
+
+    def training_step(self, module, batch: dict) -> Tensor:
+        """The loss to minimise; ``module`` is the Lightning module (for ``log`` and ``global_step``)."""
+        model = module.model
+        output = model(**model_inputs(batch), **self.train_options())
+        module.log("train/loss", output.loss.detach(), prog_bar=True, batch_size=len(batch["labels"]))
+        regularization = getattr(model, "regularization_loss", None)  # a model's own extra terms, if it has any
+        return output.loss if regularization is None else output.loss + regularization()
+
+    def save_state(self, module, checkpoint: dict) -> None:
+        """Add the task's training state (beyond the model and optimiser) to a checkpoint."""
+
+    def load_state(self, checkpoint: dict) -> None:
+        """Restore what ``save_state`` added."""
+
+    # ---------------------------------------------------------------------------------------------------- scoring
+
+    def new_metrics(self) -> LossMetric:
+        """Fresh validation metrics for this task."""
+        return LossMetric()
+
+    def start_scoring(self) -> None:
+        """Called before each pass over a split (validation or ``eval``)."""
+
+    def score(self, model: nn.Module, batch: dict, metrics: LossMetric, beam_size: int = 1) -> None:
+        """Add one batch to ``metrics``: the one evaluation pass that validation and ``eval`` share."""
+        metrics.update(model(**model_inputs(batch)), batch)
+
+    # ------------------------------------------------------------------------------------------------- generation
+
+    def generate(self, model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterable[str]:
+        """The lines ``markovformer generate`` prints."""
+        raise ValueError(f"{run_dir} is a {self.name} run; generate needs a causal_lm, vmt (tokens) or translation run")
+
+
+# Task-specific trainer options and their defaults: a task that does not list one in ``options`` refuses it set.
+TASK_OPTIONS = {name: getattr(TrainerConfig(), name)
+                for name in ("orders", "label_smoothing", "kl_warmup_steps", "carry", "window_overlap")}  # fmt: skip
+
+
+def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterator[str]:
+    """A language model's continuation of ``request.prompt``: text with the run's tokenizer, else token ids."""
+    if request.prompt is None or request.input is not None:
+        raise ValueError("a language model continues one --prompt (--input is for translation runs)")
+    tokenizer = load_tokenizer(Path(run_dir) / "tokenizer") if (Path(run_dir) / "tokenizer").is_dir() else None
+    if tokenizer is not None:
+        ids = tokenizer.encode(request.prompt)
+    else:
+        try:
+            ids = [int(token) for token in request.prompt.split()]
+        except ValueError as error:
+            message = f"this run has no tokenizer: give the prompt as token ids, e.g. '3 1 4' ({error})"
+            raise ValueError(message) from None
+        vocab_size = getattr(model.config, "vocab_size", None)
+        outside = [i for i in ids if i < 0 or (vocab_size is not None and i >= vocab_size)]
+        if outside:
+            raise ValueError(f"--prompt: token id {outside[0]} is outside the vocabulary [0, {vocab_size})")
+    if not ids:
+        raise ValueError("--prompt is empty: give at least one token")
+    generator = torch.Generator().manual_seed(request.seed)
+    banned = [PAD_ID] if tokenizer is not None else None  # a tokenizer reserves id 0 for padding: never sample it
+    # every family's generate: temperature 0 is greedy
+    out = model.generate(torch.tensor([ids]), max_new_tokens=request.max_new_tokens, do_sample=request.temperature > 0,
+                         temperature=request.temperature, top_k=request.top_k, top_p=request.top_p,
+                         generator=generator, suppress_tokens=banned)  # fmt: skip
+    new = out[0, len(ids) :].tolist()
+    yield request.prompt + tokenizer.decode(new) if tokenizer is not None else " ".join(map(str, ids + new))

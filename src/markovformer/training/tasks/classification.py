@@ -1,0 +1,50 @@
+"""Sequence classification (one label per sequence) and token classification (one label per position, -100
+ignored): cross-entropy, micro accuracy and macro F1; sequence classification adds macro one-vs-rest AUROC."""
+
+from __future__ import annotations
+
+from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC, MulticlassF1Score
+
+from markovformer.training.tasks.base import LossMetric, Task
+
+
+class ClassificationMetrics(LossMetric):
+    """Loss weighted by what it averages over (sequences, or labelled tokens), accuracy, macro F1 and, with
+    ``auroc``, macro AUROC of the softmax probabilities; logits (B, C) or, per token, (B, T, C)."""
+
+    def __init__(self, num_labels: int, auroc: bool = False) -> None:
+        super().__init__()
+        self.accuracy = MulticlassAccuracy(num_labels, average="micro", ignore_index=-100)
+        self.macro_f1 = MulticlassF1Score(num_labels, average="macro", ignore_index=-100)
+        self.auroc = MulticlassAUROC(num_labels, average="macro") if auroc else None
+
+    def update(self, output, batch: dict) -> None:
+        super().update(output, batch)
+        logits, labels = output.logits.detach().float(), batch["labels"]
+        if labels.dim() > 1:  # per token
+            logits, labels = logits.flatten(0, 1), labels.flatten()
+        self.accuracy.update(logits, labels)
+        self.macro_f1.update(logits, labels)
+        if self.auroc is not None:
+            self.auroc.update(logits.softmax(-1), labels)
+
+    def compute(self) -> dict[str, float]:
+        results = {**super().compute(), "accuracy": float(self.accuracy.compute()),
+                   "macro_f1": float(self.macro_f1.compute())}  # fmt: skip
+        if self.auroc is not None:
+            results["auroc"] = float(self.auroc.compute())
+        return results
+
+
+class SequenceClassification(Task):
+    name = "sequence_classification"
+
+    def new_metrics(self) -> ClassificationMetrics:
+        return ClassificationMetrics(self.info["num_labels"], auroc=True)
+
+
+class TokenClassification(Task):
+    name = "token_classification"
+
+    def new_metrics(self) -> ClassificationMetrics:
+        return ClassificationMetrics(self.info["num_labels"])

@@ -1,0 +1,61 @@
+"""CTC: per-frame label distributions aligned to a shorter label sequence; scored by word error rate of the greedy
+(best-path) decoding."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torchmetrics.text import WordErrorRate
+
+from markovformer.training.tasks.base import LossMetric, Task
+
+
+def greedy_ctc_decode(logits: Tensor, lengths: Tensor, blank: int = 0) -> list[list[int]]:
+    """Best-path CTC decoding: argmax per frame, merge repeats, drop blanks. logits (B, T, C), lengths (B,)."""
+    best = logits.argmax(-1)
+    decoded = []
+    for row, length in zip(best, lengths.tolist(), strict=True):
+        path = torch.unique_consecutive(row[:length]).tolist()
+        decoded.append([s for s in path if s != blank])
+    return decoded
+
+
+def symbols_to_words(ids: list[int], names: list[str] | None) -> str:
+    """Label ids as text for WER: with symbol names (characters) they are joined and split on spaces; without, each
+    id is one word (then WER is the symbol error rate)."""
+    if names is None:
+        return " ".join(str(i) for i in ids)
+    return "".join(names[i] for i in ids)
+
+
+class CTCMetrics(LossMetric):
+    """Loss (weighted by the labelled symbols) and the word error rate of the greedy decoding against the labels
+    (-100 padded)."""
+
+    def __init__(self, label_names: list[str] | None = None) -> None:
+        super().__init__()
+        self.label_names = label_names
+        self.wer = WordErrorRate()
+
+    def update(self, output, batch: dict) -> None:
+        super().update(output, batch)
+        labels = batch["labels"]
+        logits = output.logits.detach().float()
+        mask = batch.get("attention_mask")
+        lengths = mask.long().sum(-1) if mask is not None else torch.full((len(labels),), logits.shape[1])
+        hypotheses, references = [], []
+        for hypothesis, reference in zip(greedy_ctc_decode(logits, lengths), labels.tolist(), strict=True):
+            hypotheses.append(symbols_to_words(hypothesis, self.label_names))
+            words = symbols_to_words([r for r in reference if r != -100], self.label_names)
+            references.append(words if words.strip() else "<empty>")  # an empty reference has no words to score
+        self.wer.update(hypotheses, references)
+
+    def compute(self) -> dict[str, float]:
+        return {**super().compute(), "wer": float(self.wer.compute())}
+
+
+class CTC(Task):
+    name = "ctc"
+
+    def new_metrics(self) -> CTCMetrics:
+        return CTCMetrics(self.info.get("label_names"))

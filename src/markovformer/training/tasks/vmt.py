@@ -1,0 +1,151 @@
+"""The Variational Markov Transformer's task: training on windows walked along long documents (truncated BPTT) with
+the latent carried from window to window; validation and ``eval`` walk whole documents and add up per-window
+bounds on their log-likelihood."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+
+from markovformer.data.bundle import DataBundle
+from markovformer.models.vmt.documents import walk_documents
+from markovformer.training.batches import DocumentWindows, window_stride, world
+from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, continue_prompt
+from markovformer.training.trainer_config import ConfigError
+
+IW_SAMPLES = 10  # K of the importance-weighted bound that VMT validation and evaluation report
+BOUNDS = ("elbo", "reconstruction", "kl")
+
+
+def kl_weight(step: int, warmup_steps: int) -> float:
+    """The KL weight of the ``step``-th optimiser step (1-based): rising linearly to 1 over ``warmup_steps``."""
+    return 1.0 if warmup_steps == 0 else min(1.0, step / warmup_steps)
+
+
+def document_inputs(batch: dict) -> dict:
+    """The observations of a batch of windows or documents: ``input_ids`` or ``input_features``, ``attention_mask``."""
+    return {key: batch[key] for key in ("input_ids", "input_features", "attention_mask") if key in batch}
+
+
+class DocumentMetrics(LossMetric):
+    """Per token, in nats, weighted by the windows' real tokens: ``elbo``, ``reconstruction``, ``kl``, ``iw_bound``
+    (log-likelihood bounds, higher is better), ``loss`` = −ELBO and ``bits_per_token`` = loss / ln 2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bounds = nn.ModuleDict({name: MeanMetric() for name in (*BOUNDS, "iw_bound")})
+
+    def update(self, output, batch: dict) -> None:
+        raise ValueError("VMT metrics add whole documents' bounds: use update_documents")
+
+    def update_documents(self, elbo, bound=None) -> None:
+        """Add one batch of windows: ``elbo`` a ``VMTElbo``, ``bound`` a ``VMTBound`` of the same windows (or None)."""
+        tokens = elbo.num_tokens
+        for name in BOUNDS:
+            self.bounds[name].update(getattr(elbo, name).detach(), weight=tokens)
+        if bound is not None:
+            self.bounds["iw_bound"].update(bound.per_token.detach(), weight=tokens)
+
+    def compute(self) -> dict[str, float]:
+        elbo = float(self.bounds["elbo"].compute())
+        results = {"loss": -elbo, "bits_per_token": -elbo / math.log(2), "elbo": elbo}
+        for name in ("reconstruction", "kl", "iw_bound"):
+            if self.bounds[name].update_count:
+                results[name] = float(self.bounds[name].compute())
+        return results
+
+
+class DocumentWalk:
+    """The evaluation pass over whole documents; one per pass over a split (its noise restarts with it).
+
+    Each batch of documents is walked window by window (``models.vmt.documents.walk_documents``, the latent carried
+    when ``carry``); added per window: the ELBO and the importance-weighted bound with K = ``iw_samples``, each
+    chained bound summing to a bound on the documents' log-likelihood. Noise comes from two generators of its own
+    seeded by ``seed``, so validation never moves the training's random stream and a rerun gives the same numbers.
+    """
+
+    def __init__(self, carry: bool = True, iw_samples: int = IW_SAMPLES, seed: int = 0) -> None:
+        self.carry, self.iw_samples, self.seed = carry, iw_samples, seed
+        self.generators: tuple[torch.Generator, torch.Generator] | None = None
+
+    def __call__(self, model: nn.Module, batch: dict, metrics: DocumentMetrics) -> None:
+        inputs = document_inputs(batch)
+        y = inputs.get("input_ids", inputs.get("input_features"))
+        if self.generators is None:
+            self.generators = tuple(torch.Generator(device=y.device).manual_seed(self.seed + i) for i in (0, 1))
+        iw_samples = (self.iw_samples,) if self.iw_samples else ()
+        for scores in walk_documents(model, y, inputs.get("attention_mask"), carry=self.carry, iw_samples=iw_samples,
+                                     elbo_generator=self.generators[0], iw_generator=self.generators[1]):  # fmt: skip
+            metrics.update_documents(scores.elbo, scores.bounds.get(self.iw_samples))
+
+
+class VMT(Task):
+    """Training batches are windows walked along documents (``DocumentWindows``); the last step's ``output.carry``
+    is passed to the next step for the rows that continue their document (``carry_mask``), with ``carry_index`` the
+    last position before the next window starts, and saved in checkpoints so that a resumed run carries it on. The
+    KL weight warms up over ``trainer.kl_warmup_steps``. Validation walks whole documents (``DocumentWalk``)."""
+
+    name = "vmt"
+    options = {"kl_warmup_steps": "kl_weight", "carry": "carry", "window_overlap": "carry_index"}
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.carry: Tensor | None = None  # the last training step's carry (B, latent_dim)
+        self.walk = DocumentWalk(self.trainer.carry)
+
+    def check_data(self, bundle: DataBundle) -> None:
+        """The VMT reads each example as a document of its own, so overlapping text windows would score tokens
+        twice."""
+        if bundle.splits.get("overlap"):
+            raise ConfigError(f"data.overlap={bundle.splits['overlap']} makes the text's windows overlap, but task=vmt "
+                              f"reads each window as a document of its own; set data.overlap=0")  # fmt: skip
+
+    def train_batches(self, bundle: DataBundle, model: nn.Module, start) -> DocumentWindows:
+        window = model.config.window
+        return DocumentWindows(bundle.train, self.trainer.batch_size, self.trainer.seed, bundle.collate, window,
+                               window_stride(window, self.trainer.window_overlap), start=start)  # fmt: skip
+
+    def training_step(self, module, batch: dict) -> Tensor:
+        model, continues = module.model, batch["carry_mask"]
+        carried = {}
+        if self.carry is not None and bool(continues.any()):
+            carried = {"carry": self.carry.to(continues.device), "carry_mask": continues}
+        stride = window_stride(model.config.window, self.trainer.window_overlap)
+        output = model(**document_inputs(batch), **carried, carry_index=stride - 1,
+                       kl_weight=kl_weight(module.global_step + 1, self.trainer.kl_warmup_steps))  # fmt: skip
+        self.carry = output.carry if self.trainer.carry else None
+        for name in ("loss", *BOUNDS):
+            module.log(f"train/{name}", getattr(output, name).detach(), prog_bar=name == "loss",
+                       batch_size=len(continues))  # fmt: skip
+        return output.loss
+
+    def save_state(self, module, checkpoint: dict) -> None:
+        """Every process's lanes, in rank order (every process runs this hook)."""
+        carry = self.carry if self.carry is None or world()[1] == 1 else module.all_gather(self.carry).flatten(0, 1)
+        checkpoint["vmt_carry"] = None if carry is None else carry.detach().cpu()
+
+    def load_state(self, checkpoint: dict) -> None:
+        carry = checkpoint.get("vmt_carry")
+        if carry is not None:
+            rank, world_size = world()
+            lanes = len(carry) // world_size
+            self.carry = carry[rank * lanes : (rank + 1) * lanes]
+
+    def new_metrics(self) -> DocumentMetrics:
+        return DocumentMetrics()
+
+    def start_scoring(self) -> None:
+        self.walk = DocumentWalk(self.trainer.carry)
+
+    def score(self, model: nn.Module, batch: dict, metrics: DocumentMetrics, beam_size: int = 1) -> None:
+        self.walk(model, batch, metrics)
+
+    def generate(self, model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterable[str]:
+        if getattr(model.config, "input_dim", None):
+            return super().generate(model, run_dir, request)
+        return continue_prompt(model, run_dir, request)
