@@ -1,16 +1,26 @@
 """markovformer: train, evaluate, sample from and inspect Markov-structured sequence models.
 
 Errors are one line on stderr and exit status 2 (add --debug for the traceback).
+
+Each command imports the machinery it runs (torch, Lightning, the library) inside its own function, so that
+``markovformer --help`` and a mistyped option answer at once instead of after seconds of imports.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
+import errno
 import json
 import logging
+import math
+import shutil
 import sys
+import textwrap
+import time
 import warnings
+from pathlib import Path
 
 from markovformer.cli import bench as bench_command  # its parser imports no torch
 
@@ -102,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_train(args: argparse.Namespace) -> None:
-    from markovformer.allocator import keep_freed_memory
+    from markovformer.allocator import keep_freed_memory  # deferred: see the module docstring
     from markovformer.training.demo import DEMO_CONFIG
     from markovformer.training.run_config import apply_overrides, load_yaml, resolve_run_config
     from markovformer.training.runner import resume, train
@@ -123,7 +133,7 @@ def run_train(args: argparse.Namespace) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> None:
-    from markovformer.training.run_config import parse_override
+    from markovformer.training.run_config import parse_override  # deferred: see the module docstring
     from markovformer.training.runner import evaluate
 
     data = {}
@@ -146,7 +156,6 @@ def run_eval(args: argparse.Namespace) -> None:
 
 def finite_or_null(value):
     """``value`` with every NaN or infinite float replaced by None (JSON null), recursively."""
-    import math
 
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -162,7 +171,6 @@ MAX_NEW_TOKENS = 100_000  # far beyond any use here; a larger number is a typo t
 
 def check_generation_options(args: argparse.Namespace) -> None:
     """ValueError naming the option unless every sampling and decoding option is a finite number in its range."""
-    import math
 
     if not 1 <= args.max_new_tokens <= MAX_NEW_TOKENS:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens} must lie in [1, {MAX_NEW_TOKENS}]")
@@ -181,7 +189,7 @@ def check_generation_options(args: argparse.Namespace) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> None:
-    from markovformer.training.runner import load_run  # deferred: torch and lightning (see the module docstring)
+    from markovformer.training.runner import load_run  # deferred: see the module docstring
     from markovformer.training.tasks import GenerationRequest, build_task
 
     check_generation_options(args)
@@ -193,7 +201,7 @@ def run_generate(args: argparse.Namespace) -> None:
 
 
 def run_inspect(args: argparse.Namespace) -> None:
-    from markovformer.training.inspection import write_inspection_report
+    from markovformer.training.inspection import write_inspection_report  # deferred: see the module docstring
 
     path = write_inspection_report(args.target, layers=args.layers, out_dir=args.out)
     print(f"inspection report: {path}")
@@ -206,17 +214,13 @@ def plain_text(docstring: str | None) -> str:
 
 def wrapped(text: str, indent: int, first: str = "") -> str:
     """``first`` + ``text`` wrapped to the terminal's width, continuation lines indented by ``indent``."""
-    import shutil
-    import textwrap
 
     width = max(shutil.get_terminal_size((100, 24)).columns, 60)
     return textwrap.fill(text, width, initial_indent=first.ljust(indent), subsequent_indent=" " * indent)
 
 
 def run_data(args: argparse.Namespace) -> None:
-    import dataclasses
-
-    from markovformer.data.options import option_help
+    from markovformer.data.options import option_help  # deferred: see the module docstring
     from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
     from markovformer.training.run_config import suggest
 
@@ -247,7 +251,7 @@ def run_data(args: argparse.Namespace) -> None:
         print(wrapped(f"{option_help(args.name, field.name)} (default {default})", name_width + 2,
                       f"  {field.name}"))  # fmt: skip
     if hasattr(source, "chain"):
-        from markovformer.training.lag_report import describe_chain
+        from markovformer.training.lag_report import describe_chain  # deferred: see the module docstring
 
         chain = source().chain()
         print(wrapped(f"order {chain.order}, {chain.num_symbols} symbols, entropy rate {chain.entropy_rate():.4f} "
@@ -256,9 +260,7 @@ def run_data(args: argparse.Namespace) -> None:
 
 
 def prepare_data(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    from markovformer.data.locations import data_directory
+    from markovformer.data.locations import data_directory  # deferred: see the module docstring
     from markovformer.data.recipes import DATA_RECIPES
     from markovformer.training.run_config import suggest
 
@@ -282,9 +284,7 @@ def prepare_data(args: argparse.Namespace) -> None:
 
 
 def run_experiment_command(args: argparse.Namespace) -> None:
-    import time
-
-    from markovformer.experiments import EXPERIMENTS, run_experiment
+    from markovformer.experiments import EXPERIMENTS, run_experiment  # deferred: see the module docstring
     from markovformer.training.run_config import parse_override
 
     if args.name == "list":
@@ -347,7 +347,6 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 def error_line(error: BaseException) -> str:
     """One line for a user's error: the message's first line; for resource errors, what ran out and what to change."""
-    import errno
 
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     if isinstance(error, MemoryError) or is_out_of_memory(error):

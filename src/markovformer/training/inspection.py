@@ -11,6 +11,15 @@ from pathlib import Path
 import torch
 
 from markovformer.data.collate import collate
+from markovformer.data.text import load_tokenizer
+from markovformer.plots import (
+    plot_attention_lag_profile,
+    plot_attention_maps,
+    plot_order_gates,
+    plot_training_curves,
+    plot_transition_strengths,
+    write_html_report,
+)
 from markovformer.training.build import build_data
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.run_dir import RESOLVED_CONFIG, load_run
@@ -23,8 +32,6 @@ PROFILE_EXAMPLES = 32  # validation sequences averaged in the attention-by-lag p
 
 def _tokens(ids: list[int], run_dir: Path) -> list[str]:
     if (run_dir / "tokenizer").is_dir():
-        from markovformer.data.text import load_tokenizer
-
         tokenizer = load_tokenizer(run_dir / "tokenizer")
         return [repr(tokenizer.decode([i]))[1:-1] or "·" for i in ids]
     return [str(i) for i in ids]
@@ -106,8 +113,6 @@ def reference_lines(reference: dict) -> dict[str, float]:
 
 def write_inspection_report(target: str | Path, layers: list[int] | None = None, out_dir: str | Path | None = None):
     """Write the figures of a trained run under ``out_dir`` (default RUN_DIR/report) and return its index.html."""
-    from markovformer.plots import plot_training_curves, plot_transition_strengths, write_html_report
-
     config, model, run_dir = load_run(target)
     out = Path(out_dir) if out_dir is not None else run_dir / "report"
     metrics_path = run_dir / "metrics.json"
@@ -145,8 +150,6 @@ def _gate_and_attention_figures(
 ) -> list[tuple]:
     """Order gates and attention maps of the first validation example and the attention-by-lag profile of the
     first validation examples, as (caption, path) pairs."""
-    from markovformer.plots import plot_attention_lag_profile, plot_attention_maps, plot_order_gates
-
     figures = []
     validation = build_data(config).val
     batch = collate([{k: v[:EXAMPLE_LENGTH] if v.dim() else v for k, v in validation[0].items()}])
