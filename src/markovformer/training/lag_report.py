@@ -1,6 +1,6 @@
 """How a run talks about lags, in one convention everywhere (console, tables, figures, the HTML report).
 
-The convention is SPEC 1's attention lag ``k = t - j``: the key ``k`` tokens before the query. A next-token model
+The convention is the attention lag ``k = t - j``: the key ``k`` tokens before the query. A next-token model
 predicts x_{t+1} at position t, so a chain whose next symbol depends on the symbol ``l`` steps back (the data's lag
 ``l``) is read at attention lag ``l - 1`` (``ops.lags.prediction_lags``); lag 0 is the query token itself, which
 attention always sees and which never gets a Markov bias. Only lags >= 1 can show up in the learned strengths and
