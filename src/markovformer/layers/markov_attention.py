@@ -8,7 +8,7 @@ from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.markov_bias import MarkovBias
-from markovformer.ops.banded_attention import banded_attention, banded_attention_naive
+from markovformer.ops.lag_bias_attention import lag_bias_attention, lag_bias_attention_naive
 
 SCOPES = ("local", "global")
 
@@ -50,9 +50,9 @@ class MarkovCore(nn.Module):
         dropout = self.dropout if self.training else 0.0
         options = dict(window=self.window, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout)
         if return_weights:
-            heads, weights = banded_attention_naive(q, k, v, past, future, **options)
+            heads, weights = lag_bias_attention_naive(q, k, v, past, future, **options)
             return CoreOutput(heads, gates, weights)
-        return CoreOutput(banded_attention(q, k, v, past, future, backend=self.backend, **options), gates, None)
+        return CoreOutput(lag_bias_attention(q, k, v, past, future, backend=self.backend, **options), gates, None)
 
 
 class MarkovAttention(SelfAttention):

@@ -87,7 +87,7 @@ def _score_mod(past_bias: Tensor | None, future_bias: Tensor | None, reach_past:
     return score_mod
 
 
-def banded_attention_flex(
+def lag_bias_attention_flex(
     q: Tensor,
     k: Tensor,
     v: Tensor,
