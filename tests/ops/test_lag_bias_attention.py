@@ -1,5 +1,5 @@
-"""Markov-biased attention: the naive reference pinned to a double loop over SPEC 2.3, ``dense_lag_bias`` pinned
-element by element, and the banded path and the dispatcher pinned to the naive reference on outputs and all
+"""Markov-biased attention: the naive reference pinned to a double loop over the bias definition, ``dense_lag_bias``
+pinned element by element, and the banded path and the dispatcher pinned to the naive reference on outputs and all
 gradients."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_banded_matches_naive_float32(causal, length, window, block):
 
 
 def _loop_reference(q, k, v, past, future, window, causal, mask):
-    """SPEC 1 and 2.3 written out: one score per (t, j), softmax over the visible keys, zeros if none."""
+    """The window rule and the bias written out: one score per (t, j), softmax over the visible keys, zeros if none."""
     batch, heads, length, head_dim = q.shape
     order = max([0] + [bias.shape[-1] for bias in (past, future) if bias is not None])
     out = torch.zeros(batch, heads, length, v.shape[-1], dtype=v.dtype)
@@ -176,7 +176,7 @@ def test_dense_lag_bias_none_without_biases():
 
 
 def _no_visible_key(mask: torch.Tensor, window: int | None, causal: bool) -> torch.Tensor:
-    """(B, T) True where a query sees no real key, from SPEC 1 directly."""
+    """(B, T) True where a query sees no real key, from the window rule directly."""
     batch, length = mask.shape
     empty = torch.ones(batch, length, dtype=torch.bool)
     for b in range(batch):

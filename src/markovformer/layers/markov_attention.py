@@ -1,4 +1,6 @@
-"""Markovian attention: softmax attention whose logits carry gated per-lag transition biases (SPEC 2.3-2.4)."""
+"""Markovian attention: softmax attention whose logits carry gated per-lag transition biases,
+S_{t,j} = q_t·k_j/√Dh + B_{t,j} with B_{t,t-k} = α_{t,k}·T_k (past) and B_{t,t+k} = α'_{t,k}·T'_k (future, when
+bidirectional), k = 1..K."""
 
 from __future__ import annotations
 
@@ -77,7 +79,8 @@ class MarkovAttention(SelfAttention):
 
 @dataclasses.dataclass(frozen=True)
 class MarkovOptions:
-    """The options of attention kind "markov" (SPEC 2.1-2.4), named as the config fields."""
+    """The options of attention kind "markov" (transition strengths, order gates, scope and backend), named as the
+    config fields."""
 
     max_order: int = 4
     bidirectional: bool | None = None

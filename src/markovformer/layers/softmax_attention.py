@@ -18,8 +18,8 @@ SOFTMAX_SCOPES = ("global", "local")
 
 @dataclasses.dataclass(frozen=True)
 class SoftmaxOptions:
-    """The options of attention kind "softmax". ``scope="local"`` sees keys t-window..t (SPEC 1) and needs
-    ``window``; ``backend`` picks the banded op's path for local scope."""
+    """The options of attention kind "softmax". ``scope="local"`` sees keys t-window..t (|t-j| <= window when
+    bidirectional) and needs ``window``; ``backend`` picks the lag-bias op's path for local scope."""
 
     scope: str = "global"
     window: int | None = None

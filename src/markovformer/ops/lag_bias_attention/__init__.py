@@ -88,7 +88,7 @@ def lag_bias_attention(
         q, k: (B, H, T, Dh); v: (B, H, T, Dv).
         past_bias: (B, H, T, K) or None; slot k-1 is added to the score of query t on key t-k.
         future_bias: (B, H, T, K) or None; slot k-1 is added to the score of query t on key t+k.
-        window: W of SPEC 1 (keys t-W..t causal, |t-j| <= W bidirectional), or None for global scope.
+        window: W, the query at t sees keys t-W..t (causal, |t-j| <= W bidirectional), or None for global scope.
         causal: hide keys after the query.
         attention_mask: (B, T), 1 = real token, 0 = padding (as a key). Queries with no visible key output 0.
         dropout_p: dropout on the attention probabilities (pass 0 at evaluation).

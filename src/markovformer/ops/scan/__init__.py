@@ -8,9 +8,9 @@
 - ``"chunked"``: chunk-local doubling scans joined by a scan over chunk summaries; no loop over time; for GPUs.
 - ``"auto"``: ``chunked`` on CUDA, ``sequential`` elsewhere.
 
-``windowed_linear_scan`` restarts the recurrence at every position over the last ``window`` steps (SPEC 4's
-Markov context mode); ``window_offsets`` owns its window convention. ``min_gru`` is the minGRU recurrence on
-``linear_scan`` (``min_gru_naive`` its loop reference).
+``windowed_linear_scan`` restarts the recurrence at every position over the last ``window`` steps (the Scan
+Markov model's "markov" context mode); ``window_offsets`` owns its window convention. ``min_gru`` is the minGRU
+recurrence on ``linear_scan`` (``min_gru_naive`` its loop reference).
 """
 
 from __future__ import annotations
