@@ -242,12 +242,12 @@ def test_time_per_key_divides_by_the_visible_pairs():
 def test_window_kinds_compare_the_same_attention(window):
     """The side-by-side is fair: banded (zero bias) and local-attention give the same output on the same inputs,
     both equal to the naive reference at that window (every query sees keys t-W..t)."""
-    from markovformer.ops.banded_attention import banded_attention_naive
+    from markovformer.ops.lag_bias_attention import lag_bias_attention_naive
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 37, 8, generator=g, dtype=torch.float64) for _ in range(3))
     zero_bias = torch.zeros(1, 2, 37, 4, dtype=torch.float64)
-    expected = banded_attention_naive(q, k, v, window=window, causal=True)[0]
+    expected = lag_bias_attention_naive(q, k, v, window=window, causal=True)[0]
     for kind in (f"banded_w{window}", f"local_attention_w{window}"):
         torch.testing.assert_close(window_forward(kind, q, k, v, zero_bias), expected, rtol=1e-10, atol=1e-10,
                                    msg=lambda m, kind=kind: f"{kind}: {m}")  # fmt: skip

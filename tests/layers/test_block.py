@@ -1,4 +1,5 @@
-"""The pre-LN block (SPEC 2.7) against its three residual updates written out by hand."""
+"""The pre-LN block (x += Attn(LN1 x); x += W_gru GRU(x); x += FFN(LN2 x)) against its three residual updates
+written out by hand."""
 
 from __future__ import annotations
 

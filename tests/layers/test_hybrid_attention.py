@@ -1,4 +1,4 @@
-"""Hybrid attention (SPEC 2.6) reduces to its parts: ratio 1 is Markov attention, ratio 0 random-feature attention,
+"""Hybrid attention reduces to its parts: ratio 1 is Markov attention, ratio 0 random-feature attention,
 and the parallel hybrid is the sum of a Markov and a random-feature layer."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MarkovAttention against softmax attention recomputed by hand from its own projections and SPEC 2.3's bias; the
+"""MarkovAttention against softmax attention recomputed by hand from its own projections and the Markov bias; the
 null gate slot switching the bias off; the local window's reach."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _input(batch: int = 2, length: int = LENGTH, seed: int = 1) -> torch.Tensor:
 
 
 def _spec_bias(gates, strengths, length: int, directions) -> torch.Tensor:
-    """SPEC 2.3 element by element: B[t, j] = sum_k alpha_{t,k} T_k [j = t - k] (+ the future term)."""
+    """The Markov bias element by element: B[t, j] = sum_k alpha_{t,k} T_k [j = t - k] (+ the future term)."""
     batch, heads = gates["past"].shape[:2]
     bias = torch.zeros(batch, heads, length, length, dtype=torch.float64)
     for t in range(length):

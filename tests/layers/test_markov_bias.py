@@ -1,4 +1,4 @@
-"""MarkovBias: transition strengths (SPEC 2.1), order gates (SPEC 2.2) and the per-lag bias they make (SPEC 2.3)."""
+"""MarkovBias: transition strengths, order gates and the per-lag bias they make (slot k-1 = alpha_{t,k} * T_k)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_gates_are_distributions_and_scale_the_strengths(gate, gate_input, gate_
         assert alpha.shape == (2, HEADS, 7, slots)
         assert (alpha >= 0).all()
         torch.testing.assert_close(alpha.sum(-1), torch.ones(2, HEADS, 7, dtype=torch.float64))
-        # SPEC 2.3: the slot for lag k is alpha_{t,k} * T_k; the null slot multiplies nothing.
+        # the slot for lag k is alpha_{t,k} * T_k; the null slot multiplies nothing.
         expected = alpha[..., :ORDER] * strengths[direction][None, :, None, :]
         torch.testing.assert_close(bias, expected, rtol=0, atol=0)
         if gate_input == "static":

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from markovformer.layers import SoftmaxAttention
-from markovformer.ops.banded_attention import banded_attention_naive
+from markovformer.ops.lag_bias_attention import lag_bias_attention_naive
 
 D_MODEL, HEADS, LENGTH = 16, 2, 8
 
@@ -24,7 +24,7 @@ def _by_hand(layer: SoftmaxAttention, x: torch.Tensor, causal: bool, mask: torch
     batch = x.shape[0]
     q, k, v = layer.qkv(x).view(batch, LENGTH, 3, HEADS, D_MODEL // HEADS).permute(2, 0, 3, 1, 4)
     q, k = layer.rotary(q), layer.rotary(k)
-    heads = banded_attention_naive(q, k, v, window=None, causal=causal, attention_mask=mask)[0]
+    heads = lag_bias_attention_naive(q, k, v, window=None, causal=causal, attention_mask=mask)[0]
     return layer.out_proj(heads.transpose(1, 2).reshape(batch, LENGTH, D_MODEL))
 
 

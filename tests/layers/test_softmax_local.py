@@ -1,5 +1,5 @@
 """Sliding-window softmax attention (``attention="softmax", scope="local"``): the banded op with no bias equals a
-dense masked reference written here from SPEC 1, on outputs and gradients, causal and bidirectional, padded."""
+dense masked reference written here from the window rule, on outputs and gradients, causal and bidirectional, padded."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ class _ProjectionsOnly(nn.Module):
 def _op_step(kind: str, seq_len: int, device: str, backend: str):
     """Inputs for one op case and the step that runs it (forward + backward, gradients cleared)."""
     from markovformer.layers import MarkovAttention
-    from markovformer.ops.banded_attention import banded_attention
+    from markovformer.ops.lag_bias_attention import lag_bias_attention
     from markovformer.ops.linear_attention import draw_projection, feature_map, linear_attention
 
     batch, heads, head_dim, order = (OP_SHAPE[key] for key in ("batch", "heads", "head_dim", "order"))
@@ -72,7 +72,7 @@ def _op_step(kind: str, seq_len: int, device: str, backend: str):
         half = heads // 2
 
         def local(q, k, v, bias):
-            return banded_attention(q, k, v, bias, window=order, causal=True, backend=backend)
+            return lag_bias_attention(q, k, v, bias, window=order, causal=True, backend=backend)
 
         def features(q, k, v):
             q_features = feature_map(q, projection, "positive", is_query=True)
@@ -82,7 +82,7 @@ def _op_step(kind: str, seq_len: int, device: str, backend: str):
             if kind == "markov_local":
                 return local(q, k, v, bias)
             if kind == "markov_global":
-                return banded_attention(q, k, v, bias, window=None, causal=True, backend=backend)
+                return lag_bias_attention(q, k, v, bias, window=None, causal=True, backend=backend)
             if kind == "softmax_sdpa":
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True)
             if kind == "random_feature":
@@ -103,7 +103,7 @@ def _op_step(kind: str, seq_len: int, device: str, backend: str):
 
 
 def _sliding_window_flex(q, k, v, window: int):
-    from markovformer.ops.banded_attention.flex import block_mask_for, compiled_flex_attention
+    from markovformer.ops.lag_bias_attention.flex import block_mask_for, compiled_flex_attention
 
     return compiled_flex_attention()(q, k, v, block_mask=block_mask_for(q.shape[-2], window, True, None, q.device))
 

@@ -1,7 +1,7 @@
 """The ``windows`` part: local attention at the windows people use (W = 16..1024), side by side in one run.
 
 Kinds, each timed forward + backward on the same (B=1, H=8, T, Dh=32) inputs, causal:
-- ``banded_w{W}``: this library's banded op (``banded_attention``, backend ``banded``) with a per-lag bias (K = 4);
+- ``banded_w{W}``: this library's banded op (``lag_bias_attention``, backend ``banded``) with a per-lag bias (K = 4);
 - ``local_attention_w{W}``: lucidrains' ``local-attention`` (the ``bench`` extra) at the same window: exact window
   (``exact_windowsize``), one block back, so each query sees keys t-W..t like ``banded``; no positions, no bias;
 - ``softmax_sdpa``: causal ``scaled_dot_product_attention`` over the whole sequence (no window), for scale.
@@ -47,11 +47,11 @@ def local_attention_available() -> bool:
 
 def window_forward(kind: str, q, k, v, bias):
     """The attention output (B, H, T, Dh) of ``kind`` on these inputs (bias (B, H, T, K) is used by banded only)."""
-    from markovformer.ops.banded_attention import banded_attention
+    from markovformer.ops.lag_bias_attention import lag_bias_attention
 
     name, window = parse_kind(kind)
     if name == "banded":
-        return banded_attention(q, k, v, bias, window=window, causal=True, backend="banded")
+        return lag_bias_attention(q, k, v, bias, window=window, causal=True, backend="banded")
     if name == "local_attention":
         from local_attention import LocalAttention
 

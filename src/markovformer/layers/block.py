@@ -1,4 +1,4 @@
-"""The pre-LN block (SPEC 2.7): x += Attn(LN1 x); x += W_gru GRU(x) (optional); x += FFN(LN2 x)."""
+"""The pre-LN block: x += Attn(LN1 x); x += W_gru GRU(x) (optional); x += FFN(LN2 x)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """GRU injection (Eq. 4-5): x <- x + W_gru · GRU(x), a recurrent path beside attention.
 
-``INJECTION_KINDS`` names the recurrences that can fill the role: ``"gru"`` (nn.GRU, sequential, SPEC 2.7) and
+``INJECTION_KINDS`` names the recurrences that can fill the role: ``"gru"`` (nn.GRU, sequential) and
 ``"min_gru"`` (``layers.min_gru``, trains in parallel on the linear scan); ``build_injection`` makes one.
 nn.GRU stays the default: in Table I's speech cell (configs/speech_digits.yaml, 1000 steps) minGRU reached test WER
 0.41 and 0.36 (seeds 0, 1) against nn.GRU's 0.23 (seed 0), though it trained 1.5x faster there and gave the

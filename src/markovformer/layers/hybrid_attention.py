@@ -1,4 +1,6 @@
-"""Hybrids of Markov and random-feature attention (SPEC 2.6)."""
+"""Hybrids of Markov and random-feature attention: "hybrid_split" (⌊H·markov_head_ratio⌋ Markov heads, the rest
+random-feature heads, one shared QKV, concatenated then W_O) and "hybrid_parallel" (both over all heads, each with its
+own projections, outputs summed)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Markovian attention: softmax attention whose logits carry gated per-lag transition biases (SPEC 2.3-2.4)."""
+"""Markovian attention: softmax attention whose logits carry gated per-lag transition biases,
+S_{t,j} = q_t·k_j/√Dh + B_{t,j} with B_{t,t-k} = α_{t,k}·T_k (past) and B_{t,t+k} = α'_{t,k}·T'_k (future, when
+bidirectional), k = 1..K."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.markov_bias import MarkovBias
-from markovformer.ops.banded_attention import banded_attention, banded_attention_naive
+from markovformer.ops.lag_bias_attention import lag_bias_attention, lag_bias_attention_naive
 
 SCOPES = ("local", "global")
 
@@ -50,9 +52,9 @@ class MarkovCore(nn.Module):
         dropout = self.dropout if self.training else 0.0
         options = dict(window=self.window, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout)
         if return_weights:
-            heads, weights = banded_attention_naive(q, k, v, past, future, **options)
+            heads, weights = lag_bias_attention_naive(q, k, v, past, future, **options)
             return CoreOutput(heads, gates, weights)
-        return CoreOutput(banded_attention(q, k, v, past, future, backend=self.backend, **options), gates, None)
+        return CoreOutput(lag_bias_attention(q, k, v, past, future, backend=self.backend, **options), gates, None)
 
 
 class MarkovAttention(SelfAttention):
@@ -77,7 +79,8 @@ class MarkovAttention(SelfAttention):
 
 @dataclasses.dataclass(frozen=True)
 class MarkovOptions:
-    """The options of attention kind "markov" (SPEC 2.1-2.4), named as the config fields."""
+    """The options of attention kind "markov" (transition strengths, order gates, scope and backend), named as the
+    config fields."""
 
     max_order: int = 4
     bidirectional: bool | None = None

@@ -1,4 +1,4 @@
-"""Per-lag Markov transition strengths and token-wise order gates (SPEC 2.1-2.3).
+"""Per-lag Markov transition strengths and token-wise order gates.
 
 The bias a query at t adds to the key at t-k (past) or t+k (future) is ``alpha[t, k] * T[k]``: a learned transition
 strength T per head and lag, scaled by the order gate alpha, a probability vector over the K lags plus an optional
@@ -58,7 +58,11 @@ class MarkovBias(nn.Module):
         n_heads, max_order (K): bias tensors are (B, n_heads, T, K).
         head_dim: width of each head's query (the query gate's input); default d_model // n_heads.
         bidirectional: also learn future strengths and a future gate (Eq. 24).
-        gate, gate_input, gate_null, gate_gumbel_tau, transition, head_specific: SPEC 2.1-2.2.
+        gate: "linear", "mlp", "deep_mlp" or "none" (all alpha = 1). gate_input: "token" (normalised x_t), "query"
+            (the head's q_t), "static" (learned logits) or "sequence" (masked mean; bidirectional only).
+            gate_null: add the null slot. gate_gumbel_tau: straight-through Gumbel-softmax while training.
+            transition: "softplus" (T = softplus(theta) + eps > 0) or "signed" (T = theta). head_specific: one
+            theta per head, else one shared over heads.
         init_std: theta ~ N(0, init_std), as in the reference code.
     """
 

@@ -1,4 +1,4 @@
-"""Random-feature (linear) attention, SPEC 2.5: the Performer/RFA baseline and the paper's "QI-RFF" heads."""
+"""Random-feature (linear) attention: the Performer/RFA baseline and the paper's "QI-RFF" heads."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ class RandomFeatureAttention(SelfAttention):
 
 @dataclasses.dataclass(frozen=True)
 class RandomFeatureOptions:
-    """The options of attention kind "rff" (SPEC 2.5), named as the config fields."""
+    """The options of attention kind "rff" (feature map, feature count, redraw interval), named as the config fields."""
 
     feature_map: str = "positive"
     num_features: int = 64

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
-from markovformer.ops.banded_attention import banded_attention, banded_attention_naive
-from markovformer.ops.banded_attention.naive import dense_allowed
+from markovformer.ops.lag_bias_attention import lag_bias_attention, lag_bias_attention_naive
+from markovformer.ops.lag_bias_attention.naive import dense_allowed
 from markovformer.ops.masked_softmax import masked_sdpa
 
 SOFTMAX_SCOPES = ("global", "local")
@@ -18,8 +18,8 @@ SOFTMAX_SCOPES = ("global", "local")
 
 @dataclasses.dataclass(frozen=True)
 class SoftmaxOptions:
-    """The options of attention kind "softmax". ``scope="local"`` sees keys t-window..t (SPEC 1) and needs
-    ``window``; ``backend`` picks the banded op's path for local scope."""
+    """The options of attention kind "softmax". ``scope="local"`` sees keys t-window..t (|t-j| <= window when
+    bidirectional) and needs ``window``; ``backend`` picks the lag-bias op's path for local scope."""
 
     scope: str = "global"
     window: int | None = None
@@ -45,12 +45,12 @@ class SoftmaxCore(nn.Module):
     def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None) -> CoreOutput:
         dropout = self.dropout if self.training else 0.0
         if return_weights:
-            heads, weights = banded_attention_naive(
+            heads, weights = lag_bias_attention_naive(
                 q, k, v, window=self.window, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout
             )
             return CoreOutput(heads, {}, weights)
         if self.window is not None:  # the Markov op with zero bias: the same windows and masks as "markov"
-            heads = banded_attention(q, k, v, window=self.window, causal=self.causal, attention_mask=attention_mask,
+            heads = lag_bias_attention(q, k, v, window=self.window, causal=self.causal, attention_mask=attention_mask,
                                      dropout_p=dropout, backend=self.backend)  # fmt: skip
             return CoreOutput(heads, {}, None)
         if attention_mask is None:

@@ -28,7 +28,7 @@ def cached_attention(
         keys, values: (B, H, C, Dh) cache slots holding the keys at ``key_positions`` (C,); a slot with position
             < 0 is empty. The slots may be in any order (a rolling cache).
         key_real: (B, C) False where the slot holds padding (or nothing).
-        window: W of SPEC 1 (keys t-W..t), or None for global scope.
+        window: W, the query at t sees keys t-W..t (W + 1 keys), or None for global scope.
         past_bias: (B, H, Tq, K) per-lag biases: slot k-1 is added to the score of the key at lag k.
 
     Returns:

@@ -1,4 +1,4 @@
-"""The lag and window convention of SPEC 1, in one place: every mask and every bias placement calls these.
+"""The lag and window convention, in one place: every mask and every bias placement calls these.
 
 A query at position t and a key at position j have lag ``t - j``: past lags are >= 1, future lags <= -1, and
 the diagonal (lag 0) never receives a Markov bias. A causal window W shows keys ``t - W <= j <= t`` (W + 1 keys,
@@ -37,7 +37,8 @@ def lag_slot(lag: Tensor, max_order: int, direction: str) -> Tensor:
 
 
 def dense_lag_bias(lag: Tensor, past_bias: Tensor | None, future_bias: Tensor | None) -> Tensor | None:
-    """Materialise the SPEC 2.3 bias over a (Tq, Tk) lag matrix.
+    """Materialise the Markov bias B[t, j] = past_bias[t, k-1] at lag t - j = k >= 1 (future_bias[t, k-1] at
+    lag -k) over a (Tq, Tk) lag matrix; 0 elsewhere and on the diagonal.
 
     past_bias / future_bias: (B, H, Tq, K) per-query per-lag values (gate times transition strength).
     Returns (B, H, Tq, Tk), or None when both are None. For the naive reference and inspection only:
@@ -74,7 +75,7 @@ def prediction_lags(source_lags: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def order_to_window(order: int | None) -> int | None:
-    """MAT's Markov order k (SPEC 3) as a causal window: ``k - 1``, or None (unbounded) for None.
+    """MAT's Markov order k (y_i reads y_{i-k..i-1}) as a causal window: ``k - 1``, or None (unbounded) for None.
 
     Predicting y_i may read y_{i-k..i-1}; with the shifted-right decoder input position i holds y_{i-1}, so it
     attends to positions i-k+1..i: k keys including itself, which is causal window W = k - 1.

@@ -1,5 +1,11 @@
-"""Padding masks: what a valid ``attention_mask`` is, and the right-padding rule of the parts that read a sequence in
-order (recurrences, CTC)."""
+"""Padding masks: what a valid ``attention_mask`` (B, T) is (1 = real token, 0 = padding), the right-padding rule of
+the parts that read a sequence in order (recurrences, CTC), and the zero-in, zero-out rule of the baseline mixers.
+
+Every baseline mixer zeroes padded positions on the way in and on the way out (``zero_padding``), so they add
+nothing to real tokens' states and return zeros themselves. Convolutions and decayed recurrences depend only on
+lags, so a run of padding at either end of a row (left or right padding) leaves the real tokens' outputs exactly
+as without it.
+"""
 
 from __future__ import annotations
 
@@ -34,3 +40,23 @@ def reverse_within_lengths(x: Tensor, lengths: Tensor) -> Tensor:
     positions = torch.arange(x.shape[1], device=x.device)[None]
     index = torch.where(positions < lengths[:, None], lengths[:, None] - 1 - positions, positions)
     return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
+
+
+def zero_padding(x: Tensor, attention_mask: Tensor | None, time_dim: int = 1) -> Tensor:
+    """``x`` with every position whose ``attention_mask`` (B, T) entry is 0 set to zero; ``x`` itself when no mask.
+
+    x: (B, T, ...) with ``time_dim=1``, or heads (B, H, T, Dh) with ``time_dim=2``.
+    """
+    if attention_mask is None:
+        return x
+    shape = [attention_mask.shape[0]] + [1] * (x.dim() - 1)
+    shape[time_dim] = attention_mask.shape[1]
+    return x * attention_mask.reshape(shape).to(x.dtype)
+
+
+def has_real_before(attention_mask: Tensor | None, batch: int, seq_len: int, device: torch.device) -> Tensor:
+    """(B, T) bool: whether a real token lies strictly before each position (t > 0 when there is no mask)."""
+    if attention_mask is None:
+        return (torch.arange(seq_len, device=device) > 0).expand(batch, seq_len)
+    real = attention_mask.long()
+    return (real.cumsum(-1) - real) > 0

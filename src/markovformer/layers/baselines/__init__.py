@@ -13,19 +13,20 @@ Each is registered in ``layers.registry`` under a config string, so ``MarkovianT
 | "hyena"     | Poli et al. 2023 (order 2)              | ``HyenaMixer``        | yes    | two-sided filters     |
 | "rwkv"      | Peng et al. 2023 (RWKV-4 time mix)      | ``RWKVTimeMix``       | yes    | bidirectional WKV     |
 | "gru"       | Cho et al. 2014                         | ``GRUMixer``          | yes    | bidirectional GRU     |
-| "scan"      | SPEC 4 (Scan Markov recurrence)         | ``ScanMixer``         | yes    | forward + backward    |
+| "scan"      | Scan Markov gated linear recurrence     | ``ScanMixer``         | yes    | forward + backward    |
 
 No PyPI package was used: none of the maintained implementations (state-spaces, fla, rwkv) is installed, and
 most need CUDA kernels. Each module names the paper it follows and where it departs from the authors' code.
-Every mixer zeroes padded positions in and out (``padding``); all but "gru" accept padding at either end.
+Their sequence kernels live in ``ops`` beside their naive twins (``ops.long_conv``, ``ops.s4d``, ``ops.retention``,
+``ops.wkv``, ``ops.scan``). Every mixer zeroes padded positions in and out (``ops.padding.zero_padding``); all but
+"gru" accept padding at either end.
 """
 
 from markovformer.layers.baselines.hyena import HyenaMixer
 from markovformer.layers.baselines.linformer import LinformerAttention
-from markovformer.layers.baselines.long_conv import long_conv, long_conv_naive
 from markovformer.layers.baselines.recurrent import GRUMixer, ScanMixer
-from markovformer.layers.baselines.retnet import RetNetAttention, retention
-from markovformer.layers.baselines.rwkv import RWKVTimeMix, wkv_naive, wkv_recurrent, wkv_scan
+from markovformer.layers.baselines.retnet import RetNetAttention
+from markovformer.layers.baselines.rwkv import RWKVTimeMix
 from markovformer.layers.baselines.s4d import S4DMixer
 
 __all__ = [
@@ -36,10 +37,4 @@ __all__ = [
     "RetNetAttention",
     "S4DMixer",
     "ScanMixer",
-    "long_conv",
-    "long_conv_naive",
-    "retention",
-    "wkv_naive",
-    "wkv_recurrent",
-    "wkv_scan",
 ]

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from markovformer.layers.baselines.long_conv import long_conv, long_conv_naive
-from markovformer.layers.baselines.padding import zero_padding
+from markovformer.ops.long_conv import long_conv_fft, long_conv_naive
+from markovformer.ops.padding import zero_padding
 
 CONVOLUTIONS = ("fft", "direct")
 
@@ -109,7 +109,7 @@ class HyenaMixer(nn.Module):
         # causal short convolution: crop the right overhang; re-zero padding, since the conv bias would leak
         projected = self.short_conv(projected.transpose(1, 2))[..., :length].transpose(1, 2)
         z, *gates = zero_padding(projected, attention_mask).split(self.d_model, dim=-1)
-        conv = long_conv if self.convolution == "fft" else long_conv_naive
+        conv = long_conv_fft if self.convolution == "fft" else long_conv_naive
         for n, ((past, future), gate) in enumerate(zip(self.filters(length), gates, strict=True)):
             future = None if future is None else future.to(z.dtype)
             z = gate * (conv(z, past.to(z.dtype), future) + self.filter_bias[n] * z)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
-from markovformer.layers.baselines.padding import zero_padding
+from markovformer.ops.padding import zero_padding
 
 CAUSAL_MESSAGE = (
     "Linformer is non-causal: its projections E, F mix keys and values of the whole sequence, so every output "

@@ -1,6 +1,6 @@
 """Recurrent baselines as sequence mixers: a GRU (Cho et al. 2014) and the Scan Markov gated linear recurrence
-(SPEC 4, h_t = A_t ⊙ h_{t-1} + B_t ⊙ x_t), so both run inside the same blocks, embeddings and heads as the
-attention kinds.
+(h_t = A_t ⊙ h_{t-1} + B_t ⊙ x_t, gates computed from the input), so both run inside the same blocks, embeddings
+and heads as the attention kinds.
 
 The stand-alone systems stay where they are: ``models.scan_markov.ScanMarkovForCausalLM`` is the seed's model, and
 ``layers.gru.GRUInjection`` is the Markovian Transformer's GRU path beside attention (Eq. 4-5), which the "gru"
@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from markovformer.layers.baselines.padding import zero_padding
 from markovformer.layers.gru import GRUInjection
+from markovformer.ops.padding import zero_padding
 from markovformer.ops.scan import linear_scan
 
 

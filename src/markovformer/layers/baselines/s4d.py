@@ -10,7 +10,7 @@ The layer is the recurrence's convolution form, y = K * u + D u with K_l = 2 Re(
 convolution), or, with ``mode="recurrent"``, the recurrence itself step by step (slow; the reference and the
 form for token-by-token decoding). Then GELU and a position-wise Linear(D, 2D) + GLU, as in the S4 block.
 Non-causal layers add a second SSM read backwards (strictly future lags), as the repository's bidirectional S4.
-Padding: zeroed inputs (see ``padding``); the convolution depends only on lags.
+Padding: zeroed inputs (``ops.padding.zero_padding``); the convolution depends only on lags.
 """
 
 from __future__ import annotations
@@ -21,39 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from markovformer.layers.baselines.long_conv import long_conv
-from markovformer.layers.baselines.padding import zero_padding
+from markovformer.ops.long_conv import long_conv_fft
+from markovformer.ops.padding import zero_padding
+from markovformer.ops.s4d import s4d_kernel, s4d_recurrence
 
 S4D_MODES = ("convolution", "recurrent")
-
-
-def s4d_kernel(dt_a: Tensor, c_b: Tensor, length: int) -> Tensor:
-    """K_l = 2 Re(Σ_n c_b[c, n] · exp(dt_a[c, n] · l)) for l = 0..length-1.
-
-    dt_a = Δ·A and c_b = C·B̄, both complex (C, N/2). Returns the real kernel (length, C).
-    The Vandermonde product is split as exp(ΔA·l) = exp(ΔA·(l mod S)) · exp(ΔA·S·(l div S)) with S ≈ √length:
-    two small tables and one batched matmul instead of C·N/2·length complex exponentials (25x faster on CPU).
-    """
-    block = math.isqrt(max(length - 1, 0)) + 1
-    rows = -(-length // block)
-    real = dt_a.real.dtype
-    low = torch.exp(dt_a[..., None] * torch.arange(block, device=dt_a.device, dtype=real))  # (C, N/2, S)
-    high = torch.exp(dt_a[..., None] * (block * torch.arange(rows, device=dt_a.device, dtype=real)))  # (C, N/2, R)
-    kernel = torch.einsum("cnr,cns->crs", c_b[..., None] * high, low)  # (C, R, S): lag r·S + s
-    return 2 * kernel.real.reshape(kernel.shape[0], -1)[:, :length].transpose(0, 1)
-
-
-def s4d_recurrence(u: Tensor, a_bar: Tensor, c_b: Tensor) -> Tensor:
-    """x_t = Ā x_{t-1} + u_t (complex state per mode, x_{-1} = 0), y_t = 2 Re(Σ_n c_b x_t), one step at a time.
-
-    u (B, T, C) real; a_bar, c_b complex (C, N/2). Returns y (B, T, C) without the D u term.
-    """
-    state = torch.zeros(u.shape[0], *a_bar.shape, dtype=a_bar.dtype, device=u.device)
-    outputs = []
-    for step in u.unbind(1):
-        state = a_bar * state + step[..., None]
-        outputs.append(2 * (c_b * state).sum(-1).real)
-    return torch.stack(outputs, dim=1)
 
 
 class S4DMixer(nn.Module):
@@ -102,7 +74,7 @@ class S4DMixer(nn.Module):
         d = self.d_model
         if self.mode == "convolution":
             kernel = self.kernel(u.shape[1])
-            return long_conv(u, kernel[:, :d], None if self.causal else kernel[:, d:])
+            return long_conv_fft(u, kernel[:, :d], None if self.causal else kernel[:, d:])
         _, a_bar, c_b = self.discretised()
         compute = torch.promote_types(u.dtype, torch.float32)
         y = s4d_recurrence(u.to(compute), a_bar[:d], c_b[:d])
@@ -120,4 +92,4 @@ class S4DMixer(nn.Module):
         return zero_padding(F.glu(self.output(y), dim=-1), attention_mask)
 
 
-__all__ = ["S4D_MODES", "S4DMixer", "s4d_kernel", "s4d_recurrence"]
+__all__ = ["S4D_MODES", "S4DMixer"]

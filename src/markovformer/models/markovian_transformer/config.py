@@ -10,7 +10,7 @@ from markovformer.layers.markov_bias import GATE_INPUTS, GATES, TRANSITIONS
 from markovformer.layers.position import POSITIONS
 from markovformer.layers.registry import ATTENTION_KINDS, attention_option_names
 from markovformer.models.config_base import ModelConfig
-from markovformer.ops.banded_attention import BACKENDS
+from markovformer.ops.lag_bias_attention import BACKENDS
 from markovformer.ops.linear_attention import FEATURE_MAPS
 
 POOLINGS = ("mean", "last", "cls")

@@ -35,7 +35,7 @@ def forgetting_attention(
     Args:
         q, k: (B, H, T, Dh); v: (B, H, T, Dv).
         log_forget: (B, H, T), log f_t <= 0 (the gate of position t decays every key before t).
-        window: W of SPEC 1 (keys t-W..t causal, |t-j| <= W bidirectional), or None for global scope.
+        window: W, the query at t sees keys t-W..t (causal, |t-j| <= W bidirectional), or None for global scope.
         causal: hide keys after the query.
         attention_mask: (B, T), 1 = real token, 0 = padding (as a key). Queries with no visible key output 0.
         dropout_p: dropout on the attention probabilities (pass 0 at evaluation).

@@ -1,4 +1,4 @@
-"""Linear attention in O(T): key sums when bidirectional, chunked prefix sums when causal (SPEC 2.5).
+"""Linear attention in O(T): key sums when bidirectional, chunked prefix sums when causal.
 
 Causal: split T into chunks of C. A query sees (a) earlier keys of its own chunk through a (C, C) causal
 product and (b) all earlier chunks through the running state S = sum phi(k) [v, 1]^T (the last column is the

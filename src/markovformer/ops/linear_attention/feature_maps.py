@@ -1,4 +1,4 @@
-"""Random feature maps for linear attention (SPEC 2.5), in one place: projections and the two feature kinds.
+"""Random feature maps for linear attention, in one place: projections and the two feature kinds.
 
 Both kinds scale inputs as ``x' = x * Dh**-0.25`` so that ``q'·k' = q·k / sqrt(Dh)``, the softmax temperature.
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from markovformer.ops.scan.dispatch import linear_scan
+
 
 def _check(gate_logits: Tensor, candidates: Tensor, mask: Tensor | None) -> None:
     if gate_logits.dim() != 3:
@@ -43,8 +45,6 @@ def min_gru(
     Returns h (B, T, D); at a masked step h is the state carried from the previous real step.
     ``backend``: a ``linear_scan`` backend.
     """
-    from markovformer.ops.scan import linear_scan  # the package's dispatcher; imported here, it imports this file
-
     _check(gate_logits, candidates, mask)
     decay, update = min_gru_scan_inputs(gate_logits, candidates, mask)
     if reverse:

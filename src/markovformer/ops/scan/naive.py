@@ -1,4 +1,4 @@
-"""Loop references for the gated linear recurrence h_t = a_t ⊙ h_{t-1} + b_t (SPEC 4).
+"""Loop references for the gated linear recurrence h_t = a_t ⊙ h_{t-1} + b_t.
 
 Both functions are the definitions written out, one time step per Python iteration, differentiated by autograd.
 They are slow on purpose (indexing ``a[:, t]`` makes the backward pass O(T²)) and are the twins every fast path is

@@ -1,4 +1,5 @@
-"""The recurrence restarted at every position over a window of the last n steps (the Markov context mode, SPEC 4).
+"""The recurrence restarted at every position over a window of the last n steps (the Scan Markov model's
+"markov" context mode).
 
 For the window of size n ending at t, offset o = 0..n-1 is step t - n + 1 + o; offsets before the sequence start
 (t - n + 1 + o < 0) are absent, so the first n - 1 positions use the prefix they have. The state before a

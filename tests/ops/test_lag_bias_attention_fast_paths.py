@@ -11,18 +11,18 @@ import pytest
 import torch
 from padding_masks import mixed_mask
 
-from markovformer.ops.banded_attention import (
+from markovformer.ops.lag_bias_attention import (
     CHUNKED_MIN_LENGTH,
-    banded_attention,
-    banded_attention_banded,
-    banded_attention_chunked,
-    banded_attention_flex,
-    banded_attention_naive,
+    lag_bias_attention,
+    lag_bias_attention_banded,
+    lag_bias_attention_chunked,
+    lag_bias_attention_flex,
+    lag_bias_attention_naive,
     resolve_backend,
 )
 
-banded_module = importlib.import_module("markovformer.ops.banded_attention.banded")
-flex_module = importlib.import_module("markovformer.ops.banded_attention.flex")
+banded_module = importlib.import_module("markovformer.ops.lag_bias_attention.banded")
+flex_module = importlib.import_module("markovformer.ops.lag_bias_attention.flex")
 
 HEADS, HEAD_DIM, VALUE_DIM = 2, 4, 3
 NAMES = ("q", "k", "v", "past_bias", "future_bias")
@@ -45,7 +45,7 @@ def _output_and_grads(attention, tensors):
 
 def _assert_matches_naive(fast, tensors, window, causal, mask, tol, context):
     def naive(q, k, v, past, future):
-        return banded_attention_naive(q, k, v, past, future, window=window, causal=causal, attention_mask=mask)[0]
+        return lag_bias_attention_naive(q, k, v, past, future, window=window, causal=causal, attention_mask=mask)[0]
 
     expected, expected_grads = _output_and_grads(naive, tensors)
     got, got_grads = _output_and_grads(fast, tensors)
@@ -76,7 +76,8 @@ def test_banded_default_layout_matches_naive(causal, window, group_elements, mon
         for mask in (None, mixed_mask(length)):
 
             def fast(q, k, v, past, future, mask=mask):
-                return banded_attention_banded(q, k, v, past, future, window=window, causal=causal, attention_mask=mask)
+                options = dict(window=window, causal=causal, attention_mask=mask)
+                return lag_bias_attention_banded(q, k, v, past, future, **options)
 
             context = f"W={window} K={order} causal={causal} mask={mask is not None}"
             _assert_matches_naive(fast, tensors, window, causal, mask, 1e-10, context)
@@ -96,7 +97,7 @@ def test_banded_wide_window_layout_matches_naive(causal, window):
         mask = mixed_mask(length)
 
         def fast(q, k, v, past, future, mask=mask):
-            return banded_attention_banded(q, k, v, past, future, window=window, causal=causal, attention_mask=mask)
+            return lag_bias_attention_banded(q, k, v, past, future, window=window, causal=causal, attention_mask=mask)
 
         _assert_matches_naive(fast, tensors, window, causal, mask, 1e-10, f"W={window} T={length} causal={causal}")
 
@@ -109,7 +110,7 @@ def test_banded_noncontiguous_inputs_and_batch_one():
     for causal in (True, False):
 
         def fast(q, k, v, past, future, causal=causal):
-            return banded_attention_banded(q, k, v, past, future, window=3, causal=causal)
+            return lag_bias_attention_banded(q, k, v, past, future, window=3, causal=causal)
 
         _assert_matches_naive(fast, [q, k, v, past, future], 3, causal, None, 1e-10, f"causal={causal}")
 
@@ -126,7 +127,7 @@ def test_chunked_matches_naive_float64(causal, length, chunk):
         for mask in (None, mixed_mask(length)):
 
             def fast(q, k, v, past, future, mask=mask):
-                return banded_attention_chunked(
+                return lag_bias_attention_chunked(
                     q, k, v, past, future, causal=causal, attention_mask=mask, chunk_size=chunk
                 )
 
@@ -141,7 +142,7 @@ def test_chunked_matches_naive_float32(causal):
     mask = mixed_mask(length)
 
     def fast(q, k, v, past, future):
-        return banded_attention_chunked(q, k, v, past, future, causal=causal, attention_mask=mask, chunk_size=16)
+        return lag_bias_attention_chunked(q, k, v, past, future, causal=causal, attention_mask=mask, chunk_size=16)
 
     _assert_matches_naive(fast, tensors, None, causal, mask, 2e-5, f"float32 causal={causal}")
 
@@ -154,7 +155,7 @@ def test_chunked_all_masked_queries_give_zeros(dtype, causal):
     mask[0, :6] = 0
     mask[1] = 0
     leaves = [t.requires_grad_(True) for t in _inputs(length, 2, dtype=dtype, batch=3)]
-    out = banded_attention_chunked(*leaves, causal=causal, attention_mask=mask, chunk_size=5)
+    out = lag_bias_attention_chunked(*leaves, causal=causal, attention_mask=mask, chunk_size=5)
     assert out.dtype == dtype and torch.isfinite(out).all()
     empty = torch.zeros(3, length, dtype=torch.bool)
     empty[1] = True
@@ -168,7 +169,7 @@ def test_chunked_all_masked_queries_give_zeros(dtype, causal):
 
 
 def test_default_chunk_size_bounds_the_workspace():
-    chunked = importlib.import_module("markovformer.ops.banded_attention.chunked")
+    chunked = importlib.import_module("markovformer.ops.lag_bias_attention.chunked")
     assert chunked.default_chunk_size(8, 1024) == chunked.MAX_CHUNK
     for batch_heads, length in ((8, 65536), (64, 16384), (1, 2**22)):
         rows = chunked.default_chunk_size(batch_heads, length)
@@ -202,8 +203,8 @@ def test_dropout_backward_is_the_gradient_of_the_forward(path):
     def attention(q, k, v, past, future):
         torch.manual_seed(0)  # the same dropout mask on every call gradcheck makes
         if path == "banded":
-            return banded_attention_banded(q, k, v, past, future, window=2, causal=False, dropout_p=0.4)
-        return banded_attention_chunked(q, k, v, past, future, causal=False, dropout_p=0.4, chunk_size=4)
+            return lag_bias_attention_banded(q, k, v, past, future, window=2, causal=False, dropout_p=0.4)
+        return lag_bias_attention_chunked(q, k, v, past, future, causal=False, dropout_p=0.4, chunk_size=4)
 
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v, past, future)]
     assert torch.autograd.gradcheck(attention, leaves)
@@ -214,9 +215,9 @@ def test_dropout_is_unbiased_and_drops(path):
     q, k, v, past, future = _inputs(9, 2, batch=1)
     window = 2 if path == "banded" else None
     options = dict(window=window, causal=True)
-    expected = banded_attention_naive(q, k, v, past, future, **options)[0]
+    expected = lag_bias_attention_naive(q, k, v, past, future, **options)[0]
     torch.manual_seed(0)
-    draws = torch.stack([banded_attention(q, k, v, past, future, dropout_p=0.5, backend=path, **options)
+    draws = torch.stack([lag_bias_attention(q, k, v, past, future, dropout_p=0.5, backend=path, **options)
                          for _ in range(400)])  # fmt: skip
     assert not torch.allclose(draws[0], expected)
     standard_error = draws.std(0) / len(draws) ** 0.5
@@ -250,7 +251,7 @@ def test_flex_score_and_mask_functions_match_naive(eager_flex_backward, causal, 
         for mask in (None, mixed_mask(length)):
 
             def fast(q, k, v, past, future, mask=mask):
-                return banded_attention_flex(
+                return lag_bias_attention_flex(
                     q, k, v, past, future, window=window, causal=causal, attention_mask=mask, compiled=False
                 )
 
@@ -270,7 +271,7 @@ def test_flex_compiled_on_cuda_matches_naive(causal, window, length):
     for attention_mask in (None, mask):
 
         def fast(q, k, v, past, future, attention_mask=attention_mask):
-            return banded_attention(q, k, v, past, future, window=window, causal=causal,
+            return lag_bias_attention(q, k, v, past, future, window=window, causal=causal,
                                     attention_mask=attention_mask, backend="flex")  # fmt: skip
 
         context = f"cuda W={window} causal={causal} mask={attention_mask is not None}"
@@ -286,13 +287,13 @@ def test_auto_picks_a_path_that_exists_here():
         for dropout_p in (0.0, 0.1):
             chosen = resolve_backend("auto", q, window, dropout_p)
             assert chosen != "flex" or (q.is_cuda and dropout_p == 0)
-            out = banded_attention(q, q, q, window=window, causal=True, dropout_p=dropout_p, backend="auto")
+            out = lag_bias_attention(q, q, q, window=window, causal=True, dropout_p=dropout_p, backend="auto")
             assert out.shape == q.shape and torch.isfinite(out).all()
     assert resolve_backend("auto", q, 3) == ("flex" if torch.cuda.is_available() else "banded")
 
 
 def test_auto_picks_flex_where_it_exists(monkeypatch):
-    dispatcher = importlib.import_module("markovformer.ops.banded_attention")  # the package, not the function
+    dispatcher = importlib.import_module("markovformer.ops.lag_bias_attention")  # the package, not the function
     monkeypatch.setattr(dispatcher, "flex_available", lambda device: True)
     q = torch.randn(1, 1, 8, 4)
     assert resolve_backend("auto", q, 3) == "flex"
@@ -306,10 +307,10 @@ def test_auto_picks_flex_where_it_exists(monkeypatch):
 def test_unavailable_backend_raises_naming_it():
     q = torch.randn(1, 1, 8, 4)
     with pytest.raises(ValueError, match="backend 'flex' is not available on device 'cpu'"):
-        banded_attention(q, q, q, window=2, causal=True, backend="flex")
+        lag_bias_attention(q, q, q, window=2, causal=True, backend="flex")
     with pytest.raises(ValueError, match="backend 'chunked' is the global-scope path"):
-        banded_attention(q, q, q, window=2, causal=True, backend="chunked")
+        lag_bias_attention(q, q, q, window=2, causal=True, backend="chunked")
     with pytest.raises(ValueError, match="backend 'banded' needs a local window"):
-        banded_attention(q, q, q, window=None, causal=True, backend="banded")
+        lag_bias_attention(q, q, q, window=None, causal=True, backend="banded")
     with pytest.raises(ValueError, match="unknown attention backend 'triton'"):
-        banded_attention(q, q, q, window=None, causal=True, backend="triton")
+        lag_bias_attention(q, q, q, window=None, causal=True, backend="triton")

@@ -280,7 +280,7 @@ class _BandedAttention(torch.autograd.Function):
         return grad_q, grad_k, grad_v, *bias_grads, None, None, None, None, None, None
 
 
-def banded_attention_banded(
+def lag_bias_attention_banded(
     q: Tensor,
     k: Tensor,
     v: Tensor,

@@ -1,6 +1,6 @@
-"""Softmax attention with per-lag additive (Markov) biases, local or global scope.
+"""Softmax attention with per-lag additive (Markov) biases ("lag biases"), local (window W) or global scope.
 
-``banded_attention`` validates its inputs once and dispatches to a backend:
+``lag_bias_attention`` validates its inputs once and dispatches to a backend:
 
 - ``"naive"``: dense (T, T) masks and bias, obviously correct; the reference every other path is tested against,
   and the path that returns attention weights for inspection.
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from markovformer.ops.banded_attention.banded import banded_attention_banded
-from markovformer.ops.banded_attention.chunked import banded_attention_chunked
-from markovformer.ops.banded_attention.flex import banded_attention_flex, flex_available
-from markovformer.ops.banded_attention.naive import banded_attention_naive
+from markovformer.ops.lag_bias_attention.banded import lag_bias_attention_banded
+from markovformer.ops.lag_bias_attention.chunked import lag_bias_attention_chunked
+from markovformer.ops.lag_bias_attention.flex import flex_available, lag_bias_attention_flex
+from markovformer.ops.lag_bias_attention.naive import lag_bias_attention_naive
 
 BACKENDS = ("auto", "naive", "banded", "chunked", "flex")
 CHUNKED_MIN_LENGTH = 256  # global scope: naive and chunked cross near here on CPU (forward+backward, 1 thread)
@@ -45,7 +45,7 @@ def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask) -> No
 
 
 def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: float = 0.0) -> str:
-    """The backend that ``banded_attention`` runs for these inputs; ValueError if ``backend`` cannot run them."""
+    """The backend that ``lag_bias_attention`` runs for these inputs; ValueError if ``backend`` cannot run them."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}; expected one of {BACKENDS}")
     if backend == "auto":
@@ -69,7 +69,7 @@ def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: floa
     return backend
 
 
-def banded_attention(
+def lag_bias_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -88,7 +88,7 @@ def banded_attention(
         q, k: (B, H, T, Dh); v: (B, H, T, Dv).
         past_bias: (B, H, T, K) or None; slot k-1 is added to the score of query t on key t-k.
         future_bias: (B, H, T, K) or None; slot k-1 is added to the score of query t on key t+k.
-        window: W of SPEC 1 (keys t-W..t causal, |t-j| <= W bidirectional), or None for global scope.
+        window: W, the query at t sees keys t-W..t (causal, |t-j| <= W bidirectional), or None for global scope.
         causal: hide keys after the query.
         attention_mask: (B, T), 1 = real token, 0 = padding (as a key). Queries with no visible key output 0.
         dropout_p: dropout on the attention probabilities (pass 0 at evaluation).
@@ -101,22 +101,22 @@ def banded_attention(
     backend = resolve_backend(backend, q, window, dropout_p)
     options = dict(causal=causal, attention_mask=attention_mask)
     if backend == "flex":
-        return banded_attention_flex(q, k, v, past_bias, future_bias, window=window, **options)
+        return lag_bias_attention_flex(q, k, v, past_bias, future_bias, window=window, **options)
     if backend == "banded":
-        return banded_attention_banded(q, k, v, past_bias, future_bias, window=window, dropout_p=dropout_p, **options)
+        return lag_bias_attention_banded(q, k, v, past_bias, future_bias, window=window, dropout_p=dropout_p, **options)
     if backend == "chunked":
-        return banded_attention_chunked(q, k, v, past_bias, future_bias, dropout_p=dropout_p, **options)
-    return banded_attention_naive(q, k, v, past_bias, future_bias, window=window, dropout_p=dropout_p, **options)[0]
+        return lag_bias_attention_chunked(q, k, v, past_bias, future_bias, dropout_p=dropout_p, **options)
+    return lag_bias_attention_naive(q, k, v, past_bias, future_bias, window=window, dropout_p=dropout_p, **options)[0]
 
 
 __all__ = [
     "BACKENDS",
     "CHUNKED_MIN_LENGTH",
-    "banded_attention",
-    "banded_attention_banded",
-    "banded_attention_chunked",
-    "banded_attention_flex",
-    "banded_attention_naive",
+    "lag_bias_attention",
+    "lag_bias_attention_banded",
+    "lag_bias_attention_chunked",
+    "lag_bias_attention_flex",
+    "lag_bias_attention_naive",
     "flex_available",
     "resolve_backend",
 ]

@@ -188,7 +188,7 @@ class _ChunkedAttention(torch.autograd.Function):
                 grad_past, grad_future, None, None, None, None, None)  # fmt: skip
 
 
-def banded_attention_chunked(
+def lag_bias_attention_chunked(
     q: Tensor,
     k: Tensor,
     v: Tensor,

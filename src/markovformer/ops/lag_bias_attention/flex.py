@@ -39,7 +39,7 @@ def compiled_flex_attention():
 
 
 def _mask_mod(window: int | None, causal: bool, present: Tensor | None):
-    """SPEC 1's visibility rule (``lags.visible``) and key padding as a FlexAttention mask function."""
+    """The window and causality rule (``lags.visible``) and key padding as a FlexAttention mask function."""
 
     def mask_mod(b, h, q_idx, kv_idx):
         allowed = visible(q_idx - kv_idx, window, causal)
@@ -57,7 +57,7 @@ def _cached_block_mask(seq_len: int, window: int | None, causal: bool, device: t
 
 
 def block_mask_for(seq_len: int, window: int | None, causal: bool, attention_mask: Tensor | None, device: torch.device):
-    """The ``BlockMask`` of SPEC 1's visibility rule for this window, causality and key padding."""
+    """The ``BlockMask`` of the visibility rule (``lags.visible``) for this window, causality and key padding."""
     if attention_mask is None:  # the same for every call of this shape: build it once
         return _cached_block_mask(seq_len, window, causal, device)
     from torch.nn.attention.flex_attention import create_block_mask
@@ -87,7 +87,7 @@ def _score_mod(past_bias: Tensor | None, future_bias: Tensor | None, reach_past:
     return score_mod
 
 
-def banded_attention_flex(
+def lag_bias_attention_flex(
     q: Tensor,
     k: Tensor,
     v: Tensor,

@@ -1,5 +1,5 @@
-"""Markov-biased attention: the naive reference pinned to a double loop over SPEC 2.3, ``dense_lag_bias`` pinned
-element by element, and the banded path and the dispatcher pinned to the naive reference on outputs and all
+"""Markov-biased attention: the naive reference pinned to a double loop over the bias definition, ``dense_lag_bias``
+pinned element by element, and the banded path and the dispatcher pinned to the naive reference on outputs and all
 gradients."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 from padding_masks import mixed_mask
 
-from markovformer.ops import banded_attention, dense_lag_bias, lag_matrix
-from markovformer.ops.banded_attention import banded_attention_banded, banded_attention_naive
+from markovformer.ops import dense_lag_bias, lag_bias_attention, lag_matrix
+from markovformer.ops.lag_bias_attention import lag_bias_attention_banded, lag_bias_attention_naive
 
 HEADS, HEAD_DIM, VALUE_DIM = 2, 4, 3
 
@@ -45,10 +45,10 @@ def _assert_banded_matches_naive(length, window, order, causal, mask, block, dty
     options = dict(window=window, causal=causal, attention_mask=mask)
 
     def naive(q, k, v, past, future):
-        return banded_attention_naive(q, k, v, past, future, **options)[0]
+        return lag_bias_attention_naive(q, k, v, past, future, **options)[0]
 
     def banded(q, k, v, past, future):
-        return banded_attention_banded(q, k, v, past, future, block_size=block, **options)
+        return lag_bias_attention_banded(q, k, v, past, future, block_size=block, **options)
 
     expected, expected_grads = _run_with_grads(naive, tensors)
     got, got_grads = _run_with_grads(banded, tensors)
@@ -84,7 +84,7 @@ def test_banded_matches_naive_float32(causal, length, window, block):
 
 
 def _loop_reference(q, k, v, past, future, window, causal, mask):
-    """SPEC 1 and 2.3 written out: one score per (t, j), softmax over the visible keys, zeros if none."""
+    """The window rule and the bias written out: one score per (t, j), softmax over the visible keys, zeros if none."""
     batch, heads, length, head_dim = q.shape
     order = max([0] + [bias.shape[-1] for bias in (past, future) if bias is not None])
     out = torch.zeros(batch, heads, length, v.shape[-1], dtype=v.dtype)
@@ -127,7 +127,7 @@ def test_naive_matches_double_loop(causal, window, masked, biases):
     past = past if biases in ("past", "both") else None
     future = future if biases in ("future", "both") else None
     mask = mixed_mask(length) if masked else None
-    out, probs = banded_attention_naive(q, k, v, past, future, window=window, causal=causal, attention_mask=mask)
+    out, probs = lag_bias_attention_naive(q, k, v, past, future, window=window, causal=causal, attention_mask=mask)
     expected_out, expected_probs = _loop_reference(q, k, v, past, future, window, causal, mask)
     torch.testing.assert_close(probs, expected_probs, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(out, expected_out, rtol=1e-12, atol=1e-12)
@@ -137,7 +137,7 @@ def test_naive_matches_double_loop_order_beyond_length():
     """K > T: lags past the sequence ends have no key, and the loop never places them."""
     q, k, v, past, future = _inputs(4, order=9, seed=4, batch=2)
     for causal in (True, False):
-        out, probs = banded_attention_naive(q, k, v, past, future, window=None, causal=causal)
+        out, probs = lag_bias_attention_naive(q, k, v, past, future, window=None, causal=causal)
         expected_out, expected_probs = _loop_reference(q, k, v, past, future, None, causal, None)
         torch.testing.assert_close(probs, expected_probs, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(out, expected_out, rtol=1e-12, atol=1e-12)
@@ -176,7 +176,7 @@ def test_dense_lag_bias_none_without_biases():
 
 
 def _no_visible_key(mask: torch.Tensor, window: int | None, causal: bool) -> torch.Tensor:
-    """(B, T) True where a query sees no real key, from SPEC 1 directly."""
+    """(B, T) True where a query sees no real key, from the window rule directly."""
     batch, length = mask.shape
     empty = torch.ones(batch, length, dtype=torch.bool)
     for b in range(batch):
@@ -200,7 +200,7 @@ def test_all_masked_queries_give_zeros_and_finite_grads(dtype, causal, backend):
     empty = _no_visible_key(mask, window, causal)
     assert empty[0].any() and empty[1].all() and not empty[2].any()
     leaves = [t.requires_grad_(True) for t in (q, k, v, past, future)]
-    out = banded_attention(*leaves, window=window, causal=causal, attention_mask=mask, backend=backend)
+    out = lag_bias_attention(*leaves, window=window, causal=causal, attention_mask=mask, backend=backend)
     assert out.dtype == dtype
     assert torch.isfinite(out).all()
     empty_rows = empty[:, None, :, None].expand_as(out)
@@ -219,19 +219,19 @@ def test_dispatcher_backends(causal):
     q, k, v, past, future = _inputs(length, order=3, seed=7)
     mask = mixed_mask(length)
     local = dict(window=window, causal=causal, attention_mask=mask)
-    expected_local = banded_attention_naive(q, k, v, past, future, **local)[0]
+    expected_local = lag_bias_attention_naive(q, k, v, past, future, **local)[0]
     for backend in ("auto", "naive", "banded"):  # the local-scope backends that run on CPU (the rest: fast-path tests)
-        got = banded_attention(q, k, v, past, future, backend=backend, **local)
+        got = lag_bias_attention(q, k, v, past, future, backend=backend, **local)
         torch.testing.assert_close(got, expected_local, rtol=1e-10, atol=1e-10)
     # auto picks the banded path for local scope: bit-identical to calling it directly.
     assert torch.equal(
-        banded_attention(q, k, v, past, future, backend="auto", **local),
-        banded_attention_banded(q, k, v, past, future, **local),
+        lag_bias_attention(q, k, v, past, future, backend="auto", **local),
+        lag_bias_attention_banded(q, k, v, past, future, **local),
     )
     global_scope = dict(window=None, causal=causal, attention_mask=mask)
-    expected_global = banded_attention_naive(q, k, v, past, future, **global_scope)[0]
+    expected_global = lag_bias_attention_naive(q, k, v, past, future, **global_scope)[0]
     for backend in ("auto", "naive"):
-        assert torch.equal(banded_attention(q, k, v, past, future, backend=backend, **global_scope), expected_global)
+        assert torch.equal(lag_bias_attention(q, k, v, past, future, backend=backend, **global_scope), expected_global)
     # Global scope really differs from the local window here, so the comparisons above pin the scope.
     assert not torch.allclose(expected_global, expected_local)
 
@@ -240,23 +240,23 @@ def test_dispatcher_errors():
     q, k, v, past, future = _inputs(5, order=2, batch=2)
     options = dict(window=2, causal=True)
     with pytest.raises(ValueError, match="unknown attention backend 'flash'"):
-        banded_attention(q, k, v, backend="flash", **options)
+        lag_bias_attention(q, k, v, backend="flash", **options)
     with pytest.raises(ValueError, match="window=None"):
-        banded_attention(q, k, v, window=None, causal=True, backend="banded")
+        lag_bias_attention(q, k, v, window=None, causal=True, backend="banded")
     with pytest.raises(ValueError, match=r"q \(2, 5, 4\)"):
-        banded_attention(q[0], k[0], v[0], **options)
+        lag_bias_attention(q[0], k[0], v[0], **options)
     with pytest.raises(ValueError, match=r"k \(2, 2, 4, 4\)"):
-        banded_attention(q, k[:, :, :4], v, **options)
+        lag_bias_attention(q, k[:, :, :4], v, **options)
     with pytest.raises(ValueError, match=r"v \(2, 2, 4, 3\)"):
-        banded_attention(q, k, v[:, :, :4], **options)
+        lag_bias_attention(q, k, v[:, :, :4], **options)
     with pytest.raises(ValueError, match="past_bias"):
-        banded_attention(q, k, v, past[:, :1], future, **options)
+        lag_bias_attention(q, k, v, past[:, :1], future, **options)
     with pytest.raises(ValueError, match="future_bias"):
-        banded_attention(q, k, v, past, future[:, :, :4], **options)
+        lag_bias_attention(q, k, v, past, future[:, :, :4], **options)
     with pytest.raises(ValueError, match="attention_mask"):
-        banded_attention(q, k, v, attention_mask=torch.ones(2, 4), **options)
+        lag_bias_attention(q, k, v, attention_mask=torch.ones(2, 4), **options)
     with pytest.raises(ValueError, match="window"):
-        banded_attention(q, k, v, window=-1, causal=True)
+        lag_bias_attention(q, k, v, window=-1, causal=True)
 
 
 def test_prediction_lags_place_a_source_lag_where_the_predicting_query_sees_it():

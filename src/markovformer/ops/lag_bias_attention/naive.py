@@ -23,7 +23,7 @@ def dense_allowed(
     return allowed
 
 
-def banded_attention_naive(
+def lag_bias_attention_naive(
     q: Tensor,
     k: Tensor,
     v: Tensor,

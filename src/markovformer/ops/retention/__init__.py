@@ -1,0 +1,64 @@
+"""Retention (RetNet, Sun et al. 2023 §2.1-2.2): per head a fixed decay γ, queries q, keys k, values v,
+
+    O = (Q Kᵀ ⊙ D) V,   D_{nm} = γ^{n-m} if n >= m else 0        (causal)
+                        D_{nm} = γ^{|n-m|}                      (non-causal)
+
+``retention`` validates the form and dispatches; the three forms compute the same function:
+
+- ``"parallel"``: the dense T×T form (``naive.retention_parallel``), the reference; also gives the weights;
+- ``"recurrent"``: S_n = γ S_{n-1} + k_nᵀ v_n, o_n = q_n S_n, a loop over time (``naive.retention_recurrent``);
+- ``"chunkwise"``: parallel inside chunks, the recurrence across them (``chunked.retention_chunkwise``).
+
+Non-causal retention is the causal form run forwards and backwards, minus the doubly counted diagonal.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from markovformer.ops.retention.chunked import retention_chunkwise
+from markovformer.ops.retention.naive import decay_matrix, retention_parallel, retention_recurrent, retention_weights
+
+RETENTION_FORMS = ("parallel", "recurrent", "chunkwise")
+
+
+def check_form(form: str) -> None:
+    """ValueError naming ``form`` unless it is one of RETENTION_FORMS."""
+    if form not in RETENTION_FORMS:
+        raise ValueError(f"form={form!r}: expected one of {RETENTION_FORMS}")
+
+
+def retention(
+    q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, causal: bool = True, form: str = "chunkwise",
+    chunk_size: int = 64,
+) -> Tensor:  # fmt: skip
+    """Retention in one of RETENTION_FORMS. q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,).
+
+    Returns (B, H, T, Dv). ``chunk_size`` only matters for ``"chunkwise"``.
+    """
+    check_form(form)
+    if form == "parallel":
+        return retention_parallel(q, k, v, gamma, causal)
+
+    def causal_form(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        if form == "recurrent":
+            return retention_recurrent(q, k, v, gamma)
+        return retention_chunkwise(q, k, v, gamma, chunk_size)
+
+    output = causal_form(q, k, v)
+    if causal:
+        return output
+    backward = causal_form(q.flip(2), k.flip(2), v.flip(2)).flip(2)
+    return output + backward - (q * k).sum(-1, keepdim=True) * v
+
+
+__all__ = [
+    "RETENTION_FORMS",
+    "check_form",
+    "decay_matrix",
+    "retention",
+    "retention_chunkwise",
+    "retention_parallel",
+    "retention_recurrent",
+    "retention_weights",
+]

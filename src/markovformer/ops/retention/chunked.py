@@ -1,0 +1,40 @@
+"""Causal retention by chunks (RetNet's chunkwise form): the parallel form inside a chunk, the state recurrence
+across chunks, so no T×T matrix exists. Pinned to ``retention_parallel`` and ``retention_recurrent`` by the tests."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from markovformer.ops.retention.naive import decay_matrix
+from markovformer.ops.scan import linear_scan
+
+
+def retention_chunkwise(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, chunk_size: int = 64) -> Tensor:
+    """Causal retention by chunks of C: the parallel form inside, the state recurrence R_i = γ^C R_{i-1} + Kᵢᵀ(Vᵢ ⊙ ζ)
+    across (one ``linear_scan`` over T/C chunk states of size Dk·Dv). Time O(T·C + T·Dk·Dv), no T×T matrix.
+
+    q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,). Returns (B, H, T, Dv).
+    """
+    batch, heads, length, key_dim = q.shape
+    value_dim = v.shape[-1]
+    chunks = -(-length // chunk_size)
+    pad = chunks * chunk_size - length  # zero keys and values add nothing; padded queries are cropped
+    q, k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (chunks, chunk_size)) for x in (q, k, v))
+    log_gamma = torch.log(gamma.to(q.device))[:, None]  # (H, 1), float64
+    steps = torch.arange(chunk_size, device=q.device)
+    inner_decay = decay_matrix(gamma, chunk_size, True, q.device).to(q.dtype)[:, None]  # (H, 1, C, C)
+    query_decay = torch.exp((steps + 1) * log_gamma).to(q.dtype)[:, None, :, None]  # γ^{j+1}
+    key_decay = torch.exp((chunk_size - 1 - steps) * log_gamma).to(q.dtype)[:, None, :, None]  # γ^{C-1-j}
+    inner = ((q @ k.transpose(-1, -2)) * inner_decay) @ v
+    chunk_states = (k * key_decay).transpose(-1, -2) @ v  # (B, H, n, Dk, Dv): each chunk's own contribution
+    flat = chunk_states.permute(0, 2, 1, 3, 4).reshape(batch, chunks, heads * key_dim * value_dim)
+    carry = torch.exp(chunk_size * log_gamma).to(q.dtype).expand(heads, key_dim * value_dim).reshape(1, 1, -1)
+    states, _ = linear_scan(carry.expand_as(flat), flat)  # state after each chunk
+    previous = F.pad(states[:, :-1], (0, 0, 1, 0)).view(batch, chunks, heads, key_dim, value_dim).transpose(1, 2)
+    cross = (q * query_decay) @ previous
+    return (inner + cross).flatten(2, 3)[:, :, :length]
+
+
+__all__ = ["retention_chunkwise"]

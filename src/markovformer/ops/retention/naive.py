@@ -1,0 +1,49 @@
+"""Causal retention (RetNet, Sun et al. 2023 §2.1) in its two obviously correct forms, the references:
+
+    parallel:   O = (Q Kᵀ ⊙ D) V,   D_{nm} = γ^{n-m} if n >= m else 0   (dense T×T; γ^{|n-m|} when not causal)
+    recurrent:  S_n = γ S_{n-1} + k_nᵀ v_n,   o_n = q_n S_n               (a loop over time)
+
+Both take q, k (B, H, T, Dk), v (B, H, T, Dv) and the per-head decays gamma (H,).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def decay_matrix(gamma: Tensor, length: int, causal: bool, device: torch.device) -> Tensor:
+    """(H, T, T): γ^{n-m} for n >= m (and γ^{m-n} for n < m when not causal), else 0; in gamma's dtype."""
+    steps = torch.arange(length, device=device)
+    lag = steps[:, None] - steps[None, :]
+    allowed = lag >= 0 if causal else torch.ones_like(lag, dtype=torch.bool)
+    log_gamma = torch.log(gamma.to(device))[:, None, None]
+    return torch.where(allowed, torch.exp(lag.abs() * log_gamma), 0.0)
+
+
+def retention_weights(q: Tensor, k: Tensor, gamma: Tensor, causal: bool = True) -> Tensor:
+    """Q Kᵀ ⊙ D, (B, H, T, T): output = weights @ v. q, k (B, H, T, Dk); gamma (H,)."""
+    decay = decay_matrix(gamma, q.shape[-2], causal, q.device).to(q.dtype)
+    return (q @ k.transpose(-1, -2)) * decay
+
+
+def retention_parallel(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, causal: bool = True) -> Tensor:
+    """(Q Kᵀ ⊙ D) V. q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,). Returns (B, H, T, Dv)."""
+    return retention_weights(q, k, gamma, causal) @ v
+
+
+def retention_recurrent(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor) -> Tensor:
+    """Causal retention one step at a time: S_n = γ S_{n-1} + k_nᵀ v_n, o_n = q_n S_n (the reference loop).
+
+    q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,). Returns (B, H, T, Dv).
+    """
+    decay = gamma.to(q.dtype)[:, None, None]
+    state = q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1])
+    outputs = []
+    for q_n, k_n, v_n in zip(q.unbind(2), k.unbind(2), v.unbind(2), strict=True):
+        state = decay * state + k_n[..., :, None] * v_n[..., None, :]
+        outputs.append((q_n[..., None, :] @ state).squeeze(-2))
+    return torch.stack(outputs, dim=2)
+
+
+__all__ = ["decay_matrix", "retention_parallel", "retention_recurrent", "retention_weights"]

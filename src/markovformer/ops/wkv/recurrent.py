@@ -1,0 +1,28 @@
+"""Causal WKV by the RWKV-4 authors' numerically stable recurrence (their CUDA kernel, as a loop over time): a
+state (a, b) of weighted sums of v and 1, kept relative to a running exponent p so no exponential overflows."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def wkv_recurrent(w: Tensor, u: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """The RWKV-4 stable recurrence (the authors' CUDA kernel, as a loop): causal WKV, (B, T, C)."""
+    numerator = torch.zeros_like(k[:, 0])
+    denominator = torch.zeros_like(k[:, 0])
+    exponent = torch.full_like(k[:, 0], float("-inf"))
+    outputs = []
+    for k_t, v_t in zip(k.unbind(1), v.unbind(1), strict=True):
+        bonus = u + k_t
+        top = torch.maximum(exponent, bonus)
+        old, new = torch.exp(exponent - top), torch.exp(bonus - top)
+        outputs.append((old * numerator + new * v_t) / (old * denominator + new))
+        decayed = exponent - w
+        top = torch.maximum(decayed, k_t)
+        old, new = torch.exp(decayed - top), torch.exp(k_t - top)
+        numerator, denominator, exponent = old * numerator + new * v_t, old * denominator + new, top
+    return torch.stack(outputs, dim=1)
+
+
+__all__ = ["wkv_recurrent"]

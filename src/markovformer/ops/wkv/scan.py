@@ -1,0 +1,71 @@
+"""Stable WKV in parallel form: the recurrence's stabilisation, as a ``linear_scan`` with gates in [0, 1].
+
+With m_t = max_{i<=t}(k_i - (t-i)w) (a cumulative max, computed detached: any reference gives the same value, this
+one keeps every exponent <= 0), the sums relative to e^{m_t} obey N_t = e^{m_{t-1}-w-m_t} N_{t-1} + e^{k_t-m_t} v_t.
+Non-causal WKV runs the same sums over the reversed sequence for the strictly-future part.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from markovformer.ops.padding import has_real_before, zero_padding
+from markovformer.ops.scan import linear_scan
+
+
+def _past_sums(w: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """Σ_{i<t} e^{-(t-1-i)w + k_i - r_t} (v_i and 1) over real i, and the reference exponent r_t (B, T, C).
+
+    r_t is the largest exponent among those terms when some real token lies before t; where none does, the sums
+    are zero and r_t = -inf.
+    """
+    batch, length, _ = k.shape
+    reference = k.detach()
+    if attention_mask is not None:
+        real = attention_mask.bool()[..., None]
+        lowest = reference.masked_fill(~real, float("inf")).amin(1, keepdim=True)
+        # padded keys weigh nothing; for the reference they take the row's lowest real key, so they never lead it
+        reference = torch.where(real, reference, torch.where(torch.isfinite(lowest), lowest, 0.0))
+        v = zero_padding(v, attention_mask)
+    steps = torch.arange(length, device=k.device, dtype=torch.float64)[:, None]
+    decay64 = w.detach().double()
+    # m_t = max_{i<=t}(k_i - (t-i)w) as a cumulative max; float64 because k_i + i·w grows with t
+    top = ((reference.double() + steps * decay64).cummax(1).values - steps * decay64).to(k.dtype)
+    top_before = torch.cat([top[:, :1] + w.detach(), top[:, :-1]], dim=1)  # the gate at t = 0 is then 1
+    gate = torch.exp(top_before - w - top)
+    weight = zero_padding(torch.exp(k - top), attention_mask)
+    states, _ = linear_scan(torch.cat([gate, gate], -1), torch.cat([weight * v, weight], -1))
+    numerator, denominator = F.pad(states[:, :-1], (0, 0, 1, 0)).chunk(2, dim=-1)
+    history = has_real_before(attention_mask, batch, length, k.device)[..., None]
+    return numerator, denominator, torch.where(history, top_before, float("-inf"))
+
+
+def wkv_scan(
+    w: Tensor, u: Tensor, k: Tensor, v: Tensor, causal: bool = True, attention_mask: Tensor | None = None
+) -> Tensor:
+    """Stable WKV in parallel form (see this module's docstring). w, u (C,); k, v (B, T, C); attention_mask (B, T):
+    padded keys add nothing. Half-precision inputs are computed in float32. Returns (B, T, C) in k's dtype."""
+    dtype = k.dtype
+    compute = torch.promote_types(dtype, torch.float32)
+    w, u, k, v = (x.to(compute) for x in (w, u, k, v))
+    parts = [_past_sums(w, k, v, attention_mask)]
+    if not causal:
+        flip_mask = None if attention_mask is None else attention_mask.flip(1)
+        parts.append(tuple(x.flip(1) for x in _past_sums(w, k.flip(1), v.flip(1), flip_mask)))
+    bonus = u + k
+    top = bonus.detach()
+    for _, _, reference in parts:
+        top = torch.maximum(top, reference)
+    current = torch.exp(bonus - top)
+    numerator, denominator = current * v, current
+    for part_numerator, part_denominator, reference in parts:
+        scale = torch.exp(reference - top)  # 0 where there is no history
+        numerator = numerator + scale * part_numerator
+        denominator = denominator + scale * part_denominator
+    # the current term alone keeps the denominator >= 1 for real tokens; the clamp only guards padded rows
+    return (numerator / denominator.clamp_min(torch.finfo(compute).tiny)).to(dtype)
+
+
+__all__ = ["wkv_scan"]

@@ -1,0 +1,55 @@
+"""WKV: the stable parallel form (``wkv_scan``) and the stable recurrence against the dense formula, forward and
+gradients, causal and bidirectional, and where the dense formula overflows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from twins import assert_same_gradients, randn
+
+from markovformer.ops.wkv import wkv_naive, wkv_recurrent, wkv_scan
+
+LENGTH = 11
+
+
+def _wkv_inputs(seed: int = 0, length: int = LENGTH, scale: float = 2.0):
+    w = torch.exp(randn(6, seed=seed)).requires_grad_()
+    u = randn(6, seed=seed + 1).requires_grad_()
+    k = (scale * randn(3, length, 6, seed=seed + 2)).requires_grad_()
+    v = randn(3, length, 6, seed=seed + 3).requires_grad_()
+    return w, u, k, v
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_stable_wkv_equals_naive_formula(causal):
+    inputs = _wkv_inputs()
+    naive = wkv_naive(*inputs, causal=causal)
+    scan = wkv_scan(*inputs, causal=causal)
+    torch.testing.assert_close(scan, naive, rtol=1e-12, atol=1e-12)
+    assert_same_gradients(scan, naive, list(inputs), rtol=1e-10, atol=1e-12)
+    if causal:
+        torch.testing.assert_close(wkv_recurrent(*inputs), naive, rtol=1e-12, atol=1e-12)
+    single = wkv_scan(*(x.float() for x in inputs), causal=causal)
+    assert single.dtype == torch.float32
+    torch.testing.assert_close(single.double(), naive, rtol=1e-5, atol=1e-5)
+
+
+def test_stable_wkv_survives_keys_where_the_naive_formula_overflows():
+    w, u, k, v = (x.detach() for x in _wkv_inputs(length=300))
+    reference = wkv_naive(w, u, k, v)
+    shifted = k + 1000.0  # WKV is invariant to a common shift of the keys; e^1000 overflows even in float64
+    assert not torch.isfinite(wkv_naive(w, u, shifted, v)).all()
+    torch.testing.assert_close(wkv_scan(w, u, shifted, v), reference, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(wkv_recurrent(w, u, shifted, v), reference, rtol=1e-9, atol=1e-9)
+    fast = torch.full_like(w, 50.0)  # decays so fast that e^{-(t-1-i)w} underflows: wkv ≈ the last two tokens
+    out = wkv_scan(fast, u, k.float(), v.float())
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), wkv_naive(fast, u, k, v), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("length", [2, 7, 13])  # at T = 1 the output does not depend on w
+def test_stable_recurrence_gradients_equal_naive_at_odd_lengths(length):
+    inputs = _wkv_inputs(seed=4, length=length)
+    recurrent, naive = wkv_recurrent(*inputs), wkv_naive(*inputs)
+    torch.testing.assert_close(recurrent, naive, rtol=1e-12, atol=1e-12)
+    assert_same_gradients(recurrent, naive, list(inputs), rtol=1e-10, atol=1e-12)
