@@ -19,15 +19,13 @@ def _points(points: list[dict], **where) -> list[dict]:
 
 def solves(point: dict, settings) -> bool:
     """Mean test accuracy >= ``settings.solved``; icl_markov: mean test loss within ``ICL_SOLVED_GAP`` of add-1."""
-    if point["task"] == "icl_markov":
+    if zoo.TASK_SPECS[point["task"]].bayes_reference:
         return point["test_loss"]["mean"] <= point["bayes_add1"]["loss"]["mean"] + ICL_SOLVED_GAP
     return point["test_accuracy"]["mean"] >= settings.solved
 
 
 def chance_of(task: str, settings) -> float:
-    vocab = {"mqar": settings.mqar_vocab, "induction": settings.induction_vocab, "selective_copy": settings.copy_vocab,
-             "icl_markov": settings.icl_symbols}[task]  # fmt: skip
-    return chance_accuracy(task, vocab)
+    return chance_accuracy(task, getattr(settings, zoo.TASK_SPECS[task].vocab_setting))
 
 
 def accuracy_tables(report, points: list[dict], settings) -> None:
@@ -42,7 +40,7 @@ def accuracy_tables(report, points: list[dict], settings) -> None:
                            if found else "—")  # fmt: skip
             rows.append(row)
         extra = ""
-        if task == "icl_markov":
+        if zoo.TASK_SPECS[task].bayes_reference:
             add1 = [_points(points, task=task, length=length, width=width)[0]["bayes_add1"] for length, width in grid]
             rows.append(["Bayes add-1 (reference)", *(_mean_std(a["accuracy"]) for a in add1)])
             extra = f" ✓: test loss within {ICL_SOLVED_GAP} nats of the Bayes add-1 predictor's."
@@ -110,6 +108,7 @@ def gate_tables(report, points: list[dict], settings) -> None:
 
 
 def figures(report, points: list[dict], settings) -> None:
+    # deferred: plots import matplotlib
     from markovformer.plots.experiments import Panel, plot_panels
 
     for task in settings.tasks:
@@ -121,7 +120,7 @@ def figures(report, points: list[dict], settings) -> None:
                 curves[zoo.KINDS[kind][0]] = ([p["width"] for p in found],
                                               [p["test_accuracy"]["mean"] for p in found])  # fmt: skip
             references = {"chance": chance_of(task, settings)}
-            if task == "icl_markov":
+            if zoo.TASK_SPECS[task].bayes_reference:
                 add1 = _points(points, task=task, length=length)[0]["bayes_add1"]
                 references["Bayes add-1"] = add1["accuracy"]["mean"]
             panels.append(Panel(f"{task}, T = {length}", curves, references))
@@ -227,9 +226,7 @@ def selective_copy_verdict(results: list[tuple[str, float]], solved: float) -> s
 
 
 def mqar_pairs_text(length: int, settings) -> str:
-    from markovformer.experiments.mixers import mqar_pairs
-
-    return f"{mqar_pairs(length, settings)} pairs"
+    return f"{zoo.mqar_pairs(length, settings)} pairs"
 
 
 def write_report(report, settings, seeds: tuple[int, ...], quick: bool) -> None:

@@ -153,6 +153,7 @@ def _kinds(source: str) -> tuple[str, ...]:
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
+    # deferred: plots import matplotlib
     from markovformer.plots.experiments import LagPanel, Panel, plot_lag_bars, plot_panels
 
     settings = configure(QUICK if quick else RecoverySettings(), overrides, NAME)

@@ -1,4 +1,5 @@
-"""``vmt``: the Variational Markov Transformer (SPEC 5) against exact likelihoods and a windowed Transformer.
+"""``vmt``: the Variational Markov Transformer (continuous latents, a posterior read from the reversed window,
+trained on the ELBO) against exact likelihoods and a windowed Transformer.
 
 1. **Linear-Gaussian state-space model**, where the Kalman filter gives the exact log-likelihood: the ELBO and the
    importance-weighted bounds (K = 1, 10, 100) per step on held-out documents as training proceeds, for a VMT that
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from markovformer.data.shakespeare import find_tiny_shakespeare
 from markovformer.data.state_space import HiddenMarkovParameters, LinearGaussianSource, StickyHMMSource
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
@@ -43,7 +45,7 @@ from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 NAME = "vmt"
 SUMMARY = "Variational Markov Transformer: ELBO/IW bounds vs the exact Kalman likelihood; carry on/off vs a windowed " \
           "Transformer on a sticky HMM and on text"  # fmt: skip
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for annotations only: plots import matplotlib
     from markovformer.plots.experiments import Panel
 
 MODELS = ("vmt_carry", "vmt_no_carry", "transformer")
@@ -240,6 +242,7 @@ def text_cell(model_kind: str, window: int, settings: VMTSettings, seed: int, lo
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
+    # deferred: plots import matplotlib
     from markovformer.plots.experiments import Panel, plot_panels
 
     settings = configure(QUICK if quick else VMTSettings(), overrides, NAME)
@@ -346,7 +349,6 @@ def run(
 
 def _locate(path: str) -> Path | None:
     """The text file (``path``, or Tiny Shakespeare when it is empty); None when there is none."""
-    from markovformer.data.shakespeare import find_tiny_shakespeare
 
     try:
         return find_tiny_shakespeare(path or None)
@@ -381,6 +383,7 @@ def _comparison(cells: list[dict], unit: str, scale: float = 1.0) -> str:
 
 
 def _loss_panel(cells: list[dict], title: str, references: dict, scale: float = 1.0, restart: bool = False) -> Panel:
+    # deferred: plots import matplotlib
     from markovformer.plots.experiments import Panel
 
     curves = {}

@@ -1,4 +1,5 @@
-"""``weight-tying``: the canonical single-layer binary model on switching chains, tied vs untied (SPEC 6).
+"""``weight-tying``: the canonical single-layer binary model on switching chains, tied vs untied
+(x_n·e + p_n, one head, ReLU MLP, logit = ⟨a, z_n⟩ + b; tied means a = e).
 
 The talk's claim: with a = e (tied), d = 4 and p + q > 1, training from a small initialisation ends at the
 unigram minimum (loss H(π), the same prediction P(1|x) ≈ π₁ for both inputs); untied, or with p + q < 1, it
@@ -123,6 +124,7 @@ def _label(cell: dict) -> str:
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
+    # deferred: plots import matplotlib
     from markovformer.plots.experiments import Panel, plot_panels
 
     settings = configure(QUICK if quick else WeightTyingSettings(), overrides, NAME)
