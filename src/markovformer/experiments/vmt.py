@@ -242,13 +242,25 @@ def text_cell(model_kind: str, window: int, settings: VMTSettings, seed: int, lo
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
-    # deferred: plots import matplotlib
-    from markovformer.plots.experiments import Panel, plot_panels
-
     settings = configure(QUICK if quick else VMTSettings(), overrides, NAME)
     seed = (seeds or (0,))[0]
     report = ExperimentReport(out_dir, "The Variational Markov Transformer against exact likelihoods", log,
                               settings=asdict(settings))  # fmt: skip
+    _introduction(report, settings, seed, quick)
+    text_models = len(settings.text_windows) * len(MODELS) if _locate(settings.text_path) is not None else 0
+    report.expect_cells(1 + len(settings.hmm_windows) * len(MODELS) + text_models)
+    results: dict = {"settings": asdict(settings)}
+    results["linear_gaussian"] = linear_gaussian_part(report, settings, seed, log)
+    results["hmm"] = sticky_hmm_part(report, settings, seed, log)
+    text = text_part(report, settings, seed, log)
+    if text is not None:
+        results["text"] = text
+    report.results = results
+    return report.write()
+
+
+def _introduction(report: ExperimentReport, settings: VMTSettings, seed: int, quick: bool) -> None:
+    """The report's opening paragraph: the models' sizes and the training and scoring set-up."""
     report.text(
         f"Seed {seed}. VMT: latent {settings.latent_dim}, encoder d_model {settings.d_model} × {settings.n_layers} "
         f"layers, networks {settings.hidden_dim} wide, {settings.posterior} posterior; AdamW lr {settings.lr}, "
@@ -258,14 +270,14 @@ def run(
         "path(s) per window, windows chained by the carry (or not, for 'no carry')."
         + (" **Quick mode**: a few steps per model, a smoke test of the pipeline, not a result." if quick else "")
     )
-    results: dict = {"settings": asdict(settings)}
 
-    text_models = len(settings.text_windows) * len(MODELS) if _locate(settings.text_path) is not None else 0
-    report.expect_cells(1 + len(settings.hmm_windows) * len(MODELS) + text_models)
-    # 1. linear-Gaussian
+
+def linear_gaussian_part(
+    report: ExperimentReport, settings: VMTSettings, seed: int, log: Callable[[str], None]
+) -> dict:
+    """Part 1 (``linear_gaussian_cell``) with its table, final gaps and figure; returns the cell."""
     log(f"[{NAME}] part 1: linear-Gaussian state-space model")
     lg = report.cached(f"linear_gaussian_seed={seed}", lambda: linear_gaussian_cell(settings, seed, log))
-    results["linear_gaussian"] = lg
     columns = ["model", "step", "ELBO", *(f"IW K={k}" for k in settings.lg_iw_samples), "exact", "KL"]
     rows = []
     for kind, record in lg["models"].items():
@@ -288,6 +300,15 @@ def run(
         gaps = ", ".join(f"IW K={k} {lg['exact'] - last[f'iw_{k}']:.4f}" for k in settings.lg_iw_samples)
         finals.append(f"{kind.replace('_', ' ')}: ELBO {lg['exact'] - last['elbo']:.4f}, {gaps}")
     report.text("Gap to the exact log-likelihood at the end of training (nats per step): " + "; ".join(finals) + ".")
+    _linear_gaussian_figure(report, lg, settings)
+    return lg
+
+
+def _linear_gaussian_figure(report: ExperimentReport, lg: dict, settings: VMTSettings) -> None:
+    """Part 1's figure: per model, the gap between the exact log-likelihood and each bound against the step."""
+    # deferred: plots import matplotlib
+    from markovformer.plots.experiments import Panel, plot_panels
+
     panels = []
     for kind, record in lg["models"].items():
         kept = [i for i, step in enumerate(record["steps"]) if step > 0] or list(range(len(record["steps"])))
@@ -300,11 +321,17 @@ def run(
     report.figure(figure, "Gap between the exact held-out log-likelihood and each bound during training (from the "
                   "first evaluation after step 0)")  # fmt: skip
 
-    # 2. sticky HMM
+
+def sticky_hmm_part(
+    report: ExperimentReport, settings: VMTSettings, seed: int, log: Callable[[str], None]
+) -> list[dict]:
+    """Part 2 (``memory_cell`` per window and model) with its table, comparison line and figure; returns the cells."""
+    # deferred: plots import matplotlib
+    from markovformer.plots.experiments import plot_panels
+
     log(f"[{NAME}] part 2: sticky HMM, windows {list(settings.hmm_windows)}")
     memory = [report.cached(f"hmm_W={w}_{m}_seed={seed}", partial(memory_cell, m, w, settings, seed, log))
               for w in settings.hmm_windows for m in MODELS]  # fmt: skip
-    results["hmm"] = memory
     caption = (
         "Part 2. Sticky HMM (4 states staying with probability 0.98, 16 symbols): held-out loss per token (nats; "
         "the VMT's is −ELBO, an upper bound on its own negative log-likelihood, and −IW the tighter importance-"
@@ -319,32 +346,39 @@ def run(
                         restart=True)  # fmt: skip
     figure = plot_panels([panel], report.out_dir / "hmm.png", "window length", "nats per token", log_x=True)
     report.figure(figure, "Sticky HMM: held-out loss against the window length, with the exact floors")
+    return memory
 
-    # 3. text
+
+def text_part(
+    report: ExperimentReport, settings: VMTSettings, seed: int, log: Callable[[str], None]
+) -> list[dict] | None:
+    """Part 3 (``text_cell`` per window and model) with its table, comparison line and figure; returns the cells,
+    or None (with a log line and a sentence in the report) when there is no text file."""
+    # deferred: plots import matplotlib
+    from markovformer.plots.experiments import plot_panels
+
     text_file = _locate(settings.text_path)
-    if text_file is not None:
-        settings = replace(settings, text_path=str(text_file))
-        log(f"[{NAME}] part 3: {settings.text_path}, windows {list(settings.text_windows)}")
-        text = [report.cached(f"text_W={w}_{m}_seed={seed}", partial(text_cell, m, w, settings, seed, log))
-                for w in settings.text_windows for m in MODELS]  # fmt: skip
-        results["text"] = text
-        for cell in text:
-            cell["bits_per_char"] = cell["loss"] / math.log(2)
-        caption = (
-            f"Part 3. `{settings.text_path}`, characters ({text[0]['vocab_size']} symbols), {settings.text_steps} "
-            f"steps per model, {text[0]['val_chars']:,} held-out characters: bits per character (VMT: −ELBO / ln 2)."
-        )
-        report.table(*_sequence_table(text, "bits/char", settings.iw_samples, scale=1 / math.log(2)), caption=caption)
-        report.text(_comparison(text, "bits/char", scale=1 / math.log(2)))
-        panel = _loss_panel(text, Path(settings.text_path).name, {}, scale=1 / math.log(2))
-        figure = plot_panels([panel], report.out_dir / "text.png", "window length", "bits per character", log_x=True)
-        report.figure(figure, "Text: held-out bits per character against the window length")
-    else:
+    if text_file is None:
         where = settings.text_path or "Tiny Shakespeare (markovformer data prepare tiny-shakespeare)"
         log(f"[{NAME}] part 3 skipped: no text file {where} (set text_path=...)")
         report.text(f"Part 3 skipped: no text file `{where}`.")
-    report.results = results
-    return report.write()
+        return None
+    settings = replace(settings, text_path=str(text_file))
+    log(f"[{NAME}] part 3: {settings.text_path}, windows {list(settings.text_windows)}")
+    text = [report.cached(f"text_W={w}_{m}_seed={seed}", partial(text_cell, m, w, settings, seed, log))
+            for w in settings.text_windows for m in MODELS]  # fmt: skip
+    for cell in text:
+        cell["bits_per_char"] = cell["loss"] / math.log(2)
+    caption = (
+        f"Part 3. `{settings.text_path}`, characters ({text[0]['vocab_size']} symbols), {settings.text_steps} "
+        f"steps per model, {text[0]['val_chars']:,} held-out characters: bits per character (VMT: −ELBO / ln 2)."
+    )
+    report.table(*_sequence_table(text, "bits/char", settings.iw_samples, scale=1 / math.log(2)), caption=caption)
+    report.text(_comparison(text, "bits/char", scale=1 / math.log(2)))
+    panel = _loss_panel(text, Path(settings.text_path).name, {}, scale=1 / math.log(2))
+    figure = plot_panels([panel], report.out_dir / "text.png", "window length", "bits per character", log_x=True)
+    report.figure(figure, "Text: held-out bits per character against the window length")
+    return text
 
 
 def _locate(path: str) -> Path | None:
