@@ -96,7 +96,7 @@ def test_settings_are_checked_with_the_bad_value_named():
     with pytest.raises(ValueError, match="sizes='huge'"):
         mixers.resolve_sizes(mixers.MixersSettings(sizes="huge"))
     zoology = mixers.resolve_sizes(mixers.MixersSettings(sizes="zoology"))
-    assert zoology.lengths == (64, 128, 256, 512) and mixers.mqar_pairs(512, zoology) == 64
+    assert zoology.lengths == (64, 128, 256, 512) and zoo.mqar_pairs(512, zoology) == 64
 
 
 def test_tiny_run_writes_the_report_and_reuses_its_cells(tmp_path):

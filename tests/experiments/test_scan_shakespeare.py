@@ -97,7 +97,7 @@ def test_quick_run_writes_the_table_samples_and_figure(tmp_path):
     report = scan_shakespeare.run(tmp_path, quick=True, seeds=None, overrides={}, log=lines.append)
     text = report.read_text()
     assert all(len(table) > 1 for table in markdown_tables(text))  # every table well formed, none empty
-    for label in [*scan_shakespeare.LABELS.values(), "interpolated Kneser-Ney (SPEC 4)", "| 1.7170 |"]:
+    for label in [*scan_shakespeare.LABELS.values(), "interpolated Kneser-Ney (reference)", "| 1.7170 |"]:
         assert label in text
     assert text.count("Follow those") >= len(scan_shakespeare.MODELS) + 1 and (tmp_path / "cross_entropy.png").is_file()
     cells = json.loads((tmp_path / "results.json").read_text())["cells"]

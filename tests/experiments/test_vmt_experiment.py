@@ -13,7 +13,8 @@ import torch
 from markdown_tables import markdown_tables  # beside this file
 
 from markovformer.experiments import EXPERIMENTS, vmt
-from markovformer.experiments.vmt import VMTSettings, text_documents, transformer_model, vmt_model
+from markovformer.experiments.vmt import VMTSettings, text_data, transformer_model, vmt_model
+from markovformer.experiments.vmt_runs import vmt_run_values
 from markovformer.experiments.vmt_training import evaluate_transformer, evaluate_vmt, train_vmt
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 
@@ -112,12 +113,27 @@ def test_the_transformer_baseline_has_about_the_vmts_size():
     assert transformer.config.attention == "softmax" and transformer.config.n_layers == settings.transformer_layers
 
 
-def test_text_documents_split_the_file_in_order(tmp_path):
+def test_text_data_cuts_the_file_into_documents_of_doc_len_with_about_val_chars_held_out(tmp_path):
     path = tmp_path / "text.txt"
-    path.write_text("abcdefghij" * 30)
-    train, val, vocab = text_documents(str(path), doc_len=20, val_chars=25)
-    assert vocab == 10 and train.shape == (13, 20) and val.shape == (1, 20)
-    assert train[0, :3].tolist() == [0, 1, 2] and val[0, 0].item() == 0  # 90 % of 300 = 270 = "a" again
+    path.write_text("abcdefghij" * 300)
+    data = text_data(str(path), doc_len=20, val_chars=90)
+    assert data["seq_len"] == 19  # the engine's windows of seq_len + 1 tokens are the VMT's documents
+    train, val, test = data["fractions"]
+    assert train == 0.9 and val * 3000 == pytest.approx(90) and train + val + test == pytest.approx(1.0)
+
+
+def test_the_engine_run_config_holds_the_experiments_model_and_optimiser():
+    settings = VMTSettings(lr=1e-3, batch_size=5, kl_warmup_steps=7, overlap=True)
+    values = vmt_run_values(settings, {"source": "sticky_hmm"}, window=16, steps=40, carry=False, seed=3,
+                            eval_every=10, latent_dim=2)  # fmt: skip
+    model, trainer = values["model"], values["trainer"]
+    assert values["task"] == "vmt" and values["model_type"] == "vmt"
+    assert model["window"] == 16 and model["latent_dim"] == 2 and model["skip_length"] == 8
+    # AdamW without weight decay at a constant rate (no warm-up, decay floor 1), clipping at 1, as the old loop did
+    assert trainer["weight_decay"] == 0 and trainer["warmup_steps"] == 0 and trainer["lr_floor"] == 1.0
+    assert tuple(trainer["betas"]) == (0.9, 0.999) and trainer["gradient_clip"] == 1.0 and trainer["lr"] == 1e-3
+    assert trainer["carry"] is False and trainer["window_overlap"] is True and trainer["kl_warmup_steps"] == 7
+    assert trainer["checkpoint_every"] == 10 and trainer["max_steps"] == 40 and trainer["seed"] == 3
 
 
 def test_a_tiny_run_obeys_the_bounds_invariants(tmp_path):
@@ -132,8 +148,10 @@ def test_a_tiny_run_obeys_the_bounds_invariants(tmp_path):
     assert (tmp_path / "out" / "linear_gaussian.png").is_file() and (tmp_path / "out" / "hmm.png").is_file()
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     lg = results["linear_gaussian"]
+    assert lg["models"]["learned"]["steps"] == [5, 10]  # the engine's step checkpoints, then the final model
+    assert lg["models"]["true_p"]["steps"] == [0, 5, 10]
+    assert any((tmp_path / "out" / "runs").glob("linear_gaussian_learned_seed=0-*/model"))
     for kind, record in lg["models"].items():
-        assert record["steps"] == [0, 5, 10]
         for values in record["evaluations"]:
             assert values["kl"] >= 0 and values["elbo"] == pytest.approx(values["reconstruction"] - values["kl"])
             assert values["iw_100"] > values["elbo"]  # many paths beat one

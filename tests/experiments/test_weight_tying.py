@@ -1,4 +1,5 @@
-"""SPEC 6's weight-tying behaviour, trained for real (a short version of ``markovformer experiment weight-tying``)."""
+"""The weight-tying behaviour (tied, d = 4, p + q > 1 ends at the unigram minimum), trained for real (a short
+version of ``markovformer experiment weight-tying``)."""
 
 from __future__ import annotations
 

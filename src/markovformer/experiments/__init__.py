@@ -20,6 +20,7 @@ from markovformer.experiments import (
     vmt,
     weight_tying,
 )
+from markovformer.models.config_base import suggest
 
 _MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt, table1,
             mixers)
@@ -51,8 +52,6 @@ def run_experiment(
     ``overrides`` change fields of the experiment's settings (its grid, steps, sizes), e.g. ``{"steps": 500}``.
     """
     if name not in EXPERIMENTS:
-        from markovformer.models.config_base import suggest
-
         raise ValueError(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; known: {', '.join(EXPERIMENTS)}")
     return EXPERIMENTS[name].run(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {}, log=log)
 

@@ -1,8 +1,8 @@
-"""``icl-depth``: in-context learning of random binary chains redrawn for every sequence, by depth (SPEC 6).
+"""``icl-depth``: in-context learning of random binary chains redrawn for every sequence, by depth.
 
 Each sequence has its own kernel, rows ~ Dirichlet(1) (U[0, 1] for binary chains), so no fixed table can be
 memorised: the model must count transitions in context. The floor is the oracle (the sequence's own kernel); the
-Bayes-optimal in-context predictor is the add-1 estimator of the right order. SPEC 6: 1 layer fails, 2 layers
+Bayes-optimal in-context predictor is the add-1 estimator of the right order. Expected: 1 layer fails, 2 layers
 learn small k, 3 layers reach larger k. Models are the GPT-2-style configuration (``gpt2_style_config``).
 """
 
@@ -23,7 +23,7 @@ from markovformer.models.markovian_transformer import MarkovianTransformerForCau
 
 NAME = "icl-depth"
 SUMMARY = "random binary chains redrawn per sequence, orders 1-4 × depths 1-3, against the oracle and Bayes add-1"
-# SPEC 6, Monte-Carlo at T = 512 (±0.003): order -> (oracle, Bayes add-1)
+# Monte-Carlo reference losses (nats) at T = 512 (±0.003), rows ~ U[0, 1]: order -> (oracle, Bayes add-1)
 REFERENCE_T512 = {1: (0.483, 0.492), 2: (0.473, 0.488), 3: (0.465, 0.489), 4: (0.477, 0.515), 8: (0.497, 0.634)}
 
 
@@ -85,6 +85,7 @@ def train_icl_cell(
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
+    # deferred: plots import matplotlib
     from markovformer.plots.experiments import Panel, plot_panels
 
     settings = configure(QUICK if quick else ICLSettings(), overrides, NAME)
@@ -116,9 +117,9 @@ def run(
         rows, caption=f"Final held-out loss at T = {settings.seq_len} against the two floors.",
     )  # fmt: skip
     report.table(
-        ["order k", "oracle (SPEC, T=512)", "Bayes add-1 (SPEC, T=512)"],
+        ["order k", "oracle (reference, T=512)", "Bayes add-1 (reference, T=512)"],
         [[k, *REFERENCE_T512[k]] for k in orders if k in REFERENCE_T512],
-        caption="SPEC 6's reference values at T = 512, for comparison.",
+        caption="Monte-Carlo reference values at T = 512 (±0.003), for comparison.",
     )  # fmt: skip
     panels = []
     for order in orders:

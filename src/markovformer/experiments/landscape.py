@@ -1,4 +1,5 @@
-"""``landscape``: the reduced three-parameter model (e, w, b) of SPEC 6, in closed form — no training noise.
+"""``landscape``: the reduced three-parameter model (e, w, b), logit(x) = e²(1 + 2w|w|)x + b − e²/2,
+in closed form — no training noise.
 
 For p + q < 1 and p + q > 1: the profiled loss surface min_b L(e, w, b) over (w, e), gradient-flow trajectories
 from small and from larger initialisations, the saddle at (w, e) = (−1/√2, 0), and the basin boundary
@@ -95,6 +96,7 @@ def _surface(p: float, q: float, w_grid: np.ndarray, e_grid: np.ndarray) -> np.n
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
+    # deferred: plots import matplotlib
     from markovformer.plots.experiments import LandscapePanel, plot_landscapes
 
     settings = configure(QUICK if quick else LandscapeSettings(), overrides, NAME)
@@ -127,7 +129,7 @@ def run(
             agreement_rows.append([cell["p"], cell["q"], kind, len(starts), agree, drift])
     report.table(
         ["p", "q", "initialisation", "flow", "starts", "→ global minimum", "→ unigram", "not converged"],
-        summary_rows, caption=f"Where the flows end (seed {seed}). SPEC 6: small initialisations reach the global "
+        summary_rows, caption=f"Where the flows end (seed {seed}). Expected: small initialisations reach the global "
         "minimum when p + q < 1 and the unigram minimum when p + q > 1.",
     )  # fmt: skip
     report.table(

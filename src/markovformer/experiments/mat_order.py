@@ -1,4 +1,6 @@
-"""``mat-order``: MAT's decoder order k ∈ {1, 2, 3, 4, 5, ∞}, transparent attention on and off (SPEC 3).
+"""``mat-order``: MAT's decoder order k ∈ {1, 2, 3, 4, 5, ∞}, transparent attention on and off (MAT: order k lets
+y_i depend only on y_{i-k..i-1} and the source; transparent attention takes every layer's keys and values from the
+decoder's layer-0 input, so the order holds at any depth).
 
 Data: the synthetic translation task of true order 2 (``data.translation.SyntheticTranslationSource``: y_i is a fixed
 random table of x_i, y_{i-1}, y_{i-2}), or a parallel TSV of yours (``--set tsv_path=pairs.tsv``; for instance the
@@ -195,6 +197,7 @@ def run(
 
 
 def _run(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...], log: Callable[[str], None]) -> Path:
+    # deferred: plots import matplotlib
     from markovformer.plots.experiments import Panel, plot_panels
 
     tsv_path, orders = settings.tsv_path, settings.orders
@@ -280,7 +283,7 @@ def _row_name(cell: dict) -> str:
     """The paper's name for the decoder of this cell."""
     if cell["order"] is None:
         return "transparent AT" if cell["transparent"] else "AT"
-    leak = cell["n_layers"] * (cell["order"] - 1) + 1  # SPEC 3: tokens an n-gram masked decoder sees
+    leak = cell["n_layers"] * (cell["order"] - 1) + 1  # without transparency an order-k mask leaks L·(k-1)+1 tokens
     return "MAT" if cell["transparent"] else f"n-gram masked (sees {leak})"
 
 

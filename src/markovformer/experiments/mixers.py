@@ -28,8 +28,12 @@ from pathlib import Path
 import torch
 
 from markovformer.experiments import mixers_models as zoo
+from markovformer.experiments.fitting import fit_on_stream
+from markovformer.experiments.mixers_report import write_report
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
+from markovformer.experiments.table1_models import match_width, parameter_count
+from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 
 NAME = "mixers"
 SUMMARY = "every sequence mixer on MQAR, induction, selective copying and in-context chains, accuracy vs width"
@@ -95,14 +99,8 @@ def check_settings(settings: MixersSettings) -> None:
             source_of(task, length, settings)
 
 
-def mqar_pairs(length: int, settings: MixersSettings) -> int:
-    if settings.sizes == "zoology" and length in zoo.ZOOLOGY_PAIRS:
-        return zoo.ZOOLOGY_PAIRS[length]
-    return max(1, length // settings.mqar_pairs_per_length)
-
-
 def source_of(task: str, length: int, settings: MixersSettings):
-    return zoo.task_source(task, length, mqar_vocab=settings.mqar_vocab, mqar_pairs=mqar_pairs(length, settings),
+    return zoo.task_source(task, length, mqar_vocab=settings.mqar_vocab, mqar_pairs=zoo.mqar_pairs(length, settings),
                            induction_vocab=settings.induction_vocab, copy_tokens=settings.copy_tokens,
                            copy_vocab=settings.copy_vocab, icl_order=settings.icl_order,
                            icl_symbols=settings.icl_symbols)  # fmt: skip
@@ -111,7 +109,6 @@ def source_of(task: str, length: int, settings: MixersSettings):
 def matched_sections(task: str, length: int, width: int, settings: MixersSettings) -> dict[str, dict]:
     """Every kind's model section at the reference's parameter count (the global softmax model at ``width``), with
     ``parameters`` and ``ratio`` (its count over the reference's)."""
-    from markovformer.experiments.table1_models import match_width, parameter_count
 
     info = {"vocab_size": zoo.vocab_of(source_of(task, length, settings))}
     shape = (settings.n_layers, settings.n_heads, settings.max_order, settings.window)
@@ -131,8 +128,6 @@ def matched_sections(task: str, length: int, width: int, settings: MixersSetting
 def train_cell(task: str, length: int, section: dict, lr: float, seed: int, settings: MixersSettings,
                log: Callable[[str], None] | None = None) -> dict:  # fmt: skip
     """Train one model on a fresh stream of the task; its validation and test scores (and gate profile)."""
-    from markovformer.experiments.fitting import fit_on_stream
-    from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 
     source = source_of(task, length, settings)
     val = source.examples(settings.val_examples, torch.Generator().manual_seed(10**6 + seed))
@@ -152,7 +147,7 @@ def train_cell(task: str, length: int, section: dict, lr: float, seed: int, sett
     model.eval()
     result = {"val": zoo.score(model, *val), "test": zoo.score(model, *test), "seconds": fit.seconds,
               "gates": zoo.gate_profile(model, *test)}  # fmt: skip
-    if task == "icl_markov":
+    if zoo.TASK_SPECS[task].bayes_reference:
         result["bayes_add1"] = zoo.bayes_add1_scores(test[0].cpu(), settings.icl_order, settings.icl_symbols)
     return result
 
@@ -186,7 +181,7 @@ def run_grid_point(report: ExperimentReport, task: str, length: int, width: int,
              "val_by_lr": {f"{lr:g}": first[lr]["val"]["accuracy"] for lr in settings.lrs},
              "test_accuracy": test_accuracy, "test_loss": summary([r["test"]["loss"] for r in runs]),
              "seconds": sum(r["seconds"] for r in runs), "gates": [r["gates"] for r in runs]}  # fmt: skip
-    if task == "icl_markov":
+    if zoo.TASK_SPECS[task].bayes_reference:
         point["bayes_add1"] = {name: summary([r["bayes_add1"][name] for r in runs]) for name in ("accuracy", "loss")}
     return point
 
@@ -194,7 +189,6 @@ def run_grid_point(report: ExperimentReport, task: str, length: int, width: int,
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
-    from markovformer.experiments.mixers_report import write_report
 
     settings = resolve_sizes(configure(QUICK if quick else MixersSettings(), overrides, NAME))
     check_settings(settings)
@@ -218,4 +212,4 @@ def run(
 
 
 __all__ = ["DEFAULT_KINDS", "NAME", "QUICK", "SUMMARY", "MixersSettings", "check_settings", "matched_sections",
-           "mqar_pairs", "resolve_sizes", "run", "run_grid_point", "source_of", "train_cell"]  # fmt: skip
+           "resolve_sizes", "run", "run_grid_point", "source_of", "train_cell"]  # fmt: skip

@@ -10,12 +10,35 @@ is causal language modelling.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from markovformer.data.sources import DATA_SOURCES
+from markovformer.markov import add_beta_loss, add_beta_predict
 
-TASKS = ("mqar", "induction", "selective_copy", "icl_markov")
+
+@dataclass(frozen=True)
+class SyntheticTask:
+    """What the grid and its report need to know about one task beside its data source.
+
+    ``vocab_setting`` names the settings field that holds its vocabulary (its chance accuracy follows from it);
+    ``bayes_reference``: the task is an in-context Markov chain, scored against the Bayes add-1 predictor and solved
+    when the test loss comes within a margin of that predictor's, not by an accuracy threshold."""
+
+    name: str
+    vocab_setting: str
+    bayes_reference: bool = False
+
+
+TASK_SPECS = {
+    "mqar": SyntheticTask("mqar", "mqar_vocab"),
+    "induction": SyntheticTask("induction", "induction_vocab"),
+    "selective_copy": SyntheticTask("selective_copy", "copy_vocab"),
+    "icl_markov": SyntheticTask("icl_markov", "icl_symbols", bayes_reference=True),
+}
+TASKS = tuple(TASK_SPECS)
 REFERENCE_KIND = "softmax"
 # key -> (label, model section fields beside the shared ones); "local" kinds see ``window`` keys per layer
 KINDS: dict[str, tuple[str, dict]] = {
@@ -74,6 +97,14 @@ def task_source(task: str, length: int, *, mqar_vocab: int, mqar_pairs: int, ind
     return DATA_SOURCES[task](**options[task])
 
 
+def mqar_pairs(length: int, settings) -> int:
+    """MQAR's key-value pairs at ``length``: Zoology's figure-2 count with ``settings.sizes='zoology'``, else one pair
+    per ``settings.mqar_pairs_per_length`` tokens (at least one)."""
+    if settings.sizes == "zoology" and length in ZOOLOGY_PAIRS:
+        return ZOOLOGY_PAIRS[length]
+    return max(1, length // settings.mqar_pairs_per_length)
+
+
 def vocab_of(source) -> int:
     return source.num_symbols if hasattr(source, "num_symbols") else source.vocab_size
 
@@ -96,8 +127,6 @@ def score(model, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 2
 def bayes_add1_scores(inputs: torch.Tensor, order: int, num_symbols: int) -> dict[str, float]:
     """The Bayes add-1 in-context predictor's accuracy (its most probable symbol) and loss on ``icl_markov``
     sequences, over the same targets as ``score`` (t >= order)."""
-    from markovformer.markov import add_beta_loss, add_beta_predict
-
     prediction = add_beta_predict(inputs, order, num_symbols, 1.0)[:, order - 1 : -1]
     accuracy = float((prediction.argmax(-1) == inputs[:, order:]).double().mean())
     return {"accuracy": accuracy, "loss": add_beta_loss(inputs, order, num_symbols, 1.0)}
@@ -126,6 +155,6 @@ def gate_profile(model, inputs: torch.Tensor, labels: torch.Tensor) -> list[dict
     return layers
 
 
-__all__ = ["GATED_CONVOLUTIONS", "KINDS", "LTI", "MARKOV_KINDS", "REFERENCE_KIND", "SELECTIVE", "TASKS",
-           "ZOOLOGY_PAIRS", "bayes_add1_scores", "gate_profile", "kind_section", "score", "task_source",
-           "vocab_of"]  # fmt: skip
+__all__ = ["GATED_CONVOLUTIONS", "KINDS", "LTI", "MARKOV_KINDS", "REFERENCE_KIND", "SELECTIVE", "TASKS", "TASK_SPECS",
+           "ZOOLOGY_PAIRS", "SyntheticTask", "bayes_add1_scores", "gate_profile", "kind_section", "mqar_pairs",
+           "score", "task_source", "vocab_of"]  # fmt: skip

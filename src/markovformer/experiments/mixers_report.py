@@ -19,15 +19,13 @@ def _points(points: list[dict], **where) -> list[dict]:
 
 def solves(point: dict, settings) -> bool:
     """Mean test accuracy >= ``settings.solved``; icl_markov: mean test loss within ``ICL_SOLVED_GAP`` of add-1."""
-    if point["task"] == "icl_markov":
+    if zoo.TASK_SPECS[point["task"]].bayes_reference:
         return point["test_loss"]["mean"] <= point["bayes_add1"]["loss"]["mean"] + ICL_SOLVED_GAP
     return point["test_accuracy"]["mean"] >= settings.solved
 
 
 def chance_of(task: str, settings) -> float:
-    vocab = {"mqar": settings.mqar_vocab, "induction": settings.induction_vocab, "selective_copy": settings.copy_vocab,
-             "icl_markov": settings.icl_symbols}[task]  # fmt: skip
-    return chance_accuracy(task, vocab)
+    return chance_accuracy(task, getattr(settings, zoo.TASK_SPECS[task].vocab_setting))
 
 
 def accuracy_tables(report, points: list[dict], settings) -> None:
@@ -42,7 +40,7 @@ def accuracy_tables(report, points: list[dict], settings) -> None:
                            if found else "—")  # fmt: skip
             rows.append(row)
         extra = ""
-        if task == "icl_markov":
+        if zoo.TASK_SPECS[task].bayes_reference:
             add1 = [_points(points, task=task, length=length, width=width)[0]["bayes_add1"] for length, width in grid]
             rows.append(["Bayes add-1 (reference)", *(_mean_std(a["accuracy"]) for a in add1)])
             extra = f" ✓: test loss within {ICL_SOLVED_GAP} nats of the Bayes add-1 predictor's."
@@ -110,6 +108,7 @@ def gate_tables(report, points: list[dict], settings) -> None:
 
 
 def figures(report, points: list[dict], settings) -> None:
+    # deferred: plots import matplotlib
     from markovformer.plots.experiments import Panel, plot_panels
 
     for task in settings.tasks:
@@ -121,7 +120,7 @@ def figures(report, points: list[dict], settings) -> None:
                 curves[zoo.KINDS[kind][0]] = ([p["width"] for p in found],
                                               [p["test_accuracy"]["mean"] for p in found])  # fmt: skip
             references = {"chance": chance_of(task, settings)}
-            if task == "icl_markov":
+            if zoo.TASK_SPECS[task].bayes_reference:
                 add1 = _points(points, task=task, length=length)[0]["bayes_add1"]
                 references["Bayes add-1"] = add1["accuracy"]["mean"]
             panels.append(Panel(f"{task}, T = {length}", curves, references))
@@ -138,68 +137,90 @@ def _accuracy(points, task, kind, length, width) -> float | None:
 def published_comparison(report, points: list[dict], settings, quick: bool) -> None:
     """Zoology (MQAR) and Mamba (selective copying), cell by cell."""
     lines = ["## Against the published picture", ""]
-    width = 64 if 64 in settings.widths else max(settings.widths)
     if "mqar" in settings.tasks:
-        lines.append(f"**Zoology: attention solves MQAR at d_model = 64** (here d = {width}, ≥ {settings.solved}):")
-        for length in settings.lengths:
-            value = _accuracy(points, "mqar", "softmax", length, width)
-            if value is not None:
-                verdict = "reproduced" if value >= settings.solved else "not reproduced"
-                lines.append(f"- T = {length} ({mqar_pairs_text(length, settings)}): softmax {value:.3f}: {verdict}.")
-        lines.append("")
-        lines.append("**Zoology: gated convolutions need far larger widths** (test accuracy at each width, softmax "
-                     "first):")  # fmt: skip
-        for length in settings.lengths:
-            for grid_width in settings.widths:
-                values = {kind: _accuracy(points, "mqar", kind, length, grid_width)
-                          for kind in ("softmax", *zoo.GATED_CONVOLUTIONS) if kind in settings.kinds}  # fmt: skip
-                values = {k: v for k, v in values.items() if v is not None}
-                if "softmax" not in values:
-                    continue
-                text = ", ".join(f"{k} {v:.3f}" for k, v in values.items())
-                verdict = gated_convolution_verdict(values, settings.solved)
-                lines.append(f"- T = {length}, d = {grid_width}: {text}; {verdict}.")
-        if len(settings.lengths) > 1:
-            lines.append("")
-            lines.append("**Zoology: the gap grows with the number of pairs** (softmax minus the best gated "
-                         f"convolution, d = {width}):")  # fmt: skip
-            gaps = []
-            for length in settings.lengths:
-                soft = _accuracy(points, "mqar", "softmax", length, width)
-                others = [_accuracy(points, "mqar", k, length, width) for k in zoo.GATED_CONVOLUTIONS
-                          if k in settings.kinds]  # fmt: skip
-                others = [v for v in others if v is not None]
-                if soft is not None and others:
-                    gaps.append((length, soft - max(others)))
-            lines += [f"- T = {length} ({mqar_pairs_text(length, settings)}): gap {gap:+.3f}" for length, gap in gaps]
-            if len(gaps) > 1:
-                grows = all(b[1] > a[1] for a, b in zip(gaps, gaps[1:], strict=False))
-                lines.append(f"- {'reproduced' if grows else 'not reproduced'}: the gap "
-                             f"{'grows' if grows else 'does not grow'} with the pairs.")  # fmt: skip
-        lines.append("")
+        lines += _zoology_lines(points, settings)
     if "selective_copy" in settings.tasks:
-        lines.append("**Mamba: selective (input-dependent) recurrences solve selective copying, LTI ones do not** "
-                     f"(≥ {settings.solved} counts as solved):")  # fmt: skip
-        for length in settings.lengths:
-            for grid_width in settings.widths:
-                parts = []
-                for group, kinds in (("selective", zoo.SELECTIVE), ("LTI", zoo.LTI)):
-                    for kind in kinds:
-                        value = _accuracy(points, "selective_copy", kind, length, grid_width)
-                        if value is not None:
-                            parts.append((group, kind, value))
-                if not parts:
-                    continue
-                text = ", ".join(f"{kind} ({group}) {value:.3f}" for group, kind, value in parts)
-                verdict = selective_copy_verdict([(g, v) for g, _, v in parts], settings.solved)
-                lines.append(f"- T = {length}, d = {grid_width}: {text}: {verdict}.")
-        lines.append("")
+        lines += _mamba_lines(points, settings)
     if quick:
         lines.append("These are `--quick` numbers: a few hundred steps per model, far below the published budgets "
                      "(Zoology trains each model for tens of thousands of steps), so 'not reproduced' here is a "
                      "statement about the budget unless the slow learning test (global softmax reaches ≥ 0.99 on "
                      "MQAR T = 64 through the engine) says otherwise.")  # fmt: skip
     report.text("\n".join(lines))
+
+
+def _zoology_lines(points: list[dict], settings) -> list[str]:
+    """Zoology's three MQAR claims: attention solves it at d_model = 64; gated convolutions need far larger widths;
+    the gap grows with the number of pairs."""
+    lines = []
+    width = 64 if 64 in settings.widths else max(settings.widths)
+    lines.append(f"**Zoology: attention solves MQAR at d_model = 64** (here d = {width}, ≥ {settings.solved}):")
+    for length in settings.lengths:
+        value = _accuracy(points, "mqar", "softmax", length, width)
+        if value is not None:
+            verdict = "reproduced" if value >= settings.solved else "not reproduced"
+            lines.append(f"- T = {length} ({mqar_pairs_text(length, settings)}): softmax {value:.3f}: {verdict}.")
+    lines.append("")
+    lines.append("**Zoology: gated convolutions need far larger widths** (test accuracy at each width, softmax "
+                 "first):")  # fmt: skip
+    for length in settings.lengths:
+        for grid_width in settings.widths:
+            values = {kind: _accuracy(points, "mqar", kind, length, grid_width)
+                      for kind in ("softmax", *zoo.GATED_CONVOLUTIONS) if kind in settings.kinds}  # fmt: skip
+            values = {k: v for k, v in values.items() if v is not None}
+            if "softmax" not in values:
+                continue
+            text = ", ".join(f"{k} {v:.3f}" for k, v in values.items())
+            verdict = gated_convolution_verdict(values, settings.solved)
+            lines.append(f"- T = {length}, d = {grid_width}: {text}; {verdict}.")
+    if len(settings.lengths) > 1:
+        lines += _gap_growth_lines(points, settings, width)
+    lines.append("")
+    return lines
+
+
+def _gap_growth_lines(points: list[dict], settings, width: int) -> list[str]:
+    """Softmax minus the best gated convolution on MQAR at ``width``, per length, and whether it grows."""
+    lines = []
+    lines.append("")
+    lines.append("**Zoology: the gap grows with the number of pairs** (softmax minus the best gated "
+                 f"convolution, d = {width}):")  # fmt: skip
+    gaps = []
+    for length in settings.lengths:
+        soft = _accuracy(points, "mqar", "softmax", length, width)
+        others = [_accuracy(points, "mqar", k, length, width) for k in zoo.GATED_CONVOLUTIONS
+                  if k in settings.kinds]  # fmt: skip
+        others = [v for v in others if v is not None]
+        if soft is not None and others:
+            gaps.append((length, soft - max(others)))
+    lines += [f"- T = {length} ({mqar_pairs_text(length, settings)}): gap {gap:+.3f}" for length, gap in gaps]
+    if len(gaps) > 1:
+        grows = all(b[1] > a[1] for a, b in zip(gaps, gaps[1:], strict=False))
+        lines.append(f"- {'reproduced' if grows else 'not reproduced'}: the gap "
+                     f"{'grows' if grows else 'does not grow'} with the pairs.")  # fmt: skip
+    return lines
+
+
+def _mamba_lines(points: list[dict], settings) -> list[str]:
+    """Mamba's claim: selective (input-dependent) recurrences solve selective copying, LTI ones do not."""
+    lines = []
+    lines.append("**Mamba: selective (input-dependent) recurrences solve selective copying, LTI ones do not** "
+                 f"(≥ {settings.solved} counts as solved):")  # fmt: skip
+    for length in settings.lengths:
+        for grid_width in settings.widths:
+            parts = []
+            for group, kinds in (("selective", zoo.SELECTIVE), ("LTI", zoo.LTI)):
+                for kind in kinds:
+                    value = _accuracy(points, "selective_copy", kind, length, grid_width)
+                    if value is not None:
+                        parts.append((group, kind, value))
+            if not parts:
+                continue
+            text = ", ".join(f"{kind} ({group}) {value:.3f}" for group, kind, value in parts)
+            verdict = selective_copy_verdict([(g, v) for g, _, v in parts], settings.solved)
+            lines.append(f"- T = {length}, d = {grid_width}: {text}: {verdict}.")
+    lines.append("")
+    return lines
 
 
 def gated_convolution_verdict(values: dict[str, float], solved: float) -> str:
@@ -227,9 +248,7 @@ def selective_copy_verdict(results: list[tuple[str, float]], solved: float) -> s
 
 
 def mqar_pairs_text(length: int, settings) -> str:
-    from markovformer.experiments.mixers import mqar_pairs
-
-    return f"{mqar_pairs(length, settings)} pairs"
+    return f"{zoo.mqar_pairs(length, settings)} pairs"
 
 
 def write_report(report, settings, seeds: tuple[int, ...], quick: bool) -> None:

@@ -153,17 +153,38 @@ def _kinds(source: str) -> tuple[str, ...]:
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
-    from markovformer.plots.experiments import LagPanel, Panel, plot_lag_bars, plot_panels
-
     settings = configure(QUICK if quick else RecoverySettings(), overrides, NAME)
     sources = settings.sources
+    _check_sources(sources)
+    seeds = seeds or (0,)
+    title = "Order recovery: the Markovian Transformer's lags against the true order"
+    report = ExperimentReport(out_dir, title, log, settings=asdict(settings))
+    _introduction(report, settings)
+    cells = []
+    report.expect_cells(sum(len(_kinds(source)) for source in sources) * len(seeds))
+    for source in sources:
+        kinds = _kinds(source)
+        for kind in kinds:
+            for seed in seeds:
+                key = f"{source}_{kind}_seed={seed}"
+                cells.append(report.cached(key, partial(train_recovery_cell, source, kind, seed, settings, log)))
+    _results_table(report, cells)
+    _effective_bias(report, cells, settings)
+    _loss_figure(report, cells, sources)
+    report.results = {"settings": asdict(settings), "recovery_fraction": RECOVERY_FRACTION, "min_bias": MIN_BIAS,
+                      "converged_within": CONVERGED, "cells": cells}  # fmt: skip
+    return report.write()
+
+
+def _check_sources(sources: tuple[str, ...]) -> None:
     for source in sources:
         family, _, order = source.partition("-")
         if family not in ("fixed", "icl") or not order.isdigit() or int(order) < 1:
             raise ValueError(f"{NAME}.sources: {source!r} must be 'fixed-K' or 'icl-K' with an order K >= 1")
-    seeds = seeds or (0,)
-    title = "Order recovery: the Markovian Transformer's lags against the true order"
-    report = ExperimentReport(out_dir, title, log, settings=asdict(settings))
+
+
+def _introduction(report: ExperimentReport, settings: RecoverySettings) -> None:
+    """The report's opening paragraph: the sources, both models and the training set-up."""
     report.text(
         f"Fixed chains: `lagged_chain` over {settings.num_symbols} symbols with lags 1..k (strength "
         f"{settings.strength}). In-context: binary order-2 chains with a fresh kernel per sequence (rows ~ U[0, 1]). "
@@ -173,14 +194,10 @@ def run(
         f"{settings.steps} steps of {settings.batch_size} × T = {settings.seq_len}. Converged = within {CONVERGED} "
         f"nats of the floor. Recovered order: {RECOVERY_FRACTION:.0%} rule of the module docstring."
     )
-    cells = []
-    report.expect_cells(sum(len(_kinds(source)) for source in sources) * len(seeds))
-    for source in sources:
-        kinds = _kinds(source)
-        for kind in kinds:
-            for seed in seeds:
-                key = f"{source}_{kind}_seed={seed}"
-                cells.append(report.cached(key, partial(train_recovery_cell, source, kind, seed, settings, log)))
+
+
+def _results_table(report: ExperimentReport, cells: list[dict]) -> None:
+    """Final loss against the floor, recovered order and steps to converge, one row per cell."""
     rows = [
         [c["source"], c["kind"], c["seed"], c["true_order"], c.get("recovered_order", "—"), c["floor_name"],
          c["floor"], c["final_loss"], c["final_loss"] - c["floor"], c["steps_to_converge"] or "—", round(c["seconds"])]
@@ -191,6 +208,13 @@ def run(
          "steps to converge", "s"],
         rows, caption="Final held-out loss (nats; fixed chains: exact expected loss), steps to converge, wall time.",
     )  # fmt: skip
+
+
+def _effective_bias(report: ExperimentReport, cells: list[dict], settings: RecoverySettings) -> None:
+    """The Markovian cells' effective bias per attention lag: a table and, per source, a bar figure."""
+    # deferred: plots import matplotlib
+    from markovformer.plots.experiments import LagPanel, plot_lag_bars
+
     lag_columns = [f"lag {lag}" for lag in range(1, settings.max_order + 1)]
     profile_rows = []
     for cell in cells:
@@ -205,7 +229,7 @@ def run(
         "order k needs attention lags 0..k−1.",
     )  # fmt: skip
     bias_panels = []
-    for source in sources:
+    for source in settings.sources:
         biased = [c for c in cells if c["source"] == source and "effective_bias" in c]
         if not biased:
             continue
@@ -218,6 +242,13 @@ def run(
         report.figure(figure, "Effective bias per attention lag (mean gate × strength, max over heads) of each "
                       "Markovian layer; shaded: the lags 1..k−1 a chain of order k needs besides lag 0 (the token "
                       "itself, which never gets a bias)")  # fmt: skip
+
+
+def _loss_figure(report: ExperimentReport, cells: list[dict], sources: tuple[str, ...]) -> None:
+    """Held-out loss curves of every cell, one panel per source, with the source's floor."""
+    # deferred: plots import matplotlib
+    from markovformer.plots.experiments import Panel, plot_panels
+
     panels = []
     for source in sources:
         source_cells = [c for c in cells if c["source"] == source]
@@ -225,6 +256,3 @@ def run(
         panels.append(Panel(source, curves, {source_cells[0]["floor_name"]: source_cells[0]["floor"]}))
     figure = plot_panels(panels, report.out_dir / "loss_curves.png", "step", "held-out loss (nats)")
     report.figure(figure, "Held-out loss of the Markovian and softmax Transformers, with each source's floor")
-    report.results = {"settings": asdict(settings), "recovery_fraction": RECOVERY_FRACTION, "min_bias": MIN_BIAS,
-                      "converged_within": CONVERGED, "cells": cells}  # fmt: skip
-    return report.write()

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from markovformer.data.finance import REGIMES, regimes_of_examples
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
 from markovformer.experiments.table1_models import (
@@ -45,6 +46,8 @@ from markovformer.experiments.table1_models import (
     variant_section,
     variants,
 )
+from markovformer.experiments.table1_report import write_report
+from markovformer.training.run_config import resolve_run_config
 
 NAME = "table1"
 SUMMARY = "Markovian Transformer vs nine baselines on genomics, finance and speech, with ablations and hybrid ratio"
@@ -133,7 +136,7 @@ def set_up_domain(
 ) -> DomainSetup:
     """Read the domain's data once (sizes, longest example) and fix every row's model section: baselines at the
     width matching the Markovian Transformer's parameter count."""
-    from markovformer.training.run_config import resolve_run_config
+    # deferred: the training engine imports lightning
     from markovformer.training.runner import build_data
 
     spec, dataset = DOMAIN_SPECS[domain], getattr(settings, domain)
@@ -161,14 +164,14 @@ def set_up_domain(
 
 def run_config(setup: DomainSetup, variant: str, settings: Table1Settings, seed: int, output_dir: str = "") -> dict:
     """The engine run config of one cell."""
-    task = DOMAIN_SPECS[setup.name].task
-    ctc = task == "ctc"
+    spec = DOMAIN_SPECS[setup.name]
+    ctc = spec.ctc_budget
     steps = settings.ctc_steps if ctc else settings.steps
     trainer = {"max_steps": steps, "batch_size": settings.ctc_batch_size if ctc else settings.batch_size,
                "lr": settings.lr, "weight_decay": 0.1, "warmup_steps": max(1, steps // 10), "decay": "cosine",
                "lr_floor": 0.1, "eval_every": steps, "checkpoint_every": steps, "log_every": max(1, steps // 4),
                "eval_batch_size": 64, "seed": seed}  # fmt: skip
-    return {"task": task, "model_type": "markovian_transformer", "output_dir": output_dir,
+    return {"task": spec.task, "model_type": "markovian_transformer", "output_dir": output_dir,
             "model": setup.sections[variant], "data": setup.data, "trainer": trainer}  # fmt: skip
 
 
@@ -178,7 +181,7 @@ def regime_scores(run_dir: str | Path) -> dict[str, float | int]:
     (``f1_<regime>``, with ``count_<regime>`` examples), from its predictions, with the engine's F1 definition."""
     from torchmetrics.classification import MulticlassF1Score
 
-    from markovformer.data.finance import REGIMES, regimes_of_examples
+    # deferred: the training engine imports lightning
     from markovformer.training.runner import build_data, load_run
     from markovformer.training.tasks import model_inputs
 
@@ -211,7 +214,7 @@ def train_cell(
 ) -> dict:
     """Train (or resume, or reuse) one cell's run under ``out_dir/runs`` and score it with ``runner.evaluate``:
     ``val`` and ``test`` are its metrics on those splits, ``scores`` the table's test numbers."""
-    from markovformer.training.run_config import resolve_run_config
+    # deferred: the training engine imports lightning
     from markovformer.training.runner import evaluate, resume, train
 
     values = run_config(setup, variant, settings, seed)
@@ -300,7 +303,6 @@ def choose_ratio(domain: str, summaries: dict) -> str | None:
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
-    from markovformer.experiments.table1_report import write_report
 
     settings = configure(QUICK if quick else Table1Settings(), overrides, NAME)
     check_settings(settings)

@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from markovformer.data.finance import REGIMES
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.table1_models import DOMAIN_SPECS, MARKOVIAN, METRIC_LABELS, MODELS, ratio_of
 
@@ -82,7 +83,6 @@ def _regime_table(report: ExperimentReport, results: dict) -> None:
     finance = results["summaries"].get("finance")
     if not finance:
         return
-    from markovformer.data.finance import REGIMES
 
     rows = [[results["rows"][v], *(mean_std(finance[v].get(f"f1_{r}")) for r in REGIMES)]
             for v in results["rows"] if v in finance]  # fmt: skip
@@ -150,6 +150,7 @@ def _verdicts(report: ExperimentReport, results: dict) -> None:
 
 
 def _figure(report: ExperimentReport, results: dict) -> None:
+    # deferred: plots import matplotlib
     from markovformer.plots.saving import new_figure, save_figure
 
     domains = _domains(results)

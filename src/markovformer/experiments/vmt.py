@@ -1,4 +1,5 @@
-"""``vmt``: the Variational Markov Transformer (SPEC 5) against exact likelihoods and a windowed Transformer.
+"""``vmt``: the Variational Markov Transformer (continuous latents, a posterior read from the reversed window,
+trained on the ELBO) against exact likelihoods and a windowed Transformer.
 
 1. **Linear-Gaussian state-space model**, where the Kalman filter gives the exact log-likelihood: the ELBO and the
    importance-weighted bounds (K = 1, 10, 100) per step on held-out documents as training proceeds, for a VMT that
@@ -13,12 +14,16 @@
 3. **Text** (Tiny Shakespeare by default, characters): bits per character against the window length, the same three
    models. Skipped, with a log line, when the file is absent.
 
-Every VMT trains with the text's Algorithm 1 in a small loop of its own: each batch row walks a long document window
-by window, the last latent carried into the next window (``--set overlap=true``: windows advance by half a window
-and the latent carried is the one in the middle, inferred with half a window of future), a row that reaches the end
-of its document starts a new one without a carry, KL warm-up over the first steps. The VMT's loss is −ELBO per token
-(an upper bound on its negative log-likelihood); the Transformer's is its cross-entropy. Both score the same tokens:
-the held-out documents cut into consecutive windows, the Transformer seeing the window plus the one token before it.
+Every VMT with learned parameters trains through the engine (``runner.train``, task ``vmt``; one run directory per
+cell under ``runs/`` of the output folder, see ``vmt_runs``): the text's Algorithm 1, each batch row walking a long
+document window by window, the last latent carried into the next window (``--set overlap=true``: windows advance by
+half a window and the latent carried is the one in the middle, inferred with half a window of future), a row that
+reaches the end of its document starting a new one without a carry, KL warm-up over the first steps. Part 1's
+learned VMT is scored at each of its step checkpoints. The "true P" VMT of part 1 keeps a small loop of its own
+(``vmt_training.train_vmt``): the engine cannot hold a VMT's generative part fixed at given parameters. The VMT's
+loss is −ELBO per token (an upper bound on its negative log-likelihood); the Transformer's is its cross-entropy.
+Both score the same tokens: the held-out documents cut into consecutive windows, the Transformer seeing the window
+plus the one token before it.
 """
 
 from __future__ import annotations
@@ -33,17 +38,25 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from markovformer.data.shakespeare import find_tiny_shakespeare
 from markovformer.data.state_space import HiddenMarkovParameters, LinearGaussianSource, StickyHMMSource
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
+from markovformer.experiments.vmt_runs import (
+    load_checkpoint_model,
+    stacked_documents,
+    train_vmt_run,
+    vmt_run_values,
+)
 from markovformer.experiments.vmt_training import evaluate_transformer, evaluate_vmt, train_transformer, train_vmt
 from markovformer.models.markovian_transformer import MarkovianTransformerForCausalLM, gpt2_style_config
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
+from markovformer.training.run_config import resolve_run_config
 
 NAME = "vmt"
 SUMMARY = "Variational Markov Transformer: ELBO/IW bounds vs the exact Kalman likelihood; carry on/off vs a windowed " \
           "Transformer on a sticky HMM and on text"  # fmt: skip
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for annotations only: plots import matplotlib
     from markovformer.plots.experiments import Panel
 
 MODELS = ("vmt_carry", "vmt_no_carry", "transformer")
@@ -133,31 +146,47 @@ def _stack(examples: list[dict], key: str) -> Tensor:
 # --------------------------------------------------------------------------------------------------- cells
 
 
-def linear_gaussian_cell(settings: VMTSettings, seed: int, log: Callable[[str], None]) -> dict:
-    """Part 1: bounds per step on held-out documents during training, for a learned VMT and for one with the true
-    generative part (frozen) and a learned posterior."""
-    source = LinearGaussianSource(doc_len=settings.lg_doc_len, train_documents=settings.lg_train_documents,
-                                  val_documents=settings.lg_val_documents, test_documents=1)  # fmt: skip
+def linear_gaussian_cell(settings: VMTSettings, seed: int, runs: Path, log: Callable[[str], None]) -> dict:
+    """Part 1: bounds per step on held-out documents during training, for a learned VMT (trained by the engine into
+    ``runs``, scored at each step checkpoint) and for one with the true generative part (frozen) and a learned
+    posterior."""
+    options = {"doc_len": settings.lg_doc_len, "train_documents": settings.lg_train_documents,
+               "val_documents": settings.lg_val_documents, "test_documents": 1}  # fmt: skip
+    source = LinearGaussianSource(**options)
     bundle = source.build(seed)
     train, val = _stack(bundle.train, "input_features"), _stack(bundle.val, "input_features")
     exact = bundle.info["reference"]["val_log_likelihood_per_step"]
     out: dict = {"exact": exact, "entropy_rate": bundle.info["reference"]["entropy_rate"], "models": {}}
-    for kind in ("learned", "true_p"):
-        latent = settings.lg_latent_dim if kind == "learned" else source.state_dim
-        model = vmt_model(settings, settings.lg_window, seed, input_dim=source.obs_dim, latent_dim=latent)
-        if kind == "true_p":
-            model.set_linear_gaussian(**bundle.info["parameters"])
-            for parameter in model.generative_parameters():
-                parameter.requires_grad_(False)
-        evaluate = partial(evaluate_vmt, model, val, window=settings.lg_window, carry=True, seed=seed,
-                           iw_samples=tuple(settings.lg_iw_samples), num_samples=settings.eval_samples)  # fmt: skip
-        record = train_vmt(model, train, window=settings.lg_window, steps=settings.lg_steps,
-                           batch_size=settings.batch_size, lr=settings.lr, carry=True, overlap=settings.overlap,
-                           kl_warmup_steps=settings.kl_warmup_steps, seed=seed, evaluate=evaluate,
-                           eval_every=settings.lg_eval_every, log=log, label=f"linear-Gaussian {kind}")  # fmt: skip
-        out["models"][kind] = {"steps": record.steps, "evaluations": record.evaluations, "seconds": record.seconds,
+    evaluate = partial(evaluate_vmt, documents=val, window=settings.lg_window, carry=True, seed=seed,
+                       iw_samples=tuple(settings.lg_iw_samples), num_samples=settings.eval_samples)  # fmt: skip
+    values = vmt_run_values(settings, {"source": "linear_gaussian", **options}, window=settings.lg_window,
+                            steps=settings.lg_steps, carry=True, seed=seed, eval_every=settings.lg_eval_every,
+                            latent_dim=settings.lg_latent_dim)  # fmt: skip
+    run = train_vmt_run(values, runs, f"linear_gaussian_learned_seed={seed}", log)
+    scored = [(step, load_checkpoint_model(path)) for step, path in run.checkpoints if step < settings.lg_steps]
+    steps, evaluations = [], []
+    for step, model in [*scored, (settings.lg_steps, run.model)]:
+        steps.append(step)
+        evaluations.append(evaluate(model))
+        log(f"  linear-Gaussian learned step {step}/{settings.lg_steps}: " + _shown(evaluations[-1]))
+    out["models"]["learned"] = {"steps": steps, "evaluations": evaluations, "seconds": run.seconds,
+                                "train_kl": run.last_kl, "parameters": run.model.num_parameters()}  # fmt: skip
+    # The engine cannot train a VMT whose generative part is fixed to given parameters: this one keeps its own loop.
+    model = vmt_model(settings, settings.lg_window, seed, input_dim=source.obs_dim, latent_dim=source.state_dim)
+    model.set_linear_gaussian(**bundle.info["parameters"])
+    for parameter in model.generative_parameters():
+        parameter.requires_grad_(False)
+    record = train_vmt(model, train, window=settings.lg_window, steps=settings.lg_steps,
+                       batch_size=settings.batch_size, lr=settings.lr, carry=True, overlap=settings.overlap,
+                       kl_warmup_steps=settings.kl_warmup_steps, seed=seed, evaluate=partial(evaluate, model),
+                       eval_every=settings.lg_eval_every, log=log, label="linear-Gaussian true_p")  # fmt: skip
+    out["models"]["true_p"] = {"steps": record.steps, "evaluations": record.evaluations, "seconds": record.seconds,
                                "train_kl": record.last_kl, "parameters": model.num_parameters()}  # fmt: skip
     return out
+
+
+def _shown(result: dict) -> str:
+    return ", ".join(f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float))
 
 
 def _restart_reference(parameters: HiddenMarkovParameters, documents: Tensor, window: int) -> float:
@@ -169,68 +198,75 @@ def _restart_reference(parameters: HiddenMarkovParameters, documents: Tensor, wi
 
 
 def _sequence_cell(
-    model_kind: str, window: int, train: Tensor, val: Tensor, vocab_size: int, steps: int, settings: VMTSettings,
-    seed: int, log: Callable[[str], None], label: str,
+    model_kind: str, window: int, data: dict, train: Tensor, val: Tensor, vocab_size: int, steps: int,
+    settings: VMTSettings, seed: int, runs: Path, log: Callable[[str], None], label: str,
 ) -> dict:  # fmt: skip
-    """Train and score one model of ``MODELS`` on token documents: loss per token (nats) on ``val``."""
-    vmt = vmt_model(settings, window, seed, vocab_size=vocab_size)
+    """Train and score one model of ``MODELS`` on token documents: loss per token (nats) on ``val``. A VMT is trained
+    by the engine on the data section ``data`` (whose training and validation documents are ``train`` and ``val``)
+    into ``runs``; the Transformer by ``train_transformer`` on ``train``."""
+    carry = model_kind == "vmt_carry"
+    values = vmt_run_values(settings, data, window=window, steps=steps, carry=carry, seed=seed)
     if model_kind == "transformer":
-        model = transformer_model(settings, vocab_size, window, vmt.num_parameters(), seed)
+        vmt_size = vmt_model(settings, window, seed, vocab_size=vocab_size).num_parameters()
+        model = transformer_model(settings, vocab_size, window, vmt_size, seed)
         log(f"  {label}: training the Transformer ({model.num_parameters():,} parameters)")
         seconds = train_transformer(model, train, window=window, steps=steps, batch_size=settings.batch_size,
                                     lr=settings.lr, seed=seed)  # fmt: skip
         loss = evaluate_transformer(model, val, window=window)
         return {"model": model_kind, "window": window, "loss": loss, "seconds": seconds,
                 "parameters": model.num_parameters()}  # fmt: skip
-    carry = model_kind == "vmt_carry"
-    record = train_vmt(vmt, train, window=window, steps=steps, batch_size=settings.batch_size, lr=settings.lr,
-                       carry=carry, overlap=settings.overlap, kl_warmup_steps=settings.kl_warmup_steps, seed=seed,
-                       log=log, label=label)  # fmt: skip
+    run = train_vmt_run(values, runs, label.replace(" ", "_"), log)
     iw = (settings.iw_samples,) if settings.iw_samples else ()
-    result = evaluate_vmt(vmt, val, window=window, carry=carry, iw_samples=iw, num_samples=settings.eval_samples,
+    result = evaluate_vmt(run.model, val, window=window, carry=carry, iw_samples=iw, num_samples=settings.eval_samples,
                           seed=seed)  # fmt: skip
-    log(f"  {label}: −ELBO {-result['elbo']:.4f} nats/token, KL {result['kl']:.4f} ({record.seconds:.0f}s)")
+    log(f"  {label}: −ELBO {-result['elbo']:.4f} nats/token, KL {result['kl']:.4f} ({run.seconds:.0f}s)")
     return {"model": model_kind, "window": window, "loss": -result["elbo"], "reconstruction": result["reconstruction"],
-            "kl": result["kl"], "iw_loss": -result[f"iw_{iw[0]}"] if iw else None, "train_kl": record.last_kl,
-            "seconds": record.seconds, "parameters": vmt.num_parameters()}  # fmt: skip
+            "kl": result["kl"], "iw_loss": -result[f"iw_{iw[0]}"] if iw else None, "train_kl": run.last_kl,
+            "seconds": run.seconds, "parameters": run.model.num_parameters()}  # fmt: skip
 
 
-def memory_cell(model_kind: str, window: int, settings: VMTSettings, seed: int, log: Callable[[str], None]) -> dict:
+def memory_cell(
+    model_kind: str, window: int, settings: VMTSettings, seed: int, runs: Path, log: Callable[[str], None]
+) -> dict:
     """Part 2: one model and window on the sticky HMM, with the exact references for that window."""
-    source = StickyHMMSource(doc_len=settings.hmm_doc_len, train_documents=settings.hmm_train_documents,
-                             val_documents=settings.hmm_val_documents, test_documents=1)  # fmt: skip
+    options = {"doc_len": settings.hmm_doc_len, "train_documents": settings.hmm_train_documents,
+               "val_documents": settings.hmm_val_documents, "test_documents": 1}  # fmt: skip
+    source = StickyHMMSource(**options)
     bundle = source.build(seed)
     train, val = _stack(bundle.train, "input_ids"), _stack(bundle.val, "input_ids")
-    cell = _sequence_cell(model_kind, window, train, val, source.num_symbols, settings.hmm_steps, settings, seed,
-                          log, f"HMM W={window} {model_kind}")  # fmt: skip
+    cell = _sequence_cell(model_kind, window, {"source": "sticky_hmm", **options}, train, val, source.num_symbols,
+                          settings.hmm_steps, settings, seed, runs, log, f"HMM W={window} {model_kind}")  # fmt: skip
     parameters = HiddenMarkovParameters(**bundle.info["parameters"])
     reference = bundle.info["reference"]
     return {**cell, "exact": -reference["val_log_likelihood_per_token"], "restart": _restart_reference(parameters,
             val, window), "marginal": reference["marginal_entropy"]}  # fmt: skip
 
 
-def text_documents(path: str, doc_len: int, val_chars: int) -> tuple[Tensor, Tensor, int]:
-    """Characters of the file: the first 90 % as training documents of ``doc_len``, then ``val_chars`` characters of
-    the rest as validation documents of ``doc_len`` (fewer if it is shorter). Ids 0..V-1 over the file's alphabet
-    (the set of characters only; no statistics of the validation part)."""
-    text = Path(path).read_text(encoding="utf-8")
-    alphabet = {char: index for index, char in enumerate(sorted(set(text)))}
-    ids = torch.tensor([alphabet[char] for char in text])
-    split = int(0.9 * len(ids))
-    train = ids[: split // doc_len * doc_len].view(-1, doc_len)
-    val_part = ids[split : split + val_chars]
-    if len(val_part) == 0 or split < doc_len:
-        raise ValueError(f"{path}: too short for training documents of {doc_len} characters and a validation part")
-    val_len = min(doc_len, len(val_part))
-    val = val_part[: len(val_part) // val_len * val_len].view(-1, val_len)
-    return train, val, len(alphabet)
+def text_data(path: str, doc_len: int, val_chars: int) -> dict:
+    """The engine data section of part 3: the file's characters, the first 90 % cut into training documents of
+    ``doc_len``, then about ``val_chars`` characters as validation documents of ``doc_len``."""
+    length = len(Path(path).read_text(encoding="utf-8"))
+    val_fraction = min(0.05, val_chars / max(1, length))
+    return {"source": "text", "path": path, "tokenizer": "char", "seq_len": doc_len - 1,
+            "fractions": (0.9, val_fraction, 0.1 - val_fraction)}  # fmt: skip
 
 
-def text_cell(model_kind: str, window: int, settings: VMTSettings, seed: int, log: Callable[[str], None]) -> dict:
-    """Part 3: one model and window on the text file; loss in nats per character."""
-    train, val, vocab_size = text_documents(settings.text_path, settings.text_doc_len, settings.text_val_chars)
-    cell = _sequence_cell(model_kind, window, train, val, vocab_size, settings.text_steps, settings, seed, log,
-                          f"text W={window} {model_kind}")  # fmt: skip
+def text_cell(
+    model_kind: str, window: int, settings: VMTSettings, seed: int, runs: Path, log: Callable[[str], None]
+) -> dict:
+    """Part 3: one model and window on the text file; loss in nats per character. Both models read the engine's
+    documents of that file (``text_data``; the whole ones, a split's last shorter window left out)."""
+    # deferred: the training engine imports lightning
+    from markovformer.training.runner import build_data
+
+    data = text_data(settings.text_path, settings.text_doc_len, settings.text_val_chars)
+    bundle = build_data(resolve_run_config({"task": "vmt", "model_type": "vmt", "model": {}, "data": data,
+                                            "trainer": {"seed": seed}}))  # fmt: skip
+    train = stacked_documents(bundle.train, "input_ids", settings.text_doc_len)
+    val = stacked_documents(bundle.val, "input_ids", settings.text_doc_len)
+    vocab_size = bundle.info["vocab_size"]
+    cell = _sequence_cell(model_kind, window, data, train, val, vocab_size, settings.text_steps, settings, seed, runs,
+                          log, f"text W={window} {model_kind}")  # fmt: skip
     return {**cell, "val_chars": val.numel(), "vocab_size": vocab_size}
 
 
@@ -240,12 +276,25 @@ def text_cell(model_kind: str, window: int, settings: VMTSettings, seed: int, lo
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
-    from markovformer.plots.experiments import Panel, plot_panels
-
     settings = configure(QUICK if quick else VMTSettings(), overrides, NAME)
     seed = (seeds or (0,))[0]
     report = ExperimentReport(out_dir, "The Variational Markov Transformer against exact likelihoods", log,
                               settings=asdict(settings))  # fmt: skip
+    _introduction(report, settings, seed, quick)
+    text_models = len(settings.text_windows) * len(MODELS) if _locate(settings.text_path) is not None else 0
+    report.expect_cells(1 + len(settings.hmm_windows) * len(MODELS) + text_models)
+    results: dict = {"settings": asdict(settings)}
+    results["linear_gaussian"] = linear_gaussian_part(report, settings, seed, log)
+    results["hmm"] = sticky_hmm_part(report, settings, seed, log)
+    text = text_part(report, settings, seed, log)
+    if text is not None:
+        results["text"] = text
+    report.results = results
+    return report.write()
+
+
+def _introduction(report: ExperimentReport, settings: VMTSettings, seed: int, quick: bool) -> None:
+    """The report's opening paragraph: the models' sizes and the training and scoring set-up."""
     report.text(
         f"Seed {seed}. VMT: latent {settings.latent_dim}, encoder d_model {settings.d_model} × {settings.n_layers} "
         f"layers, networks {settings.hidden_dim} wide, {settings.posterior} posterior; AdamW lr {settings.lr}, "
@@ -255,14 +304,15 @@ def run(
         "path(s) per window, windows chained by the carry (or not, for 'no carry')."
         + (" **Quick mode**: a few steps per model, a smoke test of the pipeline, not a result." if quick else "")
     )
-    results: dict = {"settings": asdict(settings)}
 
-    text_models = len(settings.text_windows) * len(MODELS) if _locate(settings.text_path) is not None else 0
-    report.expect_cells(1 + len(settings.hmm_windows) * len(MODELS) + text_models)
-    # 1. linear-Gaussian
+
+def linear_gaussian_part(
+    report: ExperimentReport, settings: VMTSettings, seed: int, log: Callable[[str], None]
+) -> dict:
+    """Part 1 (``linear_gaussian_cell``) with its table, final gaps and figure; returns the cell."""
     log(f"[{NAME}] part 1: linear-Gaussian state-space model")
-    lg = report.cached(f"linear_gaussian_seed={seed}", lambda: linear_gaussian_cell(settings, seed, log))
-    results["linear_gaussian"] = lg
+    runs = report.out_dir / "runs"
+    lg = report.cached(f"linear_gaussian_seed={seed}", lambda: linear_gaussian_cell(settings, seed, runs, log))
     columns = ["model", "step", "ELBO", *(f"IW K={k}" for k in settings.lg_iw_samples), "exact", "KL"]
     rows = []
     for kind, record in lg["models"].items():
@@ -285,6 +335,15 @@ def run(
         gaps = ", ".join(f"IW K={k} {lg['exact'] - last[f'iw_{k}']:.4f}" for k in settings.lg_iw_samples)
         finals.append(f"{kind.replace('_', ' ')}: ELBO {lg['exact'] - last['elbo']:.4f}, {gaps}")
     report.text("Gap to the exact log-likelihood at the end of training (nats per step): " + "; ".join(finals) + ".")
+    _linear_gaussian_figure(report, lg, settings)
+    return lg
+
+
+def _linear_gaussian_figure(report: ExperimentReport, lg: dict, settings: VMTSettings) -> None:
+    """Part 1's figure: per model, the gap between the exact log-likelihood and each bound against the step."""
+    # deferred: plots import matplotlib
+    from markovformer.plots.experiments import Panel, plot_panels
+
     panels = []
     for kind, record in lg["models"].items():
         kept = [i for i, step in enumerate(record["steps"]) if step > 0] or list(range(len(record["steps"])))
@@ -297,11 +356,18 @@ def run(
     report.figure(figure, "Gap between the exact held-out log-likelihood and each bound during training (from the "
                   "first evaluation after step 0)")  # fmt: skip
 
-    # 2. sticky HMM
+
+def sticky_hmm_part(
+    report: ExperimentReport, settings: VMTSettings, seed: int, log: Callable[[str], None]
+) -> list[dict]:
+    """Part 2 (``memory_cell`` per window and model) with its table, comparison line and figure; returns the cells."""
+    # deferred: plots import matplotlib
+    from markovformer.plots.experiments import plot_panels
+
     log(f"[{NAME}] part 2: sticky HMM, windows {list(settings.hmm_windows)}")
-    memory = [report.cached(f"hmm_W={w}_{m}_seed={seed}", partial(memory_cell, m, w, settings, seed, log))
+    memory = [report.cached(f"hmm_W={w}_{m}_seed={seed}", partial(memory_cell, m, w, settings, seed,
+                            report.out_dir / "runs", log))
               for w in settings.hmm_windows for m in MODELS]  # fmt: skip
-    results["hmm"] = memory
     caption = (
         "Part 2. Sticky HMM (4 states staying with probability 0.98, 16 symbols): held-out loss per token (nats; "
         "the VMT's is −ELBO, an upper bound on its own negative log-likelihood, and −IW the tighter importance-"
@@ -316,37 +382,44 @@ def run(
                         restart=True)  # fmt: skip
     figure = plot_panels([panel], report.out_dir / "hmm.png", "window length", "nats per token", log_x=True)
     report.figure(figure, "Sticky HMM: held-out loss against the window length, with the exact floors")
+    return memory
 
-    # 3. text
+
+def text_part(
+    report: ExperimentReport, settings: VMTSettings, seed: int, log: Callable[[str], None]
+) -> list[dict] | None:
+    """Part 3 (``text_cell`` per window and model) with its table, comparison line and figure; returns the cells,
+    or None (with a log line and a sentence in the report) when there is no text file."""
+    # deferred: plots import matplotlib
+    from markovformer.plots.experiments import plot_panels
+
     text_file = _locate(settings.text_path)
-    if text_file is not None:
-        settings = replace(settings, text_path=str(text_file))
-        log(f"[{NAME}] part 3: {settings.text_path}, windows {list(settings.text_windows)}")
-        text = [report.cached(f"text_W={w}_{m}_seed={seed}", partial(text_cell, m, w, settings, seed, log))
-                for w in settings.text_windows for m in MODELS]  # fmt: skip
-        results["text"] = text
-        for cell in text:
-            cell["bits_per_char"] = cell["loss"] / math.log(2)
-        caption = (
-            f"Part 3. `{settings.text_path}`, characters ({text[0]['vocab_size']} symbols), {settings.text_steps} "
-            f"steps per model, {text[0]['val_chars']:,} held-out characters: bits per character (VMT: −ELBO / ln 2)."
-        )
-        report.table(*_sequence_table(text, "bits/char", settings.iw_samples, scale=1 / math.log(2)), caption=caption)
-        report.text(_comparison(text, "bits/char", scale=1 / math.log(2)))
-        panel = _loss_panel(text, Path(settings.text_path).name, {}, scale=1 / math.log(2))
-        figure = plot_panels([panel], report.out_dir / "text.png", "window length", "bits per character", log_x=True)
-        report.figure(figure, "Text: held-out bits per character against the window length")
-    else:
+    if text_file is None:
         where = settings.text_path or "Tiny Shakespeare (markovformer data prepare tiny-shakespeare)"
         log(f"[{NAME}] part 3 skipped: no text file {where} (set text_path=...)")
         report.text(f"Part 3 skipped: no text file `{where}`.")
-    report.results = results
-    return report.write()
+        return None
+    settings = replace(settings, text_path=str(text_file))
+    log(f"[{NAME}] part 3: {settings.text_path}, windows {list(settings.text_windows)}")
+    text = [report.cached(f"text_W={w}_{m}_seed={seed}", partial(text_cell, m, w, settings, seed,
+                          report.out_dir / "runs", log))
+            for w in settings.text_windows for m in MODELS]  # fmt: skip
+    for cell in text:
+        cell["bits_per_char"] = cell["loss"] / math.log(2)
+    caption = (
+        f"Part 3. `{settings.text_path}`, characters ({text[0]['vocab_size']} symbols), {settings.text_steps} "
+        f"steps per model, {text[0]['val_chars']:,} held-out characters: bits per character (VMT: −ELBO / ln 2)."
+    )
+    report.table(*_sequence_table(text, "bits/char", settings.iw_samples, scale=1 / math.log(2)), caption=caption)
+    report.text(_comparison(text, "bits/char", scale=1 / math.log(2)))
+    panel = _loss_panel(text, Path(settings.text_path).name, {}, scale=1 / math.log(2))
+    figure = plot_panels([panel], report.out_dir / "text.png", "window length", "bits per character", log_x=True)
+    report.figure(figure, "Text: held-out bits per character against the window length")
+    return text
 
 
 def _locate(path: str) -> Path | None:
     """The text file (``path``, or Tiny Shakespeare when it is empty); None when there is none."""
-    from markovformer.data.shakespeare import find_tiny_shakespeare
 
     try:
         return find_tiny_shakespeare(path or None)
@@ -381,6 +454,7 @@ def _comparison(cells: list[dict], unit: str, scale: float = 1.0) -> str:
 
 
 def _loss_panel(cells: list[dict], title: str, references: dict, scale: float = 1.0, restart: bool = False) -> Panel:
+    # deferred: plots import matplotlib
     from markovformer.plots.experiments import Panel
 
     curves = {}
@@ -393,4 +467,4 @@ def _loss_panel(cells: list[dict], title: str, references: dict, scale: float = 
     return Panel(title, curves, references)
 
 
-__all__ = ["NAME", "QUICK", "SUMMARY", "VMTSettings", "run", "text_documents", "transformer_model", "vmt_model"]
+__all__ = ["NAME", "QUICK", "SUMMARY", "VMTSettings", "run", "text_data", "transformer_model", "vmt_model"]

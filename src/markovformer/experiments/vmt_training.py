@@ -1,6 +1,7 @@
-"""The ``vmt`` experiment's small training and scoring loops: the text's Algorithm 1 for the VMT (rows walking long
-documents window by window with the carry), next-token training for the windowed Transformer, and held-out scores
-of both on the same tokens."""
+"""The ``vmt`` experiment's small loops beside the engine: the text's Algorithm 1 for the one VMT the engine cannot
+train (part 1's "true P", whose generative part is fixed at the true parameters), next-token training for the
+windowed Transformer, and held-out scores of both models on the same tokens. Every other VMT trains through the
+engine (``vmt_runs``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``weight-tying``: the canonical single-layer binary model on switching chains, tied vs untied (SPEC 6).
+"""``weight-tying``: the canonical single-layer binary model on switching chains, tied vs untied
+(x_n·e + p_n, one head, ReLU MLP, logit = ⟨a, z_n⟩ + b; tied means a = e).
 
 The talk's claim: with a = e (tied), d = 4 and p + q > 1, training from a small initialisation ends at the
 unigram minimum (loss H(π), the same prediction P(1|x) ≈ π₁ for both inputs); untied, or with p + q < 1, it
@@ -123,8 +124,6 @@ def _label(cell: dict) -> str:
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
-    from markovformer.plots.experiments import Panel, plot_panels
-
     settings = configure(QUICK if quick else WeightTyingSettings(), overrides, NAME)
     chains, optimizers = settings.chains, settings.optimizers
     for optimizer in optimizers:
@@ -133,6 +132,24 @@ def run(
     seeds = seeds if seeds is not None else ((0,) if quick else (0, 1, 2))
     title = "Weight tying on switching chains (canonical single-layer binary model)"
     report = ExperimentReport(out_dir, title, log, settings=asdict(settings))
+    _introduction(report, settings)
+    cells = []
+    report.expect_cells(len(chains) * len(optimizers) * 2 * len(seeds))
+    for p, q in chains:
+        for optimizer in optimizers:
+            for tied in (True, False):
+                for seed in seeds:
+                    key = f"p={p}_q={q}_{'tied' if tied else 'untied'}_{optimizer}_seed={seed}"
+                    train = partial(train_switching_cell, p, q, tied, seed, settings, optimizer, log)
+                    cells.append(report.cached(key, train))
+    _tables(report, cells, settings, seeds)
+    _loss_figure(report, cells, chains)
+    report.results = {"settings": asdict(settings), "adamw_lr": ADAMW_LR, "tolerance": TOLERANCE, "cells": cells}
+    return report.write()
+
+
+def _introduction(report: ExperimentReport, settings: WeightTyingSettings) -> None:
+    """The report's opening paragraph: the model, the training and what counts as reaching a reference."""
     report.text(
         f"Model: x_n·e + p_n, one head, ReLU MLP, logit = <a, z_n> + b, BCE; d = {settings.d_model}. "
         f"Training: {settings.steps} steps of fresh batches of {settings.batch_size} × T = {settings.seq_len}, "
@@ -143,15 +160,12 @@ def run(
            f"{settings.eval_every} steps) improve its held-out loss by less than {settings.plateau_delta} nats; the "
            "*steps* column says where it stopped." if settings.plateau_patience else "")
     )
-    cells = []
-    report.expect_cells(len(chains) * len(optimizers) * 2 * len(seeds))
-    for p, q in chains:
-        for optimizer in optimizers:
-            for tied in (True, False):
-                for seed in seeds:
-                    key = f"p={p}_q={q}_{'tied' if tied else 'untied'}_{optimizer}_seed={seed}"
-                    train = partial(train_switching_cell, p, q, tied, seed, settings, optimizer, log)
-                    cells.append(report.cached(key, train))
+
+
+def _tables(report: ExperimentReport, cells: list[dict], settings: WeightTyingSettings, seeds: tuple[int, ...]) -> None:
+    """The results table (final loss against each reference, predicted against true P(1 | x)) and the closed-form
+    reference values."""
+    chains = settings.chains
     floors = {(p, q, seed): held_out_floor(p, q, seed, settings) for p, q in chains for seed in seeds}
     rows = [
         [
@@ -176,6 +190,13 @@ def run(
         [[p, q, rate, unigram, p / (p + q)] for p, q, rate, unigram in references],
         caption="Reference values (closed form).",
     )
+
+
+def _loss_figure(report: ExperimentReport, cells: list[dict], chains: tuple) -> None:
+    """Held-out loss curves of every cell, one panel per chain, with the entropy rate and H(π)."""
+    # deferred: plots import matplotlib
+    from markovformer.plots.experiments import Panel, plot_panels
+
     panels = []
     for p, q in chains:
         chain_cells = [cell for cell in cells if (cell["p"], cell["q"]) == (p, q)]
@@ -184,5 +205,3 @@ def run(
         panels.append(Panel(f"p={p}, q={q} (p+q={p + q:.1f})", curves, references))
     figure = plot_panels(panels, report.out_dir / "loss_curves.png", "step", "held-out loss (nats)")
     report.figure(figure, "Held-out loss during training, with the entropy rate and H(π) as dashed lines")
-    report.results = {"settings": asdict(settings), "adamw_lr": ADAMW_LR, "tolerance": TOLERANCE, "cells": cells}
-    return report.write()

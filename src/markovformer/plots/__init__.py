@@ -1,5 +1,5 @@
-"""Figures and reports (SPEC 2.7 interpretability): every function takes plain data and an output path, writes the
-file atomically and returns its path.
+"""Figures and reports (interpretability: transition strengths, gate statistics, training curves): every function
+takes plain data and an output path, writes the file atomically and returns its path.
 
 Figures are drawn on matplotlib's Agg canvas through the object-oriented API, never pyplot, so importing this
 package selects no backend and leaves no figure open (see ``saving``). ``import markovformer`` does not import it.

@@ -1,9 +1,9 @@
-"""Inspection figures for Markovian attention (SPEC 2.1-2.3): transition strengths, order gates, attention maps.
+"""Inspection figures for Markovian attention: transition strengths, order gates, attention maps.
 
 Inputs are the plain tensors the model hands out: ``model.transition_strengths()`` (per Markov layer
 ``{"past": (H, K), "future": (H, K) or None}``), and the ``gates`` / ``attentions`` of a forward pass with
 ``return_gates=True`` / ``return_weights=True`` (per model layer: ``{direction: (B, H, T, K [+1])}`` or None, and
-``(B, H, T, T)`` or None). Lags follow the SPEC's convention: past lag k is the key at t - k, labelled ``k``;
+``(B, H, T, T)`` or None). Lags follow the attention's convention: past lag k is the key at t - k, labelled ``k``;
 future lag k is the key at t + k, labelled ``-k``.
 """
 
