@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from markovformer.training.tasks import model_inputs
 
 from markovformer.data.collate import collate
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
@@ -22,6 +21,7 @@ from markovformer.models.registry import MODEL_FAMILIES
 from markovformer.training.demo import DEMO_CONFIG
 from markovformer.training.run_config import RunConfig, build_dataclass, coerce, load_yaml, resolve_run_config
 from markovformer.training.runner import build_data, build_model, train
+from markovformer.training.tasks import model_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT / "../shared/data"  # where this checkout's Tiny Shakespeare lives; configs find it through
