@@ -139,10 +139,6 @@ def transformer_model(settings: VMTSettings, vocab_size: int, window: int, param
     return MarkovianTransformerForCausalLM(best[0])
 
 
-def _stack(examples: list[dict], key: str) -> Tensor:
-    return torch.stack([example[key] for example in examples])
-
-
 # --------------------------------------------------------------------------------------------------- cells
 
 
@@ -154,7 +150,7 @@ def linear_gaussian_cell(settings: VMTSettings, seed: int, runs: Path, log: Call
                "val_documents": settings.lg_val_documents, "test_documents": 1}  # fmt: skip
     source = LinearGaussianSource(**options)
     bundle = source.build(seed)
-    train, val = _stack(bundle.train, "input_features"), _stack(bundle.val, "input_features")
+    train, val = stacked_documents(bundle.train, "input_features"), stacked_documents(bundle.val, "input_features")
     exact = bundle.info["reference"]["val_log_likelihood_per_step"]
     out: dict = {"exact": exact, "entropy_rate": bundle.info["reference"]["entropy_rate"], "models": {}}
     evaluate = partial(evaluate_vmt, documents=val, window=settings.lg_window, carry=True, seed=seed,
@@ -233,7 +229,7 @@ def memory_cell(
                "val_documents": settings.hmm_val_documents, "test_documents": 1}  # fmt: skip
     source = StickyHMMSource(**options)
     bundle = source.build(seed)
-    train, val = _stack(bundle.train, "input_ids"), _stack(bundle.val, "input_ids")
+    train, val = stacked_documents(bundle.train, "input_ids"), stacked_documents(bundle.val, "input_ids")
     cell = _sequence_cell(model_kind, window, {"source": "sticky_hmm", **options}, train, val, source.num_symbols,
                           settings.hmm_steps, settings, seed, runs, log, f"HMM W={window} {model_kind}")  # fmt: skip
     parameters = HiddenMarkovParameters(**bundle.info["parameters"])

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from markovformer.training.run_config import resolve_run_config
 
-if TYPE_CHECKING:  # for annotations only
+if TYPE_CHECKING:  # for annotations only: experiments.vmt imports this module
     from markovformer.experiments.vmt import VMTSettings
 
 TRAIN_KL_TAIL = 10  # the reported training KL is the mean over the last 1/TRAIN_KL_TAIL of the steps
