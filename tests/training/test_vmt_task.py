@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import lightning
 import pytest
 import torch
 import yaml
@@ -25,7 +26,7 @@ from markovformer.training.build import build_run_task
 from markovformer.training.checkpoint import load_checkpoint_file
 from markovformer.training.module import TrainingModule
 from markovformer.training.run_config import ConfigError, TrainerConfig, resolve_run_config
-from markovformer.training.runner import build_data, evaluate, load_run, train
+from markovformer.training.runner import build_data, build_model, evaluate, load_run, train
 from markovformer.training.tasks import build_task
 from markovformer.training.tasks.vmt import DocumentMetrics, DocumentWalk, kl_weight
 
@@ -296,3 +297,32 @@ def test_generate_on_a_vmt_run_reads_the_prompt_and_writes_with_the_models_own_s
                               generator=torch.Generator().manual_seed(0))  # fmt: skip
     assert main(["generate", str(tmp_path / "run"), "--prompt", "1 2", "--max-new-tokens", "5", "--top-p", "0.5"]) == 0
     assert capsys.readouterr().out.split() == [str(i) for i in expected[0].tolist()]
+
+
+def test_generative_from_data_trains_the_posterior_alone(tmp_path):
+    """P is the data's own linear-Gaussian model and stays so through training; only Q moves."""
+    values = tiny_vmt(model__latent_dim=2)
+    values["data"] = {"source": "linear_gaussian", "doc_len": 16, "train_documents": 6, "val_documents": 2,
+                      "test_documents": 2}  # fmt: skip
+    values["model"]["generative_from_data"] = True
+    values["output_dir"] = str(tmp_path / "run")
+    config = resolve_run_config(values)
+    train(config)
+    trained = load_run(tmp_path / "run")[1]
+    lightning.seed_everything(config.trainer.seed, workers=True, verbose=False)  # the run's start, rebuilt as _fit does
+    bundle = build_data(config)
+    start = build_model(config, bundle.info)
+    build_run_task(config, bundle).prepare_model(start)
+    generative = {id(p) for p in start.generative_parameters()}
+    assert all(not p.requires_grad for p in start.generative_parameters())
+    moved = 0
+    for (name, initial), (_, measured) in zip(start.named_parameters(), trained.named_parameters(), strict=True):
+        if id(initial) in generative:
+            torch.testing.assert_close(measured, initial, rtol=0, atol=0, msg=name)
+        else:
+            moved += int(not torch.equal(measured, initial))
+    assert moved > 0  # the posterior did train
+    tokens = tiny_vmt(**{"model__generative_from_data": True})
+    tokens["output_dir"] = str(tmp_path / "tokens")
+    with pytest.raises(ConfigError, match="generative_from_data"):
+        train(resolve_run_config(tokens))

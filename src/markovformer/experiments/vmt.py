@@ -14,13 +14,13 @@ trained on the ELBO) against exact likelihoods and a windowed Transformer.
 3. **Text** (Tiny Shakespeare by default, characters): bits per character against the window length, the same three
    models. Skipped, with a log line, when the file is absent.
 
-Every VMT with learned parameters trains through the engine (``runner.train``, task ``vmt``; one run directory per
+Every VMT trains through the engine (``runner.train``, task ``vmt``; one run directory per
 cell under ``runs/`` of the output folder, see ``vmt_runs``): the text's Algorithm 1, each batch row walking a long
 document window by window, the last latent carried into the next window (``--set overlap=true``: windows advance by
 half a window and the latent carried is the one in the middle, inferred with half a window of future), a row that
 reaches the end of its document starting a new one without a carry, KL warm-up over the first steps. Part 1's
-learned VMT is scored at each of its step checkpoints. The "true P" VMT of part 1 keeps a small loop of its own
-(``vmt_training.train_vmt``): the engine cannot hold a VMT's generative part fixed at given parameters. The VMT's
+VMTs are scored at each of their step checkpoints; the "true P" one has its generative part set to the data's
+parameters and frozen (``generative_from_data``), so only its posterior trains. The VMT's
 loss is −ELBO per token (an upper bound on its negative log-likelihood); the Transformer's is its cross-entropy.
 Both score the same tokens: the held-out documents cut into consecutive windows, the Transformer seeing the window
 plus the one token before it.
@@ -48,7 +48,7 @@ from markovformer.experiments.vmt_runs import (
     train_vmt_run,
     vmt_run_values,
 )
-from markovformer.experiments.vmt_training import evaluate_transformer, evaluate_vmt, train_transformer, train_vmt
+from markovformer.experiments.vmt_training import evaluate_transformer, evaluate_vmt, train_transformer
 from markovformer.models.markovian_transformer import MarkovianTransformerForCausalLM, gpt2_style_config
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 from markovformer.training.run_config import resolve_run_config
@@ -150,7 +150,7 @@ def linear_gaussian_cell(settings: VMTSettings, seed: int, runs: Path, log: Call
                "val_documents": settings.lg_val_documents, "test_documents": 1}  # fmt: skip
     source = LinearGaussianSource(**options)
     bundle = source.build(seed)
-    train, val = stacked_documents(bundle.train, "input_features"), stacked_documents(bundle.val, "input_features")
+    val = stacked_documents(bundle.val, "input_features")
     exact = bundle.info["reference"]["val_log_likelihood_per_step"]
     out: dict = {"exact": exact, "entropy_rate": bundle.info["reference"]["entropy_rate"], "models": {}}
     evaluate = partial(evaluate_vmt, documents=val, window=settings.lg_window, carry=True, seed=seed,
@@ -158,26 +158,17 @@ def linear_gaussian_cell(settings: VMTSettings, seed: int, runs: Path, log: Call
     values = vmt_run_values(settings, {"source": "linear_gaussian", **options}, window=settings.lg_window,
                             steps=settings.lg_steps, carry=True, seed=seed, eval_every=settings.lg_eval_every,
                             latent_dim=settings.lg_latent_dim)  # fmt: skip
-    run = train_vmt_run(values, runs, f"linear_gaussian_learned_seed={seed}", log)
-    scored = [(step, load_checkpoint_model(path)) for step, path in run.checkpoints if step < settings.lg_steps]
-    steps, evaluations = [], []
-    for step, model in [*scored, (settings.lg_steps, run.model)]:
-        steps.append(step)
-        evaluations.append(evaluate(model))
-        log(f"  linear-Gaussian learned step {step}/{settings.lg_steps}: " + _shown(evaluations[-1]))
-    out["models"]["learned"] = {"steps": steps, "evaluations": evaluations, "seconds": run.seconds,
-                                "train_kl": run.last_kl, "parameters": run.model.num_parameters()}  # fmt: skip
-    # The engine cannot train a VMT whose generative part is fixed to given parameters: this one keeps its own loop.
-    model = vmt_model(settings, settings.lg_window, seed, input_dim=source.obs_dim, latent_dim=source.state_dim)
-    model.set_linear_gaussian(**bundle.info["parameters"])
-    for parameter in model.generative_parameters():
-        parameter.requires_grad_(False)
-    record = train_vmt(model, train, window=settings.lg_window, steps=settings.lg_steps,
-                       batch_size=settings.batch_size, lr=settings.lr, carry=True, overlap=settings.overlap,
-                       kl_warmup_steps=settings.kl_warmup_steps, seed=seed, evaluate=partial(evaluate, model),
-                       eval_every=settings.lg_eval_every, log=log, label="linear-Gaussian true_p")  # fmt: skip
-    out["models"]["true_p"] = {"steps": record.steps, "evaluations": record.evaluations, "seconds": record.seconds,
-                               "train_kl": record.last_kl, "parameters": model.num_parameters()}  # fmt: skip
+    for kind, generative_from_data in (("learned", False), ("true_p", True)):
+        cell = {**values, "model": {**values["model"], "generative_from_data": generative_from_data}}
+        run = train_vmt_run(cell, runs, f"linear_gaussian_{kind}_seed={seed}", log)
+        scored = [(step, load_checkpoint_model(path)) for step, path in run.checkpoints if step < settings.lg_steps]
+        steps, evaluations = [], []
+        for step, model in [*scored, (settings.lg_steps, run.model)]:
+            steps.append(step)
+            evaluations.append(evaluate(model))
+            log(f"  linear-Gaussian {kind} step {step}/{settings.lg_steps}: " + _shown(evaluations[-1]))
+        out["models"][kind] = {"steps": steps, "evaluations": evaluations, "seconds": run.seconds,
+                               "train_kl": run.last_kl, "parameters": run.model.num_parameters()}  # fmt: skip
     return out
 
 

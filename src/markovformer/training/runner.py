@@ -97,6 +97,7 @@ def _fit(config: RunConfig, resume: bool) -> dict:
     bundle = build_data(config)
     task = build_run_task(config, bundle)
     model = build_model(config, bundle.info)
+    task.prepare_model(model)
     if config.trainer.compile:
         model.compile()
     module = TrainingModule(model, task)

@@ -29,7 +29,8 @@ class VMTConfig(ModelConfig):
     its step (mean_p + Δ, std_p · s; for the flow, its base), starting equal to it (zero KL at initialisation, and
     "nothing new here" costs nothing); False: Q is parameterised on its own. ``free_bits``: nats per token under
     which the KL term of the loss is not pushed down (guards against posterior collapse, with the trainer's KL
-    warm-up). ``dropout``: in the encoder.
+    warm-up). ``dropout``: in the encoder. ``generative_from_data``: P is set to the data's own linear-Gaussian
+    parameters and frozen, so that training fits the posterior alone (the trainer sets it; needs input_dim).
     """
 
     model_type = "vmt"
@@ -52,6 +53,7 @@ class VMTConfig(ModelConfig):
     flow_layers: int = 4
     free_bits: float = 0.0
     dropout: float = 0.0
+    generative_from_data: bool = False
 
     def __post_init__(self) -> None:
         def fail(field: str, message: str) -> None:
@@ -91,3 +93,7 @@ class VMTConfig(ModelConfig):
             fail("free_bits", "must be a number >= 0 (nats per token)")
         if not 0.0 <= self.dropout < 1.0:
             fail("dropout", "must lie in [0, 1)")
+        if not isinstance(self.generative_from_data, bool):
+            fail("generative_from_data", "must be true or false")
+        if self.generative_from_data and self.input_dim is None:
+            fail("generative_from_data", "the data's generative parameters are linear-Gaussian: needs input_dim")

@@ -108,6 +108,9 @@ class Task:
     def check_data(self, bundle: DataBundle) -> None:
         """ConfigError when the data cannot be scored as this task scores it."""
 
+    def prepare_model(self, model: nn.Module) -> None:
+        """Anything the task sets on a freshly built model from the data before training."""
+
     def train_batches(self, bundle: DataBundle, model: nn.Module, start) -> IterableDataset:
         """Endless training batches; ``start()`` gives the step to begin at (the restored step on resume)."""
         lengths = None if bundle.lengths is None else bundle.lengths(bundle.train)

@@ -105,6 +105,18 @@ class VMT(Task):
             raise ConfigError(f"data.overlap={bundle.splits['overlap']} makes the text's windows overlap, but task=vmt "
                               f"reads each window as a document of its own; set data.overlap=0")  # fmt: skip
 
+    def prepare_model(self, model: nn.Module) -> None:
+        """With ``generative_from_data``, P becomes the data's linear-Gaussian model and is frozen (the optimiser
+        takes only parameters that require gradients), so that only the posterior is trained."""
+        if not model.config.generative_from_data:
+            return
+        if "parameters" not in self.info:
+            raise ConfigError("model.generative_from_data needs data whose generative parameters are known "
+                              "(data.source=linear_gaussian)")  # fmt: skip
+        model.set_linear_gaussian(**self.info["parameters"])
+        for parameter in model.generative_parameters():
+            parameter.requires_grad_(False)
+
     def train_batches(self, bundle: DataBundle, model: nn.Module, start) -> DocumentWindows:
         window = model.config.window
         return DocumentWindows(bundle.train, self.trainer.batch_size, self.trainer.seed, bundle.collate, window,
