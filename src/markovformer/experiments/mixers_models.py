@@ -137,7 +137,7 @@ def gate_profile(model, inputs: torch.Tensor, labels: torch.Tensor) -> list[dict
     """Per Markov layer, where the order gates put their mass at the positions that answer a scored label: the mean
     gate over those positions and the heads (lags 1..K, then the null slot when present), and the mean effective
     bias per lag (gate times transition strength, in logit units). None for a model without Markov layers."""
-    strengths = model.transition_strengths() if hasattr(model, "transition_strengths") else []
+    strengths = model.transition_strengths()
     if not strengths:
         return None
     output = model(inputs, return_gates=True)

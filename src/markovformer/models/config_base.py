@@ -32,6 +32,10 @@ class ModelConfig:
     model_type: ClassVar[str] = "base"
     renamed_fields: ClassVar[dict[str, str]] = {}
 
+    def layer_kinds(self) -> list[str]:
+        """The attention kind of each layer; empty for a family not built from the registry's attention kinds."""
+        return []
+
     def to_dict(self) -> dict[str, Any]:
         return {"model_type": self.model_type, **dataclasses.asdict(self)}
 

@@ -60,6 +60,11 @@ class PreTrainedModel(nn.Module):
         """Parameters counted once each (tied weights once), trainable only by default."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
+    def transition_strengths(self) -> list[dict[str, torch.Tensor | None]]:
+        """Per Markov layer, its per-lag transition strengths ``{"past": (H, K), "future": (H, K) or None}``;
+        empty for a family without Markov layers."""
+        return []
+
     def save_pretrained(self, directory: str | Path) -> None:
         """Write ``config.json`` (the config, its ``model_type`` and this class's name) and ``model.safetensors``."""
         from safetensors.torch import save_model

@@ -59,7 +59,7 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
     model_config = model.config
     summary: dict[str, object] = {"run": str(run_dir), "task": config.task, "model": type(model).__name__,
                                   "parameters": f"{model.num_parameters():,}"}  # fmt: skip
-    if hasattr(model_config, "layer_kinds"):
+    if model_config.layer_kinds():
         summary["attention kind per layer"] = ", ".join(model_config.layer_kinds())
     shape = [f"{name} {getattr(model_config, name)}" for name in ("d_model", "n_layers", "n_heads")
              if hasattr(model_config, name)]  # fmt: skip
@@ -129,7 +129,7 @@ def write_inspection_report(target: str | Path, layers: list[int] | None = None,
                    "bits per token and perplexity are rescalings of the loss (values in the table above)")  # fmt: skip
         figures.append((caption, plot_training_curves(csv, out / "curves.png", reference_lines=lines or None)))
 
-    strengths = model.transition_strengths() if hasattr(model, "transition_strengths") else []
+    strengths = model.transition_strengths()
     if strengths:
         caption = f"Learned transition strengths T per layer, head and lag ({CONVENTION}; outlined: the chain's lags)"
         figures.append((caption, plot_transition_strengths(strengths, out / "transition_strengths.png", marked)))

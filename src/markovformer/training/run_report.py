@@ -21,7 +21,7 @@ def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) 
             print(f"  chain: {describe_chain(bundle.info['true_lags'])}\n  ({CONVENTION})")
         print(f"  entropy rate {reference['entropy_rate']:.4f} nats/token, unigram entropy "
               f"{reference['unigram_entropy']:.4f}")  # fmt: skip
-    kinds = f", attention {sorted(set(model.config.layer_kinds()))}" if hasattr(model.config, "layer_kinds") else ""
+    kinds = f", attention {sorted(set(model.config.layer_kinds()))}" if model.config.layer_kinds() else ""
     print(f"model: {type(model).__name__}, {model.num_parameters():,} parameters{kinds}", flush=True)
 
 
@@ -44,7 +44,7 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle) ->
                           f"{results['val']['iw_bound'] - exact:+.4f}")  # fmt: skip
         print(f"  vs the exact log-likelihood of the validation documents {exact:.4f} nats/token: "
               f"{', '.join(bounds)}")  # fmt: skip
-    if not hasattr(model, "transition_strengths") or not model.transition_strengths():
+    if not model.transition_strengths():
         return
     batch = bundle.collate(bundle.val[: min(len(bundle.val), 64)])
     model.eval()
