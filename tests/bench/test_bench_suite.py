@@ -12,12 +12,13 @@ import torch
 from markovformer.bench import PARTS, RESULTS_NAME, BenchSettings, run_suite
 from markovformer.bench.cases import run_case
 from markovformer.bench.measure import PeakMemory, SizeSeries, growth_exponent, predicted_over_caps
-from markovformer.bench.models import MODELS, GRULanguageModel, build_model, loss_of
+from markovformer.bench.models import MODELS, build_model, loss_of
 from markovformer.bench.plots import write_plots
 from markovformer.bench.report import format_summary, summarise, targets, time_per_key
 from markovformer.bench.suite import _Runner
 from markovformer.bench.windows import local_attention_available, parse_kind, window_forward
 from markovformer.cli import bench as bench_cli
+from markovformer.layers.baselines.recurrent import GRUMixer
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -158,14 +159,14 @@ def test_bench_models_train_on_next_token_loss(name):
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
-def test_gru_model_loss_is_shifted_cross_entropy():
+def test_gru_model_is_the_library_gru_kind_and_its_loss_is_shifted_cross_entropy():
     torch.manual_seed(0)
-    model = GRULanguageModel(vocab_size=7, d_model=8, n_layers=2)
-    ids = torch.randint(0, 7, (3, 5))
-    hidden, _ = model.gru(model.embed(ids))
-    logits = model.head(model.norm(hidden))
-    expected = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 7), ids[:, 1:].reshape(-1))
-    torch.testing.assert_close(model(ids, ids), expected)
+    model = build_model("gru")
+    assert all(isinstance(block.attention, GRUMixer) for block in model.model.blocks)
+    ids = torch.randint(0, 256, (3, 5))
+    logits = model(ids).logits
+    expected = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 256), ids[:, 1:].reshape(-1))
+    torch.testing.assert_close(loss_of(model, ids), expected)
 
 
 def test_command_line_options():

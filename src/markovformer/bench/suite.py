@@ -25,13 +25,21 @@ import dataclasses
 import json
 import os
 import platform
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
+import markovformer
 from markovformer.atomic import atomic_write_text
+from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS, OP_SHAPE
+from markovformer.bench.decode import DECODE_KINDS, DECODE_SIZE
+from markovformer.bench.harness import run_in_child
 from markovformer.bench.measure import SizeSeries, status_mib
+from markovformer.bench.models import LONG_MODELS, MODELS, describe_models
+from markovformer.bench.report import format_summary, summarise
+from markovformer.bench.windows import WINDOW_LENGTHS, WINDOW_SHAPE, WINDOWS, window_kinds
 
 PARTS = ("ops", "windows", "models", "longest")  # the default run
 CAP_REACHED = "longest_max reached"  # the longest part's stop reason when every T trained: a lower bound
@@ -67,13 +75,7 @@ class BenchSettings:
     decode_batches: tuple[int, ...] = (1, 16)
 
     def resolved(self) -> BenchSettings:
-        from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS
-        from markovformer.bench.models import MODELS
-        from markovformer.bench.windows import WINDOW_LENGTHS, WINDOWS
-
         quick = self.quick
-        import torch
-
         device = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
         if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
             raise ValueError(f"bench device {self.device!r} is not available here (expected 'auto', 'cpu' or 'cuda')")
@@ -110,10 +112,6 @@ class BenchSettings:
 
 
 def machine_record(settings: BenchSettings) -> dict:
-    import torch
-
-    import markovformer
-
     cpu_model = None
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -140,38 +138,16 @@ class _Runner:
                        "settings": dataclasses.asdict(settings), "parts": {}}  # fmt: skip
 
     def write(self) -> Path:
-        from markovformer.bench.report import summarise
-
         self.record["summary"] = summarise(self.record["parts"])
         return atomic_write_text(self.out / RESULTS_NAME, json.dumps(self.record, indent=2) + "\n")
 
     def _child(self, cases: list[dict]) -> list[dict]:
         """Run ``cases`` in one child; a row for every case (a failed child's remaining cases say why)."""
         settings = self.settings
-        job = {"cases": cases, "device": settings.device, "threads": settings.threads,
-               "memory_cap_mib": settings.memory_cap_mib, "time_cap": settings.time_cap,
-               "keep_freed_memory": settings.keep_freed_memory}  # fmt: skip
+        job = {"cases": cases, "device": settings.device, "memory_cap_mib": settings.memory_cap_mib,
+               "time_cap": settings.time_cap, "keep_freed_memory": settings.keep_freed_memory}  # fmt: skip
         timeout = STARTUP_SECONDS + sum((case["repeats"] + 1) * settings.time_cap for case in cases)
-        env = {**os.environ, "OMP_NUM_THREADS": str(settings.threads), "MKL_NUM_THREADS": str(settings.threads)}
-        command = [sys.executable, "-m", "markovformer.bench.cases", json.dumps(job)]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-            stdout, failure = done.stdout, None
-            if done.returncode != 0:
-                lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
-                failure = lines[-1][-300:]
-                if done.returncode in (-9, 137):
-                    failure = f"killed (out of memory?): {failure}"
-        except subprocess.TimeoutExpired as expired:
-            output = expired.stdout or b""
-            stdout = output.decode() if isinstance(output, bytes) else output
-            failure = f"timed out after {timeout:.0f} s"
-        rows = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-        missing = cases[len(rows) :]
-        if missing:  # the case it died in gets the error; the ones after it were never tried
-            rows.append({**missing[0], "error": failure})
-            rows += [{**case, "skipped": f"the child stopped: {failure}"} for case in missing[1:]]
-        return rows
+        return run_in_child("markovformer.bench.cases", job, cases, timeout, threads=settings.threads)
 
     def series(self, cases: list[dict], label: str) -> list[dict]:
         """The cases of one kind in ascending T, every case given a row; ``label`` names the part in the log."""
@@ -194,8 +170,6 @@ class _Runner:
 
 
 def _ops(runner: _Runner) -> dict:
-    from markovformer.bench.cases import OP_SHAPE
-
     settings, rows = runner.settings, []
     runner.record["parts"]["ops"] = part = {"shape": OP_SHAPE, "rows": rows}
     for kind in settings.op_kinds:
@@ -206,8 +180,6 @@ def _ops(runner: _Runner) -> dict:
 
 
 def _windows(runner: _Runner) -> dict:
-    from markovformer.bench.windows import WINDOW_SHAPE, window_kinds
-
     settings, rows = runner.settings, []
     runner.record["parts"]["windows"] = part = {"shape": WINDOW_SHAPE, "windows": list(settings.windows), "rows": rows}
     for kind in window_kinds(settings.windows):
@@ -220,8 +192,6 @@ def _windows(runner: _Runner) -> dict:
 
 
 def _models(runner: _Runner) -> dict:
-    from markovformer.bench.models import LONG_MODELS, describe_models
-
     settings, rows = runner.settings, []
     recorded = {"throughput_length": settings.throughput_length, "memory_lengths": list(settings.memory_lengths)}
     part = {"models": describe_models(), "batch": settings.model_batch, **recorded, "rows": rows}
@@ -261,8 +231,6 @@ def _longest(runner: _Runner) -> dict:
 
 
 def _decode(runner: _Runner) -> dict:
-    from markovformer.bench.decode import DECODE_KINDS, DECODE_SIZE
-
     settings, rows = runner.settings, []
     runner.record["parts"]["decode"] = part = {"size": DECODE_SIZE, "kinds": DECODE_KINDS, "rows": rows}
     for batch in settings.decode_batches:
@@ -283,8 +251,8 @@ PART_RUNNERS = {"ops": _ops, "windows": _windows, "models": _models, "longest": 
 
 def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Callable[[str], None] = print) -> Path:
     """Run the chosen parts, write ``OUT/bench.json`` and the PNG plots; return the JSON path."""
+    # plots imports matplotlib (the plots extra) and this module's CAP_REACHED: deferred for both reasons
     from markovformer.bench.plots import write_plots
-    from markovformer.bench.report import format_summary
 
     settings = (settings or BenchSettings()).resolved()
     out = Path(out)
