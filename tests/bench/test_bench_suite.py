@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from markovformer.bench import PARTS, RESULTS_NAME, BenchSettings, run_suite
-from markovformer.bench.cases import run_case
+from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS, run_case
 from markovformer.bench.measure import PeakMemory, SizeSeries, growth_exponent, predicted_over_caps
 from markovformer.bench.models import MODELS, build_model, loss_of
 from markovformer.bench.plots import write_plots
 from markovformer.bench.report import format_summary, summarise, targets, time_per_key
-from markovformer.bench.suite import _Runner
+from markovformer.bench.suite import ALL_PARTS, _Runner
 from markovformer.bench.windows import local_attention_available, parse_kind, window_forward
 from markovformer.cli import bench as bench_cli
 from markovformer.layers.baselines.recurrent import GRUMixer
@@ -170,7 +170,8 @@ def test_gru_model_is_the_library_gru_kind_and_its_loss_is_shifted_cross_entropy
 
 
 def test_command_line_options():
-    assert bench_cli.PART_NAMES == PARTS
+    assert bench_cli.PART_NAMES == PARTS and bench_cli.ALL_PART_NAMES == ALL_PARTS
+    assert bench_cli.OP_KIND_NAMES == OP_KINDS + CUDA_OP_KINDS
     parser = argparse.ArgumentParser()
     bench_cli.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["bench", "--quick", "--parts", "ops", "--out", "somewhere", "--lengths", "64"])

@@ -27,6 +27,8 @@ from markovformer.bench.decode import decode_case
 from markovformer.bench.harness import child_main
 from markovformer.bench.measure import PeakMemory, SizeSeries, status_mib, time_steps
 from markovformer.bench.models import build_model, loss_of, parameter_count
+from markovformer.bench.scan import scan_step, training_throughput
+from markovformer.bench.translation_decode import translation_decode_case
 from markovformer.bench.windows import NOT_INSTALLED, local_attention_available, window_step
 from markovformer.layers import MarkovAttention
 from markovformer.layers.attention import CoreOutput
@@ -149,9 +151,10 @@ def _paired_times(step, reference, repeats: int, time_cap: float, sync) -> dict:
 
 
 def run_case(case: dict, device: str, time_cap: float) -> dict:
-    """One measurement: ``case`` has ``part`` ("ops", "windows" or "models"), ``kind``, ``T``, ``repeats`` and,
-    for models, ``batch``. Returns the row: the case plus ``seconds`` (median of the timed runs after a warm-up run) and
-    ``peak_mib``; models add ``tokens_per_second``.
+    """One measurement: ``case`` has ``part`` ("ops", "windows", "scan" or "models"), ``kind``, ``T``, ``repeats``
+    and, for models, ``batch`` (the generation parts and "scan_training" run their own loops). Returns the row:
+    the case plus ``seconds`` (median of the timed runs after a warm-up run) and ``peak_mib``; models add
+    ``tokens_per_second``.
 
     Peak memory is read over the timed runs above the memory in use after the warm-up, so one-time costs of a fresh
     process (libraries paged in, lazy initialisation) are left out; a model adds its parameters and optimizer
@@ -159,6 +162,10 @@ def run_case(case: dict, device: str, time_cap: float) -> dict:
     includes those one-time costs (an upper bound, enough for the longest-context search)."""
     if case["part"] == "decode":  # generation: its own loop and timing (markovformer.bench.decode)
         return {**case, **decode_case(case["kind"], case["T"], case["batch"], device)}
+    if case["part"] == "translation_decode":  # the same for the translator (markovformer.bench.translation_decode)
+        return {**case, **translation_decode_case(case["kind"], case["T"], case["batch"])}
+    if case["part"] == "scan_training":  # whole training steps of two recipes (markovformer.bench.scan)
+        return {**case, **training_throughput(case["kind"], case["steps"])}
     memory = PeakMemory(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     row, state_mib = dict(case), 0.0
@@ -167,6 +174,8 @@ def run_case(case: dict, device: str, time_cap: float) -> dict:
     reference = None
     if case["part"] == "windows":
         step = window_step(case["kind"], case["T"], device)
+    elif case["part"] == "scan":
+        step = scan_step(case["kind"], case["T"], device)
     elif case["part"] == "ops":
         step = _op_step(case["kind"], case["T"], device, case.get("backend", "auto"))
         if case["kind"] == "markov_layer":

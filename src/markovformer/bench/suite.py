@@ -13,6 +13,11 @@ Parts:
 - ``decode`` (not run by default): greedy generation of a local-scope Markovian Transformer (rolling key/value
   caches) against global softmax with a key/value cache: per-token time at the start and end, tokens/s, cache size
   and peak memory against the generated length (``markovformer.bench.decode``).
+- ``translation_decode`` (not run by default): the same for the Markov translator, MAT (order 5) against the
+  autoregressive Transformer with a key/value cache, and the length from which MAT is faster
+  (``markovformer.bench.translation_decode``).
+- ``scan`` (not run by default): forward+backward of the linear-scan backends against T, and the Scan Markov model's
+  training throughput in this library's recipe against the source's (``markovformer.bench.scan``).
 
 Without ``quick`` every (kind, T) runs in its own child process, so each peak-memory reading is clean and a crash
 loses one case; ``quick`` runs all sizes of a kind in one child (peaks then rely on resetting the high-water mark).
@@ -39,11 +44,20 @@ from markovformer.bench.harness import run_in_child
 from markovformer.bench.measure import SizeSeries, status_mib
 from markovformer.bench.models import LONG_MODELS, MODELS, describe_models
 from markovformer.bench.report import format_summary, summarise
+from markovformer.bench.scan import NAIVE_MAX_T, SCAN_KINDS, SCAN_LENGTHS, SCAN_SHAPE, TRAINING_KINDS, TRAINING_STEPS
+from markovformer.bench.translation_decode import (
+    MAX_CACHE_TOKENS,
+    TRANSLATION_BATCHES,
+    TRANSLATION_KINDS,
+    TRANSLATION_LENGTHS,
+    TRANSLATION_SIZE,
+    crossovers,
+)
 from markovformer.bench.windows import WINDOW_LENGTHS, WINDOW_SHAPE, WINDOWS, window_kinds
 
 PARTS = ("ops", "windows", "models", "longest")  # the default run
 CAP_REACHED = "longest_max reached"  # the longest part's stop reason when every T trained: a lower bound
-ALL_PARTS = (*PARTS, "decode")
+ALL_PARTS = (*PARTS, "decode", "translation_decode", "scan")
 RESULTS_NAME = "bench.json"
 STARTUP_SECONDS = 120  # child start-up (imports; compilation on CUDA) on top of its steps' time
 
@@ -73,6 +87,9 @@ class BenchSettings:
     keep_freed_memory: bool = True  # children keep freed heap memory, as `markovformer train` does (allocator.py)
     decode_lengths: tuple[int, ...] | None = None  # decode: generated lengths (4096, 16384; quick 256, 1024)
     decode_batches: tuple[int, ...] = (1, 16)
+    translation_lengths: tuple[int, ...] | None = None  # translation_decode: L (64..4096; quick 64..1024)
+    translation_batches: tuple[int, ...] | None = None  # translation_decode: B (1, 32; quick 1, 8)
+    scan_lengths: tuple[int, ...] | None = None  # scan: T (256..16384; quick 256, 1024, 2048)
 
     def resolved(self) -> BenchSettings:
         quick = self.quick
@@ -108,6 +125,11 @@ class BenchSettings:
             longest_start=self.longest_start or (1024 if quick else 2048),
             longest_max=self.longest_max or (4096 if quick else 2**20),
             decode_lengths=tuple(self.decode_lengths or ((256, 1024) if quick else (4096, 16384))),
+            translation_lengths=tuple(
+                self.translation_lengths or (TRANSLATION_LENGTHS[:3] if quick else TRANSLATION_LENGTHS)
+            ),
+            translation_batches=tuple(self.translation_batches or ((1, 8) if quick else TRANSLATION_BATCHES)),
+            scan_lengths=tuple(self.scan_lengths or (SCAN_LENGTHS[:3] if quick else SCAN_LENGTHS)),
         )
 
 
@@ -246,7 +268,52 @@ def _decode(runner: _Runner) -> dict:
     return part
 
 
-PART_RUNNERS = {"ops": _ops, "windows": _windows, "models": _models, "longest": _longest, "decode": _decode}
+def _translation_decode(runner: _Runner) -> dict:
+    settings, rows = runner.settings, []
+    part = {"size": TRANSLATION_SIZE, "kinds": TRANSLATION_KINDS, "rows": rows}
+    runner.record["parts"]["translation_decode"] = part
+    for batch in settings.translation_batches:
+        for length in settings.translation_lengths:
+            for kind in TRANSLATION_KINDS:
+                case = {"part": "translation_decode", "kind": kind, "T": length, "batch": batch, "repeats": 0}
+                if kind == "at" and batch * length > MAX_CACHE_TOKENS:
+                    row = {**case, "skipped": f"B*L > {MAX_CACHE_TOKENS}: the concatenated cache is copied every step"}
+                else:
+                    row = runner._child([case])[0]
+                rows.append(row)
+                shown = row.get("skipped") or row.get("error") or (
+                    f"{row['tokens_per_second']:.1f} tok/s, {row['step_ms_start']:.2f} -> {row['step_ms_end']:.2f} "
+                    f"ms/token, {row['peak_mib']:.0f} MiB")  # fmt: skip
+                runner.log(f"decode  {kind:20} B={batch:<3} L={length:<7} {shown}")
+                part["mat_faster_from_length"] = crossovers(rows)
+                runner.write()
+    return part
+
+
+def _scan(runner: _Runner) -> dict:
+    settings, rows = runner.settings, []
+    steps = TRAINING_STEPS if not settings.quick else 12
+    part = {"shape": SCAN_SHAPE, "rows": rows, "training": [], "training_steps": steps}
+    runner.record["parts"]["scan"] = part
+    for kind in SCAN_KINDS:
+        lengths = [t for t in settings.scan_lengths if kind != "naive" or t <= NAIVE_MAX_T]
+        cases = [{"part": "scan", "kind": kind, "T": t, "repeats": settings.repeats} for t in lengths]
+        rows.extend(runner.series(cases, "scan"))
+        rows.extend({"part": "scan", "kind": kind, "T": t, "skipped": f"O(T^2) backward beyond T={NAIVE_MAX_T}"}
+                    for t in settings.scan_lengths if t not in lengths)  # fmt: skip
+        runner.write()
+    for kind in TRAINING_KINDS:
+        case = {"part": "scan_training", "kind": kind, "T": 0, "steps": steps, "repeats": steps}  # T: no length
+        row = runner._child([case])[0]
+        part["training"].append(row)
+        shown = row.get("skipped") or row.get("error") or f"{row['chars_per_second']:,.0f} scored characters/s"
+        runner.log(f"scan    training {kind:11} {shown}")
+        runner.write()
+    return part
+
+
+PART_RUNNERS = {"ops": _ops, "windows": _windows, "models": _models, "longest": _longest, "decode": _decode,
+                "translation_decode": _translation_decode, "scan": _scan}  # fmt: skip
 
 
 def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Callable[[str], None] = print) -> Path:
