@@ -36,8 +36,9 @@ def translation_decode_case(kind: str, length: int, batch: int) -> dict:
     if kind not in TRANSLATION_KINDS:
         raise ValueError(f"unknown translation decode kind {kind!r}; expected one of {tuple(TRANSLATION_KINDS)}")
     torch.manual_seed(0)
+    positions = max(length + 1, SOURCE_LENGTH)  # max_positions bounds the source as well as the output
     config = MarkovTranslatorConfig(**TRANSLATION_SIZE, **TRANSLATION_KINDS[kind], dropout=0.0,
-                                    max_positions=length + 1)  # fmt: skip
+                                    max_positions=positions)  # fmt: skip
     model = MarkovTranslatorForConditionalGeneration(config).eval()
     source = torch.randint(4, config.vocab_size, (batch, SOURCE_LENGTH), generator=torch.Generator().manual_seed(1))
     banned = torch.tensor([config.eos_token_id, config.pad_token_id])
