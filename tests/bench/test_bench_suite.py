@@ -180,6 +180,10 @@ def test_command_line_options():
         parser.parse_args(["bench", "--parts", "everything"])
     with pytest.raises(ValueError, match="--threads=0"):
         bench_cli.run_bench(parser.parse_args(["bench", "--threads", "0"]))
+    with pytest.raises(ValueError, match="--scan-lengths"):
+        bench_cli.run_bench(parser.parse_args(["bench", "--parts", "scan", "--scan-lengths", "256", "0"]))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "--op-kinds", "flash"])
     with pytest.raises(ValueError, match="unknown op kind"):
         BenchSettings(op_kinds=("flash",)).resolved()
 
