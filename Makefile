@@ -36,7 +36,7 @@ test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests
 
 bench: setup
 	$(BIN)/markovformer bench

@@ -10,14 +10,15 @@ import pytest
 import torch
 
 from markovformer.bench import PARTS, RESULTS_NAME, BenchSettings, run_suite
-from markovformer.bench.cases import run_case
+from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS, run_case
 from markovformer.bench.measure import PeakMemory, SizeSeries, growth_exponent, predicted_over_caps
-from markovformer.bench.models import MODELS, GRULanguageModel, build_model, loss_of
+from markovformer.bench.models import MODELS, build_model, loss_of
 from markovformer.bench.plots import write_plots
 from markovformer.bench.report import format_summary, summarise, targets, time_per_key
-from markovformer.bench.suite import _Runner
+from markovformer.bench.suite import ALL_PARTS, _Runner
 from markovformer.bench.windows import local_attention_available, parse_kind, window_forward
 from markovformer.cli import bench as bench_cli
+from markovformer.layers.baselines.recurrent import GRUMixer
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -158,18 +159,19 @@ def test_bench_models_train_on_next_token_loss(name):
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
-def test_gru_model_loss_is_shifted_cross_entropy():
+def test_gru_model_is_the_library_gru_kind_and_its_loss_is_shifted_cross_entropy():
     torch.manual_seed(0)
-    model = GRULanguageModel(vocab_size=7, d_model=8, n_layers=2)
-    ids = torch.randint(0, 7, (3, 5))
-    hidden, _ = model.gru(model.embed(ids))
-    logits = model.head(model.norm(hidden))
-    expected = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 7), ids[:, 1:].reshape(-1))
-    torch.testing.assert_close(model(ids, ids), expected)
+    model = build_model("gru")
+    assert all(isinstance(block.attention, GRUMixer) for block in model.model.blocks)
+    ids = torch.randint(0, 256, (3, 5))
+    logits = model(ids).logits
+    expected = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 256), ids[:, 1:].reshape(-1))
+    torch.testing.assert_close(loss_of(model, ids), expected)
 
 
 def test_command_line_options():
-    assert bench_cli.PART_NAMES == PARTS
+    assert bench_cli.PART_NAMES == PARTS and bench_cli.ALL_PART_NAMES == ALL_PARTS
+    assert bench_cli.OP_KIND_NAMES == OP_KINDS + CUDA_OP_KINDS
     parser = argparse.ArgumentParser()
     bench_cli.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["bench", "--quick", "--parts", "ops", "--out", "somewhere", "--lengths", "64"])
@@ -178,6 +180,10 @@ def test_command_line_options():
         parser.parse_args(["bench", "--parts", "everything"])
     with pytest.raises(ValueError, match="--threads=0"):
         bench_cli.run_bench(parser.parse_args(["bench", "--threads", "0"]))
+    with pytest.raises(ValueError, match="--scan-lengths"):
+        bench_cli.run_bench(parser.parse_args(["bench", "--parts", "scan", "--scan-lengths", "256", "0"]))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "--op-kinds", "flash"])
     with pytest.raises(ValueError, match="unknown op kind"):
         BenchSettings(op_kinds=("flash",)).resolved()
 

@@ -1,7 +1,7 @@
-"""Benchmark cases, run inside a child process: ``python -m markovformer.bench.cases '<json>'``.
+"""Benchmark cases, run inside a child process (``bench.harness``): ``python -m markovformer.bench.cases '<json>'``.
 
 The JSON holds ``cases`` (run in order), ``device``, ``threads``, ``memory_cap_mib`` and ``time_cap`` (seconds per
-step). Each finished case prints one JSON line at once, so a parent that loses the child (killed, timed out) keeps
+step). Each finished case prints its row at once, so a parent that loses the child (killed, timed out) keeps
 the rows before it. On CPU the child limits its own address space to the memory cap above where it started, so a
 case that would exceed the cap fails with an allocation error (reported as out of memory) instead of pushing the
 machine into swap or the OOM killer.
@@ -13,40 +13,47 @@ times one full training step (forward, loss, backward, AdamW update).
 from __future__ import annotations
 
 import gc
-import json
 import resource
 import statistics
 import sys
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from markovformer.allocator import keep_freed_memory
+from markovformer.bench.decode import decode_case
+from markovformer.bench.harness import child_main
 from markovformer.bench.measure import PeakMemory, SizeSeries, status_mib, time_steps
 from markovformer.bench.models import build_model, loss_of, parameter_count
+from markovformer.bench.scan import scan_step, training_throughput
+from markovformer.bench.translation_decode import translation_decode_case
+from markovformer.bench.windows import NOT_INSTALLED, local_attention_available, window_step
+from markovformer.layers import MarkovAttention
+from markovformer.layers.attention import CoreOutput
+from markovformer.layers.hybrid_attention import markov_head_count
+from markovformer.ops.lag_bias_attention import lag_bias_attention
+from markovformer.ops.lag_bias_attention.flex import block_mask_for, compiled_flex_attention
+from markovformer.ops.linear_attention import draw_projection, feature_map, linear_attention
 
 # markov_layer: a MarkovAttention layer (projections, gates, attention) timed in turns with the same layer whose
 # attention core is removed ("projections_only"), so their ratio is taken under the same machine load.
 OP_KINDS = ("markov_local", "markov_global", "softmax_sdpa", "random_feature", "hybrid", "markov_layer")
 CUDA_OP_KINDS = ("sliding_window_flex",)  # FlexAttention's plain sliding window: what the Markov bias adds to
 OP_SHAPE = dict(batch=1, heads=8, head_dim=32, order=4)  # d_model = 256, the paper's configuration; K = W = 4
+HYBRID_MARKOV_HEAD_RATIO = 0.5  # the "hybrid" op kind: half the heads Markov, as the paper's models
 
 
 class _ProjectionsOnly(nn.Module):
     """An attention core that returns its values: the layer with the attention itself removed."""
 
     def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None):
-        from markovformer.layers.attention import CoreOutput
-
         return CoreOutput(v, {}, None)
 
 
 def _op_step(kind: str, seq_len: int, device: str, backend: str):
     """Inputs for one op case and the step that runs it (forward + backward, gradients cleared)."""
-    from markovformer.layers import MarkovAttention
-    from markovformer.ops.lag_bias_attention import lag_bias_attention
-    from markovformer.ops.linear_attention import draw_projection, feature_map, linear_attention
-
     batch, heads, head_dim, order = (OP_SHAPE[key] for key in ("batch", "heads", "head_dim", "order"))
     generator = torch.Generator().manual_seed(0)
     if kind in ("markov_layer", "projections_only"):
@@ -69,7 +76,7 @@ def _op_step(kind: str, seq_len: int, device: str, backend: str):
         # A dense upstream gradient, as a following layer sends (out.sum() would send a stride-0 one).
         upstream = torch.randn(shape, generator=generator).to(device)
         leaves = [q, k, v, bias]
-        half = heads // 2
+        n_markov = markov_head_count(heads, HYBRID_MARKOV_HEAD_RATIO)
 
         def local(q, k, v, bias):
             return lag_bias_attention(q, k, v, bias, window=order, causal=True, backend=backend)
@@ -87,9 +94,9 @@ def _op_step(kind: str, seq_len: int, device: str, backend: str):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True)
             if kind == "random_feature":
                 return features(q, k, v)
-            if kind == "hybrid":  # half the heads local Markov, half random features (hybrid_split)
-                markov = local(q[:, :half], k[:, :half], v[:, :half], bias[:, :half])
-                return torch.cat([markov, features(q[:, half:], k[:, half:], v[:, half:])], dim=1)
+            if kind == "hybrid":  # the first heads local Markov, the rest random features, as hybrid_split splits
+                markov = local(q[:, :n_markov], k[:, :n_markov], v[:, :n_markov], bias[:, :n_markov])
+                return torch.cat([markov, features(q[:, n_markov:], k[:, n_markov:], v[:, n_markov:])], dim=1)
             if kind == "sliding_window_flex":
                 return _sliding_window_flex(q, k, v, order)
             raise ValueError(f"unknown op kind {kind!r}; expected one of {OP_KINDS + CUDA_OP_KINDS}")
@@ -103,8 +110,6 @@ def _op_step(kind: str, seq_len: int, device: str, backend: str):
 
 
 def _sliding_window_flex(q, k, v, window: int):
-    from markovformer.ops.lag_bias_attention.flex import block_mask_for, compiled_flex_attention
-
     return compiled_flex_attention()(q, k, v, block_mask=block_mask_for(q.shape[-2], window, True, None, q.device))
 
 
@@ -146,18 +151,21 @@ def _paired_times(step, reference, repeats: int, time_cap: float, sync) -> dict:
 
 
 def run_case(case: dict, device: str, time_cap: float) -> dict:
-    """One measurement: ``case`` has ``part`` ("ops", "windows" or "models"), ``kind``, ``T``, ``repeats`` and,
-    for models, ``batch``. Returns the row: the case plus ``seconds`` (median of the timed runs after a warm-up run) and
-    ``peak_mib``; models add ``tokens_per_second``.
+    """One measurement: ``case`` has ``part`` ("ops", "windows", "scan" or "models"), ``kind``, ``T``, ``repeats``
+    and, for models, ``batch`` (the generation parts and "scan_training" run their own loops). Returns the row:
+    the case plus ``seconds`` (median of the timed runs after a warm-up run) and ``peak_mib``; models add
+    ``tokens_per_second``.
 
     Peak memory is read over the timed runs above the memory in use after the warm-up, so one-time costs of a fresh
     process (libraries paged in, lazy initialisation) are left out; a model adds its parameters and optimizer
     state back (``state_mib``). With ``repeats=0`` the single run is both warm-up and measurement, and its peak
     includes those one-time costs (an upper bound, enough for the longest-context search)."""
     if case["part"] == "decode":  # generation: its own loop and timing (markovformer.bench.decode)
-        from markovformer.bench.decode import decode_case
-
         return {**case, **decode_case(case["kind"], case["T"], case["batch"], device)}
+    if case["part"] == "translation_decode":  # the same for the translator (markovformer.bench.translation_decode)
+        return {**case, **translation_decode_case(case["kind"], case["T"], case["batch"])}
+    if case["part"] == "scan_training":  # whole training steps of two recipes (markovformer.bench.scan)
+        return {**case, **training_throughput(case["kind"], case["steps"])}
     memory = PeakMemory(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     row, state_mib = dict(case), 0.0
@@ -165,9 +173,9 @@ def run_case(case: dict, device: str, time_cap: float) -> dict:
         memory.start()
     reference = None
     if case["part"] == "windows":
-        from markovformer.bench.windows import window_step
-
         step = window_step(case["kind"], case["T"], device)
+    elif case["part"] == "scan":
+        step = scan_step(case["kind"], case["T"], device)
     elif case["part"] == "ops":
         step = _op_step(case["kind"], case["T"], device, case.get("backend", "auto"))
         if case["kind"] == "markov_layer":
@@ -209,13 +217,11 @@ def _limit_address_space(memory_cap_mib: float) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
 
-def main(argv: list[str]) -> None:
-    job = json.loads(argv[0])
+def measure_cases(job: dict) -> Iterator[dict]:
+    """The child's work (``harness.child_main``): ``job`` holds ``cases``, ``device``, ``memory_cap_mib``,
+    ``time_cap`` and ``keep_freed_memory``; yields a row per case, in order."""
     device, time_cap, memory_cap = job["device"], job["time_cap"], job["memory_cap_mib"]
-    torch.set_num_threads(job["threads"])
     if job.get("keep_freed_memory", True):
-        from markovformer.allocator import keep_freed_memory
-
         keep_freed_memory()
     if device == "cpu":
         _limit_address_space(memory_cap)
@@ -224,8 +230,6 @@ def main(argv: list[str]) -> None:
         sizes = series.setdefault(case["kind"], SizeSeries(memory_cap, time_cap))
         reason = sizes.skip_reason(case["T"])
         if case["part"] == "windows" and case["kind"].startswith("local_attention"):
-            from markovformer.bench.windows import NOT_INSTALLED, local_attention_available
-
             reason = reason or (None if local_attention_available() else NOT_INSTALLED)
         if reason:
             row = {**case, "skipped": reason}
@@ -240,8 +244,8 @@ def main(argv: list[str]) -> None:
             if device == "cuda":
                 torch.cuda.empty_cache()
         sizes.add(row)
-        print(json.dumps(row), flush=True)
+        yield row
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    child_main(sys.argv[1:], measure_cases)

@@ -15,6 +15,8 @@ import time
 import torch
 
 from markovformer.bench.measure import PeakMemory
+from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+from markovformer.models.markovian_transformer.decoding import IncrementalDecoder
 
 DECODE_SIZE = {"vocab_size": 256, "d_model": 256, "n_layers": 6, "n_heads": 4}
 DECODE_KINDS = {
@@ -27,9 +29,6 @@ PROMPT_LENGTH = 16
 def decode_case(kind: str, length: int, batch: int, device: str = "cpu", size: dict | None = None) -> dict:
     """Generate ``length`` tokens greedily for ``batch`` prompts with the ``kind`` model; the row described above.
     ``size`` overrides ``DECODE_SIZE`` (for small checks)."""
-    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
-    from markovformer.models.markovian_transformer.decoding import IncrementalDecoder
-
     torch.manual_seed(0)
     size = {**DECODE_SIZE, **(size or {})}
     config = MarkovianTransformerConfig(**size, **DECODE_KINDS[kind])

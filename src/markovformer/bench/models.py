@@ -1,13 +1,13 @@
-"""The models the suite compares at equal size (the paper's 6 layers, d=256, 8 heads), and a GRU language model.
-The paper's configuration (hybrid heads + recurrent injection) is timed with nn.GRU and with minGRU.
+"""The models the suite compares at equal size (the paper's 6 layers, d=256, 8 heads), the recurrent baseline
+among them. The paper's configuration (hybrid heads + recurrent injection) is timed with nn.GRU and with minGRU.
 
-Every Transformer variant is a ``MarkovianTransformerConfig``: they differ only in the attention kind, so the
-embedding, blocks (pre-LN, SwiGLU FFN), rotary positions and head are identical.
+Every model is a ``MarkovianTransformerForCausalLM``: they differ only in the attention kind, so the embedding,
+blocks (pre-LN, SwiGLU FFN), rotary positions and head are identical. ``gru`` is attention kind "gru": each block's
+attention replaced by a one-layer ``nn.GRU`` and an output projection, what ``markovformer train`` builds for it.
 """
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
@@ -26,44 +26,25 @@ MODEL_ATTENTION = {
     "markov_local": dict(attention="markov", scope="local"),
     "softmax": dict(attention="softmax"),
     "random_feature": dict(attention="rff"),
+    "gru": dict(attention="gru"),
 }
-MODELS = (*MODEL_ATTENTION, "gru")
+MODELS = tuple(MODEL_ATTENTION)
 LONG_MODELS = ("markov_local",)  # also timed at the long lengths: its tokens/s should not fall with T
-
-
-class GRULanguageModel(nn.Module):
-    """Embedding, a stacked GRU, LayerNorm and a linear head: the recurrent baseline at the same width and depth."""
-
-    def __init__(self, vocab_size: int, d_model: int, n_layers: int) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab_size, d_model)
-        self.gru = nn.GRU(d_model, d_model, num_layers=n_layers, batch_first=True)
-        self.norm = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
-
-    def forward(self, input_ids: Tensor, labels: Tensor) -> Tensor:
-        """Next-token cross-entropy of (B, T) ids (shifted inside, like the causal LMs)."""
-        hidden, _ = self.gru(self.embed(input_ids))
-        logits = self.head(self.norm(hidden))
-        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten())
 
 
 def model_config(name: str) -> MarkovianTransformerConfig:
     if name not in MODEL_ATTENTION:
-        raise ValueError(f"no Transformer config for bench model {name!r}; expected one of {tuple(MODEL_ATTENTION)}")
+        raise ValueError(f"unknown bench model {name!r}; expected one of {MODELS}")
     return MarkovianTransformerConfig(vocab_size=VOCAB_SIZE, max_order=MAX_ORDER, **SIZE, **MODEL_ATTENTION[name])
 
 
-def build_model(name: str) -> nn.Module:
+def build_model(name: str) -> MarkovianTransformerForCausalLM:
     """The named model; ``loss_of(model, ids)`` gives its training loss."""
-    if name == "gru":
-        return GRULanguageModel(VOCAB_SIZE, SIZE["d_model"], SIZE["n_layers"])
     return MarkovianTransformerForCausalLM(model_config(name))
 
 
-def loss_of(model: nn.Module, input_ids: Tensor) -> Tensor:
-    if isinstance(model, GRULanguageModel):
-        return model(input_ids, input_ids)
+def loss_of(model: MarkovianTransformerForCausalLM, input_ids: Tensor) -> Tensor:
+    """Next-token cross-entropy of (B, T) ids (the model shifts the labels)."""
     return model(input_ids, labels=input_ids).loss
 
 
@@ -75,7 +56,6 @@ def describe_models() -> dict:
     """Each model's settings, as recorded in the results."""
     described = {name: {**SIZE, "vocab_size": VOCAB_SIZE, "max_order": MAX_ORDER, **options}
                  for name, options in MODEL_ATTENTION.items()}  # fmt: skip
-    described["gru"] = {**SIZE, "vocab_size": VOCAB_SIZE, "kind": "torch.nn.GRU"}
     for name in MODELS:
         described[name]["parameters"] = parameter_count(build_model(name))
     return described

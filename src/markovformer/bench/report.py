@@ -154,6 +154,26 @@ def summarise(parts: dict) -> dict:
                 entry = {key: row[key] for key in ("end_over_start", "tokens_per_second", "peak_mib")}
                 table.setdefault(f"{row['kind']} B={row['batch']}", {})[row["T"]] = entry
         summary["decode"] = table
+    if "translation_decode" in parts:  # per kind and batch, per length: tokens/s and last/first step time
+        part = parts["translation_decode"]
+        table = {}
+        for row in part["rows"]:
+            if "end_over_start" in row:
+                entry = {key: row[key] for key in ("end_over_start", "tokens_per_second", "peak_mib")}
+                table.setdefault(f"{row['kind']} B={row['batch']}", {})[row["T"]] = entry
+        summary["translation_decode"] = {"table": table, "mat_faster_from_length": part.get("mat_faster_from_length")}
+    if "scan" in parts:
+        rows = parts["scan"]["rows"]
+        seconds = _table(rows, "seconds")
+        ratios = {f"{slow}_over_{fast}_at_{t}": seconds[slow][t] / seconds[fast][t]
+                  for t in sorted({row["T"] for row in rows}) for fast in ("sequential", "chunked")
+                  for slow in ("naive", "naive_unbind")
+                  if t in seconds.get(slow, {}) and t in seconds.get(fast, {})}  # fmt: skip
+        training = {row["kind"]: row.get("chars_per_second") for row in parts["scan"]["training"]}
+        if training.get("library") and training.get("seed_style"):
+            ratios["library_over_seed_style_chars_per_second"] = training["library"] / training["seed_style"]
+        summary["scan"] = {"seconds": seconds, "not_measured": _not_measured(rows), "ratios": ratios,
+                           "training_chars_per_second": training}  # fmt: skip
     summary["targets"] = targets(parts)
     return summary
 
@@ -200,6 +220,25 @@ def format_summary(record: dict) -> str:
         lines += _grid(pairs, names, lambda v: f"{v[0]:.0f} / {v[1]:.0f}", "T")
     if "longest" in summary:
         lines += ["", "longest context trained: " + ", ".join(f"{k} {v}" for k, v in summary["longest"].items())]
+    if "translation_decode" in summary:
+        decode = summary["translation_decode"]
+        lines += ["", "translation greedy decoding: tokens/s / last-over-first step time"]
+        names = list(decode["table"])
+        lines += _grid(
+            decode["table"], names, lambda v: f"{v['tokens_per_second']:.0f} / {v['end_over_start']:.2f}", "L"
+        )
+        for batch, length in (decode["mat_faster_from_length"] or {}).items():
+            where = f"first at L = {length} (of those measured)" if length is not None else "at no measured length"
+            lines.append(f"MAT decodes more tokens/s than AT ({batch}): {where}")
+    if "scan" in summary:
+        scan = summary["scan"]
+        kinds = list(dict.fromkeys([*scan["seconds"], *scan["not_measured"]]))
+        lines += ["", "linear scan, forward+backward: ms"]
+        lines += _grid(scan["seconds"], kinds, lambda v: f"{v * 1e3:.1f}", "T")
+        for kind, speed in scan["training_chars_per_second"].items():
+            lines.append(f"Scan Markov training, {kind}: " + ("—" if speed is None else f"{speed:,.0f} characters/s"))
+        for name, value in scan["ratios"].items():
+            lines.append(f"  {name}: {value:.1f}x")
     lines += ["", "targets:"]
     for name, target in summary.get("targets", {}).items():
         state = {True: "met", False: "NOT met", None: "not measured"}[target["met"]]

@@ -13,6 +13,11 @@ Parts:
 - ``decode`` (not run by default): greedy generation of a local-scope Markovian Transformer (rolling key/value
   caches) against global softmax with a key/value cache: per-token time at the start and end, tokens/s, cache size
   and peak memory against the generated length (``markovformer.bench.decode``).
+- ``translation_decode`` (not run by default): the same for the Markov translator, MAT (order 5) against the
+  autoregressive Transformer with a key/value cache, and the length from which MAT is faster
+  (``markovformer.bench.translation_decode``).
+- ``scan`` (not run by default): forward+backward of the linear-scan backends against T, and the Scan Markov model's
+  training throughput in this library's recipe against the source's (``markovformer.bench.scan``).
 
 Without ``quick`` every (kind, T) runs in its own child process, so each peak-memory reading is clean and a crash
 loses one case; ``quick`` runs all sizes of a kind in one child (peaks then rely on resetting the high-water mark).
@@ -25,17 +30,34 @@ import dataclasses
 import json
 import os
 import platform
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
+import markovformer
 from markovformer.atomic import atomic_write_text
+from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS, OP_SHAPE
+from markovformer.bench.decode import DECODE_KINDS, DECODE_SIZE
+from markovformer.bench.harness import run_in_child
 from markovformer.bench.measure import SizeSeries, status_mib
+from markovformer.bench.models import LONG_MODELS, MODELS, describe_models
+from markovformer.bench.report import format_summary, summarise
+from markovformer.bench.scan import NAIVE_MAX_T, SCAN_KINDS, SCAN_LENGTHS, SCAN_SHAPE, TRAINING_KINDS, TRAINING_STEPS
+from markovformer.bench.translation_decode import (
+    MAX_CACHE_TOKENS,
+    TRANSLATION_BATCHES,
+    TRANSLATION_KINDS,
+    TRANSLATION_LENGTHS,
+    TRANSLATION_SIZE,
+    crossovers,
+)
+from markovformer.bench.windows import WINDOW_LENGTHS, WINDOW_SHAPE, WINDOWS, window_kinds
 
 PARTS = ("ops", "windows", "models", "longest")  # the default run
 CAP_REACHED = "longest_max reached"  # the longest part's stop reason when every T trained: a lower bound
-ALL_PARTS = (*PARTS, "decode")
+ALL_PARTS = (*PARTS, "decode", "translation_decode", "scan")
 RESULTS_NAME = "bench.json"
 STARTUP_SECONDS = 120  # child start-up (imports; compilation on CUDA) on top of its steps' time
 
@@ -65,15 +87,12 @@ class BenchSettings:
     keep_freed_memory: bool = True  # children keep freed heap memory, as `markovformer train` does (allocator.py)
     decode_lengths: tuple[int, ...] | None = None  # decode: generated lengths (4096, 16384; quick 256, 1024)
     decode_batches: tuple[int, ...] = (1, 16)
+    translation_lengths: tuple[int, ...] | None = None  # translation_decode: L (64..4096; quick 64..1024)
+    translation_batches: tuple[int, ...] | None = None  # translation_decode: B (1, 32; quick 1, 8)
+    scan_lengths: tuple[int, ...] | None = None  # scan: T (256..16384; quick 256, 1024, 2048)
 
     def resolved(self) -> BenchSettings:
-        from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS
-        from markovformer.bench.models import MODELS
-        from markovformer.bench.windows import WINDOW_LENGTHS, WINDOWS
-
         quick = self.quick
-        import torch
-
         device = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
         if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
             raise ValueError(f"bench device {self.device!r} is not available here (expected 'auto', 'cpu' or 'cuda')")
@@ -106,14 +125,15 @@ class BenchSettings:
             longest_start=self.longest_start or (1024 if quick else 2048),
             longest_max=self.longest_max or (4096 if quick else 2**20),
             decode_lengths=tuple(self.decode_lengths or ((256, 1024) if quick else (4096, 16384))),
+            translation_lengths=tuple(
+                self.translation_lengths or (TRANSLATION_LENGTHS[:3] if quick else TRANSLATION_LENGTHS)
+            ),
+            translation_batches=tuple(self.translation_batches or ((1, 8) if quick else TRANSLATION_BATCHES)),
+            scan_lengths=tuple(self.scan_lengths or (SCAN_LENGTHS[:3] if quick else SCAN_LENGTHS)),
         )
 
 
 def machine_record(settings: BenchSettings) -> dict:
-    import torch
-
-    import markovformer
-
     cpu_model = None
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -140,38 +160,16 @@ class _Runner:
                        "settings": dataclasses.asdict(settings), "parts": {}}  # fmt: skip
 
     def write(self) -> Path:
-        from markovformer.bench.report import summarise
-
         self.record["summary"] = summarise(self.record["parts"])
         return atomic_write_text(self.out / RESULTS_NAME, json.dumps(self.record, indent=2) + "\n")
 
     def _child(self, cases: list[dict]) -> list[dict]:
         """Run ``cases`` in one child; a row for every case (a failed child's remaining cases say why)."""
         settings = self.settings
-        job = {"cases": cases, "device": settings.device, "threads": settings.threads,
-               "memory_cap_mib": settings.memory_cap_mib, "time_cap": settings.time_cap,
-               "keep_freed_memory": settings.keep_freed_memory}  # fmt: skip
+        job = {"cases": cases, "device": settings.device, "memory_cap_mib": settings.memory_cap_mib,
+               "time_cap": settings.time_cap, "keep_freed_memory": settings.keep_freed_memory}  # fmt: skip
         timeout = STARTUP_SECONDS + sum((case["repeats"] + 1) * settings.time_cap for case in cases)
-        env = {**os.environ, "OMP_NUM_THREADS": str(settings.threads), "MKL_NUM_THREADS": str(settings.threads)}
-        command = [sys.executable, "-m", "markovformer.bench.cases", json.dumps(job)]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-            stdout, failure = done.stdout, None
-            if done.returncode != 0:
-                lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
-                failure = lines[-1][-300:]
-                if done.returncode in (-9, 137):
-                    failure = f"killed (out of memory?): {failure}"
-        except subprocess.TimeoutExpired as expired:
-            output = expired.stdout or b""
-            stdout = output.decode() if isinstance(output, bytes) else output
-            failure = f"timed out after {timeout:.0f} s"
-        rows = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-        missing = cases[len(rows) :]
-        if missing:  # the case it died in gets the error; the ones after it were never tried
-            rows.append({**missing[0], "error": failure})
-            rows += [{**case, "skipped": f"the child stopped: {failure}"} for case in missing[1:]]
-        return rows
+        return run_in_child("markovformer.bench.cases", job, cases, timeout, threads=settings.threads)
 
     def series(self, cases: list[dict], label: str) -> list[dict]:
         """The cases of one kind in ascending T, every case given a row; ``label`` names the part in the log."""
@@ -194,8 +192,6 @@ class _Runner:
 
 
 def _ops(runner: _Runner) -> dict:
-    from markovformer.bench.cases import OP_SHAPE
-
     settings, rows = runner.settings, []
     runner.record["parts"]["ops"] = part = {"shape": OP_SHAPE, "rows": rows}
     for kind in settings.op_kinds:
@@ -206,8 +202,6 @@ def _ops(runner: _Runner) -> dict:
 
 
 def _windows(runner: _Runner) -> dict:
-    from markovformer.bench.windows import WINDOW_SHAPE, window_kinds
-
     settings, rows = runner.settings, []
     runner.record["parts"]["windows"] = part = {"shape": WINDOW_SHAPE, "windows": list(settings.windows), "rows": rows}
     for kind in window_kinds(settings.windows):
@@ -220,8 +214,6 @@ def _windows(runner: _Runner) -> dict:
 
 
 def _models(runner: _Runner) -> dict:
-    from markovformer.bench.models import LONG_MODELS, describe_models
-
     settings, rows = runner.settings, []
     recorded = {"throughput_length": settings.throughput_length, "memory_lengths": list(settings.memory_lengths)}
     part = {"models": describe_models(), "batch": settings.model_batch, **recorded, "rows": rows}
@@ -261,8 +253,6 @@ def _longest(runner: _Runner) -> dict:
 
 
 def _decode(runner: _Runner) -> dict:
-    from markovformer.bench.decode import DECODE_KINDS, DECODE_SIZE
-
     settings, rows = runner.settings, []
     runner.record["parts"]["decode"] = part = {"size": DECODE_SIZE, "kinds": DECODE_KINDS, "rows": rows}
     for batch in settings.decode_batches:
@@ -278,13 +268,58 @@ def _decode(runner: _Runner) -> dict:
     return part
 
 
-PART_RUNNERS = {"ops": _ops, "windows": _windows, "models": _models, "longest": _longest, "decode": _decode}
+def _translation_decode(runner: _Runner) -> dict:
+    settings, rows = runner.settings, []
+    part = {"size": TRANSLATION_SIZE, "kinds": TRANSLATION_KINDS, "rows": rows}
+    runner.record["parts"]["translation_decode"] = part
+    for batch in settings.translation_batches:
+        for length in settings.translation_lengths:
+            for kind in TRANSLATION_KINDS:
+                case = {"part": "translation_decode", "kind": kind, "T": length, "batch": batch, "repeats": 0}
+                if kind == "at" and batch * length > MAX_CACHE_TOKENS:
+                    row = {**case, "skipped": f"B*L > {MAX_CACHE_TOKENS}: the concatenated cache is copied every step"}
+                else:
+                    row = runner._child([case])[0]
+                rows.append(row)
+                shown = row.get("skipped") or row.get("error") or (
+                    f"{row['tokens_per_second']:.1f} tok/s, {row['step_ms_start']:.2f} -> {row['step_ms_end']:.2f} "
+                    f"ms/token, {row['peak_mib']:.0f} MiB")  # fmt: skip
+                runner.log(f"decode  {kind:20} B={batch:<3} L={length:<7} {shown}")
+                part["mat_faster_from_length"] = crossovers(rows)
+                runner.write()
+    return part
+
+
+def _scan(runner: _Runner) -> dict:
+    settings, rows = runner.settings, []
+    steps = TRAINING_STEPS if not settings.quick else 12
+    part = {"shape": SCAN_SHAPE, "rows": rows, "training": [], "training_steps": steps}
+    runner.record["parts"]["scan"] = part
+    for kind in SCAN_KINDS:
+        lengths = [t for t in settings.scan_lengths if kind != "naive" or t <= NAIVE_MAX_T]
+        cases = [{"part": "scan", "kind": kind, "T": t, "repeats": settings.repeats} for t in lengths]
+        rows.extend(runner.series(cases, "scan"))
+        rows.extend({"part": "scan", "kind": kind, "T": t, "skipped": f"O(T^2) backward beyond T={NAIVE_MAX_T}"}
+                    for t in settings.scan_lengths if t not in lengths)  # fmt: skip
+        runner.write()
+    for kind in TRAINING_KINDS:
+        case = {"part": "scan_training", "kind": kind, "T": 0, "steps": steps, "repeats": steps}  # T: no length
+        row = runner._child([case])[0]
+        part["training"].append(row)
+        shown = row.get("skipped") or row.get("error") or f"{row['chars_per_second']:,.0f} scored characters/s"
+        runner.log(f"scan    training {kind:11} {shown}")
+        runner.write()
+    return part
+
+
+PART_RUNNERS = {"ops": _ops, "windows": _windows, "models": _models, "longest": _longest, "decode": _decode,
+                "translation_decode": _translation_decode, "scan": _scan}  # fmt: skip
 
 
 def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Callable[[str], None] = print) -> Path:
     """Run the chosen parts, write ``OUT/bench.json`` and the PNG plots; return the JSON path."""
+    # plots imports matplotlib (the plots extra) and this module's CAP_REACHED: deferred for both reasons
     from markovformer.bench.plots import write_plots
-    from markovformer.bench.report import format_summary
 
     settings = (settings or BenchSettings()).resolved()
     out = Path(out)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from markovformer.ops.lag_bias_attention import lag_bias_attention
+
 WINDOW_SHAPE = dict(batch=1, heads=8, head_dim=32, order=4)
 WINDOWS = (16, 64, 256, 1024)
 WINDOW_LENGTHS = (4096, 16384)
@@ -47,8 +49,6 @@ def local_attention_available() -> bool:
 
 def window_forward(kind: str, q, k, v, bias):
     """The attention output (B, H, T, Dh) of ``kind`` on these inputs (bias (B, H, T, K) is used by banded only)."""
-    from markovformer.ops.lag_bias_attention import lag_bias_attention
-
     name, window = parse_kind(kind)
     if name == "banded":
         return lag_bias_attention(q, k, v, bias, window=window, causal=True, backend="banded")

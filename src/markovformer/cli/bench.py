@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-# markovformer.bench.PARTS, spelled here so --help imports no torch
+# markovformer.bench.PARTS and OP_KINDS, spelled here so --help imports no torch
 PART_NAMES = ("ops", "windows", "models", "longest")
-ALL_PART_NAMES = (*PART_NAMES, "decode")  # decode (generation speed) runs only when asked
+ALL_PART_NAMES = (*PART_NAMES, "decode", "translation_decode", "scan")  # generation speed and scans: when asked
+OP_KIND_NAMES = ("markov_local", "markov_global", "softmax_sdpa", "random_feature", "hybrid", "markov_layer",
+                 "sliding_window_flex")  # fmt: skip
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -16,6 +18,15 @@ def add_parser(commands) -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="small sizes, fewer repeats (about 2 minutes on a CPU)")
     bench.add_argument("--parts", nargs="+", default=list(PART_NAMES), choices=ALL_PART_NAMES, help="what to run")
     bench.add_argument("--lengths", type=int, nargs="+", default=None, help="op sequence lengths (default 1k..64k)")
+    bench.add_argument("--op-kinds", nargs="+", default=None, choices=OP_KIND_NAMES, help="ops part: which ops")
+    bench.add_argument("--decode-lengths", type=int, nargs="+", default=None,
+                       help="decode part: generated lengths (default 4096 16384)")  # fmt: skip
+    bench.add_argument("--decode-batches", type=int, nargs="+", default=None, help="decode part: batch sizes (1 16)")
+    bench.add_argument("--translation-lengths", type=int, nargs="+", default=None,
+                       help="translation_decode part: output lengths (default 64..4096)")  # fmt: skip
+    bench.add_argument("--translation-batches", type=int, nargs="+", default=None,
+                       help="translation_decode part: batch sizes (default 1 32)")  # fmt: skip
+    bench.add_argument("--scan-lengths", type=int, nargs="+", default=None, help="scan part: T (default 256..16384)")
     bench.add_argument("--repeats", type=int, default=None, help="timed runs per case after a warm-up (median)")
     bench.add_argument(
         "--threads", type=int, default=None, help="torch threads per case (default: torch's, one per core)"
@@ -31,17 +42,23 @@ def add_parser(commands) -> argparse.ArgumentParser:
 
 
 def run_bench(args: argparse.Namespace) -> None:
+    # deferred: the bench package imports torch and the models, which `markovformer --help` should not wait for
     from markovformer.bench import BenchSettings, run_suite
 
     for name in ("repeats", "threads"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "repeats" else 1):
             raise ValueError(f"--{name}={value} must be {'>= 0' if name == 'repeats' else '>= 1'}")
-    if args.lengths and min(args.lengths) < 1:
-        raise ValueError(f"--lengths {args.lengths}: lengths must be positive")
+    for name in ("lengths", "decode_lengths", "decode_batches", "translation_lengths", "translation_batches",
+                 "scan_lengths"):  # fmt: skip
+        values = getattr(args, name)
+        if values and min(values) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} {values}: values must be positive")
+    given = {name: tuple(getattr(args, name)) for name in ("decode_lengths", "decode_batches", "translation_lengths",
+             "translation_batches", "scan_lengths", "op_kinds") if getattr(args, name)}  # fmt: skip
     settings = BenchSettings(
         parts=tuple(args.parts), quick=args.quick, lengths=tuple(args.lengths) if args.lengths else None,
         repeats=args.repeats, threads=args.threads, memory_cap_mib=args.max_memory_mib, time_cap=args.time_cap,
-        device=args.device, keep_freed_memory=not args.default_allocator,
+        device=args.device, keep_freed_memory=not args.default_allocator, **given,
     )  # fmt: skip
     run_suite(args.out, settings, log=lambda line: print(line, flush=True))

@@ -1,5 +1,6 @@
 """Table I's cost columns: peak training memory at a long context and training throughput at a shorter one, of one
-model, measured in a child process of its own (``python -m markovformer.experiments.table1_speed JOB``).
+model, measured in a child process of its own (``markovformer.bench.harness``:
+``python -m markovformer.experiments.table1_speed JOB``).
 
 One training step is forward, backward and an AdamW update on one random sequence of T steps (batch 1), inputs and
 labels drawn for the model's task. Peak memory: the step's high-water mark above the memory in use before it, plus
@@ -10,19 +11,17 @@ Throughput: T / the median time of the timed steps after one warm-up step.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 
 import torch
 
-_RESULT = "TABLE1_SPEED "  # the child's result line starts with this
+from markovformer.bench.harness import child_main, run_in_child
+from markovformer.bench.measure import PeakMemory, time_steps
+from markovformer.models.registry import MODEL_FAMILIES, head_class
 
 
 def build(model_type: str, task: str, section: dict) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """The head model of ``section`` (complete: input and label sizes filled) and its AdamW optimizer."""
-    from markovformer.models.registry import MODEL_FAMILIES, head_class
-
     model = head_class(model_type, task)(MODEL_FAMILIES[model_type].config_class.from_dict(section))
     return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -59,8 +58,6 @@ def state_mib(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> float
 def measure(job: dict) -> dict:
     """``job``: model_type, task, section (complete: input and label sizes filled), memory_length, speed_length,
     repeats. Returns peak_mib (at memory_length), tokens_per_second and step_seconds (at speed_length)."""
-    from markovformer.bench.measure import PeakMemory, time_steps
-
     result: dict = {}
     model, optimizer = build(job["model_type"], job["task"], job["section"])
     training_step(model, optimizer, job["task"], min(64, job["memory_length"]))()  # code paged in, optimizer state made
@@ -82,21 +79,11 @@ def measure(job: dict) -> dict:
 def measure_in_child(job: dict, timeout: float = 1800.0) -> dict:
     """``measure(job)`` in a fresh Python process (its own memory high-water mark); a failure (out of memory, a
     time-out, an error) comes back as ``{"skipped": reason}``."""
-    command = [sys.executable, "-m", "markovformer.experiments.table1_speed", json.dumps(job)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"skipped": f"took longer than {timeout:.0f} s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith(_RESULT)]
-    if done.returncode != 0 or not lines:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"skipped": f"the measuring process failed (exit {done.returncode}): {last}"}
-    return json.loads(lines[-1].removeprefix(_RESULT))
-
-
-def main(argv: list[str]) -> None:
-    print(_RESULT + json.dumps(measure(json.loads(argv[0]))), flush=True)
+    (row,) = run_in_child("markovformer.experiments.table1_speed", job, [{}], timeout)
+    if "error" in row:
+        return {"skipped": f"the measuring process failed: {row['error']}"}
+    return row
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    child_main(sys.argv[1:], lambda job: [measure(job)])

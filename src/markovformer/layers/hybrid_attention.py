@@ -38,6 +38,11 @@ class HybridSplitOptions(HybridParallelOptions):
     markov_head_ratio: float = 0.5
 
 
+def markov_head_count(n_heads: int, markov_head_ratio: float) -> int:
+    """How many of the split hybrid's ``n_heads`` heads are Markov (the first ones); the rest are random-feature."""
+    return math.floor(n_heads * markov_head_ratio)
+
+
 def pick_options(options: dict, names: tuple[str, ...]) -> dict:
     return {name: options[name] for name in names if name in options}
 
@@ -50,7 +55,7 @@ class HybridSplitAttention(SelfAttention):
         self, *, d_model: int, n_heads: int, markov_head_ratio: float = 0.5, causal: bool = True,
         rotary: bool = True, **options,
     ) -> None:  # fmt: skip
-        n_markov = math.floor(n_heads * markov_head_ratio)
+        n_markov = markov_head_count(n_heads, markov_head_ratio)
         head_dim = d_model // n_heads
         markov_options = pick_options(options, MARKOV_OPTIONS)
         if markov_options.get("bidirectional") is None:

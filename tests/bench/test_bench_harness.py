@@ -1,0 +1,86 @@
+"""The child-process harness: rows come back in order, and a child that fails or hangs gives clear rows."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+import torch
+
+from markovformer.bench.harness import ROW_PREFIX, run_in_child
+from markovformer.bench.scan import unbind_loop
+from markovformer.bench.translation_decode import crossovers, translation_decode_case
+from markovformer.ops.scan import linear_scan
+
+
+@pytest.fixture
+def child_module(tmp_path, monkeypatch):
+    """Write a module the child can run with ``-m``; returns a function (name, source) -> module name."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+
+    def write(name: str, source: str) -> str:
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        return name
+
+    return write
+
+
+def test_rows_before_a_time_out_survive_and_the_rest_say_why(child_module):
+    module = child_module("hangs", f"""
+        import json, time
+        print("some library chatter")
+        print({ROW_PREFIX!r} + json.dumps({{"kind": "a", "seconds": 1.5}}), flush=True)
+        time.sleep(60)
+        """)  # fmt: skip
+    cases = [{"kind": "a"}, {"kind": "b"}, {"kind": "c"}]
+    first, second, third = run_in_child(module, {}, cases, timeout=5.0)
+    assert first == {"kind": "a", "seconds": 1.5}
+    assert second == {"kind": "b", "error": "timed out after 5 s"}
+    assert third == {"kind": "c", "skipped": "the child stopped: timed out after 5 s"}
+
+
+def test_a_crashing_child_gives_its_last_error_line(child_module):
+    module = child_module("crashes", """
+        raise SystemExit("bad value 42 in the job")
+        """)  # fmt: skip
+    (row,) = run_in_child(module, {}, [{"kind": "a"}], timeout=60.0)
+    assert row == {"kind": "a", "error": "bad value 42 in the job"}
+
+
+def test_child_main_runs_the_job_with_the_threads_asked_for(child_module):
+    module = child_module("reports_threads", """
+        import os, sys
+        import torch
+        from markovformer.bench.harness import child_main
+
+        def measure(job):
+            for case in job["cases"]:
+                yield {**case, "torch_threads": torch.get_num_threads(), "omp": os.environ["OMP_NUM_THREADS"]}
+
+        child_main(sys.argv[1:], measure)
+        """)  # fmt: skip
+    cases = [{"kind": "a"}, {"kind": "b"}]
+    rows = run_in_child(module, {"cases": cases}, cases, timeout=120.0, threads=1)
+    assert rows == [{"kind": kind, "torch_threads": 1, "omp": "1"} for kind in ("a", "b")]
+
+
+def test_scan_part_unbind_loop_is_the_recurrence():
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.rand(2, 9, 3, generator=generator), torch.randn(2, 9, 3, generator=generator)
+    h0 = torch.randn(2, 3, generator=generator)
+    states, last = unbind_loop(a, b, h0)
+    expected, expected_last = linear_scan(a, b, h0, backend="naive")
+    torch.testing.assert_close(states, expected)
+    torch.testing.assert_close(last, expected_last)
+
+
+def test_translation_decode_state_sizes_and_crossover():
+    mat, at = (translation_decode_case(kind, 8, 1) for kind in ("mat", "at"))
+    assert mat["state_floats_per_row"] == 5 * 256  # the last 5 decoder inputs, D each
+    assert at["state_floats_per_row"] == 2 * 3 * 256 * 8  # keys and values of 3 layers for every generated token
+    assert at["tokens_per_second"] == pytest.approx(8 / at["seconds"])
+    speeds = (("mat", 64, 1.0), ("at", 64, 2.0), ("mat", 256, 3.0), ("at", 256, 2.0))
+    rows = [{"kind": kind, "batch": 1, "T": length, "tokens_per_second": speed} for kind, length, speed in speeds]
+    assert crossovers(rows) == {"B=1": 256}
+    assert crossovers(rows[:2]) == {"B=1": None}
