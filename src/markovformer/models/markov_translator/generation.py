@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from markovformer.models.markov_translator.modeling import decoder_self_allowed, key_padding_allowed
+from markovformer.models.markov_translator.masks import decoder_self_allowed, key_padding_allowed
 
 if TYPE_CHECKING:
     from markovformer.models.markov_translator.modeling import MarkovTranslatorForConditionalGeneration

@@ -17,6 +17,7 @@ from markovformer.layers.position import sinusoidal_positions
 from markovformer.layers.registry import build_attention
 from markovformer.models.generation import GenerationMixin
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
+from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.ops.losses import token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, right_padded_lengths
@@ -205,8 +206,6 @@ class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
         return output
 
     def start_decoding(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int):
-        from markovformer.models.markovian_transformer.decoding import start_decoding  # it imports this module
-
         return start_decoding(self, input_ids, attention_mask, max_new_tokens)
 
 
