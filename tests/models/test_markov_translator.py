@@ -1,4 +1,4 @@
-"""MAT (SPEC 3): the exact Markov property and the n-gram leak, all four decoder rows against a naive reference,
+"""MAT: the exact Markov property and the n-gram leak, all four decoder rows against a naive reference,
 incremental decoding against the teacher-forced forward, greedy and beam search (exhaustively checked), padding,
 the loss, config validation and the save/load round trip."""
 
@@ -103,7 +103,7 @@ def test_ngram_mask_without_transparency_leaks_with_depth(order):
     model = _build(order=order, transparent=False)
     effect = _perturbation_effect(model)
     lag = _lags(effect.shape[0])
-    reach = model.config.n_decoder_layers * (order - 1)  # SPEC 3: L·(k-1)+1 tokens reach position i
+    reach = model.config.n_decoder_layers * (order - 1)  # n-gram masking: L·(k-1)+1 tokens reach position i
     seen = (lag >= 0) & (lag <= reach)
     assert effect[~seen].max() < 1e-6
     assert effect[seen].min() > 1e-4

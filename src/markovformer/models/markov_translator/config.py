@@ -1,4 +1,4 @@
-"""MarkovTranslatorConfig: the MAT encoder-decoder (SPEC 3), validated on construction."""
+"""MarkovTranslatorConfig: the MAT encoder-decoder, validated on construction."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from markovformer.models.config_base import ModelConfig
 
 @dataclasses.dataclass
 class MarkovTranslatorConfig(ModelConfig):
-    """Configuration of the Markov Autoregressive Transformer and its three sibling decoders (SPEC 3).
+    """Configuration of the Markov Autoregressive Transformer and its three sibling decoders.
 
     ``order`` k (None = unbounded) and ``transparent`` pick the row of the paper's table: None/False is the
     autoregressive Transformer, None/True the transparent Transformer, k/False n-gram masked self-attention (leaks

@@ -1,4 +1,4 @@
-"""Incremental decoding, greedy search and beam search for :class:`MarkovTranslatorForConditionalGeneration` (SPEC 3).
+"""Incremental decoding, greedy search and beam search for :class:`MarkovTranslatorForConditionalGeneration`.
 
 Self-attention state per hypothesis:
 

@@ -1,4 +1,4 @@
-"""MAT (SPEC 3): a pre-LN Transformer encoder-decoder whose decoder self-attention can be order-k banded and
+"""MAT: a pre-LN Transformer encoder-decoder whose decoder self-attention can be order-k banded and
 transparent (keys and values from the decoder's layer-0 input E in every layer), which makes it exactly k-th order
 Markov at any depth. The building blocks here are shared with incremental decoding in ``generation.py``."""
 
@@ -80,7 +80,7 @@ class DecoderLayer(nn.Module):
     """Pre-LN: self-attention, cross-attention over the source memory, FFN.
 
     Its self-attention keys/values come from :meth:`self_keys_values`: from LN(hidden) as usual, or, when
-    ``transparent``, from the layer's own LayerNorm of the decoder's layer-0 input E (SPEC 3).
+    ``transparent``, from the layer's own LayerNorm of the decoder's layer-0 input E.
     """
 
     def __init__(self, config: MarkovTranslatorConfig) -> None:
@@ -128,7 +128,7 @@ class MarkovTranslatorOutput:
 
 
 class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
-    """Encoder-decoder translator over a joint vocabulary (SPEC 3). ``tgt_ids`` is the shifted-right decoder input
+    """Encoder-decoder translator over a joint vocabulary. ``tgt_ids`` is the shifted-right decoder input
     (bos, y_1, ..., y_{T-1}); ``labels`` are aligned with it (y_1, ..., y_T), -100 ignored. Masks are (B, T) with
     1 = real token; target padding must be on the right."""
 

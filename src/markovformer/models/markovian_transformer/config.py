@@ -21,7 +21,7 @@ MODEL_WIDE_OPTIONS = frozenset({"dropout", "bidirectional", "max_positions"})
 
 @dataclasses.dataclass
 class MarkovianTransformerConfig(ModelConfig):
-    """Configuration of the Markovian Transformer and its heads (SPEC 2).
+    """Configuration of the Markovian Transformer and its heads.
 
     Inputs: ``vocab_size`` (token ids) or ``input_dim`` (continuous feature frames), not both.
     ``attention`` is one kind for every layer or a list with one kind per layer; "softmax" everywhere is the vanilla

@@ -1,4 +1,4 @@
-"""The Markovian Transformer (SPEC 2.7): an embedding, pre-LN blocks with per-layer attention kinds, and heads."""
+"""The Markovian Transformer: an embedding, pre-LN blocks with per-layer attention kinds, and heads."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class MarkovianTransformerPreTrainedModel(PreTrainedModel):
         return [module for module in self.modules() if isinstance(module, MarkovBias)]
 
     def regularization_loss(self) -> Tensor:
-        """λ_ent · mean gate entropy of the last forward pass + λ_T · Σ θ_T² (SPEC 2.7); zero when both are 0."""
+        """λ_ent · mean gate entropy of the last forward pass + λ_T · Σ θ_T²; zero when both are 0."""
         config = self.config
         total = next(self.parameters()).new_zeros(())
         for bias in self.markov_biases():
