@@ -194,7 +194,7 @@ SHAKESPEARE = Path(__file__).resolve().parents[2] / "../shared/data/tiny_shakesp
 
 @pytest.mark.skipif(not SHAKESPEARE.is_file(), reason=f"Tiny Shakespeare is not at {SHAKESPEARE}")
 def test_tiny_shakespeare_split_is_contiguous_disjoint_and_its_vocabulary_round_trips_the_text():
-    """SPEC 4's setup: 1,115,394 characters, 65 symbols, first 90 % train, last 10 % validation, never overlapping."""
+    """Scan Markov's data: 1,115,394 characters, 65 symbols, first 90 % train, last 10 % val, never overlapping."""
     bundle = load_text_lm(SHAKESPEARE, seq_len=128, fractions=(0.9, 0.1, 0.0), overlap=5)
     text = SHAKESPEARE.read_text(encoding="utf-8")
     assert bundle.splits["num_characters"] == len(text) == 1_115_394

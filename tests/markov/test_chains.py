@@ -1,4 +1,4 @@
-"""Tests for markov/chains.py: closed forms (SPEC 6), stationarity invariants, Monte-Carlo agreement."""
+"""Tests for markov/chains.py: closed forms, stationarity invariants, Monte-Carlo agreement."""
 
 from __future__ import annotations
 

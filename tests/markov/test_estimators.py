@@ -1,4 +1,4 @@
-"""Tests for markov/estimators.py: brute-force count-and-divide, normalisation, SPEC 6 Monte-Carlo values."""
+"""Tests for markov/estimators.py: brute-force count-and-divide, normalisation, in-context Monte-Carlo values."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_add_beta_loss_averages_targets_from_order():
 
 @pytest.mark.parametrize(("order", "oracle", "add_one"), [(1, 0.483, 0.492), (2, 0.473, 0.488), (3, 0.465, 0.489)])
 def test_spec_monte_carlo_reference_values(order, oracle, add_one):
-    # binary chains with rows ~ U[0,1] = Dirichlet(1), redrawn per sequence, T = 512 (SPEC 6)
+    # binary chains with rows ~ U[0,1] = Dirichlet(1), redrawn per sequence, T = 512
     sampler = RandomChainSampler(order, 2, 1.0, per_sequence=True)
     x, kernels = sampler.sample(8000, 512, generator=seeded(order))
     assert icl_oracle_loss(x, kernels) == pytest.approx(oracle, abs=0.01)

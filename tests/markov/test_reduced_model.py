@@ -70,7 +70,7 @@ def test_global_minimum_reaches_entropy_rate(p, q):
     [(0.2, 0.3, "entropy_rate"), (0.3, 0.3, "entropy_rate"), (0.7, 0.9, "unigram"), (0.5, 0.8, "unigram")],
 )
 def test_small_initialisation_flow_outcome(p, q, target):
-    # SPEC 6: small init converges to the global minimum when p+q < 1 and to the unigram minimum when p+q > 1
+    # small init converges to the global minimum when p+q < 1 and to the unigram minimum when p+q > 1
     chain = switching_chain(p, q)
     trajectory = gradient_flow(0.1, 0.1, 0.0, p, q, steps=5000, lr=1.0)
     assert trajectory.shape == (5001, 3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+from markovformer.layers.markov_attention import MarkovOptions
 
 BASE = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
 
@@ -30,11 +31,32 @@ BASE = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
         (dict(position="learned"), "max_positions"),
         (dict(scope="global", backend="banded"), "backend"),
         (dict(scope="local", backend="chunked"), "backend"),
+        (dict(gate="nope"), "gate"),
+        (dict(gate_input="nope"), "gate_input"),
+        (dict(transition="nope"), "transition"),
+        (dict(backend="nope"), "backend"),
+        (dict(gate_gumbel_tau=0.0), "gate_gumbel_tau"),
+        (dict(max_order=0), "max_order"),
+        (dict(max_order=True), "max_order"),
     ],
 )
 def test_bad_config_names_the_field(changes, field):
     with pytest.raises(ValueError, match=rf"MarkovianTransformerConfig\.{field}="):
         MarkovianTransformerConfig(**{**BASE, **changes})
+
+
+def test_markov_options_own_the_defaults_and_per_value_rules():
+    config, options = MarkovianTransformerConfig(vocab_size=11), MarkovOptions()
+    shared = ("max_order", "gate", "gate_input", "gate_null", "gate_gumbel_tau", "transition", "head_specific",
+              "dropout", "backend")  # fmt: skip
+    assert {name: getattr(config, name) for name in shared} == {name: getattr(options, name) for name in shared}
+    # the layer's options refuse the same value with the same reason; the config only prefixes its name
+    with pytest.raises(ValueError) as from_options:
+        MarkovOptions(gate="nope")
+    with pytest.raises(ValueError) as from_config:
+        MarkovianTransformerConfig(**BASE, gate="nope")
+    assert str(from_options.value).startswith("gate='nope': must be one of")
+    assert str(from_config.value) == f"MarkovianTransformerConfig.{from_options.value}"
 
 
 def test_sequence_gate_is_allowed_when_bidirectional():

@@ -1,4 +1,4 @@
-"""MAT (SPEC 3): the exact Markov property and the n-gram leak, all four decoder rows against a naive reference,
+"""MAT: the exact Markov property and the n-gram leak, all four decoder rows against a naive reference,
 incremental decoding against the teacher-forced forward, greedy and beam search (exhaustively checked), padding,
 the loss, config validation and the save/load round trip."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import pytest
 import torch
@@ -102,7 +103,7 @@ def test_ngram_mask_without_transparency_leaks_with_depth(order):
     model = _build(order=order, transparent=False)
     effect = _perturbation_effect(model)
     lag = _lags(effect.shape[0])
-    reach = model.config.n_decoder_layers * (order - 1)  # SPEC 3: L·(k-1)+1 tokens reach position i
+    reach = model.config.n_decoder_layers * (order - 1)  # n-gram masking: L·(k-1)+1 tokens reach position i
     seen = (lag >= 0) & (lag <= reach)
     assert effect[~seen].max() < 1e-6
     assert effect[seen].min() > 1e-4
@@ -292,11 +293,11 @@ def test_wide_beam_finds_the_best_penalised_hypothesis():
 
 
 def test_loss_is_the_mean_token_cross_entropy_with_smoothing():
-    model = _build(label_smoothing=0.1)
+    model = _build()
     src, tgt = _tokens(2, 5, seed=12), _decoder_input(2, 6, seed=13)
     labels = torch.cat([tgt[:, 1:], torch.full((2, 1), EOS)], dim=1)
     labels[0, 4:] = -100
-    output = model(src, tgt, labels=labels)
+    output = model(src, tgt, labels=labels, label_smoothing=0.1)
     log_probs = torch.log_softmax(output.logits, dim=-1)
     keep = labels != -100
     nll = -log_probs.gather(-1, labels.clamp_min(0)[..., None])[..., 0]
@@ -308,12 +309,29 @@ def test_loss_is_the_mean_token_cross_entropy_with_smoothing():
 @pytest.mark.parametrize(
     ("field", "value"),
     [("vocab_size", 0), ("d_model", 15), ("n_heads", 0), ("n_decoder_layers", -1), ("d_ff", 0), ("order", 0),
-     ("order", 2.5), ("transparent", "yes"), ("dropout", 1.0), ("label_smoothing", -0.1), ("max_positions", 0),
+     ("order", 2.5), ("transparent", "yes"), ("dropout", 1.0), ("max_positions", 0),
      ("bos_token_id", 9), ("eos_token_id", 0), ("initializer_range", 0.0)],
 )  # fmt: skip
 def test_config_errors_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"MarkovTranslatorConfig.{field}="):
         _config(**{field: value})
+
+
+def test_label_smoothing_is_a_forward_option_not_a_config_field():
+    model = _build()
+    src, tgt = _tokens(1, 3, seed=0), _decoder_input(1, 3, seed=0)
+    with pytest.raises(ValueError, match="label_smoothing=-0.1"):
+        model(src, tgt, labels=tgt, label_smoothing=-0.1)
+    with torch.no_grad():  # the default is the plain cross-entropy
+        plain = F.cross_entropy(model(src, tgt).logits.flatten(0, 1), tgt.flatten())
+        assert torch.allclose(model(src, tgt, labels=tgt).loss, plain, atol=1e-12, rtol=0)
+    saved = _config().to_dict()
+    assert "label_smoothing" not in saved
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an old file at the old default loads quietly
+        assert MarkovTranslatorConfig.from_dict({**saved, "label_smoothing": 0.0}) == _config()
+    with pytest.warns(UserWarning, match=r"label_smoothing=0.1 .*trainer.label_smoothing"):
+        assert MarkovTranslatorConfig.from_dict({**saved, "label_smoothing": 0.1}) == _config()
 
 
 def test_config_defaults_and_bad_inputs():
@@ -334,7 +352,7 @@ def test_config_defaults_and_bad_inputs():
 
 
 def test_save_and_load_round_trip(tmp_path):
-    model = _build(order=2, transparent=True, label_smoothing=0.1).float()  # float32 weights load back exactly
+    model = _build(order=2, transparent=True).float()  # float32 weights load back exactly
     model.save_pretrained(tmp_path)
     loaded = MarkovTranslatorForConditionalGeneration.from_pretrained(tmp_path).eval()
     assert loaded.config == model.config

@@ -1,5 +1,5 @@
 """The Markovian Transformer end to end: causality, the local receptive field through depth, padding, the heads'
-losses against hand computations, and the regularisers of SPEC 2.7."""
+losses against hand computations, and the gate-entropy and transition regularisers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The scan Markov model: pinned to SPEC 4's formula written out token by token, the markov window's exact receptive
+"""The scan Markov model: pinned to its recurrence written out token by token, the markov window's exact receptive
 field and window-relative positions, causality under right padding, incremental decoding equal to the full forward,
 tied weights, the checkpoint round trip and config validation."""
 
@@ -52,7 +52,7 @@ def _changed(ids: torch.Tensor, position: int) -> torch.Tensor:
 def _spec_logits(
     model: ScanMarkovForCausalLM, tokens: list[int], positions: list[int], skipped: list[bool] | None = None
 ) -> torch.Tensor:
-    """SPEC 4 written out for one sequence: h_{-1} = 0, h = A h + B e, logits = decode(LN(h)) Eᵀ -> (V,); the
+    """The recurrence written out for one sequence: h_{-1} = 0, h = A h + B e, logits = decode(LN(h)) Eᵀ -> (V,); the
     tokens marked ``skipped`` leave h as it was."""
     state = torch.zeros(model.config.d_model, dtype=model.embed.weight.dtype)
     for index, (token, position) in enumerate(zip(tokens, positions, strict=True)):
@@ -67,7 +67,7 @@ def _spec_logits(
 @torch.no_grad()
 @pytest.mark.parametrize("mode, window_positions", [("markov", "start"), ("markov", "end"), ("recurrent", "start")])
 def test_logits_follow_the_spec_formula(mode, window_positions):
-    """Positions 0.. from the window start (SPEC 4), or with ``window_positions="end"`` counted back from the
+    """Positions 0.. from the window start, or with ``window_positions="end"`` counted back from the
     window's last token (which sits at 0), also in windows cut short by the sequence start."""
     model = _build(context_mode=mode, window_positions=window_positions)
     ids = _tokens(2, 7)
@@ -153,7 +153,7 @@ def test_decoder_dropout_leaves_the_states_and_drops_in_the_decoder_only():
 def test_context_dropout_skips_exactly_the_drawn_steps_of_each_context(mode):
     """In training each (context, token) step is skipped (h passes through) where the model's one uniform draw falls
     below ``context_dropout``: per window in markov mode, (B, T, n), per token in recurrent mode, (B, T). Replayed
-    from the same seed, the SPEC formula without the skipped tokens gives the same logits; eval mode skips nothing."""
+    from the same seed, the recurrence without the skipped tokens gives the same logits; eval mode skips nothing."""
     model = _build(context_mode=mode, context_dropout=0.4)
     ids = _tokens(3, 8)
     reference = _build(context_mode=mode)(ids).logits

@@ -14,7 +14,13 @@ from markovformer.data.splits import contiguous_split
 # Spellings of a missing value (pandas reads these as NA): a label cell holding one is an error, not a class.
 MISSING_LABELS = frozenset({"nan", "-nan", "na", "n/a", "null", "none", "<na>", "#n/a"})
 
-TASKS = ("sequence_classification", "token_classification")
+# A window's labels, from the (rows,) label ids and the window's rows: the last row's label for one label per
+# window, every row's label for one label per step. The keys are the tasks a CSV series can feed.
+WINDOW_LABELS = {
+    "sequence_classification": lambda labels, rows: labels[rows.stop - 1],
+    "token_classification": lambda labels, rows: labels[rows],
+}
+TASKS = tuple(WINDOW_LABELS)
 _SPLIT_NAMES = ("train", "val", "test")
 
 
@@ -75,6 +81,7 @@ def load_csv_series(
     label_ids = {name: index for index, name in enumerate(names)}
     labels = torch.tensor([label_ids[label] for label in label_strings], dtype=torch.long)
 
+    window_labels = WINDOW_LABELS[task]
     examples = {}
     for name, rows_range, fraction in zip(_SPLIT_NAMES, ranges, fractions, strict=True):
         starts = range(rows_range.start, rows_range.stop - window + 1, stride)
@@ -86,7 +93,7 @@ def load_csv_series(
         examples[name] = [
             {
                 "input_features": normalised[start : start + window],
-                "labels": labels[start + window - 1] if task == TASKS[0] else labels[start : start + window],
+                "labels": window_labels(labels, slice(start, start + window)),
             }
             for start in starts
         ]

@@ -16,6 +16,7 @@ from pathlib import Path
 from torch import Tensor
 
 from markovformer.data.audio import read_wav
+from markovformer.data.debian import unpacked_debian_package
 
 
 def parse_apt_depends(text: str) -> list[list[str]]:
@@ -72,8 +73,6 @@ def espeak_ng() -> Iterator[tuple[list[str], dict[str, str]]]:
     if shutil.which("apt-get") is None:
         raise RuntimeError("speech synthesis needs espeak-ng: install it (apt-get install espeak-ng) or run on a "
                            "Debian or Ubuntu system where apt-get can fetch it; neither is on PATH")  # fmt: skip
-    from markovformer.data.debian import unpacked_debian_package
-
     with ExitStack() as stack:
         roots = [stack.enter_context(unpacked_debian_package(name)) for name in packages_to_fetch("espeak-ng")]
         binary = next((root / "usr/bin/espeak-ng" for root in roots if (root / "usr/bin/espeak-ng").is_file()), None)

@@ -20,6 +20,7 @@ import numpy as np
 
 from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import DataBundle
+from markovformer.data.csv_series import load_csv_series
 from markovformer.data.splits import contiguous_split
 
 FRACTIONS = (0.7, 0.15, 0.15)  # the csv_series default: train, val, test rows in time order
@@ -345,8 +346,6 @@ def load_order_book(
     ``window`` snapshots, chronological splits, features normalised with training rows only. ``info`` adds the
     ``move_thresholds``; ``splits`` names ``path``."""
     import tempfile
-
-    from markovformer.data.csv_series import load_csv_series
 
     header, table, fitted = order_book_table(read_order_book(path), horizon, threshold, tuple(fractions))
     with tempfile.TemporaryDirectory(prefix="markovformer-lob-") as folder:

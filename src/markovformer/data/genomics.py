@@ -27,7 +27,7 @@ import numpy as np
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.debian import package_file, unpacked_debian_package
-from markovformer.data.fasta import reverse_complement, write_fasta
+from markovformer.data.fasta import load_fasta_classification, reverse_complement, write_fasta
 
 LabelledSequence = tuple[str, str, str]  # (record id, uppercase ACGTN sequence, label)
 
@@ -318,8 +318,6 @@ def load_bed_classification(
 ) -> DataBundle:
     """A ``fasta.load_fasta_classification`` DataBundle of the labelled BED intervals cut from the reference
     (``options``: its fractions, seed, reverse_complement_augment, max_length); ``splits`` names the BED file."""
-    from markovformer.data.fasta import load_fasta_classification
-
     records = bed_sequences(read_bed(bed_path, label_column), read_reference(reference_path))
     with tempfile.TemporaryDirectory(prefix="markovformer-bed-") as folder:
         write_labelled_fasta(records, Path(folder) / "bed")

@@ -30,6 +30,7 @@ def find_prepared_file(path: str | Path, key: str = "data.path") -> Path:
     for candidate in prepared_candidates(path):
         if candidate.is_file():
             return candidate
+    # deferred: recipes imports every preparing module, and shakespeare.py imports this one (a real cycle)
     from markovformer.data.recipes import recipe_writing
 
     recipe = recipe_writing(Path(path).name)

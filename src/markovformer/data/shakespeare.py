@@ -1,5 +1,5 @@
 """The ``tiny-shakespeare`` data recipe: Karpathy's char-rnn Tiny Shakespeare (1,115,394 characters, 65 symbols),
-the text of SPEC 4's Scan Markov setup, fetched once from its public source and checked against its SHA-256.
+the text the Scan Markov experiments train on, fetched once from its public source and checked against its SHA-256.
 
 ``find_tiny_shakespeare`` is how the experiments look for it: the prepared data directory first, then the places
 users already keep it (``../shared/data`` beside a checkout)."""

@@ -9,10 +9,17 @@ from __future__ import annotations
 import dataclasses
 
 from markovformer.data.bundle import DataBundle
+from markovformer.data.csv_series import load_csv_series
+from markovformer.data.fasta import load_fasta_classification
+from markovformer.data.finance import load_order_book
+from markovformer.data.genomics import load_bed_classification
+from markovformer.data.locations import find_prepared_file
 from markovformer.data.markov_sources import HiddenOrderSource, MarkovChainSource
+from markovformer.data.speech import load_audio_manifest, load_speech_features
 from markovformer.data.state_space import LinearGaussianSource, StickyHMMSource
 from markovformer.data.synthetic_ctc import SyntheticCTCSource
 from markovformer.data.task_sources import ICLMarkovSource, InductionSource, MQARSource, SelectiveCopySource
+from markovformer.data.text import load_text_lm
 from markovformer.data.translation import SyntheticTranslationSource, TranslationFileSource
 
 
@@ -31,9 +38,6 @@ class TextSource:
     overlap: int = 0
 
     def build(self, seed: int) -> DataBundle:
-        from markovformer.data.locations import find_prepared_file
-        from markovformer.data.text import load_text_lm
-
         _require_path(self.path, must_exist=False)
         path = find_prepared_file(self.path)  # a config's data/NAME is looked up in $MARKOVFORMER_DATA too
         return load_text_lm(
@@ -54,8 +58,6 @@ class FastaSource:
     max_length: int | None = None
 
     def build(self, seed: int) -> DataBundle:
-        from markovformer.data.fasta import load_fasta_classification
-
         _require_path(self.path)
         _require_path(self.labels, "data.labels")
         return load_fasta_classification(
@@ -78,8 +80,6 @@ class CsvSeriesSource:
     task: str = "sequence_classification"
 
     def build(self, seed: int) -> DataBundle:
-        from markovformer.data.csv_series import load_csv_series
-
         _require_path(self.path)
         return load_csv_series(
             self.path, label_column=self.label_column, feature_columns=self.feature_columns, window=self.window,
@@ -100,8 +100,6 @@ class BedSource:
     max_length: int | None = None
 
     def build(self, seed: int) -> DataBundle:
-        from markovformer.data.genomics import load_bed_classification
-
         _require_path(self.path)
         _require_path(self.reference, "data.reference")
         return load_bed_classification(
@@ -125,8 +123,6 @@ class OrderBookSource:
     task: str = "sequence_classification"
 
     def build(self, seed: int) -> DataBundle:
-        from markovformer.data.finance import load_order_book
-
         _require_path(self.path)
         return load_order_book(
             self.path, horizon=self.horizon, threshold=self.threshold, window=self.window, stride=self.stride,
@@ -146,8 +142,6 @@ class SpeechFeaturesSource:
     stack_frames: int = 1
 
     def build(self, seed: int) -> DataBundle:
-        from markovformer.data.speech import load_speech_features
-
         _require_path(self.path)
         return load_speech_features(self.path, self.test_set, self.stack_frames)
 
@@ -164,8 +158,6 @@ class AudioManifestSource:
     stack_frames: int = 1
 
     def build(self, seed: int) -> DataBundle:
-        from markovformer.data.speech import load_audio_manifest
-
         _require_path(self.path)
         return load_audio_manifest(self.path, fractions=self.fractions, seed=seed, sample_rate=self.sample_rate,
                                    stack=self.stack_frames)  # fmt: skip

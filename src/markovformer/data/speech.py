@@ -32,7 +32,9 @@ from markovformer.data.audio import (
     resample,
 )
 from markovformer.data.bundle import DataBundle
+from markovformer.data.debian import package_file, unpacked_debian_package
 from markovformer.data.espeak import espeak_ng, synthesise
+from markovformer.data.splits import split_indices
 
 FILE_FORMAT = "markovformer-speech-features/1"
 SPEECH_SPLITS = ("train", "val", "test", "recorded")
@@ -250,8 +252,6 @@ def load_audio_manifest(
     ``sample_rate``, log-Mel frames of ``LogMelConfig.for_rate``), split at random by utterance (seeded);
     ``stack`` frames to one (``speech_bundle``)."""
     check_stack_frames(stack)
-    from markovformer.data.splits import split_indices
-
     entries = read_audio_manifest(path)
     config = LogMelConfig.for_rate(sample_rate)
     filterbank = mel_filterbank(config)
@@ -288,8 +288,6 @@ def synthesis_settings(rng: np.random.Generator, split: str, recipe: DigitsRecip
 def asterisk_words(rate: int) -> dict[str, Tensor]:
     """``recorded_words`` of Debian's Asterisk English prompts (transcripts from ``asterisk-core-sounds-en``,
     WAVs from ``asterisk-core-sounds-en-wav``), fetched and unpacked in temporary folders."""
-    from markovformer.data.debian import package_file, unpacked_debian_package
-
     package, member = ASTERISK_TRANSCRIPTS
     with unpacked_debian_package(package) as root:
         with _gzip_lines(package_file(root, member, package)) as lines:

@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from markovformer.markov import RandomChainSampler
+
 IGNORE = -100
 MQAR_POWER_A = 0.01  # Zoology's default
 INDUCTION_TRIGGER = 0
@@ -128,8 +130,6 @@ def icl_markov_examples(
 ) -> tuple[Tensor, Tensor]:
     """(input_ids, labels), each (count, seq_len): sequences of order-``order`` chains with rows ~ Dirichlet(beta),
     a fresh kernel per sequence; labels are the sequence with its first ``order`` targets ignored."""
-    from markovformer.markov import RandomChainSampler
-
     _positive("seq_len", seq_len, order + 1)
     _positive("count", count)
     inputs, _ = RandomChainSampler(order, num_symbols, beta, per_sequence=True).sample(count, seq_len, generator)

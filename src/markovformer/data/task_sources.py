@@ -12,6 +12,8 @@ import torch
 from markovformer.data import synthetic_tasks as tasks
 from markovformer.data.bundle import DataBundle
 from markovformer.data.splits import generated_splits
+from markovformer.markov import add_beta_loss
+from markovformer.markov.chains import check_chain_arguments
 
 
 def _check_counts(source) -> None:
@@ -115,8 +117,6 @@ class ICLMarkovSource:
     test_examples: int = 1_000
 
     def __post_init__(self) -> None:
-        from markovformer.markov.chains import check_chain_arguments
-
         check_chain_arguments(self.order, self.num_symbols, self.beta)
         if self.seq_len <= self.order:
             raise ValueError(f"icl_markov: seq_len={self.seq_len!r} must exceed order={self.order}")
@@ -126,8 +126,6 @@ class ICLMarkovSource:
         return tasks.icl_markov_examples(count, self.seq_len, self.order, self.num_symbols, generator, self.beta)
 
     def build(self, seed: int) -> DataBundle:
-        from markovformer.markov import add_beta_loss
-
         bundle = _bundle(self, seed, self.num_symbols,
                          {"chance_accuracy": tasks.chance_accuracy("icl_markov", self.num_symbols)})  # fmt: skip
         for split in ("val", "test"):

@@ -33,6 +33,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import ModelOutput
 
 from markovformer.models.config_base import ModelConfig
+from markovformer.models.markovian_transformer import MarkovianTransformerModel
 from markovformer.models.pretrained import PreTrainedModel as MarkovformerModel
 from markovformer.models.registry import MODEL_FAMILIES
 
@@ -203,8 +204,6 @@ def _wrapper(family: str, task: str, base: type[_Wrapper], markovformer_class: t
 
 def _build_classes() -> dict[tuple[str, str], tuple[type, type[_Wrapper]]]:
     """(family, task) -> (the Auto class it registers with, the wrapper class)."""
-    from markovformer.models.markovian_transformer import MarkovianTransformerModel
-
     bases = {"causal_lm": (AutoModelForCausalLM, _CausalLMWrapper),
              "sequence_classification": (AutoModelForSequenceClassification, _SequenceClassificationWrapper),
              "token_classification": (AutoModelForTokenClassification, _TokenClassificationWrapper),

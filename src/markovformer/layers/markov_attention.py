@@ -9,8 +9,8 @@ import dataclasses
 from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
-from markovformer.layers.markov_bias import MarkovBias
-from markovformer.ops.lag_bias_attention import lag_bias_attention, lag_bias_attention_naive
+from markovformer.layers.markov_bias import GATE_INPUTS, GATES, TRANSITIONS, MarkovBias
+from markovformer.ops.lag_bias_attention import BACKENDS, lag_bias_attention, lag_bias_attention_naive
 
 SCOPES = ("local", "global")
 
@@ -79,8 +79,9 @@ class MarkovAttention(SelfAttention):
 
 @dataclasses.dataclass(frozen=True)
 class MarkovOptions:
-    """The options of attention kind "markov" (transition strengths, order gates, scope and backend), named as the
-    config fields."""
+    """The options of attention kind "markov", named as the config fields: the one home of their defaults and of
+    the rules on each value alone (``ValueError("field=value: why")``). Rules that tie an option to the model
+    (causal, the scope and window of the other layers) are the model config's."""
 
     max_order: int = 4
     bidirectional: bool | None = None
@@ -94,3 +95,26 @@ class MarkovOptions:
     head_specific: bool = True
     dropout: float = 0.0
     backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        def fail(field: str, message: str) -> None:
+            raise ValueError(f"{field}={getattr(self, field)!r}: {message}")
+
+        if isinstance(self.max_order, bool) or not isinstance(self.max_order, int) or self.max_order < 1:
+            fail("max_order", "must be a positive integer")
+        for field, options in (("gate", GATES), ("gate_input", GATE_INPUTS), ("transition", TRANSITIONS),
+                               ("backend", BACKENDS)):  # fmt: skip
+            if getattr(self, field) not in options:
+                fail(field, f"must be one of {options}")
+        if self.gate_gumbel_tau is not None and not self.gate_gumbel_tau > 0:
+            fail("gate_gumbel_tau", "must be positive or None")
+        if not 0.0 <= self.dropout < 1.0:
+            fail("dropout", "must lie in [0, 1)")
+
+    @classmethod
+    def check_values(cls, owner: str, values: dict) -> None:
+        """Apply the per-value rules to ``values`` (some of the fields), naming the field as ``owner.field``."""
+        try:
+            cls(**values)
+        except ValueError as error:
+            raise ValueError(f"{owner}.{error}") from None

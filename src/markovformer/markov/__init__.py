@@ -1,4 +1,4 @@
-"""Markov chains, estimators and the exact quantities of the theory (SPEC 6); imports only torch and numpy."""
+"""Markov chains, estimators and the exact quantities of the theory; imports only torch and numpy."""
 
 from markovformer.markov.chains import MarkovChain, dirichlet_kernels, lagged_chain, random_chain, switching_chain
 from markovformer.markov.estimators import add_beta_loss, add_beta_predict

@@ -1,4 +1,4 @@
-"""Markov chains of order k over S symbols and their exact quantities (SPEC 6).
+"""Markov chains of order k over S symbols and their exact quantities.
 
 A chain of order k has a transition table ``P`` of shape (S**k, S): row ``c`` is the distribution of the next
 symbol given the context ``c`` of the last k symbols. The context index is the base-S number of those symbols

@@ -1,4 +1,4 @@
-"""In-context add-β estimators of order k (SPEC 6): P̂(j | c) = (n_{c,j} + β) / (n_c + Sβ).
+"""In-context add-β estimators of order k: P̂(j | c) = (n_{c,j} + β) / (n_c + Sβ).
 
 Indexing: for a sequence x_0, ..., x_{T-1}, row t of ``add_beta_predict`` is the predictive distribution of
 x_{t+1} given x_0..x_t. Its context is c = (x_{t-k+1}, ..., x_t) and the counts n_{c,j} are over the transitions

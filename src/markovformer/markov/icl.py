@@ -1,4 +1,4 @@
-"""Random Markov chains with Dirichlet(β) rows, drawn once or per sequence (SPEC 6, in-context learning).
+"""Random Markov chains with Dirichlet(β) rows, drawn once or per sequence (in-context learning).
 
 Two labelled modes of ``RandomChainSampler``:
 

@@ -1,4 +1,4 @@
-"""The reduced 3-parameter model (e, w, b) of the single-layer tied transformer on a switching chain (SPEC 6).
+"""The reduced 3-parameter model (e, w, b) of the single-layer tied transformer on a switching chain.
 
 On the binary switching chain P(p, q) = [[1-p, p], [q, 1-q]] with stationary π = (q, p)/(p+q), the model predicts
 P(x_{n+1} = 1 | x_n = x) = sigmoid(logit(x)) with
@@ -10,7 +10,8 @@ Its loss is the exact expected binary cross-entropy (nats) under the stationary 
     L(e, w, b) = Σ_x π(x) BCE(P(1|x), sigmoid(logit(x))),    P(1|0) = p, P(1|1) = 1 − q,
 
 so the global minimum is the entropy rate and, on the line e = 0 (the model ignores its input), the best b gives
-the unigram loss H(π). At w = −1/√2 the slope 1 + 2w|w| vanishes: (w, e) = (−1/√2, 0) is the saddle of SPEC 6.
+the unigram loss H(π). At w = −1/√2 the slope 1 + 2w|w| vanishes: (w, e) = (−1/√2, 0) is a saddle point of
+the loss.
 
 **Energy and basins.** With b held at its optimum (the profiled loss L*(e, w) = min_b L, whose gradient is
 ∇_{e,w} L by the envelope theorem) the residuals satisfy g_0 = −g_1, and the flow dθ/dt = −∇L* obeys

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import warnings
 from collections.abc import Iterable
 from typing import Any, ClassVar, TypeVar
 
@@ -27,10 +28,13 @@ class ModelConfig:
 
     ``renamed_fields`` maps a field's old name to its new one; ``from_dict`` (config.json) and ``upgrade_keys``
     (a run config's ``model`` section) accept the old names, so files written before the rename still load.
+    ``dropped_fields`` maps a removed field to (its old default, where the option lives now): both drop it on load,
+    with a warning when the file set it away from that default.
     """
 
     model_type: ClassVar[str] = "base"
     renamed_fields: ClassVar[dict[str, str]] = {}
+    dropped_fields: ClassVar[dict[str, tuple[Any, str]]] = {}
 
     def layer_kinds(self) -> list[str]:
         """The attention kind of each layer; empty for a family not built from the registry's attention kinds."""
@@ -41,8 +45,13 @@ class ModelConfig:
 
     @classmethod
     def upgrade_keys(cls, values: dict[str, Any]) -> dict[str, Any]:
-        """``values`` with every old field name replaced by its new one; ValueError if both spellings are given."""
+        """``values`` with every old field name replaced by its new one and every dropped field removed (a warning
+        names one set away from its old default); ValueError if both spellings of a renamed field are given."""
         upgraded = dict(values)
+        for dropped, (old_default, new_home) in cls.dropped_fields.items():
+            if dropped in upgraded and upgraded.pop(dropped) != old_default:
+                warnings.warn(f"{cls.__name__}.{dropped}={values[dropped]!r} is no longer a model option and was "
+                              f"ignored; set {new_home} instead", UserWarning, stacklevel=2)  # fmt: skip
         for old, new in cls.renamed_fields.items():
             if old in upgraded:
                 if new in upgraded:

@@ -5,11 +5,6 @@ from markovformer.data.translation.batching import LengthBucketSampler, collate_
 from markovformer.data.translation.bleu import corpus_bleu
 from markovformer.data.translation.de_en import parse_ding, prepare_de_en
 from markovformer.data.translation.parallel import (
-    BOS_TOKEN_ID,
-    EOS_TOKEN_ID,
-    PAD_TOKEN_ID,
-    SPECIAL_TOKENS,
-    UNK_TOKEN_ID,
     TranslationFileSource,
     check_translation_tokenizer,
     decode_generated,
@@ -19,6 +14,13 @@ from markovformer.data.translation.parallel import (
     read_parallel,
     train_translation_tokenizer,
     translation_bundle,
+)
+from markovformer.data.translation.special_tokens import (
+    BOS_TOKEN_ID,
+    EOS_TOKEN_ID,
+    PAD_TOKEN_ID,
+    SPECIAL_TOKENS,
+    UNK_TOKEN_ID,
 )
 from markovformer.data.translation.synthetic import SyntheticTranslationSource
 

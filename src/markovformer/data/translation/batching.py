@@ -10,7 +10,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Sampler
 
 from markovformer.data.collate import IGNORE_INDEX, bucket_by_length
-from markovformer.data.translation.parallel import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID
+from markovformer.data.translation.special_tokens import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID
 
 
 def translation_lengths(examples: Sequence[dict[str, Tensor]]) -> list[int]:

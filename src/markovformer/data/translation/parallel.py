@@ -1,7 +1,7 @@
 """Parallel text: reading sentence pairs, the joint source/target BPE tokenizer, and a loader into a DataBundle.
 
-Special tokens have fixed ids in every translation vocabulary: ``<pad>`` 0, ``<bos>`` 1, ``<eos>`` 2, ``<unk>`` 3
-(MarkovTranslatorConfig's defaults). Byte-level BPE encodes any text, so ``<unk>`` is reserved but never produced.
+Special tokens have fixed ids in every translation vocabulary (``<pad>`` 0, ``<bos>`` 1, ``<eos>`` 2, ``<unk>`` 3;
+defined in ``special_tokens.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from torch import Tensor
 from markovformer.data.bundle import DataBundle
 from markovformer.data.splits import split_indices
 from markovformer.data.text import BPETokenizer, load_tokenizer
+from markovformer.data.translation.batching import collate_translation, translation_lengths
+from markovformer.data.translation.special_tokens import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, SPECIAL_TOKENS
 
-SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
-PAD_TOKEN_ID, BOS_TOKEN_ID, EOS_TOKEN_ID, UNK_TOKEN_ID = range(len(SPECIAL_TOKENS))
 _SPLIT_NAMES = ("train", "val", "test")
 
 
@@ -156,8 +156,6 @@ def translation_bundle(
     info = {"vocab_size": tokenizer.vocab_size, "pad_token_id": PAD_TOKEN_ID, "bos_token_id": BOS_TOKEN_ID,
             "eos_token_id": EOS_TOKEN_ID}  # fmt: skip
     record = {**(splits or {}), "max_length": max_length, "dropped_long_train": dropped}
-    from markovformer.data.translation.batching import collate_translation, translation_lengths  # it imports this
-
     return DataBundle(**examples, info=info, splits=record, tokenizer=tokenizer, collate=collate_translation,
                       lengths=translation_lengths)  # fmt: skip
 

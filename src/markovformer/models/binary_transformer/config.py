@@ -1,4 +1,4 @@
-"""BinaryTransformerConfig: the canonical single-layer binary model of "Attention with Markov" (SPEC 6)."""
+"""BinaryTransformerConfig: the canonical single-layer binary model of "Attention with Markov"."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The canonical binary model of "Attention with Markov" (SPEC 6), written out as in the talk:
+"""The canonical binary model of "Attention with Markov", written out as in the talk:
 
     x_n = x_n · e + p_n                                       (scalar symbol times an embedding vector, plus position)
     y_n = x_n + W_O Σ_{i<=n} att_{n,i} W_V x_i                (causal softmax attention)

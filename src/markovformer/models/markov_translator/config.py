@@ -1,4 +1,4 @@
-"""MarkovTranslatorConfig: the MAT encoder-decoder (SPEC 3), validated on construction."""
+"""MarkovTranslatorConfig: the MAT encoder-decoder, validated on construction."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from markovformer.models.config_base import ModelConfig
 
 @dataclasses.dataclass
 class MarkovTranslatorConfig(ModelConfig):
-    """Configuration of the Markov Autoregressive Transformer and its three sibling decoders (SPEC 3).
+    """Configuration of the Markov Autoregressive Transformer and its three sibling decoders.
 
     ``order`` k (None = unbounded) and ``transparent`` pick the row of the paper's table: None/False is the
     autoregressive Transformer, None/True the transparent Transformer, k/False n-gram masked self-attention (leaks
@@ -20,6 +20,8 @@ class MarkovTranslatorConfig(ModelConfig):
     """
 
     model_type = "markov_translator"
+    # it only ever smoothed the training loss, a training option: the trainer's is the one home
+    dropped_fields = {"label_smoothing": (0.0, "trainer.label_smoothing")}
 
     vocab_size: int
     d_model: int = 512
@@ -30,7 +32,6 @@ class MarkovTranslatorConfig(ModelConfig):
     order: int | None = 5
     transparent: bool = True
     dropout: float = 0.1
-    label_smoothing: float = 0.0
     max_positions: int = 1024
     pad_token_id: int = 0
     bos_token_id: int = 1
@@ -57,9 +58,8 @@ class MarkovTranslatorConfig(ModelConfig):
             fail("d_model", f"must be divisible by n_heads={self.n_heads}")
         if not isinstance(self.transparent, bool):
             fail("transparent", "must be True or False")
-        for field in ("dropout", "label_smoothing"):
-            if not 0.0 <= getattr(self, field) < 1.0:
-                fail(field, "must lie in [0, 1)")
+        if not 0.0 <= self.dropout < 1.0:
+            fail("dropout", "must lie in [0, 1)")
         for field in ("pad_token_id", "bos_token_id", "eos_token_id"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.vocab_size:

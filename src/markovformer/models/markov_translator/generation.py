@@ -1,4 +1,4 @@
-"""Incremental decoding, greedy search and beam search for :class:`MarkovTranslatorForConditionalGeneration` (SPEC 3).
+"""Incremental decoding, greedy search and beam search for :class:`MarkovTranslatorForConditionalGeneration`.
 
 Self-attention state per hypothesis:
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from markovformer.models.markov_translator.modeling import decoder_self_allowed, key_padding_allowed
+from markovformer.models.markov_translator.masks import decoder_self_allowed, key_padding_allowed
 
 if TYPE_CHECKING:
     from markovformer.models.markov_translator.modeling import MarkovTranslatorForConditionalGeneration

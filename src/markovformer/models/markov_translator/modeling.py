@@ -1,4 +1,4 @@
-"""MAT (SPEC 3): a pre-LN Transformer encoder-decoder whose decoder self-attention can be order-k banded and
+"""MAT: a pre-LN Transformer encoder-decoder whose decoder self-attention can be order-k banded and
 transparent (keys and values from the decoder's layer-0 input E in every layer), which makes it exactly k-th order
 Markov at any depth. The building blocks here are shared with incremental decoding in ``generation.py``."""
 
@@ -6,35 +6,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.layers.position import sinusoidal_positions
+from markovformer.models.generation import check_generation_options, next_tokens
 from markovformer.models.markov_translator.config import MarkovTranslatorConfig
+from markovformer.models.markov_translator.generation import generate
+from markovformer.models.markov_translator.masks import decoder_self_allowed, key_padding_allowed
 from markovformer.models.pretrained import PreTrainedModel
-from markovformer.ops.lags import lag_matrix, order_to_window, visible
 from markovformer.ops.losses import token_cross_entropy
 from markovformer.ops.masked_softmax import masked_sdpa
-
-if TYPE_CHECKING:
-    pass
-
-
-def key_padding_allowed(mask: Tensor | None) -> Tensor | None:
-    """A (B, T) mask (1 = real token) as (B, 1, 1, T) allowed keys; None stays None (everything visible)."""
-    return None if mask is None else mask.bool()[:, None, None, :]
-
-
-def decoder_self_allowed(
-    query_positions: Tensor, key_positions: Tensor, order: int | None, key_mask: Tensor | None = None
-) -> Tensor:
-    """Causal order-k band (through ``ops.lags``) and key padding: (B or 1, 1, Tq, Tk) booleans."""
-    band = visible(lag_matrix(query_positions, key_positions), window=order_to_window(order), causal=True)
-    allowed = band[None, None]
-    return allowed if key_mask is None else allowed & key_mask.bool()[:, None, None, :]
 
 
 class Attention(nn.Module):
@@ -96,7 +80,7 @@ class DecoderLayer(nn.Module):
     """Pre-LN: self-attention, cross-attention over the source memory, FFN.
 
     Its self-attention keys/values come from :meth:`self_keys_values`: from LN(hidden) as usual, or, when
-    ``transparent``, from the layer's own LayerNorm of the decoder's layer-0 input E (SPEC 3).
+    ``transparent``, from the layer's own LayerNorm of the decoder's layer-0 input E.
     """
 
     def __init__(self, config: MarkovTranslatorConfig) -> None:
@@ -144,7 +128,7 @@ class MarkovTranslatorOutput:
 
 
 class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
-    """Encoder-decoder translator over a joint vocabulary (SPEC 3). ``tgt_ids`` is the shifted-right decoder input
+    """Encoder-decoder translator over a joint vocabulary. ``tgt_ids`` is the shifted-right decoder input
     (bos, y_1, ..., y_{T-1}); ``labels`` are aligned with it (y_1, ..., y_T), -100 ignored. Masks are (B, T) with
     1 = real token; target padding must be on the right."""
 
@@ -222,10 +206,13 @@ class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         labels: Tensor | None = None,
-        label_smoothing: float | None = None,
+        label_smoothing: float = 0.0,
     ) -> MarkovTranslatorOutput:
         """src_ids (B, S), tgt_ids (B, T) shifted right, labels (B, T) or None -> logits (B, T, V) [+ loss].
-        ``label_smoothing`` overrides the config's for this call (the trainer passes it for training steps only)."""
+        ``label_smoothing`` in [0, 1) smooths the loss (the trainer passes ``trainer.label_smoothing`` for
+        training steps only)."""
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing={label_smoothing!r}: must lie in [0, 1)")
         memory = self.encode(src_ids, src_mask)
         logits = self.decode(tgt_ids, memory, src_mask, tgt_mask)
         loss = None
@@ -233,8 +220,7 @@ class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
             if tuple(labels.shape) != tuple(tgt_ids.shape):
                 raise ValueError(f"labels must have the shape of tgt_ids {tuple(tgt_ids.shape)}; got "
                                  f"{tuple(labels.shape)}")  # fmt: skip
-            smoothing = self.config.label_smoothing if label_smoothing is None else label_smoothing
-            loss = token_cross_entropy(logits, labels, smoothing)
+            loss = token_cross_entropy(logits, labels, label_smoothing)
         return MarkovTranslatorOutput(logits, loss, memory)
 
     @torch.no_grad()
@@ -258,9 +244,6 @@ class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
         ``max_positions``). Greedy by default, sampling with ``do_sample`` (temperature / top-k / top-p), or beam
         search with ``num_beams`` > 1 (scores / length ** ``length_penalty``). ``eos_token_id`` defaults to the
         config's. ``generation.generate`` also returns the scores."""
-        from markovformer.models.generation import check_generation_options, next_tokens
-        from markovformer.models.markov_translator.generation import generate  # it imports this module
-
         check_generation_options(max_new_tokens, temperature, top_k, top_p)
         if eos_token_id not in (None, self.config.eos_token_id):
             raise ValueError(f"eos_token_id={eos_token_id!r}: this model ends sentences with its config's "

@@ -6,22 +6,24 @@ import dataclasses
 
 from markovformer.layers.ffn import FFNS
 from markovformer.layers.gru import INJECTION_KINDS
-from markovformer.layers.markov_bias import GATE_INPUTS, GATES, TRANSITIONS
+from markovformer.layers.markov_attention import MarkovOptions
 from markovformer.layers.position import POSITIONS
 from markovformer.layers.registry import ATTENTION_KINDS, attention_option_names
 from markovformer.models.config_base import ModelConfig
-from markovformer.ops.lag_bias_attention import BACKENDS
 from markovformer.ops.linear_attention import FEATURE_MAPS
 
 POOLINGS = ("mean", "last", "cls")
 SCOPES = ("local", "global")
 # options some attention kinds read that also configure the rest of the model, so never unused
 MODEL_WIDE_OPTIONS = frozenset({"dropout", "bidirectional", "max_positions"})
+# the Markov attention options whose defaults and per-value rules ``MarkovOptions`` owns
+MARKOV_DEFAULTS = MarkovOptions()
+MARKOV_VALUE_OPTIONS = ("max_order", "gate", "gate_input", "transition", "backend", "gate_gumbel_tau", "dropout")
 
 
 @dataclasses.dataclass
 class MarkovianTransformerConfig(ModelConfig):
-    """Configuration of the Markovian Transformer and its heads (SPEC 2).
+    """Configuration of the Markovian Transformer and its heads.
 
     Inputs: ``vocab_size`` (token ids) or ``input_dim`` (continuous feature frames), not both.
     ``attention`` is one kind for every layer or a list with one kind per layer; "softmax" everywhere is the vanilla
@@ -49,18 +51,18 @@ class MarkovianTransformerConfig(ModelConfig):
     n_layers: int = 4
     n_heads: int = 4
     num_labels: int = 2
-    max_order: int = 4
+    max_order: int = MARKOV_DEFAULTS.max_order
     attention: str | list[str] = "markov"
     scope: str | None = None
     window: int | None = None
     causal: bool = True
     bidirectional: bool | None = None
-    gate: str = "linear"
-    gate_input: str = "token"
-    gate_null: bool = True
-    gate_gumbel_tau: float | None = None
-    transition: str = "softplus"
-    head_specific: bool = True
+    gate: str = MARKOV_DEFAULTS.gate
+    gate_input: str = MARKOV_DEFAULTS.gate_input
+    gate_null: bool = MARKOV_DEFAULTS.gate_null
+    gate_gumbel_tau: float | None = MARKOV_DEFAULTS.gate_gumbel_tau
+    transition: str = MARKOV_DEFAULTS.transition
+    head_specific: bool = MARKOV_DEFAULTS.head_specific
     markov_head_ratio: float = 0.5
     feature_map: str = "positive"
     num_features: int = 64
@@ -74,8 +76,8 @@ class MarkovianTransformerConfig(ModelConfig):
     gru_kind: str = "gru"  # the injection's recurrence when gru=True: "gru" (nn.GRU) or "min_gru" (parallel scan)
     position: str = "rotary"
     max_positions: int | None = None
-    dropout: float = 0.0
-    backend: str = "auto"
+    dropout: float = MARKOV_DEFAULTS.dropout
+    backend: str = MARKOV_DEFAULTS.backend
     pooling: str = "mean"
     tie_word_embeddings: bool = False
     gate_entropy_weight: float = 0.0
@@ -102,9 +104,10 @@ class MarkovianTransformerConfig(ModelConfig):
                  f"{self.input_dim!r}")  # fmt: skip
         for field in ("vocab_size", "input_dim", "max_positions", "window"):
             positive_int(field, allow_none=True)
-        for field in ("d_model", "n_layers", "n_heads", "num_labels", "max_order", "num_features", "chunk_size",
-                      "ffn_mult", "linformer_k", "ssm_state_size"):  # fmt: skip
+        for field in ("d_model", "n_layers", "n_heads", "num_labels", "num_features", "chunk_size", "ffn_mult",
+                      "linformer_k", "ssm_state_size"):  # fmt: skip
             positive_int(field)
+        MarkovOptions.check_values(type(self).__name__, {field: getattr(self, field) for field in MARKOV_VALUE_OPTIONS})
         if self.ssm_state_size % 2:
             fail("ssm_state_size", "must be even (S4D's complex modes come in conjugate pairs)")
         if self.d_model % self.n_heads:
@@ -121,10 +124,8 @@ class MarkovianTransformerConfig(ModelConfig):
         kinds = set(self.layer_kinds())
         if self.scope is None and "scope" in self._options_read():
             self.scope = "local" if "max_order" in self._options_read(kinds - {"softmax"}) else "global"
-        for field, options in (("gate", GATES), ("gate_input", GATE_INPUTS),
-                               ("transition", TRANSITIONS), ("feature_map", FEATURE_MAPS), ("ffn", FFNS),
-                               ("position", POSITIONS), ("backend", BACKENDS), ("pooling", POOLINGS),
-                               ("gru_kind", INJECTION_KINDS)):  # fmt: skip
+        for field, options in (("feature_map", FEATURE_MAPS), ("ffn", FFNS), ("position", POSITIONS),
+                               ("pooling", POOLINGS), ("gru_kind", INJECTION_KINDS)):  # fmt: skip
             choice(field, options)
         if self.scope is not None:
             choice("scope", SCOPES)
@@ -157,12 +158,8 @@ class MarkovianTransformerConfig(ModelConfig):
             fail("backend", "the banded backend needs scope='local'")
         if self.scope == "local" and self.backend == "chunked":
             fail("backend", "the chunked backend is the global-scope path; use 'banded' (or 'auto') with scope='local'")
-        if self.gate_gumbel_tau is not None and not self.gate_gumbel_tau > 0:
-            fail("gate_gumbel_tau", "must be positive or None")
         if not 0.0 <= self.markov_head_ratio <= 1.0:
             fail("markov_head_ratio", "must lie in [0, 1]")
-        if not 0.0 <= self.dropout < 1.0:
-            fail("dropout", "must lie in [0, 1)")
         if not self.initializer_range > 0:
             fail("initializer_range", "must be positive")
         if self.redraw_interval < 0:

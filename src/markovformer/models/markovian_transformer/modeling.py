@@ -1,4 +1,4 @@
-"""The Markovian Transformer (SPEC 2.7): an embedding, pre-LN blocks with per-layer attention kinds, and heads."""
+"""The Markovian Transformer: an embedding, pre-LN blocks with per-layer attention kinds, and heads."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from markovformer.layers.position import sinusoidal_positions
 from markovformer.layers.registry import build_attention
 from markovformer.models.generation import GenerationMixin
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
+from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.ops.losses import token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, right_padded_lengths
@@ -43,7 +44,7 @@ class MarkovianTransformerPreTrainedModel(PreTrainedModel):
         return [module for module in self.modules() if isinstance(module, MarkovBias)]
 
     def regularization_loss(self) -> Tensor:
-        """λ_ent · mean gate entropy of the last forward pass + λ_T · Σ θ_T² (SPEC 2.7); zero when both are 0."""
+        """λ_ent · mean gate entropy of the last forward pass + λ_T · Σ θ_T²; zero when both are 0."""
         config = self.config
         total = next(self.parameters()).new_zeros(())
         for bias in self.markov_biases():
@@ -205,8 +206,6 @@ class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
         return output
 
     def start_decoding(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int):
-        from markovformer.models.markovian_transformer.decoding import start_decoding  # it imports this module
-
         return start_decoding(self, input_ids, attention_mask, max_new_tokens)
 
 

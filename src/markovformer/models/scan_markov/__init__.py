@@ -1,4 +1,4 @@
-"""The scan Markov model (SPEC 4): config, causal LM with incremental decoding and generation."""
+"""The scan Markov model: config, causal LM with incremental decoding and generation."""
 
 from markovformer.models.scan_markov.config import CONTEXT_MODES, ScanMarkovConfig
 from markovformer.models.scan_markov.modeling import ScanMarkovForCausalLM, ScanMarkovOutput, ScanMarkovState

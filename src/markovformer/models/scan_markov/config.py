@@ -1,4 +1,4 @@
-"""ScanMarkovConfig: every option of the scan Markov model (SPEC 4), validated on construction."""
+"""ScanMarkovConfig: every option of the scan Markov model, validated on construction."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class ScanMarkovConfig(ModelConfig):
     ``backend="naive"``). ``dropout`` acts on the embeddings and the decoder's hidden layer;
     ``decoder_dropout``, if set, replaces it in the decoder alone. Dropout on the decoder only keeps the markov
     mode's gates a table over (token, position), computed once a step (embedding dropout makes them per pair).
-    ``window_positions``: in markov mode, count a window's positions from its first token (``"start"``, SPEC 4 and
+    ``window_positions``: in markov mode, count a window's positions from its first token (``"start"``, the paper's and
     the seed: the last of n tokens sits at n - 1) or back from its last (``"end"``: the last token sits at 0 for
     every n, so windows of different n share the recent tokens' gates and the n-token state is the (n-1)-token
     state plus a decayed term of the oldest token, the shape of an n-gram model's backoff).

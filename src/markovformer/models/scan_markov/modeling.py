@@ -1,4 +1,4 @@
-"""The scan Markov model (SPEC 4): a gated linear recurrence over token + position embeddings, decoded through a
+"""The scan Markov model: a gated linear recurrence over token + position embeddings, decoded through a
 LayerNorm, an MLP and the tied embedding matrix.
 
     e_t = E[x_t] + P[pos_t];  [A_t, B_t] = σ(gate_proj(e_t));  h_t = A_t ⊙ h_{t-1} + B_t ⊙ e_t, h_{-1} = 0

@@ -1,4 +1,4 @@
-"""The Variational Markov Transformer (SPEC 5): config, the model (ELBO, importance-weighted bound, generation)."""
+"""The Variational Markov Transformer: config, the model (ELBO, importance-weighted bound, generation)."""
 
 from markovformer.models.vmt.config import POSTERIORS, VMTConfig
 from markovformer.models.vmt.modeling import VariationalMarkovTransformer, reverse_within_lengths

@@ -1,4 +1,4 @@
-"""VMTConfig: every option of the Variational Markov Transformer (SPEC 5), validated on construction."""
+"""VMTConfig: every option of the Variational Markov Transformer, validated on construction."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Variational Markov Transformer (SPEC 5): a deep HMM with continuous latents trained by the ELBO over windows,
+"""The Variational Markov Transformer: a deep HMM with continuous latents trained by the ELBO over windows,
 the last latent carried from window to window (truncated BPTT).
 
     P(y, x) = P(x_1) P(y_1 | x_1) Π_k P(x_{k+1} | x_k) P(y_{k+1} | x_{k+1})
