@@ -153,8 +153,8 @@ def test_text_config_builds_its_data_and_model(name, monkeypatch):
 
 
 def test_scan_shakespeare_is_the_seed_setup():
-    """SPEC 4: 90/10 contiguous split, n = 2..5 in equal proportion, label smoothing 0.1 on training, AdamW with
-    cosine decay, the seed's architecture; validation windows carry the longest context."""
+    """The Scan Markov setup: 90/10 contiguous split, n = 2..5 in equal proportion, label smoothing 0.1 on training,
+    AdamW with cosine decay, the seed's architecture; validation windows carry the longest context."""
     config = resolved("scan_shakespeare")
     assert config.model_type == "scan_markov" and config.task == "causal_lm"
     assert config.data["path"] == "data/tiny_shakespeare.txt" and config.data["tokenizer"] == "char"

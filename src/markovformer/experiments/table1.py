@@ -47,6 +47,7 @@ from markovformer.experiments.table1_models import (
     variants,
 )
 from markovformer.experiments.table1_report import write_report
+from markovformer.experiments.table1_speed import measure_in_child
 from markovformer.training.run_config import resolve_run_config
 
 NAME = "table1"
@@ -263,8 +264,6 @@ def speed_job(setup: DomainSetup, variant: str, settings: Table1Settings) -> dic
 def measure_cell(setup: DomainSetup, variant: str, settings: Table1Settings) -> dict:
     """Peak training memory at ``memory_length`` and tokens/s at ``speed_length`` of ``variant`` (``speed_job``),
     in a child process."""
-    from markovformer.experiments.table1_speed import measure_in_child
-
     return {"domain": setup.name, "variant": variant, **measure_in_child(speed_job(setup, variant, settings))}
 
 

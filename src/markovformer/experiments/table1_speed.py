@@ -19,6 +19,13 @@ from markovformer.bench.harness import child_main, run_in_child
 from markovformer.bench.measure import PeakMemory, time_steps
 from markovformer.models.registry import MODEL_FAMILIES, head_class
 
+# A training step's random labels (batch 1) by task: one class per sequence, or for CTC a transcript a quarter of the
+# frames long (CTC needs at most T labels; 0 is the blank).
+RANDOM_LABELS = {
+    "sequence_classification": lambda classes, seq_len, rng: torch.randint(0, classes, (1,), generator=rng),
+    "ctc": lambda classes, seq_len, rng: torch.randint(1, classes, (1, max(1, seq_len // 4)), generator=rng),
+}
+
 
 def build(model_type: str, task: str, section: dict) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """The head model of ``section`` (complete: input and label sizes filled) and its AdamW optimizer."""
@@ -35,10 +42,7 @@ def training_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, task
     else:
         inputs = {"input_features": torch.randn(1, seq_len, config.input_dim, generator=generator)}
     inputs["attention_mask"] = torch.ones(1, seq_len, dtype=torch.long)
-    if task == "ctc":  # a transcript a quarter of the frames long: CTC needs at most T labels
-        labels = torch.randint(1, config.num_labels, (1, max(1, seq_len // 4)), generator=generator)
-    else:
-        labels = torch.randint(0, config.num_labels, (1,), generator=generator)
+    labels = RANDOM_LABELS[task](config.num_labels, seq_len, generator)
 
     def step() -> None:
         model(**inputs, labels=labels).loss.backward()
