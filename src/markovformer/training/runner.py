@@ -37,7 +37,7 @@ from markovformer.training.run_lock import is_first_process, run_dir_lock
 from markovformer.training.run_report import describe_run, report_results
 from markovformer.training.step_checkpoints import RunFingerprint, StepCheckpoints
 from markovformer.training.tasks import Task
-from markovformer.training.trainer_config import ConfigError
+from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
 
 def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.Module) -> tuple[DataLoader, ...]:
@@ -105,30 +105,7 @@ def _fit(config: RunConfig, resume: bool) -> dict:
     progress = PrintProgress(tc.log_every, tc.max_steps)
     fingerprint = RunFingerprint("")
     log = AppendingCSVLogger(run_dir / "logs" / "metrics.csv")
-    trainer = L.Trainer(
-        max_steps=tc.max_steps,
-        val_check_interval=tc.eval_every,
-        check_val_every_n_epoch=None,
-        num_sanity_val_steps=0,
-        gradient_clip_val=tc.gradient_clip or None,
-        precision=tc.precision,
-        deterministic=tc.deterministic,
-        accelerator=tc.accelerator,
-        devices=tc.devices,
-        num_nodes=tc.num_nodes,
-        strategy=tc.strategy,
-        logger=[log, TensorBoardLogger(run_dir, name="tensorboard", version="")],
-        callbacks=[
-            StepCheckpoints(run_dir / "checkpoints", tc.checkpoint_every, tc.eval_every, tc.keep_checkpoints),
-            fingerprint,
-            LearningRateMonitor(logging_interval="step"),
-            progress,
-        ],
-        plugins=[SafetensorsCheckpointIO()],
-        enable_progress_bar=sys.stdout.isatty(),
-        enable_model_summary=False,
-        log_every_n_steps=min(tc.log_every, 50),
-    )
+    trainer = lightning_trainer(tc, run_dir, log, fingerprint, progress)
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         if not resume:
@@ -155,14 +132,50 @@ def _fit(config: RunConfig, resume: bool) -> dict:
         metrics = {k[4:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     if not trainer.is_global_zero:
         return metrics
-    model.save_pretrained(run_dir / "model")
-    write_model_fingerprint(run_dir / "model", fingerprint.fingerprint, run_dir / "model" / WEIGHTS_NAME)
     results = {"val": metrics, "steps": trainer.global_step, "train_seconds": seconds,
                "reference": bundle.info.get("reference", {})}  # fmt: skip
-    write_json(run_dir / "metrics.json", results)
+    _write_results(run_dir, model, fingerprint.fingerprint, results)
     report_results(results, model, bundle)
     print(f"run directory: {run_dir}  (model/, checkpoints/, logs/metrics.csv, tensorboard/, metrics.json)")
     return results
+
+
+def lightning_trainer(
+    tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger, fingerprint: RunFingerprint, progress: PrintProgress
+) -> L.Trainer:
+    """The Lightning Trainer of a run: step-based validation and checkpoints (safetensors, each carrying the run's
+    ``fingerprint``), the CSV and TensorBoard logs, progress lines, gradient clipping, precision and the devices."""
+    return L.Trainer(
+        max_steps=tc.max_steps,
+        val_check_interval=tc.eval_every,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        gradient_clip_val=tc.gradient_clip or None,
+        precision=tc.precision,
+        deterministic=tc.deterministic,
+        accelerator=tc.accelerator,
+        devices=tc.devices,
+        num_nodes=tc.num_nodes,
+        strategy=tc.strategy,
+        logger=[log, TensorBoardLogger(run_dir, name="tensorboard", version="")],
+        callbacks=[
+            StepCheckpoints(run_dir / "checkpoints", tc.checkpoint_every, tc.eval_every, tc.keep_checkpoints),
+            fingerprint,
+            LearningRateMonitor(logging_interval="step"),
+            progress,
+        ],
+        plugins=[SafetensorsCheckpointIO()],
+        enable_progress_bar=sys.stdout.isatty(),
+        enable_model_summary=False,
+        log_every_n_steps=min(tc.log_every, 50),
+    )
+
+
+def _write_results(run_dir: Path, model: torch.nn.Module, fingerprint: str, results: dict) -> None:
+    """The finished run's model/ (with its fingerprint) and metrics.json."""
+    model.save_pretrained(run_dir / "model")
+    write_model_fingerprint(run_dir / "model", fingerprint, run_dir / "model" / WEIGHTS_NAME)
+    write_json(run_dir / "metrics.json", results)
 
 
 __all__ = ["build_data", "build_model", "evaluate", "load_run", "resume", "train"]
