@@ -20,7 +20,7 @@ from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = dict(latent_dim=4, d_model=16, n_layers=1, n_heads=2, hidden_dim=32, batch_size=4, kl_warmup_steps=5,
-            lg_window=8, lg_steps=10, lg_eval_every=5, lg_latent_dim=2, lg_doc_len=32, lg_train_documents=8,
+            lg_window=8, lg_steps=10, lg_eval_every=5, lg_latent_dim=3, lg_doc_len=32, lg_train_documents=8,
             lg_val_documents=4, hmm_windows=(4,), hmm_steps=10, hmm_doc_len=64, hmm_train_documents=8,
             hmm_val_documents=2, text_windows=(8,), text_steps=10, text_doc_len=64, text_val_chars=256,
             iw_samples=5)  # fmt: skip

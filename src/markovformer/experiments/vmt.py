@@ -159,7 +159,11 @@ def linear_gaussian_cell(settings: VMTSettings, seed: int, runs: Path, log: Call
                             steps=settings.lg_steps, carry=True, seed=seed, eval_every=settings.lg_eval_every,
                             latent_dim=settings.lg_latent_dim)  # fmt: skip
     for kind, generative_from_data in (("learned", False), ("true_p", True)):
-        cell = {**values, "model": {**values["model"], "generative_from_data": generative_from_data}}
+        # the true P's latent is the source's state; the learned one's is the settings' size
+        model = {**values["model"], "generative_from_data": generative_from_data}
+        if generative_from_data:
+            model["latent_dim"] = source.state_dim
+        cell = {**values, "model": model}
         run = train_vmt_run(cell, runs, f"linear_gaussian_{kind}_seed={seed}", log)
         scored = [(step, load_checkpoint_model(path)) for step, path in run.checkpoints if step < settings.lg_steps]
         steps, evaluations = [], []
