@@ -89,6 +89,8 @@ class Task:
     # The data's sizes (keys of its info) that fill the model config's fields of the same name.
     sizes_from_data: ClassVar[tuple[str, ...]] = ("vocab_size", "input_dim", "num_labels", "pad_token_id",
                                                   "bos_token_id", "eos_token_id")  # fmt: skip
+    # ``generate`` continues a prompt when the model reads tokens (a causal language model, the VMT).
+    continues_prompts: ClassVar[bool] = False
 
     def __init__(self, trainer: TrainerConfig | None = None, info: dict | None = None, tokenizer=None) -> None:
         self.trainer = trainer if trainer is not None else TrainerConfig()
@@ -112,10 +114,11 @@ class Task:
         """Anything the task sets on a freshly built model from the data before training."""
 
     def train_batches(self, bundle: DataBundle, model: nn.Module, start) -> IterableDataset:
-        """Endless training batches; ``start()`` gives the step to begin at (the restored step on resume)."""
+        """Endless training batches; ``start()`` gives the step to begin at (the restored step on resume). Each
+        carries the ``order`` drawn for it when ``trainer.orders`` is set (only tasks that take it allow that)."""
         lengths = None if bundle.lengths is None else bundle.lengths(bundle.train)
         return EpochBatches(bundle.train, self.trainer.batch_size, self.trainer.seed, bundle.collate, start=start,
-                            lengths=lengths)  # fmt: skip
+                            orders=self.trainer.orders, lengths=lengths)  # fmt: skip
 
     # --------------------------------------------------------------------------------------------------- training
 
@@ -155,6 +158,8 @@ class Task:
 
     def generate(self, model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterable[str]:
         """The lines ``markovformer generate`` prints."""
+        if self.continues_prompts and not getattr(model.config, "input_dim", None):
+            return continue_prompt(model, run_dir, request)
         raise ValueError(f"{run_dir} is a {self.name} run; generate needs a causal_lm, vmt (tokens) or translation run")
 
 

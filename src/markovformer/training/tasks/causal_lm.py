@@ -4,15 +4,12 @@ window) every training batch uses one drawn n and validation scores every n."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from pathlib import Path
 
 from torch import nn
 from torchmetrics import MeanMetric
 
 from markovformer.data.bundle import DataBundle
-from markovformer.training.batches import EpochBatches
-from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, continue_prompt, model_inputs
+from markovformer.training.tasks.base import LossMetric, Task, model_inputs
 from markovformer.training.trainer_config import ConfigError
 
 
@@ -46,6 +43,7 @@ class LanguageModelMetrics(LossMetric):
 class CausalLM(Task):
     name = "causal_lm"
     options = {"orders": "order", "label_smoothing": "label_smoothing"}
+    continues_prompts = True
     sizes_from_data = tuple(key for key in Task.sizes_from_data if key != "num_labels")  # predicts tokens, not labels
 
     def check_model(self, model: nn.Module) -> None:
@@ -66,11 +64,6 @@ class CausalLM(Task):
                               f"positions of each validation window would see fewer than n tokens; set data.overlap "
                               f">= {longest}")  # fmt: skip
 
-    def train_batches(self, bundle: DataBundle, model: nn.Module, start) -> EpochBatches:
-        lengths = None if bundle.lengths is None else bundle.lengths(bundle.train)
-        return EpochBatches(bundle.train, self.trainer.batch_size, self.trainer.seed, bundle.collate, start=start,
-                            orders=self.trainer.orders, lengths=lengths)  # fmt: skip
-
     def new_metrics(self) -> LanguageModelMetrics:
         return LanguageModelMetrics(self.trainer.orders)
 
@@ -80,8 +73,3 @@ class CausalLM(Task):
             metrics.update(model(**inputs), batch)
         for n in self.trainer.orders:
             metrics.update(model(**inputs, order=n), batch, n)
-
-    def generate(self, model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterable[str]:
-        if getattr(model.config, "input_dim", None):
-            return super().generate(model, run_dir, request)
-        return continue_prompt(model, run_dir, request)

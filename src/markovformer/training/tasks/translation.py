@@ -34,9 +34,6 @@ class TranslationMetrics(LossMetric):
         self.hypotheses: list[str] = []
         self.references: list[str] = []
 
-    def update(self, output, batch: dict) -> None:
-        self.loss.update(output.loss.detach(), weight=(batch["labels"] != -100).sum())
-
     def update_translations(self, generated: Tensor, labels: Tensor) -> None:
         """Add decoded translations (B, L) and their references (the labels ``y <eos>``, -100 padded)."""
         self.hypotheses += decode_generated(self.tokenizer, generated)

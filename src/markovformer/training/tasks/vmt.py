@@ -5,8 +5,6 @@ bounds on their log-likelihood."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -15,7 +13,7 @@ from torchmetrics import MeanMetric
 from markovformer.data.bundle import DataBundle
 from markovformer.models.vmt.documents import walk_documents
 from markovformer.training.batches import DocumentWindows, window_stride, world
-from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, continue_prompt
+from markovformer.training.tasks.base import LossMetric, Task
 from markovformer.training.trainer_config import ConfigError
 
 IW_SAMPLES = 10  # K of the importance-weighted bound that VMT validation and evaluation report
@@ -92,6 +90,7 @@ class VMT(Task):
 
     name = "vmt"
     options = {"kl_warmup_steps": "kl_weight", "carry": "carry", "window_overlap": "carry_index"}
+    continues_prompts = True
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -156,8 +155,3 @@ class VMT(Task):
 
     def score(self, model: nn.Module, batch: dict, metrics: DocumentMetrics, beam_size: int = 1) -> None:
         self.walk(model, batch, metrics)
-
-    def generate(self, model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterable[str]:
-        if getattr(model.config, "input_dim", None):
-            return super().generate(model, run_dir, request)
-        return continue_prompt(model, run_dir, request)
