@@ -57,7 +57,7 @@ def test_naive_matches_closed_form():
 
 
 @pytest.mark.parametrize("backend", ["sequential", "chunked", "auto"])
-@pytest.mark.parametrize("length", [1, 2, 3, 4, 5, 13, 17, 40])
+@pytest.mark.parametrize("length", [1, 2, 3, 4, 5, 13, 17, 40, 97])
 @pytest.mark.parametrize("with_h0", [False, True])
 def test_backends_match_naive(backend, length, with_h0):
     a, b, h0 = _inputs(3, length, 5, with_h0, seed=length)
