@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from markovformer.ops.swiglu import swiglu_lean
 
 FFNS = ("swiglu", "gelu")
 
 
 class SwiGLU(nn.Module):
-    """W2 · (SiLU(W1 x) ⊙ W3 x); hidden width 2/3 of ``mult * d_model`` (rounded up to 8) to match GELU's size."""
+    """W2 · (SiLU(W1 x) ⊙ W3 x); hidden width 2/3 of ``mult * d_model`` (rounded up to 8) to match GELU's size.
+
+    Runs ``ops.swiglu.swiglu_lean`` (half the saved activations) unless dropout is active or autocast is on.
+    """
 
     def __init__(self, d_model: int, mult: int = 4, dropout: float = 0.0) -> None:
         super().__init__()
@@ -19,8 +25,10 @@ class SwiGLU(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(self.dropout(F.silu(gate) * up))
+        if torch.is_autocast_enabled(x.device.type) or (self.training and self.dropout.p > 0):
+            gate, up = self.gate_up(x).chunk(2, dim=-1)
+            return self.down(self.dropout(F.silu(gate) * up))
+        return swiglu_lean(x, self.gate_up.weight, self.down.weight)
 
 
 class GELUMLP(nn.Module):
