@@ -3,6 +3,8 @@ scan is pinned to its loop reference (outputs and all gradients); the config pic
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -99,3 +101,28 @@ def test_config_gru_kind_picks_the_injection(kind, layer_type):
     assert all(module.proj.in_features == 2 * 8 for module in injections)  # bidirectional, as the model is
     with pytest.raises(ValueError, match="gru_kind"):
         MarkovianTransformerConfig(vocab_size=5, gru=True, gru_kind="lstm")
+
+
+def test_min_gru_keeps_the_gru_init_inside_the_model():
+    """The model's N(0, 0.02²) init for linear layers would shrink minGRU's gates and candidates; they keep
+    nn.GRU's uniform(±1/√d) init instead, as nn.GRU's own weights do inside the same model."""
+    d_model = 64
+    config = MarkovianTransformerConfig(vocab_size=11, d_model=d_model, n_layers=1, n_heads=4, gru=True,
+                                        gru_kind="min_gru")  # fmt: skip
+    injection = MarkovianTransformerModel(config).blocks[0].gru
+    bound = d_model**-0.5
+    assert injection.weight.abs().max() <= bound and injection.bias.abs().max() <= bound
+    # uniform(±b) has standard deviation b/√3 = 0.072 here, far from the model's 0.02
+    assert abs(injection.weight.std().item() - bound / 3**0.5) < 0.005
+    gru = MarkovianTransformerModel(dataclasses.replace(config, gru_kind="gru")).blocks[0].gru.gru
+    assert abs(gru.weight_ih_l0.std().item() - bound / 3**0.5) < 0.005
+
+
+def test_min_gru_loads_checkpoints_from_when_its_inputs_were_a_linear():
+    layer = MinGRUInjection(D_MODEL, bidirectional=True)
+    old = {f"gates_and_candidates.{name}": value for name, value in (("weight", layer.weight), ("bias", layer.bias))}
+    old["proj.weight"] = layer.proj.weight
+    fresh = MinGRUInjection(D_MODEL, bidirectional=True)
+    fresh.load_state_dict({name: value.detach().clone() for name, value in old.items()})
+    for name, value in layer.state_dict().items():
+        assert torch.equal(fresh.state_dict()[name], value), name
