@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("matplotlib")
+matplotlib = pytest.importorskip("matplotlib")
 
-from markovformer.bench.plots import CAPPED_HATCH, _against_length, longest_figure  # noqa: E402
+from markovformer.bench.plots import (  # noqa: E402
+    CAPPED_HATCH,
+    TARGET_COLOURS,
+    _against_length,
+    longest_figure,
+    targets_figure,
+)
+from markovformer.bench.report import _target  # noqa: E402
 from markovformer.bench.suite import CAP_REACHED  # noqa: E402
 from markovformer.plots.saving import new_figure  # noqa: E402
 
@@ -60,3 +67,24 @@ def test_no_bar_is_marked_capped_when_every_model_stopped_below_the_cap():
     assert all(patch.get_hatch() is None for patch in axis.patches)
     assert not any("≥" in text.get_text() for text in axis.texts)
     assert "reached the search cap" not in axis.get_title()
+
+
+def test_targets_figure_draws_every_target_right_of_one_exactly_when_met():
+    targets = {
+        "at_most_met": _target(1.2, 1.5, True, ""),
+        "at_most_missed": _target(1.8, 1.5, True, ""),
+        "at_least_met": _target(2.5, 2.0, False, ""),
+        "at_least_missed": _target(0.7, 0.85, False, ""),
+        "unmeasured": _target(None, 1.0, True, "ops on CUDA"),
+    }
+    axis = targets_figure(targets).axes[0]
+    assert [label.get_text() for label in axis.get_yticklabels()] == list(targets)
+    bars = {round(bar.get_y() + bar.get_height() / 2): bar for bar in axis.patches}
+    for row, (name, target) in enumerate(targets.items()):
+        if target["met"] is None:
+            assert row not in bars
+            assert any("n/a" in text.get_text() and round(text.get_position()[1]) == row for text in axis.texts)
+            continue
+        assert (bars[row].get_width() >= 1) == target["met"], name
+        assert bars[row].get_facecolor()[:3] == matplotlib.colors.to_rgb(TARGET_COLOURS[target["met"]])
+    assert "2 of 4 measured are met (1 not measured)" in axis.get_title()

@@ -1,4 +1,5 @@
-"""The suite's figures: op time and memory against T, model throughput and memory, longest trainable context."""
+"""The suite's figures: op time and memory against T, model throughput and memory, longest trainable context, and
+every target with met / not met."""
 
 from __future__ import annotations
 
@@ -76,6 +77,44 @@ def longest_figure(record: dict) -> Figure:
     return figure
 
 
+TARGET_COLOURS = {True: "tab:green", False: "tab:red"}
+
+
+def _margin(target: dict) -> float | None:
+    """How far a measured target is from its bound, as a factor that is >= 1 exactly when it is met."""
+    value = target["value"]
+    sign, bound = target["target"].split()
+    if value is None or value <= 0:
+        return None
+    return value / float(bound) if sign == ">=" else float(bound) / value
+
+
+def targets_figure(targets: dict) -> Figure:
+    """One bar per target: its margin (value over bound for ">=", bound over value for "<=", so >= 1 is met), green
+    met, red not met, an "n/a" where the run did not measure it; each bar labelled with the value and the bound."""
+    names = list(targets)
+    figure = new_figure(9, 1.2 + 0.24 * len(names))
+    axis = figure.subplots()
+    for row, name in enumerate(names):
+        target, margin = targets[name], _margin(targets[name])
+        if margin is None:
+            axis.text(1, row, "  n/a (not measured)", va="center", fontsize=7, color="grey")
+            continue
+        axis.barh(row, margin, color=TARGET_COLOURS[target["met"]], left=0)
+        axis.text(margin, row, f"  {target['value']:.3g} ({target['target']})", va="center", fontsize=7)
+    axis.axvline(1, color="black", linewidth=1)
+    axis.set_xscale("log")
+    axis.set_yticks(range(len(names)), names, fontsize=7)
+    axis.invert_yaxis()
+    axis.margins(x=0.3)
+    axis.set_xlabel("margin: value / bound for >= targets, bound / value for <= targets (>= 1: met)")
+    met = sum(target["met"] is True for target in targets.values())
+    measured = sum(target["met"] is not None for target in targets.values())
+    axis.set_title(f"targets: {met} of {measured} measured are met ({len(names) - measured} not measured)",
+                   fontsize=9)  # fmt: skip
+    return figure
+
+
 def write_plots(record: dict, out: Path) -> list[Path]:
     """PNG files for the parts present in ``record`` (the suite's JSON record), written into ``out``."""
     summary, written = record.get("summary", {}), []
@@ -103,4 +142,6 @@ def write_plots(record: dict, out: Path) -> list[Path]:
         written.append(save_figure(figure, Path(out) / "models.png"))
     if "longest" in summary:
         written.append(save_figure(longest_figure(record), Path(out) / "longest.png"))
+    if summary.get("targets"):
+        written.append(save_figure(targets_figure(summary["targets"]), Path(out) / "targets.png"))
     return written
