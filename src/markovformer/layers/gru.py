@@ -2,9 +2,9 @@
 
 ``INJECTION_KINDS`` names the recurrences that can fill the role: ``"gru"`` (nn.GRU, sequential) and
 ``"min_gru"`` (``layers.min_gru``, trains in parallel on the linear scan); ``build_injection`` makes one.
-nn.GRU stays the default: in Table I's speech cell (configs/speech_digits.yaml, 1000 steps) minGRU reached test WER
-0.41 and 0.36 (seeds 0, 1) against nn.GRU's 0.23 (seed 0), though it trained 1.5x faster there and gave the
-paper's 6-layer hybrid 3.1x nn.GRU's tokens/s at T=2048 (CPU, 1 thread, shared machine).
+nn.GRU stays the default: in Table I's speech cell (configs/speech_digits.yaml, 1000 steps, validation WER, seeds
+0/1/2) minGRU reached 0.333/0.286/0.305 (mean 0.308) against nn.GRU's 0.243/0.286/0.265 (mean 0.265), worse or
+level in every seed, though it trained 2.3-3x faster there (56-60 s against 127-185 s, CPU, shared machine).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ class MinGRUInjection(nn.Module):
 
     The gate and candidate weights are initialised as nn.GRU's are (uniform in ±1/√d_model), not by the model's
     N(0, 0.02²) for linear layers: minGRU stands in for nn.GRU, which the model's init leaves alone. In Table I's
-    speech cell this init took the validation WER from 0.39/0.34 to 0.33/0.29 (seeds 0/1).
+    speech cell this init took minGRU's validation WER from 0.39 and 0.36 (seeds 0, 1) to 0.33 and 0.29.
     """
 
     def __init__(self, d_model: int, bidirectional: bool = False, backend: str = "auto") -> None:
