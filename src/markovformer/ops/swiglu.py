@@ -2,8 +2,9 @@
 
 Under autograd the composition keeps four (T, hidden)-sized tensors per layer for the backward pass: the gate and up
 projections, SiLU(gate) and the product fed to W_down. ``swiglu_lean`` keeps only the projections and recomputes
-the other two (two elementwise passes) in its backward: half the FFN's saved activations, which are half of a
-Markov model's. Pinned to ``swiglu_naive`` on outputs and every gradient by tests.
+the other two (two elementwise passes) in its backward: half the FFN's saved activations, which were half of a
+local Markov model's. The price is time: the FFN's forward+backward is 1.5%, 4% and 7% slower at T = 2k, 8k and 32k
+(d = 256, hidden 688, CPU, 2 threads, medians of 7). Pinned to ``swiglu_naive`` on outputs and every gradient.
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ class _LeanSwiGLU(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         x, gate_up_weight, down_weight, projected = ctx.saved_tensors
         gate, up = projected.chunk(2, dim=-1)
-        sigmoid = torch.sigmoid(gate)
-        activated = gate * sigmoid  # SiLU(gate)
+        activated = F.silu(gate)
         grad_product = grad_out @ down_weight  # (..., H)
         grad_down = None
         if ctx.needs_input_grad[2]:
@@ -42,9 +42,7 @@ class _LeanSwiGLU(torch.autograd.Function):
         grad_projected = torch.empty_like(projected)
         grad_gate, grad_up = grad_projected.chunk(2, dim=-1)
         torch.mul(grad_product, activated, out=grad_up)
-        # d SiLU(g) / dg = σ(g) (1 + g (1 - σ(g))) = σ(g) + SiLU(g) (1 - σ(g))
-        derivative = activated.mul_(1 - sigmoid).add_(sigmoid)
-        torch.mul(grad_product.mul_(up), derivative, out=grad_gate)
+        torch.ops.aten.silu_backward.grad_input(grad_product.mul_(up), gate, grad_input=grad_gate)
         grad_x = grad_projected @ gate_up_weight if ctx.needs_input_grad[0] else None
         grad_gate_up = grad_projected.flatten(0, -2).T @ x.flatten(0, -2) if ctx.needs_input_grad[1] else None
         return grad_x, grad_gate_up, grad_down
