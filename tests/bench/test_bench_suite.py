@@ -16,7 +16,7 @@ from markovformer.bench.models import MODELS, build_model, loss_of
 from markovformer.bench.plots import write_plots
 from markovformer.bench.report import format_summary, summarise, targets, time_per_key
 from markovformer.bench.suite import ALL_PARTS, _Runner
-from markovformer.bench.windows import local_attention_available, parse_kind, window_forward
+from markovformer.bench.windows import expected_growth, local_attention_available, parse_kind, window_forward
 from markovformer.cli import bench as bench_cli
 from markovformer.layers.baselines.recurrent import GRUMixer
 
@@ -76,7 +76,7 @@ def test_plots_of_every_part(tmp_path):
     }  # fmt: skip
     record = {"machine": {"device": "cpu"}, "summary": summarise(parts)}
     written = write_plots(record, tmp_path)
-    assert [path.name for path in written] == ["ops.png", "models.png", "longest.png"]
+    assert [path.name for path in written] == ["ops.png", "models.png", "longest.png", "targets.png"]
     assert all(path.read_bytes()[:8] == PNG_SIGNATURE for path in written)
 
 
@@ -111,6 +111,18 @@ def test_growth_exponent_and_prediction():
     assert predicted_over_caps([], 10**6, 1.0, 1.0) is None  # nothing measured: try it
     assert "peak memory 400 MiB > cap 300 MiB" in predicted_over_caps([{"T": 1, "seconds": 0.1, "peak_mib": 100.0}],
                                                                        2, 300.0, 10.0)  # fmt: skip
+
+
+def test_a_fixed_window_kind_is_predicted_linear_from_its_first_size():
+    """One measured size: a windowed kind is extrapolated linearly (100 MiB at T=1 -> 200 at T=2, under a 300 cap),
+    full softmax quadratically (400 > 300)."""
+    first = {"T": 1, "seconds": 0.1, "peak_mib": 100.0}
+    for kind, growth, skipped in (("local_attention_w256", 1.0, False), ("banded_w16", 1.0, False),
+                                  ("softmax_sdpa", 2.0, True)):  # fmt: skip
+        assert expected_growth(kind) == growth
+        series = SizeSeries(300.0, 10.0, default_growth=expected_growth(kind))
+        series.add({"kind": kind, **first})
+        assert (series.skip_reason(2) is not None) == skipped, kind
 
 
 def test_targets_read_from_rows():

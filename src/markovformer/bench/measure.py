@@ -101,9 +101,12 @@ def growth_exponent(points: list[tuple[int, float]], default: float = 2.0) -> fl
     return min(2.5, max(1.0, math.log(v2 / v1) / math.log(t2 / t1)))
 
 
-def predicted_over_caps(done: list[dict], seq_len: int, memory_cap_mib: float, time_cap: float) -> str | None:
+def predicted_over_caps(
+    done: list[dict], seq_len: int, memory_cap_mib: float, time_cap: float, default_growth: float = 2.0
+) -> str | None:
     """Why a case at ``seq_len`` should not be tried given the measured rows ``done`` of the same kind (ascending
-    T, each with ``T``, ``seconds``, ``peak_mib``), or None: extrapolate time and memory along their growth."""
+    T, each with ``T``, ``seconds``, ``peak_mib``), or None: extrapolate time and memory along their growth
+    (``default_growth`` while fewer than two sizes are measured)."""
     measured = [row for row in done if row.get("seconds") is not None]
     if not measured:
         return None
@@ -113,7 +116,7 @@ def predicted_over_caps(done: list[dict], seq_len: int, memory_cap_mib: float, t
         points = [(row["T"], row.get(key)) for row in measured]
         if last.get(key) is None:
             continue
-        predicted = last[key] * scale ** growth_exponent(points)
+        predicted = last[key] * scale ** growth_exponent(points, default_growth)
         if predicted > cap:
             name = "peak memory" if key == "peak_mib" else "step time"
             return f"predicted {name} {predicted:.0f} {unit} > cap {cap:.0f} {unit}"
@@ -123,15 +126,18 @@ def predicted_over_caps(done: list[dict], seq_len: int, memory_cap_mib: float, t
 class SizeSeries:
     """The sizes of one benchmark kind, tried in ascending T: after a size fails (out of memory, timed out, an
     error) or its step exceeds the time cap, larger sizes are skipped; a size predicted to exceed a cap is skipped.
-    Every size gets a row: its measurements or a ``skipped`` reason."""
+    Every size gets a row: its measurements or a ``skipped`` reason. ``default_growth``: the exponent of T assumed
+    while only one size is measured (quadratic unless the kind is known to grow slower)."""
 
-    def __init__(self, memory_cap_mib: float, time_cap: float) -> None:
-        self.memory_cap_mib, self.time_cap = memory_cap_mib, time_cap
+    def __init__(self, memory_cap_mib: float, time_cap: float, default_growth: float = 2.0) -> None:
+        self.memory_cap_mib, self.time_cap, self.default_growth = memory_cap_mib, time_cap, default_growth
         self.rows: list[dict] = []
         self.stopped: str | None = None
 
     def skip_reason(self, seq_len: int) -> str | None:
-        return self.stopped or predicted_over_caps(self.rows, seq_len, self.memory_cap_mib, self.time_cap)
+        return self.stopped or predicted_over_caps(
+            self.rows, seq_len, self.memory_cap_mib, self.time_cap, self.default_growth
+        )
 
     def add(self, row: dict) -> None:
         self.rows.append(row)

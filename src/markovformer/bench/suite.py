@@ -53,7 +53,7 @@ from markovformer.bench.translation_decode import (
     TRANSLATION_SIZE,
     crossovers,
 )
-from markovformer.bench.windows import WINDOW_LENGTHS, WINDOW_SHAPE, WINDOWS, window_kinds
+from markovformer.bench.windows import WINDOW_LENGTHS, WINDOW_SHAPE, WINDOWS, expected_growth, window_kinds
 
 PARTS = ("ops", "windows", "models", "longest")  # the default run
 CAP_REACHED = "longest_max reached"  # the longest part's stop reason when every T trained: a lower bound
@@ -171,12 +171,13 @@ class _Runner:
         timeout = STARTUP_SECONDS + sum((case["repeats"] + 1) * settings.time_cap for case in cases)
         return run_in_child("markovformer.bench.cases", job, cases, timeout, threads=settings.threads)
 
-    def series(self, cases: list[dict], label: str) -> list[dict]:
-        """The cases of one kind in ascending T, every case given a row; ``label`` names the part in the log."""
+    def series(self, cases: list[dict], label: str, default_growth: float = 2.0) -> list[dict]:
+        """The cases of one kind in ascending T, every case given a row; ``label`` names the part in the log;
+        ``default_growth`` as in ``SizeSeries``."""
         if self.settings.quick:
             rows = self._child(cases)
         else:
-            sizes = SizeSeries(self.settings.memory_cap_mib, self.settings.time_cap)
+            sizes = SizeSeries(self.settings.memory_cap_mib, self.settings.time_cap, default_growth)
             for case in cases:
                 reason = sizes.skip_reason(case["T"])
                 sizes.add({**case, "skipped": reason} if reason else self._child([case])[0])
@@ -208,7 +209,7 @@ def _windows(runner: _Runner) -> dict:
         cases = [
             {"part": "windows", "kind": kind, "T": t, "repeats": settings.repeats} for t in settings.window_lengths
         ]
-        rows.extend(runner.series(cases, "windows"))
+        rows.extend(runner.series(cases, "windows", default_growth=expected_growth(kind)))
         runner.write()
     return part
 
