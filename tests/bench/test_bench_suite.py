@@ -15,7 +15,7 @@ from markovformer.bench.measure import PeakMemory, SizeSeries, growth_exponent, 
 from markovformer.bench.models import MODELS, build_model, loss_of
 from markovformer.bench.plots import write_plots
 from markovformer.bench.report import format_summary, summarise, targets, time_per_key
-from markovformer.bench.suite import ALL_PARTS, _Runner
+from markovformer.bench.suite import ALL_PARTS, _Runner, median_row
 from markovformer.bench.windows import expected_growth, local_attention_available, parse_kind, window_forward
 from markovformer.cli import bench as bench_cli
 from markovformer.layers.baselines.recurrent import GRUMixer
@@ -192,6 +192,10 @@ def test_command_line_options():
         parser.parse_args(["bench", "--parts", "everything"])
     with pytest.raises(ValueError, match="--threads=0"):
         bench_cli.run_bench(parser.parse_args(["bench", "--threads", "0"]))
+    with pytest.raises(ValueError, match="--rounds=0"):
+        bench_cli.run_bench(parser.parse_args(["bench", "--rounds", "0"]))
+    with pytest.raises(ValueError, match="rounds=1.5"):
+        BenchSettings(rounds=1.5).resolved()
     with pytest.raises(ValueError, match="--scan-lengths"):
         bench_cli.run_bench(parser.parse_args(["bench", "--parts", "scan", "--scan-lengths", "256", "0"]))
     with pytest.raises(SystemExit):
@@ -277,3 +281,16 @@ def test_window_kind_names():
     assert parse_kind("softmax_sdpa") == ("softmax_sdpa", None)
     with pytest.raises(ValueError, match="unknown windows kind 'flash_w8'"):
         parse_kind("flash_w8")
+
+
+def test_a_case_over_rounds_reports_the_median_time_and_the_largest_peak():
+    def row(seconds, peak, **extra):
+        return {"part": "models", "kind": "softmax", "T": 1024, "batch": 2, "seconds": seconds, "peak_mib": peak,
+                "tokens_per_second": 2 * 1024 / seconds, **extra}  # fmt: skip
+
+    merged = median_row([row(4.0, 100.0), row(1.0, 300.0), row(2.0, 200.0)])
+    assert merged["seconds"] == 2.0 and merged["tokens_per_second"] == 1024.0 and merged["peak_mib"] == 300.0
+    assert merged["round_seconds"] == [4.0, 1.0, 2.0]
+    assert median_row([row(1.0, 10.0)]) == row(1.0, 10.0)
+    skipped = {"part": "models", "kind": "softmax", "T": 1024, "skipped": "predicted peak memory over the cap"}
+    assert median_row([row(1.0, 10.0), skipped]) == skipped

@@ -30,6 +30,7 @@ import dataclasses
 import json
 import os
 import platform
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -84,6 +85,7 @@ class BenchSettings:
     longest_start: int | None = None  # longest: first T (2048; quick 1024)
     longest_max: int | None = None  # longest: stop doubling here (2**20; quick 4096)
     model_batch: int = 1
+    rounds: int = 1  # models: run every case this many times, in turn, and report per case the median time
     keep_freed_memory: bool = True  # children keep freed heap memory, as `markovformer train` does (allocator.py)
     decode_lengths: tuple[int, ...] | None = None  # decode: generated lengths (4096, 16384; quick 256, 1024)
     decode_batches: tuple[int, ...] = (1, 16)
@@ -106,6 +108,8 @@ class BenchSettings:
         for model in self.models or ():
             if model not in MODELS:
                 raise ValueError(f"unknown bench model {model!r}; expected one of {MODELS}")
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
+            raise ValueError(f"bench rounds={self.rounds!r}: must be a positive integer")
         available = status_mib("MemAvailable", "/proc/meminfo") or 8192.0
         return dataclasses.replace(
             self,
@@ -215,19 +219,41 @@ def _windows(runner: _Runner) -> dict:
 
 
 def _models(runner: _Runner) -> dict:
+    """Every model's training step at each length. With ``rounds`` > 1 the whole grid runs that many times in turn,
+    so a drift of the machine's speed hits every model alike, and each case reports its median over the rounds."""
     settings, rows = runner.settings, []
-    recorded = {"throughput_length": settings.throughput_length, "memory_lengths": list(settings.memory_lengths)}
+    recorded = {"throughput_length": settings.throughput_length, "memory_lengths": list(settings.memory_lengths),
+                "rounds": settings.rounds}  # fmt: skip
     part = {"models": describe_models(), "batch": settings.model_batch, **recorded, "rows": rows}
     runner.record["parts"]["models"] = part
     lengths = sorted({settings.throughput_length, *settings.memory_lengths})
-    for model in settings.models:
-        model_lengths = sorted({*lengths, *settings.long_lengths}) if model in LONG_MODELS else lengths
-        cases = [{"part": "models", "kind": model, "T": t, "batch": settings.model_batch,
-                  "repeats": settings.repeats if t == settings.throughput_length else min(2, settings.repeats)}
-                 for t in model_lengths]  # fmt: skip
-        rows.extend(runner.series(cases, "models"))
-        runner.write()
+    by_case: dict[tuple[str, int], list[dict]] = {}
+    for round_index in range(settings.rounds):
+        if settings.rounds > 1:
+            runner.log(f"models  round {round_index + 1} of {settings.rounds}")
+        for model in settings.models:
+            model_lengths = sorted({*lengths, *settings.long_lengths}) if model in LONG_MODELS else lengths
+            cases = [{"part": "models", "kind": model, "T": t, "batch": settings.model_batch,
+                      "repeats": settings.repeats if t == settings.throughput_length else min(2, settings.repeats)}
+                     for t in model_lengths]  # fmt: skip
+            for row in runner.series(cases, "models"):
+                by_case.setdefault((row["kind"], row["T"]), []).append(row)
+            rows[:] = [median_row(measured) for measured in by_case.values()]
+            runner.write()
     return part
+
+
+def median_row(rounds: list[dict]) -> dict:
+    """One case's row over its rounds: the median step time (and the tokens/s it gives), the largest peak, every
+    round's time under ``round_seconds``; a case skipped or failed in any round keeps that round's row."""
+    failed = [row for row in rounds if row.get("seconds") is None]
+    if failed or len(rounds) == 1:
+        return failed[0] if failed else rounds[0]
+    seconds = statistics.median(row["seconds"] for row in rounds)
+    row = {**rounds[0], "seconds": seconds, "peak_mib": max(row["peak_mib"] for row in rounds),
+           "round_seconds": [row["seconds"] for row in rounds]}  # fmt: skip
+    row["tokens_per_second"] = row["batch"] * row["T"] / seconds
+    return row
 
 
 def _longest(runner: _Runner) -> dict:

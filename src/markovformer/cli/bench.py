@@ -28,6 +28,9 @@ def add_parser(commands) -> argparse.ArgumentParser:
                        help="translation_decode part: batch sizes (default 1 32)")  # fmt: skip
     bench.add_argument("--scan-lengths", type=int, nargs="+", default=None, help="scan part: T (default 256..16384)")
     bench.add_argument("--repeats", type=int, default=None, help="timed runs per case after a warm-up (median)")
+    bench.add_argument("--rounds", type=int, default=1,
+                       help="models part: run every case this many times in turn and report the median (a noisy "
+                       "machine's drift then hits every model alike)")  # fmt: skip
     bench.add_argument(
         "--threads", type=int, default=None, help="torch threads per case (default: torch's, one per core)"
     )
@@ -45,7 +48,7 @@ def run_bench(args: argparse.Namespace) -> None:
     # deferred: the bench package imports torch and the models, which `markovformer --help` should not wait for
     from markovformer.bench import BenchSettings, run_suite
 
-    for name in ("repeats", "threads"):
+    for name in ("repeats", "threads", "rounds"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "repeats" else 1):
             raise ValueError(f"--{name}={value} must be {'>= 0' if name == 'repeats' else '>= 1'}")
@@ -59,6 +62,6 @@ def run_bench(args: argparse.Namespace) -> None:
     settings = BenchSettings(
         parts=tuple(args.parts), quick=args.quick, lengths=tuple(args.lengths) if args.lengths else None,
         repeats=args.repeats, threads=args.threads, memory_cap_mib=args.max_memory_mib, time_cap=args.time_cap,
-        device=args.device, keep_freed_memory=not args.default_allocator, **given,
+        device=args.device, keep_freed_memory=not args.default_allocator, rounds=args.rounds, **given,
     )  # fmt: skip
     run_suite(args.out, settings, log=lambda line: print(line, flush=True))
