@@ -57,3 +57,31 @@ def test_swiglu_by_hand(d_model, mult):
     x = torch.randn(2, 5, d_model, dtype=torch.float64)
     expected = (F.silu(x @ w1.T) * (x @ w3.T)) @ w2.T
     torch.testing.assert_close(ffn(x), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "qkv_view", "expanded", "odd_stride"])
+def test_rotary_complex_path_matches_the_pair_path_on_outputs_and_gradients(layout):
+    """The complex-product path (float32/64 with pair-aligned strides) against the strided pair path it replaces,
+    forced by a half-precision round trip's twin: the same formula on even/odd slices."""
+    head_dim, length = 8, 6
+    rotary = RotaryEmbedding(head_dim)
+    g = torch.Generator().manual_seed(0)
+    if layout == "qkv_view":  # what attention passes: a permuted view of the fused projection
+        x = torch.randn(2, length, 3, 2, head_dim, generator=g, dtype=torch.float64).permute(2, 0, 3, 1, 4)[0]
+    elif layout == "expanded":
+        x = torch.randn(1, 1, 1, head_dim, generator=g, dtype=torch.float64).expand(2, 2, length, head_dim)
+    elif layout == "odd_stride":  # not pair-aligned: must take the pair path and still be right
+        x = torch.randn(2, 2, length, head_dim + 1, generator=g, dtype=torch.float64)[..., :head_dim]
+    else:
+        x = torch.randn(2, 2, length, head_dim, generator=g, dtype=torch.float64)
+    x = x.detach().requires_grad_()
+    positions = torch.arange(3, 3 + length, dtype=torch.float32)[:, None] * rotary.inv_freq[None, :]
+    cos, sin = positions.cos().double(), positions.sin().double()
+    even, odd = x[..., 0::2], x[..., 1::2]
+    expected = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+    got = rotary(x, start=3)
+    upstream = torch.randn(got.shape, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    (grad_got,) = torch.autograd.grad((got * upstream).sum(), x)
+    (grad_expected,) = torch.autograd.grad((expected * upstream).sum(), x)
+    torch.testing.assert_close(grad_got, grad_expected, rtol=1e-12, atol=1e-12)
