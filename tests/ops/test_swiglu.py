@@ -27,7 +27,7 @@ def _result_and_grads(fn, tensors, needs):
     return (out.detach(), *torch.autograd.grad((out * upstream).sum(), leaves))
 
 
-@pytest.mark.parametrize("shape", [(7, 5), (2, 9, 6), (1, 1, 3, 4)])
+@pytest.mark.parametrize("shape", [(7, 5), (2, 9, 6), (1, 1, 3, 4), (3, 400, 6)])  # the last: 1200 rows, two passes
 @pytest.mark.parametrize("needs", [(True, True, True), (True, False, False), (False, True, True)])
 def test_lean_matches_naive(shape, needs):
     tensors = _inputs(shape, hidden=11, out=3)
