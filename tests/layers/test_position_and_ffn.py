@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from markovformer.layers import RotaryEmbedding, SwiGLU
+from markovformer.layers.position import _pairs_view_as_complex
 
 
 def test_rotary_scores_depend_only_on_the_offset():
@@ -61,8 +62,8 @@ def test_swiglu_by_hand(d_model, mult):
 
 @pytest.mark.parametrize("layout", ["contiguous", "qkv_view", "expanded", "odd_stride"])
 def test_rotary_complex_path_matches_the_pair_path_on_outputs_and_gradients(layout):
-    """The complex-product path (float32/64 with pair-aligned strides) against the strided pair path it replaces,
-    forced by a half-precision round trip's twin: the same formula on even/odd slices."""
+    """Every layout gets the pair formula, written out here on even/odd slices, on outputs and gradients; the
+    pair-aligned float64 layouts take the complex-product path and the unaligned one the pair path."""
     head_dim, length = 8, 6
     rotary = RotaryEmbedding(head_dim)
     g = torch.Generator().manual_seed(0)
@@ -75,6 +76,7 @@ def test_rotary_complex_path_matches_the_pair_path_on_outputs_and_gradients(layo
     else:
         x = torch.randn(2, 2, length, head_dim, generator=g, dtype=torch.float64)
     x = x.detach().requires_grad_()
+    assert _pairs_view_as_complex(x) == (layout != "odd_stride")
     positions = torch.arange(3, 3 + length, dtype=torch.float32)[:, None] * rotary.inv_freq[None, :]
     cos, sin = positions.cos().double(), positions.sin().double()
     even, odd = x[..., 0::2], x[..., 1::2]
