@@ -1,12 +1,33 @@
 """Atomic file writes, the one way this library puts a file on disk: write a temporary file beside the target, then
-rename it into place, so a killed process leaves the old file or the new one, never a half-written one."""
+rename it into place, so a killed process leaves the old file or the new one, never a half-written one.
+
+Every write of a run (each atomic rename, each appended log row) is a *write point*: with the environment variable
+``MARKOVFORMER_KILL_AT_WRITE=N`` the process kills itself with SIGKILL at its N-th write point, just before the
+write lands (the temporary file is whole but not yet renamed); with ``MARKOVFORMER_COUNT_WRITES=FILE`` it keeps the
+number of write points so far in FILE. The crash tests use them to kill a run at every write.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+
+KILL_AT_WRITE = "MARKOVFORMER_KILL_AT_WRITE"
+COUNT_WRITES = "MARKOVFORMER_COUNT_WRITES"
+_writes_done = 0
+
+
+def write_point() -> None:
+    """Count one write of this process; SIGKILL it at the write named by ``MARKOVFORMER_KILL_AT_WRITE``."""
+    global _writes_done
+    _writes_done += 1
+    if os.environ.get(KILL_AT_WRITE) == str(_writes_done):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(COUNT_WRITES):
+        Path(os.environ[COUNT_WRITES]).write_text(f"{_writes_done}\n")
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
@@ -19,11 +40,19 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     try:
         write(temporary)
         os.chmod(temporary, 0o666 & ~_umask())  # some writers (safetensors) create 0600 files; use the usual mode
+        write_point()
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
     return path
+
+
+def remove_stale_temporaries(folder: Path) -> None:
+    """Delete the ``.NAME.*.tmp`` files that killed writers left in ``folder`` (not recursive)."""
+    for stale in folder.glob(".*.tmp"):
+        if stale.is_file() and not stale.is_symlink():
+            stale.unlink(missing_ok=True)
 
 
 def _umask() -> int:

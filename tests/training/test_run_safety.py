@@ -177,7 +177,7 @@ def test_resume_refuses_a_finished_run_and_extends_it_with_a_larger_max_steps(ru
     shutil.copytree(whole, run)
     before = (run / "logs" / "metrics.csv").read_bytes()
     one_line_error(cli("train", "--resume", str(run)), "finished", "trainer.max_steps=N")
-    one_line_error(cli("train", "--resume", str(run), "trainer.lr=0.1"), "trainer.lr cannot change")
+    one_line_error(cli("train", "--resume", str(run), "trainer.weight_decay=0.5"), "trainer.weight_decay cannot change")
     one_line_error(cli("train", "--resume", str(run), "trainer.max_steps=30"), "below the 60 steps")
     assert (run / "logs" / "metrics.csv").read_bytes() == before  # refusals touch nothing
     done = cli("train", "--resume", str(run), "trainer.max_steps=80", "trainer.keep_checkpoints=2")

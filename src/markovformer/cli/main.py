@@ -23,8 +23,10 @@ import warnings
 from pathlib import Path
 
 from markovformer.cli import bench as bench_command  # its parser imports no torch
+from markovformer.training.trainer_config import TrainingDiverged
 
 EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 1
 # Packages of the optional extras, by import name; any other missing package is one of the command's dependencies.
 OPTIONAL_PACKAGES = {"rdata": "data", "arch": "data", "pytest": "dev", "ruff": "dev"}
 
@@ -328,6 +330,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"markovformer: error: {missing_package_message(error)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except TrainingDiverged as error:
+        if args.debug:
+            raise
+        print(f"markovformer: error: {error}", file=sys.stderr)
+        return EXIT_DIVERGED
     except (ValueError, OSError, MemoryError) as error:
         if args.debug:
             raise

@@ -192,18 +192,13 @@ def train_cell(
 ) -> dict:
     """Train (or resume, or reuse) one model's run under ``out_dir/runs`` and score it; a JSON-able dict."""
     # deferred: the training engine imports lightning
-    from markovformer.training.runner import build_data, load_run, resume, train
+    from markovformer.training.runner import build_data, complete_run, load_run
 
     values = run_config(model, str(find_data()), "", settings, seed)
     run_dir = out_dir / "runs" / run_name(model, values)
     config = resolve_run_config({**values, "output_dir": str(run_dir)})
-    if not (run_dir / "metrics.json").is_file():
-        log(f"[{NAME}] training {model} (seed {seed}) into {run_dir}")
-        if (run_dir / "checkpoints").exists():  # a cell killed mid-training continues from its last checkpoint
-            resume(run_dir)
-        else:
-            train(config)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    log(f"[{NAME}] {model} (seed {seed}): {run_dir} (trained, resumed or read)")
+    metrics = complete_run(config)
     config, network, _ = load_run(run_dir)
     tokenizer = load_tokenizer(run_dir / "tokenizer")
     start, stop = build_data(config).splits["val"]

@@ -19,7 +19,6 @@ command that prepares it.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from collections.abc import Callable
@@ -216,17 +215,12 @@ def train_cell(
     """Train (or resume, or reuse) one cell's run under ``out_dir/runs`` and score it with ``runner.evaluate``:
     ``val`` and ``test`` are its metrics on those splits, ``scores`` the table's test numbers."""
     # deferred: the training engine imports lightning
-    from markovformer.training.runner import evaluate, resume, train
+    from markovformer.training.runner import complete_run, evaluate
 
     values = run_config(setup, variant, settings, seed)
     run_dir = out_dir / "runs" / run_name(setup.name, variant, values)
-    if not (run_dir / "metrics.json").is_file():
-        log(f"[{NAME}] training {setup.name} / {variant} (seed {seed}) into {run_dir}")
-        if (run_dir / "checkpoints").exists():  # a cell killed mid-training continues from its last checkpoint
-            resume(run_dir)
-        else:
-            train(resolve_run_config({**values, "output_dir": str(run_dir)}))
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    log(f"[{NAME}] {setup.name} / {variant} (seed {seed}): {run_dir} (trained, resumed or read)")
+    metrics = complete_run(resolve_run_config({**values, "output_dir": str(run_dir)}))
     val, test = evaluate(run_dir, "val")["metrics"], evaluate(run_dir, "test")["metrics"]
     scores = {name: value for name, value in test.items() if name != "loss"}
     if setup.name == "finance":

@@ -64,18 +64,13 @@ def train_vmt_run(values: dict, runs: Path, name: str, log: Callable[[str], None
     """Train the run of ``values`` into ``runs/<name>-<hash of values>`` (resume it when a killed cell left
     checkpoints there; reuse it when it finished) and load its final model."""
     # deferred: the training engine imports lightning
-    from markovformer.training.runner import load_run, resume, train
+    from markovformer.training.runner import complete_run, load_run
 
     digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:8]
     run_dir = runs / f"{name}-{digest}"
-    if not (run_dir / "metrics.json").is_file():
-        log(f"  training into {run_dir}")
-        if (run_dir / "checkpoints").exists():
-            resume(run_dir)
-        else:
-            train(resolve_run_config({**values, "output_dir": str(run_dir)}))
+    log(f"  {run_dir} (trained, resumed or read)")
+    metrics = complete_run(resolve_run_config({**values, "output_dir": str(run_dir)}))
     _, model, _ = load_run(run_dir)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
     steps = metrics["steps"]
     return EngineRun(run_dir, model.eval(), metrics["train_seconds"], _tail_kl(run_dir, steps), _checkpoints(run_dir))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, Sampler
 
 from markovformer.data.collate import bucket_by_length
 
@@ -24,6 +24,23 @@ def world() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     return 0, 1
+
+
+class RankShare(Sampler[int]):
+    """The indices 0..size-1 this process scores in a validation or evaluation pass: rank r of W takes r, r + W, ...
+    Unlike ``DistributedSampler`` nothing is padded, so every example is scored exactly once across the processes
+    (ranks may hold one example fewer) and summed metrics are exact. The process group is read when iterated."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __iter__(self) -> Iterator[int]:
+        rank, world_size = world()
+        return iter(range(rank, self.size, world_size))
+
+    def __len__(self) -> int:
+        rank, world_size = world()
+        return len(range(rank, self.size, world_size))
 
 
 class EpochBatches(IterableDataset):

@@ -66,12 +66,18 @@ def save_checkpoint_file(checkpoint: dict, path: str | Path) -> None:
     metadata = {FORMAT_KEY: header, "format": "pt"}
     try:
         atomic_write(path, lambda temporary: save_file(tensors, str(temporary), metadata=metadata))
-    except SafetensorError as error:  # safetensors reports a failed write (disk full, ...) as its own error type
-        code = re.search(r"os error (\d+)", str(error))
-        if code is None:
-            raise
-        number = int(code.group(1))
-        raise OSError(number, os.strerror(number), str(path)) from error
+    except SafetensorError as error:
+        raise os_error_of_safetensors(error, path) from error
+
+
+def os_error_of_safetensors(error: Exception, path: str | Path) -> Exception:
+    """safetensors reports a failed write (disk full, ...) as its own error type, naming the OS error in its message:
+    the OSError it stands for (naming ``path``), or ``error`` itself when it names none."""
+    code = re.search(r"os error (\d+)", str(error))
+    if code is None:
+        return error
+    number = int(code.group(1))
+    return OSError(number, os.strerror(number), str(path))
 
 
 def load_checkpoint_file(path: str | Path, map_location: str | torch.device | int | None = "cpu") -> dict:
@@ -291,5 +297,5 @@ def _decode(node: Any, path: Path, read_tensor: Any) -> Any:
     raise ValueError(f"{path}: malformed checkpoint header: unexpected node {node!r:.200}")
 
 
-__all__ = ["FORMAT_KEY", "SafetensorsCheckpointIO", "TensorInfo", "load_checkpoint_file", "read_checkpoint_skeleton",
-           "save_checkpoint_file"]  # fmt: skip
+__all__ = ["FORMAT_KEY", "SafetensorsCheckpointIO", "TensorInfo", "load_checkpoint_file", "os_error_of_safetensors",
+           "read_checkpoint_skeleton", "save_checkpoint_file"]  # fmt: skip

@@ -5,9 +5,10 @@ draws the data) and the bytes of every file of the run's saved tokenizer: everyt
 inputs and outputs mean. Schedule settings (steps, learning rate, ...) are left out, so extending a run keeps it.
 
 Checkpoints carry it under ``"run_fingerprint"``; the final ``model/`` carries it in ``model/fingerprint.json``
-together with the SHA-256 of ``model.safetensors``, so neither a ``model/`` copied from another run nor weights
-swapped under it pass. Files written before fingerprints existed have none and are checked by names, shapes and
-dtypes only.
+together with the SHA-256 of ``model.safetensors`` and of ``config.json``, so neither a ``model/`` copied from another
+run nor weights or a model config swapped or edited under it pass. A run directory of this version must have the
+record; only runs written before fingerprints existed (``required=False``) are checked by names, shapes and dtypes
+alone.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ CHECKPOINT_KEY = "run_fingerprint"
 FINGERPRINT_FILE = "fingerprint.json"
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -41,32 +42,45 @@ def run_fingerprint(config: RunConfig, run_dir: Path) -> str:
         "model": config.model,
         "data": config.data,
         "seed": config.trainer.seed,
-        "tokenizer": {path.name: _file_digest(path) for path in files if path.is_file()},
+        "tokenizer": {path.name: file_digest(path) for path in files if path.is_file()},
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def write_model_fingerprint(model_dir: Path, fingerprint: str, weights: Path) -> None:
-    record = {"run": fingerprint, "weights_sha256": _file_digest(weights)}
+# The files of a saved model/ that its fingerprint record covers, by the record's key.
+MODEL_FILES = {"weights_sha256": "model.safetensors", "config_sha256": "config.json"}
+
+
+def write_model_fingerprint(model_dir: Path, fingerprint: str) -> None:
+    record = {"run": fingerprint, **{key: file_digest(model_dir / name) for key, name in MODEL_FILES.items()}}
     atomic_write_text(model_dir / FINGERPRINT_FILE, json.dumps(record, indent=2) + "\n")
 
 
-def check_model_fingerprint(model_dir: Path, fingerprint: str, weights: Path) -> None:
-    """ConfigError unless ``model_dir`` was saved by the run with ``fingerprint`` and its weights are the ones saved."""
+def check_model_fingerprint(model_dir: Path, fingerprint: str, required: bool = True) -> None:
+    """ConfigError unless ``model_dir`` was saved by the run with ``fingerprint`` and its weights and config are the
+    ones saved. ``required=False`` (a run written before fingerprints existed) lets a missing record pass."""
     path = model_dir / FINGERPRINT_FILE
     if not path.is_file():
-        return  # saved before fingerprints existed: the names, shapes and dtypes are still checked
+        if not required:
+            return
+        raise ConfigError(
+            f"{path} is missing: without it the weights in {model_dir} cannot be shown to be this "
+            f"run's; restore the file, or evaluate a checkpoint: {model_dir.parent}/checkpoints/..."
+        )
     try:
         record = json.loads(path.read_text())
-        saved, saved_weights = record["run"], record["weights_sha256"]
+        saved = record["run"]
+        digests = {key: record[key] for key in MODEL_FILES if key in record or required}
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: not a fingerprint record ({type(error).__name__}: {error})") from None
     if saved != fingerprint:
         raise ConfigError(f"{model_dir} does not match the run's model: it was saved by another run (its config or "
                           f"tokenizer differ from this run's config.yaml and tokenizer/)")  # fmt: skip
-    if saved_weights != _file_digest(weights):
-        raise ConfigError(f"{weights} does not match the run's model: the file is not the one this run saved "
-                          f"(its SHA-256 differs from {path})")  # fmt: skip
+    for key, digest in digests.items():
+        file = model_dir / MODEL_FILES[key]
+        if not file.is_file() or digest != file_digest(file):
+            raise ConfigError(f"{file} does not match the run's model: the file is not the one this run saved "
+                              f"(it is missing or its SHA-256 differs from {path})")  # fmt: skip
 
 
 def check_checkpoint_fingerprint(checkpoint: dict, fingerprint: str, path: Path) -> None:
@@ -76,5 +90,5 @@ def check_checkpoint_fingerprint(checkpoint: dict, fingerprint: str, path: Path)
                           f"tokenizer differ from this run's)")  # fmt: skip
 
 
-__all__ = ["CHECKPOINT_KEY", "check_checkpoint_fingerprint", "check_model_fingerprint", "run_fingerprint",
-           "write_model_fingerprint"]  # fmt: skip
+__all__ = ["CHECKPOINT_KEY", "MODEL_FILES", "check_checkpoint_fingerprint", "check_model_fingerprint", "file_digest",
+           "run_fingerprint", "write_model_fingerprint"]  # fmt: skip

@@ -19,7 +19,7 @@ from typing import Any
 from lightning.pytorch.loggers.logger import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
-from markovformer.atomic import atomic_write
+from markovformer.atomic import atomic_write, write_point
 
 
 def read_log_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -82,6 +82,7 @@ class AppendingCSVLogger(Logger):
             columns = sorted(set(self.columns) | set(row))
             self._rewrite(columns, [*read_log_rows(self.path)[1], row])
             return
+        write_point()
         with self.path.open("a", encoding="utf-8", newline="") as handle:
             csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
             handle.flush()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 
+from markovformer.training.batches import world
 from markovformer.training.optim import build_optimizer, lr_multiplier
 from markovformer.training.tasks import Task
 
@@ -13,8 +14,9 @@ from markovformer.training.tasks import Task
 class TrainingModule(L.LightningModule):
     """Trains ``model`` (a head returning ``.loss``) as ``task`` says and reports ``val/<metric>``.
 
-    The RNG state is saved in checkpoints so that a resumed run draws the same dropout masks as an uninterrupted one;
-    so is the task's own training state (the VMT's carried latent)."""
+    Every process's RNG state (CPU, and CUDA when used) is saved in checkpoints, so that a resumed run draws the
+    same dropout masks as an uninterrupted one on every rank (ranks fed batches of other shapes draw different
+    amounts and drift apart); so is the task's own training state (the VMT's carried latent)."""
 
     def __init__(self, model: torch.nn.Module, task: Task) -> None:
         super().__init__()
@@ -46,10 +48,64 @@ class TrainingModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["torch_rng_state"] = torch.get_rng_state()
+        checkpoint["rng_states"] = gather_from_ranks(rng_state())
         self.task.save_state(self, checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        if "torch_rng_state" in checkpoint:
+        states = checkpoint.get("rng_states")
+        rank, world_size = world()
+        if states is not None and len(states) != world_size:
+            print(
+                f"the checkpoint holds the random state of {len(states)} processes, this run has {world_size}: "
+                "the dropout masks from here on differ from those of an uninterrupted run",
+                flush=True,
+            )
+        if states:
+            set_rng_state(states[rank % len(states)])
+        elif "torch_rng_state" in checkpoint:  # a checkpoint written before per-rank states: rank 0's state only
             torch.set_rng_state(checkpoint["torch_rng_state"])
         self.task.load_state(checkpoint)
+        self.rescale_learning_rate(checkpoint)
+
+    def rescale_learning_rate(self, checkpoint: dict) -> None:
+        """A resume may lower the learning rate (after a divergence): the restored optimiser and schedule carry the
+        old one, so their learning rates are rescaled to this run's ``trainer.lr`` before Lightning loads them."""
+        schedules, optimizers = checkpoint.get("lr_schedulers") or [], checkpoint.get("optimizer_states") or []
+        if not schedules or not schedules[0].get("base_lrs"):
+            return
+        scale = self.config.lr / schedules[0]["base_lrs"][0]
+        if scale == 1.0:
+            return
+        schedules[0]["base_lrs"] = [lr * scale for lr in schedules[0]["base_lrs"]]
+        if schedules[0].get("_last_lr"):
+            schedules[0]["_last_lr"] = [lr * scale for lr in schedules[0]["_last_lr"]]
+        for optimizer in optimizers:
+            for group in optimizer.get("param_groups", []):
+                for key in ("lr", "initial_lr"):
+                    if key in group:
+                        group[key] = group[key] * scale
+
+
+def rng_state() -> dict:
+    """This process's random state: the CPU generator's, and the current CUDA device's when CUDA is in use."""
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def gather_from_ranks(value: dict) -> list[dict]:
+    """``value`` of every process, in rank order (a list of one outside a process group). Every rank must call it:
+    Lightning builds a checkpoint's contents on every rank and writes it on rank 0."""
+    rank, world_size = world()
+    if world_size == 1:
+        return [value]
+    gathered: list = [None] * world_size
+    torch.distributed.all_gather_object(gathered, {key: tensor.cpu() for key, tensor in value.items()})
+    return gathered

@@ -18,10 +18,11 @@ from markovformer.training.run_config import (
     resolve_run_config,
 )
 
-# What `--resume RUN key=value` may change: how long the run goes on and how it is watched, never what it computes.
+# What `--resume RUN key=value` may change: how long the run goes on and how it is watched, never what it computes;
+# and, after a divergence, the step size (the learning rate and gradient clipping from the resumed step on).
 RESUMABLE_KEYS = ("trainer.max_steps", "trainer.decay_steps", "trainer.eval_every", "trainer.checkpoint_every",
                   "trainer.log_every", "trainer.keep_checkpoints", "trainer.num_workers",
-                  "trainer.eval_batch_size")  # fmt: skip
+                  "trainer.eval_batch_size", "trainer.lr", "trainer.gradient_clip")  # fmt: skip
 
 
 def resumed_config(config: RunConfig, overrides: list[str] | tuple[str, ...], done_steps: int) -> RunConfig:

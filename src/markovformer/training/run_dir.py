@@ -1,20 +1,28 @@
-"""A run directory: the files written when a run starts, and loading a trained run back (final model or checkpoint).
+"""A run directory: the files written when a run starts, the files that finish it, and loading a trained run back
+(final model or checkpoint).
 
 A run directory holds::
 
-    config.yaml        the resolved config (what `--resume` and `eval` rebuild from)
-    environment.json   versions, machine, command line, git commit
+    config.yaml        the resolved config (what `--resume` and `eval` rebuild from); written after the three below
+    environment.json   versions, machine, command line, git commit, the run directory's format
     data.json          the data's info and the record of its splits (what went where)
     tokenizer/         when the data has one
     checkpoints/       step-NNNNNN.ckpt and last.ckpt (safetensors, atomic; model + optimizer + schedule + loops)
     logs/metrics.csv   CSV log; tensorboard/ the same for TensorBoard
-    model/             the final model (save_pretrained format)
-    metrics.json       final validation metrics (and the data's reference values)
+    model/             the final model (save_pretrained format) and its fingerprint.json
+    metrics.json       final validation metrics (and the data's reference values), strict JSON (null for nan/inf)
+    finished.json      written last: the run is finished, and model/ and metrics.json are those of its last step
+
+Finishing is one transaction: ``finished.json`` is removed before anything else changes (an extension by
+``--resume`` removes it before it trains), then model/ and metrics.json are written, then ``finished.json``, which
+records their digests. A kill at any moment leaves a finished run whose files agree, or an unfinished one that
+``--resume`` completes; readers use model/ only when ``finished.json`` vouches for it, else the last checkpoint.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -22,33 +30,130 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from markovformer.atomic import atomic_write
+from markovformer.atomic import atomic_write, remove_stale_temporaries
 from markovformer.data.bundle import DataBundle
+from markovformer.data.text import TOKENIZER_FILE
 from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.models.registry import head_class
 from markovformer.training.build import build_model
-from markovformer.training.checkpoint import load_checkpoint_file
+from markovformer.training.checkpoint import load_checkpoint_file, os_error_of_safetensors
 from markovformer.training.environment import environment_record
-from markovformer.training.fingerprint import check_checkpoint_fingerprint, check_model_fingerprint, run_fingerprint
+from markovformer.training.fingerprint import (
+    FINGERPRINT_FILE,
+    check_checkpoint_fingerprint,
+    check_model_fingerprint,
+    file_digest,
+    run_fingerprint,
+    write_model_fingerprint,
+)
 from markovformer.training.run_checks import check_tensors_match, read_data_info
 from markovformer.training.run_config import RunConfig, load_yaml, plain_values, resolve_run_config
 from markovformer.training.trainer_config import ConfigError
 
 RESOLVED_CONFIG = "config.yaml"
 LAST_CHECKPOINT = "last.ckpt"
+FINISHED = "finished.json"
+# 2: finished.json marks a finished run and model/fingerprint.json is required. Runs without the field (written
+# before it) count as finished when they hold metrics.json, and their model/ may lack a fingerprint.
+RUN_FORMAT = 2
+# The folders a killed writer may leave ``.NAME.*.tmp`` files in.
+WRITTEN_FOLDERS = (".", "model", "logs", "checkpoints", "tokenizer")
+
+
+def strict_json(value):
+    """``value`` with every non-finite float replaced by None, so that it dumps as strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    return value
 
 
 def write_json(path: Path, values: dict) -> None:
-    atomic_write(path, lambda p: p.write_text(json.dumps(values, indent=2, default=str) + "\n"))
+    text = json.dumps(strict_json(values), indent=2, default=str, allow_nan=False) + "\n"
+    atomic_write(path, lambda p: p.write_text(text))
 
 
 def write_run_files(run_dir: Path, config: RunConfig, bundle: DataBundle) -> None:
+    """The files of a new run; config.yaml last, so a directory with it holds the others too (or ``--resume``
+    writes the missing ones again: ``write_missing_start_files``)."""
+    write_missing_start_files(run_dir, bundle)
     write_resolved_config(run_dir, config)
-    write_json(run_dir / "environment.json", environment_record())
-    sizes = {split: len(getattr(bundle, split)) for split in ("train", "val", "test")}
-    write_json(run_dir / "data.json", {"info": bundle.info, "splits": bundle.splits, "sizes": sizes})
-    if bundle.tokenizer is not None:
-        bundle.tokenizer.save(run_dir / "tokenizer")
+
+
+def write_missing_start_files(run_dir: Path, bundle: DataBundle) -> None:
+    """environment.json, data.json and tokenizer/, each unless already there (a run killed as it started lacks
+    some; the data is rebuilt from the same config and seed, so they come out the same)."""
+    if not (run_dir / "environment.json").is_file():
+        write_json(run_dir / "environment.json", {**environment_record(), "run_format": RUN_FORMAT})
+    if not (run_dir / "data.json").is_file():
+        sizes = {split: len(getattr(bundle, split)) for split in ("train", "val", "test")}
+        write_json(run_dir / "data.json", {"info": bundle.info, "splits": bundle.splits, "sizes": sizes})
+    if bundle.tokenizer is not None and not (run_dir / "tokenizer" / TOKENIZER_FILE).is_file():
+        bundle.tokenizer.save(run_dir / "tokenizer")  # one file, written atomically
+
+
+def remove_stale_files(run_dir: Path) -> None:
+    """The temporary files that killed writers left. Only the run's writer calls it, under the lock."""
+    for name in WRITTEN_FOLDERS:
+        if (run_dir / name).is_dir():
+            remove_stale_temporaries(run_dir / name)
+
+
+def run_format(run_dir: Path) -> int:
+    try:
+        return int(json.loads((run_dir / "environment.json").read_text()).get("run_format", 1))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return RUN_FORMAT  # a run of this version killed before environment.json: treat it as one
+
+
+def finished_steps(run_dir: Path) -> int | None:
+    """The step count of a finished run (None: not finished). A run of this format is finished when its
+    finished.json is there; ConfigError when the files it names (metrics.json, model/fingerprint.json, which names
+    the weights and config) were changed or removed since."""
+    if run_format(run_dir) < RUN_FORMAT:
+        if not (run_dir / "metrics.json").is_file():
+            return None
+        return json.loads((run_dir / "metrics.json").read_text()).get("steps", 0)
+    marker = run_dir / FINISHED
+    try:
+        record = json.loads(marker.read_text())
+        steps, files = record["steps"], dict(record["files"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(f"{marker}: not a record of a finished run ({type(error).__name__}: {error})") from None
+    for name, digest in files.items():
+        if not (run_dir / name).is_file() or file_digest(run_dir / name) != digest:
+            raise ConfigError(f"{run_dir / name} is missing or is not the file the run finished with (see {marker}); "
+                              f"restore it, or delete {FINISHED} and write the final files again with --resume")
+    return steps
+
+
+def mark_unfinished(run_dir: Path) -> None:
+    """The first write of anything that changes a finished run: it is not finished until finished.json is back."""
+    (run_dir / FINISHED).unlink(missing_ok=True)
+
+
+def write_final_files(run_dir: Path, model: torch.nn.Module, fingerprint: str, results: dict) -> None:
+    """model/ (with its fingerprint) and metrics.json, then finished.json naming them: the run's last writes. A
+    failed write (a full disk) leaves the run unfinished and resumable, and says so."""
+    mark_unfinished(run_dir)
+    try:
+        try:
+            model.save_pretrained(run_dir / "model")
+        except Exception as error:  # safetensors reports a failed write (disk full, ...) as its own error type
+            raise os_error_of_safetensors(error, run_dir / "model") from error
+        write_model_fingerprint(run_dir / "model", fingerprint)
+        write_json(run_dir / "metrics.json", results)
+        names = ("metrics.json", f"model/{FINGERPRINT_FILE}")
+        write_json(run_dir / FINISHED, {"steps": results["steps"],
+                                        "files": {name: file_digest(run_dir / name) for name in names}})  # fmt: skip
+    except OSError as error:
+        raise OSError(error.errno, f"{error.strerror}; the run is not finished: free the space and write its final "
+                                   f"files with --resume {run_dir}", error.filename) from error  # fmt: skip
 
 
 def write_resolved_config(run_dir: Path, config: RunConfig) -> None:
@@ -69,8 +174,9 @@ def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
     config = resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG))
     data_info = read_data_info(run_dir)
     fingerprint = run_fingerprint(config, run_dir)
-    if target.is_dir() and (run_dir / "model").is_dir():
-        return config, load_final_model(config, data_info, run_dir / "model", fingerprint), run_dir
+    if target.is_dir() and (run_dir / "model").is_dir() and finished_steps(run_dir) is not None:
+        model = load_final_model(config, data_info, run_dir / "model", fingerprint, run_format(run_dir) >= RUN_FORMAT)
+        return config, check_finite(model, run_dir / "model"), run_dir
     checkpoint = target if target.is_file() else run_dir / "checkpoints" / LAST_CHECKPOINT
     if not checkpoint.is_file():
         raise ConfigError(f"{run_dir}: holds neither a final model/ nor checkpoints/{LAST_CHECKPOINT}")
@@ -86,15 +192,25 @@ def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
     prefix = "model."
     check_tensors_match(model, state, checkpoint, prefix=prefix)
     model.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
-    return config, model, run_dir
+    return config, check_finite(model, checkpoint), run_dir
 
 
-def load_final_model(config: RunConfig, data_info: dict, model_dir: Path, fingerprint: str) -> torch.nn.Module:
+def check_finite(model: torch.nn.Module, source: Path) -> torch.nn.Module:
+    """``model``, unless a weight is nan or inf (a diverged run): then a ConfigError naming the first such tensor."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise ConfigError(f"{source} holds non-finite weights ({name} has nan or inf values): the run diverged; "
+                              f"resume it from an earlier checkpoint with a lower trainer.lr")  # fmt: skip
+    return model
+
+
+def load_final_model(config: RunConfig, data_info: dict, model_dir: Path, fingerprint: str,
+                     fingerprint_required: bool = True) -> torch.nn.Module:  # fmt: skip
     """The run's saved model/: its fingerprint checked, then its tensors' names, shapes and dtypes, then loaded."""
     weights = model_dir / WEIGHTS_NAME
     if not weights.is_file():
         raise ConfigError(f"{model_dir}: no {WEIGHTS_NAME} here")
-    check_model_fingerprint(model_dir, fingerprint, weights)
+    check_model_fingerprint(model_dir, fingerprint, fingerprint_required)
     try:
         stored = load_file(str(weights))
     except Exception as error:  # safetensors raises its own error types, and OSError, for damaged files

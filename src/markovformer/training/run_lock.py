@@ -2,14 +2,18 @@
 ``RUN_DIR/.lock`` for as long as they run. The kernel releases it when the holder exits or is killed, so a crashed
 run never leaves a stale lock; ``eval``, ``generate`` and ``inspect`` only read and take no lock.
 
-Only the process of global rank 0 locks: the other processes of a multi-process run (started by Lightning, torchrun
-or SLURM) write nothing of their own into the run directory.
+The run's writer locks: the process that Lightning, with the run's own strategy and devices, makes global rank 0
+(``training.runner.is_run_writer``). The other processes of a multi-process run write nothing into the run
+directory. A rank variable inherited from the environment (a SLURM sweep of single-process jobs) never makes a
+process skip the lock. The lock file is opened without following a symbolic link.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,8 +21,6 @@ from pathlib import Path
 from markovformer.training.run_config import ConfigError
 
 LOCK_FILE = ".lock"
-# Set by Lightning's launcher, torchrun and SLURM in every process but the first.
-_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")
 _held = []  # the open lock files of this process
 
 
@@ -33,26 +35,30 @@ def _close_in_child() -> None:
 os.register_at_fork(after_in_child=_close_in_child)
 
 
-def is_first_process() -> bool:
-    """True unless the environment says this process has a non-zero rank in a multi-process run."""
-    return all(os.environ.get(name, "0") in ("", "0") for name in _RANK_VARIABLES)
-
-
 @contextmanager
-def run_dir_lock(run_dir: Path) -> Iterator[None]:
-    """Hold the run directory's lock (creating the directory); ConfigError naming the holder's pid when another
-    process holds it."""
-    if not is_first_process():
+def run_dir_lock(run_dir: Path, writer: bool = True) -> Iterator[None]:
+    """Hold the run directory's lock (creating the directory) when ``writer``; ConfigError naming the holder's pid
+    when another process holds it."""
+    if not writer:
         yield
         return
+    lock = run_dir / LOCK_FILE
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        handle = (run_dir / LOCK_FILE).open("a+")
+        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        handle = os.fdopen(descriptor, "r+")
     except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ConfigError(f"{lock} is a symbolic link; a run's lock file must be a plain file: remove the link "
+                              f"and start again") from None  # fmt: skip
         problem = "a path under a file" if isinstance(error, (FileExistsError, NotADirectoryError)) else error.strerror
         raise ConfigError(f"output_dir={str(run_dir)!r} cannot hold a run ({problem}: {error.filename}); choose a "
                           f"writable directory") from None  # fmt: skip
     try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode) or status.st_nlink > 1:  # its truncation would reach another file
+            raise ConfigError(f"{lock} is not a plain file of its own (a device, a pipe or a hard link to another "
+                              f"file); remove it and start again")  # fmt: skip
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -72,4 +78,4 @@ def run_dir_lock(run_dir: Path) -> Iterator[None]:
         handle.close()  # closing the only descriptor releases the lock
 
 
-__all__ = ["LOCK_FILE", "is_first_process", "run_dir_lock"]
+__all__ = ["LOCK_FILE", "run_dir_lock"]

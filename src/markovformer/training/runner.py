@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -14,12 +15,13 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.data import DataLoader
 
 from markovformer.data.bundle import DataBundle
-from markovformer.models.pretrained import WEIGHTS_NAME
+from markovformer.training.batches import RankShare
 from markovformer.training.build import build_data, build_model, build_run_task
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
+from markovformer.training.divergence import DivergenceGuard
 from markovformer.training.environment import check_accelerator
 from markovformer.training.evaluation import evaluate
-from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint, write_model_fingerprint
+from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
 from markovformer.training.metrics_log import AppendingCSVLogger
 from markovformer.training.module import TrainingModule
 from markovformer.training.progress import PrintProgress
@@ -28,12 +30,16 @@ from markovformer.training.run_config import RunConfig, load_yaml, resolve_run_c
 from markovformer.training.run_dir import (
     LAST_CHECKPOINT,
     RESOLVED_CONFIG,
+    finished_steps,
     load_run,
-    write_json,
+    mark_unfinished,
+    remove_stale_files,
+    write_final_files,
+    write_missing_start_files,
     write_resolved_config,
     write_run_files,
 )
-from markovformer.training.run_lock import is_first_process, run_dir_lock
+from markovformer.training.run_lock import run_dir_lock
 from markovformer.training.run_report import describe_run, report_results
 from markovformer.training.step_checkpoints import RunFingerprint, StepCheckpoints
 from markovformer.training.tasks import Task
@@ -41,58 +47,86 @@ from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
 
 def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.Module) -> tuple[DataLoader, ...]:
-    """The training stream the task builds, starting at the trainer's step, and the validation split's batches."""
+    """The training stream the task builds, starting at the trainer's step, and the validation split's batches (each
+    process scores its own share of the split, every example exactly once: ``RankShare``)."""
     tc = task.trainer
     stream = task.train_batches(bundle, model, start=lambda: trainer.global_step)
     # Own generators: a DataLoader draws its base seed from the global RNG at every new iterator, which would shift
     # the dropout stream between an uninterrupted run and a resumed one.
     train = DataLoader(stream, batch_size=None, num_workers=tc.num_workers, generator=torch.Generator())
-    val = DataLoader(bundle.val, batch_size=tc.eval_batch_size, collate_fn=bundle.collate, generator=torch.Generator())
+    val = DataLoader(bundle.val, batch_size=tc.eval_batch_size, sampler=RankShare(len(bundle.val)),
+                     collate_fn=bundle.collate, generator=torch.Generator())  # fmt: skip
     return train, val
+
+
+def is_run_writer(tc: TrainerConfig) -> bool:
+    """Whether this process writes the run: Lightning's own global rank 0 for the run's strategy and devices. A rank
+    variable inherited from the environment does not count for a single-process run."""
+    if tc.devices * tc.num_nodes == 1:
+        return True
+    probe = L.Trainer(accelerator=tc.accelerator, devices=tc.devices, num_nodes=tc.num_nodes, strategy=tc.strategy,
+                      logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False)  # fmt: skip
+    return probe.is_global_zero
 
 
 def train(config: RunConfig) -> dict:
     """Train a new run into ``config.output_dir``, holding the run directory's lock while it runs."""
     check_accelerator(config.trainer.accelerator)  # before anything is written
     run_dir = Path(config.output_dir)
-    with run_dir_lock(run_dir):
-        if is_first_process() and (run_dir / "checkpoints").exists():  # a run killed before it: overwritten
+    writer = is_run_writer(config.trainer)
+    with run_dir_lock(run_dir, writer):
+        if writer and ((run_dir / RESOLVED_CONFIG).exists() or (run_dir / "checkpoints").exists()):
             raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with --resume {run_dir} "
                               f"or choose another output_dir")  # fmt: skip
-        return _fit(config, resume=False)
+        return _fit(config, writer, resume=False)
 
 
 def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Continue the run in ``run_dir`` from its last checkpoint. ``overrides`` may change only the keys of
     ``RESUMABLE_KEYS``; a larger ``trainer.max_steps`` extends a run (finished or not), keeping its learning-rate
-    schedule (``trainer.decay_steps``). A finished run is refused unless it is extended."""
+    schedule (``trainer.decay_steps``). A finished run is refused unless it is extended. A run killed while it
+    started or finished is completed: its missing files are written."""
     run_dir = Path(run_dir)
     if not (run_dir / RESOLVED_CONFIG).is_file():
         raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_CONFIG})")
-    with run_dir_lock(run_dir):
-        config = dataclasses.replace(resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG)), output_dir=str(run_dir))
+    config = dataclasses.replace(resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG)), output_dir=str(run_dir))
+    writer = is_run_writer(config.trainer)
+    with run_dir_lock(run_dir, writer):
         last = run_dir / "checkpoints" / LAST_CHECKPOINT
         done_steps = resumable_checkpoint(last)["global_step"] if last.is_file() else 0
         extended = resumed_config(config, overrides, done_steps)
         check_accelerator(extended.trainer.accelerator)
-        finished = (run_dir / "metrics.json").is_file() and done_steps >= extended.trainer.max_steps
-        if finished:
-            raise ConfigError(f"{run_dir} is a finished run ({done_steps} steps); to train it longer, extend it: "
-                              f"--resume {run_dir} trainer.max_steps=N with N > {done_steps}")  # fmt: skip
-        if extended != config and is_first_process():
-            write_resolved_config(run_dir, extended)
-        return _fit(extended, resume=True)
+        finished = finished_steps(run_dir)
+        if finished is not None and finished >= extended.trainer.max_steps:
+            raise ConfigError(f"{run_dir} is a finished run ({finished} steps); to train it longer, extend it: "
+                              f"--resume {run_dir} trainer.max_steps=N with N > {finished}")  # fmt: skip
+        if writer:
+            mark_unfinished(run_dir)  # first: from here on the old model/ and metrics.json no longer stand
+            if extended != config:
+                write_resolved_config(run_dir, extended)
+        return _fit(extended, writer, resume=True)
 
 
-def _fit(config: RunConfig, resume: bool) -> dict:
-    """Build the data and model, then train (from the last checkpoint when ``resume``); the lock is held."""
+def complete_run(config: RunConfig) -> dict:
+    """The results (metrics.json) of the run in ``config.output_dir`` trained to its end: a finished run is only
+    read, a started one (killed at any point) resumed, and a new one trained. Experiments run their cells with it."""
+    run_dir = Path(config.output_dir)
+    if finished_steps(run_dir) is not None:
+        return json.loads((run_dir / "metrics.json").read_text())
+    if (run_dir / RESOLVED_CONFIG).is_file():
+        return resume(run_dir)
+    return train(config)
+
+
+def _fit(config: RunConfig, writer: bool, resume: bool) -> dict:
+    """Build the data and model, then train (from the last checkpoint when ``resume``); the writer holds the lock
+    and writes the run's files, the other processes of a multi-process run write nothing."""
     run_dir = Path(config.output_dir)
     last = run_dir / "checkpoints" / LAST_CHECKPOINT
-    checkpoint = None
-    if resume:
-        for stale in last.parent.glob(".*.tmp"):  # a write cut short by a kill; the checkpoints beside it are whole
-            stale.unlink()
-        checkpoint = resumable_checkpoint(last) if last.is_file() else None
+    if writer:  # what a killed start or resume left
+        remove_stale_files(run_dir)
+    checkpoint = resumable_checkpoint(last) if resume and last.is_file() else None
     L.seed_everything(config.trainer.seed, workers=True, verbose=False)
     bundle = build_data(config)
     task = build_run_task(config, bundle)
@@ -105,10 +139,15 @@ def _fit(config: RunConfig, resume: bool) -> dict:
     progress = PrintProgress(tc.log_every, tc.max_steps)
     fingerprint = RunFingerprint("")
     log = AppendingCSVLogger(run_dir / "logs" / "metrics.csv")
-    trainer = lightning_trainer(tc, run_dir, log, fingerprint, progress)
-    if trainer.is_global_zero:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if not resume:
+    guard = DivergenceGuard(run_dir, tc.lr, check_gradients=tc.precision != "16-mixed")
+    trainer = lightning_trainer(tc, run_dir, log, [fingerprint, guard, progress])
+    if len(bundle.val) < trainer.world_size:
+        raise ConfigError(f"the validation split has {len(bundle.val)} examples, fewer than the {trainer.world_size} "
+                          f"processes that score it; give it more or train on fewer devices")  # fmt: skip
+    if writer:
+        if resume:
+            write_missing_start_files(run_dir, bundle)
+        else:
             write_run_files(run_dir, config, bundle)
         describe_run(config, bundle, model)
     fingerprint.fingerprint = run_fingerprint(config, run_dir)
@@ -130,21 +169,20 @@ def _fit(config: RunConfig, resume: bool) -> dict:
     if trainer.global_step % tc.eval_every != 0 or not metrics:  # the last step was not validated yet
         trainer.validate(module, val_loader, verbose=False)
         metrics = {k[4:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-    if not trainer.is_global_zero:
+    if not writer:
         return metrics
     results = {"val": metrics, "steps": trainer.global_step, "train_seconds": seconds,
                "reference": bundle.info.get("reference", {})}  # fmt: skip
-    _write_results(run_dir, model, fingerprint.fingerprint, results)
+    write_final_files(run_dir, model, fingerprint.fingerprint, results)
     report_results(results, model, bundle)
     print(f"run directory: {run_dir}  (model/, checkpoints/, logs/metrics.csv, tensorboard/, metrics.json)")
     return results
 
 
-def lightning_trainer(
-    tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger, fingerprint: RunFingerprint, progress: PrintProgress
-) -> L.Trainer:
-    """The Lightning Trainer of a run: step-based validation and checkpoints (safetensors, each carrying the run's
-    ``fingerprint``), the CSV and TensorBoard logs, progress lines, gradient clipping, precision and the devices."""
+def lightning_trainer(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger, callbacks: list) -> L.Trainer:
+    """The Lightning Trainer of a run: step-based validation and checkpoints (safetensors), the CSV and TensorBoard
+    logs, gradient clipping, precision and the devices, with the run's ``callbacks`` (fingerprint, divergence
+    guard, progress). Validation batches are sharded by the loader itself (no padded duplicates)."""
     return L.Trainer(
         max_steps=tc.max_steps,
         val_check_interval=tc.eval_every,
@@ -160,10 +198,10 @@ def lightning_trainer(
         logger=[log, TensorBoardLogger(run_dir, name="tensorboard", version="")],
         callbacks=[
             StepCheckpoints(run_dir / "checkpoints", tc.checkpoint_every, tc.eval_every, tc.keep_checkpoints),
-            fingerprint,
             LearningRateMonitor(logging_interval="step"),
-            progress,
+            *callbacks,
         ],
+        use_distributed_sampler=False,
         plugins=[SafetensorsCheckpointIO()],
         enable_progress_bar=sys.stdout.isatty(),
         enable_model_summary=False,
@@ -171,11 +209,4 @@ def lightning_trainer(
     )
 
 
-def _write_results(run_dir: Path, model: torch.nn.Module, fingerprint: str, results: dict) -> None:
-    """The finished run's model/ (with its fingerprint) and metrics.json."""
-    model.save_pretrained(run_dir / "model")
-    write_model_fingerprint(run_dir / "model", fingerprint, run_dir / "model" / WEIGHTS_NAME)
-    write_json(run_dir / "metrics.json", results)
-
-
-__all__ = ["build_data", "build_model", "evaluate", "load_run", "resume", "train"]
+__all__ = ["build_data", "build_model", "complete_run", "evaluate", "load_run", "resume", "train"]

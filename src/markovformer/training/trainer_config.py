@@ -1,4 +1,5 @@
-"""The trainer options of a run (its ``trainer:`` section) and the error every bad run setting raises."""
+"""The trainer options of a run (its ``trainer:`` section), the error every bad run setting raises and the one a
+diverged run stops with."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
 
 class ConfigError(ValueError):
     """A bad run config: the message names the key and the problem."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the gradient norm became nan or inf (``training.divergence``); the message is the one line the
+    command prints."""
 
 
 @dataclasses.dataclass

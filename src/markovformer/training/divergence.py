@@ -1,0 +1,54 @@
+"""The divergence guard: a non-finite loss or gradient norm stops the run at that step, before the optimiser applies
+it, so no checkpoint and no final model ever holds the diverged weights, and the run stays resumable with a lower
+learning rate (``--resume RUN trainer.lr=...``)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from markovformer.training.step_checkpoints import step_checkpoints
+from markovformer.training.trainer_config import TrainingDiverged
+
+
+def gradient_norm(module: torch.nn.Module) -> float:
+    """The 2-norm of all gradients (those of every rank, once DDP has averaged them)."""
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    if not grads:
+        return 0.0
+    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
+
+
+class DivergenceGuard(L.Callback):
+    """Checks the step's loss and its gradient norm before the optimiser step; raises ``TrainingDiverged`` naming
+    the step, the value, the last checkpoint and what to lower. With ``16-mixed`` precision non-finite gradients are
+    the loss scaler's business (it skips the step), so only the loss is checked."""
+
+    def __init__(self, run_dir: Path, lr: float, check_gradients: bool = True) -> None:
+        self.run_dir, self.lr, self.check_gradients = run_dir, lr, check_gradients
+        self.loss: float | None = None
+
+    def on_before_backward(self, trainer: L.Trainer, module: L.LightningModule, loss: torch.Tensor) -> None:
+        self.loss = float(loss.detach())
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, module: L.LightningModule, optimizer) -> None:
+        step = trainer.global_step + 1  # the step this update would complete
+        if self.loss is not None and not math.isfinite(self.loss):
+            raise TrainingDiverged(self.message(step, f"the training loss is {self.loss}"))
+        if self.check_gradients:
+            norm = gradient_norm(module)
+            if not math.isfinite(norm):
+                raise TrainingDiverged(self.message(step, f"the gradient norm is {norm} (loss {self.loss:.6g})"))
+
+    def message(self, step: int, what: str) -> str:
+        saved = step_checkpoints(self.run_dir / "checkpoints")
+        last = f"its last checkpoint, {saved[-1].name}, is whole" if saved else "it has no checkpoint yet"
+        return (f"training diverged at step {step}: {what}; the run stopped and {last}: lower the learning rate "
+                f"(trainer.lr={self.lr:g} now) or trainer.gradient_clip and continue with "
+                f"markovformer train --resume {self.run_dir} trainer.lr=...")  # fmt: skip
+
+
+__all__ = ["DivergenceGuard", "TrainingDiverged", "gradient_norm"]

@@ -1,0 +1,287 @@
+"""Runs that never lie (issue 27): exact multi-process validation and resume, run completion as one transaction
+(killed at every write), the lock and the new-run guard against inherited rank variables and links, weight checks
+without holes, and loud divergence."""
+
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from markovformer.atomic import COUNT_WRITES, KILL_AT_WRITE
+from markovformer.training.checkpoint import load_checkpoint_file, save_checkpoint_file
+from markovformer.training.run_dir import strict_json, write_json
+from markovformer.training.runner import evaluate
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+
+def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "markovformer", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=cwd, env={**ENV, **(env or {})})
+
+
+def one_line(done: subprocess.CompletedProcess, code: int, *fragments: str) -> str:
+    assert done.returncode == code, (done.returncode, done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def weights(run_dir: Path) -> dict:
+    return load_file(run_dir / "model" / "model.safetensors")
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    ours, theirs = weights(a), weights(b)
+    return ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+def config_file(folder: Path, values: dict, **trainer) -> Path:
+    path = folder / "run.yaml"
+    path.write_text(yaml.safe_dump({**values, "trainer": {**values["trainer"], **trainer}}))
+    return path
+
+
+# ------------------------------------------------------------------------------------------ 1. DDP validation
+
+
+@pytest.mark.parametrize(("processes", "val_sequences"), [(2, 33), (3, 64)])
+def test_multi_process_validation_scores_every_example_exactly_once(tiny_run, tmp_path, processes, val_sequences):
+    """The validation loss a DDP run logs is the single-process loss of the whole split. With 33 sequences on 2
+    processes one rank scores 2 batches and the other 1; Lightning's padding sampler counted repeated examples
+    twice (64 on 3 processes was 0.65% off)."""
+    values = {**tiny_run, "data": {**tiny_run["data"], "val_sequences": val_sequences}}
+    config = config_file(tmp_path, values, max_steps=10, eval_every=10, checkpoint_every=10, deterministic=False)
+    done = run("train", str(config), "output_dir=ddp", f"trainer.devices={processes}", "trainer.strategy=ddp",
+               "trainer.batch_size=4", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = json.loads((tmp_path / "ddp" / "metrics.json").read_text())["val"]["loss"]
+    assert logged == pytest.approx(evaluate(tmp_path / "ddp")["metrics"]["loss"], rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------- 2. exact DDP resume
+
+
+CTC_RUN = {
+    "task": "ctc",
+    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2, "causal": False, "dropout": 0.2},
+    "data": {"source": "synthetic_ctc", "num_symbols": 4, "input_dim": 8, "noise": 0.5},
+    "trainer": {"max_steps": 20, "batch_size": 4, "warmup_steps": 5, "eval_every": 10, "checkpoint_every": 10,
+                "log_every": 10, "seed": 3, "eval_batch_size": 16, "decay_steps": 20, "devices": 2,
+                "strategy": "ddp"},
+}  # fmt: skip
+
+
+def test_a_resumed_ddp_run_with_dropout_matches_the_uninterrupted_one(tmp_path):
+    """Utterances of different lengths make the two ranks draw different numbers of dropout bits, so their random
+    states drift apart; each rank's state is saved and restored (on main every rank restored rank 0's: the weights
+    differed by 5e-3)."""
+    config = config_file(tmp_path, CTC_RUN)
+    assert run("train", str(config), "output_dir=whole", cwd=tmp_path).returncode == 0
+    half = run("train", str(config), "output_dir=half", "trainer.max_steps=10", cwd=tmp_path)
+    assert half.returncode == 0, half.stderr[-3000:]
+    states = load_checkpoint_file(tmp_path / "half" / "checkpoints" / "last.ckpt")["rng_states"]
+    assert len(states) == 2 and not torch.equal(states[0]["cpu"], states[1]["cpu"])  # the ranks did drift apart
+    extended = run("train", "--resume", "half", "trainer.max_steps=20", cwd=tmp_path)
+    assert extended.returncode == 0, extended.stderr[-3000:]
+    assert same_weights(tmp_path / "half", tmp_path / "whole")
+
+
+# ------------------------------------------------------------------------------ 3. completion as a transaction
+
+
+def run_state(run_dir: Path) -> tuple:
+    """What an uninterrupted run must equal: the weights' digest, metrics.json (but its clock), every log cell."""
+    digest = hashlib.sha256((run_dir / "model" / "model.safetensors").read_bytes()).hexdigest()
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics.pop("train_seconds")
+    rows = csv.DictReader((run_dir / "logs" / "metrics.csv").open())
+    cells = sorted((row["step"], key, value) for row in rows for key, value in row.items() if value and key != "step")
+    return digest, metrics, cells
+
+
+def check_complete(run_dir: Path, reference: Path, tmp_path: Path) -> None:
+    assert run_state(run_dir) == run_state(reference)
+    assert (run_dir / "finished.json").is_file() and not list(run_dir.rglob(".*.tmp"))
+    ran = run("eval", str(run_dir), cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished 20-step run and the same run extended to 30 steps without interruption."""
+    from conftest import TINY_RUN
+
+    folder = tmp_path_factory.mktemp("transaction")
+    config = config_file(folder, TINY_RUN, max_steps=20, eval_every=10, checkpoint_every=10, log_every=5)
+    assert run("train", str(config), "output_dir=short", cwd=folder).returncode == 0
+    assert run("train", str(config), "output_dir=long", "trainer.max_steps=30", "trainer.decay_steps=20",
+               cwd=folder).returncode == 0  # fmt: skip
+    return folder, config
+
+
+@pytest.mark.parametrize("from_end", [1, 2, 3, 4, 5, 6])
+def test_an_extension_killed_at_each_of_its_last_writes_is_resumable_and_never_mixed(finished_run, tmp_path,
+                                                                                      from_end):  # fmt: skip
+    """`--resume RUN trainer.max_steps=30` killed at each of its last six writes (the final model's config,
+    weights and fingerprint, metrics.json, finished.json, the last log row): the run is then unfinished, eval reads
+    its last checkpoint, and `--resume` completes it to exactly the uninterrupted extension (on main a kill here
+    left the old model "finished", or weights and fingerprint that disagreed)."""
+    import shutil
+
+    folder, _ = finished_run
+    total = count_writes(folder, ["train", "--resume", "RUN", "trainer.max_steps=30"])
+    point = total - from_end + 1
+    target = tmp_path / "run"
+    shutil.copytree(folder / "short", target)
+    killed = run(
+        "train", "--resume", str(target), "trainer.max_steps=30", cwd=tmp_path, env={KILL_AT_WRITE: str(point)}
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not (target / "finished.json").exists()  # never "finished" with another step's files
+    finished = run("train", "--resume", str(target), "trainer.max_steps=30", cwd=tmp_path)  # or plain --resume
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    check_complete(target, folder / "long", tmp_path)
+
+
+_COUNTS: dict = {}
+
+
+def count_writes(folder: Path, command: list[str]) -> int:
+    """The number of write points of ``command`` run on a copy of the finished short run: it is killed at write
+    k = 1, 2, ... until it runs to its end (cached per command)."""
+    import shutil
+
+    key = tuple(command)
+    if key not in _COUNTS:
+        probe = folder / "probe"
+        shutil.rmtree(probe, ignore_errors=True)
+        shutil.copytree(folder / "short", probe)
+        marker = folder / "writes"
+        done = run(*[probe.name if part == "RUN" else part for part in command], cwd=folder,
+                   env={COUNT_WRITES: str(marker)})  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        _COUNTS[key] = int(marker.read_text())
+    return _COUNTS[key]
+
+
+@pytest.mark.slow  # ~40 kill points, two processes each
+def test_a_run_killed_at_every_write_resumes_to_the_uninterrupted_run(finished_run, tmp_path):
+    """Every write point of a new 20-step run (start files, each checkpoint, each log row, the final files): kill
+    there, `--resume` (or `train` again when config.yaml was not written yet), and the run equals the uninterrupted
+    one: weights, metrics.json, every log cell; no temporary file left; eval opens it."""
+    folder, config = finished_run
+    point = 1
+    while True:
+        target = tmp_path / f"k{point}"
+        killed = run("train", str(config), f"output_dir={target}", cwd=tmp_path, env={KILL_AT_WRITE: str(point)})
+        if killed.returncode == 0:
+            break
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        started = (target / "config.yaml").is_file()
+        again = run("train", "--resume", str(target)) if started else run("train", str(config), f"output_dir={target}")
+        assert again.returncode == 0, (point, again.stderr[-2000:])
+        check_complete(target, folder / "short", tmp_path)
+        point += 1
+    assert point > 20  # every write was reached
+
+
+# ----------------------------------------------------------------------------- 4. the lock and new-run guard
+
+
+def test_an_inherited_rank_variable_neither_skips_the_lock_nor_the_new_run_guard(tiny_config, tmp_path):
+    """A SLURM sweep of single-process jobs inherits SLURM_PROCID/RANK/LOCAL_RANK: a second `train` into a finished
+    run is still refused and the run untouched (on main the guard was skipped and the run overwritten)."""
+    assert run("train", str(tiny_config), "output_dir=run", "trainer.max_steps=10", cwd=tmp_path).returncode == 0
+    before = (tmp_path / "run" / "model" / "model.safetensors").read_bytes()
+    inherited = {"RANK": "1", "LOCAL_RANK": "1", "SLURM_PROCID": "3", "NODE_RANK": "1"}
+    again = run("train", str(tiny_config), "output_dir=run", "trainer.seed=5", cwd=tmp_path, env=inherited)
+    one_line(again, 2, "already holds a run")
+    assert (tmp_path / "run" / "model" / "model.safetensors").read_bytes() == before
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(tiny_config, tmp_path):
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".lock").symlink_to(victim)
+    one_line(run("train", str(tiny_config), "output_dir=run", cwd=tmp_path), 2, ".lock", "symbolic link")
+    (tmp_path / "run2").mkdir()
+    os.link(victim, tmp_path / "run2" / ".lock")
+    one_line(run("train", str(tiny_config), "output_dir=run2", cwd=tmp_path), 2, ".lock", "hard link")
+    assert victim.read_text() == "keep me\n"
+
+
+# ------------------------------------------------------------------------------------- 5. weight checks
+
+
+def test_the_fingerprint_covers_the_model_config_and_is_required(tiny_config, tmp_path):
+    """Editing model/config.json (a different model over the same weights) or deleting model/fingerprint.json makes
+    eval refuse the run in one line (on main both were scored, exit 0)."""
+    import shutil
+
+    assert run("train", str(tiny_config), "output_dir=run", "trainer.max_steps=10", cwd=tmp_path).returncode == 0
+    edited = tmp_path / "edited"
+    shutil.copytree(tmp_path / "run", edited)
+    values = json.loads((edited / "model" / "config.json").read_text())
+    values["position"] = "learned" if values.get("position") != "learned" else "rotary"
+    (edited / "model" / "config.json").write_text(json.dumps(values))
+    one_line(run("eval", str(edited), cwd=tmp_path), 2, "config.json", "does not match")
+    bare = tmp_path / "bare"
+    shutil.copytree(tmp_path / "run", bare)
+    (bare / "model" / "fingerprint.json").unlink()
+    one_line(run("eval", str(bare), cwd=tmp_path), 2, "fingerprint.json is missing or is not the file")
+    # a run written before fingerprints and finished.json existed still loads by names, shapes and dtypes
+    legacy = tmp_path / "legacy"
+    shutil.copytree(bare, legacy)
+    environment = json.loads((legacy / "environment.json").read_text())
+    environment.pop("run_format")
+    (legacy / "environment.json").write_text(json.dumps(environment))
+    (legacy / "finished.json").unlink()
+    assert evaluate(legacy)["metrics"]["loss"] == pytest.approx(evaluate(tmp_path / "run")["metrics"]["loss"])
+
+
+# ---------------------------------------------------------------------------------------------- 6. divergence
+
+
+def test_a_diverging_run_stops_in_one_line_keeps_its_last_finite_checkpoint_and_resumes_with_a_lower_lr(
+    tiny_config, tmp_path
+):
+    """trainer.lr=1e6 (on main: trained to the end, exit 0, all-NaN weights, bare NaN in metrics.json)."""
+    done = run("train", str(tiny_config), "output_dir=run", "trainer.lr=1e6", "trainer.warmup_steps=0",
+               "trainer.gradient_clip=0", cwd=tmp_path)  # fmt: skip
+    line = one_line(done, 1, "training diverged at step", "trainer.lr=1e+06", "--resume")
+    step = int(line.split("at step ")[1].split(":")[0])
+    assert not (tmp_path / "run" / "metrics.json").exists() and not (tmp_path / "run" / "model").exists()
+    for path in (tmp_path / "run" / "checkpoints").glob("*.ckpt"):  # no checkpoint after the diverged step
+        checkpoint = load_checkpoint_file(path)
+        assert checkpoint["global_step"] < step
+        assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values() if t.is_floating_point())
+    resumed = run("train", "--resume", "run", "trainer.lr=3e-3", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["val"]["loss"] < 1.5  # ln 4 = 1.386
+
+
+def test_metrics_files_are_strict_json_and_non_finite_weights_are_refused_by_eval(tiny_config, tmp_path):
+    path = tmp_path / "metrics.json"
+    write_json(path, {"val": {"loss": float("nan"), "bleu": float("inf"), "ok": 1.5}, "list": [float("-inf")]})
+    assert json.loads(path.read_text(), parse_constant=lambda name: pytest.fail(name)) == {
+        "val": {"loss": None, "bleu": None, "ok": 1.5}, "list": [None]}  # fmt: skip
+    assert strict_json((1.0, float("nan"))) == [1.0, None]
+    assert run("train", str(tiny_config), "output_dir=run", "trainer.max_steps=10", cwd=tmp_path).returncode == 0
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    checkpoint = load_checkpoint_file(last)
+    name = next(k for k, v in checkpoint["state_dict"].items() if v.is_floating_point())
+    checkpoint["state_dict"][name] = torch.full_like(checkpoint["state_dict"][name], float("nan"))
+    save_checkpoint_file(checkpoint, last)
+    one_line(run("eval", str(last), cwd=tmp_path), 2, "non-finite weights", name.removeprefix("model."))
