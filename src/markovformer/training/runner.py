@@ -17,7 +17,7 @@ from markovformer.data.bundle import DataBundle
 from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.training.build import build_data, build_model, build_run_task
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
-from markovformer.training.environment import check_accelerator
+from markovformer.training.environment import check_accelerator, check_nodes
 from markovformer.training.evaluation import evaluate
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint, write_model_fingerprint
 from markovformer.training.metrics_log import AppendingCSVLogger
@@ -54,6 +54,7 @@ def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.
 def train(config: RunConfig) -> dict:
     """Train a new run into ``config.output_dir``, holding the run directory's lock while it runs."""
     check_accelerator(config.trainer.accelerator)  # before anything is written
+    check_nodes(config.trainer.num_nodes)
     run_dir = Path(config.output_dir)
     with run_dir_lock(run_dir):
         if is_first_process() and (run_dir / "checkpoints").exists():  # a run killed before it: overwritten
@@ -75,6 +76,7 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         done_steps = resumable_checkpoint(last)["global_step"] if last.is_file() else 0
         extended = resumed_config(config, overrides, done_steps)
         check_accelerator(extended.trainer.accelerator)
+        check_nodes(extended.trainer.num_nodes)
         finished = (run_dir / "metrics.json").is_file() and done_steps >= extended.trainer.max_steps
         if finished:
             raise ConfigError(f"{run_dir} is a finished run ({done_steps} steps); to train it longer, extend it: "
