@@ -27,6 +27,7 @@ from markovformer.training.trainer_config import TrainingDiverged
 
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 1
+MAX_ERROR_LINE = 2000  # characters of an error's line that are printed
 # Packages of the optional extras, by import name; any other missing package is one of the command's dependencies.
 OPTIONAL_PACKAGES = {"rdata": "data", "arch": "data", "pytest": "dev", "ruff": "dev"}
 
@@ -356,6 +357,8 @@ def error_line(error: BaseException) -> str:
     """One line for a user's error: the message's first line; for resource errors, what ran out and what to change."""
 
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if len(first) > MAX_ERROR_LINE:  # a message quoting a huge input: the start names the problem
+        first = first[:MAX_ERROR_LINE] + " ..."
     if isinstance(error, MemoryError) or is_out_of_memory(error):
         return (f"out of memory ({first[:200]}); lower trainer.batch_size, trainer.eval_batch_size or the model's "
                 f"size (model.d_model, model.n_layers)")  # fmt: skip

@@ -3,10 +3,14 @@ tokens (temperature, top-k, nucleus top-p), and the decoding loop with end-of-se
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import numbers
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import Tensor
+
+from markovformer.models.inputs import check_token_ids
 
 Step = Callable[[Tensor], Tensor]  # the next tokens (B,) -> the logits (B, V) after them
 
@@ -21,12 +25,7 @@ def sample_next_token(
 ) -> Tensor:
     """Draw one token per row from logits (B, V). temperature 0 means greedy (argmax). ``banned_token_id`` (e.g. the
     padding id of a tokenizer, which label smoothing gives a little mass) is never drawn."""
-    if temperature < 0:
-        raise ValueError(f"temperature={temperature!r} must be >= 0")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k={top_k!r} must be >= 1")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p={top_p!r} must lie in (0, 1]")
+    check_generation_options(None, temperature, top_k, top_p)
     if banned_token_id is not None:
         logits = logits.float().index_fill(-1, torch.tensor([banned_token_id], device=logits.device), float("-inf"))
     if temperature == 0:
@@ -70,18 +69,52 @@ def generate_tokens(
     return tokens
 
 
+def _is_token_id(value: object, vocab_size: int) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value < vocab_size
+
+
 def check_generation_options(
-    max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None
+    max_new_tokens: int | None,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    *,
+    do_sample: bool = False,
+    vocab_size: int | None = None,
+    eos_token_id: int | None = None,
+    suppress_tokens: Iterable[int] | None = None,
+    length_penalty: float = 1.0,
 ) -> None:
-    """ValueError naming the first bad option of ``generate``."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    """ValueError naming the first bad option of ``generate`` (``max_new_tokens`` None: the options of one draw).
+    Temperature 0 is greedy, so sampling (``do_sample``) needs it above 0. With ``vocab_size`` (None for a model
+    that writes real vectors), ``eos_token_id`` and ``suppress_tokens`` must be ids in the vocabulary, and the
+    suppressed tokens must leave at least one to choose."""
+    if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
+                                       or max_new_tokens < 0):  # fmt: skip
         raise ValueError(f"max_new_tokens={max_new_tokens!r}: must be a non-negative integer")
-    if not temperature >= 0:
-        raise ValueError(f"temperature={temperature!r} must be >= 0")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature={temperature!r} must be a finite number >= 0 (0 = greedy)")
+    if do_sample and temperature == 0:
+        raise ValueError("temperature=0 cannot sample (it is greedy decoding): give a temperature > 0, or "
+                         "do_sample=False")  # fmt: skip
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k={top_k!r} must be a positive integer")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p={top_p!r} must lie in (0, 1]")
+    if not math.isfinite(length_penalty):
+        raise ValueError(f"length_penalty={length_penalty!r} must be a finite number")
+    if vocab_size is None:
+        return
+    if eos_token_id is not None and not _is_token_id(eos_token_id, vocab_size):
+        raise ValueError(f"eos_token_id={eos_token_id!r} is not a token id of the vocabulary [0, {vocab_size})")
+    suppressed = set()
+    for token in suppress_tokens or ():
+        if not _is_token_id(token, vocab_size):
+            raise ValueError(f"suppress_tokens holds {token!r}, not a token id of the vocabulary [0, {vocab_size})")
+        suppressed.add(int(token))
+    if len(suppressed) == vocab_size:
+        raise ValueError(f"suppress_tokens covers all {vocab_size} tokens of the vocabulary: none is left to "
+                         f"generate")  # fmt: skip
 
 
 def next_tokens(
@@ -158,9 +191,11 @@ class GenerationMixin:
         the nucleus of mass ``top_p``. Rows that emit ``eos_token_id`` continue with it, and generation stops once
         every row has. ``suppress_tokens`` (e.g. a tokenizer's padding id) are never chosen. Runs in eval mode
         and restores the model's mode."""
-        check_generation_options(max_new_tokens, temperature, top_k, top_p)
-        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
-            raise ValueError(f"input_ids must be (B, T) with T >= 1; got shape {tuple(input_ids.shape)}")
+        vocab_size = self.config.vocab_size
+        check_generation_options(max_new_tokens, temperature, top_k, top_p, do_sample=do_sample,
+                                 vocab_size=vocab_size, eos_token_id=eos_token_id,
+                                 suppress_tokens=suppress_tokens)  # fmt: skip
+        check_token_ids(input_ids, vocab_size)
         if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
             raise ValueError(f"attention_mask must be (B, T) = {tuple(input_ids.shape)}; got "
                              f"{tuple(attention_mask.shape)}")  # fmt: skip

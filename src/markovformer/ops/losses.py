@@ -9,15 +9,28 @@ from torch import Tensor
 IGNORE_INDEX = -100  # labels that take no part in the loss (Hugging Face's convention)
 
 
+def check_labels(labels: Tensor, num_classes: int, name: str = "labels") -> None:
+    """ValueError naming ``name`` unless ``labels`` are integers, each a class in [0, num_classes) or
+    ``IGNORE_INDEX``: an id out of range is an IndexError deep in the loss on CPU and a device assert on CUDA."""
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise ValueError(f"{name} must be integer class ids; got {labels.dtype}")
+    outside = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_classes))
+    if bool(outside.any()):
+        raise ValueError(f"{name} holds {labels[outside][0].item()}, outside the classes [0, {num_classes}) (and not "
+                         f"the ignored {IGNORE_INDEX})")  # fmt: skip
+
+
 def token_cross_entropy(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """Mean cross-entropy of logits (..., V) against labels (...) over the labels that are not ``IGNORE_INDEX``.
 
-    Computed in at least float32 (half-precision logits are upcast, float64 kept). A batch with no labelled
-    position has loss 0 with zero gradients, not the NaN of an empty mean (0 / 0), which would poison the weights.
+    Labels are checked first (``check_labels``). Computed in at least float32 (half-precision logits are upcast,
+    float64 kept). A batch with no labelled position has loss 0 with zero gradients, not the NaN of an empty mean
+    (0 / 0), which would poison the weights.
     """
+    check_labels(labels, logits.shape[-1])
     logits = logits.reshape(-1, logits.shape[-1])
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    labels = labels.reshape(-1)
+    labels = labels.reshape(-1).long()
     total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum",
                             label_smoothing=label_smoothing)  # fmt: skip
     return total / labels.ne(IGNORE_INDEX).sum().clamp(min=1)

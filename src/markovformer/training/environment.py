@@ -37,6 +37,36 @@ def check_accelerator(accelerator: str) -> None:
                          "backend; train with trainer.accelerator=cpu")  # fmt: skip
 
 
+def _env_int(name: str) -> int | None:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def launched_on_several_nodes() -> bool:
+    """True when the environment shows a multi-node launch: SLURM with more than one node, torchrun with a world
+    larger than this node's processes, or Lightning's manual launch (``NODE_RANK`` and ``MASTER_ADDR`` set)."""
+    slurm_nodes = _env_int("SLURM_NNODES") or _env_int("SLURM_JOB_NUM_NODES")
+    world, local_world = _env_int("WORLD_SIZE"), _env_int("LOCAL_WORLD_SIZE")
+    return bool(
+        (slurm_nodes is not None and slurm_nodes > 1)
+        or (world is not None and local_world is not None and world > local_world)
+        or (os.environ.get("NODE_RANK") and os.environ.get("MASTER_ADDR"))
+    )
+
+
+def check_nodes(num_nodes: int) -> None:
+    """Refuse ``trainer.num_nodes`` > 1 unless a multi-node launcher started this process, before any work:
+    started on one machine alone, the processes would wait forever for the other nodes to join."""
+    if num_nodes > 1 and not launched_on_several_nodes():
+        raise ValueError(
+            f"trainer.num_nodes={num_nodes} needs a multi-node launch, and this process was started on one machine "
+            f"alone; run the command on every node (srun under SLURM, torchrun --nnodes={num_nodes}, or with "
+            "MASTER_ADDR, MASTER_PORT and NODE_RANK set on each), or train on one machine with trainer.num_nodes=1"
+        )
+
+
 def environment_record() -> dict:
     import lightning
     import numpy

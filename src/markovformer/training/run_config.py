@@ -14,6 +14,7 @@ Values are checked against the dataclass field types; an unknown key gets a "did
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -23,7 +24,7 @@ from typing import Any
 
 from markovformer.models.config_base import suggest
 from markovformer.training.tasks import TASKS
-from markovformer.training.trainer_config import ConfigError, TrainerConfig
+from markovformer.training.trainer_config import ConfigError, TrainerConfig, shown
 
 
 @dataclasses.dataclass
@@ -37,7 +38,9 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
-            raise ConfigError(f"task={self.task!r} must be one of {tuple(TASKS)}{suggest(self.task, TASKS)}")
+            raise ConfigError(f"task={shown(self.task)} must be one of {tuple(TASKS)}{suggest(self.task, TASKS)}")
+        if not self.output_dir.strip():  # an empty path is the working directory: the run would land there
+            raise ConfigError(f"output_dir={shown(self.output_dir)} is empty; name the run directory")
         if "source" not in self.data:
             raise ConfigError("data.source is missing: name a data source (see `markovformer data list`)")
 
@@ -64,41 +67,43 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
                 return coerce(value, option, key)
             except ConfigError as error:
                 errors.append(str(error))
-        raise ConfigError(f"{key}={value!r} has the wrong type: expected {annotation}")
+        raise ConfigError(f"{key}={shown(value)} has the wrong type: expected {annotation}")
+    if value is None and annotation is not Any:  # YAML's `key:` with nothing, or only a comment, after it
+        raise ConfigError(f"{key} is empty (null: nothing or only a comment after it); give it a value")
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}={value!r} has the wrong type: expected a list")
+            raise ConfigError(f"{key}={shown(value)} has the wrong type: expected a list")
         args = typing.get_args(annotation)
         if origin is tuple and args and args[-1] is not Ellipsis and len(args) != len(value):
-            raise ConfigError(f"{key}={value!r} must have {len(args)} entries")
+            raise ConfigError(f"{key}={shown(value)} must have {len(args)} entries")
         item_types = [args[0] if (origin is list or args[-1] is Ellipsis) else args[i] for i in range(len(value))]
         items = [coerce(v, t, f"{key}[{i}]") for i, (v, t) in enumerate(zip(value, item_types, strict=True))]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}={value!r} has the wrong type: expected a mapping")
+            raise ConfigError(f"{key}={shown(value)} has the wrong type: expected a mapping")
         return value
     if annotation is Any:
         return value
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if annotation is float and isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{key}={value!r} must be a finite number")
+        raise ConfigError(f"{key}={shown(value)} must be a finite number")
     if annotation in (int, float, str, bool) and (type(value) is not annotation):
-        raise ConfigError(f"{key}={value!r} has the wrong type: expected {_type_name(annotation)}")
+        raise ConfigError(f"{key}={shown(value)} has the wrong type: expected {_type_name(annotation)}")
     return value
 
 
 def build_dataclass(cls: type, values: dict[str, Any], prefix: str) -> Any:
     """Instantiate ``cls`` from ``values``, naming ``prefix.key`` in every error."""
     if not isinstance(values, dict):
-        raise ConfigError(f"{prefix} must be a mapping; got {values!r}")
+        raise ConfigError(f"{prefix} must be a mapping; got {shown(values)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
     for key, value in values.items():
         if key not in fields:
-            raise ConfigError(f"unknown key {prefix}.{key}{suggest(key, fields)}")
+            raise ConfigError(f"unknown key {prefix}.{str(key)[:200]}{suggest(key, fields)}")
         kwargs[key] = coerce(value, hints[key], f"{prefix}.{key}")
     missing = [name for name, f in fields.items() if name not in kwargs and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]  # fmt: skip
@@ -121,17 +126,63 @@ def plain_values(value: Any) -> Any:
     return value
 
 
-def read_yaml(text: str) -> Any:
-    """YAML as PyYAML's safe loader reads it, except that exponent numbers without a dot (``2e-3``, ``1E5``) are
-    floats, as in YAML 1.2, not strings."""
-    import yaml
+MAX_DEPTH = 32  # nesting levels a config may have; far beyond any real one, far below Python's recursion limit
 
-    class Loader(yaml.SafeLoader):
-        pass
+
+@functools.cache
+def _loader() -> type:
+    """PyYAML's safe loader made strict for run configs: exponent numbers without a dot (``2e-3``, ``1E5``) are
+    floats, as in YAML 1.2; a repeated key, an alias (``*name``: a few hundred bytes of aliases expand into
+    gigabytes) and nesting deeper than ``MAX_DEPTH`` are ConfigErrors naming the line."""
+    import yaml
+    from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
+
+    class RunConfigLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent, index):
+            event = self.peek_event()
+            line = event.start_mark.line + 1
+            if isinstance(event, AliasEvent):
+                raise ConfigError(f"line {line}: the alias *{event.anchor[:100]} is refused: a run config "
+                                  f"has no anchors or aliases (&name, *name); write the value out")  # fmt: skip
+            if not isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+                return super().compose_node(parent, index)
+            if self.depth == MAX_DEPTH:
+                raise ConfigError(f"line {line}: lists and mappings nested deeper than {MAX_DEPTH} levels are refused")
+            self.depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def construct_mapping(self, node, deep=False):
+            first_lines = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key, line = self.construct_object(key_node, deep=deep), key_node.start_mark.line + 1
+                try:
+                    first = first_lines.get(key)
+                except TypeError:  # an unhashable key: PyYAML's own error names it
+                    continue
+                if first is not None:
+                    raise ConfigError(f"line {line}: duplicate key {shown(key)} (first given on line {first}); give "
+                                      f"each key once")  # fmt: skip
+                first_lines[key] = line
+            return super().construct_mapping(node, deep)
 
     exponent = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
-    Loader.add_implicit_resolver("tag:yaml.org,2002:float", exponent, list("-+0123456789."))
-    return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    RunConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", exponent, list("-+0123456789."))
+    return RunConfigLoader
+
+
+def read_yaml(text: str) -> Any:
+    """YAML as PyYAML's safe loader reads it, except that exponent numbers without a dot are floats and that
+    repeated keys, aliases and deep nesting are refused (ConfigError naming the line; see ``_loader``)."""
+    import yaml
+
+    return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -139,14 +190,18 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     import yaml
 
     if "=" not in text:
-        raise ConfigError(f"override {text!r} must look like key.path=value")
+        raise ConfigError(f"override {shown(text)} must look like key.path=value")
     key, raw = text.split("=", 1)
     if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"override {text!r} has an empty key")
+        raise ConfigError(f"override {shown(text)} has an empty key")
+    if key.count(".") >= MAX_DEPTH:
+        raise ConfigError(f"override {shown(text)}: keys nested deeper than {MAX_DEPTH} levels are refused")
     try:
         value = read_yaml(raw) if raw != "" else ""
     except yaml.YAMLError as error:
-        raise ConfigError(f"override {text!r}: value is not valid YAML ({error})") from error
+        raise ConfigError(f"override {shown(text)}: value is not valid YAML ({error})") from error
+    except ConfigError as error:
+        raise ConfigError(f"override {shown(text)}: {error}") from None
     return key.split("."), value
 
 
@@ -158,7 +213,7 @@ def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, A
         for part in path[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"override {text!r}: {part!r} is not a section")
+                raise ConfigError(f"override {shown(text)}: {shown(part)} is not a section")
         node[path[-1]] = value
     return values
 
@@ -171,6 +226,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: no such config file")
     try:
         values = read_yaml(path.read_text())
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -204,19 +261,19 @@ def resolve_run_config(values: dict[str, Any]) -> RunConfig:
     own classes when the run is built (they need the data's vocabulary size)."""
     for key in values:
         if key not in SECTIONS:
-            raise ConfigError(f"unknown top-level key {key!r}{suggest(key, SECTIONS)}")
+            raise ConfigError(f"unknown top-level key {shown(key)}{suggest(key, SECTIONS)}")
     if "task" not in values:
         raise ConfigError(f"task is missing: one of {tuple(TASKS)}")
     for section in ("model", "data"):
         if not isinstance(values.get(section, {}), dict):
-            raise ConfigError(f"{section} must be a mapping; got {values[section]!r}")
+            raise ConfigError(f"{section} must be a mapping; got {shown(values[section])}")
     trainer = values.get("trainer") or {}
     if isinstance(trainer, dict):  # build_dataclass names any other type
         trainer = rename_keys(trainer, RENAMED_TRAINER_KEYS, "trainer")
     trainer = build_dataclass(TrainerConfig, trainer, "trainer")
     for key in ("task", "output_dir", "model_type"):
-        if key in values and not isinstance(values[key], str):
-            raise ConfigError(f"{key}={values[key]!r} has the wrong type: expected str")
+        if key in values:
+            coerce(values[key], str, key)
     return RunConfig(
         task=values["task"],
         model=dict(values.get("model") or {}),

@@ -19,7 +19,7 @@ from markovformer.training.batches import RankShare
 from markovformer.training.build import build_data, build_model, build_run_task
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
 from markovformer.training.divergence import DivergenceGuard
-from markovformer.training.environment import check_accelerator
+from markovformer.training.environment import check_accelerator, check_nodes
 from markovformer.training.evaluation import evaluate
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
 from markovformer.training.metrics_log import AppendingCSVLogger
@@ -73,6 +73,7 @@ def is_run_writer(tc: TrainerConfig) -> bool:
 def train(config: RunConfig) -> dict:
     """Train a new run into ``config.output_dir``, holding the run directory's lock while it runs."""
     check_accelerator(config.trainer.accelerator)  # before anything is written
+    check_nodes(config.trainer.num_nodes)
     run_dir = Path(config.output_dir)
     writer = is_run_writer(config.trainer)
     with run_dir_lock(run_dir, writer):
@@ -97,6 +98,7 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         done_steps = resumable_checkpoint(last)["global_step"] if last.is_file() else 0
         extended = resumed_config(config, overrides, done_steps)
         check_accelerator(extended.trainer.accelerator)
+        check_nodes(extended.trainer.num_nodes)
         finished = finished_steps(run_dir)
         if finished is not None and finished >= extended.trainer.max_steps:
             raise ConfigError(f"{run_dir} is a finished run ({finished} steps); to train it longer, extend it: "

@@ -4,8 +4,12 @@ diverged run stops with."""
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
+# Lightning strategies shown to train, checkpoint (safetensors) and resume with this trainer; the others fail later:
+# ddp_spawn cannot pickle the data loaders, deepspeed and fsdp write their own checkpoint formats.
+STRATEGIES = ("auto", "ddp", "ddp_find_unused_parameters_true", "single_device")
 
 
 class ConfigError(ValueError):
@@ -15,6 +19,19 @@ class ConfigError(ValueError):
 class TrainingDiverged(RuntimeError):
     """The loss or the gradient norm became nan or inf (``training.divergence``); the message is the one line the
     command prints."""
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 300
+_SHOWN.maxlong = 60
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 12
+_SHOWN.maxlevel = 3
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut to a few hundred characters (long strings, lists and deep nesting are elided with ...):
+    how an error message shows a config value, so a huge value never makes a huge message."""
+    return _SHOWN.repr(value)
 
 
 @dataclasses.dataclass
@@ -61,33 +78,40 @@ class TrainerConfig:
         for name in ("max_steps", "batch_size", "eval_every", "checkpoint_every", "log_every", "eval_batch_size",
                      "devices", "num_nodes"):  # fmt: skip
             if getattr(self, name) < 1:
-                raise ConfigError(f"trainer.{name}={getattr(self, name)!r} must be >= 1")
+                raise ConfigError(f"trainer.{name}={shown(getattr(self, name))} must be >= 1")
         if not self.lr > 0:  # coerce has already refused inf and nan
-            raise ConfigError(f"trainer.lr={self.lr!r} must be positive")
+            raise ConfigError(f"trainer.lr={shown(self.lr)} must be positive")
         for name in ("weight_decay", "gradient_clip"):
             if not getattr(self, name) >= 0:
-                raise ConfigError(f"trainer.{name}={getattr(self, name)!r} must be >= 0 (0 turns it off)")
+                raise ConfigError(f"trainer.{name}={shown(getattr(self, name))} must be >= 0 (0 turns it off)")
         if not all(0 <= beta < 1 for beta in self.betas):
-            raise ConfigError(f"trainer.betas={list(self.betas)!r}: each must lie in [0, 1)")
+            raise ConfigError(f"trainer.betas={shown(list(self.betas))}: each must lie in [0, 1)")
         if self.decay_steps is not None and self.decay_steps < 1:
-            raise ConfigError(f"trainer.decay_steps={self.decay_steps!r} must be >= 1 (or null: max_steps)")
+            raise ConfigError(f"trainer.decay_steps={shown(self.decay_steps)} must be >= 1 (or null: max_steps)")
         if not 0 <= self.seed < 2**32:
-            raise ConfigError(f"trainer.seed={self.seed!r} must lie in [0, 2**32)")
+            raise ConfigError(f"trainer.seed={shown(self.seed)} must lie in [0, 2**32)")
         if self.keep_checkpoints < 0:
-            raise ConfigError(f"trainer.keep_checkpoints={self.keep_checkpoints!r} must be >= 0 (0 keeps all)")
+            raise ConfigError(f"trainer.keep_checkpoints={shown(self.keep_checkpoints)} must be >= 0 (0 keeps all)")
         if self.decay not in ("cosine", "linear"):
-            raise ConfigError(f"trainer.decay={self.decay!r} must be 'cosine' or 'linear'")
+            raise ConfigError(f"trainer.decay={shown(self.decay)} must be 'cosine' or 'linear'")
         if not 0 <= self.lr_floor <= 1:
-            raise ConfigError(f"trainer.lr_floor={self.lr_floor!r} must lie in [0, 1]")
+            raise ConfigError(f"trainer.lr_floor={shown(self.lr_floor)} must lie in [0, 1]")
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"trainer.strategy={shown(self.strategy)} is not supported by this trainer; use one of "
+                              f"{STRATEGIES}")  # fmt: skip
+        if self.strategy == "single_device" and (self.devices > 1 or self.num_nodes > 1):
+            raise ConfigError(f"trainer.strategy='single_device' runs one process, so trainer.devices={self.devices} "
+                              f"and trainer.num_nodes={self.num_nodes} would not all be used; use trainer.strategy=ddp "
+                              f"for several devices, or trainer.devices=1")  # fmt: skip
         if self.precision not in PRECISIONS:
-            raise ConfigError(f"trainer.precision={self.precision!r} must be one of {PRECISIONS}")
+            raise ConfigError(f"trainer.precision={shown(self.precision)} must be one of {PRECISIONS}")
         if self.warmup_steps < 0 or self.num_workers < 0:
             raise ConfigError("trainer.warmup_steps and trainer.num_workers must be >= 0")
         if self.kl_warmup_steps < 0:
-            raise ConfigError(f"trainer.kl_warmup_steps={self.kl_warmup_steps!r} must be >= 0")
+            raise ConfigError(f"trainer.kl_warmup_steps={shown(self.kl_warmup_steps)} must be >= 0")
         if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.orders):
-            raise ConfigError(f"trainer.orders={list(self.orders)!r} must be positive integers")
+            raise ConfigError(f"trainer.orders={shown(list(self.orders))} must be positive integers")
         if len(set(self.orders)) != len(self.orders):
-            raise ConfigError(f"trainer.orders={list(self.orders)!r} repeats a value")
+            raise ConfigError(f"trainer.orders={shown(list(self.orders))} repeats a value")
         if not 0 <= self.label_smoothing < 1:
-            raise ConfigError(f"trainer.label_smoothing={self.label_smoothing!r} must lie in [0, 1)")
+            raise ConfigError(f"trainer.label_smoothing={shown(self.label_smoothing)} must lie in [0, 1)")

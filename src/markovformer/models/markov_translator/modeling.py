@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from markovformer.layers.position import sinusoidal_positions
 from markovformer.models.generation import check_generation_options, next_tokens
+from markovformer.models.inputs import check_rows_have_tokens, check_token_ids
 from markovformer.models.markov_translator.config import MarkovTranslatorConfig
 from markovformer.models.markov_translator.generation import generate
 from markovformer.models.markov_translator.masks import decoder_self_allowed, key_padding_allowed
@@ -147,13 +148,10 @@ class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
         self.decoder_norm = nn.LayerNorm(config.d_model)
         self.init_weights()
 
-    def embed_tokens(self, ids: Tensor, start: int = 0) -> Tensor:
-        """Token ids (B, T) at positions start..start+T-1 -> (B, T, D): √D-scaled embedding + sinusoid, dropout."""
-        if ids.dim() != 2:
-            raise ValueError(f"token ids must be (B, T); got shape {tuple(ids.shape)}")
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size):
-            bad = ids[(ids < 0) | (ids >= self.config.vocab_size)][0].item()
-            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+    def embed_tokens(self, ids: Tensor, start: int = 0, name: str = "input_ids") -> Tensor:
+        """Token ids (B, T) at positions start..start+T-1 -> (B, T, D): √D-scaled embedding + sinusoid, dropout.
+        ``name``: the argument the ids came in as, for the error of bad ids."""
+        check_token_ids(ids, self.config.vocab_size, name)
         end = start + ids.shape[1]
         if end > self.config.max_positions:
             raise ValueError(f"position {end - 1} is beyond max_positions={self.config.max_positions}")
@@ -168,7 +166,9 @@ class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
     def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Source ids (B, S) -> memory (B, S, D), after the encoder's final LayerNorm."""
         self._check_mask(src_mask, src_ids, "src_mask")
-        hidden = self.embed_tokens(src_ids)
+        hidden = self.embed_tokens(src_ids, name="src_ids")
+        if src_mask is not None:  # a source of padding alone: the cross-attention would have no key to attend to
+            check_rows_have_tokens(src_mask, "src_mask")
         allowed = key_padding_allowed(src_mask)
         for layer in self.encoder_layers:
             hidden = layer(hidden, allowed)
@@ -187,7 +187,7 @@ class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
     ) -> Tensor:
         """Teacher-forced decoder: shifted-right ids (B, T) and memory (B, S, D) -> logits (B, T, V)."""
         self._check_mask(tgt_mask, tgt_ids, "tgt_mask")
-        embedded = self.embed_tokens(tgt_ids)
+        embedded = self.embed_tokens(tgt_ids, name="tgt_ids")
         positions = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)
         self_allowed = decoder_self_allowed(positions, positions, self.config.order, tgt_mask)
         memory_allowed = key_padding_allowed(src_mask)
@@ -244,7 +244,12 @@ class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
         ``max_positions``). Greedy by default, sampling with ``do_sample`` (temperature / top-k / top-p), or beam
         search with ``num_beams`` > 1 (scores / length ** ``length_penalty``). ``eos_token_id`` defaults to the
         config's. ``generation.generate`` also returns the scores."""
-        check_generation_options(max_new_tokens, temperature, top_k, top_p)
+        check_generation_options(max_new_tokens, temperature, top_k, top_p, do_sample=do_sample,
+                                 vocab_size=self.config.vocab_size, length_penalty=length_penalty)  # fmt: skip
+        check_token_ids(input_ids, self.config.vocab_size)
+        if attention_mask is not None:
+            self._check_mask(attention_mask, input_ids, "attention_mask")
+            check_rows_have_tokens(attention_mask, "attention_mask")
         if eos_token_id not in (None, self.config.eos_token_id):
             raise ValueError(f"eos_token_id={eos_token_id!r}: this model ends sentences with its config's "
                              f"eos_token_id={self.config.eos_token_id}")  # fmt: skip

@@ -16,10 +16,11 @@ from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.position import sinusoidal_positions
 from markovformer.layers.registry import build_attention
 from markovformer.models.generation import GenerationMixin
+from markovformer.models.inputs import check_not_empty, check_token_ids
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
 from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel
-from markovformer.ops.losses import token_cross_entropy
+from markovformer.ops.losses import check_labels, token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, right_padded_lengths
 
 
@@ -106,11 +107,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         if config.vocab_size is not None:
             if input_ids is None or input_features is not None:
                 raise ValueError("this model reads token ids: pass input_ids (B, T), not input_features")
-            if input_ids.dim() != 2:
-                raise ValueError(f"input_ids must be (B, T); got shape {tuple(input_ids.shape)}")
-            if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= config.vocab_size):
-                bad = input_ids[(input_ids < 0) | (input_ids >= config.vocab_size)][0].item()
-                raise ValueError(f"token id {bad} is outside the vocabulary [0, {config.vocab_size})")
+            check_token_ids(input_ids, config.vocab_size)
             hidden = self.embed(input_ids)
         else:
             if input_features is None or input_ids is not None:
@@ -119,6 +116,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
                 raise ValueError(
                     f"input_features must be (B, T, {config.input_dim}); got shape {tuple(input_features.shape)}"
                 )
+            check_not_empty(input_features, "input_features")
             if not torch.isfinite(input_features).all():
                 raise ValueError("input_features contain NaN or infinite values")
             hidden = self.embed(input_features.to(self.embed.weight.dtype))
@@ -244,6 +242,7 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
             pooled = (states * weights).sum(1) / weights.sum(1).clamp_min(1.0)
         output.logits = self.classifier(pooled)
         if labels is not None:
+            check_labels(labels, self.config.num_labels)
             output.loss = F.cross_entropy(_for_loss(output.logits), labels)
         return output
 
@@ -293,6 +292,7 @@ class MarkovianTransformerForCTC(_PerPositionHead):
             input_lengths = right_padded_lengths(attention_mask, "CTC")
         else:
             input_lengths = torch.full((batch,), frames, dtype=torch.long, device=labels.device)
+        check_labels(labels, self.config.num_labels)
         target_mask = labels != -100
         if bool((labels[target_mask] == self.blank).any()):
             raise ValueError("CTC labels must not contain the blank index 0")

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from markovformer.models.generation import GenerationMixin, Step
+from markovformer.models.inputs import check_token_ids
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.models.scan_markov.config import ScanMarkovConfig, check_order
 from markovformer.ops.losses import token_cross_entropy
@@ -66,19 +67,6 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         self.lm_head = nn.Linear(width, config.vocab_size, bias=False)
         self.init_weights()
         self.lm_head.weight = self.embed.weight
-
-    def _check_input_ids(self, input_ids: Tensor, dims: int = 2) -> None:
-        shape = "(B, T)" if dims == 2 else "(B,)"
-        if input_ids.dim() != dims or input_ids.is_floating_point() or input_ids.is_complex():
-            raise ValueError(
-                f"input_ids must be integer token ids {shape}, got {input_ids.dtype} {tuple(input_ids.shape)}"
-            )
-        if dims == 2 and input_ids.shape[1] == 0:
-            raise ValueError("input_ids has no tokens (T = 0)")
-        vocab_size = self.config.vocab_size
-        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab_size):
-            bad = input_ids[(input_ids < 0) | (input_ids >= vocab_size)][0].item()
-            raise ValueError(f"input_ids holds token id {bad}, outside the vocabulary [0, {vocab_size})")
 
     def window_size(self, order: int | None = None) -> int | None:
         """The window n of a call: ``order`` if given, else the config's; None in recurrent mode."""
@@ -158,7 +146,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         never reaches one through the causal recurrence); labels (B, T) aligned with the inputs.
         ``order`` overrides the markov window n for this call (e.g. to train on a mixture of n).
         """
-        self._check_input_ids(input_ids)
+        check_token_ids(input_ids, self.config.vocab_size)
         if attention_mask is not None:
             check_attention_mask(attention_mask, input_ids.shape)
             right_padded_lengths(attention_mask, "ScanMarkovForCausalLM")
@@ -181,7 +169,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         Equal to ``forward`` on the whole sequence at the same position. Recurrent mode: h = A ⊙ h + B ⊙ e at
         position ``state.position``. Markov mode: h recomputed over the last n tokens (keep n fixed per sequence).
         """
-        self._check_input_ids(input_ids, dims=1)
+        check_token_ids(input_ids, self.config.vocab_size, dims=1)
         state = state if state is not None else ScanMarkovState()
         window = self.window_size(order)
         if window is None:
@@ -204,7 +192,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
     ) -> tuple[Tensor, Step]:
         """``GenerationMixin``'s start: every prompt token goes through ``step``, the training recurrence, and so
         does every chosen token. Prompts must be unpadded (the recurrence has no padding steps)."""
-        self._check_input_ids(input_ids)
+        check_token_ids(input_ids, self.config.vocab_size)
         if attention_mask is not None and not bool(attention_mask.bool().all()):
             raise ValueError("ScanMarkovForCausalLM generates from unpadded prompts: give rows of equal length, or "
                              "one prompt at a time")  # fmt: skip

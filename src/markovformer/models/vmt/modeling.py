@@ -26,6 +26,7 @@ from markovformer.layers.block import PreLNBlock
 from markovformer.layers.ffn import build_ffn
 from markovformer.layers.registry import build_attention
 from markovformer.models.generation import check_generation_options, decoding_loop, next_tokens
+from markovformer.models.inputs import check_id_tensor, check_not_empty, check_rows_have_tokens, check_vocabulary
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.models.vmt.config import VMTConfig
 from markovformer.models.vmt.densities import (
@@ -96,13 +97,12 @@ class VariationalMarkovTransformer(PreTrainedModel):
         """Check y and the mask; returns (y with padding set to 0, mask (B, T) bool, lengths (B,))."""
         config = self.config
         if self.tokens:
-            if y.dim() != 2 or y.is_floating_point() or y.is_complex():
-                raise ValueError(f"token ids must be an integer tensor (B, T); got {y.dtype} {tuple(y.shape)}")
+            check_id_tensor(y, "input_ids")
         elif y.dim() != 3 or y.shape[-1] != config.input_dim or not y.is_floating_point():
             raise ValueError(f"input_features must be float (B, T, {config.input_dim}); got {y.dtype} "
                              f"{tuple(y.shape)}")  # fmt: skip
-        if y.shape[1] == 0:
-            raise ValueError("the window has no positions (T = 0)")
+        else:
+            check_not_empty(y, "input_features")
         if attention_mask is None:
             mask = torch.ones(y.shape[:2], dtype=torch.bool, device=y.device)
         else:
@@ -111,14 +111,10 @@ class VariationalMarkovTransformer(PreTrainedModel):
                                  f"{tuple(attention_mask.shape)}")  # fmt: skip
             right_padded_lengths(attention_mask, "VariationalMarkovTransformer")
             mask = attention_mask.bool()
+        check_rows_have_tokens(mask, "attention_mask")
         lengths = mask.long().sum(-1)
-        if bool((lengths == 0).any()):
-            raise ValueError(f"row {int((lengths == 0).nonzero()[0])} is all padding; every row needs a real token")
         if self.tokens:
-            real = y[mask]
-            if int(real.min()) < 0 or int(real.max()) >= config.vocab_size:
-                bad = real[(real < 0) | (real >= config.vocab_size)][0].item()
-                raise ValueError(f"token id {bad} is outside the vocabulary [0, {config.vocab_size})")
+            check_vocabulary(y[mask], config.vocab_size, "input_ids")  # padding may hold any id
             return y.masked_fill(~mask, 0), mask, lengths
         if not bool(torch.isfinite(y[mask]).all()):
             raise ValueError("input_features hold NaN or infinite values at real positions")
@@ -378,8 +374,8 @@ class VariationalMarkovTransformer(PreTrainedModel):
             raise ValueError("this VMT reads token ids: pass input_ids (B, T), not input_features")
         if not self.tokens and (input_features is None or input_ids is not None):
             raise ValueError("this VMT reads real vectors: pass input_features (B, T, input_dim), not input_ids")
-        if not kl_weight >= 0:
-            raise ValueError(f"kl_weight={kl_weight!r}: must be >= 0")
+        if not (math.isfinite(kl_weight) and kl_weight >= 0):
+            raise ValueError(f"kl_weight={kl_weight!r}: must be a finite number >= 0")
         result = self.elbo(input_ids if self.tokens else input_features, attention_mask, carry, num_samples,
                            generator, carry_index, carry_mask)  # fmt: skip
         config = self.config
@@ -416,7 +412,10 @@ class VariationalMarkovTransformer(PreTrainedModel):
         ``do_sample=False`` follows the transition means and takes each emission's argmax (its mean for real
         vectors); sampling draws both, the tokens at ``temperature`` / ``top_k`` / ``top_p``. The written tokens
         never feed back (the latent chain does not read y). Returns (B, n + new) or (B, n + new, F)."""
-        check_generation_options(max_new_tokens, temperature, top_k, top_p)
+        check_generation_options(max_new_tokens, temperature, top_k, top_p, do_sample=do_sample,
+                                 vocab_size=self.config.vocab_size, eos_token_id=eos_token_id,
+                                 suppress_tokens=suppress_tokens)  # fmt: skip
+        check_not_empty(input_ids, "input_ids", positions=False)  # a prompt may be empty, a batch may not
         if attention_mask is not None and not bool(attention_mask.bool().all()):
             raise ValueError("the VMT generates from unpadded prompts: give rows of equal length")
         was_training = self.training

@@ -1,0 +1,53 @@
+"""What every model family's token inputs must be, checked here before any layer sees them: an int64 (or int32)
+tensor of ids inside the vocabulary, with at least one row and one position, and no row that is all padding.
+Each check raises ValueError (TypeError for a non-tensor) naming the argument and the bad value."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+ID_DTYPES = (torch.int64, torch.int32)  # what nn.Embedding indexes with
+
+
+def check_not_empty(x: Tensor, name: str, positions: bool = True) -> None:
+    """ValueError naming ``name`` when it has no rows (B = 0) or, with ``positions``, no positions (T = 0)."""
+    if x.dim() >= 1 and x.shape[0] == 0:
+        raise ValueError(f"{name} has no rows (shape {tuple(x.shape)}): give at least one sequence")
+    if positions and x.dim() >= 2 and x.shape[1] == 0:
+        raise ValueError(f"{name} has no positions (shape {tuple(x.shape)}): give at least one token")
+
+
+def check_id_tensor(ids: Tensor, name: str = "input_ids", dims: int = 2) -> None:
+    """The type, dtype and shape of token ids: (B, T) (``dims`` 2) or (B,) (``dims`` 1), not empty."""
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"{name} must be a tensor of token ids; got {type(ids).__name__}")
+    if ids.dtype not in ID_DTYPES or ids.dim() != dims:
+        shape = "(B, T)" if dims == 2 else "(B,)"
+        raise ValueError(f"{name} must be integer token ids {shape} (int64 or int32); got {ids.dtype} "
+                         f"{tuple(ids.shape)}")  # fmt: skip
+    check_not_empty(ids, name)
+
+
+def check_vocabulary(ids: Tensor, vocab_size: int, name: str = "input_ids") -> None:
+    """ValueError naming ``name`` and the first id outside [0, vocab_size)."""
+    outside = (ids < 0) | (ids >= vocab_size)
+    if bool(outside.any()):
+        raise ValueError(f"{name} holds token id {ids[outside][0].item()}, outside the vocabulary [0, {vocab_size})")
+
+
+def check_token_ids(ids: Tensor, vocab_size: int, name: str = "input_ids", dims: int = 2) -> None:
+    """``check_id_tensor`` and ``check_vocabulary``: what a model checks of the ids it is given."""
+    check_id_tensor(ids, name, dims)
+    check_vocabulary(ids, vocab_size, name)
+
+
+def check_rows_have_tokens(mask: Tensor, name: str) -> None:
+    """ValueError naming ``name`` and the row when a row of the (B, T) mask (1 = real) holds no real token."""
+    empty = ~mask.bool().any(-1)
+    if bool(empty.any()):
+        raise ValueError(f"{name} row {int(empty.nonzero()[0])} is all padding; every row needs a real token")
+
+
+__all__ = ["ID_DTYPES", "check_id_tensor", "check_not_empty", "check_rows_have_tokens", "check_token_ids",
+           "check_vocabulary"]  # fmt: skip
