@@ -41,7 +41,7 @@ from markovformer.training.run_dir import (
 )
 from markovformer.training.run_lock import run_dir_lock
 from markovformer.training.run_report import describe_run, report_results
-from markovformer.training.step_checkpoints import RunFingerprint, StepCheckpoints
+from markovformer.training.step_checkpoints import LastValidation, RunFingerprint, StepCheckpoints
 from markovformer.training.tasks import Task
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
@@ -142,7 +142,8 @@ def _fit(config: RunConfig, writer: bool, resume: bool) -> dict:
     fingerprint = RunFingerprint("")
     log = AppendingCSVLogger(run_dir / "logs" / "metrics.csv")
     guard = DivergenceGuard(run_dir, tc.lr, check_gradients=tc.precision != "16-mixed")
-    trainer = lightning_trainer(tc, run_dir, log, [fingerprint, guard, progress])
+    validation = LastValidation()
+    trainer = lightning_trainer(tc, run_dir, log, [fingerprint, guard, validation, progress])
     if len(bundle.val) < trainer.world_size:
         raise ConfigError(f"the validation split has {len(bundle.val)} examples, fewer than the {trainer.world_size} "
                           f"processes that score it; give it more or train on fewer devices")  # fmt: skip
@@ -167,10 +168,9 @@ def _fit(config: RunConfig, writer: bool, resume: bool) -> dict:
     train_loader, val_loader = loaders(task, bundle, trainer, model)
     trainer.fit(module, train_loader, val_loader, ckpt_path=ckpt_path)
     seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from
-    metrics = {k[4:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-    if trainer.global_step % tc.eval_every != 0 or not metrics:  # the last step was not validated yet
+    if validation.metrics_at(trainer.global_step) is None:  # the last step was not validated yet
         trainer.validate(module, val_loader, verbose=False)
-        metrics = {k[4:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    metrics = validation.metrics_at(trainer.global_step)
     if not writer:
         return metrics
     results = {"val": metrics, "steps": trainer.global_step, "train_seconds": seconds,

@@ -65,4 +65,27 @@ class RunFingerprint(L.Callback):
         checkpoint[CHECKPOINT_KEY] = self.fingerprint
 
 
-__all__ = ["RunFingerprint", "StepCheckpoints", "step_checkpoints"]
+class LastValidation(L.Callback):
+    """The metrics of the latest validation and its step, carried in checkpoints: a run resumed from the checkpoint
+    of a validated step (its last, say, killed while writing its final files) reports them instead of validating
+    again, which would log the step's validation row twice."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.metrics: dict[str, float] = {}
+
+    def on_validation_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self.step = trainer.global_step
+        self.metrics = {k[4:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+
+    def state_dict(self) -> dict:
+        return {"step": self.step, "metrics": self.metrics}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.step, self.metrics = state_dict["step"], dict(state_dict["metrics"])
+
+    def metrics_at(self, step: int) -> dict[str, float] | None:
+        return self.metrics if self.step == step and self.metrics else None
+
+
+__all__ = ["LastValidation", "RunFingerprint", "StepCheckpoints", "step_checkpoints"]
