@@ -34,6 +34,7 @@ from transformers.utils import ModelOutput
 
 from markovformer.models.config_base import ModelConfig
 from markovformer.models.markovian_transformer import MarkovianTransformerModel
+from markovformer.models.pretrained import HF_WRAPPER_PREFIX
 from markovformer.models.pretrained import PreTrainedModel as MarkovformerModel
 from markovformer.models.registry import MODEL_FAMILIES
 
@@ -197,7 +198,7 @@ class _Seq2SeqWrapper(_Wrapper):
 
 
 def _wrapper(family: str, task: str, base: type[_Wrapper], markovformer_class: type) -> type[_Wrapper]:
-    return type(f"HF{markovformer_class.__name__}", (base,), {
+    return type(f"{HF_WRAPPER_PREFIX}{markovformer_class.__name__}", (base,), {
         "config_class": HF_CONFIGS[family], "markovformer_class": markovformer_class, "__module__": __name__,
     })  # fmt: skip
 
