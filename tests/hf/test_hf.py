@@ -6,6 +6,7 @@ it is tested in a subprocess that blocks the import."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -158,6 +159,35 @@ def test_loading_a_transformers_directory_natively_still_refuses_unknown_keys_an
     config.write_text(json.dumps({**json.loads(config.read_text()), "n_layer": 2}))
     with pytest.raises(ValueError, match="has no field 'n_layer' \\(did you mean 'n_layers'\\?\\)"):
         MarkovianTransformerForCausalLM.from_pretrained(tmp_path / "theirs")
+
+
+def test_weights_that_do_not_fit_the_config_raise_unless_strict_is_off(tmp_path):
+    """transformers itself loads a config with more layers than the weights, leaving the extra layer's parameters
+    uninitialised (here: whatever memory held, NaN included), and only logs it."""
+    transformers = _transformers()
+    import markovformer.hf  # noqa: F401
+
+    torch.manual_seed(0)
+    ours = _saved(MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**SMALL)), tmp_path / "two")
+    ids = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(1))
+    loaded, info = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "two", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, ours(ids).logits)
+
+    for layers, kind in ((3, "missing from the checkpoint"), (1, "are not in the model")):
+        shutil.copytree(tmp_path / "two", tmp_path / str(layers))
+        config = tmp_path / str(layers) / "config.json"
+        config.write_text(json.dumps({**json.loads(config.read_text()), "n_layers": layers}))
+        with pytest.raises(ValueError, match=f"'s model\\.blocks\\.{min(layers, 2)}\\.[^ ]+, .* {kind}"):
+            transformers.AutoModelForCausalLM.from_pretrained(tmp_path / str(layers))
+    three = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "3", strict=False).markovformer
+    assert not hasattr(three.config, "strict")
+    extra = dict(three.model.blocks[2].named_parameters())
+    assert torch.equal(extra["attention_norm.weight"], torch.ones(16))  # markovformer's initialisation
+    assert 0.01 < float(extra["attention.qkv.weight"].detach().std()) < 0.03  # N(0, initializer_range = 0.02²)
+    for kept, saved in zip(three.model.blocks[:2].parameters(), ours.model.blocks.parameters(), strict=True):
+        assert torch.equal(kept, saved)
 
 
 def test_auto_model_loads_the_backbone(tmp_path):
