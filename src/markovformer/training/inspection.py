@@ -3,7 +3,7 @@ page that puts them under the run's config, model, training time and results, wi
 
 The model reads bounded prefixes of the validation sequences only (``EXAMPLE_LENGTH``, ``PROFILE_LENGTH``), so the
 attention maps it hands out stay the same size however long the run's sequences are; the captions say what was
-read."""
+read. The report is written as one transaction (``plots.replace_folder``)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from markovformer.plots import (
     plot_order_gates,
     plot_training_curves,
     plot_transition_strengths,
+    replace_folder,
     write_html_report,
 )
 from markovformer.training.build import build_data
@@ -129,9 +130,17 @@ def reference_lines(reference: dict) -> dict[str, float]:
 
 
 def write_inspection_report(target: str | Path, layers: list[int] | None = None, out_dir: str | Path | None = None):
-    """Write the figures of a trained run under ``out_dir`` (default RUN_DIR/report) and return its index.html."""
+    """Write the figures of a trained run and their page into ``out_dir`` (default RUN_DIR/report) and return its
+    index.html. The folder is replaced whole (``plots.replace_folder``): a failed or killed inspect leaves the
+    previous report as it was, never a mix of old and new figures."""
     config, model, run_dir = load_run(target)
     out = Path(out_dir) if out_dir is not None else run_dir / "report"
+    index = replace_folder(out, lambda staging: _write_report(config, model, run_dir, staging, layers))
+    return out / index.name
+
+
+def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | None) -> Path:
+    """Every figure and the page into the folder ``out``; returns the page's path."""
     metrics_path = run_dir / "metrics.json"
     results = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
     data_info = json.loads((run_dir / "data.json").read_text())["info"]
