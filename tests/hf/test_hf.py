@@ -5,6 +5,8 @@ it is tested in a subprocess that blocks the import."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 
@@ -108,6 +110,86 @@ def test_seq2seq_and_vmt_load_through_their_auto_classes(tmp_path):
         assert torch.equal(theirs, vmt(input_ids=source).elbo)
 
 
+def _translator():
+    from markovformer import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
+
+    return MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, order=2, dropout=0.0,
+        max_positions=32, pad_token_id=1, bos_token_id=2, eos_token_id=3))  # fmt: skip
+
+
+def _wrapper_class(model: torch.nn.Module):
+    from markovformer.hf import HF_CLASSES
+
+    return next(wrapper for _, wrapper in HF_CLASSES.values() if wrapper.markovformer_class is type(model))
+
+
+@pytest.mark.parametrize(
+    "model",
+    [lambda: MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**SMALL, tie_word_embeddings=True)),
+     lambda: MarkovianTransformerForSequenceClassification(MarkovianTransformerConfig(
+         **SMALL, causal=False, pooling="cls", num_labels=3)),
+     _translator],
+    ids=["causal_lm_tied", "sequence_classification_3_labels", "translator_token_ids"],
+)  # fmt: skip
+def test_a_directory_saved_by_transformers_loads_natively_with_identical_logits(model, tmp_path):
+    """transformers writes its own keys (architectures, dtype, ...) and keeps the label count as id2label only."""
+    _transformers()
+    torch.manual_seed(0)
+    ours = _saved(model(), tmp_path / "ours")
+    _wrapper_class(ours).from_pretrained(tmp_path / "ours").save_pretrained(tmp_path / "theirs")
+    written = json.loads((tmp_path / "theirs" / "config.json").read_text())
+    assert {"architectures", "dtype", "transformers_version"} <= written.keys() and "architecture" not in written
+    native = type(ours).from_pretrained(tmp_path / "theirs")
+    assert native.config == ours.config
+    ids = torch.randint(4, 11, (2, 9), generator=torch.Generator().manual_seed(1))
+    inputs = (ids, ids[:, :5]) if ours.config.model_type == "markov_translator" else (ids,)
+    with torch.no_grad():
+        assert torch.equal(native(*inputs).logits, ours(*inputs).logits)
+
+
+def test_loading_a_transformers_directory_natively_still_refuses_unknown_keys_and_other_heads(tmp_path):
+    _transformers()
+    torch.manual_seed(0)
+    ours = _saved(MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**SMALL)), tmp_path / "ours")
+    _wrapper_class(ours).from_pretrained(tmp_path / "ours").save_pretrained(tmp_path / "theirs")
+    with pytest.raises(ValueError, match="holds a MarkovianTransformerForCausalLM, not a MarkovianTransformerFor"):
+        MarkovianTransformerForSequenceClassification.from_pretrained(tmp_path / "theirs")
+    config = tmp_path / "theirs" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "n_layer": 2}))
+    with pytest.raises(ValueError, match="has no field 'n_layer' \\(did you mean 'n_layers'\\?\\)"):
+        MarkovianTransformerForCausalLM.from_pretrained(tmp_path / "theirs")
+
+
+def test_weights_that_do_not_fit_the_config_raise_unless_strict_is_off(tmp_path):
+    """transformers itself loads a config with more layers than the weights, leaving the extra layer's parameters
+    uninitialised (here: whatever memory held, NaN included), and only logs it."""
+    transformers = _transformers()
+    import markovformer.hf  # noqa: F401
+
+    torch.manual_seed(0)
+    ours = _saved(MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**SMALL)), tmp_path / "two")
+    ids = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(1))
+    loaded, info = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "two", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, ours(ids).logits)
+
+    for layers, kind in ((3, "missing from the checkpoint"), (1, "are not in the model")):
+        shutil.copytree(tmp_path / "two", tmp_path / str(layers))
+        config = tmp_path / str(layers) / "config.json"
+        config.write_text(json.dumps({**json.loads(config.read_text()), "n_layers": layers}))
+        with pytest.raises(ValueError, match=f"'s model\\.blocks\\.{min(layers, 2)}\\.[^ ]+, .* {kind}"):
+            transformers.AutoModelForCausalLM.from_pretrained(tmp_path / str(layers))
+    three = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "3", strict=False).markovformer
+    assert not hasattr(three.config, "strict")
+    extra = dict(three.model.blocks[2].named_parameters())
+    assert torch.equal(extra["attention_norm.weight"], torch.ones(16))  # markovformer's initialisation
+    assert 0.01 < float(extra["attention.qkv.weight"].detach().std()) < 0.03  # N(0, initializer_range = 0.02²)
+    for kept, saved in zip(three.model.blocks[:2].parameters(), ours.model.blocks.parameters(), strict=True):
+        assert torch.equal(kept, saved)
+
+
 def test_auto_model_loads_the_backbone(tmp_path):
     transformers = _transformers()
     import markovformer.hf  # noqa: F401
@@ -161,3 +243,7 @@ def test_transformers_trainer_lowers_the_loss_on_a_markov_chain(tmp_path):
     assert len(losses) == 6 and losses == sorted(losses, reverse=True), losses  # falling at every logging step
     floor = float(chain.entropy_rate())  # the lowest loss any model can reach
     assert before > floor + 0.5 and after < floor + 0.1, (before, after, floor)
+    trainer.save_model(str(tmp_path / "saved"))  # transformers' config.json, no markovformer class name in it
+    native = MarkovianTransformerForCausalLM.from_pretrained(tmp_path / "saved")
+    with torch.no_grad():
+        assert torch.equal(native(held_out).logits, model(input_ids=held_out).logits)

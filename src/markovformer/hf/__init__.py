@@ -10,7 +10,9 @@ with the Auto class of its task (``AutoModel``, ``AutoModelForCausalLM``, ``Auto
 
 loads the saved weights into a ``transformers.PreTrainedModel`` that wraps the markovformer model (the same
 modules, so the same state-dict keys and the same logits), usable with ``transformers``' ``generate`` and
-``Trainer``. The core package never imports ``transformers``.
+``Trainer``. The core package never imports ``transformers``. Loading is strict: a checkpoint that lacks some of
+the model's parameters or holds others raises ValueError unless ``strict=False`` is passed (see
+``_Wrapper.from_pretrained``).
 """
 
 try:

@@ -34,6 +34,7 @@ from transformers.utils import ModelOutput
 
 from markovformer.models.config_base import ModelConfig
 from markovformer.models.markovian_transformer import MarkovianTransformerModel
+from markovformer.models.pretrained import HF_WRAPPER_PREFIX
 from markovformer.models.pretrained import PreTrainedModel as MarkovformerModel
 from markovformer.models.registry import MODEL_FAMILIES
 
@@ -115,17 +116,32 @@ class _Wrapper(PreTrainedModel):
         """Nothing: the markovformer model initialised its weights when it was built."""
 
     @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """``transformers``' loading, then the buffers that are derived rather than saved (rotary frequencies,
-        position tables) recomputed: ``transformers`` initialises what the checkpoint does not hold its own way."""
-        model = super().from_pretrained(*args, **kwargs)
+    def from_pretrained(cls, *args, strict: bool = True, **kwargs):
+        """``transformers``' loading, then what it leaves unset taken from a freshly built markovformer model: the
+        buffers that are derived rather than saved (rotary frequencies, position tables) and the parameters the
+        checkpoint lacks or holds at another size (``ignore_mismatched_sizes=True``), which ``transformers`` would
+        leave uninitialised here. ``strict`` (the default) first raises ValueError naming the first parameters the
+        checkpoint lacks or holds but the model does not (a config with more layers than the weights, say);
+        ``strict=False`` loads such a directory anyway. ``output_loading_info=True`` works as in ``transformers``."""
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        order = {name: index for index, name in enumerate(model.state_dict())}
+        missing = sorted(info["missing_keys"], key=lambda name: order.get(name, len(order)))
+        unexpected = sorted(info["unexpected_keys"])
+        if strict and (missing or unexpected):
+            raise ValueError(_mismatch_message(args[0] if args else kwargs.get("pretrained_model_name_or_path"),
+                                               missing, unexpected))  # fmt: skip
         with torch.device("cpu"):
             fresh = cls.markovformer_class(model.config.to_markovformer())
+        fresh_state, state = fresh.state_dict(), model.state_dict(keep_vars=True)
+        with torch.no_grad():
+            for name in [*missing, *(key[0] for key in info["mismatched_keys"])]:
+                state[name].copy_(fresh_state[name])
         fresh_modules = dict(fresh.named_modules())
         for name, module in model.markovformer.named_modules():
             for buffer_name in module._non_persistent_buffers_set:
                 module._buffers[buffer_name] = fresh_modules[name]._buffers[buffer_name].to(model.device)
-        return model
+        return (model, info) if wants_info else model
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
@@ -139,6 +155,20 @@ class _Wrapper(PreTrainedModel):
         super().train(mode)
         self.markovformer.train(mode)
         return self
+
+
+def _mismatch_message(directory, missing: list[str], unexpected: list[str]) -> str:
+    """What a strict load found: the first few names of each kind and how many there are."""
+
+    def first(names: list[str]) -> str:
+        return ", ".join(names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
+
+    problems = ([f"the model's {first(missing)} are missing from the checkpoint"] if missing else []) + (
+        [f"the checkpoint's {first(unexpected)} are not in the model"] if unexpected else [])  # fmt: skip
+    return (
+        f"{directory}: the weights do not fit the config: {'; '.join(problems)}. Pass strict=False to load it "
+        "anyway (missing parameters then get markovformer's initialisation, unexpected ones are dropped)"
+    )
 
 
 class _CausalLMWrapper(_Wrapper, GenerationMixin):
@@ -197,7 +227,7 @@ class _Seq2SeqWrapper(_Wrapper):
 
 
 def _wrapper(family: str, task: str, base: type[_Wrapper], markovformer_class: type) -> type[_Wrapper]:
-    return type(f"HF{markovformer_class.__name__}", (base,), {
+    return type(f"{HF_WRAPPER_PREFIX}{markovformer_class.__name__}", (base,), {
         "config_class": HF_CONFIGS[family], "markovformer_class": markovformer_class, "__module__": __name__,
     })  # fmt: skip
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import TypeVar
@@ -20,6 +21,21 @@ RENAMED_ARCHITECTURES = {
     "ScanMarkovLM": "ScanMarkovForCausalLM",
     "MarkovTranslator": "MarkovTranslatorForConditionalGeneration",
 }
+# markovformer.hf names the transformers wrapper of class X "HFX"; its save_pretrained writes that name
+HF_WRAPPER_PREFIX = "HF"
+# The keys transformers' PretrainedConfig (v4 and v5) writes into config.json beside a model's own fields: its
+# bookkeeping (versions, names, dtype, output switches, label names, special tokens, encoder-decoder flags). None
+# describes a markovformer model, so loading ignores them; a key that is also a field of the config is that field
+# (the translator's pad/bos/eos ids), and any other key is still refused.
+TRANSFORMERS_CONFIG_KEYS = frozenset({
+    "_attn_implementation_autoset", "_commit_hash", "_name_or_path", "add_cross_attention", "architectures",
+    "bos_token_id", "chunk_size_feed_forward", "cross_attention_hidden_size", "decoder_start_token_id", "dtype",
+    "eos_token_id", "finetuning_task", "id2label", "is_decoder", "is_encoder_decoder", "label2id",
+    "output_attentions", "output_hidden_states", "pad_token_id", "prefix", "problem_type", "pruned_heads",
+    "return_dict", "sep_token_id", "task_specific_params", "tf_legacy_loss", "tie_encoder_decoder",
+    "tie_word_embeddings", "tokenizer_class", "torch_dtype", "torchscript", "transformers_version", "use_bfloat16",
+    "use_cache",
+})  # fmt: skip
 ModelT = TypeVar("ModelT", bound="PreTrainedModel")
 
 
@@ -76,7 +92,9 @@ class PreTrainedModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls: type[ModelT], directory: str | Path, map_location: str = "cpu") -> ModelT:
-        """Load what ``save_pretrained`` wrote (also under the old class and field names)."""
+        """Load what ``save_pretrained`` wrote (also under the old class and field names), here or through
+        ``markovformer.hf`` (``transformers``' ``save_pretrained`` / ``Trainer.save_model``, whose bookkeeping keys,
+        ``TRANSFORMERS_CONFIG_KEYS``, are ignored)."""
         from safetensors.torch import load_model
 
         directory = Path(directory)
@@ -87,17 +105,37 @@ class PreTrainedModel(nn.Module):
             values = json.loads((directory / CONFIG_NAME).read_text())
         except json.JSONDecodeError as error:
             raise ValueError(f"{directory / CONFIG_NAME}: not valid JSON ({error})") from error
-        architecture = values.pop("architecture", cls.__name__)
-        architecture = RENAMED_ARCHITECTURES.get(architecture, architecture)
-        if architecture != cls.__name__:
-            raise ValueError(f"{directory} holds a {architecture}, not a {cls.__name__}")
-        values.pop("transformers_version", None)  # written when the model was saved through Hugging Face
-        model = cls(cls.config_class.from_dict(values))
+        if not isinstance(values, dict):
+            raise ValueError(f"{directory / CONFIG_NAME}: holds a JSON {type(values).__name__}, not an object")
+        model = cls(cls.config_class.from_dict(cls._config_values(values, directory)))
         try:
             load_model(model, str(directory / WEIGHTS_NAME), strict=True, device=map_location)
         except RuntimeError as error:
             raise ValueError(f"{directory / WEIGHTS_NAME} does not match {cls.__name__}: {error}") from error
         return model
 
+    @classmethod
+    def _config_values(cls, values: dict, directory: Path) -> dict:
+        """The config fields of a config.json written by ``save_pretrained`` here or through ``markovformer.hf``
+        (``transformers``): the class name checked, ``transformers``' own keys dropped and the label count that
+        ``transformers`` keeps as ``id2label`` read back as ``num_labels``."""
+        fields = {field.name for field in dataclasses.fields(cls.config_class)}
+        names = [values.pop("architecture")] if "architecture" in values else []
+        if not names and isinstance(values.get("architectures"), list):
+            names = [name.removeprefix(HF_WRAPPER_PREFIX) for name in values["architectures"]]
+        names = [RENAMED_ARCHITECTURES.get(name, name) for name in names]
+        if names and cls.__name__ not in names:
+            raise ValueError(f"{directory} holds a {names[0]}, not a {cls.__name__}")
+        if "num_labels" in fields and "num_labels" not in values and isinstance(values.get("id2label"), dict):
+            values["num_labels"] = len(values["id2label"])
+        return {key: value for key, value in values.items() if key in fields or key not in TRANSFORMERS_CONFIG_KEYS}
 
-__all__ = ["CONFIG_NAME", "RENAMED_ARCHITECTURES", "WEIGHTS_NAME", "PreTrainedModel"]
+
+__all__ = [
+    "CONFIG_NAME",
+    "HF_WRAPPER_PREFIX",
+    "RENAMED_ARCHITECTURES",
+    "TRANSFORMERS_CONFIG_KEYS",
+    "WEIGHTS_NAME",
+    "PreTrainedModel",
+]

@@ -13,6 +13,7 @@ from markovformer.plots.markov import (
     plot_transition_strengths,
 )
 from markovformer.plots.report import write_html_report
+from markovformer.plots.saving import replace_folder
 
 __all__ = [
     "metric_family",
@@ -22,5 +23,6 @@ __all__ = [
     "plot_training_curves",
     "plot_transition_strengths",
     "read_metric_series",
+    "replace_folder",
     "write_html_report",
 ]

@@ -1,11 +1,16 @@
 """`markovformer inspect`: a run's figures (curves, strengths, gates, attention by lag, attention maps) and one HTML
-page that puts them under the run's config, model, training time and results, with their units and references."""
+page that puts them under the run's config, model, training time and results, with their units and references.
+
+The model reads bounded prefixes of the validation sequences only (``EXAMPLE_LENGTH``, ``PROFILE_LENGTH``), so the
+attention maps it hands out stay the same size however long the run's sequences are; the captions say what was
+read. The report is written as one transaction (``plots.replace_folder``)."""
 
 from __future__ import annotations
 
 import inspect
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -18,6 +23,7 @@ from markovformer.plots import (
     plot_order_gates,
     plot_training_curves,
     plot_transition_strengths,
+    replace_folder,
     write_html_report,
 )
 from markovformer.training.build import build_data
@@ -28,6 +34,13 @@ from markovformer.training.tasks import model_inputs
 
 EXAMPLE_LENGTH = 48  # positions shown in the gate and attention figures: long enough to see lags, short to read
 PROFILE_EXAMPLES = 32  # validation sequences averaged in the attention-by-lag profile
+PROFILE_LENGTH = 512  # the first positions of each of them the profile reads: its maps are at most 512 x 512
+PROFILE_BATCH = 4  # sequences per forward pass of the profile: with PROFILE_LENGTH, bounds the maps held at once
+
+
+def _prefix(example: dict, length: int) -> dict:
+    """The first ``length`` positions of an example (a per-sequence label, a 0-dim tensor, kept whole)."""
+    return {key: value[:length] if value.dim() else value for key, value in example.items()}
 
 
 def _tokens(ids: list[int], run_dir: Path) -> list[str]:
@@ -43,15 +56,20 @@ def attention_by_lag(weights: torch.Tensor, max_lag: int, attention_mask: torch.
     ``weights`` (B, H, T, T), queries down, keys across. Averaged over the examples and over the queries that have
     every lag up to ``max_lag`` inside the sequence (t >= max_lag) and are real tokens (``attention_mask`` (B, T)).
     """
+    total, count = _lag_sums(weights, max_lag, attention_mask)
+    return total / count.clamp_min(1)
+
+
+def _lag_sums(weights: torch.Tensor, max_lag: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sum over the averaged queries behind ``attention_by_lag`` (H, max_lag + 1), and their count."""
     batch, heads, length, _ = weights.shape
     if length <= max_lag:
         raise ValueError(f"sequences of {length} tokens have no query with all lags 0..{max_lag}")
     queries = torch.arange(max_lag, length)
     lags = torch.arange(max_lag + 1)
     picked = weights[:, :, queries[:, None], queries[:, None] - lags[None, :]]  # (B, H, Tq, L + 1)
-    valid = torch.ones(batch, len(queries)) if attention_mask is None else attention_mask[:, queries].float()
-    total = (picked * valid[:, None, :, None]).sum(dim=(0, 2))
-    return total / valid.sum().clamp_min(1)
+    valid = torch.ones(batch, len(queries)) if mask is None else mask[:, queries].float()
+    return (picked * valid[:, None, :, None]).sum(dim=(0, 2)), valid.sum()
 
 
 def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) -> dict[str, object]:
@@ -112,9 +130,17 @@ def reference_lines(reference: dict) -> dict[str, float]:
 
 
 def write_inspection_report(target: str | Path, layers: list[int] | None = None, out_dir: str | Path | None = None):
-    """Write the figures of a trained run under ``out_dir`` (default RUN_DIR/report) and return its index.html."""
+    """Write the figures of a trained run and their page into ``out_dir`` (default RUN_DIR/report) and return its
+    index.html. The folder is replaced whole (``plots.replace_folder``): a failed or killed inspect leaves the
+    previous report as it was, never a mix of old and new figures."""
     config, model, run_dir = load_run(target)
     out = Path(out_dir) if out_dir is not None else run_dir / "report"
+    index = replace_folder(out, lambda staging: _write_report(config, model, run_dir, staging, layers))
+    return out / index.name
+
+
+def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | None) -> Path:
+    """Every figure and the page into the folder ``out``; returns the page's path."""
     metrics_path = run_dir / "metrics.json"
     results = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
     data_info = json.loads((run_dir / "data.json").read_text())["info"]
@@ -148,11 +174,11 @@ def _gate_and_attention_figures(
     config, model, run_dir: Path, out: Path, layers: list[int] | None, marked: tuple[int, ...] | None,
     chain_lags: tuple[int, ...] | None,
 ) -> list[tuple]:
-    """Order gates and attention maps of the first validation example and the attention-by-lag profile of the
-    first validation examples, as (caption, path) pairs."""
+    """Order gates and attention maps of the first validation example's first ``EXAMPLE_LENGTH`` positions and the
+    attention-by-lag profile of the first validation examples, as (caption, path) pairs."""
     figures = []
     validation = build_data(config).val
-    batch = collate([{k: v[:EXAMPLE_LENGTH] if v.dim() else v for k, v in validation[0].items()}])
+    batch = collate([_prefix(validation[0], EXAMPLE_LENGTH)])
     inputs = {k: v for k, v in model_inputs(batch).items() if k != "labels"}
     model.eval()
     with torch.no_grad():
@@ -160,8 +186,8 @@ def _gate_and_attention_figures(
     ids = batch["input_ids"][0].tolist() if "input_ids" in batch else list(range(batch["attention_mask"].shape[1]))
     tokens = _tokens(ids, run_dir) if "input_ids" in batch else [str(i) for i in ids]
     if any(g for g in output.gates or []):
-        caption = (f"Order gates over a validation sequence: per head, the probability of each lag and the null slot "
-                   f"({CONVENTION}; *: the chain's lags)")  # fmt: skip
+        caption = (f"Order gates over the first {len(ids)} tokens of a validation sequence: per head, the probability "
+                   f"of each lag and the null slot ({CONVENTION}; *: the chain's lags)")  # fmt: skip
         null_slot = bool(getattr(model.config, "gate_null", True))
         figures.append((caption, plot_order_gates(output.gates, tokens, out / "order_gates.png", null_slot=null_slot,
                                                   true_lags=marked)))  # fmt: skip
@@ -169,28 +195,60 @@ def _gate_and_attention_figures(
     bad = [layer for layer in chosen if not 0 <= layer < len(output.attentions)]
     if bad:
         raise ValueError(f"--layers {bad[0]} is not a layer of this model (it has {len(output.attentions)})")
-    profile = _lag_profiles(model, validation, chosen)
-    if profile:
+    profile = lag_profiles(model, validation, chosen)
+    if profile.profiles:
+        cut = f", each cut to its first {PROFILE_LENGTH} tokens" if profile.cut else ""
         caption = ("Attention by lag: per layer and head, the mean attention probability a query gives the key k "
-                   f"tokens back, over {PROFILE_EXAMPLES} validation sequences ({CONVENTION}; shaded: the chain's "
+                   f"tokens back, over queries {profile.max_lag}..{profile.length - 1} of the first "
+                   f"{profile.sequences} validation sequences{cut} ({CONVENTION}; shaded: the chain's "
                    "lags)")  # fmt: skip
-        figures.append((caption, plot_attention_lag_profile(profile, out / "attention_by_lag.png", chain_lags)))
+        figures.append((caption, plot_attention_lag_profile(profile.profiles, out / "attention_by_lag.png",
+                                                            chain_lags)))  # fmt: skip
     if chosen:
-        caption = f"Attention probabilities of layers {chosen} on the same sequence (queries down, keys across)"
+        caption = (f"Attention probabilities of layers {chosen} on the same {len(ids)} tokens (queries down, keys "
+                   "across)")  # fmt: skip
         figures.append((caption, plot_attention_maps(output.attentions, chosen, out / "attention.png", tokens=tokens)))
     return figures
 
 
-def _lag_profiles(model, validation: list, layers: list[int]) -> dict[int, torch.Tensor]:
-    """{layer: (H, L + 1) attention by lag} over the first validation sequences; L = the window + 1 (so the
-    window's edge shows), else 16."""
-    batch = collate(validation[:PROFILE_EXAMPLES])
+@dataclass(frozen=True)
+class LagProfiles:
+    """``profiles``: {layer: (H, max_lag + 1) attention by lag}, averaged over queries max_lag..length - 1 of the
+    first ``sequences`` validation sequences; ``cut``: whether some were longer than ``PROFILE_LENGTH``."""
+
+    profiles: dict[int, torch.Tensor]
+    max_lag: int
+    length: int
+    sequences: int
+    cut: bool
+
+
+def lag_profiles(model, validation: list, layers: list[int]) -> LagProfiles:
+    """The attention-by-lag profile of ``layers`` over the first ``PROFILE_EXAMPLES`` validation sequences, each
+    read up to its first ``PROFILE_LENGTH`` positions, ``PROFILE_BATCH`` sequences per forward pass: the attention
+    maps held at once stay within PROFILE_BATCH x H x PROFILE_LENGTH² per layer whatever the sequence length. A
+    causal model's maps of those queries are exactly those of the whole sequences (a bidirectional one sees only
+    the prefix). ``model`` in eval mode. L = the window + 1 (so the window's edge shows), else 16."""
+    examples = validation[:PROFILE_EXAMPLES]
+    batch = collate([_prefix(example, PROFILE_LENGTH) for example in examples])
     inputs = {k: v for k, v in model_inputs(batch).items() if k != "labels"}
-    with torch.no_grad():
-        attentions = model(**inputs, return_weights=True).attentions
-    length = attentions[0].shape[-1] if attentions and attentions[0] is not None else 0
-    window = getattr(model.config, "window", None) or getattr(model.config, "max_order", None) or 16
-    max_lag = min(int(window) + 1, length - 1)
     mask = batch.get("attention_mask")
-    return {layer: attention_by_lag(attentions[layer], max_lag, mask) for layer in layers
-            if attentions[layer] is not None and max_lag >= 1}  # fmt: skip
+    window = getattr(model.config, "window", None) or getattr(model.config, "max_order", None) or 16
+    sums: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # layer: (summed probabilities, queries summed)
+    max_lag = length = 0
+    for start in range(0, len(examples), PROFILE_BATCH):
+        rows = slice(start, start + PROFILE_BATCH)
+        with torch.no_grad():
+            attentions = model(**{k: v[rows] for k, v in inputs.items()}, return_weights=True).attentions
+        length = attentions[0].shape[-1] if attentions and attentions[0] is not None else 0
+        max_lag = min(int(window) + 1, length - 1)
+        if max_lag < 1:
+            break
+        for layer in layers:
+            if attentions[layer] is not None:
+                total, count = _lag_sums(attentions[layer], max_lag, None if mask is None else mask[rows])
+                before = sums.get(layer, (0.0, 0.0))
+                sums[layer] = (before[0] + total, before[1] + count)
+    profiles = {layer: total / count.clamp_min(1) for layer, (total, count) in sums.items()}
+    longest = max(len(example["input_ids" if "input_ids" in example else "input_features"]) for example in examples)
+    return LagProfiles(profiles, max_lag, length, len(examples), cut=longest > PROFILE_LENGTH)

@@ -1,0 +1,125 @@
+"""`markovformer inspect`: the attention-by-lag profile reads bounded prefixes of the validation sequences (the full
+computation when they are short, the first rows of the full maps when they are cut), and the report folder is
+replaced whole, so a failed inspect leaves the previous report as it was."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import yaml
+
+from markovformer.cli.main import main
+from markovformer.data.collate import collate
+from markovformer.plots import saving
+from markovformer.training import inspection
+from markovformer.training.build import build_data
+from markovformer.training.inspection import attention_by_lag, lag_profiles, write_inspection_report
+from markovformer.training.run_dir import load_run
+
+REPORT = {"attention.png", "attention_by_lag.png", "curves.png", "index.html", "order_gates.png",
+          "transition_strengths.png"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny causal LM (1 layer, 2 heads, window 2) trained for 2 steps on sequences of 24 tokens."""
+    from conftest import TINY_RUN
+
+    folder = tmp_path_factory.mktemp("inspect")
+    trainer = {**TINY_RUN["trainer"], "max_steps": 2, "eval_every": 2, "checkpoint_every": 2, "log_every": 1}
+    config = folder / "tiny.yaml"
+    config.write_text(yaml.safe_dump({**TINY_RUN, "trainer": trainer, "output_dir": str(folder / "run")}))
+    assert main(["train", str(config)]) == 0
+    return folder / "run"
+
+
+@pytest.fixture
+def run(trained, tmp_path):
+    """A private copy of the trained run."""
+    return shutil.copytree(trained, tmp_path / "run")
+
+
+def _model_and_validation(run_dir):
+    config, model, _ = load_run(run_dir)
+    return model.eval(), build_data(config).val
+
+
+def _full_maps(model, validation) -> torch.Tensor:
+    """Layer 0's (32, H, T, T) attention maps of the first 32 whole sequences: what inspect used to compute."""
+    with torch.no_grad():
+        return model(input_ids=collate(validation[:32])["input_ids"], return_weights=True).attentions[0]
+
+
+def test_the_profile_of_short_sequences_is_the_full_computation(trained):
+    model, validation = _model_and_validation(trained)
+    profile = lag_profiles(model, validation, [0])
+    assert (profile.max_lag, profile.length, profile.sequences, profile.cut) == (3, 24, 32, False)
+    torch.testing.assert_close(profile.profiles[0], attention_by_lag(_full_maps(model, validation), 3))
+
+
+def test_long_sequences_are_read_in_bounded_prefixes_whose_maps_are_the_full_maps_first_rows(trained, monkeypatch):
+    """With 10 positions read, 4 sequences per pass, no map the model hands out is larger than (4, H, 10, 10), and
+    the causal model's profile over queries 3..9 is that of the whole sequences' maps."""
+    monkeypatch.setattr(inspection, "PROFILE_LENGTH", 10)
+    monkeypatch.setattr(inspection, "PROFILE_BATCH", 4)
+    model, validation = _model_and_validation(trained)
+    full = _full_maps(model, validation)
+    shapes = []
+    forward = model.forward
+
+    def recording_forward(*args, **kwargs):
+        output = forward(*args, **kwargs)
+        shapes.extend(tuple(weights.shape) for weights in output.attentions)
+        return output
+
+    monkeypatch.setattr(model, "forward", recording_forward)
+    profile = lag_profiles(model, validation, [0])
+    assert shapes == [(4, 2, 10, 10)] * 8
+    assert (profile.max_lag, profile.length, profile.sequences, profile.cut) == (3, 10, 32, True)
+    torch.testing.assert_close(profile.profiles[0], attention_by_lag(full[:, :, :10, :10], 3))
+    assert not torch.allclose(profile.profiles[0], attention_by_lag(full, 3))  # the cut is seen
+
+
+def test_a_report_that_fails_midway_leaves_the_old_one_whole_and_no_staging_folder(run, monkeypatch):
+    report = run / "report"
+    report.mkdir()
+    for name in [*REPORT, "gone.png"]:  # contents no new report can have, so that any file rewritten would show
+        (report / name).write_bytes(b"old " + name.encode())
+    old = {path.name: path.read_bytes() for path in report.iterdir()}
+    (run / ".report.staging-0123").mkdir()  # left by an inspect killed while writing
+    writes = []
+    atomic_write = saving.atomic_write
+
+    def failing_write(path, write):
+        writes.append(path.name)
+        if len(writes) == 3:
+            raise OSError("No space left on device")
+        return atomic_write(path, write)
+
+    monkeypatch.setattr(saving, "atomic_write", failing_write)
+    with pytest.raises(OSError, match="No space left"):
+        write_inspection_report(run, layers=[0])
+    assert writes == ["curves.png", "transition_strengths.png", "order_gates.png"]
+    assert {path.name: path.read_bytes() for path in report.iterdir()} == old
+    assert sorted(path.name for path in run.iterdir() if path.name.startswith(".report")) == []
+
+    monkeypatch.undo()
+    index = write_inspection_report(run, layers=[0])
+    assert {path.name for path in report.iterdir()} == REPORT  # the whole folder is new: gone.png is gone
+    assert all(path.read_bytes() != old[path.name] for path in report.iterdir())
+    page = index.read_text()
+    assert "over queries 3..23 of the first 32 validation sequences (" in page  # what the profile read
+    assert "Order gates over the first 24 tokens" in page
+    assert sorted(path.name for path in run.iterdir() if path.name.startswith(".report")) == []
+
+
+def test_inspect_refuses_to_replace_a_folder_holding_other_files(run, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="mine holds notes.txt, which is not a figure or page of a report"):
+        write_inspection_report(run, out_dir=mine)
+    assert [path.name for path in mine.iterdir()] == ["notes.txt"] and (mine / "notes.txt").read_text() == "keep me"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mine", "run"]  # no staging folder beside it
