@@ -136,13 +136,22 @@ def test_eval_refuses_the_model_of_a_run_with_another_vocabulary(runs, tmp_path,
     assert json.loads(capsys.readouterr().out)["metrics"]["loss"] > 0
 
 
+def saved_before_fingerprints(run) -> None:
+    """Make ``run`` look like a run written before fingerprints and finished.json (run format 1)."""
+    (run / "model" / "fingerprint.json").unlink()
+    (run / "finished.json").unlink()
+    environment = json.loads((run / "environment.json").read_text())
+    del environment["run_format"]
+    (run / "environment.json").write_text(json.dumps(environment))
+
+
 def test_eval_refuses_tensors_of_another_dtype(run, capsys):
     """Integer weights in a crafted file were cast and loaded silently on main."""
     weights = run / "model" / "model.safetensors"
     tensors = load_file(weights)
     name = next(n for n, t in tensors.items() if t.is_floating_point())
     save_file({**tensors, name: (tensors[name] * 100).long()}, str(weights))
-    (run / "model" / "fingerprint.json").unlink()  # as a run saved before fingerprints: the dtype check remains
+    saved_before_fingerprints(run)  # the dtype check remains
     refused(capsys, ["eval", str(run)], name, "torch.int64")
     last = run / "checkpoints" / "last.ckpt"
     checkpoint = load_checkpoint_file(last)
@@ -157,7 +166,7 @@ def test_damaged_weights_and_records_are_one_line_in_eval_generate_and_inspect(r
     weights.write_bytes(weights.read_bytes()[:100])  # truncated
     for argv in (["eval", str(run)], ["generate", str(run), "--prompt", "1 2"], ["inspect", str(run)]):
         refused(capsys, argv, "model.safetensors")
-    (run / "model" / "fingerprint.json").unlink()
+    saved_before_fingerprints(run)
     refused(capsys, ["eval", str(run)], "model.safetensors", "not a readable safetensors file")
     weights.write_bytes(b"garbage" * 10)
     refused(capsys, ["generate", str(run), "--prompt", "1 2"], "model.safetensors")
@@ -257,4 +266,4 @@ def test_cheap_checks_come_before_the_data_is_built(runs, run, capsys, monkeypat
     monkeypatch.setattr(runner, "build_data", no_data)
     refused(capsys, ["train", str(runs[0]), f"output_dir={run}"], "already holds a run")
     refused(capsys, ["train", "--resume", str(run)], "finished")
-    refused(capsys, ["train", "--resume", str(run), "trainer.lr=1.0"], "trainer.lr cannot change")
+    refused(capsys, ["train", "--resume", str(run), "trainer.weight_decay=0.5"], "trainer.weight_decay cannot change")

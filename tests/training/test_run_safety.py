@@ -203,7 +203,8 @@ def test_a_failed_resume_keeps_every_log_row(run_files, tmp_path, cli):
     config, whole = run_files
     run = tmp_path / "run"
     shutil.copytree(whole, run)
-    (run / "metrics.json").unlink()  # as if killed after its last checkpoint
+    (run / "finished.json").unlink()  # as if killed after its last checkpoint
+    (run / "metrics.json").unlink()
     before = (run / "logs" / "metrics.csv").read_bytes()
     last = run / "checkpoints" / "last.ckpt"
     good = last.read_bytes()

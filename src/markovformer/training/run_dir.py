@@ -14,9 +14,9 @@ A run directory holds::
     finished.json      written last: the run is finished, and model/ and metrics.json are those of its last step
 
 Finishing is one transaction: ``finished.json`` is removed before anything else changes (an extension by
-``--resume`` removes it before it trains), then model/ and metrics.json are written, then ``finished.json``, which
-records their digests. A kill at any moment leaves a finished run whose files agree, or an unfinished one that
-``--resume`` completes; readers use model/ only when ``finished.json`` vouches for it, else the last checkpoint.
+``--resume`` removes it before it trains), then model/ and metrics.json are written, then ``finished.json``. A kill
+at any moment leaves a finished run whose files agree, or an unfinished one that ``--resume`` completes; readers use
+model/ only when ``finished.json`` is there, else the last checkpoint.
 """
 
 from __future__ import annotations
@@ -39,10 +39,8 @@ from markovformer.training.build import build_model
 from markovformer.training.checkpoint import load_checkpoint_file, os_error_of_safetensors
 from markovformer.training.environment import environment_record
 from markovformer.training.fingerprint import (
-    FINGERPRINT_FILE,
     check_checkpoint_fingerprint,
     check_model_fingerprint,
-    file_digest,
     run_fingerprint,
     write_model_fingerprint,
 )
@@ -110,25 +108,23 @@ def run_format(run_dir: Path) -> int:
 
 
 def finished_steps(run_dir: Path) -> int | None:
-    """The step count of a finished run (None: not finished). A run of this format is finished when its
-    finished.json is there; ConfigError when the files it names (metrics.json, model/fingerprint.json, which names
-    the weights and config) were changed or removed since."""
+    """The step count of a finished run (None: not finished): its finished.json's, or for a run written before it
+    existed, metrics.json's. The final files themselves are checked where they are read (the model's fingerprint)."""
     if run_format(run_dir) < RUN_FORMAT:
         if not (run_dir / "metrics.json").is_file():
             return None
         return json.loads((run_dir / "metrics.json").read_text()).get("steps", 0)
     marker = run_dir / FINISHED
     try:
-        record = json.loads(marker.read_text())
-        steps, files = record["steps"], dict(record["files"])
+        steps = json.loads(marker.read_text())["steps"]
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ConfigError(f"{marker}: not a record of a finished run ({type(error).__name__}: {error})") from None
-    for name, digest in files.items():
-        if not (run_dir / name).is_file() or file_digest(run_dir / name) != digest:
-            raise ConfigError(f"{run_dir / name} is missing or is not the file the run finished with (see {marker}); "
-                              f"restore it, or delete {FINISHED} and write the final files again with --resume")
+        raise ConfigError(f"{marker}: not a record of a finished run ({type(error).__name__}: {error}); delete it "
+                          f"and write the final files again with --resume {run_dir}") from None  # fmt: skip
+    if type(steps) is not int:
+        raise ConfigError(f"{marker}: steps={steps!r} is not a step count; delete it and write the final files again "
+                          f"with --resume {run_dir}")  # fmt: skip
     return steps
 
 
@@ -148,9 +144,7 @@ def write_final_files(run_dir: Path, model: torch.nn.Module, fingerprint: str, r
             raise os_error_of_safetensors(error, run_dir / "model") from error
         write_model_fingerprint(run_dir / "model", fingerprint)
         write_json(run_dir / "metrics.json", results)
-        names = ("metrics.json", f"model/{FINGERPRINT_FILE}")
-        write_json(run_dir / FINISHED, {"steps": results["steps"],
-                                        "files": {name: file_digest(run_dir / name) for name in names}})  # fmt: skip
+        write_json(run_dir / FINISHED, {"steps": results["steps"]})
     except OSError as error:
         raise OSError(error.errno, f"{error.strerror}; the run is not finished: free the space and write its final "
                                    f"files with --resume {run_dir}", error.filename) from error  # fmt: skip
