@@ -9,6 +9,7 @@ import dataclasses
 from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
+from markovformer.layers.kv_cache import keep_in_cache, real_mask
 from markovformer.layers.markov_bias import GATE_INPUTS, GATES, TRANSITIONS, MarkovBias
 from markovformer.ops.lag_bias_attention import BACKENDS, lag_bias_attention, lag_bias_attention_naive
 
@@ -16,7 +17,11 @@ SCOPES = ("local", "global")
 
 
 class MarkovCore(nn.Module):
-    """Per-lag biased attention over ``n_heads`` heads; local scope sees keys within ``window`` only."""
+    """Per-lag biased attention over ``n_heads`` heads; local scope sees keys within ``window`` only. Decodes from
+    a key/value cache (``state["cache"]``; rolling, W + 1 slots, in local scope): the gates of a new token read
+    only that token, so its biases need nothing else."""
+
+    supports_state = True
 
     def __init__(
         self,
@@ -47,8 +52,11 @@ class MarkovCore(nn.Module):
         self.causal, self.dropout, self.backend = causal, dropout, backend
         self.window = (window if window is not None else max_order) if scope == "local" else None
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
         past, future, gates = self.markov_bias(x, q if q_raw is None else q_raw, attention_mask)
+        if state is not None and "cache" in state:
+            return CoreOutput(state["cache"].attend(q, k, v, real_mask(attention_mask, x), past_bias=past), gates, None)
+        keep_in_cache(state, self.window, k, v, attention_mask)
         dropout = self.dropout if self.training else 0.0
         options = dict(window=self.window, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout)
         if return_weights:
