@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
+from markovformer.layers.options import check_fields, interval, one_of, option
 from markovformer.ops.forgetting_attention import forgetting_attention, forgetting_attention_naive
 
 
@@ -22,9 +23,12 @@ class DecayOptions:
     """The options of attention kinds "alibi" and "forgetting": ``scope="local"`` sees keys t-window..t (needs
     ``window``), ``scope="global"`` every allowed key."""
 
-    scope: str = "global"
-    window: int | None = None
-    dropout: float = 0.0
+    scope: str = option("global", one_of(("local", "global")))
+    window: int | None = option(None, interval(1, integer=True, optional=True))
+    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def alibi_slopes(n_heads: int) -> Tensor:

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
+from markovformer.layers.options import check_fields, interval, option
 from markovformer.ops.linear_attention import draw_projection, feature_map, linear_attention
 from markovformer.ops.linear_attention.naive import linear_attention_weights
 
@@ -82,6 +83,9 @@ class RandomFeatureOptions:
     """The options of attention kind "rff" (feature map, feature count, redraw interval), named as the config fields."""
 
     feature_map: str = "positive"
-    num_features: int = 64
-    redraw_interval: int = 0
-    chunk_size: int = 64
+    num_features: int = option(64, interval(1, integer=True))
+    redraw_interval: int = option(0, interval(0, integer=True))
+    chunk_size: int = option(64, interval(1, integer=True))
+
+    def __post_init__(self) -> None:
+        check_fields(self)

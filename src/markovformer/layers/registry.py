@@ -112,6 +112,15 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+    """One layer's resolved attention: its kind and every option of that kind (defaults and rules applied by the
+    model config, once); the layer is built from it as is."""
+
+    kind: str
+    options: dict
+
+
 def attention_option_names(kind: str) -> frozenset[str]:
     """The option names attention kind ``kind`` accepts (the fields of its options dataclass)."""
     return frozenset(field.name for field in dataclasses.fields(ATTENTION_KINDS[kind].options))

@@ -10,6 +10,7 @@ from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
+from markovformer.layers.options import check_fields, interval, one_of, option
 from markovformer.ops.lag_bias_attention import lag_bias_attention, lag_bias_attention_naive
 from markovformer.ops.lag_bias_attention.naive import dense_allowed
 from markovformer.ops.masked_softmax import masked_sdpa
@@ -22,10 +23,13 @@ class SoftmaxOptions:
     """The options of attention kind "softmax". ``scope="local"`` sees keys t-window..t (|t-j| <= window when
     bidirectional) and needs ``window``; ``backend`` picks the lag-bias op's path for local scope."""
 
-    scope: str = "global"
-    window: int | None = None
-    dropout: float = 0.0
+    scope: str = option("global", one_of(SOFTMAX_SCOPES))
+    window: int | None = option(None, interval(1, integer=True, optional=True))
+    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
     backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 class SoftmaxCore(nn.Module):

@@ -14,7 +14,7 @@ from markovformer.layers.ffn import build_ffn
 from markovformer.layers.gru import build_injection
 from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.position import sinusoidal_positions
-from markovformer.layers.registry import build_attention
+from markovformer.layers.registry import LayerSpec, build_attention
 from markovformer.models.generation import GenerationMixin
 from markovformer.models.inputs import check_not_empty, check_token_ids
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
@@ -81,7 +81,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             nn.Embedding(config.max_positions, config.d_model) if config.position == "learned" else None
         )
         self.dropout = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(self._block(kind) for kind in config.layer_kinds())
+        self.blocks = nn.ModuleList(self._block(spec) for spec in config.layer_specs())
         self.final_norm = nn.LayerNorm(config.d_model)
         self.init_weights()
 
@@ -91,15 +91,15 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         (its kinds' declared ``supports_state``; Hyena and Linformer do not)."""
         return self.config.causal and all(block.supports_state for block in self.blocks)
 
-    def _block(self, kind: str) -> PreLNBlock:
+    def _block(self, spec: LayerSpec) -> PreLNBlock:
         config = self.config
         attention = build_attention(
-            kind,
+            spec.kind,
             d_model=config.d_model,
             n_heads=config.n_heads,
             causal=config.causal,
             rotary=config.position == "rotary",
-            **config.attention_options(),
+            **spec.options,
         )
         ffn = build_ffn(config.ffn, config.d_model, config.ffn_mult, config.dropout)
         gru = build_injection(config.gru_kind, config.d_model, config.bidirectional) if config.gru else None
