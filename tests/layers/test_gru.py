@@ -33,12 +33,17 @@ def test_right_padding_leaves_real_positions_unchanged(bidirectional):
     assert torch.allclose(full[1, :5], out[1, :5]) != bidirectional
 
 
-def test_left_padding_raises():
-    gru = GRUInjection(D_MODEL).double()
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_left_padding_is_the_unpadded_row_shifted_and_padding_between_tokens_raises(bidirectional):
+    gru = GRUInjection(D_MODEL, bidirectional=bidirectional).double()
     x = torch.randn(2, LENGTH, D_MODEL, dtype=torch.float64)
     mask = torch.ones(2, LENGTH, dtype=torch.long)
     mask[1, :2] = 0
-    with pytest.raises(ValueError, match="right-padded"):
+    out = gru(x, mask)
+    torch.testing.assert_close(out[1, 2:], gru(x[1:, 2:])[0])
+    assert torch.equal(out[1, :2], torch.zeros_like(out[1, :2]))
+    mask[0, 3] = 0
+    with pytest.raises(ValueError, match="left or right padding"):
         gru(x, mask)
 
 

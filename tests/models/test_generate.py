@@ -1,6 +1,7 @@
 """The one ``generate`` of every family: greedy ids are the argmax of the teacher-forced logits at every step;
-the Markovian Transformer's key/value-cache decoding equals its full forward at every step (left-padded prompts
-included); local layers keep W + 1 cache entries, global ones a preallocated cache written in place."""
+the Markovian Transformer's decoding through its layers' own states (key/value caches, running sums, recurrent
+states) equals its full forward at every step, left-padded prompts included, for every causal kind, the hybrids
+and the GRU/minGRU injections; local layers keep W + 1 cache entries and no state grows but a global cache."""
 
 from __future__ import annotations
 
@@ -17,23 +18,36 @@ from markovformer import (
     VariationalMarkovTransformer,
     VMTConfig,
 )
-from markovformer.models.markovian_transformer.decoding import IncrementalDecoder, has_incremental_decoding
+from markovformer.layers.kv_cache import KeyValueCache
 
 VOCAB = 11
-INCREMENTAL = {
+INCREMENTAL = {  # every causal kind but Hyena carries a decoding state: generate feeds one token per step
     "markov_local": dict(attention="markov", max_order=2, window=3),
     "markov_global": dict(attention="markov", max_order=2, scope="global"),
     "markov_query_gate_sinusoidal": dict(attention="markov", max_order=3, gate_input="query", position="sinusoidal"),
     "softmax_local": dict(attention="softmax", scope="local", window=2),
     "softmax_global_learned": dict(attention="softmax", position="learned", max_positions=40),
     "mixed": dict(attention=["markov", "softmax"], max_order=2, window=4, gate="mlp"),
-}
-RERUN = {  # kinds whose layers cannot decode from a key/value cache: generate re-runs the prefix
-    "rff": dict(attention="rff", num_features=8),
+    "alibi_local": dict(attention="alibi", scope="local", window=3, position="none"),
+    "alibi_global": dict(attention="alibi", position="none"),
+    "forgetting_local": dict(attention="forgetting", scope="local", window=3, position="none"),
+    "forgetting_global": dict(attention="forgetting", position="none"),
+    "rff": dict(attention="rff", num_features=8, chunk_size=4),
     "hybrid_split": dict(attention="hybrid_split", max_order=2, num_features=8),
+    "hybrid_parallel": dict(attention="hybrid_parallel", max_order=2, num_features=8),
     "retnet": dict(attention="retnet", chunk_size=4),
+    "rwkv": dict(attention="rwkv"),
+    "s4d": dict(attention="s4d", ssm_state_size=8),
+    "scan": dict(attention="scan"),
+    "gru": dict(attention="gru"),
     "gru_injection": dict(attention="markov", max_order=2, gru=True),
+    "min_gru_injection": dict(attention="markov", max_order=2, gru=True, gru_kind="min_gru"),
 }
+RERUN = {  # kinds that declare no decoding state (the long convolution): generate re-runs the prefix
+    "hyena": dict(attention="hyena"),
+}
+GLOBAL_ATTENTION = {"markov_global", "markov_query_gate_sinusoidal", "softmax_global_learned", "alibi_global",
+                    "forgetting_global"}  # fmt: skip
 
 
 def _perturbed(model: torch.nn.Module, seed: int = 0, scale: float = 0.25) -> torch.nn.Module:
@@ -73,51 +87,78 @@ def _assert_greedy_is_teacher_forced_argmax(model, prompt, mask, new):
 @pytest.mark.parametrize("name", list(INCREMENTAL) + list(RERUN))
 def test_markovian_greedy_generation_is_the_teacher_forced_argmax(name, padded):
     model = _markovian({**INCREMENTAL, **RERUN}[name])
-    assert has_incremental_decoding(model.config) == (name in INCREMENTAL)
+    assert model.model.decodes_incrementally == (name in INCREMENTAL)
     prompt, mask = _left_padded()
-    if padded and name == "gru_injection":  # the GRU reads right padding only, in generation as in its forward
-        with pytest.raises(ValueError, match="right-padded"):
-            model.generate(prompt, mask, max_new_tokens=2)
-        return
     _assert_greedy_is_teacher_forced_argmax(model, prompt, mask if padded else None, new=9)
 
 
+def _state_tensors(state) -> list[torch.Tensor]:
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if isinstance(state, KeyValueCache):
+        return [state.keys, state.values]
+    items = state.values() if isinstance(state, dict) else state if isinstance(state, list | tuple) else []
+    return [tensor for item in items for tensor in _state_tensors(item)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
 @pytest.mark.parametrize("name", list(INCREMENTAL))
-def test_incremental_logits_equal_the_full_forward_at_every_step(name, padded):
-    model = _markovian(INCREMENTAL[name])
+def test_prefill_then_steps_equal_the_full_forward_at_every_step(name, padded, dtype):
+    model = _markovian(INCREMENTAL[name]).to(dtype)
     ids, mask = _left_padded(length=17)
     if not padded:
         mask = torch.ones_like(mask)
-    prompt = 5
+    prompt = 3  # row 2's padding outlasts the prompt: a prefill of padding only, then padded steps
     with torch.no_grad():
         full = model(ids, attention_mask=mask if padded else None).logits
-        decoder = IncrementalDecoder(model, ids.shape[0], ids.shape[1])
-        steps = [decoder.feed(ids[:, :prompt], mask[:, :prompt].bool(), prompt=True)]
-        for t in range(prompt, ids.shape[1]):  # the padding of row 2 outlasts the prompt: padded steps too
-            steps.append(decoder.feed(ids[:, t : t + 1], mask[:, t : t + 1].bool()))
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
+        state: dict = {}
+        steps = [model(ids[:, :prompt], attention_mask=mask[:, :prompt], state=state).logits]
+        for t in range(prompt, ids.shape[1]):
+            steps.append(model(ids[:, t : t + 1], attention_mask=mask[:, t : t + 1], state=state).logits)
+    assert state["length"] == ids.shape[1]
+    real = mask.bool()[..., None]  # padded positions carry no prediction
+    torch.testing.assert_close(torch.cat(steps, dim=1) * real, full * real, rtol=0,
+                               atol=1e-5 if dtype == torch.float32 else 1e-10)  # fmt: skip
 
 
-def test_local_layers_keep_window_plus_one_entries_and_global_layers_write_in_place():
-    model = _markovian(INCREMENTAL["mixed"] | dict(attention=["markov", "softmax"]))  # window 4 in both layers
+@pytest.mark.parametrize("name", sorted(set(INCREMENTAL) - GLOBAL_ATTENTION))
+def test_the_decoding_state_of_a_local_or_recurrent_layer_never_grows(name):
+    model = _markovian(INCREMENTAL[name])
+    state: dict = {}
+    sizes = []
+    with torch.no_grad():
+        model(torch.randint(0, VOCAB, (2, 3), generator=torch.Generator().manual_seed(2)), state=state)
+        for t in range(60):
+            model(torch.full((2, 1), t % VOCAB), state=state)
+            sizes.append(sum(tensor.numel() for tensor in _state_tensors(state)))
+    assert len(set(sizes)) == 1, sizes
+
+
+def test_local_caches_keep_the_last_window_plus_one_positions_and_global_ones_grow_by_doubling():
+    local = _markovian(INCREMENTAL["mixed"])  # window 4 in both layers
     global_model = _markovian(INCREMENTAL["markov_global"])
     prompt = torch.randint(0, VOCAB, (2, 3), generator=torch.Generator().manual_seed(2))
-    local = IncrementalDecoder(model, 2, 200)
-    full = IncrementalDecoder(global_model, 2, 200)
-    storage = [cache.keys.data_ptr() for cache in full.caches]
+    local_state, global_state, capacities = {}, {}, set()
     with torch.no_grad():
-        local.feed(prompt, torch.ones_like(prompt, dtype=torch.bool), prompt=True)
-        full.feed(prompt, torch.ones_like(prompt, dtype=torch.bool), prompt=True)
+        local(prompt, state=local_state)
+        global_model(prompt, state=global_state)
         for t in range(100):
             token = torch.full((2, 1), t % VOCAB)
-            local.feed(token, torch.ones_like(token, dtype=torch.bool))
-            full.feed(token, torch.ones_like(token, dtype=torch.bool))
-    for cache in local.caches:
-        assert cache.rolling and cache.keys.shape[2] == 5  # W + 1, however long the generation
+            local(token, state=local_state)
+            global_model(token, state=global_state)
+            capacities.add(global_state["layers"][0]["mixer"]["cores"][0]["cache"].capacity)
+    for layer in local_state["layers"]:
+        cache = layer["mixer"]["cores"][0]["cache"]
+        assert cache.capacity == 5  # W + 1, however long the generation
         assert sorted(cache.positions.tolist()) == list(range(98, 103))  # the last W + 1 positions
-    assert [cache.keys.data_ptr() for cache in full.caches] == storage  # preallocated, never reallocated
-    assert all(cache.keys.shape[2] == 200 and cache.length == 103 for cache in full.caches)
+    assert capacities == {16, 32, 64, 128}  # amortised O(1) appends, never a copy per token
+
+
+def test_a_model_that_carries_no_state_says_so_when_given_one():
+    model = _markovian(RERUN["hyena"])
+    with pytest.raises(ValueError, match="cannot decode incrementally"):
+        model(torch.zeros(1, 2, dtype=torch.long), state={})
 
 
 def test_eos_ends_a_row_and_generation_stops_once_every_row_has():

@@ -1,6 +1,6 @@
 """The ``decode`` part: greedy generation speed and memory against generated length for the Markovian Transformer,
 a local-scope model (Markov attention, window W: rolling key/value caches of W + 1 entries per layer) against the
-same model with global softmax attention and a preallocated key/value cache. Random weights.
+same model with global softmax attention and a growing key/value cache. Random weights.
 
 One case is (kind, L, batch): the prompt in one pass, then L steps of one token, timed per step. Its row: tokens per
 second over the loop, the median time of one step over the first and the last ``min(256, L // 8)`` steps and their
@@ -16,7 +16,6 @@ import torch
 
 from markovformer.bench.measure import PeakMemory
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
-from markovformer.models.markovian_transformer.decoding import IncrementalDecoder
 
 DECODE_SIZE = {"vocab_size": 256, "d_model": 256, "n_layers": 6, "n_heads": 4}
 DECODE_KINDS = {
@@ -41,18 +40,18 @@ def decode_case(kind: str, length: int, batch: int, device: str = "cpu", size: d
     step_times = []
     start = time.perf_counter()
     with torch.no_grad():
-        decoder = IncrementalDecoder(model, batch, PROMPT_LENGTH + length)
-        real = torch.ones(batch, 1, dtype=torch.bool, device=device)
-        logits = decoder.feed(prompt, torch.ones_like(prompt, dtype=torch.bool), prompt=True)[:, -1]
+        state: dict = {}
+        logits = model(prompt, state=state).logits[:, -1]
         for _ in range(length):
             step_start = time.perf_counter()
-            logits = decoder.feed(logits.argmax(-1)[:, None], real)[:, -1]
+            logits = model(logits.argmax(-1)[:, None], state=state).logits[:, -1]
             sync()
             step_times.append(time.perf_counter() - step_start)
     seconds = time.perf_counter() - start
     edge = max(1, min(256, length // 8))
     start_ms, end_ms = statistics.median(step_times[:edge]) * 1e3, statistics.median(step_times[-edge:]) * 1e3
-    cache_floats = sum(cache.keys.numel() + cache.values.numel() for cache in decoder.caches) // batch
+    caches = [core["cache"] for layer in state["layers"] for core in layer["mixer"]["cores"] if "cache" in core]
+    cache_floats = sum(cache.floats() for cache in caches) // batch
     return {
         "part": "decode", "kind": kind, "T": length, "batch": batch, "seconds": seconds,
         "tokens_per_second": batch * length / seconds, "step_ms_start": start_ms, "step_ms_end": end_ms,

@@ -5,6 +5,12 @@ An attention kind is one or more *cores*, each a module that maps already-projec
 attention has two), runs them and concatenates their outputs. To add a kind: write a core (see
 ``markov_attention.MarkovCore``), a small ``SelfAttention`` subclass that builds it, and register it in
 ``layers.registry``.
+
+Decoding state (the fla contract): ``forward(x, ..., state=s)`` with a dict ``s`` ({} at the first call) reads the
+state the previous call left there and leaves the state for the next call; the positions of x follow those already
+seen (rotary positions included) and ``attention_mask`` covers x only. The frame keeps the position count; each
+core keeps its own part (``s["cores"][i]``): a key/value cache (``layers.kv_cache``) or a recurrent state. A core
+declares ``supports_state`` (a class attribute); a core that cannot decode incrementally keeps it False.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ class SelfAttention(nn.Module):
 
     Args:
         d_model, n_heads: model width and number of heads (Dh = d_model / n_heads).
-        cores: modules with ``forward(x, q, k, v, attention_mask, return_weights, q_raw) -> CoreOutput``.
+        cores: modules with ``forward(x, q, k, v, attention_mask, return_weights, q_raw, state=None) -> CoreOutput``
+            and a class attribute ``supports_state``.
         heads_per_core: how many heads each core owns, in order; sums to n_heads.
         rotary: apply rotary position embedding to q and k before the cores.
     """
@@ -54,27 +61,43 @@ class SelfAttention(nn.Module):
         self.cores = nn.ModuleList(cores)
         self.heads_per_core = [h for h in heads_per_core]
 
+    @property
+    def supports_state(self) -> bool:
+        """Whether this layer decodes incrementally: every core carries a state and is causal."""
+        return all(core.supports_state and core.causal for core in self.cores)
+
     def forward(
         self,
         x: Tensor,
         attention_mask: Tensor | None = None,
         return_gates: bool = False,
         return_weights: bool = False,
+        state: dict | None = None,
     ) -> Tensor | AttentionOutput:
-        """x: (B, T, D); attention_mask: (B, T), 1 = real token. Returns (B, T, D) or an AttentionOutput."""
+        """x: (B, T, D); attention_mask: (B, T), 1 = real token. Returns (B, T, D) or an AttentionOutput.
+        ``state``: the decoding state, read and updated in place (see the module docstring)."""
         batch, seq_len, _ = x.shape
+        position = 0
+        if state is not None:
+            if not self.supports_state:
+                raise ValueError(f"{type(self).__name__} cannot decode incrementally (it carries no state)")
+            position = state.get("length", 0)
+            state["length"] = position + seq_len
+            core_states = state.setdefault("cores", [{} for _ in self.cores])
         q, k, v = self.qkv(x).view(batch, seq_len, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q_raw = q
         if self.rotary is not None:
-            q, k = self.rotary(q), self.rotary(k)
+            q, k = self.rotary(q, position), self.rotary(k, position)
         heads, gates, weights = [], {}, []
         start = 0
-        for core, count in zip(self.cores, self.heads_per_core, strict=True):
+        for index, (core, count) in enumerate(zip(self.cores, self.heads_per_core, strict=True)):
             if count == 0:
                 continue
             part = slice(start, start + count)
             start += count
-            result = core(x, q[:, part], k[:, part], v[:, part], attention_mask, return_weights, q_raw[:, part])
+            core_state = None if state is None else core_states[index]
+            result = core(x, q[:, part], k[:, part], v[:, part], attention_mask, return_weights, q_raw[:, part],
+                          state=core_state)  # fmt: skip
             heads.append(result.heads)
             gates.update(result.gates)
             weights.append(result.weights)

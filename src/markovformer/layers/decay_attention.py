@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
+from markovformer.layers.kv_cache import keep_in_cache, real_mask
+from markovformer.layers.options import check_fields, interval, one_of, option
 from markovformer.ops.forgetting_attention import forgetting_attention, forgetting_attention_naive
 
 
@@ -21,9 +23,12 @@ class DecayOptions:
     """The options of attention kinds "alibi" and "forgetting": ``scope="local"`` sees keys t-window..t (needs
     ``window``), ``scope="global"`` every allowed key."""
 
-    scope: str = "global"
-    window: int | None = None
-    dropout: float = 0.0
+    scope: str = option("global", one_of(("local", "global")))
+    window: int | None = option(None, interval(1, integer=True, optional=True))
+    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -38,7 +43,10 @@ class DecayCore(nn.Module):
     ``forget_gate`` None: the fixed ALiBi gates log f = -m_h. Otherwise a Linear(d_model -> n_heads) read from the
     layer input x_t: f_t = sigmoid(w·x_t + b) (FoX). Its biases start at 1..5 across heads (f from 0.73 to 0.99),
     so heads begin with short and long memories alike; FoX's own initialisation is not fixed by the paper.
+    Decodes from a key/value cache (``state["cache"]``) that also holds each key's cumulative log forget gate.
     """
+
+    supports_state = True
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool, window: int | None, dropout: float,
                  data_dependent: bool) -> None:  # fmt: skip
@@ -57,8 +65,14 @@ class DecayCore(nn.Module):
             return (-self.slopes.to(x.dtype))[None, :, None].expand(x.shape[0], heads, x.shape[1])
         return F.logsigmoid(self.forget_gate(x)).transpose(1, 2)
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
         log_forget = self.log_forget(x, q.shape[1])
+        if state is not None:
+            cumulative = log_forget.cumsum(-1)  # G_t from the newest position before x; D_{t,j} = G_t - G_j
+            if "cache" in state:
+                heads = state["cache"].attend(q, k, v, real_mask(attention_mask, x), log_decay=cumulative)
+                return CoreOutput(heads, {}, None)
+            keep_in_cache(state, self.window, k, v, attention_mask, cumulative)
         options = dict(window=self.window, causal=self.causal, attention_mask=attention_mask,
                        dropout_p=self.dropout if self.training else 0.0)  # fmt: skip
         if return_weights:

@@ -9,11 +9,12 @@ level in every seed, though it trained 2.3-3x faster there (56-60 s against 127-
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from markovformer.layers.min_gru import MinGRUInjection
-from markovformer.ops.padding import right_padded_lengths
+from markovformer.ops.padding import real_runs, roll_rows
 
 INJECTION_KINDS = ("gru", "min_gru")
 
@@ -21,7 +22,9 @@ INJECTION_KINDS = ("gru", "min_gru")
 class GRUInjection(nn.Module):
     """A GRU over the sequence, projected back to d_model. Bidirectional only in bidirectional models.
 
-    Padded positions (attention_mask 0, right padding) never reach the real tokens' states.
+    Padded positions (attention_mask 0, before or after each row's real tokens) never reach the real tokens'
+    states; their outputs are zero. A unidirectional one decodes from its hidden state (``state["hidden"]``,
+    (1, B, d_model)), which padded positions leave unchanged.
     """
 
     def __init__(self, d_model: int, bidirectional: bool = False) -> None:
@@ -29,13 +32,29 @@ class GRUInjection(nn.Module):
         self.gru = nn.GRU(d_model, d_model, batch_first=True, bidirectional=bidirectional)
         self.proj = nn.Linear(d_model * (2 if bidirectional else 1), d_model, bias=False)
 
-    def forward(self, x: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    @property
+    def supports_state(self) -> bool:
+        return not self.gru.bidirectional
+
+    def forward(self, x: Tensor, attention_mask: Tensor | None = None, state: dict | None = None) -> Tensor:
+        if state is not None and not self.supports_state:
+            raise ValueError("a bidirectional GRU reads the whole sequence: it cannot decode incrementally")
+        initial = None if state is None else state.get("hidden")
         if attention_mask is None or bool(attention_mask.all()):
-            return self.proj(self.gru(x)[0])
-        lengths = right_padded_lengths(attention_mask, "GRU injection")
-        packed = pack_padded_sequence(x, lengths.clamp_min(1).cpu(), batch_first=True, enforce_sorted=False)
-        states, _ = pad_packed_sequence(self.gru(packed)[0], batch_first=True, total_length=x.shape[1])
-        return self.proj(states) * attention_mask[..., None].to(x.dtype)
+            states, final = self.gru(x, initial)
+        else:
+            starts, lengths = real_runs(attention_mask, "the GRU")
+            packed = pack_padded_sequence(roll_rows(x, starts), lengths.clamp_min(1).cpu(), batch_first=True,
+                                          enforce_sorted=False)  # fmt: skip
+            states, final = self.gru(packed, initial)
+            states, _ = pad_packed_sequence(states, batch_first=True, total_length=x.shape[1])
+            states = roll_rows(states, -starts) * attention_mask[..., None].to(x.dtype)
+            if state is not None:  # a row with no real token here keeps its state
+                kept = torch.zeros_like(final) if initial is None else initial
+                final = torch.where((lengths > 0)[None, :, None], final, kept)
+        if state is not None:
+            state["hidden"] = final
+        return self.proj(states)
 
 
 def build_injection(kind: str, d_model: int, bidirectional: bool = False) -> nn.Module:

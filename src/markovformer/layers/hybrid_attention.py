@@ -77,7 +77,8 @@ class HybridSplitAttention(SelfAttention):
 
 
 class HybridParallelAttention(nn.Module):
-    """Markov attention and random-feature attention over all heads, each with its own projections; summed."""
+    """Markov attention and random-feature attention over all heads, each with its own projections; summed. Its
+    decoding state holds its parts' states (``state["markov"]``, ``state["random_features"]``)."""
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = True, **options) -> None:
         super().__init__()
@@ -96,13 +97,22 @@ class HybridParallelAttention(nn.Module):
     def markov_bias(self):
         return self.markov.markov_bias
 
+    @property
+    def supports_state(self) -> bool:
+        return self.markov.supports_state and self.random_features.supports_state
+
     def forward(
-        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False
-    ) -> Tensor | AttentionOutput:
+        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
+        state: dict | None = None,
+    ) -> Tensor | AttentionOutput:  # fmt: skip
+        markov_state = features_state = None
+        if state is not None:
+            markov_state, features_state = state.setdefault("markov", {}), state.setdefault("random_features", {})
         if not (return_gates or return_weights):
-            return self.markov(x, attention_mask) + self.random_features(x, attention_mask)
-        markov = self.markov(x, attention_mask, return_gates, return_weights)
-        features = self.random_features(x, attention_mask, return_gates, return_weights)
+            return (self.markov(x, attention_mask, state=markov_state)
+                    + self.random_features(x, attention_mask, state=features_state))  # fmt: skip
+        markov = self.markov(x, attention_mask, return_gates, return_weights, state=markov_state)
+        features = self.random_features(x, attention_mask, return_gates, return_weights, state=features_state)
         weights = None
         if return_weights:  # (B, 2H, T, T): the Markov heads' weights, then the random-feature heads'
             weights = torch.cat([markov.weights, features.weights], dim=1)

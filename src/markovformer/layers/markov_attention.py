@@ -9,14 +9,20 @@ import dataclasses
 from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
+from markovformer.layers.kv_cache import keep_in_cache, real_mask
 from markovformer.layers.markov_bias import GATE_INPUTS, GATES, TRANSITIONS, MarkovBias
+from markovformer.layers.options import check_fields, interval, one_of, option
 from markovformer.ops.lag_bias_attention import BACKENDS, lag_bias_attention, lag_bias_attention_naive
 
 SCOPES = ("local", "global")
 
 
 class MarkovCore(nn.Module):
-    """Per-lag biased attention over ``n_heads`` heads; local scope sees keys within ``window`` only."""
+    """Per-lag biased attention over ``n_heads`` heads; local scope sees keys within ``window`` only. Decodes from
+    a key/value cache (``state["cache"]``; rolling, W + 1 slots, in local scope): the gates of a new token read
+    only that token, so its biases need nothing else."""
+
+    supports_state = True
 
     def __init__(
         self,
@@ -47,8 +53,11 @@ class MarkovCore(nn.Module):
         self.causal, self.dropout, self.backend = causal, dropout, backend
         self.window = (window if window is not None else max_order) if scope == "local" else None
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
         past, future, gates = self.markov_bias(x, q if q_raw is None else q_raw, attention_mask)
+        if state is not None and "cache" in state:
+            return CoreOutput(state["cache"].attend(q, k, v, real_mask(attention_mask, x), past_bias=past), gates, None)
+        keep_in_cache(state, self.window, k, v, attention_mask)
         dropout = self.dropout if self.training else 0.0
         options = dict(window=self.window, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout)
         if return_weights:
@@ -83,33 +92,22 @@ class MarkovOptions:
     the rules on each value alone (``ValueError("field=value: why")``). Rules that tie an option to the model
     (causal, the scope and window of the other layers) are the model config's."""
 
-    max_order: int = 4
+    max_order: int = option(4, interval(1, integer=True))
     bidirectional: bool | None = None
-    scope: str = "local"
-    window: int | None = None
-    gate: str = "linear"
-    gate_input: str = "token"
+    scope: str = option("local", one_of(SCOPES))
+    window: int | None = option(None, interval(1, integer=True, optional=True))
+    gate: str = option("linear", one_of(GATES))
+    gate_input: str = option("token", one_of(GATE_INPUTS))
     gate_null: bool = True
-    gate_gumbel_tau: float | None = None
-    transition: str = "softplus"
+    gate_gumbel_tau: float | None = option(None, lambda tau: None if tau is None or tau > 0 else
+                                           "must be positive or None")  # fmt: skip
+    transition: str = option("softplus", one_of(TRANSITIONS))
     head_specific: bool = True
-    dropout: float = 0.0
-    backend: str = "auto"
+    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
+    backend: str = option("auto", one_of(BACKENDS))
 
     def __post_init__(self) -> None:
-        def fail(field: str, message: str) -> None:
-            raise ValueError(f"{field}={getattr(self, field)!r}: {message}")
-
-        if isinstance(self.max_order, bool) or not isinstance(self.max_order, int) or self.max_order < 1:
-            fail("max_order", "must be a positive integer")
-        for field, options in (("gate", GATES), ("gate_input", GATE_INPUTS), ("transition", TRANSITIONS),
-                               ("backend", BACKENDS)):  # fmt: skip
-            if getattr(self, field) not in options:
-                fail(field, f"must be one of {options}")
-        if self.gate_gumbel_tau is not None and not self.gate_gumbel_tau > 0:
-            fail("gate_gumbel_tau", "must be positive or None")
-        if not 0.0 <= self.dropout < 1.0:
-            fail("dropout", "must lie in [0, 1)")
+        check_fields(self)
 
     @classmethod
     def check_values(cls, owner: str, values: dict) -> None:

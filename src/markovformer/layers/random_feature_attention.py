@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
+from markovformer.layers.options import check_fields, interval, option
 from markovformer.ops.linear_attention import draw_projection, feature_map, linear_attention
 from markovformer.ops.linear_attention.naive import linear_attention_weights
 
@@ -16,8 +17,11 @@ class RandomFeatureCore(nn.Module):
     """Linear attention with random features of the queries and keys; O(T) time and memory.
 
     The projection W is a buffer (saved with the model). With ``redraw_interval`` > 0 it is redrawn every that many
-    training forward passes, so evaluation always uses the latest draw.
+    training forward passes, so evaluation always uses the latest draw. Decodes from the running sums of its
+    causal keys (``state["sums"]``, the op's state).
     """
+
+    supports_state = True
 
     def __init__(
         self,
@@ -41,7 +45,7 @@ class RandomFeatureCore(nn.Module):
         fresh = draw_projection(self.num_features, self.head_dim, generator=generator, device=self.projection.device)
         self.projection.copy_(fresh)
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
         if self.training and self.redraw_interval > 0:
             self.forward_count += 1
             if int(self.forward_count) % self.redraw_interval == 0:
@@ -49,15 +53,14 @@ class RandomFeatureCore(nn.Module):
         projection = self.projection.to(q.dtype)
         q_features = feature_map(q, projection, self.kind, is_query=True)
         k_features = feature_map(k, projection, self.kind)
-        heads = linear_attention(
-            q_features,
-            k_features,
-            v,
-            causal=self.causal,
-            attention_mask=attention_mask,
-            chunk_size=self.chunk_size,
-            normaliser=self.normaliser,
-        )
+        options = dict(causal=self.causal, attention_mask=attention_mask, normaliser=self.normaliser)
+        if state is None:
+            heads = linear_attention(q_features, k_features, v, chunk_size=self.chunk_size, **options)
+        else:  # one chunk for a short input (a decoding step), not a chunk of mostly padding
+            heads, state["sums"] = linear_attention(
+                q_features, k_features, v, chunk_size=min(self.chunk_size, q.shape[2]),
+                initial_state=state.get("sums"), output_final_state=True, **options,
+            )  # fmt: skip
         weights = None
         if return_weights:
             weights = linear_attention_weights(
@@ -80,6 +83,9 @@ class RandomFeatureOptions:
     """The options of attention kind "rff" (feature map, feature count, redraw interval), named as the config fields."""
 
     feature_map: str = "positive"
-    num_features: int = 64
-    redraw_interval: int = 0
-    chunk_size: int = 64
+    num_features: int = option(64, interval(1, integer=True))
+    redraw_interval: int = option(0, interval(0, integer=True))
+    chunk_size: int = option(64, interval(1, integer=True))
+
+    def __post_init__(self) -> None:
+        check_fields(self)

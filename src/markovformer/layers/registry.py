@@ -59,12 +59,11 @@ class S4DOptions:
 
 @dataclasses.dataclass(frozen=True)
 class AttentionKind:
-    """A registered kind: ``options`` (a frozen dataclass), ``build(shared, options) -> nn.Module`` and whether its
-    layer decodes one token at a time from a key/value cache (``models.markovian_transformer.decoding``)."""
+    """A registered kind: ``options`` (a frozen dataclass) and ``build(shared, options) -> nn.Module``. Whether its
+    layer decodes incrementally is the layer's own declared ``supports_state``."""
 
     options: type
     build: Callable[[dict, Any], nn.Module]
-    incremental: bool = False
 
 
 def _mixer(mixer: type) -> Callable[[dict, Any], nn.Module]:
@@ -78,9 +77,9 @@ def _scoped(options: DecayOptions) -> dict:
 
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
-    "markov": AttentionKind(MarkovOptions, lambda shared, o: MarkovAttention(**shared, **dataclasses.asdict(o)), True),
+    "markov": AttentionKind(MarkovOptions, lambda shared, o: MarkovAttention(**shared, **dataclasses.asdict(o))),
     "softmax": AttentionKind(
-        SoftmaxOptions, lambda shared, o: SoftmaxAttention(**shared, **dataclasses.asdict(o)), True
+        SoftmaxOptions, lambda shared, o: SoftmaxAttention(**shared, **dataclasses.asdict(o))
     ),
     "rff": AttentionKind(
         RandomFeatureOptions, lambda shared, o: RandomFeatureAttention(**shared, **dataclasses.asdict(o))
@@ -113,13 +112,18 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+    """One layer's resolved attention: its kind and every option of that kind (defaults and rules applied by the
+    model config, once); the layer is built from it as is."""
+
+    kind: str
+    options: dict
+
+
 def attention_option_names(kind: str) -> frozenset[str]:
     """The option names attention kind ``kind`` accepts (the fields of its options dataclass)."""
     return frozenset(field.name for field in dataclasses.fields(ATTENTION_KINDS[kind].options))
-
-
-def decodes_incrementally(kind: str) -> bool:
-    return ATTENTION_KINDS[kind].incremental
 
 
 def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rotary: bool, **options) -> nn.Module:

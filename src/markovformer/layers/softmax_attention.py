@@ -9,6 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
+from markovformer.layers.kv_cache import keep_in_cache, real_mask
+from markovformer.layers.options import check_fields, interval, one_of, option
 from markovformer.ops.lag_bias_attention import lag_bias_attention, lag_bias_attention_naive
 from markovformer.ops.lag_bias_attention.naive import dense_allowed
 from markovformer.ops.masked_softmax import masked_sdpa
@@ -21,13 +23,20 @@ class SoftmaxOptions:
     """The options of attention kind "softmax". ``scope="local"`` sees keys t-window..t (|t-j| <= window when
     bidirectional) and needs ``window``; ``backend`` picks the lag-bias op's path for local scope."""
 
-    scope: str = "global"
-    window: int | None = None
-    dropout: float = 0.0
+    scope: str = option("global", one_of(SOFTMAX_SCOPES))
+    window: int | None = option(None, interval(1, integer=True, optional=True))
+    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
     backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 class SoftmaxCore(nn.Module):
+    """Softmax attention of already-projected heads; decodes from a key/value cache (``state["cache"]``)."""
+
+    supports_state = True
+
     def __init__(
         self, *, causal: bool, dropout: float = 0.0, scope: str = "global", window: int | None = None,
         backend: str = "auto",
@@ -42,7 +51,10 @@ class SoftmaxCore(nn.Module):
         self.causal, self.dropout, self.backend = causal, dropout, backend
         self.window = window if scope == "local" else None
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
+        if state is not None and "cache" in state:
+            return CoreOutput(state["cache"].attend(q, k, v, real_mask(attention_mask, x)), {}, None)
+        keep_in_cache(state, self.window, k, v, attention_mask)
         dropout = self.dropout if self.training else 0.0
         if return_weights:
             heads, weights = lag_bias_attention_naive(

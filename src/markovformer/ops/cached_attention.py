@@ -20,6 +20,8 @@ def cached_attention(
     *,
     window: int | None,
     past_bias: Tensor | None = None,
+    query_log_decay: Tensor | None = None,
+    key_log_decay: Tensor | None = None,
 ) -> Tensor:
     """Causal attention of queries over cached keys.
 
@@ -30,6 +32,8 @@ def cached_attention(
         key_real: (B, C) False where the slot holds padding (or nothing).
         window: W, the query at t sees keys t-W..t (W + 1 keys), or None for global scope.
         past_bias: (B, H, Tq, K) per-lag biases: slot k-1 is added to the score of the key at lag k.
+        query_log_decay, key_log_decay: (B, H, Tq) and (B, H, C) cumulative log forget gates G of the queries and
+            keys (forgetting attention, ALiBi): the score of query t on key j gains G_t - G_j. Both or neither.
 
     Returns:
         (B, H, Tq, Dh); a query with no visible key gives zeros.
@@ -42,6 +46,8 @@ def cached_attention(
         slots = lag_slot(lags, past_bias.shape[-1], "past")  # (Tq, C), -1 where the lag has no bias
         index = slots.clamp_min(0)[None, None].expand(*past_bias.shape[:2], -1, -1)
         scores = scores + torch.where(slots >= 0, past_bias.gather(-1, index), 0.0)
+    if query_log_decay is not None:
+        scores = scores + (query_log_decay[..., :, None] - key_log_decay[..., None, :])
     return torch.matmul(masked_softmax(scores, allowed).to(values.dtype), values)
 
 

@@ -22,6 +22,27 @@ def right_padded_lengths(attention_mask: Tensor, who: str) -> Tensor:
     return lengths
 
 
+def real_runs(attention_mask: Tensor, who: str) -> tuple[Tensor, Tensor]:
+    """Start and length (B,) of the one run of real tokens in each row of a (B, T) mask (padding on the left, the
+    right or both); ValueError naming ``who`` when a row has padding between real tokens."""
+    real = attention_mask.bool()
+    lengths = real.long().sum(-1)
+    starts = torch.where(lengths > 0, real.long().argmax(-1), torch.zeros_like(lengths))
+    positions = torch.arange(real.shape[-1], device=real.device)[None]
+    run = (positions >= starts[:, None]) & (positions < (starts + lengths)[:, None])
+    if not torch.equal(real, run):
+        raise ValueError(f"{who} needs padding only before or after the real tokens of a row (left or right padding)")
+    return starts, lengths
+
+
+def roll_rows(x: Tensor, shifts: Tensor) -> Tensor:
+    """Row b of x (B, T, ...) rolled left by ``shifts[b]`` along dim 1 (entry t becomes entry t + shift mod T):
+    left-padded rows become right-padded; ``roll_rows(x, -shifts)`` undoes it."""
+    length = x.shape[1]
+    index = (torch.arange(length, device=x.device)[None] + shifts[:, None]) % length
+    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
+
+
 def check_attention_mask(attention_mask: Tensor, shape: tuple[int, ...]) -> None:
     """ValueError unless ``attention_mask`` is (B, T) = ``shape`` and holds only 0 (padding) and 1 (real token):
     a mask of 0.5 or 2 would otherwise be read as a real token by some paths and a weight by others."""

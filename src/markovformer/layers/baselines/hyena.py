@@ -76,6 +76,7 @@ class HyenaMixer(nn.Module):
     """Order-2 Hyena: (B, T, D) -> (B, T, D). ``convolution="direct"`` swaps the FFT for the O(T²) reference."""
 
     order = 2
+    supports_state = False  # the long convolution reads the whole prefix: no incremental decoding
 
     def __init__(
         self, *, d_model: int, causal: bool = True, short_kernel: int = 3, filter_hidden: int = 64,

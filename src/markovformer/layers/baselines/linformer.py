@@ -32,6 +32,8 @@ CAUSAL_MESSAGE = (
 class LinformerCore(nn.Module):
     """softmax(q (E K)ᵀ/√Dh)(F V) over already-projected heads; E, F (k, N) initialised Xavier-normal."""
 
+    supports_state = False  # its length projections mix the whole sequence: no incremental decoding
+
     def __init__(self, *, max_position: int, linformer_k: int = 64, causal: bool = False, dropout: float = 0.0):
         super().__init__()
         if causal:
@@ -61,7 +63,7 @@ class LinformerCore(nn.Module):
         key_projection, value_projection = (weight[:, rank].transpose(0, 1) * keep for weight in pair)
         return key_projection, value_projection
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
         """q, k, v (B, H, T, Dh). Returns heads (B, H, T, Dh) and, when asked, the effective token-to-token mixing
         softmax(...)·F (B, H, T, T), whose product with V is the output."""
         key_projection, value_projection = self.projections(q.shape[-2], attention_mask)

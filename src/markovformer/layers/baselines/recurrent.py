@@ -18,23 +18,27 @@ from markovformer.ops.scan import linear_scan
 
 
 class GRUMixer(GRUInjection):
-    """W · GRU(x) in place of attention: unidirectional when causal, bidirectional otherwise. Needs right padding
-    (packed sequences), like the GRU injection."""
+    """W · GRU(x) in place of attention: unidirectional when causal, bidirectional otherwise. Padding before or
+    after the real tokens of a row (packed sequences), like the GRU injection, whose state it carries."""
 
     def __init__(self, *, d_model: int, causal: bool = True) -> None:
         super().__init__(d_model, bidirectional=not causal)
 
     def forward(
-        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False
-    ) -> Tensor:
-        """x (B, T, D), attention_mask (B, T) right-padded. Gates and weights do not exist for this kind."""
-        return super().forward(x, attention_mask)
+        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
+        state: dict | None = None,
+    ) -> Tensor:  # fmt: skip
+        """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind."""
+        return super().forward(x, attention_mask, state)
 
 
 class ScanMixer(nn.Module):
     """The Scan Markov recurrence as a mixer: [A_t, B_t] = σ(gate_proj(x_t)) (Linear–GELU–Linear),
     h_t = A_t ⊙ h_{t-1} + B_t ⊙ x_t (h_{-1} = 0), output W_o h_t. Non-causal layers add the same recurrence run
-    backwards (same gates) and subtract the doubly counted B_t ⊙ x_t."""
+    backwards (same gates) and subtract the doubly counted B_t ⊙ x_t. A causal one decodes from h
+    (``state["hidden"]``, (B, D))."""
+
+    supports_state = True  # when causal
 
     def __init__(self, *, d_model: int, causal: bool = True) -> None:
         super().__init__()
@@ -43,13 +47,18 @@ class ScanMixer(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
 
     def forward(
-        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False
-    ) -> Tensor:
+        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
+        state: dict | None = None,
+    ) -> Tensor:  # fmt: skip
         """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind."""
+        if state is not None and not self.causal:
+            raise ValueError("a non-causal scan reads the whole sequence: it cannot decode incrementally")
         keep, write = torch.sigmoid(self.gate_proj(x)).chunk(2, dim=-1)
         inputs = zero_padding(write * x, attention_mask)  # padded steps add nothing to the state
         keep = keep.to(inputs.dtype)  # under autocast the gates come out of the Linear in half precision
-        states, _ = linear_scan(keep, inputs)
+        states, final = linear_scan(keep, inputs, None if state is None else state.get("hidden"))
+        if state is not None:
+            state["hidden"] = final
         if not self.causal:
             backward, _ = linear_scan(keep.flip(1), inputs.flip(1))
             states = states + backward.flip(1) - inputs

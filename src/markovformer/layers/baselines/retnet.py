@@ -26,7 +26,11 @@ def retention_decays(n_heads: int) -> Tensor:
 
 
 class RetentionCore(nn.Module):
-    """Retention of already-projected heads, GroupNorm per head and the swish gate (its own W_G projection)."""
+    """Retention of already-projected heads, GroupNorm per head and the swish gate (its own W_G projection).
+    Decodes from the recurrent state S (``state["retention"]``): the recurrent form for one token, the chunkwise
+    form for longer inputs (prompts)."""
+
+    supports_state = True
 
     def __init__(
         self, *, d_model: int, n_heads: int, causal: bool = True, form: str = "chunkwise", chunk_size: int = 64
@@ -39,13 +43,18 @@ class RetentionCore(nn.Module):
         self.norm_weight = nn.Parameter(torch.ones(n_heads, 1, self.head_dim))
         self.norm_bias = nn.Parameter(torch.zeros(n_heads, 1, self.head_dim))
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
         """x (B, T, D); q, k, v (B, H, T, Dh). Returns heads (B, H, T, Dh) and, when asked, Q Kᵀ ⊙ D (B, H, T, T)."""
         batch, heads, length, head_dim = q.shape
         k = zero_padding(k * head_dim**-0.5, attention_mask, time_dim=2)
         v = zero_padding(v, attention_mask, time_dim=2)
         gamma = retention_decays(heads).to(q.device)  # float64 whatever the model's dtype: γ is within 2^-12 of 1
-        retained = retention(q, k, v, gamma, self.causal, self.form, self.chunk_size)
+        if state is None:
+            retained = retention(q, k, v, gamma, self.causal, self.form, self.chunk_size)
+        else:
+            form = "recurrent" if length == 1 else "chunkwise"
+            retained, state["retention"] = retention(q, k, v, gamma, True, form, self.chunk_size,
+                                                     state.get("retention"), output_final_state=True)  # fmt: skip
         normed = F.layer_norm(retained, (head_dim,)) * self.norm_weight + self.norm_bias
         gate = F.silu(self.gate(x)).view(batch, length, heads, head_dim).transpose(1, 2)
         output = zero_padding(normed * gate, attention_mask, time_dim=2)

@@ -25,7 +25,10 @@ from markovformer.ops.wkv import wkv_scan
 
 
 class RWKVTimeMix(nn.Module):
-    """RWKV-4 time mixing as a sequence mixer: (B, T, D) -> (B, T, D)."""
+    """RWKV-4 time mixing as a sequence mixer: (B, T, D) -> (B, T, D). A causal one decodes from the last input
+    (``state["previous"]``, the token shift) and the WKV state (``state["wkv"]``)."""
+
+    supports_state = True  # when causal
 
     def __init__(self, *, d_model: int, causal: bool = True, layer_ratio: float = 0.5) -> None:
         super().__init__()
@@ -45,15 +48,28 @@ class RWKVTimeMix(nn.Module):
         self.output = nn.Linear(d_model, d_model, bias=False)
 
     def forward(
-        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False
-    ) -> Tensor:
+        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
+        state: dict | None = None,
+    ) -> Tensor:  # fmt: skip
         """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind."""
+        if state is not None and not self.causal:
+            raise ValueError("bidirectional RWKV reads the whole sequence: it cannot decode incrementally")
         x = zero_padding(x, attention_mask)
-        shifted = F.pad(x[:, :-1], (0, 0, 1, 0))  # x_{t-1}; zero before the first (real) token
+        previous = None if state is None else state.get("previous")
+        if previous is None:
+            shifted = F.pad(x[:, :-1], (0, 0, 1, 0))  # x_{t-1}; zero before the first (real) token
+        else:
+            shifted = torch.cat([previous[:, None], x[:, :-1]], dim=1)
         k = self.key(x * self.time_mix_k + shifted * (1 - self.time_mix_k))
         v = self.value(x * self.time_mix_v + shifted * (1 - self.time_mix_v))
         r = torch.sigmoid(self.receptance(x * self.time_mix_r + shifted * (1 - self.time_mix_r)))
-        wkv = wkv_scan(torch.exp(self.time_decay), self.time_first, k, v, self.causal, attention_mask)
+        decay = torch.exp(self.time_decay)
+        if state is None:
+            wkv = wkv_scan(decay, self.time_first, k, v, self.causal, attention_mask)
+        else:
+            wkv, state["wkv"] = wkv_scan(decay, self.time_first, k, v, True, attention_mask, state.get("wkv"),
+                                         output_final_state=True)  # fmt: skip
+            state["previous"] = x[:, -1]
         return zero_padding(self.output(r * wkv), attention_mask)
 
 

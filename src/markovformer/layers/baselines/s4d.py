@@ -23,13 +23,17 @@ from torch import Tensor, nn
 
 from markovformer.ops.long_conv import long_conv_fft
 from markovformer.ops.padding import zero_padding
-from markovformer.ops.s4d import s4d_kernel, s4d_recurrence
+from markovformer.ops.s4d import s4d_final_state, s4d_kernel, s4d_recurrence, s4d_state_response
 
 S4D_MODES = ("convolution", "recurrent")
 
 
 class S4DMixer(nn.Module):
-    """S4D sequence mixer: (B, T, D) -> (B, T, D); ``ssm_state_size`` N counts real dimensions (N/2 complex modes)."""
+    """S4D sequence mixer: (B, T, D) -> (B, T, D); ``ssm_state_size`` N counts real dimensions (N/2 complex modes).
+    A causal one decodes from the SSM state x (``state["ssm"]``, complex (B, D, N/2)): one token by the
+    recurrence, longer inputs by the convolution plus the carried state's closed-form share."""
+
+    supports_state = True  # when causal
 
     def __init__(
         self,
@@ -69,6 +73,21 @@ class S4DMixer(nn.Module):
         dt_a, _, c_b = self.discretised()
         return s4d_kernel(dt_a, c_b, length)
 
+    def ssm_with_state(self, u: Tensor, state: dict) -> Tensor:
+        """The causal SSM part y - D u of (B, T, D) inputs from the state ``state["ssm"]`` (zero when absent),
+        leaving the state after the last input there."""
+        dt_a, a_bar, c_b = self.discretised()
+        compute = torch.promote_types(u.dtype, torch.float32)
+        initial = state.get("ssm")
+        if u.shape[1] == 1 or self.mode == "recurrent":
+            y, state["ssm"] = s4d_recurrence(u.to(compute), a_bar, c_b, initial, output_final_state=True)
+            return y.to(u.dtype)
+        y = long_conv_fft(u, s4d_kernel(dt_a, c_b, u.shape[1]))
+        if initial is not None:
+            y = y + s4d_state_response(initial, dt_a, c_b, u.shape[1]).to(y.dtype)
+        state["ssm"] = s4d_final_state(u.to(compute), dt_a, initial)
+        return y
+
     def ssm(self, u: Tensor) -> Tensor:
         """The SSM part y - D u of (B, T, D) inputs, in the current ``mode``."""
         d = self.d_model
@@ -84,11 +103,14 @@ class S4DMixer(nn.Module):
         return y.to(u.dtype)
 
     def forward(
-        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False
-    ) -> Tensor:
+        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
+        state: dict | None = None,
+    ) -> Tensor:  # fmt: skip
         """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind."""
+        if state is not None and not self.causal:
+            raise ValueError("a bidirectional S4D reads the whole sequence: it cannot decode incrementally")
         u = zero_padding(x, attention_mask)
-        y = F.gelu(self.ssm(u) + self.skip * u)
+        y = F.gelu((self.ssm(u) if state is None else self.ssm_with_state(u, state)) + self.skip * u)
         return zero_padding(F.glu(self.output(y), dim=-1), attention_mask)
 
 

@@ -8,7 +8,7 @@ from markovformer.layers.ffn import FFNS
 from markovformer.layers.gru import INJECTION_KINDS
 from markovformer.layers.markov_attention import MarkovOptions
 from markovformer.layers.position import POSITIONS
-from markovformer.layers.registry import ATTENTION_KINDS, attention_option_names
+from markovformer.layers.registry import ATTENTION_KINDS, LayerSpec, attention_option_names
 from markovformer.models.config_base import ModelConfig
 from markovformer.ops.linear_attention import FEATURE_MAPS
 
@@ -52,7 +52,7 @@ class MarkovianTransformerConfig(ModelConfig):
     n_heads: int = 4
     num_labels: int = 2
     max_order: int = MARKOV_DEFAULTS.max_order
-    attention: str | list[str] = "markov"
+    attention: str | list[str | dict] = "markov"
     scope: str | None = None
     window: int | None = None
     causal: bool = True
@@ -118,9 +118,13 @@ class MarkovianTransformerConfig(ModelConfig):
             self.attention = list(self.attention)
             if len(self.attention) != self.n_layers:
                 fail("attention", f"a per-layer list needs n_layers={self.n_layers} entries")
-            for kind in self.attention:
+            for index, entry in enumerate(self.attention):
+                kind = entry.get("kind") if isinstance(entry, dict) else entry
                 if kind not in ATTENTION_KINDS:
-                    fail("attention", f"unknown kind {kind!r}; expected one of {tuple(ATTENTION_KINDS)}")
+                    fail("attention", f"layer {index}: unknown kind {kind!r}; expected one of {tuple(ATTENTION_KINDS)}")
+                if isinstance(entry, dict):
+                    for name in set(entry) - {"kind"} - attention_option_names(kind):
+                        fail("attention", f"layer {index}: kind {kind!r} has no option {name!r}")
         kinds = set(self.layer_kinds())
         if self.scope is None and "scope" in self._options_read():
             self.scope = "local" if "max_order" in self._options_read(kinds - {"softmax"}) else "global"
@@ -174,9 +178,53 @@ class MarkovianTransformerConfig(ModelConfig):
             if getattr(self, field) < 0:
                 fail(field, "must be >= 0")
 
+        self._layer_specs = self._resolve_layer_specs()
+
     def layer_kinds(self) -> list[str]:
         """The attention kind of each layer."""
-        return [self.attention] * self.n_layers if isinstance(self.attention, str) else list(self.attention)
+        if isinstance(self.attention, str):
+            return [self.attention] * self.n_layers
+        return [entry["kind"] if isinstance(entry, dict) else entry for entry in self.attention]
+
+    def layer_specs(self) -> list[LayerSpec]:
+        """One resolved spec per layer (kind and every option of that kind): what the model's layers are built from."""
+        return list(self._layer_specs)
+
+    def _resolve_layer_specs(self) -> list[LayerSpec]:
+        """The flat options, overridden by a layer's own entry (``attention: [{kind: markov, window: 8}, ...]``); a
+        layer that sets ``window`` alone is local, one that sets ``scope: global`` alone has no window. Each layer's
+        values obey its kind's option rules, reported once as ``attention[i].option=value: why``."""
+        entries = [self.attention] * self.n_layers if isinstance(self.attention, str) else self.attention
+        flat = self.attention_options()
+        specs = []
+        for index, entry in enumerate(entries):
+            kind, own = (entry, {}) if isinstance(entry, str) else (entry["kind"], {k: v for k, v in entry.items()
+                                                                                    if k != "kind"})  # fmt: skip
+            names = attention_option_names(kind)
+            values = {name: flat[name] for name in names if name in flat}
+            if own and "scope" in names:
+                scope = own.get("scope", "local" if "window" in own else values.get("scope"))
+                window = own.get("window")
+                if window is None and scope == "local":
+                    same = scope == self.scope and "max_order" not in own and self.window is not None
+                    window = self.window if same else own.get("max_order", values.get("max_order"))
+                values.update(scope=scope, window=window if scope == "local" else own.get("window"))
+            values.update(own)
+            where = f"{type(self).__name__}.attention[{index}]"
+            try:
+                ATTENTION_KINDS[kind].options(**values)
+            except ValueError as error:
+                raise ValueError(f"{where}.{error}") from None
+            if "scope" in names and own:
+                if values["scope"] == "local" and values["window"] is None:
+                    raise ValueError(f"{where}.window=None: scope='local' {kind} attention needs a window")
+                if values["scope"] == "global" and values["window"] is not None:
+                    raise ValueError(f"{where}.window={values['window']!r}: only meaningful with scope='local'")
+                if values["window"] is not None and values["window"] < values.get("max_order", 0):
+                    raise ValueError(f"{where}.window={values['window']!r}: smaller than max_order="
+                                     f"{values['max_order']}: lags beyond the window are never seen")  # fmt: skip
+            specs.append(LayerSpec(kind, values))
+        return specs
 
     def _options_read(self, kinds: set[str] | None = None) -> set[str]:
         """The attention options read by the given kinds (default: every layer's)."""

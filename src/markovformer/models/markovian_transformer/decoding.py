@@ -1,10 +1,7 @@
-"""Incremental decoding of the Markovian Transformer causal LM (``generate`` calls it).
-
-A model whose every layer is Markov or softmax attention (local or global scope) and has no GRU injection feeds
-one token per step through per-layer key/value caches (``layers.decoding``): rolling caches of W + 1 entries for
-local layers, so per-token time and memory stay flat in the generated length; preallocated caches for global
-layers. Other models (random-feature, hybrid and baseline kinds, GRU injection) re-run the whole prefix each step.
-"""
+"""The start of ``generate`` for the Markovian Transformer causal LM: one pass over the prompt with a fresh decoding
+state, then one token per step through the same ``forward`` (each layer reads and extends its own state), or,
+for a model whose layers cannot carry a state (Hyena; learned positions past ``max_positions``), the prefix re-run
+each step."""
 
 from __future__ import annotations
 
@@ -13,38 +10,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from markovformer.layers.decoding import block_step, new_cache
-from markovformer.layers.registry import decodes_incrementally
 from markovformer.models.generation import Step
-from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
 
 if TYPE_CHECKING:
     from markovformer.models.markovian_transformer.modeling import MarkovianTransformerForCausalLM
-
-
-def has_incremental_decoding(config: MarkovianTransformerConfig) -> bool:
-    """True when every layer decodes from a key/value cache (Markov or softmax attention, no GRU injection)."""
-    return config.causal and not config.gru and all(decodes_incrementally(kind) for kind in config.layer_kinds())
-
-
-class IncrementalDecoder:
-    """Feeds tokens through the model, keeping one key/value cache per layer, for sequences up to ``max_length``."""
-
-    def __init__(self, model: MarkovianTransformerForCausalLM, batch: int, max_length: int) -> None:
-        self.model = model
-        dtype, device = model.dtype, model.device
-        self.caches = [new_cache(block.attention, batch, max_length, dtype, device) for block in model.model.blocks]
-        self.position = 0
-
-    def feed(self, input_ids: Tensor, real: Tensor, prompt: bool = False) -> Tensor:
-        """Next-token logits (B, n, V) after input_ids (B, n) at the next n positions; real (B, n) is False at
-        padding. ``prompt``: the first call, run by each layer's full forward (one pass, not n steps)."""
-        backbone = self.model.model
-        hidden = backbone.embed_inputs(input_ids, start=self.position)
-        for block, cache in zip(backbone.blocks, self.caches, strict=True):
-            hidden = block_step(block, hidden, cache, real, prompt=prompt)
-        self.position += input_ids.shape[1]
-        return self.model.lm_head(backbone.final_norm(hidden))
 
 
 def start_decoding(
@@ -56,14 +25,13 @@ def start_decoding(
     real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     config = model.config
     total = input_ids.shape[1] + max_new_tokens
-    if has_incremental_decoding(config) and (config.position != "learned" or total <= config.max_positions):
-        decoder = IncrementalDecoder(model, input_ids.shape[0], total)
-        generated_real = torch.ones_like(real[:, :1])
+    if model.model.decodes_incrementally and (config.position != "learned" or total <= config.max_positions):
+        state: dict = {}
 
         def step(tokens: Tensor) -> Tensor:
-            return decoder.feed(tokens[:, None], generated_real)[:, -1]
+            return model(tokens[:, None], state=state).logits[:, -1]
 
-        return decoder.feed(input_ids, real, prompt=True)[:, -1], step
+        return model(input_ids, attention_mask=real, state=state).logits[:, -1], step
 
     sequence = {"ids": input_ids, "real": real}
 
@@ -81,4 +49,4 @@ def start_decoding(
     return last_logits(), rerun
 
 
-__all__ = ["IncrementalDecoder", "has_incremental_decoding", "start_decoding"]
+__all__ = ["start_decoding"]

@@ -14,7 +14,7 @@ from markovformer.layers.ffn import build_ffn
 from markovformer.layers.gru import build_injection
 from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.position import sinusoidal_positions
-from markovformer.layers.registry import build_attention
+from markovformer.layers.registry import LayerSpec, build_attention
 from markovformer.models.generation import GenerationMixin
 from markovformer.models.inputs import check_not_empty, check_token_ids
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
@@ -36,6 +36,7 @@ class MarkovianTransformerOutput:
     last_hidden_state: Tensor | None = None  # (B, T, D), after the final LayerNorm
     gates: list[dict[str, Tensor] | None] | None = None  # per layer: direction -> (B, H, T, K [+1])
     attentions: list[Tensor] | None = None  # per layer: (B, H, T, T) probabilities
+    state: dict | None = None  # the decoding state when one was passed: give it to the next call
 
 
 class MarkovianTransformerPreTrainedModel(PreTrainedModel):
@@ -80,19 +81,25 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             nn.Embedding(config.max_positions, config.d_model) if config.position == "learned" else None
         )
         self.dropout = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(self._block(kind) for kind in config.layer_kinds())
+        self.blocks = nn.ModuleList(self._block(spec) for spec in config.layer_specs())
         self.final_norm = nn.LayerNorm(config.d_model)
         self.init_weights()
 
-    def _block(self, kind: str) -> PreLNBlock:
+    @property
+    def decodes_incrementally(self) -> bool:
+        """Whether ``forward(..., state=...)`` can continue a sequence: causal, and every block carries a state
+        (its kinds' declared ``supports_state``; Hyena and Linformer do not)."""
+        return self.config.causal and all(block.supports_state for block in self.blocks)
+
+    def _block(self, spec: LayerSpec) -> PreLNBlock:
         config = self.config
         attention = build_attention(
-            kind,
+            spec.kind,
             d_model=config.d_model,
             n_heads=config.n_heads,
             causal=config.causal,
             rotary=config.position == "rotary",
-            **config.attention_options(),
+            **spec.options,
         )
         ffn = build_ffn(config.ffn, config.d_model, config.ffn_mult, config.dropout)
         gru = build_injection(config.gru_kind, config.d_model, config.bidirectional) if config.gru else None
@@ -141,14 +148,17 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         attention_mask: Tensor | None = None,
         return_gates: bool = False,
         return_weights: bool = False,
+        layer_states: list[dict] | None = None,
     ) -> MarkovianTransformerOutput:
-        """Run the blocks over embedded inputs (B, T, D)."""
+        """Run the blocks over embedded inputs (B, T, D), each with its decoding state when given."""
         if attention_mask is not None:
             check_attention_mask(attention_mask, hidden.shape[:2])
         hidden = self.dropout(hidden)
         gates, attentions = [], []
-        for block in self.blocks:
-            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+        for index, block in enumerate(self.blocks):
+            if layer_states is not None:
+                result = block(hidden, attention_mask, return_gates, return_weights, state=layer_states[index])
+            elif self.gradient_checkpointing and self.training and torch.is_grad_enabled():
                 result = checkpoint(block, hidden, attention_mask, return_gates, return_weights, use_reentrant=False)
             else:
                 result = block(hidden, attention_mask, return_gates, return_weights)
@@ -168,9 +178,23 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         attention_mask: Tensor | None = None,
         return_gates: bool = False,
         return_weights: bool = False,
+        state: dict | None = None,
     ) -> MarkovianTransformerOutput:
-        hidden = self.embed_inputs(input_ids, input_features)
-        return self.encode(hidden, attention_mask, return_gates, return_weights)
+        """``state``: a decoding state ({} to start one), read and updated in place and returned in the output:
+        the inputs continue the positions it has seen, and ``attention_mask`` covers the new inputs only."""
+        if state is None:
+            hidden = self.embed_inputs(input_ids, input_features)
+            return self.encode(hidden, attention_mask, return_gates, return_weights)
+        if not self.decodes_incrementally:
+            raise ValueError(f"this model ({sorted(set(self.config.layer_kinds()))} layers, causal="
+                             f"{self.config.causal}) cannot decode incrementally")  # fmt: skip
+        start = state.get("length", 0)
+        layer_states = state.setdefault("layers", [{} for _ in self.blocks])
+        hidden = self.embed_inputs(input_ids, input_features, start=start)
+        output = self.encode(hidden, attention_mask, return_gates, return_weights, layer_states)
+        state["length"] = start + hidden.shape[1]
+        output.state = state
+        return output
 
 
 class _WithBackbone(MarkovianTransformerPreTrainedModel):
@@ -178,14 +202,15 @@ class _WithBackbone(MarkovianTransformerPreTrainedModel):
         super().__init__(config)
         self.model = MarkovianTransformerModel(config)
 
-    def _encode(self, input_ids, input_features, attention_mask, return_gates, return_weights):
-        return self.model(input_ids, input_features, attention_mask, return_gates, return_weights)
+    def _encode(self, input_ids, input_features, attention_mask, return_gates, return_weights, state=None):
+        return self.model(input_ids, input_features, attention_mask, return_gates, return_weights, state=state)
 
 
 class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
-    """Next-token prediction. ``labels`` are the inputs (shifted inside); label -100 is ignored. ``generate``
-    decodes from per-layer key/value caches when every layer is Markov or softmax attention (rolling caches of
-    W + 1 entries for local scope), and re-runs the prefix each step otherwise (see ``decoding``)."""
+    """Next-token prediction. ``labels`` are the inputs (shifted inside); label -100 is ignored. ``forward(...,
+    state=s)`` continues the sequence held by the decoding state s ({} to start); ``generate`` decodes so, one
+    token per step, whenever every layer carries a state (rolling key/value caches of W + 1 entries for local
+    attention, running sums or recurrent states for the others), and re-runs the prefix otherwise (Hyena)."""
 
     def __init__(self, config: MarkovianTransformerConfig) -> None:
         if config.vocab_size is None or not config.causal:
@@ -196,8 +221,9 @@ class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed.weight
 
-    def forward(self, input_ids, attention_mask=None, labels=None, return_gates=False, return_weights=False):
-        output = self._encode(input_ids, None, attention_mask, return_gates, return_weights)
+    def forward(self, input_ids, attention_mask=None, labels=None, return_gates=False, return_weights=False,
+                state=None):  # fmt: skip
+        output = self._encode(input_ids, None, attention_mask, return_gates, return_weights, state)
         output.logits = self.lm_head(output.last_hidden_state)
         if labels is not None:
             output.loss = token_cross_entropy(output.logits[:, :-1], labels[:, 1:])

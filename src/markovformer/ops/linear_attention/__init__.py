@@ -53,12 +53,16 @@ def linear_attention(
     chunk_size: int = 64,
     normaliser: str = "positive",
     backend: str = "auto",
-) -> Tensor:
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Linear attention over feature-mapped queries and keys.
 
     q_features, k_features (B, H, T, F); v (B, H, T, Dv); attention_mask (B, T), 1 = real, 0 = padding.
     Returns (B, H, T, Dv). ``normaliser``: ``"positive"`` (FAVOR+ features) or ``"signed"`` (trig features).
     ``backend``: ``"naive"`` (dense reference), ``"chunked"``, or ``"auto"`` (= chunked).
+    State contract (causal, chunked): ``initial_state`` (B, H, F, Dv + 1) in, and with ``output_final_state`` the
+    output and the running sums after the last key out (``linear_attention_chunked``).
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
@@ -66,6 +70,8 @@ def linear_attention(
         raise ValueError(f"unknown normaliser {normaliser!r}; expected one of {NORMALISERS}")
     _check_shapes(q_features, k_features, v, attention_mask)
     if backend == "naive":
+        if initial_state is not None or output_final_state:
+            raise ValueError("the naive backend carries no state; use backend='chunked'")
         return linear_attention_naive(
             q_features, k_features, v, causal=causal, attention_mask=attention_mask, normaliser=normaliser
         )
@@ -77,6 +83,8 @@ def linear_attention(
         attention_mask=attention_mask,
         chunk_size=chunk_size,
         normaliser=normaliser,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
     )
 
 

@@ -34,8 +34,11 @@ def _bidirectional(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     return both[..., :-1], both[..., -1:]
 
 
-def _causal(q: Tensor, k: Tensor, v: Tensor, chunk_size: int) -> tuple[Tensor, Tensor]:
-    """Numerator (B, H, T, Dv) and denominator (B, H, T, 1) over keys j <= t, chunk by chunk in parallel."""
+def _causal(
+    q: Tensor, k: Tensor, v: Tensor, chunk_size: int, initial_state: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Numerator (B, H, T, Dv) and denominator (B, H, T, 1) over keys j <= t (and the sums of ``initial_state``),
+    chunk by chunk in parallel, and the sums S = Σ_j phi(k_j) [v_j, 1]ᵀ (B, H, F, Dv + 1) after the last key."""
     batch, heads, length, _ = q.shape
     num_chunks = -(-length // chunk_size)
     pad = num_chunks * chunk_size - length
@@ -44,10 +47,13 @@ def _causal(q: Tensor, k: Tensor, v: Tensor, chunk_size: int) -> tuple[Tensor, T
         q, k, values = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, values))
     q, k, values = (x.unflatten(2, (num_chunks, chunk_size)) for x in (q, k, values))
     scores = (q @ k.transpose(-2, -1)).tril()  # within a chunk, keys up to the query
-    state = _exclusive_cumsum(torch.einsum("bhncf,bhncd->bhnfd", k, values), dim=2)
+    chunk_sums = torch.einsum("bhncf,bhncd->bhnfd", k, values)
+    state = _exclusive_cumsum(chunk_sums, dim=2)
+    if initial_state is not None:
+        state = state + initial_state[:, :, None].to(state.dtype)
     both = scores @ values + q @ state
     both = both.reshape(batch, heads, num_chunks * chunk_size, -1)[:, :, :length]
-    return both[..., :-1], both[..., -1:]
+    return both[..., :-1], both[..., -1:], state[:, :, -1] + chunk_sums[:, :, -1]
 
 
 def linear_attention_chunked(
@@ -59,12 +65,18 @@ def linear_attention_chunked(
     attention_mask: Tensor | None = None,
     chunk_size: int = 64,
     normaliser: str = "positive",
-) -> Tensor:
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Linear attention without a (T, T) matrix; same result as ``linear_attention_naive`` up to rounding.
 
     q_features, k_features (B, H, T, F); v (B, H, T, Dv); attention_mask (B, T), 1 = real, 0 = padding.
     Returns (B, H, T, Dv) in ``v``'s dtype. ``chunk_size`` only matters when causal.
+    Causal attention carries the running sums S = Σ_j phi(k_j) [v_j, 1]ᵀ (B, H, F, Dv + 1) of the keys before the
+    call (``initial_state``, in float32 or wider) and, with ``output_final_state``, returns them after its last key.
     """
+    if not causal and (initial_state is not None or output_final_state):
+        raise ValueError("bidirectional linear attention reads the whole sequence: it carries no state")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     dtype = compute_dtype(q_features)
@@ -75,10 +87,13 @@ def linear_attention_chunked(
     # Padded keys are removed by zeroing their features and values (where, not *, so inf/NaN cannot leak).
     k = torch.where(real, k_features.to(dtype), zero)
     values = torch.where(real, v.to(dtype), zero)
+    final = None
     if causal:
-        numerator, denominator = _causal(q, k, values, chunk_size)
-        has_key = real.cumsum(dim=2) > 0
+        numerator, denominator, final = _causal(q, k, values, chunk_size, initial_state)
+        # a carried state may hold keys; where it holds none its sums are zero and so is the output either way
+        has_key = (real.cumsum(dim=2) > 0) | (initial_state is not None)
     else:
         numerator, denominator = _bidirectional(q, k, values)
         has_key = real.any(dim=2, keepdim=True)
-    return normalise(numerator, denominator, has_key, normaliser).to(v.dtype)
+    output = normalise(numerator, denominator, has_key, normaliser).to(v.dtype)
+    return (output, final) if output_final_state else output

@@ -30,13 +30,21 @@ def check_form(form: str) -> None:
 
 def retention(
     q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, causal: bool = True, form: str = "chunkwise",
-    chunk_size: int = 64,
-) -> Tensor:  # fmt: skip
+    chunk_size: int = 64, initial_state: Tensor | None = None, output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
     """Retention in one of RETENTION_FORMS. q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,).
 
-    Returns (B, H, T, Dv). ``chunk_size`` only matters for ``"chunkwise"``.
+    Returns (B, H, T, Dv). ``chunk_size`` only matters for ``"chunkwise"``. The state contract (causal
+    ``"recurrent"`` and ``"chunkwise"``): ``initial_state`` S (B, H, Dk, Dv) in, and with ``output_final_state``
+    the output and the final state out.
     """
     check_form(form)
+    if initial_state is not None or output_final_state:
+        if not causal or form == "parallel":
+            raise ValueError("retention carries a state only when causal, in the recurrent or chunkwise form")
+        if form == "recurrent":
+            return retention_recurrent(q, k, v, gamma, initial_state, output_final_state)
+        return retention_chunkwise(q, k, v, gamma, chunk_size, initial_state, output_final_state)
     if form == "parallel":
         return retention_parallel(q, k, v, gamma, causal)
 

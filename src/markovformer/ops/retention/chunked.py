@@ -11,11 +11,15 @@ from markovformer.ops.retention.naive import decay_matrix
 from markovformer.ops.scan import linear_scan
 
 
-def retention_chunkwise(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, chunk_size: int = 64) -> Tensor:
+def retention_chunkwise(
+    q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, chunk_size: int = 64, initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
     """Causal retention by chunks of C: the parallel form inside, the state recurrence R_i = γ^C R_{i-1} + Kᵢᵀ(Vᵢ ⊙ ζ)
     across (one ``linear_scan`` over T/C chunk states of size Dk·Dv). Time O(T·C + T·Dk·Dv), no T×T matrix.
 
-    q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,). Returns (B, H, T, Dv).
+    q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,); initial_state S_{-1} (B, H, Dk, Dv) or None (zeros).
+    Returns (B, H, T, Dv), and with ``output_final_state`` also S_{T-1} (``retention_recurrent``'s state).
     """
     batch, heads, length, key_dim = q.shape
     value_dim = v.shape[-1]
@@ -31,10 +35,23 @@ def retention_chunkwise(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, chunk_si
     chunk_states = (k * key_decay).transpose(-1, -2) @ v  # (B, H, n, Dk, Dv): each chunk's own contribution
     flat = chunk_states.permute(0, 2, 1, 3, 4).reshape(batch, chunks, heads * key_dim * value_dim)
     carry = torch.exp(chunk_size * log_gamma).to(q.dtype).expand(heads, key_dim * value_dim).reshape(1, 1, -1)
-    states, _ = linear_scan(carry.expand_as(flat), flat)  # state after each chunk
-    previous = F.pad(states[:, :-1], (0, 0, 1, 0)).view(batch, chunks, heads, key_dim, value_dim).transpose(1, 2)
+    entering = None if initial_state is None else initial_state.reshape(batch, heads * key_dim * value_dim)
+    states, _ = linear_scan(carry.expand_as(flat), flat, entering)  # state after each chunk
+    if entering is None:
+        before = F.pad(states[:, :-1], (0, 0, 1, 0))
+    else:
+        before = torch.cat([entering[:, None], states[:, :-1]], dim=1)
+    previous = before.view(batch, chunks, heads, key_dim, value_dim).transpose(1, 2)
     cross = (q * query_decay) @ previous
-    return (inner + cross).flatten(2, 3)[:, :, :length]
+    output = (inner + cross).flatten(2, 3)[:, :, :length]
+    if not output_final_state:
+        return output
+    # the last chunk holds r real steps (the rest is padding): S_{T-1} = γ^r S_before + Σ_{j<r} γ^{r-1-j} k_jᵀ v_j
+    real = length - (chunks - 1) * chunk_size
+    last_decay = torch.exp((real - 1 - steps[:real]) * log_gamma).to(q.dtype)[:, :, None]  # (H, r, 1)
+    last = (k[:, :, -1, :real] * last_decay).transpose(-1, -2) @ v[:, :, -1, :real]
+    final = torch.exp(real * log_gamma).to(q.dtype)[:, :, None] * previous[:, :, -1] + last
+    return output, final
 
 
 __all__ = ["retention_chunkwise"]

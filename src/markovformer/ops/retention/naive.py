@@ -32,18 +32,23 @@ def retention_parallel(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, causal: b
     return retention_weights(q, k, gamma, causal) @ v
 
 
-def retention_recurrent(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor) -> Tensor:
+def retention_recurrent(
+    q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
     """Causal retention one step at a time: S_n = γ S_{n-1} + k_nᵀ v_n, o_n = q_n S_n (the reference loop).
 
-    q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,). Returns (B, H, T, Dv).
+    q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,); initial_state S_{-1} (B, H, Dk, Dv) (zeros when None).
+    Returns (B, H, T, Dv), and with ``output_final_state`` also S_{T-1} (B, H, Dk, Dv).
     """
     decay = gamma.to(q.dtype)[:, None, None]
-    state = q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1])
+    state = q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]) if initial_state is None else initial_state
     outputs = []
     for q_n, k_n, v_n in zip(q.unbind(2), k.unbind(2), v.unbind(2), strict=True):
         state = decay * state + k_n[..., :, None] * v_n[..., None, :]
         outputs.append((q_n[..., None, :] @ state).squeeze(-2))
-    return torch.stack(outputs, dim=2)
+    output = torch.stack(outputs, dim=2)
+    return (output, state) if output_final_state else output
 
 
 __all__ = ["decay_matrix", "retention_parallel", "retention_recurrent", "retention_weights"]

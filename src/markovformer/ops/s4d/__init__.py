@@ -4,10 +4,13 @@
 
 - ``s4d_kernel_naive``: K term by term (C·N/2·T complex exponentials); the reference for ``s4d_kernel``;
 - ``s4d_kernel``: K by a blocked Vandermonde product (two √T tables, one matmul); convolved by ``ops.long_conv``;
-- ``s4d_recurrence``: the recurrence one step at a time; the reference for the convolution form.
+- ``s4d_recurrence``: the recurrence one step at a time; the reference for the convolution form, and its carried
+  state (``initial_state`` in, ``final_state`` out) the reference for ``s4d_state_response`` and ``s4d_final_state``,
+  the state contract of the convolution form.
 """
 
 from markovformer.ops.s4d.naive import s4d_kernel_naive, s4d_recurrence
+from markovformer.ops.s4d.state import s4d_final_state, s4d_state_response
 from markovformer.ops.s4d.vandermonde import s4d_kernel
 
-__all__ = ["s4d_kernel", "s4d_kernel_naive", "s4d_recurrence"]
+__all__ = ["s4d_final_state", "s4d_kernel", "s4d_kernel_naive", "s4d_recurrence", "s4d_state_response"]

@@ -20,17 +20,24 @@ def s4d_kernel_naive(dt_a: Tensor, c_b: Tensor, length: int) -> Tensor:
     return 2 * (c_b[..., None] * torch.exp(dt_a[..., None] * lags)).sum(1).real.transpose(0, 1)
 
 
-def s4d_recurrence(u: Tensor, a_bar: Tensor, c_b: Tensor) -> Tensor:
-    """x_t = Ā x_{t-1} + u_t (complex state per mode, x_{-1} = 0), y_t = 2 Re(Σ_n c_b x_t), one step at a time.
+def s4d_recurrence(
+    u: Tensor, a_bar: Tensor, c_b: Tensor, initial_state: Tensor | None = None, output_final_state: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
+    """x_t = Ā x_{t-1} + u_t (complex state per mode, x_{-1} = ``initial_state`` or 0), y_t = 2 Re(Σ_n c_b x_t),
+    one step at a time.
 
-    u (B, T, C) real; a_bar, c_b complex (C, N/2). Returns y (B, T, C) without the D u term.
+    u (B, T, C) real; a_bar, c_b complex (C, N/2); initial_state complex (B, C, N/2). Returns y (B, T, C) without the
+    D u term, and with ``output_final_state`` also x_{T-1} (B, C, N/2).
     """
     state = torch.zeros(u.shape[0], *a_bar.shape, dtype=a_bar.dtype, device=u.device)
+    if initial_state is not None:
+        state = initial_state
     outputs = []
     for step in u.unbind(1):
         state = a_bar * state + step[..., None]
         outputs.append(2 * (c_b * state).sum(-1).real)
-    return torch.stack(outputs, dim=1)
+    output = torch.stack(outputs, dim=1)
+    return (output, state) if output_final_state else output
 
 
 __all__ = ["s4d_kernel_naive", "s4d_recurrence"]

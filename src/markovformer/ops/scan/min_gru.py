@@ -36,35 +36,42 @@ def min_gru_scan_inputs(gate_logits: Tensor, candidates: Tensor, mask: Tensor | 
 
 
 def min_gru(
-    gate_logits: Tensor, candidates: Tensor, mask: Tensor | None = None, reverse: bool = False, backend: str = "auto"
-) -> Tensor:
-    """All minGRU states from h_{-1} = 0, by one linear scan.
+    gate_logits: Tensor, candidates: Tensor, mask: Tensor | None = None, reverse: bool = False, backend: str = "auto",
+    initial_state: Tensor | None = None, output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
+    """All minGRU states from h_{-1} = ``initial_state`` (B, D) (zeros when None), by one linear scan.
 
     gate_logits, candidates (B, T, D); mask (B, T) with 1 for real steps, 0 for padding (any pattern), or None.
     ``reverse`` runs from t = T-1 down to 0 (the backward direction of a bidirectional layer).
-    Returns h (B, T, D); at a masked step h is the state carried from the previous real step.
+    Returns h (B, T, D); at a masked step h is the state carried from the previous real step. With
+    ``output_final_state``: (h, the state after the last step read (B, D)), the next call's ``initial_state``.
     ``backend``: a ``linear_scan`` backend.
     """
     _check(gate_logits, candidates, mask)
     decay, update = min_gru_scan_inputs(gate_logits, candidates, mask)
     if reverse:
         decay, update = decay.flip(1), update.flip(1)
-    states, _ = linear_scan(decay, update, backend=backend)
-    return states.flip(1) if reverse else states
+    states, final = linear_scan(decay, update, initial_state, backend=backend)
+    states = states.flip(1) if reverse else states
+    return (states, final) if output_final_state else states
 
 
-def min_gru_naive(gate_logits: Tensor, candidates: Tensor, mask: Tensor | None = None, reverse: bool = False) -> Tensor:
+def min_gru_naive(
+    gate_logits: Tensor, candidates: Tensor, mask: Tensor | None = None, reverse: bool = False,
+    initial_state: Tensor | None = None, output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
     """The definition, one step per Python iteration: the reference ``min_gru`` is tested against.
 
     Same arguments and result as ``min_gru``; a masked step keeps the previous state.
     """
     _check(gate_logits, candidates, mask)
     order = range(gate_logits.shape[1] - 1, -1, -1) if reverse else range(gate_logits.shape[1])
-    state = torch.zeros_like(candidates[:, 0])
+    state = torch.zeros_like(candidates[:, 0]) if initial_state is None else initial_state
     states = [None] * gate_logits.shape[1]
     for t in order:
         z = torch.sigmoid(gate_logits[:, t])
         stepped = (1 - z) * state + z * candidates[:, t]
         state = stepped if mask is None else torch.where(mask[:, t].bool()[:, None], stepped, state)
         states[t] = state
-    return torch.stack(states, dim=1)
+    states = torch.stack(states, dim=1)
+    return (states, state) if output_final_state else states

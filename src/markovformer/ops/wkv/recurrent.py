@@ -6,12 +6,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+WKVState = tuple[Tensor, Tensor, Tensor]  # (numerator, denominator, exponent), each (B, C)
 
-def wkv_recurrent(w: Tensor, u: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """The RWKV-4 stable recurrence (the authors' CUDA kernel, as a loop): causal WKV, (B, T, C)."""
-    numerator = torch.zeros_like(k[:, 0])
-    denominator = torch.zeros_like(k[:, 0])
-    exponent = torch.full_like(k[:, 0], float("-inf"))
+
+def wkv_recurrent(
+    w: Tensor, u: Tensor, k: Tensor, v: Tensor, initial_state: WKVState | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, WKVState]:  # fmt: skip
+    """The RWKV-4 stable recurrence (the authors' CUDA kernel, as a loop): causal WKV, (B, T, C).
+
+    The state after position t is (N, D, p) with N = Σ_{i<=t} e^{-(t-i)w + k_i - p} v_i and D the same sum of 1:
+    ``initial_state`` (zeros and p = -inf when None) in, and with ``output_final_state`` the state after T-1 out.
+    """
+    if initial_state is None:
+        numerator = torch.zeros_like(k[:, 0])
+        denominator = torch.zeros_like(k[:, 0])
+        exponent = torch.full_like(k[:, 0], float("-inf"))
+    else:
+        numerator, denominator, exponent = initial_state
     outputs = []
     for k_t, v_t in zip(k.unbind(1), v.unbind(1), strict=True):
         bonus = u + k_t
@@ -22,7 +34,8 @@ def wkv_recurrent(w: Tensor, u: Tensor, k: Tensor, v: Tensor) -> Tensor:
         top = torch.maximum(decayed, k_t)
         old, new = torch.exp(decayed - top), torch.exp(k_t - top)
         numerator, denominator, exponent = old * numerator + new * v_t, old * denominator + new, top
-    return torch.stack(outputs, dim=1)
+    output = torch.stack(outputs, dim=1)
+    return (output, (numerator, denominator, exponent)) if output_final_state else output
 
 
-__all__ = ["wkv_recurrent"]
+__all__ = ["WKVState", "wkv_recurrent"]

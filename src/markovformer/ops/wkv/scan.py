@@ -13,10 +13,14 @@ from torch import Tensor
 
 from markovformer.ops.padding import has_real_before, zero_padding
 from markovformer.ops.scan import linear_scan
+from markovformer.ops.wkv.recurrent import WKVState
 
 
-def _past_sums(w: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """Σ_{i<t} e^{-(t-1-i)w + k_i - r_t} (v_i and 1) over real i, and the reference exponent r_t (B, T, C).
+def _past_sums(
+    w: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor | None
+) -> tuple[tuple[Tensor, Tensor, Tensor], WKVState]:
+    """Σ_{i<t} e^{-(t-1-i)w + k_i - r_t} (v_i and 1) over real i, and the reference exponent r_t (B, T, C); and the
+    sums over every i <= T-1 in the state form of ``wkv_recurrent``.
 
     r_t is the largest exponent among those terms when some real token lies before t; where none does, the sums
     are zero and r_t = -inf.
@@ -39,21 +43,50 @@ def _past_sums(w: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor | None) -
     states, _ = linear_scan(torch.cat([gate, gate], -1), torch.cat([weight * v, weight], -1))
     numerator, denominator = F.pad(states[:, :-1], (0, 0, 1, 0)).chunk(2, dim=-1)
     history = has_real_before(attention_mask, batch, length, k.device)[..., None]
-    return numerator, denominator, torch.where(history, top_before, float("-inf"))
+    final = (*states[:, -1].chunk(2, dim=-1), top[:, -1])
+    return (numerator, denominator, torch.where(history, top_before, float("-inf"))), final
+
+
+def _carried(w: Tensor, state: WKVState, length: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A state's share of the history of steps 0..length-1, in ``_past_sums``'s form: it decays by e^{-w} a step."""
+    numerator, denominator, exponent = state
+    steps = torch.arange(length, device=w.device, dtype=w.dtype)[:, None]
+    reference = exponent[:, None] - steps * w
+    return numerator[:, None].expand_as(reference), denominator[:, None].expand_as(reference), reference
+
+
+def _joined(first: WKVState, second: WKVState) -> WKVState:
+    """The sums of two states with one reference exponent (their larger one)."""
+    top = torch.maximum(first[2], second[2])
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    scale_first, scale_second = torch.exp(first[2] - top), torch.exp(second[2] - top)
+    return (scale_first * first[0] + scale_second * second[0], scale_first * first[1] + scale_second * second[1],
+            torch.maximum(first[2], second[2]))  # fmt: skip
 
 
 def wkv_scan(
-    w: Tensor, u: Tensor, k: Tensor, v: Tensor, causal: bool = True, attention_mask: Tensor | None = None
-) -> Tensor:
+    w: Tensor, u: Tensor, k: Tensor, v: Tensor, causal: bool = True, attention_mask: Tensor | None = None,
+    initial_state: WKVState | None = None, output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, WKVState]:  # fmt: skip
     """Stable WKV in parallel form (see this module's docstring). w, u (C,); k, v (B, T, C); attention_mask (B, T):
-    padded keys add nothing. Half-precision inputs are computed in float32. Returns (B, T, C) in k's dtype."""
+    padded keys add nothing. Half-precision inputs are computed in float32. Returns (B, T, C) in k's dtype.
+
+    Causal WKV carries ``wkv_recurrent``'s state: ``initial_state`` in, and with ``output_final_state`` the
+    output and the state after the last step out (in the compute dtype)."""
+    if not causal and (initial_state is not None or output_final_state):
+        raise ValueError("bidirectional WKV reads the whole sequence: it carries no state")
     dtype = k.dtype
     compute = torch.promote_types(dtype, torch.float32)
     w, u, k, v = (x.to(compute) for x in (w, u, k, v))
-    parts = [_past_sums(w, k, v, attention_mask)]
+    past, final = _past_sums(w, k, v, attention_mask)
+    parts = [past]
+    if initial_state is not None:
+        initial_state = tuple(x.to(compute) for x in initial_state)
+        parts.append(_carried(w, initial_state, k.shape[1]))
+        final = _joined(final, (initial_state[0], initial_state[1], initial_state[2] - k.shape[1] * w))
     if not causal:
         flip_mask = None if attention_mask is None else attention_mask.flip(1)
-        parts.append(tuple(x.flip(1) for x in _past_sums(w, k.flip(1), v.flip(1), flip_mask)))
+        parts.append(tuple(x.flip(1) for x in _past_sums(w, k.flip(1), v.flip(1), flip_mask)[0]))
     bonus = u + k
     top = bonus.detach()
     for _, _, reference in parts:
@@ -65,7 +98,8 @@ def wkv_scan(
         numerator = numerator + scale * part_numerator
         denominator = denominator + scale * part_denominator
     # the current term alone keeps the denominator >= 1 for real tokens; the clamp only guards padded rows
-    return (numerator / denominator.clamp_min(torch.finfo(compute).tiny)).to(dtype)
+    output = (numerator / denominator.clamp_min(torch.finfo(compute).tiny)).to(dtype)
+    return (output, final) if output_final_state else output
 
 
 __all__ = ["wkv_scan"]

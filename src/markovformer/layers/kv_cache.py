@@ -1,0 +1,122 @@
+"""The key/value cache an attention core keeps in its decoding state (``state["cache"]``), and the attention of new
+queries over it (``ops.cached_attention``).
+
+A local-scope core (window W) keeps a *rolling* cache of W + 1 slots (the keys t-W..t): its memory and per-token
+time never grow with the length. A global-scope core keeps every key, in storage that doubles when full, so an
+append is amortised O(1) and never a ``torch.cat`` of the whole cache per token.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from markovformer.ops.cached_attention import cached_attention
+
+
+class KeyValueCache:
+    """Keys and values (B, H, C, Dh) of the positions seen, their positions (C,), padding (B, C) and, for decay
+    kinds, cumulative log forget gates (B, H, C) relative to the newest position (kept small by rebasing).
+
+    ``window`` W: a rolling cache of W + 1 slots, position p in slot p mod (W + 1); None: position p in slot p.
+    """
+
+    def __init__(self, window: int | None) -> None:
+        self.window = window
+        self.length = 0  # positions written so far
+        self.keys = self.values = self.positions = self.real = self.log_decay = None
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def _allocate(self, keys: Tensor, capacity: int, with_decay: bool) -> None:
+        """(Re)allocate ``capacity`` slots, keeping what is stored (a global cache that grows)."""
+        batch, heads, _, head_dim = keys.shape
+        old = (self.keys, self.values, self.positions, self.real, self.log_decay)
+        self.keys = keys.new_zeros(batch, heads, capacity, head_dim)
+        self.values = torch.zeros_like(self.keys)
+        self.positions = torch.full((capacity,), -1, dtype=torch.long, device=keys.device)
+        self.real = torch.zeros(batch, capacity, dtype=torch.bool, device=keys.device)
+        self.log_decay = keys.new_zeros(batch, heads, capacity) if with_decay else None
+        if old[0] is not None:
+            used = old[0].shape[2]
+            self.keys[:, :, :used], self.values[:, :, :used] = old[0], old[1]
+            self.positions[:used], self.real[:, :used] = old[2], old[3]
+            if with_decay:
+                self.log_decay[..., :used] = old[4]
+
+    def write(self, keys: Tensor, values: Tensor, real: Tensor, log_decay: Tensor | None = None) -> None:
+        """Append keys, values (B, H, n, Dh) of the next n positions; real (B, n) is False at padding; log_decay
+        (B, H, n): their cumulative log forget gates relative to the newest position before them."""
+        count = keys.shape[2]
+        positions = torch.arange(self.length, self.length + count, device=keys.device)
+        self.length += count
+        if self.window is not None:
+            if self.keys is None:
+                self._allocate(keys, self.window + 1, log_decay is not None)
+            if count > self.capacity:  # only the last W + 1 positions can still be seen
+                keep = slice(count - self.capacity, count)
+                keys, values, real, positions = keys[:, :, keep], values[:, :, keep], real[:, keep], positions[keep]
+                log_decay_kept = None if log_decay is None else log_decay[..., keep]
+            else:
+                log_decay_kept = log_decay
+            slots = positions % self.capacity
+        else:
+            if self.length > self.capacity:
+                self._allocate(keys, max(2 * self.capacity, self.length, 16), log_decay is not None)
+            slots, log_decay_kept = positions, log_decay
+        self.keys.index_copy_(2, slots, keys)
+        self.values.index_copy_(2, slots, values)
+        self.positions.index_copy_(0, slots, positions)
+        self.real.index_copy_(1, slots, real)
+        if log_decay is not None:
+            self.log_decay.index_copy_(2, slots, log_decay_kept)
+            self.log_decay -= log_decay[..., -1:]  # rebase: the newest position has 0
+
+    def visible(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+        """The slots that may hold a key: keys, values (B, H, c, Dh), positions (c,), real (B, c), log decay."""
+        used = self.capacity if self.window is not None else self.length
+        decay = None if self.log_decay is None else self.log_decay[..., :used]
+        return self.keys[:, :, :used], self.values[:, :, :used], self.positions[:used], self.real[:, :used], decay
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, real: Tensor, past_bias: Tensor | None = None,
+        log_decay: Tensor | None = None,
+    ) -> Tensor:  # fmt: skip
+        """Append k, v (B, H, n, Dh) of the next n positions, then the causal attention (B, H, n, Dh) of their
+        queries q over every visible key. ``log_decay`` (B, H, n): the new positions' cumulative log forget gates
+        from the newest position before them (decay kinds)."""
+        start = self.length
+        self.write(k, v, real, log_decay)
+        keys, values, key_positions, key_real, key_log_decay = self.visible()
+        query_positions = torch.arange(start, start + q.shape[2], device=q.device)
+        query_log_decay = None if log_decay is None else log_decay - log_decay[..., -1:]
+        return cached_attention(q, keys, values, query_positions, key_positions, key_real, window=self.window,
+                                past_bias=past_bias, query_log_decay=query_log_decay,
+                                key_log_decay=key_log_decay)  # fmt: skip
+
+    def floats(self) -> int:
+        """Floats held (keys and values), for memory reports."""
+        return 0 if self.keys is None else self.keys.numel() + self.values.numel()
+
+
+def real_mask(attention_mask: Tensor | None, x: Tensor) -> Tensor:
+    """(B, n) bool: True at real positions of x (B, n, ...)."""
+    if attention_mask is None:
+        return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+    return attention_mask.bool()
+
+
+def keep_in_cache(state: dict | None, window: int | None, k: Tensor, v: Tensor, attention_mask: Tensor | None,
+                  log_decay: Tensor | None = None) -> None:  # fmt: skip
+    """After a core's full forward over a sequence from the start: store its keys and values in ``state``."""
+    if state is None:
+        return
+    cache = KeyValueCache(window)
+    real = torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device)
+    cache.write(k, v, real if attention_mask is None else attention_mask.bool(), log_decay)
+    state["cache"] = cache
+
+
+__all__ = ["KeyValueCache", "keep_in_cache", "real_mask"]

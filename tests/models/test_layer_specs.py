@@ -1,0 +1,63 @@
+"""Per-layer options: the config resolves one spec per layer; a layer sees exactly its own window; the flat form and
+its per-layer spelling build the same model; an invalid option value is reported once, naming the layer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+
+SIZE = dict(vocab_size=11, d_model=16, n_layers=3, n_heads=2)
+
+
+def _model(**options) -> MarkovianTransformerForCausalLM:
+    torch.manual_seed(0)
+    return MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**SIZE, **options)).eval()
+
+
+def test_each_layer_sees_exactly_its_own_window():
+    windows = [2, 5, None]
+    model = _model(max_order=2, attention=[{"kind": "markov", "window": 2}, {"kind": "markov", "window": 5},
+                                           {"kind": "softmax", "scope": "global"}])  # fmt: skip
+    assert [spec.options.get("window") for spec in model.config.layer_specs()] == windows
+    ids = torch.randint(0, 11, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        weights = model(ids, return_weights=True).attentions
+    lag = torch.arange(12)[:, None] - torch.arange(12)[None, :]
+    for layer, window in enumerate(windows):
+        seen = (weights[layer] > 0).all(dim=(0, 1))  # (T, T): keys every head of every row attends to
+        expected = (lag >= 0) & (lag <= (12 if window is None else window))
+        assert torch.equal(seen, expected), layer
+
+
+def test_a_flat_config_and_its_per_layer_spelling_build_the_same_model():
+    flat = _model(attention="markov", max_order=2, window=3, gate="mlp")
+    per_layer = _model(attention=[{"kind": "markov", "window": 3}] * 3, max_order=2, gate="mlp")
+    assert flat.config.layer_specs() == per_layer.config.layer_specs()
+    flat_state, per_layer_state = flat.state_dict(), per_layer.state_dict()
+    assert flat_state.keys() == per_layer_state.keys()
+    assert all(torch.equal(flat_state[name], per_layer_state[name]) for name in flat_state)
+    ids = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.equal(flat(ids).logits, per_layer(ids).logits)
+
+
+def test_per_layer_options_round_trip_through_a_config_dict():
+    config = MarkovianTransformerConfig(**SIZE, attention=[{"kind": "markov", "window": 6}, "softmax", "rff"])
+    again = MarkovianTransformerConfig.from_dict(config.to_dict())
+    assert again.layer_specs() == config.layer_specs()
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"kind": "markov", "window": 0}, r"attention\[1\]\.window=0: must be an integer in \[1"),
+    ({"kind": "markov", "max_order": 0}, r"attention\[1\]\.max_order=0: must be an integer in \[1"),
+    ({"kind": "markov", "gate": "tanh"}, r"attention\[1\]\.gate='tanh': must be one of"),
+    ({"kind": "rff", "num_features": -3}, r"attention\[1\]\.num_features=-3"),
+    ({"kind": "markov", "window": 1, "max_order": 3}, r"attention\[1\]\.window=1: smaller than max_order=3"),
+    ({"kind": "softmax", "num_features": 8}, r"layer 1: kind 'softmax' has no option 'num_features'"),
+])  # fmt: skip
+def test_an_invalid_per_layer_option_raises_once_naming_the_layer_option_and_value(entry, message):
+    with pytest.raises(ValueError, match=message) as raised:
+        MarkovianTransformerConfig(**SIZE, attention=["markov", entry, "markov"])
+    assert str(raised.value).count("attention") <= 2  # one report, not one per place that checks
