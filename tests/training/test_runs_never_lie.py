@@ -286,3 +286,26 @@ def test_metrics_files_are_strict_json_and_non_finite_weights_are_refused_by_eva
     checkpoint["state_dict"][name] = torch.full_like(checkpoint["state_dict"][name], float("nan"))
     save_checkpoint_file(checkpoint, last)
     one_line(run("eval", str(last), cwd=tmp_path), 2, "non-finite weights", name.removeprefix("model."))
+
+
+def test_a_full_disk_while_writing_the_final_files_leaves_an_unfinished_resumable_run(tmp_path, monkeypatch):
+    """safetensors reports ENOSPC as its own error type (a traceback on main): now an OSError naming the disk and
+    saying the run is not finished; no finished.json, metrics.json or fingerprint is written after the failure."""
+    from safetensors import SafetensorError
+
+    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+    from markovformer.training.run_dir import finished_steps, write_final_files
+
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=5, d_model=8, n_layers=1, n_heads=2))
+
+    def full_disk(directory):
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: \"No "
+                              "space left on device\" }) (os error 28)")  # fmt: skip
+
+    monkeypatch.setattr(model, "save_pretrained", full_disk)
+    (tmp_path / "finished.json").write_text('{"steps": 5}')  # an extension of a finished run
+    with pytest.raises(OSError) as raised:
+        write_final_files(tmp_path, model, "fingerprint", {"steps": 10, "val": {"loss": 1.0}})
+    assert raised.value.errno == 28 and "not finished" in str(raised.value) and "--resume" in str(raised.value)
+    assert finished_steps(tmp_path) is None
+    assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "model" / "fingerprint.json").exists()

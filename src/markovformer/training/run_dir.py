@@ -213,8 +213,8 @@ def load_final_model(config: RunConfig, data_info: dict, model_dir: Path, finger
     check_tensors_match(model, stored, weights, partial=True)
     try:
         return head_class(config.model_type, config.task).from_pretrained(model_dir)
-    except (ValueError, RuntimeError, OSError) as error:
-        raise ConfigError(f"{model_dir}: cannot load it ({error})") from None
+    except Exception as error:  # safetensors' own error types too, e.g. for a file replaced while it was read
+        raise ConfigError(f"{model_dir}: cannot load it ({type(error).__name__}: {error})") from None
 
 
 def check_same_tokenizer(run_dir: Path, bundle: DataBundle) -> None:
