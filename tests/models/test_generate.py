@@ -122,6 +122,28 @@ def test_prefill_then_steps_equal_the_full_forward_at_every_step(name, padded, d
                                atol=1e-5 if dtype == torch.float32 else 1e-10)  # fmt: skip
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
+@pytest.mark.parametrize("name", list(INCREMENTAL))
+def test_a_state_continued_several_tokens_at_a_time_equals_the_full_forward(name, padded):
+    """Chunks longer than one token after the prefill (speculative decoding, a prompt fed in parts): a local cache
+    of W + 1 slots must still show each new query its W previous keys (it lost the oldest ones when all the chunk's
+    keys were written before attending)."""
+    model = _markovian(INCREMENTAL[name]).to(torch.float64)
+    ids, mask = _left_padded(length=17)
+    if not padded:
+        mask = torch.ones_like(mask)
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask if padded else None).logits
+        state: dict = {}
+        pieces, start = [], 0
+        for size in (3, 2, 5, 1, 4, 2):
+            piece = slice(start, start + size)
+            pieces.append(model(ids[:, piece], attention_mask=mask[:, piece], state=state).logits)
+            start += size
+    real = mask.bool()[..., None]
+    torch.testing.assert_close(torch.cat(pieces, dim=1) * real, full * real, rtol=0, atol=1e-10)
+
+
 @pytest.mark.parametrize("name", sorted(set(INCREMENTAL) - GLOBAL_ATTENTION))
 def test_the_decoding_state_of_a_local_or_recurrent_layer_never_grows(name):
     model = _markovian(INCREMENTAL[name])

@@ -2,8 +2,10 @@
 queries over it (``ops.cached_attention``).
 
 A local-scope core (window W) keeps a *rolling* cache of W + 1 slots (the keys t-W..t): its memory and per-token
-time never grow with the length. A global-scope core keeps every key, in storage that doubles when full, so an
-append is amortised O(1) and never a ``torch.cat`` of the whole cache per token.
+time never grow with the length. A chunk of n > 1 new positions attends over the old slots and its own keys
+before they are written, since its first query still sees keys the chunk's last ones will overwrite. A global-scope
+core keeps every key, in storage that doubles when full, so an append is amortised O(1) and never a ``torch.cat`` of
+the whole cache per token.
 """
 
 from __future__ import annotations
@@ -87,10 +89,22 @@ class KeyValueCache:
         """Append k, v (B, H, n, Dh) of the next n positions, then the causal attention (B, H, n, Dh) of their
         queries q over every visible key. ``log_decay`` (B, H, n): the new positions' cumulative log forget gates
         from the newest position before them (decay kinds)."""
-        start = self.length
-        self.write(k, v, real, log_decay)
-        keys, values, key_positions, key_real, key_log_decay = self.visible()
-        query_positions = torch.arange(start, start + q.shape[2], device=q.device)
+        start, count = self.length, q.shape[2]
+        if self.window is not None and count > 1 and self.keys is not None:
+            # W + 1 rolling slots hold what one new query sees; n new queries see the W keys before the first of
+            # them as well, which writing all n first would overwrite: attend over the old slots and the new keys.
+            old_keys, old_values, old_positions, old_real, old_log_decay = self.visible()
+            keys, values = torch.cat([old_keys, k], dim=2), torch.cat([old_values, v], dim=2)
+            key_positions = torch.cat([old_positions, torch.arange(start, start + count, device=q.device)])
+            key_real = torch.cat([old_real, real], dim=1)
+            key_log_decay = None
+            if log_decay is not None:  # both relative to the newest position before the chunk: rebase to its last
+                key_log_decay = torch.cat([old_log_decay, log_decay], dim=-1) - log_decay[..., -1:]
+            self.write(k, v, real, log_decay)
+        else:
+            self.write(k, v, real, log_decay)
+            keys, values, key_positions, key_real, key_log_decay = self.visible()
+        query_positions = torch.arange(start, start + count, device=q.device)
         query_log_decay = None if log_decay is None else log_decay - log_decay[..., -1:]
         return cached_attention(q, keys, values, query_positions, key_positions, key_real, window=self.window,
                                 past_bias=past_bias, query_log_decay=query_log_decay,
