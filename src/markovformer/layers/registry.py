@@ -39,6 +39,7 @@ from markovformer.layers.position_bias_attention import (
 )
 from markovformer.layers.random_feature_attention import RandomFeatureAttention, RandomFeatureOptions
 from markovformer.layers.softmax_attention import SoftmaxAttention, SoftmaxOptions
+from markovformer.layers.stick_breaking_attention import StickBreakingAttention, StickBreakingOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +111,11 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         DynamicBiasOptions,
         lambda shared, o: DynamicBiasAttention(**shared, **_scoped(o), bias_hidden=o.bias_hidden,
                                                bias_depth=o.bias_depth, log_distance=o.log_distance),  # fmt: skip
+    ),
+    "stick_breaking": AttentionKind(
+        StickBreakingOptions,
+        lambda shared, o: StickBreakingAttention(**shared, window=o.window if o.scope == "local" else None,
+                                                 attend_current=o.attend_current),  # fmt: skip
     ),
     # the baseline zoo (layers.baselines): sequence mixers in the same blocks; some ignore n_heads and rotary
     "linformer": AttentionKind(
