@@ -23,6 +23,7 @@ from markovformer.layers.baselines import (
     S4DMixer,
     ScanMixer,
 )
+from markovformer.layers.cope_attention import CoPEAttention, CoPEOptions
 from markovformer.layers.decay_attention import AlibiAttention, DecayOptions, ForgettingAttention
 from markovformer.layers.hybrid_attention import (
     HybridParallelAttention,
@@ -116,6 +117,11 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         StickBreakingOptions,
         lambda shared, o: StickBreakingAttention(**shared, window=o.window if o.scope == "local" else None,
                                                  attend_current=o.attend_current),  # fmt: skip
+    ),
+    "cope": AttentionKind(
+        CoPEOptions,
+        lambda shared, o: CoPEAttention(**shared, window=o.window if o.scope == "local" else None,
+                                        npos_max=o.npos_max),  # fmt: skip
     ),
     # the baseline zoo (layers.baselines): sequence mixers in the same blocks; some ignore n_heads and rotary
     "linformer": AttentionKind(
