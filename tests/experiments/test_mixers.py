@@ -31,6 +31,16 @@ def test_every_kind_is_matched_to_the_softmax_parameter_count_within_tolerance()
             assert matched["section"]["attention"] == zoo.KINDS[kind][1]["attention"]
 
 
+def test_the_positional_bias_kinds_are_matched_too():
+    settings = mixers.MixersSettings(kinds=("softmax", *zoo.POSITION_KINDS))
+    sections = mixers.matched_sections("mqar", 64, 32, settings)
+    for kind in zoo.POSITION_KINDS:
+        assert abs(sections[kind]["ratio"] - 1) <= settings.tolerance, (kind, sections[kind])
+        model = mixers.MarkovianTransformerForCausalLM(mixers.MarkovianTransformerConfig(
+            vocab_size=16, **sections[kind]["section"]))  # fmt: skip
+        assert model(torch.randint(0, 16, (2, 12))).logits.shape == (2, 12, 16)
+
+
 class _Oracle(torch.nn.Module):
     """A causal LM whose logits at t put all mass on ``answers[t + 1]``: it scores 1 where answers equal labels."""
 

@@ -32,6 +32,14 @@ INCREMENTAL = {  # every causal kind but Hyena carries a decoding state: generat
     "alibi_global": dict(attention="alibi", position="none"),
     "forgetting_local": dict(attention="forgetting", scope="local", window=3, position="none"),
     "forgetting_global": dict(attention="forgetting", position="none"),
+    "t5_dynamic_local": dict(attention=[{"kind": "t5_bias", "num_buckets": 8, "max_distance": 6}, "dynamic_bias"],
+                             scope="local", window=3, position="none"),
+    "t5_dynamic_global": dict(attention=[{"kind": "t5_bias", "num_buckets": 8, "max_distance": 6}, "dynamic_bias"],
+                              position="none"),
+    "stick_breaking_local": dict(attention="stick_breaking", scope="local", window=3, position="none"),
+    "stick_breaking_global": dict(attention="stick_breaking", position="none"),
+    "cope_local": dict(attention="cope", scope="local", window=3, position="none"),
+    "cope_global": dict(attention=[{"kind": "cope", "npos_max": 4}, "cope"], position="none"),
     "rff": dict(attention="rff", num_features=8, chunk_size=4),
     "hybrid_split": dict(attention="hybrid_split", max_order=2, num_features=8),
     "hybrid_parallel": dict(attention="hybrid_parallel", max_order=2, num_features=8),
@@ -47,7 +55,7 @@ RERUN = {  # kinds that declare no decoding state (the long convolution): genera
     "hyena": dict(attention="hyena"),
 }
 GLOBAL_ATTENTION = {"markov_global", "markov_query_gate_sinusoidal", "softmax_global_learned", "alibi_global",
-                    "forgetting_global"}  # fmt: skip
+                    "forgetting_global", "t5_dynamic_global", "stick_breaking_global", "cope_global"}  # fmt: skip
 
 
 def _perturbed(model: torch.nn.Module, seed: int = 0, scale: float = 0.25) -> torch.nn.Module:

@@ -37,7 +37,7 @@ from markovformer.models.markovian_transformer import MarkovianTransformerConfig
 
 NAME = "mixers"
 SUMMARY = "every sequence mixer on MQAR, induction, selective copying and in-context chains, accuracy vs width"
-DEFAULT_KINDS = tuple(kind for kind in zoo.KINDS if kind != "alibi_local")
+DEFAULT_KINDS = tuple(kind for kind in zoo.KINDS if kind != "alibi_local" and kind not in zoo.POSITION_KINDS)
 
 
 @dataclass(frozen=True)

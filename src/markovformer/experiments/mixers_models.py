@@ -49,6 +49,10 @@ KINDS: dict[str, tuple[str, dict]] = {
     "alibi": ("ALiBi, global", {"attention": "alibi", "scope": "global", "position": "none"}),
     "alibi_local": ("ALiBi, local", {"attention": "alibi", "scope": "local", "position": "none"}),
     "forgetting": ("FoX (forgetting)", {"attention": "forgetting", "scope": "global", "position": "none"}),
+    "t5_bias": ("T5 bucket bias", {"attention": "t5_bias", "scope": "global", "position": "none"}),
+    "dynamic_bias": ("dynamic position bias", {"attention": "dynamic_bias", "scope": "global", "position": "none"}),
+    "stick_breaking": ("stick-breaking", {"attention": "stick_breaking", "scope": "global", "position": "none"}),
+    "cope": ("CoPE", {"attention": "cope", "scope": "global", "position": "none"}),
     "rff": ("random features", {"attention": "rff"}),
     "hybrid_split": ("hybrid split (Markov local + RFF)", {"attention": "hybrid_split", "scope": "local"}),
     "hybrid_parallel": ("hybrid parallel (Markov local + RFF)", {"attention": "hybrid_parallel", "scope": "local"}),
@@ -59,6 +63,9 @@ KINDS: dict[str, tuple[str, dict]] = {
     "gru": ("GRU", {"attention": "gru"}),
     "scan": ("Scan (gated recurrence)", {"attention": "scan"}),
 }
+# the positional-bias kinds of issue 31, beside ALiBi and FoX; run with ``kinds=...`` (not in the default grid, which
+# keeps ``mixers --quick`` inside its time budget)
+POSITION_KINDS = ("t5_bias", "dynamic_bias", "stick_breaking", "cope")
 MARKOV_KINDS = ("markov_local", "markov_global", "hybrid_split", "hybrid_parallel")
 # The published picture's groups. Zoology's gated convolutions: H3, Hyena, RWKV, RetNet (S4D is its LTI core).
 # Mamba's selective recurrences have input-dependent transitions (our scan, GRU; FoX is their attention analogue);

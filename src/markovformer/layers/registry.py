@@ -23,6 +23,7 @@ from markovformer.layers.baselines import (
     S4DMixer,
     ScanMixer,
 )
+from markovformer.layers.cope_attention import CoPEAttention, CoPEOptions
 from markovformer.layers.decay_attention import AlibiAttention, DecayOptions, ForgettingAttention
 from markovformer.layers.hybrid_attention import (
     HybridParallelAttention,
@@ -31,8 +32,15 @@ from markovformer.layers.hybrid_attention import (
     HybridSplitOptions,
 )
 from markovformer.layers.markov_attention import MarkovAttention, MarkovOptions
+from markovformer.layers.position_bias_attention import (
+    DynamicBiasAttention,
+    DynamicBiasOptions,
+    T5BiasAttention,
+    T5BiasOptions,
+)
 from markovformer.layers.random_feature_attention import RandomFeatureAttention, RandomFeatureOptions
 from markovformer.layers.softmax_attention import SoftmaxAttention, SoftmaxOptions
+from markovformer.layers.stick_breaking_attention import StickBreakingAttention, StickBreakingOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +79,9 @@ def _mixer(mixer: type) -> Callable[[dict, Any], nn.Module]:
     return lambda shared, options: mixer(d_model=shared["d_model"], causal=shared["causal"])
 
 
-def _scoped(options: DecayOptions) -> dict:
-    """A decay kind's keyword arguments: its window only in local scope (``window=None`` is global scope)."""
+def _scoped(options: Any) -> dict:
+    """A scoped kind's keyword arguments (decay and relative-bias kinds): its window only in local scope
+    (``window=None`` is global scope)."""
     return dict(window=options.window if options.scope == "local" else None, dropout=options.dropout)
 
 
@@ -93,6 +102,27 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
     # the mixer suite's nearest relatives of per-lag biases: fixed (ALiBi) and data-dependent (FoX) decays
     "alibi": AttentionKind(DecayOptions, lambda shared, o: AlibiAttention(**shared, **_scoped(o))),
     "forgetting": AttentionKind(DecayOptions, lambda shared, o: ForgettingAttention(**shared, **_scoped(o))),
+    # learned biases of the lag alone (layers.position_bias_attention): T5's buckets, an MLP of the distance
+    "t5_bias": AttentionKind(
+        T5BiasOptions,
+        lambda shared, o: T5BiasAttention(**shared, **_scoped(o), num_buckets=o.num_buckets,
+                                          max_distance=o.max_distance),  # fmt: skip
+    ),
+    "dynamic_bias": AttentionKind(
+        DynamicBiasOptions,
+        lambda shared, o: DynamicBiasAttention(**shared, **_scoped(o), bias_hidden=o.bias_hidden,
+                                               bias_depth=o.bias_depth, log_distance=o.log_distance),  # fmt: skip
+    ),
+    "stick_breaking": AttentionKind(
+        StickBreakingOptions,
+        lambda shared, o: StickBreakingAttention(**shared, window=o.window if o.scope == "local" else None,
+                                                 attend_current=o.attend_current),  # fmt: skip
+    ),
+    "cope": AttentionKind(
+        CoPEOptions,
+        lambda shared, o: CoPEAttention(**shared, window=o.window if o.scope == "local" else None,
+                                        npos_max=o.npos_max),  # fmt: skip
+    ),
     # the baseline zoo (layers.baselines): sequence mixers in the same blocks; some ignore n_heads and rotary
     "linformer": AttentionKind(
         LinformerOptions,

@@ -1,0 +1,65 @@
+"""CoPE, contextual position encoding (Golovneva, Wang, Weston, Sukhbaatar, "Contextual Position Encoding: Learning
+to Count What's Important", arXiv:2405.18719, 2024; the paper's appendix gives its reference code). Positions are
+counted by the context: query t gates every key, g_{t,j} = sigmoid(z_{t,j}) with z = q·k/√Dh, and key j sits at the
+fractional position p_{t,j} = Σ_{l=j..t} g_{t,l} (so a head can count words, sentences or a chosen symbol rather than
+tokens). p is clamped to ``npos_max - 1`` and interpolated between learned embeddings e[0..npos_max-1]:
+
+    e(p) = (1 - (p - ⌊p⌋)) e[⌊p⌋] + (p - ⌊p⌋) e[⌊p⌋ + 1],     S_{t,j} = z_{t,j} + q_t·e(p_{t,j}),
+
+then a softmax over the keys. Causal (the paper's decoder form). Keys outside the window or padded are not
+counted.
+
+- ``cope_attention_naive``: dense (T, T), each pair's interpolated embedding built in full.
+- ``cope_attention_chunked``: query chunks under checkpointing, interpolating the logits q·e[p], O(T) memory.
+- ``cope_over_cache``: new queries over a key/value cache (incremental decoding).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from markovformer.ops.cope_attention.chunked import DEFAULT_CHUNK, cope_attention_chunked, cope_over_cache
+from markovformer.ops.cope_attention.naive import cope_attention_naive, cope_positions_naive
+
+
+def cope_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    position_embeddings: Tensor,
+    *,
+    window: int | None,
+    attention_mask: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+) -> Tensor:
+    """Causal CoPE attention.
+
+    Args:
+        q, k: (B, H, T, Dh); v: (B, H, T, Dv).
+        position_embeddings: (P, Dh), e[0..P-1] shared by the heads; positions are clamped to P - 1.
+        window: W, the query at t sees keys t-W..t, or None for global scope.
+        attention_mask: (B, T), 1 = real token, 0 = padding (as a key). Queries with no visible key output 0.
+        chunk_size: queries per chunk.
+
+    Returns:
+        (B, H, T, Dv).
+    """
+    if q.dim() != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"q, k, v must be (B, H, T, Dh) with matching B, H, T; got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")  # fmt: skip
+    if position_embeddings.dim() != 2 or position_embeddings.shape[1] != q.shape[-1]:
+        raise ValueError(f"position_embeddings must be (P, Dh) with Dh = {q.shape[-1]}; "
+                         f"got {tuple(position_embeddings.shape)}")  # fmt: skip
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise ValueError(f"window must be a non-negative int or None (global scope); got {window!r}")
+    if attention_mask is not None and tuple(attention_mask.shape) != (q.shape[0], q.shape[2]):
+        raise ValueError(f"attention_mask must be (B, T) = {(q.shape[0], q.shape[2])}; "
+                         f"got {tuple(attention_mask.shape)}")  # fmt: skip
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
+    return cope_attention_chunked(q, k, v, position_embeddings, window=window, attention_mask=attention_mask,
+                                  chunk_size=chunk_size)  # fmt: skip
+
+
+__all__ = ["DEFAULT_CHUNK", "cope_attention", "cope_attention_chunked", "cope_attention_naive", "cope_over_cache",
+           "cope_positions_naive"]  # fmt: skip

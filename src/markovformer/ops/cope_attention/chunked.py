@@ -1,0 +1,85 @@
+"""CoPE attention over query chunks, O(T) memory (O(T·W) time with a window).
+
+A query's logits on the integer positions, q_t·e[p] for p = 0..P-1, are computed once per query ((B, H, R, P), as in
+the paper), and each key's fractional position p_{t,j} interpolates between two of them: q·e(p) is linear in e.
+A chunk builds its (chunk, keys) block of gates, positions (one reverse cumulative sum along the keys, which are in
+increasing position) and scores, under activation checkpointing, so nothing of size T×T exists.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from markovformer.ops.lags import lag_matrix, visible
+from markovformer.ops.masked_softmax import masked_softmax
+
+DEFAULT_CHUNK = 64  # queries per chunk
+
+
+def cope_block(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, position_embeddings: Tensor, allowed: Tensor) -> Tensor:
+    """q_rows (B, H, R, Dh), keys (B, H, S, D*) in increasing position, position_embeddings (P, Dh), allowed (B or
+    1, 1, R, S) -> (B, H, R, Dv)."""
+    npos = position_embeddings.shape[0]
+    logits = q_rows @ k_keys.transpose(-1, -2) / math.sqrt(q_rows.shape[-1])
+    gates = torch.where(allowed, torch.sigmoid(logits), 0.0)
+    place = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=npos - 1)  # Σ_{l >= j} g_{t,l}
+    below = place.floor()
+    fraction = place - below
+    on_integers = q_rows @ position_embeddings.to(q_rows.dtype).T  # (B, H, R, P): q_t·e[p]
+    lower = on_integers.gather(-1, below.long())
+    upper = on_integers.gather(-1, below.long().add(1).clamp(max=npos - 1))
+    scores = logits + (1 - fraction) * lower + fraction * upper
+    return masked_softmax(scores, allowed) @ v_keys
+
+
+def cope_attention_chunked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    position_embeddings: Tensor,
+    *,
+    window: int | None,
+    attention_mask: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+) -> Tensor:
+    """(B, H, T, Dv); arguments as ``cope_attention``."""
+    seq_len = q.shape[-2]
+    positions = torch.arange(seq_len, device=q.device)
+    key_real = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+    outputs = []
+    for start in range(0, seq_len, chunk_size):
+        end = min(start + chunk_size, seq_len)
+        low = 0 if window is None else max(0, start - window)
+        allowed = visible(lag_matrix(positions[start:end], positions[low:end]), window, causal=True)[None, None]
+        if key_real is not None:
+            allowed = allowed & key_real[..., low:end]
+        pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], position_embeddings, allowed)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, position_embeddings)):
+            outputs.append(checkpoint(cope_block, *pieces, use_reentrant=False))
+        else:
+            outputs.append(cope_block(*pieces))
+    return torch.cat(outputs, dim=-2)
+
+
+def cope_over_cache(
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    position_embeddings: Tensor,
+    query_positions: Tensor,
+    key_positions: Tensor,
+    key_real: Tensor,
+    *,
+    window: int | None,
+) -> Tensor:
+    """CoPE attention of new queries (B, H, Tq, Dh) at ``query_positions`` over cache slots (B, H, C, Dh) at
+    ``key_positions`` (C,; < 0: empty) in any order; key_real (B, C). -> (B, H, Tq, Dv)."""
+    order = torch.argsort(key_positions)
+    key_positions, keys, values, key_real = (key_positions[order], keys[:, :, order], values[:, :, order],
+                                             key_real[:, order])  # fmt: skip
+    allowed = visible(lag_matrix(query_positions, key_positions), window, causal=True) & (key_positions >= 0)
+    return cope_block(q, keys, values, position_embeddings, allowed[None, None] & key_real[:, None, None, :])

@@ -1,0 +1,47 @@
+"""Reference CoPE attention: dense (T, T) gates, positions as sums of gates over an explicit triangular matrix, and
+each pair's interpolated position embedding built in full. Tests, inspection and small T only."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from markovformer.ops.lags import lag_matrix, visible
+from markovformer.ops.masked_softmax import masked_softmax
+
+
+def cope_positions_naive(gates: Tensor) -> Tensor:
+    """(..., Tq, Tk) gates (0 where a key is not counted) -> positions p[t, j] = Σ_{l >= j} gates[t, l]."""
+    keys = gates.shape[-1]
+    steps = torch.arange(keys, device=gates.device)
+    at_or_after = (steps[:, None] >= steps[None, :]).to(gates.dtype)  # [l, j] = l >= j
+    return gates @ at_or_after
+
+
+def cope_attention_naive(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    position_embeddings: Tensor,
+    *,
+    window: int | None,
+    attention_mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Return (output (B, H, T, Dv), attention probabilities (B, H, T, T)); arguments as ``cope_attention``."""
+    seq_len, npos = q.shape[-2], position_embeddings.shape[0]
+    positions = torch.arange(seq_len, device=q.device)
+    allowed = visible(lag_matrix(positions, positions), window, causal=True)[None, None]
+    if attention_mask is not None:
+        allowed = allowed & attention_mask.bool()[:, None, None, :]
+    logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    place = cope_positions_naive(torch.sigmoid(logits) * allowed).clamp(max=npos - 1)
+    below = place.floor()
+    fraction = place - below
+    lower = position_embeddings[below.long()]  # (B, H, T, T, Dh)
+    upper = position_embeddings[below.long().add(1).clamp(max=npos - 1)]
+    embedding = (1 - fraction)[..., None] * lower + fraction[..., None] * upper
+    scores = logits + torch.einsum("bhtd,bhtjd->bhtj", q, embedding)
+    probs = masked_softmax(scores, allowed)
+    return probs @ v, probs

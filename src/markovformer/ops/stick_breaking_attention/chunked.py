@@ -1,0 +1,81 @@
+"""Stick-breaking attention in log space over query chunks, O(T) memory (O(T·W) time with a window).
+
+With z_{t,j} = q_t·k_j/√Dh and β = sigmoid(z), the weight of key j is β_{t,j} Π_{j<l} (1 - β_{t,l}) over the
+allowed keys l after j, so log A_{t,j} = z_{t,j} - Σ_{l>=j} softplus(z_{t,l}) (as log σ(z) = z - softplus(z) and
+log(1 - σ(z)) = -softplus(z)): one reverse cumulative sum of softplus along the keys. A chunk of queries builds its
+(chunk, keys) block only (keys in increasing position; disallowed keys add 0 to the sum and take no share), under
+activation checkpointing, so nothing of size T×T exists and autograd gives every gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from markovformer.ops.stick_breaking_attention.naive import stick_breaking_allowed
+
+DEFAULT_CHUNK = 64  # queries per chunk
+
+
+def stick_breaking_block(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, allowed: Tensor) -> Tensor:
+    """q_rows (B, H, R, Dh), keys (B, H, S, D*) in increasing position, allowed (B or 1, 1, R, S) -> (B, H, R, Dv).
+    Half-precision inputs are broken in float32 and cast back."""
+    compute = torch.promote_types(q_rows.dtype, torch.float32)
+    logits = (q_rows @ k_keys.transpose(-1, -2)).to(compute) / math.sqrt(q_rows.shape[-1])
+    spent = torch.where(allowed, F.softplus(logits), 0.0)  # -log(1 - β) of each allowed key
+    after_and_at = spent.flip(-1).cumsum(-1).flip(-1)  # Σ_{l >= j} over allowed keys
+    weights = torch.where(allowed, torch.exp(logits - after_and_at), 0.0)
+    return weights.to(v_keys.dtype) @ v_keys
+
+
+def stick_breaking_attention_chunked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    window: int | None,
+    attend_current: bool = False,
+    attention_mask: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+) -> Tensor:
+    """(B, H, T, Dv); arguments as ``stick_breaking_attention``."""
+    seq_len = q.shape[-2]
+    positions = torch.arange(seq_len, device=q.device)
+    key_real = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+    outputs = []
+    for start in range(0, seq_len, chunk_size):
+        end = min(start + chunk_size, seq_len)
+        low = 0 if window is None else max(0, start - window)
+        allowed = stick_breaking_allowed(positions[start:end], positions[low:end], window, attend_current)[None, None]
+        if key_real is not None:
+            allowed = allowed & key_real[..., low:end]
+        pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], allowed)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+            outputs.append(checkpoint(stick_breaking_block, *pieces, use_reentrant=False))
+        else:
+            outputs.append(stick_breaking_block(*pieces))
+    return torch.cat(outputs, dim=-2)
+
+
+def stick_breaking_over_cache(
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    query_positions: Tensor,
+    key_positions: Tensor,
+    key_real: Tensor,
+    *,
+    window: int | None,
+    attend_current: bool = False,
+) -> Tensor:
+    """Stick-breaking attention of new queries (B, H, Tq, Dh) at ``query_positions`` over cache slots (B, H, C, Dh)
+    at ``key_positions`` (C,; < 0: empty) in any order (a rolling cache); key_real (B, C). -> (B, H, Tq, Dv)."""
+    order = torch.argsort(key_positions)
+    key_positions, keys, values, key_real = (key_positions[order], keys[:, :, order], values[:, :, order],
+                                             key_real[:, order])  # fmt: skip
+    allowed = stick_breaking_allowed(query_positions, key_positions, window, attend_current) & (key_positions >= 0)
+    return stick_breaking_block(q, keys, values, allowed[None, None] & key_real[:, None, None, :])

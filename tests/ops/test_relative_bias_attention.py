@@ -1,0 +1,103 @@
+"""Relative-bias attention (T5 buckets, dynamic position bias): the dense bias against its definition, the chunked
+O(T)-memory path against the dense reference on outputs and every gradient (q, k, v, per-lag biases), causal and
+bidirectional, windowed and padded, and T5's buckets on hand-computed distances."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from padding_masks import mixed_mask
+from twins import assert_same_gradients, randn
+
+from markovformer.ops.relative_bias_attention import (
+    dense_relative_bias,
+    relative_bias_attention,
+    relative_bias_attention_chunked,
+    relative_bias_attention_naive,
+)
+from markovformer.ops.relative_bias_attention.buckets import t5_buckets
+
+HEADS, HEAD_DIM, VALUE_DIM = 2, 4, 3
+
+
+def _inputs(length, batch=4):
+    q, k = randn(batch, HEADS, length, HEAD_DIM, seed=1), randn(batch, HEADS, length, HEAD_DIM, seed=2)
+    v, lag_bias = randn(batch, HEADS, length, VALUE_DIM, seed=3), randn(HEADS, 2 * length - 1, seed=4)
+    return [t.requires_grad_(True) for t in (q, k, v, lag_bias)]
+
+
+def test_dense_bias_reads_the_column_of_each_lag():
+    lag_bias = torch.arange(2 * 5 - 1, dtype=torch.float64)[None].repeat(2, 1)
+    dense = dense_relative_bias(lag_bias, 5)
+    assert dense[0, 4, 1] == 3 + 4 and dense[1, 1, 4] == -3 + 4 and dense[0, 2, 2] == 4
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("window", [None, 0, 3])
+@pytest.mark.parametrize("chunk_size", [1, 4, 64])
+@pytest.mark.parametrize("padded", [False, True])
+def test_chunked_matches_naive_on_outputs_and_all_gradients(causal, window, chunk_size, padded):
+    length = 11
+    tensors = _inputs(length)
+    options = dict(window=window, causal=causal, attention_mask=mixed_mask(length) if padded else None)
+    expected = relative_bias_attention_naive(*tensors, **options)[0]
+    got = relative_bias_attention_chunked(*tensors, chunk_size=chunk_size, **options)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    assert_same_gradients(got, expected, tensors, rtol=1e-10, atol=1e-10)
+    if padded:  # the fully padded row sees no key: zeros, not NaN
+        assert torch.equal(got[3], torch.zeros_like(got[3]))
+
+
+def test_a_bias_that_grows_by_one_per_lag_is_alibi_with_slope_minus_one():
+    """b(l) = -|l|: the dense softmax with a -distance penalty, written from the lag itself."""
+    q, k, v, _ = (t.detach() for t in _inputs(7, batch=2))
+    lags = torch.arange(-6, 7, dtype=torch.float64)
+    positions = torch.arange(7)
+    distance = (positions[:, None] - positions[None, :]).abs().to(torch.float64)
+    scores = q @ k.transpose(-1, -2) / HEAD_DIM**0.5 - distance
+    expected = torch.softmax(scores.masked_fill(positions[:, None] < positions[None, :], -torch.inf), -1) @ v
+    got = relative_bias_attention(q, k, v, -lags.abs()[None].repeat(HEADS, 1), window=None, causal=True)
+    torch.testing.assert_close(got, expected)
+
+
+def test_t5_buckets_on_hand_computed_distances():
+    """32 buckets, max distance 128: causal exact below 16, then 16 + floor(16·log(d/16)/log 8), last bucket 31;
+    bidirectional: 16 per sign, exact below 8, the future offset by 16."""
+    lags = torch.tensor([-5, 0, 1, 15, 16, 32, 64, 127, 128, 1000])
+    causal = t5_buckets(lags, 32, 128, bidirectional=False)
+    assert causal.tolist() == [0, 0, 1, 15, 16, 21, 26, 31, 31, 31]
+    both = t5_buckets(torch.tensor([0, 3, -3, 7, 8, -8, 16, -16, 200, -200]), 32, 128, bidirectional=True)
+    # 8 + floor(8·log(d/8)/log 16): d=8 -> 8, d=16 -> 10, beyond 128 -> 15
+    assert both.tolist() == [0, 3, 19, 7, 8, 24, 10, 26, 15, 31]
+
+
+def test_backward_keeps_nothing_of_size_t_by_t():
+    length = 256
+    q, k, v, lag_bias = (t.detach().float().requires_grad_(True) for t in _inputs(length, batch=1))
+    largest = []
+
+    def pack(saved):
+        largest.append(saved.numel())
+        return saved
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved):
+        out = relative_bias_attention(q, k, v, lag_bias, window=None, causal=True, chunk_size=16)
+    out.sum().backward()
+    assert max(largest) < HEADS * length * length / 4
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"lag_bias": torch.zeros(2, 5)}, "lag_bias must be"),
+        ({"window": -1}, "window must be"),
+        ({"attention_mask": torch.ones(1, 4)}, "attention_mask must be"),
+        ({"chunk_size": 0}, "chunk_size must be"),
+    ],
+)
+def test_bad_inputs_are_named(change, message):
+    q, k, v, lag_bias = (t.detach() for t in _inputs(6, batch=1))
+    arguments = dict(lag_bias=lag_bias, window=None, causal=True, attention_mask=None, chunk_size=4)
+    arguments.update(change)
+    with pytest.raises(ValueError, match=message):
+        relative_bias_attention(q, k, v, arguments.pop("lag_bias"), **arguments)

@@ -1,0 +1,124 @@
+"""Stick-breaking attention: the dense reference on a hand-computed case, the chunked log-space path against it on
+outputs and every gradient (windows, attend_current, padding), the cache path against the full one, causality, and
+no T×T tensor kept for the backward pass."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from padding_masks import mixed_mask
+from twins import assert_same_gradients, randn
+
+from markovformer.ops.stick_breaking_attention import (
+    stick_breaking_attention,
+    stick_breaking_attention_chunked,
+    stick_breaking_attention_naive,
+    stick_breaking_over_cache,
+)
+
+HEADS, HEAD_DIM, VALUE_DIM = 2, 4, 3
+
+
+def _inputs(length, batch=4):
+    tensors = (randn(batch, HEADS, length, HEAD_DIM, seed=1), randn(batch, HEADS, length, HEAD_DIM, seed=2),
+               randn(batch, HEADS, length, VALUE_DIM, seed=3))  # fmt: skip
+    return [t.requires_grad_(True) for t in tensors]
+
+
+def test_weights_on_three_keys_by_hand():
+    """Query 3 over keys 2, 1, 0 with shares 1/2, 1/2, 1/5: A = (1/5·1/2·1/2, 1/2·1/2, 1/2) = (0.05, 0.25, 0.5); the
+    remaining 0.2 is dropped. The one-dimensional key k_j = logit(β_j) makes β_j = sigmoid(q·k_j) with q = 1."""
+    shares = torch.tensor([0.2, 0.5, 0.5, 0.9], dtype=torch.float64)
+    k = torch.logit(shares).view(1, 1, 4, 1)
+    q = torch.ones(1, 1, 4, 1, dtype=torch.float64)
+    v = torch.eye(4, dtype=torch.float64).view(1, 1, 4, 4)
+    expected = torch.tensor([0.05, 0.25, 0.5, 0.0], dtype=torch.float64)
+    _, weights = stick_breaking_attention_naive(q, k, v, window=None)
+    torch.testing.assert_close(weights[0, 0, 3], expected)
+    torch.testing.assert_close(stick_breaking_attention(q, k, v, window=None)[0, 0, 3], expected)
+    # attending to itself, query 3 first takes 0.9 and leaves the others a tenth of what they had
+    with_current = stick_breaking_attention(q, k, v, window=None, attend_current=True)[0, 0, 3]
+    torch.testing.assert_close(with_current, torch.cat([expected[:3] * 0.1, torch.tensor([0.9], dtype=torch.float64)]))
+    # a window of 2 keys (t-2..t-1): key 0 is cut off and its share dropped with the rest
+    torch.testing.assert_close(stick_breaking_attention(q, k, v, window=2)[0, 0, 3], expected * torch.tensor(
+        [0.0, 1.0, 1.0, 1.0], dtype=torch.float64))  # fmt: skip
+
+
+@pytest.mark.parametrize("window", [None, 0, 3])
+@pytest.mark.parametrize("attend_current", [False, True])
+@pytest.mark.parametrize("chunk_size", [1, 4, 64])
+@pytest.mark.parametrize("padded", [False, True])
+def test_chunked_matches_naive_on_outputs_and_all_gradients(window, attend_current, chunk_size, padded):
+    length = 11
+    tensors = _inputs(length)
+    options = dict(window=window, attend_current=attend_current, attention_mask=mixed_mask(length) if padded else None)
+    expected = stick_breaking_attention_naive(*tensors, **options)[0]
+    got = stick_breaking_attention_chunked(*tensors, chunk_size=chunk_size, **options)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    assert_same_gradients(got, expected, tensors, rtol=1e-10, atol=1e-10)
+    if padded:
+        assert torch.equal(got[3], torch.zeros_like(got[3]))
+
+
+def test_weights_sum_to_at_most_one_and_the_first_query_sees_nothing():
+    _, weights = stick_breaking_attention_naive(*(t.detach() for t in _inputs(9)), window=None)
+    assert torch.all(weights.sum(-1) <= 1 + 1e-12) and torch.all(weights >= 0)
+    assert torch.equal(weights[..., 0, :], torch.zeros_like(weights[..., 0, :]))
+
+
+def test_output_does_not_read_the_future():
+    q, k, v = (t.detach() for t in _inputs(9, batch=1))
+    before = stick_breaking_attention(q, k, v, window=None, attend_current=True)
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 6:, :] += 3.0
+    v2[..., 6:, :] -= 2.0
+    after = stick_breaking_attention(q, k2, v2, window=None, attend_current=True)
+    torch.testing.assert_close(after[..., :6, :], before[..., :6, :], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_cache_path_in_any_slot_order_matches_the_full_path(window):
+    """Keys stored in a shuffled slot order (as a rolling cache holds them) give the full path's last rows."""
+    q, k, v = (t.detach() for t in _inputs(8))
+    mask = mixed_mask(8)
+    full = stick_breaking_attention(q, k, v, window=window, attention_mask=mask)
+    order = torch.tensor([5, 0, 7, 2, 6, 1, 4, 3])
+    got = stick_breaking_over_cache(q[:, :, 6:], k[:, :, order], v[:, :, order], torch.arange(6, 8), order,
+                                    mask.bool()[:, order], window=window)  # fmt: skip
+    torch.testing.assert_close(got, full[:, :, 6:])
+
+
+def test_backward_keeps_nothing_of_size_t_by_t():
+    length = 256
+    q, k, v = (t.detach().float().requires_grad_(True) for t in _inputs(length, batch=1))
+    largest = []
+
+    def pack(saved):
+        largest.append(saved.numel())
+        return saved
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved):
+        out = stick_breaking_attention(q, k, v, window=None, chunk_size=16)
+    out.sum().backward()
+    assert max(largest) < HEADS * length * length / 4
+
+
+def test_half_precision_follows_float32():
+    q, k, v = (t.detach().float() for t in _inputs(40, batch=1))
+    reference = stick_breaking_attention(q, k, v, window=None)
+    half = stick_breaking_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), window=None)
+    assert torch.isfinite(half).all()
+    torch.testing.assert_close(half.float(), reference, rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"window": -1}, "window must be"), ({"attention_mask": torch.ones(1, 4)}, "attention_mask must be"),
+     ({"chunk_size": 0}, "chunk_size must be")],  # fmt: skip
+)
+def test_bad_inputs_are_named(change, message):
+    q, k, v = (t.detach() for t in _inputs(6, batch=1))
+    arguments = dict(window=None, attention_mask=None, chunk_size=4)
+    arguments.update(change)
+    with pytest.raises(ValueError, match=message):
+        stick_breaking_attention(q, k, v, **arguments)
