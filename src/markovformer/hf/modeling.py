@@ -188,9 +188,33 @@ class _CausalLMWrapper(_Wrapper, GenerationMixin):
 
 class _SequenceClassificationWrapper(_Wrapper):
     def forward(self, input_ids=None, attention_mask=None, labels=None, input_features=None, **unused):
+        """The loss follows ``config.problem_type`` as ``transformers``' heads do (see ``problem_type``):
+        cross-entropy over integer class labels, mean squared error for "regression", binary cross-entropy with
+        logits over multi-hot float labels (B, num_labels) for "multi_label_classification"."""
+        problem = None if labels is None else problem_type(self.config, labels)
         output = self.markovformer(input_ids=input_ids, input_features=input_features, attention_mask=attention_mask,
-                                   labels=labels)  # fmt: skip
-        return SequenceClassifierOutput(loss=output.loss, logits=output.logits)
+                                   labels=labels if problem == "single_label_classification" else None)  # fmt: skip
+        loss = output.loss
+        if problem == "regression":
+            logits, target = output.logits.float(), labels.to(torch.float32)
+            if logits.shape[-1] == 1:
+                logits, target = logits.squeeze(-1), target.reshape(logits.shape[0])
+            loss = torch.nn.functional.mse_loss(logits, target)
+        elif problem == "multi_label_classification":
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(output.logits.float(), labels.float())
+        return SequenceClassifierOutput(loss=loss, logits=output.logits)
+
+
+def problem_type(config: PretrainedConfig, labels: Tensor) -> str:
+    """``config.problem_type``, or when unset the one ``transformers`` infers: "regression" for one label,
+    "single_label_classification" for integer labels, "multi_label_classification" otherwise."""
+    if config.problem_type is not None:
+        return config.problem_type
+    if config.num_labels == 1:
+        return "regression"
+    if labels.dtype in (torch.long, torch.int):
+        return "single_label_classification"
+    return "multi_label_classification"
 
 
 class _TokenClassificationWrapper(_Wrapper):
