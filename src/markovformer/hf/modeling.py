@@ -48,6 +48,8 @@ def _config_class(family: str) -> type[PretrainedConfig]:
     def __init__(self, **values):  # noqa: N807 - becomes the class's __init__
         values = markovformer_class.upgrade_keys(values)
         rest = {key: value for key, value in values.items() if key not in fields and key != "architecture"}
+        if "architecture" in values:  # markovformer's own save: the class that wrote it, named as transformers does
+            rest.setdefault("architectures", [HF_WRAPPER_PREFIX + values["architecture"]])
         rest.setdefault("use_cache", False)  # the wrappers keep no transformers cache: generate re-runs the prefix
         PretrainedConfig.__init__(self, **rest)
         for key in fields:  # set after PretrainedConfig, which treats some of these names its own way
@@ -104,6 +106,13 @@ class _Wrapper(PreTrainedModel):
                 first[id(parameter)] = name
         return tied
 
+    def _in_backbone(self, name: str) -> bool:
+        """Whether state-dict key ``name`` (of this model or of a checkpoint loaded into it) is a backbone tensor:
+        under ``base_model_prefix`` in a head, or under one of the backbone's own modules (a backbone checkpoint's
+        key that found no place here)."""
+        backbone = getattr(self, self.base_model_prefix, self)
+        return name.startswith(self.base_model_prefix + ".") or name.split(".")[0] in backbone._modules
+
     @property
     def markovformer(self) -> MarkovformerModel:
         """The wrapped markovformer model (sharing this wrapper's modules and parameters)."""
@@ -122,15 +131,22 @@ class _Wrapper(PreTrainedModel):
         checkpoint lacks or holds at another size (``ignore_mismatched_sizes=True``), which ``transformers`` would
         leave uninitialised here. ``strict`` (the default) first raises ValueError naming the first parameters the
         checkpoint lacks or holds but the model does not (a config with more layers than the weights, say);
-        ``strict=False`` loads such a directory anyway. ``output_loading_info=True`` works as in ``transformers``."""
+        ``strict=False`` loads such a directory anyway. A checkpoint of another task of the same family loads
+        strictly too, its backbone into this model's backbone (``base_model_prefix``): only the head tensors may
+        differ, the new ones initialised and listed as missing, the dropped ones as unexpected.
+        ``output_loading_info=True`` works as in ``transformers``."""
         wants_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         order = {name: index for index, name in enumerate(model.state_dict())}
         missing = sorted(info["missing_keys"], key=lambda name: order.get(name, len(order)))
         unexpected = sorted(info["unexpected_keys"])
-        if strict and (missing or unexpected):
-            raise ValueError(_mismatch_message(args[0] if args else kwargs.get("pretrained_model_name_or_path"),
-                                               missing, unexpected))  # fmt: skip
+        if strict:
+            other_task = cls.__name__ not in (model.config.architectures or [cls.__name__])
+            wrong = [names if not other_task else [name for name in names if model._in_backbone(name)]
+                     for names in (missing, unexpected)]  # fmt: skip
+            if wrong[0] or wrong[1]:
+                raise ValueError(_mismatch_message(args[0] if args else kwargs.get("pretrained_model_name_or_path"),
+                                                   *wrong))  # fmt: skip
         with torch.device("cpu"):
             fresh = cls.markovformer_class(model.config.to_markovformer())
         fresh_state, state = fresh.state_dict(), model.state_dict(keep_vars=True)
@@ -250,9 +266,15 @@ class _Seq2SeqWrapper(_Wrapper):
                                encoder_last_hidden_state=output.encoder_last_hidden_state)  # fmt: skip
 
 
+# the attribute holding a family's backbone in its heads (the Markovian Transformer's ``model``); a family without
+# a separate backbone model names no attribute, so nothing is stripped or added when it loads
+BACKBONE_ATTRIBUTES = {"markovian_transformer": "model"}
+
+
 def _wrapper(family: str, task: str, base: type[_Wrapper], markovformer_class: type) -> type[_Wrapper]:
     return type(f"{HF_WRAPPER_PREFIX}{markovformer_class.__name__}", (base,), {
         "config_class": HF_CONFIGS[family], "markovformer_class": markovformer_class, "__module__": __name__,
+        "base_model_prefix": BACKBONE_ATTRIBUTES.get(family, _Wrapper.base_model_prefix),
     })  # fmt: skip
 
 
