@@ -80,3 +80,91 @@ def test_a_head_checkpoint_loads_into_the_backbone_and_a_wrong_backbone_still_ra
     config.write_text(config.read_text().replace('"n_layers": 3', '"n_layers": 2'))  # weights of one more layer
     with pytest.raises(ValueError, match="checkpoint's blocks\\.2\\.[^ ]+, .* are not in the model"):
         transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "three")
+
+
+@pytest.mark.parametrize("task", ["backbone", "causal_lm", "sequence_classification", "token_classification"])
+def test_hidden_states_and_attentions_are_our_forwards_and_return_dict_false_gives_the_tuple(task):
+    model = _perturbed(_hf(task, attention=["markov", "softmax"], scope="global"))
+    inner, ids = model.markovformer, _ids()
+    with torch.no_grad():
+        output = model(input_ids=ids, output_hidden_states=True, output_attentions=True)
+        ours = inner(input_ids=ids, return_weights=True)
+        backbone = inner if task == "backbone" else inner.model
+        embedded = backbone.embed_inputs(ids)
+        first = backbone.blocks[0](embedded).output
+        plain = model(input_ids=ids, return_dict=False)
+    assert len(output.hidden_states) == 3 and len(output.attentions) == 2
+    # (exact where the same path ran; the weights come from the reference path, the plain blocks from the fast one)
+    assert torch.equal(output.hidden_states[0], embedded) and torch.equal(output.hidden_states[2],
+                                                                          ours.last_hidden_state)  # fmt: skip
+    torch.testing.assert_close(output.hidden_states[1], first)
+    for theirs, reference in zip(output.attentions, ours.attentions, strict=True):
+        assert theirs.shape == (3, 2, 7, 7) and torch.equal(theirs, reference)
+        torch.testing.assert_close(theirs.sum(-1), torch.ones(3, 2, 7))  # probabilities over the keys
+    assert isinstance(plain, tuple)
+    torch.testing.assert_close(plain[0], output.last_hidden_state if task == "backbone" else output.logits)
+    assert model(input_ids=ids).hidden_states is None and model(input_ids=ids).attentions is None
+
+
+def test_resize_token_embeddings_keeps_old_outputs_and_tied_weights():
+    model = _perturbed(_hf("causal_lm", tie_word_embeddings=True))
+    ids = _ids()
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+    model.resize_token_embeddings(14)
+    assert model.lm_head.weight is model.model.embed.weight and model.lm_head.weight.shape == (14, 16)
+    assert model.config.vocab_size == 14 == model.markovformer.config.vocab_size
+    with torch.no_grad():
+        after = model(input_ids=torch.cat([ids, torch.full((3, 1), 13)], dim=1)).logits
+    torch.testing.assert_close(after[:, :-1, :11], before)
+
+
+def test_a_model_on_the_meta_device_once_initialised_is_a_normally_built_one():
+    config = HF_CONFIGS["markovian_transformer"](**SMALL, num_labels=3, pooling="mean", causal=False)
+    empty = transformers.AutoModelForSequenceClassification.from_config(config).to("meta")
+    assert all(tensor.is_meta for tensor in [*empty.parameters(), *empty.buffers()])
+    empty.to_empty(device="cpu")  # whatever memory held
+    torch.manual_seed(5)
+    empty.init_weights()
+    torch.manual_seed(5)
+    normal = HF_CLASSES["markovian_transformer", "sequence_classification"][1].markovformer_class(
+        config.to_markovformer())  # fmt: skip
+    theirs = dict(empty.named_buffers()) | dict(empty.named_parameters())
+    ours = dict(normal.named_buffers()) | dict(normal.named_parameters())
+    assert theirs.keys() == ours.keys()
+    for name, tensor in ours.items():
+        assert torch.equal(theirs[name], tensor), name
+
+
+def test_configs_answer_to_the_standard_names_and_carry_special_token_ids(tmp_path):
+    config = HF_CONFIGS["markovian_transformer"](**SMALL, pad_token_id=0, eos_token_id=3)
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (16, 2, 2)
+    config.hidden_size = 32
+    assert config.d_model == 32 and config.to_markovformer().d_model == 32
+    assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (None, 3, 0)
+    config.save_pretrained(tmp_path)
+    loaded = transformers.AutoConfig.from_pretrained(tmp_path)
+    assert (loaded.eos_token_id, loaded.pad_token_id, loaded.hidden_size) == (3, 0, 32)
+    translator = HF_CONFIGS["markov_translator"](vocab_size=11, d_model=16, n_heads=2, pad_token_id=4)
+    assert translator.pad_token_id == 4 == translator.to_markovformer().pad_token_id
+    assert (translator.encoder_layers, translator.decoder_layers) == (6, 6)
+
+
+def test_gradient_checkpointing_recomputes_the_blocks_with_the_same_gradients():
+    model = _perturbed(_hf("causal_lm")).train()
+    ids = _ids(4, 12)
+    calls = []  # a pre-hook: the recomputation stops once it has what the backward pass needs
+    model.model.blocks[0].register_forward_pre_hook(lambda *args: calls.append(1))
+
+    def gradients():
+        model.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        return [parameter.grad.clone() for parameter in model.parameters()]
+
+    plain, plain_calls = gradients(), len(calls)
+    model.gradient_checkpointing_enable()
+    assert model.model.gradient_checkpointing and model.is_gradient_checkpointing
+    checkpointed = gradients()
+    assert len(calls) == 3 * plain_calls  # the block ran again in the backward pass
+    for ours, theirs in zip(plain, checkpointed, strict=True):
+        torch.testing.assert_close(theirs, ours)
