@@ -168,3 +168,25 @@ def test_gradient_checkpointing_recomputes_the_blocks_with_the_same_gradients():
     assert len(calls) == 3 * plain_calls  # the block ran again in the backward pass
     for ours, theirs in zip(plain, checkpointed, strict=True):
         torch.testing.assert_close(theirs, ours)
+
+
+@pytest.mark.parametrize("options", [dict(scope="local", window=3), dict(attention="softmax", max_order=4),
+                                     dict(attention="rff", position="none", max_order=4)], ids=["local", "global", "rff"])
+def test_transformers_generate_decodes_from_the_cache_one_token_per_step(options):
+    model = _perturbed(_hf("causal_lm", **options))
+    fed = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
+                                    with_kwargs=True)  # fmt: skip
+    prompt = _ids(3, 5, seed=2)
+    mask = torch.ones_like(prompt)
+    mask[0, :2] = 0  # a left-padded row
+    theirs = model.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=0)
+    assert fed == [5] + [1] * 9
+    assert torch.equal(theirs, model.markovformer.generate(prompt, mask, max_new_tokens=10))
+    uncached = model.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=0,
+                              use_cache=False)  # fmt: skip
+    assert torch.equal(uncached, theirs) and fed[10:] == list(range(5, 15))
+    beams = dict(num_beams=3, do_sample=False, max_new_tokens=6, pad_token_id=0, attention_mask=mask)
+    torch.testing.assert_close(model.generate(prompt, **beams, output_scores=True, return_dict_in_generate=True)
+                               .sequences_scores, model.generate(prompt, **beams, use_cache=False, output_scores=True,
+                               return_dict_in_generate=True).sequences_scores)  # fmt: skip
