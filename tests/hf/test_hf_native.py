@@ -170,8 +170,10 @@ def test_gradient_checkpointing_recomputes_the_blocks_with_the_same_gradients():
         torch.testing.assert_close(theirs, ours)
 
 
-@pytest.mark.parametrize("options", [dict(scope="local", window=3), dict(attention="softmax", max_order=4),
-                                     dict(attention="rff", position="none", max_order=4)], ids=["local", "global", "rff"])
+@pytest.mark.parametrize("options", [
+    dict(scope="local", window=3), dict(attention="softmax", max_order=4),
+    dict(attention="rff", position="none", max_order=4),
+], ids=["local", "global", "rff"])  # fmt: skip
 def test_transformers_generate_decodes_from_the_cache_one_token_per_step(options):
     model = _perturbed(_hf("causal_lm", **options))
     fed = []
