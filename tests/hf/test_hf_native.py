@@ -192,3 +192,22 @@ def test_transformers_generate_decodes_from_the_cache_one_token_per_step(options
     torch.testing.assert_close(model.generate(prompt, **beams, output_scores=True, return_dict_in_generate=True)
                                .sequences_scores, model.generate(prompt, **beams, use_cache=False, output_scores=True,
                                return_dict_in_generate=True).sequences_scores)  # fmt: skip
+
+
+def test_the_translator_generates_through_auto_model_for_seq2seq_lm(tmp_path):
+    from markovformer import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
+
+    torch.manual_seed(0)
+    ours = _perturbed(MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, order=2, dropout=0.0,
+        max_positions=32)))  # fmt: skip
+    ours.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    source = torch.randint(3, 11, (2, 6), generator=torch.Generator().manual_seed(1))
+    for options in (dict(), dict(num_beams=3, length_penalty=0.6)):
+        theirs = loaded.generate(source, max_new_tokens=8, **options)
+        reference = ours.generate(source, max_new_tokens=8, **options)
+        assert torch.equal(theirs[:, 0], torch.full((2,), ours.config.bos_token_id))
+        assert torch.equal(theirs[:, 1:], reference)
+    with pytest.raises(TypeError, match="does not support \\['repetition_penalty'\\]"):
+        loaded.generate(source, max_new_tokens=8, repetition_penalty=1.2)

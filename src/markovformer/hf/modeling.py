@@ -430,6 +430,32 @@ class _Seq2SeqWrapper(_Wrapper):
         return Seq2SeqLMOutput(loss=output.loss, logits=output.logits,
                                encoder_last_hidden_state=output.encoder_last_hidden_state)  # fmt: skip
 
+    # generate's options that markovformer's translator decoding takes, under transformers' names
+    GENERATE_OPTIONS = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "eos_token_id", "num_beams",
+                        "length_penalty")  # fmt: skip
+
+    @torch.no_grad()
+    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, *, max_new_tokens: int | None = None,
+                 max_length: int | None = None, **options) -> Tensor:  # fmt: skip
+        """Translate ``input_ids`` (B, S) with markovformer's own decoding (its cached greedy, sampling or beam
+        search), returned as ``transformers``' encoder-decoder ``generate`` does: each row starts with the decoder
+        start token (bos), then the target up to eos, padded with ``pad_token_id``. Options: ``max_new_tokens`` (or
+        ``max_length``, which counts the start token), ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
+        ``eos_token_id``, ``num_beams``, ``length_penalty``; any other raises TypeError rather than be ignored."""
+        options = {key: value for key, value in options.items() if value is not None}
+        config = self.markovformer.config
+        if options.pop("pad_token_id", config.pad_token_id) != config.pad_token_id:
+            raise TypeError(f"this translator pads with pad_token_id={config.pad_token_id}")
+        unknown = sorted(set(options) - set(self.GENERATE_OPTIONS))
+        if unknown:
+            raise TypeError(f"generate of {type(self).__name__} does not support {unknown}; it takes "
+                            f"{list(self.GENERATE_OPTIONS)} and max_length")  # fmt: skip
+        if max_new_tokens is None:
+            max_new_tokens = max_length - 1 if max_length is not None else config.max_positions
+        target = self.markovformer.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, **options)
+        start = target.new_full((target.shape[0], 1), config.bos_token_id)
+        return torch.cat([start, target], dim=1)
+
 
 # the attribute holding a family's backbone in its heads (the Markovian Transformer's ``model``); a family without
 # a separate backbone model names no attribute, so nothing is stripped or added when it loads
