@@ -211,3 +211,28 @@ def test_the_translator_generates_through_auto_model_for_seq2seq_lm(tmp_path):
         assert torch.equal(theirs[:, 1:], reference)
     with pytest.raises(TypeError, match="does not support \\['repetition_penalty'\\]"):
         loaded.generate(source, max_new_tokens=8, repetition_penalty=1.2)
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_an_exported_tokenizer_loads_with_auto_tokenizer_and_builds_a_pipeline(kind, tmp_path):
+    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+    from markovformer.data.text import BPETokenizer, CharTokenizer
+    from markovformer.hf import export_tokenizer
+
+    text = "the cat sat on the mat.\nthe dog sat on the log.\n" * 20
+    ours = CharTokenizer.from_text(text) if kind == "char" else BPETokenizer.train(text, vocab_size=280)
+    ours.save(tmp_path / "tokenizer")
+    torch.manual_seed(0)
+    model = _perturbed(MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
+        vocab_size=ours.vocab_size, d_model=16, n_layers=1, n_heads=2, max_order=2)))  # fmt: skip
+    model.save_pretrained(tmp_path / "model")
+    export_tokenizer(tmp_path / "tokenizer", tmp_path / "model")
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "model")
+    sample = "the cat sat on the log.\n"
+    assert theirs(sample)["input_ids"] == ours.encode(sample) and theirs.pad_token_id == 0
+    assert theirs.decode(ours.encode(sample)) == sample
+    generator = transformers.pipeline("text-generation", model=str(tmp_path / "model"), device="cpu")
+    prompt = "the cat"
+    written = generator(prompt, max_new_tokens=8, do_sample=False, suppress_tokens=[0])[0]["generated_text"]
+    ids = model.generate(torch.tensor([ours.encode(prompt)]), max_new_tokens=8, suppress_tokens=[0])
+    assert written == ours.decode(ids[0].tolist())
