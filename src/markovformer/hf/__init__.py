@@ -20,8 +20,10 @@ try:
 except ImportError as error:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError('markovformer.hf needs transformers: pip install "markovformer[hf]"') from error
 
+from markovformer.hf.cache import MarkovformerCache  # noqa: E402
 from markovformer.hf.modeling import HF_CLASSES, HF_CONFIGS, register  # noqa: E402
+from markovformer.hf.tokenizer import export_tokenizer, to_transformers  # noqa: E402
 
 register()
 
-__all__ = ["HF_CLASSES", "HF_CONFIGS", "register"]
+__all__ = ["HF_CLASSES", "HF_CONFIGS", "MarkovformerCache", "export_tokenizer", "register", "to_transformers"]

@@ -25,13 +25,14 @@ from transformers import (
 )
 from transformers.modeling_outputs import (
     BaseModelOutput,
-    CausalLMOutput,
+    CausalLMOutputWithPast,
     Seq2SeqLMOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
 from transformers.utils import ModelOutput
 
+from markovformer.hf.cache import MarkovformerCache
 from markovformer.models.config_base import ModelConfig
 from markovformer.models.markovian_transformer import MarkovianTransformerModel
 from markovformer.models.pretrained import HF_WRAPPER_PREFIX
@@ -44,15 +45,25 @@ def _config_class(family: str) -> type[PretrainedConfig]:
     config's fields as attributes (old field names accepted, as by ``from_dict``)."""
     markovformer_class = MODEL_FAMILIES[family].config_class
     fields = [field.name for field in dataclasses.fields(markovformer_class)]
+    defaults = {field.name: field.default for field in dataclasses.fields(markovformer_class)}
 
     def __init__(self, **values):  # noqa: N807 - becomes the class's __init__
         values = markovformer_class.upgrade_keys(values)
         rest = {key: value for key, value in values.items() if key not in fields and key != "architecture"}
-        rest.setdefault("use_cache", False)  # the wrappers keep no transformers cache: generate re-runs the prefix
+        if "architecture" in values:  # markovformer's own save: the class that wrote it, named as transformers does
+            rest.setdefault("architectures", [HF_WRAPPER_PREFIX + values["architecture"]])
+        # generate decodes from the layers' own states (``MarkovformerCache``); transformers' generation reads the
+        # special token ids from the config (a family without such fields has them None unless given)
+        generation = {"use_cache": rest.pop("use_cache", True),
+                      **{token: rest.pop(token, None) for token in SPECIAL_TOKENS if token not in fields}}
         PretrainedConfig.__init__(self, **rest)
+        for key, value in generation.items():
+            setattr(self, key, value)
         for key in fields:  # set after PretrainedConfig, which treats some of these names its own way
-            if key not in values:
-                continue
+            if key not in values:  # the default, so that the standard names (attribute_map) can read it
+                if key == "num_labels" or defaults.get(key, dataclasses.MISSING) is dataclasses.MISSING:
+                    continue  # (the label count: PretrainedConfig's, from id2label when given)
+                values[key] = defaults[key]
             if key == "num_labels":  # a property of PretrainedConfig (it builds id2label)
                 if values[key] is not None:
                     self.num_labels = values[key]
@@ -64,8 +75,17 @@ def _config_class(family: str) -> type[PretrainedConfig]:
         return markovformer_class(**{key: getattr(self, key) for key in fields if hasattr(self, key)})
 
     name = "".join(part.title() for part in family.split("_")) + "HFConfig"
+    attribute_map = {standard: ours for standard, ours in STANDARD_NAMES.items() if ours in fields}
     return type(name, (PretrainedConfig,), {"model_type": markovformer_class.model_type, "__init__": __init__,
-                                            "to_markovformer": to_markovformer, "__module__": __name__})  # fmt: skip
+                                            "to_markovformer": to_markovformer, "__module__": __name__,
+                                            "attribute_map": attribute_map})  # fmt: skip
+
+
+# transformers' standard config names -> markovformer's field names (a config's ``attribute_map``, where it has them)
+STANDARD_NAMES = {"hidden_size": "d_model", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+                  "encoder_layers": "n_encoder_layers", "decoder_layers": "n_decoder_layers",
+                  "max_position_embeddings": "max_positions"}  # fmt: skip
+SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
 HF_CONFIGS: dict[str, type[PretrainedConfig]] = {family: _config_class(family) for family in MODEL_FAMILIES}
@@ -90,7 +110,14 @@ class _Wrapper(PreTrainedModel):
         tied = self._shared_parameter_names(inner)  # e.g. an output layer tied to the embedding
         self._tied_weights_keys = tied or None
         config.tie_word_embeddings = bool(tied)  # transformers ties (and loads) them only when this says so
+        self.supports_gradient_checkpointing = any(hasattr(module, "gradient_checkpointing")
+                                                   for module in inner.modules())  # fmt: skip
+        modules = list(self.modules())
+        for module in modules:  # markovformer has just initialised them: post_init need not do it again
+            module._is_hf_initialized = True
         self.post_init()
+        for module in modules:  # ... but an explicit init_weights (after building on the meta device) does
+            del module._is_hf_initialized
 
     @staticmethod
     def _shared_parameter_names(inner: torch.nn.Module) -> dict[str, str]:
@@ -104,6 +131,13 @@ class _Wrapper(PreTrainedModel):
                 first[id(parameter)] = name
         return tied
 
+    def _in_backbone(self, name: str) -> bool:
+        """Whether state-dict key ``name`` (of this model or of a checkpoint loaded into it) is a backbone tensor:
+        under ``base_model_prefix`` in a head, or under one of the backbone's own modules (a backbone checkpoint's
+        key that found no place here)."""
+        backbone = getattr(self, self.base_model_prefix, self)
+        return name.startswith(self.base_model_prefix + ".") or name.split(".")[0] in backbone._modules
+
     @property
     def markovformer(self) -> MarkovformerModel:
         """The wrapped markovformer model (sharing this wrapper's modules and parameters)."""
@@ -112,8 +146,33 @@ class _Wrapper(PreTrainedModel):
             inner._parameters[name] = self._parameters[name]
         return inner
 
+    @torch.no_grad()
+    def initialize_weights(self) -> None:
+        """``transformers``' initialisation of every tensor not marked initialised, each taken from a freshly built
+        markovformer model of this config (``_init_weights``): markovformer's own initialisation, its derived
+        buffers (rotary frequencies, ...) exactly, so a model built on the meta device and then initialised is a
+        normally built one (the same tensors for the same seed)."""
+        with torch.device("cpu"):
+            fresh = self.markovformer_class(self.config.to_markovformer())
+        self._fresh = [dict(fresh.named_modules()), {id(module): name for name, module in self.named_modules()}]
+        try:
+            super().initialize_weights()
+        finally:
+            del self._fresh
+
     def _init_weights(self, module: torch.nn.Module) -> None:
-        """Nothing: the markovformer model initialised its weights when it was built."""
+        """Copy the parameters and buffers of ``module`` (not its children's) from the fresh model that
+        ``initialize_weights`` built; a tensor ``transformers`` marks initialised (loaded) is left alone."""
+        from transformers import initialization
+
+        fresh_modules, names = self._fresh
+        fresh = fresh_modules.get(names.get(id(module)))
+        if fresh is None:
+            return
+        for name, tensor in [*module._parameters.items(), *module._buffers.items()]:
+            source = fresh._parameters.get(name, fresh._buffers.get(name))
+            if tensor is not None and source is not None and tensor.shape == source.shape:
+                initialization.copy_(tensor, source.to(tensor.device, tensor.dtype))
 
     @classmethod
     def from_pretrained(cls, *args, strict: bool = True, **kwargs):
@@ -122,15 +181,22 @@ class _Wrapper(PreTrainedModel):
         checkpoint lacks or holds at another size (``ignore_mismatched_sizes=True``), which ``transformers`` would
         leave uninitialised here. ``strict`` (the default) first raises ValueError naming the first parameters the
         checkpoint lacks or holds but the model does not (a config with more layers than the weights, say);
-        ``strict=False`` loads such a directory anyway. ``output_loading_info=True`` works as in ``transformers``."""
+        ``strict=False`` loads such a directory anyway. A checkpoint of another task of the same family loads
+        strictly too, its backbone into this model's backbone (``base_model_prefix``): only the head tensors may
+        differ, the new ones initialised and listed as missing, the dropped ones as unexpected.
+        ``output_loading_info=True`` works as in ``transformers``."""
         wants_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         order = {name: index for index, name in enumerate(model.state_dict())}
         missing = sorted(info["missing_keys"], key=lambda name: order.get(name, len(order)))
         unexpected = sorted(info["unexpected_keys"])
-        if strict and (missing or unexpected):
-            raise ValueError(_mismatch_message(args[0] if args else kwargs.get("pretrained_model_name_or_path"),
-                                               missing, unexpected))  # fmt: skip
+        if strict:
+            other_task = cls.__name__ not in (model.config.architectures or [cls.__name__])
+            wrong = [names if not other_task else [name for name in names if model._in_backbone(name)]
+                     for names in (missing, unexpected)]  # fmt: skip
+            if wrong[0] or wrong[1]:
+                raise ValueError(_mismatch_message(args[0] if args else kwargs.get("pretrained_model_name_or_path"),
+                                                   *wrong))  # fmt: skip
         with torch.device("cpu"):
             fresh = cls.markovformer_class(model.config.to_markovformer())
         fresh_state, state = fresh.state_dict(), model.state_dict(keep_vars=True)
@@ -147,9 +213,32 @@ class _Wrapper(PreTrainedModel):
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the wrapper keeps no transformers cache
 
-    def get_input_embeddings(self):
-        return getattr(self.markovformer, "embed", None) or getattr(getattr(self.markovformer, "model", None),
-                                                                      "embed", None)  # fmt: skip
+    def _embedding_owner(self) -> torch.nn.Module:
+        """The markovformer module whose ``embed`` reads the inputs (the backbone, or the model itself)."""
+        inner = self.markovformer
+        return inner.model if isinstance(getattr(inner, "model", None), torch.nn.Module) else inner
+
+    def get_input_embeddings(self) -> torch.nn.Module | None:
+        return getattr(self._embedding_owner(), "embed", None)
+
+    def set_input_embeddings(self, value: torch.nn.Module) -> None:
+        owner = self._embedding_owner()
+        owner.embed = value
+        if owner is self.markovformer:  # the wrapper holds the same child: replace it there too
+            self.embed = value
+
+    def get_output_embeddings(self) -> torch.nn.Module | None:
+        return getattr(self.markovformer, "lm_head", None)
+
+    def set_output_embeddings(self, value: torch.nn.Module) -> None:
+        self.markovformer.lm_head = self.lm_head = value
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        """``transformers``' resize, then the markovformer config told the new vocabulary size (it checks ids)."""
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        self.markovformer.config.vocab_size = embeddings.num_embeddings
+        self.config.vocab_size = embeddings.num_embeddings
+        return embeddings
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -171,39 +260,155 @@ def _mismatch_message(directory, missing: list[str], unexpected: list[str]) -> s
     )
 
 
-class _CausalLMWrapper(_Wrapper, GenerationMixin):
+class _ReportingWrapper(_Wrapper):
+    """A wrapper whose markovformer model is built of ``blocks`` (the Markovian Transformer): its forward returns
+    hidden states and attentions on request, as ``transformers`` models do.
+
+    ``output_hidden_states``: a tuple of n_layers + 1 tensors (B, T, D): the blocks' input (embeddings, positions
+    added, a sequence classifier's [CLS] vector first), each block's output but the last, and the last hidden state
+    (the last block's output after the final LayerNorm), as in ``transformers``' decoders.
+    ``output_attentions``: one tensor (B, H, T, T) per layer, the attention probabilities, computed by the
+    kind's reference path whatever ``backend`` (flex, banded, ...) the config names, so exact but O(T²) in memory:
+    softmax, Markov (its lag biases and gates included), hybrid, decay and random-feature attention give them; the
+    kinds that have no attention matrix (S4D, RetNet, Hyena, RWKV, the scan and GRU baselines, ...) and a step
+    decoded from the cache give None in their place. ``return_dict=False`` returns the output's tuple."""
+
+    def _run(self, output_attentions=None, output_hidden_states=None, **inputs):
+        """The markovformer output and the hidden states (a tuple, or None when not asked)."""
+        config = self.config
+        attentions = output_attentions if output_attentions is not None else config.output_attentions
+        wants_hidden = output_hidden_states if output_hidden_states is not None else config.output_hidden_states
+        blocks = self._embedding_owner().blocks
+        captured, hooks = [], []
+        if wants_hidden:  # hooks, so that the markovformer forward (and its checkpointing) stays as it is
+            hooks.append(blocks[0].register_forward_pre_hook(lambda module, args: captured.append(args[0])))
+            hooks += [block.register_forward_hook(lambda module, args, result: captured.append(result.output))
+                      for block in blocks[:-1]]  # fmt: skip
+        try:
+            output = self.markovformer(**inputs, return_weights=bool(attentions))
+        finally:
+            for hook in hooks:
+                hook.remove()
+        hidden = (*captured[: len(blocks)], output.last_hidden_state) if wants_hidden else None
+        if not attentions:
+            output.attentions = None
+        return output, hidden
+
+    def _finish(self, output: ModelOutput, return_dict: bool | None):
+        return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
+
+
+class _CausalLMWrapper(_ReportingWrapper, GenerationMixin):
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                labels: Tensor | None = None, **unused) -> CausalLMOutput:  # fmt: skip
-        """Every position's next-token logits; ``labels`` are the inputs (shifted inside), -100 ignored."""
+                labels: Tensor | None = None, cache: MarkovformerCache | None = None, use_cache: bool | None = None,
+                output_attentions: bool | None = None, output_hidden_states: bool | None = None,
+                return_dict: bool | None = None, **unused) -> CausalLMOutputWithPast:  # fmt: skip
+        """Every position's next-token logits; ``labels`` are the inputs (shifted inside), -100 ignored.
+
+        With ``use_cache`` (the config's default, outside training and without labels) and a model whose layers
+        decode incrementally, the output carries a ``MarkovformerCache``: given back as ``cache``, the next call
+        reads only the new tokens (``attention_mask`` may cover the whole sequence; its last columns are used), as
+        ``transformers``' ``generate`` does. Hyena layers carry no state: generate then re-runs the prefix."""
+        inner = self.markovformer
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        if cache is None and use_cache and labels is None and not self.training and inner.model.decodes_incrementally:
+            cache = MarkovformerCache()
+        if attention_mask is not None:
+            attention_mask = attention_mask[:, -input_ids.shape[1]:]
+            if cache is None and bool(attention_mask.bool().all()):
+                attention_mask = None
+        output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
+                                   attention_mask=attention_mask, labels=labels,
+                                   state=None if cache is None else cache.state)  # fmt: skip
+        return self._finish(CausalLMOutputWithPast(loss=output.loss, logits=output.logits, cache=cache,
+                                                   hidden_states=hidden,
+                                                   attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
+
+    def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                                      cache: MarkovformerCache | None = None, use_cache: bool | None = None,
+                                      **unused):  # fmt: skip
+        """The whole prompt first, then only the tokens the cache has not seen (one per step); the whole sequence
+        each step when there is no cache (``use_cache=False``, or layers that carry no state)."""
+        if cache is not None:
+            input_ids = input_ids[:, cache.get_seq_length():]
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "cache": cache, "use_cache": use_cache}
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model makes its own cache (MarkovformerCache) in its first forward
+
+
+class _RerunCausalLMWrapper(_Wrapper, GenerationMixin):
+    """A causal LM whose layers keep no decoding state (Scan Markov): ``generate`` re-runs the whole prefix each
+    step, and no hidden states or attentions are returned."""
+
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                labels: Tensor | None = None, return_dict: bool | None = None, **unused) -> CausalLMOutputWithPast:
         if attention_mask is not None and bool(attention_mask.bool().all()):
             attention_mask = None
         output = self.markovformer(input_ids, attention_mask=attention_mask, labels=labels)
-        return CausalLMOutput(loss=output.loss, logits=output.logits)
+        output = CausalLMOutputWithPast(loss=output.loss, logits=output.logits)
+        return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
 
     def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None, **unused):
-        """The whole sequence every step: the wrapper keeps no ``transformers`` cache (markovformer's own
-        ``generate`` decodes from key/value caches)."""
         return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
-class _SequenceClassificationWrapper(_Wrapper):
-    def forward(self, input_ids=None, attention_mask=None, labels=None, input_features=None, **unused):
-        output = self.markovformer(input_ids=input_ids, input_features=input_features, attention_mask=attention_mask,
+class _SequenceClassificationWrapper(_ReportingWrapper):
+    def forward(self, input_ids=None, attention_mask=None, labels=None, input_features=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None, **unused):  # fmt: skip
+        """The loss follows ``config.problem_type`` as ``transformers``' heads do (see ``problem_type``):
+        cross-entropy over integer class labels, mean squared error for "regression", binary cross-entropy with
+        logits over multi-hot float labels (B, num_labels) for "multi_label_classification"."""
+        problem = None if labels is None else problem_type(self.config, labels)
+        output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
+                                   input_features=input_features, attention_mask=attention_mask,
+                                   labels=labels if problem == "single_label_classification" else None)  # fmt: skip
+        loss = output.loss
+        if problem == "regression":
+            logits, target = output.logits.float(), labels.to(torch.float32)
+            if logits.shape[-1] == 1:
+                logits, target = logits.squeeze(-1), target.reshape(logits.shape[0])
+            loss = torch.nn.functional.mse_loss(logits, target)
+        elif problem == "multi_label_classification":
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(output.logits.float(), labels.float())
+        return self._finish(SequenceClassifierOutput(loss=loss, logits=output.logits, hidden_states=hidden,
+                                                     attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
+
+
+def problem_type(config: PretrainedConfig, labels: Tensor) -> str:
+    """``config.problem_type``, or when unset the one ``transformers`` infers: "regression" for one label,
+    "single_label_classification" for integer labels, "multi_label_classification" otherwise."""
+    if config.problem_type is not None:
+        return config.problem_type
+    if config.num_labels == 1:
+        return "regression"
+    if labels.dtype in (torch.long, torch.int):
+        return "single_label_classification"
+    return "multi_label_classification"
+
+
+def _tuple(values: list | None) -> tuple | None:
+    return None if values is None else tuple(values)
+
+
+class _TokenClassificationWrapper(_ReportingWrapper):
+    def forward(self, input_ids=None, attention_mask=None, labels=None, input_features=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None, **unused):  # fmt: skip
+        output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
+                                   input_features=input_features, attention_mask=attention_mask,
                                    labels=labels)  # fmt: skip
-        return SequenceClassifierOutput(loss=output.loss, logits=output.logits)
+        return self._finish(TokenClassifierOutput(loss=output.loss, logits=output.logits, hidden_states=hidden,
+                                                  attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
 
 
-class _TokenClassificationWrapper(_Wrapper):
-    def forward(self, input_ids=None, attention_mask=None, labels=None, input_features=None, **unused):
-        output = self.markovformer(input_ids=input_ids, input_features=input_features, attention_mask=attention_mask,
-                                   labels=labels)  # fmt: skip
-        return TokenClassifierOutput(loss=output.loss, logits=output.logits)
-
-
-class _BackboneWrapper(_Wrapper):
-    def forward(self, input_ids=None, attention_mask=None, input_features=None, **unused):
-        output = self.markovformer(input_ids=input_ids, input_features=input_features, attention_mask=attention_mask)
-        return BaseModelOutput(last_hidden_state=output.last_hidden_state)
+class _BackboneWrapper(_ReportingWrapper):
+    def forward(self, input_ids=None, attention_mask=None, input_features=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None, **unused):  # fmt: skip
+        output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
+                                   input_features=input_features, attention_mask=attention_mask)  # fmt: skip
+        return self._finish(BaseModelOutput(last_hidden_state=output.last_hidden_state, hidden_states=hidden,
+                                            attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -225,10 +430,42 @@ class _Seq2SeqWrapper(_Wrapper):
         return Seq2SeqLMOutput(loss=output.loss, logits=output.logits,
                                encoder_last_hidden_state=output.encoder_last_hidden_state)  # fmt: skip
 
+    # generate's options that markovformer's translator decoding takes, under transformers' names
+    GENERATE_OPTIONS = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "eos_token_id", "num_beams",
+                        "length_penalty")  # fmt: skip
+
+    @torch.no_grad()
+    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, *, max_new_tokens: int | None = None,
+                 max_length: int | None = None, **options) -> Tensor:  # fmt: skip
+        """Translate ``input_ids`` (B, S) with markovformer's own decoding (its cached greedy, sampling or beam
+        search), returned as ``transformers``' encoder-decoder ``generate`` does: each row starts with the decoder
+        start token (bos), then the target up to eos, padded with ``pad_token_id``. Options: ``max_new_tokens`` (or
+        ``max_length``, which counts the start token), ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
+        ``eos_token_id``, ``num_beams``, ``length_penalty``; any other raises TypeError rather than be ignored."""
+        options = {key: value for key, value in options.items() if value is not None}
+        config = self.markovformer.config
+        if options.pop("pad_token_id", config.pad_token_id) != config.pad_token_id:
+            raise TypeError(f"this translator pads with pad_token_id={config.pad_token_id}")
+        unknown = sorted(set(options) - set(self.GENERATE_OPTIONS))
+        if unknown:
+            raise TypeError(f"generate of {type(self).__name__} does not support {unknown}; it takes "
+                            f"{list(self.GENERATE_OPTIONS)} and max_length")  # fmt: skip
+        if max_new_tokens is None:
+            max_new_tokens = max_length - 1 if max_length is not None else config.max_positions
+        target = self.markovformer.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, **options)
+        start = target.new_full((target.shape[0], 1), config.bos_token_id)
+        return torch.cat([start, target], dim=1)
+
+
+# the attribute holding a family's backbone in its heads (the Markovian Transformer's ``model``); a family without
+# a separate backbone model names no attribute, so nothing is stripped or added when it loads
+BACKBONE_ATTRIBUTES = {"markovian_transformer": "model"}
+
 
 def _wrapper(family: str, task: str, base: type[_Wrapper], markovformer_class: type) -> type[_Wrapper]:
     return type(f"{HF_WRAPPER_PREFIX}{markovformer_class.__name__}", (base,), {
         "config_class": HF_CONFIGS[family], "markovformer_class": markovformer_class, "__module__": __name__,
+        "base_model_prefix": BACKBONE_ATTRIBUTES.get(family, _Wrapper.base_model_prefix),
     })  # fmt: skip
 
 
@@ -243,6 +480,8 @@ def _build_classes() -> dict[tuple[str, str], tuple[type, type[_Wrapper]]]:
         for task, head in entry.heads.items():
             if task in bases:
                 auto, base = bases[task]
+                if base is _CausalLMWrapper and family != "markovian_transformer":
+                    base = _RerunCausalLMWrapper
                 classes[family, task] = (auto, _wrapper(family, task, base, head))
     classes["markovian_transformer", "backbone"] = (
         AutoModel, _wrapper("markovian_transformer", "backbone", _BackboneWrapper, MarkovianTransformerModel)

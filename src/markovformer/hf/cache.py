@@ -1,0 +1,58 @@
+"""``MarkovformerCache``: the decoding state of a markovformer causal LM, as ``transformers``' ``generate`` carries
+a cache from step to step (the ``cache`` of the model's outputs and inputs).
+
+Each layer keeps its own state (``forward(..., state=)`` of the model: rolling key/value caches for local
+attention, growing ones for global attention, running sums or recurrent states for the other kinds), so the cache
+holds that one dict and the length it has seen; ``transformers`` needs nothing more of it than its length and, for
+beam search, ``reorder_cache``."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from markovformer.layers.kv_cache import KeyValueCache
+
+
+class MarkovformerCache:
+    """The model's decoding state (``state``, given to ``forward(..., state=)``) for a batch of B rows."""
+
+    is_compileable = False
+
+    def __init__(self) -> None:
+        self.state: dict = {}
+
+    def get_seq_length(self, layer_index: int = 0) -> int:
+        """Positions seen so far (prompt and generated tokens, padding included)."""
+        return int(self.state.get("length", 0))
+
+    @property
+    def is_linear(self) -> list[bool]:
+        return [False]
+
+    def reorder_cache(self, beam_idx: Tensor) -> None:
+        """Keep row ``beam_idx[i]`` of every state tensor as row i (beam search). State tensors are batch-first
+        except ``nn.GRU``'s hidden state (layers, B, D), whose batch is its second dimension (a causal GRU has one
+        layer, so its first dimension is 1); key/value caches reorder their keys, values, padding and decay and
+        keep their positions, which are per slot, not per row."""
+        self.state = _select_rows(self.state, beam_idx)
+
+
+def _select_rows(value, rows: Tensor):
+    if isinstance(value, Tensor):
+        if value.dim() == 0:
+            return value
+        dim = 0 if value.shape[0] == len(rows) or value.dim() == 1 else 1
+        return value.index_select(dim, rows.to(value.device))
+    if isinstance(value, KeyValueCache):
+        for name in ("keys", "values", "real", "log_decay"):
+            if getattr(value, name) is not None:
+                setattr(value, name, getattr(value, name).index_select(0, rows.to(value.keys.device)))
+        return value
+    if isinstance(value, dict):
+        return {key: _select_rows(item, rows) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_select_rows(item, rows) for item in value)
+    return value
+
+
+__all__ = ["MarkovformerCache"]

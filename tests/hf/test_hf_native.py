@@ -1,0 +1,238 @@
+"""The Hugging Face behaviours of issue 30, through transformers' public API: problem types, backbone <-> head
+loading, hidden states and attentions, embeddings, initialisation, config names, checkpointing, the cache of
+``generate``, seq2seq ``generate`` and the tokenizer. Skipped when the ``hf`` extra is absent."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="the hf extra is absent: pip install 'markovformer[hf]'")
+import markovformer.hf  # noqa: E402,F401 - registers the Auto classes
+from markovformer.hf import HF_CLASSES, HF_CONFIGS  # noqa: E402
+
+SMALL = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
+
+
+def _hf(task: str, **options):
+    torch.manual_seed(0)
+    return HF_CLASSES["markovian_transformer", task][1](HF_CONFIGS["markovian_transformer"](**{**SMALL, **options}))
+
+
+def _ids(batch: int = 3, length: int = 7, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, 11, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("num_labels, problem, labels, loss_class", [
+    (1, None, torch.tensor([0.5, -1.0, 2.0]), torch.nn.MSELoss),
+    (3, "regression", torch.randn(3, 3), torch.nn.MSELoss),
+    (3, None, torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 1.0, 1.0]]), torch.nn.BCEWithLogitsLoss),
+    (3, "multi_label_classification", torch.tensor([[1, 0, 1], [0, 0, 0], [0, 1, 1]]), torch.nn.BCEWithLogitsLoss),
+    (3, None, torch.tensor([2, 0, 1]), torch.nn.CrossEntropyLoss),
+    (3, "single_label_classification", torch.tensor([2, 0, 1]), torch.nn.CrossEntropyLoss),
+], ids=["one_label_regression", "regression", "multi_label_inferred", "multi_label", "single_label_inferred",
+        "single_label"])  # fmt: skip
+def test_sequence_classification_losses_follow_problem_type(num_labels, problem, labels, loss_class):
+    model = _hf("sequence_classification", num_labels=num_labels, problem_type=problem).eval()
+    output = model(input_ids=_ids(), labels=labels)
+    logits = output.logits.squeeze(-1) if num_labels == 1 else output.logits
+    target = labels.float() if loss_class is not torch.nn.CrossEntropyLoss else labels
+    torch.testing.assert_close(output.loss, loss_class()(logits, target))
+
+
+def _perturbed(model):
+    with torch.no_grad():  # away from the init, so that a tensor left unloaded would show
+        for parameter in model.parameters():
+            parameter.add_(0.2 * torch.randn_like(parameter))
+    return model.eval()
+
+
+@pytest.mark.parametrize("source", ["markovformer", "transformers"])
+def test_a_backbone_checkpoint_loads_into_a_classifier_with_its_trained_backbone(source, tmp_path):
+    backbone = _perturbed(_hf("backbone", num_labels=3))
+    if source == "markovformer":
+        backbone.markovformer.save_pretrained(tmp_path)
+    else:
+        backbone.save_pretrained(tmp_path)
+    classifier, info = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path,
+                                                                                        output_loading_info=True)
+    assert info["missing_keys"] == {"classifier.weight", "classifier.bias"} and not info["unexpected_keys"]
+    for name, tensor in backbone.state_dict().items():
+        assert torch.equal(classifier.state_dict()["model." + name], tensor), name
+    assert torch.equal(classifier.classifier.bias, torch.zeros(3))  # the head newly initialised
+    assert 0.005 < float(classifier.classifier.weight.detach().std()) < 0.05
+    ids = _ids()
+    with torch.no_grad():
+        assert torch.equal(classifier.eval().model(ids).last_hidden_state,
+                           backbone(input_ids=ids).last_hidden_state)  # fmt: skip
+
+
+def test_a_head_checkpoint_loads_into_the_backbone_and_a_wrong_backbone_still_raises(tmp_path):
+    causal = _perturbed(_hf("causal_lm"))
+    causal.save_pretrained(tmp_path / "causal")
+    backbone, info = transformers.AutoModel.from_pretrained(tmp_path / "causal", output_loading_info=True)
+    assert info["unexpected_keys"] == {"lm_head.weight"} and not info["missing_keys"]
+    ids = _ids()
+    with torch.no_grad():
+        assert torch.equal(backbone(input_ids=ids).last_hidden_state, causal.model(ids).last_hidden_state)
+    _hf("backbone", n_layers=3).save_pretrained(tmp_path / "three")
+    config = tmp_path / "three" / "config.json"
+    config.write_text(config.read_text().replace('"n_layers": 3', '"n_layers": 2'))  # weights of one more layer
+    with pytest.raises(ValueError, match="checkpoint's blocks\\.2\\.[^ ]+, .* are not in the model"):
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "three")
+
+
+@pytest.mark.parametrize("task", ["backbone", "causal_lm", "sequence_classification", "token_classification"])
+def test_hidden_states_and_attentions_are_our_forwards_and_return_dict_false_gives_the_tuple(task):
+    model = _perturbed(_hf(task, attention=["markov", "softmax"], scope="global"))
+    inner, ids = model.markovformer, _ids()
+    with torch.no_grad():
+        output = model(input_ids=ids, output_hidden_states=True, output_attentions=True)
+        ours = inner(input_ids=ids, return_weights=True)
+        backbone = inner if task == "backbone" else inner.model
+        embedded = backbone.embed_inputs(ids)
+        first = backbone.blocks[0](embedded).output
+        plain = model(input_ids=ids, return_dict=False)
+    assert len(output.hidden_states) == 3 and len(output.attentions) == 2
+    # (exact where the same path ran; the weights come from the reference path, the plain blocks from the fast one)
+    assert torch.equal(output.hidden_states[0], embedded) and torch.equal(output.hidden_states[2],
+                                                                          ours.last_hidden_state)  # fmt: skip
+    torch.testing.assert_close(output.hidden_states[1], first)
+    for theirs, reference in zip(output.attentions, ours.attentions, strict=True):
+        assert theirs.shape == (3, 2, 7, 7) and torch.equal(theirs, reference)
+        torch.testing.assert_close(theirs.sum(-1), torch.ones(3, 2, 7))  # probabilities over the keys
+    assert isinstance(plain, tuple)
+    torch.testing.assert_close(plain[0], output.last_hidden_state if task == "backbone" else output.logits)
+    assert model(input_ids=ids).hidden_states is None and model(input_ids=ids).attentions is None
+
+
+def test_resize_token_embeddings_keeps_old_outputs_and_tied_weights():
+    model = _perturbed(_hf("causal_lm", tie_word_embeddings=True))
+    ids = _ids()
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+    model.resize_token_embeddings(14)
+    assert model.lm_head.weight is model.model.embed.weight and model.lm_head.weight.shape == (14, 16)
+    assert model.config.vocab_size == 14 == model.markovformer.config.vocab_size
+    with torch.no_grad():
+        after = model(input_ids=torch.cat([ids, torch.full((3, 1), 13)], dim=1)).logits
+    torch.testing.assert_close(after[:, :-1, :11], before)
+
+
+def test_a_model_on_the_meta_device_once_initialised_is_a_normally_built_one():
+    config = HF_CONFIGS["markovian_transformer"](**SMALL, num_labels=3, pooling="mean", causal=False)
+    empty = transformers.AutoModelForSequenceClassification.from_config(config).to("meta")
+    assert all(tensor.is_meta for tensor in [*empty.parameters(), *empty.buffers()])
+    empty.to_empty(device="cpu")  # whatever memory held
+    torch.manual_seed(5)
+    empty.init_weights()
+    torch.manual_seed(5)
+    normal = HF_CLASSES["markovian_transformer", "sequence_classification"][1].markovformer_class(
+        config.to_markovformer())  # fmt: skip
+    theirs = dict(empty.named_buffers()) | dict(empty.named_parameters())
+    ours = dict(normal.named_buffers()) | dict(normal.named_parameters())
+    assert theirs.keys() == ours.keys()
+    for name, tensor in ours.items():
+        assert torch.equal(theirs[name], tensor), name
+
+
+def test_configs_answer_to_the_standard_names_and_carry_special_token_ids(tmp_path):
+    config = HF_CONFIGS["markovian_transformer"](**SMALL, pad_token_id=0, eos_token_id=3)
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (16, 2, 2)
+    config.hidden_size = 32
+    assert config.d_model == 32 and config.to_markovformer().d_model == 32
+    assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (None, 3, 0)
+    config.save_pretrained(tmp_path)
+    loaded = transformers.AutoConfig.from_pretrained(tmp_path)
+    assert (loaded.eos_token_id, loaded.pad_token_id, loaded.hidden_size) == (3, 0, 32)
+    translator = HF_CONFIGS["markov_translator"](vocab_size=11, d_model=16, n_heads=2, pad_token_id=4)
+    assert translator.pad_token_id == 4 == translator.to_markovformer().pad_token_id
+    assert (translator.encoder_layers, translator.decoder_layers) == (6, 6)
+
+
+def test_gradient_checkpointing_recomputes_the_blocks_with_the_same_gradients():
+    model = _perturbed(_hf("causal_lm")).train()
+    ids = _ids(4, 12)
+    calls = []  # a pre-hook: the recomputation stops once it has what the backward pass needs
+    model.model.blocks[0].register_forward_pre_hook(lambda *args: calls.append(1))
+
+    def gradients():
+        model.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        return [parameter.grad.clone() for parameter in model.parameters()]
+
+    plain, plain_calls = gradients(), len(calls)
+    model.gradient_checkpointing_enable()
+    assert model.model.gradient_checkpointing and model.is_gradient_checkpointing
+    checkpointed = gradients()
+    assert len(calls) == 3 * plain_calls  # the block ran again in the backward pass
+    for ours, theirs in zip(plain, checkpointed, strict=True):
+        torch.testing.assert_close(theirs, ours)
+
+
+@pytest.mark.parametrize("options", [
+    dict(scope="local", window=3), dict(attention="softmax", max_order=4),
+    dict(attention="rff", position="none", max_order=4),
+], ids=["local", "global", "rff"])  # fmt: skip
+def test_transformers_generate_decodes_from_the_cache_one_token_per_step(options):
+    model = _perturbed(_hf("causal_lm", **options))
+    fed = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
+                                    with_kwargs=True)  # fmt: skip
+    prompt = _ids(3, 5, seed=2)
+    mask = torch.ones_like(prompt)
+    mask[0, :2] = 0  # a left-padded row
+    theirs = model.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=0)
+    assert fed == [5] + [1] * 9
+    assert torch.equal(theirs, model.markovformer.generate(prompt, mask, max_new_tokens=10))
+    uncached = model.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=0,
+                              use_cache=False)  # fmt: skip
+    assert torch.equal(uncached, theirs) and fed[10:] == list(range(5, 15))
+    beams = dict(num_beams=3, do_sample=False, max_new_tokens=6, pad_token_id=0, attention_mask=mask)
+    torch.testing.assert_close(model.generate(prompt, **beams, output_scores=True, return_dict_in_generate=True)
+                               .sequences_scores, model.generate(prompt, **beams, use_cache=False, output_scores=True,
+                               return_dict_in_generate=True).sequences_scores)  # fmt: skip
+
+
+def test_the_translator_generates_through_auto_model_for_seq2seq_lm(tmp_path):
+    from markovformer import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
+
+    torch.manual_seed(0)
+    ours = _perturbed(MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, order=2, dropout=0.0,
+        max_positions=32)))  # fmt: skip
+    ours.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    source = torch.randint(3, 11, (2, 6), generator=torch.Generator().manual_seed(1))
+    for options in (dict(), dict(num_beams=3, length_penalty=0.6)):
+        theirs = loaded.generate(source, max_new_tokens=8, **options)
+        reference = ours.generate(source, max_new_tokens=8, **options)
+        assert torch.equal(theirs[:, 0], torch.full((2,), ours.config.bos_token_id))
+        assert torch.equal(theirs[:, 1:], reference)
+    with pytest.raises(TypeError, match="does not support \\['repetition_penalty'\\]"):
+        loaded.generate(source, max_new_tokens=8, repetition_penalty=1.2)
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_an_exported_tokenizer_loads_with_auto_tokenizer_and_builds_a_pipeline(kind, tmp_path):
+    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+    from markovformer.data.text import BPETokenizer, CharTokenizer
+    from markovformer.hf import export_tokenizer
+
+    text = "the cat sat on the mat.\nthe dog sat on the log.\n" * 20
+    ours = CharTokenizer.from_text(text) if kind == "char" else BPETokenizer.train(text, vocab_size=280)
+    ours.save(tmp_path / "tokenizer")
+    torch.manual_seed(0)
+    model = _perturbed(MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
+        vocab_size=ours.vocab_size, d_model=16, n_layers=1, n_heads=2, max_order=2)))  # fmt: skip
+    model.save_pretrained(tmp_path / "model")
+    export_tokenizer(tmp_path / "tokenizer", tmp_path / "model")
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "model")
+    sample = "the cat sat on the log.\n"
+    assert theirs(sample)["input_ids"] == ours.encode(sample) and theirs.pad_token_id == 0
+    assert theirs.decode(ours.encode(sample)) == sample
+    generator = transformers.pipeline("text-generation", model=str(tmp_path / "model"), device="cpu")
+    prompt = "the cat"
+    written = generator(prompt, max_new_tokens=8, do_sample=False, suppress_tokens=[0])[0]["generated_text"]
+    ids = model.generate(torch.tensor([ours.encode(prompt)]), max_new_tokens=8, suppress_tokens=[0])
+    assert written == ours.decode(ids[0].tolist())
