@@ -31,6 +31,7 @@ from markovformer.layers.hybrid_attention import (
     HybridSplitOptions,
 )
 from markovformer.layers.markov_attention import MarkovAttention, MarkovOptions
+from markovformer.layers.options import scoped_window
 from markovformer.layers.random_feature_attention import RandomFeatureAttention, RandomFeatureOptions
 from markovformer.layers.softmax_attention import SoftmaxAttention, SoftmaxOptions
 
@@ -73,7 +74,7 @@ def _mixer(mixer: type) -> Callable[[dict, Any], nn.Module]:
 
 def _scoped(options: DecayOptions) -> dict:
     """A decay kind's keyword arguments: its window only in local scope (``window=None`` is global scope)."""
-    return dict(window=options.window if options.scope == "local" else None, dropout=options.dropout)
+    return dict(window=scoped_window(options.scope, options.window), dropout=options.dropout)
 
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
