@@ -296,3 +296,21 @@ def test_a_case_over_rounds_reports_the_median_time_and_the_largest_peak():
     assert median_row([row(1.0, 10.0)]) == row(1.0, 10.0)
     skipped = {"part": "models", "kind": "softmax", "T": 1024, "skipped": "predicted peak memory over the cap"}
     assert median_row([row(1.0, 10.0), skipped]) == skipped
+
+
+def test_decode_rows_report_marks_floor_and_issue_28_targets():
+    from markovformer.bench.decode import decode_case, decode_targets
+
+    size = dict(vocab_size=16, d_model=16, n_layers=2, n_heads=2)
+    for kind in ("retnet", "markov_local_gru", "gpt2"):
+        row = decode_case(kind, 20, 1, size=size)
+        if "skipped" in row:
+            continue
+        assert set(row["step_ms_at"]) == {"1"} and row["floor_ms"] > 0 and row["peak_mib"] >= 0
+    rows = [dict(kind="markov_local", T=8, batch=1, step_ms_start=3.0, floor_ms=2.5, end_over_start=1.1),
+            dict(kind="gpt2", T=8, batch=1, step_ms_start=2.0),
+            dict(kind="markov_local", T=8, batch=16, step_ms_start=1.0, floor_ms=9.0, end_over_start=9.0)]
+    targets = {target["target"]: (target["value"], target["met"]) for target in decode_targets(rows)}
+    assert targets == {"local step <= GPT-2 step (batch 1)": (1.5, False),
+                       "local step <= 1.5 x matrix-vector floor": (1.2, True),
+                       "local step flat: last / first <= 1.2": (1.1, True)}  # batch 16 is not a target row

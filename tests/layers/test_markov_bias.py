@@ -173,17 +173,6 @@ def test_static_gate_ignores_inputs():
     assert torch.equal(module(x, q).gates["past"], module(other_x, other_q).gates["past"])
 
 
-def test_sequence_gate_needs_bidirectional():
-    with pytest.raises(ValueError, match="bidirectional"):
-        MarkovBias(d_model=D_MODEL, n_heads=HEADS, max_order=ORDER, gate_input="sequence", bidirectional=False)
-
-
-@pytest.mark.parametrize("option, value", [("gate", "conv"), ("gate_input", "position"), ("transition", "exp")])
-def test_unknown_options_raise(option, value):
-    with pytest.raises(ValueError, match=f"{option} must be one of .*{value!r}"):
-        MarkovBias(d_model=D_MODEL, n_heads=HEADS, max_order=ORDER, **{option: value})
-
-
 def test_gumbel_gates_are_one_hot_in_training_and_soft_at_eval():
     module = _bias(gate_gumbel_tau=0.5)
     x, q = _activations()

@@ -46,13 +46,3 @@ def test_a_window_covering_the_sequence_is_global_softmax():
     q, k, v = (torch.randn(1, 2, 9, 4, generator=generator, dtype=torch.float64) for _ in range(3))
     local = SoftmaxCore(causal=True, scope="local", window=8)(None, q, k, v).heads
     torch.testing.assert_close(local, SoftmaxCore(causal=True)(None, q, k, v).heads)
-
-
-@pytest.mark.parametrize("options, message", [
-    (dict(scope="local"), "needs a window"),
-    (dict(scope="global", window=3), "only meaningful with scope='local'"),
-    (dict(scope="nearby", window=3), "scope must be one of"),
-])  # fmt: skip
-def test_bad_softmax_options_are_refused(options, message):
-    with pytest.raises(ValueError, match=message):
-        SoftmaxCore(causal=True, **options)

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
-from markovformer.models.generation import generate_tokens, sample_next_token
+from markovformer.models.generation import sample_next_token
 
 
 def test_top_k_and_top_p_restrict_the_support_exactly():
@@ -39,7 +39,7 @@ def test_greedy_generation_extends_with_the_models_own_argmax():
     torch.manual_seed(0)
     model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=7, d_model=16, n_heads=2, n_layers=1))
     prompt = torch.tensor([[1, 2, 3]])
-    out = generate_tokens(model, prompt, 5, temperature=0.0)
+    out = model.generate(prompt, max_new_tokens=5)
     assert torch.equal(out[:, :3], prompt) and out.shape == (1, 8)
     for step in range(3, 8):
         assert int(out[0, step]) == int(model(out[:, :step]).logits[0, -1].argmax())

@@ -61,3 +61,37 @@ def test_an_invalid_per_layer_option_raises_once_naming_the_layer_option_and_val
     with pytest.raises(ValueError, match=message) as raised:
         MarkovianTransformerConfig(**SIZE, attention=["markov", entry, "markov"])
     assert str(raised.value).count("attention") <= 2  # one report, not one per place that checks
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (dict(gate="conv"), r"^MarkovianTransformerConfig\.gate='conv': must be one of"),
+    (dict(gate_input="position"), r"^MarkovianTransformerConfig\.gate_input='position': must be one of"),
+    (dict(transition="exp"), r"^MarkovianTransformerConfig\.transition='exp': must be one of"),
+    (dict(max_order=0), r"^MarkovianTransformerConfig\.max_order=0: must be an integer in \[1"),
+    (dict(scope="nearby"), r"^MarkovianTransformerConfig\.scope='nearby'"),
+    (dict(gate_input="sequence"), r"^MarkovianTransformerConfig\.gate_input='sequence'.*needs bidirectional"),
+    (dict(attention="softmax", scope="global", window=3), r"^MarkovianTransformerConfig\.window=3"),
+])  # fmt: skip
+def test_an_invalid_option_is_refused_by_the_config_and_the_layers_hold_no_second_check(options, message):
+    """One home per rule: the config (through the options' field rules) refuses the value, naming it; the layers
+    it would reach take what they are given (a second check there would be a second home)."""
+    with pytest.raises(ValueError, match=message):
+        MarkovianTransformerConfig(**SIZE, **options)
+    from markovformer.layers.markov_bias import MarkovBias
+    from markovformer.layers.softmax_attention import SoftmaxCore
+
+    MarkovBias(d_model=8, n_heads=2, max_order=2, gate_input="sequence", bidirectional=False)
+    MarkovBias(d_model=8, n_heads=2, max_order=2, transition="exp")
+    assert SoftmaxCore(causal=True, scope="global", window=3).window is None  # global scope has no window
+    assert SoftmaxCore(causal=True, scope="local", window=3).window == 3
+
+
+def test_the_hybrid_reads_the_options_its_parts_declare():
+    import dataclasses
+
+    from markovformer.layers.hybrid_attention import MARKOV_OPTIONS, RANDOM_FEATURE_OPTIONS
+    from markovformer.layers.markov_attention import MarkovOptions
+    from markovformer.layers.random_feature_attention import RandomFeatureOptions
+
+    assert MARKOV_OPTIONS == tuple(field.name for field in dataclasses.fields(MarkovOptions))
+    assert RANDOM_FEATURE_OPTIONS == tuple(field.name for field in dataclasses.fields(RandomFeatureOptions))

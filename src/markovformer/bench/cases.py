@@ -48,7 +48,7 @@ HYBRID_MARKOV_HEAD_RATIO = 0.5  # the "hybrid" op kind: half the heads Markov, a
 class _ProjectionsOnly(nn.Module):
     """An attention core that returns its values: the layer with the attention itself removed."""
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None):
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None):
         return CoreOutput(v, {}, None)
 
 

@@ -1,10 +1,15 @@
-"""The ``decode`` part: greedy generation speed and memory against generated length for the Markovian Transformer,
-a local-scope model (Markov attention, window W: rolling key/value caches of W + 1 entries per layer) against the
-same model with global softmax attention and a growing key/value cache. Random weights.
+"""The ``decode`` part: greedy generation speed and memory against generated length. The local Markovian
+Transformer (Markov attention, window W: rolling key/value caches of W + 1 entries per layer) against the same stack
+with global softmax attention (a growing cache), RetNet, RWKV and Scan mixers (recurrent states), the local model
+with GRU injection, and transformers' GPT-2 of the same size with its own key/value cache (when ``transformers`` is
+installed: the ``hf`` extra). Random weights.
 
 One case is (kind, L, batch): the prompt in one pass, then L steps of one token, timed per step. Its row: tokens per
-second over the loop, the median time of one step over the first and the last ``min(256, L // 8)`` steps and their
-ratio, the key/value cache held at the end (floats per row) and the peak memory of the loop.
+second over the loop; the median time of one step over the first and the last ``min(256, L // 8)`` steps and their
+ratio; ``step_ms_at``: the median of the 16 steps from the 1st, 1,024th and 16,384th generated token (those the
+length reaches); ``floor_ms``: the model's weight matrix-vector products alone (every Linear and the output layer,
+batch rows at once), the least one step can cost; the key/value cache held at the end (floats per row) and the
+peak memory of the loop. ``decode_targets`` reads issue 28's targets from the rows.
 """
 
 from __future__ import annotations
@@ -17,12 +22,65 @@ import torch
 from markovformer.bench.measure import PeakMemory
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 
-DECODE_SIZE = {"vocab_size": 256, "d_model": 256, "n_layers": 6, "n_heads": 4}
+DECODE_SIZE = {"vocab_size": 256, "d_model": 256, "n_layers": 6, "n_heads": 8}
 DECODE_KINDS = {
     "markov_local": {"attention": "markov", "scope": "local", "max_order": 8, "window": 64},
     "softmax_global": {"attention": "softmax", "scope": "global"},
+    "retnet": {"attention": "retnet"},
+    "rwkv": {"attention": "rwkv"},
+    "scan": {"attention": "scan"},
+    "markov_local_gru": {"attention": "markov", "scope": "local", "max_order": 8, "window": 64, "gru": True},
+    "gpt2": {"transformers": "GPT2LMHeadModel"},  # transformers' GPT-2, same d_model / layers / heads / vocabulary
 }
 PROMPT_LENGTH = 16
+MARKS = (1, 1024, 16384)  # the generated tokens whose step time is reported
+MARK_STEPS = 16  # steps from each mark, their median
+
+
+def _gpt2(size: dict, length: int):
+    """transformers' GPT-2 of ``size`` (None without transformers) and its step: ids (B, t) -> logits, via its cache."""
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError:
+        return None
+    config = GPT2Config(vocab_size=size["vocab_size"], n_embd=size["d_model"], n_layer=size["n_layers"],
+                        n_head=size["n_heads"], n_positions=PROMPT_LENGTH + length + 1, bos_token_id=0,
+                        eos_token_id=0)  # fmt: skip
+    model = GPT2LMHeadModel(config)
+    cache = {"past": None}
+
+    def forward(ids: torch.Tensor) -> torch.Tensor:
+        output = model(ids, past_key_values=cache["past"], use_cache=True)
+        cache["past"] = output.past_key_values
+        return output.logits[:, -1]
+
+    return model, forward, cache
+
+
+def _markovian(kind: str, size: dict):
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**size, **DECODE_KINDS[kind]))
+    state: dict = {}
+    return model, (lambda ids: model(ids, state=state).logits[:, -1]), state
+
+
+def matvec_floor_ms(model: torch.nn.Module, batch: int, device: str, repeats: int = 50) -> float:
+    """Median time of one pass of ``batch`` vectors through every weight matrix of ``model`` (its Linear layers,
+    GPT-2's Conv1D layers, the output projection; the embedding is a lookup): what one decoding step must at least
+    spend on its weights."""
+    products = []  # (x (B, in), matrix, transposed): x @ matrix.T for Linear (out, in), x @ matrix for Conv1D (in, out)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            products.append((torch.randn(batch, module.in_features, device=device), module.weight.detach(), False))
+        elif type(module).__name__ == "Conv1D":
+            products.append((torch.randn(batch, module.weight.shape[0], device=device), module.weight.detach(), True))
+    times = []
+    with torch.no_grad():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for x, matrix, conv in products:
+                torch.mm(x, matrix) if conv else torch.nn.functional.linear(x, matrix)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
 
 
 def decode_case(kind: str, length: int, batch: int, device: str = "cpu", size: dict | None = None) -> dict:
@@ -30,8 +88,11 @@ def decode_case(kind: str, length: int, batch: int, device: str = "cpu", size: d
     ``size`` overrides ``DECODE_SIZE`` (for small checks)."""
     torch.manual_seed(0)
     size = {**DECODE_SIZE, **(size or {})}
-    config = MarkovianTransformerConfig(**size, **DECODE_KINDS[kind])
-    model = MarkovianTransformerForCausalLM(config).to(device).eval()
+    built = _gpt2(size, length) if kind == "gpt2" else _markovian(kind, size)
+    if built is None:
+        return {"part": "decode", "kind": kind, "T": length, "batch": batch, "skipped": "transformers not installed"}
+    model, forward, state = built
+    model = model.to(device).eval()
     prompt = torch.randint(0, size["vocab_size"], (batch, PROMPT_LENGTH), generator=torch.Generator().manual_seed(1))
     prompt = prompt.to(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -40,23 +101,50 @@ def decode_case(kind: str, length: int, batch: int, device: str = "cpu", size: d
     step_times = []
     start = time.perf_counter()
     with torch.no_grad():
-        state: dict = {}
-        logits = model(prompt, state=state).logits[:, -1]
+        logits = forward(prompt)
         for _ in range(length):
             step_start = time.perf_counter()
-            logits = model(logits.argmax(-1)[:, None], state=state).logits[:, -1]
+            logits = forward(logits.argmax(-1)[:, None])
             sync()
             step_times.append(time.perf_counter() - step_start)
     seconds = time.perf_counter() - start
     edge = max(1, min(256, length // 8))
     start_ms, end_ms = statistics.median(step_times[:edge]) * 1e3, statistics.median(step_times[-edge:]) * 1e3
-    caches = [core["cache"] for layer in state["layers"] for core in layer["mixer"]["cores"] if "cache" in core]
+    at = {str(mark): statistics.median(step_times[mark - 1 : mark - 1 + MARK_STEPS]) * 1e3
+          for mark in MARKS if mark <= length}  # fmt: skip
+    caches = [] if kind == "gpt2" else [core["cache"] for layer in state["layers"] for core in layer["mixer"]
+                                        .get("cores", []) if "cache" in core]  # fmt: skip
     cache_floats = sum(cache.floats() for cache in caches) // batch
     return {
         "part": "decode", "kind": kind, "T": length, "batch": batch, "seconds": seconds,
         "tokens_per_second": batch * length / seconds, "step_ms_start": start_ms, "step_ms_end": end_ms,
-        "end_over_start": end_ms / start_ms, "cache_floats_per_row": cache_floats, "peak_mib": memory.peak_mib(),
+        "end_over_start": end_ms / start_ms, "step_ms_at": at, "floor_ms": matvec_floor_ms(model, batch, device),
+        "cache_floats_per_row": cache_floats, "peak_mib": memory.peak_mib(),
     }  # fmt: skip
 
 
-__all__ = ["DECODE_KINDS", "DECODE_SIZE", "PROMPT_LENGTH", "decode_case"]
+def decode_targets(rows: list[dict]) -> list[dict]:
+    """Issue 28's targets for the local Markovian Transformer at batch 1, each met or not, from the rows of one run:
+    no slower than GPT-2 with its cache, within 1.5x of its matrix-vector floor, flat (last / first step <= 1.2)."""
+    targets = []
+    for length in sorted({row["T"] for row in rows}):
+        found = {row["kind"]: row for row in rows if row["T"] == length and row["batch"] == 1 and "skipped" not in row
+                 and "error" not in row}  # fmt: skip
+        local, gpt2 = found.get("markov_local"), found.get("gpt2")
+        if local is None:
+            continue
+        step = local["step_ms_start"]
+        if gpt2 is not None:
+            ratio = step / gpt2["step_ms_start"]
+            targets.append({"T": length, "target": "local step <= GPT-2 step (batch 1)", "value": ratio,
+                            "met": ratio <= 1.0})  # fmt: skip
+        over_floor = step / local["floor_ms"]
+        targets.append({"T": length, "target": "local step <= 1.5 x matrix-vector floor", "value": over_floor,
+                        "met": over_floor <= 1.5})  # fmt: skip
+        targets.append({"T": length, "target": "local step flat: last / first <= 1.2",
+                        "value": local["end_over_start"], "met": local["end_over_start"] <= 1.2})  # fmt: skip
+    return targets
+
+
+__all__ = ["DECODE_KINDS", "DECODE_SIZE", "MARKS", "PROMPT_LENGTH", "decode_case", "decode_targets",
+           "matvec_floor_ms"]  # fmt: skip

@@ -40,7 +40,7 @@ import torch
 import markovformer
 from markovformer.atomic import atomic_write_text
 from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS, OP_SHAPE
-from markovformer.bench.decode import DECODE_KINDS, DECODE_SIZE
+from markovformer.bench.decode import DECODE_KINDS, DECODE_SIZE, decode_targets
 from markovformer.bench.harness import run_in_child
 from markovformer.bench.measure import SizeSeries, status_mib
 from markovformer.bench.models import LONG_MODELS, MODELS, describe_models
@@ -287,11 +287,16 @@ def _decode(runner: _Runner) -> dict:
             for kind in DECODE_KINDS:
                 row = runner._child([{"part": "decode", "kind": kind, "T": length, "batch": batch, "repeats": 0}])[0]
                 rows.append(row)
+                marks = " ".join(f"@{mark} {ms:.2f}" for mark, ms in row.get("step_ms_at", {}).items())
                 shown = row.get("skipped") or row.get("error") or (
-                    f"{row['tokens_per_second']:.1f} tok/s, {row['step_ms_start']:.2f} -> {row['step_ms_end']:.2f} "
-                    f"ms/token, {row['peak_mib']:.0f} MiB")  # fmt: skip
+                    f"{row['tokens_per_second']:.1f} tok/s, ms/token {marks}, floor {row['floor_ms']:.2f} ms, "
+                    f"{row['peak_mib']:.0f} MiB")  # fmt: skip
                 runner.log(f"decode  {kind:20} B={batch:<3} L={length:<7} {shown}")
+                part["targets"] = decode_targets(rows)
                 runner.write()
+    for target in part.get("targets", []):
+        runner.log(f"decode  target L={target['T']}: {target['target']}: {target['value']:.2f} "
+                   f"{'met' if target['met'] else 'NOT met'}")  # fmt: skip
     return part
 
 

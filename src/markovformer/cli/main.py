@@ -172,33 +172,39 @@ def finite_or_null(value):
 MAX_NEW_TOKENS = 100_000  # far beyond any use here; a larger number is a typo that would run for days
 
 
-def check_generation_options(args: argparse.Namespace) -> None:
-    """ValueError naming the option unless every sampling and decoding option is a finite number in its range."""
+GENERATION_FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k",
+                    "top_p": "--top-p", "num_beams": "--beam-size", "length_penalty": "--length-penalty"}  # fmt: skip
+
+
+def generation_config(args: argparse.Namespace):
+    """The ``GenerationConfig`` of ``markovformer generate``'s options (its fields check them, once); a ValueError
+    names the flag. --beam-size > 1 searches (translation); otherwise --temperature > 0 samples."""
+    from markovformer.models.generation import GenerationConfig  # deferred: see the module docstring
 
     if not 1 <= args.max_new_tokens <= MAX_NEW_TOKENS:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens} must lie in [1, {MAX_NEW_TOKENS}]")
-    if not (math.isfinite(args.temperature) and args.temperature >= 0):
-        raise ValueError(f"--temperature {args.temperature} must be a finite number >= 0 (0 = greedy)")
-    if args.top_k is not None and args.top_k < 1:
-        raise ValueError(f"--top-k {args.top_k} must be >= 1")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise ValueError(f"--top-p {args.top_p} must lie in (0, 1]")
-    if args.beam_size < 1:
-        raise ValueError(f"--beam-size {args.beam_size} must be >= 1")
-    if not math.isfinite(args.length_penalty):
-        raise ValueError(f"--length-penalty {args.length_penalty} must be a finite number")
     if not 0 <= args.seed < 2**63:
         raise ValueError(f"--seed {args.seed} must lie in [0, 2**63)")
+    values = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                  top_p=args.top_p, num_beams=args.beam_size, length_penalty=args.length_penalty)  # fmt: skip
+    sample = args.beam_size == 1 and args.temperature != 0
+    try:
+        return GenerationConfig(do_sample=sample, **values)
+    except ValueError as error:
+        field_name = str(error).split("=", 1)[0]
+        flag = GENERATION_FLAGS.get(field_name)
+        if flag is None:
+            raise
+        raise ValueError(f"{flag} {values[field_name]}: {str(error).split(': ', 1)[-1]}") from None
 
 
 def run_generate(args: argparse.Namespace) -> None:
     from markovformer.training.runner import load_run  # deferred: see the module docstring
     from markovformer.training.tasks import GenerationRequest, build_task
 
-    check_generation_options(args)
+    generation = generation_config(args)
     config, model, run_dir = load_run(args.target)
-    request = GenerationRequest(args.prompt, args.input, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
-                                args.seed, args.beam_size, args.length_penalty)  # fmt: skip
+    request = GenerationRequest(args.prompt, args.input, generation, args.seed)
     for line in build_task(config.task, config.trainer).generate(model, run_dir, request):
         print(line, flush=True)
 

@@ -39,7 +39,7 @@ from markovformer.data.shakespeare import find_tiny_shakespeare
 from markovformer.data.text import load_tokenizer
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
-from markovformer.models.generation import generate_tokens
+from markovformer.models.generation import GenerationConfig, decoding_loop
 from markovformer.training.run_config import resolve_run_config
 
 NAME = "scan-shakespeare"
@@ -162,9 +162,20 @@ def sample_text(
     """``prompt`` and ``length`` sampled characters, the model seeing the last ``context`` tokens at each step. The
     padding id is never drawn (label smoothing gives it a little probability; it has no character)."""
 
+    model.eval()
     generator = torch.Generator().manual_seed(seed)
-    ids = generate_tokens(model, torch.tensor([tokenizer.encode(prompt)]), length, temperature, top_p=top_p,
-                          generator=generator, max_context=context, banned_token_id=PAD_ID)  # fmt: skip
+    config = GenerationConfig(max_new_tokens=length, do_sample=temperature > 0, temperature=temperature, top_p=top_p,
+                              suppress_tokens=[PAD_ID])  # fmt: skip
+    tokens = [torch.tensor([tokenizer.encode(prompt)])]
+
+    def last_logits(new: torch.Tensor | None = None) -> torch.Tensor:
+        """The models here are read at a fixed context: the last ``context`` tokens, re-run each step."""
+        if new is not None:
+            tokens[0] = torch.cat([tokens[0], new[:, None]], dim=1)
+        with torch.no_grad():
+            return model(tokens[0][:, -context:]).logits[:, -1]
+
+    ids = decoding_loop(tokens[0], last_logits(), last_logits, config, generator) if length else tokens[0]
     return prompt + tokenizer.decode(ids[0, -length:].tolist()) if length else prompt
 
 

@@ -19,11 +19,9 @@ from markovformer.layers.random_feature_attention import (
 )
 
 HYBRID_MODES = ("split", "parallel")
-MARKOV_OPTIONS = (
-    "max_order", "bidirectional", "scope", "window", "gate", "gate_input", "gate_null", "gate_gumbel_tau",
-    "transition", "head_specific", "dropout", "backend",
-)  # fmt: skip
-RANDOM_FEATURE_OPTIONS = ("feature_map", "num_features", "redraw_interval", "chunk_size")
+# the options each part reads: the fields of its kind's options dataclass, never re-listed
+MARKOV_OPTIONS = tuple(field.name for field in dataclasses.fields(MarkovOptions))
+RANDOM_FEATURE_OPTIONS = tuple(field.name for field in dataclasses.fields(RandomFeatureOptions))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,10 +11,8 @@ from torch import nn
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
 from markovformer.layers.markov_bias import GATE_INPUTS, GATES, TRANSITIONS, MarkovBias
-from markovformer.layers.options import check_fields, interval, one_of, option
+from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option, scoped_window
 from markovformer.ops.lag_bias_attention import BACKENDS, lag_bias_attention, lag_bias_attention_naive
-
-SCOPES = ("local", "global")
 
 
 class MarkovCore(nn.Module):
@@ -40,8 +38,6 @@ class MarkovCore(nn.Module):
         **bias_options,
     ) -> None:
         super().__init__()
-        if scope not in SCOPES:
-            raise ValueError(f"scope must be one of {SCOPES}; got {scope!r}")
         self.markov_bias = MarkovBias(
             d_model=d_model,
             n_heads=n_heads,
@@ -51,7 +47,8 @@ class MarkovCore(nn.Module):
             **bias_options,
         )
         self.causal, self.dropout, self.backend = causal, dropout, backend
-        self.window = (window if window is not None else max_order) if scope == "local" else None
+        # MarkovOptions' one default of a local window (max_order), for a layer built without the config
+        self.window = scoped_window(scope, max_order if window is None else window)
 
     def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
         past, future, gates = self.markov_bias(x, q if q_raw is None else q_raw, attention_mask)

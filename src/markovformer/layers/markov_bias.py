@@ -83,14 +83,7 @@ class MarkovBias(nn.Module):
         init_std: float = 0.02,
     ) -> None:
         super().__init__()
-        if gate not in GATES:
-            raise ValueError(f"gate must be one of {GATES}; got {gate!r}")
-        if gate_input not in GATE_INPUTS:
-            raise ValueError(f"gate_input must be one of {GATE_INPUTS}; got {gate_input!r}")
-        if transition not in TRANSITIONS:
-            raise ValueError(f"transition must be one of {TRANSITIONS}; got {transition!r}")
-        if gate_input == "sequence" and not bidirectional:
-            raise ValueError("gate_input='sequence' reads the whole sequence (the future); it needs bidirectional")
+        # the values were checked where they are declared (MarkovOptions' fields, the model config)
         self.n_heads, self.max_order = n_heads, max_order
         self.directions = ("past", "future") if bidirectional else ("past",)
         self.gate, self.gate_input, self.gate_null = gate, gate_input, gate_null and gate != "none"

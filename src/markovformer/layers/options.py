@@ -9,6 +9,12 @@ from collections.abc import Callable
 from typing import Any
 
 Rule = Callable[[Any], "str | None"]  # the value -> why it is wrong, or None
+SCOPES = ("local", "global")  # attention over keys t-window..t, or over every key
+
+
+def scoped_window(scope: str, window: int | None) -> int | None:
+    """The window a layer attends within: ``window`` in local scope, None (every key) in global scope."""
+    return window if scope == "local" else None
 
 
 def interval(low: float | None = None, high: float | None = None, *, integer: bool = False, optional: bool = False,
@@ -48,4 +54,4 @@ def check_fields(instance: Any) -> None:
             raise ValueError(f"{field.name}={value!r}: {message}")
 
 
-__all__ = ["check_fields", "interval", "one_of", "option"]
+__all__ = ["SCOPES", "check_fields", "interval", "one_of", "option", "scoped_window"]

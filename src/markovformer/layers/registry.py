@@ -32,6 +32,7 @@ from markovformer.layers.hybrid_attention import (
     HybridSplitOptions,
 )
 from markovformer.layers.markov_attention import MarkovAttention, MarkovOptions
+from markovformer.layers.options import scoped_window
 from markovformer.layers.position_bias_attention import (
     DynamicBiasAttention,
     DynamicBiasOptions,
@@ -82,7 +83,7 @@ def _mixer(mixer: type) -> Callable[[dict, Any], nn.Module]:
 def _scoped(options: Any) -> dict:
     """A scoped kind's keyword arguments (decay and relative-bias kinds): its window only in local scope
     (``window=None`` is global scope)."""
-    return dict(window=options.window if options.scope == "local" else None, dropout=options.dropout)
+    return dict(window=scoped_window(options.scope, options.window), dropout=options.dropout)
 
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
@@ -115,12 +116,12 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
     ),
     "stick_breaking": AttentionKind(
         StickBreakingOptions,
-        lambda shared, o: StickBreakingAttention(**shared, window=o.window if o.scope == "local" else None,
+        lambda shared, o: StickBreakingAttention(**shared, window=scoped_window(o.scope, o.window),
                                                  attend_current=o.attend_current),  # fmt: skip
     ),
     "cope": AttentionKind(
         CoPEOptions,
-        lambda shared, o: CoPEAttention(**shared, window=o.window if o.scope == "local" else None,
+        lambda shared, o: CoPEAttention(**shared, window=scoped_window(o.scope, o.window),
                                         npos_max=o.npos_max),  # fmt: skip
     ),
     # the baseline zoo (layers.baselines): sequence mixers in the same blocks; some ignore n_heads and rotary

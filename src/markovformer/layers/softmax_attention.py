@@ -10,12 +10,10 @@ from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
-from markovformer.layers.options import check_fields, interval, one_of, option
+from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option, scoped_window
 from markovformer.ops.lag_bias_attention import lag_bias_attention, lag_bias_attention_naive
 from markovformer.ops.lag_bias_attention.naive import dense_allowed
 from markovformer.ops.masked_softmax import masked_sdpa
-
-SOFTMAX_SCOPES = ("global", "local")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +21,7 @@ class SoftmaxOptions:
     """The options of attention kind "softmax". ``scope="local"`` sees keys t-window..t (|t-j| <= window when
     bidirectional) and needs ``window``; ``backend`` picks the lag-bias op's path for local scope."""
 
-    scope: str = option("global", one_of(SOFTMAX_SCOPES))
+    scope: str = option("global", one_of(SCOPES))
     window: int | None = option(None, interval(1, integer=True, optional=True))
     dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
     backend: str = "auto"
@@ -42,14 +40,8 @@ class SoftmaxCore(nn.Module):
         backend: str = "auto",
     ) -> None:  # fmt: skip
         super().__init__()
-        if scope not in SOFTMAX_SCOPES:
-            raise ValueError(f"softmax attention scope must be one of {SOFTMAX_SCOPES}; got {scope!r}")
-        if scope == "local" and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
-            raise ValueError(f"softmax attention with scope='local' needs a window >= 0; got window={window!r}")
-        if scope == "global" and window is not None:
-            raise ValueError(f"softmax attention window={window!r} is only meaningful with scope='local'")
         self.causal, self.dropout, self.backend = causal, dropout, backend
-        self.window = window if scope == "local" else None
+        self.window = scoped_window(scope, window)
 
     def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
         if state is not None and "cache" in state:
@@ -84,4 +76,4 @@ class SoftmaxAttention(SelfAttention):
         super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
 
 
-__all__ = ["SOFTMAX_SCOPES", "SoftmaxAttention", "SoftmaxCore", "SoftmaxOptions"]
+__all__ = ["SoftmaxAttention", "SoftmaxCore", "SoftmaxOptions"]

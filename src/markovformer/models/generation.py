@@ -1,18 +1,132 @@
-"""Generation for every model family: the one ``generate`` signature (``GenerationMixin``), greedy or sampled next
-tokens (temperature, top-k, nucleus top-p), and the decoding loop with end-of-sequence handling."""
+"""Generation for every model family: the one generation contract (``GenerationConfig``, validated once, as in
+transformers), the one ``generate`` signature (``GenerationMixin``), the next-token choice (greedy, or a draw at a
+temperature from the top-k tokens / the nucleus of mass top-p) and the one decoding loop with end-of-sequence
+handling. A family supplies only what differs: its start of decoding, or its own search (the translator's beams)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from markovformer.layers.options import check_fields, interval, option
 from markovformer.models.inputs import check_token_ids
 
 Step = Callable[[Tensor], Tensor]  # the next tokens (B,) -> the logits (B, V) after them
+
+
+def _finite(low: float | None = None) -> Callable[[Any], str | None]:
+    def rule(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            return "must be a finite number" + ("" if low is None else f" >= {low}")
+        return None if low is None or value >= low else f"must be a finite number >= {low}"
+
+    return rule
+
+
+def _probability_mass(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= 1:
+        return "must lie in (0, 1] or be None"
+    return None
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "must be True or False"
+
+
+def _token_ids(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        return "must be a list of token ids or None"
+    if any(isinstance(token, bool) or not isinstance(token, numbers.Integral) for token in value):
+        return "must hold integer token ids"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationConfig:
+    """How ``generate`` decodes, for every family (transformers' names). Each field's rule is declared on it and
+    checked once, when the config is made (``ValueError("field=value: why")``); the vocabulary rules (token ids
+    inside it) once more per model, by ``check_vocabulary``. ``replace(**changes)`` gives a checked copy."""
+
+    max_new_tokens: int = option(20, interval(0, integer=True))
+    # False: the argmax of the next-token logits (greedy); True: a draw at ``temperature`` from top_k / top_p
+    do_sample: bool = option(False, _boolean)
+    temperature: float = option(1.0, _finite(0))  # 0 is greedy
+    top_k: int | None = option(None, interval(1, integer=True, optional=True))
+    top_p: float | None = option(None, _probability_mass)
+    # a row that emits eos ends (filled after with pad_token_id, or eos when None); the translator's default: its own
+    eos_token_id: int | None = option(None, interval(0, integer=True, optional=True))
+    pad_token_id: int | None = option(None, interval(0, integer=True, optional=True))
+    suppress_tokens: tuple[int, ...] | None = option(None, _token_ids)  # never chosen (e.g. a tokenizer's padding)
+    num_beams: int = option(1, interval(1, integer=True))  # > 1: beam search (the translator)
+    length_penalty: float = option(1.0, _finite())  # beam scores are log-probability / length ** length_penalty
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.suppress_tokens is not None:
+            object.__setattr__(self, "suppress_tokens", tuple(int(token) for token in self.suppress_tokens))
+        if self.do_sample and self.temperature == 0:
+            raise ValueError("temperature=0 cannot sample (it is greedy decoding): give a temperature > 0, or "
+                             "do_sample=False")  # fmt: skip
+        if self.do_sample and self.num_beams != 1:
+            raise ValueError(f"num_beams={self.num_beams!r}: do_sample=True samples one hypothesis, num_beams must "
+                             "be 1")  # fmt: skip
+
+    def replace(self, **changes: Any) -> GenerationConfig:
+        """A checked copy with ``changes``; TypeError naming a key that is not a field."""
+        names = {field.name for field in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise TypeError(f"{unknown[0]!r} is not a generation option; expected one of {sorted(names)}")
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def check_vocabulary(self, vocab_size: int | None) -> None:
+        """ValueError unless eos/pad and the suppressed tokens are ids of a vocabulary of ``vocab_size`` (None: a
+        model that writes real vectors) that leave at least one token to choose."""
+        if vocab_size is None:
+            return
+        for name in ("eos_token_id", "pad_token_id"):
+            value = getattr(self, name)
+            if value is not None and value >= vocab_size:
+                raise ValueError(f"{name}={value!r}: not a token id of the vocabulary [0, {vocab_size})")
+        suppressed = set(self.suppress_tokens or ())
+        outside = [token for token in suppressed if not 0 <= token < vocab_size]
+        if outside:
+            raise ValueError(f"suppress_tokens holds {outside[0]!r}, not a token id of the vocabulary "
+                             f"[0, {vocab_size})")  # fmt: skip
+        if len(suppressed) == vocab_size:
+            raise ValueError(f"suppress_tokens covers all {vocab_size} tokens of the vocabulary: none is left to "
+                             f"generate")  # fmt: skip
+
+
+def next_tokens(logits: Tensor, config: GenerationConfig, generator: torch.Generator | None = None) -> Tensor:
+    """(B, V) logits -> (B,) tokens as ``config`` (already checked) says: the argmax, or a draw at its temperature
+    from its top-k tokens / nucleus of mass top-p; ``suppress_tokens`` never come."""
+    if config.suppress_tokens:
+        index = torch.tensor(config.suppress_tokens, device=logits.device)
+        logits = logits.float().index_fill(-1, index, float("-inf"))
+    if not config.do_sample:
+        return logits.argmax(-1)
+    logits = logits.float() / config.temperature
+    if config.top_k is not None and config.top_k < logits.shape[-1]:
+        kth = logits.topk(config.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if config.top_p is not None and config.top_p < 1:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # keep the smallest prefix whose mass reaches top_p: drop a token when the mass before it already does
+        drop = (probs.cumsum(-1) - probs) >= config.top_p
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
 
 
 def sample_next_token(
@@ -23,192 +137,108 @@ def sample_next_token(
     generator: torch.Generator | None = None,
     banned_token_id: int | None = None,
 ) -> Tensor:
-    """Draw one token per row from logits (B, V). temperature 0 means greedy (argmax). ``banned_token_id`` (e.g. the
-    padding id of a tokenizer, which label smoothing gives a little mass) is never drawn."""
-    check_generation_options(None, temperature, top_k, top_p)
-    if banned_token_id is not None:
-        logits = logits.float().index_fill(-1, torch.tensor([banned_token_id], device=logits.device), float("-inf"))
-    if temperature == 0:
-        return logits.argmax(-1)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        probs = sorted_logits.softmax(-1)
-        # keep the smallest prefix whose mass reaches top_p: drop a token when the mass before it already does
-        drop = (probs.cumsum(-1) - probs) >= top_p
-        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
-    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
-
-
-@torch.no_grad()
-def generate_tokens(
-    model: torch.nn.Module,
-    input_ids: Tensor,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    max_context: int | None = None,
-    banned_token_id: int | None = None,
-) -> Tensor:
-    """Extend (B, T) prompts by ``max_new_tokens`` sampled tokens; the model sees at most ``max_context`` tokens and
-    never draws ``banned_token_id``."""
-    if input_ids.shape[1] == 0:
-        raise ValueError("the prompt is empty: give at least one token")
-    model.eval()
-    tokens = input_ids
-    for _ in range(max_new_tokens):
-        context = tokens if max_context is None else tokens[:, -max_context:]
-        logits = model(context).logits[:, -1]
-        token = sample_next_token(logits, temperature, top_k, top_p, generator, banned_token_id)
-        tokens = torch.cat([tokens, token[:, None]], dim=1)
-    return tokens
-
-
-def _is_token_id(value: object, vocab_size: int) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value < vocab_size
-
-
-def check_generation_options(
-    max_new_tokens: int | None,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    *,
-    do_sample: bool = False,
-    vocab_size: int | None = None,
-    eos_token_id: int | None = None,
-    suppress_tokens: Iterable[int] | None = None,
-    length_penalty: float = 1.0,
-) -> None:
-    """ValueError naming the first bad option of ``generate`` (``max_new_tokens`` None: the options of one draw).
-    Temperature 0 is greedy, so sampling (``do_sample``) needs it above 0. With ``vocab_size`` (None for a model
-    that writes real vectors), ``eos_token_id`` and ``suppress_tokens`` must be ids in the vocabulary, and the
-    suppressed tokens must leave at least one to choose."""
-    if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
-                                       or max_new_tokens < 0):  # fmt: skip
-        raise ValueError(f"max_new_tokens={max_new_tokens!r}: must be a non-negative integer")
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"temperature={temperature!r} must be a finite number >= 0 (0 = greedy)")
-    if do_sample and temperature == 0:
-        raise ValueError("temperature=0 cannot sample (it is greedy decoding): give a temperature > 0, or "
-                         "do_sample=False")  # fmt: skip
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k={top_k!r} must be a positive integer")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p={top_p!r} must lie in (0, 1]")
-    if not math.isfinite(length_penalty):
-        raise ValueError(f"length_penalty={length_penalty!r} must be a finite number")
-    if vocab_size is None:
-        return
-    if eos_token_id is not None and not _is_token_id(eos_token_id, vocab_size):
-        raise ValueError(f"eos_token_id={eos_token_id!r} is not a token id of the vocabulary [0, {vocab_size})")
-    suppressed = set()
-    for token in suppress_tokens or ():
-        if not _is_token_id(token, vocab_size):
-            raise ValueError(f"suppress_tokens holds {token!r}, not a token id of the vocabulary [0, {vocab_size})")
-        suppressed.add(int(token))
-    if len(suppressed) == vocab_size:
-        raise ValueError(f"suppress_tokens covers all {vocab_size} tokens of the vocabulary: none is left to "
-                         f"generate")  # fmt: skip
-
-
-def next_tokens(
-    logits: Tensor,
-    do_sample: bool,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    suppress_tokens: list[int] | None = None,
-) -> Tensor:
-    """(B, V) logits -> (B,) tokens: the argmax (``do_sample=False``) or a draw; ``suppress_tokens`` never come."""
-    if suppress_tokens:
-        index = torch.tensor(list(suppress_tokens), device=logits.device)
-        logits = logits.float().index_fill(-1, index, float("-inf"))
-    if not do_sample:
-        return logits.argmax(-1)
-    return sample_next_token(logits, temperature, top_k, top_p, generator)
+    """Draw one token per row from logits (B, V); temperature 0 means greedy (argmax). ``banned_token_id`` (e.g. the
+    padding id of a tokenizer, which label smoothing gives a little mass) is never drawn. The options are checked
+    by the ``GenerationConfig`` they make."""
+    config = GenerationConfig(do_sample=temperature != 0, temperature=temperature, top_k=top_k, top_p=top_p,
+                              suppress_tokens=None if banned_token_id is None else [banned_token_id])  # fmt: skip
+    return next_tokens(logits, config, generator)
 
 
 def decoding_loop(
     input_ids: Tensor,
     logits: Tensor,
     step: Step,
-    max_new_tokens: int,
-    choose: Callable[[Tensor], Tensor],
-    eos_token_id: int | None = None,
+    config: GenerationConfig,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Extend input_ids (B, T) from the first next-token logits (B, V): ``choose`` picks tokens, ``step`` feeds them
-    back. A row that has emitted ``eos_token_id`` continues with it; the loop ends early once every row has.
-    Returns (B, T + generated)."""
+    """Extend input_ids (B, T) from the first next-token logits (B, V) by up to ``config.max_new_tokens``: tokens
+    chosen by :func:`next_tokens`, fed back by ``step``. A row that has emitted ``eos_token_id`` continues with
+    ``pad_token_id`` (eos when None); the loop ends early once every row has. Returns (B, T + generated)."""
     pieces = [input_ids]
+    eos = config.eos_token_id
+    fill = eos if config.pad_token_id is None else config.pad_token_id
     finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-    for index in range(max_new_tokens):
-        tokens = choose(logits).to(input_ids.dtype)
-        if eos_token_id is not None:
-            tokens = tokens.masked_fill(finished, eos_token_id)
-            finished |= tokens == eos_token_id
+    for index in range(config.max_new_tokens):
+        tokens = next_tokens(logits, config, generator).to(input_ids.dtype)
+        if eos is not None:
+            tokens = tokens.masked_fill(finished, fill)
+            finished |= tokens == eos
         pieces.append(tokens[:, None])
-        if index + 1 == max_new_tokens or bool(finished.all()):
+        if index + 1 == config.max_new_tokens or bool(finished.all()):
             break
         logits = step(tokens)
     return torch.cat(pieces, dim=1)
 
 
+def resolve_generation_config(generation_config: GenerationConfig | None, options: dict) -> GenerationConfig:
+    """``generation_config`` (default: ``GenerationConfig()``) updated by keyword ``options``, checked once."""
+    if generation_config is not None and not isinstance(generation_config, GenerationConfig):
+        raise TypeError(f"generation_config must be a GenerationConfig; got {type(generation_config).__name__}")
+    return (generation_config or GenerationConfig()).replace(**options)
+
+
 class GenerationMixin:
-    """``generate`` for the causal language models of every family. A family implements
-    ``start_decoding(input_ids, attention_mask, max_new_tokens) -> (logits (B, V), step)``: the next-token logits
-    after the prompt and a function that feeds the chosen tokens (B,) and returns the logits after them."""
+    """``generate`` for every family. A causal language model implements ``start_decoding(input_ids,
+    attention_mask, max_new_tokens) -> (logits (B, V), step)``: the next-token logits after the prompt and a
+    function that feeds the chosen tokens (B,) and returns the logits after them. A family that decodes otherwise
+    (the translator's search, the VMT's latent chain) overrides ``generate_from`` and, where its inputs differ,
+    ``check_generation_inputs``; ``generation_inputs`` names the extra keyword inputs its ``generate_from`` takes."""
+
+    supports_beam_search: ClassVar[bool] = False
+    generation_inputs: ClassVar[tuple[str, ...]] = ()
 
     def start_decoding(
         self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int
     ) -> tuple[Tensor, Step]:
         raise NotImplementedError
 
+    def check_generation_inputs(self, input_ids: Tensor, attention_mask: Tensor | None) -> None:
+        """ValueError unless input_ids (B, T) are ids of the vocabulary and ``attention_mask`` is (B, T)."""
+        check_token_ids(input_ids, self.config.vocab_size)
+        if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
+            raise ValueError(f"attention_mask must be (B, T) = {tuple(input_ids.shape)}; got "
+                             f"{tuple(attention_mask.shape)}")  # fmt: skip
+
+    def generate_from(
+        self, input_ids: Tensor, attention_mask: Tensor | None, config: GenerationConfig,
+        generator: torch.Generator | None,
+    ) -> Tensor:  # fmt: skip
+        """A causal language model's continuation: ``start_decoding``, then the decoding loop."""
+        if config.max_new_tokens == 0:
+            return input_ids
+        logits, step = self.start_decoding(input_ids, attention_mask, config.max_new_tokens)
+        return decoding_loop(input_ids, logits, step, config, generator)
+
     @torch.no_grad()
     def generate(
         self,
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
+        generation_config: GenerationConfig | None = None,
         *,
-        max_new_tokens: int,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        eos_token_id: int | None = None,
         generator: torch.Generator | None = None,
-        suppress_tokens: list[int] | None = None,
+        **options: Any,
     ) -> Tensor:
-        """Continue prompts input_ids (B, T) (``attention_mask`` (B, T), 0 at padding, e.g. on the left) by up to
-        ``max_new_tokens`` tokens -> (B, T + new). Greedy by default (the argmax of the model's next-token logits,
-        which equal its teacher-forced logits); ``do_sample`` draws at ``temperature`` from the ``top_k`` tokens /
-        the nucleus of mass ``top_p``. Rows that emit ``eos_token_id`` continue with it, and generation stops once
-        every row has. ``suppress_tokens`` (e.g. a tokenizer's padding id) are never chosen. Runs in eval mode
-        and restores the model's mode."""
-        vocab_size = self.config.vocab_size
-        check_generation_options(max_new_tokens, temperature, top_k, top_p, do_sample=do_sample,
-                                 vocab_size=vocab_size, eos_token_id=eos_token_id,
-                                 suppress_tokens=suppress_tokens)  # fmt: skip
-        check_token_ids(input_ids, vocab_size)
-        if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
-            raise ValueError(f"attention_mask must be (B, T) = {tuple(input_ids.shape)}; got "
-                             f"{tuple(attention_mask.shape)}")  # fmt: skip
+        """Continue prompts input_ids (B, T) (``attention_mask`` (B, T), 0 at padding, e.g. on the left) as
+        ``generation_config`` says, updated by keyword ``options`` (its fields: ``max_new_tokens``, ``do_sample``,
+        ``temperature``, ``top_k``, ``top_p``, ``eos_token_id``, ``pad_token_id``, ``suppress_tokens``,
+        ``num_beams``, ``length_penalty``; as in transformers) -> (B, T + new) for a causal LM. Greedy by default
+        (the argmax of the model's next-token logits, which equal its teacher-forced logits); draws come from
+        ``generator``. Runs in eval mode and restores the model's mode."""
+        inputs = {name: options.pop(name) for name in self.generation_inputs if name in options}
+        config = resolve_generation_config(generation_config, options)
+        if config.num_beams != 1 and not self.supports_beam_search:
+            raise ValueError(f"num_beams={config.num_beams}: {type(self).__name__} has no beam search (give 1)")
+        config.check_vocabulary(getattr(self.config, "vocab_size", None))
+        self.check_generation_inputs(input_ids, attention_mask)
         was_training = self.training
         self.eval()
         try:
-            if max_new_tokens == 0:
-                return input_ids
-            logits, step = self.start_decoding(input_ids, attention_mask, max_new_tokens)
-
-            def choose(scores: Tensor) -> Tensor:
-                return next_tokens(scores, do_sample, temperature, top_k, top_p, generator, suppress_tokens)
-
-            return decoding_loop(input_ids, logits, step, max_new_tokens, choose, eos_token_id)
+            return self.generate_from(input_ids, attention_mask, config, generator, **inputs)
         finally:
             self.train(was_training)
+
+
+__all__ = ["GenerationConfig", "GenerationMixin", "Step", "decoding_loop", "next_tokens", "resolve_generation_config",
+           "sample_next_token"]  # fmt: skip

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.layers.position import sinusoidal_positions
-from markovformer.models.generation import check_generation_options, next_tokens
+from markovformer.models.generation import GenerationConfig, GenerationMixin, next_tokens
 from markovformer.models.inputs import check_rows_have_tokens, check_token_ids
 from markovformer.models.markov_translator.config import MarkovTranslatorConfig
 from markovformer.models.markov_translator.generation import generate
@@ -128,7 +128,7 @@ class MarkovTranslatorOutput:
     encoder_last_hidden_state: Tensor | None = None  # (B, S, D): the memory
 
 
-class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
+class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel):
     """Encoder-decoder translator over a joint vocabulary. ``tgt_ids`` is the shifted-right decoder input
     (bos, y_1, ..., y_{T-1}); ``labels`` are aligned with it (y_1, ..., y_T), -100 ignored. Masks are (B, T) with
     1 = real token; target padding must be on the right."""
@@ -223,47 +223,42 @@ class MarkovTranslatorForConditionalGeneration(PreTrainedModel):
             loss = token_cross_entropy(logits, labels, label_smoothing)
         return MarkovTranslatorOutput(logits, loss, memory)
 
-    @torch.no_grad()
-    def generate(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        *,
-        max_new_tokens: int,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        eos_token_id: int | None = None,
-        generator: torch.Generator | None = None,
-        num_beams: int = 1,
-        length_penalty: float = 1.0,
-    ) -> Tensor:
-        """Translate sources ``input_ids`` (B, S) (``attention_mask``: 1 = real) into target ids (B, L): bos
-        excluded, eos kept, padding (``pad_token_id``) after it, L <= ``max_new_tokens`` (at most
-        ``max_positions``). Greedy by default, sampling with ``do_sample`` (temperature / top-k / top-p), or beam
-        search with ``num_beams`` > 1 (scores / length ** ``length_penalty``). ``eos_token_id`` defaults to the
-        config's. ``generation.generate`` also returns the scores."""
-        check_generation_options(max_new_tokens, temperature, top_k, top_p, do_sample=do_sample,
-                                 vocab_size=self.config.vocab_size, length_penalty=length_penalty)  # fmt: skip
+    # ------------------------------------------------------------------------------------------- generation
+    # ``GenerationMixin.generate`` with the translator's own decoding: sources in, target ids (B, L) out (bos
+    # excluded, eos kept, padding after it, L <= max_new_tokens and <= max_positions); greedy, sampling, or beam
+    # search (num_beams > 1, scores / length ** length_penalty). ``generation.generate`` also returns the scores.
+
+    supports_beam_search = True
+
+    def check_generation_inputs(self, input_ids: Tensor, attention_mask: Tensor | None) -> None:
+        """ValueError unless the sources (B, S) are ids of the vocabulary and every row has a real token."""
         check_token_ids(input_ids, self.config.vocab_size)
         if attention_mask is not None:
             self._check_mask(attention_mask, input_ids, "attention_mask")
             check_rows_have_tokens(attention_mask, "attention_mask")
-        if eos_token_id not in (None, self.config.eos_token_id):
-            raise ValueError(f"eos_token_id={eos_token_id!r}: this model ends sentences with its config's "
-                             f"eos_token_id={self.config.eos_token_id}")  # fmt: skip
-        if do_sample and num_beams != 1:
-            raise ValueError(f"do_sample=True samples one hypothesis; num_beams={num_beams!r} must be 1")
-        if max_new_tokens == 0:
+
+    def generate_from(
+        self, input_ids: Tensor, attention_mask: Tensor | None, config: GenerationConfig,
+        generator: torch.Generator | None,
+    ) -> Tensor:  # fmt: skip
+        """Translate the sources as ``config`` says; eos and padding are the model config's own."""
+        for name in ("eos_token_id", "pad_token_id"):
+            value = getattr(config, name)
+            if value not in (None, getattr(self.config, name)):
+                raise ValueError(f"{name}={value!r}: this model uses its config's {name}="
+                                 f"{getattr(self.config, name)}")  # fmt: skip
+        if config.suppress_tokens and config.num_beams != 1:
+            raise ValueError("suppress_tokens: beam search does not suppress tokens; use num_beams=1")
+        if config.max_new_tokens == 0:
             return input_ids.new_zeros(input_ids.shape[0], 0)
 
         def choose(log_probs: Tensor) -> Tensor:
-            return next_tokens(log_probs, True, temperature, top_k, top_p, generator)
+            return next_tokens(log_probs, config, generator)
 
-        max_length = min(max_new_tokens, self.config.max_positions)
-        return generate(self, input_ids, attention_mask, num_beams, max_length, length_penalty,
-                        choose if do_sample else None).sequences  # fmt: skip
+        max_length = min(config.max_new_tokens, self.config.max_positions)
+        picks = choose if config.do_sample or config.suppress_tokens else None
+        return generate(self, input_ids, attention_mask, config.num_beams, max_length, config.length_penalty,
+                        picks).sequences  # fmt: skip
 
 
 __all__ = ["MarkovTranslatorForConditionalGeneration", "MarkovTranslatorOutput"]

@@ -7,13 +7,13 @@ import dataclasses
 from markovformer.layers.ffn import FFNS
 from markovformer.layers.gru import INJECTION_KINDS
 from markovformer.layers.markov_attention import MarkovOptions
+from markovformer.layers.options import SCOPES
 from markovformer.layers.position import POSITIONS
 from markovformer.layers.registry import ATTENTION_KINDS, LayerSpec, attention_option_names
 from markovformer.models.config_base import ModelConfig
 from markovformer.ops.linear_attention import FEATURE_MAPS
 
 POOLINGS = ("mean", "last", "cls")
-SCOPES = ("local", "global")
 # options some attention kinds read that also configure the rest of the model, so never unused
 MODEL_WIDE_OPTIONS = frozenset({"dropout", "bidirectional", "max_positions"})
 # the Markov attention options whose defaults and per-value rules ``MarkovOptions`` owns

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from markovformer.layers.block import PreLNBlock
 from markovformer.layers.ffn import build_ffn
 from markovformer.layers.registry import build_attention
-from markovformer.models.generation import check_generation_options, decoding_loop, next_tokens
+from markovformer.models.generation import GenerationConfig, GenerationMixin, decoding_loop
 from markovformer.models.inputs import check_id_tensor, check_not_empty, check_rows_have_tokens, check_vocabulary
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.models.vmt.config import VMTConfig
@@ -53,7 +53,7 @@ def resampling_probabilities(log_weights: Tensor) -> Tensor:
     return safe.T.softmax(-1)
 
 
-class VariationalMarkovTransformer(PreTrainedModel):
+class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
     """The VMT: ``elbo``, ``iw_bound``, ``forward`` (the training loss) and ``generate``; see the module docstring."""
 
     config_class = VMTConfig
@@ -389,71 +389,53 @@ class VariationalMarkovTransformer(PreTrainedModel):
 
     # ------------------------------------------------------------------------------------------- generation
 
-    @torch.no_grad()
-    def generate(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        *,
-        max_new_tokens: int,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        eos_token_id: int | None = None,
-        generator: torch.Generator | None = None,
-        suppress_tokens: list[int] | None = None,
-        carry: Tensor | None = None,
-    ) -> Tensor:
-        """``GenerationMixin.generate``'s signature. Read the prompt ``input_ids`` (token ids (B, n) or, for a VMT over
-        real vectors, features (B, n, F); n may be 0; unpadded) with the posterior, ``window`` tokens at a time with
-        the latent carried between (posterior samples from ``generator``), then write: x_{k+1} ~ P(x | x_k),
-        y_{k+1} ~ P(y | x_{k+1}) (x_1 from P(x_1), or the transition from ``carry``, when there is no prompt).
-        ``do_sample=False`` follows the transition means and takes each emission's argmax (its mean for real
-        vectors); sampling draws both, the tokens at ``temperature`` / ``top_k`` / ``top_p``. The written tokens
-        never feed back (the latent chain does not read y). Returns (B, n + new) or (B, n + new, F)."""
-        check_generation_options(max_new_tokens, temperature, top_k, top_p, do_sample=do_sample,
-                                 vocab_size=self.config.vocab_size, eos_token_id=eos_token_id,
-                                 suppress_tokens=suppress_tokens)  # fmt: skip
+    # ``GenerationMixin.generate``: read the prompt ``input_ids`` (token ids (B, n) or, for a VMT over real
+    # vectors, features (B, n, F); n may be 0; unpadded) with the posterior, ``window`` tokens at a time with the
+    # latent carried between (posterior samples from ``generator``; ``carry=`` a previous latent), then write:
+    # x_{k+1} ~ P(x | x_k), y_{k+1} ~ P(y | x_{k+1}) (x_1 from P(x_1), or the transition from ``carry``, when there
+    # is no prompt). Greedy follows the transition means and takes each emission's argmax (its mean for real
+    # vectors); sampling draws both. The written tokens never feed back (the latent chain does not read y).
+    # Returns (B, n + new) or (B, n + new, F).
+
+    generation_inputs = ("carry",)
+
+    def check_generation_inputs(self, input_ids: Tensor, attention_mask: Tensor | None) -> None:
+        """ValueError for an empty batch or a padded prompt."""
         check_not_empty(input_ids, "input_ids", positions=False)  # a prompt may be empty, a batch may not
         if attention_mask is not None and not bool(attention_mask.bool().all()):
             raise ValueError("the VMT generates from unpadded prompts: give rows of equal length")
-        was_training = self.training
-        self.eval()
-        try:
-            batch = input_ids.shape[0]
-            state = self._check_carry(carry, None, batch, input_ids.device)[0]
-            for start in range(0, input_ids.shape[1], self.config.window):
-                window = input_ids[:, start : start + self.config.window]
-                state = self.elbo(window, carry=state, generator=generator).carry
-            states = [state]
 
-            def advance() -> Tensor:
-                """The next latent (B, dx): a draw, or the mean, of P(x_1) or P(x | x_k)."""
-                if states[0] is None:
-                    mean, std = (part.expand(batch, -1) for part in self.prior())
-                else:
-                    mean, std = self.transition(states[0], self.transition.prepare())
-                states[0] = mean + std * standard_normal(mean.shape, mean, generator) if do_sample else mean
-                return states[0]
+    def generate_from(
+        self, input_ids: Tensor, attention_mask: Tensor | None, config: GenerationConfig,
+        generator: torch.Generator | None, carry: Tensor | None = None,
+    ) -> Tensor:  # fmt: skip
+        batch = input_ids.shape[0]
+        state = self._check_carry(carry, None, batch, input_ids.device)[0]
+        for start in range(0, input_ids.shape[1], self.config.window):
+            window = input_ids[:, start : start + self.config.window]
+            state = self.elbo(window, carry=state, generator=generator).carry
+        states = [state]
 
-            if not self.tokens:
-                pieces = [input_ids]
-                for _ in range(max_new_tokens):
-                    written = self.emission.sample(advance(), generator, temperature if do_sample else 0.0)
-                    pieces.append(written[:, None].to(input_ids.dtype))
-                return torch.cat(pieces, dim=1)
+        def advance() -> Tensor:
+            """The next latent (B, dx): a draw, or the mean, of P(x_1) or P(x | x_k)."""
+            if states[0] is None:
+                mean, std = (part.expand(batch, -1) for part in self.prior())
+            else:
+                mean, std = self.transition(states[0], self.transition.prepare())
+            states[0] = mean + std * standard_normal(mean.shape, mean, generator) if config.do_sample else mean
+            return states[0]
 
-            def choose(logits: Tensor) -> Tensor:
-                return next_tokens(logits, do_sample, temperature, top_k, top_p, generator, suppress_tokens)
-
-            if max_new_tokens == 0:
-                return input_ids
-            return decoding_loop(input_ids, self.emission.logits(advance()),
-                                 lambda tokens: self.emission.logits(advance()), max_new_tokens, choose,
-                                 eos_token_id)  # fmt: skip
-        finally:
-            self.train(was_training)
+        if not self.tokens:
+            pieces = [input_ids]
+            for _ in range(config.max_new_tokens):
+                temperature = config.temperature if config.do_sample else 0.0
+                written = self.emission.sample(advance(), generator, temperature)
+                pieces.append(written[:, None].to(input_ids.dtype))
+            return torch.cat(pieces, dim=1)
+        if config.max_new_tokens == 0:
+            return input_ids
+        return decoding_loop(input_ids, self.emission.logits(advance()), lambda tokens: self.emission.logits(advance()),
+                             config, generator)  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------- helpers
 

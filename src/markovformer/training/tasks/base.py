@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -22,6 +22,7 @@ from torchmetrics import MeanMetric, Metric
 from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import PAD_ID
 from markovformer.data.text import load_tokenizer
+from markovformer.models.generation import GenerationConfig
 from markovformer.training.batches import EpochBatches
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
@@ -42,17 +43,13 @@ def forward_takes(model: nn.Module, argument: str) -> bool:
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """What ``markovformer generate`` asks of a run: a prompt (or a file of sources), the length and the decoding."""
+    """What ``markovformer generate`` asks of a run: a prompt (or a file of sources), the decoding (one checked
+    ``GenerationConfig``) and the seed of its draws."""
 
     prompt: str | None = None
     input: str | None = None
-    max_new_tokens: int = 200
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
+    generation: GenerationConfig = field(default_factory=lambda: GenerationConfig(max_new_tokens=200))
     seed: int = 0
-    beam_size: int = 1
-    length_penalty: float = 1.0
 
 
 class LossMetric(nn.Module):
@@ -188,10 +185,9 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
     if not ids:
         raise ValueError("--prompt is empty: give at least one token")
     generator = torch.Generator().manual_seed(request.seed)
-    banned = [PAD_ID] if tokenizer is not None else None  # a tokenizer reserves id 0 for padding: never sample it
-    # every family's generate: temperature 0 is greedy
-    out = model.generate(torch.tensor([ids]), max_new_tokens=request.max_new_tokens, do_sample=request.temperature > 0,
-                         temperature=request.temperature, top_k=request.top_k, top_p=request.top_p,
-                         generator=generator, suppress_tokens=banned)  # fmt: skip
+    generation = request.generation
+    if tokenizer is not None:  # a tokenizer reserves id 0 for padding: never generate it
+        generation = generation.replace(suppress_tokens=[*(generation.suppress_tokens or ()), PAD_ID])
+    out = model.generate(torch.tensor([ids]), generation_config=generation, generator=generator)
     new = out[0, len(ids) :].tolist()
     yield request.prompt + tokenizer.decode(new) if tokenizer is not None else " ".join(map(str, ids + new))

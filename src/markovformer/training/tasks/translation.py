@@ -78,12 +78,14 @@ class Translation(Task):
         if not sentences or any(not sentence.strip() for sentence in sentences):
             raise ValueError(f"{request.input or '--prompt'}: every source sentence must be non-empty")
         tokenizer = load_translation_tokenizer(Path(run_dir) / "tokenizer")
-        max_length = min(request.max_new_tokens, model.config.max_positions)
+        # translation searches (greedy or beams): --temperature is a language model's
+        generation = request.generation.replace(do_sample=False,
+                                                max_new_tokens=min(request.generation.max_new_tokens,
+                                                                   model.config.max_positions))  # fmt: skip
         model.eval()
         for start in range(0, len(sentences), TRANSLATE_BATCH):
             examples = [{"src_ids": torch.tensor(tokenizer.encode(s)), "tgt_ids": torch.tensor([], dtype=torch.long)}
                         for s in sentences[start : start + TRANSLATE_BATCH]]  # fmt: skip
             batch = collate_translation(examples)
-            generated = model.generate(batch["src_ids"], batch["src_mask"], max_new_tokens=max_length,
-                                       num_beams=request.beam_size, length_penalty=request.length_penalty)  # fmt: skip
+            generated = model.generate(batch["src_ids"], batch["src_mask"], generation)
             yield from decode_generated(tokenizer, generated)

@@ -1,0 +1,138 @@
+"""The one generation contract: every family's ``generate`` takes a ``GenerationConfig`` (or the same options as
+keyword arguments, or both, the keywords winning) and gives the same ids; a bad option is refused once, by the
+config's own field rule, with the same message whichever family or spelling received it."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from markovformer import (
+    MarkovianTransformerConfig,
+    MarkovianTransformerForCausalLM,
+    MarkovTranslatorConfig,
+    MarkovTranslatorForConditionalGeneration,
+    ScanMarkovConfig,
+    ScanMarkovForCausalLM,
+    VariationalMarkovTransformer,
+    VMTConfig,
+)
+from markovformer.models.generation import GenerationConfig, GenerationMixin
+
+VOCAB = 11
+
+
+def _perturbed(model: torch.nn.Module) -> torch.nn.Module:
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.5 * torch.randn(parameter.shape, generator=generator))
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def families() -> dict[str, torch.nn.Module]:
+    torch.manual_seed(0)
+    return {
+        "markovian": _perturbed(MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
+            vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2, max_order=2, window=3))),
+        "scan_markov": _perturbed(ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=VOCAB, d_model=16, order=3,
+                                                                         max_positions=64))),
+        "translator": _perturbed(MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+            vocab_size=VOCAB, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, order=2,
+            transparent=True, dropout=0.0, max_positions=32))),
+        "vmt": _perturbed(VariationalMarkovTransformer(VMTConfig(vocab_size=VOCAB, latent_dim=3, d_model=8,
+                                                                 n_layers=1, n_heads=2, hidden_dim=16, window=4))),
+    }  # fmt: skip
+
+
+PROMPT = torch.randint(3, VOCAB, (2, 5), generator=torch.Generator().manual_seed(1))
+OPTIONS = {
+    "greedy": dict(max_new_tokens=6),
+    "sampled": dict(max_new_tokens=6, do_sample=True, temperature=0.7, top_k=5, top_p=0.9),
+    "suppressed": dict(max_new_tokens=6, suppress_tokens=[4, 5]),
+    "beams": dict(max_new_tokens=6, num_beams=3, length_penalty=0.5),
+}
+
+
+def test_every_family_generates_through_the_one_mixin():
+    for family in (MarkovianTransformerForCausalLM, ScanMarkovForCausalLM, MarkovTranslatorForConditionalGeneration,
+                   VariationalMarkovTransformer):  # fmt: skip
+        assert issubclass(family, GenerationMixin) and family.generate is GenerationMixin.generate
+
+
+@pytest.mark.parametrize("options", list(OPTIONS))
+@pytest.mark.parametrize("family", ["markovian", "scan_markov", "translator", "vmt"])
+def test_a_generation_config_gives_the_ids_of_its_keyword_arguments(families, family, options):
+    model, values = families[family], OPTIONS[options]
+    if options == "beams" and not model.supports_beam_search:
+        with pytest.raises(ValueError, match=r"^num_beams=3: .* has no beam search"):
+            model.generate(PROMPT, generation_config=GenerationConfig(**values))
+        return
+
+    def run(*args, **kwargs):
+        return model.generate(PROMPT, *args, generator=torch.Generator().manual_seed(5), **kwargs)
+
+    by_keywords = run(**values)
+    assert torch.equal(run(generation_config=GenerationConfig(**values)), by_keywords)
+    assert torch.equal(run(None, GenerationConfig(**values)), by_keywords)  # positional, as transformers allows
+    # keyword arguments update the given config, as in transformers
+    other = GenerationConfig(max_new_tokens=2, top_k=1)
+    assert torch.equal(run(generation_config=other, **{**values, "top_k": values.get("top_k")}), by_keywords)
+    if family != "translator":
+        assert torch.equal(by_keywords[:, : PROMPT.shape[1]], PROMPT)
+
+
+BAD = [
+    ("max_new_tokens", -1, r"^max_new_tokens=-1: must be an integer in \[0, inf\]$"),
+    ("max_new_tokens", 2.5, r"^max_new_tokens=2.5: must be an integer"),
+    ("do_sample", "yes", r"^do_sample='yes': must be True or False$"),
+    ("temperature", math.nan, r"^temperature=nan: must be a finite number >= 0$"),
+    ("temperature", -0.5, r"^temperature=-0.5: must be a finite number >= 0$"),
+    ("top_k", 0, r"^top_k=0: must be an integer in \[1, inf\]$"),
+    ("top_p", 0.0, r"^top_p=0.0: must lie in \(0, 1\] or be None$"),
+    ("top_p", 1.5, r"^top_p=1.5: must lie in \(0, 1\] or be None$"),
+    ("eos_token_id", -1, r"^eos_token_id=-1: must be an integer in \[0, inf\]$"),
+    ("pad_token_id", True, r"^pad_token_id=True: must be an integer"),
+    ("suppress_tokens", [1, "a"], r"^suppress_tokens=\[1, 'a'\]: must hold integer token ids$"),
+    ("num_beams", 0, r"^num_beams=0: must be an integer in \[1, inf\]$"),
+    ("length_penalty", math.inf, r"^length_penalty=inf: must be a finite number$"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "message"), BAD, ids=[f"{name}={value!r}" for name, value, _ in BAD])
+def test_a_bad_option_is_refused_once_by_its_field_naming_it(families, name, value, message):
+    with pytest.raises(ValueError, match=message):
+        GenerationConfig(**{name: value})
+    with pytest.raises(ValueError, match=message):
+        GenerationConfig().replace(**{name: value})
+    for model in families.values():  # the same message, from the same rule, whichever family receives it
+        with pytest.raises(ValueError, match=message):
+            model.generate(PROMPT, **{name: value})
+
+
+def test_the_rules_between_options_and_the_vocabulary_are_the_configs_too(families):
+    with pytest.raises(ValueError, match=r"^temperature=0 cannot sample"):
+        GenerationConfig(do_sample=True, temperature=0)
+    with pytest.raises(ValueError, match=r"^num_beams=2: do_sample=True samples one hypothesis"):
+        GenerationConfig(do_sample=True, num_beams=2)
+    config = GenerationConfig(eos_token_id=VOCAB)  # a fine config, for another vocabulary
+    for model in families.values():
+        with pytest.raises(ValueError, match=rf"^eos_token_id={VOCAB}: not a token id of the vocabulary"):
+            model.generate(PROMPT, generation_config=config)
+    with pytest.raises(TypeError, match="'max_tokens' is not a generation option"):
+        families["markovian"].generate(PROMPT, max_tokens=3)
+    with pytest.raises(TypeError, match="generation_config must be a GenerationConfig"):
+        families["markovian"].generate(PROMPT, generation_config={"max_new_tokens": 3})
+    assert dataclasses.is_dataclass(config) and GenerationConfig().max_new_tokens == 20  # transformers' default
+
+
+def test_pad_token_id_fills_rows_that_have_ended(families):
+    model = families["markovian"]
+    free = model.generate(PROMPT, max_new_tokens=8)
+    eos = int(free[0, PROMPT.shape[1]])  # row 0 ends at once
+    padded = model.generate(PROMPT, max_new_tokens=8, eos_token_id=eos, pad_token_id=0)
+    assert int(padded[0, PROMPT.shape[1]]) == eos and (padded[0, PROMPT.shape[1] + 1 :] == 0).all()
