@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
-from markovformer.layers.options import check_fields, interval, one_of, option
+from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option
 from markovformer.ops.forgetting_attention import forgetting_attention, forgetting_attention_naive
 
 
@@ -23,7 +23,7 @@ class DecayOptions:
     """The options of attention kinds "alibi" and "forgetting": ``scope="local"`` sees keys t-window..t (needs
     ``window``), ``scope="global"`` every allowed key."""
 
-    scope: str = option("global", one_of(("local", "global")))
+    scope: str = option("global", one_of(SCOPES))
     window: int | None = option(None, interval(1, integer=True, optional=True))
     dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
 

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
-from markovformer.layers.options import check_fields, interval, one_of, option
+from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option
 from markovformer.ops.relative_bias_attention import relative_bias_attention, relative_bias_attention_naive
 from markovformer.ops.relative_bias_attention.buckets import t5_buckets
 
@@ -32,7 +32,7 @@ class T5BiasOptions:
     """The options of attention kind "t5_bias": scope and window as the decay kinds; ``num_buckets`` (split by sign
     when bidirectional) and ``max_distance``, from which on every distance shares the last bucket."""
 
-    scope: str = option("global", one_of(("local", "global")))
+    scope: str = option("global", one_of(SCOPES))
     window: int | None = option(None, interval(1, integer=True, optional=True))
     dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
     num_buckets: int = option(32, interval(2, integer=True))
@@ -50,7 +50,7 @@ class DynamicBiasOptions:
     """The options of attention kind "dynamic_bias": scope and window as the decay kinds; the MLP's ``bias_hidden``
     width and ``bias_depth`` (hidden layers); ``log_distance`` feeds it sign(d)·log(1 + |d|) rather than d."""
 
-    scope: str = option("global", one_of(("local", "global")))
+    scope: str = option("global", one_of(SCOPES))
     window: int | None = option(None, interval(1, integer=True, optional=True))
     dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
     bias_hidden: int = option(32, interval(1, integer=True))
