@@ -47,13 +47,9 @@ class CoPECore(nn.Module):
 
     def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
         if state is not None and "cache" in state:
-            cache = state["cache"]
-            start = cache.length
-            cache.write(k, v, real_mask(attention_mask, x))
-            keys, values, key_positions, key_real, _ = cache.visible()
-            query_positions = torch.arange(start, start + q.shape[2], device=q.device)
-            heads = cope_over_cache(q, keys, values, self.position_embeddings, query_positions, key_positions,
-                                    key_real, window=self.window)  # fmt: skip
+            seen = state["cache"].extend(k, v, real_mask(attention_mask, x))
+            heads = cope_over_cache(q, seen.keys, seen.values, self.position_embeddings, seen.query_positions,
+                                    seen.key_positions, seen.key_real, window=self.window)  # fmt: skip
             return CoreOutput(heads, {}, None)
         keep_in_cache(state, self.window, k, v, attention_mask)
         options = dict(window=self.window, attention_mask=attention_mask)

@@ -10,10 +10,24 @@ the whole cache per token.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
 from markovformer.ops.cached_attention import cached_attention
+
+
+class SeenKeys(NamedTuple):
+    """What the queries of a chunk appended to a cache attend over (``KeyValueCache.extend``)."""
+
+    keys: Tensor  # (B, H, c, Dh)
+    values: Tensor  # (B, H, c, Dh)
+    key_positions: Tensor  # (c,)
+    key_real: Tensor  # (B, c): False at padding and at empty slots
+    key_log_decay: Tensor | None  # (B, H, c), decay kinds: relative to the chunk's last position
+    query_positions: Tensor  # (n,)
+    query_log_decay: Tensor | None  # (B, H, n), decay kinds
 
 
 class KeyValueCache:
@@ -82,33 +96,38 @@ class KeyValueCache:
         decay = None if self.log_decay is None else self.log_decay[..., :used]
         return self.keys[:, :, :used], self.values[:, :, :used], self.positions[:used], self.real[:, :used], decay
 
+    def extend(self, k: Tensor, v: Tensor, real: Tensor, log_decay: Tensor | None = None) -> SeenKeys:
+        """Append k, v (B, H, n, Dh) of the next n positions (real (B, n) False at padding; ``log_decay`` (B, H, n)
+        their cumulative log forget gates from the newest position before them, decay kinds) and return what their
+        queries see: every visible key, the keys' and queries' positions and, for decay kinds, log decays relative
+        to the newest position."""
+        start, count = self.length, k.shape[2]
+        query_positions = torch.arange(start, start + count, device=k.device)
+        query_log_decay = None if log_decay is None else log_decay - log_decay[..., -1:]
+        if self.window is not None and count > 1 and self.keys is not None:
+            # W + 1 rolling slots hold what one new query sees; n new queries see the W keys before the first of
+            # them as well, which writing all n first would overwrite: the old slots and the new keys together.
+            old_keys, old_values, old_positions, old_real, old_log_decay = self.visible()
+            key_log_decay = None
+            if log_decay is not None:  # both relative to the newest position before the chunk: rebase to its last
+                key_log_decay = torch.cat([old_log_decay, log_decay], dim=-1) - log_decay[..., -1:]
+            seen = SeenKeys(torch.cat([old_keys, k], dim=2), torch.cat([old_values, v], dim=2),
+                            torch.cat([old_positions, query_positions]), torch.cat([old_real, real], dim=1),
+                            key_log_decay, query_positions, query_log_decay)  # fmt: skip
+            self.write(k, v, real, log_decay)
+            return seen
+        self.write(k, v, real, log_decay)
+        return SeenKeys(*self.visible(), query_positions, query_log_decay)
+
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, real: Tensor, past_bias: Tensor | None = None,
         log_decay: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
-        """Append k, v (B, H, n, Dh) of the next n positions, then the causal attention (B, H, n, Dh) of their
-        queries q over every visible key. ``log_decay`` (B, H, n): the new positions' cumulative log forget gates
-        from the newest position before them (decay kinds)."""
-        start, count = self.length, q.shape[2]
-        if self.window is not None and count > 1 and self.keys is not None:
-            # W + 1 rolling slots hold what one new query sees; n new queries see the W keys before the first of
-            # them as well, which writing all n first would overwrite: attend over the old slots and the new keys.
-            old_keys, old_values, old_positions, old_real, old_log_decay = self.visible()
-            keys, values = torch.cat([old_keys, k], dim=2), torch.cat([old_values, v], dim=2)
-            key_positions = torch.cat([old_positions, torch.arange(start, start + count, device=q.device)])
-            key_real = torch.cat([old_real, real], dim=1)
-            key_log_decay = None
-            if log_decay is not None:  # both relative to the newest position before the chunk: rebase to its last
-                key_log_decay = torch.cat([old_log_decay, log_decay], dim=-1) - log_decay[..., -1:]
-            self.write(k, v, real, log_decay)
-        else:
-            self.write(k, v, real, log_decay)
-            keys, values, key_positions, key_real, key_log_decay = self.visible()
-        query_positions = torch.arange(start, start + count, device=q.device)
-        query_log_decay = None if log_decay is None else log_decay - log_decay[..., -1:]
-        return cached_attention(q, keys, values, query_positions, key_positions, key_real, window=self.window,
-                                past_bias=past_bias, query_log_decay=query_log_decay,
-                                key_log_decay=key_log_decay)  # fmt: skip
+        """``extend`` with k, v, then the causal attention (B, H, n, Dh) of the new queries q over what they see."""
+        seen = self.extend(k, v, real, log_decay)
+        return cached_attention(q, seen.keys, seen.values, seen.query_positions, seen.key_positions, seen.key_real,
+                                window=self.window, past_bias=past_bias, query_log_decay=seen.query_log_decay,
+                                key_log_decay=seen.key_log_decay)  # fmt: skip
 
     def floats(self) -> int:
         """Floats held (keys and values), for memory reports."""
@@ -133,4 +152,4 @@ def keep_in_cache(state: dict | None, window: int | None, k: Tensor, v: Tensor, 
     state["cache"] = cache
 
 
-__all__ = ["KeyValueCache", "keep_in_cache", "real_mask"]
+__all__ = ["KeyValueCache", "SeenKeys", "keep_in_cache", "real_mask"]

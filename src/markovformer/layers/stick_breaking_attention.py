@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
 from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
@@ -50,12 +49,9 @@ class StickBreakingCore(nn.Module):
     def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
         options = dict(window=self.window, attend_current=self.attend_current)
         if state is not None and "cache" in state:
-            cache = state["cache"]
-            start = cache.length
-            cache.write(k, v, real_mask(attention_mask, x))
-            keys, values, key_positions, key_real, _ = cache.visible()
-            query_positions = torch.arange(start, start + q.shape[2], device=q.device)
-            heads = stick_breaking_over_cache(q, keys, values, query_positions, key_positions, key_real, **options)
+            seen = state["cache"].extend(k, v, real_mask(attention_mask, x))
+            heads = stick_breaking_over_cache(q, seen.keys, seen.values, seen.query_positions, seen.key_positions,
+                                              seen.key_real, **options)  # fmt: skip
             return CoreOutput(heads, {}, None)
         keep_in_cache(state, self.window, k, v, attention_mask)
         if return_weights:
