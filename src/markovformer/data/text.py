@@ -6,6 +6,7 @@ Token id 0 is padding for both tokenizers (it never appears in an encoding), so 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -20,13 +21,14 @@ from markovformer.data.splits import contiguous_split
 from markovformer.data.store_windows import RandomStarts, StoreWindows
 from markovformer.data.text_stream import (
     byte_offset_of_character,
+    content_key,
     count_characters,
     file_size,
     resolve_text_paths,
     sampled_text,
     text_pieces,
 )
-from markovformer.data.token_store import Segment, UnknownCharacter, open_or_build
+from markovformer.data.token_store import Segment, UnknownCharacter, cache_root, open_or_build
 
 TOKENIZER_FILE = "tokenizer.json"
 _PAD_TOKEN = "<pad>"
@@ -193,6 +195,11 @@ def load_tokenizer(directory: str | Path) -> CharTokenizer | BPETokenizer:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ValueError(f"{path}: cannot read a tokenizer ({error})") from None
+    return tokenizer_from_record(record, path)
+
+
+def tokenizer_from_record(record: dict, path: str | Path = "tokenizer") -> CharTokenizer | BPETokenizer:
+    """The tokenizer of a record written by ``record()`` (``path``: where it came from, for errors)."""
     kind = record.get("kind") if isinstance(record, dict) else None
     if kind == "char":
         return CharTokenizer(record["alphabet"], end_of_document=bool(record.get("end_of_document")))
@@ -252,9 +259,21 @@ def load_text_lm(
         raise ValueError(f"fit_bytes={fit_bytes!r} must be an int of at least 1024")
     files = resolve_text_paths(path)
     sizes = [file_size(file) for file in files]
-    parts, splits = _split_parts(Path(path), files, sizes, fractions)
+    # What a second run would compute again (character count, split cuts, the fitted tokenizer) is cached beside
+    # the token stores, under the same kind of content key: reopening a prepared corpus reads no text.
+    plan_key = hashlib.sha256(json.dumps([[content_key(file) for file in files], list(fractions), tokenizer,
+                                          vocab_size, fit_bytes, str(path)]).encode()).hexdigest()[:32]  # fmt: skip
+    plan_path = cache_root(cache_dir) / "plans" / f"{plan_key}.json"
+    plan = _read_plan(plan_path)
+    if plan is not None:
+        parts = [[Segment(**segment) for segment in part] for part in plan["parts"]]
+        splits = plan["splits"]
+    else:
+        parts, splits = _split_parts(Path(path), files, sizes, fractions)
     saved = fitted is not None
-    if fitted is None:
+    if fitted is None and plan is not None and plan.get("tokenizer"):
+        fitted = tokenizer_from_record(plan["tokenizer"])
+    elif fitted is None:
         train_segments = parts[0]
         if not any(segment.stop > segment.start for segment in train_segments):
             raise ValueError(f"{path}: the train part is empty (fractions {tuple(fractions)})")
@@ -267,6 +286,13 @@ def load_text_lm(
                 Path(segment.path), segment.start, segment.stop,
                 max(fit_bytes * (segment.stop - segment.start) // sum(s.stop - s.start for s in train_segments), 1024))]
             fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special)
+    if plan is None or (not saved and not plan.get("tokenizer")):
+        record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
+                  "tokenizer": None if saved else fitted.record()}  # fmt: skip
+        try:
+            atomic_write_text(plan_path, json.dumps(record))
+        except OSError:  # a read-only cache only costs the next run the fitting again
+            pass
     segments = []
     for name, part in zip(_SPLIT_NAMES, parts, strict=True):
         told = (f" in the {name} part is not in the run's saved char alphabet" if saved else
@@ -312,6 +338,15 @@ def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions) -> 
     record = {"kind": "documents", "path": str(path), "documents": [str(file) for file in files],
               **{name: [r.start, r.stop] for name, r in zip(_SPLIT_NAMES, ranges, strict=True)}}  # fmt: skip
     return parts, record
+
+
+def _read_plan(path: Path) -> dict | None:
+    """A cached plan (split segments, split record, fitted tokenizer), or None when absent or unreadable."""
+    try:
+        plan = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return plan if isinstance(plan, dict) and {"parts", "splits"} <= set(plan) else None
 
 
 def _alphabet(segments: list[Segment]) -> str:
