@@ -22,6 +22,18 @@ def _single_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _token_cache(tmp_path_factory):
+    """Token stores the tests build go to a temporary cache, never the user's (children inherit it)."""
+    previous = os.environ.get("MARKOVFORMER_CACHE")
+    os.environ["MARKOVFORMER_CACHE"] = str(tmp_path_factory.mktemp("token_cache"))
+    yield
+    if previous is None:
+        os.environ.pop("MARKOVFORMER_CACHE", None)
+    else:
+        os.environ["MARKOVFORMER_CACHE"] = previous
+
+
 TINY_RUN = {
     "task": "causal_lm",
     "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2, "dropout": 0.1},

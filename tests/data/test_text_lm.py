@@ -182,7 +182,7 @@ def test_overlap_reaches_the_bundle_and_its_record(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text(_random_text(4, 1000, alphabet="abcdef \n"), encoding="utf-8")
     bundle = load_text_lm(path, seq_len=20, fractions=(0.9, 0.1, 0.0), overlap=4)
-    assert bundle.splits["overlap"] == 4 and bundle.splits["val"] == [900, 1000] and bundle.test == []
+    assert bundle.splits["overlap"] == 4 and bundle.splits["val"] == [900, 1000] and len(bundle.test) == 0
     targets = sum(int((example["labels"][1:] != -100).sum()) for example in bundle.val)
     assert targets == 100 - 4
     with pytest.raises(ValueError, match="overlap=20"):

@@ -2,19 +2,46 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from torch import Tensor
 
 from markovformer.data.collate import collate
 
 
+@runtime_checkable
+class Split(Protocol):
+    """What a split is to the engine: examples read one at a time by index. A list qualifies; a large source
+    returns an object that builds each example on demand (``data.token_store.StoreWindows``), so nothing holds
+    every example. The engine, the batchers and evaluation use only ``len(split)`` and ``split[i]``."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> dict[str, Tensor]: ...
+
+
+def examples_at(split: Split, indices: Iterable[int]) -> list[dict[str, Tensor]]:
+    """The examples of ``split`` at ``indices``, read one by one (never by slicing or iterating the split)."""
+    return [split[int(index)] for index in indices]
+
+
+def example_lengths(split: Split, key: str) -> list[int]:
+    """The length of every example's ``key`` tensor: from the split itself when it knows them without building the
+    examples (``split.example_lengths()``), else by reading each example once."""
+    known = getattr(split, "example_lengths", None)
+    if known is not None:
+        return [int(length) for length in known()]
+    return [len(split[index][key]) for index in range(len(split))]
+
+
 @dataclass
 class DataBundle:
     """Examples split three ways, plus what a model and a run need to know about them.
 
-    ``train``/``val``/``test``: one dict per example, each holding ``input_ids`` (T,) long or ``input_features``
+    ``train``/``val``/``test``: ``Split`` objects (a list, or anything with ``len`` and ``split[i]``), one dict per
+    example, each holding ``input_ids`` (T,) long or ``input_features``
     (T, F) float32, and ``labels`` (a 0-dim long for sequence-level tasks, (L,) long for per-position ones).
     ``collate`` pads a list of them into a batch.
 
@@ -30,16 +57,21 @@ class DataBundle:
     ``collate``: pads a list of these examples into a batch (``data.collate.collate`` unless the examples have
     other keys, as sentence pairs do). ``lengths``: None, or the padded length of each example of a list, for
     training batches that group similar lengths (``EpochBatches``).
+
+    ``train_sampling``: how training batches pick examples: ``"epochs"`` (each epoch a seeded permutation, every
+    example once) or ``"uniform"`` (each global batch drawn uniformly with replacement, seeded by (seed, step): the
+    random window starts of nanoGPT when the train split holds every start).
     """
 
-    train: list[dict[str, Tensor]]
-    val: list[dict[str, Tensor]]
-    test: list[dict[str, Tensor]]
+    train: Split
+    val: Split
+    test: Split
     info: dict
     splits: dict = field(default_factory=dict)
     tokenizer: object | None = None
     collate: Callable[[list[dict[str, Tensor]]], dict[str, Tensor]] = collate
     lengths: Callable[[Sequence[dict[str, Tensor]]], list[int]] | None = None
+    train_sampling: str = "epochs"
 
 
 def label_names_in_order(labels: Sequence[str]) -> list[str]:

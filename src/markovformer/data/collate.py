@@ -19,6 +19,8 @@ def collate(examples: list[dict[str, Tensor]]) -> dict[str, Tensor]:
     Each example has ``input_ids`` (T_i,) long or ``input_features`` (T_i, F), and optionally ``labels``: a 0-dim
     tensor (one label per example) or (L_i,) (one per position; L_i may differ from T_i, e.g. for CTC).
 
+    Packed text examples may also carry ``position_ids`` (T_i,) long, padded with 0.
+
     Returns ``input_ids`` (B, T) long padded with 0, or ``input_features`` (B, T, F) padded with 0.0;
     ``attention_mask`` (B, T) long, 1 = real position, 0 = padding; ``labels`` (B,) or (B, L) long padded with -100.
     The batch owns fresh tensors: editing it never changes the examples.
@@ -27,7 +29,7 @@ def collate(examples: list[dict[str, Tensor]]) -> dict[str, Tensor]:
         raise ValueError("collate got an empty list of examples")
     keys = set(examples[0])
     inputs = [key for key in _INPUT_KEYS if key in keys]
-    unknown = sorted(keys - {*_INPUT_KEYS, "labels"})
+    unknown = sorted(keys - {*_INPUT_KEYS, "labels", "position_ids"})
     if len(inputs) != 1 or unknown:
         raise ValueError(
             f"an example needs exactly one of input_ids / input_features and optionally labels; got keys {sorted(keys)}"
@@ -57,6 +59,9 @@ def collate(examples: list[dict[str, Tensor]]) -> dict[str, Tensor]:
     lengths = torch.tensor([sequence.shape[0] for sequence in sequences])
     batch["attention_mask"] = (torch.arange(int(lengths.max()))[None, :] < lengths[:, None]).long()
 
+    if "position_ids" in keys:  # packed documents: positions restart at each one (padded with 0)
+        batch["position_ids"] = pad_sequence([example["position_ids"] for example in examples], batch_first=True,
+                                             padding_value=0).long()  # fmt: skip
     if "labels" in keys:
         batch["labels"] = _collate_labels([example["labels"] for example in examples])
     return batch

@@ -85,7 +85,13 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("csv_series", "label_column"): "name of the label column",
     ("bed", "path"): "the BED file of labelled intervals",
     ("bed", "label_column"): "1-based BED column holding the label (4 = the name)",
-    ("text", "path"): "a UTF-8 text file (data/NAME is looked up in $MARKOVFORMER_DATA, else ./data)",
+    ("text", "path"): "a UTF-8 text file (data/NAME is looked up in $MARKOVFORMER_DATA, else ./data), or a directory "
+    "or glob of files, each one document",
+    ("text", "cache_dir"): "where token stores are cached ('': $MARKOVFORMER_CACHE, else ~/.cache/markovformer)",
+    ("text", "fit_bytes"): "bytes of the train part BPE merges are learned on, sampled evenly (char reads it all)",
+    ("text", "window_starts"): "contiguous (windows tile each split) or random (training windows start at any token, "
+    "drawn per seed and step, as nanoGPT)",
+    ("text", "packing"): "examples carry position_ids restarting at each document (documents packed, no padding)",
     ("fasta", "path"): "the FASTA file of DNA sequences (A/C/G/T/N)",
     # the sequence-mixer tasks (data/synthetic_tasks.py)
     ("mqar", "seq_len"): "tokens per example (even; 4 * num_pairs <= seq_len < vocab_size)",

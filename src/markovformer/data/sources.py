@@ -7,6 +7,8 @@ To add a data set: write such a dataclass (see ``TextSource``) and add it to ``D
 from __future__ import annotations
 
 import dataclasses
+import glob
+from pathlib import Path
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.csv_series import load_csv_series
@@ -19,7 +21,7 @@ from markovformer.data.speech import load_audio_manifest, load_speech_features
 from markovformer.data.state_space import LinearGaussianSource, StickyHMMSource
 from markovformer.data.synthetic_ctc import SyntheticCTCSource
 from markovformer.data.task_sources import ICLMarkovSource, InductionSource, MQARSource, SelectiveCopySource
-from markovformer.data.text import load_text_lm
+from markovformer.data.text import FIT_BYTES, load_text_lm
 from markovformer.data.translation import SyntheticTranslationSource, TranslationFileSource
 
 
@@ -28,7 +30,9 @@ class TextSource:
     """A UTF-8 text file for causal LM, at character level or with a BPE tokenizer trained on the training part
     (saved with the run). Split contiguously: the first ``fractions[0]`` is training text. ``overlap`` > 0: windows
     carry that many tokens of unscored context from the one before, so every position is scored with at least that
-    much context (exact n-gram evaluation; see ``markovformer.data.text.text_windows``)."""
+    much context (exact n-gram evaluation; see ``markovformer.data.text.text_windows``). The text is encoded once
+    into a cached, memory-mapped token store (``markovformer.data.token_store``); ``path`` may name a directory or a
+    glob of documents."""
 
     path: str = ""
     tokenizer: str = "char"
@@ -36,13 +40,20 @@ class TextSource:
     seq_len: int = 128
     fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
     overlap: int = 0
+    cache_dir: str = ""
+    fit_bytes: int = FIT_BYTES
+    window_starts: str = "contiguous"
+    packing: bool = False
 
-    def build(self, seed: int) -> DataBundle:
-        _require_path(self.path, must_exist=False)
-        path = find_prepared_file(self.path)  # a config's data/NAME is looked up in $MARKOVFORMER_DATA too
+    def build(self, seed: int, tokenizer=None) -> DataBundle:
+        """The bundle; ``tokenizer``: encode with this one (a run's saved tokenizer) instead of fitting one."""
+        if not self.path:
+            raise ValueError("data.path is required for this data source")
+        path = self.path if Path(self.path).is_dir() or glob.has_magic(self.path) else find_prepared_file(self.path)
         return load_text_lm(
             path, tokenizer=self.tokenizer, vocab_size=self.vocab_size, seq_len=self.seq_len,
-            fractions=self.fractions, overlap=self.overlap,
+            fractions=self.fractions, overlap=self.overlap, cache_dir=self.cache_dir or None,
+            fit_bytes=self.fit_bytes, window_starts=self.window_starts, packing=self.packing, fitted=tokenizer,
         )  # fmt: skip
 
 

@@ -5,19 +5,35 @@ Token id 0 is padding for both tokenizers (it never appears in an encoding), so 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import re
 from pathlib import Path
 
-import torch
+import numpy as np
 from torch import Tensor
 
 from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import DataBundle
-from markovformer.data.collate import IGNORE_INDEX
+from markovformer.data.collate import IGNORE_INDEX, collate
 from markovformer.data.splits import contiguous_split
+from markovformer.data.store_windows import RandomStarts, StoreWindows
+from markovformer.data.text_stream import (
+    byte_offset_of_character,
+    content_key,
+    count_characters,
+    file_size,
+    resolve_text_paths,
+    sampled_text,
+    text_pieces,
+)
+from markovformer.data.token_store import Segment, UnknownCharacter, cache_root, open_or_build
 
 TOKENIZER_FILE = "tokenizer.json"
 _PAD_TOKEN = "<pad>"
+END_OF_DOCUMENT = "<eod>"  # BPE's end-of-document token (id 1) when the text has documents
+_SAFE_SPACE = re.compile(r"(?<=\S)(?= \S)")  # before a single space between non-spaces: a GPT-2 pre-token cut
 _SPLIT_NAMES = ("train", "val", "test")
 
 
@@ -26,11 +42,16 @@ class CharTokenizer:
 
     kind = "char"
 
-    def __init__(self, alphabet: str) -> None:
+    def __init__(self, alphabet: str, end_of_document: bool = False) -> None:
         if not alphabet or len(set(alphabet)) != len(alphabet):
             raise ValueError(f"a character alphabet must be non-empty with no repeats, got {alphabet!r}")
         self.alphabet = "".join(sorted(alphabet))
         self._ids = {char: index + 1 for index, char in enumerate(self.alphabet)}
+        # with documents, one more id after the characters ends each document (it decodes to nothing)
+        self.end_of_document_id = len(self.alphabet) + 1 if end_of_document else None
+        codepoints = np.frombuffer(self.alphabet.encode("utf-32-le"), dtype=np.uint32)
+        self._table = np.zeros(int(codepoints.max()) + 1, dtype=np.int64)  # codepoint -> id, 0 = not in the alphabet
+        self._table[codepoints] = np.arange(1, len(codepoints) + 1)
 
     @classmethod
     def from_text(cls, text: str) -> CharTokenizer:
@@ -39,7 +60,19 @@ class CharTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        return len(self.alphabet) + 1
+        return len(self.alphabet) + 1 + (self.end_of_document_id is not None)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """Ids of ``text`` as an int64 array, through a codepoint lookup table (no Python loop); a character
+        outside the alphabet raises ``UnknownCharacter`` with its index in ``text``."""
+        codepoints = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        inside = codepoints < len(self._table)
+        ids = np.zeros(len(codepoints), dtype=np.int64)
+        ids[inside] = self._table[codepoints[inside]]
+        if not ids.all():
+            index = int(np.argmin(ids != 0))
+            raise UnknownCharacter(text[index], index)
+        return ids
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``'s characters; a character outside the alphabet raises, naming it and its offset."""
@@ -53,13 +86,18 @@ class CharTokenizer:
         """The text of ``ids`` (exact inverse of ``encode``); an id outside 1..len(alphabet) raises."""
         ids = [int(i) for i in ids]
         for i in ids:
-            if not 1 <= i <= len(self.alphabet):
+            if not 1 <= i <= len(self.alphabet) and i != self.end_of_document_id:
                 raise ValueError(f"token id {i} is outside the character ids 1..{len(self.alphabet)}")
-        return "".join(self.alphabet[i - 1] for i in ids)
+        return "".join(self.alphabet[i - 1] for i in ids if i != self.end_of_document_id)
 
     def save(self, directory: str | Path) -> Path:
         """Write ``directory/tokenizer.json`` ({"kind": "char", "alphabet": ...}); returns its path."""
-        return _write_json(Path(directory), {"kind": self.kind, "alphabet": self.alphabet})
+        return _write_json(Path(directory), self.record())
+
+    def record(self) -> dict:
+        """What ``save`` writes (and what a token store's cache key reads)."""
+        record = {"kind": self.kind, "alphabet": self.alphabet}
+        return {**record, "end_of_document": True} if self.end_of_document_id is not None else record
 
 
 class BPETokenizer:
@@ -75,7 +113,7 @@ class BPETokenizer:
 
     @classmethod
     def train(
-        cls, text: str, vocab_size: int, seed: int = 0, special_tokens: tuple[str, ...] = (_PAD_TOKEN,)
+        cls, text: str | list[str], vocab_size: int, seed: int = 0, special_tokens: tuple[str, ...] = (_PAD_TOKEN,)
     ) -> BPETokenizer:
         """Learn merges on ``text`` up to ``vocab_size`` tokens (at least len(special_tokens) + 256: the special
         tokens, then the 256 bytes; fewer when the text offers fewer merges). ``special_tokens`` take ids 0, 1, ...
@@ -101,7 +139,7 @@ class BPETokenizer:
             initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
-        tokenizer.train_from_iterator([text], trainer=trainer)
+        tokenizer.train_from_iterator([text] if isinstance(text, str) else list(text), trainer=trainer)
         return cls(tokenizer)
 
     @property
@@ -116,13 +154,38 @@ class BPETokenizer:
         """Token ids of ``text`` (any text encodes)."""
         return self._tokenizer.encode(text).ids
 
+    @property
+    def end_of_document_id(self) -> int | None:
+        return self._tokenizer.token_to_id(END_OF_DOCUMENT)
+
+    def encode_array(self, text: str, pieces: int = 64) -> np.ndarray:
+        """Ids of ``text`` as an int64 array, encoded with the Hugging Face batch API (on every core) in up to
+        ``pieces`` pieces cut where the pre-tokenizer cuts anyway, so the ids equal ``encode(text)``."""
+        parts, start = [], 0
+        step = max(len(text) // pieces, 1 << 14)
+        while start < len(text):
+            stop = start + step
+            if stop >= len(text):
+                stop = len(text)
+            else:
+                found = _SAFE_SPACE.search(text, stop, min(stop + step, len(text)))
+                stop = found.start() if found else len(text)
+            parts.append(text[start:stop])
+            start = stop
+        encodings = self._tokenizer.encode_batch(parts)
+        return np.fromiter((i for encoding in encodings for i in encoding.ids), dtype=np.int64)
+
     def decode(self, ids: list[int]) -> str:
         """The text of ``ids`` (exact inverse of ``encode``)."""
         return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def save(self, directory: str | Path) -> Path:
         """Write ``directory/tokenizer.json`` ({"kind": "bpe", "tokenizer": <HF tokenizer JSON>}); returns its path."""
-        return _write_json(Path(directory), {"kind": self.kind, "tokenizer": json.loads(self._tokenizer.to_str())})
+        return _write_json(Path(directory), self.record())
+
+    def record(self) -> dict:
+        """What ``save`` writes (and what a token store's cache key reads)."""
+        return {"kind": self.kind, "tokenizer": json.loads(self._tokenizer.to_str())}
 
 
 def load_tokenizer(directory: str | Path) -> CharTokenizer | BPETokenizer:
@@ -132,12 +195,20 @@ def load_tokenizer(directory: str | Path) -> CharTokenizer | BPETokenizer:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ValueError(f"{path}: cannot read a tokenizer ({error})") from None
+    return tokenizer_from_record(record, path)
+
+
+def tokenizer_from_record(record: dict, path: str | Path = "tokenizer") -> CharTokenizer | BPETokenizer:
+    """The tokenizer of a record written by ``record()`` (``path``: where it came from, for errors)."""
     kind = record.get("kind") if isinstance(record, dict) else None
     if kind == "char":
-        return CharTokenizer(record["alphabet"])
+        return CharTokenizer(record["alphabet"], end_of_document=bool(record.get("end_of_document")))
     if kind == "bpe":
         return BPETokenizer(_import_tokenizers().Tokenizer.from_str(json.dumps(record["tokenizer"])))
     raise ValueError(f"{path}: unknown tokenizer kind {kind!r} (expected 'char' or 'bpe')")
+
+
+FIT_BYTES = 64 << 20  # default bytes of the train part BPE merges are learned on (data.fit_bytes)
 
 
 def load_text_lm(
@@ -148,57 +219,148 @@ def load_text_lm(
     seq_len: int,
     fractions: tuple[float, float, float] = (0.9, 0.05, 0.05),
     overlap: int = 0,
+    cache_dir: str | Path | None = None,
+    fit_bytes: int = FIT_BYTES,
+    window_starts: str = "contiguous",
+    packing: bool = False,
+    fitted: CharTokenizer | BPETokenizer | None = None,
 ) -> DataBundle:
-    """A UTF-8 text file as next-token examples.
+    """UTF-8 text as next-token examples read from a token store (``data.token_store``): encoded once, cached by
+    content and tokenizer, memory-mapped, each example cut from it when asked for.
 
-    The text is split by characters in order (train first, then val, then test; offsets in ``splits``). The
-    tokenizer is fitted on the train part only: with ``tokenizer="char"`` a character that first appears in val or
-    test raises (naming it and the split); byte-level BPE (``vocab_size`` required) encodes anything. Each part is
-    encoded on its own and cut into windows of ``seq_len + 1`` tokens by ``text_windows`` (``overlap`` tokens of
-    context carried from one window to the next; see there).
+    ``path``: a file, a directory or a glob. One file is one text, split by characters in order (train first, then
+    val, then test; character offsets in ``splits``). Several files are documents: an end-of-document token closes
+    each, and the split is by whole documents in order (document indices in ``splits``).
 
-    Example: {"input_ids": (L,) long, "labels": (L,) long}, L = seq_len + 1 except a last shorter window; the model
-    shifts labels inside. info: {"vocab_size": V}.
+    The tokenizer is fitted on the train part only (unless ``fitted`` is given, e.g. a run's saved tokenizer): the
+    char alphabet over the whole train part (a streaming pass: a sample could miss a rare character), byte-level
+    BPE merges (``vocab_size`` required) over at most ``fit_bytes`` of it, spread evenly. With the char tokenizer a
+    character outside the alphabet raises, naming it, its offset and the split. Each split is cut into windows of
+    ``seq_len + 1`` tokens (``overlap`` tokens of context carried from one to the next; see ``text_windows``).
+    ``window_starts="random"``: training windows start at any token, drawn per (seed, step). ``packing``: examples
+    also carry ``position_ids`` that restart at each document (documents packed without padding).
+
+    Example: {"input_ids": (L,) long, "labels": (L,) long[, "position_ids": (L,) long]}, L = seq_len + 1 except a
+    last shorter window; the model shifts labels inside. info: {"vocab_size": V}.
     """
-    path = Path(path)
     if tokenizer not in ("char", "bpe"):
         raise ValueError(f"tokenizer must be 'char' or 'bpe', got {tokenizer!r}")
-    if tokenizer == "char" and vocab_size is not None:
+    if tokenizer == "char" and vocab_size is not None and fitted is None:
         raise ValueError(f"vocab_size={vocab_size} applies only to tokenizer='bpe' (the char vocabulary is fitted)")
-    if tokenizer == "bpe" and vocab_size is None:
+    if tokenizer == "bpe" and vocab_size is None and fitted is None:
         raise ValueError("tokenizer='bpe' needs vocab_size")
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
         raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
     if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < seq_len:
         raise ValueError(f"overlap={overlap!r} must be an int in [0, seq_len={seq_len})")
-    text = read_text(path)
-    ranges = contiguous_split(len(text), fractions)
-    parts = [text[r.start : r.stop] for r in ranges]
-    if not parts[0]:
-        raise ValueError(f"{path}: the train part is empty ({len(text)} characters, fractions {tuple(fractions)})")
-    fitted = CharTokenizer.from_text(parts[0]) if tokenizer == "char" else BPETokenizer.train(parts[0], vocab_size)
-
-    examples = {}
-    for name, part, r, fraction in zip(_SPLIT_NAMES, parts, ranges, fractions, strict=True):
-        if isinstance(fitted, CharTokenizer):
-            _check_seen_in_train(part, r.start, name, fitted, path)
-        tokens = torch.tensor(fitted.encode(part), dtype=torch.long)
-        if len(tokens) < seq_len + 1 and fraction > 0:
+    if window_starts not in ("contiguous", "random"):
+        raise ValueError(f"window_starts={window_starts!r} must be 'contiguous' or 'random'")
+    if isinstance(fit_bytes, bool) or not isinstance(fit_bytes, int) or fit_bytes < 1 << 10:
+        raise ValueError(f"fit_bytes={fit_bytes!r} must be an int of at least 1024")
+    files = resolve_text_paths(path)
+    sizes = [file_size(file) for file in files]
+    # What a second run would compute again (character count, split cuts, the fitted tokenizer) is cached beside
+    # the token stores, under the same kind of content key: reopening a prepared corpus reads no text.
+    plan_key = hashlib.sha256(json.dumps([[content_key(file) for file in files], list(fractions), tokenizer,
+                                          vocab_size, fit_bytes, str(path)]).encode()).hexdigest()[:32]  # fmt: skip
+    plan_path = cache_root(cache_dir) / "plans" / f"{plan_key}.json"
+    plan = _read_plan(plan_path)
+    if plan is not None:
+        parts = [[Segment(**segment) for segment in part] for part in plan["parts"]]
+        splits = plan["splits"]
+    else:
+        parts, splits = _split_parts(Path(path), files, sizes, fractions)
+    saved = fitted is not None
+    if fitted is None and plan is not None and plan.get("tokenizer"):
+        fitted = tokenizer_from_record(plan["tokenizer"])
+    elif fitted is None:
+        train_segments = parts[0]
+        if not any(segment.stop > segment.start for segment in train_segments):
+            raise ValueError(f"{path}: the train part is empty (fractions {tuple(fractions)})")
+        with_documents = len(files) > 1
+        if tokenizer == "char":
+            fitted = CharTokenizer(_alphabet(train_segments), end_of_document=with_documents)
+        else:
+            special = (_PAD_TOKEN, END_OF_DOCUMENT) if with_documents else (_PAD_TOKEN,)
+            sample = [piece for segment in train_segments for piece in sampled_text(
+                Path(segment.path), segment.start, segment.stop,
+                max(fit_bytes * (segment.stop - segment.start) // sum(s.stop - s.start for s in train_segments), 1024))]
+            fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special)
+    if plan is None or (not saved and not plan.get("tokenizer")):
+        record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
+                  "tokenizer": None if saved else fitted.record()}  # fmt: skip
+        try:
+            atomic_write_text(plan_path, json.dumps(record))
+        except OSError:  # a read-only cache only costs the next run the fitting again
+            pass
+    segments = []
+    for name, part in zip(_SPLIT_NAMES, parts, strict=True):
+        told = (f" in the {name} part is not in the run's saved char alphabet" if saved else
+                f" in the {name} part never occurs in the train part, which the char vocabulary is fitted on")
+        segments += [dataclasses.replace(segment, where=told) for segment in part]
+    store = open_or_build(segments, json.dumps(fitted.record(), sort_keys=True), fitted.encode_array,
+                          fitted.vocab_size, fitted.end_of_document_id, cache_dir,
+                          cut_safely=isinstance(fitted, BPETokenizer))  # fmt: skip
+    examples, first = {}, 0
+    for name, part, fraction in zip(_SPLIT_NAMES, parts, fractions, strict=True):
+        start, stop = int(store.offsets[first]), int(store.offsets[first + len(part)])
+        first += len(part)
+        if stop - start < seq_len + 1 and fraction > 0:
             raise ValueError(
-                f"{path}: the {name} part has {len(tokens)} tokens, fewer than seq_len + 1 = {seq_len + 1}; "
+                f"{path}: the {name} part has {stop - start} tokens, fewer than seq_len + 1 = {seq_len + 1}; "
                 "use a longer file, a shorter seq_len or other fractions"
             )
-        examples[name] = text_windows(tokens, seq_len, overlap)
-    splits = {
-        "kind": "contiguous_characters",
-        "path": str(path),
-        "num_characters": len(text),
-        **{name: [r.start, r.stop] for name, r in zip(_SPLIT_NAMES, ranges, strict=True)},
-        "seq_len": seq_len,
-        "overlap": overlap,
-        "tokenizer": tokenizer,
-    }
-    return DataBundle(**examples, info={"vocab_size": fitted.vocab_size}, splits=splits, tokenizer=fitted)
+        if name == "train" and window_starts == "random":
+            examples[name] = RandomStarts(store, start, stop, seq_len, position_ids=packing)
+        else:
+            examples[name] = StoreWindows(store, start, stop, seq_len, overlap, position_ids=packing)
+    splits.update({"seq_len": seq_len, "overlap": overlap, "tokenizer": fitted.kind, "store": str(store.folder),
+                   "resolved_paths": [str(file.resolve()) for file in files]})  # fmt: skip
+    if window_starts != "contiguous" or packing:
+        splits.update({"window_starts": window_starts, "packing": packing})
+    return DataBundle(**examples, info={"vocab_size": fitted.vocab_size}, splits=splits, tokenizer=fitted,
+                      collate=collate, train_sampling="uniform" if window_starts == "random" else "epochs")
+
+
+def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions) -> tuple[list[list[Segment]], dict]:
+    """The segments of each split and the record of the split: one file by characters, several by documents."""
+    if len(files) == 1:
+        file = files[0]
+        characters = count_characters(file)
+        ranges = contiguous_split(characters, fractions)
+        cuts = [byte_offset_of_character(file, r.start) for r in ranges] + [sizes[0]]
+        parts = [[Segment(str(file), cuts[i], cuts[i + 1], first_character=r.start)] for i, r in enumerate(ranges)]
+        record = {"kind": "contiguous_characters", "path": str(path), "num_characters": characters,
+                  **{name: [r.start, r.stop] for name, r in zip(_SPLIT_NAMES, ranges, strict=True)}}  # fmt: skip
+        return parts, record
+    ranges = contiguous_split(len(files), fractions)
+    parts = [[Segment(str(files[i]), 0, sizes[i], end_of_document=True) for i in r] for r in ranges]
+    record = {"kind": "documents", "path": str(path), "documents": [str(file) for file in files],
+              **{name: [r.start, r.stop] for name, r in zip(_SPLIT_NAMES, ranges, strict=True)}}  # fmt: skip
+    return parts, record
+
+
+def _read_plan(path: Path) -> dict | None:
+    """A cached plan (split segments, split record, fitted tokenizer), or None when absent or unreadable."""
+    try:
+        plan = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return plan if isinstance(plan, dict) and {"parts", "splits"} <= set(plan) else None
+
+
+def _alphabet(segments: list[Segment]) -> str:
+    """The characters of the segments' text, in one streaming pass (counts of codepoints, no Python loop)."""
+    seen = np.zeros(0x10000, dtype=bool)
+    astral: set[int] = set()
+    for segment in segments:
+        for piece in text_pieces(Path(segment.path), segment.start, segment.stop):
+            codepoints = np.frombuffer(piece.encode("utf-32-le"), dtype=np.uint32)
+            basic = codepoints < 0x10000
+            seen[codepoints[basic]] = True
+            if not basic.all():
+                astral.update(np.unique(codepoints[~basic]).tolist())
+    return "".join(map(chr, [*np.flatnonzero(seen).tolist(), *sorted(astral)]))
 
 
 def text_windows(tokens: Tensor, seq_len: int, overlap: int = 0) -> list[dict[str, Tensor]]:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from markovformer.data.bundle import DataBundle
+from markovformer.data.bundle import DataBundle, examples_at
 from markovformer.data.translation import (
     LengthBucketSampler,
     SyntheticTranslationSource,
@@ -94,7 +94,9 @@ def train_order_cell(
 ) -> dict:
     """Train one MarkovTranslatorForConditionalGeneration on ``bundle`` and measure it: test BLEU (greedy),
     decoding speed, decoder state."""
-    longest = max(max(translation_lengths(split)) for split in (bundle.train, bundle.val, bundle.test))
+    every = {name: examples_at(split, range(len(split))) for name, split in  # small data sets, read by index
+             (("train", bundle.train), ("val", bundle.val), ("test", bundle.test))}  # fmt: skip
+    longest = max(max(translation_lengths(split)) for split in every.values())
     max_decode = longest + 8  # room for a model that over-generates, without letting it run for ever
     torch.manual_seed(seed)
     config = MarkovTranslatorConfig(
@@ -103,9 +105,9 @@ def train_order_cell(
         dropout=0.0, max_positions=max(longest, max_decode, STATE_PROBE_TOKENS) + 1,
     )  # fmt: skip
     model = MarkovTranslatorForConditionalGeneration(config)
-    sampler = LengthBucketSampler(translation_lengths(bundle.train), settings.batch_size, seed=seed)
+    sampler = LengthBucketSampler(translation_lengths(every["train"]), settings.batch_size, seed=seed)
     batches = _endless(sampler)
-    validation = collate_translation(bundle.val)
+    validation = collate_translation(every["val"])
 
     def loss_on_batch(indices: torch.Tensor) -> torch.Tensor:
         return model(**collate_translation([bundle.train[i] for i in indices.tolist()])).loss
@@ -116,12 +118,12 @@ def train_order_cell(
         eval_every=settings.eval_every, log=log, label=f"k={_order_name(order)} transparent={transparent} seed={seed}",
     )  # fmt: skip
     model.eval()
-    test = collate_translation(bundle.test)
+    test = collate_translation(every["test"])
     start = time.perf_counter()
     generated = model.generate(test["src_ids"], test["src_mask"], max_new_tokens=max_decode)
     decode_seconds = time.perf_counter() - start
     hypotheses = decode_generated(bundle.tokenizer, generated)
-    references = [bundle.tokenizer.decode(example["tgt_ids"].tolist()) for example in bundle.test]
+    references = [bundle.tokenizer.decode(example["tgt_ids"].tolist()) for example in every["test"]]
     generated_tokens = int((generated != config.pad_token_id).sum())
     return {
         "order": order, "transparent": transparent, "n_layers": settings.n_layers, "seed": seed, "steps": fit.steps,

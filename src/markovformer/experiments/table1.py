@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from markovformer.data.bundle import example_lengths, examples_at
 from markovformer.data.finance import REGIMES, regimes_of_examples
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
@@ -127,8 +128,9 @@ def missing_data(domain: str, settings: Table1Settings) -> str | None:
 
 
 def _longest_example(bundle) -> int:
-    examples = [*bundle.train, *bundle.val, *bundle.test]
-    return max(len(example.get("input_ids", example.get("input_features"))) for example in examples)
+    splits = (bundle.train, bundle.val, bundle.test)
+    key = "input_ids" if "input_ids" in bundle.train[0] else "input_features"
+    return max(max(example_lengths(split, key), default=0) for split in splits)
 
 
 def set_up_domain(
@@ -191,7 +193,8 @@ def regime_scores(run_dir: str | Path) -> dict[str, float | int]:
     model.eval()
     logits, labels = [], []
     for start in range(0, len(bundle.test), config.trainer.eval_batch_size):
-        batch = bundle.collate(bundle.test[start : start + config.trainer.eval_batch_size])
+        stop = min(start + config.trainer.eval_batch_size, len(bundle.test))
+        batch = bundle.collate(examples_at(bundle.test, range(start, stop)))
         logits.append(model(**{k: v for k, v in model_inputs(batch).items() if k != "labels"}).logits.float())
         labels.append(batch["labels"])
     logits, labels = torch.cat(logits), torch.cat(labels)

@@ -103,7 +103,8 @@ def _checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
 def stacked_documents(examples: list[dict], key: str, length: int | None = None) -> Tensor:
     """(N, L[, F]) from a split's examples; with ``length``, only the documents of that many tokens (a text split's
     last window may be shorter)."""
-    kept = [example[key] for example in examples if length is None or len(example[key]) == length]
+    documents = (examples[index][key] for index in range(len(examples)))  # read by index: any Split works
+    kept = [document for document in documents if length is None or len(document) == length]
     return torch.stack(kept)
 
 

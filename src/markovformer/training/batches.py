@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
+from torch import Tensor
 from torch.utils.data import IterableDataset, Sampler
 
+from markovformer.data.bundle import example_lengths, examples_at
 from markovformer.data.collate import bucket_by_length
 
 
@@ -47,10 +49,14 @@ class EpochBatches(IterableDataset):
     """Endless training batches. Epoch e visits the examples in a permutation seeded by (seed, e); global batch i
     takes the i-th slice of ``batch_size * world_size`` examples and each rank its own part. ``start()`` gives the
     step to begin at (the restored global step when resuming). A last partial global batch of an epoch is dropped.
+    Examples are read by index only (``examples[i]``), as each batch is built: any ``data.bundle.Split`` works.
 
     With ``lengths`` (one per example), each epoch's global batches group similar lengths instead: the permutation
     is cut into pools of ``pool_batches`` global batches, each pool sorted by length and cut into batches, and the
     batch order shuffled (``data.collate.bucket_by_length``); short batches at the pools' ends are dropped.
+
+    With ``sampling="uniform"`` there are no epochs: global batch s is drawn uniformly with replacement from a
+    generator seeded by (seed, s) (nanoGPT's random window starts when the examples are every window start).
 
     With ``orders``, every batch also carries ``"order"``: one of them drawn uniformly per global
     batch from the same (seed, e) generator, after the permutation (so the permutation does not depend on it), and
@@ -67,23 +73,30 @@ class EpochBatches(IterableDataset):
         orders: Sequence[int] = (),
         lengths: Sequence[int] | None = None,
         pool_batches: int = 50,
+        sampling: str = "epochs",
     ) -> None:
         super().__init__()
         self.examples, self.batch_size, self.seed, self.collate, self.start = examples, batch_size, seed, collate, start
         self.orders = tuple(orders)
         if lengths is not None and len(lengths) != len(examples):
             raise ValueError(f"lengths has {len(lengths)} entries for {len(examples)} examples")
+        if sampling not in ("epochs", "uniform") or (sampling == "uniform" and lengths is not None):
+            raise ValueError(f"sampling={sampling!r} must be 'epochs', or 'uniform' without lengths")
         self.lengths = None if lengths is None else torch.as_tensor(list(lengths), dtype=torch.long)
-        self.pool_batches = pool_batches
+        self.pool_batches, self.sampling = pool_batches, sampling
 
-    def _epoch_batches(self, epoch: int, global_batch: int) -> tuple[list[list[int]], list[int] | None]:
-        """The epoch's global batches (lists of example indices) and, with orders, the n of each."""
+    def _epoch_batches(self, epoch: int, global_batch: int) -> tuple[Sequence, list[int] | None]:
+        """The epoch's global batches (rows of example indices: a (batches, global_batch) tensor, or lists when
+        grouped by length) and, with orders, the n of each."""
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        permutation = torch.randperm(len(self.examples), generator=generator)
-        if self.lengths is None:
-            full = len(self.examples) // global_batch * global_batch
-            batches = [chunk.tolist() for chunk in permutation[:full].split(global_batch)]
+        if self.sampling == "uniform":  # one "epoch" per step: the batch drawn for (seed, step)
+            batches = torch.randint(len(self.examples), (1, global_batch), generator=generator)
+        elif self.lengths is None:
+            permutation = torch.randperm(len(self.examples), generator=generator)
+            full = len(self.examples) // global_batch
+            batches = permutation[: full * global_batch].view(full, global_batch)
         else:
+            permutation = torch.randperm(len(self.examples), generator=generator)
             batches = bucket_by_length(permutation, self.lengths, global_batch, self.pool_batches, generator)
             batches = [batch for batch in batches if len(batch) == global_batch]
         if not self.orders:
@@ -91,14 +104,22 @@ class EpochBatches(IterableDataset):
         choices = torch.randint(len(self.orders), (len(batches),), generator=generator).tolist()
         return batches, [self.orders[choice] for choice in choices]
 
+    def batches_per_epoch(self, global_batch: int) -> int:
+        """Global batches per epoch (1 with uniform sampling, whose every step is an epoch of its own)."""
+        if self.sampling == "uniform":
+            return 1 if len(self.examples) else 0
+        if self.lengths is None:
+            return len(self.examples) // global_batch
+        return len(self._epoch_batches(0, global_batch)[0])
+
     def __iter__(self) -> Iterator[dict]:
         rank, world_size = world()
         global_batch = self.batch_size * world_size
-        per_epoch = len(self._epoch_batches(0, global_batch)[0])
+        per_epoch = self.batches_per_epoch(global_batch)
         if per_epoch == 0:
             raise ValueError(
                 f"the training split has {len(self.examples)} examples, fewer than one global batch "
-                f"({self.batch_size} x {world_size} processes); lower trainer.batch_size"
+                f"({self.batch_size} x {world_size} processes); lower trainer.batch_size or give it more data"
             )
         worker, workers = worker_share()
         step = self.start() + worker
@@ -108,7 +129,7 @@ class EpochBatches(IterableDataset):
             if batch_epoch != epoch:
                 epoch, (batches, lengths) = batch_epoch, self._epoch_batches(batch_epoch, global_batch)
             part = batches[position][rank * self.batch_size : (rank + 1) * self.batch_size]
-            batch = self.collate([self.examples[i] for i in part])
+            batch = self.collate(examples_at(self.examples, part.tolist() if isinstance(part, Tensor) else part))
             if lengths is not None:
                 batch["order"] = lengths[position]
             yield batch
@@ -151,14 +172,14 @@ class DocumentWindows(IterableDataset):
         start: Callable[[], int] = lambda: 0,
     ) -> None:
         super().__init__()
-        if not documents:
+        if not len(documents):
             raise ValueError("the training split has no documents")
         if not 1 <= stride <= window:
             raise ValueError(f"stride={stride} must lie in [1, window={window}]")
         self.key = "input_ids" if "input_ids" in documents[0] else "input_features"
         self.documents, self.batch_size, self.seed, self.collate = documents, batch_size, seed, collate
         self.window, self.stride, self.start = window, stride, start
-        lengths = [len(document[self.key]) for document in documents]
+        lengths = example_lengths(documents, self.key)
         if min(lengths) == 0:
             raise ValueError(f"training document {lengths.index(0)} is empty")
         self.counts = [windows_in_document(length, window, stride) for length in lengths]

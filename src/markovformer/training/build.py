@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import torch
 
@@ -14,7 +15,8 @@ from markovformer.training.tasks import TASKS, Task, build_task
 from markovformer.training.trainer_config import ConfigError
 
 
-def build_data(config: RunConfig) -> DataBundle:
+def build_data(config: RunConfig, tokenizer=None) -> DataBundle:
+    """The run's data; ``tokenizer`` (a run's saved one): sources that fit a tokenizer encode with it instead."""
     values = dict(config.data)
     name = values.pop("source")
     if name not in DATA_SOURCES:
@@ -27,6 +29,8 @@ def build_data(config: RunConfig) -> DataBundle:
         if values.setdefault("task", config.task) != config.task:
             raise ConfigError(f"data.task={values['task']!r} disagrees with task={config.task!r}")
     source = build_dataclass(source_class, values, "data")
+    if tokenizer is not None and "tokenizer" in inspect.signature(source.build).parameters:
+        return source.build(seed=config.trainer.seed, tokenizer=tokenizer)
     return source.build(seed=config.trainer.seed)
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
 
+from markovformer.data.locations import prepared_candidates
+from markovformer.data.text import load_tokenizer
 from markovformer.training.build import build_data, build_run_task
 from markovformer.training.run_dir import check_same_tokenizer, load_run
 from markovformer.training.run_report import document_log_likelihood
@@ -28,6 +31,20 @@ def reference_results(reference: dict, split: str) -> dict:
     return results
 
 
+def recorded_data_path(run_dir: Path, data: dict, overrides: dict) -> dict:
+    """``{"path": ...}`` when the run's data.path no longer resolves here (a relative ``data/NAME`` found through
+    ``$MARKOVFORMER_DATA`` at training time) but the file data.json recorded as resolved still exists; else {}."""
+    if "path" in overrides or not data.get("path") or data.get("source") != "text":
+        return {}
+    if any(candidate.exists() for candidate in prepared_candidates(data["path"])):
+        return {}
+    try:
+        recorded = json.loads((run_dir / "data.json").read_text())["splits"]["resolved_paths"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {"path": recorded[0]} if len(recorded) == 1 and Path(recorded[0]).is_file() else {}
+
+
 def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1) -> dict:
     """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options),
     scored as validation scores it. Translation runs are decoded with beam search of ``beam_size`` (1 = greedy) for
@@ -35,9 +52,10 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     if split not in ("train", "val", "test"):
         raise ConfigError(f"split={split!r} must be train, val or test")
     config, model, run_dir = load_run(target)
-    if data_overrides:
-        config = dataclasses.replace(config, data={**config.data, **data_overrides})
-    bundle = build_data(config)
+    data = {**config.data, **recorded_data_path(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
+    config = dataclasses.replace(config, data=data)
+    saved = run_dir / "tokenizer"
+    bundle = build_data(config, tokenizer=load_tokenizer(saved) if saved.is_dir() else None)
     task = build_run_task(config, bundle)
     check_same_tokenizer(run_dir, bundle)
     if len(getattr(bundle, split)) == 0:

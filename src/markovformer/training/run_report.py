@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from markovformer.data.bundle import DataBundle
+from markovformer.data.bundle import DataBundle, examples_at
 from markovformer.training.lag_report import CONVENTION, biased_lags, describe_chain, lag_header
 from markovformer.training.run_config import RunConfig
 from markovformer.training.tasks import model_inputs
@@ -46,7 +46,7 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle) ->
               f"{', '.join(bounds)}")  # fmt: skip
     if not model.transition_strengths():
         return
-    batch = bundle.collate(bundle.val[: min(len(bundle.val), 64)])
+    batch = bundle.collate(examples_at(bundle.val, range(min(len(bundle.val), 64))))
     model.eval()
     with torch.no_grad():
         gates = model(**{k: v for k, v in model_inputs(batch).items() if k != "labels"}, return_gates=True).gates

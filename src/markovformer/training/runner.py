@@ -147,6 +147,10 @@ def _fit(config: RunConfig, writer: bool, resume: bool) -> dict:
     if len(bundle.val) < trainer.world_size:
         raise ConfigError(f"the validation split has {len(bundle.val)} examples, fewer than the {trainer.world_size} "
                           f"processes that score it; give it more or train on fewer devices")  # fmt: skip
+    if bundle.train_sampling == "epochs" and len(bundle.train) < tc.batch_size * trainer.world_size:
+        raise ConfigError(f"the training split has {len(bundle.train)} examples, fewer than one global batch "
+                          f"({tc.batch_size} x {trainer.world_size} processes); lower trainer.batch_size or give it "
+                          f"more data")  # fmt: skip
     if writer:
         if resume:
             write_missing_start_files(run_dir, bundle)

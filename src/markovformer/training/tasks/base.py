@@ -115,7 +115,7 @@ class Task:
         carries the ``order`` drawn for it when ``trainer.orders`` is set (only tasks that take it allow that)."""
         lengths = None if bundle.lengths is None else bundle.lengths(bundle.train)
         return EpochBatches(bundle.train, self.trainer.batch_size, self.trainer.seed, bundle.collate, start=start,
-                            orders=self.trainer.orders, lengths=lengths)  # fmt: skip
+                            orders=self.trainer.orders, lengths=lengths, sampling=bundle.train_sampling)  # fmt: skip
 
     # --------------------------------------------------------------------------------------------------- training
 

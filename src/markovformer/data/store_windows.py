@@ -1,0 +1,74 @@
+"""Next-token examples cut from a token store by index arithmetic: each example is read from the memory map when it
+is asked for, so a split costs a few integers however large the corpus."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from markovformer.data.collate import IGNORE_INDEX
+from markovformer.data.token_store import TokenStore
+
+
+class StoreWindows:
+    """The windows of tokens [start, stop) of ``store``, as ``text_windows`` cuts a token stream: ``seq_len + 1``
+    tokens each, ``overlap`` tokens of unscored context carried from the window before (labels -100), a last shorter
+    window kept only with overlap. ``position_ids``: each example also carries (L,) positions restarting at 0 at
+    every document start of the store (packed documents, the Hugging Face convention)."""
+
+    def __init__(self, store: TokenStore, start: int, stop: int, seq_len: int, overlap: int = 0,
+                 position_ids: bool = False) -> None:  # fmt: skip
+        self.store, self.start, self.stop, self.overlap = store, int(start), int(stop), overlap
+        self.length, self.position_ids = seq_len + 1, position_ids
+        self.stride = self.length - overlap
+        size = self.stop - self.start
+        if overlap == 0:
+            self.count = size // self.length
+        else:
+            self.count = len(range(0, max(size - overlap, 0), self.stride))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def window(self, index: int) -> tuple[int, int]:
+        """Token offsets [begin, end) of example ``index`` in the store."""
+        if not -self.count <= index < self.count:
+            raise IndexError(f"window {index} of {self.count}")
+        begin = self.start + (index % self.count) * self.stride
+        return begin, min(begin + self.length, self.stop)
+
+    def example_lengths(self) -> np.ndarray:
+        """Every example's length, without reading any."""
+        begins = self.start + np.arange(self.count, dtype=np.int64) * self.stride
+        return np.minimum(begins + self.length, self.stop) - begins
+
+    def __getitem__(self, index: int) -> dict[str, Tensor]:
+        begin, end = self.window(int(index))
+        return store_example(self.store, begin, end, self.overlap, self.position_ids)
+
+
+class RandomStarts(StoreWindows):
+    """Every window of ``seq_len + 1`` tokens inside [start, stop), one per start token: drawn uniformly per
+    (seed, step) by the training batches (``train_sampling="uniform"``), as nanoGPT draws its windows."""
+
+    def __init__(self, store: TokenStore, start: int, stop: int, seq_len: int, position_ids: bool = False) -> None:
+        super().__init__(store, start, stop, seq_len, 0, position_ids)
+        self.stride = 1
+        self.count = max(self.stop - self.start - self.length + 1, 0)
+
+
+def store_example(store: TokenStore, begin: int, end: int, overlap: int = 0, position_ids: bool = False) -> dict:
+    """The example of tokens [begin, end): ``input_ids`` and ``labels`` (the first ``overlap`` -100), and with
+    ``position_ids`` each token's offset from the start of its document."""
+    window = torch.from_numpy(np.asarray(store.tokens[begin:end], dtype=np.int64))
+    labels = window
+    if overlap:
+        labels = window.clone()
+        labels[:overlap] = IGNORE_INDEX
+    example = {"input_ids": window, "labels": labels}
+    if position_ids:
+        offsets = np.arange(begin, end, dtype=np.int64)
+        starts = store.document_starts
+        example["position_ids"] = torch.from_numpy(offsets - starts[np.searchsorted(starts, offsets, "right") - 1])
+    return example

@@ -1,0 +1,168 @@
+"""Reading text files in bounded pieces: resolving ``data.path`` (a file, a directory or a glob), streaming a byte
+range as decoded text without ever reading a file whole, and the content key a token store is cached under.
+
+A piece never splits a UTF-8 character (the bytes of a character cut by a chunk boundary are carried into the next
+piece), and with ``cut_safely`` it ends where byte-level BPE's pre-tokenizer would cut anyway (after a newline or
+before a single space, each between non-space characters), so encoding the pieces one by one gives the tokens of
+the whole range encoded at once.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+CHUNK_BYTES = 4 << 20  # bytes read per step: memory stays a small multiple of this whatever the file's size
+_SAMPLED_BLOCKS, _BLOCK_BYTES = 16, 64 << 10
+# The last place in a piece where byte-level BPE's GPT-2 pre-tokenizer splits regardless of what follows: after a
+# newline, or before a single space, with a non-space character on both sides.
+_SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)|(?<=\S)(?= \S)")
+
+
+def resolve_text_paths(path: str | Path) -> list[Path]:
+    """The files ``path`` names, in sorted order: the file itself, every file under a directory (recursively,
+    hidden ones skipped), or the files a glob pattern matches. ValueError when it names none."""
+    text = str(path)
+    given = Path(text)
+    if given.is_file():
+        return [given]
+    if given.is_dir():
+        visible = (p for p in given.rglob("*") if not any(part.startswith(".") for part in p.relative_to(given).parts))
+        found = sorted(p for p in visible if p.is_file())
+        if not found:
+            raise ValueError(f"data.path={text!r} is a directory holding no files")
+        return found
+    if glob.has_magic(text):
+        found = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+        if not found:
+            raise ValueError(f"data.path={text!r}: the pattern matches no file")
+        return found
+    raise ValueError(f"data.path={text!r}: no such file")
+
+
+def file_size(path: Path) -> int:
+    """The size of ``path`` in bytes; an unreadable or empty file raises, naming it."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb"):
+            pass
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read ({error.strerror})") from None
+    if size == 0:
+        raise ValueError(f"{path}: the file is empty")
+    return size
+
+
+def content_key(path: Path) -> dict:
+    """What identifies a file's content without reading it whole: its size, its modification time (ns) and a
+    BLAKE2 hash of 16 blocks of 64 KiB spread evenly over it (the first and the last included). A changed file
+    changes its mtime even where the sampled blocks happen to be equal; copying a file keeps its key only with its
+    mtime (``cp -p``)."""
+    stat = path.stat()
+    digest = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as handle:
+        last = max(stat.st_size - _BLOCK_BYTES, 0)
+        for block in range(_SAMPLED_BLOCKS):
+            handle.seek(last * block // (_SAMPLED_BLOCKS - 1))
+            digest.update(handle.read(_BLOCK_BYTES))
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sampled_blake2b": digest.hexdigest()}
+
+
+def text_pieces(
+    path: Path, start: int = 0, stop: int | None = None, chunk_bytes: int = CHUNK_BYTES, cut_safely: bool = False
+) -> Iterator[str]:
+    """The text of bytes [start, stop) of ``path`` (strict UTF-8) as consecutive pieces of about ``chunk_bytes``.
+    ``start`` and ``stop`` must lie on character boundaries. Invalid UTF-8 raises, naming the file and byte."""
+    stop = file_size(path) if stop is None else stop
+    pending, carried, offset = b"", "", start  # offset: file position of the first byte of ``pending``
+    with path.open("rb") as handle:
+        handle.seek(start)
+        position = start
+        while position < stop or pending or carried:
+            data = handle.read(min(chunk_bytes, stop - position)) if position < stop else b""
+            position += len(data)
+            data, at_end = pending + data, position >= stop
+            keep = len(data) if at_end else _character_start(data)
+            try:
+                text = carried + data[:keep].decode("utf-8")
+            except UnicodeDecodeError as error:
+                bad = offset + error.start
+                raise ValueError(f"{path}: byte {data[error.start]:#04x} at offset {bad} is not valid UTF-8") from None
+            pending, offset = data[keep:], offset + keep
+            if at_end:
+                if text:
+                    yield text
+                return
+            cut = _safe_cut(text) if cut_safely else len(text)
+            if cut:
+                yield text[:cut]
+            carried = text[cut:]
+
+
+def _character_start(data: bytes) -> int:
+    """The index where the last, possibly incomplete, UTF-8 character of ``data`` starts (len(data) when its last
+    byte ends a character)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # a lead or ASCII byte
+            width = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
+            return len(data) if back >= width else len(data) - back
+    return len(data)
+
+
+def _safe_cut(text: str) -> int:
+    """A cut point in the second half of ``text`` that byte-level BPE would cut at anyway (0 when there is none:
+    the text is carried on whole)."""
+    last = 0
+    for match in _SAFE_CUT.finditer(text, len(text) // 2):
+        last = match.start()
+    return last
+
+
+def count_characters(path: Path, start: int = 0, stop: int | None = None) -> int:
+    """The number of characters in bytes [start, stop) of ``path`` (bytes that start a UTF-8 character)."""
+    import numpy as np
+
+    stop = file_size(path) if stop is None else stop
+    count = 0
+    with path.open("rb") as handle:
+        handle.seek(start)
+        while start < stop:
+            data = np.frombuffer(handle.read(min(CHUNK_BYTES, stop - start)), dtype=np.uint8)
+            count += int(np.count_nonzero((data & 0xC0) != 0x80))
+            start += len(data)
+    return count
+
+
+def byte_offset_of_character(path: Path, character: int) -> int:
+    """The byte offset in ``path`` where character number ``character`` starts (the file's size past its end)."""
+    import numpy as np
+
+    seen, position = 0, 0
+    with path.open("rb") as handle:
+        while data := handle.read(CHUNK_BYTES):
+            starts = np.flatnonzero((np.frombuffer(data, dtype=np.uint8) & 0xC0) != 0x80)
+            if seen + len(starts) > character:
+                return position + int(starts[character - seen])
+            seen, position = seen + len(starts), position + len(data)
+    return position
+
+
+def sampled_text(path: Path, start: int, stop: int, budget: int) -> Iterator[str]:
+    """About ``budget`` bytes of text from bytes [start, stop) of ``path``: all of it when it fits, else 64 evenly
+    spaced pieces of ``budget / 64`` bytes each (trimmed to whole characters)."""
+    if stop - start <= budget:
+        yield from text_pieces(path, start, stop)
+        return
+    size = budget // 64
+    with path.open("rb") as handle:
+        for index in range(64):
+            handle.seek(start + (stop - start - size) * index // 63)
+            data = handle.read(size)
+            head = next((i for i in range(min(4, len(data))) if data[i] & 0xC0 != 0x80), 0)
+            yield data[head : _character_start(data)].decode("utf-8", errors="replace")
+
+

@@ -1,0 +1,235 @@
+"""Token stores: a text corpus encoded once into a memory-mapped token file, cached by content, read at constant memory.
+
+A store is a folder ``<cache root>/<key>/`` holding
+
+    tokens.bin     the token ids, raw, in the smallest unsigned dtype that holds the vocabulary (uint8/16/32)
+    offsets.npy    int64 (S + 1,): where each encoded segment starts in tokens.bin, then the total
+    meta.json      format, dtype, token count, vocabulary size, each segment's source and whether a document ends
+                   with it (then an end-of-document token closes it, counted in the segment), and a hash of sampled
+                   blocks of tokens.bin; written last
+
+The key is a SHA-256 of the store format, each segment's file content key (``text_stream.content_key``: size,
+mtime and a hash of 16 sampled blocks), byte range and end-of-document flag, and the tokenizer's own JSON. A store
+is built in a staging folder beside its target and renamed into place whole, so a killed or failing build (a full
+disk included) never leaves a folder under the key. Opening checks the meta, the file sizes, the offsets and the
+sampled hash; a damaged store is reported on one line, removed and rebuilt. The cache root is ``data.cache_dir``,
+else ``$MARKOVFORMER_CACHE``, else ``$XDG_CACHE_HOME/markovformer/token_stores`` (``~/.cache`` by default).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from markovformer.atomic import atomic_write_text
+from markovformer.data.text_stream import content_key, text_pieces
+
+STORE_FORMAT = 1
+TOKENS_FILE, OFFSETS_FILE, META_FILE = "tokens.bin", "offsets.npy", "meta.json"
+_PROGRESS_ABOVE_BYTES = 16 << 20  # smaller corpora encode in about a second: no progress bar
+_STAGING = ".staging-"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Bytes [start, stop) of one file, encoded on their own (no token spans two segments); ``end_of_document``:
+    an end-of-document token follows them. ``first_character``: the file's character offset of ``start`` (for
+    error messages)."""
+
+    path: str
+    start: int
+    stop: int
+    end_of_document: bool = False
+    first_character: int = 0
+    where: str = ""  # said after the offset of a character the tokenizer lacks, e.g. " in the val part"
+
+
+class UnknownCharacter(ValueError):
+    """A character the tokenizer cannot encode, at ``index`` of the piece it was asked to encode."""
+
+    def __init__(self, character: str, index: int) -> None:
+        super().__init__(f"character {character!r} is not in the tokenizer's vocabulary")
+        self.character, self.index = character, index
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The smallest unsigned dtype that holds ids 0..vocab_size-1; a larger vocabulary is refused."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if vocab_size <= np.iinfo(dtype).max + 1:
+            return np.dtype(dtype)
+    raise ValueError(f"a vocabulary of {vocab_size} tokens does not fit a token store (at most 2**32)")
+
+
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """Where token stores live (see the module's docstring)."""
+    if cache_dir:
+        return Path(cache_dir)
+    if os.environ.get("MARKOVFORMER_CACHE"):
+        return Path(os.environ["MARKOVFORMER_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "markovformer" / "token_stores"
+
+
+def store_key(segments: Iterable[Segment], tokenizer_json: str) -> str:
+    """The cache key of the store of ``segments`` encoded by the tokenizer whose saved JSON is ``tokenizer_json``."""
+    files = {}
+    record = {"format": STORE_FORMAT, "tokenizer": hashlib.sha256(tokenizer_json.encode()).hexdigest(), "segments": []}
+    for segment in segments:
+        if segment.path not in files:
+            files[segment.path] = content_key(Path(segment.path))
+        record["segments"].append([files[segment.path], segment.start, segment.stop, segment.end_of_document])
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class TokenStore:
+    """An opened store: ``tokens`` (N,) a read-only memory map, ``offsets`` (S + 1,) int64, ``meta``. Pickles as
+    its folder (DataLoader workers and DDP ranks map the same file, never a copy)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.meta = _read_meta(self.folder)
+        dtype, count = np.dtype(self.meta["dtype"]), self.meta["num_tokens"]
+        tokens_path = self.folder / TOKENS_FILE
+        if tokens_path.stat().st_size != count * dtype.itemsize:
+            raise ValueError(f"{TOKENS_FILE} has {tokens_path.stat().st_size} bytes, not {count} x {dtype.itemsize}")
+        self.offsets = np.load(self.folder / OFFSETS_FILE, allow_pickle=False)
+        segments = len(self.meta["segments"])
+        if self.offsets.shape != (segments + 1,) or self.offsets[0] != 0 or self.offsets[-1] != count:
+            raise ValueError(f"{OFFSETS_FILE} does not bound {segments} segments of {count} tokens")
+        if np.any(np.diff(self.offsets) < 0):
+            raise ValueError(f"{OFFSETS_FILE} is not in order")
+        if _sampled_hash(tokens_path) != self.meta["tokens_sampled_blake2b"]:
+            raise ValueError(f"{TOKENS_FILE} does not match the hash recorded when it was written")
+        self.tokens = np.memmap(tokens_path, dtype=dtype, mode="r", shape=(count,)) if count else np.zeros(0, dtype)
+        ends = [i + 1 for i, segment in enumerate(self.meta["segments"]) if segment["end_of_document"]]
+        starts = np.unique(np.concatenate([[0], self.offsets[ends]]).astype(np.int64))
+        self.document_starts = starts[starts < max(count, 1)]  # token offsets where documents start
+
+    def __len__(self) -> int:
+        return int(self.meta["num_tokens"])
+
+    def __getstate__(self) -> dict:
+        return {"folder": str(self.folder)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["folder"])
+
+
+def open_or_build(
+    segments: list[Segment],
+    tokenizer_json: str,
+    encode: Callable[[str], np.ndarray],
+    vocab_size: int,
+    end_of_document: int | None,
+    cache_dir: str | Path | None = None,
+    cut_safely: bool = False,
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+) -> TokenStore:
+    """The store of ``segments`` under this tokenizer: opened from the cache when it is there and whole, else
+    encoded (``encode(text) -> ids``, streamed piece by piece) and written atomically."""
+    dtype = token_dtype(vocab_size)
+    root = cache_root(cache_dir)
+    folder = root / store_key(segments, tokenizer_json)
+    if folder.is_dir():
+        try:
+            return TokenStore(folder)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            log(f"token cache {folder} is damaged ({error}): rebuilding it")
+            shutil.rmtree(folder, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned_staging(root)
+    staging = root / f".{folder.name}{_STAGING}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        _write_store(staging, segments, encode, dtype, vocab_size, end_of_document, cut_safely)
+        try:
+            os.rename(staging, folder)
+        except OSError:  # another process finished the same store first: keep theirs
+            if not folder.is_dir():
+                raise
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError):
+            raise ValueError(f"cannot write the token cache in {root} ({error.strerror or error}); nothing was "
+                             f"cached: free space there or set data.cache_dir") from None  # fmt: skip
+        raise
+    return TokenStore(folder)
+
+
+def _write_store(staging: Path, segments, encode, dtype, vocab_size, end_of_document, cut_safely) -> None:
+    total = sum(segment.stop - segment.start for segment in segments)
+    progress = _progress(total)
+    offsets, count = [0], 0
+    with (staging / TOKENS_FILE).open("wb") as out:
+        for segment in segments:
+            characters = segment.first_character
+            for piece in text_pieces(Path(segment.path), segment.start, segment.stop, cut_safely=cut_safely):
+                try:
+                    ids = np.asarray(encode(piece))
+                except UnknownCharacter as error:
+                    raise ValueError(f"{segment.path}: character {error.character!r} at offset "
+                                     f"{characters + error.index}{segment.where or ' is not in the vocabulary'}"
+                                     ) from None  # fmt: skip
+                characters += len(piece)
+                if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
+                    raise ValueError(f"the tokenizer produced id {int(ids.max())} outside its vocabulary of "
+                                     f"{vocab_size}")  # fmt: skip
+                ids.astype(dtype, copy=False).tofile(out)
+                count += len(ids)
+                if progress is not None:
+                    progress.update(len(piece.encode("utf-8")))
+            if segment.end_of_document and end_of_document is not None:
+                np.asarray([end_of_document], dtype=dtype).tofile(out)
+                count += 1
+            offsets.append(count)
+    if progress is not None:
+        progress.close()
+    np.save(staging / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
+    meta = {"format": STORE_FORMAT, "dtype": dtype.name, "num_tokens": count, "vocab_size": vocab_size,
+            "end_of_document": end_of_document, "segments": [asdict(segment) for segment in segments],
+            "tokens_sampled_blake2b": _sampled_hash(staging / TOKENS_FILE), "written": time.time()}  # fmt: skip
+    atomic_write_text(staging / META_FILE, json.dumps(meta))
+
+
+def _read_meta(folder: Path) -> dict:
+    meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+    if not isinstance(meta, dict) or meta.get("format") != STORE_FORMAT:
+        raise ValueError(f"{META_FILE} is not a format-{STORE_FORMAT} store's")
+    return meta
+
+
+def _sampled_hash(path: Path) -> str:
+    key = content_key(path)
+    return f"{key['size']}:{key['sampled_blake2b']}"
+
+
+def _progress(total: int):
+    """A tqdm bar in bytes (MB/s and the time left) for corpora worth one; None otherwise."""
+    if total < _PROGRESS_ABOVE_BYTES:
+        return None
+    from tqdm import tqdm  # a dependency of lightning, which the command line needs
+
+    return tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", mininterval=1.0, file=sys.stderr)
+
+
+def _remove_abandoned_staging(root: Path) -> None:
+    """Staging folders whose builder process is gone (killed while it wrote)."""
+    for staging in root.glob(f".*{_STAGING}*"):
+        pid = staging.name.rsplit(_STAGING, 1)[-1].split("-")[0]
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(staging, ignore_errors=True)
+        except (ValueError, PermissionError):
+            continue

@@ -1,0 +1,177 @@
+"""The token store: round trips across chunk boundaries, caching by content, damage detected and rebuilt, atomic
+writes, bounded memory, documents and packing, and the small-text errors users meet first."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from markovformer.data import text_stream
+from markovformer.data.collate import collate
+from markovformer.data.text import load_text_lm
+from markovformer.data.text_stream import text_pieces
+from markovformer.data.token_store import Segment, open_or_build, token_dtype
+
+SHAKESPEARE = Path(__file__).resolve().parents[2] / "../shared/data/tiny_shakespeare.txt"
+_MIXED = "Markov chain é ß € 漢字 😀\nthe order of a state,\n"
+
+
+def _whole_tokens(bundle) -> list[int]:
+    store = bundle.train.store
+    return np.asarray(store.tokens[:]).tolist()
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of 7 bytes: nearly every multi-byte character of the text is cut by a chunk boundary."""
+    monkeypatch.setattr(text_stream, "CHUNK_BYTES", 7)
+    original = text_stream.text_pieces
+    monkeypatch.setattr("markovformer.data.token_store.text_pieces",
+                        lambda *a, **k: original(*a, **{**k, "chunk_bytes": 7}))  # fmt: skip
+
+
+def test_pieces_never_split_a_character_and_join_to_the_text(tmp_path):
+    path = tmp_path / "mixed.txt"
+    path.write_text(_MIXED * 3, encoding="utf-8")
+    for chunk in range(1, 12):
+        assert "".join(text_pieces(path, chunk_bytes=chunk)) == _MIXED * 3
+        assert "".join(text_pieces(path, chunk_bytes=chunk, cut_safely=True)) == _MIXED * 3
+
+
+@pytest.mark.parametrize("tokenizer, vocab", [("char", None), ("bpe", 300)])
+def test_store_round_trips_across_chunks_that_split_multibyte_characters(tmp_path, small_chunks, tokenizer, vocab):
+    text = _MIXED * 40
+    assert any(len(c.encode()) > 1 for c in text)
+    path = tmp_path / "mixed.txt"
+    path.write_text(text, encoding="utf-8")
+    bundle = load_text_lm(path, tokenizer=tokenizer, vocab_size=vocab, seq_len=8, fractions=(1.0, 0.0, 0.0),
+                          cache_dir=tmp_path / "cache")  # fmt: skip
+    tokens = _whole_tokens(bundle)
+    assert bundle.tokenizer.decode(tokens) == text
+    assert tokens == bundle.tokenizer.encode(text)  # the pieces encode as the whole text does
+    assert bundle.train.store.tokens.dtype == np.uint8 if tokenizer == "char" else np.uint16
+
+
+def test_second_open_is_cached_and_a_changed_file_invalidates_it(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("abcdefgh\n" * 500, encoding="utf-8")
+    options = {"seq_len": 8, "cache_dir": tmp_path / "cache"}
+    first = load_text_lm(path, **options)
+    started = time.perf_counter()
+    second = load_text_lm(path, **options)
+    assert time.perf_counter() - started < 1.0
+    assert second.train.store.folder == first.train.store.folder
+    path.write_text("abcdefgi\n" * 500, encoding="utf-8")  # same size, other content
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    third = load_text_lm(path, **options)
+    assert third.train.store.folder != first.train.store.folder
+    assert third.tokenizer.decode(_whole_tokens(third)) == path.read_text()
+
+
+def test_a_truncated_or_corrupt_cache_is_detected_and_rebuilt(tmp_path, capsys):
+    path = tmp_path / "corpus.txt"
+    path.write_text("the chain\n" * 300, encoding="utf-8")
+    options = {"seq_len": 8, "cache_dir": tmp_path / "cache"}
+    folder = load_text_lm(path, **options).train.store.folder
+    tokens = folder / "tokens.bin"
+    tokens.write_bytes(tokens.read_bytes()[:-5])
+    rebuilt = load_text_lm(path, **options)
+    assert "is damaged" in capsys.readouterr().err
+    assert rebuilt.tokenizer.decode(_whole_tokens(rebuilt)) == path.read_text()
+    (folder / "meta.json").write_text("{not json")
+    load_text_lm(path, **options)
+    assert capsys.readouterr().err.count("rebuilding") == 1
+
+
+def test_a_failed_write_leaves_no_cache(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("abc\n" * 100, encoding="utf-8")
+    segments = [Segment(str(path), 0, 400)]
+
+    def disk_full(text):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(ValueError, match="No space left on device.*nothing was cached"):
+        open_or_build(segments, "{}", disk_full, 10, None, tmp_path / "cache")
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_vocabulary_larger_than_the_dtype_or_ids_outside_it_are_refused(tmp_path):
+    assert token_dtype(256) == np.uint8 and token_dtype(257) == np.uint16 and token_dtype(70_000) == np.uint32
+    with pytest.raises(ValueError, match="does not fit"):
+        token_dtype(2**32 + 1)
+    path = tmp_path / "corpus.txt"
+    path.write_text("abc", encoding="utf-8")
+    with pytest.raises(ValueError, match="id 300 outside its vocabulary of 256"):
+        open_or_build([Segment(str(path), 0, 3)], "{}", lambda text: np.array([300]), 256, None, tmp_path / "c")
+
+
+def test_windows_are_read_from_the_map_not_materialised(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("abcdefghij" * 20_000, encoding="utf-8")
+    bundle = load_text_lm(path, seq_len=15, overlap=3, cache_dir=tmp_path / "cache")
+    assert isinstance(bundle.train.store.tokens, np.memmap)
+    assert len(bundle.train) == len(range(0, 180_000 - 3, 13))  # windows are arithmetic, not a list
+    example = bundle.train[1000]
+    begin = 1000 * 13
+    assert bundle.tokenizer.decode(example["input_ids"].tolist()) == path.read_text()[begin : begin + 16]
+    assert torch.all(example["labels"][:3] == -100)
+    assert bundle.train.example_lengths()[-1] == len(bundle.train[len(bundle.train) - 1]["input_ids"])
+
+
+def test_random_starts_give_every_window_start(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("abcdefghij" * 100, encoding="utf-8")
+    bundle = load_text_lm(path, seq_len=9, window_starts="random", fractions=(0.8, 0.1, 0.1),
+                          cache_dir=tmp_path / "c")  # fmt: skip
+    assert bundle.train_sampling == "uniform" and len(bundle.train) == 800 - 10 + 1
+    assert bundle.tokenizer.decode(bundle.train[3]["input_ids"].tolist()) == "defghijabc"
+
+
+def test_files_are_documents_split_whole_with_an_end_token_and_packed_positions(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    texts = [f"document {'x' * i}: " + "ab " * (5 + i) for i in range(10)]
+    for i, text in enumerate(texts):
+        (folder / f"{i:02d}.txt").write_text(text, encoding="utf-8")
+    bundle = load_text_lm(folder, seq_len=15, fractions=(0.8, 0.1, 0.1), packing=True, cache_dir=tmp_path / "c")
+    assert bundle.splits["kind"] == "documents" and bundle.splits["train"] == [0, 8]
+    store, eod = bundle.train.store, bundle.tokenizer.end_of_document_id
+    tokens = np.asarray(store.tokens[:]).tolist()
+    assert tokens.count(eod) == 10 and tokens[-1] == eod
+    pieces = bundle.tokenizer.decode(tokens)
+    assert pieces == "".join(texts)
+    batch = collate([bundle.train[0], bundle.train[1]])
+    starts = store.document_starts.tolist()
+    assert starts == [0] + [i + 1 for i, token in enumerate(tokens[:-1]) if token == eod]
+    for row in range(2):  # each token's position is its offset from the start of its document
+        begin = bundle.train.window(row)[0]
+        for t in range(batch["input_ids"].shape[1]):
+            document_start = max(start for start in starts if start <= begin + t)
+            assert batch["position_ids"][row, t] == begin + t - document_start
+
+
+def test_a_saved_tokenizer_encodes_another_file_and_names_a_character_it_lacks(tmp_path):
+    (tmp_path / "a.txt").write_text("abc abc\n" * 100, encoding="utf-8")
+    (tmp_path / "b.txt").write_text("abc cab\n" * 50, encoding="utf-8")
+    (tmp_path / "z.txt").write_text("abc cab\n" * 50 + "abz\n", encoding="utf-8")
+    run = load_text_lm(tmp_path / "a.txt", seq_len=8, cache_dir=tmp_path / "c")
+    options = {"seq_len": 8, "fractions": (0.0, 1.0, 0.0), "cache_dir": tmp_path / "c", "fitted": run.tokenizer}
+    other = load_text_lm(tmp_path / "b.txt", **options)
+    assert other.tokenizer is run.tokenizer and len(other.val) == 400 // 9
+    with pytest.raises(ValueError, match="z.txt: character 'z' at offset 402 in the val part is not in the run's"):
+        load_text_lm(tmp_path / "z.txt", **options)
+
+
+@pytest.mark.skipif(not SHAKESPEARE.is_file(), reason=f"Tiny Shakespeare is not at {SHAKESPEARE}")
+def test_tiny_shakespeare_store_decodes_to_the_file(tmp_path):
+    bundle = load_text_lm(SHAKESPEARE, seq_len=64, cache_dir=tmp_path / "c")
+    assert bundle.tokenizer.decode(_whole_tokens(bundle)) == SHAKESPEARE.read_text(encoding="utf-8")
+    meta = json.loads((bundle.train.store.folder / "meta.json").read_text())
+    assert meta["dtype"] == "uint8" and meta["num_tokens"] == 1_115_394

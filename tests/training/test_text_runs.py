@@ -1,0 +1,57 @@
+"""Issue 32 on the text path, through the command line: a small text's one-line error, fractions without validation
+refused up front, eval on another file with the run's saved tokenizer, a run evaluable without $MARKOVFORMER_DATA."""
+
+import json
+
+import yaml
+
+TEXT_RUN = {
+    "task": "causal_lm",
+    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2},
+    "data": {"source": "text", "path": "data/corpus.txt", "seq_len": 16},
+    "trainer": {"max_steps": 4, "batch_size": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 2,
+                "eval_batch_size": 8},
+}  # fmt: skip
+
+
+def _config(tmp_path, **data) -> str:
+    path = tmp_path / "text.yaml"
+    path.write_text(yaml.safe_dump({**TEXT_RUN, "data": {**TEXT_RUN["data"], **data}}))
+    return str(path)
+
+
+def test_a_small_text_and_fractions_without_validation_are_refused_in_one_line(tmp_path, cli):
+    (tmp_path / "notes.txt").write_text("a short note about chains.\n" * 20, encoding="utf-8")
+    small = cli("train", _config(tmp_path, path=str(tmp_path / "notes.txt")), "trainer.batch_size=64",
+                f"output_dir={tmp_path / 'small'}")  # fmt: skip
+    assert small.returncode != 0 and "fewer than one global batch" in small.stderr
+    assert "empty list" not in small.stderr
+    no_val = cli("train", _config(tmp_path, path=str(tmp_path / "notes.txt")), "data.fractions=[1,0,0]",
+                 f"output_dir={tmp_path / 'no_val'}")  # fmt: skip
+    assert no_val.returncode != 0 and "validation split has 0 examples" in no_val.stderr
+    assert not (tmp_path / "no_val" / "checkpoints").exists()  # refused before training
+
+
+def test_eval_uses_the_saved_tokenizer_and_the_recorded_path(tmp_path, cli, monkeypatch):
+    data_dir = tmp_path / "prepared"
+    data_dir.mkdir()
+    (data_dir / "corpus.txt").write_text("the chain keeps its order; the state moves on.\n" * 60, encoding="utf-8")
+    run_dir = tmp_path / "run"
+    monkeypatch.setenv("MARKOVFORMER_DATA", str(data_dir))
+    trained = cli("train", _config(tmp_path), f"output_dir={run_dir}")
+    assert trained.returncode == 0, trained.stderr
+
+    # without $MARKOVFORMER_DATA, data/corpus.txt no longer resolves; data.json recorded where it was
+    monkeypatch.delenv("MARKOVFORMER_DATA")
+    again = cli("eval", str(run_dir))
+    assert again.returncode == 0, again.stderr
+
+    # another file with characters in other proportions: encoded with the run's alphabet, not a refitted one
+    (tmp_path / "other.txt").write_text("the order moves; the chain keeps on.\n" * 30, encoding="utf-8")
+    other = cli("eval", str(run_dir), "--data", f"path={tmp_path / 'other.txt'}")
+    assert other.returncode == 0, other.stderr
+    (tmp_path / "unseen.txt").write_text("the chain.\n" * 30 + "Zebra\n", encoding="utf-8")
+    unseen = cli("eval", str(run_dir), "--data", f"path={tmp_path / 'unseen.txt'}")
+    assert unseen.returncode != 0 and "character 'Z'" in unseen.stderr and "saved char alphabet" in unseen.stderr
+    assert json.loads((run_dir / "data.json").read_text())["splits"]["resolved_paths"] == [
+        str((data_dir / "corpus.txt").resolve())]
