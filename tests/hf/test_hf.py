@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -247,3 +248,17 @@ def test_transformers_trainer_lowers_the_loss_on_a_markov_chain(tmp_path):
     native = MarkovianTransformerForCausalLM.from_pretrained(tmp_path / "saved")
     with torch.no_grad():
         assert torch.equal(native(held_out).logits, model(input_ids=held_out).logits)
+
+
+def test_a_transformers_release_outside_the_supported_range_is_refused_in_one_line():
+    """The wrappers follow transformers' Cache and loading APIs, which change between majors: another major fails
+    at import, naming the range, instead of deep inside generate."""
+    from markovformer.hf import SUPPORTED_TRANSFORMERS, check_transformers_version
+
+    low, high = SUPPORTED_TRANSFORMERS
+    check_transformers_version(f"{low}.0.0")
+    check_transformers_version(f"{high - 1}.99.1.dev0")
+    for version in (f"{low - 1}.57.1", f"{high}.0.0", "nightly"):
+        with pytest.raises(ImportError, match=rf"supports transformers >={low}\.0,<{high} but {version} is installed"):
+            check_transformers_version(version)
+    assert f"transformers>={low}.0,<{high}" in (Path(__file__).parents[2] / "pyproject.toml").read_text()

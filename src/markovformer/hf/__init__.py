@@ -15,10 +15,26 @@ the model's parameters or holds others raises ValueError unless ``strict=False``
 ``_Wrapper.from_pretrained``).
 """
 
+# The transformers releases the wrappers are tested with (their Cache and loading APIs change between majors); the
+# `hf` extra in pyproject.toml pins the same range.
+SUPPORTED_TRANSFORMERS = (5, 6)  # >= 5.0, < 6
+
 try:
-    import transformers  # noqa: F401
+    import transformers
 except ImportError as error:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError('markovformer.hf needs transformers: pip install "markovformer[hf]"') from error
+
+
+def check_transformers_version(version: str) -> None:
+    """ImportError naming the supported range unless ``version`` (transformers') lies in it."""
+    major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else -1
+    low, high = SUPPORTED_TRANSFORMERS
+    if not low <= major < high:
+        raise ImportError(f"markovformer.hf supports transformers >={low}.0,<{high} but {version} is installed: "
+                          f'pip install "transformers>={low}.0,<{high}"')  # fmt: skip
+
+
+check_transformers_version(transformers.__version__)
 
 from markovformer.hf.cache import MarkovformerCache  # noqa: E402
 from markovformer.hf.modeling import HF_CLASSES, HF_CONFIGS, register  # noqa: E402
@@ -26,4 +42,5 @@ from markovformer.hf.tokenizer import export_tokenizer, to_transformers  # noqa:
 
 register()
 
-__all__ = ["HF_CLASSES", "HF_CONFIGS", "MarkovformerCache", "export_tokenizer", "register", "to_transformers"]
+__all__ = ["HF_CLASSES", "HF_CONFIGS", "SUPPORTED_TRANSFORMERS", "MarkovformerCache", "check_transformers_version",
+           "export_tokenizer", "register", "to_transformers"]
