@@ -1,0 +1,103 @@
+"""The second hour of a new user (issue 32): shipped configs from anywhere, overrides that switch a source or an
+attention kind, fine-tuning from a trained run, Lightning's habits, comparable numbers and generate's options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+
+from markovformer.training.config_files import SHIPPED_DIR, locate_config, shipped_config, shipped_configs
+from markovformer.training.trainer_config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def assert_one_line_error(done, *fragments: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def test_the_configs_ship_as_package_data_and_the_clone_links_to_them():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "configs/*.yaml" in project["tool"]["setuptools"]["package-data"]["markovformer"]
+    assert SHIPPED_DIR == ROOT / "src/markovformer/configs" and "text_char" in shipped_configs()
+    assert (ROOT / "configs").resolve() == SHIPPED_DIR  # README commands from a clone read the same files
+
+
+def test_a_config_argument_finds_a_file_then_a_shipped_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text_char = SHIPPED_DIR / "text_char.yaml"
+    for spelling in ("text_char", "text_char.yaml", "configs/text_char.yaml"):
+        assert locate_config(spelling) == text_char
+    (tmp_path / "configs").mkdir()
+    own = tmp_path / "configs" / "text_char.yaml"
+    own.write_text("task: causal_lm\n")
+    assert locate_config("configs/text_char.yaml") == Path("configs/text_char.yaml")  # the user's own file first
+    with pytest.raises(ConfigError, match="no such config file"):
+        locate_config("elsewhere/text_char.yaml")  # a path in another folder is never a shipped name
+    with pytest.raises(ConfigError, match="text_char"):
+        shipped_config("text_chr")
+
+
+def test_train_reads_a_shipped_config_outside_a_clone(cli):
+    """From a folder without configs/ (as after `pip install`), configs/NAME.yaml is the shipped config: the run
+    gets as far as the mistyped key."""
+    assert_one_line_error(cli("train", "configs/causal_lm_chain.yaml", "trainer.max_stepz=3"), "trainer.max_stepz")
+    assert_one_line_error(cli("train", "configs/no_such.yaml"), "no such config file", "config list")
+
+
+def test_config_list_show_and_copy(cli, tmp_path):
+    listed = cli("config", "list")
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.splitlines() if line[:1].strip()]
+    assert set(shipped_configs()) <= set(names)
+    shown = cli("config", "show", "text_char")
+    assert shown.returncode == 0 and shown.stdout == (SHIPPED_DIR / "text_char.yaml").read_text()
+    copied = cli("config", "copy", "vmt_hmm")
+    assert copied.returncode == 0, copied.stderr
+    assert (tmp_path / "vmt_hmm.yaml").read_text() == (SHIPPED_DIR / "vmt_hmm.yaml").read_text()
+    assert_one_line_error(cli("config", "copy", "vmt_hmm"), "already exists", "--force")
+    (tmp_path / "mine").mkdir()
+    assert cli("config", "copy", "text_bpe", "mine").returncode == 0
+    assert yaml.safe_load((tmp_path / "mine" / "text_bpe.yaml").read_text())["data"]["tokenizer"] == "bpe"
+    assert_one_line_error(cli("config", "show", "text_chr"), "text_char", "config list")
+
+
+def test_switching_the_data_source_drops_the_old_sources_options_and_says_so():
+    from markovformer.training.demo import DEMO_CONFIG
+    from markovformer.training.kind_switches import apply_switching_overrides
+
+    values, notes = apply_switching_overrides(yaml.safe_load(yaml.safe_dump(DEMO_CONFIG)),
+                                              ["data.source=text", "data.path=notes.txt"])  # fmt: skip
+    assert values["data"] == {"source": "text", "path": "notes.txt", "seq_len": 128}  # seq_len: text takes it
+    assert len(notes) == 1 and "data.kind" in notes[0] and "data.num_symbols" in notes[0]
+    values, notes = apply_switching_overrides(yaml.safe_load(yaml.safe_dump(DEMO_CONFIG)),
+                                              ["data.source=text", "data.kind=lagged"])  # fmt: skip
+    assert values["data"]["kind"] == "lagged"  # typed by the user: kept, and the source's own check names it
+    values, notes = apply_switching_overrides(yaml.safe_load(yaml.safe_dump(DEMO_CONFIG)), ["data.strength=2.0"])
+    assert values["data"]["kind"] == "lagged" and notes == []  # no switch, nothing dropped
+
+
+def test_switching_the_attention_kind_drops_the_options_it_does_not_read():
+    from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
+    from markovformer.training.demo import DEMO_CONFIG
+    from markovformer.training.kind_switches import apply_switching_overrides
+
+    values, notes = apply_switching_overrides(yaml.safe_load(yaml.safe_dump(DEMO_CONFIG)), ["model.attention=retnet"])
+    assert "scope" not in values["model"] and "max_order" not in values["model"]
+    assert {"d_model", "n_layers", "n_heads"} <= set(values["model"]) and "model.scope" in notes[0]
+    MarkovianTransformerConfig(vocab_size=16, **values["model"])  # builds: nothing left that retnet refuses
+    values, _ = apply_switching_overrides(yaml.safe_load(yaml.safe_dump(DEMO_CONFIG)), ["model.attention=softmax"])
+    assert values["model"]["scope"] == "local"  # softmax reads scope (sliding-window softmax): kept
+
+
+def test_train_with_the_demo_switched_to_text_reaches_the_text_source(cli, tmp_path):
+    done = cli("train", "data.source=text", f"data.path={tmp_path / 'missing.txt'}")
+    assert_one_line_error(done, "missing.txt")
+    assert "dropped" in done.stdout and "data.kind" in done.stdout
