@@ -101,3 +101,49 @@ def test_train_with_the_demo_switched_to_text_reaches_the_text_source(cli, tmp_p
     done = cli("train", "data.source=text", f"data.path={tmp_path / 'missing.txt'}")
     assert_one_line_error(done, "missing.txt")
     assert "dropped" in done.stdout and "data.kind" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """A tiny LM run trained for a few steps (through the library: the tests below use it as a starting point)."""
+    from conftest import TINY_RUN
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    folder = tmp_path_factory.mktemp("small")
+    values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
+    values["trainer"].update({"max_steps": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 2})
+    values["output_dir"] = str(folder / "run")
+    train(resolve_run_config(values))
+    (folder / "tiny.yaml").write_text(yaml.safe_dump({**values, "output_dir": str(folder / "other")}))
+    return folder
+
+
+def test_init_from_copies_every_tensor_of_a_run_or_a_saved_model(small_run):
+    import torch
+
+    from markovformer.training.init_from import initialise_from
+    from markovformer.training.runner import build_model, load_run
+
+    config, trained, run_dir = load_run(small_run / "run")
+    for source in (run_dir, run_dir / "model"):  # a run directory, and the save_pretrained folder inside it
+        torch.manual_seed(1)
+        fresh = build_model(config, {"vocab_size": trained.config.vocab_size})
+        assert not torch.equal(fresh.lm_head.weight, trained.lm_head.weight)
+        line = initialise_from(fresh, source, [])
+        assert all(torch.equal(fresh.state_dict()[k], v) for k, v in trained.state_dict().items()), source
+        assert "tensors" in line and "fresh" not in line
+
+
+def test_init_from_refuses_a_changed_vocabulary_unless_told_to_start_those_tensors_fresh(small_run, cli):
+    run, config = small_run / "run", small_run / "tiny.yaml"
+    refused = cli("train", str(config), f"init_from={run}", "data.num_symbols=6")
+    assert_one_line_error(refused, "init_from", "model.embed.weight", "init_from_skip: [head, embeddings]")
+    done = cli("train", str(config), f"init_from={run}", "data.num_symbols=6", "init_from_skip=[head, embeddings]",
+               "trainer.max_steps=2", "trainer.eval_every=2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "initialised from" in done.stdout and "left fresh by init_from_skip" in done.stdout
+    assert_one_line_error(cli("train", str(config), "init_from_skip=[head]"), "init_from is not")
+    typo = cli("train", str(config), f"init_from={run}", "init_from_skip=[decoder]", "output_dir=typo")
+    assert_one_line_error(typo, "decoder", "head or embeddings")

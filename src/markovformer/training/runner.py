@@ -22,6 +22,7 @@ from markovformer.training.divergence import DivergenceGuard
 from markovformer.training.environment import check_accelerator, check_nodes
 from markovformer.training.evaluation import evaluate
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
+from markovformer.training.init_from import initialise_from
 from markovformer.training.metrics_log import AppendingCSVLogger
 from markovformer.training.module import TrainingModule
 from markovformer.training.progress import PrintProgress
@@ -133,6 +134,8 @@ def _fit(config: RunConfig, writer: bool, resume: bool) -> dict:
     bundle = build_data(config)
     task = build_run_task(config, bundle)
     model = build_model(config, bundle.info)
+    if config.init_from is not None and checkpoint is None:  # a resumed run's checkpoint holds its own weights
+        print(initialise_from(model, config.init_from, config.init_from_skip), flush=True)
     task.prepare_model(model)
     if config.trainer.compile:
         model.compile()
