@@ -147,3 +147,60 @@ def test_init_from_refuses_a_changed_vocabulary_unless_told_to_start_those_tenso
     assert_one_line_error(cli("train", str(config), "init_from_skip=[head]"), "init_from is not")
     typo = cli("train", str(config), f"init_from={run}", "init_from_skip=[decoder]", "output_dir=typo")
     assert_one_line_error(typo, "decoder", "head or embeddings")
+
+
+def _tiny_values(tmp_path: Path, **trainer) -> dict:
+    from conftest import TINY_RUN
+
+    values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
+    values["trainer"].update({"max_steps": 12, "eval_every": 2, "checkpoint_every": 4, "log_every": 2, **trainer})
+    values["output_dir"] = str(tmp_path / "run")
+    return values
+
+
+def test_early_stopping_accumulation_csv_logger_and_auto_accelerator(tmp_path):
+    """mode max on a falling val/loss never improves: the run stops at the validation after the first (patience
+    1), at step 4 of 12, with no TensorBoard folder (logger csv)."""
+    import json
+
+    import torch
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import lightning_trainer, train
+
+    threads = torch.get_num_threads()
+    config = resolve_run_config(_tiny_values(tmp_path, accumulate_grad_batches=2, logger="csv", accelerator="auto",
+                                             early_stopping={"monitor": "val/loss", "patience": 1, "mode": "max"}))
+    results = train(config)
+    assert results["steps"] == 4
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 4
+    assert not (tmp_path / "run" / "tensorboard").exists() and (tmp_path / "run" / "logs" / "metrics.csv").is_file()
+    assert torch.get_num_threads() == threads  # the run's thread count is restored
+    trainer = lightning_trainer(config.trainer, tmp_path / "probe", None, [])
+    assert trainer.accumulate_grad_batches == 2
+
+
+def test_trainer_options_are_checked_where_declared(tmp_path):
+    import importlib.util
+
+    import torch
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train, training_threads
+
+    def refused(match: str, **trainer) -> None:
+        with pytest.raises(ConfigError, match=match):
+            resolve_run_config(_tiny_values(tmp_path, **trainer))
+
+    refused("early_stopping.monitor", early_stopping={"monitor": "loss"})
+    refused("early_stopping.mode", early_stopping={"monitor": "val/loss", "mode": "up"})
+    refused("early_stopping.paitence", early_stopping={"monitor": "val/loss", "paitence": 2})
+    refused("trainer.logger", logger="neptune")
+    refused("accumulate_grad_batches", accumulate_grad_batches=0)
+    config = resolve_run_config(_tiny_values(tmp_path, threads=3))
+    assert training_threads(config.trainer) == 3
+    assert training_threads(resolve_run_config(_tiny_values(tmp_path)).trainer) <= min(torch.get_num_threads(), 4)
+    if importlib.util.find_spec("wandb") is None:
+        with pytest.raises(ConfigError, match="pip install wandb"):
+            train(resolve_run_config(_tiny_values(tmp_path, logger="wandb")))
+        assert not (tmp_path / "run").exists()  # refused before anything is written
