@@ -204,3 +204,47 @@ def test_trainer_options_are_checked_where_declared(tmp_path):
         with pytest.raises(ConfigError, match="pip install wandb"):
             train(resolve_run_config(_tiny_values(tmp_path, logger="wandb")))
         assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+@pytest.fixture(scope="module")
+def char_run(tmp_path_factory):
+    """A tiny character-level text run (lines of words) trained for two steps."""
+    import random
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    folder = tmp_path_factory.mktemp("char")
+    rng = random.Random(0)
+    words = "the cat sat on a mat and ran to see the dog".split()
+    text = "\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(400)) + "\n"
+    (folder / "notes.txt").write_text(text)
+    values = {"task": "causal_lm", "output_dir": str(folder / "run"),
+              "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2},
+              "data": {"source": "text", "path": str(folder / "notes.txt"), "tokenizer": "char", "seq_len": 16},
+              "trainer": {"max_steps": 2, "batch_size": 8, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+                          "log_every": 1, "eval_batch_size": 8}}  # fmt: skip
+    train(resolve_run_config(values))
+    return folder / "run"
+
+
+def test_generate_help_shows_the_defaults(cli):
+    done = cli("generate", "--help")
+    text = " ".join(done.stdout.split())
+    assert done.returncode == 0 and "(default: 1.0)" in text and "(default: 0)" in text and "(default: 200)" in text
+    assert "--skip-unknown" in text
+
+
+def test_generate_samples_unconditionally_from_an_empty_prompt(char_run, cli):
+    done = cli("generate", str(char_run), "--prompt", "", "--max-new-tokens", "20")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "line break" in done.stderr and len(done.stdout.rstrip("\n")) >= 1
+    again = cli("generate", str(char_run), "--prompt", "", "--max-new-tokens", "20")
+    assert again.stdout == done.stdout  # the same seed, the same sample
+
+
+def test_generate_skips_unknown_prompt_characters_when_asked(char_run, cli):
+    assert_one_line_error(cli("generate", str(char_run), "--prompt", "the CAT"), "'C'", "--skip-unknown")
+    done = cli("generate", str(char_run), "--prompt", "the CAT sat", "--skip-unknown", "--max-new-tokens", "5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("the  sat") and "dropped 3 prompt characters" in done.stderr

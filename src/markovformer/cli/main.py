@@ -75,18 +75,22 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--beam-size", type=int, default=1, help="translation: beam search width for BLEU")
 
     generate = commands.add_parser("generate", help="sample from a language model, or translate with a translation "
-                                   "model (one sentence per --prompt, or per line of --input)")  # fmt: skip
+                                   "model (one sentence per --prompt, or per line of --input)",
+                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
     generate.add_argument("target", help="run directory or checkpoint file")
-    generate.add_argument("--prompt", help="text (or space-separated token ids without tokenizer); for a "
+    generate.add_argument("--prompt", help="text (or space-separated token ids without tokenizer); an empty prompt "
+                          "samples unconditionally (after a line break, else from a token drawn with --seed); for a "
                           "translation run, the source sentence")  # fmt: skip
+    generate.add_argument("--skip-unknown", action="store_true", help="drop prompt characters outside a character "
+                          "run's alphabet instead of refusing them")  # fmt: skip
     generate.add_argument("--input", help="translation: a file of source sentences, one per line")
     generate.add_argument("--beam-size", type=int, default=1, help="translation: beam width (1 = greedy)")
     generate.add_argument("--length-penalty", type=float, default=1.0, help="translation: beam score / length^this")
-    generate.add_argument("--max-new-tokens", type=int, default=200)
+    generate.add_argument("--max-new-tokens", type=int, default=200, help="tokens to sample")
     generate.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    generate.add_argument("--top-k", type=int, default=None)
+    generate.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens")
     generate.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
-    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--seed", type=int, default=0, help="the same seed gives the same sample")
 
     inspect = commands.add_parser("inspect", help="figures of a trained run: curves, strengths, gates, attention")
     inspect.add_argument("target", help="run directory or checkpoint file")
@@ -213,7 +217,7 @@ def run_generate(args: argparse.Namespace) -> None:
     check_generation_options(args)
     config, model, run_dir = load_run(args.target)
     request = GenerationRequest(args.prompt, args.input, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
-                                args.seed, args.beam_size, args.length_penalty)  # fmt: skip
+                                args.seed, args.beam_size, args.length_penalty, args.skip_unknown)  # fmt: skip
     for line in build_task(config.task, config.trainer).generate(model, run_dir, request):
         print(line, flush=True)
 
