@@ -248,3 +248,21 @@ def test_generate_skips_unknown_prompt_characters_when_asked(char_run, cli):
     done = cli("generate", str(char_run), "--prompt", "the CAT sat", "--skip-unknown", "--max-new-tokens", "5")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("the  sat") and "dropped 3 prompt characters" in done.stderr
+
+
+def test_eval_says_which_weights_and_step_it_scored(small_run, cli, tmp_path):
+    import shutil
+
+    from markovformer.training.run_dir import mark_unfinished
+
+    finished = cli("eval", str(small_run / "run"))
+    assert finished.returncode == 0 and "(final model, step 4)" in finished.stdout, finished.stderr[-2000:]
+    killed = tmp_path / "killed"
+    shutil.copytree(small_run / "run", killed)
+    mark_unfinished(killed)  # as a run killed after its step-4 checkpoint
+    done = cli("eval", str(killed), "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    assert json.loads(done.stdout)["weights"] == {"source": "checkpoints/last.ckpt", "step": 4, "finished": False}
+    assert "last.ckpt at step 4: the run is unfinished" in cli("eval", str(killed)).stdout

@@ -169,7 +169,10 @@ def run_eval(args: argparse.Namespace) -> None:
         print(json.dumps(finite_or_null(results), indent=2, allow_nan=False))  # NaN is not JSON
         return
     shown = "  ".join(f"{k} {v:.4f}" for k, v in results["metrics"].items())
-    print(f"{results['run_dir']} [{results['split']}]: {shown}")
+    weights = results["weights"]
+    scored = (f"final model, step {weights['step']}" if weights["finished"] else
+              f"{weights['source']} at step {weights['step']}: the run is unfinished")  # fmt: skip
+    print(f"{results['run_dir']} [{results['split']}] ({scored}): {shown}")
     if "entropy_rate" in results and "loss" in results["metrics"]:
         excess = 100 * (results["metrics"]["loss"] / results["entropy_rate"] - 1)
         truth = f"; the true chain scores {results['true_chain_loss']:.4f}" if "true_chain_loss" in results else ""
