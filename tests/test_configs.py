@@ -24,9 +24,10 @@ from markovformer.training.runner import build_data, build_model, train
 from markovformer.training.tasks import model_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = ROOT / "src/markovformer/configs"  # shipped as package data; configs/ in the clone links here
 SHARED_DATA = ROOT / "../shared/data"  # where this checkout's Tiny Shakespeare lives; configs find it through
 # $MARKOVFORMER_DATA as they would find the copy `markovformer data prepare tiny-shakespeare` writes into ./data
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
 EXPECTED = {"causal_lm_chain", "hidden_order", "softmax_baseline", "text_char", "text_bpe", "dna_fasta",
             "time_series_csv", "scan_shakespeare", "scan_shakespeare_large", "mat_synthetic", "mat_de_en", "vmt_hmm",
             "dna_splice", "finance_sp500", "speech_digits"}  # fmt: skip
@@ -45,7 +46,7 @@ def plain(value):
 
 
 def resolved(name: str) -> RunConfig:
-    return resolve_run_config(load_yaml(ROOT / "configs" / f"{name}.yaml"))
+    return resolve_run_config(load_yaml(CONFIG_DIR / f"{name}.yaml"))
 
 
 def model_config(config: RunConfig, **filled):
@@ -86,7 +87,7 @@ def test_no_two_configs_share_a_run_directory():
 
 
 def test_the_demo_yaml_is_the_embedded_demo_run():
-    assert plain(yaml.safe_load((ROOT / "configs" / "causal_lm_chain.yaml").read_text())) == plain(DEMO_CONFIG)
+    assert plain(yaml.safe_load((CONFIG_DIR / "causal_lm_chain.yaml").read_text())) == plain(DEMO_CONFIG)
 
 
 def test_the_softmax_baseline_is_the_demo_run_with_softmax_attention():
@@ -123,8 +124,8 @@ def test_text_configs_differ_only_in_the_tokenizer():
 
 def test_scan_shakespeare_large_changes_only_width_positions_regularisation_and_budget():
     base, large = (
-        load_yaml(ROOT / "configs/scan_shakespeare.yaml"),
-        load_yaml(ROOT / "configs/scan_shakespeare_large.yaml"),
+        load_yaml(CONFIG_DIR / "scan_shakespeare.yaml"),
+        load_yaml(CONFIG_DIR / "scan_shakespeare_large.yaml"),
     )
     assert large["data"] == base["data"] and large["task"] == base["task"]
     assert {k: v for k, v in large["model"].items() if k not in ("d_model", "window_positions")} == {
@@ -235,7 +236,7 @@ TINY = {
 def test_configs_without_data_files_train_three_steps(name, tmp_path):
     """The config as written, shrunk (sizes only: attention kind, gates and regularisers are kept), trains through
     the runner and writes a complete run directory."""
-    values = load_yaml(ROOT / "configs" / f"{name}.yaml")
+    values = load_yaml(CONFIG_DIR / f"{name}.yaml")
     for section, shrunk in TINY.items():
         values[section].update(shrunk)
     values["output_dir"] = str(tmp_path / name)
@@ -249,7 +250,7 @@ def test_configs_without_data_files_train_three_steps(name, tmp_path):
     assert json.loads((run_dir / "metrics.json").read_text())["val"] == results["val"]
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "model").is_dir()
     written = resolve_run_config(yaml.safe_load((run_dir / "config.yaml").read_text()))
-    assert written.model == {**load_yaml(ROOT / "configs" / f"{name}.yaml")["model"], **TINY["model"]}
+    assert written.model == {**load_yaml(CONFIG_DIR / f"{name}.yaml")["model"], **TINY["model"]}
     assert written.trainer.max_steps == 3
 
 
@@ -268,7 +269,7 @@ def test_mat_configs_pair_the_order_with_the_task_and_read_the_prepared_file():
 @pytest.mark.slow
 def test_mat_synthetic_as_written_translates_the_validation_set(tmp_path):
     """The config's claim: about a minute on one core to a validation BLEU above 95 (measured: 100.0)."""
-    values = load_yaml(ROOT / "configs" / "mat_synthetic.yaml")
+    values = load_yaml(CONFIG_DIR / "mat_synthetic.yaml")
     values["output_dir"] = str(tmp_path / "run")
     results = train(resolve_run_config(values))
     assert results["val"]["bleu"] > 95 and results["val"]["exact_match"] > 0.9
@@ -283,7 +284,7 @@ def test_vmt_hmm_walks_windows_shorter_than_the_hidden_state_lasts_and_trains(tm
     model, data, trainer = model_config(config), config.data, config.trainer
     assert model.window < 1 / (1 - data["stay"]) and data["doc_len"] % model.window == 0
     assert trainer.carry and not trainer.window_overlap and 0 < trainer.kl_warmup_steps < trainer.max_steps
-    values = load_yaml(ROOT / "configs" / "vmt_hmm.yaml")
+    values = load_yaml(CONFIG_DIR / "vmt_hmm.yaml")
     values["model"].update({"d_model": 16, "n_layers": 1, "hidden_dim": 16})
     values["data"].update({"doc_len": 4 * model.window, "train_documents": 8, "val_documents": 2})
     values["trainer"].update({"max_steps": 3, "eval_every": 3, "checkpoint_every": 3, "log_every": 1})
@@ -311,7 +312,7 @@ def _table1_cell(name: str) -> dict:
 
 @pytest.mark.parametrize("name", sorted(TABLE1_CONFIGS))
 def test_table1_configs_are_the_experiments_markovian_transformer_runs(name):
-    values = load_yaml(ROOT / "configs" / f"{name}.yaml")
+    values = load_yaml(CONFIG_DIR / f"{name}.yaml")
     assert values["output_dir"] == f"runs/{name}"
     assert plain({**values, "output_dir": ""}) == plain(_table1_cell(name))
     model = model_config(resolved(name), **({"vocab_size": None, "input_dim": 80} if name == "speech_digits" else {}))

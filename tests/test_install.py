@@ -72,10 +72,13 @@ def test_a_built_wheel_installs_a_working_command_into_a_new_venv(tmp_path):
     assert build.returncode == 0, build.stderr
     wheel = next(wheels.glob("markovformer-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
         metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     unconditional = {r.split(">")[0].split(";")[0].strip().lower() for r in requires if "extra ==" not in r}
     assert {"torch", "lightning", "matplotlib", "pyyaml", "tokenizers"} <= unconditional
+    shipped = {n for n in names if n.startswith("markovformer/configs/") and n.endswith(".yaml")}
+    assert "markovformer/configs/text_char.yaml" in shipped and len(shipped) >= 15
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # pip and the venv must not see a source tree
     venv = tmp_path / "venv"
@@ -96,3 +99,11 @@ def test_a_built_wheel_installs_a_working_command_into_a_new_venv(tmp_path):
     shown = subprocess.run([str(venv / "bin" / "markovformer"), "data", "show", "markov_chain"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=300)  # fmt: skip
     assert shown.returncode == 0 and "entropy rate" in shown.stdout, shown.stderr
+    # The README's commands name configs/NAME.yaml: outside a clone they read the configs the wheel ships.
+    listed = subprocess.run([str(venv / "bin" / "markovformer"), "config", "show", "text_char"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert listed.returncode == 0 and listed.stdout.startswith("# Character-level"), listed.stderr
+    typo = subprocess.run([str(venv / "bin" / "markovformer"), "train", "configs/causal_lm_chain.yaml",
+                           "trainer.max_stepz=3"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert typo.returncode == 2 and "trainer.max_stepz" in typo.stderr, typo.stderr

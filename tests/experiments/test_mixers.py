@@ -132,10 +132,11 @@ def test_tiny_run_writes_the_report_and_reuses_its_cells(tmp_path):
 def _train_mqar(tmp_path: Path, name: str, **model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Train configs/mixers_mqar.yaml through the engine with ``model`` changes; (inputs, labels, correct) on its
     test split, ``correct`` (B, T) True where the answer scored at t was predicted."""
+    from markovformer.training.config_files import shipped_config
     from markovformer.training.run_config import load_yaml, resolve_run_config
     from markovformer.training.runner import build_data, load_run, train
 
-    values = load_yaml(ROOT / "configs" / "mixers_mqar.yaml")
+    values = load_yaml(shipped_config("mixers_mqar"))
     values["model"].update(model)
     values["output_dir"] = str(tmp_path / name)
     values["trainer"].update({"max_steps": 700, "eval_every": 700, "checkpoint_every": 700})

@@ -16,6 +16,7 @@ from markovformer.data.text import text_windows
 from markovformer.experiments import scan_shakespeare
 from markovformer.experiments.scan_shakespeare import ScanShakespeareSettings, ngram_losses, run_config, sample_text
 from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
+from markovformer.training.config_files import shipped_config
 from markovformer.training.run_config import TrainerConfig, load_yaml
 from markovformer.training.tasks import build_task
 
@@ -32,7 +33,7 @@ def _has_tiny_shakespeare() -> bool:
 def test_the_scan_markov_cell_is_the_example_config():
     settings = ScanShakespeareSettings()
     cell = run_config("scan_markov", "data/tiny_shakespeare.txt", "runs/scan_shakespeare", settings)
-    config = load_yaml(ROOT / "configs" / "scan_shakespeare.yaml")
+    config = load_yaml(shipped_config("scan_shakespeare"))
     assert {k: v for k, v in cell.items() if k != "trainer"} == {k: v for k, v in config.items() if k != "trainer"}
     assert cell["trainer"] == config["trainer"]
 

@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train a run from a YAML config (default: the embedded demo run)")
-    train.add_argument("config", nargs="?", help="YAML run config (see configs/); omitted: the demo run")
+    train.add_argument("config", nargs="?", help="YAML run config: a file, or a shipped config's name (`markovformer "
+                       "config list`; configs/NAME.yaml also names one); omitted: the demo run")  # fmt: skip
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.max_order=3 trainer.max_steps=2000")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue a killed run from its last checkpoint; "
                        "overrides may extend it (trainer.max_steps=N) or change how it is watched")  # fmt: skip
@@ -74,18 +75,22 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--beam-size", type=int, default=1, help="translation: beam search width for BLEU")
 
     generate = commands.add_parser("generate", help="sample from a language model, or translate with a translation "
-                                   "model (one sentence per --prompt, or per line of --input)")  # fmt: skip
+                                   "model (one sentence per --prompt, or per line of --input)",
+                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
     generate.add_argument("target", help="run directory or checkpoint file")
-    generate.add_argument("--prompt", help="text (or space-separated token ids without tokenizer); for a "
+    generate.add_argument("--prompt", help="text (or space-separated token ids without tokenizer); an empty prompt "
+                          "samples unconditionally (after a line break, else from a token drawn with --seed); for a "
                           "translation run, the source sentence")  # fmt: skip
+    generate.add_argument("--skip-unknown", action="store_true", help="drop prompt characters outside a character "
+                          "run's alphabet instead of refusing them")  # fmt: skip
     generate.add_argument("--input", help="translation: a file of source sentences, one per line")
     generate.add_argument("--beam-size", type=int, default=1, help="translation: beam width (1 = greedy)")
     generate.add_argument("--length-penalty", type=float, default=1.0, help="translation: beam score / length^this")
-    generate.add_argument("--max-new-tokens", type=int, default=200)
+    generate.add_argument("--max-new-tokens", type=int, default=200, help="tokens to sample")
     generate.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    generate.add_argument("--top-k", type=int, default=None)
+    generate.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens")
     generate.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
-    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--seed", type=int, default=0, help="the same seed gives the same sample")
 
     inspect = commands.add_parser("inspect", help="figures of a trained run: curves, strengths, gates, attention")
     inspect.add_argument("target", help="run directory or checkpoint file")
@@ -110,14 +115,25 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("name", help="recipe name (`data prepare list` names them)")
     prepare.add_argument("--dir", default=None, help="data directory (default $MARKOVFORMER_DATA or ./data)")
     prepare.add_argument("--force", action="store_true", help="rebuild even when the file is already there")
+    config = commands.add_parser("config", help="the example run configs shipped with the package")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    config_commands.add_parser("list", help="name and summary of each shipped config")
+    config_show = config_commands.add_parser("show", help="print a shipped config")
+    config_show.add_argument("name")
+    config_copy = config_commands.add_parser("copy", help="copy a shipped config to edit it")
+    config_copy.add_argument("name")
+    config_copy.add_argument("dest", nargs="?", default=None, help="file or folder (default ./NAME.yaml)")
+    config_copy.add_argument("--force", action="store_true", help="overwrite an existing file")
     bench_command.add_parser(commands)
     return parser
 
 
 def run_train(args: argparse.Namespace) -> None:
     from markovformer.allocator import keep_freed_memory  # deferred: see the module docstring
+    from markovformer.training.config_files import locate_config
     from markovformer.training.demo import DEMO_CONFIG
-    from markovformer.training.run_config import apply_overrides, load_yaml, resolve_run_config
+    from markovformer.training.kind_switches import apply_switching_overrides
+    from markovformer.training.run_config import load_yaml, resolve_run_config
     from markovformer.training.runner import resume, train
 
     keep_freed_memory()  # reuse freed memory: glibc would page-fault long-T activations in on every step
@@ -131,8 +147,11 @@ def run_train(args: argparse.Namespace) -> None:
                              f"key=value overrides such as trainer.max_steps=N may follow)")  # fmt: skip
         resume(args.resume, overrides)
         return
-    values = load_yaml(args.config) if args.config else copy.deepcopy(DEMO_CONFIG)
-    train(resolve_run_config(apply_overrides(values, overrides)))
+    values = load_yaml(locate_config(args.config)) if args.config else copy.deepcopy(DEMO_CONFIG)
+    values, notes = apply_switching_overrides(values, overrides)
+    for note in notes:
+        print(note, flush=True)
+    train(resolve_run_config(values))
 
 
 def run_eval(args: argparse.Namespace) -> None:
@@ -150,7 +169,10 @@ def run_eval(args: argparse.Namespace) -> None:
         print(json.dumps(finite_or_null(results), indent=2, allow_nan=False))  # NaN is not JSON
         return
     shown = "  ".join(f"{k} {v:.4f}" for k, v in results["metrics"].items())
-    print(f"{results['run_dir']} [{results['split']}]: {shown}")
+    weights = results["weights"]
+    scored = (f"final model, step {weights['step']}" if weights["finished"] else
+              f"{weights['source']} at step {weights['step']}: the run is unfinished")  # fmt: skip
+    print(f"{results['run_dir']} [{results['split']}] ({scored}): {shown}")
     if "entropy_rate" in results and "loss" in results["metrics"]:
         excess = 100 * (results["metrics"]["loss"] / results["entropy_rate"] - 1)
         truth = f"; the true chain scores {results['true_chain_loss']:.4f}" if "true_chain_loss" in results else ""
@@ -204,7 +226,7 @@ def run_generate(args: argparse.Namespace) -> None:
 
     generation = generation_config(args)
     config, model, run_dir = load_run(args.target)
-    request = GenerationRequest(args.prompt, args.input, generation, args.seed)
+    request = GenerationRequest(args.prompt, args.input, generation, args.seed, args.skip_unknown)
     for line in build_task(config.task, config.trainer).generate(model, run_dir, request):
         print(line, flush=True)
 
@@ -292,6 +314,31 @@ def prepare_data(args: argparse.Namespace) -> None:
     print(f"wrote {out}\n{recipe.usage.format(path=out)}")
 
 
+def run_config_command(args: argparse.Namespace) -> None:
+    from markovformer.training.config_files import shipped_config, shipped_configs  # deferred: module docstring
+
+    if args.config_command == "list":
+        configs = shipped_configs()
+        column = max(map(len, configs)) + 2
+        for name, path in configs.items():
+            first = next((line for line in path.read_text().splitlines() if line.startswith("#")), "#")
+            print(wrapped(first.lstrip("# ").rstrip("."), column, name))
+        print("\nmarkovformer config show NAME: print one; markovformer config copy NAME [DEST]: copy it to edit; "
+              "markovformer train NAME (or configs/NAME.yaml) trains it")  # fmt: skip
+        return
+    source = shipped_config(args.name)
+    if args.config_command == "show":
+        print(source.read_text(), end="")
+        return
+    dest = Path(args.dest) if args.dest else Path(source.name)
+    if dest.is_dir():
+        dest = dest / source.name
+    if dest.exists() and not args.force:
+        raise ValueError(f"{dest} already exists; choose another DEST or add --force to overwrite it")
+    dest.write_text(source.read_text())
+    print(f"wrote {dest}; edit it, then: markovformer train {dest}")
+
+
 def run_experiment_command(args: argparse.Namespace) -> None:
     from markovformer.experiments import EXPERIMENTS, run_experiment  # deferred: see the module docstring
     from markovformer.training.run_config import parse_override
@@ -321,6 +368,7 @@ COMMANDS = {
     "generate": run_generate,
     "inspect": run_inspect,
     "data": run_data,
+    "config": run_config_command,
     "bench": bench_command.run_bench,
 }
 

@@ -45,6 +45,19 @@ def recorded_data_path(run_dir: Path, data: dict, overrides: dict) -> dict:
     return {"path": recorded[0]} if len(recorded) == 1 and Path(recorded[0]).is_file() else {}
 
 
+def scored_weights(target: Path, run_dir: Path) -> dict:
+    """Which weights ``load_run(target)`` scored: the finished run's model/ or a checkpoint, with its step."""
+    from markovformer.training.run_checks import resumable_checkpoint
+    from markovformer.training.run_dir import LAST_CHECKPOINT, finished_steps
+
+    finished = finished_steps(run_dir)
+    if target.is_dir() and finished is not None and (run_dir / "model").is_dir():
+        return {"source": "model", "step": finished, "finished": True}
+    checkpoint = target if target.is_file() else run_dir / "checkpoints" / LAST_CHECKPOINT
+    step = resumable_checkpoint(checkpoint)["global_step"]
+    return {"source": str(checkpoint.relative_to(run_dir)), "step": step, "finished": False}
+
+
 def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1) -> dict:
     """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options),
     scored as validation scores it. Translation runs are decoded with beam search of ``beam_size`` (1 = greedy) for
@@ -68,5 +81,6 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     with torch.no_grad():
         for batch in loader:
             task.score(model, batch, metrics, beam_size)
-    results = {"split": split, "run_dir": str(run_dir), "metrics": metrics.compute()}
+    results = {"split": split, "run_dir": str(run_dir), "weights": scored_weights(Path(target), run_dir),
+               "metrics": metrics.compute()}  # fmt: skip
     return {**results, **reference_results(bundle.info.get("reference", {}), split)}

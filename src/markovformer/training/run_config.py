@@ -35,12 +35,19 @@ class RunConfig:
     trainer: TrainerConfig
     output_dir: str = "runs/run"
     model_type: str = "markovian_transformer"
+    # Fine-tuning (training.init_from): start from the weights of a run or saved model directory; the tensors
+    # init_from_skip names (head, embeddings or name prefixes) start fresh instead.
+    init_from: str | None = None
+    init_from_skip: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ConfigError(f"task={shown(self.task)} must be one of {tuple(TASKS)}{suggest(self.task, TASKS)}")
         if not self.output_dir.strip():  # an empty path is the working directory: the run would land there
             raise ConfigError(f"output_dir={shown(self.output_dir)} is empty; name the run directory")
+        if self.init_from_skip and self.init_from is None:
+            raise ConfigError("init_from_skip is set but init_from is not: name the run or model directory to start "
+                              "from")  # fmt: skip
         if "source" not in self.data:
             raise ConfigError("data.source is missing: name a data source (see `markovformer data list`)")
 
@@ -239,7 +246,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return values
 
 
-SECTIONS = ("task", "output_dir", "model_type", "model", "data", "trainer")
+SECTIONS = ("task", "output_dir", "model_type", "model", "data", "trainer", "init_from", "init_from_skip")
 # Trainer options renamed since run configs were first written (old key -> new key): a run's config.yaml written
 # before the rename still loads. (Model fields are renamed by their config class's ``renamed_fields``.)
 RENAMED_TRAINER_KEYS = {"context_lengths": "orders"}
@@ -274,6 +281,8 @@ def resolve_run_config(values: dict[str, Any]) -> RunConfig:
     for key in ("task", "output_dir", "model_type"):
         if key in values:
             coerce(values[key], str, key)
+    init_from = coerce(values.get("init_from"), str | None, "init_from")
+    init_from_skip = coerce(values.get("init_from_skip") or [], list[str], "init_from_skip")
     return RunConfig(
         task=values["task"],
         model=dict(values.get("model") or {}),
@@ -281,4 +290,6 @@ def resolve_run_config(values: dict[str, Any]) -> RunConfig:
         trainer=trainer,
         output_dir=values.get("output_dir", "runs/run"),
         model_type=values.get("model_type", "markovian_transformer"),
+        init_from=init_from,
+        init_from_skip=init_from_skip,
     )

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.data import DataLoader
 
@@ -22,6 +24,7 @@ from markovformer.training.divergence import DivergenceGuard
 from markovformer.training.environment import check_accelerator, check_nodes
 from markovformer.training.evaluation import evaluate
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
+from markovformer.training.init_from import initialise_from
 from markovformer.training.metrics_log import AppendingCSVLogger
 from markovformer.training.module import TrainingModule
 from markovformer.training.progress import PrintProgress
@@ -43,14 +46,15 @@ from markovformer.training.run_lock import run_dir_lock
 from markovformer.training.run_report import describe_run, report_results
 from markovformer.training.step_checkpoints import LastValidation, RunFingerprint, StepCheckpoints
 from markovformer.training.tasks import Task
-from markovformer.training.trainer_config import ConfigError, TrainerConfig
+from markovformer.training.trainer_config import LOGGERS, MAX_DEFAULT_THREADS, ConfigError, TrainerConfig
 
 
 def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.Module) -> tuple[DataLoader, ...]:
     """The training stream the task builds, starting at the trainer's step, and the validation split's batches (each
     process scores its own share of the split, every example exactly once: ``RankShare``)."""
     tc = task.trainer
-    stream = task.train_batches(bundle, model, start=lambda: trainer.global_step)
+    # the stream is indexed by batch: an optimiser step takes accumulate_grad_batches of them
+    stream = task.train_batches(bundle, model, start=lambda: trainer.global_step * tc.accumulate_grad_batches)
     # Own generators: a DataLoader draws its base seed from the global RNG at every new iterator, which would shift
     # the dropout stream between an uninterrupted run and a resumed one.
     train = DataLoader(stream, batch_size=None, num_workers=tc.num_workers, generator=torch.Generator())
@@ -70,9 +74,42 @@ def is_run_writer(tc: TrainerConfig) -> bool:
     return probe.is_global_zero
 
 
+def check_logger(logger: str) -> None:
+    """ConfigError unless the package ``trainer.logger`` needs is installed; before anything is written."""
+    package = LOGGERS[logger]
+    if package is not None and importlib.util.find_spec(package) is None:
+        raise ConfigError(f"trainer.logger={logger!r} needs the package {package!r}: pip install {package} (or "
+                          f"trainer.logger=tensorboard, the default, or csv)")  # fmt: skip
+
+
+def metrics_loggers(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger) -> list:
+    """The run's own logs/metrics.csv, then the logger ``trainer.logger`` chooses."""
+    if tc.logger == "tensorboard":
+        return [log, TensorBoardLogger(run_dir, name="tensorboard", version="")]
+    if tc.logger == "wandb":
+        from lightning.pytorch.loggers import WandbLogger
+
+        return [log, WandbLogger(save_dir=str(run_dir), name=run_dir.name)]
+    if tc.logger == "mlflow":
+        from lightning.pytorch.loggers import MLFlowLogger
+
+        return [log, MLFlowLogger(experiment_name=run_dir.name, save_dir=str(run_dir / "mlruns"))]
+    return [log]
+
+
+def training_threads(tc: TrainerConfig) -> int:
+    """torch's intra-op threads for the run: ``trainer.threads``, else the current setting capped at
+    ``MAX_DEFAULT_THREADS`` and at the cores this process may run on."""
+    if tc.threads is not None:
+        return tc.threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(torch.get_num_threads(), MAX_DEFAULT_THREADS, cores))
+
+
 def train(config: RunConfig) -> dict:
     """Train a new run into ``config.output_dir``, holding the run directory's lock while it runs."""
     check_accelerator(config.trainer.accelerator)  # before anything is written
+    check_logger(config.trainer.logger)
     check_nodes(config.trainer.num_nodes)
     run_dir = Path(config.output_dir)
     writer = is_run_writer(config.trainer)
@@ -98,6 +135,7 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         done_steps = resumable_checkpoint(last)["global_step"] if last.is_file() else 0
         extended = resumed_config(config, overrides, done_steps)
         check_accelerator(extended.trainer.accelerator)
+        check_logger(extended.trainer.logger)
         check_nodes(extended.trainer.num_nodes)
         finished = finished_steps(run_dir)
         if finished is not None and finished >= extended.trainer.max_steps:
@@ -122,6 +160,16 @@ def complete_run(config: RunConfig) -> dict:
 
 
 def _fit(config: RunConfig, writer: bool, resume: bool) -> dict:
+    """``_fit_with_threads`` under the run's intra-op thread count (``training_threads``), restored afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(training_threads(config.trainer))
+    try:
+        return _fit_with_threads(config, writer, resume)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
     """Build the data and model, then train (from the last checkpoint when ``resume``); the writer holds the lock
     and writes the run's files, the other processes of a multi-process run write nothing."""
     run_dir = Path(config.output_dir)
@@ -133,6 +181,8 @@ def _fit(config: RunConfig, writer: bool, resume: bool) -> dict:
     bundle = build_data(config)
     task = build_run_task(config, bundle)
     model = build_model(config, bundle.info)
+    if config.init_from is not None and checkpoint is None:  # a resumed run's checkpoint holds its own weights
+        print(initialise_from(model, config.init_from, config.init_from_skip), flush=True)
     task.prepare_model(model)
     if config.trainer.compile:
         model.compile()
@@ -181,7 +231,8 @@ def _fit(config: RunConfig, writer: bool, resume: bool) -> dict:
                "reference": bundle.info.get("reference", {})}  # fmt: skip
     write_final_files(run_dir, model, fingerprint.fingerprint, results)
     report_results(results, model, bundle)
-    print(f"run directory: {run_dir}  (model/, checkpoints/, logs/metrics.csv, tensorboard/, metrics.json)")
+    logs = "logs/metrics.csv, tensorboard/" if tc.logger == "tensorboard" else "logs/metrics.csv"
+    print(f"run directory: {run_dir}  (model/, checkpoints/, {logs}, metrics.json)")
     return results
 
 
@@ -191,7 +242,7 @@ def lightning_trainer(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger,
     guard, progress). Validation batches are sharded by the loader itself (no padded duplicates)."""
     return L.Trainer(
         max_steps=tc.max_steps,
-        val_check_interval=tc.eval_every,
+        val_check_interval=tc.eval_every * tc.accumulate_grad_batches,  # counted in batches by Lightning
         check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
         gradient_clip_val=tc.gradient_clip or None,
@@ -201,10 +252,12 @@ def lightning_trainer(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger,
         devices=tc.devices,
         num_nodes=tc.num_nodes,
         strategy=tc.strategy,
-        logger=[log, TensorBoardLogger(run_dir, name="tensorboard", version="")],
+        logger=metrics_loggers(tc, run_dir, log),
+        accumulate_grad_batches=tc.accumulate_grad_batches,
         callbacks=[
             StepCheckpoints(run_dir / "checkpoints", tc.checkpoint_every, tc.eval_every, tc.keep_checkpoints),
             LearningRateMonitor(logging_interval="step"),
+            *([EarlyStopping(**tc.early_stopping, check_finite=False)] if tc.early_stopping else []),
             *callbacks,
         ],
         use_distributed_sampler=False,

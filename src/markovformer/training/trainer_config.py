@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import reprlib
+from typing import Any
 
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
 # Lightning strategies shown to train, checkpoint (safetensors) and resume with this trainer; the others fail later:
 # ddp_spawn cannot pickle the data loaders, deepspeed and fsdp write their own checkpoint formats.
 STRATEGIES = ("auto", "ddp", "ddp_find_unused_parameters_true", "single_device")
+# Where metrics go besides the run's own logs/metrics.csv: TensorBoard (tensorboard/), nothing more ("csv"), or
+# Lightning's Weights & Biases / MLflow loggers when their package is installed.
+LOGGERS = {"tensorboard": "tensorboard", "csv": None, "wandb": "wandb", "mlflow": "mlflow"}
+EARLY_STOPPING_KEYS = ("monitor", "patience", "mode")
+MAX_DEFAULT_THREADS = 4  # tiny models gain nothing from more intra-op threads, and a shared machine loses a lot
 
 
 class ConfigError(ValueError):
@@ -57,7 +63,7 @@ class TrainerConfig:
     checkpoint_every: int = 200
     log_every: int = 50
     eval_batch_size: int = 64
-    accelerator: str = "cpu"
+    accelerator: str = "cpu"  # cpu | gpu | cuda | mps | auto (Lightning's choice: a GPU when one is visible)
     devices: int = 1
     num_nodes: int = 1
     strategy: str = "auto"
@@ -73,6 +79,16 @@ class TrainerConfig:
     kl_warmup_steps: int = 0
     carry: bool = True
     window_overlap: bool = False
+    # Optimiser steps accumulate the gradients of this many batches (an effective batch of batch_size times it);
+    # max_steps, warmup_steps and eval_every count optimiser steps.
+    accumulate_grad_batches: int = 1
+    # Stop before max_steps when a validation metric stops improving: {monitor: val/loss, patience: 3, mode: min};
+    # patience counts validations (every eval_every steps). null: train to max_steps.
+    early_stopping: dict[str, Any] | None = None
+    logger: str = "tensorboard"  # tensorboard | csv (logs/metrics.csv only) | wandb | mlflow (their package needed)
+    # torch's intra-op threads while training. null: the current setting capped at MAX_DEFAULT_THREADS and at the
+    # cores this process may use (a shared 2-core machine ran the default 2 threads up to 50x slower).
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "batch_size", "eval_every", "checkpoint_every", "log_every", "eval_batch_size",
@@ -107,6 +123,13 @@ class TrainerConfig:
             raise ConfigError(f"trainer.precision={shown(self.precision)} must be one of {PRECISIONS}")
         if self.warmup_steps < 0 or self.num_workers < 0:
             raise ConfigError("trainer.warmup_steps and trainer.num_workers must be >= 0")
+        if self.accumulate_grad_batches < 1 or (self.threads is not None and self.threads < 1):
+            raise ConfigError(f"trainer.accumulate_grad_batches={self.accumulate_grad_batches} and trainer.threads="
+                              f"{self.threads} must be >= 1")  # fmt: skip
+        if self.logger not in LOGGERS:
+            raise ConfigError(f"trainer.logger={shown(self.logger)} must be one of {tuple(LOGGERS)}")
+        if self.early_stopping is not None:
+            self.early_stopping = early_stopping_options(self.early_stopping)
         if self.kl_warmup_steps < 0:
             raise ConfigError(f"trainer.kl_warmup_steps={shown(self.kl_warmup_steps)} must be >= 0")
         if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.orders):
@@ -115,3 +138,21 @@ class TrainerConfig:
             raise ConfigError(f"trainer.orders={shown(list(self.orders))} repeats a value")
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"trainer.label_smoothing={shown(self.label_smoothing)} must lie in [0, 1)")
+
+
+def early_stopping_options(values: dict[str, Any]) -> dict[str, Any]:
+    """``trainer.early_stopping`` with its defaults (patience 3, mode min) filled in; ConfigError naming the key."""
+    unknown = sorted(set(values) - set(EARLY_STOPPING_KEYS))
+    if unknown:
+        raise ConfigError(f"trainer.early_stopping.{unknown[0]} is not an option; give {EARLY_STOPPING_KEYS}")
+    options = {"patience": 3, "mode": "min", **values}
+    monitor = options.get("monitor")
+    if not isinstance(monitor, str) or not monitor.startswith("val/"):
+        raise ConfigError(f"trainer.early_stopping.monitor={shown(monitor)} must name a validation metric, e.g. "
+                          f"val/loss (the val/ names in logs/metrics.csv)")  # fmt: skip
+    if isinstance(options["patience"], bool) or not isinstance(options["patience"], int) or options["patience"] < 1:
+        raise ConfigError(f"trainer.early_stopping.patience={shown(options['patience'])} must be an integer >= 1 "
+                          f"(validations without improvement)")  # fmt: skip
+    if options["mode"] not in ("min", "max"):
+        raise ConfigError(f"trainer.early_stopping.mode={shown(options['mode'])} must be 'min' or 'max'")
+    return options

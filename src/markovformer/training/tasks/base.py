@@ -9,6 +9,7 @@ name. To add a task: subclass ``Task`` in a file of this package and add it to `
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ class GenerationRequest:
     input: str | None = None
     generation: GenerationConfig = field(default_factory=lambda: GenerationConfig(max_new_tokens=200))
     seed: int = 0
+    skip_unknown: bool = False  # drop prompt characters outside a character run's alphabet instead of refusing
 
 
 class LossMetric(nn.Module):
@@ -170,11 +172,23 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
     if request.prompt is None or request.input is not None:
         raise ValueError("a language model continues one --prompt (--input is for translation runs)")
     tokenizer = load_tokenizer(Path(run_dir) / "tokenizer") if (Path(run_dir) / "tokenizer").is_dir() else None
+    prompt = request.prompt
     if tokenizer is not None:
-        ids = tokenizer.encode(request.prompt)
+        alphabet = set(getattr(tokenizer, "alphabet", ()))
+        if request.skip_unknown and alphabet:
+            kept = "".join(char for char in prompt if char in alphabet)
+            if kept != prompt:
+                dropped = sorted(set(prompt) - alphabet)
+                print(f"--skip-unknown: dropped {len(prompt) - len(kept)} prompt characters outside the run's alphabet "
+                      f"({', '.join(map(repr, dropped[:10]))})", file=sys.stderr)  # fmt: skip
+            prompt = kept
+        try:
+            ids = tokenizer.encode(prompt)
+        except ValueError as error:
+            raise ValueError(f"--prompt: {error}; add --skip-unknown to drop such characters") from None
     else:
         try:
-            ids = [int(token) for token in request.prompt.split()]
+            ids = [int(token) for token in prompt.split()]
         except ValueError as error:
             message = f"this run has no tokenizer: give the prompt as token ids, e.g. '3 1 4' ({error})"
             raise ValueError(message) from None
@@ -183,11 +197,32 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
         if outside:
             raise ValueError(f"--prompt: token id {outside[0]} is outside the vocabulary [0, {vocab_size})")
     if not ids:
-        raise ValueError("--prompt is empty: give at least one token")
+        ids, prompt = unconditional_start(model, tokenizer, request.seed)
     generator = torch.Generator().manual_seed(request.seed)
     generation = request.generation
     if tokenizer is not None:  # a tokenizer reserves id 0 for padding: never generate it
         generation = generation.replace(suppress_tokens=[*(generation.suppress_tokens or ()), PAD_ID])
     out = model.generate(torch.tensor([ids]), generation_config=generation, generator=generator)
     new = out[0, len(ids) :].tolist()
-    yield request.prompt + tokenizer.decode(new) if tokenizer is not None else " ".join(map(str, ids + new))
+    yield prompt + tokenizer.decode(new) if tokenizer is not None else " ".join(map(str, ids + new))
+
+
+def unconditional_start(model: nn.Module, tokenizer, seed: int) -> tuple[list[int], str]:
+    """The ids an empty prompt starts from (runs have no BOS token) and the text printed before the sample: a line
+    break when the tokenizer has one as a single token (text starts lines; not printed), else one token drawn
+    uniformly (with ``seed``) from the vocabulary, padding excluded (printed); says on stderr which."""
+    if tokenizer is not None:
+        try:
+            newline = tokenizer.encode("\n")
+        except ValueError:
+            newline = []
+        if len(newline) == 1:
+            print("empty prompt: sampling unconditionally after a line break", file=sys.stderr)
+            return newline, ""
+    vocab_size = model.config.vocab_size
+    low = PAD_ID + 1 if tokenizer is not None else 0
+    token = int(torch.randint(low, vocab_size, (1,), generator=torch.Generator().manual_seed(seed)))
+    text = tokenizer.decode([token]) if tokenizer is not None else str(token)
+    print(f"empty prompt: sampling unconditionally from the token {text!r}, drawn uniformly with --seed",
+          file=sys.stderr)  # fmt: skip
+    return [token], text

@@ -1,0 +1,40 @@
+"""The example run configs shipped inside the package (``markovformer/configs/*.yaml``) and how a config argument
+finds its file: a path that exists, else a shipped config named bare (``text_char``) or as a clone spells it
+(``configs/text_char.yaml``), so README commands work from a wheel as from a clone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from markovformer.models.config_base import suggest
+from markovformer.training.trainer_config import ConfigError
+
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+
+def shipped_configs() -> dict[str, Path]:
+    """Name (the file's stem) -> path of every shipped config, sorted by name."""
+    return {path.stem: path for path in sorted(SHIPPED_DIR.glob("*.yaml"))}
+
+
+def shipped_config(name: str) -> Path:
+    """The shipped config ``name`` (``text_char``, ``text_char.yaml`` or ``configs/text_char.yaml``); ConfigError
+    naming the known ones otherwise."""
+    stem = Path(name).name.removesuffix(".yaml")
+    configs = shipped_configs()
+    if stem not in configs:
+        raise ConfigError(f"no shipped config {name!r}{suggest(stem, configs)}; `markovformer config list` names them")
+    return configs[stem]
+
+
+def locate_config(argument: str | Path) -> Path:
+    """The file a config argument names: an existing path as given; else, for a bare name or a path inside a folder
+    named ``configs``, the shipped config of that name."""
+    path = Path(argument)
+    if path.is_file():
+        return path
+    bare = path.parent == Path(".") or path.parent.name == "configs"
+    if bare and path.name.removesuffix(".yaml") in shipped_configs():
+        return shipped_config(path.name)
+    hint = "; shipped configs are named by `markovformer config list`" if bare else ""
+    raise ConfigError(f"{path}: no such config file{hint}")

@@ -1,0 +1,80 @@
+"""Fine-tuning: a new run's model starts from the weights of a trained run or a saved model directory.
+
+``init_from: RUN_OR_MODEL_DIR`` (a run config key) names a run directory (its final model/, else its last
+checkpoint, both checked against the run's fingerprint) or a folder written by ``save_pretrained`` (config.json +
+model.safetensors). Every tensor must match the new model's name and shape; a changed head (other labels) or
+vocabulary is refused with the names that differ, unless ``init_from_skip`` names them: ``head`` (the tensors
+outside the backbone ``model.``: lm_head, classifier, ...), ``embeddings`` (names holding ``embed``: the inputs a
+vocabulary changes) or any tensor-name prefix. Skipped tensors keep the new model's fresh initialisation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from markovformer.training.trainer_config import ConfigError
+
+SKIP_GROUPS = {"head": "the task head (tensors outside model.)", "embeddings": "the embeddings (names with 'embed')"}
+
+
+def skipped(name: str, skip: list[str] | tuple[str, ...]) -> bool:
+    """Whether tensor ``name`` is left out by the ``init_from_skip`` entries ``skip``."""
+    for entry in skip:
+        if entry == "head" and not name.startswith("model."):
+            return True
+        if entry == "embeddings" and "embed" in name:
+            return True
+        if entry not in SKIP_GROUPS and name.startswith(entry):
+            return True
+    return False
+
+
+def read_weights(source: Path) -> dict[str, torch.Tensor]:
+    """The weights in a run directory or a saved model directory (see the module docstring)."""
+    from safetensors.torch import load_file
+
+    if not source.is_dir():
+        raise ConfigError(f"init_from={str(source)!r}: no such run or model directory")
+    if (source / "config.yaml").is_file():  # a run: the same loading and checks as eval and generate
+        from markovformer.training.run_dir import load_run
+
+        _, model, _ = load_run(source)
+        return model.state_dict()
+    if (source / "model.safetensors").is_file():
+        return load_file(str(source / "model.safetensors"))
+    raise ConfigError(f"init_from={str(source)!r} is neither a run directory (config.yaml) nor a saved model "
+                      f"directory (model.safetensors)")  # fmt: skip
+
+
+def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] | tuple[str, ...]) -> str:
+    """Copy the weights of ``source`` into ``model`` except those ``skip`` names; ConfigError naming the tensors
+    that differ (and the ``init_from_skip`` that would leave them out) unless all others match. Returns the line
+    the run prints."""
+    source = Path(source)
+    stored = read_weights(source)
+    own = model.state_dict()
+    for entry in skip:
+        if not any(skipped(name, [entry]) for name in own):
+            raise ConfigError(f"init_from_skip entry {entry!r} names no tensor of the model; use "
+                              f"{' or '.join(SKIP_GROUPS)} or a tensor-name prefix")  # fmt: skip
+    taken = {name: tensor for name, tensor in stored.items() if name in own and not skipped(name, skip)}
+    pointers = {own[name].data_ptr() for name in taken}  # a tied weight saved once (safetensors) is loaded once
+    problems = [name for name in own if not skipped(name, skip) and name not in stored
+                and own[name].data_ptr() not in pointers]  # fmt: skip
+    problems += [name for name in stored if name not in own and not skipped(name, skip)]
+    problems += [name for name, tensor in taken.items() if tuple(tensor.shape) != tuple(own[name].shape)]
+    if problems:
+        groups = [group for group in SKIP_GROUPS if any(skipped(name, [group]) for name in problems)]
+        shapes = "; ".join(f"{name} {list(stored[name].shape) if name in stored else 'missing'} -> "
+                           f"{list(own[name].shape) if name in own else 'not in this model'}"
+                           for name in problems[:3])  # fmt: skip
+        choice = (f"; to start them fresh (a changed head or vocabulary), add init_from_skip: [{', '.join(groups)}]"
+                  if groups and all(skipped(name, groups) for name in problems) else "")  # fmt: skip
+        raise ConfigError(f"init_from={str(source)!r} does not fit this run's model: {len(problems)} tensors differ "
+                          f"({shapes}){choice}")  # fmt: skip
+    model.load_state_dict({**own, **{name: tensor.to(own[name].dtype) for name, tensor in taken.items()}})
+    fresh = len(own) - len(taken)
+    return (f"initialised from {source}: {len(taken)} of {len(own)} tensors"
+            + (f" ({fresh} left fresh by init_from_skip)" if fresh else ""))

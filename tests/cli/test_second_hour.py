@@ -1,0 +1,268 @@
+"""The second hour of a new user (issue 32): shipped configs from anywhere, overrides that switch a source or an
+attention kind, fine-tuning from a trained run, Lightning's habits, comparable numbers and generate's options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+
+from markovformer.training.config_files import SHIPPED_DIR, locate_config, shipped_config, shipped_configs
+from markovformer.training.trainer_config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def assert_one_line_error(done, *fragments: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def test_the_configs_ship_as_package_data_and_the_clone_links_to_them():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "configs/*.yaml" in project["tool"]["setuptools"]["package-data"]["markovformer"]
+    assert SHIPPED_DIR == ROOT / "src/markovformer/configs" and "text_char" in shipped_configs()
+    assert (ROOT / "configs").resolve() == SHIPPED_DIR  # README commands from a clone read the same files
+
+
+def test_a_config_argument_finds_a_file_then_a_shipped_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text_char = SHIPPED_DIR / "text_char.yaml"
+    for spelling in ("text_char", "text_char.yaml", "configs/text_char.yaml"):
+        assert locate_config(spelling) == text_char
+    (tmp_path / "configs").mkdir()
+    own = tmp_path / "configs" / "text_char.yaml"
+    own.write_text("task: causal_lm\n")
+    assert locate_config("configs/text_char.yaml") == Path("configs/text_char.yaml")  # the user's own file first
+    with pytest.raises(ConfigError, match="no such config file"):
+        locate_config("elsewhere/text_char.yaml")  # a path in another folder is never a shipped name
+    with pytest.raises(ConfigError, match="text_char"):
+        shipped_config("text_chr")
+
+
+def test_train_reads_a_shipped_config_outside_a_clone(cli):
+    """From a folder without configs/ (as after `pip install`), configs/NAME.yaml is the shipped config: the run
+    gets as far as the mistyped key."""
+    assert_one_line_error(cli("train", "configs/causal_lm_chain.yaml", "trainer.max_stepz=3"), "trainer.max_stepz")
+    assert_one_line_error(cli("train", "configs/no_such.yaml"), "no such config file", "config list")
+
+
+def test_config_list_show_and_copy(cli, tmp_path):
+    listed = cli("config", "list")
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.splitlines() if line[:1].strip()]
+    assert set(shipped_configs()) <= set(names)
+    shown = cli("config", "show", "text_char")
+    assert shown.returncode == 0 and shown.stdout == (SHIPPED_DIR / "text_char.yaml").read_text()
+    copied = cli("config", "copy", "vmt_hmm")
+    assert copied.returncode == 0, copied.stderr
+    assert (tmp_path / "vmt_hmm.yaml").read_text() == (SHIPPED_DIR / "vmt_hmm.yaml").read_text()
+    assert_one_line_error(cli("config", "copy", "vmt_hmm"), "already exists", "--force")
+    (tmp_path / "mine").mkdir()
+    assert cli("config", "copy", "text_bpe", "mine").returncode == 0
+    assert yaml.safe_load((tmp_path / "mine" / "text_bpe.yaml").read_text())["data"]["tokenizer"] == "bpe"
+    assert_one_line_error(cli("config", "show", "text_chr"), "text_char", "config list")
+
+
+def test_switching_the_data_source_drops_the_old_sources_options_and_says_so():
+    from markovformer.training.demo import DEMO_CONFIG
+    from markovformer.training.kind_switches import apply_switching_overrides
+
+    values, notes = apply_switching_overrides(yaml.safe_load(yaml.safe_dump(DEMO_CONFIG)),
+                                              ["data.source=text", "data.path=notes.txt"])  # fmt: skip
+    assert values["data"] == {"source": "text", "path": "notes.txt", "seq_len": 128}  # seq_len: text takes it
+    assert len(notes) == 1 and "data.kind" in notes[0] and "data.num_symbols" in notes[0]
+    values, notes = apply_switching_overrides(yaml.safe_load(yaml.safe_dump(DEMO_CONFIG)),
+                                              ["data.source=text", "data.kind=lagged"])  # fmt: skip
+    assert values["data"]["kind"] == "lagged"  # typed by the user: kept, and the source's own check names it
+    values, notes = apply_switching_overrides(yaml.safe_load(yaml.safe_dump(DEMO_CONFIG)), ["data.strength=2.0"])
+    assert values["data"]["kind"] == "lagged" and notes == []  # no switch, nothing dropped
+
+
+def test_switching_the_attention_kind_drops_the_options_it_does_not_read():
+    from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
+    from markovformer.training.demo import DEMO_CONFIG
+    from markovformer.training.kind_switches import apply_switching_overrides
+
+    values, notes = apply_switching_overrides(yaml.safe_load(yaml.safe_dump(DEMO_CONFIG)), ["model.attention=retnet"])
+    assert "scope" not in values["model"] and "max_order" not in values["model"]
+    assert {"d_model", "n_layers", "n_heads"} <= set(values["model"]) and "model.scope" in notes[0]
+    MarkovianTransformerConfig(vocab_size=16, **values["model"])  # builds: nothing left that retnet refuses
+    values, _ = apply_switching_overrides(yaml.safe_load(yaml.safe_dump(DEMO_CONFIG)), ["model.attention=softmax"])
+    assert values["model"]["scope"] == "local"  # softmax reads scope (sliding-window softmax): kept
+
+
+def test_train_with_the_demo_switched_to_text_reaches_the_text_source(cli, tmp_path):
+    done = cli("train", "data.source=text", f"data.path={tmp_path / 'missing.txt'}")
+    assert_one_line_error(done, "missing.txt")
+    assert "dropped" in done.stdout and "data.kind" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """A tiny LM run trained for a few steps (through the library: the tests below use it as a starting point)."""
+    from conftest import TINY_RUN
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    folder = tmp_path_factory.mktemp("small")
+    values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
+    values["trainer"].update({"max_steps": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 2})
+    values["output_dir"] = str(folder / "run")
+    train(resolve_run_config(values))
+    (folder / "tiny.yaml").write_text(yaml.safe_dump({**values, "output_dir": str(folder / "other")}))
+    return folder
+
+
+def test_init_from_copies_every_tensor_of_a_run_or_a_saved_model(small_run):
+    import torch
+
+    from markovformer.training.init_from import initialise_from
+    from markovformer.training.runner import build_model, load_run
+
+    config, trained, run_dir = load_run(small_run / "run")
+    for source in (run_dir, run_dir / "model"):  # a run directory, and the save_pretrained folder inside it
+        torch.manual_seed(1)
+        fresh = build_model(config, {"vocab_size": trained.config.vocab_size})
+        assert not torch.equal(fresh.lm_head.weight, trained.lm_head.weight)
+        line = initialise_from(fresh, source, [])
+        assert all(torch.equal(fresh.state_dict()[k], v) for k, v in trained.state_dict().items()), source
+        assert "tensors" in line and "fresh" not in line
+
+
+def test_init_from_refuses_a_changed_vocabulary_unless_told_to_start_those_tensors_fresh(small_run, cli):
+    run, config = small_run / "run", small_run / "tiny.yaml"
+    refused = cli("train", str(config), f"init_from={run}", "data.num_symbols=6")
+    assert_one_line_error(refused, "init_from", "model.embed.weight", "init_from_skip: [head, embeddings]")
+    done = cli("train", str(config), f"init_from={run}", "data.num_symbols=6", "init_from_skip=[head, embeddings]",
+               "trainer.max_steps=2", "trainer.eval_every=2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "initialised from" in done.stdout and "left fresh by init_from_skip" in done.stdout
+    assert_one_line_error(cli("train", str(config), "init_from_skip=[head]"), "init_from is not")
+    typo = cli("train", str(config), f"init_from={run}", "init_from_skip=[decoder]", "output_dir=typo")
+    assert_one_line_error(typo, "decoder", "head or embeddings")
+
+
+def _tiny_values(tmp_path: Path, **trainer) -> dict:
+    from conftest import TINY_RUN
+
+    values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
+    values["trainer"].update({"max_steps": 12, "eval_every": 2, "checkpoint_every": 4, "log_every": 2, **trainer})
+    values["output_dir"] = str(tmp_path / "run")
+    return values
+
+
+def test_early_stopping_accumulation_csv_logger_and_auto_accelerator(tmp_path):
+    """mode max on a falling val/loss never improves: the run stops at the validation after the first (patience
+    1), at step 4 of 12, with no TensorBoard folder (logger csv)."""
+    import json
+
+    import torch
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import lightning_trainer, train
+
+    threads = torch.get_num_threads()
+    config = resolve_run_config(_tiny_values(tmp_path, accumulate_grad_batches=2, logger="csv", accelerator="auto",
+                                             early_stopping={"monitor": "val/loss", "patience": 1, "mode": "max"}))
+    results = train(config)
+    assert results["steps"] == 4
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 4
+    assert not (tmp_path / "run" / "tensorboard").exists() and (tmp_path / "run" / "logs" / "metrics.csv").is_file()
+    assert torch.get_num_threads() == threads  # the run's thread count is restored
+    trainer = lightning_trainer(config.trainer, tmp_path / "probe", None, [])
+    assert trainer.accumulate_grad_batches == 2
+
+
+def test_trainer_options_are_checked_where_declared(tmp_path):
+    import importlib.util
+
+    import torch
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train, training_threads
+
+    def refused(match: str, **trainer) -> None:
+        with pytest.raises(ConfigError, match=match):
+            resolve_run_config(_tiny_values(tmp_path, **trainer))
+
+    refused("early_stopping.monitor", early_stopping={"monitor": "loss"})
+    refused("early_stopping.mode", early_stopping={"monitor": "val/loss", "mode": "up"})
+    refused("early_stopping.paitence", early_stopping={"monitor": "val/loss", "paitence": 2})
+    refused("trainer.logger", logger="neptune")
+    refused("accumulate_grad_batches", accumulate_grad_batches=0)
+    config = resolve_run_config(_tiny_values(tmp_path, threads=3))
+    assert training_threads(config.trainer) == 3
+    assert training_threads(resolve_run_config(_tiny_values(tmp_path)).trainer) <= min(torch.get_num_threads(), 4)
+    if importlib.util.find_spec("wandb") is None:
+        with pytest.raises(ConfigError, match="pip install wandb"):
+            train(resolve_run_config(_tiny_values(tmp_path, logger="wandb")))
+        assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+@pytest.fixture(scope="module")
+def char_run(tmp_path_factory):
+    """A tiny character-level text run (lines of words) trained for two steps."""
+    import random
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    folder = tmp_path_factory.mktemp("char")
+    rng = random.Random(0)
+    words = "the cat sat on a mat and ran to see the dog".split()
+    text = "\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(400)) + "\n"
+    (folder / "notes.txt").write_text(text)
+    values = {"task": "causal_lm", "output_dir": str(folder / "run"),
+              "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2},
+              "data": {"source": "text", "path": str(folder / "notes.txt"), "tokenizer": "char", "seq_len": 16},
+              "trainer": {"max_steps": 2, "batch_size": 8, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+                          "log_every": 1, "eval_batch_size": 8}}  # fmt: skip
+    train(resolve_run_config(values))
+    return folder / "run"
+
+
+def test_generate_help_shows_the_defaults(cli):
+    done = cli("generate", "--help")
+    text = " ".join(done.stdout.split())
+    assert done.returncode == 0 and "(default: 1.0)" in text and "(default: 0)" in text and "(default: 200)" in text
+    assert "--skip-unknown" in text
+
+
+def test_generate_samples_unconditionally_from_an_empty_prompt(char_run, cli):
+    done = cli("generate", str(char_run), "--prompt", "", "--max-new-tokens", "20")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "line break" in done.stderr and len(done.stdout.rstrip("\n")) >= 1
+    again = cli("generate", str(char_run), "--prompt", "", "--max-new-tokens", "20")
+    assert again.stdout == done.stdout  # the same seed, the same sample
+
+
+def test_generate_skips_unknown_prompt_characters_when_asked(char_run, cli):
+    assert_one_line_error(cli("generate", str(char_run), "--prompt", "the CAT"), "'C'", "--skip-unknown")
+    done = cli("generate", str(char_run), "--prompt", "the CAT sat", "--skip-unknown", "--max-new-tokens", "5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("the  sat") and "dropped 3 prompt characters" in done.stderr
+
+
+def test_eval_says_which_weights_and_step_it_scored(small_run, cli, tmp_path):
+    import shutil
+
+    from markovformer.training.run_dir import mark_unfinished
+
+    finished = cli("eval", str(small_run / "run"))
+    assert finished.returncode == 0 and "(final model, step 4)" in finished.stdout, finished.stderr[-2000:]
+    killed = tmp_path / "killed"
+    shutil.copytree(small_run / "run", killed)
+    mark_unfinished(killed)  # as a run killed after its step-4 checkpoint
+    done = cli("eval", str(killed), "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    assert json.loads(done.stdout)["weights"] == {"source": "checkpoints/last.ckpt", "step": 4, "finished": False}
+    assert "last.ckpt at step 4: the run is unfinished" in cli("eval", str(killed)).stdout
