@@ -51,10 +51,17 @@ from markovformer.training.trainer_config import LOGGERS, MAX_DEFAULT_THREADS, C
 
 def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.Module) -> tuple[DataLoader, ...]:
     """The training stream the task builds, starting at the trainer's step, and the validation split's batches (each
-    process scores its own share of the split, every example exactly once: ``RankShare``)."""
+    process scores its own share of the split, every example exactly once: ``RankShare``). ConfigError when the
+    stream cannot fill one global batch."""
     tc = task.trainer
     # the stream is indexed by batch: an optimiser step takes accumulate_grad_batches of them
     stream = task.train_batches(bundle, model, start=lambda: trainer.global_step * tc.accumulate_grad_batches)
+    per_epoch = getattr(stream, "batches_per_epoch", None)  # epoch-wise batches (not windows walked by documents)
+    global_batch = tc.batch_size * trainer.world_size
+    if per_epoch is not None and bundle.train_sampling == "epochs" and per_epoch(global_batch) == 0:
+        raise ConfigError(f"the training split has {len(bundle.train)} examples, fewer than one global batch "
+                          f"({tc.batch_size} x {trainer.world_size} processes); lower trainer.batch_size or give it "
+                          f"more data")  # fmt: skip
     # Own generators: a DataLoader draws its base seed from the global RNG at every new iterator, which would shift
     # the dropout stream between an uninterrupted run and a resumed one.
     train = DataLoader(stream, batch_size=None, num_workers=tc.num_workers, generator=torch.Generator())
@@ -197,10 +204,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
     if len(bundle.val) < trainer.world_size:
         raise ConfigError(f"the validation split has {len(bundle.val)} examples, fewer than the {trainer.world_size} "
                           f"processes that score it; give it more or train on fewer devices")  # fmt: skip
-    if bundle.train_sampling == "epochs" and len(bundle.train) < tc.batch_size * trainer.world_size:
-        raise ConfigError(f"the training split has {len(bundle.train)} examples, fewer than one global batch "
-                          f"({tc.batch_size} x {trainer.world_size} processes); lower trainer.batch_size or give it "
-                          f"more data")  # fmt: skip
+    train_loader, val_loader = loaders(task, bundle, trainer, model)  # before any file: it checks the batch size
     if writer:
         if resume:
             write_missing_start_files(run_dir, bundle)
@@ -219,7 +223,6 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
         if resume:
             print(f"no checkpoint in {run_dir / 'checkpoints'} yet: starting from step 0", flush=True)
         log.resume_from_step(0)  # rows of a process killed before its first checkpoint are logged again
-    train_loader, val_loader = loaders(task, bundle, trainer, model)
     trainer.fit(module, train_loader, val_loader, ckpt_path=ckpt_path)
     seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from
     if validation.metrics_at(trainer.global_step) is None:  # the last step was not validated yet
