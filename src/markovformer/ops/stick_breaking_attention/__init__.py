@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from markovformer.ops.attention_inputs import check_attention_inputs
 from markovformer.ops.stick_breaking_attention.chunked import (
     DEFAULT_CHUNK,
     stick_breaking_attention_chunked,
@@ -49,16 +50,7 @@ def stick_breaking_attention(
     Returns:
         (B, H, T, Dv); a query with no allowed key returns zeros.
     """
-    if q.dim() != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
-        raise ValueError(f"q, k, v must be (B, H, T, Dh) with matching B, H, T; got q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")  # fmt: skip
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
-        raise ValueError(f"window must be a non-negative int or None (global scope); got {window!r}")
-    if attention_mask is not None and tuple(attention_mask.shape) != (q.shape[0], q.shape[2]):
-        raise ValueError(f"attention_mask must be (B, T) = {(q.shape[0], q.shape[2])}; "
-                         f"got {tuple(attention_mask.shape)}")  # fmt: skip
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
+    check_attention_inputs(q, k, v, window=window, attention_mask=attention_mask, chunk_size=chunk_size)
     return stick_breaking_attention_chunked(q, k, v, window=window, attend_current=attend_current,
                                             attention_mask=attention_mask, chunk_size=chunk_size)  # fmt: skip
 

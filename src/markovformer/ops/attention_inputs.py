@@ -1,0 +1,25 @@
+"""The argument checks every attention op's dispatcher shares: the shapes of q, k, v and of the padding mask, the
+window (an int, or None for global scope) and the chunk size, each refused with the bad value named."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+def check_attention_inputs(q: Tensor, k: Tensor, v: Tensor, *, window: int | None, attention_mask: Tensor | None,
+                           chunk_size: int) -> None:  # fmt: skip
+    """ValueError unless q, k, v are (B, H, T, Dh) with matching B, H, T (k shaped as q), ``window`` is a
+    non-negative int or None, ``attention_mask`` is None or (B, T), and ``chunk_size`` a positive int."""
+    if q.dim() != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"q, k, v must be (B, H, T, Dh) with matching B, H, T; got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")  # fmt: skip
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise ValueError(f"window must be a non-negative int or None (global scope); got {window!r}")
+    if attention_mask is not None and tuple(attention_mask.shape) != (q.shape[0], q.shape[2]):
+        raise ValueError(f"attention_mask must be (B, T) = {(q.shape[0], q.shape[2])}; "
+                         f"got {tuple(attention_mask.shape)}")  # fmt: skip
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
+
+
+__all__ = ["check_attention_inputs"]
