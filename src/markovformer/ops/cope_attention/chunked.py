@@ -12,10 +12,10 @@ import math
 
 import torch
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
+from markovformer.ops.query_chunks import query_chunks, recomputed
 
 DEFAULT_CHUNK = 64  # queries per chunk
 
@@ -51,17 +51,12 @@ def cope_attention_chunked(
     positions = torch.arange(seq_len, device=q.device)
     key_real = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
     outputs = []
-    for start in range(0, seq_len, chunk_size):
-        end = min(start + chunk_size, seq_len)
-        low = 0 if window is None else max(0, start - window)
+    for start, end, low, _ in query_chunks(seq_len, chunk_size, window):
         allowed = visible(lag_matrix(positions[start:end], positions[low:end]), window, causal=True)[None, None]
         if key_real is not None:
             allowed = allowed & key_real[..., low:end]
         pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], position_embeddings, allowed)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, position_embeddings)):
-            outputs.append(checkpoint(cope_block, *pieces, use_reentrant=False))
-        else:
-            outputs.append(cope_block(*pieces))
+        outputs.append(recomputed(cope_block, *pieces))
     return torch.cat(outputs, dim=-2)
 
 

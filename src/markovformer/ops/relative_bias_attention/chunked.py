@@ -13,10 +13,10 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
+from markovformer.ops.query_chunks import query_chunks, recomputed
 
 DEFAULT_CHUNK = 64  # queries per chunk
 
@@ -49,17 +49,11 @@ def relative_bias_attention_chunked(
     positions = torch.arange(seq_len, device=q.device)
     key_real = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
     outputs = []
-    for start in range(0, seq_len, chunk_size):
-        end = min(start + chunk_size, seq_len)
-        low = 0 if window is None else max(0, start - window)
-        high = end if causal else (seq_len if window is None else min(seq_len, end + window))
+    for start, end, low, high in query_chunks(seq_len, chunk_size, window, causal):
         lags = lag_matrix(positions[start:end], positions[low:high])
         allowed = visible(lags, window, causal)[None, None]
         if key_real is not None:
             allowed = allowed & key_real[..., low:high]
         pieces = (q[:, :, start:end], k[:, :, low:high], v[:, :, low:high], lag_bias, lags + seq_len - 1, allowed)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, lag_bias)):
-            outputs.append(checkpoint(_chunk, *pieces, dropout_p, use_reentrant=False))
-        else:
-            outputs.append(_chunk(*pieces, dropout_p))
+        outputs.append(recomputed(_chunk, *pieces, dropout_p))
     return torch.cat(outputs, dim=-2)

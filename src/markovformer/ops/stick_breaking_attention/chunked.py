@@ -14,8 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
+from markovformer.ops.query_chunks import query_chunks, recomputed
 from markovformer.ops.stick_breaking_attention.naive import stick_breaking_allowed
 
 DEFAULT_CHUNK = 64  # queries per chunk
@@ -47,17 +47,12 @@ def stick_breaking_attention_chunked(
     positions = torch.arange(seq_len, device=q.device)
     key_real = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
     outputs = []
-    for start in range(0, seq_len, chunk_size):
-        end = min(start + chunk_size, seq_len)
-        low = 0 if window is None else max(0, start - window)
+    for start, end, low, _ in query_chunks(seq_len, chunk_size, window):
         allowed = stick_breaking_allowed(positions[start:end], positions[low:end], window, attend_current)[None, None]
         if key_real is not None:
             allowed = allowed & key_real[..., low:end]
         pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], allowed)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-            outputs.append(checkpoint(stick_breaking_block, *pieces, use_reentrant=False))
-        else:
-            outputs.append(stick_breaking_block(*pieces))
+        outputs.append(recomputed(stick_breaking_block, *pieces))
     return torch.cat(outputs, dim=-2)
 
 
