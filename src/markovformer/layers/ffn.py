@@ -14,7 +14,8 @@ FFNS = ("swiglu", "gelu")
 class SwiGLU(nn.Module):
     """W2 · (SiLU(W1 x) ⊙ W3 x); hidden width 2/3 of ``mult * d_model`` (rounded up to 8) to match GELU's size.
 
-    Runs ``ops.swiglu.swiglu_lean`` (half the saved activations) unless dropout is active or autocast is on.
+    Runs ``ops.swiglu.swiglu_lean`` (half the saved activations) when training without dropout or autocast; with no
+    gradient to save for (evaluation, decoding) the plain composition, which skips the autograd function's overhead.
     """
 
     def __init__(self, d_model: int, mult: int = 4, dropout: float = 0.0) -> None:
@@ -25,7 +26,8 @@ class SwiGLU(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        if torch.is_autocast_enabled(x.device.type) or (self.training and self.dropout.p > 0):
+        plain = not torch.is_grad_enabled() or torch.is_autocast_enabled(x.device.type)
+        if plain or (self.training and self.dropout.p > 0):
             gate, up = self.gate_up(x).chunk(2, dim=-1)
             return self.down(self.dropout(F.silu(gate) * up))
         return swiglu_lean(x, self.gate_up.weight, self.down.weight)
