@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from markovformer.data.bundle import Split, examples_at
 from markovformer.data.collate import collate
 from markovformer.data.text import load_tokenizer
 from markovformer.plots import (
@@ -223,13 +224,13 @@ class LagProfiles:
     cut: bool
 
 
-def lag_profiles(model, validation: list, layers: list[int]) -> LagProfiles:
+def lag_profiles(model, validation: Split, layers: list[int]) -> LagProfiles:
     """The attention-by-lag profile of ``layers`` over the first ``PROFILE_EXAMPLES`` validation sequences, each
     read up to its first ``PROFILE_LENGTH`` positions, ``PROFILE_BATCH`` sequences per forward pass: the attention
     maps held at once stay within PROFILE_BATCH x H x PROFILE_LENGTH² per layer whatever the sequence length. A
     causal model's maps of those queries are exactly those of the whole sequences (a bidirectional one sees only
     the prefix). ``model`` in eval mode. L = the window + 1 (so the window's edge shows), else 16."""
-    examples = validation[:PROFILE_EXAMPLES]
+    examples = examples_at(validation, range(min(PROFILE_EXAMPLES, len(validation))))  # a split is not sliceable
     batch = collate([_prefix(example, PROFILE_LENGTH) for example in examples])
     inputs = {k: v for k, v in model_inputs(batch).items() if k != "labels"}
     mask = batch.get("attention_mask")
