@@ -282,9 +282,10 @@ def load_text_lm(
             fitted = CharTokenizer(_alphabet(train_segments), end_of_document=with_documents)
         else:
             special = (_PAD_TOKEN, END_OF_DOCUMENT) if with_documents else (_PAD_TOKEN,)
+            train_bytes = sum(s.stop - s.start for s in train_segments)
             sample = [piece for segment in train_segments for piece in sampled_text(
                 Path(segment.path), segment.start, segment.stop,
-                max(fit_bytes * (segment.stop - segment.start) // sum(s.stop - s.start for s in train_segments), 1024))]
+                max(fit_bytes * (segment.stop - segment.start) // train_bytes, 1024))]
             fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special)
     if plan is None or (not saved and not plan.get("tokenizer")):
         record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
@@ -385,20 +386,6 @@ def text_windows(tokens: Tensor, seq_len: int, overlap: int = 0) -> list[dict[st
     return examples
 
 
-def read_text(path: Path) -> str:
-    """The file decoded as strict UTF-8, newlines untouched; an empty or undecodable file raises."""
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read ({error.strerror})") from None
-    if not data:
-        raise ValueError(f"{path}: the file is empty")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: byte {data[error.start]:#04x} at offset {error.start} is not valid UTF-8") from None
-
-
 def _import_tokenizers():
     """Hugging Face ``tokenizers``, imported only when BPE is used (it is an optional dependency)."""
     try:
@@ -406,17 +393,6 @@ def _import_tokenizers():
     except ImportError:
         raise ImportError("BPE needs Hugging Face 'tokenizers': pip install 'markovformer[train]'") from None
     return tokenizers
-
-
-def _check_seen_in_train(part: str, start: int, name: str, tokenizer: CharTokenizer, path: Path) -> None:
-    """Raise, naming the first character of ``part`` (starting at file offset ``start``) the train part lacks."""
-    unseen = set(part) - set(tokenizer.alphabet)
-    if unseen:
-        offset = min(part.index(char) for char in unseen)
-        raise ValueError(
-            f"{path}: character {part[offset]!r} at offset {start + offset} in the {name} part never occurs in the "
-            "train part, which the char vocabulary is fitted on"
-        )
 
 
 def _write_json(directory: Path, record: dict) -> Path:
