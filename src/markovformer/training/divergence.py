@@ -14,12 +14,12 @@ from markovformer.training.step_checkpoints import step_checkpoints
 from markovformer.training.trainer_config import TrainingDiverged
 
 
-def gradient_norm(module: torch.nn.Module) -> float:
-    """The 2-norm of all gradients (those of every rank, once DDP has averaged them)."""
+def gradient_norm(module: torch.nn.Module) -> torch.Tensor:
+    """The 2-norm of all gradients (those of every rank, once DDP has averaged them), as a 0-dim tensor."""
     grads = [p.grad for p in module.parameters() if p.grad is not None]
     if not grads:
-        return 0.0
-    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
 
 class DivergenceGuard(L.Callback):
@@ -29,19 +29,21 @@ class DivergenceGuard(L.Callback):
 
     def __init__(self, run_dir: Path, lr: float, check_gradients: bool = True) -> None:
         self.run_dir, self.lr, self.check_gradients = run_dir, lr, check_gradients
-        self.loss: float | None = None
+        self.loss: torch.Tensor | None = None
 
     def on_before_backward(self, trainer: L.Trainer, module: L.LightningModule, loss: torch.Tensor) -> None:
-        self.loss = float(loss.detach())
+        self.loss = loss.detach()
 
     def on_before_optimizer_step(self, trainer: L.Trainer, module: L.LightningModule, optimizer) -> None:
+        # one device-to-host transfer per step: both values are read only when one of them is not finite
+        loss = self.loss if self.loss is not None else torch.zeros(())
+        norm = gradient_norm(module).to(loss.device) if self.check_gradients else torch.zeros((), device=loss.device)
+        if bool(torch.isfinite(loss) & torch.isfinite(norm)):
+            return
         step = trainer.global_step + 1  # the step this update would complete
-        if self.loss is not None and not math.isfinite(self.loss):
-            raise TrainingDiverged(self.message(step, f"the training loss is {self.loss}"))
-        if self.check_gradients:
-            norm = gradient_norm(module)
-            if not math.isfinite(norm):
-                raise TrainingDiverged(self.message(step, f"the gradient norm is {norm} (loss {self.loss:.6g})"))
+        if not math.isfinite(float(loss)):
+            raise TrainingDiverged(self.message(step, f"the training loss is {float(loss)}"))
+        raise TrainingDiverged(self.message(step, f"the gradient norm is {float(norm)} (loss {float(loss):.6g})"))
 
     def message(self, step: int, what: str) -> str:
         saved = step_checkpoints(self.run_dir / "checkpoints")
