@@ -27,8 +27,9 @@ def test_each_layer_sees_exactly_its_own_window():
     lag = torch.arange(12)[:, None] - torch.arange(12)[None, :]
     for layer, window in enumerate(windows):
         seen = (weights[layer] > 0).all(dim=(0, 1))  # (T, T): keys every head of every row attends to
+        touched = (weights[layer] > 0).any(dim=(0, 1))  # keys any head of any row attends to
         expected = (lag >= 0) & (lag <= (12 if window is None else window))
-        assert torch.equal(seen, expected), layer
+        assert torch.equal(seen, expected) and torch.equal(touched, expected), layer
 
 
 def test_a_flat_config_and_its_per_layer_spelling_build_the_same_model():

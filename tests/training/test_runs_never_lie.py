@@ -262,17 +262,29 @@ def test_a_diverging_run_stops_in_one_line_keeps_its_last_finite_checkpoint_and_
     tiny_config, tmp_path
 ):
     """trainer.lr=1e6 (on main: trained to the end, exit 0, all-NaN weights, bare NaN in metrics.json)."""
-    done = run("train", str(tiny_config), "output_dir=run", "trainer.lr=1e6", "trainer.warmup_steps=0",
-               "trainer.gradient_clip=0", cwd=tmp_path)  # fmt: skip
+    diverge = ["trainer.lr=1e6", "trainer.warmup_steps=0", "trainer.gradient_clip=0"]
+    # checkpoints every step: every step before the divergence is kept, all finite, none after it
+    done = run("train", str(tiny_config), "output_dir=each", *diverge, "trainer.checkpoint_every=1", cwd=tmp_path)
     line = one_line(done, 1, "training diverged at step", "trainer.lr=1e+06", "--resume")
     step = int(line.split("at step ")[1].split(":")[0])
-    assert not (tmp_path / "run" / "metrics.json").exists() and not (tmp_path / "run" / "model").exists()
-    for path in (tmp_path / "run" / "checkpoints").glob("*.ckpt"):  # no checkpoint after the diverged step
+    assert f"its last checkpoint, step-{step - 1:06d}.ckpt, is whole" in line
+    assert not (tmp_path / "each" / "metrics.json").exists() and not (tmp_path / "each" / "model").exists()
+    saved = sorted((tmp_path / "each" / "checkpoints").glob("step-*.ckpt"))
+    assert [path.name for path in saved] == [f"step-{n:06d}.ckpt" for n in range(1, step)]
+    for path in saved:
         checkpoint = load_checkpoint_file(path)
         assert checkpoint["global_step"] < step
         assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values() if t.is_floating_point())
+    again = run("train", "--resume", "each", "trainer.lr=3e-3", cwd=tmp_path)
+    assert f"(step {step - 1})" in again.stdout  # it continues from the last finite checkpoint
+    # (whose weights one step at lr 1e6 has wrecked: that resume may diverge again, and says so in one line)
+    assert again.returncode == 0 or "training diverged at step" in again.stderr, again.stderr[-2000:]
+    # before any checkpoint: the run is resumed from step 0 with the lower rate and finishes beating uniform
+    done = run("train", str(tiny_config), "output_dir=run", *diverge, cwd=tmp_path)
+    one_line(done, 1, "training diverged at step", "it has no checkpoint yet", "--resume")
     resumed = run("train", "--resume", "run", "trainer.lr=3e-3", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "starting from step 0" in resumed.stdout
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["val"]["loss"] < math.log(4)  # beats uniform
 
 
