@@ -59,6 +59,26 @@ def test_the_profile_of_short_sequences_is_the_full_computation(trained):
     torch.testing.assert_close(profile.profiles[0], attention_by_lag(_full_maps(model, validation), 3))
 
 
+class IndexOnly:
+    """A split as a token store gives it: examples by integer index only (slicing it raises, as StoreWindows)."""
+
+    def __init__(self, examples: list) -> None:
+        self.examples = examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int):
+        return self.examples[int(index)]
+
+
+def test_the_profile_reads_a_split_by_index_only(trained):
+    """A text run's validation split cannot be sliced: inspect crashed on every text run with a TypeError."""
+    model, validation = _model_and_validation(trained)
+    profile = lag_profiles(model, IndexOnly(validation), [0])
+    torch.testing.assert_close(profile.profiles[0], lag_profiles(model, validation, [0]).profiles[0])
+
+
 def test_long_sequences_are_read_in_bounded_prefixes_whose_maps_are_the_full_maps_first_rows(trained, monkeypatch):
     """With 10 positions read, 4 sequences per pass, no map the model hands out is larger than (4, H, 10, 10), and
     the causal model's profile over queries 3..9 is that of the whole sequences' maps."""
