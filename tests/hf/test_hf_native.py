@@ -213,26 +213,67 @@ def test_the_translator_generates_through_auto_model_for_seq2seq_lm(tmp_path):
         loaded.generate(source, max_new_tokens=8, repetition_penalty=1.2)
 
 
-@pytest.mark.parametrize("kind", ["char", "bpe"])
-def test_an_exported_tokenizer_loads_with_auto_tokenizer_and_builds_a_pipeline(kind, tmp_path):
-    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
-    from markovformer.data.text import BPETokenizer, CharTokenizer
-    from markovformer.hf import export_tokenizer
+def _trained_text_run(kind: str, tmp_path):
+    """A text run of a few steps (the tokenizer fitted on the corpus): its directory."""
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
 
-    text = "the cat sat on the mat.\nthe dog sat on the log.\n" * 20
-    ours = CharTokenizer.from_text(text) if kind == "char" else BPETokenizer.train(text, vocab_size=280)
-    ours.save(tmp_path / "tokenizer")
-    torch.manual_seed(0)
-    model = _perturbed(MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
-        vocab_size=ours.vocab_size, d_model=16, n_layers=1, n_heads=2, max_order=2)))  # fmt: skip
-    model.save_pretrained(tmp_path / "model")
-    export_tokenizer(tmp_path / "tokenizer", tmp_path / "model")
-    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "model")
-    sample = "the cat sat on the log.\n"
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat.\nthe dog sat on the log.\n" * 40, encoding="utf-8")
+    tokenizer = {"tokenizer": "bpe", "vocab_size": 280} if kind == "bpe" else {}
+    train(resolve_run_config({
+        "task": "causal_lm", "output_dir": str(tmp_path / "run"),
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2},
+        "data": {"source": "text", "path": str(corpus), "seq_len": 16, **tokenizer},
+        "trainer": {"max_steps": 2, "batch_size": 4, "eval_every": 2, "checkpoint_every": 2, "log_every": 2,
+                    "eval_batch_size": 8, "lr": 0.05},
+    }))  # fmt: skip
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_a_runs_model_directory_loads_with_auto_tokenizer_and_builds_a_pipeline(kind, tmp_path):
+    """The run writes the Hugging Face tokenizer files into model/ itself: AutoTokenizer gives the run's ids, the
+    pipeline's text is markovformer's generate decoded, and the run still loads (its fingerprint intact)."""
+    from markovformer.data.text import load_tokenizer
+    from markovformer.training.run_dir import load_run
+
+    run = _trained_text_run(kind, tmp_path)
+    ours = load_tokenizer(run / "tokenizer")
+    _, model, _ = load_run(run)  # model/config.json, edited for the special ids, still matches its fingerprint
+    theirs = transformers.AutoTokenizer.from_pretrained(run / "model")
+    sample = "the dog sat on the mat.\n"
     assert theirs(sample)["input_ids"] == ours.encode(sample) and theirs.pad_token_id == 0
     assert theirs.decode(ours.encode(sample)) == sample
-    generator = transformers.pipeline("text-generation", model=str(tmp_path / "model"), device="cpu")
+    assert transformers.AutoConfig.from_pretrained(run / "model").pad_token_id == 0
+    generator = transformers.pipeline("text-generation", model=str(run / "model"), device="cpu")
     prompt = "the cat"
-    written = generator(prompt, max_new_tokens=8, do_sample=False, suppress_tokens=[0])[0]["generated_text"]
-    ids = model.generate(torch.tensor([ours.encode(prompt)]), max_new_tokens=8, suppress_tokens=[0])
-    assert written == ours.decode(ids[0].tolist())
+    written = generator(prompt, max_new_tokens=12, do_sample=False, suppress_tokens=[0])[0]["generated_text"]
+    ids = model.eval().generate(torch.tensor([ours.encode(prompt)]), max_new_tokens=12, suppress_tokens=[0])
+    assert written == ours.decode(ids[0].tolist()) and len(written) > len(prompt)
+
+
+@pytest.mark.parametrize("kind", ["char", "char_documents", "bpe"])
+def test_markovformers_loader_reads_the_hugging_face_format_both_ways(kind, tmp_path):
+    """Ours -> the Hugging Face files -> ours, and ours -> AutoTokenizer -> its own save_pretrained -> ours: the same
+    ids and text, and the record (what a token store's cache key reads) unchanged."""
+    from markovformer.data.text import BPETokenizer, CharTokenizer, load_tokenizer, save_hf_format
+    from markovformer.hf import to_transformers
+
+    text = "the cat sat on the mat, é ü.\nthe dog sat on the log.\n" * 10
+    ours = (BPETokenizer.train(text, vocab_size=290, special_tokens=("<pad>", "<eod>", "<bos>", "<eos>"))
+            if kind == "bpe" else CharTokenizer(CharTokenizer.from_text(text).alphabet,
+                                                end_of_document=kind == "char_documents"))  # fmt: skip
+    save_hf_format(ours, tmp_path / "hf")
+    to_transformers(ours).save_pretrained(tmp_path / "transformers")
+    sample = "the mat sat on the dog, ü.\n"
+    for directory in (tmp_path / "hf", tmp_path / "transformers"):
+        loaded = load_tokenizer(directory)
+        assert type(loaded) is type(ours) and loaded.record() == ours.record()
+        assert loaded.encode(sample) == ours.encode(sample) and loaded.decode(ours.encode(sample)) == sample
+    assert to_transformers(ours)(sample)["input_ids"] == ours.encode(sample)
+    if kind == "bpe":
+        assert (to_transformers(ours).bos_token_id, to_transformers(ours).eos_token_id) == (2, 3)
+    (tmp_path / "hf" / "tokenizer.json").write_text('{"model": {"type": "Unigram", "vocab": []}}')
+    with pytest.raises(ValueError, match="model type 'Unigram' that is not a markovformer tokenizer"):
+        load_tokenizer(tmp_path / "hf")

@@ -31,6 +31,7 @@ from markovformer.data.text_stream import (
 from markovformer.data.token_store import Segment, UnknownCharacter, cache_root, open_or_build
 
 TOKENIZER_FILE = "tokenizer.json"
+HF_TOKENIZER_CONFIG = "tokenizer_config.json"  # with TOKENIZER_FILE, the Hugging Face format (``save_hf_format``)
 _PAD_TOKEN = "<pad>"
 END_OF_DOCUMENT = "<eod>"  # BPE's end-of-document token (id 1) when the text has documents
 _SAFE_SPACE = re.compile(r"(?<=\S)(?= \S)")  # before a single space between non-spaces: a GPT-2 pre-token cut
@@ -89,6 +90,19 @@ class CharTokenizer:
             if not 1 <= i <= len(self.alphabet) and i != self.end_of_document_id:
                 raise ValueError(f"token id {i} is outside the character ids 1..{len(self.alphabet)}")
         return "".join(self.alphabet[i - 1] for i in ids if i != self.end_of_document_id)
+
+    def hf_backend(self):
+        """The same ids as a Hugging Face ``tokenizers.Tokenizer``: a word-level vocabulary over single characters
+        (each character its own piece, joined back without spaces), ``<pad>`` (and ``<eod>``) special tokens."""
+        hf = _import_tokenizers()
+        vocabulary = {_PAD_TOKEN: 0, **self._ids}
+        if self.end_of_document_id is not None:
+            vocabulary[END_OF_DOCUMENT] = self.end_of_document_id
+        backend = hf.Tokenizer(hf.models.WordLevel(vocabulary, unk_token=None))
+        backend.pre_tokenizer = hf.pre_tokenizers.Split(hf.Regex(r"[\s\S]"), behavior="isolated")
+        backend.decoder = hf.decoders.Fuse()
+        backend.add_special_tokens([token for token in vocabulary if token in (_PAD_TOKEN, END_OF_DOCUMENT)])
+        return backend
 
     def save(self, directory: str | Path) -> Path:
         """Write ``directory/tokenizer.json`` ({"kind": "char", "alphabet": ...}); returns its path."""
@@ -179,6 +193,10 @@ class BPETokenizer:
         """The text of ``ids`` (exact inverse of ``encode``)."""
         return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
 
+    def hf_backend(self):
+        """A copy of the Hugging Face ``tokenizers.Tokenizer`` that encodes (the same ids)."""
+        return _import_tokenizers().Tokenizer.from_str(self._tokenizer.to_str())
+
     def save(self, directory: str | Path) -> Path:
         """Write ``directory/tokenizer.json`` ({"kind": "bpe", "tokenizer": <HF tokenizer JSON>}); returns its path."""
         return _write_json(Path(directory), self.record())
@@ -189,12 +207,16 @@ class BPETokenizer:
 
 
 def load_tokenizer(directory: str | Path) -> CharTokenizer | BPETokenizer:
-    """Read back a tokenizer written by ``CharTokenizer.save`` or ``BPETokenizer.save``."""
+    """Read back a tokenizer written by ``CharTokenizer.save`` or ``BPETokenizer.save``, or one in the Hugging Face
+    format written by ``save_hf_format`` (a run's ``model/``; also after ``transformers``' ``save_pretrained``):
+    the same ids either way."""
     path = Path(directory) / TOKENIZER_FILE
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ValueError(f"{path}: cannot read a tokenizer ({error})") from None
+    if isinstance(record, dict) and "kind" not in record and isinstance(record.get("model"), dict):
+        return _from_hf_record(record, path)
     return tokenizer_from_record(record, path)
 
 
@@ -206,6 +228,55 @@ def tokenizer_from_record(record: dict, path: str | Path = "tokenizer") -> CharT
     if kind == "bpe":
         return BPETokenizer(_import_tokenizers().Tokenizer.from_str(json.dumps(record["tokenizer"])))
     raise ValueError(f"{path}: unknown tokenizer kind {kind!r} (expected 'char' or 'bpe')")
+
+
+def _from_hf_record(record: dict, path: Path) -> CharTokenizer | BPETokenizer:
+    """The markovformer tokenizer of a Hugging Face ``tokenizer.json``: a word-level vocabulary of single
+    characters (ids 1..n in sorted order, ``<pad>`` 0, ``<eod>`` n+1 if present) is a char tokenizer; a BPE model
+    is a BPE tokenizer as it stands."""
+    model_type = record["model"].get("type")
+    if model_type == "BPE":
+        processor = record.get("post_processor") or {}
+        if processor.get("type") == "TemplateProcessing" and not processor.get("special_tokens"):
+            record = {**record, "post_processor": None}  # transformers' save adds this one; it adds no token
+        return BPETokenizer(_import_tokenizers().Tokenizer.from_str(json.dumps(record)))
+    if model_type == "WordLevel":
+        vocabulary = dict(record["model"].get("vocab", {}))
+        end_of_document = vocabulary.pop(END_OF_DOCUMENT, None)
+        pad = vocabulary.pop(_PAD_TOKEN, None)
+        alphabet = "".join(sorted(vocabulary))
+        if (pad == 0 and alphabet and all(len(char) == 1 for char in vocabulary)
+                and [vocabulary[char] for char in alphabet] == list(range(1, len(alphabet) + 1))
+                and end_of_document in (None, len(alphabet) + 1)):  # fmt: skip
+            return CharTokenizer(alphabet, end_of_document=end_of_document is not None)
+    raise ValueError(f"{path}: a Hugging Face tokenizer.json of model type {model_type!r} that is not a markovformer "
+                     f"tokenizer (a byte-level BPE, or single characters with ids 1..n and <pad> as 0)")  # fmt: skip
+
+
+def save_hf_format(tokenizer: CharTokenizer | BPETokenizer, directory: str | Path) -> dict[str, int]:
+    """Write ``tokenizer`` into ``directory`` in the Hugging Face format (``tokenizer.json`` +
+    ``tokenizer_config.json``, whose special tokens are ``<pad>`` and, where the vocabulary has them, ``<bos>``,
+    ``<eos>``, ``<unk>``), which ``transformers.AutoTokenizer.from_pretrained(directory)`` reads with no
+    markovformer code. When ``directory`` holds a model's ``config.json``, the special tokens' ids go into it as
+    ``pad_token_id`` / ``bos_token_id`` / ``eos_token_id`` (unless set there already): ``transformers``'
+    generation reads them from the model config; markovformer's loader ignores them. Returns those ids."""
+    directory = Path(directory)
+    backend = tokenizer.hf_backend()
+    special = {name: f"<{name}>" for name in ("pad", "bos", "eos", "unk")
+               if backend.token_to_id(f"<{name}>") is not None}  # fmt: skip
+    settings = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+                **{f"{name}_token": token for name, token in special.items()}}  # fmt: skip
+    ids = {f"{name}_token_id": backend.token_to_id(token) for name, token in special.items() if name != "unk"}
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(directory / TOKENIZER_FILE, backend.to_str(pretty=True))
+    atomic_write_text(directory / HF_TOKENIZER_CONFIG, json.dumps(settings, indent=2) + "\n")
+    config_path = directory / "config.json"
+    if config_path.is_file():
+        values = json.loads(config_path.read_text())
+        merged = {**values, **{key: value for key, value in ids.items() if values.get(key) is None}}
+        if merged != values:
+            atomic_write_text(config_path, json.dumps(merged, indent=2) + "\n")
+    return ids
 
 
 FIT_BYTES = 64 << 20  # default bytes of the train part BPE merges are learned on (data.fit_bytes)

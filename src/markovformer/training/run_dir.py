@@ -9,7 +9,8 @@ A run directory holds::
     tokenizer/         when the data has one
     checkpoints/       step-NNNNNN.ckpt and last.ckpt (safetensors, atomic; model + optimizer + schedule + loops)
     logs/metrics.csv   CSV log; tensorboard/ the same for TensorBoard
-    model/             the final model (save_pretrained format) and its fingerprint.json
+    model/             the final model (save_pretrained format) and its fingerprint.json; with a tokenizer, that
+                       tokenizer in the Hugging Face format too (tokenizer.json, tokenizer_config.json)
     metrics.json       final validation metrics (and the data's reference values), strict JSON (null for nan/inf)
     finished.json      written last: the run is finished, and model/ and metrics.json are those of its last step
 
@@ -32,7 +33,7 @@ from safetensors.torch import load_file
 
 from markovformer.atomic import atomic_write, remove_stale_temporaries
 from markovformer.data.bundle import DataBundle
-from markovformer.data.text import TOKENIZER_FILE
+from markovformer.data.text import TOKENIZER_FILE, load_tokenizer, save_hf_format
 from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.models.registry import head_class
 from markovformer.training.build import build_model
@@ -142,12 +143,26 @@ def write_final_files(run_dir: Path, model: torch.nn.Module, fingerprint: str, r
             model.save_pretrained(run_dir / "model")
         except Exception as error:  # safetensors reports a failed write (disk full, ...) as its own error type
             raise os_error_of_safetensors(error, run_dir / "model") from error
+        write_hf_tokenizer(run_dir)
         write_model_fingerprint(run_dir / "model", fingerprint)
         write_json(run_dir / "metrics.json", results)
         write_json(run_dir / FINISHED, {"steps": results["steps"]})
     except OSError as error:
         raise OSError(error.errno, f"{error.strerror}; the run is not finished: free the space and write its final "
                                    f"files with --resume {run_dir}", error.filename) from error  # fmt: skip
+
+
+def write_hf_tokenizer(run_dir: Path) -> None:
+    """The run's tokenizer/ also in model/, in the Hugging Face format (its special ids in model/config.json), so
+    that ``transformers``' ``AutoTokenizer`` and ``pipeline("text-generation", model=run_dir / "model")`` read the
+    directory as it is. Needs Hugging Face ``tokenizers`` (not ``transformers``); without it, one line says so."""
+    saved = run_dir / "tokenizer"
+    if not (saved / TOKENIZER_FILE).is_file():
+        return
+    try:
+        save_hf_format(load_tokenizer(saved), run_dir / "model")
+    except ImportError as error:
+        print(f"model/ holds no Hugging Face tokenizer files: {error}", flush=True)
 
 
 def write_resolved_config(run_dir: Path, config: RunConfig) -> None:
