@@ -194,6 +194,42 @@ def test_transformers_generate_decodes_from_the_cache_one_token_per_step(options
                                return_dict_in_generate=True).sequences_scores)  # fmt: skip
 
 
+@pytest.mark.parametrize("options", [
+    dict(scope="local", window=3), dict(attention="retnet", position="none", max_order=4),
+    dict(attention="scan", position="none", max_order=4),
+], ids=["local_markov", "retnet", "scan"])  # fmt: skip
+def test_sampling_and_beam_search_from_the_cache_equal_the_uncached_ones(options):
+    """do_sample with a fixed seed, and beam search (whose beams reorder the cache's rows each step), give the same
+    tokens (and beam scores) with the cache as when transformers re-runs the whole prefix (use_cache=False)."""
+    model = _perturbed(_hf("causal_lm", **options))
+    fed = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
+                                    with_kwargs=True)  # fmt: skip
+    prompt = _ids(3, 5, seed=2)
+    mask = torch.ones_like(prompt)
+    mask[1, :2] = 0  # a left-padded row
+    common = dict(attention_mask=mask, max_new_tokens=10, pad_token_id=0)
+
+    def sampled(use_cache: bool) -> torch.Tensor:
+        torch.manual_seed(7)
+        return model.generate(prompt, do_sample=True, temperature=1.5, top_k=0, use_cache=use_cache, **common)
+
+    cached = sampled(True)
+    assert fed == [5] + [1] * 9  # decoded from the cache
+    assert torch.equal(cached, sampled(False))
+    first = cached[:, 5:]
+    torch.manual_seed(8)
+    assert not torch.equal(model.generate(prompt, do_sample=True, temperature=1.5, top_k=0, **common)[:, 5:], first)
+    beams = dict(num_beams=4, num_return_sequences=2, do_sample=False, output_scores=True,
+                 return_dict_in_generate=True, **common)  # fmt: skip
+    fed.clear()
+    with_cache = model.generate(prompt, **beams)
+    assert fed == [5] + [1] * 9
+    without = model.generate(prompt, **beams, use_cache=False)
+    assert torch.equal(with_cache.sequences, without.sequences)
+    torch.testing.assert_close(with_cache.sequences_scores, without.sequences_scores)
+
+
 def test_the_translator_generates_through_auto_model_for_seq2seq_lm(tmp_path):
     from markovformer import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 
@@ -257,14 +293,15 @@ def test_a_runs_model_directory_loads_with_auto_tokenizer_and_builds_a_pipeline(
 def test_markovformers_loader_reads_the_hugging_face_format_both_ways(kind, tmp_path):
     """Ours -> the Hugging Face files -> ours, and ours -> AutoTokenizer -> its own save_pretrained -> ours: the same
     ids and text, and the record (what a token store's cache key reads) unchanged."""
-    from markovformer.data.text import BPETokenizer, CharTokenizer, load_tokenizer, save_hf_format
-    from markovformer.hf import to_transformers
+    from markovformer.data.text import BPETokenizer, CharTokenizer, load_tokenizer
+    from markovformer.hf import export_tokenizer, to_transformers
 
     text = "the cat sat on the mat, é ü.\nthe dog sat on the log.\n" * 10
     ours = (BPETokenizer.train(text, vocab_size=290, special_tokens=("<pad>", "<eod>", "<bos>", "<eos>"))
             if kind == "bpe" else CharTokenizer(CharTokenizer.from_text(text).alphabet,
                                                 end_of_document=kind == "char_documents"))  # fmt: skip
-    save_hf_format(ours, tmp_path / "hf")
+    ours.save(tmp_path / "ours")
+    export_tokenizer(tmp_path / "ours", tmp_path / "hf")  # = save_hf_format(ours, ...)
     to_transformers(ours).save_pretrained(tmp_path / "transformers")
     sample = "the mat sat on the dog, ü.\n"
     for directory in (tmp_path / "hf", tmp_path / "transformers"):
