@@ -314,3 +314,18 @@ def test_markovformers_loader_reads_the_hugging_face_format_both_ways(kind, tmp_
     (tmp_path / "hf" / "tokenizer.json").write_text('{"model": {"type": "Unigram", "vocab": []}}')
     with pytest.raises(ValueError, match="model type 'Unigram' that is not a markovformer tokenizer"):
         load_tokenizer(tmp_path / "hf")
+
+
+def test_the_generate_benchmark_times_every_token_of_both_generates_on_the_same_ids():
+    from markovformer.hf.benchmark import MARK_STEPS, measure, token_times
+
+    model = _hf("causal_lm", scope="local", window=3).markovformer.eval()
+    calls = []
+    model.register_forward_pre_hook(lambda *args: calls.append(1))
+    times, ids = token_times(lambda: model.generate(_ids(1, 4), max_new_tokens=6), model)
+    assert len(calls) == 6 and ids.shape == (1, 10)  # the prompt's forward, then one per token after the first
+    assert all(len(values) == 5 and min(values) >= 0 for values in times.values())
+    result = measure({**SMALL, "scope": "local", "window": 3}, marks=(1, 2), repeats=1)
+    assert result["same_greedy_ids"] and MARK_STEPS == 16
+    assert all(row.keys() == {1, 2} and all(value["cpu"] > 0 for value in row.values())
+               for row in result["ms_per_token"].values())  # fmt: skip
