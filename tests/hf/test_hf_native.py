@@ -106,13 +106,17 @@ def test_hidden_states_and_attentions_are_our_forwards_and_return_dict_false_giv
     assert model(input_ids=ids).hidden_states is None and model(input_ids=ids).attentions is None
 
 
-def test_resize_token_embeddings_keeps_old_outputs_and_tied_weights():
-    model = _perturbed(_hf("causal_lm", tie_word_embeddings=True))
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_resize_token_embeddings_keeps_old_outputs_and_tied_weights(tied):
+    model = _perturbed(_hf("causal_lm", tie_word_embeddings=tied))
     ids = _ids()
     with torch.no_grad():
         before = model(input_ids=ids).logits
     model.resize_token_embeddings(14)
-    assert model.lm_head.weight is model.model.embed.weight and model.lm_head.weight.shape == (14, 16)
+    assert model.get_input_embeddings() is model.markovformer.model.embed
+    assert model.get_output_embeddings() is model.markovformer.lm_head
+    assert (model.lm_head.weight is model.model.embed.weight) == tied and model.lm_head.weight.shape == (14, 16)
+    assert model.model.embed.weight.shape == (14, 16)
     assert model.config.vocab_size == 14 == model.markovformer.config.vocab_size
     with torch.no_grad():
         after = model(input_ids=torch.cat([ids, torch.full((3, 1), 13)], dim=1)).logits
@@ -228,6 +232,31 @@ def test_sampling_and_beam_search_from_the_cache_equal_the_uncached_ones(options
     without = model.generate(prompt, **beams, use_cache=False)
     assert torch.equal(with_cache.sequences, without.sequences)
     torch.testing.assert_close(with_cache.sequences_scores, without.sequences_scores)
+
+
+def test_return_dict_false_gives_the_outputs_tuple_for_the_other_wrappers():
+    """Scan Markov (no cache), the translator and the VMT, as the reporting wrappers above."""
+    from markovformer import MarkovTranslatorConfig, ScanMarkovConfig, VMTConfig
+
+    ids = _ids()
+    torch.manual_seed(0)
+    for family, task, config, inputs in [
+        ("scan_markov", "causal_lm", ScanMarkovConfig(vocab_size=11, d_model=16, order=3), dict(input_ids=ids)),
+        ("markov_translator", "translation", MarkovTranslatorConfig(vocab_size=11, d_model=16, n_heads=2,
+         n_encoder_layers=1, n_decoder_layers=1, order=2, dropout=0.0, max_positions=32),
+         dict(input_ids=ids, decoder_input_ids=ids[:, :4])),
+        ("vmt", "vmt", VMTConfig(vocab_size=11, latent_dim=2, d_model=8, n_layers=1, n_heads=2, hidden_dim=8),
+         dict(input_ids=ids)),
+    ]:  # fmt: skip
+        model = HF_CLASSES[family, task][1](HF_CONFIGS[family](**config.to_dict())).eval()
+        with torch.no_grad():
+            torch.manual_seed(1)  # (the VMT draws latent samples)
+            output = model(**inputs)
+            torch.manual_seed(1)
+            plain = model(**inputs, return_dict=False)
+        assert isinstance(plain, tuple) and len(plain) == len(output.to_tuple()), family
+        for theirs, ours in zip(plain, output.to_tuple(), strict=True):
+            assert torch.equal(theirs, ours), family
 
 
 def test_the_translator_generates_through_auto_model_for_seq2seq_lm(tmp_path):

@@ -195,6 +195,11 @@ class _Wrapper(PreTrainedModel):
         return self
 
 
+def _as_asked(output: ModelOutput, return_dict: bool | None, config: PretrainedConfig):
+    """``output``, or its tuple when ``return_dict`` (else the config's) is False, as ``transformers`` models do."""
+    return output if (return_dict if return_dict is not None else config.return_dict) else output.to_tuple()
+
+
 def _mismatch_message(directory, missing: list[str], unexpected: list[str]) -> str:
     """What a strict load found: the first few names of each kind and how many there are."""
 
@@ -244,7 +249,7 @@ class _ReportingWrapper(_Wrapper):
         return output, hidden
 
     def _finish(self, output: ModelOutput, return_dict: bool | None):
-        return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
+        return _as_asked(output, return_dict, self.config)
 
 
 class _CausalLMWrapper(_ReportingWrapper, GenerationMixin):
@@ -296,8 +301,7 @@ class _RerunCausalLMWrapper(_Wrapper, GenerationMixin):
         if attention_mask is not None and bool(attention_mask.bool().all()):
             attention_mask = None
         output = self.markovformer(input_ids, attention_mask=attention_mask, labels=labels)
-        output = CausalLMOutputWithPast(loss=output.loss, logits=output.logits)
-        return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
+        return _as_asked(CausalLMOutputWithPast(loss=output.loss, logits=output.logits), return_dict, self.config)
 
     def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None, **unused):
         return {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -367,17 +371,19 @@ class VMTOutput(ModelOutput):
 
 
 class _VMTWrapper(_Wrapper):
-    def forward(self, input_ids=None, attention_mask=None, input_features=None, **unused) -> VMTOutput:
+    def forward(self, input_ids=None, attention_mask=None, input_features=None, return_dict=None,
+                **unused) -> VMTOutput:  # fmt: skip
         output = self.markovformer(input_ids=input_ids, input_features=input_features, attention_mask=attention_mask)
-        return VMTOutput(loss=output.loss, elbo=output.elbo)
+        return _as_asked(VMTOutput(loss=output.loss, elbo=output.elbo), return_dict, self.config)
 
 
 class _Seq2SeqWrapper(_Wrapper):
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                labels=None, **unused) -> Seq2SeqLMOutput:  # fmt: skip
+                labels=None, return_dict=None, **unused) -> Seq2SeqLMOutput:  # fmt: skip
         output = self.markovformer(input_ids, decoder_input_ids, attention_mask, decoder_attention_mask, labels)
-        return Seq2SeqLMOutput(loss=output.loss, logits=output.logits,
-                               encoder_last_hidden_state=output.encoder_last_hidden_state)  # fmt: skip
+        return _as_asked(Seq2SeqLMOutput(loss=output.loss, logits=output.logits,
+                                         encoder_last_hidden_state=output.encoder_last_hidden_state),
+                         return_dict, self.config)  # fmt: skip
 
     # generate's options that markovformer's translator decoding takes, under transformers' names
     GENERATE_OPTIONS = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "eos_token_id", "num_beams",
