@@ -358,3 +358,27 @@ def test_the_generate_benchmark_times_every_token_of_both_generates_on_the_same_
     assert result["same_greedy_ids"] and MARK_STEPS == 16
     assert all(row.keys() == {1, 2} and all(value["cpu"] > 0 for value in row.values())
                for row in result["ms_per_token"].values())  # fmt: skip
+
+
+def test_trainers_gradient_accumulation_gives_the_gradient_of_the_whole_batch(tmp_path):
+    """transformers' Trainer takes a forward with **kwargs to normalise the loss by num_items_in_batch itself and
+    then skips dividing it by the accumulation steps: the wrappers say they do not (accepts_loss_kwargs), so 2 x 4
+    accumulated sequences make the SGD step of one batch of 8 (they would make twice that step otherwise)."""
+    pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate (the hf extra installs it)")
+    data = [{"input_ids": row, "labels": row} for row in _ids(8, 12, seed=3)]
+
+    def trained(batch: int, accumulation: int) -> dict:
+        model = _hf("causal_lm", dropout=0.0)
+        arguments = transformers.TrainingArguments(
+            output_dir=str(tmp_path / str(batch)), max_steps=1, per_device_train_batch_size=batch,
+            gradient_accumulation_steps=accumulation, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant",
+            max_grad_norm=0.0, weight_decay=0.0, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
+            seed=0)  # fmt: skip
+        transformers.Trainer(model=model, args=arguments, train_dataset=data).train()
+        return {name: tensor.detach().clone() for name, tensor in model.named_parameters()}
+
+    start = {name: tensor.detach().clone() for name, tensor in _hf("causal_lm", dropout=0.0).named_parameters()}
+    whole, accumulated = trained(8, 1), trained(4, 2)
+    assert any(not torch.equal(whole[name], start[name]) for name in start)  # it stepped
+    for name, tensor in whole.items():
+        torch.testing.assert_close(accumulated[name], tensor, rtol=1e-4, atol=1e-6, msg=name)

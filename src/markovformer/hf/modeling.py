@@ -46,6 +46,9 @@ class _Wrapper(PreTrainedModel):
     markovformer_class: type[MarkovformerModel]
     base_model_prefix = "markovformer_base"  # no markovformer key starts with it: never stripped or added
     _supports_cache_class = False
+    # the loss is the mean over the batch's tokens, whatever ``num_items_in_batch`` says: transformers' Trainer must
+    # divide it by the gradient-accumulation steps itself (it reads a forward with **kwargs as normalising it)
+    accepts_loss_kwargs = False
 
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__(config)
