@@ -382,3 +382,15 @@ def test_trainers_gradient_accumulation_gives_the_gradient_of_the_whole_batch(tm
     assert any(not torch.equal(whole[name], start[name]) for name in start)  # it stepped
     for name, tensor in whole.items():
         torch.testing.assert_close(accumulated[name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("inputs_embeds", torch.zeros(3, 7, 16)), ("position_ids", torch.arange(7).expand(3, 7)),
+    ("token_type_ids", torch.zeros(3, 7, dtype=torch.long)),
+])  # fmt: skip
+def test_inputs_the_wrappers_cannot_honour_are_refused_by_name(name, value):
+    """(they would be dropped: restarting position_ids of packed sequences would give the unpacked logits)"""
+    model = _hf("causal_lm")
+    with pytest.raises(ValueError, match=f"does not take {name}: markovformer models read input_ids"):
+        model(input_ids=_ids(), **{name: value})
+    model(input_ids=_ids(), **{name: None})  # None, as transformers passes unused inputs, is fine

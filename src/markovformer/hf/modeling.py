@@ -64,6 +64,7 @@ class _Wrapper(PreTrainedModel):
         config.tie_word_embeddings = bool(tied)  # transformers ties (and loads) them only when this says so
         self.supports_gradient_checkpointing = any(hasattr(module, "gradient_checkpointing")
                                                    for module in inner.modules())  # fmt: skip
+        self.register_forward_pre_hook(_refuse_unsupported_inputs, with_kwargs=True)
         modules = list(self.modules())
         for module in modules:  # markovformer has just initialised them: post_init need not do it again
             module._is_hf_initialized = True
@@ -196,6 +197,19 @@ class _Wrapper(PreTrainedModel):
         super().train(mode)
         self.markovformer.train(mode)
         return self
+
+
+# inputs of transformers models that these wrappers cannot honour: refused when given, not silently dropped
+UNSUPPORTED_INPUTS = ("inputs_embeds", "decoder_inputs_embeds", "position_ids", "token_type_ids", "head_mask",
+                      "past_key_values")  # fmt: skip
+
+
+def _refuse_unsupported_inputs(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    given = [name for name in UNSUPPORTED_INPUTS if kwargs.get(name) is not None]
+    if given:
+        raise ValueError(f"{type(module).__name__} does not take {', '.join(given)}: markovformer models read "
+                         "input_ids (and attention_mask); positions follow the unpadded tokens, and generate's "
+                         "decoding state is the model's own (MarkovformerCache)")  # fmt: skip
 
 
 def _as_asked(output: ModelOutput, return_dict: bool | None, config: PretrainedConfig):
