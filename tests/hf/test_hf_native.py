@@ -4,6 +4,8 @@ loading, hidden states and attentions, embeddings, initialisation, config names,
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -316,6 +318,19 @@ def test_a_runs_model_directory_loads_with_auto_tokenizer_and_builds_a_pipeline(
     written = generator(prompt, max_new_tokens=12, do_sample=False, suppress_tokens=[0])[0]["generated_text"]
     ids = model.eval().generate(torch.tensor([ours.encode(prompt)]), max_new_tokens=12, suppress_tokens=[0])
     assert written == ours.decode(ids[0].tolist()) and len(written) > len(prompt)
+    if kind == "char":  # a run trained before runs wrote these files: export_tokenizer adds them, the run still loads
+        from markovformer.hf import export_tokenizer
+        from markovformer.training.fingerprint import write_model_fingerprint
+
+        config = run / "model" / "config.json"
+        config.write_text(config.read_text().replace('"pad_token_id": 0', '"pad_token_id": null'))
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            (run / "model" / name).unlink()
+        write_model_fingerprint(run / "model", json.loads((run / "model" / "fingerprint.json").read_text())["run"])
+        export_tokenizer(run / "tokenizer", run / "model")
+        assert transformers.AutoConfig.from_pretrained(run / "model").pad_token_id == 0
+        assert transformers.AutoTokenizer.from_pretrained(run / "model")(sample)["input_ids"] == ours.encode(sample)
+        assert torch.equal(load_run(run)[1].model.embed.weight, model.model.embed.weight)
 
 
 @pytest.mark.parametrize("kind", ["char", "char_documents", "bpe"])

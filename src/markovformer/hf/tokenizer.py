@@ -6,6 +6,7 @@ needed); this module adds the ``transformers`` object and the export of an exist
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -26,8 +27,18 @@ def to_transformers(tokenizer: CharTokenizer | BPETokenizer) -> PreTrainedTokeni
 def export_tokenizer(tokenizer: CharTokenizer | BPETokenizer | str | Path, model_directory: str | Path) -> None:
     """Write ``tokenizer`` (or the markovformer tokenizer saved in that directory, e.g. a run's ``tokenizer/``) into
     ``model_directory`` (a saved model's) in the Hugging Face format, and its pad/bos/eos ids into the model's
-    ``config.json`` (see ``save_hf_format``)."""
-    save_hf_format(load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer, model_directory)
+    ``config.json`` (see ``save_hf_format``). Runs do this themselves; this is for a run trained before they did:
+    when ``model_directory`` is a run's ``model/`` whose fingerprint matched its ``config.json``, the fingerprint
+    is brought up to date with the edited file (else the run would refuse its own ``model/``)."""
+    from markovformer.training.fingerprint import FINGERPRINT_FILE, file_digest, write_model_fingerprint
+
+    directory = Path(model_directory)
+    record_path, config_path = directory / FINGERPRINT_FILE, directory / "config.json"
+    record = json.loads(record_path.read_text()) if record_path.is_file() else None
+    matched = record is not None and config_path.is_file() and record.get("config_sha256") == file_digest(config_path)
+    save_hf_format(load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer, directory)
+    if matched and record["config_sha256"] != file_digest(config_path):
+        write_model_fingerprint(directory, record["run"])
 
 
 __all__ = ["export_tokenizer", "to_transformers"]
