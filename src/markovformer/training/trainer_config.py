@@ -1,4 +1,5 @@
-"""The trainer options of a run (its ``trainer:`` section), the error every bad run setting raises and the one a
+"""The trainer options of a run (its ``trainer:`` section: the engine's options; a task's own options live in its
+``Options`` dataclass, ``training.tasks``), the error every bad run setting raises and the one a
 diverged run stops with."""
 
 from __future__ import annotations
@@ -69,16 +70,7 @@ class TrainerConfig:
     strategy: str = "auto"
     num_workers: int = 0
     keep_checkpoints: int = 0  # keep only the newest N step checkpoints (plus last.ckpt); 0 keeps them all
-    # Models with a markov context window (scan_markov): each training batch uses an n drawn uniformly from this list
-    # (a function of seed and step); validation scores every n and reports their mean as the loss. () = the model's.
-    orders: tuple[int, ...] = ()
     label_smoothing: float = 0.0  # on the training loss only; validation reports plain cross-entropy
-    # task vmt (windows walked along documents, truncated BPTT): the KL weight rises linearly to 1 over this many
-    # steps; carry the last latent from window to window (false: every window starts from P(x_1)); training windows
-    # advance by half a window instead of a whole one (validation always walks consecutive windows).
-    kl_warmup_steps: int = 0
-    carry: bool = True
-    window_overlap: bool = False
     # Optimiser steps accumulate the gradients of this many batches (an effective batch of batch_size times it);
     # max_steps, warmup_steps and eval_every count optimiser steps.
     accumulate_grad_batches: int = 1
@@ -130,12 +122,6 @@ class TrainerConfig:
             raise ConfigError(f"trainer.logger={shown(self.logger)} must be one of {tuple(LOGGERS)}")
         if self.early_stopping is not None:
             self.early_stopping = early_stopping_options(self.early_stopping)
-        if self.kl_warmup_steps < 0:
-            raise ConfigError(f"trainer.kl_warmup_steps={shown(self.kl_warmup_steps)} must be >= 0")
-        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.orders):
-            raise ConfigError(f"trainer.orders={shown(list(self.orders))} must be positive integers")
-        if len(set(self.orders)) != len(self.orders):
-            raise ConfigError(f"trainer.orders={shown(list(self.orders))} repeats a value")
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"trainer.label_smoothing={shown(self.label_smoothing)} must lie in [0, 1)")
 

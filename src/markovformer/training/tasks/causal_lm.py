@@ -1,16 +1,17 @@
-"""Causal language modelling: next-token cross-entropy; with ``trainer.orders`` (models with a Markov context
+"""Causal language modelling: next-token cross-entropy; with ``task_options.orders`` (models with a Markov context
 window) every training batch uses one drawn n and validation scores every n."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from torch import nn
 from torchmetrics import MeanMetric
 
 from markovformer.data.bundle import DataBundle
 from markovformer.training.tasks.base import LossMetric, Task, model_inputs
-from markovformer.training.trainer_config import ConfigError
+from markovformer.training.trainer_config import ConfigError, shown
 
 
 class LanguageModelMetrics(LossMetric):
@@ -40,36 +41,52 @@ class LanguageModelMetrics(LossMetric):
                 **by_order}  # fmt: skip
 
 
+@dataclass
+class CausalLMOptions:
+    """The causal LM's options (a run's ``task_options:`` section)."""
+
+    # Models with a markov context window (scan_markov): each training batch uses an n drawn uniformly from this list
+    # (a function of seed and step); validation scores every n and reports their mean as the loss. () = the model's.
+    orders: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.orders):
+            raise ConfigError(f"task_options.orders={shown(list(self.orders))} must be positive integers")
+        if len(set(self.orders)) != len(self.orders):
+            raise ConfigError(f"task_options.orders={shown(list(self.orders))} repeats a value")
+
+
 class CausalLM(Task):
     name = "causal_lm"
-    options = {"orders": "order", "label_smoothing": "label_smoothing"}
+    Options = CausalLMOptions
+    forward_arguments = {"orders": "order", "label_smoothing": "label_smoothing"}
     continues_prompts = True
     sizes_from_data = tuple(key for key in Task.sizes_from_data if key != "num_labels")  # predicts tokens, not labels
 
     def check_model(self, model: nn.Module) -> None:
         super().check_model(model)
-        for n in self.trainer.orders:
+        for n in self.options.orders:
             try:
                 model.window_size(n)  # a head that takes ``order`` has a Markov context window
             except ValueError as error:
-                raise ConfigError(f"trainer.orders: {error}") from error
+                raise ConfigError(f"task_options.orders: {error}") from error
 
     def check_data(self, bundle: DataBundle) -> None:
-        """Validation must never score a position with less context than the largest n of ``trainer.orders``:
+        """Validation must never score a position with less context than the largest n of ``task_options.orders``:
         text windows must overlap by at least that much (``data.overlap``)."""
         overlap = bundle.splits.get("overlap")
-        longest = max(self.trainer.orders, default=0)
+        longest = max(self.options.orders, default=0)
         if overlap is not None and longest > overlap:
-            raise ConfigError(f"trainer.orders reaches n={longest} but data.overlap={overlap}: the first "
+            raise ConfigError(f"task_options.orders reaches n={longest} but data.overlap={overlap}: the first "
                               f"positions of each validation window would see fewer than n tokens; set data.overlap "
                               f">= {longest}")  # fmt: skip
 
     def new_metrics(self) -> LanguageModelMetrics:
-        return LanguageModelMetrics(self.trainer.orders)
+        return LanguageModelMetrics(self.options.orders)
 
     def score(self, model: nn.Module, batch: dict, metrics: LanguageModelMetrics, beam_size: int = 1) -> None:
         inputs = model_inputs(batch)
-        if not self.trainer.orders:
+        if not self.options.orders:
             metrics.update(model(**inputs), batch)
-        for n in self.trainer.orders:
+        for n in self.options.orders:
             metrics.update(model(**inputs, order=n), batch, n)
