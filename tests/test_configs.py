@@ -288,7 +288,8 @@ def test_vmt_hmm_walks_windows_shorter_than_the_hidden_state_lasts_and_trains(tm
     values = load_yaml(CONFIG_DIR / "vmt_hmm.yaml")
     values["model"].update({"d_model": 16, "n_layers": 1, "hidden_dim": 16})
     values["data"].update({"doc_len": 4 * model.window, "train_documents": 8, "val_documents": 2})
-    values["trainer"].update({"max_steps": 3, "eval_every": 3, "checkpoint_every": 3, "log_every": 1})
+    values["trainer"].update({"max_steps": 3, "warmup_steps": 1, "eval_every": 3, "checkpoint_every": 3,
+                              "log_every": 1})
     values["output_dir"] = str(tmp_path / "run")
     results = train(resolve_run_config(values))
     assert set(results["val"]) == {"loss", "bits_per_token", "elbo", "reconstruction", "kl", "iw_bound"}

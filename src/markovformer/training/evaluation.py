@@ -11,10 +11,20 @@ from torch.utils.data import DataLoader
 
 from markovformer.data.locations import prepared_candidates
 from markovformer.data.text import load_tokenizer
+from markovformer.training.batches import RankShare
 from markovformer.training.build import build_data, build_run_task
 from markovformer.training.run_dir import check_same_tokenizer, load_run
 from markovformer.training.run_report import document_log_likelihood
-from markovformer.training.trainer_config import ConfigError
+from markovformer.training.trainer_config import ConfigError, TrainerConfig
+
+
+def scoring_loader(examples, collate, tc: TrainerConfig) -> DataLoader:
+    """The batches of one scoring pass over a split (validation while training, ``eval`` after): in order,
+    ``trainer.eval_batch_size`` examples each, loaded by ``trainer.num_workers`` workers; each process scores its own
+    share of the split, every example exactly once (``RankShare``). Its own generator: a DataLoader draws its base
+    seed from the global RNG at every new iterator, which would shift the training's random stream."""
+    return DataLoader(examples, batch_size=tc.eval_batch_size, sampler=RankShare(len(examples)), collate_fn=collate,
+                      num_workers=tc.num_workers, generator=torch.Generator())  # fmt: skip
 
 
 def reference_results(reference: dict, split: str) -> dict:
@@ -76,7 +86,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
                           f"nothing to evaluate; choose another --split or give the data a {split} part")  # fmt: skip
     metrics = task.new_metrics()
     model.eval()
-    loader = DataLoader(getattr(bundle, split), batch_size=config.trainer.eval_batch_size, collate_fn=bundle.collate)
+    loader = scoring_loader(getattr(bundle, split), bundle.collate, config.trainer)
     task.start_scoring()
     with torch.no_grad():
         for batch in loader:

@@ -16,6 +16,7 @@ STRATEGIES = ("auto", "ddp", "ddp_find_unused_parameters_true", "single_device")
 # Lightning's Weights & Biases / MLflow loggers when their package is installed.
 LOGGERS = {"tensorboard": "tensorboard", "csv": None, "wandb": "wandb", "mlflow": "mlflow"}
 EARLY_STOPPING_KEYS = ("monitor", "patience", "mode")
+DEFAULT_WARMUP_STEPS = 100
 MAX_DEFAULT_THREADS = 4  # tiny models gain nothing from more intra-op threads, and a shared machine loses a lot
 
 
@@ -48,7 +49,9 @@ class TrainerConfig:
     lr: float = 3e-3
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
-    warmup_steps: int = 100
+    # Steps of linear warm-up to lr. null: min(DEFAULT_WARMUP_STEPS, max_steps), resolved when the config is read (so
+    # a short run still peaks). A new run refuses a warm-up longer than max_steps: its learning rate would never peak.
+    warmup_steps: int | None = None
     decay: str = "cosine"  # or "linear"; both end at lr_floor * lr
     lr_floor: float = 0.1
     # The step at which the decay reaches lr_floor (None: max_steps). Extending a run with --resume sets it to the old
@@ -113,6 +116,8 @@ class TrainerConfig:
                               f"for several devices, or trainer.devices=1")  # fmt: skip
         if self.precision not in PRECISIONS:
             raise ConfigError(f"trainer.precision={shown(self.precision)} must be one of {PRECISIONS}")
+        if self.warmup_steps is None:
+            self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.max_steps)
         if self.warmup_steps < 0 or self.num_workers < 0:
             raise ConfigError("trainer.warmup_steps and trainer.num_workers must be >= 0")
         if self.accumulate_grad_batches < 1 or (self.threads is not None and self.threads < 1):
@@ -124,6 +129,15 @@ class TrainerConfig:
             self.early_stopping = early_stopping_options(self.early_stopping)
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"trainer.label_smoothing={shown(self.label_smoothing)} must lie in [0, 1)")
+
+
+def check_warmup(tc: TrainerConfig) -> None:
+    """ConfigError when the warm-up outlasts the run (the learning rate would never reach ``lr``): checked for new
+    runs only, so that runs trained before the check still load, evaluate and resume."""
+    if tc.warmup_steps > tc.max_steps:
+        raise ConfigError(f"trainer.warmup_steps={tc.warmup_steps} is larger than trainer.max_steps={tc.max_steps}: "
+                          f"the learning rate would never reach trainer.lr; set trainer.warmup_steps <= "
+                          f"{tc.max_steps} (or leave it out: min({DEFAULT_WARMUP_STEPS}, max_steps))")  # fmt: skip
 
 
 def early_stopping_options(values: dict[str, Any]) -> dict[str, Any]:
