@@ -131,11 +131,15 @@ def recorded_forwards(monkeypatch):
 
 @pytest.mark.parametrize("changes", [{}, {"task_options__window_overlap": True}, {"task_options__carry": False}],
                          ids=["carry", "overlap", "no_carry"])  # fmt: skip
-def test_each_step_gets_the_previous_steps_carry_and_the_warming_kl_weight(changes, recorded_forwards, tmp_path):
+def test_each_step_gets_the_previous_steps_carry_and_the_warming_kl_weight(changes, recorded_forwards, tmp_path,
+                                                                           capsys):  # fmt: skip
     values = tiny_vmt(**changes)
     values["output_dir"] = str(tmp_path / "run")
     config = resolve_run_config(values)
     train(config)
+    printed = capsys.readouterr().out  # training's objective and validation's -ELBO are named apart
+    assert "train objective/token" in printed and "validation: -ELBO/token" in printed
+    assert "final validation: -ELBO/token" in printed and "train loss" not in printed
     tc, options = config.trainer, config.task_options
     stride = window_stride(config.model["window"], options.window_overlap)
     bundle = build_data(config)

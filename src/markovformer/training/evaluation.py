@@ -80,6 +80,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     saved = run_dir / "tokenizer"
     bundle = build_data(config, tokenizer=load_tokenizer(saved) if saved.is_dir() else None)
     task = build_run_task(config, bundle)
+    task.describe_split(getattr(bundle, split), bundle.tokenizer)
     check_same_tokenizer(run_dir, bundle)
     if len(getattr(bundle, split)) == 0:
         raise ConfigError(f"the {split} split of {run_dir}'s data is empty (data.source={config.data['source']!r}): "

@@ -199,7 +199,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
         model.compile()
     module = TrainingModule(model, task)
     tc = config.trainer
-    progress = PrintProgress(tc.log_every, tc.max_steps)
+    progress = PrintProgress(tc.log_every, tc.max_steps, task.train_loss_label, task.metric_labels)
     fingerprint = RunFingerprint("")
     log = AppendingCSVLogger(run_dir / "logs" / "metrics.csv")
     guard = DivergenceGuard(run_dir, tc.lr, check_gradients=tc.precision != "16-mixed")
@@ -237,7 +237,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
     results = {"val": metrics, "steps": trainer.global_step, "train_seconds": seconds,
                "reference": bundle.info.get("reference", {})}  # fmt: skip
     write_final_files(run_dir, model, fingerprint.fingerprint, results)
-    report_results(results, model, bundle)
+    report_results(results, model, bundle, task.metric_labels)
     logs = "logs/metrics.csv, tensorboard/" if tc.logger == "tensorboard" else "logs/metrics.csv"
     print(f"run directory: {run_dir}  (model/, checkpoints/, {logs}, metrics.json)")
     return results

@@ -105,6 +105,10 @@ class Task:
                                                   "bos_token_id", "eos_token_id")  # fmt: skip
     # ``generate`` continues a prompt when the model reads tokens (a causal language model, the VMT).
     continues_prompts: ClassVar[bool] = False
+    # What the console calls the logged train/loss, and the validation metrics whose key alone would not say what
+    # they are (their true names where training and validation compute different quantities).
+    train_loss_label: ClassVar[str] = "train loss"
+    metric_labels: ClassVar[dict[str, str]] = {}
 
     def __init__(self, trainer: TrainerConfig | None = None, info: dict | None = None, tokenizer=None,
                  options: object | None = None) -> None:  # fmt: skip
@@ -129,6 +133,9 @@ class Task:
 
     def check_data(self, bundle: DataBundle) -> None:
         """ConfigError when the data cannot be scored as this task scores it."""
+
+    def describe_split(self, examples, tokenizer) -> None:
+        """Told which split the following scoring passes score (validation's, or the one ``eval`` scores)."""
 
     def prepare_model(self, model: nn.Module) -> None:
         """Anything the task sets on a freshly built model from the data before training."""

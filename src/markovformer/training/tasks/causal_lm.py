@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 from torch import nn
 from torchmetrics import MeanMetric
 
@@ -13,17 +14,35 @@ from markovformer.data.bundle import DataBundle
 from markovformer.training.tasks.base import LossMetric, Task, model_inputs
 from markovformer.training.trainer_config import ConfigError, shown
 
+CHARACTER_SAMPLE_TOKENS = 2**20  # tokens of a split decoded to measure its characters per token
+
+
+def characters_per_token(examples, tokenizer) -> float | None:
+    """Characters per token of a text split (its first ``CHARACTER_SAMPLE_TOKENS`` tokens decoded; an
+    end-of-document token is no character): bits per character = bits per token / this, so that character and BPE
+    runs compare. None for data that is not text windows of a token store."""
+    store = getattr(examples, "store", None)
+    if tokenizer is None or store is None:
+        return None
+    start = examples.start
+    stop = min(examples.stop, start + CHARACTER_SAMPLE_TOKENS)
+    if stop <= start:
+        return None
+    ids = np.asarray(store.tokens[start:stop]).tolist()
+    return len(tokenizer.decode(ids)) / len(ids)
+
 
 class LanguageModelMetrics(LossMetric):
-    """Token-weighted cross-entropy (so uneven batches average correctly), bits per token and perplexity.
+    """Token-weighted cross-entropy (so uneven batches average correctly), bits per token and perplexity; for text,
+    bits per character too (bits per token over the split's ``characters_per_token``).
 
     With ``orders``, every batch is scored once per n, ``update`` is told which, and ``loss`` is the mean over n
     of each n's token-weighted loss (``loss_n<n>``): the cross-entropy of an equal mixture of the n-gram predictions,
     since every n is scored on the same tokens."""
 
-    def __init__(self, orders: tuple[int, ...] = ()) -> None:
+    def __init__(self, orders: tuple[int, ...] = (), characters_per_token: float | None = None) -> None:
         super().__init__()
-        self.orders = tuple(orders)
+        self.orders, self.characters_per_token = tuple(orders), characters_per_token
         self.loss_by_order = nn.ModuleList(MeanMetric() for _ in self.orders)
 
     def update(self, output, batch: dict, order: int | None = None) -> None:
@@ -37,8 +56,10 @@ class LanguageModelMetrics(LossMetric):
     def compute(self) -> dict[str, float]:
         by_order = {f"loss_n{n}": float(m.compute()) for n, m in zip(self.orders, self.loss_by_order, strict=True)}
         loss = sum(by_order.values()) / len(by_order) if by_order else float(self.loss.compute())
-        return {"loss": loss, "bits_per_token": loss / math.log(2), "perplexity": math.exp(min(loss, 700.0)),
-                **by_order}  # fmt: skip
+        results = {"loss": loss, "bits_per_token": loss / math.log(2), "perplexity": math.exp(min(loss, 700.0))}
+        if self.characters_per_token:
+            results["bits_per_character"] = results["bits_per_token"] / self.characters_per_token
+        return {**results, **by_order}
 
 
 @dataclass
@@ -61,6 +82,7 @@ class CausalLM(Task):
     Options = CausalLMOptions
     forward_arguments = {"orders": "order", "label_smoothing": "label_smoothing"}
     continues_prompts = True
+    characters_per_token: float | None = None  # of the split scored (describe_split): text only
     sizes_from_data = tuple(key for key in Task.sizes_from_data if key != "num_labels")  # predicts tokens, not labels
 
     def check_model(self, model: nn.Module) -> None:
@@ -72,8 +94,10 @@ class CausalLM(Task):
                 raise ConfigError(f"task_options.orders: {error}") from error
 
     def check_data(self, bundle: DataBundle) -> None:
-        """Validation must never score a position with less context than the largest n of ``task_options.orders``:
+        """Measures the validation split's characters per token (text). Validation must never score a position with
+        less context than the largest n of ``task_options.orders``:
         text windows must overlap by at least that much (``data.overlap``)."""
+        self.describe_split(bundle.val, bundle.tokenizer)
         overlap = bundle.splits.get("overlap")
         longest = max(self.options.orders, default=0)
         if overlap is not None and longest > overlap:
@@ -81,8 +105,11 @@ class CausalLM(Task):
                               f"positions of each validation window would see fewer than n tokens; set data.overlap "
                               f">= {longest}")  # fmt: skip
 
+    def describe_split(self, examples, tokenizer) -> None:
+        self.characters_per_token = characters_per_token(examples, tokenizer)
+
     def new_metrics(self) -> LanguageModelMetrics:
-        return LanguageModelMetrics(self.options.orders)
+        return LanguageModelMetrics(self.options.orders, self.characters_per_token)
 
     def score(self, model: nn.Module, batch: dict, metrics: LanguageModelMetrics, beam_size: int = 1) -> None:
         inputs = model_inputs(batch)

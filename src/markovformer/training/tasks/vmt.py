@@ -110,6 +110,10 @@ class VMT(Task):
     Options = VMTOptions
     forward_arguments = {"kl_warmup_steps": "kl_weight", "carry": "carry", "window_overlap": "carry_index"}
     continues_prompts = True
+    # Training minimises -reconstruction + KL weight * max(KL, free bits) + the weighted extra terms per token of a
+    # window; validation reports -ELBO per token of whole documents: two quantities, named apart.
+    train_loss_label = "train objective/token"
+    metric_labels = {"loss": "-ELBO/token"}
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
