@@ -7,6 +7,7 @@ import copy
 import math
 import random
 import re
+import sys
 
 import pytest
 import torch
@@ -62,3 +63,17 @@ def test_metrics_csv_counts_steps_as_the_console_does(tmp_path, capsys):
     series = read_metric_series(tmp_path / "run" / "logs" / "metrics.csv")
     assert series["val/loss"][0] == val_steps
     assert set(train_steps) <= set(series["train/loss"][0]) <= set(range(1, 7))
+    assert "step/s" not in printed and "\r" not in printed  # not a terminal: lines only, no progress bar
+
+
+def test_on_a_terminal_a_step_bar_with_its_rate_and_time_left_runs_between_whole_log_lines(tmp_path, capsys,
+                                                                                         monkeypatch):  # fmt: skip
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    values = copy.deepcopy(TINY_RUN)
+    values["trainer"].update(max_steps=6, warmup_steps=1, log_every=2, eval_every=3, checkpoint_every=3)
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    printed = capsys.readouterr().out
+    assert re.search(r"\| *\d/6 \[\d\d:\d\d<\d\d:\d\d, +[\d.]+(step/s|s/step)\]", printed)  # rate and time left
+    pieces = re.split(r"[\r\n]", printed)
+    assert [int(n) for p in pieces for n in re.findall(r"^step +(\d+)/6  train loss", p)] == [2, 4, 6]

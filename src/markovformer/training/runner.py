@@ -199,7 +199,8 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
         model.compile()
     module = TrainingModule(model, task)
     tc = config.trainer
-    progress = PrintProgress(tc.log_every, tc.max_steps, task.train_loss_label, task.metric_labels)
+    progress = PrintProgress(tc.log_every, tc.max_steps, task.train_loss_label, task.metric_labels,
+                             bar=sys.stdout.isatty())  # fmt: skip
     fingerprint = RunFingerprint("")
     log = AppendingCSVLogger(run_dir / "logs" / "metrics.csv")
     guard = DivergenceGuard(run_dir, tc.lr, check_gradients=tc.precision != "16-mixed")
@@ -269,7 +270,7 @@ def lightning_trainer(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger,
         ],
         use_distributed_sampler=False,
         plugins=[SafetensorsCheckpointIO()],
-        enable_progress_bar=sys.stdout.isatty(),
+        enable_progress_bar=False,  # PrintProgress: lines, and on a terminal a bar over the optimiser steps
         enable_model_summary=False,
         log_every_n_steps=min(tc.log_every, 50),
     )
