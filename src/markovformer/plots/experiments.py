@@ -20,7 +20,8 @@ class Panel:
 
     ``apart`` {label: (x, y)}: a measurement that is not a point of its curve's axis (MAT's unbounded order k = ∞),
     drawn as a lone marker in the colour of the curve of the same label, behind a dotted divider and never joined;
-    ``tick_labels`` {x: text} names such positions on the x axis.
+    ``tick_labels`` {x: text} names such positions on the x axis. ``y_from_zero``: the y axis starts at 0 (where a
+    ratio is the point, e.g. speeds, so that noise never reads as a large effect).
     """
 
     title: str
@@ -28,9 +29,15 @@ class Panel:
     references: dict[str, float] = field(default_factory=dict)
     apart: dict[str, tuple[float, float]] = field(default_factory=dict)
     tick_labels: dict[float, str] = field(default_factory=dict)
+    y_from_zero: bool = False
 
 
 def plot_panels(panels: Sequence[Panel], out: Path, xlabel: str, ylabel: str, log_x: bool = False) -> Path:
+    """``panels_figure`` saved as a PNG to ``out``."""
+    return save_figure(panels_figure(panels, xlabel, ylabel, log_x), out)
+
+
+def panels_figure(panels: Sequence[Panel], xlabel: str, ylabel: str, log_x: bool = False):
     """Panels side by side (shared y axis), each with its curves and dashed, labelled reference lines.
 
     Curves labelled ``"<group> s<seed>"`` are drawn in their group's colour with one legend entry per group.
@@ -68,8 +75,10 @@ def plot_panels(panels: Sequence[Panel], out: Path, xlabel: str, ylabel: str, lo
         ax.set_title(panel.title, fontsize=10)
         ax.set_xlabel(xlabel)
         ax.legend(fontsize=7)
+        if panel.y_from_zero:
+            ax.set_ylim(bottom=0)
     axes[0].set_ylabel(ylabel)
-    return save_figure(figure, out)
+    return figure
 
 
 @dataclass
@@ -145,5 +154,7 @@ def plot_lag_bars(panels: Sequence[LagPanel], out: Path, ylabel: str) -> Path:
         ax.set_title(panel.title, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7)
+        if panel.y_from_zero:
+            ax.set_ylim(bottom=0)
     axes[0].set_ylabel(ylabel)
-    return save_figure(figure, out)
+    return figure
