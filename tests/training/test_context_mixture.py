@@ -5,6 +5,7 @@ on the run."""
 
 from __future__ import annotations
 
+import html
 import json
 import random
 from collections import Counter
@@ -169,6 +170,10 @@ def test_validation_is_the_exact_ngram_mixture_and_eval_generate_and_inspect_wor
 
     index = write_inspection_report(run_dir)  # curves only: the model has no gates or attention maps
     assert (index.parent / "curves.png").is_file() and not (index.parent / "attention.png").exists()
+    unconditional = _cli(capsys, "generate", str(run_dir), "--prompt", "", "--max-new-tokens", "200")
+    page = index.read_text()  # a text run's report shows the sample that generate prints for an empty prompt
+    assert "<h2>Generated sample (200 tokens from an empty prompt" in page
+    assert f"<pre>{html.escape(unconditional[:-1])}</pre>" in page
     with pytest.raises(ValueError, match="ScanMarkovForCausalLM has no attention layers"):
         write_inspection_report(run_dir, layers=[0])
 
