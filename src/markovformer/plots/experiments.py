@@ -188,7 +188,5 @@ def plot_lag_bars(panels: Sequence[LagPanel], out: Path, ylabel: str) -> Path:
         ax.set_title(panel.title, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7)
-        if panel.y_from_zero:
-            ax.set_ylim(bottom=0)
     axes[0].set_ylabel(ylabel)
-    return figure
+    return save_figure(figure, out)
