@@ -161,10 +161,10 @@ def test_scan_shakespeare_is_the_seed_setup():
     assert config.data["path"] == "data/tiny_shakespeare.txt" and config.data["tokenizer"] == "char"
     assert config.data["fractions"] == [0.9, 0.1, 0.0] and config.data["overlap"] >= 5
     trainer = config.trainer
-    assert trainer.orders == (2, 3, 4, 5) and trainer.label_smoothing == 0.1 and trainer.decay == "cosine"
+    assert config.task_options.orders == (2, 3, 4, 5) and trainer.label_smoothing == 0.1 and trainer.decay == "cosine"
     model = model_config(config, vocab_size=66)
     assert (model.context_mode, model.d_model, model.ffn_mult, model.dropout) == ("markov", 128, 4, 0.0)
-    assert max(trainer.orders) <= model.max_positions
+    assert max(config.task_options.orders) <= model.max_positions
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "tiny_shakespeare.txt").is_file(), reason="no Tiny Shakespeare here")
@@ -283,11 +283,13 @@ def test_vmt_hmm_walks_windows_shorter_than_the_hidden_state_lasts_and_trains(tm
     assert (config.task, config.model_type, config.data["source"]) == ("vmt", "vmt", "sticky_hmm")
     model, data, trainer = model_config(config), config.data, config.trainer
     assert model.window < 1 / (1 - data["stay"]) and data["doc_len"] % model.window == 0
-    assert trainer.carry and not trainer.window_overlap and 0 < trainer.kl_warmup_steps < trainer.max_steps
+    options = config.task_options
+    assert options.carry and not options.window_overlap and 0 < options.kl_warmup_steps < trainer.max_steps
     values = load_yaml(CONFIG_DIR / "vmt_hmm.yaml")
     values["model"].update({"d_model": 16, "n_layers": 1, "hidden_dim": 16})
     values["data"].update({"doc_len": 4 * model.window, "train_documents": 8, "val_documents": 2})
-    values["trainer"].update({"max_steps": 3, "eval_every": 3, "checkpoint_every": 3, "log_every": 1})
+    values["trainer"].update({"max_steps": 3, "warmup_steps": 1, "eval_every": 3, "checkpoint_every": 3,
+                              "log_every": 1})
     values["output_dir"] = str(tmp_path / "run")
     results = train(resolve_run_config(values))
     assert set(results["val"]) == {"loss", "bits_per_token", "elbo", "reconstruction", "kl", "iw_bound"}

@@ -114,7 +114,8 @@ def small_run(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("small")
     values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
-    values["trainer"].update({"max_steps": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 2})
+    values["trainer"].update({"max_steps": 4, "warmup_steps": 2, "eval_every": 4, "checkpoint_every": 4,
+                              "log_every": 2})
     values["output_dir"] = str(folder / "run")
     train(resolve_run_config(values))
     (folder / "tiny.yaml").write_text(yaml.safe_dump({**values, "output_dir": str(folder / "other")}))

@@ -75,6 +75,7 @@ def test_run_writes_the_report_and_reuses_cells(tmp_path, monkeypatch):
     text = report.read_text()
     assert all(len(table) > 1 for table in markdown_tables(text))  # every table well formed, none empty
     assert "| 2 | on | MAT |" in text and "| inf | off | AT |" in text
+    assert "Quick mode is a smoke test" in text and "the speed axis starts at 0" in text  # says what it shows
     for figure in ("bleu_vs_order.png", "speed_vs_order.png", "state_vs_order.png", "val_loss.png"):
         assert (tmp_path / figure).is_file()
 

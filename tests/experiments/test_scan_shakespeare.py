@@ -18,7 +18,7 @@ from markovformer.experiments.scan_shakespeare import ScanShakespeareSettings, n
 from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
 from markovformer.training.config_files import shipped_config
 from markovformer.training.run_config import TrainerConfig, load_yaml
-from markovformer.training.tasks import build_task
+from markovformer.training.tasks import CausalLMOptions, build_task
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def test_ngram_losses_are_the_engines_validation_mixture():
     model = ScanMarkovForCausalLM(config)
     tokens = torch.randint(1, 9, (300,), generator=torch.Generator().manual_seed(1))
     contexts = (2, 3, 5)
-    task = build_task("causal_lm", TrainerConfig(orders=contexts))
+    task = build_task("causal_lm", TrainerConfig(), options=CausalLMOptions(contexts))
     metrics = task.new_metrics()
     examples = text_windows(tokens, seq_len=20, overlap=5)
     with torch.no_grad():

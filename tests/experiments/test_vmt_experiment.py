@@ -99,7 +99,8 @@ def test_the_engine_run_config_holds_the_experiments_model_and_optimiser():
     # AdamW without weight decay at a constant rate (no warm-up, decay floor 1), clipping at 1, as the old loop did
     assert trainer["weight_decay"] == 0 and trainer["warmup_steps"] == 0 and trainer["lr_floor"] == 1.0
     assert tuple(trainer["betas"]) == (0.9, 0.999) and trainer["gradient_clip"] == 1.0 and trainer["lr"] == 1e-3
-    assert trainer["carry"] is False and trainer["window_overlap"] is True and trainer["kl_warmup_steps"] == 7
+    options = values["task_options"]  # the VMT task's own options, not the trainer's
+    assert options == {"carry": False, "window_overlap": True, "kl_warmup_steps": 7} and "carry" not in trainer
     assert trainer["checkpoint_every"] == 10 and trainer["max_steps"] == 40 and trainer["seed"] == 3
 
 

@@ -5,6 +5,7 @@ on the run."""
 
 from __future__ import annotations
 
+import html
 import json
 import random
 from collections import Counter
@@ -19,7 +20,7 @@ from markovformer.training.batches import EpochBatches
 from markovformer.training.module import TrainingModule
 from markovformer.training.run_config import ConfigError, TrainerConfig, resolve_run_config
 from markovformer.training.runner import build_data, build_model, evaluate, load_run, train
-from markovformer.training.tasks import build_task
+from markovformer.training.tasks import CausalLMOptions, build_task
 
 LENGTHS = (2, 3, 5)
 
@@ -59,8 +60,8 @@ def _model(**overrides) -> ScanMarkovForCausalLM:
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # the step is called without a Trainer
 def test_label_smoothing_and_the_drawn_context_reach_training_only():
     model = _model()
-    trainer = TrainerConfig(orders=LENGTHS, label_smoothing=0.2)
-    task = TrainingModule(model, build_task("causal_lm", trainer, {"vocab_size": 9}))
+    trainer = TrainerConfig(label_smoothing=0.2)
+    task = TrainingModule(model, build_task("causal_lm", trainer, {"vocab_size": 9}, options=CausalLMOptions(LENGTHS)))
     ids = torch.randint(1, 9, (3, 12), generator=torch.Generator().manual_seed(0))
     batch = {"input_ids": ids, "labels": ids, "order": 3}
     with torch.no_grad():
@@ -82,22 +83,23 @@ def test_models_that_cannot_take_the_options_are_refused_up_front():
 
     transformer = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=9, d_model=8, n_layers=1,
                                                                              n_heads=2))  # fmt: skip
-    for options, key in (({"orders": (2,)}, "orders"), ({"label_smoothing": 0.1}, "label_smoothing")):
-        with pytest.raises(ConfigError, match=f"trainer.{key} is set but MarkovianTransformerForCausalLM"):
-            TrainingModule(transformer, build_task("causal_lm", TrainerConfig(**options)))
+    ordered = CausalLMOptions(orders=(2,))
+    for task, key in ((build_task("causal_lm", options=ordered), "task_options.orders"),
+                      (build_task("causal_lm", TrainerConfig(label_smoothing=0.1)), "trainer.label_smoothing")):
+        with pytest.raises(ConfigError, match=f"{key} is set but MarkovianTransformerForCausalLM"):
+            TrainingModule(transformer, task)
     with pytest.raises(ConfigError, match="only meaningful with context_mode='markov'"):
-        TrainingModule(
-            _model(context_mode="recurrent", order=None), build_task("causal_lm", TrainerConfig(orders=(2,)))
-        )
+        TrainingModule(_model(context_mode="recurrent", order=None), build_task("causal_lm", options=ordered))
     with pytest.raises(ConfigError, match="order=6"):
-        TrainingModule(_model(), build_task("causal_lm", TrainerConfig(orders=(2, 6))))
-    for options, message in (({"orders": (2, 2)}, "repeats"), ({"orders": (0,)}, "positive"),
-                             ({"label_smoothing": 1.0}, "label_smoothing")):  # fmt: skip
+        TrainingModule(_model(), build_task("causal_lm", options=CausalLMOptions(orders=(2, 6))))
+    for orders, message in (((2, 2), "task_options.orders=.*repeats"), ((0,), "task_options.orders=.*positive")):
         with pytest.raises(ConfigError, match=message):
-            TrainerConfig(**options)
+            CausalLMOptions(orders=orders)
+    with pytest.raises(ConfigError, match="label_smoothing"):
+        TrainerConfig(label_smoothing=1.0)
 
 
-def _text_run(tmp_path, **trainer) -> dict:
+def _text_run(tmp_path, orders=(2, 4), **trainer) -> dict:
     rng = random.Random(0)
     words = ["to", "be", "or", "not", "that", "is", "the", "question"]
     text = "".join(rng.choice(words) + rng.choice(" \n") for _ in range(700))
@@ -110,8 +112,8 @@ def _text_run(tmp_path, **trainer) -> dict:
         "data": {"source": "text", "path": str(tmp_path / "corpus.txt"), "seq_len": 32, "fractions": [0.9, 0.1, 0.0],
                  "overlap": 4},
         "trainer": {"max_steps": 6, "batch_size": 8, "warmup_steps": 1, "eval_every": 6, "checkpoint_every": 6,
-                    "log_every": 3, "eval_batch_size": 5, "orders": [2, 4], "label_smoothing": 0.1,
-                    **trainer},
+                    "log_every": 3, "eval_batch_size": 5, "label_smoothing": 0.1, **trainer},
+        "task_options": {"orders": orders},
     }  # fmt: skip
 
 
@@ -168,6 +170,10 @@ def test_validation_is_the_exact_ngram_mixture_and_eval_generate_and_inspect_wor
 
     index = write_inspection_report(run_dir)  # curves only: the model has no gates or attention maps
     assert (index.parent / "curves.png").is_file() and not (index.parent / "attention.png").exists()
+    unconditional = _cli(capsys, "generate", str(run_dir), "--prompt", "", "--max-new-tokens", "200")
+    page = index.read_text()  # a text run's report shows the sample that generate prints for an empty prompt
+    assert "<h2>Generated sample (200 tokens from an empty prompt" in page
+    assert f"<pre>{html.escape(unconditional[:-1])}</pre>" in page
     with pytest.raises(ValueError, match="ScanMarkovForCausalLM has no attention layers"):
         write_inspection_report(run_dir, layers=[0])
 

@@ -28,7 +28,8 @@ def trained(tmp_path_factory):
     from conftest import TINY_RUN
 
     folder = tmp_path_factory.mktemp("inspect")
-    trainer = {**TINY_RUN["trainer"], "max_steps": 2, "eval_every": 2, "checkpoint_every": 2, "log_every": 1}
+    trainer = {**TINY_RUN["trainer"], "max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+               "log_every": 1}
     config = folder / "tiny.yaml"
     config.write_text(yaml.safe_dump({**TINY_RUN, "trainer": trainer, "output_dir": str(folder / "run")}))
     assert main(["train", str(config)]) == 0

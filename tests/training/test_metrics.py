@@ -8,15 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from markovformer.training.run_config import ConfigError, TrainerConfig
-from markovformer.training.tasks import build_task
+from markovformer.training.run_config import ConfigError, TrainerConfig, resolve_run_config
+from markovformer.training.tasks import CausalLMOptions, build_task
 from markovformer.training.tasks.ctc import greedy_ctc_decode, symbols_to_words
 
 
 def task_metrics(task: str, num_labels=None, label_names=None, orders=()):
     """A task's fresh validation metrics, built as a run builds them."""
     info = {"num_labels": num_labels, "label_names": label_names}
-    return build_task(task, TrainerConfig(orders=orders), info).new_metrics()
+    return build_task(task, TrainerConfig(), info, options=CausalLMOptions(orders) if orders else None).new_metrics()
 
 
 def fake_output(loss: float, logits=None) -> SimpleNamespace:
@@ -317,5 +317,9 @@ def test_orders_report_each_n_token_weighted_and_their_mean_as_the_loss():
             metrics.update(fake_output(1.0), batch_1, wrong)
     with pytest.raises(ValueError, match="order=2"):
         task_metrics("causal_lm").update(fake_output(1.0), batch_1, 2)
-    with pytest.raises(ConfigError, match="trainer.orders is set but task ctc does not use it"):
-        task_metrics("ctc", orders=(2,))
+    with pytest.raises(ConfigError, match=r"task_options.orders is not an option of task ctc \(its options: none\)"):
+        resolve_run_config({"task": "ctc", "data": {"source": "synthetic_ctc"}, "task_options": {"orders": [2]}})
+    with pytest.raises(ConfigError, match="trainer.orders=.* is set but task ctc does not use it"):  # an old config
+        resolve_run_config({"task": "ctc", "data": {"source": "synthetic_ctc"}, "trainer": {"orders": [2]}})
+    with pytest.raises(ConfigError, match="task ctc takes TaskOptions, not CausalLMOptions"):
+        build_task("ctc", options=CausalLMOptions((2,)))

@@ -1,6 +1,7 @@
 """Reading run configs: exponent numbers are floats in overrides and in files (PyYAML alone reads ``2e-3`` as a
-string, and a config with ``lr: 2e-3`` was refused with a type error); keys renamed since (``trainer.context_lengths``
-now ``trainer.orders``, scan Markov's ``model.context_length`` now ``model.order``) still load from old files."""
+string, and a config with ``lr: 2e-3`` was refused with a type error); keys renamed or moved since
+(``trainer.context_lengths`` now ``task_options.orders``, the VMT's ``trainer.carry`` now ``task_options.carry``,
+scan Markov's ``model.context_length`` now ``model.order``) still load from old files."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import pytest
 
 from markovformer.training.run_config import (
     ConfigError,
+    TrainerConfig,
     apply_overrides,
     load_yaml,
     parse_override,
+    plain_values,
     read_yaml,
     resolve_run_config,
 )
@@ -55,21 +58,33 @@ def test_a_run_config_written_with_the_old_names_loads_under_the_new_ones(tmp_pa
     path = tmp_path / "config.yaml"
     path.write_text(OLD_SCAN_RUN)
     config = resolve_run_config(load_yaml(path))
-    assert config.trainer.orders == (2, 4) and config.trainer.max_steps == 10
-    written = config.to_dict()["trainer"]  # what the run writes back: the new name only
-    assert written["orders"] == (2, 4) and "context_lengths" not in written
-    new = resolve_run_config(load_yaml(path) | {"trainer": {"max_steps": 10, "orders": [2, 4]}})
-    assert new.trainer == config.trainer
+    assert config.task_options.orders == (2, 4) and config.trainer.max_steps == 10
+    written = config.to_dict()  # what the run writes back: the new name in its new home only
+    assert written["task_options"]["orders"] == (2, 4)
+    assert "context_lengths" not in written["trainer"] and "orders" not in written["trainer"]
+    new = resolve_run_config(load_yaml(path) | {"trainer": {"max_steps": 10}, "task_options": {"orders": [2, 4]}})
+    assert new.trainer == config.trainer and new.task_options == config.task_options
     model = build_model(config, {"vocab_size": 7})
     assert model.config.order == 4 and model.config.vocab_size == 7
+
+
+def test_an_old_resolved_causal_lm_config_with_every_old_trainer_option_still_loads(tmp_path):
+    # config.yaml of a run written before the task options moved: every trainer field, the VMT's at their defaults
+    old = {"task": "causal_lm", "data": {"source": "text"}, "model": {},
+           "trainer": {**plain_values(TrainerConfig().__dict__), "orders": [3], "kl_warmup_steps": 0,
+                       "carry": True, "window_overlap": False}}  # fmt: skip
+    config = resolve_run_config(old)
+    assert config.task_options.orders == (3,) and config.trainer == TrainerConfig()
+    with pytest.raises(ConfigError, match=r"trainer.carry=False is set but task causal_lm does not use it"):
+        resolve_run_config({**old, "trainer": {**old["trainer"], "carry": False}})
 
 
 def test_old_and_new_names_together_are_refused_naming_both(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(OLD_SCAN_RUN)
-    values = apply_overrides(load_yaml(path), ["trainer.orders=[2, 4]"])
-    with pytest.raises(ConfigError, match=r"^trainer\.context_lengths is the old name of trainer\.orders; give only "
-                                          r"trainer\.orders$"):  # fmt: skip
+    values = apply_overrides(load_yaml(path), ["task_options.orders=[2, 4]"])
+    with pytest.raises(ConfigError, match=r"^trainer\.orders is the old place of task_options\.orders; give only "
+                                          r"task_options\.orders$"):  # fmt: skip
         resolve_run_config(values)
     config = resolve_run_config(load_yaml(path))
     both = dict(config.model, order=4)

@@ -187,9 +187,9 @@ def test_resume_refuses_a_finished_run_and_extends_it_with_a_larger_max_steps(ru
     assert sorted(p.name for p in (run / "checkpoints").glob("*.ckpt")) == [
         "last.ckpt", "step-000070.ckpt", "step-000080.ckpt"]  # fmt: skip
     rows = read_log_rows(run / "logs" / "metrics.csv")[1]
-    assert logged(whole) == [cell for cell in logged(run) if cell[0] < STEPS]  # the first 60 steps, untouched
+    assert logged(whole) == [cell for cell in logged(run) if cell[0] <= STEPS]  # the first 60 steps, untouched
     floor = 3e-3 * 0.1  # TrainerConfig's lr and lr_floor: the schedule had reached its floor at step 60
-    extension = [float(r["lr-AdamW/pg1"]) for r in rows if r.get("lr-AdamW/pg1") and int(r["step"]) >= STEPS]
+    extension = [float(r["lr-AdamW/pg1"]) for r in rows if r.get("lr-AdamW/pg1") and int(r["step"]) > STEPS]
     assert extension and all(lr == pytest.approx(floor) for lr in extension)
     resolved = (run / "config.yaml").read_text()
     assert "max_steps: 80" in resolved and "decay_steps: 60" in resolved and "keep_checkpoints: 2" in resolved

@@ -28,7 +28,7 @@ from markovformer.training.module import TrainingModule
 from markovformer.training.run_config import ConfigError, TrainerConfig, resolve_run_config
 from markovformer.training.runner import build_data, build_model, evaluate, load_run, train
 from markovformer.training.tasks import build_task
-from markovformer.training.tasks.vmt import DocumentMetrics, DocumentWalk, kl_weight
+from markovformer.training.tasks.vmt import DocumentMetrics, DocumentWalk, VMTOptions, kl_weight
 
 TINY_VMT = {
     "task": "vmt",
@@ -38,7 +38,8 @@ TINY_VMT = {
     "data": {"source": "sticky_hmm", "num_states": 3, "num_symbols": 6, "doc_len": 18, "train_documents": 12,
              "val_documents": 3, "test_documents": 3},
     "trainer": {"max_steps": 9, "batch_size": 3, "warmup_steps": 2, "eval_every": 9, "checkpoint_every": 9,
-                "log_every": 3, "eval_batch_size": 2, "kl_warmup_steps": 4, "seed": 5},
+                "log_every": 3, "eval_batch_size": 2, "seed": 5},
+    "task_options": {"kl_warmup_steps": 4},
 }  # fmt: skip
 
 
@@ -128,15 +129,19 @@ def recorded_forwards(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("changes", [{}, {"trainer__window_overlap": True}, {"trainer__carry": False}],
+@pytest.mark.parametrize("changes", [{}, {"task_options__window_overlap": True}, {"task_options__carry": False}],
                          ids=["carry", "overlap", "no_carry"])  # fmt: skip
-def test_each_step_gets_the_previous_steps_carry_and_the_warming_kl_weight(changes, recorded_forwards, tmp_path):
+def test_each_step_gets_the_previous_steps_carry_and_the_warming_kl_weight(changes, recorded_forwards, tmp_path,
+                                                                           capsys):  # fmt: skip
     values = tiny_vmt(**changes)
     values["output_dir"] = str(tmp_path / "run")
     config = resolve_run_config(values)
     train(config)
-    tc = config.trainer
-    stride = window_stride(config.model["window"], tc.window_overlap)
+    printed = capsys.readouterr().out  # training's objective and validation's -ELBO are named apart
+    assert "train objective/token" in printed and "validation: -ELBO/token" in printed
+    assert "final validation: -ELBO/token" in printed and "train loss" not in printed
+    tc, options = config.trainer, config.task_options
+    stride = window_stride(config.model["window"], options.window_overlap)
     bundle = build_data(config)
     stream = iter(DocumentWindows(bundle.train, tc.batch_size, tc.seed, collate, config.model["window"], stride))
     assert len(recorded_forwards) == tc.max_steps  # training only: validation walks with elbo / iw_bound
@@ -144,15 +149,15 @@ def test_each_step_gets_the_previous_steps_carry_and_the_warming_kl_weight(chang
     for step, (kwargs, _) in enumerate(recorded_forwards):
         batch = next(stream)
         assert torch.equal(kwargs["input_ids"], batch["input_ids"])
-        assert kwargs["kl_weight"] == pytest.approx(min(1.0, (step + 1) / tc.kl_warmup_steps))
+        assert kwargs["kl_weight"] == pytest.approx(min(1.0, (step + 1) / options.kl_warmup_steps))
         assert kwargs["carry_index"] == stride - 1
-        if not tc.carry or step == 0 or not bool(batch["carry_mask"].any()):
+        if not options.carry or step == 0 or not bool(batch["carry_mask"].any()):
             assert kwargs.get("carry") is None and kwargs.get("carry_mask") is None
             continue
         continued += 1
         assert torch.equal(kwargs["carry_mask"], batch["carry_mask"])  # rows starting a document use no carry
         assert torch.equal(kwargs["carry"], recorded_forwards[step - 1][1].carry)
-    assert continued > 0 if tc.carry else continued == 0
+    assert continued > 0 if options.carry else continued == 0
     assert (kl_weight(1, 0), kl_weight(2, 4), kl_weight(9, 4)) == (1.0, 0.5, 1.0)
 
 
@@ -250,24 +255,27 @@ def test_a_killed_vmt_run_resumes_with_its_carry_to_the_same_final_metrics(tmp_p
 # ------------------------------------------------------------------------------------------------ options
 
 
-def test_trainer_options_are_refused_by_models_that_cannot_take_them(tmp_path):
+def test_task_options_are_refused_by_tasks_and_models_that_cannot_take_them(tmp_path):
     causal = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=6, d_model=16, n_layers=1,
                                                                         n_heads=2))  # fmt: skip
     vmt = VariationalMarkovTransformer(VMTConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2))
     for option, value in (("kl_warmup_steps", 10), ("carry", False), ("window_overlap", True)):
-        with pytest.raises(ConfigError, match=f"trainer.{option} is set but"):
-            build_task("causal_lm", TrainerConfig(**{option: value})).check_model(causal)
-        build_task("vmt", TrainerConfig(**{option: value})).check_model(vmt)
-    for option, value in (("label_smoothing", 0.1), ("orders", (2,))):
-        with pytest.raises(ConfigError, match=f"trainer.{option} is set but"):
-            TrainingModule(vmt, build_task("vmt", TrainerConfig(**{option: value})))
-    with pytest.raises(ConfigError, match="trainer.kl_warmup_steps=-1"):
-        TrainerConfig(kl_warmup_steps=-1)
-    with pytest.raises(ConfigError, match="trainer.carry"):
-        resolve_run_config(tiny_vmt(trainer__carry="yes"))
+        with pytest.raises(ConfigError, match=f"task_options.{option} is not an option of task causal_lm"):
+            resolve_run_config({**tiny_vmt(), "task": "causal_lm", "task_options": {option: value}})
+        with pytest.raises(ConfigError, match=f"task_options.{option} is set but MarkovianTransformerForCausalLM"):
+            build_task("vmt", options=VMTOptions(**{option: value})).check_model(causal)
+        build_task("vmt", options=VMTOptions(**{option: value})).check_model(vmt)
+    with pytest.raises(ConfigError, match="trainer.label_smoothing is set but task vmt does not use it"):
+        TrainingModule(vmt, build_task("vmt", TrainerConfig(label_smoothing=0.1)))
+    with pytest.raises(ConfigError, match=r"task_options.orders is not an option of task vmt \(its options: "
+                                          r"\('kl_warmup_steps', 'carry', 'window_overlap'\)\)"):  # fmt: skip
+        resolve_run_config(tiny_vmt(task_options__orders=[2]))
+    with pytest.raises(ConfigError, match="task_options.kl_warmup_steps=-1"):
+        VMTOptions(kl_warmup_steps=-1)
+    with pytest.raises(ConfigError, match="task_options.carry"):
+        resolve_run_config(tiny_vmt(task_options__carry="yes"))
     with pytest.raises(ConfigError, match="feeds"):  # the state-space sources feed the vmt task only
-        build_data(resolve_run_config({**tiny_vmt(), "task": "causal_lm"}))
-
+        build_data(resolve_run_config({**tiny_vmt(), "task": "causal_lm", "task_options": {}}))
     text = tmp_path / "text.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
     values = {**tiny_vmt(), "data": {"source": "text", "path": str(text), "seq_len": 31, "overlap": 4}}
@@ -278,6 +286,17 @@ def test_trainer_options_are_refused_by_models_that_cannot_take_them(tmp_path):
     values["output_dir"] = str(tmp_path / "text_run")
     results = train(resolve_run_config(values))  # text feeds the VMT too: each window a document
     assert results["val"]["loss"] > 0 and results["reference"] == {}
+
+
+def test_an_old_vmt_config_with_trainer_carry_loads_with_the_option_in_its_new_home():
+    old = tiny_vmt()
+    old["trainer"].update(old.pop("task_options"), carry=False, window_overlap=True)
+    config = resolve_run_config(old)
+    assert config.task_options == VMTOptions(kl_warmup_steps=4, carry=False, window_overlap=True)
+    assert "carry" not in config.to_dict()["trainer"] and config.to_dict()["task_options"]["carry"] is False
+    assert build_task("vmt", config.trainer, options=config.task_options).walk.carry is False
+    with pytest.raises(ConfigError, match="trainer.carry is the old place of task_options.carry; give only"):
+        resolve_run_config({**old, "task_options": {"carry": True}})
 
 
 def test_generate_on_a_vmt_run_reads_the_prompt_and_writes_with_the_models_own_sampler(tmp_path, capsys):

@@ -227,7 +227,7 @@ def run_generate(args: argparse.Namespace) -> None:
     generation = generation_config(args)
     config, model, run_dir = load_run(args.target)
     request = GenerationRequest(args.prompt, args.input, generation, args.seed, args.skip_unknown)
-    for line in build_task(config.task, config.trainer).generate(model, run_dir, request):
+    for line in build_task(config.task, config.trainer, options=config.task_options).generate(model, run_dir, request):
         print(line, flush=True)
 
 

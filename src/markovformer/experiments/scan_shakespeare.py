@@ -101,8 +101,8 @@ def run_config(model: str, data_path: str, output_dir: str, settings: ScanShakes
             "task": "causal_lm", "model_type": "scan_markov", "output_dir": output_dir,
             "model": {**scan, "context_mode": "markov", "order": 5, "max_positions": 5},
             "data": {**text, "seq_len": 128, "overlap": 5},
-            "trainer": _trainer(settings.scan_steps, 16, settings, seed, orders=list(CONTEXTS),
-                                label_smoothing=0.1),
+            "trainer": _trainer(settings.scan_steps, 16, settings, seed, label_smoothing=0.1),
+            "task_options": {"orders": list(CONTEXTS)},
         }  # fmt: skip
     if model == "scan_recurrent":
         return {

@@ -294,7 +294,10 @@ def _introduction(report: ExperimentReport, settings: VMTSettings, seed: int, qu
         f"{settings.free_bits}, {'half-window overlap' if settings.overlap else 'no overlap'}; "
         f"{torch.get_num_threads()} intra-op thread(s). Held-out numbers use {settings.eval_samples} posterior "
         "path(s) per window, windows chained by the carry (or not, for 'no carry')."
-        + (" **Quick mode**: a few steps per model, a smoke test of the pipeline, not a result." if quick else "")
+        + (" **Quick mode is a smoke test**: a few steps per model check that every cell trains and is scored; "
+           "the models are far from converged, so the comparisons (carry on or off, K = 10 against K = 100, VMT "
+           "against the windowed Transformer) can come out either way and are not the experiment's result: run it "
+           "without --quick for those." if quick else "")
     )
 
 

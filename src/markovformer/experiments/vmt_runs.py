@@ -54,10 +54,11 @@ def vmt_run_values(
              "free_bits": settings.free_bits}  # fmt: skip
     trainer = {"max_steps": steps, "batch_size": settings.batch_size, "lr": settings.lr, "weight_decay": 0.0,
                "betas": (0.9, 0.999), "warmup_steps": 0, "lr_floor": 1.0, "gradient_clip": 1.0, "seed": seed,
-               "kl_warmup_steps": settings.kl_warmup_steps, "carry": carry, "window_overlap": settings.overlap,
                "eval_every": every, "checkpoint_every": every, "log_every": max(1, steps // 20),
                "eval_batch_size": 64}  # fmt: skip
-    return {"task": "vmt", "model_type": "vmt", "model": model, "data": data, "trainer": trainer}
+    options = {"kl_warmup_steps": settings.kl_warmup_steps, "carry": carry, "window_overlap": settings.overlap}
+    return {"task": "vmt", "model_type": "vmt", "model": model, "data": data, "trainer": trainer,
+            "task_options": options}  # fmt: skip
 
 
 def train_vmt_run(values: dict, runs: Path, name: str, log: Callable[[str], None]) -> EngineRun:

@@ -204,4 +204,5 @@ def _loss_figure(report: ExperimentReport, cells: list[dict], chains: tuple) -> 
         references = {"entropy rate": chain_cells[0]["entropy_rate"], "H(π)": chain_cells[0]["unigram_entropy"]}
         panels.append(Panel(f"p={p}, q={q} (p+q={p + q:.1f})", curves, references))
     figure = plot_panels(panels, report.out_dir / "loss_curves.png", "step", "held-out loss (nats)")
-    report.figure(figure, "Held-out loss during training, with the entropy rate and H(π) as dashed lines")
+    report.figure(figure, "Held-out loss during training, with the entropy rate (dashed) and H(π) (dotted) as black "
+                          "lines")  # fmt: skip

@@ -20,7 +20,8 @@ class Panel:
 
     ``apart`` {label: (x, y)}: a measurement that is not a point of its curve's axis (MAT's unbounded order k = ∞),
     drawn as a lone marker in the colour of the curve of the same label, behind a dotted divider and never joined;
-    ``tick_labels`` {x: text} names such positions on the x axis.
+    ``tick_labels`` {x: text} names such positions on the x axis. ``y_from_zero``: the y axis starts at 0 (where a
+    ratio is the point, e.g. speeds, so that noise never reads as a large effect).
     """
 
     title: str
@@ -28,10 +29,18 @@ class Panel:
     references: dict[str, float] = field(default_factory=dict)
     apart: dict[str, tuple[float, float]] = field(default_factory=dict)
     tick_labels: dict[float, str] = field(default_factory=dict)
+    y_from_zero: bool = False
 
 
 def plot_panels(panels: Sequence[Panel], out: Path, xlabel: str, ylabel: str, log_x: bool = False) -> Path:
-    """Panels side by side (shared y axis), each with its curves and dashed, labelled reference lines.
+    """``panels_figure`` saved as a PNG to ``out``."""
+    return save_figure(panels_figure(panels, xlabel, ylabel, log_x), out)
+
+
+def panels_figure(panels: Sequence[Panel], xlabel: str, ylabel: str, log_x: bool = False):
+    """Panels side by side (shared y axis), each with its curves and black reference lines (the first dashed, the
+    second dotted, then dash-dot; named with their values in the legend). With ``log_x`` the x ticks are the
+    measured x values, written plainly (4 and 16, never 4x10^0).
 
     Curves labelled ``"<group> s<seed>"`` are drawn in their group's colour with one legend entry per group.
     """
@@ -64,12 +73,19 @@ def plot_panels(panels: Sequence[Panel], out: Path, xlabel: str, ylabel: str, lo
             style = _REFERENCE_STYLES[index % len(_REFERENCE_STYLES)]
             ax.axhline(value, color="black", linestyle=style, linewidth=1, label=f"{label} = {value:.4f}")
         if log_x:
+            from matplotlib.ticker import NullLocator
+
             ax.set_xscale("log")
+            xs = sorted({float(x) for xs, _ in panel.curves.values() for x in xs} | set(panel.tick_labels))
+            ax.set_xticks(xs, [panel.tick_labels.get(x, f"{x:g}") for x in xs])
+            ax.xaxis.set_minor_locator(NullLocator())
         ax.set_title(panel.title, fontsize=10)
         ax.set_xlabel(xlabel)
         ax.legend(fontsize=7)
+        if panel.y_from_zero:
+            ax.set_ylim(bottom=0)
     axes[0].set_ylabel(ylabel)
-    return save_figure(figure, out)
+    return figure
 
 
 @dataclass
@@ -86,8 +102,25 @@ class LandscapePanel:
 
 
 def plot_landscapes(panels: Sequence[LandscapePanel], saddle: tuple[float, float], out: Path) -> Path:
-    """Filled contours of each panel's loss, trajectories (green: global minimum, red: unigram line e = 0), the
-    saddle (black cross) and the basin boundary (dashed, mirrored to e < 0)."""
+    """``landscapes_figure`` saved as a PNG to ``out``."""
+    return save_figure(landscapes_figure(panels, saddle), out)
+
+
+def _inside_window(trajectory: np.ndarray, w_grid: np.ndarray, e_grid: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The part of a (steps, 2) trajectory before it first leaves the plotted (w, e) window, and whether it left."""
+    w, e = trajectory[:, 0], trajectory[:, 1]
+    inside = (w >= w_grid[0]) & (w <= w_grid[-1]) & (e >= e_grid[0]) & (e <= e_grid[-1])
+    if inside.all():
+        return trajectory, False
+    return trajectory[: int(np.argmin(inside))], True
+
+
+def landscapes_figure(panels: Sequence[LandscapePanel], saddle: tuple[float, float]):
+    """Filled contours of each panel's loss, trajectories (green: reaching the global minimum, red: ending on the
+    unigram line e = 0; said in the legend), the saddle (black cross) and the basin boundary (dashed, mirrored to
+    e < 0). A trajectory that leaves the plotted window is cut where it leaves, marked by a triangle."""
+    from matplotlib.lines import Line2D
+
     figure = new_figure(5.2 * len(panels), 4.4)
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
@@ -95,11 +128,20 @@ def plot_landscapes(panels: Sequence[LandscapePanel], saddle: tuple[float, float
         levels = np.linspace(panel.loss.min(), np.quantile(panel.loss, 0.7), 30)
         filled = ax.contourf(panel.w_grid, panel.e_grid, panel.loss, levels=levels, cmap="viridis", extend="max")
         figure.colorbar(filled, ax=ax, label="loss (nats), b at its optimum")
-        for trajectory, reached in zip(panel.trajectories, panel.reached_global, strict=True):
+        cut_any = False
+        for whole, reached in zip(panel.trajectories, panel.reached_global, strict=True):
             color = "limegreen" if reached else "red"
+            trajectory, cut = _inside_window(np.asarray(whole), panel.w_grid, panel.e_grid)
+            if not len(trajectory):
+                continue
+            cut_any |= cut
             ax.plot(trajectory[:, 0], trajectory[:, 1], color=color, linewidth=1)
             ax.plot(trajectory[0, 0], trajectory[0, 1], "o", color=color, markersize=3)
-            ax.plot(trajectory[-1, 0], trajectory[-1, 1], "s", color=color, markersize=4)
+            ax.plot(trajectory[-1, 0], trajectory[-1, 1], "^" if cut else "s", color=color, markersize=4)
+        handles = [Line2D([], [], color=color, marker="s", markersize=4, label=label) for color, label in (
+            ("limegreen", "flow reaching the global minimum"), ("red", "flow ending on the unigram line e = 0"))]
+        if cut_any:
+            handles.append(Line2D([], [], color="grey", marker="^", linestyle="none", label="flow leaves the window"))
         if panel.boundary is not None:
             w, e = panel.boundary
             ax.plot(w, e, "w--", linewidth=1.2, label="basin boundary E(e, w) = E_s")
@@ -110,8 +152,9 @@ def plot_landscapes(panels: Sequence[LandscapePanel], saddle: tuple[float, float
         ax.set_xlabel("w")
         ax.set_ylabel("e")
         ax.set_title(panel.title, fontsize=10)
-        ax.legend(fontsize=7, loc="lower right")
-    return save_figure(figure, out)
+        ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=7, loc="lower right",
+                  facecolor="0.8")  # grey: the white boundary line shows
+    return figure
 
 
 @dataclass

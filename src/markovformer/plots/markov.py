@@ -286,11 +286,21 @@ def plot_attention_maps(
 
 def plot_attention_lag_profile(profiles: dict[int, Tensor | np.ndarray], out: Path,
                                true_lags: Sequence[int] | None = None) -> Path:  # fmt: skip
-    """Which offset each head prefers: mean attention probability against the lag k = 0..L; returns ``out``.
+    """``attention_lag_figure`` saved as a PNG to ``out``; returns ``out``."""
+    return save_figure(attention_lag_figure(profiles, true_lags), out)
+
+
+MAX_LAG_TICKS = 12  # more lag ticks than this would overlap in a panel: every few lags are labelled instead
+
+
+def attention_lag_figure(profiles: dict[int, Tensor | np.ndarray], true_lags: Sequence[int] | None = None):
+    """Which offset each head prefers: mean attention probability against the lag k = 0..L.
 
     ``profiles`` maps a layer index to its (H, L + 1) profile (``training.inspection.attention_by_lag``). One panel
-    per layer, one line per head (markers at the measured lags only, k is an integer), shared 0..1 probability
-    axis; ``true_lags`` are shaded. Unlike a T x T map this shows a head's preference at a glance.
+    per layer, one line per head (markers at the measured lags only, k is an integer), a probability axis from 0 fitted
+    to the largest mean (a flat profile is not flattened further by a 0..1 axis); ``true_lags`` are shaded. Lags past
+    the last one any head attends (beyond a window: exactly 0 for every head) are not drawn, and the title says so.
+    Unlike a T x T map this shows a head's preference at a glance.
     """
     if not profiles:
         raise ValueError("profiles is empty: no layer returned attention weights")
@@ -298,6 +308,11 @@ def plot_attention_lag_profile(profiles: dict[int, Tensor | np.ndarray], out: Pa
     for layer, profile in arrays.items():
         if profile.ndim != 2 or profile.shape[1] < 2:
             raise ValueError(f"layer {layer} profile: expected (heads, lags >= 2), got {profile.shape}")
+    attended = [np.flatnonzero((profile > 0).any(axis=0)) for profile in arrays.values()]
+    last = max([int(found[-1]) for found in attended if len(found)], default=1)
+    dropped = any(profile.shape[1] > last + 1 for profile in arrays.values())
+    arrays = {layer: profile[:, : max(last + 1, 2)] for layer, profile in arrays.items()}
+    top = max(float(profile.max()) for profile in arrays.values())
     figure = new_figure(4.6 * len(arrays) + 0.8, 3.8)
     axes = figure.subplots(1, len(arrays), sharey=True, squeeze=False)[0]
     for ax, (layer, profile) in zip(axes, arrays.items(), strict=True):
@@ -306,16 +321,18 @@ def plot_attention_lag_profile(profiles: dict[int, Tensor | np.ndarray], out: Pa
             if lag < len(lags):
                 ax.axvspan(lag - 0.4, lag + 0.4, color="gold", alpha=0.35, lw=0)
         for head, row in enumerate(profile):
-            ax.plot(lags, row, marker="o", markersize=4, lw=1.2, label=f"head {head}")
-        ax.set_xticks(lags)
-        ax.set_xlabel("lag k (key k tokens before the query; 0 = itself)")
+            ax.plot(lags, row, marker="o", markersize=4 if len(lags) <= 17 else 2.5, lw=1.2, label=f"head {head}")
+        ax.set_xticks(lags[:: -(-len(lags) // MAX_LAG_TICKS)])
+        ax.set_xlabel("lag k (key k tokens before the query; 0 = itself)", fontsize=9)
         ax.set_title(f"layer {layer}", fontsize=10)
-        ax.set_ylim(0, 1)
+        ax.set_ylim(0, min(1.0, 1.1 * top) if top > 0 else 1.0)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("mean attention probability")
     axes[-1].legend(fontsize=7, loc="upper right")
     title = "Attention by lag"
     if true_lags:
         title += f" (shaded: the chain's lags {', '.join(map(str, true_lags))})"
-    figure.suptitle(title)
-    return save_figure(figure, out)
+    if dropped:
+        title += f"; lags > {last}, past the window and never attended, not drawn"
+    figure.suptitle(title, fontsize=11)
+    return figure

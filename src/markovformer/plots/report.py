@@ -35,12 +35,14 @@ def write_html_report(
     figures: list[tuple[str, Path]],
     summary: dict[str, object] | None = None,
     config_text: str | None = None,
+    sample: tuple[str, str] | None = None,
 ) -> Path:
     """Write ``out_dir/index.html`` atomically and return its path.
 
     The page shows ``title``, a key/value table of ``summary`` (floats to 6 significant digits) and each
     ``(caption, path)`` figure in order, linked by its path relative to ``out_dir`` so the folder can be moved or
-    served as is. ``config_text`` (the run's config.yaml) follows the table in a folded block. Every caption, key,
+    served as is. ``config_text`` (the run's config.yaml) follows the table in a folded block; ``sample``
+    (heading, text), a generated sample, follows it as preformatted text. Every caption, key,
     value and the title are HTML-escaped. Raises FileNotFoundError for a figure that does not exist (the page would
     show a broken image).
     """
@@ -64,6 +66,8 @@ def write_html_report(
     if config_text:
         parts.append(f"<details><summary>the run's config (config.yaml)</summary><pre>{html.escape(config_text)}</pre>"
                      "</details>")  # fmt: skip
+    if sample:
+        parts.append(f"<h2>{html.escape(sample[0])}</h2><pre>{html.escape(sample[1])}</pre>")
     for caption, path in figures:
         path = Path(path)
         if not path.is_file():

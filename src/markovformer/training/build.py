@@ -36,7 +36,7 @@ def build_data(config: RunConfig, tokenizer=None) -> DataBundle:
 
 def build_run_task(config: RunConfig, bundle: DataBundle) -> Task:
     """The run's task object, its data checked against it (e.g. overlapping windows for a mixture of orders)."""
-    task = build_task(config.task, config.trainer, bundle.info, bundle.tokenizer)
+    task = build_task(config.task, config.trainer, bundle.info, bundle.tokenizer, config.task_options)
     task.check_data(bundle)
     return task
 

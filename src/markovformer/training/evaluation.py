@@ -11,10 +11,20 @@ from torch.utils.data import DataLoader
 
 from markovformer.data.locations import prepared_candidates
 from markovformer.data.text import load_tokenizer
+from markovformer.training.batches import RankShare
 from markovformer.training.build import build_data, build_run_task
 from markovformer.training.run_dir import check_same_tokenizer, load_run
 from markovformer.training.run_report import document_log_likelihood
-from markovformer.training.trainer_config import ConfigError
+from markovformer.training.trainer_config import ConfigError, TrainerConfig
+
+
+def scoring_loader(examples, collate, tc: TrainerConfig) -> DataLoader:
+    """The batches of one scoring pass over a split (validation while training, ``eval`` after): in order,
+    ``trainer.eval_batch_size`` examples each, loaded by ``trainer.num_workers`` workers; each process scores its own
+    share of the split, every example exactly once (``RankShare``). Its own generator: a DataLoader draws its base
+    seed from the global RNG at every new iterator, which would shift the training's random stream."""
+    return DataLoader(examples, batch_size=tc.eval_batch_size, sampler=RankShare(len(examples)), collate_fn=collate,
+                      num_workers=tc.num_workers, generator=torch.Generator())  # fmt: skip
 
 
 def reference_results(reference: dict, split: str) -> dict:
@@ -70,13 +80,14 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     saved = run_dir / "tokenizer"
     bundle = build_data(config, tokenizer=load_tokenizer(saved) if saved.is_dir() else None)
     task = build_run_task(config, bundle)
+    task.describe_split(getattr(bundle, split), bundle.tokenizer)
     check_same_tokenizer(run_dir, bundle)
     if len(getattr(bundle, split)) == 0:
         raise ConfigError(f"the {split} split of {run_dir}'s data is empty (data.source={config.data['source']!r}): "
                           f"nothing to evaluate; choose another --split or give the data a {split} part")  # fmt: skip
     metrics = task.new_metrics()
     model.eval()
-    loader = DataLoader(getattr(bundle, split), batch_size=config.trainer.eval_batch_size, collate_fn=bundle.collate)
+    loader = scoring_loader(getattr(bundle, split), bundle.collate, config.trainer)
     task.start_scoring()
     with torch.no_grad():
         for batch in loader:

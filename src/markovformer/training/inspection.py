@@ -7,7 +7,9 @@ read. The report is written as one transaction (``plots.replace_folder``)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ from markovformer.training.build import build_data
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.run_dir import RESOLVED_CONFIG, load_run
 from markovformer.training.run_report import document_log_likelihood
-from markovformer.training.tasks import model_inputs
+from markovformer.training.tasks import GenerationRequest, build_task, model_inputs
 
 EXAMPLE_LENGTH = 48  # positions shown in the gate and attention figures: long enough to see lags, short to read
 PROFILE_EXAMPLES = 32  # validation sequences averaged in the attention-by-lag profile
@@ -152,8 +154,9 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
     csv = run_dir / "logs" / "metrics.csv"
     if csv.is_file():
         lines = reference_lines(results.get("reference", {}))
-        caption = ("Training curves: loss in nats per token (train and validation), with the floors as dashed lines; "
-                   "bits per token and perplexity are rescalings of the loss (values in the table above)")  # fmt: skip
+        caption = ("Training curves: loss in nats per token (train and validation), with the floors as black lines "
+                   "(dashed, then dotted, then dash-dot, named in the legend); bits per token and perplexity are "
+                   "rescalings of the loss (values in the table above)")  # fmt: skip
         figures.append((caption, plot_training_curves(csv, out / "curves.png", reference_lines=lines or None)))
 
     strengths = model.transition_strengths()
@@ -168,7 +171,28 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
     summary = run_summary(config, model, run_dir, results, data_info)
     config_file = run_dir / RESOLVED_CONFIG
     config_text = config_file.read_text(encoding="utf-8") if config_file.is_file() else None
-    return write_html_report(out, f"markovformer run {run_dir.name}", figures, summary, config_text=config_text)
+    return write_html_report(out, f"markovformer run {run_dir.name}", figures, summary, config_text=config_text,
+                             sample=generated_sample(config, model, run_dir))  # fmt: skip
+
+
+def generated_sample(config, model, run_dir: Path) -> tuple[str, str] | None:
+    """(heading, text) of a text run's sample for its report: what ``markovformer generate RUN --prompt ''`` prints
+    (200 tokens from an empty prompt, temperature 1, seed 0); None for a run without a tokenizer or whose task
+    continues no prompt."""
+    if not (Path(run_dir) / "tokenizer").is_dir():
+        return None
+    task = build_task(config.task, config.trainer, options=config.task_options)
+    from markovformer.models.generation import GenerationConfig
+
+    request = GenerationRequest(prompt="", generation=GenerationConfig(max_new_tokens=200, do_sample=True))
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # the note on how an empty prompt starts
+            text = "\n".join(task.generate(model.eval(), run_dir, request))
+    except ValueError:  # e.g. a classification run: nothing to continue
+        return None
+    heading = (f"Generated sample ({request.generation.max_new_tokens} tokens from an empty prompt, temperature "
+               f"{request.generation.temperature:g}, seed {request.seed}: markovformer generate RUN --prompt '')")
+    return heading, text
 
 
 def _gate_and_attention_figures(

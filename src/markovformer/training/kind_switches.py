@@ -1,4 +1,5 @@
-"""Overrides that switch a kind: ``data.source=text`` on a chain config, ``model.attention=retnet`` on a Markov one.
+"""Overrides that switch a kind: ``data.source=text`` on a chain config, ``model.attention=retnet`` on a Markov one;
+and ``trainer.max_steps=N`` below the config file's ``trainer.warmup_steps``, which warms up over the N steps.
 
 The options the config file gave for the old kind are not the user's choice for the new one, so those the new kind
 does not take are dropped, and each switch is reported in one line; an option the user typed in an override is
@@ -84,4 +85,19 @@ def apply_switching_overrides(values: dict[str, Any], overrides: list[str]) -> t
             if dropped:
                 notes.append(f"model.attention changed to {model['attention']!r}: dropped the options its kinds do "
                              f"not read ({', '.join(dropped)})")  # fmt: skip
+    notes += _shorten_warmup(values, before, typed)
     return values, notes
+
+
+def _shorten_warmup(values: dict, before: dict, typed: list[tuple[str, ...]]) -> list[str]:
+    """A typed ``trainer.max_steps`` below the file's warm-up: the warm-up, not typed, is cut to the run's length."""
+    trainer, old = values.get("trainer"), before.get("trainer")
+    if not (isinstance(trainer, dict) and isinstance(old, dict) and _was_typed(("trainer", "max_steps"), typed)):
+        return []
+    steps, warmup = trainer.get("max_steps"), trainer.get("warmup_steps")
+    numbers = all(isinstance(n, int) and not isinstance(n, bool) for n in (steps, warmup))
+    if not numbers or warmup <= steps or steps < 1 or _was_typed(("trainer", "warmup_steps"), typed):
+        return []
+    trainer["warmup_steps"] = steps
+    return [f"trainer.max_steps={steps} is below the config's trainer.warmup_steps={warmup}: warming up over all "
+            f"{steps} steps (set trainer.warmup_steps to choose)"]  # fmt: skip

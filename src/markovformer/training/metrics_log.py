@@ -6,6 +6,9 @@ resume that failed, or a run killed twice, lost rows. Here a resumed run keeps e
 resumed run will log again (those of steps at or after the checkpoint it resumed from) are dropped only when it logs
 its first row, and a row cut short by a kill is repaired away at the same moment. Both rewrites (and a new column,
 which changes the header) replace the file atomically with the whole of its old contents plus the change.
+
+The ``step`` column counts optimiser steps done, from 1, as the console's ``step N/M`` lines do (Lightning hands a
+logger the steps done before the batch, so the batch that reaches step g would be logged under g - 1).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def _row_step(row: dict[str, str]) -> int:
 
 class AppendingCSVLogger(Logger):
     """A Lightning logger that appends to ``path``; ``resume_from_step(g)`` makes the first row logged drop the old
-    rows of steps >= g (Lightning logs the batch that reaches global step g under step g - 1)."""
+    rows of steps > g (those the resumed run logs again)."""
 
     def __init__(self, path: str | Path) -> None:
         super().__init__()
@@ -72,7 +75,7 @@ class AppendingCSVLogger(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        row = {"step": str(step if step is not None else "")}
+        row = {"step": str(step + 1 if step is not None else "")}  # steps done after this batch, as printed
         for key, value in metrics.items():
             value = float(value)
             row[key] = repr(value) if math.isfinite(value) else str(value)
@@ -91,7 +94,7 @@ class AppendingCSVLogger(Logger):
         """Repair the file left by earlier processes: no torn last row, none of the steps this run logs again."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         columns, rows = read_log_rows(self.path)
-        kept = rows if self.drop_from_step is None else [r for r in rows if _row_step(r) < self.drop_from_step]
+        kept = rows if self.drop_from_step is None else [r for r in rows if _row_step(r) <= self.drop_from_step]
         whole = self.path.is_file() and self.path.read_bytes().endswith(b"\n")
         if columns and whole and len(kept) == len(rows):
             self.columns = columns

@@ -6,7 +6,8 @@ A run config has four sections and two scalars::
     output_dir: runs/example
     model:   {...}             # the model config's fields (input sizes are filled in from the data)
     data:    {source: ..., ...}  # a data source from markovformer.data.sources and its options
-    trainer: {...}             # training.trainer_config.TrainerConfig
+    trainer: {...}             # the engine's options: training.trainer_config.TrainerConfig
+    task_options: {...}        # the task's own options: its Options dataclass (training.tasks), e.g. vmt's carry
 
 Values are checked against the dataclass field types; an unknown key gets a "did you mean" suggestion.
 """
@@ -39,10 +40,20 @@ class RunConfig:
     # init_from_skip names (head, embeddings or name prefixes) start fresh instead.
     init_from: str | None = None
     init_from_skip: list[str] = dataclasses.field(default_factory=list)
+    # The task's own options: an instance of ``TASKS[task].Options`` (a mapping is checked into one; None: defaults).
+    task_options: Any = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ConfigError(f"task={shown(self.task)} must be one of {tuple(TASKS)}{suggest(self.task, TASKS)}")
+        options = TASKS[self.task].Options
+        if self.task_options is None:
+            self.task_options = options()
+        elif isinstance(self.task_options, dict):
+            self.task_options = task_options(self.task, self.task_options)
+        elif not isinstance(self.task_options, options):
+            raise ConfigError(f"task_options: task {self.task} takes {options.__name__}, not "
+                              f"{type(self.task_options).__name__}")  # fmt: skip
         if not self.output_dir.strip():  # an empty path is the working directory: the run would land there
             raise ConfigError(f"output_dir={shown(self.output_dir)} is empty; name the run directory")
         if self.init_from_skip and self.init_from is None:
@@ -246,10 +257,44 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return values
 
 
-SECTIONS = ("task", "output_dir", "model_type", "model", "data", "trainer", "init_from", "init_from_skip")
+SECTIONS = ("task", "output_dir", "model_type", "model", "data", "trainer", "task_options", "init_from",
+            "init_from_skip")  # fmt: skip
 # Trainer options renamed since run configs were first written (old key -> new key): a run's config.yaml written
 # before the rename still loads. (Model fields are renamed by their config class's ``renamed_fields``.)
 RENAMED_TRAINER_KEYS = {"context_lengths": "orders"}
+# Task options that were trainer options, with the default they had there: an old ``trainer.KEY`` moves to
+# ``task_options.KEY`` when the run's task takes it, and is dropped at that default when it does not (old resolved
+# configs wrote every trainer option).
+MOVED_TRAINER_KEYS = {"orders": [], "kl_warmup_steps": 0, "carry": True, "window_overlap": False}
+
+
+def task_options(task: str, values: Any) -> Any:
+    """``TASKS[task].Options`` from the ``task_options:`` mapping, errors naming ``task_options.KEY``."""
+    options = TASKS[task].Options
+    if isinstance(values, dict):
+        unknown = [key for key in values if key not in {f.name for f in dataclasses.fields(options)}]
+        if unknown:
+            names = tuple(f.name for f in dataclasses.fields(options))
+            raise ConfigError(f"task_options.{str(unknown[0])[:200]} is not an option of task {task} (its options: "
+                              f"{names or 'none'}){suggest(unknown[0], names)}")  # fmt: skip
+    return build_dataclass(options, values, "task_options")
+
+
+def move_task_options(task: str, trainer: dict[str, Any], options: dict[str, Any]) -> tuple[dict, dict]:
+    """(trainer, task_options) with each old trainer key of ``MOVED_TRAINER_KEYS`` moved to the task's options."""
+    trainer, options = dict(trainer), dict(options)
+    takes = {f.name for f in dataclasses.fields(TASKS[task].Options)}
+    for key, old_default in MOVED_TRAINER_KEYS.items():
+        if key not in trainer:
+            continue
+        value = trainer.pop(key)
+        if key in options:
+            raise ConfigError(f"trainer.{key} is the old place of task_options.{key}; give only task_options.{key}")
+        if key in takes:
+            options[key] = value
+        elif plain_values(value) != old_default:
+            raise ConfigError(f"trainer.{key}={shown(value)} is set but task {task} does not use it")
+    return trainer, options
 
 
 def rename_keys(values: dict[str, Any], renamed: dict[str, str], prefix: str) -> dict[str, Any]:
@@ -274,9 +319,13 @@ def resolve_run_config(values: dict[str, Any]) -> RunConfig:
     for section in ("model", "data"):
         if not isinstance(values.get(section, {}), dict):
             raise ConfigError(f"{section} must be a mapping; got {shown(values[section])}")
-    trainer = values.get("trainer") or {}
+    trainer, options = values.get("trainer") or {}, values.get("task_options") or {}
+    if not isinstance(options, dict):
+        raise ConfigError(f"task_options must be a mapping; got {shown(options)}")
     if isinstance(trainer, dict):  # build_dataclass names any other type
         trainer = rename_keys(trainer, RENAMED_TRAINER_KEYS, "trainer")
+        if isinstance(values["task"], str) and values["task"] in TASKS:  # RunConfig names any other task
+            trainer, options = move_task_options(values["task"], trainer, options)
     trainer = build_dataclass(TrainerConfig, trainer, "trainer")
     for key in ("task", "output_dir", "model_type"):
         if key in values:
@@ -292,4 +341,5 @@ def resolve_run_config(values: dict[str, Any]) -> RunConfig:
         model_type=values.get("model_type", "markovian_transformer"),
         init_from=init_from,
         init_from_skip=init_from_skip,
+        task_options=options,
     )

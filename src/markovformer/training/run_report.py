@@ -25,9 +25,10 @@ def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) 
     print(f"model: {type(model).__name__}, {model.num_parameters():,} parameters{kinds}", flush=True)
 
 
-def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle) -> None:
-    """Print the final metrics, the data's reference values and, for Markov layers, strengths and mean gates."""
-    shown = "  ".join(f"{k} {v:.4f}" for k, v in results["val"].items())
+def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, labels: dict | None = None) -> None:
+    """Print the final metrics (named by ``labels``, the task's ``metric_labels``), the data's reference values
+    and, for Markov layers, strengths and mean gates."""
+    shown = "  ".join(f"{(labels or {}).get(k, k)} {v:.4f}" for k, v in results["val"].items())
     print(f"\nfinal validation: {shown}")
     reference = results["reference"]
     if "oracle_val_loss" in reference and "loss" in results["val"]:

@@ -17,12 +17,11 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.data import DataLoader
 
 from markovformer.data.bundle import DataBundle
-from markovformer.training.batches import RankShare
 from markovformer.training.build import build_data, build_model, build_run_task
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
 from markovformer.training.divergence import DivergenceGuard
 from markovformer.training.environment import check_accelerator, check_nodes
-from markovformer.training.evaluation import evaluate
+from markovformer.training.evaluation import evaluate, scoring_loader
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
 from markovformer.training.init_from import initialise_from
 from markovformer.training.metrics_log import AppendingCSVLogger
@@ -46,7 +45,13 @@ from markovformer.training.run_lock import run_dir_lock
 from markovformer.training.run_report import describe_run, report_results
 from markovformer.training.step_checkpoints import LastValidation, RunFingerprint, StepCheckpoints
 from markovformer.training.tasks import Task
-from markovformer.training.trainer_config import LOGGERS, MAX_DEFAULT_THREADS, ConfigError, TrainerConfig
+from markovformer.training.trainer_config import (
+    LOGGERS,
+    MAX_DEFAULT_THREADS,
+    ConfigError,
+    TrainerConfig,
+    check_warmup,
+)
 
 
 def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.Module) -> tuple[DataLoader, ...]:
@@ -65,9 +70,7 @@ def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.
     # Own generators: a DataLoader draws its base seed from the global RNG at every new iterator, which would shift
     # the dropout stream between an uninterrupted run and a resumed one.
     train = DataLoader(stream, batch_size=None, num_workers=tc.num_workers, generator=torch.Generator())
-    val = DataLoader(bundle.val, batch_size=tc.eval_batch_size, sampler=RankShare(len(bundle.val)),
-                     collate_fn=bundle.collate, generator=torch.Generator())  # fmt: skip
-    return train, val
+    return train, scoring_loader(bundle.val, bundle.collate, tc)
 
 
 def is_run_writer(tc: TrainerConfig) -> bool:
@@ -116,6 +119,7 @@ def training_threads(tc: TrainerConfig) -> int:
 def train(config: RunConfig) -> dict:
     """Train a new run into ``config.output_dir``, holding the run directory's lock while it runs."""
     check_accelerator(config.trainer.accelerator)  # before anything is written
+    check_warmup(config.trainer)
     check_logger(config.trainer.logger)
     check_nodes(config.trainer.num_nodes)
     run_dir = Path(config.output_dir)
@@ -195,7 +199,8 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
         model.compile()
     module = TrainingModule(model, task)
     tc = config.trainer
-    progress = PrintProgress(tc.log_every, tc.max_steps)
+    progress = PrintProgress(tc.log_every, tc.max_steps, task.train_loss_label, task.metric_labels,
+                             bar=sys.stdout.isatty())  # fmt: skip
     fingerprint = RunFingerprint("")
     log = AppendingCSVLogger(run_dir / "logs" / "metrics.csv")
     guard = DivergenceGuard(run_dir, tc.lr, check_gradients=tc.precision != "16-mixed")
@@ -233,7 +238,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
     results = {"val": metrics, "steps": trainer.global_step, "train_seconds": seconds,
                "reference": bundle.info.get("reference", {})}  # fmt: skip
     write_final_files(run_dir, model, fingerprint.fingerprint, results)
-    report_results(results, model, bundle)
+    report_results(results, model, bundle, task.metric_labels)
     logs = "logs/metrics.csv, tensorboard/" if tc.logger == "tensorboard" else "logs/metrics.csv"
     print(f"run directory: {run_dir}  (model/, checkpoints/, {logs}, metrics.json)")
     return results
@@ -265,7 +270,7 @@ def lightning_trainer(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger,
         ],
         use_distributed_sampler=False,
         plugins=[SafetensorsCheckpointIO()],
-        enable_progress_bar=sys.stdout.isatty(),
+        enable_progress_bar=False,  # PrintProgress: lines, and on a terminal a bar over the optimiser steps
         enable_model_summary=False,
         log_every_n_steps=min(tc.log_every, 50),
     )

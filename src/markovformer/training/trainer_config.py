@@ -1,4 +1,5 @@
-"""The trainer options of a run (its ``trainer:`` section), the error every bad run setting raises and the one a
+"""The trainer options of a run (its ``trainer:`` section: the engine's options; a task's own options live in its
+``Options`` dataclass, ``training.tasks``), the error every bad run setting raises and the one a
 diverged run stops with."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ STRATEGIES = ("auto", "ddp", "ddp_find_unused_parameters_true", "single_device")
 # Lightning's Weights & Biases / MLflow loggers when their package is installed.
 LOGGERS = {"tensorboard": "tensorboard", "csv": None, "wandb": "wandb", "mlflow": "mlflow"}
 EARLY_STOPPING_KEYS = ("monitor", "patience", "mode")
+DEFAULT_WARMUP_STEPS = 100
 MAX_DEFAULT_THREADS = 4  # tiny models gain nothing from more intra-op threads, and a shared machine loses a lot
 
 
@@ -47,7 +49,9 @@ class TrainerConfig:
     lr: float = 3e-3
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
-    warmup_steps: int = 100
+    # Steps of linear warm-up to lr. null: min(DEFAULT_WARMUP_STEPS, max_steps), resolved when the config is read (so
+    # a short run still peaks). A new run refuses a warm-up longer than max_steps: its learning rate would never peak.
+    warmup_steps: int | None = None
     decay: str = "cosine"  # or "linear"; both end at lr_floor * lr
     lr_floor: float = 0.1
     # The step at which the decay reaches lr_floor (None: max_steps). Extending a run with --resume sets it to the old
@@ -69,16 +73,7 @@ class TrainerConfig:
     strategy: str = "auto"
     num_workers: int = 0
     keep_checkpoints: int = 0  # keep only the newest N step checkpoints (plus last.ckpt); 0 keeps them all
-    # Models with a markov context window (scan_markov): each training batch uses an n drawn uniformly from this list
-    # (a function of seed and step); validation scores every n and reports their mean as the loss. () = the model's.
-    orders: tuple[int, ...] = ()
     label_smoothing: float = 0.0  # on the training loss only; validation reports plain cross-entropy
-    # task vmt (windows walked along documents, truncated BPTT): the KL weight rises linearly to 1 over this many
-    # steps; carry the last latent from window to window (false: every window starts from P(x_1)); training windows
-    # advance by half a window instead of a whole one (validation always walks consecutive windows).
-    kl_warmup_steps: int = 0
-    carry: bool = True
-    window_overlap: bool = False
     # Optimiser steps accumulate the gradients of this many batches (an effective batch of batch_size times it);
     # max_steps, warmup_steps and eval_every count optimiser steps.
     accumulate_grad_batches: int = 1
@@ -121,6 +116,8 @@ class TrainerConfig:
                               f"for several devices, or trainer.devices=1")  # fmt: skip
         if self.precision not in PRECISIONS:
             raise ConfigError(f"trainer.precision={shown(self.precision)} must be one of {PRECISIONS}")
+        if self.warmup_steps is None:
+            self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.max_steps)
         if self.warmup_steps < 0 or self.num_workers < 0:
             raise ConfigError("trainer.warmup_steps and trainer.num_workers must be >= 0")
         if self.accumulate_grad_batches < 1 or (self.threads is not None and self.threads < 1):
@@ -130,14 +127,17 @@ class TrainerConfig:
             raise ConfigError(f"trainer.logger={shown(self.logger)} must be one of {tuple(LOGGERS)}")
         if self.early_stopping is not None:
             self.early_stopping = early_stopping_options(self.early_stopping)
-        if self.kl_warmup_steps < 0:
-            raise ConfigError(f"trainer.kl_warmup_steps={shown(self.kl_warmup_steps)} must be >= 0")
-        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.orders):
-            raise ConfigError(f"trainer.orders={shown(list(self.orders))} must be positive integers")
-        if len(set(self.orders)) != len(self.orders):
-            raise ConfigError(f"trainer.orders={shown(list(self.orders))} repeats a value")
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"trainer.label_smoothing={shown(self.label_smoothing)} must lie in [0, 1)")
+
+
+def check_warmup(tc: TrainerConfig) -> None:
+    """ConfigError when the warm-up outlasts the run (the learning rate would never reach ``lr``): checked for new
+    runs only, so that runs trained before the check still load, evaluate and resume."""
+    if tc.warmup_steps > tc.max_steps:
+        raise ConfigError(f"trainer.warmup_steps={tc.warmup_steps} is larger than trainer.max_steps={tc.max_steps}: "
+                          f"the learning rate would never reach trainer.lr; set trainer.warmup_steps <= "
+                          f"{tc.max_steps} (or leave it out: min({DEFAULT_WARMUP_STEPS}, max_steps))")  # fmt: skip
 
 
 def early_stopping_options(values: dict[str, Any]) -> dict[str, Any]:

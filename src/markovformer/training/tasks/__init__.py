@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from markovformer.models.config_base import suggest
-from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, model_inputs
-from markovformer.training.tasks.causal_lm import CausalLM, LanguageModelMetrics
+from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, TaskOptions, model_inputs
+from markovformer.training.tasks.causal_lm import CausalLM, CausalLMOptions, LanguageModelMetrics
 from markovformer.training.tasks.classification import (
     ClassificationMetrics,
     SequenceClassification,
@@ -12,30 +12,35 @@ from markovformer.training.tasks.classification import (
 )
 from markovformer.training.tasks.ctc import CTC, CTCMetrics
 from markovformer.training.tasks.translation import Translation, TranslationMetrics
-from markovformer.training.tasks.vmt import VMT, DocumentMetrics
+from markovformer.training.tasks.vmt import VMT, DocumentMetrics, VMTOptions
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
 TASKS: dict[str, type[Task]] = {task.name: task for task in (
     CausalLM, SequenceClassification, TokenClassification, CTC, Translation, VMT)}  # fmt: skip
 
 
-def build_task(name: str, trainer: TrainerConfig | None = None, info: dict | None = None, tokenizer=None) -> Task:
-    """The task ``name`` of a run with these trainer options, data info and tokenizer."""
+def build_task(name: str, trainer: TrainerConfig | None = None, info: dict | None = None, tokenizer=None,
+               options: object | None = None) -> Task:  # fmt: skip
+    """The task ``name`` of a run with these trainer options, data info, tokenizer and task options (its
+    ``Options``; None: their defaults)."""
     if name not in TASKS:
         raise ConfigError(f"task={name!r} must be one of {tuple(TASKS)}{suggest(name, TASKS)}")
-    return TASKS[name](trainer, info, tokenizer)
+    return TASKS[name](trainer, info, tokenizer, options)
 
 
 __all__ = [
     "TASKS",
     "CTCMetrics",
+    "CausalLMOptions",
     "ClassificationMetrics",
     "DocumentMetrics",
     "GenerationRequest",
     "LanguageModelMetrics",
     "LossMetric",
     "Task",
+    "TaskOptions",
     "TranslationMetrics",
+    "VMTOptions",
     "build_task",
     "model_inputs",
 ]

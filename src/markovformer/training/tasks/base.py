@@ -1,7 +1,8 @@
 """What every task kind answers for the engine: the batch keys its model reads, the training batches and step, how
 validation and ``eval`` score a batch, what ``generate`` does, and the extra state a checkpoint carries.
 
-A task is built once per run (``tasks.build_task``) from the trainer options, the data's info and tokenizer. The
+A task is built once per run (``tasks.build_task``) from the trainer options, the task's own options (its
+``Options`` dataclass: a run's ``task_options:`` section), the data's info and tokenizer. The
 Lightning module (``training.module``), the runner, ``eval`` and the CLI ask it; none of them branches on the task's
 name. To add a task: subclass ``Task`` in a file of this package and add it to ``TASKS`` in ``tasks/__init__.py``.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
@@ -76,48 +77,76 @@ class LossMetric(nn.Module):
                 module.reset()
 
 
+@dataclass
+class TaskOptions:
+    """The options of a task kind that has none (a run's ``task_options:`` section must then be empty)."""
+
+
+def option_key(options: object, name: str) -> str:
+    """How a run config spells the option ``name``: ``task_options.NAME`` for a task's own, else ``trainer.NAME``."""
+    return f"task_options.{name}" if name in {f.name for f in fields(options)} else f"trainer.{name}"
+
+
 class Task:
-    """One task kind. Subclasses set ``name``, ``options`` and override what differs from these defaults: batches
-    from ``EpochBatches``, a training step that returns the head's ``.loss`` (plus the model's own
-    ``regularization_loss()`` when it has one), validation by one forward pass per batch into ``new_metrics()``."""
+    """One task kind. Subclasses set ``name``, ``Options``, ``forward_arguments`` and override what differs from
+    these defaults: batches from ``EpochBatches``, a training step that returns the head's ``.loss`` (plus the
+    model's own ``regularization_loss()`` when it has one), validation by one forward pass per batch into
+    ``new_metrics()``."""
 
     name: ClassVar[str]
-    # The trainer options this task passes to the model's forward, by the argument name that receives them; setting
-    # any other task-specific trainer option (see TASK_OPTIONS) is an error naming it.
-    options: ClassVar[dict[str, str]] = {"label_smoothing": "label_smoothing"}
+    # The task's own options (a dataclass whose fields carry their help; a run's ``task_options:`` section).
+    Options: ClassVar[type] = TaskOptions
+    # The options (of ``Options``, or trainer.label_smoothing) this task passes to the model's forward, by the
+    # argument name that receives them: a run that sets one needs a model that takes it. A task that does not list
+    # label_smoothing refuses it set.
+    forward_arguments: ClassVar[dict[str, str]] = {"label_smoothing": "label_smoothing"}
     # The data's sizes (keys of its info) that fill the model config's fields of the same name.
     sizes_from_data: ClassVar[tuple[str, ...]] = ("vocab_size", "input_dim", "num_labels", "pad_token_id",
                                                   "bos_token_id", "eos_token_id")  # fmt: skip
     # ``generate`` continues a prompt when the model reads tokens (a causal language model, the VMT).
     continues_prompts: ClassVar[bool] = False
+    # What the console calls the logged train/loss, and the validation metrics whose key alone would not say what
+    # they are (their true names where training and validation compute different quantities).
+    train_loss_label: ClassVar[str] = "train loss"
+    metric_labels: ClassVar[dict[str, str]] = {}
 
-    def __init__(self, trainer: TrainerConfig | None = None, info: dict | None = None, tokenizer=None) -> None:
+    def __init__(self, trainer: TrainerConfig | None = None, info: dict | None = None, tokenizer=None,
+                 options: object | None = None) -> None:  # fmt: skip
         self.trainer = trainer if trainer is not None else TrainerConfig()
+        self.options = options if options is not None else self.Options()
+        if not isinstance(self.options, self.Options):
+            raise ConfigError(f"task {self.name} takes {self.Options.__name__}, not {type(self.options).__name__}")
         self.info, self.tokenizer = info or {}, tokenizer
-        for option in TASK_OPTIONS:
-            if option not in self.options and getattr(self.trainer, option) != TASK_OPTIONS[option]:
-                raise ConfigError(f"trainer.{option} is set but task {self.name} does not use it")
+        if "label_smoothing" not in self.forward_arguments and self.trainer.label_smoothing:
+            raise ConfigError(f"trainer.label_smoothing is set but task {self.name} does not use it")
 
     # --------------------------------------------------------------------------------------------------- building
 
     def check_model(self, model: nn.Module) -> None:
-        """ConfigError unless ``model`` takes the trainer options this run sets."""
-        for option, argument in self.options.items():
-            if getattr(self.trainer, option) != TASK_OPTIONS[option] and not forward_takes(model, argument):
-                raise ConfigError(f"trainer.{option} is set but {type(model).__name__} takes no {argument} argument")
+        """ConfigError unless ``model`` takes the options this run sets (``forward_arguments``)."""
+        defaults = self.Options()
+        for option, argument in self.forward_arguments.items():
+            key = option_key(self.options, option)
+            owner, default = (self.options, defaults) if key.startswith("task_") else (self.trainer, TrainerConfig())
+            if getattr(owner, option) != getattr(default, option) and not forward_takes(model, argument):
+                raise ConfigError(f"{key} is set but {type(model).__name__} takes no {argument} argument")
 
     def check_data(self, bundle: DataBundle) -> None:
         """ConfigError when the data cannot be scored as this task scores it."""
+
+    def describe_split(self, examples, tokenizer) -> None:
+        """Told which split the following scoring passes score (validation's, or the one ``eval`` scores)."""
 
     def prepare_model(self, model: nn.Module) -> None:
         """Anything the task sets on a freshly built model from the data before training."""
 
     def train_batches(self, bundle: DataBundle, model: nn.Module, start) -> IterableDataset:
         """Endless training batches; ``start()`` gives the step to begin at (the restored step on resume). Each
-        carries the ``order`` drawn for it when ``trainer.orders`` is set (only tasks that take it allow that)."""
+        carries the ``order`` drawn for it when the task's options set ``orders`` (the causal LM's)."""
         lengths = None if bundle.lengths is None else bundle.lengths(bundle.train)
         return EpochBatches(bundle.train, self.trainer.batch_size, self.trainer.seed, bundle.collate, start=start,
-                            orders=self.trainer.orders, lengths=lengths, sampling=bundle.train_sampling)  # fmt: skip
+                            orders=getattr(self.options, "orders", ()), lengths=lengths,
+                            sampling=bundle.train_sampling)  # fmt: skip
 
     # --------------------------------------------------------------------------------------------------- training
 
@@ -160,11 +189,6 @@ class Task:
         if self.continues_prompts and not getattr(model.config, "input_dim", None):
             return continue_prompt(model, run_dir, request)
         raise ValueError(f"{run_dir} is a {self.name} run; generate needs a causal_lm, vmt (tokens) or translation run")
-
-
-# Task-specific trainer options and their defaults: a task that does not list one in ``options`` refuses it set.
-TASK_OPTIONS = {name: getattr(TrainerConfig(), name)
-                for name in ("orders", "label_smoothing", "kl_warmup_steps", "carry", "window_overlap")}  # fmt: skip
 
 
 def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterator[str]:

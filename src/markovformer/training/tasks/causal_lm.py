@@ -1,28 +1,48 @@
-"""Causal language modelling: next-token cross-entropy; with ``trainer.orders`` (models with a Markov context
+"""Causal language modelling: next-token cross-entropy; with ``task_options.orders`` (models with a Markov context
 window) every training batch uses one drawn n and validation scores every n."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+import numpy as np
 from torch import nn
 from torchmetrics import MeanMetric
 
 from markovformer.data.bundle import DataBundle
 from markovformer.training.tasks.base import LossMetric, Task, model_inputs
-from markovformer.training.trainer_config import ConfigError
+from markovformer.training.trainer_config import ConfigError, shown
+
+CHARACTER_SAMPLE_TOKENS = 2**20  # tokens of a split decoded to measure its characters per token
+
+
+def characters_per_token(examples, tokenizer) -> float | None:
+    """Characters per token of a text split (its first ``CHARACTER_SAMPLE_TOKENS`` tokens decoded; an
+    end-of-document token is no character): bits per character = bits per token / this, so that character and BPE
+    runs compare. None for data that is not text windows of a token store."""
+    store = getattr(examples, "store", None)
+    if tokenizer is None or store is None:
+        return None
+    start = examples.start
+    stop = min(examples.stop, start + CHARACTER_SAMPLE_TOKENS)
+    if stop <= start:
+        return None
+    ids = np.asarray(store.tokens[start:stop]).tolist()
+    return len(tokenizer.decode(ids)) / len(ids)
 
 
 class LanguageModelMetrics(LossMetric):
-    """Token-weighted cross-entropy (so uneven batches average correctly), bits per token and perplexity.
+    """Token-weighted cross-entropy (so uneven batches average correctly), bits per token and perplexity; for text,
+    bits per character too (bits per token over the split's ``characters_per_token``).
 
     With ``orders``, every batch is scored once per n, ``update`` is told which, and ``loss`` is the mean over n
     of each n's token-weighted loss (``loss_n<n>``): the cross-entropy of an equal mixture of the n-gram predictions,
     since every n is scored on the same tokens."""
 
-    def __init__(self, orders: tuple[int, ...] = ()) -> None:
+    def __init__(self, orders: tuple[int, ...] = (), characters_per_token: float | None = None) -> None:
         super().__init__()
-        self.orders = tuple(orders)
+        self.orders, self.characters_per_token = tuple(orders), characters_per_token
         self.loss_by_order = nn.ModuleList(MeanMetric() for _ in self.orders)
 
     def update(self, output, batch: dict, order: int | None = None) -> None:
@@ -36,40 +56,64 @@ class LanguageModelMetrics(LossMetric):
     def compute(self) -> dict[str, float]:
         by_order = {f"loss_n{n}": float(m.compute()) for n, m in zip(self.orders, self.loss_by_order, strict=True)}
         loss = sum(by_order.values()) / len(by_order) if by_order else float(self.loss.compute())
-        return {"loss": loss, "bits_per_token": loss / math.log(2), "perplexity": math.exp(min(loss, 700.0)),
-                **by_order}  # fmt: skip
+        results = {"loss": loss, "bits_per_token": loss / math.log(2), "perplexity": math.exp(min(loss, 700.0))}
+        if self.characters_per_token:
+            results["bits_per_character"] = results["bits_per_token"] / self.characters_per_token
+        return {**results, **by_order}
+
+
+@dataclass
+class CausalLMOptions:
+    """The causal LM's options (a run's ``task_options:`` section)."""
+
+    # Models with a markov context window (scan_markov): each training batch uses an n drawn uniformly from this list
+    # (a function of seed and step); validation scores every n and reports their mean as the loss. () = the model's.
+    orders: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.orders):
+            raise ConfigError(f"task_options.orders={shown(list(self.orders))} must be positive integers")
+        if len(set(self.orders)) != len(self.orders):
+            raise ConfigError(f"task_options.orders={shown(list(self.orders))} repeats a value")
 
 
 class CausalLM(Task):
     name = "causal_lm"
-    options = {"orders": "order", "label_smoothing": "label_smoothing"}
+    Options = CausalLMOptions
+    forward_arguments = {"orders": "order", "label_smoothing": "label_smoothing"}
     continues_prompts = True
+    characters_per_token: float | None = None  # of the split scored (describe_split): text only
     sizes_from_data = tuple(key for key in Task.sizes_from_data if key != "num_labels")  # predicts tokens, not labels
 
     def check_model(self, model: nn.Module) -> None:
         super().check_model(model)
-        for n in self.trainer.orders:
+        for n in self.options.orders:
             try:
                 model.window_size(n)  # a head that takes ``order`` has a Markov context window
             except ValueError as error:
-                raise ConfigError(f"trainer.orders: {error}") from error
+                raise ConfigError(f"task_options.orders: {error}") from error
 
     def check_data(self, bundle: DataBundle) -> None:
-        """Validation must never score a position with less context than the largest n of ``trainer.orders``:
+        """Measures the validation split's characters per token (text). Validation must never score a position with
+        less context than the largest n of ``task_options.orders``:
         text windows must overlap by at least that much (``data.overlap``)."""
+        self.describe_split(bundle.val, bundle.tokenizer)
         overlap = bundle.splits.get("overlap")
-        longest = max(self.trainer.orders, default=0)
+        longest = max(self.options.orders, default=0)
         if overlap is not None and longest > overlap:
-            raise ConfigError(f"trainer.orders reaches n={longest} but data.overlap={overlap}: the first "
+            raise ConfigError(f"task_options.orders reaches n={longest} but data.overlap={overlap}: the first "
                               f"positions of each validation window would see fewer than n tokens; set data.overlap "
                               f">= {longest}")  # fmt: skip
 
+    def describe_split(self, examples, tokenizer) -> None:
+        self.characters_per_token = characters_per_token(examples, tokenizer)
+
     def new_metrics(self) -> LanguageModelMetrics:
-        return LanguageModelMetrics(self.trainer.orders)
+        return LanguageModelMetrics(self.options.orders, self.characters_per_token)
 
     def score(self, model: nn.Module, batch: dict, metrics: LanguageModelMetrics, beam_size: int = 1) -> None:
         inputs = model_inputs(batch)
-        if not self.trainer.orders:
+        if not self.options.orders:
             metrics.update(model(**inputs), batch)
-        for n in self.trainer.orders:
+        for n in self.options.orders:
             metrics.update(model(**inputs, order=n), batch, n)

@@ -5,6 +5,7 @@ bounds on their log-likelihood."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -14,7 +15,7 @@ from markovformer.data.bundle import DataBundle
 from markovformer.models.vmt.documents import walk_documents
 from markovformer.training.batches import DocumentWindows, window_stride, world
 from markovformer.training.tasks.base import LossMetric, Task
-from markovformer.training.trainer_config import ConfigError
+from markovformer.training.trainer_config import ConfigError, shown
 
 IW_SAMPLES = 10  # K of the importance-weighted bound that VMT validation and evaluation report
 BOUNDS = ("elbo", "reconstruction", "kl")
@@ -82,20 +83,42 @@ class DocumentWalk:
             metrics.update_documents(scores.elbo, scores.bounds.get(self.iw_samples))
 
 
+@dataclass
+class VMTOptions:
+    """The VMT task's options (a run's ``task_options:`` section): training walks windows along documents
+    (truncated BPTT)."""
+
+    kl_warmup_steps: int = 0  # the KL weight rises linearly from 0 to 1 over this many optimiser steps (0: always 1)
+    # Carry the last latent from window to window, in training and validation (false: every window starts from
+    # P(x_1)).
+    carry: bool = True
+    # Training windows advance by half a window instead of a whole one (validation always walks consecutive windows).
+    window_overlap: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kl_warmup_steps < 0:
+            raise ConfigError(f"task_options.kl_warmup_steps={shown(self.kl_warmup_steps)} must be >= 0")
+
+
 class VMT(Task):
     """Training batches are windows walked along documents (``DocumentWindows``); the last step's ``output.carry``
     is passed to the next step for the rows that continue their document (``carry_mask``), with ``carry_index`` the
     last position before the next window starts, and saved in checkpoints so that a resumed run carries it on. The
-    KL weight warms up over ``trainer.kl_warmup_steps``. Validation walks whole documents (``DocumentWalk``)."""
+    KL weight warms up over ``task_options.kl_warmup_steps``. Validation walks whole documents (``DocumentWalk``)."""
 
     name = "vmt"
-    options = {"kl_warmup_steps": "kl_weight", "carry": "carry", "window_overlap": "carry_index"}
+    Options = VMTOptions
+    forward_arguments = {"kl_warmup_steps": "kl_weight", "carry": "carry", "window_overlap": "carry_index"}
     continues_prompts = True
+    # Training minimises -reconstruction + KL weight * max(KL, free bits) + the weighted extra terms per token of a
+    # window; validation reports -ELBO per token of whole documents: two quantities, named apart.
+    train_loss_label = "train objective/token"
+    metric_labels = {"loss": "-ELBO/token"}
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.carry: Tensor | None = None  # the last training step's carry (B, latent_dim)
-        self.walk = DocumentWalk(self.trainer.carry)
+        self.walk = DocumentWalk(self.options.carry)
 
     def check_data(self, bundle: DataBundle) -> None:
         """The VMT reads each example as a document of its own, so overlapping text windows would score tokens
@@ -119,17 +142,17 @@ class VMT(Task):
     def train_batches(self, bundle: DataBundle, model: nn.Module, start) -> DocumentWindows:
         window = model.config.window
         return DocumentWindows(bundle.train, self.trainer.batch_size, self.trainer.seed, bundle.collate, window,
-                               window_stride(window, self.trainer.window_overlap), start=start)  # fmt: skip
+                               window_stride(window, self.options.window_overlap), start=start)  # fmt: skip
 
     def training_step(self, module, batch: dict) -> Tensor:
         model, continues = module.model, batch["carry_mask"]
         carried = {}
         if self.carry is not None and bool(continues.any()):
             carried = {"carry": self.carry.to(continues.device), "carry_mask": continues}
-        stride = window_stride(model.config.window, self.trainer.window_overlap)
+        stride = window_stride(model.config.window, self.options.window_overlap)
         output = model(**document_inputs(batch), **carried, carry_index=stride - 1,
-                       kl_weight=kl_weight(module.global_step + 1, self.trainer.kl_warmup_steps))  # fmt: skip
-        self.carry = output.carry if self.trainer.carry else None
+                       kl_weight=kl_weight(module.global_step + 1, self.options.kl_warmup_steps))  # fmt: skip
+        self.carry = output.carry if self.options.carry else None
         for name in ("loss", *BOUNDS):
             module.log(f"train/{name}", getattr(output, name).detach(), prog_bar=name == "loss",
                        batch_size=len(continues))  # fmt: skip
@@ -151,7 +174,7 @@ class VMT(Task):
         return DocumentMetrics()
 
     def start_scoring(self) -> None:
-        self.walk = DocumentWalk(self.trainer.carry)
+        self.walk = DocumentWalk(self.options.carry)
 
     def score(self, model: nn.Module, batch: dict, metrics: DocumentMetrics, beam_size: int = 1) -> None:
         self.walk(model, batch, metrics)

@@ -1,0 +1,79 @@
+"""Numbers a user compares: bits per character for every text run (character and BPE runs comparable), and
+logs/metrics.csv counting steps as the console does."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import re
+import sys
+
+import pytest
+import torch
+from conftest import TINY_RUN
+
+from markovformer.data.collate import collate
+from markovformer.plots.curves import read_metric_series
+from markovformer.training.build import build_data, build_run_task
+from markovformer.training.run_config import resolve_run_config
+from markovformer.training.runner import train
+
+
+def _text(tmp_path) -> str:
+    rng = random.Random(0)
+    words = ["to", "be", "or", "not", "that", "is", "the", "question", "whether", "nobler"]
+    text = "".join(rng.choice(words) + rng.choice(" \n,") for _ in range(3000))
+    (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
+    return text
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "bpe"])
+def test_text_runs_report_bits_per_character_through_the_splits_characters_per_token(tmp_path, tokenizer):
+    text = _text(tmp_path)
+    data = {"source": "text", "path": str(tmp_path / "corpus.txt"), "seq_len": 32, "fractions": [0.8, 0.2, 0.0],
+            "tokenizer": tokenizer, **({"vocab_size": 300} if tokenizer == "bpe" else {})}  # fmt: skip
+    config = resolve_run_config({"task": "causal_lm", "data": data, "model": {}})
+    bundle = build_data(config)
+    task = build_run_task(config, bundle)
+    start, stop = bundle.splits["val"]
+    val_text = text[start:stop]
+    per_token = len(val_text) / len(bundle.tokenizer.encode(val_text))  # the val part encoded on its own
+    if tokenizer == "char":
+        assert per_token == 1.0
+    else:
+        assert per_token > 1.5  # merges: a BPE token spans several characters
+    metrics = task.new_metrics()
+    batch = collate([bundle.val[0], bundle.val[1]])
+    metrics.update(type("Output", (), {"loss": torch.tensor(2.0)})(), batch)
+    results = metrics.compute()
+    assert results["bits_per_token"] == pytest.approx(2.0 / math.log(2))
+    assert results["bits_per_character"] == pytest.approx(2.0 / math.log(2) / per_token, rel=0.01)
+
+
+def test_metrics_csv_counts_steps_as_the_console_does(tmp_path, capsys):
+    values = copy.deepcopy(TINY_RUN)
+    values["trainer"].update(max_steps=6, warmup_steps=1, log_every=2, eval_every=3, checkpoint_every=3)
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    printed = capsys.readouterr().out
+    train_steps = [int(n) for n in re.findall(r"^step +(\d+)/6  train loss", printed, re.M)]
+    val_steps = [int(n) for n in re.findall(r"^step +(\d+)/6  validation", printed, re.M)]
+    assert train_steps == [2, 4, 6] and val_steps == [3, 6]
+    series = read_metric_series(tmp_path / "run" / "logs" / "metrics.csv")
+    assert series["val/loss"][0] == val_steps
+    assert set(train_steps) <= set(series["train/loss"][0]) <= set(range(1, 7))
+    assert "step/s" not in printed and "\r" not in printed  # not a terminal: lines only, no progress bar
+
+
+def test_on_a_terminal_a_step_bar_with_its_rate_and_time_left_runs_between_whole_log_lines(tmp_path, capsys,
+                                                                                         monkeypatch):  # fmt: skip
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    values = copy.deepcopy(TINY_RUN)
+    values["trainer"].update(max_steps=6, warmup_steps=1, log_every=2, eval_every=3, checkpoint_every=3)
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    printed = capsys.readouterr().out
+    assert re.search(r"\| *\d/6 \[\d\d:\d\d<\d\d:\d\d, +[\d.]+(step/s|s/step)\]", printed)  # rate and time left
+    pieces = re.split(r"[\r\n]", printed)
+    assert [int(n) for p in pieces for n in re.findall(r"^step +(\d+)/6  train loss", p)] == [2, 4, 6]

@@ -1,0 +1,58 @@
+"""One builder for every scoring pass (validation while training and ``eval`` after, both honouring
+``trainer.num_workers``), and a warm-up that never outlasts a new run."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conftest import TINY_RUN
+
+import markovformer.training.evaluation as evaluation
+from markovformer.training.kind_switches import apply_switching_overrides
+from markovformer.training.run_config import resolve_run_config
+from markovformer.training.runner import evaluate, train
+from markovformer.training.trainer_config import ConfigError, TrainerConfig
+
+
+def test_validation_and_eval_load_batches_with_the_runs_workers(tmp_path, monkeypatch):
+    built = []
+
+    class Recording(evaluation.DataLoader):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self.num_workers)
+
+    monkeypatch.setattr(evaluation, "DataLoader", Recording)
+    values = copy.deepcopy(TINY_RUN)
+    values["trainer"].update(max_steps=2, warmup_steps=1, eval_every=2, checkpoint_every=2, num_workers=1)
+    values["output_dir"] = str(tmp_path / "run")
+    results = train(resolve_run_config(values))
+    assert built == [1]  # the training's validation loader, built by the same function as eval's
+    scored = evaluate(tmp_path / "run")
+    assert built == [1, 1]
+    assert scored["metrics"]["loss"] == pytest.approx(results["val"]["loss"], rel=1e-6)
+
+
+def test_the_default_warm_up_fits_a_short_run_and_a_longer_one_is_refused_naming_both(tmp_path):
+    assert TrainerConfig(max_steps=10).warmup_steps == 10 and TrainerConfig(max_steps=5000).warmup_steps == 100
+    assert TrainerConfig(max_steps=10, warmup_steps=3).warmup_steps == 3
+    values = copy.deepcopy(TINY_RUN)
+    values["trainer"].update(max_steps=10, warmup_steps=50)
+    values["output_dir"] = str(tmp_path / "run")
+    config = resolve_run_config(values)  # a run trained before the check still loads
+    with pytest.raises(ConfigError, match=r"trainer\.warmup_steps=50 is larger than trainer\.max_steps=10"):
+        train(config)
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+def test_a_typed_max_steps_below_the_files_warm_up_warms_up_over_the_whole_run():
+    file = {"task": "causal_lm", "trainer": {"max_steps": 1000, "warmup_steps": 100}}
+    values, notes = apply_switching_overrides(copy.deepcopy(file), ["trainer.max_steps=10"])
+    assert values["trainer"]["warmup_steps"] == 10
+    assert notes == ["trainer.max_steps=10 is below the config's trainer.warmup_steps=100: warming up over all 10 "
+                     "steps (set trainer.warmup_steps to choose)"]  # fmt: skip
+    typed, notes = apply_switching_overrides(copy.deepcopy(file), ["trainer.max_steps=10", "trainer.warmup_steps=50"])
+    assert typed["trainer"]["warmup_steps"] == 50 and notes == []  # the user's own choice: train() names it
+    longer, notes = apply_switching_overrides(copy.deepcopy(file), ["trainer.max_steps=500"])
+    assert longer["trainer"]["warmup_steps"] == 100 and notes == []
