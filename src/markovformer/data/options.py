@@ -93,6 +93,9 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     "drawn per seed and step, as nanoGPT)",
     ("text", "packing"): "examples carry position_ids restarting at each document (documents packed, no padding); "
                          "the models do not read them yet, so attention still crosses document boundaries",
+    ("text", "documents"): "file (each file is one document), jsonl (each line's JSON record) or blank_line (each "
+    "paragraph): records are documents, closed by an end-of-document token",
+    ("text", "text_column"): "the JSONL field holding a record's text",
     ("fasta", "path"): "the FASTA file of DNA sequences (A/C/G/T/N)",
     # the sequence-mixer tasks (data/synthetic_tasks.py)
     ("mqar", "seq_len"): "tokens per example (even; 4 * num_pairs <= seq_len < vocab_size)",

@@ -44,6 +44,8 @@ class TextSource:
     fit_bytes: int = FIT_BYTES
     window_starts: str = "contiguous"
     packing: bool = False
+    documents: str = "file"
+    text_column: str = "text"
 
     def build(self, seed: int, tokenizer=None) -> DataBundle:
         """The bundle; ``tokenizer``: encode with this one (a run's saved tokenizer) instead of fitting one."""
@@ -54,6 +56,7 @@ class TextSource:
             path, tokenizer=self.tokenizer, vocab_size=self.vocab_size, seq_len=self.seq_len,
             fractions=self.fractions, overlap=self.overlap, cache_dir=self.cache_dir or None,
             fit_bytes=self.fit_bytes, window_starts=self.window_starts, packing=self.packing, fitted=tokenizer,
+            documents=self.documents, text_column=self.text_column,
         )  # fmt: skip
 
 
