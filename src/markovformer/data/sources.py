@@ -61,6 +61,34 @@ class TextSource:
 
 
 @dataclasses.dataclass
+class HFDatasetSource:
+    """Local Hugging Face ``datasets`` files (JSONL, Parquet, CSV or Arrow; no hub, no URL) for causal LM: each
+    row's ``text_column`` is a document, tokenized with ``Dataset.map(batched=True, num_proc=...)`` into the same
+    cached token store as ``text`` (see ``markovformer.data.hf_dataset``). Needs the ``datasets`` extra."""
+
+    data_files: list[str] = dataclasses.field(default_factory=list)
+    text_column: str = "text"
+    tokenizer: str = "char"
+    vocab_size: int | None = None
+    seq_len: int = 128
+    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
+    overlap: int = 0
+    cache_dir: str = ""
+    fit_bytes: int = FIT_BYTES
+    window_starts: str = "contiguous"
+    packing: bool = False
+    num_proc: int | None = None
+
+    def build(self, seed: int, tokenizer=None) -> DataBundle:
+        """The bundle; ``tokenizer``: encode with this one (a run's saved tokenizer) instead of fitting one."""
+        from markovformer.data.hf_dataset import load_hf_dataset_lm
+
+        options = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        files = options.pop("data_files")
+        return load_hf_dataset_lm(files, **{**options, "cache_dir": self.cache_dir or None}, fitted=tokenizer)
+
+
+@dataclasses.dataclass
 class FastaSource:
     """DNA sequences in FASTA with a labels file (``id<TAB>label`` per line), for sequence classification.
     Vocabulary A/C/G/T/N; optional reverse-complement augmentation of the training split."""
@@ -192,6 +220,7 @@ DATA_SOURCES: dict[str, type] = {
     "markov_chain": MarkovChainSource,
     "hidden_order": HiddenOrderSource,
     "text": TextSource,
+    "hf_dataset": HFDatasetSource,
     "fasta": FastaSource,
     "bed": BedSource,
     "csv_series": CsvSeriesSource,
@@ -214,6 +243,7 @@ SOURCE_TASKS: dict[str, tuple[str, ...]] = {
     "markov_chain": ("causal_lm",),
     "hidden_order": ("causal_lm",),
     "text": ("causal_lm", "vmt"),  # vmt: each window of seq_len + 1 tokens is a document
+    "hf_dataset": ("causal_lm",),
     "fasta": ("sequence_classification",),
     "bed": ("sequence_classification",),
     "csv_series": ("sequence_classification", "token_classification"),

@@ -224,6 +224,24 @@ def tokenizer_from_record(record: dict, path: str | Path = "tokenizer") -> CharT
 FIT_BYTES = 64 << 20  # default bytes of the train part BPE merges are learned on (data.fit_bytes)
 
 
+def check_text_options(tokenizer, vocab_size, seq_len, overlap, window_starts, fit_bytes, fitted) -> None:
+    """ValueError naming the first bad option of those the tokenized sources share."""
+    if tokenizer not in ("char", "bpe"):
+        raise ValueError(f"tokenizer must be 'char' or 'bpe', got {tokenizer!r}")
+    if tokenizer == "char" and vocab_size is not None and fitted is None:
+        raise ValueError(f"vocab_size={vocab_size} applies only to tokenizer='bpe' (the char vocabulary is fitted)")
+    if tokenizer == "bpe" and vocab_size is None and fitted is None:
+        raise ValueError("tokenizer='bpe' needs vocab_size")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < seq_len:
+        raise ValueError(f"overlap={overlap!r} must be an int in [0, seq_len={seq_len})")
+    if window_starts not in ("contiguous", "random"):
+        raise ValueError(f"window_starts={window_starts!r} must be 'contiguous' or 'random'")
+    if isinstance(fit_bytes, bool) or not isinstance(fit_bytes, int) or fit_bytes < 1 << 10:
+        raise ValueError(f"fit_bytes={fit_bytes!r} must be an int of at least 1024")
+
+
 def load_text_lm(
     path: str | Path,
     *,
@@ -262,22 +280,9 @@ def load_text_lm(
     Example: {"input_ids": (L,) long, "labels": (L,) long[, "position_ids": (L,) long]}, L = seq_len + 1 except a
     last shorter window; the model shifts labels inside. info: {"vocab_size": V}.
     """
-    if tokenizer not in ("char", "bpe"):
-        raise ValueError(f"tokenizer must be 'char' or 'bpe', got {tokenizer!r}")
-    if tokenizer == "char" and vocab_size is not None and fitted is None:
-        raise ValueError(f"vocab_size={vocab_size} applies only to tokenizer='bpe' (the char vocabulary is fitted)")
-    if tokenizer == "bpe" and vocab_size is None and fitted is None:
-        raise ValueError("tokenizer='bpe' needs vocab_size")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < seq_len:
-        raise ValueError(f"overlap={overlap!r} must be an int in [0, seq_len={seq_len})")
-    if window_starts not in ("contiguous", "random"):
-        raise ValueError(f"window_starts={window_starts!r} must be 'contiguous' or 'random'")
+    check_text_options(tokenizer, vocab_size, seq_len, overlap, window_starts, fit_bytes, fitted)
     if documents not in RECORD_KINDS:
         raise ValueError(f"documents={documents!r} must be one of {RECORD_KINDS}")
-    if isinstance(fit_bytes, bool) or not isinstance(fit_bytes, int) or fit_bytes < 1 << 10:
-        raise ValueError(f"fit_bytes={fit_bytes!r} must be an int of at least 1024")
     files = resolve_text_paths(path)
     sizes = [file_size(file) for file in files]
     # What a second run would compute again (character count, split cuts, the fitted tokenizer) is cached beside
@@ -323,10 +328,19 @@ def load_text_lm(
     store = open_or_build(segments, json.dumps(fitted.record(), sort_keys=True), fitted.encode_array,
                           fitted.vocab_size, fitted.end_of_document_id, cache_dir,
                           cut_safely=isinstance(fitted, BPETokenizer), encode_batch=fitted.encode_batch)  # fmt: skip
+    splits["resolved_paths"] = [str(file.resolve()) for file in files]
+    return store_bundle(store, [len(part) for part in parts], path, fitted, splits, seq_len=seq_len,
+                        fractions=fractions, overlap=overlap, window_starts=window_starts, packing=packing)  # fmt: skip
+
+
+def store_bundle(store, segments_per_split: list[int], path, fitted, splits: dict, *, seq_len: int, fractions,
+                 overlap: int, window_starts: str, packing: bool) -> DataBundle:  # fmt: skip
+    """The bundle of a token store whose segments are the train, val and test parts in order
+    (``segments_per_split`` of them each): windows of each part, read from the map when asked for."""
     examples, first = {}, 0
-    for name, part, fraction in zip(_SPLIT_NAMES, parts, fractions, strict=True):
-        start, stop = int(store.offsets[first]), int(store.offsets[first + len(part)])
-        first += len(part)
+    for name, count, fraction in zip(_SPLIT_NAMES, segments_per_split, fractions, strict=True):
+        start, stop = int(store.offsets[first]), int(store.offsets[first + count])
+        first += count
         if stop - start < seq_len + 1 and fraction > 0:
             raise ValueError(
                 f"{path}: the {name} part has {stop - start} tokens, fewer than seq_len + 1 = {seq_len + 1}; "
@@ -336,8 +350,7 @@ def load_text_lm(
             examples[name] = RandomStarts(store, start, stop, seq_len, position_ids=packing)
         else:
             examples[name] = StoreWindows(store, start, stop, seq_len, overlap, position_ids=packing)
-    splits.update({"seq_len": seq_len, "overlap": overlap, "tokenizer": fitted.kind, "store": str(store.folder),
-                   "resolved_paths": [str(file.resolve()) for file in files]})  # fmt: skip
+    splits.update({"seq_len": seq_len, "overlap": overlap, "tokenizer": fitted.kind, "store": str(store.folder)})
     if window_starts != "contiguous" or packing:
         splits.update({"window_starts": window_starts, "packing": packing})
     return DataBundle(**examples, info={"vocab_size": fitted.vocab_size}, splits=splits, tokenizer=fitted,
