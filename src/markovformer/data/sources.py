@@ -63,8 +63,8 @@ class TextSource:
 @dataclasses.dataclass
 class HFDatasetSource:
     """Local Hugging Face ``datasets`` files (JSONL, Parquet, CSV or Arrow; no hub, no URL) for causal LM: each
-    row's ``text_column`` is a document, tokenized with ``Dataset.map(batched=True, num_proc=...)`` into the same
-    cached token store as ``text`` (see ``markovformer.data.hf_dataset``). Needs the ``datasets`` extra."""
+    row's ``text_column`` is a document, tokenized with ``Dataset.map(batched=True, num_proc=...)`` into a cached
+    token store, as text files are (see ``markovformer.data.hf_dataset``). Needs the ``datasets`` extra."""
 
     data_files: list[str] = dataclasses.field(default_factory=list)
     text_column: str = "text"
