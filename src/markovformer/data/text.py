@@ -32,7 +32,7 @@ from markovformer.data.text_stream import (
     sampled_text,
     text_pieces,
 )
-from markovformer.data.token_store import Segment, UnknownCharacter, cache_root, open_or_build
+from markovformer.data.token_store import Segment, UnknownCharacter, build_lock, cache_root, open_or_build
 
 TOKENIZER_FILE = "tokenizer.json"
 _PAD_TOKEN = "<pad>"
@@ -290,44 +290,47 @@ def load_text_lm(
     plan_key = hashlib.sha256(json.dumps([[content_key(file) for file in files], list(fractions), tokenizer,
                                           vocab_size, fit_bytes, str(path), documents, text_column]
                                          ).encode()).hexdigest()[:32]  # fmt: skip
-    plan_path = cache_root(cache_dir) / "plans" / f"{plan_key}.json"
-    plan = _read_plan(plan_path)
-    if plan is not None:
-        parts = [[Segment(**segment) for segment in part] for part in plan["parts"]]
-        splits = plan["splits"]
-    else:
-        parts, splits = _split_parts(Path(path), files, sizes, fractions, documents, text_column)
-    saved = fitted is not None
-    if fitted is None and plan is not None and plan.get("tokenizer"):
-        fitted = tokenizer_from_record(plan["tokenizer"])
-    elif fitted is None:
-        train_segments = parts[0]
-        if not any(segment.stop > segment.start for segment in train_segments):
-            raise ValueError(f"{path}: the train part is empty (fractions {tuple(fractions)})")
-        with_documents = len(files) > 1 or documents != "file"
-        if tokenizer == "char":
-            fitted = CharTokenizer(_alphabet(train_segments), end_of_document=with_documents)
+    # one process prepares (fits, encodes) at a time: DDP ranks and concurrent runs wait, then read what it wrote
+    with build_lock(cache_root(cache_dir), f"plan-{plan_key}"):
+        plan_path = cache_root(cache_dir) / "plans" / f"{plan_key}.json"
+        plan = _read_plan(plan_path)
+        if plan is not None:
+            parts = [[Segment(**segment) for segment in part] for part in plan["parts"]]
+            splits = plan["splits"]
         else:
-            special = (_PAD_TOKEN, END_OF_DOCUMENT) if with_documents else (_PAD_TOKEN,)
-            train_bytes = sum(s.stop - s.start for s in train_segments)
-            sample = [piece for segment in train_segments for piece in _sampled(
-                segment, max(fit_bytes * (segment.stop - segment.start) // train_bytes, 1024))]
-            fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special)
-    if plan is None or (not saved and not plan.get("tokenizer")):
-        record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
-                  "tokenizer": None if saved else fitted.record()}  # fmt: skip
-        try:
-            atomic_write_text(plan_path, json.dumps(record))
-        except OSError:  # a read-only cache only costs the next run the fitting again
-            pass
-    segments = []
-    for name, part in zip(_SPLIT_NAMES, parts, strict=True):
-        told = (f" in the {name} part is not in the run's saved char alphabet" if saved else
-                f" in the {name} part never occurs in the train part, which the char vocabulary is fitted on")
-        segments += [dataclasses.replace(segment, where=told) for segment in part]
-    store = open_or_build(segments, json.dumps(fitted.record(), sort_keys=True), fitted.encode_array,
-                          fitted.vocab_size, fitted.end_of_document_id, cache_dir,
-                          cut_safely=isinstance(fitted, BPETokenizer), encode_batch=fitted.encode_batch)  # fmt: skip
+            parts, splits = _split_parts(Path(path), files, sizes, fractions, documents, text_column)
+        saved = fitted is not None
+        if fitted is None and plan is not None and plan.get("tokenizer"):
+            fitted = tokenizer_from_record(plan["tokenizer"])
+        elif fitted is None:
+            train_segments = parts[0]
+            if not any(segment.stop > segment.start for segment in train_segments):
+                raise ValueError(f"{path}: the train part is empty (fractions {tuple(fractions)})")
+            with_documents = len(files) > 1 or documents != "file"
+            if tokenizer == "char":
+                fitted = CharTokenizer(_alphabet(train_segments), end_of_document=with_documents)
+            else:
+                special = (_PAD_TOKEN, END_OF_DOCUMENT) if with_documents else (_PAD_TOKEN,)
+                train_bytes = sum(s.stop - s.start for s in train_segments)
+                sample = [piece for segment in train_segments for piece in _sampled(
+                    segment, max(fit_bytes * (segment.stop - segment.start) // train_bytes, 1024))]
+                fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special)
+        if plan is None or (not saved and not plan.get("tokenizer")):
+            record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
+                      "tokenizer": None if saved else fitted.record()}  # fmt: skip
+            try:
+                atomic_write_text(plan_path, json.dumps(record))
+            except OSError:  # a read-only cache only costs the next run the fitting again
+                pass
+        segments = []
+        for name, part in zip(_SPLIT_NAMES, parts, strict=True):
+            told = (f" in the {name} part is not in the run's saved char alphabet" if saved else
+                    f" in the {name} part never occurs in the train part, which the char vocabulary is fitted on")
+            segments += [dataclasses.replace(segment, where=told) for segment in part]
+        store = open_or_build(segments, json.dumps(fitted.record(), sort_keys=True), fitted.encode_array,
+                              fitted.vocab_size, fitted.end_of_document_id, cache_dir,
+                              cut_safely=isinstance(fitted, BPETokenizer),
+                              encode_batch=fitted.encode_batch)  # fmt: skip
     splits["resolved_paths"] = [str(file.resolve()) for file in files]
     return store_bundle(store, [len(part) for part in parts], path, fitted, splits, seq_len=seq_len,
                         fractions=fractions, overlap=overlap, window_starts=window_starts, packing=packing)  # fmt: skip

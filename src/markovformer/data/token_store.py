@@ -169,9 +169,15 @@ def open_or_build(
 
 @contextlib.contextmanager
 def build_lock(root: Path, key: str):
-    """An exclusive lock on ``root/.<key>.lock`` (held until the block ends; released if the process dies)."""
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / f".{key}.lock").open("a") as handle:
+    """An exclusive lock on ``root/.<key>.lock`` (held until the block ends; released if the process dies). Where
+    no lock file can be made (a read-only cache), the block runs unlocked: nothing will be written there anyway."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = (root / f".{key}.lock").open("a")
+    except OSError:
+        yield
+        return
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
