@@ -51,10 +51,10 @@ def build_corpus(source: Path, target: Path, size_mb: float) -> Path:
             shift = copy * 7919 % len(lines)
             text = f"=== copy {_letters(copy)} ===\n" + "".join(lines[shift:] + lines[:shift])
             data = text.encode("utf-8")
-            if written + len(data) > size:
+            if written + len(data) > size:  # the last copy, cut at a line end
                 cut = data.rfind(b"\n", 0, size - written) + 1
-                data = data[: max(cut, 1)]
-                text = data.decode("utf-8", errors="ignore")
+                out.write(data[: max(cut, 1)].decode("utf-8", errors="ignore"))
+                break
             out.write(text)
             written, copy = written + len(data), copy + 1
     partial.rename(target)
@@ -96,9 +96,12 @@ def run_case(case: dict) -> dict:
             return store
 
         text_module.open_or_build = timed
-        start = time.perf_counter()
-        bundle = load(case["corpus"], **options)
-        row["seconds"] = time.perf_counter() - start
+        try:
+            start = time.perf_counter()
+            bundle = load(case["corpus"], **options)
+            row["seconds"] = time.perf_counter() - start
+        finally:
+            text_module.open_or_build = real
         store = bundle.train.store
         row.update(tokens=len(store), dtype=store.tokens.dtype.name, vocab_size=bundle.tokenizer.vocab_size,
                    store=str(store.folder), store_mb=(store.folder / "tokens.bin").stat().st_size / 1e6,
@@ -179,7 +182,7 @@ def _train_steps(bundle, steps: int) -> dict:
         loss.backward()
         optimiser.step()
         optimiser.zero_grad(set_to_none=True)
-    return {"steps": steps, "seconds": time.perf_counter() - start, "last_loss": float(loss),
+    return {"steps": steps, "seconds": time.perf_counter() - start, "last_loss": loss.item(),
             "train_windows": len(bundle.train)}  # fmt: skip
 
 
