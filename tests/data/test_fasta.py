@@ -163,3 +163,23 @@ def test_label_mismatches_raise(tmp_path, labels_text, message):
     labels_path.write_text(labels_text)
     with pytest.raises(ValueError, match=message):
         load_fasta_classification(fasta_path, labels_path)
+
+
+def test_a_fasta_above_the_threshold_is_read_through_its_index_with_the_same_records(tmp_path, monkeypatch):
+    pytest.importorskip("pyfaidx", reason="the indexed FASTA reader needs pyfaidx (the data extra)")
+    from markovformer.data import fasta as fasta_module
+    from markovformer.data.genomics import bed_sequences, read_bed, read_reference
+
+    records = [("r1", "ACGTN" * 30 + "A"), ("r2", "GATTACA"), ("r3", "T" * 121)]
+    path = tmp_path / "seqs.fa"
+    fasta_module.write_fasta(records, path, line_width=50)
+    whole = fasta_module.read_fasta(path)
+    monkeypatch.setattr(fasta_module, "INDEX_ABOVE_BYTES", 0)
+    assert fasta_module.read_fasta(path) == whole == records
+    assert (tmp_path / "seqs.fa.fai").is_file()  # read through the index
+    path.write_text(">r1\nACGU\n", encoding="ascii")
+    with pytest.raises(ValueError, match="record 'r1': letter 'U' is outside"):
+        fasta_module.read_fasta(path)
+    (tmp_path / "a.bed").write_text("chr9\t1\t5\tx\n")
+    with pytest.raises(ValueError, match="chromosome 'chr9' is not in the reference"):
+        bed_sequences(read_bed(tmp_path / "a.bed"), read_reference(path, indexed=True))

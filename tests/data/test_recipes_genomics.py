@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import random
 
+import numpy as np
 import pytest
 import torch
 from debian_fakes import fake_debian
@@ -215,7 +216,7 @@ BED = (
 @pytest.mark.parametrize("compressed", [False, True])
 def test_bed_intervals_cut_the_right_bases_on_either_strand(tmp_path, compressed):
     reference_path, chromosomes = _reference(tmp_path, compressed)
-    assert read_reference(reference_path) == chromosomes
+    assert read_reference(reference_path, indexed=False) == chromosomes
     (tmp_path / "regions.bed").write_text(BED)
     intervals = read_bed(tmp_path / "regions.bed")
     assert [(i.chrom, i.start, i.end, i.strand, i.label, i.line) for i in intervals] == [
@@ -223,12 +224,33 @@ def test_bed_intervals_cut_the_right_bases_on_either_strand(tmp_path, compressed
         ("chr2", 0, 30, ".", "enhancer", 5), ("chr1", 45, 58, ".", "other", 6),
     ]  # fmt: skip
     chr1, chr2 = chromosomes["chr1"], chromosomes["chr2"]
-    assert bed_sequences(intervals, read_reference(reference_path)) == [
+    expected = [
         ("chr1:10-20(+)", chr1[10:20], "enhancer"),
         ("chr1:10-20(-)", reverse_complement(chr1[10:20]), "silencer"),
         ("chr2:0-30(.)", chr2, "enhancer"),
         ("chr1:45-58(.)", chr1[45:50] + "NNNN" + chr1[54:58], "other"),  # IUPAC codes read as N
     ]
+    assert bed_sequences(intervals, read_reference(reference_path)) == expected
+    assert bed_sequences(intervals, read_reference(reference_path, indexed=False)) == expected
+
+
+def test_intervals_read_through_the_index_equal_slices_of_the_whole_file(tmp_path):
+    pytest.importorskip("pyfaidx", reason="the indexed reference needs pyfaidx (the data extra)")
+    generator = np.random.default_rng(0)
+    chromosomes = {f"chr{i}": "".join(generator.choice(list("ACGTNacgtRY"), size=n))
+                   for i, n in enumerate([1, 59, 60, 61, 1000, 4321])}  # fmt: skip
+    text = "".join(f">{name} some description\n" + "".join(seq[k : k + 60] + "\n" for k in range(0, len(seq), 60))
+                   for name, seq in chromosomes.items())  # fmt: skip
+    (tmp_path / "ref.fa").write_text(text, encoding="ascii")
+    indexed, whole = read_reference(tmp_path / "ref.fa", indexed=True), read_reference(tmp_path / "ref.fa", False)
+    assert isinstance(whole, dict) and not isinstance(indexed, dict) and sorted(indexed) == sorted(whole)
+    for name, sequence in whole.items():
+        assert len(indexed[name]) == len(sequence) == len(chromosomes[name])
+        for _ in range(20):
+            start = int(generator.integers(0, len(sequence)))
+            stop = int(generator.integers(start + 1, len(sequence) + 1))
+            assert indexed[name][start:stop] == sequence[start:stop] == chromosomes[name][start:stop].upper()
+    assert (tmp_path / "ref.fa.fai").is_file()  # the index, built once beside the file
 
 
 def test_bed_label_column_and_errors(tmp_path):

@@ -55,3 +55,35 @@ def test_eval_uses_the_saved_tokenizer_and_the_recorded_path(tmp_path, cli, monk
     assert unseen.returncode != 0 and "character 'Z'" in unseen.stderr and "saved char alphabet" in unseen.stderr
     assert json.loads((run_dir / "data.json").read_text())["splits"]["resolved_paths"] == [
         str((data_dir / "corpus.txt").resolve())]
+
+
+def test_a_run_whose_text_changed_is_inspected_evaluated_and_resumed_with_its_saved_tokenizer(tmp_path, monkeypatch):
+    from markovformer.data.text import load_tokenizer
+    from markovformer.training import evaluation, inspection, runner
+    from markovformer.training.build import build_data
+    from markovformer.training.run_config import resolve_run_config
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the chain keeps its order; the state moves on.\n" * 60, encoding="utf-8")
+    run_dir = tmp_path / "run"
+    values = {**TEXT_RUN, "data": {**TEXT_RUN["data"], "path": str(corpus), "cache_dir": str(tmp_path / "cache")},
+              "output_dir": str(run_dir)}  # fmt: skip
+    runner.train(resolve_run_config(values))
+    saved = load_tokenizer(run_dir / "tokenizer").record()
+    # the text changes after training: a refitted alphabet would lack ';' and 'k' and shift every later id
+    corpus.write_text("the chain moves on. the state moves on.\n" * 60, encoding="utf-8")
+    config = resolve_run_config(values)
+    assert build_data(config).tokenizer.record() != saved  # what the commands below must not use
+    assert build_data(config, run_dir).tokenizer.record() == saved
+
+    seen = []
+    for module in (inspection, evaluation, runner):
+        def spy(config, run_dir=None, _real=build_data):
+            bundle = _real(config, run_dir)
+            seen.append(bundle.tokenizer.record())
+            return bundle
+        monkeypatch.setattr(module, "build_data", spy)
+    inspection.write_inspection_report(run_dir)
+    evaluation.evaluate(run_dir)
+    runner.resume(run_dir, ["trainer.max_steps=6"])
+    assert len(seen) == 3 and all(record == saved for record in seen)

@@ -58,7 +58,7 @@ from markovformer.bench.windows import WINDOW_LENGTHS, WINDOW_SHAPE, WINDOWS, ex
 
 PARTS = ("ops", "windows", "models", "longest")  # the default run
 CAP_REACHED = "longest_max reached"  # the longest part's stop reason when every T trained: a lower bound
-ALL_PARTS = (*PARTS, "decode", "translation_decode", "scan")
+ALL_PARTS = (*PARTS, "decode", "translation_decode", "scan", "data")
 RESULTS_NAME = "bench.json"
 STARTUP_SECONDS = 120  # child start-up (imports; compilation on CUDA) on top of its steps' time
 
@@ -92,6 +92,16 @@ class BenchSettings:
     translation_lengths: tuple[int, ...] | None = None  # translation_decode: L (64..4096; quick 64..1024)
     translation_batches: tuple[int, ...] | None = None  # translation_decode: B (1, 32; quick 1, 8)
     scan_lengths: tuple[int, ...] | None = None  # scan: T (256..16384; quick 256, 1024, 2048)
+    # data (bench/data.py): corpus sizes in MB, where the corpus is built and reused, the text it copies
+    data_mb: float = 1000.0
+    data_small_mb: float = 10.0
+    data_cache: str = ""  # default: OUT/data_cache
+    data_source: str = ""  # default: data/tiny_shakespeare.txt ($MARKOVFORMER_DATA, else ./data)
+    data_vocab: int = 8192
+    data_tokenizers: tuple[str, ...] = ("char", "bpe")
+    data_steps: int = 100
+    data_nanogpt_limit_mb: int = 12288
+    data_timeout: float = 3600.0
 
     def resolved(self) -> BenchSettings:
         quick = self.quick
@@ -344,8 +354,21 @@ def _scan(runner: _Runner) -> dict:
     return part
 
 
+def _data(runner: _Runner) -> dict:
+    from markovformer.bench.data import format_data, run_data_part
+
+    def write(part: dict) -> None:
+        runner.record["parts"]["data"] = part
+        runner.write()
+
+    part = run_data_part(runner.settings, runner.out, runner.log, write)
+    for line in format_data(part):
+        runner.log(line)
+    return part
+
+
 PART_RUNNERS = {"ops": _ops, "windows": _windows, "models": _models, "longest": _longest, "decode": _decode,
-                "translation_decode": _translation_decode, "scan": _scan}  # fmt: skip
+                "translation_decode": _translation_decode, "scan": _scan, "data": _data}  # fmt: skip
 
 
 def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Callable[[str], None] = print) -> Path:

@@ -6,7 +6,7 @@ import argparse
 
 # markovformer.bench.PARTS and OP_KINDS, spelled here so --help imports no torch
 PART_NAMES = ("ops", "windows", "models", "longest")
-ALL_PART_NAMES = (*PART_NAMES, "decode", "translation_decode", "scan")  # generation speed and scans: when asked
+ALL_PART_NAMES = (*PART_NAMES, "decode", "translation_decode", "scan", "data")  # when asked
 OP_KIND_NAMES = ("markov_local", "markov_global", "softmax_sdpa", "random_feature", "hybrid", "markov_layer",
                  "sliding_window_flex")  # fmt: skip
 
@@ -41,6 +41,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
     bench.add_argument("--default-allocator", action="store_true",
                        help="measure with glibc's default, which page-faults every tensor over 32 MiB in again on "
                        "every step (by default the cases keep freed memory, as `markovformer train` does)")  # fmt: skip
+    bench.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="settings",
+                       help="any other setting of the suite, e.g. data_mb=1 data_cache=/tmp/corpora (data part)")
     return bench
 
 
@@ -64,4 +66,30 @@ def run_bench(args: argparse.Namespace) -> None:
         repeats=args.repeats, threads=args.threads, memory_cap_mib=args.max_memory_mib, time_cap=args.time_cap,
         device=args.device, keep_freed_memory=not args.default_allocator, rounds=args.rounds, **given,
     )  # fmt: skip
+    if args.settings:
+        settings = _with_settings(settings, args.settings)
     run_suite(args.out, settings, log=lambda line: print(line, flush=True))
+
+
+def _with_settings(settings, pairs: list[str]):
+    """``settings`` with ``--set KEY=VALUE`` applied (VALUE read as YAML); an unknown key or a value of the wrong
+    type is refused, naming it."""
+    import dataclasses
+
+    import yaml
+
+    fields = {field.name: field for field in dataclasses.fields(settings)}
+    changes = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or key not in fields:
+            raise ValueError(f"--set {pair!r}: expected KEY=VALUE with KEY one of {', '.join(fields)}")
+        value = yaml.safe_load(text)
+        current = getattr(settings, key)
+        if current is not None and not isinstance(value, type(current)) and not (
+                isinstance(current, float) and isinstance(value, int)) and not isinstance(current, tuple):
+            raise ValueError(f"--set {pair!r}: {key} takes a {type(current).__name__}, got {value!r}")
+        if isinstance(current, tuple):
+            value = tuple(value) if isinstance(value, list) else (value,)
+        changes[key] = float(value) if isinstance(current, float) else value
+    return dataclasses.replace(settings, **changes)

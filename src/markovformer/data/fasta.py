@@ -1,9 +1,11 @@
 """DNA from FASTA files: reading and writing records, the nucleotide vocabulary, reverse complements, and a loader
-for sequence classification with a labels table."""
+for sequence classification with a labels table. Large plain FASTA files are read through a ``.fai`` index
+(``pyfaidx``, the ``data`` extra): one record, or one interval, at a time, never the whole file."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -19,13 +21,93 @@ _DNA_IDS = np.zeros(256, dtype=np.int64)  # byte -> id; 0 marks a byte outside t
 _DNA_IDS[np.frombuffer(DNA_VOCAB.encode("ascii"), dtype=np.uint8)] = np.arange(1, len(DNA_VOCAB) + 1)
 _DNA_LETTERS = frozenset(DNA_VOCAB)
 _COMPLEMENT = str.maketrans("ACGTN", "TGCAN")
+INDEX_ABOVE_BYTES = 256 << 20  # a plain FASTA larger than this is read record by record through its index
+
+
+class IndexedFasta(Mapping):
+    """The records of a plain (uncompressed) FASTA through its ``.fai`` index (``pyfaidx``; the index is built
+    beside the file on first use, or in the token-store cache when that folder is not writable): ``fasta[id]`` is
+    a ``Chromosome`` whose slices read only their bases from disk, uppercase."""
+
+    def __init__(self, path: str | Path) -> None:
+        pyfaidx = import_pyfaidx()
+        self.path = Path(path)
+        try:
+            self._fasta = pyfaidx.Fasta(str(self.path), sequence_always_upper=True, as_raw=True)
+        except PermissionError:
+            from markovformer.data.token_store import cache_root
+
+            key = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:32]
+            (cache_root() / "fai").mkdir(parents=True, exist_ok=True)
+            self._fasta = pyfaidx.Fasta(str(self.path), indexname=str(cache_root() / "fai" / f"{key}.fai"),
+                                        sequence_always_upper=True, as_raw=True)  # fmt: skip
+        except (ValueError, pyfaidx.FastaIndexingError) as error:
+            raise ValueError(f"{self.path}: cannot index as a FASTA file ({error})") from None
+
+    def __getitem__(self, name: str) -> Chromosome:
+        return Chromosome(self._fasta[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fasta.keys())
+
+    def __len__(self) -> int:
+        return len(self._fasta.keys())
+
+
+class Chromosome:
+    """One indexed record: ``len()`` and ``[start:stop]`` (a str read from disk)."""
+
+    def __init__(self, record) -> None:
+        self._record = record
+
+    def __len__(self) -> int:
+        return len(self._record)
+
+    def __getitem__(self, span: slice) -> str:
+        return str(self._record[span])
+
+
+def import_pyfaidx():
+    """``pyfaidx`` (an optional extra), imported only where a FASTA is read through its index."""
+    try:
+        import pyfaidx
+    except ImportError:
+        raise ImportError("reading a large FASTA through its index needs 'pyfaidx': pip install "
+                          "'markovformer[data]'") from None  # fmt: skip
+    return pyfaidx
+
+
+def _read_fasta_indexed(path: Path) -> list[tuple[str, str]]:
+    """``read_fasta`` through the index: each record read on its own (the file is never read whole)."""
+    try:
+        fasta = IndexedFasta(path)
+    except ValueError as error:
+        if "Duplicate key" in str(error):
+            raise ValueError(f"{path}: a record id repeats ({str(error).split(':')[-1].strip()})") from None
+        raise
+    records = []
+    for record_id in fasta:
+        chromosome = fasta[record_id]
+        if len(chromosome) == 0:
+            raise ValueError(f"{path}: record {record_id!r} has an empty sequence")
+        sequence = chromosome[0 : len(chromosome)]
+        bad = _first_bad_letter(sequence)
+        if bad is not None:
+            raise ValueError(f"{path}: record {record_id!r}: letter {bad!r} is outside the DNA vocabulary {DNA_VOCAB}")
+        records.append((record_id, sequence))
+    if not records:
+        raise ValueError(f"{path}: no FASTA records (no line starts with '>')")
+    return records
 
 
 def read_fasta(path: str | Path) -> list[tuple[str, str]]:
     """Records ``(id, sequence)`` in file order. The id is the header's first word after '>'; sequence lines are
     joined and uppercased; blank lines are skipped. Letters outside ACGTN, sequence text before the first header,
-    duplicate ids, empty records and a file with no record raise, naming the file, record and line."""
+    duplicate ids, empty records and a file with no record raise, naming the file, record and line. A plain file
+    above ``INDEX_ABOVE_BYTES`` is read through its index (``IndexedFasta``; errors then name the record only)."""
     path = Path(path)
+    if path.is_file() and path.suffix != ".gz" and path.stat().st_size > INDEX_ABOVE_BYTES:
+        return _read_fasta_indexed(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:

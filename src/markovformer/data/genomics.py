@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import importlib.util
 import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -27,7 +28,7 @@ import numpy as np
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.debian import package_file, unpacked_debian_package
-from markovformer.data.fasta import load_fasta_classification, reverse_complement, write_fasta
+from markovformer.data.fasta import IndexedFasta, load_fasta_classification, reverse_complement, write_fasta
 
 LabelledSequence = tuple[str, str, str]  # (record id, uppercase ACGTN sequence, label)
 
@@ -282,8 +283,16 @@ def bed_sequences(intervals: Iterable[BedInterval], reference: Mapping[str, str]
     return records
 
 
-def read_reference(path: str | Path) -> dict[str, str]:
-    """Chromosome name (the header's first word) -> uppercase sequence, from a plain or gzipped FASTA."""
+def read_reference(path: str | Path, indexed: bool | None = None) -> Mapping[str, str]:
+    """Chromosome name (the header's first word) -> uppercase sequence, from a plain or gzipped FASTA. A plain file
+    is read through its ``.fai`` index (``fasta.IndexedFasta``: a slice reads only its bases, so a 3 GB reference is
+    never loaded whole) when ``pyfaidx`` is installed (``indexed=None``) or when ``indexed=True``; a gzipped file
+    (which the index cannot seek in unless it is bgzipped) is read whole."""
+    path = Path(path)
+    if indexed is None:
+        indexed = path.suffix != ".gz" and importlib.util.find_spec("pyfaidx") is not None
+    if indexed:
+        return IndexedFasta(path)
     with open_text(path) as lines:
         return {header.split()[0]: sequence for header, sequence in iter_fasta(lines)}
 

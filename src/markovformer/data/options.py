@@ -93,6 +93,17 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     "drawn per seed and step, as nanoGPT)",
     ("text", "packing"): "examples carry position_ids restarting at each document (documents packed, no padding); "
                          "the models do not read them yet, so attention still crosses document boundaries",
+    ("text", "documents"): "file (each file is one document), jsonl (each line's JSON record) or blank_line (each "
+    "paragraph): records are documents, closed by an end-of-document token",
+    ("text", "text_column"): "the JSONL field holding a record's text",
+    ("hf_dataset", "data_files"): "local JSONL, Parquet, CSV or Arrow files (paths, directories or globs; no hub "
+    "names, no URLs)",
+    ("hf_dataset", "text_column"): "the column holding each row's text (each row is a document)",
+    ("hf_dataset", "num_proc"): "processes datasets.map tokenizes with (default: the cores available)",
+    ("hf_dataset", "cache_dir"): "where token stores are cached (as for the text source)",
+    ("hf_dataset", "fit_bytes"): "bytes of train rows BPE merges are learned on, rows spread evenly",
+    ("hf_dataset", "window_starts"): "contiguous or random training window starts (as for the text source)",
+    ("hf_dataset", "packing"): "examples carry position_ids restarting at each row (as for the text source)",
     ("fasta", "path"): "the FASTA file of DNA sequences (A/C/G/T/N)",
     # the sequence-mixer tasks (data/synthetic_tasks.py)
     ("mqar", "seq_len"): "tokens per example (even; 4 * num_pairs <= seq_len < vocab_size)",

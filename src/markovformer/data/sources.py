@@ -44,6 +44,8 @@ class TextSource:
     fit_bytes: int = FIT_BYTES
     window_starts: str = "contiguous"
     packing: bool = False
+    documents: str = "file"
+    text_column: str = "text"
 
     def build(self, seed: int, tokenizer=None) -> DataBundle:
         """The bundle; ``tokenizer``: encode with this one (a run's saved tokenizer) instead of fitting one."""
@@ -54,7 +56,36 @@ class TextSource:
             path, tokenizer=self.tokenizer, vocab_size=self.vocab_size, seq_len=self.seq_len,
             fractions=self.fractions, overlap=self.overlap, cache_dir=self.cache_dir or None,
             fit_bytes=self.fit_bytes, window_starts=self.window_starts, packing=self.packing, fitted=tokenizer,
+            documents=self.documents, text_column=self.text_column,
         )  # fmt: skip
+
+
+@dataclasses.dataclass
+class HFDatasetSource:
+    """Local Hugging Face ``datasets`` files (JSONL, Parquet, CSV or Arrow; no hub, no URL) for causal LM: each
+    row's ``text_column`` is a document, tokenized with ``Dataset.map(batched=True, num_proc=...)`` into a cached
+    token store, as text files are (see ``markovformer.data.hf_dataset``). Needs the ``datasets`` extra."""
+
+    data_files: list[str] = dataclasses.field(default_factory=list)
+    text_column: str = "text"
+    tokenizer: str = "char"
+    vocab_size: int | None = None
+    seq_len: int = 128
+    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
+    overlap: int = 0
+    cache_dir: str = ""
+    fit_bytes: int = FIT_BYTES
+    window_starts: str = "contiguous"
+    packing: bool = False
+    num_proc: int | None = None
+
+    def build(self, seed: int, tokenizer=None) -> DataBundle:
+        """The bundle; ``tokenizer``: encode with this one (a run's saved tokenizer) instead of fitting one."""
+        from markovformer.data.hf_dataset import load_hf_dataset_lm
+
+        options = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        files = options.pop("data_files")
+        return load_hf_dataset_lm(files, **{**options, "cache_dir": self.cache_dir or None}, fitted=tokenizer)
 
 
 @dataclasses.dataclass
@@ -189,6 +220,7 @@ DATA_SOURCES: dict[str, type] = {
     "markov_chain": MarkovChainSource,
     "hidden_order": HiddenOrderSource,
     "text": TextSource,
+    "hf_dataset": HFDatasetSource,
     "fasta": FastaSource,
     "bed": BedSource,
     "csv_series": CsvSeriesSource,
@@ -211,6 +243,7 @@ SOURCE_TASKS: dict[str, tuple[str, ...]] = {
     "markov_chain": ("causal_lm",),
     "hidden_order": ("causal_lm",),
     "text": ("causal_lm", "vmt"),  # vmt: each window of seq_len + 1 tokens is a document
+    "hf_dataset": ("causal_lm",),
     "fasta": ("sequence_classification",),
     "bed": ("sequence_classification",),
     "csv_series": ("sequence_classification", "token_classification"),

@@ -20,15 +20,19 @@ from markovformer.data.collate import IGNORE_INDEX, collate
 from markovformer.data.splits import contiguous_split
 from markovformer.data.store_windows import RandomStarts, StoreWindows
 from markovformer.data.text_stream import (
+    RECORD_KINDS,
     byte_offset_of_character,
     content_key,
     count_characters,
     file_size,
+    record_boundary,
+    record_texts,
     resolve_text_paths,
+    sampled_records,
     sampled_text,
     text_pieces,
 )
-from markovformer.data.token_store import Segment, UnknownCharacter, cache_root, open_or_build
+from markovformer.data.token_store import Segment, UnknownCharacter, build_lock, cache_root, open_or_build
 
 TOKENIZER_FILE = "tokenizer.json"
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"  # with TOKENIZER_FILE, the Hugging Face format (``save_hf_format``)
@@ -74,6 +78,11 @@ class CharTokenizer:
             index = int(np.argmin(ids != 0))
             raise UnknownCharacter(text[index], index)
         return ids
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """``encode_array`` of each text (one lookup over their concatenation)."""
+        ids = self.encode_array("".join(texts))
+        return np.split(ids, np.cumsum([len(text) for text in texts])[:-1]) if texts else []
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``'s characters; a character outside the alphabet raises, naming it and its offset."""
@@ -189,6 +198,10 @@ class BPETokenizer:
         encodings = self._tokenizer.encode_batch(parts)
         return np.fromiter((i for encoding in encodings for i in encoding.ids), dtype=np.int64)
 
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """The ids of each text, encoded together with the Hugging Face batch API (on every core)."""
+        return [np.asarray(encoding.ids, dtype=np.int64) for encoding in self._tokenizer.encode_batch(list(texts))]
+
     def decode(self, ids: list[int]) -> str:
         """The text of ``ids`` (exact inverse of ``encode``)."""
         return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
@@ -282,6 +295,24 @@ def save_hf_format(tokenizer: CharTokenizer | BPETokenizer, directory: str | Pat
 FIT_BYTES = 64 << 20  # default bytes of the train part BPE merges are learned on (data.fit_bytes)
 
 
+def check_text_options(tokenizer, vocab_size, seq_len, overlap, window_starts, fit_bytes, fitted) -> None:
+    """ValueError naming the first bad option of those the tokenized sources share."""
+    if tokenizer not in ("char", "bpe"):
+        raise ValueError(f"tokenizer must be 'char' or 'bpe', got {tokenizer!r}")
+    if tokenizer == "char" and vocab_size is not None and fitted is None:
+        raise ValueError(f"vocab_size={vocab_size} applies only to tokenizer='bpe' (the char vocabulary is fitted)")
+    if tokenizer == "bpe" and vocab_size is None and fitted is None:
+        raise ValueError("tokenizer='bpe' needs vocab_size")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < seq_len:
+        raise ValueError(f"overlap={overlap!r} must be an int in [0, seq_len={seq_len})")
+    if window_starts not in ("contiguous", "random"):
+        raise ValueError(f"window_starts={window_starts!r} must be 'contiguous' or 'random'")
+    if isinstance(fit_bytes, bool) or not isinstance(fit_bytes, int) or fit_bytes < 1 << 10:
+        raise ValueError(f"fit_bytes={fit_bytes!r} must be an int of at least 1024")
+
+
 def load_text_lm(
     path: str | Path,
     *,
@@ -295,6 +326,8 @@ def load_text_lm(
     window_starts: str = "contiguous",
     packing: bool = False,
     fitted: CharTokenizer | BPETokenizer | None = None,
+    documents: str = "file",
+    text_column: str = "text",
 ) -> DataBundle:
     """UTF-8 text as next-token examples read from a token store (``data.token_store``): encoded once, cached by
     content and tokenizer, memory-mapped, each example cut from it when asked for.
@@ -311,72 +344,77 @@ def load_text_lm(
     ``window_starts="random"``: training windows start at any token, drawn per (seed, step). ``packing``: examples
     also carry ``position_ids`` that restart at each document (documents packed without padding).
 
+    ``documents="jsonl"`` (the ``text_column`` string of each line's JSON object) or ``"blank_line"`` (each run of
+    non-blank lines): every record of every file is a document, closed by the end-of-document token; the files are
+    then split at record boundaries near the fractions of their total bytes (byte offsets in ``splits``).
+
     Example: {"input_ids": (L,) long, "labels": (L,) long[, "position_ids": (L,) long]}, L = seq_len + 1 except a
     last shorter window; the model shifts labels inside. info: {"vocab_size": V}.
     """
-    if tokenizer not in ("char", "bpe"):
-        raise ValueError(f"tokenizer must be 'char' or 'bpe', got {tokenizer!r}")
-    if tokenizer == "char" and vocab_size is not None and fitted is None:
-        raise ValueError(f"vocab_size={vocab_size} applies only to tokenizer='bpe' (the char vocabulary is fitted)")
-    if tokenizer == "bpe" and vocab_size is None and fitted is None:
-        raise ValueError("tokenizer='bpe' needs vocab_size")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < seq_len:
-        raise ValueError(f"overlap={overlap!r} must be an int in [0, seq_len={seq_len})")
-    if window_starts not in ("contiguous", "random"):
-        raise ValueError(f"window_starts={window_starts!r} must be 'contiguous' or 'random'")
-    if isinstance(fit_bytes, bool) or not isinstance(fit_bytes, int) or fit_bytes < 1 << 10:
-        raise ValueError(f"fit_bytes={fit_bytes!r} must be an int of at least 1024")
+    check_text_options(tokenizer, vocab_size, seq_len, overlap, window_starts, fit_bytes, fitted)
+    if documents not in RECORD_KINDS:
+        raise ValueError(f"documents={documents!r} must be one of {RECORD_KINDS}")
     files = resolve_text_paths(path)
     sizes = [file_size(file) for file in files]
     # What a second run would compute again (character count, split cuts, the fitted tokenizer) is cached beside
     # the token stores, under the same kind of content key: reopening a prepared corpus reads no text.
     plan_key = hashlib.sha256(json.dumps([[content_key(file) for file in files], list(fractions), tokenizer,
-                                          vocab_size, fit_bytes, str(path)]).encode()).hexdigest()[:32]  # fmt: skip
-    plan_path = cache_root(cache_dir) / "plans" / f"{plan_key}.json"
-    plan = _read_plan(plan_path)
-    if plan is not None:
-        parts = [[Segment(**segment) for segment in part] for part in plan["parts"]]
-        splits = plan["splits"]
-    else:
-        parts, splits = _split_parts(Path(path), files, sizes, fractions)
-    saved = fitted is not None
-    if fitted is None and plan is not None and plan.get("tokenizer"):
-        fitted = tokenizer_from_record(plan["tokenizer"])
-    elif fitted is None:
-        train_segments = parts[0]
-        if not any(segment.stop > segment.start for segment in train_segments):
-            raise ValueError(f"{path}: the train part is empty (fractions {tuple(fractions)})")
-        with_documents = len(files) > 1
-        if tokenizer == "char":
-            fitted = CharTokenizer(_alphabet(train_segments), end_of_document=with_documents)
+                                          vocab_size, fit_bytes, str(path), documents, text_column]
+                                         ).encode()).hexdigest()[:32]  # fmt: skip
+    # one process prepares (fits, encodes) at a time: DDP ranks and concurrent runs wait, then read what it wrote
+    with build_lock(cache_root(cache_dir), f"plan-{plan_key}"):
+        plan_path = cache_root(cache_dir) / "plans" / f"{plan_key}.json"
+        plan = _read_plan(plan_path)
+        if plan is not None:
+            parts = [[Segment(**segment) for segment in part] for part in plan["parts"]]
+            splits = plan["splits"]
         else:
-            special = (_PAD_TOKEN, END_OF_DOCUMENT) if with_documents else (_PAD_TOKEN,)
-            train_bytes = sum(s.stop - s.start for s in train_segments)
-            sample = [piece for segment in train_segments for piece in sampled_text(
-                Path(segment.path), segment.start, segment.stop,
-                max(fit_bytes * (segment.stop - segment.start) // train_bytes, 1024))]
-            fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special)
-    if plan is None or (not saved and not plan.get("tokenizer")):
-        record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
-                  "tokenizer": None if saved else fitted.record()}  # fmt: skip
-        try:
-            atomic_write_text(plan_path, json.dumps(record))
-        except OSError:  # a read-only cache only costs the next run the fitting again
-            pass
-    segments = []
-    for name, part in zip(_SPLIT_NAMES, parts, strict=True):
-        told = (f" in the {name} part is not in the run's saved char alphabet" if saved else
-                f" in the {name} part never occurs in the train part, which the char vocabulary is fitted on")
-        segments += [dataclasses.replace(segment, where=told) for segment in part]
-    store = open_or_build(segments, json.dumps(fitted.record(), sort_keys=True), fitted.encode_array,
-                          fitted.vocab_size, fitted.end_of_document_id, cache_dir,
-                          cut_safely=isinstance(fitted, BPETokenizer))  # fmt: skip
+            parts, splits = _split_parts(Path(path), files, sizes, fractions, documents, text_column)
+        saved = fitted is not None
+        if fitted is None and plan is not None and plan.get("tokenizer"):
+            fitted = tokenizer_from_record(plan["tokenizer"])
+        elif fitted is None:
+            train_segments = parts[0]
+            if not any(segment.stop > segment.start for segment in train_segments):
+                raise ValueError(f"{path}: the train part is empty (fractions {tuple(fractions)})")
+            with_documents = len(files) > 1 or documents != "file"
+            if tokenizer == "char":
+                fitted = CharTokenizer(_alphabet(train_segments), end_of_document=with_documents)
+            else:
+                special = (_PAD_TOKEN, END_OF_DOCUMENT) if with_documents else (_PAD_TOKEN,)
+                train_bytes = sum(s.stop - s.start for s in train_segments)
+                sample = [piece for segment in train_segments for piece in _sampled(
+                    segment, max(fit_bytes * (segment.stop - segment.start) // train_bytes, 1024))]
+                fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special)
+        if plan is None or (not saved and not plan.get("tokenizer")):
+            record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
+                      "tokenizer": None if saved else fitted.record()}  # fmt: skip
+            try:
+                atomic_write_text(plan_path, json.dumps(record))
+            except OSError:  # a read-only cache only costs the next run the fitting again
+                pass
+        segments = []
+        for name, part in zip(_SPLIT_NAMES, parts, strict=True):
+            told = (f" in the {name} part is not in the run's saved char alphabet" if saved else
+                    f" in the {name} part never occurs in the train part, which the char vocabulary is fitted on")
+            segments += [dataclasses.replace(segment, where=told) for segment in part]
+        store = open_or_build(segments, json.dumps(fitted.record(), sort_keys=True), fitted.encode_array,
+                              fitted.vocab_size, fitted.end_of_document_id, cache_dir,
+                              cut_safely=isinstance(fitted, BPETokenizer),
+                              encode_batch=fitted.encode_batch)  # fmt: skip
+    splits["resolved_paths"] = [str(file.resolve()) for file in files]
+    return store_bundle(store, [len(part) for part in parts], path, fitted, splits, seq_len=seq_len,
+                        fractions=fractions, overlap=overlap, window_starts=window_starts, packing=packing)  # fmt: skip
+
+
+def store_bundle(store, segments_per_split: list[int], path, fitted, splits: dict, *, seq_len: int, fractions,
+                 overlap: int, window_starts: str, packing: bool) -> DataBundle:  # fmt: skip
+    """The bundle of a token store whose segments are the train, val and test parts in order
+    (``segments_per_split`` of them each): windows of each part, read from the map when asked for."""
     examples, first = {}, 0
-    for name, part, fraction in zip(_SPLIT_NAMES, parts, fractions, strict=True):
-        start, stop = int(store.offsets[first]), int(store.offsets[first + len(part)])
-        first += len(part)
+    for name, count, fraction in zip(_SPLIT_NAMES, segments_per_split, fractions, strict=True):
+        start, stop = int(store.offsets[first]), int(store.offsets[first + count])
+        first += count
         if stop - start < seq_len + 1 and fraction > 0:
             raise ValueError(
                 f"{path}: the {name} part has {stop - start} tokens, fewer than seq_len + 1 = {seq_len + 1}; "
@@ -386,16 +424,19 @@ def load_text_lm(
             examples[name] = RandomStarts(store, start, stop, seq_len, position_ids=packing)
         else:
             examples[name] = StoreWindows(store, start, stop, seq_len, overlap, position_ids=packing)
-    splits.update({"seq_len": seq_len, "overlap": overlap, "tokenizer": fitted.kind, "store": str(store.folder),
-                   "resolved_paths": [str(file.resolve()) for file in files]})  # fmt: skip
+    splits.update({"seq_len": seq_len, "overlap": overlap, "tokenizer": fitted.kind, "store": str(store.folder)})
     if window_starts != "contiguous" or packing:
         splits.update({"window_starts": window_starts, "packing": packing})
     return DataBundle(**examples, info={"vocab_size": fitted.vocab_size}, splits=splits, tokenizer=fitted,
                       collate=collate, train_sampling="uniform" if window_starts == "random" else "epochs")
 
 
-def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions) -> tuple[list[list[Segment]], dict]:
-    """The segments of each split and the record of the split: one file by characters, several by documents."""
+def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions, documents: str = "file",
+                 text_column: str = "") -> tuple[list[list[Segment]], dict]:  # fmt: skip
+    """The segments of each split and the record of the split: one file by characters, several by documents, and
+    records by byte fractions moved to the next record boundary."""
+    if documents != "file":
+        return _split_records(path, files, sizes, fractions, documents, text_column)
     if len(files) == 1:
         file = files[0]
         characters = count_characters(file)
@@ -421,12 +462,51 @@ def _read_plan(path: Path) -> dict | None:
     return plan if isinstance(plan, dict) and {"parts", "splits"} <= set(plan) else None
 
 
+def _split_records(path: Path, files: list[Path], sizes: list[int], fractions, documents: str,
+                   text_column: str) -> tuple[list[list[Segment]], dict]:  # fmt: skip
+    """Records split in order: each cut at the fraction of the files' total bytes, moved to the next record start of
+    the file it falls in. A cut is (file index, byte offset)."""
+    total, cuts = sum(sizes), [(0, 0)]
+    for share in np.cumsum(fractions)[:-1]:
+        target, index = int(round(total * float(share))), 0
+        while index < len(files) - 1 and target >= sizes[index]:
+            target, index = target - sizes[index], index + 1
+        cuts.append(max(cuts[-1], (index, record_boundary(files[index], min(target, sizes[index]), documents))))
+    cuts.append((len(files) - 1, sizes[-1]))
+    parts = []
+    for (first, begin), (last, end) in zip(cuts[:-1], cuts[1:], strict=True):
+        part = []
+        for index in range(first, last + 1):
+            start, stop = begin if index == first else 0, end if index == last else sizes[index]
+            if stop > start:
+                part.append(Segment(str(files[index]), start, stop, documents=documents, text_column=text_column))
+        parts.append(part)
+    record = {"kind": "records", "documents": documents, "path": str(path), "files": [str(file) for file in files],
+              **{name: [list(cuts[i]), list(cuts[i + 1])] for i, name in enumerate(_SPLIT_NAMES)}}  # fmt: skip
+    return parts, record
+
+
+def _segment_texts(segment: Segment):
+    """The text of a segment in pieces: its bytes decoded, or its records' texts."""
+    if segment.documents == "file":
+        return text_pieces(Path(segment.path), segment.start, segment.stop)
+    return record_texts(Path(segment.path), segment.start, segment.stop, segment.documents, segment.text_column)
+
+
+def _sampled(segment: Segment, budget: int):
+    """About ``budget`` bytes of a segment's text spread over it (``sampled_text`` or ``sampled_records``)."""
+    if segment.documents == "file":
+        return sampled_text(Path(segment.path), segment.start, segment.stop, budget)
+    return sampled_records(Path(segment.path), segment.start, segment.stop, budget, segment.documents,
+                           segment.text_column)  # fmt: skip
+
+
 def _alphabet(segments: list[Segment]) -> str:
     """The characters of the segments' text, in one streaming pass (counts of codepoints, no Python loop)."""
     seen = np.zeros(0x10000, dtype=bool)
     astral: set[int] = set()
     for segment in segments:
-        for piece in text_pieces(Path(segment.path), segment.start, segment.stop):
+        for piece in _segment_texts(segment):
             codepoints = np.frombuffer(piece.encode("utf-32-le"), dtype=np.uint32)
             basic = codepoints < 0x10000
             seen[codepoints[basic]] = True

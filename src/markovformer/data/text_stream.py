@@ -1,5 +1,6 @@
 """Reading text files in bounded pieces: resolving ``data.path`` (a file, a directory or a glob), streaming a byte
-range as decoded text without ever reading a file whole, and the content key a token store is cached under.
+range as decoded text without ever reading a file whole, reading records (JSONL lines, or blank-line separated
+paragraphs) as documents, and the content key a token store is cached under.
 
 A piece never splits a UTF-8 character (the bytes of a character cut by a chunk boundary are carried into the next
 piece), and with ``cut_safely`` it ends where byte-level BPE's pre-tokenizer would cut anyway (after a newline or
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +33,7 @@ def resolve_text_paths(path: str | Path) -> list[Path]:
         return [given]
     if given.is_dir():
         visible = (p for p in given.rglob("*") if not any(part.startswith(".") for part in p.relative_to(given).parts))
-        found = sorted(p for p in visible if p.is_file())
+        found = sorted(p for p in visible if p.is_file() or p.is_symlink())  # a broken link is reported, not skipped
         if not found:
             raise ValueError(f"data.path={text!r} is a directory holding no files")
         return found
@@ -166,3 +168,108 @@ def sampled_text(path: Path, start: int, stop: int, budget: int) -> Iterator[str
             yield data[head : _character_start(data)].decode("utf-8", errors="replace")
 
 
+
+
+RECORD_KINDS = ("file", "blank_line", "jsonl")  # data.documents: a whole file, or each record of it, is a document
+_BLANK_RUN = re.compile(rb"\n[ \t\r]*\n")
+
+
+def record_boundary(path: Path, offset: int, documents: str) -> int:
+    """The first byte offset >= ``offset`` where a record of ``path`` may start (the file's size past its last)."""
+    size = path.stat().st_size
+    if offset <= 0 or offset >= size:
+        return min(max(offset, 0), size)
+    pattern = re.compile(rb"\n") if documents == "jsonl" else _BLANK_RUN
+    with path.open("rb") as handle:
+        position = offset - 1  # a record starts right after the separator that ends at offset - 1
+        while position < size:
+            handle.seek(position)
+            data = handle.read(CHUNK_BYTES + 64)
+            found = pattern.search(data)
+            if found is not None:
+                return position + found.end()
+            if position + len(data) >= size:
+                return size
+            position += CHUNK_BYTES
+    return size
+
+
+def record_texts(path: Path, start: int, stop: int, documents: str, text_column: str = "text") -> Iterator[str]:
+    """The text of each record starting in bytes [start, stop) of ``path`` (``start`` on a record boundary):
+    ``jsonl``: the ``text_column`` string of each non-empty line's JSON object; ``blank_line``: each run of
+    non-blank lines (newlines inside kept, the last removed). Bad input raises, naming the file and line."""
+    if documents not in RECORD_KINDS[1:]:
+        raise ValueError(f"documents={documents!r} must be one of {RECORD_KINDS[1:]}")
+    lines: list[bytes] = []
+    with path.open("rb") as handle:
+        handle.seek(start)
+        position, first = start, start
+        while True:
+            line = handle.readline() if position < stop or (lines and documents == "blank_line") else b""
+            at, position = position, position + len(line)
+            if documents == "jsonl":
+                if not line:
+                    return
+                if line.strip():
+                    yield _json_text(path, at, line, text_column)
+                continue
+            if line.strip():
+                first = at if not lines else first
+                lines.append(line)
+                continue
+            if lines:
+                text = b"".join(lines)
+                yield _decoded(path, first, text[:-1] if text.endswith(b"\n") else text)
+                lines = []
+            if not line or position >= stop:
+                return
+
+
+def _json_text(path: Path, at: int, line: bytes, text_column: str) -> str:
+    try:
+        record = json.loads(line)
+    except ValueError as error:
+        raise ValueError(f"{path}: line {line_number(path, at)} is not JSON ({error})") from None
+    if not isinstance(record, dict) or not isinstance(record.get(text_column), str):
+        what = "has no" if not isinstance(record, dict) or text_column not in record else "has a non-string"
+        raise ValueError(f"{path}: line {line_number(path, at)} {what} text column {text_column!r} "
+                         f"(set data.text_column)")  # fmt: skip
+    return record[text_column]
+
+
+def _decoded(path: Path, at: int, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: line {line_number(path, at + error.start)}: byte {data[error.start]:#04x} at "
+                         f"offset {at + error.start} is not valid UTF-8") from None  # fmt: skip
+
+
+def line_number(path: Path, offset: int) -> int:
+    """The 1-based line of ``path`` that byte ``offset`` lies on (counted in chunks: only when an error is said)."""
+    count, position = 0, 0
+    with path.open("rb") as handle:
+        while position < offset:
+            data = handle.read(min(CHUNK_BYTES, offset - position))
+            if not data:
+                break
+            count += data.count(b"\n")
+            position += len(data)
+    return count + 1
+
+
+def sampled_records(path: Path, start: int, stop: int, budget: int, documents: str, text_column: str) -> Iterator[str]:
+    """About ``budget`` bytes of record text from bytes [start, stop) of ``path``: every record when they fit, else
+    the records from 64 evenly spaced record boundaries on, ``budget / 64`` bytes from each."""
+    if stop - start <= budget:
+        yield from record_texts(path, start, stop, documents, text_column)
+        return
+    share = max(budget // 64, 1)
+    for index in range(64):
+        begin = record_boundary(path, start + (stop - start) * index // 64, documents)
+        taken = 0
+        for text in record_texts(path, begin, stop, documents, text_column):
+            yield text
+            taken += len(text)
+            if taken >= share:
+                break

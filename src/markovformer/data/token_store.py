@@ -4,6 +4,8 @@ A store is a folder ``<cache root>/<key>/`` holding
 
     tokens.bin     the token ids, raw, in the smallest unsigned dtype that holds the vocabulary (uint8/16/32)
     offsets.npy    int64 (S + 1,): where each encoded segment starts in tokens.bin, then the total
+    documents.npy  int64, only when segments hold records (JSONL lines, paragraphs, dataset rows): where each
+                   record's document starts (an end-of-document token closes each record)
     meta.json      format, dtype, token count, vocabulary size, each segment's source and whether a document ends
                    with it (then an end-of-document token closes it, counted in the segment), and a hash of sampled
                    blocks of tokens.bin; written last
@@ -11,14 +13,20 @@ A store is a folder ``<cache root>/<key>/`` holding
 The key is a SHA-256 of the store format, each segment's file content key (``text_stream.content_key``: size,
 mtime and a hash of 16 sampled blocks), byte range and end-of-document flag, and the tokenizer's own JSON. A store
 is built in a staging folder beside its target and renamed into place whole, so a killed or failing build (a full
-disk included) never leaves a folder under the key. Opening checks the meta, the file sizes, the offsets and the
-sampled hash; a damaged store is reported on one line, removed and rebuilt. The cache root is ``data.cache_dir``,
-else ``$MARKOVFORMER_CACHE``, else ``$XDG_CACHE_HOME/markovformer/token_stores`` (``~/.cache`` by default).
+disk included) never leaves a folder under the key. Builders of one key take turns on a file lock
+(``.<key>.lock``): when several processes (DDP ranks, DataLoader workers, two runs) ask for the same store, the
+first builds it and the others wait, then open it: it is built once. Opening checks the meta, the file sizes, the
+offsets and the sampled hash; a damaged store is reported on one line, removed and rebuilt. The cache root is
+``data.cache_dir``, else ``$MARKOVFORMER_CACHE``, else ``$XDG_CACHE_HOME/markovformer/token_stores`` (``~/.cache``
+by default).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -32,10 +40,10 @@ from pathlib import Path
 import numpy as np
 
 from markovformer.atomic import atomic_write_text
-from markovformer.data.text_stream import content_key, text_pieces
+from markovformer.data.text_stream import CHUNK_BYTES, content_key, record_texts, text_pieces
 
 STORE_FORMAT = 1
-TOKENS_FILE, OFFSETS_FILE, META_FILE = "tokens.bin", "offsets.npy", "meta.json"
+TOKENS_FILE, OFFSETS_FILE, META_FILE, DOCUMENTS_FILE = "tokens.bin", "offsets.npy", "meta.json", "documents.npy"
 _PROGRESS_ABOVE_BYTES = 16 << 20  # smaller corpora encode in about a second: no progress bar
 _STAGING = ".staging-"
 
@@ -52,6 +60,8 @@ class Segment:
     end_of_document: bool = False
     first_character: int = 0
     where: str = ""  # said after the offset of a character the tokenizer lacks, e.g. " in the val part"
+    documents: str = "file"  # "jsonl" / "blank_line": each record in [start, stop) is a document of its own
+    text_column: str = ""  # the JSONL field holding a record's text
 
 
 class UnknownCharacter(ValueError):
@@ -87,7 +97,10 @@ def store_key(segments: Iterable[Segment], tokenizer_json: str) -> str:
     for segment in segments:
         if segment.path not in files:
             files[segment.path] = content_key(Path(segment.path))
-        record["segments"].append([files[segment.path], segment.start, segment.stop, segment.end_of_document])
+        entry = [files[segment.path], segment.start, segment.stop, segment.end_of_document]
+        if segment.documents != "file":
+            entry += [segment.documents, segment.text_column]
+        record["segments"].append(entry)
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -112,7 +125,13 @@ class TokenStore:
             raise ValueError(f"{TOKENS_FILE} does not match the hash recorded when it was written")
         self.tokens = np.memmap(tokens_path, dtype=dtype, mode="r", shape=(count,)) if count else np.zeros(0, dtype)
         ends = [i + 1 for i, segment in enumerate(self.meta["segments"]) if segment["end_of_document"]]
-        starts = np.unique(np.concatenate([[0], self.offsets[ends]]).astype(np.int64))
+        records = np.zeros(0, np.int64)
+        if self.meta.get("documents"):
+            records = np.load(self.folder / DOCUMENTS_FILE, allow_pickle=False)
+            if records.shape != (self.meta["documents"],) or np.any(np.diff(records) < 0) or (
+                    len(records) and not 0 <= records[0] <= records[-1] <= count):
+                raise ValueError(f"{DOCUMENTS_FILE} does not hold {self.meta['documents']} ordered starts")
+        starts = np.unique(np.concatenate([[0], self.offsets[ends], records]).astype(np.int64))
         self.document_starts = starts[starts < max(count, 1)]  # token offsets where documents start
 
     def __len__(self) -> int:
@@ -134,24 +153,62 @@ def open_or_build(
     cache_dir: str | Path | None = None,
     cut_safely: bool = False,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    encode_batch: Callable[[list[str]], list[np.ndarray]] | None = None,
 ) -> TokenStore:
     """The store of ``segments`` under this tokenizer: opened from the cache when it is there and whole, else
-    encoded (``encode(text) -> ids``, streamed piece by piece) and written atomically."""
+    encoded (``encode(text) -> ids``, streamed piece by piece; records through ``encode_batch(texts)``, many at
+    a time) and written atomically."""
     dtype = token_dtype(vocab_size)
-    root = cache_root(cache_dir)
-    folder = root / store_key(segments, tokenizer_json)
-    if folder.is_dir():
+    encode_batch = encode_batch or (lambda texts: [encode(text) for text in texts])
+
+    def write(staging: Path) -> None:
+        _write_store(staging, segments, encode, encode_batch, dtype, vocab_size, end_of_document, cut_safely)
+
+    return open_or_write(cache_root(cache_dir), store_key(segments, tokenizer_json), write, log)
+
+
+@contextlib.contextmanager
+def build_lock(root: Path, key: str):
+    """An exclusive lock on ``root/.<key>.lock`` (held until the block ends; released if the process dies). Where
+    no lock file can be made (a read-only cache), the block runs unlocked: nothing will be written there anyway."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = (root / f".{key}.lock").open("a")
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def open_or_write(root: Path, key: str, write: Callable[[Path], None], log: Callable[[str], None]) -> TokenStore:
+    """The store ``root/key``: opened when it is there and whole, else ``write(staging)`` fills a staging folder
+    (``tokens.bin`` then ``finish_store``) that is renamed into place; one builder at a time (``build_lock``)."""
+    folder = root / key
+    if folder.is_dir():
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             return TokenStore(folder)
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            log(f"token cache {folder} is damaged ({error}): rebuilding it")
-            shutil.rmtree(folder, ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
+    with build_lock(root, key):
+        if folder.is_dir():  # another process may have built it while this one waited
+            try:
+                return TokenStore(folder)
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                log(f"token cache {folder} is damaged ({error}): rebuilding it")
+                shutil.rmtree(folder, ignore_errors=True)
+        _build(root, folder, write)
+    return TokenStore(folder)
+
+
+def _build(root: Path, folder: Path, write: Callable[[Path], None]) -> None:
     _remove_abandoned_staging(root)
     staging = root / f".{folder.name}{_STAGING}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
-        _write_store(staging, segments, encode, dtype, vocab_size, end_of_document, cut_safely)
+        write(staging)
         try:
             os.rename(staging, folder)
         except OSError:  # another process finished the same store first: keep theirs
@@ -167,12 +224,18 @@ def open_or_build(
     return TokenStore(folder)
 
 
-def _write_store(staging: Path, segments, encode, dtype, vocab_size, end_of_document, cut_safely) -> None:
+def _write_store(staging: Path, segments, encode, encode_batch, dtype, vocab_size, end_of_document,
+                 cut_safely) -> None:  # fmt: skip
     total = sum(segment.stop - segment.start for segment in segments)
     progress = _progress(total)
-    offsets, count = [0], 0
+    offsets, count, documents = [0], 0, []
     with (staging / TOKENS_FILE).open("wb") as out:
         for segment in segments:
+            if segment.documents != "file":
+                count = _write_records(out, segment, encode_batch, dtype, vocab_size, end_of_document, count,
+                                       documents, progress)  # fmt: skip
+                offsets.append(count)
+                continue
             characters = segment.first_character
             for piece in text_pieces(Path(segment.path), segment.start, segment.stop, cut_safely=cut_safely):
                 try:
@@ -182,9 +245,7 @@ def _write_store(staging: Path, segments, encode, dtype, vocab_size, end_of_docu
                                      f"{characters + error.index}{segment.where or ' is not in the vocabulary'}"
                                      ) from None  # fmt: skip
                 characters += len(piece)
-                if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
-                    raise ValueError(f"the tokenizer produced id {int(ids.max())} outside its vocabulary of "
-                                     f"{vocab_size}")  # fmt: skip
+                _check_ids(ids, vocab_size)
                 ids.astype(dtype, copy=False).tofile(out)
                 count += len(ids)
                 if progress is not None:
@@ -195,10 +256,57 @@ def _write_store(staging: Path, segments, encode, dtype, vocab_size, end_of_docu
             offsets.append(count)
     if progress is not None:
         progress.close()
+    starts = np.concatenate(documents) if documents else np.zeros(0, np.int64)
+    finish_store(staging, offsets, dtype, vocab_size, end_of_document, [asdict(s) for s in segments], starts)
+
+
+def _write_records(out, segment: Segment, encode_batch, dtype, vocab_size, end_of_document, count: int,
+                   documents: list, progress) -> int:  # fmt: skip
+    """Append each record of ``segment`` (its ids, then the end-of-document token), encoding about
+    ``CHUNK_BYTES`` of records at a time; their start offsets go to ``documents``. Returns the new token count."""
+    if end_of_document is None:
+        raise ValueError("records are documents: the tokenizer needs an end-of-document token")
+    path, batch, size = Path(segment.path), [], 0
+    records = record_texts(path, segment.start, segment.stop, segment.documents, segment.text_column)
+    for text in itertools.chain(records, [None]):  # None: encode what is left
+        if text is not None:
+            batch.append(text)
+            size += len(text)
+        if batch and (text is None or size >= CHUNK_BYTES):
+            try:
+                encoded = encode_batch(batch)
+            except UnknownCharacter as error:
+                raise ValueError(f"{path}: character {error.character!r} in a record"
+                                 f"{segment.where or ' is not in the vocabulary'}") from None  # fmt: skip
+            lengths = np.asarray([len(ids) + 1 for ids in encoded], dtype=np.int64)
+            documents.append(count + np.concatenate([[0], np.cumsum(lengths)[:-1]]))
+            eod = np.asarray([end_of_document], dtype=dtype)
+            for ids in encoded:
+                _check_ids(ids, vocab_size)
+                np.asarray(ids).astype(dtype, copy=False).tofile(out)
+                eod.tofile(out)
+            count += int(lengths.sum())
+            if progress is not None:
+                progress.update(size)
+            batch, size = [], 0
+    return count
+
+
+def _check_ids(ids: np.ndarray, vocab_size: int) -> None:
+    if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(f"the tokenizer produced id {int(ids.max())} outside its vocabulary of {vocab_size}")
+
+
+def finish_store(staging: Path, offsets, dtype: np.dtype, vocab_size: int, end_of_document: int | None,
+                 segments: list[dict], documents: np.ndarray) -> None:  # fmt: skip
+    """Write a staging store's offsets, record starts and meta (last) beside its written ``tokens.bin``."""
     np.save(staging / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
-    meta = {"format": STORE_FORMAT, "dtype": dtype.name, "num_tokens": count, "vocab_size": vocab_size,
-            "end_of_document": end_of_document, "segments": [asdict(segment) for segment in segments],
-            "tokens_sampled_blake2b": _sampled_hash(staging / TOKENS_FILE), "written": time.time()}  # fmt: skip
+    if len(documents):
+        np.save(staging / DOCUMENTS_FILE, np.asarray(documents, dtype=np.int64))
+    meta = {"format": STORE_FORMAT, "dtype": np.dtype(dtype).name, "num_tokens": int(offsets[-1]),
+            "vocab_size": vocab_size, "end_of_document": end_of_document, "segments": segments,
+            "documents": len(documents), "tokens_sampled_blake2b": _sampled_hash(staging / TOKENS_FILE),
+            "written": time.time()}  # fmt: skip
     atomic_write_text(staging / META_FILE, json.dumps(meta))
 
 

@@ -212,7 +212,7 @@ def train_cell(
     metrics = complete_run(config)
     config, network, _ = load_run(run_dir)
     tokenizer = load_tokenizer(run_dir / "tokenizer")
-    start, stop = build_data(config).splits["val"]
+    start, stop = build_data(config, run_dir).splits["val"]
     text = find_data().read_text(encoding="utf-8")[start:stop]
     tokens = tokenizer.encode(text if settings.eval_chars is None else text[: settings.eval_chars])
     losses = ngram_losses(network, tokens)

@@ -187,8 +187,8 @@ def regime_scores(run_dir: str | Path) -> dict[str, float | int]:
     from markovformer.training.runner import build_data, load_run
     from markovformer.training.tasks import model_inputs
 
-    config, model, _ = load_run(run_dir)
-    bundle = build_data(config)
+    config, model, run_dir = load_run(run_dir)
+    bundle = build_data(config, run_dir)
     regimes = regimes_of_examples(config.data["path"], bundle.splits, "test")
     model.eval()
     logits, labels = [], []

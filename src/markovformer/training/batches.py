@@ -112,15 +112,20 @@ class EpochBatches(IterableDataset):
             return len(self.examples) // global_batch
         return len(self._epoch_batches(0, global_batch)[0])
 
-    def __iter__(self) -> Iterator[dict]:
-        rank, world_size = world()
-        global_batch = self.batch_size * world_size
-        per_epoch = self.batches_per_epoch(global_batch)
+    def check_fills(self, world_size: int) -> int:
+        """Global batches per epoch across ``world_size`` processes; ValueError when not even one fills."""
+        per_epoch = self.batches_per_epoch(self.batch_size * world_size)
         if per_epoch == 0:
             raise ValueError(
                 f"the training split has {len(self.examples)} examples, fewer than one global batch "
                 f"({self.batch_size} x {world_size} processes); lower trainer.batch_size or give it more data"
             )
+        return per_epoch
+
+    def __iter__(self) -> Iterator[dict]:
+        rank, world_size = world()
+        global_batch = self.batch_size * world_size
+        per_epoch = self.check_fills(world_size)
         worker, workers = worker_share()
         step = self.start() + worker
         epoch, batches, lengths = -1, None, None

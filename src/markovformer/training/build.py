@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from pathlib import Path
 
 import torch
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.data.text import load_tokenizer
 from markovformer.models.registry import MODEL_FAMILIES, head_class
 from markovformer.training.run_config import RunConfig, build_dataclass, suggest
 from markovformer.training.tasks import TASKS, Task, build_task
 from markovformer.training.trainer_config import ConfigError
 
 
-def build_data(config: RunConfig, tokenizer=None) -> DataBundle:
-    """The run's data; ``tokenizer`` (a run's saved one): sources that fit a tokenizer encode with it instead."""
+def build_data(config: RunConfig, run_dir: str | Path | None = None) -> DataBundle:
+    """The run's data. ``run_dir``: the trained (or resumed) run it belongs to; when that run saved a tokenizer,
+    sources that fit one encode with the saved one instead (the data's text may have changed since training)."""
+    tokenizer = None
+    if run_dir is not None and (Path(run_dir) / "tokenizer").is_dir():
+        tokenizer = load_tokenizer(Path(run_dir) / "tokenizer")
     values = dict(config.data)
     name = values.pop("source")
     if name not in DATA_SOURCES:

@@ -10,7 +10,6 @@ import torch
 from torch.utils.data import DataLoader
 
 from markovformer.data.locations import prepared_candidates
-from markovformer.data.text import load_tokenizer
 from markovformer.training.batches import RankShare
 from markovformer.training.build import build_data, build_run_task
 from markovformer.training.run_dir import check_same_tokenizer, load_run
@@ -77,8 +76,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     config, model, run_dir = load_run(target)
     data = {**config.data, **recorded_data_path(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
     config = dataclasses.replace(config, data=data)
-    saved = run_dir / "tokenizer"
-    bundle = build_data(config, tokenizer=load_tokenizer(saved) if saved.is_dir() else None)
+    bundle = build_data(config, run_dir)
     task = build_run_task(config, bundle)
     task.describe_split(getattr(bundle, split), bundle.tokenizer)
     check_same_tokenizer(run_dir, bundle)

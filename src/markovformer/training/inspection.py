@@ -202,7 +202,7 @@ def _gate_and_attention_figures(
     """Order gates and attention maps of the first validation example's first ``EXAMPLE_LENGTH`` positions and the
     attention-by-lag profile of the first validation examples, as (caption, path) pairs."""
     figures = []
-    validation = build_data(config).val
+    validation = build_data(config, run_dir).val
     batch = collate([_prefix(validation[0], EXAMPLE_LENGTH)])
     inputs = {k: v for k, v in model_inputs(batch).items() if k != "labels"}
     model.eval()

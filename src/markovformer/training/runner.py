@@ -61,12 +61,12 @@ def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.
     tc = task.trainer
     # the stream is indexed by batch: an optimiser step takes accumulate_grad_batches of them
     stream = task.train_batches(bundle, model, start=lambda: trainer.global_step * tc.accumulate_grad_batches)
-    per_epoch = getattr(stream, "batches_per_epoch", None)  # epoch-wise batches (not windows walked by documents)
-    global_batch = tc.batch_size * trainer.world_size
-    if per_epoch is not None and bundle.train_sampling == "epochs" and per_epoch(global_batch) == 0:
-        raise ConfigError(f"the training split has {len(bundle.train)} examples, fewer than one global batch "
-                          f"({tc.batch_size} x {trainer.world_size} processes); lower trainer.batch_size or give it "
-                          f"more data")  # fmt: skip
+    check_fills = getattr(stream, "check_fills", None)  # epoch-wise batches (not windows walked by documents)
+    if check_fills is not None:
+        try:
+            check_fills(trainer.world_size)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
     # Own generators: a DataLoader draws its base seed from the global RNG at every new iterator, which would shift
     # the dropout stream between an uninterrupted run and a resumed one.
     train = DataLoader(stream, batch_size=None, num_workers=tc.num_workers, generator=torch.Generator())
@@ -189,7 +189,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
         remove_stale_files(run_dir)
     checkpoint = resumable_checkpoint(last) if resume and last.is_file() else None
     L.seed_everything(config.trainer.seed, workers=True, verbose=False)
-    bundle = build_data(config)
+    bundle = build_data(config, run_dir if resume else None)  # a resumed run encodes with its saved tokenizer
     task = build_run_task(config, bundle)
     model = build_model(config, bundle.info)
     if config.init_from is not None and checkpoint is None:  # a resumed run's checkpoint holds its own weights

@@ -1,0 +1,191 @@
+"""Local Hugging Face ``datasets`` files (JSONL, Parquet, CSV, Arrow) as a language-model source: each row's text
+column is a document, tokenized with ``Dataset.map(batched=True, num_proc=...)`` into the same memory-mapped token
+store as text files (``data.token_store``), then cut into windows as ``data.text`` cuts them.
+
+Only local files: a URL or a hub name is refused (no network). ``datasets`` is an optional extra
+(``pip install 'markovformer[datasets]'``), imported only here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from markovformer.data.bundle import DataBundle
+from markovformer.data.splits import contiguous_split
+from markovformer.data.text import (
+    _PAD_TOKEN,
+    END_OF_DOCUMENT,
+    FIT_BYTES,
+    BPETokenizer,
+    CharTokenizer,
+    check_text_options,
+    store_bundle,
+)
+from markovformer.data.text_stream import content_key, resolve_text_paths
+from markovformer.data.token_store import (
+    STORE_FORMAT,
+    TOKENS_FILE,
+    cache_root,
+    finish_store,
+    open_or_write,
+    token_dtype,
+)
+
+# the ``datasets`` builder of each file kind
+BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
+_ROWS_PER_READ = 1000
+
+
+def local_data_files(data_files: str | list[str]) -> list[Path]:
+    """The local files ``data_files`` names (each a file, a directory or a glob), all of one kind in ``BUILDERS``.
+    A URL or a name that is no local path (a hub data set) is refused."""
+    entries = [data_files] if isinstance(data_files, str) else list(data_files or [])
+    if not entries:
+        raise ValueError("data.data_files is required: local JSONL, Parquet, CSV or Arrow files")
+    files = []
+    for entry in entries:
+        entry = str(entry)
+        if "://" in entry or entry.startswith("hf:"):
+            raise ValueError(f"data.data_files entry {entry!r} is a URL: only local files are read (no network); "
+                             f"download it first")  # fmt: skip
+        try:
+            files += resolve_text_paths(entry)
+        except ValueError:
+            raise ValueError(f"data.data_files entry {entry!r} is no local file, directory or glob (a hub data set "
+                             f"name is not fetched: download its files and give their paths)") from None  # fmt: skip
+    kinds = {BUILDERS.get(file.suffix.lower()) for file in files}
+    if None in kinds or len(kinds) != 1:
+        odd = next((file for file in files if file.suffix.lower() not in BUILDERS), files[0])
+        raise ValueError(f"data.data_files must all be one of {sorted(BUILDERS)} of one kind; got {odd} "
+                         f"among kinds {sorted(map(str, kinds))}")  # fmt: skip
+    return files
+
+
+def load_hf_dataset_lm(
+    data_files: str | list[str],
+    *,
+    text_column: str = "text",
+    tokenizer: str = "char",
+    vocab_size: int | None = None,
+    seq_len: int,
+    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05),
+    overlap: int = 0,
+    cache_dir: str | Path | None = None,
+    fit_bytes: int = FIT_BYTES,
+    window_starts: str = "contiguous",
+    packing: bool = False,
+    num_proc: int | None = None,
+    fitted: CharTokenizer | BPETokenizer | None = None,
+) -> DataBundle:
+    """Rows of local data files as next-token examples: rows are split in order (train, val, test; row ranges in
+    ``splits``), the tokenizer is fitted on the train rows (char: all of them; BPE: rows spread evenly, about
+    ``fit_bytes`` of text) unless ``fitted`` is given, and every row becomes a document closed by the
+    end-of-document token in a token store cached by the files' content keys, the column, the split and the
+    tokenizer. ``num_proc``: processes ``map`` tokenizes with (default: the cores available). Other options as
+    ``data.text.load_text_lm``."""
+    check_text_options(tokenizer, vocab_size, seq_len, overlap, window_starts, fit_bytes, fitted)
+    files = local_data_files(data_files)
+    datasets = _import_datasets()
+    root = cache_root(cache_dir)
+    builder = BUILDERS[files[0].suffix.lower()]
+    dataset = datasets.load_dataset(builder, data_files=[str(file) for file in files], split="train",
+                                    cache_dir=str(root / "hf_datasets"))  # fmt: skip
+    if text_column not in dataset.column_names:
+        raise ValueError(f"data.text_column={text_column!r} is not a column of {files[0]} (columns: "
+                         f"{', '.join(dataset.column_names)})")  # fmt: skip
+    dataset = dataset.select_columns([text_column])
+    ranges = contiguous_split(len(dataset), fractions)
+    if fitted is None:
+        fitted = _fit(dataset, ranges[0], text_column, tokenizer, vocab_size, fit_bytes)
+    tokenizer_json = json.dumps(fitted.record(), sort_keys=True)
+    key_record = {"format": STORE_FORMAT, "source": "hf_dataset", "files": [content_key(f) for f in files],
+                  "column": text_column, "rows": [[r.start, r.stop] for r in ranges],
+                  "tokenizer": hashlib.sha256(tokenizer_json.encode()).hexdigest()}  # fmt: skip
+    key = hashlib.sha256(json.dumps(key_record, sort_keys=True).encode()).hexdigest()[:32]
+    processes = num_proc or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+
+    def write(staging: Path) -> None:
+        _write_rows(staging, dataset, ranges, text_column, fitted, processes, [str(f) for f in files], key)
+
+    store = open_or_write(root, key, write, lambda line: print(line, flush=True))
+    splits = {"kind": "rows", "data_files": [str(file.resolve()) for file in files], "text_column": text_column,
+              **{name: [r.start, r.stop] for name, r in zip(("train", "val", "test"), ranges, strict=True)}}
+    return store_bundle(store, [1, 1, 1], files[0], fitted, splits, seq_len=seq_len, fractions=fractions,
+                        overlap=overlap, window_starts=window_starts, packing=packing)  # fmt: skip
+
+
+class _Encode:
+    """``map``'s batched function: each row's ids (a picklable object, for ``num_proc`` > 1)."""
+
+    def __init__(self, tokenizer, column: str) -> None:
+        self.tokenizer, self.column = tokenizer, column
+
+    def __call__(self, batch: dict) -> dict:
+        texts = batch[self.column]
+        if any(not isinstance(text, str) for text in texts):
+            bad = next(text for text in texts if not isinstance(text, str))
+            raise ValueError(f"a row's {self.column!r} is {bad!r}, not a string")
+        return {"ids": self.tokenizer.encode_batch(texts)}
+
+
+def _write_rows(staging: Path, dataset, ranges, column: str, tokenizer, processes: int, files: list[str],
+                fingerprint: str) -> None:  # fmt: skip
+    """Tokenize every row with ``map`` (in ``processes`` processes), then append each row's ids and the
+    end-of-document token to ``tokens.bin``, reading the mapped Arrow table a chunk at a time."""
+    datasets = _import_datasets()
+    dtype = token_dtype(tokenizer.vocab_size)
+    features = datasets.Features({"ids": datasets.Sequence(datasets.Value(dtype.name))})
+    mapped = dataset.map(_Encode(tokenizer, column), batched=True, num_proc=processes if processes > 1 else None,
+                         remove_columns=[column], features=features, new_fingerprint=fingerprint,
+                         desc="tokenizing")  # fmt: skip
+    eod = tokenizer.end_of_document_id
+    starts, count = [], 0
+    with (staging / TOKENS_FILE).open("wb") as out:
+        for chunk in mapped.data.table.column("ids").chunks:
+            offsets = chunk.offsets.to_numpy()
+            lengths = np.diff(offsets).astype(np.int64)
+            values = chunk.flatten().to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+            np.insert(values, np.cumsum(lengths), eod).tofile(out)
+            starts.append(count + np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]))
+            count += int(lengths.sum()) + len(lengths)
+    for cache in mapped.cache_files:  # the store holds the ids now; map's Arrow copy is not kept
+        Path(cache["filename"]).unlink(missing_ok=True)
+    documents = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+    offsets = [0] + [int(documents[r.stop]) if r.stop < len(documents) else count for r in ranges]
+    segments = [{"path": " ".join(files), "start": r.start, "stop": r.stop, "end_of_document": False,
+                 "documents": "rows", "text_column": column} for r in ranges]  # fmt: skip
+    finish_store(staging, offsets, dtype, tokenizer.vocab_size, eod, segments, documents)
+
+
+def _fit(dataset, rows: range, column: str, tokenizer: str, vocab_size: int | None, fit_bytes: int):
+    """The tokenizer fitted on the train rows: every character of them (char), or BPE merges on rows spread
+    evenly over them, about ``fit_bytes`` of text."""
+    if len(rows) == 0:
+        raise ValueError("the train part has no rows (data.fractions)")
+    train = dataset.select(rows)
+    if tokenizer == "char":
+        seen: set[str] = set()
+        for batch in train.iter(batch_size=_ROWS_PER_READ):
+            seen.update(*map(set, batch[column]))
+        return CharTokenizer("".join(sorted(seen)), end_of_document=True)
+    head = train.select(range(min(len(train), _ROWS_PER_READ)))[column]
+    mean = max(sum(len(text) for text in head) / max(len(head), 1), 1.0)
+    wanted = min(len(train), max(1, int(fit_bytes / mean)))
+    picked = np.linspace(0, len(train) - 1, wanted).round().astype(np.int64)
+    sample = train.select(np.unique(picked).tolist())[column]
+    return BPETokenizer.train(sample, vocab_size, special_tokens=(_PAD_TOKEN, END_OF_DOCUMENT))
+
+
+def _import_datasets():
+    """Hugging Face ``datasets`` (an optional extra)."""
+    try:
+        import datasets
+    except ImportError:
+        raise ImportError("data.source=hf_dataset needs Hugging Face 'datasets': pip install "
+                          "'markovformer[datasets]'") from None  # fmt: skip
+    return datasets

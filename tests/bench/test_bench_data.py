@@ -1,0 +1,86 @@
+"""The data benchmark: the corpus it builds, and rows that agree with each other and with the store they measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from markovformer.bench.data import build_corpus, data_targets, run_case
+from markovformer.data.text import load_text_lm
+
+SHAKESPEARE = Path(__file__).resolve().parents[2] / "../shared/data/tiny_shakespeare.txt"
+_SOURCE = "".join(f"line {chr(97 + i % 26)}: the chain moves on, the state keeps its order.\n" for i in range(400))
+
+
+def test_the_corpus_is_perturbed_copies_of_the_source_at_the_asked_size(tmp_path):
+    source = tmp_path / "source.txt"
+    source.write_text(_SOURCE, encoding="utf-8")
+    corpus = build_corpus(source, tmp_path / "corpus.txt", 0.1)
+    text = corpus.read_text(encoding="utf-8")
+    assert abs(len(text) - 100_000) < len(_SOURCE) and text.endswith("\n")
+    copies = [part for part in text.split("=== copy ")[1:]]
+    assert len(copies) == -(-100_000 // (len(_SOURCE) + 16)) and not any(c.isdigit() for c in text.split("line")[0])
+    bodies = [copy.split("===\n", 1)[1] for copy in copies[:-1]]
+    assert all(sorted(body.splitlines()) == sorted(_SOURCE.splitlines()) for body in bodies)  # the same lines ...
+    assert len(set(bodies)) == len(bodies)  # ... in another order each time
+    mtime = corpus.stat().st_mtime_ns
+    assert build_corpus(source, tmp_path / "corpus.txt", 0.1).stat().st_mtime_ns == mtime  # reused
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "bpe"])
+def test_prepare_open_and_train_rows_describe_the_store(tmp_path, tokenizer):
+    source = tmp_path / "source.txt"
+    source.write_text(_SOURCE, encoding="utf-8")
+    corpus = str(build_corpus(source, tmp_path / "corpus.txt", 0.1))
+    case = {"tokenizer": tokenizer, "vocab": 300, "steps": 2, "corpus": corpus, "cache": str(tmp_path / "cache")}
+    prepared = run_case({**case, "case": "prepare"})
+    opened = run_case({**case, "case": "open"})
+    trained = run_case({**case, "case": "train"})
+    bundle = load_text_lm(corpus, tokenizer=tokenizer, vocab_size=300 if tokenizer == "bpe" else None, seq_len=256,
+                          fractions=(0.98, 0.01, 0.01), cache_dir=tmp_path / "cache")  # fmt: skip
+    store = bundle.train.store
+    assert prepared["round_trip"] and prepared["store"] == opened["store"] == str(store.folder)
+    text = Path(corpus).read_text(encoding="utf-8")
+    assert prepared["tokens"] == opened["tokens"] == len(store)
+    assert bundle.tokenizer.decode(np.asarray(store.tokens[:]).tolist()) == text  # the store is the whole corpus
+    assert prepared["store_mb"] == len(store) * np.dtype(prepared["dtype"]).itemsize / 1e6
+    assert prepared["train_windows"] == trained["train_windows"] == len(bundle.train)
+    assert prepared["encode_seconds"] <= prepared["seconds"] and trained["steps"] == 2
+    if tokenizer == "bpe":
+        alone = run_case({**case, "case": "hf_tokenizers_alone"})
+        assert abs(alone["tokens"] - prepared["tokens"]) <= 4  # the same file, cut into pieces elsewhere
+
+
+def test_targets_follow_the_rows():
+    large, small = "big.txt", "small.txt"
+    rows = [{"case": "prepare", "tokenizer": "char", "corpus": large, "peak_mib": 900.0, "encode_mb_per_second": 8.0},
+            {"case": "open", "tokenizer": "char", "corpus": large, "seconds": 1.5},
+            {"case": "train", "tokenizer": "char", "corpus": large, "peak_mib": 700.0},
+            {"case": "train", "tokenizer": "char", "corpus": small, "peak_mib": 450.0},
+            {"case": "hf_tokenizers_alone", "tokenizer": "bpe", "corpus": large, "mb_per_second": 2.0}]  # fmt: skip
+    targets = {t["target"]: t for t in data_targets(rows, large, small)}
+    assert targets["prepare peak MiB < 1024"]["met"] and not targets["open seconds < 1"]["met"]
+    assert targets["train peak gap MiB < 200"]["value"] == 250.0 and not targets["train peak gap MiB < 200"]["met"]
+    assert targets["encode MB/s over HF tokenizers BPE alone (info)"]["value"] == 4.0
+
+
+@pytest.mark.slow
+def test_the_data_part_at_one_megabyte_writes_consistent_rows(tmp_path, cli):
+    if not SHAKESPEARE.is_file():
+        pytest.skip(f"needs {SHAKESPEARE}")
+    done = cli("bench", "--parts", "data", "--out", str(tmp_path / "bench"), "--set", "data_mb=1", "data_small_mb=0.3",
+               "data_steps=3", "data_vocab=400", f"data_source={SHAKESPEARE}", timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    part = json.loads((tmp_path / "bench" / "bench.json").read_text())["parts"]["data"]
+    rows = {(r["tokenizer"], r["case"], Path(r["corpus"]).name): r for r in part["rows"]}
+    assert not [r for r in part["rows"] if "error" in r]
+    for tokenizer in ("char", "bpe"):
+        prepared = rows[(tokenizer, "prepare", "corpus_1MB.txt")]
+        assert prepared["round_trip"] and abs(prepared["corpus_mb"] - 1.0) < 0.01
+        assert prepared["tokens"] == rows[(tokenizer, "open", "corpus_1MB.txt")]["tokens"]
+        assert abs(prepared["tokens"] - rows[(tokenizer, "nanogpt", "corpus_1MB.txt")]["tokens"]) <= 4
+        assert rows[(tokenizer, "train", "corpus_0.3MB.txt")]["steps"] == 3
+    assert {t["tokenizer"] for t in part["targets"]} == {"char", "bpe"}

@@ -1,0 +1,53 @@
+"""Local Hugging Face datasets files as a source: the store of Parquet and JSONL rows equals each row's text encoded
+directly, closed by the end-of-document token; URLs and hub names are refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from markovformer.data.hf_dataset import load_hf_dataset_lm
+
+datasets = pytest.importorskip("datasets", reason="the hf_dataset source needs the optional 'datasets' extra")
+
+_TEXTS = [f"row {i}: the chain moves é ß € 漢字 😀 " + "state " * (i % 7) for i in range(60)]
+
+
+@pytest.mark.parametrize("tokenizer, vocab", [("char", None), ("bpe", 300)])
+@pytest.mark.parametrize("kind", ["parquet", "jsonl"])
+def test_rows_are_tokenized_into_the_store_as_their_texts_encode(tmp_path, kind, tokenizer, vocab):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / f"rows.{kind}"
+    if kind == "parquet":
+        pq.write_table(pa.table({"id": list(range(len(_TEXTS))), "body": _TEXTS}), path, row_group_size=16)
+    else:
+        path.write_text("".join(json.dumps({"id": i, "body": t}) + "\n" for i, t in enumerate(_TEXTS)), "utf-8")
+    bundle = load_hf_dataset_lm(str(path), text_column="body", tokenizer=tokenizer, vocab_size=vocab, seq_len=8,
+                                fractions=(0.8, 0.1, 0.1), cache_dir=tmp_path / "cache", num_proc=2)  # fmt: skip
+    fitted, store = bundle.tokenizer, bundle.train.store
+    expected = [i for text in _TEXTS for i in [*fitted.encode(text), fitted.end_of_document_id]]
+    assert np.asarray(store.tokens[:]).tolist() == expected
+    lengths = [len(fitted.encode(text)) + 1 for text in _TEXTS]
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    assert store.document_starts.tolist() == starts[:-1].tolist()
+    # rows split in order: 48 train rows, 6 val, 6 test
+    assert (bundle.train.start, bundle.train.stop, bundle.val.stop) == (0, starts[48], starts[54])
+    assert bundle.splits["train"] == [0, 48] and bundle.test.stop == len(store)
+    again = load_hf_dataset_lm(str(path), text_column="body", tokenizer=tokenizer, vocab_size=vocab, seq_len=8,
+                               fractions=(0.8, 0.1, 0.1), cache_dir=tmp_path / "cache", fitted=fitted)  # fmt: skip
+    assert again.train.store.folder == store.folder  # the same rows, column and tokenizer: the cached store
+
+
+def test_urls_hub_names_and_missing_columns_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="is a URL: only local files"):
+        load_hf_dataset_lm("https://example.org/rows.parquet", seq_len=8, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="'roneneldan/TinyStories' is no local file.*hub data set"):
+        load_hf_dataset_lm("roneneldan/TinyStories", seq_len=8, cache_dir=tmp_path)
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"body": t}) + "\n" for t in _TEXTS), encoding="utf-8")
+    with pytest.raises(ValueError, match="data.text_column='text' is not a column.*columns: body"):
+        load_hf_dataset_lm(str(path), seq_len=8, cache_dir=tmp_path / "cache")
