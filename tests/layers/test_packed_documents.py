@@ -1,0 +1,136 @@
+"""Packed documents (issue 29): a packed batch (several documents per row, told apart by ``position_ids`` that
+restart at 0 at each, plus right padding) gives every document the logits and the gradients it gets run alone, for
+every attention kind of the registry and both recurrent injections, whether the kind keeps documents apart itself
+(``honours_segments``) or the block runs each document alone for it; rotary positions restart."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from markovformer.layers.block import honours_segments
+from markovformer.layers.position import RotaryEmbedding
+from markovformer.layers.registry import ATTENTION_KINDS, attention_option_names
+from markovformer.models.markovian_transformer import (
+    MarkovianTransformerConfig,
+    MarkovianTransformerForCausalLM,
+    MarkovianTransformerForTokenClassification,
+)
+from markovformer.ops.segments import SegmentBatch, segment_ids
+
+VOCAB, D_MODEL, HEADS = 11, 16, 2
+# documents (lengths) of each packed row, then the row's right padding
+ROWS = ([5, 7, 4], [9, 6], [3, 8, 2])
+PADDING = (2, 3, 5)
+SMALL = dict(max_positions=32, chunk_size=4, ssm_state_size=8, linformer_k=8, num_features=8, max_order=2)
+# kind -> config overrides; extra cases exercise each native path (banded, global, dense masks, pooled gates)
+CASES = {kind: {} for kind in ATTENTION_KINDS}
+CASES.update({
+    "softmax": dict(scope="local", window=3),  # the banded op
+    "softmax-global": dict(attention="softmax", scope="global"),
+    "markov-global": dict(attention="markov", scope="global"),
+    "markov-sequence-gates": dict(attention="markov", gate_input="sequence", gru=True),  # bidirectional
+    "markov-learned": dict(attention="markov", position="learned"),
+    "markov-sinusoidal-min-gru": dict(attention="markov", position="sinusoidal", gru=True, gru_kind="min_gru"),
+    "softmax-gru": dict(attention="softmax", scope="global", gru=True),
+})  # fmt: skip
+BIDIRECTIONAL = ("linformer", "markov-sequence-gates")  # compared on token classification, causal=False
+
+
+def _config(case: str, causal: bool) -> MarkovianTransformerConfig:
+    overrides = dict(CASES[case])
+    kind = overrides.pop("attention", case)
+    values = dict(vocab_size=VOCAB, d_model=D_MODEL, n_layers=2, n_heads=HEADS, attention=kind, causal=causal,
+                  dropout=0.0, num_labels=5)  # fmt: skip
+    read = attention_option_names(kind) | {"max_positions"}
+    values.update({name: value for name, value in SMALL.items() if name in read})
+    return MarkovianTransformerConfig(**{**values, **overrides})
+
+
+def _packed_batch(generator: torch.Generator):
+    """input_ids, attention_mask, position_ids (B, T) and the documents as (row, start, ids)."""
+    length = max(sum(row) + pad for row, pad in zip(ROWS, PADDING, strict=True))
+    ids = torch.zeros(len(ROWS), length, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    positions = torch.zeros_like(ids)
+    documents = []
+    for row, lengths in enumerate(ROWS):
+        start = 0
+        for size in lengths:
+            tokens = torch.randint(1, VOCAB, (size,), generator=generator)
+            ids[row, start : start + size] = tokens
+            positions[row, start : start + size] = torch.arange(size)
+            documents.append((row, start, tokens))
+            start += size
+        mask[row, :start] = 1
+    return ids, mask, positions, documents
+
+
+def _document_loss(logits: torch.Tensor, tokens: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Summed next-token (causal) or same-token (bidirectional) cross-entropy of one document's logits (L, V)."""
+    if causal:
+        return F.cross_entropy(logits[:-1], tokens[1:], reduction="sum")
+    return F.cross_entropy(logits, tokens % 5, reduction="sum")
+
+
+def _model(case: str, causal: bool):
+    torch.manual_seed(0)
+    head = MarkovianTransformerForCausalLM if causal else MarkovianTransformerForTokenClassification
+    return head(_config(case, causal)).double().train()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_packed_batch_equals_each_document_alone(case):
+    causal = case not in BIDIRECTIONAL
+    model = _model(case, causal)
+    ids, mask, positions, documents = _packed_batch(torch.Generator().manual_seed(1))
+    packed = model(ids, attention_mask=mask, position_ids=positions).logits
+    packed_loss = sum(_document_loss(packed[row, start : start + len(t)], t, causal) for row, start, t in documents)
+    packed_grads = torch.autograd.grad(packed_loss, list(model.parameters()), allow_unused=True)
+    alone_loss = 0.0
+    for row, start, tokens in documents:
+        alone = model(tokens[None]).logits[0]
+        torch.testing.assert_close(packed[row, start : start + len(tokens)], alone, atol=1e-9, rtol=1e-7)
+        alone_loss = alone_loss + _document_loss(alone, tokens, causal)
+    alone_grads = torch.autograd.grad(alone_loss, list(model.parameters()), allow_unused=True)
+    for (name, _), got, want in zip(model.named_parameters(), packed_grads, alone_grads, strict=True):
+        if want is None:
+            assert got is None or not got.any(), name
+            continue
+        torch.testing.assert_close(got, want, atol=1e-9, rtol=1e-7, msg=f"gradient of {name}")
+    if causal:  # the head's own loss skips each document's first token: the mean of the documents' losses
+        count = sum(len(tokens) - 1 for _, _, tokens in documents)
+        loss = model(ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100), position_ids=positions).loss
+        torch.testing.assert_close(loss, packed_loss.detach() / count)
+
+
+def test_which_kinds_keep_documents_apart_natively():
+    """The declared capability: the kinds with native segment masks, and a default of False for the rest."""
+    native = {kind for kind in ATTENTION_KINDS if honours_segments(_model(kind, kind not in BIDIRECTIONAL).model
+                                                                      .blocks[0].attention)}  # fmt: skip
+    assert {"softmax", "markov"} <= native
+
+
+def test_rotary_positions_restart_at_each_document():
+    rotary = RotaryEmbedding(8).double()
+    x = torch.randn(1, 2, 9, 8, dtype=torch.float64)
+    positions = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3, 4]])
+    rotated = rotary(x, position_ids=positions)
+    torch.testing.assert_close(rotated[..., :4, :], rotary(x[..., :4, :]))
+    torch.testing.assert_close(rotated[..., 4:, :], rotary(x[..., 4:, :]))
+    assert not torch.allclose(rotated[..., 4:, :], rotary(x)[..., 4:, :])
+
+
+def test_segment_ids_and_rebatching_round_trip():
+    positions = torch.tensor([[0, 1, 2, 0, 1, 0, 0], [5, 6, 7, 8, 0, 1, 2]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
+    ids = segment_ids(positions, mask)
+    assert ids.tolist() == [[0, 0, 0, 1, 1, -1, -1], [0, 0, 0, 0, 1, 1, 1]]
+    layout = SegmentBatch.of(ids)
+    assert layout.mask.sum(-1).tolist() == [3, 2, 4, 3]
+    x = torch.randn(2, 7, 3)
+    back = layout.unpack(layout.pack(x))
+    torch.testing.assert_close(back, x * mask[..., None])
+    with pytest.raises(ValueError, match="position_ids must be >= 0"):
+        segment_ids(-positions)
