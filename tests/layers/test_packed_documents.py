@@ -29,7 +29,9 @@ CASES = {kind: {} for kind in ATTENTION_KINDS}
 CASES.update({
     "softmax": dict(scope="local", window=3),  # the banded op
     "softmax-global": dict(attention="softmax", scope="global"),
-    "markov-global": dict(attention="markov", scope="global"),
+    "markov-global": dict(attention="markov", scope="global"),  # naive below 256 positions
+    "markov-global-chunked": dict(attention="markov", scope="global", backend="chunked"),
+    "softmax-global-chunked": dict(attention="softmax", scope="global", backend="chunked"),
     "markov-sequence-gates": dict(attention="markov", gate_input="sequence", gru=True),  # bidirectional
     "markov-learned": dict(attention="markov", position="learned"),
     "markov-sinusoidal-min-gru": dict(attention="markov", position="sinusoidal", gru=True, gru_kind="min_gru"),
@@ -134,3 +136,34 @@ def test_segment_ids_and_rebatching_round_trip():
     torch.testing.assert_close(back, x * mask[..., None])
     with pytest.raises(ValueError, match="position_ids must be >= 0"):
         segment_ids(-positions)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("backend", "window"), [("naive", 3), ("naive", None), ("banded", 3), ("chunked", None)])
+def test_lag_bias_op_masks_by_segment_like_each_document_alone(backend, window, causal):
+    """The op itself (no model): outputs and q/k/v/bias gradients of a packed call equal those of each document's
+    slice run alone, on every CPU path; without the segment ids they differ (the documents would mix)."""
+    from markovformer.ops.lag_bias_attention import lag_bias_attention
+
+    generator = torch.Generator().manual_seed(3)
+    ids, mask, positions, documents = _packed_batch(generator)
+    batch, length = ids.shape
+    q, k, v = (torch.randn(batch, 2, length, 4, generator=generator, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))  # fmt: skip
+    past, future = (torch.randn(batch, 2, length, 2, generator=generator, dtype=torch.float64, requires_grad=True)
+                    for _ in range(2))  # fmt: skip
+    options = dict(window=window, causal=causal, backend=backend)
+    segments = segment_ids(positions, mask)
+    out = lag_bias_attention(q, k, v, past, future, attention_mask=mask, segment_ids=segments, **options)
+    weights = torch.randn(out.shape, generator=generator, dtype=torch.float64) * mask[:, None, :, None]
+    grads = torch.autograd.grad((out * weights).sum(), (q, k, v, past, future))
+    mixed = lag_bias_attention(q, k, v, past, future, attention_mask=mask, **options)
+    assert not torch.allclose(mixed * mask[:, None, :, None], out)
+    for row, start, tokens in documents:
+        part = slice(start, start + len(tokens))
+        pieces = [t[row : row + 1, :, part].detach().requires_grad_() for t in (q, k, v, past, future)]
+        alone = lag_bias_attention(*pieces, **options)
+        torch.testing.assert_close(out[row : row + 1, :, part], alone)
+        alone_grads = torch.autograd.grad((alone * weights[row : row + 1, :, part]).sum(), pieces)
+        for got, want in zip(grads, alone_grads, strict=True):
+            torch.testing.assert_close(got[row : row + 1, :, part], want)
