@@ -167,3 +167,59 @@ def test_lag_bias_op_masks_by_segment_like_each_document_alone(backend, window, 
         alone_grads = torch.autograd.grad((alone * weights[row : row + 1, :, part]).sum(), pieces)
         for got, want in zip(grads, alone_grads, strict=True):
             torch.testing.assert_close(got[row : row + 1, :, part], want)
+
+
+@pytest.mark.parametrize("context_mode", ["recurrent", "markov"])
+def test_scan_markov_packed_batch_equals_each_document_alone(context_mode):
+    from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
+
+    torch.manual_seed(0)
+    values = dict(vocab_size=VOCAB, d_model=8, ffn_mult=2, max_positions=24, context_mode=context_mode)
+    model = ScanMarkovForCausalLM(ScanMarkovConfig(**values, **({"order": 3} if context_mode == "markov" else {})))
+    model = model.double().train()
+    ids, mask, positions, documents = _packed_batch(torch.Generator().manual_seed(1))
+    packed = model(ids, attention_mask=mask, position_ids=positions).logits
+    for row, start, tokens in documents:
+        torch.testing.assert_close(packed[row, start : start + len(tokens)], model(tokens[None]).logits[0])
+    count = sum(len(tokens) - 1 for _, _, tokens in documents)
+    total = sum(_document_loss(model(t[None]).logits[0], t, True) for _, _, t in documents)
+    loss = model(ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100), position_ids=positions).loss
+    torch.testing.assert_close(loss, total / count)
+
+
+def test_training_passes_position_ids_and_refuses_a_model_that_cannot_take_them(tmp_path):
+    """A packed text run: the task's model inputs carry position_ids, so a document inside a training window gets
+    the logits it gets alone; a model whose forward has no position_ids is refused up front, naming the option."""
+    from markovformer.data.collate import collate
+    from markovformer.data.text import load_text_lm
+    from markovformer.training.tasks import build_task, model_inputs
+    from markovformer.training.trainer_config import ConfigError
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(20):
+        (folder / f"{i}.txt").write_text("doc: " + "ab ba " * (2 + i % 3), encoding="utf-8")
+    bundle = load_text_lm(folder, seq_len=24, fractions=(0.6, 0.2, 0.2), packing=True, cache_dir=tmp_path / "c")
+    task = build_task("causal_lm", info=bundle.info, tokenizer=bundle.tokenizer)
+    task.check_data(bundle)
+    config = MarkovianTransformerConfig(vocab_size=bundle.info["vocab_size"], d_model=16, n_layers=1, n_heads=2,
+                                        dropout=0.0, max_order=2)  # fmt: skip
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(config).double()
+    task.check_model(model)
+    batch = collate([bundle.train[0], bundle.train[1]])
+    inputs = model_inputs(batch)
+    assert torch.equal(inputs["position_ids"], batch["position_ids"])
+    logits = model(**inputs).logits
+    row, positions = 0, batch["position_ids"][0].tolist()
+    start = positions.index(0, 1)  # the second document of the first window: it starts inside the window
+    end = positions.index(0, start + 1) if 0 in positions[start + 1 :] else len(positions)
+    alone = model(batch["input_ids"][row : row + 1, start:end]).logits[0]
+    torch.testing.assert_close(logits[row, start:end], alone)
+
+    class NoPositions(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None, labels=None):
+            raise AssertionError("never called")
+
+    with pytest.raises(ConfigError, match="data.packing is set but NoPositions takes no position_ids"):
+        task.check_model(NoPositions())

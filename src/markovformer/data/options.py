@@ -92,7 +92,8 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("text", "window_starts"): "contiguous (windows tile each split) or random (training windows start at any token, "
     "drawn per seed and step, as nanoGPT)",
     ("text", "packing"): "examples carry position_ids restarting at each document (documents packed, no padding); "
-                         "the models do not read them yet, so attention still crosses document boundaries",
+                         "every layer keeps each document to itself, positions restart, and each document's first "
+                         "token is not scored",
     ("fasta", "path"): "the FASTA file of DNA sequences (A/C/G/T/N)",
     # the sequence-mixer tasks (data/synthetic_tasks.py)
     ("mqar", "seq_len"): "tokens per example (even; 4 * num_pairs <= seq_len < vocab_size)",

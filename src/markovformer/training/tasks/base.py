@@ -27,7 +27,7 @@ from markovformer.models.generation import GenerationConfig
 from markovformer.training.batches import EpochBatches
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
-MODEL_INPUTS = ("input_ids", "input_features", "attention_mask", "labels", "order",
+MODEL_INPUTS = ("input_ids", "input_features", "attention_mask", "labels", "order", "position_ids",
                 "src_ids", "src_mask", "tgt_ids", "tgt_mask")  # fmt: skip
 
 
@@ -101,13 +101,19 @@ class Task:
     # --------------------------------------------------------------------------------------------------- building
 
     def check_model(self, model: nn.Module) -> None:
-        """ConfigError unless ``model`` takes the trainer options this run sets."""
+        """ConfigError unless ``model`` takes the trainer options this run sets (and, for packed documents, the
+        batches' ``position_ids``)."""
         for option, argument in self.options.items():
             if getattr(self.trainer, option) != TASK_OPTIONS[option] and not forward_takes(model, argument):
                 raise ConfigError(f"trainer.{option} is set but {type(model).__name__} takes no {argument} argument")
+        if getattr(self, "packed", False) and not forward_takes(model, "position_ids"):
+            raise ConfigError(f"data.packing is set but {type(model).__name__} takes no position_ids (it cannot keep "
+                              "packed documents apart); set data.packing: false")  # fmt: skip
 
     def check_data(self, bundle: DataBundle) -> None:
-        """ConfigError when the data cannot be scored as this task scores it."""
+        """ConfigError when the data cannot be scored as this task scores it. Notes whether the batches carry
+        packed documents (``position_ids``), which the model must then take."""
+        self.packed = bool(bundle.splits.get("packing"))
 
     def prepare_model(self, model: nn.Module) -> None:
         """Anything the task sets on a freshly built model from the data before training."""

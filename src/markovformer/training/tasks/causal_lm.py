@@ -57,6 +57,7 @@ class CausalLM(Task):
     def check_data(self, bundle: DataBundle) -> None:
         """Validation must never score a position with less context than the largest n of ``trainer.orders``:
         text windows must overlap by at least that much (``data.overlap``)."""
+        super().check_data(bundle)
         overlap = bundle.splits.get("overlap")
         longest = max(self.trainer.orders, default=0)
         if overlap is not None and longest > overlap:
