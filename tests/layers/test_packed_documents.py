@@ -24,6 +24,7 @@ VOCAB, D_MODEL, HEADS = 11, 16, 2
 ROWS = ([5, 7, 4], [9, 6], [3, 8, 2])
 PADDING = (2, 3, 5)
 SMALL = dict(max_positions=32, chunk_size=4, ssm_state_size=8, linformer_k=8, num_features=8, max_order=2)
+NATIVE = {"softmax", "markov", "scan"}  # the kinds that keep documents apart themselves; the block does it for the rest
 # kind -> config overrides; extra cases exercise each native path (banded, global, dense masks, pooled gates)
 CASES = {kind: {} for kind in ATTENTION_KINDS}
 CASES.update({
@@ -36,8 +37,11 @@ CASES.update({
     "markov-learned": dict(attention="markov", position="learned"),
     "markov-sinusoidal-min-gru": dict(attention="markov", position="sinusoidal", gru=True, gru_kind="min_gru"),
     "softmax-gru": dict(attention="softmax", scope="global", gru=True),
+    "scan-bidirectional": dict(attention="scan"),
+    "softmax-min-gru-bidirectional": dict(attention="softmax", scope="global", gru=True, gru_kind="min_gru"),
 })  # fmt: skip
-BIDIRECTIONAL = ("linformer", "markov-sequence-gates")  # compared on token classification, causal=False
+# compared on token classification, causal=False
+BIDIRECTIONAL = ("linformer", "markov-sequence-gates", "scan-bidirectional", "softmax-min-gru-bidirectional")
 
 
 def _config(case: str, causal: bool) -> MarkovianTransformerConfig:
@@ -111,7 +115,9 @@ def test_which_kinds_keep_documents_apart_natively():
     """The declared capability: the kinds with native segment masks, and a default of False for the rest."""
     native = {kind for kind in ATTENTION_KINDS if honours_segments(_model(kind, kind not in BIDIRECTIONAL).model
                                                                       .blocks[0].attention)}  # fmt: skip
-    assert {"softmax", "markov"} <= native
+    assert native == NATIVE
+    assert honours_segments(_model("markov-sinusoidal-min-gru", True).model.blocks[0].gru)
+    assert not honours_segments(_model("softmax-gru", True).model.blocks[0].gru)
 
 
 def test_rotary_positions_restart_at_each_document():

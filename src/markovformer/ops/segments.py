@@ -105,9 +105,26 @@ class SegmentBatch:
         return out.view(batch, seq_len, *y.shape[2:]).movedim(1, time_dim)
 
 
+def segment_starts(ids: Tensor) -> Tensor:
+    """(B, T) boolean: the token's segment differs from its predecessor's (t = 0 included): where a forward
+    recurrence restarts from a zero state."""
+    starts = torch.ones_like(ids, dtype=torch.bool)
+    starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    return starts
+
+
+def segment_ends(ids: Tensor) -> Tensor:
+    """(B, T) boolean: the token's successor lies in another segment (t = T-1 included): where a backward
+    recurrence restarts."""
+    ends = torch.ones_like(ids, dtype=torch.bool)
+    ends[:, :-1] = ids[:, :-1] != ids[:, 1:]
+    return ends
+
+
 def same_segment(ids: Tensor) -> Tensor:
     """(B, 1, T, T) boolean: query t and key j lie in the same document (dense: for the reference paths only)."""
     return (ids[:, None, :, None] == ids[:, None, None, :]) & (ids >= 0)[:, None, None, :]
 
 
-__all__ = ["SegmentBatch", "Segments", "document_starts", "same_segment", "segment_ids"]
+__all__ = ["SegmentBatch", "Segments", "document_starts", "same_segment", "segment_ends", "segment_ids",
+           "segment_starts"]
