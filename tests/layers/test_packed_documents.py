@@ -24,7 +24,8 @@ VOCAB, D_MODEL, HEADS = 11, 16, 2
 ROWS = ([5, 7, 4], [9, 6], [3, 8, 2])
 PADDING = (2, 3, 5)
 SMALL = dict(max_positions=32, chunk_size=4, ssm_state_size=8, linformer_k=8, num_features=8, max_order=2)
-NATIVE = {"softmax", "markov", "scan"}  # the kinds that keep documents apart themselves; the block does it for the rest
+# the kinds that keep documents apart themselves; the block runs each document alone for the rest
+NATIVE = {"softmax", "markov", "scan", "rff", "hybrid_split", "hybrid_parallel"}
 # kind -> config overrides; extra cases exercise each native path (banded, global, dense masks, pooled gates)
 CASES = {kind: {} for kind in ATTENTION_KINDS}
 CASES.update({
@@ -38,10 +39,13 @@ CASES.update({
     "markov-sinusoidal-min-gru": dict(attention="markov", position="sinusoidal", gru=True, gru_kind="min_gru"),
     "softmax-gru": dict(attention="softmax", scope="global", gru=True),
     "scan-bidirectional": dict(attention="scan"),
+    "rff-bidirectional": dict(attention="rff"),
+    "rff-trig": dict(attention="rff", feature_map="trig"),
     "softmax-min-gru-bidirectional": dict(attention="softmax", scope="global", gru=True, gru_kind="min_gru"),
 })  # fmt: skip
 # compared on token classification, causal=False
-BIDIRECTIONAL = ("linformer", "markov-sequence-gates", "scan-bidirectional", "softmax-min-gru-bidirectional")
+BIDIRECTIONAL = ("linformer", "markov-sequence-gates", "scan-bidirectional", "softmax-min-gru-bidirectional",
+                 "rff-bidirectional")
 
 
 def _config(case: str, causal: bool) -> MarkovianTransformerConfig:
@@ -229,3 +233,29 @@ def test_training_passes_position_ids_and_refuses_a_model_that_cannot_take_them(
 
     with pytest.raises(ConfigError, match="data.packing is set but NoPositions takes no position_ids"):
         task.check_model(NoPositions())
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("backend", "chunk_size"), [("naive", 4), ("chunked", 4), ("chunked", 3), ("chunked", 64)])
+def test_linear_attention_keeps_documents_apart_like_each_document_alone(backend, chunk_size, causal):
+    """Random-feature (linear) attention: prefix sums that restart at each document across and inside chunks."""
+    from markovformer.ops.linear_attention import linear_attention
+
+    generator = torch.Generator().manual_seed(4)
+    ids, mask, positions, documents = _packed_batch(generator)
+    batch, length = ids.shape
+    q, k = (torch.rand(batch, 2, length, 5, generator=generator, dtype=torch.float64, requires_grad=True)
+            for _ in range(2))  # fmt: skip
+    v = torch.randn(batch, 2, length, 3, generator=generator, dtype=torch.float64, requires_grad=True)
+    options = dict(causal=causal, backend=backend, chunk_size=chunk_size)
+    out = linear_attention(q, k, v, attention_mask=mask, segment_ids=segment_ids(positions, mask), **options)
+    weights = torch.randn(out.shape, generator=generator, dtype=torch.float64) * mask[:, None, :, None]
+    grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
+    for row, start, tokens in documents:
+        part = slice(start, start + len(tokens))
+        pieces = [t[row : row + 1, :, part].detach().requires_grad_() for t in (q, k, v)]
+        alone = linear_attention(*pieces, **options)
+        torch.testing.assert_close(out[row : row + 1, :, part], alone)
+        alone_grads = torch.autograd.grad((alone * weights[row : row + 1, :, part]).sum(), pieces)
+        for got, want in zip(grads, alone_grads, strict=True):
+            torch.testing.assert_close(got[row : row + 1, :, part], want)
