@@ -25,7 +25,8 @@ ROWS = ([5, 7, 4], [9, 6], [3, 8, 2])
 PADDING = (2, 3, 5)
 SMALL = dict(max_positions=32, chunk_size=4, ssm_state_size=8, linformer_k=8, num_features=8, max_order=2)
 # the kinds that keep documents apart themselves; the block runs each document alone for the rest
-NATIVE = {"softmax", "markov", "scan", "rff", "hybrid_split", "hybrid_parallel", "alibi", "forgetting"}
+NATIVE = {"softmax", "markov", "scan", "rff", "hybrid_split", "hybrid_parallel", "alibi", "forgetting", "t5_bias",
+          "dynamic_bias"}
 # kind -> config overrides; extra cases exercise each native path (banded, global, dense masks, pooled gates)
 CASES = {kind: {} for kind in ATTENTION_KINDS}
 CASES.update({
@@ -41,13 +42,14 @@ CASES.update({
     "scan-bidirectional": dict(attention="scan"),
     "forgetting-local": dict(attention="forgetting", scope="local", window=3),
     "alibi-bidirectional": dict(attention="alibi"),
+    "t5-bias-bidirectional": dict(attention="t5_bias"),
     "rff-bidirectional": dict(attention="rff"),
     "rff-trig": dict(attention="rff", feature_map="trig"),
     "softmax-min-gru-bidirectional": dict(attention="softmax", scope="global", gru=True, gru_kind="min_gru"),
 })  # fmt: skip
 # compared on token classification, causal=False
 BIDIRECTIONAL = ("linformer", "markov-sequence-gates", "scan-bidirectional", "softmax-min-gru-bidirectional",
-                 "rff-bidirectional", "alibi-bidirectional")
+                 "rff-bidirectional", "alibi-bidirectional", "t5-bias-bidirectional")
 
 
 def _config(case: str, causal: bool) -> MarkovianTransformerConfig:
