@@ -26,7 +26,7 @@ PADDING = (2, 3, 5)
 SMALL = dict(max_positions=32, chunk_size=4, ssm_state_size=8, linformer_k=8, num_features=8, max_order=2)
 # the kinds that keep documents apart themselves; the block runs each document alone for the rest
 NATIVE = {"softmax", "markov", "scan", "rff", "hybrid_split", "hybrid_parallel", "alibi", "forgetting", "t5_bias",
-          "dynamic_bias"}
+          "dynamic_bias", "stick_breaking", "cope"}
 # kind -> config overrides; extra cases exercise each native path (banded, global, dense masks, pooled gates)
 CASES = {kind: {} for kind in ATTENTION_KINDS}
 CASES.update({
@@ -43,6 +43,8 @@ CASES.update({
     "forgetting-local": dict(attention="forgetting", scope="local", window=3),
     "alibi-bidirectional": dict(attention="alibi"),
     "t5-bias-bidirectional": dict(attention="t5_bias"),
+    "stick-breaking-local": dict(attention="stick_breaking", scope="local", window=3),
+    "cope-local": dict(attention="cope", scope="local", window=3),
     "rff-bidirectional": dict(attention="rff"),
     "rff-trig": dict(attention="rff", feature_map="trig"),
     "softmax-min-gru-bidirectional": dict(attention="softmax", scope="global", gru=True, gru_kind="min_gru"),
