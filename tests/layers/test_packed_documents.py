@@ -265,3 +265,22 @@ def test_linear_attention_keeps_documents_apart_like_each_document_alone(backend
         alone_grads = torch.autograd.grad((alone * weights[row : row + 1, :, part]).sum(), pieces)
         for got, want in zip(grads, alone_grads, strict=True):
             torch.testing.assert_close(got[row : row + 1, :, part], want)
+
+
+@pytest.mark.parametrize("case", ["markov", "softmax-global", "rff", "alibi", "t5_bias", "stick_breaking", "cope"])
+def test_attention_weights_of_a_packed_batch_are_each_documents_own(case):
+    """The inspection path (dense weights, the naive twins) masks by document too: each document's block of the
+    (T, T) weights equals its weights alone, and nothing outside the blocks."""
+    model = _model(case, True).eval()
+    ids, mask, positions, documents = _packed_batch(torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        packed = model(ids, attention_mask=mask, position_ids=positions, return_weights=True).attentions
+        inside = torch.zeros_like(packed[0][:, :1], dtype=torch.bool)
+        for row, start, tokens in documents:
+            part = slice(start, start + len(tokens))
+            inside[row, :, part, part] = True
+            alone = model(tokens[None], return_weights=True).attentions
+            for got, want in zip(packed, alone, strict=True):
+                torch.testing.assert_close(got[row, :, part, part], want[0])
+    for weights in packed:
+        assert not weights.masked_fill(inside, 0).any()
