@@ -267,10 +267,11 @@ def test_linear_attention_keeps_documents_apart_like_each_document_alone(backend
             torch.testing.assert_close(got[row : row + 1, :, part], want)
 
 
-@pytest.mark.parametrize("case", ["markov", "softmax-global", "rff", "alibi", "t5_bias", "stick_breaking", "cope"])
+@pytest.mark.parametrize("case", ["markov", "softmax-global", "rff", "alibi", "t5_bias", "stick_breaking", "cope",
+                                  "retnet"])  # the last: weights of the documents run alone, scattered back
 def test_attention_weights_of_a_packed_batch_are_each_documents_own(case):
-    """The inspection path (dense weights, the naive twins) masks by document too: each document's block of the
-    (T, T) weights equals its weights alone, and nothing outside the blocks."""
+    """The inspection path (dense weights: the naive twins, or the per-document path) keeps documents apart too: each
+    document's block of the (T, T) weights equals its weights alone, and nothing outside the blocks."""
     model = _model(case, True).eval()
     ids, mask, positions, documents = _packed_batch(torch.Generator().manual_seed(1))
     with torch.no_grad():

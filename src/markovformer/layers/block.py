@@ -32,17 +32,16 @@ def _takes(module: nn.Module, argument: str) -> bool:
 def _per_document(module: nn.Module, x: Tensor, segments: Segments, *args) -> tuple:
     """Run ``module(x, mask, *args)`` with each document of the packed x (B, T, D) alone, as the rows of a padded
     batch (positions restarting at each document's first ``position_ids``); the output scattered back to (B, T, D)
-    (zeros at padding), with its gates, if any, scattered back to (B, h, T, s)."""
+    (zeros at padding), with its gates, if any, scattered back to (B, h, T, s) and its attention weights, if any,
+    to block-diagonal (B, h, T, T)."""
     layout = segments.layout
     extra = {"position_ids": layout.pack(segments.position_ids)} if _takes(module, "position_ids") else {}
     result = module(layout.pack(x), layout.mask, *args, **extra)
     if not isinstance(result, AttentionOutput):
-        return layout.unpack(result), None
-    if result.weights is not None:
-        raise ValueError(f"{type(module).__name__} returns no attention weights over packed documents "
-                         "(it runs each document alone); pass no position_ids to inspect them")  # fmt: skip
+        return layout.unpack(result), None, None
     gates = None if result.gates is None else {k: layout.unpack(v, time_dim=2) for k, v in result.gates.items()}
-    return layout.unpack(result.output), gates
+    weights = None if result.weights is None else layout.unpack_pairs(result.weights)
+    return layout.unpack(result.output), gates, weights
 
 
 class PreLNBlock(nn.Module):
@@ -98,8 +97,7 @@ class PreLNBlock(nn.Module):
             if not isinstance(attended, AttentionOutput):
                 attended = AttentionOutput(attended, None, None)
         else:
-            output, gates = _per_document(self.attention, normed, segments, return_gates, return_weights)
-            attended = AttentionOutput(output, gates, None)
+            attended = AttentionOutput(*_per_document(self.attention, normed, segments, return_gates, return_weights))
         x = x + self.dropout(attended.output)
         if self.gru is not None:
             if honours_segments(self.gru):

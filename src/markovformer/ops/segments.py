@@ -104,6 +104,20 @@ class SegmentBatch:
         out = out.index_put((self.source,), y[self.row, self.column])
         return out.view(batch, seq_len, *y.shape[2:]).movedim(1, time_dim)
 
+    def unpack_pairs(self, weights: Tensor) -> Tensor:
+        """(N, h, L, L) per-document attention weights -> (B, h, T, T), block-diagonal by document (zeros
+        elsewhere)."""
+        batch, seq_len, count, longest = self.shape
+        table = self.source.new_full((count, longest), -1)
+        table[self.row, self.column] = self.source  # flat B·T index of each (document, offset)
+        pairs = (table[:, :, None] >= 0) & (table[:, None, :] >= 0)  # (N, L, L)
+        document, query, key = pairs.nonzero().unbind(-1)
+        flat_query, flat_key = table[document, query], table[document, key]
+        out = weights.new_zeros(batch, seq_len, seq_len, weights.shape[1])
+        out[flat_query // seq_len, flat_query % seq_len, flat_key % seq_len] = weights.permute(0, 2, 3, 1)[
+            document, query, key]
+        return out.permute(0, 3, 1, 2)
+
 
 def segment_starts(ids: Tensor) -> Tensor:
     """(B, T) boolean: the token's segment differs from its predecessor's (t = 0 included): where a forward
