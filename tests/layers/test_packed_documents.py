@@ -26,7 +26,7 @@ PADDING = (2, 3, 5)
 SMALL = dict(max_positions=32, chunk_size=4, ssm_state_size=8, linformer_k=8, num_features=8, max_order=2)
 # the kinds that keep documents apart themselves; the block runs each document alone for the rest
 NATIVE = {"softmax", "markov", "scan", "rff", "hybrid_split", "hybrid_parallel", "alibi", "forgetting", "t5_bias",
-          "dynamic_bias", "stick_breaking", "cope"}
+          "dynamic_bias", "stick_breaking", "cope", "retnet"}
 # kind -> config overrides; extra cases exercise each native path (banded, global, dense masks, pooled gates)
 CASES = {kind: {} for kind in ATTENTION_KINDS}
 CASES.update({
@@ -45,13 +45,14 @@ CASES.update({
     "t5-bias-bidirectional": dict(attention="t5_bias"),
     "stick-breaking-local": dict(attention="stick_breaking", scope="local", window=3),
     "cope-local": dict(attention="cope", scope="local", window=3),
+    "retnet-bidirectional": dict(attention="retnet"),
     "rff-bidirectional": dict(attention="rff"),
     "rff-trig": dict(attention="rff", feature_map="trig"),
     "softmax-min-gru-bidirectional": dict(attention="softmax", scope="global", gru=True, gru_kind="min_gru"),
 })  # fmt: skip
 # compared on token classification, causal=False
 BIDIRECTIONAL = ("linformer", "markov-sequence-gates", "scan-bidirectional", "softmax-min-gru-bidirectional",
-                 "rff-bidirectional", "alibi-bidirectional", "t5-bias-bidirectional")
+                 "rff-bidirectional", "alibi-bidirectional", "t5-bias-bidirectional", "retnet-bidirectional")
 
 
 def _config(case: str, causal: bool) -> MarkovianTransformerConfig:
@@ -268,11 +269,11 @@ def test_linear_attention_keeps_documents_apart_like_each_document_alone(backend
 
 
 @pytest.mark.parametrize("case", ["markov", "softmax-global", "rff", "alibi", "t5_bias", "stick_breaking", "cope",
-                                  "retnet"])  # the last: weights of the documents run alone, scattered back
+                                  "retnet", "linformer"])  # the last: weights of the documents alone, scattered back
 def test_attention_weights_of_a_packed_batch_are_each_documents_own(case):
     """The inspection path (dense weights: the naive twins, or the per-document path) keeps documents apart too: each
     document's block of the (T, T) weights equals its weights alone, and nothing outside the blocks."""
-    model = _model(case, True).eval()
+    model = _model(case, case not in BIDIRECTIONAL).eval()
     ids, mask, positions, documents = _packed_batch(torch.Generator().manual_seed(1))
     with torch.no_grad():
         packed = model(ids, attention_mask=mask, position_ids=positions, return_weights=True).attentions
@@ -285,3 +286,31 @@ def test_attention_weights_of_a_packed_batch_are_each_documents_own(case):
                 torch.testing.assert_close(got[row, :, part, part], want[0])
     for weights in packed:
         assert not weights.masked_fill(inside, 0).any()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("form", "chunk_size"),
+                         [("parallel", 4), ("chunkwise", 4), ("chunkwise", 3), ("recurrent", 64)])
+def test_retention_keeps_documents_apart_like_each_document_alone(form, chunk_size, causal):
+    """Retention: the decay matrix masked by document inside a chunk, the chunk state restarting at each one."""
+    from markovformer.ops.retention import retention
+
+    generator = torch.Generator().manual_seed(5)
+    ids, mask, positions, documents = _packed_batch(generator)
+    batch, length = ids.shape
+    q, k, v = (torch.randn(batch, 2, length, 3, generator=generator, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))  # fmt: skip
+    gamma = torch.tensor([0.9, 0.6], dtype=torch.float64)
+    real = mask[:, None, :, None].to(torch.float64)
+    options = dict(gamma=gamma, causal=causal, form=form, chunk_size=chunk_size)
+    out = retention(q, k * real, v * real, segment_ids=segment_ids(positions, mask), **options)
+    weights = torch.randn(out.shape, generator=generator, dtype=torch.float64) * real
+    grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
+    for row, start, tokens in documents:
+        part = slice(start, start + len(tokens))
+        pieces = [t[row : row + 1, :, part].detach().requires_grad_() for t in (q, k, v)]
+        alone = retention(*pieces, **options)
+        torch.testing.assert_close(out[row : row + 1, :, part], alone)
+        alone_grads = torch.autograd.grad((alone * weights[row : row + 1, :, part]).sum(), pieces)
+        for got, want in zip(grads, alone_grads, strict=True):
+            torch.testing.assert_close(got[row : row + 1, :, part], want)
