@@ -26,7 +26,7 @@ PADDING = (2, 3, 5)
 SMALL = dict(max_positions=32, chunk_size=4, ssm_state_size=8, linformer_k=8, num_features=8, max_order=2)
 # the kinds that keep documents apart themselves; the block runs each document alone for the rest
 NATIVE = {"softmax", "markov", "scan", "rff", "hybrid_split", "hybrid_parallel", "alibi", "forgetting", "t5_bias",
-          "dynamic_bias", "stick_breaking", "cope", "retnet"}
+          "dynamic_bias", "stick_breaking", "cope", "retnet", "rwkv"}
 # kind -> config overrides; extra cases exercise each native path (banded, global, dense masks, pooled gates)
 CASES = {kind: {} for kind in ATTENTION_KINDS}
 CASES.update({
@@ -46,13 +46,15 @@ CASES.update({
     "stick-breaking-local": dict(attention="stick_breaking", scope="local", window=3),
     "cope-local": dict(attention="cope", scope="local", window=3),
     "retnet-bidirectional": dict(attention="retnet"),
+    "rwkv-bidirectional": dict(attention="rwkv"),
     "rff-bidirectional": dict(attention="rff"),
     "rff-trig": dict(attention="rff", feature_map="trig"),
     "softmax-min-gru-bidirectional": dict(attention="softmax", scope="global", gru=True, gru_kind="min_gru"),
 })  # fmt: skip
 # compared on token classification, causal=False
 BIDIRECTIONAL = ("linformer", "markov-sequence-gates", "scan-bidirectional", "softmax-min-gru-bidirectional",
-                 "rff-bidirectional", "alibi-bidirectional", "t5-bias-bidirectional", "retnet-bidirectional")
+                 "rff-bidirectional", "alibi-bidirectional", "t5-bias-bidirectional", "retnet-bidirectional",
+                 "rwkv-bidirectional")
 
 
 def _config(case: str, causal: bool) -> MarkovianTransformerConfig:
@@ -314,3 +316,29 @@ def test_retention_keeps_documents_apart_like_each_document_alone(form, chunk_si
         alone_grads = torch.autograd.grad((alone * weights[row : row + 1, :, part]).sum(), pieces)
         for got, want in zip(grads, alone_grads, strict=True):
             torch.testing.assert_close(got[row : row + 1, :, part], want)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_wkv_keeps_documents_apart_like_each_document_alone(causal):
+    """RWKV's WKV sums restart at each document, their stabilising maximum too: keys of one document far larger
+    than the next one's (by 1000) must not drown it."""
+    from markovformer.ops.wkv import wkv_scan
+
+    generator = torch.Generator().manual_seed(6)
+    ids, mask, positions, documents = _packed_batch(generator)
+    batch, length = ids.shape
+    k = torch.randn(batch, length, 4, generator=generator, dtype=torch.float64)
+    k[0, :5] += 1000.0  # the first document of row 0 towers over the next (e^-1000 underflows)
+    k, v = k.requires_grad_(), torch.randn(batch, length, 4, generator=generator, dtype=torch.float64).requires_grad_()
+    w, u = torch.rand(4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+    out = wkv_scan(w, u, k, v, causal, mask, segment_ids=segment_ids(positions, mask))
+    weights = torch.randn(out.shape, generator=generator, dtype=torch.float64) * mask[..., None]
+    grads = torch.autograd.grad((out * weights).sum(), (k, v))
+    for row, start, tokens in documents:
+        part = slice(start, start + len(tokens))
+        pieces = [t[row : row + 1, part].detach().requires_grad_() for t in (k, v)]
+        alone = wkv_scan(w, u, *pieces, causal)
+        torch.testing.assert_close(out[row : row + 1, part], alone)
+        alone_grads = torch.autograd.grad((alone * weights[row : row + 1, part]).sum(), pieces)
+        for got, want in zip(grads, alone_grads, strict=True):
+            torch.testing.assert_close(got[row : row + 1, part], want)
