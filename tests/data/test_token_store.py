@@ -156,6 +156,12 @@ def test_files_are_documents_split_whole_with_an_end_token_and_packed_positions(
         for t in range(batch["input_ids"].shape[1]):
             document_start = max(start for start in starts if start <= begin + t)
             assert batch["position_ids"][row, t] == begin + t - document_start
+    # each document's first token is not a target (predicting it would read the previous document)
+    opens = torch.zeros_like(batch["labels"], dtype=torch.bool)
+    opens[:, 1:] = batch["position_ids"][:, 1:] == 0
+    assert opens.any()
+    assert (batch["labels"][opens] == -100).all()
+    assert torch.equal(batch["labels"][~opens], batch["input_ids"][~opens])
 
 
 def test_a_saved_tokenizer_encodes_another_file_and_names_a_character_it_lacks(tmp_path):

@@ -92,7 +92,8 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("text", "window_starts"): "contiguous (windows tile each split) or random (training windows start at any token, "
     "drawn per seed and step, as nanoGPT)",
     ("text", "packing"): "examples carry position_ids restarting at each document (documents packed, no padding); "
-                         "the models do not read them yet, so attention still crosses document boundaries",
+                         "every layer keeps each document to itself, positions restart, and each document's first "
+                         "token is not scored",
     ("text", "documents"): "file (each file is one document), jsonl (each line's JSON record) or blank_line (each "
     "paragraph): records are documents, closed by an end-of-document token",
     ("text", "text_column"): "the JSONL field holding a record's text",

@@ -60,7 +60,8 @@ class RandomStarts(StoreWindows):
 
 def store_example(store: TokenStore, begin: int, end: int, overlap: int = 0, position_ids: bool = False) -> dict:
     """The example of tokens [begin, end): ``input_ids`` and ``labels`` (the first ``overlap`` -100), and with
-    ``position_ids`` each token's offset from the start of its document."""
+    ``position_ids`` each token's offset from the start of its document (packed documents: the first token of each
+    document then has label -100, since predicting it would read the previous document)."""
     window = torch.from_numpy(np.asarray(store.tokens[begin:end], dtype=np.int64))
     labels = window
     if overlap:
@@ -71,4 +72,8 @@ def store_example(store: TokenStore, begin: int, end: int, overlap: int = 0, pos
         offsets = np.arange(begin, end, dtype=np.int64)
         starts = store.document_starts
         example["position_ids"] = torch.from_numpy(offsets - starts[np.searchsorted(starts, offsets, "right") - 1])
+        opens = example["position_ids"][1:] == 0
+        if bool(opens.any()):
+            example["labels"] = labels = labels.clone() if labels is window else labels
+            labels[1:][opens] = IGNORE_INDEX
     return example

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from markovformer.layers.position import RotaryEmbedding
+from markovformer.ops.segments import Segments
 
 
 class AttentionOutput(NamedTuple):
@@ -62,6 +63,12 @@ class SelfAttention(nn.Module):
         self.heads_per_core = [h for h in heads_per_core]
 
     @property
+    def honours_segments(self) -> bool:
+        """Whether this layer keeps packed documents apart itself: every core declares ``honours_segments``
+        (otherwise the block runs each document alone, see ``layers.block``)."""
+        return all(getattr(core, "honours_segments", False) for core in self.cores)
+
+    @property
     def supports_state(self) -> bool:
         """Whether this layer decodes incrementally: every core carries a state and is causal."""
         return all(core.supports_state and core.causal for core in self.cores)
@@ -73,9 +80,18 @@ class SelfAttention(nn.Module):
         return_gates: bool = False,
         return_weights: bool = False,
         state: dict | None = None,
+        position_ids: Tensor | None = None,
+        segments: Segments | None = None,
     ) -> Tensor | AttentionOutput:
         """x: (B, T, D); attention_mask: (B, T), 1 = real token. Returns (B, T, D) or an AttentionOutput.
-        ``state``: the decoding state, read and updated in place (see the module docstring)."""
+        ``state``: the decoding state, read and updated in place (see the module docstring). ``position_ids``
+        (B, T): the rotary positions (default 0..T-1); ``segments``: packed documents (``ops.segments``), passed to
+        the cores as ``segment_ids`` (only when every core ``honours_segments``)."""
+        if segments is not None:
+            if not self.honours_segments:
+                raise ValueError(f"{type(self).__name__} cannot keep packed documents apart itself")
+            position_ids = segments.position_ids
+        packed = {} if segments is None else {"segment_ids": segments.ids}
         batch, seq_len, _ = x.shape
         position = 0
         if state is not None:
@@ -87,7 +103,7 @@ class SelfAttention(nn.Module):
         q, k, v = self.qkv(x).view(batch, seq_len, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q_raw = q
         if self.rotary is not None:
-            q, k = self.rotary(q, position), self.rotary(k, position)
+            q, k = self.rotary(q, position, position_ids), self.rotary(k, position, position_ids)
         heads, gates, weights = [], {}, []
         start = 0
         for index, (core, count) in enumerate(zip(self.cores, self.heads_per_core, strict=True)):
@@ -97,7 +113,7 @@ class SelfAttention(nn.Module):
             start += count
             core_state = None if state is None else core_states[index]
             result = core(x, q[:, part], k[:, part], v[:, part], attention_mask, return_weights, q_raw[:, part],
-                          state=core_state)  # fmt: skip
+                          state=core_state, **packed)  # fmt: skip
             heads.append(result.heads)
             gates.update(result.gates)
             weights.append(result.weights)

@@ -36,6 +36,7 @@ class CoPECore(nn.Module):
     paper); it starts at N(0, 0.02). Decodes from a key/value cache (``state["cache"]``)."""
 
     supports_state = True
+    honours_segments = True  # packed documents: other documents' keys hidden per query chunk (the op's segment_ids)
 
     def __init__(self, *, head_dim: int, causal: bool, window: int | None, npos_max: int) -> None:
         super().__init__()
@@ -45,14 +46,15 @@ class CoPECore(nn.Module):
         self.causal, self.window = causal, window
         self.position_embeddings = nn.Parameter(torch.randn(npos_max, head_dim) * 0.02)
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
+                segment_ids=None) -> CoreOutput:  # fmt: skip
         if state is not None and "cache" in state:
             seen = state["cache"].extend(k, v, real_mask(attention_mask, x))
             heads = cope_over_cache(q, seen.keys, seen.values, self.position_embeddings, seen.query_positions,
                                     seen.key_positions, seen.key_real, window=self.window)  # fmt: skip
             return CoreOutput(heads, {}, None)
         keep_in_cache(state, self.window, k, v, attention_mask)
-        options = dict(window=self.window, attention_mask=attention_mask)
+        options = dict(window=self.window, attention_mask=attention_mask, segment_ids=segment_ids)
         if return_weights:
             heads, weights = cope_attention_naive(q, k, v, self.position_embeddings, **options)
             return CoreOutput(heads, {}, weights)

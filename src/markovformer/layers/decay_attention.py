@@ -47,6 +47,7 @@ class DecayCore(nn.Module):
     """
 
     supports_state = True
+    honours_segments = True  # packed documents: masked per query chunk (the op's segment_ids)
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool, window: int | None, dropout: float,
                  data_dependent: bool) -> None:  # fmt: skip
@@ -65,7 +66,8 @@ class DecayCore(nn.Module):
             return (-self.slopes.to(x.dtype))[None, :, None].expand(x.shape[0], heads, x.shape[1])
         return F.logsigmoid(self.forget_gate(x)).transpose(1, 2)
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
+                segment_ids=None) -> CoreOutput:  # fmt: skip
         log_forget = self.log_forget(x, q.shape[1])
         if state is not None:
             cumulative = log_forget.cumsum(-1)  # G_t from the newest position before x; D_{t,j} = G_t - G_j
@@ -75,6 +77,8 @@ class DecayCore(nn.Module):
             keep_in_cache(state, self.window, k, v, attention_mask, cumulative)
         options = dict(window=self.window, causal=self.causal, attention_mask=attention_mask,
                        dropout_p=self.dropout if self.training else 0.0)  # fmt: skip
+        if segment_ids is not None:
+            options["segment_ids"] = segment_ids
         if return_weights:
             heads, weights = forgetting_attention_naive(q, k, v, log_forget, **options)
             return CoreOutput(heads, {}, weights)

@@ -99,10 +99,22 @@ class HybridParallelAttention(nn.Module):
     def supports_state(self) -> bool:
         return self.markov.supports_state and self.random_features.supports_state
 
+    @property
+    def honours_segments(self) -> bool:
+        return self.markov.honours_segments and self.random_features.honours_segments
+
     def forward(
         self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
-        state: dict | None = None,
+        state: dict | None = None, segments=None,
     ) -> Tensor | AttentionOutput:  # fmt: skip
+        """``segments``: packed documents (``ops.segments``), passed to both parts."""
+        if segments is not None:
+            markov = self.markov(x, attention_mask, return_gates, return_weights, segments=segments)
+            features = self.random_features(x, attention_mask, return_gates, return_weights, segments=segments)
+            if not (return_gates or return_weights):
+                return markov + features
+            weights = torch.cat([markov.weights, features.weights], dim=1) if return_weights else None
+            return AttentionOutput(markov.output + features.output, markov.gates, weights)
         markov_state = features_state = None
         if state is not None:
             markov_state, features_state = state.setdefault("markov", {}), state.setdefault("random_features", {})

@@ -21,6 +21,7 @@ class MarkovCore(nn.Module):
     only that token, so its biases need nothing else."""
 
     supports_state = True
+    honours_segments = True  # packed documents: masked inside the band or chunk; gates pooled per document
 
     def __init__(
         self,
@@ -50,13 +51,16 @@ class MarkovCore(nn.Module):
         # MarkovOptions' one default of a local window (max_order), for a layer built without the config
         self.window = scoped_window(scope, max_order if window is None else window)
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
-        past, future, gates = self.markov_bias(x, q if q_raw is None else q_raw, attention_mask)
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
+                segment_ids=None) -> CoreOutput:  # fmt: skip
+        packed = {} if segment_ids is None else {"segment_ids": segment_ids}
+        past, future, gates = self.markov_bias(x, q if q_raw is None else q_raw, attention_mask, **packed)
         if state is not None and "cache" in state:
             return CoreOutput(state["cache"].attend(q, k, v, real_mask(attention_mask, x), past_bias=past), gates, None)
         keep_in_cache(state, self.window, k, v, attention_mask)
         dropout = self.dropout if self.training else 0.0
-        options = dict(window=self.window, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout)
+        options = dict(window=self.window, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout,
+                       **packed)  # fmt: skip
         if return_weights:
             heads, weights = lag_bias_attention_naive(q, k, v, past, future, **options)
             return CoreOutput(heads, gates, weights)

@@ -124,8 +124,10 @@ class MarkovBias(nn.Module):
             strengths[direction] = value.expand(self.n_heads, self.max_order)
         return strengths
 
-    def _gate_logits(self, direction: str, x: Tensor, q: Tensor, attention_mask: Tensor | None) -> Tensor:
-        """(B, H, T, slots) logits from the configured gate input."""
+    def _gate_logits(self, direction: str, x: Tensor, q: Tensor, attention_mask: Tensor | None,
+                     segment_ids: Tensor | None = None) -> Tensor:  # fmt: skip
+        """(B, H, T, slots) logits from the configured gate input (``sequence``: pooled over each token's document
+        when ``segment_ids`` (B, T) tell packed documents apart)."""
         batch, seq_len = x.shape[:2]
         if self.gate_input == "static":
             return self.static_gate_logits[direction][None, :, None, :].expand(batch, -1, seq_len, -1)
@@ -136,8 +138,11 @@ class MarkovBias(nn.Module):
             weights = torch.ones(batch, seq_len, 1, device=x.device, dtype=x.dtype)
             if attention_mask is not None:
                 weights = attention_mask[..., None].to(x.dtype)
-            x = (x * weights).sum(1, keepdim=True) / weights.sum(1, keepdim=True).clamp_min(1.0)
-            x = x.expand(batch, seq_len, -1)
+            if segment_ids is not None:
+                x = _pool_by_segment(x, segment_ids)
+            else:
+                x = (x * weights).sum(1, keepdim=True) / weights.sum(1, keepdim=True).clamp_min(1.0)
+                x = x.expand(batch, seq_len, -1)
         logits = network(x[:, :, None, :]).squeeze(2)  # (B, T, H·slots)
         return logits.view(batch, seq_len, self.n_heads, -1).transpose(1, 2)
 
@@ -146,8 +151,10 @@ class MarkovBias(nn.Module):
             return F.gumbel_softmax(logits, tau=self.gate_gumbel_tau, hard=True, dim=-1)
         return torch.softmax(logits, dim=-1)
 
-    def forward(self, x: Tensor, q: Tensor, attention_mask: Tensor | None = None) -> MarkovBiasOutput:
-        """x: the normalised layer input (B, T, D); q: the layer's queries (B, H, T, Dh)."""
+    def forward(self, x: Tensor, q: Tensor, attention_mask: Tensor | None = None,
+                segment_ids: Tensor | None = None) -> MarkovBiasOutput:  # fmt: skip
+        """x: the normalised layer input (B, T, D); q: the layer's queries (B, H, T, Dh); ``segment_ids`` (B, T):
+        packed documents (only the ``sequence`` gate input reads beyond its own token)."""
         batch, seq_len = x.shape[:2]
         strengths = self.transitions()
         biases: dict[str, Tensor | None] = {"future": None}
@@ -158,12 +165,24 @@ class MarkovBias(nn.Module):
             if self.gate == "none":
                 biases[direction] = strength.expand(batch, -1, seq_len, -1)
                 continue
-            logits = self._gate_logits(direction, x, q, attention_mask)
+            logits = self._gate_logits(direction, x, q, attention_mask, segment_ids)
             alpha = self._gate_probabilities(logits)
             gates[direction] = alpha
             biases[direction] = alpha[..., : self.max_order] * strength
             self._last_gate_logits.append(logits)
         return MarkovBiasOutput(biases["past"], biases["future"], gates)
+
+
+def _pool_by_segment(x: Tensor, segment_ids: Tensor) -> Tensor:
+    """(B, T, D): each token's row replaced by the mean of its document's real tokens (zeros at padding, id -1)."""
+    batch, seq_len, dim = x.shape
+    real = segment_ids >= 0
+    slots = segment_ids.clamp_min(0) + seq_len * torch.arange(batch, device=x.device)[:, None]  # unique per row
+    flat = slots.reshape(-1)
+    weights = real.reshape(-1, 1).to(x.dtype)
+    sums = x.new_zeros(batch * seq_len, dim).index_add(0, flat, x.reshape(-1, dim) * weights)
+    counts = x.new_zeros(batch * seq_len, 1).index_add(0, flat, weights)
+    return ((sums / counts.clamp_min(1.0))[flat] * weights).view(batch, seq_len, dim)
 
 
 def _mean_entropy(alpha: Tensor, attention_mask: Tensor | None) -> Tensor:

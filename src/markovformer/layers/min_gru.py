@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.ops.scan import BACKENDS, min_gru
+from markovformer.ops.segments import Segments, segment_ends, segment_starts
 
 
 class MinGRUInjection(nn.Module):
@@ -53,12 +54,18 @@ class MinGRUInjection(nn.Module):
         """(B, T, d_model) -> (B, T, 2·d_model·directions): gate logits then candidates, per direction."""
         return F.linear(x, self.weight, self.bias)
 
+    honours_segments = True  # packed documents: the scan restarts at each document's first (last, backwards) step
+
     @property
     def supports_state(self) -> bool:
         return not self.bidirectional
 
-    def forward(self, x: Tensor, attention_mask: Tensor | None = None, state: dict | None = None) -> Tensor:
+    def forward(self, x: Tensor, attention_mask: Tensor | None = None, state: dict | None = None,
+                segments: Segments | None = None) -> Tensor:  # fmt: skip
         mask = None if attention_mask is None or bool(attention_mask.all()) else attention_mask
+        forward_resets = backward_resets = None
+        if segments is not None:
+            forward_resets, backward_resets = segment_starts(segments.ids), segment_ends(segments.ids)
         chunks = self.gates_and_candidates(x).chunk(4 if self.bidirectional else 2, dim=-1)
         if state is not None:
             if self.bidirectional:
@@ -67,8 +74,9 @@ class MinGRUInjection(nn.Module):
                                               initial_state=state.get("hidden"), output_final_state=True)  # fmt: skip
             out = self.proj(hidden)
             return out if mask is None else out * mask[..., None].to(out.dtype)
-        states = [min_gru(chunks[0], chunks[1], mask, backend=self.backend)]
+        states = [min_gru(chunks[0], chunks[1], mask, backend=self.backend, resets=forward_resets)]
         if self.bidirectional:
-            states.append(min_gru(chunks[2], chunks[3], mask, reverse=True, backend=self.backend))
+            states.append(min_gru(chunks[2], chunks[3], mask, reverse=True, backend=self.backend,
+                                  resets=backward_resets))  # fmt: skip
         out = self.proj(torch.cat(states, dim=-1) if self.bidirectional else states[0])
         return out if mask is None else out * mask[..., None].to(out.dtype)

@@ -20,10 +20,14 @@ class RotaryEmbedding(nn.Module):
         inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        """x (..., T, Dh) at positions start..start+T-1."""
-        positions = torch.arange(start, start + x.shape[-2], device=x.device, dtype=torch.float32)
-        angles = positions[:, None] * self.inv_freq[None, :]  # (T, Dh/2)
+    def forward(self, x: Tensor, start: int = 0, position_ids: Tensor | None = None) -> Tensor:
+        """x (..., T, Dh) at positions start..start+T-1, or (B, H, T, Dh) at ``position_ids`` (B, T) (packed
+        documents: positions restart at each one)."""
+        if position_ids is None:
+            positions = torch.arange(start, start + x.shape[-2], device=x.device, dtype=torch.float32)
+        else:
+            positions = position_ids.to(device=x.device, dtype=torch.float32)[:, None]  # (B, 1, T)
+        angles = positions[..., None] * self.inv_freq  # (T, Dh/2) or (B, 1, T, Dh/2)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         if _pairs_view_as_complex(x):
             # Each (even, odd) pair is one complex number: the rotation is one complex product, forward and backward,

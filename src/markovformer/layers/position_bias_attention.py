@@ -97,12 +97,14 @@ class RelativeBiasCore(nn.Module):
     DynamicBias). Decodes from a key/value cache (``state["cache"]``)."""
 
     supports_state = True
+    honours_segments = True  # packed documents: masked per query chunk (the op's segment_ids)
 
     def __init__(self, *, lag_bias: nn.Module, causal: bool, window: int | None, dropout: float) -> None:
         super().__init__()
         self.lag_bias, self.causal, self.window, self.dropout = lag_bias, causal, window, dropout
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
+                segment_ids=None) -> CoreOutput:  # fmt: skip
         if state is not None and "cache" in state:
             return CoreOutput(self._decode(state["cache"], q, k, v, real_mask(attention_mask, x)), {}, None)
         keep_in_cache(state, self.window, k, v, attention_mask)
@@ -110,6 +112,8 @@ class RelativeBiasCore(nn.Module):
         lag_bias = self.lag_bias(torch.arange(1 - seq_len, seq_len, device=q.device))
         options = dict(window=self.window, causal=self.causal, attention_mask=attention_mask,
                        dropout_p=self.dropout if self.training else 0.0)  # fmt: skip
+        if segment_ids is not None:
+            options["segment_ids"] = segment_ids
         if return_weights:
             heads, weights = relative_bias_attention_naive(q, k, v, lag_bias, **options)
             return CoreOutput(heads, {}, weights)

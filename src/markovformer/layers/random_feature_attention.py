@@ -22,6 +22,7 @@ class RandomFeatureCore(nn.Module):
     """
 
     supports_state = True
+    honours_segments = True  # packed documents: prefix sums restart per document (sums per document, bidirectional)
 
     def __init__(
         self,
@@ -45,7 +46,8 @@ class RandomFeatureCore(nn.Module):
         fresh = draw_projection(self.num_features, self.head_dim, generator=generator, device=self.projection.device)
         self.projection.copy_(fresh)
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
+                segment_ids=None) -> CoreOutput:  # fmt: skip
         if self.training and self.redraw_interval > 0:
             self.forward_count += 1
             if int(self.forward_count) % self.redraw_interval == 0:
@@ -54,6 +56,8 @@ class RandomFeatureCore(nn.Module):
         q_features = feature_map(q, projection, self.kind, is_query=True)
         k_features = feature_map(k, projection, self.kind)
         options = dict(causal=self.causal, attention_mask=attention_mask, normaliser=self.normaliser)
+        if segment_ids is not None:
+            options["segment_ids"] = segment_ids
         if state is None:
             heads = linear_attention(q_features, k_features, v, chunk_size=self.chunk_size, **options)
         else:  # one chunk for a short input (a decoding step), not a chunk of mostly padding
@@ -64,8 +68,9 @@ class RandomFeatureCore(nn.Module):
         weights = None
         if return_weights:
             weights = linear_attention_weights(
-                q_features, k_features, causal=self.causal, attention_mask=attention_mask, normaliser=self.normaliser
-            )
+                q_features, k_features, causal=self.causal, attention_mask=attention_mask, normaliser=self.normaliser,
+                segment_ids=segment_ids,
+            )  # fmt: skip
         return CoreOutput(heads, {}, weights)
 
 

@@ -34,6 +34,7 @@ class SoftmaxCore(nn.Module):
     """Softmax attention of already-projected heads; decodes from a key/value cache (``state["cache"]``)."""
 
     supports_state = True
+    honours_segments = True  # packed documents: masked inside the band, chunk or dense mask
 
     def __init__(
         self, *, causal: bool, dropout: float = 0.0, scope: str = "global", window: int | None = None,
@@ -43,19 +44,21 @@ class SoftmaxCore(nn.Module):
         self.causal, self.dropout, self.backend = causal, dropout, backend
         self.window = scoped_window(scope, window)
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
+                segment_ids=None) -> CoreOutput:  # fmt: skip
         if state is not None and "cache" in state:
             return CoreOutput(state["cache"].attend(q, k, v, real_mask(attention_mask, x)), {}, None)
         keep_in_cache(state, self.window, k, v, attention_mask)
         dropout = self.dropout if self.training else 0.0
         if return_weights:
             heads, weights = lag_bias_attention_naive(
-                q, k, v, window=self.window, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout
+                q, k, v, window=self.window, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout,
+                segment_ids=segment_ids,
             )
             return CoreOutput(heads, {}, weights)
-        if self.window is not None:  # the Markov op with zero bias: the same windows and masks as "markov"
+        if self.window is not None or segment_ids is not None:  # the Markov op with zero bias (as "markov")
             heads = lag_bias_attention(q, k, v, window=self.window, causal=self.causal, attention_mask=attention_mask,
-                                     dropout_p=dropout, backend=self.backend)  # fmt: skip
+                                     dropout_p=dropout, backend=self.backend, segment_ids=segment_ids)  # fmt: skip
             return CoreOutput(heads, {}, None)
         if attention_mask is None:
             return CoreOutput(

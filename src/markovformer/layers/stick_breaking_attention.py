@@ -38,6 +38,7 @@ class StickBreakingCore(nn.Module):
     """Stick-breaking attention of already-projected heads; decodes from a key/value cache (``state["cache"]``)."""
 
     supports_state = True
+    honours_segments = True  # packed documents: other documents' keys take no share (the op's segment_ids)
 
     def __init__(self, *, causal: bool, window: int | None, attend_current: bool) -> None:
         super().__init__()
@@ -46,7 +47,8 @@ class StickBreakingCore(nn.Module):
                              "backwards); use causal=True")  # fmt: skip
         self.causal, self.window, self.attend_current = causal, window, attend_current
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
+                segment_ids=None) -> CoreOutput:  # fmt: skip
         options = dict(window=self.window, attend_current=self.attend_current)
         if state is not None and "cache" in state:
             seen = state["cache"].extend(k, v, real_mask(attention_mask, x))
@@ -55,9 +57,11 @@ class StickBreakingCore(nn.Module):
             return CoreOutput(heads, {}, None)
         keep_in_cache(state, self.window, k, v, attention_mask)
         if return_weights:
-            heads, weights = stick_breaking_attention_naive(q, k, v, attention_mask=attention_mask, **options)
+            heads, weights = stick_breaking_attention_naive(q, k, v, attention_mask=attention_mask,
+                                                            segment_ids=segment_ids, **options)  # fmt: skip
             return CoreOutput(heads, {}, weights)
-        return CoreOutput(stick_breaking_attention(q, k, v, attention_mask=attention_mask, **options), {}, None)
+        return CoreOutput(stick_breaking_attention(q, k, v, attention_mask=attention_mask, segment_ids=segment_ids,
+                                                   **options), {}, None)  # fmt: skip
 
 
 class StickBreakingAttention(SelfAttention):

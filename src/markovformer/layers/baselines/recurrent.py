@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from markovformer.layers.gru import GRUInjection
 from markovformer.ops.padding import zero_padding
 from markovformer.ops.scan import linear_scan
+from markovformer.ops.segments import Segments, segment_ends, segment_starts
 
 
 class GRUMixer(GRUInjection):
@@ -39,6 +40,7 @@ class ScanMixer(nn.Module):
     (``state["hidden"]``, (B, D))."""
 
     supports_state = True  # when causal
+    honours_segments = True  # packed documents: the scans restart at each document's first (last, backwards) step
 
     def __init__(self, *, d_model: int, causal: bool = True) -> None:
         super().__init__()
@@ -48,19 +50,24 @@ class ScanMixer(nn.Module):
 
     def forward(
         self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
-        state: dict | None = None,
+        state: dict | None = None, segments: Segments | None = None,
     ) -> Tensor:  # fmt: skip
-        """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind."""
+        """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind. ``segments``: packed
+        documents (``ops.segments``)."""
         if state is not None and not self.causal:
             raise ValueError("a non-causal scan reads the whole sequence: it cannot decode incrementally")
         keep, write = torch.sigmoid(self.gate_proj(x)).chunk(2, dim=-1)
         inputs = zero_padding(write * x, attention_mask)  # padded steps add nothing to the state
         keep = keep.to(inputs.dtype)  # under autocast the gates come out of the Linear in half precision
-        states, final = linear_scan(keep, inputs, None if state is None else state.get("hidden"))
+        keep_forward = keep_backward = keep
+        if segments is not None:
+            keep_forward = keep.masked_fill(segment_starts(segments.ids)[..., None], 0.0)
+            keep_backward = keep.masked_fill(segment_ends(segments.ids)[..., None], 0.0)
+        states, final = linear_scan(keep_forward, inputs, None if state is None else state.get("hidden"))
         if state is not None:
             state["hidden"] = final
         if not self.causal:
-            backward, _ = linear_scan(keep.flip(1), inputs.flip(1))
+            backward, _ = linear_scan(keep_backward.flip(1), inputs.flip(1))
             states = states + backward.flip(1) - inputs
         return zero_padding(self.out_proj(states), attention_mask)
 

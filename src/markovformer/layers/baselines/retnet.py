@@ -31,6 +31,7 @@ class RetentionCore(nn.Module):
     form for longer inputs (prompts)."""
 
     supports_state = True
+    honours_segments = True  # packed documents: decay masked inside a chunk, the chunk state restarts per document
 
     def __init__(
         self, *, d_model: int, n_heads: int, causal: bool = True, form: str = "chunkwise", chunk_size: int = 64
@@ -43,14 +44,15 @@ class RetentionCore(nn.Module):
         self.norm_weight = nn.Parameter(torch.ones(n_heads, 1, self.head_dim))
         self.norm_bias = nn.Parameter(torch.zeros(n_heads, 1, self.head_dim))
 
-    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None) -> CoreOutput:
+    def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
+                segment_ids=None) -> CoreOutput:  # fmt: skip
         """x (B, T, D); q, k, v (B, H, T, Dh). Returns heads (B, H, T, Dh) and, when asked, Q Kᵀ ⊙ D (B, H, T, T)."""
         batch, heads, length, head_dim = q.shape
         k = zero_padding(k * head_dim**-0.5, attention_mask, time_dim=2)
         v = zero_padding(v, attention_mask, time_dim=2)
         gamma = retention_decays(heads).to(q.device)  # float64 whatever the model's dtype: γ is within 2^-12 of 1
         if state is None:
-            retained = retention(q, k, v, gamma, self.causal, self.form, self.chunk_size)
+            retained = retention(q, k, v, gamma, self.causal, self.form, self.chunk_size, segment_ids=segment_ids)
         else:
             form = "recurrent" if length == 1 else "chunkwise"
             retained, state["retention"] = retention(q, k, v, gamma, True, form, self.chunk_size,
@@ -60,7 +62,8 @@ class RetentionCore(nn.Module):
         output = zero_padding(normed * gate, attention_mask, time_dim=2)
         weights = None
         if return_weights:
-            weights = zero_padding(retention_weights(q, k, gamma, self.causal), attention_mask, time_dim=2)
+            weights = zero_padding(retention_weights(q, k, gamma, self.causal, segment_ids), attention_mask,
+                                   time_dim=2)  # fmt: skip
         return CoreOutput(output, {}, weights)
 
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.ops.padding import zero_padding
+from markovformer.ops.segments import Segments, segment_starts
 from markovformer.ops.wkv import wkv_scan
 
 
@@ -29,6 +30,7 @@ class RWKVTimeMix(nn.Module):
     (``state["previous"]``, the token shift) and the WKV state (``state["wkv"]``)."""
 
     supports_state = True  # when causal
+    honours_segments = True  # packed documents: token shift and WKV sums restart at each document
 
     def __init__(self, *, d_model: int, causal: bool = True, layer_ratio: float = 0.5) -> None:
         super().__init__()
@@ -49,9 +51,10 @@ class RWKVTimeMix(nn.Module):
 
     def forward(
         self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
-        state: dict | None = None,
+        state: dict | None = None, segments: Segments | None = None,
     ) -> Tensor:  # fmt: skip
-        """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind."""
+        """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind. ``segments``: packed
+        documents (``ops.segments``)."""
         if state is not None and not self.causal:
             raise ValueError("bidirectional RWKV reads the whole sequence: it cannot decode incrementally")
         x = zero_padding(x, attention_mask)
@@ -60,12 +63,15 @@ class RWKVTimeMix(nn.Module):
             shifted = F.pad(x[:, :-1], (0, 0, 1, 0))  # x_{t-1}; zero before the first (real) token
         else:
             shifted = torch.cat([previous[:, None], x[:, :-1]], dim=1)
+        if segments is not None:  # no token shift across a document boundary
+            shifted = shifted.masked_fill(segment_starts(segments.ids)[..., None], 0.0)
         k = self.key(x * self.time_mix_k + shifted * (1 - self.time_mix_k))
         v = self.value(x * self.time_mix_v + shifted * (1 - self.time_mix_v))
         r = torch.sigmoid(self.receptance(x * self.time_mix_r + shifted * (1 - self.time_mix_r)))
         decay = torch.exp(self.time_decay)
         if state is None:
-            wkv = wkv_scan(decay, self.time_first, k, v, self.causal, attention_mask)
+            wkv = wkv_scan(decay, self.time_first, k, v, self.causal, attention_mask,
+                           segment_ids=None if segments is None else segments.ids)  # fmt: skip
         else:
             wkv, state["wkv"] = wkv_scan(decay, self.time_first, k, v, True, attention_mask, state.get("wkv"),
                                          output_final_state=True)  # fmt: skip

@@ -22,6 +22,7 @@ from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.ops.losses import check_labels, token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, right_padded_lengths
+from markovformer.ops.segments import Segments, document_starts
 
 
 def _for_loss(logits: Tensor) -> Tensor:
@@ -106,10 +107,11 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         return PreLNBlock(config.d_model, attention, ffn, gru, config.dropout)
 
     def embed_inputs(
-        self, input_ids: Tensor | None = None, input_features: Tensor | None = None, start: int = 0
-    ) -> Tensor:
-        """Token ids (B, T) or feature frames (B, T, input_dim) at positions start.. -> (B, T, D), with additive
-        positions if any."""
+        self, input_ids: Tensor | None = None, input_features: Tensor | None = None, start: int = 0,
+        position_ids: Tensor | None = None,
+    ) -> Tensor:  # fmt: skip
+        """Token ids (B, T) or feature frames (B, T, input_dim) at positions start.. (or ``position_ids`` (B, T))
+        -> (B, T, D), with additive positions if any."""
         config = self.config
         if config.vocab_size is not None:
             if input_ids is None or input_features is not None:
@@ -127,12 +129,24 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             if not torch.isfinite(input_features).all():
                 raise ValueError("input_features contain NaN or infinite values")
             hidden = self.embed(input_features.to(self.embed.weight.dtype))
-        return self.add_positions(hidden, start)
+        return self.add_positions(hidden, start, position_ids)
 
-    def add_positions(self, hidden: Tensor, start: int = 0) -> Tensor:
+    def add_positions(self, hidden: Tensor, start: int = 0, position_ids: Tensor | None = None) -> Tensor:
         """Additive positions (sinusoidal or learned; rotary acts inside attention) of hidden (B, T, D) at
-        positions start..start+T-1."""
+        positions start..start+T-1, or at ``position_ids`` (B, T) (packed documents: restarting at each one)."""
         end = start + hidden.shape[1]
+        if position_ids is not None and self.config.position in ("sinusoidal", "learned"):
+            if tuple(position_ids.shape) != tuple(hidden.shape[:2]):
+                raise ValueError(f"position_ids must be (B, T) = {tuple(hidden.shape[:2])}; "
+                                 f"got {tuple(position_ids.shape)}")  # fmt: skip
+            if self.config.position == "learned":
+                if int(position_ids.max()) >= self.config.max_positions:
+                    raise ValueError(f"position_ids reach {int(position_ids.max())} but max_positions="
+                                     f"{self.config.max_positions}")  # fmt: skip
+                return hidden + self.position_embedding(position_ids)
+            last = int(position_ids.max()) + 1
+            table = sinusoidal_positions(last, self.config.d_model, hidden.device).to(hidden.dtype)
+            return hidden + table[position_ids]
         if self.config.position == "sinusoidal":
             table = sinusoidal_positions(hidden.shape[1], self.config.d_model, hidden.device, start=start)
             hidden = hidden + table.to(hidden.dtype)
@@ -149,19 +163,29 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         return_gates: bool = False,
         return_weights: bool = False,
         layer_states: list[dict] | None = None,
+        position_ids: Tensor | None = None,
     ) -> MarkovianTransformerOutput:
-        """Run the blocks over embedded inputs (B, T, D), each with its decoding state when given."""
+        """Run the blocks over embedded inputs (B, T, D), each with its decoding state when given. ``position_ids``
+        (B, T): packed documents, positions restarting at 0 at each; no layer lets a token see another document."""
         if attention_mask is not None:
             check_attention_mask(attention_mask, hidden.shape[:2])
+        segments = None
+        if position_ids is not None:
+            if tuple(position_ids.shape) != tuple(hidden.shape[:2]):
+                raise ValueError(f"position_ids must be (B, T) = {tuple(hidden.shape[:2])}; "
+                                 f"got {tuple(position_ids.shape)}")  # fmt: skip
+            segments = Segments.from_positions(position_ids.to(hidden.device), attention_mask)
+        packed = {} if segments is None else {"segments": segments}
         hidden = self.dropout(hidden)
         gates, attentions = [], []
         for index, block in enumerate(self.blocks):
             if layer_states is not None:
                 result = block(hidden, attention_mask, return_gates, return_weights, state=layer_states[index])
             elif self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                result = checkpoint(block, hidden, attention_mask, return_gates, return_weights, use_reentrant=False)
+                result = checkpoint(block, hidden, attention_mask, return_gates, return_weights, use_reentrant=False,
+                                    **packed)  # fmt: skip
             else:
-                result = block(hidden, attention_mask, return_gates, return_weights)
+                result = block(hidden, attention_mask, return_gates, return_weights, **packed)
             hidden = result.output
             gates.append(result.gates or None)
             attentions.append(result.weights)
@@ -179,12 +203,18 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         return_gates: bool = False,
         return_weights: bool = False,
         state: dict | None = None,
+        position_ids: Tensor | None = None,
     ) -> MarkovianTransformerOutput:
         """``state``: a decoding state ({} to start one), read and updated in place and returned in the output:
-        the inputs continue the positions it has seen, and ``attention_mask`` covers the new inputs only."""
+        the inputs continue the positions it has seen, and ``attention_mask`` covers the new inputs only.
+        ``position_ids`` (B, T): packed documents (the Hugging Face convention: positions restart at 0 at each
+        document; a new document wherever a position is not its predecessor's plus one). Every layer keeps each
+        document to itself and positions restart, so each document's outputs equal those of it run alone."""
         if state is None:
-            hidden = self.embed_inputs(input_ids, input_features)
-            return self.encode(hidden, attention_mask, return_gates, return_weights)
+            hidden = self.embed_inputs(input_ids, input_features, position_ids=position_ids)
+            return self.encode(hidden, attention_mask, return_gates, return_weights, position_ids=position_ids)
+        if position_ids is not None:
+            raise ValueError("position_ids (packed documents) cannot be combined with a decoding state")
         if not self.decodes_incrementally:
             raise ValueError(f"this model ({sorted(set(self.config.layer_kinds()))} layers, causal="
                              f"{self.config.causal}) cannot decode incrementally")  # fmt: skip
@@ -202,8 +232,10 @@ class _WithBackbone(MarkovianTransformerPreTrainedModel):
         super().__init__(config)
         self.model = MarkovianTransformerModel(config)
 
-    def _encode(self, input_ids, input_features, attention_mask, return_gates, return_weights, state=None):
-        return self.model(input_ids, input_features, attention_mask, return_gates, return_weights, state=state)
+    def _encode(self, input_ids, input_features, attention_mask, return_gates, return_weights, state=None,
+                position_ids=None):  # fmt: skip
+        return self.model(input_ids, input_features, attention_mask, return_gates, return_weights, state=state,
+                          position_ids=position_ids)  # fmt: skip
 
 
 class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
@@ -222,11 +254,16 @@ class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
             self.lm_head.weight = self.model.embed.weight
 
     def forward(self, input_ids, attention_mask=None, labels=None, return_gates=False, return_weights=False,
-                state=None):  # fmt: skip
-        output = self._encode(input_ids, None, attention_mask, return_gates, return_weights, state)
+                state=None, position_ids=None):  # fmt: skip
+        """``position_ids``: packed documents (see ``MarkovianTransformerModel.forward``); the first token of each
+        document is not scored (its prediction would read the previous document)."""
+        output = self._encode(input_ids, None, attention_mask, return_gates, return_weights, state, position_ids)
         output.logits = self.lm_head(output.last_hidden_state)
         if labels is not None:
-            output.loss = token_cross_entropy(output.logits[:, :-1], labels[:, 1:])
+            targets = labels[:, 1:]
+            if position_ids is not None:
+                targets = targets.masked_fill(document_starts(position_ids)[:, 1:], -100)
+            output.loss = token_cross_entropy(output.logits[:, :-1], targets)
         return output
 
     def start_decoding(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int):
@@ -286,9 +323,11 @@ class _PerPositionHead(_WithBackbone):
 
     def forward(
         self, input_ids=None, input_features=None, attention_mask=None, labels=None, return_gates=False,
-        return_weights=False,
+        return_weights=False, position_ids=None,
     ):  # fmt: skip
-        output = self._encode(input_ids, input_features, attention_mask, return_gates, return_weights)
+        """``position_ids``: packed documents (see ``MarkovianTransformerModel.forward``)."""
+        output = self._encode(input_ids, input_features, attention_mask, return_gates, return_weights,
+                              position_ids=position_ids)  # fmt: skip
         output.logits = self.classifier(output.last_hidden_state)
         if labels is not None:
             output.loss = self.loss(output.logits, labels, attention_mask)

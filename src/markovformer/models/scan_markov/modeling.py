@@ -25,6 +25,7 @@ from markovformer.models.scan_markov.config import ScanMarkovConfig, check_order
 from markovformer.ops.losses import token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, right_padded_lengths
 from markovformer.ops.scan import linear_scan, window_offsets, windowed_linear_scan
+from markovformer.ops.segments import Segments, document_starts
 
 
 @dataclass
@@ -141,11 +142,25 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         labels: Tensor | None = None,
         order: int | None = None,
         label_smoothing: float = 0.0,
+        position_ids: Tensor | None = None,
     ) -> ScanMarkovOutput:
         """input_ids (B, T); attention_mask (B, T) right-padded, 1 = real (padding follows every real token, so it
         never reaches one through the causal recurrence); labels (B, T) aligned with the inputs.
         ``order`` overrides the markov window n for this call (e.g. to train on a mixture of n).
+        ``position_ids`` (B, T): packed documents (positions restarting at 0 at each): each document is run alone
+        (re-batched, one padded row per document) and its first token is not scored.
         """
+        if position_ids is not None:
+            if tuple(position_ids.shape) != tuple(input_ids.shape):
+                raise ValueError(f"position_ids must be (B, T) = {tuple(input_ids.shape)}; "
+                                 f"got {tuple(position_ids.shape)}")  # fmt: skip
+            layout = Segments.from_positions(position_ids, attention_mask).layout
+            alone = self(layout.pack(input_ids), layout.mask, order=order)
+            output = ScanMarkovOutput(layout.unpack(alone.logits), None, layout.unpack(alone.hidden_states))
+            if labels is not None:
+                targets = labels[:, 1:].masked_fill(document_starts(position_ids)[:, 1:], -100)
+                output.loss = token_cross_entropy(output.logits[:, :-1], targets, label_smoothing)
+            return output
         check_token_ids(input_ids, self.config.vocab_size)
         if attention_mask is not None:
             check_attention_mask(attention_mask, input_ids.shape)

@@ -32,6 +32,7 @@ def cope_attention(
     window: int | None,
     attention_mask: Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK,
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """Causal CoPE attention.
 
@@ -41,6 +42,7 @@ def cope_attention(
         window: W, the query at t sees keys t-W..t, or None for global scope.
         attention_mask: (B, T), 1 = real token, 0 = padding (as a key). Queries with no visible key output 0.
         chunk_size: queries per chunk.
+        segment_ids: (B, T) packed documents (``ops.segments``): other documents' keys are hidden (no gate, no score).
 
     Returns:
         (B, H, T, Dv).
@@ -50,7 +52,7 @@ def cope_attention(
         raise ValueError(f"position_embeddings must be (P, Dh) with Dh = {q.shape[-1]}; "
                          f"got {tuple(position_embeddings.shape)}")  # fmt: skip
     return cope_attention_chunked(q, k, v, position_embeddings, window=window, attention_mask=attention_mask,
-                                  chunk_size=chunk_size)  # fmt: skip
+                                  chunk_size=chunk_size, segment_ids=segment_ids)  # fmt: skip
 
 
 __all__ = ["DEFAULT_CHUNK", "cope_attention", "cope_attention_chunked", "cope_attention_naive", "cope_over_cache",

@@ -45,6 +45,7 @@ def cope_attention_chunked(
     window: int | None,
     attention_mask: Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK,
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """(B, H, T, Dv); arguments as ``cope_attention``."""
     seq_len = q.shape[-2]
@@ -55,6 +56,8 @@ def cope_attention_chunked(
         allowed = visible(lag_matrix(positions[start:end], positions[low:end]), window, causal=True)[None, None]
         if key_real is not None:
             allowed = allowed & key_real[..., low:end]
+        if segment_ids is not None:  # packed documents: the (chunk, keys) block of this chunk only
+            allowed = allowed & (segment_ids[:, None, start:end, None] == segment_ids[:, None, None, low:end])
         pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], position_embeddings, allowed)
         outputs.append(recomputed(cope_block, *pieces))
     return torch.cat(outputs, dim=-2)

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
+from markovformer.ops.segments import same_segment
 
 
 def cope_positions_naive(gates: Tensor) -> Tensor:
@@ -28,6 +29,7 @@ def cope_attention_naive(
     *,
     window: int | None,
     attention_mask: Tensor | None = None,
+    segment_ids: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Return (output (B, H, T, Dv), attention probabilities (B, H, T, T)); arguments as ``cope_attention``."""
     seq_len, npos = q.shape[-2], position_embeddings.shape[0]
@@ -35,6 +37,8 @@ def cope_attention_naive(
     allowed = visible(lag_matrix(positions, positions), window, causal=True)[None, None]
     if attention_mask is not None:
         allowed = allowed & attention_mask.bool()[:, None, None, :]
+    if segment_ids is not None:
+        allowed = allowed & same_segment(segment_ids)
     logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     place = cope_positions_naive(torch.sigmoid(logits) * allowed).clamp(max=npos - 1)
     below = place.floor()

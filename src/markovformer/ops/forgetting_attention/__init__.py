@@ -30,6 +30,7 @@ def forgetting_attention(
     attention_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     chunk_size: int = DEFAULT_CHUNK,
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """Softmax attention with the forgetting decay bias.
 
@@ -41,6 +42,7 @@ def forgetting_attention(
         attention_mask: (B, T), 1 = real token, 0 = padding (as a key). Queries with no visible key output 0.
         dropout_p: dropout on the attention probabilities (pass 0 at evaluation).
         chunk_size: queries per chunk.
+        segment_ids: (B, T) packed documents (``ops.segments``): a query sees keys of its own document only.
 
     Returns:
         (B, H, T, Dv).
@@ -48,9 +50,11 @@ def forgetting_attention(
     check_attention_inputs(q, k, v, window=window, attention_mask=attention_mask, chunk_size=chunk_size)
     if tuple(log_forget.shape) != tuple(q.shape[:3]):
         raise ValueError(f"log_forget must be (B, H, T) = {tuple(q.shape[:3])}; got {tuple(log_forget.shape)}")
+    if segment_ids is not None and tuple(segment_ids.shape) != (q.shape[0], q.shape[2]):
+        raise ValueError(f"segment_ids must be (B, T) = {(q.shape[0], q.shape[2])}; got {tuple(segment_ids.shape)}")
     return forgetting_attention_chunked(q, k, v, log_forget, window=window, causal=causal,
                                         attention_mask=attention_mask, dropout_p=dropout_p,
-                                        chunk_size=chunk_size)  # fmt: skip
+                                        chunk_size=chunk_size, segment_ids=segment_ids)  # fmt: skip
 
 
 __all__ = ["DEFAULT_CHUNK", "dense_decay_bias", "forgetting_attention", "forgetting_attention_chunked",

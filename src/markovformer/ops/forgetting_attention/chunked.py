@@ -46,8 +46,10 @@ def forgetting_attention_chunked(
     attention_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     chunk_size: int = DEFAULT_CHUNK,
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
-    """(B, H, T, Dv); arguments as ``forgetting_attention``. ``chunk_size``: queries per chunk."""
+    """(B, H, T, Dv); arguments as ``forgetting_attention``. ``chunk_size``: queries per chunk. ``segment_ids``:
+    packed documents, masked per chunk (the chunk's (R, S) block, no (T, T) tensor)."""
     seq_len = q.shape[-2]
     prefix = log_forget.cumsum(-1)
     positions = torch.arange(seq_len, device=q.device)
@@ -59,6 +61,8 @@ def forgetting_attention_chunked(
         direction = torch.where(lags >= 0, 1.0, -1.0).to(q.dtype)
         if key_real is not None:
             allowed = allowed & key_real[..., low:high]
+        if segment_ids is not None:
+            allowed = allowed & (segment_ids[:, None, start:end, None] == segment_ids[:, None, None, low:high])
         pieces = (q[:, :, start:end], k[:, :, low:high], v[:, :, low:high], prefix[..., start:end],
                   prefix[..., low:high], direction, allowed)  # fmt: skip
         outputs.append(recomputed(_chunk, *pieces, dropout_p))

@@ -34,10 +34,12 @@ def forgetting_attention_naive(
     causal: bool,
     attention_mask: Tensor | None = None,
     dropout_p: float = 0.0,
+    segment_ids: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Return (output (B, H, T, Dv), attention probabilities (B, H, T, T)); arguments as ``forgetting_attention``."""
     seq_len = q.shape[-2]
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1]) + dense_decay_bias(log_forget)
-    probs = masked_softmax(scores, dense_allowed(seq_len, window, causal, attention_mask, q.device))
+    probs = masked_softmax(scores, dense_allowed(seq_len, window, causal, attention_mask, q.device,
+                                                     segment_ids))  # fmt: skip
     attended = F.dropout(probs, dropout_p) if dropout_p > 0 else probs
     return attended @ v, probs

@@ -27,7 +27,7 @@ BACKENDS = ("auto", "naive", "banded", "chunked", "flex")
 CHUNKED_MIN_LENGTH = 256  # global scope: naive and chunked cross near here on CPU (forward+backward, 1 thread)
 
 
-def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask) -> None:
+def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segment_ids=None) -> None:
     if q.dim() != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
         raise ValueError(
             f"q, k, v must be (B, H, T, Dh) with matching B, H, T and q/k Dh; got q {tuple(q.shape)}, "
@@ -42,14 +42,17 @@ def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask) -> No
         raise ValueError(
             f"attention_mask must be (B, T) = {(q.shape[0], q.shape[2])}; got {tuple(attention_mask.shape)}"
         )
+    if segment_ids is not None and tuple(segment_ids.shape) != (q.shape[0], q.shape[2]):
+        raise ValueError(f"segment_ids must be (B, T) = {(q.shape[0], q.shape[2])}; got {tuple(segment_ids.shape)}")
 
 
-def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: float = 0.0) -> str:
-    """The backend that ``lag_bias_attention`` runs for these inputs; ValueError if ``backend`` cannot run them."""
+def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: float = 0.0, packed: bool = False) -> str:
+    """The backend that ``lag_bias_attention`` runs for these inputs; ValueError if ``backend`` cannot run them.
+    ``packed``: segment ids are given (packed documents), which every backend but ``flex`` masks by."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}; expected one of {BACKENDS}")
     if backend == "auto":
-        if flex_available(q.device) and dropout_p == 0:
+        if flex_available(q.device) and dropout_p == 0 and not packed:
             return "flex"
         if window is not None:
             return "banded"
@@ -66,6 +69,8 @@ def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: floa
             )
         if dropout_p > 0:
             raise ValueError(f"backend 'flex' has no attention dropout; got dropout_p={dropout_p}")
+        if packed:
+            raise ValueError("backend 'flex' has no document (segment_ids) mask yet; use 'banded' or 'chunked'")
     return backend
 
 
@@ -81,6 +86,7 @@ def lag_bias_attention(
     attention_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     backend: str = "auto",
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """Markov-biased softmax attention.
 
@@ -93,13 +99,17 @@ def lag_bias_attention(
         attention_mask: (B, T), 1 = real token, 0 = padding (as a key). Queries with no visible key output 0.
         dropout_p: dropout on the attention probabilities (pass 0 at evaluation).
         backend: one of ``BACKENDS`` (see the module docstring).
+        segment_ids: (B, T) long, packed documents (``ops.segments``): a query sees keys of its own segment only
+            (-1 = padding, no segment). Masked inside the band or chunk: no (T, T) tensor outside ``naive``.
 
     Returns:
         (B, H, T, Dv).
     """
-    _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask)
-    backend = resolve_backend(backend, q, window, dropout_p)
+    _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segment_ids)
+    backend = resolve_backend(backend, q, window, dropout_p, packed=segment_ids is not None)
     options = dict(causal=causal, attention_mask=attention_mask)
+    if segment_ids is not None:
+        options["segment_ids"] = segment_ids
     if backend == "flex":
         return lag_bias_attention_flex(q, k, v, past_bias, future_bias, window=window, **options)
     if backend == "banded":

@@ -167,7 +167,8 @@ def _lag_slots(bias: Tensor | None, direction: str, layout: _Layout) -> list[tup
 class _Masks:
     """Additive masks (0 visible, ``hidden`` not) and which queries see any key, for one call."""
 
-    def __init__(self, layout: _Layout, window: int, causal: bool, attention_mask: Tensor | None, q: Tensor):
+    def __init__(self, layout: _Layout, window: int, causal: bool, attention_mask: Tensor | None, q: Tensor,
+                 segment_ids: Tensor | None = None):  # fmt: skip
         device, dtype = q.device, q.dtype
         self.layout = layout
         hidden = torch.finfo(dtype).min / 4  # several may add up without overflowing to -inf
@@ -190,14 +191,26 @@ class _Masks:
         else:
             self.absent_table = torch.where(present, zero, hidden)  # (nb, L)
             self.edge = ~present.all(-1)  # (nb,): blocks whose window reaches past a sequence end
+        self.hidden, self.query_segments = hidden, None
+        if segment_ids is not None:  # packed documents: per block, each query's segment and each window key's
+            ids = segment_ids.to(device)
+            self.key_segments = ids[:, positions.clamp(0, layout.seq_len - 1)]  # (B, nb, L); edges hidden above
+            padded = F.pad(ids, (0, layout.padded_len - layout.seq_len), value=-1)
+            self.query_segments = padded.view(layout.batch, layout.num_blocks, layout.block)  # (B, nb, C)
+            # a real query always sees itself; a padding query (segment -1) sees nothing
+            real = (self.query_segments >= 0)[:, None].expand(-1, layout.heads, -1, -1)
+            self.has_key = real.reshape(-1, layout.block, 1)
 
     def add_absent(self, scores: Tensor, start: int, stop: int) -> None:
         """Hide the keys of blocks start..stop that are padding or lie beyond their sequence."""
         layout = self.layout
         blocks = torch.arange(start, stop, device=scores.device)
         within = blocks % layout.num_blocks
+        batch_index = blocks // (layout.heads * layout.num_blocks)
+        if self.query_segments is not None:  # keys of another document: (G, C, L), no (T, T) tensor
+            queries, keys = self.query_segments[batch_index, within], self.key_segments[batch_index, within]
+            scores.masked_fill_(queries[:, :, None] != keys[:, None], self.hidden)
         if self.absent_by_batch is not None:
-            batch_index = blocks // (layout.heads * layout.num_blocks)
             scores += self.absent_by_batch[batch_index, within][:, None, :]
             return
         edges = self.edge[within].nonzero().flatten()
@@ -207,10 +220,11 @@ class _Masks:
 
 class _BandedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, past_bias, future_bias, window, causal, attention_mask, dropout_p, block_size):
+    def forward(ctx, q, k, v, past_bias, future_bias, window, causal, attention_mask, dropout_p, block_size,
+                segment_ids=None):  # fmt: skip
         layout = _layout(q, v.shape[-1], window, causal, block_size)
         scale = 1.0 / math.sqrt(q.shape[-1])
-        masks = _Masks(layout, window, causal, attention_mask, q)
+        masks = _Masks(layout, window, causal, attention_mask, q, segment_ids)
         q_blocks = _query_blocks(q, layout)
         k_buffer, v_buffer = _key_buffer(k, layout), _key_buffer(v, layout)
         k_windows, v_windows = _windows(k_buffer, layout), _windows(v_buffer, layout)
@@ -277,7 +291,7 @@ class _BandedAttention(torch.autograd.Function):
         grad_q = grad_q.view(*crop, -1)[:, :, : layout.seq_len]
         bias_grads = [None if g is None else g.view(*crop, -1)[:, :, : layout.seq_len] for g in bias_grads]
         grad_k, grad_v = _unbuffer(grad_k, layout), _unbuffer(grad_v, layout)
-        return grad_q, grad_k, grad_v, *bias_grads, None, None, None, None, None, None
+        return grad_q, grad_k, grad_v, *bias_grads, None, None, None, None, None, None, None
 
 
 def lag_bias_attention_banded(
@@ -292,13 +306,15 @@ def lag_bias_attention_banded(
     attention_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     block_size: int | None = None,
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """Local-scope Markov attention. Shapes as the naive reference; returns (B, H, T, Dv) in q's dtype.
 
     ``block_size``: queries per block (default: fill a 16-multiple key span, see ``default_block_size``).
+    ``segment_ids``: (B, T) packed documents; each block masks the keys of other documents in its window.
     """
     dtype = q.dtype
     compute = torch.promote_types(dtype, torch.float32)
     tensors = [None if t is None else t.to(compute) for t in (q, k, v, past_bias, future_bias)]
-    out = _BandedAttention.apply(*tensors, window, causal, attention_mask, dropout_p, block_size)
+    out = _BandedAttention.apply(*tensors, window, causal, attention_mask, dropout_p, block_size, segment_ids)
     return out.to(dtype)

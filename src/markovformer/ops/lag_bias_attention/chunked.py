@@ -30,7 +30,8 @@ def default_chunk_size(batch_heads: int, seq_len: int) -> int:
 class _Plan:
     """Everything the forward and the backward pass share: sizes, masks and how to rebuild a chunk's scores."""
 
-    def __init__(self, q, past_bias, future_bias, causal, attention_mask, dropout_p, chunk_size, seed):
+    def __init__(self, q, past_bias, future_bias, causal, attention_mask, dropout_p, chunk_size, seed,
+                 segment_ids=None):  # fmt: skip
         self.batch, self.heads, self.seq_len, head_dim = q.shape
         self.causal, self.dropout_p, self.seed = causal, dropout_p, seed
         self.scale = 1.0 / math.sqrt(head_dim)
@@ -51,6 +52,13 @@ class _Plan:
             self.key_add = self.key_add[:, None, None, :]
             seen = real.cumsum(-1) > 0 if causal else real.any(-1, keepdim=True).expand_as(real)
             self.has_key = seen[:, None, :, None]
+        self.query_segments = self.key_segments = None
+        if segment_ids is not None:  # packed documents: (B, 1, T, 1) against (B, 1, 1, Kp + T + Kf) per chunk
+            ids = segment_ids.to(device)
+            self.query_segments = ids[:, None, :, None]
+            pads = (self.past_count, self.future_count)
+            self.key_segments = torch.nn.functional.pad(ids, pads, value=-1)[:, None, None, :]
+            self.has_key = (ids >= 0)[:, None, :, None]  # a real query sees itself, a padding one nothing
 
     def columns(self, end: int) -> int:
         """Key columns (padded coordinates) that a chunk ending at query ``end`` reads."""
@@ -80,6 +88,8 @@ class _Plan:
             scores[..., self.past_count + self.seq_len :] = self.hidden
         if self.key_add is not None:
             grid += self.key_add[..., :width]
+        if self.query_segments is not None:  # (B, 1, rows, width): this chunk's keys of other documents
+            grid.masked_fill_(self.query_segments[:, :, start:end] != self.key_segments[..., :width], self.hidden)
         for bias, direction in ((past_bias, "past"), (future_bias, "future")):
             count = self.counts[direction]
             if count:
@@ -125,8 +135,9 @@ def _padded_keys(x: Tensor, plan: _Plan) -> Tensor:
 
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, past_bias, future_bias, causal, attention_mask, dropout_p, chunk_size, seed):
-        plan = _Plan(q, past_bias, future_bias, causal, attention_mask, dropout_p, chunk_size, seed)
+    def forward(ctx, q, k, v, past_bias, future_bias, causal, attention_mask, dropout_p, chunk_size, seed,
+                segment_ids=None):  # fmt: skip
+        plan = _Plan(q, past_bias, future_bias, causal, attention_mask, dropout_p, chunk_size, seed, segment_ids)
         batch_heads = plan.batch * plan.heads
         q_flat = q.reshape(batch_heads, plan.seq_len, -1) * plan.scale
         k_padded, v_padded = _padded_keys(k, plan), _padded_keys(v, plan)
@@ -185,7 +196,7 @@ class _ChunkedAttention(torch.autograd.Function):
         crop = slice(plan.past_count, plan.past_count + plan.seq_len)
         shape = (plan.batch, plan.heads, plan.seq_len)
         return (grad_q.view(*shape, -1), grad_k[:, crop].reshape(*shape, -1), grad_v[:, crop].reshape(*shape, -1),
-                grad_past, grad_future, None, None, None, None, None)  # fmt: skip
+                grad_past, grad_future, None, None, None, None, None, None)  # fmt: skip
 
 
 def lag_bias_attention_chunked(
@@ -199,14 +210,16 @@ def lag_bias_attention_chunked(
     attention_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     chunk_size: int | None = None,
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """Global-scope Markov attention, O(T) memory. Shapes as the naive reference; returns (B, H, T, Dv) in q's dtype.
 
     ``chunk_size``: queries per chunk (default ``default_chunk_size``). Half-precision inputs are computed in float32.
+    ``segment_ids``: (B, T) packed documents; each chunk masks the keys of other documents.
     """
     dtype = q.dtype
     compute = torch.promote_types(dtype, torch.float32)
     tensors = [None if t is None else t.to(compute).contiguous() for t in (q, k, v, past_bias, future_bias)]
     seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
-    out = _ChunkedAttention.apply(*tensors, causal, attention_mask, dropout_p, chunk_size, seed)
+    out = _ChunkedAttention.apply(*tensors, causal, attention_mask, dropout_p, chunk_size, seed, segment_ids)
     return out.to(dtype)

@@ -55,6 +55,7 @@ def linear_attention(
     backend: str = "auto",
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
+    segment_ids: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Linear attention over feature-mapped queries and keys.
 
@@ -63,7 +64,11 @@ def linear_attention(
     ``backend``: ``"naive"`` (dense reference), ``"chunked"``, or ``"auto"`` (= chunked).
     State contract (causal, chunked): ``initial_state`` (B, H, F, Dv + 1) in, and with ``output_final_state`` the
     output and the running sums after the last key out (``linear_attention_chunked``).
+    ``segment_ids`` (B, T): packed documents (``ops.segments``): each query reads the keys of its own document only.
     """
+    if segment_ids is not None and tuple(segment_ids.shape) != tuple(q_features.shape[::2]):
+        raise ValueError(f"segment_ids must be (B, T) = {tuple(q_features.shape[::2])}; "
+                         f"got {tuple(segment_ids.shape)}")  # fmt: skip
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
     if normaliser not in NORMALISERS:
@@ -73,8 +78,9 @@ def linear_attention(
         if initial_state is not None or output_final_state:
             raise ValueError("the naive backend carries no state; use backend='chunked'")
         return linear_attention_naive(
-            q_features, k_features, v, causal=causal, attention_mask=attention_mask, normaliser=normaliser
-        )
+            q_features, k_features, v, causal=causal, attention_mask=attention_mask, normaliser=normaliser,
+            segment_ids=segment_ids,
+        )  # fmt: skip
     return linear_attention_chunked(
         q_features,
         k_features,
@@ -85,6 +91,7 @@ def linear_attention(
         normaliser=normaliser,
         initial_state=initial_state,
         output_final_state=output_final_state,
+        segment_ids=segment_ids,
     )
 
 

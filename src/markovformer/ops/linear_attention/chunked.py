@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from markovformer.ops.linear_attention.naive import compute_dtype, key_mask, normalise
+from markovformer.ops.scan import linear_scan
 
 
 def _exclusive_cumsum(x: Tensor, dim: int) -> Tensor:
@@ -56,6 +57,49 @@ def _causal(
     return both[..., :-1], both[..., -1:], state[:, :, -1] + chunk_sums[:, :, -1]
 
 
+def _bidirectional_segments(q: Tensor, k: Tensor, v: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
+    """``_bidirectional`` over each query's own segment (packed documents, ``ids`` (B, T)): the sums of the G
+    segments of a row (B, H, G, F, Dv + 1), read by each query through a one-hot of its segment (memory T·G·Dv)."""
+    count = int(ids.max()) + 1 if ids.numel() else 1
+    onehot = F.one_hot(ids.clamp_min(0), max(count, 1)).to(q.dtype)  # padding keys are zero already
+    sums = torch.einsum("bhtf,btg,bhtd->bhgfd", k, onehot, _with_ones(v))
+    both = torch.einsum("bhtf,bhgfd,btg->bhtd", q, sums, onehot)
+    return both[..., :-1], both[..., -1:]
+
+
+def _causal_segments(q: Tensor, k: Tensor, v: Tensor, chunk_size: int, ids: Tensor) -> tuple[Tensor, Tensor]:
+    """``_causal`` over each query's own segment (packed documents, ``ids`` (B, T)). Within a chunk the causal
+    product is masked to the query's segment; across chunks the carried sums restart: chunk m adds the keys of
+    its last token's segment (its "tail") and keeps the carry only when that segment continues the previous
+    chunk's, a linear scan over chunks with gates 0 or 1. A query reads the carry iff its segment is the one the
+    previous chunk ended in."""
+    batch, heads, length, _ = q.shape
+    num_chunks = -(-length // chunk_size)
+    pad = num_chunks * chunk_size - length
+    values = _with_ones(v)
+    if pad:
+        q, k, values = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, values))
+        ids = F.pad(ids, (0, pad), value=-1)
+    q, k, values = (x.unflatten(2, (num_chunks, chunk_size)) for x in (q, k, values))
+    ids = ids.view(batch, num_chunks, chunk_size)
+    same = ids[..., :, None] == ids[..., None, :]  # (B, n, C, C)
+    scores = (q @ k.transpose(-2, -1)).tril() * same[:, None].to(q.dtype)
+    last = ids[..., -1]  # (B, n): the segment each chunk ends in
+    tail = (ids == last[..., None]).to(q.dtype)
+    tail_sums = torch.einsum("bhncf,bnc,bhncd->bnhfd", k, tail, values)  # (B, n, H, F, Dv + 1)
+    continues = torch.zeros_like(last, dtype=torch.bool)
+    continues[:, 1:] = last[:, 1:] == last[:, :-1]
+    flat = tail_sums.flatten(2)
+    carried, _ = linear_scan(continues[..., None].to(q.dtype).expand_as(flat).contiguous(), flat.contiguous())
+    carry = torch.cat([torch.zeros_like(carried[:, :1]), carried[:, :-1]], dim=1).view_as(tail_sums)
+    previous = torch.full_like(last, -2)  # the segment the previous chunk ended in (none before the first)
+    previous[:, 1:] = last[:, :-1]
+    reads = (ids == previous[..., None]).to(q.dtype)[:, None, ..., None]  # (B, 1, n, C, 1)
+    both = scores @ values + (q @ carry.transpose(1, 2)) * reads
+    both = both.reshape(batch, heads, num_chunks * chunk_size, -1)[:, :, :length]
+    return both[..., :-1], both[..., -1:]
+
+
 def linear_attention_chunked(
     q_features: Tensor,
     k_features: Tensor,
@@ -67,6 +111,7 @@ def linear_attention_chunked(
     normaliser: str = "positive",
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
+    segment_ids: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Linear attention without a (T, T) matrix; same result as ``linear_attention_naive`` up to rounding.
 
@@ -74,7 +119,10 @@ def linear_attention_chunked(
     Returns (B, H, T, Dv) in ``v``'s dtype. ``chunk_size`` only matters when causal.
     Causal attention carries the running sums S = Σ_j phi(k_j) [v_j, 1]ᵀ (B, H, F, Dv + 1) of the keys before the
     call (``initial_state``, in float32 or wider) and, with ``output_final_state``, returns them after its last key.
+    ``segment_ids`` (B, T): packed documents (``ops.segments``); each query reads the keys of its own only.
     """
+    if segment_ids is not None and (initial_state is not None or output_final_state):
+        raise ValueError("packed documents (segment_ids) carry no state between calls")
     if not causal and (initial_state is not None or output_final_state):
         raise ValueError("bidirectional linear attention reads the whole sequence: it carries no state")
     if chunk_size < 1:
@@ -88,7 +136,14 @@ def linear_attention_chunked(
     k = torch.where(real, k_features.to(dtype), zero)
     values = torch.where(real, v.to(dtype), zero)
     final = None
-    if causal:
+    if segment_ids is not None:
+        ids = segment_ids.to(q.device)
+        if causal:
+            numerator, denominator = _causal_segments(q, k, values, chunk_size, ids)
+        else:
+            numerator, denominator = _bidirectional_segments(q, k, values, ids)
+        has_key = real  # a real query sees itself; a padding one (segment -1) nothing
+    elif causal:
         numerator, denominator, final = _causal(q, k, values, chunk_size, initial_state)
         # a carried state may hold keys; where it holds none its sums are zero and so is the output either way
         has_key = (real.cumsum(dim=2) > 0) | (initial_state is not None)

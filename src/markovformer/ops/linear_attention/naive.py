@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from markovformer.ops.segments import same_segment
+
 NORMALISERS = ("positive", "signed")
 
 # Below this a positive denominator means "no attention mass" (row -> 0) and a signed one is clamped; it sits
@@ -59,10 +61,12 @@ def linear_attention_weights(
     causal: bool,
     attention_mask: Tensor | None = None,
     normaliser: str = "positive",
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """Dense normalised weights (B, H, T, T) from q_features, k_features (B, H, T, F), in float32 or wider.
 
-    Entry [t, j] is zero where key j is padding or (causal) j > t; a row that sees no key is all zeros.
+    Entry [t, j] is zero where key j is padding or (causal) j > t, or (``segment_ids`` (B, T), packed documents)
+    lies in another document; a row that sees no key is all zeros.
     """
     dtype = compute_dtype(q_features)
     batch, _, length, _ = q_features.shape
@@ -70,6 +74,8 @@ def linear_attention_weights(
     allowed = real[:, None, None, :]
     if causal:
         allowed = allowed & torch.ones(length, length, dtype=torch.bool, device=q_features.device).tril()
+    if segment_ids is not None:
+        allowed = allowed & same_segment(segment_ids.to(q_features.device))
     scores = q_features.to(dtype) @ k_features.to(dtype).transpose(-2, -1)
     scores = torch.where(allowed, scores, torch.zeros_like(scores))
     has_key = allowed.any(dim=-1, keepdim=True)
@@ -84,14 +90,17 @@ def linear_attention_naive(
     causal: bool,
     attention_mask: Tensor | None = None,
     normaliser: str = "positive",
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """Quadratic linear attention: q_features, k_features (B, H, T, F), v (B, H, T, Dv) -> (B, H, T, Dv).
 
-    ``attention_mask`` (B, T): 1 = real token, 0 = padding. Output has ``v``'s dtype.
+    ``attention_mask`` (B, T): 1 = real token, 0 = padding. Output has ``v``'s dtype. ``segment_ids``: see
+    ``linear_attention_weights``.
     """
     weights = linear_attention_weights(
-        q_features, k_features, causal=causal, attention_mask=attention_mask, normaliser=normaliser
-    )
+        q_features, k_features, causal=causal, attention_mask=attention_mask, normaliser=normaliser,
+        segment_ids=segment_ids,
+    )  # fmt: skip
     real = key_mask(attention_mask, v.shape[0], v.shape[2], v.device)[:, None, :, None]
     # Zeroing padded values too keeps a non-finite padding value from leaking through 0 * inf.
     values = torch.where(real, v.to(weights.dtype), torch.zeros((), dtype=weights.dtype, device=v.device))

@@ -28,6 +28,7 @@ def relative_bias_attention(
     attention_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     chunk_size: int = DEFAULT_CHUNK,
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """Softmax attention with a per-lag bias.
 
@@ -39,6 +40,7 @@ def relative_bias_attention(
         attention_mask: (B, T), 1 = real token, 0 = padding (as a key). Queries with no visible key output 0.
         dropout_p: dropout on the attention probabilities (pass 0 at evaluation).
         chunk_size: queries per chunk.
+        segment_ids: (B, T) packed documents (``ops.segments``): a query sees keys of its own document only.
 
     Returns:
         (B, H, T, Dv).
@@ -47,9 +49,11 @@ def relative_bias_attention(
     expected = (q.shape[1], 2 * q.shape[2] - 1)
     if tuple(lag_bias.shape) != expected:
         raise ValueError(f"lag_bias must be (H, 2T-1) = {expected}; got {tuple(lag_bias.shape)}")
+    if segment_ids is not None and tuple(segment_ids.shape) != (q.shape[0], q.shape[2]):
+        raise ValueError(f"segment_ids must be (B, T) = {(q.shape[0], q.shape[2])}; got {tuple(segment_ids.shape)}")
     return relative_bias_attention_chunked(q, k, v, lag_bias, window=window, causal=causal,
                                            attention_mask=attention_mask, dropout_p=dropout_p,
-                                           chunk_size=chunk_size)  # fmt: skip
+                                           chunk_size=chunk_size, segment_ids=segment_ids)  # fmt: skip
 
 
 __all__ = ["DEFAULT_CHUNK", "dense_relative_bias", "relative_bias_attention", "relative_bias_attention_chunked",

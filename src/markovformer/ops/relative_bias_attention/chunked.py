@@ -42,8 +42,9 @@ def relative_bias_attention_chunked(
     attention_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     chunk_size: int = DEFAULT_CHUNK,
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
-    """(B, H, T, Dv); arguments as ``relative_bias_attention``."""
+    """(B, H, T, Dv); arguments as ``relative_bias_attention`` (``segment_ids`` masked per chunk block)."""
     seq_len = q.shape[-2]
     lag_bias = lag_bias.to(q.dtype)
     positions = torch.arange(seq_len, device=q.device)
@@ -54,6 +55,8 @@ def relative_bias_attention_chunked(
         allowed = visible(lags, window, causal)[None, None]
         if key_real is not None:
             allowed = allowed & key_real[..., low:high]
+        if segment_ids is not None:
+            allowed = allowed & (segment_ids[:, None, start:end, None] == segment_ids[:, None, None, low:high])
         pieces = (q[:, :, start:end], k[:, :, low:high], v[:, :, low:high], lag_bias, lags + seq_len - 1, allowed)
         outputs.append(recomputed(_chunk, *pieces, dropout_p))
     return torch.cat(outputs, dim=-2)

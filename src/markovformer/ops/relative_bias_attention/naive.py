@@ -31,11 +31,13 @@ def relative_bias_attention_naive(
     causal: bool,
     attention_mask: Tensor | None = None,
     dropout_p: float = 0.0,
+    segment_ids: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Return (output (B, H, T, Dv), attention probabilities (B, H, T, T)); arguments as
     ``relative_bias_attention``."""
     seq_len = q.shape[-2]
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1]) + dense_relative_bias(lag_bias, seq_len).to(q.dtype)
-    probs = masked_softmax(scores, dense_allowed(seq_len, window, causal, attention_mask, q.device))
+    probs = masked_softmax(scores, dense_allowed(seq_len, window, causal, attention_mask, q.device,
+                                                     segment_ids))  # fmt: skip
     attended = F.dropout(probs, dropout_p) if dropout_p > 0 else probs
     return attended @ v, probs

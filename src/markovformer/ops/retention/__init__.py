@@ -31,14 +31,27 @@ def check_form(form: str) -> None:
 def retention(
     q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, causal: bool = True, form: str = "chunkwise",
     chunk_size: int = 64, initial_state: Tensor | None = None, output_final_state: bool = False,
+    segment_ids: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
     """Retention in one of RETENTION_FORMS. q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,).
 
     Returns (B, H, T, Dv). ``chunk_size`` only matters for ``"chunkwise"``. The state contract (causal
     ``"recurrent"`` and ``"chunkwise"``): ``initial_state`` S (B, H, Dk, Dv) in, and with ``output_final_state``
-    the output and the final state out.
+    the output and the final state out. ``segment_ids`` (B, T): packed documents (``ops.segments``), none read
+    across a boundary (the recurrent form then runs chunkwise: the same retention).
     """
     check_form(form)
+    if segment_ids is not None:
+        if initial_state is not None or output_final_state:
+            raise ValueError("packed documents (segment_ids) carry no retention state between calls")
+        if form == "parallel":
+            return retention_parallel(q, k, v, gamma, causal, segment_ids)
+        output = retention_chunkwise(q, k, v, gamma, chunk_size, segment_ids=segment_ids)
+        if causal:
+            return output
+        backward = retention_chunkwise(q.flip(2), k.flip(2), v.flip(2), gamma, chunk_size,
+                                       segment_ids=segment_ids.flip(1)).flip(2)  # fmt: skip
+        return output + backward - (q * k).sum(-1, keepdim=True) * v
     if initial_state is not None or output_final_state:
         if not causal or form == "parallel":
             raise ValueError("retention carries a state only when causal, in the recurrent or chunkwise form")

@@ -13,14 +13,21 @@ from markovformer.ops.scan import linear_scan
 
 def retention_chunkwise(
     q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, chunk_size: int = 64, initial_state: Tensor | None = None,
-    output_final_state: bool = False,
+    output_final_state: bool = False, segment_ids: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
     """Causal retention by chunks of C: the parallel form inside, the state recurrence R_i = γ^C R_{i-1} + Kᵢᵀ(Vᵢ ⊙ ζ)
     across (one ``linear_scan`` over T/C chunk states of size Dk·Dv). Time O(T·C + T·Dk·Dv), no T×T matrix.
 
     q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,); initial_state S_{-1} (B, H, Dk, Dv) or None (zeros).
     Returns (B, H, T, Dv), and with ``output_final_state`` also S_{T-1} (``retention_recurrent``'s state).
+
+    ``segment_ids`` (B, T): packed documents (``ops.segments``). Inside a chunk the decay matrix is masked to the
+    query's document; a chunk's state holds only the keys of the document it ends in, and carries the previous
+    chunk's state only when that document continues (the scan's gate is 0 at a new document); a query reads the
+    entering state only when it lies in the document the previous chunk ended in.
     """
+    if segment_ids is not None and (initial_state is not None or output_final_state):
+        raise ValueError("packed documents (segment_ids) carry no retention state between calls")
     batch, heads, length, key_dim = q.shape
     value_dim = v.shape[-1]
     chunks = -(-length // chunk_size)
@@ -31,18 +38,31 @@ def retention_chunkwise(
     inner_decay = decay_matrix(gamma, chunk_size, True, q.device).to(q.dtype)[:, None]  # (H, 1, C, C)
     query_decay = torch.exp((steps + 1) * log_gamma).to(q.dtype)[:, None, :, None]  # γ^{j+1}
     key_decay = torch.exp((chunk_size - 1 - steps) * log_gamma).to(q.dtype)[:, None, :, None]  # γ^{C-1-j}
+    reads = None
+    if segment_ids is not None:
+        ids = F.pad(segment_ids.to(q.device), (0, pad), value=-1).view(batch, chunks, chunk_size)
+        inner_decay = inner_decay * (ids[..., :, None] == ids[..., None, :])[:, None].to(q.dtype)  # (B, H|1, n, C, C)
+        last = ids[..., -1]  # (B, n): the document each chunk ends in
+        key_decay = key_decay * (ids == last[..., None])[:, None, ..., None].to(q.dtype)  # its keys only
+        previous_last = F.pad(last[:, :-1], (1, 0), value=-2)
+        reads = (ids == previous_last[..., None])[:, None, ..., None].to(q.dtype)  # (B, 1, n, C, 1)
     inner = ((q @ k.transpose(-1, -2)) * inner_decay) @ v
     chunk_states = (k * key_decay).transpose(-1, -2) @ v  # (B, H, n, Dk, Dv): each chunk's own contribution
     flat = chunk_states.permute(0, 2, 1, 3, 4).reshape(batch, chunks, heads * key_dim * value_dim)
     carry = torch.exp(chunk_size * log_gamma).to(q.dtype).expand(heads, key_dim * value_dim).reshape(1, 1, -1)
+    carry = carry.expand_as(flat)
+    if segment_ids is not None:  # the previous chunk's state only where the document continues
+        carry = carry * (last == previous_last)[..., None].to(q.dtype)
     entering = None if initial_state is None else initial_state.reshape(batch, heads * key_dim * value_dim)
-    states, _ = linear_scan(carry.expand_as(flat), flat, entering)  # state after each chunk
+    states, _ = linear_scan(carry.contiguous(), flat, entering)  # state after each chunk
     if entering is None:
         before = F.pad(states[:, :-1], (0, 0, 1, 0))
     else:
         before = torch.cat([entering[:, None], states[:, :-1]], dim=1)
     previous = before.view(batch, chunks, heads, key_dim, value_dim).transpose(1, 2)
     cross = (q * query_decay) @ previous
+    if reads is not None:
+        cross = cross * reads
     output = (inner + cross).flatten(2, 3)[:, :, :length]
     if not output_final_state:
         return output

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from markovformer.ops.segments import same_segment
+
 
 def decay_matrix(gamma: Tensor, length: int, causal: bool, device: torch.device) -> Tensor:
     """(H, T, T): γ^{n-m} for n >= m (and γ^{m-n} for n < m when not causal), else 0; in gamma's dtype."""
@@ -21,15 +23,19 @@ def decay_matrix(gamma: Tensor, length: int, causal: bool, device: torch.device)
     return torch.where(allowed, torch.exp(lag.abs() * log_gamma), 0.0)
 
 
-def retention_weights(q: Tensor, k: Tensor, gamma: Tensor, causal: bool = True) -> Tensor:
+def retention_weights(q: Tensor, k: Tensor, gamma: Tensor, causal: bool = True,
+                      segment_ids: Tensor | None = None) -> Tensor:  # fmt: skip
     """Q Kᵀ ⊙ D, (B, H, T, T): output = weights @ v. q, k (B, H, T, Dk); gamma (H,)."""
     decay = decay_matrix(gamma, q.shape[-2], causal, q.device).to(q.dtype)
+    if segment_ids is not None:  # packed documents: no weight across a document boundary
+        decay = decay * same_segment(segment_ids.to(q.device)).to(q.dtype)
     return (q @ k.transpose(-1, -2)) * decay
 
 
-def retention_parallel(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, causal: bool = True) -> Tensor:
+def retention_parallel(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, causal: bool = True,
+                       segment_ids: Tensor | None = None) -> Tensor:  # fmt: skip
     """(Q Kᵀ ⊙ D) V. q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,). Returns (B, H, T, Dv)."""
-    return retention_weights(q, k, gamma, causal) @ v
+    return retention_weights(q, k, gamma, causal, segment_ids) @ v
 
 
 def retention_recurrent(

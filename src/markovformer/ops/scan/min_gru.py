@@ -37,7 +37,7 @@ def min_gru_scan_inputs(gate_logits: Tensor, candidates: Tensor, mask: Tensor | 
 
 def min_gru(
     gate_logits: Tensor, candidates: Tensor, mask: Tensor | None = None, reverse: bool = False, backend: str = "auto",
-    initial_state: Tensor | None = None, output_final_state: bool = False,
+    initial_state: Tensor | None = None, output_final_state: bool = False, resets: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
     """All minGRU states from h_{-1} = ``initial_state`` (B, D) (zeros when None), by one linear scan.
 
@@ -45,10 +45,13 @@ def min_gru(
     ``reverse`` runs from t = T-1 down to 0 (the backward direction of a bidirectional layer).
     Returns h (B, T, D); at a masked step h is the state carried from the previous real step. With
     ``output_final_state``: (h, the state after the last step read (B, D)), the next call's ``initial_state``.
-    ``backend``: a ``linear_scan`` backend.
+    ``backend``: a ``linear_scan`` backend. ``resets`` (B, T) bool: steps whose state starts afresh (a_t = 0; packed
+    documents: each document's first step, or its last with ``reverse``).
     """
     _check(gate_logits, candidates, mask)
     decay, update = min_gru_scan_inputs(gate_logits, candidates, mask)
+    if resets is not None:
+        decay = decay.masked_fill(resets[..., None], 0.0)
     if reverse:
         decay, update = decay.flip(1), update.flip(1)
     states, final = linear_scan(decay, update, initial_state, backend=backend)

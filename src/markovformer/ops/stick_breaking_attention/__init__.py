@@ -37,6 +37,7 @@ def stick_breaking_attention(
     attend_current: bool = False,
     attention_mask: Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK,
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """Causal stick-breaking attention.
 
@@ -46,13 +47,15 @@ def stick_breaking_attention(
         attend_current: the query's own key takes the first share.
         attention_mask: (B, T), 1 = real token, 0 = padding: padded keys take no share (the stick passes them).
         chunk_size: queries per chunk.
+        segment_ids: (B, T) packed documents (``ops.segments``): other documents' keys take no share.
 
     Returns:
         (B, H, T, Dv); a query with no allowed key returns zeros.
     """
     check_attention_inputs(q, k, v, window=window, attention_mask=attention_mask, chunk_size=chunk_size)
     return stick_breaking_attention_chunked(q, k, v, window=window, attend_current=attend_current,
-                                            attention_mask=attention_mask, chunk_size=chunk_size)  # fmt: skip
+                                            attention_mask=attention_mask, chunk_size=chunk_size,
+                                            segment_ids=segment_ids)  # fmt: skip
 
 
 __all__ = ["DEFAULT_CHUNK", "stick_breaking_allowed", "stick_breaking_attention", "stick_breaking_attention_chunked",

@@ -41,6 +41,7 @@ def stick_breaking_attention_chunked(
     attend_current: bool = False,
     attention_mask: Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK,
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """(B, H, T, Dv); arguments as ``stick_breaking_attention``."""
     seq_len = q.shape[-2]
@@ -51,6 +52,8 @@ def stick_breaking_attention_chunked(
         allowed = stick_breaking_allowed(positions[start:end], positions[low:end], window, attend_current)[None, None]
         if key_real is not None:
             allowed = allowed & key_real[..., low:end]
+        if segment_ids is not None:  # packed documents: the (chunk, keys) block of this chunk only
+            allowed = allowed & (segment_ids[:, None, start:end, None] == segment_ids[:, None, None, low:end])
         pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], allowed)
         outputs.append(recomputed(stick_breaking_block, *pieces))
     return torch.cat(outputs, dim=-2)

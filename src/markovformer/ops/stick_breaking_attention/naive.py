@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from markovformer.ops.lags import lag_matrix, visible
+from markovformer.ops.segments import same_segment
 
 
 def stick_breaking_allowed(query_positions: Tensor, key_positions: Tensor, window: int | None,
@@ -26,6 +27,7 @@ def stick_breaking_attention_naive(
     window: int | None,
     attend_current: bool = False,
     attention_mask: Tensor | None = None,
+    segment_ids: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Return (output (B, H, T, Dv), attention weights (B, H, T, T)); arguments as ``stick_breaking_attention``."""
     seq_len = q.shape[-2]
@@ -33,6 +35,8 @@ def stick_breaking_attention_naive(
     allowed = stick_breaking_allowed(positions, positions, window, attend_current)[None, None]
     if attention_mask is not None:
         allowed = allowed & attention_mask.bool()[:, None, None, :]
+    if segment_ids is not None:
+        allowed = allowed & same_segment(segment_ids)
     shares = torch.sigmoid(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])) * allowed
     columns, remaining = [], torch.ones_like(shares[..., 0])
     for j in reversed(range(seq_len)):  # nearest key first: each takes its share of what the later keys left

@@ -13,17 +13,19 @@ from torch import Tensor
 
 from markovformer.ops.padding import has_real_before, zero_padding
 from markovformer.ops.scan import linear_scan
+from markovformer.ops.segments import segment_starts
 from markovformer.ops.wkv.recurrent import WKVState
 
 
 def _past_sums(
-    w: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor | None
+    w: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor | None, segment_ids: Tensor | None = None
 ) -> tuple[tuple[Tensor, Tensor, Tensor], WKVState]:
     """Σ_{i<t} e^{-(t-1-i)w + k_i - r_t} (v_i and 1) over real i, and the reference exponent r_t (B, T, C); and the
     sums over every i <= T-1 in the state form of ``wkv_recurrent``.
 
     r_t is the largest exponent among those terms when some real token lies before t; where none does, the sums
-    are zero and r_t = -inf.
+    are zero and r_t = -inf. ``segment_ids`` (B, T), packed documents: i ranges over t's document only (the
+    cumulative max restarts at each document, lifted by a per-document offset, and the scan's gate is 0 there).
     """
     batch, length, _ = k.shape
     reference = k.detach()
@@ -36,13 +38,24 @@ def _past_sums(
     steps = torch.arange(length, device=k.device, dtype=torch.float64)[:, None]
     decay64 = w.detach().double()
     # m_t = max_{i<=t}(k_i - (t-i)w) as a cumulative max; float64 because k_i + i·w grows with t
-    top = ((reference.double() + steps * decay64).cummax(1).values - steps * decay64).to(k.dtype)
+    lifted = reference.double() + steps * decay64
+    starts = lift = None
+    if segment_ids is not None:  # each document's values lie above every earlier one's: the cummax restarts
+        starts = segment_starts(segment_ids)[..., None]
+        span = (lifted.amax() - lifted.amin()).clamp_min(0) + 1.0
+        lift = starts.double().cumsum(1) * span
+    top = (lifted + (0 if lift is None else lift)).cummax(1).values - (0 if lift is None else lift)
+    top = (top - steps * decay64).to(k.dtype)
     top_before = torch.cat([top[:, :1] + w.detach(), top[:, :-1]], dim=1)  # the gate at t = 0 is then 1
     gate = torch.exp(top_before - w - top)
+    if starts is not None:
+        gate = gate.masked_fill(starts, 0.0)
     weight = zero_padding(torch.exp(k - top), attention_mask)
     states, _ = linear_scan(torch.cat([gate, gate], -1), torch.cat([weight * v, weight], -1))
     numerator, denominator = F.pad(states[:, :-1], (0, 0, 1, 0)).chunk(2, dim=-1)
     history = has_real_before(attention_mask, batch, length, k.device)[..., None]
+    if starts is not None:
+        history = history & ~starts
     final = (*states[:, -1].chunk(2, dim=-1), top[:, -1])
     return (numerator, denominator, torch.where(history, top_before, float("-inf"))), final
 
@@ -66,19 +79,22 @@ def _joined(first: WKVState, second: WKVState) -> WKVState:
 
 def wkv_scan(
     w: Tensor, u: Tensor, k: Tensor, v: Tensor, causal: bool = True, attention_mask: Tensor | None = None,
-    initial_state: WKVState | None = None, output_final_state: bool = False,
+    initial_state: WKVState | None = None, output_final_state: bool = False, segment_ids: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, WKVState]:  # fmt: skip
     """Stable WKV in parallel form (see this module's docstring). w, u (C,); k, v (B, T, C); attention_mask (B, T):
     padded keys add nothing. Half-precision inputs are computed in float32. Returns (B, T, C) in k's dtype.
 
     Causal WKV carries ``wkv_recurrent``'s state: ``initial_state`` in, and with ``output_final_state`` the
-    output and the state after the last step out (in the compute dtype)."""
+    output and the state after the last step out (in the compute dtype). ``segment_ids`` (B, T): packed documents
+    (``ops.segments``), each read alone."""
     if not causal and (initial_state is not None or output_final_state):
         raise ValueError("bidirectional WKV reads the whole sequence: it carries no state")
+    if segment_ids is not None and (initial_state is not None or output_final_state):
+        raise ValueError("packed documents (segment_ids) carry no WKV state between calls")
     dtype = k.dtype
     compute = torch.promote_types(dtype, torch.float32)
     w, u, k, v = (x.to(compute) for x in (w, u, k, v))
-    past, final = _past_sums(w, k, v, attention_mask)
+    past, final = _past_sums(w, k, v, attention_mask, segment_ids)
     parts = [past]
     if initial_state is not None:
         initial_state = tuple(x.to(compute) for x in initial_state)
@@ -86,7 +102,8 @@ def wkv_scan(
         final = _joined(final, (initial_state[0], initial_state[1], initial_state[2] - k.shape[1] * w))
     if not causal:
         flip_mask = None if attention_mask is None else attention_mask.flip(1)
-        parts.append(tuple(x.flip(1) for x in _past_sums(w, k.flip(1), v.flip(1), flip_mask)[0]))
+        flip_ids = None if segment_ids is None else segment_ids.flip(1)
+        parts.append(tuple(x.flip(1) for x in _past_sums(w, k.flip(1), v.flip(1), flip_mask, flip_ids)[0]))
     bonus = u + k
     top = bonus.detach()
     for _, _, reference in parts:

@@ -28,7 +28,7 @@ from markovformer.models.generation import GenerationConfig
 from markovformer.training.batches import EpochBatches
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
-MODEL_INPUTS = ("input_ids", "input_features", "attention_mask", "labels", "order",
+MODEL_INPUTS = ("input_ids", "input_features", "attention_mask", "labels", "order", "position_ids",
                 "src_ids", "src_mask", "tgt_ids", "tgt_mask")  # fmt: skip
 
 
@@ -130,9 +130,14 @@ class Task:
             owner, default = (self.options, defaults) if key.startswith("task_") else (self.trainer, TrainerConfig())
             if getattr(owner, option) != getattr(default, option) and not forward_takes(model, argument):
                 raise ConfigError(f"{key} is set but {type(model).__name__} takes no {argument} argument")
+        if getattr(self, "packed", False) and not forward_takes(model, "position_ids"):
+            raise ConfigError(f"data.packing is set but {type(model).__name__} takes no position_ids (it cannot keep "
+                              "packed documents apart); set data.packing: false")  # fmt: skip
 
     def check_data(self, bundle: DataBundle) -> None:
-        """ConfigError when the data cannot be scored as this task scores it."""
+        """ConfigError when the data cannot be scored as this task scores it. Notes whether the batches carry
+        packed documents (``position_ids``), which the model must then take."""
+        self.packed = bool(bundle.splits.get("packing"))
 
     def describe_split(self, examples, tokenizer) -> None:
         """Told which split the following scoring passes score (validation's, or the one ``eval`` scores)."""

@@ -97,6 +97,7 @@ class CausalLM(Task):
         """Measures the validation split's characters per token (text). Validation must never score a position with
         less context than the largest n of ``task_options.orders``:
         text windows must overlap by at least that much (``data.overlap``)."""
+        super().check_data(bundle)
         self.describe_split(bundle.val, bundle.tokenizer)
         overlap = bundle.splits.get("overlap")
         longest = max(self.options.orders, default=0)
