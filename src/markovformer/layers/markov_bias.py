@@ -37,6 +37,8 @@ class HeadwiseLinear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(groups, out_features))
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.weight.shape[0] == 1:  # one group: a plain linear map (one GEMM, no einsum planning per call)
+            return F.linear(x, self.weight[0].t(), self.bias[0])
         return torch.einsum("...gi,gio->...go", x, self.weight) + self.bias
 
 
@@ -124,6 +126,15 @@ class MarkovBias(nn.Module):
             strengths[direction] = value.expand(self.n_heads, self.max_order)
         return strengths
 
+    def _strengths(self, dtype: torch.dtype) -> dict[str, Tensor]:
+        """Per direction the strengths T as (1, H or 1, 1, K) in ``dtype`` (broadcasting over the heads): what
+        ``transitions`` gives, without its expand and with the fewest operations (a decoding step pays for each)."""
+        strengths = {}
+        for direction, theta in self.theta.items():
+            value = F.softplus(theta) + SOFTPLUS_EPS if self.transition == "softplus" else theta
+            strengths[direction] = (value if value.dtype == dtype else value.to(dtype))[None, :, None, :]
+        return strengths
+
     def _gate_logits(self, direction: str, x: Tensor, q: Tensor, attention_mask: Tensor | None) -> Tensor:
         """(B, H, T, slots) logits from the configured gate input."""
         batch, seq_len = x.shape[:2]
@@ -149,14 +160,14 @@ class MarkovBias(nn.Module):
     def forward(self, x: Tensor, q: Tensor, attention_mask: Tensor | None = None) -> MarkovBiasOutput:
         """x: the normalised layer input (B, T, D); q: the layer's queries (B, H, T, Dh)."""
         batch, seq_len = x.shape[:2]
-        strengths = self.transitions()
+        strengths = self._strengths(x.dtype)
         biases: dict[str, Tensor | None] = {"future": None}
         gates: dict[str, Tensor] = {}
         self._last_gate_logits, self._last_attention_mask = [], attention_mask
         for direction in self.directions:
-            strength = strengths[direction].to(x.dtype)[None, :, None, :]  # (1, H, 1, K)
+            strength = strengths[direction]  # (1, H or 1, 1, K)
             if self.gate == "none":
-                biases[direction] = strength.expand(batch, -1, seq_len, -1)
+                biases[direction] = strength.expand(batch, self.n_heads, seq_len, -1)
                 continue
             logits = self._gate_logits(direction, x, q, attention_mask)
             alpha = self._gate_probabilities(logits)

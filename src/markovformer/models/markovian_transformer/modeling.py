@@ -84,12 +84,9 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         self.blocks = nn.ModuleList(self._block(spec) for spec in config.layer_specs())
         self.final_norm = nn.LayerNorm(config.d_model)
         self.init_weights()
-
-    @property
-    def decodes_incrementally(self) -> bool:
-        """Whether ``forward(..., state=...)`` can continue a sequence: causal, and every block carries a state
-        (its kinds' declared ``supports_state``; Hyena and Linformer do not)."""
-        return self.config.causal and all(block.supports_state for block in self.blocks)
+        # whether ``forward(..., state=...)`` can continue a sequence: causal, and every block carries a state (its
+        # kinds' declared ``supports_state``; Hyena and Linformer do not), resolved once
+        self.decodes_incrementally = config.causal and all(block.supports_state for block in self.blocks)
 
     def _block(self, spec: LayerSpec) -> PreLNBlock:
         config = self.config
