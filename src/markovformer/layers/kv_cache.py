@@ -45,6 +45,9 @@ class KeyValueCache:
         self.length = 0  # positions written so far
         self.keys = self.values = self.positions = self.real = self.log_decay = None
         self._views: tuple | None = None  # (the tensors, their halves) of a rolling cache, made once
+        # what a core derives from its weights once per decoding and shares by every row (a per-lag bias table):
+        # the weights do not change while a cache is in use
+        self.derived: dict[str, Tensor] = {}
 
     @property
     def capacity(self) -> int:
