@@ -44,7 +44,7 @@ class KeyValueCache:
         self.window = window
         self.length = 0  # positions written so far
         self.keys = self.values = self.positions = self.real = self.log_decay = None
-        self._views: tuple | None = None  # (the tensors, their halves) of a rolling cache, made once
+        self._views: tuple | None = None  # (keys, values, real, their halves) of a rolling cache, made once
         # what a core derives from its weights once per decoding and shares by every row (a per-lag bias table):
         # the weights do not change while a cache is in use
         self.derived: dict[str, Tensor] = {}
@@ -75,15 +75,15 @@ class KeyValueCache:
     def _halves(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
         """A rolling cache's storage seen as its two copies: keys, values (B, H, 2, W + 1, Dh), positions
         (2, W + 1), real (B, 2, W + 1), log decay (B, H, 2, W + 1)."""
-        tensors = (self.keys, self.values, self.positions, self.real, self.log_decay)
-        if self._views is not None and all(a is b for a, b in zip(self._views[0], tensors, strict=True)):
-            return self._views[1]
+        views = self._views
+        if views is not None and views[0] is self.keys and views[1] is self.values and views[2] is self.real:
+            return views[3]  # (beam search's reordering replaces the tensors, and with them these views)
         slots = self.window + 1
         keys = self.keys.unflatten(2, (2, slots))
         decay = None if self.log_decay is None else self.log_decay.unflatten(2, (2, slots))
         halves = (keys, self.values.unflatten(2, (2, slots)), self.positions.view(2, slots),
                   self.real.unflatten(1, (2, slots)), decay)  # fmt: skip
-        self._views = (tensors, halves)
+        self._views = (self.keys, self.values, self.real, halves)
         return halves
 
     def write(self, keys: Tensor, values: Tensor, real: Tensor, log_decay: Tensor | None = None) -> None:

@@ -130,7 +130,8 @@ class MarkovBias(nn.Module):
         """Per direction the strengths T as (1, H or 1, 1, K) in ``dtype`` (broadcasting over the heads): what
         ``transitions`` gives, without its expand and with the fewest operations (a decoding step pays for each)."""
         strengths = {}
-        for direction, theta in self.theta.items():
+        for direction in self.directions:
+            theta = self.theta[direction]
             value = F.softplus(theta) + SOFTPLUS_EPS if self.transition == "softplus" else theta
             strengths[direction] = (value if value.dtype == dtype else value.to(dtype))[None, :, None, :]
         return strengths
