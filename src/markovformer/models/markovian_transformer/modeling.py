@@ -14,7 +14,7 @@ from markovformer.layers.ffn import build_ffn
 from markovformer.layers.gru import build_injection
 from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.position import sinusoidal_positions
-from markovformer.layers.registry import LayerSpec, build_attention
+from markovformer.layers.registry import LayerSpec, build_layer
 from markovformer.models.generation import GenerationMixin
 from markovformer.models.inputs import check_not_empty, check_token_ids
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
@@ -90,14 +90,8 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
 
     def _block(self, spec: LayerSpec) -> PreLNBlock:
         config = self.config
-        attention = build_attention(
-            spec.kind,
-            d_model=config.d_model,
-            n_heads=config.n_heads,
-            causal=config.causal,
-            rotary=config.position == "rotary",
-            **spec.options,
-        )
+        attention = build_layer(spec, d_model=config.d_model, n_heads=config.n_heads, causal=config.causal,
+                                rotary=config.position == "rotary")  # fmt: skip
         ffn = build_ffn(config.ffn, config.d_model, config.ffn_mult, config.dropout)
         gru = build_injection(config.gru_kind, config.d_model, config.bidirectional) if config.gru else None
         return PreLNBlock(config.d_model, attention, ffn, gru, config.dropout)
