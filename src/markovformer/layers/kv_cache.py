@@ -129,15 +129,17 @@ class KeyValueCache:
             self.log_decay[..., start : self.length] = log_decay
             self.log_decay -= log_decay[..., -1:]  # rebase: the newest position has 0
 
-    def visible(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+    def visible(self, positions: bool = True) -> tuple:
         """The slots that may hold a key, in position order (empty slots, position -1, first): keys, values
-        (B, H, c, Dh), positions (c,), real (B, c), log decay (B, H, c)."""
+        (B, H, c, Dh), positions (c,; left out with ``positions=False``), real (B, c), log decay (B, H, c)."""
         if self.window is not None:
             begin = self.length % (self.window + 1)  # the oldest of the last W + 1 positions, in the first copy
             used = slice(begin, begin + self.window + 1)
         else:
             used = slice(0, self.length)
         decay = None if self.log_decay is None else self.log_decay[..., used]
+        if not positions:
+            return self.keys[:, :, used], self.values[:, :, used], self.real[:, used], decay
         return self.keys[:, :, used], self.values[:, :, used], self.positions[used], self.real[:, used], decay
 
     def extend(self, k: Tensor, v: Tensor, real: Tensor, log_decay: Tensor | None = None) -> SeenKeys:
@@ -170,7 +172,7 @@ class KeyValueCache:
         """``extend`` with k, v, then the causal attention (B, H, n, Dh) of the new queries q over what they see."""
         if q.shape[2] == 1:  # one new query (a decoding step): the visible keys end at its own, in order
             self.write(k, v, real, log_decay)
-            keys, values, _, key_real, key_log_decay = self.visible()
+            keys, values, key_real, key_log_decay = self.visible(positions=False)
             return newest_query_attention(q, keys, values, key_real, past_bias=past_bias, key_log_decay=key_log_decay)
         seen = self.extend(k, v, real, log_decay)
         return cached_attention(q, seen.keys, seen.values, seen.query_positions, seen.key_positions, seen.key_real,

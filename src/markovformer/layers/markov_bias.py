@@ -37,7 +37,7 @@ class HeadwiseLinear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(groups, out_features))
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.weight.shape[0] == 1:  # one group: a plain linear map (one GEMM, no einsum planning per call)
+        if self.weight.shape[0] == 1:  # one group: a plain linear map of any (..., in), one GEMM, no einsum planning
             return F.linear(x, self.weight[0].t(), self.bias[0])
         return torch.einsum("...gi,gio->...go", x, self.weight) + self.bias
 
@@ -133,7 +133,7 @@ class MarkovBias(nn.Module):
         for direction in self.directions:
             theta = self.theta[direction]
             value = F.softplus(theta) + SOFTPLUS_EPS if self.transition == "softplus" else theta
-            strengths[direction] = (value if value.dtype == dtype else value.to(dtype))[None, :, None, :]
+            strengths[direction] = (value if value.dtype == dtype else value.to(dtype)).view(1, -1, 1, self.max_order)
         return strengths
 
     def _gate_logits(self, direction: str, x: Tensor, q: Tensor, attention_mask: Tensor | None) -> Tensor:
@@ -150,7 +150,7 @@ class MarkovBias(nn.Module):
                 weights = attention_mask[..., None].to(x.dtype)
             x = (x * weights).sum(1, keepdim=True) / weights.sum(1, keepdim=True).clamp_min(1.0)
             x = x.expand(batch, seq_len, -1)
-        logits = network(x[:, :, None, :]).squeeze(2)  # (B, T, H·slots)
+        logits = network(x)  # (B, T, H·slots): one group, so no group axis is needed
         return logits.view(batch, seq_len, self.n_heads, -1).transpose(1, 2)
 
     def _gate_probabilities(self, logits: Tensor) -> Tensor:

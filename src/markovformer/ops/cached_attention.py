@@ -66,7 +66,15 @@ def newest_query_attention(
         scores[..., count - 1 - lags : count - 1].add_(past_bias[..., :lags].flip(-1))  # lag k at slot C-1-k
     if key_log_decay is not None:
         scores = scores - key_log_decay[..., None, :]
-    return torch.matmul(masked_softmax(scores, key_real[:, None, None, :]).to(values.dtype), values)
+    # masked_softmax, in place and with the fewest operations (a decoding step pays for each)
+    allowed = key_real.view(key_real.shape[0], 1, 1, count)
+    scores = scores.masked_fill_(allowed.logical_not(), torch.finfo(scores.dtype).min)
+    if scores.dtype in (torch.float32, torch.float64):
+        weights = torch.softmax(scores, dim=-1)
+    else:  # half precision: normalised in float32
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+    weights = weights * allowed.any(dim=-1, keepdim=True)  # a query with no visible key gives zeros
+    return torch.matmul(weights if weights.dtype == values.dtype else weights.to(values.dtype), values)
 
 
 __all__ = ["cached_attention", "newest_query_attention"]
