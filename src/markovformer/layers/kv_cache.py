@@ -31,8 +31,9 @@ class SeenKeys(NamedTuple):
 
 
 class KeyValueCache:
-    """Keys and values (B, H, C, Dh) of the positions seen, their positions (C,), padding (B, C) and, for decay
-    kinds, cumulative log forget gates (B, H, C) relative to the newest position (kept small by rebasing).
+    """Keys and values (B, H, C, Dh) of the positions seen, padding (B, C) and, for decay kinds, cumulative log
+    forget gates (B, H, C) relative to the newest position (kept small by rebasing). The slots' positions follow
+    from the length, so none are stored.
 
     ``window`` W: a rolling cache of W + 1 slots, position p in slot p mod (W + 1), written twice (in storage of
     2 (W + 1) slots, at s and s + W + 1) so that the last W + 1 positions are always one contiguous slice in
@@ -43,7 +44,7 @@ class KeyValueCache:
     def __init__(self, window: int | None) -> None:
         self.window = window
         self.length = 0  # positions written so far
-        self.keys = self.values = self.positions = self.real = self.log_decay = None
+        self.keys = self.values = self.real = self.log_decay = None  # the slots' positions follow from length
         self._views: tuple | None = None  # (keys, values, real, their halves) of a rolling cache, made once
         # what a core derives from its weights once per decoding and shares by every row (a per-lag bias table):
         # the weights do not change while a cache is in use
@@ -59,30 +60,28 @@ class KeyValueCache:
     def _allocate(self, keys: Tensor, capacity: int, with_decay: bool) -> None:
         """(Re)allocate ``capacity`` slots of storage, keeping what is stored (a global cache that grows)."""
         batch, heads, _, head_dim = keys.shape
-        old = (self.keys, self.values, self.positions, self.real, self.log_decay)
+        old = (self.keys, self.values, self.real, self.log_decay)
         self.keys = keys.new_zeros(batch, heads, capacity, head_dim)
         self.values = torch.zeros_like(self.keys)
-        self.positions = torch.full((capacity,), -1, dtype=torch.long, device=keys.device)
         self.real = torch.zeros(batch, capacity, dtype=torch.bool, device=keys.device)
         self.log_decay = keys.new_zeros(batch, heads, capacity) if with_decay else None
         if old[0] is not None:
             used = old[0].shape[2]
             self.keys[:, :, :used], self.values[:, :, :used] = old[0], old[1]
-            self.positions[:used], self.real[:, :used] = old[2], old[3]
+            self.real[:, :used] = old[2]
             if with_decay:
-                self.log_decay[..., :used] = old[4]
+                self.log_decay[..., :used] = old[3]
 
     def _halves(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
-        """A rolling cache's storage seen as its two copies: keys, values (B, H, 2, W + 1, Dh), positions
-        (2, W + 1), real (B, 2, W + 1), log decay (B, H, 2, W + 1)."""
+        """A rolling cache's storage seen as its two copies: keys, values (B, H, 2, W + 1, Dh), real
+        (B, 2, W + 1), log decay (B, H, 2, W + 1)."""
         views = self._views
         if views is not None and views[0] is self.keys and views[1] is self.values and views[2] is self.real:
             return views[3]  # (beam search's reordering replaces the tensors, and with them these views)
         slots = self.window + 1
         keys = self.keys.unflatten(2, (2, slots))
         decay = None if self.log_decay is None else self.log_decay.unflatten(2, (2, slots))
-        halves = (keys, self.values.unflatten(2, (2, slots)), self.positions.view(2, slots),
-                  self.real.unflatten(1, (2, slots)), decay)  # fmt: skip
+        halves = (keys, self.values.unflatten(2, (2, slots)), self.real.unflatten(1, (2, slots)), decay)
         self._views = (self.keys, self.values, self.real, halves)
         return halves
 
@@ -97,12 +96,11 @@ class KeyValueCache:
                 self._allocate(keys, 2 * slots, log_decay is not None)
             if log_decay is not None:
                 self.log_decay -= log_decay[..., -1:]  # rebase the old slots: the newest position has 0
-            cached_keys, cached_values, positions, cached_real, cached_decay = self._halves()
+            cached_keys, cached_values, cached_real, cached_decay = self._halves()
             if count == 1:  # one position, both copies of its slot in one copy each
                 slot = start % slots
                 cached_keys[:, :, :, slot] = keys
                 cached_values[:, :, :, slot] = values
-                positions[:, slot] = start
                 cached_real[:, :, slot] = real
                 if log_decay is not None:
                     cached_decay[..., slot] = 0.0
@@ -114,7 +112,6 @@ class KeyValueCache:
             cached_keys.index_copy_(3, index_slots, keys[:, :, keep, None].expand(-1, -1, -1, 2, -1).transpose(2, 3))
             cached_values.index_copy_(3, index_slots, values[:, :, keep, None].expand(-1, -1, -1, 2, -1)
                                       .transpose(2, 3))  # fmt: skip
-            positions.index_copy_(1, index_slots, index[None].expand(2, -1))
             cached_real.index_copy_(2, index_slots, real[:, None, keep].expand(-1, 2, -1))
             if log_decay is not None:
                 cached_decay.index_copy_(3, index_slots, decay.expand(-1, -1, -1, 2).transpose(2, 3))
@@ -123,7 +120,6 @@ class KeyValueCache:
             self._allocate(keys, max(2 * self.capacity, self.length, 16), log_decay is not None)
         self.keys[:, :, start : self.length] = keys
         self.values[:, :, start : self.length] = values
-        self.positions[start : self.length] = torch.arange(start, self.length, device=keys.device)
         self.real[:, start : self.length] = real
         if log_decay is not None:
             self.log_decay[..., start : self.length] = log_decay
@@ -134,13 +130,14 @@ class KeyValueCache:
         (B, H, c, Dh), positions (c,; left out with ``positions=False``), real (B, c), log decay (B, H, c)."""
         if self.window is not None:
             begin = self.length % (self.window + 1)  # the oldest of the last W + 1 positions, in the first copy
-            used = slice(begin, begin + self.window + 1)
+            used, first = slice(begin, begin + self.window + 1), self.length - self.window - 1
         else:
-            used = slice(0, self.length)
+            used, first = slice(0, self.length), 0
         decay = None if self.log_decay is None else self.log_decay[..., used]
         if not positions:
             return self.keys[:, :, used], self.values[:, :, used], self.real[:, used], decay
-        return self.keys[:, :, used], self.values[:, :, used], self.positions[used], self.real[:, used], decay
+        slot_positions = torch.arange(first, self.length, device=self.keys.device).clamp_min(-1)  # -1: empty
+        return self.keys[:, :, used], self.values[:, :, used], slot_positions, self.real[:, used], decay
 
     def extend(self, k: Tensor, v: Tensor, real: Tensor, log_decay: Tensor | None = None) -> SeenKeys:
         """Append k, v (B, H, n, Dh) of the next n positions (real (B, n) False at padding; ``log_decay`` (B, H, n)
