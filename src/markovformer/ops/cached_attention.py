@@ -63,7 +63,8 @@ def newest_query_attention(
     scores = torch.matmul(q, keys.transpose(-1, -2)) * q.shape[-1] ** -0.5
     if past_bias is not None and count > 1:
         lags = min(past_bias.shape[-1], count - 1)
-        scores[..., count - 1 - lags : count - 1].add_(past_bias[..., :lags].flip(-1))  # lag k at slot C-1-k
+        bias = past_bias if lags == past_bias.shape[-1] else past_bias[..., :lags]
+        scores[..., count - 1 - lags : count - 1].add_(bias.flip(-1))  # lag k at slot C-1-k
     if key_log_decay is not None:
         scores = scores - key_log_decay[..., None, :]
     # masked_softmax, in place and with the fewest operations (a decoding step pays for each)

@@ -144,7 +144,8 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         """Run the blocks over embedded inputs (B, T, D), each with its decoding state when given."""
         if attention_mask is not None:
             check_attention_mask(attention_mask, hidden.shape[:2])
-        hidden = self.dropout(hidden)
+        if self.training and self.dropout.p:
+            hidden = self.dropout(hidden)
         gates, attentions = [], []
         for index, block in enumerate(self.blocks):
             if layer_states is not None:
