@@ -211,7 +211,8 @@ def test_decode_part_measures_cached_generation_with_the_cache_sizes_of_each_kin
     size = dict(vocab_size=16, d_model=16, n_layers=2, n_heads=2)
     local = decode_case("markov_local", 100, 2, size=size)
     global_ = decode_case("softmax_global", 100, 2, size=size)
-    assert local["cache_floats_per_row"] == 2 * 2 * 65 * 16  # layers x (keys, values) x (W + 1) x d_model
+    # layers x (keys, values) x 2 copies (the visible slots in order) x (W + 1) x d_model, whatever the length
+    assert local["cache_floats_per_row"] == 2 * 2 * 2 * 65 * 16
     # the whole sequence (116 positions) in storage that doubles when full: 128 slots
     assert global_["cache_floats_per_row"] == 2 * 2 * 2 ** math.ceil(math.log2(PROMPT_LENGTH + 100)) * 16
     for row in (local, global_):

@@ -15,7 +15,7 @@ D_MODEL, HEADS = 16, 2
 @pytest.mark.parametrize("with_gru", [False, True])
 def test_block_is_three_residual_updates(with_gru, ffn):
     torch.manual_seed(0)
-    attention = MarkovAttention(d_model=D_MODEL, n_heads=HEADS, max_order=2, causal=True)
+    attention = MarkovAttention(d_model=D_MODEL, n_heads=HEADS, max_order=2, window=2, causal=True)
     gru = GRUInjection(D_MODEL) if with_gru else None
     block = PreLNBlock(D_MODEL, attention, build_ffn(ffn, D_MODEL), gru).double().eval()
     with torch.no_grad():  # LayerNorm affine parameters away from (1, 0), so each norm's place matters

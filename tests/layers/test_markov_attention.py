@@ -16,6 +16,7 @@ HEAD_DIM = D_MODEL // HEADS
 
 def _layer(seed: int = 0, **options) -> MarkovAttention:
     torch.manual_seed(seed)
+    options.setdefault("window", None if options.get("scope") == "global" else ORDER)
     layer = MarkovAttention(d_model=D_MODEL, n_heads=HEADS, max_order=ORDER, **options).double().eval()
     with torch.no_grad():
         for theta in layer.markov_bias.theta.values():

@@ -96,3 +96,22 @@ def test_the_hybrid_reads_the_options_its_parts_declare():
 
     assert MARKOV_OPTIONS == tuple(field.name for field in dataclasses.fields(MarkovOptions))
     assert RANDOM_FEATURE_OPTIONS == tuple(field.name for field in dataclasses.fields(RandomFeatureOptions))
+
+
+def test_a_model_is_built_from_its_resolved_specs_without_running_an_option_rule_again(monkeypatch):
+    """The options' rules and defaults run once, when the config resolves its specs; the layers take them as is."""
+    from markovformer.layers.markov_attention import MarkovOptions
+    from markovformer.layers.random_feature_attention import RandomFeatureOptions
+    from markovformer.layers.softmax_attention import SoftmaxOptions
+
+    layers = ["markov", {"kind": "softmax", "scope": "local", "window": 4}, {"kind": "markov", "scope": "local"}]
+    config = MarkovianTransformerConfig(**SIZE, max_order=3, attention=layers)
+    assert [spec.options.get("window") for spec in config.layer_specs()] == [3, 4, 3]  # MarkovOptions' default
+
+    def refuse(self):
+        raise AssertionError(f"{type(self).__name__}'s rules ran again while building the model")
+
+    for options in (MarkovOptions, SoftmaxOptions, RandomFeatureOptions):
+        monkeypatch.setattr(options, "__post_init__", refuse)
+    model = MarkovianTransformerForCausalLM(config)
+    assert [block.attention.cores[0].window for block in model.model.blocks] == [3, 4, 3]

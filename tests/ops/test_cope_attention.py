@@ -64,13 +64,17 @@ def test_chunked_matches_naive_on_outputs_and_all_gradients(window, chunk_size, 
 
 
 @pytest.mark.parametrize("window", [None, 3])
-def test_cache_path_in_any_slot_order_matches_the_full_path(window):
+def test_cache_path_over_slots_in_position_order_matches_the_full_path(window):
+    """Keys in position order after two empty slots (position -1), as a cache's visible slots hold them, give the
+    full path's last rows."""
     q, k, v, table = (t.detach() for t in _inputs(8))
     mask = mixed_mask(8)
     full = cope_attention(q, k, v, table, window=window, attention_mask=mask)
-    order = torch.tensor([5, 0, 7, 2, 6, 1, 4, 3])
-    got = cope_over_cache(q[:, :, 6:], k[:, :, order], v[:, :, order], table, torch.arange(6, 8), order,
-                          mask.bool()[:, order], window=window)  # fmt: skip
+    empty = torch.zeros_like(k[:, :, :2])
+    positions = torch.cat([torch.full((2,), -1), torch.arange(8)])
+    real = torch.cat([torch.ones(mask.shape[0], 2, dtype=torch.bool), mask.bool()], dim=1)  # empty: by position
+    keys, values = torch.cat([empty, k], dim=2), torch.cat([torch.zeros_like(v[:, :, :2]), v], dim=2)
+    got = cope_over_cache(q[:, :, 6:], keys, values, table, torch.arange(6, 8), positions, real, window=window)
     torch.testing.assert_close(got, full[:, :, 6:])
 
 

@@ -186,7 +186,7 @@ def test_chunked_through_the_dispatcher_and_a_layer():
     assert resolve_backend("auto", q, None) == "chunked"
     assert resolve_backend("auto", q[:, :, :-1], None) == "naive"
     torch.manual_seed(0)
-    layer = MarkovAttention(d_model=8, n_heads=2, max_order=3, scope="global").double()
+    layer = MarkovAttention(d_model=8, n_heads=2, max_order=3, scope="global", window=None).double()
     x = torch.randn(2, length, 8, dtype=torch.float64)
     fast = layer(x)
     layer.cores[0].backend = "naive"

@@ -57,7 +57,7 @@ def _op_step(kind: str, seq_len: int, device: str, backend: str):
     batch, heads, head_dim, order = (OP_SHAPE[key] for key in ("batch", "heads", "head_dim", "order"))
     generator = torch.Generator().manual_seed(0)
     if kind in ("markov_layer", "projections_only"):
-        layer = MarkovAttention(d_model=heads * head_dim, n_heads=heads, max_order=order, backend=backend)
+        layer = MarkovAttention(d_model=heads * head_dim, n_heads=heads, max_order=order, window=order, backend=backend)
         if kind == "projections_only":
             layer.cores[0] = _ProjectionsOnly()
         layer = layer.to(device)

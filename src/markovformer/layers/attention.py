@@ -61,17 +61,21 @@ class SelfAttention(nn.Module):
         self.rotary = RotaryEmbedding(self.head_dim) if rotary else None
         self.cores = nn.ModuleList(cores)
         self.heads_per_core = [h for h in heads_per_core]
+        # the cores that own heads, with their heads (a slice, or None for all of them: no slicing per call)
+        parts, start = [], 0
+        for index, count in enumerate(heads_per_core):
+            if count:
+                parts.append((index, None if count == n_heads else slice(start, start + count)))
+            start += count
+        self._parts = parts
+        # whether this layer decodes incrementally (every core carries a state and is causal), resolved once
+        self.supports_state = all(core.supports_state and core.causal for core in self.cores)
 
     @property
     def honours_segments(self) -> bool:
         """Whether this layer keeps packed documents apart itself: every core declares ``honours_segments``
         (otherwise the block runs each document alone, see ``layers.block``)."""
         return all(getattr(core, "honours_segments", False) for core in self.cores)
-
-    @property
-    def supports_state(self) -> bool:
-        """Whether this layer decodes incrementally: every core carries a state and is causal."""
-        return all(core.supports_state and core.causal for core in self.cores)
 
     def forward(
         self,
@@ -100,20 +104,17 @@ class SelfAttention(nn.Module):
             position = state.get("length", 0)
             state["length"] = position + seq_len
             core_states = state.setdefault("cores", [{} for _ in self.cores])
-        q, k, v = self.qkv(x).view(batch, seq_len, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q_raw = q
+        qkv = self.qkv(x).view(batch, seq_len, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q_raw, k, v = qkv.unbind(0)
+        q = q_raw
         if self.rotary is not None:
-            q, k = self.rotary(q, position, position_ids), self.rotary(k, position, position_ids)
+            q, k = self.rotary(qkv[:2], position, position_ids).unbind(0)  # queries and keys in one product
         heads, gates, weights = [], {}, []
-        start = 0
-        for index, (core, count) in enumerate(zip(self.cores, self.heads_per_core, strict=True)):
-            if count == 0:
-                continue
-            part = slice(start, start + count)
-            start += count
+        for index, part in self._parts:
             core_state = None if state is None else core_states[index]
-            result = core(x, q[:, part], k[:, part], v[:, part], attention_mask, return_weights, q_raw[:, part],
-                          state=core_state, **packed)  # fmt: skip
+            core_inputs = (q, k, v, q_raw) if part is None else (q[:, part], k[:, part], v[:, part], q_raw[:, part])
+            result = self.cores[index](x, *core_inputs[:3], attention_mask, return_weights, core_inputs[3],
+                                       state=core_state, **packed)  # fmt: skip
             heads.append(result.heads)
             gates.update(result.gates)
             weights.append(result.weights)

@@ -55,12 +55,9 @@ class PreLNBlock(nn.Module):
         self.ffn_norm = nn.LayerNorm(d_model)
         self.ffn = ffn
         self.dropout = nn.Dropout(dropout)
-
-    @property
-    def supports_state(self) -> bool:
-        """Whether the block decodes incrementally: its mixer and its injection (if any) carry states."""
-        return bool(getattr(self.attention, "supports_state", False)) and (
-            self.gru is None or bool(getattr(self.gru, "supports_state", False))
+        # whether the block decodes incrementally (its mixer and its injection, if any, carry states), resolved once
+        self.supports_state = bool(getattr(attention, "supports_state", False)) and (
+            gru is None or bool(getattr(gru, "supports_state", False))
         )
 
     def forward(
@@ -83,10 +80,11 @@ class PreLNBlock(nn.Module):
         attended = self.attention(self.attention_norm(x), attention_mask, return_gates, return_weights, **mixer)
         if not isinstance(attended, AttentionOutput):
             attended = AttentionOutput(attended, None, None)
-        x = x + self.dropout(attended.output)
+        dropout = self.dropout if self.training and self.dropout.p else _identity  # no call per step when off
+        x = x + dropout(attended.output)
         if self.gru is not None:
-            x = x + self.dropout(self.gru(x, attention_mask, **injection))
-        x = x + self.dropout(self.ffn(self.ffn_norm(x)))
+            x = x + dropout(self.gru(x, attention_mask, **injection))
+        x = x + dropout(self.ffn(self.ffn_norm(x)))
         return AttentionOutput(x, attended.gates, attended.weights)
 
     def _packed(self, x: Tensor, attention_mask, return_gates: bool, return_weights: bool, segments: Segments):
@@ -107,3 +105,6 @@ class PreLNBlock(nn.Module):
             x = x + self.dropout(injected)
         x = x + self.dropout(self.ffn(self.ffn_norm(x)))
         return AttentionOutput(x, attended.gates, attended.weights)
+
+def _identity(x: Tensor) -> Tensor:
+    return x

@@ -29,7 +29,8 @@ class SwiGLU(nn.Module):
         plain = not torch.is_grad_enabled() or torch.is_autocast_enabled(x.device.type)
         if plain or (self.training and self.dropout.p > 0):
             gate, up = self.gate_up(x).chunk(2, dim=-1)
-            return self.down(self.dropout(F.silu(gate) * up))
+            hidden = F.silu(gate) * up
+            return self.down(self.dropout(hidden) if self.training and self.dropout.p else hidden)
         return swiglu_lean(x, self.gate_up.weight, self.down.weight)
 
 

@@ -90,14 +90,11 @@ class HybridParallelAttention(nn.Module):
             rotary=rotary,
             **pick_options(options, RANDOM_FEATURE_OPTIONS),
         )
+        self.supports_state = self.markov.supports_state and self.random_features.supports_state
 
     @property
     def markov_bias(self):
         return self.markov.markov_bias
-
-    @property
-    def supports_state(self) -> bool:
-        return self.markov.supports_state and self.random_features.supports_state
 
     @property
     def honours_segments(self) -> bool:

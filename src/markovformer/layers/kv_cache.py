@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from markovformer.ops.cached_attention import cached_attention
+from markovformer.ops.cached_attention import cached_attention, newest_query_attention
 
 
 class SeenKeys(NamedTuple):
@@ -31,70 +31,113 @@ class SeenKeys(NamedTuple):
 
 
 class KeyValueCache:
-    """Keys and values (B, H, C, Dh) of the positions seen, their positions (C,), padding (B, C) and, for decay
-    kinds, cumulative log forget gates (B, H, C) relative to the newest position (kept small by rebasing).
+    """Keys and values (B, H, C, Dh) of the positions seen, padding (B, C) and, for decay kinds, cumulative log
+    forget gates (B, H, C) relative to the newest position (kept small by rebasing). The slots' positions follow
+    from the length, so none are stored.
 
-    ``window`` W: a rolling cache of W + 1 slots, position p in slot p mod (W + 1); None: position p in slot p.
+    ``window`` W: a rolling cache of W + 1 slots, position p in slot p mod (W + 1), written twice (in storage of
+    2 (W + 1) slots, at s and s + W + 1) so that the last W + 1 positions are always one contiguous slice in
+    position order (``visible``): a new query's lags are then fixed (W..0), with no per-step index arithmetic and
+    no sort. None: position p in slot p.
     """
 
     def __init__(self, window: int | None) -> None:
         self.window = window
         self.length = 0  # positions written so far
-        self.keys = self.values = self.positions = self.real = self.log_decay = None
+        self.keys = self.values = self.real = self.log_decay = None  # the slots' positions follow from length
+        self._views: tuple | None = None  # (keys, values, real, their halves) of a rolling cache, made once
+        # what a core derives from its weights once per decoding and shares by every row (a per-lag bias table):
+        # the weights do not change while a cache is in use
+        self.derived: dict[str, Tensor] = {}
 
     @property
     def capacity(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[2]
+        """Slots that can hold a distinct position: W + 1 (rolling), or the storage allocated (global)."""
+        if self.keys is None:
+            return 0
+        return self.window + 1 if self.window is not None else self.keys.shape[2]
 
     def _allocate(self, keys: Tensor, capacity: int, with_decay: bool) -> None:
-        """(Re)allocate ``capacity`` slots, keeping what is stored (a global cache that grows)."""
+        """(Re)allocate ``capacity`` slots of storage, keeping what is stored (a global cache that grows)."""
         batch, heads, _, head_dim = keys.shape
-        old = (self.keys, self.values, self.positions, self.real, self.log_decay)
+        old = (self.keys, self.values, self.real, self.log_decay)
         self.keys = keys.new_zeros(batch, heads, capacity, head_dim)
         self.values = torch.zeros_like(self.keys)
-        self.positions = torch.full((capacity,), -1, dtype=torch.long, device=keys.device)
         self.real = torch.zeros(batch, capacity, dtype=torch.bool, device=keys.device)
         self.log_decay = keys.new_zeros(batch, heads, capacity) if with_decay else None
         if old[0] is not None:
             used = old[0].shape[2]
             self.keys[:, :, :used], self.values[:, :, :used] = old[0], old[1]
-            self.positions[:used], self.real[:, :used] = old[2], old[3]
+            self.real[:, :used] = old[2]
             if with_decay:
-                self.log_decay[..., :used] = old[4]
+                self.log_decay[..., :used] = old[3]
+
+    def _halves(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+        """A rolling cache's storage seen as its two copies: keys, values (B, H, 2, W + 1, Dh), real
+        (B, 2, W + 1), log decay (B, H, 2, W + 1)."""
+        views = self._views
+        if views is not None and views[0] is self.keys and views[1] is self.values and views[2] is self.real:
+            return views[3]  # (beam search's reordering replaces the tensors, and with them these views)
+        slots = self.window + 1
+        keys = self.keys.unflatten(2, (2, slots))
+        decay = None if self.log_decay is None else self.log_decay.unflatten(2, (2, slots))
+        halves = (keys, self.values.unflatten(2, (2, slots)), self.real.unflatten(1, (2, slots)), decay)
+        self._views = (self.keys, self.values, self.real, halves)
+        return halves
 
     def write(self, keys: Tensor, values: Tensor, real: Tensor, log_decay: Tensor | None = None) -> None:
         """Append keys, values (B, H, n, Dh) of the next n positions; real (B, n) is False at padding; log_decay
         (B, H, n): their cumulative log forget gates relative to the newest position before them."""
-        count = keys.shape[2]
-        positions = torch.arange(self.length, self.length + count, device=keys.device)
+        count, start = keys.shape[2], self.length
         self.length += count
         if self.window is not None:
+            slots = self.window + 1
             if self.keys is None:
-                self._allocate(keys, self.window + 1, log_decay is not None)
-            if count > self.capacity:  # only the last W + 1 positions can still be seen
-                keep = slice(count - self.capacity, count)
-                keys, values, real, positions = keys[:, :, keep], values[:, :, keep], real[:, keep], positions[keep]
-                log_decay_kept = None if log_decay is None else log_decay[..., keep]
-            else:
-                log_decay_kept = log_decay
-            slots = positions % self.capacity
-        else:
-            if self.length > self.capacity:
-                self._allocate(keys, max(2 * self.capacity, self.length, 16), log_decay is not None)
-            slots, log_decay_kept = positions, log_decay
-        self.keys.index_copy_(2, slots, keys)
-        self.values.index_copy_(2, slots, values)
-        self.positions.index_copy_(0, slots, positions)
-        self.real.index_copy_(1, slots, real)
+                self._allocate(keys, 2 * slots, log_decay is not None)
+            if log_decay is not None:
+                self.log_decay -= log_decay[..., -1:]  # rebase the old slots: the newest position has 0
+            cached_keys, cached_values, cached_real, cached_decay = self._halves()
+            if count == 1:  # one position, both copies of its slot in one copy each
+                slot = start % slots
+                cached_keys[:, :, :, slot] = keys
+                cached_values[:, :, :, slot] = values
+                cached_real[:, :, slot] = real
+                if log_decay is not None:
+                    cached_decay[..., slot] = 0.0
+                return
+            keep = slice(max(0, count - slots), count)  # only the last W + 1 positions can still be seen
+            index = torch.arange(start, start + count, device=keys.device)[keep]
+            decay = None if log_decay is None else (log_decay - log_decay[..., -1:])[..., keep, None]
+            index_slots = index % slots
+            cached_keys.index_copy_(3, index_slots, keys[:, :, keep, None].expand(-1, -1, -1, 2, -1).transpose(2, 3))
+            cached_values.index_copy_(3, index_slots, values[:, :, keep, None].expand(-1, -1, -1, 2, -1)
+                                      .transpose(2, 3))  # fmt: skip
+            cached_real.index_copy_(2, index_slots, real[:, None, keep].expand(-1, 2, -1))
+            if log_decay is not None:
+                cached_decay.index_copy_(3, index_slots, decay.expand(-1, -1, -1, 2).transpose(2, 3))
+            return
+        if self.length > self.capacity:
+            self._allocate(keys, max(2 * self.capacity, self.length, 16), log_decay is not None)
+        self.keys[:, :, start : self.length] = keys
+        self.values[:, :, start : self.length] = values
+        self.real[:, start : self.length] = real
         if log_decay is not None:
-            self.log_decay.index_copy_(2, slots, log_decay_kept)
+            self.log_decay[..., start : self.length] = log_decay
             self.log_decay -= log_decay[..., -1:]  # rebase: the newest position has 0
 
-    def visible(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
-        """The slots that may hold a key: keys, values (B, H, c, Dh), positions (c,), real (B, c), log decay."""
-        used = self.capacity if self.window is not None else self.length
-        decay = None if self.log_decay is None else self.log_decay[..., :used]
-        return self.keys[:, :, :used], self.values[:, :, :used], self.positions[:used], self.real[:, :used], decay
+    def visible(self, positions: bool = True) -> tuple:
+        """The slots that may hold a key, in position order (empty slots, position -1, first): keys, values
+        (B, H, c, Dh), positions (c,; left out with ``positions=False``), real (B, c), log decay (B, H, c)."""
+        if self.window is not None:
+            begin = self.length % (self.window + 1)  # the oldest of the last W + 1 positions, in the first copy
+            used, first = slice(begin, begin + self.window + 1), self.length - self.window - 1
+        else:
+            used, first = slice(0, self.length), 0
+        decay = None if self.log_decay is None else self.log_decay[..., used]
+        if not positions:
+            return self.keys[:, :, used], self.values[:, :, used], self.real[:, used], decay
+        slot_positions = torch.arange(first, self.length, device=self.keys.device).clamp_min(-1)  # -1: empty
+        return self.keys[:, :, used], self.values[:, :, used], slot_positions, self.real[:, used], decay
 
     def extend(self, k: Tensor, v: Tensor, real: Tensor, log_decay: Tensor | None = None) -> SeenKeys:
         """Append k, v (B, H, n, Dh) of the next n positions (real (B, n) False at padding; ``log_decay`` (B, H, n)
@@ -124,6 +167,10 @@ class KeyValueCache:
         log_decay: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
         """``extend`` with k, v, then the causal attention (B, H, n, Dh) of the new queries q over what they see."""
+        if q.shape[2] == 1:  # one new query (a decoding step): the visible keys end at its own, in order
+            self.write(k, v, real, log_decay)
+            keys, values, key_real, key_log_decay = self.visible(positions=False)
+            return newest_query_attention(q, keys, values, key_real, past_bias=past_bias, key_log_decay=key_log_decay)
         seen = self.extend(k, v, real, log_decay)
         return cached_attention(q, seen.keys, seen.values, seen.query_positions, seen.key_positions, seen.key_real,
                                 window=self.window, past_bias=past_bias, query_log_decay=seen.query_log_decay,

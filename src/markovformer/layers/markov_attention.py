@@ -32,7 +32,7 @@ class MarkovCore(nn.Module):
         causal: bool,
         bidirectional: bool,
         scope: str = "local",
-        window: int | None = None,
+        window: int | None,
         dropout: float = 0.0,
         backend: str = "auto",
         head_dim: int,
@@ -48,8 +48,7 @@ class MarkovCore(nn.Module):
             **bias_options,
         )
         self.causal, self.dropout, self.backend = causal, dropout, backend
-        # MarkovOptions' one default of a local window (max_order), for a layer built without the config
-        self.window = scoped_window(scope, max_order if window is None else window)
+        self.window = scoped_window(scope, window)  # as resolved (MarkovOptions holds the default), no second rule
 
     def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
                 segment_ids=None) -> CoreOutput:  # fmt: skip
@@ -71,8 +70,9 @@ class MarkovAttention(SelfAttention):
     """Self-attention with Markov transition biases and order gates on every head.
 
     Keyword arguments are named like the config fields: ``d_model, n_heads, max_order, causal, bidirectional,
-    scope, window, gate, gate_input, gate_null, gate_gumbel_tau, transition, head_specific, dropout, backend,
-    rotary``. ``forward(x, attention_mask=None, return_gates=False, return_weights=False)``.
+    scope, window`` (required: the resolved window, as ``MarkovOptions`` gives it), ``gate, gate_input, gate_null,
+    gate_gumbel_tau, transition, head_specific, dropout, backend, rotary``.
+    ``forward(x, attention_mask=None, return_gates=False, return_weights=False)``.
     """
 
     def __init__(self, *, d_model: int, n_heads: int, rotary: bool = True, **core_options) -> None:
@@ -109,6 +109,11 @@ class MarkovOptions:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.scope == "local" and self.window is None:  # the one home of this default: a window of max_order
+            object.__setattr__(self, "window", self.max_order)
+        if self.scope == "local" and self.window < self.max_order:
+            raise ValueError(f"window={self.window!r}: smaller than max_order={self.max_order}: lags beyond the "
+                             "window are never seen")  # fmt: skip
 
     @classmethod
     def check_values(cls, owner: str, values: dict) -> None:

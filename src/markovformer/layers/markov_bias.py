@@ -37,6 +37,8 @@ class HeadwiseLinear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(groups, out_features))
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.weight.shape[0] == 1:  # one group: a plain linear map of any (..., in), one GEMM, no einsum planning
+            return F.linear(x, self.weight[0].t(), self.bias[0])
         return torch.einsum("...gi,gio->...go", x, self.weight) + self.bias
 
 
@@ -124,6 +126,16 @@ class MarkovBias(nn.Module):
             strengths[direction] = value.expand(self.n_heads, self.max_order)
         return strengths
 
+    def _strengths(self, dtype: torch.dtype) -> dict[str, Tensor]:
+        """Per direction the strengths T as (1, H or 1, 1, K) in ``dtype`` (broadcasting over the heads): what
+        ``transitions`` gives, without its expand and with the fewest operations (a decoding step pays for each)."""
+        strengths = {}
+        for direction in self.directions:
+            theta = self.theta[direction]
+            value = F.softplus(theta) + SOFTPLUS_EPS if self.transition == "softplus" else theta
+            strengths[direction] = (value if value.dtype == dtype else value.to(dtype)).view(1, -1, 1, self.max_order)
+        return strengths
+
     def _gate_logits(self, direction: str, x: Tensor, q: Tensor, attention_mask: Tensor | None,
                      segment_ids: Tensor | None = None) -> Tensor:  # fmt: skip
         """(B, H, T, slots) logits from the configured gate input (``sequence``: pooled over each token's document
@@ -143,7 +155,7 @@ class MarkovBias(nn.Module):
             else:
                 x = (x * weights).sum(1, keepdim=True) / weights.sum(1, keepdim=True).clamp_min(1.0)
                 x = x.expand(batch, seq_len, -1)
-        logits = network(x[:, :, None, :]).squeeze(2)  # (B, T, H·slots)
+        logits = network(x)  # (B, T, H·slots): one group, so no group axis is needed
         return logits.view(batch, seq_len, self.n_heads, -1).transpose(1, 2)
 
     def _gate_probabilities(self, logits: Tensor) -> Tensor:
@@ -156,14 +168,14 @@ class MarkovBias(nn.Module):
         """x: the normalised layer input (B, T, D); q: the layer's queries (B, H, T, Dh); ``segment_ids`` (B, T):
         packed documents (only the ``sequence`` gate input reads beyond its own token)."""
         batch, seq_len = x.shape[:2]
-        strengths = self.transitions()
+        strengths = self._strengths(x.dtype)
         biases: dict[str, Tensor | None] = {"future": None}
         gates: dict[str, Tensor] = {}
         self._last_gate_logits, self._last_attention_mask = [], attention_mask
         for direction in self.directions:
-            strength = strengths[direction].to(x.dtype)[None, :, None, :]  # (1, H, 1, K)
+            strength = strengths[direction]  # (1, H or 1, 1, K)
             if self.gate == "none":
-                biases[direction] = strength.expand(batch, -1, seq_len, -1)
+                biases[direction] = strength.expand(batch, self.n_heads, seq_len, -1)
                 continue
             logits = self._gate_logits(direction, x, q, attention_mask, segment_ids)
             alpha = self._gate_probabilities(logits)

@@ -11,7 +11,11 @@ POSITIONS = ("rotary", "sinusoidal", "learned", "none")
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding of (B, H, T, Dh) queries or keys (Dh even). Computed on the fly for any T."""
+    """Rotary position embedding of (..., T, Dh) queries or keys (Dh even), for any T. The cos / sin table of the
+    positions seen is kept (grown by doubling, up to ``TABLE_POSITIONS``), so a decoding step slices one row
+    instead of computing it; beyond that length rows are computed on the fly (the same values)."""
+
+    TABLE_POSITIONS = 1 << 15
 
     def __init__(self, head_dim: int, base: float = 10000.0) -> None:
         super().__init__()
@@ -19,22 +23,47 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"rotary position needs an even head dimension; got {head_dim}")
         inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._table: tuple | None = None  # (key, cos, sin, cos + i sin or None), each (positions, Dh/2)
+
+    def _angles(self, start: int, end: int, x: Tensor) -> tuple[tuple[Tensor, Tensor, Tensor | None], slice]:
+        """cos, sin (N, Dh/2) in x's dtype and the complex rotation (for float32/64), and the rows of positions
+        start..end-1 in them."""
+        key = (id(self.inv_freq), self.inv_freq._version, x.dtype, x.device)
+        table = self._table
+        if table is None or table[0] != key or table[1].shape[0] < end:
+            size = max(end, 2 * table[1].shape[0] if table is not None and table[0] == key else 0, 64)
+            if end > self.TABLE_POSITIONS:  # too long to keep: this call's rows only
+                return self._rows(start, end, x), slice(0, end - start)
+            with torch.inference_mode(False):  # a table made while decoding in inference mode serves training too
+                table = self._table = (key, *self._rows(0, min(size, self.TABLE_POSITIONS), x))
+        return table[1:], slice(start, end)
+
+    def _rows(self, start: int, end: int, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        positions = torch.arange(start, end, device=x.device, dtype=torch.float32)
+        angles = positions[:, None] * self.inv_freq[None, :]  # (T, Dh/2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        return cos, sin, torch.complex(cos, sin) if x.dtype in (torch.float32, torch.float64) else None
+
+    def _at(self, x: Tensor, position_ids: Tensor) -> Tensor:
+        """x (..., B, H, T, Dh) rotated to the positions ``position_ids`` (B, T) (no table: each batch has its own)."""
+        positions = position_ids.to(device=x.device, dtype=torch.float32)[:, None]  # (B, 1, T)
+        angles = positions[..., None] * self.inv_freq  # (B, 1, T, Dh/2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
     def forward(self, x: Tensor, start: int = 0, position_ids: Tensor | None = None) -> Tensor:
-        """x (..., T, Dh) at positions start..start+T-1, or (B, H, T, Dh) at ``position_ids`` (B, T) (packed
+        """x (..., T, Dh) at positions start..start+T-1, or (..., B, H, T, Dh) at ``position_ids`` (B, T) (packed
         documents: positions restart at each one)."""
-        if position_ids is None:
-            positions = torch.arange(start, start + x.shape[-2], device=x.device, dtype=torch.float32)
-        else:
-            positions = position_ids.to(device=x.device, dtype=torch.float32)[:, None]  # (B, 1, T)
-        angles = positions[..., None] * self.inv_freq  # (T, Dh/2) or (B, 1, T, Dh/2)
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        if _pairs_view_as_complex(x):
+        if position_ids is not None:
+            return self._at(x, position_ids)
+        (cos, sin, rotation), rows = self._angles(start, start + x.shape[-2], x)
+        if rotation is not None and _pairs_view_as_complex(x):
+            rotation = rotation[rows]
             # Each (even, odd) pair is one complex number: the rotation is one complex product, forward and backward,
             # instead of four strided products and a stack (what the pair path below does).
-            rotation = torch.complex(cos, sin)  # (T, Dh/2)
             return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * rotation).flatten(-2)
-        even, odd = x[..., 0::2], x[..., 1::2]
+        even, odd, cos, sin = x[..., 0::2], x[..., 1::2], cos[rows], sin[rows]
         return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
 

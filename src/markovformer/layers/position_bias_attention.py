@@ -121,10 +121,16 @@ class RelativeBiasCore(nn.Module):
 
     def _decode(self, cache, q, k, v, real) -> Tensor:
         """New queries over the cache: the cache's per-lag slots hold b(k) - b(0) for lags k >= 1 (softmax ignores
-        a constant per row, and the cache gives lag 0 no slot)."""
-        longest = self.window if self.window is not None else cache.length + q.shape[-2] - 1
-        values = self.lag_bias(torch.arange(0, max(longest, 1) + 1, device=q.device)).to(q.dtype)  # (H, K + 1)
-        past = (values[:, 1:] - values[:, :1])[None, :, None, :].expand(q.shape[0], -1, q.shape[2], -1)
+        a constant per row, and the cache gives lag 0 no slot). The table of b(k) - b(0) is computed once per
+        decoding (the weights do not change within one) and kept in the cache, grown by doubling in global scope,
+        so a step reads its rows instead of running the bias over every distance again."""
+        longest = max(self.window if self.window is not None else cache.length + q.shape[-2] - 1, 1)
+        table = cache.derived.get("lag_bias")  # (H, n): b(k) - b(0) for lags 1..n
+        if table is None or table.shape[1] < longest:
+            size = longest if self.window is not None else max(longest, 2 * (0 if table is None else table.shape[1]))
+            values = self.lag_bias(torch.arange(0, size + 1, device=q.device)).to(q.dtype)  # (H, n + 1)
+            table = cache.derived["lag_bias"] = values[:, 1:] - values[:, :1]
+        past = table[None, :, None, :longest].expand(q.shape[0], -1, q.shape[2], -1)
         return cache.attend(q, k, v, real, past_bias=past)
 
 

@@ -145,11 +145,17 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
 
 @dataclasses.dataclass(frozen=True)
 class LayerSpec:
-    """One layer's resolved attention: its kind and every option of that kind (defaults and rules applied by the
-    model config, once); the layer is built from it as is."""
+    """One layer's resolved attention: its kind and its options, an instance of the kind's options dataclass (whose
+    fields' rules and defaults were applied once, when it was made); ``build_layer`` builds the layer from it as
+    is, with no second check."""
 
     kind: str
-    options: dict
+    settings: Any
+
+    @property
+    def options(self) -> dict:
+        """Every option of the layer's kind, by name."""
+        return dataclasses.asdict(self.settings)
 
 
 def attention_option_names(kind: str) -> frozenset[str]:
@@ -157,12 +163,18 @@ def attention_option_names(kind: str) -> frozenset[str]:
     return frozenset(field.name for field in dataclasses.fields(ATTENTION_KINDS[kind].options))
 
 
+def build_layer(spec: LayerSpec, *, d_model: int, n_heads: int, causal: bool, rotary: bool) -> nn.Module:
+    """Build the attention layer of a resolved ``spec`` (a model config's ``layer_specs``)."""
+    shared = dict(d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary)
+    return ATTENTION_KINDS[spec.kind].build(shared, spec.settings)
+
+
 def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rotary: bool, **options) -> nn.Module:
-    """Build the attention layer registered as ``kind``. ``options`` may hold options of other kinds (a model
-    config passes all of its own); only this kind's are used, so validate them first (the config does)."""
+    """Build the attention layer registered as ``kind`` from raw options (direct use): they are resolved by the
+    kind's options dataclass (its rules and defaults) and built by ``build_layer``. ``options`` may hold options of
+    other kinds; only this kind's are read."""
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; expected one of {tuple(ATTENTION_KINDS)}")
-    shared = dict(d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary)
-    entry = ATTENTION_KINDS[kind]
     accepted = attention_option_names(kind)
-    return entry.build(shared, entry.options(**{name: value for name, value in options.items() if name in accepted}))
+    settings = ATTENTION_KINDS[kind].options(**{name: value for name, value in options.items() if name in accepted})
+    return build_layer(LayerSpec(kind, settings), d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary)

@@ -51,4 +51,31 @@ def cached_attention(
     return torch.matmul(masked_softmax(scores, allowed).to(values.dtype), values)
 
 
-__all__ = ["cached_attention"]
+def newest_query_attention(
+    q: Tensor, keys: Tensor, values: Tensor, key_real: Tensor, *, past_bias: Tensor | None = None,
+    key_log_decay: Tensor | None = None,
+) -> Tensor:  # fmt: skip
+    """``cached_attention`` of one query (B, H, 1, Dh) over keys (B, H, C, Dh) in position order that end with its
+    own (a cache's ``visible`` slots right after the query's key was written, every one within its window): the
+    key in slot C-1-k is at lag k, so the lags are fixed and the Markov bias of lag k is a slice, not a gather.
+    key_real (B, C) is False at padding and empty slots; key_log_decay (B, H, C) relative to the query."""
+    count = keys.shape[2]
+    scores = torch.matmul(q, keys.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if past_bias is not None and count > 1:
+        lags = min(past_bias.shape[-1], count - 1)
+        bias = past_bias if lags == past_bias.shape[-1] else past_bias[..., :lags]
+        scores[..., count - 1 - lags : count - 1].add_(bias.flip(-1))  # lag k at slot C-1-k
+    if key_log_decay is not None:
+        scores = scores - key_log_decay[..., None, :]
+    # masked_softmax, in place and with the fewest operations (a decoding step pays for each)
+    allowed = key_real.view(key_real.shape[0], 1, 1, count)
+    scores = scores.masked_fill_(allowed.logical_not(), torch.finfo(scores.dtype).min)
+    if scores.dtype in (torch.float32, torch.float64):
+        weights = torch.softmax(scores, dim=-1)
+    else:  # half precision: normalised in float32
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+    weights = weights * allowed.any(dim=-1, keepdim=True)  # a query with no visible key gives zeros
+    return torch.matmul(weights if weights.dtype == values.dtype else weights.to(values.dtype), values)
+
+
+__all__ = ["cached_attention", "newest_query_attention"]

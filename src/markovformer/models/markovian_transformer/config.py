@@ -152,8 +152,8 @@ class MarkovianTransformerConfig(ModelConfig):
             if self.window is None and "max_order" not in self._options_read(kinds - {"softmax"}):
                 fail("window", f"scope='local' {'/'.join(sorted(kinds))} attention needs a window (keys t-window..t "
                      "are visible)")  # fmt: skip
-            if self.window is None:
-                self.window = self.max_order
+            if self.window is None:  # MarkovOptions' default, asked rather than written again
+                self.window = MarkovOptions(max_order=self.max_order, scope="local").window
             if self.window < self.max_order and "max_order" in self._options_read():
                 fail("window", f"is smaller than max_order={self.max_order}: lags beyond the window are never seen")
         elif self.window is not None:
@@ -205,25 +205,21 @@ class MarkovianTransformerConfig(ModelConfig):
             if own and "scope" in names:
                 scope = own.get("scope", "local" if "window" in own else values.get("scope"))
                 window = own.get("window")
-                if window is None and scope == "local":
-                    same = scope == self.scope and "max_order" not in own and self.window is not None
-                    window = self.window if same else own.get("max_order", values.get("max_order"))
+                if window is None and scope == "local" and scope == self.scope and "max_order" not in own:
+                    window = self.window  # the flat window, when the layer keeps the flat scope and order
                 values.update(scope=scope, window=window if scope == "local" else own.get("window"))
             values.update(own)
             where = f"{type(self).__name__}.attention[{index}]"
             try:
-                ATTENTION_KINDS[kind].options(**values)
+                settings = ATTENTION_KINDS[kind].options(**values)  # the kind's rules and defaults, applied once
             except ValueError as error:
                 raise ValueError(f"{where}.{error}") from None
             if "scope" in names and own:
-                if values["scope"] == "local" and values["window"] is None:
+                if settings.scope == "local" and settings.window is None:
                     raise ValueError(f"{where}.window=None: scope='local' {kind} attention needs a window")
-                if values["scope"] == "global" and values["window"] is not None:
-                    raise ValueError(f"{where}.window={values['window']!r}: only meaningful with scope='local'")
-                if values["window"] is not None and values["window"] < values.get("max_order", 0):
-                    raise ValueError(f"{where}.window={values['window']!r}: smaller than max_order="
-                                     f"{values['max_order']}: lags beyond the window are never seen")  # fmt: skip
-            specs.append(LayerSpec(kind, values))
+                if settings.scope == "global" and settings.window is not None:
+                    raise ValueError(f"{where}.window={settings.window!r}: only meaningful with scope='local'")
+            specs.append(LayerSpec(kind, settings))
         return specs
 
     def _options_read(self, kinds: set[str] | None = None) -> set[str]:

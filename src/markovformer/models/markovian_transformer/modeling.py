@@ -14,7 +14,7 @@ from markovformer.layers.ffn import build_ffn
 from markovformer.layers.gru import build_injection
 from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.position import sinusoidal_positions
-from markovformer.layers.registry import LayerSpec, build_attention
+from markovformer.layers.registry import LayerSpec, build_layer
 from markovformer.models.generation import GenerationMixin
 from markovformer.models.inputs import check_not_empty, check_token_ids
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
@@ -85,23 +85,14 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         self.blocks = nn.ModuleList(self._block(spec) for spec in config.layer_specs())
         self.final_norm = nn.LayerNorm(config.d_model)
         self.init_weights()
-
-    @property
-    def decodes_incrementally(self) -> bool:
-        """Whether ``forward(..., state=...)`` can continue a sequence: causal, and every block carries a state
-        (its kinds' declared ``supports_state``; Hyena and Linformer do not)."""
-        return self.config.causal and all(block.supports_state for block in self.blocks)
+        # whether ``forward(..., state=...)`` can continue a sequence: causal, and every block carries a state (its
+        # kinds' declared ``supports_state``; Hyena and Linformer do not), resolved once
+        self.decodes_incrementally = config.causal and all(block.supports_state for block in self.blocks)
 
     def _block(self, spec: LayerSpec) -> PreLNBlock:
         config = self.config
-        attention = build_attention(
-            spec.kind,
-            d_model=config.d_model,
-            n_heads=config.n_heads,
-            causal=config.causal,
-            rotary=config.position == "rotary",
-            **spec.options,
-        )
+        attention = build_layer(spec, d_model=config.d_model, n_heads=config.n_heads, causal=config.causal,
+                                rotary=config.position == "rotary")  # fmt: skip
         ffn = build_ffn(config.ffn, config.d_model, config.ffn_mult, config.dropout)
         gru = build_injection(config.gru_kind, config.d_model, config.bidirectional) if config.gru else None
         return PreLNBlock(config.d_model, attention, ffn, gru, config.dropout)
@@ -176,7 +167,8 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
                                  f"got {tuple(position_ids.shape)}")  # fmt: skip
             segments = Segments.from_positions(position_ids.to(hidden.device), attention_mask)
         packed = {} if segments is None else {"segments": segments}
-        hidden = self.dropout(hidden)
+        if self.training and self.dropout.p:
+            hidden = self.dropout(hidden)
         gates, attentions = [], []
         for index, block in enumerate(self.blocks):
             if layer_states is not None:

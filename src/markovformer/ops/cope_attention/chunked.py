@@ -75,9 +75,7 @@ def cope_over_cache(
     window: int | None,
 ) -> Tensor:
     """CoPE attention of new queries (B, H, Tq, Dh) at ``query_positions`` over cache slots (B, H, C, Dh) at
-    ``key_positions`` (C,; < 0: empty) in any order; key_real (B, C). -> (B, H, Tq, Dv)."""
-    order = torch.argsort(key_positions)
-    key_positions, keys, values, key_real = (key_positions[order], keys[:, :, order], values[:, :, order],
-                                             key_real[:, order])  # fmt: skip
+    ``key_positions`` (C,; < 0: empty) in position order (a cache's ``visible`` slots);
+    key_real (B, C). -> (B, H, Tq, Dv)."""
     allowed = visible(lag_matrix(query_positions, key_positions), window, causal=True) & (key_positions >= 0)
     return cope_block(q, keys, values, position_embeddings, allowed[None, None] & key_real[:, None, None, :])

@@ -71,9 +71,7 @@ def stick_breaking_over_cache(
     attend_current: bool = False,
 ) -> Tensor:
     """Stick-breaking attention of new queries (B, H, Tq, Dh) at ``query_positions`` over cache slots (B, H, C, Dh)
-    at ``key_positions`` (C,; < 0: empty) in any order (a rolling cache); key_real (B, C). -> (B, H, Tq, Dv)."""
-    order = torch.argsort(key_positions)
-    key_positions, keys, values, key_real = (key_positions[order], keys[:, :, order], values[:, :, order],
-                                             key_real[:, order])  # fmt: skip
+    at ``key_positions`` (C,; < 0: empty) in position order (a cache's ``visible`` slots);
+    key_real (B, C). -> (B, H, Tq, Dv)."""
     allowed = stick_breaking_allowed(query_positions, key_positions, window, attend_current) & (key_positions >= 0)
     return stick_breaking_block(q, keys, values, allowed[None, None] & key_real[:, None, None, :])

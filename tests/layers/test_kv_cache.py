@@ -1,0 +1,52 @@
+"""The key/value cache's layout: a rolling cache's visible slots are the last W + 1 positions in order, and one new
+query over them (the decoding step's fast path) attends as the general cached attention does."""
+
+import pytest
+import torch
+
+from markovformer.layers.kv_cache import KeyValueCache
+from markovformer.ops.cached_attention import cached_attention, newest_query_attention
+
+
+@pytest.mark.parametrize("window", [3, None])
+def test_visible_slots_are_the_last_window_plus_one_positions_in_order_whatever_the_chunks(window):
+    generator = torch.Generator().manual_seed(0)
+    keys = torch.randn(2, 3, 20, 4, generator=generator)
+    real = torch.rand(2, 20, generator=generator) > 0.3
+    decay = -torch.rand(2, 3, 20, generator=generator)  # each position's own log forget gate
+    cache, start = KeyValueCache(window), 0
+    for count in (2, 1, 1, 5, 1, 3, 1, 1, 4, 1):
+        end = start + count
+        # cumulative log gates of the chunk relative to the newest position before it
+        chunk_decay = decay[..., start:end].cumsum(-1)
+        cache.write(keys[:, :, start:end], -keys[:, :, start:end], real[:, start:end], chunk_decay)
+        start = end
+        shown = slice(0, end) if window is None else slice(max(0, end - window - 1), end)
+        got_keys, got_values, positions, got_real, got_decay = cache.visible()
+        n = shown.stop - shown.start
+        assert positions[:-n].eq(-1).all()  # empty slots (before the window fills) come first
+        assert positions[-n:].tolist() == list(range(shown.start, shown.stop))
+        torch.testing.assert_close(got_keys[:, :, -n:], keys[:, :, shown], rtol=0, atol=0)
+        torch.testing.assert_close(got_values[:, :, -n:], -keys[:, :, shown], rtol=0, atol=0)
+        assert torch.equal(got_real[:, -n:], real[:, shown]) and not got_real[:, : got_real.shape[1] - n].any()
+        # each key's cumulative log decay relative to the newest position: minus the gates after it
+        expected = -(decay[..., shown].flip(-1).cumsum(-1).flip(-1) - decay[..., shown])
+        torch.testing.assert_close(got_decay[..., -n:], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("window", [4, None])
+def test_one_new_query_attends_as_the_general_cached_attention(window):
+    generator = torch.Generator().manual_seed(1)
+    cache = KeyValueCache(window)
+    k, v = torch.randn(2, 3, 9, 4, generator=generator), torch.randn(2, 3, 9, 4, generator=generator)
+    real = torch.ones(2, 9, dtype=torch.bool)
+    real[1, :5] = False  # left padding in row 1
+    cache.write(k[:, :, :8], v[:, :, :8], real[:, :8], -torch.rand(2, 3, 8, generator=generator).cumsum(-1))
+    cache.write(k[:, :, 8:], v[:, :, 8:], real[:, 8:], -torch.rand(2, 3, 1, generator=generator))
+    keys, values, positions, key_real, key_decay = cache.visible()
+    q = torch.randn(2, 3, 1, 4, generator=generator)
+    bias = torch.randn(2, 3, 1, 6, generator=generator)  # K = 6 > W: the lags past the window see nothing
+    expected = cached_attention(q, keys, values, torch.tensor([8]), positions, key_real, window=window,
+                                past_bias=bias, query_log_decay=torch.zeros(2, 3, 1), key_log_decay=key_decay)
+    got = newest_query_attention(q, keys, values, key_real, past_bias=bias, key_log_decay=key_decay)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
