@@ -40,6 +40,7 @@ from markovformer.layers.position_bias_attention import (
     T5BiasOptions,
 )
 from markovformer.layers.random_feature_attention import RandomFeatureAttention, RandomFeatureOptions
+from markovformer.layers.selective_attention import SelectiveAttention, SelectiveOptions
 from markovformer.layers.softmax_attention import SoftmaxAttention, SoftmaxOptions
 from markovformer.layers.stick_breaking_attention import StickBreakingAttention, StickBreakingOptions
 
@@ -123,6 +124,11 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         CoPEOptions,
         lambda shared, o: CoPEAttention(**shared, window=scoped_window(o.scope, o.window),
                                         npos_max=o.npos_max),  # fmt: skip
+    ),
+    "selective": AttentionKind(
+        SelectiveOptions,
+        lambda shared, o: SelectiveAttention(**shared, window=scoped_window(o.scope, o.window),
+                                             protect_first=o.protect_first),  # fmt: skip
     ),
     # the baseline zoo (layers.baselines): sequence mixers in the same blocks; some ignore n_heads and rotary
     "linformer": AttentionKind(
