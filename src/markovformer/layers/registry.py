@@ -24,7 +24,13 @@ from markovformer.layers.baselines import (
     ScanMixer,
 )
 from markovformer.layers.cope_attention import CoPEAttention, CoPEOptions
-from markovformer.layers.decay_attention import AlibiAttention, DecayOptions, ForgettingAttention
+from markovformer.layers.decay_attention import (
+    PRO_PARTS,
+    AlibiAttention,
+    DecayOptions,
+    ForgettingAttention,
+    ForgettingOptions,
+)
 from markovformer.layers.hybrid_attention import (
     HybridParallelAttention,
     HybridParallelOptions,
@@ -103,7 +109,10 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
     ),
     # the mixer suite's nearest relatives of per-lag biases: fixed (ALiBi) and data-dependent (FoX) decays
     "alibi": AttentionKind(DecayOptions, lambda shared, o: AlibiAttention(**shared, **_scoped(o))),
-    "forgetting": AttentionKind(DecayOptions, lambda shared, o: ForgettingAttention(**shared, **_scoped(o))),
+    "forgetting": AttentionKind(
+        ForgettingOptions,
+        lambda shared, o: ForgettingAttention(**shared, **_scoped(o), **{p: getattr(o, p) for p in PRO_PARTS}),
+    ),
     # learned biases of the lag alone (layers.position_bias_attention): T5's buckets, an MLP of the distance
     "t5_bias": AttentionKind(
         T5BiasOptions,
