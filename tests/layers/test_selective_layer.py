@@ -72,3 +72,26 @@ def test_bidirectional_is_refused_and_the_registry_builds_the_kind():
     with pytest.raises(ValueError, match=r"protect_first=.no."):
         MarkovianTransformerConfig(vocab_size=4, n_layers=1, attention=[{"kind": "selective",
                                                                          "protect_first": "no"}])  # fmt: skip
+
+
+@pytest.mark.parametrize("attention", [
+    [{"kind": "selective", "scope": "local", "window": 3}, {"kind": "selective", "protect_first": False}],
+    [{"kind": "forgetting", "output_gate": True, "output_norm": True, "qk_norm": True, "kv_shift": True},
+     {"kind": "selective"}],
+])  # fmt: skip
+def test_a_model_of_these_kinds_decodes_token_by_token_as_its_full_forward(attention):
+    """The model-level contract (``forward(..., state=s)``): a prompt, then one token per call, gives the full
+    forward's logits at every position (selective's running selection and FoX Pro's token shift included)."""
+    from markovformer import MarkovianTransformerForCausalLM
+
+    torch.manual_seed(3)
+    config = MarkovianTransformerConfig(vocab_size=7, d_model=16, n_layers=2, n_heads=2, attention=attention)
+    model = MarkovianTransformerForCausalLM(config).double().eval()
+    assert model.model.decodes_incrementally
+    ids = torch.randint(0, 7, (2, 12))
+    with torch.no_grad():
+        full = model(ids).logits
+        state: dict = {}
+        pieces = [model(ids[:, :5], state=state).logits]
+        pieces += [model(ids[:, t : t + 1], state=state).logits for t in range(5, 12)]
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full)
