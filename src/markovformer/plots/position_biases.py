@@ -42,7 +42,7 @@ def plot_distance_profiles(panels: Sequence[ProfilePanel], out: Path) -> Path:
         ax.set_yticklabels(list(panel.rows) if index == 0 else [""] * len(values), fontsize=8)
         ax.set_xlabel("attention lag (key this many tokens before the query)")
         ax.set_title(panel.title, fontsize=10)
-    figure.colorbar(image, ax=list(axes), shrink=0.8, label="attention mass (max over heads and layers)")
+    figure.colorbar(image, ax=list(axes), shrink=0.8, label="attention mass")
     return save_figure(figure, out)
 
 
