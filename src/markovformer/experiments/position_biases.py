@@ -227,11 +227,6 @@ def _mixer_settings(settings: PositionBiasSettings, icl_order: int) -> mixers.Mi
                                **{name: getattr(settings, name) for name in names})  # fmt: skip
 
 
-def summary(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "n": len(values), "values": list(values)}  # fmt: skip
-
-
 def _tasks(settings: PositionBiasSettings) -> list[tuple[str, str, int]]:
     """(task key, family, icl order) of every task: "hidden", "icl" or a mixer task."""
     tasks = [(f"hidden_{source}", "hidden", 0) for source in settings.hidden_sources]
@@ -277,17 +272,17 @@ def run_point(report: ExperimentReport, task: str, family: str, order: int, kind
              "seconds": sum(r["seconds"] for r in runs)}  # fmt: skip
     if family == "hidden":
         point["floor"] = runs[0]["floor"]
-        point["excess"] = summary([r["test_loss"] - r["floor"] for r in runs])
-        point["excess_by_length"] = {m: summary([r["loss_by_length"][m] - r["floor"] for r in runs])
+        point["excess"] = mixers.summary([r["test_loss"] - r["floor"] for r in runs])
+        point["excess_by_length"] = {m: mixers.summary([r["loss_by_length"][m] - r["floor"] for r in runs])
                                      for m in runs[0]["loss_by_length"]}  # fmt: skip
         point["profile"] = [r["profile"] for r in runs]
         log(f"[{NAME}] {task} {kind}: lr {best_lr:g}, loss - entropy rate {point['excess']['mean']:.4f}")
     else:
-        point["test_accuracy"] = summary([r["test"]["accuracy"] for r in runs])
-        point["test_loss"] = summary([r["test"]["loss"] for r in runs])
+        point["test_accuracy"] = mixers.summary([r["test"]["accuracy"] for r in runs])
+        point["test_loss"] = mixers.summary([r["test"]["loss"] for r in runs])
         if family == "icl":
-            point["bayes_add1"] = summary([r["bayes_add1"]["loss"] for r in runs])
-            point["excess"] = summary([r["test"]["loss"] - r["bayes_add1"]["loss"] for r in runs])
+            point["bayes_add1"] = mixers.summary([r["bayes_add1"]["loss"] for r in runs])
+            point["excess"] = mixers.summary([r["test"]["loss"] - r["bayes_add1"]["loss"] for r in runs])
         log(f"[{NAME}] {task} {kind}: lr {best_lr:g}, test accuracy {point['test_accuracy']['mean']:.3f}")
     return point
 

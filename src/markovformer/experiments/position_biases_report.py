@@ -86,7 +86,8 @@ def _profiles(report: ExperimentReport, settings, points: list[dict], hidden: li
     figure = plot_distance_profiles(panels, report.out_dir / "distance_profiles.png")
     report.figure(figure, "Distance profile of each kind: attention mass on each lag (mean over queries and seeds, "
                   "max over heads and layers). The position predicting x_{t+1} sits at x_t, so a chain reading lag l "
-                  "needs attention lag l − 1 (framed).")  # fmt: skip
+                  "needs attention lag l − 1 (framed). Layers compose: two layers each reading lag 1 reach lag 2, "
+                  "and FoX Pro's key/value shift already brings the previous token to lag 0.")  # fmt: skip
 
 
 def _extrapolation(report: ExperimentReport, settings, points: list[dict], hidden: list[str], labels: dict) -> None:
