@@ -33,13 +33,23 @@ from markovformer.bench.windows import NOT_INSTALLED, local_attention_available,
 from markovformer.layers import MarkovAttention
 from markovformer.layers.attention import CoreOutput
 from markovformer.layers.hybrid_attention import markov_head_count
+from markovformer.layers.registry import build_attention
 from markovformer.ops.lag_bias_attention import lag_bias_attention
 from markovformer.ops.lag_bias_attention.flex import block_mask_for, compiled_flex_attention
 from markovformer.ops.linear_attention import draw_projection, feature_map, linear_attention
 
 # markov_layer: a MarkovAttention layer (projections, gates, attention) timed in turns with the same layer whose
 # attention core is removed ("projections_only"), so their ratio is taken under the same machine load.
-OP_KINDS = ("markov_local", "markov_global", "softmax_sdpa", "random_feature", "hybrid", "markov_layer")
+# <kind>_layer: the attention layer of registered kind <kind> (projections included, no rotary), for the positional
+# kinds of issue 31 beside the softmax layer; "fox_pro_layer" is "forgetting" with the four parts of FoX Pro.
+POSITION_LAYER_OPTIONS = {
+    "softmax_layer": ("softmax", {}), "alibi_layer": ("alibi", {}), "forgetting_layer": ("forgetting", {}),
+    "fox_pro_layer": ("forgetting", {"output_gate": True, "output_norm": True, "qk_norm": True, "kv_shift": True}),
+    "t5_bias_layer": ("t5_bias", {}), "dynamic_bias_layer": ("dynamic_bias", {}),
+    "stick_breaking_layer": ("stick_breaking", {}), "cope_layer": ("cope", {}), "selective_layer": ("selective", {}),
+}  # fmt: skip
+OP_KINDS = ("markov_local", "markov_global", "softmax_sdpa", "random_feature", "hybrid", "markov_layer",
+            *POSITION_LAYER_OPTIONS)  # fmt: skip
 CUDA_OP_KINDS = ("sliding_window_flex",)  # FlexAttention's plain sliding window: what the Markov bias adds to
 OP_SHAPE = dict(batch=1, heads=8, head_dim=32, order=4)  # d_model = 256, the paper's configuration; K = W = 4
 HYBRID_MARKOV_HEAD_RATIO = 0.5  # the "hybrid" op kind: half the heads Markov, as the paper's models
@@ -56,8 +66,13 @@ def _op_step(kind: str, seq_len: int, device: str, backend: str):
     """Inputs for one op case and the step that runs it (forward + backward, gradients cleared)."""
     batch, heads, head_dim, order = (OP_SHAPE[key] for key in ("batch", "heads", "head_dim", "order"))
     generator = torch.Generator().manual_seed(0)
-    if kind in ("markov_layer", "projections_only"):
-        layer = MarkovAttention(d_model=heads * head_dim, n_heads=heads, max_order=order, window=order, backend=backend)
+    if kind in ("markov_layer", "projections_only") or kind in POSITION_LAYER_OPTIONS:
+        if kind in POSITION_LAYER_OPTIONS:
+            registered, options = POSITION_LAYER_OPTIONS[kind]
+            layer = build_attention(registered, d_model=heads * head_dim, n_heads=heads, causal=True, rotary=False,
+                                    **options)  # fmt: skip
+        else:
+            layer = MarkovAttention(d_model=heads * head_dim, n_heads=heads, max_order=order, window=order, backend=backend)
         if kind == "projections_only":
             layer.cores[0] = _ProjectionsOnly()
         layer = layer.to(device)
@@ -99,7 +114,7 @@ def _op_step(kind: str, seq_len: int, device: str, backend: str):
                 return torch.cat([markov, features(q[:, n_markov:], k[:, n_markov:], v[:, n_markov:])], dim=1)
             if kind == "sliding_window_flex":
                 return _sliding_window_flex(q, k, v, order)
-            raise ValueError(f"unknown op kind {kind!r}; expected one of {OP_KINDS + CUDA_OP_KINDS}")
+            raise ValueError(f"expected one of {OP_KINDS + CUDA_OP_KINDS}; got the unknown op kind {kind!r}")
 
     def step():
         forward().backward(upstream)

@@ -8,6 +8,8 @@ import argparse
 PART_NAMES = ("ops", "windows", "models", "longest")
 ALL_PART_NAMES = (*PART_NAMES, "decode", "translation_decode", "scan", "data")  # when asked
 OP_KIND_NAMES = ("markov_local", "markov_global", "softmax_sdpa", "random_feature", "hybrid", "markov_layer",
+                 "softmax_layer", "alibi_layer", "forgetting_layer", "fox_pro_layer", "t5_bias_layer",
+                 "dynamic_bias_layer", "stick_breaking_layer", "cope_layer", "selective_layer",
                  "sliding_window_flex")  # fmt: skip
 
 

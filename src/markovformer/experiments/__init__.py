@@ -15,6 +15,7 @@ from markovformer.experiments import (
     mat_order,
     mixers,
     order_recovery,
+    position_biases,
     scan_shakespeare,
     table1,
     vmt,
@@ -23,7 +24,7 @@ from markovformer.experiments import (
 from markovformer.models.config_base import suggest
 
 _MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt, table1,
-            mixers)
+            mixers, position_biases)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,14 @@
 and the Forgetting Transformer's data-dependent forget gate (FoX, Lin et al., ICLR 2025), both on the
 ``forgetting_attention`` op (O(T) memory, no T×T bias): ALiBi is FoX with a constant gate log f = -m per head.
 Local scope (``window`` W) sees keys t-W..t; ``window=None`` is global scope.
+
+FoX's "Pro" block (Lin et al., "Forgetting Transformer: Softmax Attention with a Forget Gate", ICLR 2025,
+arXiv:2503.02130, section 3 and appendix; reference: github.com/zhixuan-lin/forgetting-transformer) borrows four parts
+of recurrent models, each an option of kind "forgetting" (``ForgettingOptions``), applied in the paper's order:
+key/value token shift k_t = α_t k̃_{t-1} + (1 - α_t) k̃_t with α_t = sigmoid(w·x_t) per head (likewise v), then
+QK-norm (RMSNorm of each head's q and k with a learned scale per head and channel), the attention, output
+normalisation (the same RMSNorm of each head's output) and an output gate sigmoid(W x_t) on it before the output
+projection.
 """
 
 from __future__ import annotations
@@ -31,6 +39,35 @@ class DecayOptions:
         check_fields(self)
 
 
+@dataclasses.dataclass(frozen=True)
+class ForgettingOptions(DecayOptions):
+    """The options of attention kind "forgetting": those of ``DecayOptions`` and the four parts of FoX's "Pro" block
+    (each off by default; all four on is FoX Pro): ``output_gate``, ``output_norm``, ``qk_norm``, ``kv_shift``."""
+
+    output_gate: bool = option(False, one_of((True, False)))
+    output_norm: bool = option(False, one_of((True, False)))
+    qk_norm: bool = option(False, one_of((True, False)))
+    kv_shift: bool = option(False, one_of((True, False)))
+
+
+PRO_PARTS = ("output_gate", "output_norm", "qk_norm", "kv_shift")
+
+
+def head_rms_norm(heads: Tensor, scale: Tensor, eps: float = 1e-6) -> Tensor:
+    """RMSNorm of each head's vector (B, H, T, Dh) with a learned scale (H, Dh)."""
+    return heads * torch.rsqrt(heads.pow(2).mean(-1, keepdim=True) + eps) * scale[None, :, None, :]
+
+
+def token_shift(raw: Tensor, mix: Tensor, previous: Tensor | None, real: Tensor) -> Tensor:
+    """FoX Pro's data-dependent token shift: raw (B, H, T, Dh), mix α (B, H, T) in (0, 1), previous (B, H, 1, Dh)
+    the raw vector before position 0 (None: zeros), real (B, T) False at padding (a padded position passes on
+    zeros). -> α_t raw_{t-1} + (1 - α_t) raw_t."""
+    passed = raw * real[:, None, :, None].to(raw.dtype)
+    before = passed.new_zeros(passed[:, :, :1].shape) if previous is None else previous
+    shifted = torch.cat([before, passed[:, :, :-1]], dim=2)
+    return mix[..., None] * shifted + (1 - mix[..., None]) * raw
+
+
 def alibi_slopes(n_heads: int) -> Tensor:
     """ALiBi's geometric slopes m_h = 2^(-8h/H), h = 1..H (the paper's sequence for a power-of-two H; used as is
     for any H). (H,) float32."""
@@ -50,8 +87,20 @@ class DecayCore(nn.Module):
     honours_segments = True  # packed documents: masked per query chunk (the op's segment_ids)
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool, window: int | None, dropout: float,
-                 data_dependent: bool) -> None:  # fmt: skip
+                 data_dependent: bool, output_gate: bool = False, output_norm: bool = False, qk_norm: bool = False,
+                 kv_shift: bool = False) -> None:  # fmt: skip
         super().__init__()
+        head_dim = d_model // n_heads
+        self.output_gate = nn.Linear(d_model, n_heads * head_dim, bias=False) if output_gate else None
+        self.output_norm = nn.Parameter(torch.ones(n_heads, head_dim)) if output_norm else None
+        self.q_norm = nn.Parameter(torch.ones(n_heads, head_dim)) if qk_norm else None
+        self.k_norm = nn.Parameter(torch.ones(n_heads, head_dim)) if qk_norm else None
+        self.kv_shift = nn.Linear(d_model, 2 * n_heads, bias=False) if kv_shift else None
+        if kv_shift:  # the shift would carry a document's last key into the next: packed batches run per document
+            self.honours_segments = False
+        for linear in (self.output_gate, self.kv_shift):
+            if linear is not None:
+                nn.init.normal_(linear.weight, std=0.02)
         self.causal, self.window, self.dropout = causal, window, dropout
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
         self.forget_gate = nn.Linear(d_model, n_heads) if data_dependent else None
@@ -66,14 +115,44 @@ class DecayCore(nn.Module):
             return (-self.slopes.to(x.dtype))[None, :, None].expand(x.shape[0], heads, x.shape[1])
         return F.logsigmoid(self.forget_gate(x)).transpose(1, 2)
 
+    def _pro_inputs(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor | None,
+                    state: dict | None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+        """The token shift of k and v (its last raw k, v kept in ``state["shift"]``), then QK-norm."""
+        if self.kv_shift is not None:
+            if not self.causal:
+                raise ValueError("kv_shift mixes in the previous token: it needs causal=True")
+            real = real_mask(attention_mask, x)
+            mix = torch.sigmoid(self.kv_shift(x)).transpose(1, 2)  # (B, 2H, T)
+            heads = q.shape[1]
+            before = None if state is None else state.get("shift")
+            shifted_k = token_shift(k, mix[:, :heads], None if before is None else before[0], real)
+            shifted_v = token_shift(v, mix[:, heads:], None if before is None else before[1], real)
+            if state is not None:
+                keep = real[:, -1, None, None, None].to(k.dtype)
+                state["shift"] = (k[:, :, -1:] * keep, v[:, :, -1:] * keep)
+            k, v = shifted_k, shifted_v
+        if self.q_norm is not None:
+            q, k = head_rms_norm(q, self.q_norm), head_rms_norm(k, self.k_norm)
+        return q, k, v
+
+    def _pro_output(self, x: Tensor, heads: Tensor) -> Tensor:
+        """Output norm, then the output gate, on the heads (B, H, T, Dh)."""
+        if self.output_norm is not None:
+            heads = head_rms_norm(heads, self.output_norm)
+        if self.output_gate is not None:
+            gate = torch.sigmoid(self.output_gate(x)).view(*x.shape[:2], *heads.shape[1:2], heads.shape[-1])
+            heads = heads * gate.transpose(1, 2)
+        return heads
+
     def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
                 segment_ids=None) -> CoreOutput:  # fmt: skip
         log_forget = self.log_forget(x, q.shape[1])
+        q, k, v = self._pro_inputs(x, q, k, v, attention_mask, state)
         if state is not None:
             cumulative = log_forget.cumsum(-1)  # G_t from the newest position before x; D_{t,j} = G_t - G_j
             if "cache" in state:
                 heads = state["cache"].attend(q, k, v, real_mask(attention_mask, x), log_decay=cumulative)
-                return CoreOutput(heads, {}, None)
+                return CoreOutput(self._pro_output(x, heads), {}, None)
             keep_in_cache(state, self.window, k, v, attention_mask, cumulative)
         options = dict(window=self.window, causal=self.causal, attention_mask=attention_mask,
                        dropout_p=self.dropout if self.training else 0.0)  # fmt: skip
@@ -81,8 +160,8 @@ class DecayCore(nn.Module):
             options["segment_ids"] = segment_ids
         if return_weights:
             heads, weights = forgetting_attention_naive(q, k, v, log_forget, **options)
-            return CoreOutput(heads, {}, weights)
-        return CoreOutput(forgetting_attention(q, k, v, log_forget, **options), {}, None)
+            return CoreOutput(self._pro_output(x, heads), {}, weights)
+        return CoreOutput(self._pro_output(x, forgetting_attention(q, k, v, log_forget, **options)), {}, None)
 
 
 class AlibiAttention(SelfAttention):
@@ -98,13 +177,18 @@ class AlibiAttention(SelfAttention):
 
 class ForgettingAttention(SelfAttention):
     """The Forgetting Transformer's attention: a data-dependent forget gate per head and position whose cumulative
-    log sums are added to the logits. FoX needs no position embedding (``position='none'``)."""
+    log sums are added to the logits. FoX needs no position embedding (``position='none'``). ``pro`` names the
+    parts of the "Pro" block to switch on (``PRO_PARTS``)."""
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, window: int | None = None,
-                 dropout: float = 0.0, rotary: bool = False) -> None:  # fmt: skip
+                 dropout: float = 0.0, rotary: bool = False, **pro: bool) -> None:  # fmt: skip
+        unknown = set(pro) - set(PRO_PARTS)
+        if unknown:
+            raise ValueError(f"unknown FoX Pro parts {sorted(unknown)}; expected some of {PRO_PARTS}")
         core = DecayCore(d_model=d_model, n_heads=n_heads, causal=causal, window=window, dropout=dropout,
-                         data_dependent=True)  # fmt: skip
+                         data_dependent=True, **pro)  # fmt: skip
         super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
 
 
-__all__ = ["AlibiAttention", "DecayCore", "DecayOptions", "ForgettingAttention", "alibi_slopes"]
+__all__ = ["PRO_PARTS", "AlibiAttention", "DecayCore", "DecayOptions", "ForgettingAttention", "ForgettingOptions",
+           "alibi_slopes", "head_rms_norm", "token_shift"]

@@ -24,7 +24,13 @@ from markovformer.layers.baselines import (
     ScanMixer,
 )
 from markovformer.layers.cope_attention import CoPEAttention, CoPEOptions
-from markovformer.layers.decay_attention import AlibiAttention, DecayOptions, ForgettingAttention
+from markovformer.layers.decay_attention import (
+    PRO_PARTS,
+    AlibiAttention,
+    DecayOptions,
+    ForgettingAttention,
+    ForgettingOptions,
+)
 from markovformer.layers.hybrid_attention import (
     HybridParallelAttention,
     HybridParallelOptions,
@@ -40,6 +46,7 @@ from markovformer.layers.position_bias_attention import (
     T5BiasOptions,
 )
 from markovformer.layers.random_feature_attention import RandomFeatureAttention, RandomFeatureOptions
+from markovformer.layers.selective_attention import SelectiveAttention, SelectiveOptions
 from markovformer.layers.softmax_attention import SoftmaxAttention, SoftmaxOptions
 from markovformer.layers.stick_breaking_attention import StickBreakingAttention, StickBreakingOptions
 
@@ -102,7 +109,10 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
     ),
     # the mixer suite's nearest relatives of per-lag biases: fixed (ALiBi) and data-dependent (FoX) decays
     "alibi": AttentionKind(DecayOptions, lambda shared, o: AlibiAttention(**shared, **_scoped(o))),
-    "forgetting": AttentionKind(DecayOptions, lambda shared, o: ForgettingAttention(**shared, **_scoped(o))),
+    "forgetting": AttentionKind(
+        ForgettingOptions,
+        lambda shared, o: ForgettingAttention(**shared, **_scoped(o), **{p: getattr(o, p) for p in PRO_PARTS}),
+    ),
     # learned biases of the lag alone (layers.position_bias_attention): T5's buckets, an MLP of the distance
     "t5_bias": AttentionKind(
         T5BiasOptions,
@@ -123,6 +133,11 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         CoPEOptions,
         lambda shared, o: CoPEAttention(**shared, window=scoped_window(o.scope, o.window),
                                         npos_max=o.npos_max),  # fmt: skip
+    ),
+    "selective": AttentionKind(
+        SelectiveOptions,
+        lambda shared, o: SelectiveAttention(**shared, window=scoped_window(o.scope, o.window),
+                                             protect_first=o.protect_first),  # fmt: skip
     ),
     # the baseline zoo (layers.baselines): sequence mixers in the same blocks; some ignore n_heads and rotary
     "linformer": AttentionKind(

@@ -1,0 +1,91 @@
+"""Selective attention over query chunks, O(T) memory (O(T·W) time with a window).
+
+The accumulated selection F[t, j] = Σ_{j<m<t} S[m, j] is a running sum per key: chunks of queries are taken in
+order, each starts from the sum its predecessors left (``carried``, one value per key and batch row), adds its own
+rows' selections with a cumulative sum along its queries, and hands the new per-key totals on. Each chunk's
+(chunk, keys) block is recomputed in the backward pass (activation checkpointing), so nothing of size T×T exists;
+autograd gives every gradient, the selection's included.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from markovformer.ops.lags import lag_matrix, visible
+from markovformer.ops.masked_softmax import masked_softmax
+from markovformer.ops.query_chunks import query_chunks, recomputed
+from markovformer.ops.selective_attention.naive import selection_allowed
+
+DEFAULT_CHUNK = 64  # queries per chunk
+
+
+def selective_block(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, allowed: Tensor, selects: Tensor,
+                    carried: Tensor) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """q_rows (B, H, R, Dh) in increasing position, keys (B, H, S, D*), allowed (B or 1, 1, R, S), selects (B or 1,
+    R, S): row m may mask key j, carried (B, S): Σ S[m, j] over the tokens before the rows.
+    -> (output (B, H, R, Dv), carried after the rows (B, S))."""
+    logits = q_rows @ k_keys.transpose(-1, -2) / math.sqrt(q_rows.shape[-1])
+    selection = torch.where(selects, F.relu(logits[:, 0]), 0.0)
+    totals = selection.cumsum(-2)
+    masked_by = carried[:, None, :] + totals - selection  # the rows strictly before each query
+    output = masked_softmax(logits - masked_by[:, None], allowed) @ v_keys
+    return output, carried + totals[:, -1]
+
+
+def selective_attention_chunked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    window: int | None,
+    protect_first: bool = True,
+    attention_mask: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+) -> tuple[Tensor, Tensor]:
+    """(output (B, H, T, Dv), each key's total selection by the tokens after it (B, T)); arguments as
+    ``selective_attention``."""
+    batch, _, seq_len, _ = q.shape
+    positions = torch.arange(seq_len, device=q.device)
+    real = None if attention_mask is None else attention_mask.bool()
+    carried = q.new_zeros(batch, seq_len)  # per key: the selection of the tokens already passed
+    outputs = []
+    for start, end, low, _ in query_chunks(seq_len, chunk_size, window):
+        rows, keys = positions[start:end], positions[low:end]
+        allowed = visible(lag_matrix(rows, keys), window, causal=True)[None, None]
+        selects = selection_allowed(rows, keys, window, protect_first)[None]
+        if real is not None:
+            allowed = allowed & real[:, None, None, low:end]
+            selects = selects & real[:, start:end, None] & real[:, None, low:end]
+        pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], allowed, selects, carried[:, low:end])
+        output, after = recomputed(selective_block, *pieces)
+        outputs.append(output)
+        carried = torch.cat([carried[:, :low], after, carried[:, end:]], dim=1)
+    return torch.cat(outputs, dim=-2), carried
+
+
+def selective_over_cache(
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    carried: Tensor,
+    query_positions: Tensor,
+    key_positions: Tensor,
+    key_real: Tensor,
+    query_real: Tensor,
+    *,
+    window: int | None,
+    protect_first: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """Selective attention of new queries (B, H, Tq, Dh) at ``query_positions`` (increasing) over cache slots
+    (B, H, C, Dh) at ``key_positions`` (C,; < 0: empty) in any order; carried (B, C): each slot's accumulated
+    selection by the tokens before the queries; key_real (B, C), query_real (B, Tq).
+    -> (output (B, H, Tq, Dv), each slot's accumulated selection after the queries (B, C))."""
+    lags_allowed = visible(lag_matrix(query_positions, key_positions), window, causal=True) & (key_positions >= 0)
+    allowed = lags_allowed[None, None] & key_real[:, None, None, :]
+    selects = (selection_allowed(query_positions, key_positions, window, protect_first) & (key_positions >= 0))[None]
+    selects = selects & key_real[:, None, :] & query_real[:, :, None]
+    return selective_block(q, keys, values, allowed, selects, carried)
