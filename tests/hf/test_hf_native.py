@@ -409,3 +409,27 @@ def test_inputs_the_wrappers_cannot_honour_are_refused_by_name(name, value):
     with pytest.raises(ValueError, match=f"does not take {name}: markovformer models read input_ids"):
         model(input_ids=_ids(), **{name: value})
     model(input_ids=_ids(), **{name: None})  # None, as transformers passes unused inputs, is fine
+
+
+def test_without_tokenizers_a_run_finishes_its_model_without_the_hugging_face_files_and_says_so(tmp_path, monkeypatch,
+                                                                                                capsys):  # fmt: skip
+    import sys
+
+    from markovformer.data.text import CharTokenizer
+    from markovformer.training.run_dir import write_hf_tokenizer
+
+    ours = CharTokenizer("ab \n")
+    ours.save(tmp_path / "tokenizer")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"d_model": 16}\n')
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # any import of tokenizers now fails
+    write_hf_tokenizer(tmp_path)
+    assert capsys.readouterr().out.splitlines() == [
+        "model/ holds no Hugging Face tokenizer files: BPE and the Hugging Face tokenizer format need Hugging Face "
+        "'tokenizers': pip install 'markovformer[train]'"]  # fmt: skip
+    assert sorted(path.name for path in (tmp_path / "model").iterdir()) == ["config.json"]
+    assert (tmp_path / "model" / "config.json").read_text() == '{"d_model": 16}\n'
+    monkeypatch.delitem(sys.modules, "tokenizers")
+    write_hf_tokenizer(tmp_path)  # with it: the files, and the pad id
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "model")("ba \n")["input_ids"] == ours.encode("ba \n")
+    assert '"pad_token_id": 0' in (tmp_path / "model" / "config.json").read_text()

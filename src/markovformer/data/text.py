@@ -538,11 +538,13 @@ def text_windows(tokens: Tensor, seq_len: int, overlap: int = 0) -> list[dict[st
 
 
 def _import_tokenizers():
-    """Hugging Face ``tokenizers``, imported only when BPE is used (it is an optional dependency)."""
+    """Hugging Face ``tokenizers``, imported only when BPE or the Hugging Face format is used (an optional
+    dependency)."""
     try:
         import tokenizers
     except ImportError:
-        raise ImportError("BPE needs Hugging Face 'tokenizers': pip install 'markovformer[train]'") from None
+        raise ImportError("BPE and the Hugging Face tokenizer format need Hugging Face 'tokenizers': "
+                          "pip install 'markovformer[train]'") from None  # fmt: skip
     return tokenizers
 
 
