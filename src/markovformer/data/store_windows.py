@@ -61,7 +61,7 @@ class RandomStarts(StoreWindows):
 def store_example(store: TokenStore, begin: int, end: int, overlap: int = 0, position_ids: bool = False) -> dict:
     """The example of tokens [begin, end): ``input_ids`` and ``labels`` (the first ``overlap`` -100), and with
     ``position_ids`` each token's offset from the start of its document."""
-    window = torch.from_numpy(np.asarray(store.tokens[begin:end], dtype=np.int64))
+    window = torch.from_numpy(store.read(begin, end).astype(np.int64))
     labels = window
     if overlap:
         labels = window.clone()
