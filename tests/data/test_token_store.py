@@ -182,3 +182,25 @@ def test_tiny_shakespeare_store_decodes_to_the_file(tmp_path):
     assert bundle.tokenizer.decode(_whole_tokens(bundle)) == SHAKESPEARE.read_text(encoding="utf-8")
     meta = json.loads((bundle.train.store.folder / "meta.json").read_text())
     assert meta["dtype"] == "uint8" and meta["num_tokens"] == 1_115_394
+
+
+def test_reading_random_windows_keeps_resident_memory_flat(tmp_path):
+    """Windows are read with pread: read through the map, each made the kernel map the page-cache folios around it
+    into the process (about 0.7 MB a window here), so resident memory grew with the number of windows read."""
+    from markovformer.bench.measure import status_mib
+    from markovformer.data.store_windows import store_example
+
+    if status_mib("RssFile") is None:
+        pytest.skip("needs /proc/self/status with RssFile")
+    path = tmp_path / "corpus.txt"
+    with path.open("w", encoding="ascii") as out:
+        for block in range(32):
+            out.write(chr(97 + block % 26) * (1 << 20))
+    store = open_or_build([Segment(str(path), 0, 32 << 20)], "{}", lambda text: np.frombuffer(text.encode(), np.uint8),
+                          256, None, tmp_path / "cache")  # fmt: skip
+    starts = np.random.default_rng(0).integers(0, len(store) - 300, 300)
+    before = status_mib("RssFile")
+    windows = [store_example(store, int(start), int(start) + 257)["input_ids"] for start in starts]
+    assert status_mib("RssFile") - before < 16
+    letters = [97 + int(start) // (1 << 20) % 26 for start in starts]
+    assert [int(w[0]) for w in windows] == letters and {len(w) for w in windows} == {257}

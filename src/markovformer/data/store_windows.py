@@ -62,7 +62,7 @@ def store_example(store: TokenStore, begin: int, end: int, overlap: int = 0, pos
     """The example of tokens [begin, end): ``input_ids`` and ``labels`` (the first ``overlap`` -100), and with
     ``position_ids`` each token's offset from the start of its document (packed documents: the first token of each
     document then has label -100, since predicting it would read the previous document)."""
-    window = torch.from_numpy(np.asarray(store.tokens[begin:end], dtype=np.int64))
+    window = torch.from_numpy(store.read(begin, end).astype(np.int64))
     labels = window
     if overlap:
         labels = window.clone()

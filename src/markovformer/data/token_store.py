@@ -124,6 +124,7 @@ class TokenStore:
         if _sampled_hash(tokens_path) != self.meta["tokens_sampled_blake2b"]:
             raise ValueError(f"{TOKENS_FILE} does not match the hash recorded when it was written")
         self.tokens = np.memmap(tokens_path, dtype=dtype, mode="r", shape=(count,)) if count else np.zeros(0, dtype)
+        self._file = tokens_path.open("rb", buffering=0)  # for ``read``
         ends = [i + 1 for i, segment in enumerate(self.meta["segments"]) if segment["end_of_document"]]
         records = np.zeros(0, np.int64)
         if self.meta.get("documents"):
@@ -136,6 +137,15 @@ class TokenStore:
 
     def __len__(self) -> int:
         return int(self.meta["num_tokens"])
+
+    def read(self, begin: int, end: int) -> np.ndarray:
+        """Tokens [begin, end), read with ``pread``. Windows are read this way, not through ``tokens``: a read
+        through the map makes the kernel map the page-cache folios around it (hundreds of KB) into this process, so
+        its resident memory would grow with every window read; ``pread`` copies only the window."""
+        begin, end = max(int(begin), 0), min(int(end), len(self))
+        size = self.tokens.dtype.itemsize
+        data = os.pread(self._file.fileno(), max(end - begin, 0) * size, begin * size)
+        return np.frombuffer(data, dtype=self.tokens.dtype)
 
     def __getstate__(self) -> dict:
         return {"folder": str(self.folder)}
