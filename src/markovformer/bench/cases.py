@@ -72,7 +72,8 @@ def _op_step(kind: str, seq_len: int, device: str, backend: str):
             layer = build_attention(registered, d_model=heads * head_dim, n_heads=heads, causal=True, rotary=False,
                                     **options)  # fmt: skip
         else:
-            layer = MarkovAttention(d_model=heads * head_dim, n_heads=heads, max_order=order, window=order, backend=backend)
+            layer = MarkovAttention(d_model=heads * head_dim, n_heads=heads, max_order=order, window=order,
+                                    backend=backend)  # fmt: skip
         if kind == "projections_only":
             layer.cores[0] = _ProjectionsOnly()
         layer = layer.to(device)

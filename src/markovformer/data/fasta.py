@@ -13,6 +13,7 @@ import torch
 
 from markovformer.data.bundle import DataBundle, label_names_in_order
 from markovformer.data.splits import split_indices
+from markovformer.data.token_store import cache_root
 
 DNA_VOCAB = "ACGTN"  # letter DNA_VOCAB[i] has id i + 1; id 0 is padding, so the vocabulary size is 6
 DNA_VOCAB_SIZE = len(DNA_VOCAB) + 1
@@ -35,8 +36,6 @@ class IndexedFasta(Mapping):
         try:
             self._fasta = pyfaidx.Fasta(str(self.path), sequence_always_upper=True, as_raw=True)
         except PermissionError:
-            from markovformer.data.token_store import cache_root
-
             key = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:32]
             (cache_root() / "fai").mkdir(parents=True, exist_ok=True)
             self._fasta = pyfaidx.Fasta(str(self.path), indexname=str(cache_root() / "fai" / f"{key}.fai"),

@@ -15,6 +15,7 @@ from markovformer.data.csv_series import load_csv_series
 from markovformer.data.fasta import load_fasta_classification
 from markovformer.data.finance import load_order_book
 from markovformer.data.genomics import load_bed_classification
+from markovformer.data.hf_dataset import load_hf_dataset_lm
 from markovformer.data.locations import find_prepared_file
 from markovformer.data.markov_sources import HiddenOrderSource, MarkovChainSource
 from markovformer.data.speech import load_audio_manifest, load_speech_features
@@ -81,8 +82,6 @@ class HFDatasetSource:
 
     def build(self, seed: int, tokenizer=None) -> DataBundle:
         """The bundle; ``tokenizer``: encode with this one (a run's saved tokenizer) instead of fitting one."""
-        from markovformer.data.hf_dataset import load_hf_dataset_lm
-
         options = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         files = options.pop("data_files")
         return load_hf_dataset_lm(files, **{**options, "cache_dir": self.cache_dir or None}, fitted=tokenizer)
