@@ -1,4 +1,4 @@
-"""Training on a mixture of markov orders n (trainer.orders) with label smoothing, and validation on
+"""Training on a mixture of markov orders n (task_options.orders) with label smoothing, and validation on
 the exact n-gram mixture, for the scan Markov model through the engine: the draws are a function of (seed, step),
 smoothing never reaches validation, every validation position is scored with its full n, and eval / generate work
 on the run."""
