@@ -16,6 +16,7 @@ from markovformer.experiments import (
     mixers,
     order_recovery,
     scan_shakespeare,
+    shakespeare_char,
     table1,
     vmt,
     weight_tying,
@@ -23,7 +24,7 @@ from markovformer.experiments import (
 from markovformer.models.config_base import suggest
 
 _MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt, table1,
-            mixers)
+            mixers, shakespeare_char)
 
 
 @dataclass(frozen=True)
