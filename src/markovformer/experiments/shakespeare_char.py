@@ -73,10 +73,12 @@ LADDER = (
     ("softmax_rotary", "+ rotary positions (= our softmax Transformer, defaults)", {"position": "rotary"}),
 )
 LADDER_ROWS = tuple(key for key, _, _ in LADDER)
+# one difference alone on nanoGPT's block, the ladder's biggest step checked out of its order
+SINGLE = {"nanogpt_swiglu": ("nanoGPT block with SwiGLU alone", {"ffn": "swiglu"})}
 MODEL_ROWS = ("softmax_learned", "softmax_rotary", "markov_w32", "markov_w8", "markov_w64", "markov_global",
               "hybrid_w32", "scan_recurrent")  # fmt: skip
-ROWS = tuple(dict.fromkeys(LADDER_ROWS + MODEL_ROWS))
-LADDER_LABELS = {key: label for key, label, _ in LADDER}
+ROWS = tuple(dict.fromkeys(LADDER_ROWS + tuple(SINGLE) + MODEL_ROWS))
+LADDER_LABELS = {key: label for key, label, _ in LADDER} | {key: label for key, (label, _) in SINGLE.items()}
 LABELS = {
     "softmax_learned": "softmax, learned positions",
     "softmax_rotary": "softmax, rotary",
@@ -129,11 +131,12 @@ def _model_section(row: str, settings: ShakespeareCharSettings) -> tuple[str, di
              "dropout": settings.dropout}  # fmt: skip
     if row in MARKOV:
         return "markovian_transformer", {**shape, **MARKOV[row]}, {}
-    steps = [options for key, _, options in LADDER]
-    index = LADDER_ROWS.index(row)
     options = dict(NANOGPT)
-    for step in steps[: index + 1]:
-        options.update(step)
+    if row in SINGLE:
+        options.update(SINGLE[row][1])
+    else:
+        for _, _, step in LADDER[: LADDER_ROWS.index(row) + 1]:
+            options.update(step)
     data = {"window_starts": options.pop("window_starts")}
     model = {**shape, "attention": "softmax", "scope": "global", **options}
     if model["position"] == "learned":
@@ -321,10 +324,13 @@ def run(
     columns = ["row", "model", "parameters", "val loss, random batches", "val loss, full split",
                "random − full", "Δ full vs row above", "tokens/s", "CPU s"]  # fmt: skip
     ladder = rows_of(LADDER_ROWS, LADDER_LABELS)
+    single = rows_of(("nanogpt", *SINGLE), LADDER_LABELS)
     if ladder:
         report.table(columns, ladder, caption="The ladder: nanoGPT's block, then one difference at a time moved to "
                      "markovformer's defaults (each row keeps the changes above it). Mean ± std over "
                      "seeds.")  # fmt: skip
+    if len(single) > 1:
+        report.table(columns, single, caption="One difference alone on nanoGPT's block (Δ against the block).")
     models = rows_of(MODEL_ROWS, LABELS)
     if models:
         report.table(columns, models, caption="markovformer's models at nanoGPT's budget, library defaults "
@@ -336,7 +342,7 @@ def run(
                     "retrained.")  # fmt: skip
     keys = [key for key in ROWS if key in by_row]
     figure = plot_row_errorbars(
-        {LABELS.get(key, key): {"random batches": [c["random_batches"] for c in by_row[key]],
+        {LABELS.get(key, LADDER_LABELS.get(key, key)): {"random batches": [c["random_batches"] for c in by_row[key]],
                        "full split": [c["full_split"] for c in by_row[key]]} for key in keys},
         {f"nanoGPT (its script, here) {NANOGPT_CPU_LOSS}": NANOGPT_CPU_LOSS},
         report.out_dir / "val_loss.png", "validation loss (nats)")  # fmt: skip
