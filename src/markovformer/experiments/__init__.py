@@ -17,6 +17,7 @@ from markovformer.experiments import (
     order_recovery,
     position_biases,
     scan_shakespeare,
+    shakespeare_char,
     table1,
     vmt,
     weight_tying,
@@ -24,7 +25,7 @@ from markovformer.experiments import (
 from markovformer.models.config_base import suggest
 
 _MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt, table1,
-            mixers, position_biases)
+            mixers, position_biases, shakespeare_char)
 
 
 @dataclass(frozen=True)

@@ -46,13 +46,20 @@ def _per_document(module: nn.Module, x: Tensor, segments: Segments, *args) -> tu
 
 class PreLNBlock(nn.Module):
     def __init__(
-        self, d_model: int, attention: nn.Module, ffn: nn.Module, gru: nn.Module | None = None, dropout: float = 0.0
+        self,
+        d_model: int,
+        attention: nn.Module,
+        ffn: nn.Module,
+        gru: nn.Module | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
     ) -> None:
+        """``bias=False``: LayerNorms without an additive bias (nanoGPT's ``bias=False``)."""
         super().__init__()
-        self.attention_norm = nn.LayerNorm(d_model)
+        self.attention_norm = nn.LayerNorm(d_model, bias=bias)
         self.attention = attention
         self.gru = gru
-        self.ffn_norm = nn.LayerNorm(d_model)
+        self.ffn_norm = nn.LayerNorm(d_model, bias=bias)
         self.ffn = ffn
         self.dropout = nn.Dropout(dropout)
         # whether the block decodes incrementally (its mixer and its injection, if any, carry states), resolved once

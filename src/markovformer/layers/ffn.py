@@ -35,19 +35,20 @@ class SwiGLU(nn.Module):
 
 
 class GELUMLP(nn.Module):
-    def __init__(self, d_model: int, mult: int = 4, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, mult: int = 4, dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
-        self.up = nn.Linear(d_model, mult * d_model)
-        self.down = nn.Linear(mult * d_model, d_model)
+        self.up = nn.Linear(d_model, mult * d_model, bias=bias)
+        self.down = nn.Linear(mult * d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down(self.dropout(F.gelu(self.up(x))))
 
 
-def build_ffn(kind: str, d_model: int, mult: int = 4, dropout: float = 0.0) -> nn.Module:
+def build_ffn(kind: str, d_model: int, mult: int = 4, dropout: float = 0.0, bias: bool = True) -> nn.Module:
+    """``bias``: the GELU MLP's linear biases (SwiGLU has none)."""
     if kind == "swiglu":
         return SwiGLU(d_model, mult, dropout)
     if kind == "gelu":
-        return GELUMLP(d_model, mult, dropout)
+        return GELUMLP(d_model, mult, dropout, bias)
     raise ValueError(f"ffn must be one of {FFNS}; got {kind!r}")

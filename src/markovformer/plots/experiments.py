@@ -190,3 +190,29 @@ def plot_lag_bars(panels: Sequence[LagPanel], out: Path, ylabel: str) -> Path:
         ax.legend(fontsize=7)
     axes[0].set_ylabel(ylabel)
     return save_figure(figure, out)
+
+
+def plot_row_errorbars(rows: dict[str, dict[str, Sequence[float]]], references: dict[str, float], out: Path,
+                       xlabel: str) -> Path:  # fmt: skip
+    """One line per row (top to bottom), a marker per series at the mean of its values with a ± std bar (none for
+    a single value), and dashed vertical reference lines: measurements of several rows scored several ways."""
+    if not rows:
+        raise ValueError("plot_row_errorbars needs at least one row")
+    figure = new_figure(7.5, 0.45 * len(rows) + 1.6)
+    ax = figure.subplots()
+    series = list(dict.fromkeys(name for values in rows.values() for name in values))
+    positions = np.arange(len(rows))[::-1]
+    for index, name in enumerate(series):
+        offset = (index - (len(series) - 1) / 2) * 0.25
+        points = [(y + offset, np.mean(values[name]), np.std(values[name], ddof=1) if len(values[name]) > 1 else 0.0)
+                  for y, values in zip(positions, rows.values(), strict=True) if values.get(name)]  # fmt: skip
+        ys, means, stds = zip(*points, strict=True)
+        ax.errorbar(means, ys, xerr=stds, fmt="o", markersize=4, capsize=3, color=f"C{index % 10}", label=name)
+    for index, (label, value) in enumerate(references.items()):
+        ax.axvline(value, color="black", linestyle=_REFERENCE_STYLES[index % len(_REFERENCE_STYLES)], linewidth=1,
+                   label=label)  # fmt: skip
+    ax.set_yticks(positions, list(rows), fontsize=7)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(fontsize=7)
+    return save_figure(figure, out)

@@ -14,6 +14,7 @@ from markovformer.models.config_base import ModelConfig
 from markovformer.ops.linear_attention import FEATURE_MAPS
 
 POOLINGS = ("mean", "last", "cls")
+INIT_SCHEMES = ("normal", "gpt2")
 # options some attention kinds read that also configure the rest of the model, so never unused
 MODEL_WIDE_OPTIONS = frozenset({"dropout", "bidirectional", "max_positions"})
 # the Markov attention options whose defaults and per-value rules ``MarkovOptions`` owns
@@ -83,6 +84,8 @@ class MarkovianTransformerConfig(ModelConfig):
     gate_entropy_weight: float = 0.0
     transition_penalty: float = 0.0
     initializer_range: float = 0.02
+    init_scheme: str = "normal"  # or "gpt2": residual projections at std initializer_range / sqrt(2 n_layers)
+    bias: bool = True  # biases of the LayerNorms and the GELU MLP; False is nanoGPT's bias=False
 
     def __post_init__(self) -> None:
         def fail(field: str, message: str) -> None:
@@ -164,6 +167,7 @@ class MarkovianTransformerConfig(ModelConfig):
             fail("backend", "the chunked backend is the global-scope path; use 'banded' (or 'auto') with scope='local'")
         if not 0.0 <= self.markov_head_ratio <= 1.0:
             fail("markov_head_ratio", "must lie in [0, 1]")
+        choice("init_scheme", INIT_SCHEMES)
         if not self.initializer_range > 0:
             fail("initializer_range", "must be positive")
         if self.redraw_interval < 0:

@@ -83,19 +83,30 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         )
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(self._block(spec) for spec in config.layer_specs())
-        self.final_norm = nn.LayerNorm(config.d_model)
+        self.final_norm = nn.LayerNorm(config.d_model, bias=config.bias)
         self.init_weights()
+        if config.init_scheme == "gpt2":
+            self.scale_residual_projections()
         # whether ``forward(..., state=...)`` can continue a sequence: causal, and every block carries a state (its
         # kinds' declared ``supports_state``; Hyena and Linformer do not), resolved once
         self.decodes_incrementally = config.causal and all(block.supports_state for block in self.blocks)
+
+    def scale_residual_projections(self) -> None:
+        """GPT-2's init (as nanoGPT's): the projections that write into the residual stream (each block's
+        ``attention.out_proj`` and ``ffn.down`` weights) redrawn with std initializer_range / sqrt(2 n_layers)."""
+        std = self.config.initializer_range / (2 * self.config.n_layers) ** 0.5
+        for block in self.blocks:
+            for name, parameter in block.named_parameters():
+                if name.endswith(("attention.out_proj.weight", "ffn.down.weight")):
+                    nn.init.normal_(parameter, std=std)
 
     def _block(self, spec: LayerSpec) -> PreLNBlock:
         config = self.config
         attention = build_layer(spec, d_model=config.d_model, n_heads=config.n_heads, causal=config.causal,
                                 rotary=config.position == "rotary")  # fmt: skip
-        ffn = build_ffn(config.ffn, config.d_model, config.ffn_mult, config.dropout)
+        ffn = build_ffn(config.ffn, config.d_model, config.ffn_mult, config.dropout, config.bias)
         gru = build_injection(config.gru_kind, config.d_model, config.bidirectional) if config.gru else None
-        return PreLNBlock(config.d_model, attention, ffn, gru, config.dropout)
+        return PreLNBlock(config.d_model, attention, ffn, gru, config.dropout, config.bias)
 
     def embed_inputs(
         self, input_ids: Tensor | None = None, input_features: Tensor | None = None, start: int = 0,

@@ -1,0 +1,150 @@
+"""``shakespeare-char``: the nanoGPT row is nanoGPT's model (its parameter count in closed form, GPT-2's init, no
+biases), the ladder moves one option at a time, the full-split score counts every target once, and (slow) the quick
+run's softmax model beats the unigram entropy of the text."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from markovformer.experiments import shakespeare_char
+from markovformer.experiments.shakespeare_char import (
+    LADDER_ROWS,
+    ShakespeareCharSettings,
+    full_split_loss,
+    random_batch_loss,
+    run_config,
+    unigram_entropy,
+)
+from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+
+
+class _Bigram(nn.Module):
+    """logits of token t depend on token t alone: any windowing gives each target the same loss."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(vocab, vocab, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, ids):
+        return type("Output", (), {"logits": self.table[ids]})()
+
+
+@torch.no_grad()
+def _naive_mean(model: _Bigram, tokens: torch.Tensor) -> float:
+    return float(torch.nn.functional.cross_entropy(model.table[tokens[:-1]], tokens[1:]))
+
+
+@pytest.mark.parametrize("length", [65, 66, 200, 257])  # a whole number of windows, one target over, in between
+def test_full_split_loss_scores_every_target_once(length):
+    tokens = torch.randint(0, 7, (length,), generator=torch.Generator().manual_seed(length))
+    model = _Bigram(7)
+    assert full_split_loss(model, tokens, block_size=64) == pytest.approx(_naive_mean(model, tokens), rel=1e-5)
+
+
+def test_random_batches_sample_the_split_and_repeat_with_the_seed():
+    tokens = torch.randint(0, 7, (3000,), generator=torch.Generator().manual_seed(1))
+    model = _Bigram(7)
+    first = random_batch_loss(model, tokens, 64, batches=4, batch_size=3, seed=5)
+    assert first == random_batch_loss(model, tokens, 64, batches=4, batch_size=3, seed=5)
+    assert first != random_batch_loss(model, tokens, 64, batches=4, batch_size=3, seed=6)
+    many = random_batch_loss(model, tokens, 64, batches=200, batch_size=12, seed=0)  # ~4.7 passes over the split
+    assert many == pytest.approx(_naive_mean(model, tokens), abs=0.03)
+    with pytest.raises(ValueError, match="block_size"):
+        random_batch_loss(model, tokens[:64], 64, batches=1, batch_size=1, seed=0)
+
+
+def test_unigram_entropy_is_the_cross_entropy_of_add_one_frequencies():
+    train, val = [0, 0, 0, 1], [0, 1]
+    # symbols {0, 1}; P(0) = 4/6, P(1) = 2/6
+    assert unigram_entropy(train, val) == pytest.approx(-(math.log(4 / 6) + math.log(2 / 6)) / 2)
+
+
+def _model(row: str, vocab: int = 65) -> MarkovianTransformerForCausalLM:
+    section = run_config(row, "text.txt", "out", ShakespeareCharSettings())["model"]
+    return MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=vocab, **section))
+
+
+@torch.no_grad()
+def test_the_nanogpt_row_is_nanogpts_model():
+    vocab, width, layers, positions = 65, 128, 4, 65
+    model = _model("nanogpt", vocab)
+    # nanoGPT with bias=False: per layer two LayerNorm weights, qkv, output projection, a 4x GELU MLP; then the tied
+    # token embedding, the position table and the final LayerNorm weight
+    per_layer = 2 * width + 3 * width * width + width * width + 2 * 4 * width * width
+    assert model.num_parameters() == layers * per_layer + vocab * width + positions * width + width
+    assert model.lm_head.weight is model.model.embed.weight
+    residual = [p for n, p in model.named_parameters() if n.endswith(("out_proj.weight", "ffn.down.weight"))]
+    others = [p for n, p in model.named_parameters() if n.endswith(("qkv.weight", "ffn.up.weight"))]
+    assert len(residual) == len(others) == 2 * layers
+    assert torch.cat([p.flatten() for p in residual]).std() == pytest.approx(0.02 / math.sqrt(2 * layers), rel=0.02)
+    assert torch.cat([p.flatten() for p in others]).std() == pytest.approx(0.02, rel=0.02)
+    # the library's defaults: biased LayerNorms, untied, every matrix at 0.02
+    ours = _model("softmax_rotary", vocab)
+    assert ours.model.final_norm.bias is not None and ours.lm_head.weight is not ours.model.embed.weight
+    out_proj = torch.cat([b.attention.out_proj.weight.flatten() for b in ours.model.blocks])
+    assert out_proj.std() == pytest.approx(0.02, rel=0.02)
+
+
+def test_each_ladder_step_moves_one_option():
+    settings = ShakespeareCharSettings()
+
+    def options(row):
+        values = run_config(row, "t", "o", settings)
+        return {**values["model"], **values["data"]}
+
+    for before, after in zip(LADDER_ROWS, LADDER_ROWS[1:], strict=False):
+        a, b = options(before), options(after)
+        changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"max_positions"}
+        assert len(changed) == 1, (before, after, changed)
+    assert options(LADDER_ROWS[-1])["position"] == "rotary" and options(LADDER_ROWS[-1])["ffn"] == "swiglu"
+
+
+def test_an_unknown_row_and_a_missing_text_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="row 'softmx'"):
+        run_config("softmx", "t", "o", ShakespeareCharSettings())
+    with pytest.raises(ValueError, match="rows="):
+        shakespeare_char.run(tmp_path, quick=True, seeds=(0,), overrides={"rows": ["softmx"]}, log=print)
+    with pytest.raises(ValueError, match="data prepare tiny-shakespeare"):
+        shakespeare_char.run(tmp_path, quick=True, seeds=(0,), overrides={"data_path": str(tmp_path / "none.txt")},
+                             log=print)  # fmt: skip
+    assert not (tmp_path / "report.md").exists()
+
+
+def _has_tiny_shakespeare() -> bool:
+    try:
+        return shakespeare_char.find_tiny_shakespeare().is_file()
+    except ValueError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_tiny_shakespeare(), reason="Tiny Shakespeare absent: markovformer data prepare "
+                    "tiny-shakespeare")  # fmt: skip
+def test_quick_run_beats_the_unigram_entropy(tmp_path):
+    report = shakespeare_char.run(tmp_path, quick=True, seeds=(0,), overrides={}, log=lambda line: None)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert report.is_file() and (tmp_path / "val_loss.png").is_file()
+    unigram = results["unigram_entropy"]
+    assert 3.0 < unigram < 3.5  # ~3.3 nats: Tiny Shakespeare's character frequencies
+    for cell in results["cells"]:
+        # 200 steps: well below the unigram entropy, both ways of scoring; the two agree to sampling noise
+        assert cell["full_split"] < unigram - 0.6 and cell["random_batches"] < unigram - 0.5, cell
+        assert abs(cell["full_split"] - cell["random_batches"]) < 0.15
+        assert Path(cell["run_dir"]).is_dir()
+
+
+def test_the_new_model_options_are_checked():
+    with pytest.raises(ValueError, match="init_scheme='gpt3'"):
+        MarkovianTransformerConfig(vocab_size=5, init_scheme="gpt3")
+    plain = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=5, d_model=16, n_heads=2, ffn="gelu"))
+    bare = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=5, d_model=16, n_heads=2, ffn="gelu",
+                                                                      bias=False))  # fmt: skip
+    layers = plain.config.n_layers
+    # bias=False drops two LayerNorm biases per block and the final one, and the GELU MLP's two (4 * 16 + 16)
+    assert plain.num_parameters() - bare.num_parameters() == layers * (2 * 16 + 4 * 16 + 16) + 16
