@@ -34,6 +34,7 @@ from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
 from markovformer.experiments.table1_models import match_width, parameter_count
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+from markovformer.ops.losses import token_cross_entropy
 
 NAME = "mixers"
 SUMMARY = "every sequence mixer on MQAR, induction, selective copying and in-context chains, accuracy vs width"
@@ -46,7 +47,8 @@ class MixersSettings:
     kinds: tuple[str, ...] = DEFAULT_KINDS
     lengths: tuple[int, ...] = (64, 128)
     widths: tuple[int, ...] = (32, 64)  # the global softmax model's d_model; other kinds match its parameters
-    sizes: str = "small"  # "zoology": Zoology's figure-2 grid (lengths 64-512, widths 64-512, vocabulary 8,192)
+    sizes: str = "small"  # "zoology": Zoology's figure-2 grid (lengths 64-512, widths 64-512, vocabulary 8,192);
+    # "zoology-64": its T = 64 panel (4 pairs, widths 64 and 128, the four lrs of logspace(-4, -2, 4))
     n_layers: int = 2
     n_heads: int = 2
     max_order: int = 8  # Markov lags K
@@ -75,12 +77,21 @@ QUICK = MixersSettings(lengths=(32,), widths=(32, 64), mqar_vocab=64, copy_token
                        warmup_steps=20, val_examples=128, test_examples=256)  # fmt: skip
 
 
+# Zoology's figure 2 (Arora et al., 2023): vocabulary 8,192, best of four learning rates in logspace(-4, -2)
+ZOOLOGY_LRS = (1e-4, 10 ** (-4 + 2 / 3), 10 ** (-4 + 4 / 3), 1e-2)
+SIZES = ("small", "zoology", "zoology-64")
+
+
 def resolve_sizes(settings: MixersSettings) -> MixersSettings:
-    """Settings with ``sizes='zoology'`` expanded into Zoology's figure-2 grid."""
+    """Settings with ``sizes='zoology'`` expanded into Zoology's figure-2 grid, ``'zoology-64'`` into its T = 64
+    panel (4 key-value pairs, widths 64 and 128, Zoology's four learning rates, MQAR only)."""
     if settings.sizes == "small":
         return settings
-    if settings.sizes != "zoology":
-        raise ValueError(f"mixers.sizes={settings.sizes!r} must be 'small' or 'zoology'")
+    if settings.sizes not in SIZES:
+        raise ValueError(f"mixers.sizes={settings.sizes!r} must be one of {SIZES}")
+    if settings.sizes == "zoology-64":
+        return dataclasses.replace(settings, tasks=("mqar",), lengths=(64,), widths=(64, 128), mqar_vocab=8192,
+                                   lrs=ZOOLOGY_LRS)  # fmt: skip
     return dataclasses.replace(settings, lengths=tuple(zoo.ZOOLOGY_PAIRS), widths=(64, 128, 256, 512),
                                mqar_vocab=8192)  # fmt: skip
 
@@ -138,7 +149,7 @@ def train_cell(task: str, length: int, section: dict, lr: float, seed: int, sett
     model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=zoo.vocab_of(source), **section))
     model.to(device)
     fit = fit_on_stream(
-        model, lambda batch: model(batch[0].to(device), labels=batch[1].to(device)).loss,
+        model, lambda batch: answer_loss(model, batch[0].to(device), batch[1].to(device)),
         lambda generator: source.examples(settings.batch_size, generator),
         lambda: zoo.score(model, *val)["accuracy"], steps=settings.steps, lr=lr, seed=seed,
         eval_every=settings.steps, warmup_steps=settings.warmup_steps, log=log,
@@ -150,6 +161,16 @@ def train_cell(task: str, length: int, section: dict, lr: float, seed: int, sett
     if zoo.TASK_SPECS[task].bayes_reference:
         result["bayes_add1"] = zoo.bayes_add1_scores(test[0].cpu(), settings.icl_order, settings.icl_symbols)
     return result
+
+
+def answer_loss(model: MarkovianTransformerForCausalLM, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The causal LM's loss (``model(inputs, labels=labels).loss``) with the LM head applied only at the positions
+    that answer a label: MQAR scores a few positions of 64 over a vocabulary of 8,192, where the full head would be
+    most of a step's time."""
+    hidden = model.model(inputs).last_hidden_state[:, :-1]
+    targets = labels[:, 1:]
+    scored = targets != -100
+    return token_cross_entropy(model.lm_head(hidden[scored]), targets[scored])
 
 
 def summary(values: list[float]) -> dict:
@@ -211,5 +232,6 @@ def run(
     return report.write()
 
 
-__all__ = ["DEFAULT_KINDS", "NAME", "QUICK", "SUMMARY", "MixersSettings", "check_settings", "matched_sections",
-           "resolve_sizes", "run", "run_grid_point", "source_of", "train_cell"]  # fmt: skip
+__all__ = ["DEFAULT_KINDS", "NAME", "QUICK", "SUMMARY", "ZOOLOGY_LRS", "MixersSettings", "answer_loss",
+           "check_settings", "matched_sections", "resolve_sizes", "run", "run_grid_point", "source_of",
+           "train_cell"]  # fmt: skip
