@@ -110,10 +110,14 @@ def test_bad_settings_are_named(tmp_path, overrides, message):
 
 
 def test_de_en_corpus_absent_is_a_clear_error(tmp_path):
+    from markovformer.experiments import mat_order_corpus
+
     overrides = {**TINY, "corpus": "de-en", "de_en_path": str(tmp_path / "missing.tsv")}
-    with pytest.raises(FileNotFoundError, match="missing.tsv.*markovformer data prepare de-en"):
+    with pytest.raises(ValueError, match="de_en_path=.*missing.tsv"):
         mat_order.run(tmp_path / "out", quick=True, seeds=(0,), overrides=overrides, log=lambda line: None)
     assert not (tmp_path / "out" / "cells").exists()  # nothing half-written
+    with pytest.raises(ValueError, match="markovformer data prepare de-en"):  # the default names its recipe
+        mat_order_corpus.de_en_path(MatOrderSettings(de_en_path=str(tmp_path / "data" / "de_en.tsv")))
 
 
 def test_de_en_run_trains_every_decoder_in_both_directions(tmp_path):

@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from markovformer.data.bundle import DataBundle
+from markovformer.data.locations import find_prepared_file
 from markovformer.data.translation import (
     collate_translation,
     corpus_bleu,
@@ -52,12 +53,9 @@ DECODE_BATCH = 64  # sources per beam-search call for BLEU
 
 
 def de_en_path(settings: MatOrderSettings) -> Path:
-    """The de-en TSV of the settings; a clear error naming it when it is absent."""
-    path = Path(settings.de_en_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"mat-order corpus=de-en: de_en_path={str(path)!r} is not a file; write it with "
-                                f"`markovformer data prepare de-en` or pass --set de_en_path=PATH")  # fmt: skip
-    return path
+    """The de-en TSV of the settings (``data/NAME`` is looked up in ``$MARKOVFORMER_DATA`` too); a one-line error
+    naming it and the command that writes it when it is absent."""
+    return find_prepared_file(settings.de_en_path, "mat-order.de_en_path")
 
 
 def reversed_bundle(bundle: DataBundle) -> DataBundle:
