@@ -151,3 +151,20 @@ def test_reversed_bundle_swaps_every_pair():
     for split in (flipped.train, flipped.val, flipped.test):
         assert split[0]["src_ids"].tolist() == [7] and split[0]["tgt_ids"].tolist() == [5, 6]
     assert bundle.train[0]["src_ids"].tolist() == [5, 6]  # the original is untouched
+
+
+@pytest.mark.slow
+def test_de_en_quick_learns_and_order_one_trails(tmp_path):
+    """``mat-order --quick --set corpus=de-en`` on the prepared de-en pairs (skipped without them): the AT and MAT
+    k = 1, 3 each take the validation loss at least 2.5 nats below its start (log of the 2,000-token vocabulary,
+    7.6), and MAT k = 1, which sees one previous target token, ends with a higher validation loss than k = 3."""
+    from markovformer.data.locations import prepared_candidates
+
+    if not any(path.is_file() for path in prepared_candidates("data/de_en.tsv")):
+        pytest.skip("no data/de_en.tsv (`markovformer data prepare de-en`, or $MARKOVFORMER_DATA)")
+    mat_order.run(tmp_path, quick=True, seeds=(0,), overrides={"corpus": "de-en"}, log=lambda line: None)
+    cells = {(c["order"], c["transparent"]): c for c in json.loads((tmp_path / "results.json").read_text())["cells"]}
+    assert set(cells) == {(None, False), (1, True), (3, True)}
+    for cell in cells.values():
+        assert cell["final_val_loss"] <= cell["val_losses"][0] - 2.5, cell["val_losses"]
+    assert cells[(1, True)]["final_val_loss"] > cells[(3, True)]["final_val_loss"]
