@@ -107,7 +107,7 @@ def task_source(task: str, length: int, *, mqar_vocab: int, mqar_pairs: int, ind
 def mqar_pairs(length: int, settings) -> int:
     """MQAR's key-value pairs at ``length``: Zoology's figure-2 count with ``settings.sizes='zoology'``, else one pair
     per ``settings.mqar_pairs_per_length`` tokens (at least one)."""
-    if settings.sizes == "zoology" and length in ZOOLOGY_PAIRS:
+    if settings.sizes.startswith("zoology") and length in ZOOLOGY_PAIRS:
         return ZOOLOGY_PAIRS[length]
     return max(1, length // settings.mqar_pairs_per_length)
 

@@ -2,7 +2,7 @@
 order, German-English pairs from the Ding dictionary, and corpus BLEU (sacrebleu, imported when used)."""
 
 from markovformer.data.translation.batching import LengthBucketSampler, collate_translation, translation_lengths
-from markovformer.data.translation.bleu import corpus_bleu
+from markovformer.data.translation.bleu import corpus_bleu, corpus_chrf
 from markovformer.data.translation.de_en import parse_ding, prepare_de_en
 from markovformer.data.translation.parallel import (
     TranslationFileSource,
@@ -36,6 +36,7 @@ __all__ = [
     "check_translation_tokenizer",
     "collate_translation",
     "corpus_bleu",
+    "corpus_chrf",
     "decode_generated",
     "encode_pairs",
     "load_translation",
