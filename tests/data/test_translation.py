@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from markovformer.data.text import BPETokenizer
+from markovformer.data.tokenizer import BPETokenizer
 from markovformer.data.translation import (
     BOS_TOKEN_ID,
     EOS_TOKEN_ID,

@@ -117,8 +117,8 @@ def run_case(case: dict) -> dict:
             bundle.tokenizer.save(Path(case["cache"]))  # the hf_tokenizers_alone case encodes with it
             row["round_trip"] = _round_trips(bundle, case["corpus"])
     elif kind == "hf_tokenizers_alone":
-        from markovformer.data.text import load_tokenizer
         from markovformer.data.text_stream import text_pieces
+        from markovformer.data.tokenizer import load_tokenizer
 
         fitted = load_tokenizer(Path(case["cache"]))
         hf = fitted._tokenizer

@@ -52,7 +52,7 @@ class DataBundle:
     a run so the split can be checked and reproduced.
 
     ``tokenizer``: for text, an object with ``encode``/``decode``/``vocab_size``/``save(directory)`` that
-    ``markovformer.data.text.load_tokenizer`` reads back; None for other data.
+    ``markovformer.data.tokenizer.load_tokenizer`` reads back; None for other data.
 
     ``collate``: pads a list of these examples into a batch (``data.collate.collate`` unless the examples have
     other keys, as sentence pairs do). ``lengths``: None, or the padded length of each example of a list, for

@@ -17,15 +17,7 @@ import numpy as np
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.splits import contiguous_split
-from markovformer.data.text import (
-    _PAD_TOKEN,
-    END_OF_DOCUMENT,
-    FIT_BYTES,
-    BPETokenizer,
-    CharTokenizer,
-    check_text_options,
-    store_bundle,
-)
+from markovformer.data.text import FIT_BYTES, check_text_options, store_bundle
 from markovformer.data.text_stream import content_key, resolve_text_paths
 from markovformer.data.token_store import (
     STORE_FORMAT,
@@ -35,6 +27,7 @@ from markovformer.data.token_store import (
     open_or_write,
     token_dtype,
 )
+from markovformer.data.tokenizer import END_OF_DOCUMENT, PAD_TOKEN, BPETokenizer, CharTokenizer
 
 # the ``datasets`` builder of each file kind
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
@@ -178,7 +171,7 @@ def _fit(dataset, rows: range, column: str, tokenizer: str, vocab_size: int | No
     wanted = min(len(train), max(1, int(fit_bytes / mean)))
     picked = np.linspace(0, len(train) - 1, wanted).round().astype(np.int64)
     sample = train.select(np.unique(picked).tolist())[column]
-    return BPETokenizer.train(sample, vocab_size, special_tokens=(_PAD_TOKEN, END_OF_DOCUMENT))
+    return BPETokenizer.train(sample, vocab_size, special_tokens=(PAD_TOKEN, END_OF_DOCUMENT))
 
 
 def _import_datasets():

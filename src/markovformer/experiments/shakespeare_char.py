@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from markovformer.data.shakespeare import find_tiny_shakespeare
-from markovformer.data.text import load_tokenizer
+from markovformer.data.tokenizer import load_tokenizer
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.scan_shakespeare import run_name
 from markovformer.experiments.settings import configure
