@@ -27,15 +27,10 @@ from markovformer.data.translation import SyntheticTranslationSource, Translatio
 
 
 @dataclasses.dataclass
-class TextSource:
-    """A UTF-8 text file for causal LM, at character level or with a BPE tokenizer trained on the training part
-    (saved with the run). Split contiguously: the first ``fractions[0]`` is training text. ``overlap`` > 0: windows
-    carry that many tokens of unscored context from the one before, so every position is scored with at least that
-    much context (exact n-gram evaluation; see ``markovformer.data.text.text_windows``). The text is encoded once
-    into a cached, memory-mapped token store (``markovformer.data.token_store``); ``path`` may name a directory or a
-    glob of documents."""
+class TokenizedText:
+    """The options of the sources whose text is encoded into a cached, memory-mapped token store
+    (``markovformer.data.token_store``) and cut into causal-LM windows: text files and local datasets."""
 
-    path: str = ""
     tokenizer: str = "char"
     vocab_size: int | None = None
     seq_len: int = 128
@@ -45,46 +40,47 @@ class TextSource:
     fit_bytes: int = FIT_BYTES
     window_starts: str = "contiguous"
     packing: bool = False
-    documents: str = "file"
     text_column: str = "text"
+
+    def store_options(self, tokenizer) -> dict:
+        """These options as the loaders' keyword arguments; ``tokenizer``: a run's saved one, encoding instead of
+        fitting one."""
+        options = {field.name: getattr(self, field.name) for field in dataclasses.fields(TokenizedText)}
+        return {**options, "cache_dir": self.cache_dir or None, "fitted": tokenizer}
+
+
+@dataclasses.dataclass
+class TextSource(TokenizedText):
+    """A UTF-8 text file for causal LM, at character level or with a BPE tokenizer trained on the training part
+    (saved with the run). Split contiguously: the first ``fractions[0]`` is training text. ``overlap`` > 0: windows
+    carry that many tokens of unscored context from the one before, so every position is scored with at least that
+    much context (exact n-gram evaluation; see ``markovformer.data.text.text_windows``). ``path`` may name a
+    directory or a glob of documents; ``documents`` says what else separates documents (JSONL or blank-line
+    records, whose text is ``text_column``)."""
+
+    path: str = ""
+    documents: str = "file"
 
     def build(self, seed: int, tokenizer=None) -> DataBundle:
         """The bundle; ``tokenizer``: encode with this one (a run's saved tokenizer) instead of fitting one."""
         if not self.path:
             raise ValueError("data.path is required for this data source")
         path = self.path if Path(self.path).is_dir() or glob.has_magic(self.path) else find_prepared_file(self.path)
-        return load_text_lm(
-            path, tokenizer=self.tokenizer, vocab_size=self.vocab_size, seq_len=self.seq_len,
-            fractions=self.fractions, overlap=self.overlap, cache_dir=self.cache_dir or None,
-            fit_bytes=self.fit_bytes, window_starts=self.window_starts, packing=self.packing, fitted=tokenizer,
-            documents=self.documents, text_column=self.text_column,
-        )  # fmt: skip
+        return load_text_lm(path, documents=self.documents, **self.store_options(tokenizer))
 
 
 @dataclasses.dataclass
-class HFDatasetSource:
+class HFDatasetSource(TokenizedText):
     """Local Hugging Face ``datasets`` files (JSONL, Parquet, CSV or Arrow; no hub, no URL) for causal LM: each
     row's ``text_column`` is a document, tokenized with ``Dataset.map(batched=True, num_proc=...)`` into a cached
     token store, as text files are (see ``markovformer.data.hf_dataset``). Needs the ``datasets`` extra."""
 
     data_files: list[str] = dataclasses.field(default_factory=list)
-    text_column: str = "text"
-    tokenizer: str = "char"
-    vocab_size: int | None = None
-    seq_len: int = 128
-    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
-    overlap: int = 0
-    cache_dir: str = ""
-    fit_bytes: int = FIT_BYTES
-    window_starts: str = "contiguous"
-    packing: bool = False
     num_proc: int | None = None
 
     def build(self, seed: int, tokenizer=None) -> DataBundle:
         """The bundle; ``tokenizer``: encode with this one (a run's saved tokenizer) instead of fitting one."""
-        options = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
-        files = options.pop("data_files")
-        return load_hf_dataset_lm(files, **{**options, "cache_dir": self.cache_dir or None}, fitted=tokenizer)
+        return load_hf_dataset_lm(self.data_files, num_proc=self.num_proc, **self.store_options(tokenizer))
 
 
 @dataclasses.dataclass
