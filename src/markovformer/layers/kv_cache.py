@@ -44,6 +44,7 @@ class KeyValueCache:
     def __init__(self, window: int | None) -> None:
         self.window = window
         self.length = 0  # positions written so far
+        self.real_from = 0  # every position from this one on that was written is real (no padding)
         self.keys = self.values = self.real = self.log_decay = None  # the slots' positions follow from length
         self._views: tuple | None = None  # (keys, values, real, their halves) of a rolling cache, made once
         # what a core derives from its weights once per decoding and shares by every row (a per-lag bias table):
@@ -85,11 +86,16 @@ class KeyValueCache:
         self._views = (self.keys, self.values, self.real, halves)
         return halves
 
-    def write(self, keys: Tensor, values: Tensor, real: Tensor, log_decay: Tensor | None = None) -> None:
-        """Append keys, values (B, H, n, Dh) of the next n positions; real (B, n) is False at padding; log_decay
-        (B, H, n): their cumulative log forget gates relative to the newest position before them."""
+    def write(self, keys: Tensor, values: Tensor, real: Tensor | None, log_decay: Tensor | None = None) -> None:
+        """Append keys, values (B, H, n, Dh) of the next n positions; real (B, n) is False at padding (None: no
+        padding); log_decay (B, H, n): their cumulative log forget gates relative to the newest position before
+        them."""
         count, start = keys.shape[2], self.length
         self.length += count
+        if real is None:
+            real = keys.new_ones((), dtype=torch.bool).expand(keys.shape[0], count)
+        elif not torch.compiler.is_compiling() and not bool(real.all()):
+            self.real_from = self.length  # (conservative: the chunk may end in padding)
         if self.window is not None:
             slots = self.window + 1
             if self.keys is None:
@@ -99,9 +105,9 @@ class KeyValueCache:
             cached_keys, cached_values, cached_real, cached_decay = self._halves()
             if count == 1:  # one position, both copies of its slot in one copy each
                 slot = start % slots
-                cached_keys[:, :, :, slot] = keys
-                cached_values[:, :, :, slot] = values
-                cached_real[:, :, slot] = real
+                cached_keys.select(3, slot).copy_(keys)
+                cached_values.select(3, slot).copy_(values)
+                cached_real.select(2, slot).copy_(real)
                 if log_decay is not None:
                     cached_decay[..., slot] = 0.0
                 return
@@ -162,15 +168,26 @@ class KeyValueCache:
         self.write(k, v, real, log_decay)
         return SeenKeys(*self.visible(), query_positions, query_log_decay)
 
+    def all_visible_real(self) -> bool:
+        """Whether every visible slot holds a real key (no empty slot, no padding): then nothing needs a mask."""
+        if self.window is None:
+            return self.real_from == 0
+        return self.length - self.window - 1 >= self.real_from
+
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, real: Tensor, past_bias: Tensor | None = None,
+        self, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None, past_bias: Tensor | None = None,
         log_decay: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
-        """``extend`` with k, v, then the causal attention (B, H, n, Dh) of the new queries q over what they see."""
+        """``extend`` with k, v, then the causal attention (B, H, n, Dh) of the new queries q over what they see
+        (``real`` None: no padding among them)."""
         if q.shape[2] == 1:  # one new query (a decoding step): the visible keys end at its own, in order
             self.write(k, v, real, log_decay)
             keys, values, key_real, key_log_decay = self.visible(positions=False)
+            if self.all_visible_real():
+                key_real = None
             return newest_query_attention(q, keys, values, key_real, past_bias=past_bias, key_log_decay=key_log_decay)
+        if real is None:
+            real = torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device)
         seen = self.extend(k, v, real, log_decay)
         return cached_attention(q, seen.keys, seen.values, seen.query_positions, seen.key_positions, seen.key_real,
                                 window=self.window, past_bias=past_bias, query_log_decay=seen.query_log_decay,
@@ -181,9 +198,11 @@ class KeyValueCache:
         return 0 if self.keys is None else self.keys.numel() + self.values.numel()
 
 
-def real_mask(attention_mask: Tensor | None, x: Tensor) -> Tensor:
-    """(B, n) bool: True at real positions of x (B, n, ...)."""
+def real_mask(attention_mask: Tensor | None, x: Tensor, none_if_all: bool = False) -> Tensor | None:
+    """(B, n) bool: True at real positions of x (B, n, ...); ``none_if_all``: None without a mask."""
     if attention_mask is None:
+        if none_if_all:
+            return None
         return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
     return attention_mask.bool()
 
@@ -194,8 +213,7 @@ def keep_in_cache(state: dict | None, window: int | None, k: Tensor, v: Tensor, 
     if state is None:
         return
     cache = KeyValueCache(window)
-    real = torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device)
-    cache.write(k, v, real if attention_mask is None else attention_mask.bool(), log_decay)
+    cache.write(k, v, None if attention_mask is None else attention_mask.bool(), log_decay)
     state["cache"] = cache
 
 

@@ -53,9 +53,15 @@ class MarkovCore(nn.Module):
     def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
                 segment_ids=None) -> CoreOutput:  # fmt: skip
         packed = {} if segment_ids is None else {"segment_ids": segment_ids}
+        cache = None if state is None else state.get("cache")
+        if cache is not None:  # a decoding step: the strengths are derived once per decoding
+            strengths = cache.derived.get("strengths")
+            if strengths is None:
+                strengths = cache.derived["strengths"] = self.markov_bias.strengths_for(x.dtype)
+            past, _, gates = self.markov_bias(x, q if q_raw is None else q_raw, attention_mask, strengths=strengths)
+            real = real_mask(attention_mask, x, none_if_all=True)
+            return CoreOutput(cache.attend(q, k, v, real, past_bias=past), gates, None)
         past, future, gates = self.markov_bias(x, q if q_raw is None else q_raw, attention_mask, **packed)
-        if state is not None and "cache" in state:
-            return CoreOutput(state["cache"].attend(q, k, v, real_mask(attention_mask, x), past_bias=past), gates, None)
         keep_in_cache(state, self.window, k, v, attention_mask)
         dropout = self.dropout if self.training else 0.0
         options = dict(window=self.window, causal=self.causal, attention_mask=attention_mask, dropout_p=dropout,

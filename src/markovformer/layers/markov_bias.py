@@ -105,17 +105,19 @@ class MarkovBias(nn.Module):
                     self.gate_networks[direction] = _gate_network(gate, n_heads, head_dim or d_model // n_heads, slots)
                 else:  # token or sequence: one network over d_model with an output per head
                     self.gate_networks[direction] = _gate_network(gate, 1, d_model, n_heads * slots)
-        self._last_gate_logits: list[Tensor] = []  # per direction, from the last forward
-        self._last_attention_mask: Tensor | None = None
+        # the last forward's gate logits per direction and its attention mask, for ``last_gate_entropy`` (a plain
+        # dict, updated in place: no nn.Module attribute assignment per call)
+        self._last_forward: dict = {"gate_logits": [], "attention_mask": None}
 
     @property
     def last_gate_entropy(self) -> Tensor | None:
         """Mean entropy of the order-gate distributions of the last forward, summed over directions (differentiable;
         None without gates). Computed when read, so a model whose entropy weight is 0 never pays for it."""
-        if not self._last_gate_logits:
+        last = self._last_forward
+        if not last["gate_logits"]:
             return None
-        entropies = [_mean_entropy(torch.softmax(logits, dim=-1), self._last_attention_mask)
-                     for logits in self._last_gate_logits]  # fmt: skip
+        entropies = [_mean_entropy(torch.softmax(logits, dim=-1), last["attention_mask"])
+                     for logits in last["gate_logits"]]  # fmt: skip
         return torch.stack(entropies).sum()
 
     def transitions(self) -> dict[str, Tensor | None]:
@@ -126,7 +128,7 @@ class MarkovBias(nn.Module):
             strengths[direction] = value.expand(self.n_heads, self.max_order)
         return strengths
 
-    def _strengths(self, dtype: torch.dtype) -> dict[str, Tensor]:
+    def strengths_for(self, dtype: torch.dtype) -> dict[str, Tensor]:
         """Per direction the strengths T as (1, H or 1, 1, K) in ``dtype`` (broadcasting over the heads): what
         ``transitions`` gives, without its expand and with the fewest operations (a decoding step pays for each)."""
         strengths = {}
@@ -163,15 +165,17 @@ class MarkovBias(nn.Module):
             return F.gumbel_softmax(logits, tau=self.gate_gumbel_tau, hard=True, dim=-1)
         return torch.softmax(logits, dim=-1)
 
-    def forward(self, x: Tensor, q: Tensor, attention_mask: Tensor | None = None,
-                segment_ids: Tensor | None = None) -> MarkovBiasOutput:  # fmt: skip
+    def forward(self, x: Tensor, q: Tensor, attention_mask: Tensor | None = None, segment_ids: Tensor | None = None,
+                strengths: dict[str, Tensor] | None = None) -> MarkovBiasOutput:  # fmt: skip
         """x: the normalised layer input (B, T, D); q: the layer's queries (B, H, T, Dh); ``segment_ids`` (B, T):
-        packed documents (only the ``sequence`` gate input reads beyond its own token)."""
+        packed documents (only the ``sequence`` gate input reads beyond its own token). ``strengths``: what
+        ``strengths_for(x.dtype)`` gave, kept by a decoding (the weights do not change while it runs)."""
         batch, seq_len = x.shape[:2]
-        strengths = self._strengths(x.dtype)
+        strengths = self.strengths_for(x.dtype) if strengths is None else strengths
         biases: dict[str, Tensor | None] = {"future": None}
         gates: dict[str, Tensor] = {}
-        self._last_gate_logits, self._last_attention_mask = [], attention_mask
+        gate_logits = self._last_forward["gate_logits"] = []
+        self._last_forward["attention_mask"] = attention_mask
         for direction in self.directions:
             strength = strengths[direction]  # (1, H or 1, 1, K)
             if self.gate == "none":
@@ -181,7 +185,7 @@ class MarkovBias(nn.Module):
             alpha = self._gate_probabilities(logits)
             gates[direction] = alpha
             biases[direction] = alpha[..., : self.max_order] * strength
-            self._last_gate_logits.append(logits)
+            gate_logits.append(logits)
         return MarkovBiasOutput(biases["past"], biases["future"], gates)
 
 

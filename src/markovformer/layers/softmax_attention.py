@@ -47,7 +47,8 @@ class SoftmaxCore(nn.Module):
     def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
                 segment_ids=None) -> CoreOutput:  # fmt: skip
         if state is not None and "cache" in state:
-            return CoreOutput(state["cache"].attend(q, k, v, real_mask(attention_mask, x)), {}, None)
+            real = real_mask(attention_mask, x, none_if_all=True)
+            return CoreOutput(state["cache"].attend(q, k, v, real), {}, None)
         keep_in_cache(state, self.window, k, v, attention_mask)
         dropout = self.dropout if self.training else 0.0
         if return_weights:

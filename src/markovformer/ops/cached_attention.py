@@ -4,6 +4,7 @@ by ``ops.lags``. Its reference is the full forward of the same layer: the model 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from markovformer.ops.lags import lag_matrix, lag_slot, visible
@@ -58,8 +59,18 @@ def newest_query_attention(
     """``cached_attention`` of one query (B, H, 1, Dh) over keys (B, H, C, Dh) in position order that end with its
     own (a cache's ``visible`` slots right after the query's key was written, every one within its window): the
     key in slot C-1-k is at lag k, so the lags are fixed and the Markov bias of lag k is a slice, not a gather.
-    key_real (B, C) is False at padding and empty slots; key_log_decay (B, H, C) relative to the query."""
+    key_real (B, C) is False at padding and empty slots (None: every key is real, nothing is masked);
+    key_log_decay (B, H, C) relative to the query."""
     count = keys.shape[2]
+    if key_real is None and key_log_decay is None and not torch.compiler.is_compiling():
+        # nothing masked: one kernel, the bias as its float mask (fewer operations; a compiled step fuses the
+        # products below itself, and faster than this kernel)
+        bias = None
+        if past_bias is not None and count > 1:
+            lags = min(past_bias.shape[-1], count - 1)
+            bias = q.new_zeros(*q.shape[:3], count)
+            bias[..., count - 1 - lags : count - 1] = past_bias[..., :lags].flip(-1)  # lag k at slot C-1-k
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=bias)
     scores = torch.matmul(q, keys.transpose(-1, -2)) * q.shape[-1] ** -0.5
     if past_bias is not None and count > 1:
         lags = min(past_bias.shape[-1], count - 1)
@@ -67,6 +78,10 @@ def newest_query_attention(
         scores[..., count - 1 - lags : count - 1].add_(bias.flip(-1))  # lag k at slot C-1-k
     if key_log_decay is not None:
         scores = scores - key_log_decay[..., None, :]
+    if key_real is None:
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32 if scores.dtype not in (torch.float32,
+                                torch.float64) else None)  # fmt: skip
+        return torch.matmul(weights if weights.dtype == values.dtype else weights.to(values.dtype), values)
     # masked_softmax, in place and with the fewest operations (a decoding step pays for each)
     allowed = key_real.view(key_real.shape[0], 1, 1, count)
     scores = scores.masked_fill_(allowed.logical_not(), torch.finfo(scores.dtype).min)
