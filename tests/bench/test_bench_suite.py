@@ -310,8 +310,12 @@ def test_decode_rows_report_marks_floor_and_issue_28_targets():
         assert set(row["step_ms_at"]) == {"1"} and row["floor_ms"] > 0 and row["peak_mib"] >= 0
     rows = [dict(kind="markov_local", T=8, batch=1, step_ms_start=3.0, floor_ms=2.5, end_over_start=1.1),
             dict(kind="gpt2", T=8, batch=1, step_ms_start=2.0),
+            dict(kind="markov_local_compiled", T=8, batch=1, step_ms_start=1.0, floor_ms=0.5, end_over_start=1.3),
             dict(kind="markov_local", T=8, batch=16, step_ms_start=1.0, floor_ms=9.0, end_over_start=9.0)]
     targets = {target["target"]: (target["value"], target["met"]) for target in decode_targets(rows)}
-    assert targets == {"local step <= GPT-2 step (batch 1)": (1.5, False),
-                       "local step <= 1.5 x matrix-vector floor": (1.2, True),
-                       "local step flat: last / first <= 1.2": (1.1, True)}  # batch 16 is not a target row
+    assert targets == {"local: step <= GPT-2 step (batch 1)": (1.5, False),
+                       "local: step <= 1.5 x matrix-vector floor": (1.2, True),
+                       "local: flat, last / first step <= 1.2": (1.1, True),
+                       "local, compiled step: step <= GPT-2 step (batch 1)": (0.5, True),
+                       "local, compiled step: step <= 1.5 x matrix-vector floor": (2.0, False),
+                       "local, compiled step: flat, last / first step <= 1.2": (1.3, False)}  # batch 16: no target

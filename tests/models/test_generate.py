@@ -273,3 +273,23 @@ def test_vmt_greedy_generation_is_the_argmax_of_its_mean_latent_path():
             state = model.transition(state, model.transition.prepare())[0]  # the transition's mean
             expected.append(model.emission.logits(state).argmax(-1))
     assert torch.equal(generated[:, 6:], torch.stack(expected, dim=1))
+
+
+@pytest.mark.slow  # two compiles of the step, ~10-30 s on a CPU
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
+def test_a_compiled_decoding_step_generates_what_the_eager_one_does(padded):
+    """``compile_step=True``: the same greedy tokens and, step by step, the same logits (to float32 rounding) as
+    eager decoding, past the point where the rolling cache has dropped the prompt's padding."""
+    model = _markovian(dict(attention="markov", max_order=2, window=3)).eval()
+    prompt, mask = _left_padded()
+    mask = mask if padded else None
+    eager = model.generate(prompt, attention_mask=mask, max_new_tokens=12)
+    compiled = model.generate(prompt, attention_mask=mask, max_new_tokens=12, compile_step=True)
+    assert torch.equal(compiled, eager)
+    full = model(eager, attention_mask=None if mask is None else
+                 torch.cat([mask, torch.ones_like(eager[:, prompt.shape[1]:])], dim=1)).logits  # fmt: skip
+    _, step = model.start_decoding(prompt, mask, 12)
+    step = torch.compile(step)
+    with torch.no_grad():
+        for t in range(prompt.shape[1], eager.shape[1] - 1):
+            torch.testing.assert_close(step(eager[:, t]), full[:, t], rtol=1e-4, atol=1e-5)

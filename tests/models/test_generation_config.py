@@ -100,6 +100,7 @@ BAD = [
     ("suppress_tokens", [1, "a"], r"^suppress_tokens=\[1, 'a'\]: must hold integer token ids$"),
     ("num_beams", 0, r"^num_beams=0: must be an integer in \[1, inf\]$"),
     ("length_penalty", math.inf, r"^length_penalty=inf: must be a finite number$"),
+    ("compile_step", 1, r"^compile_step=1: must be True or False$"),
 ]
 
 

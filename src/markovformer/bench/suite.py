@@ -40,7 +40,7 @@ import torch
 import markovformer
 from markovformer.atomic import atomic_write_text
 from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS, OP_SHAPE
-from markovformer.bench.decode import DECODE_KINDS, DECODE_SIZE, decode_targets
+from markovformer.bench.decode import COMPILED_KINDS, DECODE_KINDS, DECODE_SIZE, decode_targets
 from markovformer.bench.harness import run_in_child
 from markovformer.bench.measure import SizeSeries, status_mib
 from markovformer.bench.models import LONG_MODELS, MODELS, describe_models
@@ -291,10 +291,11 @@ def _longest(runner: _Runner) -> dict:
 
 def _decode(runner: _Runner) -> dict:
     settings, rows = runner.settings, []
-    runner.record["parts"]["decode"] = part = {"size": DECODE_SIZE, "kinds": DECODE_KINDS, "rows": rows}
+    kinds = {**DECODE_KINDS, **{kind: {"compiled": of} for kind, of in COMPILED_KINDS.items()}}
+    runner.record["parts"]["decode"] = part = {"size": DECODE_SIZE, "kinds": kinds, "rows": rows}
     for batch in settings.decode_batches:
         for length in settings.decode_lengths:
-            for kind in DECODE_KINDS:
+            for kind in kinds:
                 row = runner._child([{"part": "decode", "kind": kind, "T": length, "batch": batch, "repeats": 0}])[0]
                 rows.append(row)
                 marks = " ".join(f"@{mark} {ms:.2f}" for mark, ms in row.get("step_ms_at", {}).items())

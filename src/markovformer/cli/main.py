@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens")
     generate.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
     generate.add_argument("--seed", type=int, default=0, help="the same seed gives the same sample")
+    generate.add_argument("--compile-step", action="store_true", help="run the one-token decoding step through "
+                          "torch.compile: a compile of 10-30 s first, then about half the time per token (long "
+                          "generations)")  # fmt: skip
 
     inspect = commands.add_parser("inspect", help="figures of a trained run: curves, strengths, gates, attention")
     inspect.add_argument("target", help="run directory or checkpoint file")
@@ -208,7 +211,8 @@ def generation_config(args: argparse.Namespace):
     if not 0 <= args.seed < 2**63:
         raise ValueError(f"--seed {args.seed} must lie in [0, 2**63)")
     values = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                  top_p=args.top_p, num_beams=args.beam_size, length_penalty=args.length_penalty)  # fmt: skip
+                  top_p=args.top_p, num_beams=args.beam_size, length_penalty=args.length_penalty,
+                  compile_step=args.compile_step)  # fmt: skip
     sample = args.beam_size == 1 and args.temperature != 0
     try:
         return GenerationConfig(do_sample=sample, **values)

@@ -57,6 +57,10 @@ class RotaryEmbedding(nn.Module):
         documents: positions restart at each one)."""
         if position_ids is not None:
             return self._at(x, position_ids)
+        if torch.compiler.is_compiling():  # no table (a Python-side cache) and no complex numbers inside a graph
+            cos, sin, _ = self._rows(start, start + x.shape[-2], x)
+            even, odd = x[..., 0::2], x[..., 1::2]
+            return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
         (cos, sin, rotation), rows = self._angles(start, start + x.shape[-2], x)
         if rotation is not None and _pairs_view_as_complex(x):
             rotation = rotation[rows]
