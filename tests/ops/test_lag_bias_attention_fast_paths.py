@@ -20,6 +20,8 @@ from markovformer.ops.lag_bias_attention import (
     lag_bias_attention_naive,
     resolve_backend,
 )
+from markovformer.ops.lag_bias_attention.naive import dense_allowed
+from markovformer.ops.segments import segment_ids
 
 banded_module = importlib.import_module("markovformer.ops.lag_bias_attention.banded")
 flex_module = importlib.import_module("markovformer.ops.lag_bias_attention.flex")
@@ -259,6 +261,76 @@ def test_flex_score_and_mask_functions_match_naive(eager_flex_backward, causal, 
             _assert_matches_naive(fast, tensors, window, causal, mask, 1e-10, context)
 
 
+def _packed_rows(length: int = 11):
+    """attention_mask, segment_ids (4, T) and the documents (row, start, size) of four packed rows: three documents
+    and right padding; one document; one token, a document and right padding; left padding, then two documents."""
+    rows = [(0, [4, 3, 2]), (0, [length]), (0, [1, 6]), (3, [5, 3])]  # (left padding, document lengths)
+    mask = torch.zeros(len(rows), length, dtype=torch.long)
+    positions = torch.zeros_like(mask)
+    documents = []
+    for row, (start, sizes) in enumerate(rows):
+        for size in sizes:
+            mask[row, start : start + size] = 1
+            positions[row, start : start + size] = torch.arange(size)
+            documents.append((row, start, size))
+            start += size
+    return mask, segment_ids(positions, mask), documents
+
+
+@needs_flex
+@pytest.mark.parametrize("window", [None, 0, 2, 20])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_flex_mask_function_on_index_grids_equals_naive_allowed_pairs(causal, window):
+    """The mask_mod FlexAttention builds its BlockMask from, evaluated on (B, T, T) index grids, against the naive
+    path's allowed pairs: window, causality, key padding and same document."""
+    mask, segments, _ = _packed_rows()
+    batch, length = mask.shape
+    b, q_idx, kv_idx = torch.arange(batch)[:, None, None], torch.arange(length)[:, None], torch.arange(length)
+    expected = dense_allowed(length, window, causal, mask, mask.device, segments)[:, 0]
+    for present in (mask.bool(), None):  # segment id -1 alone hides padded keys
+        got = flex_module._mask_mod(window, causal, present, segments)(b, 0, q_idx, kv_idx)
+        assert torch.equal(got.expand(batch, length, length), expected)
+    if window != 0:  # a band that reaches across a document boundary: without the segments documents would mix
+        assert not torch.equal(flex_module._mask_mod(window, causal, mask.bool())(b, 0, q_idx, kv_idx), expected)
+
+
+@needs_flex
+@pytest.mark.parametrize("window", [None, 2])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_flex_packed_rows_equal_naive_and_each_document_alone(eager_flex_backward, causal, window):
+    """Packed documents through FlexAttention's eager reference: outputs and every gradient equal the naive path's
+    with the same segment ids, and each document's slice equals that document run alone through flex."""
+    mask, segments, documents = _packed_rows()
+    length = mask.shape[1]
+    tensors = _inputs(length, 3, seed=5)
+    options = dict(window=window, causal=causal, attention_mask=mask, segment_ids=segments)
+
+    def naive(q, k, v, past, future):
+        return lag_bias_attention_naive(q, k, v, past, future, **options)[0]
+
+    def flex(q, k, v, past, future, **chosen):
+        return lag_bias_attention_flex(q, k, v, past, future, compiled=False, **(chosen or options))
+
+    expected, expected_grads = _output_and_grads(naive, tensors)
+    got, got_grads = _output_and_grads(flex, tensors)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    for name, got_grad, expected_grad in zip(NAMES, got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(got_grad, expected_grad, rtol=1e-10, atol=1e-10, msg=lambda m, n=name: f"{n}: {m}")
+    mixed = flex(*tensors, window=window, causal=causal, attention_mask=mask)
+    assert not torch.allclose(mixed, got)  # without the segment ids the documents would mix
+    upstream = torch.randn(got.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for row, start, size in documents:
+        part = slice(start, start + size)
+        pieces = [t[row : row + 1, :, part].detach().requires_grad_() for t in tensors]
+        alone = flex(*pieces, window=window, causal=causal)
+        torch.testing.assert_close(got[row : row + 1, :, part], alone.detach(), rtol=1e-10, atol=1e-10)
+        alone_grads = torch.autograd.grad((alone * upstream[row : row + 1, :, part]).sum(), pieces, allow_unused=True)
+        for name, packed_grad, alone_grad, piece in zip(NAMES, got_grads, alone_grads, pieces, strict=True):
+            alone_grad = torch.zeros_like(piece) if alone_grad is None else alone_grad
+            torch.testing.assert_close(packed_grad[row : row + 1, :, part], alone_grad, rtol=1e-10, atol=1e-10,
+                                       msg=lambda m, n=f"{name}, row {row} at {start}": f"{n}: {m}")  # fmt: skip
+
+
 @needs_cuda
 @needs_flex
 @pytest.mark.parametrize("length", [256, 300, 1000])  # FlexAttention's blocks are 128: whole and partial tails
@@ -301,6 +373,29 @@ def test_auto_picks_flex_where_it_exists(monkeypatch):
     assert resolve_backend("auto", q, 3, dropout_p=0.1) == "banded"  # FlexAttention has no dropout
     with pytest.raises(ValueError, match="'flex' has no attention dropout"):
         resolve_backend("flex", q, 3, dropout_p=0.1)
+
+
+@needs_flex
+def test_auto_picks_flex_for_packed_documents_where_it_exists(monkeypatch):
+    """Where flex exists, a packed call goes to flex too, with its segment ids: the result (FlexAttention's eager
+    forward standing in for the CUDA kernel) equals the naive path's."""
+    dispatcher = importlib.import_module("markovformer.ops.lag_bias_attention")
+    calls = []
+
+    def eager_flex(*args, **options):
+        calls.append(options["segment_ids"])
+        return lag_bias_attention_flex(*args, compiled=False, **options)
+
+    monkeypatch.setattr(dispatcher, "flex_available", lambda device: True)
+    monkeypatch.setattr(dispatcher, "lag_bias_attention_flex", eager_flex)
+    mask, segments, _ = _packed_rows()
+    q, k, v, past, future = _inputs(mask.shape[1], 2, seed=7)
+    for window in (None, 3):
+        options = dict(window=window, causal=True, attention_mask=mask, segment_ids=segments)
+        got = lag_bias_attention(q, k, v, past, future, backend="auto", **options)
+        assert calls and calls.pop() is segments
+        expected = lag_bias_attention_naive(q, k, v, past, future, **options)[0]
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")

@@ -6,10 +6,11 @@
   and the path that returns attention weights for inspection.
 - ``"banded"``: local scope only (``window`` not None), look-around blocks, O(T·W) time and memory; CPU and GPU.
 - ``"chunked"``: global scope only (``window=None``), exact softmax over query chunks, O(T) memory; CPU and GPU.
-- ``"flex"``: FlexAttention with a bias ``score_mod`` and a band ``BlockMask``, local or global; CUDA only, no
-  dropout.
-- ``"auto"``: ``flex`` on CUDA (without dropout); otherwise ``banded`` for local scope, and for global scope
-  ``naive`` below ``CHUNKED_MIN_LENGTH`` positions (where its few large products win) and ``chunked`` from there.
+- ``"flex"``: FlexAttention with a bias ``score_mod`` and a band ``BlockMask`` (one per batch row with key padding
+  or packed documents), local or global; CUDA only, no dropout.
+- ``"auto"``: ``flex`` on CUDA (without dropout), packed or not; otherwise ``banded`` for local scope, and for
+  global scope ``naive`` below ``CHUNKED_MIN_LENGTH`` positions (where its few large products win) and ``chunked``
+  from there.
 
 Asking for a backend that cannot run these inputs raises ValueError naming it and the reason.
 """
@@ -46,13 +47,13 @@ def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segme
         raise ValueError(f"segment_ids must be (B, T) = {(q.shape[0], q.shape[2])}; got {tuple(segment_ids.shape)}")
 
 
-def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: float = 0.0, packed: bool = False) -> str:
+def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: float = 0.0) -> str:
     """The backend that ``lag_bias_attention`` runs for these inputs; ValueError if ``backend`` cannot run them.
-    ``packed``: segment ids are given (packed documents), which every backend but ``flex`` masks by."""
+    Every backend masks by segment ids (packed documents), so they do not enter the choice."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}; expected one of {BACKENDS}")
     if backend == "auto":
-        if flex_available(q.device) and dropout_p == 0 and not packed:
+        if flex_available(q.device) and dropout_p == 0:
             return "flex"
         if window is not None:
             return "banded"
@@ -69,8 +70,6 @@ def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: floa
             )
         if dropout_p > 0:
             raise ValueError(f"backend 'flex' has no attention dropout; got dropout_p={dropout_p}")
-        if packed:
-            raise ValueError("backend 'flex' has no document (segment_ids) mask yet; use 'banded' or 'chunked'")
     return backend
 
 
@@ -100,16 +99,15 @@ def lag_bias_attention(
         dropout_p: dropout on the attention probabilities (pass 0 at evaluation).
         backend: one of ``BACKENDS`` (see the module docstring).
         segment_ids: (B, T) long, packed documents (``ops.segments``): a query sees keys of its own segment only
-            (-1 = padding, no segment). Masked inside the band or chunk: no (T, T) tensor outside ``naive``.
+            (-1 = padding, no segment). Masked inside the band, the chunk or flex's ``BlockMask``: no (T, T) tensor
+            outside ``naive``.
 
     Returns:
         (B, H, T, Dv).
     """
     _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segment_ids)
-    backend = resolve_backend(backend, q, window, dropout_p, packed=segment_ids is not None)
-    options = dict(causal=causal, attention_mask=attention_mask)
-    if segment_ids is not None:
-        options["segment_ids"] = segment_ids
+    backend = resolve_backend(backend, q, window, dropout_p)
+    options = dict(causal=causal, attention_mask=attention_mask, segment_ids=segment_ids)
     if backend == "flex":
         return lag_bias_attention_flex(q, k, v, past_bias, future_bias, window=window, **options)
     if backend == "banded":

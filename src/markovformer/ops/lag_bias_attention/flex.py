@@ -1,5 +1,6 @@
 """Markov attention through FlexAttention (CUDA): a ``score_mod`` that adds the gated per-lag bias, and a
-``BlockMask`` for the window, causality and key padding, so the kernel skips every block outside the band.
+``BlockMask`` for the window, causality, key padding and packed documents (``segment_ids``: a query sees keys of
+its own document only), so the kernel skips every block outside the band and outside the query's document.
 
 FlexAttention differentiates through the bias tensors it reads, so ``past_bias`` / ``future_bias`` get gradients
 without any (T, T) tensor. It has no backward on CPU: ``flex_available`` says where this path exists, and the
@@ -38,12 +39,18 @@ def compiled_flex_attention():
     return torch.compile(flex_attention, dynamic=False)
 
 
-def _mask_mod(window: int | None, causal: bool, present: Tensor | None):
-    """The window and causality rule (``lags.visible``) and key padding as a FlexAttention mask function."""
+def _mask_mod(window: int | None, causal: bool, present: Tensor | None, segments: Tensor | None = None):
+    """The window and causality rule (``lags.visible``), key padding and, with ``segments`` (B, T) of packed
+    documents (``ops.segments``, -1 = padding), the same-document rule as a FlexAttention mask function."""
 
     def mask_mod(b, h, q_idx, kv_idx):
         allowed = visible(q_idx - kv_idx, window, causal)
-        return allowed if present is None else allowed & present[b, kv_idx]
+        if present is not None:
+            allowed = allowed & present[b, kv_idx]
+        if segments is not None:
+            key = segments[b, kv_idx]
+            allowed = allowed & (key == segments[b, q_idx]) & (key >= 0)
+        return allowed
 
     return mask_mod
 
@@ -56,17 +63,20 @@ def _cached_block_mask(seq_len: int, window: int | None, causal: bool, device: t
     return create_block_mask(mask_mod, None, None, seq_len, seq_len, device=device, _compile=device.type == "cuda")
 
 
-def block_mask_for(seq_len: int, window: int | None, causal: bool, attention_mask: Tensor | None, device: torch.device):
-    """The ``BlockMask`` of the visibility rule (``lags.visible``) for this window, causality and key padding."""
-    if attention_mask is None:  # the same for every call of this shape: build it once
+def block_mask_for(seq_len: int, window: int | None, causal: bool, attention_mask: Tensor | None, device: torch.device,
+                   segment_ids: Tensor | None = None):  # fmt: skip
+    """The ``BlockMask`` of the visibility rule (``lags.visible``) for this window, causality, key padding and
+    packed documents (``segment_ids`` (B, T), -1 = padding); one mask per batch row when either is given."""
+    if attention_mask is None and segment_ids is None:  # the same for every call of this shape: build it once
         return _cached_block_mask(seq_len, window, causal, device)
     from torch.nn.attention.flex_attention import create_block_mask
 
-    present = attention_mask.to(device).bool()
-    mask_mod = _mask_mod(window, causal, present)
+    present = None if attention_mask is None else attention_mask.to(device).bool()
+    segments = None if segment_ids is None else segment_ids.to(device).long()
+    batch = (present if present is not None else segments).shape[0]
+    mask_mod = _mask_mod(window, causal, present, segments)
     # Compiled on CUDA, so the mask is evaluated block by block, never as a (B, T, T) tensor.
-    return create_block_mask(mask_mod, present.shape[0], None, seq_len, seq_len, device=device,
-                             _compile=device.type == "cuda")  # fmt: skip
+    return create_block_mask(mask_mod, batch, None, seq_len, seq_len, device=device, _compile=device.type == "cuda")
 
 
 def _score_mod(past_bias: Tensor | None, future_bias: Tensor | None, reach_past: int, reach_future: int):
@@ -97,10 +107,12 @@ def lag_bias_attention_flex(
     window: int | None,
     causal: bool,
     attention_mask: Tensor | None = None,
+    segment_ids: Tensor | None = None,
     compiled: bool = True,
 ) -> Tensor:
     """Local (``window``) or global (``window=None``) Markov attention; shapes as the naive reference.
 
+    ``segment_ids`` (B, T) long: packed documents (``ops.segments``), a query sees keys of its own only.
     No dropout (FlexAttention has none). A query with no visible key returns zeros.
     """
     from torch.nn.attention.flex_attention import flex_attention
@@ -111,6 +123,6 @@ def lag_bias_attention_flex(
     reach_future = 0 if causal else reach_past
     biases = [None if b is None else b.to(q.dtype) for b in (past_bias, future_bias)]
     score_mod = _score_mod(*biases, reach_past, reach_future)
-    block_mask = block_mask_for(seq_len, window, causal, attention_mask, q.device)
+    block_mask = block_mask_for(seq_len, window, causal, attention_mask, q.device, segment_ids)
     attend = compiled_flex_attention() if compiled else flex_attention
     return attend(q, k, v, score_mod=score_mod, block_mask=block_mask)
