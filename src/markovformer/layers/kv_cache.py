@@ -92,8 +92,9 @@ class KeyValueCache:
         them."""
         count, start = keys.shape[2], self.length
         self.length += count
-        if real is None:
-            real = keys.new_ones((), dtype=torch.bool).expand(keys.shape[0], count)
+        if real is None:  # (a rolling cache whose slots all hold real keys since the last padding: nothing to write)
+            settled = self.window is not None and count == 1 and start >= self.real_from + self.window + 1
+            real = None if settled else keys.new_ones((), dtype=torch.bool).expand(keys.shape[0], count)
         elif not torch.compiler.is_compiling() and not bool(real.all()):
             self.real_from = self.length  # (conservative: the chunk may end in padding)
         if self.window is not None:
@@ -107,7 +108,8 @@ class KeyValueCache:
                 slot = start % slots
                 cached_keys.select(3, slot).copy_(keys)
                 cached_values.select(3, slot).copy_(values)
-                cached_real.select(2, slot).copy_(real)
+                if real is not None:
+                    cached_real.select(2, slot).copy_(real)
                 if log_decay is not None:
                     cached_decay[..., slot] = 0.0
                 return
@@ -131,17 +133,20 @@ class KeyValueCache:
             self.log_decay[..., start : self.length] = log_decay
             self.log_decay -= log_decay[..., -1:]  # rebase: the newest position has 0
 
-    def visible(self, positions: bool = True) -> tuple:
+    def _visible_slots(self) -> slice:
+        """The storage slots of the visible positions, in position order (a rolling cache: the oldest of the last
+        W + 1 positions in the first copy, the rest after it)."""
+        if self.window is None:
+            return slice(0, self.length)
+        begin = self.length % (self.window + 1)
+        return slice(begin, begin + self.window + 1)
+
+    def visible(self) -> tuple:
         """The slots that may hold a key, in position order (empty slots, position -1, first): keys, values
-        (B, H, c, Dh), positions (c,; left out with ``positions=False``), real (B, c), log decay (B, H, c)."""
-        if self.window is not None:
-            begin = self.length % (self.window + 1)  # the oldest of the last W + 1 positions, in the first copy
-            used, first = slice(begin, begin + self.window + 1), self.length - self.window - 1
-        else:
-            used, first = slice(0, self.length), 0
+        (B, H, c, Dh), positions (c,), real (B, c), log decay (B, H, c)."""
+        used = self._visible_slots()
+        first = 0 if self.window is None else self.length - self.window - 1
         decay = None if self.log_decay is None else self.log_decay[..., used]
-        if not positions:
-            return self.keys[:, :, used], self.values[:, :, used], self.real[:, used], decay
         slot_positions = torch.arange(first, self.length, device=self.keys.device).clamp_min(-1)  # -1: empty
         return self.keys[:, :, used], self.values[:, :, used], slot_positions, self.real[:, used], decay
 
@@ -182,10 +187,11 @@ class KeyValueCache:
         (``real`` None: no padding among them)."""
         if q.shape[2] == 1:  # one new query (a decoding step): the visible keys end at its own, in order
             self.write(k, v, real, log_decay)
-            keys, values, key_real, key_log_decay = self.visible(positions=False)
-            if self.all_visible_real():
-                key_real = None
-            return newest_query_attention(q, keys, values, key_real, past_bias=past_bias, key_log_decay=key_log_decay)
+            used = self._visible_slots()
+            key_real = None if self.all_visible_real() else self.real[:, used]
+            key_log_decay = None if self.log_decay is None else self.log_decay[..., used]
+            return newest_query_attention(q, self.keys[:, :, used], self.values[:, :, used], key_real,
+                                          past_bias=past_bias, key_log_decay=key_log_decay)  # fmt: skip
         if real is None:
             real = torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device)
         seen = self.extend(k, v, real, log_decay)

@@ -69,7 +69,8 @@ def newest_query_attention(
         if past_bias is not None and count > 1:
             lags = min(past_bias.shape[-1], count - 1)
             bias = q.new_zeros(*q.shape[:3], count)
-            bias[..., count - 1 - lags : count - 1] = past_bias[..., :lags].flip(-1)  # lag k at slot C-1-k
+            placed = past_bias if lags == past_bias.shape[-1] else past_bias[..., :lags]
+            bias[..., count - 1 - lags : count - 1] = placed.flip(-1)  # lag k at slot C-1-k
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=bias)
     scores = torch.matmul(q, keys.transpose(-1, -2)) * q.shape[-1] ** -0.5
     if past_bias is not None and count > 1:
