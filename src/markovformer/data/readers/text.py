@@ -1,4 +1,4 @@
-"""Language-model text: a loader that encodes text files (with a tokenizer of ``data.tokenizer``) into a cached token
+"""Language-model text: a loader that encodes text files (with a tokenizer of ``readers.tokenizer``) into a cached token
 store and cuts it into windows."""
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from torch import Tensor
 from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import IGNORE_INDEX, collate
-from markovformer.data.splits import contiguous_split
-from markovformer.data.store_windows import RandomStarts, StoreWindows
-from markovformer.data.text_stream import (
+from markovformer.data.readers.store_windows import RandomStarts, StoreWindows
+from markovformer.data.readers.text_stream import (
     RECORD_KINDS,
     byte_offset_of_character,
     content_key,
@@ -29,14 +28,15 @@ from markovformer.data.text_stream import (
     sampled_text,
     text_pieces,
 )
-from markovformer.data.token_store import Segment, build_lock, cache_root, open_or_build
-from markovformer.data.tokenizer import (
+from markovformer.data.readers.token_store import Segment, build_lock, cache_root, open_or_build
+from markovformer.data.readers.tokenizer import (
     END_OF_DOCUMENT,
     PAD_TOKEN,
     BPETokenizer,
     CharTokenizer,
     tokenizer_from_record,
 )
+from markovformer.data.splits import contiguous_split
 
 _SPLIT_NAMES = ("train", "val", "test")
 
@@ -78,7 +78,7 @@ def load_text_lm(
     documents: str = "file",
     text_column: str = "text",
 ) -> DataBundle:
-    """UTF-8 text as next-token examples read from a token store (``data.token_store``): encoded once, cached by
+    """UTF-8 text as next-token examples read from a token store (``readers.token_store``): encoded once, cached by
     content and tokenizer, memory-mapped, each example cut from it when asked for.
 
     ``path``: a file, a directory or a glob. One file is one text, split by characters in order (train first, then

@@ -1,6 +1,6 @@
 """Local Hugging Face ``datasets`` files (JSONL, Parquet, CSV, Arrow) as a language-model source: each row's text
 column is a document, tokenized with ``Dataset.map(batched=True, num_proc=...)`` into the same memory-mapped token
-store as text files (``data.token_store``), then cut into windows as ``data.text`` cuts them.
+store as text files (``readers.token_store``), then cut into windows as ``readers.text`` cuts them.
 
 Only local files: a URL or a hub name is refused (no network). ``datasets`` is an optional extra
 (``pip install 'markovformer[datasets]'``), imported only here.
@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from markovformer.data.bundle import DataBundle
-from markovformer.data.splits import contiguous_split
-from markovformer.data.text import FIT_BYTES, check_text_options, store_bundle
-from markovformer.data.text_stream import content_key, resolve_text_paths
-from markovformer.data.token_store import (
+from markovformer.data.readers.text import FIT_BYTES, check_text_options, store_bundle
+from markovformer.data.readers.text_stream import content_key, resolve_text_paths
+from markovformer.data.readers.token_store import (
     STORE_FORMAT,
     TOKENS_FILE,
     cache_root,
@@ -27,7 +26,8 @@ from markovformer.data.token_store import (
     open_or_write,
     token_dtype,
 )
-from markovformer.data.tokenizer import END_OF_DOCUMENT, PAD_TOKEN, BPETokenizer, CharTokenizer
+from markovformer.data.readers.tokenizer import END_OF_DOCUMENT, PAD_TOKEN, BPETokenizer, CharTokenizer
+from markovformer.data.splits import contiguous_split
 
 # the ``datasets`` builder of each file kind
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
@@ -80,7 +80,7 @@ def load_hf_dataset_lm(
     ``fit_bytes`` of text) unless ``fitted`` is given, and every row becomes a document closed by the
     end-of-document token in a token store cached by the files' content keys, the column, the split and the
     tokenizer. ``num_proc``: processes ``map`` tokenizes with (default: the cores available). Other options as
-    ``data.text.load_text_lm``."""
+    ``readers.text.load_text_lm``."""
     check_text_options(tokenizer, vocab_size, seq_len, overlap, window_starts, fit_bytes, fitted)
     files = local_data_files(data_files)
     datasets = _import_datasets()
