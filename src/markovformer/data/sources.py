@@ -14,7 +14,8 @@ from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.csv_series import load_csv_series
 from markovformer.data.readers.fasta import load_fasta_classification
 from markovformer.data.readers.hf_dataset import load_hf_dataset_lm
-from markovformer.data.readers.text import FIT_BYTES, load_text_lm
+from markovformer.data.readers.text import load_text_lm
+from markovformer.data.readers.tokenized_text import TokenizedText
 from markovformer.data.recipes.finance import load_order_book
 from markovformer.data.recipes.genomics import load_bed_classification
 from markovformer.data.recipes.registry import find_prepared_file
@@ -27,34 +28,11 @@ from markovformer.data.translation import SyntheticTranslationSource, Translatio
 
 
 @dataclasses.dataclass
-class TokenizedText:
-    """The options of the sources whose text is encoded into a cached, memory-mapped token store
-    (``markovformer.data.readers.token_store``) and cut into causal-LM windows: text files and local datasets."""
-
-    tokenizer: str = "char"
-    vocab_size: int | None = None
-    seq_len: int = 128
-    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
-    overlap: int = 0
-    cache_dir: str = ""
-    fit_bytes: int = FIT_BYTES
-    window_starts: str = "contiguous"
-    packing: bool = False
-    text_column: str = "text"
-
-    def store_options(self, tokenizer) -> dict:
-        """These options as the loaders' keyword arguments; ``tokenizer``: a run's saved one, encoding instead of
-        fitting one."""
-        options = {field.name: getattr(self, field.name) for field in dataclasses.fields(TokenizedText)}
-        return {**options, "cache_dir": self.cache_dir or None, "fitted": tokenizer}
-
-
-@dataclasses.dataclass
 class TextSource(TokenizedText):
     """A UTF-8 text file for causal LM, at character level or with a BPE tokenizer trained on the training part
     (saved with the run). Split contiguously: the first ``fractions[0]`` is training text. ``overlap`` > 0: windows
     carry that many tokens of unscored context from the one before, so every position is scored with at least that
-    much context (exact n-gram evaluation; see ``markovformer.data.readers.text.text_windows``). ``path`` may name a
+    much context (exact n-gram evaluation; see ``readers.text.text_windows``). ``path`` may name a
     directory or a glob of documents; ``documents`` says what else separates documents (JSONL or blank-line
     records, whose text is ``text_column``)."""
 
@@ -66,7 +44,7 @@ class TextSource(TokenizedText):
         if not self.path:
             raise ValueError("data.path is required for this data source")
         path = self.path if Path(self.path).is_dir() or glob.has_magic(self.path) else find_prepared_file(self.path)
-        return load_text_lm(path, documents=self.documents, **self.store_options(tokenizer))
+        return load_text_lm(path, documents=self.documents, fitted=tokenizer, **self.options())
 
 
 @dataclasses.dataclass
@@ -80,7 +58,7 @@ class HFDatasetSource(TokenizedText):
 
     def build(self, seed: int, tokenizer=None) -> DataBundle:
         """The bundle; ``tokenizer``: encode with this one (a run's saved tokenizer) instead of fitting one."""
-        return load_hf_dataset_lm(self.data_files, num_proc=self.num_proc, **self.store_options(tokenizer))
+        return load_hf_dataset_lm(self.data_files, num_proc=self.num_proc, fitted=tokenizer, **self.options())
 
 
 @dataclasses.dataclass
