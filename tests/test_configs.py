@@ -261,7 +261,7 @@ def test_mat_configs_pair_the_order_with_the_task_and_read_the_prepared_file():
         assert model_config(config).transparent  # MAT: exactly k-th order
     assert model_config(synthetic).order == synthetic.data["order"] == 2  # the decoder can see what y_i depends on
     assert model_config(de_en).order == 5  # the paper's k
-    from markovformer.data.recipes import DATA_RECIPES
+    from markovformer.data.recipes.registry import DATA_RECIPES
 
     assert de_en.data["path"] == f"data/{DATA_RECIPES['de-en'].file_name}"  # where `data prepare de-en` writes
 
@@ -324,7 +324,7 @@ def test_table1_configs_are_the_experiments_markovian_transformer_runs(name):
 
 
 def test_dna_splice_reads_the_splice_recipes_folder_without_reverse_complements():
-    from markovformer.data.recipes import DATA_RECIPES
+    from markovformer.data.recipes.registry import DATA_RECIPES
 
     data = resolved("dna_splice").data
     folder = f"data/{DATA_RECIPES['splice'].file_name}"
@@ -333,8 +333,8 @@ def test_dna_splice_reads_the_splice_recipes_folder_without_reverse_complements(
 
 
 def test_finance_sp500_reads_the_recipes_features_with_the_fractions_its_thresholds_were_fitted_on():
-    from markovformer.data.finance import DAILY_FEATURES, FRACTIONS
-    from markovformer.data.recipes import DATA_RECIPES
+    from markovformer.data.recipes.finance import DAILY_FEATURES, FRACTIONS
+    from markovformer.data.recipes.registry import DATA_RECIPES
 
     data = resolved("finance_sp500").data
     assert data["path"] == f"data/{DATA_RECIPES['sp500'].file_name}"
@@ -343,7 +343,7 @@ def test_finance_sp500_reads_the_recipes_features_with_the_fractions_its_thresho
 
 
 def test_speech_digits_reads_the_digits_file_and_tests_on_unseen_voices():
-    from markovformer.data.recipes import DATA_RECIPES
+    from markovformer.data.recipes.registry import DATA_RECIPES
 
     config = resolved("speech_digits")
     assert config.task == "ctc" and config.data["path"] == f"data/{DATA_RECIPES['digits'].file_name}"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from markovformer.bench.data import build_corpus, data_targets, run_case
-from markovformer.data.text import load_text_lm
+from markovformer.data.readers.text import load_text_lm
 
 SHAKESPEARE = Path(__file__).resolve().parents[2] / "../shared/data/tiny_shakespeare.txt"
 _SOURCE = "".join(f"line {chr(97 + i % 26)}: the chain moves on, the state keeps its order.\n" for i in range(400))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from markovformer.data.csv_series import load_csv_series
+from markovformer.data.readers.csv_series import load_csv_series
 
 _NAMES = ["calm", "rising", "storm"]
 

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from markovformer.data.fasta import (
+from markovformer.data.readers.fasta import (
     DNA_VOCAB,
     encode_dna,
     load_fasta_classification,
@@ -167,8 +167,8 @@ def test_label_mismatches_raise(tmp_path, labels_text, message):
 
 def test_a_fasta_above_the_threshold_is_read_through_its_index_with_the_same_records(tmp_path, monkeypatch):
     pytest.importorskip("pyfaidx", reason="the indexed FASTA reader needs pyfaidx (the data extra)")
-    from markovformer.data import fasta as fasta_module
-    from markovformer.data.genomics import bed_sequences, read_bed, read_reference
+    from markovformer.data.readers import fasta as fasta_module
+    from markovformer.data.recipes.genomics import bed_sequences, read_bed, read_reference
 
     records = [("r1", "ACGTN" * 30 + "A"), ("r2", "GATTACA"), ("r3", "T" * 121)]
     path = tmp_path / "seqs.fa"

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from markovformer.data.hf_dataset import load_hf_dataset_lm
+from markovformer.data.readers.hf_dataset import load_hf_dataset_lm
 
 datasets = pytest.importorskip("datasets", reason="the hf_dataset source needs the optional 'datasets' extra")
 

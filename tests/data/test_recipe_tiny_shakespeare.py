@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from markovformer.cli.main import main
-from markovformer.data import shakespeare
-from markovformer.data.locations import find_prepared_file
+from markovformer.data.recipes import shakespeare
+from markovformer.data.recipes.registry import find_prepared_file
 from markovformer.data.sources import TextSource
 
 SHARED = Path(__file__).resolve().parents[2] / "../shared/data/tiny_shakespeare.txt"

@@ -12,9 +12,9 @@ from datetime import date
 import numpy as np
 import pytest
 
-from markovformer.data import finance
-from markovformer.data.csv_series import load_csv_series
-from markovformer.data.finance import (
+from markovformer.data.readers.csv_series import load_csv_series
+from markovformer.data.recipes import finance
+from markovformer.data.recipes.finance import (
     DAILY_FEATURES,
     FRACTIONS,
     DailyBars,

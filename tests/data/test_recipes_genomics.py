@@ -12,8 +12,8 @@ import pytest
 import torch
 from debian_fakes import fake_debian
 
-from markovformer.data.fasta import read_fasta, read_labels, reverse_complement
-from markovformer.data.genomics import (
+from markovformer.data.readers.fasta import read_fasta, read_labels, reverse_complement
+from markovformer.data.recipes.genomics import (
     BIOSTRINGS,
     KERNLAB,
     MLBENCH,
@@ -355,7 +355,7 @@ def test_package_without_the_file_and_missing_tools_raise_runtime_errors(tmp_pat
     monkeypatch.setenv("PATH", fake_debian(tmp_path / "tools", {KERNLAB[0]: {"usr/share/doc/x": "x"}}))
     with pytest.raises(RuntimeError, match="r-cran-kernlab package has no .*promotergene.rda"):
         prepare_promoters(tmp_path / "promoters")
-    import markovformer.data.debian as debian
+    import markovformer.data.recipes.debian as debian
 
     monkeypatch.setattr(debian.shutil, "which", lambda tool: None)
     with pytest.raises(RuntimeError, match="needs 'apt-get'"):

@@ -16,8 +16,7 @@ import pytest
 import torch
 from debian_fakes import fake_debian
 
-from markovformer.data import espeak
-from markovformer.data.audio import (
+from markovformer.data.readers.audio import (
     ALPHABET,
     CTC_LABEL_NAMES,
     LogMelConfig,
@@ -33,9 +32,9 @@ from markovformer.data.audio import (
     resample,
     write_wav,
 )
-from markovformer.data.espeak import espeak_ng, packages_to_fetch, parse_apt_depends
-from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
-from markovformer.data.speech import (
+from markovformer.data.recipes import espeak
+from markovformer.data.recipes.espeak import espeak_ng, packages_to_fetch, parse_apt_depends
+from markovformer.data.recipes.speech import (
     ASTERISK_SOUNDS,
     ASTERISK_TRANSCRIPTS,
     HELD_OUT_VARIANTS,
@@ -55,6 +54,7 @@ from markovformer.data.speech import (
     trim_silence,
     write_speech_features,
 )
+from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
 
 
 def _tone(frequency: float, seconds: float, rate: int, amplitude: float = 0.5) -> torch.Tensor:

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from markovformer.data.text import load_text_lm
+from markovformer.data.readers.text import load_text_lm
 
 _TEXTS = ["the chain moves on.", "é ß € 漢字 😀 a state\nwith two lines", "order, order", "x" * 50, "the end of it"]
 

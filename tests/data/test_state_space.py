@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.distributions import MultivariateNormal
 
-from markovformer.data.state_space import (
+from markovformer.data.synthetic.state_space import (
     HiddenMarkovParameters,
     LinearGaussianParameters,
     LinearGaussianSource,

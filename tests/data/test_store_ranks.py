@@ -9,15 +9,15 @@ import subprocess
 import sys
 import textwrap
 
-from markovformer.data.text import load_text_lm
+from markovformer.data.readers.text import load_text_lm
 from markovformer.training.batches import EpochBatches
 
 _RANK = textwrap.dedent("""
     import json, sys
     import torch.distributed as dist
-    from markovformer.data import token_store
+    from markovformer.data.readers import token_store
     from markovformer.data.collate import collate
-    from markovformer.data.text import load_text_lm
+    from markovformer.data.readers.text import load_text_lm
     from markovformer.training.batches import EpochBatches
 
     rank, out, corpus, cache = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]

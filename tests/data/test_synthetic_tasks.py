@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from markovformer.data import synthetic_tasks as tasks
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.data.synthetic import tasks
 from markovformer.markov import add_beta_loss
 
 

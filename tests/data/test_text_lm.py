@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from markovformer.data.text import load_text_lm, text_windows
-from markovformer.data.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer
+from markovformer.data.readers.text import load_text_lm, text_windows
+from markovformer.data.readers.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer
 
 _EXOTIC = "ab \n\r\t\x00éß€漢字😀\u200b\ufeff"
 

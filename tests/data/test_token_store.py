@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from markovformer.data import text_stream
 from markovformer.data.collate import collate
-from markovformer.data.text import load_text_lm
-from markovformer.data.text_stream import text_pieces
-from markovformer.data.token_store import Segment, open_or_build, token_dtype
+from markovformer.data.readers import text_stream
+from markovformer.data.readers.text import load_text_lm
+from markovformer.data.readers.text_stream import text_pieces
+from markovformer.data.readers.token_store import Segment, open_or_build, token_dtype
 
 SHAKESPEARE = Path(__file__).resolve().parents[2] / "../shared/data/tiny_shakespeare.txt"
 _MIXED = "Markov chain é ß € 漢字 😀\nthe order of a state,\n"
@@ -32,7 +32,7 @@ def small_chunks(monkeypatch):
     """Chunks of 7 bytes: nearly every multi-byte character of the text is cut by a chunk boundary."""
     monkeypatch.setattr(text_stream, "CHUNK_BYTES", 7)
     original = text_stream.text_pieces
-    monkeypatch.setattr("markovformer.data.token_store.text_pieces",
+    monkeypatch.setattr("markovformer.data.readers.token_store.text_pieces",
                         lambda *a, **k: original(*a, **{**k, "chunk_bytes": 7}))  # fmt: skip
 
 
@@ -188,7 +188,7 @@ def test_reading_random_windows_keeps_resident_memory_flat(tmp_path):
     """Windows are read with pread: read through the map, each made the kernel map the page-cache folios around it
     into the process (about 0.7 MB a window here), so resident memory grew with the number of windows read."""
     from markovformer.bench.measure import status_mib
-    from markovformer.data.store_windows import store_example
+    from markovformer.data.readers.store_windows import store_example
 
     if status_mib("RssFile") is None:
         pytest.skip("needs /proc/self/status with RssFile")

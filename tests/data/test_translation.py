@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from markovformer.data.tokenizer import BPETokenizer
+from markovformer.data.readers.tokenizer import BPETokenizer
+from markovformer.data.recipes.de_en import parse_ding, prepare_de_en
 from markovformer.data.translation import (
     BOS_TOKEN_ID,
     EOS_TOKEN_ID,
@@ -29,8 +30,6 @@ from markovformer.data.translation import (
     decode_generated,
     load_translation,
     load_translation_tokenizer,
-    parse_ding,
-    prepare_de_en,
     read_parallel,
     train_translation_tokenizer,
     translation_lengths,
@@ -453,7 +452,7 @@ def test_prepare_de_en_package_without_dictionary(tmp_path, monkeypatch):
 
 
 def test_prepare_de_en_without_apt(tmp_path, monkeypatch):
-    import markovformer.data.debian as debian
+    import markovformer.data.recipes.debian as debian
 
     monkeypatch.setattr(debian.shutil, "which", lambda tool: None if tool == "apt-get" else "/usr/bin/" + tool)
     with pytest.raises(RuntimeError, match="needs 'apt-get'"):

@@ -159,7 +159,7 @@ def test_de_en_quick_learns_and_order_one_trails(tmp_path):
     """``mat-order --quick --set corpus=de-en`` on the prepared de-en pairs (skipped without them): the AT and MAT
     k = 1, 3 each take the validation loss at least 2.5 nats below its start (log of the 2,000-token vocabulary,
     7.6), and MAT k = 1, which sees one previous target token, ends with a higher validation loss than k = 3."""
-    from markovformer.data.locations import prepared_candidates
+    from markovformer.data.recipes.locations import prepared_candidates
 
     if not any(path.is_file() for path in prepared_candidates("data/de_en.tsv")):
         pytest.skip("no data/de_en.tsv (`markovformer data prepare de-en`, or $MARKOVFORMER_DATA)")

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from markovformer.data import synthetic_tasks as tasks
+from markovformer.data.synthetic import tasks
 from markovformer.experiments import mixers
 from markovformer.experiments import mixers_models as zoo
 from markovformer.experiments.mixers_report import gated_convolution_verdict, selective_copy_verdict, solves

@@ -12,7 +12,7 @@ import torch
 from markdown_tables import markdown_tables  # beside this file
 
 from markovformer.data.collate import PAD_ID, collate
-from markovformer.data.text import text_windows
+from markovformer.data.readers.text import text_windows
 from markovformer.experiments import scan_shakespeare
 from markovformer.experiments.scan_shakespeare import ScanShakespeareSettings, ngram_losses, run_config, sample_text
 from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM

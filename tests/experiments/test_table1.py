@@ -14,9 +14,9 @@ import pytest
 import torch
 from markdown_tables import markdown_tables  # beside this file
 
-from markovformer.data.finance import FRACTIONS, daily_move_table, synthetic_bars, write_csv
-from markovformer.data.genomics import write_labelled_fasta
-from markovformer.data.speech import WORDS, read_speech_features, write_speech_features
+from markovformer.data.recipes.finance import FRACTIONS, daily_move_table, synthetic_bars, write_csv
+from markovformer.data.recipes.genomics import write_labelled_fasta
+from markovformer.data.recipes.speech import WORDS, read_speech_features, write_speech_features
 from markovformer.data.splits import contiguous_split
 from markovformer.experiments import run_experiment
 from markovformer.experiments.table1 import (

@@ -302,7 +302,7 @@ def _trained_text_run(kind: str, tmp_path):
 def test_a_runs_model_directory_loads_with_auto_tokenizer_and_builds_a_pipeline(kind, tmp_path):
     """The run writes the Hugging Face tokenizer files into model/ itself: AutoTokenizer gives the run's ids, the
     pipeline's text is markovformer's generate decoded, and the run still loads (its fingerprint intact)."""
-    from markovformer.data.tokenizer import load_tokenizer
+    from markovformer.data.readers.tokenizer import load_tokenizer
     from markovformer.training.run_dir import load_run
 
     run = _trained_text_run(kind, tmp_path)
@@ -337,7 +337,7 @@ def test_a_runs_model_directory_loads_with_auto_tokenizer_and_builds_a_pipeline(
 def test_markovformers_loader_reads_the_hugging_face_format_both_ways(kind, tmp_path):
     """Ours -> the Hugging Face files -> ours, and ours -> AutoTokenizer -> its own save_pretrained -> ours: the same
     ids and text, and the record (what a token store's cache key reads) unchanged."""
-    from markovformer.data.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer
+    from markovformer.data.readers.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer
     from markovformer.hf import export_tokenizer, to_transformers
 
     text = "the cat sat on the mat, é ü.\nthe dog sat on the log.\n" * 10
@@ -415,7 +415,7 @@ def test_without_tokenizers_a_run_finishes_its_model_without_the_hugging_face_fi
                                                                                                 capsys):  # fmt: skip
     import sys
 
-    from markovformer.data.tokenizer import CharTokenizer
+    from markovformer.data.readers.tokenizer import CharTokenizer
     from markovformer.training.run_dir import write_hf_tokenizer
 
     ours = CharTokenizer("ab \n")

@@ -210,7 +210,7 @@ def test_training_passes_position_ids_and_refuses_a_model_that_cannot_take_them(
     """A packed text run: the task's model inputs carry position_ids, so a document inside a training window gets
     the logits it gets alone; a model whose forward has no position_ids is refused up front, naming the option."""
     from markovformer.data.collate import collate
-    from markovformer.data.text import load_text_lm
+    from markovformer.data.readers.text import load_text_lm
     from markovformer.training.tasks import build_task, model_inputs
     from markovformer.training.trainer_config import ConfigError
 

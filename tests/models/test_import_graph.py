@@ -12,10 +12,8 @@ from pathlib import Path
 import markovformer
 
 PACKAGE = Path(markovformer.__file__).parent
-# deferred on purpose, each with a comment at the import: recipes imports every preparing module, one of which
-# (shakespeare.py) imports locations
+# deferred on purpose, each with a comment at the import
 ALLOWED = {
-    ("data/locations.py", "markovformer.data.recipes"),
     # exporting an old run's tokenizer edits its model/config.json, so it refreshes the run's fingerprint (a
     # training concept) there, and only there
     ("hf/tokenizer.py", "markovformer.training.fingerprint"),

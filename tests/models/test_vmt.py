@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.distributions import Normal, kl_divergence
 
-from markovformer.data.state_space import LinearGaussianParameters, random_linear_gaussian
+from markovformer.data.synthetic.state_space import LinearGaussianParameters, random_linear_gaussian
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig, reverse_within_lengths
 from markovformer.models.vmt.densities import gaussian_kl, gaussian_log_prob
 from markovformer.models.vmt.posterior import FlowPosterior

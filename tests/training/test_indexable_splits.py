@@ -19,7 +19,7 @@ COUNTING_CLI = textwrap.dedent('''
     import atexit, json, os, sys
     from collections import Counter
     from markovformer.data import sources
-    from markovformer.data.markov_sources import MarkovChainSource
+    from markovformer.data.synthetic.markov_sources import MarkovChainSource
 
     reads = Counter()
 

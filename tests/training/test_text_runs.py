@@ -58,7 +58,7 @@ def test_eval_uses_the_saved_tokenizer_and_the_recorded_path(tmp_path, cli, monk
 
 
 def test_a_run_whose_text_changed_is_inspected_evaluated_and_resumed_with_its_saved_tokenizer(tmp_path, monkeypatch):
-    from markovformer.data.tokenizer import load_tokenizer
+    from markovformer.data.readers.tokenizer import load_tokenizer
     from markovformer.training import evaluation, inspection, runner
     from markovformer.training.build import build_data
     from markovformer.training.run_config import resolve_run_config

@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from markovformer.data.collate import collate
-from markovformer.data.state_space import StickyHMMSource
+from markovformer.data.synthetic.state_space import StickyHMMSource
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 from markovformer.training.batches import DocumentWindows, window_stride, windows_in_document

@@ -79,7 +79,7 @@ def run_case(case: dict) -> dict:
     vocab = case["vocab"] if tokenizer == "bpe" else None
     row = {"case": kind, "tokenizer": tokenizer, "corpus": case["corpus"],
            "corpus_mb": Path(case["corpus"]).stat().st_size / 1e6}  # fmt: skip
-    from markovformer.data import text as text_module
+    from markovformer.data.readers import text as text_module
 
     row["baseline_mib"] = status_mib("VmRSS")  # after the imports (torch): what every markovformer process costs
     load = text_module.load_text_lm
@@ -117,8 +117,8 @@ def run_case(case: dict) -> dict:
             bundle.tokenizer.save(Path(case["cache"]))  # the hf_tokenizers_alone case encodes with it
             row["round_trip"] = _round_trips(bundle, case["corpus"])
     elif kind == "hf_tokenizers_alone":
-        from markovformer.data.text_stream import text_pieces
-        from markovformer.data.tokenizer import load_tokenizer
+        from markovformer.data.readers.text_stream import text_pieces
+        from markovformer.data.readers.tokenizer import load_tokenizer
 
         fitted = load_tokenizer(Path(case["cache"]))
         hf = fitted._tokenizer
@@ -260,7 +260,7 @@ def _run(command: list[str], timeout: float, case: dict) -> dict:
 
 def run_data_part(settings, out: Path, log: Callable[[str], None], write: Callable[[dict], None]) -> dict:
     """The data part's record ``{"corpus": ..., "rows": [...], "targets": [...]}``; ``write(part)`` after each row."""
-    from markovformer.data.locations import find_prepared_file
+    from markovformer.data.recipes.registry import find_prepared_file
 
     source = Path(settings.data_source) if settings.data_source else find_prepared_file("data/tiny_shakespeare.txt")
     cache = Path(settings.data_cache) if settings.data_cache else out / "data_cache"

@@ -295,8 +295,8 @@ def run_data(args: argparse.Namespace) -> None:
 
 
 def prepare_data(args: argparse.Namespace) -> None:
-    from markovformer.data.locations import data_directory  # deferred: see the module docstring
-    from markovformer.data.recipes import DATA_RECIPES
+    from markovformer.data.recipes.locations import data_directory  # deferred: see the module docstring
+    from markovformer.data.recipes.registry import DATA_RECIPES
     from markovformer.training.run_config import suggest
 
     if args.name == "list":

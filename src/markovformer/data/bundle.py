@@ -14,7 +14,7 @@ from markovformer.data.collate import collate
 @runtime_checkable
 class Split(Protocol):
     """What a split is to the engine: examples read one at a time by index. A list qualifies; a large source
-    returns an object that builds each example on demand (``data.token_store.StoreWindows``), so nothing holds
+    returns an object that builds each example on demand (``readers.store_windows.StoreWindows``), so nothing holds
     every example. The engine, the batchers and evaluation use only ``len(split)`` and ``split[i]``."""
 
     def __len__(self) -> int: ...
@@ -52,7 +52,7 @@ class DataBundle:
     a run so the split can be checked and reproduced.
 
     ``tokenizer``: for text, an object with ``encode``/``decode``/``vocab_size``/``save(directory)`` that
-    ``markovformer.data.tokenizer.load_tokenizer`` reads back; None for other data.
+    ``markovformer.data.readers.tokenizer.load_tokenizer`` reads back; None for other data.
 
     ``collate``: pads a list of these examples into a batch (``data.collate.collate`` unless the examples have
     other keys, as sentence pairs do). ``lengths``: None, or the padded length of each example of a list, for

@@ -11,42 +11,20 @@ import glob
 from pathlib import Path
 
 from markovformer.data.bundle import DataBundle
-from markovformer.data.csv_series import load_csv_series
-from markovformer.data.fasta import load_fasta_classification
-from markovformer.data.finance import load_order_book
-from markovformer.data.genomics import load_bed_classification
-from markovformer.data.hf_dataset import load_hf_dataset_lm
-from markovformer.data.locations import find_prepared_file
-from markovformer.data.markov_sources import HiddenOrderSource, MarkovChainSource
-from markovformer.data.speech import load_audio_manifest, load_speech_features
-from markovformer.data.state_space import LinearGaussianSource, StickyHMMSource
-from markovformer.data.synthetic_ctc import SyntheticCTCSource
-from markovformer.data.task_sources import ICLMarkovSource, InductionSource, MQARSource, SelectiveCopySource
-from markovformer.data.text import FIT_BYTES, load_text_lm
+from markovformer.data.readers.csv_series import load_csv_series
+from markovformer.data.readers.fasta import load_fasta_classification
+from markovformer.data.readers.hf_dataset import load_hf_dataset_lm
+from markovformer.data.readers.text import load_text_lm
+from markovformer.data.readers.tokenized_text import TokenizedText
+from markovformer.data.recipes.finance import load_order_book
+from markovformer.data.recipes.genomics import load_bed_classification
+from markovformer.data.recipes.registry import find_prepared_file
+from markovformer.data.recipes.speech import load_audio_manifest, load_speech_features
+from markovformer.data.synthetic.ctc import SyntheticCTCSource
+from markovformer.data.synthetic.markov_sources import HiddenOrderSource, MarkovChainSource
+from markovformer.data.synthetic.state_space import LinearGaussianSource, StickyHMMSource
+from markovformer.data.synthetic.task_sources import ICLMarkovSource, InductionSource, MQARSource, SelectiveCopySource
 from markovformer.data.translation import SyntheticTranslationSource, TranslationFileSource
-
-
-@dataclasses.dataclass
-class TokenizedText:
-    """The options of the sources whose text is encoded into a cached, memory-mapped token store
-    (``markovformer.data.token_store``) and cut into causal-LM windows: text files and local datasets."""
-
-    tokenizer: str = "char"
-    vocab_size: int | None = None
-    seq_len: int = 128
-    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
-    overlap: int = 0
-    cache_dir: str = ""
-    fit_bytes: int = FIT_BYTES
-    window_starts: str = "contiguous"
-    packing: bool = False
-    text_column: str = "text"
-
-    def store_options(self, tokenizer) -> dict:
-        """These options as the loaders' keyword arguments; ``tokenizer``: a run's saved one, encoding instead of
-        fitting one."""
-        options = {field.name: getattr(self, field.name) for field in dataclasses.fields(TokenizedText)}
-        return {**options, "cache_dir": self.cache_dir or None, "fitted": tokenizer}
 
 
 @dataclasses.dataclass
@@ -54,7 +32,7 @@ class TextSource(TokenizedText):
     """A UTF-8 text file for causal LM, at character level or with a BPE tokenizer trained on the training part
     (saved with the run). Split contiguously: the first ``fractions[0]`` is training text. ``overlap`` > 0: windows
     carry that many tokens of unscored context from the one before, so every position is scored with at least that
-    much context (exact n-gram evaluation; see ``markovformer.data.text.text_windows``). ``path`` may name a
+    much context (exact n-gram evaluation; see ``readers.text.text_windows``). ``path`` may name a
     directory or a glob of documents; ``documents`` says what else separates documents (JSONL or blank-line
     records, whose text is ``text_column``)."""
 
@@ -66,21 +44,21 @@ class TextSource(TokenizedText):
         if not self.path:
             raise ValueError("data.path is required for this data source")
         path = self.path if Path(self.path).is_dir() or glob.has_magic(self.path) else find_prepared_file(self.path)
-        return load_text_lm(path, documents=self.documents, **self.store_options(tokenizer))
+        return load_text_lm(path, documents=self.documents, fitted=tokenizer, **self.options())
 
 
 @dataclasses.dataclass
 class HFDatasetSource(TokenizedText):
     """Local Hugging Face ``datasets`` files (JSONL, Parquet, CSV or Arrow; no hub, no URL) for causal LM: each
     row's ``text_column`` is a document, tokenized with ``Dataset.map(batched=True, num_proc=...)`` into a cached
-    token store, as text files are (see ``markovformer.data.hf_dataset``). Needs the ``datasets`` extra."""
+    token store, as text files are (see ``markovformer.data.readers.hf_dataset``). Needs the ``datasets`` extra."""
 
     data_files: list[str] = dataclasses.field(default_factory=list)
     num_proc: int | None = None
 
     def build(self, seed: int, tokenizer=None) -> DataBundle:
         """The bundle; ``tokenizer``: encode with this one (a run's saved tokenizer) instead of fitting one."""
-        return load_hf_dataset_lm(self.data_files, num_proc=self.num_proc, **self.store_options(tokenizer))
+        return load_hf_dataset_lm(self.data_files, num_proc=self.num_proc, fitted=tokenizer, **self.options())
 
 
 @dataclasses.dataclass

@@ -4,7 +4,7 @@ decoder's layer-0 input, so the order holds at any depth).
 
 Data: the synthetic translation task of true order 2 (``data.translation.SyntheticTranslationSource``: y_i is a fixed
 random table of x_i, y_{i-1}, y_{i-2}), or a parallel TSV of yours (``--set tsv_path=pairs.tsv``; for instance the
-German-English pairs of ``data.translation.prepare_de_en``). Each cell trains one small MAT
+German-English pairs of ``data.recipes.de_en.prepare_de_en``). Each cell trains one small MAT
 (``MarkovTranslatorForConditionalGeneration``) and
 reports greedy BLEU on the test split (sacrebleu on detokenised text), greedy decoding speed on that split, and the
 decoder's state after 64 generated tokens in floats per hypothesis: MAT keeps the last k layer-0 inputs (k·D), any

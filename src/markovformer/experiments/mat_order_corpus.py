@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from markovformer.data.bundle import DataBundle
-from markovformer.data.locations import find_prepared_file
+from markovformer.data.recipes.registry import find_prepared_file
 from markovformer.data.translation import (
     collate_translation,
     corpus_bleu,

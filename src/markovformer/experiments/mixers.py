@@ -1,6 +1,6 @@
 """``mixers``: every sequence mixer on the synthetic tasks that isolate what a mixer can do (Zoology's figure-2 shape).
 
-Tasks (``data.synthetic_tasks``): multi-query associative recall (MQAR, Arora et al., 2023), induction heads and
+Tasks (``data.synthetic.tasks``): multi-query associative recall (MQAR, Arora et al., 2023), induction heads and
 selective copying (Gu and Dao, 2023), and in-context Markov chains (scored against the Bayes add-1 predictor).
 Kinds (``mixers_models.KINDS``): Markov attention local and global, softmax global and sliding-window, ALiBi, FoX,
 random features, the two hybrids and the baseline zoo, each at the parameter count of the global softmax model of

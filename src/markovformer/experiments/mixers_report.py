@@ -3,7 +3,7 @@ Markov gates put their mass, and the comparison with Zoology's and Mamba's publi
 
 from __future__ import annotations
 
-from markovformer.data.synthetic_tasks import chance_accuracy
+from markovformer.data.synthetic.tasks import chance_accuracy
 from markovformer.experiments import mixers_models as zoo
 
 ICL_SOLVED_GAP = 0.02  # nats above the Bayes add-1 loss that count as solving icl_markov

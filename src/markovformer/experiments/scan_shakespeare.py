@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 
 from markovformer.data.collate import PAD_ID
-from markovformer.data.shakespeare import find_tiny_shakespeare
-from markovformer.data.tokenizer import load_tokenizer
+from markovformer.data.readers.tokenizer import load_tokenizer
+from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
 from markovformer.models.generation import GenerationConfig, decoding_loop

@@ -47,8 +47,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from markovformer.data.shakespeare import find_tiny_shakespeare
-from markovformer.data.tokenizer import load_tokenizer
+from markovformer.data.readers.tokenizer import load_tokenizer
+from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.scan_shakespeare import run_name
 from markovformer.experiments.settings import configure
@@ -115,7 +115,7 @@ class ShakespeareCharSettings:
     weight_decay: float = 0.1
     gradient_clip: float = 1.0
     eval_iters: int = 20  # nanoGPT's evaluation: this many random validation batches of batch_size windows
-    data_path: str | None = None  # the text (default: the prepared Tiny Shakespeare, see data.shakespeare)
+    data_path: str | None = None  # the text (default: the prepared Tiny Shakespeare, see data.recipes.shakespeare)
     only_finished: bool = False  # report the finished cells only; the others are listed as not run
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from markovformer.data.bundle import example_lengths, examples_at
-from markovformer.data.finance import REGIMES, regimes_of_examples
+from markovformer.data.recipes.finance import REGIMES, regimes_of_examples
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
 from markovformer.experiments.table1_models import (

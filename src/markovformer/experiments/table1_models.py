@@ -16,8 +16,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from markovformer.data.finance import DAILY_FEATURES, FRACTIONS
-from markovformer.data.recipes import DATA_RECIPES
+from markovformer.data.recipes.finance import DAILY_FEATURES, FRACTIONS
+from markovformer.data.recipes.registry import DATA_RECIPES
 from markovformer.training.run_config import resolve_run_config
 
 DOMAINS = ("genomics", "finance", "speech")

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from markovformer.data.finance import REGIMES
+from markovformer.data.recipes.finance import REGIMES
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.table1_models import DOMAIN_SPECS, MARKOVIAN, METRIC_LABELS, MODELS, ratio_of
 

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from markovformer.data.shakespeare import find_tiny_shakespeare
-from markovformer.data.state_space import HiddenMarkovParameters, LinearGaussianSource, StickyHMMSource
+from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
+from markovformer.data.synthetic.state_space import HiddenMarkovParameters, LinearGaussianSource, StickyHMMSource
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
 from markovformer.experiments.vmt_runs import (

@@ -1,8 +1,9 @@
 """A markovformer tokenizer (char or BPE) in the Hugging Face format: ``tokenizer.json`` + ``tokenizer_config.json``
 + special tokens, so that ``AutoTokenizer.from_pretrained`` and ``pipeline("text-generation", model=...)`` read a
 model directory directly. The ids are markovformer's (id 0 is ``<pad>``). The files are written by
-``markovformer.data.tokenizer.save_hf_format`` (a run writes them into its ``model/`` itself, no ``transformers``
-needed); this module adds the ``transformers`` object and the export of an existing tokenizer directory."""
+``markovformer.data.readers.tokenizer.save_hf_format`` (a run writes them into its ``model/`` itself, no
+``transformers`` needed); this module adds the ``transformers`` object and the export of an existing tokenizer
+directory."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from markovformer.data.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer, save_hf_format
+from markovformer.data.readers.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer, save_hf_format
 
 
 def to_transformers(tokenizer: CharTokenizer | BPETokenizer) -> PreTrainedTokenizerFast:

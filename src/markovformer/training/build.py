@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from markovformer.data.bundle import DataBundle
+from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
-from markovformer.data.tokenizer import load_tokenizer
 from markovformer.models.registry import MODEL_FAMILIES, head_class
 from markovformer.training.run_config import RunConfig, build_dataclass, suggest
 from markovformer.training.tasks import TASKS, Task, build_task

@@ -19,7 +19,7 @@ import torch
 
 from markovformer.data.bundle import Split, examples_at
 from markovformer.data.collate import collate
-from markovformer.data.tokenizer import load_tokenizer
+from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.plots import (
     plot_attention_lag_profile,
     plot_attention_maps,

@@ -33,7 +33,7 @@ from safetensors.torch import load_file
 
 from markovformer.atomic import atomic_write, remove_stale_temporaries
 from markovformer.data.bundle import DataBundle
-from markovformer.data.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
+from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
 from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.models.registry import head_class
 from markovformer.training.build import build_model

@@ -1,9 +1,8 @@
 """Translation data: parallel text, the joint BPE tokenizer, length-bucketed batches, a synthetic task of known
-order, German-English pairs from the Ding dictionary, and corpus BLEU (sacrebleu, imported when used)."""
+order, and corpus BLEU (sacrebleu, imported when used). The German-English recipe is ``recipes.de_en``."""
 
 from markovformer.data.translation.batching import LengthBucketSampler, collate_translation, translation_lengths
 from markovformer.data.translation.bleu import corpus_bleu, corpus_chrf
-from markovformer.data.translation.de_en import parse_ding, prepare_de_en
 from markovformer.data.translation.parallel import (
     TranslationFileSource,
     check_translation_tokenizer,
@@ -41,8 +40,6 @@ __all__ = [
     "encode_pairs",
     "load_translation",
     "load_translation_tokenizer",
-    "parse_ding",
-    "prepare_de_en",
     "read_parallel",
     "train_translation_tokenizer",
     "translation_bundle",

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from markovformer.data.bundle import DataBundle
+from markovformer.data.readers.tokenizer import BPETokenizer, load_tokenizer
 from markovformer.data.splits import split_indices
-from markovformer.data.tokenizer import BPETokenizer, load_tokenizer
 from markovformer.data.translation.batching import collate_translation, translation_lengths
 from markovformer.data.translation.special_tokens import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, SPECIAL_TOKENS
 
@@ -82,7 +82,7 @@ def _side(text: str, path: Path, number: int, side: str) -> str:
 
 
 def train_translation_tokenizer(pairs: Sequence[tuple[str, str]], vocab_size: int) -> BPETokenizer:
-    """A joint byte-level BPE (``data.tokenizer.BPETokenizer``) learned on both sides of ``pairs``, with the
+    """A joint byte-level BPE (``readers.tokenizer.BPETokenizer``) learned on both sides of ``pairs``, with the
     translation special tokens at ids 0-3. ``vocab_size`` >= 260 (4 special tokens + 256 bytes)."""
     if not pairs:
         raise ValueError("a translation tokenizer needs at least one sentence pair to learn from")

@@ -23,7 +23,7 @@ from torchmetrics import MeanMetric, Metric
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import PAD_ID
-from markovformer.data.tokenizer import load_tokenizer
+from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.models.generation import GenerationConfig
 from markovformer.training.batches import EpochBatches
 from markovformer.training.trainer_config import ConfigError, TrainerConfig

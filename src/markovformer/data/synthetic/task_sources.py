@@ -1,4 +1,4 @@
-"""The sequence-mixer tasks (``data.synthetic_tasks``) as data sources for causal-LM runs: ``mqar``, ``induction``,
+"""The sequence-mixer tasks (``synthetic.tasks``) as data sources for causal-LM runs: ``mqar``, ``induction``,
 ``selective_copy`` and ``icl_markov``. Each split is generated from its own seeded stream (``generated_splits``);
 the bundle's ``info["reference"]`` holds the chance accuracy (and, for ``icl_markov``, the Bayes add-1 and oracle
 losses of the validation and test sequences)."""
@@ -9,9 +9,9 @@ import dataclasses
 
 import torch
 
-from markovformer.data import synthetic_tasks as tasks
 from markovformer.data.bundle import DataBundle
 from markovformer.data.splits import generated_splits
+from markovformer.data.synthetic import tasks
 from markovformer.markov import add_beta_loss
 from markovformer.markov.chains import check_chain_arguments
 

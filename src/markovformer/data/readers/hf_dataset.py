@@ -1,6 +1,6 @@
 """Local Hugging Face ``datasets`` files (JSONL, Parquet, CSV, Arrow) as a language-model source: each row's text
 column is a document, tokenized with ``Dataset.map(batched=True, num_proc=...)`` into the same memory-mapped token
-store as text files (``data.token_store``), then cut into windows as ``data.text`` cuts them.
+store as text files (``readers.token_store``), then cut into windows as ``readers.text`` cuts them.
 
 Only local files: a URL or a hub name is refused (no network). ``datasets`` is an optional extra
 (``pip install 'markovformer[datasets]'``), imported only here.
@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from markovformer.data.bundle import DataBundle
-from markovformer.data.splits import contiguous_split
-from markovformer.data.text import FIT_BYTES, check_text_options, store_bundle
-from markovformer.data.text_stream import content_key, resolve_text_paths
-from markovformer.data.token_store import (
+from markovformer.data.readers.text import store_bundle
+from markovformer.data.readers.text_stream import content_key, resolve_text_paths
+from markovformer.data.readers.token_store import (
     STORE_FORMAT,
     TOKENS_FILE,
     cache_root,
@@ -27,7 +26,9 @@ from markovformer.data.token_store import (
     open_or_write,
     token_dtype,
 )
-from markovformer.data.tokenizer import END_OF_DOCUMENT, PAD_TOKEN, BPETokenizer, CharTokenizer
+from markovformer.data.readers.tokenized_text import TokenizedText
+from markovformer.data.readers.tokenizer import END_OF_DOCUMENT, PAD_TOKEN, BPETokenizer, CharTokenizer
+from markovformer.data.splits import contiguous_split
 
 # the ``datasets`` builder of each file kind
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
@@ -62,29 +63,22 @@ def local_data_files(data_files: str | list[str]) -> list[Path]:
 def load_hf_dataset_lm(
     data_files: str | list[str],
     *,
-    text_column: str = "text",
-    tokenizer: str = "char",
-    vocab_size: int | None = None,
-    seq_len: int,
-    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05),
-    overlap: int = 0,
-    cache_dir: str | Path | None = None,
-    fit_bytes: int = FIT_BYTES,
-    window_starts: str = "contiguous",
-    packing: bool = False,
     num_proc: int | None = None,
     fitted: CharTokenizer | BPETokenizer | None = None,
+    **options,
 ) -> DataBundle:
     """Rows of local data files as next-token examples: rows are split in order (train, val, test; row ranges in
     ``splits``), the tokenizer is fitted on the train rows (char: all of them; BPE: rows spread evenly, about
     ``fit_bytes`` of text) unless ``fitted`` is given, and every row becomes a document closed by the
     end-of-document token in a token store cached by the files' content keys, the column, the split and the
-    tokenizer. ``num_proc``: processes ``map`` tokenizes with (default: the cores available). Other options as
-    ``data.text.load_text_lm``."""
-    check_text_options(tokenizer, vocab_size, seq_len, overlap, window_starts, fit_bytes, fitted)
+    tokenizer. ``num_proc``: processes ``map`` tokenizes with (default: the cores available). ``options``: the fields
+    of ``TokenizedText``, as for ``readers.text.load_text_lm``."""
+    tokenized = TokenizedText(**options)  # the options' one list: defaulted and checked there
+    tokenized.check(fitted)
+    text_column, fractions = tokenized.text_column, tokenized.fractions
     files = local_data_files(data_files)
     datasets = _import_datasets()
-    root = cache_root(cache_dir)
+    root = cache_root(tokenized.cache_dir)
     builder = BUILDERS[files[0].suffix.lower()]
     dataset = datasets.load_dataset(builder, data_files=[str(file) for file in files], split="train",
                                     cache_dir=str(root / "hf_datasets"))  # fmt: skip
@@ -94,7 +88,7 @@ def load_hf_dataset_lm(
     dataset = dataset.select_columns([text_column])
     ranges = contiguous_split(len(dataset), fractions)
     if fitted is None:
-        fitted = _fit(dataset, ranges[0], text_column, tokenizer, vocab_size, fit_bytes)
+        fitted = _fit(dataset, ranges[0], text_column, tokenized)
     tokenizer_json = json.dumps(fitted.record(), sort_keys=True)
     key_record = {"format": STORE_FORMAT, "source": "hf_dataset", "files": [content_key(f) for f in files],
                   "column": text_column, "rows": [[r.start, r.stop] for r in ranges],
@@ -108,8 +102,7 @@ def load_hf_dataset_lm(
     store = open_or_write(root, key, write, lambda line: print(line, flush=True))
     splits = {"kind": "rows", "data_files": [str(file.resolve()) for file in files], "text_column": text_column,
               **{name: [r.start, r.stop] for name, r in zip(("train", "val", "test"), ranges, strict=True)}}
-    return store_bundle(store, [1, 1, 1], files[0], fitted, splits, seq_len=seq_len, fractions=fractions,
-                        overlap=overlap, window_starts=window_starts, packing=packing)  # fmt: skip
+    return store_bundle(store, [1, 1, 1], files[0], fitted, splits, tokenized)
 
 
 class _Encode:
@@ -155,9 +148,10 @@ def _write_rows(staging: Path, dataset, ranges, column: str, tokenizer, processe
     finish_store(staging, offsets, dtype, tokenizer.vocab_size, eod, segments, documents)
 
 
-def _fit(dataset, rows: range, column: str, tokenizer: str, vocab_size: int | None, fit_bytes: int):
+def _fit(dataset, rows: range, column: str, tokenized: TokenizedText):
     """The tokenizer fitted on the train rows: every character of them (char), or BPE merges on rows spread
     evenly over them, about ``fit_bytes`` of text."""
+    tokenizer, vocab_size, fit_bytes = tokenized.tokenizer, tokenized.vocab_size, tokenized.fit_bytes
     if len(rows) == 0:
         raise ValueError("the train part has no rows (data.fractions)")
     train = dataset.select(rows)

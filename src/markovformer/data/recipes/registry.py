@@ -9,11 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from markovformer.data.finance import DAILY_FEATURES, prepare_nasdaq, prepare_sp500
-from markovformer.data.genomics import prepare_drosophila_promoters, prepare_promoters, prepare_splice
-from markovformer.data.shakespeare import prepare_tiny_shakespeare
-from markovformer.data.speech import prepare_digits
-from markovformer.data.translation.de_en import prepare_de_en
+from markovformer.data.recipes.de_en import prepare_de_en
+from markovformer.data.recipes.finance import DAILY_FEATURES, prepare_nasdaq, prepare_sp500
+from markovformer.data.recipes.genomics import prepare_drosophila_promoters, prepare_promoters, prepare_splice
+from markovformer.data.recipes.locations import data_directory, prepared_candidates
+from markovformer.data.recipes.shakespeare import prepare_tiny_shakespeare
+from markovformer.data.recipes.speech import prepare_digits
 
 
 @dataclass(frozen=True)
@@ -92,3 +93,14 @@ DATA_RECIPES: dict[str, DataRecipe] = {
 def recipe_writing(file_name: str) -> str | None:
     """The name of the recipe that writes ``file_name`` into the data directory, or None."""
     return next((name for name, recipe in DATA_RECIPES.items() if recipe.file_name == file_name), None)
+
+
+def find_prepared_file(path: str | Path, key: str = "data.path") -> Path:
+    """The first existing candidate of ``path`` (``locations.prepared_candidates``), or ValueError on one line naming
+    ``key``, the path and, when a data recipe writes a file of that name, the command that prepares it."""
+    for candidate in prepared_candidates(path):
+        if candidate.is_file():
+            return candidate
+    recipe = recipe_writing(Path(path).name)
+    hint = f"; `markovformer data prepare {recipe}` writes it into {data_directory()}/" if recipe else ""
+    raise ValueError(f"{key}={str(path)!r}: no such file{hint}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from markovformer.atomic import atomic_write_text
-from markovformer.data.token_store import UnknownCharacter
+from markovformer.data.readers.token_store import UnknownCharacter
 
 TOKENIZER_FILE = "tokenizer.json"
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"  # with TOKENIZER_FILE, the Hugging Face format (``save_hf_format``)

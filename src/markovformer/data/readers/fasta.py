@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from markovformer.data.bundle import DataBundle, label_names_in_order
+from markovformer.data.readers.token_store import cache_root
 from markovformer.data.splits import split_indices
-from markovformer.data.token_store import cache_root
 
 DNA_VOCAB = "ACGTN"  # letter DNA_VOCAB[i] has id i + 1; id 0 is padding, so the vocabulary size is 6
 DNA_VOCAB_SIZE = len(DNA_VOCAB) + 1

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from markovformer.atomic import atomic_write_text
-from markovformer.data.debian import package_file, unpacked_debian_package
+from markovformer.data.recipes.debian import package_file, unpacked_debian_package
 
 PACKAGE = "trans-de-en"
 DICTIONARY_PATH = "usr/share/trans/de-en"  # inside the unpacked package
@@ -87,7 +87,7 @@ def parse_ding(lines: Iterable[str], *, min_words: int = 3, source: str = "<line
 def prepare_de_en(out_path: str | Path, *, min_words: int = 3) -> Path:
     """Write the Ding example sentence pairs as a TSV (``German<TAB>English`` per line) to ``out_path``, atomically.
 
-    The dictionary comes from the Debian package (``data.debian.unpacked_debian_package``: fetched and unpacked in a
+    The dictionary comes from the Debian package (``recipes.debian.unpacked_debian_package``: fetched and unpacked in a
     temporary folder, nothing installed). Raises RuntimeError when apt-get or dpkg is missing, the download fails
     or the package lacks the dictionary. Returns ``out_path``.
     """

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from markovformer.data.bundle import DataBundle
-from markovformer.data.debian import package_file, unpacked_debian_package
-from markovformer.data.fasta import IndexedFasta, load_fasta_classification, reverse_complement, write_fasta
+from markovformer.data.readers.fasta import IndexedFasta, load_fasta_classification, reverse_complement, write_fasta
+from markovformer.data.recipes.debian import package_file, unpacked_debian_package
 
 LabelledSequence = tuple[str, str, str]  # (record id, uppercase ACGTN sequence, label)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from markovformer.atomic import atomic_write
-from markovformer.data.locations import REPOSITORY_ROOT, data_directory
+from markovformer.data.recipes.locations import REPOSITORY_ROOT, data_directory
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"

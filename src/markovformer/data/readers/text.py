@@ -1,4 +1,4 @@
-"""Language-model text: a loader that encodes text files (with a tokenizer of ``data.tokenizer``) into a cached token
+"""Language-model text: a loader that encodes text files (with a tokenizer of ``readers.tokenizer``) into a cached token
 store and cuts it into windows."""
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from torch import Tensor
 from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import IGNORE_INDEX, collate
-from markovformer.data.splits import contiguous_split
-from markovformer.data.store_windows import RandomStarts, StoreWindows
-from markovformer.data.text_stream import (
+from markovformer.data.readers.store_windows import RandomStarts, StoreWindows
+from markovformer.data.readers.text_stream import (
     RECORD_KINDS,
     byte_offset_of_character,
     content_key,
@@ -29,57 +28,26 @@ from markovformer.data.text_stream import (
     sampled_text,
     text_pieces,
 )
-from markovformer.data.token_store import Segment, build_lock, cache_root, open_or_build
-from markovformer.data.tokenizer import (
+from markovformer.data.readers.token_store import Segment, build_lock, cache_root, open_or_build
+from markovformer.data.readers.tokenized_text import TokenizedText
+from markovformer.data.readers.tokenizer import (
     END_OF_DOCUMENT,
     PAD_TOKEN,
     BPETokenizer,
     CharTokenizer,
     tokenizer_from_record,
 )
+from markovformer.data.splits import contiguous_split
 
 _SPLIT_NAMES = ("train", "val", "test")
 
 
-FIT_BYTES = 64 << 20  # default bytes of the train part BPE merges are learned on (data.fit_bytes)
-
-
-def check_text_options(tokenizer, vocab_size, seq_len, overlap, window_starts, fit_bytes, fitted) -> None:
-    """ValueError naming the first bad option of those the tokenized sources share."""
-    if tokenizer not in ("char", "bpe"):
-        raise ValueError(f"tokenizer must be 'char' or 'bpe', got {tokenizer!r}")
-    if tokenizer == "char" and vocab_size is not None and fitted is None:
-        raise ValueError(f"vocab_size={vocab_size} applies only to tokenizer='bpe' (the char vocabulary is fitted)")
-    if tokenizer == "bpe" and vocab_size is None and fitted is None:
-        raise ValueError("tokenizer='bpe' needs vocab_size")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < seq_len:
-        raise ValueError(f"overlap={overlap!r} must be an int in [0, seq_len={seq_len})")
-    if window_starts not in ("contiguous", "random"):
-        raise ValueError(f"window_starts={window_starts!r} must be 'contiguous' or 'random'")
-    if isinstance(fit_bytes, bool) or not isinstance(fit_bytes, int) or fit_bytes < 1 << 10:
-        raise ValueError(f"fit_bytes={fit_bytes!r} must be an int of at least 1024")
-
-
 def load_text_lm(
-    path: str | Path,
-    *,
-    tokenizer: str = "char",
-    vocab_size: int | None = None,
-    seq_len: int,
-    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05),
-    overlap: int = 0,
-    cache_dir: str | Path | None = None,
-    fit_bytes: int = FIT_BYTES,
-    window_starts: str = "contiguous",
-    packing: bool = False,
-    fitted: CharTokenizer | BPETokenizer | None = None,
-    documents: str = "file",
-    text_column: str = "text",
+    path: str | Path, *, documents: str = "file", fitted: CharTokenizer | BPETokenizer | None = None, **options
 ) -> DataBundle:
-    """UTF-8 text as next-token examples read from a token store (``data.token_store``): encoded once, cached by
-    content and tokenizer, memory-mapped, each example cut from it when asked for.
+    """UTF-8 text as next-token examples read from a token store (``readers.token_store``): encoded once, cached by
+    content and tokenizer, memory-mapped, each example cut from it when asked for. ``options``: the fields of
+    ``TokenizedText`` (tokenizer, vocab_size, seq_len, fractions, overlap, cache_dir, ...), checked there.
 
     ``path``: a file, a directory or a glob. One file is one text, split by characters in order (train first, then
     val, then test; character offsets in ``splits``). Several files are documents: an end-of-document token closes
@@ -100,7 +68,10 @@ def load_text_lm(
     Example: {"input_ids": (L,) long, "labels": (L,) long[, "position_ids": (L,) long]}, L = seq_len + 1 except a
     last shorter window; the model shifts labels inside. info: {"vocab_size": V}.
     """
-    check_text_options(tokenizer, vocab_size, seq_len, overlap, window_starts, fit_bytes, fitted)
+    tokenized = TokenizedText(**options)  # the options' one list: defaulted and checked there
+    tokenized.check(fitted)
+    tokenizer, vocab_size, fractions = tokenized.tokenizer, tokenized.vocab_size, tokenized.fractions
+    cache_dir, fit_bytes, text_column = tokenized.cache_dir, tokenized.fit_bytes, tokenized.text_column
     if documents not in RECORD_KINDS:
         raise ValueError(f"documents={documents!r} must be one of {RECORD_KINDS}")
     files = resolve_text_paths(path)
@@ -152,14 +123,15 @@ def load_text_lm(
                               cut_safely=isinstance(fitted, BPETokenizer),
                               encode_batch=fitted.encode_batch)  # fmt: skip
     splits["resolved_paths"] = [str(file.resolve()) for file in files]
-    return store_bundle(store, [len(part) for part in parts], path, fitted, splits, seq_len=seq_len,
-                        fractions=fractions, overlap=overlap, window_starts=window_starts, packing=packing)  # fmt: skip
+    return store_bundle(store, [len(part) for part in parts], path, fitted, splits, tokenized)
 
 
-def store_bundle(store, segments_per_split: list[int], path, fitted, splits: dict, *, seq_len: int, fractions,
-                 overlap: int, window_starts: str, packing: bool) -> DataBundle:  # fmt: skip
+def store_bundle(store, segments_per_split: list[int], path, fitted, splits: dict,
+                 tokenized: TokenizedText) -> DataBundle:  # fmt: skip
     """The bundle of a token store whose segments are the train, val and test parts in order
     (``segments_per_split`` of them each): windows of each part, read from the map when asked for."""
+    seq_len, fractions, overlap = tokenized.seq_len, tokenized.fractions, tokenized.overlap
+    window_starts, packing = tokenized.window_starts, tokenized.packing
     examples, first = {}, 0
     for name, count, fraction in zip(_SPLIT_NAMES, segments_per_split, fractions, strict=True):
         start, stop = int(store.offsets[first]), int(store.offsets[first + count])

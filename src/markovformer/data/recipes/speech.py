@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from markovformer.atomic import atomic_write
-from markovformer.data.audio import (
+from markovformer.data.bundle import DataBundle
+from markovformer.data.readers.audio import (
     ALPHABET,
     CTC_LABEL_NAMES,
     LogMelConfig,
@@ -31,9 +32,8 @@ from markovformer.data.audio import (
     read_wav,
     resample,
 )
-from markovformer.data.bundle import DataBundle
-from markovformer.data.debian import package_file, unpacked_debian_package
-from markovformer.data.espeak import espeak_ng, synthesise
+from markovformer.data.recipes.debian import package_file, unpacked_debian_package
+from markovformer.data.recipes.espeak import espeak_ng, synthesise
 from markovformer.data.splits import split_indices
 
 FILE_FORMAT = "markovformer-speech-features/1"

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from markovformer.data.collate import IGNORE_INDEX
-from markovformer.data.token_store import TokenStore
+from markovformer.data.readers.token_store import TokenStore
 
 
 class StoreWindows:

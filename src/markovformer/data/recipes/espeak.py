@@ -15,8 +15,8 @@ from pathlib import Path
 
 from torch import Tensor
 
-from markovformer.data.audio import read_wav
-from markovformer.data.debian import unpacked_debian_package
+from markovformer.data.readers.audio import read_wav
+from markovformer.data.recipes.debian import unpacked_debian_package
 
 
 def parse_apt_depends(text: str) -> list[list[str]]:

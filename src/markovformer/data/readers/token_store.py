@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from markovformer.atomic import atomic_write_text
-from markovformer.data.text_stream import CHUNK_BYTES, content_key, record_texts, text_pieces
+from markovformer.data.readers.text_stream import CHUNK_BYTES, content_key, record_texts, text_pieces
 
 STORE_FORMAT = 1
 TOKENS_FILE, OFFSETS_FILE, META_FILE, DOCUMENTS_FILE = "tokens.bin", "offsets.npy", "meta.json", "documents.npy"

@@ -20,7 +20,7 @@ import numpy as np
 
 from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import DataBundle
-from markovformer.data.csv_series import load_csv_series
+from markovformer.data.readers.csv_series import load_csv_series
 from markovformer.data.splits import contiguous_split
 
 FRACTIONS = (0.7, 0.15, 0.15)  # the csv_series default: train, val, test rows in time order

@@ -1,0 +1,50 @@
+"""The options of the sources whose text is encoded into a cached, memory-mapped token store (``token_store``) and
+cut into causal-LM windows (``text.store_bundle``): text files (``text.load_text_lm``) and local datasets
+(``hf_dataset.load_hf_dataset_lm``). Their one list, defaults and check: the sources extend this dataclass, the
+loaders take its fields as keywords and build it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+FIT_BYTES = 64 << 20  # default bytes of the train part BPE merges are learned on (data.fit_bytes)
+
+
+@dataclasses.dataclass
+class TokenizedText:
+    """How text becomes windows of tokens; ``cache_dir`` '' (or None): the default (``token_store.cache_root``)."""
+
+    tokenizer: str = "char"
+    vocab_size: int | None = None
+    seq_len: int = 128
+    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
+    overlap: int = 0
+    cache_dir: str = ""
+    fit_bytes: int = FIT_BYTES
+    window_starts: str = "contiguous"
+    packing: bool = False
+    text_column: str = "text"
+
+    def check(self, fitted=None) -> None:
+        """ValueError naming the first bad option; ``fitted``: a saved tokenizer the text is encoded with (then
+        ``vocab_size`` is not needed)."""
+        tokenizer, vocab_size, seq_len, overlap = self.tokenizer, self.vocab_size, self.seq_len, self.overlap
+        if tokenizer not in ("char", "bpe"):
+            raise ValueError(f"tokenizer must be 'char' or 'bpe', got {tokenizer!r}")
+        if tokenizer == "char" and vocab_size is not None and fitted is None:
+            raise ValueError(f"vocab_size={vocab_size} applies only to tokenizer='bpe' (the char vocabulary is fitted)")
+        if tokenizer == "bpe" and vocab_size is None and fitted is None:
+            raise ValueError("tokenizer='bpe' needs vocab_size")
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+        if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < seq_len:
+            raise ValueError(f"overlap={overlap!r} must be an int in [0, seq_len={seq_len})")
+        if self.window_starts not in ("contiguous", "random"):
+            raise ValueError(f"window_starts={self.window_starts!r} must be 'contiguous' or 'random'")
+        fit_bytes = self.fit_bytes
+        if isinstance(fit_bytes, bool) or not isinstance(fit_bytes, int) or fit_bytes < 1 << 10:
+            raise ValueError(f"fit_bytes={fit_bytes!r} must be an int of at least 1024")
+
+    def options(self) -> dict:
+        """These options by name (a source that extends the dataclass passes just these to its loader)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(TokenizedText)}
