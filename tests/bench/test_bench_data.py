@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from markovformer.bench.data import build_corpus, data_targets, run_case
+from markovformer.bench.data import _run, build_corpus, data_targets, run_case
 from markovformer.data.text import load_text_lm
 
 SHAKESPEARE = Path(__file__).resolve().parents[2] / "../shared/data/tiny_shakespeare.txt"
@@ -66,6 +67,14 @@ def test_targets_follow_the_rows():
     assert targets["train peak gap MiB < 200"]["value"] == 250.0 and not targets["train peak gap MiB < 200"]["met"]
     ratio = [t for t in targets.values() if t["target"].startswith("encode MB/s over HF")]
     assert [(t["tokenizer"], t["value"]) for t in ratio] == [("char", 4.0)]  # each tokenizer against its own HF row
+
+
+def test_a_child_that_aborts_is_reported_with_its_reason_and_time():
+    code = ("import os, sys, time; time.sleep(0.2); print('memory allocation of 2147483648 bytes failed', "
+            "file=sys.stderr); print('note: run with RUST_BACKTRACE=full', file=sys.stderr); os.abort()")
+    row = _run([sys.executable, "-c", code], 60, {"case": "nanogpt"})
+    assert row["error"] == "exit -6: memory allocation of 2147483648 bytes failed"
+    assert 0.2 <= row["seconds_until_error"] < 60 and row["case"] == "nanogpt"
 
 
 @pytest.mark.slow

@@ -250,14 +250,19 @@ def _child(case: dict, timeout: float) -> dict:
 
 def _run(command: list[str], timeout: float, case: dict) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
+    start = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {**case, "error": f"timed out after {timeout:.0f} s"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {**case, "error": f"exit {done.returncode}: {tail[:300]}"}
+        # the line that says why: a Rust abort (Hugging Face tokenizers out of memory) prints its reason first,
+        # then a backtrace; a Python error prints it last
+        said = done.stderr.strip().splitlines() or ["no output"]
+        reason = next((line for line in said if line.startswith(("memory allocation of", "thread '"))), said[-1])
+        return {**case, "error": f"exit {done.returncode}: {reason[:300]}",
+                "seconds_until_error": time.perf_counter() - start}  # fmt: skip
     return json.loads(lines[-1])
 
 
