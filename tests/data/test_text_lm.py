@@ -209,3 +209,33 @@ def test_tiny_shakespeare_split_is_contiguous_disjoint_and_its_vocabulary_round_
         first, last = examples[0]["input_ids"], examples[-1]["input_ids"]
         assert bundle.tokenizer.decode(first.tolist()) == text[start : start + len(first)]
         assert bundle.tokenizer.decode(last.tolist()) == text[stop - len(last) : stop]
+
+
+def test_char_lookup_table_encoding_equals_the_python_encoding_and_names_unknown_characters():
+    from markovformer.data.readers.token_store import UnknownCharacter
+
+    alphabet_text = _random_text(3, 400)  # multi-byte, astral and control characters
+    tokenizer = CharTokenizer.from_text(alphabet_text)
+    text = _random_text(4, 2000)
+    assert tokenizer.encode_array(text).tolist() == tokenizer.encode(text)
+    assert [ids.tolist() for ids in tokenizer.encode_batch([text[:7], "", text[7:]])] == [
+        tokenizer.encode(text[:7]), [], tokenizer.encode(text[7:])]  # fmt: skip
+    # outside the alphabet: a codepoint inside the table's range ('c', between 'b' and 'é') and one beyond it
+    for unknown in ("c", "\U0001f680"):
+        bad = text[:123] + unknown + text[123:]
+        with pytest.raises(ValueError, match=f"{unknown!r} at offset 123"):
+            tokenizer.encode(bad)
+        with pytest.raises(UnknownCharacter) as raised:
+            tokenizer.encode_array(bad)
+        assert (raised.value.character, raised.value.index) == (unknown, 123)
+
+
+def test_bpe_fitted_on_small_pieces_learns_the_merges_of_the_whole_text(monkeypatch, prose):
+    from markovformer.data import tokenizer as tokenizer_module
+
+    whole = BPETokenizer.train(prose, vocab_size=330)
+    monkeypatch.setattr(tokenizer_module, "FIT_PIECE", 40)  # a cut every ~40 characters or more
+    pieces = list(tokenizer_module._safe_pieces(prose, 40))
+    assert len(pieces) > 50 and "".join(pieces) == prose
+    cut = BPETokenizer.train(iter(["".join(pieces[:20]), "".join(pieces[20:])]), vocab_size=330)  # read once
+    assert cut.record() == whole.record()  # the same vocabulary and merges

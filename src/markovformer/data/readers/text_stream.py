@@ -146,10 +146,11 @@ def byte_offset_of_character(path: Path, character: int) -> int:
     seen, position = 0, 0
     with path.open("rb") as handle:
         while data := handle.read(CHUNK_BYTES):
-            starts = np.flatnonzero((np.frombuffer(data, dtype=np.uint8) & 0xC0) != 0x80)
-            if seen + len(starts) > character:
-                return position + int(starts[character - seen])
-            seen, position = seen + len(starts), position + len(data)
+            leads = (np.frombuffer(data, dtype=np.uint8) & 0xC0) != 0x80
+            count = int(np.count_nonzero(leads))  # the positions are listed only in the chunk holding the one asked
+            if seen + count > character:
+                return position + int(np.flatnonzero(leads)[character - seen])
+            seen, position = seen + count, position + len(data)
     return position
 
 
