@@ -231,7 +231,7 @@ def test_char_lookup_table_encoding_equals_the_python_encoding_and_names_unknown
 
 
 def test_bpe_fitted_on_small_pieces_learns_the_merges_of_the_whole_text(monkeypatch, prose):
-    from markovformer.data import tokenizer as tokenizer_module
+    from markovformer.data.readers import tokenizer as tokenizer_module
 
     whole = BPETokenizer.train(prose, vocab_size=330)
     monkeypatch.setattr(tokenizer_module, "FIT_PIECE", 40)  # a cut every ~40 characters or more
