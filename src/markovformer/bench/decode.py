@@ -35,7 +35,9 @@ DECODE_KINDS = {
 # the same model, its one-token step through torch.compile (``GenerationConfig(compile_step=True)``); compiled
 # before the timed loop, by a short decoding of its own (``compile_seconds``)
 COMPILED_KINDS = {"markov_local_compiled": "markov_local"}
-COMPILE_WARMUP_STEPS = 8  # the first compile specialises the positions, the second makes them symbolic
+# steps of the throwaway decoding: the first compile specialises the positions, the second makes them symbolic, a
+# third follows when the rolling cache has dropped its empty slots (after W + 1 = 65 tokens)
+COMPILE_WARMUP_STEPS = 96
 PROMPT_LENGTH = 16
 MARKS = (1, 1024, 16384)  # the generated tokens whose step time is reported
 MARK_STEPS = 16  # steps from each mark, their median
