@@ -173,11 +173,15 @@ class KeyValueCache:
         self.write(k, v, real, log_decay)
         return SeenKeys(*self.visible(), query_positions, query_log_decay)
 
-    def all_visible_real(self) -> bool:
-        """Whether every visible slot holds a real key (no empty slot, no padding): then nothing needs a mask."""
+    def empty_visible_slots(self) -> int | None:
+        """When no padding is visible: how many visible slots hold no position yet (a rolling cache's first W + 1 - t
+        before t positions; they come first), so the slots need no padding mask; None when padding may be visible."""
         if self.window is None:
-            return self.real_from == 0
-        return self.length - self.window - 1 >= self.real_from
+            return 0 if self.real_from == 0 else None
+        first_visible = self.length - self.window - 1
+        if first_visible >= self.real_from:
+            return 0
+        return -first_visible if self.real_from == 0 else None
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None, past_bias: Tensor | None = None,
@@ -188,10 +192,12 @@ class KeyValueCache:
         if q.shape[2] == 1:  # one new query (a decoding step): the visible keys end at its own, in order
             self.write(k, v, real, log_decay)
             used = self._visible_slots()
-            key_real = None if self.all_visible_real() else self.real[:, used]
+            empty = self.empty_visible_slots()
+            key_real = None if empty is not None else self.real[:, used]
             key_log_decay = None if self.log_decay is None else self.log_decay[..., used]
             return newest_query_attention(q, self.keys[:, :, used], self.values[:, :, used], key_real,
-                                          past_bias=past_bias, key_log_decay=key_log_decay)  # fmt: skip
+                                          past_bias=past_bias, key_log_decay=key_log_decay,
+                                          empty_slots=empty or 0)  # fmt: skip
         if real is None:
             real = torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device)
         seen = self.extend(k, v, real, log_decay)

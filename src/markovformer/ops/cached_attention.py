@@ -53,24 +53,27 @@ def cached_attention(
 
 
 def newest_query_attention(
-    q: Tensor, keys: Tensor, values: Tensor, key_real: Tensor, *, past_bias: Tensor | None = None,
-    key_log_decay: Tensor | None = None,
+    q: Tensor, keys: Tensor, values: Tensor, key_real: Tensor | None, *, past_bias: Tensor | None = None,
+    key_log_decay: Tensor | None = None, empty_slots: int = 0,
 ) -> Tensor:  # fmt: skip
     """``cached_attention`` of one query (B, H, 1, Dh) over keys (B, H, C, Dh) in position order that end with its
     own (a cache's ``visible`` slots right after the query's key was written, every one within its window): the
     key in slot C-1-k is at lag k, so the lags are fixed and the Markov bias of lag k is a slice, not a gather.
-    key_real (B, C) is False at padding and empty slots (None: every key is real, nothing is masked);
-    key_log_decay (B, H, C) relative to the query."""
+    key_real (B, C) is False at padding and empty slots (None: no padding; then the first ``empty_slots`` slots,
+    which no position has reached yet, are the only ones masked); key_log_decay (B, H, C) relative to the query."""
     count = keys.shape[2]
     if key_real is None and key_log_decay is None and not torch.compiler.is_compiling():
         # nothing masked: one kernel, the bias as its float mask (fewer operations; a compiled step fuses the
         # products below itself, and faster than this kernel)
         bias = None
+        if (past_bias is not None and count > 1) or empty_slots:
+            bias = q.new_zeros(*q.shape[:3], count)
         if past_bias is not None and count > 1:
             lags = min(past_bias.shape[-1], count - 1)
-            bias = q.new_zeros(*q.shape[:3], count)
             placed = past_bias if lags == past_bias.shape[-1] else past_bias[..., :lags]
             bias[..., count - 1 - lags : count - 1] = placed.flip(-1)  # lag k at slot C-1-k
+        if empty_slots:
+            bias[..., :empty_slots] = torch.finfo(bias.dtype).min
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=bias)
     scores = torch.matmul(q, keys.transpose(-1, -2)) * q.shape[-1] ** -0.5
     if past_bias is not None and count > 1:
@@ -80,6 +83,8 @@ def newest_query_attention(
     if key_log_decay is not None:
         scores = scores - key_log_decay[..., None, :]
     if key_real is None:
+        if empty_slots:
+            scores[..., :empty_slots] = torch.finfo(scores.dtype).min
         weights = torch.softmax(scores, dim=-1, dtype=torch.float32 if scores.dtype not in (torch.float32,
                                 torch.float64) else None)  # fmt: skip
         return torch.matmul(weights if weights.dtype == values.dtype else weights.to(values.dtype), values)
