@@ -119,3 +119,10 @@ def test_sources_give_disjoint_seeded_splits_for_causal_lm(name):
     assert 0 < first.info["reference"]["chance_accuracy"] < 1
     with pytest.raises(ValueError, match="data.val_examples=0"):
         DATA_SOURCES[name](val_examples=0)
+
+
+@pytest.mark.parametrize("n, k", [(4095, 4), (31, 31), (100, 7)])
+def test_the_k_smallest_draws_are_the_first_k_of_a_full_argsort(n, k):
+    # MQAR's keys and values and selective copying's positions: the same examples as sorting every draw
+    draws = torch.rand(64, n, generator=_generator(3))
+    assert torch.equal(tasks._smallest(draws, k), draws.argsort(-1)[:, :k])

@@ -39,6 +39,12 @@ def _positive(name: str, value: int, minimum: int = 1) -> None:
         raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
 
 
+def _smallest(draws: Tensor, k: int) -> Tensor:
+    """Indices (N, k) of the k smallest entries of each row of draws (N, n), smallest first: a uniformly random
+    ordered k-subset of range(n) when the draws are uniform."""
+    return draws.topk(k, dim=-1, largest=False).indices
+
+
 def check_mqar(seq_len: int, num_pairs: int, vocab_size: int, power_a: float = MQAR_POWER_A) -> None:
     """Zoology's constraints: room for every pair and its query (``4 * num_pairs <= seq_len``), an even length, and
     a vocabulary larger than the sequence (``vocab_size > seq_len``), so keys and values never run out."""
@@ -62,8 +68,10 @@ def mqar_examples(
     check_mqar(seq_len, num_pairs, vocab_size, power_a)
     _positive("count", count)
     half = vocab_size // 2
-    keys = torch.rand(count, half - 1, generator=generator).argsort(-1)[:, :num_pairs] + 1
-    values = torch.rand(count, vocab_size - half, generator=generator).argsort(-1)[:, :num_pairs] + half
+    # distinct keys and values: the indices of the num_pairs smallest of uniform draws, smallest first (what
+    # argsort(...)[:, :num_pairs] gives, without sorting the whole vocabulary: a fifth of a step at 8,192 symbols)
+    keys = _smallest(torch.rand(count, half - 1, generator=generator), num_pairs) + 1
+    values = _smallest(torch.rand(count, vocab_size - half, generator=generator), num_pairs) + half
     context = 2 * num_pairs
     space = (seq_len - context) // 2
     weights = power_a * torch.arange(1, space + 1, dtype=torch.float64) ** (power_a - 1)
@@ -116,7 +124,7 @@ def selective_copy_examples(
     _positive("count", count)
     context = seq_len - num_tokens - 1
     data = torch.randint(2, vocab_size, (count, num_tokens), generator=generator)
-    positions = torch.rand(count, context, generator=generator).argsort(-1)[:, :num_tokens].sort(-1).values
+    positions = _smallest(torch.rand(count, context, generator=generator), num_tokens).sort(-1).values
     inputs = torch.full((count, seq_len), COPY_NOISE, dtype=torch.long)
     inputs.scatter_(1, positions, data)
     inputs[:, context:] = COPY_MARKER
