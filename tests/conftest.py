@@ -79,6 +79,26 @@ def cli(tmp_path):
     return lambda *args, **options: run_cli(*args, **{"cwd": tmp_path, **options})
 
 
+@pytest.fixture
+def main_cli(tmp_path, monkeypatch, capsys):
+    """The command line through ``main`` in this process, in a fresh folder: what ``cli`` returns (exit status,
+    stdout, stderr) without an interpreter's start-up (several seconds each), for commands that stop before any
+    training (refusals, listings). Commands that train or must die as a process use ``cli``."""
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        from markovformer.cli.main import main  # deferred: the command line imports its frameworks
+
+        monkeypatch.chdir(tmp_path)
+        try:
+            code = main(list(args))
+        except SystemExit as error:  # argparse's usage errors
+            code = error.code
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["markovformer", *args], code, out, err)
+
+    return run
+
+
 def run_cli(*args: str, timeout: float = 300, **popen) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "markovformer", *args], capture_output=True, text=True,

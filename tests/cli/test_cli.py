@@ -29,41 +29,41 @@ def trained_run(tmp_path_factory):
     return folder / "run"
 
 
-def test_malformed_yaml(tmp_path, cli):
+def test_malformed_yaml(tmp_path, main_cli):
     path = tmp_path / "bad.yaml"
     path.write_text("task: causal_lm\nmodel: [d_model: 4\n")
-    assert_one_line_error(cli("train", str(path)), "bad.yaml", "malformed YAML")
+    assert_one_line_error(main_cli("train", str(path)), "bad.yaml", "malformed YAML")
 
 
-def test_empty_config_file(tmp_path, cli):
+def test_empty_config_file(tmp_path, main_cli):
     path = tmp_path / "empty.yaml"
     path.write_text("")
-    assert_one_line_error(cli("train", str(path)), "empty")
+    assert_one_line_error(main_cli("train", str(path)), "empty")
 
 
-def test_unknown_keys_get_a_suggestion(cli):
-    assert_one_line_error(cli("train", "trainer.max_stepz=3"), "trainer.max_stepz", "max_steps")
-    assert_one_line_error(cli("train", "model.max_ordr=3"), "max_ordr", "max_order")
-    assert_one_line_error(cli("train", "data.num_symbol=3"), "data.num_symbol", "num_symbols")
-    assert_one_line_error(cli("train", "tsk=causal_lm"), "tsk", "task")
+def test_unknown_keys_get_a_suggestion(main_cli):
+    assert_one_line_error(main_cli("train", "trainer.max_stepz=3"), "trainer.max_stepz", "max_steps")
+    assert_one_line_error(main_cli("train", "model.max_ordr=3"), "max_ordr", "max_order")
+    assert_one_line_error(main_cli("train", "data.num_symbol=3"), "data.num_symbol", "num_symbols")
+    assert_one_line_error(main_cli("train", "tsk=causal_lm"), "tsk", "task")
 
 
-def test_wrong_types_and_values(cli):
-    assert_one_line_error(cli("train", "trainer.max_steps=abc"), "trainer.max_steps", "int")
-    assert_one_line_error(cli("train", "model.attention=quantum"), "attention", "quantum")
-    assert_one_line_error(cli("train", "model.d_model=30", "model.n_heads=4"), "d_model", "n_heads")
-    assert_one_line_error(cli("train", "task=ctc"), "markov_chain", "ctc")
+def test_wrong_types_and_values(main_cli):
+    assert_one_line_error(main_cli("train", "trainer.max_steps=abc"), "trainer.max_steps", "int")
+    assert_one_line_error(main_cli("train", "model.attention=quantum"), "attention", "quantum")
+    assert_one_line_error(main_cli("train", "model.d_model=30", "model.n_heads=4"), "d_model", "n_heads")
+    assert_one_line_error(main_cli("train", "task=ctc"), "markov_chain", "ctc")
 
 
-def test_fasta_letter_outside_the_vocabulary(tmp_path, cli):
+def test_fasta_letter_outside_the_vocabulary(tmp_path, main_cli):
     (tmp_path / "seqs.fa").write_text(">a\nACGT\n>b\nACXT\n")
     (tmp_path / "labels.tsv").write_text("a\t0\nb\t1\n")
-    done = cli("train", "task=sequence_classification", "data={source: fasta}", f"data.path={tmp_path / 'seqs.fa'}",
-               f"data.labels={tmp_path / 'labels.tsv'}")  # fmt: skip
+    done = main_cli("train", "task=sequence_classification", "data={source: fasta}",
+                    f"data.path={tmp_path / 'seqs.fa'}", f"data.labels={tmp_path / 'labels.tsv'}")  # fmt: skip
     assert_one_line_error(done, "'b'", "'X'")
 
 
-def test_csv_with_nan_and_without_the_label_column(tmp_path, cli):
+def test_csv_with_nan_and_without_the_label_column(tmp_path, main_cli):
     rows = ["x,y,label"] + [f"{i},{i % 3},{i % 2}" for i in range(40)]
     rows[7] = "6,nan,0"
     (tmp_path / "series.csv").write_text("\n".join(rows) + "\n")
@@ -72,21 +72,22 @@ def test_csv_with_nan_and_without_the_label_column(tmp_path, cli):
         "data={source: csv_series, window: 4}",
         f"data.path={tmp_path / 'series.csv'}",
     ]
-    assert_one_line_error(cli("train", *common), "line 8", "'y'")
-    assert_one_line_error(cli("train", *common, "data.label_column=target"), "target")
+    assert_one_line_error(main_cli("train", *common), "line 8", "'y'")
+    assert_one_line_error(main_cli("train", *common, "data.label_column=target"), "target")
 
 
-def test_empty_text_file(tmp_path, cli):
+def test_empty_text_file(tmp_path, main_cli):
     (tmp_path / "empty.txt").write_text("")
-    assert_one_line_error(cli("train", "data={source: text}", f"data.path={tmp_path / 'empty.txt'}"), "empty.txt")
+    assert_one_line_error(main_cli("train", "data={source: text}", f"data.path={tmp_path / 'empty.txt'}"),
+                          "empty.txt")
 
 
-def test_missing_data_file(tmp_path, cli):
-    assert_one_line_error(cli("train", "data={source: text}", f"data.path={tmp_path / 'nope.txt'}"), "nope.txt")
+def test_missing_data_file(tmp_path, main_cli):
+    assert_one_line_error(main_cli("train", "data={source: text}", f"data.path={tmp_path / 'nope.txt'}"), "nope.txt")
 
 
-def test_token_id_outside_the_vocabulary(trained_run, cli):
-    assert_one_line_error(cli("generate", str(trained_run), "--prompt", "1 2 99"), "99", "vocabulary")
+def test_token_id_outside_the_vocabulary(trained_run, main_cli):
+    assert_one_line_error(main_cli("generate", str(trained_run), "--prompt", "1 2 99"), "99", "vocabulary")
 
 
 def test_checkpoint_from_another_model(trained_run, tmp_path, cli):
@@ -105,8 +106,8 @@ def test_checkpoint_from_another_model(trained_run, tmp_path, cli):
         foreign.unlink()
 
 
-def test_not_a_run_directory(tmp_path, cli):
-    assert_one_line_error(cli("eval", str(tmp_path)), "not a run directory")
+def test_not_a_run_directory(tmp_path, main_cli):
+    assert_one_line_error(main_cli("eval", str(tmp_path)), "not a run directory")
 
 
 def test_debug_shows_the_traceback(cli):
@@ -114,23 +115,24 @@ def test_debug_shows_the_traceback(cli):
     assert done.returncode != 0 and "Traceback" in done.stderr
 
 
-def test_model_field_of_the_wrong_type(cli):
-    assert_one_line_error(cli("train", 'model.dropout="0.1"'), "model.dropout", "float")
+def test_model_field_of_the_wrong_type(main_cli):
+    assert_one_line_error(main_cli("train", 'model.dropout="0.1"'), "model.dropout", "float")
 
 
-def test_data_task_must_agree_with_the_run_task(tmp_path, cli):
+def test_data_task_must_agree_with_the_run_task(tmp_path, main_cli):
     rows = ["x,label"] + [f"{i},{i % 2}" for i in range(40)]
     (tmp_path / "series.csv").write_text("\n".join(rows) + "\n")
     data = f"data={{source: csv_series, window: 4, path: {tmp_path / 'series.csv'}, task: sequence_classification}}"
-    assert_one_line_error(cli("train", "task=token_classification", data), "data.task", "token_classification")
+    assert_one_line_error(main_cli("train", "task=token_classification", data), "data.task", "token_classification")
 
 
-def test_experiment_list_and_unknown_name(cli):
-    listed = cli("experiment", "list")
+def test_experiment_list_and_unknown_name(main_cli):
+    listed = main_cli("experiment", "list")
     assert listed.returncode == 0 and "weight-tying" in listed.stdout and "landscape" in listed.stdout
-    assert_one_line_error(cli("experiment", "wieght-tying"), "did you mean 'weight-tying'")
-    assert_one_line_error(cli("experiment", "landscape", "--set", "stps=5"), "landscape.stps", "did you mean 'steps'")
-    assert_one_line_error(cli("experiment", "landscape", "--set", "steps=many"), "landscape.steps")
+    assert_one_line_error(main_cli("experiment", "wieght-tying"), "did you mean 'weight-tying'")
+    assert_one_line_error(main_cli("experiment", "landscape", "--set", "stps=5"), "landscape.stps",
+                          "did you mean 'steps'")
+    assert_one_line_error(main_cli("experiment", "landscape", "--set", "steps=many"), "landscape.steps")
 
 
 def test_experiment_runs_with_settings_and_reuses_cells(tmp_path, cli):

@@ -46,28 +46,28 @@ def test_a_config_argument_finds_a_file_then_a_shipped_name(tmp_path, monkeypatc
         shipped_config("text_chr")
 
 
-def test_train_reads_a_shipped_config_outside_a_clone(cli):
+def test_train_reads_a_shipped_config_outside_a_clone(main_cli):
     """From a folder without configs/ (as after `pip install`), configs/NAME.yaml is the shipped config: the run
     gets as far as the mistyped key."""
-    assert_one_line_error(cli("train", "configs/causal_lm_chain.yaml", "trainer.max_stepz=3"), "trainer.max_stepz")
-    assert_one_line_error(cli("train", "configs/no_such.yaml"), "no such config file", "config list")
+    assert_one_line_error(main_cli("train", "configs/causal_lm_chain.yaml", "trainer.max_stepz=3"), "trainer.max_stepz")
+    assert_one_line_error(main_cli("train", "configs/no_such.yaml"), "no such config file", "config list")
 
 
-def test_config_list_show_and_copy(cli, tmp_path):
-    listed = cli("config", "list")
+def test_config_list_show_and_copy(main_cli, tmp_path):
+    listed = main_cli("config", "list")
     assert listed.returncode == 0, listed.stderr
     names = [line.split()[0] for line in listed.stdout.splitlines() if line[:1].strip()]
     assert set(shipped_configs()) <= set(names)
-    shown = cli("config", "show", "text_char")
+    shown = main_cli("config", "show", "text_char")
     assert shown.returncode == 0 and shown.stdout == (SHIPPED_DIR / "text_char.yaml").read_text()
-    copied = cli("config", "copy", "vmt_hmm")
+    copied = main_cli("config", "copy", "vmt_hmm")
     assert copied.returncode == 0, copied.stderr
     assert (tmp_path / "vmt_hmm.yaml").read_text() == (SHIPPED_DIR / "vmt_hmm.yaml").read_text()
-    assert_one_line_error(cli("config", "copy", "vmt_hmm"), "already exists", "--force")
+    assert_one_line_error(main_cli("config", "copy", "vmt_hmm"), "already exists", "--force")
     (tmp_path / "mine").mkdir()
-    assert cli("config", "copy", "text_bpe", "mine").returncode == 0
+    assert main_cli("config", "copy", "text_bpe", "mine").returncode == 0
     assert yaml.safe_load((tmp_path / "mine" / "text_bpe.yaml").read_text())["data"]["tokenizer"] == "bpe"
-    assert_one_line_error(cli("config", "show", "text_chr"), "text_char", "config list")
+    assert_one_line_error(main_cli("config", "show", "text_chr"), "text_char", "config list")
 
 
 def test_switching_the_data_source_drops_the_old_sources_options_and_says_so():
@@ -98,8 +98,8 @@ def test_switching_the_attention_kind_drops_the_options_it_does_not_read():
     assert values["model"]["scope"] == "local"  # softmax reads scope (sliding-window softmax): kept
 
 
-def test_train_with_the_demo_switched_to_text_reaches_the_text_source(cli, tmp_path):
-    done = cli("train", "data.source=text", f"data.path={tmp_path / 'missing.txt'}")
+def test_train_with_the_demo_switched_to_text_reaches_the_text_source(main_cli, tmp_path):
+    done = main_cli("train", "data.source=text", f"data.path={tmp_path / 'missing.txt'}")
     assert_one_line_error(done, "missing.txt")
     assert "dropped" in done.stdout and "data.kind" in done.stdout
 
@@ -232,41 +232,41 @@ def char_run(tmp_path_factory):
     return folder / "run"
 
 
-def test_generate_help_shows_the_defaults(cli):
-    done = cli("generate", "--help")
+def test_generate_help_shows_the_defaults(main_cli):
+    done = main_cli("generate", "--help")
     text = " ".join(done.stdout.split())
     assert done.returncode == 0 and "(default: 1.0)" in text and "(default: 0)" in text and "(default: 200)" in text
     assert "--skip-unknown" in text
 
 
-def test_generate_samples_unconditionally_from_an_empty_prompt(char_run, cli):
-    done = cli("generate", str(char_run), "--prompt", "", "--max-new-tokens", "20")
+def test_generate_samples_unconditionally_from_an_empty_prompt(char_run, main_cli):
+    done = main_cli("generate", str(char_run), "--prompt", "", "--max-new-tokens", "20")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "line break" in done.stderr and len(done.stdout.rstrip("\n")) >= 1
-    again = cli("generate", str(char_run), "--prompt", "", "--max-new-tokens", "20")
+    again = main_cli("generate", str(char_run), "--prompt", "", "--max-new-tokens", "20")
     assert again.stdout == done.stdout  # the same seed, the same sample
 
 
-def test_generate_skips_unknown_prompt_characters_when_asked(char_run, cli):
-    assert_one_line_error(cli("generate", str(char_run), "--prompt", "the CAT"), "'C'", "--skip-unknown")
-    done = cli("generate", str(char_run), "--prompt", "the CAT sat", "--skip-unknown", "--max-new-tokens", "5")
+def test_generate_skips_unknown_prompt_characters_when_asked(char_run, main_cli):
+    assert_one_line_error(main_cli("generate", str(char_run), "--prompt", "the CAT"), "'C'", "--skip-unknown")
+    done = main_cli("generate", str(char_run), "--prompt", "the CAT sat", "--skip-unknown", "--max-new-tokens", "5")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("the  sat") and "dropped 3 prompt characters" in done.stderr
 
 
-def test_eval_says_which_weights_and_step_it_scored(small_run, cli, tmp_path):
+def test_eval_says_which_weights_and_step_it_scored(small_run, main_cli, tmp_path):
     import shutil
 
     from markovformer.training.run_dir import mark_unfinished
 
-    finished = cli("eval", str(small_run / "run"))
+    finished = main_cli("eval", str(small_run / "run"))
     assert finished.returncode == 0 and "(final model, step 4)" in finished.stdout, finished.stderr[-2000:]
     killed = tmp_path / "killed"
     shutil.copytree(small_run / "run", killed)
     mark_unfinished(killed)  # as a run killed after its step-4 checkpoint
-    done = cli("eval", str(killed), "--json")
+    done = main_cli("eval", str(killed), "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     import json
 
     assert json.loads(done.stdout)["weights"] == {"source": "checkpoints/last.ckpt", "step": 4, "finished": False}
-    assert "last.ckpt at step 4: the run is unfinished" in cli("eval", str(killed)).stdout
+    assert "last.ckpt at step 4: the run is unfinished" in main_cli("eval", str(killed)).stdout
