@@ -221,6 +221,8 @@ def test_decode_part_measures_cached_generation_with_the_cache_sizes_of_each_kin
     with pytest.raises(ValueError, match="decode"):
         BenchSettings(parts=("decoding",)).resolved()
     assert BenchSettings(parts=("decode",), quick=True).resolved().decode_lengths == (256, 1024)
+    with pytest.raises(ValueError, match="decode_kinds: 'markov_locl' is not one of"):
+        BenchSettings(parts=("decode",), decode_kinds=("markov_local", "markov_locl")).resolved()
 
 
 def test_issue_21_targets_read_from_rows():

@@ -89,6 +89,7 @@ class BenchSettings:
     keep_freed_memory: bool = True  # children keep freed heap memory, as `markovformer train` does (allocator.py)
     decode_lengths: tuple[int, ...] | None = None  # decode: generated lengths (4096, 16384; quick 256, 1024)
     decode_batches: tuple[int, ...] = (1, 16)
+    decode_kinds: tuple[str, ...] | None = None  # decode: which rows (default: every one of DECODE_KINDS, compiled)
     translation_lengths: tuple[int, ...] | None = None  # translation_decode: L (64..4096; quick 64..1024)
     translation_batches: tuple[int, ...] | None = None  # translation_decode: B (1, 32; quick 1, 8)
     scan_lengths: tuple[int, ...] | None = None  # scan: T (256..16384; quick 256, 1024, 2048)
@@ -118,6 +119,10 @@ class BenchSettings:
         for model in self.models or ():
             if model not in MODELS:
                 raise ValueError(f"unknown bench model {model!r}; expected one of {MODELS}")
+        decode_kinds = (*DECODE_KINDS, *COMPILED_KINDS)
+        unknown = [kind for kind in self.decode_kinds or () if kind not in decode_kinds]
+        if unknown:
+            raise ValueError(f"bench decode_kinds: {unknown[0]!r} is not one of {decode_kinds}")
         if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
             raise ValueError(f"bench rounds={self.rounds!r}: must be a positive integer")
         available = status_mib("MemAvailable", "/proc/meminfo") or 8192.0
@@ -292,6 +297,7 @@ def _longest(runner: _Runner) -> dict:
 def _decode(runner: _Runner) -> dict:
     settings, rows = runner.settings, []
     kinds = {**DECODE_KINDS, **{kind: {"compiled": of} for kind, of in COMPILED_KINDS.items()}}
+    kinds = {kind: spec for kind, spec in kinds.items() if kind in (settings.decode_kinds or kinds)}
     runner.record["parts"]["decode"] = part = {"size": DECODE_SIZE, "kinds": kinds, "rows": rows}
     for batch in settings.decode_batches:
         for length in settings.decode_lengths:
