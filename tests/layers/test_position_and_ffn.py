@@ -87,3 +87,19 @@ def test_rotary_complex_path_matches_the_pair_path_on_outputs_and_gradients(layo
     (grad_got,) = torch.autograd.grad((got * upstream).sum(), x)
     (grad_expected,) = torch.autograd.grad((expected * upstream).sum(), x)
     torch.testing.assert_close(grad_got, grad_expected, rtol=1e-12, atol=1e-12)
+
+
+def test_rotary_layers_share_one_table_whose_rows_are_the_formula_near_and_beyond_its_end():
+    """Every layer reads one table (a long decoding's memory does not grow with the depth), grown once to cover the
+    positions asked for; its rows, and those past TABLE_POSITIONS (computed on the fly), equal the formula."""
+    from markovformer.layers import position
+
+    base = 1234.5  # a table of its own in this process
+    layers = [RotaryEmbedding(8, base=base).double() for _ in range(3)]
+    x = torch.randn(1, 2, 1, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    for start in (0, 700, RotaryEmbedding.TABLE_POSITIONS + 5):
+        expected = layers[0]._at(x, torch.tensor([[start]]))  # cos and sin of position x frequency, no table
+        for layer in layers:
+            torch.testing.assert_close(layer(x, start=start), expected, rtol=1e-12, atol=1e-12)
+    tables = [table for key, table in position._TABLES.items() if key[1] == base]
+    assert len(tables) == 1 and tables[0][0].shape[0] == 701

@@ -11,9 +11,11 @@ POSITIONS = ("rotary", "sinusoidal", "learned", "none")
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding of (..., T, Dh) queries or keys (Dh even), for any T. The cos / sin table of the
-    positions seen is kept (grown by doubling, up to ``TABLE_POSITIONS``), so a decoding step slices one row
-    instead of computing it; beyond that length rows are computed on the fly (the same values)."""
+    """Rotary position embedding of (..., T, Dh) queries or keys (Dh even), for any T. Rows of rotation come from a
+    table of the positions seen (grown by doubling, up to ``TABLE_POSITIONS``), so a decoding step slices one row
+    instead of computing it; beyond that length rows are computed on the fly (the same values). The table is shared
+    by every rotary module of the same head dimension, base, dtype and device (``_TABLES``): a model's layers
+    hold one copy, not one each, so a long decoding's memory stays flat (4 MiB at Dh = 32 in float32)."""
 
     TABLE_POSITIONS = 1 << 15
 
@@ -21,28 +23,24 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"rotary position needs an even head dimension; got {head_dim}")
-        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-        self._table: tuple | None = None  # (key, cos, sin, cos + i sin or None), each (positions, Dh/2)
+        self.head_dim, self.base = head_dim, base
+        self.register_buffer("inv_freq", _inverse_frequencies(head_dim, base), persistent=False)
 
     def _angles(self, start: int, end: int, x: Tensor) -> tuple[tuple[Tensor, Tensor, Tensor | None], slice]:
         """cos, sin (N, Dh/2) in x's dtype and the complex rotation (for float32/64), and the rows of positions
         start..end-1 in them."""
-        key = (id(self.inv_freq), self.inv_freq._version, x.dtype, x.device)
-        table = self._table
-        if table is None or table[0] != key or table[1].shape[0] < end:
-            size = max(end, 2 * table[1].shape[0] if table is not None and table[0] == key else 0, 64)
-            if end > self.TABLE_POSITIONS:  # too long to keep: this call's rows only
-                return self._rows(start, end, x), slice(0, end - start)
-            with torch.inference_mode(False):  # a table made while decoding in inference mode serves training too
-                table = self._table = (key, *self._rows(0, min(size, self.TABLE_POSITIONS), x))
-        return table[1:], slice(start, end)
-
-    def _rows(self, start: int, end: int, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        positions = torch.arange(start, end, device=x.device, dtype=torch.float32)
-        angles = positions[:, None] * self.inv_freq[None, :]  # (T, Dh/2)
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        return cos, sin, torch.complex(cos, sin) if x.dtype in (torch.float32, torch.float64) else None
+        if end > self.TABLE_POSITIONS:  # too long to keep: this call's rows only
+            return _rotation_rows(start, end, self.inv_freq, x.dtype), slice(0, end - start)
+        key = (self.head_dim, self.base, self.inv_freq.dtype, x.dtype, x.device)
+        table = _TABLES.get(key)
+        if table is None or table[0].shape[0] < end:
+            size = min(max(end, 2 * table[0].shape[0] if table is not None else 0, 64), self.TABLE_POSITIONS)
+            # from (head_dim, base) alone, not from this module's buffer (which a meta-device model fills later);
+            # made outside inference mode, so a table made while decoding serves training too
+            with torch.inference_mode(False):
+                frequencies = _inverse_frequencies(self.head_dim, self.base).to(self.inv_freq.dtype)
+                table = _TABLES[key] = _rotation_rows(0, size, frequencies.to(x.device), x.dtype)
+        return table, slice(start, end)
 
     def _at(self, x: Tensor, position_ids: Tensor) -> Tensor:
         """x (..., B, H, T, Dh) rotated to the positions ``position_ids`` (B, T) (no table: each batch has its own)."""
@@ -58,7 +56,7 @@ class RotaryEmbedding(nn.Module):
         if position_ids is not None:
             return self._at(x, position_ids)
         if torch.compiler.is_compiling():  # no table (a Python-side cache) and no complex numbers inside a graph
-            cos, sin, _ = self._rows(start, start + x.shape[-2], x)
+            cos, sin, _ = _rotation_rows(start, start + x.shape[-2], self.inv_freq, x.dtype, complex_rows=False)
             even, odd = x[..., 0::2], x[..., 1::2]
             return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
         (cos, sin, rotation), rows = self._angles(start, start + x.shape[-2], x)
@@ -69,6 +67,27 @@ class RotaryEmbedding(nn.Module):
             return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * rotation).flatten(-2)
         even, odd, cos, sin = x[..., 0::2], x[..., 1::2], cos[rows], sin[rows]
         return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+# (head_dim, base, frequency dtype, dtype, device) -> (cos, sin, rotation): every rotary module's rows, see _angles
+_TABLES: dict[tuple, tuple[Tensor, Tensor, Tensor | None]] = {}
+
+
+def _inverse_frequencies(head_dim: int, base: float) -> Tensor:
+    return 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+
+
+def _rotation_rows(start: int, end: int, inv_freq: Tensor, dtype: torch.dtype, complex_rows: bool = True,
+                   ) -> tuple[Tensor, Tensor, Tensor | None]:  # fmt: skip
+    """cos, sin (end - start, Dh/2) of positions start..end-1 in ``dtype``, and for float32/64 the rotation
+    cos + i sin, of which cos and sin are then views (one copy of the values)."""
+    positions = torch.arange(start, end, device=inv_freq.device, dtype=torch.float32)
+    angles = positions[:, None] * inv_freq[None, :]  # (T, Dh/2)
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    if complex_rows and dtype in (torch.float32, torch.float64):
+        rotation = torch.complex(cos, sin)
+        return rotation.real, rotation.imag, rotation
+    return cos, sin, None
 
 
 def _pairs_view_as_complex(x: Tensor) -> bool:
