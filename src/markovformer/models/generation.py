@@ -70,7 +70,8 @@ class GenerationConfig:
     num_beams: int = option(1, interval(1, integer=True))  # > 1: beam search (the translator)
     length_penalty: float = option(1.0, _finite())  # beam scores are log-probability / length ** length_penalty
     # True: the one-token decoding step runs through ``torch.compile`` (compiled once per model and batch shape,
-    # ~10-30 s on a CPU; then about half the step time of eager decoding, see ``bench --parts decode``)
+    # during the first tokens, 25-125 s on a 2-core CPU; then about half the step time of eager decoding, see
+    # ``bench --parts decode``)
     compile_step: bool = option(False, _boolean)
 
     def __post_init__(self) -> None:
