@@ -399,16 +399,35 @@ def test_trainers_gradient_accumulation_gives_the_gradient_of_the_whole_batch(tm
         torch.testing.assert_close(accumulated[name], tensor, rtol=1e-4, atol=1e-6, msg=name)
 
 
-@pytest.mark.parametrize("name, value", [
-    ("inputs_embeds", torch.zeros(3, 7, 16)), ("position_ids", torch.arange(7).expand(3, 7)),
-    ("token_type_ids", torch.zeros(3, 7, dtype=torch.long)),
+@pytest.mark.parametrize("task, name, value", [
+    ("causal_lm", "inputs_embeds", torch.zeros(3, 7, 16)), ("causal_lm", "token_type_ids", torch.zeros(3, 7,
+    dtype=torch.long)), ("sequence_classification", "position_ids", torch.arange(7).expand(3, 7)),
 ])  # fmt: skip
-def test_inputs_the_wrappers_cannot_honour_are_refused_by_name(name, value):
+def test_inputs_the_wrappers_cannot_honour_are_refused_by_name(task, name, value):
     """(they would be dropped: restarting position_ids of packed sequences would give the unpacked logits)"""
-    model = _hf("causal_lm")
+    model = _hf(task)
     with pytest.raises(ValueError, match=f"does not take {name}: markovformer models read input_ids"):
         model(input_ids=_ids(), **{name: value})
     model(input_ids=_ids(), **{name: None})  # None, as transformers passes unused inputs, is fine
+
+
+def test_the_causal_lm_reads_packed_documents_as_data_collator_with_flattening_writes_them():
+    """position_ids restarting at each document (transformers' padding-free packing): each document's logits and
+    loss are its own, as if it ran alone; no cache is made, and continuing one with position_ids is refused."""
+    model = _hf("causal_lm", dropout=0.0).eval()
+    documents = [_ids(1, 5, seed=1)[0].tolist(), _ids(1, 7, seed=2)[0].tolist(), _ids(1, 3, seed=3)[0].tolist()]
+    batch = transformers.DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": d} for d in documents])
+    assert batch["position_ids"].tolist() == [[*range(5), *range(7), *range(3)]]
+    packed = model(**batch)
+    alone = [model(input_ids=torch.tensor([d]), labels=torch.tensor([d]), use_cache=False) for d in documents]
+    starts = [0, 5, 12, 15]
+    for document, start, end in zip(alone, starts, starts[1:], strict=False):
+        torch.testing.assert_close(packed.logits[:, start:end], document.logits, rtol=1e-5, atol=1e-5)
+    expected = sum(document.loss * (len(d) - 1) for document, d in zip(alone, documents, strict=True)) / 12
+    torch.testing.assert_close(packed.loss, expected, rtol=1e-5, atol=1e-6)
+    assert packed.cache is None
+    with pytest.raises(ValueError, match="position_ids \\(packed documents\\) cannot continue a cache"):
+        model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], cache=model(_ids(1, 2)).cache)
 
 
 def test_without_tokenizers_a_run_finishes_its_model_without_the_hugging_face_files_and_says_so(tmp_path, monkeypatch,

@@ -49,6 +49,7 @@ class _Wrapper(PreTrainedModel):
     # the loss is the mean over the batch's tokens, whatever ``num_items_in_batch`` says: transformers' Trainer must
     # divide it by the gradient-accumulation steps itself (it reads a forward with **kwargs as normalising it)
     accepts_loss_kwargs = False
+    honoured_inputs: tuple[str, ...] = ()  # of UNSUPPORTED_INPUTS, those this wrapper's forward reads
 
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__(config)
@@ -204,8 +205,9 @@ UNSUPPORTED_INPUTS = ("inputs_embeds", "decoder_inputs_embeds", "position_ids", 
                       "past_key_values")  # fmt: skip
 
 
-def _refuse_unsupported_inputs(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-    given = [name for name in UNSUPPORTED_INPUTS if kwargs.get(name) is not None]
+def _refuse_unsupported_inputs(module: _Wrapper, args: tuple, kwargs: dict) -> None:
+    given = [name for name in UNSUPPORTED_INPUTS if kwargs.get(name) is not None and name not in
+             module.honoured_inputs]  # fmt: skip
     if given:
         raise ValueError(f"{type(module).__name__} does not take {', '.join(given)}: markovformer models read "
                          "input_ids (and attention_mask); positions follow the unpadded tokens, and generate's "
@@ -270,27 +272,39 @@ class _ReportingWrapper(_Wrapper):
 
 
 class _CausalLMWrapper(_ReportingWrapper, GenerationMixin):
+    honoured_inputs = ("position_ids",)
+
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 labels: Tensor | None = None, cache: MarkovformerCache | None = None, use_cache: bool | None = None,
                 output_attentions: bool | None = None, output_hidden_states: bool | None = None,
-                return_dict: bool | None = None, **unused) -> CausalLMOutputWithPast:  # fmt: skip
+                return_dict: bool | None = None, position_ids: Tensor | None = None,
+                **unused) -> CausalLMOutputWithPast:  # fmt: skip
         """Every position's next-token logits; ``labels`` are the inputs (shifted inside), -100 ignored.
 
         With ``use_cache`` (the config's default, outside training and without labels) and a model whose layers
         decode incrementally, the output carries a ``MarkovformerCache``: given back as ``cache``, the next call
         reads only the new tokens (``attention_mask`` may cover the whole sequence; its last columns are used), as
-        ``transformers``' ``generate`` does. Hyena layers carry no state: generate then re-runs the prefix."""
+        ``transformers``' ``generate`` does. Hyena layers carry no state: generate then re-runs the prefix.
+
+        ``position_ids`` (B, T) restarting at 0 mark packed documents (as ``DataCollatorWithFlattening`` writes
+        them): no position sees another document and no document's first token is scored. A forward with them
+        makes no cache, and a cache given with them is refused (a decoding continues one sequence)."""
         inner = self.markovformer
+        if position_ids is not None and cache is not None:
+            raise ValueError(f"{type(self).__name__}: position_ids (packed documents) cannot continue a cache; call "
+                             "without cache (or without position_ids when decoding)")  # fmt: skip
         use_cache = use_cache if use_cache is not None else self.config.use_cache
-        if cache is None and use_cache and labels is None and not self.training and inner.model.decodes_incrementally:
+        if (cache is None and use_cache and labels is None and position_ids is None and not self.training
+                and inner.model.decodes_incrementally):  # fmt: skip
             cache = MarkovformerCache()
         if attention_mask is not None:
             attention_mask = attention_mask[:, -input_ids.shape[1]:]
             if cache is None and bool(attention_mask.bool().all()):
                 attention_mask = None
+        packed = {} if position_ids is None else {"position_ids": position_ids}
         output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
                                    attention_mask=attention_mask, labels=labels,
-                                   state=None if cache is None else cache.state)  # fmt: skip
+                                   state=None if cache is None else cache.state, **packed)  # fmt: skip
         return self._finish(CausalLMOutputWithPast(loss=output.loss, logits=output.logits, cache=cache,
                                                    hidden_states=hidden,
                                                    attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
