@@ -20,14 +20,14 @@ def _config(tmp_path, **data) -> str:
     return str(path)
 
 
-def test_a_small_text_and_fractions_without_validation_are_refused_in_one_line(tmp_path, cli):
+def test_a_small_text_and_fractions_without_validation_are_refused_in_one_line(tmp_path, main_cli):
     (tmp_path / "notes.txt").write_text("a short note about chains.\n" * 20, encoding="utf-8")
-    small = cli("train", _config(tmp_path, path=str(tmp_path / "notes.txt")), "trainer.batch_size=64",
-                f"output_dir={tmp_path / 'small'}")  # fmt: skip
+    small = main_cli("train", _config(tmp_path, path=str(tmp_path / "notes.txt")), "trainer.batch_size=64",
+                     f"output_dir={tmp_path / 'small'}")  # fmt: skip
     assert small.returncode != 0 and "fewer than one global batch" in small.stderr
     assert "empty list" not in small.stderr
-    no_val = cli("train", _config(tmp_path, path=str(tmp_path / "notes.txt")), "data.fractions=[1,0,0]",
-                 f"output_dir={tmp_path / 'no_val'}")  # fmt: skip
+    no_val = main_cli("train", _config(tmp_path, path=str(tmp_path / "notes.txt")), "data.fractions=[1,0,0]",
+                      f"output_dir={tmp_path / 'no_val'}")  # fmt: skip
     assert no_val.returncode != 0 and "validation split has 0 examples" in no_val.stderr
     assert not (tmp_path / "no_val" / "checkpoints").exists()  # refused before training
 
