@@ -101,5 +101,10 @@ def test_rotary_layers_share_one_table_whose_rows_are_the_formula_near_and_beyon
         expected = layers[0]._at(x, torch.tensor([[start]]))  # cos and sin of position x frequency, no table
         for layer in layers:
             torch.testing.assert_close(layer(x, start=start), expected, rtol=1e-12, atol=1e-12)
-    tables = [table for key, table in position._TABLES.items() if key[1] == base]
+    tables = [table for key, table in position._TABLES.items() if key[1] == tuple(layers[0].inv_freq.tolist())]
     assert len(tables) == 1 and tables[0][0].shape[0] == 701
+    with torch.no_grad():  # frequencies edited in place (a context-extension scaling): that layer's rows follow them
+        layers[1].inv_freq.mul_(0.5)
+    torch.testing.assert_close(layers[1](x, start=700), layers[1]._at(x, torch.tensor([[700]])), rtol=1e-12,
+                               atol=1e-12)  # fmt: skip
+    assert not torch.allclose(layers[1](x, start=700), layers[0](x, start=700))

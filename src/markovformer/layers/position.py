@@ -14,7 +14,7 @@ class RotaryEmbedding(nn.Module):
     """Rotary position embedding of (..., T, Dh) queries or keys (Dh even), for any T. Rows of rotation come from a
     table of the positions seen (grown by doubling, up to ``TABLE_POSITIONS``), so a decoding step slices one row
     instead of computing it; beyond that length rows are computed on the fly (the same values). The table is shared
-    by every rotary module of the same head dimension, base, dtype and device (``_TABLES``): a model's layers
+    by every rotary module whose frequencies are equal, for each dtype and device (``_TABLES``): a model's layers
     hold one copy, not one each, so a long decoding's memory stays flat (4 MiB at Dh = 32 in float32)."""
 
     TABLE_POSITIONS = 1 << 15
@@ -23,23 +23,24 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"rotary position needs an even head dimension; got {head_dim}")
-        self.head_dim, self.base = head_dim, base
-        self.register_buffer("inv_freq", _inverse_frequencies(head_dim, base), persistent=False)
+        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._frequencies: tuple | None = None  # ((id, version) of inv_freq, its dtype and values): the table's key
 
     def _angles(self, start: int, end: int, x: Tensor) -> tuple[tuple[Tensor, Tensor, Tensor | None], slice]:
         """cos, sin (N, Dh/2) in x's dtype and the complex rotation (for float32/64), and the rows of positions
         start..end-1 in them."""
         if end > self.TABLE_POSITIONS:  # too long to keep: this call's rows only
             return _rotation_rows(start, end, self.inv_freq, x.dtype), slice(0, end - start)
-        key = (self.head_dim, self.base, self.inv_freq.dtype, x.dtype, x.device)
+        stamp = (id(self.inv_freq), self.inv_freq._version)  # a new or rewritten buffer (to(), meta init, an edit)
+        if self._frequencies is None or self._frequencies[0] != stamp:
+            self._frequencies = (stamp, self.inv_freq.dtype, tuple(self.inv_freq.tolist()))
+        key = (*self._frequencies[1:], x.dtype, x.device)
         table = _TABLES.get(key)
         if table is None or table[0].shape[0] < end:
             size = min(max(end, 2 * table[0].shape[0] if table is not None else 0, 64), self.TABLE_POSITIONS)
-            # from (head_dim, base) alone, not from this module's buffer (which a meta-device model fills later);
-            # made outside inference mode, so a table made while decoding serves training too
-            with torch.inference_mode(False):
-                frequencies = _inverse_frequencies(self.head_dim, self.base).to(self.inv_freq.dtype)
-                table = _TABLES[key] = _rotation_rows(0, size, frequencies.to(x.device), x.dtype)
+            with torch.inference_mode(False):  # a table made while decoding in inference mode serves training too
+                table = _TABLES[key] = _rotation_rows(0, size, self.inv_freq.to(x.device), x.dtype)
         return table, slice(start, end)
 
     def _at(self, x: Tensor, position_ids: Tensor) -> Tensor:
@@ -69,12 +70,8 @@ class RotaryEmbedding(nn.Module):
         return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
 
-# (head_dim, base, frequency dtype, dtype, device) -> (cos, sin, rotation): every rotary module's rows, see _angles
+# (frequency dtype, frequencies, dtype, device) -> (cos, sin, rotation): every rotary module's rows, see _angles
 _TABLES: dict[tuple, tuple[Tensor, Tensor, Tensor | None]] = {}
-
-
-def _inverse_frequencies(head_dim: int, base: float) -> Tensor:
-    return 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
 
 
 def _rotation_rows(start: int, end: int, inv_freq: Tensor, dtype: torch.dtype, complex_rows: bool = True,
