@@ -40,7 +40,7 @@ def _output_and_grads(attention, tensors):
     """Output and the gradient of every input under a fixed random upstream gradient (zeros where unused)."""
     leaves = [t.detach().clone().requires_grad_(True) for t in tensors]
     out = attention(*leaves)
-    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(out.dtype)
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(out)
     grads = torch.autograd.grad((out * upstream).sum(), leaves, allow_unused=True)
     return out.detach(), [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads, strict=True)]
 
@@ -361,18 +361,31 @@ def test_auto_picks_a_path_that_exists_here():
             assert chosen != "flex" or (q.is_cuda and dropout_p == 0)
             out = lag_bias_attention(q, q, q, window=window, causal=True, dropout_p=dropout_p, backend="auto")
             assert out.shape == q.shape and torch.isfinite(out).all()
-    assert resolve_backend("auto", q, 3) == ("flex" if torch.cuda.is_available() else "banded")
+    assert resolve_backend("auto", q, 3) == "banded"  # a CPU tensor: never flex
+
+
+@needs_cuda
+@needs_flex
+def test_auto_picks_flex_on_cuda_for_head_dims_its_kernel_takes():
+    wide, narrow = torch.randn(1, 1, 8, 16, device="cuda"), torch.randn(1, 1, 8, 8, device="cuda")
+    assert resolve_backend("auto", wide, 3) == resolve_backend("auto", wide, None) == "flex"
+    assert resolve_backend("auto", narrow, 3) == "banded" and resolve_backend("auto", wide, 3, value_dim=8) == "banded"
+    assert resolve_backend("auto", wide, 3, dropout_p=0.1) == "banded"
 
 
 def test_auto_picks_flex_where_it_exists(monkeypatch):
     dispatcher = importlib.import_module("markovformer.ops.lag_bias_attention")  # the package, not the function
     monkeypatch.setattr(dispatcher, "flex_available", lambda device: True)
-    q = torch.randn(1, 1, 8, 4)
+    q = torch.randn(1, 1, 8, 16)
     assert resolve_backend("auto", q, 3) == "flex"
     assert resolve_backend("auto", q, None) == "flex"
     assert resolve_backend("auto", q, 3, dropout_p=0.1) == "banded"  # FlexAttention has no dropout
     with pytest.raises(ValueError, match="'flex' has no attention dropout"):
         resolve_backend("flex", q, 3, dropout_p=0.1)
+    # its kernel takes head dimensions of 16 and more: smaller ones go to the band, and asking for flex says why
+    assert resolve_backend("auto", q[..., :8], 3) == "banded" and resolve_backend("auto", q, 3, value_dim=3) == "banded"
+    with pytest.raises(ValueError, match=r"at least 16; got 16 \(query/key\) and 3 \(value\)"):
+        resolve_backend("flex", q, 3, value_dim=3)
 
 
 @needs_flex
@@ -389,7 +402,7 @@ def test_auto_picks_flex_for_packed_documents_where_it_exists(monkeypatch):
     monkeypatch.setattr(dispatcher, "flex_available", lambda device: True)
     monkeypatch.setattr(dispatcher, "lag_bias_attention_flex", eager_flex)
     mask, segments, _ = _packed_rows()
-    q, k, v, past, future = _inputs(mask.shape[1], 2, seed=7)
+    q, k, v, past, future = _inputs(mask.shape[1], 2, seed=7, head_dim=16, value_dim=16)
     for window in (None, 3):
         options = dict(window=window, causal=True, attention_mask=mask, segment_ids=segments)
         got = lag_bias_attention(q, k, v, past, future, backend="auto", **options)

@@ -21,7 +21,12 @@ from torch import Tensor
 
 from markovformer.ops.lag_bias_attention.banded import lag_bias_attention_banded
 from markovformer.ops.lag_bias_attention.chunked import lag_bias_attention_chunked
-from markovformer.ops.lag_bias_attention.flex import flex_available, lag_bias_attention_flex
+from markovformer.ops.lag_bias_attention.flex import (
+    FLEX_MIN_HEAD_DIM,
+    flex_available,
+    flex_supports,
+    lag_bias_attention_flex,
+)
 from markovformer.ops.lag_bias_attention.naive import lag_bias_attention_naive
 
 BACKENDS = ("auto", "naive", "banded", "chunked", "flex")
@@ -47,13 +52,17 @@ def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segme
         raise ValueError(f"segment_ids must be (B, T) = {(q.shape[0], q.shape[2])}; got {tuple(segment_ids.shape)}")
 
 
-def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: float = 0.0) -> str:
-    """The backend that ``lag_bias_attention`` runs for these inputs; ValueError if ``backend`` cannot run them.
-    Every backend masks by segment ids (packed documents), so they do not enter the choice."""
+def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: float = 0.0,
+                    value_dim: int | None = None) -> str:  # fmt: skip
+    """The backend that ``lag_bias_attention`` runs for these inputs (``value_dim``: v's last dimension, q's when
+    None); ValueError if ``backend`` cannot run them. Every backend masks by segment ids (packed documents), so
+    they do not enter the choice."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}; expected one of {BACKENDS}")
+    head_dim = q.shape[-1]
+    value_dim = head_dim if value_dim is None else value_dim
     if backend == "auto":
-        if flex_available(q.device) and dropout_p == 0:
+        if flex_available(q.device) and dropout_p == 0 and flex_supports(head_dim, value_dim):
             return "flex"
         if window is not None:
             return "banded"
@@ -70,6 +79,9 @@ def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: floa
             )
         if dropout_p > 0:
             raise ValueError(f"backend 'flex' has no attention dropout; got dropout_p={dropout_p}")
+        if not flex_supports(head_dim, value_dim):
+            raise ValueError(f"backend 'flex' needs head dimensions of at least {FLEX_MIN_HEAD_DIM}; got "
+                             f"{head_dim} (query/key) and {value_dim} (value): use 'banded' or 'naive'")  # fmt: skip
     return backend
 
 
@@ -106,7 +118,7 @@ def lag_bias_attention(
         (B, H, T, Dv).
     """
     _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segment_ids)
-    backend = resolve_backend(backend, q, window, dropout_p)
+    backend = resolve_backend(backend, q, window, dropout_p, v.shape[-1])
     options = dict(causal=causal, attention_mask=attention_mask, segment_ids=segment_ids)
     if backend == "flex":
         return lag_bias_attention_flex(q, k, v, past_bias, future_bias, window=window, **options)

@@ -31,6 +31,14 @@ def flex_available(device: torch.device) -> bool:
     return device.type == "cuda" and flex_importable()
 
 
+FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernel refuses smaller query/key and value dimensions
+
+
+def flex_supports(head_dim: int, value_dim: int) -> bool:
+    """True when FlexAttention's kernel takes these head dimensions (both at least ``FLEX_MIN_HEAD_DIM``)."""
+    return min(head_dim, value_dim) >= FLEX_MIN_HEAD_DIM
+
+
 @lru_cache(maxsize=1)
 def compiled_flex_attention():
     """``flex_attention`` compiled once per process (its eager form materialises the full score matrix)."""
