@@ -41,12 +41,12 @@ class GRUInjection(nn.Module):
             raise ValueError("a bidirectional GRU reads the whole sequence: it cannot decode incrementally")
         initial = None if state is None else state.get("hidden")
         if attention_mask is None or bool(attention_mask.all()):
-            states, final = self.gru(x, initial)
+            states, final = self._recur(x, initial)
         else:
             starts, lengths = real_runs(attention_mask, "the GRU")
             packed = pack_padded_sequence(roll_rows(x, starts), lengths.clamp_min(1).cpu(), batch_first=True,
                                           enforce_sorted=False)  # fmt: skip
-            states, final = self.gru(packed, initial)
+            states, final = self._recur(packed, initial)
             states, _ = pad_packed_sequence(states, batch_first=True, total_length=x.shape[1])
             states = roll_rows(states, -starts) * attention_mask[..., None].to(x.dtype)
             if state is not None:  # a row with no real token here keeps its state
@@ -55,6 +55,14 @@ class GRUInjection(nn.Module):
         if state is not None:
             state["hidden"] = final
         return self.proj(states)
+
+    def _recur(self, inputs, initial):
+        """``nn.GRU``; off cuDNN where cuDNN has no backward (an eval-mode model differentiated on a GPU, as in
+        saliency or gradient inspection)."""
+        if not self.training and torch.is_grad_enabled() and self.gru.weight_ih_l0.is_cuda:
+            with torch.backends.cudnn.flags(enabled=False):
+                return self.gru(inputs, initial)
+        return self.gru(inputs, initial)
 
 
 def build_injection(kind: str, d_model: int, bidirectional: bool = False) -> nn.Module:
