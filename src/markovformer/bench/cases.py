@@ -204,6 +204,9 @@ def run_case(case: dict, device: str, time_cap: float) -> dict:
         row["warmup_seconds"] = row["seconds"]
     else:
         row.update(time_steps(step, 1, time_cap, sync))
+        if device == "cuda":  # the first step compiled kernels (FlexAttention, Triton's autotuning): once more
+            row["compile_seconds"] = row["seconds"]
+            row.update(time_steps(step, 1, time_cap, sync))
         row["warmup_seconds"] = row.pop("seconds")
         if reference is not None:
             reference()
