@@ -69,7 +69,7 @@ def _perturbed(model: torch.nn.Module, seed: int = 0, scale: float = 0.25) -> to
 
 def _markovian(options: dict, seed: int = 0) -> MarkovianTransformerForCausalLM:
     torch.manual_seed(seed)
-    config = MarkovianTransformerConfig(vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2, **options)
+    config = MarkovianTransformerConfig(**{"vocab_size": VOCAB, "d_model": 16, "n_layers": 2, "n_heads": 2, **options})
     return _perturbed(MarkovianTransformerForCausalLM(config), seed)
 
 
