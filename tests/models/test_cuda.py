@@ -66,7 +66,7 @@ def test_a_markov_model_on_flex_computes_what_it_computes_on_the_cpu(scope, monk
     )
     cpu = _markovian(options).float()
     gpu = _markovian(options).cuda()
-    ids, mask = _left_padded(length=40)
+    ids, mask = _left_padded(length=130)  # flex from FLEX_MIN_LENGTH = 128 positions
     labels = ids.masked_fill(mask == 0, -100)
     outputs = [model(i, attention_mask=m, labels=y) for model, i, m, y in
                ((cpu, ids, mask, labels), (gpu, ids.cuda(), mask.cuda(), labels.cuda()))]  # fmt: skip

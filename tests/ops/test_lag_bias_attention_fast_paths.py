@@ -367,7 +367,7 @@ def test_auto_picks_a_path_that_exists_here():
 @needs_cuda
 @needs_flex
 def test_auto_picks_flex_on_cuda_for_head_dims_its_kernel_takes():
-    wide, narrow = torch.randn(1, 1, 8, 16, device="cuda"), torch.randn(1, 1, 8, 8, device="cuda")
+    wide, narrow = (torch.randn(1, 1, flex_module.FLEX_MIN_LENGTH, d, device="cuda") for d in (16, 8))
     assert resolve_backend("auto", wide, 3) == resolve_backend("auto", wide, None) == "flex"
     assert resolve_backend("auto", narrow, 3) == "banded" and resolve_backend("auto", wide, 3, value_dim=8) == "banded"
     assert resolve_backend("auto", wide, 3, dropout_p=0.1) == "banded"
@@ -376,7 +376,7 @@ def test_auto_picks_flex_on_cuda_for_head_dims_its_kernel_takes():
 def test_auto_picks_flex_where_it_exists(monkeypatch):
     dispatcher = importlib.import_module("markovformer.ops.lag_bias_attention")  # the package, not the function
     monkeypatch.setattr(dispatcher, "flex_available", lambda device: True)
-    q = torch.randn(1, 1, 8, 16)
+    q = torch.randn(1, 1, flex_module.FLEX_MIN_LENGTH, 16)
     assert resolve_backend("auto", q, 3) == "flex"
     assert resolve_backend("auto", q, None) == "flex"
     assert resolve_backend("auto", q, 3, dropout_p=0.1) == "banded"  # FlexAttention has no dropout
@@ -384,6 +384,10 @@ def test_auto_picks_flex_where_it_exists(monkeypatch):
         resolve_backend("flex", q, 3, dropout_p=0.1)
     # its kernel takes head dimensions of 16 and more: smaller ones go to the band, and asking for flex says why
     assert resolve_backend("auto", q[..., :8], 3) == "banded" and resolve_backend("auto", q, 3, value_dim=3) == "banded"
+    # a sequence shorter than one of its blocks: a dense path, not a compilation per new length
+    assert (
+        resolve_backend("auto", q[:, :, :-1], 3) == "banded" and resolve_backend("auto", q[:, :, :-1], None) == "naive"
+    )
     with pytest.raises(ValueError, match=r"at least 16; got 16 \(query/key\) and 3 \(value\)"):
         resolve_backend("flex", q, 3, value_dim=3)
 
@@ -401,7 +405,7 @@ def test_auto_picks_flex_for_packed_documents_where_it_exists(monkeypatch):
 
     monkeypatch.setattr(dispatcher, "flex_available", lambda device: True)
     monkeypatch.setattr(dispatcher, "lag_bias_attention_flex", eager_flex)
-    mask, segments, _ = _packed_rows()
+    mask, segments, _ = _packed_rows(flex_module.FLEX_MIN_LENGTH)
     q, k, v, past, future = _inputs(mask.shape[1], 2, seed=7, head_dim=16, value_dim=16)
     for window in (None, 3):
         options = dict(window=window, causal=True, attention_mask=mask, segment_ids=segments)

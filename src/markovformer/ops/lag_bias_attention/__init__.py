@@ -8,7 +8,8 @@
 - ``"chunked"``: global scope only (``window=None``), exact softmax over query chunks, O(T) memory; CPU and GPU.
 - ``"flex"``: FlexAttention with a bias ``score_mod`` and a band ``BlockMask`` (one per batch row with key padding
   or packed documents), local or global; CUDA only, no dropout.
-- ``"auto"``: ``flex`` on CUDA (without dropout), packed or not; otherwise ``banded`` for local scope, and for
+- ``"auto"``: ``flex`` on CUDA (without dropout, heads of at least ``FLEX_MIN_HEAD_DIM``, sequences of at least
+  ``FLEX_MIN_LENGTH``), packed or not; otherwise ``banded`` for local scope, and for
   global scope ``naive`` below ``CHUNKED_MIN_LENGTH`` positions (where its few large products win) and ``chunked``
   from there.
 
@@ -23,6 +24,7 @@ from markovformer.ops.lag_bias_attention.banded import lag_bias_attention_banded
 from markovformer.ops.lag_bias_attention.chunked import lag_bias_attention_chunked
 from markovformer.ops.lag_bias_attention.flex import (
     FLEX_MIN_HEAD_DIM,
+    FLEX_MIN_LENGTH,
     flex_available,
     flex_supports,
     lag_bias_attention_flex,
@@ -62,7 +64,8 @@ def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: floa
     head_dim = q.shape[-1]
     value_dim = head_dim if value_dim is None else value_dim
     if backend == "auto":
-        if flex_available(q.device) and dropout_p == 0 and flex_supports(head_dim, value_dim):
+        long_enough = q.shape[-2] >= FLEX_MIN_LENGTH
+        if flex_available(q.device) and dropout_p == 0 and flex_supports(head_dim, value_dim) and long_enough:
             return "flex"
         if window is not None:
             return "banded"

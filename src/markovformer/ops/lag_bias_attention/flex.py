@@ -32,6 +32,9 @@ def flex_available(device: torch.device) -> bool:
 
 
 FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernel refuses smaller query/key and value dimensions
+# Shorter sequences are one of FlexAttention's 128-position blocks, where its kernel saves nothing over a dense one,
+# and each new length compiles it again (10-20 s on an H100: a generate() call's short prompt paid that).
+FLEX_MIN_LENGTH = 128
 
 
 def flex_supports(head_dim: int, value_dim: int) -> bool:
