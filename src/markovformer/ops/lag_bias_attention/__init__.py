@@ -9,9 +9,8 @@
 - ``"flex"``: FlexAttention with a bias ``score_mod`` and a band ``BlockMask`` (one per batch row with key padding
   or packed documents), local or global; CUDA only, no dropout.
 - ``"auto"``: ``flex`` on CUDA (without dropout, heads of at least ``FLEX_MIN_HEAD_DIM``, sequences of at least
-  ``FLEX_MIN_LENGTH``), packed or not; otherwise ``banded`` for local scope, and for
-  global scope ``naive`` below ``CHUNKED_MIN_LENGTH`` positions (where its few large products win) and ``chunked``
-  from there.
+  ``FLEX_MIN_LENGTH``), packed or not; otherwise ``banded`` for local scope, and for global scope ``naive`` below
+  ``CHUNKED_MIN_LENGTH`` positions (where its few large products win) and ``chunked`` from there.
 
 Asking for a backend that cannot run these inputs raises ValueError naming it and the reason.
 """

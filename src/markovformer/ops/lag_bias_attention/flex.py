@@ -33,7 +33,8 @@ def flex_available(device: torch.device) -> bool:
 
 FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernel refuses smaller query/key and value dimensions
 # Shorter sequences are one of FlexAttention's 128-position blocks, where its kernel saves nothing over a dense one,
-# and each new length compiles it again (10-20 s on an H100: a generate() call's short prompt paid that).
+# and each new length compiles it again (17-23 s for a first step on an H100; most likely what a generate() call's
+# 16-token prompt paid there, about 14 s that its per-step times do not account for).
 FLEX_MIN_LENGTH = 128
 
 
