@@ -11,7 +11,11 @@ import torch
 from padding_masks import mixed_mask
 
 from markovformer.ops import dense_lag_bias, lag_bias_attention, lag_matrix
-from markovformer.ops.lag_bias_attention import lag_bias_attention_banded, lag_bias_attention_naive
+from markovformer.ops.lag_bias_attention import (
+    lag_bias_attention_banded,
+    lag_bias_attention_chunked,
+    lag_bias_attention_naive,
+)
 
 HEADS, HEAD_DIM, VALUE_DIM = 2, 4, 3
 
@@ -211,6 +215,28 @@ def test_all_masked_queries_give_zeros_and_finite_grads(dtype, causal, backend):
         assert leaf.grad is not None or (name == "future_bias" and causal and backend == "banded")
         if leaf.grad is not None:
             assert torch.isfinite(leaf.grad).all(), name
+
+
+@pytest.mark.parametrize("path", ["banded", "chunked"])
+def test_float32_paths_ignore_an_active_autocast(path):
+    """Lightning's bf16-mixed runs the model under autocast; the banded and chunked paths compute in float32 by
+    design (their out= buffers and saved tensors are float32), so under autocast they return what they return
+    without it, forward and backward, instead of failing on a bfloat16 product."""
+    mask = mixed_mask(19)
+    if path == "banded":
+        def attention(q, k, v, past, future):
+            return lag_bias_attention_banded(q, k, v, past, future, window=5, causal=True, attention_mask=mask)
+    else:
+        def attention(q, k, v, past, future):
+            return lag_bias_attention_chunked(q, k, v, past, future, causal=True, attention_mask=mask, chunk_size=8)
+    tensors = _inputs(19, order=3, dtype=torch.float32)
+    expected, expected_grads = _run_with_grads(attention, tensors)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, got_grads = _run_with_grads(attention, tensors)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    for got_grad, expected_grad in zip(got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(got_grad, expected_grad, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])

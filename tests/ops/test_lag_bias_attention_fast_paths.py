@@ -261,6 +261,21 @@ def test_flex_score_and_mask_functions_match_naive(eager_flex_backward, causal, 
             _assert_matches_naive(fast, tensors, window, causal, mask, 1e-10, context)
 
 
+@needs_flex
+def test_flex_takes_the_mixed_dtypes_autocast_leaves(eager_flex_backward):
+    """Under autocast a model hands attention rotated float32 queries and keys beside bfloat16 values (FlexAttention
+    refuses mixed dtypes): flex runs them in their common dtype with autocast off, as the same call made outside
+    autocast on inputs cast to that dtype."""
+    q, k, v, past, future = _inputs(11, 3, seed=2)
+    q, k, v, past, future = q.float(), k.float(), v.bfloat16(), past.float(), future.float()
+    options = dict(window=None, causal=True, attention_mask=mixed_mask(11), compiled=False)
+    expected = lag_bias_attention_flex(q, k, v.float(), past, future, **options)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = lag_bias_attention_flex(q, k, v, past, future, **options)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
 def _packed_rows(length: int = 11):
     """attention_mask, segment_ids (4, T) and the documents (row, start, size) of four packed rows: three documents
     and right padding; one document; one token, a document and right padding; left padding, then two documents."""

@@ -120,6 +120,24 @@ def test_linear_scan_errors_name_the_argument(change, message):
         linear_scan(a, b, h0, **options)
 
 
+@pytest.mark.parametrize("backend", ["naive", "sequential", "chunked"])
+def test_under_autocast_mixed_dtypes_run_in_float32(backend):
+    """Mixed precision (Lightning's bf16-mixed) hands the scan a bfloat16 gate beside a float32 input: under an active
+    autocast the recurrence runs in float32 on the inputs as given, exactly as a float32 call outside it; outside
+    autocast the same mix stays an error (the errors test above)."""
+    a, b, h0 = (t.detach() for t in _inputs(2, 9, 3, with_h0=True))
+    a, b, h0 = a.bfloat16(), b.float(), h0.float()
+    expected = linear_scan(a.float(), b, h0, backend=backend)
+    windowed_expected = windowed_linear_scan(a.float(), b, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = linear_scan(a, b, h0, backend=backend)
+        windowed = windowed_linear_scan(a, b, 3)
+    for x, y in zip(got, expected, strict=True):
+        assert x.dtype == torch.float32
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    torch.testing.assert_close(windowed, windowed_expected, rtol=0, atol=0)
+
+
 def test_window_offsets_convention():
     source, position, present = window_offsets(4, 3)
     assert source.tolist() == [[0, 0, 0], [0, 0, 1], [0, 1, 2], [1, 2, 3]]

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from markovformer.ops.lags import lag_matrix, visible
+from markovformer.ops.precision import autocast_off
 
 SPAN_MULTIPLE = 16  # key-window length rounded up to this: CPU softmax vectorises whole 16-float rows
 MIN_BLOCK = 8  # queries per block at least: smaller blocks starve the matmuls
@@ -259,6 +260,7 @@ class _BandedAttention(torch.autograd.Function):
         return out[:, :, : layout.seq_len]
 
     @staticmethod
+    @autocast_off
     def backward(ctx, grad_out):
         q_blocks, k_buffer, v_buffer, *saved = ctx.saved_tensors
         layout, scale = ctx.layout, ctx.scale
@@ -294,6 +296,7 @@ class _BandedAttention(torch.autograd.Function):
         return grad_q, grad_k, grad_v, *bias_grads, None, None, None, None, None, None, None
 
 
+@autocast_off
 def lag_bias_attention_banded(
     q: Tensor,
     k: Tensor,

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from markovformer.ops.lags import visible
+from markovformer.ops.precision import autocast_off
 
 
 def flex_importable() -> bool:
@@ -109,6 +110,7 @@ def _score_mod(past_bias: Tensor | None, future_bias: Tensor | None, reach_past:
     return score_mod
 
 
+@autocast_off
 def lag_bias_attention_flex(
     q: Tensor,
     k: Tensor,
@@ -125,7 +127,8 @@ def lag_bias_attention_flex(
     """Local (``window``) or global (``window=None``) Markov attention; shapes as the naive reference.
 
     ``segment_ids`` (B, T) long: packed documents (``ops.segments``), a query sees keys of its own only.
-    No dropout (FlexAttention has none). A query with no visible key returns zeros.
+    No dropout (FlexAttention has none). A query with no visible key returns zeros. Inputs of mixed dtypes (autocast
+    leaves rotated queries and keys in float32 beside bfloat16 values) run in their common dtype, autocast off.
     """
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -133,7 +136,9 @@ def lag_bias_attention_flex(
     unbounded = seq_len  # no lag reaches further than the sequence
     reach_past = unbounded if window is None else window
     reach_future = 0 if causal else reach_past
-    biases = [None if b is None else b.to(q.dtype) for b in (past_bias, future_bias)]
+    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    biases = [None if b is None else b.to(dtype) for b in (past_bias, future_bias)]
     score_mod = _score_mod(*biases, reach_past, reach_future)
     block_mask = block_mask_for(seq_len, window, causal, attention_mask, q.device, segment_ids)
     attend = compiled_flex_attention() if compiled else flex_attention

@@ -3,6 +3,7 @@ backends are listed in the package docstring)."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from markovformer.ops.scan.chunked import DEFAULT_CHUNK_SIZE, linear_scan_chunked
@@ -28,6 +29,16 @@ def _check_floating(**tensors: Tensor | None) -> None:
             raise ValueError(f"{name} is on {tensor.device} but {first_name} is on {first.device}; they must match")
 
 
+def _autocast_free(*tensors: Tensor | None) -> list[Tensor | None]:
+    """Floating inputs in one dtype, at least float32: under an active autocast (mixed precision) the recurrence runs
+    in full precision, whatever dtypes autocast gave the products that feed it (the caller runs it autocast-off)."""
+    dtype = torch.float32
+    for tensor in tensors:
+        if tensor is not None and tensor.is_floating_point():
+            dtype = torch.promote_types(dtype, tensor.dtype)
+    return [t.to(dtype) if t is not None and t.is_floating_point() else t for t in tensors]
+
+
 def linear_scan(
     a: Tensor, b: Tensor, h0: Tensor | None = None, backend: str = "auto", chunk_size: int = DEFAULT_CHUNK_SIZE
 ) -> tuple[Tensor, Tensor]:
@@ -36,7 +47,11 @@ def linear_scan(
     a, b (B, T, D), T >= 1; h0 (B, D) or None; all of one floating dtype and device.
     Returns all states h (B, T, D) and the final state h_{T-1} (B, D).
     ``backend``: one of BACKENDS (see the module docstring). ``chunk_size`` only matters for ``chunked``.
+    Under an active autocast the inputs may differ in dtype: the recurrence runs in float32 (or the widest input).
     """
+    if torch.is_autocast_enabled(a.device.type):
+        with torch.autocast(a.device.type, enabled=False):
+            return linear_scan(*_autocast_free(a, b, h0), backend=backend, chunk_size=chunk_size)
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
     if a.dim() != 3:
@@ -65,7 +80,11 @@ def windowed_linear_scan(a: Tensor, b: Tensor, window: int, backend: str = "auto
     t - window + 1 + o, see ``window_offsets``), for inputs that differ per window (e.g. positions counted from
     the window start); offsets before the sequence start are ignored.
     Returns (B, T, D). ``backend``: ``"naive"`` (each window from scratch), ``"offsets"`` or ``"auto"`` (= offsets).
+    Under an active autocast, as ``linear_scan``: float32 (or the widest input).
     """
+    if torch.is_autocast_enabled(a.device.type):
+        with torch.autocast(a.device.type, enabled=False):
+            return windowed_linear_scan(*_autocast_free(a, b), window, backend=backend)
     if backend not in WINDOWED_BACKENDS:
         raise ValueError(f"backend={backend!r}: expected one of {WINDOWED_BACKENDS}")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:

@@ -1,0 +1,32 @@
+"""Precision guards shared by the hand-written autograd Functions."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+from torch import Tensor
+
+F = TypeVar("F", bound=Callable)
+
+
+def autocast_off(function: F) -> F:
+    """``function`` run with autocast off on the device of its first tensor argument.
+
+    For the autograd Functions that compute in float32 by design (their wrappers cast the inputs up): under an
+    active autocast (Lightning's ``bf16-mixed``) their matrix products would come out in bfloat16 and meet float32
+    ``out=`` buffers and saved tensors. Decorate both the wrapper that calls ``apply`` and ``backward``.
+    """
+
+    @functools.wraps(function)
+    def guarded(*args, **kwargs):
+        device = next((arg.device for arg in args if isinstance(arg, Tensor)), torch.device("cpu"))
+        with torch.autocast(device.type, enabled=False):
+            return function(*args, **kwargs)
+
+    return guarded  # type: ignore[return-value]
+
+
+__all__ = ["autocast_off"]
