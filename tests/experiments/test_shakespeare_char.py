@@ -13,13 +13,16 @@ import torch
 from torch import nn
 
 from markovformer.experiments import shakespeare_char
+from markovformer.experiments.settings import configure
 from markovformer.experiments.shakespeare_char import (
     LADDER_ROWS,
     ShakespeareCharSettings,
     full_split_loss,
     random_batch_loss,
+    resolve_preset,
     run_config,
     unigram_entropy,
+    validation_curve,
 )
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 
@@ -103,6 +106,48 @@ def test_each_ladder_step_moves_one_option():
         changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"max_positions"}
         assert len(changed) == 1, (before, after, changed)
     assert options(LADDER_ROWS[-1])["position"] == "rotary" and options(LADDER_ROWS[-1])["ffn"] == "swiglu"
+
+
+def _preset(overrides: dict) -> ShakespeareCharSettings:
+    return resolve_preset(configure(ShakespeareCharSettings(), overrides, "shakespeare-char"), overrides)
+
+
+@torch.no_grad()
+def test_the_gpu_preset_is_nanogpts_gpu_config():
+    """config/train_shakespeare_char.py: 6 layers, 6 heads, 384 wide, block 256, batch 64, 5,000 iterations, dropout
+    0.2, evaluated every 250 iterations on 200 batches; nanoGPT's model at that shape has 10.75 M parameters with its
+    position table (10.65 M without, its printed count)."""
+    settings = _preset({"preset": "gpu"})
+    values = run_config("nanogpt", "text.txt", "out", settings)
+    trainer, data = values["trainer"], values["data"]
+    assert (trainer["max_steps"], trainer["batch_size"], data["seq_len"], trainer["eval_every"]) == (5000, 64, 256, 250)
+    assert (trainer["accelerator"], trainer["precision"], settings.eval_iters) == ("gpu", "bf16-mixed", 200)
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=65, **values["model"]))
+    width, layers, positions = 384, 6, 257
+    assert (model.config.n_heads, model.config.dropout) == (6, 0.2)
+    per_layer = 2 * width + 3 * width * width + width * width + 2 * 4 * width * width
+    assert model.num_parameters() == layers * per_layer + 65 * width + positions * width + width == 10_745_472
+    # a field named on the command line keeps its value; the rest of the preset still applies
+    cut = _preset({"preset": "gpu", "steps": 1000})
+    assert (cut.steps, cut.d_model, cut.block_size) == (1000, 384, 256)
+    with pytest.raises(ValueError, match="preset='tpu'"):
+        _preset({"preset": "tpu"})
+
+
+def test_cpu_rows_name_no_device_options():
+    """The CPU budget's configs name neither accelerator nor precision (the engine's defaults): the run names and
+    cached cells of runs trained before the GPU preset existed stay valid."""
+    for row in shakespeare_char.ROWS:
+        trainer = run_config(row, "t", "o", ShakespeareCharSettings())["trainer"]
+        assert "accelerator" not in trainer and "precision" not in trainer and trainer["eval_every"] == 2000
+
+
+def test_the_validation_curve_is_read_from_the_engines_csv(tmp_path):
+    """Lightning's CSV logger writes one row per logging call with the other columns empty."""
+    log = tmp_path / "metrics.csv"
+    log.write_text("epoch,step,train/loss,val/loss\n0,50,3.1,\n0,250,,2.25\n0,300,2.0,\n1,500,,1.75\n")
+    assert validation_curve(log) == {250: 2.25, 500: 1.75}
+    assert validation_curve(tmp_path / "absent.csv") == {}
 
 
 def test_an_unknown_row_and_a_missing_text_are_refused(tmp_path):

@@ -36,6 +36,8 @@ resumes from its last checkpoint, and a finished one is read, so the experiment 
 
 from __future__ import annotations
 
+import csv
+import dataclasses
 import math
 import statistics
 import time
@@ -115,11 +117,37 @@ class ShakespeareCharSettings:
     weight_decay: float = 0.1
     gradient_clip: float = 1.0
     eval_iters: int = 20  # nanoGPT's evaluation: this many random validation batches of batch_size windows
+    eval_every: int = 0  # > 0: the engine also scores the whole validation part every this many steps (best kept)
+    accelerator: str = "cpu"  # the engine's trainer.accelerator; the final scoring runs on the same device
+    precision: str = "32-true"  # the engine's trainer.precision (nanoGPT's GPU runs use bf16 autocast)
+    preset: str = "cpu"  # "gpu": nanoGPT's GPU config (GPU_PRESET); a field named in --set keeps its value
     data_path: str | None = None  # the text (default: the prepared Tiny Shakespeare, see data.recipes.shakespeare)
     only_finished: bool = False  # report the finished cells only; the others are listed as not run
 
 
 QUICK = ShakespeareCharSettings(rows=("nanogpt", "softmax_rotary"), steps=200, eval_iters=5)
+# nanoGPT's config/train_shakespeare_char.py as run on a GPU (its README: best validation loss 1.4697): evaluated
+# every 250 iterations on 200 random batches, bfloat16 autocast (train.py's dtype where the GPU supports it)
+GPU_PRESET = {"steps": 5000, "batch_size": 64, "block_size": 256, "d_model": 384, "n_layers": 6, "n_heads": 6,
+              "dropout": 0.2, "eval_iters": 200, "eval_every": 250, "accelerator": "gpu",
+              "precision": "bf16-mixed"}  # fmt: skip
+PRESETS = ("cpu", "gpu")
+
+
+def resolve_preset(settings: ShakespeareCharSettings, overrides: dict | None) -> ShakespeareCharSettings:
+    """``settings`` with ``preset='gpu'`` expanded into ``GPU_PRESET``, but for the fields named in ``overrides``."""
+    if settings.preset not in PRESETS:
+        raise ValueError(f"{NAME}.preset={settings.preset!r} must be one of {PRESETS}")
+    if settings.preset == "cpu":
+        return settings
+    return dataclasses.replace(settings, **{k: v for k, v in GPU_PRESET.items() if k not in (overrides or {})})
+
+
+def scoring_device(accelerator: str) -> torch.device:
+    """Where the final scoring runs: the GPU the run trained on, else the CPU."""
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
 
 
 def _model_section(row: str, settings: ShakespeareCharSettings) -> tuple[str, dict, dict]:
@@ -149,7 +177,7 @@ def run_config(row: str, data_path: str, output_dir: str, settings: ShakespeareC
     if row not in ROWS:
         raise ValueError(f"row {row!r} must be one of {ROWS}")
     model_type, model, data = _model_section(row, settings)
-    every = settings.steps
+    every = settings.eval_every if 0 < settings.eval_every < settings.steps else settings.steps
     return {
         "task": "causal_lm", "model_type": model_type, "output_dir": output_dir, "model": model,
         "data": {"source": "text", "path": data_path, "tokenizer": "char", "fractions": [0.9, 0.1, 0.0],
@@ -159,7 +187,11 @@ def run_config(row: str, data_path: str, output_dir: str, settings: ShakespeareC
                     "betas": list(settings.betas), "weight_decay": settings.weight_decay,
                     "gradient_clip": settings.gradient_clip, "eval_every": every,
                     "checkpoint_every": max(1, settings.steps // 4), "log_every": max(1, settings.steps // 10),
-                    "eval_batch_size": 64, "seed": seed, "logger": "csv", "threads": 1},
+                    "eval_batch_size": 64, "seed": seed, "logger": "csv", "threads": 1,
+                    # named only off the engine's defaults, so the CPU cells' configs (and caches) stay as they were
+                    **{key: value for key, value in (("accelerator", settings.accelerator),
+                                                     ("precision", settings.precision))
+                       if value != {"accelerator": "cpu", "precision": "32-true"}[key]}},
     }  # fmt: skip
 
 
@@ -167,11 +199,12 @@ def run_config(row: str, data_path: str, output_dir: str, settings: ShakespeareC
 def window_losses(model: torch.nn.Module, windows: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
     """Per-window mean cross-entropy (nats) of tokens 1.. of each window (N, L) given the tokens before it."""
     model.eval()
+    device = next(model.parameters()).device
     losses = []
     for start in range(0, len(windows), batch_size):
-        batch = windows[start : start + batch_size]
+        batch = windows[start : start + batch_size].to(device)
         logits = model(batch).logits[:, :-1].float()
-        losses.append(F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none").mean(dim=1))
+        losses.append(F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none").mean(dim=1).cpu())
     return torch.cat(losses)
 
 
@@ -227,6 +260,7 @@ def train_cell(row: str, out_dir: Path, settings: ShakespeareCharSettings, seed:
     metrics = complete_run(config)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     config, network, _ = load_run(run_dir)
+    network.to(scoring_device(settings.accelerator))
     tokenizer = load_tokenizer(run_dir / "tokenizer")
     splits = build_data(config).splits
     text = data_path.read_text(encoding="utf-8")
@@ -235,13 +269,24 @@ def train_cell(row: str, out_dir: Path, settings: ShakespeareCharSettings, seed:
                                     1337 + seed)  # fmt: skip
     full_loss = full_split_loss(network, val, settings.block_size)
     tokens = metrics["steps"] * settings.batch_size * settings.block_size
+    curve = validation_curve(run_dir / "logs" / "metrics.csv")
     return {
         "row": row, "seed": seed, "run_dir": str(run_dir), "random_batches": random_loss, "full_split": full_loss,
         "engine_val": metrics["val"]["loss"], "steps": metrics["steps"], "train_seconds": metrics["train_seconds"],
         "tokens_per_second": tokens / metrics["train_seconds"], "cpu_seconds": cpu if wall > 0.5 * metrics[
             "train_seconds"] else None, "parameters": network.num_parameters(), "val_targets": len(val) - 1,
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "val_curve": curve,
+        "best_engine_val": min(curve.values()) if curve else metrics["val"]["loss"],
+        "device": torch.cuda.get_device_name() if scoring_device(settings.accelerator).type == "cuda" else "cpu",
     }  # fmt: skip
+
+
+def validation_curve(metrics_csv: Path) -> dict[int, float]:
+    """{step: validation loss on the whole validation part} from the engine's CSV log (empty without one)."""
+    if not metrics_csv.is_file():
+        return {}
+    with metrics_csv.open(newline="") as handle:
+        return {int(row["step"]): float(row["val/loss"]) for row in csv.DictReader(handle) if row.get("val/loss")}
 
 
 def _mean_std(values: list[float]) -> tuple[float, float | None]:
@@ -259,14 +304,15 @@ def run(
     # deferred: plots import matplotlib
     from markovformer.plots.experiments import plot_row_errorbars
 
-    settings = configure(QUICK if quick else ShakespeareCharSettings(), overrides, NAME)
+    settings = resolve_preset(configure(QUICK if quick else ShakespeareCharSettings(), overrides, NAME), overrides)
     unknown = [row for row in settings.rows if row not in ROWS]
     if unknown or not settings.rows:
         raise ValueError(f"{NAME}.rows={list(settings.rows)!r}: each must be one of {ROWS}")
     seeds = seeds if seeds is not None else (0,)
     data_path = find_tiny_shakespeare(settings.data_path)
-    report = ExperimentReport(out_dir, "nanoGPT's Shakespeare character model on a CPU, and markovformer's models",
-                              log, settings=asdict(settings))  # fmt: skip
+    machine = "a GPU (its GPU config)" if settings.preset == "gpu" else "a CPU"
+    report = ExperimentReport(out_dir, f"nanoGPT's Shakespeare character model on {machine}, and markovformer's "
+                              "models", log, settings=asdict(settings))  # fmt: skip
     pending = [(row, seed) for seed in seeds for row in settings.rows]  # every row of a seed before the next seed
     report.expect_cells(len(pending))
     cells, not_run = [], []
@@ -285,6 +331,14 @@ def run(
     cut = int(0.9 * len(text))
     alphabet = {char: index for index, char in enumerate(sorted(set(text[:cut])))}
     unigram = unigram_entropy([alphabet[c] for c in text[:cut]], [alphabet[c] for c in text[cut:] if c in alphabet])
+    curve_kept = 0 < settings.eval_every < settings.steps
+    gpu = settings.preset == "gpu"
+    where = (f"{cells[0].get('device', 'cpu')}, trainer.precision {settings.precision}" if gpu else
+             "1 intra-op thread")  # fmt: skip
+    reference_loss = NANOGPT_GPU_LOSS if gpu else NANOGPT_CPU_LOSS
+    reference = (f"nanoGPT at this budget: its README's best validation loss {NANOGPT_GPU_LOSS} (GPU config)." if gpu
+                 else f"nanoGPT at this budget: {NANOGPT_CPU_LOSS} (its script on this machine; README about "
+                 f"{NANOGPT_CPU_README}).")  # fmt: skip
     report.text(
         f"Data: `{data_path}`, characters ({len(alphabet)} symbols in the train part), first 90 % train / last 10 % "
         f"validation. Budget per row: {settings.steps} steps × {settings.batch_size} windows × "
@@ -292,12 +346,18 @@ def run(
         f"targets); width {settings.d_model}, {settings.n_layers} layers, {settings.n_heads} heads, dropout "
         f"{settings.dropout}; AdamW lr {settings.lr:g} (warm-up {settings.warmup_steps}, cosine to "
         f"{settings.lr * settings.lr_floor:g}), betas {tuple(settings.betas)}, weight decay {settings.weight_decay}, "
-        f"clip {settings.gradient_clip}; 1 intra-op thread. *random batches*: nanoGPT's evaluation ("
+        f"clip {settings.gradient_clip}; {where}. *random batches*: nanoGPT's evaluation ("
         f"{settings.eval_iters} × {settings.batch_size} random validation windows, "
         f"{settings.eval_iters * settings.batch_size * settings.block_size:,} targets); *full split*: every "
         f"validation target once ({cells[0]['val_targets']:,}). Nats. Unigram "
         f"cross-entropy of the validation text under the train part's character frequencies: {unigram:.4f}. "
-        f"nanoGPT at this budget: {NANOGPT_CPU_LOSS} (its script on this machine; README about {NANOGPT_CPU_README})."
+        + reference
+        + (
+            f" *best full split*: the engine's lowest whole-validation loss over its evaluations every "
+            f"{settings.eval_every} steps (nanoGPT's README reports its best evaluation)."
+            if curve_kept
+            else ""
+        )
         + (" **Quick mode**: a few steps per row, a smoke test of the pipeline, not a result." if quick else "")
     )
     by_row: dict[str, list[dict]] = {}
@@ -318,11 +378,13 @@ def run(
             rows.append([key, labels[key], group[0]["parameters"], _shown([c["random_batches"] for c in group]),
                          _shown([c["full_split"] for c in group]), f"{random_mean - full_mean:+.4f}", step,
                          round(statistics.fmean(c["tokens_per_second"] for c in group)),
-                         round(statistics.fmean(cpu)) if cpu else ""])  # fmt: skip
+                         round(statistics.fmean(cpu)) if cpu else ""]
+                        + ([_shown([c["best_engine_val"] for c in group])] if curve_kept else []))  # fmt: skip
         return rows
 
     columns = ["row", "model", "parameters", "val loss, random batches", "val loss, full split",
-               "random − full", "Δ full vs row above", "tokens/s", "CPU s"]  # fmt: skip
+               "random − full", "Δ full vs row above", "tokens/s", "CPU s"] + (
+                   ["best full split"] if curve_kept else [])  # fmt: skip
     ladder = rows_of(LADDER_ROWS, LADDER_LABELS)
     single = rows_of(("nanogpt", *SINGLE), LADDER_LABELS)
     if ladder:
@@ -344,13 +406,15 @@ def run(
     figure = plot_row_errorbars(
         {LABELS.get(key, LADDER_LABELS.get(key, key)): {"random batches": [c["random_batches"] for c in by_row[key]],
                        "full split": [c["full_split"] for c in by_row[key]]} for key in keys},
-        {f"nanoGPT (its script, here) {NANOGPT_CPU_LOSS}": NANOGPT_CPU_LOSS},
+        {(f"nanoGPT's README (GPU config) {reference_loss}" if gpu else
+          f"nanoGPT (its script, here) {reference_loss}"): reference_loss},
         report.out_dir / "val_loss.png", "validation loss (nats)")  # fmt: skip
     report.figure(figure, "Validation loss per row, mean ± std over seeds, scored both ways")
-    report.results = {"settings": asdict(settings), "unigram_entropy": unigram, "nanogpt_cpu_loss": NANOGPT_CPU_LOSS,
+    report.results = {"settings": asdict(settings), "unigram_entropy": unigram, "nanogpt_loss": reference_loss,
                       "cells": cells, "not_run": not_run}  # fmt: skip
     return report.write()
 
 
-__all__ = ["NAME", "QUICK", "ROWS", "SUMMARY", "ShakespeareCharSettings", "full_split_loss", "random_batch_loss",
-           "run", "run_config", "train_cell", "unigram_entropy", "window_losses"]  # fmt: skip
+__all__ = ["GPU_PRESET", "NAME", "QUICK", "ROWS", "SUMMARY", "ShakespeareCharSettings", "full_split_loss",
+           "random_batch_loss", "resolve_preset", "run", "run_config", "train_cell", "unigram_entropy",
+           "validation_curve", "window_losses"]  # fmt: skip
