@@ -29,6 +29,10 @@ Rows:
   and ``scan_recurrent``, the Scan Markov model in recurrent mode (one gated recurrence, width 128: it has no depth
   or heads to match).
 
+``preset=gpu`` runs nanoGPT's GPU config instead (``GPU_PRESET``: 6 layers, 6 heads, width 384, block 256, batch 64,
+5,000 steps, dropout 0.2, bfloat16 autocast on ``trainer.accelerator=gpu``; its README's best validation loss 1.4697),
+scoring the whole validation part every 250 steps as nanoGPT evaluates every 250 and reports its best.
+
 Cells are ordinary run directories under ``runs/`` (``markovformer eval``/``generate`` open them); a killed cell
 resumes from its last checkpoint, and a finished one is read, so the experiment resumes where it stopped.
 ``only_finished=true`` writes the report from the cells already finished and lists the rest as not run.
