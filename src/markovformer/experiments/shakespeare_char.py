@@ -306,7 +306,7 @@ def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
     # deferred: plots import matplotlib
-    from markovformer.plots.experiments import plot_row_errorbars
+    from markovformer.plots.experiments import Panel, plot_panels, plot_row_errorbars
 
     settings = resolve_preset(configure(QUICK if quick else ShakespeareCharSettings(), overrides, NAME), overrides)
     unknown = [row for row in settings.rows if row not in ROWS]
@@ -414,6 +414,13 @@ def run(
           f"nanoGPT (its script, here) {reference_loss}"): reference_loss},
         report.out_dir / "val_loss.png", "validation loss (nats)")  # fmt: skip
     report.figure(figure, "Validation loss per row, mean ± std over seeds, scored both ways")
+    if curve_kept:  # JSON keeps the steps as strings
+        curves = {f"{c['row']} s{c['seed']}": ([int(step) for step in c["val_curve"]], list(c["val_curve"].values()))
+                  for c in cells}  # fmt: skip
+        reference_label = "nanoGPT's README (its best)" if gpu else "nanoGPT (its script, here)"
+        panel = Panel("whole validation part", curves, {reference_label: reference_loss})
+        report.figure(plot_panels([panel], report.out_dir / "val_curve.png", "step", "validation loss (nats)"),
+                      f"Validation loss every {settings.eval_every} steps, one line per row and seed")  # fmt: skip
     report.results = {"settings": asdict(settings), "unigram_entropy": unigram, "nanogpt_loss": reference_loss,
                       "cells": cells, "not_run": not_run}  # fmt: skip
     return report.write()
