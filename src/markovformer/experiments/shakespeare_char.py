@@ -59,6 +59,7 @@ from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.scan_shakespeare import run_name
 from markovformer.experiments.settings import configure
 from markovformer.training.run_config import resolve_run_config
+from markovformer.training.trainer_config import TrainerConfig
 
 NAME = "shakespeare-char"
 SUMMARY = "nanoGPT's Shakespeare character model at its CPU budget: its block, the ladder to ours, our models"
@@ -191,12 +192,16 @@ def run_config(row: str, data_path: str, output_dir: str, settings: ShakespeareC
                     "betas": list(settings.betas), "weight_decay": settings.weight_decay,
                     "gradient_clip": settings.gradient_clip, "eval_every": every,
                     "checkpoint_every": max(1, settings.steps // 4), "log_every": max(1, settings.steps // 10),
-                    "eval_batch_size": 64, "seed": seed, "logger": "csv", "threads": 1,
-                    # named only off the engine's defaults, so the CPU cells' configs (and caches) stay as they were
-                    **{key: value for key, value in (("accelerator", settings.accelerator),
-                                                     ("precision", settings.precision))
-                       if value != {"accelerator": "cpu", "precision": "32-true"}[key]}},
+                    "eval_batch_size": 64, "seed": seed, "logger": "csv", "threads": 1, **_device_options(settings)},
     }  # fmt: skip
+
+
+def _device_options(settings: ShakespeareCharSettings) -> dict:
+    """accelerator and precision where they differ from the engine's defaults: named only then, so the CPU cells'
+    configs (their run names and cached cells) stay as they were before the GPU preset."""
+    defaults = {field.name: field.default for field in dataclasses.fields(TrainerConfig)}
+    chosen = {key: getattr(settings, key) for key in ("accelerator", "precision")}
+    return {key: value for key, value in chosen.items() if value != defaults[key]}
 
 
 @torch.no_grad()
