@@ -90,7 +90,7 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("text", "cache_dir"): "where token stores are cached ('': $MARKOVFORMER_CACHE, else ~/.cache/markovformer)",
     ("text", "fit_bytes"): "bytes of the train part BPE merges are learned on, sampled evenly (char reads it all)",
     ("text", "window_starts"): "contiguous (windows tile each split) or random (training windows start at any token, "
-    "drawn per seed and step, as nanoGPT)",
+    "drawn per seed and step, as nanoGPT; over many passes it overfits far later)",
     ("text", "packing"): "examples carry position_ids restarting at each document (documents packed, no padding); "
                          "every layer keeps each document to itself, positions restart, and each document's first "
                          "token is not scored",
