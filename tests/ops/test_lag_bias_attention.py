@@ -221,7 +221,8 @@ def test_all_masked_queries_give_zeros_and_finite_grads(dtype, causal, backend):
 def test_float32_paths_ignore_an_active_autocast(path):
     """Lightning's bf16-mixed runs the model under autocast; the banded and chunked paths compute in float32 by
     design (their out= buffers and saved tensors are float32), so under autocast they return what they return
-    without it, forward and backward, instead of failing on a bfloat16 product."""
+    without it, forward and backward, instead of failing on a bfloat16 product (the band runs autocast-off; the
+    chunked path writes every product with out= or in place, which autocast leaves alone)."""
     mask = mixed_mask(19)
     if path == "banded":
         def attention(q, k, v, past, future):

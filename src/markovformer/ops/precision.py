@@ -16,8 +16,9 @@ def autocast_off(function: F) -> F:
     """``function`` run with autocast off on the device of its first tensor argument.
 
     For the autograd Functions that compute in float32 by design (their wrappers cast the inputs up): under an
-    active autocast (Lightning's ``bf16-mixed``) their matrix products would come out in bfloat16 and meet float32
-    ``out=`` buffers and saved tensors. Decorate both the wrapper that calls ``apply`` and ``backward``.
+    active autocast (Lightning's ``bf16-mixed``) their plain matrix products would come out in bfloat16 and meet
+    float32 ``out=`` buffers and saved tensors (products written with ``out=`` or in place, as every one of the
+    chunked path's, are left alone by autocast). Decorate both the wrapper that calls ``apply`` and ``backward``.
     """
 
     @functools.wraps(function)

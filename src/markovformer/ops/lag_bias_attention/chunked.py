@@ -18,8 +18,6 @@ import math
 import torch
 from torch import Tensor
 
-from markovformer.ops.precision import autocast_off
-
 MAX_CHUNK, MIN_CHUNK = 64, 16  # queries per chunk: 64 measured best on CPU for T = 256..8k (32-256 within 20 %)
 CHUNK_ELEMENTS = 1 << 23  # but a chunk's scores stay below 32 MiB, glibc's limit for reusing freed memory
 
@@ -158,7 +156,6 @@ class _ChunkedAttention(torch.autograd.Function):
         return out.view(plan.batch, plan.heads, plan.seq_len, -1)
 
     @staticmethod
-    @autocast_off
     def backward(ctx, grad_out):
         q_flat, k_padded, v_padded, past_bias, future_bias = ctx.saved_tensors
         plan = ctx.plan
@@ -202,7 +199,6 @@ class _ChunkedAttention(torch.autograd.Function):
                 grad_past, grad_future, None, None, None, None, None, None)  # fmt: skip
 
 
-@autocast_off
 def lag_bias_attention_chunked(
     q: Tensor,
     k: Tensor,
