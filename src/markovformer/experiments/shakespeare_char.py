@@ -129,6 +129,11 @@ class ShakespeareCharSettings:
     data_path: str | None = None  # the text (default: the prepared Tiny Shakespeare, see data.recipes.shakespeare)
     only_finished: bool = False  # report the finished cells only; the others are listed as not run
 
+    @property
+    def curve_kept(self) -> bool:
+        """Whether the engine scores the validation part during training (every ``eval_every`` steps)."""
+        return 0 < self.eval_every < self.steps
+
 
 QUICK = ShakespeareCharSettings(rows=("nanogpt", "softmax_rotary"), steps=200, eval_iters=5)
 # nanoGPT's config/train_shakespeare_char.py as run on a GPU (its README: best validation loss 1.4697): evaluated
@@ -182,7 +187,7 @@ def run_config(row: str, data_path: str, output_dir: str, settings: ShakespeareC
     if row not in ROWS:
         raise ValueError(f"row {row!r} must be one of {ROWS}")
     model_type, model, data = _model_section(row, settings)
-    every = settings.eval_every if 0 < settings.eval_every < settings.steps else settings.steps
+    every = settings.eval_every if settings.curve_kept else settings.steps
     return {
         "task": "causal_lm", "model_type": model_type, "output_dir": output_dir, "model": model,
         "data": {"source": "text", "path": data_path, "tokenizer": "char", "fractions": [0.9, 0.1, 0.0],
@@ -269,7 +274,8 @@ def train_cell(row: str, out_dir: Path, settings: ShakespeareCharSettings, seed:
     metrics = complete_run(config)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     config, network, _ = load_run(run_dir)
-    network.to(scoring_device(settings.accelerator))
+    device = scoring_device(settings.accelerator)
+    network.to(device)
     tokenizer = load_tokenizer(run_dir / "tokenizer")
     splits = build_data(config).splits
     text = data_path.read_text(encoding="utf-8")
@@ -286,7 +292,7 @@ def train_cell(row: str, out_dir: Path, settings: ShakespeareCharSettings, seed:
             "train_seconds"] else None, "parameters": network.num_parameters(), "val_targets": len(val) - 1,
         "threads": torch.get_num_threads(), "val_curve": curve,
         "best_engine_val": min(curve.values()) if curve else metrics["val"]["loss"],
-        "device": torch.cuda.get_device_name() if scoring_device(settings.accelerator).type == "cuda" else "cpu",
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
     }  # fmt: skip
 
 
@@ -340,11 +346,11 @@ def run(
     cut = int(0.9 * len(text))
     alphabet = {char: index for index, char in enumerate(sorted(set(text[:cut])))}
     unigram = unigram_entropy([alphabet[c] for c in text[:cut]], [alphabet[c] for c in text[cut:] if c in alphabet])
-    curve_kept = 0 < settings.eval_every < settings.steps
     gpu = settings.preset == "gpu"
     where = (f"{cells[0].get('device', 'cpu')}, trainer.precision {settings.precision}" if gpu else
              "1 intra-op thread")  # fmt: skip
     reference_loss = NANOGPT_GPU_LOSS if gpu else NANOGPT_CPU_LOSS
+    reference_label = "nanoGPT's README (GPU config, its best)" if gpu else "nanoGPT (its script, here)"
     reference = (f"nanoGPT at this budget: its README's best validation loss {NANOGPT_GPU_LOSS} (GPU config)." if gpu
                  else f"nanoGPT at this budget: {NANOGPT_CPU_LOSS} (its script on this machine; README about "
                  f"{NANOGPT_CPU_README}).")  # fmt: skip
@@ -364,7 +370,7 @@ def run(
         + (
             f" *best full split*: the engine's lowest whole-validation loss over its evaluations every "
             f"{settings.eval_every} steps (nanoGPT's README reports its best evaluation)."
-            if curve_kept
+            if settings.curve_kept
             else ""
         )
         + (" **Quick mode**: a few steps per row, a smoke test of the pipeline, not a result." if quick else "")
@@ -388,12 +394,12 @@ def run(
                          _shown([c["full_split"] for c in group]), f"{random_mean - full_mean:+.4f}", step,
                          round(statistics.fmean(c["tokens_per_second"] for c in group)),
                          round(statistics.fmean(cpu)) if cpu else ""]
-                        + ([_shown([c["best_engine_val"] for c in group])] if curve_kept else []))  # fmt: skip
+                        + ([_shown([c["best_engine_val"] for c in group])] if settings.curve_kept else []))  # fmt: skip
         return rows
 
     columns = ["row", "model", "parameters", "val loss, random batches", "val loss, full split",
                "random − full", "Δ full vs row above", "tokens/s", "CPU s"] + (
-                   ["best full split"] if curve_kept else [])  # fmt: skip
+                   ["best full split"] if settings.curve_kept else [])  # fmt: skip
     ladder = rows_of(LADDER_ROWS, LADDER_LABELS)
     single = rows_of(("nanogpt", *SINGLE), LADDER_LABELS)
     if ladder:
@@ -415,14 +421,12 @@ def run(
     figure = plot_row_errorbars(
         {LABELS.get(key, LADDER_LABELS.get(key, key)): {"random batches": [c["random_batches"] for c in by_row[key]],
                        "full split": [c["full_split"] for c in by_row[key]]} for key in keys},
-        {(f"nanoGPT's README (GPU config) {reference_loss}" if gpu else
-          f"nanoGPT (its script, here) {reference_loss}"): reference_loss},
+        {f"{reference_label} {reference_loss}": reference_loss},
         report.out_dir / "val_loss.png", "validation loss (nats)")  # fmt: skip
     report.figure(figure, "Validation loss per row, mean ± std over seeds, scored both ways")
-    if curve_kept:  # JSON keeps the steps as strings
+    if settings.curve_kept:  # JSON keeps the steps as strings
         curves = {f"{c['row']} s{c['seed']}": ([int(step) for step in c["val_curve"]], list(c["val_curve"].values()))
                   for c in cells}  # fmt: skip
-        reference_label = "nanoGPT's README (its best)" if gpu else "nanoGPT (its script, here)"
         panel = Panel("whole validation part", curves, {reference_label: reference_loss})
         report.figure(plot_panels([panel], report.out_dir / "val_curve.png", "step", "validation loss (nats)"),
                       f"Validation loss every {settings.eval_every} steps, one line per row and seed")  # fmt: skip
