@@ -13,14 +13,13 @@ import torch
 from torch import nn
 
 from markovformer.experiments import shakespeare_char
-from markovformer.experiments.settings import configure
 from markovformer.experiments.shakespeare_char import (
     LADDER_ROWS,
     ShakespeareCharSettings,
     full_split_loss,
     random_batch_loss,
-    resolve_preset,
     run_config,
+    settings_from,
     unigram_entropy,
     validation_curve,
 )
@@ -108,16 +107,12 @@ def test_each_ladder_step_moves_one_option():
     assert options(LADDER_ROWS[-1])["position"] == "rotary" and options(LADDER_ROWS[-1])["ffn"] == "swiglu"
 
 
-def _preset(overrides: dict) -> ShakespeareCharSettings:
-    return resolve_preset(configure(ShakespeareCharSettings(), overrides, "shakespeare-char"), overrides)
-
-
 @torch.no_grad()
 def test_the_gpu_preset_is_nanogpts_gpu_config():
     """config/train_shakespeare_char.py: 6 layers, 6 heads, 384 wide, block 256, batch 64, 5,000 iterations, dropout
     0.2, evaluated every 250 iterations on 200 batches; nanoGPT's model at that shape has 10.75 M parameters with its
     position table (10.65 M without, its printed count)."""
-    settings = _preset({"preset": "gpu"})
+    settings = settings_from({"preset": "gpu"})
     values = run_config("nanogpt", "text.txt", "out", settings)
     trainer, data = values["trainer"], values["data"]
     assert (trainer["max_steps"], trainer["batch_size"], data["seq_len"], trainer["eval_every"]) == (5000, 64, 256, 250)
@@ -128,10 +123,10 @@ def test_the_gpu_preset_is_nanogpts_gpu_config():
     per_layer = 2 * width + 3 * width * width + width * width + 2 * 4 * width * width
     assert model.num_parameters() == layers * per_layer + 65 * width + positions * width + width == 10_745_472
     # a field named on the command line keeps its value; the rest of the preset still applies
-    cut = _preset({"preset": "gpu", "steps": 1000})
+    cut = settings_from({"preset": "gpu", "steps": 1000})
     assert (cut.steps, cut.d_model, cut.block_size) == (1000, 384, 256)
     with pytest.raises(ValueError, match="preset='tpu'"):
-        _preset({"preset": "tpu"})
+        settings_from({"preset": "tpu"})
 
 
 def test_cpu_rows_name_no_device_options():

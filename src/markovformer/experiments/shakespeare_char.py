@@ -153,6 +153,11 @@ def resolve_preset(settings: ShakespeareCharSettings, overrides: dict | None) ->
     return dataclasses.replace(settings, **{k: v for k, v in GPU_PRESET.items() if k not in (overrides or {})})
 
 
+def settings_from(overrides: dict | None, quick: bool = False) -> ShakespeareCharSettings:
+    """A run's settings: the budget (``QUICK`` or the default), ``overrides`` applied, then ``preset`` expanded."""
+    return resolve_preset(configure(QUICK if quick else ShakespeareCharSettings(), overrides, NAME), overrides)
+
+
 def scoring_device(accelerator: str) -> torch.device:
     """Where the final scoring runs: the GPU the run trained on, else the CPU."""
     if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
@@ -319,7 +324,7 @@ def run(
     # deferred: plots import matplotlib
     from markovformer.plots.experiments import Panel, plot_panels, plot_row_errorbars
 
-    settings = resolve_preset(configure(QUICK if quick else ShakespeareCharSettings(), overrides, NAME), overrides)
+    settings = settings_from(overrides, quick)
     unknown = [row for row in settings.rows if row not in ROWS]
     if unknown or not settings.rows:
         raise ValueError(f"{NAME}.rows={list(settings.rows)!r}: each must be one of {ROWS}")
@@ -436,5 +441,5 @@ def run(
 
 
 __all__ = ["GPU_PRESET", "NAME", "QUICK", "ROWS", "SUMMARY", "ShakespeareCharSettings", "full_split_loss",
-           "random_batch_loss", "resolve_preset", "run", "run_config", "train_cell", "unigram_entropy",
+           "random_batch_loss", "run", "run_config", "settings_from", "train_cell", "unigram_entropy",
            "validation_curve", "window_losses"]  # fmt: skip
