@@ -101,7 +101,8 @@ def test_run_on_a_user_tsv(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [({"orders": [0, 2]}, "orders=.*must be positive"), ({"tsv_path": "/no/such.tsv"}, "no such file"),
-     ({"order": [2]}, "unknown key mat-order.order")],
+     ({"order": [2]}, "unknown key mat-order.order"), ({"decay": "step"}, "decay='step' must be one of"),
+     ({"dropout": 1.0}, "dropout=1.0 must lie"), ({"label_smoothing": -0.1}, "label_smoothing=-0.1 must lie")],
 )  # fmt: skip
 def test_bad_settings_are_named(tmp_path, overrides, message):
     from markovformer.training.run_config import ConfigError
@@ -140,6 +141,50 @@ def test_de_en_run_trains_every_decoder_in_both_directions(tmp_path):
     mat1 = next(c for c in cells if c["order"] == 1 and c["transparent"])
     assert mat1["state_bytes"]["1"] == 4 * TINY["d_model"]  # MAT k = 1: one layer-0 input of float32
     assert "k=1 is" in report.read_text() and (tmp_path / "out" / "bleu_vs_order_de_en.png").is_file()
+
+
+def test_de_en_orders_and_transparent_choose_the_decoders():
+    from markovformer.experiments.mat_order_corpus import CELLS, chosen_cells
+
+    assert chosen_cells(MatOrderSettings()) == CELLS  # the defaults: all eight
+    assert chosen_cells(MatOrderSettings(orders=(1, 3), transparent=(True,))) == ((1, True), (3, True))
+    assert chosen_cells(MatOrderSettings(orders=(3, None), transparent=(False,))) == ((None, False), (3, False))
+    with pytest.raises(ValueError, match=r"orders=\[2\] x transparent=\[False\] choose none"):
+        chosen_cells(MatOrderSettings(orders=(2,), transparent=(False,)))
+
+
+def test_a_de_en_run_of_some_decoders_trains_only_those_and_says_what_it_lacks(tmp_path):
+    """A process may run a share of the cells into a shared folder: without the AT, its report has no BLEU - AT
+    and says the comparison needs the AT."""
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"eins {i} zwei\tone {i} two\n" for i in range(80)), encoding="utf-8")
+    overrides = {**TINY, "steps": 2, "eval_every": 2, "corpus": "de-en", "de_en_path": str(path), "tsv_vocab_size": 300,
+                 "orders": [1], "transparent": [True], "directions": ["de-en"]}  # fmt: skip
+    report = mat_order.run(tmp_path / "out", quick=False, seeds=(0,), overrides=overrides, log=lambda line: None)
+    cells = json.loads((tmp_path / "out" / "results.json").read_text())["cells"]
+    assert [(c["direction"], c["order"], c["transparent"]) for c in cells] == [("de-en", 1, True)]
+    text = report.read_text()
+    assert "the AT (orders null, transparent false) is needed" in text
+    assert "| MAT k=1 |" in text and all(len(table) > 1 for table in markdown_tables(text))
+
+
+def test_the_translator_trains_with_the_settings_dropout_and_label_smoothing(monkeypatch):
+    """fit_translator builds its model with ``dropout`` and smooths the training loss (never the validation loss)
+    by ``label_smoothing``."""
+    seen = []
+    forward = MarkovTranslatorForConditionalGeneration.forward
+
+    def recording(self, *args, **kwargs):
+        seen.append((self.training, kwargs.get("label_smoothing", 0.0)))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(MarkovTranslatorForConditionalGeneration, "forward", recording)
+    settings = replace(MatOrderSettings(), **{**TINY, "steps": 2, "eval_every": 2}, dropout=0.25,
+                       label_smoothing=0.1)  # fmt: skip
+    model, *_ = mat_order.fit_translator(EASY.build(0), 2, True, 0, settings)
+    assert model.config.dropout == 0.25
+    assert [s for training, s in seen if training] == [0.1, 0.1]
+    assert {s for training, s in seen if not training} == {0.0}
 
 
 def test_reversed_bundle_swaps_every_pair():

@@ -53,6 +53,28 @@ def test_fit_stops_at_a_plateau_and_runs_to_the_end_without_one():
     assert not full.stopped_early and full.steps == [0, 10, 20, 30]
 
 
+@pytest.mark.parametrize("decay", ["constant", "cosine", "linear"])
+def test_fit_steps_at_the_rates_of_its_schedule(decay):
+    """Plain SGD on the loss w (gradient 1) moves w by minus the sum of the step sizes: with a decay, the sum of
+    ``lr_multiplier``'s warm-up and decay to a tenth; constant, the warm-up then the full rate."""
+    from markovformer.training.optim import lr_multiplier
+
+    weight = torch.nn.Parameter(torch.zeros(()))
+    model = torch.nn.Module()
+    model.weight = weight
+    fit_on_stream(model, lambda batch: weight * 1.0, lambda g: torch.ones(1), lambda: 0.0, steps=40, lr=0.5, seed=0,
+                  eval_every=40, optimizer="sgd", warmup_steps=5, decay=decay)  # fmt: skip
+    if decay == "constant":
+        multipliers = [min(1.0, (step + 1) / 5) for step in range(40)]
+    else:
+        multipliers = [lr_multiplier(step, 5, 40, decay) for step in range(40)]
+        assert multipliers[-1] < 0.15  # it does decay: the last step runs near a tenth of the rate
+    assert float(weight) == pytest.approx(-0.5 * sum(multipliers), rel=1e-5)
+    with pytest.raises(ValueError, match="decay='step'"):
+        fit_on_stream(model, lambda batch: weight * 1.0, lambda g: torch.ones(1), lambda: 0.0, steps=1, lr=0.5,
+                      seed=0, eval_every=1, decay="step")  # fmt: skip
+
+
 def test_progress_names_the_cell_of_how_many_and_the_time_left(tmp_path, monkeypatch):
     lines = []
     report = ExperimentReport(tmp_path, "t", lines.append, settings={})

@@ -16,7 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from markovformer.training.optim import lr_multiplier
+
 OPTIMIZERS = ("adamw", "sgd")
+DECAYS = ("constant", "cosine", "linear")
 
 
 @dataclass
@@ -74,12 +77,14 @@ def fit_on_stream(
     eval_every: int,
     optimizer: str = "adamw",
     warmup_steps: int = 0,
+    decay: str = "constant",
     log: Callable[[str], None] | None = None,
     label: str = "",
     plateau: Plateau | None = None,
 ) -> FitResult:
     """``optimizer`` "adamw" (no weight decay) or "sgd" (plain gradient steps, the discrete gradient flow of the
-    theory), at a constant rate after a linear warm-up, on fresh batches from ``sample_batch``.
+    theory) after a linear warm-up, at a constant rate (``decay`` "constant") or decaying to a tenth of ``lr`` at
+    ``steps`` ("cosine" or "linear", ``training.optim.lr_multiplier``), on fresh batches from ``sample_batch``.
 
     ``evaluate()`` (a held-out loss, say) runs at step 0, every ``eval_every`` steps and at the end, in eval mode
     without gradients. The batch stream is seeded with ``seed``; the model's initialisation is the caller's.
@@ -89,11 +94,19 @@ def fit_on_stream(
         raise ValueError(f"steps and eval_every must be >= 1; got steps={steps}, eval_every={eval_every}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer={optimizer!r} must be one of {OPTIMIZERS}")
+    if decay not in DECAYS:
+        raise ValueError(f"decay={decay!r} must be one of {DECAYS}")
     if optimizer == "sgd":
         optim = torch.optim.SGD(model.parameters(), lr=lr)
     else:
         optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optim, lambda step: min(1.0, (step + 1) / max(1, warmup_steps)))
+
+    def multiplier(step: int) -> float:
+        if decay == "constant":
+            return min(1.0, (step + 1) / max(1, warmup_steps))
+        return lr_multiplier(step, warmup_steps, steps, decay)
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optim, multiplier)
     generator = torch.Generator().manual_seed(seed)
     result = FitResult()
     start = time.perf_counter()
