@@ -26,11 +26,11 @@ demo: setup
 	$(BIN)/markovformer inspect $(DEMO_DIR)
 
 # The suite runs on two pytest-xdist workers (one per core of the CI machine); `make test PYTEST_WORKERS=0` runs it
-# in one process.
+# in one process. It ends with its 25 slowest tests, so that a slow one shows in every CI log.
 PYTEST_WORKERS ?= 2
 
 test: setup
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=25
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
