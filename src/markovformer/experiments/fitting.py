@@ -11,15 +11,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from markovformer.training.optim import lr_multiplier
+from markovformer.training.optim import DECAYS, lr_multiplier
 
 OPTIMIZERS = ("adamw", "sgd")
-DECAYS = ("constant", "cosine", "linear")
 
 
 @dataclass
@@ -84,7 +84,7 @@ def fit_on_stream(
 ) -> FitResult:
     """``optimizer`` "adamw" (no weight decay) or "sgd" (plain gradient steps, the discrete gradient flow of the
     theory) after a linear warm-up, at a constant rate (``decay`` "constant") or decaying to a tenth of ``lr`` at
-    ``steps`` ("cosine" or "linear", ``training.optim.lr_multiplier``), on fresh batches from ``sample_batch``.
+    ``steps`` ("cosine" or "linear"): ``training.optim.lr_multiplier``, on fresh batches from ``sample_batch``.
 
     ``evaluate()`` (a held-out loss, say) runs at step 0, every ``eval_every`` steps and at the end, in eval mode
     without gradients. The batch stream is seeded with ``seed``; the model's initialisation is the caller's.
@@ -100,13 +100,8 @@ def fit_on_stream(
         optim = torch.optim.SGD(model.parameters(), lr=lr)
     else:
         optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-
-    def multiplier(step: int) -> float:
-        if decay == "constant":
-            return min(1.0, (step + 1) / max(1, warmup_steps))
-        return lr_multiplier(step, warmup_steps, steps, decay)
-
-    schedule = torch.optim.lr_scheduler.LambdaLR(optim, multiplier)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optim, partial(lr_multiplier, warmup_steps=warmup_steps,
+                                                                total_steps=steps, decay=decay))  # fmt: skip
     generator = torch.Generator().manual_seed(seed)
     result = FitResult()
     start = time.perf_counter()

@@ -45,11 +45,12 @@ from markovformer.data.translation import (
     load_translation,
     translation_lengths,
 )
-from markovformer.experiments.fitting import DECAYS, FitResult, fit_on_stream
+from markovformer.experiments.fitting import FitResult, fit_on_stream
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.settings import configure
 from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 from markovformer.models.markov_translator.generation import decode_step, start_decoding
+from markovformer.training.optim import DECAYS
 
 NAME = "mat-order"
 SUMMARY = "MAT decoder order k = 1..5, ∞, transparent on/off, on a task of true order 2: BLEU, decode speed, state"
@@ -274,14 +275,11 @@ def _run(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...], log:
         f"BLEU: greedy decoding of the test split, sacrebleu corpus BLEU on detokenised text. Speed: greedy "
         f"decoding of the whole test split as one batch (wall clock, on a possibly shared CPU: compare within a run). "
         f"State: floats per hypothesis after {STATE_PROBE_TOKENS} generated tokens."
-        + (
-            " **Quick mode is a smoke test**: fewer orders, one decoder kind and a smaller table check that every "
-            "cell trains, decodes and is scored; at this size the decoding speeds are noise (the speed axis starts "
-            "at 0), and the BLEU ordering of the full run is not guaranteed: run it without --quick for the result."
-            if quick
-            else ""
-        )
-    )
+        + (" **Quick mode is a smoke test**: fewer orders, one decoder kind and a smaller table check that every "
+           "cell trains, decodes and is scored; at this size the decoding speeds are noise (the speed axis starts "
+           "at 0), and the BLEU ordering of the full run is not guaranteed: run it without --quick for the result."
+           if quick else "")
+    )  # fmt: skip
     cells = []
     report.expect_cells(len(seeds) * len(settings.transparent) * len(orders))
     for seed in seeds:

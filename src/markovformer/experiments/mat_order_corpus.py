@@ -128,9 +128,10 @@ def run_de_en(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...],
     from markovformer.plots.experiments import Panel, plot_panels  # deferred: matplotlib
 
     path = de_en_path(settings)
-    cell_kinds, directions = (
-        (QUICK_CELLS, settings.directions[:1]) if quick else (chosen_cells(settings), settings.directions)
-    )
+    if quick:
+        cell_kinds, directions = QUICK_CELLS, settings.directions[:1]
+    else:
+        cell_kinds, directions = chosen_cells(settings), settings.directions
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:10]
     report = ExperimentReport(out_dir, "MAT decoder order on German-English sentences", log, settings=asdict(settings))
     report.text(
@@ -197,8 +198,7 @@ def verdict(means: dict) -> str:
     bleu = {k: means[(k, True)]["bleu"] for k in range(1, 6) if (k, True) in means}
     if not {1, 3, 5} <= set(bleu):
         return "MAT k = 1, 3 and 5 are needed for the comparison with the paper; measured " + ", ".join(
-            f"k={k}: {v - at:+.1f} BLEU against the AT" for k, v in bleu.items()
-        )
+            f"k={k}: {v - at:+.1f} BLEU against the AT" for k, v in bleu.items())  # fmt: skip
     loss1, gap5, late = at - bleu[1], at - bleu[5], bleu[5] - bleu[3]
     return (f"k=1 is {loss1:.1f} BLEU below the AT (paper: about 3.4); k=3 -> k=5 changes BLEU by {late:+.1f} "
             f"(paper: flat beyond 3-4); k=5 is {gap5:.1f} below the AT (paper: within 0.3). "
@@ -216,13 +216,5 @@ def _mean_of(cells: list[dict], direction: str, order: int | None, transparent: 
             "train_seconds": statistics.fmean(c["train_seconds"] for c in chosen), "n": len(chosen)}  # fmt: skip
 
 
-__all__ = [
-    "CELLS",
-    "chosen_cells",
-    "de_en_path",
-    "decoder_name",
-    "reversed_bundle",
-    "run_de_en",
-    "train_corpus_cell",
-    "verdict",
-]
+__all__ = ["CELLS", "chosen_cells", "de_en_path", "decoder_name", "reversed_bundle", "run_de_en", "train_corpus_cell",
+           "verdict"]  # fmt: skip

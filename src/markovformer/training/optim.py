@@ -10,6 +10,7 @@ from torch import nn
 from markovformer.layers.markov_bias import HeadwiseLinear
 
 DECAYED_MODULES = (nn.Linear, nn.Embedding, HeadwiseLinear)
+DECAYS = ("constant", "cosine", "linear")  # the schedules of lr_multiplier after its warm-up
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -29,12 +30,15 @@ def build_optimizer(
 
 
 def lr_multiplier(step: int, warmup_steps: int, total_steps: int, decay: str = "cosine", floor: float = 0.1) -> float:
-    """Multiplier of the peak learning rate at ``step``: linear warm-up, then decay to ``floor`` at total_steps."""
+    """Multiplier of the peak learning rate at ``step``: linear warm-up, then decay to ``floor`` at total_steps
+    (``decay`` "cosine" or "linear"), or the peak rate to the end ("constant")."""
     if step < warmup_steps:
         return (step + 1) / warmup_steps
+    if decay == "constant":
+        return 1.0
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     if decay == "cosine":
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
     if decay == "linear":
         return floor + (1 - floor) * (1 - progress)
-    raise ValueError(f"decay must be 'cosine' or 'linear'; got {decay!r}")
+    raise ValueError(f"decay={decay!r} must be one of {DECAYS}")
