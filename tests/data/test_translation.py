@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import stat
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -30,6 +32,7 @@ from markovformer.data.translation import (
     decode_generated,
     load_translation,
     load_translation_tokenizer,
+    paired_bootstrap_bleu,
     read_parallel,
     train_translation_tokenizer,
     translation_lengths,
@@ -371,6 +374,45 @@ def test_bleu_rejects_mismatched_inputs():
         corpus_bleu(["a", "b"], ["a"])
     with pytest.raises(ValueError, match="not one string"):
         corpus_bleu("a b", "a b")
+
+
+def _noisy_translations(seed: int, drop: float) -> tuple[list[str], list[str]]:
+    """200 fixed references of 6-10 words, and hypotheses that lose each word with probability ``drop``."""
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)]
+    references = [" ".join(rng.choice(words) for _ in range(rng.randint(6, 10))) for _ in range(200)]
+    rng = random.Random(seed)
+    hypotheses = [" ".join(w for w in r.split() if rng.random() >= drop) or "w0" for r in references]
+    return hypotheses, references
+
+
+def test_paired_bootstrap_interval_matches_a_naive_bootstrap_and_tells_systems_apart():
+    worse, references = _noisy_translations(0, 0.4)
+    better, _ = _noisy_translations(1, 0.1)
+    result = paired_bootstrap_bleu({"worse": worse, "better": better, "copy": list(worse)}, references, "worse")
+    assert result["worse"].bleu == pytest.approx(corpus_bleu(worse, references))
+    assert result["better"].bleu == pytest.approx(corpus_bleu(better, references))
+    assert result["worse"].p_value is None and result["copy"].p_value == 1.0
+    assert result["better"].p_value < 0.01  # BLEU 81 against 28 on 200 sentences
+    # the interval's half-width: a naive bootstrap of corpus_bleu over resampled sentences, its own random draws
+    rng = np.random.default_rng(7)
+    scores = []
+    for _ in range(400):
+        chosen = rng.integers(0, len(worse), len(worse))
+        scores.append(corpus_bleu([worse[i] for i in chosen], [references[i] for i in chosen]))
+    low, high = np.percentile(scores, [2.5, 97.5])
+    assert result["worse"].ci95 == pytest.approx((high - low) / 2, rel=0.25)
+    assert 0 < result["worse"].ci95 < result["worse"].bleu
+
+
+def test_paired_bootstrap_rejects_bad_inputs():
+    hypotheses, references = _noisy_translations(0, 0.2)
+    with pytest.raises(ValueError, match="baseline 'AT' is not one of the systems \\['a'\\]"):
+        paired_bootstrap_bleu({"a": hypotheses}, references, "AT")
+    with pytest.raises(ValueError, match="system 'b'.*199 hypotheses but 200 references"):
+        paired_bootstrap_bleu({"a": hypotheses, "b": hypotheses[1:]}, references, "a")
+    with pytest.raises(ValueError, match="at least 2 samples, got 1"):
+        paired_bootstrap_bleu({"a": hypotheses}, references, "a", samples=1)
 
 
 # --- German-English from the Ding dictionary ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 import torch
 from markdown_tables import markdown_tables  # beside this file
 
-from markovformer.data.translation import SyntheticTranslationSource
+from markovformer.data.translation import SyntheticTranslationSource, corpus_bleu
 from markovformer.experiments import mat_order
 from markovformer.experiments.mat_order import MatOrderSettings, decoder_state_floats, train_order_cell
 from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
@@ -141,6 +141,34 @@ def test_de_en_run_trains_every_decoder_in_both_directions(tmp_path):
     mat1 = next(c for c in cells if c["order"] == 1 and c["transparent"])
     assert mat1["state_bytes"]["1"] == 4 * TINY["d_model"]  # MAT k = 1: one layer-0 input of float32
     assert "k=1 is" in report.read_text() and (tmp_path / "out" / "bleu_vs_order_de_en.png").is_file()
+    for cell in cells:  # every test hypothesis is kept: its BLEU is recomputable, and bootstrapped in the report
+        assert len(cell["hypotheses"]) == len(cell["references"]) == cell["test_pairs"]
+        assert corpus_bleu(cell["hypotheses"], cell["references"]) == pytest.approx(cell["bleu"])
+    significance = [t for t in markdown_tables(report.read_text()) if t[0][:2] == ["decoder", "seed 0"]]
+    assert len(significance) == 2  # one per direction, a row per decoder, a p-value against the AT but for the AT
+    for table in significance:
+        assert [row[0] for row in table[1:]] == [mat_order_corpus.decoder_name(o, t) for o, t in mat_order_corpus.CELLS]
+        assert [" (p " in row[1] for row in table[1:]] == [False] + [True] * 7
+
+
+def test_bootstrap_rows_mark_cells_without_hypotheses_and_need_the_at():
+    from markovformer.experiments.mat_order_corpus import bootstrap_rows
+
+    references = ["the cat sat on the mat", "a dog ran in the park", "we eat bread every day"] * 10
+    hypotheses = ["the cat sat on a mat", "a dog ran in a park", "we eat bread each day"] * 10
+
+    def cell(order, transparent, seed, kept=True):
+        return {"direction": "de-en", "order": order, "transparent": transparent, "seed": seed,
+                **({"hypotheses": hypotheses, "references": references} if kept else {})}  # fmt: skip
+
+    kinds = ((None, False), (1, True))
+    cells = [cell(None, False, 0), cell(1, True, 0, kept=False), cell(None, False, 1), cell(1, True, 1)]
+    rows = bootstrap_rows(cells, "de-en", kinds, (0, 1))
+    bleu = corpus_bleu(hypotheses, references)
+    assert rows[0][0] == "AT (Transformer)" and rows[0][1].startswith(f"{bleu:.2f} ± ") and "(p" not in rows[0][1]
+    assert rows[1][1] == "-"  # seed 0's MAT k=1 trained before hypotheses were kept
+    assert rows[1][2].startswith(f"{bleu:.2f} ± ") and rows[1][2].endswith("(p 1.000)")  # a copy of the AT
+    assert bootstrap_rows([cell(1, True, 0)], "de-en", kinds, (0,)) == []  # no AT: nothing to compare with
 
 
 def test_de_en_orders_and_transparent_choose_the_decoders():

@@ -33,6 +33,7 @@ from markovformer.data.translation import (
     corpus_chrf,
     decode_generated,
     load_translation,
+    paired_bootstrap_bleu,
 )
 from markovformer.experiments.mat_order import (
     STATE_PROBE_TOKENS,
@@ -51,6 +52,7 @@ QUICK_CELLS = ((None, False), (1, True), (3, True))  # --quick: the AT and MAT k
 SPEED_BATCHES = (1, 64)
 SPEED_SENTENCES = 64  # test sources decoded at each speed batch size
 DECODE_BATCH = 64  # sources per beam-search call for BLEU
+BOOTSTRAP_SAMPLES = 1000  # sacrebleu's paired bootstrap of each decoder's test BLEU against the AT's
 
 
 def de_en_path(settings: MatOrderSettings) -> Path:
@@ -102,6 +104,7 @@ def train_corpus_cell(bundle: DataBundle, direction: str, order: int | None, tra
         "state_bytes": state_bytes, "parameters": sum(p.numel() for p in model.parameters()),
         "train_seconds": fit.seconds, "test_pairs": len(test),
         "examples": [[h, r] for h, r in zip(hypotheses[:3], references[:3], strict=True)],
+        "hypotheses": hypotheses, "references": references,
     }  # fmt: skip
 
 
@@ -175,6 +178,13 @@ def run_de_en(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...],
             "decoder state at batch 1 and 64.",
         )  # fmt: skip
         report.text(f"{direction}: {verdict(means)}")
+        significance = bootstrap_rows(cells, direction, cell_kinds, seeds)
+        if significance:
+            report.table(["decoder"] + [f"seed {seed}" for seed in seeds], significance,
+                         caption=f"{direction}: test BLEU ± the half-width of its 95% interval over resampled test "
+                         "sets, and the p-value of its difference from the AT of the same seed (sacrebleu's paired "
+                         f"bootstrap, {BOOTSTRAP_SAMPLES} resamples); '-' where a cell stored no hypotheses (cells "
+                         "trained before they were kept).")  # fmt: skip
         finite = [k for k in range(1, 6) if (k, True) in means]
         curves = {"MAT (transparent, order k)": (finite, [means[(k, True)]["bleu"] for k in finite])}
         if (3, False) in means:
@@ -188,6 +198,30 @@ def run_de_en(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...],
     report.figure(figure, "Test BLEU against MAT's order k; the Transformer (AT) as a horizontal line")
     report.results = {"settings": asdict(settings), "data": str(path), "seeds": list(seeds), "cells": cells}
     return report.write()
+
+
+def bootstrap_rows(cells: list[dict], direction: str, cell_kinds, seeds: tuple[int, ...]) -> list[list[str]]:
+    """One row per decoder, one column per seed: 'BLEU ± ci95 (p vs AT)' where the seed's AT and the cell kept their
+    hypotheses, '-' elsewhere; no rows when no seed has them."""
+    per_seed = {}
+    for seed in seeds:
+        kept = {(c["order"], c["transparent"]): c for c in cells
+                if c["direction"] == direction and c["seed"] == seed and "hypotheses" in c}  # fmt: skip
+        if (None, False) in kept:
+            systems = {decoder_name(*kind): cell["hypotheses"] for kind, cell in kept.items()}
+            per_seed[seed] = paired_bootstrap_bleu(systems, kept[(None, False)]["references"],
+                                                   decoder_name(None, False), samples=BOOTSTRAP_SAMPLES)  # fmt: skip
+    if not per_seed:
+        return []
+
+    def entry(seed: int, kind) -> str:
+        result = per_seed.get(seed, {}).get(decoder_name(*kind))
+        if result is None:
+            return "-"
+        against_at = "" if result.p_value is None else f" (p {result.p_value:.3f})"
+        return f"{result.bleu:.2f} ± {result.ci95:.2f}{against_at}"
+
+    return [[decoder_name(*kind)] + [entry(seed, kind) for seed in seeds] for kind in cell_kinds]
 
 
 def verdict(means: dict) -> str:
@@ -216,5 +250,5 @@ def _mean_of(cells: list[dict], direction: str, order: int | None, transparent: 
             "train_seconds": statistics.fmean(c["train_seconds"] for c in chosen), "n": len(chosen)}  # fmt: skip
 
 
-__all__ = ["CELLS", "chosen_cells", "de_en_path", "decoder_name", "reversed_bundle", "run_de_en", "train_corpus_cell",
-           "verdict"]  # fmt: skip
+__all__ = ["CELLS", "bootstrap_rows", "chosen_cells", "de_en_path", "decoder_name", "reversed_bundle", "run_de_en",
+           "train_corpus_cell", "verdict"]  # fmt: skip

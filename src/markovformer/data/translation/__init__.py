@@ -2,7 +2,7 @@
 order, and corpus BLEU (sacrebleu, imported when used). The German-English recipe is ``recipes.de_en``."""
 
 from markovformer.data.translation.batching import LengthBucketSampler, collate_translation, translation_lengths
-from markovformer.data.translation.bleu import corpus_bleu, corpus_chrf
+from markovformer.data.translation.bleu import BootstrapBleu, corpus_bleu, corpus_chrf, paired_bootstrap_bleu
 from markovformer.data.translation.parallel import (
     TranslationFileSource,
     check_translation_tokenizer,
@@ -25,6 +25,7 @@ from markovformer.data.translation.synthetic import SyntheticTranslationSource
 
 __all__ = [
     "BOS_TOKEN_ID",
+    "BootstrapBleu",
     "EOS_TOKEN_ID",
     "LengthBucketSampler",
     "PAD_TOKEN_ID",
@@ -40,6 +41,7 @@ __all__ = [
     "encode_pairs",
     "load_translation",
     "load_translation_tokenizer",
+    "paired_bootstrap_bleu",
     "read_parallel",
     "train_translation_tokenizer",
     "translation_bundle",
