@@ -80,23 +80,77 @@ def cli(tmp_path):
 
 
 @pytest.fixture
-def main_cli(tmp_path, monkeypatch, capsys):
-    """The command line through ``main`` in this process, in a fresh folder: what ``cli`` returns (exit status,
-    stdout, stderr) without an interpreter's start-up (several seconds each), for commands that stop before any
-    training (refusals, listings). Commands that train or must die as a process use ``cli``."""
+def main_cli(tmp_path):
+    """The command line through ``main`` in this process (``run_in_process``), in a fresh folder: for commands that
+    need no process of their own, training included. Runs that must die, DDP ranks and second processes use ``cli``."""
+    return lambda *args, **options: run_in_process(*args, **{"cwd": tmp_path, **options})
 
-    def run(*args: str) -> subprocess.CompletedProcess:
-        from markovformer.cli.main import main  # deferred: the command line imports its frameworks
 
-        monkeypatch.chdir(tmp_path)
-        try:
-            code = main(list(args))
-        except SystemExit as error:  # argparse's usage errors
-            code = error.code
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(["markovformer", *args], code, out, err)
+def run_in_process(*args: str, cwd: str | Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``markovformer ARGS`` through ``main`` in this process, in ``cwd`` with ``env`` added to the environment: what
+    ``run_cli`` returns (exit status, stdout, stderr) without an interpreter's start-up and Lightning's import (~10 s
+    of every subprocess; a tiny training is ~1 s). For commands that train but need no process boundary: a run that
+    must die (the kill-at-write variables), a second process, or DDP ranks needs ``run_cli``. Whatever a run
+    changes for its process is put back: the working folder, the environment, warning filters and logger levels,
+    signal handlers, torch's deterministic mode, thread count and random states."""
+    import contextlib
+    import io
+    import logging
+    import random
+    import signal
+    import warnings
 
-    return run
+    import numpy as np
+
+    from markovformer.atomic import COUNT_WRITES, KILL_AT_WRITE
+    from markovformer.cli.main import main  # deferred: the command line imports its frameworks
+
+    env = {key: str(value) for key, value in (env or {}).items()}
+    if {KILL_AT_WRITE, COUNT_WRITES} & env.keys():
+        raise ValueError(f"{sorted({KILL_AT_WRITE, COUNT_WRITES} & env.keys())} count or kill a process: use run_cli")
+    saved_environ, saved_cwd = dict(os.environ), os.getcwd()
+    saved_signals = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    saved_levels = {name: logger.level for name, logger in logging.root.manager.loggerDict.items()
+                    if isinstance(logger, logging.Logger)}  # fmt: skip
+    saved_torch = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+                   torch.get_num_threads(), torch.get_rng_state())  # fmt: skip
+    saved_random = (random.getstate(), np.random.get_state())
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.update({"PYTHONUNBUFFERED": "1", **env})
+        os.chdir(cwd)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            _python_warning_defaults()  # not pytest's recorder: a warning a process would print is in stderr
+            try:
+                code = main(list(args))
+            except SystemExit as error:  # argparse's usage errors
+                code = error.code
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        for number, handler in saved_signals.items():
+            signal.signal(number, handler)
+        for name, level in saved_levels.items():
+            logging.getLogger(name).setLevel(level)
+        torch.use_deterministic_algorithms(saved_torch[0], warn_only=saved_torch[1])
+        torch.set_num_threads(saved_torch[2])
+        torch.set_rng_state(saved_torch[3])
+        random.setstate(saved_random[0])
+        np.random.set_state(saved_random[1])
+    return subprocess.CompletedProcess(["markovformer", *args], code, out.getvalue(), err.getvalue())
+
+
+def _python_warning_defaults() -> None:
+    """The warning filters of a fresh interpreter (``python -W`` unset), printing to the current ``sys.stderr``."""
+    import warnings
+
+    warnings.resetwarnings()  # also forgets which warnings were shown already
+    for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+        warnings.filterwarnings("ignore", category=category, append=True)
+    warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+    warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
+        warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def run_cli(*args: str, timeout: float = 300, **popen) -> subprocess.CompletedProcess:

@@ -59,12 +59,12 @@ def test_data_show_hidden_order_describes_options_and_states_its_chain_once(caps
 @pytest.fixture(scope="module")
 def chain_run(tmp_path_factory):
     """A tiny trained causal LM on a lagged chain (lags 1, 2), its console output and its run directory."""
-    from conftest import TINY_RUN, run_cli
+    from conftest import TINY_RUN, run_in_process
 
     folder = tmp_path_factory.mktemp("chain_run")
     config = folder / "tiny.yaml"
     config.write_text(yaml.safe_dump({**TINY_RUN, "output_dir": str(folder / "run")}))
-    done = run_cli("train", str(config), cwd=folder)
+    done = run_in_process("train", str(config), cwd=folder)
     assert done.returncode == 0, done.stderr
     return done.stdout, folder / "run"
 

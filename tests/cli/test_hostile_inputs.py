@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 import yaml
-from conftest import TINY_RUN, run_cli
+from conftest import TINY_RUN, run_in_process
 from safetensors.torch import load_file, save_file
 
 from markovformer.cli.main import main
@@ -41,7 +41,7 @@ def runs(tmp_path_factory):
     for name, extra in (("run", ["trainer.max_steps=10"]), ("other", ["trainer.max_steps=10", "data.lags=[1, 3]",
                         "model.max_order=3"]), ("text_a", [*text, f"data.path={folder / 'a.txt'}"]),
                         ("text_b", [*text, f"data.path={folder / 'b.txt'}"])):  # fmt: skip
-        done = run_cli("train", str(config), f"output_dir={folder / name}", *extra, cwd=folder)
+        done = run_in_process("train", str(config), f"output_dir={folder / name}", *extra, cwd=folder)
         assert done.returncode == 0, done.stderr
     return config, folder / "run", folder / "other", folder / "text_a", folder / "text_b"
 

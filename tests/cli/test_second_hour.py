@@ -138,16 +138,16 @@ def test_init_from_copies_every_tensor_of_a_run_or_a_saved_model(small_run):
         assert "tensors" in line and "fresh" not in line
 
 
-def test_init_from_refuses_a_changed_vocabulary_unless_told_to_start_those_tensors_fresh(small_run, cli):
+def test_init_from_refuses_a_changed_vocabulary_unless_told_to_start_those_tensors_fresh(small_run, main_cli):
     run, config = small_run / "run", small_run / "tiny.yaml"
-    refused = cli("train", str(config), f"init_from={run}", "data.num_symbols=6")
+    refused = main_cli("train", str(config), f"init_from={run}", "data.num_symbols=6")
     assert_one_line_error(refused, "init_from", "model.embed.weight", "init_from_skip: [head, embeddings]")
-    done = cli("train", str(config), f"init_from={run}", "data.num_symbols=6", "init_from_skip=[head, embeddings]",
-               "trainer.max_steps=2", "trainer.eval_every=2")  # fmt: skip
+    done = main_cli("train", str(config), f"init_from={run}", "data.num_symbols=6",
+                    "init_from_skip=[head, embeddings]", "trainer.max_steps=2", "trainer.eval_every=2")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "initialised from" in done.stdout and "left fresh by init_from_skip" in done.stdout
-    assert_one_line_error(cli("train", str(config), "init_from_skip=[head]"), "init_from is not")
-    typo = cli("train", str(config), f"init_from={run}", "init_from_skip=[decoder]", "output_dir=typo")
+    assert_one_line_error(main_cli("train", str(config), "init_from_skip=[head]"), "init_from is not")
+    typo = main_cli("train", str(config), f"init_from={run}", "init_from_skip=[decoder]", "output_dir=typo")
     assert_one_line_error(typo, "decoder", "head or embeddings")
 
 

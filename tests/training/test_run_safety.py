@@ -59,14 +59,14 @@ STEPS = 60  # checkpoints and validations every 10 steps
 def run_files(tmp_path_factory):
     """The tiny run's config with a validation at every checkpoint step, and one uninterrupted run of it (0 workers)."""
     import yaml
-    from conftest import TINY_RUN, run_cli
+    from conftest import TINY_RUN, run_in_process
 
     folder = tmp_path_factory.mktemp("safety")
     values = {**TINY_RUN, "trainer": {**TINY_RUN["trainer"], "max_steps": STEPS, "eval_every": 10,
                                       "checkpoint_every": 10, "log_every": 5}}  # fmt: skip
     config = folder / "tiny.yaml"
     config.write_text(yaml.safe_dump(values))
-    done = run_cli("train", str(config), f"output_dir={folder / 'whole'}", cwd=folder)
+    done = run_in_process("train", str(config), f"output_dir={folder / 'whole'}", cwd=folder)
     assert done.returncode == 0, done.stderr
     return config, folder / "whole"
 
@@ -95,7 +95,7 @@ def logged(run_dir: Path) -> list[tuple]:
 
 
 @pytest.mark.slow  # three processes; the default suite's single kill with two workers is in test_runner.py
-def test_killed_twice_with_two_workers_the_run_matches_an_uninterrupted_one(run_files, tmp_path, cli):
+def test_killed_twice_with_two_workers_the_run_matches_an_uninterrupted_one(run_files, tmp_path, main_cli):
     """Exact resume with num_workers=2 through kill -> resume -> kill -> resume: same weights, same final metrics,
     and the log holds every row of the uninterrupted run exactly once (on main workers duplicated the batches and
     each resume dropped the killed process's rows)."""
@@ -105,7 +105,7 @@ def test_killed_twice_with_two_workers_the_run_matches_an_uninterrupted_one(run_
               killed / "checkpoints" / "step-000020.ckpt")  # fmt: skip
     kill_when(start("train", "--resume", str(killed), cwd=tmp_path), killed / "checkpoints" / "step-000040.ckpt")
     assert not (killed / "metrics.json").exists()  # both really died before the end
-    done = cli("train", "--resume", str(killed))
+    done = main_cli("train", "--resume", str(killed))
     assert done.returncode == 0, done.stderr
     assert "Previous log files" not in done.stderr
     final = [json.loads((run / "metrics.json").read_text())["val"] for run in (killed, whole)]
@@ -137,36 +137,35 @@ def one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> str:
     return lines[0]
 
 
-def test_a_second_writer_is_refused_naming_the_holder_and_the_first_run_finishes_untouched(run_files, tmp_path, cli):
+def test_a_second_writer_is_refused_naming_the_holder_and_the_first_run_finishes_untouched(run_files, tmp_path,
+                                                                                          main_cli):  # fmt: skip
     """Two `train` into one folder, and `--resume` of a running run: the second exits 2 naming the first's pid; the
     first ends as if alone (on main both ran and mixed config, checkpoints and log)."""
     config, whole = run_files
     shared = tmp_path / "shared"
-    long = ["trainer.max_steps=1200", "trainer.eval_every=400", "trainer.checkpoint_every=400"]
+    long = ["trainer.max_steps=600", "trainer.eval_every=200", "trainer.checkpoint_every=200"]
     first = start("train", str(config), f"output_dir={shared}", *long, cwd=tmp_path)
     try:
         deadline = time.time() + 240
         while not (shared / "config.yaml").exists():  # past its lock and its checks: training
             assert first.poll() is None and time.time() < deadline, first.stderr.read().decode()[-2000:]
             time.sleep(0.05)
-        second = start("train", str(config), f"output_dir={shared}", "trainer.seed=1", cwd=tmp_path)
-        third = start("train", "--resume", str(shared), cwd=tmp_path)
+        second = main_cli("train", str(config), f"output_dir={shared}", "trainer.seed=1")
+        third = main_cli("train", "--resume", str(shared))
         for other in (second, third):
-            error = other.stderr.read().decode()
-            assert other.wait() == 2 and f"pid {first.pid}" in error and "in use" in error, error[-2000:]
-            assert len(error.strip().splitlines()) == 1
+            one_line_error(other, f"pid {first.pid}", "in use")
         assert first.poll() is None  # the refusals came while the first run was still training
         assert first.wait(timeout=400) == 0, first.stderr.read().decode()[-2000:]
     finally:
         first.kill()
     assert "seed: 3" in (shared / "config.yaml").read_text()
     steps = [int(row["step"]) for row in read_log_rows(shared / "logs" / "metrics.csv")[1] if row.get("train/loss")]
-    assert steps == sorted(set(steps)) and json.loads((shared / "metrics.json").read_text())["steps"] == 1200
+    assert steps == sorted(set(steps)) and json.loads((shared / "metrics.json").read_text())["steps"] == 600
     # and once the holder is gone, the lock is free again: a killed holder would have released it too
-    one_line_error(cli("train", str(config), f"output_dir={shared}"), "already holds a run")
+    one_line_error(main_cli("train", str(config), f"output_dir={shared}"), "already holds a run")
 
 
-def test_resume_refuses_a_finished_run_and_extends_it_with_a_larger_max_steps(run_files, tmp_path, cli):
+def test_resume_refuses_a_finished_run_and_extends_it_with_a_larger_max_steps(run_files, tmp_path, main_cli):
     """A finished run is refused in one line unless extended; extending continues from its last checkpoint with the
     learning rate held at the floor its schedule reached (no jump), keeps every earlier log row and honours
     trainer.keep_checkpoints; keys that would change what the run computes cannot change on resume."""
@@ -176,11 +175,12 @@ def test_resume_refuses_a_finished_run_and_extends_it_with_a_larger_max_steps(ru
     run = tmp_path / "run"
     shutil.copytree(whole, run)
     before = (run / "logs" / "metrics.csv").read_bytes()
-    one_line_error(cli("train", "--resume", str(run)), "finished", "trainer.max_steps=N")
-    one_line_error(cli("train", "--resume", str(run), "trainer.weight_decay=0.5"), "trainer.weight_decay cannot change")
-    one_line_error(cli("train", "--resume", str(run), "trainer.max_steps=30"), "below the 60 steps")
+    one_line_error(main_cli("train", "--resume", str(run)), "finished", "trainer.max_steps=N")
+    one_line_error(main_cli("train", "--resume", str(run), "trainer.weight_decay=0.5"),
+                   "trainer.weight_decay cannot change")  # fmt: skip
+    one_line_error(main_cli("train", "--resume", str(run), "trainer.max_steps=30"), "below the 60 steps")
     assert (run / "logs" / "metrics.csv").read_bytes() == before  # refusals touch nothing
-    done = cli("train", "--resume", str(run), "trainer.max_steps=80", "trainer.keep_checkpoints=2")
+    done = main_cli("train", "--resume", str(run), "trainer.max_steps=80", "trainer.keep_checkpoints=2")
     assert done.returncode == 0, done.stderr
     assert f"resuming from {run / 'checkpoints' / 'last.ckpt'} (step 60)" in done.stdout
     assert json.loads((run / "metrics.json").read_text())["steps"] == 80
@@ -195,7 +195,7 @@ def test_resume_refuses_a_finished_run_and_extends_it_with_a_larger_max_steps(ru
     assert "max_steps: 80" in resolved and "decay_steps: 60" in resolved and "keep_checkpoints: 2" in resolved
 
 
-def test_a_failed_resume_keeps_every_log_row(run_files, tmp_path, cli):
+def test_a_failed_resume_keeps_every_log_row(run_files, tmp_path, main_cli):
     """A resume that fails (a damaged last checkpoint, the checkpoint of another model) says so in one line and
     leaves the log as it was (on main the CSV logger had already deleted metrics.csv)."""
     import shutil
@@ -209,13 +209,14 @@ def test_a_failed_resume_keeps_every_log_row(run_files, tmp_path, cli):
     last = run / "checkpoints" / "last.ckpt"
     good = last.read_bytes()
     last.write_bytes(good[: len(good) // 2])
-    one_line_error(cli("train", "--resume", str(run)), "last.ckpt")
+    one_line_error(main_cli("train", "--resume", str(run)), "last.ckpt")
     other = tmp_path / "other"
-    assert cli("train", str(config), f"output_dir={other}", "model.d_model=32", "trainer.max_steps=10").returncode == 0
+    done = main_cli("train", str(config), f"output_dir={other}", "model.d_model=32", "trainer.max_steps=10")
+    assert done.returncode == 0, done.stderr[-2000:]
     shutil.copy(other / "checkpoints" / "last.ckpt", last)
-    one_line_error(cli("train", "--resume", str(run)), "last.ckpt", "does not match", "another run")
+    one_line_error(main_cli("train", "--resume", str(run)), "last.ckpt", "does not match", "another run")
     foreign = load_checkpoint_file(last)
     del foreign["run_fingerprint"]  # as written before fingerprints: the tensors are compared, by name
     save_checkpoint_file(foreign, last)
-    one_line_error(cli("train", "--resume", str(run)), "last.ckpt", "does not match", "model.", "has shape")
+    one_line_error(main_cli("train", "--resume", str(run)), "last.ckpt", "does not match", "model.", "has shape")
     assert (run / "logs" / "metrics.csv").read_bytes() == before

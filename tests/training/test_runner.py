@@ -21,8 +21,8 @@ def final_val(run_dir) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())["val"]
 
 
-def test_killed_run_resumes_to_the_same_final_metrics(tiny_config, tmp_path, cli):
-    run_cli = cli
+def test_killed_run_resumes_to_the_same_final_metrics(tiny_config, tmp_path, main_cli):
+    run_cli = main_cli  # the killed run below is a process of its own
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     done = run_cli("train", str(tiny_config), f"output_dir={whole}")
     assert done.returncode == 0, done.stderr
@@ -65,9 +65,9 @@ def test_killed_run_resumes_to_the_same_final_metrics(tiny_config, tmp_path, cli
 
 
 def test_eval_reproduces_the_logged_validation_metrics_and_the_run_directory_is_complete(
-    tiny_config, tmp_path, cli, tiny_run
+    tiny_config, tmp_path, main_cli, tiny_run
 ):
-    run_cli, TINY_RUN = cli, tiny_run
+    run_cli, TINY_RUN = main_cli, tiny_run
     run_dir = tmp_path / "run"
     assert run_cli("train", str(tiny_config), f"output_dir={run_dir}").returncode == 0
     for name in ("config.yaml", "environment.json", "data.json", "metrics.json", "model/model.safetensors",
@@ -88,20 +88,20 @@ def test_eval_reproduces_the_logged_validation_metrics_and_the_run_directory_is_
     assert len(set(data["splits"]["generator_seeds"].values())) == 3  # the splits come from different streams
 
 
-def test_a_second_run_into_the_same_directory_is_refused(tiny_config, tmp_path, cli):
-    run_cli = cli
+def test_a_second_run_into_the_same_directory_is_refused(tiny_config, tmp_path, main_cli):
+    run_cli = main_cli
     run_dir = tmp_path / "run"
     assert run_cli("train", str(tiny_config), f"output_dir={run_dir}", "trainer.max_steps=10").returncode == 0
     again = run_cli("train", str(tiny_config), f"output_dir={run_dir}")
     assert again.returncode == 2 and "--resume" in again.stderr
 
 
-def test_two_process_ddp_matches_the_single_process_run(tiny_config, tmp_path, cli):
-    run_cli = cli
+def test_two_process_ddp_matches_the_single_process_run(tiny_config, tmp_path, cli, main_cli):
     """Two gloo processes with batch B each see exactly the examples one process sees with batch 2B."""
+    run_cli = cli
     single, ddp = tmp_path / "single", tmp_path / "ddp"
     common = ["trainer.max_steps=20", "trainer.eval_every=20", "model.dropout=0.0", "trainer.deterministic=false"]
-    one = run_cli("train", str(tiny_config), f"output_dir={single}", "trainer.batch_size=16", *common)
+    one = main_cli("train", str(tiny_config), f"output_dir={single}", "trainer.batch_size=16", *common)
     assert one.returncode == 0, one.stderr
     two = run_cli("train", str(tiny_config), f"output_dir={ddp}", "trainer.batch_size=8", "trainer.devices=2",
                   "trainer.strategy=ddp", *common, cwd=tmp_path)  # fmt: skip
@@ -110,15 +110,15 @@ def test_two_process_ddp_matches_the_single_process_run(tiny_config, tmp_path, c
     assert final_val(ddp)["loss"] == pytest.approx(final_val(single)["loss"], rel=1e-4)
 
 
-def test_inspect_writes_every_figure_and_links_them(tiny_config, tmp_path, cli):
+def test_inspect_writes_every_figure_and_links_them(tiny_config, tmp_path, main_cli):
     run_dir = tmp_path / "run"
-    assert cli("train", str(tiny_config), f"output_dir={run_dir}", "trainer.max_steps=20").returncode == 0
-    done = cli("inspect", str(run_dir), "--layers", "0")
+    assert main_cli("train", str(tiny_config), f"output_dir={run_dir}", "trainer.max_steps=20").returncode == 0
+    done = main_cli("inspect", str(run_dir), "--layers", "0")
     assert done.returncode == 0, done.stderr
     report = run_dir / "report"
     page = (report / "index.html").read_text()
     for name in ("curves.png", "transition_strengths.png", "order_gates.png", "attention.png"):
         assert (report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and name in page
     assert "entropy rate" in page
-    bad = cli("inspect", str(run_dir), "--layers", "5")
+    bad = main_cli("inspect", str(run_dir), "--layers", "5")
     assert bad.returncode == 2 and "--layers 5" in bad.stderr

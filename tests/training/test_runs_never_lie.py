@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import run_in_process  # beside this folder
 from safetensors.torch import load_file
 
 from markovformer.atomic import COUNT_WRITES, KILL_AT_WRITE
@@ -24,9 +25,13 @@ from markovformer.training.runner import evaluate
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
 
-def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_process(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``markovformer ARGS`` as its own process: for runs killed at a write, DDP ranks and inherited variables."""
     command = [sys.executable, "-m", "markovformer", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=cwd, env={**ENV, **(env or {})})
+
+
+run = run_in_process  # every other command: the same exit status and output, without ~10 s of start-up
 
 
 def one_line(done: subprocess.CompletedProcess, code: int, *fragments: str) -> str:
@@ -63,7 +68,7 @@ def test_multi_process_validation_scores_every_example_exactly_once(tiny_run, tm
     twice (64 on 3 processes was 0.65% off)."""
     values = {**tiny_run, "data": {**tiny_run["data"], "val_sequences": val_sequences}}
     config = config_file(tmp_path, values, max_steps=10, eval_every=10, checkpoint_every=10, deterministic=False)
-    done = run("train", str(config), "output_dir=ddp", f"trainer.devices={processes}", "trainer.strategy=ddp",
+    done = run_process("train", str(config), "output_dir=ddp", f"trainer.devices={processes}", "trainer.strategy=ddp",
                "trainer.batch_size=4", cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     logged = json.loads((tmp_path / "ddp" / "metrics.json").read_text())["val"]["loss"]
@@ -88,12 +93,12 @@ def test_a_resumed_ddp_run_with_dropout_matches_the_uninterrupted_one(tmp_path):
     states drift apart; each rank's state is saved and restored (on main every rank restored rank 0's: the weights
     differed by 5e-3)."""
     config = config_file(tmp_path, CTC_RUN)
-    assert run("train", str(config), "output_dir=whole", cwd=tmp_path).returncode == 0
-    half = run("train", str(config), "output_dir=half", "trainer.max_steps=10", cwd=tmp_path)
+    assert run_process("train", str(config), "output_dir=whole", cwd=tmp_path).returncode == 0
+    half = run_process("train", str(config), "output_dir=half", "trainer.max_steps=10", cwd=tmp_path)
     assert half.returncode == 0, half.stderr[-3000:]
     states = load_checkpoint_file(tmp_path / "half" / "checkpoints" / "last.ckpt")["rng_states"]
     assert len(states) == 2 and not torch.equal(states[0]["cpu"], states[1]["cpu"])  # the ranks did drift apart
-    extended = run("train", "--resume", "half", "trainer.max_steps=20", cwd=tmp_path)
+    extended = run_process("train", "--resume", "half", "trainer.max_steps=20", cwd=tmp_path)
     assert extended.returncode == 0, extended.stderr[-3000:]
     assert same_weights(tmp_path / "half", tmp_path / "whole")
 
@@ -147,7 +152,7 @@ def test_an_extension_killed_at_each_of_its_last_writes_is_resumable_and_never_m
     point = total - from_end + 1
     target = tmp_path / "run"
     shutil.copytree(folder / "short", target)
-    killed = run(
+    killed = run_process(
         "train", "--resume", str(target), "trainer.max_steps=30", cwd=tmp_path, env={KILL_AT_WRITE: str(point)}
     )
     assert killed.returncode == -9, killed.stderr[-2000:]
@@ -171,8 +176,8 @@ def count_writes(folder: Path, command: list[str]) -> int:
         shutil.rmtree(probe, ignore_errors=True)
         shutil.copytree(folder / "short", probe)
         marker = folder / "writes"
-        done = run(*[probe.name if part == "RUN" else part for part in command], cwd=folder,
-                   env={COUNT_WRITES: str(marker)})  # fmt: skip
+        done = run_process(*[probe.name if part == "RUN" else part for part in command], cwd=folder,
+                           env={COUNT_WRITES: str(marker)})  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
         _COUNTS[key] = int(marker.read_text())
     return _COUNTS[key]
@@ -187,7 +192,8 @@ def test_a_run_killed_at_every_write_resumes_to_the_uninterrupted_run(finished_r
     point = 1
     while True:
         target = tmp_path / f"k{point}"
-        killed = run("train", str(config), f"output_dir={target}", cwd=tmp_path, env={KILL_AT_WRITE: str(point)})
+        killed = run_process("train", str(config), f"output_dir={target}", cwd=tmp_path,
+                             env={KILL_AT_WRITE: str(point)})  # fmt: skip
         if killed.returncode == 0:
             break
         assert killed.returncode == -9, killed.stderr[-2000:]
@@ -209,7 +215,8 @@ def test_an_inherited_rank_variable_neither_skips_the_lock_nor_the_new_run_guard
     assert run("train", str(tiny_config), "output_dir=run", "trainer.max_steps=10", cwd=tmp_path).returncode == 0
     before = (tmp_path / "run" / "model" / "model.safetensors").read_bytes()
     inherited = {"RANK": "1", "LOCAL_RANK": "1", "SLURM_PROCID": "3", "NODE_RANK": "1"}
-    again = run("train", str(tiny_config), "output_dir=run", "trainer.seed=5", cwd=tmp_path, env=inherited)
+    # its own process: Lightning reads the rank variables when it is imported
+    again = run_process("train", str(tiny_config), "output_dir=run", "trainer.seed=5", cwd=tmp_path, env=inherited)
     one_line(again, 2, "already holds a run")
     assert (tmp_path / "run" / "model" / "model.safetensors").read_bytes() == before
 

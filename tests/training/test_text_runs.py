@@ -32,26 +32,26 @@ def test_a_small_text_and_fractions_without_validation_are_refused_in_one_line(t
     assert not (tmp_path / "no_val" / "checkpoints").exists()  # refused before training
 
 
-def test_eval_uses_the_saved_tokenizer_and_the_recorded_path(tmp_path, cli, monkeypatch):
+def test_eval_uses_the_saved_tokenizer_and_the_recorded_path(tmp_path, main_cli, monkeypatch):
     data_dir = tmp_path / "prepared"
     data_dir.mkdir()
     (data_dir / "corpus.txt").write_text("the chain keeps its order; the state moves on.\n" * 60, encoding="utf-8")
     run_dir = tmp_path / "run"
     monkeypatch.setenv("MARKOVFORMER_DATA", str(data_dir))
-    trained = cli("train", _config(tmp_path), f"output_dir={run_dir}")
+    trained = main_cli("train", _config(tmp_path), f"output_dir={run_dir}")
     assert trained.returncode == 0, trained.stderr
 
     # without $MARKOVFORMER_DATA, data/corpus.txt no longer resolves; data.json recorded where it was
     monkeypatch.delenv("MARKOVFORMER_DATA")
-    again = cli("eval", str(run_dir))
+    again = main_cli("eval", str(run_dir))
     assert again.returncode == 0, again.stderr
 
     # another file with characters in other proportions: encoded with the run's alphabet, not a refitted one
     (tmp_path / "other.txt").write_text("the order moves; the chain keeps on.\n" * 30, encoding="utf-8")
-    other = cli("eval", str(run_dir), "--data", f"path={tmp_path / 'other.txt'}")
+    other = main_cli("eval", str(run_dir), "--data", f"path={tmp_path / 'other.txt'}")
     assert other.returncode == 0, other.stderr
     (tmp_path / "unseen.txt").write_text("the chain.\n" * 30 + "Zebra\n", encoding="utf-8")
-    unseen = cli("eval", str(run_dir), "--data", f"path={tmp_path / 'unseen.txt'}")
+    unseen = main_cli("eval", str(run_dir), "--data", f"path={tmp_path / 'unseen.txt'}")
     assert unseen.returncode != 0 and "character 'Z'" in unseen.stderr and "saved char alphabet" in unseen.stderr
     assert json.loads((run_dir / "data.json").read_text())["splits"]["resolved_paths"] == [
         str((data_dir / "corpus.txt").resolve())]

@@ -16,6 +16,7 @@ import lightning
 import pytest
 import torch
 import yaml
+from conftest import run_in_process  # beside this folder
 
 from markovformer.data.collate import collate
 from markovformer.data.synthetic.state_space import StickyHMMSource
@@ -216,8 +217,7 @@ def test_a_killed_vmt_run_resumes_with_its_carry_to_the_same_final_metrics(tmp_p
         return [sys.executable, "-m", "markovformer", *args]
 
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    done = subprocess.run(command("train", str(config_path), f"output_dir={whole}"), capture_output=True, text=True,
-                          env=env, timeout=300)  # fmt: skip
+    done = run_in_process("train", str(config_path), f"output_dir={whole}", cwd=tmp_path)  # the killed one: a process
     assert done.returncode == 0, done.stderr
     assert "exact log-likelihood" in done.stdout  # the data's reference, printed beside the bounds
 
@@ -234,8 +234,7 @@ def test_a_killed_vmt_run_resumes_with_its_carry_to_the_same_final_metrics(tmp_p
     saved = load_checkpoint_file(killed / "checkpoints" / "last.ckpt")
     assert saved["vmt_carry"].shape == (8, 4)  # the lanes' carry travels with the checkpoint
 
-    resumed = subprocess.run(command("train", "--resume", str(killed)), capture_output=True, text=True, env=env,
-                             timeout=300)  # fmt: skip
+    resumed = run_in_process("train", "--resume", str(killed), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from" in resumed.stdout
     final = {name: json.loads((run / "metrics.json").read_text())["val"] for name, run in
