@@ -75,7 +75,8 @@ def tiny_run() -> dict:
 
 @pytest.fixture
 def cli(tmp_path):
-    """The command line, run in a fresh folder (so default output directories never collide)."""
+    """The command line as a process of its own, in a fresh folder (so default output directories never collide):
+    for runs that must die, DDP ranks, second processes and what a fresh interpreter does; ``main_cli`` for the rest."""
     return lambda *args, **options: run_cli(*args, **{"cwd": tmp_path, **options})
 
 
