@@ -103,7 +103,6 @@ def train_corpus_cell(bundle: DataBundle, direction: str, order: int | None, tra
         "beam_size": settings.beam_size, "beam_seconds": beam_seconds, "decode_tokens_per_s": speed,
         "state_bytes": state_bytes, "parameters": sum(p.numel() for p in model.parameters()),
         "train_seconds": fit.seconds, "test_pairs": len(test),
-        "examples": [[h, r] for h, r in zip(hypotheses[:3], references[:3], strict=True)],
         "hypotheses": hypotheses, "references": references,
     }  # fmt: skip
 
