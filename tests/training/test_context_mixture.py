@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_in_process  # beside this folder
 
 from markovformer.data.collate import collate
 from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
@@ -125,18 +126,14 @@ def _explicit_ngram_loss(model: ScanMarkovForCausalLM, tokens: list[int], n: int
         return float(F.cross_entropy(model(windows).logits[:, -1], targets))
 
 
-def _cli(capsys, *args: str) -> str:
-    """The command line in this process (a subprocess would spend seconds importing): its stdout."""
-    from markovformer.cli.main import main
-
-    capsys.readouterr()
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return out
+def _cli(tmp_path, *args: str) -> str:
+    """The command line in this process (``run_in_process``: a subprocess would spend seconds importing): its stdout."""
+    done = run_in_process(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
-def test_validation_is_the_exact_ngram_mixture_and_eval_generate_and_inspect_work_on_the_run(tmp_path, capsys):
+def test_validation_is_the_exact_ngram_mixture_and_eval_generate_and_inspect_work_on_the_run(tmp_path):
     values = _text_run(tmp_path)
     results = train(resolve_run_config(values))
     run_dir = tmp_path / "run"
@@ -150,10 +147,11 @@ def test_validation_is_the_exact_ngram_mixture_and_eval_generate_and_inspect_wor
     assert results["val"]["loss"] == pytest.approx((results["val"]["loss_n2"] + results["val"]["loss_n4"]) / 2)
     assert json.loads((run_dir / "metrics.json").read_text())["val"] == results["val"]
     assert evaluate(run_dir)["metrics"] == pytest.approx(results["val"], rel=1e-6)
-    shown = json.loads(_cli(capsys, "eval", str(run_dir), "--json"))["metrics"]
+    shown = json.loads(_cli(tmp_path, "eval", str(run_dir), "--json"))["metrics"]
     assert shown == pytest.approx(results["val"], rel=1e-6)
 
-    greedy = _cli(capsys, "generate", str(run_dir), "--prompt", "to be", "--max-new-tokens", "12", "--temperature", "0")
+    greedy = _cli(tmp_path, "generate", str(run_dir), "--prompt", "to be", "--max-new-tokens", "12",
+                  "--temperature", "0")  # fmt: skip
     prompt = torch.tensor([bundle.tokenizer.encode("to be")])
     expected = model.generate(prompt, max_new_tokens=12)[0, prompt.shape[1] :].tolist()  # the model's own decoding
     assert greedy[:-1] == "to be" + bundle.tokenizer.decode(expected)
@@ -162,7 +160,7 @@ def test_validation_is_the_exact_ngram_mixture_and_eval_generate_and_inspect_wor
     expected = model.generate(prompt, max_new_tokens=30, do_sample=True, temperature=0.8, top_p=0.9,
                               generator=generator, suppress_tokens=[0])  # fmt: skip
     expected = expected[0, prompt.shape[1] :]
-    sampled = _cli(capsys, "generate", str(run_dir), "--prompt", "to be", "--max-new-tokens", "30", "--temperature",
+    sampled = _cli(tmp_path, "generate", str(run_dir), "--prompt", "to be", "--max-new-tokens", "30", "--temperature",
                    "0.8", "--top-p", "0.9", "--seed", "3")  # fmt: skip
     assert sampled[:-1] == "to be" + bundle.tokenizer.decode(expected.tolist())
 
@@ -170,7 +168,7 @@ def test_validation_is_the_exact_ngram_mixture_and_eval_generate_and_inspect_wor
 
     index = write_inspection_report(run_dir)  # curves only: the model has no gates or attention maps
     assert (index.parent / "curves.png").is_file() and not (index.parent / "attention.png").exists()
-    unconditional = _cli(capsys, "generate", str(run_dir), "--prompt", "", "--max-new-tokens", "200")
+    unconditional = _cli(tmp_path, "generate", str(run_dir), "--prompt", "", "--max-new-tokens", "200")
     page = index.read_text()  # a text run's report shows the sample that generate prints for an empty prompt
     assert "<h2>Generated sample (200 tokens from an empty prompt" in page
     assert f"<pre>{html.escape(unconditional[:-1])}</pre>" in page
