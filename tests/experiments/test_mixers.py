@@ -124,6 +124,7 @@ def test_tiny_run_writes_the_report_and_reuses_its_cells(tmp_path):
     text = report.read_text()
     assert "accuracy_mqar.png" in text and (tmp_path / "accuracy_icl_markov.png").is_file()
     assert "Where the Markov order gates put their mass" in text
+    assert any(m.startswith("  mqar T=32 markov_local d=") for m in messages)  # progress names the kind
     messages.clear()
     run_experiment("mixers", tmp_path, quick=True, overrides=overrides, log=messages.append)
     assert sum("done earlier" in m for m in messages) == 16  # nothing retrained

@@ -148,8 +148,9 @@ def matched_sections(task: str, length: int, width: int, settings: MixersSetting
 
 
 def train_cell(task: str, length: int, section: dict, lr: float, seed: int, settings: MixersSettings,
-               log: Callable[[str], None] | None = None) -> dict:  # fmt: skip
-    """Train one model on a fresh stream of the task; its validation and test scores (and gate profile)."""
+               log: Callable[[str], None] | None = None, kind: str | None = None) -> dict:  # fmt: skip
+    """Train one model on a fresh stream of the task; its validation and test scores (and gate profile). ``kind``
+    names the model in progress lines (else its attention, which softmax and sliding_window share)."""
 
     source = source_of(task, length, settings)
     val = source.examples(settings.val_examples, torch.Generator().manual_seed(10**6 + seed))
@@ -164,7 +165,7 @@ def train_cell(task: str, length: int, section: dict, lr: float, seed: int, sett
         lambda generator: source.examples(settings.batch_size, generator),
         lambda: zoo.score(model, *val)["accuracy"], steps=settings.steps, lr=lr, seed=seed,
         eval_every=settings.eval_every or settings.steps, warmup_steps=settings.warmup_steps, log=log,
-        label=f"{task} T={length} {section['attention']} d={section['d_model']} lr={lr:g} seed={seed}",
+        label=f"{task} T={length} {kind or section['attention']} d={section['d_model']} lr={lr:g} seed={seed}",
     )  # fmt: skip
     model.eval()
     result = {"val": zoo.score(model, *val), "test": zoo.score(model, *test), "seconds": fit.seconds,
@@ -199,7 +200,7 @@ def run_grid_point(report: ExperimentReport, task: str, length: int, width: int,
                   **{k: getattr(settings, k) for k in ("steps", "batch_size", "warmup_steps", "val_examples",
                                                        "test_examples")}}  # fmt: skip
         key = f"{task}_T={length}_d={width}_{kind}_lr={lr:g}_seed={seed}"
-        return report.cached(key, lambda: train_cell(task, length, matched["section"], lr, seed, settings, log),
+        return report.cached(key, lambda: train_cell(task, length, matched["section"], lr, seed, settings, log, kind),
                              depends_on=inputs)  # fmt: skip
 
     first = {lr: cell(lr, seeds[0]) for lr in settings.lrs}
