@@ -14,7 +14,12 @@ import torch
 from markovformer.data.synthetic import tasks
 from markovformer.experiments import mixers
 from markovformer.experiments import mixers_models as zoo
-from markovformer.experiments.mixers_report import gated_convolution_verdict, selective_copy_verdict, solves
+from markovformer.experiments.mixers_report import (
+    gated_convolution_verdict,
+    published_comparison,
+    selective_copy_verdict,
+    solves,
+)
 from markovformer.markov import add_beta_predict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,6 +101,18 @@ def test_verdicts_follow_the_published_claims():
     assert solves({"task": "mqar", "test_accuracy": {"mean": 0.91}}, settings)
     icl = {"task": "icl_markov", "test_loss": {"mean": 0.52}, "bayes_add1": {"loss": {"mean": 0.49}}}
     assert not solves(icl, settings)
+
+
+def test_a_run_without_softmax_says_it_cannot_compare_with_zoology():
+    """A run of one kind (the zoology-64 cells run one kind per process) writes no empty claim headings."""
+    settings = mixers.MixersSettings(tasks=("mqar", "selective_copy"), kinds=("sliding_window",), lengths=(64,),
+                                     widths=(64,))  # fmt: skip
+    point = {"task": "mqar", "kind": "sliding_window", "length": 64, "width": 64,
+             "test_accuracy": {"mean": 0.7, "std": 0.0}}  # fmt: skip
+    written = []
+    published_comparison(SimpleNamespace(text=written.append), [point], settings, quick=False)
+    assert "not compared here" in written[0]
+    assert "attention solves MQAR" not in written[0] and "Mamba" not in written[0]
 
 
 def test_settings_are_checked_with_the_bad_value_named():

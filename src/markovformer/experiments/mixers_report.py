@@ -152,6 +152,9 @@ def published_comparison(report, points: list[dict], settings, quick: bool) -> N
 def _zoology_lines(points: list[dict], settings) -> list[str]:
     """Zoology's three MQAR claims: attention solves it at d_model = 64; gated convolutions need far larger widths;
     the gap grows with the number of pairs."""
+    if zoo.REFERENCE_KIND not in settings.kinds:
+        return ["**Zoology's MQAR claims** compare each kind with global softmax, which this run does not train: not "
+                "compared here (add `softmax` to `kinds`; finished cells in the output folder are reused).", ""]
     lines = []
     width = 64 if 64 in settings.widths else max(settings.widths)
     lines.append(f"**Zoology: attention solves MQAR at d_model = 64** (here d = {width}, ≥ {settings.solved}):")
@@ -203,6 +206,8 @@ def _gap_growth_lines(points: list[dict], settings, width: int) -> list[str]:
 
 def _mamba_lines(points: list[dict], settings) -> list[str]:
     """Mamba's claim: selective (input-dependent) recurrences solve selective copying, LTI ones do not."""
+    if not set(settings.kinds) & {*zoo.SELECTIVE, *zoo.LTI}:
+        return []
     lines = []
     lines.append("**Mamba: selective (input-dependent) recurrences solve selective copying, LTI ones do not** "
                  f"(≥ {settings.solved} counts as solved):")  # fmt: skip
