@@ -99,3 +99,18 @@ def test_registry_and_config_build_the_kinds_with_their_scope():
     assert build_attention("forgetting", **shared, scope="local", window=5).cores[0].window == 5
     with pytest.raises(ValueError, match="needs a window"):
         MarkovianTransformerConfig(vocab_size=4, attention="alibi", scope="local")
+
+
+def test_a_fox_model_keeps_the_forget_gates_documented_start():
+    """The model's init (normal weights, zero biases for every linear layer) must leave the forget gate's biases at
+    1..5 across heads (f from 0.73 to 0.99): zeroed, every head would start at f = 0.5, attending a few tokens back."""
+    from markovformer import MarkovianTransformerForCausalLM
+
+    config = MarkovianTransformerConfig(vocab_size=11, d_model=32, n_layers=2, n_heads=4, attention="forgetting",
+                                        position="none")  # fmt: skip
+    model = MarkovianTransformerForCausalLM(config)
+    gates = [block.attention.cores[0].forget_gate for block in model.model.blocks]
+    assert len(gates) == 2
+    for gate in gates:
+        torch.testing.assert_close(gate.bias.detach(), torch.linspace(1.0, 5.0, 4))
+        assert gate.weight.std().item() == pytest.approx(0.02, rel=0.3)

@@ -74,12 +74,32 @@ def alibi_slopes(n_heads: int) -> Tensor:
     return 2.0 ** (-8.0 * torch.arange(1, n_heads + 1, dtype=torch.float32) / n_heads)
 
 
+class ForgetGate(nn.Module):
+    """FoX's forget gate logits w·x_t + b, one per head: (B, T, D) -> (B, T, H). Its biases start at 1..5 across
+    heads (f from 0.73 to 0.99), so heads begin with short and long memories alike; FoX's own initialisation is not
+    fixed by the paper. Parameters, not an nn.Linear, so that the model's init for linear layers (zero biases, which
+    would start every head at f = 0.5, a memory of a few tokens) leaves them as set here."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_heads, d_model))
+        self.bias = nn.Parameter(torch.empty(n_heads))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.weight, std=0.02)
+        with torch.no_grad():
+            self.bias.copy_(torch.linspace(1.0, 5.0, self.bias.numel()))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
 class DecayCore(nn.Module):
     """Attention over ``n_heads`` heads whose score of query t on key j is lowered by sum_{l=j+1..t} -log f_l.
 
-    ``forget_gate`` None: the fixed ALiBi gates log f = -m_h. Otherwise a Linear(d_model -> n_heads) read from the
-    layer input x_t: f_t = sigmoid(w·x_t + b) (FoX). Its biases start at 1..5 across heads (f from 0.73 to 0.99),
-    so heads begin with short and long memories alike; FoX's own initialisation is not fixed by the paper.
+    ``forget_gate`` None: the fixed ALiBi gates log f = -m_h. Otherwise a ``ForgetGate`` read from the layer input
+    x_t: f_t = sigmoid(w·x_t + b) (FoX).
     Decodes from a key/value cache (``state["cache"]``) that also holds each key's cumulative log forget gate.
     """
 
@@ -103,11 +123,7 @@ class DecayCore(nn.Module):
                 nn.init.normal_(linear.weight, std=0.02)
         self.causal, self.window, self.dropout = causal, window, dropout
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
-        self.forget_gate = nn.Linear(d_model, n_heads) if data_dependent else None
-        if self.forget_gate is not None:
-            nn.init.normal_(self.forget_gate.weight, std=0.02)
-            with torch.no_grad():
-                self.forget_gate.bias.copy_(torch.linspace(1.0, 5.0, n_heads))
+        self.forget_gate = ForgetGate(d_model, n_heads) if data_dependent else None
 
     def log_forget(self, x: Tensor, heads: int) -> Tensor:
         """(B, T, D) layer input -> (B, H, T) log forget gates (<= 0)."""
@@ -190,5 +206,5 @@ class ForgettingAttention(SelfAttention):
         super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
 
 
-__all__ = ["PRO_PARTS", "AlibiAttention", "DecayCore", "DecayOptions", "ForgettingAttention", "ForgettingOptions",
-           "alibi_slopes", "head_rms_norm", "token_shift"]
+__all__ = ["PRO_PARTS", "AlibiAttention", "DecayCore", "DecayOptions", "ForgetGate", "ForgettingAttention",
+           "ForgettingOptions", "alibi_slopes", "head_rms_norm", "token_shift"]
