@@ -90,6 +90,33 @@ def test_gate_profile_is_a_distribution_over_lags_and_null():
                             inputs, labels) is None  # fmt: skip
 
 
+def test_recall_by_distance_counts_each_query_in_its_span():
+    """Against a loop over the examples, with a stand-in model that answers a query only when its value stands at
+    most 32 positions back: the counts per span are the loop's, the accuracy 1 up to 32 and 0 beyond."""
+    inputs, labels = tasks.mqar_examples(64, 64, 4, 8192, torch.Generator().manual_seed(3))
+    reach = 32
+    logits = torch.zeros(*inputs.shape, 8192)
+    expected = {"1-16": 0, "17-32": 0, "33-48": 0, "49-64": 0}
+    for b in range(len(inputs)):
+        for q in range(63):
+            if labels[b, q + 1] == -100:
+                continue
+            first = next(j for j in range(q) if inputs[b, j] == inputs[b, q])
+            distance = q - first - 1
+            expected[next(k for k in expected if distance <= int(k.split("-")[1]))] += 1
+            if distance <= reach:
+                logits[b, q, labels[b, q + 1]] = 1.0
+
+    def model(x):
+        return SimpleNamespace(logits=logits[: len(x)] if len(x) == len(inputs) else None)
+
+    spans = zoo.recall_by_distance(model, inputs, labels)
+    assert {s["distances"]: s["count"] for s in spans} == expected
+    assert sum(expected.values()) == int((labels != -100).sum())
+    assert [s["correct"] / s["count"] for s in spans if s["count"]][:2] == [1.0, 1.0]
+    assert all(s["correct"] == 0 for s in spans[2:])
+
+
 def test_verdicts_follow_the_published_claims():
     assert gated_convolution_verdict({"softmax": 0.99, "hyena": 0.5, "s4d": 0.6}, 0.9).startswith("reproduced")
     assert gated_convolution_verdict({"softmax": 0.99, "hyena": 0.97}, 0.9).startswith("not reproduced")
@@ -142,6 +169,10 @@ def test_tiny_run_writes_the_report_and_reuses_its_cells(tmp_path):
     assert "accuracy_mqar.png" in text and (tmp_path / "accuracy_icl_markov.png").is_file()
     assert "Where the Markov order gates put their mass" in text
     assert any(m.startswith("  mqar T=32 markov_local d=") for m in messages)  # progress names the kind
+    assert "test accuracy by how far back each query's value stands" in text
+    mqar = [p for p in results["points"] if p["task"] == "mqar"]
+    spans = [[s["distances"] for s in run] for p in mqar for run in p["test_by_distance"]]
+    assert spans and all(run == ["1-16", "17-32"] for run in spans)  # T = 32: no span past the longest distance
     messages.clear()
     run_experiment("mixers", tmp_path, quick=True, overrides=overrides, log=messages.append)
     assert sum("done earlier" in m for m in messages) == 16  # nothing retrained

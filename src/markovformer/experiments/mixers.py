@@ -172,6 +172,8 @@ def train_cell(task: str, length: int, section: dict, lr: float, seed: int, sett
               "gates": zoo.gate_profile(model, *test), "val_curve": [fit.steps, fit.evaluations]}  # fmt: skip
     if zoo.TASK_SPECS[task].bayes_reference:
         result["bayes_add1"] = zoo.bayes_add1_scores(test[0].cpu(), settings.icl_order, settings.icl_symbols)
+    if task == "mqar":
+        result["test_by_distance"] = zoo.recall_by_distance(model, *test)
     return result
 
 
@@ -213,7 +215,8 @@ def run_grid_point(report: ExperimentReport, task: str, length: int, width: int,
              "parameters": matched["parameters"], "ratio": matched["ratio"], "lr": best_lr,
              "val_by_lr": {f"{lr:g}": first[lr]["val"]["accuracy"] for lr in settings.lrs},
              "test_accuracy": test_accuracy, "test_loss": summary([r["test"]["loss"] for r in runs]),
-             "seconds": sum(r["seconds"] for r in runs), "gates": [r["gates"] for r in runs]}  # fmt: skip
+             "seconds": sum(r["seconds"] for r in runs), "gates": [r["gates"] for r in runs],
+             "test_by_distance": [r.get("test_by_distance") for r in runs]}  # fmt: skip
     if zoo.TASK_SPECS[task].bayes_reference:
         point["bayes_add1"] = {name: summary([r["bayes_add1"][name] for r in runs]) for name in ("accuracy", "loss")}
     return point

@@ -131,6 +131,34 @@ def score(model, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 2
     return {"accuracy": correct / count, "loss": loss / count}
 
 
+RECALL_DISTANCES = (16, 32, 48)  # MQAR's accuracy by distance: the spans 1-16, 17-32, 33-48 and 49 on
+
+
+@torch.no_grad()
+def recall_by_distance(model, inputs: torch.Tensor, labels: torch.Tensor, edges: tuple[int, ...] = RECALL_DISTANCES,
+                       batch_size: int = 256) -> list[dict]:  # fmt: skip
+    """MQAR's accuracy by how far back each query's value stands: the query at q (answering ``labels[q + 1]``) must
+    read the value after its key's first occurrence j, q - j - 1 positions back. One entry per span of
+    distances (``edges`` split 1.. into spans): {"distances": "1-16", "correct": c, "count": n}. A window of W keys
+    reaches the spans up to W in one step; what lies beyond shows where a kind's reach ends."""
+    bounds = (0, *(edge for edge in edges if edge < inputs.shape[1] - 2), inputs.shape[1])  # the longest is T - 2
+    correct, count = [0] * (len(bounds) - 1), [0] * (len(bounds) - 1)
+    for start in range(0, len(inputs), batch_size):
+        x, y = inputs[start : start + batch_size], labels[start : start + batch_size, 1:]
+        hits = model(x).logits[:, :-1].argmax(-1) == y
+        queries = y != -100  # (B, T - 1): the query positions q
+        earlier = torch.ones(x.shape[1] - 1, x.shape[1] - 1, dtype=torch.bool, device=x.device).tril(-1)
+        same = (x[:, :-1, None] == x[:, None, :-1]) & earlier  # same[b, q, j]: token j repeats the token at q
+        first = same.float().argmax(-1)  # the first earlier occurrence of each query's key
+        distance = torch.arange(x.shape[1] - 1, device=x.device) - first - 1
+        for i, (low, high) in enumerate(zip(bounds, bounds[1:], strict=False)):
+            span = queries & (distance > low) & (distance <= high)
+            correct[i] += int(hits[span].sum())
+            count[i] += int(span.sum())
+    return [{"distances": f"{low + 1}-{high}", "correct": c, "count": n}
+            for low, high, c, n in zip(bounds, bounds[1:], correct, count, strict=False)]  # fmt: skip
+
+
 def bayes_add1_scores(inputs: torch.Tensor, order: int, num_symbols: int) -> dict[str, float]:
     """The Bayes add-1 in-context predictor's accuracy (its most probable symbol) and loss on ``icl_markov``
     sequences, over the same targets as ``score`` (t >= order)."""
@@ -163,5 +191,5 @@ def gate_profile(model, inputs: torch.Tensor, labels: torch.Tensor) -> list[dict
 
 
 __all__ = ["GATED_CONVOLUTIONS", "KINDS", "LTI", "MARKOV_KINDS", "REFERENCE_KIND", "SELECTIVE", "TASKS", "TASK_SPECS",
-           "ZOOLOGY_PAIRS", "SyntheticTask", "bayes_add1_scores", "gate_profile", "kind_section", "mqar_pairs",
-           "score", "task_source", "vocab_of"]  # fmt: skip
+           "RECALL_DISTANCES", "ZOOLOGY_PAIRS", "SyntheticTask", "bayes_add1_scores", "gate_profile", "kind_section",
+           "mqar_pairs", "recall_by_distance", "score", "task_source", "vocab_of"]  # fmt: skip

@@ -51,6 +51,29 @@ def accuracy_tables(report, points: list[dict], settings) -> None:
         report.table(["kind", *(f"T={length}, d={width}" for length, width in grid)], rows, caption=caption)
 
 
+def recall_distance_table(report, points: list[dict], settings) -> None:
+    """MQAR test accuracy by how far back each query's value stands (``mixers_models.recall_by_distance``), summed
+    over seeds; cells trained before it was kept show "—"."""
+    found = [p for p in _points(points, task="mqar") if any(p.get("test_by_distance") or ())]
+    if not found:
+        return
+    spans = next(s for p in found for s in p["test_by_distance"] if s)
+    rows = []
+    for point in _points(points, task="mqar"):
+        runs = [r for r in point.get("test_by_distance") or () if r]
+        cells = []
+        for i in range(len(spans)):
+            correct, count = sum(r[i]["correct"] for r in runs), sum(r[i]["count"] for r in runs)
+            cells.append(f"{correct / count:.3f}" if count else "—")
+        rows.append([zoo.KINDS[point["kind"]][0], point["length"], point["width"], *cells])
+    total = sum(span["count"] for span in spans)
+    shares = ", ".join(f"{span['distances']}: {span['count'] / total:.1%}" for span in spans)
+    report.table(["kind", "T", "d", *(f"{span['distances']} back" for span in spans)], rows,
+                 caption="**mqar** test accuracy by how far back each query's value stands (the token after its key's "
+                         f"first occurrence); local kinds see W = {settings.window} keys. The test queries per span "
+                         f"(T = {found[0]['length']}, first seed): {shares}.")  # fmt: skip
+
+
 def parameter_table(report, points: list[dict], settings) -> None:
     rows = []
     for task in settings.tasks:
@@ -278,6 +301,7 @@ def write_report(report, settings, seeds: tuple[int, ...], quick: bool) -> None:
     figures(report, points, settings)
     solved_summary(report, points, settings)
     gate_tables(report, points, settings)
+    recall_distance_table(report, points, settings)
     parameter_table(report, points, settings)
     published_comparison(report, points, settings, quick)
 
@@ -286,6 +310,7 @@ __all__ = [
     "ICL_SOLVED_GAP",
     "chance_of",
     "gated_convolution_verdict",
+    "recall_distance_table",
     "selective_copy_verdict",
     "solves",
     "write_report",
