@@ -152,3 +152,16 @@ def test_icl_depth_quick_shows_two_layers_beating_one(tmp_path):
     icl_depth.run(tmp_path, quick=True, seeds=None, overrides={}, log=lambda line: None)
     cells = {c["n_layers"]: c for c in __import__("json").loads((tmp_path / "results.json").read_text())["cells"]}
     assert cells[2]["final_loss"] < cells[1]["final_loss"] - 0.02
+
+
+def test_a_loss_that_turns_non_finite_stops_the_fit_with_no_result():
+    """A diverged model would otherwise be scored as one that learned nothing (the stick-breaking MQAR cell read
+    accuracy 0.000 with a NaN test loss): the fit raises at the step, naming it and the rate."""
+    weight = torch.nn.Parameter(torch.zeros(()))
+    model = torch.nn.Module()
+    model.weight = weight
+    losses = iter([weight * 1.0, weight * 1.0, weight * float("nan")])
+    with pytest.raises(FloatingPointError, match=r"cell A: the training loss is nan at step 3 \(lr 0.5\)"):
+        fit_on_stream(model, lambda batch: next(losses), lambda g: torch.ones(1), lambda: 0.0, steps=10, lr=0.5,
+                      seed=0, eval_every=5, label="cell A")  # fmt: skip
+    assert float(weight) != 0.0 and torch.isfinite(weight)  # two steps taken, the third's NaN never applied

@@ -121,6 +121,9 @@ def fit_on_stream(
         model.train()
         for step in range(1, steps + 1):
             loss = loss_on_batch(sample_batch(generator))
+            if not torch.isfinite(loss):  # a diverged model scores as if it had learned nothing: no number at all
+                raise FloatingPointError(f"{label or 'fit_on_stream'}: the training loss is {loss.item()} at step "
+                                         f"{step} (lr {lr:g}); no result is recorded")  # fmt: skip
             optim.zero_grad(set_to_none=True)
             loss.backward()
             optim.step()
