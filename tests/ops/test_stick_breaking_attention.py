@@ -125,3 +125,16 @@ def test_bad_inputs_are_named(change, message):
     arguments.update(change)
     with pytest.raises(ValueError, match=message):
         stick_breaking_attention(q, k, v, **arguments)
+
+
+def test_large_logits_on_hidden_keys_leave_the_gradients_finite():
+    """Float32 logits above ~88 overflow exp: on keys a query may not see (the future), the forward's masked exp was
+    discarded but its backward gave 0 * inf = NaN (a zoology-64 stick-breaking run went NaN this way, presumably)."""
+    q = torch.full((1, 1, 6, 4), 10.0, requires_grad=True)  # every logit q·k/√4 = 200
+    k = torch.full((1, 1, 6, 4), 10.0, requires_grad=True)
+    v = torch.randn(1, 1, 6, 3, generator=torch.Generator().manual_seed(0)).requires_grad_(True)
+    got = stick_breaking_attention_chunked(q, k, v, window=None)
+    expected = stick_breaking_attention_naive(q, k, v, window=None)[0]
+    torch.testing.assert_close(got, expected)
+    (got * torch.arange(3.0)).sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))

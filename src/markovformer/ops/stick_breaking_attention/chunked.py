@@ -28,7 +28,8 @@ def stick_breaking_block(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, allowed
     logits = (q_rows @ k_keys.transpose(-1, -2)).to(compute) / math.sqrt(q_rows.shape[-1])
     spent = torch.where(allowed, F.softplus(logits), 0.0)  # -log(1 - β) of each allowed key
     after_and_at = spent.flip(-1).cumsum(-1).flip(-1)  # Σ_{l >= j} over allowed keys
-    weights = torch.where(allowed, torch.exp(logits - after_and_at), 0.0)
+    # masked before exp: exp of a hidden key's logit can overflow, and where's backward would give 0 * inf = NaN
+    weights = torch.exp(torch.where(allowed, logits - after_and_at, float("-inf")))
     return weights.to(v_keys.dtype) @ v_keys
 
 
