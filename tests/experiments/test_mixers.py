@@ -96,25 +96,46 @@ def test_recall_by_distance_counts_each_query_in_its_span():
     inputs, labels = tasks.mqar_examples(64, 64, 4, 8192, torch.Generator().manual_seed(3))
     reach = 32
     logits = torch.zeros(*inputs.shape, 8192)
-    expected = {"1-16": 0, "17-32": 0, "33-48": 0, "49-64": 0}
+    expected = {"1-16": 0, "17-32": 0, "33-48": 0, "49+": 0}
     for b in range(len(inputs)):
         for q in range(63):
             if labels[b, q + 1] == -100:
                 continue
             first = next(j for j in range(q) if inputs[b, j] == inputs[b, q])
             distance = q - first - 1
-            expected[next(k for k in expected if distance <= int(k.split("-")[1]))] += 1
+            expected[next(k for k, high in zip(expected, (16, 32, 48, 64), strict=True) if distance <= high)] += 1
             if distance <= reach:
                 logits[b, q, labels[b, q + 1]] = 1.0
 
-    def model(x):
-        return SimpleNamespace(logits=logits[: len(x)] if len(x) == len(inputs) else None)
-
-    spans = zoo.recall_by_distance(model, inputs, labels)
+    spans = zoo.recall_by_distance(lambda x: SimpleNamespace(logits=logits), inputs, labels)
     assert {s["distances"]: s["count"] for s in spans} == expected
     assert sum(expected.values()) == int((labels != -100).sum())
     assert [s["correct"] / s["count"] for s in spans if s["count"]][:2] == [1.0, 1.0]
     assert all(s["correct"] == 0 for s in spans[2:])
+
+
+def test_the_distance_table_lines_up_spans_by_label_across_lengths():
+    """Rows of T = 32 (two spans), T = 64 (four, two seeds summed) and a cell from before the spans were kept."""
+    from markovformer.experiments.mixers_report import recall_distance_table
+
+    def spans(*pairs):
+        labels = ["1-16", "17-32", "33-48", "49+"] if len(pairs) == 4 else ["1-16", "17+"]
+        return [{"distances": label, "correct": c, "count": n} for label, (c, n) in zip(labels, pairs, strict=True)]
+
+    points = [
+        {"task": "mqar", "kind": "softmax", "length": 32, "width": 64, "test_by_distance": [spans((3, 4), (1, 4))]},
+        {"task": "mqar", "kind": "softmax", "length": 64, "width": 64,
+         "test_by_distance": [spans((1, 2), (1, 4), (0, 1), (2, 2)), spans((1, 2), (3, 4), (1, 1), (0, 2))]},
+        {"task": "mqar", "kind": "hyena", "length": 64, "width": 64, "test_by_distance": [None]},
+    ]  # fmt: skip
+    tables = []
+    recall_distance_table(SimpleNamespace(table=lambda header, rows, caption: tables.append((header, rows))),
+                          points, SimpleNamespace(window=16))  # fmt: skip
+    header, rows = tables[0]
+    assert header == ["kind", "T", "d", "1-16 back", "17+ back", "17-32 back", "33-48 back", "49+ back"]
+    assert rows[0][3:] == ["0.750", "0.250", "—", "—", "—"]
+    assert rows[1][3:] == ["0.500", "—", "0.500", "0.500", "0.500"]
+    assert rows[2][3:] == ["—"] * 5
 
 
 def test_verdicts_follow_the_published_claims():
@@ -172,7 +193,7 @@ def test_tiny_run_writes_the_report_and_reuses_its_cells(tmp_path):
     assert "test accuracy by how far back each query's value stands" in text
     mqar = [p for p in results["points"] if p["task"] == "mqar"]
     spans = [[s["distances"] for s in run] for p in mqar for run in p["test_by_distance"]]
-    assert spans and all(run == ["1-16", "17-32"] for run in spans)  # T = 32: no span past the longest distance
+    assert spans and all(run == ["1-16", "17+"] for run in spans)  # T = 32: no span past the longest distance
     messages.clear()
     run_experiment("mixers", tmp_path, quick=True, overrides=overrides, log=messages.append)
     assert sum("done earlier" in m for m in messages) == 16  # nothing retrained

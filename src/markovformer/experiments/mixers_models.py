@@ -139,7 +139,8 @@ def recall_by_distance(model, inputs: torch.Tensor, labels: torch.Tensor, edges:
                        batch_size: int = 256) -> list[dict]:  # fmt: skip
     """MQAR's accuracy by how far back each query's value stands: the query at q (answering ``labels[q + 1]``) must
     read the value after its key's first occurrence j, q - j - 1 positions back. One entry per span of
-    distances (``edges`` split 1.. into spans): {"distances": "1-16", "correct": c, "count": n}. A window of W keys
+    distances (``edges`` split 1.. into spans, the last open): {"distances": "1-16", "correct": c, "count": n}, ...,
+    {"distances": "49+", ...}; the same labels at every T longer than the edges. A window of W keys
     reaches the spans up to W in one step; what lies beyond shows where a kind's reach ends."""
     bounds = (0, *(edge for edge in edges if edge < inputs.shape[1] - 2), inputs.shape[1])  # the longest is T - 2
     correct, count = [0] * (len(bounds) - 1), [0] * (len(bounds) - 1)
@@ -155,8 +156,8 @@ def recall_by_distance(model, inputs: torch.Tensor, labels: torch.Tensor, edges:
             span = queries & (distance > low) & (distance <= high)
             correct[i] += int(hits[span].sum())
             count[i] += int(span.sum())
-    return [{"distances": f"{low + 1}-{high}", "correct": c, "count": n}
-            for low, high, c, n in zip(bounds, bounds[1:], correct, count, strict=False)]  # fmt: skip
+    labels = [f"{low + 1}-{high}" for low, high in zip(bounds[:-2], bounds[1:-1], strict=True)] + [f"{bounds[-2] + 1}+"]
+    return [{"distances": label, "correct": c, "count": n} for label, c, n in zip(labels, correct, count, strict=True)]
 
 
 def bayes_add1_scores(inputs: torch.Tensor, order: int, num_symbols: int) -> dict[str, float]:

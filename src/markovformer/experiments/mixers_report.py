@@ -57,18 +57,20 @@ def recall_distance_table(report, points: list[dict], settings) -> None:
     found = [p for p in _points(points, task="mqar") if any(p.get("test_by_distance") or ())]
     if not found:
         return
-    spans = next(s for p in found for s in p["test_by_distance"] if s)
+    spans = [span for p in found for run in p["test_by_distance"] if run for span in run]
+    labels = list(dict.fromkeys(span["distances"] for span in spans))  # a shorter T has fewer spans
     rows = []
     for point in _points(points, task="mqar"):
-        runs = [r for r in point.get("test_by_distance") or () if r]
-        cells = []
-        for i in range(len(spans)):
-            correct, count = sum(r[i]["correct"] for r in runs), sum(r[i]["count"] for r in runs)
-            cells.append(f"{correct / count:.3f}" if count else "—")
+        totals = {label: [0, 0] for label in labels}
+        for span in (span for run in point.get("test_by_distance") or () if run for span in run):
+            totals[span["distances"]][0] += span["correct"]
+            totals[span["distances"]][1] += span["count"]
+        cells = [f"{correct / count:.3f}" if count else "—" for correct, count in totals.values()]
         rows.append([zoo.KINDS[point["kind"]][0], point["length"], point["width"], *cells])
-    total = sum(span["count"] for span in spans)
-    shares = ", ".join(f"{span['distances']}: {span['count'] / total:.1%}" for span in spans)
-    report.table(["kind", "T", "d", *(f"{span['distances']} back" for span in spans)], rows,
+    first = next(run for run in found[0]["test_by_distance"] if run)
+    total = sum(span["count"] for span in first)
+    shares = ", ".join(f"{span['distances']}: {span['count'] / total:.1%}" for span in first)
+    report.table(["kind", "T", "d", *(f"{label} back" for label in labels)], rows,
                  caption="**mqar** test accuracy by how far back each query's value stands (the token after its key's "
                          f"first occurrence); local kinds see W = {settings.window} keys. The test queries per span "
                          f"(T = {found[0]['length']}, first seed): {shares}.")  # fmt: skip
