@@ -149,3 +149,7 @@ def test_experiment_runs_with_settings_and_reuses_cells(tmp_path, main_cli):
     assert "done earlier" in again.stdout
     changed = main_cli(*args[:-2], "steps=200", args[-1])
     assert "stored under other settings" in changed.stdout
+    assert_one_line_error(main_cli(*args, "--recompute", "nope*"), "'nope*' matches no cell")
+    redone = main_cli(*args, "--recompute", "*")
+    assert redone.returncode == 0 and "removed, to be recomputed" in redone.stdout
+    assert "done earlier" not in redone.stdout

@@ -199,6 +199,28 @@ def test_tiny_run_writes_the_report_and_reuses_its_cells(tmp_path):
     assert sum("done earlier" in m for m in messages) == 16  # nothing retrained
 
 
+def test_cells_trained_before_a_kinds_fix_are_recomputed_and_others_reused(tmp_path):
+    from markovformer.experiments import run_experiment
+
+    overrides = {"tasks": ["mqar"], "kinds": ["softmax", "forgetting"], "widths": [32], "steps": 2,
+                 "warmup_steps": 1, "val_examples": 8, "test_examples": 8, "lrs": [1e-3]}  # fmt: skip
+    run_experiment("mixers", tmp_path, quick=True, overrides=overrides, log=lambda line: None)
+    (fox,) = (tmp_path / "cells").glob("*forgetting*.json")
+    stored = json.loads(fox.read_text())
+    assert stored["settings"]["revisions"] == {"forgetting": 2}  # FoX's forget-gate init fix (8988a4e)
+    del stored["settings"]["revisions"]  # as a cell stored before that fix
+    fox.write_text(json.dumps(stored))
+    messages = []
+    run_experiment("mixers", tmp_path, quick=True, overrides=overrides, log=messages.append)
+    assert [m for m in messages if "recomputing" in m] == [f"  {fox.stem}: stored under other settings, recomputing"]
+    assert sum("done earlier" in m for m in messages) == 1  # softmax, never revised, keeps its key and its cell
+    messages.clear()
+    run_experiment("mixers", tmp_path, quick=True, overrides=overrides, recompute=["*_softmax_*"],
+                   log=messages.append)  # fmt: skip
+    assert sum("removed, to be recomputed" in m for m in messages) == 1
+    assert sum("done earlier" in m for m in messages) == 1  # FoX reused this time
+
+
 def _train_mqar(tmp_path: Path, name: str, **model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Train configs/mixers_mqar.yaml through the engine with ``model`` changes; (inputs, labels, correct) on its
     test split, ``correct`` (B, T) True where the answer scored at t was predicted."""

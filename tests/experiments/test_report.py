@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
+import markovformer
 from markovformer.experiments import EXPERIMENTS, run_experiment
 from markovformer.experiments.fitting import FitResult, steps_to_reach
-from markovformer.experiments.report import ExperimentReport, markdown_table
+from markovformer.experiments.report import ExperimentReport, forget_cells, markdown_table, revisions_of
 
 
 def test_cached_cells_are_computed_once_and_reread(tmp_path):
@@ -24,7 +27,7 @@ def test_cached_cells_are_computed_once_and_reread(tmp_path):
     assert first == again == {"loss": 0.5, "curve": [1.0, 0.5]}
     assert len(calls) == 1
     stored = json.loads((tmp_path / "cells" / "cell_a.json").read_text())
-    assert stored == {"settings": {"steps": 10, "grid": [1, 2]}, "result": first}
+    assert stored["settings"] == {"steps": 10, "grid": [1, 2]} and stored["result"] == first
     # other settings: the stored cell does not answer for them
     ExperimentReport(tmp_path, "t", log=lambda line: None, settings={"steps": 20}).cached("cell_a", compute)
     assert len(calls) == 2
@@ -45,6 +48,41 @@ def test_a_cell_with_its_own_dependencies_is_reused_across_experiment_settings(t
     assert report([0]).cached("cell", compute, depends_on={"steps": 20, "seed": 0}) == 2  # what it depends on changed
     stored = json.loads((tmp_path / "cells" / "cell.json").read_text())
     assert stored["settings"] == {"steps": 20, "seed": 0}
+
+
+def test_a_cell_records_the_code_that_computed_it(tmp_path):
+    ExperimentReport(tmp_path, "t", log=lambda line: None).cached("cell", lambda: 1)
+    code = json.loads((tmp_path / "cells" / "cell.json").read_text())["code"]
+    assert code["markovformer"] == markovformer.__version__
+    source = Path(markovformer.__file__).resolve().parent
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True)
+    if head.returncode != 0:
+        assert code["git_commit"] is None  # an installed copy, not a checkout
+    else:
+        assert code["git_commit"].removesuffix("+dirty") == head.stdout.strip()
+
+
+def test_forget_cells_removes_the_matching_cells_and_refuses_a_pattern_matching_none(tmp_path):
+    report = ExperimentReport(tmp_path, "t", log=lambda line: None)
+    for key in ("mqar_fox_seed=0", "mqar_fox_seed=1", "mqar_softmax_seed=0"):
+        report.cached(key, lambda: 1)
+    with pytest.raises(ValueError, match=r"'\*alibi\*' matches no cell .*mqar_fox_seed=0"):
+        forget_cells(tmp_path, ["*fox*", "*alibi*"], log=lambda line: None)
+    assert len(list((tmp_path / "cells").glob("*.json"))) == 3  # nothing deleted on a bad pattern
+    removed = forget_cells(tmp_path, ["*fox*", "*seed=1"], log=lambda line: None)
+    assert sorted(path.stem for path in removed) == ["mqar_fox_seed=0", "mqar_fox_seed=1"]
+    assert [path.stem for path in (tmp_path / "cells").glob("*.json")] == ["mqar_softmax_seed=0"]
+    assert report.cached("mqar_fox_seed=0", lambda: 2) == 2  # recomputed
+
+
+def test_revisions_name_only_the_revised_kinds_of_a_section():
+    from markovformer.layers.registry import ATTENTION_KINDS
+
+    assert revisions_of({"attention": "softmax"}) == {} and revisions_of({"d_model": 8}) == {}
+    fox, stick = ATTENTION_KINDS["forgetting"].revision, ATTENTION_KINDS["stick_breaking"].revision
+    assert fox >= 2 and stick >= 2
+    layers = ["softmax", {"kind": "stick_breaking"}, "forgetting", "forgetting"]
+    assert revisions_of({"attention": layers}) == {"revisions": {"forgetting": fox, "stick_breaking": stick}}
 
 
 def test_a_failing_cell_leaves_no_file_and_reruns(tmp_path):

@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: the experiment's)")
     experiment.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="overrides",
                             help="change the experiment's settings, e.g. steps=500 'orders=[1, 2]'")  # fmt: skip
+    experiment.add_argument("--recompute", nargs="+", default=[], metavar="PATTERN",
+                            help="compute again the finished cells whose keys match these globs (as named in "
+                            "OUT/cells, e.g. '*forgetting*'), e.g. cells trained before a fix")  # fmt: skip
 
     data = commands.add_parser("data", help="the data sources")
     data_commands = data.add_subparsers(dest="data_command", required=True)
@@ -361,7 +364,7 @@ def run_experiment_command(args: argparse.Namespace) -> None:
             raise ValueError(f"--set {text!r}: experiment settings are flat; use KEY=VALUE")
         overrides[path[0]] = value
     report = run_experiment(args.name, out, quick=args.quick, seeds=seeds, overrides=overrides,
-                            log=lambda line: print(line, flush=True))  # fmt: skip
+                            recompute=args.recompute, log=lambda line: print(line, flush=True))  # fmt: skip
     print(f"report: {report}  ({time.perf_counter() - start:.0f} s)")
 
 

@@ -4,7 +4,7 @@ figures into its output folder. To add one, write a module with ``NAME``, ``SUMM
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from markovformer.experiments import (
     vmt,
     weight_tying,
 )
+from markovformer.experiments.report import forget_cells
 from markovformer.models.config_base import suggest
 
 _MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt, table1,
@@ -47,14 +48,19 @@ def run_experiment(
     quick: bool = False,
     seeds: tuple[int, ...] | None = None,
     overrides: dict[str, Any] | None = None,
+    recompute: Sequence[str] = (),
     log: Callable[[str], None] = print,
 ) -> Path:
     """Run experiment ``name`` into ``out_dir`` (finished cells found there are reused); returns the report path.
 
     ``overrides`` change fields of the experiment's settings (its grid, steps, sizes), e.g. ``{"steps": 500}``.
+    ``recompute``: glob patterns of cell keys (``*forgetting*``) to compute again instead of reusing, e.g. cells
+    trained before a fix; each must match a cell (``forget_cells``).
     """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; known: {', '.join(EXPERIMENTS)}")
+    if recompute:
+        forget_cells(out_dir, recompute, log)
     return EXPERIMENTS[name].run(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {}, log=log)
 
 

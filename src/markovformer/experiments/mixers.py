@@ -30,7 +30,7 @@ import torch
 from markovformer.experiments import mixers_models as zoo
 from markovformer.experiments.fitting import fit_on_stream
 from markovformer.experiments.mixers_report import write_report
-from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.report import ExperimentReport, revisions_of
 from markovformer.experiments.settings import configure
 from markovformer.experiments.table1_models import match_width, parameter_count
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
@@ -200,7 +200,8 @@ def run_grid_point(report: ExperimentReport, task: str, length: int, width: int,
         inputs = {"task": task, "length": length, "section": matched["section"], "lr": lr, "seed": seed,
                   "source": asdict(source_of(task, length, settings)),
                   **{k: getattr(settings, k) for k in ("steps", "batch_size", "warmup_steps", "val_examples",
-                                                       "test_examples")}}  # fmt: skip
+                                                       "test_examples")},
+                  **revisions_of(matched["section"])}  # fmt: skip
         key = f"{task}_T={length}_d={width}_{kind}_lr={lr:g}_seed={seed}"
         return report.cached(key, lambda: train_cell(task, length, matched["section"], lr, seed, settings, log, kind),
                              depends_on=inputs)  # fmt: skip

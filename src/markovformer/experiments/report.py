@@ -3,6 +3,7 @@ cached JSON per finished cell under ``cells/`` so a killed experiment resumes wh
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import re
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from markovformer.atomic import atomic_write_text
+from markovformer.layers.registry import kind_revisions
+from markovformer.training.environment import code_version
 
 
 def _cell(value: Any) -> str:
@@ -46,6 +49,33 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def revisions_of(section: dict) -> dict:
+    """What a cell that trains the model ``section`` adds to its ``depends_on``: the revisions of its attention kinds
+    (``{"revisions": {kind: n}}``, nothing for kinds never revised), so that a fix that raises a kind's revision
+    recomputes the cells it made wrong."""
+    revisions = kind_revisions(section["attention"]) if "attention" in section else {}
+    return {"revisions": revisions} if revisions else {}
+
+
+def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[str], None] = print) -> list[Path]:
+    """Delete the cached cells of ``out_dir`` whose keys match any of the glob ``patterns`` (``*forgetting*``), so
+    that the next run recomputes them; returns the deleted paths. Raises ValueError, deleting nothing, when a
+    pattern matches no cell (a typo would otherwise reuse every stale cell it was meant to catch)."""
+    cells = sorted((Path(out_dir) / "cells").glob("*.json"))
+    chosen: dict[Path, None] = {}
+    for pattern in patterns:
+        matched = [cell for cell in cells if fnmatch.fnmatchcase(cell.stem, pattern)]
+        if not matched:
+            known = ", ".join(cell.stem for cell in cells[:5]) + (", ..." if len(cells) > 5 else "")
+            raise ValueError(f"recompute pattern {pattern!r} matches no cell in {Path(out_dir) / 'cells'}"
+                             + (f" (cells there: {known})" if cells else " (it holds none)"))  # fmt: skip
+        chosen.update(dict.fromkeys(matched))
+    for cell in chosen:
+        cell.unlink()
+        log(f"  {cell.stem}: removed, to be recomputed")
+    return list(chosen)
+
+
 class ExperimentReport:
     """Accumulates an experiment's report and writes it into ``out_dir`` atomically.
 
@@ -57,6 +87,9 @@ class ExperimentReport:
 
     Progress: each cell is logged as ``cell i/N KEY`` (N from ``expect_cells``) with an estimate of the time left,
     the mean time of the cells computed so far times the cells still to come.
+
+    Each cell also stores the ``code`` that computed it (markovformer's version and git commit, ``+dirty`` for
+    uncommitted changes), for finding cells that predate a fix; ``forget_cells`` removes them so they are recomputed.
     """
 
     def __init__(
@@ -104,7 +137,8 @@ class ExperimentReport:
         value = compute()
         self.cell_seconds.append(time.perf_counter() - start)
         path.parent.mkdir(exist_ok=True)
-        atomic_write_text(path, json.dumps({"settings": settings, "result": value}, indent=1) + "\n")
+        stored = {"settings": settings, "code": code_version(), "result": value}
+        atomic_write_text(path, json.dumps(stored, indent=1) + "\n")
         return value
 
     def text(self, markdown: str) -> None:

@@ -9,7 +9,7 @@ one entry.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch import nn
@@ -76,10 +76,15 @@ class S4DOptions:
 @dataclasses.dataclass(frozen=True)
 class AttentionKind:
     """A registered kind: ``options`` (a frozen dataclass) and ``build(shared, options) -> nn.Module``. Whether its
-    layer decodes incrementally is the layer's own declared ``supports_state``."""
+    layer decodes incrementally is the layer's own declared ``supports_state``.
+
+    ``revision`` counts the fixes that changed what a model of this kind computes or learns from the same seed
+    (raise it with every such fix, naming the commit): experiments key their cached cells on it, so rerunning one
+    into an old folder recomputes the cells the fix made wrong instead of reusing them."""
 
     options: type
     build: Callable[[dict, Any], nn.Module]
+    revision: int = 1
 
 
 def _mixer(mixer: type) -> Callable[[dict, Any], nn.Module]:
@@ -112,6 +117,7 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
     "forgetting": AttentionKind(
         ForgettingOptions,
         lambda shared, o: ForgettingAttention(**shared, **_scoped(o), **{p: getattr(o, p) for p in PRO_PARTS}),
+        revision=2,  # 8988a4e: the model's init had zeroed the forget gate's biases (every gate started at 0.5)
     ),
     # learned biases of the lag alone (layers.position_bias_attention): T5's buckets, an MLP of the distance
     "t5_bias": AttentionKind(
@@ -128,6 +134,7 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         StickBreakingOptions,
         lambda shared, o: StickBreakingAttention(**shared, window=scoped_window(o.scope, o.window),
                                                  attend_current=o.attend_current),  # fmt: skip
+        revision=2,  # 3f049a7: the chunked op's gradients turned NaN on a hidden key's large logit
     ),
     "cope": AttentionKind(
         CoPEOptions,
@@ -171,6 +178,15 @@ class LayerSpec:
     def options(self) -> dict:
         """Every option of the layer's kind, by name."""
         return dataclasses.asdict(self.settings)
+
+
+def kind_revisions(attention: str | Sequence[str | dict]) -> dict[str, int]:
+    """The revisions above 1 of the kinds a model's ``attention`` field names (one kind, or one entry per layer:
+    a name or ``{"kind": ...}``), by kind. Kinds never revised are left out, so a cache keyed on this stays valid
+    for cells stored before revisions were counted."""
+    names = [attention] if isinstance(attention, str) else [e["kind"] if isinstance(e, dict) else e for e in attention]
+    return {name: ATTENTION_KINDS[name].revision for name in sorted(set(names))
+            if name in ATTENTION_KINDS and ATTENTION_KINDS[name].revision > 1}  # fmt: skip
 
 
 def attention_option_names(kind: str) -> frozenset[str]:

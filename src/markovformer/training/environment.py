@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
@@ -86,13 +87,31 @@ def environment_record() -> dict:
         "lightning": lightning.__version__,
         "numpy": numpy.__version__,
         "markovformer": markovformer.__version__,
-        "git_commit": None,
+        "git_commit": git_commit(),
     }
-    try:
-        source = Path(markovformer.__file__).resolve().parent
-        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True, timeout=5)
-        if done.returncode == 0:
-            record["git_commit"] = done.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
     return record
+
+
+@functools.cache
+def git_commit() -> str | None:
+    """The commit of markovformer's source checkout, ``+dirty`` when its tracked files differ from it; None when
+    it is not a git checkout (an installed wheel) or git is missing."""
+    import markovformer
+
+    source = Path(markovformer.__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True, timeout=5)
+        if head.returncode != 0:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "."], cwd=source,
+                                capture_output=True, text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if status.returncode == 0 and status.stdout.strip() else "")
+
+
+def code_version() -> dict:
+    """Which markovformer produced a result: its version and ``git_commit()``."""
+    import markovformer
+
+    return {"markovformer": markovformer.__version__, "git_commit": git_commit()}
