@@ -105,6 +105,7 @@ class ExperimentReport:
         self.expected_cells: int | None = None
         self.cells_seen = 0
         self.cell_seconds: list[float] = []  # wall time of each cell computed (not reused) by this run
+        self.code = code_version()  # read at the start: the checkout may change while the cells compute
 
     def expect_cells(self, count: int) -> None:
         """Announce how many ``cached`` calls are coming, for the ``cell i/N`` progress lines."""
@@ -137,7 +138,7 @@ class ExperimentReport:
         value = compute()
         self.cell_seconds.append(time.perf_counter() - start)
         path.parent.mkdir(exist_ok=True)
-        stored = {"settings": settings, "code": code_version(), "result": value}
+        stored = {"settings": settings, "code": self.code, "result": value}
         atomic_write_text(path, json.dumps(stored, indent=1) + "\n")
         return value
 
