@@ -74,6 +74,19 @@ def test_unknown_field_suggests_the_close_one():
         MarkovianTransformerConfig.from_dict({**BASE, "max_ordr": 3})
 
 
+def test_an_option_only_some_kinds_read_is_shown_set_per_layer():
+    base = {"vocab_size": 5, "d_model": 8, "n_heads": 2}
+    with pytest.raises(ValueError, match=r"no field 'attend_current': 'attend_current' is an option of attention "
+                                         r"kind 'stick_breaking', set per layer: attention: \[\{kind: stick_breaking, "
+                                         r"attend_current: \.\.\.\}"):  # fmt: skip
+        MarkovianTransformerConfig.from_dict({**base, "attend_current": True})
+    with pytest.raises(ValueError, match=r"no field 'num_bucket' \(did you mean 'num_buckets'\? 'num_buckets' is an "
+                                         r"option of attention kind 't5_bias'"):  # fmt: skip
+        MarkovianTransformerConfig.from_dict({**base, "num_bucket": 8})
+    written = {**base, "n_layers": 2, "attention": [{"kind": "stick_breaking", "attend_current": True}] * 2}
+    assert MarkovianTransformerConfig.from_dict(written).layer_specs()[0].settings.attend_current is True
+
+
 def test_model_type_mismatch():
     with pytest.raises(ValueError, match="model_type 'mat'"):
         MarkovianTransformerConfig.from_dict({**BASE, "model_type": "mat"})

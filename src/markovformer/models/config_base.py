@@ -18,10 +18,6 @@ def suggest(key: str, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def unknown_key_message(owner: str, key: str, known: list[str]) -> str:
-    return f"{owner} has no field {key!r}{suggest(key, known)}"
-
-
 @dataclasses.dataclass
 class ModelConfig:
     """Base for model configs: subclasses are dataclasses that validate themselves in ``__post_init__``.
@@ -35,6 +31,12 @@ class ModelConfig:
     model_type: ClassVar[str] = "base"
     renamed_fields: ClassVar[dict[str, str]] = {}
     dropped_fields: ClassVar[dict[str, tuple[Any, str]]] = {}
+
+    @classmethod
+    def unknown_key_hint(cls, key: str) -> str:
+        """What an error about the unknown field ``key`` adds: a spelling suggestion; a family whose options also
+        live elsewhere (per layer) says where."""
+        return suggest(key, [field.name for field in dataclasses.fields(cls)])
 
     def layer_kinds(self) -> list[str]:
         """The attention kind of each layer; empty for a family not built from the registry's attention kinds."""
@@ -68,7 +70,7 @@ class ModelConfig:
         known = [field.name for field in dataclasses.fields(cls)]
         for key in values:
             if key not in known:
-                raise ValueError(unknown_key_message(cls.__name__, key, known))
+                raise ValueError(f"{cls.__name__} has no field {key!r}{cls.unknown_key_hint(key)}")
         return cls(**values)
 
     def replace(self: ConfigT, **changes: Any) -> ConfigT:

@@ -121,7 +121,8 @@ def build_dataclass(cls: type, values: dict[str, Any], prefix: str) -> Any:
     kwargs = {}
     for key, value in values.items():
         if key not in fields:
-            raise ConfigError(f"unknown key {prefix}.{str(key)[:200]}{suggest(key, fields)}")
+            hint = cls.unknown_key_hint(key) if hasattr(cls, "unknown_key_hint") else suggest(key, fields)
+            raise ConfigError(f"unknown key {prefix}.{str(key)[:200]}{hint}")
         kwargs[key] = coerce(value, hints[key], f"{prefix}.{key}")
     missing = [name for name, f in fields.items() if name not in kwargs and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 
 from markovformer.layers.ffn import FFNS
 from markovformer.layers.gru import INJECTION_KINDS
@@ -183,6 +184,21 @@ class MarkovianTransformerConfig(ModelConfig):
                 fail(field, "must be >= 0")
 
         self._layer_specs = self._resolve_layer_specs()
+
+    @classmethod
+    def unknown_key_hint(cls, key: str) -> str:
+        """An option that only some attention kinds read (``attend_current``, ``num_buckets``, ...) is set in the
+        layers' own entries, not as a flat field: say so, with the entry to write (also for a near miss)."""
+        fields = [field.name for field in dataclasses.fields(cls)]
+        per_layer = sorted({name for kind in ATTENTION_KINDS for name in attention_option_names(kind)} - set(fields))
+        close = difflib.get_close_matches(str(key), fields + per_layer, n=1)
+        option = key if key in per_layer else (close[0] if close and close[0] in per_layer else None)
+        if option is None:
+            return super().unknown_key_hint(key)
+        kinds = [kind for kind in ATTENTION_KINDS if option in attention_option_names(kind)]
+        where = (f"{option!r} is an option of attention kind {' / '.join(map(repr, kinds))}, set per layer: "
+                 f"attention: [{{kind: {kinds[0]}, {option}: ...}}, ...] (one entry per layer)")  # fmt: skip
+        return f": {where}" if option == key else f" (did you mean {option!r}? {where})"
 
     def layer_kinds(self) -> list[str]:
         """The attention kind of each layer."""
