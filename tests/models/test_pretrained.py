@@ -12,6 +12,7 @@ from markovformer import (
     MarkovianTransformerForSequenceClassification,
     MarkovianTransformerForTokenClassification,
 )
+from markovformer.layers.registry import ATTENTION_KINDS, build_attention
 
 SMALL = dict(d_model=16, n_layers=2, n_heads=2, num_labels=3)
 FEATURES = dict(num_features=16, chunk_size=4)  # the random-feature kinds' small sizes
@@ -107,3 +108,33 @@ def test_every_family_initialises_linear_and_embedding_weights_from_its_config()
                                                    initializer_range=0.5))  # fmt: skip
     assert abs(float(model.embed.weight.detach().std()) - 0.5) < 0.05
     assert float(model.gate_proj[0].bias.detach().abs().max()) == 0.0
+
+
+def _kind_model_section(kind: str) -> dict:
+    """A one-layer model section of attention kind ``kind`` that builds (the options some kinds require)."""
+    section = {"vocab_size": 11, "d_model": 16, "n_heads": 2, "n_layers": 1, "attention": kind, "position": "none"}
+    if kind == "linformer":
+        section.update(causal=False, max_positions=8)
+    return section
+
+
+@pytest.mark.parametrize("kind", sorted(ATTENTION_KINDS))
+def test_the_model_init_keeps_what_each_attention_kind_initialises_itself(kind):
+    """A layer's deliberate start (FoX's forget-gate biases 1..5, a decay's fixed rates, ...) is what two builds with
+    different seeds agree on; the model's init (normal weights, zero Linear biases) must leave it as the layer set it.
+    It did not for FoX: its gate was an nn.Linear, and the model's init zeroed the biases (every gate at 0.5)."""
+    section = _kind_model_section(kind)
+    shared = {k: section.get(k, True) for k in ("d_model", "n_heads", "causal")} | {"rotary": False}
+    layers = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        layers.append(build_attention(kind, **shared, **{k: v for k, v in section.items() if k == "max_positions"}))
+    alone = dict(layers[0].named_parameters())
+    chosen = {name: value for name, value in alone.items()
+              if torch.equal(value, dict(layers[1].named_parameters())[name])}  # fmt: skip
+    config = MarkovianTransformerConfig(**section)
+    model = (MarkovianTransformerForCausalLM if config.causal else MarkovianTransformerForTokenClassification)(config)
+    in_model = dict(model.model.blocks[0].attention.named_parameters())
+    assert set(in_model) == set(alone)
+    changed = [name for name, value in chosen.items() if not torch.equal(in_model[name], value)]
+    assert not changed, f"{kind}: the model's init changed the layer's own start of {changed}"
