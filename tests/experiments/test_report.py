@@ -123,3 +123,21 @@ def test_unknown_experiment_gets_a_suggestion(tmp_path):
     with pytest.raises(ValueError, match="did you mean 'landscape'"):
         run_experiment("landscap", tmp_path)
     assert {"weight-tying", "landscape"} <= set(EXPERIMENTS)
+
+
+def test_the_report_says_which_code_computed_its_cells(tmp_path):
+    def run(keys, code):
+        report = ExperimentReport(tmp_path, "t", log=lambda line: None)
+        report.code = code
+        for key in keys:
+            report.cached(key, lambda: 1)
+        return report.write().read_text()
+
+    old, new = {"markovformer": "0.1.0", "git_commit": "a" * 40}, {"markovformer": "0.1.0", "git_commit": "b" * 40}
+    assert run(["x", "y"], old).rstrip().endswith("*2 cells, all computed by markovformer 0.1.0, commit aaaaaaaaaa.*")
+    (tmp_path / "cells" / "y.json").write_text(json.dumps({"settings": {}, "result": 1}))  # stored before codes
+    text = run(["x", "y", "z"], new)  # x and y reused, z computed by the new code
+    assert "3 cells, computed by 3 versions of the code" in text
+    assert "commit aaaaaaaaaa: 1" in text and "commit bbbbbbbbbb: 1" in text
+    assert "code not recorded (stored before cells kept it): 1" in text
+    assert "`--recompute PATTERN`" in text

@@ -8,6 +8,7 @@ import json
 import math
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,27 @@ def revisions_of(section: dict) -> dict:
     recomputes the cells it made wrong."""
     revisions = kind_revisions(section["attention"]) if "attention" in section else {}
     return {"revisions": revisions} if revisions else {}
+
+
+def code_provenance(cell_code: dict[str, dict | None]) -> str:
+    """The report's closing line: which code computed its cells (``cell_code``: key -> ``code_version()`` or None
+    for a cell stored before cells recorded it), so that a report mixing cells from before and after a fix says so."""
+
+    def name(code: dict | None) -> str:
+        if code is None:
+            return "code not recorded (stored before cells kept it)"
+        commit = code.get("git_commit")
+        if commit is None:
+            return f"markovformer {code.get('markovformer')}, no git commit"
+        dirty = "+dirty" if commit.endswith("+dirty") else ""
+        return f"markovformer {code.get('markovformer')}, commit {commit[:10]}{dirty}"
+
+    counts = Counter(name(code) for code in cell_code.values())
+    if len(counts) == 1:
+        return f"*{len(cell_code)} cells, all computed by {next(iter(counts))}.*"
+    listed = "; ".join(f"{label}: {count}" for label, count in counts.most_common())
+    return (f"*{len(cell_code)} cells, computed by {len(counts)} versions of the code ({listed}). A cell computed "
+            "before a fix to what it measures is stale: `--recompute PATTERN` computes it again.*")
 
 
 def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[str], None] = print) -> list[Path]:
@@ -106,6 +128,7 @@ class ExperimentReport:
         self.cells_seen = 0
         self.cell_seconds: list[float] = []  # wall time of each cell computed (not reused) by this run
         self.code = code_version()  # read at the start: the checkout may change while the cells compute
+        self.cell_code: dict[str, dict | None] = {}  # the code each cell of this run came from (None: not recorded)
 
     def expect_cells(self, count: int) -> None:
         """Announce how many ``cached`` calls are coming, for the ``cell i/N`` progress lines."""
@@ -131,6 +154,7 @@ class ExperimentReport:
             stored = json.loads(path.read_text())
             if stored.get("settings") == settings:
                 self.log(f"{self._progress(key)}: done earlier, read from {path}")
+                self.cell_code[key] = stored.get("code")
                 return stored["result"]
             self.log(f"  {key}: stored under other settings, recomputing")
         self.log(self._progress(key))
@@ -140,6 +164,7 @@ class ExperimentReport:
         path.parent.mkdir(exist_ok=True)
         stored = {"settings": settings, "code": self.code, "result": value}
         atomic_write_text(path, json.dumps(stored, indent=1) + "\n")
+        self.cell_code[key] = self.code
         return value
 
     def text(self, markdown: str) -> None:
@@ -154,6 +179,7 @@ class ExperimentReport:
 
     def write(self) -> Path:
         """Write ``report.md`` and ``results.json``; returns the report's path."""
-        body = f"# {self.title}\n\n" + "\n\n".join(self.sections) + "\n"
+        sections = self.sections + ([code_provenance(self.cell_code)] if self.cell_code else [])
+        body = f"# {self.title}\n\n" + "\n\n".join(sections) + "\n"
         atomic_write_text(self.out_dir / "results.json", json.dumps(self.results, indent=2) + "\n")
         return atomic_write_text(self.out_dir / "report.md", body)
