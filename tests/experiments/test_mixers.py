@@ -204,13 +204,17 @@ def test_cells_trained_before_a_kinds_fix_are_recomputed_and_others_reused(tmp_p
 
     overrides = {"tasks": ["mqar"], "kinds": ["softmax", "forgetting"], "widths": [32], "steps": 2,
                  "warmup_steps": 1, "val_examples": 8, "test_examples": 8, "lrs": [1e-3]}  # fmt: skip
-    run_experiment("mixers", tmp_path, quick=True, overrides=overrides, log=lambda line: None)
+    for kind in overrides["kinds"]:  # one process per kind into the same folder, then one run with both
+        run_experiment("mixers", tmp_path, quick=True, overrides={**overrides, "kinds": [kind]}, log=lambda line: None)
+    messages = []
+    run_experiment("mixers", tmp_path, quick=True, overrides=overrides, log=messages.append)
+    assert sum("done earlier" in m for m in messages) == 2
     (fox,) = (tmp_path / "cells").glob("*forgetting*.json")
     stored = json.loads(fox.read_text())
     assert stored["settings"]["revisions"] == {"forgetting": 2}  # FoX's forget-gate init fix (8988a4e)
     del stored["settings"]["revisions"]  # as a cell stored before that fix
     fox.write_text(json.dumps(stored))
-    messages = []
+    messages.clear()
     run_experiment("mixers", tmp_path, quick=True, overrides=overrides, log=messages.append)
     assert [m for m in messages if "recomputing" in m] == [f"  {fox.stem}: stored under other settings, recomputing"]
     assert sum("done earlier" in m for m in messages) == 1  # softmax, never revised, keeps its key and its cell
