@@ -1,5 +1,5 @@
 """A GPU accelerator that this torch cannot use, or several nodes without a multi-node launch, are refused on one
-line before any work, saying how to get one."""
+line before any work, saying how to get one. What a run records names the code's commit, and only a checkout's."""
 
 from __future__ import annotations
 
@@ -73,3 +73,42 @@ def test_train_refuses_several_nodes_on_one_machine_before_writing_anything(tmp_
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "trainer.num_nodes=2 needs a multi-node launch" in error[0]
     assert not run_dir.exists()
+
+
+def test_git_commit_names_a_checkouts_commit_marks_edits_and_ignores_an_installed_copy(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+
+    import markovformer
+    from markovformer.training.environment import git_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    package = tmp_path / "src" / "markovformer"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("x = 1\n")
+    installed = tmp_path / ".venv" / "markovformer"  # a non-editable install inside the repository
+    installed.mkdir(parents=True)
+    (installed / "__init__.py").write_text("x = 1\n")
+    (tmp_path / ".gitignore").write_text(".venv/\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    head = git("rev-parse", "HEAD").strip()
+
+    def commit_of(init_file):
+        monkeypatch.setattr(markovformer, "__file__", str(init_file))
+        git_commit.cache_clear()
+        return git_commit()
+
+    try:
+        assert commit_of(package / "__init__.py") == head
+        assert commit_of(installed / "__init__.py") is None  # the repository's commit is not the copy's
+        (package / "__init__.py").write_text("x = 2\n")
+        assert commit_of(package / "__init__.py") == head + "+dirty"
+    finally:
+        git_commit.cache_clear()

@@ -95,13 +95,16 @@ def environment_record() -> dict:
 @functools.cache
 def git_commit() -> str | None:
     """The commit of markovformer's source checkout, ``+dirty`` when its tracked files differ from it; None when
-    it is not a git checkout (an installed wheel) or git is missing."""
+    the imported package is not a git checkout's tracked files (an installed copy, even one inside a repository's
+    virtual environment) or git is missing."""
     import markovformer
 
     source = Path(markovformer.__file__).resolve().parent
     try:
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "__init__.py"], cwd=source,
+                                 capture_output=True, text=True, timeout=5)  # fmt: skip
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True, timeout=5)
-        if head.returncode != 0:
+        if tracked.returncode != 0 or head.returncode != 0:
             return None
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "."], cwd=source,
                                 capture_output=True, text=True, timeout=10)  # fmt: skip
