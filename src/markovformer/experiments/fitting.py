@@ -1,8 +1,10 @@
-"""The small training loop of the testbed experiments: fresh samples every step, no dataset, no checkpoints.
+"""The small training loop of the testbed experiments: fresh samples every step, no dataset, no logs.
 
 The experiments train many tiny models on an endless stream of generated sequences, where the engine's
 Lightning runs (datasets, checkpoints, logs) would cost more than the training itself. Each fit is one cell of an
-experiment; an interrupted experiment resumes cell by cell (``ExperimentReport.cached``).
+experiment; an interrupted experiment resumes cell by cell (``ExperimentReport.cached``), and a fit inside a cell
+keeps its progress (``FitCheckpoint``, about once a minute), so a cell killed after 40 of its 45 minutes resumes
+at its last save, with the weights, optimiser, schedule and batch stream an uninterrupted fit would have had.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from markovformer.atomic import atomic_write
 from markovformer.training.optim import DECAYS, lr_multiplier
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -53,6 +57,21 @@ def plateau_from(patience: int, min_delta: float) -> Plateau | None:
     return Plateau(patience, min_delta) if patience > 0 else None
 
 
+@dataclass(frozen=True)
+class FitCheckpoint:
+    """Where a fit keeps its progress: ``path`` (written whole, at most every ``every_seconds`` and at each
+    evaluation), and ``identity``, what the fit that may resume from it must match (its cell's settings; the fit's
+    own arguments are added). A file of another identity is ignored and overwritten."""
+
+    path: Path
+    identity: dict
+    every_seconds: float = 60.0
+
+
+def _cuda_rng() -> list[Tensor] | None:
+    return torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+
 @contextmanager
 def one_intra_op_thread() -> Iterator[None]:
     """Tiny models run thousands of small ops: one intra-op thread is faster than several, and immune to the
@@ -81,6 +100,7 @@ def fit_on_stream(
     log: Callable[[str], None] | None = None,
     label: str = "",
     plateau: Plateau | None = None,
+    checkpoint: FitCheckpoint | None = None,
 ) -> FitResult:
     """``optimizer`` "adamw" (no weight decay) or "sgd" (plain gradient steps, the discrete gradient flow of the
     theory) after a linear warm-up, at a constant rate (``decay`` "constant") or decaying to a tenth of ``lr`` at
@@ -89,6 +109,10 @@ def fit_on_stream(
     ``evaluate()`` (a held-out loss, say) runs at step 0, every ``eval_every`` steps and at the end, in eval mode
     without gradients. The batch stream is seeded with ``seed``; the model's initialisation is the caller's.
     With ``plateau``, training stops after the evaluation at which the held-out value has flattened.
+
+    ``checkpoint`` (default: the one ``ExperimentReport.cached`` gives the fits of the cell it computes, none
+    outside a cell): a fit killed midway resumes from the last save and ends exactly as an uninterrupted one would
+    (same weights, evaluations and curve); ``seconds`` counts the time of every attempt.
     """
     if steps < 1 or eval_every < 1:
         raise ValueError(f"steps and eval_every must be >= 1; got steps={steps}, eval_every={eval_every}")
@@ -105,6 +129,38 @@ def fit_on_stream(
     generator = torch.Generator().manual_seed(seed)
     result = FitResult()
     start = time.perf_counter()
+    if checkpoint is None:
+        from markovformer.experiments.report import next_fit_checkpoint  # the cell being computed, if any
+
+        checkpoint = next_fit_checkpoint()
+    identity = None
+    if checkpoint is not None:
+        identity = {**checkpoint.identity, "fit": {"steps": steps, "lr": lr, "seed": seed, "eval_every": eval_every,
+                                                    "optimizer": optimizer, "warmup_steps": warmup_steps,
+                                                    "decay": decay}}  # fmt: skip
+    first_step = 1
+    saved = _load_fit_state(checkpoint, identity, label, log)
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        optim.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        generator.set_state(saved["generator"])
+        torch.set_rng_state(saved["torch_rng"])
+        if saved["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
+        result.steps, result.evaluations = list(saved["steps"]), list(saved["evaluations"])
+        start -= saved["seconds"]
+        first_step = saved["step"] + 1
+    last_save = time.perf_counter()
+
+    def save(step: int) -> None:
+        nonlocal last_save
+        state = {"identity": identity, "step": step, "model": model.state_dict(), "optimizer": optim.state_dict(),
+                 "schedule": schedule.state_dict(), "generator": generator.get_state(),
+                 "torch_rng": torch.get_rng_state(), "cuda_rng": _cuda_rng(), "steps": result.steps,
+                 "evaluations": result.evaluations, "seconds": time.perf_counter() - start}  # fmt: skip
+        atomic_write(checkpoint.path, lambda temporary: torch.save(state, temporary))
+        last_save = time.perf_counter()
 
     def record(step: int) -> None:
         model.eval()
@@ -117,9 +173,10 @@ def fit_on_stream(
             log(f"  {label} step {step:>6}/{steps}: held-out {value:.4f}  ({time.perf_counter() - start:.0f}s)")
 
     with one_intra_op_thread():
-        record(0)
+        if first_step == 1:
+            record(0)
         model.train()
-        for step in range(1, steps + 1):
+        for step in range(first_step, steps + 1):
             loss = loss_on_batch(sample_batch(generator))
             if not torch.isfinite(loss):  # a diverged model scores as if it had learned nothing: no number at all
                 raise FloatingPointError(f"{label or 'fit_on_stream'}: the training loss is {loss.item()} at step "
@@ -128,15 +185,34 @@ def fit_on_stream(
             loss.backward()
             optim.step()
             schedule.step()
-            if step % eval_every == 0 or step == steps:
+            evaluated = step % eval_every == 0 or step == steps
+            if evaluated:
                 record(step)
                 if plateau is not None and step < steps and plateau.reached(result.evaluations):
                     result.stopped_early = True
                     if log is not None:
                         log(f"  {label} stopped at step {step}: the held-out value has flattened")
                     break
+            if checkpoint is not None and step < steps and (
+                    evaluated or time.perf_counter() - last_save >= checkpoint.every_seconds):  # fmt: skip
+                save(step)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _load_fit_state(checkpoint: FitCheckpoint | None, identity: dict | None, label: str,
+                    log: Callable[[str], None] | None) -> dict | None:  # fmt: skip
+    """The saved state of ``checkpoint`` when it is this fit's (same ``identity``), else None (said in ``log``)."""
+    if checkpoint is None or not checkpoint.path.is_file():
+        return None
+    saved = torch.load(checkpoint.path, map_location="cpu", weights_only=True)
+    if saved.get("identity") != identity:
+        if log is not None:
+            log(f"  {label}: the saved progress in {checkpoint.path} is of other settings; starting over")
+        return None
+    if log is not None:
+        log(f"  {label}: resuming at step {saved['step']} from {checkpoint.path}")
+    return saved
 
 
 def steps_to_reach(result: FitResult, target: float, tolerance: float) -> int | None:

@@ -1,8 +1,10 @@
 """What every experiment writes: ``report.md`` (tables, text, figures), ``results.json`` (the numbers), and one
-cached JSON per finished cell under ``cells/`` so a killed experiment resumes where it stopped."""
+cached JSON per finished cell under ``cells/`` so a killed experiment resumes where it stopped; while a cell
+computes, its fits keep their progress beside it (``cells/KEY.fitN.partial.pt``), so a killed cell resumes too."""
 
 from __future__ import annotations
 
+import contextvars
 import fnmatch
 import json
 import math
@@ -10,12 +12,16 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from markovformer.atomic import atomic_write_text
 from markovformer.layers.registry import kind_revisions
 from markovformer.training.environment import code_version
+
+if TYPE_CHECKING:
+    from markovformer.experiments.fitting import FitCheckpoint
 
 
 def _cell(value: Any) -> str:
@@ -50,6 +56,30 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+@dataclass
+class _CellInProgress:
+    cells: Path
+    key: str
+    settings: Any
+    fits: int = 0
+
+
+_CELL: contextvars.ContextVar[_CellInProgress | None] = contextvars.ContextVar("experiment_cell", default=None)
+PARTIAL = re.compile(r"(?P<key>.+)\.fit\d+\.partial\.pt")
+
+
+def next_fit_checkpoint() -> FitCheckpoint | None:
+    """Where the next fit of the cell that ``ExperimentReport.cached`` is computing keeps its progress (the n-th
+    fit of cell KEY: ``cells/KEY.fit<n>.partial.pt``, valid for the cell's settings); None outside a cell."""
+    from markovformer.experiments.fitting import FitCheckpoint  # fitting reads this module; imported late
+
+    cell = _CELL.get()
+    if cell is None:
+        return None
+    cell.fits += 1
+    return FitCheckpoint(cell.cells / f"{cell.key}.fit{cell.fits - 1}.partial.pt", {"cell": cell.settings})
+
+
 def revisions_of(section: dict) -> dict:
     """What a cell that trains the model ``section`` adds to its ``depends_on``: the revisions of its attention kinds
     (``{"revisions": {kind: n}}``, nothing for kinds never revised), so that a fix that raises a kind's revision
@@ -80,21 +110,25 @@ def code_provenance(cell_code: dict[str, dict | None]) -> str:
 
 
 def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[str], None] = print) -> list[Path]:
-    """Delete the cached cells of ``out_dir`` whose keys match any of the glob ``patterns`` (``*forgetting*``), so
-    that the next run recomputes them; returns the deleted paths. Raises ValueError, deleting nothing, when a
-    pattern matches no cell (a typo would otherwise reuse every stale cell it was meant to catch)."""
-    cells = sorted((Path(out_dir) / "cells").glob("*.json"))
+    """Delete the cached cells of ``out_dir`` whose keys match any of the glob ``patterns`` (``*forgetting*``), and
+    their fits' saved progress, so that the next run computes them from the start; returns the deleted paths.
+    Raises ValueError, deleting nothing, when a pattern matches no cell (a typo would otherwise reuse every stale
+    cell it was meant to catch)."""
+    folder = Path(out_dir) / "cells"
+    files = {path: path.stem for path in folder.glob("*.json")}  # each file -> the key of its cell
+    files |= {path: match["key"] for path in folder.glob("*.partial.pt") if (match := PARTIAL.fullmatch(path.name))}
     chosen: dict[Path, None] = {}
     for pattern in patterns:
-        matched = [cell for cell in cells if fnmatch.fnmatchcase(cell.stem, pattern)]
+        matched = [path for path, key in sorted(files.items()) if fnmatch.fnmatchcase(key, pattern)]
         if not matched:
-            known = ", ".join(cell.stem for cell in cells[:5]) + (", ..." if len(cells) > 5 else "")
-            raise ValueError(f"recompute pattern {pattern!r} matches no cell in {Path(out_dir) / 'cells'}"
-                             + (f" (cells there: {known})" if cells else " (it holds none)"))  # fmt: skip
+            keys = sorted(set(files.values()))
+            known = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
+            raise ValueError(f"recompute pattern {pattern!r} matches no cell in {folder}"
+                             + (f" (cells there: {known})" if keys else " (it holds none)"))  # fmt: skip
         chosen.update(dict.fromkeys(matched))
-    for cell in chosen:
-        cell.unlink()
-        log(f"  {cell.stem}: removed, to be recomputed")
+    for path in chosen:
+        path.unlink()
+        log(f"  {path.name}: removed, to be recomputed")
     return list(chosen)
 
 
@@ -159,11 +193,18 @@ class ExperimentReport:
             self.log(f"  {key}: stored under other settings, recomputing")
         self.log(self._progress(key))
         start = time.perf_counter()
-        value = compute()
-        self.cell_seconds.append(time.perf_counter() - start)
         path.parent.mkdir(exist_ok=True)
+        token = _CELL.set(_CellInProgress(path.parent, key, settings))
+        try:
+            value = compute()
+        finally:
+            _CELL.reset(token)
+        self.cell_seconds.append(time.perf_counter() - start)
         stored = {"settings": settings, "code": self.code, "result": value}
         atomic_write_text(path, json.dumps(stored, indent=1) + "\n")
+        for partial in path.parent.glob(f"{key}.fit*.partial.pt"):  # the cell is whole: its fits' progress goes
+            if PARTIAL.fullmatch(partial.name)["key"] == key:
+                partial.unlink(missing_ok=True)
         self.cell_code[key] = self.code
         return value
 
