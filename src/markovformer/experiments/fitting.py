@@ -68,8 +68,17 @@ class FitCheckpoint:
     every_seconds: float = 60.0
 
 
-def _cuda_rng() -> list[Tensor] | None:
-    return torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+def _rng_states(generator: torch.Generator) -> dict:
+    """The random states a fit's next steps draw from: its batch stream, torch's (dropout) and CUDA's."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return {"generator": generator.get_state(), "torch_rng": torch.get_rng_state(), "cuda_rng": cuda}
+
+
+def _set_rng_states(generator: torch.Generator, saved: dict) -> None:
+    generator.set_state(saved["generator"])
+    torch.set_rng_state(saved["torch_rng"])
+    if saved["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(saved["cuda_rng"])
 
 
 @contextmanager
@@ -133,21 +142,15 @@ def fit_on_stream(
         from markovformer.experiments.report import next_fit_checkpoint  # the cell being computed, if any
 
         checkpoint = next_fit_checkpoint()
-    identity = None
-    if checkpoint is not None:
-        identity = {**checkpoint.identity, "fit": {"steps": steps, "lr": lr, "seed": seed, "eval_every": eval_every,
-                                                    "optimizer": optimizer, "warmup_steps": warmup_steps,
-                                                    "decay": decay}}  # fmt: skip
+    identity = checkpoint and {**checkpoint.identity, "fit": {
+        "steps": steps, "lr": lr, "seed": seed, "eval_every": eval_every, "optimizer": optimizer,
+        "warmup_steps": warmup_steps, "decay": decay}}  # fmt: skip
+    trained = {"model": model, "optimizer": optim, "schedule": schedule}  # what a save holds, with the RNGs
     first_step = 1
-    saved = _load_fit_state(checkpoint, identity, label, log)
-    if saved is not None:
-        model.load_state_dict(saved["model"])
-        optim.load_state_dict(saved["optimizer"])
-        schedule.load_state_dict(saved["schedule"])
-        generator.set_state(saved["generator"])
-        torch.set_rng_state(saved["torch_rng"])
-        if saved["cuda_rng"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(saved["cuda_rng"])
+    if (saved := _load_fit_state(checkpoint, identity, label, log)) is not None:
+        for name, part in trained.items():
+            part.load_state_dict(saved[name])
+        _set_rng_states(generator, saved)
         result.steps, result.evaluations = list(saved["steps"]), list(saved["evaluations"])
         start -= saved["seconds"]
         first_step = saved["step"] + 1
@@ -155,10 +158,9 @@ def fit_on_stream(
 
     def save(step: int) -> None:
         nonlocal last_save
-        state = {"identity": identity, "step": step, "model": model.state_dict(), "optimizer": optim.state_dict(),
-                 "schedule": schedule.state_dict(), "generator": generator.get_state(),
-                 "torch_rng": torch.get_rng_state(), "cuda_rng": _cuda_rng(), "steps": result.steps,
-                 "evaluations": result.evaluations, "seconds": time.perf_counter() - start}  # fmt: skip
+        state = {"identity": identity, "step": step, **{name: part.state_dict() for name, part in trained.items()},
+                 **_rng_states(generator), "steps": result.steps, "evaluations": result.evaluations,
+                 "seconds": time.perf_counter() - start}  # fmt: skip
         atomic_write(checkpoint.path, lambda temporary: torch.save(state, temporary))
         last_save = time.perf_counter()
 
