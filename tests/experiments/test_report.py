@@ -134,6 +134,7 @@ def test_the_report_says_which_code_computed_its_cells(tmp_path):
         return report.write().read_text()
 
     old, new = {"markovformer": "0.1.0", "git_commit": "a" * 40}, {"markovformer": "0.1.0", "git_commit": "b" * 40}
+    assert run(["x"], old).rstrip().endswith("*1 cell, computed by markovformer 0.1.0, commit aaaaaaaaaa.*")
     assert run(["x", "y"], old).rstrip().endswith("*2 cells, all computed by markovformer 0.1.0, commit aaaaaaaaaa.*")
     (tmp_path / "cells" / "y.json").write_text(json.dumps({"settings": {}, "result": 1}))  # stored before codes
     text = run(["x", "y", "z"], new)  # x and y reused, z computed by the new code

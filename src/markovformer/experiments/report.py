@@ -102,6 +102,8 @@ def code_provenance(cell_code: dict[str, dict | None]) -> str:
         return f"markovformer {code.get('markovformer')}, commit {commit[:10]}{dirty}"
 
     counts = Counter(name(code) for code in cell_code.values())
+    if len(cell_code) == 1:
+        return f"*1 cell, computed by {next(iter(counts))}.*"
     if len(counts) == 1:
         return f"*{len(cell_code)} cells, all computed by {next(iter(counts))}.*"
     listed = "; ".join(f"{label}: {count}" for label, count in counts.most_common())
