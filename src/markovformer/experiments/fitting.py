@@ -9,12 +9,15 @@ at its last save, with the weights, optimiser, schedule and batch stream an unin
 
 from __future__ import annotations
 
+import contextvars
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +69,31 @@ class FitCheckpoint:
     path: Path
     identity: dict
     every_seconds: float = 60.0
+
+
+# the cell that ``ExperimentReport.cached`` is computing: its fits keep their progress beside it
+_CELL: contextvars.ContextVar[dict | None] = contextvars.ContextVar("experiment_cell", default=None)
+PARTIAL = re.compile(r"(?P<key>.+)\.fit\d+\.partial\.pt")  # the n-th fit's progress of cell KEY
+
+
+@contextmanager
+def checkpoints_for_cell(folder: Path, key: str, settings: Any) -> Iterator[None]:
+    """While cell ``key`` computes, its n-th fit keeps its progress in ``folder/KEY.fit<n>.partial.pt``, valid for
+    the cell's ``settings`` (``next_fit_checkpoint``)."""
+    token = _CELL.set({"folder": Path(folder), "key": key, "settings": settings, "fits": 0})
+    try:
+        yield
+    finally:
+        _CELL.reset(token)
+
+
+def next_fit_checkpoint() -> FitCheckpoint | None:
+    """The checkpoint of the next fit of the cell being computed (``checkpoints_for_cell``); None outside a cell."""
+    cell = _CELL.get()
+    if cell is None:
+        return None
+    cell["fits"] += 1
+    return FitCheckpoint(cell["folder"] / f"{cell['key']}.fit{cell['fits'] - 1}.partial.pt", {"cell": cell["settings"]})
 
 
 def _rng_states(generator: torch.Generator) -> dict:
@@ -138,10 +166,7 @@ def fit_on_stream(
     generator = torch.Generator().manual_seed(seed)
     result = FitResult()
     start = time.perf_counter()
-    if checkpoint is None:
-        from markovformer.experiments.report import next_fit_checkpoint  # the cell being computed, if any
-
-        checkpoint = next_fit_checkpoint()
+    checkpoint = checkpoint or next_fit_checkpoint()  # by default, the cell being computed keeps it
     identity = checkpoint and {**checkpoint.identity, "fit": {
         "steps": steps, "lr": lr, "seed": seed, "eval_every": eval_every, "optimizer": optimizer,
         "warmup_steps": warmup_steps, "decay": decay}}  # fmt: skip

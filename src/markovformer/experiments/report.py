@@ -4,7 +4,6 @@ computes, its fits keep their progress beside it (``cells/KEY.fitN.partial.pt``)
 
 from __future__ import annotations
 
-import contextvars
 import fnmatch
 import json
 import math
@@ -12,16 +11,13 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from markovformer.atomic import atomic_write_text
+from markovformer.experiments.fitting import PARTIAL, checkpoints_for_cell
 from markovformer.layers.registry import kind_revisions
 from markovformer.training.environment import code_version
-
-if TYPE_CHECKING:
-    from markovformer.experiments.fitting import FitCheckpoint
 
 
 def _cell(value: Any) -> str:
@@ -54,30 +50,6 @@ def format_duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
-
-
-@dataclass
-class _CellInProgress:
-    cells: Path
-    key: str
-    settings: Any
-    fits: int = 0
-
-
-_CELL: contextvars.ContextVar[_CellInProgress | None] = contextvars.ContextVar("experiment_cell", default=None)
-PARTIAL = re.compile(r"(?P<key>.+)\.fit\d+\.partial\.pt")
-
-
-def next_fit_checkpoint() -> FitCheckpoint | None:
-    """Where the next fit of the cell that ``ExperimentReport.cached`` is computing keeps its progress (the n-th
-    fit of cell KEY: ``cells/KEY.fit<n>.partial.pt``, valid for the cell's settings); None outside a cell."""
-    from markovformer.experiments.fitting import FitCheckpoint  # fitting reads this module; imported late
-
-    cell = _CELL.get()
-    if cell is None:
-        return None
-    cell.fits += 1
-    return FitCheckpoint(cell.cells / f"{cell.key}.fit{cell.fits - 1}.partial.pt", {"cell": cell.settings})
 
 
 def revisions_of(section: dict) -> dict:
@@ -196,11 +168,8 @@ class ExperimentReport:
         self.log(self._progress(key))
         start = time.perf_counter()
         path.parent.mkdir(exist_ok=True)
-        token = _CELL.set(_CellInProgress(path.parent, key, settings))
-        try:
+        with checkpoints_for_cell(path.parent, key, settings):
             value = compute()
-        finally:
-            _CELL.reset(token)
         self.cell_seconds.append(time.perf_counter() - start)
         stored = {"settings": settings, "code": self.code, "result": value}
         atomic_write_text(path, json.dumps(stored, indent=1) + "\n")
