@@ -99,6 +99,7 @@ def test_recomputing_a_killed_cell_removes_its_saved_progress(tmp_path):
     assert [path.name for path in removed] == ["c.fit0.partial.pt"] and not any((tmp_path / "cells").iterdir())
 
 
+@pytest.mark.slow  # three processes (~25 s each); the kill logic is tested in process above
 def test_a_mixers_cell_killed_by_sigkill_resumes_to_the_uninterrupted_result(tmp_path):
     import os
     import subprocess
