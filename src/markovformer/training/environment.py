@@ -73,9 +73,7 @@ def environment_record() -> dict:
     import numpy
     import torch
 
-    import markovformer
-
-    record = {
+    return {
         "command": sys.argv,
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -86,10 +84,8 @@ def environment_record() -> dict:
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "lightning": lightning.__version__,
         "numpy": numpy.__version__,
-        "markovformer": markovformer.__version__,
-        "git_commit": git_commit(),
+        **code_version(),
     }
-    return record
 
 
 @functools.cache
