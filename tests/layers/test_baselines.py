@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from markovformer.layers import SoftmaxAttention, build_attention
-from markovformer.layers.baselines import HyenaMixer, LinformerAttention, RetNetAttention, S4DMixer
+from markovformer.layers.baselines import H3Mixer, HyenaMixer, LinformerAttention, RetNetAttention, S4DMixer
 from markovformer.layers.baselines.linformer import CAUSAL_MESSAGE
 from markovformer.layers.registry import attention_option_names
 from markovformer.models.markovian_transformer import (
@@ -18,7 +18,7 @@ from markovformer.models.markovian_transformer import (
 )
 
 D_MODEL, HEADS, LENGTH = 16, 4, 11
-CAUSAL_KINDS = ("retnet", "s4d", "hyena", "rwkv", "gru", "scan")
+CAUSAL_KINDS = ("retnet", "s4d", "h3", "hyena", "rwkv", "gru", "scan")
 ALL_KINDS = CAUSAL_KINDS + ("linformer",)
 
 
@@ -28,7 +28,8 @@ def _randn(*shape: int, seed: int = 0) -> torch.Tensor:
 
 def _mixer(kind: str, causal: bool, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    options = {"max_positions": 32, "linformer_k": 5, "chunk_size": 4, "ssm_state_size": 8}
+    options = {"max_positions": 32, "linformer_k": 5, "chunk_size": 4, "ssm_state_size": 8, "shift_taps": 3,
+               "head_dim": 2}  # fmt: skip
     layer = build_attention(kind, d_model=D_MODEL, n_heads=HEADS, causal=causal, rotary=True, **options)
     return layer.double().eval()
 
@@ -102,6 +103,61 @@ def test_s4d_kernel_closed_form_and_lin_init():
         torch.testing.assert_close(kernel[lag], expected.detach())
     for length in (1, 2, 4, 5):
         torch.testing.assert_close(layer.kernel(length), kernel[:length])
+
+
+# --- H3 ------------------------------------------------------------------------------------------------------------
+
+
+def _h3_by_hand(layer: H3Mixer, x: torch.Tensor) -> torch.Tensor:
+    """H3's definition one position and one head at a time: k̄_t = Σ_l f_l k_{t-l} (+ future taps) + D_k k_t,
+    S_t = Σ_s K_{t-s} k̄_sᵀ v_s + D_h k̄_tᵀ v_t per head (K the diagonal SSM's kernel, forward then backward),
+    y_t = q_t S_t, then the output projection."""
+    batch, length, d = x.shape
+    size, heads, taps = layer.head_dim, layer.heads, layer.shift_taps
+    q, k, v = layer.in_proj(x).split(d, dim=-1)
+    shifted = torch.zeros_like(k)
+    for t in range(length):
+        shifted[:, t] = layer.shift_skip * k[:, t]
+        for lag in range(taps):
+            if t - lag >= 0:
+                shifted[:, t] += layer.shift_past[lag] * k[:, t - lag]
+            if layer.shift_future is not None and t + lag + 1 < length:
+                shifted[:, t] += layer.shift_future[lag] * k[:, t + lag + 1]
+    kernel = layer.kv_ssm.kernel(length)  # (T, H) forward channels, then (T, H) backward ones
+    y = torch.zeros_like(x)
+    for t in range(length):
+        for h in range(heads):
+            part = slice(h * size, (h + 1) * size)
+            outer = shifted[:, :, part, None] * v[:, :, None, part]  # (B, T, size, size): the head's k̄_sᵀ v_s
+            state = layer.kv_skip[h] * outer[:, t]
+            for s in range(length):
+                if s <= t:
+                    state = state + kernel[t - s, h] * outer[:, s]
+                elif not layer.causal:  # strictly future lag s - t >= 1 reads the backward SSM at lag s - t - 1
+                    state = state + kernel[s - t - 1, heads + h] * outer[:, s]
+            y[:, t, part] = (q[:, t, part, None] * state).sum(1)
+    return layer.out_proj(y)
+
+
+@pytest.mark.parametrize("head_dim", [1, 2, 4])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_h3_layer_is_its_definition_by_hand(causal, head_dim):
+    torch.manual_seed(0)
+    layer = H3Mixer(d_model=8, causal=causal, head_dim=head_dim, ssm_state_size=4, shift_taps=3).double()
+    with torch.no_grad():  # larger steps than the init, so the SSM's kernel is far from zero over the whole length
+        layer.kv_ssm.log_dt.uniform_(-2.0, 0.0)
+    x = _randn(2, 7, 8, seed=1).requires_grad_()
+    params = [x, *layer.parameters()]
+    got, want = layer(x), _h3_by_hand(layer, x)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    _assert_same_gradients(got, want, params, rtol=1e-8, atol=1e-10)
+    layer.kv_ssm.mode = "recurrent"  # the diagonal SSM step by step: the same layer
+    torch.testing.assert_close(layer(x), want, rtol=1e-9, atol=1e-10)
+
+
+def test_h3_refuses_a_head_size_that_does_not_divide_the_width():
+    with pytest.raises(ValueError, match="head_dim=3: must divide d_model=8"):
+        H3Mixer(d_model=8, head_dim=3)
 
 
 # --- RetNet --------------------------------------------------------------------------------------------------------

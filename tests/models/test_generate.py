@@ -46,6 +46,8 @@ INCREMENTAL = {  # every causal kind but Hyena carries a decoding state: generat
     "retnet": dict(attention="retnet", chunk_size=4),
     "rwkv": dict(attention="rwkv"),
     "s4d": dict(attention="s4d", ssm_state_size=8),
+    "h3": dict(attention=[{"kind": "h3", "ssm_state_size": 8, "shift_taps": 3, "head_dim": 2}, "h3"],
+               ssm_state_size=4),
     "scan": dict(attention="scan"),
     "gru": dict(attention="gru"),
     "gru_injection": dict(attention="markov", max_order=2, gru=True),

@@ -57,6 +57,7 @@ KINDS: dict[str, tuple[str, dict]] = {
     "hybrid_split": ("hybrid split (Markov local + RFF)", {"attention": "hybrid_split", "scope": "local"}),
     "hybrid_parallel": ("hybrid parallel (Markov local + RFF)", {"attention": "hybrid_parallel", "scope": "local"}),
     "s4d": ("S4D", {"attention": "s4d"}),
+    "h3": ("H3", {"attention": "h3"}),
     "retnet": ("RetNet", {"attention": "retnet"}),
     "hyena": ("Hyena", {"attention": "hyena"}),
     "rwkv": ("RWKV", {"attention": "rwkv"}),
@@ -69,10 +70,10 @@ POSITION_KINDS = ("t5_bias", "dynamic_bias", "stick_breaking", "cope")
 MARKOV_KINDS = ("markov_local", "markov_global", "hybrid_split", "hybrid_parallel")
 # The published picture's groups. Zoology's gated convolutions: H3, Hyena, RWKV, RetNet (S4D is its LTI core).
 # Mamba's selective recurrences have input-dependent transitions (our scan, GRU; FoX is their attention analogue);
-# LTI ones have fixed transitions (S4D; RetNet's and RWKV-4's decays are learned but input-independent).
-GATED_CONVOLUTIONS = ("hyena", "rwkv", "retnet", "s4d")
+# LTI ones have fixed transitions (S4D, H3's SSMs; RetNet's and RWKV-4's decays are learned but input-independent).
+GATED_CONVOLUTIONS = ("h3", "hyena", "rwkv", "retnet", "s4d")
 SELECTIVE = ("scan", "gru", "forgetting")
-LTI = ("s4d", "retnet", "rwkv")
+LTI = ("s4d", "h3", "retnet", "rwkv")
 # Zoology's figure 2: sequence length -> key-value pairs (vocabulary 8,192)
 ZOOLOGY_PAIRS = {64: 4, 128: 8, 256: 16, 512: 64}
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from markovformer.layers.baselines import (
     GRUMixer,
+    H3Mixer,
     HyenaMixer,
     LinformerAttention,
     RetNetAttention,
@@ -71,6 +72,13 @@ class RetNetOptions:
 @dataclasses.dataclass(frozen=True)
 class S4DOptions:
     ssm_state_size: int = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class H3Options:
+    head_dim: int = 1  # channels per head of the key-value outer product (the authors' default: 1)
+    ssm_state_size: int = 64
+    shift_taps: int = 64  # the shift SSM's FIR filter length (the authors' d_state)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +165,10 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
     "s4d": AttentionKind(
         S4DOptions,
         lambda shared, o: S4DMixer(d_model=shared["d_model"], causal=shared["causal"], ssm_state_size=o.ssm_state_size),
+    ),
+    "h3": AttentionKind(
+        H3Options,
+        lambda shared, o: H3Mixer(d_model=shared["d_model"], causal=shared["causal"], **dataclasses.asdict(o)),
     ),
     "hyena": AttentionKind(NoOptions, _mixer(HyenaMixer)),
     "rwkv": AttentionKind(NoOptions, _mixer(RWKVTimeMix)),

@@ -10,6 +10,7 @@ Each is registered in ``layers.registry`` under a config string, so ``MarkovianT
 | "linformer" | Wang et al. 2020                        | ``LinformerAttention`` | refused | yes (needs max_position) |
 | "s4d"       | Gu et al. 2022 (S4D-Lin)                | ``S4DMixer``          | yes    | forward + backward SSM |
 | "retnet"    | Sun et al. 2023 (multi-scale retention) | ``RetNetAttention``   | yes    | γ^{abs(n-m)} decay     |
+| "h3"        | Fu et al. 2023 (shift + diagonal SSM)   | ``H3Mixer``           | yes    | two-sided FIR, both SSMs |
 | "hyena"     | Poli et al. 2023 (order 2)              | ``HyenaMixer``        | yes    | two-sided filters     |
 | "rwkv"      | Peng et al. 2023 (RWKV-4 time mix)      | ``RWKVTimeMix``       | yes    | bidirectional WKV     |
 | "gru"       | Cho et al. 2014                         | ``GRUMixer``          | yes    | bidirectional GRU     |
@@ -22,6 +23,7 @@ Their sequence kernels live in ``ops`` beside their naive twins (``ops.long_conv
 "gru" accept padding at either end.
 """
 
+from markovformer.layers.baselines.h3 import H3Mixer
 from markovformer.layers.baselines.hyena import HyenaMixer
 from markovformer.layers.baselines.linformer import LinformerAttention
 from markovformer.layers.baselines.recurrent import GRUMixer, ScanMixer
@@ -31,6 +33,7 @@ from markovformer.layers.baselines.s4d import S4DMixer
 
 __all__ = [
     "GRUMixer",
+    "H3Mixer",
     "HyenaMixer",
     "LinformerAttention",
     "RWKVTimeMix",

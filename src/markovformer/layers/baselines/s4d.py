@@ -28,7 +28,73 @@ from markovformer.ops.s4d import s4d_final_state, s4d_kernel, s4d_recurrence, s4
 S4D_MODES = ("convolution", "recurrent")
 
 
-class S4DMixer(nn.Module):
+class DiagonalSSM(nn.Module):
+    """The S4D-Lin state space model over ``channels`` channels (twice as many when non-causal: the second set reads
+    backwards), without the D term: ``ssm(u)`` for whole sequences, ``ssm_with_state(u, state)`` for decoding.
+    S4D's mixer is one (subclassed, so its parameter names stay as they were); H3 holds one for its key-value
+    products."""
+
+    def __init__(
+        self, *, channels: int, causal: bool = True, ssm_state_size: int = 64, dt_min: float = 1e-3,
+        dt_max: float = 1e-1, mode: str = "convolution",
+    ) -> None:  # fmt: skip
+        super().__init__()
+        if ssm_state_size < 2 or ssm_state_size % 2:
+            raise ValueError(f"ssm_state_size={ssm_state_size}: must be an even integer >= 2 (conjugate pairs)")
+        if mode not in S4D_MODES:
+            raise ValueError(f"mode={mode!r}: expected one of {S4D_MODES}")
+        self.channels, self.causal, self.mode = channels, causal, mode
+        total, modes = channels * (1 if causal else 2), ssm_state_size // 2  # a second SSM reads backwards
+        log_dt = torch.rand(total) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)
+        self.log_dt = nn.Parameter(log_dt)
+        self.log_a_real = nn.Parameter(torch.full((total, modes), math.log(0.5)))
+        self.a_imag = nn.Parameter(math.pi * torch.arange(modes, dtype=torch.float32).expand(total, modes).clone())
+        self.c = nn.Parameter(torch.view_as_real(torch.randn(total, modes, dtype=torch.cfloat)))
+
+    def discretised(self) -> tuple[Tensor, Tensor, Tensor]:
+        """(Δ·A, Ā, C·B̄), each complex (channels, N/2); zero-order hold, in float32 at least (no complex half)."""
+        compute = torch.promote_types(self.log_dt.dtype, torch.float32)
+        a = torch.complex(-torch.exp(self.log_a_real.to(compute)), self.a_imag.to(compute))
+        dt_a = a * torch.exp(self.log_dt.to(compute))[:, None]
+        a_bar = torch.exp(dt_a)
+        return dt_a, a_bar, torch.view_as_complex(self.c.to(compute)) * (a_bar - 1) / a
+
+    def kernel(self, length: int) -> Tensor:
+        """The convolution kernel (length, channels): forward SSM channels first, then the backward ones."""
+        dt_a, _, c_b = self.discretised()
+        return s4d_kernel(dt_a, c_b, length)
+
+    def ssm_with_state(self, u: Tensor, state: dict, key: str = "ssm") -> Tensor:
+        """The causal SSM's output (without D u) for (B, T, channels) inputs from the state ``state[key]`` (zero
+        when absent), leaving the state after the last input there."""
+        dt_a, a_bar, c_b = self.discretised()
+        compute = torch.promote_types(u.dtype, torch.float32)
+        initial = state.get(key)
+        if u.shape[1] == 1 or self.mode == "recurrent":
+            y, state[key] = s4d_recurrence(u.to(compute), a_bar, c_b, initial, output_final_state=True)
+            return y.to(u.dtype)
+        y = long_conv_fft(u, s4d_kernel(dt_a, c_b, u.shape[1]))
+        if initial is not None:
+            y = y + s4d_state_response(initial, dt_a, c_b, u.shape[1]).to(y.dtype)
+        state[key] = s4d_final_state(u.to(compute), dt_a, initial)
+        return y
+
+    def ssm(self, u: Tensor) -> Tensor:
+        """The SSM's output (without D u) for (B, T, channels) inputs, in the current ``mode``."""
+        c = self.channels
+        if self.mode == "convolution":
+            kernel = self.kernel(u.shape[1])
+            return long_conv_fft(u, kernel[:, :c], None if self.causal else kernel[:, c:])
+        _, a_bar, c_b = self.discretised()
+        compute = torch.promote_types(u.dtype, torch.float32)
+        y = s4d_recurrence(u.to(compute), a_bar[:c], c_b[:c])
+        if not self.causal:  # future lags l >= 1: the backward recurrence over the reversed input, one step later
+            backward = s4d_recurrence(u.to(compute).flip(1), a_bar[c:], c_b[c:]).flip(1)
+            y = y + F.pad(backward[:, 1:], (0, 0, 0, 1))
+        return y.to(u.dtype)
+
+
+class S4DMixer(DiagonalSSM):
     """S4D sequence mixer: (B, T, D) -> (B, T, D); ``ssm_state_size`` N counts real dimensions (N/2 complex modes).
     A causal one decodes from the SSM state x (``state["ssm"]``, complex (B, D, N/2)): one token by the
     recurrence, longer inputs by the convolution plus the carried state's closed-form share."""
@@ -45,62 +111,11 @@ class S4DMixer(nn.Module):
         dt_max: float = 1e-1,
         mode: str = "convolution",
     ) -> None:
-        super().__init__()
-        if ssm_state_size < 2 or ssm_state_size % 2:
-            raise ValueError(f"ssm_state_size={ssm_state_size}: must be an even integer >= 2 (conjugate pairs)")
-        if mode not in S4D_MODES:
-            raise ValueError(f"mode={mode!r}: expected one of {S4D_MODES}")
-        self.d_model, self.causal, self.mode = d_model, causal, mode
-        channels, modes = d_model * (1 if causal else 2), ssm_state_size // 2  # a second SSM reads backwards
-        log_dt = torch.rand(channels) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)
-        self.log_dt = nn.Parameter(log_dt)
-        self.log_a_real = nn.Parameter(torch.full((channels, modes), math.log(0.5)))
-        self.a_imag = nn.Parameter(math.pi * torch.arange(modes, dtype=torch.float32).expand(channels, modes).clone())
-        self.c = nn.Parameter(torch.view_as_real(torch.randn(channels, modes, dtype=torch.cfloat)))
+        super().__init__(channels=d_model, causal=causal, ssm_state_size=ssm_state_size, dt_min=dt_min,
+                         dt_max=dt_max, mode=mode)  # fmt: skip
+        self.d_model = d_model
         self.skip = nn.Parameter(torch.randn(d_model))  # D
         self.output = nn.Linear(d_model, 2 * d_model)  # followed by GLU
-
-    def discretised(self) -> tuple[Tensor, Tensor, Tensor]:
-        """(Δ·A, Ā, C·B̄), each complex (channels, N/2); zero-order hold, in float32 at least (no complex half)."""
-        compute = torch.promote_types(self.log_dt.dtype, torch.float32)
-        a = torch.complex(-torch.exp(self.log_a_real.to(compute)), self.a_imag.to(compute))
-        dt_a = a * torch.exp(self.log_dt.to(compute))[:, None]
-        a_bar = torch.exp(dt_a)
-        return dt_a, a_bar, torch.view_as_complex(self.c.to(compute)) * (a_bar - 1) / a
-
-    def kernel(self, length: int) -> Tensor:
-        """The convolution kernel (length, channels): forward SSM channels first, then the backward ones."""
-        dt_a, _, c_b = self.discretised()
-        return s4d_kernel(dt_a, c_b, length)
-
-    def ssm_with_state(self, u: Tensor, state: dict) -> Tensor:
-        """The causal SSM part y - D u of (B, T, D) inputs from the state ``state["ssm"]`` (zero when absent),
-        leaving the state after the last input there."""
-        dt_a, a_bar, c_b = self.discretised()
-        compute = torch.promote_types(u.dtype, torch.float32)
-        initial = state.get("ssm")
-        if u.shape[1] == 1 or self.mode == "recurrent":
-            y, state["ssm"] = s4d_recurrence(u.to(compute), a_bar, c_b, initial, output_final_state=True)
-            return y.to(u.dtype)
-        y = long_conv_fft(u, s4d_kernel(dt_a, c_b, u.shape[1]))
-        if initial is not None:
-            y = y + s4d_state_response(initial, dt_a, c_b, u.shape[1]).to(y.dtype)
-        state["ssm"] = s4d_final_state(u.to(compute), dt_a, initial)
-        return y
-
-    def ssm(self, u: Tensor) -> Tensor:
-        """The SSM part y - D u of (B, T, D) inputs, in the current ``mode``."""
-        d = self.d_model
-        if self.mode == "convolution":
-            kernel = self.kernel(u.shape[1])
-            return long_conv_fft(u, kernel[:, :d], None if self.causal else kernel[:, d:])
-        _, a_bar, c_b = self.discretised()
-        compute = torch.promote_types(u.dtype, torch.float32)
-        y = s4d_recurrence(u.to(compute), a_bar[:d], c_b[:d])
-        if not self.causal:  # future lags l >= 1: the backward recurrence over the reversed input, one step later
-            backward = s4d_recurrence(u.to(compute).flip(1), a_bar[d:], c_b[d:]).flip(1)
-            y = y + F.pad(backward[:, 1:], (0, 0, 0, 1))
-        return y.to(u.dtype)
 
     def forward(
         self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
@@ -114,4 +129,4 @@ class S4DMixer(nn.Module):
         return zero_padding(F.glu(self.output(y), dim=-1), attention_mask)
 
 
-__all__ = ["S4D_MODES", "S4DMixer"]
+__all__ = ["S4D_MODES", "DiagonalSSM", "S4DMixer"]

@@ -30,14 +30,14 @@ class MarkovianTransformerConfig(ModelConfig):
     Inputs: ``vocab_size`` (token ids) or ``input_dim`` (continuous feature frames), not both.
     ``attention`` is one kind for every layer or a list with one kind per layer; "softmax" everywhere is the vanilla
     Transformer and "rff" everywhere the Performer/RFA baseline; the other baselines ("linformer", "s4d", "retnet",
-    "hyena", "rwkv", "gru", "scan") are listed in ``layers.baselines``. Each kind accepts the options of its
+    "h3", "hyena", "rwkv", "gru", "scan") are listed in ``layers.baselines``. Each kind accepts the options of its
     dataclass in ``layers.registry`` (``attention_option_names``); setting an option that no layer's kind reads is
     an error naming it and the kinds. ``scope`` defaults to "local" when a layer has Markov biases and to "global"
     for softmax; ``scope="local"`` with ``attention="softmax"`` is sliding-window softmax (needs ``window``).
     ``window`` defaults to ``max_order``. Linformer layers need ``causal=False`` and ``max_positions`` (the length
-    their projections cover; k is ``linformer_k``); ``ssm_state_size`` is S4D's state size N. "alibi" (fixed per-head
-    distance penalties) and "forgetting" (FoX's data-dependent forget gate) follow ``scope``/``window`` and want
-    ``position='none'``.
+    their projections cover; k is ``linformer_k``); ``ssm_state_size`` is S4D's and H3's state size N. "alibi"
+    (fixed per-head distance penalties) and "forgetting" (FoX's data-dependent forget gate) follow
+    ``scope``/``window`` and want ``position='none'``.
     ``bidirectional`` (future lag biases, bidirectional GRU) defaults to ``not causal``.
     The default position encoding is rotary: local attention only ever sees offsets within its window, so a
     local-scope model runs unchanged on sequences longer than those it was trained on.

@@ -1,0 +1,99 @@
+"""H3 (Fu, Dao, Saab, Thomas, Rudra & Ré 2023, "Hungry Hungry Hippos: Towards Language Modeling with State Space
+Models"), one of Zoology's gated convolutions.
+
+Three projections q, k, v of the input; per head h of ``head_dim`` channels (the authors' default, and Zoology's,
+is ``head_dim = 1``):
+
+    k̄ = shift(k) + D_k ⊙ k,   S_t = SSM_diag(k̄ᵀ v)_t + D_h · k̄_tᵀ v_t,   y_t = W_out (q_t S_t)
+
+``shift`` is the shift SSM: A the shift matrix, so its kernel is a learned FIR filter over the last
+``shift_taps`` inputs (the authors' code: as many taps as ``d_state``, 64); ``SSM_diag`` is S4D-Lin
+(``s4d.DiagonalSSM``) applied along time to every entry of the head's ``head_dim`` x ``head_dim`` outer product,
+with one kernel per head. Departures from the authors' code: the FIR taps are one learned filter per channel
+(theirs is the cross-correlation of a learned B and C, the same filters); non-causal layers add a strictly-future
+FIR filter and a backward diagonal SSM (the authors' H3 is causal only).
+A causal layer decodes from the last ``shift_taps - 1`` keys and the diagonal SSM's state. Padding: zeroed
+projections, as every baseline (``ops.padding.zero_padding``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from markovformer.layers.baselines.s4d import DiagonalSSM
+from markovformer.ops.padding import zero_padding
+
+
+class H3Mixer(nn.Module):
+    """H3: (B, T, D) -> (B, T, D). A causal one carries ``state["keys"]`` (B, shift_taps - 1, D), the keys the
+    shift filter still reads, and ``state["ssm"]`` (B, head_dim · D, N/2), the diagonal SSM's complex state."""
+
+    supports_state = True  # when causal
+
+    def __init__(
+        self, *, d_model: int, causal: bool = True, head_dim: int = 1, ssm_state_size: int = 64, shift_taps: int = 64,
+        mode: str = "convolution",
+    ) -> None:  # fmt: skip
+        super().__init__()
+        if head_dim < 1 or d_model % head_dim:
+            raise ValueError(f"head_dim={head_dim}: must divide d_model={d_model}")
+        if shift_taps < 1:
+            raise ValueError(f"shift_taps={shift_taps}: must be >= 1")
+        self.d_model, self.causal, self.head_dim, self.shift_taps = d_model, causal, head_dim, shift_taps
+        self.heads = d_model // head_dim
+        self.in_proj = nn.Linear(d_model, 3 * d_model)  # q, k, v
+        # FIR taps for lags 0..taps-1 (and, non-causal, lags 1..taps ahead); std 1 as the authors' C
+        self.shift_past = nn.Parameter(torch.randn(shift_taps, d_model))
+        self.shift_future = None if causal else nn.Parameter(torch.randn(shift_taps, d_model))
+        self.shift_skip = nn.Parameter(torch.randn(d_model))  # D_k
+        self.kv_ssm = DiagonalSSM(channels=self.heads, causal=causal, ssm_state_size=ssm_state_size, mode=mode)
+        self.kv_skip = nn.Parameter(torch.randn(self.heads))  # D_h
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def shifted(self, k: Tensor, state: dict | None) -> Tensor:
+        """shift(k) + D_k ⊙ k for k (B, T, D): one depthwise convolution over the keys before (the carried ones in
+        ``state``, else zeros) and, non-causal, after."""
+        taps = self.shift_taps
+        history = k.new_zeros(k.shape[0], taps - 1, k.shape[2]) if state is None else state.get("keys")
+        if history is None:
+            history = k.new_zeros(k.shape[0], taps - 1, k.shape[2])
+        extended = torch.cat([history.to(k.dtype), k], dim=1)
+        if state is not None:
+            state["keys"] = extended[:, extended.shape[1] - (taps - 1) :]
+        weight = self.shift_past.flip(0)  # conv1d correlates: the tap of lag l sits at index taps-1-l
+        if self.shift_future is not None:
+            weight = torch.cat([weight, self.shift_future], dim=0)  # lags 1..taps ahead
+            extended = F.pad(extended, (0, 0, 0, taps))
+        weight = weight.to(k.dtype).transpose(0, 1)[:, None]  # (D, 1, kernel)
+        out = F.conv1d(extended.transpose(1, 2), weight, groups=self.d_model).transpose(1, 2)
+        return out + self.shift_skip.to(k.dtype) * k
+
+    def forward(
+        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
+        state: dict | None = None,
+    ) -> Tensor:  # fmt: skip
+        """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind."""
+        if state is not None and not self.causal:
+            raise ValueError("a bidirectional H3 reads the whole sequence: it cannot decode incrementally")
+        batch, length, _ = x.shape
+        heads, size = self.heads, self.head_dim
+        q, k, v = zero_padding(self.in_proj(x), attention_mask).split(self.d_model, dim=-1)
+        k = self.shifted(k, state)
+        # every head's outer product k̄ᵀv, each of its size² entries a sequence of the head's SSM channel
+        kv = k.reshape(batch, length, heads, size, 1) * v.reshape(batch, length, heads, 1, size)
+        sequences = kv.permute(0, 3, 4, 1, 2).reshape(batch * size * size, length, heads)
+        if state is None:
+            mixed = self.kv_ssm.ssm(sequences)
+        else:  # the SSM's state (B·size², H, N/2), kept batch-first as (B, size²·H, N/2) as every decoding state
+            inner = {} if "ssm" not in state else {"ssm": state["ssm"].reshape(batch * size * size, heads, -1)}
+            mixed = self.kv_ssm.ssm_with_state(sequences, inner)
+            state["ssm"] = inner["ssm"].reshape(batch, size * size * heads, -1)
+        mixed = mixed.reshape(batch, size, size, length, heads).permute(0, 3, 4, 1, 2)
+        mixed = mixed + self.kv_skip.to(kv.dtype)[:, None, None] * kv  # (B, T, H, size, size)
+        y = (q.reshape(batch, length, heads, size, 1) * mixed).sum(3).reshape(batch, length, self.d_model)
+        return zero_padding(self.out_proj(y), attention_mask)
+
+
+__all__ = ["H3Mixer"]
