@@ -155,9 +155,24 @@ def test_h3_layer_is_its_definition_by_hand(causal, head_dim):
     torch.testing.assert_close(layer(x), want, rtol=1e-9, atol=1e-10)
 
 
-def test_h3_refuses_a_head_size_that_does_not_divide_the_width():
+def test_h3_starts_as_the_authors_inside_a_model():
+    """The shift filter's taps start as nn.Conv1d's weights (uniform in ±1/√taps, the authors' init), the D terms
+    standard normal, the diagonal SSM as S4D-Lin; the model's own init (normal 0.02 for linear layers) keeps them."""
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(_config("h3", d_model=64))  # 64 taps: the default
+    layer = model.model.blocks[0].attention
+    taps = layer.shift_past.detach()
+    assert taps.abs().max() <= 1 / 8 and abs(taps.std().item() - 1 / 8 / 3**0.5) < 0.005
+    assert abs(layer.shift_skip.std().item() - 1) < 0.25 and abs(layer.kv_skip.std().item() - 1) < 0.25
+    torch.testing.assert_close(layer.kv_ssm.log_a_real.detach(), torch.full_like(layer.kv_ssm.log_a_real, -0.6931),
+                               rtol=0, atol=1e-4)  # fmt: skip
+
+
+def test_h3_refuses_a_head_size_that_does_not_divide_the_width_and_bad_options_by_layer():
     with pytest.raises(ValueError, match="head_dim=3: must divide d_model=8"):
         H3Mixer(d_model=8, head_dim=3)
+    with pytest.raises(ValueError, match=r"attention\[1\]\.shift_taps=0"):
+        MarkovianTransformerConfig(vocab_size=7, n_layers=2, attention=["h3", {"kind": "h3", "shift_taps": 0}])
 
 
 # --- RetNet --------------------------------------------------------------------------------------------------------

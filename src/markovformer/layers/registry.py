@@ -24,6 +24,7 @@ from markovformer.layers.baselines import (
     S4DMixer,
     ScanMixer,
 )
+from markovformer.layers.baselines.h3 import H3Options
 from markovformer.layers.cope_attention import CoPEAttention, CoPEOptions
 from markovformer.layers.decay_attention import (
     PRO_PARTS,
@@ -72,13 +73,6 @@ class RetNetOptions:
 @dataclasses.dataclass(frozen=True)
 class S4DOptions:
     ssm_state_size: int = 64
-
-
-@dataclasses.dataclass(frozen=True)
-class H3Options:
-    head_dim: int = 1  # channels per head of the key-value outer product (the authors' default: 1)
-    ssm_state_size: int = 64
-    shift_taps: int = 64  # the shift SSM's FIR filter length (the authors' d_state)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,12 +18,32 @@ projections, as every baseline (``ops.padding.zero_padding``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.layers.baselines.s4d import DiagonalSSM
+from markovformer.layers.options import check_fields, interval, option
 from markovformer.ops.padding import zero_padding
+
+
+@dataclasses.dataclass(frozen=True)
+class H3Options:
+    """The options of attention kind "h3", set per layer (``attention: [{kind: h3, head_dim: 8}, ...]``) but for
+    the shared ``ssm_state_size``: channels per head of the key-value outer product (the authors' default 1), the
+    diagonal SSM's state size N (real dimensions: N/2 complex modes) and the shift filter's taps (the authors' code
+    uses d_state, 64)."""
+
+    head_dim: int = option(1, interval(1, integer=True))
+    ssm_state_size: int = option(64, interval(2, integer=True))
+    shift_taps: int = option(64, interval(1, integer=True))
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.ssm_state_size % 2:
+            raise ValueError(f"ssm_state_size={self.ssm_state_size!r}: must be even (conjugate pairs of modes)")
 
 
 class H3Mixer(nn.Module):
@@ -44,9 +64,11 @@ class H3Mixer(nn.Module):
         self.d_model, self.causal, self.head_dim, self.shift_taps = d_model, causal, head_dim, shift_taps
         self.heads = d_model // head_dim
         self.in_proj = nn.Linear(d_model, 3 * d_model)  # q, k, v
-        # FIR taps for lags 0..taps-1 (and, non-causal, lags 1..taps ahead); std 1 as the authors' C
-        self.shift_past = nn.Parameter(torch.randn(shift_taps, d_model))
-        self.shift_future = None if causal else nn.Parameter(torch.randn(shift_taps, d_model))
+        # FIR taps for lags 0..taps-1 (and, non-causal, lags 1..taps ahead), uniform in ±1/√taps as the authors'
+        # (nn.Conv1d's init); plain parameters, so the model's init for nn.Linear leaves them alone
+        bound = shift_taps**-0.5
+        self.shift_past = nn.Parameter(torch.empty(shift_taps, d_model).uniform_(-bound, bound))
+        self.shift_future = None if causal else nn.Parameter(torch.empty(shift_taps, d_model).uniform_(-bound, bound))
         self.shift_skip = nn.Parameter(torch.randn(d_model))  # D_k
         self.kv_ssm = DiagonalSSM(channels=self.heads, causal=causal, ssm_state_size=ssm_state_size, mode=mode)
         self.kv_skip = nn.Parameter(torch.randn(self.heads))  # D_h
@@ -96,4 +118,4 @@ class H3Mixer(nn.Module):
         return zero_padding(self.out_proj(y), attention_mask)
 
 
-__all__ = ["H3Mixer"]
+__all__ = ["H3Mixer", "H3Options"]
