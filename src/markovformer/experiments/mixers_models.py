@@ -57,13 +57,16 @@ KINDS: dict[str, tuple[str, dict]] = {
     "hybrid_split": ("hybrid split (Markov local + RFF)", {"attention": "hybrid_split", "scope": "local"}),
     "hybrid_parallel": ("hybrid parallel (Markov local + RFF)", {"attention": "hybrid_parallel", "scope": "local"}),
     "s4d": ("S4D", {"attention": "s4d"}),
-    "h3": ("H3", {"attention": "h3"}),
+    "h3": ("H3 (two channels per head)", {"attention": "h3"}),
     "retnet": ("RetNet", {"attention": "retnet"}),
     "hyena": ("Hyena", {"attention": "hyena"}),
     "rwkv": ("RWKV", {"attention": "rwkv"}),
     "gru": ("GRU", {"attention": "gru"}),
     "scan": ("Scan (gated recurrence)", {"attention": "scan"}),
 }
+# per-layer options of a kind (``attention: [{kind: ..., option: value}, ...]``): Zoology's figure-2 H3 has two
+# channels per head (its configs; 64 shift taps and N = 64 are H3's defaults here)
+LAYER_OPTIONS = {"h3": {"head_dim": 2}}
 # the positional-bias kinds of issue 31, beside ALiBi and FoX; run with ``kinds=...`` (not in the default grid, which
 # keeps ``mixers --quick`` inside its time budget)
 POSITION_KINDS = ("t5_bias", "dynamic_bias", "stick_breaking", "cope")
@@ -84,6 +87,8 @@ def kind_section(kind: str, width: int, n_layers: int, n_heads: int, max_order: 
         raise ValueError(f"mixers: kind {kind!r} is not one of {tuple(KINDS)}")
     section = {"d_model": width, "n_layers": n_layers, "n_heads": n_heads, "causal": True, "ffn": "swiglu",
                "dropout": 0.0, **KINDS[kind][1]}  # fmt: skip
+    if kind in LAYER_OPTIONS:
+        section["attention"] = [{"kind": section["attention"], **LAYER_OPTIONS[kind]} for _ in range(n_layers)]
     if kind in MARKOV_KINDS:  # the config refuses an option that the chosen kind does not read
         section["max_order"] = max_order
     if section.get("scope") == "local":
