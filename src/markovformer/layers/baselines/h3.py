@@ -78,7 +78,7 @@ class H3Mixer(nn.Module):
         """shift(k) + D_k ⊙ k for k (B, T, D): one depthwise convolution over the keys before (the carried ones in
         ``state``, else zeros) and, non-causal, after."""
         taps = self.shift_taps
-        history = k.new_zeros(k.shape[0], taps - 1, k.shape[2]) if state is None else state.get("keys")
+        history = None if state is None else state.get("keys")
         if history is None:
             history = k.new_zeros(k.shape[0], taps - 1, k.shape[2])
         extended = torch.cat([history.to(k.dtype), k], dim=1)
