@@ -64,10 +64,16 @@ class DiagonalSSM(nn.Module):
         dt_a, _, c_b = self.discretised()
         return s4d_kernel(dt_a, c_b, length)
 
-    def ssm_with_state(self, u: Tensor, state: dict, key: str = "ssm") -> Tensor:
-        """The causal SSM's output (without D u) for (B, T, channels) inputs from the state ``state[key]`` (zero
-        when absent), leaving the state after the last input there."""
-        dt_a, a_bar, c_b = self.discretised()
+    def discretised_for(self, repeat: int) -> tuple[Tensor, Tensor, Tensor]:
+        """``discretised()`` with each channel's row repeated ``repeat`` times in a row (channel c serves the input
+        channels c·repeat .. c·repeat + repeat - 1)."""
+        return tuple(part.repeat_interleave(repeat, dim=0) for part in self.discretised())
+
+    def ssm_with_state(self, u: Tensor, state: dict, key: str = "ssm", repeat: int = 1) -> Tensor:
+        """The causal SSM's output (without D u) for (B, T, channels · repeat) inputs (``repeat`` consecutive input
+        channels per SSM channel) from the state ``state[key]`` (zero when absent), leaving the state after the
+        last input there."""
+        dt_a, a_bar, c_b = self.discretised_for(repeat)
         compute = torch.promote_types(u.dtype, torch.float32)
         initial = state.get(key)
         if u.shape[1] == 1 or self.mode == "recurrent":
@@ -79,13 +85,14 @@ class DiagonalSSM(nn.Module):
         state[key] = s4d_final_state(u.to(compute), dt_a, initial)
         return y
 
-    def ssm(self, u: Tensor) -> Tensor:
-        """The SSM's output (without D u) for (B, T, channels) inputs, in the current ``mode``."""
-        c = self.channels
+    def ssm(self, u: Tensor, repeat: int = 1) -> Tensor:
+        """The SSM's output (without D u) for (B, T, channels · repeat) inputs (``repeat`` consecutive input channels
+        per SSM channel), in the current ``mode``."""
+        c = self.channels * repeat
         if self.mode == "convolution":
-            kernel = self.kernel(u.shape[1])
+            kernel = self.kernel(u.shape[1]).repeat_interleave(repeat, dim=1)
             return long_conv_fft(u, kernel[:, :c], None if self.causal else kernel[:, c:])
-        _, a_bar, c_b = self.discretised()
+        _, a_bar, c_b = self.discretised_for(repeat)
         compute = torch.promote_types(u.dtype, torch.float32)
         y = s4d_recurrence(u.to(compute), a_bar[:c], c_b[:c])
         if not self.causal:  # future lags l >= 1: the backward recurrence over the reversed input, one step later
