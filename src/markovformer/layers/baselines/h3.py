@@ -1,17 +1,18 @@
 """H3 (Fu, Dao, Saab, Thomas, Rudra & Ré 2023, "Hungry Hungry Hippos: Towards Language Modeling with State Space
 Models"), one of Zoology's gated convolutions.
 
-Three projections q, k, v of the input; per head h of ``head_dim`` channels (the authors' default, and Zoology's,
-is ``head_dim = 1``):
+Three projections q, k, v of the input; per head h of ``head_dim`` channels (the authors' default is 1; Zoology's
+figure-2 configs use 2, which ``experiment mixers`` follows):
 
     k̄ = shift(k) + D_k ⊙ k,   S_t = SSM_diag(k̄ᵀ v)_t + D_h · k̄_tᵀ v_t,   y_t = W_out (q_t S_t)
 
 ``shift`` is the shift SSM: A the shift matrix, so its kernel is a learned FIR filter over the last
-``shift_taps`` inputs (the authors' code: as many taps as ``d_state``, 64); ``SSM_diag`` is S4D-Lin
-(``s4d.DiagonalSSM``) applied along time to every entry of the head's ``head_dim`` x ``head_dim`` outer product,
-with one kernel per head. Departures from the authors' code: the FIR taps are one learned filter per channel
-(theirs is the cross-correlation of a learned B and C, the same filters); non-causal layers add a strictly-future
-FIR filter and a backward diagonal SSM (the authors' H3 is causal only).
+``shift_taps`` inputs (the authors' code: as many taps as ``d_state``, 64, started as nn.Conv1d's weights);
+``SSM_diag`` is S4D-Lin (``s4d.DiagonalSSM``) applied along time to every entry of the head's ``head_dim`` x
+``head_dim`` outer product, with one kernel per head. Both are long convolutions by FFT (``ops.long_conv``).
+Departures from the authors' code: the FIR taps are one learned filter per channel (theirs is the
+cross-correlation of a learned B with a learned C: the same filters); non-causal layers add a strictly-future FIR
+filter and a backward diagonal SSM (the authors' H3 is causal only).
 A causal layer decodes from the last ``shift_taps - 1`` keys and the diagonal SSM's state. Padding: zeroed
 projections, as every baseline (``ops.padding.zero_padding``).
 """
