@@ -10,8 +10,8 @@ import torch
 from markdown_tables import markdown_tables  # beside this file: pytest puts the folder on the path
 
 from markovformer.experiments import weight_tying
-from markovformer.experiments.fitting import Plateau, fit_on_stream
-from markovformer.experiments.report import ExperimentReport, format_duration, markdown_table
+from markovformer.experiments.fitting import Plateau, fit_on_stream, format_duration
+from markovformer.experiments.report import ExperimentReport, markdown_table
 
 
 def test_a_pipe_in_a_header_or_cell_stays_inside_its_cell():
@@ -89,6 +89,38 @@ def test_progress_names_the_cell_of_how_many_and_the_time_left(tmp_path, monkeyp
     report.cached("a", lambda: 1)
     assert lines[0].startswith("cell 1/3 a") and "done earlier" in lines[0]
     assert [format_duration(s) for s in (42, 210, 7200)] == ["42 s", "3.5 min", "2.0 h"]
+
+
+def test_a_fits_progress_says_the_time_left_at_its_pace_so_far(tmp_path, monkeypatch):
+    """Each batch advances a fake clock (evaluations take none): at 2 s a step, after step 10 of 30, 40 s are left.
+    A fit killed after its save at step 10 (5 s a step) and resumed (2 s a step) counts the time of both attempts
+    but estimates from its own pace: at step 20, 50 + 20 s elapsed and 20 s left (not 35 s at the mean pace)."""
+    from markovformer.experiments.fitting import FitCheckpoint
+
+    clock = {"now": 0.0, "step_seconds": 2.0, "kill_at": None, "batches": 0}
+    monkeypatch.setattr("markovformer.experiments.fitting.time.perf_counter", lambda: clock["now"])
+
+    def batch(generator):
+        clock["batches"] += 1
+        if clock["batches"] == clock["kill_at"]:
+            raise KeyboardInterrupt
+        clock["now"] += clock["step_seconds"]
+        return torch.ones(1)
+
+    def fit(checkpoint=None) -> list[str]:
+        lines: list[str] = []
+        model = torch.nn.Linear(1, 1)
+        fit_on_stream(model, lambda x: model(x).sum(), batch, lambda: 0.0, steps=30, lr=0.1, seed=0, eval_every=10,
+                      log=lines.append, label="m", checkpoint=checkpoint)  # fmt: skip
+        return [line.split("(", 1)[1] for line in lines if "held-out" in line]
+
+    assert fit() == ["0s)", "20s, about 40 s left)", "40s, about 20 s left)", "60s)"]
+    checkpoint = FitCheckpoint(tmp_path / "fit.partial.pt", identity={}, every_seconds=1e9)  # saves at evaluations
+    clock.update(now=0.0, step_seconds=5.0, kill_at=15, batches=0)
+    with pytest.raises(KeyboardInterrupt):
+        fit(checkpoint)
+    clock.update(now=1000.0, step_seconds=2.0, kill_at=None)
+    assert fit(checkpoint) == ["70s, about 20 s left)", "90s)"]
 
 
 def test_weight_tying_run_logs_progress_and_writes_well_formed_tables(tmp_path):

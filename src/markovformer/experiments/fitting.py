@@ -121,6 +121,15 @@ def one_intra_op_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def format_duration(seconds: float) -> str:
+    """``42 s``, ``3.5 min`` or ``1.2 h``: a time estimate as a reader wants it."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def fit_on_stream(
     model: nn.Module,
     loss_on_batch: Callable[[Tensor], Tensor],
@@ -179,7 +188,7 @@ def fit_on_stream(
         result.steps, result.evaluations = list(saved["steps"]), list(saved["evaluations"])
         start -= saved["seconds"]
         first_step = saved["step"] + 1
-    last_save = time.perf_counter()
+    last_save = attempt_start = time.perf_counter()
 
     def save(step: int) -> None:
         nonlocal last_save
@@ -197,7 +206,12 @@ def fit_on_stream(
         result.steps.append(step)
         result.evaluations.append(value)
         if log is not None:
-            log(f"  {label} step {step:>6}/{steps}: held-out {value:.4f}  ({time.perf_counter() - start:.0f}s)")
+            now = time.perf_counter()
+            left = ""
+            if first_step <= step < steps:  # at this attempt's pace so far
+                pace = (now - attempt_start) / (step - first_step + 1)
+                left = f", about {format_duration(pace * (steps - step))} left"
+            log(f"  {label} step {step:>6}/{steps}: held-out {value:.4f}  ({now - start:.0f}s{left})")
 
     with one_intra_op_thread():
         if first_step == 1:

@@ -3,7 +3,8 @@ figure and the length-extrapolation table and figure."""
 
 from __future__ import annotations
 
-from markovformer.experiments.report import ExperimentReport, format_duration
+from markovformer.experiments.fitting import format_duration
+from markovformer.experiments.report import ExperimentReport
 
 
 def _mean_std(summary: dict, digits: int = 3) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from markovformer.atomic import atomic_write_text
-from markovformer.experiments.fitting import PARTIAL, checkpoints_for_cell
+from markovformer.experiments.fitting import PARTIAL, checkpoints_for_cell, format_duration
 from markovformer.layers.registry import kind_revisions
 from markovformer.training.environment import code_version
 
@@ -41,15 +41,6 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     lines = ["| " + " | ".join(_escape(str(c)) for c in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_escape(_cell(value)) for value in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def format_duration(seconds: float) -> str:
-    """``42 s``, ``3.5 min`` or ``1.2 h``: a time estimate as a reader wants it."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def revisions_of(section: dict) -> dict:
