@@ -107,7 +107,7 @@ class H3Mixer(nn.Module):
         # every head's outer product k̄ᵀv: size² channels per head, in a row, each a sequence of the head's SSM
         kv = (k.reshape(batch, length, heads, size, 1) * v.reshape(batch, length, heads, 1, size)).flatten(2)
         repeat = size * size
-        mixed = self.kv_ssm.ssm(kv, repeat) if state is None else self.kv_ssm.ssm_with_state(kv, state, repeat=repeat)
+        mixed = self.kv_ssm.ssm(kv, repeat) if state is None else self.kv_ssm.ssm_with_state(kv, state, repeat)
         mixed = mixed + self.kv_skip.to(kv.dtype).repeat_interleave(repeat) * kv
         y = (q.reshape(batch, length, heads, size, 1) * mixed.reshape(batch, length, heads, size, size)).sum(3)
         return zero_padding(self.out_proj(y.reshape(batch, length, self.d_model)), attention_mask)

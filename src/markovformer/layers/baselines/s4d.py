@@ -69,20 +69,20 @@ class DiagonalSSM(nn.Module):
         channels c·repeat .. c·repeat + repeat - 1)."""
         return tuple(part.repeat_interleave(repeat, dim=0) for part in self.discretised())
 
-    def ssm_with_state(self, u: Tensor, state: dict, key: str = "ssm", repeat: int = 1) -> Tensor:
+    def ssm_with_state(self, u: Tensor, state: dict, repeat: int = 1) -> Tensor:
         """The causal SSM's output (without D u) for (B, T, channels · repeat) inputs (``repeat`` consecutive input
-        channels per SSM channel) from the state ``state[key]`` (zero when absent), leaving the state after the
+        channels per SSM channel) from the state ``state["ssm"]`` (zero when absent), leaving the state after the
         last input there."""
         dt_a, a_bar, c_b = self.discretised_for(repeat)
         compute = torch.promote_types(u.dtype, torch.float32)
-        initial = state.get(key)
+        initial = state.get("ssm")
         if u.shape[1] == 1 or self.mode == "recurrent":
-            y, state[key] = s4d_recurrence(u.to(compute), a_bar, c_b, initial, output_final_state=True)
+            y, state["ssm"] = s4d_recurrence(u.to(compute), a_bar, c_b, initial, output_final_state=True)
             return y.to(u.dtype)
         y = long_conv_fft(u, s4d_kernel(dt_a, c_b, u.shape[1]))
         if initial is not None:
             y = y + s4d_state_response(initial, dt_a, c_b, u.shape[1]).to(y.dtype)
-        state[key] = s4d_final_state(u.to(compute), dt_a, initial)
+        state["ssm"] = s4d_final_state(u.to(compute), dt_a, initial)
         return y
 
     def ssm(self, u: Tensor, repeat: int = 1) -> Tensor:
