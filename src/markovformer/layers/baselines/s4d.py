@@ -67,7 +67,8 @@ class DiagonalSSM(nn.Module):
     def discretised_for(self, repeat: int) -> tuple[Tensor, Tensor, Tensor]:
         """``discretised()`` with each channel's row repeated ``repeat`` times in a row (channel c serves the input
         channels c·repeat .. c·repeat + repeat - 1)."""
-        return tuple(part.repeat_interleave(repeat, dim=0) for part in self.discretised())
+        parts = self.discretised()
+        return parts if repeat == 1 else tuple(part.repeat_interleave(repeat, dim=0) for part in parts)
 
     def ssm_with_state(self, u: Tensor, state: dict, repeat: int = 1) -> Tensor:
         """The causal SSM's output (without D u) for (B, T, channels · repeat) inputs (``repeat`` consecutive input
@@ -90,7 +91,8 @@ class DiagonalSSM(nn.Module):
         per SSM channel), in the current ``mode``."""
         c = self.channels * repeat
         if self.mode == "convolution":
-            kernel = self.kernel(u.shape[1]).repeat_interleave(repeat, dim=1)
+            kernel = self.kernel(u.shape[1])
+            kernel = kernel if repeat == 1 else kernel.repeat_interleave(repeat, dim=1)
             return long_conv_fft(u, kernel[:, :c], None if self.causal else kernel[:, c:])
         _, a_bar, c_b = self.discretised_for(repeat)
         compute = torch.promote_types(u.dtype, torch.float32)
