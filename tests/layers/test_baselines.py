@@ -9,6 +9,7 @@ import torch
 
 from markovformer.layers import SoftmaxAttention, build_attention
 from markovformer.layers.baselines import H3Mixer, HyenaMixer, LinformerAttention, RetNetAttention, S4DMixer
+from markovformer.layers.baselines import h3 as h3_module
 from markovformer.layers.baselines.linformer import CAUSAL_MESSAGE
 from markovformer.layers.registry import attention_option_names
 from markovformer.models.markovian_transformer import (
@@ -139,9 +140,13 @@ def _h3_by_hand(layer: H3Mixer, x: torch.Tensor) -> torch.Tensor:
     return layer.out_proj(y)
 
 
+@pytest.mark.parametrize("shift_by", ["windows", "fft"])
 @pytest.mark.parametrize("head_dim", [1, 2, 4])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-def test_h3_layer_is_its_definition_by_hand(causal, head_dim):
+def test_h3_layer_is_its_definition_by_hand(causal, head_dim, shift_by, monkeypatch):
+    """Both ways of the causal shift filter (a sum over short chunks' windows, else FFT) against the definition."""
+    if shift_by == "fft":
+        monkeypatch.setattr(h3_module, "DIRECT_SHIFT_MAX_ELEMENTS", 0)
     torch.manual_seed(0)
     layer = H3Mixer(d_model=8, causal=causal, head_dim=head_dim, ssm_state_size=4, shift_taps=3).double()
     with torch.no_grad():  # larger steps than the init, so the SSM's kernel is far from zero over the whole length
