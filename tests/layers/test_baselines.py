@@ -11,6 +11,7 @@ from markovformer.layers import SoftmaxAttention, build_attention
 from markovformer.layers.baselines import H3Mixer, HyenaMixer, LinformerAttention, RetNetAttention, S4DMixer
 from markovformer.layers.baselines import h3 as h3_module
 from markovformer.layers.baselines.linformer import CAUSAL_MESSAGE
+from markovformer.layers.baselines.s4d import DiagonalSSM
 from markovformer.layers.registry import attention_option_names
 from markovformer.models.markovian_transformer import (
     MarkovianTransformerConfig,
@@ -104,6 +105,27 @@ def test_s4d_kernel_closed_form_and_lin_init():
         torch.testing.assert_close(kernel[lag], expected.detach())
     for length in (1, 2, 4, 5):
         torch.testing.assert_close(layer.kernel(length), kernel[:length])
+
+
+@pytest.mark.parametrize("kind", ["s4d", "h3"])
+def test_a_decoding_discretises_the_ssm_once_and_a_training_call_every_time(kind, monkeypatch):
+    """A decoding (no gradients) reuses its SSM's discretisation from its state, so a step skips the exponentials;
+    with gradients on, each call recomputes it (an optimiser step between calls would make a kept one stale)."""
+    calls = []
+    original = DiagonalSSM.discretised  # S4D is one, H3 holds one
+    monkeypatch.setattr(DiagonalSSM, "discretised", lambda self: calls.append(1) or original(self))
+    layer = _mixer(kind, causal=True)
+    x = _randn(2, 6, D_MODEL)
+    with torch.no_grad():
+        state: dict = {}
+        steps = [layer(x[:, :3], state=state)] + [layer(x[:, t : t + 1], state=state) for t in range(3, 6)]
+        assert len(calls) == 1
+        torch.testing.assert_close(torch.cat(steps, dim=1), layer(x), rtol=1e-5, atol=1e-6)
+    calls.clear()
+    state = {}
+    for t in range(3):
+        layer(x[:, t : t + 1], state=state)
+    assert len(calls) == 3
 
 
 # --- H3 ------------------------------------------------------------------------------------------------------------

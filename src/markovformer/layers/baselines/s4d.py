@@ -15,6 +15,7 @@ Padding: zeroed inputs (``ops.padding.zero_padding``); the convolution depends o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -26,6 +27,14 @@ from markovformer.ops.padding import zero_padding
 from markovformer.ops.s4d import s4d_final_state, s4d_kernel, s4d_recurrence, s4d_state_response
 
 S4D_MODES = ("convolution", "recurrent")
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingTables:
+    """``DiagonalSSM.discretised_for(repeat)`` kept in a decoding's state (``state["ssm_tables"]``) and reused at
+    every step, the weights being fixed while decoding; not a tensor, so beam search's row reordering passes it by."""
+
+    parts: tuple[Tensor, Tensor, Tensor]
 
 
 class DiagonalSSM(nn.Module):
@@ -70,11 +79,21 @@ class DiagonalSSM(nn.Module):
         parts = self.discretised()
         return parts if repeat == 1 else tuple(part.repeat_interleave(repeat, dim=0) for part in parts)
 
+    def _decoding_tables(self, state: dict, repeat: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The discretisation, computed once per decoding (its exponentials were a third of an H3 layer's one-token
+        step at d = 256); recomputed every call while gradients are on (the weights may change between calls)."""
+        if torch.is_grad_enabled():
+            return self.discretised_for(repeat)
+        tables = state.get("ssm_tables")
+        if tables is None:
+            tables = state["ssm_tables"] = DecodingTables(self.discretised_for(repeat))
+        return tables.parts
+
     def ssm_with_state(self, u: Tensor, state: dict, repeat: int = 1) -> Tensor:
         """The causal SSM's output (without D u) for (B, T, channels · repeat) inputs (``repeat`` consecutive input
         channels per SSM channel) from the state ``state["ssm"]`` (zero when absent), leaving the state after the
         last input there."""
-        dt_a, a_bar, c_b = self.discretised_for(repeat)
+        dt_a, a_bar, c_b = self._decoding_tables(state, repeat)
         compute = torch.promote_types(u.dtype, torch.float32)
         initial = state.get("ssm")
         if u.shape[1] == 1 or self.mode == "recurrent":
