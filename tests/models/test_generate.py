@@ -1,7 +1,8 @@
 """The one ``generate`` of every family: greedy ids are the argmax of the teacher-forced logits at every step;
 the Markovian Transformer's decoding through its layers' own states (key/value caches, running sums, recurrent
 states) equals its full forward at every step, left-padded prompts included, for every causal kind, the hybrids
-and the GRU/minGRU injections; local layers keep W + 1 cache entries and no state grows but a global cache."""
+and the GRU/minGRU injections; local layers keep W + 1 cache entries and no state grows but a global cache (and
+Hyena's, the inputs of its long convolutions)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from markovformer import (
     MarkovianTransformerConfig,
     MarkovianTransformerForCausalLM,
+    MarkovianTransformerModel,
     MarkovTranslatorConfig,
     MarkovTranslatorForConditionalGeneration,
     ScanMarkovConfig,
@@ -18,10 +20,11 @@ from markovformer import (
     VariationalMarkovTransformer,
     VMTConfig,
 )
+from markovformer.layers.baselines.hyena import ImplicitFilter
 from markovformer.layers.kv_cache import KeyValueCache
 
 VOCAB = 11
-INCREMENTAL = {  # every causal kind but Hyena carries a decoding state: generate feeds one token per step
+INCREMENTAL = {  # every causal kind carries a decoding state: generate feeds one token per step
     "markov_local": dict(attention="markov", max_order=2, window=3),
     "markov_global": dict(attention="markov", max_order=2, scope="global"),
     "markov_query_gate_sinusoidal": dict(attention="markov", max_order=3, gate_input="query", position="sinusoidal"),
@@ -48,15 +51,13 @@ INCREMENTAL = {  # every causal kind but Hyena carries a decoding state: generat
     "s4d": dict(attention="s4d", ssm_state_size=8),
     "h3": dict(attention=[{"kind": "h3", "ssm_state_size": 8, "shift_taps": 3, "head_dim": 2}, "h3"],
                ssm_state_size=4),
+    "hyena": dict(attention="hyena"),
     "scan": dict(attention="scan"),
     "gru": dict(attention="gru"),
     "gru_injection": dict(attention="markov", max_order=2, gru=True),
     "min_gru_injection": dict(attention="markov", max_order=2, gru=True, gru_kind="min_gru"),
 }
-RERUN = {  # kinds that declare no decoding state (the long convolution): generate re-runs the prefix
-    "hyena": dict(attention="hyena"),
-}
-GLOBAL_ATTENTION = {"markov_global", "markov_query_gate_sinusoidal", "softmax_global_learned", "alibi_global",
+GROWING = {"hyena", "markov_global", "markov_query_gate_sinusoidal", "softmax_global_learned", "alibi_global",
                     "forgetting_global", "t5_dynamic_global", "stick_breaking_global", "cope_global"}  # fmt: skip
 
 
@@ -94,10 +95,10 @@ def _assert_greedy_is_teacher_forced_argmax(model, prompt, mask, new):
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
-@pytest.mark.parametrize("name", list(INCREMENTAL) + list(RERUN))
+@pytest.mark.parametrize("name", list(INCREMENTAL))
 def test_markovian_greedy_generation_is_the_teacher_forced_argmax(name, padded):
-    model = _markovian({**INCREMENTAL, **RERUN}[name])
-    assert model.model.decodes_incrementally == (name in INCREMENTAL)
+    model = _markovian(INCREMENTAL[name])
+    assert model.model.decodes_incrementally
     prompt, mask = _left_padded()
     _assert_greedy_is_teacher_forced_argmax(model, prompt, mask if padded else None, new=9)
 
@@ -154,7 +155,7 @@ def test_a_state_continued_several_tokens_at_a_time_equals_the_full_forward(name
     torch.testing.assert_close(torch.cat(pieces, dim=1) * real, full * real, rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", sorted(set(INCREMENTAL) - GLOBAL_ATTENTION))
+@pytest.mark.parametrize("name", sorted(set(INCREMENTAL) - GROWING))
 def test_the_decoding_state_of_a_local_or_recurrent_layer_never_grows(name):
     model = _markovian(INCREMENTAL[name])
     state: dict = {}
@@ -187,9 +188,27 @@ def test_local_caches_keep_the_last_window_plus_one_positions_and_global_ones_gr
     assert capacities == {16, 32, 64, 128}  # amortised O(1) appends, never a copy per token
 
 
+def test_hyena_keeps_its_convolutions_inputs_in_storage_that_doubles_and_computes_its_filters_per_doubling(
+    monkeypatch,
+):  # fmt: skip
+    lengths, original = [], ImplicitFilter.forward
+    monkeypatch.setattr(ImplicitFilter, "forward", lambda self, size: lengths.append(size) or original(self, size))
+    model = _markovian(INCREMENTAL["hyena"])  # two layers
+    state, capacities = {}, set()
+    with torch.no_grad():
+        model(torch.randint(0, VOCAB, (2, 3), generator=torch.Generator().manual_seed(2)), state=state)
+        for t in range(100):
+            model(torch.full((2, 1), t % VOCAB), state=state)
+            capacities.add(state["layers"][0]["mixer"]["cache"].capacity)
+    assert capacities == {16, 32, 64, 128}  # amortised O(1) appends, never a copy per token
+    assert lengths == [64, 64, 130, 130]  # each layer's taps for 64 lags, then for twice the 65 the 62nd step needs
+
+
 def test_a_model_that_carries_no_state_says_so_when_given_one():
-    model = _markovian(RERUN["hyena"])
-    with pytest.raises(ValueError, match="cannot decode incrementally"):
+    """Every causal kind decodes incrementally; a bidirectional model reads the whole sequence."""
+    model = MarkovianTransformerModel(MarkovianTransformerConfig(vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2,
+                                                                 attention="hyena", causal=False))  # fmt: skip
+    with pytest.raises(ValueError, match=r"\['hyena'\] layers, causal=False\) cannot decode incrementally"):
         model(torch.zeros(1, 2, dtype=torch.long), state={})
 
 

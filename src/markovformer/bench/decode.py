@@ -1,8 +1,8 @@
 """The ``decode`` part: greedy generation speed and memory against generated length. The local Markovian
 Transformer (Markov attention, window W: rolling key/value caches of W + 1 entries per layer) against the same stack
-with global softmax attention (a growing cache), RetNet, RWKV, Scan, S4D and H3 mixers (recurrent states), the local
-model with GRU injection, and transformers' GPT-2 of the same size with its own key/value cache (when
-``transformers`` is installed: the ``hf`` extra). Random weights.
+with global softmax attention (a growing cache), RetNet, RWKV, Scan, S4D and H3 mixers (recurrent states), Hyena (a
+growing cache of its long convolutions' inputs), the local model with GRU injection, and transformers' GPT-2 of the
+same size with its own key/value cache (when ``transformers`` is installed: the ``hf`` extra). Random weights.
 
 One case is (kind, L, batch): the prompt in one pass, then L steps of one token, timed per step. Its row: tokens per
 second over the loop; the median time of one step over the first and the last ``min(256, L // 8)`` steps and their
@@ -31,6 +31,7 @@ DECODE_KINDS = {
     "scan": {"attention": "scan"},
     "s4d": {"attention": "s4d"},
     "h3": {"attention": "h3"},
+    "hyena": {"attention": "hyena"},
     "markov_local_gru": {"attention": "markov", "scope": "local", "max_order": 8, "window": 64, "gru": True},
     "gpt2": {"transformers": "GPT2LMHeadModel"},  # transformers' GPT-2, same d_model / layers / heads / vocabulary
 }

@@ -284,7 +284,7 @@ class _CausalLMWrapper(_ReportingWrapper, GenerationMixin):
         With ``use_cache`` (the config's default, outside training and without labels) and a model whose layers
         decode incrementally, the output carries a ``MarkovformerCache``: given back as ``cache``, the next call
         reads only the new tokens (``attention_mask`` may cover the whole sequence; its last columns are used), as
-        ``transformers``' ``generate`` does. Hyena layers carry no state: generate then re-runs the prefix.
+        ``transformers``' ``generate`` does.
 
         ``position_ids`` (B, T) restarting at 0 mark packed documents (as ``DataCollatorWithFlattening`` writes
         them): no position sees another document and no document's first token is scored. A forward with them

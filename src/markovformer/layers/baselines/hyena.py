@@ -13,6 +13,11 @@ being scaled by a fixed maximum length, so one layer runs at any T and a filter 
 padding changes nothing); the gates follow the paper's Definition 3.1 (the authors' safari code gates v
 before its first convolution and has order - 1 filters).
 Non-causal layers learn a second, strictly-future filter per order (two-sided convolution).
+A causal layer decodes incrementally: it keeps the last ``short_kernel - 1`` projections its short convolution
+reads and, in a growing key/value cache (``layers.kv_cache``, storage that doubles when full), the inputs of its two
+long convolutions (order 1's as the keys, order 2's as the values); a one-token step is then two dot products over
+the lags, O(T·D), where re-running the prefix was O(T log T) per layer and token, and the filter's taps are computed
+(in reverse, so that a step reads them in the cache's order) once per doubling of the cache (``cache.derived``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from markovformer.layers.kv_cache import KeyValueCache
 from markovformer.ops.long_conv import long_conv_fft, long_conv_naive
 from markovformer.ops.padding import zero_padding
 
@@ -76,7 +82,7 @@ class HyenaMixer(nn.Module):
     """Order-2 Hyena: (B, T, D) -> (B, T, D). ``convolution="direct"`` swaps the FFT for the O(T²) reference."""
 
     order = 2
-    supports_state = False  # the long convolution reads the whole prefix: no incremental decoding
+    supports_state = True  # when causal
 
     def __init__(
         self, *, d_model: int, causal: bool = True, short_kernel: int = 3, filter_hidden: int = 64,
@@ -101,20 +107,70 @@ class HyenaMixer(nn.Module):
             return [(part, None) for part in parts]
         return [(parts[2 * n], parts[2 * n + 1]) for n in range(self.order)]
 
+    def short_convolved(self, projected: Tensor, state: dict | None) -> Tensor:
+        """The causal short convolution of the projections (B, T, 3D), over the ones before (the carried ones in
+        ``state``, else zeros)."""
+        taps = self.short_conv.kernel_size[0]
+        history = None if state is None else state.get("short")
+        if history is None:
+            history = projected.new_zeros(projected.shape[0], taps - 1, projected.shape[2])
+        extended = torch.cat([history.to(projected.dtype), projected], dim=1)
+        if state is not None:
+            state["short"] = extended[:, extended.shape[1] - (taps - 1) :]
+        weight, bias = self.short_conv.weight, self.short_conv.bias
+        return F.conv1d(extended.transpose(1, 2), weight, bias, groups=weight.shape[0]).transpose(1, 2)
+
     def forward(
-        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False
-    ) -> Tensor:
+        self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
+        state: dict | None = None,
+    ) -> Tensor:  # fmt: skip
         """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind."""
-        length = x.shape[1]
+        if state is not None and not self.causal:
+            raise ValueError("a bidirectional Hyena reads the whole sequence: it cannot decode incrementally")
         projected = zero_padding(self.in_proj(x), attention_mask)
-        # causal short convolution: crop the right overhang; re-zero padding, since the conv bias would leak
-        projected = self.short_conv(projected.transpose(1, 2))[..., :length].transpose(1, 2)
-        z, *gates = zero_padding(projected, attention_mask).split(self.d_model, dim=-1)
+        # re-zero padding after the short convolution, since its bias would leak into it
+        z, *gates = zero_padding(self.short_convolved(projected, state), attention_mask).split(self.d_model, dim=-1)
+        if state is not None:
+            return zero_padding(self.out_proj(self._orders_with_state(z, gates, state)), attention_mask)
         conv = long_conv_fft if self.convolution == "fft" else long_conv_naive
-        for n, ((past, future), gate) in enumerate(zip(self.filters(length), gates, strict=True)):
+        for n, ((past, future), gate) in enumerate(zip(self.filters(x.shape[1]), gates, strict=True)):
             future = None if future is None else future.to(z.dtype)
             z = gate * (conv(z, past.to(z.dtype), future) + self.filter_bias[n] * z)
         return zero_padding(self.out_proj(z), attention_mask)
+
+    def _orders_with_state(self, z: Tensor, gates: list[Tensor], state: dict) -> Tensor:
+        """The two gated long convolutions of a causal layer for the next n positions, whose inputs before them are
+        in ``state["cache"]`` (order 1's as its keys, order 2's as its values); appends theirs."""
+        cache = state.setdefault("cache", KeyValueCache(window=None))
+        seen, count = cache.length, z.shape[1]
+        reversed_filters = self._reversed_filters(cache, seen + count)
+        end = reversed_filters.shape[0]  # row end - 1 - l holds lag l
+        before = cache.visible()[:2] if seen else (None, None)
+        inputs = []
+        for n, gate in enumerate(gates):
+            inputs.append(z)
+            taps = reversed_filters[:, n * self.d_model : (n + 1) * self.d_model].to(z.dtype)
+            if count == 1:  # y_t = h_0 z_t + Σ_{l >= 1} h_l z_{t-l}: one pass over the lags, the taps in their order
+                convolved = taps[end - 1] * z
+                if seen:
+                    convolved = convolved + (before[n][:, 0] * taps[end - 1 - seen : end - 1]).sum(1, keepdim=True)
+            else:
+                extended = z if not seen else torch.cat([before[n][:, 0], z], dim=1)
+                convolved = long_conv_fft(extended, taps[end - seen - count :].flip(0))[:, seen:]
+            z = gate * (convolved + self.filter_bias[n] * z)
+        cache.write(inputs[0][:, None], inputs[1][:, None], None)
+        return z
+
+    def _reversed_filters(self, cache: KeyValueCache, length: int) -> Tensor:
+        """Both orders' causal filters, lags L-1 .. 0 (L >= length, 2D), kept in ``cache.derived`` for a decoding
+        (computed again for twice the length when it runs out: O(log T) evaluations of the filter's MLP in a decoding
+        of T tokens); recomputed at every call while gradients are on (the weights may change between calls)."""
+        if torch.is_grad_enabled():
+            return self.filter(length).flip(0)
+        filters = cache.derived.get("reversed_filters")
+        if filters is None or filters.shape[0] < length:
+            filters = cache.derived["reversed_filters"] = self.filter(max(2 * length, 64)).flip(0)
+        return filters
 
 
 __all__ = ["CONVOLUTIONS", "HyenaMixer", "ImplicitFilter", "SineMLP"]

@@ -1,7 +1,7 @@
 """The start of ``generate`` for the Markovian Transformer causal LM: one pass over the prompt with a fresh decoding
 state, then one token per step through the same ``forward`` (each layer reads and extends its own state), or,
-for a model whose layers cannot carry a state (Hyena; learned positions past ``max_positions``), the prefix re-run
-each step."""
+when learned positions would run past ``max_positions``, the prefix re-run each step (its last ``max_positions``
+tokens)."""
 
 from __future__ import annotations
 

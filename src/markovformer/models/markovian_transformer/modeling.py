@@ -244,8 +244,9 @@ class _WithBackbone(MarkovianTransformerPreTrainedModel):
 class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
     """Next-token prediction. ``labels`` are the inputs (shifted inside); label -100 is ignored. ``forward(...,
     state=s)`` continues the sequence held by the decoding state s ({} to start); ``generate`` decodes so, one
-    token per step, whenever every layer carries a state (rolling key/value caches of W + 1 entries for local
-    attention, running sums or recurrent states for the others), and re-runs the prefix otherwise (Hyena)."""
+    token per step, through every layer's own state (rolling key/value caches of W + 1 entries for local
+    attention, growing ones for global attention and Hyena's long convolutions, running sums or recurrent states
+    for the others), and re-runs the prefix only when learned positions would run out."""
 
     def __init__(self, config: MarkovianTransformerConfig) -> None:
         if config.vocab_size is None or not config.causal:
