@@ -229,4 +229,17 @@ def keep_in_cache(state: dict | None, window: int | None, k: Tensor, v: Tensor, 
     state["cache"] = cache
 
 
-__all__ = ["KeyValueCache", "SeenKeys", "keep_in_cache", "real_mask"]
+def after_carried_inputs(x: Tensor, state: dict | None, key: str, count: int) -> Tensor:
+    """x (B, T, C) after the ``count`` inputs before it: those ``state[key]`` carries from the previous call (zeros
+    at the start, or without a state), so (B, count + T, C); leaves the last ``count`` of them there for the next
+    call. What a causal filter of count + 1 taps reads (H3's shift filter, Hyena's short convolution)."""
+    history = None if state is None else state.get(key)
+    if history is None:
+        history = x.new_zeros(x.shape[0], count, x.shape[2])
+    extended = torch.cat([history.to(x.dtype), x], dim=1)
+    if state is not None:
+        state[key] = extended[:, extended.shape[1] - count :]
+    return extended
+
+
+__all__ = ["KeyValueCache", "SeenKeys", "after_carried_inputs", "keep_in_cache", "real_mask"]

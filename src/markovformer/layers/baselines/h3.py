@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.layers.baselines.s4d import DiagonalSSM
+from markovformer.layers.kv_cache import after_carried_inputs
 from markovformer.layers.options import check_fields, interval, option
 from markovformer.ops.long_conv import long_conv_fft
 from markovformer.ops.padding import zero_padding
@@ -88,12 +89,7 @@ class H3Mixer(nn.Module):
         than a depthwise convolution's with 64 taps, but for short causal chunks (decoding steps): their windows'
         weighted sum."""
         taps = self.shift_taps
-        history = None if state is None else state.get("keys")
-        if history is None:
-            history = k.new_zeros(k.shape[0], taps - 1, k.shape[2])
-        extended = torch.cat([history.to(k.dtype), k], dim=1)
-        if state is not None:
-            state["keys"] = extended[:, extended.shape[1] - (taps - 1) :]
+        extended = after_carried_inputs(k, state, "keys", taps - 1)
         if self.shift_future is None and k.numel() * taps <= DIRECT_SHIFT_MAX_ELEMENTS:
             windows = extended.unfold(1, taps, 1).transpose(2, 3)  # (B, T, taps, D): the keys at lags taps-1 .. 0
             return (windows * self.shift_past.flip(0).to(k.dtype)).sum(2) + self.shift_skip.to(k.dtype) * k

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from markovformer.layers.kv_cache import KeyValueCache
+from markovformer.layers.kv_cache import KeyValueCache, after_carried_inputs
 from markovformer.ops.long_conv import long_conv_fft, long_conv_naive
 from markovformer.ops.padding import zero_padding
 
@@ -110,13 +110,7 @@ class HyenaMixer(nn.Module):
     def short_convolved(self, projected: Tensor, state: dict | None) -> Tensor:
         """The causal short convolution of the projections (B, T, 3D), over the ones before (the carried ones in
         ``state``, else zeros)."""
-        taps = self.short_conv.kernel_size[0]
-        history = None if state is None else state.get("short")
-        if history is None:
-            history = projected.new_zeros(projected.shape[0], taps - 1, projected.shape[2])
-        extended = torch.cat([history.to(projected.dtype), projected], dim=1)
-        if state is not None:
-            state["short"] = extended[:, extended.shape[1] - (taps - 1) :]
+        extended = after_carried_inputs(projected, state, "short", self.short_conv.kernel_size[0] - 1)
         weight, bias = self.short_conv.weight, self.short_conv.bias
         return F.conv1d(extended.transpose(1, 2), weight, bias, groups=weight.shape[0]).transpose(1, 2)
 
