@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM, ScanMarkovState
+from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
 
 VOCAB = 11
 WINDOW = 3
@@ -249,15 +249,33 @@ def test_loss_is_shifted_cross_entropy_with_ignore_and_smoothing():
 @pytest.mark.parametrize("mode, order, window_positions",
                          [("markov", None, "start"), ("markov", 2, "start"), ("markov", None, "end"),
                           ("recurrent", None, "start")])  # fmt: skip
-def test_incremental_step_equals_full_forward(mode, order, window_positions):
+@pytest.mark.parametrize("chunks", [(1,) * 9, (4, 1, 1, 3)], ids=["token_by_token", "prefill_then_chunks"])
+def test_a_decoding_state_continues_the_full_forward(mode, order, window_positions, chunks):
+    """forward(..., state=) over the sequence piece by piece gives the full forward's logits at every position;
+    the state keeps h (recurrent) or the last n - 1 tokens (markov), never more."""
     model = _build(context_mode=mode, window_positions=window_positions)
     ids = _tokens(3, 9)
     full = model(ids, order=order).logits
-    state = None
-    for t in range(9):
-        logits, state = model.step(ids[:, t], state, order=order)
-        torch.testing.assert_close(logits, full[:, t], rtol=1e-10, atol=1e-10)
-    assert isinstance(state, ScanMarkovState) and state.position == 9
+    state: dict = {}
+    pieces, start = [], 0
+    for size in chunks:
+        pieces.append(model(ids[:, start : start + size], order=order, state=state).logits)
+        start += size
+        kept = state["hidden"].shape if mode == "recurrent" else state["tokens"].shape
+        n = order or model.config.order
+        assert kept == ((3, model.config.d_model) if mode == "recurrent" else (3, min(start, n - 1)))
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-10, atol=1e-10)
+    assert state["length"] == 9
+
+
+def test_a_decoding_state_refuses_padding_and_a_change_of_order():
+    model = _build(context_mode="markov")
+    state: dict = {}
+    model(_tokens(2, 3), state=state)
+    with pytest.raises(ValueError, match="order=2: this decoding state was started with order 3"):
+        model(_tokens(2, 1), order=2, state=state)
+    with pytest.raises(ValueError, match="decodes unpadded sequences"):
+        model(_tokens(2, 2), torch.tensor([[1, 1], [1, 0]]), state=state)
 
 
 @torch.no_grad()

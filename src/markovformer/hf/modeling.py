@@ -271,7 +271,26 @@ class _ReportingWrapper(_Wrapper):
         return _as_asked(output, return_dict, self.config)
 
 
-class _CausalLMWrapper(_ReportingWrapper, GenerationMixin):
+class _DecodesFromCache:
+    """``transformers``' ``generate`` for a markovformer causal LM that keeps its decoding state in a
+    ``MarkovformerCache`` (made by its first forward). Listed before ``GenerationMixin``, which transformers
+    looks for among a model's own bases."""
+
+    def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                                      cache: MarkovformerCache | None = None, use_cache: bool | None = None,
+                                      **unused):  # fmt: skip
+        """The whole prompt first, then only the tokens the cache has not seen (one per step); the whole sequence
+        each step when there is no cache (``use_cache=False``)."""
+        if cache is not None:
+            input_ids = input_ids[:, cache.get_seq_length():]
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "cache": cache, "use_cache": use_cache}
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model makes its own cache (MarkovformerCache) in its first forward
+
+
+class _CausalLMWrapper(_ReportingWrapper, _DecodesFromCache, GenerationMixin):
     honoured_inputs = ("position_ids",)
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -309,33 +328,27 @@ class _CausalLMWrapper(_ReportingWrapper, GenerationMixin):
                                                    hidden_states=hidden,
                                                    attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
 
-    def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                                      cache: MarkovformerCache | None = None, use_cache: bool | None = None,
-                                      **unused):  # fmt: skip
-        """The whole prompt first, then only the tokens the cache has not seen (one per step); the whole sequence
-        each step when there is no cache (``use_cache=False``, or layers that carry no state)."""
-        if cache is not None:
-            input_ids = input_ids[:, cache.get_seq_length():]
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "cache": cache, "use_cache": use_cache}
 
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # the model makes its own cache (MarkovformerCache) in its first forward
-
-
-class _RerunCausalLMWrapper(_Wrapper, GenerationMixin):
-    """A causal LM whose layers keep no decoding state (Scan Markov): ``generate`` re-runs the whole prefix each
-    step, and no hidden states or attentions are returned."""
+class _ScanCausalLMWrapper(_Wrapper, _DecodesFromCache, GenerationMixin):
+    """The Scan Markov causal LM: ``generate`` decodes from its state (``MarkovformerCache``: h after the last token
+    in recurrent mode, the last n - 1 tokens in markov mode), one token per step after the prompt; it has no blocks,
+    so no hidden states or attentions are returned. Its prompts are unpadded (the recurrence has no padding
+    steps)."""
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                labels: Tensor | None = None, return_dict: bool | None = None, **unused) -> CausalLMOutputWithPast:
-        if attention_mask is not None and bool(attention_mask.bool().all()):
-            attention_mask = None
-        output = self.markovformer(input_ids, attention_mask=attention_mask, labels=labels)
-        return _as_asked(CausalLMOutputWithPast(loss=output.loss, logits=output.logits), return_dict, self.config)
-
-    def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None, **unused):
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
+                labels: Tensor | None = None, cache: MarkovformerCache | None = None, use_cache: bool | None = None,
+                return_dict: bool | None = None, **unused) -> CausalLMOutputWithPast:  # fmt: skip
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        if cache is None and use_cache and labels is None and not self.training:
+            cache = MarkovformerCache()
+        if attention_mask is not None:
+            attention_mask = attention_mask[:, -input_ids.shape[1]:]
+            if bool(attention_mask.bool().all()):
+                attention_mask = None
+        output = self.markovformer(input_ids, attention_mask=attention_mask, labels=labels,
+                                   state=None if cache is None else cache.state)  # fmt: skip
+        return _as_asked(CausalLMOutputWithPast(loss=output.loss, logits=output.logits, cache=cache), return_dict,
+                         self.config)  # fmt: skip
 
 
 class _SequenceClassificationWrapper(_ReportingWrapper):
@@ -466,8 +479,8 @@ def _build_classes() -> dict[tuple[str, str], tuple[type, type[_Wrapper]]]:
         for task, head in entry.heads.items():
             if task in bases:
                 auto, base = bases[task]
-                if base is _CausalLMWrapper and family != "markovian_transformer":
-                    base = _RerunCausalLMWrapper
+                if base is _CausalLMWrapper and family == "scan_markov":
+                    base = _ScanCausalLMWrapper
                 classes[family, task] = (auto, _wrapper(family, task, base, head))
     classes["markovian_transformer", "backbone"] = (
         AutoModel, _wrapper("markovian_transformer", "backbone", _BackboneWrapper, MarkovianTransformerModel)

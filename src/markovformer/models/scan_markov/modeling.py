@@ -6,9 +6,10 @@ LayerNorm, an MLP and the tied embedding matrix.
 
 ``h_{-1} = 0`` makes h_0 = B_0 ⊙ e_0: the first step has no A gate. In markov mode every position t has its own
 window of the last n tokens, with positions 0.. counted from the window start (or, as an option, back from its
-end), all computed in parallel; in recurrent mode h runs over the whole prefix with absolute positions. Generation
-feeds tokens through ``step``, which is the same recurrence token by token (the seed's generator differed from its
-trainer; this one does not).
+end), all computed in parallel; in recurrent mode h runs over the whole prefix with absolute positions. Decoding
+continues a sequence through ``forward(..., state=)``, the training computation over the new tokens only (the seed's
+generator differed from its trainer; this one does not): recurrent mode carries h after the last token, markov
+mode the last n - 1 tokens, from which each new position's window state is recomputed.
 """
 
 from __future__ import annotations
@@ -33,19 +34,6 @@ class ScanMarkovOutput:
     logits: Tensor | None = None  # (B, T, V): next-token logits at every position
     loss: Tensor | None = None  # mean next-token cross-entropy over labels != -100
     hidden_states: Tensor | None = None  # (B, T, D): the states h_t, before the LayerNorm
-
-
-@dataclass
-class ScanMarkovState:
-    """Where incremental decoding stands after ``position`` tokens of every row.
-
-    Recurrent mode keeps ``hidden``, h after the last token (B, D); markov mode keeps ``window``, the last
-    min(n, position) tokens (B, L), since its state is recomputed from exactly those.
-    """
-
-    position: int = 0
-    hidden: Tensor | None = None
-    window: Tensor | None = None
 
 
 class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
@@ -93,17 +81,20 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         skipped = torch.rand(decay.shape[:-1], device=decay.device)[..., None] < self.config.context_dropout
         return decay.masked_fill(skipped, 1.0), inject.masked_fill(skipped, 0.0)
 
-    def recurrent_states(self, input_ids: Tensor) -> Tensor:
-        """h over the whole prefix, absolute positions: input_ids (B, T) -> (B, T, D)."""
-        length = input_ids.shape[1]
-        if length > self.config.max_positions:
+    def recurrent_states(
+        self, input_ids: Tensor, start: int = 0, initial: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """h over the prefix, absolute positions: input_ids (B, T) at positions start.. after the state ``initial``
+        (B, D) (h_{-1} = 0 when None) -> every h (B, T, D) and the last (B, D)."""
+        end = start + input_ids.shape[1]
+        if end > self.config.max_positions:
             raise ValueError(
-                f"input_ids has length {length} > max_positions={self.config.max_positions}: the recurrent mode "
+                f"input_ids reach position {end} > max_positions={self.config.max_positions}: the recurrent mode "
                 "has no position embedding beyond it"
             )
-        positions = self.position_embedding(torch.arange(length, device=input_ids.device))
+        positions = self.position_embedding(torch.arange(start, end, device=input_ids.device))
         decay, inject = self.skip_context_tokens(*self.gated_inputs(self.dropout(self.embed(input_ids) + positions)))
-        return linear_scan(decay, inject, backend=self.config.backend)[0]
+        return linear_scan(decay, inject, initial, backend=self.config.backend)
 
     def markov_states(self, input_ids: Tensor, window: int) -> Tensor:
         """h over the last ``window`` tokens at every position: (B, T) -> (B, T, D).
@@ -143,13 +134,20 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         order: int | None = None,
         label_smoothing: float = 0.0,
         position_ids: Tensor | None = None,
+        state: dict | None = None,
     ) -> ScanMarkovOutput:
         """input_ids (B, T); attention_mask (B, T) right-padded, 1 = real (padding follows every real token, so it
         never reaches one through the causal recurrence); labels (B, T) aligned with the inputs.
         ``order`` overrides the markov window n for this call (e.g. to train on a mixture of n).
         ``position_ids`` (B, T): packed documents (positions restarting at 0 at each): each document is run alone
         (re-batched, one padded row per document) and its first token is not scored.
+        ``state``: a decoding state ({} to start one), read and updated in place: the inputs continue the sequence
+        it holds (its ``length`` tokens), and the logits are those of the whole sequence's forward at their
+        positions. It holds tensors, batch first (beam search reorders their rows): recurrent mode h after the last
+        token (``hidden``, (B, D)), markov mode the last n - 1 tokens (``tokens``). No padding while decoding.
         """
+        if state is not None:
+            return self._continue(input_ids, attention_mask, order, state)
         if position_ids is not None:
             if tuple(position_ids.shape) != tuple(input_ids.shape):
                 raise ValueError(f"position_ids must be (B, T) = {tuple(input_ids.shape)}; "
@@ -168,7 +166,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={label_smoothing!r}: must lie in [0, 1)")
         window = self.window_size(order)
-        states = self.recurrent_states(input_ids) if window is None else self.markov_states(input_ids, window)
+        states = self.recurrent_states(input_ids)[0] if window is None else self.markov_states(input_ids, window)
         output = ScanMarkovOutput(logits=self.logits_from_states(states), hidden_states=states)
         if labels is not None:
             if tuple(labels.shape) != tuple(input_ids.shape):
@@ -176,54 +174,41 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
             output.loss = token_cross_entropy(output.logits[:, :-1], labels[:, 1:], label_smoothing)
         return output
 
-    def step(
-        self, input_ids: Tensor, state: ScanMarkovState | None = None, order: int | None = None
-    ) -> tuple[Tensor, ScanMarkovState]:
-        """Feed one token per row, input_ids (B,); returns the next-token logits (B, V) and the new state.
-
-        Equal to ``forward`` on the whole sequence at the same position. Recurrent mode: h = A ⊙ h + B ⊙ e at
-        position ``state.position``. Markov mode: h recomputed over the last n tokens (keep n fixed per sequence).
-        """
-        check_token_ids(input_ids, self.config.vocab_size, dims=1)
-        state = state if state is not None else ScanMarkovState()
-        window = self.window_size(order)
+    def _continue(self, input_ids: Tensor, attention_mask: Tensor | None, order: int | None, state: dict):
+        """``forward`` over the next T tokens of the sequence ``state`` holds (see ``forward``)."""
+        check_token_ids(input_ids, self.config.vocab_size)
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            raise ValueError("ScanMarkovForCausalLM decodes unpadded sequences: give rows of equal length, or one "
+                             "sequence at a time")  # fmt: skip
+        window, seen = self.window_size(order), state.get("length", 0)
         if window is None:
-            if state.position >= self.config.max_positions:
-                raise ValueError(
-                    f"position {state.position} is beyond max_positions={self.config.max_positions}: the recurrent "
-                    "mode has no position embedding there"
-                )
-            embeddings = self.embed(input_ids) + self.position_embedding.weight[state.position]
-            decay, inject = self.gated_inputs(self.dropout(embeddings))
-            hidden = inject if state.hidden is None else torch.addcmul(inject, decay, state.hidden)
-            return self.logits_from_states(hidden), ScanMarkovState(state.position + 1, hidden=hidden)
-        tokens = input_ids[:, None] if state.window is None else torch.cat([state.window, input_ids[:, None]], 1)
-        tokens = tokens[:, -window:]
-        hidden = self.markov_states(tokens, window)[:, -1]
-        return self.logits_from_states(hidden), ScanMarkovState(state.position + 1, window=tokens)
+            states, state["hidden"] = self.recurrent_states(input_ids, seen, state.get("hidden"))
+        else:
+            if state.setdefault("order", window) != window:
+                raise ValueError(f"order={window}: this decoding state was started with order {state['order']}")
+            carried = state.get("tokens")
+            tokens = input_ids if carried is None else torch.cat([carried, input_ids], dim=1)
+            states = self.markov_states(tokens, window)[:, tokens.shape[1] - input_ids.shape[1] :]
+            state["tokens"] = tokens[:, max(0, tokens.shape[1] - (window - 1)) :]  # a window's older tokens
+        state["length"] = seen + input_ids.shape[1]
+        return ScanMarkovOutput(logits=self.logits_from_states(states), hidden_states=states)
 
     def start_decoding(
         self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int
     ) -> tuple[Tensor, Step]:
-        """``GenerationMixin``'s start: every prompt token goes through ``step``, the training recurrence, and so
-        does every chosen token. Prompts must be unpadded (the recurrence has no padding steps)."""
-        check_token_ids(input_ids, self.config.vocab_size)
-        if attention_mask is not None and not bool(attention_mask.bool().all()):
-            raise ValueError("ScanMarkovForCausalLM generates from unpadded prompts: give rows of equal length, or "
-                             "one prompt at a time")  # fmt: skip
+        """``GenerationMixin``'s start: the prompt in one pass with a fresh decoding state, then one token per step
+        through the same ``forward``. Prompts must be unpadded (the recurrence has no padding steps)."""
         fed = input_ids.shape[1] + max_new_tokens - 1
         if self.window_size() is None and fed > self.config.max_positions:
             raise ValueError(
                 f"a prompt of {input_ids.shape[1]} tokens plus max_new_tokens={max_new_tokens} needs {fed} positions "
                 f"but max_positions={self.config.max_positions}"
             )
-        state = None
-        for token in input_ids.unbind(1):
-            logits, state = self.step(token, state)
-        states = [state]
+        state: dict = {}
 
-        def feed(tokens: Tensor) -> Tensor:
-            next_logits, states[0] = self.step(tokens, states[0])
-            return next_logits
+        def step(tokens: Tensor) -> Tensor:
+            return self(tokens[:, None], state=state).logits[:, -1]
 
-        return logits, feed
+        return self(input_ids, attention_mask, state=state).logits[:, -1], step
+
+
