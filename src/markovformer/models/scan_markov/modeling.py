@@ -96,8 +96,9 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         decay, inject = self.skip_context_tokens(*self.gated_inputs(self.dropout(self.embed(input_ids) + positions)))
         return linear_scan(decay, inject, initial, backend=self.config.backend)
 
-    def markov_states(self, input_ids: Tensor, window: int) -> Tensor:
-        """h over the last ``window`` tokens at every position: (B, T) -> (B, T, D).
+    def markov_states(self, input_ids: Tensor, window: int, last: int | None = None) -> Tensor:
+        """h over the last ``window`` tokens at every position: (B, T) -> (B, T, D); with ``last``, at the last
+        ``last`` positions only, (B, last, D) (a decoding step: its window alone, not every carried token's).
 
         Token s seen from the window ending at t has position s - max(0, t - window + 1) (``window_positions="end"``:
         t - s), so its embedding, gates and input differ per window: they are built for all (t, offset) pairs,
@@ -105,9 +106,11 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         Without active dropout they depend on (token, position) only, so when that table (V × window) is smaller
         than the pairs, the gates run on the table once and are gathered: the same values, window times cheaper.
         """
-        source, position, _ = window_offsets(input_ids.shape[1], window, input_ids.device)
+        source, position, present = window_offsets(input_ids.shape[1], window, input_ids.device)
         if self.config.window_positions == "end":  # offset o of the window ending at t holds step t - window + 1 + o
             position = (window - 1 - torch.arange(window, device=input_ids.device)).expand_as(position)
+        if last is not None:
+            source, position, present = source[-last:], position[-last:], present[-last:]
         tokens = input_ids[:, source]  # (B, T, window)
         dropout_active = self.training and self.dropout.p > 0
         if dropout_active or self.config.vocab_size * window >= tokens.numel():
@@ -119,6 +122,11 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
             pair = tokens * window + position
             decay, inject = decay_table[pair], inject_table[pair]
         decay, inject = self.skip_context_tokens(decay, inject)
+        if last is not None:  # each window's offsets in turn; an absent one (before the sequence) adds nothing
+            inject, states = inject * present[..., None], torch.zeros_like(inject[:, :, 0])
+            for offset in range(window):
+                states = torch.addcmul(inject[:, :, offset], decay[:, :, offset], states)
+            return states
         backend = "naive" if self.config.backend == "naive" else "auto"
         return windowed_linear_scan(decay, inject, window, backend=backend)
 
@@ -188,7 +196,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
                 raise ValueError(f"order={window}: this decoding state was started with order {state['order']}")
             carried = state.get("tokens")
             tokens = input_ids if carried is None else torch.cat([carried, input_ids], dim=1)
-            states = self.markov_states(tokens, window)[:, tokens.shape[1] - input_ids.shape[1] :]
+            states = self.markov_states(tokens, window, last=input_ids.shape[1])
             state["tokens"] = tokens[:, max(0, tokens.shape[1] - (window - 1)) :]  # a window's older tokens
         state["length"] = seen + input_ids.shape[1]
         return ScanMarkovOutput(logits=self.logits_from_states(states), hidden_states=states)
