@@ -261,6 +261,11 @@ def test_scan_markov_generate_decodes_from_its_state_as_without_it(mode):
     with_cache, without = model.generate(prompt, **beams), model.generate(prompt, **beams, use_cache=False)
     assert torch.equal(with_cache.sequences, without.sequences)
     torch.testing.assert_close(with_cache.sequences_scores, without.sequences_scores)
+    padded = torch.ones_like(prompt)
+    padded[1, 3:] = 0  # a right-padded batch in eval mode: the whole forward, no cache
+    output = model(input_ids=prompt, attention_mask=padded)
+    assert output.cache is None
+    torch.testing.assert_close(output.logits, model.markovformer(prompt, attention_mask=padded).logits)
 
 
 def test_return_dict_false_gives_the_outputs_tuple_for_the_other_wrappers():

@@ -162,13 +162,9 @@ def _h3_by_hand(layer: H3Mixer, x: torch.Tensor) -> torch.Tensor:
     return layer.out_proj(y)
 
 
-@pytest.mark.parametrize("shift_by", ["windows", "fft"])
 @pytest.mark.parametrize("head_dim", [1, 2, 4])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-def test_h3_layer_is_its_definition_by_hand(causal, head_dim, shift_by, monkeypatch):
-    """Both ways of the causal shift filter (a sum over short chunks' windows, else FFT) against the definition."""
-    if shift_by == "fft":
-        monkeypatch.setattr(h3_module, "DIRECT_SHIFT_MAX_ELEMENTS", 0)
+def test_h3_layer_is_its_definition_by_hand(causal, head_dim):
     torch.manual_seed(0)
     layer = H3Mixer(d_model=8, causal=causal, head_dim=head_dim, ssm_state_size=4, shift_taps=3).double()
     with torch.no_grad():  # larger steps than the init, so the SSM's kernel is far from zero over the whole length
@@ -180,6 +176,20 @@ def test_h3_layer_is_its_definition_by_hand(causal, head_dim, shift_by, monkeypa
     _assert_same_gradients(got, want, params, rtol=1e-8, atol=1e-10)
     layer.kv_ssm.mode = "recurrent"  # the diagonal SSM step by step: the same layer
     torch.testing.assert_close(layer(x), want, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("shift_by", ["windows", "fft"])
+def test_h3_decodes_as_its_full_forward_with_either_way_of_the_shift_filter(shift_by, monkeypatch):
+    """A decoding's short chunks run the shift filter as a sum over their windows, longer ones by FFT over the
+    carried keys (here every chunk, with the limit at 0): both continue the full forward."""
+    if shift_by == "fft":
+        monkeypatch.setattr(h3_module, "DIRECT_SHIFT_MAX_LENGTH", 0)
+    layer = _mixer("h3", causal=True)  # 3 taps: chunks of 1 and 4 tokens read keys carried from earlier calls
+    x = _randn(2, 10, D_MODEL, seed=3)
+    with torch.no_grad():
+        state: dict = {}
+        pieces = [layer(x[:, a:b], state=state) for a, b in [(0, 4), (4, 5), (5, 9), (9, 10)]]
+        torch.testing.assert_close(torch.cat(pieces, dim=1), layer(x), rtol=1e-10, atol=1e-12)
 
 
 def test_h3_starts_as_the_authors_inside_a_model():

@@ -202,6 +202,11 @@ def test_hyena_keeps_its_convolutions_inputs_in_storage_that_doubles_and_compute
             capacities.add(state["layers"][0]["mixer"]["cache"].capacity)
     assert capacities == {16, 32, 64, 128}  # amortised O(1) appends, never a copy per token
     assert lengths == [64, 64, 130, 130]  # each layer's taps for 64 lags, then for twice the 65 the 62nd step needs
+    lengths.clear()
+    state = {}
+    for t in range(3):  # with gradients on, every call computes its taps (a kept table could outlive the weights)
+        model(torch.full((2, 1), t), state=state)
+    assert lengths == [1, 1, 2, 2, 3, 3]
 
 
 def test_a_model_that_carries_no_state_says_so_when_given_one():

@@ -268,10 +268,17 @@ def test_a_decoding_state_continues_the_full_forward(mode, order, window_positio
     assert state["length"] == 9
 
 
-def test_a_decoding_state_refuses_padding_and_a_change_of_order():
+def test_a_decoding_state_scores_its_labels_and_refuses_padding_packing_and_a_change_of_order():
     model = _build(context_mode="markov")
+    ids = _tokens(2, 7)
     state: dict = {}
-    model(_tokens(2, 3), state=state)
+    model(ids[:, :3], state=state)
+    continued = model(ids[:, 3:], labels=ids[:, 3:], state=state)  # the chunk's own shifted loss
+    full = model(ids).logits[:, 3:]
+    torch.testing.assert_close(continued.loss, F.cross_entropy(full[:, :-1].reshape(-1, VOCAB),
+                                                               ids[:, 4:].reshape(-1)))  # fmt: skip
+    with pytest.raises(ValueError, match="position_ids .* cannot be combined with a decoding state"):
+        model(ids[:, :2], position_ids=torch.arange(2).expand(2, 2), state=state)
     with pytest.raises(ValueError, match="order=2: this decoding state was started with order 3"):
         model(_tokens(2, 1), order=2, state=state)
     with pytest.raises(ValueError, match="decodes unpadded sequences"):

@@ -333,18 +333,18 @@ class _ScanCausalLMWrapper(_Wrapper, _DecodesFromCache, GenerationMixin):
     """The Scan Markov causal LM: ``generate`` decodes from its state (``MarkovformerCache``: h after the last token
     in recurrent mode, the last n - 1 tokens in markov mode), one token per step after the prompt; it has no blocks,
     so no hidden states or attentions are returned. Its prompts are unpadded (the recurrence has no padding
-    steps)."""
+    steps); a right-padded batch runs the whole forward and makes no cache."""
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 labels: Tensor | None = None, cache: MarkovformerCache | None = None, use_cache: bool | None = None,
                 return_dict: bool | None = None, **unused) -> CausalLMOutputWithPast:  # fmt: skip
-        use_cache = use_cache if use_cache is not None else self.config.use_cache
-        if cache is None and use_cache and labels is None and not self.training:
-            cache = MarkovformerCache()
         if attention_mask is not None:
             attention_mask = attention_mask[:, -input_ids.shape[1]:]
             if bool(attention_mask.bool().all()):
                 attention_mask = None
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        if cache is None and use_cache and labels is None and attention_mask is None and not self.training:
+            cache = MarkovformerCache()
         output = self.markovformer(input_ids, attention_mask=attention_mask, labels=labels,
                                    state=None if cache is None else cache.state)  # fmt: skip
         return _as_asked(CausalLMOutputWithPast(loss=output.loss, logits=output.logits, cache=cache), return_dict,

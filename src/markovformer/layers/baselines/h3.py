@@ -31,10 +31,10 @@ from markovformer.layers.options import check_fields, interval, option
 from markovformer.ops.long_conv import long_conv_fft
 from markovformer.ops.padding import zero_padding
 
-# the causal shift filter runs as a sum over its windows (B, T, taps, D), not by FFT, while they hold at most this
-# many elements: a one-token decoding step at d = 256, 64 taps is 15x (batch 1) to 50x (batch 16) faster so; past
-# ~2^23 elements the FFT wins (batch 16, 32 tokens: a tie)
-DIRECT_SHIFT_MAX_ELEMENTS = 1 << 22
+# a decoding call of at most this many tokens runs the causal shift filter as a sum over its windows (B, T, taps, D),
+# not by FFT: a one-token step at d = 256, 64 taps is 15x (batch 1) to 50x (batch 16) faster so; longer chunks,
+# prompts and training (batch 16 at 32 tokens is a tie, and the windows' backward is slower) keep the FFT
+DIRECT_SHIFT_MAX_LENGTH = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,13 +86,15 @@ class H3Mixer(nn.Module):
     def shifted(self, k: Tensor, state: dict | None) -> Tensor:
         """shift(k) + D_k ⊙ k for k (B, T, D): the FIR filter over the keys before (the carried ones in ``state``,
         else zeros) and, non-causal, after; by FFT (``ops.long_conv``), whose backward pass is far cheaper on CPU
-        than a depthwise convolution's with 64 taps, but for short causal chunks (decoding steps): their windows'
-        weighted sum."""
+        than a depthwise convolution's with 64 taps, but for a short chunk of a decoding: its windows' weighted
+        sum."""
         taps = self.shift_taps
         extended = after_carried_inputs(k, state, "keys", taps - 1)
-        if self.shift_future is None and k.numel() * taps <= DIRECT_SHIFT_MAX_ELEMENTS:
+        if state is not None and k.shape[1] <= DIRECT_SHIFT_MAX_LENGTH:  # (a decoding layer is causal)
+            compute = torch.promote_types(k.dtype, torch.float32)  # as the FFT's
             windows = extended.unfold(1, taps, 1).transpose(2, 3)  # (B, T, taps, D): the keys at lags taps-1 .. 0
-            return (windows * self.shift_past.flip(0).to(k.dtype)).sum(2) + self.shift_skip.to(k.dtype) * k
+            shifted = (windows.to(compute) * self.shift_past.flip(0).to(compute)).sum(2).to(k.dtype)
+            return shifted + self.shift_skip.to(k.dtype) * k
         padding = (0, 0, 0, max(extended.shape[1] - taps, 0))  # the kernels cover every lag of the extended keys
         past = F.pad(self.shift_past.to(k.dtype), padding)
         future = None if self.shift_future is None else F.pad(self.shift_future.to(k.dtype), padding)

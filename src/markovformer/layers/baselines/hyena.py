@@ -134,20 +134,24 @@ class HyenaMixer(nn.Module):
 
     def _orders_with_state(self, z: Tensor, gates: list[Tensor], state: dict) -> Tensor:
         """The two gated long convolutions of a causal layer for the next n positions, whose inputs before them are
-        in ``state["cache"]`` (order 1's as its keys, order 2's as its values); appends theirs."""
+        in ``state["cache"]`` (order 1's as its keys, order 2's as its values); appends theirs. By FFT for a chunk,
+        whatever ``convolution`` says; a single token by a dot product over the lags."""
         cache = state.setdefault("cache", KeyValueCache(window=None))
         seen, count = cache.length, z.shape[1]
         reversed_filters = self._reversed_filters(cache, seen + count)
         end = reversed_filters.shape[0]  # row end - 1 - l holds lag l
+        compute = torch.promote_types(z.dtype, torch.float32)  # as the FFT's
         before = cache.visible()[:2] if seen else (None, None)
         inputs = []
         for n, gate in enumerate(gates):
             inputs.append(z)
-            taps = reversed_filters[:, n * self.d_model : (n + 1) * self.d_model].to(z.dtype)
+            taps = reversed_filters[:, n * self.d_model : (n + 1) * self.d_model].to(compute)
             if count == 1:  # y_t = h_0 z_t + Σ_{l >= 1} h_l z_{t-l}: one pass over the lags, the taps in their order
-                convolved = taps[end - 1] * z
+                convolved = taps[end - 1] * z.to(compute)
                 if seen:
-                    convolved = convolved + (before[n][:, 0] * taps[end - 1 - seen : end - 1]).sum(1, keepdim=True)
+                    lagged = before[n][:, 0].to(compute) * taps[end - 1 - seen : end - 1]
+                    convolved = convolved + lagged.sum(1, keepdim=True)
+                convolved = convolved.to(z.dtype)
             else:
                 extended = z if not seen else torch.cat([before[n][:, 0], z], dim=1)
                 convolved = long_conv_fft(extended, taps[end - seen - count :].flip(0))[:, seen:]

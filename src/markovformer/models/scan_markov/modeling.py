@@ -154,9 +154,9 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         positions. It holds tensors, batch first (beam search reorders their rows): recurrent mode h after the last
         token (``hidden``, (B, D)), markov mode the last n - 1 tokens (``tokens``). No padding while decoding.
         """
-        if state is not None:
-            return self._continue(input_ids, attention_mask, order, state)
         if position_ids is not None:
+            if state is not None:
+                raise ValueError("position_ids (packed documents) cannot be combined with a decoding state")
             if tuple(position_ids.shape) != tuple(input_ids.shape):
                 raise ValueError(f"position_ids must be (B, T) = {tuple(input_ids.shape)}; "
                                  f"got {tuple(position_ids.shape)}")  # fmt: skip
@@ -170,11 +170,20 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         check_token_ids(input_ids, self.config.vocab_size)
         if attention_mask is not None:
             check_attention_mask(attention_mask, input_ids.shape)
-            right_padded_lengths(attention_mask, "ScanMarkovForCausalLM")
+            if state is None:
+                right_padded_lengths(attention_mask, "ScanMarkovForCausalLM")
+            elif not bool(attention_mask.bool().all()):
+                raise ValueError("ScanMarkovForCausalLM decodes unpadded sequences: give rows of equal length, or "
+                                 "one sequence at a time")  # fmt: skip
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={label_smoothing!r}: must lie in [0, 1)")
         window = self.window_size(order)
-        states = self.recurrent_states(input_ids)[0] if window is None else self.markov_states(input_ids, window)
+        if state is not None:
+            states = self._continued_states(input_ids, window, state)
+        elif window is None:
+            states = self.recurrent_states(input_ids)[0]
+        else:
+            states = self.markov_states(input_ids, window)
         output = ScanMarkovOutput(logits=self.logits_from_states(states), hidden_states=states)
         if labels is not None:
             if tuple(labels.shape) != tuple(input_ids.shape):
@@ -182,13 +191,9 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
             output.loss = token_cross_entropy(output.logits[:, :-1], labels[:, 1:], label_smoothing)
         return output
 
-    def _continue(self, input_ids: Tensor, attention_mask: Tensor | None, order: int | None, state: dict):
-        """``forward`` over the next T tokens of the sequence ``state`` holds (see ``forward``)."""
-        check_token_ids(input_ids, self.config.vocab_size)
-        if attention_mask is not None and not bool(attention_mask.bool().all()):
-            raise ValueError("ScanMarkovForCausalLM decodes unpadded sequences: give rows of equal length, or one "
-                             "sequence at a time")  # fmt: skip
-        window, seen = self.window_size(order), state.get("length", 0)
+    def _continued_states(self, input_ids: Tensor, window: int | None, state: dict) -> Tensor:
+        """The states of the next T tokens of the sequence ``state`` holds (see ``forward``), which it then holds."""
+        seen = state.get("length", 0)
         if window is None:
             states, state["hidden"] = self.recurrent_states(input_ids, seen, state.get("hidden"))
         else:
@@ -199,7 +204,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
             states = self.markov_states(tokens, window, last=input_ids.shape[1])
             state["tokens"] = tokens[:, max(0, tokens.shape[1] - (window - 1)) :]  # a window's older tokens
         state["length"] = seen + input_ids.shape[1]
-        return ScanMarkovOutput(logits=self.logits_from_states(states), hidden_states=states)
+        return states
 
     def start_decoding(
         self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int
