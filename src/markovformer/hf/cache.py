@@ -33,7 +33,8 @@ class MarkovformerCache:
         """Keep row ``beam_idx[i]`` of every state tensor as row i (beam search). State tensors are batch-first
         except ``nn.GRU``'s hidden state (layers, B, D), whose batch is its second dimension (a causal GRU has one
         layer, so its first dimension is 1); key/value caches reorder their keys, values, padding and decay and
-        keep their positions, which are per slot, not per row."""
+        keep their positions, which are per slot, not per row; anything else (lengths, orders, tables derived from
+        the weights such as S4D's ``DecodingTables``) is shared by every row and stays as it is."""
         self.state = _select_rows(self.state, beam_idx)
 
 
