@@ -38,6 +38,25 @@ class MarkovformerCache:
         self.state = _select_rows(self.state, beam_idx)
 
 
+class DecodesFromCache:
+    """``transformers``' ``generate`` for a markovformer causal LM that keeps its decoding state in a
+    ``MarkovformerCache`` (made by its first forward). Listed before ``GenerationMixin``, which transformers
+    looks for among a model's own bases."""
+
+    def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                                      cache: MarkovformerCache | None = None, use_cache: bool | None = None,
+                                      **unused):  # fmt: skip
+        """The whole prompt first, then only the tokens the cache has not seen (one per step); the whole sequence
+        each step when there is no cache (``use_cache=False``)."""
+        if cache is not None:
+            input_ids = input_ids[:, cache.get_seq_length() :]
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "cache": cache, "use_cache": use_cache}
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model makes its own cache (MarkovformerCache) in its first forward
+
+
 def _select_rows(value, rows: Tensor):
     if isinstance(value, Tensor):
         if value.dim() == 0:
@@ -56,4 +75,4 @@ def _select_rows(value, rows: Tensor):
     return value
 
 
-__all__ = ["MarkovformerCache"]
+__all__ = ["DecodesFromCache", "MarkovformerCache"]

@@ -32,7 +32,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import ModelOutput
 
-from markovformer.hf.cache import MarkovformerCache
+from markovformer.hf.cache import DecodesFromCache, MarkovformerCache
 from markovformer.hf.configuration import HF_CONFIGS
 from markovformer.models.markovian_transformer import MarkovianTransformerModel
 from markovformer.models.pretrained import HF_WRAPPER_PREFIX
@@ -271,26 +271,7 @@ class _ReportingWrapper(_Wrapper):
         return _as_asked(output, return_dict, self.config)
 
 
-class _DecodesFromCache:
-    """``transformers``' ``generate`` for a markovformer causal LM that keeps its decoding state in a
-    ``MarkovformerCache`` (made by its first forward). Listed before ``GenerationMixin``, which transformers
-    looks for among a model's own bases."""
-
-    def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                                      cache: MarkovformerCache | None = None, use_cache: bool | None = None,
-                                      **unused):  # fmt: skip
-        """The whole prompt first, then only the tokens the cache has not seen (one per step); the whole sequence
-        each step when there is no cache (``use_cache=False``)."""
-        if cache is not None:
-            input_ids = input_ids[:, cache.get_seq_length():]
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "cache": cache, "use_cache": use_cache}
-
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # the model makes its own cache (MarkovformerCache) in its first forward
-
-
-class _CausalLMWrapper(_ReportingWrapper, _DecodesFromCache, GenerationMixin):
+class _CausalLMWrapper(_ReportingWrapper, DecodesFromCache, GenerationMixin):
     honoured_inputs = ("position_ids",)
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -329,7 +310,7 @@ class _CausalLMWrapper(_ReportingWrapper, _DecodesFromCache, GenerationMixin):
                                                    attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
 
 
-class _ScanCausalLMWrapper(_Wrapper, _DecodesFromCache, GenerationMixin):
+class _ScanCausalLMWrapper(_Wrapper, DecodesFromCache, GenerationMixin):
     """The Scan Markov causal LM: ``generate`` decodes from its state (``MarkovformerCache``: h after the last token
     in recurrent mode, the last n - 1 tokens in markov mode), one token per step after the prompt; it has no blocks,
     so no hidden states or attentions are returned. Its prompts are unpadded (the recurrence has no padding
