@@ -12,6 +12,7 @@ import torch
 transformers = pytest.importorskip("transformers", reason="the hf extra is absent: pip install 'markovformer[hf]'")
 import markovformer.hf  # noqa: E402,F401 - registers the Auto classes
 from markovformer.hf import HF_CLASSES, HF_CONFIGS  # noqa: E402
+from markovformer.hf.cache import CACHE_NAME  # noqa: E402
 
 SMALL = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
 
@@ -264,7 +265,7 @@ def test_scan_markov_generate_decodes_from_its_state_as_without_it(mode):
     padded = torch.ones_like(prompt)
     padded[1, 3:] = 0  # a right-padded batch in eval mode: the whole forward, no cache
     output = model(input_ids=prompt, attention_mask=padded)
-    assert output.cache is None
+    assert getattr(output, CACHE_NAME) is None
     torch.testing.assert_close(output.logits, model.markovformer(prompt, attention_mask=padded).logits)
 
 
@@ -457,9 +458,10 @@ def test_the_causal_lm_reads_packed_documents_as_data_collator_with_flattening_w
         torch.testing.assert_close(packed.logits[:, start:end], document.logits, rtol=1e-5, atol=1e-5)
     expected = sum(document.loss * (len(d) - 1) for document, d in zip(alone, documents, strict=True)) / 12
     torch.testing.assert_close(packed.loss, expected, rtol=1e-5, atol=1e-6)
-    assert packed.cache is None
+    assert getattr(packed, CACHE_NAME) is None
     with pytest.raises(ValueError, match="position_ids \\(packed documents\\) cannot continue a cache"):
-        model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], cache=model(_ids(1, 2)).cache)
+        model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+              **{CACHE_NAME: getattr(model(_ids(1, 2)), CACHE_NAME)})
 
 
 def test_without_tokenizers_a_run_finishes_its_model_without_the_hugging_face_files_and_says_so(tmp_path, monkeypatch,

@@ -4,13 +4,23 @@ a cache from step to step (the ``cache`` of the model's outputs and inputs).
 Each layer keeps its own state (``forward(..., state=)`` of the model: rolling key/value caches for local
 attention, growing ones for global attention, running sums or recurrent states for the other kinds), so the cache
 holds that one dict and the length it has seen; ``transformers`` needs nothing more of it than its length and, for
-beam search, ``reorder_cache``."""
+beam search, ``reorder_cache``.
+
+transformers 5.24 renamed that argument and output field from ``past_key_values`` to ``cache``; ``CACHE_NAME`` is the
+name the installed release uses, and the wrappers take and return the cache under it (the hf extra's whole range,
+>= 5.0, works so).
+"""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from torch import Tensor
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from markovformer.layers.kv_cache import KeyValueCache
+
+CACHE_NAME = "cache" if "cache" in {field.name for field in fields(CausalLMOutputWithPast)} else "past_key_values"
 
 
 class MarkovformerCache:
@@ -48,9 +58,10 @@ class DecodesFromCache:
                                       **unused):  # fmt: skip
         """The whole prompt first, then only the tokens the cache has not seen (one per step); the whole sequence
         each step when there is no cache (``use_cache=False``)."""
+        cache = cache if cache is not None else unused.get(CACHE_NAME)
         if cache is not None:
             input_ids = input_ids[:, cache.get_seq_length() :]
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "cache": cache, "use_cache": use_cache}
+        return {"input_ids": input_ids, "attention_mask": attention_mask, CACHE_NAME: cache, "use_cache": use_cache}
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:

@@ -32,7 +32,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import ModelOutput
 
-from markovformer.hf.cache import DecodesFromCache, MarkovformerCache
+from markovformer.hf.cache import CACHE_NAME, DecodesFromCache, MarkovformerCache
 from markovformer.hf.configuration import HF_CONFIGS
 from markovformer.models.markovian_transformer import MarkovianTransformerModel
 from markovformer.models.pretrained import HF_WRAPPER_PREFIX
@@ -205,13 +205,18 @@ UNSUPPORTED_INPUTS = ("inputs_embeds", "decoder_inputs_embeds", "position_ids", 
                       "past_key_values")  # fmt: skip
 
 
-def _refuse_unsupported_inputs(module: _Wrapper, args: tuple, kwargs: dict) -> None:
+def _refuse_unsupported_inputs(module: _Wrapper, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """Refuse inputs the wrapper cannot honour by name; before transformers 5.24 ``past_key_values`` is the cache,
+    given to the forward as ``cache``."""
+    if CACHE_NAME != "cache" and CACHE_NAME in kwargs:
+        kwargs["cache"] = kwargs.pop(CACHE_NAME)
     given = [name for name in UNSUPPORTED_INPUTS if kwargs.get(name) is not None and name not in
              module.honoured_inputs]  # fmt: skip
     if given:
         raise ValueError(f"{type(module).__name__} does not take {', '.join(given)}: markovformer models read "
                          "input_ids (and attention_mask); positions follow the unpadded tokens, and generate's "
                          "decoding state is the model's own (MarkovformerCache)")  # fmt: skip
+    return args, kwargs
 
 
 def _as_asked(output: ModelOutput, return_dict: bool | None, config: PretrainedConfig):
@@ -305,7 +310,7 @@ class _CausalLMWrapper(_ReportingWrapper, DecodesFromCache, GenerationMixin):
         output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
                                    attention_mask=attention_mask, labels=labels,
                                    state=None if cache is None else cache.state, **packed)  # fmt: skip
-        return self._finish(CausalLMOutputWithPast(loss=output.loss, logits=output.logits, cache=cache,
+        return self._finish(CausalLMOutputWithPast(loss=output.loss, logits=output.logits, **{CACHE_NAME: cache},
                                                    hidden_states=hidden,
                                                    attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
 
@@ -328,8 +333,8 @@ class _ScanCausalLMWrapper(_Wrapper, DecodesFromCache, GenerationMixin):
             cache = MarkovformerCache()
         output = self.markovformer(input_ids, attention_mask=attention_mask, labels=labels,
                                    state=None if cache is None else cache.state)  # fmt: skip
-        return _as_asked(CausalLMOutputWithPast(loss=output.loss, logits=output.logits, cache=cache), return_dict,
-                         self.config)  # fmt: skip
+        return _as_asked(CausalLMOutputWithPast(loss=output.loss, logits=output.logits, **{CACHE_NAME: cache}),
+                         return_dict, self.config)  # fmt: skip
 
 
 class _SequenceClassificationWrapper(_ReportingWrapper):
