@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 # Each `make demo` trains into a fresh run directory, so running it twice never collides.
 DEMO_DIR := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup demo test test-slow lint bench clean
+.PHONY: setup demo test test-slow test-hf-releases lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -35,6 +35,23 @@ test: setup
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
 
+# The HF wrappers against other transformers releases of the hf extra's range (>=5.0,<6; `.venv` has the newest),
+# each in a virtual environment of its own: `make test-hf-releases HF_RELEASES="5.0.0 5.17.0"`.
+HF_RELEASES ?= 5.0.0 5.17.0
+
+test-hf-releases:
+	set -e; for release in $(HF_RELEASES); do \
+	  venv=$(VENV)-transformers-$$release; \
+	  if [ ! -f $$venv/.installed ]; then \
+	    $(PYTHON) -m venv $$venv; \
+	    $$venv/bin/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)); \
+	    $$venv/bin/python -m pip install -q -e ".[dev,hf]" "transformers==$$release"; \
+	    touch $$venv/.installed; \
+	  fi; \
+	  echo "tests/hf with transformers $$release:"; \
+	  $$venv/bin/python -m pytest -q -n $(PYTEST_WORKERS) tests/hf; \
+	done
+
 lint: setup
 	$(BIN)/ruff check src tests
 
@@ -42,4 +59,4 @@ bench: setup
 	$(BIN)/markovformer bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(VENV)-transformers-* build *.egg-info src/*.egg-info .pytest_cache
