@@ -6,6 +6,7 @@ import pytest
 
 matplotlib = pytest.importorskip("matplotlib")
 
+from markovformer.bench.measure import CAP_REACHED  # noqa: E402
 from markovformer.bench.plots import (  # noqa: E402
     CAPPED_HATCH,
     TARGET_COLOURS,
@@ -14,7 +15,6 @@ from markovformer.bench.plots import (  # noqa: E402
     targets_figure,
 )
 from markovformer.bench.report import _target  # noqa: E402
-from markovformer.bench.suite import CAP_REACHED  # noqa: E402
 from markovformer.plots.saving import new_figure  # noqa: E402
 
 

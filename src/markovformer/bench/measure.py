@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 STATUS = Path("/proc/self/status")
+CAP_REACHED = "longest_max reached"  # the longest part's stop reason when every T trained: a lower bound
 
 
 def status_mib(field: str, path: str | Path = STATUS) -> float | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from markovformer.bench.suite import CAP_REACHED
+from markovformer.bench.measure import CAP_REACHED
 from markovformer.plots.saving import new_figure, save_figure
 
 # Series that measure the same (e.g. two kinds at the same memory) would hide each other: each gets its own marker and

@@ -42,7 +42,7 @@ from markovformer.atomic import atomic_write_text
 from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS, OP_SHAPE
 from markovformer.bench.decode import COMPILED_KINDS, DECODE_KINDS, DECODE_SIZE, decode_targets
 from markovformer.bench.harness import run_in_child
-from markovformer.bench.measure import SizeSeries, status_mib
+from markovformer.bench.measure import CAP_REACHED, SizeSeries, status_mib
 from markovformer.bench.models import LONG_MODELS, MODELS, describe_models
 from markovformer.bench.report import format_summary, summarise
 from markovformer.bench.scan import NAIVE_MAX_T, SCAN_KINDS, SCAN_LENGTHS, SCAN_SHAPE, TRAINING_KINDS, TRAINING_STEPS
@@ -57,7 +57,6 @@ from markovformer.bench.translation_decode import (
 from markovformer.bench.windows import WINDOW_LENGTHS, WINDOW_SHAPE, WINDOWS, expected_growth, window_kinds
 
 PARTS = ("ops", "windows", "models", "longest")  # the default run
-CAP_REACHED = "longest_max reached"  # the longest part's stop reason when every T trained: a lower bound
 ALL_PARTS = (*PARTS, "decode", "translation_decode", "scan", "data")
 RESULTS_NAME = "bench.json"
 STARTUP_SECONDS = 120  # child start-up (imports; compilation on CUDA) on top of its steps' time
@@ -380,7 +379,7 @@ PART_RUNNERS = {"ops": _ops, "windows": _windows, "models": _models, "longest": 
 
 def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Callable[[str], None] = print) -> Path:
     """Run the chosen parts, write ``OUT/bench.json`` and the PNG plots; return the JSON path."""
-    # plots imports matplotlib (the plots extra) and this module's CAP_REACHED: deferred for both reasons
+    # plots imports matplotlib (the plots extra): deferred
     from markovformer.bench.plots import write_plots
 
     settings = (settings or BenchSettings()).resolved()
