@@ -444,6 +444,21 @@ def test_inputs_the_wrappers_cannot_honour_are_refused_by_name(task, name, value
     model(input_ids=_ids(), **{name: None})  # None, as transformers passes unused inputs, is fine
 
 
+def test_past_key_values_is_the_cache_before_transformers_5_24_and_refused_from_it():
+    """transformers 5.24 renamed the cache from past_key_values to cache: before it, past_key_values continues a
+    decoding (the last tokens' logits equal the full forward's); from it, past_key_values is refused by name."""
+    model = _hf("causal_lm", dropout=0.0).eval()
+    ids = _ids(2, 7)
+    full = model(input_ids=ids, use_cache=False).logits
+    cache = getattr(model(input_ids=ids[:, :4]), CACHE_NAME)
+    if CACHE_NAME == "cache":
+        with pytest.raises(ValueError, match="does not take past_key_values"):
+            model(input_ids=ids[:, 4:], past_key_values=cache)
+    else:
+        torch.testing.assert_close(model(input_ids=ids[:, 4:], past_key_values=cache).logits, full[:, 4:],
+                                   rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
 def test_the_causal_lm_reads_packed_documents_as_data_collator_with_flattening_writes_them():
     """position_ids restarting at each document (transformers' padding-free packing): each document's logits and
     loss are its own, as if it ran alone; no cache is made, and continuing one with position_ids is refused."""
