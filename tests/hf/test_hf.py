@@ -5,6 +5,7 @@ it is tested in a subprocess that blocks the import."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import shutil
 import subprocess
@@ -28,7 +29,11 @@ SMALL = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
 
 
 def _transformers():
-    return pytest.importorskip("transformers", reason="the hf extra is not installed (pip install 'markovformer[hf]')")
+    reason = "the hf extra is not installed (pip install 'markovformer[hf]')"
+    transformers = pytest.importorskip("transformers", reason=reason)
+    # skipped with its one-line reason where transformers cannot run this torch
+    pytest.importorskip("markovformer.hf", exc_type=ImportError)
+    return transformers
 
 
 def _saved(model: torch.nn.Module, directory) -> torch.nn.Module:
@@ -255,6 +260,7 @@ def test_transformers_trainer_lowers_the_loss_on_a_markov_chain(tmp_path):
 def test_a_transformers_release_outside_the_supported_range_is_refused_in_one_line():
     """The wrappers follow transformers' Cache and loading APIs, which change between majors: another major fails
     at import, naming the range, instead of deep inside generate."""
+    _transformers()
     from markovformer.hf import SUPPORTED_TRANSFORMERS, check_transformers_version
 
     low, high = SUPPORTED_TRANSFORMERS
@@ -264,3 +270,21 @@ def test_a_transformers_release_outside_the_supported_range_is_refused_in_one_li
         with pytest.raises(ImportError, match=rf"supports transformers >={low}\.0,<{high} but {version} is installed"):
             check_transformers_version(version)
     assert f"transformers>={low}.0,<{high}" in (Path(__file__).parents[2] / "pyproject.toml").read_text()
+
+
+def test_a_transformers_that_turned_its_models_off_for_this_torch_is_refused_in_one_line():
+    """transformers turns its models off, with a log line and no error, where torch is older than its floor
+    (transformers 5.24 needs torch 2.6; with torch 2.5.1 the wrappers failed later with a bare ImportError). The
+    refusal names both releases and the floor, read from transformers' own requirements."""
+    transformers = _transformers()
+    code = (
+        "import transformers.utils\n"
+        "transformers.utils.is_torch_available = lambda: False\n"  # what transformers says below its torch floor
+        "try:\n    import markovformer.hf\nexcept ImportError as error:\n    print(error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    floor = next(requirement.split(";")[0] for requirement in importlib.metadata.requires("transformers")
+                 if requirement.startswith("torch>="))  # fmt: skip
+    assert result.stdout.splitlines() == [
+        f"markovformer.hf needs transformers' models, but transformers {transformers.__version__} needs {floor} and "
+        f"torch {torch.__version__} is installed: upgrade torch, or install an older transformers release that runs it"]

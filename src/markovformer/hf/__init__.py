@@ -34,7 +34,24 @@ def check_transformers_version(version: str) -> None:
                           f'pip install "transformers>={low}.0,<{high}"')  # fmt: skip
 
 
+def check_transformers_runs_torch() -> None:
+    """ImportError in one line where transformers has turned its models off: it needs a newer torch than this one."""
+    if transformers.utils.is_torch_available():
+        return
+    import importlib.metadata
+    import re
+
+    import torch
+
+    needs = [match.group(1) for requirement in importlib.metadata.requires("transformers") or []
+             if (match := re.match(r"torch\s*([<>=!~][^;]*)", requirement))]  # fmt: skip
+    raise ImportError(f"markovformer.hf needs transformers' models, but transformers {transformers.__version__} "
+                      f"needs torch{needs[0] if needs else ' (a newer release)'} and torch {torch.__version__} is "
+                      "installed: upgrade torch, or install an older transformers release that runs it")  # fmt: skip
+
+
 check_transformers_version(transformers.__version__)
+check_transformers_runs_torch()
 
 from markovformer.hf.cache import MarkovformerCache  # noqa: E402
 from markovformer.hf.modeling import HF_CLASSES, HF_CONFIGS, register  # noqa: E402
@@ -42,5 +59,6 @@ from markovformer.hf.tokenizer import export_tokenizer, to_transformers  # noqa:
 
 register()
 
-__all__ = ["HF_CLASSES", "HF_CONFIGS", "SUPPORTED_TRANSFORMERS", "MarkovformerCache", "check_transformers_version",
+__all__ = ["HF_CLASSES", "HF_CONFIGS", "SUPPORTED_TRANSFORMERS", "MarkovformerCache", "check_transformers_runs_torch",
+           "check_transformers_version",
            "export_tokenizer", "register", "to_transformers"]
