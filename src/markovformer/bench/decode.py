@@ -47,11 +47,14 @@ MARK_STEPS = 16  # steps from each mark, their median
 
 
 def _gpt2(size: dict, length: int):
-    """transformers' GPT-2 of ``size`` (None without transformers) and its step: ids (B, t) -> logits, via its cache."""
+    """transformers' GPT-2 of ``size`` and its step: ids (B, t) -> logits, via its cache; or why it cannot run."""
     try:
+        import transformers
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError:
-        return None
+        return "transformers not installed"
+    if not transformers.utils.is_torch_available():  # transformers turns its models off below its own torch floor
+        return f"transformers {transformers.__version__} does not run torch {torch.__version__}"
     config = GPT2Config(vocab_size=size["vocab_size"], n_embd=size["d_model"], n_layer=size["n_layers"],
                         n_head=size["n_heads"], n_positions=PROMPT_LENGTH + length + 1, bos_token_id=0,
                         eos_token_id=0)  # fmt: skip
@@ -124,9 +127,8 @@ def decode_case(kind: str, length: int, batch: int, device: str = "cpu", size: d
         model, forward, state, compile_seconds = _compiled(kind, size, device, batch)
     else:
         built = _gpt2(size, length) if kind == "gpt2" else _markovian(kind, size)
-        if built is None:
-            return {"part": "decode", "kind": kind, "T": length, "batch": batch,
-                    "skipped": "transformers not installed"}  # fmt: skip
+        if isinstance(built, str):
+            return {"part": "decode", "kind": kind, "T": length, "batch": batch, "skipped": built}
         model, forward, state = built
     model = model.to(device).eval()
     prompt = torch.randint(0, size["vocab_size"], (batch, PROMPT_LENGTH), generator=torch.Generator().manual_seed(1))
