@@ -229,15 +229,17 @@ def test_dropout_is_unbiased_and_drops(path):
 # --- FlexAttention ------------------------------------------------------------------------------------------------
 
 needs_flex = pytest.mark.skipif(not flex_module.flex_importable(), reason="torch without FlexAttention")
+FLEX_VALUE_DIM = 8  # unlike the query/key dimension, as VALUE_DIM; a power of two, which torch 2.6 needs
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 
 @pytest.fixture
 def eager_flex_backward(monkeypatch):
     """FlexAttention's eager reference has a backward on CPU, but the public function refuses CPU gradients; lift
-    that guard so this file's score_mod and block mask can be checked on outputs and gradients without a GPU."""
+    that guard so this file's score_mod and block mask can be checked on outputs and gradients without a GPU (torch
+    2.5 has no such guard)."""
     flex_attention = importlib.import_module("torch.nn.attention.flex_attention")
-    monkeypatch.setattr(flex_attention, "_validate_device", lambda *args: None)
+    monkeypatch.setattr(flex_attention, "_validate_device", lambda *args: None, raising=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
@@ -249,7 +251,7 @@ def eager_flex_backward(monkeypatch):
 def test_flex_score_and_mask_functions_match_naive(eager_flex_backward, causal, window):
     length = 11
     for order in (2, 7):  # K = 7 reaches past every window tried (those lags are never visible)
-        tensors = _inputs(length, order, seed=order)
+        tensors = _inputs(length, order, seed=order, value_dim=FLEX_VALUE_DIM)
         for mask in (None, mixed_mask(length)):
 
             def fast(q, k, v, past, future, mask=mask):
@@ -262,11 +264,29 @@ def test_flex_score_and_mask_functions_match_naive(eager_flex_backward, causal, 
 
 
 @needs_flex
+def test_flex_supports_the_head_dimensions_this_torchs_flex_attention_takes():
+    """``flex_supports`` agrees with FlexAttention itself on head dimensions of at least 16: with torch 2.6 it
+    takes powers of two only (24 raised ValueError deep inside a model on a GPU), with 2.13 any."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    for dim in (16, 24, 32, 48):
+        q = torch.randn(1, 1, 8, dim)
+        try:
+            flex_attention(q, q, q)
+            taken = True
+        except ValueError as refused:
+            assert "embedding dimension" in str(refused)
+            taken = False
+        assert flex_module.flex_supports(dim, dim) == taken, (dim, torch.__version__)
+        assert flex_module.flex_supports(16, dim) == taken
+
+
+@needs_flex
 def test_flex_takes_the_mixed_dtypes_autocast_leaves(eager_flex_backward):
     """Under autocast a model hands attention rotated float32 queries and keys beside bfloat16 values (FlexAttention
     refuses mixed dtypes): flex runs them in their common dtype with autocast off, as the same call made outside
     autocast on inputs cast to that dtype."""
-    q, k, v, past, future = _inputs(11, 3, seed=2)
+    q, k, v, past, future = _inputs(11, 3, seed=2, value_dim=FLEX_VALUE_DIM)
     q, k, v, past, future = q.float(), k.float(), v.bfloat16(), past.float(), future.float()
     options = dict(window=None, causal=True, attention_mask=mixed_mask(11), compiled=False)
     expected = lag_bias_attention_flex(q, k, v.float(), past, future, **options)
@@ -317,7 +337,7 @@ def test_flex_packed_rows_equal_naive_and_each_document_alone(eager_flex_backwar
     with the same segment ids, and each document's slice equals that document run alone through flex."""
     mask, segments, documents = _packed_rows()
     length = mask.shape[1]
-    tensors = _inputs(length, 3, seed=5)
+    tensors = _inputs(length, 3, seed=5, value_dim=FLEX_VALUE_DIM)
     options = dict(window=window, causal=causal, attention_mask=mask, segment_ids=segments)
 
     def naive(q, k, v, past, future):
@@ -403,7 +423,8 @@ def test_auto_picks_flex_where_it_exists(monkeypatch):
     assert (
         resolve_backend("auto", q[:, :, :-1], 3) == "banded" and resolve_backend("auto", q[:, :, :-1], None) == "naive"
     )
-    with pytest.raises(ValueError, match=r"at least 16; got 16 \(query/key\) and 3 \(value\)"):
+    refused = r"at least 16 \(powers of two with torch 2\.6\); got 16 \(query/key\) and 3 \(value\)"
+    with pytest.raises(ValueError, match=refused):
         resolve_backend("flex", q, 3, value_dim=3)
 
 

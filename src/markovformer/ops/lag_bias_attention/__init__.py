@@ -17,6 +17,7 @@ Asking for a backend that cannot run these inputs raises ValueError naming it an
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from markovformer.ops.lag_bias_attention.banded import lag_bias_attention_banded
@@ -82,8 +83,9 @@ def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: floa
         if dropout_p > 0:
             raise ValueError(f"backend 'flex' has no attention dropout; got dropout_p={dropout_p}")
         if not flex_supports(head_dim, value_dim):
-            raise ValueError(f"backend 'flex' needs head dimensions of at least {FLEX_MIN_HEAD_DIM}; got "
-                             f"{head_dim} (query/key) and {value_dim} (value): use 'banded' or 'naive'")  # fmt: skip
+            raise ValueError(f"backend 'flex' needs head dimensions of at least {FLEX_MIN_HEAD_DIM} (powers of two "
+                             f"with torch 2.6); got {head_dim} (query/key) and {value_dim} (value) with torch "
+                             f"{torch.__version__}: use 'banded' or 'naive'")  # fmt: skip
     return backend
 
 

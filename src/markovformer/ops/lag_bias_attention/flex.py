@@ -40,8 +40,21 @@ FLEX_MIN_LENGTH = 128
 
 
 def flex_supports(head_dim: int, value_dim: int) -> bool:
-    """True when FlexAttention's kernel takes these head dimensions (both at least ``FLEX_MIN_HEAD_DIM``)."""
-    return min(head_dim, value_dim) >= FLEX_MIN_HEAD_DIM
+    """True when FlexAttention's kernel takes these head dimensions: both at least ``FLEX_MIN_HEAD_DIM``, and, on a
+    torch whose FlexAttention takes only the head dimensions it lists (powers of two, in torch 2.6), listed."""
+    listed = _listed_head_dim()
+    return min(head_dim, value_dim) >= FLEX_MIN_HEAD_DIM and all(listed(dim) for dim in (head_dim, value_dim))
+
+
+@lru_cache(maxsize=1)
+def _listed_head_dim():
+    """torch's own rule of the head dimensions FlexAttention takes, where it has one (a private helper of torch
+    2.6, gone by 2.13, which takes any); else a rule that takes every dimension."""
+    try:
+        from torch.nn.attention._utils import _supported_head_dim
+    except ImportError:
+        return lambda dim: True
+    return _supported_head_dim
 
 
 @lru_cache(maxsize=1)
