@@ -37,7 +37,7 @@ def test_train_refuses_before_writing_anything(tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert main(["train", "trainer.accelerator=gpu", f"output_dir={run_dir}", "trainer.max_steps=2"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
-    assert len(error) == 1 and "TORCH_INDEX" in error[0]
+    assert len(error) == 1 and "trainer.accelerator=cpu" in error[0]  # a CPU build's fix or a CUDA build's, by torch
     assert not run_dir.exists()
 
 

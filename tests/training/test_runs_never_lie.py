@@ -22,7 +22,9 @@ from markovformer.training.checkpoint import load_checkpoint_file, save_checkpoi
 from markovformer.training.run_dir import strict_json, write_json
 from markovformer.training.runner import evaluate
 
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+# TRANSFORMERS_VERBOSITY: Lightning's torchmetrics imports transformers where it is installed, and transformers logs
+# two lines on import where it cannot run this torch (5.24 with torch 2.5), which the one-line checks would count
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
 
 
 def run_process(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -97,10 +99,13 @@ def test_a_resumed_ddp_run_with_dropout_matches_the_uninterrupted_one(tmp_path):
     half = run_process("train", str(config), "output_dir=half", "trainer.max_steps=10", cwd=tmp_path)
     assert half.returncode == 0, half.stderr[-3000:]
     states = load_checkpoint_file(tmp_path / "half" / "checkpoints" / "last.ckpt")["rng_states"]
-    assert len(states) == 2 and not torch.equal(states[0]["cpu"], states[1]["cpu"])  # the ranks did drift apart
+    assert len(states) == 2
     extended = run_process("train", "--resume", "half", "trainer.max_steps=20", cwd=tmp_path)
     assert extended.returncode == 0, extended.stderr[-3000:]
     assert same_weights(tmp_path / "half", tmp_path / "whole")
+    if torch.equal(states[0]["cpu"], states[1]["cpu"]):  # seen with torch 2.5.1 and 2.6.0
+        pytest.skip(f"torch {torch.__version__}'s CPU dropout takes the same amount of random state per call, whatever "
+                    "its size: the ranks never drift apart, so restoring rank 0's state on every rank would pass too")
 
 
 # ------------------------------------------------------------------------------ 3. completion as a transaction
