@@ -1,7 +1,8 @@
 # Two commands on a fresh clone: `make demo` and `make test`. Each sets up its own virtual environment.
 PYTHON ?= python3
 VENV ?= .venv
-# Pinned to the CPU build available here; override e.g. `make test TORCH_SPEC="torch==2.5.1"`. A CUDA build:
+# Pinned to the CPU build available here; override e.g. `make test VENV=.venv-torch-2.6.0 TORCH_SPEC="torch==2.6.0"`
+# (the floor in pyproject.toml; from PyPI a CUDA build, about 3 GB). A CUDA build from PyTorch's own index:
 # `make setup TORCH_INDEX=https://download.pytorch.org/whl/cu126` (the index of your CUDA version).
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
@@ -59,4 +60,4 @@ bench: setup
 	$(BIN)/markovformer bench
 
 clean:
-	rm -rf $(VENV) $(VENV)-transformers-* build *.egg-info src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(VENV)-transformers-* $(VENV)-torch-* build *.egg-info src/*.egg-info .pytest_cache
