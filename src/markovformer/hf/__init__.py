@@ -60,5 +60,4 @@ from markovformer.hf.tokenizer import export_tokenizer, to_transformers  # noqa:
 register()
 
 __all__ = ["HF_CLASSES", "HF_CONFIGS", "SUPPORTED_TRANSFORMERS", "MarkovformerCache", "check_transformers_runs_torch",
-           "check_transformers_version",
-           "export_tokenizer", "register", "to_transformers"]
+           "check_transformers_version", "export_tokenizer", "register", "to_transformers"]
