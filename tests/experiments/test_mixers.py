@@ -175,10 +175,35 @@ def test_settings_are_checked_with_the_bad_value_named():
         mixers.check_settings(mixers.MixersSettings(kinds=("linformer",)))
     with pytest.raises(ValueError, match="vocab_size=64 must exceed seq_len=128"):
         mixers.check_settings(mixers.MixersSettings(lengths=(128,), mqar_vocab=64))
+    with pytest.raises(ValueError, match="num_features=0"):
+        mixers.check_settings(mixers.MixersSettings(num_features=0))
     with pytest.raises(ValueError, match="sizes='huge'"):
         mixers.resolve_sizes(mixers.MixersSettings(sizes="huge"))
     zoology = mixers.resolve_sizes(mixers.MixersSettings(sizes="zoology"))
     assert zoology.lengths == (64, 128, 256, 512) and zoo.mqar_pairs(512, zoology) == 64
+
+
+def test_num_features_reaches_every_random_feature_head_and_nothing_else(tmp_path):
+    """``--set num_features=N`` draws N features per head in rff and both hybrids (the projection buffers' rows),
+    leaves other kinds' sections as they were, and keys those cells apart, so one folder holds both feature counts."""
+    from markovformer.experiments import run_experiment
+    from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+
+    for kind in zoo.RANDOM_FEATURE_KINDS:
+        section = zoo.kind_section(kind, 32, 2, 2, 4, 8, num_features=96)
+        model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=64, **section))
+        rows = [buffer.shape[0] for name, buffer in model.named_buffers() if name.endswith("projection")]
+        assert rows == [96, 96], kind  # one random-feature core per layer
+        assert "num_features" not in zoo.kind_section(kind, 32, 2, 2, 4, 8)  # default: the section of earlier cells
+    assert zoo.kind_section("softmax", 32, 2, 2, 4, 8, num_features=96) == zoo.kind_section("softmax", 32, 2, 2, 4, 8)
+
+    overrides = {"tasks": ["mqar"], "kinds": ["softmax", "rff"], "widths": [32], "steps": 1, "warmup_steps": 1,
+                 "val_examples": 8, "test_examples": 8}  # fmt: skip
+    for features in (None, 96):
+        run_experiment("mixers", tmp_path, quick=True, overrides={**overrides, "num_features": features},
+                       log=lambda line: None)  # fmt: skip
+    names = sorted(path.stem.split("_lr=")[0] for path in (tmp_path / "cells").glob("*.json"))
+    assert names == ["mqar_T=32_d=32_rff", "mqar_T=32_d=32_rff_features=96", "mqar_T=32_d=32_softmax"]
 
 
 def test_tiny_run_writes_the_report_and_reuses_its_cells(tmp_path):

@@ -53,6 +53,7 @@ class MixersSettings:
     n_heads: int = 2
     max_order: int = 8  # Markov lags K
     window: int = 16  # keys seen by local kinds (markov_local, sliding_window, hybrids, alibi_local)
+    num_features: int | None = None  # random features per head of rff and the hybrids (None: the model's 64)
     mqar_vocab: int = 256
     mqar_pairs_per_length: int = 16  # pairs = length / 16: Zoology's 4 pairs at 64, 8 at 128, 16 at 256
     induction_vocab: int = 16
@@ -114,6 +115,8 @@ def check_settings(settings: MixersSettings) -> None:
     for kind in settings.kinds:
         if kind not in zoo.KINDS:
             raise ValueError(f"mixers.kinds: {kind!r} is not one of {tuple(zoo.KINDS)}")
+    if settings.num_features is not None and settings.num_features < 1:
+        raise ValueError(f"mixers.num_features={settings.num_features} must be a positive integer (or null)")
     if not settings.lrs or not settings.lengths or not settings.widths:
         raise ValueError("mixers: lrs, lengths and widths need at least one value each")
     for length in settings.lengths:  # every task's constraints, before anything trains
@@ -133,7 +136,7 @@ def matched_sections(task: str, length: int, width: int, settings: MixersSetting
     ``parameters`` and ``ratio`` (its count over the reference's)."""
 
     info = {"vocab_size": zoo.vocab_of(source_of(task, length, settings))}
-    shape = (settings.n_layers, settings.n_heads, settings.max_order, settings.window)
+    shape = (settings.n_layers, settings.n_heads, settings.max_order, settings.window, settings.num_features)
     reference = zoo.kind_section(zoo.REFERENCE_KIND, width, *shape)
     target = parameter_count("causal_lm", reference, info)
     sections = {}
@@ -202,7 +205,8 @@ def run_grid_point(report: ExperimentReport, task: str, length: int, width: int,
                   **{k: getattr(settings, k) for k in ("steps", "batch_size", "warmup_steps", "val_examples",
                                                        "test_examples")},
                   **revisions_of(matched["section"])}  # fmt: skip
-        key = f"{task}_T={length}_d={width}_{kind}_lr={lr:g}_seed={seed}"
+        features = f"_features={matched['section']['num_features']}" if "num_features" in matched["section"] else ""
+        key = f"{task}_T={length}_d={width}_{kind}{features}_lr={lr:g}_seed={seed}"
         return report.cached(key, lambda: train_cell(task, length, matched["section"], lr, seed, settings, log, kind),
                              depends_on=inputs)  # fmt: skip
 

@@ -71,6 +71,7 @@ LAYER_OPTIONS = {"h3": {"head_dim": 2}}
 # keeps ``mixers --quick`` inside its time budget)
 POSITION_KINDS = ("t5_bias", "dynamic_bias", "stick_breaking", "cope")
 MARKOV_KINDS = ("markov_local", "markov_global", "hybrid_split", "hybrid_parallel")
+RANDOM_FEATURE_KINDS = ("rff", "hybrid_split", "hybrid_parallel")  # read ``num_features`` (per head)
 # The published picture's groups. Zoology's gated convolutions: H3, Hyena, RWKV, RetNet (S4D is its LTI core).
 # Mamba's selective recurrences have input-dependent transitions (our scan, GRU; FoX is their attention analogue);
 # LTI ones have fixed transitions (S4D, H3's SSMs; RetNet's and RWKV-4's decays are learned but input-independent).
@@ -81,8 +82,10 @@ LTI = ("s4d", "h3", "retnet", "rwkv")
 ZOOLOGY_PAIRS = {64: 4, 128: 8, 256: 16, 512: 64}
 
 
-def kind_section(kind: str, width: int, n_layers: int, n_heads: int, max_order: int, window: int) -> dict:
-    """The model section of ``kind`` at ``width``: causal, SwiGLU, no dropout; local kinds see ``window`` keys."""
+def kind_section(kind: str, width: int, n_layers: int, n_heads: int, max_order: int, window: int,
+                 num_features: int | None = None) -> dict:
+    """The model section of ``kind`` at ``width``: causal, SwiGLU, no dropout; local kinds see ``window`` keys,
+    random-feature kinds draw ``num_features`` features per head (None: the model's default, 64)."""
     if kind not in KINDS:
         raise ValueError(f"mixers: kind {kind!r} is not one of {tuple(KINDS)}")
     section = {"d_model": width, "n_layers": n_layers, "n_heads": n_heads, "causal": True, "ffn": "swiglu",
@@ -93,6 +96,8 @@ def kind_section(kind: str, width: int, n_layers: int, n_heads: int, max_order: 
         section["max_order"] = max_order
     if section.get("scope") == "local":
         section["window"] = window
+    if kind in RANDOM_FEATURE_KINDS and num_features is not None:
+        section["num_features"] = num_features
     return section
 
 
@@ -197,6 +202,7 @@ def gate_profile(model, inputs: torch.Tensor, labels: torch.Tensor) -> list[dict
     return layers
 
 
-__all__ = ["GATED_CONVOLUTIONS", "KINDS", "LTI", "MARKOV_KINDS", "REFERENCE_KIND", "SELECTIVE", "TASKS", "TASK_SPECS",
-           "RECALL_DISTANCES", "ZOOLOGY_PAIRS", "SyntheticTask", "bayes_add1_scores", "gate_profile", "kind_section",
-           "mqar_pairs", "recall_by_distance", "score", "task_source", "vocab_of"]  # fmt: skip
+__all__ = ["GATED_CONVOLUTIONS", "KINDS", "LTI", "MARKOV_KINDS", "RANDOM_FEATURE_KINDS", "RECALL_DISTANCES",
+           "REFERENCE_KIND", "SELECTIVE", "TASKS", "TASK_SPECS", "ZOOLOGY_PAIRS", "SyntheticTask", "bayes_add1_scores",
+           "gate_profile", "kind_section", "mqar_pairs", "recall_by_distance", "score", "task_source",
+           "vocab_of"]  # fmt: skip
