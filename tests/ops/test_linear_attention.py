@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from markovformer.ops.linear_attention import (
     DENOMINATOR_EPS,
     FEATURE_MAPS,
+    KEY_EXPONENT_CAP,
     draw_projection,
     feature_map,
     linear_attention,
@@ -57,7 +60,7 @@ def _loop_reference(q, k, v, causal, mask, normaliser):
                 if not seen:
                     continue
                 if normaliser == "positive":
-                    if denominator > DENOMINATOR_EPS:
+                    if denominator >= torch.finfo(v.dtype).tiny:
                         out[b, h, t] = numerator / denominator
                 else:
                     clamped = denominator if abs(denominator) >= DENOMINATOR_EPS else DENOMINATOR_EPS
@@ -76,16 +79,19 @@ def test_naive_matches_loop_reference(normaliser, causal, masked):
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
-def test_naive_zeroes_rows_below_eps_and_clamps_signed():
-    eps = DENOMINATOR_EPS
+def test_naive_zeroes_positive_rows_without_mass_and_clamps_signed():
+    eps, tiny = DENOMINATOR_EPS, torch.finfo(torch.float64).tiny
     q = torch.ones(1, 1, 3, 1, dtype=torch.float64)
-    k = torch.tensor([eps / 4, -eps / 8, -10 * eps], dtype=torch.float64).view(1, 1, 3, 1)
+    k = torch.tensor([tiny / 4, eps / 8, -10 * eps], dtype=torch.float64).view(1, 1, 3, 1)
     v = torch.tensor([2.0, 3.0, 0.0], dtype=torch.float64).view(1, 1, 3, 1)
-    positive = linear_attention_naive(q, k, v, causal=True, normaliser="positive")
+    positive = linear_attention_naive(q[..., :2, :], k[..., :2, :], v[..., :2, :], causal=True, normaliser="positive")
+    # Denominators tiny/4 (no mass: a subnormal), then tiny/4 + eps/8: a small sum is still a real row.
+    expected = torch.tensor([0.0, (2 * tiny / 4 + 3 * eps / 8) / (tiny / 4 + eps / 8)], dtype=torch.float64)
+    torch.testing.assert_close(positive.flatten(), expected, rtol=1e-12, atol=0)
+    k[0, 0, 0, 0] = eps / 4
     signed = linear_attention_naive(q, k, v, causal=True, normaliser="signed")
-    # Denominators eps/4, eps/8, -9.875 eps: positive keeps none; signed clamps the first two to +eps.
-    assert torch.equal(positive, torch.zeros_like(positive))
-    expected = torch.tensor([0.5, 1 / 8, (1 / 8) / -9.875], dtype=torch.float64)
+    # Denominators eps/4, 3 eps/8, -9.625 eps: signed clamps the first two to +eps.
+    expected = torch.tensor([0.5, (0.5 + 3 / 8), (0.5 + 3 / 8) / -9.625], dtype=torch.float64)
     torch.testing.assert_close(signed.flatten(), expected, rtol=1e-12, atol=0)
 
 
@@ -214,10 +220,13 @@ def test_positive_features_closed_form_and_positivity():
     log_features = scaled @ projection.T - scaled.square().sum(-1, keepdim=True) / 2
     keys = positive_features(x, projection)
     assert (keys > 0).all()
-    # Keys: the data-free bound max_i |w_i|^2 / 2 is subtracted (so the exponent is <= 0); queries: one max per row.
-    bound = projection.square().sum(-1).max() / 2
-    assert (log_features <= bound).all()
-    torch.testing.assert_close(keys, torch.exp(log_features - bound) / 32**0.5)
+    # Keys: the estimate itself, no constant; queries: one max per row subtracted.
+    torch.testing.assert_close(keys, torch.exp(log_features) / 32**0.5)
+    # A key equal to a projection row (x' = w) reaches the exponent's bound |w|^2 / 2, here 200: capped, not inf.
+    long_row = projection.clone()
+    long_row[0] *= 20 / long_row[0].norm()
+    capped = positive_features(long_row[0] * 8**0.25, long_row)
+    assert torch.isfinite(capped).all() and capped.max() == pytest.approx(math.exp(KEY_EXPONENT_CAP) / 32**0.5)
     queries = positive_features(x, projection, is_query=True)
     row_max = log_features.amax(dim=-1, keepdim=True)
     torch.testing.assert_close(queries, torch.exp(log_features - row_max) / 32**0.5)
@@ -240,6 +249,29 @@ def test_positive_kernel_estimate_is_proportional_to_softmax_kernel():
     k_raw = torch.exp(k_scaled @ projection.T - k_scaled.square().sum(-1, keepdim=True) / 2)
     unbiased = q_raw @ k_raw.T / num_features / exact
     assert (unbiased - 1).abs().max() < 0.06
+
+
+@pytest.mark.parametrize("head_dim", [32, 64, 128, 256])
+@pytest.mark.parametrize("key_scale", [0.1, 1.0, 2.0])
+def test_float32_favor_attention_is_the_estimate_at_every_head_dim(head_dim, key_scale):
+    """The layer's path (float32 features, chunked causal linear attention) against SPEC 2.5's estimate written out in
+    float64, exp(w·x' - |x'|^2/2) / sqrt(M) for queries and keys, divided exactly: every row, at head dims 32-256 and
+    keys from small to norm 2 sqrt(Dh). A data-free key constant once pushed every head-dim-64 row below the
+    normaliser's threshold and the layer returned zeros (MQAR at chance)."""
+    g = torch.Generator().manual_seed(head_dim)
+    q, k = (torch.randn(2, 2, 40, head_dim, generator=g) * key_scale for _ in range(2))
+    v = torch.randn(2, 2, 40, 8, generator=g)
+    projection = draw_projection(64, head_dim, generator=g)
+    got = linear_attention(positive_features(q, projection, is_query=True), positive_features(k, projection), v,
+                           causal=True, chunk_size=16)  # fmt: skip
+
+    def estimate(x):
+        x = x.double() * head_dim**-0.25
+        return torch.exp(x @ projection.double().T - x.square().sum(-1, keepdim=True) / 2) / 64**0.5
+
+    weights = (estimate(q) @ estimate(k).transpose(-2, -1)).tril()
+    expected = (weights @ v.double() / weights.sum(-1, keepdim=True)).float()
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_trig_features_closed_form_and_gaussian_kernel():

@@ -10,6 +10,7 @@ from torch import Tensor
 from markovformer.ops.linear_attention.chunked import linear_attention_chunked
 from markovformer.ops.linear_attention.feature_maps import (
     FEATURE_MAPS,
+    KEY_EXPONENT_CAP,
     draw_projection,
     feature_map,
     positive_features,
@@ -98,6 +99,7 @@ def linear_attention(
 __all__ = [
     "BACKENDS",
     "DENOMINATOR_EPS",
+    "KEY_EXPONENT_CAP",
     "FEATURE_MAPS",
     "NORMALISERS",
     "draw_projection",

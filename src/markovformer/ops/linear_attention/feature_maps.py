@@ -3,7 +3,8 @@
 Both kinds scale inputs as ``x' = x * Dh**-0.25`` so that ``q'·k' = q·k / sqrt(Dh)``, the softmax temperature.
 
 - ``"positive"`` (FAVOR+): phi(x) = exp(W x' - |x'|^2 / 2 - c) / sqrt(M). For rows w ~ N(0, I),
-  E[phi(q)·phi(k)] = exp(q·k / sqrt(Dh)) * exp(-c_q - c_k): an unbiased, positive softmax-kernel estimate.
+  E[phi(q)·phi(k)] = exp(q·k / sqrt(Dh)) * exp(-c_q): an unbiased, positive softmax-kernel estimate (c_q: one
+  constant per query, which the normaliser cancels; keys carry none).
 - ``"trig"`` (the paper's form): phi(x) = [cos(W x'), sin(W x')] / sqrt(M), an estimate of the Gaussian kernel
   exp(-|q' - k'|^2 / 2) that can be negative; use it with the ``"signed"`` normaliser.
 """
@@ -58,23 +59,32 @@ def _project(x: Tensor, projection: Tensor) -> tuple[Tensor, Tensor]:
     return scaled, scaled @ projection.to(compute_dtype).transpose(-2, -1)
 
 
+# Key exponents above this saturate: e^60 per feature leaves float32 room for sums over ~e^28 values x keys. A key
+# only gets there by aligning with a projection row at its norm (|x'| = |w| ~ sqrt(Dh)), far outside trained models.
+KEY_EXPONENT_CAP = 60.0
+
+
 def positive_features(x: Tensor, projection: Tensor, *, is_query: bool = False) -> Tensor:
     """FAVOR+ positive softmax-kernel features: x (..., Dh), projection (M, Dh) -> (..., M), all > 0.
 
-    Stabiliser c: by default max_i |w_i|^2 / 2 over the projection rows, an upper bound of the exponent
-    w·x' - |x'|^2/2 that depends on no data, so features never overflow, phi(q)·phi(k) stays proportional to
-    exp(q·k / sqrt(Dh)) with one constant for all pairs, and no position (a future or padded key) can change the
-    scale of another. With ``is_query=True`` it is a detached max per row (per query), which scales each query's
-    weights by its own constant and so cancels in the linear-attention normaliser; never use it for keys.
+    Keys: exp(min(w·x' - |x'|^2/2, KEY_EXPONENT_CAP)) / sqrt(M), the unbiased estimate itself (SPEC 2.5) with no
+    data-dependent constant, so no position (a future or padded key) can change the scale of another and decoding
+    sums the same features as the full forward; the cap only keeps float32 from overflowing. Queries
+    (``is_query=True``): a detached max per row is subtracted from the exponent, which scales each query's weights by
+    its own constant and so cancels in the linear-attention normaliser; never use it for keys.
+
+    An earlier version subtracted the data-free bound max_i |w_i|^2 / 2 from every key exponent: about Dh / 2 + 2
+    sqrt(Dh), so at head dim 64 every key feature sat near e^-45 and every row's normaliser below the "no mass"
+    threshold, and the layer returned zeros without a word (random features at chance on MQAR at d_model 128).
     """
     scaled, projected = _project(x, projection)
     log_features = projected - scaled.square().sum(dim=-1, keepdim=True) / 2
     if is_query:
-        stabiliser = log_features.amax(dim=-1, keepdim=True).detach()
+        log_features = log_features - log_features.amax(dim=-1, keepdim=True).detach()
     else:
-        stabiliser = (projection.detach().float().square().sum(dim=-1).amax() / 2).to(log_features.dtype)
-    # Kept in at least float32: the bounded keys can sit below float16's range; linear attention accumulates in it.
-    return torch.exp(log_features - stabiliser) * projection.shape[0] ** -0.5
+        log_features = log_features.clamp(max=KEY_EXPONENT_CAP)
+    # Kept in at least float32 (keys may reach e^60); linear attention accumulates in it.
+    return torch.exp(log_features) * projection.shape[0] ** -0.5
 
 
 def trig_features(x: Tensor, projection: Tensor) -> Tensor:

@@ -14,8 +14,10 @@ from markovformer.ops.segments import same_segment
 
 NORMALISERS = ("positive", "signed")
 
-# Below this a positive denominator means "no attention mass" (row -> 0) and a signed one is clamped; it sits
-# far below the stabilised FAVOR+ sums of real rows yet keeps float32 divisions finite.
+# A signed (trig) denominator smaller than this in magnitude is clamped to it. A positive one means "no attention
+# mass" (row -> 0) only at or below the dtype's smallest normal number: FAVOR+ sums carry no common constant, so
+# any fixed threshold would be a scale of its own (one of 1e-12 silently zeroed every row at head dim 64 while the
+# key features still carried one; see feature_maps.positive_features).
 DENOMINATOR_EPS = 1e-12
 
 
@@ -28,12 +30,13 @@ def normalise(numerator: Tensor, denominator: Tensor, has_key: Tensor, normalise
     """Divide attention sums by their normaliser, safely.
 
     numerator (..., T, X); denominator and has_key (..., T, 1), has_key True where a query sees any key.
-    ``"positive"``: rows whose denominator is <= DENOMINATOR_EPS (or that see no key) return zeros.
+    ``"positive"``: rows whose denominator is below the dtype's smallest normal number (or that see no key) return
+    zeros.
     ``"signed"`` (trig features): the denominator keeps its sign but becomes +DENOMINATOR_EPS when smaller in
     magnitude; rows that see no key still return zeros. Never NaN/inf, gradients included.
     """
     if normaliser == "positive":
-        keep = has_key & (denominator > DENOMINATOR_EPS)
+        keep = has_key & (denominator >= torch.finfo(denominator.dtype).tiny)
         # Dividing by 1 where the row is dropped keeps the unused branch (and its gradient) finite.
         safe = torch.where(keep, denominator, torch.ones_like(denominator))
     elif normaliser == "signed":
