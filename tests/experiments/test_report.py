@@ -83,6 +83,8 @@ def test_revisions_name_only_the_revised_kinds_of_a_section():
     assert fox >= 2 and stick >= 2
     layers = ["softmax", {"kind": "stick_breaking"}, "forgetting", "forgetting"]
     assert revisions_of({"attention": layers}) == {"revisions": {"forgetting": fox, "stick_breaking": stick}}
+    # the random-feature fix (2205702) voids the cells of every kind with FAVOR+ heads
+    assert all(ATTENTION_KINDS[kind].revision >= 2 for kind in ("rff", "hybrid_split", "hybrid_parallel"))
 
 
 def test_a_failing_cell_leaves_no_file_and_reruns(tmp_path):

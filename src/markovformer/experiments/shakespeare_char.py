@@ -55,7 +55,7 @@ import torch.nn.functional as F
 
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
-from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.report import ExperimentReport, revisions_of
 from markovformer.experiments.scan_shakespeare import run_name
 from markovformer.experiments.settings import configure
 from markovformer.training.run_config import resolve_run_config
@@ -344,7 +344,8 @@ def run(
             continue
         cells.append(report.cached(key, lambda r=row, s=seed: train_cell(r, report.out_dir, settings, s, log,
                                                                          data_path),
-                                   depends_on={**values, "eval_iters": settings.eval_iters}))  # fmt: skip
+                                   depends_on={**values, "eval_iters": settings.eval_iters,
+                                               **revisions_of(values["model"])}))  # fmt: skip
     if not cells:
         raise ValueError(f"{NAME}: no finished cell in {report.out_dir} (only_finished=true)")
     text = data_path.read_text(encoding="utf-8")

@@ -29,7 +29,7 @@ import torch
 
 from markovformer.data.bundle import example_lengths, examples_at
 from markovformer.data.recipes.finance import REGIMES, regimes_of_examples
-from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.report import ExperimentReport, revisions_of
 from markovformer.experiments.settings import configure
 from markovformer.experiments.table1_models import (
     ABLATIONS,
@@ -244,7 +244,7 @@ def cell_inputs(setup: DomainSetup, variant: str, settings: Table1Settings, seed
     A cell is reused by every run of the experiment that would train it the same way."""
     values = run_config(setup, variant, settings, seed)
     data = {key: value for key, value in values["data"].items() if key not in ("path", "labels")}
-    return {**values, "data": data, "dataset": setup.dataset}
+    return {**values, "data": data, "dataset": setup.dataset, **revisions_of(values["model"])}
 
 
 def speed_job(setup: DomainSetup, variant: str, settings: Table1Settings) -> dict:

@@ -106,13 +106,19 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         SoftmaxOptions, lambda shared, o: SoftmaxAttention(**shared, **dataclasses.asdict(o))
     ),
     "rff": AttentionKind(
-        RandomFeatureOptions, lambda shared, o: RandomFeatureAttention(**shared, **dataclasses.asdict(o))
+        RandomFeatureOptions,
+        lambda shared, o: RandomFeatureAttention(**shared, **dataclasses.asdict(o)),
+        revision=2,  # 2205702: FAVOR+ keys carried a data-free e^-(Dh/2) that zeroed every row at head dim >= 64
     ),
     "hybrid_split": AttentionKind(
-        HybridSplitOptions, lambda shared, o: HybridSplitAttention(**shared, **dataclasses.asdict(o))
+        HybridSplitOptions,
+        lambda shared, o: HybridSplitAttention(**shared, **dataclasses.asdict(o)),
+        revision=2,  # 2205702: FAVOR+ keys carried a data-free e^-(Dh/2) that zeroed every row at head dim >= 64
     ),
     "hybrid_parallel": AttentionKind(
-        HybridParallelOptions, lambda shared, o: HybridParallelAttention(**shared, **dataclasses.asdict(o))
+        HybridParallelOptions,
+        lambda shared, o: HybridParallelAttention(**shared, **dataclasses.asdict(o)),
+        revision=2,  # 2205702: FAVOR+ keys carried a data-free e^-(Dh/2) that zeroed every row at head dim >= 64
     ),
     # the mixer suite's nearest relatives of per-lag biases: fixed (ALiBi) and data-dependent (FoX) decays
     "alibi": AttentionKind(DecayOptions, lambda shared, o: AlibiAttention(**shared, **_scoped(o))),
