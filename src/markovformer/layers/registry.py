@@ -100,6 +100,9 @@ def _scoped(options: Any) -> dict:
     return dict(window=scoped_window(options.scope, options.window), dropout=options.dropout)
 
 
+# 2205702: FAVOR+ keys carried a data-free e^-(Dh/2) that zeroed every row at head dim >= 64 (rff and both hybrids)
+FAVOR_KEYS_FIX = 2
+
 ATTENTION_KINDS: dict[str, AttentionKind] = {
     "markov": AttentionKind(MarkovOptions, lambda shared, o: MarkovAttention(**shared, **dataclasses.asdict(o))),
     "softmax": AttentionKind(
@@ -108,17 +111,17 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
     "rff": AttentionKind(
         RandomFeatureOptions,
         lambda shared, o: RandomFeatureAttention(**shared, **dataclasses.asdict(o)),
-        revision=2,  # 2205702: FAVOR+ keys carried a data-free e^-(Dh/2) that zeroed every row at head dim >= 64
+        revision=FAVOR_KEYS_FIX,
     ),
     "hybrid_split": AttentionKind(
         HybridSplitOptions,
         lambda shared, o: HybridSplitAttention(**shared, **dataclasses.asdict(o)),
-        revision=2,  # 2205702: FAVOR+ keys carried a data-free e^-(Dh/2) that zeroed every row at head dim >= 64
+        revision=FAVOR_KEYS_FIX,
     ),
     "hybrid_parallel": AttentionKind(
         HybridParallelOptions,
         lambda shared, o: HybridParallelAttention(**shared, **dataclasses.asdict(o)),
-        revision=2,  # 2205702: FAVOR+ keys carried a data-free e^-(Dh/2) that zeroed every row at head dim >= 64
+        revision=FAVOR_KEYS_FIX,
     ),
     # the mixer suite's nearest relatives of per-lag biases: fixed (ALiBi) and data-dependent (FoX) decays
     "alibi": AttentionKind(DecayOptions, lambda shared, o: AlibiAttention(**shared, **_scoped(o))),

@@ -71,11 +71,9 @@ def positive_features(x: Tensor, projection: Tensor, *, is_query: bool = False) 
     data-dependent constant, so no position (a future or padded key) can change the scale of another and decoding
     sums the same features as the full forward; the cap only keeps float32 from overflowing. Queries
     (``is_query=True``): a detached max per row is subtracted from the exponent, which scales each query's weights by
-    its own constant and so cancels in the linear-attention normaliser; never use it for keys.
-
-    An earlier version subtracted the data-free bound max_i |w_i|^2 / 2 from every key exponent: about Dh / 2 + 2
-    sqrt(Dh), so at head dim 64 every key feature sat near e^-45 and every row's normaliser below the "no mass"
-    threshold, and the layer returned zeros without a word (random features at chance on MQAR at d_model 128).
+    its own constant and so cancels in the linear-attention normaliser; never use it for keys. (Subtracting the
+    data-free bound max_i |w_i|^2 / 2 from the keys instead puts them near e^-(Dh/2): every row's sum underflows the
+    normaliser's "no mass" test at head dim 64.)
     """
     scaled, projected = _project(x, projection)
     log_features = projected - scaled.square().sum(dim=-1, keepdim=True) / 2

@@ -15,9 +15,8 @@ from markovformer.ops.segments import same_segment
 NORMALISERS = ("positive", "signed")
 
 # A signed (trig) denominator smaller than this in magnitude is clamped to it. A positive one means "no attention
-# mass" (row -> 0) only at or below the dtype's smallest normal number: FAVOR+ sums carry no common constant, so
-# any fixed threshold would be a scale of its own (one of 1e-12 silently zeroed every row at head dim 64 while the
-# key features still carried one; see feature_maps.positive_features).
+# mass" (row -> 0) only below the dtype's smallest normal number: FAVOR+ sums have no fixed scale, so any larger
+# threshold would silently zero real rows of small sums.
 DENOMINATOR_EPS = 1e-12
 
 
