@@ -1,8 +1,10 @@
 """Float32 at the widths real models use: every attention kind of the registry, at head dimensions 64 and 128 and at
 small to large input scales, computes in float32 what it computes in float64, forward and backward, and no output
-row is silently empty. The guard against the class of bug that zeroed random-feature attention at head dimension 64
-while every small-width test passed (a data-free constant that underflows with the head dimension, a threshold in
-absolute units): the layer tests run at head dims of 4-16."""
+row is silently empty; and decoding token by token in float32 gives the float64 forward's logits (the attention
+layers carry 35-75 % of those logits' norm at this init, so a wrong decoding state cannot hide under 1e-4). The
+guard against the class of bug that zeroed random-feature attention at head dimension 64 while every small-width
+test passed (a data-free constant that underflows with the head dimension, a threshold in absolute units): the
+layer tests run at head dims of 4-16."""
 
 from __future__ import annotations
 
@@ -76,3 +78,25 @@ def test_float32_is_float64_at_model_head_dims(kind, head_dim, scale):
         assert torch.isfinite(got_grads[name]).all(), name
         error = (got_grads[name] - grad).norm()
         assert error < 1e-3 * grad.norm() + floor, f"{name}: {error:.2e} against {grad.norm():.2e}"
+
+
+@pytest.mark.parametrize("kind", sorted(set(ATTENTION_KINDS) - BIDIRECTIONAL_ONLY))
+def test_float32_decoding_is_the_float64_forward_at_head_dim_64(kind):
+    """A prefill, then one token at a time through the layers' decoding states (key/value caches, running sums of
+    features, recurrent states), in float32 at head dimension 64 and the kind's default options: the logits of the
+    float64 full forward at every position."""
+    torch.manual_seed(0)
+    values = dict(vocab_size=VOCAB, d_model=WIDTHS[64], n_layers=2, n_heads=2, attention=kind, dropout=0.0)
+    if "max_positions" in attention_option_names(kind):
+        values["max_positions"] = LENGTH
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**values)).double().eval()
+    ids = torch.randint(0, VOCAB, (BATCH, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits
+        model = model.float()
+        state: dict = {}
+        steps = [model(ids[:, :8], state=state).logits]
+        steps += [model(ids[:, t : t + 1], state=state).logits for t in range(8, ids.shape[1])]
+    got = torch.cat(steps, dim=1).double()
+    errors = (got - want).norm(dim=-1) / want.norm(dim=-1)
+    assert errors.max() < 1e-4, f"{kind}: worst position {errors.argmax(-1).tolist()} at {errors.max():.2e}"
