@@ -8,8 +8,6 @@ a threshold in absolute units): most layer tests run at head dims of 4-16."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
@@ -26,9 +24,8 @@ SCALES = (0.3, 3.0)  # the attention input's scale per coordinate (the pre-atten
 BIDIRECTIONAL_ONLY = {"linformer"}
 
 
-def _mixer_output_and_gradients(kind: str, head_dim: int, scale: float, dtype: torch.dtype):
-    """The first block's attention output (B, T, D) and the gradients of a fixed projection of it with respect to
-    the attention layer's parameters, for one model built at seed 0 in float64 and cast to ``dtype``."""
+def _model(kind: str, head_dim: int, scale: float) -> torch.nn.Module:
+    """One layer of ``kind`` in a model built at seed 0 in float64, its attention input scaled by ``scale``."""
     values = dict(vocab_size=VOCAB, d_model=WIDTHS[head_dim], n_layers=1, n_heads=2, attention=kind,
                   causal=kind not in BIDIRECTIONAL_ONLY, dropout=0.0, num_labels=5)  # fmt: skip
     if "max_positions" in attention_option_names(kind):
@@ -36,20 +33,23 @@ def _mixer_output_and_gradients(kind: str, head_dim: int, scale: float, dtype: t
     torch.manual_seed(0)
     head = MarkovianTransformerForTokenClassification if kind in BIDIRECTIONAL_ONLY else MarkovianTransformerForCausalLM
     model = head(MarkovianTransformerConfig(**values)).double()
-    block = model.model.blocks[0]
     with torch.no_grad():
-        block.attention_norm.weight.fill_(scale)
-    model = copy.deepcopy(model).to(dtype)
+        model.model.blocks[0].attention_norm.weight.fill_(scale)
+    return model
+
+
+def _mixer_output_and_gradients(model: torch.nn.Module):
+    """The first block's attention output (B, T, D) and the gradients of a fixed projection of it with respect to
+    the attention layer's parameters, in the model's dtype."""
+    layer = model.model.blocks[0].attention
     captured = {}
-    handle = model.model.blocks[0].attention.register_forward_hook(
+    handle = layer.register_forward_hook(
         lambda module, args, output: captured.setdefault("out", output[0] if isinstance(output, tuple) else output)
     )
-    ids = torch.randint(0, VOCAB, (BATCH, LENGTH), generator=torch.Generator().manual_seed(1))
-    model(ids)
+    model(torch.randint(0, VOCAB, (BATCH, LENGTH), generator=torch.Generator().manual_seed(1)))
     handle.remove()
     out = captured["out"]
-    probe = torch.randn(out.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(dtype)
-    layer = model.model.blocks[0].attention
+    probe = torch.randn(out.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(out.dtype)
     names, params = zip(*[(n, p) for n, p in layer.named_parameters() if p.requires_grad], strict=True)
     grads = torch.autograd.grad((out * probe).sum(), params, allow_unused=True)
     return out.detach().double(), {n: g.double() for n, g in zip(names, grads, strict=True) if g is not None}
@@ -63,8 +63,9 @@ def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 @pytest.mark.parametrize("head_dim", sorted(WIDTHS))
 @pytest.mark.parametrize("kind", sorted(ATTENTION_KINDS))
 def test_float32_is_float64_at_model_head_dims(kind, head_dim, scale):
-    want, want_grads = _mixer_output_and_gradients(kind, head_dim, scale, torch.float64)
-    got, got_grads = _mixer_output_and_gradients(kind, head_dim, scale, torch.float32)
+    model = _model(kind, head_dim, scale)
+    want, want_grads = _mixer_output_and_gradients(model)
+    got, got_grads = _mixer_output_and_gradients(model.float())
     assert torch.isfinite(got).all()
     rows = want.norm(dim=-1)  # (B, T): no row of the layer's output is empty in exact arithmetic
     assert (rows[:, 1:] > 1e-6 * rows.median()).all(), f"{kind}: empty output rows at head dim {head_dim}"
