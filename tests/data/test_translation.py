@@ -1,23 +1,18 @@
 """Translation data: parallel-text errors name file and line; the bucketed sampler covers every example once with
 similar lengths per batch; collate builds <bos> y / y <eos>; the joint BPE round-trips; the synthetic task follows its
-documented rule and really needs its order; BLEU agrees with sacrebleu and a hand computation; the Ding parser and
-prepare_de_en work offline on a fixture."""
+documented rule and really needs its order; BLEU agrees with sacrebleu and a hand computation."""
 
 from __future__ import annotations
 
 import math
-import os
 import random
-import stat
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from markovformer.data.readers.tokenizer import BPETokenizer
-from markovformer.data.recipes.de_en import parse_ding, prepare_de_en
 from markovformer.data.translation import (
     BOS_TOKEN_ID,
     EOS_TOKEN_ID,
@@ -413,99 +408,3 @@ def test_paired_bootstrap_rejects_bad_inputs():
         paired_bootstrap_bleu({"a": hypotheses, "b": hypotheses[1:]}, references, "a")
     with pytest.raises(ValueError, match="at least 2 samples, got 1"):
         paired_bootstrap_bleu({"a": hypotheses}, references, "a", samples=1)
-
-
-# --- German-English from the Ding dictionary ---------------------------------------------------------------------
-
-DING_FIXTURE = """\
-# Version :: devel 2023-01-30
-# License :: GPL Version 2 or later; GNU General Public License
-Aal {m} [cook.] | Aale {pl} :: eel | eels
-annehmbar; passabel {adj} | halbwegs annehmbar | Seine Noten sind passabel. :: decent; respectable | half-decent | His marks are decent / respectable.
-Das ist doch nicht möglich. :: That really isn't possible.
-Halt (endlich) die Klappe! :: Shut the fuck up! /STFU/
-Es steht außer Frage.; Es besteht kein Zweifel. :: There is no mistaking.
-Wir hatten kein leichtes Los. [ugs.] :: We've had a tough time. [coll.]
-jdm. etw. geben {vt} | Er gab ihr etw. Geld. :: to give sb. sth. | He gave her some money.
-Baum fällt! :: Timber!
-Zwei Sinne | Der erste Satz ist hier. :: Only one sense here.
-Das ist doch nicht möglich. :: That really isn't possible.
-"""  # noqa: E501
-DING_PAIRS = [
-    ("Das ist doch nicht möglich.", "That really isn't possible."),
-    ("Halt die Klappe!", "Shut the fuck up!"),
-    ("Es steht außer Frage.", "There is no mistaking."),
-    ("Wir hatten kein leichtes Los.", "We've had a tough time."),
-]
-
-
-def test_parse_ding_keeps_clean_example_sentences_once():
-    assert parse_ding(DING_FIXTURE.splitlines()) == DING_PAIRS
-
-
-def test_parse_ding_min_words():
-    assert ("Baum fällt!", "Timber!") in parse_ding(DING_FIXTURE.splitlines(), min_words=1)
-    with pytest.raises(ValueError, match="min_words"):
-        parse_ding([], min_words=0)
-
-
-def test_parse_ding_malformed_line_names_source_and_line():
-    with pytest.raises(ValueError, match=r"de-en: line 2: expected 'German :: English'"):
-        parse_ding(["# comment", "Kein Trenner hier."], source="de-en")
-
-
-def _fake_tools(folder: Path, dictionary: str | None, download_exit: int = 0) -> dict[str, str]:
-    """apt-get and dpkg stand-ins on PATH: 'download' leaves a .deb, 'dpkg -x' unpacks ``dictionary`` into place."""
-    folder.mkdir()
-    (folder / "fixture").write_text(dictionary or "", encoding="utf-8")
-    scripts = {
-        "apt-get": f'#!/bin/sh\n[ "$1" = download ] || exit 2\n[ {download_exit} = 0 ] || '
-        f'{{ echo "E: Unable to locate package $2" >&2; exit {download_exit}; }}\ntouch "$2_1.9-6_all.deb"\n',
-        "dpkg": '#!/bin/sh\n[ "$1" = -x ] || exit 2\nmkdir -p "$3/usr/share/trans"\n'
-        + (f'cp "{folder / "fixture"}" "$3/usr/share/trans/de-en"\n' if dictionary is not None else ""),
-    }
-    for name, body in scripts.items():
-        (folder / name).write_text(body)
-        (folder / name).chmod((folder / name).stat().st_mode | stat.S_IEXEC)
-    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
-
-
-def test_prepare_de_en_writes_the_tsv_from_the_package(tmp_path, monkeypatch):
-    for key, value in _fake_tools(tmp_path / "bin", DING_FIXTURE).items():
-        monkeypatch.setenv(key, value)
-    out = prepare_de_en(tmp_path / "out" / "de_en.tsv")
-    assert read_parallel(out) == DING_PAIRS
-    assert not list((tmp_path / "out").glob(".*.tmp"))
-
-
-def test_prepare_de_en_download_failure_is_clear_and_writes_nothing(tmp_path, monkeypatch):
-    for key, value in _fake_tools(tmp_path / "bin", DING_FIXTURE, download_exit=100).items():
-        monkeypatch.setenv(key, value)
-    with pytest.raises(RuntimeError, match=r"could not download trans-de-en .*apt-get update.*Unable to locate"):
-        prepare_de_en(tmp_path / "de_en.tsv")
-    assert not (tmp_path / "de_en.tsv").exists()
-
-
-def test_prepare_de_en_package_without_dictionary(tmp_path, monkeypatch):
-    for key, value in _fake_tools(tmp_path / "bin", None).items():
-        monkeypatch.setenv(key, value)
-    with pytest.raises(RuntimeError, match="trans-de-en package has no usr/share/trans/de-en"):
-        prepare_de_en(tmp_path / "de_en.tsv")
-
-
-def test_prepare_de_en_without_apt(tmp_path, monkeypatch):
-    import markovformer.data.recipes.debian as debian
-
-    monkeypatch.setattr(debian.shutil, "which", lambda tool: None if tool == "apt-get" else "/usr/bin/" + tool)
-    with pytest.raises(RuntimeError, match="needs 'apt-get'"):
-        prepare_de_en(tmp_path / "de_en.tsv")
-
-
-def test_prepare_de_en_keeps_an_existing_file_when_parsing_fails(tmp_path, monkeypatch):
-    for key, value in _fake_tools(tmp_path / "bin", "no separator on this line\n").items():
-        monkeypatch.setenv(key, value)
-    out = tmp_path / "de_en.tsv"
-    out.write_text("old\tcontent\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="line 1: expected 'German :: English'"):
-        prepare_de_en(out)
-    assert out.read_text(encoding="utf-8") == "old\tcontent\n"
