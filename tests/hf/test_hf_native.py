@@ -1,6 +1,6 @@
 """The Hugging Face behaviours of issue 30, through transformers' public API: problem types, backbone <-> head
-loading, hidden states and attentions, embeddings, initialisation, config names, checkpointing, the cache of
-``generate``, seq2seq ``generate`` and the tokenizer. Skipped when the ``hf`` extra is absent."""
+loading, hidden states and attentions, embeddings, initialisation, config names, checkpointing, the tokenizer, the
+Trainer and packed documents (``generate``: test_hf_generate.py). Skipped when the ``hf`` extra is absent."""
 
 from __future__ import annotations
 
@@ -12,19 +12,10 @@ import torch
 transformers = pytest.importorskip("transformers", reason="the hf extra is absent: pip install 'markovformer[hf]'")
 # registers the Auto classes; skipped with its one-line reason where transformers cannot run this torch
 pytest.importorskip("markovformer.hf", exc_type=ImportError)
+from hf_small import SMALL, perturbed, random_ids, small_hf  # noqa: E402
+
 from markovformer.hf import HF_CLASSES, HF_CONFIGS  # noqa: E402
 from markovformer.hf.cache import CACHE_NAME  # noqa: E402
-
-SMALL = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
-
-
-def _hf(task: str, **options):
-    torch.manual_seed(0)
-    return HF_CLASSES["markovian_transformer", task][1](HF_CONFIGS["markovian_transformer"](**{**SMALL, **options}))
-
-
-def _ids(batch: int = 3, length: int = 7, seed: int = 1) -> torch.Tensor:
-    return torch.randint(0, 11, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("num_labels, problem, labels, loss_class", [
@@ -37,23 +28,16 @@ def _ids(batch: int = 3, length: int = 7, seed: int = 1) -> torch.Tensor:
 ], ids=["one_label_regression", "regression", "multi_label_inferred", "multi_label", "single_label_inferred",
         "single_label"])  # fmt: skip
 def test_sequence_classification_losses_follow_problem_type(num_labels, problem, labels, loss_class):
-    model = _hf("sequence_classification", num_labels=num_labels, problem_type=problem).eval()
-    output = model(input_ids=_ids(), labels=labels)
+    model = small_hf("sequence_classification", num_labels=num_labels, problem_type=problem).eval()
+    output = model(input_ids=random_ids(), labels=labels)
     logits = output.logits.squeeze(-1) if num_labels == 1 else output.logits
     target = labels.float() if loss_class is not torch.nn.CrossEntropyLoss else labels
     torch.testing.assert_close(output.loss, loss_class()(logits, target))
 
 
-def _perturbed(model):
-    with torch.no_grad():  # away from the init, so that a tensor left unloaded would show
-        for parameter in model.parameters():
-            parameter.add_(0.2 * torch.randn_like(parameter))
-    return model.eval()
-
-
 @pytest.mark.parametrize("source", ["markovformer", "transformers"])
 def test_a_backbone_checkpoint_loads_into_a_classifier_with_its_trained_backbone(source, tmp_path):
-    backbone = _perturbed(_hf("backbone", num_labels=3))
+    backbone = perturbed(small_hf("backbone", num_labels=3))
     if source == "markovformer":
         backbone.markovformer.save_pretrained(tmp_path)
     else:
@@ -65,21 +49,21 @@ def test_a_backbone_checkpoint_loads_into_a_classifier_with_its_trained_backbone
         assert torch.equal(classifier.state_dict()["model." + name], tensor), name
     assert torch.equal(classifier.classifier.bias, torch.zeros(3))  # the head newly initialised
     assert 0.005 < float(classifier.classifier.weight.detach().std()) < 0.05
-    ids = _ids()
+    ids = random_ids()
     with torch.no_grad():
         assert torch.equal(classifier.eval().model(ids).last_hidden_state,
                            backbone(input_ids=ids).last_hidden_state)  # fmt: skip
 
 
 def test_a_head_checkpoint_loads_into_the_backbone_and_a_wrong_backbone_still_raises(tmp_path):
-    causal = _perturbed(_hf("causal_lm"))
+    causal = perturbed(small_hf("causal_lm"))
     causal.save_pretrained(tmp_path / "causal")
     backbone, info = transformers.AutoModel.from_pretrained(tmp_path / "causal", output_loading_info=True)
     assert info["unexpected_keys"] == {"lm_head.weight"} and not info["missing_keys"]
-    ids = _ids()
+    ids = random_ids()
     with torch.no_grad():
         assert torch.equal(backbone(input_ids=ids).last_hidden_state, causal.model(ids).last_hidden_state)
-    _hf("backbone", n_layers=3).save_pretrained(tmp_path / "three")
+    small_hf("backbone", n_layers=3).save_pretrained(tmp_path / "three")
     config = tmp_path / "three" / "config.json"
     config.write_text(config.read_text().replace('"n_layers": 3', '"n_layers": 2'))  # weights of one more layer
     with pytest.raises(ValueError, match="checkpoint's blocks\\.2\\.[^ ]+, .* are not in the model"):
@@ -88,8 +72,8 @@ def test_a_head_checkpoint_loads_into_the_backbone_and_a_wrong_backbone_still_ra
 
 @pytest.mark.parametrize("task", ["backbone", "causal_lm", "sequence_classification", "token_classification"])
 def test_hidden_states_and_attentions_are_our_forwards_and_return_dict_false_gives_the_tuple(task):
-    model = _perturbed(_hf(task, attention=["markov", "softmax"], scope="global"))
-    inner, ids = model.markovformer, _ids()
+    model = perturbed(small_hf(task, attention=["markov", "softmax"], scope="global"))
+    inner, ids = model.markovformer, random_ids()
     with torch.no_grad():
         output = model(input_ids=ids, output_hidden_states=True, output_attentions=True)
         ours = inner(input_ids=ids, return_weights=True)
@@ -112,8 +96,8 @@ def test_hidden_states_and_attentions_are_our_forwards_and_return_dict_false_giv
 
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 def test_resize_token_embeddings_keeps_old_outputs_and_tied_weights(tied):
-    model = _perturbed(_hf("causal_lm", tie_word_embeddings=tied))
-    ids = _ids()
+    model = perturbed(small_hf("causal_lm", tie_word_embeddings=tied))
+    ids = random_ids()
     with torch.no_grad():
         before = model(input_ids=ids).logits
     model.resize_token_embeddings(14)
@@ -159,8 +143,8 @@ def test_configs_answer_to_the_standard_names_and_carry_special_token_ids(tmp_pa
 
 
 def test_gradient_checkpointing_recomputes_the_blocks_with_the_same_gradients():
-    model = _perturbed(_hf("causal_lm")).train()
-    ids = _ids(4, 12)
+    model = perturbed(small_hf("causal_lm")).train()
+    ids = random_ids(4, 12)
     calls = []  # a pre-hook: the recomputation stops once it has what the backward pass needs
     model.model.blocks[0].register_forward_pre_hook(lambda *args: calls.append(1))
 
@@ -178,103 +162,11 @@ def test_gradient_checkpointing_recomputes_the_blocks_with_the_same_gradients():
         torch.testing.assert_close(theirs, ours)
 
 
-@pytest.mark.parametrize("options", [
-    dict(scope="local", window=3), dict(attention="softmax", max_order=4),
-    dict(attention="rff", position="none", max_order=4),
-], ids=["local", "global", "rff"])  # fmt: skip
-def test_transformers_generate_decodes_from_the_cache_one_token_per_step(options):
-    model = _perturbed(_hf("causal_lm", **options))
-    fed = []
-    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
-                                    with_kwargs=True)  # fmt: skip
-    prompt = _ids(3, 5, seed=2)
-    mask = torch.ones_like(prompt)
-    mask[0, :2] = 0  # a left-padded row
-    theirs = model.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=0)
-    assert fed == [5] + [1] * 9
-    assert torch.equal(theirs, model.markovformer.generate(prompt, mask, max_new_tokens=10))
-    uncached = model.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=0,
-                              use_cache=False)  # fmt: skip
-    assert torch.equal(uncached, theirs) and fed[10:] == list(range(5, 15))
-    beams = dict(num_beams=3, do_sample=False, max_new_tokens=6, pad_token_id=0, attention_mask=mask)
-    torch.testing.assert_close(model.generate(prompt, **beams, output_scores=True, return_dict_in_generate=True)
-                               .sequences_scores, model.generate(prompt, **beams, use_cache=False, output_scores=True,
-                               return_dict_in_generate=True).sequences_scores)  # fmt: skip
-
-
-@pytest.mark.parametrize("options", [
-    dict(scope="local", window=3), dict(attention="retnet", position="none", max_order=4),
-    dict(attention="scan", position="none", max_order=4),
-    dict(attention="h3", position="none", max_order=4),  # its state holds the SSM's tables, which are not per row
-    dict(attention="hyena", position="none", max_order=4),  # a growing cache of its convolutions' inputs
-], ids=["local_markov", "retnet", "scan", "h3", "hyena"])  # fmt: skip
-def test_sampling_and_beam_search_from_the_cache_equal_the_uncached_ones(options):
-    """do_sample with a fixed seed, and beam search (whose beams reorder the cache's rows each step), give the same
-    tokens (and beam scores) with the cache as when transformers re-runs the whole prefix (use_cache=False)."""
-    model = _perturbed(_hf("causal_lm", **options))
-    fed = []
-    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
-                                    with_kwargs=True)  # fmt: skip
-    prompt = _ids(3, 5, seed=2)
-    mask = torch.ones_like(prompt)
-    mask[1, :2] = 0  # a left-padded row
-    common = dict(attention_mask=mask, max_new_tokens=10, pad_token_id=0)
-
-    def sampled(use_cache: bool) -> torch.Tensor:
-        torch.manual_seed(7)
-        return model.generate(prompt, do_sample=True, temperature=1.5, top_k=0, use_cache=use_cache, **common)
-
-    cached = sampled(True)
-    assert fed == [5] + [1] * 9  # decoded from the cache
-    assert torch.equal(cached, sampled(False))
-    first = cached[:, 5:]
-    torch.manual_seed(8)
-    assert not torch.equal(model.generate(prompt, do_sample=True, temperature=1.5, top_k=0, **common)[:, 5:], first)
-    beams = dict(num_beams=4, num_return_sequences=2, do_sample=False, output_scores=True,
-                 return_dict_in_generate=True, **common)  # fmt: skip
-    fed.clear()
-    with_cache = model.generate(prompt, **beams)
-    assert fed == [5] + [1] * 9
-    without = model.generate(prompt, **beams, use_cache=False)
-    assert torch.equal(with_cache.sequences, without.sequences)
-    torch.testing.assert_close(with_cache.sequences_scores, without.sequences_scores)
-
-
-@pytest.mark.parametrize("mode", ["markov", "recurrent"])
-def test_scan_markov_generate_decodes_from_its_state_as_without_it(mode):
-    """transformers' generate on Scan Markov feeds one token per step after the prompt (h or the last n - 1 tokens in
-    the cache) and gives the tokens and beam scores of re-running the prefix (use_cache=False), and ours."""
-    from markovformer import ScanMarkovConfig
-
-    torch.manual_seed(0)
-    config = ScanMarkovConfig(vocab_size=11, d_model=16, order=3 if mode == "markov" else None, context_mode=mode,
-                              max_positions=32)  # fmt: skip
-    model = _perturbed(HF_CLASSES["scan_markov", "causal_lm"][1](HF_CONFIGS["scan_markov"](**config.to_dict())))
-    fed = []
-    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
-                                    with_kwargs=True)  # fmt: skip
-    prompt = _ids(3, 5, seed=2)
-    common = dict(max_new_tokens=10, pad_token_id=0, do_sample=False, attention_mask=torch.ones_like(prompt))
-    greedy = model.generate(prompt, **common)
-    assert fed == [5] + [1] * 9
-    assert torch.equal(greedy, model.generate(prompt, **common, use_cache=False))
-    assert torch.equal(greedy, model.markovformer.generate(prompt, max_new_tokens=10))
-    beams = dict(num_beams=4, num_return_sequences=2, output_scores=True, return_dict_in_generate=True, **common)
-    with_cache, without = model.generate(prompt, **beams), model.generate(prompt, **beams, use_cache=False)
-    assert torch.equal(with_cache.sequences, without.sequences)
-    torch.testing.assert_close(with_cache.sequences_scores, without.sequences_scores)
-    padded = torch.ones_like(prompt)
-    padded[1, 3:] = 0  # a right-padded batch in eval mode: the whole forward, no cache
-    output = model(input_ids=prompt, attention_mask=padded)
-    assert getattr(output, CACHE_NAME) is None
-    torch.testing.assert_close(output.logits, model.markovformer(prompt, attention_mask=padded).logits)
-
-
 def test_return_dict_false_gives_the_outputs_tuple_for_the_other_wrappers():
     """Scan Markov, the translator and the VMT, as the reporting wrappers above."""
     from markovformer import MarkovTranslatorConfig, ScanMarkovConfig, VMTConfig
 
-    ids = _ids()
+    ids = random_ids()
     torch.manual_seed(0)
     for family, task, config, inputs in [
         ("scan_markov", "causal_lm", ScanMarkovConfig(vocab_size=11, d_model=16, order=3), dict(input_ids=ids)),
@@ -293,25 +185,6 @@ def test_return_dict_false_gives_the_outputs_tuple_for_the_other_wrappers():
         assert isinstance(plain, tuple) and len(plain) == len(output.to_tuple()), family
         for theirs, ours in zip(plain, output.to_tuple(), strict=True):  # tensors, and Scan Markov's cache
             assert torch.equal(theirs, ours) if isinstance(ours, torch.Tensor) else type(theirs) is type(ours), family
-
-
-def test_the_translator_generates_through_auto_model_for_seq2seq_lm(tmp_path):
-    from markovformer import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
-
-    torch.manual_seed(0)
-    ours = _perturbed(MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
-        vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, order=2, dropout=0.0,
-        max_positions=32)))  # fmt: skip
-    ours.save_pretrained(tmp_path)
-    loaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
-    source = torch.randint(3, 11, (2, 6), generator=torch.Generator().manual_seed(1))
-    for options in (dict(), dict(num_beams=3, length_penalty=0.6)):
-        theirs = loaded.generate(source, max_new_tokens=8, **options)
-        reference = ours.generate(source, max_new_tokens=8, **options)
-        assert torch.equal(theirs[:, 0], torch.full((2,), ours.config.bos_token_id))
-        assert torch.equal(theirs[:, 1:], reference)
-    with pytest.raises(TypeError, match="does not support \\['repetition_penalty'\\]"):
-        loaded.generate(source, max_new_tokens=8, repetition_penalty=1.2)
 
 
 def _trained_text_run(kind: str, tmp_path):
@@ -394,30 +267,15 @@ def test_markovformers_loader_reads_the_hugging_face_format_both_ways(kind, tmp_
         load_tokenizer(tmp_path / "hf")
 
 
-def test_the_generate_benchmark_times_every_token_of_both_generates_on_the_same_ids():
-    from markovformer.hf.benchmark import MARK_STEPS, measure, token_times
-
-    model = _hf("causal_lm", scope="local", window=3).markovformer.eval()
-    calls = []
-    model.register_forward_pre_hook(lambda *args: calls.append(1))
-    times, ids = token_times(lambda: model.generate(_ids(1, 4), max_new_tokens=6), model)
-    assert len(calls) == 6 and ids.shape == (1, 10)  # the prompt's forward, then one per token after the first
-    assert all(len(values) == 5 and min(values) >= 0 for values in times.values())
-    result = measure({**SMALL, "scope": "local", "window": 3}, marks=(1, 2), repeats=1)
-    assert result["same_greedy_ids"] and MARK_STEPS == 16
-    assert all(row.keys() == {1, 2} and all(value["cpu"] > 0 for value in row.values())
-               for row in result["ms_per_token"].values())  # fmt: skip
-
-
 def test_trainers_gradient_accumulation_gives_the_gradient_of_the_whole_batch(tmp_path):
     """transformers' Trainer takes a forward with **kwargs to normalise the loss by num_items_in_batch itself and
     then skips dividing it by the accumulation steps: the wrappers say they do not (accepts_loss_kwargs), so 2 x 4
     accumulated sequences make the SGD step of one batch of 8 (they would make twice that step otherwise)."""
     pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate (the hf extra installs it)")
-    data = [{"input_ids": row, "labels": row} for row in _ids(8, 12, seed=3)]
+    data = [{"input_ids": row, "labels": row} for row in random_ids(8, 12, seed=3)]
 
     def trained(batch: int, accumulation: int) -> dict:
-        model = _hf("causal_lm", dropout=0.0)
+        model = small_hf("causal_lm", dropout=0.0)
         arguments = transformers.TrainingArguments(
             output_dir=str(tmp_path / str(batch)), max_steps=1, per_device_train_batch_size=batch,
             gradient_accumulation_steps=accumulation, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant",
@@ -426,7 +284,7 @@ def test_trainers_gradient_accumulation_gives_the_gradient_of_the_whole_batch(tm
         transformers.Trainer(model=model, args=arguments, train_dataset=data).train()
         return {name: tensor.detach().clone() for name, tensor in model.named_parameters()}
 
-    start = {name: tensor.detach().clone() for name, tensor in _hf("causal_lm", dropout=0.0).named_parameters()}
+    start = {name: tensor.detach().clone() for name, tensor in small_hf("causal_lm", dropout=0.0).named_parameters()}
     whole, accumulated = trained(8, 1), trained(4, 2)
     assert any(not torch.equal(whole[name], start[name]) for name in start)  # it stepped
     for name, tensor in whole.items():
@@ -439,32 +297,17 @@ def test_trainers_gradient_accumulation_gives_the_gradient_of_the_whole_batch(tm
 ])  # fmt: skip
 def test_inputs_the_wrappers_cannot_honour_are_refused_by_name(task, name, value):
     """(they would be dropped: restarting position_ids of packed sequences would give the unpacked logits)"""
-    model = _hf(task)
+    model = small_hf(task)
     with pytest.raises(ValueError, match=f"does not take {name}: markovformer models read input_ids"):
-        model(input_ids=_ids(), **{name: value})
-    model(input_ids=_ids(), **{name: None})  # None, as transformers passes unused inputs, is fine
-
-
-def test_past_key_values_is_the_cache_before_transformers_5_24_and_refused_from_it():
-    """transformers 5.24 renamed the cache from past_key_values to cache: before it, past_key_values continues a
-    decoding (the last tokens' logits equal the full forward's); from it, past_key_values is refused by name."""
-    model = _hf("causal_lm", dropout=0.0).eval()
-    ids = _ids(2, 7)
-    full = model(input_ids=ids, use_cache=False).logits
-    cache = getattr(model(input_ids=ids[:, :4]), CACHE_NAME)
-    if CACHE_NAME == "cache":
-        with pytest.raises(ValueError, match="does not take past_key_values"):
-            model(input_ids=ids[:, 4:], past_key_values=cache)
-    else:
-        torch.testing.assert_close(model(input_ids=ids[:, 4:], past_key_values=cache).logits, full[:, 4:],
-                                   rtol=1e-5, atol=1e-5)  # fmt: skip
+        model(input_ids=random_ids(), **{name: value})
+    model(input_ids=random_ids(), **{name: None})  # None, as transformers passes unused inputs, is fine
 
 
 def test_the_causal_lm_reads_packed_documents_as_data_collator_with_flattening_writes_them():
     """position_ids restarting at each document (transformers' padding-free packing): each document's logits and
     loss are its own, as if it ran alone; no cache is made, and continuing one with position_ids is refused."""
-    model = _hf("causal_lm", dropout=0.0).eval()
-    documents = [_ids(1, 5, seed=1)[0].tolist(), _ids(1, 7, seed=2)[0].tolist(), _ids(1, 3, seed=3)[0].tolist()]
+    model = small_hf("causal_lm", dropout=0.0).eval()
+    documents = [random_ids(1, length, seed=seed)[0].tolist() for length, seed in ((5, 1), (7, 2), (3, 3))]
     batch = transformers.DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": d} for d in documents])
     assert batch["position_ids"].tolist() == [[*range(5), *range(7), *range(3)]]
     packed = model(**batch)
@@ -477,7 +320,7 @@ def test_the_causal_lm_reads_packed_documents_as_data_collator_with_flattening_w
     assert getattr(packed, CACHE_NAME) is None
     with pytest.raises(ValueError, match="position_ids \\(packed documents\\) cannot continue a cache"):
         model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
-              **{CACHE_NAME: getattr(model(_ids(1, 2)), CACHE_NAME)})
+              **{CACHE_NAME: getattr(model(random_ids(1, 2)), CACHE_NAME)})
 
 
 def test_without_tokenizers_a_run_finishes_its_model_without_the_hugging_face_files_and_says_so(tmp_path, monkeypatch,

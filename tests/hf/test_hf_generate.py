@@ -1,0 +1,157 @@
+"""transformers' ``generate`` on the wrappers (issue 30): decoding from the cache one token per step, sampling and
+beam search equal to re-running the prefix, Scan Markov's state, the translator through AutoModelForSeq2SeqLM, the
+cache's name across transformers versions and the generate benchmark. Skipped when the ``hf`` extra is absent."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="the hf extra is absent: pip install 'markovformer[hf]'")
+# registers the Auto classes; skipped with its one-line reason where transformers cannot run this torch
+pytest.importorskip("markovformer.hf", exc_type=ImportError)
+from hf_small import SMALL, perturbed, random_ids, small_hf  # noqa: E402
+
+from markovformer.hf import HF_CLASSES, HF_CONFIGS  # noqa: E402
+from markovformer.hf.cache import CACHE_NAME  # noqa: E402
+
+
+@pytest.mark.parametrize("options", [
+    dict(scope="local", window=3), dict(attention="softmax", max_order=4),
+    dict(attention="rff", position="none", max_order=4),
+], ids=["local", "global", "rff"])  # fmt: skip
+def test_transformers_generate_decodes_from_the_cache_one_token_per_step(options):
+    model = perturbed(small_hf("causal_lm", **options))
+    fed = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
+                                    with_kwargs=True)  # fmt: skip
+    prompt = random_ids(3, 5, seed=2)
+    mask = torch.ones_like(prompt)
+    mask[0, :2] = 0  # a left-padded row
+    theirs = model.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=0)
+    assert fed == [5] + [1] * 9
+    assert torch.equal(theirs, model.markovformer.generate(prompt, mask, max_new_tokens=10))
+    uncached = model.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=0,
+                              use_cache=False)  # fmt: skip
+    assert torch.equal(uncached, theirs) and fed[10:] == list(range(5, 15))
+    beams = dict(num_beams=3, do_sample=False, max_new_tokens=6, pad_token_id=0, attention_mask=mask)
+    torch.testing.assert_close(model.generate(prompt, **beams, output_scores=True, return_dict_in_generate=True)
+                               .sequences_scores, model.generate(prompt, **beams, use_cache=False, output_scores=True,
+                               return_dict_in_generate=True).sequences_scores)  # fmt: skip
+
+
+@pytest.mark.parametrize("options", [
+    dict(scope="local", window=3), dict(attention="retnet", position="none", max_order=4),
+    dict(attention="scan", position="none", max_order=4),
+    dict(attention="h3", position="none", max_order=4),  # its state holds the SSM's tables, which are not per row
+    dict(attention="hyena", position="none", max_order=4),  # a growing cache of its convolutions' inputs
+], ids=["local_markov", "retnet", "scan", "h3", "hyena"])  # fmt: skip
+def test_sampling_and_beam_search_from_the_cache_equal_the_uncached_ones(options):
+    """do_sample with a fixed seed, and beam search (whose beams reorder the cache's rows each step), give the same
+    tokens (and beam scores) with the cache as when transformers re-runs the whole prefix (use_cache=False)."""
+    model = perturbed(small_hf("causal_lm", **options))
+    fed = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
+                                    with_kwargs=True)  # fmt: skip
+    prompt = random_ids(3, 5, seed=2)
+    mask = torch.ones_like(prompt)
+    mask[1, :2] = 0  # a left-padded row
+    common = dict(attention_mask=mask, max_new_tokens=10, pad_token_id=0)
+
+    def sampled(use_cache: bool) -> torch.Tensor:
+        torch.manual_seed(7)
+        return model.generate(prompt, do_sample=True, temperature=1.5, top_k=0, use_cache=use_cache, **common)
+
+    cached = sampled(True)
+    assert fed == [5] + [1] * 9  # decoded from the cache
+    assert torch.equal(cached, sampled(False))
+    first = cached[:, 5:]
+    torch.manual_seed(8)
+    assert not torch.equal(model.generate(prompt, do_sample=True, temperature=1.5, top_k=0, **common)[:, 5:], first)
+    beams = dict(num_beams=4, num_return_sequences=2, do_sample=False, output_scores=True,
+                 return_dict_in_generate=True, **common)  # fmt: skip
+    fed.clear()
+    with_cache = model.generate(prompt, **beams)
+    assert fed == [5] + [1] * 9
+    without = model.generate(prompt, **beams, use_cache=False)
+    assert torch.equal(with_cache.sequences, without.sequences)
+    torch.testing.assert_close(with_cache.sequences_scores, without.sequences_scores)
+
+
+@pytest.mark.parametrize("mode", ["markov", "recurrent"])
+def test_scan_markov_generate_decodes_from_its_state_as_without_it(mode):
+    """transformers' generate on Scan Markov feeds one token per step after the prompt (h or the last n - 1 tokens in
+    the cache) and gives the tokens and beam scores of re-running the prefix (use_cache=False), and ours."""
+    from markovformer import ScanMarkovConfig
+
+    torch.manual_seed(0)
+    config = ScanMarkovConfig(vocab_size=11, d_model=16, order=3 if mode == "markov" else None, context_mode=mode,
+                              max_positions=32)  # fmt: skip
+    model = perturbed(HF_CLASSES["scan_markov", "causal_lm"][1](HF_CONFIGS["scan_markov"](**config.to_dict())))
+    fed = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
+                                    with_kwargs=True)  # fmt: skip
+    prompt = random_ids(3, 5, seed=2)
+    common = dict(max_new_tokens=10, pad_token_id=0, do_sample=False, attention_mask=torch.ones_like(prompt))
+    greedy = model.generate(prompt, **common)
+    assert fed == [5] + [1] * 9
+    assert torch.equal(greedy, model.generate(prompt, **common, use_cache=False))
+    assert torch.equal(greedy, model.markovformer.generate(prompt, max_new_tokens=10))
+    beams = dict(num_beams=4, num_return_sequences=2, output_scores=True, return_dict_in_generate=True, **common)
+    with_cache, without = model.generate(prompt, **beams), model.generate(prompt, **beams, use_cache=False)
+    assert torch.equal(with_cache.sequences, without.sequences)
+    torch.testing.assert_close(with_cache.sequences_scores, without.sequences_scores)
+    padded = torch.ones_like(prompt)
+    padded[1, 3:] = 0  # a right-padded batch in eval mode: the whole forward, no cache
+    output = model(input_ids=prompt, attention_mask=padded)
+    assert getattr(output, CACHE_NAME) is None
+    torch.testing.assert_close(output.logits, model.markovformer(prompt, attention_mask=padded).logits)
+
+
+def test_the_translator_generates_through_auto_model_for_seq2seq_lm(tmp_path):
+    from markovformer import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
+
+    torch.manual_seed(0)
+    ours = perturbed(MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, order=2, dropout=0.0,
+        max_positions=32)))  # fmt: skip
+    ours.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    source = torch.randint(3, 11, (2, 6), generator=torch.Generator().manual_seed(1))
+    for options in (dict(), dict(num_beams=3, length_penalty=0.6)):
+        theirs = loaded.generate(source, max_new_tokens=8, **options)
+        reference = ours.generate(source, max_new_tokens=8, **options)
+        assert torch.equal(theirs[:, 0], torch.full((2,), ours.config.bos_token_id))
+        assert torch.equal(theirs[:, 1:], reference)
+    with pytest.raises(TypeError, match="does not support \\['repetition_penalty'\\]"):
+        loaded.generate(source, max_new_tokens=8, repetition_penalty=1.2)
+
+
+def test_the_generate_benchmark_times_every_token_of_both_generates_on_the_same_ids():
+    from markovformer.hf.benchmark import MARK_STEPS, measure, token_times
+
+    model = small_hf("causal_lm", scope="local", window=3).markovformer.eval()
+    calls = []
+    model.register_forward_pre_hook(lambda *args: calls.append(1))
+    times, ids = token_times(lambda: model.generate(random_ids(1, 4), max_new_tokens=6), model)
+    assert len(calls) == 6 and ids.shape == (1, 10)  # the prompt's forward, then one per token after the first
+    assert all(len(values) == 5 and min(values) >= 0 for values in times.values())
+    result = measure({**SMALL, "scope": "local", "window": 3}, marks=(1, 2), repeats=1)
+    assert result["same_greedy_ids"] and MARK_STEPS == 16
+    assert all(row.keys() == {1, 2} and all(value["cpu"] > 0 for value in row.values())
+               for row in result["ms_per_token"].values())  # fmt: skip
+
+
+def test_past_key_values_is_the_cache_before_transformers_5_24_and_refused_from_it():
+    """transformers 5.24 renamed the cache from past_key_values to cache: before it, past_key_values continues a
+    decoding (the last tokens' logits equal the full forward's); from it, past_key_values is refused by name."""
+    model = small_hf("causal_lm", dropout=0.0).eval()
+    ids = random_ids(2, 7)
+    full = model(input_ids=ids, use_cache=False).logits
+    cache = getattr(model(input_ids=ids[:, :4]), CACHE_NAME)
+    if CACHE_NAME == "cache":
+        with pytest.raises(ValueError, match="does not take past_key_values"):
+            model(input_ids=ids[:, 4:], past_key_values=cache)
+    else:
+        torch.testing.assert_close(model(input_ids=ids[:, 4:], past_key_values=cache).logits, full[:, 4:],
+                                   rtol=1e-5, atol=1e-5)  # fmt: skip
