@@ -344,3 +344,33 @@ def test_zoology_64_quick_softmax_leaves_chance(tmp_path):
     (point,) = json.loads((tmp_path / "results.json").read_text())["points"]
     assert (point["kind"], point["width"], point["length"]) == ("softmax", 64, 64)
     assert point["test_accuracy"]["mean"] >= 40 / 4096
+
+
+def test_a_report_from_the_stored_cells_reads_each_point_from_the_rates_and_seeds_it_has(tmp_path):
+    """--from-cells on a grid with some cells gone: the points whose cells are all there are the full run's; a point
+    missing a rate and a seed is chosen among what is stored and says so; nothing trains."""
+    from markovformer.experiments import run_experiment
+
+    overrides = {"tasks": ["mqar"], "kinds": ["softmax", "markov_local"], "widths": [32], "steps": 2,
+                 "warmup_steps": 1, "val_examples": 8, "test_examples": 8, "lrs": [1e-3, 3e-3]}  # fmt: skip
+    run_experiment("mixers", tmp_path, quick=True, seeds=(0, 1), overrides=overrides, log=lambda line: None)
+    full = {p["kind"]: p for p in json.loads((tmp_path / "results.json").read_text())["points"]}
+    cells = tmp_path / "cells"
+    for path in [cells / "mqar_T=32_d=32_softmax_lr=0.001_seed=0.json", *cells.glob("*softmax*seed=1.json")]:
+        path.unlink()  # a rate of the first seed and the second seed (trained at the first's best rate)
+    kept = json.loads((cells / "mqar_T=32_d=32_softmax_lr=0.003_seed=0.json").read_text())["result"]
+    before = sorted(path.name for path in cells.iterdir())
+    messages = []
+    report = run_experiment("mixers", tmp_path, quick=True, seeds=(0, 1), overrides=overrides, from_cells=True,
+                            log=messages.append)  # fmt: skip
+    assert sorted(path.name for path in cells.iterdir()) == before and not any("step" in m for m in messages)
+    points = {p["kind"]: p for p in json.loads((tmp_path / "results.json").read_text())["points"]}
+    assert points["markov_local"] == full["markov_local"]
+    softmax = points["softmax"]
+    assert softmax["lr"] == 3e-3 and softmax["val_by_lr"] == {"0.003": kept["val"]["accuracy"]}
+    assert softmax["test_accuracy"]["values"] == [kept["test"]["accuracy"]]
+    text = report.read_text()
+    assert f"{kept['test']['accuracy']:.3f} ± 0.000 (1/2 lrs, 1/2 seeds)" in text
+    assert "Written from the stored cells only" in text
+    rate_rows = [line for line in text.splitlines() if line.startswith("| softmax, global |") and "—" in line]
+    assert rate_rows == [f"| softmax, global | — | **{kept['test']['accuracy']:.3f}** |"]  # the table of every rate

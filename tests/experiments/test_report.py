@@ -144,3 +144,34 @@ def test_the_report_says_which_code_computed_its_cells(tmp_path):
     assert "commit aaaaaaaaaa: 1" in text and "commit bbbbbbbbbb: 1" in text
     assert "code not recorded (stored before cells kept it): 1" in text
     assert "`--recompute PATTERN`" in text
+
+
+def test_a_report_from_the_stored_cells_computes_nothing_and_names_a_missing_cell(tmp_path):
+    from markovformer.experiments.report import MissingCell, stored_cells_only
+
+    ExperimentReport(tmp_path, "t", log=lambda line: None, settings={"steps": 10}).cached("cell_a", lambda: 1)
+    with stored_cells_only():
+        report = ExperimentReport(tmp_path, "t", log=lambda line: None, settings={"steps": 10})
+        assert report.stored_only and report.cached("cell_a", lambda: 2) == 1  # read, not recomputed
+        with pytest.raises(MissingCell, match="cell cell_b is not stored in"):
+            report.cached("cell_b", lambda: 3)
+        with pytest.raises(MissingCell, match="cell cell_a is stored in .* under other settings"):
+            ExperimentReport(tmp_path, "t", log=lambda line: None, settings={"steps": 20}).cached("cell_a", lambda: 4)
+    assert not (tmp_path / "cells" / "cell_b.json").exists()
+    assert not ExperimentReport(tmp_path, "t", log=lambda line: None).stored_only  # only within the context
+
+
+def test_from_cells_on_the_command_line_stops_at_the_first_missing_cell_of_an_experiment_without_partial_grids(
+    tmp_path, capsys
+):
+    from markovformer.cli.main import main
+
+    (tmp_path / "cells").mkdir()
+    assert main(["experiment", "weight-tying", "--quick", "--out", str(tmp_path), "--from-cells"]) == 2
+    error = capsys.readouterr().err
+    assert "is not stored in" in error and "without --from-cells the experiment computes it" in error
+    assert list((tmp_path / "cells").iterdir()) == [] and not (tmp_path / "report.md").exists()
+    assert main(["experiment", "weight-tying", "--out", str(tmp_path / "none"), "--from-cells"]) == 2
+    assert "has no cells/ folder" in capsys.readouterr().err
+    assert main(["experiment", "weight-tying", "--out", str(tmp_path), "--from-cells", "--recompute", "*"]) == 2
+    assert "use one or the other" in capsys.readouterr().err

@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--recompute", nargs="+", default=[], metavar="PATTERN",
                             help="compute again the finished cells whose keys match these globs (as named in "
                             "OUT/cells, e.g. '*forgetting*'), e.g. cells trained before a fix")  # fmt: skip
+    experiment.add_argument("--from-cells", action="store_true",
+                            help="write the report from the cells already in --out, training nothing (mixers: each "
+                            "grid point from the learning rates and seeds it has; others need every cell)")  # fmt: skip
 
     data = commands.add_parser("data", help="the data sources")
     data_commands = data.add_subparsers(dest="data_command", required=True)
@@ -364,7 +367,8 @@ def run_experiment_command(args: argparse.Namespace) -> None:
             raise ValueError(f"--set {text!r}: experiment settings are flat; use KEY=VALUE")
         overrides[path[0]] = value
     report = run_experiment(args.name, out, quick=args.quick, seeds=seeds, overrides=overrides,
-                            recompute=args.recompute, log=lambda line: print(line, flush=True))  # fmt: skip
+                            recompute=args.recompute, from_cells=args.from_cells,
+                            log=lambda line: print(line, flush=True))  # fmt: skip
     print(f"report: {report}  ({time.perf_counter() - start:.0f} s)")
 
 

@@ -5,6 +5,7 @@ figures into its output folder. To add one, write a module with ``NAME``, ``SUMM
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from markovformer.experiments import (
     vmt,
     weight_tying,
 )
-from markovformer.experiments.report import forget_cells
+from markovformer.experiments.report import forget_cells, stored_cells_only
 from markovformer.models.config_base import suggest
 
 _MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt, table1,
@@ -49,19 +50,28 @@ def run_experiment(
     seeds: tuple[int, ...] | None = None,
     overrides: dict[str, Any] | None = None,
     recompute: Sequence[str] = (),
+    from_cells: bool = False,
     log: Callable[[str], None] = print,
 ) -> Path:
     """Run experiment ``name`` into ``out_dir`` (finished cells found there are reused); returns the report path.
 
     ``overrides`` change fields of the experiment's settings (its grid, steps, sizes), e.g. ``{"steps": 500}``.
     ``recompute``: glob patterns of cell keys (``*forgetting*``) to compute again instead of reusing, e.g. cells
-    trained before a fix; each must match a cell (``forget_cells``).
+    trained before a fix; each must match a cell (``forget_cells``). ``from_cells``: write the report from the cells
+    already in ``out_dir``, training nothing (``report.stored_cells_only``): ``mixers`` reports the learning rates and
+    seeds each grid point has (a grid run one process per kind or rate, or cut short, read as it stands); any other
+    experiment stops at its first missing cell, naming it.
     """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; known: {', '.join(EXPERIMENTS)}")
+    if recompute and from_cells:
+        raise ValueError("--recompute forgets cells that --from-cells would read: use one or the other")
+    if from_cells and not (Path(out_dir) / "cells").is_dir():
+        raise ValueError(f"--from-cells: {out_dir} has no cells/ folder (run the experiment into it first)")
     if recompute:
         forget_cells(out_dir, recompute, log)
-    return EXPERIMENTS[name].run(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {}, log=log)
+    with stored_cells_only() if from_cells else nullcontext():
+        return EXPERIMENTS[name].run(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {}, log=log)
 
 
 __all__ = ["EXPERIMENTS", "Experiment", "run_experiment"]

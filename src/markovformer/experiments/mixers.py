@@ -30,7 +30,7 @@ import torch
 from markovformer.experiments import mixers_models as zoo
 from markovformer.experiments.fitting import fit_on_stream
 from markovformer.experiments.mixers_report import write_report
-from markovformer.experiments.report import ExperimentReport, revisions_of
+from markovformer.experiments.report import ExperimentReport, MissingCell, revisions_of
 from markovformer.experiments.settings import configure
 from markovformer.experiments.table1_models import match_width, parameter_count
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
@@ -196,8 +196,10 @@ def summary(values: list[float]) -> dict:
 
 
 def run_grid_point(report: ExperimentReport, task: str, length: int, width: int, kind: str, matched: dict,
-                   settings: MixersSettings, seeds: tuple[int, ...], log: Callable[[str], None]) -> dict:  # fmt: skip
-    """One (task, length, width, kind): every lr on the first seed, the best on validation for the other seeds."""
+                   settings: MixersSettings, seeds: tuple[int, ...],
+                   log: Callable[[str], None]) -> dict | None:  # fmt: skip
+    """One (task, length, width, kind): every lr on the first seed, the best on validation for the other seeds.
+    A report from the stored cells only (``report.stored_only``) uses the lrs and seeds stored (None: no lr)."""
 
     def cell(lr: float, seed: int) -> dict:
         inputs = {"task": task, "length": length, "section": matched["section"], "lr": lr, "seed": seed,
@@ -210,15 +212,24 @@ def run_grid_point(report: ExperimentReport, task: str, length: int, width: int,
         return report.cached(key, lambda: train_cell(task, length, matched["section"], lr, seed, settings, log, kind),
                              depends_on=inputs)  # fmt: skip
 
-    first = {lr: cell(lr, seeds[0]) for lr in settings.lrs}
-    best_lr = max(settings.lrs, key=lambda lr: first[lr]["val"]["accuracy"])
-    runs = [first[best_lr]] + [cell(best_lr, seed) for seed in seeds[1:]]
+    def stored(lr: float, seed: int) -> dict | None:
+        try:
+            return cell(lr, seed)
+        except MissingCell:  # (raised only when stored_only)
+            return None
+
+    first = {lr: result for lr in settings.lrs if (result := stored(lr, seeds[0])) is not None}
+    if not first:
+        return None
+    best_lr = max(first, key=lambda lr: first[lr]["val"]["accuracy"])
+    runs = [first[best_lr]] + [run for seed in seeds[1:] if (run := stored(best_lr, seed)) is not None]
     test_accuracy = summary([r["test"]["accuracy"] for r in runs])
     log(f"[{NAME}] {task} T={length} d={width} {kind}: lr {best_lr:g}, test accuracy "
         f"{test_accuracy['mean']:.3f} +- {test_accuracy['std']:.3f}")  # fmt: skip
     point = {"task": task, "length": length, "width": width, "kind": kind, "d_model": matched["section"]["d_model"],
              "parameters": matched["parameters"], "ratio": matched["ratio"], "lr": best_lr,
-             "val_by_lr": {f"{lr:g}": first[lr]["val"]["accuracy"] for lr in settings.lrs},
+             "val_by_lr": {f"{lr:g}": first[lr]["val"]["accuracy"] for lr in first},
+             "test_by_lr": {f"{lr:g}": first[lr]["test"]["accuracy"] for lr in first},
              "test_accuracy": test_accuracy, "test_loss": summary([r["test"]["loss"] for r in runs]),
              "seconds": sum(r["seconds"] for r in runs), "gates": [r["gates"] for r in runs],
              "test_by_distance": [r.get("test_by_distance") for r in runs]}  # fmt: skip
@@ -243,8 +254,8 @@ def run(
             for width in settings.widths:
                 sections = matched_sections(task, length, width, settings)
                 for kind in settings.kinds:
-                    points.append(run_grid_point(report, task, length, width, kind, sections[kind], settings, seeds,
-                                                 log))  # fmt: skip
+                    point = run_grid_point(report, task, length, width, kind, sections[kind], settings, seeds, log)
+                    points += [point] if point is not None else []
     report.results = {"settings": asdict(settings), "seeds": list(seeds), "points": points,
                       "wall_seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start,
                       "threads": torch.get_num_threads()}  # fmt: skip

@@ -28,7 +28,16 @@ def chance_of(task: str, settings) -> float:
     return chance_accuracy(task, getattr(settings, zoo.TASK_SPECS[task].vocab_setting))
 
 
+def _coverage(point: dict, settings, seeds: int) -> str:
+    """`` (2/4 lrs, 1/2 seeds)`` for a point of a report from the stored cells that lacks some; else empty."""
+    rates, runs = len(point["val_by_lr"]), point["test_accuracy"]["n"]
+    parts = [f"{rates}/{len(settings.lrs)} lrs"] if rates < len(settings.lrs) else []
+    parts += [f"{runs}/{seeds} seeds"] if runs < seeds else []
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def accuracy_tables(report, points: list[dict], settings) -> None:
+    seeds = len(report.results["seeds"])
     grid = [(length, width) for length in settings.lengths for width in settings.widths]
     for task in settings.tasks:
         rows = []
@@ -37,18 +46,45 @@ def accuracy_tables(report, points: list[dict], settings) -> None:
             for length, width in grid:
                 found = _points(points, task=task, kind=kind, length=length, width=width)
                 row.append(_mean_std(found[0]["test_accuracy"]) + (" ✓" if solves(found[0], settings) else "")
-                           if found else "—")  # fmt: skip
+                           + _coverage(found[0], settings, seeds) if found else "—")  # fmt: skip
             rows.append(row)
         extra = ""
         if zoo.TASK_SPECS[task].bayes_reference:
-            add1 = [_points(points, task=task, length=length, width=width)[0]["bayes_add1"] for length, width in grid]
-            rows.append(["Bayes add-1 (reference)", *(_mean_std(a["accuracy"]) for a in add1)])
+            add1 = [_points(points, task=task, length=length, width=width) for length, width in grid]
+            rows.append(["Bayes add-1 (reference)", *(_mean_std(found[0]["bayes_add1"]["accuracy"]) if found else "—"
+                                                       for found in add1)])  # fmt: skip
             extra = f" ✓: test loss within {ICL_SOLVED_GAP} nats of the Bayes add-1 predictor's."
         else:
             extra = f" ✓: mean test accuracy ≥ {settings.solved}."
         caption = (f"**{task}**: test accuracy on the scored positions, mean ± std over seeds, at the learning rate "
                    f"chosen on validation; chance {chance_of(task, settings):.3f}.{extra}")  # fmt: skip
+        if report.stored_only:
+            caption += " Written from the stored cells only: (k/N lrs) marks a point chosen among the k lrs stored."
         report.table(["kind", *(f"T={length}, d={width}" for length, width in grid)], rows, caption=caption)
+
+
+def rate_table(report, points: list[dict], settings) -> None:
+    """Test accuracy at every learning rate (first seed), one column per (length, width, lr): the grid cell by cell,
+    "—" where a cell was not run; the lr chosen on validation in bold."""
+    if len(settings.lrs) < 2:
+        return
+    columns = [(length, width, lr) for length in settings.lengths for width in settings.widths for lr in settings.lrs]
+    for task in settings.tasks:
+        rows = []
+        for kind in settings.kinds:
+            found = {(p["length"], p["width"]): p for p in _points(points, task=task, kind=kind)}
+            cells = []
+            for length, width, lr in columns:
+                point = found.get((length, width))
+                value = point["test_by_lr"].get(f"{lr:g}") if point else None
+                text = "—" if value is None else f"{value:.3f}"
+                cells.append(f"**{text}**" if value is not None and point["lr"] == lr else text)
+            if any(cell != "—" for cell in cells):
+                rows.append([zoo.KINDS[kind][0], *cells])
+        if rows:
+            report.table(["kind", *(f"T={length}, d={width}, lr {lr:.2g}" for length, width, lr in columns)], rows,
+                         caption=f"**{task}** test accuracy at each learning rate (first seed; bold: the rate chosen "
+                                 "on validation; —: not run).")  # fmt: skip
 
 
 def recall_distance_table(report, points: list[dict], settings) -> None:
@@ -82,6 +118,8 @@ def parameter_table(report, points: list[dict], settings) -> None:
         for length in settings.lengths:
             for width in settings.widths:
                 found = _points(points, task=task, length=length, width=width)
+                if not found:
+                    continue
                 ratios = [p["ratio"] for p in found]
                 outside = [f"{p['kind']} ({p['ratio']:.2f})" for p in found if abs(p["ratio"] - 1) > settings.tolerance]
                 rows.append([task, length, width, _points(found, kind=zoo.REFERENCE_KIND)[0]["parameters"]
@@ -101,10 +139,11 @@ def solved_summary(report, points: list[dict], settings) -> None:
             for length in settings.lengths:
                 found = _points(points, task=task, kind=kind, length=length)
                 widths = [p["width"] for p in found if solves(p, settings)]
-                cells.append(f"d={min(widths)}" if widths else "no")
+                cells.append(f"d={min(widths)}" if widths else "no" if found else "—")
             rows.append([task, zoo.KINDS[kind][0], *cells])
     report.table(["task", "kind", *(f"smallest width solving, T={length}" for length in settings.lengths)], rows,
-                 caption="Which kinds solve which task at which width (grid widths; 'no': none of them).")  # fmt: skip
+                 caption="Which kinds solve which task at which width (grid widths; 'no': none of them; '—': no cell "
+                         "stored).")  # fmt: skip
 
 
 def gate_tables(report, points: list[dict], settings) -> None:
@@ -145,7 +184,7 @@ def figures(report, points: list[dict], settings) -> None:
                 curves[zoo.KINDS[kind][0]] = ([p["width"] for p in found],
                                               [p["test_accuracy"]["mean"] for p in found])  # fmt: skip
             references = {"chance": chance_of(task, settings)}
-            if zoo.TASK_SPECS[task].bayes_reference:
+            if zoo.TASK_SPECS[task].bayes_reference and _points(points, task=task, length=length):
                 add1 = _points(points, task=task, length=length)[0]["bayes_add1"]
                 references["Bayes add-1"] = add1["accuracy"]["mean"]
             panels.append(Panel(f"{task}, T = {length}", curves, references))
@@ -300,6 +339,7 @@ def write_report(report, settings, seeds: tuple[int, ...], quick: bool) -> None:
         f"over all cells, cached ones included), {report.results['threads']} thread(s)."
     )
     accuracy_tables(report, points, settings)
+    rate_table(report, points, settings)
     figures(report, points, settings)
     solved_summary(report, points, settings)
     gate_tables(report, points, settings)

@@ -4,13 +4,15 @@ computes, its fits keep their progress beside it (``cells/KEY.fitN.partial.pt``)
 
 from __future__ import annotations
 
+import contextvars
 import fnmatch
 import json
 import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +99,26 @@ def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[st
     return list(chosen)
 
 
+class MissingCell(ValueError):
+    """A cell that a report written from the stored cells only (``stored_cells_only``) needs and does not find."""
+
+
+# while set, ExperimentReport.cached computes nothing: a cell not stored (under the same settings) raises MissingCell
+_STORED_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("stored_cells_only", default=False)
+
+
+@contextmanager
+def stored_cells_only() -> Iterator[None]:
+    """Within it, experiments write their reports from the cells already stored in their output folders and train
+    nothing: an experiment that can report a partial grid (``mixers``: the rates and seeds each grid point has)
+    catches ``MissingCell``; any other stops at its first missing cell, naming it."""
+    token = _STORED_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _STORED_ONLY.reset(token)
+
+
 class ExperimentReport:
     """Accumulates an experiment's report and writes it into ``out_dir`` atomically.
 
@@ -108,6 +130,9 @@ class ExperimentReport:
 
     Progress: each cell is logged as ``cell i/N KEY`` (N from ``expect_cells``) with an estimate of the time left,
     the mean time of the cells computed so far times the cells still to come.
+
+    Within ``stored_cells_only`` nothing is computed: a cell not stored under the same settings raises
+    ``MissingCell`` (``stored_only`` is True for such a report).
 
     Each cell also stores the ``code`` that computed it (markovformer's version and git commit, ``+dirty`` for
     uncommitted changes), for finding cells that predate a fix; ``forget_cells`` removes them so they are recomputed.
@@ -128,6 +153,7 @@ class ExperimentReport:
         self.cell_seconds: list[float] = []  # wall time of each cell computed (not reused) by this run
         self.code = code_version()  # read at the start: the checkout may change while the cells compute
         self.cell_code: dict[str, dict | None] = {}  # the code each cell of this run came from (None: not recorded)
+        self.stored_only = _STORED_ONLY.get()
 
     def expect_cells(self, count: int) -> None:
         """Announce how many ``cached`` calls are coming, for the ``cell i/N`` progress lines."""
@@ -155,7 +181,13 @@ class ExperimentReport:
                 self.log(f"{self._progress(key)}: done earlier, read from {path}")
                 self.cell_code[key] = stored.get("code")
                 return stored["result"]
+            if self.stored_only:
+                raise MissingCell(f"cell {key} is stored in {path.parent} under other settings; without "
+                                  f"--from-cells the experiment computes it again")  # fmt: skip
             self.log(f"  {key}: stored under other settings, recomputing")
+        if self.stored_only:
+            raise MissingCell(f"cell {key} is not stored in {path.parent}; without --from-cells the experiment "
+                              f"computes it")  # fmt: skip
         self.log(self._progress(key))
         start = time.perf_counter()
         path.parent.mkdir(exist_ok=True)
