@@ -130,3 +130,39 @@ def test_a_mixers_cell_killed_by_sigkill_resumes_to_the_uninterrupted_result(tmp
         return {k: v for k, v in json.loads(cell.read_text())["result"].items() if k != "seconds"}
 
     assert result(tmp_path / "killed") == result(tmp_path / "straight")
+
+
+def test_a_killed_fit_on_a_samplers_epochs_resumes_the_same_batch_stream(tmp_path):
+    """A stream with a position of its own (a length-bucketed sampler's epochs, as mat-order trains on) continues
+    where the killed fit stopped, across an epoch's end: the batches and the weights are the uninterrupted fit's."""
+    from markovformer.data.translation.batching import LengthBucketSampler
+    from markovformer.experiments.fitting import SamplerStream
+
+    inputs = torch.randn(20, 4, generator=torch.Generator().manual_seed(2))
+    lengths = [int(n) for n in torch.randint(1, 30, (20,), generator=torch.Generator().manual_seed(4))]
+
+    class Recorded(SamplerStream):
+        def __call__(self, generator):
+            if len(self.drawn) + 1 == self.kill_at_step:
+                raise KeyboardInterrupt  # as a kill between two steps
+            self.drawn.append(super().__call__(generator).tolist())
+            return torch.tensor(self.drawn[-1])
+
+    def fit(checkpoint=None, kill_at_step=None):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 1)
+        stream = Recorded(LengthBucketSampler(lengths, 3, seed=5, pool_batches=2))
+        stream.drawn, stream.kill_at_step = [], kill_at_step
+        fit_on_stream(model, lambda batch: (model(inputs[batch]).squeeze(-1) - inputs[batch].sum(-1)).pow(2).mean(),
+                      stream, lambda: 0.0, steps=12, lr=0.05, seed=3, eval_every=5,
+                      checkpoint=checkpoint)  # fmt: skip
+        return model, stream.drawn
+
+    straight, batches = fit()
+    assert len(batches) == 12 and len({i for batch in batches[:7] for i in batch}) == 20  # 7 batches an epoch
+    checkpoint = FitCheckpoint(tmp_path / "fit.partial.pt", {"cell": "a"}, every_seconds=0.0)
+    with pytest.raises(KeyboardInterrupt):
+        fit(checkpoint, kill_at_step=10)  # in the second epoch
+    resumed, after = fit(checkpoint)
+    assert after == batches[9:]  # the stream goes on from batch 10, not from the first epoch's start
+    assert _same_weights(resumed, straight)

@@ -149,9 +149,12 @@ def test_verdicts_follow_the_published_claims():
     assert gated_convolution_verdict({"softmax": 0.99, "hyena": 0.5, "s4d": 0.6}, 0.9).startswith("reproduced")
     assert gated_convolution_verdict({"softmax": 0.99, "hyena": 0.97}, 0.9).startswith("not reproduced")
     assert gated_convolution_verdict({"softmax": 0.4, "hyena": 0.1}, 0.9).startswith("not testable")
+    assert gated_convolution_verdict({"softmax": 0.99}, 0.9).startswith("not tested: no gated convolution")
     assert selective_copy_verdict([("selective", 0.95), ("LTI", 0.2)], 0.9) == "reproduced"
     assert selective_copy_verdict([("selective", 0.95), ("LTI", 0.92)], 0.9).startswith("not reproduced")
     assert selective_copy_verdict([("selective", 0.3), ("LTI", 0.2)], 0.9).startswith("not separated")
+    assert selective_copy_verdict([("selective", 0.95)], 0.9) == "not tested: no LTI kind in this run"
+    assert selective_copy_verdict([("LTI", 0.2)], 0.9) == "not tested: no selective kind in this run"
     settings = SimpleNamespace(solved=0.9)
     assert solves({"task": "mqar", "test_accuracy": {"mean": 0.91}}, settings)
     icl = {"task": "icl_markov", "test_loss": {"mean": 0.52}, "bayes_add1": {"loss": {"mean": 0.49}}}
@@ -370,7 +373,7 @@ def test_a_report_from_the_stored_cells_reads_each_point_from_the_rates_and_seed
     assert softmax["lr"] == 3e-3 and softmax["val_by_lr"] == {"0.003": kept["val"]["accuracy"]}
     assert softmax["test_accuracy"]["values"] == [kept["test"]["accuracy"]]
     text = report.read_text()
-    assert f"{kept['test']['accuracy']:.3f} ± 0.000 (1/2 lrs, 1/2 seeds)" in text
+    assert f"| {kept['test']['accuracy']:.3f} (1/2 lrs, 1/2 seeds) |" in text  # one seed: no spread
     assert "Written from the stored cells only" in text
     rate_rows = [line for line in text.splitlines() if line.startswith("| softmax, global |") and "—" in line]
     assert rate_rows == [f"| softmax, global | — | **{kept['test']['accuracy']:.3f}** |"]  # the table of every rate

@@ -175,3 +175,10 @@ def test_from_cells_on_the_command_line_stops_at_the_first_missing_cell_of_an_ex
     assert "has no cells/ folder" in capsys.readouterr().err
     assert main(["experiment", "weight-tying", "--out", str(tmp_path), "--from-cells", "--recompute", "*"]) == 2
     assert "use one or the other" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["vmt", "landscape"])
+def test_an_experiment_of_one_seed_refuses_several_instead_of_running_the_first(name, tmp_path):
+    with pytest.raises(ValueError, match=f"{name} runs one seed, got --seeds 0 1 2: run it once per seed"):
+        run_experiment(name, tmp_path, quick=True, seeds=(0, 1, 2))
+    assert not (tmp_path / "cells").exists() and not (tmp_path / "report.md").exists()

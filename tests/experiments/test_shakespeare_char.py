@@ -188,3 +188,53 @@ def test_the_new_model_options_are_checked():
     layers = plain.config.n_layers
     # bias=False drops two LayerNorm biases per block and the final one, and the GELU MLP's two (4 * 16 + 16)
     assert plain.num_parameters() - bare.num_parameters() == layers * (2 * 16 + 4 * 16 + 16) + 16
+
+
+def _fake_cells(monkeypatch, losses: dict[str, float] | None = None) -> list[str]:
+    """train_cell replaced by a record of the texts it was given, each row scoring ``losses[row]`` (else 2.1)."""
+    trained = []
+
+    def fake_cell(row, out_dir, settings, seed, log, data_path):
+        trained.append(data_path.read_text())
+        loss = (losses or {}).get(row, 2.1)
+        return {"row": row, "seed": seed, "run_dir": str(out_dir), "random_batches": loss, "full_split": loss,
+                "engine_val": loss, "steps": 10, "train_seconds": 1.0, "tokens_per_second": 100.0, "cpu_seconds": None,
+                "parameters": 1000, "val_targets": 99, "threads": 1, "val_curve": {}, "best_engine_val": loss,
+                "device": "cpu"}  # fmt: skip
+
+    monkeypatch.setattr(shakespeare_char, "train_cell", fake_cell)
+    return trained
+
+
+def test_cells_depend_on_the_texts_bytes_not_on_its_path(tmp_path, monkeypatch):
+    """Moving the text reuses the finished cells; changing its contents (another text at the same path, or a
+    re-prepared one) recomputes them instead of reporting the old text's losses beside the new text's name."""
+    trained = _fake_cells(monkeypatch)
+    first, moved, other = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"
+    first.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 40)
+    moved.write_text(first.read_text())
+    other.write_text("MENENIUS:\nWhy, masters, my good friends, mine honest neighbours,\n" * 40)
+
+    def run(path):
+        overrides = {"rows": ["nanogpt"], "data_path": str(path)}
+        shakespeare_char.run(tmp_path / "out", quick=True, seeds=(0,), overrides=overrides, log=lambda line: None)
+
+    run(first)
+    run(moved)
+    assert trained == [first.read_text()]  # the same bytes elsewhere: reused
+    run(other)
+    assert trained == [first.read_text(), other.read_text()]  # other bytes: trained again
+
+
+def test_a_ladder_step_missing_is_named_in_the_delta_and_single_changes_are_against_the_block(tmp_path, monkeypatch):
+    _fake_cells(monkeypatch, {"nanogpt": 2.0, "ladder_contiguous": 1.9, "ladder_init": 1.7, "nanogpt_swiglu": 1.8})
+    text = tmp_path / "t.txt"
+    text.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 40)
+    rows = ["nanogpt", "ladder_contiguous", "ladder_init", "nanogpt_swiglu"]  # ladder_untied not run
+    report = shakespeare_char.run(tmp_path, quick=True, seeds=(0,), overrides={"rows": rows, "data_path": str(text)},
+                                  log=lambda line: None).read_text()  # fmt: skip
+    delta = {line.split(" | ")[0][2:]: line.split(" | ")[6] for line in report.splitlines()
+             if line.startswith(("| nanogpt", "| ladder_"))}  # fmt: skip
+    assert delta["ladder_contiguous"] == "-0.1000"  # one step: against the row above
+    assert delta["ladder_init"] == "-0.2000 (vs ladder_contiguous)"  # two steps bundled, and said so
+    assert delta["nanogpt_swiglu"] == "-0.2000"  # against the block, not the row above it

@@ -202,3 +202,23 @@ def test_cost_measurement_reports_a_training_step_and_failures_come_back_as_skip
     assert result["peak_mib"] >= 3 * parameters_mib  # parameters, Adam's two moments and the step's activations
     failed = measure_in_child({**job, "section": {**section, "attention": "no_such_kind"}})
     assert failed["skipped"].startswith("the measuring process failed") and "no_such_kind" in failed["skipped"]
+
+
+def test_a_cell_depends_on_its_datas_bytes_and_not_on_where_it_lies():
+    """Moved files (other paths, same bytes) keep a cell and its run directory; a re-prepared file (other bytes
+    under the same name) does not: its cell and run are trained again instead of being read as the old data's."""
+    from markovformer.experiments.table1 import DomainSetup, cell_inputs, run_config
+    from markovformer.experiments.table1_models import data_section, markovian_section, run_name
+
+    def setup(directory: str, digest: str) -> DomainSetup:
+        data = data_section("finance", data_paths("finance", directory, "sp500"))
+        return DomainSetup("finance", "sp500", data, {}, 0, {MARKOVIAN: markovian_section("finance")}, {},
+                           {"csv": digest})  # fmt: skip
+
+    here, moved, reprepared = setup("data", "aaaa"), setup("elsewhere", "aaaa"), setup("data", "bbbb")
+    settings = Table1Settings()
+    inputs = [cell_inputs(s, MARKOVIAN, settings, 0) for s in (here, moved, reprepared)]
+    names = [run_name("finance", MARKOVIAN, run_config(s, MARKOVIAN, settings, 0), s.data_digests)
+             for s in (here, moved, reprepared)]  # fmt: skip
+    assert inputs[0] == inputs[1] and names[0] == names[1]
+    assert inputs[0] != inputs[2] and names[0] != names[2]

@@ -15,7 +15,7 @@ from markdown_tables import markdown_tables  # beside this file
 from markovformer.experiments import EXPERIMENTS, vmt
 from markovformer.experiments.vmt import VMTSettings, text_data, transformer_model, vmt_model
 from markovformer.experiments.vmt_runs import vmt_run_values
-from markovformer.experiments.vmt_training import evaluate_transformer, evaluate_vmt
+from markovformer.experiments.vmt_training import add_one_frequencies, evaluate_transformer, evaluate_vmt
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def test_held_out_bounds_chain_windows_only_with_the_carry():
     assert result["iw_50"] > result["elbo"] and result["iw_50"] > result["iw_1"]
 
 
-def test_transformer_scores_every_token_after_the_first_with_the_window_before_it():
+def test_transformer_scores_every_token_each_window_with_the_token_before_it_and_the_first_by_frequency():
     class Uniform(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -67,9 +67,16 @@ def test_transformer_scores_every_token_after_the_first_with_the_window_before_i
             return SimpleNamespace(logits=torch.zeros(*ids.shape, 7))
 
     model = Uniform()
-    loss = evaluate_transformer(model, torch.randint(0, 7, (2, 20)), window=8)
+    documents = torch.randint(0, 7, (2, 20), generator=torch.Generator().manual_seed(0))
+    loss = evaluate_transformer(model, documents, window=8, first_token_probs=torch.full((7,), 1 / 7))
     assert loss == pytest.approx(math.log(7))
     assert model.lengths == [8, 9, 5]  # the first window alone, then one token of context before each
+    # every token is scored, as the VMT's bounds: each document's first by the training tokens' frequencies
+    train = torch.tensor([[0, 0, 0, 1, 2, 3, 4, 5, 6]])
+    probs = add_one_frequencies(train, 7)
+    assert torch.allclose(probs, torch.tensor([4, 2, 2, 2, 2, 2, 2], dtype=torch.float64) / 16)
+    expected = (-float(probs[documents[:, 0]].log().sum()) + 2 * 19 * math.log(7)) / 40
+    assert evaluate_transformer(model, documents, window=8, first_token_probs=probs) == pytest.approx(expected)
 
 
 def test_the_transformer_baseline_has_about_the_vmts_size():

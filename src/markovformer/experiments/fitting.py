@@ -96,6 +96,36 @@ def next_fit_checkpoint() -> FitCheckpoint | None:
     return FitCheckpoint(cell["folder"] / f"{cell['key']}.fit{cell['fits'] - 1}.partial.pt", {"cell": cell["settings"]})
 
 
+class SamplerStream:
+    """A batch sampler's batches (lists of indices), epoch after epoch (``set_epoch`` before each, for a new seeded
+    order), as ``fit_on_stream``'s ``sample_batch``. Its position lives here, not in the generator, so it goes
+    into the fit's saves (``state_dict``): a resumed fit continues the stream where the killed one stopped."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler, self.epoch, self.index = sampler, 0, 0
+        self._batches: list | None = None
+
+    def _load_epoch(self) -> None:
+        self.sampler.set_epoch(self.epoch)
+        self._batches = list(self.sampler)
+
+    def __call__(self, generator: torch.Generator) -> Tensor:
+        if self._batches is None:
+            self._load_epoch()
+        if self.index == len(self._batches):
+            self.epoch, self.index = self.epoch + 1, 0
+            self._load_epoch()
+        self.index += 1
+        return torch.tensor(self._batches[self.index - 1])
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+        self._load_epoch()
+
+
 def _rng_states(generator: torch.Generator) -> dict:
     """The random states a fit's next steps draw from: its batch stream, torch's (dropout) and CUDA's."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
@@ -158,7 +188,9 @@ def fit_on_stream(
 
     ``checkpoint`` (default: the one ``ExperimentReport.cached`` gives the fits of the cell it computes, none
     outside a cell): a fit killed midway resumes from the last save and ends exactly as an uninterrupted one would
-    (same weights, evaluations and curve); ``seconds`` counts the time of every attempt.
+    (same weights, evaluations and curve); ``seconds`` counts the time of every attempt. A ``sample_batch`` that
+    keeps a position of its own besides the generator (``SamplerStream``) saves it through ``state_dict`` and
+    ``load_state_dict``.
     """
     if steps < 1 or eval_every < 1:
         raise ValueError(f"steps and eval_every must be >= 1; got steps={steps}, eval_every={eval_every}")
@@ -176,10 +208,11 @@ def fit_on_stream(
     result = FitResult()
     start = time.perf_counter()
     checkpoint = checkpoint or next_fit_checkpoint()  # by default, the cell being computed keeps it
+    stream = {"stream": sample_batch} if hasattr(sample_batch, "state_dict") else {}  # a position of its own
     identity = checkpoint and {**checkpoint.identity, "fit": {
         "steps": steps, "lr": lr, "seed": seed, "eval_every": eval_every, "optimizer": optimizer,
-        "warmup_steps": warmup_steps, "decay": decay}}  # fmt: skip
-    trained = {"model": model, "optimizer": optim, "schedule": schedule}  # what a save holds, with the RNGs
+        "warmup_steps": warmup_steps, "decay": decay, **({"stream_state": True} if stream else {})}}  # fmt: skip
+    trained = {"model": model, "optimizer": optim, "schedule": schedule, **stream}  # a save holds them and the RNGs
     first_step = 1
     if (saved := _load_fit_state(checkpoint, identity, label, log)) is not None:
         for name, part in trained.items():

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from markovformer.experiments.report import ExperimentReport
-from markovformer.experiments.settings import configure
+from markovformer.experiments.settings import configure, single_seed
 from markovformer.markov import (
     basin_boundary,
     energy,
@@ -100,7 +100,7 @@ def run(
     from markovformer.plots.experiments import LandscapePanel, plot_landscapes
 
     settings = configure(QUICK if quick else LandscapeSettings(), overrides, NAME)
-    seed = (seeds or (0,))[0]
+    seed = single_seed(seeds, NAME)
     report = ExperimentReport(out_dir, "The reduced model's loss landscape (e, w, b)", log, settings=asdict(settings))
     saddle_w, saddle_e = saddle_point()
     report.text(

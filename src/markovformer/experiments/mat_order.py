@@ -26,7 +26,6 @@ otherwise overfit a small corpus within a few epochs.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -45,8 +44,8 @@ from markovformer.data.translation import (
     load_translation,
     translation_lengths,
 )
-from markovformer.experiments.fitting import FitResult, fit_on_stream
-from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.fitting import FitResult, SamplerStream, fit_on_stream
+from markovformer.experiments.report import ExperimentReport, file_digest
 from markovformer.experiments.settings import configure
 from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 from markovformer.models.markov_translator.generation import decode_step, start_decoding
@@ -172,8 +171,7 @@ def fit_translator(
         dropout=settings.dropout, max_positions=max(longest, max_decode, STATE_PROBE_TOKENS) + 1,
     )  # fmt: skip
     model = MarkovTranslatorForConditionalGeneration(config)
-    sampler = LengthBucketSampler(translation_lengths(every["train"]), settings.batch_size, seed=seed)
-    batches = _endless(sampler)
+    batches = SamplerStream(LengthBucketSampler(translation_lengths(every["train"]), settings.batch_size, seed=seed))
     validation = collate_translation(every["val"])
 
     def loss_on_batch(indices: torch.Tensor) -> torch.Tensor:
@@ -181,7 +179,7 @@ def fit_translator(
         return model(**batch, label_smoothing=settings.label_smoothing).loss
 
     fit = fit_on_stream(
-        model, loss_on_batch, lambda generator: torch.tensor(next(batches)), lambda: model(**validation).loss,
+        model, loss_on_batch, batches, lambda: model(**validation).loss,
         steps=settings.steps, lr=settings.lr, seed=seed, warmup_steps=settings.warmup_steps, decay=settings.decay,
         eval_every=settings.eval_every, log=log, label=f"k={_order_name(order)} transparent={transparent} seed={seed}",
     )  # fmt: skip
@@ -200,15 +198,6 @@ def decoder_state_floats(model: MarkovTranslatorForConditionalGeneration, src_id
     return sum(t.numel() for t in held) // src_ids.shape[0]
 
 
-def _endless(sampler: LengthBucketSampler):
-    """The sampler's batches, epoch after epoch (each epoch a new seeded order)."""
-    epoch = 0
-    while True:
-        sampler.set_epoch(epoch)
-        yield from sampler
-        epoch += 1
-
-
 def _order_name(order: int | None) -> str:
     return "inf" if order is None else str(order)
 
@@ -224,7 +213,7 @@ def _data(tsv_path: str | None, seed: int, settings: MatOrderSettings) -> tuple[
     if tsv_path is None:
         task = synthetic_task(settings)
         return task.build(seed), f"synthetic-{task.source_symbols}-{task.target_symbols}"
-    digest = hashlib.sha256(Path(tsv_path).read_bytes()).hexdigest()[:10]
+    digest = file_digest(tsv_path)
     bundle = load_translation(tsv_path, vocab_size=settings.tsv_vocab_size, seed=seed,
                               max_length=settings.tsv_max_length)  # fmt: skip
     return bundle, f"tsv-{digest}"

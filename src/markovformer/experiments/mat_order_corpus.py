@@ -17,7 +17,6 @@ batch 1 and at batch 64, and the decoder's state at batch 1 and 64 after ``STATE
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import statistics
 import time
 from collections.abc import Callable
@@ -42,7 +41,7 @@ from markovformer.experiments.mat_order import (
     fit_translator,
     training_text,
 )
-from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.report import ExperimentReport, file_digest
 from markovformer.models.markov_translator.generation import generate
 
 # (order, transparent): AT, transparent AT, MAT k = 1..5, the order-3 n-gram mask without transparency
@@ -134,7 +133,7 @@ def run_de_en(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...],
         cell_kinds, directions = QUICK_CELLS, settings.directions[:1]
     else:
         cell_kinds, directions = chosen_cells(settings), settings.directions
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:10]
+    digest = file_digest(path)
     report = ExperimentReport(out_dir, "MAT decoder order on German-English sentences", log, settings=asdict(settings))
     report.text(
         f"Data: `{path}` (the de-en recipe's sentence pairs), one random 90/5/5 split and joint BPE of "

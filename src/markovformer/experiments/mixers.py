@@ -19,7 +19,6 @@ sets are fixed per seed and never seen in training (a fresh stream cannot repeat
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -30,7 +29,7 @@ import torch
 from markovformer.experiments import mixers_models as zoo
 from markovformer.experiments.fitting import fit_on_stream
 from markovformer.experiments.mixers_report import write_report
-from markovformer.experiments.report import ExperimentReport, MissingCell, revisions_of
+from markovformer.experiments.report import ExperimentReport, MissingCell, mean_std, revisions_of, seed_summary
 from markovformer.experiments.settings import configure
 from markovformer.experiments.table1_models import match_width, parameter_count
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
@@ -190,11 +189,6 @@ def answer_loss(model: MarkovianTransformerForCausalLM, inputs: torch.Tensor, la
     return token_cross_entropy(model.lm_head(hidden[scored]), targets[scored])
 
 
-def summary(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "n": len(values), "values": list(values)}  # fmt: skip
-
-
 def run_grid_point(report: ExperimentReport, task: str, length: int, width: int, kind: str, matched: dict,
                    settings: MixersSettings, seeds: tuple[int, ...],
                    log: Callable[[str], None]) -> dict | None:  # fmt: skip
@@ -223,18 +217,18 @@ def run_grid_point(report: ExperimentReport, task: str, length: int, width: int,
         return None
     best_lr = max(first, key=lambda lr: first[lr]["val"]["accuracy"])
     runs = [first[best_lr]] + [run for seed in seeds[1:] if (run := stored(best_lr, seed)) is not None]
-    test_accuracy = summary([r["test"]["accuracy"] for r in runs])
-    log(f"[{NAME}] {task} T={length} d={width} {kind}: lr {best_lr:g}, test accuracy "
-        f"{test_accuracy['mean']:.3f} +- {test_accuracy['std']:.3f}")  # fmt: skip
+    test_accuracy = seed_summary([r["test"]["accuracy"] for r in runs])
+    log(f"[{NAME}] {task} T={length} d={width} {kind}: lr {best_lr:g}, test accuracy {mean_std(test_accuracy)}")
     point = {"task": task, "length": length, "width": width, "kind": kind, "d_model": matched["section"]["d_model"],
              "parameters": matched["parameters"], "ratio": matched["ratio"], "lr": best_lr,
              "val_by_lr": {f"{lr:g}": first[lr]["val"]["accuracy"] for lr in first},
              "test_by_lr": {f"{lr:g}": first[lr]["test"]["accuracy"] for lr in first},
-             "test_accuracy": test_accuracy, "test_loss": summary([r["test"]["loss"] for r in runs]),
+             "test_accuracy": test_accuracy, "test_loss": seed_summary([r["test"]["loss"] for r in runs]),
              "seconds": sum(r["seconds"] for r in runs), "gates": [r["gates"] for r in runs],
              "test_by_distance": [r.get("test_by_distance") for r in runs]}  # fmt: skip
     if zoo.TASK_SPECS[task].bayes_reference:
-        point["bayes_add1"] = {name: summary([r["bayes_add1"][name] for r in runs]) for name in ("accuracy", "loss")}
+        point["bayes_add1"] = {name: seed_summary([r["bayes_add1"][name] for r in runs])
+                               for name in ("accuracy", "loss")}  # fmt: skip
     return point
 
 

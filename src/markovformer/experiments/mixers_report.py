@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from markovformer.data.synthetic.tasks import chance_accuracy
 from markovformer.experiments import mixers_models as zoo
+from markovformer.experiments.report import mean_std
 
 ICL_SOLVED_GAP = 0.02  # nats above the Bayes add-1 loss that count as solving icl_markov
-
-
-def _mean_std(summary: dict) -> str:
-    return f"{summary['mean']:.3f} ± {summary['std']:.3f}"
 
 
 def _points(points: list[dict], **where) -> list[dict]:
@@ -45,13 +42,13 @@ def accuracy_tables(report, points: list[dict], settings) -> None:
             row = [zoo.KINDS[kind][0]]
             for length, width in grid:
                 found = _points(points, task=task, kind=kind, length=length, width=width)
-                row.append(_mean_std(found[0]["test_accuracy"]) + (" ✓" if solves(found[0], settings) else "")
+                row.append(mean_std(found[0]["test_accuracy"]) + (" ✓" if solves(found[0], settings) else "")
                            + _coverage(found[0], settings, seeds) if found else "—")  # fmt: skip
             rows.append(row)
         extra = ""
         if zoo.TASK_SPECS[task].bayes_reference:
             add1 = [_points(points, task=task, length=length, width=width) for length, width in grid]
-            rows.append(["Bayes add-1 (reference)", *(_mean_std(found[0]["bayes_add1"]["accuracy"]) if found else "—"
+            rows.append(["Bayes add-1 (reference)", *(mean_std(found[0]["bayes_add1"]["accuracy"]) if found else "—"
                                                        for found in add1)])  # fmt: skip
             extra = f" ✓: test loss within {ICL_SOLVED_GAP} nats of the Bayes add-1 predictor's."
         else:
@@ -295,6 +292,8 @@ def _mamba_lines(points: list[dict], settings) -> list[str]:
 def gated_convolution_verdict(values: dict[str, float], solved: float) -> str:
     """Zoology's width claim on one cell from {kind: accuracy}, softmax among them."""
     behind = [kind for kind, value in values.items() if kind != "softmax" and value < values["softmax"] - 0.05]
+    if len(values) == 1:
+        return "not tested: no gated convolution in this run (add h3, hyena, rwkv, retnet or s4d to kinds)"
     if values["softmax"] < solved:
         return (f"not testable here: softmax itself does not solve it at this budget (trailing it by > 0.05: "
                 f"{', '.join(behind) or 'none'})")  # fmt: skip
@@ -309,7 +308,9 @@ def selective_copy_verdict(results: list[tuple[str, float]], solved: float) -> s
     lti = [v >= solved for g, v in results if g == "LTI"]
     if any(lti):
         return "not reproduced (an LTI kind solves it)"
-    if selective and all(selective):
+    if not selective or not lti:
+        return f"not tested: no {'selective' if not selective else 'LTI'} kind in this run"
+    if all(selective):
         return "reproduced"
     if any(selective):
         return "partly reproduced (LTI kinds fail; only some selective kinds solve it)"

@@ -36,7 +36,7 @@ from markovformer.experiments import mixers
 from markovformer.experiments import mixers_models as zoo
 from markovformer.experiments.fitting import fit_on_stream
 from markovformer.experiments.position_biases_report import write_report
-from markovformer.experiments.report import ExperimentReport, revisions_of
+from markovformer.experiments.report import ExperimentReport, revisions_of, seed_summary
 from markovformer.experiments.settings import configure
 from markovformer.experiments.table1_models import match_width, parameter_count
 from markovformer.markov import lagged_chain
@@ -273,17 +273,17 @@ def run_point(report: ExperimentReport, task: str, family: str, order: int, kind
              "seconds": sum(r["seconds"] for r in runs)}  # fmt: skip
     if family == "hidden":
         point["floor"] = runs[0]["floor"]
-        point["excess"] = mixers.summary([r["test_loss"] - r["floor"] for r in runs])
-        point["excess_by_length"] = {m: mixers.summary([r["loss_by_length"][m] - r["floor"] for r in runs])
+        point["excess"] = seed_summary([r["test_loss"] - r["floor"] for r in runs])
+        point["excess_by_length"] = {m: seed_summary([r["loss_by_length"][m] - r["floor"] for r in runs])
                                      for m in runs[0]["loss_by_length"]}  # fmt: skip
         point["profile"] = [r["profile"] for r in runs]
         log(f"[{NAME}] {task} {kind}: lr {best_lr:g}, loss - entropy rate {point['excess']['mean']:.4f}")
     else:
-        point["test_accuracy"] = mixers.summary([r["test"]["accuracy"] for r in runs])
-        point["test_loss"] = mixers.summary([r["test"]["loss"] for r in runs])
+        point["test_accuracy"] = seed_summary([r["test"]["accuracy"] for r in runs])
+        point["test_loss"] = seed_summary([r["test"]["loss"] for r in runs])
         if family == "icl":
-            point["bayes_add1"] = mixers.summary([r["bayes_add1"]["loss"] for r in runs])
-            point["excess"] = mixers.summary([r["test"]["loss"] - r["bayes_add1"]["loss"] for r in runs])
+            point["bayes_add1"] = seed_summary([r["bayes_add1"]["loss"] for r in runs])
+            point["excess"] = seed_summary([r["test"]["loss"] - r["bayes_add1"]["loss"] for r in runs])
         log(f"[{NAME}] {task} {kind}: lr {best_lr:g}, test accuracy {point['test_accuracy']['mean']:.3f}")
     return point
 

@@ -4,11 +4,7 @@ figure and the length-extrapolation table and figure."""
 from __future__ import annotations
 
 from markovformer.experiments.fitting import format_duration
-from markovformer.experiments.report import ExperimentReport
-
-
-def _mean_std(summary: dict, digits: int = 3) -> str:
-    return f"{summary['mean']:.{digits}f} ± {summary['std']:.{digits}f}"
+from markovformer.experiments.report import ExperimentReport, mean_std
 
 
 def _point(points: list[dict], task: str, kind: str) -> dict | None:
@@ -53,7 +49,7 @@ def write_report(report: ExperimentReport, settings, seeds: tuple[int, ...], qui
 
 
 def _cell(point: dict | None, metric: str, digits: int) -> str:
-    return "—" if point is None else f"{_mean_std(point[metric], digits)} (lr {point['lr']:g})"
+    return "—" if point is None else f"{mean_std(point[metric], digits)} (lr {point['lr']:g})"
 
 
 def _parameters(report: ExperimentReport, settings, tasks: list[str], labels: dict) -> None:
@@ -63,7 +59,7 @@ def _parameters(report: ExperimentReport, settings, tasks: list[str], labels: di
         row = [labels[kind]]
         for task in tasks:
             entry = counts[task][kind]
-            flag = "" if abs(entry["ratio"] - 1) <= settings.tolerance else " (outside ±10%)"
+            flag = "" if abs(entry["ratio"] - 1) <= settings.tolerance else f" (outside ±{settings.tolerance:.0%})"
             row.append(f"d={entry['d_model']}: {entry['parameters']:,} ({entry['ratio']:.3f}){flag}")
         rows.append(row)
     report.table(["kind", *tasks], rows, caption="Width, parameters and ratio to softmax + rotary per task "
@@ -100,7 +96,7 @@ def _extrapolation(report: ExperimentReport, settings, points: list[dict], hidde
         rows, series = [], {}
         for kind, label in labels.items():
             by_length = _point(points, task, kind)["excess_by_length"]
-            rows.append([label, *(_mean_std(by_length[str(m)], 4) for m in multiples)])
+            rows.append([label, *(mean_std(by_length[str(m)], 4) for m in multiples)])
             series[label] = [by_length[str(m)]["mean"] for m in multiples]
         report.table(["kind", *(f"{m}T = {m * settings.seq_len}" if m > 1 else f"T = {settings.seq_len}"
                                 for m in multiples)], rows,

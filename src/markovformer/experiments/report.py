@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextvars
 import fnmatch
+import hashlib
 import json
 import math
 import re
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -43,6 +45,28 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     lines = ["| " + " | ".join(_escape(str(c)) for c in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_escape(_cell(value)) for value in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def seed_summary(values: Sequence[float]) -> dict:
+    """Mean, sample standard deviation (n - 1 in the denominator; None for one value: no spread to report) and count
+    of one number over seeds."""
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
+            "n": len(values), "values": list(values)}  # fmt: skip
+
+
+def mean_std(entry: dict | None, digits: int = 3) -> str:
+    """A ``seed_summary`` as ``mean ± std`` (the mean alone for one seed); an em dash when not measured."""
+    if entry is None:
+        return "—"
+    if entry["std"] is None:
+        return f"{entry['mean']:.{digits}f}"
+    return f"{entry['mean']:.{digits}f} ± {entry['std']:.{digits}f}"
+
+
+def file_digest(path: str | Path) -> str:
+    """The first 10 hex digits of a data file's SHA-256: what a cell trained on the file adds to its ``depends_on``
+    (its path left out, so that the data may move), so that a changed or re-prepared file recomputes the cell."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:10]
 
 
 def revisions_of(section: dict) -> dict:

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from markovformer.data.collate import PAD_ID
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
-from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.report import ExperimentReport, file_digest
 from markovformer.experiments.settings import configure
 from markovformer.models.generation import GenerationConfig, decoding_loop
 from markovformer.training.run_config import resolve_run_config
@@ -179,10 +179,11 @@ def sample_text(
     return prompt + tokenizer.decode(ids[0, -length:].tolist()) if length else prompt
 
 
-def run_name(model: str, values: dict) -> str:
-    """``<model>_seed=<s>_<hash>``, the hash of the run config less its output folder and data path: a run directory
-    is reused only by the same run, and settings that change a run train a new one beside it."""
-    essential = {**values, "output_dir": None, "data": {**values["data"], "path": None}}
+def run_name(model: str, values: dict, data_digest: str) -> str:
+    """``<model>_seed=<s>_<hash>``, the hash of the run config less its output folder and data path, with the data
+    file's digest (``report.file_digest``): a run directory is reused only by the same run on the same text, and
+    settings that change a run train a new one beside it."""
+    essential = {**values, "output_dir": None, "data": {**values["data"], "path": None}, "data_digest": data_digest}
     digest = hashlib.sha1(json.dumps(essential, sort_keys=True).encode()).hexdigest()[:8]
     return f"{model}_seed={values['trainer']['seed']}_{digest}"
 
@@ -206,7 +207,7 @@ def train_cell(
     from markovformer.training.runner import build_data, complete_run, load_run
 
     values = run_config(model, str(find_data()), "", settings, seed)
-    run_dir = out_dir / "runs" / run_name(model, values)
+    run_dir = out_dir / "runs" / run_name(model, values, file_digest(find_data()))
     config = resolve_run_config({**values, "output_dir": str(run_dir)})
     log(f"[{NAME}] {model} (seed {seed}): {run_dir} (trained, resumed or read)")
     metrics = complete_run(config)
@@ -240,8 +241,10 @@ def run(
     title = "Scan Markov model on Tiny Shakespeare: cross-entropy by context length"
     report = ExperimentReport(out_dir, title, log, settings=asdict(settings))
     report.expect_cells(len(MODELS) * len(seeds))
+    text_digest = file_digest(find_data())
     cells = [report.cached(f"{model}_seed={seed}", lambda m=model, s=seed: train_cell(m, report.out_dir, settings, s,
-                                                                                       log))
+                                                                                       log),
+                           depends_on={**asdict(settings), "text_sha256": text_digest})
              for model in MODELS for seed in seeds]  # fmt: skip
     scored = "the whole validation part" if settings.eval_chars is None else f"its first {settings.eval_chars:,}"
     report.text(

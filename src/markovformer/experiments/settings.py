@@ -1,5 +1,6 @@
 """``--set key=value`` for experiments: a module's settings dataclass with the user's changes, checked by the same
-coercion as run configs (so a misspelt key gets a suggestion and a wrong type names the key)."""
+coercion as run configs (so a misspelt key gets a suggestion and a wrong type names the key); and ``--seeds`` for
+the experiments that run one seed."""
 
 from __future__ import annotations
 
@@ -16,3 +17,12 @@ def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str) -> S
     if not overrides:
         return base
     return build_dataclass(type(base), {**dataclasses.asdict(base), **overrides}, name)
+
+
+def single_seed(seeds: tuple[int, ...] | None, name: str) -> int:
+    """The one seed of an experiment that reports one run (seed 0 by default): several are refused, not cut to the
+    first, since its report shows no spread over seeds."""
+    if seeds is not None and len(seeds) > 1:
+        raise ValueError(f"{name} runs one seed, got --seeds {' '.join(map(str, seeds))}: run it once per seed, each "
+                         f"with its own --out")  # fmt: skip
+    return seeds[0] if seeds else 0

@@ -55,7 +55,7 @@ import torch.nn.functional as F
 
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
-from markovformer.experiments.report import ExperimentReport, revisions_of
+from markovformer.experiments.report import ExperimentReport, file_digest, revisions_of
 from markovformer.experiments.scan_shakespeare import run_name
 from markovformer.experiments.settings import configure
 from markovformer.training.run_config import resolve_run_config
@@ -272,7 +272,7 @@ def train_cell(row: str, out_dir: Path, settings: ShakespeareCharSettings, seed:
     from markovformer.training.runner import build_data, complete_run, load_run
 
     values = run_config(row, str(data_path), "", settings, seed)
-    run_dir = out_dir / "runs" / run_name(row, values)
+    run_dir = out_dir / "runs" / run_name(row, values, file_digest(data_path))
     config = resolve_run_config({**values, "output_dir": str(run_dir)})
     log(f"[{NAME}] {row} (seed {seed}): {run_dir}")
     cpu, wall = time.process_time(), time.perf_counter()
@@ -330,6 +330,7 @@ def run(
         raise ValueError(f"{NAME}.rows={list(settings.rows)!r}: each must be one of {ROWS}")
     seeds = seeds if seeds is not None else (0,)
     data_path = find_tiny_shakespeare(settings.data_path)
+    text_digest = file_digest(data_path)  # the cells depend on the text, not on where it lies
     machine = "a GPU (its GPU config)" if settings.preset == "gpu" else "a CPU"
     report = ExperimentReport(out_dir, f"nanoGPT's Shakespeare character model on {machine}, and markovformer's "
                               "models", log, settings=asdict(settings))  # fmt: skip
@@ -344,7 +345,7 @@ def run(
             continue
         cells.append(report.cached(key, lambda r=row, s=seed: train_cell(r, report.out_dir, settings, s, log,
                                                                          data_path),
-                                   depends_on={**values, "eval_iters": settings.eval_iters,
+                                   depends_on={**values, "eval_iters": settings.eval_iters, "text_sha256": text_digest,
                                                **revisions_of(values["model"])}))  # fmt: skip
     if not cells:
         raise ValueError(f"{NAME}: no finished cell in {report.out_dir} (only_finished=true)")
@@ -385,16 +386,21 @@ def run(
     for cell in cells:
         by_row.setdefault(cell["row"], []).append(cell)
 
-    def rows_of(keys: tuple[str, ...], labels: dict[str, str]) -> list[list]:
-        rows, previous = [], None
-        for key in keys:
+    def rows_of(keys: tuple[str, ...], labels: dict[str, str], base: str | None = None) -> list[list]:
+        """Table rows of ``keys`` (those run); Δ against row ``base``, else against the row above, named when a row
+        between them in ``keys`` was not run (the Δ then bundles several differences)."""
+        rows, previous = [], None  # (key, mean full-split loss) of the row Δ is taken against
+        for index, key in enumerate(keys):
             if key not in by_row:
                 continue
             group = by_row[key]
             random_mean = statistics.fmean(c["random_batches"] for c in group)
             full_mean = statistics.fmean(c["full_split"] for c in group)
-            step = "" if previous is None else f"{full_mean - previous:+.4f}"
-            previous = full_mean
+            step = "" if previous is None else f"{full_mean - previous[1]:+.4f}"
+            if previous is not None and base is None and keys[index - 1] != previous[0]:
+                step += f" (vs {previous[0]})"
+            if base is None or key == base:
+                previous = (key, full_mean)
             cpu = [c["cpu_seconds"] for c in group if c["cpu_seconds"] is not None]
             rows.append([key, labels[key], group[0]["parameters"], _shown([c["random_batches"] for c in group]),
                          _shown([c["full_split"] for c in group]), f"{random_mean - full_mean:+.4f}", step,
@@ -407,7 +413,7 @@ def run(
                "random − full", "Δ full vs row above", "tokens/s", "CPU s"] + (
                    ["best full split"] if settings.curve_kept else [])  # fmt: skip
     ladder = rows_of(LADDER_ROWS, LADDER_LABELS)
-    single = rows_of(("nanogpt", *SINGLE), LADDER_LABELS)
+    single = rows_of(("nanogpt", *SINGLE), LADDER_LABELS, base="nanogpt")
     if ladder:
         report.table(columns, ladder, caption="The ladder: nanoGPT's block, then one difference at a time moved to "
                      "markovformer's defaults (each row keeps the changes above it). Mean ± std over "

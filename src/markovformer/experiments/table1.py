@@ -20,7 +20,6 @@ command that prepares it.
 from __future__ import annotations
 
 import os
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ import torch
 
 from markovformer.data.bundle import example_lengths, examples_at
 from markovformer.data.recipes.finance import REGIMES, regimes_of_examples
-from markovformer.experiments.report import ExperimentReport, revisions_of
+from markovformer.experiments.report import ExperimentReport, file_digest, revisions_of, seed_summary
 from markovformer.experiments.settings import configure
 from markovformer.experiments.table1_models import (
     ABLATIONS,
@@ -104,8 +103,8 @@ def check_settings(settings: Table1Settings) -> None:
 
 @dataclass
 class DomainSetup:
-    """A domain ready to train: its data section, the data's sizes, the longest example, every row's model section
-    and parameter count."""
+    """A domain ready to train: its data section and its files' digests, the data's sizes, the longest example, every
+    row's model section and parameter count."""
 
     name: str
     dataset: str
@@ -114,6 +113,7 @@ class DomainSetup:
     longest: int
     sections: dict[str, dict]
     parameters: dict[str, int]
+    data_digests: dict[str, str] = field(default_factory=dict)  # file role -> report.file_digest
 
 
 def missing_data(domain: str, settings: Table1Settings) -> str | None:
@@ -142,7 +142,8 @@ def set_up_domain(
     from markovformer.training.runner import build_data
 
     spec, dataset = DOMAIN_SPECS[domain], getattr(settings, domain)
-    data = data_section(domain, data_paths(domain, settings.data_dir, dataset))
+    paths = data_paths(domain, settings.data_dir, dataset)
+    data = data_section(domain, paths)
     config = resolve_run_config({"task": spec.task, "model": {}, "data": data})
     bundle = build_data(config)
     longest = _longest_example(bundle)
@@ -161,7 +162,8 @@ def set_up_domain(
         sections[variant], parameters[variant] = section, parameter_count(spec.task, section, info)
     log(f"[{NAME}] {domain}: {dataset}, {len(bundle.train):,} training examples, longest {longest}; Markovian "
         f"Transformer {target:,} parameters")  # fmt: skip
-    return DomainSetup(domain, dataset, data, info, longest, sections, parameters)
+    digests = {role: file_digest(path) for role, path in paths.items()}
+    return DomainSetup(domain, dataset, data, info, longest, sections, parameters, digests)
 
 
 def run_config(setup: DomainSetup, variant: str, settings: Table1Settings, seed: int, output_dir: str = "") -> dict:
@@ -221,7 +223,7 @@ def train_cell(
     from markovformer.training.runner import complete_run, evaluate
 
     values = run_config(setup, variant, settings, seed)
-    run_dir = out_dir / "runs" / run_name(setup.name, variant, values)
+    run_dir = out_dir / "runs" / run_name(setup.name, variant, values, setup.data_digests)
     log(f"[{NAME}] {setup.name} / {variant} (seed {seed}): {run_dir} (trained, resumed or read)")
     metrics = complete_run(resolve_run_config({**values, "output_dir": str(run_dir)}))
     val, test = evaluate(run_dir, "val")["metrics"], evaluate(run_dir, "test")["metrics"]
@@ -240,11 +242,12 @@ def train_cell(
 
 
 def cell_inputs(setup: DomainSetup, variant: str, settings: Table1Settings, seed: int) -> dict:
-    """What a trained cell's result depends on: its run config and dataset, not where the data lies (it may move).
-    A cell is reused by every run of the experiment that would train it the same way."""
+    """What a trained cell's result depends on: its run config, dataset and the bytes of its files, not where the data
+    lies (it may move). A cell is reused by every run of the experiment that would train it the same way."""
     values = run_config(setup, variant, settings, seed)
     data = {key: value for key, value in values["data"].items() if key not in ("path", "labels")}
-    return {**values, "data": data, "dataset": setup.dataset, **revisions_of(values["model"])}
+    return {**values, "data": data, "dataset": setup.dataset, "data_sha256": setup.data_digests,
+            **revisions_of(values["model"])}  # fmt: skip
 
 
 def speed_job(setup: DomainSetup, variant: str, settings: Table1Settings) -> dict:
@@ -264,12 +267,6 @@ def measure_cell(setup: DomainSetup, variant: str, settings: Table1Settings) -> 
     return {"domain": setup.name, "variant": variant, **measure_in_child(speed_job(setup, variant, settings))}
 
 
-def summary(values: list[float]) -> dict:
-    """Mean, sample standard deviation (n - 1 in the denominator; None for one value) and count."""
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
-            "n": len(values), "values": list(values)}  # fmt: skip
-
-
 def summarise(cells: list[dict]) -> dict:
     """{domain: {variant: {metric: summary over seeds}}} of the test scores, and ``val_<primary>`` of validation."""
     grouped: dict = {}
@@ -280,8 +277,8 @@ def summarise(cells: list[dict]) -> dict:
         primary = DOMAIN_SPECS[domain].primary
         for variant, group in rows.items():
             names = sorted({name for cell in group for name in cell["scores"]})
-            metrics = {name: summary([c["scores"][name] for c in group if name in c["scores"]]) for name in names}
-            metrics[f"val_{primary}"] = summary([c["val"][primary] for c in group])
+            metrics = {name: seed_summary([c["scores"][name] for c in group if name in c["scores"]]) for name in names}
+            metrics[f"val_{primary}"] = seed_summary([c["val"][primary] for c in group])
             result.setdefault(domain, {})[variant] = metrics
     return result
 
@@ -346,5 +343,5 @@ def run(
 
 
 __all__ = ["NAME", "QUICK", "SUMMARY", "DomainSetup", "Table1Settings", "cell_inputs", "choose_ratio", "measure_cell",
-           "missing_data", "regime_scores", "run", "run_config", "set_up_domain", "speed_job", "summarise", "summary",
+           "missing_data", "regime_scores", "run", "run_config", "set_up_domain", "speed_job", "summarise",
            "train_cell"]  # fmt: skip

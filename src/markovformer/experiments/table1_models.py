@@ -187,11 +187,11 @@ def ratio_of(variant: str) -> float:
     return MARKOV_HEAD_RATIO if variant == MARKOVIAN else float(variant.removeprefix("ratio="))
 
 
-def run_name(domain: str, variant: str, values: dict) -> str:
-    """``<domain>_<variant>_seed=<s>_<hash>``, the hash of the run config less its output folder and file paths:
-    a run directory is reused only by the same run."""
+def run_name(domain: str, variant: str, values: dict, data_digests: dict[str, str]) -> str:
+    """``<domain>_<variant>_seed=<s>_<hash>``, the hash of the run config less its output folder and file paths, with
+    the files' digests: a run directory is reused only by the same run on the same data."""
     data = {key: value for key, value in values["data"].items() if key not in ("path", "labels")}
-    essential = {**values, "output_dir": None, "data": data}
+    essential = {**values, "output_dir": None, "data": data, "data_digests": data_digests}
     digest = hashlib.sha1(json.dumps(essential, sort_keys=True).encode()).hexdigest()[:8]
     return f"{domain}_{variant}_seed={values['trainer']['seed']}_{digest}"
 

@@ -8,17 +8,8 @@ import math
 import torch
 
 from markovformer.data.recipes.finance import REGIMES
-from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.report import ExperimentReport, mean_std
 from markovformer.experiments.table1_models import DOMAIN_SPECS, MARKOVIAN, METRIC_LABELS, MODELS, ratio_of
-
-
-def mean_std(entry: dict | None) -> str:
-    """``mean ± std`` to 4 decimals (the mean alone for one seed); an em dash when not measured."""
-    if entry is None:
-        return "—"
-    if entry["std"] is None:
-        return f"{entry['mean']:.4f}"
-    return f"{entry['mean']:.4f} ± {entry['std']:.4f}"
 
 
 def _k(count: int) -> str:
@@ -41,7 +32,7 @@ def _table_one(report: ExperimentReport, results: dict, settings) -> None:
     for variant in (v for v in results["rows"] if v in MODELS):
         row = [results["rows"][variant]]
         for domain in domains:
-            row += [mean_std(summaries[domain][variant].get(m)) for m in DOMAIN_SPECS[domain].shown]
+            row += [mean_std(summaries[domain][variant].get(m), 4) for m in DOMAIN_SPECS[domain].shown]
         row.append(" / ".join(_k(results["setups"][d]["parameters"][variant]) for d in domains))
         if speed:
             measured = speed.get(variant, {})
@@ -84,7 +75,7 @@ def _regime_table(report: ExperimentReport, results: dict) -> None:
     if not finance:
         return
 
-    rows = [[results["rows"][v], *(mean_std(finance[v].get(f"f1_{r}")) for r in REGIMES)]
+    rows = [[results["rows"][v], *(mean_std(finance[v].get(f"f1_{r}"), 4) for r in REGIMES)]
             for v in results["rows"] if v in finance]  # fmt: skip
     report.table(["model", *(f"F1, {r} volatility" for r in REGIMES)], rows,
                  caption="Finance: test macro-F1 within each volatility regime (terciles of the training period's "
@@ -105,7 +96,7 @@ def _ablation_table(report: ExperimentReport, results: dict) -> None:
             primary = DOMAIN_SPECS[domain].primary
             entry, full = summaries[domain][variant][primary], summaries[domain][MARKOVIAN][primary]
             delta = "" if variant == MARKOVIAN else f" ({entry['mean'] - full['mean']:+.4f})"
-            row.append(mean_std(entry) + delta)
+            row.append(mean_std(entry, 4) + delta)
         row.append(" / ".join(_k(results["setups"][d]["parameters"][variant]) for d in domains))
         rows.append(row)
     report.table(columns, rows, caption="**Table II.** Ablations of the Markovian Transformer (test, mean ± std "
@@ -121,8 +112,8 @@ def _ratio_table(report: ExperimentReport, results: dict) -> None:
             continue
         for variant in hybrids:
             chosen = "**chosen**" if variant == results["chosen_ratio"][domain] else ""
-            rows.append([domain, f"{ratio_of(variant):g}", mean_std(summaries[variant][f"val_{primary}"]),
-                         mean_std(summaries[variant][primary]), chosen])  # fmt: skip
+            rows.append([domain, f"{ratio_of(variant):g}", mean_std(summaries[variant][f"val_{primary}"], 4),
+                         mean_std(summaries[variant][primary], 4), chosen])  # fmt: skip
     if rows:
         report.table(["domain", "Markov head ratio", "validation (primary)", "test (primary)", ""], rows,
                      caption="**Table III.** Hybrid ratio (share of Markov heads) per domain: chosen on the "

@@ -1,5 +1,6 @@
 """The ``vmt`` experiment's baseline and scoring beside the engine (which trains every VMT, ``vmt_runs``):
-next-token training for the windowed Transformer, and held-out scores of both models on the same tokens."""
+next-token training for the windowed Transformer, and held-out scores of both models on the same tokens (every
+token of the held-out documents)."""
 
 from __future__ import annotations
 
@@ -83,13 +84,22 @@ def train_transformer(
     return time.perf_counter() - start_time
 
 
+def add_one_frequencies(documents: Tensor, vocab_size: int) -> Tensor:
+    """The add-one (Laplace) frequencies of the tokens of ``documents``: (vocab_size,) probabilities."""
+    counts = torch.bincount(documents.flatten(), minlength=vocab_size).double() + 1.0
+    return counts / counts.sum()
+
+
 @torch.no_grad()
-def evaluate_transformer(model: MarkovianTransformerForCausalLM, documents: Tensor, *, window: int) -> float:
-    """Cross-entropy per token (nats) of the documents (N, L) cut into consecutive windows, each predicted with
-    the window's tokens before it and the last token of the window before (the first token of a document is not
-    scored: it has no context)."""
+def evaluate_transformer(model: MarkovianTransformerForCausalLM, documents: Tensor, *, window: int,
+                         first_token_probs: Tensor) -> float:  # fmt: skip
+    """Cross-entropy per token (nats) of every token of the documents (N, L), as the VMT's bounds: the documents
+    cut into consecutive windows, each predicted with the window's tokens before it and the last token of the window
+    before; a document's first token, which the Transformer has no context for, by ``first_token_probs`` (the
+    training tokens' ``add_one_frequencies``)."""
     model.eval()
-    total, count = 0.0, 0
+    total = -float(first_token_probs.double().log()[documents[:, 0]].sum())
+    count = documents.shape[0]
     length = documents.shape[1]
     for start in range(0, length, window):
         context = max(0, start - 1)
@@ -101,4 +111,4 @@ def evaluate_transformer(model: MarkovianTransformerForCausalLM, documents: Tens
     return total / count
 
 
-__all__ = ["evaluate_transformer", "evaluate_vmt", "train_transformer"]
+__all__ = ["add_one_frequencies", "evaluate_transformer", "evaluate_vmt", "train_transformer"]
