@@ -323,3 +323,19 @@ def test_orders_report_each_n_token_weighted_and_their_mean_as_the_loss():
         resolve_run_config({"task": "ctc", "data": {"source": "synthetic_ctc"}, "trainer": {"orders": [2]}})
     with pytest.raises(ConfigError, match="task ctc takes TaskOptions, not CausalLMOptions"):
         build_task("ctc", options=CausalLMOptions((2,)))
+
+
+@pytest.mark.parametrize("precision", [torch.bfloat16, torch.float16])
+def test_metrics_cast_with_a_half_precision_module_count_in_float32_after_reset(precision):
+    """trainer.precision bf16-true casts the whole LightningModule, the metrics' states with it: validation resets
+    them into float32, so 300 batches of ~6,000 tokens at a loss of 2.5 read 2.5 (bf16 sums read ~2.2)."""
+    metrics = task_metrics("causal_lm")
+    metrics.to(dtype=precision)  # what Lightning's HalfPrecision.convert_module does to the module holding them
+    metrics.reset()  # each validation epoch's start
+    labels = torch.ones(1, 6001, dtype=torch.long)
+    for _ in range(300):
+        metrics.update(fake_output(2.5), {"labels": labels})
+    assert metrics.compute()["loss"] == pytest.approx(2.5, rel=1e-6)
+    accuracy = task_metrics("sequence_classification", 3).to(dtype=precision)
+    accuracy.reset()
+    assert accuracy.accuracy.tp.dtype == torch.long  # counts stay integers

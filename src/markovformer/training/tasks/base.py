@@ -72,6 +72,11 @@ class LossMetric(nn.Module):
         return {"loss": float(self.loss.compute())}
 
     def reset(self) -> None:
+        """Empty every state, its floating ones in float32: a run in trainer.precision bf16-true or 16-true has its
+        whole LightningModule cast, these states with it (torchmetrics refuses ``.half()`` but not ``.to(dtype)``),
+        and bf16 sums stop counting tokens once a batch's count is below their spacing (a 2.50 loss read as 2.23).
+        ``.to(dtype)`` casts floating tensors only: integer counts stay exact."""
+        self.to(dtype=torch.float32)
         for module in self.modules():
             if isinstance(module, Metric):
                 module.reset()
