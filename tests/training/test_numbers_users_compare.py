@@ -51,6 +51,26 @@ def test_text_runs_report_bits_per_character_through_the_splits_characters_per_t
     assert results["bits_per_character"] == pytest.approx(2.0 / math.log(2) / per_token, rel=0.01)
 
 
+@pytest.mark.parametrize("tokenizer", ["char", "bpe"])
+def test_characters_per_token_counts_no_character_for_an_end_of_document(tokenizer):
+    """Documents are separated by <eod>, a scored token but no character: BPE decodes it as the text "<eod>", which
+    must not count as five characters (bits per character would read 1-5 % low on documents of paragraphs)."""
+    from types import SimpleNamespace
+
+    from markovformer.data.readers.tokenizer import END_OF_DOCUMENT, PAD_TOKEN, BPETokenizer, CharTokenizer
+    from markovformer.training.tasks.causal_lm import characters_per_token
+
+    documents = ["to be or not to be", "that is the question", "whether tis nobler"]
+    if tokenizer == "bpe":
+        tokens = BPETokenizer.train(" ".join(documents) * 20, 300, special_tokens=(PAD_TOKEN, END_OF_DOCUMENT))
+    else:
+        tokens = CharTokenizer("".join(sorted(set("".join(documents)))), end_of_document=True)
+    end = tokens.end_of_document_id
+    ids = [i for document in documents for i in [*tokens.encode(document), end]]
+    split = SimpleNamespace(store=SimpleNamespace(tokens=ids), start=0, stop=len(ids))
+    assert characters_per_token(split, tokens) == pytest.approx(sum(map(len, documents)) / len(ids))
+
+
 def test_metrics_csv_counts_steps_as_the_console_does(tmp_path, capsys):
     values = copy.deepcopy(TINY_RUN)
     values["trainer"].update(max_steps=6, warmup_steps=1, log_every=2, eval_every=3, checkpoint_every=3)

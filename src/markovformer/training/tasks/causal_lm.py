@@ -29,7 +29,8 @@ def characters_per_token(examples, tokenizer) -> float | None:
     if stop <= start:
         return None
     ids = np.asarray(store.tokens[start:stop]).tolist()
-    return len(tokenizer.decode(ids)) / len(ids)
+    end = tokenizer.end_of_document_id  # scored as a token, but no character (BPE would decode it as "<eod>")
+    return len(tokenizer.decode([i for i in ids if i != end])) / len(ids)
 
 
 class LanguageModelMetrics(LossMetric):
