@@ -71,18 +71,20 @@ def test_characters_per_token_counts_no_character_for_an_end_of_document(tokeniz
     assert characters_per_token(split, tokens) == pytest.approx(sum(map(len, documents)) / len(ids))
 
 
-def test_metrics_csv_counts_steps_as_the_console_does(tmp_path, capsys):
+@pytest.mark.parametrize("max_steps, logged, validated", [(6, [2, 4, 6], [3, 6]), (7, [2, 4, 6, 7], [3, 6, 7])])
+def test_metrics_csv_counts_steps_as_the_console_does(tmp_path, capsys, max_steps, logged, validated):
+    """(7 steps: the last validation runs after fit, printed as the final one, and is logged at step 7, not 8)"""
     values = copy.deepcopy(TINY_RUN)
-    values["trainer"].update(max_steps=6, warmup_steps=1, log_every=2, eval_every=3, checkpoint_every=3)
+    values["trainer"].update(max_steps=max_steps, warmup_steps=1, log_every=2, eval_every=3, checkpoint_every=3)
     values["output_dir"] = str(tmp_path / "run")
     train(resolve_run_config(values))
     printed = capsys.readouterr().out
-    train_steps = [int(n) for n in re.findall(r"^step +(\d+)/6  train loss", printed, re.M)]
-    val_steps = [int(n) for n in re.findall(r"^step +(\d+)/6  validation", printed, re.M)]
-    assert train_steps == [2, 4, 6] and val_steps == [3, 6]
+    train_steps = [int(n) for n in re.findall(rf"^step +(\d+)/{max_steps}  train loss", printed, re.M)]
+    val_steps = [int(n) for n in re.findall(rf"^step +(\d+)/{max_steps}  validation", printed, re.M)]
+    assert train_steps == logged and val_steps == [3, 6]
     series = read_metric_series(tmp_path / "run" / "logs" / "metrics.csv")
-    assert series["val/loss"][0] == val_steps
-    assert set(train_steps) <= set(series["train/loss"][0]) <= set(range(1, 7))
+    assert series["val/loss"][0] == validated
+    assert {2, 4, 6} <= set(series["train/loss"][0]) <= set(range(1, max_steps + 1))
     assert "step/s" not in printed and "\r" not in printed  # not a terminal: lines only, no progress bar
 
 

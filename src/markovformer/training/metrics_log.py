@@ -46,13 +46,21 @@ def _row_step(row: dict[str, str]) -> int:
 
 class AppendingCSVLogger(Logger):
     """A Lightning logger that appends to ``path``; ``resume_from_step(g)`` makes the first row logged drop the old
-    rows of steps > g (those the resumed run logs again)."""
+    rows of steps > g (those the resumed run logs again).
+
+    Rows are labelled with the steps done, as the console prints them: Lightning passes the batches stepped before
+    the one logging (``step_shift`` 1), but for a validation after fit has ended (``trainer.validate``) the steps
+    already done (``after_fit()``: shift 0)."""
 
     def __init__(self, path: str | Path) -> None:
         super().__init__()
         self.path = Path(path)
         self.columns: list[str] | None = None  # read from the file on the first write
         self.drop_from_step: int | None = None
+        self.step_shift = 1
+
+    def after_fit(self) -> None:
+        self.step_shift = 0
 
     @property
     def name(self) -> str:
@@ -75,7 +83,7 @@ class AppendingCSVLogger(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        row = {"step": str(step + 1 if step is not None else "")}  # steps done after this batch, as printed
+        row = {"step": str(step + self.step_shift if step is not None else "")}  # steps done, as printed
         for key, value in metrics.items():
             value = float(value)
             row[key] = repr(value) if math.isfinite(value) else str(value)

@@ -231,6 +231,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
     trainer.fit(module, train_loader, val_loader, ckpt_path=ckpt_path)
     seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from
     if validation.metrics_at(trainer.global_step) is None:  # the last step was not validated yet
+        log.after_fit()
         trainer.validate(module, val_loader, verbose=False)
     metrics = validation.metrics_at(trainer.global_step)
     if not writer:
