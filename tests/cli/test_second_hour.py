@@ -197,6 +197,11 @@ def test_trainer_options_are_checked_where_declared(tmp_path):
     refused("early_stopping.monitor", early_stopping={"monitor": "loss"})
     refused("early_stopping.mode", early_stopping={"monitor": "val/loss", "mode": "up"})
     refused("early_stopping.paitence", early_stopping={"monitor": "val/loss", "paitence": 2})
+    refused("early_stopping.mode: give min or max for monitor val/kl", early_stopping={"monitor": "val/kl"})
+    for monitor, mode in (("val/loss", "min"), ("val/bits_per_character", "min"), ("val/wer", "min"),
+                          ("val/bleu", "max"), ("val/accuracy", "max"), ("val/elbo", "max")):  # fmt: skip
+        stopping = resolve_run_config(_tiny_values(tmp_path, early_stopping={"monitor": monitor})).trainer
+        assert stopping.early_stopping == {"monitor": monitor, "patience": 3, "mode": mode}  # the improving direction
     refused("trainer.logger", logger="neptune")
     refused("accumulate_grad_batches", accumulate_grad_batches=0)
     config = resolve_run_config(_tiny_values(tmp_path, threads=3))

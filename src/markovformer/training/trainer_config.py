@@ -140,16 +140,34 @@ def check_warmup(tc: TrainerConfig) -> None:
                           f"{tc.max_steps} (or leave it out: min({DEFAULT_WARMUP_STEPS}, max_steps))")  # fmt: skip
 
 
+# the validation metrics (by name or name prefix) that improve downwards and upwards: early stopping's default mode
+IMPROVES_DOWN = ("loss", "bits_per_", "perplexity", "wer")
+IMPROVES_UP = ("accuracy", "macro_f1", "auroc", "bleu", "exact_match", "elbo", "iw_bound", "reconstruction")
+
+
+def improving_mode(monitor: str) -> str | None:
+    """"min" or "max": the direction in which validation metric ``monitor`` (``val/NAME``) improves; None when the
+    name does not say (``val/kl``)."""
+    name = monitor.removeprefix("val/")
+    if name.startswith(IMPROVES_DOWN):
+        return "min"
+    return "max" if name in IMPROVES_UP else None
+
+
 def early_stopping_options(values: dict[str, Any]) -> dict[str, Any]:
-    """``trainer.early_stopping`` with its defaults (patience 3, mode min) filled in; ConfigError naming the key."""
+    """``trainer.early_stopping`` with its defaults filled in (patience 3; mode the direction in which the monitored
+    metric improves: min for losses, max for val/bleu or val/accuracy); ConfigError naming the key."""
     unknown = sorted(set(values) - set(EARLY_STOPPING_KEYS))
     if unknown:
         raise ConfigError(f"trainer.early_stopping.{unknown[0]} is not an option; give {EARLY_STOPPING_KEYS}")
-    options = {"patience": 3, "mode": "min", **values}
-    monitor = options.get("monitor")
+    monitor = values.get("monitor")
     if not isinstance(monitor, str) or not monitor.startswith("val/"):
         raise ConfigError(f"trainer.early_stopping.monitor={shown(monitor)} must name a validation metric, e.g. "
                           f"val/loss (the val/ names in logs/metrics.csv)")  # fmt: skip
+    if "mode" not in values and improving_mode(monitor) is None:
+        raise ConfigError(f"trainer.early_stopping.mode: give min or max for monitor {monitor} (whether it improves "
+                          f"downwards or upwards is not known for it)")  # fmt: skip
+    options = {"patience": 3, "mode": improving_mode(monitor), **values}
     if isinstance(options["patience"], bool) or not isinstance(options["patience"], int) or options["patience"] < 1:
         raise ConfigError(f"trainer.early_stopping.patience={shown(options['patience'])} must be an integer >= 1 "
                           f"(validations without improvement)")  # fmt: skip
