@@ -77,6 +77,28 @@ def test_multi_process_validation_scores_every_example_exactly_once(tiny_run, tm
     assert logged == pytest.approx(evaluate(tmp_path / "ddp")["metrics"]["loss"], rel=1e-5)
 
 
+def test_multi_process_validation_scores_the_bleu_of_every_processs_translations(tmp_path):
+    """A 2-process translation run logs the BLEU and exact match of the whole validation split, as eval scores
+    them in one process (each process translated its share; only rank 0's share was scored, every other sentence),
+    and greedy translations that do not depend on which sources share a batch."""
+    values = {"task": "translation", "model_type": "markov_translator",
+              "model": {"d_model": 32, "n_heads": 2, "n_encoder_layers": 1, "n_decoder_layers": 1, "order": 2,
+                        "dropout": 0.0, "max_positions": 40},
+              "data": {"source": "synthetic_translation", "train_examples": 128, "val_examples": 21,
+                       "test_examples": 8, "max_length": 8},
+              "trainer": {"max_steps": 30, "batch_size": 16, "lr": 3e-3, "warmup_steps": 5, "eval_every": 30,
+                          "checkpoint_every": 30, "log_every": 30, "eval_batch_size": 4}}  # fmt: skip
+    config = config_file(tmp_path, values)
+    done = run_process("train", str(config), "output_dir=ddp", "trainer.devices=2", "trainer.strategy=ddp",
+                       cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = json.loads((tmp_path / "ddp" / "metrics.json").read_text())["val"]
+    alone = evaluate(tmp_path / "ddp")["metrics"]  # one process, other batches
+    assert 0 < alone["bleu"] < 100
+    for name in ("loss", "bleu", "exact_match"):
+        assert logged[name] == pytest.approx(alone[name], rel=1e-5), name
+
+
 # ---------------------------------------------------------------------------------------- 2. exact DDP resume
 
 

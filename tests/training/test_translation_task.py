@@ -120,11 +120,11 @@ def test_a_translation_run_validates_with_the_bleu_of_its_own_greedy_translation
     hypotheses = []
     with torch.no_grad():
         loss = model(**batch).loss
-        for start in range(0, 24, 10):  # the validation batches; each decodes at most 2 |longest source| + 10 tokens
-            part = collate_translation(bundle.val[start : start + 10])
-            cap = min(2 * part["src_ids"].shape[1] + 10, 40)
-            generated = model.generate(part["src_ids"], part["src_mask"], max_new_tokens=cap)
-            hypotheses += decode_generated(bundle.tokenizer, generated)
+        for example in bundle.val:  # each source alone, at most 2 |source| + 10 tokens: as in any batch
+            alone = collate_translation([example])
+            cap = min(2 * alone["src_ids"].shape[1] + 10, 40)
+            hypotheses += decode_generated(bundle.tokenizer, model.generate(alone["src_ids"], alone["src_mask"],
+                                                                            max_new_tokens=cap))  # fmt: skip
     references = [bundle.tokenizer.decode(example["tgt_ids"].tolist()) for example in bundle.val]
     assert results["val"]["bleu"] == pytest.approx(corpus_bleu(hypotheses, references), rel=1e-6)
     assert results["val"]["loss"] == pytest.approx(float(loss), rel=1e-5)  # 24 pairs in 3 batches, token-weighted

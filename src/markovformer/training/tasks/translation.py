@@ -17,6 +17,7 @@ from markovformer.data.translation import (
     decode_generated,
     load_translation_tokenizer,
 )
+from markovformer.training.batches import world
 from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, model_inputs
 
 TRANSLATE_BATCH = 32  # sources decoded together by `generate --input`
@@ -24,7 +25,8 @@ TRANSLATE_BATCH = 32  # sources decoded together by `generate --input`
 
 class TranslationMetrics(LossMetric):
     """Token-weighted loss and perplexity; with translations added, corpus BLEU and the exact-match rate of the
-    detokenised hypotheses against the references (this process's share only)."""
+    detokenised hypotheses against the references: of every process's share, gathered (the loss's torchmetrics
+    state syncs itself; these lists of text are gathered in ``compute``, which every process calls)."""
 
     def __init__(self, tokenizer) -> None:
         super().__init__()
@@ -42,11 +44,21 @@ class TranslationMetrics(LossMetric):
     def compute(self) -> dict[str, float]:
         loss = float(self.loss.compute())
         results = {"loss": loss, "perplexity": math.exp(min(loss, 700.0))}
-        if self.hypotheses:
-            results["bleu"] = corpus_bleu(self.hypotheses, self.references)
-            exact = sum(h == r for h, r in zip(self.hypotheses, self.references, strict=True))
-            results["exact_match"] = exact / len(self.references)
+        hypotheses, references = self.gathered()
+        if hypotheses:
+            results["bleu"] = corpus_bleu(hypotheses, references)
+            exact = sum(h == r for h, r in zip(hypotheses, references, strict=True))
+            results["exact_match"] = exact / len(references)
         return results
+
+    def gathered(self) -> tuple[list[str], list[str]]:
+        """The hypotheses and references of every process (corpus BLEU sums n-gram counts: their order is moot)."""
+        _, size = world()
+        if size == 1:
+            return self.hypotheses, self.references
+        shares: list = [None] * size
+        torch.distributed.all_gather_object(shares, (self.hypotheses, self.references))
+        return [h for share in shares for h in share[0]], [r for share in shares for r in share[1]]
 
     def reset(self) -> None:
         super().reset()
@@ -60,11 +72,18 @@ class Translation(Task):
         return TranslationMetrics(self.tokenizer)
 
     def score(self, model: nn.Module, batch: dict, metrics: TranslationMetrics, beam_size: int = 1) -> None:
+        """The loss, and the translations of the batch: each at most 2 |x| + 10 tokens for its own source x
+        (fairseq's usual a·|x| + b cap), so that a greedy hypothesis does not depend on the sources batched with
+        it (by eval_batch_size or the number of processes); beams search to the batch's longest cap."""
         metrics.update(model(**model_inputs(batch)), batch)
-        source_length = int(batch["src_mask"].sum(-1).max()) if "src_mask" in batch else batch["src_ids"].shape[1]
-        max_length = min(2 * source_length + 10, model.config.max_positions)  # fairseq's usual a·|x| + b cap
-        generated = model.generate(batch["src_ids"], batch.get("src_mask"), max_new_tokens=max_length,
+        sources = batch["src_ids"]
+        lengths = batch["src_mask"].sum(-1) if "src_mask" in batch else torch.full((len(sources),), sources.shape[1])
+        caps = (2 * lengths + 10).clamp(max=model.config.max_positions)
+        generated = model.generate(sources, batch.get("src_mask"), max_new_tokens=int(caps.max()),
                                    num_beams=beam_size)  # fmt: skip
+        if beam_size == 1:  # greedy rows are independent: cut each at its own cap
+            beyond = torch.arange(generated.shape[1], device=generated.device) >= caps.to(generated.device)[:, None]
+            generated = generated.masked_fill(beyond, PAD_TOKEN_ID)
         metrics.update_translations(generated, batch["labels"])
 
     def generate(self, model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterator[str]:
