@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCTC
 from markovformer.training.run_config import ConfigError, TrainerConfig, resolve_run_config
 from markovformer.training.tasks import CausalLMOptions, build_task
 from markovformer.training.tasks.ctc import greedy_ctc_decode, symbols_to_words
@@ -239,6 +240,25 @@ def test_wer_without_label_names_counts_each_symbol_as_a_word():
     assert results["wer"] == pytest.approx(2 / 8)
     assert results["loss"] == pytest.approx(1.5)
     assert set(results) == {"loss", "wer"}
+
+
+def test_the_ctc_loss_is_the_mean_over_utterances_of_the_models_per_symbol_losses_whatever_the_batches():
+    """The model's CTC loss averages each utterance's NLL over its target length across the batch; the metric
+    weighs batches by utterances, so any batching of the split gives the mean over all its utterances."""
+    config = MarkovianTransformerConfig(input_dim=8, num_labels=5, d_model=16, n_layers=1, n_heads=2, max_order=2,
+                                        causal=False)  # fmt: skip
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCTC(config).eval()
+    features = torch.randn(5, 12, 8)
+    labels = torch.tensor([[1, 2, -100, -100], [3, 4, 1, 2], [2, -100, -100, -100], [4, 4, 1, -100], [1, 3, 2, 4]])
+    with torch.no_grad():
+        each = [float(model(input_features=features[i : i + 1], labels=labels[i : i + 1]).loss) for i in range(5)]
+        for cut in (1, 2, 4):  # batches of other sizes: [0:1] + [1:5], [0:2] + [2:5], [0:4] + [4:5]
+            metrics = task_metrics("ctc")
+            for part in (slice(0, cut), slice(cut, 5)):
+                metrics.update(model(input_features=features[part], labels=labels[part]),
+                               {"labels": labels[part]})  # fmt: skip
+            assert metrics.compute()["loss"] == pytest.approx(sum(each) / 5, rel=1e-5), cut
 
 
 def test_wer_with_label_names_joins_characters_and_splits_words_on_spaces():

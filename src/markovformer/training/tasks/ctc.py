@@ -29,8 +29,11 @@ def symbols_to_words(ids: list[int], names: list[str] | None) -> str:
 
 
 class CTCMetrics(LossMetric):
-    """Loss (weighted by the labelled symbols) and the word error rate of the greedy decoding against the labels
-    (-100 padded)."""
+    """The loss, and the word error rate of the greedy decoding against the labels (-100 padded).
+
+    The model's CTC loss is torch's mean reduction: each utterance's negative log-likelihood over its target length,
+    averaged over the batch. Weighting each batch by its utterances makes the loss that mean over every utterance of
+    the split, whatever the batches (weighting by symbols gave a number that moved with eval_batch_size)."""
 
     def __init__(self, label_names: list[str] | None = None) -> None:
         super().__init__()
@@ -38,8 +41,8 @@ class CTCMetrics(LossMetric):
         self.wer = WordErrorRate()
 
     def update(self, output, batch: dict) -> None:
-        super().update(output, batch)
         labels = batch["labels"]
+        self.loss.update(output.loss.detach(), weight=len(labels))
         logits = output.logits.detach().float()
         mask = batch.get("attention_mask")
         lengths = mask.long().sum(-1) if mask is not None else torch.full((len(labels),), logits.shape[1])
