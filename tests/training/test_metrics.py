@@ -261,6 +261,20 @@ def test_the_ctc_loss_is_the_mean_over_utterances_of_the_models_per_symbol_losse
             assert metrics.compute()["loss"] == pytest.approx(sum(each) / 5, rel=1e-5), cut
 
 
+def test_an_utterance_without_reference_words_counts_its_hypothesised_words_as_insertions():
+    """(it was scored against a one-word "<empty>" reference: a correct empty hypothesis counted one error)"""
+    empty = {"labels": torch.tensor([[1, 2, 4, -100, -100], [-100, -100, -100, -100, -100]]),
+             "attention_mask": CTC_BATCH["attention_mask"]}  # fmt: skip
+    metrics = task_metrics("ctc")
+    metrics.update(fake_output(1.5, CTC_LOGITS), empty)  # hypotheses 1 2 3 4 (1 insertion) and 4 4 1 3 2 (5)
+    assert metrics.compute()["wer"] == pytest.approx((1 + 5) / 3)
+    silent = task_metrics("ctc")
+    silent.update(fake_output(1.5, CTC_LOGITS[:1]), {"labels": torch.tensor([[1, 2, 3, 4]]),
+                                                     "attention_mask": CTC_BATCH["attention_mask"][:1]})  # right
+    silent.update(fake_output(1.5, frames([0, 0, 0])[None]), {"labels": torch.full((1, 3), -100)})  # blank
+    assert silent.compute()["wer"] == 0.0
+
+
 def test_wer_with_label_names_joins_characters_and_splits_words_on_spaces():
     names = ["<blank>", "a", "b", " ", "c"]  # id 3 is the space
     metrics = task_metrics("ctc", label_names=names)

@@ -48,10 +48,14 @@ class CTCMetrics(LossMetric):
         lengths = mask.long().sum(-1) if mask is not None else torch.full((len(labels),), logits.shape[1])
         hypotheses, references = [], []
         for hypothesis, reference in zip(greedy_ctc_decode(logits, lengths), labels.tolist(), strict=True):
-            hypotheses.append(symbols_to_words(hypothesis, self.label_names))
             words = symbols_to_words([r for r in reference if r != -100], self.label_names)
-            references.append(words if words.strip() else "<empty>")  # an empty reference has no words to score
-        self.wer.update(hypotheses, references)
+            if words.strip():
+                hypotheses.append(symbols_to_words(hypothesis, self.label_names))
+                references.append(words)
+            else:  # no reference words: every hypothesised word is an insertion (torchmetrics refuses such pairs)
+                self.wer.errors += len(symbols_to_words(hypothesis, self.label_names).split())
+        if references:
+            self.wer.update(hypotheses, references)
 
     def compute(self) -> dict[str, float]:
         return {**super().compute(), "wer": float(self.wer.compute())}
