@@ -16,18 +16,30 @@ from markovformer.hf import HF_CLASSES, HF_CONFIGS  # noqa: E402
 from markovformer.hf.cache import CACHE_NAME  # noqa: E402
 
 
+def fed_lengths(model) -> list[int]:
+    """The lengths of the input_ids ``model``'s forward is given, call after call (a list that fills up)."""
+    fed = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
+                                    with_kwargs=True)  # fmt: skip
+    return fed
+
+
+def left_padded_prompt(row: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three prompts of 5 tokens and their attention mask, with ``row`` left-padded by 2."""
+    prompt = random_ids(3, 5, seed=2)
+    mask = torch.ones_like(prompt)
+    mask[row, :2] = 0
+    return prompt, mask
+
+
 @pytest.mark.parametrize("options", [
     dict(scope="local", window=3), dict(attention="softmax", max_order=4),
     dict(attention="rff", position="none", max_order=4),
 ], ids=["local", "global", "rff"])  # fmt: skip
 def test_transformers_generate_decodes_from_the_cache_one_token_per_step(options):
     model = perturbed(small_hf("causal_lm", **options))
-    fed = []
-    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
-                                    with_kwargs=True)  # fmt: skip
-    prompt = random_ids(3, 5, seed=2)
-    mask = torch.ones_like(prompt)
-    mask[0, :2] = 0  # a left-padded row
+    fed = fed_lengths(model)
+    prompt, mask = left_padded_prompt(row=0)
     theirs = model.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=0)
     assert fed == [5] + [1] * 9
     assert torch.equal(theirs, model.markovformer.generate(prompt, mask, max_new_tokens=10))
@@ -50,12 +62,8 @@ def test_sampling_and_beam_search_from_the_cache_equal_the_uncached_ones(options
     """do_sample with a fixed seed, and beam search (whose beams reorder the cache's rows each step), give the same
     tokens (and beam scores) with the cache as when transformers re-runs the whole prefix (use_cache=False)."""
     model = perturbed(small_hf("causal_lm", **options))
-    fed = []
-    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
-                                    with_kwargs=True)  # fmt: skip
-    prompt = random_ids(3, 5, seed=2)
-    mask = torch.ones_like(prompt)
-    mask[1, :2] = 0  # a left-padded row
+    fed = fed_lengths(model)
+    prompt, mask = left_padded_prompt(row=1)
     common = dict(attention_mask=mask, max_new_tokens=10, pad_token_id=0)
 
     def sampled(use_cache: bool) -> torch.Tensor:
@@ -88,9 +96,7 @@ def test_scan_markov_generate_decodes_from_its_state_as_without_it(mode):
     config = ScanMarkovConfig(vocab_size=11, d_model=16, order=3 if mode == "markov" else None, context_mode=mode,
                               max_positions=32)  # fmt: skip
     model = perturbed(HF_CLASSES["scan_markov", "causal_lm"][1](HF_CONFIGS["scan_markov"](**config.to_dict())))
-    fed = []
-    model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]),
-                                    with_kwargs=True)  # fmt: skip
+    fed = fed_lengths(model)
     prompt = random_ids(3, 5, seed=2)
     common = dict(max_new_tokens=10, pad_token_id=0, do_sample=False, attention_mask=torch.ones_like(prompt))
     greedy = model.generate(prompt, **common)
