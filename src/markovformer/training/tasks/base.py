@@ -74,7 +74,7 @@ class LossMetric(nn.Module):
     def reset(self) -> None:
         """Empty every state, its floating ones in float32: a run in trainer.precision bf16-true or 16-true has its
         whole LightningModule cast, these states with it (torchmetrics refuses ``.half()`` but not ``.to(dtype)``),
-        and bf16 sums stop counting tokens once a batch's count is below their spacing (a 2.50 loss read as 2.23).
+        and low-precision sums go wrong (300 batches of 6,001 tokens at a loss of 2.50 read 2.39 in bf16, nan in fp16).
         ``.to(dtype)`` casts floating tensors only: integer counts stay exact."""
         self.to(dtype=torch.float32)
         for module in self.modules():
