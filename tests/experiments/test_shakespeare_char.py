@@ -194,7 +194,7 @@ def _fake_cells(monkeypatch, losses: dict[str, float] | None = None) -> list[str
     """train_cell replaced by a record of the texts it was given, each row scoring ``losses[row]`` (else 2.1)."""
     trained = []
 
-    def fake_cell(row, out_dir, settings, seed, log, data_path):
+    def fake_cell(row, out_dir, settings, seed, log, data_path, data_digest):
         trained.append(data_path.read_text())
         loss = (losses or {}).get(row, 2.1)
         return {"row": row, "seed": seed, "run_dir": str(out_dir), "random_batches": loss, "full_split": loss,
@@ -238,3 +238,19 @@ def test_a_ladder_step_missing_is_named_in_the_delta_and_single_changes_are_agai
     assert delta["ladder_contiguous"] == "-0.1000"  # one step: against the row above
     assert delta["ladder_init"] == "-0.2000 (vs ladder_contiguous)"  # two steps bundled, and said so
     assert delta["nanogpt_swiglu"] == "-0.2000"  # against the block, not the row above it
+
+
+def test_rows_of_single_changes_take_their_delta_against_the_block_not_the_row_above():
+    from markovformer.experiments.shakespeare_char import table_rows
+
+    def cells(loss: float) -> list[dict]:
+        return [{"random_batches": loss, "full_split": loss, "parameters": 1, "cpu_seconds": None,
+                 "tokens_per_second": 1.0}]  # fmt: skip
+
+    by_row = {"block": cells(2.0), "a": cells(1.9), "b": cells(1.7)}
+    labels = dict.fromkeys(by_row, "")
+    alone = table_rows(by_row, ("block", "a", "b"), labels, curve_kept=False, base="block")
+    assert [row[6] for row in alone] == ["", "-0.1000", "-0.3000"]  # b against the block, not against a
+    ladder = table_rows(by_row, ("block", "a", "b"), labels, curve_kept=False)
+    assert [row[6] for row in ladder] == ["", "-0.1000", "-0.2000"]
+    assert [row[4] for row in alone] == ["2.0000 (n=1)", "1.9000 (n=1)", "1.7000 (n=1)"]  # one seed: no spread

@@ -200,14 +200,16 @@ def _validation_curve(run_dir: Path) -> tuple[list[int], list[float]]:
 
 
 def train_cell(
-    model: str, out_dir: Path, settings: ScanShakespeareSettings, seed: int, log: Callable[[str], None]
-) -> dict:
-    """Train (or resume, or reuse) one model's run under ``out_dir/runs`` and score it; a JSON-able dict."""
+    model: str, out_dir: Path, settings: ScanShakespeareSettings, seed: int, log: Callable[[str], None],
+    data_digest: str,
+) -> dict:  # fmt: skip
+    """Train (or resume, or reuse) one model's run under ``out_dir/runs`` and score it; a JSON-able dict.
+    ``data_digest``: the text's ``report.file_digest``, which names its run directory."""
     # deferred: the training engine imports lightning
     from markovformer.training.runner import build_data, complete_run, load_run
 
     values = run_config(model, str(find_data()), "", settings, seed)
-    run_dir = out_dir / "runs" / run_name(model, values, file_digest(find_data()))
+    run_dir = out_dir / "runs" / run_name(model, values, data_digest)
     config = resolve_run_config({**values, "output_dir": str(run_dir)})
     log(f"[{NAME}] {model} (seed {seed}): {run_dir} (trained, resumed or read)")
     metrics = complete_run(config)
@@ -243,7 +245,7 @@ def run(
     report.expect_cells(len(MODELS) * len(seeds))
     text_digest = file_digest(find_data())
     cells = [report.cached(f"{model}_seed={seed}", lambda m=model, s=seed: train_cell(m, report.out_dir, settings, s,
-                                                                                       log),
+                                                                                       log, text_digest),
                            depends_on={**asdict(settings), "text_sha256": text_digest})
              for model in MODELS for seed in seeds]  # fmt: skip
     scored = "the whole validation part" if settings.eval_chars is None else f"its first {settings.eval_chars:,}"

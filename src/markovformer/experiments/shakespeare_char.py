@@ -55,7 +55,7 @@ import torch.nn.functional as F
 
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
-from markovformer.experiments.report import ExperimentReport, file_digest, revisions_of
+from markovformer.experiments.report import ExperimentReport, file_digest, mean_std, revisions_of, seed_summary
 from markovformer.experiments.scan_shakespeare import run_name
 from markovformer.experiments.settings import configure
 from markovformer.training.run_config import resolve_run_config
@@ -266,13 +266,14 @@ def unigram_entropy(train: list[int], val: list[int]) -> float:
 
 
 def train_cell(row: str, out_dir: Path, settings: ShakespeareCharSettings, seed: int, log: Callable[[str], None],
-               data_path: Path) -> dict:  # fmt: skip
-    """Train (or resume, or read) one row's run under ``out_dir/runs`` and score it both ways; a JSON-able dict."""
+               data_path: Path, data_digest: str) -> dict:  # fmt: skip
+    """Train (or resume, or read) one row's run under ``out_dir/runs`` and score it both ways; a JSON-able dict.
+    ``data_digest``: the text's ``report.file_digest``, which names its run directory."""
     # deferred: the training engine imports lightning
     from markovformer.training.runner import build_data, complete_run, load_run
 
     values = run_config(row, str(data_path), "", settings, seed)
-    run_dir = out_dir / "runs" / run_name(row, values, file_digest(data_path))
+    run_dir = out_dir / "runs" / run_name(row, values, data_digest)
     config = resolve_run_config({**values, "output_dir": str(run_dir)})
     log(f"[{NAME}] {row} (seed {seed}): {run_dir}")
     cpu, wall = time.process_time(), time.perf_counter()
@@ -309,13 +310,34 @@ def validation_curve(metrics_csv: Path) -> dict[int, float]:
         return {int(row["step"]): float(row["val/loss"]) for row in csv.DictReader(handle) if row.get("val/loss")}
 
 
-def _mean_std(values: list[float]) -> tuple[float, float | None]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
-
-
 def _shown(values: list[float]) -> str:
-    mean, std = _mean_std(values)
-    return f"{mean:.4f}" + (f" ± {std:.4f}" if std is not None else "") + f" (n={len(values)})"
+    return f"{mean_std(seed_summary(values), 4)} (n={len(values)})"
+
+
+def table_rows(by_row: dict[str, list[dict]], keys: tuple[str, ...], labels: dict[str, str], curve_kept: bool,
+               base: str | None = None) -> list[list]:  # fmt: skip
+    """Report rows of ``keys`` (those with cells in ``by_row``); Δ of the full-split loss against row ``base``, else
+    against the row above, named when a row between them in ``keys`` was not run (the Δ then bundles several
+    differences)."""
+    rows, previous = [], None  # (key, mean full-split loss) of the row Δ is taken against
+    for index, key in enumerate(keys):
+        if key not in by_row:
+            continue
+        group = by_row[key]
+        random_mean = statistics.fmean(c["random_batches"] for c in group)
+        full_mean = statistics.fmean(c["full_split"] for c in group)
+        step = "" if previous is None else f"{full_mean - previous[1]:+.4f}"
+        if previous is not None and base is None and keys[index - 1] != previous[0]:
+            step += f" (vs {previous[0]})"
+        if base is None or key == base:
+            previous = (key, full_mean)
+        cpu = [c["cpu_seconds"] for c in group if c["cpu_seconds"] is not None]
+        rows.append([key, labels[key], group[0]["parameters"], _shown([c["random_batches"] for c in group]),
+                     _shown([c["full_split"] for c in group]), f"{random_mean - full_mean:+.4f}", step,
+                     round(statistics.fmean(c["tokens_per_second"] for c in group)),
+                     round(statistics.fmean(cpu)) if cpu else ""]
+                    + ([_shown([c["best_engine_val"] for c in group])] if curve_kept else []))  # fmt: skip
+    return rows
 
 
 def run(
@@ -344,7 +366,7 @@ def run(
             not_run.append(key)
             continue
         cells.append(report.cached(key, lambda r=row, s=seed: train_cell(r, report.out_dir, settings, s, log,
-                                                                         data_path),
+                                                                         data_path, text_digest),
                                    depends_on={**values, "eval_iters": settings.eval_iters, "text_sha256": text_digest,
                                                **revisions_of(values["model"])}))  # fmt: skip
     if not cells:
@@ -386,41 +408,18 @@ def run(
     for cell in cells:
         by_row.setdefault(cell["row"], []).append(cell)
 
-    def rows_of(keys: tuple[str, ...], labels: dict[str, str], base: str | None = None) -> list[list]:
-        """Table rows of ``keys`` (those run); Δ against row ``base``, else against the row above, named when a row
-        between them in ``keys`` was not run (the Δ then bundles several differences)."""
-        rows, previous = [], None  # (key, mean full-split loss) of the row Δ is taken against
-        for index, key in enumerate(keys):
-            if key not in by_row:
-                continue
-            group = by_row[key]
-            random_mean = statistics.fmean(c["random_batches"] for c in group)
-            full_mean = statistics.fmean(c["full_split"] for c in group)
-            step = "" if previous is None else f"{full_mean - previous[1]:+.4f}"
-            if previous is not None and base is None and keys[index - 1] != previous[0]:
-                step += f" (vs {previous[0]})"
-            if base is None or key == base:
-                previous = (key, full_mean)
-            cpu = [c["cpu_seconds"] for c in group if c["cpu_seconds"] is not None]
-            rows.append([key, labels[key], group[0]["parameters"], _shown([c["random_batches"] for c in group]),
-                         _shown([c["full_split"] for c in group]), f"{random_mean - full_mean:+.4f}", step,
-                         round(statistics.fmean(c["tokens_per_second"] for c in group)),
-                         round(statistics.fmean(cpu)) if cpu else ""]
-                        + ([_shown([c["best_engine_val"] for c in group])] if settings.curve_kept else []))  # fmt: skip
-        return rows
-
     columns = ["row", "model", "parameters", "val loss, random batches", "val loss, full split",
                "random − full", "Δ full vs row above", "tokens/s", "CPU s"] + (
                    ["best full split"] if settings.curve_kept else [])  # fmt: skip
-    ladder = rows_of(LADDER_ROWS, LADDER_LABELS)
-    single = rows_of(("nanogpt", *SINGLE), LADDER_LABELS, base="nanogpt")
+    ladder = table_rows(by_row, LADDER_ROWS, LADDER_LABELS, settings.curve_kept)
+    single = table_rows(by_row, ("nanogpt", *SINGLE), LADDER_LABELS, settings.curve_kept, base="nanogpt")
     if ladder:
         report.table(columns, ladder, caption="The ladder: nanoGPT's block, then one difference at a time moved to "
                      "markovformer's defaults (each row keeps the changes above it). Mean ± std over "
                      "seeds.")  # fmt: skip
     if len(single) > 1:
         report.table(columns, single, caption="One difference alone on nanoGPT's block (Δ against the block).")
-    models = rows_of(MODEL_ROWS, LABELS)
+    models = table_rows(by_row, MODEL_ROWS, LABELS, settings.curve_kept)
     if models:
         report.table(columns, models, caption="markovformer's models at nanoGPT's budget, library defaults "
                      "(contiguous windows, SwiGLU, untied, rotary unless named). *Δ* here is against the row above "
@@ -448,5 +447,5 @@ def run(
 
 
 __all__ = ["GPU_PRESET", "NAME", "QUICK", "ROWS", "SUMMARY", "ShakespeareCharSettings", "full_split_loss",
-           "random_batch_loss", "run", "run_config", "settings_from", "train_cell", "unigram_entropy",
+           "random_batch_loss", "run", "run_config", "settings_from", "table_rows", "train_cell", "unigram_entropy",
            "validation_curve", "window_losses"]  # fmt: skip
