@@ -110,6 +110,31 @@ def trained_run(tmp_path_factory):
     return tmp_path / "run", results
 
 
+def test_a_greedy_validation_translation_stops_at_its_own_sources_cap_not_the_batchs_longest():
+    """A hypothesis that never ends (no <eos>) is cut at 2 |x| + 10 tokens of its own source x, as it would be
+    decoded alone: it does not depend on which sources share its batch (eval_batch_size, processes)."""
+    from types import SimpleNamespace
+
+    bundle = SyntheticTranslationSource(train_examples=8, val_examples=4, test_examples=4, max_length=8).build(0)
+    word = next(i for i in range(4, 100) if bundle.tokenizer.decode([i]).strip())  # a token that decodes to text
+    pairs = [{"src_ids": torch.tensor([word] * n), "tgt_ids": torch.tensor([word, word])} for n in (2, 9)]
+    batch = collate_translation(pairs)
+
+    class Looping(torch.nn.Module):  # generates ``word`` for ever; its loss is fixed
+        config = SimpleNamespace(max_positions=64)
+
+        def forward(self, **inputs):
+            return SimpleNamespace(loss=torch.tensor(1.0))
+
+        def generate(self, src_ids, src_mask, max_new_tokens, num_beams):
+            return torch.full((len(src_ids), max_new_tokens), word)
+
+    metrics = TranslationMetrics(bundle.tokenizer)
+    build_task("translation").score(Looping(), batch, metrics)
+    expected = [decode_generated(bundle.tokenizer, [[word] * (2 * n + 10)])[0] for n in (2, 9)]
+    assert metrics.hypotheses == expected  # 14 and 28 tokens (each source's cap), not 28 and 28
+
+
 def test_a_translation_run_validates_with_the_bleu_of_its_own_greedy_translations(trained_run):
     run_dir, results = trained_run
     config, model, _ = load_run(run_dir)
