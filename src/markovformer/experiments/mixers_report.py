@@ -181,9 +181,8 @@ def figures(report, points: list[dict], settings) -> None:
                 curves[zoo.KINDS[kind][0]] = ([p["width"] for p in found],
                                               [p["test_accuracy"]["mean"] for p in found])  # fmt: skip
             references = {"chance": chance_of(task, settings)}
-            if zoo.TASK_SPECS[task].bayes_reference and _points(points, task=task, length=length):
-                add1 = _points(points, task=task, length=length)[0]["bayes_add1"]
-                references["Bayes add-1"] = add1["accuracy"]["mean"]
+            if zoo.TASK_SPECS[task].bayes_reference and (found := _points(points, task=task, length=length)):
+                references["Bayes add-1"] = found[0]["bayes_add1"]["accuracy"]["mean"]
             panels.append(Panel(f"{task}, T = {length}", curves, references))
         path = plot_panels(panels, report.out_dir / f"accuracy_{task}.png", "d_model (softmax reference)",
                            "test accuracy")  # fmt: skip

@@ -1,6 +1,8 @@
 """What every experiment writes: ``report.md`` (tables, text, figures), ``results.json`` (the numbers), and one
 cached JSON per finished cell under ``cells/`` so a killed experiment resumes where it stopped; while a cell
-computes, its fits keep their progress beside it (``cells/KEY.fitN.partial.pt``), so a killed cell resumes too."""
+computes, its fits keep their progress beside it (``cells/KEY.fitN.partial.pt``), so a killed cell resumes too.
+Also what cells share: their identity (``revisions_of``, ``file_digest``), the summary of a number over seeds
+(``seed_summary``, shown by ``mean_std``), and reports from the stored cells only (``stored_cells_only``)."""
 
 from __future__ import annotations
 
