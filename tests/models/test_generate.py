@@ -103,6 +103,23 @@ def test_markovian_greedy_generation_is_the_teacher_forced_argmax(name, padded):
     _assert_greedy_is_teacher_forced_argmax(model, prompt, mask if padded else None, new=9)
 
 
+@pytest.mark.parametrize("name", list(INCREMENTAL))
+def test_a_left_padded_row_scores_and_decodes_as_it_does_alone(name):
+    """Padding on the left changes nothing for a row's real tokens: their logits equal the row's run alone, in the
+    full forward and in generate (learned and sinusoidal positions count each row's real tokens, as rotary and the
+    relative kinds do by construction)."""
+    model = _markovian(INCREMENTAL[name])
+    ids, mask = _left_padded()
+    with torch.no_grad():
+        padded = model(ids, attention_mask=mask).logits
+        generated = model.generate(ids, mask, max_new_tokens=5)
+        for row in range(ids.shape[0]):
+            real = mask[row].bool()
+            alone = ids[row : row + 1, real]
+            torch.testing.assert_close(padded[row, real], model(alone).logits[0], rtol=0, atol=1e-5)
+            assert torch.equal(generated[row, ids.shape[1] :], model.generate(alone, max_new_tokens=5)[0, -5:])
+
+
 def _state_tensors(state) -> list[torch.Tensor]:
     if isinstance(state, torch.Tensor):
         return [state]

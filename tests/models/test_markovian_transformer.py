@@ -137,6 +137,24 @@ def test_right_padding_leaves_sequence_classification_unchanged(kind, pooling, g
 
 
 @pytest.mark.parametrize("pooling", ["mean", "last", "cls"])
+@pytest.mark.parametrize("kind, position", [("softmax", "learned"), ("markov", "sinusoidal"), ("rff", "rotary"),
+                                            ("hybrid_parallel", "rotary")])  # fmt: skip
+def test_left_padding_leaves_sequence_classification_unchanged(kind, position, pooling):
+    """Each row's real tokens take the positions they have alone: learned and sinusoidal embeddings, and rotary
+    ones (random features' estimate of the softmax kernel is not relative: it sees where its tokens are)."""
+    model = _build(MarkovianTransformerForSequenceClassification, attention=kind, causal=False, position=position,
+                   pooling=pooling, num_labels=3, max_positions=16)  # fmt: skip
+    ids = _tokens(3, 9)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    mask[2, :7] = 0
+    padded = model(ids, attention_mask=mask).logits
+    for row in range(3):
+        alone = model(ids[row : row + 1, mask[row].bool()]).logits
+        torch.testing.assert_close(padded[row], alone[0], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "last", "cls"])
 def test_sequence_pooling_by_hand(pooling):
     model = _build(MarkovianTransformerForSequenceClassification, causal=False, pooling=pooling, num_labels=3)
     ids, mask = _right_padded([7, 4], 7)

@@ -66,14 +66,16 @@ class PreLNBlock(nn.Module):
         self.supports_state = bool(getattr(attention, "supports_state", False)) and (
             gru is None or bool(getattr(gru, "supports_state", False))
         )
+        self._mixer_takes_positions = _takes(attention, "position_ids")
 
     def forward(
         self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
-        state: dict | None = None, segments: Segments | None = None,
+        state: dict | None = None, segments: Segments | None = None, position_ids: Tensor | None = None,
     ) -> AttentionOutput:  # fmt: skip
         """Returns an AttentionOutput whose ``output`` is the block's output (B, T, D). ``state``: the block's
         decoding state ({} at the first call), read and updated in place. ``segments``: the documents of a packed
-        batch (see the module docstring)."""
+        batch (see the module docstring). ``position_ids`` (B, T): the rotary positions of a padded batch (each
+        row's real tokens from 0), for a mixer that rotates; others ignore them."""
         mixer, injection = {}, {}
         if segments is not None:
             if state is not None:
@@ -84,6 +86,8 @@ class PreLNBlock(nn.Module):
                 raise ValueError(f"a block of {type(self.attention).__name__} cannot decode incrementally")
             mixer = {"state": state.setdefault("mixer", {})}
             injection = {"state": state.setdefault("injection", {})}
+        if position_ids is not None and self._mixer_takes_positions:
+            mixer["position_ids"] = position_ids
         attended = self.attention(self.attention_norm(x), attention_mask, return_gates, return_weights, **mixer)
         if not isinstance(attended, AttentionOutput):
             attended = AttentionOutput(attended, None, None)

@@ -102,9 +102,10 @@ class HybridParallelAttention(nn.Module):
 
     def forward(
         self, x: Tensor, attention_mask: Tensor | None = None, return_gates: bool = False, return_weights: bool = False,
-        state: dict | None = None, segments=None,
+        state: dict | None = None, segments=None, position_ids: Tensor | None = None,
     ) -> Tensor | AttentionOutput:  # fmt: skip
-        """``segments``: packed documents (``ops.segments``), passed to both parts."""
+        """``segments``: packed documents (``ops.segments``), and ``position_ids`` (B, T), the rotary positions of a
+        padded batch: passed to both parts."""
         if segments is not None:
             markov = self.markov(x, attention_mask, return_gates, return_weights, segments=segments)
             features = self.random_features(x, attention_mask, return_gates, return_weights, segments=segments)
@@ -115,11 +116,12 @@ class HybridParallelAttention(nn.Module):
         markov_state = features_state = None
         if state is not None:
             markov_state, features_state = state.setdefault("markov", {}), state.setdefault("random_features", {})
+        markov = self.markov(x, attention_mask, return_gates, return_weights, state=markov_state,
+                             position_ids=position_ids)  # fmt: skip
+        features = self.random_features(x, attention_mask, return_gates, return_weights, state=features_state,
+                                        position_ids=position_ids)  # fmt: skip
         if not (return_gates or return_weights):
-            return (self.markov(x, attention_mask, state=markov_state)
-                    + self.random_features(x, attention_mask, state=features_state))  # fmt: skip
-        markov = self.markov(x, attention_mask, return_gates, return_weights, state=markov_state)
-        features = self.random_features(x, attention_mask, return_gates, return_weights, state=features_state)
+            return markov + features
         weights = None
         if return_weights:  # (B, 2H, T, T): the Markov heads' weights, then the random-feature heads'
             weights = torch.cat([markov.weights, features.weights], dim=1)

@@ -75,6 +75,15 @@ def zero_padding(x: Tensor, attention_mask: Tensor | None, time_dim: int = 1) ->
     return x * attention_mask.reshape(shape).to(x.dtype)
 
 
+def real_token_positions(attention_mask: Tensor, seen: Tensor | int = 0) -> Tensor:
+    """(B, T): each token's position counting only its row's real tokens (1 in ``attention_mask`` (B, T)), after
+    ``seen`` (B,) earlier ones: the position it would have with its row unpadded (padding takes the position of the
+    real token before it, 0 before the first)."""
+    if isinstance(seen, Tensor):
+        seen = seen[:, None]
+    return (attention_mask.long().cumsum(-1) + seen - 1).clamp_min(0)
+
+
 def has_real_before(attention_mask: Tensor | None, batch: int, seq_len: int, device: torch.device) -> Tensor:
     """(B, T) bool: whether a real token lies strictly before each position (t > 0 when there is no mask)."""
     if attention_mask is None:

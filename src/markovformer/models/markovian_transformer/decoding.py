@@ -31,7 +31,7 @@ def start_decoding(
         def step(tokens: Tensor) -> Tensor:
             return model(tokens[:, None], state=state).logits[:, -1]
 
-        return model(input_ids, attention_mask=real, state=state).logits[:, -1], step
+        return model(input_ids, attention_mask=attention_mask, state=state).logits[:, -1], step
 
     sequence = {"ids": input_ids, "real": real}
 

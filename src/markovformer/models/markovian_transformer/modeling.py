@@ -21,7 +21,7 @@ from markovformer.models.markovian_transformer.config import MarkovianTransforme
 from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.ops.losses import check_labels, token_cross_entropy
-from markovformer.ops.padding import check_attention_mask, right_padded_lengths
+from markovformer.ops.padding import check_attention_mask, real_token_positions, right_padded_lengths
 from markovformer.ops.segments import Segments, document_starts
 
 
@@ -158,6 +158,24 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             hidden = hidden + self.position_embedding(torch.arange(start, end, device=hidden.device))
         return hidden
 
+    def positions(self, shape: tuple[int, int], attention_mask: Tensor | None, state: dict | None = None,
+                  ) -> Tensor | None:  # fmt: skip
+        """The positions (B, T) of inputs of ``shape`` (B, T) where padding would move them: each token's place
+        among its row's real tokens (``real_token_positions``), after those a decoding ``state`` has counted, so a
+        row padded on the left is embedded and rotated as it would be alone. None where nothing moves: no
+        positions, or no mask and no state that has seen one (positions then run 0.., or on from the state's
+        length). The state counts each row's real tokens (``real_tokens`` (B,)) from its first mask on."""
+        if self.config.position == "none" or (attention_mask is None and (state is None or "real_tokens" not in state)):
+            return None
+        if attention_mask is None:
+            attention_mask = torch.ones(shape, dtype=torch.long, device=state["real_tokens"].device)
+        check_attention_mask(attention_mask, shape)
+        if state is None:
+            return real_token_positions(attention_mask)
+        seen = state.get("real_tokens", state.get("length", 0))
+        state["real_tokens"] = seen + attention_mask.long().sum(-1)
+        return real_token_positions(attention_mask, seen)
+
     def encode(
         self,
         hidden: Tensor,
@@ -166,9 +184,11 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         return_weights: bool = False,
         layer_states: list[dict] | None = None,
         position_ids: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> MarkovianTransformerOutput:
         """Run the blocks over embedded inputs (B, T, D), each with its decoding state when given. ``position_ids``
-        (B, T): packed documents, positions restarting at 0 at each; no layer lets a token see another document."""
+        (B, T): packed documents, positions restarting at 0 at each; no layer lets a token see another document.
+        ``positions`` (B, T): the rotary positions of a padded batch (``positions``)."""
         if attention_mask is not None:
             check_attention_mask(attention_mask, hidden.shape[:2])
         segments = None
@@ -178,12 +198,15 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
                                  f"got {tuple(position_ids.shape)}")  # fmt: skip
             segments = Segments.from_positions(position_ids.to(hidden.device), attention_mask)
         packed = {} if segments is None else {"segments": segments}
+        if positions is not None:
+            packed["position_ids"] = positions
         if self.training and self.dropout.p:
             hidden = self.dropout(hidden)
         gates, attentions = [], []
         for index, block in enumerate(self.blocks):
             if layer_states is not None:
-                result = block(hidden, attention_mask, return_gates, return_weights, state=layer_states[index])
+                result = block(hidden, attention_mask, return_gates, return_weights, state=layer_states[index],
+                               position_ids=positions)  # fmt: skip
             elif self.gradient_checkpointing and self.training and torch.is_grad_enabled():
                 result = checkpoint(block, hidden, attention_mask, return_gates, return_weights, use_reentrant=False,
                                     **packed)  # fmt: skip
@@ -213,9 +236,15 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         ``position_ids`` (B, T): packed documents (the Hugging Face convention: positions restart at 0 at each
         document; a new document wherever a position is not its predecessor's plus one). Every layer keeps each
         document to itself and positions restart, so each document's outputs equal those of it run alone."""
+        inputs = input_ids if input_ids is not None else input_features
         if state is None:
-            hidden = self.embed_inputs(input_ids, input_features, position_ids=position_ids)
-            return self.encode(hidden, attention_mask, return_gates, return_weights, position_ids=position_ids)
+            positions = None
+            if position_ids is None and inputs is not None:
+                positions = self.positions(inputs.shape[:2], attention_mask)
+            hidden = self.embed_inputs(input_ids, input_features, position_ids=position_ids if positions is None
+                                       else positions)  # fmt: skip
+            return self.encode(hidden, attention_mask, return_gates, return_weights, position_ids=position_ids,
+                               positions=positions)  # fmt: skip
         if position_ids is not None:
             raise ValueError("position_ids (packed documents) cannot be combined with a decoding state")
         if not self.decodes_incrementally:
@@ -223,8 +252,9 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
                              f"{self.config.causal}) cannot decode incrementally")  # fmt: skip
         start = state.get("length", 0)
         layer_states = state.setdefault("layers", [{} for _ in self.blocks])
-        hidden = self.embed_inputs(input_ids, input_features, start=start)
-        output = self.encode(hidden, attention_mask, return_gates, return_weights, layer_states)
+        positions = None if inputs is None else self.positions(inputs.shape[:2], attention_mask, state)
+        hidden = self.embed_inputs(input_ids, input_features, start=start, position_ids=positions)
+        output = self.encode(hidden, attention_mask, return_gates, return_weights, layer_states, positions=positions)
         state["length"] = start + hidden.shape[1]
         output.state = state
         return output
@@ -276,7 +306,8 @@ class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
 
 class MarkovianTransformerForSequenceClassification(_WithBackbone):
     """One label per sequence from pooled hidden states (``pooling``: mean over real tokens, last real token, or a
-    learned [CLS] vector prepended to the sequence)."""
+    learned [CLS] vector put before each row's first real token, after its left padding if any, as a tokenizer
+    padding on the left puts its [CLS] token)."""
 
     def __init__(self, config: MarkovianTransformerConfig) -> None:
         if config.pooling == "cls" and config.causal:
@@ -290,16 +321,18 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
         self, input_ids=None, input_features=None, attention_mask=None, labels=None, return_gates=False,
         return_weights=False,
     ):  # fmt: skip
-        hidden = self.model.embed_inputs(input_ids, input_features)
+        inputs = input_ids if input_ids is not None else input_features
+        positions = None if inputs is None else self.model.positions(inputs.shape[:2], attention_mask)
+        hidden = self.model.embed_inputs(input_ids, input_features, position_ids=positions)
         batch, seq_len = hidden.shape[:2]
         mask = attention_mask if attention_mask is not None else hidden.new_ones(batch, seq_len)
         if self.cls is not None:
-            hidden = torch.cat([self.cls.expand(batch, 1, -1).to(hidden.dtype), hidden], dim=1)
-            mask = torch.cat([mask.new_ones(batch, 1), mask], dim=1)
-        output = self.model.encode(hidden, mask, return_gates, return_weights)
+            hidden, mask, cls_at = self._with_cls(hidden, mask)
+            positions = None if attention_mask is None else self.model.positions(mask.shape, mask)
+        output = self.model.encode(hidden, mask, return_gates, return_weights, positions=positions)
         states = output.last_hidden_state
         if self.config.pooling == "cls":
-            pooled = states[:, 0]
+            pooled = states[torch.arange(batch, device=states.device), cls_at]
         elif self.config.pooling == "last":
             # the last real token under left or right padding: the first 1 of the reversed mask
             last = mask.shape[1] - 1 - mask.long().flip(-1).argmax(-1)
@@ -312,6 +345,20 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
             check_labels(labels, self.config.num_labels)
             output.loss = F.cross_entropy(_for_loss(output.logits), labels)
         return output
+
+
+    def _with_cls(self, hidden: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """hidden (B, T, D) and mask (B, T) with the [CLS] vector inserted before each row's first real token
+        (B, T + 1, D), their mask (B, T + 1) and where the vector is (B,)."""
+        batch, seq_len = mask.shape
+        cls_at = mask.long().argmax(-1)  # the first real token (0 in a row of padding only)
+        columns = torch.arange(seq_len + 1, device=mask.device)[None]
+        is_cls = columns == cls_at[:, None]
+        source = columns - (columns > cls_at[:, None]).long()  # column j reads input j before the vector, j - 1 after
+        source = source.clamp_max(seq_len - 1)
+        moved = hidden.gather(1, source[..., None].expand(-1, -1, hidden.shape[-1]))
+        hidden = torch.where(is_cls[..., None], self.cls.to(hidden.dtype), moved)
+        return hidden, mask.long().gather(1, source).masked_fill(is_cls, 1).to(mask.dtype), cls_at
 
 
 class _PerPositionHead(_WithBackbone):
