@@ -87,3 +87,47 @@ def test_a_run_whose_text_changed_is_inspected_evaluated_and_resumed_with_its_sa
     evaluation.evaluate(run_dir)
     runner.resume(run_dir, ["trainer.max_steps=6"])
     assert len(seen) == 3 and all(record == saved for record in seen)
+
+
+def test_a_fine_tuning_run_encodes_with_the_tokenizer_of_the_run_it_starts_from(tmp_path, capsys):
+    """A BPE fitted again on the new text has as many ids (its fixed size) for other tokens: the embeddings would
+    load, without an error, for the wrong ones. The fine-tuning run encodes with its source's tokenizer instead (a
+    run directory's tokenizer/ or a saved model's tokenizer.json), refuses another kind, and fits its own only when
+    the embeddings start fresh."""
+    import pytest
+
+    from markovformer.data.readers.tokenizer import load_tokenizer
+    from markovformer.training import runner
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.trainer_config import ConfigError
+
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    first.write_text("the chain keeps its order; the state moves on.\n" * 80, encoding="utf-8")
+    second.write_text("a walker forgets all but the last few steps it took.\n" * 80, encoding="utf-8")
+    bpe = {"tokenizer": "bpe", "vocab_size": 280, "cache_dir": str(tmp_path / "cache")}
+
+    def run(name: str, path, **extra):
+        values = {**TEXT_RUN, "data": {**TEXT_RUN["data"], **bpe, "path": str(path)},
+                  "output_dir": str(tmp_path / name), **extra}  # fmt: skip
+        runner.train(resolve_run_config(values))
+        return load_tokenizer(tmp_path / name / "tokenizer")
+
+    source = run("source", first)
+    refitted = run("refitted", second)
+    assert refitted.vocab_size == source.vocab_size and refitted.record() != source.record()  # the silent case
+    for start in ("source", "source/model"):
+        tuned = run(f"tuned-{start.replace('/', '-')}", second, init_from=str(tmp_path / start))
+        assert tuned.record() == source.record()
+    fresh = run("fresh", second, init_from=str(tmp_path / "source"), init_from_skip=["head", "embeddings"])
+    assert fresh.record() == refitted.record()
+    bare = tmp_path / "bare"  # a saved model without its tokenizer: the run fits its own, and says what that means
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (bare / name).write_bytes((tmp_path / "source" / "model" / name).read_bytes())
+    capsys.readouterr()
+    assert run("from-bare", first, init_from=str(bare)).record() == source.record()
+    assert "keeps no tokenizer: this run fitted its own" in capsys.readouterr().out
+    other_kind = {**TEXT_RUN, "data": {**TEXT_RUN["data"], "path": str(second), "tokenizer": "char"},
+                  "output_dir": str(tmp_path / "char"), "init_from": str(tmp_path / "source")}  # fmt: skip
+    with pytest.raises(ConfigError, match="trained on a bpe tokenizer, and data.tokenizer='char'"):
+        runner.train(resolve_run_config(other_kind))

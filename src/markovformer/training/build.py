@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from markovformer.data.bundle import DataBundle
-from markovformer.data.readers.tokenizer import load_tokenizer
+from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
 from markovformer.models.registry import MODEL_FAMILIES, head_class
 from markovformer.training.run_config import RunConfig, build_dataclass, suggest
@@ -18,11 +18,13 @@ from markovformer.training.trainer_config import ConfigError
 
 
 def build_data(config: RunConfig, run_dir: str | Path | None = None) -> DataBundle:
-    """The run's data. ``run_dir``: the trained (or resumed) run it belongs to; when that run saved a tokenizer,
-    sources that fit one encode with the saved one instead (the data's text may have changed since training)."""
+    """The run's data. ``run_dir``: the trained (or resumed) run it belongs to, or the run or saved model a
+    fine-tuning run starts from; when it holds a tokenizer (``saved_tokenizer``), sources that fit one encode with
+    the saved one instead (the data's text may have changed since training, and the weights are for its ids)."""
     tokenizer = None
-    if run_dir is not None and (Path(run_dir) / "tokenizer").is_dir():
-        tokenizer = load_tokenizer(Path(run_dir) / "tokenizer")
+    saved = None if run_dir is None else saved_tokenizer(run_dir)
+    if saved is not None:
+        tokenizer = load_tokenizer(saved)
     values = dict(config.data)
     name = values.pop("source")
     if name not in DATA_SOURCES:
@@ -38,6 +40,15 @@ def build_data(config: RunConfig, run_dir: str | Path | None = None) -> DataBund
     if tokenizer is not None and "tokenizer" in inspect.signature(source.build).parameters:
         return source.build(seed=config.trainer.seed, tokenizer=tokenizer)
     return source.build(seed=config.trainer.seed)
+
+
+def saved_tokenizer(directory: str | Path) -> Path | None:
+    """The folder of the tokenizer a run directory (its tokenizer/) or a saved model directory (its tokenizer.json,
+    as a run's model/ holds it) keeps; None when it keeps none."""
+    directory = Path(directory)
+    if (directory / "tokenizer").is_dir():
+        return directory / "tokenizer"
+    return directory if (directory / TOKENIZER_FILE).is_file() else None
 
 
 def build_run_task(config: RunConfig, bundle: DataBundle) -> Task:

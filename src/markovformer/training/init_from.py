@@ -6,6 +6,10 @@ model.safetensors). Every tensor must match the new model's name and shape; a ch
 vocabulary is refused with the names that differ, unless ``init_from_skip`` names them: ``head`` (the tensors
 outside the backbone ``model.``: lm_head, classifier, ...), ``embeddings`` (names holding ``embed``: the inputs a
 vocabulary changes) or any tensor-name prefix. Skipped tensors keep the new model's fresh initialisation.
+
+The new run encodes its data with the source's tokenizer when it keeps one (``tokenizer_source``): a tokenizer
+fitted again on other text, or with other options, has as many ids (a BPE of a fixed size, often an alphabet) that
+mean other tokens, and the embeddings would load without an error for the wrong ones.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from markovformer.data.readers.tokenizer import load_tokenizer
+from markovformer.training.build import saved_tokenizer
 from markovformer.training.trainer_config import ConfigError
 
 SKIP_GROUPS = {"head": "the task head (tensors outside model.)", "embeddings": "the embeddings (names with 'embed')"}
@@ -29,6 +35,22 @@ def skipped(name: str, skip: list[str] | tuple[str, ...]) -> bool:
         if entry not in SKIP_GROUPS and name.startswith(entry):
             return True
     return False
+
+
+def tokenizer_source(init_from: str, skip: list[str] | tuple[str, ...], data: dict) -> Path | None:
+    """The run or saved model ``init_from`` when its tokenizer is the one the new run must encode with: it keeps one
+    and ``skip`` does not start the embeddings fresh (a new vocabulary, fitted on the new data). ConfigError when
+    the run's ``data`` asks for another kind of tokenizer (char, bpe) than the one the weights were trained on."""
+    source = Path(init_from)
+    kept = saved_tokenizer(source) if source.is_dir() else None
+    if kept is None or "embeddings" in skip:
+        return None
+    kind, wanted = load_tokenizer(kept).kind, data.get("tokenizer")
+    if wanted is not None and wanted != kind:
+        raise ConfigError(f"init_from={init_from!r} was trained on a {kind} tokenizer, and data.tokenizer={wanted!r}: "
+                          f"its embeddings are for the {kind} tokenizer's ids; keep data.tokenizer={kind!r}, or "
+                          f"start them fresh with init_from_skip: [head, embeddings]")  # fmt: skip
+    return source
 
 
 def read_weights(source: Path) -> dict[str, torch.Tensor]:

@@ -23,7 +23,7 @@ from markovformer.training.divergence import DivergenceGuard
 from markovformer.training.environment import check_accelerator, check_nodes
 from markovformer.training.evaluation import evaluate, scoring_loader
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
-from markovformer.training.init_from import initialise_from
+from markovformer.training.init_from import initialise_from, tokenizer_source
 from markovformer.training.metrics_log import AppendingCSVLogger
 from markovformer.training.module import TrainingModule
 from markovformer.training.progress import PrintProgress
@@ -189,10 +189,16 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
         remove_stale_files(run_dir)
     checkpoint = resumable_checkpoint(last) if resume and last.is_file() else None
     L.seed_everything(config.trainer.seed, workers=True, verbose=False)
-    bundle = build_data(config, run_dir if resume else None)  # a resumed run encodes with its saved tokenizer
+    fine_tuning = config.init_from is not None and checkpoint is None
+    # a resumed run encodes with its saved tokenizer, a fine-tuning one with its source's (the ids its weights know)
+    source = tokenizer_source(config.init_from, config.init_from_skip, config.data) if fine_tuning else None
+    bundle = build_data(config, run_dir if resume else source)
+    if fine_tuning and bundle.tokenizer is not None and source is None and "embeddings" not in config.init_from_skip:
+        print(f"init_from={config.init_from!r} keeps no tokenizer: this run fitted its own, whose ids are the "
+              f"weights' only if it was fitted on the same text with the same options", flush=True)  # fmt: skip
     task = build_run_task(config, bundle)
     model = build_model(config, bundle.info)
-    if config.init_from is not None and checkpoint is None:  # a resumed run's checkpoint holds its own weights
+    if fine_tuning:  # a resumed run's checkpoint holds its own weights
         print(initialise_from(model, config.init_from, config.init_from_skip), flush=True)
     task.prepare_model(model)
     if config.trainer.compile:
