@@ -151,11 +151,13 @@ def test_files_are_documents_split_whole_with_an_end_token_and_packed_positions(
     batch = collate([bundle.train[0], bundle.train[1]])
     starts = store.document_starts.tolist()
     assert starts == [0] + [i + 1 for i, token in enumerate(tokens[:-1]) if token == eod]
-    for row in range(2):  # each token's position is its offset from the start of its document
+    for row in range(2):  # each token's position is its offset from the start of its document, or of the window
         begin = bundle.train.window(row)[0]
         for t in range(batch["input_ids"].shape[1]):
             document_start = max(start for start in starts if start <= begin + t)
-            assert batch["position_ids"][row, t] == begin + t - document_start
+            assert batch["position_ids"][row, t] == begin + t - max(document_start, begin)
+    assert bundle.train.window(1)[0] not in starts and batch["position_ids"][1, 0] == 0  # a document begun before
+    assert max(int(bundle.val[i]["position_ids"].max()) for i in range(len(bundle.val))) < 16
     # each document's first token is not a target (predicting it would read the previous document)
     opens = torch.zeros_like(batch["labels"], dtype=torch.bool)
     opens[:, 1:] = batch["position_ids"][:, 1:] == 0

@@ -60,8 +60,11 @@ class RandomStarts(StoreWindows):
 
 def store_example(store: TokenStore, begin: int, end: int, overlap: int = 0, position_ids: bool = False) -> dict:
     """The example of tokens [begin, end): ``input_ids`` and ``labels`` (the first ``overlap`` -100), and with
-    ``position_ids`` each token's offset from the start of its document (packed documents: the first token of each
-    document then has label -100, since predicting it would read the previous document)."""
+    ``position_ids`` each token's offset from the start of its document in the window (packed documents: the first
+    token of each document then has label -100, since predicting it would read the previous document). A document
+    begun before the window counts from the window's start, as an unpacked window does: positions stay below its
+    length, where offsets from the document's own start reach the length of the file (one document) and pass what
+    learned positions hold, or sinusoidal ones saw in training, or float32 rotary angles tell apart."""
     window = torch.from_numpy(store.read(begin, end).astype(np.int64))
     labels = window
     if overlap:
@@ -71,7 +74,8 @@ def store_example(store: TokenStore, begin: int, end: int, overlap: int = 0, pos
     if position_ids:
         offsets = np.arange(begin, end, dtype=np.int64)
         starts = store.document_starts
-        example["position_ids"] = torch.from_numpy(offsets - starts[np.searchsorted(starts, offsets, "right") - 1])
+        first = np.maximum(starts[np.searchsorted(starts, offsets, "right") - 1], begin)
+        example["position_ids"] = torch.from_numpy(offsets - first)
         opens = example["position_ids"][1:] == 0
         if bool(opens.any()):
             example["labels"] = labels = labels.clone() if labels is window else labels
