@@ -290,3 +290,28 @@ def test_order_book_source_windows_normalise_on_training_rows(tmp_path):
     np.testing.assert_allclose(bundle.info["normalisation"]["mean"], train_rows.mean(0), rtol=1e-10)
     direct = load_order_book(path, horizon=5, window=20, stride=10)
     assert len(direct.train) == len(bundle.train) == (bundle.splits["train"][1] - 20) // 10 + 1
+
+
+def test_a_label_that_looks_ahead_refuses_a_per_step_model_that_sees_later_rows(tmp_path):
+    """A snapshot's order-book label is the move over the next ``horizon`` ones, whose prices are their features
+    (the daily table's, the next day's return: the next row's return_1d, ``label_leads: 1``). A bidirectional model
+    labelling every step would read it there: refused; a causal one, or one label per window (the window ends at
+    the labelled row), is not."""
+    from markovformer.training.build import build_data, build_model, build_run_task
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.trainer_config import ConfigError
+
+    book = {"source": "order_book", "path": str(_book_csv(tmp_path / "book.csv")), "horizon": 5, "window": 20,
+            "stride": 10}  # fmt: skip
+
+    def prepare(task: str, causal: bool) -> None:
+        config = resolve_run_config({"task": task, "data": book, "output_dir": str(tmp_path / "run"),
+                                     "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "causal": causal,
+                                               "pooling": "mean"}})  # fmt: skip
+        bundle = build_data(config)
+        build_run_task(config, bundle).prepare_model(build_model(config, bundle.info))
+
+    with pytest.raises(ConfigError, match=r"look 5 row\(s\) ahead .*causal=false"):
+        prepare("token_classification", causal=False)
+    prepare("token_classification", causal=True)
+    prepare("sequence_classification", causal=False)

@@ -83,6 +83,8 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("speech_features", "path"): "the .safetensors file markovformer data prepare digits writes",
     ("audio_manifest", "path"): "a manifest of path<TAB>transcript lines, paths relative to it",
     ("csv_series", "label_column"): "name of the label column",
+    ("csv_series", "label_leads"): "rows ahead a row's label looks (1: the next row's move, whose return is that "
+                                   "row's feature); token classification then needs a causal model",
     ("bed", "path"): "the BED file of labelled intervals",
     ("bed", "label_column"): "1-based BED column holding the label (4 = the name)",
     ("text", "path"): "a UTF-8 text file (data/NAME is looked up in $MARKOVFORMER_DATA, else ./data), or a directory "

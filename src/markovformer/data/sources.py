@@ -93,12 +93,13 @@ class CsvSeriesSource:
     stride: int = 1
     fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
     task: str = "sequence_classification"
+    label_leads: int = 0
 
     def build(self, seed: int) -> DataBundle:
         _require_path(self.path)
         return load_csv_series(
             self.path, label_column=self.label_column, feature_columns=self.feature_columns, window=self.window,
-            stride=self.stride, fractions=self.fractions, task=self.task,
+            stride=self.stride, fractions=self.fractions, task=self.task, label_leads=self.label_leads,
         )  # fmt: skip
 
 

@@ -89,12 +89,13 @@ def data_section(domain: str, paths: dict[str, str]) -> dict:
     """The run config's data section (genomics: no reverse-complement augmentation, since splice-junction classes
     are strand-specific; finance: the recipe's features and fractions, which its thresholds were fitted for;
     speech: three log-Mel frames stacked per input (30 ms), the synthetic test split of unseen voices, the real
-    recordings are scored as well)."""
+    recordings are scored as well). Finance's labels look one row ahead (the next day's move), which its data says
+    (``label_leads``)."""
     if domain == "genomics":
         return {"source": "fasta", **paths, "fractions": [0.8, 0.1, 0.1], "reverse_complement": False}
     if domain == "finance":
         return {"source": "csv_series", **paths, "label_column": "label", "feature_columns": list(DAILY_FEATURES),
-                "window": FINANCE_WINDOW, "stride": 1, "fractions": list(FRACTIONS)}  # fmt: skip
+                "window": FINANCE_WINDOW, "label_leads": 1, "stride": 1, "fractions": list(FRACTIONS)}  # fmt: skip
     if domain == "speech":
         return {"source": "speech_features", **paths, "test_set": "synthetic", "stack_frames": SPEECH_STACK}
     raise ValueError(f"domain={domain!r} must be one of {DOMAINS}")

@@ -33,6 +33,7 @@ def load_csv_series(
     stride: int = 1,
     fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
     task: str = "sequence_classification",
+    label_leads: int = 0,
 ) -> DataBundle:
     """A CSV with a header row, one time step per row, as windows of ``window`` consecutive rows.
 
@@ -44,7 +45,11 @@ def load_csv_series(
 
     Example: {"input_features": (window, F) float32, "labels": 0-dim long (the window's last row) for
     ``task="sequence_classification"`` or (window,) long (every row) for ``"token_classification"``}.
-    info: {"input_dim": F, "num_labels": C, "label_names", "feature_columns", "normalisation": {"mean", "std"}}.
+    info: {"input_dim": F, "num_labels": C, "label_names", "feature_columns", "normalisation": {"mean", "std"},
+    "label_leads"}.
+
+    ``label_leads``: how many rows ahead a row's label looks (1 for a forecast of the next row's move, whose return
+    is the next row's feature): recorded in info, where token classification refuses a model that sees later rows.
     """
     path = Path(path)
     if task not in TASKS:
@@ -52,6 +57,8 @@ def load_csv_series(
     for name, value in (("window", window), ("stride", stride)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if isinstance(label_leads, bool) or not isinstance(label_leads, int) or label_leads < 0:
+        raise ValueError(f"label_leads must be an int >= 0, got {label_leads!r}")
     header, rows = _read_rows(path)
     feature_columns = _choose_features(path, header, label_column, feature_columns)
     feature_index = [header.index(column) for column in feature_columns]
@@ -103,6 +110,7 @@ def load_csv_series(
         "label_names": names,
         "feature_columns": feature_columns,
         "normalisation": {"mean": mean.tolist(), "std": std.tolist()},
+        "label_leads": label_leads,
     }
     splits = {
         "kind": "chronological_rows",

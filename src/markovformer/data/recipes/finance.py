@@ -344,14 +344,15 @@ def load_order_book(
 ) -> DataBundle:
     """A LOB CSV (``read_order_book``) as a ``csv_series`` DataBundle of ``order_book_table`` rows: windows of
     ``window`` snapshots, chronological splits, features normalised with training rows only. ``info`` adds the
-    ``move_thresholds``; ``splits`` names ``path``."""
+    ``move_thresholds``, and ``label_leads`` = ``horizon`` (a snapshot's label is the move of the next ones, whose
+    prices are their features: token classification needs a causal model); ``splits`` names ``path``."""
     import tempfile
 
     header, table, fitted = order_book_table(read_order_book(path), horizon, threshold, tuple(fractions))
     with tempfile.TemporaryDirectory(prefix="markovformer-lob-") as folder:
         converted = write_csv(Path(folder) / "book.csv", header, table)
         bundle = load_csv_series(converted, label_column="label", feature_columns=header[1:-1], window=window,
-                                 stride=stride, fractions=tuple(fractions), task=task)  # fmt: skip
+                                 stride=stride, fractions=tuple(fractions), task=task, label_leads=horizon)  # fmt: skip
     bundle.info.update(fitted)
     bundle.splits["path"] = str(path)
     return bundle

@@ -6,6 +6,7 @@ from __future__ import annotations
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC, MulticlassF1Score
 
 from markovformer.training.tasks.base import LossMetric, Task
+from markovformer.training.trainer_config import ConfigError
 
 
 class ClassificationMetrics(LossMetric):
@@ -48,3 +49,13 @@ class TokenClassification(Task):
 
     def new_metrics(self) -> ClassificationMetrics:
         return ClassificationMetrics(self.info["num_labels"])
+
+    def prepare_model(self, model) -> None:
+        """ConfigError when a row's label looks ahead (the data's ``label_leads``) and the model sees later rows:
+        the label would be read off the next row's features (a forecast's next return is that row's feature)."""
+        leads = self.info.get("label_leads", 0)
+        if leads and not getattr(model.config, "causal", True):
+            raise ConfigError(f"the data's labels look {leads} row(s) ahead (its label_leads: a forecast) and the "
+                              f"model sees later rows (causal=false): each label can be read off the next rows' "
+                              f"features; use model.causal=true, or task sequence_classification (its window ends at "
+                              f"the labelled row)")  # fmt: skip
