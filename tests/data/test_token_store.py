@@ -166,6 +166,22 @@ def test_files_are_documents_split_whole_with_an_end_token_and_packed_positions(
     assert torch.equal(batch["labels"][~opens], batch["input_ids"][~opens])
 
 
+def test_special_tokens_written_in_the_text_are_text_in_a_bpe_store(tmp_path):
+    """A corpus that writes "<pad>" or "<eod>" (code, preprocessed data) keeps them as text: the store holds no
+    padding id and one end-of-document id per document, and decodes back to the files."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    texts = [f"doc {i}: a <pad> token and an <eod> marker in the text.\n" * 20 for i in range(3)]
+    for i, text in enumerate(texts):
+        (folder / f"{i}.txt").write_text(text, encoding="utf-8")
+    bundle = load_text_lm(folder, seq_len=15, tokenizer="bpe", vocab_size=300, fractions=(1 / 3, 1 / 3, 1 / 3),
+                          cache_dir=tmp_path / "c")  # fmt: skip
+    tokens = np.asarray(bundle.train.store.tokens[:]).tolist()
+    eod = bundle.tokenizer.end_of_document_id
+    assert 0 not in tokens and tokens.count(eod) == 3
+    assert bundle.tokenizer.decode([token for token in tokens if token != eod]) == "".join(texts)
+
+
 def test_a_saved_tokenizer_encodes_another_file_and_names_a_character_it_lacks(tmp_path):
     (tmp_path / "a.txt").write_text("abc abc\n" * 100, encoding="utf-8")
     (tmp_path / "b.txt").write_text("abc cab\n" * 50, encoding="utf-8")

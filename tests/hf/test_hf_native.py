@@ -243,11 +243,12 @@ def test_a_runs_model_directory_loads_with_auto_tokenizer_and_builds_a_pipeline(
 @pytest.mark.parametrize("kind", ["char", "char_documents", "bpe"])
 def test_markovformers_loader_reads_the_hugging_face_format_both_ways(kind, tmp_path):
     """Ours -> the Hugging Face files -> ours, and ours -> AutoTokenizer -> its own save_pretrained -> ours: the same
-    ids and text, and the record (what a token store's cache key reads) unchanged."""
+    ids and text, and the record (what a token store's cache key reads) unchanged; special tokens written as text
+    are text on every side (never the special ids)."""
     from markovformer.data.readers.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer
     from markovformer.hf import export_tokenizer, to_transformers
 
-    text = "the cat sat on the mat, é ü.\nthe dog sat on the log.\n" * 10
+    text = "the cat sat on the mat, é ü.\nthe dog sat on the log.\n" * 10 + "<pad> <eod> <bos> <eos>\n"
     ours = (BPETokenizer.train(text, vocab_size=290, special_tokens=("<pad>", "<eod>", "<bos>", "<eos>"))
             if kind == "bpe" else CharTokenizer(CharTokenizer.from_text(text).alphabet,
                                                 end_of_document=kind == "char_documents"))  # fmt: skip
@@ -260,6 +261,12 @@ def test_markovformers_loader_reads_the_hugging_face_format_both_ways(kind, tmp_
         assert type(loaded) is type(ours) and loaded.record() == ours.record()
         assert loaded.encode(sample) == ours.encode(sample) and loaded.decode(ours.encode(sample)) == sample
     assert to_transformers(ours)(sample)["input_ids"] == ours.encode(sample)
+    literal = "the <pad> sat on the <eod> and <eos>"
+    specials = {0, ours.end_of_document_id, ours.token_to_id("<bos>") if kind == "bpe" else None,
+                ours.token_to_id("<eos>") if kind == "bpe" else None} - {None}  # fmt: skip
+    assert not specials & set(ours.encode(literal)) and ours.decode(ours.encode(literal)) == literal
+    for theirs in (to_transformers(ours), transformers.AutoTokenizer.from_pretrained(tmp_path / "transformers")):
+        assert theirs(literal)["input_ids"] == ours.encode(literal)
     if kind == "bpe":
         assert (to_transformers(ours).bos_token_id, to_transformers(ours).eos_token_id) == (2, 3)
     (tmp_path / "hf" / "tokenizer.json").write_text('{"model": {"type": "Unigram", "vocab": []}}')

@@ -42,7 +42,7 @@ import numpy as np
 from markovformer.atomic import atomic_write_text
 from markovformer.data.readers.text_stream import CHUNK_BYTES, content_key, record_texts, text_pieces
 
-STORE_FORMAT = 1
+STORE_FORMAT = 2  # 2: BPE reads no special token from text (a literal "<eod>" was stored as the special id)
 TOKENS_FILE, OFFSETS_FILE, META_FILE, DOCUMENTS_FILE = "tokens.bin", "offsets.npy", "meta.json", "documents.npy"
 _PROGRESS_ABOVE_BYTES = 16 << 20  # smaller corpora encode in about a second: no progress bar
 _STAGING = ".staging-"

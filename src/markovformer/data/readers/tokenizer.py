@@ -99,6 +99,7 @@ class CharTokenizer:
         backend.pre_tokenizer = hf.pre_tokenizers.Split(hf.Regex(r"[\s\S]"), behavior="isolated")
         backend.decoder = hf.decoders.Fuse()
         backend.add_special_tokens([token for token in vocabulary if token in (PAD_TOKEN, END_OF_DOCUMENT)])
+        backend.encode_special_tokens = True  # a literal "<eod>" is five characters, as in ``encode``
         return backend
 
     def save(self, directory: str | Path) -> Path:
@@ -113,7 +114,9 @@ class CharTokenizer:
 
 class BPETokenizer:
     """Byte-level BPE (Hugging Face ``tokenizers``): every text encodes, unseen characters as bytes, and decodes
-    back exactly. Id 0 is the ``<pad>`` special token."""
+    back exactly. Id 0 is the ``<pad>`` special token. Special tokens are never read from text: a literal
+    ``<eod>`` or ``<pad>`` in a corpus encodes as its bytes (``encode_special_tokens``), only the library adds
+    their ids (Hugging Face's default would make the text ``<eos>`` end a reference there, and count as padding)."""
 
     kind = "bpe"
 
@@ -121,6 +124,7 @@ class BPETokenizer:
         self._tokenizer = hf_tokenizer
         if hf_tokenizer.token_to_id(PAD_TOKEN) != 0:
             raise ValueError(f"a BPE tokenizer must have {PAD_TOKEN!r} as id 0")
+        hf_tokenizer.encode_special_tokens = True  # not saved with it: set on every tokenizer made or loaded
 
     @classmethod
     def train(
@@ -198,7 +202,9 @@ class BPETokenizer:
 
     def hf_backend(self):
         """A copy of the Hugging Face ``tokenizers.Tokenizer`` that encodes (the same ids)."""
-        return _import_tokenizers().Tokenizer.from_str(self._tokenizer.to_str())
+        backend = _import_tokenizers().Tokenizer.from_str(self._tokenizer.to_str())
+        backend.encode_special_tokens = True
+        return backend
 
     def save(self, directory: str | Path) -> Path:
         """Write ``directory/tokenizer.json`` ({"kind": "bpe", "tokenizer": <HF tokenizer JSON>}); returns its path."""
@@ -267,7 +273,9 @@ def save_hf_format(tokenizer: CharTokenizer | BPETokenizer, directory: str | Pat
     backend = tokenizer.hf_backend()
     special = {name: f"<{name}>" for name in ("pad", "bos", "eos", "unk")
                if backend.token_to_id(f"<{name}>") is not None}  # fmt: skip
+    # split_special_tokens: transformers encodes a literal "<eod>" in text as its characters, as markovformer does
     settings = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+                "split_special_tokens": True,
                 **{f"{name}_token": token for name, token in special.items()}}  # fmt: skip
     ids = {f"{name}_token_id": backend.token_to_id(token) for name, token in special.items() if name != "unk"}
     directory.mkdir(parents=True, exist_ok=True)
