@@ -204,6 +204,32 @@ def test_padding_changes_nothing_for_real_tokens(row):
 
 
 @pytest.mark.parametrize("row", list(ROWS))
+def test_a_source_padded_on_the_left_translates_as_it_does_alone_and_a_left_padded_target_is_refused(row):
+    """Source positions count the source's real tokens (a tokenizer padding on the left shifted them, and the
+    translation changed); the decoder's band counts from the target's first column, so its padding must be on
+    the right."""
+    order, transparent = ROWS[row]
+    model = _build(order=order, transparent=transparent)
+    src, tgt = _tokens(2, 6, seed=5), _decoder_input(2, 7, seed=6)
+    src_mask = torch.ones_like(src)
+    src_mask[0, :2] = 0
+    with torch.no_grad():
+        logits = model(src, tgt, src_mask).logits
+        assert torch.allclose(logits[0], model(src[:1, 2:], tgt[:1]).logits[0], atol=1e-12, rtol=0)
+    model = _generation_model(row)
+    for beam_size in (1, 3):
+        batched = generate(model, src, src_mask, beam_size=beam_size, max_length=6)
+        single = generate(model, src[:1, 2:], beam_size=beam_size, max_length=6)
+        width = single.sequences.shape[1]
+        assert torch.equal(batched.sequences[0, :width], single.sequences[0])
+        assert torch.allclose(batched.scores[0], single.scores[0], atol=1e-12, rtol=0)
+    tgt_mask = torch.ones_like(tgt)
+    tgt_mask[0, :2] = 0
+    with pytest.raises(ValueError, match="tgt_mask needs a right-padded attention_mask"):
+        model(src, tgt, src_mask, tgt_mask)
+
+
+@pytest.mark.parametrize("row", list(ROWS))
 def test_incremental_decoding_reproduces_the_full_forward(row):
     order, transparent = ROWS[row]
     model = _build(order=order, transparent=transparent)

@@ -20,6 +20,7 @@ from markovformer.models.markov_translator.masks import decoder_self_allowed, ke
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.ops.losses import token_cross_entropy
 from markovformer.ops.masked_softmax import masked_sdpa
+from markovformer.ops.padding import real_token_positions, right_padded_lengths
 
 
 class Attention(nn.Module):
@@ -131,7 +132,8 @@ class MarkovTranslatorOutput:
 class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel):
     """Encoder-decoder translator over a joint vocabulary. ``tgt_ids`` is the shifted-right decoder input
     (bos, y_1, ..., y_{T-1}); ``labels`` are aligned with it (y_1, ..., y_T), -100 ignored. Masks are (B, T) with
-    1 = real token; target padding must be on the right."""
+    1 = real token; a source may be padded on either side (its positions count its real tokens), a target only on
+    the right (checked)."""
 
     config_class = MarkovTranslatorConfig
 
@@ -148,15 +150,16 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
         self.decoder_norm = nn.LayerNorm(config.d_model)
         self.init_weights()
 
-    def embed_tokens(self, ids: Tensor, start: int = 0, name: str = "input_ids") -> Tensor:
-        """Token ids (B, T) at positions start..start+T-1 -> (B, T, D): √D-scaled embedding + sinusoid, dropout.
-        ``name``: the argument the ids came in as, for the error of bad ids."""
+    def embed_tokens(self, ids: Tensor, start: int = 0, name: str = "input_ids", positions: Tensor | None = None,
+                     ) -> Tensor:  # fmt: skip
+        """Token ids (B, T) at positions start..start+T-1, or at ``positions`` (B, T) -> (B, T, D): √D-scaled
+        embedding + sinusoid, dropout. ``name``: the argument the ids came in as, for the error of bad ids."""
         check_token_ids(ids, self.config.vocab_size, name)
         end = start + ids.shape[1]
         if end > self.config.max_positions:
             raise ValueError(f"position {end - 1} is beyond max_positions={self.config.max_positions}")
-        positions = self.position_table[start:end].to(self.embed.weight.dtype)
-        return self.dropout(self.embed(ids) * self.embed_scale + positions)
+        sinusoid = self.position_table[start:end] if positions is None else self.position_table[positions]
+        return self.dropout(self.embed(ids) * self.embed_scale + sinusoid.to(self.embed.weight.dtype))
 
     @staticmethod
     def _check_mask(mask: Tensor | None, ids: Tensor, name: str) -> None:
@@ -166,9 +169,10 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
     def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Source ids (B, S) -> memory (B, S, D), after the encoder's final LayerNorm."""
         self._check_mask(src_mask, src_ids, "src_mask")
-        hidden = self.embed_tokens(src_ids, name="src_ids")
         if src_mask is not None:  # a source of padding alone: the cross-attention would have no key to attend to
             check_rows_have_tokens(src_mask, "src_mask")
+        positions = None if src_mask is None else real_token_positions(src_mask)  # left padding as none
+        hidden = self.embed_tokens(src_ids, name="src_ids", positions=positions)
         allowed = key_padding_allowed(src_mask)
         for layer in self.encoder_layers:
             hidden = layer(hidden, allowed)
@@ -187,6 +191,8 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
     ) -> Tensor:
         """Teacher-forced decoder: shifted-right ids (B, T) and memory (B, S, D) -> logits (B, T, V)."""
         self._check_mask(tgt_mask, tgt_ids, "tgt_mask")
+        if tgt_mask is not None:
+            right_padded_lengths(tgt_mask, "the translator's tgt_mask")
         embedded = self.embed_tokens(tgt_ids, name="tgt_ids")
         positions = torch.arange(tgt_ids.shape[1], device=tgt_ids.device)
         self_allowed = decoder_self_allowed(positions, positions, self.config.order, tgt_mask)
