@@ -21,6 +21,18 @@ def test_top_k_and_top_p_restrict_the_support_exactly():
     torch.testing.assert_close(observed, expected, atol=0.03, rtol=0)
 
 
+def test_top_p_keeps_every_token_tied_with_the_last_it_keeps_whatever_their_ids():
+    """With probabilities 0.4, 0.3, 0.3 the nucleus of mass 0.5 ends inside a tie: both tied tokens stay (as top_k
+    keeps ties), with equal chances, in either order of ids (the sorted prefix alone kept the one of lower id)."""
+    for probs in ([0.4, 0.3, 0.3, 1e-4], [0.3, 0.3, 0.4, 1e-4]):
+        logits = torch.tensor(probs).log().expand(20000, -1)
+        counts = torch.bincount(sample_next_token(logits, top_p=0.5, generator=torch.Generator().manual_seed(0)),
+                                minlength=4)  # fmt: skip
+        tied = [i for i, p in enumerate(probs) if p == 0.3]
+        assert counts[3] == 0 and all(counts[i] > 5000 for i in tied)
+        assert abs(int(counts[tied[0]]) - int(counts[tied[1]])) < 550  # 5 standard deviations of the difference
+
+
 def test_greedy_and_degenerate_settings_take_the_argmax():
     logits = torch.randn(16, 9, generator=torch.Generator().manual_seed(1))
     best = logits.argmax(-1)

@@ -125,11 +125,12 @@ def next_tokens(logits: Tensor, config: GenerationConfig, generator: torch.Gener
         kth = logits.topk(config.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if config.top_p is not None and config.top_p < 1:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        sorted_logits = logits.sort(dim=-1, descending=True).values
         probs = sorted_logits.softmax(-1)
-        # keep the smallest prefix whose mass reaches top_p: drop a token when the mass before it already does
-        drop = (probs.cumsum(-1) - probs) >= config.top_p
-        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+        # keep the smallest prefix whose mass reaches top_p (drop a token when the mass before it already does), and
+        # every token tied with its last, as top_k keeps ties: which of equal tokens is kept must not be their ids
+        kept = ((probs.cumsum(-1) - probs) < config.top_p).sum(-1, keepdim=True)
+        logits = logits.masked_fill(logits < sorted_logits.gather(-1, kept - 1), float("-inf"))
     return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
 
 
