@@ -81,8 +81,17 @@ def test_eval_of_a_chain_run_shows_the_entropy_rate(chain_run, capsys):
     _, run_dir = chain_run
     assert main(["eval", str(run_dir)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert re.fullmatch(r"  vs entropy rate \d\.\d{4} nats/token \([+-]\d+\.\d\d%\); the true chain scores \d\.\d{4}",
-                        out[1]), out  # fmt: skip
+    assert re.fullmatch(r"  vs entropy rate \d\.\d{4}: [+-]\d\.\d{4} nats \([+-]\d+\.\d\d%\); the true chain scores "
+                        r"\d\.\d{4}", out[1]), out  # fmt: skip
+
+
+def test_the_gap_to_the_entropy_rate_is_a_percentage_only_of_a_positive_rate():
+    """A continuous source's differential entropy rate can be negative (a linear-Gaussian one with little noise):
+    a percentage of it flipped the sign (a loss 1.93 nats above it read -194.69 %)."""
+    from markovformer.training.run_report import entropy_rate_gap
+
+    assert entropy_rate_gap(1.2, 1.0) == "+0.2000 nats (+20.00%)"
+    assert entropy_rate_gap(0.939, -0.9916) == "+1.9306 nats"
 
 
 def test_lightning_banners_stay_out_of_experiment_output(tmp_path):

@@ -144,3 +144,32 @@ def test_inspect_refuses_to_replace_a_folder_holding_other_files(run, tmp_path):
         write_inspection_report(run, out_dir=mine)
     assert [path.name for path in mine.iterdir()] == ["notes.txt"] and (mine / "notes.txt").read_text() == "keep me"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["mine", "run"]  # no staging folder beside it
+
+
+def test_a_checkpoints_report_shows_no_final_metrics_as_its_own(run, tmp_path):
+    """The final validation numbers (metrics.json) belong to the finished run's model: a report of one of its
+    checkpoints showed them beside the checkpoint's figures (the review's case: 2.188 for step 10 of a 30-step run,
+    whose step 10 scores 2.557). It names the weights it shows instead."""
+    checkpoint = sorted((run / "checkpoints").glob("step-*.ckpt"))[0]
+    final = write_inspection_report(run, out_dir=tmp_path / "final").read_text()
+    partial = write_inspection_report(checkpoint, out_dir=tmp_path / "partial").read_text()
+    assert "validation loss" in final and "the final model, step 2" in final
+    assert "validation loss" not in partial and f"checkpoints/{checkpoint.name} at step 2" in partial
+    assert "entropy rate" in partial  # the data's reference stays: it is no model's number
+
+
+def test_the_end_of_run_report_names_markov_layers_by_their_model_layer(capsys):
+    """A softmax layer, then a Markov one: the strengths printed are model layer 1's (they were called layer 0,
+    the index among Markov layers, where the report's figures say layer 1)."""
+    from conftest import TINY_RUN
+
+    from markovformer.training.build import build_model
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.run_report import report_results
+
+    values = {**TINY_RUN, "model": {**TINY_RUN["model"], "n_layers": 2, "attention": ["softmax", "markov"]}}
+    config = resolve_run_config(values)
+    bundle = build_data(config)
+    report_results({"val": {"loss": 1.0}, "reference": {}}, build_model(config, bundle.info), bundle)
+    out = capsys.readouterr().out
+    assert "layer 1 past: transition strength" in out and "layer 0 past" not in out

@@ -32,7 +32,7 @@ from markovformer.plots import (
 from markovformer.training.build import build_data
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.run_dir import RESOLVED_CONFIG, load_run
-from markovformer.training.run_report import document_log_likelihood
+from markovformer.training.run_report import document_log_likelihood, entropy_rate_gap
 from markovformer.training.tasks import GenerationRequest, build_task, model_inputs
 
 EXAMPLE_LENGTH = 48  # positions shown in the gate and attention figures: long enough to see lags, short to read
@@ -106,9 +106,7 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
     if "entropy_rate" in reference:
         summary[f"entropy rate ({unit}): the lowest loss any model can reach"] = reference["entropy_rate"]
         if "loss" in val:
-            gap = val["loss"] - reference["entropy_rate"]
-            relative = 100 * gap / reference["entropy_rate"]
-            summary["gap to the entropy rate"] = f"{gap:+.4f} nats/token ({relative:+.2f}%)"
+            summary["gap to the entropy rate"] = entropy_rate_gap(val["loss"], reference["entropy_rate"])
     if "oracle_val_loss" in reference:
         summary[f"true chain's loss on the validation sequences ({unit})"] = reference["oracle_val_loss"]
     if "unigram_entropy" in reference:
@@ -136,17 +134,23 @@ def write_inspection_report(target: str | Path, layers: list[int] | None = None,
     """Write the figures of a trained run and their page into ``out_dir`` (default RUN_DIR/report) and return its
     index.html. The folder is replaced whole (``plots.replace_folder``): a failed or killed inspect leaves the
     previous report as it was, never a mix of old and new figures."""
+    from markovformer.training.evaluation import scored_weights
+
     config, model, run_dir = load_run(target)
+    weights = scored_weights(Path(target), run_dir)
     out = Path(out_dir) if out_dir is not None else run_dir / "report"
-    index = replace_folder(out, lambda staging: _write_report(config, model, run_dir, staging, layers))
+    index = replace_folder(out, lambda staging: _write_report(config, model, run_dir, staging, layers, weights))
     return out / index.name
 
 
-def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | None) -> Path:
-    """Every figure and the page into the folder ``out``; returns the page's path."""
+def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | None, weights: dict) -> Path:
+    """Every figure and the page into the folder ``out``; returns the page's path. The run's final metrics
+    (metrics.json) are those of the weights shown only when they are the finished run's model (``weights``, from
+    ``scored_weights``): a checkpoint's or an unfinished run's report leaves them out."""
     metrics_path = run_dir / "metrics.json"
-    results = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
     data_info = json.loads((run_dir / "data.json").read_text())["info"]
+    results = (json.loads(metrics_path.read_text()) if weights["finished"] and metrics_path.is_file()
+               else {"reference": data_info.get("reference", {})})  # fmt: skip
     figures = []
     marked = biased_lags(data_info["true_lags"]) if data_info.get("true_lags") else None
     chain_lags = chain_attention_lags(data_info["true_lags"]) if data_info.get("true_lags") else None
@@ -169,6 +173,9 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
     elif layers:
         raise ValueError(f"--layers: {type(model).__name__} has no attention layers to draw")
     summary = run_summary(config, model, run_dir, results, data_info)
+    summary["weights shown"] = (f"the final model, step {weights['step']:,}" if weights["finished"] else
+                                f"{weights['source']} at step {weights['step']:,} (its validation numbers: "
+                                f"markovformer eval on it)")  # fmt: skip
     config_file = run_dir / RESOLVED_CONFIG
     config_text = config_file.read_text(encoding="utf-8") if config_file.is_file() else None
     return write_html_report(out, f"markovformer run {run_dir.name}", figures, summary, config_text=config_text,

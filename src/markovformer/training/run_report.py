@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from markovformer.data.bundle import DataBundle, examples_at
+from markovformer.layers.markov_bias import MarkovBias
 from markovformer.training.lag_report import CONVENTION, biased_lags, describe_chain, lag_header
 from markovformer.training.run_config import RunConfig
 from markovformer.training.tasks import model_inputs
@@ -32,11 +33,9 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
     print(f"\nfinal validation: {shown}")
     reference = results["reference"]
     if "oracle_val_loss" in reference and "loss" in results["val"]:
-        rate, excess = reference["entropy_rate"], 100 * (results["val"]["loss"] / reference["entropy_rate"] - 1)
-        print(
-            f"  vs entropy rate {rate:.4f} ({excess:+.2f}%); the true chain scores "
-            f"{reference['oracle_val_loss']:.4f} on the same validation sequences"
-        )
+        print(f"  vs entropy rate {reference['entropy_rate']:.4f}: "
+              f"{entropy_rate_gap(results['val']['loss'], reference['entropy_rate'])}; the true chain scores "
+              f"{reference['oracle_val_loss']:.4f} on the same validation sequences")  # fmt: skip
     exact = document_log_likelihood(reference, "val")
     if exact is not None and "elbo" in results["val"]:
         bounds = [f"ELBO {results['val']['elbo'] - exact:+.4f}"]
@@ -51,13 +50,12 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
     model.eval()
     with torch.no_grad():
         gates = model(**{k: v for k, v in model_inputs(batch).items() if k != "labels"}, return_gates=True).gates
-    markov_gates = [g for g in gates if g is not None]
     marked = biased_lags(bundle.info.get("true_lags", ()))
-    for layer, strengths in enumerate(model.transition_strengths()):
+    for layer, strengths in zip(markov_layers(model), model.transition_strengths(), strict=True):
         for direction, values in strengths.items():
             if values is None:
                 continue
-            gate = markov_gates[layer].get(direction) if layer < len(markov_gates) else None
+            gate = gates[layer].get(direction) if gates[layer] is not None else None
             mean_gate = None if gate is None else gate.float().mean(dim=(0, 2))
             gated = ", then | the mean gate α per lag and the null slot" if mean_gate is not None else ""
             star = " (* = a lag the chain depends on)" if marked else ""
@@ -72,6 +70,20 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
                 row = " ".join(f"{v:6.3f}" for v in values[head].tolist())
                 extra = "" if mean_gate is None else "   | " + " ".join(f"{v:5.3f}" for v in mean_gate[head].tolist())
                 print(f"  head {head}: {row}{extra}")
+
+
+def markov_layers(model: torch.nn.Module) -> list[int]:
+    """The model layer (block index) of each of ``model.markov_biases()``, in their order."""
+    blocks = getattr(model, "model", model).blocks
+    return [index for index, block in enumerate(blocks) for module in block.modules() if isinstance(module, MarkovBias)]
+
+
+def entropy_rate_gap(loss: float, entropy_rate: float) -> str:
+    """How far ``loss`` lies above the entropy rate, in nats and, when the rate is positive (a discrete source's),
+    as a percentage of it; a continuous source's differential entropy rate may be negative, where a ratio would
+    flip its sign."""
+    gap = loss - entropy_rate
+    return f"{gap:+.4f} nats" + (f" ({100 * gap / entropy_rate:+.2f}%)" if entropy_rate > 0 else "")
 
 
 def document_log_likelihood(reference: dict, split: str) -> float | None:
