@@ -273,5 +273,8 @@ def test_eval_says_which_weights_and_step_it_scored(small_run, main_cli, tmp_pat
     assert done.returncode == 0, done.stderr[-2000:]
     import json
 
-    assert json.loads(done.stdout)["weights"] == {"source": "checkpoints/last.ckpt", "step": 4, "finished": False}
+    assert json.loads(done.stdout)["weights"] == {"source": "checkpoints/last.ckpt", "step": 4, "finished": False,
+                                                  "run_finished": False}  # fmt: skip
     assert "last.ckpt at step 4: the run is unfinished" in main_cli("eval", str(killed)).stdout
+    named = main_cli("eval", str(small_run / "run" / "checkpoints" / "step-000004.ckpt")).stdout
+    assert "(checkpoints/step-000004.ckpt at step 4)" in named  # a finished run's checkpoint, asked for by name

@@ -180,7 +180,8 @@ def run_eval(args: argparse.Namespace) -> None:
     shown = "  ".join(f"{k} {v:.4f}" for k, v in results["metrics"].items())
     weights = results["weights"]
     scored = (f"final model, step {weights['step']}" if weights["finished"] else
-              f"{weights['source']} at step {weights['step']}: the run is unfinished")  # fmt: skip
+              f"{weights['source']} at step {weights['step']}" + ("" if weights["run_finished"] else
+                                                                  ": the run is unfinished"))  # fmt: skip
     print(f"{results['run_dir']} [{results['split']}] ({scored}): {shown}")
     if "entropy_rate" in results and "loss" in results["metrics"]:
         from markovformer.training.run_report import entropy_rate_gap  # deferred: see the module docstring

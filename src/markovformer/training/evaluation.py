@@ -55,16 +55,18 @@ def recorded_data_path(run_dir: Path, data: dict, overrides: dict) -> dict:
 
 
 def scored_weights(target: Path, run_dir: Path) -> dict:
-    """Which weights ``load_run(target)`` scored: the finished run's model/ or a checkpoint, with its step."""
+    """Which weights ``load_run(target)`` scored: the finished run's model/ or a checkpoint, with its step, and
+    whether the run is finished (a checkpoint of a finished run was asked for by name)."""
     from markovformer.training.run_checks import resumable_checkpoint
     from markovformer.training.run_dir import LAST_CHECKPOINT, finished_steps
 
     finished = finished_steps(run_dir)
     if target.is_dir() and finished is not None and (run_dir / "model").is_dir():
-        return {"source": "model", "step": finished, "finished": True}
+        return {"source": "model", "step": finished, "finished": True, "run_finished": True}
     checkpoint = target if target.is_file() else run_dir / "checkpoints" / LAST_CHECKPOINT
     step = resumable_checkpoint(checkpoint)["global_step"]
-    return {"source": str(checkpoint.relative_to(run_dir)), "step": step, "finished": False}
+    return {"source": str(checkpoint.relative_to(run_dir)), "step": step, "finished": False,
+            "run_finished": finished is not None}
 
 
 def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1) -> dict:
