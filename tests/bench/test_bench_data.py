@@ -94,3 +94,14 @@ def test_the_data_part_at_one_megabyte_writes_consistent_rows(tmp_path, cli):
         assert abs(prepared["tokens"] - rows[(tokenizer, "nanogpt", "corpus_1MB.txt")]["tokens"]) <= 4
         assert rows[(tokenizer, "train", "corpus_0.3MB.txt")]["steps"] == 3
     assert {t["tokenizer"] for t in part["targets"]} == {"char", "bpe"}
+
+
+def test_the_data_table_shows_a_prepares_whole_rate_beside_its_encoding_rate():
+    """A prepare fits the tokenizer, then encodes: its MB/s is the corpus over its whole time (the column showed
+    the encoding's rate beside the whole time, 2.5 times the ratio of the two numbers printed)."""
+    from markovformer.bench.data import format_data
+
+    row = {"tokenizer": "char", "case": "prepare", "corpus_mb": 5.0, "seconds": 0.5, "mb_per_second": 10.0,
+           "encode_mb_per_second": 25.0, "peak_mib": 281.0}  # fmt: skip
+    line = format_data({"corpus_mb": 5, "source": "synthetic", "seq_len": 256, "rows": [row]})[-1]
+    assert line.split()[2:7] == ["5.0", "0.50", "10.0", "25.0", "281"]

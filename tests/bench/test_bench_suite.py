@@ -195,6 +195,8 @@ def test_command_line_options():
         bench_cli.run_bench(parser.parse_args(["bench", "--threads", "0"]))
     with pytest.raises(ValueError, match="--rounds=0"):
         bench_cli.run_bench(parser.parse_args(["bench", "--rounds", "0"]))
+    with pytest.raises(ValueError, match="--repeats=0"):  # a cold run's time, up to 150 times a warm one's
+        bench_cli.run_bench(parser.parse_args(["bench", "--repeats", "0"]))
     with pytest.raises(ValueError, match="rounds=1.5"):
         BenchSettings(rounds=1.5).resolved()
     with pytest.raises(ValueError, match="--scan-lengths"):

@@ -100,19 +100,23 @@ def _compiled(kind: str, size: dict, device: str, batch: int):
 def matvec_floor_ms(model: torch.nn.Module, batch: int, device: str, repeats: int = 50) -> float:
     """Median time of one pass of ``batch`` vectors through every weight matrix of ``model`` (its Linear layers,
     GPT-2's Conv1D layers, the output projection; the embedding is a lookup): what one decoding step must at least
-    spend on its weights."""
+    spend on its weights. On CUDA each pass is synchronised before and after, as the decoding steps it is compared
+    with are (unsynchronised, it timed the kernels' launches)."""
     products = []  # (x (B, in), matrix, transposed): x @ matrix.T for Linear (out, in), x @ matrix for Conv1D (in, out)
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             products.append((torch.randn(batch, module.in_features, device=device), module.weight.detach(), False))
         elif type(module).__name__ == "Conv1D":
             products.append((torch.randn(batch, module.weight.shape[0], device=device), module.weight.detach(), True))
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     times = []
     with torch.no_grad():
         for _ in range(repeats):
+            sync()
             start = time.perf_counter()
             for x, matrix, conv in products:
                 torch.mm(x, matrix) if conv else torch.nn.functional.linear(x, matrix)
+            sync()
             times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
 

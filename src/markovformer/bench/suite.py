@@ -15,9 +15,10 @@ Parts:
   and peak memory against the generated length (``markovformer.bench.decode``).
 - ``translation_decode`` (not run by default): the same for the Markov translator, MAT (order 5) against the
   autoregressive Transformer with a key/value cache, and the length from which MAT is faster
-  (``markovformer.bench.translation_decode``).
+  (``markovformer.bench.translation_decode``), on the CPU whatever ``device`` (its record says so).
 - ``scan`` (not run by default): forward+backward of the linear-scan backends against T, and the Scan Markov model's
-  training throughput in this library's recipe against the source's (``markovformer.bench.scan``).
+  training throughput in this library's recipe against the source's (``markovformer.bench.scan``; the training
+  throughput on the CPU whatever ``device``, as its record says).
 
 Without ``quick`` every (kind, T) runs in its own child process, so each peak-memory reading is clean and a crash
 loses one case; ``quick`` runs all sizes of a kind in one child (peaks then rely on resetting the high-water mark).
@@ -318,7 +319,7 @@ def _decode(runner: _Runner) -> dict:
 
 def _translation_decode(runner: _Runner) -> dict:
     settings, rows = runner.settings, []
-    part = {"size": TRANSLATION_SIZE, "kinds": TRANSLATION_KINDS, "rows": rows}
+    part = {"size": TRANSLATION_SIZE, "kinds": TRANSLATION_KINDS, "rows": rows, "device": "cpu"}  # whatever --device
     runner.record["parts"]["translation_decode"] = part
     for batch in settings.translation_batches:
         for length in settings.translation_lengths:
@@ -332,7 +333,7 @@ def _translation_decode(runner: _Runner) -> dict:
                 shown = row.get("skipped") or row.get("error") or (
                     f"{row['tokens_per_second']:.1f} tok/s, {row['step_ms_start']:.2f} -> {row['step_ms_end']:.2f} "
                     f"ms/token, {row['peak_mib']:.0f} MiB")  # fmt: skip
-                runner.log(f"decode  {kind:20} B={batch:<3} L={length:<7} {shown}")
+                runner.log(f"decode  {kind:20} B={batch:<3} L={length:<7} {shown} (CPU)")
                 part["mat_faster_from_length"] = crossovers(rows)
                 runner.write()
     return part
@@ -341,7 +342,8 @@ def _translation_decode(runner: _Runner) -> dict:
 def _scan(runner: _Runner) -> dict:
     settings, rows = runner.settings, []
     steps = TRAINING_STEPS if not settings.quick else 12
-    part = {"shape": SCAN_SHAPE, "rows": rows, "training": [], "training_steps": steps}
+    part = {"shape": SCAN_SHAPE, "rows": rows, "training": [], "training_steps": steps,
+            "training_device": "cpu"}  # whatever --device: the recipes' own loops  # fmt: skip
     runner.record["parts"]["scan"] = part
     for kind in SCAN_KINDS:
         lengths = [t for t in settings.scan_lengths if kind != "naive" or t <= NAIVE_MAX_T]
@@ -355,7 +357,7 @@ def _scan(runner: _Runner) -> dict:
         row = runner._child([case])[0]
         part["training"].append(row)
         shown = row.get("skipped") or row.get("error") or f"{row['chars_per_second']:,.0f} scored characters/s"
-        runner.log(f"scan    training {kind:11} {shown}")
+        runner.log(f"scan    training {kind:11} {shown} (CPU)")
         runner.write()
     return part
 
