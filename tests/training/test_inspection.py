@@ -173,3 +173,15 @@ def test_the_end_of_run_report_names_markov_layers_by_their_model_layer(capsys):
     report_results({"val": {"loss": 1.0}, "reference": {}}, build_model(config, bundle.info), bundle)
     out = capsys.readouterr().out
     assert "layer 1 past: transition strength" in out and "layer 0 past" not in out
+
+
+@pytest.mark.parametrize("task, unit", [("causal_lm", "nats/token"), ("sequence_classification", "nats/sequence"),
+                                        ("ctc", "nats/target symbol")])  # fmt: skip
+def test_the_reports_loss_is_in_its_tasks_unit(trained, task, unit):
+    """Every task's loss read "nats/token" in the report: a classifier's is per sequence, CTC's per target symbol."""
+    import dataclasses
+
+    config, model, run_dir = load_run(trained)
+    config = dataclasses.replace(config, task=task, task_options=None)
+    summary = inspection.run_summary(config, model, run_dir, {"val": {"loss": 1.5}}, {})
+    assert summary[f"validation loss ({unit})"] == 1.5

@@ -33,7 +33,7 @@ from markovformer.training.build import build_data
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.run_dir import RESOLVED_CONFIG, load_run
 from markovformer.training.run_report import document_log_likelihood, entropy_rate_gap
-from markovformer.training.tasks import GenerationRequest, build_task, model_inputs
+from markovformer.training.tasks import TASKS, GenerationRequest, build_task, model_inputs
 
 EXAMPLE_LENGTH = 48  # positions shown in the gate and attention figures: long enough to see lags, short to read
 PROFILE_EXAMPLES = 32  # validation sequences averaged in the attention-by-lag profile
@@ -97,7 +97,7 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
     if "steps" in results:
         summary["training"] = f"{results['steps']:,} steps in {results.get('train_seconds', float('nan')):.0f} s"
     val = results.get("val", {})
-    unit = "nats/token"
+    unit = TASKS[config.task].loss_unit
     for key, value in val.items():
         label = {"loss": f"validation loss ({unit})", "bits_per_token": "validation bits per token",
                  "perplexity": "validation perplexity"}.get(key, f"validation {key}")  # fmt: skip
@@ -158,9 +158,11 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
     csv = run_dir / "logs" / "metrics.csv"
     if csv.is_file():
         lines = reference_lines(results.get("reference", {}))
-        caption = ("Training curves: loss in nats per token (train and validation), with the floors as black lines "
-                   "(dashed, then dotted, then dash-dot, named in the legend); bits per token and perplexity are "
-                   "rescalings of the loss (values in the table above)")  # fmt: skip
+        smoothed = (f"; the train loss is label-smoothed ({config.trainer.label_smoothing:g}), the validation loss is "
+                    f"not, so they differ by more than overfitting" if config.trainer.label_smoothing else "")
+        caption = (f"Training curves: loss in {TASKS[config.task].loss_unit} (train and validation), with the floors "
+                   f"as black lines (dashed, then dotted, then dash-dot, named in the legend); bits per token and "
+                   f"perplexity are rescalings of the loss (values in the table above){smoothed}")  # fmt: skip
         figures.append((caption, plot_training_curves(csv, out / "curves.png", reference_lines=lines or None)))
 
     strengths = model.transition_strengths()

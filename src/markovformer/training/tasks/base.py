@@ -114,6 +114,8 @@ class Task:
     # they are (their true names where training and validation compute different quantities).
     train_loss_label: ClassVar[str] = "train loss"
     metric_labels: ClassVar[dict[str, str]] = {}
+    # What the loss is averaged over, for reports ("nats/token" for a language model).
+    loss_unit: ClassVar[str] = "nats/token"
 
     def __init__(self, trainer: TrainerConfig | None = None, info: dict | None = None, tokenizer=None,
                  options: object | None = None) -> None:  # fmt: skip

@@ -39,6 +39,7 @@ class ClassificationMetrics(LossMetric):
 
 class SequenceClassification(Task):
     name = "sequence_classification"
+    loss_unit = "nats/sequence"
 
     def new_metrics(self) -> ClassificationMetrics:
         return ClassificationMetrics(self.info["num_labels"], auroc=True)
@@ -46,6 +47,7 @@ class SequenceClassification(Task):
 
 class TokenClassification(Task):
     name = "token_classification"
+    loss_unit = "nats/labelled step"
 
     def new_metrics(self) -> ClassificationMetrics:
         return ClassificationMetrics(self.info["num_labels"])

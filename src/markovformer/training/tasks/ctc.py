@@ -63,6 +63,7 @@ class CTCMetrics(LossMetric):
 
 class CTC(Task):
     name = "ctc"
+    loss_unit = "nats/target symbol"
 
     def new_metrics(self) -> CTCMetrics:
         return CTCMetrics(self.info.get("label_names"))
