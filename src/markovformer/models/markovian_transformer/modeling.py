@@ -162,14 +162,18 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
                   ) -> Tensor | None:  # fmt: skip
         """The positions (B, T) of inputs of ``shape`` (B, T) where padding would move them: each token's place
         among its row's real tokens (``real_token_positions``), after those a decoding ``state`` has counted, so a
-        row padded on the left is embedded and rotated as it would be alone. None where nothing moves: no
-        positions, or no mask and no state that has seen one (positions then run 0.., or on from the state's
-        length). The state counts each row's real tokens (``real_tokens`` (B,)) from its first mask on."""
-        if self.config.position == "none" or (attention_mask is None and (state is None or "real_tokens" not in state)):
+        row padded on the left is embedded and rotated as it would be alone. None where nothing moves (positions
+        then run 0.., or on from the state's length: the tables' fast path): no positions, or no row with padding
+        before a real token and no state that has counted one. The state counts each row's real tokens
+        (``real_tokens`` (B,)) from the first such mask on."""
+        counting = state is not None and "real_tokens" in state
+        if self.config.position == "none" or (attention_mask is None and not counting):
             return None
         if attention_mask is None:
             attention_mask = torch.ones(shape, dtype=torch.long, device=state["real_tokens"].device)
         check_attention_mask(attention_mask, shape)
+        if not counting and bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all()):  # right-padded rows
+            return None
         if state is None:
             return real_token_positions(attention_mask)
         seen = state.get("real_tokens", state.get("length", 0))
