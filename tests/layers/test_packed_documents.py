@@ -157,6 +157,20 @@ def test_segment_ids_and_rebatching_round_trip():
         segment_ids(-positions)
 
 
+@pytest.mark.parametrize("kind", ["s4d", "hyena", "gru"])
+def test_unpadded_rows_stay_apart_where_a_row_ends_and_the_next_begins_with_the_same_segment(kind):
+    """Crops of long documents (positions 57.., one segment per row, no padding): a row's last token and the next
+    row's first are flat neighbours with the same segment id, and the kinds run per document read them as one
+    document of 2T (row 1 read row 0: 0.1 in logits for S4D and the GRU)."""
+    assert SegmentBatch.of(torch.zeros(2, 4, dtype=torch.long)).mask.sum(-1).tolist() == [4, 4]
+    model = _model(kind, causal=True)
+    ids = torch.randint(1, VOCAB, (2, 12), generator=torch.Generator().manual_seed(3))
+    positions = torch.arange(57, 69).expand(2, -1)
+    packed = model(ids, position_ids=positions).logits
+    for row in range(2):
+        torch.testing.assert_close(packed[row], model(ids[row : row + 1]).logits[0], atol=1e-9, rtol=1e-7)
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize(("backend", "window"), [("naive", 3), ("naive", None), ("banded", 3), ("chunked", None)])
 def test_lag_bias_op_masks_by_segment_like_each_document_alone(backend, window, causal):

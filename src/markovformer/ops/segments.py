@@ -73,9 +73,11 @@ class SegmentBatch:
         flat = ids.reshape(-1)
         source = (flat >= 0).nonzero().flatten()
         real = flat[source]
-        # a new document wherever the segment id changes or the previous real token is not the flat neighbour
+        # a new document wherever the segment id changes, the previous real token is not the flat neighbour, or a
+        # batch row begins (a row's last token and the next row's first are flat neighbours and may share an id)
         new = torch.ones_like(source, dtype=torch.bool)
-        new[1:] = (real[1:] != real[:-1]) | (source[1:] != source[:-1] + 1)
+        new[1:] = ((real[1:] != real[:-1]) | (source[1:] != source[:-1] + 1)
+                   | (source[1:] // seq_len != source[:-1] // seq_len))  # fmt: skip
         row = new.long().cumsum(0) - 1
         count = int(row[-1]) + 1 if row.numel() else 0
         first = torch.zeros(count, dtype=torch.long, device=ids.device).scatter_reduce(
