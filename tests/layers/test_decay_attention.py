@@ -114,3 +114,26 @@ def test_a_fox_model_keeps_the_forget_gates_documented_start():
     for gate in gates:
         torch.testing.assert_close(gate.bias.detach(), torch.linspace(1.0, 5.0, 4))
         assert gate.weight.std().item() == pytest.approx(0.02, rel=0.3)
+
+
+@pytest.mark.parametrize("layer_class", [AlibiAttention, ForgettingAttention])
+def test_a_layer_cast_to_bfloat16_keeps_its_decay_over_long_sequences(layer_class):
+    """The decay between positions t and j is a difference of prefix sums of log forget gates: in bf16 a prefix near
+    -1024 is stored in steps of 8, so neighbours lost their decay (0.34-0.42 relative error at T = 2,048, growing
+    with the position). The gates and their sums are float32 whatever the layer's dtype: only rounding remains,
+    in the full forward and in decoding from the cache."""
+    torch.manual_seed(1)
+    layer = layer_class(d_model=64, n_heads=4).eval()
+    x = torch.randn(1, 1024, 64)
+    with torch.no_grad():
+        reference = layer(x)
+        half = layer.to(torch.bfloat16)
+        full = half(x.bfloat16()).float()
+        state: dict = {}
+        steps = [half(x[:, :16].bfloat16(), state=state)] + [half(x[:, t : t + 1].bfloat16(), state=state)
+                                                            for t in range(16, 1024)]  # fmt: skip
+        decoded = torch.cat(steps, dim=1).float()
+    late = slice(768, 1024)
+    for output in (full, decoded):
+        error = (output[:, late] - reference[:, late]).norm() / reference[:, late].norm()
+        assert error < 0.02, float(error)

@@ -126,10 +126,13 @@ class DecayCore(nn.Module):
         self.forget_gate = ForgetGate(d_model, n_heads) if data_dependent else None
 
     def log_forget(self, x: Tensor, heads: int) -> Tensor:
-        """(B, T, D) layer input -> (B, H, T) log forget gates (<= 0)."""
+        """(B, T, D) layer input -> (B, H, T) log forget gates (<= 0), in at least float32: their prefix sums are
+        differenced (c_t - c_j), which half precision cannot hold (bf16 stores -1024 in steps of 8, so the decay
+        between neighbours read 0)."""
+        dtype = torch.promote_types(x.dtype, torch.float32)
         if self.forget_gate is None:
-            return (-self.slopes.to(x.dtype))[None, :, None].expand(x.shape[0], heads, x.shape[1])
-        return F.logsigmoid(self.forget_gate(x)).transpose(1, 2)
+            return (-self.slopes.to(dtype))[None, :, None].expand(x.shape[0], heads, x.shape[1])
+        return F.logsigmoid(self.forget_gate(x).to(dtype)).transpose(1, 2)
 
     def _pro_inputs(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor | None,
                     state: dict | None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip

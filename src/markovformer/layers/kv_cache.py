@@ -65,7 +65,8 @@ class KeyValueCache:
         self.keys = keys.new_zeros(batch, heads, capacity, head_dim)
         self.values = torch.zeros_like(self.keys)
         self.real = torch.zeros(batch, capacity, dtype=torch.bool, device=keys.device)
-        self.log_decay = keys.new_zeros(batch, heads, capacity) if with_decay else None
+        decay_dtype = torch.promote_types(keys.dtype, torch.float32)  # rebased every step: half precision drifts
+        self.log_decay = keys.new_zeros(batch, heads, capacity, dtype=decay_dtype) if with_decay else None
         if old[0] is not None:
             used = old[0].shape[2]
             self.keys[:, :, :used], self.values[:, :, :used] = old[0], old[1]

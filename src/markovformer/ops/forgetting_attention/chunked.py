@@ -29,10 +29,10 @@ def _chunk(q_rows, k_keys, v_keys, c_rows, c_keys, direction, allowed, dropout_p
     scores = q_rows @ k_keys.transpose(-1, -2) / math.sqrt(q_rows.shape[-1])
     # a signed difference, not |c_t - c_j|: abs has no gradient where gates of exactly 1 make the two sums equal
     scores = scores + direction * (c_rows[..., :, None] - c_keys[..., None, :])
-    probs = masked_softmax(scores, allowed)
+    probs = masked_softmax(scores, allowed)  # in the bias's float32 when q, k are half precision
     if dropout_p > 0:
         probs = F.dropout(probs, dropout_p)
-    return probs @ v_keys
+    return probs.to(v_keys.dtype) @ v_keys
 
 
 def forgetting_attention_chunked(
@@ -51,7 +51,7 @@ def forgetting_attention_chunked(
     """(B, H, T, Dv); arguments as ``forgetting_attention``. ``chunk_size``: queries per chunk. ``segment_ids``:
     packed documents, masked per chunk (the chunk's (R, S) block, no (T, T) tensor)."""
     seq_len = q.shape[-2]
-    prefix = log_forget.cumsum(-1)
+    prefix = log_forget.to(torch.promote_types(log_forget.dtype, torch.float32)).cumsum(-1)  # differenced below
     positions = torch.arange(seq_len, device=q.device)
     key_real = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
     outputs = []

@@ -42,4 +42,4 @@ def forgetting_attention_naive(
     probs = masked_softmax(scores, dense_allowed(seq_len, window, causal, attention_mask, q.device,
                                                      segment_ids))  # fmt: skip
     attended = F.dropout(probs, dropout_p) if dropout_p > 0 else probs
-    return attended @ v, probs
+    return attended.to(v.dtype) @ v, probs
