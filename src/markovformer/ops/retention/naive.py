@@ -45,14 +45,18 @@ def retention_recurrent(
     """Causal retention one step at a time: S_n = γ S_{n-1} + k_nᵀ v_n, o_n = q_n S_n (the reference loop).
 
     q, k (B, H, T, Dk); v (B, H, T, Dv); gamma (H,); initial_state S_{-1} (B, H, Dk, Dv) (zeros when None).
-    Returns (B, H, T, Dv), and with ``output_final_state`` also S_{T-1} (B, H, Dk, Dv).
+    Returns (B, H, T, Dv), and with ``output_final_state`` also S_{T-1} (B, H, Dk, Dv). The decay and the state
+    are at least float32 whatever q's dtype: γ_h = 1 - 2^(-5-h) lies within 2^-12 of 1, which bf16 rounds to 1 (the
+    heads stopped decaying, and decoding drifted from the full forward); the output comes back in q's dtype.
     """
-    decay = gamma.to(q.dtype)[:, None, None]
-    state = q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]) if initial_state is None else initial_state
+    compute = torch.promote_types(q.dtype, torch.float32)
+    decay = gamma.to(compute)[:, None, None]
+    state = (q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1], dtype=compute) if initial_state is None
+             else initial_state.to(compute))  # fmt: skip
     outputs = []
     for q_n, k_n, v_n in zip(q.unbind(2), k.unbind(2), v.unbind(2), strict=True):
-        state = decay * state + k_n[..., :, None] * v_n[..., None, :]
-        outputs.append((q_n[..., None, :] @ state).squeeze(-2))
+        state = decay * state + k_n[..., :, None].to(compute) * v_n[..., None, :].to(compute)
+        outputs.append((q_n[..., None, :].to(compute) @ state).squeeze(-2).to(q.dtype))
     output = torch.stack(outputs, dim=2)
     return (output, state) if output_final_state else output
 
