@@ -152,8 +152,9 @@ def test_retnet_cast_to_bfloat16_decodes_as_its_full_forward():  # a decay kind 
         half = layer.to(torch.bfloat16)
         full = half(x.bfloat16()).float()
         state: dict = {}
-        steps = [half(x[:, :16].bfloat16(), state=state)]
-        steps += [half(x[:, t : t + 1].bfloat16(), state=state) for t in range(16, 768)]
+        steps = [half(x[:, :16].bfloat16(), state=state), half(x[:, 16:17].bfloat16(), state=state)]
+        steps.append(half(x[:, 17:41].bfloat16(), state=state))  # a chunk after a step: the float32 state enters it
+        steps += [half(x[:, t : t + 1].bfloat16(), state=state) for t in range(41, 768)]
         decoded = torch.cat(steps, dim=1).float()
     late = slice(640, 768)
     full_error = (full[:, late] - reference[:, late]).norm() / reference[:, late].norm()

@@ -53,7 +53,8 @@ def retention_chunkwise(
     carry = carry.expand_as(flat)
     if segment_ids is not None:  # the previous chunk's state only where the document continues
         carry = carry * (last == previous_last)[..., None].to(q.dtype)
-    entering = None if initial_state is None else initial_state.reshape(batch, heads * key_dim * value_dim)
+    # (the one-token recurrence keeps its state in float32: it enters this path's dtype)
+    entering = None if initial_state is None else initial_state.to(flat.dtype).reshape(batch, -1)
     states, _ = linear_scan(carry.contiguous(), flat, entering)  # state after each chunk
     if entering is None:
         before = F.pad(states[:, :-1], (0, 0, 1, 0))
