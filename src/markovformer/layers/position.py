@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
+
+from markovformer.layers.precision import KeepsFloat32
 
 POSITIONS = ("rotary", "sinusoidal", "learned", "none")
 
 
-class RotaryEmbedding(nn.Module):
+class RotaryEmbedding(KeepsFloat32):
     """Rotary position embedding of (..., T, Dh) queries or keys (Dh even), for any T. Rows of rotation come from a
     table of the positions seen (grown by doubling, up to ``TABLE_POSITIONS``), so a decoding step slices one row
     instead of computing it; beyond that length rows are computed on the fly (the same values). The table is shared
@@ -18,6 +20,7 @@ class RotaryEmbedding(nn.Module):
     hold one copy, not one each, so a long decoding's memory stays flat (4 MiB at Dh = 32 in float32)."""
 
     TABLE_POSITIONS = 1 << 15
+    float32_tensors = ("inv_freq",)  # a cast to half precision would bend every angle, more with every position
 
     def __init__(self, head_dim: int, base: float = 10000.0) -> None:
         super().__init__()

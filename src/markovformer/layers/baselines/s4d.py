@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from markovformer.layers.precision import KeepsFloat32
 from markovformer.ops.long_conv import long_conv_fft
 from markovformer.ops.padding import zero_padding
 from markovformer.ops.s4d import s4d_final_state, s4d_kernel, s4d_recurrence, s4d_state_response
@@ -37,11 +38,13 @@ class DecodingTables:
     parts: tuple[Tensor, Tensor, Tensor]
 
 
-class DiagonalSSM(nn.Module):
+class DiagonalSSM(KeepsFloat32):
     """The S4D-Lin state space model over ``channels`` channels (twice as many when non-causal: the second set reads
     backwards), without the D term: ``ssm(u)`` for whole sequences, ``ssm_with_state(u, state)`` for decoding.
     S4D's mixer is one (subclassed, so its parameter names stay as they were); H3 holds one for its key-value
     products."""
+
+    float32_tensors = ("log_dt", "log_a_real", "a_imag", "c")  # poles and steps: bf16 bends the kernel by lag 100
 
     def __init__(
         self, *, channels: int, causal: bool = True, ssm_state_size: int = 64, dt_min: float = 1e-3,

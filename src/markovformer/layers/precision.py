@@ -1,0 +1,42 @@
+"""Tensors that keep float32 through a module's cast to half precision.
+
+``model.to(torch.bfloat16)`` (or ``.half()``) rounds every floating tensor. For most weights that is the point; for
+a few the rounding grows with the position: rotary frequencies (an angle error that grows with the lag: 8 % off at
+positions 3,000-4,000) and the poles and steps of a diagonal state space model (S4D's imaginary parts, up to ~100,
+stored in steps of 0.5: phase errors of radians by lag 100, 17-26 % off). A module lists them in
+``float32_tensors``: they move with the module to any device but keep their values in float32 (or wider) through a
+cast to a narrower floating dtype; the module computes with them in float32 and casts its output.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+
+class KeepsFloat32(nn.Module):
+    """A module whose ``float32_tensors`` (parameter or buffer names) keep their dtype through a half-precision cast;
+    device moves and float64 casts apply to them as to the rest."""
+
+    float32_tensors: ClassVar[tuple[str, ...]] = ()
+
+    def _apply(self, fn, recurse: bool = True):
+        # detached now: a parameter's conversion replaces its .data in place, and the old storage holds the values
+        kept = {name: getattr(self, name).detach() for name in self.float32_tensors}
+        super()._apply(fn, recurse)
+        for name, before in kept.items():
+            after = getattr(self, name)
+            narrowed = after.is_floating_point() and torch.finfo(after.dtype).bits < torch.finfo(before.dtype).bits
+            if not narrowed or before.is_meta or after.is_meta:
+                continue
+            restored = before.to(after.device)
+            if isinstance(after, nn.Parameter):
+                after.data = restored
+            else:
+                setattr(self, name, restored)
+        return self
+
+
+__all__ = ["KeepsFloat32"]

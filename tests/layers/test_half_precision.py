@@ -1,0 +1,77 @@
+"""Layers cast to bf16 (``model.to(torch.bfloat16)``) over long sequences: the quantities whose rounding grows with
+the position (decays' prefix sums, RetNet's decays, rotary frequencies, S4D's poles) stay float32, so what remains
+is rounding, in the full forward and in decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from markovformer.layers.decay_attention import AlibiAttention, ForgettingAttention
+from markovformer.layers.registry import build_attention
+
+
+@pytest.mark.parametrize("layer_class", [AlibiAttention, ForgettingAttention])
+def test_a_layer_cast_to_bfloat16_keeps_its_decay_over_long_sequences(layer_class):
+    """The decay between positions t and j is a difference of prefix sums of log forget gates: in bf16 a prefix near
+    -1024 is stored in steps of 8, so neighbours lost their decay (0.34-0.42 relative error at T = 2,048, growing
+    with the position). The gates and their sums are float32 whatever the layer's dtype: only rounding remains,
+    in the full forward and in decoding from the cache."""
+    torch.manual_seed(1)
+    layer = layer_class(d_model=64, n_heads=4).eval()
+    x = torch.randn(1, 1024, 64)
+    with torch.no_grad():
+        reference = layer(x)
+        half = layer.to(torch.bfloat16)
+        full = half(x.bfloat16()).float()
+        state: dict = {}
+        steps = [half(x[:, :16].bfloat16(), state=state)] + [half(x[:, t : t + 1].bfloat16(), state=state)
+                                                            for t in range(16, 1024)]  # fmt: skip
+        decoded = torch.cat(steps, dim=1).float()
+    late = slice(768, 1024)
+    for output in (full, decoded):
+        error = (output[:, late] - reference[:, late]).norm() / reference[:, late].norm()
+        assert error < 0.02, float(error)
+
+
+def test_retnet_cast_to_bfloat16_decodes_as_its_full_forward():
+    """RetNet's decays γ_h = 1 - 2^(-5-h) lie within 2^-12 of 1: the one-token recurrence held them and its state
+    in bf16, where the slowest four heads' γ is exactly 1, and decoding drifted 0.16 from the full forward by 1,000
+    tokens (a review's measurement). Decay and state are float32 now: decoding is as close as the full forward."""
+    torch.manual_seed(0)
+    layer = build_attention("retnet", d_model=64, n_heads=8, causal=True, rotary=False).eval()
+    x = torch.randn(1, 768, 64)
+    with torch.no_grad():
+        reference = layer(x)
+        half = layer.to(torch.bfloat16)
+        full = half(x.bfloat16()).float()
+        state: dict = {}
+        steps = [half(x[:, :16].bfloat16(), state=state), half(x[:, 16:17].bfloat16(), state=state)]
+        steps.append(half(x[:, 17:41].bfloat16(), state=state))  # a chunk after a step: the float32 state enters it
+        steps += [half(x[:, t : t + 1].bfloat16(), state=state) for t in range(41, 768)]
+        decoded = torch.cat(steps, dim=1).float()
+    late = slice(640, 768)
+    full_error = (full[:, late] - reference[:, late]).norm() / reference[:, late].norm()
+    decoded_error = (decoded[:, late] - reference[:, late]).norm() / reference[:, late].norm()
+    assert full_error < 0.03 and decoded_error < 2 * full_error, (float(full_error), float(decoded_error))
+
+
+@pytest.mark.parametrize("kind", ["softmax", "s4d", "h3"])
+def test_a_layer_cast_to_bfloat16_keeps_its_rotary_frequencies_and_ssm_poles_in_float32(kind):
+    """Rotary frequencies and S4D's poles and steps, rounded to bf16, bend the angles more with every position:
+    0.08 off at positions 3,000-4,000 for rotary softmax, 0.17-0.26 for S4D and H3 (a review's measurements). They
+    keep float32 through the cast (``KeepsFloat32``), and float64 casts still widen them."""
+    torch.manual_seed(0)
+    layer = build_attention(kind, d_model=64, n_heads=4, causal=True, rotary=kind == "softmax").eval()
+    x = torch.randn(1, 2048, 64)
+    with torch.no_grad():
+        reference = layer(x)
+        half = layer.to(torch.bfloat16)
+        output = half(x.bfloat16()).float()
+    kept = [tensor for name, tensor in [*half.named_parameters(), *half.named_buffers()]
+            if name.rsplit(".", 1)[-1] in ("inv_freq", "log_dt", "log_a_real", "a_imag", "c")]  # fmt: skip
+    assert kept and all(tensor.dtype == torch.float32 for tensor in kept)
+    assert all(tensor.dtype == torch.float64 for tensor in half.double().parameters())
+    late = slice(1536, 2048)
+    error = (output[:, late] - reference[:, late]).norm() / reference[:, late].norm()
+    assert error < 0.02, float(error)
