@@ -199,6 +199,8 @@ def test_command_line_options():
         bench_cli.run_bench(parser.parse_args(["bench", "--repeats", "0"]))
     with pytest.raises(ValueError, match="rounds=1.5"):
         BenchSettings(rounds=1.5).resolved()
+    with pytest.raises(ValueError, match="repeats=0"):  # the library's own entry point too, not only the CLI
+        BenchSettings(repeats=0).resolved()
     with pytest.raises(ValueError, match="--scan-lengths"):
         bench_cli.run_bench(parser.parse_args(["bench", "--parts", "scan", "--scan-lengths", "256", "0"]))
     with pytest.raises(SystemExit):

@@ -92,6 +92,7 @@ def test_the_gap_to_the_entropy_rate_is_a_percentage_only_of_a_positive_rate():
 
     assert entropy_rate_gap(1.2, 1.0) == "+0.2000 nats (+20.00%)"
     assert entropy_rate_gap(0.939, -0.9916) == "+1.9306 nats"
+    assert entropy_rate_gap(1.05, 0.05, continuous=True) == "+1.0000 nats"  # not +2000 %: the units' choice
 
 
 def test_lightning_banners_stay_out_of_experiment_output(tmp_path):

@@ -56,11 +56,12 @@ def test_retnet_cast_to_bfloat16_decodes_as_its_full_forward():
     assert full_error < 0.03 and decoded_error < 2 * full_error, (float(full_error), float(decoded_error))
 
 
-@pytest.mark.parametrize("kind", ["softmax", "s4d", "h3"])
+@pytest.mark.parametrize("kind", ["softmax", "s4d", "h3", "hyena"])
 def test_a_layer_cast_to_bfloat16_keeps_its_rotary_frequencies_and_ssm_poles_in_float32(kind):
     """Rotary frequencies and S4D's poles and steps, rounded to bf16, bend the angles more with every position:
-    0.08 off at positions 3,000-4,000 for rotary softmax, 0.17-0.26 for S4D and H3 (a review's measurements). They
-    keep float32 through the cast (``KeepsFloat32``), and float64 casts still widen them."""
+    0.08 off at positions 3,000-4,000 for rotary softmax, 0.17-0.26 for S4D and H3 (a review's measurements); so do
+    Hyena's filter frequencies and decays. They keep float32 through the cast (``KeepsFloat32``), and float64 casts
+    still widen them; S4D's are made float32 under a bf16 default dtype too (transformers' bf16 loading)."""
     torch.manual_seed(0)
     layer = build_attention(kind, d_model=64, n_heads=4, causal=True, rotary=kind == "softmax").eval()
     x = torch.randn(1, 2048, 64)
@@ -68,10 +69,22 @@ def test_a_layer_cast_to_bfloat16_keeps_its_rotary_frequencies_and_ssm_poles_in_
         reference = layer(x)
         half = layer.to(torch.bfloat16)
         output = half(x.bfloat16()).float()
+    names = ("inv_freq", "log_dt", "log_a_real", "a_imag", "c", "angular", "decay")
     kept = [tensor for name, tensor in [*half.named_parameters(), *half.named_buffers()]
-            if name.rsplit(".", 1)[-1] in ("inv_freq", "log_dt", "log_a_real", "a_imag", "c")]  # fmt: skip
+            if name.rsplit(".", 1)[-1] in names]  # fmt: skip
     assert kept and all(tensor.dtype == torch.float32 for tensor in kept)
     assert all(tensor.dtype == torch.float64 for tensor in half.double().parameters())
     late = slice(1536, 2048)
     error = (output[:, late] - reference[:, late]).norm() / reference[:, late].norm()
     assert error < 0.02, float(error)
+
+
+def test_s4ds_poles_and_steps_are_made_float32_under_a_half_precision_default_dtype():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        layer = build_attention("s4d", d_model=16, n_heads=2, causal=True, rotary=False)
+    finally:
+        torch.set_default_dtype(previous)
+    assert {name: p.dtype for name, p in layer.named_parameters() if name in ("log_dt", "log_a_real")} == {
+        "log_dt": torch.float32, "log_a_real": torch.float32}

@@ -226,7 +226,9 @@ try:
     else:
         from tokenizers import Tokenizer
         record = json.load(open(f"{tokenizer_dir}/tokenizer.json"))
-        ids = Tokenizer.from_str(json.dumps(record["tokenizer"])).encode(data).ids
+        tokenizer = Tokenizer.from_str(json.dumps(record["tokenizer"]))
+        tokenizer.encode_special_tokens = True  # as the library encodes: "<eod>" in the text is text
+        ids = tokenizer.encode(data).ids
     array = np.array(ids, dtype=np.uint16)
     array.tofile(out)
     tokens = len(array)

@@ -125,6 +125,9 @@ class BenchSettings:
             raise ValueError(f"bench decode_kinds: {unknown[0]!r} is not one of {decode_kinds}")
         if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
             raise ValueError(f"bench rounds={self.rounds!r}: must be a positive integer")
+        if self.repeats is not None and (isinstance(self.repeats, bool) or not isinstance(self.repeats, int)
+                                         or self.repeats < 1):  # 0 is the longest part's own cases', not a setting
+            raise ValueError(f"bench repeats={self.repeats!r}: must be a positive integer (timed runs after a warm-up)")
         available = status_mib("MemAvailable", "/proc/meminfo") or 8192.0
         return dataclasses.replace(
             self,

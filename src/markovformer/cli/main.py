@@ -186,7 +186,7 @@ def run_eval(args: argparse.Namespace) -> None:
     if "entropy_rate" in results and "loss" in results["metrics"]:
         from markovformer.training.run_report import entropy_rate_gap  # deferred: see the module docstring
 
-        gap = entropy_rate_gap(results["metrics"]["loss"], results["entropy_rate"])
+        gap = entropy_rate_gap(results["metrics"]["loss"], results["entropy_rate"], results["continuous_source"])
         truth = f"; the true chain scores {results['true_chain_loss']:.4f}" if "true_chain_loss" in results else ""
         print(f"  vs entropy rate {results['entropy_rate']:.4f}: {gap}{truth}")
 

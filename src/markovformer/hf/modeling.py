@@ -243,8 +243,9 @@ class _ReportingWrapper(_Wrapper):
     hidden states and attentions on request, as ``transformers`` models do.
 
     ``output_hidden_states``: a tuple of n_layers + 1 tensors (B, T, D): the blocks' input (embeddings, positions
-    added, a sequence classifier's [CLS] vector first), each block's output but the last, and the last hidden state
-    (the last block's output after the final LayerNorm), as in ``transformers``' decoders.
+    added, a sequence classifier's [CLS] vector before each row's first real token), each block's output but the
+    last, and the last hidden state (the last block's output after the final LayerNorm), as in ``transformers``'
+    decoders.
     ``output_attentions``: one tensor (B, H, T, T) per layer, the attention probabilities, computed by the
     kind's reference path whatever ``backend`` (flex, banded, ...) the config names, so exact but O(T²) in memory:
     softmax, Markov (its lag biases and gates included), hybrid, decay and random-feature attention give them; the

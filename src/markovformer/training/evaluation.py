@@ -13,7 +13,7 @@ from markovformer.data.recipes.locations import prepared_candidates
 from markovformer.training.batches import RankShare
 from markovformer.training.build import build_data, build_run_task
 from markovformer.training.run_dir import check_same_tokenizer, load_run
-from markovformer.training.run_report import document_log_likelihood
+from markovformer.training.run_report import continuous_source, document_log_likelihood
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
 
@@ -35,6 +35,7 @@ def reference_results(reference: dict, split: str) -> dict:
         results["exact_log_likelihood_per_token"] = exact
     if "entropy_rate" in reference:
         results["entropy_rate"] = reference["entropy_rate"]
+        results["continuous_source"] = continuous_source(reference)  # a differential rate: no percentage of it
         if f"oracle_{split}_loss" in reference:
             results["true_chain_loss"] = reference[f"oracle_{split}_loss"]
     return results

@@ -32,7 +32,7 @@ from markovformer.plots import (
 from markovformer.training.build import build_data
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.run_dir import RESOLVED_CONFIG, load_run
-from markovformer.training.run_report import document_log_likelihood, entropy_rate_gap
+from markovformer.training.run_report import continuous_source, document_log_likelihood, entropy_rate_gap
 from markovformer.training.tasks import TASKS, GenerationRequest, build_task, model_inputs
 
 EXAMPLE_LENGTH = 48  # positions shown in the gate and attention figures: long enough to see lags, short to read
@@ -106,7 +106,8 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
     if "entropy_rate" in reference:
         summary[f"entropy rate ({unit}): the lowest loss any model can reach"] = reference["entropy_rate"]
         if "loss" in val:
-            summary["gap to the entropy rate"] = entropy_rate_gap(val["loss"], reference["entropy_rate"])
+            summary["gap to the entropy rate"] = entropy_rate_gap(val["loss"], reference["entropy_rate"],
+                                                                  continuous_source(reference))  # fmt: skip
     if "oracle_val_loss" in reference:
         summary[f"true chain's loss on the validation sequences ({unit})"] = reference["oracle_val_loss"]
     if "unigram_entropy" in reference:

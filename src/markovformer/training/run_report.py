@@ -78,12 +78,19 @@ def markov_layers(model: torch.nn.Module) -> list[int]:
     return [index for index, block in enumerate(blocks) for module in block.modules() if isinstance(module, MarkovBias)]
 
 
-def entropy_rate_gap(loss: float, entropy_rate: float) -> str:
-    """How far ``loss`` lies above the entropy rate, in nats and, when the rate is positive (a discrete source's),
-    as a percentage of it; a continuous source's differential entropy rate may be negative, where a ratio would
-    flip its sign."""
+def continuous_source(reference: dict) -> bool:
+    """Whether the data's reference values are a continuous source's (a state-space source's, per step: its
+    entropy rate is differential, of any sign and scale) rather than a discrete one's (entropies of symbols)."""
+    return any(key.endswith("_per_step") for key in reference)
+
+
+def entropy_rate_gap(loss: float, entropy_rate: float, continuous: bool = False) -> str:
+    """How far ``loss`` lies above the entropy rate, in nats and, for a discrete source, as a percentage of it: a
+    continuous source's differential rate depends on the observations' units and may be 0 or negative, where a
+    ratio says nothing or flips its sign (a loss 1.93 nats above -0.99 read -194.69 %)."""
     gap = loss - entropy_rate
-    return f"{gap:+.4f} nats" + (f" ({100 * gap / entropy_rate:+.2f}%)" if entropy_rate > 0 else "")
+    percent = not continuous and entropy_rate > 0
+    return f"{gap:+.4f} nats" + (f" ({100 * gap / entropy_rate:+.2f}%)" if percent else "")
 
 
 def document_log_likelihood(reference: dict, split: str) -> float | None:

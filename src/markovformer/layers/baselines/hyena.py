@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.layers.kv_cache import KeyValueCache, after_carried_inputs
+from markovformer.layers.precision import KeepsFloat32
 from markovformer.ops.long_conv import long_conv_fft, long_conv_naive
 from markovformer.ops.padding import zero_padding
 
@@ -59,9 +60,11 @@ class SineMLP(nn.Module):
         return x
 
 
-class ImplicitFilter(nn.Module):
+class ImplicitFilter(KeepsFloat32):
     """``filters`` filters of ``channels`` channels, h_l = window_l ⊙ SineMLP(pos(l)) for lags l = 0..T-1:
     (T, filters · channels). Every filter spans the same windows, from short (channel 0) to long."""
+
+    float32_tensors = ("angular", "decay")  # multiplied by the lag: bf16 bends the filter more with every lag
 
     def __init__(self, channels: int, filters: int = 1, num_bands: int = 8, hidden: int = 64, depth: int = 3):
         super().__init__()
