@@ -102,9 +102,15 @@ def _pairs_view_as_complex(x: Tensor) -> bool:
 
 def sinusoidal_positions(seq_len: int, d_model: int, device: torch.device | None = None, start: int = 0) -> Tensor:
     """The Transformer's fixed sinusoidal table for positions start..start+T-1, (T, D)."""
-    positions = torch.arange(start, start + seq_len, device=device, dtype=torch.float32)[:, None]
-    div = torch.exp(torch.arange(0, d_model, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-    table = torch.zeros(seq_len, d_model, device=device)
-    table[:, 0::2] = torch.sin(positions * div)
-    table[:, 1::2] = torch.cos(positions * div)[:, : d_model // 2]
+    return sinusoidal_at(torch.arange(start, start + seq_len, device=device), d_model)
+
+
+def sinusoidal_at(positions: Tensor, d_model: int) -> Tensor:
+    """The Transformer's sinusoidal vectors of integer ``positions`` (any shape) -> (..., D), float32: computed for
+    those positions (per row under padding, a decoding step's one), not cut from a table up to the largest."""
+    angles = positions.to(torch.float32)[..., None] * torch.exp(
+        torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = angles.new_zeros(*positions.shape, d_model)
+    table[..., 0::2] = torch.sin(angles)
+    table[..., 1::2] = torch.cos(angles)[..., : d_model // 2]
     return table

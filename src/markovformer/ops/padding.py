@@ -13,13 +13,17 @@ import torch
 from torch import Tensor
 
 
+def is_right_padded(attention_mask: Tensor) -> bool:
+    """Whether every row of a (B, T) mask is ones then zeros (right padding, or none)."""
+    real = attention_mask.bool()
+    return bool((real[:, 1:] <= real[:, :-1]).all())
+
+
 def right_padded_lengths(attention_mask: Tensor, who: str) -> Tensor:
     """Lengths (B,) of a right-padded (B, T) mask (ones then zeros in every row); ValueError naming ``who`` else."""
-    lengths = attention_mask.long().sum(-1)
-    prefix = torch.arange(attention_mask.shape[-1], device=attention_mask.device)[None] < lengths[:, None]
-    if not torch.equal(attention_mask.bool(), prefix):
+    if not is_right_padded(attention_mask):
         raise ValueError(f"{who} needs a right-padded attention_mask (ones then zeros in every row)")
-    return lengths
+    return attention_mask.long().sum(-1)
 
 
 def real_runs(attention_mask: Tensor, who: str) -> tuple[Tensor, Tensor]:

@@ -13,7 +13,7 @@ from markovformer.layers.block import PreLNBlock
 from markovformer.layers.ffn import build_ffn
 from markovformer.layers.gru import build_injection
 from markovformer.layers.markov_bias import MarkovBias
-from markovformer.layers.position import sinusoidal_positions
+from markovformer.layers.position import sinusoidal_at, sinusoidal_positions
 from markovformer.layers.registry import LayerSpec, build_layer
 from markovformer.models.generation import GenerationMixin
 from markovformer.models.inputs import check_not_empty, check_token_ids
@@ -21,7 +21,7 @@ from markovformer.models.markovian_transformer.config import MarkovianTransforme
 from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.ops.losses import check_labels, token_cross_entropy
-from markovformer.ops.padding import check_attention_mask, real_token_positions, right_padded_lengths
+from markovformer.ops.padding import check_attention_mask, is_right_padded, real_token_positions, right_padded_lengths
 from markovformer.ops.segments import Segments, document_starts
 
 
@@ -110,10 +110,10 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
 
     def embed_inputs(
         self, input_ids: Tensor | None = None, input_features: Tensor | None = None, start: int = 0,
-        position_ids: Tensor | None = None,
+        position_ids: Tensor | None = None, below_end: bool = False,
     ) -> Tensor:  # fmt: skip
         """Token ids (B, T) or feature frames (B, T, input_dim) at positions start.. (or ``position_ids`` (B, T))
-        -> (B, T, D), with additive positions if any."""
+        -> (B, T, D), with additive positions if any (``add_positions``)."""
         config = self.config
         if config.vocab_size is not None:
             if input_ids is None or input_features is not None:
@@ -131,24 +131,25 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             if not torch.isfinite(input_features).all():
                 raise ValueError("input_features contain NaN or infinite values")
             hidden = self.embed(input_features.to(self.embed.weight.dtype))
-        return self.add_positions(hidden, start, position_ids)
+        return self.add_positions(hidden, start, position_ids, below_end)
 
-    def add_positions(self, hidden: Tensor, start: int = 0, position_ids: Tensor | None = None) -> Tensor:
+    def add_positions(self, hidden: Tensor, start: int = 0, position_ids: Tensor | None = None,
+                      below_end: bool = False) -> Tensor:  # fmt: skip
         """Additive positions (sinusoidal or learned; rotary acts inside attention) of hidden (B, T, D) at
-        positions start..start+T-1, or at ``position_ids`` (B, T) (packed documents: restarting at each one)."""
+        positions start..start+T-1, or at ``position_ids`` (B, T) (packed documents: restarting at each one; a
+        padded batch's, ``below_end`` when they are known to lie below start + T: no need to read them to check
+        learned positions' bound, a host-device synchronisation per decoding step)."""
         end = start + hidden.shape[1]
         if position_ids is not None and self.config.position in ("sinusoidal", "learned"):
             if tuple(position_ids.shape) != tuple(hidden.shape[:2]):
                 raise ValueError(f"position_ids must be (B, T) = {tuple(hidden.shape[:2])}; "
                                  f"got {tuple(position_ids.shape)}")  # fmt: skip
-            if self.config.position == "learned":
-                if int(position_ids.max()) >= self.config.max_positions:
-                    raise ValueError(f"position_ids reach {int(position_ids.max())} but max_positions="
-                                     f"{self.config.max_positions}")  # fmt: skip
-                return hidden + self.position_embedding(position_ids)
-            last = int(position_ids.max()) + 1
-            table = sinusoidal_positions(last, self.config.d_model, hidden.device).to(hidden.dtype)
-            return hidden + table[position_ids]
+            if self.config.position == "sinusoidal":
+                return hidden + sinusoidal_at(position_ids, self.config.d_model).to(hidden.dtype)
+            reach = end - 1 if below_end else int(position_ids.max())
+            if reach >= self.config.max_positions:
+                raise ValueError(f"position_ids reach {reach} but max_positions={self.config.max_positions}")
+            return hidden + self.position_embedding(position_ids)
         if self.config.position == "sinusoidal":
             table = sinusoidal_positions(hidden.shape[1], self.config.d_model, hidden.device, start=start)
             hidden = hidden + table.to(hidden.dtype)
@@ -169,10 +170,13 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         counting = state is not None and "real_tokens" in state
         if self.config.position == "none" or (attention_mask is None and not counting):
             return None
-        if attention_mask is None:
-            attention_mask = torch.ones(shape, dtype=torch.long, device=state["real_tokens"].device)
-        check_attention_mask(attention_mask, shape)
-        if not counting and bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all()):  # right-padded rows
+        if attention_mask is None:  # a counting state's inputs, all real (a decoding step): nothing to read back
+            seen = state["real_tokens"]
+            state["real_tokens"] = seen + shape[1]
+            return seen[:, None] + torch.arange(shape[1], device=seen.device)
+        if tuple(attention_mask.shape) != tuple(shape):  # (its values are checked with the blocks' mask)
+            raise ValueError(f"attention_mask must be (B, T) = {tuple(shape)}; got {tuple(attention_mask.shape)}")
+        if not counting and is_right_padded(attention_mask):
             return None
         if state is None:
             return real_token_positions(attention_mask)
@@ -246,7 +250,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             if position_ids is None and inputs is not None:
                 positions = self.positions(inputs.shape[:2], attention_mask)
             hidden = self.embed_inputs(input_ids, input_features, position_ids=position_ids if positions is None
-                                       else positions)  # fmt: skip
+                                       else positions, below_end=positions is not None)  # fmt: skip
             return self.encode(hidden, attention_mask, return_gates, return_weights, position_ids=position_ids,
                                positions=positions)  # fmt: skip
         if position_ids is not None:
@@ -257,7 +261,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         start = state.get("length", 0)
         layer_states = state.setdefault("layers", [{} for _ in self.blocks])
         positions = None if inputs is None else self.positions(inputs.shape[:2], attention_mask, state)
-        hidden = self.embed_inputs(input_ids, input_features, start=start, position_ids=positions)
+        hidden = self.embed_inputs(input_ids, input_features, start=start, position_ids=positions, below_end=True)
         output = self.encode(hidden, attention_mask, return_gates, return_weights, layer_states, positions=positions)
         state["length"] = start + hidden.shape[1]
         output.state = state
@@ -327,7 +331,7 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
     ):  # fmt: skip
         inputs = input_ids if input_ids is not None else input_features
         positions = None if inputs is None else self.model.positions(inputs.shape[:2], attention_mask)
-        hidden = self.model.embed_inputs(input_ids, input_features, position_ids=positions)
+        hidden = self.model.embed_inputs(input_ids, input_features, position_ids=positions, below_end=True)
         batch, seq_len = hidden.shape[:2]
         mask = attention_mask if attention_mask is not None else hidden.new_ones(batch, seq_len)
         if self.cls is not None:
