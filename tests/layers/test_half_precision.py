@@ -11,6 +11,25 @@ from markovformer.layers.decay_attention import AlibiAttention, ForgettingAttent
 from markovformer.layers.registry import build_attention
 
 
+def _in_bfloat16(layer, x, pieces: list[int]):
+    """The float32 layer's output of x, then the layer cast to bf16: its full forward, and its decoding of x in
+    pieces of those lengths through one state, both as float32."""
+    with torch.no_grad():
+        reference = layer(x)
+        half = layer.to(torch.bfloat16)
+        full = half(x.bfloat16()).float()
+        state: dict = {}
+        starts = [sum(pieces[:index]) for index in range(len(pieces))]
+        decoded = torch.cat([half(x[:, start : start + size].bfloat16(), state=state)
+                             for start, size in zip(starts, pieces, strict=True)], dim=1).float()  # fmt: skip
+    return reference, full, decoded
+
+
+def _error(output, reference, positions: slice) -> float:
+    """The relative error of output at those positions."""
+    return float((output[:, positions] - reference[:, positions]).norm() / reference[:, positions].norm())
+
+
 @pytest.mark.parametrize("layer_class", [AlibiAttention, ForgettingAttention])
 def test_a_layer_cast_to_bfloat16_keeps_its_decay_over_long_sequences(layer_class):
     """The decay between positions t and j is a difference of prefix sums of log forget gates: in bf16 a prefix near
@@ -18,20 +37,10 @@ def test_a_layer_cast_to_bfloat16_keeps_its_decay_over_long_sequences(layer_clas
     with the position). The gates and their sums are float32 whatever the layer's dtype: only rounding remains,
     in the full forward and in decoding from the cache."""
     torch.manual_seed(1)
-    layer = layer_class(d_model=64, n_heads=4).eval()
-    x = torch.randn(1, 1024, 64)
-    with torch.no_grad():
-        reference = layer(x)
-        half = layer.to(torch.bfloat16)
-        full = half(x.bfloat16()).float()
-        state: dict = {}
-        steps = [half(x[:, :16].bfloat16(), state=state)] + [half(x[:, t : t + 1].bfloat16(), state=state)
-                                                            for t in range(16, 1024)]  # fmt: skip
-        decoded = torch.cat(steps, dim=1).float()
-    late = slice(768, 1024)
+    reference, full, decoded = _in_bfloat16(layer_class(d_model=64, n_heads=4).eval(), torch.randn(1, 1024, 64),
+                                            [16] + [1] * 1008)  # fmt: skip
     for output in (full, decoded):
-        error = (output[:, late] - reference[:, late]).norm() / reference[:, late].norm()
-        assert error < 0.02, float(error)
+        assert _error(output, reference, slice(768, 1024)) < 0.02
 
 
 def test_retnet_cast_to_bfloat16_decodes_as_its_full_forward():
@@ -40,20 +49,10 @@ def test_retnet_cast_to_bfloat16_decodes_as_its_full_forward():
     tokens (a review's measurement). Decay and state are float32 now: decoding is as close as the full forward."""
     torch.manual_seed(0)
     layer = build_attention("retnet", d_model=64, n_heads=8, causal=True, rotary=False).eval()
-    x = torch.randn(1, 768, 64)
-    with torch.no_grad():
-        reference = layer(x)
-        half = layer.to(torch.bfloat16)
-        full = half(x.bfloat16()).float()
-        state: dict = {}
-        steps = [half(x[:, :16].bfloat16(), state=state), half(x[:, 16:17].bfloat16(), state=state)]
-        steps.append(half(x[:, 17:41].bfloat16(), state=state))  # a chunk after a step: the float32 state enters it
-        steps += [half(x[:, t : t + 1].bfloat16(), state=state) for t in range(41, 768)]
-        decoded = torch.cat(steps, dim=1).float()
-    late = slice(640, 768)
-    full_error = (full[:, late] - reference[:, late]).norm() / reference[:, late].norm()
-    decoded_error = (decoded[:, late] - reference[:, late]).norm() / reference[:, late].norm()
-    assert full_error < 0.03 and decoded_error < 2 * full_error, (float(full_error), float(decoded_error))
+    # a chunk of 24 after a step: the float32 state enters the chunkwise path
+    reference, full, decoded = _in_bfloat16(layer, torch.randn(1, 768, 64), [16, 1, 24] + [1] * 727)
+    full_error, decoded_error = (_error(output, reference, slice(640, 768)) for output in (full, decoded))
+    assert full_error < 0.03 and decoded_error < 2 * full_error, (full_error, decoded_error)
 
 
 @pytest.mark.parametrize("kind", ["softmax", "s4d", "h3", "hyena"])
