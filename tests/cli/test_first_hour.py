@@ -149,7 +149,7 @@ def test_the_inspection_page_states_config_model_time_units_and_references(chain
                      "x_(t+1) depends on x_t, x_(t\u22121)", "(config.yaml)</summary>", "max_order: 2",
                      'src="attention_by_lag.png"', 'src="curves.png"'):  # fmt: skip
         assert expected in page, expected
-    gap = re.search(r"gap to the entropy rate</td><td>([+-]\d\.\d{4}) nats/token", page)
+    gap = re.search(r"gap to the entropy rate</td><td>([+-]\d\.\d{4}) nats \(", page)
     metrics = __import__("json").loads((run_dir / "metrics.json").read_text())
     assert float(gap.group(1)) == pytest.approx(metrics["val"]["loss"] - metrics["reference"]["entropy_rate"],
                                                 abs=1e-4)  # fmt: skip
