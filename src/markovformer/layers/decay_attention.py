@@ -24,6 +24,7 @@ from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
 from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option
 from markovformer.ops.forgetting_attention import forgetting_attention, forgetting_attention_naive
+from markovformer.ops.precision import compute_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +130,7 @@ class DecayCore(nn.Module):
         """(B, T, D) layer input -> (B, H, T) log forget gates (<= 0), in at least float32: their prefix sums are
         differenced (c_t - c_j), which half precision cannot hold (bf16 stores -1024 in steps of 8, so the decay
         between neighbours read 0)."""
-        dtype = torch.promote_types(x.dtype, torch.float32)
+        dtype = compute_dtype(x)
         if self.forget_gate is None:
             return (-self.slopes.to(dtype))[None, :, None].expand(x.shape[0], heads, x.shape[1])
         return F.logsigmoid(self.forget_gate(x).to(dtype)).transpose(1, 2)

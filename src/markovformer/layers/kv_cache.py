@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from markovformer.ops.cached_attention import cached_attention, newest_query_attention
+from markovformer.ops.precision import compute_dtype
 
 
 class SeenKeys(NamedTuple):
@@ -65,8 +66,8 @@ class KeyValueCache:
         self.keys = keys.new_zeros(batch, heads, capacity, head_dim)
         self.values = torch.zeros_like(self.keys)
         self.real = torch.zeros(batch, capacity, dtype=torch.bool, device=keys.device)
-        decay_dtype = torch.promote_types(keys.dtype, torch.float32)  # rebased every step: half precision drifts
-        self.log_decay = keys.new_zeros(batch, heads, capacity, dtype=decay_dtype) if with_decay else None
+        # rebased every step: half precision would drift
+        self.log_decay = keys.new_zeros(batch, heads, capacity, dtype=compute_dtype(keys)) if with_decay else None
         if old[0] is not None:
             used = old[0].shape[2]
             self.keys[:, :, :used], self.values[:, :, :used] = old[0], old[1]

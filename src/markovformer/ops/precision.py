@@ -30,4 +30,9 @@ def autocast_off(function: F) -> F:
     return guarded  # type: ignore[return-value]
 
 
-__all__ = ["autocast_off"]
+def compute_dtype(tensor: Tensor) -> torch.dtype:
+    """The dtype to accumulate ``tensor``'s values in: half precision is raised to float32, float32/float64 kept."""
+    return torch.promote_types(tensor.dtype, torch.float32)
+
+
+__all__ = ["autocast_off", "compute_dtype"]

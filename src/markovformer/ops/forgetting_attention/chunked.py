@@ -18,6 +18,7 @@ from torch import Tensor
 
 from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
+from markovformer.ops.precision import compute_dtype
 from markovformer.ops.query_chunks import query_chunks, recomputed
 
 DEFAULT_CHUNK = 64  # queries per chunk
@@ -51,7 +52,7 @@ def forgetting_attention_chunked(
     """(B, H, T, Dv); arguments as ``forgetting_attention``. ``chunk_size``: queries per chunk. ``segment_ids``:
     packed documents, masked per chunk (the chunk's (R, S) block, no (T, T) tensor)."""
     seq_len = q.shape[-2]
-    prefix = log_forget.to(torch.promote_types(log_forget.dtype, torch.float32)).cumsum(-1)  # differenced below
+    prefix = log_forget.to(compute_dtype(log_forget)).cumsum(-1)  # differenced below: float32 at least
     positions = torch.arange(seq_len, device=q.device)
     key_real = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
     outputs = []

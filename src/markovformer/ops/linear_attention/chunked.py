@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from markovformer.ops.linear_attention.naive import compute_dtype, key_mask, normalise
+from markovformer.ops.linear_attention.naive import key_mask, normalise
+from markovformer.ops.precision import compute_dtype
 from markovformer.ops.scan import linear_scan
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from markovformer.ops.precision import compute_dtype
 from markovformer.ops.segments import same_segment
 
 NORMALISERS = ("positive", "signed")
@@ -18,11 +19,6 @@ NORMALISERS = ("positive", "signed")
 # mass" (row -> 0) only below the dtype's smallest normal number: FAVOR+ sums have no fixed scale, so any larger
 # threshold would silently zero real rows of small sums.
 DENOMINATOR_EPS = 1e-12
-
-
-def compute_dtype(tensor: Tensor) -> torch.dtype:
-    """Half-precision inputs are accumulated in float32; float32/float64 are kept."""
-    return torch.promote_types(tensor.dtype, torch.float32)
 
 
 def normalise(numerator: Tensor, denominator: Tensor, has_key: Tensor, normaliser: str) -> Tensor:

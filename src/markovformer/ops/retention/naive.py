@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from markovformer.ops.precision import compute_dtype
 from markovformer.ops.segments import same_segment
 
 
@@ -49,7 +50,7 @@ def retention_recurrent(
     are at least float32 whatever q's dtype: γ_h = 1 - 2^(-5-h) lies within 2^-12 of 1, which bf16 rounds to 1 (the
     heads stopped decaying, and decoding drifted from the full forward); the output comes back in q's dtype.
     """
-    compute = torch.promote_types(q.dtype, torch.float32)
+    compute = compute_dtype(q)
     decay = gamma.to(compute)[:, None, None]
     state = (q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1], dtype=compute) if initial_state is None
              else initial_state.to(compute))  # fmt: skip
