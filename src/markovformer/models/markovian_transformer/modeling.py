@@ -196,7 +196,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
     ) -> MarkovianTransformerOutput:
         """Run the blocks over embedded inputs (B, T, D), each with its decoding state when given. ``position_ids``
         (B, T): packed documents, positions restarting at 0 at each; no layer lets a token see another document.
-        ``positions`` (B, T): the rotary positions of a padded batch (``positions``)."""
+        ``positions`` (B, T): the rotary positions of a padded batch (from ``positions()``)."""
         if attention_mask is not None:
             check_attention_mask(attention_mask, hidden.shape[:2])
         segments = None
@@ -353,7 +353,6 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
             check_labels(labels, self.config.num_labels)
             output.loss = F.cross_entropy(_for_loss(output.logits), labels)
         return output
-
 
     def _with_cls(self, hidden: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """hidden (B, T, D) and mask (B, T) with the [CLS] vector inserted before each row's first real token
