@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from markovformer.ops.precision import compute_dtype
+
 IGNORE_INDEX = -100  # labels that take no part in the loss (Hugging Face's convention)
 
 
@@ -29,7 +31,7 @@ def token_cross_entropy(logits: Tensor, labels: Tensor, label_smoothing: float =
     """
     check_labels(labels, logits.shape[-1])
     logits = logits.reshape(-1, logits.shape[-1])
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    logits = logits.to(compute_dtype(logits))
     labels = labels.reshape(-1).long()
     total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum",
                             label_smoothing=label_smoothing)  # fmt: skip

@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from markovformer.ops.precision import compute_dtype
+
 
 def masked_softmax(scores: Tensor, allowed: Tensor) -> Tensor:
     """Softmax of ``scores`` along the last axis over entries where ``allowed`` is True.
@@ -17,8 +19,7 @@ def masked_softmax(scores: Tensor, allowed: Tensor) -> Tensor:
     # The dtype's most negative finite value, not -inf: exp underflows to exactly 0 beside any allowed entry, and
     # a row with nothing allowed stays finite (uniform) until it is zeroed below.
     scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    compute_dtype = torch.promote_types(scores.dtype, torch.float32)
-    weights = torch.softmax(scores, dim=-1, dtype=compute_dtype)
+    weights = torch.softmax(scores, dim=-1, dtype=compute_dtype(scores))
     weights = weights * allowed.any(dim=-1, keepdim=True)
     return weights.to(scores.dtype)
 

@@ -30,9 +30,11 @@ def autocast_off(function: F) -> F:
     return guarded  # type: ignore[return-value]
 
 
-def compute_dtype(tensor: Tensor) -> torch.dtype:
-    """The dtype to accumulate ``tensor``'s values in: half precision is raised to float32, float32/float64 kept."""
-    return torch.promote_types(tensor.dtype, torch.float32)
+def compute_dtype(values: Tensor | torch.dtype) -> torch.dtype:
+    """The dtype to accumulate ``values`` (a tensor or a dtype) in: half precision is raised to float32,
+    float32/float64 kept."""
+    dtype = values.dtype if isinstance(values, Tensor) else values
+    return torch.promote_types(dtype, torch.float32)
 
 
 __all__ = ["autocast_off", "compute_dtype"]

@@ -30,6 +30,7 @@ from markovformer.layers.kv_cache import after_carried_inputs
 from markovformer.layers.options import check_fields, interval, option
 from markovformer.ops.long_conv import long_conv_fft
 from markovformer.ops.padding import zero_padding
+from markovformer.ops.precision import compute_dtype
 
 # a decoding call of at most this many tokens runs the causal shift filter as a sum over its windows (B, T, taps, D),
 # not by FFT: a one-token step at d = 256, 64 taps is 15x (batch 1) to 50x (batch 16) faster so; longer chunks,
@@ -91,7 +92,7 @@ class H3Mixer(nn.Module):
         taps = self.shift_taps
         extended = after_carried_inputs(k, state, "keys", taps - 1)
         if state is not None and k.shape[1] <= DIRECT_SHIFT_MAX_LENGTH:  # (a decoding layer is causal)
-            compute = torch.promote_types(k.dtype, torch.float32)  # as the FFT's
+            compute = compute_dtype(k)  # as the FFT's
             windows = extended.unfold(1, taps, 1).transpose(2, 3)  # (B, T, taps, D): the keys at lags taps-1 .. 0
             shifted = (windows.to(compute) * self.shift_past.flip(0).to(compute)).sum(2).to(k.dtype)
             return shifted + self.shift_skip.to(k.dtype) * k

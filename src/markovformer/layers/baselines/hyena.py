@@ -32,6 +32,7 @@ from markovformer.layers.kv_cache import KeyValueCache, after_carried_inputs
 from markovformer.layers.precision import KeepsFloat32
 from markovformer.ops.long_conv import long_conv_fft, long_conv_naive
 from markovformer.ops.padding import zero_padding
+from markovformer.ops.precision import compute_dtype
 
 CONVOLUTIONS = ("fft", "direct")
 
@@ -143,7 +144,7 @@ class HyenaMixer(nn.Module):
         seen, count = cache.length, z.shape[1]
         reversed_filters = self._reversed_filters(cache, seen + count)
         end = reversed_filters.shape[0]  # row end - 1 - l holds lag l
-        compute = torch.promote_types(z.dtype, torch.float32)  # as the FFT's
+        compute = compute_dtype(z)  # as the FFT's
         before = cache.visible()[:2] if seen else (None, None)
         inputs = []
         for n, gate in enumerate(gates):

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from markovformer.layers.precision import KeepsFloat32
 from markovformer.ops.long_conv import long_conv_fft
 from markovformer.ops.padding import zero_padding
+from markovformer.ops.precision import compute_dtype
 from markovformer.ops.s4d import s4d_final_state, s4d_kernel, s4d_recurrence, s4d_state_response
 
 S4D_MODES = ("convolution", "recurrent")
@@ -66,7 +67,7 @@ class DiagonalSSM(KeepsFloat32):
 
     def discretised(self) -> tuple[Tensor, Tensor, Tensor]:
         """(Δ·A, Ā, C·B̄), each complex (channels, N/2); zero-order hold, in float32 at least (no complex half)."""
-        compute = torch.promote_types(self.log_dt.dtype, torch.float32)
+        compute = compute_dtype(self.log_dt)
         a = torch.complex(-torch.exp(self.log_a_real.to(compute)), self.a_imag.to(compute))
         dt_a = a * torch.exp(self.log_dt.to(compute))[:, None]
         a_bar = torch.exp(dt_a)
@@ -98,7 +99,7 @@ class DiagonalSSM(KeepsFloat32):
         channels per SSM channel) from the state ``state["ssm"]`` (zero when absent), leaving the state after the
         last input there."""
         dt_a, a_bar, c_b = self._decoding_tables(state, repeat)
-        compute = torch.promote_types(u.dtype, torch.float32)
+        compute = compute_dtype(u)
         initial = state.get("ssm")
         if u.shape[1] == 1 or self.mode == "recurrent":
             y, state["ssm"] = s4d_recurrence(u.to(compute), a_bar, c_b, initial, output_final_state=True)
@@ -118,7 +119,7 @@ class DiagonalSSM(KeepsFloat32):
             kernel = kernel if repeat == 1 else kernel.repeat_interleave(repeat, dim=1)
             return long_conv_fft(u, kernel[:, :c], None if self.causal else kernel[:, c:])
         _, a_bar, c_b = self.discretised_for(repeat)
-        compute = torch.promote_types(u.dtype, torch.float32)
+        compute = compute_dtype(u)
         y = s4d_recurrence(u.to(compute), a_bar[:c], c_b[:c])
         if not self.causal:  # future lags l >= 1: the backward recurrence over the reversed input, one step later
             backward = s4d_recurrence(u.to(compute).flip(1), a_bar[c:], c_b[c:]).flip(1)

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from markovformer.models.markov_translator.masks import decoder_self_allowed, key_padding_allowed
+from markovformer.ops.precision import compute_dtype
 
 if TYPE_CHECKING:
     from markovformer.models.markov_translator.modeling import MarkovTranslatorForConditionalGeneration
@@ -107,7 +108,7 @@ def decode_step(model: MarkovTranslatorForConditionalGeneration, tokens: Tensor,
 
 def _log_probs(logits: Tensor, pad_token_id: int) -> Tensor:
     """Next-token log-probabilities (N, V) in at least float32, padding excluded (-inf)."""
-    log_probs = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+    log_probs = torch.log_softmax(logits.to(compute_dtype(logits)), dim=-1)
     log_probs[:, pad_token_id] = float("-inf")
     return log_probs
 

@@ -22,12 +22,13 @@ from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel
 from markovformer.ops.losses import check_labels, token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, is_right_padded, real_token_positions, right_padded_lengths
+from markovformer.ops.precision import compute_dtype
 from markovformer.ops.segments import Segments, document_starts
 
 
 def _for_loss(logits: Tensor) -> Tensor:
     """Losses in at least float32: half-precision logits are upcast, float64 ones kept."""
-    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return logits.to(compute_dtype(logits))
 
 
 @dataclass

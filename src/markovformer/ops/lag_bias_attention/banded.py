@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from markovformer.ops.lags import lag_matrix, visible
-from markovformer.ops.precision import autocast_off
+from markovformer.ops.precision import autocast_off, compute_dtype
 
 SPAN_MULTIPLE = 16  # key-window length rounded up to this: CPU softmax vectorises whole 16-float rows
 MIN_BLOCK = 8  # queries per block at least: smaller blocks starve the matmuls
@@ -317,7 +317,7 @@ def lag_bias_attention_banded(
     ``segment_ids``: (B, T) packed documents; each block masks the keys of other documents in its window.
     """
     dtype = q.dtype
-    compute = torch.promote_types(dtype, torch.float32)
+    compute = compute_dtype(dtype)
     tensors = [None if t is None else t.to(compute) for t in (q, k, v, past_bias, future_bias)]
     out = _BandedAttention.apply(*tensors, window, causal, attention_mask, dropout_p, block_size, segment_ids)
     return out.to(dtype)

@@ -18,6 +18,8 @@ import math
 import torch
 from torch import Tensor
 
+from markovformer.ops.precision import compute_dtype
+
 MAX_CHUNK, MIN_CHUNK = 64, 16  # queries per chunk: 64 measured best on CPU for T = 256..8k (32-256 within 20 %)
 CHUNK_ELEMENTS = 1 << 23  # but a chunk's scores stay below 32 MiB, glibc's limit for reusing freed memory
 
@@ -218,7 +220,7 @@ def lag_bias_attention_chunked(
     ``segment_ids``: (B, T) packed documents; each chunk masks the keys of other documents.
     """
     dtype = q.dtype
-    compute = torch.promote_types(dtype, torch.float32)
+    compute = compute_dtype(dtype)
     tensors = [None if t is None else t.to(compute).contiguous() for t in (q, k, v, past_bias, future_bias)]
     seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
     out = _ChunkedAttention.apply(*tensors, causal, attention_mask, dropout_p, chunk_size, seed, segment_ids)

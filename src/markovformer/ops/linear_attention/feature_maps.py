@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from markovformer.ops.precision import compute_dtype
+
 FEATURE_MAPS = ("positive", "trig")
 
 
@@ -54,9 +56,9 @@ def _project(x: Tensor, projection: Tensor) -> tuple[Tensor, Tensor]:
     """Scaled inputs x' (..., Dh) and projections W x' (..., M), in at least float32."""
     if x.shape[-1] != projection.shape[-1]:
         raise ValueError(f"x has head dim {x.shape[-1]} but projection has shape {tuple(projection.shape)} (M, Dh)")
-    compute_dtype = torch.promote_types(x.dtype, torch.float32)
-    scaled = x.to(compute_dtype) * x.shape[-1] ** -0.25
-    return scaled, scaled @ projection.to(compute_dtype).transpose(-2, -1)
+    compute = compute_dtype(x)
+    scaled = x.to(compute) * x.shape[-1] ** -0.25
+    return scaled, scaled @ projection.to(compute).transpose(-2, -1)
 
 
 # Key exponents above this saturate: e^60 per feature leaves float32 room for sums over ~e^28 values x keys. A key

@@ -11,13 +11,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from markovformer.ops.long_conv.naive import check_kernels
+from markovformer.ops.precision import compute_dtype
 
 
 def long_conv_fft(u: Tensor, forward_kernel: Tensor, backward_kernel: Tensor | None = None) -> Tensor:
     """u (B, T, C); kernels (>= T, C), only their first T rows used. Returns (B, T, C) in u's dtype."""
     check_kernels(u, forward_kernel, backward_kernel)
     length = u.shape[1]
-    compute = torch.promote_types(u.dtype, torch.float32)
+    compute = compute_dtype(u)
     kernel = forward_kernel[:length].to(compute)
     if backward_kernel is None:
         kernel = F.pad(kernel, (0, 0, 0, length))

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from markovformer.ops.precision import compute_dtype
 from markovformer.ops.query_chunks import query_chunks, recomputed
 from markovformer.ops.stick_breaking_attention.naive import stick_breaking_allowed
 
@@ -24,7 +25,7 @@ DEFAULT_CHUNK = 64  # queries per chunk
 def stick_breaking_block(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, allowed: Tensor) -> Tensor:
     """q_rows (B, H, R, Dh), keys (B, H, S, D*) in increasing position, allowed (B or 1, 1, R, S) -> (B, H, R, Dv).
     Half-precision inputs are broken in float32 and cast back."""
-    compute = torch.promote_types(q_rows.dtype, torch.float32)
+    compute = compute_dtype(q_rows)
     logits = (q_rows @ k_keys.transpose(-1, -2)).to(compute) / math.sqrt(q_rows.shape[-1])
     spent = torch.where(allowed, F.softplus(logits), 0.0)  # -log(1 - β) of each allowed key
     after_and_at = spent.flip(-1).cumsum(-1).flip(-1)  # Σ_{l >= j} over allowed keys

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from markovformer.ops.padding import has_real_before, zero_padding
+from markovformer.ops.precision import compute_dtype
 from markovformer.ops.scan import linear_scan
 from markovformer.ops.segments import segment_starts
 from markovformer.ops.wkv.recurrent import WKVState
@@ -92,7 +93,7 @@ def wkv_scan(
     if segment_ids is not None and (initial_state is not None or output_final_state):
         raise ValueError("packed documents (segment_ids) carry no WKV state between calls")
     dtype = k.dtype
-    compute = torch.promote_types(dtype, torch.float32)
+    compute = compute_dtype(dtype)
     w, u, k, v = (x.to(compute) for x in (w, u, k, v))
     past, final = _past_sums(w, k, v, attention_mask, segment_ids)
     parts = [past]
