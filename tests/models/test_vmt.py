@@ -343,6 +343,24 @@ def test_generate_tokens_from_a_prompt_or_from_the_prior():
 
 
 @pytest.mark.parametrize("posterior", ["gaussian", "flow"])
+def test_greedy_generation_reads_the_prompt_by_its_zero_noise_path(posterior):
+    """Greedy decoding is the same with any seed, and a row's output does not depend on its batch-mates: the prompt
+    is read along the posterior's zero-noise path (drawn paths gave other tokens at each call)."""
+    model = reading_vmt(posterior=posterior, window=4)
+    with torch.no_grad():  # a sharp emission, so that a different latent writes other tokens
+        model.emission.linear.weight.mul_(30.0)
+    prompt = torch.randint(0, 7, (3, 10), generator=torch.Generator().manual_seed(5))
+    out = model.generate(prompt, max_new_tokens=12, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(out, model.generate(prompt, max_new_tokens=12, generator=torch.Generator().manual_seed(2)))
+    for row in range(3):
+        alone = model.generate(prompt[row : row + 1], max_new_tokens=12, generator=torch.Generator().manual_seed(3))
+        assert torch.equal(alone, out[row : row + 1])
+    sampled = [model.generate(prompt, max_new_tokens=12, do_sample=True, generator=torch.Generator().manual_seed(seed))
+               for seed in (1, 2)]  # fmt: skip
+    assert not torch.equal(*sampled)  # sampling still draws
+
+
+@pytest.mark.parametrize("posterior", ["gaussian", "flow"])
 def test_save_and_from_pretrained_round_trip(tmp_path, posterior):
     model = tiny_vmt(posterior=posterior)
     model.save_pretrained(tmp_path)

@@ -169,10 +169,11 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
 
     def _infer(
         self, y: Tensor, mask: Tensor, context: Tensor, carry: Tensor | None, carried: Tensor, num_samples: int,
-        generator: torch.Generator | None,
+        generator: torch.Generator | None, zero_noise: bool = False,
     ) -> SampledPaths:  # fmt: skip
         """Draw ``num_samples`` latent paths x_1 → x_T from Q and score them under P and Q. Rows with ``carried``
-        start from the carry (Q(x_1 | x_0, h_1), P(x_1 | x_0)), the others from Q(x_1 | h_1) and P(x_1)."""
+        start from the carry (Q(x_1 | x_0, h_1), P(x_1 | x_0)), the others from Q(x_1 | h_1) and P(x_1).
+        ``zero_noise``: the path Q gives each step's zero noise (its means for a Gaussian posterior), no draw."""
         batch, length = mask.shape
         latent = self.config.latent_dim
         all_carried = bool(carried.all())
@@ -183,7 +184,7 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
         draws, priors = [], []
         for k in range(length):
             # one draw per step: the noise of position k never depends on the window's length (padding is free)
-            noise = standard_normal(shape, context, generator)
+            noise = context.new_zeros(shape) if zero_noise else standard_normal(shape, context, generator)
             if k > 0 or carry is not None:
                 previous = draws[-1].value if k > 0 else carry[None].expand(shape)
                 step_prior = self.transition(previous, self.transition.prepare())  # P(x_k | x_{k-1})
@@ -391,7 +392,8 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
 
     # ``GenerationMixin.generate``: read the prompt ``input_ids`` (token ids (B, n) or, for a VMT over real
     # vectors, features (B, n, F); n may be 0; unpadded) with the posterior, ``window`` tokens at a time with the
-    # latent carried between (posterior samples from ``generator``; ``carry=`` a previous latent), then write:
+    # latent carried between (posterior samples from ``generator`` when sampling, its zero-noise path when greedy;
+    # ``carry=`` a previous latent), then write:
     # x_{k+1} ~ P(x | x_k), y_{k+1} ~ P(y | x_{k+1}) (x_1 from P(x_1), or the transition from ``carry``, when there
     # is no prompt). Greedy follows the transition means and takes each emission's argmax (its mean for real
     # vectors); sampling draws both. The written tokens never feed back (the latent chain does not read y).
@@ -410,11 +412,7 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
         generator: torch.Generator | None, carry: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
         batch = input_ids.shape[0]
-        state = self._check_carry(carry, None, batch, input_ids.device)[0]
-        for start in range(0, input_ids.shape[1], self.config.window):
-            window = input_ids[:, start : start + self.config.window]
-            state = self.elbo(window, carry=state, generator=generator).carry
-        states = [state]
+        states = [self._read_prompt(input_ids, carry, generator, zero_noise=not config.do_sample)]
 
         def advance() -> Tensor:
             """The next latent (B, dx): a draw, or the mean, of P(x_1) or P(x | x_k)."""
@@ -436,6 +434,21 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
             return input_ids
         return decoding_loop(input_ids, self.emission.logits(advance()), lambda tokens: self.emission.logits(advance()),
                              config, generator)  # fmt: skip
+
+    @torch.no_grad()
+    def _read_prompt(
+        self, input_ids: Tensor, carry: Tensor | None, generator: torch.Generator | None, zero_noise: bool
+    ) -> Tensor | None:
+        """The latent (B, dx) at the prompt's last token (``carry`` when the prompt is empty), read ``window`` tokens
+        at a time with the latent carried between: posterior draws from ``generator``, or (``zero_noise``, greedy)
+        the posterior's zero-noise path, which depends on neither a seed nor the other rows of the batch."""
+        carry = self._check_carry(carry, None, input_ids.shape[0], input_ids.device)[0]
+        for start in range(0, input_ids.shape[1], self.config.window):
+            y, mask, lengths = self._observations(input_ids[:, start : start + self.config.window], None)
+            carried = self._check_carry(carry, None, y.shape[0], y.device)[1]
+            paths = self._infer(y, mask, self._context(y, lengths), carry, carried, 1, generator, zero_noise)
+            carry = paths.latents[0, :, -1]
+        return carry
 
     # ---------------------------------------------------------------------------------------------- helpers
 
