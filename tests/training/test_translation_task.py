@@ -189,6 +189,11 @@ def test_generate_translates_a_prompt_and_a_file_of_sentences(trained_run, tmp_p
     assert capsys.readouterr().out.splitlines() == expected
     assert main(["generate", str(run_dir)]) == 2
     assert "either --prompt" in capsys.readouterr().err
+    for flag, value in (("--temperature", "0.7"), ("--top-k", "3"), ("--top-p", "0.9")):  # were ignored silently
+        assert main(["generate", str(run_dir), "--prompt", sources[0], flag, value]) == 2
+        assert f"{flag} {value}: a translation run searches" in capsys.readouterr().err
+    assert main(["generate", str(run_dir), "--prompt", sources[0], "--temperature", "0", "--max-new-tokens", "40"]) == 0
+    assert capsys.readouterr().out.splitlines() == expected[:1]  # 0 (greedy) is what a translation run does
 
 
 def test_evaluating_with_data_that_fits_another_tokenizer_is_refused(trained_run):

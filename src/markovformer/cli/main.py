@@ -87,9 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--beam-size", type=int, default=1, help="translation: beam width (1 = greedy)")
     generate.add_argument("--length-penalty", type=float, default=1.0, help="translation: beam score / length^this")
     generate.add_argument("--max-new-tokens", type=int, default=200, help="tokens to sample")
-    generate.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    generate.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens")
-    generate.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
+    generate.add_argument("--temperature", type=float, default=1.0, help="language models: 0 = greedy")
+    generate.add_argument("--top-k", type=int, default=None, help="language models: sample the k likeliest")
+    generate.add_argument("--top-p", type=float, default=None, help="language models: nucleus sampling mass")
     generate.add_argument("--seed", type=int, default=0, help="the same seed gives the same sample")
     generate.add_argument("--compile-step", action="store_true", help="run the one-token decoding step through "
                           "torch.compile: a compile of 10-30 s first, then about half the time per token (long "

@@ -96,8 +96,14 @@ class Translation(Task):
                      else Path(request.input).read_text(encoding="utf-8").splitlines())  # fmt: skip
         if not sentences or any(not sentence.strip() for sentence in sentences):
             raise ValueError(f"{request.input or '--prompt'}: every source sentence must be non-empty")
+        given = request.generation
+        sampling = {"--temperature": given.temperature if given.temperature not in (0.0, 1.0) else None,
+                    "--top-k": given.top_k, "--top-p": given.top_p}  # fmt: skip
+        for flag, value in sampling.items():
+            if value is not None:
+                raise ValueError(f"{flag} {value}: a translation run searches (greedy, or --beam-size N) and samples "
+                                 "nothing; sampling flags are a language model's")  # fmt: skip
         tokenizer = load_translation_tokenizer(Path(run_dir) / "tokenizer")
-        # translation searches (greedy or beams): --temperature is a language model's
         generation = request.generation.replace(do_sample=False,
                                                 max_new_tokens=min(request.generation.max_new_tokens,
                                                                    model.config.max_positions))  # fmt: skip
