@@ -32,6 +32,24 @@ def test_each_layer_sees_exactly_its_own_window():
         assert torch.equal(seen, expected) and torch.equal(touched, expected), layer
 
 
+def test_a_bare_scoped_kind_beside_markov_layers_is_global_unless_the_flat_scope_is_set():
+    """A bare "softmax" (or ALiBi) in a mixed list took the Markov layers' flat local scope and a window of
+    max_order (4 keys) silently; the README's rule is per layer: Markov local, softmax global."""
+    model = _model(max_order=2, position="none", attention=[{"kind": "markov", "window": 2}, "softmax", "alibi"])
+    assert [(spec.options["scope"], spec.options.get("window")) for spec in model.config.layer_specs()] == [
+        ("local", 2), ("global", None), ("global", None)]  # fmt: skip
+    ids = torch.randint(0, 11, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        weights = model(ids, return_weights=True).attentions
+    causal = torch.ones(12, 12).tril().bool()
+    assert torch.equal((weights[1] > 0).all(dim=(0, 1)), causal)  # every earlier key
+    again = MarkovianTransformerConfig.from_dict(model.config.to_dict())
+    assert again.layer_specs() == model.config.layer_specs()
+    local = MarkovianTransformerConfig(**SIZE, max_order=2, scope="local", window=3, attention=["markov", "softmax",
+                                                                                               "softmax"])  # fmt: skip
+    assert [spec.options["window"] for spec in local.layer_specs()] == [3, 3, 3]  # the flat scope, when given
+
+
 def test_a_flat_config_and_its_per_layer_spelling_build_the_same_model():
     flat = _model(attention="markov", max_order=2, window=3, gate="mlp")
     per_layer = _model(attention=[{"kind": "markov", "window": 3}] * 3, max_order=2, gate="mlp")

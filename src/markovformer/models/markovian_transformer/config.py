@@ -32,8 +32,9 @@ class MarkovianTransformerConfig(ModelConfig):
     Transformer and "rff" everywhere the Performer/RFA baseline; the other baselines ("linformer", "s4d", "retnet",
     "h3", "hyena", "rwkv", "gru", "scan") are listed in ``layers.baselines``. Each kind accepts the options of its
     dataclass in ``layers.registry`` (``attention_option_names``); setting an option that no layer's kind reads is
-    an error naming it and the kinds. ``scope`` defaults to "local" when a layer has Markov biases and to "global"
-    for softmax; ``scope="local"`` with ``attention="softmax"`` is sliding-window softmax (needs ``window``).
+    an error naming it and the kinds. ``scope`` defaults to "local" for a layer with Markov biases and to "global"
+    for the others (softmax, ALiBi, ...), layer by layer in a mixed list; ``scope="local"`` with
+    ``attention="softmax"`` is sliding-window softmax (needs ``window``).
     ``window`` defaults to ``max_order``. Linformer layers need ``causal=False`` and ``max_positions`` (the length
     their projections cover; k is ``linformer_k``); ``ssm_state_size`` is S4D's and H3's state size N. "alibi"
     (fixed per-head distance penalties) and "forgetting" (FoX's data-dependent forget gate) follow
@@ -130,6 +131,8 @@ class MarkovianTransformerConfig(ModelConfig):
                     for name in set(entry) - {"kind"} - attention_option_names(kind):
                         fail("attention", f"layer {index}: kind {kind!r} has no option {name!r}")
         kinds = set(self.layer_kinds())
+        if self.scope is None and not isinstance(self.attention, str) and "max_order" in self._options_read():
+            self.attention = [self._scoped_entry(entry) for entry in self.attention]
         if self.scope is None and "scope" in self._options_read():
             self.scope = "local" if "max_order" in self._options_read(kinds - {"softmax"}) else "global"
         for field, options in (("feature_map", FEATURE_MAPS), ("ffn", FFNS), ("position", POSITIONS),
@@ -199,6 +202,18 @@ class MarkovianTransformerConfig(ModelConfig):
         where = (f"{option!r} is an option of attention kind {' / '.join(map(repr, kinds))}, set per layer: "
                  f"attention: [{{kind: {kinds[0]}, {option}: ...}}, ...] (one entry per layer)")  # fmt: skip
         return f": {where}" if option == key else f" (did you mean {option!r}? {where})"
+
+    @staticmethod
+    def _scoped_entry(entry: str | dict) -> str | dict:
+        """A per-layer entry of a list given without a flat ``scope``, with the scope its kind takes by default: a
+        kind with Markov biases is local (the flat scope), a scoped kind without them (softmax, ALiBi, ...) global
+        unless its entry sets ``scope`` or ``window``. Written into the entry, so that the config's dict, whose flat
+        scope is then set, rebuilds the same layers."""
+        kind, own = (entry, {}) if isinstance(entry, str) else (entry.get("kind"), entry)
+        names = attention_option_names(kind)
+        if "scope" not in names or "max_order" in names or "scope" in own or "window" in own:
+            return entry
+        return {**own, "kind": kind, "scope": "global"}
 
     def layer_kinds(self) -> list[str]:
         """The attention kind of each layer."""
