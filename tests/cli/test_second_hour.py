@@ -182,6 +182,25 @@ def test_early_stopping_accumulation_csv_logger_and_auto_accelerator(tmp_path):
     assert trainer.accumulate_grad_batches == 2
 
 
+def test_accumulated_steps_are_logged_once_with_the_rate_they_used(tmp_path, capsys):
+    """With 3 micro-batches per step, the console printed each logged step 3 times (and step 0 twice, before any
+    step) and metrics.csv had 3 rows of the learning rate per step; one line and one row now, agreeing."""
+    import csv
+    import re
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    train(resolve_run_config(_tiny_values(tmp_path, accumulate_grad_batches=3, logger="csv", max_steps=6,
+                                          eval_every=3, log_every=2)))  # fmt: skip
+    printed = re.findall(r"step +(\d+)/6  train loss [\d.]+  lr ([\d.e+-]+)", capsys.readouterr().out)
+    assert [int(step) for step, _ in printed] == [2, 4, 6]
+    with open(tmp_path / "run" / "logs" / "metrics.csv") as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get("lr-AdamW/pg1")]
+    assert [int(row["step"]) for row in rows] == [2, 4, 6]
+    assert [float(lr) for _, lr in printed] == pytest.approx([float(row["lr-AdamW/pg1"]) for row in rows], rel=1e-2)
+
+
 def test_trainer_options_are_checked_where_declared(tmp_path):
     import importlib.util
 

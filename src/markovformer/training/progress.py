@@ -7,6 +7,7 @@ import sys
 import time
 
 import lightning as L
+from lightning.pytorch.callbacks import LearningRateMonitor
 
 
 class PrintProgress(L.Callback):
@@ -21,6 +22,8 @@ class PrintProgress(L.Callback):
         self.every, self.total, self.start, self.earlier = every, total, time.perf_counter(), 0.0
         self.train_label, self.labels = train_label, labels or {}  # the task's names (Task.train_loss_label, ...)
         self.show_bar, self.stream, self.bar = bar, stream, None
+        self.shown_step = 0  # the last optimiser step given a line: accumulated micro-batches end on the same step
+        self.step_lr = float("nan")  # the learning rate the step being taken uses (metrics.csv logs the same)
 
     @property
     def seconds(self) -> float:
@@ -40,6 +43,7 @@ class PrintProgress(L.Callback):
             self.bar.refresh()
 
     def on_train_start(self, trainer, module) -> None:
+        self.shown_step = trainer.global_step
         if self.show_bar and trainer.is_global_zero:
             from tqdm import tqdm
 
@@ -51,14 +55,20 @@ class PrintProgress(L.Callback):
             self.bar.close()
             self.bar = None
 
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        if batch_idx % trainer.accumulate_grad_batches == 0:  # the first micro-batch of an optimiser step
+            self.step_lr = trainer.optimizers[0].param_groups[0]["lr"]
+
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         if self.bar is not None and step > self.bar.n:
             self.bar.update(step - self.bar.n)
+        if step == self.shown_step:  # a micro-batch of gradient accumulation: no optimiser step yet
+            return
+        self.shown_step = step
         if trainer.is_global_zero and (step % self.every == 0 or step == self.total):
-            lr = trainer.optimizers[0].param_groups[0]["lr"]
             loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
-            self._print(f"step {step:>6}/{self.total}  {self.train_label} {loss:.4f}  lr {lr:.2e}  "
+            self._print(f"step {step:>6}/{self.total}  {self.train_label} {loss:.4f}  lr {self.step_lr:.2e}  "
                         f"{self.seconds:7.1f}s")  # fmt: skip
 
     def on_validation_end(self, trainer, module) -> None:
@@ -67,3 +77,15 @@ class PrintProgress(L.Callback):
         shown = "  ".join(f"{self.labels.get(k[4:], k[4:])} {float(v):.4f}"
                           for k, v in trainer.callback_metrics.items() if k.startswith("val/"))  # fmt: skip
         self._print(f"step {trainer.global_step:>6}/{self.total}  validation: {shown}")
+
+
+class StepLearningRateMonitor(LearningRateMonitor):
+    """Lightning's learning-rate log, once per optimiser step: its own logs the rate at every micro-batch of a
+    gradient accumulation (``accumulate_grad_batches`` rows of the same step in metrics.csv)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging_interval="step")
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        if batch_idx % trainer.accumulate_grad_batches == 0:  # the first micro-batch of an optimiser step
+            super().on_train_batch_start(trainer, module, batch, batch_idx)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor
+from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.data import DataLoader
 
@@ -26,7 +26,7 @@ from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_
 from markovformer.training.init_from import initialise_from, tokenizer_source
 from markovformer.training.metrics_log import AppendingCSVLogger
 from markovformer.training.module import TrainingModule
-from markovformer.training.progress import PrintProgress
+from markovformer.training.progress import PrintProgress, StepLearningRateMonitor
 from markovformer.training.run_checks import check_tensors_match, resumable_checkpoint, resumed_config
 from markovformer.training.run_config import RunConfig, load_yaml, resolve_run_config
 from markovformer.training.run_dir import (
@@ -271,7 +271,7 @@ def lightning_trainer(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger,
         accumulate_grad_batches=tc.accumulate_grad_batches,
         callbacks=[
             StepCheckpoints(run_dir / "checkpoints", tc.checkpoint_every, tc.eval_every, tc.keep_checkpoints),
-            LearningRateMonitor(logging_interval="step"),
+            StepLearningRateMonitor(),
             *([EarlyStopping(**tc.early_stopping, check_finite=False)] if tc.early_stopping else []),
             *callbacks,
         ],
