@@ -233,6 +233,29 @@ def test_a_run_killed_at_every_write_resumes_to_the_uninterrupted_run(finished_r
     assert point > 20  # every write was reached
 
 
+def test_an_early_stopped_run_resumed_after_a_kill_in_its_final_files_stays_stopped(tmp_path):
+    """Early stopping ends the run before max_steps; killed while writing its final files (finished.json gone), it
+    resumes to the same step and weights: the patience count was restored but not the stop, and it trained on.
+    A finished early-stopped run is refused by --resume, as a run that reached max_steps is."""
+    import shutil
+
+    from conftest import TINY_RUN
+
+    from markovformer.training.run_dir import mark_unfinished
+
+    config = config_file(tmp_path, TINY_RUN, max_steps=200, eval_every=5, checkpoint_every=5, log_every=5, lr=0.05,
+                         early_stopping={"monitor": "val/loss", "patience": 1, "mode": "max"})  # fmt: skip
+    assert run("train", str(config), "output_dir=stopped", cwd=tmp_path).returncode == 0
+    steps = json.loads((tmp_path / "stopped" / "metrics.json").read_text())["steps"]
+    assert steps < 200
+    one_line(run("train", "--resume", "stopped", cwd=tmp_path), 2, "finished run", f"at step {steps} of 200")
+    shutil.copytree(tmp_path / "stopped", tmp_path / "killed")
+    mark_unfinished(tmp_path / "killed")  # what a kill during the final files leaves
+    assert run("train", "--resume", "killed", cwd=tmp_path).returncode == 0
+    assert json.loads((tmp_path / "killed" / "metrics.json").read_text())["steps"] == steps
+    assert same_weights(tmp_path / "stopped", tmp_path / "killed")
+
+
 # ----------------------------------------------------------------------------- 4. the lock and new-run guard
 
 

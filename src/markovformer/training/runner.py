@@ -12,7 +12,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.data import DataLoader
 
@@ -43,7 +42,12 @@ from markovformer.training.run_dir import (
 )
 from markovformer.training.run_lock import run_dir_lock
 from markovformer.training.run_report import describe_run, report_results
-from markovformer.training.step_checkpoints import LastValidation, RunFingerprint, StepCheckpoints
+from markovformer.training.step_checkpoints import (
+    LastValidation,
+    ResumableEarlyStopping,
+    RunFingerprint,
+    StepCheckpoints,
+)
 from markovformer.training.tasks import Task
 from markovformer.training.trainer_config import (
     LOGGERS,
@@ -152,6 +156,9 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         if finished is not None and finished >= extended.trainer.max_steps:
             raise ConfigError(f"{run_dir} is a finished run ({finished} steps); to train it longer, extend it: "
                               f"--resume {run_dir} trainer.max_steps=N with N > {finished}")  # fmt: skip
+        if finished is not None and extended.trainer.max_steps == config.trainer.max_steps:
+            raise ConfigError(f"{run_dir} is a finished run: early stopping ended it at step {finished} of "
+                              f"{config.trainer.max_steps}")  # fmt: skip
         if writer:
             mark_unfinished(run_dir)  # first: from here on the old model/ and metrics.json no longer stand
             if extended != config:
@@ -272,7 +279,7 @@ def lightning_trainer(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger,
         callbacks=[
             StepCheckpoints(run_dir / "checkpoints", tc.checkpoint_every, tc.eval_every, tc.keep_checkpoints),
             StepLearningRateMonitor(),
-            *([EarlyStopping(**tc.early_stopping, check_finite=False)] if tc.early_stopping else []),
+            *([ResumableEarlyStopping(**tc.early_stopping, check_finite=False)] if tc.early_stopping else []),
             *callbacks,
         ],
         use_distributed_sampler=False,

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from markovformer.training.fingerprint import CHECKPOINT_KEY
 
@@ -88,4 +88,17 @@ class LastValidation(L.Callback):
         return self.metrics if self.step == step and self.metrics else None
 
 
-__all__ = ["LastValidation", "RunFingerprint", "StepCheckpoints", "step_checkpoints"]
+class ResumableEarlyStopping(EarlyStopping):
+    """Lightning's early stopping, stopped again when resumed from a checkpoint written after it stopped: its
+    patience count is restored but the trainer's stop flag is not, so a resumed early-stopped run trained on."""
+
+    @property
+    def state_key(self) -> str:  # Lightning's, so that checkpoints written with EarlyStopping itself still load
+        return f"EarlyStopping{dict(monitor=self.monitor, mode=self.mode)!r}"
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if self.wait_count >= self.patience:
+            trainer.should_stop = True
+
+
+__all__ = ["LastValidation", "ResumableEarlyStopping", "RunFingerprint", "StepCheckpoints", "step_checkpoints"]
