@@ -256,6 +256,30 @@ def test_an_early_stopped_run_resumed_after_a_kill_in_its_final_files_stays_stop
     assert same_weights(tmp_path / "stopped", tmp_path / "killed")
 
 
+def test_a_terminated_run_exits_143_in_one_line_naming_its_checkpoint_and_resumes(tmp_path):
+    """SIGTERM (a scheduler's stop) ended the command with status 0 and no word, as if the run had finished
+    (Lightning raises a SystemExit without a code); now 143 and one line, and --resume finishes the run."""
+    import signal
+    import time
+
+    from conftest import TINY_RUN
+
+    config = config_file(tmp_path, TINY_RUN, max_steps=200, eval_every=100, checkpoint_every=10, log_every=100)
+    command = [sys.executable, "-m", "markovformer", "train", str(config), "output_dir=run"]
+    process = subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "run" / "checkpoints" / "step-000010.ckpt").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=300)
+    done = subprocess.CompletedProcess(command, process.returncode, "", err)
+    line = one_line(done, 143, "terminated (SIGTERM) at step", "continue with markovformer train --resume")
+    assert "its last checkpoint is step-" in line and not (tmp_path / "run" / "finished.json").exists()
+    resumed = run("train", "--resume", "run", cwd=tmp_path)
+    assert resumed.returncode == 0 and json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 200
+
+
 # ----------------------------------------------------------------------------- 4. the lock and new-run guard
 
 

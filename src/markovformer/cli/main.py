@@ -23,10 +23,11 @@ import warnings
 from pathlib import Path
 
 from markovformer.cli import bench as bench_command  # its parser imports no torch
-from markovformer.training.trainer_config import TrainingDiverged
+from markovformer.training.trainer_config import RunTerminated, TrainingDiverged
 
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 1
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process that SIGTERM ended
 MAX_ERROR_LINE = 2000  # characters of an error's line that are printed
 # Packages of the optional extras, by import name; any other missing package is one of the command's dependencies.
 OPTIONAL_PACKAGES = {"rdata": "data", "arch": "data", "pytest": "dev", "ruff": "dev"}
@@ -404,6 +405,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"markovformer: error: {error}", file=sys.stderr)
         return EXIT_DIVERGED
+    except RunTerminated as error:
+        if args.debug:
+            raise
+        print(f"markovformer: error: {error}", file=sys.stderr)
+        return EXIT_TERMINATED
     except (ValueError, OSError, MemoryError) as error:
         if args.debug:
             raise

@@ -13,6 +13,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
 from markovformer.data.bundle import DataBundle
@@ -47,12 +48,14 @@ from markovformer.training.step_checkpoints import (
     ResumableEarlyStopping,
     RunFingerprint,
     StepCheckpoints,
+    step_checkpoints,
 )
 from markovformer.training.tasks import Task
 from markovformer.training.trainer_config import (
     LOGGERS,
     MAX_DEFAULT_THREADS,
     ConfigError,
+    RunTerminated,
     TrainerConfig,
     check_warmup,
 )
@@ -241,7 +244,13 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
         if resume:
             print(f"no checkpoint in {run_dir / 'checkpoints'} yet: starting from step 0", flush=True)
         log.resume_from_step(0)  # rows of a process killed before its first checkpoint are logged again
-    trainer.fit(module, train_loader, val_loader, ckpt_path=ckpt_path)
+    try:
+        trainer.fit(module, train_loader, val_loader, ckpt_path=ckpt_path)
+    except SIGTERMException:  # a SystemExit without a code: the command exited 0 as if the run had finished
+        saved = step_checkpoints(run_dir / "checkpoints")
+        last = f"its last checkpoint is {saved[-1].name}" if saved else "it has no checkpoint yet"
+        raise RunTerminated(f"the run was terminated (SIGTERM) at step {trainer.global_step} of {tc.max_steps}: "
+                            f"{last}; continue with markovformer train --resume {run_dir}") from None  # fmt: skip
     seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from
     if validation.metrics_at(trainer.global_step) is None:  # the last step was not validated yet
         log.after_fit()

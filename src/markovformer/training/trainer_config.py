@@ -29,6 +29,11 @@ class TrainingDiverged(RuntimeError):
     command prints."""
 
 
+class RunTerminated(RuntimeError):
+    """The run received SIGTERM (a scheduler's stop, ``kill``) and stopped; the message, the one line the command
+    prints, names the last checkpoint and how to continue."""
+
+
 _SHOWN = reprlib.Repr()
 _SHOWN.maxstring = _SHOWN.maxother = 300
 _SHOWN.maxlong = 60
