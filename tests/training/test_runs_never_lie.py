@@ -283,6 +283,34 @@ def test_a_terminated_run_exits_143_in_one_line_naming_its_checkpoint_and_resume
 # ----------------------------------------------------------------------------- 4. the lock and new-run guard
 
 
+def test_a_new_run_replaces_the_start_files_a_killed_start_left(tmp_path):
+    """A start killed before config.yaml leaves data.json and tokenizer/; a new `train` of another text into that
+    folder kept them, so the run trained on text B while its tokenizer (same size: no error anywhere) decoded A's
+    characters for eval and generate. They are written afresh, as a fresh folder's."""
+    import shutil
+
+    words = "the cat sat on a mat and ran to see the dog".split()
+    text_a = "\n".join(" ".join(words[(i * 7 + j) % len(words)] for j in range(8)) for i in range(300)) + "\n"
+    text_b = text_a.translate(str.maketrans("abcdefghijklmnopqrstuvwxyz", "nopqrstuvwxyzabcdefghijklm"))
+    for name, text in (("a.txt", text_a), ("b.txt", text_b)):
+        (tmp_path / name).write_text(text)
+    values = {"task": "causal_lm", "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2},
+              "data": {"source": "text", "tokenizer": "char", "seq_len": 16},
+              "trainer": {"max_steps": 2, "batch_size": 8, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+                          "log_every": 1, "eval_batch_size": 8, "logger": "csv"}}  # fmt: skip
+    config = config_file(tmp_path, values)
+    for name, text in (("started", "a.txt"), ("fresh", "b.txt")):
+        assert run("train", str(config), f"output_dir={name}", f"data.path={text}", cwd=tmp_path).returncode == 0
+    (tmp_path / "killed").mkdir()
+    for name in ("environment.json", "data.json", "tokenizer"):  # what a start killed at config.yaml leaves
+        copy = shutil.copytree if name == "tokenizer" else shutil.copy
+        copy(tmp_path / "started" / name, tmp_path / "killed" / name)
+    assert run("train", str(config), "output_dir=killed", "data.path=b.txt", cwd=tmp_path).returncode == 0
+    for name in ("data.json", "tokenizer/tokenizer.json"):
+        fresh, killed = (json.loads((tmp_path / run_dir / name).read_text()) for run_dir in ("fresh", "killed"))
+        assert killed == fresh, name
+
+
 def test_an_inherited_rank_variable_neither_skips_the_lock_nor_the_new_run_guard(tiny_config, tmp_path):
     """A SLURM sweep of single-process jobs inherits SLURM_PROCID/RANK/LOCAL_RANK: a second `train` into a finished
     run is still refused and the run untouched (on main the guard was skipped and the run overwritten)."""

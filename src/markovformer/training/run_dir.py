@@ -76,22 +76,27 @@ def write_json(path: Path, values: dict) -> None:
 
 
 def write_run_files(run_dir: Path, config: RunConfig, bundle: DataBundle) -> None:
-    """The files of a new run; config.yaml last, so a directory with it holds the others too (or ``--resume``
-    writes the missing ones again: ``write_missing_start_files``)."""
-    write_missing_start_files(run_dir, bundle)
+    """The files of a new run, each written afresh (a start killed before config.yaml may have left another
+    config's data.json and tokenizer/); config.yaml last, so a directory with it holds the others too (or
+    ``--resume`` writes the missing ones again: ``write_missing_start_files``)."""
+    write_missing_start_files(run_dir, bundle, replace=True)
     write_resolved_config(run_dir, config)
 
 
-def write_missing_start_files(run_dir: Path, bundle: DataBundle) -> None:
+def write_missing_start_files(run_dir: Path, bundle: DataBundle, replace: bool = False) -> None:
     """environment.json, data.json and tokenizer/, each unless already there (a run killed as it started lacks
-    some; the data is rebuilt from the same config and seed, so they come out the same)."""
-    if not (run_dir / "environment.json").is_file():
+    some; the data is rebuilt from the same config and seed, so they come out the same), or all (``replace``)."""
+    if replace or not (run_dir / "environment.json").is_file():
         write_json(run_dir / "environment.json", {**environment_record(), "run_format": RUN_FORMAT})
-    if not (run_dir / "data.json").is_file():
+    if replace or not (run_dir / "data.json").is_file():
         sizes = {split: len(getattr(bundle, split)) for split in ("train", "val", "test")}
         write_json(run_dir / "data.json", {"info": bundle.info, "splits": bundle.splits, "sizes": sizes})
-    if bundle.tokenizer is not None and not (run_dir / "tokenizer" / TOKENIZER_FILE).is_file():
+    if bundle.tokenizer is not None and (replace or not (run_dir / "tokenizer" / TOKENIZER_FILE).is_file()):
         bundle.tokenizer.save(run_dir / "tokenizer")  # one file, written atomically
+    elif bundle.tokenizer is None and replace and (run_dir / "tokenizer" / TOKENIZER_FILE).is_file():
+        (run_dir / "tokenizer" / TOKENIZER_FILE).unlink()  # another config's, which eval and generate would read
+        if not any((run_dir / "tokenizer").iterdir()):
+            (run_dir / "tokenizer").rmdir()
 
 
 def remove_stale_files(run_dir: Path) -> None:
