@@ -54,6 +54,12 @@ def test_bad_settings_are_named(change, message):
         pb.check_settings(settings)
 
 
+def test_the_default_and_quick_settings_are_valid():
+    """The defaults asked MQAR for a vocabulary of 64 at seq_len 64: `experiment position-biases` failed at once."""
+    pb.check_settings(pb.PositionBiasSettings())
+    pb.check_settings(pb.QUICK)
+
+
 @pytest.mark.slow
 def test_quick_run_orders_the_kinds_on_the_hidden_order_chain(tmp_path):
     """The sanity condition of ``--quick``: Markov (local) and the T5 bucket bias beat softmax with no position on

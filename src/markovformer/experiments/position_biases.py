@@ -84,7 +84,7 @@ class PositionBiasSettings:
     num_symbols: int = 8  # hidden-order chains
     strength: float = 2.0
     icl_symbols: int = 2
-    mqar_vocab: int = 64
+    mqar_vocab: int = 256  # MQAR needs a vocabulary above seq_len (the mixers' default)
     mqar_pairs_per_length: int = 16
     copy_tokens: int = 8
     copy_vocab: int = 16
@@ -101,7 +101,7 @@ class PositionBiasSettings:
 # lr, one seed, short training. It must still order the kinds on the hidden-order chain (the slow test checks it).
 QUICK = PositionBiasSettings(hidden_sources=("fixed-3", "lag-3"), icl_orders=(2,), d_model=32, n_heads=2, seq_len=32,
                              extrapolate=(2, 4, 8), profile_lags=6, lrs=(3e-3,), steps=150, warmup_steps=20,
-                             val_examples=128, test_examples=256, copy_tokens=4)  # fmt: skip
+                             val_examples=128, test_examples=256, copy_tokens=4, mqar_vocab=64)  # fmt: skip
 
 
 def check_settings(settings: PositionBiasSettings) -> None:
