@@ -127,6 +127,23 @@ def test_data_task_must_agree_with_the_run_task(tmp_path, main_cli):
     assert_one_line_error(main_cli("train", "task=token_classification", data), "data.task", "token_classification")
 
 
+def test_eval_on_a_file_whose_classes_differ_is_refused_naming_both(tmp_path, main_cli):
+    """Classes are ids in sorted-name order: another file's ['flat', 'up', 'zzz'] scored 'flat' as the run's
+    'down' (id 0), with exit 0."""
+    names = {"run.csv": ("down", "flat", "up"), "other.csv": ("flat", "up", "zzz")}
+    for file, labels in names.items():
+        rows = ["x,label"] + [f"{i % 7},{labels[(i // 3) % 3]}" for i in range(90)]
+        (tmp_path / file).write_text("\n".join(rows) + "\n")
+    data = f"data={{source: csv_series, window: 4, path: {tmp_path / 'run.csv'}, task: sequence_classification}}"
+    trained = main_cli("train", "task=sequence_classification", data, f"output_dir={tmp_path / 'run'}",
+                       "model={d_model: 16, n_layers: 1, n_heads: 2, max_order: 2}", "trainer.max_steps=2",
+                       "trainer.eval_every=2", "trainer.batch_size=4", "trainer.warmup_steps=1")  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    refused = main_cli("eval", str(tmp_path / "run"), "--data", f"path={tmp_path / 'other.csv'}")
+    assert_one_line_error(refused, "['flat', 'up', 'zzz'] are not the run's ['down', 'flat', 'up']")
+    assert main_cli("eval", str(tmp_path / "run"), "--data", f"path={tmp_path / 'run.csv'}").returncode == 0
+
+
 def test_experiment_list_and_unknown_name(main_cli):
     listed = main_cli("experiment", "list")
     assert listed.returncode == 0 and "weight-tying" in listed.stdout and "landscape" in listed.stdout

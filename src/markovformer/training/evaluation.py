@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 from markovformer.data.recipes.locations import prepared_candidates
 from markovformer.training.batches import RankShare
 from markovformer.training.build import build_data, build_run_task
+from markovformer.training.run_checks import read_data_info
 from markovformer.training.run_dir import check_same_tokenizer, load_run
 from markovformer.training.run_report import continuous_source, document_log_likelihood
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
@@ -70,6 +71,16 @@ def scored_weights(target: Path, run_dir: Path) -> dict:
             "run_finished": finished is not None}
 
 
+def check_same_names(run_dir: Path, info: dict) -> None:
+    """ConfigError when data given to score a run names its classes or feature columns otherwise than the run's
+    data did: the model reads them by position, so another file's class 0 would be scored as the run's class 0."""
+    saved = read_data_info(run_dir)
+    for key, what in (("label_names", "classes"), ("feature_columns", "feature columns")):
+        if key in saved and key in info and list(saved[key]) != list(info[key]):
+            raise ConfigError(f"the data's {what} {list(info[key])} are not the run's {list(saved[key])} (in that "
+                              f"order, from {run_dir / 'data.json'}): the model reads them by position")  # fmt: skip
+
+
 def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1) -> dict:
     """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options),
     scored as validation scores it. Translation runs are decoded with beam search of ``beam_size`` (1 = greedy) for
@@ -83,6 +94,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     task = build_run_task(config, bundle)
     task.describe_split(getattr(bundle, split), bundle.tokenizer)
     check_same_tokenizer(run_dir, bundle)
+    check_same_names(run_dir, bundle.info)
     if len(getattr(bundle, split)) == 0:
         raise ConfigError(f"the {split} split of {run_dir}'s data is empty (data.source={config.data['source']!r}): "
                           f"nothing to evaluate; choose another --split or give the data a {split} part")  # fmt: skip
