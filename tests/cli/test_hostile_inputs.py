@@ -94,6 +94,7 @@ GENERATION = [
     (["--top-p", "1.5"], "--top-p"),
     (["--top-p", "nan"], "--top-p"),
     (["--beam-size", "0"], "--beam-size"),
+    (["--beam-size", "1000000"], "--beam-size 1000000"),  # ran for hours, GBs of beams
     (["--length-penalty", "nan"], "--length-penalty"),
     (["--seed", "-1"], "--seed"),
     (["--prompt", "1 2 100000000000000000000"], "100000000000000000000"),  # was "Overflow when unpacking long long"

@@ -165,6 +165,7 @@ def run_train(args: argparse.Namespace) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> None:
+    from markovformer.models.generation import MAX_BEAMS
     from markovformer.training.run_config import parse_override  # deferred: see the module docstring
     from markovformer.training.runner import evaluate
 
@@ -172,8 +173,8 @@ def run_eval(args: argparse.Namespace) -> None:
     for text in args.data:
         path, value = parse_override(text)
         data[".".join(path)] = value
-    if args.beam_size < 1:
-        raise ValueError(f"--beam-size {args.beam_size} must be >= 1")
+    if not 1 <= args.beam_size <= MAX_BEAMS:
+        raise ValueError(f"--beam-size {args.beam_size} must lie in [1, {MAX_BEAMS}]")
     results = evaluate(args.target, args.split, data, beam_size=args.beam_size)
     if args.json:
         print(json.dumps(finite_or_null(results), indent=2, allow_nan=False))  # NaN is not JSON
@@ -329,6 +330,7 @@ def prepare_data(args: argparse.Namespace) -> None:
 
 
 def run_config_command(args: argparse.Namespace) -> None:
+    from markovformer.atomic import atomic_write_text
     from markovformer.training.config_files import shipped_config, shipped_configs  # deferred: module docstring
 
     if args.config_command == "list":
@@ -349,7 +351,7 @@ def run_config_command(args: argparse.Namespace) -> None:
         dest = dest / source.name
     if dest.exists() and not args.force:
         raise ValueError(f"{dest} already exists; choose another DEST or add --force to overwrite it")
-    dest.write_text(source.read_text())
+    atomic_write_text(dest, source.read_text())  # a full disk leaves no config cut short (it would parse)
     print(f"wrote {dest}; edit it, then: markovformer train {dest}")
 
 

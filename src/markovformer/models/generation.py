@@ -37,6 +37,9 @@ def _probability_mass(value: Any) -> str | None:
     return None
 
 
+MAX_BEAMS = 1024  # far beyond any use (the paper searches with 4); a larger number is a typo
+
+
 def _boolean(value: Any) -> str | None:
     return None if isinstance(value, bool) else "must be True or False"
 
@@ -67,7 +70,8 @@ class GenerationConfig:
     eos_token_id: int | None = option(None, interval(0, integer=True, optional=True))
     pad_token_id: int | None = option(None, interval(0, integer=True, optional=True))
     suppress_tokens: tuple[int, ...] | None = option(None, _token_ids)  # never chosen (e.g. a tokenizer's padding)
-    num_beams: int = option(1, interval(1, integer=True))  # > 1: beam search (the translator)
+    # > 1: beam search (the translator); at most MAX_BEAMS: a typo's million beams ran for hours and took GBs
+    num_beams: int = option(1, interval(1, MAX_BEAMS, integer=True))
     length_penalty: float = option(1.0, _finite())  # beam scores are log-probability / length ** length_penalty
     # True: the one-token decoding step runs through ``torch.compile`` (compiled once per model and batch shape,
     # during the first tokens, 25-125 s on a 2-core CPU; then about half the step time of eager decoding, see
