@@ -11,6 +11,7 @@ from markovformer.data.splits import generated_splits
 from markovformer.markov import MarkovChain, lagged_chain, random_chain, switching_chain
 
 CHAIN_KINDS = ("lagged", "random", "switching")
+MAX_CONTEXTS = 2**22  # rows of a chain's transition table: 16^5 = 1M rows of 16 float64s is 134 MB; 16^6, 2 GB
 
 
 @dataclasses.dataclass
@@ -45,6 +46,12 @@ class MarkovChainSource:
                 raise ValueError(f"data.{name}={getattr(self, name)!r} must be >= 1")
         if not self.lags or min(self.lags) < 1:
             raise ValueError(f"data.lags={self.lags!r} must be positive integers")
+        order, key = (max(self.lags), f"data.lags={list(self.lags)!r}") if self.kind == "lagged" else (
+            self.order, f"data.order={self.order}")  # fmt: skip
+        if self.kind != "switching" and self.num_symbols**order > MAX_CONTEXTS:
+            raise ValueError(f"{key} with data.num_symbols={self.num_symbols}: the chain's table has "
+                             f"{self.num_symbols}^{order} contexts, above {MAX_CONTEXTS:,} (a table of "
+                             f"num_symbols^order rows); lower the order or the symbols")  # fmt: skip
 
     def chain(self) -> MarkovChain:
         generator = torch.Generator().manual_seed(self.chain_seed)
