@@ -283,6 +283,24 @@ def test_a_terminated_run_exits_143_in_one_line_naming_its_checkpoint_and_resume
 # ----------------------------------------------------------------------------- 4. the lock and new-run guard
 
 
+def test_resuming_after_the_data_file_changed_is_refused_naming_what_changed(tmp_path):
+    """The same path with other text of the same length and alphabet (a rotation) resumed silently, mixing two
+    corpora in one run; the rebuilt data's record is compared with data.json's."""
+    text = "".join(f"line {i} of the notes, words and more words\n" for i in range(300))
+    (tmp_path / "notes.txt").write_text(text)
+    values = {"task": "causal_lm", "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2},
+              "data": {"source": "text", "tokenizer": "char", "seq_len": 16, "path": "notes.txt"},
+              "trainer": {"max_steps": 2, "batch_size": 8, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+                          "log_every": 1, "eval_batch_size": 8, "logger": "csv"}}  # fmt: skip
+    config = config_file(tmp_path, values)
+    assert run("train", str(config), "output_dir=run", cwd=tmp_path).returncode == 0
+    (tmp_path / "notes.txt").write_text(text[5000:] + text[:5000])
+    one_line(run("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path), 2, "data.json", "splits.store",
+             "was a data file changed?")  # fmt: skip
+    (tmp_path / "notes.txt").write_text(text)  # restored: the same tokens, though its mtime (in the store's key) is new
+    assert run("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path).returncode == 0
+
+
 def test_a_new_run_replaces_the_start_files_a_killed_start_left(tmp_path):
     """A start killed before config.yaml leaves data.json and tokenizer/; a new `train` of another text into that
     folder kept them, so the run trained on text B while its tokenizer (same size: no error anywhere) decoded A's

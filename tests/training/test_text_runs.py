@@ -3,7 +3,10 @@ refused up front, eval on another file with the run's saved tokenizer, a run eva
 
 import json
 
+import pytest
 import yaml
+
+from markovformer.training.trainer_config import ConfigError
 
 TEXT_RUN = {
     "task": "causal_lm",
@@ -85,7 +88,8 @@ def test_a_run_whose_text_changed_is_inspected_evaluated_and_resumed_with_its_sa
         monkeypatch.setattr(module, "build_data", spy)
     inspection.write_inspection_report(run_dir)
     evaluation.evaluate(run_dir)
-    runner.resume(run_dir, ["trainer.max_steps=6"])
+    with pytest.raises(ConfigError, match="was a data file changed"):  # a run never mixes two texts
+        runner.resume(run_dir, ["trainer.max_steps=6"])
     assert len(seen) == 3 and all(record == saved for record in seen)
 
 

@@ -27,12 +27,14 @@ import math
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 from safetensors.torch import load_file
 
 from markovformer.atomic import atomic_write, remove_stale_temporaries
 from markovformer.data.bundle import DataBundle
+from markovformer.data.readers.token_store import TokenStore
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
 from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.models.registry import head_class
@@ -89,14 +91,69 @@ def write_missing_start_files(run_dir: Path, bundle: DataBundle, replace: bool =
     if replace or not (run_dir / "environment.json").is_file():
         write_json(run_dir / "environment.json", {**environment_record(), "run_format": RUN_FORMAT})
     if replace or not (run_dir / "data.json").is_file():
-        sizes = {split: len(getattr(bundle, split)) for split in ("train", "val", "test")}
-        write_json(run_dir / "data.json", {"info": bundle.info, "splits": bundle.splits, "sizes": sizes})
+        write_json(run_dir / "data.json", data_record(bundle))
     if bundle.tokenizer is not None and (replace or not (run_dir / "tokenizer" / TOKENIZER_FILE).is_file()):
         bundle.tokenizer.save(run_dir / "tokenizer")  # one file, written atomically
     elif bundle.tokenizer is None and replace and (run_dir / "tokenizer" / TOKENIZER_FILE).is_file():
         (run_dir / "tokenizer" / TOKENIZER_FILE).unlink()  # another config's, which eval and generate would read
         if not any((run_dir / "tokenizer").iterdir()):
             (run_dir / "tokenizer").rmdir()
+
+
+def data_record(bundle: DataBundle) -> dict:
+    """data.json's contents: the data's facts (``info``), the record of its splits and their sizes, as JSON reads
+    them back (lists for tuples, None for non-finite floats)."""
+    sizes = {split: len(getattr(bundle, split)) for split in ("train", "val", "test")}
+    record = {"info": bundle.info, "splits": bundle.splits, "sizes": sizes}
+    return json.loads(json.dumps(strict_json(record), default=str, allow_nan=False))
+
+
+def check_same_data(run_dir: Path, bundle: DataBundle) -> None:
+    """ConfigError when the data a resumed run rebuilds from its config is not the data it started with (data.json):
+    a data file edited or replaced under the same path would be mixed into the run silently. Compared: every value
+    both records hold (a newer version may record more), floats to 1e-6, token stores by their tokens."""
+    try:
+        saved = json.loads((run_dir / "data.json").read_text())
+    except (OSError, ValueError):
+        return  # a start killed before data.json: it is written from the rebuilt data
+    difference = _first_difference(saved, data_record(bundle), "")
+    if difference is not None:
+        where, before, now = difference
+        raise ConfigError(f"{run_dir / 'data.json'}: the data rebuilt from the run's config differs from the data it "
+                          f"started with ({where}: {before!r} then, {now!r} now): was a data file changed? Restore "
+                          f"it, or start a new run from this one's weights (init_from={str(run_dir)!r})")  # fmt: skip
+
+
+def _same_tokens(saved: Path, now: Path) -> bool:
+    """Whether two token stores hold the same tokens: one store (its key names its files' content, mtimes
+    included), or equal tokens in both (a file touched or copied without its mtime). A store since removed from
+    the cache cannot be compared: said on one line, and taken as the same."""
+    if saved.name == now.name:
+        return True
+    try:
+        before = TokenStore(saved)
+    except (OSError, ValueError):
+        print(f"the token store this run started with ({saved}) is gone: whether its text files changed since "
+              f"cannot be checked", flush=True)  # fmt: skip
+        return True
+    after = TokenStore(now)
+    return bool(np.array_equal(before.offsets, after.offsets) and np.array_equal(before.tokens, after.tokens))
+
+
+def _first_difference(saved, now, where: str) -> tuple[str, object, object] | None:
+    if isinstance(saved, dict) and isinstance(now, dict):
+        for key in saved.keys() & now.keys():
+            if key == "store" and isinstance(saved[key], str) and isinstance(now[key], str):
+                same = _same_tokens(Path(saved[key]), Path(now[key]))
+                found = None if same else (f"{where}.{key}".lstrip("."), saved[key], now[key])
+            else:
+                found = _first_difference(saved[key], now[key], f"{where}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(saved, float) and isinstance(now, (int, float)) and not isinstance(now, bool):
+        return None if math.isclose(saved, now, rel_tol=1e-6, abs_tol=1e-12) else (where.lstrip("."), saved, now)
+    return None if saved == now else (where.lstrip("."), saved, now)
 
 
 def remove_stale_files(run_dir: Path) -> None:

@@ -32,6 +32,7 @@ from markovformer.training.run_config import RunConfig, load_yaml, resolve_run_c
 from markovformer.training.run_dir import (
     LAST_CHECKPOINT,
     RESOLVED_CONFIG,
+    check_same_data,
     finished_steps,
     load_run,
     mark_unfinished,
@@ -228,6 +229,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
     train_loader, val_loader = loaders(task, bundle, trainer, model)  # before any file: it checks the batch size
     if writer:
         if resume:
+            check_same_data(run_dir, bundle)
             write_missing_start_files(run_dir, bundle)
         else:
             write_run_files(run_dir, config, bundle)
