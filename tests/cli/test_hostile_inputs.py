@@ -67,6 +67,8 @@ SETTINGS = [
     ("trainer.keep_checkpoints=-1", "trainer.keep_checkpoints"),
     ("trainer.decay_steps=0", "trainer.decay_steps"),
     ("trainer.seed=-1", "trainer.seed"),
+    ("trainer.warmup_steps=-1", "trainer.warmup_steps=-1 must be >= 0"),  # named both keys, and no value
+    ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches=0 must be >= 1"),  # and threads=None
     ("trainer.deterministic=1", "trainer.deterministic"),  # a bool must be a bool, not 1
     ("model.gate_entropy_weight=.nan", "model.gate_entropy_weight"),
     ("model.dropout=.inf", "model.dropout"),

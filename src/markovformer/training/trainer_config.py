@@ -123,11 +123,10 @@ class TrainerConfig:
             raise ConfigError(f"trainer.precision={shown(self.precision)} must be one of {PRECISIONS}")
         if self.warmup_steps is None:
             self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.max_steps)
-        if self.warmup_steps < 0 or self.num_workers < 0:
-            raise ConfigError("trainer.warmup_steps and trainer.num_workers must be >= 0")
-        if self.accumulate_grad_batches < 1 or (self.threads is not None and self.threads < 1):
-            raise ConfigError(f"trainer.accumulate_grad_batches={self.accumulate_grad_batches} and trainer.threads="
-                              f"{self.threads} must be >= 1")  # fmt: skip
+        for name, low in (("warmup_steps", 0), ("num_workers", 0), ("accumulate_grad_batches", 1), ("threads", 1)):
+            value = getattr(self, name)
+            if value is not None and value < low:
+                raise ConfigError(f"trainer.{name}={shown(value)} must be >= {low}")
         if self.logger not in LOGGERS:
             raise ConfigError(f"trainer.logger={shown(self.logger)} must be one of {tuple(LOGGERS)}")
         if self.early_stopping is not None:
