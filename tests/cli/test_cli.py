@@ -41,6 +41,12 @@ def test_empty_config_file(tmp_path, main_cli):
     assert_one_line_error(main_cli("train", str(path)), "empty")
 
 
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path, main_cli):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("task: caus\xe9al_lm\n".encode("latin-1"))  # was the codec's message without the file
+    assert_one_line_error(main_cli("train", str(path)), f"{path}: not a UTF-8 text file")
+
+
 def test_unknown_keys_get_a_suggestion(main_cli):
     assert_one_line_error(main_cli("train", "trainer.max_stepz=3"), "trainer.max_stepz", "max_steps")
     assert_one_line_error(main_cli("train", "model.max_ordr=3"), "max_ordr", "max_order")

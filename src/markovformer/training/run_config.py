@@ -241,10 +241,14 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     import yaml
 
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: a directory, not a config file")
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        values = read_yaml(path.read_text())
+        values = read_yaml(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({error.reason} at byte {error.start})") from None
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None
     except yaml.YAMLError as error:

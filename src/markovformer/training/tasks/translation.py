@@ -91,9 +91,14 @@ class Translation(Task):
         if (request.prompt is None) == (request.input is None):
             raise ValueError("a translation run translates either --prompt SENTENCE or --input FILE (one per line)")
         if request.input is not None and not Path(request.input).is_file():
-            raise ValueError(f"--input {request.input!r}: no such file")
-        sentences = ([request.prompt] if request.input is None
-                     else Path(request.input).read_text(encoding="utf-8").splitlines())  # fmt: skip
+            what = "a directory, not a file" if Path(request.input).is_dir() else "no such file"
+            raise ValueError(f"--input {request.input!r}: {what}")
+        try:
+            sentences = ([request.prompt] if request.input is None
+                         else Path(request.input).read_text(encoding="utf-8").splitlines())  # fmt: skip
+        except UnicodeDecodeError as error:
+            where = f"{error.reason} at byte {error.start}"
+            raise ValueError(f"--input {request.input!r}: not UTF-8 text ({where})") from None
         if not sentences or any(not sentence.strip() for sentence in sentences):
             raise ValueError(f"{request.input or '--prompt'}: every source sentence must be non-empty")
         given = request.generation
