@@ -248,7 +248,9 @@ def test_an_early_stopped_run_resumed_after_a_kill_in_its_final_files_stays_stop
     assert run("train", str(config), "output_dir=stopped", cwd=tmp_path).returncode == 0
     steps = json.loads((tmp_path / "stopped" / "metrics.json").read_text())["steps"]
     assert steps < 200
-    one_line(run("train", "--resume", "stopped", cwd=tmp_path), 2, "finished run", f"at step {steps} of 200")
+    for extension in ([], ["trainer.max_steps=400"]):  # extended, it would stop at once: refused too
+        one_line(run("train", "--resume", "stopped", *extension, cwd=tmp_path), 2, "finished run",
+                 f"at step {steps} of 200", "init_from=")  # fmt: skip
     shutil.copytree(tmp_path / "stopped", tmp_path / "killed")
     mark_unfinished(tmp_path / "killed")  # what a kill during the final files leaves
     assert run("train", "--resume", "killed", cwd=tmp_path).returncode == 0

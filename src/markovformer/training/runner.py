@@ -157,12 +157,13 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         check_logger(extended.trainer.logger)
         check_nodes(extended.trainer.num_nodes)
         finished = finished_steps(run_dir)
+        if finished is not None and finished < config.trainer.max_steps:  # a longer run would stop there again
+            raise ConfigError(f"{run_dir} is a finished run: early stopping ended it at step {finished} of "
+                              f"{config.trainer.max_steps}; to train on, start a new run from its weights "
+                              f"(init_from={str(run_dir)!r})")  # fmt: skip
         if finished is not None and finished >= extended.trainer.max_steps:
             raise ConfigError(f"{run_dir} is a finished run ({finished} steps); to train it longer, extend it: "
                               f"--resume {run_dir} trainer.max_steps=N with N > {finished}")  # fmt: skip
-        if finished is not None and extended.trainer.max_steps == config.trainer.max_steps:
-            raise ConfigError(f"{run_dir} is a finished run: early stopping ended it at step {finished} of "
-                              f"{config.trainer.max_steps}")  # fmt: skip
         if writer:
             mark_unfinished(run_dir)  # first: from here on the old model/ and metrics.json no longer stand
             if extended != config:
