@@ -98,7 +98,7 @@ BAD = [
     ("eos_token_id", -1, r"^eos_token_id=-1: must be an integer in \[0, inf\]$"),
     ("pad_token_id", True, r"^pad_token_id=True: must be an integer"),
     ("suppress_tokens", [1, "a"], r"^suppress_tokens=\[1, 'a'\]: must hold integer token ids$"),
-    ("num_beams", 0, r"^num_beams=0: must be an integer in \[1, inf\]$"),
+    ("num_beams", 0, r"^num_beams=0: must be an integer in \[1, 1024\]$"),
     ("length_penalty", math.inf, r"^length_penalty=inf: must be a finite number$"),
     ("compile_step", 1, r"^compile_step=1: must be True or False$"),
 ]

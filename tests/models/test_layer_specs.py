@@ -48,6 +48,8 @@ def test_a_bare_scoped_kind_beside_markov_layers_is_global_unless_the_flat_scope
     local = MarkovianTransformerConfig(**SIZE, max_order=2, scope="local", window=3, attention=["markov", "softmax",
                                                                                                "softmax"])  # fmt: skip
     assert [spec.options["window"] for spec in local.layer_specs()] == [3, 3, 3]  # the flat scope, when given
+    windowed = MarkovianTransformerConfig(**SIZE, max_order=2, window=3, attention=["markov", "softmax", "softmax"])
+    assert windowed.layer_specs() == local.layer_specs()  # or a flat window (local for every layer)
 
 
 def test_a_flat_config_and_its_per_layer_spelling_build_the_same_model():

@@ -131,7 +131,8 @@ class MarkovianTransformerConfig(ModelConfig):
                     for name in set(entry) - {"kind"} - attention_option_names(kind):
                         fail("attention", f"layer {index}: kind {kind!r} has no option {name!r}")
         kinds = set(self.layer_kinds())
-        if self.scope is None and not isinstance(self.attention, str) and "max_order" in self._options_read():
+        flat_scope_given = self.scope is not None or self.window is not None  # a flat window: every layer local
+        if not flat_scope_given and not isinstance(self.attention, str) and "max_order" in self._options_read():
             self.attention = [self._scoped_entry(entry) for entry in self.attention]
         if self.scope is None and "scope" in self._options_read():
             self.scope = "local" if "max_order" in self._options_read(kinds - {"softmax"}) else "global"
@@ -205,10 +206,10 @@ class MarkovianTransformerConfig(ModelConfig):
 
     @staticmethod
     def _scoped_entry(entry: str | dict) -> str | dict:
-        """A per-layer entry of a list given without a flat ``scope``, with the scope its kind takes by default: a
-        kind with Markov biases is local (the flat scope), a scoped kind without them (softmax, ALiBi, ...) global
-        unless its entry sets ``scope`` or ``window``. Written into the entry, so that the config's dict, whose flat
-        scope is then set, rebuilds the same layers."""
+        """A per-layer entry of a list given without a flat ``scope`` or ``window``, with the scope its kind takes by
+        default: a kind with Markov biases is local (the flat scope), a scoped kind without them (softmax, ALiBi,
+        ...) global unless its entry sets ``scope`` or ``window``. Written into the entry, so that the config's dict,
+        whose flat scope is then set, rebuilds the same layers."""
         kind, own = (entry, {}) if isinstance(entry, str) else (entry.get("kind"), entry)
         names = attention_option_names(kind)
         if "scope" not in names or "max_order" in names or "scope" in own or "window" in own:
