@@ -258,6 +258,17 @@ def test_an_early_stopped_run_resumed_after_a_kill_in_its_final_files_stays_stop
     assert same_weights(tmp_path / "stopped", tmp_path / "killed")
 
 
+def test_early_stopping_state_keeps_lightnings_key():
+    """Checkpoints written before ResumableEarlyStopping hold EarlyStopping's state under Lightning's key: the
+    subclass reads it from there (its class name would make another key, and the patience count would start over)."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from markovformer.training.step_checkpoints import ResumableEarlyStopping
+
+    for options in ({"monitor": "val/loss"}, {"monitor": "val/accuracy", "mode": "max"}):
+        assert ResumableEarlyStopping(**options).state_key == EarlyStopping(**options).state_key
+
+
 def test_a_terminated_run_exits_143_in_one_line_naming_its_checkpoint_and_resumes(tmp_path):
     """SIGTERM (a scheduler's stop) ended the command with status 0 and no word, as if the run had finished
     (Lightning raises a SystemExit without a code); now 143 and one line, and --resume finishes the run."""

@@ -189,6 +189,8 @@ def test_generate_translates_a_prompt_and_a_file_of_sentences(trained_run, tmp_p
     assert capsys.readouterr().out.splitlines() == expected
     assert main(["generate", str(run_dir)]) == 2
     assert "either --prompt" in capsys.readouterr().err
+    assert main(["generate", str(run_dir), "--input", str(tmp_path)]) == 2
+    assert "a directory, not a file" in capsys.readouterr().err
     for flag, value in (("--temperature", "0.7"), ("--top-k", "3"), ("--top-p", "0.9")):  # were ignored silently
         assert main(["generate", str(run_dir), "--prompt", sources[0], flag, value]) == 2
         assert f"{flag} {value}: a translation run searches" in capsys.readouterr().err

@@ -10,6 +10,12 @@ import lightning as L
 from lightning.pytorch.callbacks import LearningRateMonitor
 
 
+def starts_a_step(trainer: L.Trainer, batch_idx: int) -> bool:
+    """Whether batch ``batch_idx`` is the first micro-batch of an optimiser step (every batch without gradient
+    accumulation)."""
+    return batch_idx % trainer.accumulate_grad_batches == 0
+
+
 class PrintProgress(L.Callback):
     """Progress as lines (for logs and pipes) every ``every`` steps and after each validation, with the run's wall
     clock: the seconds of earlier processes up to the checkpoint this one resumed from, plus this process's.
@@ -56,7 +62,7 @@ class PrintProgress(L.Callback):
             self.bar = None
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
-        if batch_idx % trainer.accumulate_grad_batches == 0:  # the first micro-batch of an optimiser step
+        if starts_a_step(trainer, batch_idx):
             self.step_lr = trainer.optimizers[0].param_groups[0]["lr"]
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
@@ -87,5 +93,5 @@ class StepLearningRateMonitor(LearningRateMonitor):
         super().__init__(logging_interval="step")
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
-        if batch_idx % trainer.accumulate_grad_batches == 0:  # the first micro-batch of an optimiser step
+        if starts_a_step(trainer, batch_idx):
             super().on_train_batch_start(trainer, module, batch, batch_idx)

@@ -241,8 +241,6 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     import yaml
 
     path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"{path}: a directory, not a config file")
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:

@@ -80,14 +80,15 @@ def write_json(path: Path, values: dict) -> None:
 def write_run_files(run_dir: Path, config: RunConfig, bundle: DataBundle) -> None:
     """The files of a new run, each written afresh (a start killed before config.yaml may have left another
     config's data.json and tokenizer/); config.yaml last, so a directory with it holds the others too (or
-    ``--resume`` writes the missing ones again: ``write_missing_start_files``)."""
-    write_missing_start_files(run_dir, bundle, replace=True)
+    ``--resume`` writes the missing ones again: ``write_start_files``)."""
+    write_start_files(run_dir, bundle, keep_existing=False)
     write_resolved_config(run_dir, config)
 
 
-def write_missing_start_files(run_dir: Path, bundle: DataBundle, replace: bool = False) -> None:
-    """environment.json, data.json and tokenizer/, each unless already there (a run killed as it started lacks
-    some; the data is rebuilt from the same config and seed, so they come out the same), or all (``replace``)."""
+def write_start_files(run_dir: Path, bundle: DataBundle, keep_existing: bool) -> None:
+    """environment.json, data.json and tokenizer/; with ``keep_existing`` (a resume) only those missing (a run
+    killed as it started lacks some; the data is rebuilt from the same config and seed, so they come out the same)."""
+    replace = not keep_existing
     if replace or not (run_dir / "environment.json").is_file():
         write_json(run_dir / "environment.json", {**environment_record(), "run_format": RUN_FORMAT})
     if replace or not (run_dir / "data.json").is_file():

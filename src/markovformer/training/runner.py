@@ -38,9 +38,9 @@ from markovformer.training.run_dir import (
     mark_unfinished,
     remove_stale_files,
     write_final_files,
-    write_missing_start_files,
     write_resolved_config,
     write_run_files,
+    write_start_files,
 )
 from markovformer.training.run_lock import run_dir_lock
 from markovformer.training.run_report import describe_run, report_results
@@ -231,7 +231,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
     if writer:
         if resume:
             check_same_data(run_dir, bundle)
-            write_missing_start_files(run_dir, bundle)
+            write_start_files(run_dir, bundle, keep_existing=True)
         else:
             write_run_files(run_dir, config, bundle)
         describe_run(config, bundle, model)
