@@ -2,6 +2,7 @@
 kills, validation never skipped by a kill, the run-directory lock, extension and retention of checkpoints."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -220,3 +221,38 @@ def test_a_failed_resume_keeps_every_log_row(run_files, tmp_path, main_cli):
     save_checkpoint_file(foreign, last)
     one_line_error(main_cli("train", "--resume", str(run)), "last.ckpt", "does not match", "model.", "has shape")
     assert (run / "logs" / "metrics.csv").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("setting", "fragments"),
+    [
+        (["trainer.early_stopping={monitor: val/accuracy}"], ("monitor='val/accuracy'", "val/loss")),
+        (["model.position=learned", "model.max_positions=8"], ("sequence length 24 exceeds max_positions=8",)),
+    ],
+    ids=["a monitor validation does not log", "max_positions below the data's length"],
+)
+def test_a_model_that_cannot_score_its_data_fails_before_the_run_folder_exists(run_files, tmp_path, main_cli,
+                                                                                setting, fragments):  # fmt: skip
+    """Settings only the first validation shows wrong failed in training with a traceback, after config.yaml and
+    data.json were written: the folder could then be neither resumed (the same failure) nor trained into again
+    ("already holds a run"). They fail in one line before anything is written."""
+    config, _ = run_files
+    one_line_error(main_cli("train", str(config), "output_dir=bad", *setting), *fragments)
+    assert [path.name for path in (tmp_path / "bad").iterdir()] == [".lock"]  # the run lock's file alone
+    assert main_cli("train", str(config), "output_dir=bad").returncode == 0  # no "already holds a run"
+
+
+def test_scoring_the_first_batch_leaves_the_random_state_and_the_mode(tiny_run):
+    """The check above scores a batch before training: it must not shift the run's random stream or its mode."""
+    from markovformer.training.build import build_data, build_model, build_run_task
+    from markovformer.training.evaluation import first_batch_metrics
+    from markovformer.training.run_config import resolve_run_config
+
+    config = resolve_run_config({**tiny_run, "output_dir": "unused"})
+    bundle = build_data(config)
+    task, model = build_run_task(config, bundle), build_model(config, bundle.info)
+    torch.manual_seed(11)
+    state = torch.get_rng_state()
+    metrics = first_batch_metrics(task, model, bundle)
+    assert torch.equal(torch.get_rng_state(), state) and model.training
+    assert {"loss", "perplexity"} <= metrics.keys() and math.isfinite(metrics["loss"])

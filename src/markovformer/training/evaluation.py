@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -25,6 +26,25 @@ def scoring_loader(examples, collate, tc: TrainerConfig) -> DataLoader:
     seed from the global RNG at every new iterator, which would shift the training's random stream."""
     return DataLoader(examples, batch_size=tc.eval_batch_size, sampler=RankShare(len(examples)), collate_fn=collate,
                       num_workers=tc.num_workers, generator=torch.Generator())  # fmt: skip
+
+
+def first_batch_metrics(task, model: torch.nn.Module, bundle, examples: int = 2) -> dict:
+    """The validation metrics of the model as built, on the split's first ``examples`` examples: run before a run
+    writes anything, so that a model that cannot read the data (``max_positions`` below its length, say) fails
+    before a run directory that could be neither resumed nor restarted exists, and so that the names of the
+    metrics validation will log are known. The random state and the model's mode are left as they were."""
+    first = bundle.collate([bundle.val[index] for index in range(min(examples, len(bundle.val)))])
+    metrics, training, state = task.new_metrics(), model.training, torch.get_rng_state()
+    model.eval()
+    try:
+        task.start_scoring()
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a metric of two examples may warn (one class seen)
+            task.score(model, first, metrics)
+            return metrics.compute()
+    finally:
+        model.train(training)
+        torch.set_rng_state(state)
 
 
 def reference_results(reference: dict, split: str) -> dict:

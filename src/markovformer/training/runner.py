@@ -21,7 +21,7 @@ from markovformer.training.build import build_data, build_model, build_run_task
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
 from markovformer.training.divergence import DivergenceGuard
 from markovformer.training.environment import check_accelerator, check_nodes
-from markovformer.training.evaluation import evaluate, scoring_loader
+from markovformer.training.evaluation import evaluate, first_batch_metrics, scoring_loader
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
 from markovformer.training.init_from import initialise_from, tokenizer_source
 from markovformer.training.metrics_log import AppendingCSVLogger
@@ -113,6 +113,14 @@ def metrics_loggers(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger) -
 
         return [log, MLFlowLogger(experiment_name=run_dir.name, save_dir=str(run_dir / "mlruns"))]
     return [log]
+
+
+def check_monitor(early_stopping: dict | None, metrics: dict) -> None:
+    """ConfigError unless early stopping's monitor is one of the validation ``metrics`` (names without ``val/``)."""
+    if early_stopping and early_stopping["monitor"].removeprefix("val/") not in metrics:
+        logged = ", ".join(f"val/{name}" for name in metrics)
+        raise ConfigError(f"trainer.early_stopping.monitor={early_stopping['monitor']!r} is not a metric this run "
+                          f"validates; it logs {logged}")  # fmt: skip
 
 
 def training_threads(tc: TrainerConfig) -> int:
@@ -228,6 +236,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
         raise ConfigError(f"the validation split has {len(bundle.val)} examples, fewer than the {trainer.world_size} "
                           f"processes that score it; give it more or train on fewer devices")  # fmt: skip
     train_loader, val_loader = loaders(task, bundle, trainer, model)  # before any file: it checks the batch size
+    check_monitor(tc.early_stopping, first_batch_metrics(task, model, bundle))  # the model reads the data
     if writer:
         if resume:
             check_same_data(run_dir, bundle)
