@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -182,7 +183,7 @@ def test_gru_model_is_the_library_gru_kind_and_its_loss_is_shifted_cross_entropy
     torch.testing.assert_close(loss_of(model, ids), expected)
 
 
-def test_command_line_options():
+def test_command_line_options(tmp_path):
     assert bench_cli.PART_NAMES == PARTS and bench_cli.ALL_PART_NAMES == ALL_PARTS
     assert bench_cli.OP_KIND_NAMES == OP_KINDS + CUDA_OP_KINDS
     parser = argparse.ArgumentParser()
@@ -205,6 +206,13 @@ def test_command_line_options():
         bench_cli.run_bench(parser.parse_args(["bench", "--parts", "scan", "--scan-lengths", "256", "0"]))
     with pytest.raises(SystemExit):
         parser.parse_args(["bench", "--op-kinds", "flash"])
+    # caps and sizes the flags do not check ran into rows of errors, reported complete with exit status 0
+    for flags, named in ((["--time-cap", "-1"], "time_cap=-1.0"), (["--max-memory-mib", "nan"], "memory_cap_mib=nan"),
+                         (["--set", "data_mb=0"], "data_mb=0"), (["--set", "long_lengths=[4096, 0.5]"],
+                                                                  "long_lengths=(4096, 0.5)")):  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(named)):
+            bench_cli.run_bench(parser.parse_args(["bench", "--out", str(tmp_path / "out"), *flags]))
+    assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="unknown op kind"):
         BenchSettings(op_kinds=("flash",)).resolved()
 

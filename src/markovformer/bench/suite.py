@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import platform
 import statistics
@@ -104,6 +105,23 @@ class BenchSettings:
     data_nanogpt_limit_mb: int = 12288
     data_timeout: float = 3600.0
 
+    def check_numbers(self) -> None:
+        """ValueError naming the setting unless every number given is finite and positive, and a whole number where
+        the field counts (a negative time cap or length ran the suite into rows of errors, reported complete)."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            whole = "int" in field.type and "float" not in field.type
+            if field.type == "bool" or value is None:
+                continue
+            for number in value if isinstance(value, tuple) else (value,):
+                if isinstance(number, str):
+                    continue
+                number_type = int if whole else int | float
+                if isinstance(number, bool) or not isinstance(number, number_type) or not 0 < number < math.inf:
+                    kind = "a positive integer" if whole else "a positive number"
+                    each = " (each)" if isinstance(value, tuple) else ""
+                    raise ValueError(f"bench {field.name}={value!r}: must be {kind}{each}")
+
     def resolved(self) -> BenchSettings:
         quick = self.quick
         device = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
@@ -123,11 +141,7 @@ class BenchSettings:
         unknown = [kind for kind in self.decode_kinds or () if kind not in decode_kinds]
         if unknown:
             raise ValueError(f"bench decode_kinds: {unknown[0]!r} is not one of {decode_kinds}")
-        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
-            raise ValueError(f"bench rounds={self.rounds!r}: must be a positive integer")
-        if self.repeats is not None and (isinstance(self.repeats, bool) or not isinstance(self.repeats, int)
-                                         or self.repeats < 1):  # 0 is the longest part's own cases', not a setting
-            raise ValueError(f"bench repeats={self.repeats!r}: must be a positive integer (timed runs after a warm-up)")
+        self.check_numbers()
         available = status_mib("MemAvailable", "/proc/meminfo") or 8192.0
         return dataclasses.replace(
             self,

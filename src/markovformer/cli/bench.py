@@ -91,7 +91,7 @@ def _with_settings(settings, pairs: list[str]):
         if current is not None and not isinstance(value, type(current)) and not (
                 isinstance(current, float) and isinstance(value, int)) and not isinstance(current, tuple):
             raise ValueError(f"--set {pair!r}: {key} takes a {type(current).__name__}, got {value!r}")
-        if isinstance(current, tuple):
+        if fields[key].type.startswith("tuple"):
             value = tuple(value) if isinstance(value, list) else (value,)
         changes[key] = float(value) if isinstance(current, float) else value
     return dataclasses.replace(settings, **changes)
