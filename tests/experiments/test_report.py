@@ -182,3 +182,31 @@ def test_an_experiment_of_one_seed_refuses_several_instead_of_running_the_first(
     with pytest.raises(ValueError, match=f"{name} runs one seed, got --seeds 0 1 2: run it once per seed"):
         run_experiment(name, tmp_path, quick=True, seeds=(0, 1, 2))
     assert not (tmp_path / "cells").exists() and not (tmp_path / "report.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "seeds", "message"),
+    [
+        ("mixers", {"kinds": []}, None, r"mixers.kinds=\[\]: give at least one value"),
+        ("icl-depth", {"depths": []}, None, r"icl-depth.depths=\[\]"),
+        ("position-biases", {"hidden_sources": [], "icl_orders": [], "mixer_tasks": []}, None, "no task to run"),
+        ("mixers", {}, (-1,), r"--seeds -1 must lie in \[0, 2\*\*32\)"),
+        ("mixers", {}, (0, 1, 0), "--seeds 0 1 0 repeats a seed"),
+    ],
+    ids=["an emptied grid", "another", "every part emptied", "a negative seed", "a repeated seed"],
+)
+def test_an_experiment_with_nothing_to_run_or_a_bad_seed_is_refused_before_it_writes(name, overrides, seeds,
+                                                                                      message, tmp_path):  # fmt: skip
+    """mixers kinds=[] ran nothing and wrote an empty report with exit status 0 (other experiments failed later on an
+    index); a repeated seed counted one cell twice in a mean and its spread."""
+    with pytest.raises(ValueError, match=message):
+        run_experiment(name, tmp_path / "out", quick=True, seeds=seeds, overrides=overrides)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_optional_part_may_be_emptied():
+    """Lists an experiment reads as optional parts (table1's ablation rows) may be empty; the grid's may not."""
+    from markovformer.experiments.settings import configure
+    from markovformer.experiments.table1 import Table1Settings
+
+    assert configure(Table1Settings(), {"ablations": [], "ratios": []}, "table1").ablations == ()

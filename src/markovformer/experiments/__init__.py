@@ -64,6 +64,11 @@ def run_experiment(
     """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; known: {', '.join(EXPERIMENTS)}")
+    for seed in seeds or ():
+        if not 0 <= seed < 2**32:  # a run config's trainer.seed range
+            raise ValueError(f"--seeds {seed} must lie in [0, 2**32)")
+    if seeds is not None and len(set(seeds)) < len(seeds):  # one cell counted twice: a spread of no information
+        raise ValueError(f"--seeds {' '.join(map(str, seeds))} repeats a seed; give each once")
     if recompute and from_cells:
         raise ValueError("--recompute forgets cells that --from-cells would read: use one or the other")
     if from_cells and not (Path(out_dir) / "cells").is_dir():

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -73,6 +74,7 @@ class PositionBiasSettings:
     hidden_sources: tuple[str, ...] = ("fixed-2", "fixed-4", "lag-3")  # fixed-k: lags 1..k; lag-k: lag k only
     icl_orders: tuple[int, ...] = (1, 2, 3)
     mixer_tasks: tuple[str, ...] = MIXER_TASKS
+    MAY_BE_EMPTY: ClassVar[tuple[str, ...]] = ("hidden_sources", "icl_orders", "mixer_tasks", "extrapolate")
     d_model: int = 64  # the softmax+rotary reference's width; other kinds match its parameter count
     n_layers: int = 2
     n_heads: int = 4
@@ -116,6 +118,8 @@ def check_settings(settings: PositionBiasSettings) -> None:
     for task in settings.mixer_tasks:
         if task not in MIXER_TASKS:
             raise ValueError(f"{NAME}.mixer_tasks: {task!r} is not one of {MIXER_TASKS}")
+    if not (settings.hidden_sources or settings.icl_orders or settings.mixer_tasks):
+        raise ValueError(f"{NAME}: hidden_sources, icl_orders and mixer_tasks are all empty: no task to run")
     if not settings.lrs:
         raise ValueError(f"{NAME}.lrs needs at least one learning rate")
     if any(isinstance(m, bool) or not isinstance(m, int) or m < 2 for m in settings.extrapolate):

@@ -7,15 +7,21 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
-from markovformer.training.run_config import build_dataclass
+from markovformer.training.run_config import ConfigError, build_dataclass
 
 SettingsT = TypeVar("SettingsT")
 
 
 def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str) -> SettingsT:
-    """``base`` with ``overrides`` applied; errors name ``name.key``."""
+    """``base`` with ``overrides`` applied; errors name ``name.key``. A list the defaults fill (a grid's kinds, widths,
+    learning rates) may not be emptied, unless the settings class names it in ``MAY_BE_EMPTY`` (an optional part):
+    ``kinds=[]`` ran nothing and reported it with exit status 0, or failed later on an index."""
     if not overrides:
         return base
+    for key, value in overrides.items():
+        emptied = isinstance(value, list | tuple) and not value and getattr(base, key, None)
+        if emptied and key not in getattr(base, "MAY_BE_EMPTY", ()):
+            raise ConfigError(f"{name}.{key}=[]: give at least one value")
     return build_dataclass(type(base), {**dataclasses.asdict(base), **overrides}, name)
 
 

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import Tensor
@@ -91,6 +91,7 @@ class VMTSettings:
     lg_steps: int = 2000
     lg_eval_every: int = 250
     lg_iw_samples: tuple[int, ...] = (1, 10, 100)
+    MAY_BE_EMPTY: ClassVar[tuple[str, ...]] = ("lg_iw_samples",)  # part 1 reports the ELBO alone
     lg_latent_dim: int = 4
     lg_doc_len: int = 256
     lg_train_documents: int = 512
