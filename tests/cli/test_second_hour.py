@@ -297,3 +297,28 @@ def test_eval_says_which_weights_and_step_it_scored(small_run, main_cli, tmp_pat
     assert "last.ckpt at step 4: the run is unfinished" in main_cli("eval", str(killed)).stdout
     named = main_cli("eval", str(small_run / "run" / "checkpoints" / "step-000004.ckpt")).stdout
     assert "(checkpoints/step-000004.ckpt at step 4)" in named  # a finished run's checkpoint, asked for by name
+
+
+def test_an_accumulated_step_logs_the_mean_loss_of_its_micro_batches(tmp_path):
+    """The step minimises the mean of its micro-batches' losses; Lightning logged the last one's. With the weights
+    held (a learning rate of 1e-30, no dropout), a step of 2 micro-batches logs the mean of the losses that a run
+    without accumulation logs for the same two batches, one step each."""
+    import csv
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    def losses(name: str, **trainer) -> dict[int, float]:
+        values = _tiny_values(tmp_path / name, logger="csv", lr=1e-30, warmup_steps=0, log_every=1, eval_every=100,
+                              checkpoint_every=100, **trainer)  # fmt: skip
+        values["model"]["dropout"] = 0.0
+        train(resolve_run_config(values))
+        with open(tmp_path / name / "run" / "logs" / "metrics.csv") as handle:
+            return {int(row["step"]): float(row["train/loss"]) for row in csv.DictReader(handle) if row["train/loss"]}
+
+    single, accumulated = losses("single", max_steps=6), losses("accumulated", max_steps=3, accumulate_grad_batches=2)
+    assert len(single) == 6 and len(accumulated) == 3 and len(set(single.values())) == 6  # distinct batches
+    steps = sorted(single)
+    for index, step in enumerate(sorted(accumulated)):  # accumulated step i takes batches 2i and 2i + 1
+        pair = [single[steps[2 * index]], single[steps[2 * index + 1]]]
+        assert accumulated[step] == pytest.approx(sum(pair) / 2, rel=1e-5), (step, pair, accumulated)

@@ -25,7 +25,17 @@ class TrainingModule(L.LightningModule):
         self.val_metrics = task.new_metrics()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        if batch_idx % self.config.accumulate_grad_batches == 0:  # the first micro-batch of an optimiser step
+            self.step_sums: dict[str, tuple[torch.Tensor, int]] = {}
         return self.task.training_step(self, batch)
+
+    def log_step_mean(self, name: str, value: torch.Tensor, **options) -> None:
+        """Log ``value`` as the mean over the micro-batches of the optimiser step so far: with gradient accumulation
+        Lightning logs the step's last micro-batch's value, one of its ``accumulate_grad_batches`` losses, where the
+        step minimises their mean. Without accumulation, ``value`` itself."""
+        total, count = self.step_sums.get(name, (0.0, 0))
+        self.step_sums[name] = (total + value, count + 1)
+        self.log(name, (total + value) / (count + 1), **options)
 
     def on_validation_epoch_start(self) -> None:
         self.val_metrics.reset()

@@ -171,7 +171,7 @@ class Task:
         """The loss to minimise; ``module`` is the Lightning module (for ``log`` and ``global_step``)."""
         model = module.model
         output = model(**model_inputs(batch), **self.train_options())
-        module.log("train/loss", output.loss.detach(), prog_bar=True, batch_size=len(batch["labels"]))
+        module.log_step_mean("train/loss", output.loss.detach(), prog_bar=True, batch_size=len(batch["labels"]))
         regularization = getattr(model, "regularization_loss", None)  # a model's own extra terms, if it has any
         return output.loss if regularization is None else output.loss + regularization()
 

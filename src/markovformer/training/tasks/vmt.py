@@ -154,7 +154,7 @@ class VMT(Task):
                        kl_weight=kl_weight(module.global_step + 1, self.options.kl_warmup_steps))  # fmt: skip
         self.carry = output.carry if self.options.carry else None
         for name in ("loss", *BOUNDS):
-            module.log(f"train/{name}", getattr(output, name).detach(), prog_bar=name == "loss",
+            module.log_step_mean(f"train/{name}", getattr(output, name).detach(), prog_bar=name == "loss",
                        batch_size=len(continues))  # fmt: skip
         return output.loss
 
