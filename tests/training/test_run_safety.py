@@ -256,3 +256,32 @@ def test_scoring_the_first_batch_leaves_the_random_state_and_the_mode(tiny_run):
     metrics = first_batch_metrics(task, model, bundle)
     assert torch.equal(torch.get_rng_state(), state) and model.training
     assert {"loss", "perplexity"} <= metrics.keys() and math.isfinite(metrics["loss"])
+
+
+def test_a_run_killed_in_its_final_files_logs_its_last_validation_once_at_its_step(tmp_path, main_cli, tiny_run):
+    """A run whose last step is not a validation step validates after fit. Killed while writing its final files and
+    resumed, it validates again: the row was labelled one step early (Lightning's count of stepped batches, which
+    the checkpoint holds one behind) beside the first process's row. Now one validation row, at the last step."""
+    import shutil
+
+    import yaml
+
+    from markovformer.training.run_dir import mark_unfinished
+
+    values = {**tiny_run, "trainer": {**tiny_run["trainer"], "max_steps": 12, "eval_every": 5, "checkpoint_every": 4,
+                                      "log_every": 2, "logger": "csv"}}  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(values))
+    assert main_cli("train", "run.yaml", "output_dir=whole").returncode == 0
+    shutil.copytree(tmp_path / "whole", tmp_path / "killed")
+    mark_unfinished(tmp_path / "killed")  # what a kill while the final files are written leaves
+    assert main_cli("train", "--resume", "killed").returncode == 0
+
+    def validation_rows(run: str) -> list[tuple[int, str]]:
+        rows = read_log_rows(tmp_path / run / "logs" / "metrics.csv")[1]
+        return [(int(row["step"]), row["val/loss"]) for row in rows if row.get("val/loss")]
+
+    assert validation_rows("whole") == validation_rows("killed")
+    logs = [read_log_rows(tmp_path / run / "logs" / "metrics.csv")[1] for run in ("whole", "killed")]
+    trained = [[(row["step"], row["train/loss"]) for row in rows if row.get("train/loss")] for rows in logs]
+    assert trained[0] == trained[1] and trained[0][-1][0] == "12"  # the last step's train row stays
+    assert [step for step, _ in validation_rows("whole")] == [5, 10, 12]

@@ -49,18 +49,21 @@ class AppendingCSVLogger(Logger):
     rows of steps > g (those the resumed run logs again).
 
     Rows are labelled with the steps done, as the console prints them: Lightning passes the batches stepped before
-    the one logging (``step_shift`` 1), but for a validation after fit has ended (``trainer.validate``) the steps
-    already done (``after_fit()``: shift 0)."""
+    the one logging, so one is added; a validation after fit has ended (``trainer.validate``) is labelled with the
+    steps the run has done (``after_fit``)."""
 
     def __init__(self, path: str | Path) -> None:
         super().__init__()
         self.path = Path(path)
         self.columns: list[str] | None = None  # read from the file on the first write
         self.drop_from_step: int | None = None
-        self.step_shift = 1
+        self.after_fit_step: int | None = None
 
-    def after_fit(self) -> None:
-        self.step_shift = 0
+    def after_fit(self, step: int) -> None:
+        """Label the rows from here on (the validation after fit) with ``step``, the steps the run has done: a run
+        resumed at its last step has Lightning's count one behind (its checkpoint is written before the count is).
+        That validation replaces one of the same step an earlier process logged (killed in its final files)."""
+        self.after_fit_step = step
 
     @property
     def name(self) -> str:
@@ -83,15 +86,23 @@ class AppendingCSVLogger(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        row = {"step": str(step + self.step_shift if step is not None else "")}  # steps done, as printed
+        done = self.after_fit_step if self.after_fit_step is not None else None if step is None else step + 1
+        row = {"step": "" if done is None else str(done)}  # steps done, as printed
         for key, value in metrics.items():
             value = float(value)
             row[key] = repr(value) if math.isfinite(value) else str(value)
         if self.columns is None:
             self._start()
-        if any(key not in self.columns for key in row):
-            columns = sorted(set(self.columns) | set(row))
-            self._rewrite(columns, [*read_log_rows(self.path)[1], row])
+        # the validation after fit replaces one of its step that an earlier process logged
+        validated = [key for key in metrics if key.startswith("val/")] if self.after_fit_step is not None else []
+
+        def repeated(old: dict[str, str]) -> bool:
+            return _row_step(old) == done and any(old.get(key) for key in validated)
+
+        replaced = bool(validated) and any(repeated(old) for old in read_log_rows(self.path)[1])
+        if replaced or any(key not in self.columns for key in row):
+            kept = [old for old in read_log_rows(self.path)[1] if not repeated(old)]
+            self._rewrite(sorted(set(self.columns) | set(row)), [*kept, row])
             return
         write_point()
         with self.path.open("a", encoding="utf-8", newline="") as handle:

@@ -265,7 +265,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
                             f"{last}; continue with markovformer train --resume {run_dir}") from None  # fmt: skip
     seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from
     if validation.metrics_at(trainer.global_step) is None:  # the last step was not validated yet
-        log.after_fit()
+        log.after_fit(trainer.global_step)
         trainer.validate(module, val_loader, verbose=False)
     metrics = validation.metrics_at(trainer.global_step)
     if not writer:
