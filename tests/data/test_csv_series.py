@@ -129,7 +129,8 @@ def test_missing_label_column_lists_the_columns(tmp_path):
         ({"window": 3, "feature_columns": ["b"]}, "a,state\n1,x\n", "feature column 'b'"),
         ({"window": 3, "task": "regression"}, "a,state\n1,x\n", "'regression'"),
         ({"window": 0}, "a,state\n1,x\n", "window"),
-        ({"window": 8}, "a,state\n" + "1,x\n" * 40, "the val split has 6 rows, fewer than window=8"),
+        ({"window": 8}, "a,state\n" + "1,x\n2,y\n" * 20, "the val split has 6 rows, fewer than window=8"),
+        ({"window": 3}, "a,state\n" + "1,x\n" * 40, "column 'state': every label is 'x': classification needs"),
     ],
 )
 def test_bad_files_and_options_raise(tmp_path, options, content, message):

@@ -155,6 +155,7 @@ def test_comma_labels_without_header_and_numeric_label_order(tmp_path):
         ("a\tx\nb\ty\nc\tz\nd\tz\n", "line 4: labelled id 'd' is not a FASTA record"),
         ("a\tx\nb\ty\nc\tz\na\tz\n", "line 4: id 'a' was labelled on line 1"),
         ("a\tx\nb\ty\tz\nc\tz\n", "line 2: expected"),
+        ("a\tx\nb\tx\nc\tx\n", "labels.tsv: every label is 'x': classification needs at least two classes"),
     ],
 )
 def test_label_mismatches_raise(tmp_path, labels_text, message):
@@ -183,3 +184,28 @@ def test_a_fasta_above_the_threshold_is_read_through_its_index_with_the_same_rec
     (tmp_path / "a.bed").write_text("chr9\t1\t5\tx\n")
     with pytest.raises(ValueError, match="chromosome 'chr9' is not in the reference"):
         bed_sequences(read_bed(tmp_path / "a.bed"), read_reference(path, indexed=True))
+
+
+def test_an_index_cut_short_by_a_kill_is_never_read(tmp_path, monkeypatch):
+    """pyfaidx writes a FASTA's .fai in place: a kill while it wrote left an index cut at a line, which later reads
+    took for a FASTA of fewer records, silently. The index is built under another name and renamed into place."""
+    pyfaidx = pytest.importorskip("pyfaidx", reason="the indexed FASTA reader needs pyfaidx (the data extra)")
+    from pathlib import Path
+
+    from markovformer.data.readers.fasta import IndexedFasta
+
+    path = tmp_path / "g.fa"
+    write_fasta([("r1", "ACGT"), ("r2", "GGCC"), ("r3", "TTAA")], path)
+    build = pyfaidx.Faidx.build_index
+
+    def killed_after_one_line(self) -> None:
+        build(self)
+        index = Path(self.indexname)
+        index.write_text(index.read_text().splitlines(keepends=True)[0])  # what the kill left written
+        raise KeyboardInterrupt  # what a kill is to the code around the write
+
+    monkeypatch.setattr(pyfaidx.Faidx, "build_index", killed_after_one_line)
+    with pytest.raises(KeyboardInterrupt):
+        IndexedFasta(path)
+    monkeypatch.undo()
+    assert sorted(IndexedFasta(path)) == ["r1", "r2", "r3"]

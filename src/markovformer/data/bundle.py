@@ -74,10 +74,14 @@ class DataBundle:
     train_sampling: str = "epochs"
 
 
-def label_names_in_order(labels: Sequence[str]) -> list[str]:
+def label_names_in_order(labels: Sequence[str], source: str) -> list[str]:
     """The distinct label strings in id order: numeric order when every label is an integer ("2" before "10"),
-    otherwise plain string order. Label id ``i`` is the ``i``-th name."""
+    otherwise plain string order. Label id ``i`` is the ``i``-th name. ValueError naming ``source`` when there are
+    fewer than two: a classifier of one class scores a loss of 0 and an accuracy of 1 whatever it learns."""
     distinct = set(labels)
+    if len(distinct) < 2:
+        raise ValueError(f"{source}: every label is {next(iter(distinct), None)!r}: classification needs at least two "
+                         f"classes")  # fmt: skip
     try:
         return sorted(distinct, key=lambda name: (int(name), name))
     except ValueError:

@@ -84,7 +84,7 @@ def load_csv_series(
     std = features[ranges[0].start : ranges[0].stop].std(axis=0)
     std[std == 0] = 1.0
     normalised = torch.from_numpy(((features - mean) / std).astype(np.float32))
-    names = label_names_in_order(label_strings)
+    names = label_names_in_order(label_strings, f"{path}, column {label_column!r}")
     label_ids = {name: index for index, name in enumerate(names)}
     labels = torch.tensor([label_ids[label] for label in label_strings], dtype=torch.long)
 

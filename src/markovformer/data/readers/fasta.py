@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from markovformer.atomic import atomic_write
 from markovformer.data.bundle import DataBundle, label_names_in_order
 from markovformer.data.readers.token_store import cache_root
 from markovformer.data.splits import split_indices
@@ -34,14 +35,22 @@ class IndexedFasta(Mapping):
         pyfaidx = import_pyfaidx()
         self.path = Path(path)
         try:
-            self._fasta = pyfaidx.Fasta(str(self.path), sequence_always_upper=True, as_raw=True)
-        except PermissionError:
-            key = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:32]
-            (cache_root() / "fai").mkdir(parents=True, exist_ok=True)
-            self._fasta = pyfaidx.Fasta(str(self.path), indexname=str(cache_root() / "fai" / f"{key}.fai"),
-                                        sequence_always_upper=True, as_raw=True)  # fmt: skip
+            try:
+                self._fasta = self._open(pyfaidx, Path(f"{self.path}.fai"))
+            except PermissionError:
+                key = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:32]
+                self._fasta = self._open(pyfaidx, cache_root() / "fai" / f"{key}.fai")
         except (ValueError, pyfaidx.FastaIndexingError) as error:
             raise ValueError(f"{self.path}: cannot index as a FASTA file ({error})") from None
+
+    def _open(self, pyfaidx, index: Path):
+        """pyfaidx's reader through ``index``, which is built first when it is missing or older than the file, and
+        atomically: pyfaidx writes an index in place, and one cut short at a line by a kill reads as a FASTA of
+        fewer records, silently."""
+        if not index.is_file() or index.stat().st_mtime < self.path.stat().st_mtime:
+            atomic_write(index, lambda temporary: pyfaidx.Faidx(str(self.path), indexname=str(temporary)).close())
+        return pyfaidx.Fasta(str(self.path), indexname=str(index), sequence_always_upper=True, as_raw=True,
+                             rebuild=False)  # fmt: skip
 
     def __getitem__(self, name: str) -> Chromosome:
         return Chromosome(self._fasta[name])
@@ -206,7 +215,7 @@ def load_fasta_classification(
         raise ValueError(f"max_length must be a positive int or None, got {max_length!r}")
     records = read_fasta(fasta_path)
     labels = read_labels(labels_path, [record_id for record_id, _ in records])
-    names = label_names_in_order(list(labels.values()))
+    names = label_names_in_order(list(labels.values()), str(labels_path))
     label_ids = {name: index for index, name in enumerate(names)}
 
     def example(sequence: str, record_id: str) -> dict[str, torch.Tensor]:
