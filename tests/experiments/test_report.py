@@ -75,6 +75,45 @@ def test_forget_cells_removes_the_matching_cells_and_refuses_a_pattern_matching_
     assert report.cached("mqar_fox_seed=0", lambda: 2) == 2  # recomputed
 
 
+def test_forget_cells_removes_the_runs_the_cells_trained(tmp_path):
+    """An experiment that trains engine runs (table1, shakespeare-char, scan-shakespeare, vmt) reads a finished run
+    back: --recompute forgot the cell but kept its run, so the "recomputed" cell scored the old weights again."""
+    report = ExperimentReport(tmp_path, "t", log=lambda line: None)
+    runs = tmp_path / "runs"
+    for name in ("a_run", "b_run", "c_run"):
+        (runs / name).mkdir(parents=True)
+    report.cached("a_seed=0", lambda: {"run_dir": str(runs / "a_run"), "loss": 1.0})
+    report.cached("b_seed=0", lambda: {"models": {"x": {"run_dir": str(runs / "b_run")}, "y": {"run_dir": None}}})
+    report.cached("c_seed=0", lambda: {"run_dir": str(runs / "c_run")})
+    report.cached("old_seed=0", lambda: {"loss": 2.0})  # stored before cells named their runs
+    with pytest.raises(ValueError, match="cell old_seed=0 does not name the run it trained"):
+        forget_cells(tmp_path, ["a*", "old*"], log=lambda line: None)
+    assert len(list((tmp_path / "cells").glob("*.json"))) == 4  # nothing deleted
+    forget_cells(tmp_path, ["a*", "b*"], log=lambda line: None)
+    assert sorted(path.name for path in runs.iterdir()) == ["c_run"]
+    assert sorted(path.stem for path in (tmp_path / "cells").glob("*.json")) == ["c_seed=0", "old_seed=0"]
+
+
+def test_a_kinds_revision_names_a_new_run_directory(monkeypatch):
+    """A fix that raises a kind's revision recomputes the cells that train it; their engine runs must be new runs
+    (the run directory's name was the same, and the finished run from before the fix was read back)."""
+    import dataclasses
+
+    from markovformer.experiments import scan_shakespeare, table1_models
+    from markovformer.layers import registry
+
+    values = {"model": {"attention": ["markov", "hybrid_split"]}, "data": {"path": "x"}, "trainer": {"seed": 0}}
+
+    def names() -> tuple[str, str]:
+        return scan_shakespeare.run_name("row", values, "digest"), table1_models.run_name("d", "v", values, {})
+
+    before = names()
+    kind = registry.ATTENTION_KINDS["hybrid_split"]
+    monkeypatch.setitem(registry.ATTENTION_KINDS, "hybrid_split", dataclasses.replace(kind, revision=kind.revision + 1))
+    after = names()
+    assert before[0] != after[0] and before[1] != after[1]
+
+
 def test_revisions_name_only_the_revised_kinds_of_a_section():
     from markovformer.layers.registry import ATTENTION_KINDS
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import re
+import shutil
 import statistics
 import time
 from collections import Counter
@@ -102,11 +103,30 @@ def code_provenance(cell_code: dict[str, dict | None]) -> str:
             "before a fix to what it measures is stale: `--recompute PATTERN` computes it again.*")
 
 
+def recorded_run_dirs(result: Any) -> list[str] | None:
+    """The run directories a cell's result records (every ``run_dir`` value in it, ``None`` values left out), or None
+    when it records none at all (a cell stored before cells named the runs they trained)."""
+    if isinstance(result, dict):
+        found = [result["run_dir"]] if "run_dir" in result else None
+        for value in result.values():
+            inner = recorded_run_dirs(value)
+            found = inner if found is None else found + (inner or [])
+    elif isinstance(result, list):
+        found = None
+        for value in result:
+            inner = recorded_run_dirs(value)
+            found = inner if found is None else found + (inner or [])
+    else:
+        return None
+    return None if found is None else [run for run in found if run is not None]
+
+
 def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[str], None] = print) -> list[Path]:
-    """Delete the cached cells of ``out_dir`` whose keys match any of the glob ``patterns`` (``*forgetting*``), and
-    their fits' saved progress, so that the next run computes them from the start; returns the deleted paths.
-    Raises ValueError, deleting nothing, when a pattern matches no cell (a typo would otherwise reuse every stale
-    cell it was meant to catch)."""
+    """Delete the cached cells of ``out_dir`` whose keys match any of the glob ``patterns`` (``*forgetting*``), their
+    fits' saved progress and the engine runs they trained (under ``out_dir/runs``: a finished run would otherwise be
+    read back instead of trained again), so that the next run computes them from the start; returns the deleted
+    paths. Raises ValueError, deleting nothing, when a pattern matches no cell (a typo would otherwise reuse every
+    stale cell it was meant to catch), or when a chosen cell of an experiment that trains runs names none."""
     folder = Path(out_dir) / "cells"
     files = {path: path.stem for path in folder.glob("*.json")}  # each file -> the key of its cell
     files |= {path: match["key"] for path in folder.glob("*.partial.pt") if (match := PARTIAL.fullmatch(path.name))}
@@ -119,10 +139,24 @@ def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[st
             raise ValueError(f"recompute pattern {pattern!r} matches no cell in {folder}"
                              + (f" (cells there: {known})" if keys else " (it holds none)"))  # fmt: skip
         chosen.update(dict.fromkeys(matched))
+    runs_folder = Path(out_dir) / "runs"
+    runs: dict[Path, None] = {}
+    for path in chosen:
+        if path.suffix != ".json" or not runs_folder.is_dir():
+            continue
+        recorded = recorded_run_dirs(json.loads(path.read_text()).get("result"))
+        if recorded is None:
+            raise ValueError(f"cell {path.stem} does not name the run it trained (stored before cells did): delete "
+                             f"its run under {runs_folder} by hand, then recompute it")  # fmt: skip
+        runs.update(dict.fromkeys(Path(run) for run in recorded if Path(run).resolve().parent == runs_folder.resolve()))
     for path in chosen:
         path.unlink()
         log(f"  {path.name}: removed, to be recomputed")
-    return list(chosen)
+    for run in runs:
+        if run.is_dir():
+            shutil.rmtree(run)
+            log(f"  {run}: its run, removed, to be trained again")
+    return [*chosen, *runs]
 
 
 class MissingCell(ValueError):

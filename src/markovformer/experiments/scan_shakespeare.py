@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from markovformer.data.collate import PAD_ID
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
-from markovformer.experiments.report import ExperimentReport, file_digest
+from markovformer.experiments.report import ExperimentReport, file_digest, revisions_of
 from markovformer.experiments.settings import configure
 from markovformer.models.generation import GenerationConfig, decoding_loop
 from markovformer.training.run_config import resolve_run_config
@@ -181,9 +181,10 @@ def sample_text(
 
 def run_name(model: str, values: dict, data_digest: str) -> str:
     """``<model>_seed=<s>_<hash>``, the hash of the run config less its output folder and data path, with the data
-    file's digest (``report.file_digest``): a run directory is reused only by the same run on the same text, and
-    settings that change a run train a new one beside it."""
-    essential = {**values, "output_dir": None, "data": {**values["data"], "path": None}, "data_digest": data_digest}
+    file's digest (``report.file_digest``) and its attention kinds' revisions: a run directory is reused only by the
+    same run of the same code on the same text, and settings that change a run train a new one beside it."""
+    essential = {**values, "output_dir": None, "data": {**values["data"], "path": None}, "data_digest": data_digest,
+                 **revisions_of(values["model"])}  # a fix that raises a kind's revision trains a new run
     digest = hashlib.sha1(json.dumps(essential, sort_keys=True).encode()).hexdigest()[:8]
     return f"{model}_seed={values['trainer']['seed']}_{digest}"
 
@@ -246,7 +247,8 @@ def run(
     text_digest = file_digest(find_data())
     cells = [report.cached(f"{model}_seed={seed}", lambda m=model, s=seed: train_cell(m, report.out_dir, settings, s,
                                                                                        log, text_digest),
-                           depends_on={**asdict(settings), "text_sha256": text_digest})
+                           depends_on={**asdict(settings), "text_sha256": text_digest,
+                                       **revisions_of(run_config(model, "", "", settings, seed)["model"])})
              for model in MODELS for seed in seeds]  # fmt: skip
     scored = "the whole validation part" if settings.eval_chars is None else f"its first {settings.eval_chars:,}"
     report.text(

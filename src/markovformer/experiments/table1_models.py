@@ -18,6 +18,7 @@ from pathlib import Path
 
 from markovformer.data.recipes.finance import DAILY_FEATURES, FRACTIONS
 from markovformer.data.recipes.registry import DATA_RECIPES
+from markovformer.experiments.report import revisions_of
 from markovformer.training.run_config import resolve_run_config
 
 DOMAINS = ("genomics", "finance", "speech")
@@ -192,7 +193,8 @@ def run_name(domain: str, variant: str, values: dict, data_digests: dict[str, st
     """``<domain>_<variant>_seed=<s>_<hash>``, the hash of the run config less its output folder and file paths, with
     the files' digests: a run directory is reused only by the same run on the same data."""
     data = {key: value for key, value in values["data"].items() if key not in ("path", "labels")}
-    essential = {**values, "output_dir": None, "data": data, "data_digests": data_digests}
+    essential = {**values, "output_dir": None, "data": data, "data_digests": data_digests,
+                 **revisions_of(values["model"])}  # a fix that raises a kind's revision trains a new run
     digest = hashlib.sha1(json.dumps(essential, sort_keys=True).encode()).hexdigest()[:8]
     return f"{domain}_{variant}_seed={values['trainer']['seed']}_{digest}"
 

@@ -180,7 +180,8 @@ def linear_gaussian_cell(settings: VMTSettings, seed: int, runs: Path, log: Call
             log(f"  linear-Gaussian {kind} step {step}/{settings.lg_steps}: " + _shown(evaluations[-1]))
         frozen = sum(p.numel() for p in run.model.generative_parameters()) if generative_from_data else 0
         out["models"][kind] = {"steps": steps, "evaluations": evaluations, "seconds": run.seconds,
-                               "train_kl": run.last_kl, "parameters": run.model.num_parameters() - frozen}  # fmt: skip
+                               "train_kl": run.last_kl, "parameters": run.model.num_parameters() - frozen,
+                               "run_dir": str(run.run_dir)}  # fmt: skip
     return out
 
 
@@ -212,8 +213,9 @@ def _sequence_cell(
         seconds = train_transformer(model, train, window=window, steps=steps, batch_size=settings.batch_size,
                                     lr=settings.lr, seed=seed)  # fmt: skip
         loss = evaluate_transformer(model, val, window=window, first_token_probs=add_one_frequencies(train, vocab_size))
+        # trained here, not by the engine: no run directory
         return {"model": model_kind, "window": window, "loss": loss, "seconds": seconds,
-                "parameters": model.num_parameters()}  # fmt: skip
+                "parameters": model.num_parameters(), "run_dir": None}  # fmt: skip
     run = train_vmt_run(values, runs, label.replace(" ", "_"), log)
     iw = (settings.iw_samples,) if settings.iw_samples else ()
     result = evaluate_vmt(run.model, val, window=window, carry=carry, iw_samples=iw, num_samples=settings.eval_samples,
@@ -221,7 +223,7 @@ def _sequence_cell(
     log(f"  {label}: −ELBO {-result['elbo']:.4f} nats/token, KL {result['kl']:.4f} ({run.seconds:.0f}s)")
     return {"model": model_kind, "window": window, "loss": -result["elbo"], "reconstruction": result["reconstruction"],
             "kl": result["kl"], "iw_loss": -result[f"iw_{iw[0]}"] if iw else None, "train_kl": run.last_kl,
-            "seconds": run.seconds, "parameters": run.model.num_parameters()}  # fmt: skip
+            "seconds": run.seconds, "parameters": run.model.num_parameters(), "run_dir": str(run.run_dir)}  # fmt: skip
 
 
 def _cell_identity(report: ExperimentReport, model_kind: str) -> dict:

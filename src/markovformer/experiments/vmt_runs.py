@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from markovformer.experiments.report import revisions_of
 from markovformer.training.run_config import resolve_run_config
 
 if TYPE_CHECKING:  # for annotations only: experiments.vmt imports this module
@@ -67,7 +68,8 @@ def train_vmt_run(values: dict, runs: Path, name: str, log: Callable[[str], None
     # deferred: the training engine imports lightning
     from markovformer.training.runner import complete_run, load_run
 
-    digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:8]
+    identity = {**values, **revisions_of(values["model"])}  # a fix that raises a kind's revision trains a new run
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
     run_dir = runs / f"{name}-{digest}"
     log(f"  {run_dir} (trained, resumed or read)")
     metrics = complete_run(resolve_run_config({**values, "output_dir": str(run_dir)}))
