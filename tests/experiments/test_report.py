@@ -231,13 +231,16 @@ def test_an_experiment_of_one_seed_refuses_several_instead_of_running_the_first(
         ("position-biases", {"hidden_sources": [], "icl_orders": [], "mixer_tasks": []}, None, "no task to run"),
         ("mixers", {}, (-1,), r"--seeds -1 must lie in \[0, 2\*\*32\)"),
         ("mixers", {}, (0, 1, 0), "--seeds 0 1 0 repeats a seed"),
+        ("table1", {"domains": ["genomics", "genomics"]}, None, "table1.domains=.* repeats a value"),
+        ("shakespeare-char", {"rows": ["hybrid_w32", "hybrid_w32"]}, None, "rows=.* repeats a value"),
     ],
-    ids=["an emptied grid", "another", "every part emptied", "a negative seed", "a repeated seed"],
+    ids=["an emptied grid", "another", "every part emptied", "a negative seed", "a repeated seed", "a repeated domain",
+         "a repeated row"],
 )
 def test_an_experiment_with_nothing_to_run_or_a_bad_seed_is_refused_before_it_writes(name, overrides, seeds,
                                                                                       message, tmp_path):  # fmt: skip
     """mixers kinds=[] ran nothing and wrote an empty report with exit status 0 (other experiments failed later on an
-    index); a repeated seed counted one cell twice in a mean and its spread."""
+    index); a repeated seed, domain or row counted one run twice in a mean and its spread."""
     with pytest.raises(ValueError, match=message):
         run_experiment(name, tmp_path / "out", quick=True, seeds=seeds, overrides=overrides)
     assert not (tmp_path / "out").exists()

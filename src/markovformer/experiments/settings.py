@@ -15,13 +15,18 @@ SettingsT = TypeVar("SettingsT")
 def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str) -> SettingsT:
     """``base`` with ``overrides`` applied; errors name ``name.key``. A list the defaults fill (a grid's kinds, widths,
     learning rates) may not be emptied, unless the settings class names it in ``MAY_BE_EMPTY`` (an optional part):
-    ``kinds=[]`` ran nothing and reported it with exit status 0, or failed later on an index."""
+    ``kinds=[]`` ran nothing and reported it with exit status 0, or failed later on an index. Nor may such a list
+    repeat a value: ``rows=[a, a]`` reported one run twice, as a mean of n = 2 with a spread of 0."""
     if not overrides:
         return base
+    grids = {field.name for field in dataclasses.fields(base) if ", ...]" in str(field.type)}  # tuple[X, ...]
     for key, value in overrides.items():
         emptied = isinstance(value, list | tuple) and not value and getattr(base, key, None)
         if emptied and key not in getattr(base, "MAY_BE_EMPTY", ()):
             raise ConfigError(f"{name}.{key}=[]: give at least one value")
+        shown = [repr(item) for item in value] if key in grids and isinstance(value, list | tuple) else []
+        if len(set(shown)) < len(shown):  # one cell counted twice in a mean and its spread
+            raise ConfigError(f"{name}.{key}={list(value)!r} repeats a value; give each once")
     return build_dataclass(type(base), {**dataclasses.asdict(base), **overrides}, name)
 
 
