@@ -88,3 +88,19 @@ def test_t5_buckets_and_stick_breaking_beat_no_position_on_a_lag_3_chain():
         excess[kind] = cell["test_loss"] - cell["floor"]
     assert excess["t5_bias"] < excess["softmax_nope"] - 0.1, excess
     assert excess["stick_breaking"] < excess["softmax_nope"] - 0.1, excess
+
+
+def test_the_expected_loss_weighs_every_sequence_alike_whatever_the_chunks():
+    """Scored 64 sequences at a time, the chunks' means were averaged unweighted: 100 sequences gave the last 36 the
+    weight of the first 64."""
+    from markovformer.markov.chains import lagged_chain
+
+    chain = lagged_chain(4, [1, 2], strength=2.0, generator=torch.Generator().manual_seed(0))
+    sequences = chain.sample(100, 16, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(2)
+    settings = pb.PositionBiasSettings(num_symbols=4)
+    model = pb._model(pb.kind_section("softmax_rotary", settings.d_model, settings), 4, 0).eval()
+    with torch.no_grad():
+        whole = pb.expected_loss_of(chain, model, sequences, chunk=100)
+        chunked = pb.expected_loss_of(chain, model, sequences, chunk=64)
+    assert chunked == pytest.approx(whole, rel=1e-12)

@@ -233,9 +233,10 @@ def test_an_experiment_of_one_seed_refuses_several_instead_of_running_the_first(
         ("mixers", {}, (0, 1, 0), "--seeds 0 1 0 repeats a seed"),
         ("table1", {"domains": ["genomics", "genomics"]}, None, "table1.domains=.* repeats a value"),
         ("shakespeare-char", {"rows": ["hybrid_w32", "hybrid_w32"]}, None, "rows=.* repeats a value"),
+        ("weight-tying", {"plateau_patience": -3}, None, "plateau_patience=-3 must be >= 0"),
     ],
     ids=["an emptied grid", "another", "every part emptied", "a negative seed", "a repeated seed", "a repeated domain",
-         "a repeated row"],
+         "a repeated row", "a negative patience (early stopping off, the report saying on)"],
 )
 def test_an_experiment_with_nothing_to_run_or_a_bad_seed_is_refused_before_it_writes(name, overrides, seeds,
                                                                                       message, tmp_path):  # fmt: skip

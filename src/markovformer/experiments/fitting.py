@@ -56,7 +56,10 @@ class Plateau:
 
 
 def plateau_from(patience: int, min_delta: float) -> Plateau | None:
-    """The ``Plateau`` of an experiment's settings; ``patience`` 0 turns early stopping off."""
+    """The ``Plateau`` of an experiment's settings; ``patience`` 0 turns early stopping off. ValueError for a negative
+    patience (it turned early stopping off silently while the report said cells stop after it)."""
+    if patience < 0:
+        raise ValueError(f"plateau_patience={patience} must be >= 0 (0 turns early stopping off)")
     return Plateau(patience, min_delta) if patience > 0 else None
 
 

@@ -89,6 +89,7 @@ def run(
     from markovformer.plots.experiments import Panel, plot_panels
 
     settings = configure(QUICK if quick else ICLSettings(), overrides, NAME)
+    plateau_from(settings.plateau_patience, settings.plateau_delta)  # checked before anything is written
     orders, depths = settings.orders, settings.depths
     seeds = seeds or (0,)
     title = "In-context learning of random Markov chains: depth against order"

@@ -154,6 +154,7 @@ def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
     settings = configure(QUICK if quick else RecoverySettings(), overrides, NAME)
+    plateau_from(settings.plateau_patience, settings.plateau_delta)  # checked before anything is written
     sources = settings.sources
     _check_sources(sources)
     seeds = seeds or (0,)

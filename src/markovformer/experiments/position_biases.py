@@ -23,7 +23,6 @@ per seed. Every cell is cached under ``cells/`` (a killed run resumes).
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -192,6 +191,15 @@ def distance_profile(model: MarkovianTransformerForCausalLM, x: torch.Tensor, ma
     return profile
 
 
+def expected_loss_of(chain, model: torch.nn.Module, sequences: torch.Tensor, chunk: int = 64) -> float:
+    """The model's expected loss against the chain's true next-symbol law, over every sequence alike: scored
+    ``chunk`` sequences at a time, each chunk weighted by its size (the last may be smaller)."""
+    total = 0.0
+    for part in sequences.split(chunk):
+        total += chain.expected_loss(part, F.log_softmax(model(part).logits.double(), dim=-1)) * len(part)
+    return total / len(sequences)
+
+
 def hidden_cell(source: str, section: dict, lr: float, seed: int, settings: PositionBiasSettings,
                 log: Callable[[str], None] | None = None) -> dict:  # fmt: skip
     """Train on a hidden-order chain at T; expected loss on validation and test sets at T and the test loss at every
@@ -206,9 +214,7 @@ def hidden_cell(source: str, section: dict, lr: float, seed: int, settings: Posi
     model = _model(section, settings.num_symbols, seed)
 
     def expected(x: torch.Tensor) -> float:
-        losses = [chain.expected_loss(part, F.log_softmax(model(part).logits.double(), dim=-1))
-                  for part in x.split(64)]  # fmt: skip
-        return statistics.fmean(losses)
+        return expected_loss_of(chain, model, x)
 
     fit = fit_on_stream(
         model, lambda x: model(x, labels=x).loss, lambda g: chain.sample(settings.batch_size, length, generator=g),

@@ -125,6 +125,7 @@ def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
     settings = configure(QUICK if quick else WeightTyingSettings(), overrides, NAME)
+    plateau_from(settings.plateau_patience, settings.plateau_delta)  # checked before anything is written
     chains, optimizers = settings.chains, settings.optimizers
     for optimizer in optimizers:
         if optimizer not in OPTIMIZERS:
