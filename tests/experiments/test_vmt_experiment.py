@@ -158,3 +158,17 @@ def test_the_text_part_is_skipped_without_a_file(tmp_path):
 def test_the_quick_run(tmp_path):
     report = vmt.run(tmp_path, quick=True, seeds=None, overrides={}, log=lambda line: None)
     assert "Part 1" in report.read_text()
+
+
+def test_an_edited_text_trains_a_new_vmt_run(tmp_path):
+    """Part 3 named its runs by the text's path: a text edited in place was read back from the old run."""
+    from markovformer.experiments.vmt_runs import vmt_run_dir, vmt_run_values
+
+    text, settings = tmp_path / "text.txt", VMTSettings()
+    names = []
+    for content in ("abc def\n" * 3000, "xyz uvw\n" * 3000, "abc def\n" * 3000):
+        text.write_text(content)
+        data = text_data(str(text), settings.text_doc_len, settings.text_val_chars)
+        values = vmt_run_values(settings, data, window=16, steps=10, carry=True, seed=0)
+        names.append(vmt_run_dir(values, tmp_path / "runs", "text").name)
+    assert names[0] != names[1] and names[0] == names[2]

@@ -41,7 +41,7 @@ from torch import Tensor
 
 from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
 from markovformer.data.synthetic.state_space import HiddenMarkovParameters, LinearGaussianSource, StickyHMMSource
-from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.report import ExperimentReport, file_digest
 from markovformer.experiments.settings import configure, single_seed
 from markovformer.experiments.vmt_runs import (
     load_checkpoint_model,
@@ -411,8 +411,10 @@ def text_part(
         return None
     settings = replace(settings, text_path=str(text_file))
     log(f"[{NAME}] part 3: {settings.text_path}, windows {list(settings.text_windows)}")
+    text_sha256 = file_digest(text_file)  # the same bytes, wherever the file is
     text = [report.cached(f"text_W={w}_{m}_seed={seed}", partial(text_cell, m, w, settings, seed,
-                          report.out_dir / "runs", log), depends_on=_cell_identity(report, m))
+                          report.out_dir / "runs", log),
+                          depends_on={**_cell_identity(report, m), "text_sha256": text_sha256})
             for w in settings.text_windows for m in MODELS]  # fmt: skip
     for cell in text:
         cell["bits_per_char"] = cell["loss"] / math.log(2)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from markovformer.experiments.report import revisions_of
+from markovformer.experiments.report import file_digest, revisions_of
 from markovformer.training.run_config import resolve_run_config
 
 if TYPE_CHECKING:  # for annotations only: experiments.vmt imports this module
@@ -62,15 +62,22 @@ def vmt_run_values(
             "task_options": options}  # fmt: skip
 
 
+def vmt_run_dir(values: dict, runs: Path, name: str) -> Path:
+    """``runs/<name>-<hash>``: the hash of the run's values, its attention kinds' revisions (a fix that raises one
+    trains a new run) and its data file's bytes (not its path: an edited text trains a new run)."""
+    identity = {**values, **revisions_of(values["model"])}
+    if values["data"].get("path"):
+        identity["data_sha256"] = file_digest(Path(values["data"]["path"]))
+    return runs / f"{name}-{hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]}"
+
+
 def train_vmt_run(values: dict, runs: Path, name: str, log: Callable[[str], None]) -> EngineRun:
     """Train the run of ``values`` into ``runs/<name>-<hash of values>`` (resume it when a killed cell left
     checkpoints there; reuse it when it finished) and load its final model."""
     # deferred: the training engine imports lightning
     from markovformer.training.runner import complete_run, load_run
 
-    identity = {**values, **revisions_of(values["model"])}  # a fix that raises a kind's revision trains a new run
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
-    run_dir = runs / f"{name}-{digest}"
+    run_dir = vmt_run_dir(values, runs, name)
     log(f"  {run_dir} (trained, resumed or read)")
     metrics = complete_run(resolve_run_config({**values, "output_dir": str(run_dir)}))
     _, model, _ = load_run(run_dir)
@@ -111,4 +118,4 @@ def stacked_documents(examples: list[dict], key: str, length: int | None = None)
     return torch.stack(kept)
 
 
-__all__ = ["EngineRun", "load_checkpoint_model", "stacked_documents", "train_vmt_run", "vmt_run_values"]
+__all__ = ["EngineRun", "load_checkpoint_model", "stacked_documents", "train_vmt_run", "vmt_run_dir", "vmt_run_values"]
