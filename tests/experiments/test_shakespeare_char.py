@@ -254,3 +254,21 @@ def test_rows_of_single_changes_take_their_delta_against_the_block_not_the_row_a
     ladder = table_rows(by_row, ("block", "a", "b"), labels, curve_kept=False)
     assert [row[6] for row in ladder] == ["", "-0.1000", "-0.2000"]
     assert [row[4] for row in alone] == ["2.0000 (n=1)", "1.9000 (n=1)", "1.7000 (n=1)"]  # one seed: no spread
+
+
+def test_only_finished_trains_nothing_and_lists_a_cell_stored_under_other_settings_as_not_run(tmp_path, monkeypatch):
+    """only_finished=true checked that a cell's file existed: one stored under other settings (more steps, a kind's
+    revision) was trained again instead of listed as not run."""
+    trained = _fake_cells(monkeypatch)
+    text = tmp_path / "t.txt"
+    text.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 40)
+
+    def run(**overrides):
+        overrides = {"rows": ["nanogpt", "ladder_contiguous"], "data_path": str(text), **overrides}
+        return shakespeare_char.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lambda line: None)
+
+    run(rows=["nanogpt"])
+    run(rows=["ladder_contiguous"], steps=7)
+    assert len(trained) == 2
+    report = run(only_finished=True).read_text()  # ladder_contiguous is stored under steps=7 only
+    assert len(trained) == 2 and "only_finished=true): ladder_contiguous_seed=0" in report.replace("\n", " ")

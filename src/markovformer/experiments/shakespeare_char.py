@@ -55,7 +55,14 @@ import torch.nn.functional as F
 
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
-from markovformer.experiments.report import ExperimentReport, file_digest, mean_std, revisions_of, seed_summary
+from markovformer.experiments.report import (
+    ExperimentReport,
+    MissingCell,
+    file_digest,
+    mean_std,
+    revisions_of,
+    seed_summary,
+)
 from markovformer.experiments.scan_shakespeare import run_name
 from markovformer.experiments.settings import configure
 from markovformer.training.run_config import resolve_run_config
@@ -356,19 +363,20 @@ def run(
     machine = "a GPU (its GPU config)" if settings.preset == "gpu" else "a CPU"
     report = ExperimentReport(out_dir, f"nanoGPT's Shakespeare character model on {machine}, and markovformer's "
                               "models", log, settings=asdict(settings))  # fmt: skip
+    report.stored_only = report.stored_only or settings.only_finished  # then no cell is computed
     pending = [(row, seed) for seed in seeds for row in settings.rows]  # every row of a seed before the next seed
     report.expect_cells(len(pending))
     cells, not_run = [], []
     for row, seed in pending:
         values = run_config(row, "", "", settings, seed)
         key = f"{row}_seed={seed}"
-        if settings.only_finished and not (report.out_dir / "cells" / f"{key}.json").is_file():
+        try:
+            cells.append(report.cached(key, lambda r=row, s=seed: train_cell(r, report.out_dir, settings, s, log,
+                                                                             data_path, text_digest),
+                                       depends_on={**values, "eval_iters": settings.eval_iters,
+                                                   "text_sha256": text_digest, **revisions_of(values["model"])}))
+        except MissingCell:  # only_finished: not stored, or stored under other settings (steps, a kind's revision)
             not_run.append(key)
-            continue
-        cells.append(report.cached(key, lambda r=row, s=seed: train_cell(r, report.out_dir, settings, s, log,
-                                                                         data_path, text_digest),
-                                   depends_on={**values, "eval_iters": settings.eval_iters, "text_sha256": text_digest,
-                                               **revisions_of(values["model"])}))  # fmt: skip
     if not cells:
         raise ValueError(f"{NAME}: no finished cell in {report.out_dir} (only_finished=true)")
     text = data_path.read_text(encoding="utf-8")
