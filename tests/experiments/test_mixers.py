@@ -168,7 +168,7 @@ def test_a_run_without_softmax_says_it_cannot_compare_with_zoology():
     point = {"task": "mqar", "kind": "sliding_window", "length": 64, "width": 64,
              "test_accuracy": {"mean": 0.7, "std": 0.0}}  # fmt: skip
     written = []
-    published_comparison(SimpleNamespace(text=written.append), [point], settings, quick=False)
+    published_comparison(SimpleNamespace(text=written.append, results={"seeds": [0]}), [point], settings, quick=False)
     assert "not compared here" in written[0]
     assert "attention solves MQAR" not in written[0] and "Mamba" not in written[0]
 
@@ -377,3 +377,9 @@ def test_a_report_from_the_stored_cells_reads_each_point_from_the_rates_and_seed
     assert "Written from the stored cells only" in text
     rate_rows = [line for line in text.splitlines() if line.startswith("| softmax, global |") and "—" in line]
     assert rate_rows == [f"| softmax, global | — | **{kept['test']['accuracy']:.3f}** |"]  # the table of every rate
+    # the verdicts drawn from that point say so too (only the accuracy table did)
+    partial = "(from a partial search: softmax at d=32 (1/2 lrs, 1/2 seeds))"
+    assert any(line.startswith("- T = 32") and "softmax" in line and partial in line for line in text.splitlines())
+    rows = ("| mqar | softmax, global | no", "| mqar | Markov, local | no")  # the solved summary's rows
+    summary = [line for line in text.splitlines() if line.startswith(rows)]
+    assert [partial in line for line in summary] == [True, False], summary  # softmax's row, the local layer's

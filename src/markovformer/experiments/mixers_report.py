@@ -33,6 +33,15 @@ def _coverage(point: dict, settings, seeds: int) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
+def _partial(points: list[dict], settings, seeds: int, task: str, kinds, length: int, width: int | None = None) -> str:
+    """`` (from a partial search: h3 (2/4 lrs))`` when a point a verdict reads lacks learning rates or seeds (a report
+    written from the stored cells); else empty. ``width`` None: every width of the grid."""
+    where = {"task": task, "length": length, **({} if width is None else {"width": width})}
+    marks = [f"{kind} at d={point['width']}{_coverage(point, settings, seeds)}" for kind in kinds
+             for point in _points(points, kind=kind, **where) if _coverage(point, settings, seeds)]  # fmt: skip
+    return f" (from a partial search: {', '.join(marks)})" if marks else ""
+
+
 def accuracy_tables(report, points: list[dict], settings) -> None:
     seeds = len(report.results["seeds"])
     grid = [(length, width) for length in settings.lengths for width in settings.widths]
@@ -129,14 +138,15 @@ def parameter_table(report, points: list[dict], settings) -> None:
 
 
 def solved_summary(report, points: list[dict], settings) -> None:
-    rows = []
+    rows, seeds = [], len(report.results["seeds"])
     for task in settings.tasks:
         for kind in settings.kinds:
             cells = []
             for length in settings.lengths:
                 found = _points(points, task=task, kind=kind, length=length)
                 widths = [p["width"] for p in found if solves(p, settings)]
-                cells.append(f"d={min(widths)}" if widths else "no" if found else "—")
+                cell = f"d={min(widths)}" if widths else "no" if found else "—"
+                cells.append(cell + _partial(points, settings, seeds, task, [kind], length))
             rows.append([task, zoo.KINDS[kind][0], *cells])
     report.table(["task", "kind", *(f"smallest width solving, T={length}" for length in settings.lengths)], rows,
                  caption="Which kinds solve which task at which width (grid widths; 'no': none of them; '—': no cell "
@@ -197,10 +207,11 @@ def _accuracy(points, task, kind, length, width) -> float | None:
 def published_comparison(report, points: list[dict], settings, quick: bool) -> None:
     """Zoology (MQAR) and Mamba (selective copying), cell by cell."""
     lines = ["## Against the published picture", ""]
+    seeds = len(report.results["seeds"])
     if "mqar" in settings.tasks:
-        lines += _zoology_lines(points, settings)
+        lines += _zoology_lines(points, settings, seeds)
     if "selective_copy" in settings.tasks:
-        lines += _mamba_lines(points, settings)
+        lines += _mamba_lines(points, settings, seeds)
     if quick:
         lines.append("These are `--quick` numbers: a few hundred steps per model, far below the published budgets "
                      "(Zoology trains each model for tens of thousands of steps), so 'not reproduced' here is a "
@@ -209,7 +220,7 @@ def published_comparison(report, points: list[dict], settings, quick: bool) -> N
     report.text("\n".join(lines))
 
 
-def _zoology_lines(points: list[dict], settings) -> list[str]:
+def _zoology_lines(points: list[dict], settings, seeds: int) -> list[str]:
     """Zoology's three MQAR claims: attention solves it at d_model = 64; gated convolutions need far larger widths;
     the gap grows with the number of pairs."""
     if zoo.REFERENCE_KIND not in settings.kinds:
@@ -222,6 +233,7 @@ def _zoology_lines(points: list[dict], settings) -> list[str]:
         value = _accuracy(points, "mqar", "softmax", length, width)
         if value is not None:
             verdict = "reproduced" if value >= settings.solved else "not reproduced"
+            verdict += _partial(points, settings, seeds, "mqar", ["softmax"], length, width)
             lines.append(f"- T = {length} ({mqar_pairs_text(length, settings)}): softmax {value:.3f}: {verdict}.")
     lines.append("")
     lines.append("**Zoology: gated convolutions need far larger widths** (test accuracy at each width, softmax "
@@ -235,14 +247,15 @@ def _zoology_lines(points: list[dict], settings) -> list[str]:
                 continue
             text = ", ".join(f"{k} {v:.3f}" for k, v in values.items())
             verdict = gated_convolution_verdict(values, settings.solved)
+            verdict += _partial(points, settings, seeds, "mqar", values, length, grid_width)
             lines.append(f"- T = {length}, d = {grid_width}: {text}; {verdict}.")
     if len(settings.lengths) > 1:
-        lines += _gap_growth_lines(points, settings, width)
+        lines += _gap_growth_lines(points, settings, width, seeds)
     lines.append("")
     return lines
 
 
-def _gap_growth_lines(points: list[dict], settings, width: int) -> list[str]:
+def _gap_growth_lines(points: list[dict], settings, width: int, seeds: int) -> list[str]:
     """Softmax minus the best gated convolution on MQAR at ``width``, per length, and whether it grows."""
     lines = []
     lines.append("")
@@ -256,7 +269,9 @@ def _gap_growth_lines(points: list[dict], settings, width: int) -> list[str]:
         others = [v for v in others if v is not None]
         if soft is not None and others:
             gaps.append((length, soft - max(others)))
-    lines += [f"- T = {length} ({mqar_pairs_text(length, settings)}): gap {gap:+.3f}" for length, gap in gaps]
+    kinds = ["softmax", *zoo.GATED_CONVOLUTIONS]
+    lines += [f"- T = {length} ({mqar_pairs_text(length, settings)}): gap {gap:+.3f}"
+              f"{_partial(points, settings, seeds, 'mqar', kinds, length, width)}" for length, gap in gaps]  # fmt: skip
     if len(gaps) > 1:
         grows = all(b[1] > a[1] for a, b in zip(gaps, gaps[1:], strict=False))
         lines.append(f"- {'reproduced' if grows else 'not reproduced'}: the gap "
@@ -264,7 +279,7 @@ def _gap_growth_lines(points: list[dict], settings, width: int) -> list[str]:
     return lines
 
 
-def _mamba_lines(points: list[dict], settings) -> list[str]:
+def _mamba_lines(points: list[dict], settings, seeds: int) -> list[str]:
     """Mamba's claim: selective (input-dependent) recurrences solve selective copying, LTI ones do not."""
     if not set(settings.kinds) & {*zoo.SELECTIVE, *zoo.LTI}:
         return []
@@ -283,6 +298,7 @@ def _mamba_lines(points: list[dict], settings) -> list[str]:
                 continue
             text = ", ".join(f"{kind} ({group}) {value:.3f}" for group, kind, value in parts)
             verdict = selective_copy_verdict([(g, v) for g, _, v in parts], settings.solved)
+            verdict += _partial(points, settings, seeds, "selective_copy", [k for _, k, _ in parts], length, grid_width)
             lines.append(f"- T = {length}, d = {grid_width}: {text}: {verdict}.")
     lines.append("")
     return lines
