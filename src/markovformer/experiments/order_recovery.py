@@ -188,7 +188,8 @@ def _introduction(report: ExperimentReport, settings: RecoverySettings) -> None:
     """The report's opening paragraph: the sources, both models and the training set-up."""
     report.text(
         f"Fixed chains: `lagged_chain` over {settings.num_symbols} symbols with lags 1..k (strength "
-        f"{settings.strength}). In-context: binary order-2 chains with a fresh kernel per sequence (rows ~ U[0, 1]). "
+        f"{settings.strength}). In-context (icl-k): binary order-k chains with a fresh kernel per sequence (rows ~ "
+        f"U[0, 1]). "
         f"Both models: d = {settings.d_model}, {settings.n_layers} layers, {settings.n_heads} heads, rotary positions, "
         f"SwiGLU; Markovian: markov attention, local window {settings.max_order}, K = {settings.max_order} lags, "
         f"linear token gates with a null slot; softmax: global causal softmax attention. AdamW lr {settings.lr}, "
