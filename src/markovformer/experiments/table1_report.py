@@ -39,7 +39,8 @@ def _table_one(report: ExperimentReport, results: dict, settings) -> None:
             if "skipped" in measured:
                 row += [f"skipped: {measured['skipped']}", ""]
             else:
-                row += [f"{measured['peak_mib']:.0f}", f"{measured['tokens_per_second']:.0f}"]
+                note = f" ({measured['peak_note']})" if measured.get("peak_note") else ""  # not this step's alone
+                row += [f"{measured['peak_mib']:.0f}{note}", f"{measured['tokens_per_second']:.0f}"]
         rows.append(row)
     directions = {d: "higher" if DOMAIN_SPECS[d].higher_is_better else "lower" for d in domains}
     higher = ", ".join(f"{d} {METRIC_LABELS[DOMAIN_SPECS[d].primary]} {directions[d]} is better" for d in domains)
