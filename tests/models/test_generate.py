@@ -41,6 +41,8 @@ INCREMENTAL = {  # every causal kind carries a decoding state: generate feeds on
                               position="none"),
     "stick_breaking_local": dict(attention="stick_breaking", scope="local", window=3, position="none"),
     "stick_breaking_global": dict(attention="stick_breaking", position="none"),
+    "selective_local": dict(attention="selective", scope="local", window=3),
+    "selective_global": dict(attention="selective"),
     "cope_local": dict(attention="cope", scope="local", window=3, position="none"),
     "cope_global": dict(attention=[{"kind": "cope", "npos_max": 4}, "cope"], position="none"),
     "rff": dict(attention="rff", num_features=8, chunk_size=4),
@@ -58,7 +60,8 @@ INCREMENTAL = {  # every causal kind carries a decoding state: generate feeds on
     "min_gru_injection": dict(attention="markov", max_order=2, gru=True, gru_kind="min_gru"),
 }
 GROWING = {"hyena", "markov_global", "markov_query_gate_sinusoidal", "softmax_global_learned", "alibi_global",
-                    "forgetting_global", "t5_dynamic_global", "stick_breaking_global", "cope_global"}  # fmt: skip
+                    "forgetting_global", "t5_dynamic_global", "stick_breaking_global", "cope_global",
+                    "selective_global"}  # fmt: skip
 
 
 def _perturbed(model: torch.nn.Module, seed: int = 0, scale: float = 0.25) -> torch.nn.Module:

@@ -16,6 +16,7 @@ from markovformer.ops.selective_attention import (
     selective_attention_chunked,
     selective_attention_naive,
     selective_over_cache,
+    first_real_positions,
 )
 
 HEADS, HEAD_DIM, VALUE_DIM = 2, 4, 3
@@ -108,7 +109,8 @@ def test_cache_path_in_any_slot_order_matches_the_full_path(window):
     order = torch.tensor([5, 0, 7, 2, 6, 1, 4, 3])
     carried = torch.cat([carried, carried.new_zeros(4, 2)], dim=1)[:, order]
     got, after = selective_over_cache(q[:, :, 6:], k[:, :, order], v[:, :, order], carried, torch.arange(6, 8),
-                                      order, mask.bool()[:, order], mask.bool()[:, 6:], window=window)  # fmt: skip
+                                      order, mask.bool()[:, order], mask.bool()[:, 6:], window=window,
+                                      protected=first_real_positions(mask, 4, q.device))  # fmt: skip
     torch.testing.assert_close(got, full[:, :, 6:])
     torch.testing.assert_close(after, totals[:, order])
 

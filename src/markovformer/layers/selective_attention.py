@@ -17,6 +17,7 @@ from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
 from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option
 from markovformer.ops.selective_attention import (
+    first_real_positions,
     selective_attention,
     selective_attention_naive,
     selective_over_cache,
@@ -25,8 +26,8 @@ from markovformer.ops.selective_attention import (
 
 @dataclasses.dataclass(frozen=True)
 class SelectiveOptions:
-    """The options of attention kind "selective": scope and window as the decay kinds; ``protect_first``: position
-    0 is never masked (the paper's BOS rule)."""
+    """The options of attention kind "selective": scope and window as the decay kinds; ``protect_first``: each row's
+    first real token is never masked (the paper's BOS rule; a left-padded row's first unpadded token)."""
 
     scope: str = option("global", one_of(SCOPES))
     window: int | None = option(None, interval(1, integer=True, optional=True))
@@ -70,12 +71,16 @@ class SelectiveCore(nn.Module):
         if state is not None and "cache" in state:
             real = real_mask(attention_mask, x)
             seen = state["cache"].extend(k, v, real)
+            # each row's first real position, protected from masking: a row padded so far gets it from these tokens
+            arrived = torch.where(real.any(-1), seen.query_positions[real.to(torch.int8).argmax(-1)], -1)
+            state["first_real"] = torch.where(state["first_real"] >= 0, state["first_real"], arrived)
             start, table = state["selection_start"], state["selection"]
             index = seen.key_positions - start
             inside = (index >= 0) & (index < table.shape[1])  # keys already passed by a token (new keys: 0)
             carried = torch.where(inside, table[:, index.clamp(0, max(table.shape[1] - 1, 0))], 0.0)
             heads, after = selective_over_cache(q, seen.keys, seen.values, carried, seen.query_positions,
-                                                seen.key_positions, seen.key_real, real, **options)  # fmt: skip
+                                                seen.key_positions, seen.key_real, real, window=self.window,
+                                                protected=state["first_real"] if self.protect_first else None)
             kept = seen.key_positions >= start
             _carry(state, after[:, kept], seen.key_positions[kept], int(seen.query_positions[-1]) + 1, self.window)
             return CoreOutput(heads, {}, None)
@@ -87,6 +92,7 @@ class SelectiveCore(nn.Module):
                                                    **options)  # fmt: skip
         if state is not None:
             keep_in_cache(state, self.window, k, v, attention_mask)
+            state["first_real"] = first_real_positions(attention_mask, k.shape[0], k.device)
             _carry(state, selection, torch.arange(k.shape[2], device=k.device), k.shape[2], self.window)
         return CoreOutput(heads, {}, weights)
 

@@ -25,7 +25,11 @@ from markovformer.ops.selective_attention.chunked import (
     selective_attention_chunked,
     selective_over_cache,
 )
-from markovformer.ops.selective_attention.naive import selection_allowed, selective_attention_naive
+from markovformer.ops.selective_attention.naive import (
+    first_real_positions,
+    selection_allowed,
+    selective_attention_naive,
+)
 
 
 def selective_attention(
@@ -44,7 +48,8 @@ def selective_attention(
     Args:
         q, k: (B, H, T, Dh); v: (B, H, T, Dv). Head 0 also selects.
         window: W, the query at t sees keys t-W..t, or None.
-        protect_first: position 0 is never masked (the paper's BOS rule).
+        protect_first: each row's first real token is never masked (the paper's BOS rule; a left-padded row's
+            first unpadded token).
         attention_mask: (B, T), 1 = real token, 0 = padding.
         chunk_size: queries per chunk.
         return_selection: also return each key's total selection by the tokens after it, (B, T) (what a decoder
@@ -59,5 +64,5 @@ def selective_attention(
     return (output, selection) if return_selection else output
 
 
-__all__ = ["DEFAULT_CHUNK", "selection_allowed", "selective_attention", "selective_attention_chunked",
-           "selective_attention_naive", "selective_over_cache"]  # fmt: skip
+__all__ = ["DEFAULT_CHUNK", "first_real_positions", "selection_allowed", "selective_attention",
+           "selective_attention_chunked", "selective_attention_naive", "selective_over_cache"]  # fmt: skip

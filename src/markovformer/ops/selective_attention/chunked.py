@@ -18,7 +18,7 @@ from torch import Tensor
 from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
 from markovformer.ops.query_chunks import query_chunks, recomputed
-from markovformer.ops.selective_attention.naive import selection_allowed
+from markovformer.ops.selective_attention.naive import first_real_positions, selection_allowed
 
 DEFAULT_CHUNK = 64  # queries per chunk
 
@@ -51,12 +51,13 @@ def selective_attention_chunked(
     batch, _, seq_len, _ = q.shape
     positions = torch.arange(seq_len, device=q.device)
     real = None if attention_mask is None else attention_mask.bool()
+    protected = first_real_positions(attention_mask, batch, q.device) if protect_first else None
     carried = q.new_zeros(batch, seq_len)  # per key: the selection of the tokens already passed
     outputs = []
     for start, end, low, _ in query_chunks(seq_len, chunk_size, window):
         rows, keys = positions[start:end], positions[low:end]
         allowed = visible(lag_matrix(rows, keys), window, causal=True)[None, None]
-        selects = selection_allowed(rows, keys, window, protect_first)[None]
+        selects = selection_allowed(rows, keys, window, protected)
         if real is not None:
             allowed = allowed & real[:, None, None, low:end]
             selects = selects & real[:, start:end, None] & real[:, None, low:end]
@@ -78,14 +79,15 @@ def selective_over_cache(
     query_real: Tensor,
     *,
     window: int | None,
-    protect_first: bool = True,
+    protected: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """Selective attention of new queries (B, H, Tq, Dh) at ``query_positions`` (increasing) over cache slots
     (B, H, C, Dh) at ``key_positions`` (C,; < 0: empty) in any order; carried (B, C): each slot's accumulated
-    selection by the tokens before the queries; key_real (B, C), query_real (B, Tq).
+    selection by the tokens before the queries; key_real (B, C), query_real (B, Tq); protected (B,): each row's
+    position no token masks (``first_real_positions`` of the whole sequence; None: none).
     -> (output (B, H, Tq, Dv), each slot's accumulated selection after the queries (B, C))."""
     lags_allowed = visible(lag_matrix(query_positions, key_positions), window, causal=True) & (key_positions >= 0)
     allowed = lags_allowed[None, None] & key_real[:, None, None, :]
-    selects = (selection_allowed(query_positions, key_positions, window, protect_first) & (key_positions >= 0))[None]
+    selects = selection_allowed(query_positions, key_positions, window, protected) & (key_positions >= 0)
     selects = selects & key_real[:, None, :] & query_real[:, :, None]
     return selective_block(q, keys, values, allowed, selects, carried)

@@ -13,14 +13,24 @@ from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
 
 
+def first_real_positions(attention_mask: Tensor | None, batch: int, device: torch.device) -> Tensor:
+    """(B,) long: each row's first real position, the paper's BOS, which no token masks: 0 without a mask, a
+    left-padded row's first unpadded one; -1 (none) for a row without a real token."""
+    if attention_mask is None:
+        return torch.zeros(batch, dtype=torch.long, device=device)
+    real = attention_mask.bool()
+    return torch.where(real.any(-1), real.to(torch.int8).argmax(-1), -1)
+
+
 def selection_allowed(query_positions: Tensor, key_positions: Tensor, window: int | None,
-                      protect_first: bool) -> Tensor:  # fmt: skip
-    """(Tq, Tk) bool: the token at a query position may mask the key: the key is strictly earlier (a token does not
-    mask itself), within the window, and not position 0 when ``protect_first`` (the paper never masks the BOS)."""
+                      protected: Tensor | None) -> Tensor:  # fmt: skip
+    """(B or 1, Tq, Tk) bool: the token at a query position may mask the key: the key is strictly earlier (a token
+    does not mask itself), within the window, and not at its row's ``protected`` position ((B,), from
+    ``first_real_positions``; None: every key may be masked)."""
     lags = lag_matrix(query_positions, key_positions)
-    allowed = visible(lags, window, causal=True) & (lags >= 1)
-    if protect_first:
-        allowed = allowed & (key_positions != 0)[None, :]
+    allowed = (visible(lags, window, causal=True) & (lags >= 1))[None]
+    if protected is not None:
+        allowed = allowed & (key_positions[None, :] != protected[:, None])[:, None, :]
     return allowed
 
 
@@ -37,7 +47,8 @@ def selective_attention_naive(
     seq_len = q.shape[-2]
     positions = torch.arange(seq_len, device=q.device)
     allowed = visible(lag_matrix(positions, positions), window, causal=True)[None, None]
-    selects = selection_allowed(positions, positions, window, protect_first)[None]  # (1, T, T)
+    protected = first_real_positions(attention_mask, q.shape[0], q.device) if protect_first else None
+    selects = selection_allowed(positions, positions, window, protected)  # (B or 1, T, T)
     if attention_mask is not None:
         real = attention_mask.bool()
         allowed = allowed & real[:, None, None, :]
