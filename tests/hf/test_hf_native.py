@@ -140,6 +140,17 @@ def test_configs_answer_to_the_standard_names_and_carry_special_token_ids(tmp_pa
     translator = HF_CONFIGS["markov_translator"](vocab_size=11, d_model=16, n_heads=2, pad_token_id=4)
     assert translator.pad_token_id == 4 == translator.to_markovformer().pad_token_id
     assert (translator.encoder_layers, translator.decoder_layers) == (6, 6)
+    # given at construction (a call, AutoConfig.for_model, a config.json of transformers' names): they were
+    # overwritten by the defaults, and a default-size model was built without a word
+    named = HF_CONFIGS["markovian_transformer"](vocab_size=11, hidden_size=32, num_hidden_layers=3,
+                                                num_attention_heads=2, max_position_embeddings=64)  # fmt: skip
+    assert (named.d_model, named.n_layers, named.n_heads, named.max_positions) == (32, 3, 2, 64)
+    (tmp_path / "standard").mkdir()
+    (tmp_path / "standard" / "config.json").write_text(json.dumps({"model_type": "markovian_transformer",
+                                                                   "vocab_size": 11, "hidden_size": 24}))
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "standard").to_markovformer().d_model == 24
+    with pytest.raises(ValueError, match="hidden_size=32 and d_model=64 name one setting"):
+        HF_CONFIGS["markovian_transformer"](hidden_size=32, d_model=64)
 
 
 def test_gradient_checkpointing_recomputes_the_blocks_with_the_same_gradients():

@@ -12,11 +12,11 @@ from padding_masks import mixed_mask
 from twins import assert_same_gradients, randn
 
 from markovformer.ops.selective_attention import (
+    first_real_positions,
     selective_attention,
     selective_attention_chunked,
     selective_attention_naive,
     selective_over_cache,
-    first_real_positions,
 )
 
 HEADS, HEAD_DIM, VALUE_DIM = 2, 4, 3

@@ -22,6 +22,12 @@ def _config_class(family: str) -> type[PretrainedConfig]:
 
     def __init__(self, **values):  # noqa: N807 - becomes the class's __init__
         values = markovformer_class.upgrade_keys(values)
+        for standard, ours in attribute_map.items():  # hidden_size=32 in a call or a config.json means d_model=32
+            if standard in values:
+                value = values.pop(standard)
+                if ours in values and values[ours] != value:
+                    raise ValueError(f"{standard}={value!r} and {ours}={values[ours]!r} name one setting; give one")
+                values[ours] = value
         rest = {key: value for key, value in values.items() if key not in fields and key != "architecture"}
         if "architecture" in values:  # markovformer's own save: the class that wrote it, named as transformers does
             rest.setdefault("architectures", [HF_WRAPPER_PREFIX + values["architecture"]])
