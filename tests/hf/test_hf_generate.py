@@ -161,3 +161,24 @@ def test_past_key_values_is_the_cache_before_transformers_5_24_and_refused_from_
     else:
         torch.testing.assert_close(model(input_ids=ids[:, 4:], past_key_values=cache).logits, full[:, 4:],
                                    rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+def test_generate_returns_the_hidden_states_of_each_step_and_refuses_attentions_from_the_cache():
+    """generate(output_hidden_states=True) gave a tuple of Nones: prepare_inputs_for_generation dropped the flag.
+    Each step's hidden states are the full forward's at that position; attentions need use_cache=False."""
+    model = perturbed(small_hf("causal_lm", dropout=0.0))
+    prompt = random_ids(2, 5) % 10 + 1  # no pad id (0): generate would read it as padding
+    with torch.no_grad():
+        out = model.generate(prompt, do_sample=False, pad_token_id=0, max_new_tokens=3, return_dict_in_generate=True,
+                             output_hidden_states=True)  # fmt: skip
+        full = model(out.sequences[:, :-1], output_hidden_states=True).hidden_states
+    assert len(out.hidden_states) == 3 and len(out.hidden_states[0]) == len(full)
+    for layer, states in enumerate(full):
+        torch.testing.assert_close(out.hidden_states[0][layer], states[:, :5])  # the prompt's step
+        for step in (1, 2):  # one token each
+            torch.testing.assert_close(out.hidden_states[step][layer][:, 0], states[:, 4 + step])
+    with pytest.raises(ValueError, match="use_cache=False"):
+        model.generate(prompt, pad_token_id=0, max_new_tokens=2, return_dict_in_generate=True, output_attentions=True)
+    uncached = model.generate(prompt, do_sample=False, pad_token_id=0, max_new_tokens=2, use_cache=False,
+                              return_dict_in_generate=True, output_attentions=True)  # fmt: skip
+    assert uncached.attentions[1][0].shape == (2, 2, 6, 6)  # (batch, heads, the sequence so far twice)

@@ -61,7 +61,13 @@ class DecodesFromCache:
         cache = cache if cache is not None else unused.get(CACHE_NAME)
         if cache is not None:
             input_ids = input_ids[:, cache.get_seq_length() :]
-        return {"input_ids": input_ids, "attention_mask": attention_mask, CACHE_NAME: cache, "use_cache": use_cache}
+        # generate's output_* flags reach the forward (they were dropped: its hidden states and attentions all None)
+        shown = {key: unused[key] for key in ("output_hidden_states", "output_attentions") if key in unused}
+        if shown.get("output_attentions") and use_cache is not False:
+            raise ValueError("output_attentions: the layers decoding from their cache keep no attention weights; "
+                             "generate(..., use_cache=False) returns them (each step re-reads the whole sequence)")
+        return {"input_ids": input_ids, "attention_mask": attention_mask, CACHE_NAME: cache, "use_cache": use_cache,
+                **shown}  # fmt: skip
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
