@@ -285,12 +285,16 @@ def test_markovformers_loader_reads_the_hugging_face_format_both_ways(kind, tmp_
         load_tokenizer(tmp_path / "hf")
 
 
-def test_trainers_gradient_accumulation_gives_the_gradient_of_the_whole_batch(tmp_path):
-    """transformers' Trainer takes a forward with **kwargs to normalise the loss by num_items_in_batch itself and
-    then skips dividing it by the accumulation steps: the wrappers say they do not (accepts_loss_kwargs), so 2 x 4
-    accumulated sequences make the SGD step of one batch of 8 (they would make twice that step otherwise)."""
+@pytest.mark.parametrize("unequal", [False, True], ids=["equal label counts", "a row's tail ignored (-100)"])
+def test_trainers_gradient_accumulation_gives_the_gradient_of_the_whole_batch(tmp_path, unequal):
+    """2 x 4 accumulated sequences make the SGD step of one batch of 8. The causal LMs take num_items_in_batch (the
+    accumulated batch's scored tokens, which the Trainer counts) and return their tokens' summed loss over it: with
+    a row's labels ignored after its third token the two micro-batches score 35 and 44 tokens, and the mean of
+    their means (the Trainer's division by the accumulation steps) was 8 % off the whole batch's step."""
     pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate (the hf extra installs it)")
-    data = [{"input_ids": row, "labels": row} for row in random_ids(8, 12, seed=3)]
+    data = [{"input_ids": row, "labels": row.clone()} for row in random_ids(8, 12, seed=3)]
+    if unequal:
+        data[1]["labels"][3:] = -100
 
     def trained(batch: int, accumulation: int) -> dict:
         model = small_hf("causal_lm", dropout=0.0)

@@ -38,6 +38,7 @@ from markovformer.models.markovian_transformer import MarkovianTransformerModel
 from markovformer.models.pretrained import HF_WRAPPER_PREFIX
 from markovformer.models.pretrained import PreTrainedModel as MarkovformerModel
 from markovformer.models.registry import MODEL_FAMILIES
+from markovformer.ops.segments import document_starts
 
 
 class _Wrapper(PreTrainedModel):
@@ -46,8 +47,9 @@ class _Wrapper(PreTrainedModel):
     markovformer_class: type[MarkovformerModel]
     base_model_prefix = "markovformer_base"  # no markovformer key starts with it: never stripped or added
     _supports_cache_class = False
-    # the loss is the mean over the batch's tokens, whatever ``num_items_in_batch`` says: transformers' Trainer must
-    # divide it by the gradient-accumulation steps itself (it reads a forward with **kwargs as normalising it)
+    # the loss is the mean over the batch's items, whatever ``num_items_in_batch`` says: transformers' Trainer must
+    # divide it by the gradient-accumulation steps itself (it reads a forward with **kwargs as normalising it);
+    # the causal LMs normalise it (``summed_over_items``)
     accepts_loss_kwargs = False
     honoured_inputs: tuple[str, ...] = ()  # of UNSUPPORTED_INPUTS, those this wrapper's forward reads
 
@@ -277,8 +279,24 @@ class _ReportingWrapper(_Wrapper):
         return _as_asked(output, return_dict, self.config)
 
 
+def summed_over_items(loss: Tensor | None, labels: Tensor | None, num_items_in_batch, position_ids=None):
+    """A causal LM's mean loss over its micro-batch's scored tokens as their sum over ``num_items_in_batch`` (the
+    scored tokens of the whole accumulated batch, which transformers' Trainer counts and passes): then the
+    accumulated step is the whole batch's mean, where the mean of micro-batch means weighed a token of a
+    micro-batch with fewer scored tokens more. Without ``num_items_in_batch``, ``loss`` as it is."""
+    if loss is None or labels is None or num_items_in_batch is None:
+        return loss
+    targets = labels[:, 1:]
+    if position_ids is not None:  # as the model scores them: no document's first token
+        targets = targets.masked_fill(document_starts(position_ids)[:, 1:], -100)
+    scored = targets.ne(-100).sum()
+    total = loss * scored if bool(scored) else loss.nan_to_num() * 0  # a micro-batch of no scored token adds 0
+    return total / torch.as_tensor(num_items_in_batch, device=loss.device)
+
+
 class _CausalLMWrapper(_ReportingWrapper, DecodesFromCache, GenerationMixin):
     honoured_inputs = ("position_ids",)
+    accepts_loss_kwargs = True  # its loss is the whole accumulated batch's mean (summed_over_items)
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 labels: Tensor | None = None, cache: MarkovformerCache | None = None, use_cache: bool | None = None,
@@ -311,12 +329,14 @@ class _CausalLMWrapper(_ReportingWrapper, DecodesFromCache, GenerationMixin):
         output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
                                    attention_mask=attention_mask, labels=labels,
                                    state=None if cache is None else cache.state, **packed)  # fmt: skip
-        return self._finish(CausalLMOutputWithPast(loss=output.loss, logits=output.logits, **{CACHE_NAME: cache},
+        loss = summed_over_items(output.loss, labels, unused.get("num_items_in_batch"), position_ids)
+        return self._finish(CausalLMOutputWithPast(loss=loss, logits=output.logits, **{CACHE_NAME: cache},
                                                    hidden_states=hidden,
                                                    attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
 
 
 class _ScanCausalLMWrapper(_Wrapper, DecodesFromCache, GenerationMixin):
+    accepts_loss_kwargs = True  # its loss is the whole accumulated batch's mean (summed_over_items)
     """The Scan Markov causal LM: ``generate`` decodes from its state (``MarkovformerCache``: h after the last token
     in recurrent mode, the last n - 1 tokens in markov mode), one token per step after the prompt; it has no blocks,
     so no hidden states or attentions are returned. Its prompts are unpadded (the recurrence has no padding
@@ -334,7 +354,8 @@ class _ScanCausalLMWrapper(_Wrapper, DecodesFromCache, GenerationMixin):
             cache = MarkovformerCache()
         output = self.markovformer(input_ids, attention_mask=attention_mask, labels=labels,
                                    state=None if cache is None else cache.state)  # fmt: skip
-        return _as_asked(CausalLMOutputWithPast(loss=output.loss, logits=output.logits, **{CACHE_NAME: cache}),
+        loss = summed_over_items(output.loss, labels, unused.get("num_items_in_batch"))
+        return _as_asked(CausalLMOutputWithPast(loss=loss, logits=output.logits, **{CACHE_NAME: cache}),
                          return_dict, self.config)  # fmt: skip
 
 
