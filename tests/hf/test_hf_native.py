@@ -367,3 +367,28 @@ def test_without_tokenizers_a_run_finishes_its_model_without_the_hugging_face_fi
     write_hf_tokenizer(tmp_path)  # with it: the files, and the pad id
     assert transformers.AutoTokenizer.from_pretrained(tmp_path / "model")("ba \n")["input_ids"] == ours.encode("ba \n")
     assert '"pad_token_id": 0' in (tmp_path / "model" / "config.json").read_text()
+
+
+def test_building_a_model_leaves_the_callers_tie_word_embeddings():
+    """A classifier (no tied weights) wrote tie_word_embeddings=False into the config it was given, so a causal LM
+    built next from the same config (or through AutoModelFor...from_config) came out untied."""
+    config = HF_CONFIGS["markovian_transformer"](**SMALL, tie_word_embeddings=True)
+    transformers.AutoModelForSequenceClassification.from_config(config)
+    assert config.tie_word_embeddings is True
+    lm = HF_CLASSES["markovian_transformer", "causal_lm"][1](config)
+    assert lm.lm_head.weight is lm.model.embed.weight and config.to_markovformer().tie_word_embeddings
+
+
+def test_export_tokenizer_gives_generate_its_special_ids_in_a_transformers_save(tmp_path):
+    """transformers' save_pretrained writes generation_config.json, which generate reads: export_tokenizer put the
+    ids into config.json only, so generate had no eos and ran to max_new_tokens past it."""
+    from markovformer.data.readers.tokenizer import BPETokenizer
+    from markovformer.hf import export_tokenizer
+
+    text = "the cat sat on the mat.\nthe dog sat on the log.\n" * 20
+    tokenizer = BPETokenizer.train(text, vocab_size=280, special_tokens=("<pad>", "<eod>", "<bos>", "<eos>"))
+    small_hf("causal_lm", vocab_size=tokenizer.vocab_size).save_pretrained(tmp_path)
+    export_tokenizer(tokenizer, tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    eos = tokenizer.token_to_id("<eos>")
+    assert (loaded.generation_config.eos_token_id, loaded.generation_config.pad_token_id) == (eos, 0)

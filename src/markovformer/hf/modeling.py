@@ -64,7 +64,8 @@ class _Wrapper(PreTrainedModel):
         self._markovformer = [inner]  # a list, so the module is not registered twice
         tied = self._shared_parameter_names(inner)  # e.g. an output layer tied to the embedding
         self._tied_weights_keys = tied or None
-        config.tie_word_embeddings = bool(tied)  # transformers ties (and loads) them only when this says so
+        if tied:  # transformers ties (and loads) them only when this says so; an untied model (a classifier) leaves
+            config.tie_word_embeddings = True  # the caller's value, which a causal LM built from it next reads
         self.supports_gradient_checkpointing = any(hasattr(module, "gradient_checkpointing")
                                                    for module in inner.modules())  # fmt: skip
         self.register_forward_pre_hook(_refuse_unsupported_inputs, with_kwargs=True)

@@ -267,8 +267,9 @@ def save_hf_format(tokenizer: CharTokenizer | BPETokenizer, directory: str | Pat
     ``tokenizer_config.json``, whose special tokens are ``<pad>`` and, where the vocabulary has them, ``<bos>``,
     ``<eos>``, ``<unk>``), which ``transformers.AutoTokenizer.from_pretrained(directory)`` reads with no
     markovformer code. When ``directory`` holds a model's ``config.json``, the special tokens' ids go into it as
-    ``pad_token_id`` / ``bos_token_id`` / ``eos_token_id`` (unless set there already): ``transformers``'
-    generation reads them from the model config; markovformer's loader ignores them. Returns those ids."""
+    ``pad_token_id`` / ``bos_token_id`` / ``eos_token_id`` (unless set there already), and into its
+    ``generation_config.json`` when there is one: ``transformers``' generation reads them from there; markovformer's
+    loader ignores them. Returns those ids."""
     directory = Path(directory)
     backend = tokenizer.hf_backend()
     special = {name: f"<{name}>" for name in ("pad", "bos", "eos", "unk")
@@ -281,12 +282,14 @@ def save_hf_format(tokenizer: CharTokenizer | BPETokenizer, directory: str | Pat
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write_text(directory / TOKENIZER_FILE, backend.to_str(pretty=True))
     atomic_write_text(directory / HF_TOKENIZER_CONFIG, json.dumps(settings, indent=2) + "\n")
-    config_path = directory / "config.json"
-    if config_path.is_file():
-        values = json.loads(config_path.read_text())
-        merged = {**values, **{key: value for key, value in ids.items() if values.get(key) is None}}
-        if merged != values:
-            atomic_write_text(config_path, json.dumps(merged, indent=2) + "\n")
+    # the model's config.json, and its generation_config.json where transformers' save_pretrained wrote one (generate
+    # reads the ids from there when it exists: without them it ran to max_new_tokens past the end of sequence)
+    for config_path in (directory / "config.json", directory / "generation_config.json"):
+        if config_path.is_file():
+            values = json.loads(config_path.read_text())
+            merged = {**values, **{key: value for key, value in ids.items() if values.get(key) is None}}
+            if merged != values:
+                atomic_write_text(config_path, json.dumps(merged, indent=2) + "\n")
     return ids
 
 
