@@ -392,3 +392,16 @@ def test_export_tokenizer_gives_generate_its_special_ids_in_a_transformers_save(
     loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
     eos = tokenizer.token_to_id("<eos>")
     assert (loaded.generation_config.eos_token_id, loaded.generation_config.pad_token_id) == (eos, 0)
+
+
+def test_the_translators_position_table_follows_the_wrapper_to_a_dtype():
+    """The translator registers its position table on itself, not on a child: the wrapper adopted its children and
+    parameters only, so .to(float64) (or Trainer's .to(device)) left the table behind in float32."""
+    from markovformer import MarkovTranslatorConfig
+
+    values = MarkovTranslatorConfig(vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1,
+                                    order=2, dropout=0.0, max_positions=32).to_dict()  # fmt: skip
+    model = HF_CLASSES["markov_translator", "translation"][1](HF_CONFIGS["markov_translator"](**values))
+    assert "position_table" in dict(model.named_buffers())
+    model.to(torch.float64)
+    assert model.markovformer.position_table.dtype == torch.float64

@@ -61,6 +61,8 @@ class _Wrapper(PreTrainedModel):
             self.add_module(name, child)
         for name, parameter in inner.named_parameters(recurse=False):
             self.register_parameter(name, parameter)
+        for name, buffer in inner.named_buffers(recurse=False):  # (the translator's position table)
+            self.register_buffer(name, buffer, persistent=name not in inner._non_persistent_buffers_set)
         self._markovformer = [inner]  # a list, so the module is not registered twice
         tied = self._shared_parameter_names(inner)  # e.g. an output layer tied to the embedding
         self._tied_weights_keys = tied or None
@@ -101,6 +103,8 @@ class _Wrapper(PreTrainedModel):
         inner = self._markovformer[0]
         for name in inner._parameters:  # loading may have replaced a direct parameter on the wrapper
             inner._parameters[name] = self._parameters[name]
+        for name in inner._buffers:  # and .to() a direct buffer (a new tensor, where parameters convert in place)
+            inner._buffers[name] = self._buffers[name]
         return inner
 
     @torch.no_grad()
