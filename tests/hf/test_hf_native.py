@@ -405,3 +405,18 @@ def test_the_translators_position_table_follows_the_wrapper_to_a_dtype():
     assert "position_table" in dict(model.named_buffers())
     model.to(torch.float64)
     assert model.markovformer.position_table.dtype == torch.float64
+
+
+def test_rwkv_loads_in_bfloat16_as_the_float32_model_cast_to_it():
+    """RWKV built its decays and token-shift mixes in float32 whatever the default dtype, so a model built or loaded
+    with dtype=torch.bfloat16 failed its first matrix product (float against bfloat16)."""
+    values = {**{k: v for k, v in SMALL.items() if k != "max_order"}, "attention": "rwkv", "position": "none"}
+    torch.manual_seed(0)
+    built = transformers.AutoModelForCausalLM.from_config(HF_CONFIGS["markovian_transformer"](**values),
+                                                          dtype=torch.bfloat16)  # fmt: skip
+    torch.manual_seed(0)
+    cast = transformers.AutoModelForCausalLM.from_config(HF_CONFIGS["markovian_transformer"](**values))
+    cast = cast.to(torch.bfloat16)
+    ids = random_ids(2, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(built.eval()(input_ids=ids).logits, cast.eval()(input_ids=ids).logits, rtol=0, atol=0)

@@ -44,6 +44,9 @@ class RWKVTimeMix(nn.Module):
         self.time_mix_k = nn.Parameter(ramp**keep)
         self.time_mix_v = nn.Parameter(ramp**keep + 0.3 * layer_ratio)
         self.time_mix_r = nn.Parameter(ramp ** (0.5 * keep))
+        with torch.no_grad():  # computed in float32, held in the default dtype as the Linear layers' weights are (a
+            for name in ("time_decay", "time_first", "time_mix_k", "time_mix_v", "time_mix_r"):  # bf16 build)
+                getattr(self, name).data = getattr(self, name).data.to(torch.get_default_dtype())
         self.key = nn.Linear(d_model, d_model, bias=False)
         self.value = nn.Linear(d_model, d_model, bias=False)
         self.receptance = nn.Linear(d_model, d_model, bias=False)
