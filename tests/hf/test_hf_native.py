@@ -419,4 +419,5 @@ def test_rwkv_loads_in_bfloat16_as_the_float32_model_cast_to_it():
     cast = cast.to(torch.bfloat16)
     ids = random_ids(2, 9)
     with torch.no_grad():
-        torch.testing.assert_close(built.eval()(input_ids=ids).logits, cast.eval()(input_ids=ids).logits, rtol=0, atol=0)
+        logits = [model.eval()(input_ids=ids).logits for model in (built, cast)]
+    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=0)
