@@ -182,3 +182,22 @@ def test_generate_returns_the_hidden_states_of_each_step_and_refuses_attentions_
     uncached = model.generate(prompt, do_sample=False, pad_token_id=0, max_new_tokens=2, use_cache=False,
                               return_dict_in_generate=True, output_attentions=True)  # fmt: skip
     assert uncached.attentions[1][0].shape == (2, 2, 6, 6)  # (batch, heads, the sequence so far twice)
+
+
+@pytest.mark.parametrize("kind", ["s4d", "h3"])
+def test_a_float64_s4d_continues_after_a_one_token_step_as_the_full_forward(kind, tmp_path):
+    """Loaded with dtype=torch.float64 (S4D's poles kept in float32), a one-token step left a complex128 state that
+    the next chunk's complex64 tables refused: prompt 4 tokens, then 1, then 4 failed."""
+    torch.manual_seed(0)
+    config = HF_CONFIGS["markovian_transformer"](vocab_size=11, d_model=16, n_layers=2, n_heads=2, attention=kind,
+                                                 position="none", ssm_state_size=4)  # fmt: skip
+    perturbed(HF_CLASSES["markovian_transformer", "causal_lm"][1](config)).save_pretrained(tmp_path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float64).eval()
+    ids = random_ids(1, 9) % 10 + 1
+    with torch.no_grad():
+        full = model(input_ids=ids, use_cache=False).logits
+        prompt = model(input_ids=ids[:, :4])
+        cache, pieces = getattr(prompt, CACHE_NAME), [prompt.logits]
+        for start, stop in ((4, 5), (5, 9)):
+            pieces.append(model(input_ids=ids[:, start:stop], **{CACHE_NAME: cache}).logits)
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=0, atol=1e-5)

@@ -105,7 +105,8 @@ class DiagonalSSM(KeepsFloat32):
             y, state["ssm"] = s4d_recurrence(u.to(compute), a_bar, c_b, initial, output_final_state=True)
             return y.to(u.dtype)
         y = long_conv_fft(u, s4d_kernel(dt_a, c_b, u.shape[1]))
-        if initial is not None:
+        if initial is not None:  # a state a one-token step left in a wider dtype (float64 inputs) joins the tables'
+            initial = initial.to(dt_a.dtype)
             y = y + s4d_state_response(initial, dt_a, c_b, u.shape[1]).to(y.dtype)
         state["ssm"] = s4d_final_state(u.to(compute), dt_a, initial)
         return y
