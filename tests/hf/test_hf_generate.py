@@ -131,6 +131,16 @@ def test_the_translator_generates_through_auto_model_for_seq2seq_lm(tmp_path):
         assert torch.equal(theirs[:, 1:], reference)
     with pytest.raises(TypeError, match="does not support \\['repetition_penalty'\\]"):
         loaded.generate(source, max_new_tokens=8, repetition_penalty=1.2)
+    # labels alone (DataCollatorForSeq2Seq's batch) make the decoder's inputs: bos, then the labels shifted right
+    labels = torch.tensor([[5, 6, 7, 2], [8, 9, 2, -100]])
+    shifted = torch.tensor([[ours.config.bos_token_id, 5, 6, 7], [ours.config.bos_token_id, 8, 9, 2]])
+    assert torch.equal(loaded.prepare_decoder_input_ids_from_labels(labels), shifted)
+    with torch.no_grad():
+        alone = loaded(input_ids=source, labels=labels).loss
+        given = loaded(input_ids=source, decoder_input_ids=shifted, labels=labels).loss
+    assert torch.equal(alone, given)
+    with pytest.raises(ValueError, match="needs decoder_input_ids"):
+        loaded(input_ids=source)
 
 
 def test_the_generate_benchmark_times_every_token_of_both_generates_on_the_same_ids():

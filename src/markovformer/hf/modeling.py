@@ -437,10 +437,26 @@ class _VMTWrapper(_Wrapper):
 class _Seq2SeqWrapper(_Wrapper):
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 labels=None, return_dict=None, **unused) -> Seq2SeqLMOutput:  # fmt: skip
+        """As ``transformers``' encoder-decoders: without ``decoder_input_ids``, the decoder reads ``labels`` shifted
+        right (``prepare_decoder_input_ids_from_labels``), so a batch of ``DataCollatorForSeq2Seq`` trains as it is."""
+        if decoder_input_ids is None:
+            if labels is None:
+                raise ValueError(f"{type(self).__name__} needs decoder_input_ids (the target shifted right, starting "
+                                 f"with bos) or labels (from which they are made)")  # fmt: skip
+            decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         output = self.markovformer(input_ids, decoder_input_ids, attention_mask, decoder_attention_mask, labels)
         return _as_asked(Seq2SeqLMOutput(loss=output.loss, logits=output.logits,
                                          encoder_last_hidden_state=output.encoder_last_hidden_state),
                          return_dict, self.config)  # fmt: skip
+
+    def prepare_decoder_input_ids_from_labels(self, labels: Tensor) -> Tensor:
+        """The decoder's inputs for ``labels`` (B, T): bos, then the labels shifted right by one, -100 read as
+        padding (``DataCollatorForSeq2Seq`` asks a model for them)."""
+        config = self.markovformer.config
+        shifted = labels.new_full(labels.shape, config.pad_token_id)
+        shifted[:, 0] = config.bos_token_id
+        shifted[:, 1:] = labels[:, :-1].masked_fill(labels[:, :-1] == -100, config.pad_token_id)
+        return shifted
 
     # generate's options that markovformer's translator decoding takes, under transformers' names
     GENERATE_OPTIONS = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "eos_token_id", "num_beams",
