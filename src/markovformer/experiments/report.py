@@ -107,18 +107,13 @@ def recorded_run_dirs(result: Any) -> list[str] | None:
     """The run directories a cell's result records (every ``run_dir`` value in it, ``None`` values left out), or None
     when it records none at all (a cell stored before cells named the runs they trained)."""
     if isinstance(result, dict):
-        found = [result["run_dir"]] if "run_dir" in result else None
-        for value in result.values():
-            inner = recorded_run_dirs(value)
-            found = inner if found is None else found + (inner or [])
+        groups = [[result["run_dir"]]] if "run_dir" in result else []
+        groups += [found for value in result.values() if (found := recorded_run_dirs(value)) is not None]
     elif isinstance(result, list):
-        found = None
-        for value in result:
-            inner = recorded_run_dirs(value)
-            found = inner if found is None else found + (inner or [])
+        groups = [found for value in result if (found := recorded_run_dirs(value)) is not None]
     else:
         return None
-    return None if found is None else [run for run in found if run is not None]
+    return [run for group in groups for run in group if run is not None] if groups else None
 
 
 def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[str], None] = print) -> list[Path]:
