@@ -238,17 +238,72 @@ def test_a_runs_model_directory_loads_with_auto_tokenizer_and_builds_a_pipeline(
     assert written == ours.decode(ids[0].tolist()) and len(written) > len(prompt)
     if kind == "char":  # a run trained before runs wrote these files: export_tokenizer adds them, the run still loads
         from markovformer.hf import export_tokenizer
-        from markovformer.training.fingerprint import write_model_fingerprint
 
-        config = run / "model" / "config.json"
-        config.write_text(config.read_text().replace('"pad_token_id": 0', '"pad_token_id": null'))
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            (run / "model" / name).unlink()
-        write_model_fingerprint(run / "model", json.loads((run / "model" / "fingerprint.json").read_text())["run"])
+        _as_trained_before_runs_exported(run)
         export_tokenizer(run / "tokenizer", run / "model")
         assert transformers.AutoConfig.from_pretrained(run / "model").pad_token_id == 0
         assert transformers.AutoTokenizer.from_pretrained(run / "model")(sample)["input_ids"] == ours.encode(sample)
         assert torch.equal(load_run(run)[1].model.embed.weight, model.model.embed.weight)
+
+
+def _as_trained_before_runs_exported(run) -> None:
+    """Make ``run``'s model/ as runs wrote it before they exported their tokenizer: no Hugging Face tokenizer files,
+    no pad id in config.json, the fingerprint matching that config."""
+    from markovformer.training.fingerprint import write_model_fingerprint
+
+    config = run / "model" / "config.json"
+    config.write_text(config.read_text().replace('"pad_token_id": 0', '"pad_token_id": null'))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (run / "model" / name).unlink()
+    write_model_fingerprint(run / "model", json.loads((run / "model" / "fingerprint.json").read_text())["run"])
+
+
+class Killed(BaseException):
+    """A kill, simulated (SIGKILL would end the test's process)."""
+
+
+def _killed_at_write(point: int):
+    """A stand-in for ``markovformer.atomic.write_point`` that raises ``Killed`` at its ``point``-th call, where the
+    write about to land would be lost."""
+    writes = iter(range(1, 1 << 30))
+
+    def write_point() -> None:
+        if next(writes) == point:
+            raise Killed
+
+    return write_point
+
+
+def test_export_tokenizer_killed_at_any_write_is_mended_by_exporting_again(tmp_path, monkeypatch):
+    """export_tokenizer edits a run's model/config.json and its fingerprint: killed between the two (before), the
+    run refused its own model/ and exporting again did not mend it. Killed at each of its writes, then run again,
+    the run loads and AutoConfig reads the pad id."""
+    import shutil
+
+    import markovformer.atomic
+    from markovformer.hf import export_tokenizer
+    from markovformer.training.run_dir import load_run
+
+    run = _trained_text_run("char", tmp_path)
+    _as_trained_before_runs_exported(run)
+    shutil.copytree(run / "model", tmp_path / "before")
+    point, finished = 0, False
+    while not finished:
+        point += 1
+        shutil.rmtree(run / "model")
+        shutil.copytree(tmp_path / "before", run / "model")
+        with monkeypatch.context() as patch:
+            patch.setattr(markovformer.atomic, "write_point", _killed_at_write(point))
+            try:
+                export_tokenizer(run / "tokenizer", run / "model")
+                finished = True
+            except Killed:
+                pass
+        if not finished:
+            export_tokenizer(run / "tokenizer", run / "model")  # the same call again, to its end
+        load_run(run)  # refuses a model/ whose files disagree with its fingerprint
+        assert transformers.AutoConfig.from_pretrained(run / "model").pad_token_id == 0, point
+    assert point > 4  # the fingerprint, both tokenizer files, config.json
 
 
 @pytest.mark.parametrize("kind", ["char", "char_documents", "bpe"])

@@ -7,13 +7,22 @@ directory."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from markovformer.data.readers.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer, save_hf_format
+from markovformer.atomic import atomic_write_text
+from markovformer.data.readers.tokenizer import (
+    BPETokenizer,
+    CharTokenizer,
+    load_tokenizer,
+    save_hf_format,
+    special_ids,
+    with_special_ids,
+)
 
 
 def to_transformers(tokenizer: CharTokenizer | BPETokenizer) -> PreTrainedTokenizerFast:
@@ -30,16 +39,21 @@ def export_tokenizer(tokenizer: CharTokenizer | BPETokenizer | str | Path, model
     ``model_directory`` (a saved model's) in the Hugging Face format, and its pad/bos/eos ids into the model's
     ``config.json`` (see ``save_hf_format``). Runs do this themselves; this is for a run trained before they did:
     when ``model_directory`` is a run's ``model/`` whose fingerprint matched its ``config.json``, the fingerprint
-    is brought up to date with the edited file (else the run would refuse its own ``model/``)."""
-    from markovformer.training.fingerprint import FINGERPRINT_FILE, file_digest, write_model_fingerprint
+    is brought up to date with the edited file (else the run would refuse its own ``model/``). The fingerprint is
+    written first, for the file as it will be: a kill before ``config.json`` is written leaves them disagreeing,
+    and exporting again writes that file and so mends the pair."""
+    from markovformer.training.fingerprint import FINGERPRINT_FILE, file_digest
 
     directory = Path(model_directory)
+    tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
     record_path, config_path = directory / FINGERPRINT_FILE, directory / "config.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else None
-    matched = record is not None and config_path.is_file() and record.get("config_sha256") == file_digest(config_path)
-    save_hf_format(load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer, directory)
-    if matched and record["config_sha256"] != file_digest(config_path):
-        write_model_fingerprint(directory, record["run"])
+    if record is not None and config_path.is_file() and record.get("config_sha256") == file_digest(config_path):
+        edited = with_special_ids(config_path, special_ids(tokenizer))
+        if edited is not None:
+            digest = hashlib.sha256(edited.encode()).hexdigest()
+            atomic_write_text(record_path, json.dumps({**record, "config_sha256": digest}, indent=2) + "\n")
+    save_hf_format(tokenizer, directory)
 
 
 __all__ = ["export_tokenizer", "to_transformers"]

@@ -278,19 +278,35 @@ def save_hf_format(tokenizer: CharTokenizer | BPETokenizer, directory: str | Pat
     settings = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
                 "split_special_tokens": True,
                 **{f"{name}_token": token for name, token in special.items()}}  # fmt: skip
-    ids = {f"{name}_token_id": backend.token_to_id(token) for name, token in special.items() if name != "unk"}
+    ids = special_ids(tokenizer)
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write_text(directory / TOKENIZER_FILE, backend.to_str(pretty=True))
     atomic_write_text(directory / HF_TOKENIZER_CONFIG, json.dumps(settings, indent=2) + "\n")
     # the model's config.json, and its generation_config.json where transformers' save_pretrained wrote one (generate
     # reads the ids from there when it exists: without them it ran to max_new_tokens past the end of sequence)
     for config_path in (directory / "config.json", directory / "generation_config.json"):
-        if config_path.is_file():
-            values = json.loads(config_path.read_text())
-            merged = {**values, **{key: value for key, value in ids.items() if values.get(key) is None}}
-            if merged != values:
-                atomic_write_text(config_path, json.dumps(merged, indent=2) + "\n")
+        edited = with_special_ids(config_path, ids)
+        if edited is not None:
+            atomic_write_text(config_path, edited)
     return ids
+
+
+def special_ids(tokenizer: CharTokenizer | BPETokenizer) -> dict[str, int]:
+    """The ``pad_token_id`` / ``bos_token_id`` / ``eos_token_id`` that ``save_hf_format`` writes for ``tokenizer``
+    (those its vocabulary has)."""
+    backend = tokenizer.hf_backend()
+    found = {name: backend.token_to_id(f"<{name}>") for name in ("pad", "bos", "eos")}
+    return {f"{name}_token_id": token_id for name, token_id in found.items() if token_id is not None}
+
+
+def with_special_ids(config_path: Path, ids: dict[str, int]) -> str | None:
+    """The text ``save_hf_format`` writes into the JSON config at ``config_path``: its values with the ids it does
+    not set yet; None when there is no such file or nothing changes."""
+    if not config_path.is_file():
+        return None
+    values = json.loads(config_path.read_text())
+    merged = {**values, **{key: value for key, value in ids.items() if values.get(key) is None}}
+    return json.dumps(merged, indent=2) + "\n" if merged != values else None
 
 
 def _safe_pieces(text: str, step: int) -> Iterator[str]:
