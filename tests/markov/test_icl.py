@@ -80,3 +80,35 @@ def test_bad_inputs_raise_value_error_naming_argument(kwargs, name):
     arguments = {"order": 1, "num_symbols": 2, "beta": 1.0, "per_sequence": True} | kwargs
     with pytest.raises(ValueError, match=name):
         RandomChainSampler(**arguments)
+
+
+def _binary_kernels(*rows: list[float]) -> torch.Tensor:
+    return torch.tensor([list(rows)], dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        # symbols outside the alphabet were indexed (2 read another row, -1 wrapped round): 0.693 and 0.357 returned
+        (lambda: icl_oracle_loss(torch.tensor([[0, 2, 1]]), _binary_kernels([0.5, 0.5], [0.2, 0.8])), "x"),
+        (lambda: icl_oracle_loss(torch.tensor([[0, -1, 1]]), _binary_kernels([0.5, 0.5], [0.2, 0.8])), "x"),
+        (lambda: icl_oracle_loss(torch.tensor([[0.0, 1.7, 1.0]]), _binary_kernels([0.5, 0.5], [0.2, 0.8])), "x"),
+        # rows summing to 3 gave a negative loss; a sampler renormalised them without a word
+        (lambda: icl_oracle_loss(torch.tensor([[0, 1, 1]]), _binary_kernels([1.5, 1.5], [1.0, 2.0])), "kernels"),
+        (lambda: sample_from_kernels(5, _binary_kernels([1.5, 1.5], [1.0, 2.0])), "kernels"),
+        (lambda: sample_from_kernels(5, _binary_kernels([-0.5, 1.5], [0.2, 0.8])), "kernels"),
+        (lambda: sample_from_kernels(5, _binary_kernels([math.nan, 1.0], [0.2, 0.8])), "kernels"),
+        # a negative length gave (B, k - 1) symbols
+        (lambda: sample_from_kernels(-1, _binary_kernels([0.5, 0.5], [0.2, 0.8])), "x_length"),
+        # beta <= 0 or nan gave all-NaN kernels; order 0 and one symbol gave kernels of no chain
+        (lambda: dirichlet_kernels(2, 1, 2, 0.0), "beta"),
+        (lambda: dirichlet_kernels(2, 1, 2, -1.0), "beta"),
+        (lambda: dirichlet_kernels(2, 1, 2, math.nan), "beta"),
+        (lambda: dirichlet_kernels(2, 0, 2, 1.0), "order"),
+        (lambda: dirichlet_kernels(2, 1, 1, 1.0), "num_symbols"),
+        (lambda: dirichlet_kernels(0, 1, 2, 1.0), "batch"),
+    ],
+)
+def test_kernel_functions_refuse_bad_input_naming_it(build, name):
+    with pytest.raises(ValueError, match=f"^{name}"):
+        build()

@@ -145,3 +145,23 @@ def test_predicted_basins_match_where_the_profiled_flow_ends(p, q):
     predicted = reaches_global_minimum(e0, w0, p, q)
     assert torch.equal(predicted, at_rate)
     assert predicted.any() and (~predicted).any()  # both outcomes occur among the starts
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        # rates outside [0, 1] gave numbers (0.715), p = q = 0 gave nan, optimal_bias stopped at its bracket's edge
+        (lambda: reduced_loss(1.0, 0.5, 0.0, p=1.5, q=0.3), "p"),
+        (lambda: reduced_loss(1.0, 0.5, 0.0, p=0.0, q=0.0), "p \\+ q"),
+        (lambda: reduced_gradient(1.0, 0.5, 0.0, p=0.3, q=-0.1), "q"),
+        (lambda: optimal_bias(1.0, 0.5, p=-0.2, q=0.3), "p"),
+        (lambda: optimal_bias(1.0, 0.5, p=math.nan, q=0.3), "p"),
+        (lambda: gradient_flow(0.5, 0.5, 0.0, p=2.0, q=0.3, steps=3, lr=0.1), "p"),
+        (lambda: reduced_loss(1.0, 0.5, 0.0, p=torch.tensor([0.2, 1.2]), q=0.3), "p"),
+        (lambda: reaches_global_minimum(0.5, 0.5, p=1.2, q=0.3), "p"),
+        (lambda: unigram_bias(0.4, 1.3), "q"),
+    ],
+)
+def test_switching_rates_outside_the_unit_interval_are_refused(build, name):
+    with pytest.raises(ValueError, match=f"^{name}"):
+        build()

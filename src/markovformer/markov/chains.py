@@ -77,17 +77,7 @@ class MarkovChain:
         if not (transition.is_floating_point() or transition.dtype in (torch.int32, torch.int64)):
             raise ValueError(f"transition must be a real-valued tensor, got dtype {transition.dtype}")
         table = transition.detach().to(torch.float64).reshape(flat_shape).clone()
-        if not torch.isfinite(table).all():
-            raise ValueError("transition contains NaN or infinite entries")
-        if (table < 0).any():
-            raise ValueError(f"transition entries must be >= 0, got minimum {table.min().item():.3g}")
-        row_sums = table.sum(-1)
-        worst = (row_sums - 1.0).abs().argmax()
-        if (row_sums[worst] - 1.0).abs() > _ROW_SUM_TOLERANCE:
-            raise ValueError(
-                f"transition rows must sum to 1 (within {_ROW_SUM_TOLERANCE}); row {worst.item()} sums to "
-                f"{row_sums[worst].item():.9g}"
-            )
+        row_sums = check_rows(table, "transition")
         self.order = order
         self.num_symbols = num_symbols
         self.num_contexts = num_contexts
@@ -107,18 +97,9 @@ class MarkovChain:
 
     # ---- the context convention ---------------------------------------------------------------------
 
-    def _check_symbols(self, x: Tensor, name: str) -> None:
-        integer = isinstance(x, Tensor) and not (x.dtype.is_floating_point or x.dtype.is_complex)
-        if not integer or x.dtype == torch.bool:
-            raise ValueError(f"{name} must be an integer symbol tensor, got {getattr(x, 'dtype', type(x))}")
-        if x.numel() and (x.min() < 0 or x.max() >= self.num_symbols):
-            raise ValueError(
-                f"{name} holds symbols outside [0, {self.num_symbols}): min {x.min().item()}, max {x.max().item()}"
-            )
-
     def context_index(self, x: Tensor) -> Tensor:
         """Context indices, shape (...), of symbol windows x, shape (..., order), oldest symbol first."""
-        self._check_symbols(x, "x")
+        check_symbols(x, self.num_symbols)
         if x.ndim == 0 or x.shape[-1] != self.order:
             raise ValueError(f"x must have last dimension order={self.order}, got shape {tuple(x.shape)}")
         place_values = self.num_symbols ** torch.arange(self.order - 1, -1, -1, device=x.device)
@@ -244,7 +225,7 @@ class MarkovChain:
 
     def log_prob_next(self, x: Tensor) -> Tensor:
         """True log-probabilities, float64 (B, T - order, S), of x[:, t] for t = order..T-1; x is (B, T)."""
-        self._check_symbols(x, "x")
+        check_symbols(x, self.num_symbols)
         if x.ndim != 2:
             raise ValueError(f"x must have shape (B, T), got {tuple(x.shape)}")
         if x.shape[1] <= self.order:
@@ -277,12 +258,50 @@ class MarkovChain:
 
 def switching_chain(p: float, q: float) -> MarkovChain:
     """Binary first-order chain [[1-p, p], [q, 1-q]], pi = (q, p)/(p+q); needs 0 <= p, q <= 1 and p+q > 0."""
-    for name, value in (("p", p), ("q", q)):
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
-    if p + q <= 0:
-        raise ValueError(f"p + q must be > 0 for a unique stationary distribution, got p={p!r}, q={q!r}")
+    check_switching_rates(p, q)
     return MarkovChain(1, 2, torch.tensor([[1.0 - p, p], [q, 1.0 - q]], dtype=torch.float64))
+
+
+def check_switching_rates(p: float | Tensor, q: float | Tensor) -> None:
+    """ValueError naming the value unless the switching chain's rates (numbers or tensors) lie in [0, 1] with
+    p + q > 0 everywhere."""
+    numbers = all(isinstance(rate, (int, float)) for rate in (p, q))  # the common case, without tensor ops
+
+    def inside(rate: float | Tensor) -> bool:
+        return 0 <= rate <= 1 if numbers else bool(((torch.as_tensor(rate) >= 0) & (torch.as_tensor(rate) <= 1)).all())
+
+    for name, value in (("p", p), ("q", q)):
+        if not inside(value):
+            raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+    if not (p + q > 0 if numbers else bool((torch.as_tensor(p) + torch.as_tensor(q) > 0).all())):
+        raise ValueError(f"p + q must be > 0 for a unique stationary distribution, got p={p!r}, q={q!r}")
+
+
+def check_rows(table: Tensor, name: str) -> Tensor:
+    """ValueError naming ``name`` unless every row (last axis) of ``table`` is a probability distribution: finite,
+    >= 0, summing to 1 within 1e-6. Returns the row sums."""
+    if not torch.isfinite(table).all():
+        raise ValueError(f"{name} contains NaN or infinite entries")
+    if (table < 0).any():
+        raise ValueError(f"{name} entries must be >= 0, got minimum {table.min().item():.3g}")
+    row_sums = table.sum(-1)
+    worst = (row_sums - 1.0).abs().argmax()
+    if (row_sums.flatten()[worst] - 1.0).abs() > _ROW_SUM_TOLERANCE:
+        where = tuple(int(i) for i in torch.unravel_index(worst, row_sums.shape))
+        raise ValueError(
+            f"{name} rows must sum to 1 (within {_ROW_SUM_TOLERANCE}); row {where[0] if len(where) == 1 else where} "
+            f"sums to {row_sums.flatten()[worst].item():.9g}"
+        )
+    return row_sums
+
+
+def check_symbols(x: Tensor, num_symbols: int, name: str = "x") -> None:
+    """ValueError naming ``name`` unless ``x`` is an integer tensor of symbols in [0, num_symbols)."""
+    integer = isinstance(x, Tensor) and not (x.dtype.is_floating_point or x.dtype.is_complex)
+    if not integer or x.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer symbol tensor, got {getattr(x, 'dtype', type(x))}")
+    if x.numel() and (x.min() < 0 or x.max() >= num_symbols):
+        raise ValueError(f"{name} holds symbols outside [0, {num_symbols}): min {x.min().item()}, max {x.max().item()}")
 
 
 def check_chain_arguments(order: int, num_symbols: int, beta: float | None = None) -> None:
@@ -304,6 +323,9 @@ def dirichlet_kernels(
     come from numpy's PCG64 with that seed: the same generator state gives the same kernels. Gammas are drawn in
     log space (Gamma(b) = Gamma(b + 1) * U**(1/b)) so rows stay well defined for very small beta.
     """
+    check_chain_arguments(order, num_symbols, beta)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
     generator = resolve_generator(generator, torch.device("cpu"))
     seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator, device=generator.device).item())
     rng = np.random.default_rng(seed)

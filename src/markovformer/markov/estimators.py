@@ -14,17 +14,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from markovformer.markov.chains import check_chain_arguments
+from markovformer.markov.chains import check_chain_arguments, check_symbols
 
 
 def _check_arguments(x: Tensor, order: int, num_symbols: int, beta: float) -> None:
     check_chain_arguments(order, num_symbols, beta)
-    if not isinstance(x, Tensor) or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
-        raise ValueError(f"x must be an integer symbol tensor, got {getattr(x, 'dtype', type(x))}")
+    check_symbols(x, num_symbols)
     if x.ndim != 2:
         raise ValueError(f"x must have shape (B, T), got {tuple(x.shape)}")
-    if x.numel() and (x.min() < 0 or x.max() >= num_symbols):
-        raise ValueError(f"x holds symbols outside [0, {num_symbols}): min {x.min().item()}, max {x.max().item()}")
 
 
 def _context_counts(x: Tensor, order: int, num_symbols: int) -> Tensor:

@@ -21,6 +21,8 @@ from torch import Tensor
 from markovformer.markov.chains import (
     MarkovChain,
     check_chain_arguments,
+    check_rows,
+    check_symbols,
     dirichlet_kernels,
     random_chain,
     resolve_generator,
@@ -30,13 +32,14 @@ MODES = ("fixed", "per_sequence")
 
 
 def _order_of(kernels: Tensor) -> int:
-    """k such that kernels (B, S**k, S) has S**k rows."""
-    if kernels.ndim != 3 or kernels.shape[-1] < 2:
-        raise ValueError(f"kernels must have shape (B, S**k, S) with S >= 2, got {tuple(kernels.shape)}")
+    """k such that kernels (B, S**k, S) has S**k rows; ValueError unless every row is a distribution."""
+    if not isinstance(kernels, Tensor) or kernels.ndim != 3 or kernels.shape[-1] < 2 or kernels.shape[0] < 1:
+        raise ValueError(f"kernels must have shape (B, S**k, S) with B >= 1, S >= 2, got {tuple(kernels.shape)}")
     num_symbols, num_contexts = kernels.shape[-1], kernels.shape[-2]
-    order = round(math.log(num_contexts) / math.log(num_symbols))
+    order = round(math.log(num_contexts) / math.log(num_symbols)) if num_contexts > 0 else 0
     if order < 1 or num_symbols**order != num_contexts:
         raise ValueError(f"kernels have {num_contexts} rows, not a power S**k of S={num_symbols}")
+    check_rows(kernels.detach().to(torch.float64), "kernels")
     return order
 
 
@@ -46,6 +49,8 @@ def sample_from_kernels(x_length: int, kernels: Tensor, generator: torch.Generat
     The first k symbols are uniform (a per-sequence kernel has no cheap stationary distribution); afterwards
     x_t ~ kernels[b, context(x_{t-k..t-1})]. Vectorised over the batch, one step per time position.
     """
+    if isinstance(x_length, bool) or not isinstance(x_length, int) or x_length < 0:
+        raise ValueError(f"x_length must be an integer >= 0, got {x_length!r}")
     generator = resolve_generator(generator, torch.device("cpu"))
     order = _order_of(kernels)
     batch, num_contexts, num_symbols = kernels.shape
@@ -72,6 +77,7 @@ def oracle_loss(x: Tensor, kernels: Tensor) -> float:
     """
     order = _order_of(kernels)
     num_symbols = kernels.shape[-1]
+    check_symbols(x, num_symbols)
     if x.ndim != 2 or x.shape[0] != kernels.shape[0]:
         raise ValueError(f"x must have shape (B, T) with B={kernels.shape[0]}, got {tuple(x.shape)}")
     if x.shape[1] <= order:

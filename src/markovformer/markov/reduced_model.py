@@ -38,6 +38,8 @@ import math
 import torch
 from torch import Tensor
 
+from markovformer.markov.chains import check_switching_rates
+
 
 def _as_float64(*values: float | Tensor) -> list[Tensor]:
     return [torch.as_tensor(value, dtype=torch.float64) for value in values]
@@ -51,7 +53,8 @@ def _logits(e: Tensor, w: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _targets(p: Tensor, q: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(π(0), π(1), P(1|0), P(1|1)) of the switching chain."""
+    """(π(0), π(1), P(1|0), P(1|1)) of the switching chain; ValueError unless p, q lie in [0, 1], p + q > 0."""
+    check_switching_rates(p, q)
     return q / (p + q), p / (p + q), p, 1 - q
 
 
@@ -95,6 +98,7 @@ def saddle_point() -> tuple[float, float]:
 
 def unigram_bias(p: float, q: float) -> float:
     """The optimal b on the line e = 0: logit(π(1)) = log(p / q), giving loss H(π)."""
+    check_switching_rates(p, q)
     return math.log(p / q)
 
 
@@ -161,6 +165,7 @@ def reaches_global_minimum(e: float | Tensor, w: float | Tensor, p: float, q: fl
     (w > −1/√2) or a level set that crosses the saddle's line (w < 0, E > E_s); p + q > 1 needs the negative-slope
     side or such a crossing. p + q = 1 (independent symbols) has no slope to learn: every start is optimal.
     """
+    check_switching_rates(p, q)
     e, w = torch.as_tensor(e, dtype=torch.float64), torch.as_tensor(w, dtype=torch.float64)
     crosses = (w < 0) & (energy(e, w) > saddle_energy())
     positive_side = 1 + 2 * w * w.abs() > 0
