@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from markovformer.bench.data import _run, build_corpus, data_targets, run_case
+from markovformer.bench.data import _run, build_corpus, cached_corpus, data_targets, run_case
 from markovformer.data.readers.text import load_text_lm
 
 SHAKESPEARE = Path(__file__).resolve().parents[2] / "../shared/data/tiny_shakespeare.txt"
@@ -29,6 +29,17 @@ def test_the_corpus_is_perturbed_copies_of_the_source_at_the_asked_size(tmp_path
     assert len(set(bodies)) == len(bodies)  # ... in another order each time
     mtime = corpus.stat().st_mtime_ns
     assert build_corpus(source, tmp_path / "corpus.txt", 0.1).stat().st_mtime_ns == mtime  # reused
+
+
+def test_a_shared_corpus_cache_keeps_each_sources_corpus(tmp_path):
+    """The cache named its corpora by size alone: a run of another source into the same cache read the first
+    source's corpus back, recorded under the second source's name."""
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    first.write_text(_SOURCE, encoding="utf-8")
+    second.write_text(_SOURCE.replace("chain", "river"), encoding="utf-8")
+    built = [cached_corpus(source, tmp_path / "cache", 0.05) for source in (first, second, first)]
+    assert built[0] == built[2] != built[1]
+    assert "river" in built[1].read_text(encoding="utf-8") and "river" not in built[0].read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("tokenizer", ["char", "bpe"])
@@ -85,14 +96,14 @@ def test_the_data_part_at_one_megabyte_writes_consistent_rows(tmp_path, cli):
                "data_steps=3", "data_vocab=400", f"data_source={SHAKESPEARE}", timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stderr
     part = json.loads((tmp_path / "bench" / "bench.json").read_text())["parts"]["data"]
-    rows = {(r["tokenizer"], r["case"], Path(r["corpus"]).name): r for r in part["rows"]}
+    rows = {(r["tokenizer"], r["case"], Path(r["corpus"]).name.rsplit("_", 1)[-1]): r for r in part["rows"]}
     assert not [r for r in part["rows"] if "error" in r]
     for tokenizer in ("char", "bpe"):
-        prepared = rows[(tokenizer, "prepare", "corpus_1MB.txt")]
+        prepared = rows[(tokenizer, "prepare", "1MB.txt")]
         assert prepared["round_trip"] and abs(prepared["corpus_mb"] - 1.0) < 0.01
-        assert prepared["tokens"] == rows[(tokenizer, "open", "corpus_1MB.txt")]["tokens"]
-        assert abs(prepared["tokens"] - rows[(tokenizer, "nanogpt", "corpus_1MB.txt")]["tokens"]) <= 4
-        assert rows[(tokenizer, "train", "corpus_0.3MB.txt")]["steps"] == 3
+        assert prepared["tokens"] == rows[(tokenizer, "open", "1MB.txt")]["tokens"]
+        assert abs(prepared["tokens"] - rows[(tokenizer, "nanogpt", "1MB.txt")]["tokens"]) <= 4
+        assert rows[(tokenizer, "train", "0.3MB.txt")]["steps"] == 3
     assert {t["tokenizer"] for t in part["targets"]} == {"char", "bpe"}
 
 

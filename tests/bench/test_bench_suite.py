@@ -209,7 +209,11 @@ def test_command_line_options(tmp_path):
     # caps and sizes the flags do not check ran into rows of errors, reported complete with exit status 0
     for flags, named in ((["--time-cap", "-1"], "time_cap=-1.0"), (["--max-memory-mib", "nan"], "memory_cap_mib=nan"),
                          (["--set", "data_mb=0"], "data_mb=0"), (["--set", "long_lengths=[4096, 0.5]"],
-                                                                  "long_lengths=(4096, 0.5)")):  # fmt: skip
+                                                                  "long_lengths=(4096, 0.5)"),
+                         # a word where a number belongs: past the CLI's type check (the default is None), it
+                         # failed as "Unknown format code 'f' for object of type 'str'" once the suite ran
+                         (["--set", "time_cap=fast"], "time_cap='fast'"), (["--set", "repeats=two"], "repeats='two'"),
+                         (["--set", "lengths=[1k]"], "lengths=('1k',)")):  # fmt: skip
         with pytest.raises(ValueError, match=re.escape(named)):
             bench_cli.run_bench(parser.parse_args(["bench", "--out", str(tmp_path / "out"), *flags]))
     assert not (tmp_path / "out").exists()

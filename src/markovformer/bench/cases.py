@@ -174,8 +174,11 @@ def run_case(case: dict, device: str, time_cap: float) -> dict:
 
     Peak memory is read over the timed runs above the memory in use after the warm-up, so one-time costs of a fresh
     process (libraries paged in, lazy initialisation) are left out; a model adds its parameters and optimizer
-    state back (``state_mib``). With ``repeats=0`` the single run is both warm-up and measurement, and its peak
-    includes those one-time costs (an upper bound, enough for the longest-context search)."""
+    state back (``state_mib``). On CPU, reading it hands the warm-up's freed memory back to the OS, so the next step
+    faults all of it in again: that step is run untimed (a cold step among two timed runs read 23 % slow). With
+    ``repeats=0`` the single run is both warm-up and measurement, and its peak includes those one-time costs (an
+    upper bound, enough for the longest-context search); so does a case whose warm-up alone exceeded the time cap
+    (noted in ``peak_note``)."""
     if case["part"] == "decode":  # generation: its own loop and timing (markovformer.bench.decode)
         return {**case, **decode_case(case["kind"], case["T"], case["batch"], device)}
     if case["part"] == "translation_decode":  # the same for the translator (markovformer.bench.translation_decode)
@@ -185,8 +188,7 @@ def run_case(case: dict, device: str, time_cap: float) -> dict:
     memory = PeakMemory(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     row, state_mib = dict(case), 0.0
-    if case["repeats"] == 0:
-        memory.start()
+    memory.start()  # the warm-up's peak, for a case that times nothing after it
     reference = None
     if case["part"] == "windows":
         step = window_step(case["kind"], case["T"], device)
@@ -210,18 +212,24 @@ def run_case(case: dict, device: str, time_cap: float) -> dict:
         row["warmup_seconds"] = row.pop("seconds")
         if reference is not None:
             reference()
-        if case["part"] == "models":
-            state_mib = row["state_mib"] = _state_mib(model, optimizer)
-        memory.start()
-        if row["warmup_seconds"] <= time_cap and reference is not None:
-            row.update(_paired_times(step, reference, case["repeats"], time_cap - row["warmup_seconds"], sync))
-        elif row["warmup_seconds"] <= time_cap:
-            row.update(time_steps(step, case["repeats"], time_cap - row["warmup_seconds"], sync))
+        if row["warmup_seconds"] <= time_cap:
+            if case["part"] == "models":
+                state_mib = row["state_mib"] = _state_mib(model, optimizer)
+            memory.start()
+            left = time_cap - row["warmup_seconds"]
+            if device != "cuda":  # the memory the warm-up freed was handed back: fault it in again, untimed
+                left -= time_steps(step, 1, time_cap, sync)["seconds"]
+            if reference is not None:
+                row.update(_paired_times(step, reference, case["repeats"], left, sync))
+            else:
+                row.update(time_steps(step, case["repeats"], left, sync))
         else:
             row.update(seconds=row["warmup_seconds"], runs=0)
+            row["peak_note"] = "the warm-up step's, with one-time costs: the warm-up alone exceeded the time cap"
     row["peak_mib"] = memory.peak_mib() + state_mib
     if not memory.isolated:
-        row["peak_note"] = "high-water mark since the process began (reset refused)"
+        notes = [row.get("peak_note"), "high-water mark since the process began (reset refused)"]
+        row["peak_note"] = "; ".join(note for note in notes if note)
     if case["part"] == "models":
         row["tokens_per_second"] = case["batch"] * case["T"] / row["seconds"]
     return row
@@ -232,13 +240,16 @@ def _limit_address_space(memory_cap_mib: float) -> None:
     current = status_mib("VmSize")
     if current is None:
         return
-    limit = int((current + memory_cap_mib + 512) * 2**20)  # slack: allocator arenas and thread stacks
+    # slack: address space that is reserved, not used: 512 MiB, and per intra-op thread glibc's 64 MiB malloc arena
+    # and an 8 MiB stack (one step's address space grew by 164 MiB with one thread and 670 MiB with eight, its
+    # resident size by the same ~185 MiB: without it a cap read as "out of memory" on many cores)
+    limit = int((current + memory_cap_mib + 512 + 72 * torch.get_num_threads()) * 2**20)
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
 
 def measure_cases(job: dict) -> Iterator[dict]:
     """The child's work (``harness.child_main``): ``job`` holds ``cases``, ``device``, ``memory_cap_mib``,
-    ``time_cap`` and ``keep_freed_memory``; yields a row per case, in order."""
+    ``time_cap``, ``keep_freed_memory`` and ``default_growth`` (``SizeSeries``'); yields a row per case, in order."""
     device, time_cap, memory_cap = job["device"], job["time_cap"], job["memory_cap_mib"]
     if job.get("keep_freed_memory", True):
         keep_freed_memory()
@@ -246,7 +257,7 @@ def measure_cases(job: dict) -> Iterator[dict]:
         _limit_address_space(memory_cap)
     series: dict[str, SizeSeries] = {}
     for case in job["cases"]:
-        sizes = series.setdefault(case["kind"], SizeSeries(memory_cap, time_cap))
+        sizes = series.setdefault(case["kind"], SizeSeries(memory_cap, time_cap, job.get("default_growth", 2.0)))
         reason = sizes.skip_reason(case["T"])
         if case["part"] == "windows" and case["kind"].startswith("local_attention"):
             reason = reason or (None if local_attention_available() else NOT_INSTALLED)

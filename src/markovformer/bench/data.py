@@ -38,6 +38,14 @@ SEQ_LEN, BATCH = 256, 8
 _FRACTIONS = (0.98, 0.01, 0.01)
 
 
+def cached_corpus(source: Path, cache: Path, size_mb: float) -> Path:
+    """``build_corpus`` of ``source`` in the folder ``cache``, named by the source's bytes and the size: a cache
+    shared by runs of other sources never hands back another source's corpus."""
+    from markovformer.training.fingerprint import file_digest
+
+    return build_corpus(source, cache / f"corpus_{file_digest(source)[:16]}_{size_mb:g}MB.txt", size_mb)
+
+
 def build_corpus(source: Path, target: Path, size_mb: float) -> Path:
     """``target``: about ``size_mb`` MB (1e6 bytes) of perturbed copies of ``source`` (reused when present with
     that size). Copy i is a header line ``=== copy <i in letters> ===`` then the source's lines rotated by i * 7919
@@ -274,8 +282,7 @@ def run_data_part(settings, out: Path, log: Callable[[str], None], write: Callab
 
     source = Path(settings.data_source) if settings.data_source else find_prepared_file("data/tiny_shakespeare.txt")
     cache = Path(settings.data_cache) if settings.data_cache else out / "data_cache"
-    large = build_corpus(source, cache / f"corpus_{settings.data_mb:g}MB.txt", settings.data_mb)
-    small = build_corpus(source, cache / f"corpus_{settings.data_small_mb:g}MB.txt", settings.data_small_mb)
+    large, small = (cached_corpus(source, cache, size) for size in (settings.data_mb, settings.data_small_mb))
     rows: list[dict] = []
     part = {"source": str(source), "corpus": str(large), "corpus_mb": large.stat().st_size / 1e6,
             "small_corpus_mb": small.stat().st_size / 1e6, "seq_len": SEQ_LEN, "batch": BATCH,

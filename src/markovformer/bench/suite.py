@@ -114,7 +114,7 @@ class BenchSettings:
             if field.type == "bool" or value is None:
                 continue
             for number in value if isinstance(value, tuple) else (value,):
-                if isinstance(number, str):
+                if isinstance(number, str) and "str" in field.type:
                     continue
                 number_type = int if whole else int | float
                 if isinstance(number, bool) or not isinstance(number, number_type) or not 0 < number < math.inf:
@@ -199,11 +199,12 @@ class _Runner:
         self.record["summary"] = summarise(self.record["parts"])
         return atomic_write_text(self.out / RESULTS_NAME, json.dumps(self.record, indent=2) + "\n")
 
-    def _child(self, cases: list[dict]) -> list[dict]:
+    def _child(self, cases: list[dict], default_growth: float = 2.0) -> list[dict]:
         """Run ``cases`` in one child; a row for every case (a failed child's remaining cases say why)."""
         settings = self.settings
         job = {"cases": cases, "device": settings.device, "memory_cap_mib": settings.memory_cap_mib,
-               "time_cap": settings.time_cap, "keep_freed_memory": settings.keep_freed_memory}  # fmt: skip
+               "time_cap": settings.time_cap, "keep_freed_memory": settings.keep_freed_memory,
+               "default_growth": default_growth}  # fmt: skip
         timeout = STARTUP_SECONDS + sum((case["repeats"] + 1) * settings.time_cap for case in cases)
         return run_in_child("markovformer.bench.cases", job, cases, timeout, threads=settings.threads)
 
@@ -211,7 +212,7 @@ class _Runner:
         """The cases of one kind in ascending T, every case given a row; ``label`` names the part in the log;
         ``default_growth`` as in ``SizeSeries``."""
         if self.settings.quick:
-            rows = self._child(cases)
+            rows = self._child(cases, default_growth)
         else:
             sizes = SizeSeries(self.settings.memory_cap_mib, self.settings.time_cap, default_growth)
             for case in cases:
