@@ -156,6 +156,12 @@ def test_the_generate_benchmark_times_every_token_of_both_generates_on_the_same_
     assert result["same_greedy_ids"] and MARK_STEPS == 16
     assert all(row.keys() == {1, 2} and all(value["cpu"] > 0 for value in row.values())
                for row in result["ms_per_token"].values())  # fmt: skip
+    # the calling thread's CPU time leaves the other threads' work out: with two, only the wall clock
+    two = measure({**SMALL, "scope": "local", "window": 3}, marks=(1,), repeats=1, threads=2)
+    assert all(value.keys() == {"wall"} for row in two["ms_per_token"].values() for value in row.values())
+    for bad in ({"marks": (0, 4)}, {"marks": ()}, {"threads": 0}, {"repeats": 0}):  # marks 0 read from the end
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            measure({**SMALL, "scope": "local", "window": 3}, **{"marks": (1,), "repeats": 1, **bad})
 
 
 def test_past_key_values_is_the_cache_before_transformers_5_24_and_refused_from_it():

@@ -144,6 +144,7 @@ def decode_case(kind: str, length: int, batch: int, device: str = "cpu", size: d
     start = time.perf_counter()
     with torch.no_grad():
         logits = forward(prompt)
+        sync()  # on CUDA the prompt's kernels would run inside the first step's time
         for _ in range(length):
             step_start = time.perf_counter()
             logits = forward(logits.argmax(-1)[:, None])

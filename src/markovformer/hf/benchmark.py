@@ -11,7 +11,7 @@ median over ``MARK_STEPS`` tokens from each mark. The uncached time of token k i
 and k - 1 tokens, whatever came before, so it is measured by generating from a prompt that long (not by generating
 k tokens first). Each time is taken on two clocks: the wall clock, and the CPU time of the calling thread
 (``time.thread_time``; with one thread torch computes in that thread), which other processes on a loaded machine
-disturb far less.
+disturb far less; with more threads only the wall clock.
 """
 
 from __future__ import annotations
@@ -35,14 +35,17 @@ MARK_STEPS = 16
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 
 
-def token_times(run: Callable[[], torch.Tensor], model: torch.nn.Module) -> tuple[dict[str, list[float]], torch.Tensor]:
+def token_times(run: Callable[[], torch.Tensor], model: torch.nn.Module,
+                clocks: tuple[str, ...] = tuple(CLOCKS)) -> tuple[dict[str, list[float]], torch.Tensor]:  # fmt: skip
     """Seconds of each generated token while ``run()`` generates with ``model`` (the markovformer causal LM that
-    every step calls), on each of ``CLOCKS``: entry k - 1 is token k's time, from the forward that produces it to
-    the next forward (the last token, with no forward after it, is left out); and what ``run`` returned."""
-    starts: dict[str, list[float]] = {name: [] for name in CLOCKS}
+    every step calls), on each of ``clocks`` (names in ``CLOCKS``): entry k - 1 is token k's time, from the forward
+    that produces it to the next forward (the last token, with no forward after it, is left out); and what ``run``
+    returned."""
+    starts: dict[str, list[float]] = {name: [] for name in clocks}
 
     def note(*args) -> None:
-        for name, clock in CLOCKS.items():
+        for name in clocks:
+            clock = CLOCKS[name]
             starts[name].append(clock())
 
     hook = model.register_forward_pre_hook(note)
@@ -66,16 +69,21 @@ def measure(options: dict | None = None, marks: tuple[int, ...] = (1, 4096), thr
     markovformer's ``generate`` (``markovformer``), on the causal LM of ``options`` (default ``LOCAL_MARKOV``);
     also whether the cached and markovformer's greedy ids agree. After a short warm-up of each, the three run
     ``repeats`` times in turn and each value is the least of its repeats (the one a busy machine disturbed least).
+    With more than one thread only the wall clock is read (the calling thread's CPU time leaves the others' out).
     Torch's thread count is set back afterwards."""
+    for name, values in (("marks", marks), ("threads", (threads,)), ("repeats", (repeats,))):
+        if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+            raise ValueError(f"{name}={values if name == 'marks' else values[0]!r}: must be integers >= 1")
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return _measure(options, marks, seed, repeats) | {"threads": threads}
+        clocks = tuple(CLOCKS) if threads == 1 else ("wall",)
+        return _measure(options, marks, seed, repeats, clocks) | {"threads": threads}
     finally:
         torch.set_num_threads(before)
 
 
-def _measure(options: dict | None, marks: tuple[int, ...], seed: int, repeats: int) -> dict:
+def _measure(options: dict | None, marks: tuple[int, ...], seed: int, repeats: int, clocks: tuple[str, ...]) -> dict:
     torch.manual_seed(seed)
     config = HF_CONFIGS["markovian_transformer"](**(options or LOCAL_MARKOV))
     model = HF_CLASSES["markovian_transformer", "causal_lm"][1](config).eval()
@@ -92,15 +100,15 @@ def _measure(options: dict | None, marks: tuple[int, ...], seed: int, repeats: i
     outputs = {}
     for _ in range(repeats):
         for name, run in runs.items():
-            times, outputs[name] = token_times(lambda run=run: run(length), inner)
+            times, outputs[name] = token_times(lambda run=run: run(length), inner, clocks)
             for mark in marks:
                 rows[name][mark].append(_median_from(times, mark))
         for mark in marks:  # the uncached time of token `mark`: a forward over the prompt and mark - 1 tokens
             longer = torch.cat([prompt, outputs["hf_cached"][:, PROMPT_LENGTH : PROMPT_LENGTH + mark - 1]], dim=1)
             times, _ = token_times(lambda longer=longer: model.generate(
-                longer, max_new_tokens=MARK_STEPS + 1, use_cache=False, **greedy), inner)  # fmt: skip
+                longer, max_new_tokens=MARK_STEPS + 1, use_cache=False, **greedy), inner, clocks)  # fmt: skip
             rows["hf_uncached"][mark].append(_median_from(times, 1))
-    least = {name: {mark: {clock: min(value[clock] for value in values) for clock in CLOCKS}
+    least = {name: {mark: {clock: min(value[clock] for value in values) for clock in clocks}
                     for mark, values in by_mark.items()} for name, by_mark in rows.items()}  # fmt: skip
     return {"options": dict(options or LOCAL_MARKOV), "prompt": PROMPT_LENGTH,
             "repeats": repeats, "ms_per_token": least,
