@@ -3,6 +3,7 @@ every target with met / not met."""
 
 from __future__ import annotations
 
+import math
 from itertools import cycle
 from pathlib import Path
 
@@ -16,17 +17,33 @@ from markovformer.plots.saving import new_figure, save_figure
 SERIES_STYLES = tuple(zip("os^Dvx+*", ("-", "--", ":", "-.", (0, (5, 1)), (0, (1, 2)), (0, (3, 1, 1, 1)), "-"),
                           strict=True))  # fmt: skip
 CAPPED_HATCH = "//"
+NON_POSITIVE_NOTE = "filled markers on the bottom edge: measured ≤ 0 (below the log axis)"
 
 
 def _against_length(axis, table: dict[str, dict], ylabel: str) -> None:
+    """One line per kind on log-log axes. A measured value <= 0 (a CPU peak is VmHWM above a baseline, so it can be
+    0 or below) has no place on a log axis: it breaks the line and is drawn as a filled marker on the bottom edge,
+    with a note as the axis title, rather than vanishing as if it had not been measured."""
+    any_non_positive = False
     for index, ((kind, series), (marker, linestyle)) in enumerate(zip(table.items(), cycle(SERIES_STYLES))):
         lengths = sorted(series, key=int)
         larger = 1 - index / max(1, len(table) - 1)  # 1 for the first series drawn, 0 for the last
-        axis.plot([int(t) for t in lengths], [series[t] for t in lengths], marker=marker, linestyle=linestyle,
-                  markersize=4 + 7 * larger, markerfacecolor="none", linewidth=1 + 2 * larger, label=kind,
-                  zorder=2 + index)  # fmt: skip
+        values = [series[t] if series[t] > 0 else math.nan for t in lengths]
+        (line,) = axis.plot([int(t) for t in lengths], values, marker=marker, linestyle=linestyle,
+                            markersize=4 + 7 * larger, markerfacecolor="none", linewidth=1 + 2 * larger, label=kind,
+                            zorder=2 + index)  # fmt: skip
+        non_positive = [int(t) for t in lengths if series[t] <= 0]
+        if non_positive:
+            any_non_positive = True
+            axis.plot(non_positive, [0.0] * len(non_positive), marker=marker, linestyle="none", markersize=7,
+                      color=line.get_color(), clip_on=False, transform=axis.get_xaxis_transform(),
+                      label=f"_{kind} ≤ 0", zorder=2 + index)  # fmt: skip
+    if any_non_positive:
+        axis.set_title(NON_POSITIVE_NOTE, fontsize=8)  # above the axes, where it covers no point
     axis.set_xscale("log", base=2)
     axis.set_yscale("log")
+    if not any(value > 0 for series in table.values() for value in series.values()):
+        axis.set_ylim(1, 10)  # no positive value to scale the log axis by: a neutral decade, so the figure still draws
     axis.set_xlabel("sequence length T")
     axis.set_ylabel(ylabel)
     axis.grid(True, which="both", alpha=0.3)
@@ -81,11 +98,15 @@ TARGET_COLOURS = {True: "tab:green", False: "tab:red"}
 
 
 def _margin(target: dict) -> float | None:
-    """How far a measured target is from its bound, as a factor that is >= 1 exactly when it is met."""
+    """How far a measured target is from its bound, as a factor that is >= 1 exactly when it is met; None only when
+    it was not measured. A value <= 0 has no ratio to a positive bound: it meets any "<=" bound (inf) and misses any
+    ">=" one (0), and the figure draws it at the edge of its log axis."""
     value = target["value"]
-    sign, bound = target["target"].split()
-    if value is None or value <= 0:
+    if value is None:
         return None
+    sign, bound = target["target"].split()
+    if value <= 0:
+        return math.inf if sign == "<=" else 0.0
     return value / float(bound) if sign == ">=" else float(bound) / value
 
 
@@ -95,13 +116,19 @@ def targets_figure(targets: dict) -> Figure:
     names = list(targets)
     figure = new_figure(9, 1.2 + 0.24 * len(names))
     axis = figure.subplots()
+    margins = {name: _margin(targets[name]) for name in names}
+    finite = [margin for margin in margins.values() if margin is not None and 0 < margin < math.inf]
+    edges = (min([*finite, 1.0]) / 4, max([*finite, 1.0]) * 4)  # where a value <= 0 is drawn: off the ratio scale
     for row, name in enumerate(names):
-        target, margin = targets[name], _margin(targets[name])
+        target, margin = targets[name], margins[name]
         if margin is None:
             axis.text(1, row, "  n/a (not measured)", va="center", fontsize=7, color="grey")
             continue
+        note = ""
+        if not 0 < margin < math.inf:
+            margin, note = edges[margin > 0], "; ≤ 0, drawn at the edge"
         axis.barh(row, margin, color=TARGET_COLOURS[target["met"]], left=0)
-        axis.text(margin, row, f"  {target['value']:.3g} ({target['target']})", va="center", fontsize=7)
+        axis.text(margin, row, f"  {target['value']:.3g} ({target['target']}{note})", va="center", fontsize=7)
     axis.axvline(1, color="black", linewidth=1)
     axis.set_xscale("log")
     axis.set_yticks(range(len(names)), names, fontsize=7)
@@ -115,8 +142,13 @@ def targets_figure(targets: dict) -> Figure:
     return figure
 
 
+FIGURE_FILES = ("ops.png", "models.png", "longest.png", "targets.png")
+
+
 def write_plots(record: dict, out: Path) -> list[Path]:
-    """PNG files for the parts present in ``record`` (the suite's JSON record), written into ``out``."""
+    """PNG files for the parts present in ``record`` (the suite's JSON record), written into ``out``; the figures of
+    parts it does not hold are removed from ``out``, so a rerun with fewer parts leaves no earlier run's figure beside
+    its bench.json."""
     summary, written = record.get("summary", {}), []
     device = record.get("machine", {}).get("device", "")
     if "ops" in summary:
@@ -144,4 +176,6 @@ def write_plots(record: dict, out: Path) -> list[Path]:
         written.append(save_figure(longest_figure(record), Path(out) / "longest.png"))
     if summary.get("targets"):
         written.append(save_figure(targets_figure(summary["targets"]), Path(out) / "targets.png"))
+    for name in set(FIGURE_FILES) - {path.name for path in written}:
+        (Path(out) / name).unlink(missing_ok=True)
     return written

@@ -123,6 +123,8 @@ def check_settings(settings: PositionBiasSettings) -> None:
         raise ValueError(f"{NAME}.lrs needs at least one learning rate")
     if any(isinstance(m, bool) or not isinstance(m, int) or m < 2 for m in settings.extrapolate):
         raise ValueError(f"{NAME}.extrapolate: {settings.extrapolate!r} must be integer multiples >= 2 of seq_len")
+    if list(settings.extrapolate) != sorted(set(settings.extrapolate)):  # the figure draws them in order along T
+        raise ValueError(f"{NAME}.extrapolate: {settings.extrapolate!r} must be strictly increasing (no repeats)")
     for task in settings.mixer_tasks:
         mixers.source_of(task, settings.seq_len, _mixer_settings(settings, 2))
     if settings.profile_lags >= settings.seq_len:

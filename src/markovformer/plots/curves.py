@@ -9,7 +9,6 @@ learning-rate panel.
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
@@ -28,27 +27,32 @@ _UNITS = {
 def read_metric_series(metrics_csv: Path) -> dict[str, tuple[list[int], list[float]]]:
     """Every metric column of ``metrics_csv`` as ``{column: (steps, values)}``, in file column order.
 
-    Rows where the column (or ``step``) is blank or not a finite number are skipped; columns left empty are dropped.
-    Raises ValueError naming the file when it has no ``step`` column or no metric value at all.
+    The file is read as the logger reads it (``read_log_rows``), so a last row cut short by a kill is left out rather
+    than plotted as a truncated value. Rows where the column (or ``step``) is blank or not a number are skipped;
+    non-finite values (nan, inf: a diverged run) are kept, for the plot to show them; columns left empty are
+    dropped. Raises ValueError naming the file when it has no ``step`` column or no metric value at all.
     """
+    from markovformer.training.metrics_log import read_log_rows  # deferred: its module loads Lightning
+
     metrics_csv = Path(metrics_csv)
-    with metrics_csv.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        if reader.fieldnames is None:
-            raise ValueError(f"{metrics_csv}: the file is empty")
-        if "step" not in reader.fieldnames:
-            raise ValueError(f"{metrics_csv}: no 'step' column, not a Lightning CSVLogger metrics file")
-        columns = [c for c in reader.fieldnames if c not in _INDEX_COLUMNS]
-        series: dict[str, tuple[list[int], list[float]]] = {column: ([], []) for column in columns}
-        for row in reader:
-            step = _number(row.get("step"))
-            if step is None:
-                continue
-            for column in columns:
-                value = _number(row.get(column))
-                if value is not None:
-                    series[column][0].append(int(step))
-                    series[column][1].append(value)
+    if not metrics_csv.is_file():
+        raise FileNotFoundError(f"{metrics_csv}: no such metrics file")
+    fieldnames, rows = read_log_rows(metrics_csv)
+    if not fieldnames:
+        raise ValueError(f"{metrics_csv}: the file is empty")
+    if "step" not in fieldnames:
+        raise ValueError(f"{metrics_csv}: no 'step' column, not a Lightning CSVLogger metrics file")
+    columns = [c for c in fieldnames if c not in _INDEX_COLUMNS]
+    series: dict[str, tuple[list[int], list[float]]] = {column: ([], []) for column in columns}
+    for row in rows:
+        step = _number(row.get("step"))
+        if step is None or not math.isfinite(step):
+            continue
+        for column in columns:
+            value = _number(row.get(column))
+            if value is not None:
+                series[column][0].append(int(step))
+                series[column][1].append(value)
     series = {column: points for column, points in series.items() if points[0]}
     if not series:
         raise ValueError(f"{metrics_csv}: no metric values to plot")
@@ -106,7 +110,10 @@ def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str
         for column in columns:
             steps, values = series[column]
             label = "learning rate" if family == "learning rate" else column
-            ax.plot(steps, values, label=label, marker="o" if len(steps) <= 50 else None, markersize=3, lw=1.2)
+            # nan breaks the line, so a diverged stretch shows as a gap rather than a segment joining its ends
+            finite = [value if math.isfinite(value) else math.nan for value in values]
+            ax.plot(steps, finite, label=label, marker="o" if len(steps) <= 50 else None, markersize=3, lw=1.2)
+            _mark_non_finite(ax, steps, values, label)
         if family == "loss" and reference_lines:
             low, high = ax.get_ylim()
             for index, (label, value) in enumerate(reference_lines.items()):
@@ -125,11 +132,24 @@ def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str
     return save_figure(figure, out)
 
 
+NON_FINITE_COLOUR = "tab:red"
+
+
+def _mark_non_finite(ax, steps: list[int], values: list[float], label: str) -> None:
+    """A red x on the top edge of the axis (axes coordinates in y, so never read as a value) at each step whose value
+    is nan or inf, named in the legend: a gap in the line alone would not tell a diverged value from a step that
+    logged nothing."""
+    bad_steps = [step for step, value in zip(steps, values, strict=True) if not math.isfinite(value)]
+    if bad_steps:
+        ax.plot(bad_steps, [1.0] * len(bad_steps), ls="none", marker="x", markersize=7, mew=1.5, clip_on=False,
+                color=NON_FINITE_COLOUR, transform=ax.get_xaxis_transform(),
+                label=f"{label}: nan/inf ({len(bad_steps)} steps)")  # fmt: skip
+
+
 def _number(text: str | None) -> float | None:
     if text is None or not text.strip():
         return None
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         return None
-    return value if math.isfinite(value) else None

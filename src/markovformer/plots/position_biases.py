@@ -53,9 +53,12 @@ def _frame(lag: int, rows: int):
 
 
 def plot_extrapolation(curves: dict[str, dict[str, Sequence[float]]], multiples: Sequence[int], out: Path) -> Path:
-    """One panel per hidden-order chain: {chain: {kind label: loss above the entropy rate at 1, m1, m2.. x T}}."""
+    """One panel per hidden-order chain: {chain: {kind label: loss above the entropy rate at 1, m1, m2.. x T}};
+    ``multiples`` strictly increasing, since each line joins its points in the order given."""
     if not curves:
         raise ValueError("plot_extrapolation needs at least one chain")
+    if list(multiples) != sorted(set(multiples)):
+        raise ValueError(f"plot_extrapolation: multiples {list(multiples)} must be strictly increasing")
     figure = new_figure(4.8 * len(curves), 3.8)
     axes = figure.subplots(1, len(curves), squeeze=False, sharey=True)[0]
     for ax, (title, series) in zip(axes, curves.items(), strict=True):

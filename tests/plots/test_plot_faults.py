@@ -1,0 +1,69 @@
+"""Training curves and the position-biases figure tell the truth about awkward inputs: a row cut short by a kill is
+not plotted, a nan or inf loss leaves a gap and a red mark rather than a line joined across it, and extrapolation
+multiples out of order are refused before anything is trained or drawn."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+import pytest
+from matplotlib.colors import to_rgb
+
+from markovformer.experiments import position_biases as experiment
+from markovformer.plots import curves
+from markovformer.plots.position_biases import plot_extrapolation
+
+
+@pytest.fixture
+def drawn(monkeypatch) -> list:
+    """The figures ``plot_training_curves`` saves, kept with their artists (saving clears a figure)."""
+    figures = []
+
+    def keep(figure, out: Path) -> Path:
+        figures.append(figure)
+        return out
+
+    monkeypatch.setattr(curves, "save_figure", keep)
+    return figures
+
+
+def _lines(axis) -> dict[str, tuple[list[float], list[float]]]:
+    return {line.get_label(): ([float(x) for x in line.get_xdata()], [float(y) for y in line.get_ydata()])
+            for line in axis.get_lines()}  # fmt: skip
+
+
+def test_a_last_row_cut_short_by_a_kill_is_not_plotted(tmp_path, drawn):
+    path = tmp_path / "metrics.csv"
+    # the kill tore "0.0,400,2.2187,\n" after its first digit: 2 would read as a real loss
+    path.write_text("epoch,step,train/loss,val/loss\n0.0,100,2.50,\n0.0,200,2.40,\n0.0,300,2.30,2.35\n0.0,400,2")
+    assert curves.read_metric_series(path)["train/loss"] == ([100, 200, 300], [2.5, 2.4, 2.3])
+    curves.plot_training_curves(path, tmp_path / "curves.png")
+    assert _lines(drawn[0].axes[0])["train/loss"] == ([100, 200, 300], [2.5, 2.4, 2.3])
+
+
+def test_a_nan_or_inf_loss_leaves_a_gap_and_is_marked(tmp_path, drawn):
+    path = tmp_path / "metrics.csv"
+    path.write_text("epoch,step,train/loss\n0.0,100,2.5\n0.0,200,2.4\n0.0,300,nan\n0.0,400,inf\n0.0,500,nan\n"
+                    "0.0,600,2.3\n")  # fmt: skip
+    curves.plot_training_curves(path, tmp_path / "curves.png")
+    axis = drawn[0].axes[0]
+    steps, values = _lines(axis)["train/loss"]
+    assert steps == [100, 200, 300, 400, 500, 600]  # no segment from 200 to 600: nan breaks the line
+    assert values[:2] == [2.5, 2.4] and values[-1] == 2.3 and all(math.isnan(v) for v in values[2:5])
+    marks = [line for line in axis.get_lines() if "nan/inf" in line.get_label()]
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [300, 400, 500]
+    assert marks[0].get_marker() == "x" and to_rgb(marks[0].get_color()) == to_rgb("tab:red")
+    assert list(marks[0].get_ydata()) == [1.0] * 3  # the top edge, in axes coordinates: never read as a loss
+    assert marks[0].get_label() in [text.get_text() for text in axis.get_legend().get_texts()]
+
+
+@pytest.mark.parametrize("extrapolate", [(8, 2), (2, 2, 4)])
+def test_extrapolation_multiples_out_of_order_or_repeated_are_refused(extrapolate):
+    settings = dataclasses.replace(experiment.QUICK, kinds=("markov_local",), extrapolate=extrapolate)
+    with pytest.raises(ValueError, match=rf"extrapolate: {re.escape(repr(extrapolate))}"):
+        experiment.check_settings(settings)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        plot_extrapolation({"lag-3": {"softmax": [0.1] * (len(extrapolate) + 1)}}, [1, *extrapolate], Path("x.png"))
