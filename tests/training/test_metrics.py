@@ -172,6 +172,40 @@ def test_binary_auroc_is_the_mann_whitney_statistic_with_ties_counted_half():
     assert results["macro_f1"] == pytest.approx(4 / 7, rel=1e-6)
 
 
+def test_macro_auroc_averages_the_classes_the_split_holds():
+    """A class with no example in the split has no AUROC; torchmetrics' macro average scored it 0 and counted it, so
+    a perfect classifier on three of four classes read 0.75. The mean is over the classes present (here classes 0,
+    1 and 2 of the three-class example, scored as a four-class model whose class 3 never occurs)."""
+    metrics = task_metrics("sequence_classification", num_labels=4)
+    probabilities = [[p * 0.9 for p in row] + [0.1] for row in PROBS]  # class 3 gets 0.1 everywhere, never the target
+    metrics.update(fake_output(1.0, log_probabilities(probabilities)), {"labels": torch.tensor(TARGETS)})
+    assert metrics.compute()["auroc"] == pytest.approx((8 / 10 + 6 / 10 + 9 / 12) / 3, rel=1e-6)
+    perfect = task_metrics("sequence_classification", num_labels=4)
+    perfect.update(fake_output(0.0, torch.eye(4)[[0, 1, 2, 0, 1, 2]] * 5), {"labels": torch.tensor([0, 1, 2, 0, 1, 2])})
+    assert perfect.compute()["auroc"] == pytest.approx(1.0)
+    alone = task_metrics("sequence_classification", num_labels=2)  # one class only: no pair to rank
+    alone.update(fake_output(0.0, torch.zeros(3, 2)), {"labels": torch.tensor([1, 1, 1])})
+    assert math.isnan(alone.compute()["auroc"])
+
+
+@pytest.mark.parametrize("task", ["causal_lm", "sequence_classification"])
+def test_a_batch_whose_loss_is_nan_makes_the_loss_nan(task):
+    """torchmetrics' mean dropped a nan batch with its weight (a warning once): batches at 2.0 and nan read 2.0,
+    a finite validation loss that early stopping and metrics.json took as real."""
+    metrics = task_metrics(task, num_labels=2)
+    labels = torch.tensor([[0, 1, 1, 0]]) if task == "causal_lm" else torch.tensor([0, 1, 1, 0])
+    logits = None if task == "causal_lm" else torch.zeros(4, 2)
+    metrics.update(fake_output(2.0, logits), {"labels": labels})
+    metrics.update(fake_output(math.nan, logits), {"labels": labels})
+    assert math.isnan(metrics.compute()["loss"])
+
+
+def test_an_infinite_loss_has_an_infinite_perplexity():
+    metrics = task_metrics("causal_lm")
+    metrics.update(fake_output(math.inf), {"labels": torch.tensor([[0, 1, 1]])})
+    assert metrics.compute()["perplexity"] == math.inf  # it read exp(700) = 1.01e304
+
+
 # ---- token_classification --------------------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ name. To add a task: subclass ``Task`` in a file of this package and add it to `
 from __future__ import annotations
 
 import inspect
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
@@ -19,7 +20,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 from torch.utils.data import IterableDataset
-from torchmetrics import MeanMetric, Metric
+from torchmetrics import Metric
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import PAD_ID
@@ -55,6 +56,34 @@ class GenerationRequest:
     skip_unknown: bool = False  # drop prompt characters outside a character run's alphabet instead of refusing
 
 
+class WeightedMean(Metric):
+    """The mean of the values given, each weighted by its ``weight``; a nan value makes the mean nan. torchmetrics'
+    ``MeanMetric`` drops a nan value with its weight (a warning once), so a batch whose loss was nan left a finite,
+    plausible validation loss (2.0 for batches at 2.0 and nan); with ``nan_strategy="disable"`` it ignores the
+    weights. Synced across processes as two sums."""
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", torch.tensor(0.0), dist_reduce_fx="sum")
+        self.add_state("weight", torch.tensor(0.0), dist_reduce_fx="sum")
+
+    def update(self, value: Tensor | float, weight: Tensor | float = 1.0) -> None:
+        value, weight = (torch.as_tensor(x, dtype=self.total.dtype, device=self.total.device) for x in (value, weight))
+        value, weight = torch.broadcast_tensors(value, weight)
+        self.total += (value * weight).sum()
+        self.weight += weight.sum()
+
+    def compute(self) -> Tensor:
+        return self.total / self.weight
+
+
+def perplexity(loss: float) -> float:
+    """exp(loss), inf past float range (an infinite loss read 1.01e304)."""
+    return math.exp(loss) if loss < 709.0 else math.inf
+
+
 class LossMetric(nn.Module):
     """The mean validation loss, each batch weighted by what its loss averages over; a task's metrics extend it.
 
@@ -62,7 +91,7 @@ class LossMetric(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.loss = MeanMetric()
+        self.loss = WeightedMean()
 
     def update(self, output, batch: dict) -> None:
         labels = batch["labels"]

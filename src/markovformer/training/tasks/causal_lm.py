@@ -8,10 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from torch import nn
-from torchmetrics import MeanMetric
 
 from markovformer.data.bundle import DataBundle
-from markovformer.training.tasks.base import LossMetric, Task, model_inputs
+from markovformer.training.tasks.base import LossMetric, Task, WeightedMean, model_inputs, perplexity
 from markovformer.training.trainer_config import ConfigError, shown
 
 CHARACTER_SAMPLE_TOKENS = 2**20  # tokens of a split decoded to measure its characters per token
@@ -44,7 +43,7 @@ class LanguageModelMetrics(LossMetric):
     def __init__(self, orders: tuple[int, ...] = (), characters_per_token: float | None = None) -> None:
         super().__init__()
         self.orders, self.characters_per_token = tuple(orders), characters_per_token
-        self.loss_by_order = nn.ModuleList(MeanMetric() for _ in self.orders)
+        self.loss_by_order = nn.ModuleList(WeightedMean() for _ in self.orders)
 
     def update(self, output, batch: dict, order: int | None = None) -> None:
         """Add one batch's output; with orders, ``order`` says which n produced it."""
@@ -57,7 +56,7 @@ class LanguageModelMetrics(LossMetric):
     def compute(self) -> dict[str, float]:
         by_order = {f"loss_n{n}": float(m.compute()) for n, m in zip(self.orders, self.loss_by_order, strict=True)}
         loss = sum(by_order.values()) / len(by_order) if by_order else float(self.loss.compute())
-        results = {"loss": loss, "bits_per_token": loss / math.log(2), "perplexity": math.exp(min(loss, 700.0))}
+        results = {"loss": loss, "bits_per_token": loss / math.log(2), "perplexity": perplexity(loss)}
         if self.characters_per_token:
             results["bits_per_character"] = results["bits_per_token"] / self.characters_per_token
         return {**results, **by_order}

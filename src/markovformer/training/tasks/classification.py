@@ -3,7 +3,14 @@ ignored): cross-entropy, micro accuracy and macro F1; sequence classification ad
 
 from __future__ import annotations
 
-from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC, MulticlassF1Score
+import math
+
+from torchmetrics.classification import (
+    MulticlassAccuracy,
+    MulticlassAUROC,
+    MulticlassF1Score,
+    MulticlassStatScores,
+)
 
 from markovformer.training.tasks.base import LossMetric, Task
 from markovformer.training.trainer_config import ConfigError
@@ -11,13 +18,18 @@ from markovformer.training.trainer_config import ConfigError
 
 class ClassificationMetrics(LossMetric):
     """Loss weighted by what it averages over (sequences, or labelled tokens), accuracy, macro F1 and, with
-    ``auroc``, macro AUROC of the softmax probabilities; logits (B, C) or, per token, (B, T, C)."""
+    ``auroc``, macro AUROC of the softmax probabilities; logits (B, C) or, per token, (B, T, C).
+
+    Macro AUROC averages the classes that have both positive and negative examples in the split (nan if none):
+    torchmetrics' macro average scores a class absent from the split as 0 and counts it (a perfect classifier read
+    0.75 with one class of four absent), and validation and test splits often miss a rare class."""
 
     def __init__(self, num_labels: int, auroc: bool = False) -> None:
         super().__init__()
         self.accuracy = MulticlassAccuracy(num_labels, average="micro", ignore_index=-100)
         self.macro_f1 = MulticlassF1Score(num_labels, average="macro", ignore_index=-100)
-        self.auroc = MulticlassAUROC(num_labels, average="macro") if auroc else None
+        self.auroc = MulticlassAUROC(num_labels, average="none") if auroc else None
+        self.support = MulticlassStatScores(num_labels, average="none") if auroc else None
 
     def update(self, output, batch: dict) -> None:
         super().update(output, batch)
@@ -28,12 +40,16 @@ class ClassificationMetrics(LossMetric):
         self.macro_f1.update(logits, labels)
         if self.auroc is not None:
             self.auroc.update(logits.softmax(-1), labels)
+            self.support.update(logits, labels)
 
     def compute(self) -> dict[str, float]:
         results = {**super().compute(), "accuracy": float(self.accuracy.compute()),
                    "macro_f1": float(self.macro_f1.compute())}  # fmt: skip
         if self.auroc is not None:
-            results["auroc"] = float(self.auroc.compute())
+            positives = self.support.compute()[:, 4]  # tp, fp, tn, fn, support
+            scorable = (positives > 0) & (positives < positives.sum())
+            by_class = self.auroc.compute()
+            results["auroc"] = float(by_class[scorable].mean()) if scorable.any() else math.nan
         return results
 
 

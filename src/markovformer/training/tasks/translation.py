@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from markovformer.data.translation import (
     load_translation_tokenizer,
 )
 from markovformer.training.batches import world
-from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, model_inputs
+from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, model_inputs, perplexity
 
 TRANSLATE_BATCH = 32  # sources decoded together by `generate --input`
 
@@ -43,7 +42,7 @@ class TranslationMetrics(LossMetric):
 
     def compute(self) -> dict[str, float]:
         loss = float(self.loss.compute())
-        results = {"loss": loss, "perplexity": math.exp(min(loss, 700.0))}
+        results = {"loss": loss, "perplexity": perplexity(loss)}
         hypotheses, references = self.gathered()
         if hypotheses:
             results["bleu"] = corpus_bleu(hypotheses, references)

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
 
 from markovformer.data.bundle import DataBundle
 from markovformer.models.vmt.documents import walk_documents
 from markovformer.training.batches import DocumentWindows, window_stride, world
-from markovformer.training.tasks.base import LossMetric, Task
+from markovformer.training.tasks.base import LossMetric, Task, WeightedMean
 from markovformer.training.trainer_config import ConfigError, shown
 
 IW_SAMPLES = 10  # K of the importance-weighted bound that VMT validation and evaluation report
@@ -37,7 +36,7 @@ class DocumentMetrics(LossMetric):
 
     def __init__(self) -> None:
         super().__init__()
-        self.bounds = nn.ModuleDict({name: MeanMetric() for name in (*BOUNDS, "iw_bound")})
+        self.bounds = nn.ModuleDict({name: WeightedMean() for name in (*BOUNDS, "iw_bound")})
 
     def update(self, output, batch: dict) -> None:
         raise ValueError("VMT metrics add whole documents' bounds: use update_documents")
