@@ -3,6 +3,8 @@ losses against hand computations, and the gate-entropy and transition regularise
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -228,6 +230,20 @@ def test_ctc_loss_matches_functional_ctc_with_lengths():
     torch.testing.assert_close(output.loss, expected, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="blank"):
         model(input_features=features, attention_mask=mask, labels=torch.tensor([[1, 0], [2, 2]]))
+
+
+
+def test_an_utterance_too_short_for_its_labels_is_skipped_in_training_and_infinite_when_scored():
+    """Labels "1 1" need three frames (1, blank, 1); with two there is no alignment. Evaluation counted it as 0
+    nats (zero_infinity everywhere), which lowered the validation loss: (1.19 + 0) / 2 for (1.19 + inf) / 2."""
+    model = _build(MarkovianTransformerForCTC, vocab_size=None, input_dim=4, causal=False, num_labels=3)
+    features = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    mask = torch.tensor([[1] * 6, [1] * 2 + [0] * 4])
+    labels = torch.tensor([[1, 2], [1, 1]])
+    assert model.eval()(input_features=features, attention_mask=mask, labels=labels).loss == math.inf
+    trained = model.train()(input_features=features, attention_mask=mask, labels=labels).loss
+    feasible = model.eval()(input_features=features[:1], attention_mask=mask[:1], labels=labels[:1]).loss
+    torch.testing.assert_close(trained, feasible / 2, rtol=1e-12, atol=1e-12)  # the batch mean with it as 0
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])

@@ -421,7 +421,9 @@ class MarkovianTransformerForCTC(_PerPositionHead):
         if bool((labels[target_mask] == self.blank).any()):
             raise ValueError("CTC labels must not contain the blank index 0")
         log_probs = _for_loss(logits).log_softmax(-1).transpose(0, 1)  # (T, B, C)
+        # an utterance with too few frames for its labels has no alignment: infinite loss. Training skips it (its
+        # gradient would be nan); scoring reports it, where it counted as 0 nats and lowered the validation loss
         return F.ctc_loss(
             log_probs, labels.clamp_min(0), input_lengths, target_mask.long().sum(-1), blank=self.blank,
-            zero_infinity=True,
+            zero_infinity=self.training,
         )  # fmt: skip
