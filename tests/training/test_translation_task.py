@@ -61,6 +61,19 @@ def test_length_bucketed_batches_cover_each_epoch_group_lengths_and_resume_exact
     assert not torch.equal(whole[per_epoch]["src_ids"], whole[0]["src_ids"])  # a new epoch, a new order
 
 
+def test_every_example_is_trained_on_when_the_split_is_not_a_whole_number_of_batches():
+    """100 examples, batches of 8, one pool: the remainder of 4 must be a random one each epoch. Grouping by length
+    first left the pool's short last batch, its 4 longest examples, out of every epoch: never trained on (28 of 300
+    synthetic translation pairs, the longest, in a review's run)."""
+    lengths = list(range(1, 101))
+    examples = _pairs(lengths)
+    batches = EpochBatches(examples, 8, seed=0, collate=collate_translation, lengths=translation_lengths(examples))
+    assert batches.batches_per_epoch(8) == 12
+    iterator = iter(batches)
+    seen = {int(batch["src_mask"][row].sum()) for _ in range(12 * 20) for batch in [next(iterator)] for row in range(8)}
+    assert seen == set(lengths)  # over 20 epochs, the longest too
+
+
 class _WordTokenizer:
     """Ids 4.. are the words w0, w1, ...; decode joins them with spaces."""
 

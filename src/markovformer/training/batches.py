@@ -53,7 +53,8 @@ class EpochBatches(IterableDataset):
 
     With ``lengths`` (one per example), each epoch's global batches group similar lengths instead: the permutation
     is cut into pools of ``pool_batches`` global batches, each pool sorted by length and cut into batches, and the
-    batch order shuffled (``data.collate.bucket_by_length``); short batches at the pools' ends are dropped.
+    batch order shuffled (``data.collate.bucket_by_length``); the remainder is dropped from the permutation first,
+    so it is a random one each epoch (dropping the pools' short last batches left out their longest examples).
 
     With ``sampling="uniform"`` there are no epochs: global batch s is drawn uniformly with replacement from a
     generator seeded by (seed, s) (nanoGPT's random window starts when the examples are every window start).
@@ -91,14 +92,13 @@ class EpochBatches(IterableDataset):
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         if self.sampling == "uniform":  # one "epoch" per step: the batch drawn for (seed, step)
             batches = torch.randint(len(self.examples), (1, global_batch), generator=generator)
-        elif self.lengths is None:
-            permutation = torch.randperm(len(self.examples), generator=generator)
+        else:  # a random remainder left out, before any grouping by length: the same examples' chance each epoch
             full = len(self.examples) // global_batch
-            batches = permutation[: full * global_batch].view(full, global_batch)
-        else:
-            permutation = torch.randperm(len(self.examples), generator=generator)
-            batches = bucket_by_length(permutation, self.lengths, global_batch, self.pool_batches, generator)
-            batches = [batch for batch in batches if len(batch) == global_batch]
+            permutation = torch.randperm(len(self.examples), generator=generator)[: full * global_batch]
+            if self.lengths is None:
+                batches = permutation.view(full, global_batch)
+            else:  # (grouping first left out the short batch it made of the longest examples: never trained on)
+                batches = bucket_by_length(permutation, self.lengths, global_batch, self.pool_batches, generator)
         if not self.orders:
             return batches, None
         choices = torch.randint(len(self.orders), (len(batches),), generator=generator).tolist()
@@ -108,9 +108,7 @@ class EpochBatches(IterableDataset):
         """Global batches per epoch (1 with uniform sampling, whose every step is an epoch of its own)."""
         if self.sampling == "uniform":
             return 1 if len(self.examples) else 0
-        if self.lengths is None:
-            return len(self.examples) // global_batch
-        return len(self._epoch_batches(0, global_batch)[0])
+        return len(self.examples) // global_batch
 
     def check_fills(self, world_size: int) -> int:
         """Global batches per epoch across ``world_size`` processes; ValueError when not even one fills."""
