@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 from conftest import TINY_RUN
@@ -12,7 +13,7 @@ import markovformer.training.evaluation as evaluation
 from markovformer.training.kind_switches import apply_switching_overrides
 from markovformer.training.run_config import resolve_run_config
 from markovformer.training.runner import evaluate, train
-from markovformer.training.trainer_config import ConfigError, TrainerConfig
+from markovformer.training.trainer_config import ConfigError, TrainerConfig, check_warmup
 
 
 def test_validation_and_eval_load_batches_with_the_runs_workers(tmp_path, monkeypatch):
@@ -56,3 +57,25 @@ def test_a_typed_max_steps_below_the_files_warm_up_warms_up_over_the_whole_run()
     assert typed["trainer"]["warmup_steps"] == 50 and notes == []  # the user's own choice: train() names it
     longer, notes = apply_switching_overrides(copy.deepcopy(file), ["trainer.max_steps=500"])
     assert longer["trainer"]["warmup_steps"] == 100 and notes == []
+
+
+def test_extending_a_run_that_ended_in_its_warm_up_decays_over_the_new_length():
+    """A 6-step run warms up over all 6 steps (the default warm-up); extended to 12, its decay kept the old end,
+    decay_steps = 6 = the warm-up: the rate held its peak one more step, then fell to the floor (10x) at once."""
+    from markovformer.training.optim import lr_multiplier
+    from markovformer.training.run_checks import resumed_config
+
+    short = copy.deepcopy(TINY_RUN)
+    short["trainer"].update(max_steps=6)
+    short["trainer"].pop("warmup_steps", None)
+    extended = resumed_config(resolve_run_config(short), ["trainer.max_steps=12"], done_steps=6).trainer
+    total = extended.decay_steps or extended.max_steps
+    rates = [lr_multiplier(step, extended.warmup_steps, total, extended.decay, extended.lr_floor) for step in range(12)]
+    assert max(before / after for before, after in itertools.pairwise(rates[5:])) < 2.5  # it was 10 at step 7
+    assert rates[-1] < 0.2  # and it still decays towards the floor
+    decaying = copy.deepcopy(TINY_RUN)
+    decaying["trainer"].update(max_steps=20, warmup_steps=10)
+    kept = resumed_config(resolve_run_config(decaying), ["trainer.max_steps=30"], done_steps=20).trainer
+    assert kept.decay_steps == 20  # a run past its warm-up keeps its decay: the rate stays at the floor
+    with pytest.raises(ConfigError, match=r"trainer\.decay_steps=10 is not past trainer\.warmup_steps=10"):
+        check_warmup(TrainerConfig(max_steps=30, warmup_steps=10, decay_steps=10))

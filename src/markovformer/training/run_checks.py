@@ -27,7 +27,9 @@ RESUMABLE_KEYS = ("trainer.max_steps", "trainer.decay_steps", "trainer.eval_ever
 
 def resumed_config(config: RunConfig, overrides: list[str] | tuple[str, ...], done_steps: int) -> RunConfig:
     """``config`` with the ``--resume`` overrides applied: only ``RESUMABLE_KEYS`` may change; a larger max_steps
-    keeps the old decay (``trainer.decay_steps`` set to the old max_steps), so the learning rate does not jump."""
+    keeps the old decay (``trainer.decay_steps`` set to the old max_steps), so the learning rate does not jump. A run
+    that ended inside its warm-up had no decay to keep: its decay spans the new length (set to the old max_steps,
+    the decay had no steps, and the rate fell from its peak to the floor in one step)."""
     if not overrides:
         return config
     values = apply_overrides(plain_values(config.to_dict()), list(overrides))
@@ -47,7 +49,8 @@ def resumed_config(config: RunConfig, overrides: list[str] | tuple[str, ...], do
     if trainer.max_steps < done_steps:
         raise ConfigError(f"trainer.max_steps={trainer.max_steps} is below the {done_steps} steps the run has "
                           f"already done")  # fmt: skip
-    if trainer.max_steps > config.trainer.max_steps and trainer.decay_steps is None:
+    decaying = config.trainer.max_steps > config.trainer.warmup_steps
+    if trainer.max_steps > config.trainer.max_steps and trainer.decay_steps is None and decaying:
         trainer = dataclasses.replace(trainer, decay_steps=config.trainer.max_steps)
     return dataclasses.replace(changed, trainer=trainer)
 

@@ -136,12 +136,17 @@ class TrainerConfig:
 
 
 def check_warmup(tc: TrainerConfig) -> None:
-    """ConfigError when the warm-up outlasts the run (the learning rate would never reach ``lr``): checked for new
-    runs only, so that runs trained before the check still load, evaluate and resume."""
+    """ConfigError when the warm-up outlasts the run (the learning rate would never reach ``lr``) or the decay ends
+    no later than the warm-up (the rate would fall from its peak to the floor in one step): checked for new runs
+    only, so that runs trained before the check still load, evaluate and resume."""
     if tc.warmup_steps > tc.max_steps:
         raise ConfigError(f"trainer.warmup_steps={tc.warmup_steps} is larger than trainer.max_steps={tc.max_steps}: "
                           f"the learning rate would never reach trainer.lr; set trainer.warmup_steps <= "
                           f"{tc.max_steps} (or leave it out: min({DEFAULT_WARMUP_STEPS}, max_steps))")  # fmt: skip
+    if tc.decay_steps is not None and tc.decay_steps <= tc.warmup_steps:
+        raise ConfigError(f"trainer.decay_steps={tc.decay_steps} is not past trainer.warmup_steps={tc.warmup_steps}: "
+                          f"the learning rate would drop from its peak to the floor in one step; set it above the "
+                          f"warm-up (or leave it out: max_steps)")  # fmt: skip
 
 
 # the validation metrics (by name or name prefix) that improve downwards and upwards: early stopping's default mode
