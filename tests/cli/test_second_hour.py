@@ -138,6 +138,25 @@ def test_init_from_copies_every_tensor_of_a_run_or_a_saved_model(small_run):
         assert "tensors" in line and "fresh" not in line
 
 
+def test_init_from_refuses_to_tie_two_different_weights_of_the_source(tmp_path):
+    """A source with its embedding and output head apart, into a model that ties them: both were loaded into the
+    one weight and the embedding became the source's head, "15 of 15 tensors" and no error."""
+    import torch
+
+    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+    from markovformer.training.init_from import initialise_from
+
+    size = dict(vocab_size=11, d_model=16, n_heads=2, n_layers=1)
+    MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**size)).save_pretrained(tmp_path / "untied")
+    tied = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**size, tie_word_embeddings=True))
+    with pytest.raises(ConfigError, match=r"holds lm_head\.weight and model\.embed\.weight apart .* ties them"):
+        initialise_from(tied, tmp_path / "untied", [])
+    initialise_from(tied, tmp_path / "untied", ["head"])  # the head left out: the embedding is the source's
+    source = MarkovianTransformerForCausalLM.from_pretrained(tmp_path / "untied")
+    assert torch.equal(tied.model.embed.weight, source.model.embed.weight)
+    assert tied.lm_head.weight is tied.model.embed.weight
+
+
 def test_init_from_refuses_a_changed_vocabulary_unless_told_to_start_those_tensors_fresh(small_run, main_cli):
     run, config = small_run / "run", small_run / "tiny.yaml"
     refused = main_cli("train", str(config), f"init_from={run}", "data.num_symbols=6")

@@ -70,6 +70,22 @@ def read_weights(source: Path) -> dict[str, torch.Tensor]:
                       f"directory (model.safetensors)")  # fmt: skip
 
 
+def _check_tied_agree(taken: dict, own: dict, source: Path) -> None:
+    """ConfigError when the model (its state dict ``own``) ties tensors (one weight under two names:
+    tie_word_embeddings) that the source holds apart with different values: both would be loaded into the one
+    weight, the last name's winning (the embedding became the source's output head)."""
+    by_weight: dict[int, list[str]] = {}
+    for name in taken:
+        by_weight.setdefault(own[name].data_ptr(), []).append(name)
+    for names in by_weight.values():
+        first, *others = names
+        for other in others:
+            if taken[first].shape == taken[other].shape and not torch.equal(taken[first], taken[other]):
+                raise ConfigError(f"init_from={str(source)!r} holds {first} and {other} apart with other values, and "
+                                  f"this model ties them (one weight: model.tie_word_embeddings); untie it, or leave "
+                                  f"one out with init_from_skip")  # fmt: skip
+
+
 def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] | tuple[str, ...]) -> str:
     """Copy the weights of ``source`` into ``model`` except those ``skip`` names; ConfigError naming the tensors
     that differ (and the ``init_from_skip`` that would leave them out) unless all others match. Returns the line
@@ -87,6 +103,7 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
                 and own[name].data_ptr() not in pointers]  # fmt: skip
     problems += [name for name in stored if name not in own and not skipped(name, skip)]
     problems += [name for name, tensor in taken.items() if tuple(tensor.shape) != tuple(own[name].shape)]
+    _check_tied_agree(taken, own, source)
     if problems:
         groups = [group for group in SKIP_GROUPS if any(skipped(name, [group]) for name in problems)]
         shapes = "; ".join(f"{name} {list(stored[name].shape) if name in stored else 'missing'} -> "
