@@ -79,3 +79,5 @@ def test_extending_a_run_that_ended_in_its_warm_up_decays_over_the_new_length():
     assert kept.decay_steps == 20  # a run past its warm-up keeps its decay: the rate stays at the floor
     with pytest.raises(ConfigError, match=r"trainer\.decay_steps=10 is not past trainer\.warmup_steps=10"):
         check_warmup(TrainerConfig(max_steps=30, warmup_steps=10, decay_steps=10))
+    with pytest.raises(ConfigError, match=r"trainer\.decay_steps=8 is not past trainer\.warmup_steps=10"):
+        resumed_config(resolve_run_config(decaying), ["trainer.max_steps=30", "trainer.decay_steps=8"], done_steps=20)

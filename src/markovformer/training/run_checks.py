@@ -49,6 +49,11 @@ def resumed_config(config: RunConfig, overrides: list[str] | tuple[str, ...], do
     if trainer.max_steps < done_steps:
         raise ConfigError(f"trainer.max_steps={trainer.max_steps} is below the {done_steps} steps the run has "
                           f"already done")  # fmt: skip
+    if trainer.decay_steps != config.trainer.decay_steps and trainer.decay_steps is not None and (
+            trainer.decay_steps <= trainer.warmup_steps):  # fmt: skip
+        raise ConfigError(f"trainer.decay_steps={trainer.decay_steps} is not past trainer.warmup_steps="
+                          f"{trainer.warmup_steps}: the learning rate would drop from its peak to the floor in one "
+                          f"step")  # fmt: skip
     decaying = config.trainer.max_steps > config.trainer.warmup_steps
     if trainer.max_steps > config.trainer.max_steps and trainer.decay_steps is None and decaying:
         trainer = dataclasses.replace(trainer, decay_steps=config.trainer.max_steps)
