@@ -175,6 +175,28 @@ def test_the_end_of_run_report_names_markov_layers_by_their_model_layer(capsys):
     assert "layer 1 past: transition strength" in out and "layer 0 past" not in out
 
 
+def test_the_end_of_run_reports_mean_gate_is_over_real_tokens(capsys):
+    """The gate of every real token is all lag 1, the padding token's all null: the mean printed was over padding
+    too (lag 1 0.234, null 0.766 with 45 real tokens of 192; a review's case, rebuilt here)."""
+    from markovformer.data.bundle import DataBundle
+    from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+    from markovformer.training.run_report import report_results
+
+    config = MarkovianTransformerConfig(vocab_size=6, d_model=8, n_layers=1, n_heads=1, max_order=2, position="none")
+    model = MarkovianTransformerForCausalLM(config).eval()
+    gate = model.markov_biases()[0].gate_networks["past"][0]
+    with torch.no_grad():  # embedding dim 0 marks the padding token (id 0), dim 1 the others; they pick the slots
+        model.model.embed.weight.zero_()
+        model.model.embed.weight[0, 0], model.model.embed.weight[1:, 1] = 5.0, 5.0
+        gate.weight.zero_(), gate.bias.zero_()
+        gate.weight[0, 0, 2], gate.weight[0, 1, 0] = 10.0, 10.0  # padding -> the null slot, real tokens -> lag 1
+    generator = torch.Generator().manual_seed(1)
+    val = [{"input_ids": torch.randint(1, 6, (n,), generator=generator)} for n in (24, 3, 3, 3, 3, 3, 3, 3)]
+    report_results({"val": {"loss": 1.0}, "reference": {}}, model, DataBundle(val, val, val, {"vocab_size": 6}))
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  head 0:"))
+    assert row.split("|")[1].split() == ["1.000", "0.000", "0.000"]
+
+
 @pytest.mark.parametrize("task, unit", [("causal_lm", "nats/token"), ("sequence_classification", "nats/sequence"),
                                         ("ctc", "nats/target symbol")])  # fmt: skip
 def test_the_reports_loss_is_in_its_tasks_unit(trained, task, unit):

@@ -56,7 +56,7 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
             if values is None:
                 continue
             gate = gates[layer].get(direction) if gates[layer] is not None else None
-            mean_gate = None if gate is None else gate.float().mean(dim=(0, 2))
+            mean_gate = None if gate is None else real_token_mean(gate, batch.get("attention_mask"))
             gated = ", then | the mean gate α per lag and the null slot" if mean_gate is not None else ""
             star = " (* = a lag the chain depends on)" if marked else ""
             print(f"layer {layer} {direction}: transition strength T per head and lag{gated}{star}")
@@ -70,6 +70,16 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
                 row = " ".join(f"{v:6.3f}" for v in values[head].tolist())
                 extra = "" if mean_gate is None else "   | " + " ".join(f"{v:5.3f}" for v in mean_gate[head].tolist())
                 print(f"  head {head}: {row}{extra}")
+
+
+def real_token_mean(gate: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The mean gate (H, slots) over the batch's real tokens: gates (B, H, T, slots) are computed at padding too,
+    and averaging them in reported what the padding token's gate does (0.23 for a lag that every real token gates
+    fully, with 45 real tokens of 192)."""
+    if attention_mask is None:
+        return gate.float().mean(dim=(0, 2))
+    weight = attention_mask.to(gate.device, torch.float32)[:, None, :, None]
+    return (gate.float() * weight).sum(dim=(0, 2)) / weight.sum(dim=(0, 2))
 
 
 def markov_layers(model: torch.nn.Module) -> list[int]:
