@@ -175,6 +175,25 @@ def test_the_end_of_run_report_names_markov_layers_by_their_model_layer(capsys):
     assert "layer 1 past: transition strength" in out and "layer 0 past" not in out
 
 
+def test_a_layer_with_no_markov_head_reports_no_strengths(capsys):
+    """hybrid_split with markov_head_ratio 0 keeps a frozen, unused Markov core: its strengths (never used by any
+    head) were printed and drawn as layer 0's."""
+    from conftest import TINY_RUN
+
+    from markovformer.training.build import build_model
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.run_report import markov_layers, report_results
+
+    attention = [{"kind": "hybrid_split", "markov_head_ratio": 0.0}, "markov"]
+    config = resolve_run_config({**TINY_RUN, "model": {**TINY_RUN["model"], "n_layers": 2, "attention": attention}})
+    bundle = build_data(config)
+    model = build_model(config, bundle.info)
+    assert markov_layers(model) == [1] and len(model.transition_strengths()) == 1
+    report_results({"val": {"loss": 1.0}, "reference": {}}, model, bundle)
+    out = capsys.readouterr().out
+    assert "layer 1 past: transition strength" in out and "layer 0 past" not in out
+
+
 def test_the_end_of_run_reports_mean_gate_is_over_real_tokens(capsys):
     """The gate of every real token is all lag 1, the padding token's all null: the mean printed was over padding
     too (lag 1 0.234, null 0.766 with 45 real tokens of 192; a review's case, rebuilt here)."""

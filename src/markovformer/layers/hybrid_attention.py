@@ -66,8 +66,9 @@ class HybridSplitAttention(SelfAttention):
             d_model=d_model, n_heads=n_heads, cores=[markov, features],
             heads_per_core=[n_markov, n_heads - n_markov], rotary=rotary,
         )  # fmt: skip
-        if n_markov == 0:
-            self.cores[0].requires_grad_(False)  # no Markov head: keep the unused core out of the optimiser
+        if n_markov == 0:  # no Markov head: keep the unused core out of the optimiser and out of the reports
+            self.cores[0].requires_grad_(False)
+            self.cores[0].markov_bias.unused = True
 
     @property
     def markov_bias(self):

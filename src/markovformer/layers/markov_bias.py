@@ -87,6 +87,7 @@ class MarkovBias(nn.Module):
         super().__init__()
         # the values were checked where they are declared (MarkovOptions' fields, the model config)
         self.n_heads, self.max_order = n_heads, max_order
+        self.unused = False  # a placeholder whose layer has no Markov head (hybrid_split's ratio 0): not reported
         self.directions = ("past", "future") if bidirectional else ("past",)
         self.gate, self.gate_input, self.gate_null = gate, gate_input, gate_null and gate != "none"
         self.gate_gumbel_tau, self.transition = gate_gumbel_tau, transition

@@ -85,7 +85,8 @@ def real_token_mean(gate: torch.Tensor, attention_mask: torch.Tensor | None) -> 
 def markov_layers(model: torch.nn.Module) -> list[int]:
     """The model layer (block index) of each of ``model.markov_biases()``, in their order."""
     blocks = getattr(model, "model", model).blocks
-    return [index for index, block in enumerate(blocks) for module in block.modules() if isinstance(module, MarkovBias)]
+    return [index for index, block in enumerate(blocks) for module in block.modules()
+            if isinstance(module, MarkovBias) and not module.unused]  # fmt: skip
 
 
 def continuous_source(reference: dict) -> bool:

@@ -45,15 +45,14 @@ class MarkovianTransformerPreTrainedModel(PreTrainedModel):
     config_class = MarkovianTransformerConfig
 
     def markov_biases(self) -> list[MarkovBias]:
-        return [module for module in self.modules() if isinstance(module, MarkovBias)]
+        """The Markov biases in use, in layer order (a layer with no Markov head keeps an unused one: left out)."""
+        return [module for module in self.modules() if isinstance(module, MarkovBias) and not module.unused]
 
     def regularization_loss(self) -> Tensor:
         """λ_ent · mean gate entropy of the last forward pass + λ_T · Σ θ_T²; zero when both are 0."""
         config = self.config
         total = next(self.parameters()).new_zeros(())
         for bias in self.markov_biases():
-            if not bias.theta["past"].requires_grad:  # a frozen, unused core (hybrid_split with no Markov head)
-                continue
             if config.gate_entropy_weight and bias.last_gate_entropy is not None:
                 total = total + config.gate_entropy_weight * bias.last_gate_entropy
             if config.transition_penalty:
