@@ -294,8 +294,7 @@ def test_global_softmax_solves_mqar(tmp_path):
 def test_a_short_window_cannot_reach_far_pairs(tmp_path):
     """The same run with a sliding window of 2 keys in each of 2 layers: it reaches 4 positions back, and on queries
     whose value lies further back it is near chance (1/64)."""
-    inputs, labels, correct = _train_mqar(tmp_path, "window", attention="softmax", scope="local", window=2,
-                                          max_order=2)  # fmt: skip
+    inputs, labels, correct = _train_mqar(tmp_path, "window", attention="softmax", scope="local", window=2)
     reach = 2 * 2  # layers x window
     beyond = torch.zeros_like(labels, dtype=torch.bool)
     for b, t in (labels != -100).nonzero().tolist():
