@@ -101,7 +101,7 @@ def test_strengths_add_a_future_column_and_check_true_lags(tmp_path):
     both_width, _ = _valid_png(plot_transition_strengths(_strengths(0, future=True), tmp_path / "both.png"))
     assert both_width > causal_width * 1.4
     with pytest.raises(ValueError, match="true_lags"):
-        plot_transition_strengths(_strengths(0), tmp_path / "bad.png", true_lags=(K + 1,))
+        plot_transition_strengths(_strengths(0), tmp_path / "bad.png", true_lags=(0,))
     with pytest.raises(ValueError, match="no Markov layer"):
         plot_transition_strengths([], tmp_path / "none.png")
 

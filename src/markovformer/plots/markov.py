@@ -57,6 +57,23 @@ def _check_index(name: str, index: int, size: int) -> None:
         raise ValueError(f"{name} {index} out of range [0, {size})")
 
 
+def _head_label(head_labels: dict[int, Sequence[str]] | None, layer: int, head: int) -> str:
+    """The name of map ``head`` of ``layer``: its given label (a hybrid's map is not always one head), else
+    ``head h``."""
+    labels = (head_labels or {}).get(layer)
+    return str(labels[head]) if labels is not None else f"head {head}"
+
+
+def _lags_beyond(lags: Sequence[int], last: int, limit: str) -> str:
+    """The marked lags a panel cannot show, its lags stopping at ``last``, as "lag 4 lies beyond max_order 2"
+    (``limit``); "" if none. A chain may depend on lags the model cannot reach: saying so beats an error or silence."""
+    beyond = [lag for lag in lags if lag > last]
+    if not beyond:
+        return ""
+    verb = "lies" if len(beyond) == 1 else "lie"
+    return f"lag{'s' if len(beyond) > 1 else ''} {', '.join(map(str, beyond))} {verb} beyond {limit}"
+
+
 # --------------------------------------------------------------------------- transition strengths
 
 
@@ -74,15 +91,21 @@ def _annotation(value: float) -> str:
 
 
 def plot_transition_strengths(
-    strengths: list[dict[str, Tensor | None]], out: Path, true_lags: tuple[int, ...] | None = None
+    strengths: list[dict[str, Tensor | None]],
+    out: Path,
+    true_lags: tuple[int, ...] | None = None,
+    layer_indices: Sequence[int] | None = None,
 ) -> Path:
     """Heatmaps of the transition strengths T; returns ``out``.
 
     A grid with one row per Markov layer and one column per direction (``future`` only when some layer has it);
     each cell shows heads (rows) x lags (columns) with the value written in every square. All cells share one
     colour scale and colour bar, diverging around zero when any strength is negative (``transition="signed"``).
+    ``layer_indices`` (the model layer of each entry, ``run_report.markov_layers``) titles the rows ``layer i``
+    as the gate and attention figures do; without them a row is ``Markov layer i``, its rank among Markov layers.
     ``true_lags`` (1-based lags of the generating chain) are marked by an outlined column and a bold ``k*`` tick
-    label; a dependency at lag k ties t to t - k and t + k to t, so both directions mark it.
+    label; a dependency at lag k ties t to t - k and t + k to t, so both directions mark it. A true lag beyond a
+    layer's max_order is not an error (a chain may reach further than the model): the titles name it instead.
     A 1-D strength ``(K,)`` is drawn as a single row.
     """
     if not strengths:
@@ -99,26 +122,42 @@ def plot_transition_strengths(
     n_heads = max(m.shape[0] for layer in layers for m in layer.values())
     max_order = max(m.shape[1] for layer in layers for m in layer.values())
     marked = tuple(sorted(set(true_lags or ())))
-    if any(not 1 <= lag <= max_order for lag in marked):
-        raise ValueError(f"true_lags {true_lags} must lie in 1..{max_order} (max_order)")
+    if any(lag < 1 for lag in marked):
+        raise ValueError(f"true_lags {true_lags} must be lags >= 1 (lag 0 has no transition strength)")
+    if layer_indices is None:
+        names = [f"Markov layer {row}" for row in range(len(layers))]
+    elif len(layer_indices) == len(layers):
+        names = [f"layer {index}" for index in layer_indices]
+    else:
+        raise ValueError(f"{len(layer_indices)} layer_indices given for {len(layers)} Markov layers")
 
     figure = new_figure(
         max(len(directions) * (0.62 * max_order + 1.4) + 1.3, 5.5), len(layers) * (0.36 * n_heads + 1.1) + 0.9
     )
     axes = figure.subplots(len(layers), len(directions), squeeze=False)
     title = "Transition strengths T per head and lag k"
-    if marked:
-        title += f"\n(outlined, *: the chain's lags {', '.join(map(str, marked))})"
+    shown = [lag for lag in marked if lag <= max_order]
+    notes = []
+    if shown:
+        notes.append(f"outlined, *: the chain's lag{'s' if len(shown) > 1 else ''} {', '.join(map(str, shown))}")
+    beyond = _lags_beyond(marked, max_order, f"max_order {max_order}")
+    if beyond:
+        notes.append(f"the chain's {beyond}")
+    if notes:
+        title += f"\n({'; '.join(notes)})"
     figure.suptitle(title)
     for row, layer in enumerate(layers):
         for column, direction in enumerate(directions):
             ax = axes[row, column]
             if direction not in layer:
                 ax.set_axis_off()
-                ax.text(0.5, 0.5, f"Markov layer {row}: no {direction} term", ha="center", va="center")
+                ax.text(0.5, 0.5, f"{names[row]}: no {direction} term", ha="center", va="center")
                 continue
             _strength_cell(ax, layer[direction], direction, norm, cmap, marked)
-            ax.set_title(f"Markov layer {row}, {direction}", fontsize=10)
+            # a lag within the largest max_order (so not named above) may still lie beyond this layer's
+            own = [lag for lag in marked if lag <= max_order]
+            beyond = _lags_beyond(own, layer[direction].shape[1], f"its max_order {layer[direction].shape[1]}")
+            ax.set_title(f"{names[row]}, {direction}" + (f"\n({beyond})" if beyond else ""), fontsize=10)
     mappable = axes.flat[0].images[0] if axes.flat[0].images else next(a.images[0] for a in axes.flat if a.images)
     figure.colorbar(mappable, ax=axes, shrink=0.9, label="transition strength T (added to the attention logit)")
     return save_figure(figure, out)
@@ -154,7 +193,7 @@ def plot_order_gates(
     tokens: Sequence[str] | None,
     out: Path,
     example: int = 0,
-    null_slot: bool = True,
+    null_slot: bool | Sequence[bool] = True,
     true_lags: Sequence[int] | None = None,
 ) -> Path:
     """The order-gate probabilities α of one example over its positions; returns ``out``.
@@ -164,12 +203,16 @@ def plot_order_gates(
     skipped, titles keep the model's layer index) and direction (grid columns), x = position with the tokens as
     tick labels when T <= 64, y = slots ``lag 1..K`` (``lag -1..-K`` for the future direction) then ``null``,
     grouped by head (head names on the right, white lines between heads). Colour: probability on a fixed 0..1
-    scale. ``null_slot`` says whether the last slot is the null slot (``config.gate_null``); 8 heads x (K=8 + 1)
+    scale. ``null_slot`` says whether the last slot is the null slot: one bool for every layer, or one per entry
+    of ``gates`` (each layer's own ``MarkovBias.gate_null``: layers may differ); 8 heads x (K=8 + 1)
     slots stay readable at 0.14 inch per row. ``true_lags`` (lags >= 1 the data depends on) get a ``*`` label.
     """
     layers = [(index, layer) for index, layer in enumerate(gates) if layer]
     if not layers:
         raise ValueError("no layer returned gates (run the forward pass with return_gates=True on a gated model)")
+    null_slots = [null_slot] * len(gates) if isinstance(null_slot, bool) else list(null_slot)
+    if len(null_slots) != len(gates):
+        raise ValueError(f"null_slot: {len(null_slots)} entries for {len(gates)} layers of gates")
     directions = [d for d in DIRECTIONS if any(d in layer for _, layer in layers)]
     panels: dict[tuple[int, str], np.ndarray] = {}
     for index, layer in layers:
@@ -196,7 +239,8 @@ def plot_order_gates(
                 ax.set_axis_off()
                 ax.text(0.5, 0.5, f"layer {index}: no {direction} gate", ha="center", va="center")
                 continue
-            image = _gate_cell(ax, panels[index, direction], direction, null_slot, tokens, tuple(true_lags or ()))
+            image = _gate_cell(ax, panels[index, direction], direction, bool(null_slots[index]), tokens,
+                               tuple(true_lags or ()))  # fmt: skip
             ax.set_title(f"layer {index}, {direction} gates", fontsize=10)
     figure.colorbar(image, ax=axes, shrink=0.6, label="gate probability \u03b1 (0..1)")
     return save_figure(figure, out)
@@ -235,12 +279,16 @@ def plot_attention_maps(
     example: int = 0,
     heads: list[int] | None = None,
     tokens: Sequence[str] | None = None,
+    head_labels: dict[int, Sequence[str]] | None = None,
 ) -> Path:
     """T x T attention probabilities of one example; returns ``out``.
 
-    A grid with one row per chosen layer and one column per chosen head (default: all), query positions down the
-    rows and key positions across the columns. All maps share a 0..1 colour scale with a square-root stretch so
-    that small probabilities spread over long contexts remain visible. Tokens label the axes when T <= 32.
+    A grid with one row per chosen layer and one column per chosen head (default: all of each layer's maps; a
+    layer with fewer leaves its last cells empty), query positions down the rows and key positions across the
+    columns. All maps share a 0..1 colour scale with a square-root stretch so that small probabilities spread over
+    long contexts remain visible. Tokens label the axes when T <= 32. ``head_labels`` ({layer: one label per map})
+    names the maps of a layer whose maps are not one per head (hybrid_parallel: each head's Markov part, then its
+    random-feature part); the others are ``head h``.
     """
     if not layers:
         raise ValueError("layers is empty: choose at least one layer to draw")
@@ -254,24 +302,27 @@ def plot_attention_maps(
             raise ValueError(f"layer {layer} attentions: expected (B, H, T, T), got {weights.shape}")
         _check_index("example", example, weights.shape[0])
         maps.append(weights[example])
-    heads = list(range(maps[0].shape[0])) if heads is None else list(heads)
-    for weights in maps:
-        for head in heads:
+    row_heads = [list(range(weights.shape[0])) if heads is None else list(heads) for weights in maps]
+    for weights, chosen in zip(maps, row_heads, strict=True):
+        for head in chosen:
             _check_index("head", head, weights.shape[0])
+    columns = max(len(chosen) for chosen in row_heads)
     seq_len = maps[0].shape[-1]
     _check_tokens(tokens, seq_len)
 
     cell = min(max(0.12 * seq_len, 2.2), 4.0)
-    figure = new_figure(len(heads) * cell + 1.6, len(layers) * (cell + 0.5) + 0.8)
-    axes = figure.subplots(len(layers), len(heads), squeeze=False)
+    figure = new_figure(columns * cell + 1.6, len(layers) * (cell + 0.5) + 0.8)
+    axes = figure.subplots(len(layers), columns, squeeze=False)
     figure.suptitle(f"Attention probabilities of example {example} (rows: query, columns: key)")
     norm = PowerNorm(0.5, vmin=0.0, vmax=1.0)
     image = None
     for row, (layer, weights) in enumerate(zip(layers, maps, strict=True)):
-        for column, head in enumerate(heads):
+        for ax in axes[row, len(row_heads[row]) :]:
+            ax.set_axis_off()
+        for column, head in enumerate(row_heads[row]):
             ax = axes[row, column]
             image = ax.imshow(weights[head], cmap="magma_r", norm=norm, interpolation="nearest")
-            ax.set_title(f"layer {layer}, head {head}", fontsize=9)
+            ax.set_title(f"layer {layer}, {_head_label(head_labels, layer, head)}", fontsize=9)
             _token_ticks(ax, tokens, seq_len, limit=32, axes="xy")
             if column == 0:
                 ax.set_ylabel("query position")
@@ -285,22 +336,26 @@ def plot_attention_maps(
 
 
 def plot_attention_lag_profile(profiles: dict[int, Tensor | np.ndarray], out: Path,
-                               true_lags: Sequence[int] | None = None) -> Path:  # fmt: skip
+                               true_lags: Sequence[int] | None = None,
+                               head_labels: dict[int, Sequence[str]] | None = None) -> Path:  # fmt: skip
     """``attention_lag_figure`` saved as a PNG to ``out``; returns ``out``."""
-    return save_figure(attention_lag_figure(profiles, true_lags), out)
+    return save_figure(attention_lag_figure(profiles, true_lags, head_labels), out)
 
 
 MAX_LAG_TICKS = 12  # more lag ticks than this would overlap in a panel: every few lags are labelled instead
 
 
-def attention_lag_figure(profiles: dict[int, Tensor | np.ndarray], true_lags: Sequence[int] | None = None):
+def attention_lag_figure(profiles: dict[int, Tensor | np.ndarray], true_lags: Sequence[int] | None = None,
+                         head_labels: dict[int, Sequence[str]] | None = None):  # fmt: skip
     """Which offset each head prefers: mean attention probability against the lag k = 0..L.
 
-    ``profiles`` maps a layer index to its (H, L + 1) profile (``training.inspection.attention_by_lag``). One panel
-    per layer, one line per head (markers at the measured lags only, k is an integer), a probability axis from 0 fitted
-    to the largest mean (a flat profile is not flattened further by a 0..1 axis); ``true_lags`` are shaded. Lags past
-    the last one any head attends (beyond a window: exactly 0 for every head) are not drawn, and the title says so.
-    Unlike a T x T map this shows a head's preference at a glance.
+    ``profiles`` maps a layer index to its (H, L + 1) profile (``training.inspection.attention_by_lag``; L may
+    differ between layers, each read up to its own window). One panel per layer, one line per head (markers at the
+    measured lags only, k is an integer; ``head_labels`` as in ``plot_attention_maps``), a probability axis from 0
+    fitted to the largest mean (a flat profile is not flattened further by a 0..1 axis); ``true_lags`` are shaded,
+    and the title names those beyond every panel's lags. Lags past the last one any head attends (beyond a window:
+    exactly 0 for every head) are not drawn, and the title says so. Unlike a T x T map this shows a head's
+    preference at a glance.
     """
     if not profiles:
         raise ValueError("profiles is empty: no layer returned attention weights")
@@ -315,24 +370,35 @@ def attention_lag_figure(profiles: dict[int, Tensor | np.ndarray], true_lags: Se
     top = max(float(profile.max()) for profile in arrays.values())
     figure = new_figure(4.6 * len(arrays) + 0.8, 3.8)
     axes = figure.subplots(1, len(arrays), sharey=True, squeeze=False)[0]
+    legends = {layer: [_head_label(head_labels, layer, head) for head in range(len(profile))]
+               for layer, profile in arrays.items()}  # fmt: skip
     for ax, (layer, profile) in zip(axes, arrays.items(), strict=True):
         lags = np.arange(profile.shape[1])
         for lag in true_lags or ():
             if lag < len(lags):
                 ax.axvspan(lag - 0.4, lag + 0.4, color="gold", alpha=0.35, lw=0)
         for head, row in enumerate(profile):
-            ax.plot(lags, row, marker="o", markersize=4 if len(lags) <= 17 else 2.5, lw=1.2, label=f"head {head}")
+            ax.plot(lags, row, marker="o", markersize=4 if len(lags) <= 17 else 2.5, lw=1.2,
+                    label=legends[layer][head])  # fmt: skip
         ax.set_xticks(lags[:: -(-len(lags) // MAX_LAG_TICKS)])
         ax.set_xlabel("lag k (key k tokens before the query; 0 = itself)", fontsize=9)
         ax.set_title(f"layer {layer}", fontsize=10)
         ax.set_ylim(0, min(1.0, 1.1 * top) if top > 0 else 1.0)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("mean attention probability")
-    axes[-1].legend(fontsize=7, loc="upper right")
+    last_legend = list(legends.values())[-1]
+    for ax, legend in zip(axes, legends.values(), strict=True):  # one legend, unless the panels' heads differ
+        if ax is axes[-1] or legend != last_legend:
+            ax.legend(fontsize=7, loc="upper right")
     title = "Attention by lag"
-    if true_lags:
-        title += f" (shaded: the chain's lags {', '.join(map(str, true_lags))})"
+    drawn = max(profile.shape[1] for profile in arrays.values()) - 1
+    shown = [lag for lag in true_lags or () if lag <= drawn]
+    if shown:
+        title += f" (shaded: the chain's lags {', '.join(map(str, shown))})"
+    beyond = _lags_beyond(true_lags or (), drawn, f"the lags drawn (0..{drawn})")
+    if beyond:  # each note on its own line: a one-panel figure is too narrow for them side by side
+        title += f"\nthe chain's {beyond}"
     if dropped:
-        title += f"; lags > {last}, past the window and never attended, not drawn"
+        title += f"\nlags > {last}, past the window and never attended, not drawn"
     figure.suptitle(title, fontsize=11)
     return figure

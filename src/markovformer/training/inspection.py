@@ -20,6 +20,7 @@ import torch
 from markovformer.data.bundle import Split, examples_at
 from markovformer.data.collate import collate
 from markovformer.data.readers.tokenizer import load_tokenizer
+from markovformer.layers.hybrid_attention import markov_head_count
 from markovformer.plots import (
     plot_attention_lag_profile,
     plot_attention_maps,
@@ -32,13 +33,20 @@ from markovformer.plots import (
 from markovformer.training.build import build_data
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.run_dir import RESOLVED_CONFIG, load_run
-from markovformer.training.run_report import continuous_source, document_log_likelihood, entropy_rate_gap
+from markovformer.training.run_report import (
+    continuous_source,
+    document_log_likelihood,
+    entropy_rate_gap,
+    markov_layers,
+)
 from markovformer.training.tasks import TASKS, GenerationRequest, build_task, model_inputs
 
 EXAMPLE_LENGTH = 48  # positions shown in the gate and attention figures: long enough to see lags, short to read
 PROFILE_EXAMPLES = 32  # validation sequences averaged in the attention-by-lag profile
 PROFILE_LENGTH = 512  # the first positions of each of them the profile reads: its maps are at most 512 x 512
 PROFILE_BATCH = 4  # sequences per forward pass of the profile: with PROFILE_LENGTH, bounds the maps held at once
+GLOBAL_PROFILE_REACH = 16  # the lags read of a layer with neither window nor max_order (global softmax, ...)
+STRUCTURE_OPTIONS = ("scope", "window", "max_order", "gate")  # a layer's options the report's summary names
 
 
 def _prefix(example: dict, length: int) -> dict:
@@ -63,12 +71,18 @@ def attention_by_lag(weights: torch.Tensor, max_lag: int, attention_mask: torch.
     return total / count.clamp_min(1)
 
 
-def _lag_sums(weights: torch.Tensor, max_lag: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sum over the averaged queries behind ``attention_by_lag`` (H, max_lag + 1), and their count."""
+def _lag_sums(weights: torch.Tensor, max_lag: int, mask: torch.Tensor | None,
+              first_query: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The sum over the averaged queries behind ``attention_by_lag`` (H, max_lag + 1), and their count. Queries
+    start at ``first_query`` (default ``max_lag``; at least it): layers read to different lags then still average
+    the same queries."""
     batch, heads, length, _ = weights.shape
-    if length <= max_lag:
-        raise ValueError(f"sequences of {length} tokens have no query with all lags 0..{max_lag}")
-    queries = torch.arange(max_lag, length)
+    first_query = max_lag if first_query is None else first_query
+    if first_query < max_lag:
+        raise ValueError(f"first_query {first_query}: a query before lag {max_lag} does not have every lag")
+    if length <= first_query:
+        raise ValueError(f"sequences of {length} tokens have no query with all lags 0..{first_query}")
+    queries = torch.arange(first_query, length)
     lags = torch.arange(max_lag + 1)
     picked = weights[:, :, queries[:, None], queries[:, None] - lags[None, :]]  # (B, H, Tq, L + 1)
     valid = torch.ones(batch, len(queries)) if mask is None else mask[:, queries].float()
@@ -86,10 +100,9 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
              if hasattr(model_config, name)]  # fmt: skip
     if shape:
         summary["shape"] = ", ".join(shape)
-    markov = [f"{name} {getattr(model_config, name)}" for name in ("scope", "window", "max_order", "gate")
-              if getattr(model_config, name, None) is not None]  # fmt: skip
-    if markov:
-        summary["Markov structure"] = ", ".join(markov)
+    structure = markov_structure(model_config)
+    if structure:
+        summary["Markov structure"] = structure
     summary["data"] = config.data.get("source", "?")
     if data_info.get("true_lags"):
         summary["chain"] = describe_chain(data_info["true_lags"])
@@ -116,6 +129,33 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
     if exact is not None:
         summary["exact log-likelihood of the validation documents (per token)"] = exact
     return summary
+
+
+def markov_structure(model_config) -> str:
+    """Scope, window, max_order and gate as the layers were built: once when every layer has the same, else per
+    layer (``layers 0, 2: ...; layer 1: ...``). A layer's own entry (``attention: [{kind: markov, window: 8}]``)
+    overrides the flat fields, so these are read from ``layer_specs()``; a family without per-layer specs has
+    only its flat fields. "" when no layer has any of them."""
+    if not hasattr(model_config, "layer_specs"):
+        return _option_text(_flat_options(model_config))
+    described = {index: _option_text(spec.options) for index, spec in enumerate(model_config.layer_specs())}
+    described = {index: text for index, text in described.items() if text}
+    texts = list(dict.fromkeys(described.values()))
+    if len(texts) == 1 and len(described) == model_config.n_layers:
+        return texts[0]
+    groups = [[index for index, text in described.items() if text == shared] for shared in texts]
+    return "; ".join(f"layer{'s' if len(group) > 1 else ''} {', '.join(map(str, group))}: {described[group[0]]}"
+                     for group in groups)  # fmt: skip
+
+
+def _option_text(options: dict) -> str:
+    """``scope local, window 8, max_order 6, gate linear``: those of ``STRUCTURE_OPTIONS`` that ``options`` sets."""
+    return ", ".join(f"{name} {options[name]}" for name in STRUCTURE_OPTIONS if options.get(name) is not None)
+
+
+def _flat_options(model_config) -> dict:
+    """A family without per-layer specs: its flat fields stand for every layer's options."""
+    return {name: getattr(model_config, name) for name in STRUCTURE_OPTIONS if hasattr(model_config, name)}
 
 
 def reference_lines(reference: dict) -> dict[str, float]:
@@ -169,7 +209,8 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
     strengths = model.transition_strengths()
     if strengths:
         caption = f"Learned transition strengths T per layer, head and lag ({CONVENTION}; outlined: the chain's lags)"
-        figures.append((caption, plot_transition_strengths(strengths, out / "transition_strengths.png", marked)))
+        figures.append((caption, plot_transition_strengths(strengths, out / "transition_strengths.png", marked,
+                                                           layer_indices=markov_layers(model))))  # fmt: skip
 
     if "return_gates" in inspect.signature(model.forward).parameters:
         figures += _gate_and_attention_figures(config, model, run_dir, out, layers, marked, chain_lags)
@@ -223,33 +264,63 @@ def _gate_and_attention_figures(
     if any(g for g in output.gates or []):
         caption = (f"Order gates over the first {len(ids)} tokens of a validation sequence: per head, the probability "
                    f"of each lag and the null slot ({CONVENTION}; *: the chain's lags)")  # fmt: skip
-        null_slot = bool(getattr(model.config, "gate_null", True))
-        figures.append((caption, plot_order_gates(output.gates, tokens, out / "order_gates.png", null_slot=null_slot,
+        figures.append((caption, plot_order_gates(output.gates, tokens, out / "order_gates.png",
+                                                  null_slot=gate_null_slots(model, len(output.gates)),
                                                   true_lags=marked)))  # fmt: skip
     chosen = layers if layers is not None else list(range(min(len(output.attentions), 2)))
     bad = [layer for layer in chosen if not 0 <= layer < len(output.attentions)]
     if bad:
         raise ValueError(f"--layers {bad[0]} is not a layer of this model (it has {len(output.attentions)})")
     profile = lag_profiles(model, validation, chosen)
+    labels = head_labels(model.config, output.attentions)
     if profile.profiles:
         cut = f", each cut to its first {PROFILE_LENGTH} tokens" if profile.cut else ""
         caption = ("Attention by lag: per layer and head, the mean attention probability a query gives the key k "
-                   f"tokens back, over queries {profile.max_lag}..{profile.length - 1} of the first "
-                   f"{profile.sequences} validation sequences{cut} ({CONVENTION}; shaded: the chain's "
-                   "lags)")  # fmt: skip
+                   "tokens back, for k up to the layer's window + 1 (its max_order + 1 without a window), over "
+                   f"queries {profile.max_lag}..{profile.length - 1} of the first {profile.sequences} validation "
+                   f"sequences{cut} ({CONVENTION}; shaded: the chain's lags)")  # fmt: skip
         figures.append((caption, plot_attention_lag_profile(profile.profiles, out / "attention_by_lag.png",
-                                                            chain_lags)))  # fmt: skip
+                                                            chain_lags, head_labels=labels)))  # fmt: skip
     if chosen:
         caption = (f"Attention probabilities of layers {chosen} on the same {len(ids)} tokens (queries down, keys "
                    "across)")  # fmt: skip
-        figures.append((caption, plot_attention_maps(output.attentions, chosen, out / "attention.png", tokens=tokens)))
+        figures.append((caption, plot_attention_maps(output.attentions, chosen, out / "attention.png", tokens=tokens,
+                                                     head_labels=labels)))  # fmt: skip
     return figures
+
+
+def gate_null_slots(model, n_layers: int) -> list[bool]:
+    """Per model layer, whether its gates' last slot is the null slot: each Markov layer's own ``gate_null``
+    (``attention: [{kind: markov, gate_null: false}, markov]`` mixes both), True for the others (no gates)."""
+    own = {layer: bias.gate_null for layer, bias in zip(markov_layers(model), model.markov_biases(), strict=True)}
+    return [own.get(layer, True) for layer in range(n_layers)]
+
+
+def head_labels(model_config, attentions: list[torch.Tensor | None]) -> dict[int, list[str]]:
+    """{layer: a label per map} for the hybrid layers, whose maps are not all alike: hybrid_parallel hands out 2H
+    maps (B, 2H, T, T), each head's Markov part then its random-feature part; hybrid_split's first heads are Markov,
+    the rest random-feature. Other layers' maps are plain heads (no entry)."""
+    specs = model_config.layer_specs() if hasattr(model_config, "layer_specs") else []
+    labels = {}
+    for layer, (spec, weights) in enumerate(zip(specs, attentions, strict=False)):
+        if weights is None:
+            continue
+        maps = weights.shape[1]
+        if spec.kind == "hybrid_parallel":
+            labels[layer] = [f"head {head} ({part})" for part in ("Markov", "random features")
+                             for head in range(maps // 2)]  # fmt: skip
+        elif spec.kind == "hybrid_split":
+            markov_heads = markov_head_count(maps, spec.options["markov_head_ratio"])
+            labels[layer] = [f"head {head} ({'Markov' if head < markov_heads else 'random features'})"
+                             for head in range(maps)]  # fmt: skip
+    return labels
 
 
 @dataclass(frozen=True)
 class LagProfiles:
-    """``profiles``: {layer: (H, max_lag + 1) attention by lag}, averaged over queries max_lag..length - 1 of the
-    first ``sequences`` validation sequences; ``cut``: whether some were longer than ``PROFILE_LENGTH``."""
+    """``profiles``: {layer: (H, L + 1) attention by lag, L that layer's reach (``profile_reach``)}, averaged over
+    queries max_lag..length - 1 of the first ``sequences`` validation sequences, ``max_lag`` the largest reach;
+    ``cut``: whether some were longer than ``PROFILE_LENGTH``."""
 
     profiles: dict[int, torch.Tensor]
     max_lag: int
@@ -263,12 +334,12 @@ def lag_profiles(model, validation: Split, layers: list[int]) -> LagProfiles:
     read up to its first ``PROFILE_LENGTH`` positions, ``PROFILE_BATCH`` sequences per forward pass: the attention
     maps held at once stay within PROFILE_BATCH x H x PROFILE_LENGTH² per layer whatever the sequence length. A
     causal model's maps of those queries are exactly those of the whole sequences (a bidirectional one sees only
-    the prefix). ``model`` in eval mode. L = the window + 1 (so the window's edge shows), else 16."""
+    the prefix). ``model`` in eval mode. Each layer reads its own lags 0..``profile_reach``, at most length - 1;
+    all average the same queries, from the largest of them on."""
     examples = examples_at(validation, range(min(PROFILE_EXAMPLES, len(validation))))  # a split is not sliceable
     batch = collate([_prefix(example, PROFILE_LENGTH) for example in examples])
     inputs = {k: v for k, v in model_inputs(batch).items() if k != "labels"}
     mask = batch.get("attention_mask")
-    window = getattr(model.config, "window", None) or getattr(model.config, "max_order", None) or 16
     sums: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # layer: (summed probabilities, queries summed)
     max_lag = length = 0
     for start in range(0, len(examples), PROFILE_BATCH):
@@ -276,14 +347,27 @@ def lag_profiles(model, validation: Split, layers: list[int]) -> LagProfiles:
         with torch.no_grad():
             attentions = model(**{k: v[rows] for k, v in inputs.items()}, return_weights=True).attentions
         length = attentions[0].shape[-1] if attentions and attentions[0] is not None else 0
-        max_lag = min(int(window) + 1, length - 1)
+        # a layer without maps (random features) reads no lag, so it does not move the first query either
+        reach = {layer: min(profile_reach(model.config, layer), length - 1) for layer in layers
+                 if attentions[layer] is not None}  # fmt: skip
+        max_lag = max(reach.values(), default=0)
         if max_lag < 1:
             break
-        for layer in layers:
-            if attentions[layer] is not None:
-                total, count = _lag_sums(attentions[layer], max_lag, None if mask is None else mask[rows])
-                before = sums.get(layer, (0.0, 0.0))
-                sums[layer] = (before[0] + total, before[1] + count)
+        for layer, last_lag in reach.items():
+            total, count = _lag_sums(attentions[layer], last_lag, None if mask is None else mask[rows],
+                                     first_query=max_lag)  # fmt: skip
+            before = sums.get(layer, (0.0, 0.0))
+            sums[layer] = (before[0] + total, before[1] + count)
     profiles = {layer: total / count.clamp_min(1) for layer, (total, count) in sums.items()}
     longest = max(len(example["input_ids" if "input_ids" in example else "input_features"]) for example in examples)
     return LagProfiles(profiles, max_lag, length, len(examples), cut=longest > PROFILE_LENGTH)
+
+
+def profile_reach(model_config, layer: int) -> int:
+    """The last lag the profile reads of ``layer``: its own window + 1 (so the window's edge shows), else its
+    max_order + 1, else ``GLOBAL_PROFILE_REACH``. A layer's entry may set its own window and max_order
+    (``layer_specs``); a family without per-layer specs has only its flat fields."""
+    specs = model_config.layer_specs() if hasattr(model_config, "layer_specs") else None
+    options = specs[layer].options if specs is not None else _flat_options(model_config)
+    window = options.get("window") or options.get("max_order")
+    return int(window) + 1 if window else GLOBAL_PROFILE_REACH
