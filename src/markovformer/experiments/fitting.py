@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from markovformer.atomic import atomic_write
 from markovformer.training.optim import DECAYS, lr_multiplier
+from markovformer.training.trainer_config import TrainingDiverged
 
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -256,8 +257,9 @@ def fit_on_stream(
         for step in range(first_step, steps + 1):
             loss = loss_on_batch(sample_batch(generator))
             if not torch.isfinite(loss):  # a diverged model scores as if it had learned nothing: no number at all
-                raise FloatingPointError(f"{label or 'fit_on_stream'}: the training loss is {loss.item()} at step "
-                                         f"{step} (lr {lr:g}); no result is recorded")  # fmt: skip
+                # (TrainingDiverged: the command says so in one line, as a diverged run does; it was a traceback)
+                raise TrainingDiverged(f"{label or 'fit_on_stream'}: the training loss is {loss.item()} at step "
+                                       f"{step} (lr {lr:g}); no result is recorded")  # fmt: skip
             optim.zero_grad(set_to_none=True)
             loss.backward()
             optim.step()
