@@ -17,6 +17,7 @@ from markovformer.training.run_config import (
     plain_values,
     resolve_run_config,
 )
+from markovformer.training.trainer_config import check_decay
 
 # What `--resume RUN key=value` may change: how long the run goes on and how it is watched, never what it computes;
 # and, after a divergence, the step size (the learning rate and gradient clipping from the resumed step on).
@@ -49,11 +50,8 @@ def resumed_config(config: RunConfig, overrides: list[str] | tuple[str, ...], do
     if trainer.max_steps < done_steps:
         raise ConfigError(f"trainer.max_steps={trainer.max_steps} is below the {done_steps} steps the run has "
                           f"already done")  # fmt: skip
-    if trainer.decay_steps != config.trainer.decay_steps and trainer.decay_steps is not None and (
-            trainer.decay_steps <= trainer.warmup_steps):  # fmt: skip
-        raise ConfigError(f"trainer.decay_steps={trainer.decay_steps} is not past trainer.warmup_steps="
-                          f"{trainer.warmup_steps}: the learning rate would drop from its peak to the floor in one "
-                          f"step")  # fmt: skip
+    if trainer.decay_steps != config.trainer.decay_steps:
+        check_decay(trainer)
     decaying = config.trainer.max_steps > config.trainer.warmup_steps
     if trainer.max_steps > config.trainer.max_steps and trainer.decay_steps is None and decaying:
         trainer = dataclasses.replace(trainer, decay_steps=config.trainer.max_steps)

@@ -143,6 +143,12 @@ def check_warmup(tc: TrainerConfig) -> None:
         raise ConfigError(f"trainer.warmup_steps={tc.warmup_steps} is larger than trainer.max_steps={tc.max_steps}: "
                           f"the learning rate would never reach trainer.lr; set trainer.warmup_steps <= "
                           f"{tc.max_steps} (or leave it out: min({DEFAULT_WARMUP_STEPS}, max_steps))")  # fmt: skip
+    check_decay(tc)
+
+
+def check_decay(tc: TrainerConfig) -> None:
+    """ConfigError when ``decay_steps`` ends no later than the warm-up: the rate would fall from its peak to the
+    floor in one step (new runs, and a resume that sets it)."""
     if tc.decay_steps is not None and tc.decay_steps <= tc.warmup_steps:
         raise ConfigError(f"trainer.decay_steps={tc.decay_steps} is not past trainer.warmup_steps={tc.warmup_steps}: "
                           f"the learning rate would drop from its peak to the floor in one step; set it above the "
