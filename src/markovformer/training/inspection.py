@@ -298,7 +298,7 @@ def gate_null_slots(model, n_layers: int) -> list[bool]:
 
 def head_labels(model_config, attentions: list[torch.Tensor | None]) -> dict[int, list[str]]:
     """{layer: a label per map} for the hybrid layers, whose maps are not all alike: hybrid_parallel hands out 2H
-    maps (B, 2H, T, T), each head's Markov part then its random-feature part; hybrid_split's first heads are Markov,
+    maps (B, 2H, T, T), its H Markov maps then its H random-feature maps; hybrid_split's first heads are Markov,
     the rest random-feature. Other layers' maps are plain heads (no entry)."""
     specs = model_config.layer_specs() if hasattr(model_config, "layer_specs") else []
     labels = {}
