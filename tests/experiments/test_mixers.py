@@ -382,3 +382,29 @@ def test_a_report_from_the_stored_cells_reads_each_point_from_the_rates_and_seed
     rows = ("| mqar | softmax, global | no", "| mqar | Markov, local | no")  # the solved summary's rows
     summary = [line for line in text.splitlines() if line.startswith(rows)]
     assert [partial in line for line in summary] == [True, False], summary  # softmax's row, the local layer's
+
+
+def test_a_rate_that_diverges_is_stored_as_such_and_the_grid_goes_on(tmp_path):
+    """Zoology's sweep tries rates that diverge (the split hybrid's 1e-2 did, at step 450 of 10,000): such a cell is
+    stored as diverged, never chosen, shown as such, and the grid goes on to the other rates and kinds (it used to
+    end the command, losing the rest of a run of hours); a second run reads it back instead of training it again."""
+    from markovformer.experiments import run_experiment
+
+    overrides = {"tasks": ["mqar"], "kinds": ["softmax", "markov_local"], "widths": [32], "steps": 3,
+                 "warmup_steps": 1, "val_examples": 8, "test_examples": 8, "lrs": [1e-3, 1e30]}  # fmt: skip
+    messages = []
+    report = run_experiment("mixers", tmp_path, quick=True, seeds=(0, 1), overrides=overrides, log=messages.append)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [(p["kind"], p["lr"], p["diverged_by_lr"].keys()) for p in results["points"]] == [
+        ("softmax", 1e-3, {"1e+30"}), ("markov_local", 1e-3, {"1e+30"})]  # fmt: skip
+    assert all(p["test_accuracy"]["n"] == 2 for p in results["points"])  # the second seed trained at 1e-3
+    assert [(c["kind"], c["lr"], c["seed"]) for c in results["diverged"]] == [("softmax", 1e30, 0),
+                                                                                ("markov_local", 1e30, 0)]
+    assert all("the training loss is nan at step 2 (lr 1e+30)" in c["why"] for c in results["diverged"])
+    text = report.read_text()
+    assert "| softmax, global | **" in text and "| diverged |" in text  # the table of every rate
+    assert "lrs)" not in text  # a diverged rate was tried: the search is whole, not partial
+    messages.clear()
+    run_experiment("mixers", tmp_path, quick=True, seeds=(0, 1), overrides=overrides, log=messages.append)
+    assert sum("done earlier" in m for m in messages) == 6 and not any("step" in m for m in messages)
+    assert json.loads((tmp_path / "results.json").read_text())["diverged"] == results["diverged"]

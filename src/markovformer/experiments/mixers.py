@@ -34,6 +34,7 @@ from markovformer.experiments.settings import configure
 from markovformer.experiments.table1_models import match_width, parameter_count
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 from markovformer.ops.losses import token_cross_entropy
+from markovformer.training.trainer_config import TrainingDiverged
 
 NAME = "mixers"
 SUMMARY = "every sequence mixer on MQAR, induction, selective copying and in-context chains, accuracy vs width"
@@ -190,10 +191,15 @@ def answer_loss(model: MarkovianTransformerForCausalLM, inputs: torch.Tensor, la
 
 
 def run_grid_point(report: ExperimentReport, task: str, length: int, width: int, kind: str, matched: dict,
-                   settings: MixersSettings, seeds: tuple[int, ...],
-                   log: Callable[[str], None]) -> dict | None:  # fmt: skip
+                   settings: MixersSettings, seeds: tuple[int, ...], log: Callable[[str], None],
+                   diverged: list[dict] | None = None) -> dict | None:  # fmt: skip
     """One (task, length, width, kind): every lr on the first seed, the best on validation for the other seeds.
-    A report from the stored cells only (``report.stored_only``) uses the lrs and seeds stored (None: no lr)."""
+    A report from the stored cells only (``report.stored_only``) uses the lrs and seeds stored (None: no lr).
+
+    A cell whose training loss turns non-finite is stored as diverged (its rate is one the search tried, as in
+    Zoology's sweep, and a grid of hours goes on past it): it is never chosen, it is appended to ``diverged``
+    (task, length, width, kind, lr, seed, why), and the point lists it in ``diverged_by_lr`` (None: every lr
+    diverged or none is stored)."""
 
     def cell(lr: float, seed: int) -> dict:
         inputs = {"task": task, "length": length, "section": matched["section"], "lr": lr, "seed": seed,
@@ -203,8 +209,19 @@ def run_grid_point(report: ExperimentReport, task: str, length: int, width: int,
                   **revisions_of(matched["section"])}  # fmt: skip
         features = f"_features={matched['section']['num_features']}" if "num_features" in matched["section"] else ""
         key = f"{task}_T={length}_d={width}_{kind}{features}_lr={lr:g}_seed={seed}"
-        return report.cached(key, lambda: train_cell(task, length, matched["section"], lr, seed, settings, log, kind),
-                             depends_on=inputs)  # fmt: skip
+
+        def train() -> dict:
+            try:
+                return train_cell(task, length, matched["section"], lr, seed, settings, log, kind)
+            except TrainingDiverged as error:
+                log(f"  {error}")
+                return {"diverged": str(error)}
+
+        result = report.cached(key, train, depends_on=inputs)
+        if "diverged" in result and diverged is not None:
+            diverged.append({"task": task, "length": length, "width": width, "kind": kind, "lr": lr, "seed": seed,
+                             "why": result["diverged"]})  # fmt: skip
+        return result
 
     def stored(lr: float, seed: int) -> dict | None:
         try:
@@ -213,16 +230,18 @@ def run_grid_point(report: ExperimentReport, task: str, length: int, width: int,
             return None
 
     first = {lr: result for lr in settings.lrs if (result := stored(lr, seeds[0])) is not None}
+    diverged_by_lr = {f"{lr:g}": first.pop(lr)["diverged"] for lr in list(first) if "diverged" in first[lr]}
     if not first:
         return None
     best_lr = max(first, key=lambda lr: first[lr]["val"]["accuracy"])
-    runs = [first[best_lr]] + [run for seed in seeds[1:] if (run := stored(best_lr, seed)) is not None]
+    later = [stored(best_lr, seed) for seed in seeds[1:]]
+    runs = [first[best_lr]] + [run for run in later if run is not None and "diverged" not in run]
     test_accuracy = seed_summary([r["test"]["accuracy"] for r in runs])
     log(f"[{NAME}] {task} T={length} d={width} {kind}: lr {best_lr:g}, test accuracy {mean_std(test_accuracy)}")
     point = {"task": task, "length": length, "width": width, "kind": kind, "d_model": matched["section"]["d_model"],
              "parameters": matched["parameters"], "ratio": matched["ratio"], "lr": best_lr,
              "val_by_lr": {f"{lr:g}": first[lr]["val"]["accuracy"] for lr in first},
-             "test_by_lr": {f"{lr:g}": first[lr]["test"]["accuracy"] for lr in first},
+             "test_by_lr": {f"{lr:g}": first[lr]["test"]["accuracy"] for lr in first}, "diverged_by_lr": diverged_by_lr,
              "test_accuracy": test_accuracy, "test_loss": seed_summary([r["test"]["loss"] for r in runs]),
              "seconds": sum(r["seconds"] for r in runs), "gates": [r["gates"] for r in runs],
              "test_by_distance": [r.get("test_by_distance") for r in runs]}  # fmt: skip
@@ -242,15 +261,16 @@ def run(
     title = "Sequence mixers on associative recall, induction, selective copying and in-context chains"
     report = ExperimentReport(out_dir, title, log, settings={**asdict(settings), "seeds": list(seeds)})
     start, cpu_start = time.perf_counter(), time.process_time()
-    points = []
+    points, diverged = [], []
     for task in settings.tasks:
         for length in settings.lengths:
             for width in settings.widths:
                 sections = matched_sections(task, length, width, settings)
                 for kind in settings.kinds:
-                    point = run_grid_point(report, task, length, width, kind, sections[kind], settings, seeds, log)
+                    point = run_grid_point(report, task, length, width, kind, sections[kind], settings, seeds, log,
+                                           diverged)  # fmt: skip
                     points += [point] if point is not None else []
-    report.results = {"settings": asdict(settings), "seeds": list(seeds), "points": points,
+    report.results = {"settings": asdict(settings), "seeds": list(seeds), "points": points, "diverged": diverged,
                       "wall_seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start,
                       "threads": torch.get_num_threads()}  # fmt: skip
     write_report(report, settings, seeds, quick)

@@ -27,7 +27,8 @@ def chance_of(task: str, settings) -> float:
 
 def _coverage(point: dict, settings, seeds: int) -> str:
     """`` (2/4 lrs, 1/2 seeds)`` for a point of a report from the stored cells that lacks some; else empty."""
-    rates, runs = len(point["val_by_lr"]), point["test_accuracy"]["n"]
+    rates = len(point["val_by_lr"]) + len(point.get("diverged_by_lr", {}))  # a diverged rate was tried
+    runs = point["test_accuracy"]["n"]
     parts = [f"{rates}/{len(settings.lrs)} lrs"] if rates < len(settings.lrs) else []
     parts += [f"{runs}/{seeds} seeds"] if runs < seeds else []
     return f" ({', '.join(parts)})" if parts else ""
@@ -42,6 +43,11 @@ def _partial(points: list[dict], settings, seeds: int, task: str, kinds, length:
     return f" (from a partial search: {', '.join(marks)})" if marks else ""
 
 
+def _diverged(report, **where) -> list[dict]:
+    """The diverged cells (``mixers.run_grid_point``) matching ``where``."""
+    return [cell for cell in report.results.get("diverged", ()) if all(cell[k] == v for k, v in where.items())]
+
+
 def accuracy_tables(report, points: list[dict], settings) -> None:
     seeds = len(report.results["seeds"])
     grid = [(length, width) for length in settings.lengths for width in settings.widths]
@@ -51,8 +57,12 @@ def accuracy_tables(report, points: list[dict], settings) -> None:
             row = [zoo.KINDS[kind][0]]
             for length, width in grid:
                 found = _points(points, task=task, kind=kind, length=length, width=width)
-                row.append(mean_std(found[0]["test_accuracy"]) + (" ✓" if solves(found[0], settings) else "")
-                           + _coverage(found[0], settings, seeds) if found else "—")  # fmt: skip
+                if found:
+                    row.append(mean_std(found[0]["test_accuracy"]) + (" ✓" if solves(found[0], settings) else "")
+                               + _coverage(found[0], settings, seeds))  # fmt: skip
+                else:
+                    where = {"task": task, "kind": kind, "length": length, "width": width}
+                    row.append("diverged" if _diverged(report, **where) else "—")
             rows.append(row)
         extra = ""
         if zoo.TASK_SPECS[task].bayes_reference:
@@ -83,14 +93,27 @@ def rate_table(report, points: list[dict], settings) -> None:
             for length, width, lr in columns:
                 point = found.get((length, width))
                 value = point["test_by_lr"].get(f"{lr:g}") if point else None
-                text = "—" if value is None else f"{value:.3f}"
+                where = {"task": task, "kind": kind, "length": length, "width": width, "lr": lr}
+                if value is not None:
+                    text = f"{value:.3f}"
+                else:
+                    text = "diverged" if _diverged(report, **where, seed=report.results["seeds"][0]) else "—"
                 cells.append(f"**{text}**" if value is not None and point["lr"] == lr else text)
             if any(cell != "—" for cell in cells):
                 rows.append([zoo.KINDS[kind][0], *cells])
         if rows:
             report.table(["kind", *(f"T={length}, d={width}, lr {lr:.2g}" for length, width, lr in columns)], rows,
                          caption=f"**{task}** test accuracy at each learning rate (first seed; bold: the rate chosen "
-                                 "on validation; —: not run).")  # fmt: skip
+                                 "on validation; —: not run; diverged: its training loss turned "
+                                 "non-finite).")  # fmt: skip
+
+
+def diverged_list(report) -> None:
+    """Every cell whose training loss turned non-finite: no accuracy, never chosen, listed with where it broke."""
+    cells = report.results.get("diverged", ())
+    if cells:
+        report.text("Cells that diverged (no accuracy; a rate the search tried, never the one chosen):\n\n"
+                    + "\n".join(f"- {cell['why']}" for cell in cells))  # fmt: skip
 
 
 def recall_distance_table(report, points: list[dict], settings) -> None:
@@ -356,6 +379,7 @@ def write_report(report, settings, seeds: tuple[int, ...], quick: bool) -> None:
     )
     accuracy_tables(report, points, settings)
     rate_table(report, points, settings)
+    diverged_list(report)
     figures(report, points, settings)
     solved_summary(report, points, settings)
     gate_tables(report, points, settings)
