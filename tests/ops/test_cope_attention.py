@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from padding_masks import mixed_mask
+from padding_masks import mixed_mask, padded_segments
 from twins import assert_same_gradients, randn
 
 from markovformer.ops.cope_attention import (
@@ -78,6 +78,30 @@ def test_cache_path_over_slots_in_position_order_matches_the_full_path(window):
     torch.testing.assert_close(got, full[:, :, 6:])
 
 
+@pytest.mark.parametrize("window", [None, 3])
+def test_padding_segment_id_hides_padded_keys_without_a_mask(window):
+    """Segment id -1 (padding) matches no key, not even another padded one, as in the dense reference."""
+    length = 11
+    tensors = _inputs(length)
+    options = dict(window=window, segment_ids=padded_segments(length))
+    expected = cope_attention_naive(*tensors, **options)[0]
+    got = cope_attention(*tensors, chunk_size=4, **options)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    assert_same_gradients(got, expected, tensors, rtol=1e-10, atol=1e-10)
+
+
+def test_half_precision_follows_a_float64_reference():
+    """bfloat16 inputs against float64 on the same (bfloat16-rounded) values: positions up to P - 1 = 63 counted in
+    bfloat16 step by 0.25 near 32..63 (a relative error of 0.12 here); counted in float32, as the other ops, 0.007."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 256, 16, generator=generator).bfloat16() for _ in range(3))
+    table = (torch.randn(64, 16, generator=generator) * 0.5).bfloat16()
+    reference = cope_attention(*(t.double() for t in (q, k, v, table)), window=None)
+    for got in (cope_attention(q, k, v, table, window=None), cope_attention_naive(q, k, v, table, window=None)[0]):
+        assert got.dtype == torch.bfloat16
+        assert ((got.double() - reference).norm() / reference.norm()).item() < 0.02
+
+
 def test_backward_keeps_nothing_of_size_t_by_t():
     length = 256
     tensors = [t.detach().float().requires_grad_(True) for t in _inputs(length, batch=1)]
@@ -95,8 +119,15 @@ def test_backward_keeps_nothing_of_size_t_by_t():
 
 @pytest.mark.parametrize(
     ("change", "message"),
-    [({"position_embeddings": torch.zeros(5, 3)}, "position_embeddings must be"), ({"window": -1}, "window must"),
-     ({"attention_mask": torch.ones(1, 4)}, "attention_mask must be"), ({"chunk_size": 0}, "chunk_size must be")],
+    [
+        ({"position_embeddings": torch.zeros(5, 3)}, "position_embeddings must be"),
+        ({"window": -1}, "window must"),
+        ({"position_embeddings": torch.zeros(0, HEAD_DIM)}, r"position_embeddings must be .* got \(0, 4\)"),
+        ({"attention_mask": torch.ones(1, 4)}, "attention_mask must be"),
+        ({"chunk_size": 0}, "chunk_size must be"),
+        ({"segment_ids": torch.zeros(1, 8)}, r"segment_ids must be \(B, T\) = \(1, 6\); got \(1, 8\)"),
+        ({"segment_ids": torch.zeros(6)}, r"segment_ids must be \(B, T\) = \(1, 6\); got \(6,\)"),
+    ],
 )
 def test_bad_inputs_are_named(change, message):
     q, k, v, table = (t.detach() for t in _inputs(6, batch=1))

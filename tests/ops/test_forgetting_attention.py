@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from padding_masks import mixed_mask
+from padding_masks import mixed_mask, padded_segments
 
 from markovformer.ops.forgetting_attention import (
     dense_decay_bias,
@@ -64,6 +64,20 @@ def test_chunked_matches_naive_on_outputs_and_all_gradients(causal, window, chun
         torch.testing.assert_close(got_grad, expected_grad, rtol=1e-10, atol=1e-10, msg=lambda m, n=name: f"{n}: {m}")
     if padded:  # the fully padded row sees no key: zeros, not NaN
         assert torch.equal(got[3], torch.zeros_like(got[3]))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("window", [None, 3])
+def test_padding_segment_id_hides_padded_keys_without_a_mask(causal, window):
+    """Segment id -1 (padding) matches no key, not even another padded one, as in the dense reference."""
+    length = 11
+    tensors = _inputs(length)
+    options = dict(window=window, causal=causal, segment_ids=padded_segments(length))
+    expected, expected_grads = _output_and_grads(lambda *t: forgetting_attention_naive(*t, **options)[0], tensors)
+    got, got_grads = _output_and_grads(lambda *t: forgetting_attention(*t, chunk_size=4, **options), tensors)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    for name, got_grad, expected_grad in zip(NAMES, got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(got_grad, expected_grad, rtol=1e-10, atol=1e-10, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def test_gates_of_exactly_one_keep_their_gradient():

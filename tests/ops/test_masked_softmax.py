@@ -22,3 +22,13 @@ def test_masked_sdpa_equals_explicit_masked_softmax_and_zeroes_empty_rows():
     assert torch.isfinite(output).all()
     everything = masked_softmax(q @ k.transpose(-1, -2) / 2.0, torch.ones(1, 1, 5, 6, dtype=torch.bool)) @ v
     torch.testing.assert_close(masked_sdpa(q, k, v, None), everything)
+
+
+def test_a_row_whose_allowed_scores_are_all_minus_infinity_gets_zeros_not_the_masked_keys():
+    """SPEC: no visible key -> zeros. Allowed scores of -inf leave no key to attend; the masked keys (here the
+    future ones) must not take the row's mass."""
+    scores = torch.tensor([[-math.inf, 1.0, 2.0], [-math.inf, 1.0, 2.0]])
+    allowed = torch.tensor([[True, False, False], [True, True, False]])
+    weights = masked_softmax(scores, allowed)
+    assert torch.equal(weights[0], torch.zeros(3))
+    torch.testing.assert_close(weights[1], torch.tensor([0.0, 1.0, 0.0]))

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from padding_masks import mixed_mask
+from padding_masks import mixed_mask, padded_segments
 from twins import assert_same_gradients, randn
 
+from markovformer.layers.position_bias_attention import T5BiasAttention, T5BiasOptions
 from markovformer.ops.relative_bias_attention import (
     dense_relative_bias,
     relative_bias_attention,
@@ -46,6 +47,33 @@ def test_chunked_matches_naive_on_outputs_and_all_gradients(causal, window, chun
     assert_same_gradients(got, expected, tensors, rtol=1e-10, atol=1e-10)
     if padded:  # the fully padded row sees no key: zeros, not NaN
         assert torch.equal(got[3], torch.zeros_like(got[3]))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("window", [None, 3])
+def test_padding_segment_id_hides_padded_keys_without_a_mask(causal, window):
+    """Segment id -1 (padding) matches no key, not even another padded one, as in the dense reference."""
+    length = 11
+    tensors = _inputs(length)
+    options = dict(window=window, causal=causal, segment_ids=padded_segments(length))
+    expected = relative_bias_attention_naive(*tensors, **options)[0]
+    got = relative_bias_attention(*tensors, chunk_size=4, **options)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    assert_same_gradients(got, expected, tensors, rtol=1e-10, atol=1e-10)
+
+
+def test_a_minus_infinity_bias_on_the_only_visible_key_gives_zeros_not_the_future():
+    """Causal, lag 0 biased -inf: query 0's only key is hidden, so it sees nothing and outputs 0 (SPEC), not the
+    mean of the future values (v = key position) that the masked keys would otherwise take."""
+    length = 4
+    q = k = torch.zeros(1, 1, length, 2, dtype=torch.float64)
+    v = torch.arange(length, dtype=torch.float64).view(1, 1, length, 1).repeat(1, 1, 1, 2)
+    lag_bias = torch.zeros(1, 2 * length - 1, dtype=torch.float64)
+    lag_bias[0, length - 1] = -torch.inf  # column lag + T - 1: lag 0
+    for got in (relative_bias_attention(q, k, v, lag_bias, window=None, causal=True),
+                relative_bias_attention_naive(q, k, v, lag_bias, window=None, causal=True)[0]):  # fmt: skip
+        assert torch.equal(got[0, 0, 0], torch.zeros(2, dtype=torch.float64))
+        torch.testing.assert_close(got[0, 0, 1:, 0], torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64))
 
 
 def test_a_bias_that_grows_by_one_per_lag_is_alibi_with_slope_minus_one():
@@ -93,6 +121,8 @@ def test_backward_keeps_nothing_of_size_t_by_t():
         ({"window": -1}, "window must be"),
         ({"attention_mask": torch.ones(1, 4)}, "attention_mask must be"),
         ({"chunk_size": 0}, "chunk_size must be"),
+        ({"segment_ids": torch.zeros(1, 8)}, r"segment_ids must be \(B, T\) = \(1, 6\); got \(1, 8\)"),
+        ({"segment_ids": torch.zeros(6)}, r"segment_ids must be \(B, T\) = \(1, 6\); got \(6,\)"),
     ],
 )
 def test_bad_inputs_are_named(change, message):
@@ -101,3 +131,20 @@ def test_bad_inputs_are_named(change, message):
     arguments.update(change)
     with pytest.raises(ValueError, match=message):
         relative_bias_attention(q, k, v, arguments.pop("lag_bias"), **arguments)
+
+
+@pytest.mark.parametrize("num_buckets", [2, 3])
+def test_bidirectional_t5_bias_refuses_fewer_than_two_buckets_per_direction(num_buckets):
+    """Bidirectional T5 buckets give each sign num_buckets // 2: with 1 there is no exact bucket (t5_buckets would
+    divide by zero at the first forward). The options cannot tell (they do not know causal); the layer refuses."""
+    T5BiasOptions(num_buckets=num_buckets, max_distance=8)  # fine when causal
+    T5BiasAttention(d_model=8, n_heads=2, causal=True, num_buckets=num_buckets, max_distance=8)
+    with pytest.raises(ValueError, match=f"num_buckets={num_buckets}: bidirectional .* num_buckets >= 4"):
+        T5BiasAttention(d_model=8, n_heads=2, causal=False, num_buckets=num_buckets, max_distance=8)
+
+
+def test_bidirectional_t5_bias_needs_max_distance_above_the_exact_buckets_of_one_direction():
+    """num_buckets 8: 4 per direction of which 2 are exact, so max_distance 2 leaves log(max_distance / 2) = 0."""
+    T5BiasAttention(d_model=8, n_heads=2, causal=True, num_buckets=8, max_distance=5)
+    with pytest.raises(ValueError, match=r"max_distance=2: must exceed num_buckets // 2 // 2 .* = 2"):
+        T5BiasAttention(d_model=8, n_heads=2, causal=False, num_buckets=8, max_distance=2)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from padding_masks import mixed_mask
+from padding_masks import mixed_mask, padded_segments
 from twins import assert_same_gradients, randn
 
 from markovformer.ops.stick_breaking_attention import (
@@ -58,6 +58,19 @@ def test_chunked_matches_naive_on_outputs_and_all_gradients(window, attend_curre
     assert_same_gradients(got, expected, tensors, rtol=1e-10, atol=1e-10)
     if padded:
         assert torch.equal(got[3], torch.zeros_like(got[3]))
+
+
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("attend_current", [False, True])
+def test_padding_segment_id_hides_padded_keys_without_a_mask(window, attend_current):
+    """Segment id -1 (padding) matches no key, not even another padded one, as in the dense reference."""
+    length = 11
+    tensors = _inputs(length)
+    options = dict(window=window, attend_current=attend_current, segment_ids=padded_segments(length))
+    expected = stick_breaking_attention_naive(*tensors, **options)[0]
+    got = stick_breaking_attention(*tensors, chunk_size=4, **options)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    assert_same_gradients(got, expected, tensors, rtol=1e-10, atol=1e-10)
 
 
 def test_weights_sum_to_at_most_one_and_the_first_query_sees_nothing():
@@ -116,8 +129,13 @@ def test_half_precision_follows_float32():
 
 @pytest.mark.parametrize(
     ("change", "message"),
-    [({"window": -1}, "window must be"), ({"attention_mask": torch.ones(1, 4)}, "attention_mask must be"),
-     ({"chunk_size": 0}, "chunk_size must be")],  # fmt: skip
+    [
+        ({"window": -1}, "window must be"),
+        ({"attention_mask": torch.ones(1, 4)}, "attention_mask must be"),
+        ({"chunk_size": 0}, "chunk_size must be"),
+        ({"segment_ids": torch.zeros(1, 8)}, r"segment_ids must be \(B, T\) = \(1, 6\); got \(1, 8\)"),
+        ({"segment_ids": torch.zeros(6)}, r"segment_ids must be \(B, T\) = \(1, 6\); got \(6,\)"),
+    ],
 )
 def test_bad_inputs_are_named(change, message):
     q, k, v = (t.detach() for t in _inputs(6, batch=1))

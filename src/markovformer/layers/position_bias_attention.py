@@ -24,7 +24,7 @@ from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
 from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option
 from markovformer.ops.relative_bias_attention import relative_bias_attention, relative_bias_attention_naive
-from markovformer.ops.relative_bias_attention.buckets import t5_buckets
+from markovformer.ops.relative_bias_attention.buckets import check_t5_buckets, t5_buckets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,9 +40,7 @@ class T5BiasOptions:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.max_distance <= self.num_buckets // 2:
-            raise ValueError(f"max_distance={self.max_distance!r}: must exceed num_buckets // 2 = "
-                             f"{self.num_buckets // 2} (the exact buckets), or no bucket is log-spaced")  # fmt: skip
+        check_t5_buckets(self.num_buckets, self.max_distance, bidirectional=False)  # T5Bias checks the split too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +64,7 @@ class T5Bias(nn.Module):
 
     def __init__(self, n_heads: int, num_buckets: int, max_distance: int, bidirectional: bool) -> None:
         super().__init__()
+        check_t5_buckets(num_buckets, max_distance, bidirectional)  # the options cannot: they do not know causal
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
         self.table = nn.Parameter(torch.randn(n_heads, num_buckets) * 0.02)
 

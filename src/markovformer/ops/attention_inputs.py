@@ -1,5 +1,6 @@
-"""The argument checks every attention op's dispatcher shares: the shapes of q, k, v and of the padding mask, the
-window (an int, or None for global scope) and the chunk size, each refused with the bad value named."""
+"""The argument checks every attention op's dispatcher shares: the shapes of q, k, v, of the padding mask and of the
+packed documents' segment ids, the window (an int, or None for global scope) and the chunk size, each refused with
+the bad value named."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from torch import Tensor
 
 
 def check_attention_inputs(q: Tensor, k: Tensor, v: Tensor, *, window: int | None, attention_mask: Tensor | None,
-                           chunk_size: int) -> None:  # fmt: skip
+                           chunk_size: int, segment_ids: Tensor | None = None) -> None:  # fmt: skip
     """ValueError unless q, k, v are (B, H, T, Dh) with matching B, H, T (k shaped as q), ``window`` is a
-    non-negative int or None, ``attention_mask`` is None or (B, T), and ``chunk_size`` a positive int."""
+    non-negative int or None, ``attention_mask`` and ``segment_ids`` are None or (B, T), and ``chunk_size`` a
+    positive int."""
     if q.dim() != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
         raise ValueError(f"q, k, v must be (B, H, T, Dh) with matching B, H, T; got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}, v {tuple(v.shape)}")  # fmt: skip
@@ -18,8 +20,15 @@ def check_attention_inputs(q: Tensor, k: Tensor, v: Tensor, *, window: int | Non
     if attention_mask is not None and tuple(attention_mask.shape) != (q.shape[0], q.shape[2]):
         raise ValueError(f"attention_mask must be (B, T) = {(q.shape[0], q.shape[2])}; "
                          f"got {tuple(attention_mask.shape)}")  # fmt: skip
+    check_segment_ids(segment_ids, batch=q.shape[0], seq_len=q.shape[2])
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
 
 
-__all__ = ["check_attention_inputs"]
+def check_segment_ids(segment_ids: Tensor | None, *, batch: int, seq_len: int) -> None:
+    """ValueError unless ``segment_ids`` (packed documents, ``ops.segments``) is None or (B, T)."""
+    if segment_ids is not None and tuple(segment_ids.shape) != (batch, seq_len):
+        raise ValueError(f"segment_ids must be (B, T) = {(batch, seq_len)}; got {tuple(segment_ids.shape)}")
+
+
+__all__ = ["check_attention_inputs", "check_segment_ids"]

@@ -14,13 +14,14 @@ def masked_softmax(scores: Tensor, allowed: Tensor) -> Tensor:
     """Softmax of ``scores`` along the last axis over entries where ``allowed`` is True.
 
     ``allowed`` broadcasts against ``scores``. Half-precision inputs are normalised in float32 and cast
-    back. A row with no allowed entry gets all-zero probabilities, so its attention output is zero.
+    back. A row with no allowed entry, or whose allowed scores are all -inf, gets all-zero probabilities, so its
+    attention output is zero.
     """
     # The dtype's most negative finite value, not -inf: exp underflows to exactly 0 beside any allowed entry, and
-    # a row with nothing allowed stays finite (uniform) until it is zeroed below.
+    # a row with nothing allowed stays finite (uniform) until it is zeroed below. The product with ``allowed`` also
+    # zeroes the masked entries of a row whose allowed scores are all -inf (they would take its whole mass).
     scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1, dtype=compute_dtype(scores))
-    weights = weights * allowed.any(dim=-1, keepdim=True)
+    weights = torch.softmax(scores, dim=-1, dtype=compute_dtype(scores)) * allowed
     return weights.to(scores.dtype)
 
 

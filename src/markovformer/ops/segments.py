@@ -137,9 +137,11 @@ def segment_ends(ids: Tensor) -> Tensor:
     return ends
 
 
-def same_segment(ids: Tensor) -> Tensor:
-    """(B, 1, T, T) boolean: query t and key j lie in the same document (dense: for the reference paths only)."""
-    return (ids[:, None, :, None] == ids[:, None, None, :]) & (ids >= 0)[:, None, None, :]
+def same_segment(ids: Tensor, queries: slice = slice(None), keys: slice = slice(None)) -> Tensor:
+    """(B, 1, Tq, Tk) boolean: query t (of ``queries``) and key j (of ``keys``) lie in the same document; padding
+    (id -1) lies in none. The whole (T, T) block for the reference paths, one chunk's block for the chunked ones."""
+    rows, columns = ids[:, queries], ids[:, keys]
+    return (rows[:, None, :, None] == columns[:, None, None, :]) & (columns >= 0)[:, None, None, :]
 
 
 __all__ = ["SegmentBatch", "Segments", "document_starts", "same_segment", "segment_ends", "segment_ids",

@@ -47,10 +47,11 @@ def cope_attention(
     Returns:
         (B, H, T, Dv).
     """
-    check_attention_inputs(q, k, v, window=window, attention_mask=attention_mask, chunk_size=chunk_size)
-    if position_embeddings.dim() != 2 or position_embeddings.shape[1] != q.shape[-1]:
-        raise ValueError(f"position_embeddings must be (P, Dh) with Dh = {q.shape[-1]}; "
-                         f"got {tuple(position_embeddings.shape)}")  # fmt: skip
+    check_attention_inputs(q, k, v, window=window, attention_mask=attention_mask, chunk_size=chunk_size,
+                           segment_ids=segment_ids)  # fmt: skip
+    table = tuple(position_embeddings.shape)
+    if len(table) != 2 or table[0] < 1 or table[1] != q.shape[-1]:
+        raise ValueError(f"position_embeddings must be (P, Dh) with P >= 1 and Dh = {q.shape[-1]}; got {table}")
     return cope_attention_chunked(q, k, v, position_embeddings, window=window, attention_mask=attention_mask,
                                   chunk_size=chunk_size, segment_ids=segment_ids)  # fmt: skip
 

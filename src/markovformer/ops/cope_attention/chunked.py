@@ -15,25 +15,28 @@ from torch import Tensor
 
 from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
+from markovformer.ops.precision import compute_dtype
 from markovformer.ops.query_chunks import query_chunks, recomputed
+from markovformer.ops.segments import same_segment
 
 DEFAULT_CHUNK = 64  # queries per chunk
 
 
 def cope_block(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, position_embeddings: Tensor, allowed: Tensor) -> Tensor:
     """q_rows (B, H, R, Dh), keys (B, H, S, D*) in increasing position, position_embeddings (P, Dh), allowed (B or
-    1, 1, R, S) -> (B, H, R, Dv)."""
-    npos = position_embeddings.shape[0]
-    logits = q_rows @ k_keys.transpose(-1, -2) / math.sqrt(q_rows.shape[-1])
+    1, 1, R, S) -> (B, H, R, Dv). Half-precision inputs count positions and score in float32 (bfloat16 positions
+    near 32..63 step by 0.25) and are cast back for the value product."""
+    npos, compute = position_embeddings.shape[0], compute_dtype(q_rows)
+    logits = (q_rows @ k_keys.transpose(-1, -2)).to(compute) / math.sqrt(q_rows.shape[-1])
     gates = torch.where(allowed, torch.sigmoid(logits), 0.0)
     place = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=npos - 1)  # Σ_{l >= j} g_{t,l}
     below = place.floor()
     fraction = place - below
-    on_integers = q_rows @ position_embeddings.to(q_rows.dtype).T  # (B, H, R, P): q_t·e[p]
+    on_integers = (q_rows @ position_embeddings.to(q_rows.dtype).T).to(compute)  # (B, H, R, P): q_t·e[p]
     lower = on_integers.gather(-1, below.long())
     upper = on_integers.gather(-1, below.long().add(1).clamp(max=npos - 1))
     scores = logits + (1 - fraction) * lower + fraction * upper
-    return masked_softmax(scores, allowed) @ v_keys
+    return masked_softmax(scores, allowed).to(v_keys.dtype) @ v_keys
 
 
 def cope_attention_chunked(
@@ -57,7 +60,7 @@ def cope_attention_chunked(
         if key_real is not None:
             allowed = allowed & key_real[..., low:end]
         if segment_ids is not None:  # packed documents: the (chunk, keys) block of this chunk only
-            allowed = allowed & (segment_ids[:, None, start:end, None] == segment_ids[:, None, None, low:end])
+            allowed = allowed & same_segment(segment_ids, slice(start, end), slice(low, end))
         pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], position_embeddings, allowed)
         outputs.append(recomputed(cope_block, *pieces))
     return torch.cat(outputs, dim=-2)

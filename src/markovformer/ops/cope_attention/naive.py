@@ -10,6 +10,7 @@ from torch import Tensor
 
 from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
+from markovformer.ops.precision import compute_dtype
 from markovformer.ops.segments import same_segment
 
 
@@ -39,13 +40,15 @@ def cope_attention_naive(
         allowed = allowed & attention_mask.bool()[:, None, None, :]
     if segment_ids is not None:
         allowed = allowed & same_segment(segment_ids)
-    logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    compute = compute_dtype(q)  # half precision: positions and scores in float32, as the chunked path
+    q_wide, table = q.to(compute), position_embeddings.to(compute)
+    logits = q_wide @ k.to(compute).transpose(-1, -2) / math.sqrt(q.shape[-1])
     place = cope_positions_naive(torch.sigmoid(logits) * allowed).clamp(max=npos - 1)
     below = place.floor()
     fraction = place - below
-    lower = position_embeddings[below.long()]  # (B, H, T, T, Dh)
-    upper = position_embeddings[below.long().add(1).clamp(max=npos - 1)]
+    lower = table[below.long()]  # (B, H, T, T, Dh)
+    upper = table[below.long().add(1).clamp(max=npos - 1)]
     embedding = (1 - fraction)[..., None] * lower + fraction[..., None] * upper
-    scores = logits + torch.einsum("bhtd,bhtjd->bhtj", q, embedding)
+    scores = logits + torch.einsum("bhtd,bhtjd->bhtj", q_wide, embedding)
     probs = masked_softmax(scores, allowed)
-    return probs @ v, probs
+    return probs.to(v.dtype) @ v, probs.to(q.dtype)

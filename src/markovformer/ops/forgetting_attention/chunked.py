@@ -20,6 +20,7 @@ from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
 from markovformer.ops.precision import compute_dtype
 from markovformer.ops.query_chunks import query_chunks, recomputed
+from markovformer.ops.segments import same_segment
 
 DEFAULT_CHUNK = 64  # queries per chunk
 
@@ -63,7 +64,7 @@ def forgetting_attention_chunked(
         if key_real is not None:
             allowed = allowed & key_real[..., low:high]
         if segment_ids is not None:
-            allowed = allowed & (segment_ids[:, None, start:end, None] == segment_ids[:, None, None, low:high])
+            allowed = allowed & same_segment(segment_ids, slice(start, end), slice(low, high))
         pieces = (q[:, :, start:end], k[:, :, low:high], v[:, :, low:high], prefix[..., start:end],
                   prefix[..., low:high], direction, allowed)  # fmt: skip
         outputs.append(recomputed(_chunk, *pieces, dropout_p))

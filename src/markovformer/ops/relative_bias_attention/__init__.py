@@ -45,12 +45,11 @@ def relative_bias_attention(
     Returns:
         (B, H, T, Dv).
     """
-    check_attention_inputs(q, k, v, window=window, attention_mask=attention_mask, chunk_size=chunk_size)
+    check_attention_inputs(q, k, v, window=window, attention_mask=attention_mask, chunk_size=chunk_size,
+                           segment_ids=segment_ids)  # fmt: skip
     expected = (q.shape[1], 2 * q.shape[2] - 1)
     if tuple(lag_bias.shape) != expected:
         raise ValueError(f"lag_bias must be (H, 2T-1) = {expected}; got {tuple(lag_bias.shape)}")
-    if segment_ids is not None and tuple(segment_ids.shape) != (q.shape[0], q.shape[2]):
-        raise ValueError(f"segment_ids must be (B, T) = {(q.shape[0], q.shape[2])}; got {tuple(segment_ids.shape)}")
     return relative_bias_attention_chunked(q, k, v, lag_bias, window=window, causal=causal,
                                            attention_mask=attention_mask, dropout_p=dropout_p,
                                            chunk_size=chunk_size, segment_ids=segment_ids)  # fmt: skip

@@ -10,6 +10,20 @@ import torch
 from torch import Tensor
 
 
+def check_t5_buckets(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
+    """ValueError unless each direction has at least 2 buckets and ``max_distance`` exceeds its exact buckets (else
+    ``t5_buckets`` divides by log(max_distance / exact) = 0 or by exact = 0): bidirectional attention gives each sign
+    num_buckets // 2 buckets, of which num_buckets // 2 // 2 are exact."""
+    per_direction = num_buckets // 2 if bidirectional else num_buckets
+    if per_direction < 2:
+        raise ValueError(f"num_buckets={num_buckets!r}: bidirectional attention splits the buckets by sign and needs "
+                         f"num_buckets >= 4 (2 per direction, num_buckets // 2 = {per_direction})")  # fmt: skip
+    if max_distance <= per_direction // 2:
+        split = "num_buckets // 2 // 2 (per direction, bidirectional)" if bidirectional else "num_buckets // 2"
+        raise ValueError(f"max_distance={max_distance!r}: must exceed {split} = {per_direction // 2} (the exact "
+                         f"buckets), or no bucket is log-spaced")  # fmt: skip
+
+
 def t5_buckets(lags: Tensor, num_buckets: int, max_distance: int, bidirectional: bool) -> Tensor:
     """Bucket index (long, same shape) of each integer lag t - j (>= 1: key in the past, <= -1: in the future).
 
@@ -32,4 +46,4 @@ def t5_buckets(lags: Tensor, num_buckets: int, max_distance: int, bidirectional:
     return offset + torch.where(distance < exact, distance, large)
 
 
-__all__ = ["t5_buckets"]
+__all__ = ["check_t5_buckets", "t5_buckets"]

@@ -52,7 +52,10 @@ def selective_attention_chunked(
     positions = torch.arange(seq_len, device=q.device)
     real = None if attention_mask is None else attention_mask.bool()
     protected = first_real_positions(attention_mask, batch, q.device) if protect_first else None
-    carried = q.new_zeros(batch, seq_len)  # per key: the selection of the tokens already passed
+    # per key, the selection of the tokens already passed: ``live`` holds keys live_low.. up to the last chunk's end,
+    # ``finished`` the keys before them, which no later chunk reads. Each chunk gets a tensor of its own keys only (a
+    # view of one (B, T) tensor would keep that whole tensor saved for the backward pass, O(T²/chunk) in all).
+    finished, live, live_low = [], q.new_zeros(batch, 0), 0
     outputs = []
     for start, end, low, _ in query_chunks(seq_len, chunk_size, window):
         rows, keys = positions[start:end], positions[low:end]
@@ -61,11 +64,13 @@ def selective_attention_chunked(
         if real is not None:
             allowed = allowed & real[:, None, None, low:end]
             selects = selects & real[:, start:end, None] & real[:, None, low:end]
-        pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], allowed, selects, carried[:, low:end])
-        output, after = recomputed(selective_block, *pieces)
+        finished.append(live[:, : low - live_low])
+        carried = torch.cat([live[:, low - live_low :], q.new_zeros(batch, end - start)], dim=1)  # keys low..end-1
+        pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], allowed, selects, carried)
+        output, live = recomputed(selective_block, *pieces)
+        live_low = low
         outputs.append(output)
-        carried = torch.cat([carried[:, :low], after, carried[:, end:]], dim=1)
-    return torch.cat(outputs, dim=-2), carried
+    return torch.cat(outputs, dim=-2), torch.cat([*finished, live], dim=1)
 
 
 def selective_over_cache(

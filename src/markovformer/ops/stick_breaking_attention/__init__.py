@@ -52,7 +52,8 @@ def stick_breaking_attention(
     Returns:
         (B, H, T, Dv); a query with no allowed key returns zeros.
     """
-    check_attention_inputs(q, k, v, window=window, attention_mask=attention_mask, chunk_size=chunk_size)
+    check_attention_inputs(q, k, v, window=window, attention_mask=attention_mask, chunk_size=chunk_size,
+                           segment_ids=segment_ids)  # fmt: skip
     return stick_breaking_attention_chunked(q, k, v, window=window, attend_current=attend_current,
                                             attention_mask=attention_mask, chunk_size=chunk_size,
                                             segment_ids=segment_ids)  # fmt: skip

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from markovformer.ops.precision import compute_dtype
 from markovformer.ops.query_chunks import query_chunks, recomputed
+from markovformer.ops.segments import same_segment
 from markovformer.ops.stick_breaking_attention.naive import stick_breaking_allowed
 
 DEFAULT_CHUNK = 64  # queries per chunk
@@ -55,7 +56,7 @@ def stick_breaking_attention_chunked(
         if key_real is not None:
             allowed = allowed & key_real[..., low:end]
         if segment_ids is not None:  # packed documents: the (chunk, keys) block of this chunk only
-            allowed = allowed & (segment_ids[:, None, start:end, None] == segment_ids[:, None, None, low:end])
+            allowed = allowed & same_segment(segment_ids, slice(start, end), slice(low, end))
         pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], allowed)
         outputs.append(recomputed(stick_breaking_block, *pieces))
     return torch.cat(outputs, dim=-2)
