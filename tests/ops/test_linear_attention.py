@@ -316,3 +316,47 @@ def test_positive_features_approximate_softmax_attention():
         errors[num_features] = sum(per_seed) / len(per_seed)
     assert errors[16] > 1.5 * errors[256] > 1.5 * 1.5 * errors[4096]
     assert errors[4096] < 0.1
+
+
+@pytest.mark.parametrize("chunk_size", [2, 3, 4, 5])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_chunked_carries_a_document_across_a_padding_hole_at_a_chunk_end(causal, chunk_size):
+    """A masked token inside one document (segment id -1 between two runs of the same id) that ends a chunk: the
+    document's keys before the hole still reach its queries after it, as in the naive reference."""
+    from markovformer.ops.segments import segment_ids
+
+    q, k, v = _inputs(2, 10, "positive", seed=7)
+    mask = torch.ones(2, 10, dtype=torch.long)
+    mask[0, chunk_size - 1] = 0  # a hole ending the first chunk
+    mask[1, 2 * chunk_size - 1] = 0  # and one ending the second
+    positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4], list(range(10))])  # row 0: two documents
+    ids = segment_ids(positions, mask)
+    options = dict(causal=causal, attention_mask=mask, segment_ids=ids)
+    naive = linear_attention_naive(q, k, v, **options)
+    chunked = linear_attention_chunked(q, k, v, chunk_size=chunk_size, **options)
+    torch.testing.assert_close(chunked, naive, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_chunked_treats_segment_minus_one_as_padding_without_a_mask(causal):
+    """segment_ids alone mark padding (-1): those keys are read by no document and those queries return zeros."""
+    q, k, v = _inputs(2, 9, "positive", seed=8)
+    ids = torch.tensor([[0, 0, 0, 1, 1, -1, -1, -1, -1], [-1, 0, 0, -1, 0, 1, 1, 1, -1]])
+    naive = linear_attention_naive(q, k, v, causal=causal, segment_ids=ids)
+    chunked = linear_attention_chunked(q, k, v, causal=causal, segment_ids=ids, chunk_size=4)
+    torch.testing.assert_close(chunked, naive, rtol=1e-12, atol=1e-12)
+    assert not chunked.masked_select((ids < 0)[:, None, :, None]).any()  # padding queries: exact zeros
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"chunk_size": 2.5}, "chunk_size must be an integer >= 1, got 2.5"),
+        ({"chunk_size": 0}, "chunk_size must be an integer >= 1, got 0"),
+        ({"initial_state": torch.zeros(2, 2, 4, 3)}, r"initial_state must be .* = \(2, 2, 4, 4\), got shape"),
+    ],
+)
+def test_chunked_arguments_raise_naming_them(change, message):
+    q, v = torch.rand(2, 2, 5, 4), torch.rand(2, 2, 5, 3)
+    with pytest.raises(ValueError, match=message):
+        linear_attention(q, q, v, causal=True, **{"output_final_state": "initial_state" in change, **change})

@@ -66,3 +66,56 @@ def test_retention_names_an_unknown_form():
     q = randn(1, 1, 3, 2)
     with pytest.raises(ValueError, match="form='fast'"):
         retention(q, q, q, torch.tensor([0.5], dtype=torch.float64), form="fast")
+
+
+@pytest.mark.parametrize("chunk_size", [2, 3, 4])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_chunkwise_segments_with_padding_match_parallel(causal, chunk_size):
+    """Packed documents with padding (segment -1): a hole inside a document at a chunk's end keeps the document's
+    state, padding neither reads nor is read, and a padding query returns zeros (the parallel form's rule)."""
+    q, k, v = randn(2, 2, 10, 3, seed=7), randn(2, 2, 10, 3, seed=8), randn(2, 2, 10, 4, seed=9)
+    gamma = torch.tensor([0.6, 0.9], dtype=torch.float64)
+    ids = torch.full((2, 10), -1)
+    ids[0, :7] = 0
+    ids[0, chunk_size - 1] = -1  # a hole ending the first chunk, inside document 0
+    ids[1, 1:9] = torch.tensor([0, 0, 0, 1, 1, 1, 1, 1])
+    ids[1, 2 * chunk_size - 1] = -1
+    parallel = retention(q, k, v, gamma, causal, "parallel", segment_ids=ids)
+    for form in ("recurrent", "chunkwise"):
+        other = retention(q, k, v, gamma, causal, form, chunk_size, segment_ids=ids)
+        torch.testing.assert_close(other, parallel, rtol=1e-12, atol=1e-12)
+        assert not other.masked_select((ids < 0)[:, None, :, None]).any()
+
+
+@pytest.mark.parametrize("gamma_value", [0.0, 1e-300, 1e-8])
+def test_retention_forms_agree_at_a_decay_of_zero(gamma_value):
+    """γ = 0 is a head without memory: o_n = (q_n·k_n) v_n, in every form (exp(0·log 0) would be NaN)."""
+    q, k, v = randn(1, 2, 7, 3, seed=1), randn(1, 2, 7, 3, seed=2), randn(1, 2, 7, 2, seed=3)
+    gamma = torch.tensor([gamma_value, 0.5], dtype=torch.float64, requires_grad=True)
+    inputs = [x.requires_grad_() for x in (q, k, v)] + [gamma]
+    recurrent = retention(q, k, v, gamma, True, "recurrent")
+    if gamma_value == 0:
+        memoryless = (q * k).sum(-1, keepdim=True) * v
+        torch.testing.assert_close(recurrent[:, 0], memoryless[:, 0], rtol=1e-12, atol=1e-12)
+    for causal in (True, False):
+        parallel = retention(q, k, v, gamma, causal, "parallel")
+        for form in ("recurrent", "chunkwise"):
+            other = retention(q, k, v, gamma, causal, form, 3)
+            torch.testing.assert_close(other, parallel, rtol=1e-12, atol=1e-12)
+            assert_same_gradients(other, parallel, inputs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"gamma": torch.tensor([0.9, 0.9, 0.9])}, r"gamma must be one decay per head, \(H,\) = \(2,\)"),
+        ({"chunk_size": 0}, "chunk_size must be an integer >= 1, got 0"),
+        ({"initial_state": torch.zeros(1, 2, 3, 3)}, r"initial_state must be .* \(1, 2, 4, 3\), got shape"),
+        ({"q": torch.zeros(2, 5, 4)}, r"q must be \(B, H, T, Dk\), got shape \(2, 5, 4\)"),
+    ],
+)
+def test_retention_bad_arguments_raise_naming_them(change, message):
+    arguments = dict(q=randn(1, 2, 5, 4), k=randn(1, 2, 5, 4), v=randn(1, 2, 5, 3), gamma=torch.tensor([0.9, 0.8]))
+    arguments.update(change)
+    with pytest.raises(ValueError, match=message):
+        retention(**arguments, output_final_state="initial_state" in change)

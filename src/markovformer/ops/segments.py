@@ -137,6 +137,14 @@ def segment_ends(ids: Tensor) -> Tensor:
     return ends
 
 
+def last_real_segment(ids: Tensor) -> Tensor:
+    """(B, T): the segment of the last real token at or before t (-1 before the first): padding (-1) inside a
+    document then continues that document, so a chunk that ends on a hole still carries its document's sums."""
+    positions = torch.arange(ids.shape[-1], device=ids.device).expand_as(ids)
+    latest = torch.where(ids >= 0, positions, -1).cummax(dim=-1).values
+    return torch.where(latest >= 0, ids.gather(-1, latest.clamp_min(0)), -1)
+
+
 def same_segment(ids: Tensor, queries: slice = slice(None), keys: slice = slice(None)) -> Tensor:
     """(B, 1, Tq, Tk) boolean: query t (of ``queries``) and key j (of ``keys``) lie in the same document; padding
     (id -1) lies in none. The whole (T, T) block for the reference paths, one chunk's block for the chunked ones."""
@@ -144,5 +152,5 @@ def same_segment(ids: Tensor, queries: slice = slice(None), keys: slice = slice(
     return (rows[:, None, :, None] == columns[:, None, None, :]) & (columns >= 0)[:, None, None, :]
 
 
-__all__ = ["SegmentBatch", "Segments", "document_starts", "same_segment", "segment_ends", "segment_ids",
-           "segment_starts"]
+__all__ = ["SegmentBatch", "Segments", "document_starts", "last_real_segment", "same_segment", "segment_ends",
+           "segment_ids", "segment_starts"]

@@ -8,6 +8,8 @@ memory O(T C + (T / C) F Dv).
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -15,6 +17,7 @@ from torch import Tensor
 from markovformer.ops.linear_attention.naive import key_mask, normalise
 from markovformer.ops.precision import compute_dtype
 from markovformer.ops.scan import linear_scan
+from markovformer.ops.segments import last_real_segment
 
 
 def _exclusive_cumsum(x: Tensor, dim: int) -> Tensor:
@@ -69,11 +72,11 @@ def _bidirectional_segments(q: Tensor, k: Tensor, v: Tensor, ids: Tensor) -> tup
 
 
 def _causal_segments(q: Tensor, k: Tensor, v: Tensor, chunk_size: int, ids: Tensor) -> tuple[Tensor, Tensor]:
-    """``_causal`` over each query's own segment (packed documents, ``ids`` (B, T)). Within a chunk the causal
-    product is masked to the query's segment; across chunks the carried sums restart: chunk m adds the keys of
-    its last token's segment (its "tail") and keeps the carry only when that segment continues the previous
-    chunk's, a linear scan over chunks with gates 0 or 1. A query reads the carry iff its segment is the one the
-    previous chunk ended in."""
+    """``_causal`` over each query's own segment (packed documents, ``ids`` (B, T), padding keys already zero).
+    Within a chunk the causal product is masked to the query's segment; across chunks the carried sums restart:
+    chunk m adds the keys of the segment of its last real token (its "tail") and keeps the carry only when that
+    segment continues the previous chunk's, a linear scan over chunks with gates 0 or 1. A query reads the carry
+    iff its segment is the one the previous chunk ended in."""
     batch, heads, length, _ = q.shape
     num_chunks = -(-length // chunk_size)
     pad = num_chunks * chunk_size - length
@@ -82,10 +85,10 @@ def _causal_segments(q: Tensor, k: Tensor, v: Tensor, chunk_size: int, ids: Tens
         q, k, values = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, values))
         ids = F.pad(ids, (0, pad), value=-1)
     q, k, values = (x.unflatten(2, (num_chunks, chunk_size)) for x in (q, k, values))
+    last = last_real_segment(ids).view(batch, num_chunks, chunk_size)[..., -1]  # (B, n): the segment a chunk ends in
     ids = ids.view(batch, num_chunks, chunk_size)
     same = ids[..., :, None] == ids[..., None, :]  # (B, n, C, C)
     scores = (q @ k.transpose(-2, -1)).tril() * same[:, None].to(q.dtype)
-    last = ids[..., -1]  # (B, n): the segment each chunk ends in
     tail = (ids == last[..., None]).to(q.dtype)
     tail_sums = torch.einsum("bhncf,bnc,bhncd->bnhfd", k, tail, values)  # (B, n, H, F, Dv + 1)
     continues = torch.zeros_like(last, dtype=torch.bool)
@@ -126,11 +129,18 @@ def linear_attention_chunked(
         raise ValueError("packed documents (segment_ids) carry no state between calls")
     if not causal and (initial_state is not None or output_final_state):
         raise ValueError("bidirectional linear attention reads the whole sequence: it carries no state")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, Integral) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    batch, heads, length, features = q_features.shape
+    state_shape = (batch, heads, features, v.shape[-1] + 1)
+    if initial_state is not None and tuple(initial_state.shape) != state_shape:
+        raise ValueError(f"initial_state must be the running sums (B, H, F, Dv + 1) = {state_shape}, "
+                         f"got shape {tuple(initial_state.shape)}")  # fmt: skip
     dtype = compute_dtype(q_features)
-    batch, _, length, _ = q_features.shape
-    real = key_mask(attention_mask, batch, length, q_features.device)[:, None, :, None]
+    real = key_mask(attention_mask, batch, length, q_features.device)
+    if segment_ids is not None:  # segment -1 is padding, with or without an attention_mask
+        real = real & (segment_ids.to(q_features.device) >= 0)
+    real = real[:, None, :, None]
     zero = torch.zeros((), dtype=dtype, device=q_features.device)
     q = q_features.to(dtype)
     # Padded keys are removed by zeroing their features and values (where, not *, so inf/NaN cannot leak).

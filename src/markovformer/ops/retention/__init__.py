@@ -14,6 +14,8 @@ Non-causal retention is the causal form run forwards and backwards, minus the do
 
 from __future__ import annotations
 
+from numbers import Integral
+
 from torch import Tensor
 
 from markovformer.ops.retention.chunked import retention_chunkwise
@@ -26,6 +28,28 @@ def check_form(form: str) -> None:
     """ValueError naming ``form`` unless it is one of RETENTION_FORMS."""
     if form not in RETENTION_FORMS:
         raise ValueError(f"form={form!r}: expected one of {RETENTION_FORMS}")
+
+
+def _check_inputs(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, chunk_size: int, initial_state: Tensor | None,
+                  segment_ids: Tensor | None) -> None:  # fmt: skip
+    """ValueError naming the first input that is not as ``retention`` documents it."""
+    if q.dim() != 4:
+        raise ValueError(f"q must be (B, H, T, Dk), got shape {tuple(q.shape)}")
+    if k.shape != q.shape:
+        raise ValueError(f"k must match q {tuple(q.shape)} (B, H, T, Dk), got shape {tuple(k.shape)}")
+    if v.dim() != 4 or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"v must be (B, H, T, Dv) with (B, H, T) = {tuple(q.shape[:3])}, got shape {tuple(v.shape)}")
+    batch, heads, length, key_dim = q.shape
+    if tuple(gamma.shape) != (heads,):
+        raise ValueError(f"gamma must be one decay per head, (H,) = ({heads},); got shape {tuple(gamma.shape)}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, Integral) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    state_shape = (batch, heads, key_dim, v.shape[-1])
+    if initial_state is not None and tuple(initial_state.shape) != state_shape:
+        raise ValueError(f"initial_state must be the state S (B, H, Dk, Dv) = {state_shape}, "
+                         f"got shape {tuple(initial_state.shape)}")  # fmt: skip
+    if segment_ids is not None and tuple(segment_ids.shape) != (batch, length):
+        raise ValueError(f"segment_ids must be (B, T) = {(batch, length)}, got shape {tuple(segment_ids.shape)}")
 
 
 def retention(
@@ -41,6 +65,7 @@ def retention(
     across a boundary (the recurrent form then runs chunkwise: the same retention).
     """
     check_form(form)
+    _check_inputs(q, k, v, gamma, chunk_size, initial_state, segment_ids)
     if segment_ids is not None:
         if initial_state is not None or output_final_state:
             raise ValueError("packed documents (segment_ids) carry no retention state between calls")
@@ -51,7 +76,9 @@ def retention(
             return output
         backward = retention_chunkwise(q.flip(2), k.flip(2), v.flip(2), gamma, chunk_size,
                                        segment_ids=segment_ids.flip(1)).flip(2)  # fmt: skip
-        return output + backward - (q * k).sum(-1, keepdim=True) * v
+        # both directions count the diagonal once; a padding query (segment -1) has none
+        diagonal = (q * k).sum(-1, keepdim=True) * v
+        return output + backward - diagonal * (segment_ids >= 0).to(q.device)[:, None, :, None]
     if initial_state is not None or output_final_state:
         if not causal or form == "parallel":
             raise ValueError("retention carries a state only when causal, in the recurrent or chunkwise form")

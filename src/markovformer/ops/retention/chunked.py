@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from markovformer.ops.retention.naive import decay_matrix
+from markovformer.ops.retention.naive import decay_matrix, decay_powers
 from markovformer.ops.scan import linear_scan
+from markovformer.ops.segments import last_real_segment
 
 
 def retention_chunkwise(
@@ -33,23 +34,27 @@ def retention_chunkwise(
     chunks = -(-length // chunk_size)
     pad = chunks * chunk_size - length  # zero keys and values add nothing; padded queries are cropped
     q, k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (chunks, chunk_size)) for x in (q, k, v))
-    log_gamma = torch.log(gamma.to(q.device))[:, None]  # (H, 1), float64
+    gamma = gamma.to(q.device)
     steps = torch.arange(chunk_size, device=q.device)
     inner_decay = decay_matrix(gamma, chunk_size, True, q.device).to(q.dtype)[:, None]  # (H, 1, C, C)
-    query_decay = torch.exp((steps + 1) * log_gamma).to(q.dtype)[:, None, :, None]  # γ^{j+1}
-    key_decay = torch.exp((chunk_size - 1 - steps) * log_gamma).to(q.dtype)[:, None, :, None]  # γ^{C-1-j}
+    query_decay = decay_powers(gamma, steps + 1).to(q.dtype)[:, None, :, None]  # γ^{j+1}
+    key_decay = decay_powers(gamma, chunk_size - 1 - steps).to(q.dtype)[:, None, :, None]  # γ^{C-1-j}
     reads = None
     if segment_ids is not None:
-        ids = F.pad(segment_ids.to(q.device), (0, pad), value=-1).view(batch, chunks, chunk_size)
-        inner_decay = inner_decay * (ids[..., :, None] == ids[..., None, :])[:, None].to(q.dtype)  # (B, H|1, n, C, C)
-        last = ids[..., -1]  # (B, n): the document each chunk ends in
-        key_decay = key_decay * (ids == last[..., None])[:, None, ..., None].to(q.dtype)  # its keys only
+        padded = F.pad(segment_ids.to(q.device), (0, pad), value=-1)
+        ids = padded.view(batch, chunks, chunk_size)
+        present = ids >= 0  # segment -1 is padding: it neither reads nor is read
+        same = (ids[..., :, None] == ids[..., None, :]) & present[..., None, :]
+        inner_decay = inner_decay * same[:, None].to(q.dtype)  # (B, H|1, n, C, C)
+        # (B, n): the document of each chunk's last real token (a hole at a chunk's end continues its document)
+        last = last_real_segment(padded).view(batch, chunks, chunk_size)[..., -1]
+        key_decay = key_decay * ((ids == last[..., None]) & present)[:, None, ..., None].to(q.dtype)  # its keys only
         previous_last = F.pad(last[:, :-1], (1, 0), value=-2)
-        reads = (ids == previous_last[..., None])[:, None, ..., None].to(q.dtype)  # (B, 1, n, C, 1)
+        reads = ((ids == previous_last[..., None]) & present)[:, None, ..., None].to(q.dtype)  # (B, 1, n, C, 1)
     inner = ((q @ k.transpose(-1, -2)) * inner_decay) @ v
     chunk_states = (k * key_decay).transpose(-1, -2) @ v  # (B, H, n, Dk, Dv): each chunk's own contribution
     flat = chunk_states.permute(0, 2, 1, 3, 4).reshape(batch, chunks, heads * key_dim * value_dim)
-    carry = torch.exp(chunk_size * log_gamma).to(q.dtype).expand(heads, key_dim * value_dim).reshape(1, 1, -1)
+    carry = decay_powers(gamma, chunk_size).to(q.dtype)[:, None].expand(heads, key_dim * value_dim).reshape(1, 1, -1)
     carry = carry.expand_as(flat)
     if segment_ids is not None:  # the previous chunk's state only where the document continues
         carry = carry * (last == previous_last)[..., None].to(q.dtype)
@@ -69,9 +74,9 @@ def retention_chunkwise(
         return output
     # the last chunk holds r real steps (the rest is padding): S_{T-1} = γ^r S_before + Σ_{j<r} γ^{r-1-j} k_jᵀ v_j
     real = length - (chunks - 1) * chunk_size
-    last_decay = torch.exp((real - 1 - steps[:real]) * log_gamma).to(q.dtype)[:, :, None]  # (H, r, 1)
+    last_decay = decay_powers(gamma, real - 1 - steps[:real]).to(q.dtype)[:, :, None]  # (H, r, 1)
     last = (k[:, :, -1, :real] * last_decay).transpose(-1, -2) @ v[:, :, -1, :real]
-    final = torch.exp(real * log_gamma).to(q.dtype)[:, :, None] * previous[:, :, -1] + last
+    final = decay_powers(gamma, real).to(q.dtype)[:, None, None] * previous[:, :, -1] + last
     return output, final
 
 

@@ -15,13 +15,21 @@ from markovformer.ops.precision import compute_dtype
 from markovformer.ops.segments import same_segment
 
 
+def decay_powers(gamma: Tensor, exponents: Tensor | int) -> Tensor:
+    """γ_h^n for gamma (H,) and integer exponents n >= 0 (any shape): (H, *exponents.shape), in gamma's dtype.
+
+    A power, not exp(n·log γ): at γ = 0 (a head without memory) the latter is exp(0·-inf) = NaN on the diagonal,
+    where γ^0 = 1; the power's gradient there is finite too."""
+    exponents = torch.as_tensor(exponents, device=gamma.device)
+    return gamma.reshape(-1, *([1] * exponents.dim())) ** exponents
+
+
 def decay_matrix(gamma: Tensor, length: int, causal: bool, device: torch.device) -> Tensor:
     """(H, T, T): γ^{n-m} for n >= m (and γ^{m-n} for n < m when not causal), else 0; in gamma's dtype."""
     steps = torch.arange(length, device=device)
     lag = steps[:, None] - steps[None, :]
     allowed = lag >= 0 if causal else torch.ones_like(lag, dtype=torch.bool)
-    log_gamma = torch.log(gamma.to(device))[:, None, None]
-    return torch.where(allowed, torch.exp(lag.abs() * log_gamma), 0.0)
+    return torch.where(allowed, decay_powers(gamma.to(device), lag.abs()), 0.0)
 
 
 def retention_weights(q: Tensor, k: Tensor, gamma: Tensor, causal: bool = True,
@@ -62,4 +70,4 @@ def retention_recurrent(
     return (output, state) if output_final_state else output
 
 
-__all__ = ["decay_matrix", "retention_parallel", "retention_recurrent", "retention_weights"]
+__all__ = ["decay_matrix", "decay_powers", "retention_parallel", "retention_recurrent", "retention_weights"]
