@@ -284,6 +284,48 @@ def test_dispatcher_errors():
         lag_bias_attention(q, k, v, attention_mask=torch.ones(2, 4), **options)
     with pytest.raises(ValueError, match="window"):
         lag_bias_attention(q, k, v, window=-1, causal=True)
+    with pytest.raises(ValueError, match="got True"):  # bool is an int to isinstance, not a window
+        lag_bias_attention(q, k, v, window=True, causal=True, backend="banded")
+    for bad in (1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError, match=rf"dropout_p must lie in \[0, 1\]; got {bad}"):
+            lag_bias_attention(q, k, v, dropout_p=bad, backend="naive", **options)
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_mask_and_segment_ids_together_hide_both(window):
+    """A key that segment_ids call real but attention_mask hides stays hidden: the query whose only keys it and
+    another document's are returns zeros, on every path, as in the naive reference."""
+    q, k, v, past, future = _inputs(8, order=2, batch=2)
+    segments = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, -1, -1, -1]])
+    mask = torch.tensor([[1, 1, 1, 0, 1, 1, 1, 1], [1, 1, 0, 1, 1, 0, 0, 0]])
+    options = dict(window=window, causal=True, attention_mask=mask, segment_ids=segments)
+    expected = lag_bias_attention_naive(q, k, v, past, future, **options)[0]
+    assert not expected[0, :, 3].any() and not expected[1, :, 2].any()  # masked first tokens see nothing
+    got = lag_bias_attention(q, k, v, past, future, backend="chunked" if window is None else "banded", **options)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["naive", "banded", "chunked"])
+def test_dropout_of_one_drops_everything(backend):
+    q, k, v, past, future = _inputs(6, order=2, batch=1)
+    window = None if backend in ("naive", "chunked") else 2
+    leaves = [x.requires_grad_() for x in (q, k, v, past, future)]
+    out = lag_bias_attention(*leaves, window=window, causal=True, dropout_p=1.0, backend=backend)
+    assert torch.equal(out, torch.zeros_like(out))
+    out.sum().backward()
+    assert all(torch.isfinite(x.grad).all() for x in leaves)
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_naive_casts_mixed_dtypes_as_the_fast_paths(window):
+    """bfloat16 queries with float32 biases (gates kept in float32): every path runs in q's dtype's computation."""
+    q, k, v, past, future = _inputs(6, order=2, batch=1)
+    half = [x.bfloat16() for x in (q, k, v)]
+    fast = lag_bias_attention(*half, past.float(), future.float(), window=window, causal=False,
+                              backend="banded" if window else "chunked")  # fmt: skip
+    naive = lag_bias_attention(*half, past.float(), future.float(), window=window, causal=False, backend="naive")
+    assert naive.dtype == fast.dtype == torch.bfloat16
+    torch.testing.assert_close(naive.double(), fast.double(), rtol=0.05, atol=0.05)
 
 
 def test_prediction_lags_place_a_source_lag_where_the_predicting_query_sees_it():

@@ -35,7 +35,8 @@ BACKENDS = ("auto", "naive", "banded", "chunked", "flex")
 CHUNKED_MIN_LENGTH = 256  # global scope: naive and chunked cross near here on CPU (forward+backward, 1 thread)
 
 
-def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segment_ids=None) -> None:
+def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segment_ids=None,
+                  dropout_p: float = 0.0) -> None:  # fmt: skip
     if q.dim() != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
         raise ValueError(
             f"q, k, v must be (B, H, T, Dh) with matching B, H, T and q/k Dh; got q {tuple(q.shape)}, "
@@ -44,7 +45,7 @@ def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segme
     for name, bias in (("past_bias", past_bias), ("future_bias", future_bias)):
         if bias is not None and (bias.dim() != 4 or bias.shape[:3] != q.shape[:3]):
             raise ValueError(f"{name} must be (B, H, T, K) matching q {tuple(q.shape[:3])}; got {tuple(bias.shape)}")
-    if window is not None and (not isinstance(window, int) or window < 0):
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
         raise ValueError(f"window must be a non-negative int or None (global scope); got {window!r}")
     if attention_mask is not None and tuple(attention_mask.shape) != (q.shape[0], q.shape[2]):
         raise ValueError(
@@ -52,6 +53,8 @@ def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segme
         )
     if segment_ids is not None and tuple(segment_ids.shape) != (q.shape[0], q.shape[2]):
         raise ValueError(f"segment_ids must be (B, T) = {(q.shape[0], q.shape[2])}; got {tuple(segment_ids.shape)}")
+    if not 0.0 <= dropout_p <= 1.0:  # also refuses NaN
+        raise ValueError(f"dropout_p must lie in [0, 1]; got {dropout_p!r}")
 
 
 def resolve_backend(backend: str, q: Tensor, window: int | None, dropout_p: float = 0.0,
@@ -112,7 +115,7 @@ def lag_bias_attention(
         window: W, the query at t sees keys t-W..t (causal, |t-j| <= W bidirectional), or None for global scope.
         causal: hide keys after the query.
         attention_mask: (B, T), 1 = real token, 0 = padding (as a key). Queries with no visible key output 0.
-        dropout_p: dropout on the attention probabilities (pass 0 at evaluation).
+        dropout_p: dropout on the attention probabilities, in [0, 1] (pass 0 at evaluation; 1 gives zeros).
         backend: one of ``BACKENDS`` (see the module docstring).
         segment_ids: (B, T) long, packed documents (``ops.segments``): a query sees keys of its own segment only
             (-1 = padding, no segment). Masked inside the band, the chunk or flex's ``BlockMask``: no (T, T) tensor
@@ -121,7 +124,7 @@ def lag_bias_attention(
     Returns:
         (B, H, T, Dv).
     """
-    _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segment_ids)
+    _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segment_ids, dropout_p)
     backend = resolve_backend(backend, q, window, dropout_p, v.shape[-1])
     options = dict(causal=causal, attention_mask=attention_mask, segment_ids=segment_ids)
     if backend == "flex":

@@ -186,21 +186,22 @@ class _Masks:
             real = attention_mask.to(device=device).bool()
             gathered = real[:, positions.clamp(0, layout.seq_len - 1)]  # (B, nb, L)
             present = present[None] & gathered
-            has_key = (band[None, None] & present[:, :, None, :]).any(-1)  # (B, nb, C)
-            self.has_key = has_key[:, None].expand(-1, layout.heads, -1, -1).reshape(-1, layout.block, 1)
             self.absent_by_batch = torch.where(present, zero, hidden)
         else:
             self.absent_table = torch.where(present, zero, hidden)  # (nb, L)
             self.edge = ~present.all(-1)  # (nb,): blocks whose window reaches past a sequence end
         self.hidden, self.query_segments = hidden, None
+        seen = band[None, None] & present[..., None, :]  # (B or 1, nb, C, L): visible by band, edges and padding
         if segment_ids is not None:  # packed documents: per block, each query's segment and each window key's
             ids = segment_ids.to(device)
             self.key_segments = ids[:, positions.clamp(0, layout.seq_len - 1)]  # (B, nb, L); edges hidden above
             padded = F.pad(ids, (0, layout.padded_len - layout.seq_len), value=-1)
             self.query_segments = padded.view(layout.batch, layout.num_blocks, layout.block)  # (B, nb, C)
-            # a real query always sees itself; a padding query (segment -1) sees nothing
-            real = (self.query_segments >= 0)[:, None].expand(-1, layout.heads, -1, -1)
-            self.has_key = real.reshape(-1, layout.block, 1)
+            queries = self.query_segments[..., None]  # a padding query (segment -1) sees nothing
+            seen = seen & (queries == self.key_segments[:, :, None, :]) & (queries >= 0)
+        if attention_mask is not None or segment_ids is not None:  # both masks at once, as the naive path
+            has_key = seen.any(-1)  # (B, nb, C)
+            self.has_key = has_key[:, None].expand(-1, layout.heads, -1, -1).reshape(-1, layout.block, 1)
 
     def add_absent(self, scores: Tensor, start: int, stop: int) -> None:
         """Hide the keys of blocks start..stop that are padding or lie beyond their sequence."""
@@ -245,7 +246,9 @@ class _BandedAttention(torch.autograd.Function):
                 probs.mul_(masks.has_key[start:stop])
             attended = probs
             if dropout_p > 0:
-                keep = torch.empty_like(probs).bernoulli_(1.0 - dropout_p).div_(1.0 - dropout_p)
+                keep = torch.zeros_like(probs)  # p = 1 drops every probability: zeros, as F.dropout (not 0/0)
+                if dropout_p < 1:
+                    keep.bernoulli_(1.0 - dropout_p).div_(1.0 - dropout_p)
                 attended = probs * keep
                 saved.append(keep)
             used = slice(0, layout.used)

@@ -29,6 +29,19 @@ def default_chunk_size(batch_heads: int, seq_len: int) -> int:
     return max(MIN_CHUNK, min(MAX_CHUNK, CHUNK_ELEMENTS // max(1, batch_heads * seq_len)))
 
 
+def _sees_own_segment(ids: Tensor, real: Tensor | None, causal: bool) -> Tensor:
+    """(B, T): the query's document (``ids``, -1 = padding) holds a real key (``real`` (B, T) or all) that it may
+    see: any when bidirectional, one at or before it when causal. By each document's first real key, O(B·T)."""
+    batch, length = ids.shape
+    positions = torch.arange(length, device=ids.device).expand(batch, length)
+    keys = ids >= 0 if real is None else real & (ids >= 0)
+    documents = int(ids.max()) + 1 if ids.numel() else 1
+    first = torch.full((batch, max(documents, 1)), length, dtype=positions.dtype, device=ids.device)
+    first = first.scatter_reduce(1, ids.clamp_min(0), torch.where(keys, positions, length), "amin")
+    own_first = first.gather(1, ids.clamp_min(0))
+    return (ids >= 0) & (own_first <= positions if causal else own_first < length)
+
+
 class _Plan:
     """Everything the forward and the backward pass share: sizes, masks and how to rebuild a chunk's scores."""
 
@@ -46,6 +59,7 @@ class _Plan:
         device, dtype = q.device, q.dtype
         self.key_add = None  # (B, 1, 1, Kp + T + Kf): 0 for a real key, hidden for padding and the pad columns
         self.has_key = None  # (B, 1, T, 1): the query sees at least one key
+        real = None
         if attention_mask is not None:
             real = attention_mask.to(device).bool()
             pads = (self.past_count, self.future_count)
@@ -60,7 +74,7 @@ class _Plan:
             self.query_segments = ids[:, None, :, None]
             pads = (self.past_count, self.future_count)
             self.key_segments = torch.nn.functional.pad(ids, pads, value=-1)[:, None, None, :]
-            self.has_key = (ids >= 0)[:, None, :, None]  # a real query sees itself, a padding one nothing
+            self.has_key = _sees_own_segment(ids, real, causal)[:, None, :, None]
 
     def columns(self, end: int) -> int:
         """Key columns (padded coordinates) that a chunk ending at query ``end`` reads."""
@@ -114,7 +128,9 @@ class _Plan:
         if self.dropout_p == 0:
             return None
         generator = torch.Generator(device=probs.device).manual_seed(self.seed + chunk_index)
-        keep = torch.empty(probs.shape, device=probs.device, dtype=probs.dtype)
+        keep = torch.zeros(probs.shape, device=probs.device, dtype=probs.dtype)
+        if self.dropout_p >= 1:  # every probability dropped: zeros, as F.dropout (not 0/0)
+            return keep
         return keep.bernoulli_(1.0 - self.dropout_p, generator=generator).div_(1.0 - self.dropout_p)
 
     def chunks(self):

@@ -41,7 +41,9 @@ def lag_bias_attention_naive(
     dropout_p: float = 0.0,
     segment_ids: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Return (output (B, H, T, Dv), attention probabilities (B, H, T, T)). ``segment_ids``: see ``dense_allowed``."""
+    """Return (output (B, H, T, Dv), attention probabilities (B, H, T, T)), both in q's dtype (the other inputs are
+    cast to it, as the fast paths do). ``segment_ids``: see ``dense_allowed``."""
+    k, v, past_bias, future_bias = (None if x is None else x.to(q.dtype) for x in (k, v, past_bias, future_bias))
     seq_len = q.shape[-2]
     positions = torch.arange(seq_len, device=q.device)
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
