@@ -52,3 +52,11 @@ def test_long_conv_names_a_kernel_shorter_than_the_input(convolve):
         convolve(u, randn(5, 2))
     with pytest.raises(ValueError, match="backward_kernel"):
         convolve(u, randn(6, 2), randn(6, 3))
+
+
+@pytest.mark.parametrize("convolve", [long_conv_fft, long_conv_naive], ids=["fft", "naive"])
+def test_long_conv_names_an_input_that_is_not_a_sequence(convolve):
+    with pytest.raises(ValueError, match=r"u must be \(B, T, C\) with T >= 1, got shape \(4, 2\)"):
+        convolve(randn(4, 2), randn(4, 2))
+    with pytest.raises(ValueError, match=r"u must be \(B, T, C\) with T >= 1, got shape \(1, 0, 2\)"):
+        convolve(randn(1, 0, 2), randn(0, 2))

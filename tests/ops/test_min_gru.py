@@ -81,3 +81,7 @@ def test_bad_shapes_are_named():
         min_gru(gate_logits, candidates[:, :3])
     with pytest.raises(ValueError, match="mask must be"):
         min_gru(gate_logits, candidates, torch.ones(2, 5))
+    with pytest.raises(ValueError, match=r"resets must be \(B, T\) = \(2, 4\), got shape \(2, 5\)"):
+        min_gru(gate_logits, candidates, resets=torch.zeros(2, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"initial_state must be \(B, D\) = \(2, 3\), got shape \(2, 5\)"):
+        min_gru(gate_logits, candidates, initial_state=torch.zeros(2, 5, dtype=DTYPE))

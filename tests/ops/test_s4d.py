@@ -54,3 +54,12 @@ def test_convolution_by_the_kernel_is_the_recurrence(length):
     convolution = long_conv_naive(u, s4d_kernel_naive(dt_a, c_b, length))
     torch.testing.assert_close(recurrence, convolution, rtol=1e-10, atol=1e-12)
     assert_same_gradients(recurrence, convolution, [u, *leaves], rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("kernel", [s4d_kernel, s4d_kernel_naive], ids=["vandermonde", "naive"])
+def test_kernel_names_a_bad_length(kernel):
+    _, dt_a, c_b = _ssm()
+    assert kernel(dt_a, c_b, 0).shape == (0, CHANNELS)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match=f"length must be a non-negative integer .*, got {bad}"):
+            kernel(dt_a, c_b, bad)

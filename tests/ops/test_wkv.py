@@ -53,3 +53,13 @@ def test_stable_recurrence_gradients_equal_naive_at_odd_lengths(length):
     recurrent, naive = wkv_recurrent(*inputs), wkv_naive(*inputs)
     torch.testing.assert_close(recurrent, naive, rtol=1e-12, atol=1e-12)
     assert_same_gradients(recurrent, naive, list(inputs), rtol=1e-10, atol=1e-12)
+
+
+def test_wkv_names_a_bad_input():
+    w, u, k, v = (x.detach() for x in _wkv_inputs())
+    with pytest.raises(ValueError, match=r"w must be one value per channel, \(C,\) = \(6,\); got shape \(5,\)"):
+        wkv_scan(w[:5], u, k, v)
+    with pytest.raises(ValueError, match=r"attention_mask must be \(B, T\) = \(3, 11\), got shape \(3, 12\)"):
+        wkv_scan(w, u, k, v, attention_mask=torch.ones(3, 12))
+    with pytest.raises(ValueError, match=r"initial_state must be .* \(3, 6\); got shapes .*\(3,\)\]"):
+        wkv_recurrent(w, u, k, v, initial_state=(k[:, 0], k[:, 0], k[:, 0, 0]))

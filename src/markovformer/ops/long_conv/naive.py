@@ -7,7 +7,9 @@ from torch import Tensor
 
 
 def check_kernels(u: Tensor, forward_kernel: Tensor, backward_kernel: Tensor | None) -> None:
-    """ValueError naming the kernel that is not (>= T, C) for inputs u (B, T, C)."""
+    """ValueError naming ``u`` unless it is (B, T, C) with T >= 1, or the kernel that is not (>= T, C)."""
+    if u.dim() != 3 or u.shape[1] == 0:
+        raise ValueError(f"u must be (B, T, C) with T >= 1, got shape {tuple(u.shape)}")
     length, channels = u.shape[1], u.shape[2]
     for name, kernel in (("forward_kernel", forward_kernel), ("backward_kernel", backward_kernel)):
         if kernel is not None and (kernel.dim() != 2 or kernel.shape[0] < length or kernel.shape[1] != channels):

@@ -7,8 +7,16 @@
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import torch
 from torch import Tensor
+
+
+def check_length(length: int) -> None:
+    """ValueError naming ``length`` unless it is a non-negative integer (the number of kernel taps)."""
+    if isinstance(length, bool) or not isinstance(length, Integral) or length < 0:
+        raise ValueError(f"length must be a non-negative integer (kernel taps), got {length!r}")
 
 
 def s4d_kernel_naive(dt_a: Tensor, c_b: Tensor, length: int) -> Tensor:
@@ -16,6 +24,7 @@ def s4d_kernel_naive(dt_a: Tensor, c_b: Tensor, length: int) -> Tensor:
 
     dt_a = Δ·A and c_b = C·B̄, both complex (C, N/2). Returns the real kernel (length, C).
     """
+    check_length(length)
     lags = torch.arange(length, device=dt_a.device, dtype=dt_a.real.dtype)
     return 2 * (c_b[..., None] * torch.exp(dt_a[..., None] * lags)).sum(1).real.transpose(0, 1)
 
@@ -40,4 +49,4 @@ def s4d_recurrence(
     return (output, state) if output_final_state else output
 
 
-__all__ = ["s4d_kernel_naive", "s4d_recurrence"]
+__all__ = ["check_length", "s4d_kernel_naive", "s4d_recurrence"]

@@ -8,6 +8,8 @@ import math
 import torch
 from torch import Tensor
 
+from markovformer.ops.s4d.naive import check_length
+
 
 def s4d_kernel(dt_a: Tensor, c_b: Tensor, length: int) -> Tensor:
     """K_l = 2 Re(Σ_n c_b[c, n] · exp(dt_a[c, n] · l)) for l = 0..length-1.
@@ -16,6 +18,7 @@ def s4d_kernel(dt_a: Tensor, c_b: Tensor, length: int) -> Tensor:
     The Vandermonde product is split as exp(ΔA·l) = exp(ΔA·(l mod S)) · exp(ΔA·S·(l div S)) with S ≈ √length:
     two small tables and one batched matmul instead of C·N/2·length complex exponentials (25x faster on CPU).
     """
+    check_length(length)
     block = math.isqrt(max(length - 1, 0)) + 1
     rows = -(-length // block)
     real = dt_a.real.dtype

@@ -15,13 +15,19 @@ from torch import Tensor
 from markovformer.ops.scan.dispatch import linear_scan
 
 
-def _check(gate_logits: Tensor, candidates: Tensor, mask: Tensor | None) -> None:
+def _check(gate_logits: Tensor, candidates: Tensor, mask: Tensor | None, initial_state: Tensor | None = None,
+           resets: Tensor | None = None) -> None:  # fmt: skip
     if gate_logits.dim() != 3:
         raise ValueError(f"gate_logits must be (B, T, D), got shape {tuple(gate_logits.shape)}")
     if candidates.shape != gate_logits.shape:
         raise ValueError(f"candidates must match gate_logits {tuple(gate_logits.shape)}, got {tuple(candidates.shape)}")
     if mask is not None and tuple(mask.shape) != tuple(gate_logits.shape[:2]):
         raise ValueError(f"mask must be (B, T) = {tuple(gate_logits.shape[:2])}, got shape {tuple(mask.shape)}")
+    if resets is not None and tuple(resets.shape) != tuple(gate_logits.shape[:2]):
+        raise ValueError(f"resets must be (B, T) = {tuple(gate_logits.shape[:2])}, got shape {tuple(resets.shape)}")
+    state_shape = (gate_logits.shape[0], gate_logits.shape[2])
+    if initial_state is not None and tuple(initial_state.shape) != state_shape:
+        raise ValueError(f"initial_state must be (B, D) = {state_shape}, got shape {tuple(initial_state.shape)}")
 
 
 def min_gru_scan_inputs(gate_logits: Tensor, candidates: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -48,10 +54,10 @@ def min_gru(
     ``backend``: a ``linear_scan`` backend. ``resets`` (B, T) bool: steps whose state starts afresh (a_t = 0; packed
     documents: each document's first step, or its last with ``reverse``).
     """
-    _check(gate_logits, candidates, mask)
+    _check(gate_logits, candidates, mask, initial_state, resets)
     decay, update = min_gru_scan_inputs(gate_logits, candidates, mask)
     if resets is not None:
-        decay = decay.masked_fill(resets[..., None], 0.0)
+        decay = decay.masked_fill(resets.bool()[..., None], 0.0)
     if reverse:
         decay, update = decay.flip(1), update.flip(1)
     states, final = linear_scan(decay, update, initial_state, backend=backend)
@@ -67,7 +73,7 @@ def min_gru_naive(
 
     Same arguments and result as ``min_gru``; a masked step keeps the previous state.
     """
-    _check(gate_logits, candidates, mask)
+    _check(gate_logits, candidates, mask, initial_state)
     order = range(gate_logits.shape[1] - 1, -1, -1) if reverse else range(gate_logits.shape[1])
     state = torch.zeros_like(candidates[:, 0]) if initial_state is None else initial_state
     states = [None] * gate_logits.shape[1]

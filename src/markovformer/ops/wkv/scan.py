@@ -15,7 +15,7 @@ from markovformer.ops.padding import has_real_before, zero_padding
 from markovformer.ops.precision import compute_dtype
 from markovformer.ops.scan import linear_scan
 from markovformer.ops.segments import segment_starts
-from markovformer.ops.wkv.recurrent import WKVState
+from markovformer.ops.wkv.recurrent import WKVState, check_inputs
 
 
 def _past_sums(
@@ -88,6 +88,7 @@ def wkv_scan(
     Causal WKV carries ``wkv_recurrent``'s state: ``initial_state`` in, and with ``output_final_state`` the
     output and the state after the last step out (in the compute dtype). ``segment_ids`` (B, T): packed documents
     (``ops.segments``), each read alone."""
+    check_inputs(w, u, k, v, initial_state, attention_mask=attention_mask, segment_ids=segment_ids)
     if not causal and (initial_state is not None or output_final_state):
         raise ValueError("bidirectional WKV reads the whole sequence: it carries no state")
     if segment_ids is not None and (initial_state is not None or output_final_state):
