@@ -70,6 +70,19 @@ def test_config_list_show_and_copy(main_cli, tmp_path):
     assert_one_line_error(main_cli("config", "show", "text_chr"), "text_char", "config list")
 
 
+def test_config_list_gives_each_config_its_first_whole_sentence(tmp_path):
+    """The listing summarises a config by its comment's first sentence, across lines and past "e.g." or "et al.";
+    it printed the first line only, which cut 11 of 17 summaries mid-sentence ("... fetched from Debian with")."""
+    from markovformer.training.config_files import config_summary
+
+    path = tmp_path / "x.yaml"
+    path.write_text("# MQAR (Arora et al. 2023) on DNA (e.g. promoters) over\n# two lines: the cell of table1. Then\n"
+                    "# more.\n#   markovformer train x.yaml\ntask: causal_lm\n")  # fmt: skip
+    assert config_summary(path) == "MQAR (Arora et al. 2023) on DNA (e.g. promoters) over two lines: the cell of table1"
+    path.write_text("# A run that stops before its command line:\n#   markovformer train x.yaml\n# Later.\n")
+    assert config_summary(path) == "A run that stops before its command line"
+
+
 def test_switching_the_data_source_drops_the_old_sources_options_and_says_so():
     from markovformer.training.demo import DEMO_CONFIG
     from markovformer.training.kind_switches import apply_switching_overrides

@@ -331,14 +331,17 @@ def prepare_data(args: argparse.Namespace) -> None:
 
 def run_config_command(args: argparse.Namespace) -> None:
     from markovformer.atomic import atomic_write_text
-    from markovformer.training.config_files import shipped_config, shipped_configs  # deferred: module docstring
+    from markovformer.training.config_files import (  # deferred: module docstring
+        config_summary,
+        shipped_config,
+        shipped_configs,
+    )
 
     if args.config_command == "list":
         configs = shipped_configs()
         column = max(map(len, configs)) + 2
         for name, path in configs.items():
-            first = next((line for line in path.read_text().splitlines() if line.startswith("#")), "#")
-            print(wrapped(first.lstrip("# ").rstrip("."), column, name))
+            print(wrapped(config_summary(path), column, name))
         print("\nmarkovformer config show NAME: print one; markovformer config copy NAME [DEST]: copy it to edit; "
               "markovformer train NAME (or configs/NAME.yaml) trains it")  # fmt: skip
         return

@@ -4,6 +4,7 @@ finds its file: a path that exists, else a shipped config named bare (``text_cha
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from markovformer.models.config_base import suggest
@@ -15,6 +16,18 @@ SHIPPED_DIR = Path(__file__).resolve().parents[1] / "configs"
 def shipped_configs() -> dict[str, Path]:
     """Name (the file's stem) -> path of every shipped config, sorted by name."""
     return {path.stem: path for path in sorted(SHIPPED_DIR.glob("*.yaml"))}
+
+
+def config_summary(path: Path) -> str:
+    """The first sentence of a config's leading comment (its lines joined up to the first command line, indented
+    after the ``#``), without its full stop: what ``markovformer config list`` prints."""
+    words = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#") or line.startswith("#  "):
+            break
+        words.append(line.lstrip("#").strip())
+    sentence = re.split(r"\.\s+(?=[A-Z])", " ".join(words), maxsplit=1)[0]  # not at "e.g. x" or "et al. 2023"
+    return sentence.rstrip(".:")
 
 
 def shipped_config(name: str) -> Path:
