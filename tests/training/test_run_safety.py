@@ -238,8 +238,11 @@ def test_a_model_that_cannot_score_its_data_fails_before_the_run_folder_exists(r
     ("already holds a run"). They fail in one line before anything is written."""
     config, _ = run_files
     one_line_error(main_cli("train", str(config), "output_dir=bad", *setting), *fragments)
-    assert [path.name for path in (tmp_path / "bad").iterdir()] == [".lock"]  # the run lock's file alone
-    assert main_cli("train", str(config), "output_dir=bad").returncode == 0  # no "already holds a run"
+    assert not (tmp_path / "bad").exists()  # not even the run lock's file (an empty folder was left behind)
+    (tmp_path / "mine").mkdir()  # a folder the user made is the user's: kept, with the lock's file
+    one_line_error(main_cli("train", str(config), "output_dir=mine", *setting), *fragments)
+    assert [path.name for path in (tmp_path / "mine").iterdir()] == [".lock"]
+    assert main_cli("train", str(config), "output_dir=mine").returncode == 0  # no "already holds a run"
 
 
 def test_scoring_the_first_batch_leaves_the_random_state_and_the_mode(tiny_run):

@@ -42,7 +42,7 @@ from markovformer.training.run_dir import (
     write_run_files,
     write_start_files,
 )
-from markovformer.training.run_lock import run_dir_lock
+from markovformer.training.run_lock import LOCK_FILE, run_dir_lock
 from markovformer.training.run_report import describe_run, report_results
 from markovformer.training.step_checkpoints import (
     LastValidation,
@@ -140,11 +140,18 @@ def train(config: RunConfig) -> dict:
     check_nodes(config.trainer.num_nodes)
     run_dir = Path(config.output_dir)
     writer = is_run_writer(config.trainer)
+    created = not run_dir.exists()
     with run_dir_lock(run_dir, writer):
         if writer and ((run_dir / RESOLVED_CONFIG).exists() or (run_dir / "checkpoints").exists()):
             raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with --resume {run_dir} "
                               f"or choose another output_dir")  # fmt: skip
-        return _fit(config, writer, resume=False)
+        try:
+            return _fit(config, writer, resume=False)
+        except BaseException:
+            if writer and created and {path.name for path in run_dir.iterdir()} == {LOCK_FILE}:
+                (run_dir / LOCK_FILE).unlink()  # a run refused before it wrote anything leaves no directory behind
+                run_dir.rmdir()  # (still under the lock: no other writer can have started in it)
+            raise
 
 
 def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
