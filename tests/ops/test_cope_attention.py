@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from padding_masks import mixed_mask, padded_segments
+from saved_memory import bytes_saved_for_backward
 from twins import assert_same_gradients, randn
 
 from markovformer.ops.cope_attention import (
@@ -115,6 +116,17 @@ def test_backward_keeps_nothing_of_size_t_by_t():
         out = cope_attention(*tensors, window=None, chunk_size=16)
     out.sum().backward()
     assert max(largest) < HEADS * length * length / 4
+
+
+def test_backward_memory_grows_linearly_with_t_in_global_scope():
+    """Each chunk builds its mask inside its recomputed block: built outside, every chunk's mask was saved for the
+    backward pass, T²/2 bytes per batch row in global scope (3.1x from T = 512 to 1024, against 2.0x)."""
+
+    def saved(length):
+        options = dict(window=None, attention_mask=mixed_mask(length), segment_ids=padded_segments(length))
+        return bytes_saved_for_backward(lambda: cope_attention(*_inputs(length), **options, chunk_size=32))
+
+    assert saved(1024) < 2.3 * saved(512)
 
 
 @pytest.mark.parametrize(

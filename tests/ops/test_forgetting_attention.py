@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from padding_masks import mixed_mask, padded_segments
+from saved_memory import bytes_saved_for_backward
 
 from markovformer.ops.forgetting_attention import (
     dense_decay_bias,
@@ -120,6 +121,21 @@ def test_backward_keeps_nothing_of_size_t_by_t():
         largest.clear()
         forgetting_attention_naive(*tensors, window=None, causal=True)
     assert max(largest) >= HEADS * length * length  # the check would catch a dense path
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_backward_memory_grows_linearly_with_t_in_global_scope(causal):
+    """Each chunk builds its mask and signs inside its recomputed block: built outside, every chunk's were saved for
+    the backward pass, a bool and a float per (query, key) pair in global scope (3.5x from T = 512 to 1024 when
+    causal, against 2.0x)."""
+
+    def saved(length):
+        tensors = [t.requires_grad_(True) for t in _inputs(length)]
+        options = dict(window=None, causal=causal, attention_mask=mixed_mask(length),
+                       segment_ids=padded_segments(length))  # fmt: skip
+        return bytes_saved_for_backward(lambda: forgetting_attention(*tensors, **options, chunk_size=32))
+
+    assert saved(1024) < 2.3 * saved(512)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from padding_masks import mixed_mask
+from saved_memory import bytes_saved_for_backward
 from twins import assert_same_gradients, randn
 
 from markovformer.ops.selective_attention import (
@@ -130,24 +131,30 @@ def test_backward_keeps_nothing_of_size_t_by_t():
     assert max(largest) < HEADS * length * length / 4
 
 
-def _bytes_saved_for_backward(length):
-    """The bytes of the distinct storages autograd keeps for the backward pass of a local-scope call."""
-    q, k, v = (t.detach().float().requires_grad_(True) for t in _inputs(length, batch=1))
-    storages = {}
-
-    def pack(saved):
-        storages[saved.untyped_storage().data_ptr()] = saved.untyped_storage().nbytes()
-        return saved
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved):
-        selective_attention(q, k, v, window=4, chunk_size=8)
-    return sum(storages.values())
+def _bytes_saved_for_backward(length, batch=1, **options):
+    """The bytes of the distinct storages autograd keeps for the backward pass of a float32 call."""
+    q, k, v = (t.detach().float().requires_grad_(True) for t in _inputs(length, batch=batch))
+    return bytes_saved_for_backward(lambda: selective_attention(q, k, v, **options))
 
 
 def test_backward_memory_grows_linearly_with_t_in_local_scope():
     """Each chunk saves only its own keys' running sums: a view of a (B, T) tensor rebuilt every chunk kept that whole
     tensor alive per chunk, O(T²/chunk) in all (3.0x from T = 256 to 512, against 2.0x)."""
-    assert _bytes_saved_for_backward(512) < 2.3 * _bytes_saved_for_backward(256)
+    options = dict(window=4, chunk_size=8)
+    assert _bytes_saved_for_backward(512, **options) < 2.3 * _bytes_saved_for_backward(256, **options)
+
+
+def test_backward_keeps_no_chunk_masks_in_global_scope():
+    """Each chunk builds its two masks inside its recomputed block: built outside, every chunk's were saved for the
+    backward pass, 2 bytes per (query, key) pair and batch row (3.4x from T = 512 to 1024, against 2.2x). What stays
+    quadratic is the running sums handed from chunk to chunk, 4 bytes per key, chunk and row: O(B·T²/chunk), 1/64 of the
+    masks at 128 queries per chunk."""
+
+    def saved(length):
+        return _bytes_saved_for_backward(length, batch=4, window=None, attention_mask=mixed_mask(length),
+                                         chunk_size=128)  # fmt: skip
+
+    assert saved(1024) < 2.3 * saved(512)
 
 
 @pytest.mark.parametrize(

@@ -1,31 +1,100 @@
 """The chunked fast paths' shared loop: queries are taken ``chunk_size`` at a time, each chunk against only the keys
 it may see (a window W reaches W back, and W ahead when the attention is bidirectional), and each chunk's scores are
-recomputed in the backward pass instead of kept, so no T x T tensor lives at once."""
+recomputed in the backward pass instead of kept, so no T x T tensor lives at once.
+
+A chunk's (rows, keys) mask is built inside its recomputed block from a ``ChunkMask`` (the O(B·T) pieces every chunk
+shares) and its ``Chunk`` (four ints): built outside and passed in, each chunk's mask would be saved for the backward
+pass, T²/2 bytes per batch row and layer in all for global scope."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from markovformer.ops.lags import lag_matrix, visible
+from markovformer.ops.segments import same_segment
 
-def query_chunks(seq_len: int, chunk_size: int, window: int | None, causal: bool = True) -> Iterator[tuple[int, ...]]:
-    """(start, end, low, high) per chunk: queries start..end-1 may see keys low..high-1."""
+
+class Chunk(NamedTuple):
+    """Queries start..end-1, which may see keys low..high-1."""
+
+    start: int
+    end: int
+    low: int
+    high: int
+
+    @property
+    def rows(self) -> slice:
+        return slice(self.start, self.end)
+
+    @property
+    def keys(self) -> slice:
+        return slice(self.low, self.high)
+
+
+def query_chunks(seq_len: int, chunk_size: int, window: int | None, causal: bool = True) -> Iterator[Chunk]:
+    """A ``Chunk`` (start, end, low, high) per ``chunk_size`` queries: queries start..end-1 may see keys low..high-1."""
     for start in range(0, seq_len, chunk_size):
         end = min(start + chunk_size, seq_len)
         low = 0 if window is None else max(0, start - window)
         high = end if causal else (seq_len if window is None else min(seq_len, end + window))
-        yield start, end, low, high
+        yield Chunk(start, end, low, high)
+
+
+@dataclass(frozen=True)
+class ChunkMask:
+    """Which keys each query may see, as the pieces all chunks share (none larger than (B, T)); ``allowed`` builds
+    one chunk's block from them."""
+
+    positions: Tensor  # (T,): 0..T-1
+    window: int | None
+    causal: bool
+    key_real: Tensor | None = None  # (B, T) bool: the attention mask
+    segment_ids: Tensor | None = None  # (B, T): packed documents, -1 = padding
+    sees_itself: bool = True  # False: a query never sees its own key (stick-breaking without attend_current)
+
+    @classmethod
+    def of(cls, q: Tensor, *, window: int | None, causal: bool, attention_mask: Tensor | None = None,
+           segment_ids: Tensor | None = None, sees_itself: bool = True) -> ChunkMask:  # fmt: skip
+        """The mask of queries q (B, H, T, Dh) over their own keys."""
+        real = None if attention_mask is None else attention_mask.bool()
+        return cls(torch.arange(q.shape[-2], device=q.device), window, causal, real, segment_ids, sees_itself)
+
+    @property
+    def seq_len(self) -> int:
+        return self.positions.shape[0]
+
+    def lags(self, chunk: Chunk) -> Tensor:
+        """(R, S) long: query minus key position over the chunk's rows and keys."""
+        return lag_matrix(self.positions[chunk.rows], self.positions[chunk.keys])
+
+    def allowed(self, chunk: Chunk, lags: Tensor | None = None) -> Tensor:
+        """(B or 1, 1, R, S) boolean: query may see key, by window and causality, the attention mask and the
+        documents. ``lags``: the chunk's ``lags`` when the caller has them already."""
+        lags = self.lags(chunk) if lags is None else lags
+        allowed = visible(lags, self.window, self.causal)
+        if not self.sees_itself:
+            allowed = allowed & (lags != 0)
+        allowed = allowed[None, None]
+        if self.key_real is not None:
+            allowed = allowed & self.key_real[:, None, None, chunk.keys]
+        if self.segment_ids is not None:  # packed documents: the (chunk, keys) block of this chunk only
+            allowed = allowed & same_segment(self.segment_ids, chunk.rows, chunk.keys)
+        return allowed
 
 
 def recomputed(block: Callable[..., Tensor], *pieces) -> Tensor:
     """``block(*pieces)``; when a tensor piece needs gradients, under activation checkpointing (its scores and
-    probabilities are recomputed in the backward pass rather than saved)."""
+    probabilities are recomputed in the backward pass rather than saved). The checkpoint keeps the tensor pieces
+    (and any object piece alive), so they should be slices of the inputs and O(B·T) tensors, never a chunk's mask."""
     if torch.is_grad_enabled() and any(isinstance(p, Tensor) and p.requires_grad for p in pieces):
         return checkpoint(block, *pieces, use_reentrant=False)
     return block(*pieces)
 
 
-__all__ = ["query_chunks", "recomputed"]
+__all__ = ["Chunk", "ChunkMask", "query_chunks", "recomputed"]

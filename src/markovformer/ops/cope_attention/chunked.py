@@ -16,8 +16,7 @@ from torch import Tensor
 from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
 from markovformer.ops.precision import compute_dtype
-from markovformer.ops.query_chunks import query_chunks, recomputed
-from markovformer.ops.segments import same_segment
+from markovformer.ops.query_chunks import Chunk, ChunkMask, query_chunks, recomputed
 
 DEFAULT_CHUNK = 64  # queries per chunk
 
@@ -39,6 +38,12 @@ def cope_block(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, position_embeddin
     return masked_softmax(scores, allowed).to(v_keys.dtype) @ v_keys
 
 
+def _chunk(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, position_embeddings: Tensor, mask: ChunkMask,
+           chunk: Chunk) -> Tensor:  # fmt: skip
+    """One chunk, its mask built here: the backward pass rebuilds it instead of keeping it."""
+    return cope_block(q_rows, k_keys, v_keys, position_embeddings, mask.allowed(chunk))
+
+
 def cope_attention_chunked(
     q: Tensor,
     k: Tensor,
@@ -51,18 +56,9 @@ def cope_attention_chunked(
     segment_ids: Tensor | None = None,
 ) -> Tensor:
     """(B, H, T, Dv); arguments as ``cope_attention``."""
-    seq_len = q.shape[-2]
-    positions = torch.arange(seq_len, device=q.device)
-    key_real = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-    outputs = []
-    for start, end, low, _ in query_chunks(seq_len, chunk_size, window):
-        allowed = visible(lag_matrix(positions[start:end], positions[low:end]), window, causal=True)[None, None]
-        if key_real is not None:
-            allowed = allowed & key_real[..., low:end]
-        if segment_ids is not None:  # packed documents: the (chunk, keys) block of this chunk only
-            allowed = allowed & same_segment(segment_ids, slice(start, end), slice(low, end))
-        pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], position_embeddings, allowed)
-        outputs.append(recomputed(cope_block, *pieces))
+    mask = ChunkMask.of(q, window=window, causal=True, attention_mask=attention_mask, segment_ids=segment_ids)
+    outputs = [recomputed(_chunk, q[:, :, chunk.rows], k[:, :, chunk.keys], v[:, :, chunk.keys], position_embeddings,
+                          mask, chunk) for chunk in query_chunks(q.shape[-2], chunk_size, window)]  # fmt: skip
     return torch.cat(outputs, dim=-2)
 
 

@@ -16,18 +16,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
 from markovformer.ops.precision import compute_dtype
-from markovformer.ops.query_chunks import query_chunks, recomputed
-from markovformer.ops.segments import same_segment
+from markovformer.ops.query_chunks import Chunk, ChunkMask, query_chunks, recomputed
 
 DEFAULT_CHUNK = 64  # queries per chunk
 
 
-def _chunk(q_rows, k_keys, v_keys, c_rows, c_keys, direction, allowed, dropout_p: float) -> Tensor:
-    """One chunk: q_rows (B, H, R, Dh), keys (B, H, S, D*), prefix sums c_rows (B, H, R) and c_keys (B, H, S),
-    direction (R, S) +1 for keys at or before the query and -1 after, allowed (B or 1, 1, R, S) -> (B, H, R, Dv)."""
+def _chunk(q_rows, k_keys, v_keys, c_rows, c_keys, mask: ChunkMask, chunk: Chunk, dropout_p: float) -> Tensor:
+    """One chunk: q_rows (B, H, R, Dh), keys (B, H, S, D*), prefix sums c_rows (B, H, R) and c_keys (B, H, S)
+    -> (B, H, R, Dv). Its mask and signs are built here: the backward pass rebuilds them instead of keeping them."""
+    lags = mask.lags(chunk)
+    direction = torch.where(lags >= 0, 1.0, -1.0).to(q_rows.dtype)  # +1 for keys at or before the query, -1 after
+    allowed = mask.allowed(chunk, lags)
     scores = q_rows @ k_keys.transpose(-1, -2) / math.sqrt(q_rows.shape[-1])
     # a signed difference, not |c_t - c_j|: abs has no gradient where gates of exactly 1 make the two sums equal
     scores = scores + direction * (c_rows[..., :, None] - c_keys[..., None, :])
@@ -52,20 +53,11 @@ def forgetting_attention_chunked(
 ) -> Tensor:
     """(B, H, T, Dv); arguments as ``forgetting_attention``. ``chunk_size``: queries per chunk. ``segment_ids``:
     packed documents, masked per chunk (the chunk's (R, S) block, no (T, T) tensor)."""
-    seq_len = q.shape[-2]
     prefix = log_forget.to(compute_dtype(log_forget)).cumsum(-1)  # differenced below: float32 at least
-    positions = torch.arange(seq_len, device=q.device)
-    key_real = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+    mask = ChunkMask.of(q, window=window, causal=causal, attention_mask=attention_mask, segment_ids=segment_ids)
     outputs = []
-    for start, end, low, high in query_chunks(seq_len, chunk_size, window, causal):
-        lags = lag_matrix(positions[start:end], positions[low:high])
-        allowed = visible(lags, window, causal)[None, None]
-        direction = torch.where(lags >= 0, 1.0, -1.0).to(q.dtype)
-        if key_real is not None:
-            allowed = allowed & key_real[..., low:high]
-        if segment_ids is not None:
-            allowed = allowed & same_segment(segment_ids, slice(start, end), slice(low, high))
-        pieces = (q[:, :, start:end], k[:, :, low:high], v[:, :, low:high], prefix[..., start:end],
-                  prefix[..., low:high], direction, allowed)  # fmt: skip
-        outputs.append(recomputed(_chunk, *pieces, dropout_p))
+    for chunk in query_chunks(q.shape[-2], chunk_size, window, causal):
+        pieces = (q[:, :, chunk.rows], k[:, :, chunk.keys], v[:, :, chunk.keys], prefix[..., chunk.rows],
+                  prefix[..., chunk.keys])  # fmt: skip
+        outputs.append(recomputed(_chunk, *pieces, mask, chunk, dropout_p))
     return torch.cat(outputs, dim=-2)

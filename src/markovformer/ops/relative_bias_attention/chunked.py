@@ -14,19 +14,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
-from markovformer.ops.query_chunks import query_chunks, recomputed
-from markovformer.ops.segments import same_segment
+from markovformer.ops.query_chunks import Chunk, ChunkMask, query_chunks, recomputed
 
 DEFAULT_CHUNK = 64  # queries per chunk
 
 
-def _chunk(q_rows, k_keys, v_keys, lag_bias, columns, allowed, dropout_p: float) -> Tensor:
-    """q_rows (B, H, R, Dh), keys (B, H, S, D*), lag_bias (H, 2T-1), columns (R, S) its column per (query, key),
-    allowed (B or 1, 1, R, S) -> (B, H, R, Dv)."""
-    scores = q_rows @ k_keys.transpose(-1, -2) / math.sqrt(q_rows.shape[-1]) + lag_bias[:, columns]
-    probs = masked_softmax(scores, allowed)
+def _chunk(q_rows, k_keys, v_keys, lag_bias, mask: ChunkMask, chunk: Chunk, dropout_p: float) -> Tensor:
+    """q_rows (B, H, R, Dh), keys (B, H, S, D*), lag_bias (H, 2T-1) -> (B, H, R, Dv). The chunk's bias columns and
+    mask are built here: the backward pass rebuilds them instead of keeping them."""
+    lags = mask.lags(chunk)
+    scores = q_rows @ k_keys.transpose(-1, -2) / math.sqrt(q_rows.shape[-1]) + lag_bias[:, lags + mask.seq_len - 1]
+    probs = masked_softmax(scores, mask.allowed(chunk, lags))
     if dropout_p > 0:
         probs = F.dropout(probs, dropout_p)
     return probs @ v_keys
@@ -46,18 +45,8 @@ def relative_bias_attention_chunked(
     segment_ids: Tensor | None = None,
 ) -> Tensor:
     """(B, H, T, Dv); arguments as ``relative_bias_attention`` (``segment_ids`` masked per chunk block)."""
-    seq_len = q.shape[-2]
     lag_bias = lag_bias.to(q.dtype)
-    positions = torch.arange(seq_len, device=q.device)
-    key_real = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-    outputs = []
-    for start, end, low, high in query_chunks(seq_len, chunk_size, window, causal):
-        lags = lag_matrix(positions[start:end], positions[low:high])
-        allowed = visible(lags, window, causal)[None, None]
-        if key_real is not None:
-            allowed = allowed & key_real[..., low:high]
-        if segment_ids is not None:
-            allowed = allowed & same_segment(segment_ids, slice(start, end), slice(low, high))
-        pieces = (q[:, :, start:end], k[:, :, low:high], v[:, :, low:high], lag_bias, lags + seq_len - 1, allowed)
-        outputs.append(recomputed(_chunk, *pieces, dropout_p))
+    mask = ChunkMask.of(q, window=window, causal=causal, attention_mask=attention_mask, segment_ids=segment_ids)
+    outputs = [recomputed(_chunk, q[:, :, chunk.rows], k[:, :, chunk.keys], v[:, :, chunk.keys], lag_bias, mask, chunk,
+                          dropout_p) for chunk in query_chunks(q.shape[-2], chunk_size, window, causal)]  # fmt: skip
     return torch.cat(outputs, dim=-2)

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.masked_softmax import masked_softmax
-from markovformer.ops.query_chunks import query_chunks, recomputed
+from markovformer.ops.query_chunks import Chunk, ChunkMask, query_chunks, recomputed
 from markovformer.ops.selective_attention.naive import first_real_positions, selection_allowed
 
 DEFAULT_CHUNK = 64  # queries per chunk
@@ -36,6 +36,16 @@ def selective_block(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, allowed: Ten
     return output, carried + totals[:, -1]
 
 
+def _chunk(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, carried: Tensor, protected: Tensor | None,
+           mask: ChunkMask, chunk: Chunk) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """One chunk, its masks built here (protected (B,): ``first_real_positions``): the backward pass rebuilds them
+    instead of keeping them."""
+    selects = selection_allowed(mask.positions[chunk.rows], mask.positions[chunk.keys], mask.window, protected)
+    if mask.key_real is not None:
+        selects = selects & mask.key_real[:, chunk.rows, None] & mask.key_real[:, None, chunk.keys]
+    return selective_block(q_rows, k_keys, v_keys, mask.allowed(chunk), selects, carried)
+
+
 def selective_attention_chunked(
     q: Tensor,
     k: Tensor,
@@ -49,25 +59,20 @@ def selective_attention_chunked(
     """(output (B, H, T, Dv), each key's total selection by the tokens after it (B, T)); arguments as
     ``selective_attention``."""
     batch, _, seq_len, _ = q.shape
-    positions = torch.arange(seq_len, device=q.device)
-    real = None if attention_mask is None else attention_mask.bool()
+    mask = ChunkMask.of(q, window=window, causal=True, attention_mask=attention_mask)
     protected = first_real_positions(attention_mask, batch, q.device) if protect_first else None
     # per key, the selection of the tokens already passed: ``live`` holds keys live_low.. up to the last chunk's end,
     # ``finished`` the keys before them, which no later chunk reads. Each chunk gets a tensor of its own keys only (a
-    # view of one (B, T) tensor would keep that whole tensor saved for the backward pass, O(T²/chunk) in all).
+    # view of one (B, T) tensor would keep that whole tensor saved for the backward pass, O(T²/chunk) in all). In global
+    # scope a chunk's keys are all those before its end, so these sums still add up to 2·B·T²/chunk bytes (float32).
     finished, live, live_low = [], q.new_zeros(batch, 0), 0
     outputs = []
-    for start, end, low, _ in query_chunks(seq_len, chunk_size, window):
-        rows, keys = positions[start:end], positions[low:end]
-        allowed = visible(lag_matrix(rows, keys), window, causal=True)[None, None]
-        selects = selection_allowed(rows, keys, window, protected)
-        if real is not None:
-            allowed = allowed & real[:, None, None, low:end]
-            selects = selects & real[:, start:end, None] & real[:, None, low:end]
+    for chunk in query_chunks(seq_len, chunk_size, window):
+        start, end, low, _ = chunk
         finished.append(live[:, : low - live_low])
         carried = torch.cat([live[:, low - live_low :], q.new_zeros(batch, end - start)], dim=1)  # keys low..end-1
-        pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], allowed, selects, carried)
-        output, live = recomputed(selective_block, *pieces)
+        pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], carried, protected, mask, chunk)
+        output, live = recomputed(_chunk, *pieces)
         live_low = low
         outputs.append(output)
     return torch.cat(outputs, dim=-2), torch.cat([*finished, live], dim=1)

@@ -16,8 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from markovformer.ops.precision import compute_dtype
-from markovformer.ops.query_chunks import query_chunks, recomputed
-from markovformer.ops.segments import same_segment
+from markovformer.ops.query_chunks import Chunk, ChunkMask, query_chunks, recomputed
 from markovformer.ops.stick_breaking_attention.naive import stick_breaking_allowed
 
 DEFAULT_CHUNK = 64  # queries per chunk
@@ -35,6 +34,11 @@ def stick_breaking_block(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, allowed
     return weights.to(v_keys.dtype) @ v_keys
 
 
+def _chunk(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, mask: ChunkMask, chunk: Chunk) -> Tensor:
+    """One chunk, its mask built here: the backward pass rebuilds it instead of keeping it."""
+    return stick_breaking_block(q_rows, k_keys, v_keys, mask.allowed(chunk))
+
+
 def stick_breaking_attention_chunked(
     q: Tensor,
     k: Tensor,
@@ -47,18 +51,10 @@ def stick_breaking_attention_chunked(
     segment_ids: Tensor | None = None,
 ) -> Tensor:
     """(B, H, T, Dv); arguments as ``stick_breaking_attention``."""
-    seq_len = q.shape[-2]
-    positions = torch.arange(seq_len, device=q.device)
-    key_real = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-    outputs = []
-    for start, end, low, _ in query_chunks(seq_len, chunk_size, window):
-        allowed = stick_breaking_allowed(positions[start:end], positions[low:end], window, attend_current)[None, None]
-        if key_real is not None:
-            allowed = allowed & key_real[..., low:end]
-        if segment_ids is not None:  # packed documents: the (chunk, keys) block of this chunk only
-            allowed = allowed & same_segment(segment_ids, slice(start, end), slice(low, end))
-        pieces = (q[:, :, start:end], k[:, :, low:end], v[:, :, low:end], allowed)
-        outputs.append(recomputed(stick_breaking_block, *pieces))
+    mask = ChunkMask.of(q, window=window, causal=True, attention_mask=attention_mask, segment_ids=segment_ids,
+                        sees_itself=attend_current)  # the rule of ``stick_breaking_allowed``
+    outputs = [recomputed(_chunk, q[:, :, chunk.rows], k[:, :, chunk.keys], v[:, :, chunk.keys], mask, chunk)
+               for chunk in query_chunks(q.shape[-2], chunk_size, window)]  # fmt: skip
     return torch.cat(outputs, dim=-2)
 
 
