@@ -26,7 +26,7 @@ OPTION_HELP: dict[str, str] = {
     "path": "the data file",
     "fractions": "train, validation and test shares of the data (in order; they sum to 1)",
     "tokenizer": "char (one token per character) or bpe (byte-level BPE trained on the training part)",
-    "vocab_size": "BPE vocabulary size (None: the tokenizer's default)",
+    "vocab_size": "BPE vocabulary size, required with tokenizer: bpe (null with char: the characters seen)",
     "overlap": "tokens of unscored context each window carries from the previous one (exact n-gram scoring)",
     "labels": "a TSV of id<TAB>label, one line per FASTA record",
     "reverse_complement": "add each training sequence's reverse complement (DNA is read from either strand)",
@@ -89,7 +89,8 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("bed", "label_column"): "1-based BED column holding the label (4 = the name)",
     ("text", "path"): "a UTF-8 text file (data/NAME is looked up in $MARKOVFORMER_DATA, else ./data), or a directory "
     "or glob of files, each one document",
-    ("text", "cache_dir"): "where token stores are cached ('': $MARKOVFORMER_CACHE, else ~/.cache/markovformer)",
+    ("text", "cache_dir"): "where token stores are cached ('': $MARKOVFORMER_CACHE, else "
+                           "$XDG_CACHE_HOME/markovformer/token_stores, ~/.cache/markovformer/token_stores by default)",
     ("text", "fit_bytes"): "bytes of the train part BPE merges are learned on, sampled evenly (char reads it all)",
     ("text", "window_starts"): "contiguous (windows tile each split) or random (training windows start at any token, "
     "drawn per seed and step, as nanoGPT; over many passes it overfits far later)",

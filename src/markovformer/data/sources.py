@@ -1,7 +1,8 @@
 """Data sources by name: the ``data:`` section of a run config is ``{source: NAME, ...options}``.
 
 Each source is a dataclass whose fields are its options and whose ``build(seed)`` returns a DataBundle.
-To add a data set: write such a dataclass (see ``TextSource``) and add it to ``DATA_SOURCES``.
+To add a data set: write such a dataclass (see ``TextSource``) and add it to ``DATA_SOURCES``. A file option's
+``data/NAME`` is also looked up in the data directory (``recipes.registry.find_prepared_file``).
 """
 
 from __future__ import annotations
@@ -73,10 +74,8 @@ class FastaSource:
     max_length: int | None = None
 
     def build(self, seed: int) -> DataBundle:
-        _require_path(self.path)
-        _require_path(self.labels, "data.labels")
         return load_fasta_classification(
-            self.path, self.labels, fractions=self.fractions, seed=seed,
+            _require_path(self.path), _require_path(self.labels, "data.labels"), fractions=self.fractions, seed=seed,
             reverse_complement_augment=self.reverse_complement, max_length=self.max_length,
         )  # fmt: skip
 
@@ -96,10 +95,10 @@ class CsvSeriesSource:
     label_leads: int = 0
 
     def build(self, seed: int) -> DataBundle:
-        _require_path(self.path)
         return load_csv_series(
-            self.path, label_column=self.label_column, feature_columns=self.feature_columns, window=self.window,
-            stride=self.stride, fractions=self.fractions, task=self.task, label_leads=self.label_leads,
+            _require_path(self.path), label_column=self.label_column, feature_columns=self.feature_columns,
+            window=self.window, stride=self.stride, fractions=self.fractions, task=self.task,
+            label_leads=self.label_leads,
         )  # fmt: skip
 
 
@@ -116,10 +115,9 @@ class BedSource:
     max_length: int | None = None
 
     def build(self, seed: int) -> DataBundle:
-        _require_path(self.path)
-        _require_path(self.reference, "data.reference")
         return load_bed_classification(
-            self.path, self.reference, label_column=self.label_column, fractions=self.fractions, seed=seed,
+            _require_path(self.path), _require_path(self.reference, "data.reference"), label_column=self.label_column,
+            fractions=self.fractions, seed=seed,
             reverse_complement_augment=self.reverse_complement, max_length=self.max_length,
         )  # fmt: skip
 
@@ -139,10 +137,9 @@ class OrderBookSource:
     task: str = "sequence_classification"
 
     def build(self, seed: int) -> DataBundle:
-        _require_path(self.path)
         return load_order_book(
-            self.path, horizon=self.horizon, threshold=self.threshold, window=self.window, stride=self.stride,
-            fractions=self.fractions, task=self.task,
+            _require_path(self.path), horizon=self.horizon, threshold=self.threshold, window=self.window,
+            stride=self.stride, fractions=self.fractions, task=self.task,
         )  # fmt: skip
 
 
@@ -158,8 +155,7 @@ class SpeechFeaturesSource:
     stack_frames: int = 1
 
     def build(self, seed: int) -> DataBundle:
-        _require_path(self.path)
-        return load_speech_features(self.path, self.test_set, self.stack_frames)
+        return load_speech_features(_require_path(self.path), self.test_set, self.stack_frames)
 
 
 @dataclasses.dataclass
@@ -174,20 +170,18 @@ class AudioManifestSource:
     stack_frames: int = 1
 
     def build(self, seed: int) -> DataBundle:
-        _require_path(self.path)
-        return load_audio_manifest(self.path, fractions=self.fractions, seed=seed, sample_rate=self.sample_rate,
-                                   stack=self.stack_frames)  # fmt: skip
+        return load_audio_manifest(_require_path(self.path), fractions=self.fractions, seed=seed,
+                                   sample_rate=self.sample_rate, stack=self.stack_frames)  # fmt: skip
 
 
-def _require_path(path: str, key: str = "data.path", must_exist: bool = True) -> None:
-    from pathlib import Path
-
+def _require_path(path: str, key: str = "data.path") -> Path:
+    """The file ``path`` names, as given or, for ``data/NAME``, in the data directory (``find_prepared_file``, whose
+    error names the recipe that writes a missing file)."""
     if not path:
         raise ValueError(f"{key} is required for this data source")
     if Path(path).is_dir():
         raise ValueError(f"{key}={path!r} is a directory; give the data file inside it")
-    if must_exist and not Path(path).is_file():
-        raise ValueError(f"{key}={path!r}: no such file")
+    return find_prepared_file(path, key)
 
 
 DATA_SOURCES: dict[str, type] = {

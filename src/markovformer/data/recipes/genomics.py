@@ -36,6 +36,7 @@ LabelledSequence = tuple[str, str, str]  # (record id, uppercase ACGTN sequence,
 STATLOG_DNA_CODE = {"A": (1, 0, 0), "C": (0, 1, 0), "G": (0, 0, 1), "T": (0, 0, 0)}
 SPLICE_CLASSES = {"ei": "EI", "ie": "IE", "n": "N"}
 PROMOTER_CLASSES = {"+": "promoter", "-": "non-promoter"}
+LABELLED_FASTA_FILES = ("sequences.fa", "labels.tsv")  # what every recipe's folder holds (write_labelled_fasta)
 _NON_ACGT = re.compile(r"[^ACGT]")
 
 
@@ -308,9 +309,10 @@ def write_labelled_fasta(records: Iterable[LabelledSequence], folder: str | Path
 
     def write(temporary: Path) -> None:
         temporary.mkdir()
-        write_fasta(((record_id, sequence) for record_id, sequence, _ in records), temporary / "sequences.fa")
+        sequences_file, labels_file = LABELLED_FASTA_FILES
+        write_fasta(((record_id, sequence) for record_id, sequence, _ in records), temporary / sequences_file)
         lines = ["id\tlabel", *(f"{record_id}\t{label}" for record_id, _, label in records)]
-        (temporary / "labels.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (temporary / labels_file).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}.") as scratch:

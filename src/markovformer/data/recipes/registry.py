@@ -10,8 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from markovformer.data.recipes.de_en import prepare_de_en
-from markovformer.data.recipes.finance import DAILY_FEATURES, prepare_nasdaq, prepare_sp500
-from markovformer.data.recipes.genomics import prepare_drosophila_promoters, prepare_promoters, prepare_splice
+from markovformer.data.recipes.finance import prepare_nasdaq, prepare_sp500
+from markovformer.data.recipes.genomics import (
+    LABELLED_FASTA_FILES,
+    prepare_drosophila_promoters,
+    prepare_promoters,
+    prepare_splice,
+)
 from markovformer.data.recipes.locations import data_directory, prepared_candidates
 from markovformer.data.recipes.shakespeare import prepare_tiny_shakespeare
 from markovformer.data.recipes.speech import prepare_digits
@@ -23,16 +28,15 @@ class DataRecipe:
     file_name: str  # the file (or folder) it writes inside the data directory
     prepare: Callable[[Path], Path]
     usage: str  # how to use the file; ``{path}`` is replaced by where it was written
+    folder_files: tuple[str, ...] = ()  # when ``file_name`` is a folder: the files written inside it
 
 
-_DNA_USAGE = (
-    "classify the sequences: markovformer train configs/dna_fasta.yaml data.path={path}/sequences.fa "
-    "data.labels={path}/labels.tsv"
-)
+_DNA_FILES = "data.path={path}/sequences.fa data.labels={path}/labels.tsv"
+_PROMOTERS_USAGE = f"classify the sequences: markovformer train configs/dna_fasta.yaml {_DNA_FILES}"
 _MARKET_USAGE = (
-    "classify windows of days: markovformer train configs/time_series_csv.yaml data.path={path} "
-    f"'data.feature_columns=[{', '.join(DAILY_FEATURES)}]' 'data.fractions=[0.7, 0.15, 0.15]' "
-    "(thresholds and regimes were fitted on those training rows; the regime column gives F1 by volatility regime)"
+    "classify windows of days: markovformer train configs/finance_sp500.yaml data.path={path} (its features, "
+    "next-day labels and fractions fit the file: thresholds and regimes were fitted on its first 70 % of rows; "
+    "the regime column gives F1 by volatility regime)"
 )
 
 DATA_RECIPES: dict[str, DataRecipe] = {
@@ -54,19 +58,23 @@ DATA_RECIPES: dict[str, DataRecipe] = {
         "(Debian r-cran-mlbench)",
         "splice",
         prepare_splice,
-        _DNA_USAGE,
+        "classify the sequences, strand-specific (no reverse-complement augmentation): markovformer train "
+        f"configs/dna_splice.yaml {_DNA_FILES}",
+        LABELLED_FASTA_FILES,
     ),
     "promoters": DataRecipe(
         "UCI E. coli promoters: 106 x 57 nt, promoter or not (Debian r-cran-kernlab)",
         "promoters",
         prepare_promoters,
-        _DNA_USAGE,
+        _PROMOTERS_USAGE,
+        LABELLED_FASTA_FILES,
     ),
     "drosophila-promoters": DataRecipe(
         "Drosophila (dm3) 200 nt promoters vs far-upstream background of RefSeq genes (Debian r-bioc-biostrings)",
         "drosophila_promoters",
         prepare_drosophila_promoters,
-        _DNA_USAGE,
+        _PROMOTERS_USAGE,
+        LABELLED_FASTA_FILES,
     ),
     "sp500": DataRecipe(
         "S&P 500 daily bars 1999-2018 (the arch package): next-day move down/flat/up with volatility regimes",
@@ -84,15 +92,18 @@ DATA_RECIPES: dict[str, DataRecipe] = {
         "spoken number words: espeak-ng voices plus noise, real Asterisk recordings as test; 80 log-Mel per 10 ms",
         "digits.safetensors",
         prepare_digits,
-        "CTC recognition (WER): a run config with task: ctc and data: {{source: speech_features, path: {path}}} "
-        "(test_set: recorded = the real recordings, synthetic = unseen voices)",
+        "CTC recognition (WER): markovformer train configs/speech_digits.yaml data.path={path} "
+        "(its test set: unseen voices; data.test_set=recorded scores the real recordings)",
     ),
 }
 
 
-def recipe_writing(file_name: str) -> str | None:
-    """The name of the recipe that writes ``file_name`` into the data directory, or None."""
-    return next((name for name, recipe in DATA_RECIPES.items() if recipe.file_name == file_name), None)
+def recipe_writing(path: str | Path) -> str | None:
+    """The name of the recipe that writes a file like ``path`` into the data directory (its name, or for a folder
+    recipe its folder's name and a file inside), or None."""
+    path = Path(path)
+    return next((name for name, recipe in DATA_RECIPES.items() if recipe.file_name == path.name
+                 or (recipe.file_name == path.parent.name and path.name in recipe.folder_files)), None)  # fmt: skip
 
 
 def find_prepared_file(path: str | Path, key: str = "data.path") -> Path:
@@ -101,6 +112,6 @@ def find_prepared_file(path: str | Path, key: str = "data.path") -> Path:
     for candidate in prepared_candidates(path):
         if candidate.is_file():
             return candidate
-    recipe = recipe_writing(Path(path).name)
+    recipe = recipe_writing(path)
     hint = f"; `markovformer data prepare {recipe}` writes it into {data_directory()}/" if recipe else ""
     raise ValueError(f"{key}={str(path)!r}: no such file{hint}")

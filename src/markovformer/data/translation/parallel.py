@@ -15,6 +15,7 @@ from torch import Tensor
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.tokenizer import BPETokenizer, load_tokenizer
+from markovformer.data.recipes.registry import find_prepared_file
 from markovformer.data.splits import split_indices
 from markovformer.data.translation.batching import collate_translation, translation_lengths
 from markovformer.data.translation.special_tokens import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, SPECIAL_TOKENS
@@ -189,7 +190,8 @@ def load_translation(
 @dataclasses.dataclass
 class TranslationFileSource:
     """Parallel text from a TSV (``source<TAB>target``) or two aligned files (``path`` and ``target_path``), with
-    a joint BPE tokenizer of ``vocab_size`` trained on the training pairs (saved with the run)."""
+    a joint BPE tokenizer of ``vocab_size`` trained on the training pairs (saved with the run). A ``data/NAME`` path
+    is also looked up in the data directory (``find_prepared_file``)."""
 
     path: str = ""
     target_path: str | None = None
@@ -200,10 +202,8 @@ class TranslationFileSource:
     def build(self, seed: int) -> DataBundle:
         if not self.path:
             raise ValueError("data.path is required for this data source")
-        for key, value in (("data.path", self.path), ("data.target_path", self.target_path)):
-            if value is not None and not Path(value).is_file():
-                raise ValueError(f"{key}={value!r}: no such file")
+        target_path = None if self.target_path is None else find_prepared_file(self.target_path, "data.target_path")
         return load_translation(
-            self.path, target_path=self.target_path, vocab_size=self.vocab_size, fractions=self.fractions,
-            seed=seed, max_length=self.max_length,
+            find_prepared_file(self.path), target_path=target_path, vocab_size=self.vocab_size,
+            fractions=self.fractions, seed=seed, max_length=self.max_length,
         )  # fmt: skip

@@ -27,7 +27,8 @@ _MAX_TABLE_ENTRIES = 10_000_000
 
 @dataclasses.dataclass
 class SyntheticTranslationSource:
-    """Sentence pairs of the order-``order`` table task above; lengths uniform in [min_length, max_length].
+    """Synthetic sentence pairs of known Markov order: target word i is a fixed random table's entry for source word
+    i and the ``order`` target words before it; lengths uniform in [min_length, max_length].
 
     The target is still a function of the source alone (y_i depends on x_1..x_i through the recurrence), as in real
     translation. What the order decides is how hard it is to compute: with k >= ``order`` previous targets in view,
