@@ -47,11 +47,10 @@ def forgetting_attention(
     Returns:
         (B, H, T, Dv).
     """
-    check_attention_inputs(q, k, v, window=window, attention_mask=attention_mask, chunk_size=chunk_size)
+    check_attention_inputs(q, k, v, window=window, attention_mask=attention_mask, chunk_size=chunk_size,
+                           segment_ids=segment_ids)  # fmt: skip
     if tuple(log_forget.shape) != tuple(q.shape[:3]):
         raise ValueError(f"log_forget must be (B, H, T) = {tuple(q.shape[:3])}; got {tuple(log_forget.shape)}")
-    if segment_ids is not None and tuple(segment_ids.shape) != (q.shape[0], q.shape[2]):
-        raise ValueError(f"segment_ids must be (B, T) = {(q.shape[0], q.shape[2])}; got {tuple(segment_ids.shape)}")
     return forgetting_attention_chunked(q, k, v, log_forget, window=window, causal=causal,
                                         attention_mask=attention_mask, dropout_p=dropout_p,
                                         chunk_size=chunk_size, segment_ids=segment_ids)  # fmt: skip

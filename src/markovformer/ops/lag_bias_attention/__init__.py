@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from markovformer.ops.attention_inputs import check_segment_ids
 from markovformer.ops.lag_bias_attention.banded import lag_bias_attention_banded
 from markovformer.ops.lag_bias_attention.chunked import lag_bias_attention_chunked
 from markovformer.ops.lag_bias_attention.flex import (
@@ -51,8 +52,7 @@ def _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segme
         raise ValueError(
             f"attention_mask must be (B, T) = {(q.shape[0], q.shape[2])}; got {tuple(attention_mask.shape)}"
         )
-    if segment_ids is not None and tuple(segment_ids.shape) != (q.shape[0], q.shape[2]):
-        raise ValueError(f"segment_ids must be (B, T) = {(q.shape[0], q.shape[2])}; got {tuple(segment_ids.shape)}")
+    check_segment_ids(segment_ids, batch=q.shape[0], seq_len=q.shape[2])
     if not 0.0 <= dropout_p <= 1.0:  # also refuses NaN
         raise ValueError(f"dropout_p must lie in [0, 1]; got {dropout_p!r}")
 

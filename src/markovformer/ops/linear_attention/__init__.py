@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from markovformer.ops.attention_inputs import check_segment_ids
 from markovformer.ops.linear_attention.chunked import linear_attention_chunked
 from markovformer.ops.linear_attention.feature_maps import (
     FEATURE_MAPS,
@@ -67,9 +68,7 @@ def linear_attention(
     output and the running sums after the last key out (``linear_attention_chunked``).
     ``segment_ids`` (B, T): packed documents (``ops.segments``): each query reads the keys of its own document only.
     """
-    if segment_ids is not None and tuple(segment_ids.shape) != tuple(q_features.shape[::2]):
-        raise ValueError(f"segment_ids must be (B, T) = {tuple(q_features.shape[::2])}; "
-                         f"got {tuple(segment_ids.shape)}")  # fmt: skip
+    check_segment_ids(segment_ids, batch=q_features.shape[0], seq_len=q_features.shape[2])
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
     if normaliser not in NORMALISERS:

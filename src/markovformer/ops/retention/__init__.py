@@ -18,6 +18,7 @@ from numbers import Integral
 
 from torch import Tensor
 
+from markovformer.ops.attention_inputs import check_segment_ids
 from markovformer.ops.retention.chunked import retention_chunkwise
 from markovformer.ops.retention.naive import decay_matrix, retention_parallel, retention_recurrent, retention_weights
 
@@ -48,8 +49,7 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, gamma: Tensor, chunk_size: in
     if initial_state is not None and tuple(initial_state.shape) != state_shape:
         raise ValueError(f"initial_state must be the state S (B, H, Dk, Dv) = {state_shape}, "
                          f"got shape {tuple(initial_state.shape)}")  # fmt: skip
-    if segment_ids is not None and tuple(segment_ids.shape) != (batch, length):
-        raise ValueError(f"segment_ids must be (B, T) = {(batch, length)}, got shape {tuple(segment_ids.shape)}")
+    check_segment_ids(segment_ids, batch=batch, seq_len=length)
 
 
 def retention(
