@@ -293,6 +293,28 @@ def test_a_terminated_run_exits_143_in_one_line_naming_its_checkpoint_and_resume
     assert resumed.returncode == 0 and json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 200
 
 
+def test_a_sigterm_in_the_validation_after_the_last_step_is_a_termination_too(tmp_path, monkeypatch):
+    """A run whose last step is not a validation step validates after fit; a SIGTERM there (Lightning's
+    SIGTERMException, a SystemExit without a code) ended the command with status 0, no word and no metrics.json."""
+    import lightning.pytorch as L
+    from conftest import TINY_RUN
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+    from markovformer.training.trainer_config import RunTerminated
+
+    def terminated(*args, **kwargs):
+        raise SIGTERMException
+
+    values = {**TINY_RUN, "output_dir": str(tmp_path / "run"),
+              "trainer": {**TINY_RUN["trainer"], "max_steps": 7, "eval_every": 5, "checkpoint_every": 5}}  # fmt: skip
+    monkeypatch.setattr(L.Trainer, "validate", terminated)  # the validation after fit; fit's own are not this call
+    with pytest.raises(RunTerminated, match="terminated \\(SIGTERM\\) at step 7 of 7: its last checkpoint is"):
+        train(resolve_run_config(values))
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
 # ----------------------------------------------------------------------------- 4. the lock and new-run guard
 
 

@@ -59,6 +59,25 @@ def test_a_typed_max_steps_below_the_files_warm_up_warms_up_over_the_whole_run()
     assert longer["trainer"]["warmup_steps"] == 100 and notes == []
 
 
+def test_shortening_a_run_on_resume_keeps_the_schedule_its_steps_followed():
+    """A 40-step run resumed at step 20 with max_steps=30 decayed over 30 from then on: the rate jumped at the resume
+    (2.07e-3 -> 1.40e-3 in the reviewer's run) and config.yaml no longer described the steps already trained."""
+    from markovformer.training.optim import lr_multiplier
+    from markovformer.training.run_checks import resumed_config
+
+    values = copy.deepcopy(TINY_RUN)
+    values["trainer"].update(max_steps=40, warmup_steps=5)
+    before = resolve_run_config(values).trainer
+    shorter = resumed_config(resolve_run_config(values), ["trainer.max_steps=30"], done_steps=20).trainer
+    assert shorter.max_steps == 30 and shorter.decay_steps == 40
+
+    def rate(trainer, step):
+        return lr_multiplier(step, trainer.warmup_steps, trainer.decay_steps or trainer.max_steps, trainer.decay,
+                             trainer.lr_floor)  # fmt: skip
+
+    assert [rate(shorter, step) for step in range(30)] == [rate(before, step) for step in range(30)]
+
+
 def test_extending_a_run_that_ended_in_its_warm_up_decays_over_the_new_length():
     """A 6-step run warms up over all 6 steps (the default warm-up); extended to 12, its decay kept the old end,
     decay_steps = 6 = the warm-up: the rate held its peak one more step, then fell to the floor (10x) at once."""

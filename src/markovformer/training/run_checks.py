@@ -53,7 +53,8 @@ def resumed_config(config: RunConfig, overrides: list[str] | tuple[str, ...], do
     if trainer.decay_steps != config.trainer.decay_steps:
         check_decay(trainer)
     decaying = config.trainer.max_steps > config.trainer.warmup_steps
-    if trainer.max_steps > config.trainer.max_steps and trainer.decay_steps is None and decaying:
+    if trainer.max_steps != config.trainer.max_steps and trainer.decay_steps is None and decaying:
+        # longer or shorter, the run keeps the schedule its steps so far followed (and config.yaml records it)
         trainer = dataclasses.replace(trainer, decay_steps=config.trainer.max_steps)
     return dataclasses.replace(changed, trainer=trainer)
 

@@ -265,15 +265,15 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
         log.resume_from_step(0)  # rows of a process killed before its first checkpoint are logged again
     try:
         trainer.fit(module, train_loader, val_loader, ckpt_path=ckpt_path)
+        seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from
+        if validation.metrics_at(trainer.global_step) is None:  # the last step was not validated yet
+            log.after_fit(trainer.global_step)
+            trainer.validate(module, val_loader, verbose=False)  # (Lightning handles SIGTERM here too)
     except SIGTERMException:  # a SystemExit without a code: the command exited 0 as if the run had finished
         saved = step_checkpoints(run_dir / "checkpoints")
         last = f"its last checkpoint is {saved[-1].name}" if saved else "it has no checkpoint yet"
         raise RunTerminated(f"the run was terminated (SIGTERM) at step {trainer.global_step} of {tc.max_steps}: "
                             f"{last}; continue with markovformer train --resume {run_dir}") from None  # fmt: skip
-    seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from
-    if validation.metrics_at(trainer.global_step) is None:  # the last step was not validated yet
-        log.after_fit(trainer.global_step)
-        trainer.validate(module, val_loader, verbose=False)
     metrics = validation.metrics_at(trainer.global_step)
     if not writer:
         return metrics
