@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from torch import Tensor
@@ -58,6 +59,9 @@ class DataBundle:
     other keys, as sentence pairs do). ``lengths``: None, or the padded length of each example of a list, for
     training batches that group similar lengths (``EpochBatches``).
 
+    ``files``: the data files the bundle was read from, resolved (``training.build.data_files`` sets them); a run
+    records their sha256 in its data.json, and a resumed or evaluated run checks them against it.
+
     ``train_sampling``: how training batches pick examples: ``"epochs"`` (each epoch a seeded permutation, every
     example once) or ``"uniform"`` (each global batch drawn uniformly with replacement, seeded by (seed, step): the
     random window starts of nanoGPT when the train split holds every start).
@@ -72,6 +76,7 @@ class DataBundle:
     collate: Callable[[list[dict[str, Tensor]]], dict[str, Tensor]] = collate
     lengths: Callable[[Sequence[dict[str, Tensor]]], list[int]] | None = None
     train_sampling: str = "epochs"
+    files: list[Path] = field(default_factory=list)
 
 
 def label_names_in_order(labels: Sequence[str], source: str) -> list[str]:

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+import glob
 import inspect
 from pathlib import Path
 
 import torch
 
 from markovformer.data.bundle import DataBundle
+from markovformer.data.readers.text_stream import resolve_text_paths
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer
+from markovformer.data.recipes.registry import find_prepared_file
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
 from markovformer.models.registry import MODEL_FAMILIES, head_class
 from markovformer.training.run_config import RunConfig, build_dataclass, suggest
 from markovformer.training.tasks import TASKS, Task, build_task
 from markovformer.training.trainer_config import ConfigError
+
+# The data options that name the files a source reads (a file; a directory or a glob where the source takes one; or
+# a list of them): whatever the source, a run records their contents (data.json) and checks them on resume and eval.
+FILE_OPTIONS = ("path", "labels", "reference", "target_path", "data_files")
 
 
 def build_data(config: RunConfig, run_dir: str | Path | None = None) -> DataBundle:
@@ -38,8 +45,26 @@ def build_data(config: RunConfig, run_dir: str | Path | None = None) -> DataBund
             raise ConfigError(f"data.task={values['task']!r} disagrees with task={config.task!r}")
     source = build_dataclass(source_class, values, "data")
     if tokenizer is not None and "tokenizer" in inspect.signature(source.build).parameters:
-        return source.build(seed=config.trainer.seed, tokenizer=tokenizer)
-    return source.build(seed=config.trainer.seed)
+        bundle = source.build(seed=config.trainer.seed, tokenizer=tokenizer)
+    else:
+        bundle = source.build(seed=config.trainer.seed)
+    return dataclasses.replace(bundle, files=data_files(values))
+
+
+def data_files(data: dict) -> list[Path]:
+    """The files the ``FILE_OPTIONS`` of a data section name, resolved as the sources resolve them (``data/NAME``
+    in the data directory; a directory's or a glob's files, hidden ones skipped), each once, in order. Files named
+    inside a file (an audio manifest's recordings) are not among them."""
+    files = []
+    for key in FILE_OPTIONS:
+        value = data.get(key)
+        for entry in (value if isinstance(value, (list, tuple)) else [value]) if value else []:
+            entry = str(entry)
+            if Path(entry).is_dir() or glob.has_magic(entry):
+                files += resolve_text_paths(entry)
+            else:
+                files.append(find_prepared_file(entry, f"data.{key}"))
+    return list(dict.fromkeys(file.resolve() for file in files))
 
 
 def saved_tokenizer(directory: str | Path) -> Path | None:

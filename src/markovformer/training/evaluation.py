@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from markovformer.data.recipes.locations import prepared_candidates
 from markovformer.training.batches import RankShare
 from markovformer.training.build import build_data, build_run_task
 from markovformer.training.run_checks import read_data_info
-from markovformer.training.run_dir import check_same_tokenizer, load_run
+from markovformer.training.run_dir import changed_data_files, check_same_tokenizer, load_trained_run
 from markovformer.training.run_report import continuous_source, document_log_likelihood
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
@@ -76,19 +77,15 @@ def recorded_data_path(run_dir: Path, data: dict, overrides: dict) -> dict:
     return {"path": recorded[0]} if len(recorded) == 1 and Path(recorded[0]).is_file() else {}
 
 
-def scored_weights(target: Path, run_dir: Path) -> dict:
-    """Which weights ``load_run(target)`` scored: the finished run's model/ or a checkpoint, with its step, and
-    whether the run is finished (a checkpoint of a finished run was asked for by name)."""
-    from markovformer.training.run_checks import resumable_checkpoint
-    from markovformer.training.run_dir import LAST_CHECKPOINT, finished_steps
-
-    finished = finished_steps(run_dir)
-    if target.is_dir() and finished is not None and (run_dir / "model").is_dir():
-        return {"source": "model", "step": finished, "finished": True, "run_finished": True}
-    checkpoint = target if target.is_file() else run_dir / "checkpoints" / LAST_CHECKPOINT
-    step = resumable_checkpoint(checkpoint)["global_step"]
-    return {"source": str(checkpoint.relative_to(run_dir)), "step": step, "finished": False,
-            "run_finished": finished is not None}
+def warn_of_changed_files(run_dir: Path, bundle) -> list[str]:
+    """The data files whose contents changed since the run started (``changed_data_files``), each said on stderr:
+    the metrics are then those of the files as they are now, not of the data the run was trained and validated on."""
+    changed = changed_data_files(run_dir, bundle)
+    for path, (then, now) in changed.items():
+        print(f"markovformer: warning: {path} changed since the run started (sha256 {then} then, in "
+              f"{run_dir / 'data.json'}; {now} now): these metrics score the file as it is now, not the data the "
+              f"run was trained and validated on", file=sys.stderr, flush=True)  # fmt: skip
+    return list(changed)
 
 
 def check_same_names(run_dir: Path, info: dict) -> None:
@@ -107,7 +104,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     BLEU; VMT runs walk the split's documents."""
     if split not in ("train", "val", "test"):
         raise ConfigError(f"split={split!r} must be train, val or test")
-    config, model, run_dir = load_run(target)
+    config, model, run_dir, weights = load_trained_run(target)
     data = {**config.data, **recorded_data_path(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
     config = dataclasses.replace(config, data=data)
     bundle = build_data(config, run_dir)
@@ -115,6 +112,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     task.describe_split(getattr(bundle, split), bundle.tokenizer)
     check_same_tokenizer(run_dir, bundle)
     check_same_names(run_dir, bundle.info)
+    changed = warn_of_changed_files(run_dir, bundle)
     if len(getattr(bundle, split)) == 0:
         raise ConfigError(f"the {split} split of {run_dir}'s data is empty (data.source={config.data['source']!r}): "
                           f"nothing to evaluate; choose another --split or give the data a {split} part")  # fmt: skip
@@ -125,6 +123,6 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     with torch.no_grad():
         for batch in loader:
             task.score(model, batch, metrics, beam_size)
-    results = {"split": split, "run_dir": str(run_dir), "weights": scored_weights(Path(target), run_dir),
-               "metrics": metrics.compute()}  # fmt: skip
+    results = {"split": split, "run_dir": str(run_dir), "weights": weights, "metrics": metrics.compute(),
+               **({"changed_data_files": changed} if changed else {})}  # fmt: skip
     return {**results, **reference_results(bundle.info.get("reference", {}), split)}

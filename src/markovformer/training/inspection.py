@@ -32,7 +32,7 @@ from markovformer.plots import (
 )
 from markovformer.training.build import build_data
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
-from markovformer.training.run_dir import RESOLVED_CONFIG, load_run
+from markovformer.training.run_dir import RESOLVED_CONFIG, load_trained_run
 from markovformer.training.run_report import (
     continuous_source,
     document_log_likelihood,
@@ -175,10 +175,7 @@ def write_inspection_report(target: str | Path, layers: list[int] | None = None,
     """Write the figures of a trained run and their page into ``out_dir`` (default RUN_DIR/report) and return its
     index.html. The folder is replaced whole (``plots.replace_folder``): a failed or killed inspect leaves the
     previous report as it was, never a mix of old and new figures."""
-    from markovformer.training.evaluation import scored_weights
-
-    config, model, run_dir = load_run(target)
-    weights = scored_weights(Path(target), run_dir)
+    config, model, run_dir, weights = load_trained_run(target)
     out = Path(out_dir) if out_dir is not None else run_dir / "report"
     index = replace_folder(out, lambda staging: _write_report(config, model, run_dir, staging, layers, weights))
     return out / index.name
@@ -187,7 +184,7 @@ def write_inspection_report(target: str | Path, layers: list[int] | None = None,
 def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | None, weights: dict) -> Path:
     """Every figure and the page into the folder ``out``; returns the page's path. The run's final metrics
     (metrics.json) are those of the weights shown only when they are the finished run's model (``weights``, from
-    ``scored_weights``): a checkpoint's or an unfinished run's report leaves them out."""
+    ``load_trained_run``): a checkpoint's or an unfinished run's report leaves them out."""
     metrics_path = run_dir / "metrics.json"
     data_info = json.loads((run_dir / "data.json").read_text())["info"]
     results = (json.loads(metrics_path.read_text()) if weights["finished"] and metrics_path.is_file()

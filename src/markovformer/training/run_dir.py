@@ -22,10 +22,12 @@ model/ only when ``finished.json`` is there, else the last checkpoint.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -59,6 +61,8 @@ FINISHED = "finished.json"
 RUN_FORMAT = 2
 # The folders a killed writer may leave ``.NAME.*.tmp`` files in.
 WRITTEN_FOLDERS = (".", "model", "logs", "checkpoints", "tokenizer")
+FILE_DIGESTS = "file_sha256"  # data.json's record of the data files' contents: {resolved path: sha256}
+HASH_CHUNK_BYTES = 1 << 20  # data files may be GBs: hashed a chunk at a time
 
 
 def strict_json(value):
@@ -102,53 +106,88 @@ def write_start_files(run_dir: Path, bundle: DataBundle, keep_existing: bool) ->
 
 
 def data_record(bundle: DataBundle) -> dict:
-    """data.json's contents: the data's facts (``info``), the record of its splits and their sizes, as JSON reads
-    them back (lists for tuples, None for non-finite floats)."""
+    """data.json's contents: the data's facts (``info``), the record of its splits and their sizes, and the sha256
+    of every data file it was read from (``bundle.files``), as JSON reads them back (lists for tuples, None for
+    non-finite floats)."""
     sizes = {split: len(getattr(bundle, split)) for split in ("train", "val", "test")}
-    record = {"info": bundle.info, "splits": bundle.splits, "sizes": sizes}
+    record = {"info": bundle.info, "splits": bundle.splits, "sizes": sizes, FILE_DIGESTS: file_digests(bundle.files)}
     return json.loads(json.dumps(strict_json(record), default=str, allow_nan=False))
+
+
+def file_digests(files: list[Path]) -> dict[str, str]:
+    """``{path: sha256 hex}`` of ``files``, each read in chunks of ``HASH_CHUNK_BYTES``."""
+    digests = {}
+    for file in files:
+        digest, chunk = hashlib.sha256(), bytearray(HASH_CHUNK_BYTES)
+        with open(file, "rb") as handle:
+            while read := handle.readinto(chunk):
+                digest.update(memoryview(chunk)[:read])
+        digests[str(file)] = digest.hexdigest()
+    return digests
+
+
+def changed_data_files(run_dir: Path, bundle: DataBundle) -> dict[str, tuple[str, str]]:
+    """``{path: (sha256 then, now)}`` of the data files of ``bundle`` whose contents are not those data.json recorded
+    when the run started; files it did not record (other data given to ``eval``) are not compared."""
+    try:
+        recorded = json.loads((run_dir / "data.json").read_text()).get(FILE_DIGESTS) or {}
+    except (OSError, ValueError, AttributeError):
+        return {}  # an unreadable data.json is reported where its info is read
+    now = file_digests([file for file in bundle.files if str(file) in recorded])
+    return {path: (recorded[path], digest) for path, digest in now.items() if digest != recorded[path]}
 
 
 def check_same_data(run_dir: Path, bundle: DataBundle) -> None:
     """ConfigError when the data a resumed run rebuilds from its config is not the data it started with (data.json):
     a data file edited or replaced under the same path would be mixed into the run silently. Compared: every value
-    both records hold (a newer version may record more), floats to 1e-6, token stores by their tokens."""
+    both records hold (a newer version may record more), floats to 1e-6, token stores by their tokens, data files
+    by their sha256 (``FILE_DIGESTS``; the one check of a text whose token store left the cache)."""
     try:
         saved = json.loads((run_dir / "data.json").read_text())
     except (OSError, ValueError):
         return  # a start killed before data.json: it is written from the rebuilt data
-    difference = _first_difference(saved, data_record(bundle), "")
-    if difference is not None:
-        where, before, now = difference
-        raise ConfigError(f"{run_dir / 'data.json'}: the data rebuilt from the run's config differs from the data it "
-                          f"started with ({where}: {before!r} then, {now!r} now): was a data file changed? Restore "
-                          f"it, or start a new run from this one's weights (init_from={str(run_dir)!r})")  # fmt: skip
+    digests = isinstance(saved, dict) and bool(saved.get(FILE_DIGESTS))
+    difference = _first_difference(saved, data_record(bundle), "", digests=digests)
+    if difference is None:
+        return
+    where, before, now = difference
+    restore = f"Restore it, or start a new run from this one's weights (init_from={str(run_dir)!r})"
+    if where.startswith(f"{FILE_DIGESTS}."):
+        raise ConfigError(f"{where[len(FILE_DIGESTS) + 1 :]}: this data file changed since the run started (sha256 "
+                          f"{before} then, in {run_dir / 'data.json'}; {now} now). {restore}")  # fmt: skip
+    raise ConfigError(f"{run_dir / 'data.json'}: the data rebuilt from the run's config differs from the data it "
+                      f"started with ({where}: {before!r} then, {now!r} now): was a data file changed? "
+                      f"{restore}")  # fmt: skip
 
 
-def _same_tokens(saved: Path, now: Path) -> bool:
+def _same_tokens(saved: Path, now: Path, digests: bool) -> bool:
     """Whether two token stores hold the same tokens: one store (its key names its files' content, mtimes
     included), or equal tokens in both (a file touched or copied without its mtime). A store since removed from
-    the cache cannot be compared: said on one line, and taken as the same."""
+    the cache cannot be compared: taken as the same, the text files' recorded sha256 (``digests``) deciding; a
+    run recorded without them says on one line that nothing can be checked."""
     if saved.name == now.name:
         return True
     try:
         before = TokenStore(saved)
     except (OSError, ValueError):
-        print(f"the token store this run started with ({saved}) is gone: whether its text files changed since "
-              f"cannot be checked", flush=True)  # fmt: skip
+        if not digests:
+            print(f"the token store this run started with ({saved}) is gone: whether its text files changed since "
+                  f"cannot be checked", flush=True)  # fmt: skip
         return True
     after = TokenStore(now)
     return bool(np.array_equal(before.offsets, after.offsets) and np.array_equal(before.tokens, after.tokens))
 
 
-def _first_difference(saved, now, where: str) -> tuple[str, object, object] | None:
+def _first_difference(saved, now, where: str, digests: bool = False) -> tuple[str, object, object] | None:
+    """The first (where, saved value, value now) in which two records differ, in ``saved``'s order; ``digests``:
+    the saved record holds its files' sha256 (``_same_tokens``)."""
     if isinstance(saved, dict) and isinstance(now, dict):
-        for key in saved.keys() & now.keys():
+        for key in [key for key in saved if key in now]:
             if key == "store" and isinstance(saved[key], str) and isinstance(now[key], str):
-                same = _same_tokens(Path(saved[key]), Path(now[key]))
+                same = _same_tokens(Path(saved[key]), Path(now[key]), digests)
                 found = None if same else (f"{where}.{key}".lstrip("."), saved[key], now[key])
             else:
-                found = _first_difference(saved[key], now[key], f"{where}.{key}")
+                found = _first_difference(saved[key], now[key], f"{where}.{key}", digests)
             if found is not None:
                 return found
         return None
@@ -233,10 +272,29 @@ def write_resolved_config(run_dir: Path, config: RunConfig) -> None:
     atomic_write(run_dir / RESOLVED_CONFIG, lambda path: path.write_text(text))
 
 
+class LoadedRun(NamedTuple):
+    """A trained run as ``load_trained_run`` read it. ``weights``: which weights ``model`` holds, from the very
+    read that loaded them (a run still training replaces last.ckpt and may finish meanwhile): ``source`` ("model"
+    or the checkpoint's path inside the run directory), ``step``, ``finished`` (the finished run's model/) and
+    ``run_finished`` (whether the run was finished when it was read)."""
+
+    config: RunConfig
+    model: torch.nn.Module
+    run_dir: Path
+    weights: dict
+
+
 def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
+    """A trained run's config, model and directory: ``load_trained_run`` without the record of its weights."""
+    loaded = load_trained_run(target)
+    return loaded.config, loaded.model, loaded.run_dir
+
+
+def load_trained_run(target: str | Path) -> LoadedRun:
     """A trained run's config and model, from a run directory (its final model/, else its last checkpoint) or from
-    one checkpoint file inside a run's checkpoints/ folder. The weights must belong to the run (their fingerprint,
-    ``training.fingerprint``) and match the model's tensor names, shapes and dtypes; takes no lock (reads only)."""
+    one checkpoint file inside a run's checkpoints/ folder, with which weights were loaded (``LoadedRun``). The
+    weights must belong to the run (their fingerprint, ``training.fingerprint``) and match the model's tensor names,
+    shapes and dtypes; takes no lock (reads only)."""
     target = Path(target)
     if not target.exists():
         raise ConfigError(f"{target}: no such run directory or checkpoint")
@@ -246,9 +304,11 @@ def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
     config = resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG))
     data_info = read_data_info(run_dir)
     fingerprint = run_fingerprint(config, run_dir)
-    if target.is_dir() and (run_dir / "model").is_dir() and finished_steps(run_dir) is not None:
+    finished = finished_steps(run_dir)
+    if target.is_dir() and (run_dir / "model").is_dir() and finished is not None:
         model = load_final_model(config, data_info, run_dir / "model", fingerprint, run_format(run_dir) >= RUN_FORMAT)
-        return config, check_finite(model, run_dir / "model"), run_dir
+        weights = {"source": "model", "step": finished, "finished": True, "run_finished": True}
+        return LoadedRun(config, check_finite(model, run_dir / "model"), run_dir, weights)
     checkpoint = target if target.is_file() else run_dir / "checkpoints" / LAST_CHECKPOINT
     if not checkpoint.is_file():
         raise ConfigError(f"{run_dir}: holds neither a final model/ nor checkpoints/{LAST_CHECKPOINT}")
@@ -257,14 +317,16 @@ def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
     except (ValueError, OSError) as error:
         raise ConfigError(f"{checkpoint}: cannot read it ({error})") from None
     check_checkpoint_fingerprint(loaded, fingerprint, checkpoint)
-    state = loaded.get("state_dict")
-    if not isinstance(state, dict):
-        raise ConfigError(f"{checkpoint}: not a training checkpoint (no state_dict)")
+    state, step = loaded.get("state_dict"), loaded.get("global_step")
+    if not isinstance(state, dict) or type(step) is not int:
+        raise ConfigError(f"{checkpoint}: not a training checkpoint (no state_dict or global_step)")
     model = build_model(config, data_info)
     prefix = "model."
     check_tensors_match(model, state, checkpoint, prefix=prefix)
     model.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
-    return config, check_finite(model, checkpoint), run_dir
+    weights = {"source": str(checkpoint.relative_to(run_dir)), "step": step, "finished": False,
+               "run_finished": finished is not None}  # fmt: skip
+    return LoadedRun(config, check_finite(model, checkpoint), run_dir, weights)
 
 
 def check_finite(model: torch.nn.Module, source: Path) -> torch.nn.Module:

@@ -1,0 +1,99 @@
+"""A run records the sha256 of every data file it reads (data.json), whatever the source: a resume refuses a file
+changed since, naming it, and ``eval`` says so. Before, only text was checked (through its token store, and not at
+all once the store left the cache): a CSV whose labels were flipped resumed, training on the new labels, exit 0."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+from conftest import run_in_process  # beside this folder
+
+MODEL = "model={d_model: 16, n_layers: 1, n_heads: 2, max_order: 2}"
+TRAINER = ("trainer.max_steps=2", "trainer.eval_every=2", "trainer.checkpoint_every=2", "trainer.batch_size=4",
+           "trainer.warmup_steps=1", "trainer.logger=csv")  # fmt: skip
+
+
+def refused(done, *fragments: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def test_a_csv_whose_labels_changed_is_refused_on_resume_naming_it_and_eval_says_so(tmp_path):
+    series = tmp_path / "series.csv"
+    rows = ["x,y,label"] + [f"{i % 7},{(i * 3) % 5},{(i // 4) % 2}" for i in range(80)]
+    series.write_text("\n".join(rows) + "\n")
+    data = f"data={{source: csv_series, window: 4, stride: 2, path: {series}, task: sequence_classification}}"
+    trained = run_in_process("train", "task=sequence_classification", data, MODEL, *TRAINER, "output_dir=run",
+                             cwd=tmp_path)  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    sha256 = hashlib.sha256(series.read_bytes()).hexdigest()
+
+    flipped = ["x,y,label"] + [f"{i % 7},{(i * 3) % 5},{1 - (i // 4) % 2}" for i in range(80)]
+    series.write_text("\n".join(flipped) + "\n")  # the features, their normalisation and the classes are the same
+    line = refused(run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path),
+                   str(series.resolve()), "changed since the run started")  # fmt: skip
+    recorded = json.loads((tmp_path / "run" / "data.json").read_text())["file_sha256"]
+    assert recorded == {str(series.resolve()): sha256} and sha256 in line
+    scored = run_in_process("eval", "run", "--json", cwd=tmp_path)
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    assert json.loads(scored.stdout)["changed_data_files"] == [str(series.resolve())]
+    assert f"warning: {series.resolve()} changed since the run started" in scored.stderr
+
+    series.write_text("\n".join(rows) + "\n")  # restored: the same bytes, a new mtime
+    scored = run_in_process("eval", "run", "--json", cwd=tmp_path)
+    assert "changed_data_files" not in json.loads(scored.stdout) and "warning" not in scored.stderr
+    resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+
+def test_a_text_changed_after_its_token_store_left_the_cache_is_refused_on_resume(tmp_path):
+    """The resume printed that the gone store left nothing to check, and trained on the new text."""
+    text = "".join(f"line {i} of the notes, words and more words\n" for i in range(200))
+    notes = tmp_path / "notes.txt"
+    notes.write_text(text)
+    cache = tmp_path / "cache"
+    data = f"data={{source: text, tokenizer: char, seq_len: 16, path: {notes}, cache_dir: {cache}}}"
+    trained = run_in_process("train", "task=causal_lm", data, MODEL, *TRAINER, "output_dir=run", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+
+    shutil.rmtree(cache)
+    notes.write_text(text[3000:] + text[:3000])  # the same length and alphabet: every other record is the same
+    refused(run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path), str(notes.resolve()),
+            "changed since the run started")  # fmt: skip
+
+    shutil.rmtree(cache)
+    notes.write_text(text)  # unchanged: the digest stands for the gone store, without a word
+    resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "cannot be checked" not in resumed.stdout
+
+
+def test_the_data_files_are_every_file_option_resolved_as_the_sources_resolve_them(tmp_path, monkeypatch):
+    from markovformer.training.build import data_files
+
+    folder = tmp_path / "texts"
+    (folder / ".hidden").mkdir(parents=True)
+    for name in ("b.txt", "a.txt", ".hidden/c.txt"):
+        (folder / name).write_text("words\n")
+    prepared = tmp_path / "prepared"
+    prepared.mkdir()
+    (prepared / "genes.fa").write_text(">x\nACGT\n")
+    (tmp_path / "labels.tsv").write_text("x\t1\n")
+    monkeypatch.setenv("MARKOVFORMER_DATA", str(prepared))
+    monkeypatch.chdir(tmp_path)
+    assert data_files({"source": "text", "path": str(folder)}) == [folder / "a.txt", folder / "b.txt"]
+    assert data_files({"source": "text", "path": f"{folder}/*.txt", "cache_dir": str(tmp_path)}) == [
+        folder / "a.txt", folder / "b.txt"]  # fmt: skip
+    assert data_files({"source": "fasta", "path": "data/genes.fa", "labels": "labels.tsv"}) == [
+        prepared / "genes.fa", tmp_path / "labels.tsv"]  # fmt: skip
+    assert data_files({"source": "translation_file", "path": "labels.tsv", "target_path": None}) == [
+        tmp_path / "labels.tsv"]  # fmt: skip
+    assert data_files({"source": "hf_dataset", "data_files": [str(folder / "a.txt"), str(folder / "a.txt")]}) == [
+        folder / "a.txt"]  # fmt: skip
+    assert data_files({"source": "markov_chain", "num_symbols": 4}) == []
