@@ -14,8 +14,13 @@ from markovformer.data.recipes.finance import DAILY_FEATURES, FRACTIONS, daily_m
 from markovformer.data.recipes.genomics import write_labelled_fasta
 from markovformer.data.recipes.registry import DATA_RECIPES, find_prepared_file, recipe_writing
 from markovformer.data.recipes.speech import SPEECH_SPLITS, write_speech_features
-from markovformer.data.sources import DATA_SOURCES, CsvSeriesSource, FastaSource, SpeechFeaturesSource
-from markovformer.data.translation import TranslationFileSource
+from markovformer.data.sources import (
+    DATA_SOURCES,
+    CsvSeriesSource,
+    FastaSource,
+    SpeechFeaturesSource,
+    TranslationFileSource,
+)
 from markovformer.training.config_files import shipped_config
 from markovformer.training.run_config import apply_overrides, load_yaml
 

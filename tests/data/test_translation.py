@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from markovformer.data.readers.tokenizer import BPETokenizer
+from markovformer.data.sources import TranslationFileSource
 from markovformer.data.translation import (
     BOS_TOKEN_ID,
     EOS_TOKEN_ID,
@@ -20,7 +21,6 @@ from markovformer.data.translation import (
     SPECIAL_TOKENS,
     LengthBucketSampler,
     SyntheticTranslationSource,
-    TranslationFileSource,
     check_translation_tokenizer,
     collate_translation,
     corpus_bleu,

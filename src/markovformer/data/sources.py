@@ -25,7 +25,7 @@ from markovformer.data.synthetic.ctc import SyntheticCTCSource
 from markovformer.data.synthetic.markov_sources import HiddenOrderSource, MarkovChainSource
 from markovformer.data.synthetic.state_space import LinearGaussianSource, StickyHMMSource
 from markovformer.data.synthetic.task_sources import ICLMarkovSource, InductionSource, MQARSource, SelectiveCopySource
-from markovformer.data.translation import SyntheticTranslationSource, TranslationFileSource
+from markovformer.data.translation import SyntheticTranslationSource, load_translation
 
 
 @dataclasses.dataclass
@@ -172,6 +172,29 @@ class AudioManifestSource:
     def build(self, seed: int) -> DataBundle:
         return load_audio_manifest(_require_path(self.path), fractions=self.fractions, seed=seed,
                                    sample_rate=self.sample_rate, stack=self.stack_frames)  # fmt: skip
+
+
+@dataclasses.dataclass
+class TranslationFileSource:
+    """Parallel text from a TSV (``source<TAB>target``) or two aligned files (``path`` and ``target_path``), with
+    a joint BPE tokenizer of ``vocab_size`` trained on the training pairs (saved with the run). A ``data/NAME`` path
+    is also looked up in the data directory (``find_prepared_file``; here, not in ``translation``, which may not
+    import the recipes' shelf)."""
+
+    path: str = ""
+    target_path: str | None = None
+    vocab_size: int = 8000
+    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
+    max_length: int | None = None
+
+    def build(self, seed: int) -> DataBundle:
+        if not self.path:
+            raise ValueError("data.path is required for this data source")
+        target_path = None if self.target_path is None else find_prepared_file(self.target_path, "data.target_path")
+        return load_translation(
+            find_prepared_file(self.path), target_path=target_path, vocab_size=self.vocab_size,
+            fractions=self.fractions, seed=seed, max_length=self.max_length,
+        )  # fmt: skip
 
 
 def _require_path(path: str, key: str = "data.path") -> Path:

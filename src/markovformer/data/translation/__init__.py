@@ -4,7 +4,6 @@ order, and corpus BLEU (sacrebleu, imported when used). The German-English recip
 from markovformer.data.translation.batching import LengthBucketSampler, collate_translation, translation_lengths
 from markovformer.data.translation.bleu import BootstrapBleu, corpus_bleu, corpus_chrf, paired_bootstrap_bleu
 from markovformer.data.translation.parallel import (
-    TranslationFileSource,
     check_translation_tokenizer,
     decode_generated,
     encode_pairs,
@@ -31,7 +30,6 @@ __all__ = [
     "PAD_TOKEN_ID",
     "SPECIAL_TOKENS",
     "SyntheticTranslationSource",
-    "TranslationFileSource",
     "UNK_TOKEN_ID",
     "check_translation_tokenizer",
     "collate_translation",

@@ -6,7 +6,6 @@ defined in ``special_tokens.py``).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from torch import Tensor
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.tokenizer import BPETokenizer, load_tokenizer
-from markovformer.data.recipes.registry import find_prepared_file
 from markovformer.data.splits import split_indices
 from markovformer.data.translation.batching import collate_translation, translation_lengths
 from markovformer.data.translation.special_tokens import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, SPECIAL_TOKENS
@@ -185,25 +183,3 @@ def load_translation(
     by_split = {name: [pairs[i] for i in chosen] for name, chosen in indices.items()}
     tokenizer = train_translation_tokenizer(by_split["train"], vocab_size)
     return translation_bundle(by_split, tokenizer, max_length=max_length, splits=record)
-
-
-@dataclasses.dataclass
-class TranslationFileSource:
-    """Parallel text from a TSV (``source<TAB>target``) or two aligned files (``path`` and ``target_path``), with
-    a joint BPE tokenizer of ``vocab_size`` trained on the training pairs (saved with the run). A ``data/NAME`` path
-    is also looked up in the data directory (``find_prepared_file``)."""
-
-    path: str = ""
-    target_path: str | None = None
-    vocab_size: int = 8000
-    fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
-    max_length: int | None = None
-
-    def build(self, seed: int) -> DataBundle:
-        if not self.path:
-            raise ValueError("data.path is required for this data source")
-        target_path = None if self.target_path is None else find_prepared_file(self.target_path, "data.target_path")
-        return load_translation(
-            find_prepared_file(self.path), target_path=target_path, vocab_size=self.vocab_size,
-            fractions=self.fractions, seed=seed, max_length=self.max_length,
-        )  # fmt: skip
