@@ -8,7 +8,8 @@ its first row, and a row cut short by a kill is repaired away at the same moment
 which changes the header) replace the file atomically with the whole of its old contents plus the change.
 
 The ``step`` column counts optimiser steps done, from 1, as the console's ``step N/M`` lines do (Lightning hands a
-logger the steps done before the batch, so the batch that reaches step g would be logged under g - 1).
+logger the steps done before the batch, so the batch that reaches step g would be logged under g - 1). The run's
+TensorBoard events (``RunTensorBoardLogger``) carry the same steps, and a resumed run purges the events it logs again.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.loggers.logger import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -58,6 +60,7 @@ class AppendingCSVLogger(Logger):
         self.columns: list[str] | None = None  # read from the file on the first write
         self.drop_from_step: int | None = None
         self.after_fit_step: int | None = None
+        self.relogged = False  # the last row replaced one an earlier process logged (the validation after fit)
 
     def after_fit(self, step: int) -> None:
         """Label the rows from here on (the validation after fit) with ``step``, the steps the run has done: a run
@@ -80,13 +83,21 @@ class AppendingCSVLogger(Logger):
     def resume_from_step(self, step: int) -> None:
         self.drop_from_step = step
 
+    def labelled(self, metrics: dict[str, float], step: int | None) -> tuple[dict[str, float], int | None]:
+        """What Lightning's ``log_metrics(metrics, step)`` logs and the step it is labelled with: the steps done (see
+        the class). The validation after fit leaves out Lightning's epoch count: one more after a fit that trained
+        than after one resumed at its last step, for the same row."""
+        if self.after_fit_step is None:
+            return metrics, None if step is None else step + 1
+        return {key: value for key, value in metrics.items() if key != "epoch"}, self.after_fit_step
+
     @rank_zero_only
     def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
         """The resolved config is the run's config.yaml; nothing to add to the CSV."""
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        done = self.after_fit_step if self.after_fit_step is not None else None if step is None else step + 1
+        metrics, done = self.labelled(metrics, step)
         row = {"step": "" if done is None else str(done)}  # steps done, as printed
         for key, value in metrics.items():
             value = float(value)
@@ -99,7 +110,7 @@ class AppendingCSVLogger(Logger):
         def repeated(old: dict[str, str]) -> bool:
             return _row_step(old) == done and any(old.get(key) for key in validated)
 
-        replaced = bool(validated) and any(repeated(old) for old in read_log_rows(self.path)[1])
+        replaced = self.relogged = bool(validated) and any(repeated(old) for old in read_log_rows(self.path)[1])
         if replaced or any(key not in self.columns for key in row):
             kept = [old for old in read_log_rows(self.path)[1] if not repeated(old)]
             self._rewrite(sorted(set(self.columns) | set(row)), [*kept, row])
@@ -130,4 +141,27 @@ class AppendingCSVLogger(Logger):
         self.columns = columns
 
 
-__all__ = ["AppendingCSVLogger", "read_log_rows"]
+class RunTensorBoardLogger(TensorBoardLogger):
+    """Lightning's TensorBoard logger (``RUN_DIR/tensorboard/``) labelling its events with the steps of the run's
+    CSV log ``steps``, which must come before it in the trainer's loggers: the steps done, as each row is labelled;
+    a resumed run purges the events of the steps after its checkpoint (``resume_from_step``: those it logs again,
+    hidden from TensorBoard by its purge marker); a validation after fit that replaced one an earlier process logged
+    (and flushed: the run was killed in its final files) is not logged twice."""
+
+    def __init__(self, run_dir: str | Path, steps: AppendingCSVLogger) -> None:
+        super().__init__(run_dir, name="tensorboard", version="", default_hp_metric=False)  # no placeholder metric
+        self.steps = steps
+
+    @property
+    def experiment(self) -> Any:
+        if self._experiment is None and self.steps.drop_from_step is not None:  # the writer is made on first use
+            self._kwargs["purge_step"] = self.steps.drop_from_step + 1
+        return super().experiment
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        if not self.steps.relogged:
+            super().log_metrics(*self.steps.labelled(metrics, step))
+
+
+__all__ = ["AppendingCSVLogger", "RunTensorBoardLogger", "read_log_rows"]

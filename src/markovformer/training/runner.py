@@ -12,7 +12,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
@@ -24,7 +23,7 @@ from markovformer.training.environment import check_accelerator, check_nodes
 from markovformer.training.evaluation import evaluate, first_batch_metrics, scoring_loader
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
 from markovformer.training.init_from import initialise_from, tokenizer_source
-from markovformer.training.metrics_log import AppendingCSVLogger
+from markovformer.training.metrics_log import AppendingCSVLogger, RunTensorBoardLogger
 from markovformer.training.module import TrainingModule
 from markovformer.training.progress import PrintProgress, StepLearningRateMonitor
 from markovformer.training.run_checks import check_tensors_match, resumable_checkpoint, resumed_config
@@ -103,7 +102,7 @@ def check_logger(logger: str) -> None:
 def metrics_loggers(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger) -> list:
     """The run's own logs/metrics.csv, then the logger ``trainer.logger`` chooses."""
     if tc.logger == "tensorboard":
-        return [log, TensorBoardLogger(run_dir, name="tensorboard", version="")]
+        return [log, RunTensorBoardLogger(run_dir, log)]
     if tc.logger == "wandb":
         from lightning.pytorch.loggers import WandbLogger
 

@@ -1,11 +1,15 @@
 """When and which step checkpoints a run writes, and what it adds to each.
 
 ``StepCheckpoints`` writes ``step-NNNNNN.ckpt`` and ``last.ckpt`` every ``checkpoint_every`` steps, as Lightning's
-``ModelCheckpoint`` does, with two changes:
+``ModelCheckpoint`` does, with these changes:
 
 - at a step that is also due validation, the checkpoint is written after that validation instead of before it, so
   a run killed between the two resumes from the step before and validates when it reaches the step again (a
   checkpoint never stands for a step whose validation did not run);
+- at any other step, the checkpoint is taken at the end of the step, as Lightning's, but written only once
+  Lightning has logged the step's rows (at the next batch's start, when training ends or on SIGTERM): a run resumed
+  from it never logs that step again, so a kill between the two lost the step's rows for good;
+- the loggers are flushed before each checkpoint is written (TensorBoard holds its events in a queue);
 - with ``keep`` > 0, only the newest ``keep`` step checkpoints stay (``last.ckpt`` always stays);
 - file names are fixed (a resumed run overwrites ``last.ckpt``, never adds ``last-v1.ckpt``).
 """
@@ -14,9 +18,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from weakref import proxy
 
 import lightning as L
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from markovformer.training.fingerprint import CHECKPOINT_KEY
 
@@ -35,6 +41,8 @@ class StepCheckpoints(ModelCheckpoint):
                          every_n_train_steps=every, save_top_k=-1, save_last=True,
                          enable_version_counter=False)  # fmt: skip
         self.eval_every, self.keep = eval_every, keep
+        self.taken: list[tuple[str, dict]] = []  # (path, checkpoint) taken at a step's end, not written yet
+        self._taking = False
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -42,17 +50,66 @@ class StepCheckpoints(ModelCheckpoint):
             if not self._should_skip_saving_checkpoint(trainer):
                 self._defer_save_until_validation = True  # ModelCheckpoint.on_validation_end saves it
             return
-        super().on_train_batch_end(trainer, module, outputs, batch, batch_idx)
+        self._taking = True  # Lightning logs the step's rows after this hook: take the checkpoints, write them later
+        try:
+            super().on_train_batch_end(trainer, module, outputs, batch, batch_idx)
+        finally:
+            self._taking = False
+
+    # The first hook after the rows are logged; nothing a checkpoint holds changes before it (the weights, the
+    # optimiser state and the step's counters stay as they were: the next optimiser step comes after these hooks).
+    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch, batch_idx) -> None:
+        self._write_taken(trainer)
+
+    def on_validation_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._write_taken(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._write_taken(trainer)
+        super().on_train_end(trainer, module)
+
+    def on_exception(self, trainer: L.Trainer, module: L.LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException):  # raised once the step is logged: its checkpoint stands
+            self._write_taken(trainer, barrier=False)  # (not another failure: it may have cut the logging short)
+        self.taken = []
+        super().on_exception(trainer, module, exception)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Nothing to restore: no best-k bookkeeping (every step file is kept or pruned by step), and a run directory
         that was moved or copied must not be warned about or reach back to its old path."""
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        if self._taking:  # what trainer.save_checkpoint writes, written by _write_taken
+            self.taken.append((filepath, trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)))
+            self._last_global_step_saved, self._last_checkpoint_saved = trainer.global_step, filepath
+            return
+        flush_loggers(trainer)
         super()._save_checkpoint(trainer, filepath)
+        self._prune(trainer)
+
+    def _write_taken(self, trainer: L.Trainer, barrier: bool = True) -> None:
+        taken, self.taken = self.taken, []
+        for filepath, checkpoint in taken:
+            flush_loggers(trainer)
+            trainer.strategy.save_checkpoint(checkpoint, filepath)
+            if barrier:  # not while failing: another process may not reach it
+                trainer.strategy.barrier("StepCheckpoints")
+            if trainer.is_global_zero:
+                for logger in trainer.loggers:
+                    logger.after_save_checkpoint(proxy(self))
+            self._prune(trainer)
+
+    def _prune(self, trainer: L.Trainer) -> None:
         if self.keep > 0 and trainer.is_global_zero:
             for old in step_checkpoints(Path(self.dirpath))[: -self.keep]:
                 old.unlink(missing_ok=True)
+
+
+def flush_loggers(trainer: L.Trainer) -> None:
+    """Put every logged row on disk (a checkpoint must not stand for rows a kill could still lose)."""
+    if trainer.is_global_zero:
+        for logger in trainer.loggers:
+            logger.save()
 
 
 class RunFingerprint(L.Callback):
