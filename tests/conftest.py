@@ -158,3 +158,13 @@ def run_cli(*args: str, timeout: float = 300, **popen) -> subprocess.CompletedPr
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "markovformer", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, **popen)  # fmt: skip
+
+
+def one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> str:
+    """The command failed on bad input (status 2) with one ``markovformer: error:`` line holding ``fragments``."""
+    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]

@@ -8,20 +8,11 @@ import hashlib
 import json
 import shutil
 
-from conftest import run_in_process  # beside this folder
+from conftest import one_line_error, run_in_process  # beside this folder
 
 MODEL = "model={d_model: 16, n_layers: 1, n_heads: 2, max_order: 2}"
 TRAINER = ("trainer.max_steps=2", "trainer.eval_every=2", "trainer.checkpoint_every=2", "trainer.batch_size=4",
            "trainer.warmup_steps=1", "trainer.logger=csv")  # fmt: skip
-
-
-def refused(done, *fragments: str) -> str:
-    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr[-2000:]
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def test_a_csv_whose_labels_changed_is_refused_on_resume_naming_it_and_eval_says_so(tmp_path):
@@ -36,8 +27,8 @@ def test_a_csv_whose_labels_changed_is_refused_on_resume_naming_it_and_eval_says
 
     flipped = ["x,y,label"] + [f"{i % 7},{(i * 3) % 5},{1 - (i // 4) % 2}" for i in range(80)]
     series.write_text("\n".join(flipped) + "\n")  # the features, their normalisation and the classes are the same
-    line = refused(run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path),
-                   str(series.resolve()), "changed since the run started")  # fmt: skip
+    resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
+    line = one_line_error(resumed, str(series.resolve()), "changed since the run started")
     recorded = json.loads((tmp_path / "run" / "data.json").read_text())["file_sha256"]
     assert recorded == {str(series.resolve()): sha256} and sha256 in line
     scored = run_in_process("eval", "run", "--json", cwd=tmp_path)
@@ -64,8 +55,8 @@ def test_a_text_changed_after_its_token_store_left_the_cache_is_refused_on_resum
 
     shutil.rmtree(cache)
     notes.write_text(text[3000:] + text[:3000])  # the same length and alphabet: every other record is the same
-    refused(run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path), str(notes.resolve()),
-            "changed since the run started")  # fmt: skip
+    resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
+    one_line_error(resumed, str(notes.resolve()), "changed since the run started")
 
     shutil.rmtree(cache)
     notes.write_text(text)  # unchanged: the digest stands for the gone store, without a word

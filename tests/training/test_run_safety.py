@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import one_line_error  # beside this folder
 from safetensors.torch import load_file
 from torch.utils.data import DataLoader
 
@@ -127,15 +128,6 @@ def test_a_checkpoint_at_a_validation_step_is_written_after_that_validation(run_
         loops = load_checkpoint_file(whole / "checkpoints" / f"step-{step:06d}.ckpt")["loops"]["fit_loop"]
         done = loops["epoch_loop.val_loop.batch_progress"]["total"]["completed"]
         assert done == step // 10 * validation_batches, step
-
-
-def one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> str:
-    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr[-2000:]
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def test_a_second_writer_is_refused_naming_the_holder_and_the_first_run_finishes_untouched(run_files, tmp_path,
