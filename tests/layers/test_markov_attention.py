@@ -28,6 +28,34 @@ def _input(batch: int = 2, length: int = LENGTH, seed: int = 1) -> torch.Tensor:
     return torch.randn(batch, length, D_MODEL, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
+def _spec_rotate(heads: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rotary position by hand: each pair (2i, 2i+1) of a (B, H, T, Dh) query or key turned by pos / 10000^(2i/Dh)
+    (the frequencies made in float32, as the layer makes them before its cast to float64)."""
+    frequencies = (1.0 / 10000.0 ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float32) / HEAD_DIM)).double()
+    angle = positions.double()[:, None] * frequencies  # (T, Dh/2)
+    out = torch.empty_like(heads)
+    for i in range(HEAD_DIM // 2):
+        even, odd, cos, sin = heads[..., 2 * i], heads[..., 2 * i + 1], angle[:, i].cos(), angle[:, i].sin()
+        out[..., 2 * i], out[..., 2 * i + 1] = even * cos - odd * sin, even * sin + odd * cos
+    return out
+
+
+def _spec_gates(layer: MarkovAttention, x: torch.Tensor, q_raw: torch.Tensor, directions) -> dict:
+    """The linear order gate by its formula: alpha_t = softmax(W u_t + b) over the K lags and the null slot, u_t the
+    layer input x_t (token gate, one output per head) or the head's query projection q_t^(h) before any rotation
+    (query gate, one map per head)."""
+    gates = {}
+    for direction in directions:
+        (final,) = layer.markov_bias.gate_networks[direction]  # gate="linear": one map
+        if layer.markov_bias.gate_input == "query":
+            logits = torch.einsum("bhtd,hds->bhts", q_raw, final.weight) + final.bias[None, :, None, :]
+        else:
+            batch, length = x.shape[:2]
+            logits = (x @ final.weight[0] + final.bias[0]).view(batch, length, HEADS, -1).transpose(1, 2)
+        gates[direction] = torch.softmax(logits, dim=-1)
+    return gates
+
+
 def _spec_bias(gates, strengths, length: int, directions) -> torch.Tensor:
     """The Markov bias element by element: B[t, j] = sum_k alpha_{t,k} T_k [j = t - k] (+ the future term)."""
     batch, heads = gates["past"].shape[:2]
@@ -41,22 +69,33 @@ def _spec_bias(gates, strengths, length: int, directions) -> torch.Tensor:
     return bias
 
 
+@pytest.mark.parametrize("rotary, gate_input", [(False, "token"), (True, "token"), (True, "query")])
 @pytest.mark.parametrize("scope", ["global", "local"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-def test_weights_equal_softmax_of_scores_plus_spec_bias(causal, scope):
+def test_weights_equal_softmax_of_scores_plus_spec_bias(causal, scope, rotary, gate_input):
+    """With rotary position the scores read the rotated q and k, and the query gate the query before rotation (Eq.
+    23: a gate that read the rotated query would depend on the absolute position)."""
     window = 4 if scope == "local" else None
-    layer = _layer(causal=causal, bidirectional=not causal, scope=scope, window=window, rotary=False)
+    layer = _layer(causal=causal, bidirectional=not causal, scope=scope, window=window, rotary=rotary,
+                   gate_input=gate_input)  # fmt: skip
     x = _input()
     mask = torch.ones(2, LENGTH, dtype=torch.long)
     mask[1, 6:] = 0
     result = layer(x, mask, return_gates=True, return_weights=True)
 
-    q, k, v = layer.qkv(x).view(2, LENGTH, 3, HEADS, HEAD_DIM).permute(2, 0, 3, 1, 4)
-    past, future, gates = layer.markov_bias(x, q, mask)
+    q_raw, k, v = layer.qkv(x).view(2, LENGTH, 3, HEADS, HEAD_DIM).permute(2, 0, 3, 1, 4)
+    q = q_raw
+    if rotary:
+        q, k = _spec_rotate(q_raw, torch.arange(LENGTH)), _spec_rotate(k, torch.arange(LENGTH))
+        assert not torch.allclose(q, q_raw, atol=1e-2)  # the rotation is live
     directions = ("past",) if causal else ("past", "future")
-    assert set(gates) == set(directions)
+    gates = _spec_gates(layer, x, q_raw, directions)
+    assert set(result.gates) == set(directions)
     for direction in directions:
-        torch.testing.assert_close(result.gates[direction], gates[direction], rtol=0, atol=0)
+        torch.testing.assert_close(result.gates[direction], gates[direction], rtol=1e-12, atol=1e-12)
+    if gate_input == "query" and rotary:  # the check has power: gates of the rotated query differ
+        rotated = _spec_gates(layer, x, q, directions)
+        assert not torch.allclose(rotated["past"][:, :, 1:], gates["past"][:, :, 1:], atol=1e-3)
     bias = _spec_bias(gates, layer.markov_bias.transitions(), LENGTH, directions)
 
     scores = q @ k.transpose(-1, -2) / math.sqrt(HEAD_DIM) + bias
@@ -132,3 +171,24 @@ def test_local_scope_reaches_exactly_the_window(causal, window):
                 assert moved[t] > 1e-8, (source, t)
             else:
                 assert moved[t] < 1e-12, (source, t)
+
+
+@pytest.mark.parametrize("scope", ["global", "local"])
+def test_decoded_query_gates_read_the_unrotated_query_whatever_the_position(scope):
+    """Decoding (a prefill, then one token per call) returns at every position the gates of the query before
+    rotation, as the full forward does; so a token repeated at every position has the same gates at every one,
+    though its rotated query turns with the position."""
+    layer = _layer(scope=scope, window=None if scope == "global" else ORDER, gate_input="query")  # rotary by default
+    assert layer.rotary is not None
+    x = _input(batch=2, length=LENGTH)
+    x[1] = x[1, :1]  # row 1: one token repeated
+    state: dict = {}
+    pieces = [layer(x[:, :3], state=state, return_gates=True).gates["past"]]
+    pieces += [layer(x[:, t : t + 1], state=state, return_gates=True).gates["past"] for t in range(3, LENGTH)]
+    decoded = torch.cat(pieces, dim=2)  # (B, H, T, K + 1)
+
+    q_raw = layer.qkv(x).view(2, LENGTH, 3, HEADS, HEAD_DIM)[:, :, 0].transpose(1, 2)
+    expected = _spec_gates(layer, x, q_raw, ("past",))["past"]
+    torch.testing.assert_close(decoded, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(layer(x, return_gates=True).gates["past"], expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(decoded[1], decoded[1, :, :1].expand(-1, LENGTH, -1), rtol=1e-12, atol=1e-12)

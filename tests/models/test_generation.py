@@ -86,3 +86,19 @@ def test_a_banned_token_is_never_drawn_even_when_it_is_the_most_likely():
     assert torch.allclose(counts, expected.double(), atol=0.04)  # the rest keep their relative probabilities
     plain = sample_next_token(logits[:1], temperature=0.0)
     assert int(plain) == 0
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_sampling_frequencies_follow_the_softmax_of_the_logits_over_the_temperature(temperature):
+    """20,000 draws from fixed logits: each token's frequency is softmax(logits / T) within 5 standard errors."""
+    logits = torch.tensor([1.5, 0.5, 0.0, -1.0, -2.0])
+    draws = 20000
+    drawn = sample_next_token(logits.expand(draws, -1), temperature=temperature,
+                              generator=torch.Generator().manual_seed(0))  # fmt: skip
+    observed = torch.bincount(drawn, minlength=5).double() / draws
+    expected = (logits.double() / temperature).softmax(-1)
+    standard_error = (expected * (1 - expected) / draws).sqrt()
+    assert torch.all((observed - expected).abs() < 5 * standard_error), (observed, expected)
+    # the check has power: the other temperature (logits * T, where this one is 1/T) lies far outside it
+    wrong = (logits.double() * temperature).softmax(-1)
+    assert torch.any((wrong - expected).abs() > 20 * standard_error)
