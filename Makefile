@@ -6,7 +6,7 @@ VENV ?= .venv
 # `make setup TORCH_INDEX=https://download.pytorch.org/whl/cu126` (the index of your CUDA version).
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
-EXTRAS ?= data,dev,hf,bench
+EXTRAS ?= data,datasets,dev,hf,bench
 BIN := $(VENV)/bin
 # Each `make demo` trains into a fresh run directory, so running it twice never collides.
 DEMO_DIR := runs/demo-$(shell date +%Y%m%d-%H%M%S)
