@@ -1,6 +1,7 @@
 """The baseline zoo (layers.baselines) against references: each form of a mixer against its other forms or a closed
 form, causality and padding for every kind, and the kinds inside a MarkovianTransformer built from a config. Their
-kernels (long convolution, S4D kernel, retention, WKV) are pinned to their naive twins in tests/ops."""
+kernels (long convolution, S4D kernel, retention, WKV) are pinned to their naive twins in tests/ops; RetNet, RWKV and
+Hyena to their formulas by hand in test_baselines_by_hand.py."""
 
 from __future__ import annotations
 
@@ -272,6 +273,8 @@ def test_linformer_is_refused_for_causal_models():
 
 
 # --- RWKV ----------------------------------------------------------------------------------------------------------
+
+# RWKV's time mixing, like RetNet and Hyena, is written out by hand from its formulas in test_baselines_by_hand.py.
 
 
 # --- recurrent mixers -------------------------------------------------------------------------------------------------

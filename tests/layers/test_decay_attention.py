@@ -24,7 +24,7 @@ def mixed_mask(length: int) -> torch.Tensor:
 
 def _dense_reference(layer, x, mask, bias, window):
     """The layer's attention from its own weights with a dense (B, H, T, T) ``bias``: softmax over keys j <= t
-    (and t - j <= window), real keys only, rows without keys give 0."""
+    (and t - j <= window), real keys only, rows without keys give 0. Returns the output and the softmax weights."""
     batch = x.shape[0]
     q, k, v = layer.qkv(x).view(batch, LENGTH, 3, HEADS, -1).permute(2, 0, 3, 1, 4)
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias
@@ -33,7 +33,7 @@ def _dense_reference(layer, x, mask, bias, window):
     allowed = allowed[None, None] & mask.bool()[:, None, None, :]
     weights = torch.softmax(scores.masked_fill(~allowed, -math.inf), -1).nan_to_num(0.0)
     heads = (weights @ v).transpose(1, 2).reshape(batch, LENGTH, D_MODEL)
-    return layer.out_proj(heads)
+    return layer.out_proj(heads), weights
 
 
 def _alibi_bias(layer, x):
@@ -70,13 +70,14 @@ def test_layer_matches_dense_reference_on_outputs_and_all_gradients(kind, window
 
     got = layer(x, attention_mask=mask)
     got_grads = torch.autograd.grad((got * upstream).sum(), leaves)
-    expected = _dense_reference(layer, x, mask, bias_of(layer, x), window)
+    expected, expected_weights = _dense_reference(layer, x, mask, bias_of(layer, x), window)
     expected_grads = torch.autograd.grad((expected * upstream).sum(), leaves)
     torch.testing.assert_close(got, expected)
     for index, (got_grad, expected_grad) in enumerate(zip(got_grads, expected_grads, strict=True)):
         torch.testing.assert_close(got_grad, expected_grad, msg=lambda m, i=index: f"leaf {i}: {m}")
-    weights = layer(x, attention_mask=mask, return_weights=True).weights  # the inspection path agrees
-    assert torch.allclose(weights.sum(-1)[0], torch.ones(HEADS, LENGTH, dtype=torch.float64))
+    inspected = layer(x, attention_mask=mask, return_weights=True)  # the inspection path agrees
+    torch.testing.assert_close(inspected.output, expected)
+    torch.testing.assert_close(inspected.weights, expected_weights)
 
 
 def test_forget_gate_depends_on_the_token_and_alibi_does_not():

@@ -1,7 +1,8 @@
 """FoX Pro (the Forgetting Transformer's "Pro" block as options of kind "forgetting"): the layer with QK-norm and the
-key/value token shift against the paper's formulas written position by position from the layer's own weights;
-each part changes the output (it is wired); with all four on, incremental decoding == full forward (the shift's
-previous token is part of the state); the registry passes the options through."""
+key/value token shift, and with all four parts on, against the paper's formulas written position by position from
+the layer's own weights (outputs and gradients); each part changes the output (it is wired); with all four on,
+incremental decoding == full forward (the shift's previous token is part of the state); the registry passes the
+options through."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def _randomise(layer):
 
 
 def _by_hand(layer, x):
-    """Token shift, QK-norm and FoX attention, one position and one head at a time (global, no padding)."""
+    """Token shift, QK-norm, FoX attention and, when the layer has them, the output norm (RMSNorm of each head's
+    output times its scale) and then the output gate sigmoid(x_t W_G) on it, before W_O: one position and one head at
+    a time (global, no padding)."""
     core = layer.cores[0]
     dh = D_MODEL // HEADS
     q, k, v = layer.qkv(x).view(1, LENGTH, 3, HEADS, dh).unbind(2)  # (1, T, H, Dh) each
@@ -49,16 +52,29 @@ def _by_hand(layer, x):
             query = q[0, t, h] / torch.sqrt((q[0, t, h] ** 2).mean() + 1e-6) * core.q_norm[h]
             scores = torch.stack([query @ keys[j] / math.sqrt(dh) + log_f[j + 1 : t + 1, h].sum()
                                   for j in range(t + 1)])  # fmt: skip
-            out[t, h * dh : (h + 1) * dh] = torch.softmax(scores, 0) @ torch.stack(values[: t + 1])
-    return layer.out_proj(out)[None]
+            head = torch.softmax(scores, 0) @ torch.stack(values[: t + 1])
+            if core.output_norm is not None:
+                head = head / torch.sqrt((head**2).mean() + 1e-6) * core.output_norm[h]
+            if core.output_gate is not None:
+                head = head * torch.sigmoid(x[0, t] @ core.output_gate.weight[h * dh : (h + 1) * dh].T)
+            out[t, h * dh : (h + 1) * dh] = head
+    return out[None] @ layer.out_proj.weight.T
 
 
-def test_token_shift_and_qk_norm_match_the_papers_formulas():
+@pytest.mark.parametrize("parts", [dict(qk_norm=True, kv_shift=True), ALL_ON], ids=["shift_and_qk_norm", "all_on"])
+def test_the_pro_parts_match_the_papers_formulas(parts):
     torch.manual_seed(0)
-    layer = ForgettingAttention(d_model=D_MODEL, n_heads=HEADS, qk_norm=True, kv_shift=True).double()
+    layer = ForgettingAttention(d_model=D_MODEL, n_heads=HEADS, **parts).double()
     _randomise(layer)
-    x = torch.randn(1, LENGTH, D_MODEL, dtype=torch.float64)
-    torch.testing.assert_close(layer(x), _by_hand(layer, x))
+    x = torch.randn(1, LENGTH, D_MODEL, dtype=torch.float64, requires_grad=True)
+    got, want = layer(x), _by_hand(layer, x)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    leaves = [x, *layer.parameters()]
+    upstream = torch.randn(got.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    got_grads = torch.autograd.grad((got * upstream).sum(), leaves)
+    want_grads = torch.autograd.grad((want * upstream).sum(), leaves)
+    for got_grad, want_grad in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(got_grad, want_grad, rtol=1e-8, atol=1e-10)
 
 
 @pytest.mark.parametrize("part", PRO_PARTS)
