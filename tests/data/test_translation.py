@@ -1,6 +1,6 @@
 """Translation data: parallel-text errors name file and line; the bucketed sampler covers every example once with
 similar lengths per batch; collate builds <bos> y / y <eos>; the joint BPE round-trips; the synthetic task follows its
-documented rule and really needs its order; BLEU agrees with sacrebleu and a hand computation."""
+documented rule and really needs its order; BLEU and chrF agree with sacrebleu and a hand computation."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from markovformer.data.translation import (
     check_translation_tokenizer,
     collate_translation,
     corpus_bleu,
+    corpus_chrf,
     decode_generated,
     load_translation,
     load_translation_tokenizer,
@@ -362,6 +363,22 @@ def test_bleu_matches_a_hand_computation_and_sacrebleu():
     own = sacrebleu.corpus_bleu(hypotheses, [references]).score
     assert corpus_bleu(hypotheses, references) == pytest.approx(own, abs=1e-12)
     assert 0 < own < 100
+
+
+def test_chrf_matches_a_hand_computation_and_sacrebleu_with_hypotheses_and_references_in_their_places():
+    import sacrebleu
+
+    # "ab" against "abc" (no spaces: chrF drops them): 1-grams match 2 of 2 (P) and 2 of 3 (R), 2-grams 1 of 1 and
+    # 1 of 2; no 3-gram in the hypothesis. P and R are averaged over the two orders, then F2 = 5PR / (4P + R).
+    precision, recall = 1.0, (2 / 3 + 1 / 2) / 2
+    assert corpus_chrf(["a b"], ["abc"]) == pytest.approx(100 * 5 * precision * recall / (4 * precision + recall))
+    assert corpus_chrf(["abc"], ["a b"]) == pytest.approx(100 * 5 * recall * precision / (4 * recall + precision))
+    hypotheses = ["It is a guide to action.", "He was interested in history"]  # short: precise, little recall
+    references = ["It is the guiding principle which guarantees action.", "He was interested in world history."]
+    own = sacrebleu.corpus_chrf(hypotheses, [references]).score
+    assert corpus_chrf(hypotheses, references) == pytest.approx(own, abs=1e-12)
+    swapped = sacrebleu.corpus_chrf(references, [hypotheses]).score
+    assert own < swapped - 10  # 42.6 and 60.8: recall weighs more than precision, the arguments' order shows
 
 
 def test_bleu_rejects_mismatched_inputs():

@@ -165,19 +165,52 @@ def test_attention_maps_grid_follows_layers_heads_and_example(tmp_path):
     _only(tmp_path, "full.png", "one.png", "layer.png", "other.png", "changed.png", "same.png")
 
 
-def test_figures_from_a_real_model(tmp_path):
-    """The model's own outputs (strengths, gates, weights) are accepted as they come."""
+def _drawn_panels(monkeypatch) -> list[list[tuple[str, np.ndarray]]]:
+    """Filled as the inspection figures are saved: per figure, each heatmap panel's (title, drawn array)."""
+    from markovformer.plots import markov
+
+    drawn, save = [], markov.save_figure
+
+    def record(figure, out):
+        drawn.append([(ax.get_title(), np.asarray(ax.images[0].get_array())) for ax in figure.axes if ax.images])
+        return save(figure, out)
+
+    monkeypatch.setattr(markov, "save_figure", record)
+    return drawn
+
+
+def test_figures_from_a_real_model_draw_its_numbers(tmp_path, monkeypatch):
+    """The model's own outputs (strengths, gates, weights) are accepted as they come, and every panel draws the
+    model's numbers of its layer, head and example: strengths heads x lags, gates one row per (head, slot) over the
+    positions, attention queries down and keys across."""
+    drawn = _drawn_panels(monkeypatch)
     torch.manual_seed(0)
     config = MarkovianTransformerConfig(
         vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=3, attention=["markov", "softmax"]
     )
     model = MarkovianTransformerForCausalLM(config).eval()
     with torch.no_grad():
-        output = model(torch.randint(0, 11, (1, 9)), return_gates=True, return_weights=True)
+        output = model(torch.randint(0, 11, (2, 9)), return_gates=True, return_weights=True)
+        strengths = model.transition_strengths()
     tokens = [str(i) for i in range(9)]
-    _valid_png(plot_transition_strengths(model.transition_strengths(), tmp_path / "s.png", true_lags=(2,)))
-    _valid_png(plot_order_gates(output.gates, tokens, tmp_path / "g.png", null_slot=config.gate_null))
-    _valid_png(plot_attention_maps(output.attentions, [0, 1], tmp_path / "a.png", tokens=tokens))
+    _valid_png(plot_transition_strengths(strengths, tmp_path / "s.png", true_lags=(2,)))
+    _valid_png(plot_order_gates(output.gates, tokens, tmp_path / "g.png", example=1, null_slot=config.gate_null))
+    _valid_png(plot_attention_maps(output.attentions, [0, 1], tmp_path / "a.png", example=1, tokens=tokens))
+    shown_strengths, shown_gates, shown_maps = drawn
+    assert len(strengths) == 1 and strengths[0]["future"] is None  # one causal Markov layer
+    assert [title for title, _ in shown_strengths] == ["Markov layer 0, past"]
+    np.testing.assert_array_equal(shown_strengths[0][1], strengths[0]["past"].double().numpy())  # (H, K)
+    gates = output.gates[0]["past"][1].double()  # (H, T, K + 1) of example 1
+    assert output.gates[1] is None and gates.shape == (2, 9, 4)
+    assert [title for title, _ in shown_gates] == ["layer 0, past gates"]
+    np.testing.assert_array_equal(shown_gates[0][1], gates.transpose(1, 2).reshape(8, 9).numpy())
+    expected = [(f"layer {layer}, head {head}", output.attentions[layer][1, head].double().numpy())
+                for layer in (0, 1) for head in (0, 1)]  # fmt: skip
+    assert [title for title, _ in shown_maps] == [title for title, _ in expected]
+    for (_, shown), (_, weights) in zip(shown_maps, expected, strict=True):
+        np.testing.assert_array_equal(shown, weights)
+    assert not np.allclose(output.attentions[0][0], output.attentions[0][1])  # example 0 drawn would not pass
+    assert not np.allclose(output.gates[0]["past"][0], gates)
 
 
 # --------------------------------------------------------------------------- training curves

@@ -88,3 +88,26 @@ def test_the_data_files_are_every_file_option_resolved_as_the_sources_resolve_th
     assert data_files({"source": "hf_dataset", "data_files": [str(folder / "a.txt"), str(folder / "a.txt")]}) == [
         folder / "a.txt"]  # fmt: skip
     assert data_files({"source": "markov_chain", "num_symbols": 4}) == []
+
+
+def test_a_file_of_many_hash_chunks_is_hashed_whole_and_a_change_to_its_last_byte_is_refused(tmp_path, monkeypatch):
+    """Data files are hashed a chunk at a time (GBs): with 7-byte chunks this 8.7 kB text is 1242 of them, the last
+    one partial; the digest is the whole file's, so a change to the last byte alone is refused on resume."""
+    from markovformer.training import run_dir
+
+    monkeypatch.setattr(run_dir, "HASH_CHUNK_BYTES", 7)
+    text = "".join(f"line {i} of the notes, words and more words\n" for i in range(200))
+    notes = tmp_path / "notes.txt"
+    notes.write_text(text)
+    assert len(text) > 1000 * 7 and len(text) % 7 != 0
+    cache = tmp_path / "cache"
+    data = f"data={{source: text, tokenizer: char, seq_len: 16, path: {notes}, cache_dir: {cache}}}"
+    trained = run_in_process("train", "task=causal_lm", data, MODEL, *TRAINER, "output_dir=run", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    recorded = json.loads((tmp_path / "run" / "data.json").read_text())["file_sha256"]
+    assert recorded == {str(notes.resolve()): hashlib.sha256(text.encode()).hexdigest()}
+
+    shutil.rmtree(cache)  # the store would tell the change too: the digest is left as the one check
+    notes.write_text(text[:-1] + "s")  # the last "\n": a character of the alphabet, in the test part
+    resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
+    one_line_error(resumed, str(notes.resolve()), "changed since the run started")

@@ -4,8 +4,11 @@ refused up front, eval on another file with the run's saved tokenizer, a run eva
 import json
 
 import pytest
+import torch
+import torch.nn.functional as F
 import yaml
 
+from markovformer.data.splits import contiguous_split
 from markovformer.training.trainer_config import ConfigError
 
 TEXT_RUN = {
@@ -21,6 +24,22 @@ def _config(tmp_path, **data) -> str:
     path = tmp_path / "text.yaml"
     path.write_text(yaml.safe_dump({**TEXT_RUN, "data": {**TEXT_RUN["data"], **data}}))
     return str(path)
+
+
+def _hand_loss(run_dir, text: str) -> float:
+    """The mean next-token cross-entropy of the run's model over ``text`` encoded here with the run's saved
+    tokenizer, cut as validation cuts it: windows of seq_len + 1 tokens one after another, a shorter tail dropped."""
+    from markovformer.data.readers.tokenizer import load_tokenizer
+    from markovformer.training.runner import load_run
+
+    _, model, _ = load_run(run_dir)
+    model.eval()
+    ids = torch.tensor(load_tokenizer(run_dir / "tokenizer").encode(text))
+    length = TEXT_RUN["data"]["seq_len"] + 1
+    windows = ids[: len(ids) // length * length].view(-1, length)
+    with torch.no_grad():
+        logits = model(input_ids=windows).logits[:, :-1].double()
+    return float(F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten()))
 
 
 def test_a_small_text_and_fractions_without_validation_are_refused_in_one_line(tmp_path, main_cli):
@@ -49,10 +68,17 @@ def test_eval_uses_the_saved_tokenizer_and_the_recorded_path(tmp_path, main_cli,
     again = main_cli("eval", str(run_dir))
     assert again.returncode == 0, again.stderr
 
-    # another file with characters in other proportions: encoded with the run's alphabet, not a refitted one
-    (tmp_path / "other.txt").write_text("the order moves; the chain keeps on.\n" * 30, encoding="utf-8")
-    other = main_cli("eval", str(run_dir), "--data", f"path={tmp_path / 'other.txt'}")
+    # another file with some of the run's characters only: encoded with the run's alphabet, not a refitted one
+    # (which would lack ';', 'k' and 'p' and number the letters after them one to three lower)
+    other_text = "the order moves on. the chain moves on.\n" * 30
+    assert set(other_text) < set((data_dir / "corpus.txt").read_text(encoding="utf-8"))
+    (tmp_path / "other.txt").write_text(other_text, encoding="utf-8")
+    other = main_cli("eval", str(run_dir), "--json", "--data", f"path={tmp_path / 'other.txt'}",
+                     "fractions=[0.5,0.5,0]")  # fmt: skip
     assert other.returncode == 0, other.stderr
+    val = contiguous_split(len(other_text), (0.5, 0.5, 0))[1]
+    expected = _hand_loss(run_dir, other_text[val.start : val.stop])
+    assert json.loads(other.stdout)["metrics"]["loss"] == pytest.approx(expected, rel=1e-6)
     (tmp_path / "unseen.txt").write_text("the chain.\n" * 30 + "Zebra\n", encoding="utf-8")
     unseen = main_cli("eval", str(run_dir), "--data", f"path={tmp_path / 'unseen.txt'}")
     assert unseen.returncode != 0 and "character 'Z'" in unseen.stderr and "saved char alphabet" in unseen.stderr
