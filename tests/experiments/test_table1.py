@@ -4,6 +4,7 @@ cost measurement, skipping a domain whose data is missing, and a rerun that trai
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -16,7 +17,7 @@ from markdown_tables import markdown_tables  # beside this file
 
 from markovformer.data.recipes.finance import FRACTIONS, daily_move_table, synthetic_bars, write_csv
 from markovformer.data.recipes.genomics import write_labelled_fasta
-from markovformer.data.recipes.speech import WORDS, read_speech_features, write_speech_features
+from markovformer.data.recipes.speech import WORDS, read_speech_features, speech_bundle, write_speech_features
 from markovformer.data.splits import contiguous_split
 from markovformer.experiments import run_experiment
 from markovformer.experiments.table1 import (
@@ -36,6 +37,7 @@ from markovformer.experiments.table1_models import (
     variants,
 )
 from markovformer.experiments.table1_speed import build, measure, measure_in_child
+from markovformer.training import runner
 from markovformer.training.runner import evaluate, load_run
 
 TINY = {"d_model": 16, "n_layers": 1, "n_heads": 2, "steps": 2, "batch_size": 8, "ctc_batch_size": 4,
@@ -55,12 +57,14 @@ def write_finance(data_dir: Path, days: int = 320, seed: int = 0) -> None:
 
 
 def write_speech(data_dir: Path, seed: int = 0) -> None:
+    """Utterances of at least 2 stacked inputs per character: CTC needs one per label and one per blank between
+    repeated characters, else the loss is infinite on every split and the splits' scores cannot be told apart."""
     rng = np.random.default_rng(seed)
     utterances = []
     for split, count in (("train", 12), ("val", 4), ("test", 4), ("recorded", 3)):
         for _ in range(count):
             words = " ".join(rng.choice(WORDS, int(rng.integers(1, 3))))
-            frames = int(rng.integers(30, 50 if split != "recorded" else 70))
+            frames = SPEECH_STACK * (2 * len(words) + int(rng.integers(0, 6 if split != "recorded" else 12)))
             utterances.append((torch.from_numpy(rng.normal(size=(frames, 80)).astype(np.float32)), words, split))
     write_speech_features(data_dir / "digits.safetensors", utterances, {"log_mel": None})
 
@@ -168,13 +172,48 @@ def test_finance_cell_scores_f1_by_volatility_regime(data_dir, tmp_path):
         assert (f"f1_{regime}" in cell["scores"]) == (regime in expected)
 
 
-def test_speech_cell_scores_unseen_voices_and_real_recordings(data_dir, tmp_path):
-    settings = settings_for(data_dir)
+@torch.no_grad()
+def mean_ctc_loss(model: torch.nn.Module, examples: list[dict]) -> float:
+    """The CTC metric's loss by its definition: each utterance's negative log-likelihood over its label count,
+    averaged over the utterances; one utterance at a time, without the engine's batches or the model's loss."""
+    model.eval()
+    losses = []
+    for example in examples:
+        log_probs = model(input_features=example["input_features"][None]).logits.float().log_softmax(-1)
+        labels, frames = example["labels"], log_probs.shape[1]
+        nll = torch.nn.functional.ctc_loss(log_probs.transpose(0, 1), labels[None], [frames], [len(labels)],
+                                           reduction="sum")  # fmt: skip
+        losses.append(float(nll) / len(labels))
+    return sum(losses) / len(losses)
+
+
+def test_speech_cell_scores_unseen_voices_and_real_recordings(data_dir, tmp_path, monkeypatch):
+    scorings = []  # the metrics of every evaluation train_cell makes
+
+    def scoring(*args, **kwargs):
+        result = evaluate(*args, **kwargs)
+        scorings.append(result["metrics"])
+        return result
+
+    monkeypatch.setattr(runner, "evaluate", scoring)
+    settings = settings_for(data_dir, ctc_steps=4)
     setup = set_up_domain("speech", settings, {"s4d": "S4D"}, log=lambda line: None)
     cell = train_cell(setup, "s4d", settings, 0, tmp_path, log=lambda line: None)
-    assert cell["scores"]["wer"] == evaluate(cell["run_dir"], "test")["metrics"]["wer"]
-    recorded = evaluate(cell["run_dir"], "test", {"test_set": "recorded"})["metrics"]["wer"]
-    assert cell["scores"]["wer_recorded"] == recorded
+    model = load_run(cell["run_dir"])[1]
+    parts, _ = read_speech_features(data_dir / "digits.safetensors")  # each set's utterances, read here
+    sets = {name: speech_bundle({"train": parts["train"], "val": parts["val"], "test": parts[name]}, {},
+                                stack=SPEECH_STACK).test for name in ("val", "test", "recorded")}  # fmt: skip
+    expected = {name: mean_ctc_loss(model, examples) for name, examples in sets.items()}
+    assert all(math.isfinite(loss) for loss in expected.values())
+    # the three sets score apart (WER is 1.0 on each after 4 steps; the loss tells them apart), so a cell that
+    # scored another set than the one it names fails below
+    assert min(abs(a - b) for a, b in itertools.combinations(expected.values(), 2)) > 0.05
+    assert cell["val"]["loss"] == pytest.approx(expected["val"], rel=1e-4)
+    assert cell["test"]["loss"] == pytest.approx(expected["test"], rel=1e-4)  # the unseen voices, not val
+    assert cell["scores"]["wer"] == cell["test"]["wer"]
+    on_recordings = [m for m in scorings if m["loss"] == pytest.approx(expected["recorded"], rel=1e-4)]
+    assert len(on_recordings) == 1  # one evaluation scored the real recordings; wer_recorded is its WER
+    assert cell["scores"]["wer_recorded"] == on_recordings[0]["wer"]
 
 
 def test_summaries_use_the_sample_std_and_the_ratio_is_chosen_on_validation_in_the_metrics_direction():
