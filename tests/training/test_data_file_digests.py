@@ -111,3 +111,31 @@ def test_a_file_of_many_hash_chunks_is_hashed_whole_and_a_change_to_its_last_byt
     notes.write_text(text[:-1] + "s")  # the last "\n": a character of the alphabet, in the test part
     resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
     one_line_error(resumed, str(notes.resolve()), "changed since the run started")
+
+
+def test_a_run_trained_through_the_data_directory_is_scored_without_it_from_the_files_it_recorded(tmp_path,
+                                                                                                   monkeypatch):
+    """A CSV named data/series.csv, found in $MARKOVFORMER_DATA at training: ``eval`` without the variable scores the
+    file data.json recorded (the same metrics as with it); before, only text runs did, and this one exited 2."""
+    prepared = tmp_path / "prepared"
+    prepared.mkdir()
+    rows = ["x,y,label"] + [f"{i % 7},{(i * 3) % 5},{(i // 4) % 2}" for i in range(80)]
+    (prepared / "series.csv").write_text("\n".join(rows) + "\n")
+    data = "data={source: csv_series, window: 4, stride: 2, path: data/series.csv, task: sequence_classification}"
+    monkeypatch.setenv("MARKOVFORMER_DATA", str(prepared))
+    trained = run_in_process("train", "task=sequence_classification", data, MODEL, *TRAINER, "output_dir=run",
+                             cwd=tmp_path)  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    with_variable = run_in_process("eval", "run", "--json", "--split", "test", cwd=tmp_path)
+    assert with_variable.returncode == 0, with_variable.stderr[-2000:]
+
+    monkeypatch.delenv("MARKOVFORMER_DATA")
+    assert not (tmp_path / "data").exists()  # data/series.csv no longer resolves here
+    without = run_in_process("eval", "run", "--json", "--split", "test", cwd=tmp_path)
+    assert without.returncode == 0, without.stderr[-2000:]
+    assert json.loads(without.stdout)["metrics"] == json.loads(with_variable.stdout)["metrics"]
+    assert "warning" not in without.stderr
+
+    (prepared / "series.csv").unlink()  # the recorded file gone too: the one-line error naming the path given
+    gone = run_in_process("eval", "run", "--split", "test", cwd=tmp_path)
+    one_line_error(gone, "data/series.csv", "no such file")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import sys
 import warnings
@@ -11,11 +12,11 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from markovformer.data.recipes.locations import prepared_candidates
+from markovformer.data.recipes.locations import PREPARED_PREFIX, prepared_candidates
 from markovformer.training.batches import RankShare
-from markovformer.training.build import build_data, build_run_task
+from markovformer.training.build import FILE_OPTIONS, build_data, build_run_task
 from markovformer.training.run_checks import read_data_info
-from markovformer.training.run_dir import changed_data_files, check_same_tokenizer, load_trained_run
+from markovformer.training.run_dir import FILE_DIGESTS, changed_data_files, check_same_tokenizer, load_trained_run
 from markovformer.training.run_report import continuous_source, document_log_likelihood
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
@@ -63,18 +64,29 @@ def reference_results(reference: dict, split: str) -> dict:
     return results
 
 
-def recorded_data_path(run_dir: Path, data: dict, overrides: dict) -> dict:
-    """``{"path": ...}`` when the run's data.path no longer resolves here (a relative ``data/NAME`` found through
-    ``$MARKOVFORMER_DATA`` at training time) but the file data.json recorded as resolved still exists; else {}."""
-    if "path" in overrides or not data.get("path") or data.get("source") != "text":
-        return {}
-    if any(candidate.exists() for candidate in prepared_candidates(data["path"])):
-        return {}
+def recorded_data_files(run_dir: Path, data: dict, overrides: dict) -> dict:
+    """``{option: path}`` for each data file option (``FILE_OPTIONS``) that names a ``data/NAME`` no longer found
+    here (it was found through ``$MARKOVFORMER_DATA`` at training time) while the file or folder data.json recorded
+    it as (a recorded data file's path through NAME) still exists; options given as ``overrides`` are kept."""
     try:
-        recorded = json.loads((run_dir / "data.json").read_text())["splits"]["resolved_paths"]
-    except (OSError, ValueError, KeyError, TypeError):
+        saved = json.loads((run_dir / "data.json").read_text())
+        recorded = [Path(path) for path in saved.get(FILE_DIGESTS) or {}]
+        recorded += [Path(path) for path in (saved.get("splits") or {}).get("resolved_paths") or []]  # older runs
+    except (OSError, ValueError, AttributeError, TypeError):
         return {}
-    return {"path": recorded[0]} if len(recorded) == 1 and Path(recorded[0]).is_file() else {}
+    found = {}
+    for key in FILE_OPTIONS:
+        value = data.get(key)
+        if key in overrides or not isinstance(value, str) or glob.has_magic(value):
+            continue
+        name = Path(value).parts[1:] if Path(value).parts[:1] == (PREPARED_PREFIX,) else ()
+        if not name or any(candidate.exists() for candidate in prepared_candidates(value)):
+            continue
+        places = {Path(*path.parts[: i + len(name)]) for path in recorded for i in range(len(path.parts))
+                  if path.parts[i : i + len(name)] == name}  # fmt: skip
+        if len(places) == 1 and next(iter(places)).exists():
+            found[key] = str(next(iter(places)))
+    return found
 
 
 def warn_of_changed_files(run_dir: Path, bundle) -> list[str]:
@@ -105,7 +117,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     if split not in ("train", "val", "test"):
         raise ConfigError(f"split={split!r} must be train, val or test")
     config, model, run_dir, weights = load_trained_run(target)
-    data = {**config.data, **recorded_data_path(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
+    data = {**config.data, **recorded_data_files(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
     config = dataclasses.replace(config, data=data)
     bundle = build_data(config, run_dir)
     task = build_run_task(config, bundle)
