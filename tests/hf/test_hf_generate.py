@@ -143,6 +143,20 @@ def test_the_translator_generates_through_auto_model_for_seq2seq_lm(tmp_path):
         loaded(input_ids=source)
 
 
+def test_the_translators_max_length_counts_the_decoder_start_token():
+    """transformers' max_length bounds an encoder-decoder's whole output, decoder start token (bos) included:
+    max_length=4 is bos and 3 generated tokens, as max_new_tokens=3 gives (this model emits no eos by then)."""
+    torch.manual_seed(0)
+    config = HF_CONFIGS["markov_translator"](vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1,
+                                             n_decoder_layers=1, dropout=0.0, max_positions=32)  # fmt: skip
+    model = perturbed(HF_CLASSES["markov_translator", "translation"][1](config))
+    source = torch.randint(3, 11, (2, 6), generator=torch.Generator().manual_seed(1))
+    longer = model.generate(source, max_new_tokens=8)
+    assert not (longer[:, 1:4] == config.eos_token_id).any()
+    capped = model.generate(source, max_length=4)
+    assert capped.shape == (2, 4) and torch.equal(capped, longer[:, :4])
+
+
 def test_the_generate_benchmark_times_every_token_of_both_generates_on_the_same_ids():
     from markovformer.hf.benchmark import MARK_STEPS, measure, token_times
 

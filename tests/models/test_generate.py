@@ -123,6 +123,23 @@ def test_a_left_padded_row_scores_and_decodes_as_it_does_alone(name):
             assert torch.equal(generated[row, ids.shape[1] :], model.generate(alone, max_new_tokens=5)[0, -5:])
 
 
+@pytest.mark.parametrize("prompt_length", [6, 10])
+def test_past_its_learned_positions_each_token_is_the_argmax_over_the_last_max_positions_tokens(prompt_length):
+    """Learned positions stop at max_positions (8): a prompt of 6 (or 10) tokens and 6 new ones run past them, so
+    generation re-runs the last 8 tokens at each step. Every new token is the argmax of the full forward over the 8
+    tokens before it; over the last 7 some are not (the check has power)."""
+    model = _markovian(dict(attention="softmax", position="learned", max_positions=8))
+    prompt = torch.randint(0, VOCAB, (3, prompt_length), generator=torch.Generator().manual_seed(2))
+    generated = model.generate(prompt, max_new_tokens=6)
+    assert generated.shape == (3, prompt_length + 6) and torch.equal(generated[:, :prompt_length], prompt)
+    shorter = []
+    with torch.no_grad():
+        for t in range(prompt_length, prompt_length + 6):
+            assert torch.equal(model(generated[:, max(t - 8, 0) : t]).logits[:, -1].argmax(-1), generated[:, t])
+            shorter.append(model(generated[:, max(t - 7, 0) : t]).logits[:, -1].argmax(-1))
+    assert not torch.equal(torch.stack(shorter, dim=1), generated[:, prompt_length:])
+
+
 def _state_tensors(state) -> list[torch.Tensor]:
     if isinstance(state, torch.Tensor):
         return [state]

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
-from markovformer.models.generation import sample_next_token
+from markovformer.models.generation import GenerationConfig, decoding_loop, sample_next_token
 
 
 def test_top_k_and_top_p_restrict_the_support_exactly():
@@ -102,3 +102,22 @@ def test_sampling_frequencies_follow_the_softmax_of_the_logits_over_the_temperat
     # the check has power: the other temperature (logits * T, where this one is 1/T) lies far outside it
     wrong = (logits.double() * temperature).softmax(-1)
     assert torch.any((wrong - expected).abs() > 20 * standard_error)
+
+
+@pytest.mark.parametrize(("pad_token_id", "fill"), [(0, 0), (None, 2)], ids=["pad_token_id", "no_pad_token_id"])
+def test_a_row_that_has_emitted_eos_holds_padding_while_the_others_decode(pad_token_id, fill):
+    """A stub step whose argmax is row 0: eos (2) then 4, 4; row 1: 3, 3, eos. Row 0 ends first and holds
+    pad_token_id (eos when None) while row 1 decodes, whatever the logits prefer for it, and that is what is fed
+    back; the loop stops once row 1 ends, before max_new_tokens. Unfilled, row 0 would read 2, 4, 4; filled with
+    eos whatever pad_token_id is, 2, 2, 2."""
+    argmax = torch.tensor([[2, 4, 4], [3, 3, 2]])
+    fed = []
+
+    def step(tokens):
+        fed.append(tokens.tolist())
+        return torch.nn.functional.one_hot(argmax[:, len(fed)], 6).float()
+
+    config = GenerationConfig(max_new_tokens=6, eos_token_id=2, pad_token_id=pad_token_id)
+    out = decoding_loop(torch.tensor([[1], [5]]), torch.nn.functional.one_hot(argmax[:, 0], 6).float(), step, config)
+    assert out.tolist() == [[1, 2, fill, fill], [5, 3, 3, 2]]
+    assert fed == [[2, 3], [fill, 3]]

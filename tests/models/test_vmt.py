@@ -290,6 +290,43 @@ def test_gaussian_densities_match_torch_distributions():
     torch.testing.assert_close(gaussian_log_prob(value, mean_q, std_q), Normal(mean_q, std_q).log_prob(value).sum(-1))
 
 
+@pytest.mark.parametrize("carried", [False, True], ids=["from_the_prior", "from_a_carry"])
+def test_the_elbos_kl_is_kl_of_the_posterior_from_the_prior_once_they_differ(carried):
+    """The ELBO's KL at each position is KL(Q || P) between the Gaussian Q drew that latent from and the P that
+    scores it (P(x_1), or P(x_1 | x_0) from a carry; then P(x_k | x_{k-1}) of the drawn x_{k-1}), by the closed form
+    of torch.distributions from the means and deviations each posterior returned. A fresh residual posterior equals
+    its prior (the KL is 0 in both directions), so the posteriors are perturbed first: KL(P || Q) then differs, and
+    a KL with its arguments swapped would fail."""
+    model = tiny_vmt(3).double()
+    generator = torch.Generator().manual_seed(0)
+    drawn = []
+    with torch.no_grad():
+        for posterior in (model.posterior_init, model.posterior_step):
+            for parameter in posterior.parameters():
+                parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
+
+            def recording(*args, sample=posterior.sample, **kwargs):
+                drawn.append(sample(*args, **kwargs))
+                return drawn[-1]
+
+            posterior.sample = recording  # each position's Q (mean, std), in the order the path is drawn
+        y = torch.randint(0, 7, (2, 5), generator=generator)
+        carry = torch.randn(2, 3, generator=generator, dtype=torch.float64) if carried else None
+        out = model.elbo(y, carry=carry, num_samples=4, generator=generator)
+        assert len(drawn) == 5
+        previous, transition = carry, model.transition.prepare()
+        forward, backward = [], []
+        for q in drawn:
+            p_mean, p_std = model.prior() if previous is None else model.transition(previous, transition)
+            q_density, p_density = Normal(q.mean, q.std), Normal(p_mean.expand_as(q.mean), p_std.expand_as(q.std))
+            forward.append(kl_divergence(q_density, p_density).sum(-1).mean(0))  # (B,), averaged over the 4 paths
+            backward.append(kl_divergence(p_density, q_density).sum(-1).mean(0))
+            previous = q.value
+    forward, backward = torch.stack(forward, dim=1), torch.stack(backward, dim=1)
+    torch.testing.assert_close(out.kl_terms, forward)
+    assert float((backward - forward).abs().max()) > 0.3, (forward, backward)  # KLs of 0.1 to 4 nats here
+
+
 def test_flow_posterior_density_is_its_change_of_variables():
     torch.manual_seed(0)
     flow = FlowPosterior(input_dim=2, context_dim=3, latent_dim=4, hidden_dim=16, layers=3).double()
