@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
 from markdown_tables import markdown_tables  # beside this file
 
-from markovformer.data.translation import SyntheticTranslationSource, corpus_bleu
+from markovformer.data.translation import SyntheticTranslationSource, collate_translation, corpus_bleu
 from markovformer.experiments import mat_order
+from markovformer.experiments.fitting import FitResult
 from markovformer.experiments.mat_order import MatOrderSettings, decoder_state_floats, train_order_cell
 from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 
@@ -242,3 +244,89 @@ def test_de_en_quick_learns_and_order_one_trails(tmp_path):
     for cell in cells.values():
         assert cell["final_val_loss"] <= cell["val_losses"][0] - 2.5, cell["val_losses"]
     assert cells[(1, True)]["final_val_loss"] > cells[(3, True)]["final_val_loss"]
+
+
+def test_decode_speed_counts_the_generated_tokens_not_the_padding(monkeypatch):
+    """train_order_cell's tokens/s over a decode that returns every test target and its eos, padded on the right to
+    the longest (as generate pads rows that ended): the count is the targets' lengths plus one eos each, over the
+    decode's seconds (stubbed: 2.5); counting the batch's every entry would add the padding to the speed."""
+    bundle = EASY.build(0)
+    model = MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=bundle.info["vocab_size"], d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, order=2,
+        transparent=True, max_positions=80)).eval()  # fmt: skip
+    every = {name: [split[i] for i in range(len(split))] for name, split in
+             (("train", bundle.train), ("val", bundle.val), ("test", bundle.test))}  # fmt: skip
+    labels = collate_translation(every["test"])["labels"]  # y <eos>, -100 after it
+    perfect = labels.masked_fill(labels == -100, model.config.pad_token_id)
+    model.generate = lambda *args, **kwargs: perfect
+    fit = FitResult(steps=[0, 3], evaluations=[2.0, 1.0], seconds=7.0)
+    monkeypatch.setattr(mat_order, "fit_translator", lambda *args: (model, fit, every, 16))
+    clock = iter([100.0, 102.5])
+    monkeypatch.setattr(mat_order, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    cell = train_order_cell(bundle, order=2, transparent=True, seed=0, settings=FAST)
+    generated = sum(len(example["tgt_ids"]) + 1 for example in every["test"])
+    assert generated < perfect.numel()  # rows of 3 to 8 targets: some are padded
+    assert cell["decode_seconds"] == 2.5 and cell["decode_tokens_per_s"] == pytest.approx(generated / 2.5)
+    assert cell["bleu"] == pytest.approx(100.0) and cell["exact_match"] == 1.0  # each row scored against its own
+
+
+@pytest.mark.parametrize(
+    ("order", "transparent", "n_layers", "name"),
+    [(3, False, 2, "n-gram masked (sees 5)"), (2, False, 4, "n-gram masked (sees 5)"),
+     (1, False, 3, "n-gram masked (sees 1)"), (3, True, 2, "MAT"), (None, True, 2, "transparent AT"),
+     (None, False, 2, "AT")],
+)  # fmt: skip
+def test_the_row_name_of_an_ngram_mask_counts_the_tokens_it_leaks(order, transparent, n_layers, name):
+    """Without transparency each of L layers widens an order-k mask's reach by k - 1 inputs: the decoder sees
+    L(k - 1) + 1 previous tokens (k = 1 sees one at any depth; L·k would say 3 for it, and 6 for k = 3 at L = 2)."""
+    assert mat_order._row_name({"order": order, "transparent": transparent, "n_layers": n_layers}) == name
+
+
+def test_the_de_en_verdict_states_the_papers_three_numbers_with_their_signs():
+    """AT 30, MAT k = 1, 3, 5 at 26.5, 28, 29.5: k = 1 loses 3.5, k = 3 -> 5 gains 1.5 (a gain, +), k = 5 is 0.5
+    short of the AT; a sign turned round would read as BLEU falling from k = 3 to 5."""
+    from markovformer.experiments.mat_order_corpus import verdict
+
+    means = {(None, False): {"bleu": 30.0}, (None, True): {"bleu": 31.0}, (1, True): {"bleu": 26.5},
+             (2, True): {"bleu": 27.0}, (3, True): {"bleu": 28.0}, (5, True): {"bleu": 29.5}}  # fmt: skip
+    assert verdict(means) == ("k=1 is 3.5 BLEU below the AT (paper: about 3.4); k=3 -> k=5 changes BLEU by +1.5 "
+                              "(paper: flat beyond 3-4); k=5 is 0.5 below the AT (paper: within 0.3). Per k: 1: 26.5, "
+                              "2: 27.0, 3: 28.0, 5: 29.5.")  # fmt: skip
+    falling = {**means, (5, True): {"bleu": 27.3}}
+    assert "k=3 -> k=5 changes BLEU by -0.7 " in verdict(falling) and "k=5 is 2.7 below" in verdict(falling)
+
+
+def test_the_de_en_table_and_figure_measure_every_decoder_against_the_at(tmp_path, monkeypatch):
+    """run_de_en with its cells fabricated (two seeds each): the "BLEU - AT" column is each decoder's mean BLEU minus
+    the AT's (the Transformer, not the transparent AT beside it), and the figure's AT line stands at the AT's mean."""
+    from markovformer.experiments import mat_order_corpus
+    from markovformer.plots import experiments as plots
+
+    bleu = {(None, False): 30.0, (None, True): 31.5, (1, True): 26.0, (3, True): 29.0, (3, False): 27.5}
+
+    def fake_cell(bundle, direction, order, transparent, seed, settings, log=None):
+        return {"direction": direction, "order": order, "transparent": transparent, "seed": seed,
+                "bleu": bleu[(order, transparent)] + (1.0 if seed else -1.0), "chrf": 50.0, "final_val_loss": 1.0,
+                "decode_tokens_per_s": {"1": 10.0, "64": 100.0}, "state_bytes": {"1": 1024, "64": 65536},
+                "train_seconds": 1.0}  # fmt: skip
+
+    panels = []
+
+    def record(drawn, path, *labels):
+        panels.extend(drawn)
+        return path
+
+    monkeypatch.setattr(mat_order_corpus, "train_corpus_cell", fake_cell)
+    monkeypatch.setattr(mat_order_corpus, "load_translation", lambda *args, **kwargs: None)  # the cells take no data
+    monkeypatch.setattr(plots, "plot_panels", record)
+    path = tmp_path / "pairs.tsv"
+    path.write_text("eins\tone\n", encoding="utf-8")
+    settings = MatOrderSettings(corpus="de-en", de_en_path=str(path), directions=("de-en",), orders=(None, 1, 3),
+                                transparent=(True, False))  # fmt: skip
+    report = mat_order_corpus.run_de_en(tmp_path / "out", settings, (0, 1), lambda line: None)
+    (table,) = [t for t in markdown_tables(report.read_text()) if t[0][:4] == ["decoder", "BLEU", "chrF", "BLEU - AT"]]
+    names = {mat_order_corpus.decoder_name(*kind): kind for kind in bleu}
+    assert {row[0]: float(row[3]) for row in table[1:]} == {name: bleu[kind] - 30.0 for name, kind in names.items()}
+    assert {row[0]: float(row[1]) for row in table[1:]} == {name: bleu[kind] for name, kind in names.items()}
+    (panel,) = panels
+    assert panel.references == {"AT (Transformer)": 30.0, "transparent AT": 31.5}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from pathlib import Path
 
@@ -11,7 +12,14 @@ import pytest
 import markovformer
 from markovformer.experiments import EXPERIMENTS, run_experiment
 from markovformer.experiments.fitting import FitResult, steps_to_reach
-from markovformer.experiments.report import ExperimentReport, forget_cells, markdown_table, revisions_of
+from markovformer.experiments.report import (
+    ExperimentReport,
+    forget_cells,
+    markdown_table,
+    mean_std,
+    revisions_of,
+    seed_summary,
+)
 
 
 def test_cached_cells_are_computed_once_and_reread(tmp_path):
@@ -152,6 +160,17 @@ def test_report_and_results_are_written(tmp_path):
     assert text.startswith("# Title\n") and "| 1 | 0.1235 |" in text and "| x | 2 |" in text and "numbers" in text
     assert json.loads((tmp_path / "results.json").read_text()) == {"a": 1}
     assert markdown_table(["c"], [[1]]).splitlines()[1] == "|---|"
+
+
+def test_the_spread_over_seeds_is_the_sample_standard_deviation():
+    """Every experiment's "mean ± std" over seeds: the spread of 1 and 3 is sqrt(2) with n - 1 in the denominator
+    (the population formula would report 1, a spread too small by sqrt(n / (n - 1))); one seed has no spread, and
+    is shown as its mean alone."""
+    two = seed_summary([1.0, 3.0])
+    assert two == {"mean": 2.0, "std": pytest.approx(math.sqrt(2.0), rel=1e-12), "n": 2, "values": [1.0, 3.0]}
+    assert mean_std(two) == "2.000 ± 1.414"
+    assert seed_summary([0.5]) == {"mean": 0.5, "std": None, "n": 1, "values": [0.5]}
+    assert mean_std(seed_summary([0.5]), digits=2) == "0.50"
 
 
 def test_steps_to_reach_is_the_first_evaluation_within_tolerance():

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import types
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -59,6 +62,19 @@ def test_random_batches_sample_the_split_and_repeat_with_the_seed():
     assert many == pytest.approx(_naive_mean(model, tokens), abs=0.03)
     with pytest.raises(ValueError, match="block_size"):
         random_batch_loss(model, tokens[:64], 64, batches=1, batch_size=1, seed=0)
+
+
+def test_a_split_of_one_window_yields_that_window_and_the_last_start_is_drawn_too():
+    """nanoGPT draws window starts in [0, len - block_size): block_size + 1 tokens hold one window, which every draw
+    takes (one start fewer would leave none to draw), and block_size + 2 tokens hold two, the last one drawn too."""
+    model = _Bigram(7)
+    tokens = torch.randint(0, 7, (10,), generator=torch.Generator().manual_seed(2))
+    one = random_batch_loss(model, tokens[:9], 8, batches=2, batch_size=3, seed=0)
+    assert one == pytest.approx(_naive_mean(model, tokens[:9]), rel=1e-6)
+    first, last = _naive_mean(model, tokens[:9]), _naive_mean(model, tokens[1:])
+    assert first != pytest.approx(last)
+    two = random_batch_loss(model, tokens, 8, batches=4, batch_size=5, seed=0)  # 20 draws of 2 starts
+    assert min(first, last) + 1e-4 < two < max(first, last) - 1e-4
 
 
 def test_unigram_entropy_is_the_cross_entropy_of_add_one_frequencies():
@@ -272,3 +288,27 @@ def test_only_finished_trains_nothing_and_lists_a_cell_stored_under_other_settin
     assert len(trained) == 2
     report = run(only_finished=True).read_text()  # ladder_contiguous is stored under steps=7 only
     assert len(trained) == 2 and "only_finished=true): ladder_contiguous_seed=0" in report.replace("\n", " ")
+
+
+def test_a_cells_tokens_per_second_counts_block_size_targets_per_window(tmp_path, monkeypatch):
+    """train_cell with the engine stubbed (a run of 10 steps of 3 windows in 4 s; a bigram model): tokens/s is the
+    targets trained, steps x batch x block_size (a window of block_size + 1 tokens has block_size targets), over the
+    training seconds, here 60 (67.5 counting each window's first token); the losses score the run's validation part."""
+    text = "".join("abcdefg"[(i * i + i // 3) % 7] for i in range(120))
+    data = tmp_path / "t.txt"
+    data.write_text(text)
+    network = _Bigram(7)
+    network.num_parameters = lambda: 49
+    runner = types.ModuleType("markovformer.training.runner")  # the engine (and lightning) never imported
+    runner.complete_run = lambda config: {"steps": 10, "train_seconds": 4.0, "val": {"loss": 1.5}}
+    runner.load_run = lambda run_dir: (None, network, None)
+    runner.build_data = lambda config: SimpleNamespace(splits={"val": (90, 120)})
+    monkeypatch.setitem(sys.modules, "markovformer.training.runner", runner)
+    characters = SimpleNamespace(encode=lambda chars: ["abcdefg".index(c) for c in chars])
+    monkeypatch.setattr(shakespeare_char, "load_tokenizer", lambda path: characters)
+    settings = ShakespeareCharSettings(steps=10, batch_size=3, block_size=8, eval_iters=2)
+    cell = shakespeare_char.train_cell("nanogpt", tmp_path, settings, 0, lambda line: None, data, "digest")
+    assert cell["tokens_per_second"] == 10 * 3 * 8 / 4.0 == 60.0
+    assert (cell["steps"], cell["train_seconds"], cell["engine_val"], cell["parameters"]) == (10, 4.0, 1.5, 49)
+    val = torch.tensor(characters.encode(text[90:]))
+    assert cell["val_targets"] == 29 and cell["full_split"] == pytest.approx(_naive_mean(network, val), rel=1e-6)
