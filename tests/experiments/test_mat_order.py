@@ -289,11 +289,13 @@ def test_the_de_en_verdict_states_the_papers_three_numbers_with_their_signs():
 
     means = {(None, False): {"bleu": 30.0}, (None, True): {"bleu": 31.0}, (1, True): {"bleu": 26.5},
              (2, True): {"bleu": 27.0}, (3, True): {"bleu": 28.0}, (5, True): {"bleu": 29.5}}  # fmt: skip
-    assert verdict(means) == ("k=1 is 3.5 BLEU below the AT (paper: about 3.4); k=3 -> k=5 changes BLEU by +1.5 "
-                              "(paper: flat beyond 3-4); k=5 is 0.5 below the AT (paper: within 0.3). Per k: 1: 26.5, "
-                              "2: 27.0, 3: 28.0, 5: 29.5.")  # fmt: skip
+    assert verdict(means) == ("k=1 is 3.5 BLEU below the AT (paper: about 3.4 below); k=3 -> k=5 changes BLEU by "
+                              "+1.5 (paper: flat beyond 3-4); k=5 is 0.5 BLEU below the AT (paper: within 0.3). Per k: "
+                              "1: 26.5, 2: 27.0, 3: 28.0, 5: 29.5.")  # fmt: skip
     falling = {**means, (5, True): {"bleu": 27.3}}
-    assert "k=3 -> k=5 changes BLEU by -0.7 " in verdict(falling) and "k=5 is 2.7 below" in verdict(falling)
+    assert "k=3 -> k=5 changes BLEU by -0.7 " in verdict(falling) and "k=5 is 2.7 BLEU below" in verdict(falling)
+    above = {**means, (1, True): {"bleu": 31.0}}  # a decoder above the AT is said to be above, not -1.0 below
+    assert verdict(above).startswith("k=1 is 1.0 BLEU above the AT")
 
 
 def test_the_de_en_table_and_figure_measure_every_decoder_against_the_at(tmp_path, monkeypatch):

@@ -231,9 +231,12 @@ def verdict(means: dict) -> str:
     if not {1, 3, 5} <= set(bleu):
         return "MAT k = 1, 3 and 5 are needed for the comparison with the paper; measured " + ", ".join(
             f"k={k}: {v - at:+.1f} BLEU against the AT" for k, v in bleu.items())  # fmt: skip
-    loss1, gap5, late = at - bleu[1], at - bleu[5], bleu[5] - bleu[3]
-    return (f"k=1 is {loss1:.1f} BLEU below the AT (paper: about 3.4); k=3 -> k=5 changes BLEU by {late:+.1f} "
-            f"(paper: flat beyond 3-4); k=5 is {gap5:.1f} below the AT (paper: within 0.3). "
+    def against_at(k: int) -> str:
+        return f"{abs(at - bleu[k]):.1f} BLEU {'below' if bleu[k] <= at else 'above'} the AT"
+
+    late = bleu[5] - bleu[3]
+    return (f"k=1 is {against_at(1)} (paper: about 3.4 below); k=3 -> k=5 changes BLEU by {late:+.1f} "
+            f"(paper: flat beyond 3-4); k=5 is {against_at(5)} (paper: within 0.3). "
             f"Per k: " + ", ".join(f"{k}: {v:.1f}" for k, v in bleu.items()) + ".")  # fmt: skip
 
 
