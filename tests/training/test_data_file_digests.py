@@ -139,3 +139,19 @@ def test_a_run_trained_through_the_data_directory_is_scored_without_it_from_the_
     (prepared / "series.csv").unlink()  # the recorded file gone too: the one-line error naming the path given
     gone = run_in_process("eval", "run", "--split", "test", cwd=tmp_path)
     one_line_error(gone, "data/series.csv", "no such file")
+
+
+def test_a_run_given_a_relative_path_is_scored_from_another_working_folder(tmp_path):
+    """path: series.csv, trained in folder a/: ``eval a/run`` from the folder above scores the file data.json
+    recorded (the same metrics as from a/), where series.csv alone names no file."""
+    (tmp_path / "a").mkdir()
+    rows = ["x,y,label"] + [f"{i % 7},{(i * 3) % 5},{(i // 4) % 2}" for i in range(80)]
+    (tmp_path / "a" / "series.csv").write_text("\n".join(rows) + "\n")
+    data = "data={source: csv_series, window: 4, stride: 2, path: series.csv, task: sequence_classification}"
+    trained = run_in_process("train", "task=sequence_classification", data, MODEL, *TRAINER, "output_dir=run",
+                             cwd=tmp_path / "a")  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    inside = run_in_process("eval", "run", "--json", cwd=tmp_path / "a")
+    outside = run_in_process("eval", "a/run", "--json", cwd=tmp_path)
+    assert inside.returncode == 0 and outside.returncode == 0, outside.stderr[-2000:]
+    assert json.loads(outside.stdout)["metrics"] == json.loads(inside.stdout)["metrics"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import itertools
 import json
 import sys
 import warnings
@@ -65,9 +66,10 @@ def reference_results(reference: dict, split: str) -> dict:
 
 
 def recorded_data_files(run_dir: Path, data: dict, overrides: dict) -> dict:
-    """``{option: path}`` for each data file option (``FILE_OPTIONS``) that names a ``data/NAME`` no longer found
-    here (it was found through ``$MARKOVFORMER_DATA`` at training time) while the file or folder data.json recorded
-    it as (a recorded data file's path through NAME) still exists; options given as ``overrides`` are kept."""
+    """``{option: path}`` for each data file option (``FILE_OPTIONS``) naming a relative path, ``data/NAME`` or
+    NAME, no longer found here (found through ``$MARKOVFORMER_DATA`` at training time, or from another working
+    folder) while the file or folder data.json recorded it as (the one recorded data file's path through NAME) still
+    exists; options given as ``overrides`` are kept."""
     try:
         saved = json.loads((run_dir / "data.json").read_text())
         recorded = [Path(path) for path in saved.get(FILE_DIGESTS) or {}]
@@ -77,10 +79,11 @@ def recorded_data_files(run_dir: Path, data: dict, overrides: dict) -> dict:
     found = {}
     for key in FILE_OPTIONS:
         value = data.get(key)
-        if key in overrides or not isinstance(value, str) or glob.has_magic(value):
+        if key in overrides or not isinstance(value, str) or not value or glob.has_magic(value):
             continue
-        name = Path(value).parts[1:] if Path(value).parts[:1] == (PREPARED_PREFIX,) else ()
-        if not name or any(candidate.exists() for candidate in prepared_candidates(value)):
+        parts = Path(value).parts
+        name = tuple(itertools.dropwhile("..".__eq__, parts[1:] if parts[0] == PREPARED_PREFIX else parts))
+        if Path(value).is_absolute() or not name or any(place.exists() for place in prepared_candidates(value)):
             continue
         places = {Path(*path.parts[: i + len(name)]) for path in recorded for i in range(len(path.parts))
                   if path.parts[i : i + len(name)] == name}  # fmt: skip
