@@ -168,3 +168,11 @@ def one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
     return lines[0]
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    """Whether two run directories' saved weights (model/model.safetensors) are the same tensors, bit for bit."""
+    from safetensors.torch import load_file
+
+    ours, theirs = (load_file(Path(run) / "model" / "model.safetensors") for run in (a, b))
+    return ours.keys() == theirs.keys() and all(torch.equal(ours[name], theirs[name]) for name in ours)

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import run_in_process  # beside this folder
-from safetensors.torch import load_file
+from conftest import run_in_process, same_weights  # beside this folder
 
 from markovformer.atomic import COUNT_WRITES, KILL_AT_WRITE
 from markovformer.training.checkpoint import load_checkpoint_file, save_checkpoint_file
@@ -43,15 +42,6 @@ def one_line(done: subprocess.CompletedProcess, code: int, *fragments: str) -> s
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
     return lines[0]
-
-
-def weights(run_dir: Path) -> dict:
-    return load_file(run_dir / "model" / "model.safetensors")
-
-
-def same_weights(a: Path, b: Path) -> bool:
-    ours, theirs = weights(a), weights(b)
-    return ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
 
 
 def config_file(folder: Path, values: dict, **trainer) -> Path:
