@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 
+import torch
 from conftest import one_line_error, run_in_process  # beside this folder
 
 MODEL = "model={d_model: 16, n_layers: 1, n_heads: 2, max_order: 2}"
@@ -113,8 +115,9 @@ def test_a_file_of_many_hash_chunks_is_hashed_whole_and_a_change_to_its_last_byt
     one_line_error(resumed, str(notes.resolve()), "changed since the run started")
 
 
-def test_a_run_trained_through_the_data_directory_is_scored_without_it_from_the_files_it_recorded(tmp_path,
-                                                                                                   monkeypatch):
+def test_a_run_trained_through_the_data_directory_is_scored_without_it_from_the_files_it_recorded(
+    tmp_path, monkeypatch
+):
     """A CSV named data/series.csv, found in $MARKOVFORMER_DATA at training: ``eval`` without the variable scores the
     file data.json recorded (the same metrics as with it); before, only text runs did, and this one exited 2."""
     prepared = tmp_path / "prepared"
@@ -155,3 +158,34 @@ def test_a_run_given_a_relative_path_is_scored_from_another_working_folder(tmp_p
     outside = run_in_process("eval", "a/run", "--json", cwd=tmp_path)
     assert inside.returncode == 0 and outside.returncode == 0, outside.stderr[-2000:]
     assert json.loads(outside.stdout)["metrics"] == json.loads(inside.stdout)["metrics"]
+
+
+def test_a_recording_an_audio_manifest_names_is_hashed_and_a_changed_one_is_refused_on_resume(tmp_path):
+    """The manifest is the file the options name; its recordings are read through it. Only the manifest was hashed:
+    a recording replaced by another of the same words (the manifest's bytes unchanged) resumed silently."""
+    from markovformer.data.readers.audio import write_wav
+
+    def tone(frequency: float, seconds: float = 0.3, rate: int = 8000) -> torch.Tensor:
+        return 0.5 * torch.sin(2 * math.pi * frequency * torch.arange(round(seconds * rate)) / rate)
+
+    (tmp_path / "audio").mkdir()
+    lines = []
+    for i in range(10):
+        write_wav(tmp_path / "audio" / f"{i}.wav", tone(300.0 + 50 * i), 8000)
+        lines.append(f"audio/{i}.wav\tword {'abcdefghij'[i]}")
+    (tmp_path / "manifest.tsv").write_text("\n".join(lines) + "\n")
+    data = "data={source: audio_manifest, path: manifest.tsv}"
+    trained = run_in_process("train", "task=ctc", data, MODEL, *TRAINER, "output_dir=run", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    recorded = json.loads((tmp_path / "run" / "data.json").read_text())["file_sha256"]
+    recordings = [tmp_path / "audio" / f"{i}.wav" for i in range(10)]
+    assert recorded == {str(file.resolve()): hashlib.sha256(file.read_bytes()).hexdigest()
+                        for file in [tmp_path / "manifest.tsv", *recordings]}  # fmt: skip
+
+    changed = (tmp_path / json.loads((tmp_path / "run" / "data.json").read_text())["splits"]["test"][0]).resolve()
+    write_wav(changed, tone(1234.0), 8000)  # a test recording (the features' normalisation is the same): other sound
+    resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
+    one_line_error(resumed, str(changed), "changed since the run started")
+    scored = run_in_process("eval", "run", "--json", cwd=tmp_path)
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    assert json.loads(scored.stdout)["changed_data_files"] == [str(changed)]

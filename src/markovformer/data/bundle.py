@@ -59,7 +59,8 @@ class DataBundle:
     other keys, as sentence pairs do). ``lengths``: None, or the padded length of each example of a list, for
     training batches that group similar lengths (``EpochBatches``).
 
-    ``files``: the data files the bundle was read from, resolved (``training.build.data_files`` sets them); a run
+    ``files``: the data files the bundle was read from, resolved: those named inside a data file (an audio
+    manifest's recordings) as the source sets them, and ``training.build`` adds those its options name; a run
     records their sha256 in its data.json, and a resumed or evaluated run checks them against it.
 
     ``train_sampling``: how training batches pick examples: ``"epochs"`` (each epoch a seeded permutation, every

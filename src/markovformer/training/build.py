@@ -48,13 +48,14 @@ def build_data(config: RunConfig, run_dir: str | Path | None = None) -> DataBund
         bundle = source.build(seed=config.trainer.seed, tokenizer=tokenizer)
     else:
         bundle = source.build(seed=config.trainer.seed)
-    return dataclasses.replace(bundle, files=data_files(values))
+    return dataclasses.replace(bundle, files=list(dict.fromkeys([*data_files(values), *bundle.files])))
 
 
 def data_files(data: dict) -> list[Path]:
     """The files the ``FILE_OPTIONS`` of a data section name, resolved as the sources resolve them (``data/NAME``
     in the data directory; a directory's or a glob's files, hidden ones skipped), each once, in order. Files named
-    inside a file (an audio manifest's recordings) are not among them."""
+    inside a file (an audio manifest's recordings) are not among them: the source puts those in its bundle's
+    ``files``, and ``build_data`` adds them."""
     files = []
     for key in FILE_OPTIONS:
         value = data.get(key)

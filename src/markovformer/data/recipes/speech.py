@@ -250,7 +250,8 @@ def load_audio_manifest(
 ) -> DataBundle:  # fmt: skip
     """Utterances of a ``path<TAB>transcript`` manifest (``audio.read_audio_manifest``; WAVs resampled to
     ``sample_rate``, log-Mel frames of ``LogMelConfig.for_rate``), split at random by utterance (seeded);
-    ``stack`` frames to one (``speech_bundle``)."""
+    ``stack`` frames to one (``speech_bundle``). The bundle's ``files`` are the recordings, so that a run records
+    their sha256 beside the manifest's."""
     check_stack_frames(stack)
     entries = read_audio_manifest(path)
     config = LogMelConfig.for_rate(sample_rate)
@@ -267,7 +268,8 @@ def load_audio_manifest(
     splits = {"kind": "random_utterances", "path": str(path), "seed": seed, "fractions": list(fractions),
               **{name: [str(entries[i][0]) for i in chosen] for name, chosen in indices.items()}}  # fmt: skip
     parts = {name: [utterances[i] for i in chosen] for name, chosen in indices.items()}
-    return speech_bundle(parts, splits, {"log_mel": dataclasses.asdict(config)}, stack)
+    bundle = speech_bundle(parts, splits, {"log_mel": dataclasses.asdict(config)}, stack)
+    return dataclasses.replace(bundle, files=[audio_path.resolve() for audio_path, _ in entries])
 
 
 # The recipe.
