@@ -399,8 +399,10 @@ def test_a_rate_that_diverges_is_stored_as_such_and_the_grid_goes_on(tmp_path):
     assert [(p["kind"], p["lr"], p["diverged_by_lr"].keys()) for p in results["points"]] == [
         ("softmax", 1e-3, {"1e+30"}), ("markov_local", 1e-3, {"1e+30"})]  # fmt: skip
     assert all(p["test_accuracy"]["n"] == 2 for p in results["points"])  # the second seed trained at 1e-3
-    assert [(c["kind"], c["lr"], c["seed"]) for c in results["diverged"]] == [("softmax", 1e30, 0),
-                                                                                ("markov_local", 1e30, 0)]
+    assert [(c["kind"], c["lr"], c["seed"]) for c in results["diverged"]] == [
+        ("softmax", 1e30, 0),
+        ("markov_local", 1e30, 0),
+    ]
     assert all("the training loss is nan at step 2 (lr 1e+30)" in c["why"] for c in results["diverged"])
     text = report.read_text()
     assert "| softmax, global | **" in text and "| diverged |" in text  # the table of every rate
@@ -439,3 +441,21 @@ def test_the_rate_is_chosen_on_validation_accuracy_never_on_test(tmp_path, monke
     assert point["test_accuracy"]["values"] == pytest.approx([0.1, 0.11])
     assert point["test_accuracy"]["mean"] == pytest.approx(0.105)
     assert point["test_loss"]["values"] == [2.0, 3.0] and point["seconds"] == 21.0
+
+
+def test_a_tie_in_validation_accuracy_goes_to_the_rate_of_the_lower_validation_loss(tmp_path, monkeypatch):
+    """Three rates at chance on validation (accuracy 0.0, as a short run's are): the point takes the rate whose
+    validation loss is lowest, 3e-3 (the middle one: ``max`` on accuracy alone kept the first listed)."""
+    loss = {1e-3: 5.0, 3e-3: 4.0, 1e-2: 6.0}
+
+    def fake_cell(task, length, section, lr, seed, settings, log=None, kind=None):
+        return {"val": {"accuracy": 0.0, "loss": loss[lr]}, "test": {"accuracy": 0.0, "loss": loss[lr]},
+                "seconds": 1.0, "gates": None, "val_curve": [[], []]}  # fmt: skip
+
+    monkeypatch.setattr(mixers, "train_cell", fake_cell)
+    settings = mixers.MixersSettings(tasks=("mqar",), kinds=("softmax",), lengths=(32,), widths=(32,),
+                                     lrs=(1e-3, 3e-3, 1e-2))  # fmt: skip
+    matched = {"section": {"attention": "softmax", "d_model": 32}, "parameters": 1000, "ratio": 1.0}
+    report = ExperimentReport(tmp_path, "t", log=lambda line: None)
+    point = mixers.run_grid_point(report, "mqar", 32, 32, "softmax", matched, settings, (0,), lambda line: None)
+    assert point["lr"] == 3e-3 and point["test_loss"]["values"] == [4.0]

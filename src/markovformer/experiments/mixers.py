@@ -193,7 +193,8 @@ def answer_loss(model: MarkovianTransformerForCausalLM, inputs: torch.Tensor, la
 def run_grid_point(report: ExperimentReport, task: str, length: int, width: int, kind: str, matched: dict,
                    settings: MixersSettings, seeds: tuple[int, ...], log: Callable[[str], None],
                    diverged: list[dict] | None = None) -> dict | None:  # fmt: skip
-    """One (task, length, width, kind): every lr on the first seed, the best on validation for the other seeds.
+    """One (task, length, width, kind): every lr on the first seed, the best on validation (accuracy; a tie, as
+    at chance or at 1.0, to the lower validation loss) for the other seeds.
     A report from the stored cells only (``report.stored_only``) uses the lrs and seeds stored (None: no lr).
 
     A cell whose training loss turns non-finite is stored as diverged (its rate is one the search tried, as in
@@ -233,7 +234,7 @@ def run_grid_point(report: ExperimentReport, task: str, length: int, width: int,
     diverged_by_lr = {f"{lr:g}": first.pop(lr)["diverged"] for lr in list(first) if "diverged" in first[lr]}
     if not first:
         return None
-    best_lr = max(first, key=lambda lr: first[lr]["val"]["accuracy"])
+    best_lr = max(first, key=lambda lr: (first[lr]["val"]["accuracy"], -first[lr]["val"]["loss"]))
     later = [stored(best_lr, seed) for seed in seeds[1:]]
     runs = [first[best_lr]] + [run for run in later if run is not None and "diverged" not in run]
     test_accuracy = seed_summary([r["test"]["accuracy"] for r in runs])
