@@ -4,11 +4,15 @@ closed by the end-of-document token; bad records and unreadable files are named.
 from __future__ import annotations
 
 import json
+import random
+import re
 
 import numpy as np
 import pytest
 
+from markovformer.data.readers import text_stream
 from markovformer.data.readers.text import load_text_lm
+from markovformer.data.readers.text_stream import record_boundary, record_texts
 
 _TEXTS = ["the chain moves on.", "é ß € 漢字 😀 a state\nwith two lines", "order, order", "x" * 50, "the end of it"]
 
@@ -71,3 +75,80 @@ def test_an_unreadable_file_in_a_directory_is_named(tmp_path):
     (folder / "b.txt").symlink_to(tmp_path / "gone.txt")  # a link to nothing: unreadable
     with pytest.raises(ValueError, match=r"b\.txt: cannot read"):
         load_text_lm(folder, seq_len=4, cache_dir=tmp_path / "cache")
+
+
+# ---- record boundaries: where a split may be cut ------------------------------------------------------------------
+
+
+def _naive_record_starts(data: bytes, documents: str) -> list[int]:
+    """Every offset where a record may start, by definition: 0, the size, and each offset just after a newline
+    (jsonl) or just after a newline, a line of only spaces, tabs and CRs, and its newline (blank_line)."""
+    separator = rb"\n\Z" if documents == "jsonl" else rb"\n[ \t\r]*\n\Z"
+    return [0, *(end for end in range(1, len(data)) if re.search(separator, data[:end])), len(data)]
+
+
+@pytest.mark.parametrize(
+    "data, documents, starts",
+    [
+        (b"aaa\n\nbbb\n\nccc\n", "blank_line", [0, 5, 10, 14]),
+        (b"aaa\n  \t\nbbb\n\r\n\nccc", "blank_line", [0, 8, 14, 15, 18]),  # whitespace lines; two blank lines
+        (b'{"text":"a"}\n{"text":"b"}\n{"text":"c"}\n', "jsonl", [0, 13, 26, 39]),
+    ],
+)
+def test_a_record_boundary_is_the_first_record_start_at_or_after_the_offset(tmp_path, data, documents, starts):
+    """A search begun one byte before the offset misses a blank-line separator (two bytes or more) ending at the
+    offset itself, and returns the next record start: a cut on a record start moved a whole record over."""
+    path = tmp_path / "records.txt"
+    path.write_bytes(data)
+    for offset in range(-1, len(data) + 2):
+        expected = min([start for start in starts if start >= offset] or [len(data)])
+        assert record_boundary(path, offset, documents) == expected, offset
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 3, 8])
+@pytest.mark.parametrize("documents", ["blank_line", "jsonl"])
+def test_record_boundaries_match_the_definition_when_chunks_cut_the_separators(tmp_path, monkeypatch, chunk_bytes,
+                                                                               documents):  # fmt: skip
+    monkeypatch.setattr(text_stream, "CHUNK_BYTES", chunk_bytes)
+    rng = random.Random(chunk_bytes)
+    path = tmp_path / "records.txt"
+    for _ in range(100):
+        data = bytes(rng.choice(b"ab\n\n \t\r") for _ in range(rng.randint(1, 30)))
+        path.write_bytes(data)
+        starts = _naive_record_starts(data, documents)
+        for offset in range(len(data) + 1):
+            assert record_boundary(path, offset, documents) == min(s for s in starts if s >= offset), (data, offset)
+
+
+def test_a_whitespace_line_longer_than_a_chunk_still_separates_records(tmp_path, monkeypatch):
+    monkeypatch.setattr(text_stream, "CHUNK_BYTES", 7)
+    path = tmp_path / "records.txt"
+    path.write_bytes(b"one\n" + b" \t" * 5000 + b"\ntwo\n")  # the separator: bytes 3 to 10_004
+    size, start = 4 + 10_000 + 5, 10_005
+    for offset in (1, 4, 5, 4096, 9000, start - 1, start):  # also from inside its whitespace, past 4 KiB of it
+        assert record_boundary(path, offset, "blank_line") == start, offset
+    assert record_boundary(path, start + 1, "blank_line") == size
+
+
+def test_splits_cut_at_record_boundaries_read_every_record_once(tmp_path):
+    data = b"one\n\ntwo\nlines\n \t\n\nthree\n\t\r\nfour\n  \n\n"
+    records = ["one", "two\nlines", "three", "four"]  # by hand
+    path = tmp_path / "records.txt"
+    path.write_bytes(data)
+    for first in range(len(data) + 1):
+        for second in range(first, len(data) + 1):  # cuts as _split_records makes them: in order
+            cuts = [0, record_boundary(path, first, "blank_line")]
+            cuts += [max(cuts[-1], record_boundary(path, second, "blank_line")), len(data)]
+            parts = zip(cuts[:-1], cuts[1:], strict=True)
+            read = [text for begin, end in parts for text in record_texts(path, begin, end, "blank_line")]
+            assert read == records, cuts
+
+
+def test_a_cut_that_falls_on_a_record_start_stays_there(tmp_path):
+    path = tmp_path / "records.txt"
+    path.write_text("abcdefgh\n\n" * 10, encoding="utf-8")  # 10 records of 10 bytes
+    bundle = load_text_lm(path, seq_len=4, fractions=(0.5, 0.3, 0.2), cache_dir=tmp_path / "cache",
+                          documents="blank_line")  # fmt: skip
+    assert [bundle.splits[name] for name in ("train", "val", "test")] == [[[0, 0], [0, 50]], [[0, 50], [0, 80]],
+                                                                          [[0, 80], [0, 100]]]  # fmt: skip
+    assert (bundle.train.stop, bundle.val.stop) == (5 * 9, 8 * 9)  # 8 characters and the end token per record

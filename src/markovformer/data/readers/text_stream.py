@@ -169,30 +169,45 @@ def sampled_text(path: Path, start: int, stop: int, budget: int) -> Iterator[str
             yield data[head : _character_start(data)].decode("utf-8", errors="replace")
 
 
-
-
 RECORD_KINDS = ("file", "blank_line", "jsonl")  # data.documents: a whole file, or each record of it, is a document
 _BLANK_RUN = re.compile(rb"\n[ \t\r]*\n")
 
 
 def record_boundary(path: Path, offset: int, documents: str) -> int:
-    """The first byte offset >= ``offset`` where a record of ``path`` may start (the file's size past its last)."""
+    """The first byte offset >= ``offset`` where a record of ``path`` may start (the file's size past its last):
+    just after a newline (``jsonl``), or just after a separator of paragraphs, a newline then a line of nothing but
+    spaces, tabs and carriage returns (``blank_line``)."""
     size = path.stat().st_size
     if offset <= 0 or offset >= size:
         return min(max(offset, 0), size)
     pattern = re.compile(rb"\n") if documents == "jsonl" else _BLANK_RUN
     with path.open("rb") as handle:
-        position = offset - 1  # a record starts right after the separator that ends at offset - 1
-        while position < size:
-            handle.seek(position)
-            data = handle.read(CHUNK_BYTES + 64)
+        position = offset - 1  # a separator ending at offset or later has its last newline at offset - 1 or later
+        # ... but a blank-line separator may have begun before: carry its first newline (what follows it is blank)
+        carried = b"\n" if documents != "jsonl" and _blank_line_open(handle, position) else b""
+        handle.seek(position)
+        while chunk := handle.read(CHUNK_BYTES):
+            data = carried + chunk
             found = pattern.search(data)
             if found is not None:
-                return position + found.end()
-            if position + len(data) >= size:
-                return size
-            position += CHUNK_BYTES
+                return position + found.end() - len(carried)
+            # a separator cut by the end of the chunk: carry its newline on (a jsonl chunk with no match has none)
+            carried = b"\n" if data.rstrip(b" \t\r").endswith(b"\n") else b""
+            position += len(chunk)
     return size
+
+
+def _blank_line_open(handle, end: int) -> bool:
+    """Whether the bytes before ``end`` end with a newline and then only spaces, tabs and carriage returns (read
+    backwards in steps of 4 KiB: a separator's whitespace line may be long)."""
+    while end > 0:
+        begin = max(end - 4096, 0)
+        handle.seek(begin)
+        kept = handle.read(end - begin).rstrip(b" \t\r")
+        if kept:
+            return kept.endswith(b"\n")
+        end = begin
+    return False
 
 
 def record_texts(path: Path, start: int, stop: int, documents: str, text_column: str = "text") -> Iterator[str]:
