@@ -36,6 +36,15 @@ def test_collate_features_with_scalar_labels():
     assert torch.equal(batch["labels"], torch.tensor([2, 0]))
 
 
+def test_collate_pads_position_ids_with_zero():
+    """The docstring: 0, a valid index of any position table (-1, the padding of nothing else, would not be)."""
+    tokens, positions = [torch.tensor([5, 6, 7]), torch.tensor([8])], [torch.tensor([3, 0, 1]), torch.tensor([0])]
+    examples = [{"input_ids": t, "labels": t, "position_ids": p} for t, p in zip(tokens, positions, strict=True)]
+    batch = collate(examples)
+    assert torch.equal(batch["position_ids"], torch.tensor([[3, 0, 1], [0, 0, 0]]))
+    assert batch["position_ids"].dtype == torch.long
+
+
 def test_collate_copies_so_editing_the_batch_leaves_examples_alone():
     shared = torch.tensor([1, 2, 3])
     batch = collate([{"input_ids": shared, "labels": shared}])
@@ -85,6 +94,16 @@ def test_split_sizes_closed_form_and_bad_fractions():
     for bad in [(0.5, 0.5), (0.8, 0.3, 0.1), (1.2, -0.1, -0.1)]:
         with pytest.raises(ValueError, match="fractions"):
             split_sizes(10, bad)
+
+
+@pytest.mark.parametrize("n", range(12))
+@pytest.mark.parametrize("fractions", [(0.0, 0.5, 0.5), (0.8, 0.1, 0.1), (0.2, 0.5, 0.3), (0.0, 0.75, 0.25)])
+def test_split_sizes_give_val_its_rounded_share_and_test_the_rest(n, fractions):
+    """When val and test both round up past n (n = 3 at halves: 2 + 2), the docstring keeps val's round(n * f)
+    and cuts test; cutting val instead gives (0, 1, 2)."""
+    train, val, test = split_sizes(n, fractions)
+    assert train + val + test == n and min(train, val, test) >= 0
+    assert val == min(round(n * fractions[1]), n)
 
 
 def test_contiguous_split_is_in_order_and_adjacent():

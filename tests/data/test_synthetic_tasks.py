@@ -3,6 +3,8 @@ that read the answer off the input and solve every example; the sources' splits 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -119,6 +121,37 @@ def test_sources_give_disjoint_seeded_splits_for_causal_lm(name):
     assert 0 < first.info["reference"]["chance_accuracy"] < 1
     with pytest.raises(ValueError, match="data.val_examples=0"):
         DATA_SOURCES[name](val_examples=0)
+
+
+def _binary_entropy(p: float) -> float:
+    return -sum(v * math.log(v) for v in (p, 1 - p) if v > 0)
+
+
+def test_markov_chain_labels_ignore_the_targets_without_a_full_context():
+    source = DATA_SOURCES["markov_chain"](kind="lagged", num_symbols=3, lags=(1, 2), seq_len=12, train_sequences=4,
+                                          val_sequences=4, test_sequences=4)  # fmt: skip
+    for example in source.build(seed=0).train:  # order 2: the first two targets have fewer than 2 symbols before
+        assert (example["labels"][:2] == tasks.IGNORE).all()
+        assert torch.equal(example["labels"][2:], example["input_ids"][2:])
+
+
+def test_markov_chain_references_are_the_switching_chain_closed_forms():
+    p, q = 0.2, 0.3
+    source = DATA_SOURCES["markov_chain"](kind="switching", p=p, q=q, seq_len=8, train_sequences=2,
+                                          val_sequences=2, test_sequences=2)  # fmt: skip
+    reference = source.build(seed=0).info["reference"]
+    assert reference["unigram_entropy"] == pytest.approx(_binary_entropy(p / (p + q)), abs=1e-12)  # H(pi)
+    closed = (q * _binary_entropy(p) + p * _binary_entropy(q)) / (p + q)
+    assert reference["entropy_rate"] == pytest.approx(closed, abs=1e-12)
+
+
+def test_markov_chain_data_depends_on_the_run_seed():
+    source = DATA_SOURCES["markov_chain"](kind="random", num_symbols=4, order=2, seq_len=16, train_sequences=4,
+                                          val_sequences=4, test_sequences=4)  # fmt: skip
+    first, again, other = source.build(seed=0), source.build(seed=0), source.build(seed=1)
+    for split in ("train", "val", "test"):
+        inputs = [torch.stack([e["input_ids"] for e in getattr(bundle, split)]) for bundle in (first, again, other)]
+        assert torch.equal(inputs[0], inputs[1]) and not torch.equal(inputs[0], inputs[2])
 
 
 @pytest.mark.parametrize("n, k", [(4095, 4), (31, 31), (100, 7)])

@@ -157,6 +157,14 @@ def test_bad_options_raise(tmp_path, options, message):
         load_text_lm(path, **{"seq_len": 8, **options})
 
 
+def test_a_part_of_exactly_seq_len_plus_one_tokens_is_one_window(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("abcd" * 25, encoding="utf-8")  # 100 characters
+    bundle = load_text_lm(path, seq_len=8, fractions=(0.91, 0.09, 0.0), cache_dir=tmp_path / "c")
+    assert bundle.splits["val"] == [91, 100]  # 9 characters: seq_len + 1 tokens, enough for one window
+    assert len(bundle.val) == 1 and bundle.tokenizer.decode(bundle.val[0]["input_ids"].tolist()) == "dabcdabcd"
+
+
 @pytest.mark.parametrize("length, seq_len, overlap", [(100, 9, 3), (101, 9, 3), (8, 9, 3), (4, 9, 3), (57, 6, 5)])
 def test_overlapping_windows_score_every_token_once_with_enough_context(length, seq_len, overlap):
     tokens = torch.arange(length) + 1
@@ -220,8 +228,9 @@ def test_char_lookup_table_encoding_equals_the_python_encoding_and_names_unknown
     assert tokenizer.encode_array(text).tolist() == tokenizer.encode(text)
     assert [ids.tolist() for ids in tokenizer.encode_batch([text[:7], "", text[7:]])] == [
         tokenizer.encode(text[:7]), [], tokenizer.encode(text[7:])]  # fmt: skip
-    # outside the alphabet: a codepoint inside the table's range ('c', between 'b' and 'é') and one beyond it
-    for unknown in ("c", "\U0001f680"):
+    # outside the alphabet: a codepoint inside the table's range ('c', between 'b' and 'é'), the first past its
+    # end (the table's length: a bound check of <= lets it index past the table) and one far beyond it
+    for unknown in ("c", chr(ord(max(tokenizer.alphabet)) + 1), "\U0001f680"):
         bad = text[:123] + unknown + text[123:]
         with pytest.raises(ValueError, match=f"{unknown!r} at offset 123"):
             tokenizer.encode(bad)

@@ -17,6 +17,7 @@ from markovformer.data.readers import text_stream
 from markovformer.data.readers.text import load_text_lm
 from markovformer.data.readers.text_stream import text_pieces
 from markovformer.data.readers.token_store import Segment, open_or_build, token_dtype
+from markovformer.data.readers.tokenizer import CharTokenizer
 
 SHAKESPEARE = Path(__file__).resolve().parents[2] / "../shared/data/tiny_shakespeare.txt"
 _MIXED = "Markov chain é ß € 漢字 😀\nthe order of a state,\n"
@@ -74,6 +75,21 @@ def test_second_open_is_cached_and_a_changed_file_invalidates_it(tmp_path):
     assert third.tokenizer.decode(_whole_tokens(third)) == path.read_text()
 
 
+def test_two_splits_of_one_file_with_one_tokenizer_are_cached_apart(tmp_path):
+    """The cache key holds each segment's byte range: a key of the file and tokenizer alone hands the second
+    split the first one's store, whose val part is other text."""
+    text = "".join(chr(97 + (i * 7) % 26) for i in range(1000))
+    path = tmp_path / "corpus.txt"
+    path.write_text(text, encoding="utf-8")
+    fitted = CharTokenizer.from_text(text)  # a saved tokenizer: the same JSON for both runs
+    for fractions in ((0.8, 0.1, 0.1), (0.5, 0.25, 0.25)):
+        bundle = load_text_lm(path, seq_len=8, fractions=fractions, cache_dir=tmp_path / "c", fitted=fitted)
+        for name in ("train", "val", "test"):  # one token per character: token ranges are the character ranges
+            assert [getattr(bundle, name).start, getattr(bundle, name).stop] == bundle.splits[name]
+        start = bundle.splits["val"][0]
+        assert fitted.decode(bundle.val[0]["input_ids"].tolist()) == text[start : start + 9]
+
+
 def test_a_truncated_or_corrupt_cache_is_detected_and_rebuilt(tmp_path, capsys):
     path = tmp_path / "corpus.txt"
     path.write_text("the chain\n" * 300, encoding="utf-8")
@@ -109,8 +125,10 @@ def test_vocabulary_larger_than_the_dtype_or_ids_outside_it_are_refused(tmp_path
         token_dtype(2**32 + 1)
     path = tmp_path / "corpus.txt"
     path.write_text("abc", encoding="utf-8")
-    with pytest.raises(ValueError, match="id 300 outside its vocabulary of 256"):
-        open_or_build([Segment(str(path), 0, 3)], "{}", lambda text: np.array([300]), 256, None, tmp_path / "c")
+    for bad in (300, 256):  # 256, one past the last id, would wrap round to 0 (padding) in a uint8 store
+        with pytest.raises(ValueError, match=f"id {bad} outside its vocabulary of 256"):
+            open_or_build([Segment(str(path), 0, 3)], "{}", lambda text, bad=bad: np.array([1, bad]), 256, None,
+                          tmp_path / "c")  # fmt: skip
 
 
 def test_windows_are_read_from_the_map_not_materialised(tmp_path):
@@ -133,6 +151,9 @@ def test_random_starts_give_every_window_start(tmp_path):
                           cache_dir=tmp_path / "c")  # fmt: skip
     assert bundle.train_sampling == "uniform" and len(bundle.train) == 800 - 10 + 1
     assert bundle.tokenizer.decode(bundle.train[3]["input_ids"].tolist()) == "defghijabc"
+    for split in (bundle.val, bundle.test):  # random starts are for training: val and test score each token once
+        windows = [split.window(i) for i in range(len(split))]
+        assert windows == [(begin, begin + 10) for begin in range(split.start, split.stop, 10)]
 
 
 def test_files_are_documents_split_whole_with_an_end_token_and_packed_positions(tmp_path):
@@ -157,6 +178,9 @@ def test_files_are_documents_split_whole_with_an_end_token_and_packed_positions(
             document_start = max(start for start in starts if start <= begin + t)
             assert batch["position_ids"][row, t] == begin + t - max(document_start, begin)
     assert bundle.train.window(1)[0] not in starts and batch["position_ids"][1, 0] == 0  # a document begun before
+    for index in range(len(bundle.train)):  # the inputs are the store's tokens, whatever labels are masked
+        begin, end = bundle.train.window(index)
+        assert bundle.train[index]["input_ids"].tolist() == tokens[begin:end]
     assert max(int(bundle.val[i]["position_ids"].max()) for i in range(len(bundle.val))) < 16
     # each document's first token is not a target (predicting it would read the previous document)
     opens = torch.zeros_like(batch["labels"], dtype=torch.bool)

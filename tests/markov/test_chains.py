@@ -196,6 +196,24 @@ def test_sampling_is_reproducible_per_seed():
     assert not torch.equal(a, chain.sample(4, 300, generator=seeded(20)))
 
 
+def deterministic_kernel(order: int, s: int) -> tuple[torch.Tensor, dict]:
+    """next = (1 + sum_i (i + 1) x_i) mod s over the context x_1..x_k (oldest first): a reversed context differs."""
+    kernel, rule = torch.zeros(s**order, s, dtype=torch.float64), {}
+    for row, context in enumerate(itertools.product(range(s), repeat=order)):  # oldest symbol most significant
+        rule[context] = (1 + sum((i + 1) * symbol for i, symbol in enumerate(context))) % s
+        kernel[row, rule[context]] = 1.0
+    return kernel, rule
+
+
+@pytest.mark.parametrize("order", [2, 3])
+@pytest.mark.parametrize("initial", ["uniform", "stationary"])
+def test_sample_follows_a_deterministic_kernel_from_the_first_step(order, initial):
+    kernel, rule = deterministic_kernel(order, 3)
+    x = MarkovChain(order, 3, kernel).sample(64, 12, generator=seeded(2), initial=initial)
+    for row in x.tolist():
+        assert all(row[t] == rule[tuple(row[t - order : t])] for t in range(order, len(row))), row
+
+
 def test_zero_probability_transitions_never_sampled():
     chain = switching_chain(1.0, 1.0)  # deterministic alternation
     x = chain.sample(16, 200, generator=seeded(21))
@@ -216,6 +234,12 @@ def test_random_chain_dirichlet_moments_and_determinism():
     assert not torch.equal(first, random_chain(2, 3, generator=seeded(24)).transition)
 
 
+def test_random_chains_of_many_seeds_are_all_distinct():
+    """Each seed's chain draws from its own stream: a stream seeded from a few values repeats chains."""
+    kernels = {tuple(random_chain(1, 2, generator=seeded(seed)).transition.flatten().tolist()) for seed in range(64)}
+    assert len(kernels) == 64
+
+
 def test_random_chain_tiny_beta_is_well_defined():
     chain = random_chain(2, 4, beta=1e-3, generator=seeded(25))
     assert torch.isfinite(chain.transition).all()
@@ -223,15 +247,16 @@ def test_random_chain_tiny_beta_is_well_defined():
     assert chain.transition.max(-1).values.min() > 0.9  # nearly one-hot rows
 
 
-def test_lagged_chain_ignores_unlisted_lags():
-    chain = lagged_chain(3, (1, 3), strength=2.0, generator=seeded(26))
-    assert chain.order == 3 and chain.true_lags == (1, 3)
-    table = chain.transition.reshape(3, 3, 3, 3)  # (lag 3, lag 2, lag 1, next)
-    for b in range(3):
-        torch.testing.assert_close(table[:, b], table[:, 0], rtol=0, atol=1e-15)
-    # ... but it does depend on the listed lags
-    assert (table[0] - table[1]).abs().max() > 1e-3
-    assert (table[:, :, 0] - table[:, :, 1]).abs().max() > 1e-3
+@pytest.mark.parametrize("lags", [(1, 3), (2, 3), (1, 2), (1, 3, 4), (3,)])
+def test_lagged_chain_depends_on_exactly_its_lags(lags):
+    """Lag sets other than (1, 3) tell lag l's axis (order - l) from axis l - 1 apart."""
+    chain = lagged_chain(3, lags, strength=2.0, generator=seeded(26))
+    assert chain.order == max(lags) and chain.true_lags == lags
+    table = chain.transition.reshape((3,) * (chain.order + 1))  # (lag order, ..., lag 1, next)
+    for lag in range(1, chain.order + 1):
+        slices = [table.select(chain.order - lag, symbol) for symbol in range(3)]
+        spread = max((other - slices[0]).abs().max().item() for other in slices[1:])
+        assert spread > 1e-3 if lag in lags else spread < 1e-15, lag
 
 
 def test_ordinary_chains_list_every_lag():

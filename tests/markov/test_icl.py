@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -52,6 +53,19 @@ def test_sampled_transition_frequencies_match_each_kernel():
             followers = x[b, 1:][x[b, :-1] == context]
             frequency = followers.double().mean().item()
             assert frequency == pytest.approx(kernels[b, context, 1].item(), abs=0.02)
+
+
+@pytest.mark.parametrize("order", [2, 3])
+def test_sampling_follows_a_deterministic_kernel_from_the_first_step(order):
+    """next = (1 + sum_i (i + 1) x_i) mod 3 over the context x_1..x_k (oldest first): the first context read with
+    its symbols reversed (newest most significant) picks the wrong row."""
+    kernel, rule = torch.zeros(3**order, 3, dtype=torch.float64), {}
+    for row, context in enumerate(itertools.product(range(3), repeat=order)):  # oldest symbol most significant
+        rule[context] = (1 + sum((i + 1) * symbol for i, symbol in enumerate(context))) % 3
+        kernel[row, rule[context]] = 1.0
+    x = sample_from_kernels(12, kernel.expand(64, -1, -1).contiguous(), seeded(1))
+    for row in x.tolist():
+        assert all(row[t] == rule[tuple(row[t - order : t])] for t in range(order, len(row))), row
 
 
 def test_oracle_loss_by_hand():

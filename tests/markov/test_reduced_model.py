@@ -102,6 +102,16 @@ def test_optimal_bias_zeroes_the_bias_gradient_and_beats_a_scan(p, q):
         assert reduced_loss(e[i], w[i], b[i], p, q) <= reduced_loss(e[i], w[i], scan, p, q).min() + 1e-12
 
 
+@pytest.mark.parametrize(("p", "q"), [(1e-3, 0.5), (0.9, 1e-4), (1e-5, 1e-5)])
+def test_optimal_bias_for_rare_switches_is_found_far_from_zero(p, q):
+    """On the unigram line (e = 0) the root is the closed form log(p / q); off it the bias gradient vanishes. A
+    bracket of the root that starts too close to 0 misses it when a switch is rare."""
+    assert optimal_bias(0.0, 0.3, p, q).item() == pytest.approx(math.log(p / q), abs=1e-9)
+    e, w = torch.tensor([0.5, 1.0]), torch.tensor([0.3, -0.9])
+    gradient = reduced_gradient(e, w, optimal_bias(e, w, p, q), p, q)[2]
+    assert gradient.abs().max().item() < 1e-12
+
+
 @pytest.mark.parametrize(("p", "q"), [(0.2, 0.3), (0.7, 0.9)])
 def test_profiled_flow_conserves_the_energy(p, q):
     starts_e = torch.tensor([0.3, 0.8, -0.5, 1.1])

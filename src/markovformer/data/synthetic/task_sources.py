@@ -1,7 +1,7 @@
 """The sequence-mixer tasks (``synthetic.tasks``) as data sources for causal-LM runs: ``mqar``, ``induction``,
 ``selective_copy`` and ``icl_markov``. Each split is generated from its own seeded stream (``generated_splits``);
-the bundle's ``info["reference"]`` holds the chance accuracy (and, for ``icl_markov``, the Bayes add-1 and oracle
-losses of the validation and test sequences)."""
+the bundle's ``info["reference"]`` holds the chance accuracy (and, for ``icl_markov``, the Bayes add-1 loss of the
+validation and test sequences)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,8 @@ class SelectiveCopySource:
 @dataclasses.dataclass
 class ICLMarkovSource:
     """In-context Markov chains: order ``order`` over ``num_symbols`` symbols, a kernel with rows ~
-    Dirichlet(``beta``) redrawn per sequence; the references are the Bayes add-1 and oracle losses."""
+    Dirichlet(``beta``) redrawn per sequence; the references are the chance accuracy and the Bayes add-1 losses of
+    the validation and test sequences (``bayes_add1_val_loss``, ``bayes_add1_test_loss``)."""
 
     seq_len: int = 128
     order: int = 1
