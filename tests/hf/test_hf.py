@@ -257,6 +257,24 @@ def test_transformers_trainer_lowers_the_loss_on_a_markov_chain(tmp_path):
         assert torch.equal(native(held_out).logits, model(input_ids=held_out).logits)
 
 
+def test_a_packed_batchs_loss_over_num_items_in_batch_counts_only_the_scored_tokens():
+    """Gradient accumulation (the Trainer's num_items_in_batch) over packed documents: the model scores no
+    document's first token, so the loss it returns is the documents' summed losses over num_items_in_batch even
+    where the labels hold a real token there (counting those labels passed: the other packed test takes
+    DataCollatorWithFlattening's labels, -100 there, and no num_items_in_batch)."""
+    _transformers()
+    from hf_small import random_ids, small_hf
+
+    model = small_hf("causal_lm", dropout=0.0).eval()
+    documents = [random_ids(1, length, seed=seed) for length, seed in ((5, 1), (7, 2), (3, 3))]
+    input_ids = torch.cat(documents, dim=1)  # labels = the inputs, with no -100 at the document starts
+    position_ids = torch.cat([torch.arange(d.shape[1]) for d in documents])[None]
+    summed = sum(model(input_ids=d, labels=d, use_cache=False).loss * (d.shape[1] - 1) for d in documents)
+    num_items = 40  # the whole accumulated batch's scored tokens; this micro-batch scores 4 + 6 + 2 = 12
+    got = model(input_ids=input_ids, labels=input_ids, position_ids=position_ids, num_items_in_batch=num_items)
+    torch.testing.assert_close(got.loss, summed / num_items, rtol=1e-5, atol=1e-6)
+
+
 def test_a_transformers_release_outside_the_supported_range_is_refused_in_one_line():
     """The wrappers follow transformers' Cache and loading APIs, which change between majors: another major fails
     at import, naming the range, instead of deep inside generate."""
@@ -287,4 +305,5 @@ def test_a_transformers_that_turned_its_models_off_for_this_torch_is_refused_in_
                  if requirement.startswith("torch>="))  # fmt: skip
     assert result.stdout.splitlines() == [
         f"markovformer.hf needs transformers' models, but transformers {transformers.__version__} needs {floor} and "
-        f"torch {torch.__version__} is installed: upgrade torch, or install an older transformers release that runs it"]
+        f"torch {torch.__version__} is installed: upgrade torch, or install an older transformers release that runs it"
+    ]

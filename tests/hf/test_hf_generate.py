@@ -57,7 +57,9 @@ def test_transformers_generate_decodes_from_the_cache_one_token_per_step(options
     dict(attention="scan", position="none", max_order=4),
     dict(attention="h3", position="none", max_order=4),  # its state holds the SSM's tables, which are not per row
     dict(attention="hyena", position="none", max_order=4),  # a growing cache of its convolutions' inputs
-], ids=["local_markov", "retnet", "scan", "h3", "hyena"])  # fmt: skip
+    dict(attention="forgetting", position="none", max_order=4),  # the key cache's log forget gates are per row too
+    dict(attention="forgetting", position="none", max_order=4, scope="local", window=3),
+], ids=["local_markov", "retnet", "scan", "h3", "hyena", "forgetting", "local_forgetting"])  # fmt: skip
 def test_sampling_and_beam_search_from_the_cache_equal_the_uncached_ones(options):
     """do_sample with a fixed seed, and beam search (whose beams reorder the cache's rows each step), give the same
     tokens (and beam scores) with the cache as when transformers re-runs the whole prefix (use_cache=False)."""

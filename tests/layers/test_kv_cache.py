@@ -1,5 +1,6 @@
-"""The key/value cache's layout: a rolling cache's visible slots are the last W + 1 positions in order, and one new
-query over them (the decoding step's fast path) attends as the general cached attention does."""
+"""The key/value cache's layout: a rolling cache's visible slots are the last W + 1 positions in order, one new
+query over them (the decoding step's fast path) attends as the general cached attention does, and the general one takes
+a slot at a negative position for empty."""
 
 import pytest
 import torch
@@ -36,17 +37,39 @@ def test_visible_slots_are_the_last_window_plus_one_positions_in_order_whatever_
 
 @pytest.mark.parametrize("window", [4, None])
 def test_one_new_query_attends_as_the_general_cached_attention(window):
+    """Row 2 sees no real key, not even its own new one: zeros, as cached_attention gives (with no such row here,
+    newest_query_attention passed returning the mean of the hidden values)."""
     generator = torch.Generator().manual_seed(1)
     cache = KeyValueCache(window)
-    k, v = torch.randn(2, 3, 9, 4, generator=generator), torch.randn(2, 3, 9, 4, generator=generator)
-    real = torch.ones(2, 9, dtype=torch.bool)
+    k, v = torch.randn(3, 3, 9, 4, generator=generator), torch.randn(3, 3, 9, 4, generator=generator)
+    real = torch.ones(3, 9, dtype=torch.bool)
     real[1, :5] = False  # left padding in row 1
-    cache.write(k[:, :, :8], v[:, :, :8], real[:, :8], -torch.rand(2, 3, 8, generator=generator).cumsum(-1))
-    cache.write(k[:, :, 8:], v[:, :, 8:], real[:, 8:], -torch.rand(2, 3, 1, generator=generator))
+    real[2] = False
+    cache.write(k[:, :, :8], v[:, :, :8], real[:, :8], -torch.rand(3, 3, 8, generator=generator).cumsum(-1))
+    cache.write(k[:, :, 8:], v[:, :, 8:], real[:, 8:], -torch.rand(3, 3, 1, generator=generator))
     keys, values, positions, key_real, key_decay = cache.visible()
-    q = torch.randn(2, 3, 1, 4, generator=generator)
-    bias = torch.randn(2, 3, 1, 6, generator=generator)  # K = 6 > W: the lags past the window see nothing
-    expected = cached_attention(q, keys, values, torch.tensor([8]), positions, key_real, window=window,
-                                past_bias=bias, query_log_decay=torch.zeros(2, 3, 1), key_log_decay=key_decay)
+    q = torch.randn(3, 3, 1, 4, generator=generator)
+    bias = torch.randn(3, 3, 1, 6, generator=generator)  # K = 6 > W: the lags past the window see nothing
+    expected = cached_attention(q, keys, values, torch.tensor([8]), positions, key_real, window=window, past_bias=bias,
+                                query_log_decay=torch.zeros(3, 3, 1), key_log_decay=key_decay)  # fmt: skip
     got = newest_query_attention(q, keys, values, key_real, past_bias=bias, key_log_decay=key_decay)
+    assert torch.equal(expected[2], torch.zeros_like(expected[2]))
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("window", [3, None])
+def test_a_slot_at_a_negative_position_is_empty_even_where_key_real_says_real(window):
+    """cached_attention's contract: a slot with position < 0 is empty, whatever key_real says. The cache marks its
+    empty slots unreal too, so only a direct call shows the position rule (dropping it passed every other test):
+    two empty slots holding junk give the attention over the three written ones alone."""
+    generator = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 3, 2, 4, generator=generator, dtype=torch.float64)
+    keys, values = (torch.randn(2, 3, 5, 4, generator=generator, dtype=torch.float64) for _ in range(2))
+    bias = torch.randn(2, 3, 2, 4, generator=generator, dtype=torch.float64)
+    positions, queries = torch.tensor([-1, -1, 0, 1, 2]), torch.tensor([1, 2])  # 5 slots, 3 written
+    real = torch.ones(2, 5, dtype=torch.bool)
+    got = cached_attention(q, keys, values, queries, positions, real, window=window, past_bias=bias)
+    written = slice(2, None)
+    expected = cached_attention(q, keys[:, :, written], values[:, :, written], queries, positions[written],
+                                real[:, written], window=window, past_bias=bias)  # fmt: skip
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)

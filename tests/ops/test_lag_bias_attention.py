@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from padding_masks import mixed_mask
+from padding_masks import mixed_mask, padded_segments
 
 from markovformer.ops import dense_lag_bias, lag_bias_attention, lag_matrix
 from markovformer.ops.lag_bias_attention import (
@@ -225,11 +225,14 @@ def test_float32_paths_ignore_an_active_autocast(path):
     chunked path writes every product with out= or in place, which autocast leaves alone)."""
     mask = mixed_mask(19)
     if path == "banded":
+
         def attention(q, k, v, past, future):
             return lag_bias_attention_banded(q, k, v, past, future, window=5, causal=True, attention_mask=mask)
     else:
+
         def attention(q, k, v, past, future):
             return lag_bias_attention_chunked(q, k, v, past, future, causal=True, attention_mask=mask, chunk_size=8)
+
     tensors = _inputs(19, order=3, dtype=torch.float32)
     expected, expected_grads = _run_with_grads(attention, tensors)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -303,6 +306,24 @@ def test_mask_and_segment_ids_together_hide_both(window):
     assert not expected[0, :, 3].any() and not expected[1, :, 2].any()  # masked first tokens see nothing
     got = lag_bias_attention(q, k, v, past, future, backend="chunked" if window is None else "banded", **options)
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("window", [None, 2, 5])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_padding_segment_id_hides_padded_keys_without_a_mask(causal, window):
+    """Segment id -1 (padding) matches no key, not even another padded one, on outputs and all gradients as in the
+    naive reference: a padding query gives zeros (the band once let it see the padded keys, its own segment)."""
+    length = 11
+    segments = padded_segments(length)
+    options = dict(window=window, causal=causal, segment_ids=segments)
+    backend = "chunked" if window is None else "banded"
+    tensors = _inputs(length, order=3)
+    expected, expected_grads = _run_with_grads(lambda *t: lag_bias_attention_naive(*t, **options)[0], tensors)
+    got, got_grads = _run_with_grads(lambda *t: lag_bias_attention(*t, backend=backend, **options), tensors)
+    assert not expected.masked_select((segments < 0)[:, None, :, None]).any()
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    for got_grad, expected_grad in zip(got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(got_grad, expected_grad, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("backend", ["naive", "banded", "chunked"])

@@ -212,16 +212,21 @@ def test_dropout_backward_is_the_gradient_of_the_forward(path):
     assert torch.autograd.gradcheck(attention, leaves)
 
 
+@pytest.mark.parametrize("p", [0.2, 0.7])
 @pytest.mark.parametrize("path", ["banded", "chunked"])
-def test_dropout_is_unbiased_and_drops(path):
-    q, k, v, past, future = _inputs(9, 2, batch=1)
-    window = 2 if path == "banded" else None
-    options = dict(window=window, causal=True)
-    expected = lag_bias_attention_naive(q, k, v, past, future, **options)[0]
+def test_dropout_is_unbiased_and_drops_the_fraction_p(path, p):
+    """v = the identity: each output row is the query's attention probabilities as dropout left them, so their mean
+    over draws is the naive path's probabilities and their share of zeros among the visible keys is p. (At p = 0.5,
+    the one rate tested before, a mask kept with probability p instead of 1 - p is the same mask, and passed.)"""
+    q, k, _, past, future = _inputs(9, 2, batch=1)
+    v = torch.eye(9, dtype=torch.float64).expand(1, HEADS, 9, 9)
+    options = dict(window=2 if path == "banded" else None, causal=True)
+    expected = lag_bias_attention_naive(q, k, v, past, future, **options)[1]  # the probabilities (0: hidden)
     torch.manual_seed(0)
-    draws = torch.stack([lag_bias_attention(q, k, v, past, future, dropout_p=0.5, backend=path, **options)
+    draws = torch.stack([lag_bias_attention(q, k, v, past, future, dropout_p=p, backend=path, **options)
                          for _ in range(400)])  # fmt: skip
-    assert not torch.allclose(draws[0], expected)
+    dropped = (draws[:, expected > 0] == 0).double().mean().item()
+    assert abs(dropped - p) < 0.02, dropped
     standard_error = draws.std(0) / len(draws) ** 0.5
     assert ((draws.mean(0) - expected).abs() <= 5 * standard_error + 1e-12).all()
 

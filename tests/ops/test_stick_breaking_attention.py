@@ -93,14 +93,15 @@ def test_output_does_not_read_the_future():
 @pytest.mark.parametrize("window", [None, 3])
 def test_cache_path_over_slots_in_position_order_matches_the_full_path(window):
     """Keys in position order after two empty slots (position -1), as a cache's visible slots hold them, give the
-    full path's last rows."""
+    full path's last rows. The empty slots hold junk and are called real: their position alone must hide them
+    (with zeros in them, dropping that rule passed)."""
     q, k, v = (t.detach() for t in _inputs(8))
     mask = mixed_mask(8)
     full = stick_breaking_attention(q, k, v, window=window, attention_mask=mask)
-    empty = torch.zeros_like(k[:, :, :2])
     positions = torch.cat([torch.full((2,), -1), torch.arange(8)])
     real = torch.cat([torch.ones(mask.shape[0], 2, dtype=torch.bool), mask.bool()], dim=1)  # empty: by position
-    keys, values = torch.cat([empty, k], dim=2), torch.cat([torch.zeros_like(v[:, :, :2]), v], dim=2)
+    keys = torch.cat([randn(4, HEADS, 2, HEAD_DIM, seed=4), k], dim=2)
+    values = torch.cat([randn(4, HEADS, 2, VALUE_DIM, seed=5), v], dim=2)
     got = stick_breaking_over_cache(q[:, :, 6:], keys, values, torch.arange(6, 8), positions, real, window=window)
     torch.testing.assert_close(got, full[:, :, 6:])
 
