@@ -221,7 +221,8 @@ def test_tiny_run_writes_the_report_and_reuses_its_cells(tmp_path):
     assert len(results["points"]) == 2 * 2 * 2  # tasks x widths x kinds
     assert len(list((tmp_path / "cells").glob("*.json"))) == 2 * 2 * 2 * 2  # and two lrs each
     point = results["points"][0]
-    assert point["lr"] == max((1e-3, 3e-3), key=lambda lr: point["val_by_lr"][f"{lr:g}"])
+    rank = {f"{lr:g}": (point["val_by_lr"][f"{lr:g}"], -point["val_loss_by_lr"][f"{lr:g}"]) for lr in (1e-3, 3e-3)}
+    assert point["lr"] == max((1e-3, 3e-3), key=lambda lr: rank[f"{lr:g}"])  # accuracy, a tie to the lower loss
     text = report.read_text()
     assert "accuracy_mqar.png" in text and (tmp_path / "accuracy_icl_markov.png").is_file()
     assert "Where the Markov order gates put their mass" in text
@@ -459,3 +460,4 @@ def test_a_tie_in_validation_accuracy_goes_to_the_rate_of_the_lower_validation_l
     report = ExperimentReport(tmp_path, "t", log=lambda line: None)
     point = mixers.run_grid_point(report, "mqar", 32, 32, "softmax", matched, settings, (0,), lambda line: None)
     assert point["lr"] == 3e-3 and point["test_loss"]["values"] == [4.0]
+    assert point["val_loss_by_lr"] == {"0.001": 5.0, "0.003": 4.0, "0.01": 6.0}
