@@ -414,6 +414,15 @@ def test_a_rate_that_diverges_is_stored_as_such_and_the_grid_goes_on(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["diverged"] == results["diverged"]
 
 
+def _grid_point_of(fake_cell, seeds: tuple[int, ...], tmp_path, monkeypatch) -> dict:
+    """run_grid_point of one MQAR softmax point over the rates 1e-3, 3e-3 and 1e-2, each cell from ``fake_cell``."""
+    monkeypatch.setattr(mixers, "train_cell", fake_cell)
+    settings = mixers.MixersSettings(tasks=("mqar",), kinds=("softmax",), lengths=(32,), widths=(32,),
+                                     lrs=(1e-3, 3e-3, 1e-2))  # fmt: skip
+    matched = {"section": {"attention": "softmax", "d_model": 32}, "parameters": 1000, "ratio": 1.0}
+    report = ExperimentReport(tmp_path, "t", log=lambda line: None)
+    return mixers.run_grid_point(report, "mqar", 32, 32, "softmax", matched, settings, seeds, lambda line: None)
+
 def test_the_rate_is_chosen_on_validation_accuracy_never_on_test(tmp_path, monkeypatch):
     """run_grid_point with train_cell replaced by a table in which validation prefers 3e-3 while test prefers 1e-2
     and 1e-3 is neither's best: the point's rate is 3e-3 (the rate of the lowest validation accuracy, or of the best
@@ -429,12 +438,7 @@ def test_the_rate_is_chosen_on_validation_accuracy_never_on_test(tmp_path, monke
                 "test": {"accuracy": test[lr] + seed / 100, "loss": 2.0 + seed}, "seconds": 10.0 + seed,
                 "gates": None, "val_curve": [[], []]}  # fmt: skip
 
-    monkeypatch.setattr(mixers, "train_cell", fake_cell)
-    settings = mixers.MixersSettings(tasks=("mqar",), kinds=("softmax",), lengths=(32,), widths=(32,),
-                                     lrs=(1e-3, 3e-3, 1e-2))  # fmt: skip
-    matched = {"section": {"attention": "softmax", "d_model": 32}, "parameters": 1000, "ratio": 1.0}
-    report = ExperimentReport(tmp_path, "t", log=lambda line: None)
-    point = mixers.run_grid_point(report, "mqar", 32, 32, "softmax", matched, settings, (0, 1), lambda line: None)
+    point = _grid_point_of(fake_cell, (0, 1), tmp_path, monkeypatch)
     assert trained == [(1e-3, 0), (3e-3, 0), (1e-2, 0), (3e-3, 1)]
     assert point["lr"] == 3e-3
     assert point["val_by_lr"] == {"0.001": 0.5, "0.003": 0.8, "0.01": 0.2}
@@ -453,11 +457,6 @@ def test_a_tie_in_validation_accuracy_goes_to_the_rate_of_the_lower_validation_l
         return {"val": {"accuracy": 0.0, "loss": loss[lr]}, "test": {"accuracy": 0.0, "loss": loss[lr]},
                 "seconds": 1.0, "gates": None, "val_curve": [[], []]}  # fmt: skip
 
-    monkeypatch.setattr(mixers, "train_cell", fake_cell)
-    settings = mixers.MixersSettings(tasks=("mqar",), kinds=("softmax",), lengths=(32,), widths=(32,),
-                                     lrs=(1e-3, 3e-3, 1e-2))  # fmt: skip
-    matched = {"section": {"attention": "softmax", "d_model": 32}, "parameters": 1000, "ratio": 1.0}
-    report = ExperimentReport(tmp_path, "t", log=lambda line: None)
-    point = mixers.run_grid_point(report, "mqar", 32, 32, "softmax", matched, settings, (0,), lambda line: None)
+    point = _grid_point_of(fake_cell, (0,), tmp_path, monkeypatch)
     assert point["lr"] == 3e-3 and point["test_loss"]["values"] == [4.0]
     assert point["val_loss_by_lr"] == {"0.001": 5.0, "0.003": 4.0, "0.01": 6.0}
