@@ -12,8 +12,9 @@ transformers = pytest.importorskip("transformers", reason="the hf extra is absen
 pytest.importorskip("markovformer.hf", exc_type=ImportError)
 from hf_small import SMALL, perturbed, random_ids, small_hf  # noqa: E402
 
+from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM  # noqa: E402
 from markovformer.hf import HF_CLASSES, HF_CONFIGS  # noqa: E402
-from markovformer.hf.cache import CACHE_NAME  # noqa: E402
+from markovformer.hf.cache import CACHE_NAME, MarkovformerCache  # noqa: E402
 
 
 def fed_lengths(model) -> list[int]:
@@ -233,3 +234,29 @@ def test_a_float64_s4d_continues_after_a_one_token_step_as_the_full_forward(kind
         for start, stop in ((4, 5), (5, 9)):
             pieces.append(model(input_ids=ids[:, start:stop], **{CACHE_NAME: cache}).logits)
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [dict(attention="softmax"), dict(attention="softmax", scope="local", window=2),
+                                     dict(attention="gru"), dict(attention="markov", max_order=2, gru=True)],
+                         ids=["softmax_global", "softmax_local", "gru", "gru_injection"])  # fmt: skip
+def test_a_reordered_cache_continues_as_the_reordered_batch_from_the_start(options):
+    """reorder_cache(rows) makes row rows[i] of every state row i: decoding on equals the full forward of the
+    reordered batch, for rows of different left padding (the key/value cache's padding flags are per row; beam
+    search alone cannot show them, its beams of one prompt share their padding) and for nn.GRU's hidden state,
+    whose batch is its second dimension."""
+    torch.manual_seed(0)
+    config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, **options)
+    model = perturbed(MarkovianTransformerForCausalLM(config).double())
+    ids = random_ids(3, 8)
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    mask[2, :4] = 0
+    rows = torch.tensor([2, 0, 2])  # as beam search does: a row dropped, another kept twice
+    cache = MarkovformerCache()
+    with torch.no_grad():
+        model(ids[:, :5], attention_mask=mask[:, :5], state=cache.state)
+        cache.reorder_cache(rows)
+        got = [model(ids[rows, t : t + 1], attention_mask=mask[rows, t : t + 1], state=cache.state).logits
+               for t in range(5, 8)]  # fmt: skip
+        want = model(ids[rows], attention_mask=mask[rows]).logits[:, 5:]
+    torch.testing.assert_close(torch.cat(got, dim=1), want, rtol=0, atol=1e-10)

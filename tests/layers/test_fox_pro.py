@@ -101,6 +101,26 @@ def test_all_parts_on_decode_as_the_full_forward(window, step):
     assert_decoding_matches_full_forward(layer, x, mask, prefill=4, step=step)
 
 
+def test_a_left_padded_row_shifts_and_decodes_as_it_does_alone():
+    """The shift passes on zeros from padding: a row left-padded by 2 gives, at its real tokens, what the row gives
+    alone, in the full forward and decoded from a prefill of padding only (the twin above cannot see this: a shift
+    that read padding would do so in both paths)."""
+    torch.manual_seed(2)
+    layer = ForgettingAttention(d_model=D_MODEL, n_heads=HEADS, **ALL_ON).double()
+    _randomise(layer)
+    x = torch.randn(2, LENGTH, D_MODEL, dtype=torch.float64)
+    mask = torch.ones(2, LENGTH, dtype=torch.long)
+    mask[1, :2] = 0
+
+    state: dict = {}
+    decoded = torch.cat([layer(x[:, :2], attention_mask=mask[:, :2], state=state)]  # row 1: padding only
+                        + [layer(x[:, t : t + 1], attention_mask=mask[:, t : t + 1], state=state)
+                           for t in range(2, LENGTH)], dim=1)  # fmt: skip
+    alone = layer(x[1:, 2:])
+    torch.testing.assert_close(layer(x, attention_mask=mask)[1, 2:], alone[0], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(decoded[1, 2:], alone[0], rtol=1e-10, atol=1e-10)
+
+
 def test_registry_and_config_take_the_pro_options():
     shared = dict(d_model=D_MODEL, n_heads=HEADS, causal=True, rotary=False)
     layer = build_attention("forgetting", **shared, **ALL_ON)

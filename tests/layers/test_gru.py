@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from markovformer.layers import GRUInjection, MinGRUInjection
+from markovformer.layers.baselines.recurrent import GRUMixer
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerModel
 from markovformer.ops.scan import min_gru_naive
 
@@ -131,3 +132,42 @@ def test_min_gru_loads_checkpoints_from_when_its_inputs_were_a_linear():
     fresh.load_state_dict({name: value.detach().clone() for name, value in old.items()})
     for name, value in layer.state_dict().items():
         assert torch.equal(fresh.state_dict()[name], value), name
+
+
+@pytest.mark.parametrize("make", [lambda: GRUInjection(D_MODEL), lambda: GRUMixer(d_model=D_MODEL),
+                                  lambda: MinGRUInjection(D_MODEL)], ids=["gru", "gru_mixer", "min_gru"])
+def test_a_decoding_call_of_padding_only_leaves_the_rows_state_as_it_was(make):
+    """Row 0 gets two padded positions between its real tokens 0-2 and 5: its next real token reads the state its
+    real prefix left (as if the padded call had not happened); row 1, all real, decodes as its full forward."""
+    torch.manual_seed(0)
+    layer = make().double().eval()
+    x = torch.randn(2, 6, D_MODEL, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    with torch.no_grad():
+        state: dict = {}
+        layer(x[:, :3], state=state)
+        layer(x[:, 3:5], attention_mask=torch.tensor([[0, 0], [1, 1]]), state=state)
+        got = layer(x[:, 5:6], state=state)
+        alone: dict = {}
+        layer(x[:1, :3], state=alone)
+        torch.testing.assert_close(got[:1], layer(x[:1, 5:6], state=alone), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got[1:], layer(x[1:2])[:, 5:6], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("make", [lambda: GRUInjection(D_MODEL), lambda: MinGRUInjection(D_MODEL)],
+                         ids=["gru", "min_gru"])  # fmt: skip
+def test_decoded_outputs_at_padded_positions_are_zero_after_real_tokens_too(make):
+    """Padded positions' outputs are zero also in decoding steps after real tokens, where the carried state is not
+    (minGRU, which takes padding anywhere: the decoded steps equal its full forward)."""
+    torch.manual_seed(0)
+    layer = make().double().eval()
+    x = torch.randn(2, 6, D_MODEL, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[0, 3:5] = 0  # row 0: real, real, real, pad, pad, real
+    with torch.no_grad():
+        state: dict = {}
+        steps = [layer(x[:, :3], attention_mask=mask[:, :3], state=state)]
+        steps += [layer(x[:, t : t + 1], attention_mask=mask[:, t : t + 1], state=state) for t in range(3, 6)]
+        decoded = torch.cat(steps, dim=1)
+        if isinstance(layer, MinGRUInjection):
+            torch.testing.assert_close(decoded, layer(x, attention_mask=mask), rtol=1e-12, atol=1e-12)
+    assert torch.equal(decoded[0, 3:5], torch.zeros_like(decoded[0, 3:5]))

@@ -140,6 +140,18 @@ def test_past_its_learned_positions_each_token_is_the_argmax_over_the_last_max_p
     assert not torch.equal(torch.stack(shorter, dim=1), generated[:, prompt_length:])
 
 
+def test_past_its_learned_positions_a_left_padded_row_generates_as_it_does_alone():
+    """The re-run path with left padding (6 + 6 tokens > max_positions 8): the windows it re-runs hold a row's
+    padding at first, and learned positions count each row's real tokens, so a padded row generates what it does
+    alone."""
+    model = _markovian(dict(attention="softmax", position="learned", max_positions=8))
+    ids, mask = _left_padded()
+    generated = model.generate(ids, mask, max_new_tokens=6)
+    for row in range(ids.shape[0]):
+        alone = ids[row : row + 1, mask[row].bool()]
+        assert torch.equal(generated[row, ids.shape[1] :], model.generate(alone, max_new_tokens=6)[0, -6:]), row
+
+
 def _state_tensors(state) -> list[torch.Tensor]:
     if isinstance(state, torch.Tensor):
         return [state]

@@ -121,3 +121,28 @@ def test_a_row_that_has_emitted_eos_holds_padding_while_the_others_decode(pad_to
     out = decoding_loop(torch.tensor([[1], [5]]), torch.nn.functional.one_hot(argmax[:, 0], 6).float(), step, config)
     assert out.tolist() == [[1, 2, fill, fill], [5, 3, 3, 2]]
     assert fed == [[2, 3], [fill, 3]]
+
+
+def test_top_p_stops_at_the_first_token_whose_prefix_reaches_it_exactly():
+    """Probabilities 1/2, 1/4, 1/8, 1/8 (exact in float32): the prefix {0} already holds top_p = 0.5, so the nucleus
+    is token 0 alone (the smallest prefix whose mass reaches top_p); at 0.75, tokens 0 and 1."""
+    logits = torch.tensor([[2.0, 1.0, 0.0, 0.0]]) * torch.tensor(2.0).log()
+    probs = logits.softmax(-1)
+    assert torch.equal(probs.cumsum(-1) - probs, torch.tensor([[0.0, 0.5, 0.75, 0.875]]))  # the boundary is exact
+    for top_p, support in ((0.5, {0}), (0.75, {0, 1})):
+        drawn = sample_next_token(logits.expand(400, -1), top_p=top_p, generator=torch.Generator().manual_seed(0))
+        assert set(drawn.tolist()) == support, top_p
+
+
+def test_the_loop_feeds_back_every_token_but_the_last():
+    """max_new_tokens tokens take max_new_tokens - 1 steps (a model forward each): the logits after the last token
+    are never read."""
+    fed = []
+
+    def step(tokens):
+        fed.append(tokens.tolist())
+        return torch.nn.functional.one_hot(tokens + 1, 10).float()
+
+    out = decoding_loop(torch.tensor([[0]]), torch.nn.functional.one_hot(torch.tensor([1]), 10).float(), step,
+                        GenerationConfig(max_new_tokens=4))  # fmt: skip
+    assert out.tolist() == [[0, 1, 2, 3, 4]] and fed == [[1], [2], [3]]
