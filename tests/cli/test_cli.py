@@ -1,4 +1,6 @@
-"""Bad input at the command line: one line naming the problem, exit status 2, no traceback."""
+"""Bad input at the command line: one line naming the problem, exit status 2, no traceback; the error lines' own
+rules (cut, out of memory, unwritable places), what --force changes, and bench's flags and --set values reaching the
+suite's settings."""
 
 import json
 import shutil
@@ -176,3 +178,152 @@ def test_experiment_runs_with_settings_and_reuses_cells(tmp_path, main_cli):
     redone = main_cli(*args, "--recompute", "*")
     assert redone.returncode == 0 and "removed, to be recomputed" in redone.stdout
     assert "done earlier" not in redone.stdout
+
+
+def _bench_settings(monkeypatch, *argv: str):
+    """The BenchSettings ``markovformer bench ARGV`` hands to the suite (the suite itself is not run)."""
+    import argparse
+
+    import markovformer.bench
+    from markovformer.cli import bench as bench_cli
+
+    seen = []
+    monkeypatch.setattr(markovformer.bench, "run_suite", lambda out, settings, log: seen.append(settings))
+    parser = argparse.ArgumentParser()
+    bench_cli.add_parser(parser.add_subparsers(dest="command"))
+    bench_cli.run_bench(parser.parse_args(["bench", *argv]))
+    assert len(seen) == 1
+    return seen[0]
+
+
+def test_bench_flags_reach_the_suites_settings(monkeypatch):
+    """Each flag lands in its setting: the allocator switch (default: keep freed memory, as train does), the op
+    kinds and the per-part sizes."""
+    assert _bench_settings(monkeypatch).keep_freed_memory is True
+    assert _bench_settings(monkeypatch, "--default-allocator").keep_freed_memory is False
+    settings = _bench_settings(monkeypatch, "--op-kinds", "markov_local", "softmax_sdpa", "--decode-batches", "2", "3",
+                               "--scan-lengths", "256")  # fmt: skip
+    assert settings.op_kinds == ("markov_local", "softmax_sdpa")
+    assert (settings.decode_batches, settings.scan_lengths) == ((2, 3), (256,))
+
+
+def test_bench_set_reads_yaml_values_into_the_fields_types(monkeypatch):
+    """--set KEY=VALUE: an int where a float belongs is that float; one value for a tuple field is a 1-tuple; a list
+    is a tuple."""
+    settings = _bench_settings(monkeypatch, "--set", "data_mb=2", "data_tokenizers=char", "memory_lengths=[64, 128]")
+    assert settings.data_mb == 2.0 and isinstance(settings.data_mb, float)
+    assert settings.data_tokenizers == ("char",)
+    assert settings.memory_lengths == (64, 128)
+
+
+@pytest.mark.parametrize("pair", ["time_cap", "repeats", "data_mb"])
+def test_bench_set_without_an_equals_sign_is_refused(monkeypatch, pair):
+    """``--set KEY`` (no ``=VALUE``) is refused naming the expected form, never read as KEY=null."""
+    with pytest.raises(ValueError, match="expected KEY=VALUE"):
+        _bench_settings(monkeypatch, "--set", pair)
+
+
+@pytest.mark.parametrize("pair", ["data_mb=yes", "data_timeout=on", "data_small_mb=true"])
+def test_bench_set_refuses_a_yaml_boolean_for_a_number(monkeypatch, pair):
+    """"A value of the wrong type is refused, naming it": YAML reads yes/on/true as True, and bool is an int
+    subclass, so a float setting took it as 1.0 (data_mb=yes benchmarked 1 MB) where an int setting refuses it."""
+    key = pair.split("=")[0]
+    with pytest.raises(ValueError, match=f"{key} takes a float, got True"):
+        _bench_settings(monkeypatch, "--set", pair)
+
+
+def test_finite_or_null_replaces_every_non_finite_float_in_nested_lists_tuples_and_dicts():
+    """eval --json prints allow_nan=False JSON: every NaN/inf, at any depth and in a tuple too, becomes null."""
+    import math
+
+    from markovformer.cli.main import finite_or_null
+
+    value = {"a": (math.inf, 1.0, [-math.inf, {"b": math.nan}]), "c": 2, "d": "x"}
+    assert json.loads(json.dumps(finite_or_null(value), allow_nan=False)) == {"a": [None, 1.0, [None, {"b": None}]],
+                                                                              "c": 2, "d": "x"}  # fmt: skip
+
+
+@pytest.mark.parametrize("code", ["EROFS", "EACCES", "EPERM"])
+def test_an_unwritable_place_is_named_with_what_to_change(code):
+    """A read-only file system is the same problem as a missing permission: the path and the setting to change."""
+    import errno
+
+    from markovformer.cli.main import error_line
+
+    line = error_line(OSError(getattr(errno, code), "denied", "/runs/x/config.yaml"))
+    assert line.startswith("cannot write /runs/x/config.yaml (denied)") and "writable output_dir" in line
+
+
+@pytest.mark.parametrize("message", ["CUDA out of memory. Tried to allocate 2.00 GiB",
+                                     "[enforce fail at alloc_cpu.cpp] DefaultCPUAllocator: can't allocate memory"])
+def test_a_runtime_out_of_memory_error_is_one_line_and_exit_status_2(monkeypatch, main_cli, message):
+    """torch's out-of-memory RuntimeErrors are the user's sizes, not a bug: one line saying what to lower, exit 2;
+    any other RuntimeError is raised."""
+    from markovformer.cli import main as cli_main
+
+    def run_out(args):
+        raise RuntimeError(message)
+
+    monkeypatch.setitem(cli_main.COMMANDS, "config", run_out)
+    assert_one_line_error(main_cli("config", "list"), "error: out of memory", "batch_size")
+
+    def other(args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setitem(cli_main.COMMANDS, "config", other)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main_cli("config", "list")
+
+
+def test_an_error_line_is_cut_exactly_past_max_error_line_characters():
+    """The first MAX_ERROR_LINE characters are printed whole; a longer line is cut there and marked " ..."."""
+    from markovformer.cli.main import MAX_ERROR_LINE, error_line
+
+    for n in (MAX_ERROR_LINE - 1, MAX_ERROR_LINE):
+        assert error_line(ValueError("x" * n)) == "x" * n
+    for n in (MAX_ERROR_LINE + 1, 3 * MAX_ERROR_LINE, 12 * MAX_ERROR_LINE):
+        assert error_line(ValueError("x" * n + "\nsecond line")) == "x" * MAX_ERROR_LINE + " ..."
+
+
+def test_data_prepare_rebuilds_an_existing_file_only_with_force(tmp_path, monkeypatch, main_cli):
+    """A recipe's file already there is kept (nothing fetched) unless --force, which rebuilds it in place."""
+    from types import SimpleNamespace
+
+    from markovformer.data.recipes.registry import DATA_RECIPES
+
+    calls = []
+
+    def prepare(out):
+        calls.append(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(f"built {len(calls)}\n")
+
+    recipe = SimpleNamespace(summary="a fake", file_name="fake.txt", prepare=prepare, usage="use {path}")
+    monkeypatch.setitem(DATA_RECIPES, "fake-recipe", recipe)
+    target = tmp_path / "fake.txt"
+    prepare_fake = ("data", "prepare", "fake-recipe", "--dir", str(tmp_path))
+    assert main_cli(*prepare_fake).returncode == 0 and target.read_text() == "built 1\n"
+    target.write_text("edited\n")
+    kept = main_cli(*prepare_fake)
+    assert kept.returncode == 0 and "already there" in kept.stdout
+    assert target.read_text() == "edited\n" and len(calls) == 1
+    assert main_cli(*prepare_fake, "--force").returncode == 0
+    assert target.read_text() == "built 2\n" and calls == [target, target]
+
+
+def test_config_copy_overwrites_an_existing_file_only_with_force(tmp_path, main_cli):
+    from markovformer.training.config_files import shipped_config
+
+    (tmp_path / "mine.yaml").write_text("edited: true\n")
+    assert_one_line_error(main_cli("config", "copy", "text_char", "mine.yaml"), "--force")
+    assert (tmp_path / "mine.yaml").read_text() == "edited: true\n"
+    assert main_cli("config", "copy", "text_char", "mine.yaml", "--force").returncode == 0
+    assert (tmp_path / "mine.yaml").read_text() == shipped_config("text_char").read_text()
+
+
+@pytest.mark.parametrize("beam", ["0", "-2"])
+def test_eval_refuses_a_beam_size_below_one_before_reading_the_run(tmp_path, main_cli, beam):
+    """--beam-size lies in [1, MAX_BEAMS]: a smaller one is refused by name (checked before the run is read, so a
+    missing run is not what the error names)."""
+    assert_one_line_error(main_cli("eval", str(tmp_path / "no_run"), "--beam-size", beam),
+                          f"--beam-size {beam} must lie in [1,")

@@ -88,8 +88,10 @@ def _with_settings(settings, pairs: list[str]):
             raise ValueError(f"--set {pair!r}: expected KEY=VALUE with KEY one of {', '.join(fields)}")
         value = yaml.safe_load(text)
         current = getattr(settings, key)
-        if current is not None and not isinstance(value, type(current)) and not (
-                isinstance(current, float) and isinstance(value, int)) and not isinstance(current, tuple):
+        fits = isinstance(value, type(current)) or (isinstance(current, float) and isinstance(value, int))
+        if isinstance(value, bool) != isinstance(current, bool):
+            fits = False  # YAML's yes/on/true is a bool, which Python counts as an int: not a number here
+        if current is not None and not isinstance(current, tuple) and not fits:
             raise ValueError(f"--set {pair!r}: {key} takes a {type(current).__name__}, got {value!r}")
         if fields[key].type.startswith("tuple"):
             value = tuple(value) if isinstance(value, list) else (value,)
