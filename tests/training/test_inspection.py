@@ -1,6 +1,7 @@
 """`markovformer inspect`: the attention-by-lag profile reads bounded prefixes of the validation sequences (the full
 computation when they are short, the first rows of the full maps when they are cut), and the report folder is
-replaced whole, so a failed inspect leaves the previous report as it was."""
+replaced whole, so a failed inspect leaves the previous report as it was. The summary's gap, likelihood and
+structure lines, the floors, the head labels and the lag convention's sentence say what the run's numbers are."""
 
 from __future__ import annotations
 
@@ -226,3 +227,100 @@ def test_the_reports_loss_is_in_its_tasks_unit(trained, task, unit):
     config = dataclasses.replace(config, task=task, task_options=None)
     summary = inspection.run_summary(config, model, run_dir, {"val": {"loss": 1.5}}, {})
     assert summary[f"validation loss ({unit})"] == 1.5
+
+
+@pytest.mark.parametrize("loss, gap", [(1.5, "+0.3000 nats (+25.00%)"), (0.9, "-0.3000 nats (-25.00%)")])
+def test_the_summarys_gap_is_the_validation_loss_minus_the_entropy_rate(trained, loss, gap):
+    """The gap is how far the loss lies above the floor: loss - entropy rate, in nats and as a percentage of the rate
+    (by hand, with rate 1.2: ±0.3 nats, ±25 %; negative only when the loss is below it)."""
+    config, model, run_dir = load_run(trained)
+    results = {"val": {"loss": loss}, "reference": {"entropy_rate": 1.2}}
+    summary = inspection.run_summary(config, model, run_dir, results, {})
+    assert summary["gap to the entropy rate"] == gap
+    assert summary["entropy rate (nats/token): the lowest loss any model can reach"] == 1.2
+
+
+def test_the_summary_and_the_floors_use_the_validation_documents_likelihood(trained):
+    """The exact log-likelihood shown (and drawn, negated, as a floor) is the validation split's, not another's."""
+    reference = {"entropy_rate": 1.0, "val_log_likelihood_per_token": -1.25, "test_log_likelihood_per_token": -1.75,
+                 "train_log_likelihood_per_token": -1.5}  # fmt: skip
+    config, model, run_dir = load_run(trained)
+    summary = inspection.run_summary(config, model, run_dir, {"val": {"loss": 1.3}, "reference": reference}, {})
+    assert summary["exact log-likelihood of the validation documents (per token)"] == -1.25
+    assert inspection.reference_lines(reference)["exact NLL (validation)"] == 1.25
+
+
+def test_a_structure_only_some_layers_have_names_those_layers():
+    """A Markov layer then an RWKV layer (no scope, window, max_order or gate): the summary must not state the
+    Markov layer's structure as the whole model's, but as layer 0's alone."""
+    from markovformer.models.markovian_transformer import MarkovianTransformerConfig
+
+    config = MarkovianTransformerConfig(vocab_size=4, n_layers=2, attention=[{"kind": "markov", "max_order": 3},
+                                                                             {"kind": "rwkv"}])  # fmt: skip
+    structure = inspection.markov_structure(config)
+    assert structure.startswith("layer 0: ") and "max_order 3" in structure
+    assert "layer 1" not in structure and ";" not in structure
+
+
+@pytest.mark.parametrize("exact", [float("-inf"), float("nan")])
+def test_a_non_finite_exact_likelihood_draws_no_floor(exact):
+    """The floors are drawn on the loss axis: a non-finite exact log-likelihood (a source whose documents have
+    none) draws no line, the others stay."""
+    lines = inspection.reference_lines({"entropy_rate": 1.1, "oracle_val_loss": 1.2,
+                                        "val_log_likelihood_per_token": exact})  # fmt: skip
+    assert lines == {"entropy rate": 1.1, "true chain (validation)": 1.2}
+
+
+@pytest.mark.parametrize("layer", [-1, 1])
+def test_inspect_refuses_a_layer_index_outside_the_model(trained, tmp_path, layer):
+    """--layers names model layers 0..n-1; a negative index (Python's from-the-end) is not one and is refused by
+    name, like one past the end, and no report is written."""
+    with pytest.raises(ValueError, match=f"--layers {layer} is not a layer of this model \\(it has 1\\)"):
+        write_inspection_report(trained, layers=[layer], out_dir=tmp_path / "report")
+    assert not (tmp_path / "report").exists()
+
+
+def test_hybrid_split_labels_name_exactly_the_markov_heads_markov():
+    """hybrid_split's first floor(H · ratio) heads are Markov, the rest random features: by hand 2 of 4 at 0.5,
+    1 of 4 at 0.25, 6 of 8 at 0.75."""
+    from markovformer.models.markovian_transformer import MarkovianTransformerConfig
+
+    for heads, ratio, markov in ((4, 0.5, 2), (4, 0.25, 1), (8, 0.75, 6)):
+        config = MarkovianTransformerConfig(vocab_size=4, n_layers=1, n_heads=heads, d_model=16, attention=[
+            {"kind": "hybrid_split", "markov_head_ratio": ratio, "max_order": 2}])  # fmt: skip
+        labels = inspection.head_labels(config, [torch.zeros(1, heads, 3, 3)])[0]
+        assert [label.endswith("(Markov)") for label in labels] == [True] * markov + [False] * (heads - markov)
+
+
+def test_the_profile_says_cut_only_for_sequences_longer_than_it_reads(trained, monkeypatch):
+    """``cut``: some sequence was longer than PROFILE_LENGTH; the validation sequences of 24 tokens are read whole
+    at PROFILE_LENGTH 24 and cut at 23."""
+    model, validation = _model_and_validation(trained)
+    monkeypatch.setattr(inspection, "PROFILE_LENGTH", 24)
+    assert lag_profiles(model, validation, [0]).cut is False
+    monkeypatch.setattr(inspection, "PROFILE_LENGTH", 23)
+    assert lag_profiles(model, validation, [0]).cut is True
+
+
+def test_attention_by_lag_needs_a_query_with_every_lag():
+    """Queries t >= max_lag have every lag 0..max_lag: T = max_lag + 1 gives one such query (its row, read by lag);
+    T = max_lag gives none and is refused, never an all-zero profile."""
+    max_lag = 3
+    weights = torch.rand(2, 2, max_lag + 1, max_lag + 1, generator=torch.Generator().manual_seed(0))
+    expected = weights[:, :, max_lag, :].flip(-1).mean(0)  # the last query's keys t, t-1, ..., 0
+    torch.testing.assert_close(attention_by_lag(weights, max_lag), expected)
+    with pytest.raises(ValueError, match="no query with all lags"):
+        attention_by_lag(weights[:, :, :max_lag, :max_lag], max_lag)
+
+
+@pytest.mark.parametrize("far", [2, 3, 5])
+def test_a_chain_with_one_biased_lag_names_that_lag(far):
+    """Data lag l is attention lag l - 1 (lag_report's convention): a chain on data lags 1 and ``far`` depends on
+    x_t and x_(t-(far-1)), and the one lag a bias can pick is far - 1; data lag 1 alone needs no bias."""
+    from markovformer.training.lag_report import describe_chain
+
+    text = describe_chain([1, far])
+    assert f"x_t, x_(t\u2212{far - 1})" in text
+    assert f"attention lags 0, {far - 1};" in text
+    assert text.endswith(f"lag {far - 1} is the one a Markov bias can pick")
+    assert describe_chain([1]).endswith("attention lags 0; no Markov bias is needed")

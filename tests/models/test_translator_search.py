@@ -1,0 +1,130 @@
+"""MAT's greedy and beam search against a decoder whose next-token probabilities are a table per prefix (as in
+test_markov_translator's eos-rank test), so that the best hypotheses can be worked out by hand or by brute force:
+an eos among the top candidates leaves 2·beam extensions ranked, greedy stops once every row has ended, max_length 0
+is refused, generate with a beam above one searches, and generate hands the model back in its own mode."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_markov_translator import EOS, PAD, _all_hypotheses, _config  # beside this file
+
+from markovformer.models.markov_translator import (
+    MarkovTranslatorForConditionalGeneration,
+    beam_search,
+    generate,
+    generation,
+    greedy_search,
+)
+
+A, B = 3, 4
+VOCAB = 5
+
+
+def _table_model(monkeypatch, table: dict[tuple[int, ...], dict[int, float]]):
+    """A model whose next-token probabilities after the generated prefix (bos excluded) are ``table[prefix]``, eos
+    for a prefix not in the table."""
+
+    class Prefixes:  # each hypothesis's tokens so far, reordered with the beams
+        def __init__(self, rows: int) -> None:
+            self.rows, self.started = [()] * rows, False
+
+        def reorder(self, rows: torch.Tensor) -> None:
+            self.rows = [self.rows[row] for row in rows.tolist()]
+
+    def step(model, tokens, state):
+        if state.started:
+            state.rows = [prefix + (token,) for prefix, token in zip(state.rows, tokens.tolist(), strict=True)]
+        state.started = True
+        probs = torch.zeros(len(state.rows), VOCAB, dtype=torch.float64)
+        for row, prefix in enumerate(state.rows):
+            for token, p in table.get(prefix, {EOS: 1.0}).items():
+                probs[row, token] = p
+        return probs.log()
+
+    monkeypatch.setattr(generation, "start_decoding",
+                        lambda model, src, mask=None, repeats=1: Prefixes(src.shape[0] * repeats))  # fmt: skip
+    monkeypatch.setattr(generation, "decode_step", step)
+    return type("Stub", (), {"config": _config(vocab_size=VOCAB), "training": False, "eval": lambda self: self,
+                             "train": lambda self, mode=True: self})()  # fmt: skip
+
+
+def _table_score(table, ids: list[int], length_penalty: float) -> float:
+    """A hypothesis's log-probability under the table over its length ** length_penalty, as the search scores it."""
+    logp, prefix = 0.0, ()
+    for token in ids:
+        p = table.get(prefix, {EOS: 1.0}).get(token, 0.0)
+        logp += math.log(p) if p > 0 else -math.inf
+        prefix += (token,)
+    return logp / len(ids) ** length_penalty
+
+
+def test_an_eos_among_the_top_beam_candidates_leaves_the_next_best_extensions_alive(monkeypatch):
+    """fairseq's rule: each step ranks 2·beam extensions, so an eos in the top ``beam`` still leaves ``beam`` live
+    hypotheses. At beam 2 step one ranks [eos] .40, [a] .32, [b] .28: [eos] ends and both [a] and [b] stay alive;
+    step two ranks [b, eos] .28, [a, a] .192, [a, b] .128: [b, eos] ends, the second ended hypothesis, and the
+    source is done with [b, eos] (log .28 / 2 = -0.636 > log .4 = -0.916). Ranking only ``beam`` extensions keeps
+    [a] alone after step one and returns [a, a, eos] instead."""
+    table = {(): {EOS: 0.40, A: 0.32, B: 0.28}, (A,): {A: 0.6, B: 0.4}, (B,): {EOS: 1.0}}
+    model = _table_model(monkeypatch, table)
+    result = beam_search(model, torch.tensor([[3, 4, 3]]), beam_size=2, max_length=3, length_penalty=1.0)
+    assert result.sequences.tolist() == [[B, EOS]]
+    assert math.isclose(float(result.scores[0]), math.log(0.28) / 2, rel_tol=1e-9)
+
+
+def test_greedy_stops_once_every_row_has_ended_and_adds_no_padding_column(monkeypatch):
+    """"stops when every row has emitted eos": rows ending after 2 tokens give 2 columns, not max_length 10, each
+    scored log(.7 · .9) / 2 by hand; a row ending after 3 gives 3."""
+    table = {(): {A: 0.7, B: 0.3}, (A,): {EOS: 0.9, A: 0.1}, (B,): {A: 1.0}}
+    model = _table_model(monkeypatch, table)
+    result = greedy_search(model, torch.tensor([[3], [4]]), max_length=10, length_penalty=1.0)
+    assert result.sequences.tolist() == [[A, EOS], [A, EOS]]  # both rows see the same table
+    for row in range(2):
+        assert math.isclose(float(result.scores[row]), math.log(0.7 * 0.9) / 2, rel_tol=1e-9)
+    table = {(): {A: 0.7, B: 0.3}, (A,): {A: 0.9, EOS: 0.1}, (A, A): {EOS: 1.0}}
+    model = _table_model(monkeypatch, table)
+    assert greedy_search(model, torch.tensor([[3]]), max_length=10).sequences.tolist() == [[A, A, EOS]]
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_max_length_zero_is_refused_naming_it(monkeypatch, search):
+    """max_length counts generated tokens and must lie in [1, max_positions]: 0 is refused by name (a greedy search
+    of no step failed in torch.stack instead)."""
+    model = _table_model(monkeypatch, {})
+    with pytest.raises(ValueError, match="max_length=0"):
+        if search == "greedy":
+            greedy_search(model, torch.tensor([[3]]), max_length=0)
+        else:
+            beam_search(model, torch.tensor([[3]]), beam_size=2, max_length=0)
+
+
+@pytest.mark.parametrize("beam_size", [2, 3])
+def test_generate_with_a_beam_above_one_searches_and_finds_what_greedy_misses(monkeypatch, beam_size):
+    """generate(beam_size=2) is beam search, not greedy: greedy takes [a] (.55) and ends with [a, b, eos]
+    (.55 · .5 · 1), while [b, eos] (.45) is the best hypothesis, found by scoring every hypothesis."""
+    table = {(): {A: 0.55, B: 0.45}, (A,): {A: 0.5, B: 0.5}, (B,): {EOS: 1.0}}
+    model = _table_model(monkeypatch, table)
+    scores = {tuple(ids): _table_score(table, ids, 1.0) for ids in _all_hypotheses(max_length=4)}
+    best = max(scores, key=scores.get)
+    assert list(best) == [B, EOS] and PAD not in best
+    result = generate(model, torch.tensor([[3]]), beam_size=beam_size, max_length=4, length_penalty=1.0)
+    assert result.sequences.tolist() == [[B, EOS]]
+    assert math.isclose(float(result.scores[0]), scores[best], rel_tol=1e-9)
+    greedy = generate(model, torch.tensor([[3]]), beam_size=1, max_length=4, length_penalty=1.0)
+    assert greedy.sequences[0, 0].item() == A  # so the check above tells the searches apart
+
+
+@pytest.mark.parametrize("beam_size", [1, 2])
+@pytest.mark.parametrize("training", [False, True])
+def test_generate_runs_in_eval_mode_and_gives_the_model_back_in_its_own_mode(beam_size, training):
+    """Documented: generate runs in eval mode and restores the model's mode afterwards (an eval model handed back
+    in train mode would sample dropout in its next forward)."""
+    torch.manual_seed(0)
+    model = MarkovTranslatorForConditionalGeneration(_config(vocab_size=7, order=2, dropout=0.5)).train(training)
+    src = torch.tensor([[3, 4, 5]])
+    first = generate(model, src, beam_size=beam_size, max_length=4)
+    assert model.training is training
+    assert all(module.training is training for module in model.modules())
+    assert torch.equal(generate(model, src, beam_size=beam_size, max_length=4).sequences, first.sequences)  # eval
