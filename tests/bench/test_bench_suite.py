@@ -273,11 +273,38 @@ def test_issue_21_targets_read_from_rows():
         "banded_over_local_attention_w16_4096", "banded_over_local_attention_w64_4096"}  # fmt: skip
 
 
-def test_time_per_key_divides_by_the_visible_pairs():
-    rows = [{"kind": "banded_w16", "T": 1000, "seconds": 1.7e-3}, {"kind": "softmax_sdpa", "T": 1000, "seconds": 1.0}]
+@pytest.mark.parametrize(("window", "length"), [(16, 1000), (1024, 4096), (1024, 1024), (1024, 1025), (4, 5)])
+def test_time_per_key_divides_by_the_visible_pairs(window, length):
+    """Query t of a causal window W sees keys max(0, t - W)..t (fewer than W + 1 for the first W queries: counting
+    T (W + 1) was 12.5 % too many at W = 1024, T = 4096, twice too many at W >= T); SDPA's query t sees t + 1."""
+    rows = [{"kind": f"banded_w{window}", "T": length, "seconds": 1.7e-3},
+            {"kind": "softmax_sdpa", "T": length, "seconds": 1.0}]  # fmt: skip
     table = time_per_key({"rows": rows})
-    assert table["banded_w16"][1000] == pytest.approx(1.7e-3 / (1000 * 17) * 1e9)
-    assert table["softmax_sdpa"][1000] == pytest.approx(1.0 / (1000 * 1001 / 2) * 1e9)
+    visible = sum(min(t + 1, window + 1) for t in range(length))  # counted query by query
+    assert table[f"banded_w{window}"][length] == pytest.approx(1.7e-3 / visible * 1e9, rel=1e-12)
+    assert table["softmax_sdpa"][length] == pytest.approx(1.0 / (length * (length + 1) / 2) * 1e9, rel=1e-12)
+
+
+def test_sizes_given_out_of_order_are_tried_smallest_first(tmp_path, monkeypatch):
+    """A size series runs in ascending T (a failure skips the larger sizes), so every length setting is sorted, not
+    only ``lengths``: with ``--scan-lengths 16384 256`` a failure at 16384 skipped 256 as "a smaller size stopped"."""
+    from markovformer.bench.suite import _scan
+
+    given = dict(scan_lengths=(16384, 256), window_lengths=(4096, 1024), decode_lengths=(512, 128),
+                 translation_lengths=(256, 64), memory_lengths=(2048, 1024))  # fmt: skip
+    settings = BenchSettings(parts=("scan",), device="cpu", **given).resolved()
+    assert all(getattr(settings, name) == tuple(sorted(value)) for name, value in given.items())
+    runner = _Runner(settings, tmp_path, log=lambda line: None)
+
+    def child(cases, default_growth=2.0):
+        (case,) = cases
+        if case["part"] == "scan_training":
+            return [{**case, "chars_per_second": 1.0}]
+        return [{**case, "error": "out of memory"} if case["T"] > 1024 else {**case, "seconds": 0.01, "peak_mib": 1.0}]
+
+    monkeypatch.setattr(runner, "_child", child)
+    rows = {(row["kind"], row["T"]): row for row in _scan(runner)["rows"]}
+    assert "seconds" in rows["sequential", 256] and "error" in rows["sequential", 16384]
 
 
 @pytest.mark.skipif(not local_attention_available(), reason="local-attention not installed (the bench extra)")

@@ -118,14 +118,16 @@ def _window_targets(part: dict) -> dict:
 
 
 def time_per_key(part: dict) -> dict[str, dict[int, float]]:
-    """Nanoseconds per (query, visible key) pair, {kind: {T: ns}}: flat in T and W when time ~ T·W (SDPA: T²/2)."""
+    """Nanoseconds per (query, visible key) pair, {kind: {T: ns}}: flat in T and W when time ~ T·W (SDPA: T²/2). A
+    causal window W shows query t the keys max(0, t - W)..t, so the first W queries see fewer than W + 1."""
     table: dict[str, dict[int, float]] = {}
     for row in part.get("rows", []):
         if row.get("seconds") is None:
             continue
         kind, length = row["kind"], row["T"]
-        window = int(kind.rpartition("_w")[2]) if "_w" in kind else None
-        pairs = length * (window + 1) if window is not None else length * (length + 1) / 2
+        window = int(kind.rpartition("_w")[2]) if "_w" in kind else length  # query t sees keys max(0, t-W)..t
+        full = max(0, length - window - 1)  # the queries that see all W + 1 keys; the first ones see t + 1
+        pairs = (length - full) * (length - full + 1) / 2 + full * (window + 1)
         table.setdefault(kind, {})[length] = row["seconds"] / pairs * 1e9
     return table
 

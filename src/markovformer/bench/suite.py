@@ -154,18 +154,18 @@ class BenchSettings:
             memory_cap_mib=self.memory_cap_mib or min(16384.0, available / 4),
             time_cap=self.time_cap or (5.0 if quick else 120.0),
             throughput_length=self.throughput_length or (512 if quick else 2048),
-            memory_lengths=tuple(self.memory_lengths or ((1024,) if quick else (4096, 8192))),
+            memory_lengths=tuple(sorted(self.memory_lengths or ((1024,) if quick else (4096, 8192)))),
             long_lengths=tuple(self.long_lengths if self.long_lengths is not None else (() if quick else (32768,))),
             windows=tuple(self.windows or ((16, 64) if quick else WINDOWS)),
-            window_lengths=tuple(self.window_lengths or ((1024,) if quick else WINDOW_LENGTHS)),
+            window_lengths=tuple(sorted(self.window_lengths or ((1024,) if quick else WINDOW_LENGTHS))),
             longest_start=self.longest_start or (1024 if quick else 2048),
             longest_max=self.longest_max or (4096 if quick else 2**20),
-            decode_lengths=tuple(self.decode_lengths or ((256, 1024) if quick else (4096, 16384))),
+            decode_lengths=tuple(sorted(self.decode_lengths or ((256, 1024) if quick else (4096, 16384)))),
             translation_lengths=tuple(
-                self.translation_lengths or (TRANSLATION_LENGTHS[:3] if quick else TRANSLATION_LENGTHS)
+                sorted(self.translation_lengths or (TRANSLATION_LENGTHS[:3] if quick else TRANSLATION_LENGTHS))
             ),
             translation_batches=tuple(self.translation_batches or ((1, 8) if quick else TRANSLATION_BATCHES)),
-            scan_lengths=tuple(self.scan_lengths or (SCAN_LENGTHS[:3] if quick else SCAN_LENGTHS)),
+            scan_lengths=tuple(sorted(self.scan_lengths or (SCAN_LENGTHS[:3] if quick else SCAN_LENGTHS))),
         )
 
 
