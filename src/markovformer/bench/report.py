@@ -222,13 +222,17 @@ def format_summary(record: dict) -> str:
         lines += _grid(pairs, names, lambda v: f"{v[0]:.0f} / {v[1]:.0f}", "T")
     if "longest" in summary:
         lines += ["", "longest context trained: " + ", ".join(f"{k} {v}" for k, v in summary["longest"].items())]
+    rate_and_flatness = lambda v: f"{v['tokens_per_second']:.0f} / {v['end_over_start']:.2f}"  # noqa: E731
+    if summary.get("decode"):
+        lines += ["", "decoding one token per step: tokens/s / last-over-first step time"]
+        lines += _grid(summary["decode"], list(summary["decode"]), rate_and_flatness, "L")
+        for target in record.get("parts", {}).get("decode", {}).get("targets", []):
+            state = "met" if target["met"] else "NOT met"
+            lines.append(f"  at L = {target['T']}, {target['target']}: {target['value']:.2f}, {state}")
     if "translation_decode" in summary:
         decode = summary["translation_decode"]
         lines += ["", "translation greedy decoding: tokens/s / last-over-first step time"]
-        names = list(decode["table"])
-        lines += _grid(
-            decode["table"], names, lambda v: f"{v['tokens_per_second']:.0f} / {v['end_over_start']:.2f}", "L"
-        )
+        lines += _grid(decode["table"], list(decode["table"]), rate_and_flatness, "L")
         for batch, length in (decode["mat_faster_from_length"] or {}).items():
             where = f"first at L = {length} (of those measured)" if length is not None else "at no measured length"
             lines.append(f"MAT decodes more tokens/s than AT ({batch}): {where}")
