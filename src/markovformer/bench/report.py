@@ -180,8 +180,10 @@ def summarise(parts: dict) -> dict:
     return summary
 
 
-def _grid(table: dict[str, dict], columns: list[str], fmt, header: str) -> list[str]:
-    lengths = sorted({int(t) for series in table.values() for t in series})
+def _grid(table: dict[str, dict], columns: list[str], fmt, header: str, not_measured: dict | None = None) -> list[str]:
+    """One line per length, one column per name; a length at which nothing was measured (every case skipped or
+    failed: ``not_measured``, {name: {T: reason}}) is a line of dashes, not left out."""
+    lengths = sorted({int(t) for series in [*table.values(), *(not_measured or {}).values()] for t in series})
     lines = [f"{header:>8} | " + " | ".join(f"{name:>20}" for name in columns)]
     for length in lengths:
         cells = []
@@ -207,19 +209,19 @@ def format_summary(record: dict) -> str:
         kinds = list(dict.fromkeys([*ops["seconds"], *ops["not_measured"]]))
         lines += ["attention ops, forward+backward: ms / peak MiB (— = skipped, reasons in bench.json)"]
         pairs = _pairs(ops["seconds"], ops["peak_mib"], kinds)
-        lines += _grid(pairs, kinds, lambda v: f"{v[0] * 1e3:.1f} / {v[1]:.0f}", "T")
+        lines += _grid(pairs, kinds, lambda v: f"{v[0] * 1e3:.1f} / {v[1]:.0f}", "T", ops["not_measured"])
     if "windows" in summary:
         windows = summary["windows"]
         kinds = list(dict.fromkeys([*windows["seconds"], *windows["not_measured"]]))
         lines += ["", "local attention by window, forward+backward: ms / ns per (query, visible key)"]
         pairs = _pairs(windows["seconds"], windows["ns_per_query_key"], kinds)
-        lines += _grid(pairs, kinds, lambda v: f"{v[0] * 1e3:.1f} / {v[1]:.2f}", "T")
+        lines += _grid(pairs, kinds, lambda v: f"{v[0] * 1e3:.1f} / {v[1]:.2f}", "T", windows["not_measured"])
     if "models" in summary:
         models = summary["models"]
         names = list(dict.fromkeys([*models["tokens_per_second"], *models["not_measured"]]))
         lines += ["", "models, training step: tokens/s / peak MiB"]
         pairs = _pairs(models["tokens_per_second"], models["peak_mib"], names)
-        lines += _grid(pairs, names, lambda v: f"{v[0]:.0f} / {v[1]:.0f}", "T")
+        lines += _grid(pairs, names, lambda v: f"{v[0]:.0f} / {v[1]:.0f}", "T", models["not_measured"])
     if "longest" in summary:
         lines += ["", "longest context trained: " + ", ".join(f"{k} {v}" for k, v in summary["longest"].items())]
     rate_and_flatness = lambda v: f"{v['tokens_per_second']:.0f} / {v['end_over_start']:.2f}"  # noqa: E731
@@ -240,7 +242,7 @@ def format_summary(record: dict) -> str:
         scan = summary["scan"]
         kinds = list(dict.fromkeys([*scan["seconds"], *scan["not_measured"]]))
         lines += ["", "linear scan, forward+backward: ms"]
-        lines += _grid(scan["seconds"], kinds, lambda v: f"{v * 1e3:.1f}", "T")
+        lines += _grid(scan["seconds"], kinds, lambda v: f"{v * 1e3:.1f}", "T", scan["not_measured"])
         for kind, speed in scan["training_chars_per_second"].items():
             lines.append(f"Scan Markov training, {kind}: " + ("—" if speed is None else f"{speed:,.0f} characters/s"))
         for name, value in scan["ratios"].items():
