@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -176,3 +178,33 @@ def same_weights(a: Path, b: Path) -> bool:
 
     ours, theirs = (load_file(Path(run) / "model" / "model.safetensors") for run in (a, b))
     return ours.keys() == theirs.keys() and all(torch.equal(ours[name], theirs[name]) for name in ours)
+
+
+# the bench's rows built from step times, read against a clock the test moves (no timed test)
+class FakeClock:
+    """What a bench module reads as ``time.perf_counter``: ``now`` moves only when a fake step advances it."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.now, self._monkeypatch = 0.0, monkeypatch
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def patch(self, module) -> FakeClock:
+        """Make this the clock ``module`` reads (its ``time``)."""
+        self._monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=self.perf_counter))
+        return self
+
+    def steps(self, durations: Iterable[float]) -> Callable[..., None]:
+        """A step that lasts the next of ``durations`` each time it is called (whatever its arguments)."""
+        pending = iter(durations)
+
+        def step(*args, **kwargs) -> None:
+            self.now += next(pending)
+
+        return step
+
+
+@pytest.fixture
+def fake_clock(monkeypatch) -> FakeClock:
+    return FakeClock(monkeypatch)

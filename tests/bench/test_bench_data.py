@@ -116,3 +116,47 @@ def test_the_data_table_shows_a_prepares_whole_rate_beside_its_encoding_rate():
            "encode_mb_per_second": 25.0, "peak_mib": 281.0}  # fmt: skip
     line = format_data({"corpus_mb": 5, "source": "synthetic", "seq_len": 256, "rows": [row]})[-1]
     assert line.split()[2:7] == ["5.0", "0.50", "10.0", "25.0", "281"]
+
+
+def test_the_train_peak_gap_is_within_the_bound_either_way():
+    """"Train peak within 200 MB of the small corpus's": 250 MiB below it is as far off as 250 MiB above."""
+    rows = [{"case": "train", "tokenizer": "char", "corpus": "big.txt", "peak_mib": 450.0},
+            {"case": "train", "tokenizer": "char", "corpus": "small.txt", "peak_mib": 700.0}]  # fmt: skip
+    (gap,) = data_targets(rows, "big.txt", "small.txt")
+    assert gap["target"] == "train peak gap MiB < 200" and gap["value"] == -250.0 and gap["met"] is False
+
+
+def test_rows_with_errors_are_not_read_as_measurements():
+    """A prepare that ran out of memory and an open that timed out give no target (their numbers are not readings)."""
+    rows = [{"case": "prepare", "tokenizer": "bpe", "corpus": "big.txt", "peak_mib": 10.0,
+             "error": "exit -6: memory allocation failed"},
+            {"case": "open", "tokenizer": "bpe", "corpus": "big.txt", "seconds": 0.1,
+             "error": "timed out"}]  # fmt: skip
+    assert data_targets(rows, "big.txt", "small.txt") == []
+
+
+def test_a_corpus_of_another_size_at_the_same_name_is_rebuilt(tmp_path):
+    """A 0.05 MB corpus at the path is not reused for 0.5 MB: the new one is 500,000 bytes within one source copy."""
+    source = tmp_path / "source.txt"
+    source.write_text(_SOURCE, encoding="utf-8")
+    build_corpus(source, tmp_path / "corpus.txt", 0.05)
+    assert abs(build_corpus(source, tmp_path / "corpus.txt", 0.5).stat().st_size - 500_000) < len(_SOURCE)
+
+
+def test_a_prepares_encoding_rate_is_over_the_encodings_time_and_its_peak_over_every_phase(tmp_path, monkeypatch):
+    """MB/s of the encoding is the corpus over ``encode_seconds``, the whole rate over ``seconds``; the high-water
+    mark is reset before the encoding, so the fitting's 500 MiB (the first reading; later ones 200) is the peak."""
+    from markovformer.bench import measure
+
+    readings = iter([500.0])
+    monkeypatch.setattr(measure, "status_mib", lambda field, path=None: next(readings, 200.0) if field == "VmHWM"
+                        else 100.0)  # fmt: skip
+    source = tmp_path / "source.txt"
+    source.write_text(_SOURCE, encoding="utf-8")
+    corpus = str(build_corpus(source, tmp_path / "corpus.txt", 0.05))
+    row = run_case({"case": "prepare", "tokenizer": "char", "vocab": 300, "steps": 1, "corpus": corpus,
+                    "cache": str(tmp_path / "cache")})  # fmt: skip
+    assert row["encode_seconds"] < row["seconds"]
+    assert row["encode_mb_per_second"] == pytest.approx(row["corpus_mb"] / row["encode_seconds"])
+    assert row["mb_per_second"] == pytest.approx(row["corpus_mb"] / row["seconds"])
+    assert row["fit_peak_mib"] == 500.0 and row["peak_mib"] == 500.0

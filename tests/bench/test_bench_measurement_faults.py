@@ -1,10 +1,18 @@
 """Benchmark readings a case could get wrong without an error: the peak of a case that timed nothing, the step
-after the allocator handed memory back, the growth a quick run predicts with."""
+after the allocator handed memory back, the growth a quick run predicts with; the median and run count of timed
+steps (a fake clock), memory read from /proc in MiB, the skip rules' extrapolation, and a layer timed in turns with
+its projections."""
 
 from __future__ import annotations
 
-from markovformer.bench import cases
-from markovformer.bench.cases import measure_cases, run_case
+import math
+import statistics
+
+import pytest
+
+from markovformer.bench import cases, measure
+from markovformer.bench.cases import _paired_times, measure_cases, run_case
+from markovformer.bench.measure import SizeSeries, growth_exponent, predicted_over_caps, status_mib, time_steps
 
 
 def _counted_step(calls: list[str]):
@@ -62,3 +70,102 @@ def test_the_untimed_step_is_not_run_when_the_warm_up_used_the_time_cap(monkeypa
     monkeypatch.setattr(cases, "_op_step", _counted_step(calls))
     row = run_case({"part": "ops", "kind": "markov_local", "T": 8, "repeats": 2}, "cpu", time_cap=1e-12)
     assert row["runs"] == 0 and calls == ["step"]
+
+
+def test_time_steps_reports_the_median_of_the_runs(fake_clock):
+    """Runs of 5, 1, 2 and 1.5 s: the row's time is their median, 1.75 s (the mean, 2.375 s, lets one slow run
+    move the row)."""
+    durations = [5.0, 1.0, 2.0, 1.5]
+    step = fake_clock.patch(measure).steps(durations)
+    assert time_steps(step, repeats=4, time_cap=100.0, sync=lambda: None) == {"seconds": 1.75, "runs": 4}
+
+
+def test_time_steps_runs_while_the_total_stays_within_the_cap(fake_clock):
+    """Another run starts while the total is <= the cap: 2 + 3 s is exactly the 5 s cap, so a third run (4 s)
+    follows, then 9 s is over it. A first run over the cap alone is still one run."""
+    fake_clock.patch(measure)
+    assert time_steps(fake_clock.steps([2.0, 3.0, 4.0, 100.0]), 10, 5.0, sync=lambda: None)["runs"] == 3
+    assert time_steps(fake_clock.steps([7.0]), 10, 5.0, sync=lambda: None) == {"seconds": 7.0, "runs": 1}
+
+
+def test_status_mib_reads_kilobytes_as_mebibytes(tmp_path):
+    """/proc/self/status gives kB (KiB): 3072 kB is 3 MiB, 10240 kB 10 MiB; an absent field or file is None."""
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmRSS:\t  3072 kB\nVmHWM:\t 10240 kB\n")
+    assert status_mib("VmRSS", status) == 3.0 and status_mib("VmHWM", status) == 10.0
+    assert status_mib("VmSwap", status) is None and status_mib("VmRSS", tmp_path / "absent") is None
+
+
+def test_growth_exponent_uses_the_last_two_points_and_clamps_to_one_and_two_and_a_half():
+    """log(v2 / v1) / log(t2 / t1) through the last two points: 4 -> 8 over T 2 -> 4 is 1 (first and last would
+    give 1.5); 1 -> 8 over 1 -> 2 is 3, clamped to 2.5; shrinking is clamped to 1; a zero reading is left out."""
+    assert growth_exponent([(1, 1.0), (2, 4.0), (4, 8.0)]) == pytest.approx(1.0)
+    assert growth_exponent([(1, 1.0), (2, 8.0)]) == 2.5
+    assert growth_exponent([(1, 4.0), (2, 2.0)]) == 1.0
+    assert growth_exponent([(1, 0.0), (2, 4.0), (4, 16.0)]) == pytest.approx(2.0)
+
+
+def test_a_prediction_exactly_at_the_cap_is_tried():
+    """Skipped only when the prediction is over the cap: 100 MiB at T=1, quadratic, is 400 MiB at T=2, exactly a
+    400 MiB cap (tried) and over a 399 MiB one."""
+    done = [{"T": 1, "seconds": 0.1, "peak_mib": 100.0}]
+    assert predicted_over_caps(done, 2, memory_cap_mib=400.0, time_cap=10.0) is None
+    assert "peak memory 400 MiB > cap 399 MiB" in predicted_over_caps(done, 2, memory_cap_mib=399.0, time_cap=10.0)
+
+
+def test_a_cubic_series_is_extrapolated_with_the_clamped_exponent():
+    """1 s at T=1, 8 s at T=2 is cubic, clamped to 2.5: 8 x 2**2.5 = 45.25 s at T=4 (not 64 s), so a 45 s cap skips
+    it and a 46 s cap tries it."""
+    done = [{"T": 1, "seconds": 1.0, "peak_mib": 1.0}, {"T": 2, "seconds": 8.0, "peak_mib": 1.0}]
+    predicted = 8.0 * 2**2.5
+    assert predicted_over_caps(done, 4, memory_cap_mib=1e9, time_cap=math.floor(predicted)) is not None
+    assert predicted_over_caps(done, 4, memory_cap_mib=1e9, time_cap=math.ceil(predicted)) is None
+
+
+def test_once_stopped_every_larger_size_names_the_first_failure():
+    """The suite adds skipped rows to the series too; the reason stays the failure at T=1024, not the skip after it."""
+    series = SizeSeries(memory_cap_mib=1e6, time_cap=10.0)
+    series.add({"T": 1024, "error": "out of memory"})
+    reason = series.skip_reason(2048)
+    assert "T=1024" in reason and "out of memory" in reason
+    for length in (2048, 4096):
+        series.add({"T": length, "skipped": series.skip_reason(length)})
+    assert series.skip_reason(8192) == reason
+
+
+def _timed_by(values):
+    """A ``time_steps`` stand-in for one-run calls: each call reads the next time from ``values``."""
+    pending = iter(values)
+    return lambda step, repeats, time_cap, sync: {"seconds": next(pending), "runs": 1}
+
+
+def test_paired_times_are_medians_and_the_median_of_per_turn_ratios(monkeypatch):
+    """Turns (layer, projections) of (2, 1), (3, 6), (10, 2) s: medians 3 and 2 s (means 5 and 3), and the median of
+    the ratios 2, 0.5, 5 is 2 (not the ratio of the medians, 1.5; nor the inverted 0.5)."""
+    layer, projections = [2.0, 3.0, 10.0], [1.0, 6.0, 2.0]
+    turns = [value for pair in zip(layer, projections, strict=True) for value in pair]
+    monkeypatch.setattr(cases, "time_steps", _timed_by(turns))
+    row = _paired_times(lambda: None, lambda: None, repeats=3, time_cap=100.0, sync=lambda: None)
+    assert row == {"seconds": 3.0, "runs": 3, "projections_seconds": 2.0,
+                   "over_projections": statistics.median([2.0, 0.5, 5.0])}  # fmt: skip
+
+
+def test_paired_times_count_both_steps_against_the_time_cap(monkeypatch):
+    """Turns of 1 + 1 s under a 3.5 s cap: 4 s after two turns, so no third (the layer alone would be 2 s)."""
+    monkeypatch.setattr(cases, "time_steps", _timed_by([1.0] * 20))
+    assert _paired_times(lambda: None, lambda: None, repeats=5, time_cap=3.5, sync=lambda: None)["runs"] == 2
+
+
+def test_the_timed_runs_get_what_the_warm_up_and_the_untimed_step_left_of_the_cap(monkeypatch):
+    """A 10 s cap, a 2 s warm-up and a 1.5 s untimed step (CPU): the timed runs get 10 - 2 - 1.5 = 6.5 s."""
+    monkeypatch.setattr(cases, "_op_step", _counted_step([]))
+    calls = []
+    first = iter([2.0, 1.5])
+
+    def fake(step, repeats, time_cap, sync):
+        calls.append((repeats, time_cap))
+        return {"seconds": next(first), "runs": 1} if len(calls) <= 2 else {"seconds": 0.25, "runs": repeats}
+
+    monkeypatch.setattr(cases, "time_steps", fake)
+    row = run_case({"part": "ops", "kind": "markov_local", "T": 8, "repeats": 3}, "cpu", time_cap=10.0)
+    assert calls[-1] == (3, pytest.approx(6.5)) and row["warmup_seconds"] == 2.0 and row["seconds"] == 0.25

@@ -1,11 +1,16 @@
-"""The bench figures show every series and never present a search cap as a measured maximum (issue 22, item 9)."""
+"""The bench figures show every series and never present a search cap as a measured maximum (issue 22, item 9);
+they plot the record's numbers on the axes their docstrings promise, also from a record read back from bench.json."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 matplotlib = pytest.importorskip("matplotlib")
 
+from markovformer.bench import plots as bench_plots  # noqa: E402
 from markovformer.bench.measure import CAP_REACHED  # noqa: E402
 from markovformer.bench.plots import (  # noqa: E402
     CAPPED_HATCH,
@@ -14,7 +19,7 @@ from markovformer.bench.plots import (  # noqa: E402
     longest_figure,
     targets_figure,
 )
-from markovformer.bench.report import _target  # noqa: E402
+from markovformer.bench.report import _target, summarise  # noqa: E402
 from markovformer.plots.saving import new_figure  # noqa: E402
 
 
@@ -88,3 +93,32 @@ def test_targets_figure_draws_every_target_right_of_one_exactly_when_met():
         assert (bars[row].get_width() >= 1) == target["met"], name
         assert bars[row].get_facecolor()[:3] == matplotlib.colors.to_rgb(TARGET_COLOURS[target["met"]])
     assert "2 of 4 measured are met (1 not measured)" in axis.get_title()
+
+
+def test_time_and_memory_against_length_are_log_log_with_powers_of_two_lengths():
+    """Lengths double and times grow by powers: both axes are logarithmic, the length axis in base 2."""
+    axis = new_figure(4, 3).subplots()
+    _against_length(axis, {"markov_local": {1024: 0.5, 2048: 1.0}}, "time (s)")
+    assert axis.get_xscale() == "log" and axis.get_yscale() == "log" and axis.xaxis.get_transform().base == 2
+
+
+def test_models_figure_draws_tokens_per_second_on_top_and_peak_memory_below_from_the_json_record(monkeypatch):
+    """Each bar is its row's number: tokens/s in the top row of panels, peak MiB in the bottom one, per length."""
+    rows = [{"kind": "softmax", "T": 512, "tokens_per_second": 1500.0, "peak_mib": 80.0},
+            {"kind": "gru", "T": 512, "tokens_per_second": 900.0, "peak_mib": 30.0},
+            {"kind": "softmax", "T": 1024, "tokens_per_second": 700.0, "peak_mib": 160.0}]  # fmt: skip
+    record = json.loads(json.dumps({"machine": {"device": "cpu"}, "summary": summarise({"models": {"rows": rows}})}))
+    figures = {}
+    monkeypatch.setattr(bench_plots, "save_figure", lambda figure, out: figures.setdefault(Path(out).name, figure)
+                        and Path(out))  # fmt: skip
+    bench_plots.write_plots(record, Path("unused"))
+    drawn = 0
+    for axis in figures["models.png"].axes:
+        length, key = int(axis.get_title().removeprefix("T=")), ("tokens_per_second", "peak_mib")[
+            axis.get_subplotspec().rowspan.start]
+        heights = {label.get_text(): patch.get_height()
+                   for label, patch in zip(axis.get_xticklabels(), axis.patches, strict=True)}  # fmt: skip
+        expected = {row["kind"]: row[key] for row in rows if row["T"] == length}
+        assert {name: h for name, h in heights.items() if name in expected} == expected, (key, length)
+        drawn += len(expected)
+    assert drawn == 2 * len(rows)

@@ -4,6 +4,7 @@ skip rules; the targets read from the rows; peak-memory readings; the bench mode
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -17,7 +18,8 @@ from markovformer.bench.measure import PeakMemory, SizeSeries, growth_exponent, 
 from markovformer.bench.models import MODELS, build_model, loss_of
 from markovformer.bench.plots import write_plots
 from markovformer.bench.report import format_summary, summarise, targets, time_per_key
-from markovformer.bench.suite import ALL_PARTS, _Runner, median_row
+from markovformer.bench.suite import ALL_PARTS, _longest, _models, _Runner, _scan, _translation_decode, median_row
+from markovformer.bench.translation_decode import MAX_CACHE_TOKENS
 from markovformer.bench.windows import expected_growth, local_attention_available, parse_kind, window_forward
 from markovformer.cli import bench as bench_cli
 from markovformer.layers.baselines.recurrent import GRUMixer
@@ -288,21 +290,17 @@ def test_time_per_key_divides_by_the_visible_pairs(window, length):
 def test_sizes_given_out_of_order_are_tried_smallest_first(tmp_path, monkeypatch):
     """A size series runs in ascending T (a failure skips the larger sizes), so every length setting is sorted, not
     only ``lengths``: with ``--scan-lengths 16384 256`` a failure at 16384 skipped 256 as "a smaller size stopped"."""
-    from markovformer.bench.suite import _scan
-
     given = dict(scan_lengths=(16384, 256), window_lengths=(4096, 1024), decode_lengths=(512, 128),
                  translation_lengths=(256, 64), memory_lengths=(2048, 1024))  # fmt: skip
     settings = BenchSettings(parts=("scan",), device="cpu", **given).resolved()
     assert all(getattr(settings, name) == tuple(sorted(value)) for name, value in given.items())
-    runner = _Runner(settings, tmp_path, log=lambda line: None)
 
-    def child(cases, default_growth=2.0):
-        (case,) = cases
+    def row_of(case):
         if case["part"] == "scan_training":
-            return [{**case, "chars_per_second": 1.0}]
-        return [{**case, "error": "out of memory"} if case["T"] > 1024 else {**case, "seconds": 0.01, "peak_mib": 1.0}]
+            return {**case, "chars_per_second": 1.0}
+        return {**case, "error": "out of memory"} if case["T"] > 1024 else {**case, "seconds": 0.01, "peak_mib": 1.0}
 
-    monkeypatch.setattr(runner, "_child", child)
+    runner, _ = _faked_runner(tmp_path, monkeypatch, row_of, scan_lengths=settings.scan_lengths)
     rows = {(row["kind"], row["T"]): row for row in _scan(runner)["rows"]}
     assert "seconds" in rows["sequential", 256] and "error" in rows["sequential", 16384]
 
@@ -364,3 +362,101 @@ def test_decode_rows_report_marks_floor_and_issue_28_targets():
                        "local, compiled step: step <= GPT-2 step (batch 1)": (0.5, True),
                        "local, compiled step: step <= 1.5 x matrix-vector floor": (2.0, False),
                        "local, compiled step: flat, last / first step <= 1.2": (1.3, False)}  # batch 16: no target
+
+
+def _faked_runner(tmp_path, monkeypatch, row_of, **settings):
+    """A quick ``_Runner`` with ``settings`` whose child answers each case with ``row_of(case)`` (no process, no
+    timing), and the lists of cases the child was given, call by call."""
+    resolved = dataclasses.replace(BenchSettings(quick=True, device="cpu").resolved(), **settings)
+    runner, asked = _Runner(resolved, tmp_path, log=lambda line: None), []
+
+    def child(cases, default_growth=2.0):
+        asked.append(cases)
+        return [row_of(case) for case in cases]
+
+    monkeypatch.setattr(runner, "_child", child)
+    return runner, asked
+
+
+def test_longest_tries_sizes_up_to_the_search_cap_and_keeps_the_last_within_the_time_cap(tmp_path, monkeypatch):
+    """1 s per 1024 positions under a 10 s time cap: 1024 .. 16384 (the cap included) are tried, 8192 (8 s) is the
+    longest trained and 16384 (16 s) is what stopped it."""
+    def row_of(case):
+        return {**case, "seconds": case["T"] / 1024, "peak_mib": 1.0}
+
+    runner, asked = _faked_runner(tmp_path, monkeypatch, row_of, models=("softmax",), longest_start=1024,
+                                  longest_max=16384, time_cap=10.0)  # fmt: skip
+    part = _longest(runner)
+    assert [case["T"] for case in asked[0]] == [1024, 2048, 4096, 8192, 16384]
+    assert part["longest"]["softmax"] == {"T": 8192, "stopped_by": "T=16384 over the time cap"}
+
+
+def test_longest_of_a_model_that_trains_at_every_size_is_the_search_cap(tmp_path, monkeypatch):
+    """0.5 s at every size under a 10 s cap: the longest is the last size tried, 4096, stopped by the cap."""
+    runner, _ = _faked_runner(tmp_path, monkeypatch, lambda case: {**case, "seconds": 0.5, "peak_mib": 1.0},
+                              models=("gru",), longest_start=1024, longest_max=4096, time_cap=10.0)  # fmt: skip
+    assert _longest(runner)["longest"]["gru"] == {"T": 4096, "stopped_by": "longest_max reached"}
+
+
+def test_models_time_the_throughput_length_with_every_repeat_and_the_long_lengths_for_long_models(
+    tmp_path, monkeypatch
+):
+    """The throughput length gets all 5 repeats, the memory lengths min(2, 5); only a long model (markov_local)
+    also runs the long lengths."""
+    runner, asked = _faked_runner(tmp_path, monkeypatch, lambda case: {**case, "seconds": 1.0, "peak_mib": 1.0,
+                                                                       "tokens_per_second": 1.0},
+                                  models=("softmax", "markov_local"), throughput_length=512, memory_lengths=(1024,),
+                                  long_lengths=(4096,), repeats=5)  # fmt: skip
+    _models(runner)
+    by_kind = {cases[0]["kind"]: {case["T"]: case["repeats"] for case in cases} for cases in asked}
+    assert by_kind == {"softmax": {512: 5, 1024: 2}, "markov_local": {512: 5, 1024: 2, 4096: 2}}
+
+
+def test_models_over_rounds_record_each_cases_median_row(tmp_path, monkeypatch):
+    """Rounds of 3, 1 and 2 s: the row is the median, 2 s, and 512 tokens / 2 s (not the last round's)."""
+    times = iter([3.0, 1.0, 2.0])
+    runner, _ = _faked_runner(tmp_path, monkeypatch, lambda case: {**case, "seconds": next(times), "peak_mib": 10.0,
+                                                                   "tokens_per_second": 1.0},
+                              models=("softmax",), throughput_length=512, memory_lengths=(512,), rounds=3,
+                              model_batch=1)  # fmt: skip
+    (row,) = _models(runner)["rows"]
+    assert row["seconds"] == 2.0 and row["tokens_per_second"] == 512 / 2.0 and row["round_seconds"] == [3.0, 1.0, 2.0]
+
+
+def test_a_case_that_failed_in_two_rounds_keeps_the_first_failure():
+    """The first round that went wrong explains the rest (a later one may only say it was skipped)."""
+    first = {"kind": "softmax", "T": 1024, "error": "the first round's"}
+    second = {"kind": "softmax", "T": 1024, "skipped": "the second round's"}
+    measured = {"kind": "softmax", "T": 1024, "batch": 1, "seconds": 1.0, "peak_mib": 1.0}
+    assert median_row([measured, first, second]) == first
+
+
+def test_scan_runs_the_naive_loop_up_to_its_limit_and_skips_it_beyond(tmp_path, monkeypatch):
+    """NAIVE_MAX_T is 4096: the naive loop runs at 256 and 4096 and is skipped at 8192 only."""
+    runner, asked = _faked_runner(tmp_path, monkeypatch, lambda case: {**case, "seconds": 1.0, "peak_mib": 1.0,
+                                                                       "chars_per_second": 1.0},
+                                  scan_lengths=(256, 4096, 8192))  # fmt: skip
+    naive = {row["T"]: row for row in _scan(runner)["rows"] if row["kind"] == "naive"}
+    assert [case["T"] for cases in asked for case in cases if case["kind"] == "naive"] == [256, 4096]
+    assert "seconds" in naive[4096] and "O(T^2)" in naive[8192]["skipped"]
+
+
+def test_translation_decode_skips_the_cache_model_only_above_the_token_limit(tmp_path, monkeypatch):
+    """B x L at the limit exactly (16 x MAX_CACHE_TOKENS / 16) is run; 32 x the same L is over it and skipped for
+    the cached model (at) only."""
+    length = MAX_CACHE_TOKENS // 16
+    runner, _ = _faked_runner(tmp_path, monkeypatch, lambda case: {**case, "tokens_per_second": 1.0, "peak_mib": 1.0,
+                                                                   "step_ms_start": 1.0, "step_ms_end": 1.0},
+                              translation_batches=(16, 32), translation_lengths=(length,))  # fmt: skip
+    rows = {(row["kind"], row["batch"]): row for row in _translation_decode(runner)["rows"]}
+    assert "skipped" not in rows["at", 16] and "skipped" not in rows["mat", 32] and "skipped" in rows["at", 32]
+
+
+def test_the_default_memory_cap_is_a_quarter_of_the_available_memory_at_most_16_gib(monkeypatch):
+    """8000 MiB available: 2000; 200000: 50000, held at 16384; a cap given is kept."""
+    from markovformer.bench import suite
+
+    for available, cap in ((8000.0, 2000.0), (200_000.0, 16384.0)):
+        monkeypatch.setattr(suite, "status_mib", lambda field, path=None, available=available: available)
+        assert BenchSettings(device="cpu").resolved().memory_cap_mib == cap
+    assert BenchSettings(device="cpu", memory_cap_mib=123.0).resolved().memory_cap_mib == 123.0

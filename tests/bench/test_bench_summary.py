@@ -1,0 +1,125 @@
+"""The summary bench.json keeps and the tables ``markovformer bench`` prints carry the rows' numbers: ratios the
+right way up, values in the units the headers say, targets met at their bound, decode batches kept apart, also after
+the record went through its JSON file (integer T keys become strings); a line for every length tried, also one where
+nothing was measured; the decode part's table and issue 28's targets with their values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from markovformer.bench.decode import decode_targets
+from markovformer.bench.report import _target, format_summary, summarise
+
+
+def _row(kind, length, **values):
+    return {"kind": kind, "T": length, **values}
+
+
+def _table_line(text: str, header: str, length: int) -> list[str]:
+    """The cells of the row for ``length`` in the table under the line starting with ``header``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    for line in lines[start + 2 :]:
+        if not line.strip():
+            break
+        first, *cells = [cell.strip() for cell in line.split("|")]
+        if first == str(length):
+            return cells
+    raise AssertionError(f"no row T={length} under {header!r}")
+
+
+def test_a_target_keeps_its_value_to_four_decimals():
+    """1/3 is kept as 0.3333 (within 5e-5), not 0.33."""
+    assert _target(1 / 3, 1.0, True, "")["value"] == pytest.approx(1 / 3, abs=5e-5)
+
+
+def test_a_value_exactly_at_the_bound_meets_the_target_either_way():
+    """"<= 9" is met at 9 and ">= 2" at 2; just past either bound is not."""
+    assert _target(9.0, 9.0, True, "")["met"] is True and _target(2.0, 2.0, False, "")["met"] is True
+    assert _target(9.0 + 1e-9, 9.0, True, "")["met"] is False and _target(2.0 - 1e-9, 2.0, False, "")["met"] is False
+
+
+def test_scan_ratios_are_the_slow_kinds_time_over_the_fast_ones():
+    """Each ``slow_over_fast`` ratio is the slow kind's seconds over the fast kind's (> 1 when the fast one is
+    faster), and the library's training rate over the seed-style one's is 3000 / 1000 = 3."""
+    seconds = {"naive": 0.8, "naive_unbind": 0.3, "sequential": 0.1, "chunked": 0.05}
+    parts = {"scan": {"rows": [_row(kind, 256, seconds=s) for kind, s in seconds.items()],
+                      "training": [{"kind": "library", "chars_per_second": 3000.0},
+                                   {"kind": "seed_style", "chars_per_second": 1000.0}]}}  # fmt: skip
+    ratios = summarise(parts)["scan"]["ratios"]
+    for slow in ("naive", "naive_unbind"):
+        for fast in ("sequential", "chunked"):
+            assert ratios[f"{slow}_over_{fast}_at_256"] == pytest.approx(seconds[slow] / seconds[fast])
+    assert ratios["library_over_seed_style_chars_per_second"] == pytest.approx(3.0)
+
+
+def test_the_printed_tables_show_each_rows_numbers_in_the_stated_units():
+    """Read back from JSON (T keys as strings): ops in ms (seconds x 1e3) / MiB, a skipped size a dash; windows in
+    ms / ns per (query, visible key) pair; models in tokens/s / MiB, as their headers say."""
+    parts = {
+        "ops": {"rows": [_row("markov_local", 1024, seconds=0.0123, peak_mib=45.4),
+                         _row("softmax_sdpa", 1024, seconds=0.5, peak_mib=900.0),
+                         _row("markov_local", 2048, seconds=0.03, peak_mib=90.0),
+                         _row("softmax_sdpa", 2048, skipped="predicted peak memory over the cap")]},
+        "windows": {"rows": [_row("banded_w16", 4096, seconds=0.002)]},
+        "models": {"rows": [_row("softmax", 512, tokens_per_second=1234.0, peak_mib=56.0)]},
+    }  # fmt: skip
+    text = format_summary(json.loads(json.dumps({"summary": summarise(parts)})))
+    assert _table_line(text, "attention ops", 1024) == ["12.3 / 45", "500.0 / 900"]
+    assert _table_line(text, "attention ops", 2048) == ["30.0 / 90", "—"]
+    pairs = sum(min(t + 1, 17) for t in range(4096))  # query t sees keys max(0, t - 16)..t
+    assert _table_line(text, "local attention by window", 4096) == [f"2.0 / {0.002 / pairs * 1e9:.2f}"]
+    assert _table_line(text, "models", 512) == ["1234 / 56"]
+
+
+def test_the_printed_targets_say_met_exactly_when_the_target_is_met():
+    """Each target's line ends in what its ``met`` says: met, NOT met or not measured."""
+    parts = {"ops": {"rows": [_row("markov_local", 8192, seconds=1.0, peak_mib=10.0),
+                              _row("markov_local", 65536, seconds=8.5, peak_mib=95.0)]}}  # fmt: skip
+    summary = summarise(parts)
+    assert {target["met"] for target in summary["targets"].values()} >= {True, False}
+    text = format_summary({"summary": summary})
+    for name, target in summary["targets"].items():
+        line = next(line for line in text.splitlines() if line.strip().startswith(name + " "))
+        assert line.rsplit(":", 1)[1].strip() == {True: "met", False: "NOT met", None: "not measured"}[target["met"]]
+
+
+def test_decode_tables_keep_each_batch_apart():
+    """Rows at batch 1 and 16 of one kind and length are two entries, each with its own tokens/s."""
+    rows = [dict(kind="markov_local", T=256, batch=batch, end_over_start=1.0, tokens_per_second=10.0 * batch,
+                 peak_mib=1.0) for batch in (1, 16)]  # fmt: skip
+    table = summarise({"decode": {"rows": rows}})["decode"]
+    assert table["markov_local B=1"][256]["tokens_per_second"] == 10.0
+    assert table["markov_local B=16"][256]["tokens_per_second"] == 160.0
+
+
+def test_a_length_at_which_every_kind_was_skipped_is_a_line_of_dashes():
+    """Before, the table's lengths were those with a measurement: T = 2048, where both kinds were skipped or failed,
+    vanished from the printed table while bench.json had its reasons."""
+    rows = [_row("a", 1024, seconds=0.002, peak_mib=3.0), _row("b", 1024, error="oom"),
+            _row("a", 2048, skipped="predicted peak memory 9 MiB > cap 8 MiB"),
+            _row("b", 2048, skipped="a smaller size stopped")]  # fmt: skip
+    text = format_summary({"summary": summarise({"ops": {"rows": rows}})})
+    assert _table_line(text, "attention ops", 1024) == ["2.0 / 3", "—"]
+    assert _table_line(text, "attention ops", 2048) == ["—", "—"]
+
+
+def _decode_row(kind: str, length: int, tokens_per_second: float, start: float, end: float) -> dict:
+    return _row(kind, length, batch=1, tokens_per_second=tokens_per_second, step_ms_start=start,
+                end_over_start=end / start, floor_ms=1.0, peak_mib=10.0)  # fmt: skip
+
+
+def test_the_decode_table_and_targets_are_printed_with_each_rows_numbers():
+    """summarise() built the decode table, but it was not printed. Columns: markov_local, gpt2 (the rows' order)."""
+    rows = [_decode_row("markov_local", 256, 812.0, 1.25, 1.5), _decode_row("gpt2", 256, 640.0, 1.5625, 2.5),
+            _decode_row("markov_local", 1024, 790.0, 1.25, 1.25), _row("gpt2", 1024, batch=1, skipped="memory cap")]
+    parts = {"decode": {"rows": rows, "targets": decode_targets(rows)}}
+    text = format_summary({"parts": parts, "summary": summarise(parts)})
+    assert _table_line(text, "decoding one token per step", 256) == ["812 / 1.20", "640 / 1.60"]  # 1.5/1.25, 2.5/1.5625
+    assert _table_line(text, "decoding one token per step", 1024) == ["790 / 1.00", "—"]
+    # local vs GPT-2 at L = 256: 1.25 / 1.5625 = 0.80 <= 1, met; over its floor 1.25, met; flat 1.20 <= 1.2, met
+    assert "at L = 256, local: step <= GPT-2 step (batch 1): 0.80, met" in text
+    assert "at L = 1024, local: flat, last / first step <= 1.2: 1.00, met" in text
+    assert "at L = 1024, local: step <= GPT-2" not in text  # GPT-2 skipped there: no comparison
