@@ -208,3 +208,21 @@ class FakeClock:
 @pytest.fixture
 def fake_clock(monkeypatch) -> FakeClock:
     return FakeClock(monkeypatch)
+
+
+@pytest.fixture
+def kept_figures(monkeypatch):
+    """``kept_figures(module)``: the list the figures ``module`` saves from now on are put in, kept with their artists
+    (saving clears a figure) and never written, so a test reads what was drawn rather than pixels."""
+
+    def keep(module) -> list:
+        figures = []
+
+        def save(figure, out) -> Path:
+            figures.append(figure)
+            return Path(out)
+
+        monkeypatch.setattr(module, "save_figure", save)
+        return figures
+
+    return keep

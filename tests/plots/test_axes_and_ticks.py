@@ -1,12 +1,15 @@
 """Axes a reader can trust: a speed axis from zero where the ratio is the point, tick labels that read as the values
-they mark and do not overlap, y ranges fitted to the data."""
+they mark and do not overlap, y ranges fitted to the data, lengths on the log axis they double along, and outlines
+framing the very column a starred tick names."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from markovformer.plots import markov, position_biases
 from markovformer.plots.experiments import LandscapePanel, Panel, landscapes_figure, panels_figure
 from markovformer.plots.markov import attention_lag_figure
+from markovformer.plots.position_biases import ProfilePanel
 
 
 def test_a_speed_panel_starts_at_zero_and_other_panels_fit_their_data():
@@ -62,3 +65,35 @@ def test_the_landscape_says_what_green_and_red_mean_and_keeps_flows_inside_the_a
     for line in axis.get_lines():
         x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
         assert ((x >= x0) & (x <= x1) & (y >= y0) & (y <= y1)).all()
+
+
+def test_the_true_lags_starred_tick_and_its_outline_are_the_same_column(tmp_path, kept_figures):
+    """Lags 1..4 are image columns 0..3, each spanning its index +- 0.5: lag 3's tick reads 3* and its black outline
+    spans 1.5 .. 2.5 (one to the right, it would frame lag 4)."""
+    figures = kept_figures(markov)
+    strengths = [{"past": np.arange(12, dtype=float).reshape(3, 4), "future": None}]
+    markov.plot_transition_strengths(strengths, tmp_path / "x.png", true_lags=(3,))
+    axis = figures[0].axes[0]
+    assert [label.get_text() for label in axis.get_xticklabels()] == ["1", "2", "3*", "4"]
+    outlines = [patch for patch in axis.patches if tuple(patch.get_edgecolor()[:3]) == (0.0, 0.0, 0.0)]
+    assert [(patch.get_x(), patch.get_x() + patch.get_width()) for patch in outlines] == [(1.5, 2.5)]
+
+
+def test_a_needed_lag_is_framed_on_its_own_column(tmp_path, kept_figures):
+    """Attention lags 0, 1, 2 are image columns 0, 1, 2, each spanning its index +- 0.5: the needed lag 2 is framed
+    from 1.5 to 2.5."""
+    figures = kept_figures(position_biases)
+    panel = ProfilePanel("order 2", {"softmax": [0.1, 0.2, 0.7], "alibi": [0.3, 0.3, 0.4]}, needed=(2,))
+    position_biases.plot_distance_profiles([panel], tmp_path / "x.png")
+    (frame,) = figures[0].axes[0].patches
+    assert (frame.get_x(), frame.get_x() + frame.get_width()) == (1.5, 2.5)
+
+
+def test_extrapolation_lengths_lie_on_a_log2_axis_read_as_multiples_of_t(tmp_path, kept_figures):
+    """Lengths 1, 2 and 4 x T double at each step, so a base-2 log axis spaces them evenly; the ticks name them as
+    multiples of the training length T, the first being T itself (not 1T)."""
+    figures = kept_figures(position_biases)
+    position_biases.plot_extrapolation({"order 2": {"softmax": [0.1, 0.2, 0.4]}}, [1, 2, 4], tmp_path / "x.png")
+    axis = figures[0].axes[0]
+    assert axis.get_xscale() == "log" and axis.xaxis.get_transform().base == 2
+    assert [label.get_text() for label in axis.get_xticklabels()] == ["T", "2T", "4T"]

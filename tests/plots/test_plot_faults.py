@@ -1,6 +1,7 @@
 """Training curves and the position-biases figure tell the truth about awkward inputs: a row cut short by a kill is
 not plotted, a nan or inf loss leaves a gap and a red mark rather than a line joined across it, and extrapolation
-multiples out of order are refused before anything is trained or drawn."""
+multiples out of order are refused before anything is trained or drawn. Saving releases a figure also when it fails,
+and a report folder a killed write left its temporary file in is still replaced whole."""
 
 from __future__ import annotations
 
@@ -15,19 +16,13 @@ from matplotlib.colors import to_rgb
 from markovformer.experiments import position_biases as experiment
 from markovformer.plots import curves
 from markovformer.plots.position_biases import plot_extrapolation
+from markovformer.plots.saving import new_figure, replace_folder, save_figure
 
 
 @pytest.fixture
-def drawn(monkeypatch) -> list:
+def drawn(kept_figures) -> list:
     """The figures ``plot_training_curves`` saves, kept with their artists (saving clears a figure)."""
-    figures = []
-
-    def keep(figure, out: Path) -> Path:
-        figures.append(figure)
-        return out
-
-    monkeypatch.setattr(curves, "save_figure", keep)
-    return figures
+    return kept_figures(curves)
 
 
 def _lines(axis) -> dict[str, tuple[list[float], list[float]]]:
@@ -67,3 +62,31 @@ def test_extrapolation_multiples_out_of_order_or_repeated_are_refused(extrapolat
         experiment.check_settings(settings)
     with pytest.raises(ValueError, match="strictly increasing"):
         plot_extrapolation({"lag-3": {"softmax": [0.1] * (len(extrapolate) + 1)}}, [1, *extrapolate], Path("x.png"))
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def test_a_figure_is_released_after_saving_also_when_saving_fails(tmp_path):
+    """``save_figure`` clears the figure whatever happens: a figure kept after a failed save would hold its artists
+    (and their memory) for as long as the caller holds it. A file where the folder should be makes saving fail."""
+    saved = new_figure(2, 2)
+    saved.subplots().plot([1, 2], [3, 4])
+    assert save_figure(saved, tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG" and saved.axes == []
+    failing = new_figure(2, 2)
+    failing.subplots()
+    (tmp_path / "taken").write_text("a file where a folder should be")
+    with pytest.raises(OSError):
+        save_figure(failing, tmp_path / "taken" / "b.png")
+    assert failing.axes == []
+
+
+def test_a_report_folder_holding_a_killed_writes_temporary_file_is_still_replaced(tmp_path):
+    """A SIGKILL during an atomic write leaves ``.NAME.*.tmp`` beside the figures: it is the report's own leftover,
+    not a user's file, so the folder is replaced whole and the leftover goes with it."""
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "index.html").write_text("old")
+    (out / ".curves.png.1234.tmp").write_bytes(b"half")
+    replace_folder(out, lambda staging: (staging / "index.html").write_text("new"))
+    assert [path.name for path in out.iterdir()] == ["index.html"] and (out / "index.html").read_text() == "new"

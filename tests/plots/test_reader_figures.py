@@ -1,6 +1,6 @@
 """The figures a reader needs: no panel that only rescales the loss, one line per distinct learning rate, the floors
-drawn inside the loss axis, attention by lag against a naive loop, k = ∞ kept apart from the finite orders, and
-effective-bias bars per lag."""
+drawn inside the loss axis, attention by lag against a naive loop, k = ∞ kept apart from the finite orders,
+effective-bias bars per lag, and rows of repeats read top down at their mean and sample spread."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from pathlib import Path
 
 import matplotlib.image
 import numpy as np
+import pytest
 import torch
 
 from markovformer.experiments.mat_order import order_curves
-from markovformer.plots import plot_attention_lag_profile, plot_training_curves
+from markovformer.plots import experiments, plot_attention_lag_profile, plot_training_curves
 from markovformer.plots.curves import plotted_families, read_metric_series
-from markovformer.plots.experiments import LagPanel, Panel, plot_lag_bars, plot_panels
+from markovformer.plots.experiments import LagPanel, Panel, panels_figure, plot_lag_bars, plot_panels
 from markovformer.training.inspection import attention_by_lag, reference_lines
 
 
@@ -97,3 +98,53 @@ def test_unbounded_order_is_kept_apart_from_the_finite_orders(tmp_path):
     assert apart == {"transparent": (3, 95.0), "standard": (3, 95.0)}
     panel = Panel("BLEU", curves, apart=apart, tick_labels={infinity: "∞"})
     assert plot_panels([panel], tmp_path / "bleu.png", "k", "BLEU").is_file()
+
+
+def test_the_loss_panel_comes_first_whatever_the_column_order():
+    """Columns come sorted by name, so a learning rate ("lr-...") is met before "train/loss": the loss panel, the one
+    the floors are drawn in, is moved to the top and the other families keep the order they were met in."""
+    series = {"lr-AdamW/pg1": ([1, 2], [1e-3, 1e-3]), "val/accuracy": ([1, 2], [0.1, 0.2]),
+              "train/loss": ([1, 2], [2.0, 1.5])}  # fmt: skip
+    assert list(plotted_families(series)) == ["loss", "learning rate", "accuracy"]
+
+
+def test_a_learning_rate_logged_at_other_steps_is_drawn_as_its_own_line():
+    """Two columns are drawn once only when their (step, value) series are equal: the same values at other steps are
+    another curve, not a repeat."""
+    series = {"lr-AdamW/pg1": ([1, 2], [1e-3, 1e-3]), "lr-AdamW/pg2": ([3, 4], [1e-3, 1e-3])}
+    assert plotted_families(series)["learning rate"] == ["lr-AdamW/pg1", "lr-AdamW/pg2"]
+
+
+def test_the_divider_lies_strictly_between_the_finite_orders_and_the_unbounded_one():
+    """Finite orders up to 4 and k = ∞ drawn at 8: a divider at 4 or 8 would run through a measured point."""
+    panel = Panel("orders", {"mat": ([1, 2, 4], [0.5, 0.6, 0.7])}, apart={"mat": (8, 0.8)})
+    axis = panels_figure([panel], "order k", "BLEU").axes[0]
+    (divider,) = [line for line in axis.get_lines() if line.get_linestyle() == ":"]
+    assert 4 < divider.get_xdata()[0] < 8
+
+
+def test_the_bars_of_several_series_at_a_lag_stand_side_by_side(tmp_path, kept_figures):
+    """Two series at lags 1 and 2 give four bars, each lag's two next to each other: drawn at the same x, the second
+    series would hide the first."""
+    figures = kept_figures(experiments)
+    plot_lag_bars([LagPanel("p", {"a": [1.0, 2.0], "b": [1.0, 2.0]})], tmp_path / "x.png", "bias")
+    spans = sorted((bar.get_x(), bar.get_x() + bar.get_width()) for bar in figures[0].axes[0].patches)
+    assert len(spans) == 4
+    assert all(right <= left + 1e-9 for (_, right), (left, _) in zip(spans, spans[1:], strict=False)), spans
+
+
+def test_rows_read_top_down_in_the_order_given_with_the_mean_and_sample_std(tmp_path, kept_figures):
+    """Repeats 1, 2, 6: mean 3 and sample variance ((-2)^2 + (-1)^2 + 3^2) / 2 = 7, so the bar reaches sqrt(7) either
+    side (the population std, sqrt(14/3), understates the spread of a few seeds); 4, 4 has none, a single 3 no bar."""
+    figures = kept_figures(experiments)
+    rows = {"first": {"a": [1.0, 2.0, 6.0]}, "second": {"a": [4.0, 4.0]}, "third": {"a": [3.0]}}
+    experiments.plot_row_errorbars(rows, {}, tmp_path / "x.png", "score")
+    axis = figures[0].axes[0]
+    ticks = sorted(zip(axis.get_yticks(), [label.get_text() for label in axis.get_yticklabels()], strict=True))
+    assert [label for _, label in reversed(ticks)] == ["first", "second", "third"]  # top down
+    ((marks, _, (bars,)),) = [container.lines for container in axis.containers]
+    drawn = sorted(zip(marks.get_ydata(), marks.get_xdata(), [(b[1][0] - b[0][0]) / 2 for b in bars.get_segments()],
+                       strict=True), reverse=True)  # fmt: skip
+    assert [y for y, _, _ in drawn] == [y for y, _ in reversed(ticks)]  # one marker on each row's line
+    assert [mean for _, mean, _ in drawn] == pytest.approx([3.0, 4.0, 3.0])
+    assert [half for _, _, half in drawn] == pytest.approx([np.sqrt(7.0), 0.0, 0.0])
