@@ -318,43 +318,6 @@ def test_wide_beam_finds_the_best_penalised_hypothesis():
     assert len(set(best_by_penalty)) > 2  # the penalty changes the winner: the example discriminates
 
 
-def test_an_eos_outside_the_top_beam_candidates_does_not_end_a_hypothesis(monkeypatch):
-    """fairseq's rule: of the 2·beam best extensions, an eos ends a hypothesis only among the first ``beam``. The
-    decoder is stubbed with the probabilities below (each hypothesis's next token given its tokens so far, then eos).
-    At beam 2 the second step ranks [a, eos] .25, [a, a] .20, [b, eos] .175, [b, a] .16: [b, eos], third, ends
-    nothing, the search goes on and returns [a, a, eos] (log .2 / 3 = -0.54). Ending [b, eos] too would make two
-    ended hypotheses, finish the source there and return [a, eos] (log .25 / 2 = -0.69)."""
-    from markovformer.models.markov_translator import generation
-
-    a, b = 3, 4
-    table = {(): {a: 0.5, b: 0.5}, (a,): {EOS: 0.5, a: 0.4, b: 0.05, BOS: 0.05},
-             (b,): {EOS: 0.35, a: 0.32, b: 0.03, BOS: 0.3}}  # fmt: skip
-
-    class Prefixes:  # each hypothesis's tokens so far (bos excluded), reordered with the beams
-        def __init__(self, rows: int) -> None:
-            self.rows, self.started = [()] * rows, False
-
-        def reorder(self, rows: torch.Tensor) -> None:
-            self.rows = [self.rows[row] for row in rows.tolist()]
-
-    def step(model, tokens, state):
-        if state.started:
-            state.rows = [prefix + (token,) for prefix, token in zip(state.rows, tokens.tolist(), strict=True)]
-        state.started = True
-        probs = torch.zeros(len(state.rows), 5)
-        for row, prefix in enumerate(state.rows):
-            for token, p in table.get(prefix, {EOS: 1.0}).items():
-                probs[row, token] = p
-        return probs.log()
-
-    monkeypatch.setattr(generation, "start_decoding", lambda model, src, mask=None, repeats=1: Prefixes(repeats))
-    monkeypatch.setattr(generation, "decode_step", step)
-    model = type("Stub", (), {"config": _config(vocab_size=5)})()
-    result = beam_search(model, torch.tensor([[3, 4, 3]]), beam_size=2, max_length=5, length_penalty=1.0)
-    assert result.sequences.tolist() == [[a, a, EOS]]
-    assert math.isclose(float(result.scores[0]), math.log(0.2) / 3, rel_tol=1e-6)
-
-
 def test_loss_is_the_mean_token_cross_entropy_with_smoothing():
     model = _build()
     src, tgt = _tokens(2, 5, seed=12), _decoder_input(2, 6, seed=13)

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from test_markov_translator import EOS, PAD, _all_hypotheses, _config  # beside this file
+from test_markov_translator import BOS, EOS, PAD, _all_hypotheses, _config  # beside this file
 
 from markovformer.models.markov_translator import (
     MarkovTranslatorForConditionalGeneration,
@@ -72,6 +72,20 @@ def test_an_eos_among_the_top_beam_candidates_leaves_the_next_best_extensions_al
     result = beam_search(model, torch.tensor([[3, 4, 3]]), beam_size=2, max_length=3, length_penalty=1.0)
     assert result.sequences.tolist() == [[B, EOS]]
     assert math.isclose(float(result.scores[0]), math.log(0.28) / 2, rel_tol=1e-9)
+
+
+def test_an_eos_outside_the_top_beam_candidates_does_not_end_a_hypothesis(monkeypatch):
+    """fairseq's rule: of the 2·beam best extensions, an eos ends a hypothesis only among the first ``beam``. The
+    decoder is stubbed with the probabilities below (each hypothesis's next token given its tokens so far, then eos).
+    At beam 2 the second step ranks [a, eos] .25, [a, a] .20, [b, eos] .175, [b, a] .16: [b, eos], third, ends
+    nothing, the search goes on and returns [a, a, eos] (log .2 / 3 = -0.54). Ending [b, eos] too would make two
+    ended hypotheses, finish the source there and return [a, eos] (log .25 / 2 = -0.69)."""
+    table = {(): {A: 0.5, B: 0.5}, (A,): {EOS: 0.5, A: 0.4, B: 0.05, BOS: 0.05},
+             (B,): {EOS: 0.35, A: 0.32, B: 0.03, BOS: 0.3}}  # fmt: skip
+    model = _table_model(monkeypatch, table)
+    result = beam_search(model, torch.tensor([[3, 4, 3]]), beam_size=2, max_length=5, length_penalty=1.0)
+    assert result.sequences.tolist() == [[A, A, EOS]]
+    assert math.isclose(float(result.scores[0]), math.log(0.2) / 3, rel_tol=1e-9)
 
 
 def test_greedy_stops_once_every_row_has_ended_and_adds_no_padding_column(monkeypatch):
