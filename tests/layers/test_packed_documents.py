@@ -220,6 +220,27 @@ def test_scan_markov_packed_batch_equals_each_document_alone(context_mode):
     torch.testing.assert_close(loss, total / count)
 
 
+@torch.no_grad()
+def test_scan_markov_packed_documents_are_read_with_the_calls_order():
+    """``order`` overrides the markov window for one call (training on a mixture of n): each packed document is read
+    with that window too, as it is alone, not with the configured one."""
+    from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
+
+    torch.manual_seed(0)
+    model = ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=VOCAB, d_model=8, ffn_mult=2, max_positions=24, order=4))
+    model = model.double().eval()
+    for parameter in model.parameters():  # unit scale: at the 0.02 init the two windows differ by only ~4e-4
+        parameter.normal_()
+    ids, mask, positions, documents = _packed_batch(torch.Generator().manual_seed(1))
+    for order in (2, 4):
+        packed = model(ids, attention_mask=mask, position_ids=positions, order=order).logits
+        for row, start, tokens in documents:
+            alone = model(tokens[None], order=order).logits[0]
+            torch.testing.assert_close(packed[row, start : start + len(tokens)], alone, rtol=1e-10, atol=1e-10)
+    assert not torch.allclose(model(ids, attention_mask=mask, position_ids=positions, order=2).logits,
+                              model(ids, attention_mask=mask, position_ids=positions).logits)  # fmt: skip
+
+
 def test_training_passes_position_ids_and_refuses_a_model_that_cannot_take_them(tmp_path):
     """A packed text run: the task's model inputs carry position_ids, so a document inside a training window gets
     the logits it gets alone; a model whose forward has no position_ids is refused up front, naming the option."""

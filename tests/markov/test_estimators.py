@@ -85,6 +85,7 @@ def test_add_one_beats_other_betas_on_dirichlet_one_chains():
     assert losses[1.0] < losses[0.2] and losses[1.0] < losses[5.0]
 
 
+@pytest.mark.parametrize("estimator", [add_beta_predict, add_beta_loss])
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [
@@ -94,9 +95,20 @@ def test_add_one_beats_other_betas_on_dirichlet_one_chains():
         ({"x": torch.zeros(2, 5)}, "x"),
         ({"x": torch.full((2, 5), 2)}, "x"),
         ({"x": torch.zeros(5, dtype=torch.long)}, "x"),
+        ({"x": torch.zeros(2, 3, 4, dtype=torch.long)}, "x"),
     ],
 )
-def test_bad_inputs_raise_value_error_naming_argument(kwargs, name):
+def test_bad_inputs_raise_value_error_naming_argument(estimator, kwargs, name):
+    # anchored: Python's own unpacking error for an x of the wrong rank ("... (expected 2)") also holds an "x"
     arguments = {"x": torch.zeros(2, 5, dtype=torch.long), "order": 1, "num_symbols": 2, "beta": 1.0} | kwargs
-    with pytest.raises(ValueError, match=name):
-        add_beta_predict(**arguments)
+    with pytest.raises(ValueError, match=f"^{name}"):
+        estimator(**arguments)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_add_beta_loss_needs_a_target_after_the_first_context(order):
+    """T = k leaves no target x_t with t >= k: refused, naming T, rather than a NaN mean over no targets. One more
+    symbol gives one target per row, predicted from no counts yet: the uniform 1/2, a loss of log 2."""
+    with pytest.raises(ValueError, match=f"T > order={order}, got T={order}"):
+        add_beta_loss(torch.zeros(2, order, dtype=torch.long), order, 2, 1.0)
+    assert add_beta_loss(torch.zeros(2, order + 1, dtype=torch.long), order, 2, 1.0) == pytest.approx(math.log(2))

@@ -100,6 +100,10 @@ def _binary_kernels(*rows: list[float]) -> torch.Tensor:
     return torch.tensor([list(rows)], dtype=torch.float64)
 
 
+def _two_binary_kernels() -> torch.Tensor:
+    return torch.cat([_binary_kernels([0.8, 0.2], [0.4, 0.6]), _binary_kernels([0.1, 0.9], [0.5, 0.5])])
+
+
 @pytest.mark.parametrize(
     ("build", "name"),
     [
@@ -112,6 +116,12 @@ def _binary_kernels(*rows: list[float]) -> torch.Tensor:
         (lambda: sample_from_kernels(5, _binary_kernels([1.5, 1.5], [1.0, 2.0])), "kernels"),
         (lambda: sample_from_kernels(5, _binary_kernels([-0.5, 1.5], [0.2, 0.8])), "kernels"),
         (lambda: sample_from_kernels(5, _binary_kernels([math.nan, 1.0], [0.2, 0.8])), "kernels"),
+        # one row per kernel is S**0 of them: order 0, no chain of this testbed (sampling was i.i.d.)
+        (lambda: sample_from_kernels(5, _binary_kernels([0.3, 0.7])), "kernels"),
+        (lambda: icl_oracle_loss(torch.tensor([[0, 1, 1]]), _binary_kernels([0.3, 0.7])), "kernels"),
+        # kernels[b] scores x[b]: one row of x for two kernels never read the second, three raised an IndexError
+        (lambda: icl_oracle_loss(torch.tensor([[0, 1, 1, 0]]), _two_binary_kernels()), "x"),
+        (lambda: icl_oracle_loss(torch.tensor([[0, 1, 1, 0]] * 3), _two_binary_kernels()), "x"),
         # a negative length gave (B, k - 1) symbols
         (lambda: sample_from_kernels(-1, _binary_kernels([0.5, 0.5], [0.2, 0.8])), "x_length"),
         # beta <= 0 or nan gave all-NaN kernels; order 0 and one symbol gave kernels of no chain

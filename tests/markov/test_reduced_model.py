@@ -157,6 +157,17 @@ def test_predicted_basins_match_where_the_profiled_flow_ends(p, q):
     assert predicted.any() and (~predicted).any()  # both outcomes occur among the starts
 
 
+@pytest.mark.parametrize(("p", "q"), [(0.4, 0.6), (0.5, 0.5), (0.25, 0.75)])
+def test_independent_symbols_make_every_start_reach_the_global_minimum(p, q):
+    """p + q = 1: P(1 | 0) = p = 1 - q = P(1 | 1), so the entropy rate is H(π) and the unigram minimum is global:
+    starts on either side of w = -1/√2, above and below the saddle's energy, all reach it."""
+    chain = switching_chain(p, q)
+    assert chain.entropy_rate() == pytest.approx(chain.marginal_entropy(), abs=1e-12)
+    e = torch.tensor([0.1, 1.5, 0.8, 0.3], dtype=torch.float64)
+    w = torch.tensor([-2.0, 0.4, -0.9, -0.3], dtype=torch.float64)
+    assert bool(reaches_global_minimum(e, w, p, q).all())
+
+
 @pytest.mark.parametrize(
     ("build", "name"),
     [

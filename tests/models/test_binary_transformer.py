@@ -79,6 +79,31 @@ def test_prediction_at_n_ignores_later_symbols():
         assert not torch.allclose(model(x).logits[:, 6:], model(changed).logits[:, 6:])
 
 
+@pytest.mark.parametrize("std", [0.02, 0.5])
+def test_every_weight_starts_at_the_configured_scale_and_the_readout_bias_at_zero(std):
+    """initializer_range is the std of e, p_n, a and every projection (the other tests redraw them all)."""
+    torch.manual_seed(0)
+    config = BinaryTransformerConfig(d_model=32, n_layers=2, tie_weights=False, max_positions=64,
+                                     initializer_range=std)  # fmt: skip
+    model = BinaryTransformer(config)
+    weights = {"embedding": model.embedding, "positions": model.positions, "readout": model.readout}
+    for index, layer in enumerate(model.layers):
+        for name in ("query", "key", "value", "out", "up", "down"):
+            weights[f"layers.{index}.{name}"] = getattr(layer, name).weight
+    for name, weight in weights.items():
+        assert float(weight.detach().std()) == pytest.approx(std, rel=0.35), name  # 32 to 4096 draws each
+    assert model.readout_bias.item() == 0.0
+
+
+def test_mlp_width_defaults_to_four_times_the_embedding():
+    for d in (4, 8):
+        config = BinaryTransformerConfig(d_model=d)
+        assert config.d_ff == 4 * d
+        layer = BinaryTransformer(config).layers[0]
+        assert layer.up.weight.shape == (4 * d, d) and layer.down.weight.shape == (d, 4 * d)
+    assert BinaryTransformerConfig(d_model=4, d_ff=6).d_ff == 6
+
+
 def test_bad_inputs_and_configs_are_named():
     model = _random_model(True)
     with pytest.raises(ValueError, match="only the symbols 0 and 1"):

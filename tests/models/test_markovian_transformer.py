@@ -18,7 +18,9 @@ from markovformer import (
     MarkovianTransformerForTokenClassification,
     MarkovianTransformerModel,
 )
+from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.registry import attention_option_names
+from markovformer.models.markovian_transformer.config import gpt2_style_config
 
 VOCAB = 13
 
@@ -282,6 +284,51 @@ def test_regularization_entropy_averages_over_real_tokens_only():
     real = mask.bool()[:, None, :].expand(-1, model.config.n_heads, -1)
     expected = sum(-(alpha * alpha.log()).sum(-1)[real].mean() for alpha in gates.values())
     torch.testing.assert_close(model.regularization_loss(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_hybrid_layer_without_markov_heads_is_neither_reported_nor_penalised():
+    """hybrid_split with markov_head_ratio=0 keeps a placeholder Markov core with no head: its strengths are not
+    reported and its θ, which never trains, is not in the penalty λ_T Σ θ_T²."""
+    model = _build(MarkovianTransformerForCausalLM, attention=["markov", "hybrid_split"], markov_head_ratio=0.0,
+                   transition_penalty=0.1)  # fmt: skip
+    thetas = {name: theta for name, theta in model.named_parameters() if ".theta." in name}
+    assert any(".blocks.1." in name for name in thetas)  # the placeholder's θ, redrawn far from 0 by _build
+    used = next(module for module in model.model.blocks[0].modules() if isinstance(module, MarkovBias))
+    strengths = model.transition_strengths()
+    assert len(strengths) == 1
+    torch.testing.assert_close(strengths[0]["past"], used.transitions()["past"])
+    expected = 0.1 * sum((theta**2).sum() for name, theta in thetas.items() if ".blocks.0." in name)
+    torch.testing.assert_close(model.regularization_loss(), expected)
+
+
+@pytest.mark.parametrize("n_layers", [2, 4])
+def test_gpt2_init_scales_exactly_the_residual_projections(n_layers):
+    """init_scheme="gpt2" (nanoGPT's): each block's attention output and FFN down projections at std
+    initializer_range / sqrt(2 n_layers), every other weight matrix at initializer_range."""
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(_config(d_model=64, n_layers=n_layers, n_heads=4, attention="softmax",
+                                                    ffn="gelu", init_scheme="gpt2", initializer_range=0.1))  # fmt: skip
+    residual = 0.1 / math.sqrt(2 * n_layers)
+    scaled = 0
+    for name, weight in model.named_parameters():
+        if weight.dim() == 2:
+            expected = residual if name.endswith(("attention.out_proj.weight", "ffn.down.weight")) else 0.1
+            scaled += expected == residual
+            assert float(weight.detach().std()) == pytest.approx(expected, rel=0.1), name  # >= 704 draws each
+    assert scaled == 2 * n_layers
+
+
+def test_gpt2_style_config_is_the_markov_chain_papers_gpt2():
+    """Softmax attention over the whole prefix, learned absolute positions, a GELU MLP, tied input and output
+    embeddings; an override wins."""
+    config = gpt2_style_config(vocab_size=2, d_model=16, n_layers=2, n_heads=2, max_positions=32)
+    assert config.layer_kinds() == ["softmax", "softmax"] and config.scope == "global" and config.window is None
+    assert (config.position, config.max_positions, config.ffn) == ("learned", 32, "gelu")
+    assert config.tie_word_embeddings
+    model = MarkovianTransformerForCausalLM(config)
+    assert model.lm_head.weight is model.model.embed.weight
+    assert model.model.position_embedding.weight.shape == (32, 16)
+    assert not gpt2_style_config(2, 16, 2, 2, 32, tie_word_embeddings=False).tie_word_embeddings
 
 
 @pytest.mark.parametrize(
