@@ -303,6 +303,32 @@ def test_generate_samples_unconditionally_from_an_empty_prompt(char_run, main_cl
     assert again.stdout == done.stdout  # the same seed, the same sample
 
 
+def test_an_empty_prompt_without_a_line_break_never_starts_from_the_padding_id():
+    """A tokenizer reserves id 0 for padding; a run without one (token ids) has no padding id to avoid."""
+    from types import SimpleNamespace
+
+    from markovformer.training.tasks.base import unconditional_start
+
+    class NoLineBreak:
+        def encode(self, text):
+            raise ValueError(f"{text!r} is not in the alphabet")
+
+        def decode(self, ids):
+            return "".join("xy"[i] for i in ids)
+
+    model = SimpleNamespace(config=SimpleNamespace(vocab_size=2))
+    assert {unconditional_start(model, NoLineBreak(), seed)[0][0] for seed in range(20)} == {1}
+    assert {unconditional_start(model, None, seed)[0][0] for seed in range(20)} == {0, 1}
+
+
+def test_generate_refuses_a_prompt_id_equal_to_the_vocabulary_size_naming_the_prompt(small_run, main_cli):
+    import json
+
+    vocab_size = json.loads((small_run / "run" / "model" / "config.json").read_text())["vocab_size"]
+    done = main_cli("generate", str(small_run / "run"), "--prompt", f"0 {vocab_size}")
+    assert_one_line_error(done, f"--prompt: token id {vocab_size} is outside the vocabulary")
+
+
 def test_generate_skips_unknown_prompt_characters_when_asked(char_run, main_cli):
     assert_one_line_error(main_cli("generate", str(char_run), "--prompt", "the CAT"), "'C'", "--skip-unknown")
     done = main_cli("generate", str(char_run), "--prompt", "the CAT sat", "--skip-unknown", "--max-new-tokens", "5")

@@ -1,9 +1,11 @@
 """``eval --split test`` scores the test split: its loss is the token-weighted cross-entropy of the trained model
-over the test examples, computed here by hand, and differs from the validation split's."""
+over the test examples, computed here by hand, and differs from the validation split's. Beside it: the data's
+reference values of that split, and the data eval reads (the file the user names, the class order the run had)."""
 
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
@@ -11,8 +13,10 @@ import torch.nn.functional as F
 from conftest import TINY_RUN
 
 from markovformer.training.build import build_data
+from markovformer.training.evaluation import check_same_names, recorded_data_files, reference_results
 from markovformer.training.run_config import resolve_run_config
 from markovformer.training.runner import evaluate, load_run, train
+from markovformer.training.trainer_config import ConfigError
 
 
 def hand_loss(model: torch.nn.Module, examples) -> float:
@@ -48,3 +52,58 @@ def test_eval_of_the_test_split_is_the_hand_computed_loss_of_the_test_examples(t
     expected = hand_loss(model, bundle.test)
     assert test["loss"] == pytest.approx(expected, rel=1e-6)
     assert val["loss"] == pytest.approx(hand_loss(model, bundle.val), rel=1e-6)
+
+
+def test_the_true_chain_loss_is_that_of_the_split_scored():
+    reference = {"entropy_rate": 0.5, "oracle_val_loss": 0.61, "oracle_test_loss": 0.47}
+    assert reference_results(reference, "test")["true_chain_loss"] == 0.47
+    assert reference_results(reference, "val")["true_chain_loss"] == 0.61
+    assert "true_chain_loss" not in reference_results(reference, "train")  # no oracle recorded for it
+
+
+def test_data_whose_classes_come_in_another_order_is_refused(tmp_path):
+    """The model reads classes by position: the same names in another order would score class 0 as class 1."""
+    (tmp_path / "data.json").write_text(json.dumps({"info": {"label_names": ["up", "down"]}}))
+    check_same_names(tmp_path, {"label_names": ["up", "down"]})
+    with pytest.raises(ConfigError, match=r"classes \['down', 'up'\] are not the run's \['up', 'down'\]"):
+        check_same_names(tmp_path, {"label_names": ["down", "up"]})
+
+
+def test_a_data_file_is_found_again_only_where_the_run_recorded_one_place_for_it(tmp_path, monkeypatch):
+    """data/corpus.txt no longer found here: eval takes the one recorded file of that name, unless the user names
+    another; two recorded places of that name leave it as configured (no guessing which one was meant)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MARKOVFORMER_DATA", str(tmp_path / "empty"))
+    places = [tmp_path / where / "corpus.txt" for where in ("a", "b")]
+    for place in places:
+        place.parent.mkdir()
+        place.write_text("text\n")
+    data = {"source": "text", "path": "data/corpus.txt"}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "data.json").write_text(json.dumps({"file_sha256": {str(places[0]): "0" * 64}}))
+    assert recorded_data_files(run_dir, data, {}) == {"path": str(places[0])}
+    assert recorded_data_files(run_dir, data, {"path": "other.txt"}) == {}
+    (run_dir / "data.json").write_text(json.dumps({"file_sha256": {str(p): "0" * 64 for p in places}}))
+    assert recorded_data_files(run_dir, data, {}) == {}
+
+
+def test_eval_scores_the_data_file_the_user_names_rather_than_the_one_the_run_recorded(tmp_path, monkeypatch):
+    """A run given path: series.csv in a/ and scored from the folder above finds a/series.csv again through data.json;
+    a data.path given to eval is scored instead, as it is from a/ (here the same rows with the labels flipped)."""
+    rows = [(i % 7, (i * 3) % 5, (i // 4) % 2) for i in range(80)]
+    for folder, flip in (("a", 0), ("b", 1)):
+        (tmp_path / folder).mkdir()
+        lines = ["x,y,label", *(f"{x},{y},{label ^ flip}" for x, y, label in rows)]
+        (tmp_path / folder / "series.csv").write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path / "a")
+    train(resolve_run_config({"task": "sequence_classification", "output_dir": "run",
+                              "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2},
+                              "data": {"source": "csv_series", "window": 4, "stride": 2, "path": "series.csv"},
+                              "trainer": {"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+                                          "batch_size": 4}}))  # fmt: skip
+    named = {"path": str(tmp_path / "b" / "series.csv")}
+    from_a = evaluate("run", data_overrides=named)["metrics"]
+    monkeypatch.chdir(tmp_path)
+    assert evaluate("a/run", data_overrides=named)["metrics"] == from_a
+    assert evaluate("a/run")["metrics"] != from_a  # the recorded file: the check above can tell the two apart

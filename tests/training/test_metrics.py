@@ -172,6 +172,18 @@ def test_binary_auroc_is_the_mann_whitney_statistic_with_ties_counted_half():
     assert results["macro_f1"] == pytest.approx(4 / 7, rel=1e-6)
 
 
+def test_auroc_ranks_probabilities_even_when_every_logit_lies_in_0_1():
+    """torchmetrics softmaxes only scores outside [0, 1], so logits inside it would be ranked raw."""
+    logits = torch.tensor([[0.0, 0.5], [0.9, 0.9], [0.2, 0.4], [1.0, 0.6]])  # margins 0.5, 0, 0.2, -0.4
+    targets = [1, 0, 1, 0]
+    metrics = task_metrics("sequence_classification", num_labels=2)
+    metrics.update(fake_output(0.0, logits), {"labels": torch.tensor(targets)})
+    # the margins put both positives first; the raw class-1 logits (0.5, 0.9, 0.4, 0.6) put both negatives first
+    assert rank_statistic((logits[:, 1] - logits[:, 0]).tolist(), [t == 1 for t in targets]) == 1.0
+    assert rank_statistic(logits[:, 1].tolist(), [t == 1 for t in targets]) == 0.0
+    assert metrics.compute()["auroc"] == pytest.approx(1.0)
+
+
 def test_macro_auroc_averages_the_classes_the_split_holds():
     """A class with no example in the split has no AUROC; torchmetrics' macro average scored it 0 and counted it, so
     a perfect classifier on three of four classes read 0.75. The mean is over the classes present (here classes 0,

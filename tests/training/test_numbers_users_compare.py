@@ -1,5 +1,5 @@
 """Numbers a user compares: bits per character for every text run (character and BPE runs comparable), and
-logs/metrics.csv counting steps as the console does."""
+logs/metrics.csv counting steps as the console does, and the console's training time counting every process."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import TINY_RUN
 
+import markovformer.training.progress as progress
 from markovformer.data.collate import collate
 from markovformer.plots.curves import read_metric_series
 from markovformer.training.build import build_data, build_run_task
@@ -107,3 +108,17 @@ def test_on_a_terminal_a_step_bar_with_its_rate_and_time_left_runs_between_whole
     assert re.search(r"\| *\d/6 \[\d\d:\d\d<\d\d:\d\d, +[\d.]+(step/s|s/step)\]", printed)  # rate and time left
     pieces = re.split(r"[\r\n]", printed)
     assert [int(n) for p in pieces for n in re.findall(r"^step +(\d+)/6  train loss", p)] == [2, 4, 6]
+
+
+def test_the_console_clock_carries_the_seconds_of_earlier_processes_across_a_resume(fake_clock):
+    """A run that trained 30 s before its checkpoint and 4 s since the resume has run 34 s."""
+    fake_clock.patch(progress)
+    fake_clock.now = 100.0
+    first = progress.PrintProgress(every=1, total=10)
+    fake_clock.now = 130.0
+    saved = first.state_dict()
+    fake_clock.now = 500.0  # another process, much later
+    resumed = progress.PrintProgress(every=1, total=10)
+    resumed.load_state_dict(saved)
+    fake_clock.now = 504.0
+    assert resumed.seconds == 34.0

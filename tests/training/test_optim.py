@@ -17,9 +17,10 @@ def test_weight_decay_only_on_weight_matrices():
     assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
     assert "model.embed.weight" in decayed_names and "lm_head.weight" in decayed_names
     assert any(".qkv.weight" in n for n in decayed_names)
+    assert any("gate_networks" in n and n.endswith(".weight") for n in decayed_names)  # headwise linear maps
     # strengths, norms and biases are never decayed; every trainable parameter is in exactly one group
     assert any("theta" in n for n in plain_names) and not any("theta" in n for n in decayed_names)
-    assert not any("norm" in n for n in decayed_names)
+    assert not any("norm" in n or n.endswith(".bias") for n in decayed_names)
     assert decayed_names.isdisjoint(plain_names)
     assert decayed_names | plain_names == {n for n, p in model.named_parameters() if p.requires_grad}
 
@@ -38,6 +39,13 @@ def test_schedule_warms_up_then_decays_to_the_floor(decay):
     quarter = warmup + (total - warmup) // 4
     expected = 0.1 + 0.9 * (0.5 * (1 + math.cos(math.pi / 4)) if decay == "cosine" else 0.75)
     assert values[quarter] == pytest.approx(expected)
+
+
+def test_the_constant_schedule_holds_the_peak_rate_after_its_warm_up():
+    warmup, total = 4, 20
+    values = [lr_multiplier(step, warmup, total, "constant", floor=0.1) for step in range(total + 3)]
+    assert values[:warmup] == pytest.approx([(step + 1) / warmup for step in range(warmup)])
+    assert values[warmup:] == [1.0] * (total + 3 - warmup)  # to the end and past it, never the floor
 
 
 def test_unknown_decay_is_rejected():

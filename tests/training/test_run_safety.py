@@ -53,6 +53,20 @@ def test_workers_yield_each_step_once_and_in_order(workers):
     assert all(torch.equal(a, b) for a, b in zip(_stream(walk, workers, 10), expected, strict=True))
 
 
+def test_lanes_start_at_random_windows_of_their_documents_so_they_do_not_all_end_together():
+    documents = [{"input_ids": torch.arange(40)}]
+    first = next(iter(DocumentWindows(documents, batch_size=16, seed=0, collate=_collate, window=4, stride=4)))
+    starts = first["input_ids"][:, 0].tolist()
+    assert all(start % 4 == 0 for start in starts) and len(set(starts)) > 1
+
+
+def test_a_stride_longer_than_the_window_is_refused():
+    """It would skip the tokens between windows: never trained on, and skipped by the carry."""
+    documents = [{"input_ids": torch.arange(20)}]
+    with pytest.raises(ValueError, match="stride=5"):
+        DocumentWindows(documents, batch_size=1, seed=0, collate=_collate, window=4, stride=5)
+
+
 STEPS = 60  # checkpoints and validations every 10 steps
 
 
@@ -236,7 +250,8 @@ def test_a_model_that_cannot_score_its_data_fails_before_the_run_folder_exists(r
 
 
 def test_scoring_the_first_batch_leaves_the_random_state_and_the_mode(tiny_run):
-    """The check above scores a batch before training: it must not shift the run's random stream or its mode."""
+    """The check above scores a batch before training: it must not shift the run's random stream or its mode, even
+    where scoring draws from it (sampling; the model here draws nothing in eval mode, so its task is made to)."""
     from markovformer.training.build import build_data, build_model, build_run_task
     from markovformer.training.evaluation import first_batch_metrics
     from markovformer.training.run_config import resolve_run_config
@@ -244,6 +259,13 @@ def test_scoring_the_first_batch_leaves_the_random_state_and_the_mode(tiny_run):
     config = resolve_run_config({**tiny_run, "output_dir": "unused"})
     bundle = build_data(config)
     task, model = build_run_task(config, bundle), build_model(config, bundle.info)
+    score = task.score
+
+    def drawing_score(*args):
+        torch.rand(3)
+        return score(*args)
+
+    task.score = drawing_score
     torch.manual_seed(11)
     state = torch.get_rng_state()
     metrics = first_batch_metrics(task, model, bundle)

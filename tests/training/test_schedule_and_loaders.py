@@ -1,5 +1,6 @@
 """One builder for every scoring pass (validation while training and ``eval`` after, both honouring
-``trainer.num_workers``), and a warm-up that never outlasts a new run."""
+``trainer.num_workers``), a warm-up that never outlasts a new run, and what a resume may change: its length (the
+schedule its steps followed kept) and its learning rate, never its data, model or seed."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ import pytest
 from conftest import TINY_RUN
 
 import markovformer.training.evaluation as evaluation
+from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 from markovformer.training.kind_switches import apply_switching_overrides
+from markovformer.training.module import TrainingModule
+from markovformer.training.optim import lr_multiplier
+from markovformer.training.run_checks import resumed_config
 from markovformer.training.run_config import resolve_run_config
 from markovformer.training.runner import evaluate, train
+from markovformer.training.tasks import build_task
 from markovformer.training.trainer_config import ConfigError, TrainerConfig, check_warmup
 
 
@@ -55,16 +61,23 @@ def test_a_typed_max_steps_below_the_files_warm_up_warms_up_over_the_whole_run()
                      "steps (set trainer.warmup_steps to choose)"]  # fmt: skip
     typed, notes = apply_switching_overrides(copy.deepcopy(file), ["trainer.max_steps=10", "trainer.warmup_steps=50"])
     assert typed["trainer"]["warmup_steps"] == 50 and notes == []  # the user's own choice: train() names it
-    longer, notes = apply_switching_overrides(copy.deepcopy(file), ["trainer.max_steps=500"])
-    assert longer["trainer"]["warmup_steps"] == 100 and notes == []
+    for steps in (100, 500):  # not below the warm-up: nothing to cut
+        longer, notes = apply_switching_overrides(copy.deepcopy(file), [f"trainer.max_steps={steps}"])
+        assert longer["trainer"]["warmup_steps"] == 100 and notes == []
+
+
+def test_an_option_typed_inside_a_section_override_is_never_dropped_by_a_switch():
+    """``data={...}`` types every key it holds: a later ``data.source=`` switch keeps them (the new source's own
+    check names an option it does not take)."""
+    file = {"task": "causal_lm", "data": {"source": "markov_chain", "kind": "lagged", "num_symbols": 4}}
+    values, notes = apply_switching_overrides(copy.deepcopy(file), ["data={source: markov_chain, kind: lagged}",
+                                                                    "data.source=text"])  # fmt: skip
+    assert values["data"] == {"source": "text", "kind": "lagged"} and notes == []
 
 
 def test_shortening_a_run_on_resume_keeps_the_schedule_its_steps_followed():
     """A 40-step run resumed at step 20 with max_steps=30 decayed over 30 from then on: the rate jumped at the resume
     (2.07e-3 -> 1.40e-3 in the reviewer's run) and config.yaml no longer described the steps already trained."""
-    from markovformer.training.optim import lr_multiplier
-    from markovformer.training.run_checks import resumed_config
-
     values = copy.deepcopy(TINY_RUN)
     values["trainer"].update(max_steps=40, warmup_steps=5)
     before = resolve_run_config(values).trainer
@@ -81,9 +94,6 @@ def test_shortening_a_run_on_resume_keeps_the_schedule_its_steps_followed():
 def test_extending_a_run_that_ended_in_its_warm_up_decays_over_the_new_length():
     """A 6-step run warms up over all 6 steps (the default warm-up); extended to 12, its decay kept the old end,
     decay_steps = 6 = the warm-up: the rate held its peak one more step, then fell to the floor (10x) at once."""
-    from markovformer.training.optim import lr_multiplier
-    from markovformer.training.run_checks import resumed_config
-
     short = copy.deepcopy(TINY_RUN)
     short["trainer"].update(max_steps=6)
     short["trainer"].pop("warmup_steps", None)
@@ -100,3 +110,36 @@ def test_extending_a_run_that_ended_in_its_warm_up_decays_over_the_new_length():
         check_warmup(TrainerConfig(max_steps=30, warmup_steps=10, decay_steps=10))
     with pytest.raises(ConfigError, match=r"trainer\.decay_steps=8 is not past trainer\.warmup_steps=10"):
         resumed_config(resolve_run_config(decaying), ["trainer.max_steps=30", "trainer.decay_steps=8"], done_steps=20)
+
+
+def test_resuming_with_max_steps_equal_to_the_steps_done_is_allowed_and_fewer_are_refused():
+    """A run killed while writing its final files resumes with max_steps = the steps it has done."""
+    values = copy.deepcopy(TINY_RUN)
+    values["trainer"].update(max_steps=40, warmup_steps=5)
+    config = resolve_run_config(values)
+    assert resumed_config(config, ["trainer.max_steps=20"], done_steps=20).trainer.max_steps == 20
+    with pytest.raises(ConfigError, match=r"trainer\.max_steps=19 is below the 20 steps"):
+        resumed_config(config, ["trainer.max_steps=19"], done_steps=20)
+
+
+@pytest.mark.parametrize("override", ["data.seq_len=30", "model.d_model=32", "trainer.seed=4"])
+def test_resume_refuses_a_change_to_the_data_the_model_or_the_seed_naming_it(override):
+    """Each fixes what the checkpoints hold."""
+    name = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"{name} cannot change when resuming"):
+        resumed_config(resolve_run_config(copy.deepcopy(TINY_RUN)), [override], done_steps=20)
+
+
+def test_a_resume_with_a_lower_lr_rescales_the_restored_optimiser_and_schedule():
+    """trainer.lr=0.001 on resume of a run at lr 0.01 (mid-schedule, at 0.004): the first resumed step already uses a
+    tenth of the restored rate, and the schedule carries on from the new peak."""
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=5, d_model=8, n_heads=2,
+                                                                        n_layers=1, max_order=2))  # fmt: skip
+    module = TrainingModule(model, build_task("causal_lm", TrainerConfig(lr=0.001)))
+    groups = [{"lr": 0.004, "initial_lr": 0.01} for _ in range(2)]
+    schedule = {"base_lrs": [0.01, 0.01], "_last_lr": [0.004, 0.004]}
+    module.rescale_learning_rate({"lr_schedulers": [schedule], "optimizer_states": [{"param_groups": groups}]})
+    assert schedule["base_lrs"] == pytest.approx([0.001, 0.001])
+    assert schedule["_last_lr"] == pytest.approx([0.0004, 0.0004])
+    for group in groups:
+        assert group["lr"] == pytest.approx(0.0004) and group["initial_lr"] == pytest.approx(0.001)

@@ -18,6 +18,7 @@ import torch
 import yaml
 from conftest import run_in_process  # beside this folder
 
+import markovformer.training.tasks.vmt as vmt_task
 from markovformer.data.collate import collate
 from markovformer.data.synthetic.state_space import StickyHMMSource
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
@@ -249,6 +250,16 @@ def test_a_killed_vmt_run_resumes_with_its_carry_to_the_same_final_metrics(tmp_p
     reference = json.loads((whole / "metrics.json").read_text())["reference"]
     assert measured["exact_log_likelihood_per_token"] == reference["val_log_likelihood_per_token"]
     assert evaluate(whole, split="test")["exact_log_likelihood_per_token"] == reference["test_log_likelihood_per_token"]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_resumed_process_takes_its_own_lanes_of_the_saved_carry(monkeypatch, rank):
+    """The checkpoint holds every process's lanes in rank order (here 2 processes of 3 lanes each)."""
+    monkeypatch.setattr(vmt_task, "world", lambda: (rank, 2))
+    task = build_task("vmt")
+    saved = torch.arange(6.0)[:, None].expand(6, 4)
+    task.load_state({"vmt_carry": saved})
+    assert torch.equal(task.carry, saved[3 * rank : 3 * rank + 3])
 
 
 # ------------------------------------------------------------------------------------------------ options

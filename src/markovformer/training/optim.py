@@ -14,7 +14,8 @@ DECAYS = ("constant", "cosine", "linear")  # the schedules of lr_multiplier afte
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decay the ``weight`` of linear and embedding layers; never biases, norms, transition strengths or gates."""
+    """Decay the weight matrices (linear and embedding layers, and the gate networks' headwise linear maps); never
+    biases, norms or transition strengths."""
     decayed = {id(m.weight) for m in model.modules() if isinstance(m, DECAYED_MODULES)}
     params = [p for p in model.parameters() if p.requires_grad]
     return [

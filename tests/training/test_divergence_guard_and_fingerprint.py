@@ -1,0 +1,55 @@
+"""The divergence guard's check of one step, and what a run's fingerprint covers (the whole runs are in
+test_runs_never_lie.py)."""
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import TINY_RUN  # beside this folder
+
+from markovformer.training.divergence import DivergenceGuard, TrainingDiverged
+from markovformer.training.fingerprint import run_fingerprint
+from markovformer.training.run_config import resolve_run_config
+
+
+def _with_gradient(value: float) -> torch.nn.Module:
+    """A module whose gradients are finite except possibly one entry, ``value``."""
+    module = torch.nn.Linear(2, 1)
+    for parameter in module.parameters():
+        parameter.grad = torch.full_like(parameter, 0.5)
+    module.weight.grad[0, 0] = value
+    return module
+
+
+def test_an_infinite_gradient_with_a_finite_loss_stops_the_run_naming_its_newest_checkpoint(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    for step in (5, 20, 100):
+        (tmp_path / "checkpoints" / f"step-{step:06d}.ckpt").write_bytes(b"")
+    guard = DivergenceGuard(tmp_path, lr=0.01)
+    guard.on_before_backward(None, None, torch.tensor(2.5))
+    trainer = SimpleNamespace(global_step=41)
+    guard.on_before_optimizer_step(trainer, _with_gradient(3.0), None)  # finite: training goes on
+    with pytest.raises(TrainingDiverged) as raised:
+        guard.on_before_optimizer_step(trainer, _with_gradient(float("inf")), None)
+    message = str(raised.value)
+    assert "at step 42:" in message and "gradient norm is inf" in message and "loss 2.5" in message
+    assert "its last checkpoint, step-000100.ckpt, is whole" in message
+
+
+def _fingerprint(tmp_path, name: str, tokenizer: str, **trainer) -> str:
+    values = copy.deepcopy(TINY_RUN)
+    values["trainer"].update(trainer)
+    run_dir = tmp_path / name
+    (run_dir / "tokenizer").mkdir(parents=True)
+    (run_dir / "tokenizer" / "tokenizer.json").write_text(tokenizer)
+    return run_fingerprint(resolve_run_config(values), run_dir)
+
+
+def test_the_fingerprint_follows_the_seed_and_the_tokenizer_but_not_the_schedule(tmp_path):
+    """The seed draws the data and the tokenizer fixes what ids mean: either makes other weights' inputs. The
+    schedule (steps, learning rate) does not, so an extended run keeps its fingerprint."""
+    base = _fingerprint(tmp_path, "base", '{"a": 1}')
+    assert _fingerprint(tmp_path, "extended", '{"a": 1}', max_steps=80, lr=1e-4) == base
+    assert _fingerprint(tmp_path, "reseeded", '{"a": 1}', seed=4) != base
+    assert _fingerprint(tmp_path, "retokenized", '{"a": 2}') != base
