@@ -10,9 +10,13 @@ import json
 
 import pytest
 import torch
+from markdown_tables import markdown_tables  # beside this file: pytest puts the folder on the path
 
-from markovformer.experiments import EXPERIMENTS, run_experiment
+from markovformer.experiments import EXPERIMENTS, mixers, run_experiment
 from markovformer.experiments import position_biases as pb
+from markovformer.experiments.fitting import FitResult
+from markovformer.experiments.report import ExperimentReport
+from markovformer.plots import position_biases as position_biases_plots
 
 
 def test_the_heaviest_kinds_match_the_reference_parameter_count():
@@ -46,7 +50,8 @@ def test_distance_profile_reads_attention_by_lag():
     ("change", "message"),
     [({"kinds": ("markov_local", "nope")}, r"kinds: 'nope'"), ({"hidden_sources": ("order-3",)}, "fixed-K"),
      ({"icl_orders": (4,)}, "icl_orders: 4"), ({"mixer_tasks": ("induction",)}, "mixer_tasks: 'induction'"),
-     ({"extrapolate": (1,)}, "extrapolate"), ({"profile_lags": 40}, "profile_lags=40")],  # fmt: skip
+     ({"extrapolate": (1,)}, "extrapolate"), ({"profile_lags": 40}, "profile_lags=40"),
+     ({"profile_lags": pb.QUICK.seq_len}, f"profile_lags={pb.QUICK.seq_len}")],  # no query t >= seq_len  # fmt: skip
 )
 def test_bad_settings_are_named(change, message):
     settings = dataclasses.replace(pb.QUICK, **({"kinds": ("markov_local",)} | change))
@@ -58,6 +63,8 @@ def test_the_default_and_quick_settings_are_valid():
     """The defaults asked MQAR for a vocabulary of 64 at seq_len 64: `experiment position-biases` failed at once."""
     pb.check_settings(pb.PositionBiasSettings())
     pb.check_settings(pb.QUICK)
+    pb.check_settings(dataclasses.replace(pb.QUICK, mixer_tasks=()))  # parts emptied: the others still run
+    pb.check_settings(dataclasses.replace(pb.QUICK, icl_orders=(), hidden_sources=()))
 
 
 @pytest.mark.slow
@@ -104,3 +111,93 @@ def test_the_expected_loss_weighs_every_sequence_alike_whatever_the_chunks():
         whole = pb.expected_loss_of(chain, model, sequences, chunk=100)
         chunked = pb.expected_loss_of(chain, model, sequences, chunk=64)
     assert chunked == pytest.approx(whole, rel=1e-12)
+
+
+# run_point and the report with the training stubbed: on the first seed, validation prefers lr 3e-3 while the test
+# split would prefer 1e-3, so a choice made on test shows; seed s adds s / 100 so each seed's run is told apart.
+MATCHED = {"section": {"d_model": 32, "attention": "softmax"}, "parameters": 1000, "ratio": 1.0}
+SEEDS = (0, 1, 2)
+
+
+@pytest.fixture
+def stubbed_cells(monkeypatch) -> list[tuple[float, int]]:
+    """The (lr, seed) of every cell trained, hidden-order and mixer/icl alike."""
+    trained = []
+
+    def hidden(source, section, lr, seed, settings, log=None):
+        trained.append((lr, seed))
+        val, test = {1e-3: (0.9, 0.4), 3e-3: (0.5, 0.8)}[lr]  # losses
+        return {"val_loss": val + seed / 100, "test_loss": test + seed / 100, "floor": 0.3, "seconds": 1.0,
+                "loss_by_length": {"1": test + seed / 100, "2": test + 0.2}, "profile": [[0.1, 0.8, 0.1]]}  # fmt: skip
+
+    def mixer(task, length, section, lr, seed, settings, log=None, kind=None):
+        trained.append((lr, seed))
+        val, test = {1e-3: (0.3, 0.95), 3e-3: (0.9, 0.2)}[lr]  # accuracies; losses move the other way
+        return {"val": {"accuracy": val, "loss": 1 - val}, "test": {"accuracy": test + seed / 100, "loss": 1 - test},
+                "bayes_add1": {"loss": 0.25}, "seconds": 1.0}  # fmt: skip
+
+    monkeypatch.setattr(pb, "hidden_cell", hidden)
+    monkeypatch.setattr(mixers, "train_cell", mixer)
+    return trained
+
+
+def _point(tmp_path, task: str, family: str, order: int) -> dict:
+    report = ExperimentReport(tmp_path, "t", log=lambda line: None, settings={})
+    settings = dataclasses.replace(pb.QUICK, lrs=(1e-3, 3e-3))
+    return pb.run_point(report, task, family, order, "softmax_rotary", MATCHED, settings, SEEDS, lambda line: None)
+
+
+def test_the_lr_is_picked_on_the_first_seeds_validation_and_every_seed_is_reported_once(stubbed_cells, tmp_path):
+    point = _point(tmp_path, "hidden_fixed-3", "hidden", 0)
+    assert point["lr"] == 3e-3  # the lower validation loss
+    assert sorted(stubbed_cells) == [(1e-3, 0), (3e-3, 0), (3e-3, 1), (3e-3, 2)]
+    assert point["excess"]["values"] == pytest.approx([0.8 + s / 100 - 0.3 for s in SEEDS])  # test loss - floor
+    assert point["floor"] == 0.3
+
+
+@pytest.mark.parametrize(("task", "family", "order"), [("mqar", "mixer", 0), ("icl_order2", "icl", 2)])
+def test_mixer_and_icl_points_pick_the_lr_on_validation_and_report_test(stubbed_cells, tmp_path, task, family, order):
+    point = _point(tmp_path, task, family, order)
+    assert point["lr"] == 3e-3  # best validation (accuracy for the mixers, loss for icl), the worse test score
+    assert point["test_accuracy"]["values"] == pytest.approx([0.2 + s / 100 for s in SEEDS])
+    if family == "icl":
+        assert point["excess"]["values"] == pytest.approx([0.8 - 0.25] * 3)  # test loss - Bayes add-1
+
+
+def test_a_hidden_cell_reports_the_test_set_which_is_not_the_validation_set(monkeypatch):
+    scored = []
+    expected_loss = pb.expected_loss_of
+
+    def recording(chain, model, sequences, chunk=64):
+        scored.append((sequences, expected_loss(chain, model, sequences, chunk)))
+        return scored[-1][1]
+
+    monkeypatch.setattr(pb, "expected_loss_of", recording)
+    monkeypatch.setattr(pb, "fit_on_stream", lambda model, loss, sample, evaluate, **options: FitResult(
+        steps=[0], evaluations=[float(evaluate())]))  # fmt: skip
+    settings = dataclasses.replace(pb.QUICK, extrapolate=(2,), val_examples=32, test_examples=32)
+    result = pb.hidden_cell("fixed-3", pb.kind_section("softmax_rotary", settings.d_model, settings), 3e-3, 0,
+                            settings)  # fmt: skip
+    (val, val_loss), (test, test_loss) = scored[:2]  # the fit's evaluation, then the test set at T
+    assert test.shape == val.shape and not torch.equal(test, val)
+    assert result["val_loss"] == val_loss and result["test_loss"] == test_loss != val_loss
+
+
+def test_the_report_tables_show_what_they_name(stubbed_cells, monkeypatch, tmp_path, kept_figures):
+    kept_figures(position_biases_plots)  # drawn, not written
+    def matched(vocab_size, settings):
+        return {kind: {**MATCHED, "ratio": {"markov_local": 1.2}.get(kind, 1.0)} for kind in settings.kinds}
+
+    monkeypatch.setattr(pb, "matched_sections", matched)
+    overrides = {"kinds": ["markov_local", "softmax_rotary"], "hidden_sources": ["fixed-2"], "icl_orders": [2],
+                 "mixer_tasks": ["mqar"], "lrs": [1e-3], "extrapolate": [2], "profile_lags": 2}  # fmt: skip
+    text = pb.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lambda line: None).read_text()
+    tables = {tuple(table[0]): table[1:] for table in markdown_tables(text)}
+    (parameters,) = [rows for header, rows in tables.items() if header[1] == "hidden_fixed-2"]
+    flagged = {row[0]: "(outside ±10%)" in row[1] for row in parameters}
+    assert flagged == {"Markov, local": True, "softmax + rotary": False}  # ratio 1.2 only
+    (mixer,) = [rows for header, rows in tables.items() if header[1:] == ("mqar",)]
+    assert all(row[1] == "0.950 (lr 0.001)" for row in mixer)  # test accuracy, not loss
+    (extrapolation,) = [rows for header, rows in tables.items() if header[-1].startswith("2T")]
+    assert all(row[1:] == ["0.1000", "0.3000"] for row in extrapolation)  # loss - floor at T and at 2T
+    assert "its loss: 0.2500" in text  # the Bayes add-1 predictor's, not a model's

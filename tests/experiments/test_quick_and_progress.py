@@ -10,7 +10,7 @@ import torch
 from markdown_tables import markdown_tables  # beside this file: pytest puts the folder on the path
 
 from markovformer.experiments import weight_tying
-from markovformer.experiments.fitting import Plateau, fit_on_stream, format_duration
+from markovformer.experiments.fitting import Plateau, fit_on_stream, format_duration, plateau_from
 from markovformer.experiments.report import ExperimentReport, markdown_table
 
 
@@ -35,6 +35,7 @@ def test_plateau_fires_only_when_the_last_evaluations_stopped_improving():
     assert not plateau.reached([1.0, 0.5, 0.5, 0.5, 0.48])  # a late drop of 0.02 still counts
     with pytest.raises(ValueError, match="patience"):
         Plateau(patience=0)
+    assert plateau_from(1, 0.01) == Plateau(1, 0.01) and plateau_from(0, 0.01) is None  # 0 alone turns it off
 
 
 def test_fit_stops_at_a_plateau_and_runs_to_the_end_without_one():
@@ -48,9 +49,22 @@ def test_fit_stops_at_a_plateau_and_runs_to_the_end_without_one():
     flat = fit_on_stream(model, loss_on_batch, lambda g: torch.ones(2, 1), lambda: 1.0, steps=100, lr=0.1, seed=0,
                          eval_every=10, plateau=Plateau(patience=2))  # fmt: skip
     assert flat.stopped_early and flat.steps == [0, 10, 20] and len(calls) == 20
+    # a plateau first reached at the last evaluation stops nothing: the fit ran all its steps
     full = fit_on_stream(model, loss_on_batch, lambda g: torch.ones(2, 1), lambda: 1.0, steps=30, lr=0.1, seed=0,
-                         eval_every=10)  # fmt: skip
+                         eval_every=10, plateau=Plateau(patience=3))  # fmt: skip
     assert not full.stopped_early and full.steps == [0, 10, 20, 30]
+
+
+def test_a_fit_evaluates_its_final_model_when_the_steps_are_not_a_multiple_of_eval_every():
+    """Plain SGD on the loss w (gradient 1) at lr 1: w = -n after n steps. Experiments report ``evaluations[-1]``
+    as the final loss, so the last step is evaluated too."""
+    weight = torch.nn.Parameter(torch.zeros(()))
+    model = torch.nn.Module()
+    model.weight = weight
+    result = fit_on_stream(model, lambda batch: weight * 1.0, lambda g: torch.ones(1), lambda: float(weight), steps=25,
+                           lr=1.0, seed=0, eval_every=10, optimizer="sgd")  # fmt: skip
+    assert result.steps == [0, 10, 20, 25]
+    assert result.evaluations == [0.0, -10.0, -20.0, -25.0]
 
 
 @pytest.mark.parametrize("decay", ["constant", "cosine", "linear"])

@@ -20,6 +20,7 @@ from markovformer.experiments.report import (
     revisions_of,
     seed_summary,
 )
+from markovformer.experiments.settings import single_seed
 
 
 def test_cached_cells_are_computed_once_and_reread(tmp_path):
@@ -177,6 +178,8 @@ def test_steps_to_reach_is_the_first_evaluation_within_tolerance():
     result = FitResult(steps=[0, 10, 20, 30], evaluations=[1.0, 0.62, 0.55, 0.505])
     assert steps_to_reach(result, 0.5, 0.06) == 20
     assert steps_to_reach(result, 0.5, 0.001) is None
+    # a value below the target has reached it (a held-out loss may undershoot a floor computed on a sample)
+    assert steps_to_reach(FitResult(steps=[0, 10, 20], evaluations=[1.0, 0.3, 0.5]), 0.5, 0.06) == 10
 
 
 def test_unknown_experiment_gets_a_suggestion(tmp_path):
@@ -240,6 +243,13 @@ def test_an_experiment_of_one_seed_refuses_several_instead_of_running_the_first(
     with pytest.raises(ValueError, match=f"{name} runs one seed, got --seeds 0 1 2: run it once per seed"):
         run_experiment(name, tmp_path, quick=True, seeds=(0, 1, 2))
     assert not (tmp_path / "cells").exists() and not (tmp_path / "report.md").exists()
+
+
+def test_a_one_seed_experiment_refuses_two_seeds_and_runs_the_one_it_is_given():
+    with pytest.raises(ValueError, match="landscape runs one seed, got --seeds 0 1"):
+        single_seed((0, 1), "landscape")
+    assert single_seed((7,), "landscape") == 7
+    assert single_seed(None, "landscape") == 0
 
 
 @pytest.mark.parametrize(

@@ -19,24 +19,34 @@ from markovformer.data.recipes.finance import FRACTIONS, daily_move_table, synth
 from markovformer.data.recipes.genomics import write_labelled_fasta
 from markovformer.data.recipes.speech import WORDS, read_speech_features, speech_bundle, write_speech_features
 from markovformer.data.splits import contiguous_split
-from markovformer.experiments import run_experiment
+from markovformer.experiments import run_experiment, table1_speed
+from markovformer.experiments.report import ExperimentReport, seed_summary
 from markovformer.experiments.table1 import (
+    DomainSetup,
     Table1Settings,
+    check_settings,
     choose_ratio,
     regime_scores,
+    run_config,
     set_up_domain,
     summarise,
     train_cell,
 )
 from markovformer.experiments.table1_models import (
+    ABLATIONS,
     MARKOVIAN,
     MODELS,
     SPEECH_STACK,
     data_paths,
+    data_section,
+    markovian_section,
     parameter_count,
+    variant_section,
     variants,
 )
+from markovformer.experiments.table1_report import write_report
 from markovformer.experiments.table1_speed import build, measure, measure_in_child
+from markovformer.plots import saving
 from markovformer.training import runner
 from markovformer.training.runner import evaluate, load_run
 
@@ -223,13 +233,14 @@ def test_summaries_use_the_sample_std_and_the_ratio_is_chosen_on_validation_in_t
 
     cells = [cell("speech", MARKOVIAN, 0, 0.5, 0.4), cell("speech", MARKOVIAN, 1, 0.3, 0.2),
              cell("speech", "ratio=0.25", 0, 0.2, 0.9), cell("speech", "ratio=0.25", 1, 0.4, 0.9),
-             cell("genomics", MARKOVIAN, 0, 0.7, 0.1), cell("genomics", "ratio=0.75", 0, 0.8, 0.0)]  # fmt: skip
+             cell("genomics", MARKOVIAN, 0, 0.7, 0.1), cell("genomics", "ratio=0.75", 0, 0.8, 0.0),
+             cell("genomics", "ablation-no_gru", 0, 0.9, 0.0)]  # fmt: skip
     summaries = summarise(cells)
     assert summaries["speech"][MARKOVIAN]["wer"]["std"] == pytest.approx(statistics.stdev([0.4, 0.2]))
     assert summaries["speech"][MARKOVIAN]["val_wer"]["mean"] == pytest.approx(0.4)
     assert summaries["genomics"][MARKOVIAN]["auroc"]["std"] is None  # one seed: no spread to report
     assert choose_ratio("speech", summaries) == "ratio=0.25"  # lower validation WER (0.3 < 0.4), worse test
-    assert choose_ratio("genomics", summaries) == "ratio=0.75"  # higher validation AUROC
+    assert choose_ratio("genomics", summaries) == "ratio=0.75"  # higher validation AUROC; an ablation is no ratio
 
 
 def test_cost_measurement_reports_a_training_step_and_failures_come_back_as_skipped():
@@ -249,8 +260,8 @@ def test_cost_measurement_reports_a_training_step_and_failures_come_back_as_skip
 def test_a_cell_depends_on_its_datas_bytes_and_not_on_where_it_lies():
     """Moved files (other paths, same bytes) keep a cell and its run directory; a re-prepared file (other bytes
     under the same name) does not: its cell and run are trained again instead of being read as the old data's."""
-    from markovformer.experiments.table1 import DomainSetup, cell_inputs, run_config
-    from markovformer.experiments.table1_models import data_section, markovian_section, run_name
+    from markovformer.experiments.table1 import cell_inputs
+    from markovformer.experiments.table1_models import run_name
 
     def setup(directory: str, digest: str) -> DomainSetup:
         data = data_section("finance", data_paths("finance", directory, "sp500"))
@@ -264,3 +275,149 @@ def test_a_cell_depends_on_its_datas_bytes_and_not_on_where_it_lies():
              for s in (here, moved, reprepared)]  # fmt: skip
     assert inputs[0] == inputs[1] and names[0] == names[1]
     assert inputs[0] != inputs[2] and names[0] != names[2]
+
+
+def test_settings_and_rows_are_refused_or_kept_at_their_boundaries():
+    with pytest.raises(ValueError, match="keep it in models"):  # ablations alone compare against nothing
+        check_settings(Table1Settings(models=("transformer",), ablations=("no_gru",), ratios=()))
+    with pytest.raises(ValueError, match="table1.genomics='sp500'"):
+        check_settings(Table1Settings(genomics="sp500"))
+    for ratio in (0.0, 1.0):  # all softmax or all Markov heads: a baseline, not a hybrid
+        with pytest.raises(ValueError, match=f"hybrid ratio {ratio!r}"):
+            variants((MARKOVIAN,), (), (ratio,))
+    assert list(variants((MARKOVIAN,), (), (0.5, 0.25))) == [MARKOVIAN, "ratio=0.25"]  # 0.5 is the MT's own row
+
+
+def test_each_ablation_and_ratio_row_changes_what_it_names():
+    markovian = markovian_section("genomics")
+    for name in ABLATIONS:
+        section = variant_section(f"ablation-{name}", markovian, 64, 100)
+        assert {key for key in section if section[key] != markovian.get(key)}, name  # else the full model twice
+    assert variant_section("ablation-no_gru", markovian, 64, 100)["gru"] is False and markovian["gru"] is True
+    assert variant_section("ratio=0.25", markovian, 64, 100)["markov_head_ratio"] == 0.25
+
+
+def test_ablations_and_ratios_keep_the_markovian_transformers_width(data_dir):
+    settings = settings_for(data_dir)
+    rows = variants((MARKOVIAN, "transformer"), ("no_gru", "pure_markov"), (0.25,))
+    setup = set_up_domain("genomics", settings, rows, log=lambda line: None)
+    for variant in ("ablation-no_gru", "ablation-pure_markov", "ratio=0.25"):
+        assert setup.sections[variant]["d_model"] == settings.d_model
+
+
+def test_speech_cells_train_with_the_ctc_budget():
+    settings = Table1Settings(steps=400, batch_size=32, ctc_steps=1000, ctc_batch_size=16)
+    for domain, dataset, steps, batch in (("speech", "digits", 1000, 16), ("finance", "sp500", 400, 32)):
+        data = data_section(domain, data_paths(domain, "data", dataset))
+        setup = DomainSetup(domain, dataset, data, {}, 0, {MARKOVIAN: markovian_section(domain)}, {})
+        trainer = run_config(setup, MARKOVIAN, settings, 0)["trainer"]
+        assert (trainer["max_steps"], trainer["batch_size"]) == (steps, batch)
+
+
+def test_peak_memory_adds_the_parameters_and_optimiser_state_and_is_read_at_memory_length(monkeypatch):
+    """With the process's own high-water mark at 0, the reported peak is the parameters and AdamW's two moments
+    (and its step counters), float32; and only the step at ``memory_length`` runs while the peak is being read."""
+    measuring = {"on": False, "lengths": []}
+
+    class NoProcessMemory:
+        isolated = True
+
+        def __init__(self, device):
+            pass
+
+        def start(self):
+            measuring["on"] = True
+
+        def peak_mib(self):
+            measuring["on"] = False
+            return 0.0
+
+    real_step = table1_speed.training_step
+
+    def step_of_length(model, optimizer, task, seq_len, seed=0):
+        step = real_step(model, optimizer, task, seq_len, seed)
+
+        def run():
+            if measuring["on"]:
+                measuring["lengths"].append(seq_len)
+            step()
+
+        return run
+
+    monkeypatch.setattr(table1_speed, "PeakMemory", NoProcessMemory)
+    monkeypatch.setattr(table1_speed, "training_step", step_of_length)
+    section = {"vocab_size": 6, "num_labels": 3, "d_model": 16, "n_layers": 1, "n_heads": 2, "causal": False,
+               "attention": "softmax"}  # fmt: skip
+    job = {"model_type": "markovian_transformer", "task": "sequence_classification", "section": section,
+           "memory_length": 24, "speed_length": 16, "repeats": 1}  # fmt: skip
+    result = table1_speed.measure(job)
+    tensors = list(build(job["model_type"], job["task"], section)[0].parameters())
+    elements = 3 * sum(t.numel() for t in tensors) + len(tensors)  # weights, exp_avg, exp_avg_sq; one step each
+    assert result["peak_mib"] == pytest.approx(elements * 4 / 2**20, rel=1e-9)
+    assert measuring["lengths"] == [24]
+
+
+# the report from hand-made results: every number below follows from these summaries
+ROWS = {MARKOVIAN: "Markovian Transformer", "transformer": "Transformer", "s4d": "S4D", "ablation-no_gru": "no GRU",
+        "ratio=0.25": "hybrid, Markov head ratio 0.25"}  # fmt: skip
+PARAMETERS = {MARKOVIAN: 10_000, "transformer": 10_500, "s4d": 12_000, "ablation-no_gru": 8_000, "ratio=0.25": 9_800}
+
+
+def _hand_made_results() -> dict:
+    S = seed_summary
+    genomics = {MARKOVIAN: {"auroc": S([0.80, 0.82]), "accuracy": S([0.7, 0.7]), "val_auroc": S([0.70, 0.72])},
+                "transformer": {"auroc": S([0.85, 0.85]), "accuracy": S([0.8, 0.8]), "val_auroc": S([0.8, 0.8])},
+                "s4d": {"auroc": S([0.70, 0.70]), "accuracy": S([0.6, 0.6]), "val_auroc": S([0.6, 0.6])},
+                "ablation-no_gru": {"auroc": S([0.78, 0.78]), "accuracy": S([0.7, 0.7]), "val_auroc": S([0.9, 0.9])},
+                "ratio=0.25": {"auroc": S([0.75, 0.77]), "accuracy": S([0.7, 0.7]), "val_auroc": S([0.74, 0.76])}}
+    speech = {MARKOVIAN: {"wer": S([0.30, 0.32]), "wer_recorded": S([0.5, 0.5]), "val_wer": S([0.3, 0.3])},
+              "transformer": {"wer": S([0.40, 0.40]), "wer_recorded": S([0.6, 0.6]), "val_wer": S([0.4, 0.4])},
+              "s4d": {"wer": S([0.30, 0.32]), "wer_recorded": S([0.6, 0.6]), "val_wer": S([0.4, 0.4])},
+              "ablation-no_gru": {"wer": S([0.35, 0.35]), "wer_recorded": S([0.6, 0.6]), "val_wer": S([0.4, 0.4])},
+              "ratio=0.25": {"wer": S([0.33, 0.33]), "wer_recorded": S([0.6, 0.6]), "val_wer": S([0.35, 0.35])}}
+    finance = {v: {"macro_f1": S([0.4, 0.4]), "val_macro_f1": S([0.4, 0.4]), "f1_low": S([0.3, 0.3]),
+                   "f1_medium": S([0.5, 0.5]), "f1_high": S([0.7, 0.7])} for v in ROWS}  # fmt: skip
+    setups = {d: {"dataset": "x", "info": {}, "longest": 10, "parameters": PARAMETERS,
+                  "d_model": {v: 64 for v in ROWS}} for d in ("genomics", "speech", "finance")}  # fmt: skip
+    speed = {MARKOVIAN: {"peak_mib": 123.0, "tokens_per_second": 4567.0, "threads": 1},
+             "transformer": {"peak_mib": 99.0, "tokens_per_second": 8000.0, "threads": 1}, "s4d": {"skipped": "oom"}}
+    return {"seeds": [0, 1], "skipped": {}, "rows": ROWS, "setups": setups, "cells": [],
+            "summaries": {"genomics": genomics, "speech": speech, "finance": finance},
+            "chosen_ratio": {"genomics": "ratio=0.25", "speech": MARKOVIAN, "finance": MARKOVIAN}, "speed": speed}
+
+
+def test_the_report_ranks_compares_and_tabulates_hand_made_results(tmp_path, kept_figures):
+    kept_figures(saving)  # drawn, not written
+    report = ExperimentReport(tmp_path, "t", log=lambda line: None, settings={})
+    report.results = _hand_made_results()
+    write_report(report, Table1Settings(data_dir="data"), quick=False)
+    text = report.write().read_text()
+    tables = markdown_tables(text)
+
+    def table(first_header: str) -> list[list[str]]:
+        (found,) = [t for t in tables if t[0][0] == first_header]
+        return found
+
+    # the verdicts rank the models only (no ablations or ratios): AUROC higher is better, WER lower is better, and
+    # a tie does not push the Markovian Transformer down
+    verdicts = {line[2:].split(":")[0]: line for line in text.splitlines() if line.startswith("- ") and "ranks" in line}
+    assert "ranks 2 of 3" in verdicts["genomics"] and "best Transformer (0.8500)" in verdicts["genomics"]
+    assert "ranks 1 of 3" in verdicts["speech"] and "tied with S4D" in verdicts["speech"]
+    table_one = [t for t in tables if t[0][:2] == ["model", "genomics: AUROC"]][0]
+    rows = {row[0]: row for row in table_one[1:]}
+    assert rows["Markovian Transformer"][-2:] == ["123", "4567"]  # peak MiB, then tokens/s
+    assert rows["S4D"][-2] == "skipped: oom"
+    ablations = {row[0]: row for row in table("Markovian Transformer")[1:]}
+    assert ablations["no GRU"][1].endswith(f"({0.78 - 0.81:+.4f})")  # ablation - full model, genomics AUROC
+    widths = [t for t in tables if t[0][1].endswith("vs MT")][0]
+    shown = {row[0]: row[1].split(" / ")[-1] for row in widths[1:]}
+    assert (shown["Transformer"], shown["S4D"], shown["no GRU"]) == ("+5.0%", "+20.0%", "-20.0%")
+    # only baselines count as unmatched: ablations keep the width and move the count on purpose
+    (unmatched,) = [line.split(":** ")[1] for line in text.splitlines() if line.startswith("**Not matched")]
+    assert sorted(unmatched.rstrip(".").split(", ")) == ["finance/s4d", "genomics/s4d", "speech/s4d"]
+    genomics_ratios = [row for row in table("domain")[1:] if row[0] == "genomics"]
+    assert [row[1] for row in genomics_ratios] == ["0.25", "0.5"]  # by the share of Markov heads, MT's 0.5 included
+    assert genomics_ratios[0][2:] == ["0.7500 ± 0.0141", "0.7600 ± 0.0141", "**chosen**"]  # validation, test
+    assert genomics_ratios[1][4] == ""
+    regimes = [t for t in tables if t[0][1].startswith("F1, ")][0]
+    assert regimes[1][1:] == ["0.3000 ± 0.0000", "0.5000 ± 0.0000", "0.7000 ± 0.0000"]  # low, medium, high

@@ -1,17 +1,25 @@
-"""Pieces of the icl-depth and order-recovery experiments that can be checked without training."""
+"""Pieces of the icl-depth, order-recovery and landscape experiments that can be checked without training (or with
+the training stubbed: what a cell scores, against which floor, and what its report's tables say)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 import torch
 import torch.nn.functional as F
+from markdown_tables import markdown_tables  # beside this file: pytest puts the folder on the path
 
-from markovformer.experiments.fitting import next_token_loss
+from markovformer.experiments import icl_depth, landscape, order_recovery
+from markovformer.experiments.fitting import FitResult, next_token_loss
 from markovformer.experiments.order_recovery import MIN_BIAS, effective_lag_bias, recovered_order
+from markovformer.markov import add_beta_loss, energy, lagged_chain
 from markovformer.models.markovian_transformer import (
     MarkovianTransformerConfig,
     MarkovianTransformerForCausalLM,
     gpt2_style_config,
 )
+from markovformer.plots import experiments as plots
 
 
 def test_recovered_order_reads_the_largest_used_lag():
@@ -57,3 +65,171 @@ def test_next_token_loss_scores_targets_from_position_k():
     logits = model(x).logits
     manual = torch.stack([F.cross_entropy(logits[b, t - 1], x[b, t]) for b in range(4) for t in range(order, 20)])
     torch.testing.assert_close(next_token_loss(model, x, order), manual.mean())
+
+
+def _column(table: list[list[str]], name: str) -> list[str]:
+    index = table[0].index(name)
+    return [row[index] for row in table[1:]]
+
+
+def _untrained_icl_cell(monkeypatch, order: int, settings: icl_depth.ICLSettings, curve=lambda bayes: [0.7]):
+    """``train_icl_cell`` with ``fit_on_stream`` stubbed: it draws the first training batch, evaluates once, and
+    returns ``curve(Bayes add-1 of the held-out set)`` at steps 0, 10, ... Returns the cell and what the cell scored
+    (held_out, first_target) and trained on first (batch)."""
+    seen: dict = {}
+
+    def recording_loss(model, x, first_target):
+        seen.update(held_out=x, first_target=first_target)
+        return torch.tensor(0.7)
+
+    def fit(model, loss_on_batch, sample_batch, evaluate, *, seed, **options):
+        seen["batch"] = sample_batch(torch.Generator().manual_seed(seed))  # the stream fit_on_stream draws first
+        evaluate()
+        evaluations = curve(add_beta_loss(seen["held_out"], order, 2, 1.0))
+        return FitResult(steps=[10 * i for i in range(len(evaluations))], evaluations=evaluations)
+
+    monkeypatch.setattr(icl_depth, "next_token_loss", recording_loss)
+    monkeypatch.setattr(icl_depth, "fit_on_stream", fit)
+    return icl_depth.train_icl_cell(order, 1, 0, settings), seen
+
+
+def test_icl_cell_scores_targets_from_k_against_the_order_k_floors_on_unseen_sequences(monkeypatch):
+    """The final (not the best) evaluation; steps to add-1 + 0.01 measured against add-1, not the oracle."""
+    settings = dataclasses.replace(icl_depth.ICLSettings(), d_model=16, n_heads=2, seq_len=64, batch_size=32,
+                                   eval_batch=32)  # fmt: skip
+    cell, seen = _untrained_icl_cell(monkeypatch, 3, settings, lambda bayes: [bayes + 0.3, bayes + 0.005, bayes + 0.02])
+    assert seen["first_target"] == 3  # targets t >= k, as the floors score
+    assert cell["bayes_add1"] == pytest.approx(add_beta_loss(seen["held_out"], 3, 2, 1.0))
+    assert cell["oracle"] < cell["bayes_add1"] - 0.01  # the sequence's own kernel beats estimating it
+    assert cell["final_loss"] == pytest.approx(cell["bayes_add1"] + 0.02)
+    assert cell["steps_to_add1_plus_0.01"] == 10
+    assert not torch.equal(seen["batch"], seen["held_out"])  # never trained on (batch_size = eval_batch)
+
+
+def test_icl_cells_draw_a_new_kernel_for_every_sequence(monkeypatch):
+    """The empirical P(1 | 0) varies across held-out sequences as U[0, 1] rows do (std ~0.29); one kernel shared by
+    every sequence leaves only sampling noise."""
+    settings = dataclasses.replace(icl_depth.ICLSettings(), d_model=16, n_heads=2, seq_len=128, eval_batch=64)
+    _, seen = _untrained_icl_cell(monkeypatch, 1, settings)
+    rates = []
+    for row in seen["held_out"]:
+        following = row[1:][row[:-1] == 0]
+        if len(following) >= 10:
+            rates.append(following.double().mean())
+    rates = torch.stack(rates)
+    assert len(rates) >= 30 and float(rates.std()) > 0.15, float(rates.std())
+
+
+def test_icl_depth_table_reports_final_loss_minus_add1(monkeypatch, tmp_path, kept_figures):
+    kept_figures(plots)  # drawn, not written
+    def cell(order, n_layers, seed, settings, log=None):
+        return {"order": order, "n_layers": n_layers, "seed": seed, "steps": [0, 10], "losses": [0.9, 0.6],
+                "final_loss": 0.6, "oracle": 0.45, "bayes_add1": 0.5, "steps_to_add1_plus_0.01": None,
+                "seconds": 3.0, "stopped_early": False, "parameters": 100}  # fmt: skip
+
+    monkeypatch.setattr(icl_depth, "train_icl_cell", cell)
+    report = icl_depth.run(tmp_path, quick=True, seeds=(0,), overrides={"orders": [2], "depths": [1]},
+                           log=lambda line: None)  # fmt: skip
+    table = markdown_tables(report.read_text())[0]
+    assert float(_column(table, "− add-1")[0]) == pytest.approx(0.6 - 0.5)
+    assert _column(table, "steps to add-1 + 0.01") == ["—"]
+
+
+TINY_RECOVERY = dataclasses.replace(order_recovery.RecoverySettings(), d_model=16, n_layers=1, n_heads=2, seq_len=32,
+                                    batch_size=8, eval_batch=16, max_order=3)  # fmt: skip
+
+
+def test_recovery_cells_train_on_every_lag_up_to_k_and_score_icl_against_add1_of_order_k(monkeypatch):
+    lags_seen, seen = [], {}
+
+    def recording_chain(num_symbols, lags, **options):
+        lags_seen.append(tuple(lags))
+        return lagged_chain(num_symbols, lags, **options)
+
+    def recording_loss(model, x, first_target):
+        seen.update(held_out=x, first_target=first_target)
+        return torch.tensor(0.7)
+
+    monkeypatch.setattr(order_recovery, "lagged_chain", recording_chain)
+    monkeypatch.setattr(order_recovery, "next_token_loss", recording_loss)
+    monkeypatch.setattr(order_recovery, "fit_on_stream", lambda model, loss, sample, evaluate, **options: FitResult(
+        steps=[0], evaluations=[float(evaluate())]))  # fmt: skip
+    order_recovery.train_recovery_cell("fixed-3", "softmax", 0, TINY_RECOVERY)
+    assert lags_seen == [(1, 2, 3)]
+    cell = order_recovery.train_recovery_cell("icl-2", "markov-global", 0, TINY_RECOVERY)
+    assert seen["first_target"] == 2
+    assert cell["floor"] == pytest.approx(add_beta_loss(seen["held_out"], 2, 2, 1.0))
+    # the global-scope Markovian Transformer's lags are read like the local one's
+    assert "recovered_order" in cell and len(cell["effective_bias"]) == TINY_RECOVERY.n_layers
+
+
+def test_order_recovery_refuses_an_order_below_one_naming_it(tmp_path):
+    with pytest.raises(ValueError, match="'fixed-0'"):
+        order_recovery.run(tmp_path, quick=True, seeds=(0,), overrides={"sources": ["fixed-0"]}, log=lambda l: None)
+
+
+def test_order_recovery_trains_a_global_markovian_on_icl_sources_and_tabulates_loss_minus_floor_and_max_over_heads(
+    monkeypatch, tmp_path, kept_figures
+):
+    kept_figures(plots)
+    trained = []
+    bias = [[[0.1, 0.9, 0.0], [0.7, 0.2, 0.3]]]  # 1 layer, 2 heads, attention lags 1..3
+
+    def cell(source, kind, seed, settings, log=None):
+        trained.append((source, kind))
+        result = {"source": source, "kind": kind, "seed": seed, "true_order": 2, "floor": 0.4, "floor_name": "floor",
+                  "steps": [0, 10], "losses": [1.0, 0.5], "final_loss": 0.5, "steps_to_converge": None,
+                  "seconds": 1.0}  # fmt: skip
+        if kind.startswith("markov"):
+            result.update(effective_bias=bias, recovered_order=3)
+        return result
+
+    monkeypatch.setattr(order_recovery, "train_recovery_cell", cell)
+    overrides = {"sources": ["fixed-2", "icl-2"], "max_order": 3}
+    report = order_recovery.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lambda line: None)
+    assert trained == [("fixed-2", "markov"), ("fixed-2", "softmax"), ("icl-2", "markov"),
+                       ("icl-2", "markov-global"), ("icl-2", "softmax")]  # fmt: skip
+    results, profile = markdown_tables(report.read_text())[:2]
+    assert [float(v) for v in _column(results, "− floor")] == pytest.approx([0.5 - 0.4] * 5)
+    assert [float(v) for v in profile[1][4:]] == pytest.approx([0.7, 0.9, 0.3])
+
+
+# Euler steps 10x the experiment's: the small starts still reach their minimum (from about 80 steps on)
+SHORT_FLOW = dataclasses.replace(landscape.LandscapeSettings(), starts=4, steps=120, lr=1.0)
+
+
+@pytest.mark.parametrize(("p", "q", "expected"), [(0.2, 0.3, "global minimum"), (0.7, 0.9, "unigram (e = 0)")])
+def test_small_starts_end_where_the_theory_says_and_the_energy_predicts_it(p, q, expected):
+    """Small initialisations converge to the global minimum when p + q < 1, to the unigram one when > 1."""
+    cell = landscape.flow_cell(p, q, 0, SHORT_FLOW)
+    small, large = cell["starts"]["small"], cell["starts"]["large"]
+    assert all(start["profiled_end"] == expected and start["predicted"] == expected for start in small)
+    assert max(max(abs(s["e0"]), abs(s["w0"])) for s in small) < 0.5  # σ = 0.1
+    assert max(max(abs(s["e0"]), abs(s["w0"])) for s in large) > 1.0  # σ = 0.8
+    for start in small + large:  # the largest departure from the start's energy: at least any kept point's
+        path = torch.tensor(start["path"], dtype=torch.float64)
+        along = energy(path[:, 0], path[:, 1])
+        assert start["energy_drift"] >= float((along - along[0]).abs().max()) - 1e-12
+        assert start["energy"] == pytest.approx(float(along[0]))
+
+
+def test_the_landscape_tables_count_where_each_flow_ended(monkeypatch, tmp_path, kept_figures):
+    kept_figures(plots)
+    def start(predicted, profiled, free):
+        return {"e0": 0.1, "w0": 0.1, "energy": 0.0, "predicted": predicted, "profiled_end": profiled,
+                "free_end": free, "free_loss": 0.5, "energy_drift": 0.01, "path": [[0.1, 0.1], [0.0, 0.2]]}
+
+    g, u, n = "global minimum", "unigram (e = 0)", "not converged"
+    starts = [start(g, g, n), start(u, g, g), start(g, u, u)]
+
+    def cell(p, q, seed, settings):
+        return {"p": p, "q": q, "seed": seed, "entropy_rate": 0.5, "unigram_entropy": 0.6,
+                "starts": {"small": starts, "large": starts}}  # fmt: skip
+
+    monkeypatch.setattr(landscape, "flow_cell", cell)
+    report = landscape.run(tmp_path, quick=True, seeds=None, overrides={"chains": [[0.2, 0.3]]}, log=lambda l: None)
+    ends, agreement = markdown_tables(report.read_text())[:2]
+    counts = {(row[2].split()[0], row[3]): row[4:] for row in ends[1:]}
+    assert counts[("small", "profiled")] == ["3", "2", "1", "0"]  # starts, → global, → unigram, not converged
+    assert counts[("small", "free")] == ["3", "1", "1", "1"]
+    assert _column(agreement, "energy prediction correct") == ["1", "1"]  # predicted = where the profiled flow ended

@@ -12,11 +12,14 @@ import pytest
 import torch
 from markdown_tables import markdown_tables  # beside this file
 
+from markovformer.data.synthetic.state_space import HiddenMarkovParameters, StickyHMMSource
 from markovformer.experiments import EXPERIMENTS, vmt
+from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.vmt import VMTSettings, text_data, transformer_model, vmt_model
-from markovformer.experiments.vmt_runs import vmt_run_values
+from markovformer.experiments.vmt_runs import EngineRun, _checkpoints, _tail_kl, stacked_documents, vmt_run_values
 from markovformer.experiments.vmt_training import add_one_frequencies, evaluate_transformer, evaluate_vmt
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
+from markovformer.plots import experiments as plots
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = dict(latent_dim=4, d_model=16, n_layers=1, n_heads=2, hidden_dim=32, batch_size=4, kl_warmup_steps=5,
@@ -172,3 +175,95 @@ def test_an_edited_text_trains_a_new_vmt_run(tmp_path):
         values = vmt_run_values(settings, data, window=16, steps=10, carry=True, seed=0)
         names.append(vmt_run_dir(values, tmp_path / "runs", "text").name)
     assert names[0] != names[1] and names[0] == names[2]
+
+
+HMM = {"doc_len": 64, "train_documents": 2, "val_documents": 3, "test_documents": 1}
+
+
+def _hmm_val_and_parameters() -> tuple[torch.Tensor, HiddenMarkovParameters]:
+    bundle = StickyHMMSource(**HMM).build(0)
+    return stacked_documents(bundle.val, "input_ids"), HiddenMarkovParameters(**bundle.info["parameters"])
+
+
+def test_the_restart_floor_restarts_the_forward_algorithm_at_every_window():
+    val, parameters = _hmm_val_and_parameters()
+    whole = -float(parameters.log_likelihood(val).mean())
+    assert vmt._restart_reference(parameters, val, 64) == pytest.approx(whole)  # one window: no restart
+    halves = -float(torch.cat([parameters.log_likelihood(val[:, :32]), parameters.log_likelihood(val[:, 32:])],
+                              dim=1).mean())  # fmt: skip
+    assert vmt._restart_reference(parameters, val, 32) == pytest.approx(halves)
+    assert halves > whole  # forgetting the state costs likelihood on a sticky HMM
+
+
+def test_a_part_2_cell_holds_the_exact_references_for_its_window(monkeypatch, tmp_path):
+    monkeypatch.setattr(vmt, "_sequence_cell", lambda kind, window, *args, **kwargs: {"model": kind, "window": window})
+    settings = VMTSettings(hmm_doc_len=64, hmm_train_documents=2, hmm_val_documents=3)
+    cell = vmt.memory_cell("vmt_carry", 32, settings, 0, tmp_path, lambda line: None)
+    val, parameters = _hmm_val_and_parameters()
+    assert cell["exact"] == pytest.approx(-float(parameters.log_likelihood(val).mean()), rel=1e-6)  # nats per token
+    assert cell["restart"] == pytest.approx(vmt._restart_reference(parameters, val, 32))
+    assert cell["exact"] < cell["restart"] < cell["marginal"] + 0.2
+
+
+def test_a_vmt_cells_importance_weighted_loss_lies_between_zero_and_its_elbo_loss(monkeypatch, tmp_path):
+    """−log P(tokens) >= 0, and −IW bounds it from above, below −ELBO (up to Monte-Carlo noise)."""
+    torch.manual_seed(0)
+    model = VariationalMarkovTransformer(VMTConfig(vocab_size=16, latent_dim=3, d_model=16, n_layers=1, n_heads=2,
+                                                   hidden_dim=16, window=4, skip_length=2)).eval()  # fmt: skip
+    monkeypatch.setattr(vmt, "train_vmt_run", lambda values, runs, name, log: EngineRun(tmp_path, model, 1.0, 0.1, []))
+    documents = torch.randint(0, 16, (3, 16), generator=torch.Generator().manual_seed(0))
+    cell = vmt._sequence_cell("vmt_carry", 4, {"source": "sticky_hmm"}, documents, documents, 16, 10,
+                              VMTSettings(iw_samples=20), 0, tmp_path, lambda line: None, "t")  # fmt: skip
+    assert 0 < cell["iw_loss"] < cell["loss"] + 0.05
+
+
+def _window_4_cells() -> list[dict]:
+    common = {"window": 4, "kl": 0.1, "train_kl": 0.1, "seconds": 1.0, "parameters": 100, "restart": 1.5, "exact": 0.9}
+    return [{**common, "model": "vmt_carry", "loss": 1.0, "iw_loss": math.log(2)},
+            {**common, "model": "vmt_no_carry", "loss": 1.3, "iw_loss": 1.2},
+            {**common, "model": "transformer", "loss": 0.8, "iw_loss": None}]
+
+
+def test_the_comparison_line_says_what_the_carry_gains_and_where_the_vmt_stands():
+    """Both differences are positive when the first-named model is worse (no carry 1.3 > carry 1.0 > 0.8)."""
+    line = vmt._comparison(_window_4_cells(), "nats/token")
+    assert "W=4: carry gains +0.3000, VMT with carry − Transformer +0.2000" in line
+    scaled = vmt._comparison(_window_4_cells(), "bits/char", scale=1 / math.log(2))
+    assert f"carry gains +{0.3 / math.log(2):.4f}" in scaled
+
+
+def test_the_sequence_table_gives_every_loss_in_its_unit():
+    columns, rows = vmt._sequence_table(_window_4_cells(), "bits/char", 5, scale=1 / math.log(2))
+    carry = dict(zip(columns, rows[0], strict=True))
+    assert carry["loss (bits/char)"] == pytest.approx(1 / math.log(2))
+    assert carry["IW K=5 (bits/char)"] == pytest.approx(1.0)  # ln 2 nats = 1 bit
+
+
+def test_part_1_states_each_bounds_gap_to_the_exact_likelihood(monkeypatch, tmp_path, kept_figures):
+    kept_figures(plots)  # drawn, not written
+    evaluations = [{"elbo": -1.5, "iw_1": -1.5, "iw_10": -1.3, "kl": 0.2, "reconstruction": -1.3},
+                   {"elbo": -1.2, "iw_1": -1.2, "iw_10": -1.1, "kl": 0.1, "reconstruction": -1.1}]
+    record = {"steps": [5, 10], "evaluations": evaluations, "seconds": 1.0, "train_kl": 0.1, "parameters": 10}
+    lg = {"exact": -1.0, "entropy_rate": 1.0, "models": {"learned": record}}
+    monkeypatch.setattr(vmt, "linear_gaussian_cell", lambda settings, seed, runs, log: lg)
+    report = ExperimentReport(tmp_path, "t", log=lambda line: None, settings={})
+    vmt.linear_gaussian_part(report, VMTSettings(lg_iw_samples=(1, 10)), 0, lambda line: None)
+    text = report.write().read_text()
+    assert "learned: ELBO 0.2000, IW K=1 0.2000, IW K=10 0.1000" in text  # exact − final bound, >= 0
+    (table,) = markdown_tables(text)
+    assert table[0][2:5] == ["ELBO", "IW K=1", "IW K=10"] and table[2][2:5] == ["-1.2", "-1.2", "-1.1"]
+
+
+def test_the_training_kl_is_the_mean_over_the_last_tenth_of_the_steps(tmp_path):
+    (tmp_path / "logs").mkdir()
+    rows = ["step,train/kl,train/loss"] + [f"{step},{step / 10},1.0" for step in range(10, 101, 10)]
+    (tmp_path / "logs" / "metrics.csv").write_text("\n".join(rows) + "\n")
+    assert _tail_kl(tmp_path, 100) == pytest.approx((9.0 + 10.0) / 2)  # the rows of steps 90 and 100
+
+
+def test_step_checkpoints_come_oldest_first_by_step_number(tmp_path):
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for step in (100, 20, 5):
+        (folder / f"step-{step}.ckpt").mkdir()
+    assert _checkpoints(tmp_path) == [(step, folder / f"step-{step}.ckpt") for step in (5, 20, 100)]

@@ -1,13 +1,21 @@
 """The weight-tying behaviour (tied, d = 4, p + q > 1 ends at the unigram minimum), trained for real (a short
-version of ``markovformer experiment weight-tying``)."""
+version of ``markovformer experiment weight-tying``); and, with the training stubbed, the verdict, the held-out
+floor and sequences, and the report's tables against the switching chain's closed forms."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
+import torch
+from markdown_tables import markdown_tables  # beside this file: pytest puts the folder on the path
 
+from markovformer.experiments import weight_tying
+from markovformer.experiments.fitting import FitResult
 from markovformer.experiments.weight_tying import WeightTyingSettings, train_switching_cell
+from markovformer.markov import switching_chain
+from markovformer.plots import experiments as plots
 
 FAST = replace(WeightTyingSettings(), steps=600, eval_every=600)
 
@@ -25,3 +33,70 @@ def test_untied_model_reaches_the_entropy_rate():
     assert cell["final_loss"] == pytest.approx(cell["entropy_rate"], abs=0.01)
     assert cell["p1_given_0"] == pytest.approx(0.7, abs=0.03)  # P(1 | 0) = p
     assert cell["p1_given_1"] == pytest.approx(0.1, abs=0.03)  # P(1 | 1) = 1 - q
+
+
+def _entropy(p: float) -> float:
+    return -sum(x * math.log(x) for x in (p, 1 - p) if x > 0)
+
+
+def _closed_forms(p: float, q: float) -> tuple[float, float, float]:
+    """P(p, q) flips 0 -> 1 with probability p and 1 -> 0 with q: π₁ = p / (p + q), the entropy rate
+    π₀ H(p) + π₁ H(q) and the unigram entropy H(π₁)."""
+    pi1 = p / (p + q)
+    return pi1, (1 - pi1) * _entropy(p) + pi1 * _entropy(q), _entropy(pi1)
+
+
+def test_the_verdict_names_the_reference_the_final_loss_reached():
+    _, rate, unigram = _closed_forms(0.7, 0.9)
+    cell = {"entropy_rate": rate, "unigram_entropy": unigram}
+    assert weight_tying.verdict({**cell, "final_loss": rate + 0.005}) == "entropy rate"
+    assert weight_tying.verdict({**cell, "final_loss": unigram - 0.005}) == "unigram H(π)"
+    assert weight_tying.verdict({**cell, "final_loss": unigram + 0.1}) == "neither"
+
+
+def test_the_held_out_floor_is_the_mean_conditional_entropy_of_the_held_out_contexts():
+    """The true kernel's expected loss on the held-out sequences: at every position t < T - 1, the entropy of
+    P(· | x_t), H(p) after a 0 and H(q) after a 1."""
+    p, q, settings = 0.2, 0.3, replace(WeightTyingSettings(), eval_batch=8, seq_len=32)
+    contexts = weight_tying.held_out_sequences(switching_chain(p, q), 0, settings)[:, :-1]
+    expected = float(torch.where(contexts == 0, _entropy(p), _entropy(q)).double().mean())
+    assert weight_tying.held_out_floor(p, q, 0, settings) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_cell_is_scored_on_sequences_it_never_trained_on(monkeypatch):
+    batches = []
+
+    def fit(model, loss_on_batch, sample_batch, evaluate, *, seed, **options):
+        batches.append(sample_batch(torch.Generator().manual_seed(seed)))  # the stream fit_on_stream draws first
+        return FitResult(steps=[0], evaluations=[float(evaluate())])
+
+    monkeypatch.setattr(weight_tying, "fit_on_stream", fit)
+    settings = replace(WeightTyingSettings(), eval_batch=64, batch_size=64)
+    train_switching_cell(0.2, 0.3, True, 0, settings)
+    assert not torch.equal(batches[0], weight_tying.held_out_sequences(switching_chain(0.2, 0.3), 0, settings))
+
+
+def test_the_report_tables_hold_the_chains_closed_forms(monkeypatch, tmp_path, kept_figures):
+    kept_figures(plots)  # drawn, not written
+    p, q = 0.2, 0.3
+    pi1, rate, unigram = _closed_forms(p, q)
+
+    def cell(p, q, tied, seed, settings, optimizer="sgd", log=None):
+        return {"p": p, "q": q, "tied": tied, "seed": seed, "optimizer": optimizer, "steps": [0, 50],
+                "losses": [0.7, 0.6], "final_loss": 0.6, "p1_given_0": 0.25, "p1_given_1": 0.65,
+                "entropy_rate": rate, "unigram_entropy": unigram, "seconds": 1.0, "stopped_early": False}  # fmt: skip
+
+    monkeypatch.setattr(weight_tying, "train_switching_cell", cell)
+    report = weight_tying.run(tmp_path, quick=True, seeds=(0,), overrides={"chains": [[p, q]]}, log=lambda l: None)
+    results, references = markdown_tables(report.read_text())
+    header, floor = results[0], weight_tying.held_out_floor(p, q, 0, weight_tying.QUICK)
+    for row in results[1:]:
+        value = dict(zip(header, row, strict=True))  # the later of the two "true" columns wins: read them by place
+        assert float(value["− true kernel"]) == pytest.approx(0.6 - floor, abs=1e-4)
+        assert float(value["− entropy rate"]) == pytest.approx(0.6 - rate, abs=1e-4)
+        assert float(value["− H(π)"]) == pytest.approx(0.6 - unigram, abs=1e-4)
+        true_after_0, true_after_1 = (float(row[header.index(rf"P(1\|{x})") + 1]) for x in (0, 1))
+        assert (true_after_0, true_after_1) == pytest.approx((p, 1 - q))
+        assert value["reached"] == "neither"
+    (row,) = references[1:]
+    assert [float(v) for v in row[2:]] == pytest.approx([rate, unigram, pi1], abs=1e-4)
