@@ -3,8 +3,10 @@ attention kind, fine-tuning from a trained run, Lightning's habits, comparable n
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import tomllib
@@ -305,8 +307,6 @@ def test_generate_samples_unconditionally_from_an_empty_prompt(char_run, main_cl
 
 def test_an_empty_prompt_without_a_line_break_never_starts_from_the_padding_id():
     """A tokenizer reserves id 0 for padding; a run without one (token ids) has no padding id to avoid."""
-    from types import SimpleNamespace
-
     from markovformer.training.tasks.base import unconditional_start
 
     class NoLineBreak:
@@ -322,8 +322,6 @@ def test_an_empty_prompt_without_a_line_break_never_starts_from_the_padding_id()
 
 
 def test_generate_refuses_a_prompt_id_equal_to_the_vocabulary_size_naming_the_prompt(small_run, main_cli):
-    import json
-
     vocab_size = json.loads((small_run / "run" / "model" / "config.json").read_text())["vocab_size"]
     done = main_cli("generate", str(small_run / "run"), "--prompt", f"0 {vocab_size}")
     assert_one_line_error(done, f"--prompt: token id {vocab_size} is outside the vocabulary")
