@@ -172,6 +172,20 @@ def test_init_from_refuses_to_tie_two_different_weights_of_the_source(tmp_path):
     assert tied.lm_head.weight is tied.model.embed.weight
 
 
+def test_init_from_refuses_a_source_with_tensors_this_model_lacks_naming_them(tmp_path):
+    """A two-layer source into a one-layer model: every tensor of the model is found, so only the source's second
+    layer, which would be dropped without a word, tells them apart."""
+    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+    from markovformer.training.init_from import initialise_from
+
+    size = dict(vocab_size=11, d_model=16, n_heads=2)
+    MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**size, n_layers=2)).save_pretrained(tmp_path / "deep")
+    shallow = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**size, n_layers=1))
+    unfit = r"does not fit this run's model: \d+ tensors differ \(model\.blocks\.1\.\S* \[[^]]*\] -> not in this model"
+    with pytest.raises(ConfigError, match=unfit):
+        initialise_from(shallow, tmp_path / "deep", [])
+
+
 def test_init_from_refuses_a_changed_vocabulary_unless_told_to_start_those_tensors_fresh(small_run, main_cli):
     run, config = small_run / "run", small_run / "tiny.yaml"
     refused = main_cli("train", str(config), f"init_from={run}", "data.num_symbols=6")

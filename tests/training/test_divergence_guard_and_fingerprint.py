@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import TINY_RUN  # beside this folder
 
-from markovformer.training.divergence import DivergenceGuard, TrainingDiverged
+from markovformer.training.divergence import DivergenceGuard, TrainingDiverged, gradient_norm
 from markovformer.training.fingerprint import run_fingerprint
 from markovformer.training.run_config import resolve_run_config
 
@@ -37,9 +37,12 @@ def test_an_infinite_gradient_with_a_finite_loss_stops_the_run_naming_its_newest
     assert "its last checkpoint, step-000100.ckpt, is whole" in message
 
 
-def _fingerprint(tmp_path, name: str, tokenizer: str, **trainer) -> str:
+def _fingerprint(tmp_path, name: str, tokenizer: str, model: dict | None = None, data: dict | None = None,
+                 **trainer) -> str:  # fmt: skip
     values = copy.deepcopy(TINY_RUN)
     values["trainer"].update(trainer)
+    values["model"].update(model or {})
+    values["data"].update(data or {})
     run_dir = tmp_path / name
     (run_dir / "tokenizer").mkdir(parents=True)
     (run_dir / "tokenizer" / "tokenizer.json").write_text(tokenizer)
@@ -53,3 +56,20 @@ def test_the_fingerprint_follows_the_seed_and_the_tokenizer_but_not_the_schedule
     assert _fingerprint(tmp_path, "extended", '{"a": 1}', max_steps=80, lr=1e-4) == base
     assert _fingerprint(tmp_path, "reseeded", '{"a": 1}', seed=4) != base
     assert _fingerprint(tmp_path, "retokenized", '{"a": 2}') != base
+
+
+def test_the_fingerprint_follows_the_model_and_the_data_options(tmp_path):
+    """Weights of a model with another dropout or order, or trained on another chain, are another run's, even where
+    every tensor has the same shape."""
+    base = _fingerprint(tmp_path, "base", "{}")
+    assert _fingerprint(tmp_path, "dropout", "{}", model={"dropout": 0.0}) != base
+    assert _fingerprint(tmp_path, "order", "{}", model={"max_order": 1}) != base
+    assert _fingerprint(tmp_path, "chain", "{}", data={"lags": [1, 3]}) != base
+
+
+def test_the_gradient_norm_is_the_2_norm_of_every_gradient_together():
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1, bias=False))
+    assert gradient_norm(module) == 0  # nothing has a gradient yet
+    module(torch.randn(4, 3)).square().sum().backward()
+    together = torch.cat([parameter.grad.flatten() for parameter in module.parameters()])
+    assert gradient_norm(module) == pytest.approx(torch.linalg.vector_norm(together).item(), rel=1e-6)

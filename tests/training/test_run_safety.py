@@ -273,6 +273,13 @@ def test_scoring_the_first_batch_leaves_the_random_state_and_the_mode(tiny_run):
     assert {"loss", "perplexity"} <= metrics.keys() and math.isfinite(metrics["loss"])
 
 
+def test_a_log_row_cut_short_by_a_kill_is_left_out(tmp_path):
+    """A kill inside a row's write leaves it without its newline, a number possibly cut (0.41 as 0.4): not a row."""
+    log = tmp_path / "metrics.csv"
+    log.write_text("step,train/loss\n1,0.52\n2,0.4")
+    assert read_log_rows(log) == (["step", "train/loss"], [{"step": "1", "train/loss": "0.52"}])
+
+
 def test_a_run_killed_in_its_final_files_logs_its_last_validation_once_at_its_step(tmp_path, main_cli, tiny_run):
     """A run whose last step is not a validation step validates after fit. Killed while writing its final files and
     resumed, it validates again: the row was labelled one step early (Lightning's count of stepped batches, which
@@ -300,3 +307,28 @@ def test_a_run_killed_in_its_final_files_logs_its_last_validation_once_at_its_st
     trained = [[(row["step"], row["train/loss"]) for row in rows if row.get("train/loss")] for rows in logs]
     assert trained[0] == trained[1] and trained[0][-1][0] == "12"  # the last step's train row stays
     assert [step for step, _ in validation_rows("whole")] == [5, 10, 12]
+
+
+def test_a_sigterm_in_a_checkpoint_step_writes_that_steps_checkpoint_and_names_it(tmp_path, tiny_run, monkeypatch):
+    """Step checkpoints are taken at a step's end and written at the next hook; a SIGTERM raised between the two
+    (Lightning raises it once the step's rows are logged) writes the taken one before the run stops, so the line
+    names it and the resume starts there, not a checkpoint_every earlier."""
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+    from markovformer.training.step_checkpoints import StepCheckpoints
+    from markovformer.training.trainer_config import RunTerminated
+
+    take = StepCheckpoints.on_train_batch_end
+
+    def stopped_after_step_10(self, trainer, *args):
+        take(self, trainer, *args)
+        if trainer.global_step == 10:
+            trainer._signal_connector.received_sigterm = True  # what Lightning's SIGTERM handler sets
+
+    monkeypatch.setattr(StepCheckpoints, "on_train_batch_end", stopped_after_step_10)
+    trainer = {**tiny_run["trainer"], "max_steps": 20, "eval_every": 100, "checkpoint_every": 5}
+    values = {**tiny_run, "output_dir": str(tmp_path / "run"), "trainer": trainer}
+    with pytest.raises(RunTerminated, match="at step 10 of 20: its last checkpoint is step-000010.ckpt"):
+        train(resolve_run_config(values))
+    saved = load_checkpoint_file(tmp_path / "run" / "checkpoints" / "step-000010.ckpt")
+    assert saved["global_step"] == 10
