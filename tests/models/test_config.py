@@ -22,6 +22,7 @@ BASE = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
         (dict(causal=True, gate_input="sequence"), "gate_input"),
         (dict(input_dim=8), "vocab_size"),
         (dict(vocab_size=None), "vocab_size"),
+        (dict(vocab_size=None, input_dim=8, tie_word_embeddings=True), "tie_word_embeddings"),
         (dict(dropout=-0.1), "dropout"),
         (dict(markov_head_ratio=1.5), "markov_head_ratio"),
         (dict(n_heads=0), "n_heads"),
