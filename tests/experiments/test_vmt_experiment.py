@@ -71,6 +71,7 @@ def test_transformer_scores_every_token_each_window_with_the_token_before_it_and
 
     model = Uniform()
     documents = torch.randint(0, 7, (2, 20), generator=torch.Generator().manual_seed(0))
+    documents[:, :2] = torch.tensor([0, 1])  # the first tokens more frequent in training than the second ones
     loss = evaluate_transformer(model, documents, window=8, first_token_probs=torch.full((7,), 1 / 7))
     assert loss == pytest.approx(math.log(7))
     assert model.lengths == [8, 9, 5]  # the first window alone, then one token of context before each
@@ -80,6 +81,15 @@ def test_transformer_scores_every_token_each_window_with_the_token_before_it_and
     assert torch.allclose(probs, torch.tensor([4, 2, 2, 2, 2, 2, 2], dtype=torch.float64) / 16)
     expected = (-float(probs[documents[:, 0]].log().sum()) + 2 * 19 * math.log(7)) / 40
     assert evaluate_transformer(model, documents, window=8, first_token_probs=probs) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("window, longest", [(4, 3), (8, 7), (16, 8)])
+def test_the_skip_posterior_trains_on_skips_that_fit_a_window_up_to_8(window, longest):
+    """A skip as long as the window pairs no two latents of it (a draw with no term): the longest is window - 1."""
+    settings = VMTSettings()
+    values = vmt_run_values(settings, {"source": "sticky_hmm"}, window=window, steps=10, carry=True, seed=0)
+    assert values["model"]["skip_length"] == longest
+    assert vmt_model(settings, window, 0, vocab_size=7).config.skip_length == longest
 
 
 def test_the_transformer_baseline_has_about_the_vmts_size():

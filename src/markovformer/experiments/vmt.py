@@ -45,6 +45,7 @@ from markovformer.experiments.report import ExperimentReport, file_digest
 from markovformer.experiments.settings import configure, single_seed
 from markovformer.experiments.vmt_runs import (
     load_checkpoint_model,
+    skip_length,
     stacked_documents,
     train_vmt_run,
     vmt_run_values,
@@ -126,7 +127,7 @@ def vmt_model(settings: VMTSettings, window: int, seed: int, **inputs) -> Variat
     torch.manual_seed(seed)
     values = dict(latent_dim=settings.latent_dim, d_model=settings.d_model, n_layers=settings.n_layers,
                   n_heads=settings.n_heads, hidden_dim=settings.hidden_dim, window=window,
-                  skip_length=max(2, min(8, window - 1)), posterior=settings.posterior,
+                  skip_length=skip_length(window), posterior=settings.posterior,
                   free_bits=settings.free_bits)  # fmt: skip
     return VariationalMarkovTransformer(VMTConfig(**{**values, **inputs}))
 

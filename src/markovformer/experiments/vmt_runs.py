@@ -41,6 +41,12 @@ class EngineRun:
     checkpoints: list[tuple[int, Path]]
 
 
+def skip_length(window: int) -> int:
+    """The longest skip the skip posterior trains on (t drawn from 2..skip_length): the longest a window holds,
+    window - 1 (a longer one pairs no two latents of the window), at most 8 as the reference, at least 2."""
+    return max(2, min(8, window - 1))
+
+
 def vmt_run_values(
     settings: VMTSettings, data: dict, *, window: int, steps: int, carry: bool, seed: int,
     eval_every: int | None = None, latent_dim: int | None = None,
@@ -51,7 +57,7 @@ def vmt_run_values(
     every = eval_every or steps
     model = {"latent_dim": latent_dim or settings.latent_dim, "d_model": settings.d_model,
              "n_layers": settings.n_layers, "n_heads": settings.n_heads, "hidden_dim": settings.hidden_dim,
-             "window": window, "skip_length": max(2, min(8, window - 1)), "posterior": settings.posterior,
+             "window": window, "skip_length": skip_length(window), "posterior": settings.posterior,
              "free_bits": settings.free_bits}  # fmt: skip
     trainer = {"max_steps": steps, "batch_size": settings.batch_size, "lr": settings.lr, "weight_decay": 0.0,
                "betas": (0.9, 0.999), "warmup_steps": 0, "lr_floor": 1.0, "gradient_clip": 1.0, "seed": seed,
@@ -118,4 +124,5 @@ def stacked_documents(examples: list[dict], key: str, length: int | None = None)
     return torch.stack(kept)
 
 
-__all__ = ["EngineRun", "load_checkpoint_model", "stacked_documents", "train_vmt_run", "vmt_run_dir", "vmt_run_values"]
+__all__ = ["EngineRun", "load_checkpoint_model", "skip_length", "stacked_documents", "train_vmt_run", "vmt_run_dir",
+           "vmt_run_values"]
