@@ -77,11 +77,27 @@ def test_per_layer_options_round_trip_through_a_config_dict():
     ({"kind": "rff", "num_features": -3}, r"attention\[1\]\.num_features=-3"),
     ({"kind": "markov", "window": 1, "max_order": 3}, r"attention\[1\]\.window=1: smaller than max_order=3"),
     ({"kind": "softmax", "num_features": 8}, r"layer 1: kind 'softmax' has no option 'num_features'"),
+    # a causal model's layer may not read the future: through a gate pooled over the sequence, or future biases
+    ({"kind": "markov", "gate_input": "sequence"}, r"attention\[1\]\.gate_input='sequence': .* needs bidirectional"),
+    ({"kind": "hybrid_split", "gate_input": "sequence"}, r"attention\[1\]\.gate_input='sequence'"),
+    ({"kind": "hybrid_parallel", "gate_input": "sequence"}, r"attention\[1\]\.gate_input='sequence'"),
+    ({"kind": "markov", "bidirectional": True}, r"attention\[1\]\.bidirectional=True: a causal model cannot attend"),
 ])  # fmt: skip
 def test_an_invalid_per_layer_option_raises_once_naming_the_layer_option_and_value(entry, message):
     with pytest.raises(ValueError, match=message) as raised:
         MarkovianTransformerConfig(**SIZE, attention=["markov", entry, "markov"])
     assert str(raised.value).count("attention") <= 2  # one report, not one per place that checks
+
+
+def test_a_per_layer_sequence_gate_is_built_in_a_bidirectional_model():
+    """A causal model refuses it (above): the gate pools the whole sequence, and a causal model's layer built with
+    it (accepted before) changed earlier outputs when the last token changed, and decoded otherwise than it scored."""
+    from markovformer import MarkovianTransformerModel
+
+    entry = {"kind": "markov", "gate_input": "sequence"}
+    model = MarkovianTransformerModel(MarkovianTransformerConfig(**SIZE, causal=False, attention=["markov", entry,
+                                                                                                  "markov"]))
+    assert [block.attention.cores[0].markov_bias.gate_input for block in model.blocks] == ["token", "sequence", "token"]
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -96,8 +96,8 @@ class MarkovAttention(SelfAttention):
 @dataclasses.dataclass(frozen=True)
 class MarkovOptions:
     """The options of attention kind "markov", named as the config fields: the one home of their defaults and of
-    the rules on each value alone (``ValueError("field=value: why")``). Rules that tie an option to the model
-    (causal, the scope and window of the other layers) are the model config's."""
+    the rules on their values (``ValueError("field=value: why")``). Rules that tie an option to the model (causal,
+    the scope and window of the other layers) are the model config's."""
 
     max_order: int = option(4, interval(1, integer=True))
     bidirectional: bool | None = None
@@ -120,6 +120,9 @@ class MarkovOptions:
         if self.scope == "local" and self.window < self.max_order:
             raise ValueError(f"window={self.window!r}: smaller than max_order={self.max_order}: lags beyond the "
                              "window are never seen")  # fmt: skip
+        if self.gate_input == "sequence" and self.bidirectional is False:  # None: the model config resolves it
+            raise ValueError("gate_input='sequence': the gate pools the whole sequence, the future included; it "
+                             "needs bidirectional=True")  # fmt: skip
 
     @classmethod
     def check_values(cls, owner: str, values: dict) -> None:

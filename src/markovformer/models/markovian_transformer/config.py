@@ -154,8 +154,8 @@ class MarkovianTransformerConfig(ModelConfig):
             self.bidirectional = not self.causal
         if self.causal and self.bidirectional:
             fail("bidirectional", "a causal model cannot attend to the future; set causal=False")
-        if self.gate_input == "sequence" and not self.bidirectional:
-            fail("gate_input", "'sequence' reads the whole sequence (the future); it needs bidirectional=True")
+        MarkovOptions.check_values(type(self).__name__, {"gate_input": self.gate_input,
+                                                          "bidirectional": self.bidirectional})  # fmt: skip
         if self.scope == "local":
             if self.window is None and "max_order" not in self._options_read(kinds - {"softmax"}):
                 fail("window", f"scope='local' {'/'.join(sorted(kinds))} attention needs a window (keys t-window..t "
@@ -250,6 +250,9 @@ class MarkovianTransformerConfig(ModelConfig):
                 settings = ATTENTION_KINDS[kind].options(**values)  # the kind's rules and defaults, applied once
             except ValueError as error:
                 raise ValueError(f"{where}.{error}") from None
+            if self.causal and getattr(settings, "bidirectional", None):
+                raise ValueError(f"{where}.bidirectional=True: a causal model cannot attend to the future; set "
+                                 "causal=False")  # fmt: skip
             if "scope" in names and own:
                 if settings.scope == "local" and settings.window is None:
                     raise ValueError(f"{where}.window=None: scope='local' {kind} attention needs a window")
