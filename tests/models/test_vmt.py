@@ -436,6 +436,7 @@ def test_default_config_is_a_small_token_model():
         ({"vocab_size": 5, "posterior": "maf"}, "posterior='maf'"),
         ({"vocab_size": 5, "posterior": "flow", "latent_dim": 1}, "latent_dim=1"),
         ({"vocab_size": 5, "free_bits": -1.0}, "free_bits=-1.0"),
+        ({"vocab_size": 5, "free_bits": float("inf")}, "free_bits=inf: must be a finite number"),  # the loss was inf
         ({"vocab_size": 5, "dropout": 1.0}, "dropout=1.0"),
         ({"vocab_size": 5, "window": 0}, "window=0"),
     ],
@@ -459,6 +460,23 @@ def test_bad_inputs_are_named():
         model(input_ids=torch.tensor([[1, 2]]), attention_mask=torch.tensor([[0, 0]]))
     with pytest.raises(ValueError, match="num_samples=0"):
         model.elbo(torch.tensor([[1, 2]]), num_samples=0)
+
+
+@pytest.mark.parametrize("value", [2, 0.5])
+def test_a_mask_value_other_than_0_and_1_is_refused_naming_it(value):
+    """It was read as a real token (a row masked 1, 1, 2 scored as one masked 1, 1, 1), and the document walk's
+    lengths summed the values (2 counted as two tokens)."""
+    from markovformer.models.vmt.documents import walk_documents
+
+    model, ids = tiny_vmt(), torch.tensor([[1, 2, 3]])
+    mask = torch.tensor([[1, 1, value]])
+    named = f"attention_mask must hold only 0 \\(padding\\) and 1 \\(real token\\); got {value}"
+    with pytest.raises(ValueError, match=named):
+        model(input_ids=ids, attention_mask=mask)
+    with pytest.raises(ValueError, match=named):
+        next(walk_documents(model, ids, mask, window=2))  # a generator: checked at its first window
+    with pytest.raises(ValueError, match=named):
+        model.generate(ids, attention_mask=mask, max_new_tokens=1)
 
 
 def test_resampling_never_draws_a_non_finite_weight_and_survives_a_row_without_any():

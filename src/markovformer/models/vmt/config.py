@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from markovformer.models.config_base import ModelConfig
 
@@ -89,8 +90,9 @@ class VMTConfig(ModelConfig):
             fail("posterior", f"must be one of {POSTERIORS}")
         if self.posterior == "flow" and self.latent_dim < 2:
             fail("latent_dim", "an affine-coupling flow posterior splits the latent in two halves: needs >= 2")
-        if isinstance(self.free_bits, bool) or not isinstance(self.free_bits, (int, float)) or not self.free_bits >= 0:
-            fail("free_bits", "must be a number >= 0 (nats per token)")
+        if (isinstance(self.free_bits, bool) or not isinstance(self.free_bits, (int, float))
+                or not 0 <= self.free_bits < math.inf):  # fmt: skip
+            fail("free_bits", "must be a finite number >= 0 (nats per token)")
         if not 0.0 <= self.dropout < 1.0:
             fail("dropout", "must lie in [0, 1)")
         if not isinstance(self.generative_from_data, bool):

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from markovformer.models.vmt.outputs import VMTBound, VMTElbo
+from markovformer.ops.padding import check_attention_mask
 
 
 class WindowScores(NamedTuple):
@@ -38,6 +39,8 @@ def walk_documents(
     from P(x_1). Noise for the ELBO and for the bounds comes from ``elbo_generator`` and ``iw_generator`` (they may
     be the same one), drawn window by window, ELBO first."""
     mask = attention_mask
+    if mask is not None:
+        check_attention_mask(mask, documents.shape[:2])
     lengths = (
         torch.full((len(documents),), documents.shape[1], device=documents.device)
         if mask is None

@@ -40,7 +40,7 @@ from markovformer.models.vmt.densities import (
 )
 from markovformer.models.vmt.outputs import SampledPaths, VMTBound, VMTElbo, VMTOutput
 from markovformer.models.vmt.posterior import build_posterior
-from markovformer.ops.padding import reverse_within_lengths, right_padded_lengths
+from markovformer.ops.padding import check_attention_mask, reverse_within_lengths, right_padded_lengths
 
 
 def resampling_probabilities(log_weights: Tensor) -> Tensor:
@@ -106,9 +106,7 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
         if attention_mask is None:
             mask = torch.ones(y.shape[:2], dtype=torch.bool, device=y.device)
         else:
-            if tuple(attention_mask.shape) != tuple(y.shape[:2]):
-                raise ValueError(f"attention_mask must be (B, T) = {tuple(y.shape[:2])}; got "
-                                 f"{tuple(attention_mask.shape)}")  # fmt: skip
+            check_attention_mask(attention_mask, y.shape[:2])
             right_padded_lengths(attention_mask, "VariationalMarkovTransformer")
             mask = attention_mask.bool()
         check_rows_have_tokens(mask, "attention_mask")
@@ -404,6 +402,8 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
     def check_generation_inputs(self, input_ids: Tensor, attention_mask: Tensor | None) -> None:
         """ValueError for an empty batch or a padded prompt."""
         check_not_empty(input_ids, "input_ids", positions=False)  # a prompt may be empty, a batch may not
+        if attention_mask is not None:
+            check_attention_mask(attention_mask, input_ids.shape[:2])
         if attention_mask is not None and not bool(attention_mask.bool().all()):
             raise ValueError("the VMT generates from unpadded prompts: give rows of equal length")
 
