@@ -106,8 +106,14 @@ def test_mlp_width_defaults_to_four_times_the_embedding():
 
 def test_bad_inputs_and_configs_are_named():
     model = _random_model(True)
-    with pytest.raises(ValueError, match="only the symbols 0 and 1"):
+    with pytest.raises(ValueError, match="input_ids must hold only the symbols 0 and 1; got 2"):
         model(torch.tensor([[0, 2, 1]]))
+    symbols = torch.tensor([[0, 1, 1, 0]])
+    for labels in ([[0, 2, 1, 5]], [[0, -1, 1, 0]]):  # binary cross-entropy scored them as soft targets
+        with pytest.raises(ValueError, match=f"labels must hold only the symbols 0 and 1; got {labels[0][1]}"):
+            model(symbols, labels=torch.tensor(labels))
+    with pytest.raises(ValueError, match=r"labels must be \(B, T\) = \(1, 4\); got \(1, 3\)"):
+        model(symbols, labels=symbols[:, :3])
     with pytest.raises(ValueError, match="max_positions=16"):
         model(torch.zeros(1, 17, dtype=torch.long))
     with pytest.raises(ValueError, match="BinaryTransformerConfig.n_heads=3"):

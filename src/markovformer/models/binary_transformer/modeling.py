@@ -27,6 +27,13 @@ class BinaryTransformerOutput:
     loss: Tensor | None = None
 
 
+def check_binary(symbols: Tensor, name: str) -> None:
+    """ValueError naming ``name`` and the first value that is neither 0 nor 1."""
+    bad = (symbols != 0) & (symbols != 1)
+    if bool(bad.any()):
+        raise ValueError(f"{name} must hold only the symbols 0 and 1; got {symbols[bad].flatten()[0].item()!r}")
+
+
 class _Layer(nn.Module):
     def __init__(self, config: BinaryTransformerConfig) -> None:
         super().__init__()
@@ -78,8 +85,11 @@ class BinaryTransformer(PreTrainedModel):
         length = input_ids.shape[1]
         if length > self.config.max_positions:
             raise ValueError(f"sequence length {length} exceeds max_positions={self.config.max_positions}")
-        if input_ids.numel() and not ((input_ids == 0) | (input_ids == 1)).all():
-            raise ValueError("input_ids must hold only the symbols 0 and 1")
+        check_binary(input_ids, "input_ids")
+        if labels is not None:
+            if tuple(labels.shape) != tuple(input_ids.shape):
+                raise ValueError(f"labels must be (B, T) = {tuple(input_ids.shape)}; got {tuple(labels.shape)}")
+            check_binary(labels, "labels")  # binary cross-entropy would read any other value as a soft target
         hidden = input_ids.to(self.embedding.dtype)[..., None] * self.embedding + self.positions[:length]
         for layer in self.layers:
             hidden = layer(hidden)
