@@ -1,6 +1,6 @@
 """The sequence-mixer tasks (``synthetic.tasks``) as data sources for causal-LM runs: ``mqar``, ``induction``,
 ``selective_copy`` and ``icl_markov``. Each split is generated from its own seeded stream (``generated_splits``);
-the bundle's ``info["reference"]`` holds the chance accuracy (and, for ``icl_markov``, the Bayes add-1 loss of the
+the bundle's ``info["reference"]`` holds the chance accuracy (and, for ``icl_markov``, the Bayes loss of the
 validation and test sequences)."""
 
 from __future__ import annotations
@@ -106,8 +106,9 @@ class SelectiveCopySource:
 @dataclasses.dataclass
 class ICLMarkovSource:
     """In-context Markov chains: order ``order`` over ``num_symbols`` symbols, a kernel with rows ~
-    Dirichlet(``beta``) redrawn per sequence; the references are the chance accuracy and the Bayes add-1 losses of
-    the validation and test sequences (``bayes_add1_val_loss``, ``bayes_add1_test_loss``)."""
+    Dirichlet(``beta``) redrawn per sequence; the references are the chance accuracy and the Bayes losses of the
+    validation and test sequences (``bayes_val_loss``, ``bayes_test_loss``): the add-``beta`` estimator's, the
+    posterior predictive under that prior (add-1 only when ``beta`` is 1)."""
 
     seq_len: int = 128
     order: int = 1
@@ -131,8 +132,8 @@ class ICLMarkovSource:
                          {"chance_accuracy": tasks.chance_accuracy("icl_markov", self.num_symbols)})  # fmt: skip
         for split in ("val", "test"):
             sequences = torch.stack([example["input_ids"] for example in getattr(bundle, split)])
-            bundle.info["reference"][f"bayes_add1_{split}_loss"] = add_beta_loss(sequences, self.order,
-                                                                                 self.num_symbols, 1.0)  # fmt: skip
+            bundle.info["reference"][f"bayes_{split}_loss"] = add_beta_loss(sequences, self.order, self.num_symbols,
+                                                                            self.beta)  # fmt: skip
         return bundle
 
 
