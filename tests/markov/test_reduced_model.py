@@ -56,6 +56,14 @@ def test_unigram_line_gives_marginal_entropy(p, q):
     assert reduced_loss(0.0, 0.0, unigram_bias(p, q) + 0.01, p, q) > chain.marginal_entropy()
 
 
+@pytest.mark.parametrize("p, q", [(0.3, 0.0), (0.0, 0.3), (0.2, 0.3)])
+def test_the_unigram_bias_is_the_logit_of_the_stationary_probability_of_1_even_when_a_rate_is_0(p, q):
+    """With a rate of 0 the chain stays in one state: the logit is ±inf (it raised ZeroDivisionError at q = 0 and
+    a bare "math domain error" at p = 0, rates the chain's own check accepts)."""
+    pi_1 = p / (p + q)
+    assert torch.sigmoid(torch.tensor(unigram_bias(p, q), dtype=torch.float64)).item() == pytest.approx(pi_1)
+
+
 @pytest.mark.parametrize("p, q", [(0.2, 0.3), (0.7, 0.9)])
 def test_global_minimum_reaches_entropy_rate(p, q):
     # the model can express any pair of logits: slope e^2 (1 + 2w|w|) spans R, bias absorbs the offset

@@ -97,8 +97,11 @@ def saddle_point() -> tuple[float, float]:
 
 
 def unigram_bias(p: float, q: float) -> float:
-    """The optimal b on the line e = 0: logit(π(1)) = log(p / q), giving loss H(π)."""
+    """The optimal b on the line e = 0: logit(π(1)) = log(p / q), giving loss H(π); ±inf when a rate is 0 (the
+    chain stays in one state, π(1) is 1 or 0)."""
     check_switching_rates(p, q)
+    if p == 0 or q == 0:
+        return math.copysign(math.inf, p - q)
     return math.log(p / q)
 
 
