@@ -404,8 +404,8 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
         check_not_empty(input_ids, "input_ids", positions=False)  # a prompt may be empty, a batch may not
         if attention_mask is not None:
             check_attention_mask(attention_mask, input_ids.shape[:2])
-        if attention_mask is not None and not bool(attention_mask.bool().all()):
-            raise ValueError("the VMT generates from unpadded prompts: give rows of equal length")
+            if not bool(attention_mask.bool().all()):
+                raise ValueError("the VMT generates from unpadded prompts: give rows of equal length")
 
     def generate_from(
         self, input_ids: Tensor, attention_mask: Tensor | None, config: GenerationConfig,

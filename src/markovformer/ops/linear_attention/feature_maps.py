@@ -88,10 +88,10 @@ def positive_features(x: Tensor, projection: Tensor, *, is_query: bool = False) 
 
 
 def trig_features(x: Tensor, projection: Tensor) -> Tensor:
-    """The reference's trigonometric features [cos(Wx'), sin(Wx')] / sqrt(M), may be negative: x (..., Dh),
-    projection (M, Dh) -> (..., 2M). Like the positive map they read x' = x·Dh^{-1/4} (softmax's temperature), so
-    they estimate the Gaussian kernel exp(-|q' - k'|^2 / 2); the reference code reads x itself (SPEC 2.5: the
-    kernel's exponent Dh^{1/2} times larger, a narrower kernel)."""
+    """Trigonometric features [cos(Wx'), sin(Wx')] / sqrt(M), may be negative: x (..., Dh), projection (M, Dh) ->
+    (..., 2M). The reference's form, but on x' = x·Dh^{-1/4} (softmax's temperature) as the positive map, so they
+    estimate the Gaussian kernel exp(-|q' - k'|^2 / 2); the reference code reads x itself (SPEC 2.5: the kernel's
+    exponent Dh^{1/2} times larger, a narrower kernel)."""
     _, projected = _project(x, projection)
     features = torch.cat([torch.cos(projected), torch.sin(projected)], dim=-1) * projection.shape[0] ** -0.5
     return features.to(x.dtype)
