@@ -1,0 +1,223 @@
+"""The README's code, as a reader uses it: its Python blocks run in order in one namespace (as pasted into one
+session), with the claims their comments make asserted; its YAML block builds the layers its text describes; and
+every ``markovformer`` command in it and in docs/ is read by the command's own parser: each flag exists for its
+subcommand, and a command with no placeholder parses whole, its ``--set`` keys are the experiment's (or the
+bench's) settings and its training overrides resolve into a run config."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from markovformer.cli.main import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def fenced_blocks(language: str) -> list[str]:
+    return [body for lang, body in FENCE.findall((ROOT / "README.md").read_text()) if lang == language]
+
+
+def readme_block(language: str, marker: str) -> str:
+    """The README's one ``language`` block that contains ``marker``."""
+    found = [body for body in fenced_blocks(language) if marker in body]
+    assert len(found) == 1, f"README: {len(found)} {language} blocks contain {marker!r}"
+    return found[0]
+
+
+# --- the Python blocks -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def quickstart():
+    """The namespace after the quickstart, the MAT block and the decoding-state block, run as written."""
+    torch.manual_seed(0)  # the blocks leave the weights to torch's stream
+    namespace: dict = {}
+    for marker in ("lagged_chain(", "MarkovTranslatorConfig(", "state = {}"):
+        exec(compile(readme_block("python", marker), f"README ({marker})", "exec"), namespace)
+    return namespace
+
+
+def test_quickstart_shapes_and_greedy_generation_are_as_its_comments_say(quickstart):
+    model, config, x, ids = quickstart["model"], quickstart["config"], quickstart["x"], quickstart["ids"]
+    assert model.transition_strengths()[0]["past"].shape == (config.n_heads, config.max_order)  # "(heads, lags)"
+    assert ids.shape == (x.shape[0], 16 + 64)
+    torch.testing.assert_close(ids[:, :16], x[:, :16])
+    with torch.no_grad():
+        teacher_forced = model(ids).logits[:, 15:-1].argmax(-1)  # "greedy": each new id is the argmax given the rest
+    torch.testing.assert_close(ids[:, 16:], teacher_forced)
+
+
+def test_mat_block_returns_eos_then_padding_only(quickstart):
+    targets, sources = quickstart["targets"], quickstart["sources"]
+    assert targets.shape[0] == sources.shape[0] and targets.shape[1] <= 50  # "(B, L)", L <= max_new_tokens
+    for row in targets.tolist():
+        if 2 in row:  # "eos kept, then padding"
+            assert set(row[row.index(2) + 1:]) <= {0}, row
+        else:
+            assert 0 not in row, row  # a row without eos ran to max_new_tokens: no padding inside it
+
+
+def test_state_block_gives_the_full_forwards_logits(quickstart):
+    model, x, logits = quickstart["model"], quickstart["x"], quickstart["logits"]
+    with torch.no_grad():
+        prompt_next = model(x[:, :16]).logits[:, -1].argmax(-1, keepdim=True)  # the token the block fed
+        full = model(torch.cat([x[:, :16], prompt_next], dim=1)).logits[:, -1:]
+    torch.testing.assert_close(logits, full, rtol=1e-4, atol=1e-5)
+
+
+def test_transformers_block_generates_as_markovformer(quickstart, tmp_path):
+    pytest.importorskip("transformers", reason="the README's transformers block needs the hf extra")
+    model = quickstart["model"]
+    model.save_pretrained(tmp_path / "model")
+    block = readme_block("python", "AutoModelForCausalLM").replace("runs/NAME/model", str(tmp_path / "model"))
+    namespace: dict = {}
+    exec(compile(block, "README (transformers)", "exec"), namespace)
+    expected = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=50)  # "= markovformer's generate"
+    torch.testing.assert_close(namespace["ids"], expected)
+
+
+def test_yaml_block_builds_the_layers_its_text_describes():
+    from markovformer import MarkovianTransformerConfig
+
+    model = yaml.safe_load(readme_block("yaml", "attention:"))["model"]
+    config = MarkovianTransformerConfig(vocab_size=16, d_model=32, n_layers=len(model["attention"]), n_heads=4,
+                                        **model)  # fmt: skip
+    specs = config.layer_specs()
+    assert [spec.kind for spec in specs] == ["markov", "markov", "softmax"]
+    first, second, third = (spec.options for spec in specs)
+    assert (first["scope"], first["window"], first["max_order"]) == ("local", 8, 4)  # flat max_order fills the gap
+    assert (second["scope"], second["window"], second["max_order"]) == ("local", 256, 16)  # its own wins
+    assert third["scope"] == "global"
+
+
+# --- the commands ------------------------------------------------------------------------------------------------
+
+PLACEHOLDER = re.compile(r"\.\.\.|\||^\[|\b[A-Z][A-Z_]{2,}\b")  # NAME, RUN_DIR, [--flag ...], a | b
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(where, text) of every ``markovformer`` command in the README and docs/: each line of a shell block
+    (continuations joined) and each inline code span that starts with one."""
+    commands = []
+    for path in DOCUMENTS:
+        text = path.read_text()
+        where = path.relative_to(ROOT)
+        for language, body in FENCE.findall(text):
+            if language in ("", "bash"):
+                for line in body.replace("\\\n", " ").splitlines():
+                    commands.append((f"{where} block", line.strip()))
+        for span in re.findall(r"`([^`\n]+(?:\n[^`\n]+)*)`", FENCE.sub("", text)):
+            commands.append((f"{where} inline", " ".join(span.split())))
+    return [(where, text) for where, text in commands if command_words(text) is not None]
+
+
+def command_words(text: str) -> list[str] | None:
+    """The words after ``markovformer`` when ``text`` runs it (``markovformer``, ``python -m markovformer``,
+    ``torchrun ... -m markovformer``, after environment assignments); None otherwise."""
+    words = text.split()
+    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+        words = words[1:]
+    if not words or words[0] not in ("markovformer", "python", "torchrun", "srun"):
+        return None
+    for index, word in enumerate(words):
+        if word == "markovformer" and (index == 0 or words[index - 1] == "-m"):
+            return words[index + 1:]
+    return None
+
+
+def subcommand_parsers(parser: argparse.ArgumentParser, words: list[str]) -> list[tuple[int, argparse.ArgumentParser]]:
+    """(position, parser) of the top parser and of each subcommand ``words`` descends into."""
+    found = [(0, parser)]
+    for index, word in enumerate(words):
+        if word.startswith("-"):
+            continue
+        choices = [a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not choices or word not in choices[0]:
+            break
+        parser = choices[0][word]
+        found.append((index, parser))
+    return found
+
+
+def test_the_documents_show_commands_to_check():
+    assert len(documented_commands()) >= 30  # the README's synopsis, its examples and its inline commands
+
+
+@pytest.mark.parametrize("where,text", documented_commands())
+def test_every_documented_flag_exists_for_its_subcommand(where, text):
+    words = command_words(text)
+    parsers = subcommand_parsers(build_parser(), words)
+    for index, word in enumerate(words):
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", word):
+            parser = [entry for entry in parsers if entry[0] <= index][-1][1]
+            known = {option for action in parser._actions for option in action.option_strings}
+            assert flag in known, f"{where}: {text!r}: {flag} is not an option of `{parser.prog}`"
+
+
+def concrete_argv(text: str) -> list[str] | None:
+    """The arguments of a command with no placeholder in it; None for a synopsis line."""
+    words = command_words(re.sub(r"\s+#\s.*$", "", text))  # without a shell comment
+    return None if any(PLACEHOLDER.search(word) for word in words) else shlex.split(" ".join(words))
+
+
+def parsed(argv: list[str]) -> tuple[argparse.Namespace | None, str]:
+    """The command's arguments as its parser reads them, or None and the parser's error."""
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            return build_parser().parse_args(argv), ""
+    except SystemExit:
+        return None, errors.getvalue().strip().splitlines()[-1]
+
+
+def whole_command(where: str, text: str) -> bool:
+    """A command to parse whole: no placeholder, and, inline, not a subcommand named in passing without its
+    required arguments (`markovformer generate --compile-step` names a flag)."""
+    argv = concrete_argv(text)
+    return argv is not None and not (where.endswith("inline") and "arguments are required" in parsed(argv)[1])
+
+
+CONCRETE = [(where, text) for where, text in documented_commands() if whole_command(where, text)]
+
+
+def test_the_documents_show_concrete_commands_to_check():
+    assert len(CONCRETE) >= 8  # the examples, the evidence commands, torchrun and srun
+
+
+@pytest.mark.parametrize("where,text", CONCRETE)
+def test_every_concrete_documented_command_parses_and_its_settings_exist(where, text):
+    from markovformer.experiments import EXPERIMENTS
+    from markovformer.experiments.settings import configure
+    from markovformer.training.run_config import parse_override
+
+    args, error = parsed(concrete_argv(text))
+    assert args is not None, f"{where}: {text!r}: {error}"
+    if args.command == "experiment" and args.name != "list":
+        assert args.name in EXPERIMENTS, f"{where}: {text!r}: no experiment {args.name!r}"
+        module = sys.modules[EXPERIMENTS[args.name].run.__module__]
+        overrides = dict((parse_override(pair)[0][0], parse_override(pair)[1]) for pair in args.overrides)
+        configure(type(module.QUICK)(), overrides, args.name)  # an unknown key or a wrong type raises, naming it
+    elif args.command == "bench" and args.settings:
+        from markovformer.bench import BenchSettings
+        from markovformer.cli.bench import _with_settings
+
+        _with_settings(BenchSettings(), args.settings)
+    elif args.command == "train" and args.config and not args.resume:
+        from markovformer.training.config_files import locate_config
+        from markovformer.training.kind_switches import apply_switching_overrides
+        from markovformer.training.run_config import load_yaml, resolve_run_config
+
+        values, _ = apply_switching_overrides(load_yaml(locate_config(args.config)), list(args.overrides))
+        resolve_run_config(values)
