@@ -102,6 +102,25 @@ def test_yaml_block_builds_the_layers_its_text_describes():
     assert third["scope"] == "global"
 
 
+def test_decoding_table_names_every_kind_as_the_models_declare_it():
+    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+    from markovformer.layers.registry import ATTENTION_KINDS
+
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| every causal"))
+    incremental_cell, prefix_cell = row.strip("|").split("|")
+    listed = set(re.findall(r"`(\w+)`", incremental_cell))
+    incremental = set()
+    for kind in ATTENTION_KINDS:
+        try:
+            config = MarkovianTransformerConfig(vocab_size=16, d_model=32, n_layers=1, n_heads=4, attention=kind)
+        except ValueError:  # a kind a causal model refuses (linformer)
+            assert f"`{kind}` (non-causal)" in prefix_cell, kind
+            continue
+        if MarkovianTransformerForCausalLM(config).model.decodes_incrementally:
+            incremental.add(kind)
+    assert listed == incremental
+
+
 # --- the commands ------------------------------------------------------------------------------------------------
 
 PLACEHOLDER = re.compile(r"\.\.\.|\||^\[|\b[A-Z][A-Z_]{2,}\b")  # NAME, RUN_DIR, [--flag ...], a | b
