@@ -121,6 +121,27 @@ def test_decoding_table_names_every_kind_as_the_models_declare_it():
     assert listed == incremental
 
 
+def test_generation_config_fields_and_error_are_as_the_readme_gives_them():
+    import dataclasses
+
+    from markovformer.models.generation import GenerationConfig
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    listed = re.search(r"\(`markovformer\.models\.generation`: `([^`]+)`\)", text).group(1)
+    fields = {f.name: f.default for f in dataclasses.fields(GenerationConfig)}
+    entries = [entry.strip().split("=") for entry in listed.split(",")]
+    assert [entry[0] for entry in entries] == list(fields)
+    for name, *default in entries:
+        if default:  # the README gives the defaults that are not None
+            assert repr(fields[name]) == default[0], name
+        else:
+            assert fields[name] is None, name
+    error = re.search(r'`ValueError\("([^"]+)"\)`', text).group(1)
+    with pytest.raises(ValueError) as raised:
+        GenerationConfig(top_p=float(re.match(r"top_p=([\d.]+)", error).group(1)))
+    assert str(raised.value) == error
+
+
 # --- the commands ------------------------------------------------------------------------------------------------
 
 PLACEHOLDER = re.compile(r"\.\.\.|\||^\[|\b[A-Z][A-Z_]{2,}\b")  # NAME, RUN_DIR, [--flag ...], a | b
