@@ -142,6 +142,41 @@ def test_generation_config_fields_and_error_are_as_the_readme_gives_them():
     assert str(raised.value) == error
 
 
+def layout_entries() -> list[tuple[str, Path]]:
+    """(name, path) of each file or folder the README's layout tree starts a line with: a name is read in the
+    folder of the nearest name above it that starts further left; a name with an inner slash from the package
+    root."""
+    block = readme_block("", "src/markovformer/\n")
+    entries, parents = [], [(-1, ROOT)]
+    for line in block.splitlines():
+        for word in re.finditer(r"\S+", line):
+            name, column = word.group().rstrip(","), word.start()
+            if not re.fullmatch(r"[\w./]+(/|\.py)", name):
+                break
+            while parents[-1][0] >= column:
+                parents.pop()
+            base = ROOT / "src/markovformer" if "/" in name.rstrip("/") and column > 0 else parents[-1][1]
+            entries.append((name, base / name))
+            if name.endswith("/"):
+                parents.append((column, base / name))
+    return entries
+
+
+def test_layout_tree_names_what_exists():
+    entries = layout_entries()
+    assert len(entries) >= 40
+    missing = [name for name, path in entries if not path.exists()]
+    assert not missing, f"the README's layout names {missing}, which do not exist where it puts them"
+
+
+def test_layout_tree_names_every_package():
+    package = ROOT / "src/markovformer"
+    block = readme_block("", "src/markovformer/\n")
+    folders = sorted(init.parent.relative_to(package) for init in package.rglob("__init__.py"))[1:]  # not "."
+    unnamed = [str(folder) for folder in folders if f"{folder.name}/" not in block]
+    assert not unnamed, f"the README's layout does not name {unnamed}"
+
+
 # --- the commands ------------------------------------------------------------------------------------------------
 
 PLACEHOLDER = re.compile(r"\.\.\.|\||^\[|\b[A-Z][A-Z_]{2,}\b")  # NAME, RUN_DIR, [--flag ...], a | b
