@@ -102,6 +102,26 @@ def test_yaml_block_builds_the_layers_its_text_describes():
     assert third["scope"] == "global"
 
 
+def test_family_table_names_every_exported_model_with_its_config():
+    import markovformer
+
+    lines = (ROOT / "README.md").read_text().splitlines()
+    rows = [line for line in lines if re.match(r"\| .* \| `\w+Config` \|", line)]
+    named = {}
+    for row in rows:
+        _, config_cell, models_cell = row.strip("|").split("|")
+        config = re.search(r"`(\w+)`", config_cell).group(1)
+        prefix = config.removesuffix("Config")
+        for name in re.findall(r"`([\w.]+)`", models_cell):
+            named[name.replace("...", prefix)] = config
+    exported = {name for name in markovformer.__all__ if name != "PreTrainedModel"
+                and isinstance(getattr(markovformer, name), type)
+                and issubclass(getattr(markovformer, name), markovformer.PreTrainedModel)}  # fmt: skip
+    assert set(named) == exported
+    for name, config in named.items():
+        assert getattr(markovformer, name).config_class is getattr(markovformer, config), name
+
+
 def test_decoding_table_names_every_kind_as_the_models_declare_it():
     from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
     from markovformer.layers.registry import ATTENTION_KINDS
