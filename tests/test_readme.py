@@ -197,6 +197,31 @@ def test_layout_tree_names_every_package():
     assert not unnamed, f"the README's layout does not name {unnamed}"
 
 
+def test_run_directory_holds_what_the_readme_lists(tmp_path, main_cli):
+    """A character-level run (it has a tokenizer) and its inspect report: the README's listing, name for name."""
+    block = readme_block("", "runs/NAME/\n")
+    listed = {match.split("/")[0] + ("/" if "/" in match else "") for match in re.findall(r"^  (\S+)", block, re.M)}
+    rng = __import__("random").Random(0)
+    (tmp_path / "corpus.txt").write_text("".join(rng.choice("abcd \n") for _ in range(4000)))
+    config = {"task": "causal_lm", "output_dir": str(tmp_path / "run"),
+              "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2},
+              "data": {"source": "text", "path": str(tmp_path / "corpus.txt"), "seq_len": 32},
+              "trainer": {"max_steps": 4, "eval_every": 2, "batch_size": 4, "checkpoint_every": 2}}  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    assert main_cli("train", str(tmp_path / "run.yaml")).returncode == 0
+    assert main_cli("inspect", str(tmp_path / "run")).returncode == 0
+    run = tmp_path / "run"
+    written = {path.name + ("/" if path.is_dir() else "") for path in run.iterdir() if not path.name.startswith(".")}
+    assert written == listed
+    assert {path.name for path in (run / "logs").iterdir()} == {"metrics.csv"}
+    checkpoints = {path.name for path in (run / "checkpoints").iterdir()}
+    assert "last.ckpt" in checkpoints and all(re.fullmatch(r"step-\d{6}\.ckpt", name)
+                                              for name in checkpoints - {"last.ckpt"})  # fmt: skip
+    model = {path.name for path in (run / "model").iterdir()}
+    for name in re.findall(r"[\w_]+\.json|model\.safetensors", block.split("model/", 1)[1].split("metrics.json")[0]):
+        assert name in model, name
+
+
 # --- the commands ------------------------------------------------------------------------------------------------
 
 PLACEHOLDER = re.compile(r"\.\.\.|\||^\[|\b[A-Z][A-Z_]{2,}\b")  # NAME, RUN_DIR, [--flag ...], a | b
