@@ -222,6 +222,31 @@ def test_run_directory_holds_what_the_readme_lists(tmp_path, main_cli):
         assert name in model, name
 
 
+def readme_paragraph(start: str) -> str:
+    """The README's paragraph that begins with ``start``."""
+    paragraphs = (ROOT / "README.md").read_text().split("\n\n")
+    found = [paragraph for paragraph in paragraphs if paragraph.startswith(start)]
+    assert len(found) == 1, f"README: {len(found)} paragraphs begin with {start!r}"
+    return found[0]
+
+
+def test_experiment_table_names_every_experiment_in_order():
+    from markovformer.experiments import EXPERIMENTS
+
+    rows = readme_paragraph("| name | what it shows |").splitlines()[2:]
+    assert [re.match(r"\| `([\w-]+)` \|", row).group(1) for row in rows] == list(EXPERIMENTS)  # `experiment list`
+
+
+def test_data_sources_and_recipes_are_all_named():
+    from markovformer.data.recipes.registry import DATA_RECIPES
+    from markovformer.data.sources import DATA_SOURCES
+
+    sources = set(re.findall(r"`(\w+)`", readme_paragraph("Data sources: ")))
+    assert set(DATA_SOURCES) <= sources, set(DATA_SOURCES) - sources
+    recipes = set(re.findall(r"`([\w-]+)`", readme_paragraph("`markovformer data prepare NAME")))
+    assert set(DATA_RECIPES) <= recipes, set(DATA_RECIPES) - recipes
+
+
 # --- the commands ------------------------------------------------------------------------------------------------
 
 PLACEHOLDER = re.compile(r"\.\.\.|\||^\[|\b[A-Z][A-Z_]{2,}\b")  # NAME, RUN_DIR, [--flag ...], a | b
