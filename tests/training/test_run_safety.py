@@ -332,3 +332,14 @@ def test_a_sigterm_in_a_checkpoint_step_writes_that_steps_checkpoint_and_names_i
         train(resolve_run_config(values))
     saved = load_checkpoint_file(tmp_path / "run" / "checkpoints" / "step-000010.ckpt")
     assert saved["global_step"] == 10
+
+
+def test_step_checkpoints_are_ordered_by_step_number_past_six_digits(tmp_path):
+    """Names are step-{step:06d}: at step 1,000,000 they grow a digit, and a name order would put that file before
+    step-999999 (pruning with `keep` would then delete the newest, and a diverged run would restart from the older)."""
+    from markovformer.training.step_checkpoints import step_checkpoints
+
+    for name in ("step-1000000.ckpt", "step-999999.ckpt", "step-000100.ckpt", "step-010000.ckpt", "last.ckpt"):
+        (tmp_path / name).write_bytes(b"")
+    assert [path.name for path in step_checkpoints(tmp_path)] == [
+        "step-000100.ckpt", "step-010000.ckpt", "step-999999.ckpt", "step-1000000.ckpt"]  # fmt: skip
