@@ -22,8 +22,17 @@ def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) 
             print(f"  chain: {describe_chain(bundle.info['true_lags'])}\n  ({CONVENTION})")
         print(f"  entropy rate {reference['entropy_rate']:.4f} nats/token, unigram entropy "
               f"{reference['unigram_entropy']:.4f}")  # fmt: skip
-    kinds = f", attention {sorted(set(model.config.layer_kinds()))}" if model.config.layer_kinds() else ""
-    print(f"model: {type(model).__name__}, {model.num_parameters():,} parameters{kinds}", flush=True)
+    print(f"model: {type(model).__name__}, {model.num_parameters():,} parameters{attention_summary(model)}", flush=True)
+
+
+def attention_summary(model: torch.nn.Module) -> str:
+    """The model line's attention: one kind for every layer, or the kinds layer by layer."""
+    kinds = model.config.layer_kinds()
+    if not kinds:
+        return ""
+    if len(set(kinds)) == 1:
+        return f", attention {kinds[0]} in every layer"
+    return f", attention by layer [{', '.join(kinds)}]"
 
 
 def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, labels: dict | None = None) -> None:
@@ -42,8 +51,8 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
         if "iw_bound" in results["val"]:
             bounds.append(f"importance-weighted bound (K = {IW_SAMPLES}) "
                           f"{results['val']['iw_bound'] - exact:+.4f}")  # fmt: skip
-        print(f"  vs the exact log-likelihood of the validation documents {exact:.4f} nats/token: "
-              f"{', '.join(bounds)}")  # fmt: skip
+        print(f"  vs the exact log-likelihood of the validation documents {exact:.4f} nats/token, each bound minus "
+              f"it (at most 0): {', '.join(bounds)}")  # fmt: skip
     if not model.transition_strengths():
         return
     batch = bundle.collate(examples_at(bundle.val, range(min(len(bundle.val), 64))))
