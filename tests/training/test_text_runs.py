@@ -161,3 +161,30 @@ def test_a_fine_tuning_run_encodes_with_the_tokenizer_of_the_run_it_starts_from(
                   "output_dir": str(tmp_path / "char"), "init_from": str(tmp_path / "source")}  # fmt: skip
     with pytest.raises(ConfigError, match="trained on a bpe tokenizer, and data.tokenizer='char'"):
         runner.train(resolve_run_config(other_kind))
+
+
+def test_a_missing_init_from_is_the_one_line_a_run_prints_about_it(tmp_path, capsys):
+    """The tokenizer notice came first and spoke of the missing folder as of a run that keeps no tokenizer."""
+    from markovformer.training import runner
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.trainer_config import ConfigError
+
+    (tmp_path / "corpus.txt").write_text("the chain keeps its order; the state moves on.\n" * 80, encoding="utf-8")
+    values = {**TEXT_RUN, "data": {**TEXT_RUN["data"], "path": str(tmp_path / "corpus.txt")},
+              "output_dir": str(tmp_path / "run"), "init_from": str(tmp_path / "nowhere")}  # fmt: skip
+    with pytest.raises(ConfigError, match="no such run or model directory"):
+        runner.train(resolve_run_config(values))
+    assert "keeps no tokenizer" not in capsys.readouterr().out
+
+
+def test_an_empty_validation_split_points_at_the_data_options(tmp_path):
+    from markovformer.training import runner
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.trainer_config import ConfigError
+
+    (tmp_path / "corpus.txt").write_text("the chain keeps its order; the state moves on.\n" * 80, encoding="utf-8")
+    data = {**TEXT_RUN["data"], "path": str(tmp_path / "corpus.txt"), "fractions": [1.0, 0.0, 0.0]}
+    values = {**TEXT_RUN, "data": data, "output_dir": str(tmp_path / "run")}
+    with pytest.raises(ConfigError, match=r"validation split of data.source='text' has no examples.*data.fractions"):
+        runner.train(resolve_run_config(values))
+    assert not (tmp_path / "run" / "config.yaml").exists()

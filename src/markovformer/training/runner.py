@@ -219,13 +219,14 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
     # a resumed run encodes with its saved tokenizer, a fine-tuning one with its source's (the ids its weights know)
     source = tokenizer_source(config.init_from, config.init_from_skip, config.data) if fine_tuning else None
     bundle = build_data(config, run_dir if resume else source)
-    if fine_tuning and bundle.tokenizer is not None and source is None and "embeddings" not in config.init_from_skip:
-        print(f"init_from={config.init_from!r} keeps no tokenizer: this run fitted its own, whose ids are the "
-              f"weights' only if it was fitted on the same text with the same options", flush=True)  # fmt: skip
     task = build_run_task(config, bundle)
     model = build_model(config, bundle.info)
     if fine_tuning:  # a resumed run's checkpoint holds its own weights
         print(initialise_from(model, config.init_from, config.init_from_skip), flush=True)
+        if bundle.tokenizer is not None and source is None and "embeddings" not in config.init_from_skip:
+            # after the weights loaded: a missing source or a shape mismatch is the one line a user then reads
+            print(f"init_from={config.init_from!r} keeps no tokenizer: this run fitted its own, whose ids are the "
+                  f"weights' only if it was fitted on the same text with the same options", flush=True)  # fmt: skip
     task.prepare_model(model)
     if config.trainer.compile:
         model.compile()
@@ -238,6 +239,10 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
     guard = DivergenceGuard(run_dir, tc.lr, check_gradients=tc.precision != "16-mixed")
     validation = LastValidation()
     trainer = lightning_trainer(tc, run_dir, log, [fingerprint, guard, validation, progress])
+    if not bundle.val:
+        raise ConfigError(f"the validation split of data.source={config.data['source']!r} has no examples: give it "
+                          f"a share of the data (data.fractions, or the source's validation size: `markovformer "
+                          f"data show {config.data['source']}`)")  # fmt: skip
     if len(bundle.val) < trainer.world_size:
         raise ConfigError(f"the validation split has {len(bundle.val)} examples, fewer than the {trainer.world_size} "
                           f"processes that score it; give it more or train on fewer devices")  # fmt: skip
