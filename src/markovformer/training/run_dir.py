@@ -139,25 +139,41 @@ def changed_data_files(run_dir: Path, bundle: DataBundle) -> dict[str, tuple[str
 
 def check_same_data(run_dir: Path, bundle: DataBundle) -> None:
     """ConfigError when the data a resumed run rebuilds from its config is not the data it started with (data.json):
-    a data file edited or replaced under the same path would be mixed into the run silently. Compared: every value
-    both records hold (a newer version may record more), floats to 1e-6, token stores by their tokens, data files
-    by their sha256 (``FILE_DIGESTS``; the one check of a text whose token store left the cache)."""
+    a data file edited or replaced under the same path would be mixed into the run silently. The data files are
+    compared first, by their sha256 (``changed_data_files``, as ``eval`` does; the one check of a text whose token
+    store left the cache), so that the refusal names the file that changed rather than a record that came out
+    different because of it. Then every value both records hold (a newer version may record more; a run recorded
+    without sha256): floats to 1e-6, token stores by their tokens."""
     try:
         saved = json.loads((run_dir / "data.json").read_text())
     except (OSError, ValueError):
         return  # a start killed before data.json: it is written from the rebuilt data
+    restore = f"or start a new run from this one's weights (init_from={str(run_dir)!r})"
+    changed = changed_data_files(run_dir, bundle)
+    if changed:
+        raise ConfigError(_changed_files_message(run_dir, changed, restore))
     digests = isinstance(saved, dict) and bool(saved.get(FILE_DIGESTS))
     difference = _first_difference(saved, data_record(bundle), "", digests=digests)
     if difference is None:
         return
     where, before, now = difference
-    restore = f"Restore it, or start a new run from this one's weights (init_from={str(run_dir)!r})"
-    if where.startswith(f"{FILE_DIGESTS}."):
-        raise ConfigError(f"{where[len(FILE_DIGESTS) + 1 :]}: this data file changed since the run started (sha256 "
-                          f"{before} then, in {run_dir / 'data.json'}; {now} now). {restore}")  # fmt: skip
     raise ConfigError(f"{run_dir / 'data.json'}: the data rebuilt from the run's config differs from the data it "
                       f"started with ({where}: {before!r} then, {now!r} now): was a data file changed? "
-                      f"{restore}")  # fmt: skip
+                      f"Restore it, {restore}")  # fmt: skip
+
+
+def _changed_files_message(run_dir: Path, changed: dict[str, tuple[str, str]], restore: str) -> str:
+    """The resume refusal for the data files ``changed_data_files`` found changed, each named with its sha256 then
+    (as data.json recorded it) and now."""
+    record = run_dir / "data.json"
+    if len(changed) == 1:
+        [(path, (then, now))] = changed.items()
+        return (f"{path} changed since the run started (sha256 {then} then, in {record}; {now} now): resuming would "
+                f"train on other data than the run started with. Restore it, {restore}")  # fmt: skip
+    files = "; ".join(f"{path} (sha256 {then} then, {now} now)" for path, (then, now) in changed.items())
+    return (f"{len(changed)} data files changed since the run started (their sha256 then as {record} recorded "
+            f"them): {files}. Resuming would train on other data than the run started with. Restore them, "
+            f"{restore}")  # fmt: skip
 
 
 def _same_tokens(saved: Path, now: Path, digests: bool) -> bool:
@@ -300,7 +316,11 @@ def load_trained_run(target: str | Path) -> LoadedRun:
         raise ConfigError(f"{target}: no such run directory or checkpoint")
     run_dir = target if target.is_dir() else target.parent.parent
     if not (run_dir / RESOLVED_CONFIG).is_file():
-        raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_CONFIG})")
+        if target.is_dir():
+            raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_CONFIG})")
+        if target.suffix == ".ckpt":  # a checkpoint is read with its run: the config.yaml two folders up
+            raise ConfigError(f"{target}: not a checkpoint of a run directory (no {run_dir / RESOLVED_CONFIG})")
+        raise ConfigError(f"{target}: not a run directory or checkpoint")
     config = resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG))
     data_info = read_data_info(run_dir)
     fingerprint = run_fingerprint(config, run_dir)

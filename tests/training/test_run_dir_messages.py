@@ -1,0 +1,72 @@
+"""The run directory's refusals name what the user can act on: a resume after a data file was edited names that
+file and its sha256 then and now (README: "naming the file"), not the internal record that came out different (a
+character count, a token-cache path); ``eval`` of a file that is neither a run directory nor a checkpoint names
+that file, not its parent folder."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import yaml
+from conftest import one_line_error
+
+TEXT = "".join(f"line {i} of the notes, words and more words\n" for i in range(80))  # ~3.4 kB
+
+
+def train_text_run(tmp_path, main_cli):
+    """A finished two-step character-level run ``run`` of ``corpus.txt`` in ``tmp_path``: the corpus's path."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    values = {"task": "causal_lm", "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2},
+              "data": {"source": "text", "tokenizer": "char", "path": str(corpus), "seq_len": 32},
+              "trainer": {"max_steps": 2, "batch_size": 4, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+                          "log_every": 1, "eval_batch_size": 4, "logger": "csv"}}  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(values))
+    trained = main_cli("train", "run.yaml", "output_dir=run")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    return corpus
+
+
+def longer(text: str) -> str:
+    return text + "one more line of the notes\n"  # another character count (an edit that keeps it: test_runs_never_lie)
+
+
+def test_a_resume_after_the_corpus_was_edited_names_the_file_and_its_sha256(tmp_path, main_cli):
+    corpus = train_text_run(tmp_path, main_cli)
+    then = hashlib.sha256(corpus.read_bytes()).hexdigest()
+    corpus.write_text(longer(TEXT))
+    now = hashlib.sha256(corpus.read_bytes()).hexdigest()
+
+    line = one_line_error(main_cli("train", "--resume", "run", "trainer.max_steps=4"), str(corpus.resolve()),
+                          "changed since the run started", "sha256", then, now, "init_from='run'")  # fmt: skip
+    assert "splits." not in line and "was a data file changed?" not in line, line
+
+    corpus.write_text(TEXT)  # restored: the same bytes, so the run resumes
+    resumed = main_cli("train", "--resume", "run", "trainer.max_steps=4")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+
+def test_a_run_without_sha256_records_keeps_the_generic_refusal(tmp_path, main_cli):
+    """A run written before data.json recorded its files' sha256: what differs is all there is to say."""
+    corpus = train_text_run(tmp_path, main_cli)
+    record = tmp_path / "run" / "data.json"
+    record.write_text(json.dumps({key: value for key, value in json.loads(record.read_text()).items()
+                                  if key != "file_sha256"}))  # fmt: skip
+    corpus.write_text(longer(TEXT))
+    one_line_error(main_cli("train", "--resume", "run", "trainer.max_steps=4"), "data.json",
+                   "differs from the data it started with", "was a data file changed?", "init_from='run'")  # fmt: skip
+
+
+@pytest.mark.parametrize("relative", [True, False])
+def test_eval_of_a_file_that_is_not_a_run_or_checkpoint_names_that_file(tmp_path, main_cli, relative):
+    (tmp_path / "small.txt").write_text("a few words\n")
+    given = "small.txt" if relative else str(tmp_path / "small.txt")
+    line = one_line_error(main_cli("eval", given), f"{given}: not a run directory or checkpoint")
+    assert "config.yaml" not in line, line
+
+
+def test_eval_of_a_checkpoint_outside_a_run_directory_names_it(tmp_path, main_cli):
+    (tmp_path / "stray.ckpt").write_bytes(b"\0" * 16)
+    one_line_error(main_cli("eval", "stray.ckpt"), "stray.ckpt: ", "not a checkpoint of a run directory")
