@@ -333,6 +333,7 @@ def run_config_command(args: argparse.Namespace) -> None:
     from markovformer.atomic import atomic_write_text
     from markovformer.training.config_files import (  # deferred: module docstring
         config_summary,
+        copy_destination,
         shipped_config,
         shipped_configs,
     )
@@ -349,9 +350,7 @@ def run_config_command(args: argparse.Namespace) -> None:
     if args.config_command == "show":
         print(source.read_text(), end="")
         return
-    dest = Path(args.dest) if args.dest else Path(source.name)
-    if dest.is_dir():
-        dest = dest / source.name
+    dest = copy_destination(args.dest, source.name)  # DEST/ is a folder; a missing folder is refused, never made
     if dest.exists() and not args.force:
         raise ValueError(f"{dest} already exists; choose another DEST or add --force to overwrite it")
     atomic_write_text(dest, source.read_text())  # a full disk leaves no config cut short (it would parse)

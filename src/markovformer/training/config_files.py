@@ -4,7 +4,9 @@ finds its file: a path that exists, else a shipped config named bare (``text_cha
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 from pathlib import Path
 
 from markovformer.models.config_base import suggest
@@ -51,3 +53,22 @@ def locate_config(argument: str | Path) -> Path:
         return shipped_config(path.name)
     hint = "; shipped configs are named by `markovformer config list`" if bare else ""
     raise ConfigError(f"{path}: no such config file{hint}")
+
+
+def copy_destination(dest: str | None, name: str) -> Path:
+    """Where ``markovformer config copy`` writes the shipped config file ``name`` (``NAME.yaml``) for its DEST
+    argument: ``./NAME.yaml`` when DEST is omitted; inside DEST, as ``NAME.yaml``, when DEST is an existing folder or
+    ends in a path separator (a folder, as for ``cp``); DEST itself otherwise. ConfigError naming the folder the copy
+    would go in when that folder is missing or is not a folder: like ``cp``, nothing is created."""
+    if not dest:
+        return Path(name)
+    path = Path(dest)
+    if dest.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)) or path.is_dir():
+        folder, target = path, path / name
+    else:
+        folder, target = path.parent, path
+    if not folder.is_dir():
+        problem = f"{folder} is not a folder" if folder.exists() else f"no such folder {folder}"
+        hint = "" if folder.exists() else f"; create it first (mkdir -p {shlex.quote(str(folder))})"
+        raise ConfigError(f"cannot copy {name} to {dest}: {problem}{hint}")
+    return target

@@ -113,13 +113,24 @@ def check_same_names(run_dir: Path, info: dict) -> None:
                               f"order, from {run_dir / 'data.json'}): the model reads them by position")  # fmt: skip
 
 
+def check_same_source(source: str, overrides: dict) -> None:
+    """ConfigError when the data options given to score a run (``eval --data``) name another data source than the
+    run's: they re-point the run's data (another file, another length), while the model was trained for its source's
+    data and vocabulary; merged with the run's options, another source would fail on keys the user never typed."""
+    if "source" in overrides and overrides["source"] != source:
+        raise ConfigError(f"eval --data source={overrides['source']!r}: a run is evaluated on its own data source "
+                          f"({source!r}), whose data and vocabulary its model was trained for; give that source's "
+                          f"options instead (`markovformer data show {source}` lists them)")  # fmt: skip
+
+
 def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1) -> dict:
-    """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options),
-    scored as validation scores it. Translation runs are decoded with beam search of ``beam_size`` (1 = greedy) for
-    BLEU; VMT runs walk the split's documents."""
+    """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options of
+    its own data source: ``check_same_source``), scored as validation scores it. Translation runs are decoded with
+    beam search of ``beam_size`` (1 = greedy) for BLEU; VMT runs walk the split's documents."""
     if split not in ("train", "val", "test"):
         raise ConfigError(f"split={split!r} must be train, val or test")
     config, model, run_dir, weights = load_trained_run(target)
+    check_same_source(config.data["source"], data_overrides or {})
     data = {**config.data, **recorded_data_files(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
     config = dataclasses.replace(config, data=data)
     bundle = build_data(config, run_dir)
