@@ -54,6 +54,19 @@ def test_overrides_and_files_read_exponents_alike(tmp_path):
     assert values["trainer"] == {"lr": 3e-4, "max_steps": 10, "weight_decay": 1e-2}
 
 
+@pytest.mark.parametrize("text", ["nan", ".nan", "inf", "-inf", "Infinity", ".inf"])
+def test_a_non_finite_number_is_refused_as_such_whether_yaml_reads_it_as_text_or_a_float(text):
+    """YAML reads `nan` and `inf` as text (only `.nan` and `.inf` as floats): `trainer.lr=nan` was 'the wrong type'."""
+    values = apply_overrides({"task": "causal_lm"}, [f"trainer.lr={text}"])
+    with pytest.raises(ConfigError, match=r"^trainer.lr=.* must be a finite number$"):
+        resolve_run_config(values)
+
+
+def test_a_word_is_still_the_wrong_type_for_a_number():
+    with pytest.raises(ConfigError, match="wrong type: expected float"):
+        resolve_run_config(apply_overrides({"task": "causal_lm"}, ["trainer.lr=fast"]))
+
+
 def test_a_run_config_written_with_the_old_names_loads_under_the_new_ones(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(OLD_SCAN_RUN)

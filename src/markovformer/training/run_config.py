@@ -105,8 +105,9 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
         return value
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if annotation is float and isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{key}={shown(value)} must be a finite number")
+    non_finite_text = isinstance(value, str) and value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity")
+    if annotation is float and (non_finite_text or isinstance(value, float) and not math.isfinite(value)):
+        raise ConfigError(f"{key}={shown(value)} must be a finite number")  # YAML reads `nan` as text, `.nan` as one
     if annotation in (int, float, str, bool) and (type(value) is not annotation):
         raise ConfigError(f"{key}={shown(value)} has the wrong type: expected {_type_name(annotation)}")
     return value
