@@ -341,6 +341,13 @@ def test_generate_refuses_a_prompt_id_equal_to_the_vocabulary_size_naming_the_pr
     assert_one_line_error(done, f"--prompt: token id {vocab_size} is outside the vocabulary")
 
 
+def test_generate_names_the_beam_size_flag_when_a_language_model_has_no_beam_search(small_run, main_cli):
+    """The model refuses num_beams > 1; the line names the flag typed (it read `num_beams=4: ...`)."""
+    done = main_cli("generate", str(small_run / "run"), "--prompt", "0 1", "--beam-size", "4")
+    assert_one_line_error(done, "--beam-size 4: ", "has no beam search")
+    assert "num_beams" not in done.stderr
+
+
 def test_generate_skips_unknown_prompt_characters_when_asked(char_run, main_cli):
     assert_one_line_error(main_cli("generate", str(char_run), "--prompt", "the CAT"), "'C'", "--skip-unknown")
     done = main_cli("generate", str(char_run), "--prompt", "the CAT sat", "--skip-unknown", "--max-new-tokens", "5")

@@ -143,3 +143,10 @@ def test_a_resume_with_a_lower_lr_rescales_the_restored_optimiser_and_schedule()
     assert schedule["_last_lr"] == pytest.approx([0.0004, 0.0004])
     for group in groups:
         assert group["lr"] == pytest.approx(0.0004) and group["initial_lr"] == pytest.approx(0.001)
+
+
+def test_a_bad_value_beside_a_short_run_is_the_one_line_printed(main_cli):
+    """The warm-up notice of a short run came first, then the error: two lines for one bad input."""
+    done = main_cli("train", "trainer.max_steps=5", "trainer.lr=-1")
+    assert done.returncode == 2 and "trainer.lr" in done.stderr
+    assert "warming up" not in done.stdout + done.stderr

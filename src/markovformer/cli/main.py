@@ -159,9 +159,10 @@ def run_train(args: argparse.Namespace) -> None:
         return
     values = load_yaml(locate_config(args.config)) if args.config else copy.deepcopy(DEMO_CONFIG)
     values, notes = apply_switching_overrides(values, overrides)
+    config = resolve_run_config(values)  # a bad value's error is then the one line printed
     for note in notes:
         print(note, flush=True)
-    train(resolve_run_config(values))
+    train(config)
 
 
 def run_eval(args: argparse.Namespace) -> None:
@@ -228,11 +229,17 @@ def generation_config(args: argparse.Namespace):
     try:
         return GenerationConfig(do_sample=sample, **values)
     except ValueError as error:
-        field_name = str(error).split("=", 1)[0]
-        flag = GENERATION_FLAGS.get(field_name)
-        if flag is None:
-            raise
-        raise ValueError(f"{flag} {values[field_name]}: {str(error).split(': ', 1)[-1]}") from None
+        raise named_by_flag(error, values) from None
+
+
+def named_by_flag(error: ValueError, values: dict) -> ValueError:
+    """``error`` about a GenerationConfig field (``num_beams=4: ...``) reworded to name the flag the user typed
+    (``--beam-size 4: ...``); other errors as they are."""
+    field_name = str(error).split("=", 1)[0]
+    flag = GENERATION_FLAGS.get(field_name)
+    if flag is None:
+        return error
+    return ValueError(f"{flag} {values[field_name]}: {str(error).split(': ', 1)[-1]}")
 
 
 def run_generate(args: argparse.Namespace) -> None:
@@ -242,8 +249,12 @@ def run_generate(args: argparse.Namespace) -> None:
     generation = generation_config(args)
     config, model, run_dir = load_run(args.target)
     request = GenerationRequest(args.prompt, args.input, generation, args.seed, args.skip_unknown)
-    for line in build_task(config.task, config.trainer, options=config.task_options).generate(model, run_dir, request):
-        print(line, flush=True)
+    task = build_task(config.task, config.trainer, options=config.task_options)
+    try:
+        for line in task.generate(model, run_dir, request):
+            print(line, flush=True)
+    except ValueError as error:  # the model's own refusals (no beam search in a language model)
+        raise named_by_flag(error, dataclasses.asdict(generation)) from None
 
 
 def run_inspect(args: argparse.Namespace) -> None:
