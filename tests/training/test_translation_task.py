@@ -204,6 +204,9 @@ def test_generate_translates_a_prompt_and_a_file_of_sentences(trained_run, tmp_p
     assert "either --prompt" in capsys.readouterr().err
     assert main(["generate", str(run_dir), "--input", str(tmp_path)]) == 2
     assert "a directory, not a file" in capsys.readouterr().err
+    (tmp_path / "gap.txt").write_text(f"{sources[0]}\n\n{sources[1]}\n")  # a blank line is named by its number
+    assert main(["generate", str(run_dir), "--input", str(tmp_path / "gap.txt")]) == 2
+    assert "must be non-empty (line 2 is blank)" in capsys.readouterr().err
     for flag, value in (("--temperature", "0.7"), ("--top-k", "3"), ("--top-p", "0.9")):  # were ignored silently
         assert main(["generate", str(run_dir), "--prompt", sources[0], flag, value]) == 2
         assert f"{flag} {value}: a translation run searches" in capsys.readouterr().err

@@ -98,8 +98,10 @@ class Translation(Task):
         except UnicodeDecodeError as error:
             where = f"{error.reason} at byte {error.start}"
             raise ValueError(f"--input {request.input!r}: not UTF-8 text ({where})") from None
-        if not sentences or any(not sentence.strip() for sentence in sentences):
-            raise ValueError(f"{request.input or '--prompt'}: every source sentence must be non-empty")
+        blank = next((number for number, sentence in enumerate(sentences, 1) if not sentence.strip()), None)
+        if not sentences or blank is not None:
+            where = f" (line {blank} is blank)" if request.input is not None and blank is not None else ""
+            raise ValueError(f"{request.input or '--prompt'}: every source sentence must be non-empty{where}")
         given = request.generation
         sampling = {"--temperature": given.temperature if given.temperature not in (0.0, 1.0) else None,
                     "--top-k": given.top_k, "--top-p": given.top_p}  # fmt: skip
