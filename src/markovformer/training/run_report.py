@@ -52,7 +52,7 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
             bounds.append(f"importance-weighted bound (K = {IW_SAMPLES}) "
                           f"{results['val']['iw_bound'] - exact:+.4f}")  # fmt: skip
         print(f"  vs the exact log-likelihood of the validation documents {exact:.4f} nats/token, each bound minus "
-              f"it (at most 0): {', '.join(bounds)}")  # fmt: skip
+              f"it: {', '.join(bounds)}")  # fmt: skip
     if not model.transition_strengths():
         return
     batch = bundle.collate(examples_at(bundle.val, range(min(len(bundle.val), 64))))
