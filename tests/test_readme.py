@@ -1,8 +1,10 @@
-"""The README's code, as a reader uses it: its Python blocks run in order in one namespace (as pasted into one
-session), with the claims their comments make asserted; its YAML block builds the layers its text describes; and
-every ``markovformer`` command in it and in docs/ is read by the command's own parser: each flag exists for its
-subcommand, and a command with no placeholder parses whole, its ``--set`` keys are the experiment's (or the
-bench's) settings and its training overrides resolve into a run config."""
+"""The README as a reader uses it: its Python blocks run in order in one namespace (as pasted into one session),
+with the claims their comments make asserted; its YAML block builds the layers its text describes; its lists and
+tables (the kinds that decode incrementally, the model families, GenerationConfig's fields, the layout tree, a run
+directory, the experiments, the data sources and recipes) name what the code has; and every ``markovformer``
+command in it and in docs/ is read by the command's own parser: each flag exists for its subcommand, and a command
+with no placeholder parses whole, its ``--set`` keys are the experiment's (or the bench's) settings and its
+training overrides resolve into a run config."""
 
 from __future__ import annotations
 
