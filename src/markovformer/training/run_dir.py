@@ -133,14 +133,19 @@ def changed_data_files(run_dir: Path, bundle: DataBundle) -> dict[str, tuple[str
         recorded = json.loads((run_dir / "data.json").read_text()).get(FILE_DIGESTS) or {}
     except (OSError, ValueError, AttributeError):
         return {}  # an unreadable data.json is reported where its info is read
-    now = file_digests([file for file in bundle.files if str(file) in recorded])
-    return {path: (recorded[path], digest) for path, digest in now.items() if digest != recorded[path]}
+    return changed_digests(recorded, file_digests([file for file in bundle.files if str(file) in recorded]))
+
+
+def changed_digests(recorded: dict[str, str], now: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """``{path: (sha256 then, now)}`` of the files both digest maps hold whose sha256 differ."""
+    return {path: (recorded[path], digest) for path, digest in now.items()
+            if path in recorded and digest != recorded[path]}  # fmt: skip
 
 
 def check_same_data(run_dir: Path, bundle: DataBundle) -> None:
     """ConfigError when the data a resumed run rebuilds from its config is not the data it started with (data.json):
     a data file edited or replaced under the same path would be mixed into the run silently. The data files are
-    compared first, by their sha256 (``changed_data_files``, as ``eval`` does; the one check of a text whose token
+    compared first, by their sha256 (``changed_digests``, as ``eval`` does; the one check of a text whose token
     store left the cache), so that the refusal names the file that changed rather than a record that came out
     different because of it. Then every value both records hold (a newer version may record more; a run recorded
     without sha256): floats to 1e-6, token stores by their tokens."""
@@ -149,11 +154,13 @@ def check_same_data(run_dir: Path, bundle: DataBundle) -> None:
     except (OSError, ValueError):
         return  # a start killed before data.json: it is written from the rebuilt data
     restore = f"or start a new run from this one's weights (init_from={str(run_dir)!r})"
-    changed = changed_data_files(run_dir, bundle)
+    record = data_record(bundle)  # hashes the data files once
+    digests = isinstance(saved, dict) and bool(saved.get(FILE_DIGESTS))
+    recorded = saved.get(FILE_DIGESTS) if digests else None
+    changed = changed_digests(recorded, record[FILE_DIGESTS]) if isinstance(recorded, dict) else {}
     if changed:
         raise ConfigError(_changed_files_message(run_dir, changed, restore))
-    digests = isinstance(saved, dict) and bool(saved.get(FILE_DIGESTS))
-    difference = _first_difference(saved, data_record(bundle), "", digests=digests)
+    difference = _first_difference(saved, record, "", digests=digests)
     if difference is None:
         return
     where, before, now = difference
