@@ -22,6 +22,7 @@ from markovformer.training.demo import DEMO_CONFIG
 from markovformer.training.run_config import RunConfig, build_dataclass, coerce, load_yaml, resolve_run_config
 from markovformer.training.runner import build_data, build_model, train
 from markovformer.training.tasks import model_inputs
+from markovformer.training.trainer_config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "src/markovformer/configs"  # shipped as package data; configs/ in the clone links here
@@ -97,6 +98,16 @@ def test_the_softmax_baseline_is_the_demo_run_with_softmax_attention():
     assert model.layer_kinds() == ["softmax"] * model.n_layers
     same_size = ("d_model", "n_layers", "n_heads")
     assert {k: getattr(model, k) for k in same_size} == {k: DEMO_CONFIG["model"][k] for k in same_size}
+
+
+def test_a_source_error_names_its_key_once():
+    """The prefix goes before a message that does not name its key with it, and not before one that does."""
+    with pytest.raises(ConfigError) as named:
+        build_dataclass(DATA_SOURCES["markov_chain"], {"lags": [0]}, "data")
+    assert str(named.value).startswith("data.lags=") and "data: data." not in str(named.value)
+    with pytest.raises(ConfigError) as unnamed:
+        build_dataclass(DATA_SOURCES["mqar"], {"seq_len": 63}, "data")
+    assert str(unnamed.value).startswith("data: ") and "seq_len=63" in str(unnamed.value)
 
 
 def test_hidden_order_learns_lags_one_and_four_with_gated_order_four():

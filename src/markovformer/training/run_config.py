@@ -133,8 +133,9 @@ def build_dataclass(cls: type, values: dict[str, Any], prefix: str) -> Any:
         return cls(**kwargs)
     except ConfigError:
         raise
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"{prefix}: {error}") from error
+    except (ValueError, TypeError) as error:  # a message naming its key as `prefix.key=...` needs no second prefix
+        named = str(error).startswith(f"{prefix}.")
+        raise ConfigError(str(error) if named else f"{prefix}: {error}") from error
 
 
 def plain_values(value: Any) -> Any:
