@@ -47,6 +47,21 @@ def test_stable_wkv_survives_keys_where_the_naive_formula_overflows():
     torch.testing.assert_close(out.double(), wkv_naive(fast, u, k, v), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_padded_wkv_is_each_rows_real_run_alone_and_zero_at_padding(causal):
+    """Left, right and both-end padding: real tokens read as the formula on their run alone, padding reads 0."""
+    w, u, k, v = (x.detach() for x in _wkv_inputs(seed=7))
+    runs = [(0, LENGTH - 4), (3, LENGTH), (2, LENGTH - 3)]  # [start, end) of each row's real tokens
+    mask = torch.zeros(3, LENGTH)
+    for row, (start, end) in enumerate(runs):
+        mask[row, start:end] = 1
+    out = wkv_scan(w, u, k, v, causal=causal, attention_mask=mask)
+    for row, (start, end) in enumerate(runs):
+        alone = wkv_naive(w, u, k[row : row + 1, start:end], v[row : row + 1, start:end], causal=causal)
+        torch.testing.assert_close(out[row : row + 1, start:end], alone, rtol=1e-12, atol=1e-12)
+    assert torch.equal(out[mask == 0], torch.zeros_like(out[mask == 0]))
+
+
 @pytest.mark.parametrize("length", [2, 7, 13])  # at T = 1 the output does not depend on w
 def test_stable_recurrence_gradients_equal_naive_at_odd_lengths(length):
     inputs = _wkv_inputs(seed=4, length=length)

@@ -83,7 +83,8 @@ def wkv_scan(
     initial_state: WKVState | None = None, output_final_state: bool = False, segment_ids: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, WKVState]:  # fmt: skip
     """Stable WKV in parallel form (see this module's docstring). w, u (C,); k, v (B, T, C); attention_mask (B, T):
-    padded keys add nothing. Half-precision inputs are computed in float32. Returns (B, T, C) in k's dtype.
+    padded keys add nothing and padded positions read 0 (``ops.padding``'s zero-in, zero-out rule). Half-precision
+    inputs are computed in float32. Returns (B, T, C) in k's dtype.
 
     Causal WKV carries ``wkv_recurrent``'s state: ``initial_state`` in, and with ``output_final_state`` the
     output and the state after the last step out (in the compute dtype). ``segment_ids`` (B, T): packed documents
@@ -117,7 +118,7 @@ def wkv_scan(
         numerator = numerator + scale * part_numerator
         denominator = denominator + scale * part_denominator
     # the current term alone keeps the denominator >= 1 for real tokens; the clamp only guards padded rows
-    output = (numerator / denominator.clamp_min(torch.finfo(compute).tiny)).to(dtype)
+    output = zero_padding(numerator / denominator.clamp_min(torch.finfo(compute).tiny), attention_mask).to(dtype)
     return (output, final) if output_final_state else output
 
 
