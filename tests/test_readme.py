@@ -136,11 +136,12 @@ def test_decoding_table_names_every_kind_as_the_models_declare_it():
         try:
             config = MarkovianTransformerConfig(vocab_size=16, d_model=32, n_layers=1, n_heads=4, attention=kind)
         except ValueError:  # a kind a causal model refuses (linformer)
-            assert f"`{kind}` (non-causal)" in prefix_cell, kind
+            assert f"`{kind}` (non-causal)" in prefix_cell, f"the decoding table lacks `{kind}` (non-causal)"
             continue
         if MarkovianTransformerForCausalLM(config).model.decodes_incrementally:
             incremental.add(kind)
-    assert listed == incremental
+    assert listed == incremental, (f"the README's decoding table (the `| every causal kind` row) should name "
+                                   f"{sorted(incremental - listed)} and not {sorted(listed - incremental)}")
 
 
 def test_generation_config_fields_and_error_are_as_the_readme_gives_them():
@@ -196,7 +197,7 @@ def test_layout_tree_names_every_package():
     block = readme_block("", "src/markovformer/\n")
     folders = sorted(init.parent.relative_to(package) for init in package.rglob("__init__.py"))[1:]  # not "."
     unnamed = [str(folder) for folder in folders if f"{folder.name}/" not in block]
-    assert not unnamed, f"the README's layout does not name {unnamed}"
+    assert not unnamed, f"the README's layout (its src/markovformer/ tree) does not name {unnamed}: give each a line"
 
 
 def test_run_directory_holds_what_the_readme_lists(tmp_path, main_cli):
@@ -244,9 +245,9 @@ def test_data_sources_and_recipes_are_all_named():
     from markovformer.data.sources import DATA_SOURCES
 
     sources = set(re.findall(r"`(\w+)`", readme_paragraph("Data sources: ")))
-    assert set(DATA_SOURCES) <= sources, set(DATA_SOURCES) - sources
+    assert set(DATA_SOURCES) <= sources, f"the README's 'Data sources:' paragraph lacks {set(DATA_SOURCES) - sources}"
     recipes = set(re.findall(r"`([\w-]+)`", readme_paragraph("`markovformer data prepare NAME")))
-    assert set(DATA_RECIPES) <= recipes, set(DATA_RECIPES) - recipes
+    assert set(DATA_RECIPES) <= recipes, f"the README's data prepare paragraph lacks {set(DATA_RECIPES) - recipes}"
 
 
 # --- the commands ------------------------------------------------------------------------------------------------

@@ -127,5 +127,11 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
 
 
 def option_help(source: str, option: str) -> str:
-    """What data.<option> means for source; KeyError for an option nobody described (a test forbids it)."""
-    return SOURCE_OPTION_HELP.get((source, option)) or OPTION_HELP[option]
+    """What data.<option> means for source; KeyError, saying where to add one, for an option nobody described (a test
+    forbids it)."""
+    described = SOURCE_OPTION_HELP.get((source, option)) or OPTION_HELP.get(option)
+    if described is None:
+        raise KeyError(f"data.{option} of source {source!r} has no help line: add ({source!r}, {option!r}) to "
+                       f"SOURCE_OPTION_HELP, or {option!r} to OPTION_HELP if it means the same for every source, in "
+                       f"markovformer/data/options.py")  # fmt: skip
+    return described
