@@ -169,6 +169,17 @@ def test_testbed_reports_are_well_formed_tables_with_progress(name, tmp_path):
     assert progress and progress[-1] == f"{len(progress)}/{len(progress)}"
 
 
+def test_the_experiment_command_prints_the_reports_headline_table_before_its_path(main_cli, tmp_path):
+    overrides = [f"{key}={value}" for key, value in TINY_RUNS["landscape"].items()]
+    done = main_cli("experiment", "landscape", "--quick", "--seeds", "0", "--out", str(tmp_path / "out"),
+                    *[arg for override in overrides for arg in ("--set", override)])  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = (tmp_path / "out" / "report.md").read_text()
+    first = report.split("\n|", 1)[1].split("\n\n", 1)[0]  # the first table, from its header's second character
+    shown, last = done.stdout.rstrip().rsplit("\n", 1)
+    assert shown.rstrip().endswith(first) and last.startswith("report: ")
+
+
 @pytest.mark.slow
 def test_weight_tying_quick_still_shows_the_effect(tmp_path):
     """Quick mode stops flat cells early and still separates tied p+q > 1 (unigram H(π)) from the rest."""

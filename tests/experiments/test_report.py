@@ -163,6 +163,18 @@ def test_report_and_results_are_written(tmp_path):
     assert markdown_table(["c"], [[1]]).splitlines()[1] == "|---|"
 
 
+def test_the_first_table_and_its_caption_are_logged_when_the_report_is_written(tmp_path):
+    lines = []
+    report = ExperimentReport(tmp_path, "Title", log=lines.append)
+    report.text("An introduction.")
+    report.table(["kind", "accuracy"], [["markov", 0.99]], caption="**headline**: accuracy")
+    report.table(["other"], [[1]])
+    assert lines == []  # nothing before the report is written
+    path = report.write()
+    assert lines == ["\n**headline**: accuracy\n\n| kind | accuracy |\n|---|---|\n| markov | 0.99 |\n"]
+    assert lines[0].strip() in path.read_text()
+
+
 def test_the_spread_over_seeds_is_the_sample_standard_deviation():
     """Every experiment's "mean ± std" over seeds: the spread of 1 and 3 is sqrt(2) with n - 1 in the denominator
     (the population formula would report 1, a spread too small by sqrt(n / (n - 1))); one seed has no spread, and

@@ -209,6 +209,7 @@ class ExperimentReport:
         self.code = code_version()  # read at the start: the checkout may change while the cells compute
         self.cell_code: dict[str, dict | None] = {}  # the code each cell of this run came from (None: not recorded)
         self.stored_only = _STORED_ONLY.get()
+        self.headline: str | None = None  # the first table with its caption: logged by ``write``
 
     def expect_cells(self, count: int) -> None:
         """Announce how many ``cached`` calls are coming, for the ``cell i/N`` progress lines."""
@@ -261,15 +262,22 @@ class ExperimentReport:
         self.sections.append(markdown.strip())
 
     def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]], caption: str = "") -> None:
+        """A table (and its caption) in the report; the first one, the experiment's headline, is also logged when
+        the report is written, so that the terminal shows the result and not only where it is."""
         self.sections.append((f"{caption}\n\n" if caption else "") + markdown_table(columns, rows))
+        if self.headline is None:
+            self.headline = self.sections[-1]
 
     def figure(self, path: Path, caption: str) -> None:
         relative = Path(path).resolve().relative_to(self.out_dir.resolve()).as_posix()
         self.sections.append(f"![{caption}]({relative})\n\n*{caption}*")
 
     def write(self) -> Path:
-        """Write ``report.md`` and ``results.json``; returns the report's path."""
+        """Write ``report.md`` and ``results.json``, log the headline table; returns the report's path."""
         sections = self.sections + ([code_provenance(self.cell_code)] if self.cell_code else [])
         body = f"# {self.title}\n\n" + "\n\n".join(sections) + "\n"
         atomic_write_text(self.out_dir / "results.json", json.dumps(self.results, indent=2) + "\n")
-        return atomic_write_text(self.out_dir / "report.md", body)
+        path = atomic_write_text(self.out_dir / "report.md", body)
+        if self.headline is not None:
+            self.log(f"\n{self.headline}\n")
+        return path
