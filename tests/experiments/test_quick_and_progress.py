@@ -169,6 +169,31 @@ def test_testbed_reports_are_well_formed_tables_with_progress(name, tmp_path):
     assert progress and progress[-1] == f"{len(progress)}/{len(progress)}"
 
 
+@pytest.mark.parametrize(("name", "revised", "kept"), [("order-recovery", "markov", "softmax"),
+                                                      ("icl-depth", "softmax", None)])  # fmt: skip
+def test_a_raised_revision_recomputes_the_cells_that_train_the_kind_and_only_those(name, revised, kept, tmp_path,
+                                                                                    monkeypatch):  # fmt: skip
+    """As the README says of every experiment that trains attention kinds: a fix that raises a kind's revision
+    recomputes that kind's cells (order-recovery and icl-depth reused them under any revision)."""
+    import dataclasses
+
+    from markovformer.experiments import run_experiment
+    from markovformer.layers import registry
+
+    def rerun() -> list[str]:
+        lines = []
+        run_experiment(name, tmp_path, quick=True, seeds=(0,), overrides=TINY_RUNS[name], log=lines.append)
+        return [line for line in lines if "stored under other settings" in line or "done earlier" in line]
+
+    rerun()
+    assert all("done earlier" in line for line in rerun())
+    kind = registry.ATTENTION_KINDS[revised]
+    monkeypatch.setitem(registry.ATTENTION_KINDS, revised, dataclasses.replace(kind, revision=kind.revision + 1))
+    lines = rerun()
+    assert lines and all(("stored under other settings" in line) == (kept is None or kept not in line)
+                         for line in lines), lines  # fmt: skip
+
+
 def test_the_experiment_command_prints_the_reports_headline_table_before_its_path(main_cli, tmp_path):
     overrides = [f"{key}={value}" for key, value in TINY_RUNS["landscape"].items()]
     done = main_cli("experiment", "landscape", "--quick", "--seeds", "0", "--out", str(tmp_path / "out"),

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from markovformer.experiments.fitting import fit_on_stream, next_token_loss, plateau_from, steps_to_reach
-from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.report import ExperimentReport, revisions_of
 from markovformer.experiments.settings import configure
 from markovformer.markov import RandomChainSampler, add_beta_loss, icl_oracle_loss, lagged_chain
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
@@ -168,7 +168,9 @@ def run(
         for kind in kinds:
             for seed in seeds:
                 key = f"{source}_{kind}_seed={seed}"
-                cells.append(report.cached(key, partial(train_recovery_cell, source, kind, seed, settings, log)))
+                trains = {"attention": kind.split("-")[0]}  # markov-global is markov attention in global scope
+                cells.append(report.cached(key, partial(train_recovery_cell, source, kind, seed, settings, log),
+                                           depends_on={**asdict(settings), **revisions_of(trains)}))
     _results_table(report, cells)
     _effective_bias(report, cells, settings)
     _loss_figure(report, cells, sources)
