@@ -1,6 +1,7 @@
 """Named reproductions: ``markovformer experiment NAME`` runs one and writes ``report.md``, ``results.json`` and
-figures into its output folder. To add one, write a module with ``NAME``, ``SUMMARY`` and
-``run(out_dir, *, quick, seeds, overrides, log) -> Path`` (see ``weight_tying``) and list it in ``_MODULES``."""
+figures into its output folder. To add one, write a module with ``NAME``, ``SUMMARY``, ``QUICK`` (its settings
+for ``--quick``) and ``run(out_dir, *, quick, seeds, overrides, log) -> Path`` (see ``icl_depth``), import it here
+and list it in ``_MODULES``, whose order is ``experiment list``'s (README.md's "An experiment" says the rest)."""
 
 from __future__ import annotations
 
