@@ -87,6 +87,29 @@ def test_auto_classes_load_a_saved_model_with_identical_logits(auto_name, model,
         assert torch.equal(loaded(input_ids=ids).logits, ours(ids).logits)
 
 
+def test_a_ctc_model_loads_through_auto_model_for_ctc_with_its_logits_and_loss(tmp_path):
+    transformers = _transformers()
+    import markovformer.hf  # noqa: F401
+    from markovformer import MarkovianTransformerForCTC
+
+    torch.manual_seed(0)
+    config = MarkovianTransformerConfig(input_dim=6, num_labels=5, d_model=16, n_layers=2, n_heads=2, max_order=2,
+                                        causal=False)  # fmt: skip
+    ours = _saved(MarkovianTransformerForCTC(config), tmp_path)
+    loaded = transformers.AutoModelForCTC.from_pretrained(tmp_path)
+    assert type(loaded.markovformer) is MarkovianTransformerForCTC
+    features = torch.randn(3, 10, 6, generator=torch.Generator().manual_seed(1))
+    mask = torch.tensor([[1] * 10, [1] * 7 + [0] * 3, [1] * 9 + [0]])
+    labels = torch.tensor([[1, 2, 3], [4, -100, -100], [2, 2, -100]])
+    with torch.no_grad():
+        theirs = loaded(input_features=features, attention_mask=mask, labels=labels)
+        expected = ours(input_features=features, attention_mask=mask, labels=labels)
+        plain = loaded(input_features=features, attention_mask=mask, labels=labels, return_dict=False)
+    assert isinstance(theirs, transformers.modeling_outputs.CausalLMOutput)
+    assert torch.equal(theirs.logits, expected.logits) and torch.equal(theirs.loss, expected.loss)
+    assert len(plain) == 2 and torch.equal(plain[0], expected.loss) and torch.equal(plain[1], expected.logits)
+
+
 def test_seq2seq_and_vmt_load_through_their_auto_classes(tmp_path):
     transformers = _transformers()
     import markovformer.hf  # noqa: F401

@@ -2,7 +2,8 @@
 
 ``import markovformer.hf`` registers every markovformer config with ``transformers.AutoConfig`` and each model
 with the Auto class of its task (``AutoModel``, ``AutoModelForCausalLM``, ``AutoModelForSequenceClassification``,
-``AutoModelForTokenClassification``, ``AutoModelForSeq2SeqLM``), as flash-linear-attention does. Then::
+``AutoModelForTokenClassification``, ``AutoModelForCTC``, ``AutoModelForSeq2SeqLM``), as flash-linear-attention
+does. Then::
 
     import markovformer.hf  # noqa: F401
     from transformers import AutoModelForCausalLM

@@ -16,6 +16,7 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
+    AutoModelForCTC,
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
@@ -24,6 +25,7 @@ from transformers import (
 )
 from transformers.modeling_outputs import (
     BaseModelOutput,
+    CausalLMOutput,
     CausalLMOutputWithPast,
     Seq2SeqLMOutput,
     SequenceClassifierOutput,
@@ -168,6 +170,19 @@ class _TokenClassificationWrapper(ReportingWrapper):
                                                   attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
 
 
+class _CTCWrapper(ReportingWrapper):
+    def forward(self, input_ids=None, attention_mask=None, labels=None, input_features=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None, **unused):  # fmt: skip
+        """As ``transformers``' CTC heads (``CausalLMOutput``): ``labels`` (B, L) padded with -100, index 0 the blank;
+        the loss is markovformer's, each utterance's negative log-likelihood over its target length, averaged over
+        the batch (``ctc_loss(reduction="mean")``)."""
+        output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
+                                   input_features=input_features, attention_mask=attention_mask,
+                                   labels=labels)  # fmt: skip
+        return self._finish(CausalLMOutput(loss=output.loss, logits=output.logits, hidden_states=hidden,
+                                           attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
+
+
 class _BackboneWrapper(ReportingWrapper):
     def forward(self, input_ids=None, attention_mask=None, input_features=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None, **unused):  # fmt: skip
@@ -258,6 +273,7 @@ def _build_classes() -> dict[tuple[str, str], tuple[type, type[Wrapper]]]:
     bases = {"causal_lm": (AutoModelForCausalLM, _CausalLMWrapper),
              "sequence_classification": (AutoModelForSequenceClassification, _SequenceClassificationWrapper),
              "token_classification": (AutoModelForTokenClassification, _TokenClassificationWrapper),
+             "ctc": (AutoModelForCTC, _CTCWrapper),
              "translation": (AutoModelForSeq2SeqLM, _Seq2SeqWrapper), "vmt": (AutoModel, _VMTWrapper)}  # fmt: skip
     classes = {}
     for family, entry in MODEL_FAMILIES.items():
