@@ -29,13 +29,20 @@ def test_a_csv_whose_labels_changed_is_refused_on_resume_naming_it_and_eval_says
 
     flipped = ["x,y,label"] + [f"{i % 7},{(i * 3) % 5},{1 - (i // 4) % 2}" for i in range(80)]
     series.write_text("\n".join(flipped) + "\n")  # the features, their normalisation and the classes are the same
+    trained_config = (tmp_path / "run" / "config.yaml").read_bytes()
     resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
     line = one_line_error(resumed, str(series.resolve()), "changed since the run started")
+    # the refused extension changed nothing: the run was left unfinished, its config.yaml saying 4 steps, so eval
+    # scored step 2's checkpoint as "unfinished" and a later plain --resume trained to the refused step 4
+    assert (tmp_path / "run" / "finished.json").is_file()
+    assert (tmp_path / "run" / "config.yaml").read_bytes() == trained_config
     recorded = json.loads((tmp_path / "run" / "data.json").read_text())["file_sha256"]
     assert recorded == {str(series.resolve()): sha256} and sha256 in line
     scored = run_in_process("eval", "run", "--json", cwd=tmp_path)
     assert scored.returncode == 0, scored.stderr[-2000:]
     assert json.loads(scored.stdout)["changed_data_files"] == [str(series.resolve())]
+    assert json.loads(scored.stdout)["weights"] == {"source": "model", "step": 2, "finished": True,
+                                                    "run_finished": True}  # fmt: skip
     assert f"warning: {series.resolve()} changed since the run started" in scored.stderr
 
     series.write_text("\n".join(rows) + "\n")  # restored: the same bytes, a new mtime

@@ -178,11 +178,7 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         if finished is not None and finished >= extended.trainer.max_steps:
             raise ConfigError(f"{run_dir} is a finished run ({finished} steps); to train it longer, extend it: "
                               f"--resume {run_dir} trainer.max_steps=N with N > {finished}")  # fmt: skip
-        if writer:
-            mark_unfinished(run_dir)  # first: from here on the old model/ and metrics.json no longer stand
-            if extended != config:
-                write_resolved_config(run_dir, extended)
-        return _fit(extended, writer, resume=True)
+        return _fit(extended, writer, resume=True, rewrite_config=extended != config)
 
 
 def complete_run(config: RunConfig) -> dict:
@@ -196,19 +192,21 @@ def complete_run(config: RunConfig) -> dict:
     return train(config)
 
 
-def _fit(config: RunConfig, writer: bool, resume: bool) -> dict:
+def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = False) -> dict:
     """``_fit_with_threads`` under the run's intra-op thread count (``training_threads``), restored afterwards."""
     previous = torch.get_num_threads()
     torch.set_num_threads(training_threads(config.trainer))
     try:
-        return _fit_with_threads(config, writer, resume)
+        return _fit_with_threads(config, writer, resume, rewrite_config)
     finally:
         torch.set_num_threads(previous)
 
 
-def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
+def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool) -> dict:
     """Build the data and model, then train (from the last checkpoint when ``resume``); the writer holds the lock
-    and writes the run's files, the other processes of a multi-process run write nothing."""
+    and writes the run's files, the other processes of a multi-process run write nothing. A resume changes the
+    run (marks it unfinished, writes ``config`` when ``rewrite_config``) only once every check has passed: a
+    refused one leaves a finished run finished, its config.yaml the one it was trained with."""
     run_dir = Path(config.output_dir)
     last = run_dir / "checkpoints" / LAST_CHECKPOINT
     if writer:  # what a killed start or resume left
@@ -251,15 +249,21 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool) -> dict:
     if writer:
         if resume:
             check_same_data(run_dir, bundle)
-            write_start_files(run_dir, bundle, keep_existing=True)
+            write_start_files(run_dir, bundle, keep_existing=True)  # only those a killed start left out
         else:
             write_run_files(run_dir, config, bundle)
-        describe_run(config, bundle, model)
     fingerprint.fingerprint = run_fingerprint(config, run_dir)
-    ckpt_path = None
     if checkpoint is not None:
         check_checkpoint_fingerprint(checkpoint, fingerprint.fingerprint, last)
         check_tensors_match(model, checkpoint["state_dict"], last, prefix="model.")
+    if writer:
+        if resume:
+            mark_unfinished(run_dir)  # from here on the old model/ and metrics.json no longer stand
+            if rewrite_config:
+                write_resolved_config(run_dir, config)
+        describe_run(config, bundle, model)
+    ckpt_path = None
+    if checkpoint is not None:
         log.resume_from_step(checkpoint["global_step"])
         ckpt_path = str(last)
         print(f"resuming from {last} (step {checkpoint['global_step']})", flush=True)
