@@ -99,6 +99,21 @@ def test_the_data_files_are_every_file_option_resolved_as_the_sources_resolve_th
     assert data_files({"source": "markov_chain", "num_symbols": 4}) == []
 
 
+def test_every_option_a_source_resolves_as_a_file_is_a_file_option():
+    """A source's file is recorded and checked only when its option's name is in FILE_OPTIONS: a new source whose
+    file option had another name (`tsv:`) trained, resumed after an edit and was scored without a word."""
+    import re
+    from pathlib import Path
+
+    from markovformer.data import sources
+    from markovformer.training.build import FILE_OPTIONS
+
+    code = Path(sources.__file__).read_text()
+    resolved = set(re.findall(r"(?:_require_path|find_prepared_file)\(self\.(\w+)", code))
+    assert {"path", "labels", "reference", "target_path"} <= resolved  # the pattern finds the sources' files
+    assert resolved <= set(FILE_OPTIONS), f"add {resolved - set(FILE_OPTIONS)} to FILE_OPTIONS (training/build.py)"
+
+
 def test_a_file_of_many_hash_chunks_is_hashed_whole_and_a_change_to_its_last_byte_is_refused(tmp_path, monkeypatch):
     """Data files are hashed a chunk at a time (GBs): with 7-byte chunks this 8.7 kB text is 1242 of them, the last
     one partial; the digest is the whole file's, so a change to the last byte alone is refused on resume."""

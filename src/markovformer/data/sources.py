@@ -1,8 +1,10 @@
 """Data sources by name: the ``data:`` section of a run config is ``{source: NAME, ...options}``.
 
 Each source is a dataclass whose fields are its options and whose ``build(seed)`` returns a DataBundle.
-To add a data set: write such a dataclass (see ``TextSource``) and add it to ``DATA_SOURCES``. A file option's
-``data/NAME`` is also looked up in the data directory (``recipes.registry.find_prepared_file``).
+To add a data set: write such a dataclass (see ``FastaSource`` for a file) and add it to ``DATA_SOURCES`` and
+``SOURCE_TASKS``; README.md's "A data source" lists the rest (option help, file options, a fitted tokenizer). A file
+option is resolved with ``_require_path``: ``data/NAME`` is also looked up in the data directory
+(``recipes.registry.find_prepared_file``).
 """
 
 from __future__ import annotations
