@@ -277,3 +277,19 @@ def test_step_checkpoints_come_oldest_first_by_step_number(tmp_path):
     for step in (100, 20, 5):
         (folder / f"step-{step}.ckpt").mkdir()
     assert _checkpoints(tmp_path) == [(step, folder / f"step-{step}.ckpt") for step in (5, 20, 100)]
+
+
+def test_the_transformer_cells_key_on_softmax_s_revision_and_the_vmt_cells_do_not(tmp_path, monkeypatch):
+    """A fix raising softmax's revision recomputes the Transformer's cells (they reused them under any revision);
+    at revision 1 the identity is what was stored before (settings and the scoring flag), so no cell is lost."""
+    import dataclasses
+
+    from markovformer.layers import registry
+
+    report = ExperimentReport(tmp_path, "t", log=lambda line: None, settings={"steps": 3})
+    assert vmt._cell_identity(report, "transformer") == {"steps": 3, "scores_first_tokens": True}
+    assert vmt._cell_identity(report, "vmt_carry") == {"steps": 3}
+    kind = registry.ATTENTION_KINDS["softmax"]
+    monkeypatch.setitem(registry.ATTENTION_KINDS, "softmax", dataclasses.replace(kind, revision=kind.revision + 1))
+    assert vmt._cell_identity(report, "transformer")["revisions"] == {"softmax": kind.revision + 1}
+    assert vmt._cell_identity(report, "vmt_carry") == {"steps": 3}

@@ -41,7 +41,7 @@ from torch import Tensor
 
 from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
 from markovformer.data.synthetic.state_space import HiddenMarkovParameters, LinearGaussianSource, StickyHMMSource
-from markovformer.experiments.report import ExperimentReport, file_digest
+from markovformer.experiments.report import ExperimentReport, file_digest, revisions_of
 from markovformer.experiments.settings import configure, single_seed
 from markovformer.experiments.vmt_runs import (
     load_checkpoint_model,
@@ -229,8 +229,10 @@ def _sequence_cell(
 
 def _cell_identity(report: ExperimentReport, model_kind: str) -> dict:
     """What a part-2 or part-3 cell depends on: the settings, and for the Transformer the way it is scored (its
-    cells from before it scored each document's first token are recomputed)."""
-    return {**report.settings, **({"scores_first_tokens": True} if model_kind == "transformer" else {})}
+    cells from before it scored each document's first token are recomputed) and its softmax attention's revision."""
+    if model_kind != "transformer":
+        return dict(report.settings)
+    return {**report.settings, "scores_first_tokens": True, **revisions_of({"attention": "softmax"})}
 
 
 def memory_cell(
