@@ -205,8 +205,9 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
 def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool) -> dict:
     """Build the data and model, then train (from the last checkpoint when ``resume``); the writer holds the lock
     and writes the run's files, the other processes of a multi-process run write nothing. A resume changes the
-    run (marks it unfinished, writes ``config`` when ``rewrite_config``) only once every check has passed: a
-    refused one leaves a finished run finished, its config.yaml the one it was trained with."""
+    run (marks it unfinished, writes ``config`` when ``rewrite_config``) only once every check has passed, apart
+    from the start files a killed start left out: a refused one leaves a finished run finished, its config.yaml the
+    one it was trained with."""
     run_dir = Path(config.output_dir)
     last = run_dir / "checkpoints" / LAST_CHECKPOINT
     if writer:  # what a killed start or resume left
