@@ -161,26 +161,23 @@ def _tuple(values: list | None) -> tuple | None:
 
 
 class _TokenClassificationWrapper(ReportingWrapper):
+    output_class = TokenClassifierOutput
+
     def forward(self, input_ids=None, attention_mask=None, labels=None, input_features=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None, **unused):  # fmt: skip
         output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
                                    input_features=input_features, attention_mask=attention_mask,
                                    labels=labels)  # fmt: skip
-        return self._finish(TokenClassifierOutput(loss=output.loss, logits=output.logits, hidden_states=hidden,
-                                                  attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
+        return self._finish(self.output_class(loss=output.loss, logits=output.logits, hidden_states=hidden,
+                                              attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
 
 
-class _CTCWrapper(ReportingWrapper):
-    def forward(self, input_ids=None, attention_mask=None, labels=None, input_features=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None, **unused):  # fmt: skip
-        """As ``transformers``' CTC heads (``CausalLMOutput``): ``labels`` (B, L) padded with -100, index 0 the blank;
-        the loss is markovformer's, each utterance's negative log-likelihood over its target length, averaged over
-        the batch (``ctc_loss(reduction="mean")``)."""
-        output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
-                                   input_features=input_features, attention_mask=attention_mask,
-                                   labels=labels)  # fmt: skip
-        return self._finish(CausalLMOutput(loss=output.loss, logits=output.logits, hidden_states=hidden,
-                                           attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
+class _CTCWrapper(_TokenClassificationWrapper):
+    """As ``transformers``' CTC heads (``CausalLMOutput``): ``labels`` (B, L) padded with -100, index 0 the blank; the
+    loss is markovformer's, each utterance's negative log-likelihood over its target length, averaged over the batch
+    (``ctc_loss(reduction="mean")``)."""
+
+    output_class = CausalLMOutput
 
 
 class _BackboneWrapper(ReportingWrapper):
