@@ -326,6 +326,43 @@ def test_resuming_after_the_data_file_changed_is_refused_naming_what_changed(tmp
     assert run("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path).returncode == 0
 
 
+@pytest.mark.slow  # three processes of DDP start-up: ~80 s beside other work
+def test_a_refused_resume_stops_every_process_of_a_multi_process_run(tmp_path):
+    """Two ranks started as torchrun starts them (its variables; without its agent, which would kill the survivor
+    as srun does not): a resume after the data file changed is refused by both, each on its own line and exit 2.
+    On main only the writer checked the data; the other rank waited for it in DDP's rendezvous until its timeout."""
+    import socket
+
+    text = "".join(f"line {i} of the notes, words and more words\n" for i in range(300))
+    (tmp_path / "notes.txt").write_text(text)
+    values = {"task": "causal_lm", "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2},
+              "data": {"source": "text", "tokenizer": "char", "seq_len": 16, "path": "notes.txt"},
+              "trainer": {"max_steps": 2, "batch_size": 8, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+                          "log_every": 1, "eval_batch_size": 8, "logger": "csv", "devices": 2,
+                          "strategy": "ddp"}}  # fmt: skip
+    config = config_file(tmp_path, values)
+    trained = run_process("train", str(config), "output_dir=run", cwd=tmp_path)  # Lightning starts the second rank
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    (tmp_path / "notes.txt").write_text(text[5000:] + text[:5000])
+    with socket.socket() as probe:  # a free port for the rendezvous rank 0 would host
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    launch = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+              "GROUP_RANK": "0", "NODE_RANK": "0", "TORCHELASTIC_RUN_ID": "resume-refused"}  # fmt: skip
+    command = [sys.executable, "-m", "markovformer", "train", "--resume", "run", "trainer.max_steps=4"]
+    ranks = [subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**ENV, **launch, "RANK": str(rank), "LOCAL_RANK": str(rank)})
+             for rank in range(2)]  # fmt: skip
+    try:
+        for rank in ranks:
+            _, stderr = rank.communicate(timeout=180)
+            one_line(subprocess.CompletedProcess(command, rank.returncode, "", stderr), 2,
+                     "changed since the run started")  # fmt: skip
+    finally:
+        for rank in ranks:
+            rank.kill()
+
+
 def test_a_new_run_replaces_the_start_files_a_killed_start_left(tmp_path):
     """A start killed before config.yaml leaves data.json and tokenizer/; a new `train` of another text into that
     folder kept them, so the run trained on text B while its tokenizer (same size: no error anywhere) decoded A's

@@ -247,9 +247,10 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
                           f"processes that score it; give it more or train on fewer devices")  # fmt: skip
     train_loader, val_loader = loaders(task, bundle, trainer, model)  # before any file: it checks the batch size
     check_monitor(tc.early_stopping, first_batch_metrics(task, model, bundle))  # the model reads the data
+    if resume:  # in every process: one refused by the writer alone would leave the others waiting for it in fit
+        check_same_data(run_dir, bundle)
     if writer:
         if resume:
-            check_same_data(run_dir, bundle)
             write_start_files(run_dir, bundle, keep_existing=True)  # only those a killed start left out
         else:
             write_run_files(run_dir, config, bundle)
