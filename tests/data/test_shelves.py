@@ -1,6 +1,6 @@
 """The shelves of ``markovformer.data`` as its modules' imports show them (read from the source with ``ast``, imports
 inside functions included): no import circle among them, nothing from the layers above, and each shelf importing
-only the shelves its ``__init__`` docstring allows."""
+only the shelves its ``__init__`` docstring allows; that docstring names each of the shelf's modules."""
 
 from __future__ import annotations
 
@@ -101,3 +101,12 @@ def test_each_shelf_imports_only_the_shelves_below_it():
                 offenders.add((module, target))
     assert not offenders, offenders
     assert {_shelf(module) for module in graph} == {None, *SHELF_MAY_IMPORT}  # a new shelf gets its rule here
+
+
+def test_each_shelf_names_its_modules_in_its_docstring():
+    """A contributor finds a reader, recipe or generator by the shelf's docstring: a new module is named there."""
+    for shelf in SHELF_MAY_IMPORT.keys() - {"core"}:
+        docstring = ast.get_docstring(ast.parse((DATA / shelf / "__init__.py").read_text(encoding="utf-8")))
+        unnamed = sorted(path.stem for path in (DATA / shelf).glob("*.py")
+                         if path.stem != "__init__" and f"``{path.stem}``" not in docstring)  # fmt: skip
+        assert not unnamed, f"data/{shelf}/__init__.py's docstring does not name {unnamed}: say there what each does"

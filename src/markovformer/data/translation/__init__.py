@@ -1,5 +1,6 @@
-"""Translation data: parallel text, the joint BPE tokenizer, length-bucketed batches, a synthetic task of known
-order, and corpus BLEU (sacrebleu, imported when used). The German-English recipe is ``recipes.de_en``."""
+"""Translation data: parallel text and the joint BPE tokenizer (``parallel``), the fixed ids of the special tokens
+(``special_tokens``), length-bucketed batches (``batching``), a synthetic task of known order (``synthetic``), and
+corpus BLEU and chrF (``bleu``; sacrebleu, imported when used). The German-English recipe is ``recipes.de_en``."""
 
 from markovformer.data.translation.batching import LengthBucketSampler, collate_translation, translation_lengths
 from markovformer.data.translation.bleu import BootstrapBleu, corpus_bleu, corpus_chrf, paired_bootstrap_bleu
