@@ -118,10 +118,14 @@ def test_not_a_run_directory(tmp_path, main_cli):
     assert_one_line_error(main_cli("eval", str(tmp_path)), "not a run directory")
 
 
-def test_debug_shows_the_traceback(main_cli):
-    """--debug lets the error through (the interpreter prints its traceback) instead of the one-line message."""
-    with pytest.raises(ValueError, match="trainer.max_steps"):
-        main_cli("--debug", "train", "trainer.max_steps=abc")
+def test_debug_shows_the_traceback_with_the_same_exit_status(main_cli):
+    """--debug prints the traceback instead of the one-line message; a script that checks the exit status sees the
+    same one either way (it exited 1, the interpreter's, where the one-line error exits 2)."""
+    plain = main_cli("train", "trainer.max_steps=abc")
+    debug = main_cli("--debug", "train", "trainer.max_steps=abc")
+    assert plain.returncode == debug.returncode == 2
+    assert debug.stderr.startswith("Traceback (most recent call last):") and "trainer.max_steps" in debug.stderr
+    assert debug.stderr.strip().splitlines()[-1].endswith("trainer.max_steps='abc' has the wrong type: expected int")
 
 
 def test_model_field_of_the_wrong_type(main_cli):

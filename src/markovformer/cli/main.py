@@ -1,6 +1,6 @@
 """markovformer: train, evaluate, sample from and inspect Markov-structured sequence models.
 
-Errors are one line on stderr and exit status 2 (add --debug for the traceback).
+Errors are one line on stderr and exit status 2 (add --debug for the traceback, with the same exit status).
 
 Each command imports the machinery it runs (torch, Lightning, the library) inside its own function, so that
 ``markovformer --help`` and a mistyped option answer at once instead of after seconds of imports.
@@ -19,6 +19,7 @@ import shutil
 import sys
 import textwrap
 import time
+import traceback
 import warnings
 from pathlib import Path
 
@@ -410,31 +411,38 @@ def main(argv: list[str] | None = None) -> int:
             quiet_frameworks()
         COMMANDS[args.command](args)
         return 0
-    except ModuleNotFoundError as error:
-        if args.debug:
+    except Exception as error:
+        status = exit_status(error)
+        if status is None:  # a bug: the interpreter's traceback and exit status 1
             raise
-        print(f"markovformer: error: {missing_package_message(error)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except TrainingDiverged as error:
         if args.debug:
-            raise
-        print(f"markovformer: error: {error}", file=sys.stderr)
+            traceback.print_exc()
+        else:
+            print(f"markovformer: error: {error_message(error)}", file=sys.stderr)
+        return status
+
+
+def exit_status(error: Exception) -> int | None:
+    """The exit status of an error a user can act on (the same with --debug, which adds the traceback); None for
+    any other, a bug."""
+    if isinstance(error, TrainingDiverged):
         return EXIT_DIVERGED
-    except RunTerminated as error:
-        if args.debug:
-            raise
-        print(f"markovformer: error: {error}", file=sys.stderr)
+    if isinstance(error, RunTerminated):
         return EXIT_TERMINATED
-    except (ValueError, OSError, MemoryError) as error:
-        if args.debug:
-            raise
-        print(f"markovformer: error: {error_line(error)}", file=sys.stderr)
+    if isinstance(error, (ModuleNotFoundError, ValueError, OSError, MemoryError)):
         return EXIT_BAD_INPUT
-    except RuntimeError as error:  # torch's out-of-memory errors are RuntimeErrors
-        if args.debug or not is_out_of_memory(error):
-            raise
-        print(f"markovformer: error: {error_line(error)}", file=sys.stderr)
+    if isinstance(error, RuntimeError) and is_out_of_memory(error):  # torch's out-of-memory errors
         return EXIT_BAD_INPUT
+    return None
+
+
+def error_message(error: Exception) -> str:
+    """The one line printed for an error ``exit_status`` knows."""
+    if isinstance(error, ModuleNotFoundError):
+        return missing_package_message(error)
+    if isinstance(error, (TrainingDiverged, RunTerminated)):
+        return str(error)
+    return error_line(error)
 
 
 def is_out_of_memory(error: BaseException) -> bool:
