@@ -113,6 +113,23 @@ def test_switching_the_attention_kind_drops_the_options_it_does_not_read():
     assert values["model"]["scope"] == "local"  # softmax reads scope (sliding-window softmax): kept
 
 
+def test_switching_the_model_type_drops_the_options_the_new_family_does_not_take():
+    """`markovformer train model_type=scan_markov model.order=3` on the demo failed on 'unknown key model.n_layers',
+    a key the user never typed (the demo's Markovian Transformer section)."""
+    from markovformer.models.scan_markov import ScanMarkovConfig
+    from markovformer.training.demo import DEMO_CONFIG
+    from markovformer.training.kind_switches import apply_switching_overrides
+
+    demo = yaml.safe_load(yaml.safe_dump(DEMO_CONFIG))
+    values, notes = apply_switching_overrides(demo, ["model_type=scan_markov", "model.order=3"])
+    assert values["model"] == {"d_model": demo["model"]["d_model"], "order": 3}  # d_model: Scan Markov takes it
+    assert len(notes) == 1 and "model.n_layers" in notes[0] and "model.attention" in notes[0]
+    ScanMarkovConfig(vocab_size=16, **values["model"])  # builds: nothing left that it refuses
+    values, _ = apply_switching_overrides(yaml.safe_load(yaml.safe_dump(DEMO_CONFIG)),
+                                          ["model_type=scan_markov", "model.n_layers=2"])  # fmt: skip
+    assert values["model"]["n_layers"] == 2  # typed by the user: kept, and the config's own check names it
+
+
 def test_train_with_the_demo_switched_to_text_reaches_the_text_source(main_cli, tmp_path):
     done = main_cli("train", "data.source=text", f"data.path={tmp_path / 'missing.txt'}")
     assert_one_line_error(done, "missing.txt")

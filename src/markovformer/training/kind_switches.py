@@ -1,5 +1,6 @@
-"""Overrides that switch a kind: ``data.source=text`` on a chain config, ``model.attention=retnet`` on a Markov one;
-and ``trainer.max_steps=N`` below the config file's ``trainer.warmup_steps``, which warms up over the N steps.
+"""Overrides that switch a kind: ``data.source=text`` on a chain config, ``model_type=scan_markov`` or
+``model.attention=retnet`` on a Markov one; and ``trainer.max_steps=N`` below the config file's
+``trainer.warmup_steps``, which warms up over the N steps.
 
 The options the config file gave for the old kind are not the user's choice for the new one, so those the new kind
 does not take are dropped, and each switch is reported in one line; an option the user typed in an override is
@@ -12,7 +13,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from markovformer.training.run_config import apply_overrides, parse_override
+from markovformer.training.run_config import RunConfig, apply_overrides, parse_override
 
 
 def _typed(overrides: list[str]) -> list[tuple[str, ...]]:
@@ -30,6 +31,14 @@ def _data_source_options(name: str) -> set[str] | None:
     if name not in DATA_SOURCES:
         return None  # build_data names the unknown source
     return {field.name for field in dataclasses.fields(DATA_SOURCES[name])} | {"source"}
+
+
+def _model_options(model_type: str) -> set[str] | None:
+    from markovformer.models.registry import MODEL_FAMILIES
+
+    if model_type not in MODEL_FAMILIES:
+        return None  # the model's build names the unknown model_type
+    return {field.name for field in dataclasses.fields(MODEL_FAMILIES[model_type].config_class)}
 
 
 def _attention_kinds(attention: Any) -> set[str] | None:
@@ -74,7 +83,15 @@ def apply_switching_overrides(values: dict[str, Any], overrides: list[str]) -> t
             notes.append(f"data.source changed from {old!r} to {new!r}: dropped the options of {old!r} that {new!r} "
                          f"does not take ({', '.join(dropped)})")  # fmt: skip
     old_model, model = before.get("model"), values.get("model")
-    if (values.get("model_type", "markovian_transformer") == "markovian_transformer" and isinstance(old_model, dict)
+    old_type, new_type = (section.get("model_type", RunConfig.model_type) for section in (before, values))
+    if isinstance(model, dict) and _was_typed(("model_type",), typed) and isinstance(new_type, str) \
+            and old_type != new_type:  # fmt: skip
+        keep = _model_options(new_type)
+        dropped = _drop(model, keep, "model", typed) if keep is not None else []
+        if dropped:
+            notes.append(f"model_type changed from {old_type!r} to {new_type!r}: dropped the options of {old_type!r} "
+                         f"that {new_type!r} does not take ({', '.join(dropped)})")  # fmt: skip
+    if (values.get("model_type", RunConfig.model_type) == "markovian_transformer" and isinstance(old_model, dict)
             and isinstance(model, dict) and _was_typed(("model", "attention"), typed)
             and old_model.get("attention") != model.get("attention")):  # fmt: skip
         kinds = _attention_kinds(model.get("attention"))
