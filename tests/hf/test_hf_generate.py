@@ -117,6 +117,35 @@ def test_scan_markov_generate_decodes_from_its_state_as_without_it(mode):
     torch.testing.assert_close(output.logits, model.markovformer(prompt, attention_mask=padded).logits)
 
 
+def test_the_cache_counts_the_tokens_it_was_fed_whatever_the_models_state_records():
+    """The cache's length is what generate skips: a family whose state keeps its length under another name (or none)
+    still decodes one token per step. It was read from the state's "length", so such a family was fed the whole
+    sequence again at every step, silently giving other tokens than its own generate."""
+    from markovformer import ScanMarkovConfig
+
+    torch.manual_seed(0)
+    config = ScanMarkovConfig(vocab_size=11, d_model=16, context_mode="recurrent", max_positions=32)
+    model = perturbed(HF_CLASSES["scan_markov", "causal_lm"][1](HF_CONFIGS["scan_markov"](**config.to_dict())))
+    inner, forward = model.markovformer, model.markovformer.forward
+
+    def forward_keeping_its_length_as_seen(input_ids, state=None, **options):
+        if state is not None and "seen" in state:
+            state["length"] = state.pop("seen")
+        output = forward(input_ids, state=state, **options)
+        if state is not None:
+            state["seen"] = state.pop("length")
+        return output
+
+    prompt = random_ids(3, 5, seed=2)
+    want = inner.generate(prompt, max_new_tokens=10)
+    inner.forward = forward_keeping_its_length_as_seen
+    fed = fed_lengths(model)
+    greedy = model.generate(prompt, max_new_tokens=10, pad_token_id=0, do_sample=False,
+                            attention_mask=torch.ones_like(prompt))  # fmt: skip
+    assert fed == [5] + [1] * 9
+    assert torch.equal(greedy, want)
+
+
 def test_the_translator_generates_through_auto_model_for_seq2seq_lm(tmp_path):
     from markovformer import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 

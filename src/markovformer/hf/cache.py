@@ -3,8 +3,8 @@ a cache from step to step (the ``cache`` of the model's outputs and inputs).
 
 Each layer keeps its own state (``forward(..., state=)`` of the model: rolling key/value caches for local
 attention, growing ones for global attention, running sums or recurrent states for the other kinds), so the cache
-holds that one dict and the length it has seen; ``transformers`` needs nothing more of it than its length and, for
-beam search, ``reorder_cache``.
+holds that one dict and the length it has seen (counted by the wrappers, whatever the model's state records);
+``transformers`` needs nothing more of it than its length and, for beam search, ``reorder_cache``.
 
 transformers 5.24 renamed that argument and output field from ``past_key_values`` to ``cache``; ``CACHE_NAME`` is the
 name the installed release uses, and the wrappers take and return the cache under it (the hf extra's whole range,
@@ -30,10 +30,16 @@ class MarkovformerCache:
 
     def __init__(self) -> None:
         self.state: dict = {}
+        self.length = 0
+
+    def advance(self, tokens: int) -> None:
+        """Count the ``tokens`` columns a forward just read into ``state`` (the wrappers call it)."""
+        self.length += tokens
 
     def get_seq_length(self, layer_index: int = 0) -> int:
-        """Positions seen so far (prompt and generated tokens, padding included)."""
-        return int(self.state.get("length", 0))
+        """Positions seen so far (prompt and generated tokens, padding included): ``generate`` feeds only those
+        after them."""
+        return self.length
 
     @property
     def is_linear(self) -> list[bool]:

@@ -92,18 +92,22 @@ class _CausalLMWrapper(ReportingWrapper, DecodesFromCache, GenerationMixin):
         output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
                                    attention_mask=attention_mask, labels=labels,
                                    state=None if cache is None else cache.state, **packed)  # fmt: skip
+        if cache is not None:
+            cache.advance(input_ids.shape[1])
         loss = summed_over_items(output.loss, labels, unused.get("num_items_in_batch"), position_ids)
         return self._finish(CausalLMOutputWithPast(loss=loss, logits=output.logits, **{CACHE_NAME: cache},
                                                    hidden_states=hidden,
                                                    attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
 
 
-class _ScanCausalLMWrapper(Wrapper, DecodesFromCache, GenerationMixin):
+class _BlocklessCausalLMWrapper(Wrapper, DecodesFromCache, GenerationMixin):
+    """A causal LM of a family without a backbone of blocks (``BACKBONE_ATTRIBUTES``), such as Scan Markov:
+    ``generate`` decodes from its state (``MarkovformerCache``; Scan Markov's is h after the last token in recurrent
+    mode, the last n - 1 tokens in markov mode), one token per step after the prompt; no hidden states or
+    attentions are returned. Its prompts are unpadded (a recurrence has no padding steps); a right-padded batch runs
+    the whole forward and makes no cache."""
+
     accepts_loss_kwargs = True  # its loss is the whole accumulated batch's mean (summed_over_items)
-    """The Scan Markov causal LM: ``generate`` decodes from its state (``MarkovformerCache``: h after the last token
-    in recurrent mode, the last n - 1 tokens in markov mode), one token per step after the prompt; it has no blocks,
-    so no hidden states or attentions are returned. Its prompts are unpadded (the recurrence has no padding
-    steps); a right-padded batch runs the whole forward and makes no cache."""
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 labels: Tensor | None = None, cache: MarkovformerCache | None = None, use_cache: bool | None = None,
@@ -117,6 +121,8 @@ class _ScanCausalLMWrapper(Wrapper, DecodesFromCache, GenerationMixin):
             cache = MarkovformerCache()
         output = self.markovformer(input_ids, attention_mask=attention_mask, labels=labels,
                                    state=None if cache is None else cache.state)  # fmt: skip
+        if cache is not None:
+            cache.advance(input_ids.shape[1])
         loss = summed_over_items(output.loss, labels, unused.get("num_items_in_batch"))
         return as_asked(CausalLMOutputWithPast(loss=loss, logits=output.logits, **{CACHE_NAME: cache}),
                          return_dict, self.config)  # fmt: skip
@@ -253,8 +259,9 @@ class _Seq2SeqWrapper(Wrapper):
         return torch.cat([start, target], dim=1)
 
 
-# the attribute holding a family's backbone in its heads (the Markovian Transformer's ``model``); a family without
-# a separate backbone model names no attribute, so nothing is stripped or added when it loads
+# the attribute holding a family's backbone in its heads (the Markovian Transformer's ``model``, built of blocks whose
+# hidden states and attentions its wrappers report); a family without a separate backbone model names no attribute,
+# so nothing is stripped or added when it loads, and its causal LM has the blockless wrapper
 BACKBONE_ATTRIBUTES = {"markovian_transformer": "model"}
 
 
@@ -277,8 +284,8 @@ def _build_classes() -> dict[tuple[str, str], tuple[type, type[Wrapper]]]:
         for task, head in entry.heads.items():
             if task in bases:
                 auto, base = bases[task]
-                if base is _CausalLMWrapper and family == "scan_markov":
-                    base = _ScanCausalLMWrapper
+                if base is _CausalLMWrapper and family not in BACKBONE_ATTRIBUTES:  # no blocks to report on
+                    base = _BlocklessCausalLMWrapper
                 classes[family, task] = (auto, _wrapper(family, task, base, head))
     classes["markovian_transformer", "backbone"] = (
         AutoModel, _wrapper("markovian_transformer", "backbone", _BackboneWrapper, MarkovianTransformerModel)
