@@ -203,6 +203,26 @@ def test_init_from_refuses_a_source_with_tensors_this_model_lacks_naming_them(tm
         initialise_from(shallow, tmp_path / "deep", [])
 
 
+def test_init_from_skip_head_is_refused_for_a_model_without_a_backbone(tmp_path):
+    """Scan Markov has no backbone ``model.``: every tensor is "outside" it, so 'head' started all 12 fresh and the
+    run printed "initialised from ...: 0 of 12 tensors" as a fine-tuning. It is refused naming its modules; prefixes
+    of them do what was meant."""
+    import torch
+
+    from markovformer import ScanMarkovConfig, ScanMarkovForCausalLM
+    from markovformer.training.init_from import initialise_from
+
+    config = ScanMarkovConfig(vocab_size=11, d_model=16, order=2)
+    ScanMarkovForCausalLM(config).save_pretrained(tmp_path / "scan")
+    model = ScanMarkovForCausalLM(config)
+    with pytest.raises(ConfigError, match=r"'head' .* ScanMarkovForCausalLM has no backbone .* decoder, embed, "):
+        initialise_from(model, tmp_path / "scan", ["head"])
+    line = initialise_from(model, tmp_path / "scan", ["decoder"])
+    source = ScanMarkovForCausalLM.from_pretrained(tmp_path / "scan")
+    assert torch.equal(model.embed.weight, source.embed.weight) and "left fresh" in line
+    assert not torch.equal(model.decoder[0].weight, source.decoder[0].weight)
+
+
 def test_init_from_refuses_a_changed_vocabulary_unless_told_to_start_those_tensors_fresh(small_run, main_cli):
     run, config = small_run / "run", small_run / "tiny.yaml"
     refused = main_cli("train", str(config), f"init_from={run}", "data.num_symbols=6")

@@ -4,7 +4,8 @@
 checkpoint, both checked against the run's fingerprint) or a folder written by ``save_pretrained`` (config.json +
 model.safetensors). Every tensor must match the new model's name and shape; a changed head (other labels) or
 vocabulary is refused with the names that differ, unless ``init_from_skip`` names them: ``head`` (the tensors
-outside the backbone ``model.``: lm_head, classifier, ...), ``embeddings`` (names holding ``embed``: the inputs a
+outside the backbone ``model.``: lm_head, classifier, ...; refused for a model without one, where it would be
+every tensor), ``embeddings`` (names holding ``embed``: the inputs a
 vocabulary changes) or any tensor-name prefix. Skipped tensors keep the new model's fresh initialisation.
 
 The new run encodes its data with the source's tokenizer when it keeps one (``tokenizer_source``): a tokenizer
@@ -93,6 +94,12 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
     source = Path(source)
     stored = read_weights(source)
     own = model.state_dict()
+    if "head" in skip and not any(name.startswith("model.") for name in own):
+        modules = sorted({name.split(".")[0] for name in own})
+        raise ConfigError(f"init_from_skip entry 'head' names the tensors outside the backbone (model.), and "
+                          f"{type(model).__name__} has no backbone apart from its head: 'head' would start every "
+                          f"tensor fresh; name tensor-name prefixes instead (its modules: "
+                          f"{', '.join(modules)})")  # fmt: skip
     for entry in skip:
         if not any(skipped(name, [entry]) for name in own):
             raise ConfigError(f"init_from_skip entry {entry!r} names no tensor of the model; use "
