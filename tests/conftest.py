@@ -156,8 +156,9 @@ def _python_warning_defaults() -> None:
         warnings.formatwarning(message, category, filename, lineno, line))
 
 
-def run_cli(*args: str, timeout: float = 300, **popen) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+def run_cli(*args: str, timeout: float = 300, env: dict | None = None, **popen) -> subprocess.CompletedProcess:
+    """``markovformer ARGS`` as its own process, with ``env`` added to this one's environment."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "markovformer", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, **popen)  # fmt: skip
 
