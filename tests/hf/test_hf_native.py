@@ -183,17 +183,23 @@ def test_gradient_checkpointing_recomputes_the_blocks_with_the_same_gradients(en
 def test_return_dict_false_gives_the_outputs_tuple_for_the_other_wrappers():
     """Scan Markov, the translator and the VMT, as the reporting wrappers above."""
     from markovformer import MarkovTranslatorConfig, ScanMarkovConfig, VMTConfig
+    from markovformer.hf.modeling import BACKBONE_ATTRIBUTES
+    from markovformer.models.registry import MODEL_FAMILIES
 
     ids = random_ids()
     torch.manual_seed(0)
-    for family, task, config, inputs in [
+    cases = [
         ("scan_markov", "causal_lm", ScanMarkovConfig(vocab_size=11, d_model=16, order=3), dict(input_ids=ids)),
         ("markov_translator", "translation", MarkovTranslatorConfig(vocab_size=11, d_model=16, n_heads=2,
          n_encoder_layers=1, n_decoder_layers=1, order=2, dropout=0.0, max_positions=32),
          dict(input_ids=ids, decoder_input_ids=ids[:, :4])),
         ("vmt", "vmt", VMTConfig(vocab_size=11, latent_dim=2, d_model=8, n_layers=1, n_heads=2, hidden_dim=8),
          dict(input_ids=ids)),
-    ]:  # fmt: skip
+    ]  # fmt: skip
+    others = {(family, task) for family, entry in MODEL_FAMILIES.items() for task in entry.heads
+              if family not in BACKBONE_ATTRIBUTES}  # fmt: skip
+    assert others == {(family, task) for family, task, _, _ in cases}, "a new family's wrappers get a case here"
+    for family, task, config, inputs in cases:
         model = HF_CLASSES[family, task][1](HF_CONFIGS[family](**config.to_dict())).eval()
         with torch.no_grad():
             torch.manual_seed(1)  # (the VMT draws latent samples)

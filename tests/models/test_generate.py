@@ -350,6 +350,22 @@ def test_vmt_greedy_generation_is_the_argmax_of_its_mean_latent_path():
     assert torch.equal(generated[:, 6:], torch.stack(expected, dim=1))
 
 
+# each family's greedy test above (README: "tested for every family"); a family new in models/registry.py adds its own
+GREEDY_TESTS = {
+    "markovian_transformer": test_markovian_greedy_generation_is_the_teacher_forced_argmax,
+    "scan_markov": test_scan_markov_greedy_generation_is_the_teacher_forced_argmax,
+    "markov_translator": test_translator_greedy_generation_is_the_teacher_forced_argmax,
+    "vmt": test_vmt_greedy_generation_is_the_argmax_of_its_mean_latent_path,
+}
+
+
+def test_every_family_has_its_greedy_test():
+    from markovformer.models.registry import MODEL_FAMILIES
+
+    untested = sorted(set(MODEL_FAMILIES) - set(GREEDY_TESTS))
+    assert not untested, f"model families without a greedy test: {untested}; add one to {__file__} and GREEDY_TESTS"
+
+
 @pytest.mark.slow  # two compiles of the step, ~10-30 s on a CPU
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
 def test_a_compiled_decoding_step_generates_what_the_eager_one_does(padded):
