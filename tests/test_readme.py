@@ -104,6 +104,16 @@ def test_yaml_block_builds_the_layers_its_text_describes():
     assert third["scope"] == "global"
 
 
+def test_the_configs_model_type_list_names_every_family():
+    from markovformer.models.registry import MODEL_FAMILIES
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    listed = re.search(r"`model_type` \(`markovian_transformer` by default, ([^)]*)\)", text)
+    assert listed, "README's Configs paragraph lost its model_type list"
+    named = {"markovian_transformer", *re.findall(r"`(\w+)`", listed.group(1))}
+    assert named == set(MODEL_FAMILIES), f"README's model_type list (under Configs) names {sorted(MODEL_FAMILIES)}"
+
+
 def test_family_table_names_every_exported_model_with_its_config():
     import markovformer
 

@@ -128,6 +128,10 @@ def test_switching_the_model_type_drops_the_options_the_new_family_does_not_take
     values, _ = apply_switching_overrides(yaml.safe_load(yaml.safe_dump(DEMO_CONFIG)),
                                           ["model_type=scan_markov", "model.n_layers=2"])  # fmt: skip
     assert values["model"]["n_layers"] == 2  # typed by the user: kept, and the config's own check names it
+    legacy = yaml.safe_load(yaml.safe_dump(DEMO_CONFIG))
+    legacy["model"]["max_position"] = 64  # the old name of max_positions, which Scan Markov takes too
+    values, notes = apply_switching_overrides(legacy, ["model_type=scan_markov"])
+    assert values["model"]["max_positions"] == 64 and "max_position" not in values["model"]
 
 
 def test_train_with_the_demo_switched_to_text_reaches_the_text_source(main_cli, tmp_path):
@@ -215,7 +219,7 @@ def test_init_from_skip_head_is_refused_for_a_model_without_a_backbone(tmp_path)
     config = ScanMarkovConfig(vocab_size=11, d_model=16, order=2)
     ScanMarkovForCausalLM(config).save_pretrained(tmp_path / "scan")
     model = ScanMarkovForCausalLM(config)
-    with pytest.raises(ConfigError, match=r"'head' .* ScanMarkovForCausalLM has no backbone .* decoder, embed, "):
+    with pytest.raises(ConfigError, match=r"'head' .* ScanMarkovForCausalLM has no model\. backbone.* decoder, embed"):
         initialise_from(model, tmp_path / "scan", ["head"])
     line = initialise_from(model, tmp_path / "scan", ["decoder"])
     source = ScanMarkovForCausalLM.from_pretrained(tmp_path / "scan")

@@ -105,27 +105,35 @@ def test_num_parameters_device_and_dtype_of_the_base():
 # a family's config for the test below, or None for a family whose config has no initializer_range (the VMT's
 # networks keep torch's defaults); a family new in models/registry.py adds its entry
 INITIALISED_FAMILIES = {
-    "markovian_transformer": dict(vocab_size=50, d_model=64, n_heads=2, n_layers=1),
+    "markovian_transformer": dict(vocab_size=50, d_model=64, n_heads=2, n_layers=1, num_labels=32),
     "scan_markov": dict(vocab_size=50, d_model=64, order=3),
     "markov_translator": dict(vocab_size=50, d_model=64, n_heads=2, n_encoder_layers=1, n_decoder_layers=1),
     "vmt": None,
 }
+HEAD_OPTIONS = {"MarkovianTransformerForCTC": dict(vocab_size=None, input_dim=32)}  # features, not token ids
+
+
+def test_every_family_has_its_initialisation_entry():
+    from markovformer.models.registry import MODEL_FAMILIES
+
+    assert set(INITIALISED_FAMILIES) == set(MODEL_FAMILIES), "a new family adds its entry to INITIALISED_FAMILIES"
 
 
 @pytest.mark.parametrize("family", sorted(INITIALISED_FAMILIES))
 def test_every_family_initialises_linear_and_embedding_weights_from_its_config(family):
-    """Every Linear and Embedding weight of a head of the family is drawn with std ``initializer_range`` and every
+    """Every Linear and Embedding weight of a head of the family (of 1,000 entries or more, for a standard deviation
+    to read: the classification and CTC heads' layers included) is drawn with std ``initializer_range`` and every
     Linear bias is zero (the attention kinds' own parameters, checked below, may differ)."""
     from markovformer.models.registry import MODEL_FAMILIES
 
-    assert set(INITIALISED_FAMILIES) == set(MODEL_FAMILIES), "a new family adds its entry to INITIALISED_FAMILIES"
     entry = MODEL_FAMILIES[family]
     if INITIALISED_FAMILIES[family] is None:
         assert "initializer_range" not in {field.name for field in dataclasses.fields(entry.config_class)}
         return
     for head in entry.heads.values():
         torch.manual_seed(0)
-        model = head(entry.config_class(**INITIALISED_FAMILIES[family], initializer_range=0.5))
+        options = {**INITIALISED_FAMILIES[family], **HEAD_OPTIONS.get(head.__name__, {})}
+        model = head(entry.config_class(**options, initializer_range=0.5))
         for name, module in model.named_modules():
             if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and module.weight.numel() >= 1000:
                 assert abs(float(module.weight.detach().std()) - 0.5) < 0.05, (head.__name__, name)

@@ -330,7 +330,7 @@ def test_resuming_after_the_data_file_changed_is_refused_naming_what_changed(tmp
 def test_a_refused_resume_stops_every_process_of_a_multi_process_run(tmp_path):
     """Two ranks started as torchrun starts them (its variables; without its agent, which would kill the survivor
     as srun does not): a resume after the data file changed is refused by both, each on its own line and exit 2.
-    On main only the writer checked the data; the other rank waited for it in DDP's rendezvous until its timeout."""
+    Before, only the writer checked the data; the other rank waited for it in DDP's rendezvous until its timeout."""
     import socket
 
     text = "".join(f"line {i} of the notes, words and more words\n" for i in range(300))

@@ -423,8 +423,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def exit_status(error: Exception) -> int | None:
-    """The exit status of an error a user can act on (the same with --debug, which adds the traceback); None for
-    any other, a bug."""
+    """The exit status of an error a user can act on (the same with --debug, which prints the traceback instead of
+    ``error_message``); None for any other, a bug."""
     if isinstance(error, TrainingDiverged):
         return EXIT_DIVERGED
     if isinstance(error, RunTerminated):

@@ -97,9 +97,8 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
     if "head" in skip and not any(name.startswith("model.") for name in own):
         modules = sorted({name.split(".")[0] for name in own})
         raise ConfigError(f"init_from_skip entry 'head' names the tensors outside the backbone (model.), and "
-                          f"{type(model).__name__} has no backbone apart from its head: 'head' would start every "
-                          f"tensor fresh; name tensor-name prefixes instead (its modules: "
-                          f"{', '.join(modules)})")  # fmt: skip
+                          f"{type(model).__name__} has no model. backbone: 'head' would start every tensor fresh; "
+                          f"name tensor-name prefixes instead (its modules: {', '.join(modules)})")  # fmt: skip
     for entry in skip:
         if not any(skipped(name, [entry]) for name in own):
             raise ConfigError(f"init_from_skip entry {entry!r} names no tensor of the model; use "

@@ -41,6 +41,17 @@ def _model_options(model_type: str) -> set[str] | None:
     return {field.name for field in dataclasses.fields(MODEL_FAMILIES[model_type].config_class)}
 
 
+def _rename_old_fields(model: dict, model_type: str) -> None:
+    """The old names in ``model`` of ``model_type``'s renamed fields replaced by their new ones, so that an option
+    the new family also takes is kept under its current name (``max_position`` is ``max_positions``)."""
+    from markovformer.models.registry import MODEL_FAMILIES
+
+    family = MODEL_FAMILIES.get(model_type)
+    for old, new in family.config_class.renamed_fields.items() if family is not None else ():
+        if old in model and new not in model:
+            model[new] = model.pop(old)
+
+
 def _attention_kinds(attention: Any) -> set[str] | None:
     from markovformer.layers.registry import ATTENTION_KINDS
 
@@ -68,8 +79,9 @@ def _drop(section: dict, keep: set[str], prefix: str, typed: list[tuple[str, ...
 
 
 def apply_switching_overrides(values: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """``values`` with ``overrides`` applied (``apply_overrides``), minus the config's options of a data source or
-    attention kind that an override replaced and the new one does not take; and one line per switch saying so."""
+    """``values`` with ``overrides`` applied (``apply_overrides``), minus the config's options of a data source,
+    model family or attention kind that an override replaced and the new one does not take; and one line per switch
+    saying so."""
     before = copy.deepcopy(values)
     apply_overrides(values, overrides)
     typed = _typed(overrides)
@@ -87,6 +99,8 @@ def apply_switching_overrides(values: dict[str, Any], overrides: list[str]) -> t
     if isinstance(model, dict) and _was_typed(("model_type",), typed) and isinstance(new_type, str) \
             and old_type != new_type:  # fmt: skip
         keep = _model_options(new_type)
+        if keep is not None and isinstance(old_type, str):
+            _rename_old_fields(model, old_type)
         dropped = _drop(model, keep, "model", typed) if keep is not None else []
         if dropped:
             notes.append(f"model_type changed from {old_type!r} to {new_type!r}: dropped the options of {old_type!r} "

@@ -247,7 +247,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
                           f"processes that score it; give it more or train on fewer devices")  # fmt: skip
     train_loader, val_loader = loaders(task, bundle, trainer, model)  # before any file: it checks the batch size
     check_monitor(tc.early_stopping, first_batch_metrics(task, model, bundle))  # the model reads the data
-    if resume:  # in every process: one refused by the writer alone would leave the others waiting for it in fit
+    if resume:  # in every process (each hashes the data files): the writer alone refusing left the others waiting
         check_same_data(run_dir, bundle)
     if writer:
         if resume:
