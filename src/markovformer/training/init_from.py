@@ -5,8 +5,8 @@ checkpoint, both checked against the run's fingerprint) or a folder written by `
 model.safetensors). Every tensor must match the new model's name and shape; a changed head (other labels) or
 vocabulary is refused with the names that differ, unless ``init_from_skip`` names them: ``head`` (the tensors
 outside the backbone ``model.``: lm_head, classifier, ...; refused for a model without one, where it would be
-every tensor), ``embeddings`` (names holding ``embed``: the inputs a
-vocabulary changes) or any tensor-name prefix. Skipped tensors keep the new model's fresh initialisation.
+every tensor), ``embeddings`` (names holding ``embed``: the inputs a vocabulary changes) or any tensor-name prefix.
+Skipped tensors keep the new model's fresh initialisation.
 
 The new run encodes its data with the source's tokenizer when it keeps one (``tokenizer_source``): a tokenizer
 fitted again on other text, or with other options, has as many ids (a BPE of a fixed size, often an alphabet) that
