@@ -111,7 +111,8 @@ def test_the_configs_model_type_list_names_every_family():
     listed = re.search(r"`model_type` \(`markovian_transformer` by default, ([^)]*)\)", text)
     assert listed, "README's Configs paragraph lost its model_type list"
     named = {"markovian_transformer", *re.findall(r"`(\w+)`", listed.group(1))}
-    assert named == set(MODEL_FAMILIES), f"README's model_type list (under Configs) names {sorted(MODEL_FAMILIES)}"
+    missing = sorted(set(MODEL_FAMILIES) - named)
+    assert named == set(MODEL_FAMILIES), f"add {missing} to README's `model_type (...)` list under Configs ({named})"
 
 
 def test_family_table_names_every_exported_model_with_its_config():
@@ -129,7 +130,8 @@ def test_family_table_names_every_exported_model_with_its_config():
     exported = {name for name in markovformer.__all__ if name != "PreTrainedModel"
                 and isinstance(getattr(markovformer, name), type)
                 and issubclass(getattr(markovformer, name), markovformer.PreTrainedModel)}  # fmt: skip
-    assert set(named) == exported
+    assert set(named) == exported, (f"README's family table (under Python API) lacks {sorted(exported - set(named))}: "
+                                    "a row | family | `XConfig` | `XFor...` | per exported model class")  # fmt: skip
     for name, config in named.items():
         assert getattr(markovformer, name).config_class is getattr(markovformer, config), name
 

@@ -358,6 +358,8 @@ def test_generate_samples_unconditionally_from_an_empty_prompt(char_run, main_cl
     assert "line break" in done.stderr and len(done.stdout.rstrip("\n")) >= 1
     again = main_cli("generate", str(char_run), "--prompt", "", "--max-new-tokens", "20")
     assert again.stdout == done.stdout  # the same seed, the same sample
+    # without --prompt: the line says how to ask for this (it spoke of an --input never given)
+    assert_one_line_error(main_cli("generate", str(char_run), "--max-new-tokens", "20"), "--prompt TEXT", "--prompt ''")
 
 
 def test_an_empty_prompt_without_a_line_break_never_starts_from_the_padding_id():

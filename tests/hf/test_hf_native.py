@@ -198,7 +198,8 @@ def test_return_dict_false_gives_the_outputs_tuple_for_the_other_wrappers():
     ]  # fmt: skip
     others = {(family, task) for family, entry in MODEL_FAMILIES.items() for task in entry.heads
               if family not in BACKBONE_ATTRIBUTES}  # fmt: skip
-    assert others == {(family, task) for family, task, _, _ in cases}, "a new family's wrappers get a case here"
+    assert others == {(family, task) for family, task, _, _ in cases}, (
+        f"add (family, task, Config(...), inputs) to this test's cases for {sorted(others - {c[:2] for c in cases})}")
     for family, task, config, inputs in cases:
         model = HF_CLASSES[family, task][1](HF_CONFIGS[family](**config.to_dict())).eval()
         with torch.no_grad():

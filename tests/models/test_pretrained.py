@@ -136,7 +136,9 @@ def test_every_family_initialises_linear_and_embedding_weights_from_its_config(f
         model = head(entry.config_class(**options, initializer_range=0.5))
         for name, module in model.named_modules():
             if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and module.weight.numel() >= 1000:
-                assert abs(float(module.weight.detach().std()) - 0.5) < 0.05, (head.__name__, name)
+                assert abs(float(module.weight.detach().std()) - 0.5) < 0.05, (
+                    f"{head.__name__}.{name} is not drawn from initializer_range: does the head call "
+                    "self.init_weights() after building its modules?")  # fmt: skip
             if isinstance(module, torch.nn.Linear) and module.bias is not None:
                 assert float(module.bias.detach().abs().max()) == 0.0, (head.__name__, name)
 

@@ -234,8 +234,11 @@ class Task:
 
 def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterator[str]:
     """A language model's continuation of ``request.prompt``: text with the run's tokenizer, else token ids."""
-    if request.prompt is None or request.input is not None:
-        raise ValueError("a language model continues one --prompt (--input is for translation runs)")
+    if request.input is not None:
+        raise ValueError("--input is for translation runs: a language model continues one --prompt TEXT")
+    if request.prompt is None:
+        raise ValueError("a language model continues a --prompt: give --prompt TEXT (--prompt '' samples "
+                         "unconditionally)")  # fmt: skip
     tokenizer = load_tokenizer(Path(run_dir) / "tokenizer") if (Path(run_dir) / "tokenizer").is_dir() else None
     prompt = request.prompt
     if tokenizer is not None:
