@@ -33,23 +33,12 @@ def _data_source_options(name: str) -> set[str] | None:
     return {field.name for field in dataclasses.fields(DATA_SOURCES[name])} | {"source"}
 
 
-def _model_options(model_type: str) -> set[str] | None:
+def _model_config_class(model_type: Any) -> type | None:
+    """The config class of ``model_type``; None for an unknown one (the model's build names it)."""
     from markovformer.models.registry import MODEL_FAMILIES
 
-    if model_type not in MODEL_FAMILIES:
-        return None  # the model's build names the unknown model_type
-    return {field.name for field in dataclasses.fields(MODEL_FAMILIES[model_type].config_class)}
-
-
-def _rename_old_fields(model: dict, model_type: str) -> None:
-    """The old names in ``model`` of ``model_type``'s renamed fields replaced by their new ones, so that an option
-    the new family also takes is kept under its current name (``max_position`` is ``max_positions``)."""
-    from markovformer.models.registry import MODEL_FAMILIES
-
-    family = MODEL_FAMILIES.get(model_type)
-    for old, new in family.config_class.renamed_fields.items() if family is not None else ():
-        if old in model and new not in model:
-            model[new] = model.pop(old)
+    family = MODEL_FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    return None if family is None else family.config_class
 
 
 def _attention_kinds(attention: Any) -> set[str] | None:
@@ -98,9 +87,12 @@ def apply_switching_overrides(values: dict[str, Any], overrides: list[str]) -> t
     old_type, new_type = (section.get("model_type", RunConfig.model_type) for section in (before, values))
     if isinstance(model, dict) and _was_typed(("model_type",), typed) and isinstance(new_type, str) \
             and old_type != new_type:  # fmt: skip
-        keep = _model_options(new_type)
-        if keep is not None and isinstance(old_type, str):
-            _rename_old_fields(model, old_type)
+        old_class, new_class = _model_config_class(old_type), _model_config_class(new_type)
+        if old_class is not None:  # old field names as they are now, so that one the new family takes is kept
+            upgraded = old_class.upgrade_keys(model)
+            model.clear()
+            model.update(upgraded)
+        keep = None if new_class is None else {field.name for field in dataclasses.fields(new_class)}
         dropped = _drop(model, keep, "model", typed) if keep is not None else []
         if dropped:
             notes.append(f"model_type changed from {old_type!r} to {new_type!r}: dropped the options of {old_type!r} "
