@@ -94,7 +94,7 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
     source = Path(source)
     stored = read_weights(source)
     own = model.state_dict()
-    if "head" in skip and not any(name.startswith("model.") for name in own):
+    if "head" in skip and all(skipped(name, ["head"]) for name in own):
         modules = sorted({name.split(".")[0] for name in own})
         raise ConfigError(f"init_from_skip entry 'head' names the tensors outside the backbone (model.), and "
                           f"{type(model).__name__} has no model. backbone: 'head' would start every tensor fresh; "
