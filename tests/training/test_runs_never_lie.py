@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import run_in_process, same_weights  # beside this folder
+from conftest import run_cli, run_in_process, same_weights  # beside this folder
 
 from markovformer.atomic import COUNT_WRITES, KILL_AT_WRITE
 from markovformer.training.checkpoint import load_checkpoint_file, save_checkpoint_file
@@ -28,8 +28,7 @@ ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "TRANSFORM
 
 def run_process(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     """``markovformer ARGS`` as its own process: for runs killed at a write, DDP ranks and inherited variables."""
-    command = [sys.executable, "-m", "markovformer", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=cwd, env={**ENV, **(env or {})})
+    return run_cli(*args, timeout=600, cwd=cwd, env={"TRANSFORMERS_VERBOSITY": "error", **(env or {})})
 
 
 run = run_in_process  # every other command: the same exit status and output, without ~10 s of start-up
