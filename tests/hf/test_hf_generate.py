@@ -175,6 +175,33 @@ def test_the_translator_generates_through_auto_model_for_seq2seq_lm(tmp_path):
         loaded(input_ids=source)
 
 
+def test_seq2seq_trainer_predicts_with_the_translators_generate(tmp_path):
+    """Seq2SeqTrainer(predict_with_generate=True), the standard way to score a translator: it reads the model's
+    generation_config, passes labels and synced_gpus to generate and, after its first batch, writes transformers'
+    defaults into that config; its predictions are generate's rows (padded to its max_length)."""
+    torch.manual_seed(0)
+    config = HF_CONFIGS["markov_translator"](vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1,
+                                             n_decoder_layers=1, order=2, dropout=0.0, max_positions=32)  # fmt: skip
+    model = perturbed(HF_CLASSES["markov_translator", "translation"][1](config))
+    assert model.config.is_encoder_decoder and model.config.decoder_start_token_id == config.bos_token_id
+    assert model.can_generate() and model.generation_config.decoder_start_token_id == config.bos_token_id
+    generator = torch.Generator().manual_seed(1)
+    rows = [{"input_ids": torch.randint(3, 11, (6,), generator=generator),
+             "labels": torch.cat([torch.randint(3, 11, (4,), generator=generator), torch.tensor([2])])}
+            for _ in range(8)]  # fmt: skip
+    arguments = transformers.Seq2SeqTrainingArguments(
+        tmp_path, per_device_eval_batch_size=4, report_to=[], use_cpu=True, predict_with_generate=True,
+        generation_max_length=7, generation_num_beams=2)  # fmt: skip
+    predicted = transformers.Seq2SeqTrainer(model=model, args=arguments).predict(rows).predictions
+    wanted = model.generate(torch.stack([row["input_ids"] for row in rows]), max_length=7, num_beams=2)
+    assert predicted.shape[0] == 8 and torch.equal(torch.as_tensor(predicted[:, : wanted.shape[1]]), wanted)
+    source = wanted.new_tensor([[3, 4, 5]])
+    with pytest.raises(ValueError, match="synced_gpus=True"):
+        model.generate(source, synced_gpus=True)
+    with pytest.raises(TypeError, match="does not support \\['no_repeat_ngram_size'\\]"):
+        model.generate(source, generation_config=transformers.GenerationConfig(no_repeat_ngram_size=2))
+
+
 def test_the_translators_max_length_counts_the_decoder_start_token():
     """transformers' max_length bounds an encoder-decoder's whole output, decoder start token (bos) included:
     max_length=4 is bos and 3 generated tokens, as max_new_tokens=3 gives (this model emits no eos by then)."""

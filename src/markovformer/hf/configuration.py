@@ -19,6 +19,7 @@ def _config_class(family: str) -> type[PretrainedConfig]:
     markovformer_class = MODEL_FAMILIES[family].config_class
     fields = [field.name for field in dataclasses.fields(markovformer_class)]
     defaults = {field.name: field.default for field in dataclasses.fields(markovformer_class)}
+    encoder_decoder = "translation" in MODEL_FAMILIES[family].heads
 
     def __init__(self, **values):  # noqa: N807 - becomes the class's __init__
         values = markovformer_class.upgrade_keys(values)
@@ -48,6 +49,10 @@ def _config_class(family: str) -> type[PretrainedConfig]:
                     self.num_labels = values[key]
             else:
                 object.__setattr__(self, key, values[key])
+        if encoder_decoder:  # transformers' encoder-decoders start decoding with this token (the translator's bos)
+            self.is_encoder_decoder = True
+            if getattr(self, "decoder_start_token_id", None) is None:
+                self.decoder_start_token_id = self.bos_token_id
 
     def to_markovformer(self) -> ModelConfig:
         """The markovformer config these values describe (validated)."""

@@ -20,6 +20,7 @@ from transformers import (
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
+    GenerationConfig,
     GenerationMixin,
     PretrainedConfig,
 )
@@ -236,27 +237,60 @@ class _Seq2SeqWrapper(Wrapper):
     GENERATE_OPTIONS = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "eos_token_id", "num_beams",
                         "length_penalty")  # fmt: skip
 
+    @classmethod
+    def can_generate(cls) -> bool:
+        """True: ``generate`` is markovformer's own decoding (not ``GenerationMixin``'s), and the model carries a
+        ``generation_config`` as transformers' generating models do (``Seq2SeqTrainer`` reads it)."""
+        return True
+
     @torch.no_grad()
-    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, *, max_new_tokens: int | None = None,
-                 max_length: int | None = None, **options) -> Tensor:  # fmt: skip
+    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, *, generation_config=None,
+                 synced_gpus: bool | None = None, labels: Tensor | None = None, **options) -> Tensor:  # fmt: skip
         """Translate ``input_ids`` (B, S) with markovformer's own decoding (its cached greedy, sampling or beam
         search), returned as ``transformers``' encoder-decoder ``generate`` does: each row starts with the decoder
         start token (bos), then the target up to eos, padded with ``pad_token_id``. Options: ``max_new_tokens`` (or
         ``max_length``, which counts the start token), ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
-        ``eos_token_id``, ``num_beams``, ``length_penalty``; any other raises TypeError rather than be ignored."""
-        options = {key: value for key, value in options.items() if value is not None}
+        ``eos_token_id``, ``num_beams``, ``length_penalty``, given here or set in ``generation_config`` (default:
+        the model's); any other option, or one set in the generation config, raises TypeError rather than be
+        ignored. ``labels`` (which ``Seq2SeqTrainer`` passes) are not read; ``synced_gpus=True`` (DeepSpeed ZeRO-3,
+        FSDP) is refused: each process decodes on its own."""
+        if synced_gpus:
+            raise ValueError(f"{type(self).__name__}.generate decodes each process on its own: synced_gpus=True "
+                             "(DeepSpeed ZeRO-3 or FSDP generation) is not supported")  # fmt: skip
         config = self.markovformer.config
-        if options.pop("pad_token_id", config.pad_token_id) != config.pad_token_id:
-            raise TypeError(f"this translator pads with pad_token_id={config.pad_token_id}")
-        unknown = sorted(set(options) - set(self.GENERATE_OPTIONS))
+        settings = _set_generation_options(generation_config or self.generation_config)
+        settings.update({key: value for key, value in options.items() if value is not None})
+        for token in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
+            wanted = config.pad_token_id if token == "pad_token_id" else config.bos_token_id
+            given = settings.pop(token, wanted)
+            if given != wanted:
+                raise TypeError(f"this translator's {token} is {wanted} (its config's), not {given!r}")
+        settings.pop("use_cache", None)  # the translator's decoding always reads its own state (the same tokens)
+        for switch in ("output_attentions", "output_hidden_states", "output_scores", "output_logits",
+                       "return_dict_in_generate"):  # off (a model config's generation config says so) is honoured
+            if settings.get(switch) is False:
+                del settings[switch]
+        max_new_tokens, max_length = settings.pop("max_new_tokens", None), settings.pop("max_length", None)
+        unknown = sorted(set(settings) - set(self.GENERATE_OPTIONS))
         if unknown:
             raise TypeError(f"generate of {type(self).__name__} does not support {unknown}; it takes "
                             f"{list(self.GENERATE_OPTIONS)} and max_length")  # fmt: skip
         if max_new_tokens is None:
             max_new_tokens = max_length - 1 if max_length is not None else config.max_positions
-        target = self.markovformer.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, **options)
+        target = self.markovformer.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, **settings)
         start = target.new_full((target.shape[0], 1), config.bos_token_id)
         return torch.cat([start, target], dim=1)
+
+
+def _set_generation_options(generation_config) -> dict:
+    """The options a ``GenerationConfig`` sets away from ``transformers``' defaults (which ``Seq2SeqTrainer``
+    writes into the model's), without its bookkeeping."""
+    if generation_config is None:
+        return {}
+    defaults = getattr(GenerationConfig, "_get_default_generation_params", dict)()
+    return {key: value for key, value in generation_config.to_diff_dict().items()
+            if not key.startswith("_") and key != "transformers_version" and value is not None
+            and (key not in defaults or value != defaults[key])}  # fmt: skip
 
 
 # the attribute holding a family's backbone in its heads (the Markovian Transformer's ``model``, built of blocks whose
