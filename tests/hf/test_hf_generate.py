@@ -53,6 +53,21 @@ def test_transformers_generate_decodes_from_the_cache_one_token_per_step(options
                                return_dict_in_generate=True).sequences_scores)  # fmt: skip
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_transformers_generate_re_runs_the_last_max_positions_tokens_past_learned_positions_end(use_cache):
+    """Learned positions end at max_positions (8): markovformer's generate re-runs the last 8 tokens past them, and
+    transformers' generate does the same (it raised at the ninth position), a left-padded row included."""
+    model = perturbed(small_hf("causal_lm", attention="softmax", max_order=4, position="learned",
+                               max_positions=8))  # fmt: skip
+    fed = fed_lengths(model)
+    prompt, mask = left_padded_prompt(row=1)
+    theirs = model.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=7, pad_token_id=0,
+                            use_cache=use_cache)  # fmt: skip
+    assert torch.equal(theirs, model.markovformer.generate(prompt, mask, max_new_tokens=7))
+    # the prompt, the 6th to 8th tokens (from the cache, or the whole sequence), then the last 8 of 9, 10 and 11
+    assert fed == ([5, 1, 1, 1] if use_cache else [5, 6, 7, 8]) + [8] * 3
+
+
 @pytest.mark.parametrize("options", [
     dict(scope="local", window=3), dict(attention="retnet", position="none", max_order=4),
     dict(attention="scan", position="none", max_order=4),

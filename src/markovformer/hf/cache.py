@@ -63,12 +63,19 @@ class DecodesFromCache:
                                       cache: MarkovformerCache | None = None, use_cache: bool | None = None,
                                       **unused):  # fmt: skip
         """The whole prompt first, then only the tokens the cache has not seen (one per step); the whole sequence
-        each step when there is no cache (``use_cache=False``)."""
+        each step when there is no cache (``use_cache=False``). Past a model's ``longest_input`` (learned
+        positions' ``max_positions``), its last that many tokens each step, without the cache, as markovformer's
+        own ``generate`` re-runs them."""
         cache = cache if cache is not None else unused.get(CACHE_NAME)
-        if cache is not None:
-            input_ids = input_ids[:, cache.get_seq_length() :]
         # generate's output_* flags reach the forward (they were dropped: its hidden states and attentions all None)
         shown = {key: unused[key] for key in ("output_hidden_states", "output_attentions") if key in unused}
+        longest = getattr(self.markovformer, "longest_input", None)
+        if longest is not None and input_ids.shape[1] > longest:
+            window = slice(-longest, None)
+            return {"input_ids": input_ids[:, window], CACHE_NAME: None, "use_cache": False, **shown,
+                    "attention_mask": None if attention_mask is None else attention_mask[:, window]}  # fmt: skip
+        if cache is not None:
+            input_ids = input_ids[:, cache.get_seq_length() :]
         if shown.get("output_attentions") and use_cache is not False:
             raise ValueError("output_attentions: the layers decoding from their cache keep no attention weights; "
                              "generate(..., use_cache=False) returns them (each step re-reads the whole sequence)")

@@ -25,7 +25,7 @@ def start_decoding(
     real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     config = model.config
     total = input_ids.shape[1] + max_new_tokens
-    if model.model.decodes_incrementally and (config.position != "learned" or total <= config.max_positions):
+    if model.model.decodes_incrementally and (model.longest_input is None or total <= model.longest_input):
         state: dict = {}
 
         def step(tokens: Tensor) -> Tensor:

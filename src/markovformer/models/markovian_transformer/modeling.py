@@ -308,6 +308,12 @@ class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
             output.loss = token_cross_entropy(output.logits[:, :-1], targets)
         return output
 
+    @property
+    def longest_input(self) -> int | None:
+        """The most tokens one forward reads from position 0: ``max_positions`` with learned positions (generate
+        re-runs the last that many past it), None for positions without an end."""
+        return self.config.max_positions if self.config.position == "learned" else None
+
     def start_decoding(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int):
         return start_decoding(self, input_ids, attention_mask, max_new_tokens)
 
