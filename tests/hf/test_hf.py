@@ -177,6 +177,27 @@ def test_a_directory_saved_by_transformers_loads_natively_with_identical_logits(
         assert torch.equal(native(*inputs).logits, ours(*inputs).logits)
 
 
+def test_a_native_save_of_a_transformers_directory_keeps_its_label_names_and_token_ids(tmp_path):
+    """Label names and special token ids that transformers wrote survive a markovformer load and save (they were
+    dropped: the pipeline then named the classes LABEL_0..2 and generate had no pad id); its writer's keys do not."""
+    transformers = _transformers()
+    from markovformer.hf import HF_CONFIGS
+
+    torch.manual_seed(0)
+    config = HF_CONFIGS["markovian_transformer"](**SMALL, causal=False, pooling="mean", pad_token_id=0,
+                                                 id2label={0: "pos", 1: "neg", 2: "q"})  # fmt: skip
+    wrapper = transformers.AutoModelForSequenceClassification.from_config(config)
+    wrapper.save_pretrained(tmp_path / "theirs")
+    native = MarkovianTransformerForSequenceClassification.from_pretrained(tmp_path / "theirs")
+    native.save_pretrained(tmp_path / "ours")
+    written = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert written["id2label"] == {"0": "pos", "1": "neg", "2": "q"} and written["pad_token_id"] == 0
+    assert not {"architectures", "dtype", "transformers_version"} & written.keys()
+    loaded = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "ours")
+    assert loaded.config.id2label == {0: "pos", 1: "neg", 2: "q"} and loaded.config.pad_token_id == 0
+    assert MarkovianTransformerForSequenceClassification.from_pretrained(tmp_path / "ours").config == native.config
+
+
 def test_loading_a_transformers_directory_natively_still_refuses_unknown_keys_and_other_heads(tmp_path):
     _transformers()
     torch.manual_seed(0)

@@ -36,6 +36,9 @@ TRANSFORMERS_CONFIG_KEYS = frozenset({
     "tie_word_embeddings", "tokenizer_class", "torch_dtype", "torchscript", "transformers_version", "use_bfloat16",
     "use_cache",
 })  # fmt: skip
+# Of those, the ones that describe the writer rather than the model: a save here writes its own, not these.
+WRITER_KEYS = frozenset({"_attn_implementation_autoset", "_commit_hash", "_name_or_path", "architectures", "dtype",
+                         "torch_dtype", "transformers_version"})  # fmt: skip
 ModelT = TypeVar("ModelT", bound="PreTrainedModel")
 
 
@@ -53,6 +56,9 @@ class PreTrainedModel(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
+        # what a config.json written through transformers said beside the model's fields (label names, special
+        # token ids, ...; not WRITER_KEYS): ignored by the model, written back by save_pretrained
+        self.transformers_settings: dict = {}
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -82,11 +88,12 @@ class PreTrainedModel(nn.Module):
         return []
 
     def save_pretrained(self, directory: str | Path) -> None:
-        """Write ``config.json`` (the config, its ``model_type`` and this class's name) and ``model.safetensors``."""
+        """Write ``config.json`` (the config, its ``model_type`` and this class's name, and the
+        ``transformers_settings`` it was loaded with) and ``model.safetensors``."""
         from safetensors.torch import save_model
 
         directory = Path(directory)
-        values = {**self.config.to_dict(), "architecture": type(self).__name__}
+        values = {**self.transformers_settings, **self.config.to_dict(), "architecture": type(self).__name__}
         atomic_write(directory / CONFIG_NAME, lambda p: p.write_text(json.dumps(values, indent=2) + "\n"))
         atomic_write(directory / WEIGHTS_NAME, lambda p: save_model(self, str(p)))
 
@@ -94,7 +101,8 @@ class PreTrainedModel(nn.Module):
     def from_pretrained(cls: type[ModelT], directory: str | Path, map_location: str = "cpu") -> ModelT:
         """Load what ``save_pretrained`` wrote (also under the old class and field names), here or through
         ``markovformer.hf`` (``transformers``' ``save_pretrained`` / ``Trainer.save_model``, whose bookkeeping keys,
-        ``TRANSFORMERS_CONFIG_KEYS``, are ignored)."""
+        ``TRANSFORMERS_CONFIG_KEYS``, the model ignores; those that are not ``WRITER_KEYS``, such as label names and
+        special token ids, are kept in ``transformers_settings`` and written back by ``save_pretrained``)."""
         from safetensors.torch import load_model
 
         directory = Path(directory)
@@ -107,7 +115,11 @@ class PreTrainedModel(nn.Module):
             raise ValueError(f"{directory / CONFIG_NAME}: not valid JSON ({error})") from error
         if not isinstance(values, dict):
             raise ValueError(f"{directory / CONFIG_NAME}: holds a JSON {type(values).__name__}, not an object")
+        fields = {field.name for field in dataclasses.fields(cls.config_class)}
+        settings = {key: value for key, value in values.items()
+                    if key in TRANSFORMERS_CONFIG_KEYS and key not in fields and key not in WRITER_KEYS}  # fmt: skip
         model = cls(cls.config_class.from_dict(cls._config_values(values, directory)))
+        model.transformers_settings = settings
         try:
             load_model(model, str(directory / WEIGHTS_NAME), strict=True, device=map_location)
         except RuntimeError as error:
@@ -137,5 +149,6 @@ __all__ = [
     "RENAMED_ARCHITECTURES",
     "TRANSFORMERS_CONFIG_KEYS",
     "WEIGHTS_NAME",
+    "WRITER_KEYS",
     "PreTrainedModel",
 ]
