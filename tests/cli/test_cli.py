@@ -114,8 +114,12 @@ def test_checkpoint_from_another_model(trained_run, tmp_path, main_cli):
         foreign.unlink()
 
 
-def test_not_a_run_directory(tmp_path, main_cli):
+def test_not_a_run_directory(tmp_path, main_cli, trained_run):
     assert_one_line_error(main_cli("eval", str(tmp_path)), "not a run directory")
+    # a run's model/ (a Hugging Face model directory) or checkpoints/: the error names the run around it
+    for command in (["eval", str(trained_run / "model")], ["generate", str(trained_run / "model"), "--prompt", "a"],
+                    ["train", "--resume", str(trained_run / "checkpoints")]):  # fmt: skip
+        assert_one_line_error(main_cli(*command), f"it is inside the run {trained_run}: give that")
 
 
 def test_debug_shows_the_traceback_with_the_same_exit_status(main_cli):

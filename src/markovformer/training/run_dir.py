@@ -313,6 +313,13 @@ def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
     return loaded.config, loaded.model, loaded.run_dir
 
 
+def not_a_run_directory(directory: Path) -> ConfigError:
+    """The error for a directory without config.yaml; inside a run (its model/ or checkpoints/), it names the run."""
+    run = directory.parent
+    inside = f"; it is inside the run {run}: give that" if (run / RESOLVED_CONFIG).is_file() else ""
+    return ConfigError(f"{directory}: not a run directory (no {RESOLVED_CONFIG}){inside}")
+
+
 def load_trained_run(target: str | Path) -> LoadedRun:
     """A trained run's config and model, from a run directory (its final model/, else its last checkpoint) or from
     one checkpoint file inside a run's checkpoints/ folder, with which weights were loaded (``LoadedRun``). The
@@ -324,7 +331,7 @@ def load_trained_run(target: str | Path) -> LoadedRun:
     run_dir = target if target.is_dir() else target.parent.parent
     if not (run_dir / RESOLVED_CONFIG).is_file():
         if target.is_dir():
-            raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_CONFIG})")
+            raise not_a_run_directory(run_dir)
         if target.suffix == ".ckpt":  # a checkpoint is read with its run: the config.yaml two folders up
             raise ConfigError(f"{target}: not a checkpoint of a run directory (no {run_dir / RESOLVED_CONFIG})")
         raise ConfigError(f"{target}: not a run directory or checkpoint")

@@ -35,6 +35,7 @@ from markovformer.training.run_dir import (
     finished_steps,
     load_run,
     mark_unfinished,
+    not_a_run_directory,
     remove_stale_files,
     write_final_files,
     write_resolved_config,
@@ -160,7 +161,7 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     started or finished is completed: its missing files are written."""
     run_dir = Path(run_dir)
     if not (run_dir / RESOLVED_CONFIG).is_file():
-        raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_CONFIG})")
+        raise not_a_run_directory(run_dir)
     config = dataclasses.replace(resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG)), output_dir=str(run_dir))
     writer = is_run_writer(config.trainer)
     with run_dir_lock(run_dir, writer):
