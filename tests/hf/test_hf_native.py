@@ -212,6 +212,24 @@ def test_return_dict_false_gives_the_outputs_tuple_for_the_other_wrappers():
             assert torch.equal(theirs, ours) if isinstance(ours, torch.Tensor) else type(theirs) is type(ours), family
 
 
+@pytest.mark.parametrize("family", ["markovian_transformer", "scan_markov"])
+def test_logits_to_keep_keeps_the_last_positions_or_the_listed_ones(family):
+    """transformers' logits_to_keep (it was ignored: every position's logits came back, silently)."""
+    from markovformer import ScanMarkovConfig
+
+    torch.manual_seed(0)
+    config = SMALL if family == "markovian_transformer" else ScanMarkovConfig(vocab_size=11, d_model=16, order=3).to_dict()
+    model = HF_CLASSES[family, "causal_lm"][1](HF_CONFIGS[family](**config)).eval()
+    ids, labels = random_ids(), random_ids(seed=2)
+    with torch.no_grad():
+        every = model(ids, labels=labels)
+        assert torch.equal(model(ids, logits_to_keep=0).logits, every.logits)
+        last = model(ids, labels=labels, logits_to_keep=1)
+        assert torch.equal(last.logits, every.logits[:, -1:]) and torch.equal(last.loss, every.loss)
+        listed = torch.tensor([0, 4])
+        assert torch.equal(model(ids, logits_to_keep=listed).logits, every.logits[:, listed])
+
+
 def _trained_text_run(kind: str, tmp_path):
     """A text run of a few steps (the tokenizer fitted on the corpus): its directory."""
     from markovformer.training.run_config import resolve_run_config
@@ -461,6 +479,21 @@ def test_export_tokenizer_gives_generate_its_special_ids_in_a_transformers_save(
     loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
     eos = tokenizer.token_to_id("<eos>")
     assert (loaded.generation_config.eos_token_id, loaded.generation_config.pad_token_id) == (eos, 0)
+
+
+def test_a_text_run_with_documents_exports_its_end_of_document_as_eos(tmp_path):
+    """A vocabulary with <eod> and no <eos> (a text run with documents) exports <eod> as eos: transformers'
+    generate and pipeline end a sample at the end of its document, as GPT-2's at its end of text (they ran on past
+    it, and the pipeline's skip_special_tokens then dropped the boundary from the text)."""
+    from markovformer.data.readers.tokenizer import CharTokenizer
+    from markovformer.hf import export_tokenizer
+
+    tokenizer = CharTokenizer(CharTokenizer.from_text("the cat sat.\n").alphabet, end_of_document=True)
+    small_hf("causal_lm", vocab_size=tokenizer.vocab_size).save_pretrained(tmp_path)
+    export_tokenizer(tokenizer, tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert loaded.generation_config.eos_token_id == tokenizer.end_of_document_id
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path).eos_token == "<eod>"
 
 
 def test_the_translators_position_table_follows_the_wrapper_to_a_dtype():

@@ -58,6 +58,14 @@ def summed_over_items(loss: Tensor | None, labels: Tensor | None, num_items_in_b
     return total / torch.as_tensor(num_items_in_batch, device=loss.device)
 
 
+def kept(logits: Tensor, logits_to_keep: int | Tensor) -> Tensor:
+    """``logits`` (B, T, V) at the positions ``transformers``' ``logits_to_keep`` asks for: the last n (0: all), or
+    those a 1-D tensor of indices lists."""
+    if isinstance(logits_to_keep, Tensor):
+        return logits[:, logits_to_keep.to(logits.device)]
+    return logits[:, -logits_to_keep:] if logits_to_keep else logits
+
+
 class _CausalLMWrapper(ReportingWrapper, DecodesFromCache, GenerationMixin):
     honoured_inputs = ("position_ids",)
     accepts_loss_kwargs = True  # its loss is the whole accumulated batch's mean (summed_over_items)
@@ -65,7 +73,7 @@ class _CausalLMWrapper(ReportingWrapper, DecodesFromCache, GenerationMixin):
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 labels: Tensor | None = None, cache: MarkovformerCache | None = None, use_cache: bool | None = None,
                 output_attentions: bool | None = None, output_hidden_states: bool | None = None,
-                return_dict: bool | None = None, position_ids: Tensor | None = None,
+                return_dict: bool | None = None, position_ids: Tensor | None = None, logits_to_keep: int | Tensor = 0,
                 **unused) -> CausalLMOutputWithPast:  # fmt: skip
         """Every position's next-token logits; ``labels`` are the inputs (shifted inside), -100 ignored.
 
@@ -76,7 +84,10 @@ class _CausalLMWrapper(ReportingWrapper, DecodesFromCache, GenerationMixin):
 
         ``position_ids`` (B, T) restarting at 0 mark packed documents (as ``DataCollatorWithFlattening`` writes
         them): no position sees another document and no document's first token is scored. A forward with them
-        makes no cache, and a cache given with them is refused (a decoding continues one sequence)."""
+        makes no cache, and a cache given with them is refused (a decoding continues one sequence).
+
+        ``logits_to_keep``: as in ``transformers``, the logits of the last n positions only (0: all), or of the
+        positions a 1-D tensor lists; every position's are computed (and the loss reads them all)."""
         inner = self.markovformer
         if position_ids is not None and cache is not None:
             raise ValueError(f"{type(self).__name__}: position_ids (packed documents) cannot continue a cache; call "
@@ -96,7 +107,8 @@ class _CausalLMWrapper(ReportingWrapper, DecodesFromCache, GenerationMixin):
         if cache is not None:
             cache.advance(input_ids.shape[1])
         loss = summed_over_items(output.loss, labels, unused.get("num_items_in_batch"), position_ids)
-        return self._finish(CausalLMOutputWithPast(loss=loss, logits=output.logits, **{CACHE_NAME: cache},
+        return self._finish(CausalLMOutputWithPast(loss=loss, logits=kept(output.logits, logits_to_keep),
+                                                   **{CACHE_NAME: cache},
                                                    hidden_states=hidden,
                                                    attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
 
@@ -112,7 +124,8 @@ class _BlocklessCausalLMWrapper(Wrapper, DecodesFromCache, GenerationMixin):
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 labels: Tensor | None = None, cache: MarkovformerCache | None = None, use_cache: bool | None = None,
-                return_dict: bool | None = None, **unused) -> CausalLMOutputWithPast:  # fmt: skip
+                return_dict: bool | None = None, logits_to_keep: int | Tensor = 0,
+                **unused) -> CausalLMOutputWithPast:  # fmt: skip
         if attention_mask is not None:
             attention_mask = attention_mask[:, -input_ids.shape[1]:]
             if bool(attention_mask.bool().all()):
@@ -125,7 +138,8 @@ class _BlocklessCausalLMWrapper(Wrapper, DecodesFromCache, GenerationMixin):
         if cache is not None:
             cache.advance(input_ids.shape[1])
         loss = summed_over_items(output.loss, labels, unused.get("num_items_in_batch"))
-        return as_asked(CausalLMOutputWithPast(loss=loss, logits=output.logits, **{CACHE_NAME: cache}),
+        return as_asked(CausalLMOutputWithPast(loss=loss, logits=kept(output.logits, logits_to_keep),
+                                               **{CACHE_NAME: cache}),
                          return_dict, self.config)  # fmt: skip
 
 

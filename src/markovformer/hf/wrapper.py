@@ -225,11 +225,14 @@ class ReportingWrapper(Wrapper):
     added, a sequence classifier's [CLS] vector before each row's first real token), each block's output but the
     last, and the last hidden state (the last block's output after the final LayerNorm), as in ``transformers``'
     decoders.
-    ``output_attentions``: one tensor (B, H, T, T) per layer, the attention probabilities, computed by the
-    kind's reference path whatever ``backend`` (flex, banded, ...) the config names, so exact but O(T²) in memory:
-    softmax, Markov (its lag biases and gates included), hybrid, decay and random-feature attention give them; the
-    kinds that have no attention matrix (S4D, RetNet, Hyena, RWKV, the scan and GRU baselines, ...) and a step
-    decoded from the cache give None in their place. ``return_dict=False`` returns the output's tuple."""
+    ``output_attentions``: one tensor (B, H, T, T) per layer, the weights with which each position mixes the values
+    of the others (output = weights @ V), computed by the kind's reference path whatever ``backend`` (flex, banded,
+    ...) the config names, so exact but O(T²) in memory: attention probabilities for softmax, Markov (its lag
+    biases and gates included), hybrid, decay, random-feature and the position-bias kinds; rows summing to at most
+    1 for stick-breaking; and no probabilities for RetNet (its retention matrix Q Kᵀ ⊙ D, unnormalised and signed)
+    and Linformer (its softmax carried back to the tokens through the sequence projection). The kinds that have no
+    such matrix (S4D, Hyena, H3, RWKV, the scan and GRU baselines) and a step decoded from the cache give None in
+    their place. ``return_dict=False`` returns the output's tuple."""
 
     def _run(self, output_attentions=None, output_hidden_states=None, **inputs):
         """The markovformer output and the hidden states (a tuple, or None when not asked)."""

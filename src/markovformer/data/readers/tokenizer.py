@@ -265,15 +265,15 @@ def _from_hf_record(record: dict, path: Path) -> CharTokenizer | BPETokenizer:
 def save_hf_format(tokenizer: CharTokenizer | BPETokenizer, directory: str | Path) -> dict[str, int]:
     """Write ``tokenizer`` into ``directory`` in the Hugging Face format (``tokenizer.json`` +
     ``tokenizer_config.json``, whose special tokens are ``<pad>`` and, where the vocabulary has them, ``<bos>``,
-    ``<eos>``, ``<unk>``), which ``transformers.AutoTokenizer.from_pretrained(directory)`` reads with no
-    markovformer code. When ``directory`` holds a model's ``config.json``, the special tokens' ids go into it as
-    ``pad_token_id`` / ``bos_token_id`` / ``eos_token_id`` (unless set there already), and into its
+    ``<eos>`` (else ``<eod>``, the end of a document), ``<unk>``), which
+    ``transformers.AutoTokenizer.from_pretrained(directory)`` reads with no markovformer code. When ``directory``
+    holds a model's ``config.json``, the special tokens' ids go into it as ``pad_token_id`` / ``bos_token_id`` /
+    ``eos_token_id`` (unless set there already), and into its
     ``generation_config.json`` when there is one: ``transformers``' generation reads them from there; markovformer's
     loader ignores them. Returns those ids."""
     directory = Path(directory)
     backend = tokenizer.hf_backend()
-    special = {name: f"<{name}>" for name in ("pad", "bos", "eos", "unk")
-               if backend.token_to_id(f"<{name}>") is not None}  # fmt: skip
+    special = _special_tokens(backend)
     # split_special_tokens: transformers encodes a literal "<eod>" in text as its characters, as markovformer does
     settings = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
                 "split_special_tokens": True,
@@ -295,8 +295,18 @@ def special_ids(tokenizer: CharTokenizer | BPETokenizer) -> dict[str, int]:
     """The ``pad_token_id`` / ``bos_token_id`` / ``eos_token_id`` that ``save_hf_format`` writes for ``tokenizer``
     (those its vocabulary has)."""
     backend = tokenizer.hf_backend()
-    found = {name: backend.token_to_id(f"<{name}>") for name in ("pad", "bos", "eos")}
-    return {f"{name}_token_id": token_id for name, token_id in found.items() if token_id is not None}
+    return {f"{name}_token_id": backend.token_to_id(token) for name, token in _special_tokens(backend).items()
+            if name != "unk"}  # fmt: skip
+
+
+def _special_tokens(backend) -> dict[str, str]:
+    """transformers' special tokens (pad, bos, eos, unk) that the vocabulary of ``backend`` has: ``<pad>``, ...,
+    and ``<eod>`` as eos where there is no ``<eos>`` (a text run with documents: generation ends with one, as
+    GPT-2's ends with its end of text)."""
+    found = {name: f"<{name}>" for name in ("pad", "bos", "eos", "unk") if backend.token_to_id(f"<{name}>") is not None}
+    if "eos" not in found and backend.token_to_id(END_OF_DOCUMENT) is not None:
+        found["eos"] = END_OF_DOCUMENT
+    return found
 
 
 def with_special_ids(config_path: Path, ids: dict[str, int]) -> str | None:
