@@ -274,10 +274,16 @@ def test_a_one_seed_experiment_refuses_two_seeds_and_runs_the_one_it_is_given():
         ("mixers", {}, (0, 1, 0), "--seeds 0 1 0 repeats a seed"),
         ("table1", {"domains": ["genomics", "genomics"]}, None, "table1.domains=.* repeats a value"),
         ("shakespeare-char", {"rows": ["hybrid_w32", "hybrid_w32"]}, None, "rows=.* repeats a value"),
-        ("weight-tying", {"plateau_patience": -3}, None, "plateau_patience=-3 must be >= 0"),
+        ("weight-tying", {"plateau_patience": -3}, None, "weight-tying.plateau_patience=-3: must be >= 0"),
+        ("landscape", {"starts": -3}, None, r"^landscape.starts=-3: must be >= 0$"),
+        ("landscape", {"starts": 0}, None, r"^landscape.starts=0: must be > 0$"),
+        ("landscape", {"steps": 0}, None, r"^landscape.steps=0: must be > 0$"),
+        ("mat-order", {"lr": 0}, None, r"^mat-order.lr=0: must be > 0$"),
     ],
     ids=["an emptied grid", "another", "every part emptied", "a negative seed", "a repeated seed", "a repeated domain",
-         "a repeated row", "a negative patience (early stopping off, the report saying on)"],
+         "a repeated row", "a negative patience (early stopping off, the report saying on)",
+         "negative starts (torch's negative dimension)", "no start (a reduction over nothing)",
+         "no step (every start 'not converged')", "a zero learning rate"],
 )
 def test_an_experiment_with_nothing_to_run_or_a_bad_seed_is_refused_before_it_writes(name, overrides, seeds,
                                                                                       message, tmp_path):  # fmt: skip
@@ -286,6 +292,20 @@ def test_an_experiment_with_nothing_to_run_or_a_bad_seed_is_refused_before_it_wr
     with pytest.raises(ValueError, match=message):
         run_experiment(name, tmp_path / "out", quick=True, seeds=seeds, overrides=overrides)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_settings_that_may_be_zero_are_settings_and_are_taken_at_zero():
+    """MAY_BE_ZERO names fields of its class (a misspelt name would refuse the setting's 0 with no word of why)."""
+    import dataclasses
+
+    from markovformer.experiments import _MODULES
+    from markovformer.experiments.settings import configure
+
+    for module in _MODULES:
+        settings = type(module.QUICK)
+        for key in getattr(settings, "MAY_BE_ZERO", ()):
+            assert key in {field.name for field in dataclasses.fields(settings)}, (module.NAME, key)
+            assert getattr(configure(module.QUICK, {key: 0}, module.NAME), key) == 0
 
 
 def test_an_optional_part_may_be_emptied():

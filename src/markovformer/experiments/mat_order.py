@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -60,6 +61,7 @@ DIRECTIONS = ("de-en", "en-de")
 
 @dataclass(frozen=True)
 class MatOrderSettings:
+    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("warmup_steps",)
     orders: tuple[int | None, ...] = (1, 2, 3, 4, 5, None)  # None: unbounded (k = ∞)
     transparent: tuple[bool, ...] = (True, False)
     tsv_path: str | None = None  # a parallel TSV instead of the synthetic task

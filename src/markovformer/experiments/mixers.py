@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -43,6 +44,7 @@ DEFAULT_KINDS = tuple(kind for kind in zoo.KINDS if kind != "alibi_local" and ki
 
 @dataclass(frozen=True)
 class MixersSettings:
+    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("warmup_steps", "tolerance")
     tasks: tuple[str, ...] = zoo.TASKS
     kinds: tuple[str, ...] = DEFAULT_KINDS
     lengths: tuple[int, ...] = (64, 128)

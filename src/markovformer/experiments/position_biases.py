@@ -69,6 +69,7 @@ MIXER_TASKS = ("mqar", "selective_copy")
 
 @dataclass(frozen=True)
 class PositionBiasSettings:
+    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("warmup_steps", "tolerance", "strength")
     kinds: tuple[str, ...] = tuple(KINDS)
     hidden_sources: tuple[str, ...] = ("fixed-2", "fixed-4", "lag-3")  # fixed-k: lags 1..k; lag-k: lag k only
     icl_orders: tuple[int, ...] = (1, 2, 3)

@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +61,7 @@ LABELS = {
 
 @dataclass(frozen=True)
 class ScanShakespeareSettings:
+    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("temperature", "sample_chars")
     scan_steps: int = 15000  # 16 windows x 124 targets a step (configs/scan_shakespeare.yaml)
     recurrent_steps: int = 15000  # 16 windows x 128 targets
     transformer_steps: int = 15000  # 384 windows x 5 targets

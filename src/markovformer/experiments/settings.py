@@ -16,7 +16,8 @@ def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str) -> S
     """``base`` with ``overrides`` applied; errors name ``name.key``. A list the defaults fill (a grid's kinds, widths,
     learning rates) may not be emptied, unless the settings class names it in ``MAY_BE_EMPTY`` (an optional part):
     ``kinds=[]`` ran nothing and reported it with exit status 0, or failed later on an index. Nor may such a list
-    repeat a value: ``rows=[a, a]`` reported one run twice, as a mean of n = 2 with a spread of 0."""
+    repeat a value: ``rows=[a, a]`` reported one run twice, as a mean of n = 2 with a spread of 0. A number may not
+    be negative, nor 0 where its default is positive unless the class names it in ``MAY_BE_ZERO``."""
     if not overrides:
         return base
     grids = {field.name for field in dataclasses.fields(base) if ", ...]" in str(field.type)}  # tuple[X, ...]
@@ -27,7 +28,23 @@ def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str) -> S
         shown = [repr(item) for item in value] if key in grids and isinstance(value, list | tuple) else []
         if len(set(shown)) < len(shown):  # one cell counted twice in a mean and its spread
             raise ConfigError(f"{name}.{key}={list(value)!r} repeats a value; give each once")
-    return build_dataclass(type(base), {**dataclasses.asdict(base), **overrides}, name)
+    settings = build_dataclass(type(base), {**dataclasses.asdict(base), **overrides}, name)
+    for key in overrides:
+        _check_sign(settings, base, key, name)
+    return settings
+
+
+def _check_sign(settings, base, key: str, name: str) -> None:
+    """A number the user set may not be negative (no setting is), nor 0 where its default is positive (a count, a
+    size, a step count, a learning rate), unless the class names it in ``MAY_BE_ZERO`` (a warm-up, a tolerance,
+    an option 0 turns off): ``starts=-3`` failed deep inside torch, ``steps=0`` reported untrained runs."""
+    value, default = getattr(settings, key), getattr(base, key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not isinstance(default, int | float):
+        return
+    if value < 0:
+        raise ConfigError(f"{name}.{key}={value!r}: must be >= 0")
+    if value == 0 and default > 0 and key not in getattr(base, "MAY_BE_ZERO", ()):
+        raise ConfigError(f"{name}.{key}=0: must be > 0")
 
 
 def single_seed(seeds: tuple[int, ...] | None, name: str) -> int:

@@ -49,6 +49,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -114,6 +115,7 @@ MARKOV = {
 
 @dataclass(frozen=True)
 class ShakespeareCharSettings:
+    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("warmup_steps", "weight_decay", "gradient_clip", "lr_floor")
     rows: tuple[str, ...] = ROWS
     steps: int = 2000
     batch_size: int = 12

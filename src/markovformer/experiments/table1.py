@@ -63,6 +63,7 @@ def default_data_dir() -> str:
 
 @dataclass(frozen=True)
 class Table1Settings:
+    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("tolerance",)
     data_dir: str = field(default_factory=default_data_dir)  # where `markovformer data prepare` wrote the files
     domains: tuple[str, ...] = DOMAINS
     genomics: str = "splice"  # recipe names; see DATASETS

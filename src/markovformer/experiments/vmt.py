@@ -72,6 +72,7 @@ LABELS = {"vmt_carry": "VMT, carry", "vmt_no_carry": "VMT, no carry", "transform
 
 @dataclass(frozen=True)
 class VMTSettings:
+    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("kl_warmup_steps", "iw_samples")
     # the VMT (parts 2 and 3; part 1 uses the same sizes with latent_dim = the true state size for "true P")
     latent_dim: int = 16
     d_model: int = 64

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -34,6 +35,7 @@ ADAMW_LR = 1e-3
 
 @dataclass(frozen=True)
 class WeightTyingSettings:
+    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("plateau_delta",)
     chains: tuple[tuple[float, float], ...] = ((0.2, 0.3), (0.5, 0.8), (0.7, 0.9), (1.0, 0.8))  # (p, q)
     optimizers: tuple[str, ...] = ("sgd", "adamw")
     d_model: int = 4
