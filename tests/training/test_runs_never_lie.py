@@ -258,9 +258,12 @@ def test_early_stopping_state_keeps_lightnings_key():
         assert ResumableEarlyStopping(**options).state_key == EarlyStopping(**options).state_key
 
 
-def test_a_terminated_run_exits_143_in_one_line_naming_its_checkpoint_and_resumes(tmp_path):
+@pytest.mark.parametrize(("stop", "status", "words"), [
+    ("SIGTERM", 143, "terminated (SIGTERM) at step"), ("SIGINT", 130, "interrupted (SIGINT, Ctrl-C) at step")])
+def test_a_terminated_run_exits_in_one_line_naming_its_checkpoint_and_resumes(tmp_path, stop, status, words):
     """SIGTERM (a scheduler's stop) ended the command with status 0 and no word, as if the run had finished
-    (Lightning raises a SystemExit without a code); now 143 and one line, and --resume finishes the run."""
+    (Lightning raises a SystemExit without a code), and Ctrl-C with status 1 and no word, as a crash (Lightning's
+    sys.exit(1)); now 143 or 130 and one line, and --resume finishes the run."""
     import signal
     import time
 
@@ -268,15 +271,16 @@ def test_a_terminated_run_exits_143_in_one_line_naming_its_checkpoint_and_resume
 
     config = config_file(tmp_path, TINY_RUN, max_steps=200, eval_every=100, checkpoint_every=10, log_every=100)
     command = [sys.executable, "-m", "markovformer", "train", str(config), "output_dir=run"]
+    # (a process started in the background by a shell without job control inherits SIGINT ignored: restore it)
     process = subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)  # fmt: skip
+                               text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     deadline = time.monotonic() + 300
     while not (tmp_path / "run" / "checkpoints" / "step-000010.ckpt").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(getattr(signal, stop))
     _, err = process.communicate(timeout=300)
     done = subprocess.CompletedProcess(command, process.returncode, "", err)
-    line = one_line(done, 143, "terminated (SIGTERM) at step", "continue with markovformer train --resume")
+    line = one_line(done, status, words, "continue with markovformer train --resume")
     assert "its last checkpoint is step-" in line and not (tmp_path / "run" / "finished.json").exists()
     resumed = run("train", "--resume", "run", cwd=tmp_path)
     assert resumed.returncode == 0 and json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 200

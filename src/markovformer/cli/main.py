@@ -28,7 +28,6 @@ from markovformer.training.trainer_config import RunTerminated, TrainingDiverged
 
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 1
-EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process that SIGTERM ended
 MAX_ERROR_LINE = 2000  # characters of an error's line that are printed
 # Packages of the optional extras, by import name; any other missing package is one of the command's dependencies.
 OPTIONAL_PACKAGES = {"rdata": "data", "arch": "data", "pytest": "dev", "ruff": "dev"}
@@ -428,7 +427,7 @@ def exit_status(error: Exception) -> int | None:
     if isinstance(error, TrainingDiverged):
         return EXIT_DIVERGED
     if isinstance(error, RunTerminated):
-        return EXIT_TERMINATED
+        return error.exit_status
     if isinstance(error, (ModuleNotFoundError, ValueError, OSError, MemoryError)):
         return EXIT_BAD_INPUT
     if isinstance(error, RuntimeError) and is_out_of_memory(error):  # torch's out-of-memory errors

@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -280,11 +281,17 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
         if validation.metrics_at(trainer.global_step) is None:  # the last step was not validated yet
             log.after_fit(trainer.global_step)
             trainer.validate(module, val_loader, verbose=False)  # (Lightning handles SIGTERM here too)
-    except SIGTERMException:  # a SystemExit without a code: the command exited 0 as if the run had finished
+    except SystemExit as stop:  # SIGTERM: Lightning's SIGTERMException, a SystemExit without a code (the command
+        # exited 0 as if the run had finished); Ctrl-C: sys.exit(1) once Lightning has marked the run interrupted
+        terminated = isinstance(stop, SIGTERMException)
+        if not (terminated or trainer.interrupted):
+            raise
         saved = step_checkpoints(run_dir / "checkpoints")
         last = f"its last checkpoint is {saved[-1].name}" if saved else "it has no checkpoint yet"
-        raise RunTerminated(f"the run was terminated (SIGTERM) at step {trainer.global_step} of {tc.max_steps}: "
-                            f"{last}; continue with markovformer train --resume {run_dir}") from None  # fmt: skip
+        how = "terminated (SIGTERM)" if terminated else "interrupted (SIGINT, Ctrl-C)"
+        raise RunTerminated(f"the run was {how} at step {trainer.global_step} of {tc.max_steps}: {last}; continue "
+                            f"with markovformer train --resume {run_dir}", signal.SIGTERM if terminated else
+                            signal.SIGINT) from None  # fmt: skip
     metrics = validation.metrics_at(trainer.global_step)
     if not writer:
         return metrics
