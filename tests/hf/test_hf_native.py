@@ -218,7 +218,8 @@ def test_logits_to_keep_keeps_the_last_positions_or_the_listed_ones(family):
     from markovformer import ScanMarkovConfig
 
     torch.manual_seed(0)
-    config = SMALL if family == "markovian_transformer" else ScanMarkovConfig(vocab_size=11, d_model=16, order=3).to_dict()
+    scan = ScanMarkovConfig(vocab_size=11, d_model=16, order=3).to_dict()
+    config = SMALL if family == "markovian_transformer" else scan
     model = HF_CLASSES[family, "causal_lm"][1](HF_CONFIGS[family](**config)).eval()
     ids, labels = random_ids(), random_ids(seed=2)
     with torch.no_grad():
