@@ -188,6 +188,21 @@ def test_experiment_runs_with_settings_and_reuses_cells(tmp_path, main_cli):
     assert "done earlier" not in redone.stdout
 
 
+def test_an_experiment_folder_holds_one_experiment_and_quick_runs_have_their_own(tmp_path, main_cli):
+    """--quick wrote into the full run's default folder, replacing its cells (the quick settings differ); another
+    experiment's run into a folder replaced its report, results and figures and mixed both experiments' cells."""
+    tiny = ("--set", "steps=200", "starts=2", "chains=[[0.2, 0.3]]")
+    assert main_cli("experiment", "landscape", "--quick", *tiny).returncode == 0
+    quick = tmp_path / "runs" / "experiments" / "landscape-quick"
+    assert (quick / "report.md").is_file() and not (tmp_path / "runs" / "experiments" / "landscape").exists()
+    assert json.loads((quick / "experiment.json").read_text()) == {"experiment": "landscape"}
+    report = (quick / "report.md").read_text()
+    done = main_cli("experiment", "weight-tying", "--quick", "--out", str(quick), "--set", "steps=2")
+    assert_one_line_error(done, f"{quick} holds the experiment 'landscape' (experiment.json); give weight-tying "
+                                "another --out")  # fmt: skip
+    assert (quick / "report.md").read_text() == report and not list((quick / "cells").glob("*p=0.5*"))
+
+
 def _bench_settings(monkeypatch, *argv: str):
     """The BenchSettings ``markovformer bench ARGV`` hands to the suite (the suite itself is not run)."""
     import argparse

@@ -37,9 +37,14 @@ def test_cached_cells_are_computed_once_and_reread(tmp_path):
     assert len(calls) == 1
     stored = json.loads((tmp_path / "cells" / "cell_a.json").read_text())
     assert stored["settings"] == {"steps": 10, "grid": [1, 2]} and stored["result"] == first
-    # other settings: the stored cell does not answer for them
-    ExperimentReport(tmp_path, "t", log=lambda line: None, settings={"steps": 20}).cached("cell_a", compute)
+    # other settings: the stored cell does not answer for them; it is recomputed, the stored one kept aside
+    lines = []
+    ExperimentReport(tmp_path, "t", log=lines.append, settings={"steps": 20}).cached("cell_a", compute)
     assert len(calls) == 2
+    kept = tmp_path / "cells" / "replaced" / "cell_a.json"
+    assert json.loads(kept.read_text()) == stored  # a --quick run into a full run's folder replaced its cells
+    assert lines[0] == f"  cell_a: stored under other settings, recomputing (grid: [1, 2] -> null; steps: 10 -> 20); " \
+                       f"the stored cell is kept as {kept}"
 
 
 def test_a_cell_with_its_own_dependencies_is_reused_across_experiment_settings(tmp_path):

@@ -103,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     experiment = commands.add_parser("experiment", help="run a named reproduction (`experiment list` names them)")
     experiment.add_argument("name", help="experiment name, or 'list'")
-    experiment.add_argument("--out", default=None, help="output folder (default runs/experiments/NAME); "
-                            "rerunning into it reuses the cells that finished")  # fmt: skip
+    experiment.add_argument("--out", default=None, help="output folder (default runs/experiments/NAME, with "
+                            "--quick NAME-quick); rerunning into it reuses the cells that finished")  # fmt: skip
     experiment.add_argument("--quick", action="store_true", help="a smaller version (fewer cells, seeds, steps)")
     experiment.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: the experiment's)")
     experiment.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="overrides",
@@ -376,7 +376,7 @@ def run_experiment_command(args: argparse.Namespace) -> None:
         for name, experiment in EXPERIMENTS.items():
             print(f"{name:16} {experiment.summary}")
         return
-    out = args.out or f"runs/experiments/{args.name}"
+    out = args.out or f"runs/experiments/{args.name}{'-quick' if args.quick else ''}"
     start = time.perf_counter()
     seeds = tuple(args.seeds) if args.seeds else None
     overrides = {}

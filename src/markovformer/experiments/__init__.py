@@ -24,7 +24,7 @@ from markovformer.experiments import (
     vmt,
     weight_tying,
 )
-from markovformer.experiments.report import forget_cells, stored_cells_only
+from markovformer.experiments.report import experiment_named, forget_cells, stored_cells_only
 from markovformer.models.config_base import suggest
 
 _MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt, table1,
@@ -76,7 +76,7 @@ def run_experiment(
         raise ValueError(f"--from-cells: {out_dir} has no cells/ folder (run the experiment into it first)")
     if recompute:
         forget_cells(out_dir, recompute, log)
-    with stored_cells_only() if from_cells else nullcontext():
+    with stored_cells_only() if from_cells else nullcontext(), experiment_named(name):
         return EXPERIMENTS[name].run(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {}, log=log)
 
 

@@ -174,12 +174,54 @@ def stored_cells_only() -> Iterator[None]:
         _STORED_ONLY.reset(token)
 
 
+# the experiment whose folder ExperimentReport opens (set by ``experiments.run_experiment``); None: not checked
+_EXPERIMENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("experiment", default=None)
+EXPERIMENT_MARKER = "experiment.json"  # in an experiment's output folder: which experiment it holds
+
+
+@contextmanager
+def experiment_named(name: str) -> Iterator[None]:
+    """Within it, an ``ExperimentReport`` claims its folder for experiment ``name`` (``claim_folder``)."""
+    token = _EXPERIMENT.set(name)
+    try:
+        yield
+    finally:
+        _EXPERIMENT.reset(token)
+
+
+def claim_folder(out_dir: Path, name: str) -> None:
+    """Mark ``out_dir`` as experiment ``name``'s (``experiment.json``), or refuse it when another experiment holds
+    it: its report, results and figures would have been replaced and the cells of both mixed in one folder."""
+    marker = out_dir / EXPERIMENT_MARKER
+    if marker.is_file():
+        held = json.loads(marker.read_text()).get("experiment")
+        if held != name:
+            raise ValueError(f"{out_dir} holds the experiment {held!r} ({EXPERIMENT_MARKER}); give {name} another "
+                             f"--out")  # fmt: skip
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(marker, json.dumps({"experiment": name}) + "\n")
+
+
+def _differences(stored: dict, wanted: dict, shown: int = 3) -> str:
+    """The settings that differ between a stored cell and this run, as ``key: stored -> now`` (the first few)."""
+    keys = [key for key in sorted({*stored, *wanted}) if stored.get(key) != wanted.get(key)]
+    parts = [f"{key}: {_cell_setting(stored.get(key))} -> {_cell_setting(wanted.get(key))}" for key in keys[:shown]]
+    return "; ".join(parts) + (f"; ... ({len(keys)} in all)" if len(keys) > shown else "")
+
+
+def _cell_setting(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class ExperimentReport:
     """Accumulates an experiment's report and writes it into ``out_dir`` atomically.
 
     ``cached(key, compute)`` returns ``compute()``'s JSON-serialisable result, stored in ``cells/<key>.json`` with
     the experiment's ``settings`` the first time: rerunning a killed experiment skips every cell that already
-    finished under the same settings, and recomputes cells stored under other settings. A cell that depends on
+    finished under the same settings, and recomputes cells stored under other settings (naming the settings that
+    differ, the stored cell moved to ``cells/replaced/``). A cell that depends on
     less than all the settings passes what it depends on as ``depends_on``: it is then reused by any run of the
     experiment that would compute it the same way (another seed list, more domains, a second process on others).
 
@@ -197,6 +239,8 @@ class ExperimentReport:
         self, out_dir: str | Path, title: str, log: Callable[[str], None] = print, settings: dict | None = None
     ) -> None:
         self.out_dir = Path(out_dir)
+        if _EXPERIMENT.get() is not None:
+            claim_folder(self.out_dir, _EXPERIMENT.get())
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.title = title
         self.log = log
@@ -240,7 +284,12 @@ class ExperimentReport:
             if self.stored_only:
                 raise MissingCell(f"cell {key} is stored in {path.parent} under other settings; without "
                                   f"--from-cells the experiment computes it again")  # fmt: skip
-            self.log(f"  {key}: stored under other settings, recomputing")
+            kept = path.parent / "replaced" / path.name  # not lost: a --quick run into a full run's folder, say
+            kept.parent.mkdir(exist_ok=True)
+            path.replace(kept)
+            changed = _differences(stored.get("settings") or {}, settings)
+            self.log(f"  {key}: stored under other settings, recomputing ({changed}); the stored cell is kept as "
+                     f"{kept}")  # fmt: skip
         if self.stored_only:
             raise MissingCell(f"cell {key} is not stored in {path.parent}; without --from-cells the experiment "
                               f"computes it")  # fmt: skip
