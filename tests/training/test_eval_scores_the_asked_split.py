@@ -107,3 +107,40 @@ def test_eval_scores_the_data_file_the_user_names_rather_than_the_one_the_run_re
     monkeypatch.chdir(tmp_path)
     assert evaluate("a/run", data_overrides=named)["metrics"] == from_a
     assert evaluate("a/run")["metrics"] != from_a  # the recorded file: the check above can tell the two apart
+
+
+def _csv_run(tmp_path):
+    """A tiny classifier of a CSV series (rows 0-27 train, 28-33 val, 34-39 test): its run directory and rows."""
+    generator = torch.Generator().manual_seed(0)
+    rows = [(float(torch.randn(1, generator=generator)) * 3 + 10, i % 3) for i in range(40)]
+    path = tmp_path / "series.csv"
+    path.write_text("x,label\n" + "".join(f"{x:.6f},{label}\n" for x, label in rows))
+    values = {"task": "sequence_classification", "output_dir": str(tmp_path / "run"),
+              "model": {"d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2, "pooling": "last"},
+              "data": {"source": "csv_series", "path": str(path), "window": 4},
+              "trainer": {"max_steps": 4, "batch_size": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 4}}
+    train(resolve_run_config(values))
+    return tmp_path / "run", rows
+
+
+def test_eval_of_another_csv_reads_it_with_the_runs_normalisation(tmp_path):
+    """The normalisation fitted on the run's training rows belongs to the model: eval --data path=other.csv
+    re-fitted it on the other file's training rows, so a file whose validation rows are the run's scored them as
+    other inputs. Here only the training rows differ: the validation windows are the run's, scored alike."""
+    run, rows = _csv_run(tmp_path)
+    other = tmp_path / "other.csv"
+    other.write_text("x,label\n" + "".join(f"{(x * 5 - 40) if i < 28 else x:.6f},{label}\n"
+                                           for i, (x, label) in enumerate(rows)))  # fmt: skip
+    own = evaluate(run, "val")
+    scored = evaluate(run, "val", {"path": str(other)})
+    assert scored["examples"] == own["examples"] == 6 - 4 + 1
+    assert scored["metrics"]["loss"] == pytest.approx(own["metrics"]["loss"], rel=1e-5)
+
+
+def test_eval_of_all_splits_scores_every_example_of_the_three(tmp_path):
+    """--split all: a file given with --data scored whole (the run's split recipe kept only its val part)."""
+    run, _ = _csv_run(tmp_path)
+    parts = {split: evaluate(run, split) for split in ("train", "val", "test", "all")}
+    assert parts["all"]["examples"] == sum(parts[split]["examples"] for split in ("train", "val", "test")) == 25 + 3 + 3
+    correct = sum(parts[split]["metrics"]["accuracy"] * parts[split]["examples"] for split in ("train", "val", "test"))
+    assert parts["all"]["metrics"]["accuracy"] * 31 == pytest.approx(correct, abs=1e-6)

@@ -159,6 +159,19 @@ def test_a_checkpoints_report_shows_no_final_metrics_as_its_own(run, tmp_path):
     assert "entropy rate" in partial  # the data's reference stays: it is no model's number
 
 
+def test_a_checkpoints_report_goes_beside_the_runs_own(run, tmp_path):
+    """inspect RUN/checkpoints/step-N.ckpt replaced the run's report/ (the final model's figures) with the step's."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    own = write_inspection_report(copy)
+    page = own.read_text()
+    checkpoint = sorted((copy / "checkpoints").glob("step-*.ckpt"))[0]
+    index = write_inspection_report(checkpoint)
+    assert index.parent == copy / f"report-{checkpoint.stem}" and own.read_text() == page
+
+
 def test_the_end_of_run_report_names_markov_layers_by_their_model_layer(capsys):
     """A softmax layer, then a Markov one: the strengths printed are model layer 1's (they were called layer 0,
     the index among Markov layers, where the report's figures say layer 1)."""

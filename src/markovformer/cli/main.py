@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("eval", help="metrics of a trained run on a split of its data")
     evaluate.add_argument("target", help="run directory or checkpoint file")
-    evaluate.add_argument("--split", default="val", choices=("train", "val", "test"))
+    evaluate.add_argument("--split", default="val", choices=("train", "val", "test", "all"),
+                          help="the split scored (all: the three, every example of a file given with --data)")
     evaluate.add_argument("--data", nargs="*", default=[], metavar="KEY=VALUE",
                           help="override data options, e.g. path=other.txt")  # fmt: skip
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
@@ -99,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser("inspect", help="figures of a trained run: curves, strengths, gates, attention")
     inspect.add_argument("target", help="run directory or checkpoint file")
     inspect.add_argument("--layers", type=int, nargs="*", default=None, help="layers whose attention maps to draw")
-    inspect.add_argument("--out", default=None, help="output folder (default RUN_DIR/report)")
+    inspect.add_argument("--out", default=None, help="output folder (default RUN_DIR/report; for a checkpoint file "
+                         "RUN_DIR/report-STEM)")  # fmt: skip
 
     experiment = commands.add_parser("experiment", help="run a named reproduction (`experiment list` names them)")
     experiment.add_argument("name", help="experiment name, or 'list'")
@@ -185,7 +187,7 @@ def run_eval(args: argparse.Namespace) -> None:
     scored = (f"final model, step {weights['step']}" if weights["finished"] else
               f"{weights['source']} at step {weights['step']}" + ("" if weights["run_finished"] else
                                                                   ": the run is unfinished"))  # fmt: skip
-    print(f"{results['run_dir']} [{results['split']}] ({scored}): {shown}")
+    print(f"{results['run_dir']} [{results['split']}, {results['examples']} examples] ({scored}): {shown}")
     if "entropy_rate" in results and "loss" in results["metrics"]:
         from markovformer.training.run_report import entropy_rate_gap  # deferred: see the module docstring
 

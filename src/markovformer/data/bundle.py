@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+import torch
 from torch import Tensor
 
 from markovformer.data.collate import collate
@@ -78,6 +79,49 @@ class DataBundle:
     lengths: Callable[[Sequence[dict[str, Tensor]]], list[int]] | None = None
     train_sampling: str = "epochs"
     files: list[Path] = field(default_factory=list)
+
+
+class JoinedSplits:
+    """Several splits read as one, in order (``eval --split all``: every example of a file scored by a run)."""
+
+    def __init__(self, *splits: Split) -> None:
+        self.splits = splits
+
+    def __len__(self) -> int:
+        return sum(len(split) for split in self.splits)
+
+    def __getitem__(self, index: int) -> dict[str, Tensor]:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"example {index} of {len(self)}")
+        index %= len(self)
+        for split in self.splits:
+            if index < len(split):
+                return split[index]
+            index -= len(split)
+        raise IndexError(index)
+
+
+class Renormalised:
+    """The examples of ``split``, whose ``input_features`` were normalised with ``fitted`` (``{"mean", "std"}`` per
+    feature, as a source records it in ``info["normalisation"]``; tiled over frames stacked side by side),
+    normalised with ``wanted`` instead: data a run scores (``eval --data``) read with the statistics of the run's
+    own training rows, which belong to the model, not with those of the new file's."""
+
+    def __init__(self, split: Split, fitted: dict, wanted: dict) -> None:
+        self.split = split
+        self.stats = [torch.tensor(stats[key], dtype=torch.float64) for stats in (fitted, wanted)
+                      for key in ("mean", "std")]  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, index: int) -> dict[str, Tensor]:
+        example = dict(self.split[index])
+        features = example["input_features"]
+        fitted_mean, fitted_std, mean, std = (stats.repeat(features.shape[-1] // len(stats)) for stats in self.stats)
+        raw = features.double() * fitted_std + fitted_mean
+        example["input_features"] = ((raw - mean) / std).to(features.dtype)
+        return example
 
 
 def label_names_in_order(labels: Sequence[str], source: str) -> list[str]:

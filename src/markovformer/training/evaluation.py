@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from markovformer.data.bundle import JoinedSplits, Renormalised
 from markovformer.data.recipes.locations import PREPARED_PREFIX, prepared_candidates
 from markovformer.training.batches import RankShare
 from markovformer.training.build import FILE_OPTIONS, build_data, build_run_task
@@ -123,32 +124,47 @@ def check_same_source(source: str, overrides: dict) -> None:
                           f"options instead (`markovformer data show {source}` lists them)")  # fmt: skip
 
 
+SPLITS = ("train", "val", "test", "all")  # all: the three in order (every example of a file given with --data)
+
+
+def scored_split(bundle, split: str, run_dir: Path):
+    """The examples ``eval`` scores: the ``split`` of ``bundle`` (``all``: every split, in order), its features
+    normalised with the run's own statistics where the data records them (``info["normalisation"]``) and the
+    bundle's differ (another file, ``--data path=...``, whose rows would have fitted their own)."""
+    examples = JoinedSplits(bundle.train, bundle.val, bundle.test) if split == "all" else getattr(bundle, split)
+    fitted, own = bundle.info.get("normalisation"), read_data_info(run_dir).get("normalisation")
+    return Renormalised(examples, fitted, own) if fitted and own and fitted != own else examples
+
+
 def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1) -> dict:
     """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options of
-    its own data source: ``check_same_source``), scored as validation scores it. Translation runs are decoded with
-    beam search of ``beam_size`` (1 = greedy) for BLEU; VMT runs walk the split's documents."""
-    if split not in ("train", "val", "test"):
-        raise ConfigError(f"split={split!r} must be train, val or test")
+    its own data source: ``check_same_source``; ``all``: every split), scored as validation scores it, the features
+    normalised as the run's (``scored_split``). Translation runs are decoded with beam search of ``beam_size`` (1 =
+    greedy) for BLEU; VMT runs walk the split's documents."""
+    if split not in SPLITS:
+        raise ConfigError(f"split={split!r} must be one of {', '.join(SPLITS)}")
     config, model, run_dir, weights = load_trained_run(target)
     check_same_source(config.data["source"], data_overrides or {})
     data = {**config.data, **recorded_data_files(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
     config = dataclasses.replace(config, data=data)
     bundle = build_data(config, run_dir)
     task = build_run_task(config, bundle)
-    task.describe_split(getattr(bundle, split), bundle.tokenizer)
     check_same_tokenizer(run_dir, bundle)
     check_same_names(run_dir, bundle.info)
+    examples = scored_split(bundle, split, run_dir)
+    task.describe_split(examples, bundle.tokenizer)
     changed = warn_of_changed_files(run_dir, bundle)
-    if len(getattr(bundle, split)) == 0:
+    if len(examples) == 0:
         raise ConfigError(f"the {split} split of {run_dir}'s data is empty (data.source={config.data['source']!r}): "
                           f"nothing to evaluate; choose another --split or give the data a {split} part")  # fmt: skip
     metrics = task.new_metrics()
     model.eval()
-    loader = scoring_loader(getattr(bundle, split), bundle.collate, config.trainer)
+    loader = scoring_loader(examples, bundle.collate, config.trainer)
     task.start_scoring()
     with torch.no_grad():
         for batch in loader:
             task.score(model, batch, metrics, beam_size)
-    results = {"split": split, "run_dir": str(run_dir), "weights": weights, "metrics": metrics.compute(),
+    results = {"split": split, "examples": len(examples), "run_dir": str(run_dir), "weights": weights,
+               "metrics": metrics.compute(),
                **({"changed_data_files": changed} if changed else {})}  # fmt: skip
     return {**results, **reference_results(bundle.info.get("reference", {}), split)}

@@ -172,11 +172,13 @@ def reference_lines(reference: dict) -> dict[str, float]:
 
 
 def write_inspection_report(target: str | Path, layers: list[int] | None = None, out_dir: str | Path | None = None):
-    """Write the figures of a trained run and their page into ``out_dir`` (default RUN_DIR/report) and return its
-    index.html. The folder is replaced whole (``plots.replace_folder``): a failed or killed inspect leaves the
-    previous report as it was, never a mix of old and new figures."""
+    """Write the figures of a trained run and their page into ``out_dir`` (default RUN_DIR/report, and for one
+    checkpoint file RUN_DIR/report-STEM, which leaves the run's own report as it is) and return its index.html. The
+    folder is replaced whole (``plots.replace_folder``): a failed or killed inspect leaves the previous report as it
+    was, never a mix of old and new figures."""
     config, model, run_dir, weights = load_trained_run(target)
-    out = Path(out_dir) if out_dir is not None else run_dir / "report"
+    default = "report" if Path(target).is_dir() else f"report-{Path(target).stem}"
+    out = Path(out_dir) if out_dir is not None else run_dir / default
     index = replace_folder(out, lambda staging: _write_report(config, model, run_dir, staging, layers, weights))
     return out / index.name
 
