@@ -103,6 +103,18 @@ def test_integer_labels_sort_numerically(tmp_path):
     assert int(bundle.train[0]["labels"]) == 1  # row 1 has label 2
 
 
+def test_float_labels_are_refused_but_integer_labels_stay_classes(tmp_path):
+    path = tmp_path / "fin.csv"
+    returns = [0.0123, -1.5, 0.0123, 2.0, -0.25, 0.5] * 5  # 30 rows, 5 distinct values
+    path.write_text("x,ret\n" + "".join(f"{i},{value}\n" for i, value in enumerate(returns)))
+    message = (r"fin.csv: column 'ret' holds numbers such as '0.0123' \(5 distinct values\), but labels are classes, "
+               r"each distinct value one: bin the target into classes first \(e.g. up/down\)")
+    with pytest.raises(ValueError, match=message):
+        load_csv_series(path, label_column="ret", window=2)
+    path.write_text("x,y\n" + "".join(f"{i},{[0, 1, 2][i % 3]}.0\n" for i in range(30)))  # integer-valued floats
+    assert load_csv_series(path, label_column="y", window=2).info["label_names"] == ["0.0", "1.0", "2.0"]
+
+
 @pytest.mark.parametrize("bad", ["nan", "", "abc", "inf"])
 def test_bad_feature_cell_names_line_and_column(tmp_path, bad):
     path = tmp_path / "series.csv"

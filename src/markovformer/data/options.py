@@ -82,7 +82,8 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("translation_file", "vocab_size"): "joint BPE vocabulary size",
     ("speech_features", "path"): "the .safetensors file markovformer data prepare digits writes",
     ("audio_manifest", "path"): "a manifest of path<TAB>transcript lines, paths relative to it",
-    ("csv_series", "label_column"): "name of the label column",
+    ("csv_series", "label_column"): "name of the label column; labels are classes (strings or integers): bin a "
+                                    "numeric target such as a return into classes (e.g. up/down) first",
     ("csv_series", "label_leads"): "rows ahead a row's label looks (1: the next row's move, whose return is that "
                                    "row's feature); token classification then needs a causal model",
     ("bed", "path"): "the BED file of labelled intervals",

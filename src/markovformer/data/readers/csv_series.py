@@ -77,6 +77,8 @@ def load_csv_series(
                              f"value; give every row a label or drop the row")  # fmt: skip
         label_strings.append(label)
 
+    _refuse_float_labels(path, label_column, label_strings)
+
     ranges = contiguous_split(len(rows), fractions)
     if not ranges[0]:
         raise ValueError(f"{path}: {len(rows)} rows leave no train row with fractions {tuple(fractions)}")
@@ -167,6 +169,25 @@ def _choose_features(path: Path, header: list[str], label_column: str, feature_c
     if len(set(feature_columns)) != len(feature_columns):
         raise ValueError(f"{path}: feature_columns repeats a column: {feature_columns}")
     return feature_columns
+
+
+def _refuse_float_labels(path: Path, label_column: str, labels: list[str]) -> None:
+    """Labels are classes: a column whose every value is a finite number, at least one not an integer (returns such
+    as 0.0123), raises, as each distinct value would become a class of its own. Integer values (0/1/2) are classes."""
+    example = None
+    for label in labels:
+        try:
+            value = float(label)
+        except ValueError:
+            return
+        if not np.isfinite(value):
+            return
+        if example is None and not value.is_integer():
+            example = label
+    if example is not None:
+        raise ValueError(f"{path}: column {label_column!r} holds numbers such as {example!r} ({len(set(labels))} "
+                         f"distinct values), but labels are classes, each distinct value one: bin the target into "
+                         f"classes first (e.g. up/down)")  # fmt: skip
 
 
 def _parse_number(cell: str, path: Path, line: int, column: str) -> float:
