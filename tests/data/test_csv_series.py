@@ -115,6 +115,22 @@ def test_float_labels_are_refused_but_integer_labels_stay_classes(tmp_path):
     assert load_csv_series(path, label_column="y", window=2).info["label_names"] == ["0.0", "1.0", "2.0"]
 
 
+def test_a_date_column_must_be_oldest_first(tmp_path):
+    path = tmp_path / "prices.csv"
+    days = [f"2024-01-{day:02d}" for day in range(1, 31)]
+    rows = [f"{day},{100 + i},{'up' if i % 2 else 'down'}\n" for i, day in enumerate(days)]
+    path.write_text("Date,close,move\n" + "".join(reversed(rows)))  # newest first, as many price downloads are
+    message = (r"prices.csv: line 3, column 'Date': '2024-01-29' is earlier than '2024-01-30' on line 2; rows are "
+               r"taken in time order \(train first, then val, then test\): sort the file oldest first")
+    with pytest.raises(ValueError, match=message):
+        load_csv_series(path, label_column="move", feature_columns=["close"], window=2)
+    rows[5] = rows[4].replace(",104,", ",105,")  # line 7 repeats line 6's date: not earlier, kept
+    path.write_text("Date,close,move\n" + "".join(rows))
+    assert load_csv_series(path, label_column="move", feature_columns=["close"], window=2).splits["num_rows"] == 30
+    path.write_text("date,close,move\n" + "".join(f"day{30 - i},{i},{'up' if i % 2 else 'down'}\n" for i in range(30)))
+    assert load_csv_series(path, label_column="move", feature_columns=["close"], window=2).splits["num_rows"] == 30
+
+
 @pytest.mark.parametrize("bad", ["nan", "", "abc", "inf"])
 def test_bad_feature_cell_names_line_and_column(tmp_path, bad):
     path = tmp_path / "series.csv"

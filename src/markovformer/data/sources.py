@@ -84,8 +84,8 @@ class FastaSource:
 
 @dataclasses.dataclass
 class CsvSeriesSource:
-    """Numeric time series in CSV: feature columns and a label column, sliding windows, chronological splits,
-    normalisation fitted on the training rows only."""
+    """Numeric time series in CSV: feature columns and a label column, sliding windows, chronological splits (in file
+    order, which must be oldest first; a date column is checked), normalisation fitted on the training rows only."""
 
     path: str = ""
     label_column: str = "label"

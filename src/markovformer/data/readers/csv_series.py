@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,9 @@ from markovformer.data.splits import contiguous_split
 
 # Spellings of a missing value (pandas reads these as NA): a label cell holding one is an error, not a class.
 MISSING_LABELS = frozenset({"nan", "-nan", "na", "n/a", "null", "none", "<na>", "#n/a"})
+
+# Names (any case) of a column whose ISO dates, when it is no feature, must not decrease: rows are taken in time order.
+DATE_COLUMNS = frozenset({"date", "datetime", "time", "timestamp"})
 
 # A window's labels, from the (rows,) label ids and the window's rows: the last row's label for one label per
 # window, every row's label for one label per step. The keys are the tasks a CSV series can feed.
@@ -38,7 +42,9 @@ def load_csv_series(
     """A CSV with a header row, one time step per row, as windows of ``window`` consecutive rows.
 
     Rows are split in order (train first, then val, then test; row ranges in ``splits``, rows counted from 0 after
-    the header), and windows start every ``stride`` rows inside each split, so none straddles two splits. Features
+    the header), and windows start every ``stride`` rows inside each split, so none straddles two splits. File order
+    is time order, oldest first: a non-feature column named date, datetime, time or timestamp (any case) whose values
+    all read as ISO dates must not decrease (a file sorted newest first would train on the future). Features
     (default: every column but ``label_column``, in file order) are normalised with the per-feature mean and
     (population) standard deviation of the train rows only; a constant feature keeps std 1. Label strings map to
     0..C-1 in ``label_names_in_order`` order over all rows.
@@ -63,6 +69,7 @@ def load_csv_series(
     feature_columns = _choose_features(path, header, label_column, feature_columns)
     feature_index = [header.index(column) for column in feature_columns]
     label_index = header.index(label_column)
+    _check_date_order(path, header, rows, [*feature_columns, label_column])
 
     features = np.empty((len(rows), len(feature_columns)), dtype=np.float64)
     label_strings = []
@@ -169,6 +176,24 @@ def _choose_features(path: Path, header: list[str], label_column: str, feature_c
     if len(set(feature_columns)) != len(feature_columns):
         raise ValueError(f"{path}: feature_columns repeats a column: {feature_columns}")
     return feature_columns
+
+
+def _check_date_order(path: Path, header: list[str], rows: list[tuple[int, list[str]]], used: list[str]) -> None:
+    """Raise at the first row whose date is earlier than the row before's, in each column named as in
+    ``DATE_COLUMNS`` and not in ``used`` whose cells all read as ISO dates or datetimes; any other column is let be."""
+    for index, column in enumerate(header):
+        if column.lower() not in DATE_COLUMNS or column in used:
+            continue
+        try:
+            dates = [datetime.fromisoformat(cells[index].strip()) for _, cells in rows]
+            earlier = next((row for row in range(1, len(dates)) if dates[row] < dates[row - 1]), None)
+        except (ValueError, TypeError):  # not dates, or naive and zoned times mixed: no order to check
+            continue
+        if earlier is not None:
+            (line, cells), (before, previous) = rows[earlier], rows[earlier - 1]
+            raise ValueError(f"{path}: line {line}, column {column!r}: {cells[index].strip()!r} is earlier than "
+                             f"{previous[index].strip()!r} on line {before}; rows are taken in time order (train "
+                             f"first, then val, then test): sort the file oldest first")  # fmt: skip
 
 
 def _refuse_float_labels(path: Path, label_column: str, labels: list[str]) -> None:
