@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import random
 
 import pytest
@@ -25,6 +26,20 @@ def test_read_hand_written_multiline_file(tmp_path):
     path = tmp_path / "genes.fa"
     path.write_bytes(b">seq1 first gene, with a description\nACGT\nacgn\n\n>seq2\r\nTTTT\r\n\r\nGg\r\n>seq3\nN\n")
     assert read_fasta(path) == [("seq1", "ACGTACGN"), ("seq2", "TTTTGG"), ("seq3", "N")]
+
+
+def test_a_gzipped_file_reads_as_the_plain_one_whatever_its_name(tmp_path):
+    text = ">a first\nACGT\nnn\n>b\nGGCC\n"
+    for name in ("my.fa.gz", "my.fa"):  # told by the gzip magic bytes, not the suffix
+        (tmp_path / name).write_bytes(gzip.compress(text.encode()))
+        assert read_fasta(tmp_path / name) == [("a", "ACGTNN"), ("b", "GGCC")]
+    (tmp_path / "labels.tsv").write_text("a\tx\nb\ty\n")
+    bundle = load_fasta_classification(tmp_path / "my.fa.gz", tmp_path / "labels.tsv", fractions=(1.0, 0.0, 0.0))
+    sequences = {"a": [1, 2, 3, 4, 5, 5], "b": [3, 3, 2, 2]}  # A=1 C=2 G=3 T=4 N=5
+    assert [example["input_ids"].tolist() for example in bundle.train] == [sequences[i] for i in bundle.splits["train"]]
+    (tmp_path / "cut.fa.gz").write_bytes(gzip.compress(text.encode())[:-8])
+    with pytest.raises(ValueError, match="cut.fa.gz: cannot read as a gzipped UTF-8 FASTA file"):
+        read_fasta(tmp_path / "cut.fa.gz")
 
 
 def test_write_read_round_trip(tmp_path):

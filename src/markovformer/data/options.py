@@ -109,7 +109,7 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("hf_dataset", "fit_bytes"): "bytes of train rows BPE merges are learned on, rows spread evenly",
     ("hf_dataset", "window_starts"): "contiguous or random training window starts (as for the text source)",
     ("hf_dataset", "packing"): "examples carry position_ids restarting at each row (as for the text source)",
-    ("fasta", "path"): "the FASTA file of DNA sequences (A/C/G/T/N)",
+    ("fasta", "path"): "the FASTA file of DNA sequences (A/C/G/T/N), plain or gzipped (.gz)",
     # the sequence-mixer tasks (data/synthetic/tasks.py)
     ("mqar", "seq_len"): "tokens per example (even; 4 * num_pairs <= seq_len < vocab_size)",
     ("mqar", "num_pairs"): "key-value pairs stated first, then each key queried once",

@@ -4,7 +4,9 @@ for sequence classification with a labels table. Large plain FASTA files are rea
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -24,6 +26,7 @@ _DNA_IDS[np.frombuffer(DNA_VOCAB.encode("ascii"), dtype=np.uint8)] = np.arange(1
 _DNA_LETTERS = frozenset(DNA_VOCAB)
 _COMPLEMENT = str.maketrans("ACGTN", "TGCAN")
 INDEX_ABOVE_BYTES = 256 << 20  # a plain FASTA larger than this is read record by record through its index
+GZIP_MAGIC = b"\x1f\x8b"  # the first bytes of a gzip file, whatever its name
 
 
 class IndexedFasta(Mapping):
@@ -111,15 +114,23 @@ def _read_fasta_indexed(path: Path) -> list[tuple[str, str]]:
 def read_fasta(path: str | Path) -> list[tuple[str, str]]:
     """Records ``(id, sequence)`` in file order. The id is the header's first word after '>'; sequence lines are
     joined and uppercased; blank lines are skipped. Letters outside ACGTN, sequence text before the first header,
-    duplicate ids, empty records and a file with no record raise, naming the file, record and line. A plain file
-    above ``INDEX_ABOVE_BYTES`` is read through its index (``IndexedFasta``; errors then name the record only)."""
+    duplicate ids, empty records and a file with no record raise, naming the file, record and line. A gzipped file
+    (told by its first bytes, ``GZIP_MAGIC``, not its name) is decompressed whole in memory. A plain file above
+    ``INDEX_ABOVE_BYTES`` is read through its index (``IndexedFasta``; errors then name the record only)."""
     path = Path(path)
-    if path.is_file() and path.suffix != ".gz" and path.stat().st_size > INDEX_ABOVE_BYTES:
-        return _read_fasta_indexed(path)
+    gzipped, text = False, None
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: cannot read as a UTF-8 FASTA file ({error})") from None
+        with path.open("rb") as handle:
+            gzipped = handle.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+        if gzipped or path.stat().st_size <= INDEX_ABOVE_BYTES:
+            data = path.read_bytes()
+            text = (gzip.decompress(data) if gzipped else data).decode("utf-8")
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as error:
+        kind = "gzipped UTF-8" if gzipped else "UTF-8"
+        raise ValueError(f"{path}: cannot read as a {kind} FASTA file ({error})") from None
+    if text is None:
+        return _read_fasta_indexed(path)
+    lines = text.splitlines()
     records: list[tuple[str, list[str], int]] = []  # (id, sequence lines, header line number)
     seen: dict[str, int] = {}
     for number, raw in enumerate(lines, start=1):
