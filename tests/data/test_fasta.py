@@ -167,6 +167,8 @@ def test_comma_labels_without_header_and_numeric_label_order(tmp_path):
     "labels_text, message",
     [
         ("id\tlabel\na\tx\nc\ty\n", "FASTA record 'b' has no label"),
+        ("a\tx\nc\ty\n", "FASTA record 'b' has no label$"),  # no header read: nothing to add
+        ("aa\tx\nb\ty\nc\tx\n", r"FASTA record 'a' has no label \(line 1, 'aa', was read as a header line"),
         ("a\tx\nb\ty\nc\tz\nd\tz\n", "line 4: labelled id 'd' is not a FASTA record"),
         ("a\tx\nb\ty\nc\tz\na\tz\n", "line 4: id 'a' was labelled on line 1"),
         ("a\tx\nb\ty\tz\nc\tz\n", "line 2: expected"),

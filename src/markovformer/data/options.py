@@ -28,7 +28,8 @@ OPTION_HELP: dict[str, str] = {
     "tokenizer": "char (one token per character) or bpe (byte-level BPE trained on the training part)",
     "vocab_size": "BPE vocabulary size, required with tokenizer: bpe (null with char: the characters seen)",
     "overlap": "tokens of unscored context each window carries from the previous one (exact n-gram scoring)",
-    "labels": "a TSV of id<TAB>label, one line per FASTA record",
+    "labels": "the labels file: id<TAB>label or id,label, one line per FASTA record, after at most one header line "
+    "(a first line whose id is no record)",
     "reverse_complement": "add each training sequence's reverse complement (DNA is read from either strand)",
     "max_length": "longest sequence kept, in tokens (None: no limit)",
     "reference": "the reference genome FASTA the intervals are cut from (plain or .gz)",

@@ -66,7 +66,8 @@ class HFDatasetSource(TokenizedText):
 
 @dataclasses.dataclass
 class FastaSource:
-    """DNA sequences in FASTA with a labels file (``id<TAB>label`` per line), for sequence classification.
+    """DNA sequences in FASTA (plain or gzipped) with a labels file (``id<TAB>label`` or ``id,label`` per line, after
+    an optional header line), for sequence classification.
     Vocabulary A/C/G/T/N; optional reverse-complement augmentation of the training split."""
 
     path: str = ""

@@ -267,7 +267,7 @@ def read_labels(path: str | Path, record_ids: list[str]) -> dict[str, str]:
     known = set(record_ids)
     labels: dict[str, str] = {}
     line_of: dict[str, int] = {}
-    first_row = True
+    first_row, header = True, None  # header: (line, first field) of a first row read as a header
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -276,7 +276,7 @@ def read_labels(path: str | Path, record_ids: list[str]) -> dict[str, str]:
             raise ValueError(f"{path}: line {number}: expected 'id<TAB>label' or 'id,label', got {raw!r}")
         record_id, label = fields
         if first_row and record_id not in known:  # a header row
-            first_row = False
+            first_row, header = False, (number, record_id)
             continue
         first_row = False
         if record_id in labels:
@@ -284,7 +284,9 @@ def read_labels(path: str | Path, record_ids: list[str]) -> dict[str, str]:
         labels[record_id], line_of[record_id] = label, number
     missing = next((record_id for record_id in record_ids if record_id not in labels), None)
     if missing is not None:
-        raise ValueError(f"{path}: FASTA record {missing!r} has no label")
+        note = "" if header is None else (f" (line {header[0]}, {header[1]!r}, was read as a header line, its id being "
+                                          f"no FASTA record: a mistyped id?)")  # fmt: skip
+        raise ValueError(f"{path}: FASTA record {missing!r} has no label{note}")
     extra = next((record_id for record_id in labels if record_id not in known), None)
     if extra is not None:
         raise ValueError(f"{path}: line {line_of[extra]}: labelled id {extra!r} is not a FASTA record")
