@@ -154,6 +154,13 @@ def test_max_length_keeps_the_first_letters(dataset):
     assert max(len(example["input_ids"]) for example in bundle.train + bundle.val + bundle.test) == 7
 
 
+@pytest.mark.parametrize("max_length", [0, -3, 2.5])
+def test_a_bad_max_length_is_named_as_the_data_option(dataset, max_length):
+    fasta_path, labels_path, _, _ = dataset
+    with pytest.raises(ValueError, match=rf"^data\.max_length={max_length}: must be a positive int or None$"):
+        load_fasta_classification(fasta_path, labels_path, max_length=max_length)
+
+
 def test_comma_labels_without_header_and_numeric_label_order(tmp_path):
     fasta_path, labels_path = tmp_path / "g.fa", tmp_path / "labels.csv"
     write_fasta([("a", "ACGT"), ("b", "GGCC"), ("c", "NNAT")], fasta_path)

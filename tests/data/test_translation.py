@@ -31,6 +31,7 @@ from markovformer.data.translation import (
     paired_bootstrap_bleu,
     read_parallel,
     train_translation_tokenizer,
+    translation_bundle,
     translation_lengths,
 )
 
@@ -333,6 +334,11 @@ def test_synthetic_build_refuses_a_vocabulary_that_splits_words():
                                       train_examples=200, val_examples=5, test_examples=5)  # fmt: skip
     with pytest.raises(ValueError, match="vocab_size=262 splits a word"):
         task.build(0)
+
+
+def test_a_bad_max_length_is_named_as_the_data_option():
+    with pytest.raises(ValueError, match=r"^data\.max_length=0: must be a positive int or None$"):
+        translation_bundle({"train": [], "val": [], "test": []}, None, max_length=0)
 
 
 def test_synthetic_options_are_validated():

@@ -223,7 +223,7 @@ def load_fasta_classification(
     info: {"vocab_size": 6, "num_labels": C, "label_names": [...]}.
     """
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
-        raise ValueError(f"max_length must be a positive int or None, got {max_length!r}")
+        raise ValueError(f"data.max_length={max_length!r}: must be a positive int or None")
     records = read_fasta(fasta_path)
     labels = read_labels(labels_path, [record_id for record_id, _ in records])
     names = label_names_in_order(list(labels.values()), str(labels_path))

@@ -143,7 +143,7 @@ def translation_bundle(
     info: {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id"}.
     """
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
-        raise ValueError(f"max_length must be a positive int or None, got {max_length!r}")
+        raise ValueError(f"data.max_length={max_length!r}: must be a positive int or None")
     check_translation_tokenizer(tokenizer)
     examples = {name: encode_pairs(tokenizer, pairs_by_split[name]) for name in _SPLIT_NAMES}
     dropped = 0
