@@ -3,14 +3,18 @@ that read the answer off the input and solve every example; the sources' splits 
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 
 import pytest
 import torch
 
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
 from markovformer.data.synthetic import tasks
+from markovformer.data.synthetic.ctc import SyntheticCTCSource
 from markovformer.markov import add_beta_loss
+from markovformer.training.tasks.ctc import symbols_to_words
 
 
 def _generator(seed: int = 0) -> torch.Generator:
@@ -165,3 +169,12 @@ def test_the_k_smallest_draws_are_the_first_k_of_a_full_argsort(n, k):
     # MQAR's keys and values and selective copying's positions: the same examples as sorting every draw
     draws = torch.rand(64, n, generator=_generator(3))
     assert torch.equal(tasks._smallest(draws, k), draws.argsort(-1)[:, :k])
+
+
+def test_synthetic_ctc_names_symbol_1_a_space_so_wer_counts_words_and_its_text_names_only_its_options():
+    source = SyntheticCTCSource(num_symbols=4, train_examples=1, val_examples=1, test_examples=1)
+    names = source.build(0).info["label_names"]
+    assert names == ["<blank>", " ", "a", "b", "c"]
+    assert symbols_to_words([2, 1, 3, 4], names).split() == ["a", "bc"]  # two words, split at symbol 1
+    options = {field.name for field in dataclasses.fields(SyntheticCTCSource)}
+    assert set(re.findall(r"``(\w+)``", SyntheticCTCSource.__doc__)) <= options  # data show prints this text

@@ -14,8 +14,8 @@ from markovformer.data.splits import generated_splits
 class SyntheticCTCSource:
     """Strings of ``num_symbols`` symbols, each rendered as 2-5 frames of its own random prototype vector plus noise,
     with silent (noise-only) frames between some symbols: a stand-in for speech that needs no download. Labels are
-    the symbol strings (ids 1..num_symbols; 0 is the CTC blank); ``label_names`` makes WER count words split at the
-    symbol named " " (symbol 1)."""
+    the symbol strings (ids 1..num_symbols; 0 is the CTC blank); symbol 1 is named " " (a space) and the others a, b,
+    c, ..., so WER counts words split at symbol 1."""
 
     num_symbols: int = 8
     input_dim: int = 16
