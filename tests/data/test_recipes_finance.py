@@ -315,3 +315,15 @@ def test_a_label_that_looks_ahead_refuses_a_per_step_model_that_sees_later_rows(
         prepare("token_classification", causal=False)
     prepare("token_classification", causal=True)
     prepare("sequence_classification", causal=False)
+
+
+def test_an_order_book_out_of_time_order_is_refused_naming_the_users_file(tmp_path):
+    """The order book is read through csv_series from a converted copy in a temporary folder: its date check (and
+    any other error of that reader) named the copy, a file the user never saw and that is gone."""
+    path = _book_csv(tmp_path / "book.csv", n=60)
+    rows = path.read_text().splitlines()
+    stamps = [f"2024-01-02T09:30:{59 - t:02d}" for t in range(60)]  # newest first
+    path.write_text("\n".join([rows[0], *(f"{stamp},{row.split(',', 1)[1]}" for stamp, row in
+                                          zip(stamps, rows[1:], strict=True))]) + "\n")  # fmt: skip
+    with pytest.raises(ValueError, match=f"^{path} \\(its order-book table\\): line 3, column 'timestamp'"):
+        load_order_book(path, horizon=5, window=10)

@@ -351,8 +351,12 @@ def load_order_book(
     header, table, fitted = order_book_table(read_order_book(path), horizon, threshold, tuple(fractions))
     with tempfile.TemporaryDirectory(prefix="markovformer-lob-") as folder:
         converted = write_csv(Path(folder) / "book.csv", header, table)
-        bundle = load_csv_series(converted, label_column="label", feature_columns=header[1:-1], window=window,
-                                 stride=stride, fractions=tuple(fractions), task=task, label_leads=horizon)  # fmt: skip
+        try:
+            bundle = load_csv_series(converted, label_column="label", feature_columns=header[1:-1],
+                                     window=window, stride=stride, fractions=tuple(fractions), task=task,
+                                     label_leads=horizon)  # fmt: skip
+        except ValueError as error:  # (a timestamp out of order, a split shorter than the window): the user's file
+            raise ValueError(str(error).replace(str(converted), f"{path} (its order-book table)")) from None
     bundle.info.update(fitted)
     bundle.splits["path"] = str(path)
     return bundle
