@@ -350,3 +350,37 @@ def test_eval_refuses_a_beam_size_below_one_before_reading_the_run(tmp_path, mai
     missing run is not what the error names)."""
     assert_one_line_error(main_cli("eval", str(tmp_path / "no_run"), "--beam-size", beam),
                           f"--beam-size {beam} must lie in [1,")
+
+
+@pytest.mark.parametrize(("stop", "status"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_stopped_data_prepare_leaves_nothing_behind_and_says_so(tmp_path, stop, status):
+    """SIGTERM's default action ended `data prepare` at once: the Debian packages it had unpacked into temporary
+    folders (26 MB for digits) stayed in /tmp. Now the folders go, and one line says nothing was written."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import sys, tempfile, time\n"
+        "from markovformer.cli.main import main\n"
+        "from markovformer.data.recipes.registry import DATA_RECIPES, DataRecipe\n"
+        "def prepare(out):\n"
+        "    with tempfile.TemporaryDirectory(dir=sys.argv[1]) as folder:\n"
+        "        print(folder, flush=True)\n"
+        "        time.sleep(120)\n"
+        "DATA_RECIPES['slow'] = DataRecipe('a slow one', 'slow.txt', prepare, '')\n"
+        "sys.exit(main(['data', 'prepare', 'slow', '--dir', sys.argv[1]]))\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    folder = process.stdout.readline().strip()
+    assert folder and (tmp_path / folder).is_dir()
+    time.sleep(0.2)
+    process.send_signal(getattr(signal, stop))
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == status, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and f"data prepare slow was stopped before it wrote {tmp_path / 'slow.txt'}" in lines[0]
+    assert list(tmp_path.iterdir()) == []

@@ -9,6 +9,7 @@ Each command imports the machinery it runs (torch, Lightning, the library) insid
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import errno
@@ -16,6 +17,7 @@ import json
 import logging
 import math
 import shutil
+import signal
 import sys
 import textwrap
 import time
@@ -336,10 +338,31 @@ def prepare_data(args: argparse.Namespace) -> None:
         print(f"{out} is already there (--force rebuilds it)")
         return
     try:
-        recipe.prepare(out)
+        with stopped_by_signals(f"data prepare {args.name} was stopped before it wrote {out} (nothing is left "
+                                f"behind); run it again"):  # fmt: skip
+            recipe.prepare(out)
     except RuntimeError as error:  # a missing tool or a failed download: the user's environment, not a bug
+        if isinstance(error, RunTerminated):
+            raise
         raise ValueError(str(error)) from None
     print(f"wrote {out}\n{recipe.usage.format(path=out)}")
+
+
+@contextlib.contextmanager
+def stopped_by_signals(message: str):
+    """Within it, SIGTERM and SIGINT raise ``RunTerminated(message)`` where they land, so that the command's
+    ``with`` blocks and ``finally`` clauses run (temporary folders removed, atomic writes abandoned), which SIGTERM's
+    default action skipped; the command exits 143 or 130 with the one line. Handlers are restored after."""
+
+    def stop(number, frame):
+        raise RunTerminated(f"{message} ({signal.Signals(number).name})", number)
+
+    previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def run_config_command(args: argparse.Namespace) -> None:

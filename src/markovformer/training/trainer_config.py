@@ -30,9 +30,9 @@ class TrainingDiverged(RuntimeError):
 
 
 class RunTerminated(RuntimeError):
-    """The run received SIGTERM (a scheduler's stop, ``kill``) or SIGINT (Ctrl-C) and stopped; the message, the one
-    line the command prints, names the last checkpoint and how to continue; the command exits 128 + the signal's
-    number, as a shell reports a process the signal ended."""
+    """The run (or ``data prepare``) received SIGTERM (a scheduler's stop, ``kill``) or SIGINT (Ctrl-C) and stopped;
+    the message, the one line the command prints, says what was kept and how to continue; the command exits 128 +
+    the signal's number, as a shell reports a process the signal ended."""
 
     def __init__(self, message: str, signal_number: int = 15) -> None:
         super().__init__(message)

@@ -317,8 +317,12 @@ def prepare_digits(out_path: str | Path, recipe: DigitsRecipe | None = None) -> 
             text = sample_words(rng, recipe.max_words)
             waveform = pad_silence(join_recordings(text, words, rate, rng), rate, rng)
             utterances.append((log_mel(waveform, config, filterbank), text, "recorded"))
+        total, done = sum(recipe.counts), 0
         for split, count in zip(("train", "val", "test"), recipe.counts, strict=True):
             for _ in range(count):
+                if done % max(total // 10, 1) == 0:  # it takes minutes: say how far it is
+                    print(f"synthesising utterance {done + 1:,} of {total:,} ({split})", flush=True)
+                done += 1
                 text = sample_words(rng, recipe.max_words)
                 samples, source_rate = synthesise(command, environment, text, **synthesis_settings(rng, split, recipe))
                 waveform = trim_silence(resample(samples, source_rate, rate))
