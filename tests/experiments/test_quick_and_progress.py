@@ -17,7 +17,7 @@ from markovformer.experiments.report import ExperimentReport, markdown_table
 def test_a_pipe_in_a_header_or_cell_stays_inside_its_cell():
     text = markdown_table(["p", "P(1|0)", "P(1|1)"], [[0.2, 0.5, "a|b"], [0.7, 0.25, "c"]])
     tables = markdown_tables(text)
-    assert tables == [[["p", r"P(1\|0)", r"P(1\|1)"], ["0.2", "0.5", r"a\|b"], ["0.7", "0.25", "c"]]]
+    assert tables == [[["p", r"P(1\|0)", r"P(1\|1)"], ["0.2", "0.50", r"a\|b"], ["0.7", "0.25", "c"]]]
     with pytest.raises(ValueError, match="2 cells for 3 columns"):
         markdown_table(["a", "b", "c"], [[1, 2]])
 

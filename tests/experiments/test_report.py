@@ -163,7 +163,7 @@ def test_report_and_results_are_written(tmp_path):
     report.results = {"a": 1}
     path = report.write()
     text = path.read_text()
-    assert text.startswith("# Title\n") and "| 1 | 0.1235 |" in text and "| x | 2 |" in text and "numbers" in text
+    assert text.startswith("# Title\n") and "| 1 | 0.1235 |" in text and "| x | 2.0000 |" in text and "numbers" in text
     assert json.loads((tmp_path / "results.json").read_text()) == {"a": 1}
     assert markdown_table(["c"], [[1]]).splitlines()[1] == "|---|"
 
@@ -319,3 +319,13 @@ def test_an_optional_part_may_be_emptied():
     from markovformer.experiments.table1 import Table1Settings
 
     assert configure(Table1Settings(), {"ablations": [], "ratios": []}, "table1").ablations == ()
+
+
+def test_a_tables_column_writes_its_floats_with_one_number_of_decimals():
+    """A measurement that happened to have two decimals was written as a setting: mat-order's exact-match column
+    read 0.0550 beside 0.76, its seconds 33 beside 36.4."""
+    from markovformer.experiments.report import markdown_table
+
+    table = markdown_table(["p", "match", "seconds", "n", "big"],
+                           [[0.2, 0.055, 33.0, 3, 12345.6], [0.25, 0.76, 36.4, 4, float("nan")]])  # fmt: skip
+    assert table.splitlines()[2:] == ["| 0.20 | 0.0550 | 33.0 | 3 | 1.235e+04 |", "| 0.25 | 0.7600 | 36.4 | 4 | nan |"]

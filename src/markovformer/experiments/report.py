@@ -27,12 +27,24 @@ from markovformer.layers.registry import kind_revisions
 from markovformer.training.environment import code_version
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, decimals: int | None = None) -> str:
+    """A table cell's text; a float with ``decimals`` (its column's) or, when None, 4 decimals (4 significant
+    digits from 10,000 on, or not finite)."""
     if isinstance(value, float):
-        if math.isfinite(value) and value == round(value, 2):
-            return f"{value:g}"  # settings such as p = 0.2 or lr = 0.001, not measurements
-        return f"{value:.4f}" if math.isfinite(value) and abs(value) < 1e4 else f"{value:.4g}"
+        if not math.isfinite(value) or abs(value) >= 1e4:
+            return f"{value:.4g}"
+        return f"{value:.{4 if decimals is None else decimals}f}"
     return str(value)
+
+
+def _column_decimals(values: Sequence[Any]) -> int | None:
+    """The decimals of a column's floats: as few as show each exactly when every one has at most 2 (settings such
+    as p = 0.2 and 0.25, or seconds 33.0 and 36.4, written alike), else None (4: measurements, 0.0550 beside
+    0.7600, where 0.76 was written as a setting beside 0.0550)."""
+    floats = [value for value in values if isinstance(value, float) and math.isfinite(value) and abs(value) < 1e4]
+    if not floats or any(value != round(value, 2) for value in floats):
+        return None
+    return max((len(f"{value:.2f}".rstrip("0").split(".")[1]) for value in floats), default=0)
 
 
 def _escape(text: str) -> str:
@@ -41,12 +53,15 @@ def _escape(text: str) -> str:
 
 
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub markdown table; floats to 4 decimals. Raises ValueError for a row whose length is not the header's."""
+    """A GitHub markdown table; the floats of a column with one number of decimals (``_column_decimals``). Raises
+    ValueError for a row whose length is not the header's."""
     for row in rows:
         if len(row) != len(columns):
             raise ValueError(f"table row {list(row)!r} has {len(row)} cells for {len(columns)} columns")
+    decimals = [_column_decimals([row[index] for row in rows]) for index in range(len(columns))]
     lines = ["| " + " | ".join(_escape(str(c)) for c in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_escape(_cell(value)) for value in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(_escape(_cell(value, places)) for value, places in zip(row, decimals, strict=True))
+              + " |" for row in rows]  # fmt: skip
     return "\n".join(lines)
 
 
