@@ -172,6 +172,18 @@ def test_a_checkpoints_report_goes_beside_the_runs_own(run, tmp_path):
     assert index.parent == copy / f"report-{checkpoint.stem}" and own.read_text() == page
 
 
+def test_an_unfinished_runs_report_says_it_is_unfinished(run, tmp_path):
+    """A killed run's report showed its last checkpoint's figures without saying the run had not finished."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    (copy / "finished.json").unlink()
+    page = write_inspection_report(copy).read_text()
+    assert f"the run is unfinished (markovformer train --resume {copy})" in page
+    assert "the run is unfinished" not in write_inspection_report(run, out_dir=tmp_path / "finished").read_text()
+
+
 def test_the_end_of_run_report_names_markov_layers_by_their_model_layer(capsys):
     """A softmax layer, then a Markov one: the strengths printed are model layer 1's (they were called layer 0,
     the index among Markov layers, where the report's figures say layer 1)."""

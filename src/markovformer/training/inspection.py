@@ -216,9 +216,10 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
     elif layers:
         raise ValueError(f"--layers: {type(model).__name__} has no attention layers to draw")
     summary = run_summary(config, model, run_dir, results, data_info)
+    unfinished = "" if weights["run_finished"] else f"; the run is unfinished (markovformer train --resume {run_dir})"
     summary["weights shown"] = (f"the final model, step {weights['step']:,}" if weights["finished"] else
                                 f"{weights['source']} at step {weights['step']:,} (its validation numbers: "
-                                f"markovformer eval on it)")  # fmt: skip
+                                f"markovformer eval on it{unfinished})")  # fmt: skip
     config_file = run_dir / RESOLVED_CONFIG
     config_text = config_file.read_text(encoding="utf-8") if config_file.is_file() else None
     return write_html_report(out, f"markovformer run {run_dir.name}", figures, summary, config_text=config_text,
