@@ -4,6 +4,7 @@ floor and sequences, and the report's tables against the switching chain's close
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -100,3 +101,6 @@ def test_the_report_tables_hold_the_chains_closed_forms(monkeypatch, tmp_path, k
         assert value["reached"] == "neither"
     (row,) = references[1:]
     assert [float(v) for v in row[2:]] == pytest.approx([rate, unigram, pi1], abs=1e-4)
+    # the "− true kernel" column can be checked from results.json (it was recomputed when the report was written)
+    stored = json.loads((tmp_path / "results.json").read_text())["true_kernel_losses"]
+    assert stored == [{"p": p, "q": q, "seed": 0, "loss": pytest.approx(floor, rel=1e-12)}]

@@ -145,9 +145,12 @@ def run(
                     key = f"p={p}_q={q}_{'tied' if tied else 'untied'}_{optimizer}_seed={seed}"
                     train = partial(train_switching_cell, p, q, tied, seed, settings, optimizer, log)
                     cells.append(report.cached(key, train))
-    _tables(report, cells, settings, seeds)
+    floors = {(p, q, seed): held_out_floor(p, q, seed, settings) for p, q in settings.chains for seed in seeds}
+    _tables(report, cells, floors)
     _loss_figure(report, cells, chains)
-    report.results = {"settings": asdict(settings), "adamw_lr": ADAMW_LR, "tolerance": TOLERANCE, "cells": cells}
+    report.results = {"settings": asdict(settings), "adamw_lr": ADAMW_LR, "tolerance": TOLERANCE, "cells": cells,
+                      "true_kernel_losses": [{"p": p, "q": q, "seed": seed, "loss": loss}
+                                             for (p, q, seed), loss in floors.items()]}  # fmt: skip
     return report.write()
 
 
@@ -165,11 +168,9 @@ def _introduction(report: ExperimentReport, settings: WeightTyingSettings) -> No
     )
 
 
-def _tables(report: ExperimentReport, cells: list[dict], settings: WeightTyingSettings, seeds: tuple[int, ...]) -> None:
-    """The results table (final loss against each reference, predicted against true P(1 | x)) and the closed-form
-    reference values."""
-    chains = settings.chains
-    floors = {(p, q, seed): held_out_floor(p, q, seed, settings) for p, q in chains for seed in seeds}
+def _tables(report: ExperimentReport, cells: list[dict], floors: dict[tuple, float]) -> None:
+    """The results table (final loss against each reference, ``floors`` the true kernel's held-out loss per (p, q,
+    seed), predicted against true P(1 | x)) and the closed-form reference values."""
     rows = [
         [
             cell["p"], cell["q"], round(cell["p"] + cell["q"], 2), "tied" if cell["tied"] else "untied",
