@@ -331,6 +331,12 @@ def test_wer_with_label_names_joins_characters_and_splits_words_on_spaces():
     assert word_edit_distance(["abc"], ["ab", "c"]) == 2
     assert word_edit_distance(["caa", "b"], ["cca", "b"]) == 1
     assert metrics.compute()["wer"] == pytest.approx(3 / 3)
+    # characters: "abc" -> "ab c" one insertion, "caa b" -> "cca b" one substitution, over 3 + 5 characters
+    assert metrics.compute()["cer"] == pytest.approx(2 / 8)
+    empty = task_metrics("ctc", label_names=names)  # no reference characters: each hypothesised one is an insertion
+    empty.update(fake_output(1.5, CTC_LOGITS), {"labels": torch.tensor([[1, 2, 4, -100, -100], [-100] * 5]),
+                                                "attention_mask": CTC_BATCH["attention_mask"]})  # fmt: skip
+    assert empty.compute()["cer"] == pytest.approx((1 + 5) / 3)
 
 
 def test_wer_uses_the_full_length_without_an_attention_mask():

@@ -161,7 +161,7 @@ def check_decay(tc: TrainerConfig) -> None:
 
 
 # the validation metrics (by name or name prefix) that improve downwards and upwards: early stopping's default mode
-IMPROVES_DOWN = ("loss", "bits_per_", "perplexity", "wer")
+IMPROVES_DOWN = ("loss", "bits_per_", "perplexity", "wer", "cer")
 IMPROVES_UP = ("accuracy", "macro_f1", "auroc", "bleu", "exact_match", "elbo", "iw_bound", "reconstruction")
 
 

@@ -1,11 +1,11 @@
-"""CTC: per-frame label distributions aligned to a shorter label sequence; scored by word error rate of the greedy
-(best-path) decoding."""
+"""CTC: per-frame label distributions aligned to a shorter label sequence; scored by word error rate (and, for
+characters, character error rate) of the greedy (best-path) decoding."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torchmetrics.text import WordErrorRate
+from torchmetrics.text import CharErrorRate, WordErrorRate
 
 from markovformer.training.tasks.base import LossMetric, Task
 
@@ -29,7 +29,8 @@ def symbols_to_words(ids: list[int], names: list[str] | None) -> str:
 
 
 class CTCMetrics(LossMetric):
-    """The loss, and the word error rate of the greedy decoding against the labels (-100 padded).
+    """The loss, and the word error rate of the greedy decoding against the labels (-100 padded); with symbol names
+    (characters), the character error rate too (``cer``: the edit distance over the characters, spaces included).
 
     The model's CTC loss is torch's mean reduction: each utterance's negative log-likelihood over its target length,
     averaged over the batch. Weighting each batch by its utterances makes the loss that mean over every utterance of
@@ -39,6 +40,7 @@ class CTCMetrics(LossMetric):
         super().__init__()
         self.label_names = label_names
         self.wer = WordErrorRate()
+        self.cer = CharErrorRate() if label_names is not None else None
 
     def update(self, output, batch: dict) -> None:
         labels = batch["labels"]
@@ -54,11 +56,18 @@ class CTCMetrics(LossMetric):
                 references.append(words)
             else:  # no reference words: every hypothesised word is an insertion (torchmetrics refuses such pairs)
                 self.wer.errors += len(symbols_to_words(hypothesis, self.label_names).split())
+                if self.cer is not None:  # (and every character of it)
+                    self.cer.errors += len(symbols_to_words(hypothesis, self.label_names))
         if references:
             self.wer.update(hypotheses, references)
+            if self.cer is not None:
+                self.cer.update(hypotheses, references)
 
     def compute(self) -> dict[str, float]:
-        return {**super().compute(), "wer": float(self.wer.compute())}
+        rates = {"wer": float(self.wer.compute())}
+        if self.cer is not None:
+            rates["cer"] = float(self.cer.compute())
+        return {**super().compute(), **rates}
 
 
 class CTC(Task):
