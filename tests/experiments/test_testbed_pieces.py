@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -233,3 +234,40 @@ def test_the_landscape_tables_count_where_each_flow_ended(monkeypatch, tmp_path,
     assert counts[("small", "profiled")] == ["3", "2", "1", "0"]  # starts, → global, → unigram, not converged
     assert counts[("small", "free")] == ["3", "1", "1", "1"]
     assert _column(agreement, "energy prediction correct") == ["1", "1"]  # predicted = where the profiled flow ended
+
+
+def test_the_landscape_window_holds_every_drawn_flow_and_the_legend_names_start_and_end(monkeypatch, tmp_path,
+                                                                                         kept_figures):
+    """A large start (σ = 0.8) can begin and end outside w in [-2, 1.5], e in [-1.8, 1.8]: the window (contour grid
+    and axes) widens to hold every point of every path, so the figure draws as many flows as the table counts."""
+    figures = kept_figures(plots)
+
+    def start(path):  # path points are (e, w), as flow_cell keeps them
+        return {"e0": path[0][0], "w0": path[0][1], "energy": 0.0, "predicted": "global minimum",
+                "profiled_end": "global minimum", "free_end": "global minimum", "free_loss": 0.5,
+                "energy_drift": 0.01, "path": path}  # fmt: skip
+
+    outside = [[-2.3, -2.6], [-2.1, -2.4], [-1.9, -2.2]]  # below e = -1.8, left of w = -2 throughout
+    beyond = [[0.2, 1.9], [0.1, 1.7]]  # starts right of w = 1.5
+
+    def cell(p, q, seed, settings):
+        return {"p": p, "q": q, "seed": seed, "entropy_rate": 0.5, "unigram_entropy": 0.6,
+                "starts": {"small": [start([[0.05, 0.02], [0.0, 0.3]])], "large": [start(outside), start(beyond)]}}
+
+    grids = []
+    surface = landscape._surface
+    monkeypatch.setattr(landscape, "_surface", lambda p, q, w, e: grids.append((w, e)) or surface(p, q, w, e))
+    monkeypatch.setattr(landscape, "flow_cell", cell)
+    landscape.run(tmp_path, quick=True, seeds=None, overrides={"chains": [[0.2, 0.3]]}, log=lambda line: None)
+    axis = figures[0].axes[0]
+    (x0, x1), (y0, y1) = axis.get_xlim(), axis.get_ylim()
+    (w_grid, e_grid), = grids
+    assert (w_grid[0], w_grid[-1], e_grid[0], e_grid[-1]) == (x0, x1, y0, y1)  # the contour covers the window
+    for path in ([[0.05, 0.02], [0.0, 0.3]], outside, beyond):
+        e, w = np.asarray(path).T
+        assert (x0 < w).all() and (w < x1).all() and (y0 < e).all() and (e < y1).all()
+    assert x0 < -2.6 and x1 > 1.9 and y0 < -2.3 and y1 >= 1.8  # a margin beyond the outermost points
+    drawn = [line for line in axis.get_lines() if line.get_color() == "limegreen" and len(line.get_xdata()) > 1]
+    assert len(drawn) == 3  # every start's flow, none cut at the window's edge
+    texts = [text.get_text() for text in axis.get_legend().get_texts()]
+    assert "start of a flow" in texts and "end of a flow" in texts

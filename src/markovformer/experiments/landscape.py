@@ -34,6 +34,7 @@ from markovformer.markov import (
 NAME = "landscape"
 SUMMARY = "reduced (e, w, b) model: loss surface, gradient flows, saddle, energy and basin boundary"
 TOLERANCE = 1e-3
+WINDOW = ((-2.0, 1.5), (-1.8, 1.8))  # (w, e) ranges the figure shows at least: saddle, minima, the small starts
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,19 @@ def flow_cell(p: float, q: float, seed: int, settings: LandscapeSettings) -> dic
     return out
 
 
+def plot_window(paths: list[np.ndarray], margin: float = 0.05) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The (w, e) window of the landscape figure, ((w_low, w_high), (e_low, e_high)): ``WINDOW`` (the saddle, both
+    minima and the small starts) widened to hold every point of every drawn ``paths`` (each (steps, 2), columns
+    (w, e): start, path and end), with ``margin`` of the window's width or height beyond the outermost point. A
+    fixed window left out large starts (σ = 0.8) beyond it, so the figure showed fewer flows than its table counts."""
+    window = np.asarray(WINDOW)  # rows w, e; columns low, high
+    points = np.concatenate([window.T, *(path[np.isfinite(path).all(axis=1)] for path in paths)])
+    pad = margin * (points.max(axis=0) - points.min(axis=0))
+    low = np.minimum(window[:, 0], points.min(axis=0) - pad)
+    high = np.maximum(window[:, 1], points.max(axis=0) + pad)
+    return (float(low[0]), float(high[0])), (float(low[1]), float(high[1]))
+
+
 def _surface(p: float, q: float, w_grid: np.ndarray, e_grid: np.ndarray) -> np.ndarray:
     w, e = torch.meshgrid(torch.as_tensor(w_grid), torch.as_tensor(e_grid), indexing="xy")
     return reduced_loss(e, w, optimal_bias(e, w, p, q), p, q).numpy()
@@ -138,8 +152,11 @@ def run(
     )  # fmt: skip
     reference_rows = [[cell["p"], cell["q"], cell["entropy_rate"], cell["unigram_entropy"]] for cell in cells]
     report.table(["p", "q", "entropy rate (global minimum)", "H(π) (unigram minimum)"], reference_rows)
-    w_grid, e_grid = np.linspace(-2.0, 1.5, 141), np.linspace(-1.8, 1.8, 145)
-    boundary_w = np.linspace(-2.0, -0.02, 200)
+    paths = [np.asarray(start["path"])[:, ::-1] for cell in cells for kind in cell["starts"].values()
+             for start in kind]  # fmt: skip
+    (w_low, w_high), (e_low, e_high) = plot_window(paths)
+    w_grid, e_grid = np.linspace(w_low, w_high, 141), np.linspace(e_low, e_high, 145)
+    boundary_w = np.linspace(w_low, -0.02, 200)
     panels = []
     for cell in cells:
         p, q = cell["p"], cell["q"]
@@ -151,8 +168,10 @@ def run(
             boundary=(boundary_w, basin_boundary(torch.as_tensor(boundary_w)).numpy()),
         ))  # fmt: skip
     figure = plot_landscapes(panels, (saddle_w, saddle_e), report.out_dir / "landscape.png")
-    report.figure(figure, "Profiled loss over (w, e); profiled flows (green: global minimum, red: unigram line), "
-                  "the saddle and the basin boundary E(e, w) = E_s (dashed)")  # fmt: skip
+    report.figure(figure, "Profiled loss over (w, e); every start's profiled flow, from its start (dot) to its end "
+                  "(square; green: global minimum, red: unigram line), the saddle and the basin boundary "
+                  "E(e, w) = E_s (dashed). The window is widened from w in [-2, 1.5], e in [-1.8, 1.8] to hold every "
+                  "flow")  # fmt: skip
     report.results = {"settings": asdict(settings), "saddle": [saddle_w, saddle_e], "saddle_energy": saddle_energy(),
                       "cells": cells}  # fmt: skip
     return report.write()

@@ -117,11 +117,12 @@ def _inside_window(trajectory: np.ndarray, w_grid: np.ndarray, e_grid: np.ndarra
 
 def landscapes_figure(panels: Sequence[LandscapePanel], saddle: tuple[float, float]):
     """Filled contours of each panel's loss, trajectories (green: reaching the global minimum, red: ending on the
-    unigram line e = 0; said in the legend), the saddle (black cross) and the basin boundary (dashed, mirrored to
-    e < 0). A trajectory that leaves the plotted window is cut where it leaves, marked by a triangle."""
+    unigram line e = 0; said in the legend), each from its start (dot) to its end (square), the saddle (black cross)
+    and the basin boundary (dashed, mirrored to e < 0). A trajectory that leaves the plotted window is cut where it
+    leaves, marked by a triangle."""
     from matplotlib.lines import Line2D
 
-    figure = new_figure(5.2 * len(panels), 4.4)
+    figure = new_figure(5.2 * len(panels), 5.2)
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
         # the corners of the grid reach losses far above both minima: spread the colours over the lower 70 %
@@ -138,8 +139,10 @@ def landscapes_figure(panels: Sequence[LandscapePanel], saddle: tuple[float, flo
             ax.plot(trajectory[:, 0], trajectory[:, 1], color=color, linewidth=1)
             ax.plot(trajectory[0, 0], trajectory[0, 1], "o", color=color, markersize=3)
             ax.plot(trajectory[-1, 0], trajectory[-1, 1], "^" if cut else "s", color=color, markersize=4)
-        handles = [Line2D([], [], color=color, marker="s", markersize=4, label=label) for color, label in (
+        handles = [Line2D([], [], color=color, label=label) for color, label in (
             ("limegreen", "flow reaching the global minimum"), ("red", "flow ending on the unigram line e = 0"))]
+        handles += [Line2D([], [], color="grey", marker=marker, markersize=size, linestyle="none", label=label)
+                    for marker, size, label in (("o", 3, "start of a flow"), ("s", 4, "end of a flow"))]  # fmt: skip
         if cut_any:
             handles.append(Line2D([], [], color="grey", marker="^", linestyle="none", label="flow leaves the window"))
         if panel.boundary is not None:
@@ -152,8 +155,9 @@ def landscapes_figure(panels: Sequence[LandscapePanel], saddle: tuple[float, flo
         ax.set_xlabel("w")
         ax.set_ylabel("e")
         ax.set_title(panel.title, fontsize=10)
-        ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=7, loc="lower right",
-                  facecolor="0.8")  # grey: the white boundary line shows
+        # below the axes: inside, the box hid flows wherever it stood (the window holds every one of them)
+        ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=7, loc="upper center", ncol=2,
+                  bbox_to_anchor=(0.5, -0.14), facecolor="0.8")  # grey: the white boundary line shows
     return figure
 
 
