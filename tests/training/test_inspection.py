@@ -349,3 +349,37 @@ def test_a_chain_with_one_biased_lag_names_that_lag(far):
     assert f"attention lags 0, {far - 1};" in text
     assert text.endswith(f"lag {far - 1} is the one a Markov bias can pick")
     assert describe_chain([1]).endswith("attention lags 0; no Markov bias is needed")
+
+
+def test_a_vmt_runs_curves_caption_and_summary_name_the_objective_and_the_elbo(trained, tmp_path, kept_figures):
+    """The VMT's train/loss is its training objective (with the auxiliary terms), its val/loss the -ELBO: drawn in
+    one 'loss' panel captioned 'train and validation', they read as a 2.5x train-validation gap."""
+    import dataclasses
+
+    from markovformer.plots import curves
+    from markovformer.training.tasks import TASKS
+
+    vmt = TASKS["vmt"]
+    config, model, run_dir = load_run(trained)
+    summary = inspection.run_summary(dataclasses.replace(config, task="vmt", task_options=None), model, run_dir,
+                                     {"val": {"loss": 3.68}}, {})  # fmt: skip
+    assert summary["validation -ELBO/token (val/loss, nats)"] == 3.68 and "validation loss (nats/token)" not in summary
+    caption = inspection.curves_caption(vmt, {"exact NLL (validation)": 2.0})
+    assert "train/loss is the train objective/token" in caption and "val/loss the -ELBO/token" in caption
+    assert "train and validation" not in caption and "no train-validation gap" in caption
+    csv = tmp_path / "metrics.csv"
+    csv.write_text("epoch,step,train/loss,val/loss\n0,10,5.6,\n0,20,5.59,4.08\n")
+    figures = kept_figures(curves)
+    curves.plot_training_curves(csv, tmp_path / "curves.png", curve_labels=inspection.loss_curve_names(vmt),
+                                loss_title="the title")  # fmt: skip
+    loss = figures[0].axes[0]
+    legend = [text.get_text() for text in loss.get_legend().get_texts()]
+    assert legend == ["train/loss: train objective/token", "val/loss: -ELBO/token"] and loss.get_title() == "the title"
+    assert inspection.loss_curve_names(TASKS["causal_lm"]) == {}  # one loss: the columns name themselves
+
+
+def test_a_run_without_floors_gets_a_caption_without_them():
+    from markovformer.training.tasks import TASKS
+
+    assert "floors" not in inspection.curves_caption(TASKS["causal_lm"], {})
+    assert "floors as black lines" in inspection.curves_caption(TASKS["causal_lm"], {"entropy rate": 1.0})

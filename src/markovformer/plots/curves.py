@@ -93,8 +93,13 @@ def plotted_families(series: dict[str, tuple[list[int], list[float]]]) -> dict[s
     return {family: families[family] for family in sorted(families, key=lambda family: family != "loss")}
 
 
-def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str, float] | None = None) -> Path:
+def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str, float] | None = None,
+                         curve_labels: dict[str, str] | None = None, loss_title: str | None = None) -> Path:
     """One panel per metric family (``plotted_families``) against the optimiser step, stacked; returns ``out``.
+
+    ``curve_labels`` {column: legend label} names curves whose column would not say what they are (a column logged
+    as ``train/loss_step`` takes the label of ``train/loss``), and ``loss_title`` titles the loss panel: a task whose
+    training objective is not its validation loss (the VMT's objective with auxiliary terms against its -ELBO).
 
     The loss panel (train and validation together) comes first and carries ``reference_lines`` (label -> value in
     the loss's own unit, nats; e.g. ``{"entropy rate": 1.73}``) as dashed horizontal lines, always inside the axis
@@ -109,7 +114,7 @@ def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str
     for ax, (family, columns) in zip(axes, families.items(), strict=True):
         for column in columns:
             steps, values = series[column]
-            label = "learning rate" if family == "learning rate" else column
+            label = "learning rate" if family == "learning rate" else _curve_label(column, curve_labels or {})
             # nan breaks the line, so a diverged stretch shows as a gap rather than a segment joining its ends
             finite = [value if math.isfinite(value) else math.nan for value in values]
             ax.plot(steps, finite, label=label, marker="o" if len(steps) <= 50 else None, markersize=3, lw=1.2)
@@ -122,14 +127,26 @@ def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str
             values = list(reference_lines.values())
             margin = 0.05 * (max(high, *values) - min(low, *values))
             ax.set_ylim(min(low, *values) - margin, max(high, *values) + margin)
-        ax.set_title(family.replace("_", " "))
-        ax.set_ylabel(_UNITS.get(family, family.replace("_", " ")))
+        if family == "loss" and loss_title:
+            ax.set_title(loss_title)
+            ax.set_ylabel("nats")
+        else:
+            ax.set_title(family.replace("_", " "))
+            ax.set_ylabel(_UNITS.get(family, family.replace("_", " ")))
         if family == "learning rate":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")
     axes[-1].set_xlabel("step (optimiser updates)")
     return save_figure(figure, out)
+
+
+def _curve_label(column: str, labels: dict[str, str]) -> str:
+    """``labels``' name for ``column`` or for it without Lightning's ``_step``/``_epoch`` suffix; else the column."""
+    for suffix in ("", "_step", "_epoch"):
+        if column.endswith(suffix) and column[: len(column) - len(suffix)] in labels:
+            return labels[column[: len(column) - len(suffix)]]
+    return column
 
 
 NON_FINITE_COLOUR = "tab:red"

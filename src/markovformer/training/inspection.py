@@ -39,7 +39,7 @@ from markovformer.training.run_report import (
     entropy_rate_gap,
     markov_layers,
 )
-from markovformer.training.tasks import TASKS, GenerationRequest, build_task, model_inputs
+from markovformer.training.tasks import TASKS, GenerationRequest, Task, build_task, model_inputs
 
 EXAMPLE_LENGTH = 48  # positions shown in the gate and attention figures: long enough to see lags, short to read
 PROFILE_EXAMPLES = 32  # validation sequences averaged in the attention-by-lag profile
@@ -111,9 +111,12 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
         summary["training"] = f"{results['steps']:,} steps in {results.get('train_seconds', float('nan')):.0f} s"
     val = results.get("val", {})
     unit = TASKS[config.task].loss_unit
+    names = TASKS[config.task].metric_labels  # the task's own names where "loss" would not say what it is
     for key, value in val.items():
         label = {"loss": f"validation loss ({unit})", "bits_per_token": "validation bits per token",
                  "perplexity": "validation perplexity"}.get(key, f"validation {key}")  # fmt: skip
+        if key in names:
+            label = f"validation {names[key]} (val/{key}, {unit.split('/')[0]})"
         summary[label] = value
     reference = results.get("reference", {})
     if "entropy_rate" in reference:
@@ -158,6 +161,38 @@ def _flat_options(model_config) -> dict:
     return {name: getattr(model_config, name) for name in STRUCTURE_OPTIONS if hasattr(model_config, name)}
 
 
+def loss_curve_names(task) -> dict[str, str]:
+    """{column: legend label} of the loss panel's curves where the task (a ``Task`` class) computes different
+    quantities in training and validation and names them (``train_loss_label``, ``metric_labels["loss"]``; the VMT:
+    its training objective with the auxiliary terms against the -ELBO); {} where both are the one loss."""
+    names = {}
+    if task.train_loss_label != Task.train_loss_label:
+        names["train/loss"] = f"train/loss: {task.train_loss_label}"
+    if "loss" in task.metric_labels:
+        names["val/loss"] = f"val/loss: {task.metric_labels['loss']}"
+    return names
+
+
+def curves_caption(task, lines: dict[str, float], label_smoothing: float = 0.0) -> str:
+    """The caption of the training curves of a run of ``task`` (a ``Task`` class) with the floors ``lines``
+    (``reference_lines``): the curves named by what they are (``loss_curve_names``), the floors only where there
+    are some (a text run has none)."""
+    names = loss_curve_names(task)
+    if names:  # training and validation compute different quantities: each curve named, no gap read off them
+        what = (f"train/loss is the {task.train_loss_label}"
+                f"{f' ({task.train_loss_note})' if task.train_loss_note else ''}, val/loss the "
+                f"{task.metric_labels.get('loss', 'validation loss')}, both in {task.loss_unit}: two different "
+                f"quantities, so the distance between them is no train-validation gap")  # fmt: skip
+    else:
+        what = f"loss in {task.loss_unit} (train and validation)"
+    styles = "(dashed, then dotted, then dash-dot, named in the legend)"
+    floors = (f"{'; the floors are' if names else ', with the floors as'} black lines {styles}" if lines else "")
+    smoothed = (f"; the train loss is label-smoothed ({label_smoothing:g}), the validation loss is not, so they "
+                f"differ by more than overfitting" if label_smoothing else "")  # fmt: skip
+    return (f"Training curves: {what}{floors}; bits per token and perplexity are rescalings of the "
+            f"{'validation ' if names else ''}loss (values in the table above){smoothed}")
+
+
 def reference_lines(reference: dict) -> dict[str, float]:
     """The floors drawn on the loss panel, in nats per token: entropy rate, true chain's loss, exact NLL."""
     lines = {}
@@ -198,12 +233,12 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
     csv = run_dir / "logs" / "metrics.csv"
     if csv.is_file():
         lines = reference_lines(results.get("reference", {}))
-        smoothed = (f"; the train loss is label-smoothed ({config.trainer.label_smoothing:g}), the validation loss is "
-                    f"not, so they differ by more than overfitting" if config.trainer.label_smoothing else "")
-        caption = (f"Training curves: loss in {TASKS[config.task].loss_unit} (train and validation), with the floors "
-                   f"as black lines (dashed, then dotted, then dash-dot, named in the legend); bits per token and "
-                   f"perplexity are rescalings of the loss (values in the table above){smoothed}")  # fmt: skip
-        figures.append((caption, plot_training_curves(csv, out / "curves.png", reference_lines=lines or None)))
+        task = TASKS[config.task]
+        names = loss_curve_names(task)
+        caption = curves_caption(task, lines, config.trainer.label_smoothing)
+        title = f"{' and '.join(names.values())}: two quantities" if names else None
+        figures.append((caption, plot_training_curves(csv, out / "curves.png", reference_lines=lines or None,
+                                                      curve_labels=names, loss_title=title)))  # fmt: skip
 
     strengths = model.transition_strengths()
     if strengths:

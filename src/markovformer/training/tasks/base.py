@@ -143,6 +143,9 @@ class Task:
     # they are (their true names where training and validation compute different quantities).
     train_loss_label: ClassVar[str] = "train loss"
     metric_labels: ClassVar[dict[str, str]] = {}
+    # What the train loss adds up, said beside ``train_loss_label`` where it is not the validation loss (the
+    # report's curves caption).
+    train_loss_note: ClassVar[str] = ""
     # What the loss is averaged over, for reports ("nats/token" for a language model).
     loss_unit: ClassVar[str] = "nats/token"
 

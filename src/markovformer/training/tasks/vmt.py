@@ -113,6 +113,8 @@ class VMT(Task):
     # window; validation reports -ELBO per token of whole documents: two quantities, named apart.
     train_loss_label = "train objective/token"
     metric_labels = {"loss": "-ELBO/token"}
+    train_loss_note = ("-reconstruction + KL weight × max(KL, free bits) + the weighted auxiliary terms, per token of "
+                       "a training window")  # fmt: skip
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
