@@ -70,9 +70,10 @@ def drawn(monkeypatch) -> dict[str, Drawn]:
     return figures
 
 
-def _report(tmp_path, model: dict, lags=(1, 2)) -> tuple[str, object]:
+def _report(tmp_path, model: dict, lags=(1, 2), chain: bool = True) -> tuple[str, object]:
     """Inspect an untrained model of the tiny run with ``model`` options (None: the option left unset) on a lagged
-    chain with ``lags``: the report's HTML and the model."""
+    chain with ``lags``: the report's HTML and the model. ``chain=False``: the run's data record says no chain's
+    lags, as a run on text does."""
     from conftest import TINY_RUN
 
     data = {**TINY_RUN["data"], "lags": list(lags), "train_sequences": 8, "val_sequences": 8, "test_sequences": 8}
@@ -83,7 +84,10 @@ def _report(tmp_path, model: dict, lags=(1, 2)) -> tuple[str, object]:
     built = build_model(config, bundle.info).eval()
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    write_json(run_dir / "data.json", data_record(bundle))
+    record = data_record(bundle)
+    if not chain:
+        record["info"].pop("true_lags")
+    write_json(run_dir / "data.json", record)
     out = tmp_path / "report"
     out.mkdir()
     weights = {"finished": False, "source": "an untrained model", "step": 0}
@@ -196,3 +200,14 @@ def test_a_lag_within_one_layers_max_order_is_marked_there_and_named_in_the_othe
     assert panels["layer 0, past"].xticks == ["1*", "2", "3*", "4"]
     assert panels["layer 1, past"].xticks == ["1*", "2"]
     assert "lag 3 lies beyond its max_order 2" in panels["layer 1, past"].title
+
+
+def test_a_run_without_a_chain_has_captions_that_name_no_chain_lags(tmp_path, drawn):
+    """A text run's captions spoke of the chain's lags (outlined, *, shaded) that its figures do not have."""
+    page, _ = _report(tmp_path, {}, chain=False)
+    assert "Order gates" in page and "Attention by lag" in page and "transition strengths" in page
+    assert "chain&#x27;s lags" not in page and "chain's lags" not in page
+    (tmp_path / "chain").mkdir()
+    with_chain, _ = _report(tmp_path / "chain", {})
+    for marker in ("outlined", "*", "shaded"):  # each figure that marks the chain's lags says how, as before
+        assert f"{marker}: the chain&#x27;s lags" in with_chain

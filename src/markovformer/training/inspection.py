@@ -242,7 +242,8 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
 
     strengths = model.transition_strengths()
     if strengths:
-        caption = f"Learned transition strengths T per layer, head and lag ({CONVENTION}; outlined: the chain's lags)"
+        outlined = "; outlined: the chain's lags" if marked else ""  # a run on text or other data has none
+        caption = f"Learned transition strengths T per layer, head and lag ({CONVENTION}{outlined})"
         figures.append((caption, plot_transition_strengths(strengths, out / "transition_strengths.png", marked,
                                                            layer_indices=markov_layers(model))))  # fmt: skip
 
@@ -297,8 +298,9 @@ def _gate_and_attention_figures(
     ids = batch["input_ids"][0].tolist() if "input_ids" in batch else list(range(batch["attention_mask"].shape[1]))
     tokens = _tokens(ids, run_dir) if "input_ids" in batch else [str(i) for i in ids]
     if any(g for g in output.gates or []):
+        starred = "; *: the chain's lags" if marked else ""
         caption = (f"Order gates over the first {len(ids)} tokens of a validation sequence: per head, the probability "
-                   f"of each lag and the null slot ({CONVENTION}; *: the chain's lags)")  # fmt: skip
+                   f"of each lag and the null slot ({CONVENTION}{starred})")  # fmt: skip
         figures.append((caption, plot_order_gates(output.gates, tokens, out / "order_gates.png",
                                                   null_slot=gate_null_slots(model, len(output.gates)),
                                                   true_lags=marked)))  # fmt: skip
@@ -310,10 +312,11 @@ def _gate_and_attention_figures(
     labels = head_labels(model.config, output.attentions)
     if profile.profiles:
         cut = f", each cut to its first {PROFILE_LENGTH} tokens" if profile.cut else ""
+        shaded = "; shaded: the chain's lags" if chain_lags else ""
         caption = ("Attention by lag: per layer and head, the mean attention probability a query gives the key k "
                    "tokens back, for k up to the layer's window + 1 (its max_order + 1 without a window), over "
                    f"queries {profile.max_lag}..{profile.length - 1} of the first {profile.sequences} validation "
-                   f"sequences{cut} ({CONVENTION}; shaded: the chain's lags)")  # fmt: skip
+                   f"sequences{cut} ({CONVENTION}{shaded})")  # fmt: skip
         figures.append((caption, plot_attention_lag_profile(profile.profiles, out / "attention_by_lag.png",
                                                             chain_lags, head_labels=labels)))  # fmt: skip
     if chosen:
