@@ -332,3 +332,33 @@ def test_the_de_en_table_and_figure_measure_every_decoder_against_the_at(tmp_pat
     assert {row[0]: float(row[1]) for row in table[1:]} == {name: bleu[kind] for name, kind in names.items()}
     (panel,) = panels
     assert panel.references == {"AT (Transformer)": 30.0, "transparent AT": 31.5}
+
+
+def _cell(order, transparent, seed, bleu, floats):
+    return {"order": order, "transparent": transparent, "seed": seed, "n_layers": 2, "bleu": bleu,
+            "exact_match": 0.5, "final_val_loss": 0.1, "decode_tokens_per_s": 1000.0, "state_floats_per_row": floats,
+            "train_seconds": 1.0, "steps": [0, 3], "val_losses": [1.0, 0.5]}  # fmt: skip
+
+
+def test_the_state_axis_is_logarithmic_and_the_legend_names_and_hides_no_point(tmp_path, monkeypatch, kept_figures):
+    """The state spans 64 floats (k = 1) to 16,384 (k = ∞): on a linear axis k = 1 and 2 read as 0. The BLEU
+    legend covered the ∞ star at the top right, which it did not name."""
+    from markovformer.plots import experiments as plots
+
+    figures = kept_figures(plots)
+    measured = {1: (48.3, 64), 2: (97.8, 128), None: (95.8, 16_384)}  # the quick run's BLEU and state floats
+    monkeypatch.setattr(mat_order, "train_order_cell", lambda bundle, order, transparent, seed, settings, log:
+                        _cell(order, transparent, seed, *measured[order]))  # fmt: skip
+    mat_order.run(tmp_path, quick=True, seeds=(0,), overrides={"orders": [1, 2, None], "transparent": [True]},
+                  log=lambda line: None)  # fmt: skip
+    bleu, _speed, state = (figure.axes[0] for figure in figures[:3])
+    assert state.get_yscale() == "log" and bleu.get_yscale() == "linear"
+    bleu.figure.canvas.draw()
+    box = bleu.get_legend().get_window_extent()
+    assert "transparent at ∞" in [text.get_text() for text in bleu.get_legend().get_texts()]
+    for line in bleu.get_lines():
+        if line.get_transform() != bleu.transData:
+            continue  # the divider, drawn across the axes
+        radius = line.get_markersize() * bleu.figure.dpi / 72 / 2
+        for x, y in bleu.transData.transform(line.get_xydata()):
+            assert not (box.x0 - radius <= x <= box.x1 + radius and box.y0 - radius <= y <= box.y1 + radius)

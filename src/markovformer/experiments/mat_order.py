@@ -300,7 +300,8 @@ def _run(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...], log:
     for metric, (label, file_name) in figures.items():
         curves, apart, infinity = order_curves(cells, orders, settings.transparent, metric)
         panel = Panel(label, curves, apart=apart, tick_labels={infinity: "∞"} if apart else {},
-                      y_from_zero=metric == "decode_tokens_per_s")  # a speed: its ratio is the point  # fmt: skip
+                      y_from_zero=metric == "decode_tokens_per_s",  # a speed: its ratio is the point
+                      log_y=metric == "state_floats_per_row")  # 64 to 16,384: k = 1, 2 read as 0 on a linear axis
         figure = plot_panels([panel], report.out_dir / file_name, "decoder order k", label)
         report.figure(figure, f"{label} against the decoder order k (mean over seeds)")
     panels = []

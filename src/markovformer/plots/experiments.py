@@ -30,6 +30,8 @@ class Panel:
     apart: dict[str, tuple[float, float]] = field(default_factory=dict)
     tick_labels: dict[float, str] = field(default_factory=dict)
     y_from_zero: bool = False
+    log_y: bool = False  # values spanning orders of magnitude (16 to 16,384 floats of state)
+
 
 
 def plot_panels(panels: Sequence[Panel], out: Path, xlabel: str, ylabel: str, log_x: bool = False) -> Path:
@@ -42,8 +44,13 @@ def panels_figure(panels: Sequence[Panel], xlabel: str, ylabel: str, log_x: bool
     second dotted, then dash-dot; named with their values in the legend). With ``log_x`` the x ticks are the
     measured x values, written plainly (4 and 16, never 4x10^0).
 
-    Curves labelled ``"<group> s<seed>"`` are drawn in their group's colour with one legend entry per group.
+    Curves labelled ``"<group> s<seed>"`` are drawn in their group's colour with one legend entry per group. A
+    measurement ``apart`` (a star) is named in the legend with its tick label
+    ("transparent at ∞"). The legend stands where it covers no point (``legends.place_legend``). ``log_y``: a log y
+    axis.
     """
+    from markovformer.plots.legends import place_legend
+
     if not panels:
         raise ValueError("plot_panels needs at least one panel")
     figure = new_figure(4.2 * len(panels), 3.6)
@@ -65,7 +72,8 @@ def panels_figure(panels: Sequence[Panel], xlabel: str, ylabel: str, log_x: bool
             for label, (x, y) in panel.apart.items():
                 group = re.sub(r" s\d+$", "", label)
                 colours.setdefault(group, f"C{len(colours) % 10}")
-                ax.plot([x], [y], linestyle="none", marker="*", markersize=10, color=colours[group])
+                ax.plot([x], [y], linestyle="none", marker="*", markersize=10, color=colours[group],
+                        label=f"{group} at {panel.tick_labels.get(x, f'{x:g}')}")  # fmt: skip
         if panel.tick_labels:
             ticks = sorted({float(x) for xs, _ in panel.curves.values() for x in xs} | set(panel.tick_labels))
             ax.set_xticks(ticks, [panel.tick_labels.get(x, f"{x:g}") for x in ticks])
@@ -81,10 +89,13 @@ def panels_figure(panels: Sequence[Panel], xlabel: str, ylabel: str, log_x: bool
             ax.xaxis.set_minor_locator(NullLocator())
         ax.set_title(panel.title, fontsize=10)
         ax.set_xlabel(xlabel)
-        ax.legend(fontsize=7)
+        if panel.log_y:
+            ax.set_yscale("log")
         if panel.y_from_zero:
             ax.set_ylim(bottom=0)
     axes[0].set_ylabel(ylabel)
+    for ax in axes:  # once every panel is drawn: the shared y axis has its final limits
+        place_legend(ax, fontsize=7)
     return figure
 
 
