@@ -271,3 +271,28 @@ def test_the_landscape_window_holds_every_drawn_flow_and_the_legend_names_start_
     assert len(drawn) == 3  # every start's flow, none cut at the window's edge
     texts = [text.get_text() for text in axis.get_legend().get_texts()]
     assert "start of a flow" in texts and "end of a flow" in texts
+
+
+def _recovery_cell(source, kind, seed, settings, log=None):
+    result = {"source": source, "kind": kind, "seed": seed, "true_order": 2, "floor": 0.4, "floor_name": "floor",
+              "steps": [0, 10], "losses": [1.0, 0.5 + 0.1 * seed], "final_loss": 0.5, "steps_to_converge": None,
+              "seconds": 1.0}  # fmt: skip
+    if kind.startswith("markov"):
+        result.update(effective_bias=[[[0.1, 0.12, 0.08]]], recovered_order=1)  # every lag below MIN_BIAS
+    return result
+
+
+def test_the_effective_bias_figure_draws_min_bias_and_its_caption_says_the_rule(monkeypatch, tmp_path, kept_figures):
+    """Bars of 0.1 everywhere read as 'all lags used' unless the line below which every lag is unused is drawn."""
+    figures = kept_figures(plots)
+    monkeypatch.setattr(order_recovery, "train_recovery_cell", _recovery_cell)
+    report = order_recovery.run(tmp_path, quick=True, seeds=(0,), overrides={"sources": ["fixed-1"], "max_order": 3},
+                                log=lambda line: None)  # fmt: skip
+    (bars,) = [figure.axes[0] for figure in figures if figure.axes[0].get_xlabel().startswith("attention lag")]
+    at_threshold = [line for line in bars.get_lines() if list(line.get_ydata()) == [MIN_BIAS, MIN_BIAS]]
+    assert len(at_threshold) == 1
+    assert f"MIN_BIAS = {MIN_BIAS:g}: all bars below → order 1" in [text.get_text() for text in
+                                                                   bars.get_legend().get_texts()]  # fmt: skip
+    text = report.read_text()
+    assert f"MIN_BIAS = {MIN_BIAS:g}" in text and "every lag counts as unused and the recovered order is 1" in text
+

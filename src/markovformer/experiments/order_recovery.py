@@ -244,10 +244,14 @@ def _effective_bias(report: ExperimentReport, cells: list[dict], settings: Recov
                   for c in biased for layer in range(len(c["effective_bias"]))}  # fmt: skip
         bias_panels.append(LagPanel(f"{source} (true order {biased[0]['true_order']})", series, needed))
     if bias_panels:
-        figure = plot_lag_bars(bias_panels, report.out_dir / "effective_bias.png", "effective bias (logit units)")
+        figure = plot_lag_bars(bias_panels, report.out_dir / "effective_bias.png", "effective bias (logit units)",
+                               threshold=(f"MIN_BIAS = {MIN_BIAS:g}: all bars below → order 1", MIN_BIAS))  # fmt: skip
         report.figure(figure, "Effective bias per attention lag (mean gate × strength, max over heads) of each "
                       "Markovian layer; shaded: the lags 1..k−1 a chain of order k needs besides lag 0 (the token "
-                      "itself, which never gets a bias)")  # fmt: skip
+                      f"itself, which never gets a bias). Red dashed line: MIN_BIAS = {MIN_BIAS:g}. When no lag's "
+                      "bias (max over layers and heads) reaches it, every lag counts as unused and the recovered "
+                      "order is 1; otherwise the order is 1 + the largest lag whose bias reaches "
+                      f"{RECOVERY_FRACTION:g} of the largest")  # fmt: skip
 
 
 def _loss_figure(report: ExperimentReport, cells: list[dict], sources: tuple[str, ...]) -> None:

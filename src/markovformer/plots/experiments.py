@@ -181,9 +181,14 @@ class LagPanel:
     marked: tuple[int, ...] = ()
 
 
-def plot_lag_bars(panels: Sequence[LagPanel], out: Path, ylabel: str) -> Path:
+def plot_lag_bars(panels: Sequence[LagPanel], out: Path, ylabel: str,
+                  threshold: tuple[str, float] | None = None) -> Path:  # fmt: skip
     """Grouped bars of per-lag values (one group per lag k = 1..K, one bar per series), panels side by side with a
-    shared y axis through zero; the marked lags of each panel are shaded. Lags are integers: nothing is joined."""
+    shared y axis through zero; the marked lags of each panel are shaded. Lags are integers: nothing is joined.
+    ``threshold`` (label, value): a dashed red horizontal line at ``value`` in every panel, named ``label`` in the
+    legend (the bias below which a lag counts as unused). Each legend stands where it covers no bar."""
+    from markovformer.plots.legends import place_legend
+
     if not panels:
         raise ValueError("plot_lag_bars needs at least one panel")
     figure = new_figure(4.6 * len(panels), 3.8)
@@ -198,12 +203,16 @@ def plot_lag_bars(panels: Sequence[LagPanel], out: Path, ylabel: str) -> Path:
             offset = (index - (len(panel.series) - 1) / 2) * width
             ax.bar(lags[: len(values)] + offset, values, width=width, label=label, color=f"C{index % 10}")
         ax.axhline(0.0, color="black", lw=0.8)
+        if threshold is not None:
+            label, value = threshold
+            ax.axhline(value, color="tab:red", linestyle="--", lw=1.2, label=label)
         ax.set_xticks(lags)
         ax.set_xlabel("attention lag k (key k tokens before the query)")
         ax.set_title(panel.title, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=7)
     axes[0].set_ylabel(ylabel)
+    for ax in axes:  # once every panel is drawn: the shared y axis has its final limits
+        place_legend(ax, fontsize=7)
     return save_figure(figure, out)
 
 
