@@ -296,3 +296,18 @@ def test_the_effective_bias_figure_draws_min_bias_and_its_caption_says_the_rule(
     text = report.read_text()
     assert f"MIN_BIAS = {MIN_BIAS:g}" in text and "every lag counts as unused and the recovered order is 1" in text
 
+
+def test_loss_curves_of_two_seeds_differ_in_style_and_the_legend_names_the_seeds(monkeypatch, tmp_path,
+                                                                                  kept_figures):
+    """With --seeds 0 1 both seeds of a model were drawn in one colour, one style, under one legend entry."""
+    figures = kept_figures(plots)
+    monkeypatch.setattr(order_recovery, "train_recovery_cell", _recovery_cell)
+    order_recovery.run(tmp_path, quick=True, seeds=(0, 1), overrides={"sources": ["fixed-1"], "max_order": 3},
+                       log=lambda line: None)  # fmt: skip
+    (losses,) = [figure.axes[0] for figure in figures if figure.axes[0].get_xlabel() == "step"]
+    curves = [line for line in losses.get_lines() if len(line.get_xdata()) == 2 and line.get_xdata()[1] == 10]
+    styles = {(line.get_color(), line.get_linestyle()) for line in curves}
+    assert len(curves) == 4 and len(styles) == 4  # markov and softmax, seeds 0 and 1: four distinct curves
+    assert len({line.get_color() for line in curves}) == 2  # a colour per model
+    texts = [text.get_text() for text in losses.get_legend().get_texts()]
+    assert "seed 0" in texts and "seed 1" in texts

@@ -33,6 +33,8 @@ class Panel:
     log_y: bool = False  # values spanning orders of magnitude (16 to 16,384 floats of state)
 
 
+_SEED_STYLES = ("-", "--", ":", "-.")
+
 
 def plot_panels(panels: Sequence[Panel], out: Path, xlabel: str, ylabel: str, log_x: bool = False) -> Path:
     """``panels_figure`` saved as a PNG to ``out``."""
@@ -44,11 +46,14 @@ def panels_figure(panels: Sequence[Panel], xlabel: str, ylabel: str, log_x: bool
     second dotted, then dash-dot; named with their values in the legend). With ``log_x`` the x ticks are the
     measured x values, written plainly (4 and 16, never 4x10^0).
 
-    Curves labelled ``"<group> s<seed>"`` are drawn in their group's colour with one legend entry per group. A
-    measurement ``apart`` (a star) is named in the legend with its tick label
+    Curves labelled ``"<group> s<seed>"`` are drawn in their group's colour with one legend entry per group; where a
+    panel has several seeds, each seed has its own line style (solid, dashed, dotted, dash-dot), named in the legend
+    by grey lines ("seed 0", "seed 1"). A measurement ``apart`` (a star) is named in the legend with its tick label
     ("transparent at ∞"). The legend stands where it covers no point (``legends.place_legend``). ``log_y``: a log y
     axis.
     """
+    from matplotlib.lines import Line2D
+
     from markovformer.plots.legends import place_legend
 
     if not panels:
@@ -56,14 +61,20 @@ def panels_figure(panels: Sequence[Panel], xlabel: str, ylabel: str, log_x: bool
     figure = new_figure(4.2 * len(panels), 3.6)
     axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
-        # curves labelled "<group> s<seed>" share their group's colour and one legend entry
+        # curves labelled "<group> s<seed>" share their group's colour and one legend entry; seeds differ by style
         colours: dict[str, str] = {}
+        seeds = list(dict.fromkeys(_seed(label) for label in panel.curves if _seed(label) is not None))
+        styles = {seed: _SEED_STYLES[index % len(_SEED_STYLES)] for index, seed in enumerate(seeds)}
         for label, (x, y) in panel.curves.items():
             group = re.sub(r" s\d+$", "", label)
             first = group not in colours
             colours.setdefault(group, f"C{len(colours) % 10}")
+            style = styles.get(_seed(label), "-") if len(seeds) > 1 else "-"
             ax.plot(x, y, label=group if first else None, color=colours[group], linewidth=1.2, alpha=0.85,
-                    marker="o" if len(x) <= 12 else None, markersize=3)  # fmt: skip
+                    linestyle=style, marker="o" if len(x) <= 12 else None, markersize=3)  # fmt: skip
+        if len(seeds) > 1:
+            for seed, style in styles.items():
+                ax.add_line(Line2D([], [], color="grey", linestyle=style, linewidth=1.2, label=f"seed {seed}"))
         if panel.apart:
             finite = [x for xs, _ in panel.curves.values() for x in xs]
             divider = (max(finite) + min(x for x, _ in panel.apart.values())) / 2 if finite else None
@@ -97,6 +108,12 @@ def panels_figure(panels: Sequence[Panel], xlabel: str, ylabel: str, log_x: bool
     for ax in axes:  # once every panel is drawn: the shared y axis has its final limits
         place_legend(ax, fontsize=7)
     return figure
+
+
+def _seed(label: str) -> int | None:
+    """The seed of a curve labelled ``"<group> s<seed>"``; None for another label."""
+    found = re.search(r" s(\d+)$", label)
+    return int(found.group(1)) if found else None
 
 
 @dataclass
