@@ -50,6 +50,17 @@ def test_curves_leave_out_rescaled_losses_and_duplicate_learning_rates(tmp_path)
     assert "bits_per_token" in plotted_families(no_loss)  # drawn when there is no loss to repeat
 
 
+def test_an_n_gram_models_losses_by_order_share_one_panel_and_bits_per_character_repeats_the_loss(tmp_path):
+    """A Scan Markov run scored at several orders drew loss_n2 ... loss_n5 each in a panel of its own, and its bits
+    per character (the loss on another scale) in one more."""
+    series = read_metric_series(_csv(tmp_path / "metrics.csv", _rows()))
+    steps, values = series["val/loss"]
+    orders = {f"val/loss_n{n}": (steps, [value + 0.1 * n for value in values]) for n in (2, 3, 4, 5)}
+    characters = {"val/bits_per_character": (steps, [value / math.log(2) / 3.5 for value in values])}
+    families = plotted_families({**series, **orders, **characters})
+    assert families["loss by order n"] == list(orders) and "bits_per_character" not in families
+
+
 def test_the_floors_stay_inside_the_loss_axis(tmp_path):
     """An entropy rate far below the curves still shows: the two images differ in the lower part of the panel."""
     path = _csv(tmp_path / "metrics.csv", _rows())

@@ -254,6 +254,15 @@ def test_the_reports_loss_is_in_its_tasks_unit(trained, task, unit):
     assert summary[f"validation loss ({unit})"] == 1.5
 
 
+def test_the_reports_names_of_an_n_gram_models_metrics_are_words(trained):
+    """A Scan Markov run's table read "validation bits_per_character" and "validation loss_n2"."""
+    config, model, run_dir = load_run(trained)
+    summary = inspection.run_summary(config, model, run_dir, {"val": {"bits_per_character": 2.1, "loss_n2": 1.7,
+                                                                      "macro_f1": 0.5}}, {})  # fmt: skip
+    assert summary["validation bits per character"] == 2.1 and summary["validation macro f1"] == 0.5
+    assert summary["validation loss at order n = 2 (nats/token)"] == 1.7
+
+
 @pytest.mark.parametrize("loss, gap", [(1.5, "+0.3000 nats (+25.00%)"), (0.9, "-0.3000 nats (-25.00%)")])
 def test_the_summarys_gap_is_the_validation_loss_minus_the_entropy_rate(trained, loss, gap):
     """The gap is how far the loss lies above the floor: loss - entropy rate, in nats and as a percentage of the rate

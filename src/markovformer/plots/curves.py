@@ -10,6 +10,7 @@ learning-rate panel.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from markovformer.plots.saving import new_figure, save_figure
@@ -71,12 +72,15 @@ def metric_family(column: str) -> str:
     for suffix in ("_step", "_epoch"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
+    if re.fullmatch(r"loss_n\d+", name):  # an n-gram model's loss at each order n (task_options.orders): one panel
+        return "loss by order n"
     return name
 
 
-# Monotone rescalings of the loss (bits = nats / ln 2, perplexity = exp(loss)): a second panel would repeat the loss
+# Monotone rescalings of the loss (bits = nats / ln 2, per character: also over the split's characters per token,
+# perplexity = exp(loss)): a second panel would repeat the loss
 # curve on another scale, so they are drawn only when the file has no loss column.
-RESCALED_LOSS_FAMILIES = ("bits_per_token", "perplexity")
+RESCALED_LOSS_FAMILIES = ("bits_per_token", "bits_per_character", "perplexity")
 
 
 def plotted_families(series: dict[str, tuple[list[int], list[float]]]) -> dict[str, list[str]]:

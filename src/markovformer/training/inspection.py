@@ -12,6 +12,7 @@ import inspect
 import io
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,7 +115,10 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
     names = TASKS[config.task].metric_labels  # the task's own names where "loss" would not say what it is
     for key, value in val.items():
         label = {"loss": f"validation loss ({unit})", "bits_per_token": "validation bits per token",
-                 "perplexity": "validation perplexity"}.get(key, f"validation {key}")  # fmt: skip
+                 "bits_per_character": "validation bits per character",
+                 "perplexity": "validation perplexity"}.get(key, f"validation {key.replace('_', ' ')}")  # fmt: skip
+        if re.fullmatch(r"loss_n\d+", key):  # an n-gram model scored at order n (task_options.orders)
+            label = f"validation loss at order n = {key[6:]} ({unit})"
         if key in names:
             label = f"validation {names[key]} (val/{key}, {unit.split('/')[0]})"
         summary[label] = value
@@ -252,7 +256,8 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
     elif layers:
         raise ValueError(f"--layers: {type(model).__name__} has no attention layers to draw")
     summary = run_summary(config, model, run_dir, results, data_info)
-    unfinished = "" if weights["run_finished"] else f"; the run is unfinished (markovformer train --resume {run_dir})"
+    unfinished = ("" if weights.get("run_finished", True) else
+                  f"; the run is unfinished (markovformer train --resume {run_dir})")  # fmt: skip
     summary["weights shown"] = (f"the final model, step {weights['step']:,}" if weights["finished"] else
                                 f"{weights['source']} at step {weights['step']:,} (its validation numbers: "
                                 f"markovformer eval on it{unfinished})")  # fmt: skip
