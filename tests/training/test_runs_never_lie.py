@@ -286,6 +286,27 @@ def test_a_terminated_run_exits_in_one_line_naming_its_checkpoint_and_resumes(tm
     assert resumed.returncode == 0 and json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 200
 
 
+def test_an_exit_inside_fit_that_no_signal_caused_is_not_reported_as_a_ctrl_c(tmp_path, monkeypatch):
+    """Lightning marks a run interrupted for any exception in fit: a callback's sys.exit(3) was reported as
+    "interrupted (SIGINT, Ctrl-C)" with status 130. It leaves as it came."""
+    import lightning.pytorch as L
+    from conftest import TINY_RUN
+
+    from markovformer.training import runner
+    from markovformer.training.run_config import resolve_run_config
+
+    class Exits(L.Callback):
+        def on_train_batch_end(self, *args):
+            sys.exit(3)
+
+    build = runner.lightning_trainer
+    monkeypatch.setattr(runner, "lightning_trainer", lambda tc, run_dir, log, callbacks: build(
+        tc, run_dir, log, [*callbacks, Exits()]))  # fmt: skip
+    with pytest.raises(SystemExit) as stopped:
+        runner.train(resolve_run_config({**TINY_RUN, "output_dir": str(tmp_path / "run")}))
+    assert stopped.value.code == 3 and type(stopped.value) is SystemExit
+
+
 def test_a_sigterm_in_the_validation_after_the_last_step_is_a_termination_too(tmp_path, monkeypatch):
     """A run whose last step is not a validation step validates after fit; a SIGTERM there (Lightning's
     SIGTERMException, a SystemExit without a code) ended the command with status 0, no word and no metrics.json."""

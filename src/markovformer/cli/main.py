@@ -355,6 +355,8 @@ def stopped_by_signals(message: str):
     default action skipped; the command exits 143 or 130 with the one line. Handlers are restored after."""
 
     def stop(number, frame):
+        for ignored in previous:  # a second signal must not cut the cleanup short
+            signal.signal(ignored, signal.SIG_IGN)
         raise RunTerminated(f"{message} ({signal.Signals(number).name})", number)
 
     previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}

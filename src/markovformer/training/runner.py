@@ -282,10 +282,12 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
             log.after_fit(trainer.global_step)
             trainer.validate(module, val_loader, verbose=False)  # (Lightning handles SIGTERM here too)
     except SystemExit as stop:  # SIGTERM: Lightning's SIGTERMException, a SystemExit without a code (the command
-        # exited 0 as if the run had finished); Ctrl-C: sys.exit(1) once Lightning has marked the run interrupted
+        # exited 0 as if the run had finished); Ctrl-C: the sys.exit(1) of Lightning's `except KeyboardInterrupt`
         terminated = isinstance(stop, SIGTERMException)
-        if not (terminated or trainer.interrupted):
-            raise
+        if not (terminated or isinstance(stop.__context__, KeyboardInterrupt)):
+            raise  # any other exit (a callback's sys.exit) is not a signal's
+        if not terminated:  # Lightning ignores SIGINT from the first Ctrl-C on: a caller may go on (a notebook)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         saved = step_checkpoints(run_dir / "checkpoints")
         last = f"its last checkpoint is {saved[-1].name}" if saved else "it has no checkpoint yet"
         how = "terminated (SIGTERM)" if terminated else "interrupted (SIGINT, Ctrl-C)"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import reprlib
+import signal
 from typing import Any
 
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
@@ -34,7 +35,7 @@ class RunTerminated(RuntimeError):
     the message, the one line the command prints, says what was kept and how to continue; the command exits 128 +
     the signal's number, as a shell reports a process the signal ended."""
 
-    def __init__(self, message: str, signal_number: int = 15) -> None:
+    def __init__(self, message: str, signal_number: int = signal.SIGTERM) -> None:
         super().__init__(message)
         self.exit_status = 128 + int(signal_number)
 
