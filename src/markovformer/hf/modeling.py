@@ -58,7 +58,7 @@ def summed_over_items(loss: Tensor | None, labels: Tensor | None, num_items_in_b
     return total / torch.as_tensor(num_items_in_batch, device=loss.device)
 
 
-def kept(logits: Tensor, logits_to_keep: int | Tensor) -> Tensor:
+def kept_logits(logits: Tensor, logits_to_keep: int | Tensor) -> Tensor:
     """``logits`` (B, T, V) at the positions ``transformers``' ``logits_to_keep`` asks for: the last n (0: all), or
     those a 1-D tensor of indices lists."""
     if isinstance(logits_to_keep, Tensor):
@@ -107,7 +107,7 @@ class _CausalLMWrapper(ReportingWrapper, DecodesFromCache, GenerationMixin):
         if cache is not None:
             cache.advance(input_ids.shape[1])
         loss = summed_over_items(output.loss, labels, unused.get("num_items_in_batch"), position_ids)
-        return self._finish(CausalLMOutputWithPast(loss=loss, logits=kept(output.logits, logits_to_keep),
+        return self._finish(CausalLMOutputWithPast(loss=loss, logits=kept_logits(output.logits, logits_to_keep),
                                                    **{CACHE_NAME: cache},
                                                    hidden_states=hidden,
                                                    attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
@@ -138,7 +138,7 @@ class _BlocklessCausalLMWrapper(Wrapper, DecodesFromCache, GenerationMixin):
         if cache is not None:
             cache.advance(input_ids.shape[1])
         loss = summed_over_items(output.loss, labels, unused.get("num_items_in_batch"))
-        return as_asked(CausalLMOutputWithPast(loss=loss, logits=kept(output.logits, logits_to_keep),
+        return as_asked(CausalLMOutputWithPast(loss=loss, logits=kept_logits(output.logits, logits_to_keep),
                                                **{CACHE_NAME: cache}),
                          return_dict, self.config)  # fmt: skip
 
@@ -272,7 +272,7 @@ class _Seq2SeqWrapper(Wrapper):
             raise ValueError(f"{type(self).__name__}.generate decodes each process on its own: synced_gpus=True "
                              "(DeepSpeed ZeRO-3 or FSDP generation) is not supported")  # fmt: skip
         config = self.markovformer.config
-        settings = _set_generation_options(generation_config or self.generation_config)
+        settings = _generation_options(generation_config or self.generation_config, self.GENERATE_OPTIONS)
         settings.update({key: value for key, value in options.items() if value is not None})
         for token in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
             wanted = config.pad_token_id if token == "pad_token_id" else config.bos_token_id
@@ -296,15 +296,18 @@ class _Seq2SeqWrapper(Wrapper):
         return torch.cat([start, target], dim=1)
 
 
-def _set_generation_options(generation_config) -> dict:
-    """The options a ``GenerationConfig`` sets away from ``transformers``' defaults (which ``Seq2SeqTrainer``
-    writes into the model's), without its bookkeeping."""
+def _generation_options(generation_config, supported: tuple[str, ...]) -> dict:
+    """What a ``GenerationConfig`` sets, without its bookkeeping: every option ``generate`` takes (``supported``,
+    ``max_length`` and the token ids) as it is, whatever its value (``max_length=20``, ``top_k=50`` are what
+    ``transformers`` would decode with too); any other only where it is away from ``transformers``' defaults (which
+    ``Seq2SeqTrainer`` writes into the model's config), so that ``generate`` refuses what it would ignore."""
     if generation_config is None:
         return {}
     defaults = getattr(GenerationConfig, "_get_default_generation_params", dict)()
+    taken = {*supported, "max_length", "pad_token_id", "bos_token_id", "decoder_start_token_id"}
     return {key: value for key, value in generation_config.to_diff_dict().items()
             if not key.startswith("_") and key != "transformers_version" and value is not None
-            and (key not in defaults or value != defaults[key])}  # fmt: skip
+            and (key in taken or key not in defaults or value != defaults[key])}  # fmt: skip
 
 
 # the attribute holding a family's backbone in its heads (the Markovian Transformer's ``model``, built of blocks whose

@@ -21,9 +21,8 @@ def start_decoding(
 ) -> tuple[Tensor, Step]:
     """The logits after the prompt (B, V) and the step function of ``GenerationMixin``: incremental when the model
     allows it (and learned positions cover the whole length), otherwise re-running the prefix (at most
-    ``max_positions`` tokens of it) each step."""
+    ``model.longest_input`` tokens of it) each step."""
     real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-    config = model.config
     total = input_ids.shape[1] + max_new_tokens
     if model.model.decodes_incrementally and (model.longest_input is None or total <= model.longest_input):
         state: dict = {}
@@ -37,8 +36,8 @@ def start_decoding(
 
     def last_logits() -> Tensor:
         ids, mask = sequence["ids"], sequence["real"]
-        if config.max_positions is not None:
-            ids, mask = ids[:, -config.max_positions :], mask[:, -config.max_positions :]
+        if model.longest_input is not None:
+            ids, mask = ids[:, -model.longest_input :], mask[:, -model.longest_input :]
         return model(ids, attention_mask=None if bool(mask.all()) else mask).logits[:, -1]
 
     def rerun(tokens: Tensor) -> Tensor:
