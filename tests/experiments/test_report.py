@@ -17,6 +17,7 @@ from markovformer.experiments.report import (
     forget_cells,
     markdown_table,
     mean_std,
+    replaced_cell,
     revisions_of,
     seed_summary,
 )
@@ -41,10 +42,18 @@ def test_cached_cells_are_computed_once_and_reread(tmp_path):
     lines = []
     ExperimentReport(tmp_path, "t", log=lines.append, settings={"steps": 20}).cached("cell_a", compute)
     assert len(calls) == 2
-    kept = tmp_path / "cells" / "replaced" / "cell_a.json"
+    kept = replaced_cell(tmp_path / "cells" / "cell_a.json", stored["settings"])
     assert json.loads(kept.read_text()) == stored  # a --quick run into a full run's folder replaced its cells
     assert lines[0] == f"  cell_a: stored under other settings, recomputing (grid: [1, 2] -> null; steps: 10 -> 20); " \
-                       f"the stored cell is kept as {kept}"
+                       f"the stored cell is kept as {kept}, which a run under its settings takes back"
+    # a third run under the first settings takes its cell back, computing nothing; the second's is kept in turn
+    lines.clear()
+    again = ExperimentReport(tmp_path, "t", log=lines.append, settings=settings).cached("cell_a", compute)
+    assert again == first and len(calls) == 2 and not kept.exists() and "taken back from" in lines[-1]
+    assert len(list((tmp_path / "cells" / "replaced").glob("cell_a.*.json"))) == 1  # the steps=20 cell
+    # --recompute forgets the kept copies too: a run under their settings computes again, takes nothing back
+    forget_cells(tmp_path, ["cell_*"], log=lambda line: None)
+    assert not list((tmp_path / "cells").rglob("*.json"))
 
 
 def test_a_cell_with_its_own_dependencies_is_reused_across_experiment_settings(tmp_path):

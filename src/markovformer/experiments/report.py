@@ -131,6 +131,16 @@ def recorded_run_dirs(result: Any) -> list[str] | None:
     return [run for group in groups for run in group if run is not None] if groups else None
 
 
+REPLACED = re.compile(r"(?P<key>.+)\.[0-9a-f]{12}\.json")  # a cell kept in cells/replaced/ (``replaced_cell``)
+
+
+def replaced_cell(path: Path, settings: Any) -> Path:
+    """Where the cell stored at ``path`` under ``settings`` is kept once a run under other settings recomputes it:
+    ``cells/replaced/KEY.<digest of the settings>.json``, one file per settings."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    return path.parent / "replaced" / f"{path.stem}.{digest}.json"
+
+
 def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[str], None] = print) -> list[Path]:
     """Delete the cached cells of ``out_dir`` whose keys match any of the glob ``patterns`` (``*forgetting*``), their
     fits' saved progress and the engine runs they trained (under ``out_dir/runs``: a finished run would otherwise be
@@ -159,6 +169,9 @@ def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[st
             raise ValueError(f"cell {path.stem} does not name the run it trained (stored before cells did): delete "
                              f"its run under {runs_folder} by hand, then recompute it")  # fmt: skip
         runs.update(dict.fromkeys(Path(run) for run in recorded if Path(run).resolve().parent == runs_folder.resolve()))
+    keys = {files[path] for path in chosen}
+    chosen.update(dict.fromkeys(path for path in (folder / "replaced").glob("*.json")  # kept copies: not taken back
+                                if (match := REPLACED.fullmatch(path.name)) and match["key"] in keys))  # fmt: skip
     for path in chosen:
         path.unlink()
         log(f"  {path.name}: removed, to be recomputed")
@@ -236,7 +249,8 @@ class ExperimentReport:
     ``cached(key, compute)`` returns ``compute()``'s JSON-serialisable result, stored in ``cells/<key>.json`` with
     the experiment's ``settings`` the first time: rerunning a killed experiment skips every cell that already
     finished under the same settings, and recomputes cells stored under other settings (naming the settings that
-    differ, the stored cell moved to ``cells/replaced/``). A cell that depends on
+    differ, the stored cell moved to ``cells/replaced/``, from where a run under its settings takes it back). A cell
+    that depends on
     less than all the settings passes what it depends on as ``depends_on``: it is then reused by any run of the
     experiment that would compute it the same way (another seed list, more domains, a second process on others).
 
@@ -299,12 +313,18 @@ class ExperimentReport:
             if self.stored_only:
                 raise MissingCell(f"cell {key} is stored in {path.parent} under other settings; without "
                                   f"--from-cells the experiment computes it again")  # fmt: skip
-            kept = path.parent / "replaced" / path.name  # not lost: a --quick run into a full run's folder, say
+            kept = replaced_cell(path, stored.get("settings"))  # not lost: a --quick run into a full run's folder
             kept.parent.mkdir(exist_ok=True)
             path.replace(kept)
             changed = _differences(stored.get("settings") or {}, settings)
             self.log(f"  {key}: stored under other settings, recomputing ({changed}); the stored cell is kept as "
-                     f"{kept}")  # fmt: skip
+                     f"{kept}, which a run under its settings takes back")  # fmt: skip
+        if not self.stored_only and replaced_cell(path, settings).is_file():  # computed earlier under these settings
+            replaced_cell(path, settings).replace(path)
+            self.log(f"{self._progress(key)}: done earlier, taken back from {replaced_cell(path, settings)}")
+            stored = json.loads(path.read_text())
+            self.cell_code[key] = stored.get("code")
+            return stored["result"]
         if self.stored_only:
             raise MissingCell(f"cell {key} is not stored in {path.parent}; without --from-cells the experiment "
                               f"computes it")  # fmt: skip
