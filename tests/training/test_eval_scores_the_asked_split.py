@@ -144,3 +144,18 @@ def test_eval_of_all_splits_scores_every_example_of_the_three(tmp_path):
     assert parts["all"]["examples"] == sum(parts[split]["examples"] for split in ("train", "val", "test")) == 25 + 3 + 3
     correct = sum(parts[split]["metrics"]["accuracy"] * parts[split]["examples"] for split in ("train", "val", "test"))
     assert parts["all"]["metrics"]["accuracy"] * 31 == pytest.approx(correct, abs=1e-6)
+
+
+def test_renormalised_stacked_frames_keep_the_last_inputs_padding_at_zero():
+    """Frames stacked side by side (speech, stack_frames=3) repeat the per-frame statistics; the frames past the
+    utterance's end are zeros after normalisation (the training mean) and stay zeros (they became the difference
+    of the two means)."""
+    from markovformer.data.bundle import Renormalised
+
+    fitted, wanted = {"mean": [1.0, 2.0], "std": [2.0, 4.0]}, {"mean": [0.0, 1.0], "std": [1.0, 2.0]}
+    features = torch.tensor([[0.5, -1.0, 1.0, 0.0, 2.0, 1.5], [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]])
+    (example,) = [Renormalised([{"input_features": features}], fitted, wanted)[0]]
+    raw = features.double().reshape(2, 3, 2) * torch.tensor([2.0, 4.0]) + torch.tensor([1.0, 2.0])
+    expected = ((raw - torch.tensor([0.0, 1.0])) / torch.tensor([1.0, 2.0])).reshape(2, 6).float()
+    expected[1, 2:] = 0  # the padding frames of the last input
+    torch.testing.assert_close(example["input_features"], expected)

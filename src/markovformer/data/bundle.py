@@ -118,9 +118,14 @@ class Renormalised:
     def __getitem__(self, index: int) -> dict[str, Tensor]:
         example = dict(self.split[index])
         features = example["input_features"]
-        fitted_mean, fitted_std, mean, std = (stats.repeat(features.shape[-1] // len(stats)) for stats in self.stats)
+        stacked = features.shape[-1] // len(self.stats[0])
+        fitted_mean, fitted_std, mean, std = (stats.repeat(stacked) for stats in self.stats)
         raw = features.double() * fitted_std + fitted_mean
-        example["input_features"] = ((raw - mean) / std).to(features.dtype)
+        renormalised = ((raw - mean) / std).to(features.dtype)
+        if stacked > 1:  # the last input's frames past the end are zeros after normalisation (stack_frames): kept so
+            padding = (features[-1].reshape(stacked, -1) == 0).all(-1).repeat_interleave(len(self.stats[0]))
+            renormalised[-1, padding] = 0
+        example["input_features"] = renormalised
         return example
 
 
