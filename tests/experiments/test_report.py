@@ -293,11 +293,12 @@ def test_a_one_seed_experiment_refuses_two_seeds_and_runs_the_one_it_is_given():
         ("landscape", {"starts": 0}, None, r"^landscape.starts=0: must be > 0$"),
         ("landscape", {"steps": 0}, None, r"^landscape.steps=0: must be > 0$"),
         ("mat-order", {"lr": 0}, None, r"^mat-order.lr=0: must be > 0$"),
+        ("mixers", {"num_features": -4}, None, r"^mixers.num_features=-4: must be >= 0$"),
     ],
     ids=["an emptied grid", "another", "every part emptied", "a negative seed", "a repeated seed", "a repeated domain",
          "a repeated row", "a negative patience (early stopping off, the report saying on)",
          "negative starts (torch's negative dimension)", "no start (a reduction over nothing)",
-         "no step (every start 'not converged')", "a zero learning rate"],
+         "no step (every start 'not converged')", "a zero learning rate", "a negative optional number"],
 )
 def test_an_experiment_with_nothing_to_run_or_a_bad_seed_is_refused_before_it_writes(name, overrides, seeds,
                                                                                       message, tmp_path):  # fmt: skip

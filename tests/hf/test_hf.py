@@ -196,6 +196,13 @@ def test_a_native_save_of_a_transformers_directory_keeps_its_label_names_and_tok
     loaded = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "ours")
     assert loaded.config.id2label == {0: "pos", 1: "neg", 2: "q"} and loaded.config.pad_token_id == 0
     assert MarkovianTransformerForSequenceClassification.from_pretrained(tmp_path / "ours").config == native.config
+    # a head of another label count with the settings read: its label names no longer fit and are not written
+    other = MarkovianTransformerForSequenceClassification(native.config.replace(num_labels=5))
+    other.transformers_settings = native.transformers_settings
+    with pytest.warns(UserWarning, match="id2label=.* no longer fits its config and is not written"):
+        other.save_pretrained(tmp_path / "five")
+    written = json.loads((tmp_path / "five" / "config.json").read_text())
+    assert "id2label" not in written and written.get("label2id") is None and written["pad_token_id"] == 0
 
 
 def test_loading_a_transformers_directory_natively_still_refuses_unknown_keys_and_other_heads(tmp_path):

@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("eval", help="metrics of a trained run on a split of its data")
     evaluate.add_argument("target", help="run directory or checkpoint file")
     evaluate.add_argument("--split", default="val", choices=("train", "val", "test", "all"),
-                          help="the split scored (all: the three, every example of a file given with --data)")
+                          help="the split scored (all: the three together, as the run's recipe builds them on "
+                               "the data)")  # fmt: skip
     evaluate.add_argument("--data", nargs="*", default=[], metavar="KEY=VALUE",
                           help="override data options, e.g. path=other.txt")  # fmt: skip
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")

@@ -35,15 +35,17 @@ def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str) -> S
 
 
 def _check_sign(settings, base, key: str, name: str) -> None:
-    """A number the user set may not be negative (no setting is), nor 0 where its default is positive (a count, a
-    size, a step count, a learning rate), unless the class names it in ``MAY_BE_ZERO`` (a warm-up, a tolerance,
-    an option 0 turns off): ``starts=-3`` failed deep inside torch, ``steps=0`` reported untrained runs."""
+    """A number the user set may not be negative (no setting is), nor 0 where its default is positive or None (a
+    count, a size, a step count, a learning rate, an optional number), unless the class names it in ``MAY_BE_ZERO``
+    (a warm-up, a tolerance, an option 0 turns off): ``starts=-3`` failed deep inside torch, ``steps=0`` reported
+    untrained runs."""
     value, default = getattr(settings, key), getattr(base, key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not isinstance(default, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return
-    if value < 0:
+    if value < 0:  # (a setting whose default is None, an optional number, too)
         raise ConfigError(f"{name}.{key}={value!r}: must be >= 0")
-    if value == 0 and default > 0 and key not in getattr(base, "MAY_BE_ZERO", ()):
+    positive = default is None or (isinstance(default, int | float) and default > 0)  # None: an optional number
+    if value == 0 and positive and key not in getattr(base, "MAY_BE_ZERO", ()):
         raise ConfigError(f"{name}.{key}=0: must be > 0")
 
 

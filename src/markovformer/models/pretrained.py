@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from pathlib import Path
 from typing import TypeVar
 
@@ -93,9 +94,24 @@ class PreTrainedModel(nn.Module):
         from safetensors.torch import save_model
 
         directory = Path(directory)
-        values = {**self.transformers_settings, **self.config.to_dict(), "architecture": type(self).__name__}
+        values = {**self._settings_that_hold(), **self.config.to_dict(), "architecture": type(self).__name__}
         atomic_write(directory / CONFIG_NAME, lambda p: p.write_text(json.dumps(values, indent=2) + "\n"))
         atomic_write(directory / WEIGHTS_NAME, lambda p: save_model(self, str(p)))
+
+    def _settings_that_hold(self) -> dict:
+        """``transformers_settings`` without those the config now contradicts, each dropped with a warning: label
+        names of another count than ``num_labels`` (transformers would name the classes LABEL_n), a decoder start
+        token other than the config's bos (transformers' generate would start there)."""
+        settings, config = dict(self.transformers_settings), self.config
+        labels = getattr(config, "num_labels", None)
+        stale = [key for key in ("id2label", "label2id") if isinstance(settings.get(key), dict) and labels is not None
+                 and len(settings[key]) != labels]  # fmt: skip
+        if settings.get("decoder_start_token_id") not in (None, getattr(config, "bos_token_id", None)):
+            stale.append("decoder_start_token_id")
+        for key in stale:
+            warnings.warn(f"{type(self).__name__}.save_pretrained: {key}={settings.pop(key)!r} (read with the model) "
+                          f"no longer fits its config and is not written", UserWarning, stacklevel=3)  # fmt: skip
+        return settings
 
     @classmethod
     def from_pretrained(cls: type[ModelT], directory: str | Path, map_location: str = "cpu") -> ModelT:

@@ -124,7 +124,8 @@ def check_same_source(source: str, overrides: dict) -> None:
                           f"options instead (`markovformer data show {source}` lists them)")  # fmt: skip
 
 
-SPLITS = ("train", "val", "test", "all")  # all: the three in order (every example of a file given with --data)
+SPLITS = ("train", "val", "test", "all")  # all: the three in order, as the recipe builds them (augmented copies
+# of a training split included, windows across a split boundary left out as in training)
 
 
 def scored_split(bundle, split: str, run_dir: Path):

@@ -180,7 +180,8 @@ def _choose_features(path: Path, header: list[str], label_column: str, feature_c
 
 def _check_date_order(path: Path, header: list[str], rows: list[tuple[int, list[str]]], used: list[str]) -> None:
     """Raise at the first row whose date is earlier than the row before's, in each column named as in
-    ``DATE_COLUMNS`` and not in ``used`` whose cells all read as ISO dates or datetimes; any other column is let be."""
+    ``DATE_COLUMNS`` and not in ``used`` whose cells all read as ISO dates or datetimes; any other column is let be
+    (so is, before Python 3.11, whose ``fromisoformat`` reads fewer forms, a column of "...Z" or "20240102")."""
     for index, column in enumerate(header):
         if column.lower() not in DATE_COLUMNS or column in used:
             continue
