@@ -339,3 +339,24 @@ def test_a_tables_column_writes_its_floats_with_one_number_of_decimals():
     table = markdown_table(["p", "match", "seconds", "n", "big"],
                            [[0.2, 0.055, 33.0, 3, 12345.6], [0.25, 0.76, 36.4, 4, float("nan")]])  # fmt: skip
     assert table.splitlines()[2:] == ["| 0.20 | 0.0550 | 33.0 | 3 | 1.235e+04 |", "| 0.25 | 0.7600 | 36.4 | 4 | nan |"]
+
+
+def test_a_kept_copy_is_read_by_from_cells_and_forgotten_by_recompute_when_its_recompute_was_killed(tmp_path):
+    """A cell kept in cells/replaced/ whose recompute under other settings was killed: --from-cells under its
+    settings reads it (it raised MissingCell), and --recompute finds it (it said the pattern matched no cell, and
+    the next run took the stale copy back)."""
+    from markovformer.experiments.report import stored_cells_only
+
+    def killed():
+        raise KeyboardInterrupt
+
+    first = ExperimentReport(tmp_path, "t", log=lambda line: None, settings={"steps": 10})
+    assert first.cached("cell_b", lambda: {"loss": 0.5}) == {"loss": 0.5}
+    with pytest.raises(KeyboardInterrupt):
+        ExperimentReport(tmp_path, "t", log=lambda line: None, settings={"steps": 20}).cached("cell_b", killed)
+    assert not (tmp_path / "cells" / "cell_b.json").exists()
+    with stored_cells_only():
+        read = ExperimentReport(tmp_path, "t", log=lambda line: None, settings={"steps": 10}).cached("cell_b", killed)
+    assert read == {"loss": 0.5} and not (tmp_path / "cells" / "cell_b.json").exists()  # read, not moved
+    removed = forget_cells(tmp_path, ["cell_b"], log=lambda line: None)
+    assert [path.parent.name for path in removed] == ["replaced"] and not list((tmp_path / "cells").rglob("*.json"))

@@ -207,14 +207,17 @@ def test_seq2seq_trainer_predicts_with_the_translators_generate(tmp_path):
     arguments = transformers.Seq2SeqTrainingArguments(
         tmp_path, per_device_eval_batch_size=4, report_to=[], use_cpu=True, predict_with_generate=True,
         generation_max_length=7, generation_num_beams=2)  # fmt: skip
+    sources = torch.stack([row["input_ids"] for row in rows])
+    before = model.generate(sources)  # transformers' defaults: max_length 20, whatever the trainer writes later
     predicted = transformers.Seq2SeqTrainer(model=model, args=arguments).predict(rows).predictions
-    wanted = model.generate(torch.stack([row["input_ids"] for row in rows]), max_length=7, num_beams=2)
+    assert before.shape[1] <= 20 and torch.equal(model.generate(sources), before)  # (it was 33, then 20)
+    wanted = model.generate(sources, max_length=7, num_beams=2)
     assert predicted.shape[0] == 8 and torch.equal(torch.as_tensor(predicted[:, : wanted.shape[1]]), wanted)
     source = wanted.new_tensor([[3, 4, 5]])
     # an option generate takes is read from a generation config as it is, a transformers default value included
-    model.generation_config.num_beams, model.generation_config.max_length = 2, 20
-    assert torch.equal(model.generate(source), model.generate(source, num_beams=2, max_length=20))
-    assert model.generate(source).shape[1] <= 20 < config.max_positions
+    model.generation_config.num_beams, model.generation_config.max_length = 2, 12
+    assert torch.equal(model.generate(source), model.generate(source, num_beams=2, max_length=12))
+    assert model.generate(source).shape[1] <= 12
     with pytest.raises(ValueError, match="synced_gpus=True"):
         model.generate(source, synced_gpus=True)
     with pytest.raises(TypeError, match="does not support \\['no_repeat_ngram_size'\\]"):

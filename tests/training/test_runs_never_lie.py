@@ -307,6 +307,38 @@ def test_an_exit_inside_fit_that_no_signal_caused_is_not_reported_as_a_ctrl_c(tm
     assert stopped.value.code == 3 and type(stopped.value) is SystemExit
 
 
+def test_a_ctrl_c_inside_fit_is_a_termination_and_gives_the_caller_its_handler_back(tmp_path, monkeypatch):
+    """Lightning turns a KeyboardInterrupt into sys.exit(1) and ignores SIGINT from then on: the run is a
+    termination (status 130, one line naming the step), and the caller's SIGINT handler is its own again."""
+    import signal
+
+    import lightning.pytorch as L
+    from conftest import TINY_RUN
+
+    from markovformer.training import runner
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.trainer_config import RunTerminated
+
+    class CtrlC(L.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 3:
+                raise KeyboardInterrupt
+
+    build = runner.lightning_trainer
+    monkeypatch.setattr(runner, "lightning_trainer", lambda tc, run_dir, log, callbacks: build(
+        tc, run_dir, log, [*callbacks, CtrlC()]))  # fmt: skip
+    def own(number, frame):
+        return None
+
+    previous = signal.signal(signal.SIGINT, own)
+    try:
+        with pytest.raises(RunTerminated, match="interrupted \\(SIGINT, Ctrl-C\\) at step 3 of") as stopped:
+            runner.train(resolve_run_config({**TINY_RUN, "output_dir": str(tmp_path / "run")}))
+        assert stopped.value.exit_status == 130 and signal.getsignal(signal.SIGINT) is own
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_a_sigterm_in_the_validation_after_the_last_step_is_a_termination_too(tmp_path, monkeypatch):
     """A run whose last step is not a validation step validates after fit; a SIGTERM there (Lightning's
     SIGTERMException, a SystemExit without a code) ended the command with status 0, no word and no metrics.json."""

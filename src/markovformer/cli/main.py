@@ -360,7 +360,9 @@ def stopped_by_signals(message: str):
             signal.signal(ignored, signal.SIG_IGN)
         raise RunTerminated(f"{message} ({signal.Signals(number).name})", number)
 
-    previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
+    previous: dict = {}
+    for number in (signal.SIGTERM, signal.SIGINT):
+        previous[number] = signal.signal(number, stop)
     try:
         yield
     finally:

@@ -150,6 +150,9 @@ def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[st
     folder = Path(out_dir) / "cells"
     files = {path: path.stem for path in folder.glob("*.json")}  # each file -> the key of its cell
     files |= {path: match["key"] for path in folder.glob("*.partial.pt") if (match := PARTIAL.fullmatch(path.name))}
+    # kept copies (``replaced_cell``): forgotten with their key, else a run under their settings takes one back
+    files |= {path: match["key"] for path in (folder / "replaced").glob("*.json")
+              if (match := REPLACED.fullmatch(path.name))}  # fmt: skip
     chosen: dict[Path, None] = {}
     for pattern in patterns:
         matched = [path for path, key in sorted(files.items()) if fnmatch.fnmatchcase(key, pattern)]
@@ -169,9 +172,6 @@ def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[st
             raise ValueError(f"cell {path.stem} does not name the run it trained (stored before cells did): delete "
                              f"its run under {runs_folder} by hand, then recompute it")  # fmt: skip
         runs.update(dict.fromkeys(Path(run) for run in recorded if Path(run).resolve().parent == runs_folder.resolve()))
-    keys = {files[path] for path in chosen}
-    chosen.update(dict.fromkeys(path for path in (folder / "replaced").glob("*.json")  # kept copies: not taken back
-                                if (match := REPLACED.fullmatch(path.name)) and match["key"] in keys))  # fmt: skip
     for path in chosen:
         path.unlink()
         log(f"  {path.name}: removed, to be recomputed")
@@ -319,10 +319,12 @@ class ExperimentReport:
             changed = _differences(stored.get("settings") or {}, settings)
             self.log(f"  {key}: stored under other settings, recomputing ({changed}); the stored cell is kept as "
                      f"{kept}, which a run under its settings takes back")  # fmt: skip
-        if not self.stored_only and replaced_cell(path, settings).is_file():  # computed earlier under these settings
-            replaced_cell(path, settings).replace(path)
-            self.log(f"{self._progress(key)}: done earlier, taken back from {replaced_cell(path, settings)}")
-            stored = json.loads(path.read_text())
+        kept = replaced_cell(path, settings)
+        if kept.is_file():  # computed earlier under these settings, then replaced: taken back (read, with --from-cells)
+            if not self.stored_only:
+                kept.replace(path)
+            self.log(f"{self._progress(key)}: done earlier, taken back from {kept}")
+            stored = json.loads((kept if self.stored_only else path).read_text())
             self.cell_code[key] = stored.get("code")
             return stored["result"]
         if self.stored_only:

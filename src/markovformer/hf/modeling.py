@@ -265,9 +265,10 @@ class _Seq2SeqWrapper(Wrapper):
         start token (bos), then the target up to eos, padded with ``pad_token_id``. Options: ``max_new_tokens`` (or
         ``max_length``, which counts the start token), ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
         ``eos_token_id``, ``num_beams``, ``length_penalty``, given here or set in ``generation_config`` (default:
-        the model's); any other option, or one set in the generation config, raises TypeError rather than be
-        ignored. ``labels`` (which ``Seq2SeqTrainer`` passes) are not read; ``synced_gpus=True`` (DeepSpeed ZeRO-3,
-        FSDP) is refused: each process decodes on its own."""
+        the model's), else ``transformers``' defaults (``max_length`` 20, ``top_k`` 50 when sampling:
+        ``_generation_options``); any other option, or one set in the generation config, raises TypeError rather
+        than be ignored. ``labels`` (which ``Seq2SeqTrainer`` passes) are not read; ``synced_gpus=True``
+        (DeepSpeed ZeRO-3, FSDP) is refused: each process decodes on its own."""
         if synced_gpus:
             raise ValueError(f"{type(self).__name__}.generate decodes each process on its own: synced_gpus=True "
                              "(DeepSpeed ZeRO-3 or FSDP generation) is not supported")  # fmt: skip
@@ -297,17 +298,20 @@ class _Seq2SeqWrapper(Wrapper):
 
 
 def _generation_options(generation_config, supported: tuple[str, ...]) -> dict:
-    """What a ``GenerationConfig`` sets, without its bookkeeping: every option ``generate`` takes (``supported``,
-    ``max_length`` and the token ids) as it is, whatever its value (``max_length=20``, ``top_k=50`` are what
-    ``transformers`` would decode with too); any other only where it is away from ``transformers``' defaults (which
-    ``Seq2SeqTrainer`` writes into the model's config), so that ``generate`` refuses what it would ignore."""
-    if generation_config is None:
-        return {}
+    """What ``generate`` decodes with from a ``GenerationConfig``, without its bookkeeping: every option it takes
+    (``supported``, ``max_length`` and the token ids) as the config sets it, else ``transformers``' default, as
+    ``transformers``' own models fill it (``max_length`` 20, ``top_k`` 50 when sampling; ``Seq2SeqTrainer`` writes
+    them into the model's config after its first batch, so reading only what is set changed the limit between
+    batches); any other option only where it is away from those defaults, so that ``generate`` refuses what it
+    would ignore."""
     defaults = getattr(GenerationConfig, "_get_default_generation_params", dict)()
     taken = {*supported, "max_length", "pad_token_id", "bos_token_id", "decoder_start_token_id"}
-    return {key: value for key, value in generation_config.to_diff_dict().items()
-            if not key.startswith("_") and key != "transformers_version" and value is not None
-            and (key in taken or key not in defaults or value != defaults[key])}  # fmt: skip
+    given = {} if generation_config is None else generation_config.to_diff_dict()
+    options = {key: value for key, value in defaults.items() if key in taken and value is not None}
+    options.update({key: value for key, value in given.items()
+                    if not key.startswith("_") and key != "transformers_version" and value is not None
+                    and (key in taken or key not in defaults or value != defaults[key])})  # fmt: skip
+    return options
 
 
 # the attribute holding a family's backbone in its heads (the Markovian Transformer's ``model``, built of blocks whose

@@ -106,7 +106,8 @@ class PreTrainedModel(nn.Module):
         labels = getattr(config, "num_labels", None)
         stale = [key for key in ("id2label", "label2id") if isinstance(settings.get(key), dict) and labels is not None
                  and len(settings[key]) != labels]  # fmt: skip
-        if settings.get("decoder_start_token_id") not in (None, getattr(config, "bos_token_id", None)):
+        bos = getattr(config, "bos_token_id", settings.get("bos_token_id"))  # the config's, where it has one
+        if settings.get("decoder_start_token_id") not in (None, bos):
             stale.append("decoder_start_token_id")
         for key in stale:
             warnings.warn(f"{type(self).__name__}.save_pretrained: {key}={settings.pop(key)!r} (read with the model) "

@@ -275,6 +275,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
         if resume:
             print(f"no checkpoint in {run_dir / 'checkpoints'} yet: starting from step 0", flush=True)
         log.resume_from_step(0)  # rows of a process killed before its first checkpoint are logged again
+    interrupt_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT from a first Ctrl-C on
     try:
         trainer.fit(module, train_loader, val_loader, ckpt_path=ckpt_path)
         seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from
@@ -286,8 +287,8 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
         terminated = isinstance(stop, SIGTERMException)
         if not (terminated or isinstance(stop.__context__, KeyboardInterrupt)):
             raise  # any other exit (a callback's sys.exit) is not a signal's
-        if not terminated:  # Lightning ignores SIGINT from the first Ctrl-C on: a caller may go on (a notebook)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if not terminated:  # the caller's handler back: it may go on (a notebook)
+            signal.signal(signal.SIGINT, interrupt_handler)
         saved = step_checkpoints(run_dir / "checkpoints")
         last = f"its last checkpoint is {saved[-1].name}" if saved else "it has no checkpoint yet"
         how = "terminated (SIGTERM)" if terminated else "interrupted (SIGINT, Ctrl-C)"
