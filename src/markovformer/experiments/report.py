@@ -250,9 +250,9 @@ class ExperimentReport:
     the experiment's ``settings`` the first time: rerunning a killed experiment skips every cell that already
     finished under the same settings, and recomputes cells stored under other settings (naming the settings that
     differ, the stored cell moved to ``cells/replaced/``, from where a run under its settings takes it back). A cell
-    that depends on
-    less than all the settings passes what it depends on as ``depends_on``: it is then reused by any run of the
-    experiment that would compute it the same way (another seed list, more domains, a second process on others).
+    that depends on less than all the settings passes what it depends on as ``depends_on``: it is then reused by any
+    run of the experiment that would compute it the same way (another seed list, more domains, a second process on
+    others).
 
     Progress: each cell is logged as ``cell i/N KEY`` (N from ``expect_cells``) with an estimate of the time left,
     the mean time of the cells computed so far times the cells still to come.
