@@ -9,23 +9,19 @@ Each command imports the machinery it runs (torch, Lightning, the library) insid
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import dataclasses
 import errno
 import json
 import logging
 import math
-import shutil
-import signal
 import sys
-import textwrap
 import time
 import traceback
 import warnings
-from pathlib import Path
 
 from markovformer.cli import bench as bench_command  # its parser imports no torch
+from markovformer.cli import catalogue
 from markovformer.training.trainer_config import RunTerminated, TrainingDiverged
 
 EXIT_BAD_INPUT = 2
@@ -121,24 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="write the report from the cells already in --out, training nothing (mixers: each "
                             "grid point from the learning rates and seeds it has; others need every cell)")  # fmt: skip
 
-    data = commands.add_parser("data", help="the data sources")
-    data_commands = data.add_subparsers(dest="data_command", required=True)
-    data_commands.add_parser("list", help="list the data sources")
-    show = data_commands.add_parser("show", help="a data source's options and defaults")
-    show.add_argument("name")
-    prepare = data_commands.add_parser("prepare", help="fetch and convert a public data set into the data directory")
-    prepare.add_argument("name", help="recipe name (`data prepare list` names them)")
-    prepare.add_argument("--dir", default=None, help="data directory (default $MARKOVFORMER_DATA or ./data)")
-    prepare.add_argument("--force", action="store_true", help="rebuild even when the file is already there")
-    config = commands.add_parser("config", help="the example run configs shipped with the package")
-    config_commands = config.add_subparsers(dest="config_command", required=True)
-    config_commands.add_parser("list", help="name and summary of each shipped config")
-    config_show = config_commands.add_parser("show", help="print a shipped config")
-    config_show.add_argument("name")
-    config_copy = config_commands.add_parser("copy", help="copy a shipped config to edit it")
-    config_copy.add_argument("name")
-    config_copy.add_argument("dest", nargs="?", default=None, help="file or folder (default ./NAME.yaml)")
-    config_copy.add_argument("--force", action="store_true", help="overwrite an existing file")
+    catalogue.add_parsers(commands)
     bench_command.add_parser(commands)
     return parser
 
@@ -269,135 +248,6 @@ def run_inspect(args: argparse.Namespace) -> None:
     print(f"inspection report: {path}")
 
 
-def plain_text(docstring: str | None) -> str:
-    """A docstring as one line of plain text: whitespace collapsed, reStructuredText's ``code`` marks removed."""
-    return " ".join((docstring or "").replace("``", "").split())
-
-
-def wrapped(text: str, indent: int, first: str = "") -> str:
-    """``first`` + ``text`` wrapped to the terminal's width, continuation lines indented by ``indent``."""
-
-    width = max(shutil.get_terminal_size((100, 24)).columns, 60)
-    return textwrap.fill(text, width, initial_indent=first.ljust(indent), subsequent_indent=" " * indent)
-
-
-def run_data(args: argparse.Namespace) -> None:
-    from markovformer.data.options import option_help  # deferred: see the module docstring
-    from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
-    from markovformer.training.run_config import suggest
-
-    if args.data_command == "prepare":
-        prepare_data(args)
-        return
-    if args.data_command == "list":
-        column = max(map(len, DATA_SOURCES)) + 2
-        for name, source in DATA_SOURCES.items():
-            summary = plain_text(source.__doc__).split(". ")[0].rstrip(".")  # the first sentence, whole
-            print(wrapped(summary, column, name))
-            print(wrapped(f"tasks: {', '.join(SOURCE_TASKS[name])}", column))
-        print("\nmarkovformer data show NAME: a source's options; markovformer data prepare list: data sets to fetch")
-        return
-    if args.name not in DATA_SOURCES:
-        raise ValueError(
-            f"no data source {args.name!r}{suggest(args.name, DATA_SOURCES)}; see `markovformer data list`"
-        )
-    source = DATA_SOURCES[args.name]
-    print(wrapped(plain_text(source.__doc__), 2, f"{args.name}: "))
-    print(f"tasks: {', '.join(SOURCE_TASKS[args.name])}\noptions (data.<option> in a run config):")
-    fields = dataclasses.fields(source)
-    name_width = max(len(field.name) for field in fields) + 2
-    defaults = {field.name: repr(source().__dict__[field.name]) if hasattr(source, "chain") else None
-                for field in fields}  # fmt: skip
-    for field in fields:
-        default = defaults[field.name] or repr(field.default if field.default is not dataclasses.MISSING else None)
-        print(wrapped(f"{option_help(args.name, field.name)} (default {default})", name_width + 2,
-                      f"  {field.name}"))  # fmt: skip
-    if hasattr(source, "chain"):
-        from markovformer.training.lag_report import describe_chain  # deferred: see the module docstring
-
-        chain = source().chain()
-        print(wrapped(f"order {chain.order}, {chain.num_symbols} symbols, entropy rate {chain.entropy_rate():.4f} "
-                      f"nats/token; the data's lags {', '.join(map(str, chain.true_lags))} (steps back from the "
-                      f"predicted symbol), i.e. {describe_chain(chain.true_lags)}", 2, "default chain: "))  # fmt: skip
-
-
-def prepare_data(args: argparse.Namespace) -> None:
-    from markovformer.data.recipes.locations import data_directory  # deferred: see the module docstring
-    from markovformer.data.recipes.registry import DATA_RECIPES
-    from markovformer.training.run_config import suggest
-
-    if args.name == "list":
-        for name, recipe in DATA_RECIPES.items():
-            print(f"{name:20} {recipe.summary}  -> {recipe.file_name}")
-        return
-    if args.name not in DATA_RECIPES:
-        raise ValueError(f"no data recipe {args.name!r}{suggest(args.name, DATA_RECIPES)}; known: "
-                         f"{', '.join(DATA_RECIPES)}")  # fmt: skip
-    recipe = DATA_RECIPES[args.name]
-    out = (Path(args.dir) if args.dir else data_directory()) / recipe.file_name
-    if out.exists() and not args.force:
-        print(f"{out} is already there (--force rebuilds it)")
-        return
-    try:
-        with stopped_by_signals(f"data prepare {args.name} was stopped before it wrote {out} (nothing is left "
-                                f"behind); run it again"):  # fmt: skip
-            recipe.prepare(out)
-    except RuntimeError as error:  # a missing tool or a failed download: the user's environment, not a bug
-        if isinstance(error, RunTerminated):
-            raise
-        raise ValueError(str(error)) from None
-    print(f"wrote {out}\n{recipe.usage.format(path=out)}")
-
-
-@contextlib.contextmanager
-def stopped_by_signals(message: str):
-    """Within it, SIGTERM and SIGINT raise ``RunTerminated(message)`` where they land, so that the command's
-    ``with`` blocks and ``finally`` clauses run (temporary folders removed, atomic writes abandoned), which SIGTERM's
-    default action skipped; the command exits 143 or 130 with the one line. Handlers are restored after."""
-
-    def stop(number, frame):
-        for ignored in previous:  # a second signal must not cut the cleanup short
-            signal.signal(ignored, signal.SIG_IGN)
-        raise RunTerminated(f"{message} ({signal.Signals(number).name})", number)
-
-    previous: dict = {}
-    for number in (signal.SIGTERM, signal.SIGINT):
-        previous[number] = signal.signal(number, stop)
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
-def run_config_command(args: argparse.Namespace) -> None:
-    from markovformer.atomic import atomic_write_text
-    from markovformer.training.config_files import (  # deferred: module docstring
-        config_summary,
-        copy_destination,
-        shipped_config,
-        shipped_configs,
-    )
-
-    if args.config_command == "list":
-        configs = shipped_configs()
-        column = max(map(len, configs)) + 2
-        for name, path in configs.items():
-            print(wrapped(config_summary(path), column, name))
-        print("\nmarkovformer config show NAME: print one; markovformer config copy NAME [DEST]: copy it to edit; "
-              "markovformer train NAME (or configs/NAME.yaml) trains it")  # fmt: skip
-        return
-    source = shipped_config(args.name)
-    if args.config_command == "show":
-        print(source.read_text(), end="")
-        return
-    dest = copy_destination(args.dest, source.name)  # DEST/ is a folder; a missing folder is refused, never made
-    if dest.exists() and not args.force:
-        raise ValueError(f"{dest} already exists; choose another DEST or add --force to overwrite it")
-    atomic_write_text(dest, source.read_text())  # a full disk leaves no config cut short (it would parse)
-    print(f"wrote {dest}; edit it, then: markovformer train {dest}")
-
-
 def run_experiment_command(args: argparse.Namespace) -> None:
     from markovformer.experiments import EXPERIMENTS, run_experiment  # deferred: see the module docstring
     from markovformer.training.run_config import parse_override
@@ -427,8 +277,8 @@ COMMANDS = {
     "eval": run_eval,
     "generate": run_generate,
     "inspect": run_inspect,
-    "data": run_data,
-    "config": run_config_command,
+    "data": catalogue.run_data,
+    "config": catalogue.run_config_command,
     "bench": bench_command.run_bench,
 }
 
