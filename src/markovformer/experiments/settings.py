@@ -17,7 +17,7 @@ def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str) -> S
     learning rates) may not be emptied, unless the settings class names it in ``MAY_BE_EMPTY`` (an optional part):
     ``kinds=[]`` ran nothing and reported it with exit status 0, or failed later on an index. Nor may such a list
     repeat a value: ``rows=[a, a]`` reported one run twice, as a mean of n = 2 with a spread of 0. A number may not
-    be negative, nor 0 where its default is positive unless the class names it in ``MAY_BE_ZERO``."""
+    be negative, nor 0 where its default is positive or None unless the class names it in ``MAY_BE_ZERO``."""
     if not overrides:
         return base
     grids = {field.name for field in dataclasses.fields(base) if ", ...]" in str(field.type)}  # tuple[X, ...]
