@@ -384,3 +384,28 @@ def test_a_stopped_data_prepare_leaves_nothing_behind_and_says_so(tmp_path, stop
     lines = err.strip().splitlines()
     assert len(lines) == 1 and f"data prepare slow was stopped before it wrote {tmp_path / 'slow.txt'}" in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_outside_a_training_run_is_one_line_and_status_130(tmp_path):
+    """Ctrl-C during `eval`, `generate`, `inspect` or `bench` printed the interpreter's traceback and exit status 1,
+    as a bug would; it is one line naming the command, and 130 as a shell reports a process SIGINT ended."""
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time\n"
+        "from markovformer.cli import main as cli\n"
+        "def slow(args):\n"
+        "    print('started', flush=True)\n"
+        "    time.sleep(120)\n"
+        "cli.COMMANDS['config'] = slow\n"
+        "sys.exit(cli.main(['config', 'list']))\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    assert process.stdout.readline().strip() == "started"
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert err.strip().splitlines() == ["markovformer: config was interrupted (Ctrl-C)"]

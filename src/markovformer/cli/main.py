@@ -26,6 +26,7 @@ from markovformer.training.trainer_config import RunTerminated, TrainingDiverged
 
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
 MAX_ERROR_LINE = 2000  # characters of an error's line that are printed
 # Packages of the optional extras, by import name; any other missing package is one of the command's dependencies.
 OPTIONAL_PACKAGES = {"rdata": "data", "arch": "data", "pytest": "dev", "ruff": "dev"}
@@ -290,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
             quiet_frameworks()
         COMMANDS[args.command](args)
         return 0
+    except KeyboardInterrupt:  # Ctrl-C outside a training run (which ends with RunTerminated and its own line)
+        if args.debug:
+            traceback.print_exc()
+        else:
+            print(f"markovformer: {args.command} was interrupted (Ctrl-C)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as error:
         status = exit_status(error)
         if status is None:  # a bug: the interpreter's traceback and exit status 1
