@@ -214,6 +214,16 @@ def test_unknown_experiment_gets_a_suggestion(tmp_path):
     assert {"weight-tying", "landscape"} <= set(EXPERIMENTS)
 
 
+def test_the_registry_read_from_the_sources_is_what_the_modules_declare():
+    """``experiment list`` reads each module's NAME and SUMMARY from its source, so as not to import it: what it
+    reads is what the imported module says, and ``run`` is the module's own."""
+    import importlib
+
+    for experiment in EXPERIMENTS.values():
+        module = importlib.import_module(f"markovformer.experiments.{experiment.module}")
+        assert (experiment.name, experiment.summary, experiment.run) == (module.NAME, module.SUMMARY, module.run)
+
+
 def test_the_report_says_which_code_computed_its_cells(tmp_path):
     def run(keys, code):
         report = ExperimentReport(tmp_path, "t", log=lambda line: None)

@@ -250,13 +250,17 @@ def run_inspect(args: argparse.Namespace) -> None:
 
 
 def run_experiment_command(args: argparse.Namespace) -> None:
-    from markovformer.experiments import EXPERIMENTS, run_experiment  # deferred: see the module docstring
-    from markovformer.training.run_config import parse_override
+    from markovformer.experiments import EXPERIMENTS, find_experiment, run_experiment  # deferred: module docstring
 
     if args.name == "list":
         for name, experiment in EXPERIMENTS.items():
             print(f"{name:16} {experiment.summary}")
         return
+    find_experiment(args.name)  # a mistyped name is refused before the experiments' machinery is imported
+    if not args.debug:
+        quiet_frameworks()
+    from markovformer.training.run_config import parse_override
+
     out = args.out or f"runs/experiments/{args.name}{'-quick' if args.quick else ''}"
     start = time.perf_counter()
     seeds = tuple(args.seeds) if args.seeds else None
@@ -287,7 +291,7 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("train", "experiment") and not args.debug:
+        if args.command == "train" and not args.debug:
             quiet_frameworks()
         COMMANDS[args.command](args)
         return 0

@@ -1,46 +1,55 @@
 """Named reproductions: ``markovformer experiment NAME`` runs one and writes ``report.md``, ``results.json`` and
 figures into its output folder. To add one, write a module with ``NAME``, ``SUMMARY``, ``QUICK`` (its settings
-for ``--quick``) and ``run(out_dir, *, quick, seeds, overrides, log) -> Path`` (see ``icl_depth``), import it here
-and list it in ``_MODULES``, whose order is ``experiment list``'s (README.md's "An experiment" says the rest)."""
+for ``--quick``) and ``run(out_dir, *, quick, seeds, overrides, log) -> Path`` (see ``icl_depth``), and list
+its module name in ``_MODULES``, whose order is ``experiment list``'s (README.md's "An experiment" says the rest)."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from markovformer.experiments import (
-    icl_depth,
-    landscape,
-    mat_order,
-    mixers,
-    order_recovery,
-    position_biases,
-    scan_shakespeare,
-    shakespeare_char,
-    table1,
-    vmt,
-    weight_tying,
-)
 from markovformer.experiments.report import experiment_named, forget_cells, stored_cells_only
 from markovformer.models.config_base import suggest
 
-_MODULES = (weight_tying, landscape, icl_depth, order_recovery, mat_order, scan_shakespeare, vmt, table1,
-            mixers, position_biases, shakespeare_char)
+_MODULES = ("weight_tying", "landscape", "icl_depth", "order_recovery", "mat_order", "scan_shakespeare", "vmt",
+            "table1", "mixers", "position_biases", "shakespeare_char")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Experiment:
     name: str
     summary: str
-    run: Callable[..., Path]
+    module: str  # its module's name in this package, imported by ``run``
+
+    @property
+    def run(self) -> Callable[..., Path]:
+        return importlib.import_module(f"{__name__}.{self.module}").run
 
 
-EXPERIMENTS: dict[str, Experiment] = {
-    module.NAME: Experiment(module.NAME, module.SUMMARY, module.run) for module in _MODULES
-}
+def _declared(module: str) -> Experiment:
+    """The experiment a module declares by its literal ``NAME`` and ``SUMMARY``, read from its source without
+    importing it: ``experiment list`` and a mistyped name answer without the seconds the experiments' imports
+    (Lightning, torchmetrics, the models) take."""
+    values = {}
+    for node in ast.parse((Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id in ("NAME", "SUMMARY"):
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+    return Experiment(values["NAME"], values["SUMMARY"], module)
+
+
+EXPERIMENTS: dict[str, Experiment] = {experiment.name: experiment for experiment in map(_declared, _MODULES)}
+
+
+def find_experiment(name: str) -> Experiment:
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; known: {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[name]
 
 
 def run_experiment(
@@ -63,8 +72,7 @@ def run_experiment(
     seeds each grid point has (a grid run one process per kind or rate, or cut short, read as it stands); any other
     experiment stops at its first missing cell, naming it.
     """
-    if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; known: {', '.join(EXPERIMENTS)}")
+    experiment = find_experiment(name)
     for seed in seeds or ():
         if not 0 <= seed < 2**32:  # a run config's trainer.seed range
             raise ValueError(f"--seeds {seed} must lie in [0, 2**32)")
@@ -77,7 +85,7 @@ def run_experiment(
     if recompute:
         forget_cells(out_dir, recompute, log)
     with stored_cells_only() if from_cells else nullcontext(), experiment_named(name):
-        return EXPERIMENTS[name].run(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {}, log=log)
+        return experiment.run(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {}, log=log)
 
 
-__all__ = ["EXPERIMENTS", "Experiment", "run_experiment"]
+__all__ = ["EXPERIMENTS", "Experiment", "find_experiment", "run_experiment"]
