@@ -169,6 +169,23 @@ def test_experiment_list_and_unknown_name(main_cli):
     assert_one_line_error(main_cli("experiment", "landscape", "--set", "steps=many"), "landscape.steps")
 
 
+def test_experiment_list_and_a_mistyped_name_import_no_training_machinery():
+    """`experiment list` imported every experiment, Lightning and torchmetrics (about 8 s on a quiet 2-core CPU,
+    three times the time of torch alone) to print eleven lines."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from markovformer.cli.main import main\n"
+            "assert main(['experiment', sys.argv[1]]) == int(sys.argv[2])\n"
+            "print(sorted(name for name in ('lightning', 'torchmetrics', 'markovformer.training.tasks') "
+            "if name in sys.modules))\n")  # fmt: skip
+    for name, status in (("list", "0"), ("wieght-tying", "2")):
+        done = subprocess.run([sys.executable, "-c", code, name, status], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().splitlines()[-1] == "[]", (name, done.stdout)
+
+
 def test_experiment_runs_with_settings_and_reuses_cells(tmp_path, main_cli):
     out = tmp_path / "landscape"
     args = ("experiment", "landscape", "--out", str(out), "--set", "steps=300", "starts=2", "chains=[[0.2, 0.3]]")
