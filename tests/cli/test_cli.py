@@ -186,6 +186,19 @@ def test_experiment_list_and_a_mistyped_name_import_no_training_machinery():
         assert done.stdout.strip().splitlines()[-1] == "[]", (name, done.stdout)
 
 
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
+    """`markovformer config list | head -1` printed "error: a file: Broken pipe" with status 2 (or a traceback): a
+    closed stdout ends the command without a word, with the status of a process SIGPIPE ended, as other tools do."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "markovformer", "config", "list"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    process.stdout.close()  # before the command prints: its output goes to a pipe with no reader
+    err = process.stderr.read()
+    assert process.wait(timeout=60) == 141 and err == ""
+
+
 def test_experiment_runs_with_settings_and_reuses_cells(tmp_path, main_cli):
     out = tmp_path / "landscape"
     args = ("experiment", "landscape", "--out", str(out), "--set", "steps=300", "starts=2", "chains=[[0.2, 0.3]]")

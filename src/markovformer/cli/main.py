@@ -15,6 +15,8 @@ import errno
 import json
 import logging
 import math
+import os
+import select
 import sys
 import time
 import traceback
@@ -26,6 +28,7 @@ from markovformer.training.trainer_config import RunTerminated, TrainingDiverged
 
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 1
+EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
 MAX_ERROR_LINE = 2000  # characters of an error's line that are printed
 # Packages of the optional extras, by import name; any other missing package is one of the command's dependencies.
@@ -295,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
             quiet_frameworks()
         COMMANDS[args.command](args)
         return 0
+    except BrokenPipeError:
+        if stdout_reader_left():  # `markovformer ... | head`: stop quietly, as a process SIGPIPE ends
+            return EXIT_STDOUT_CLOSED
+        raise
     except KeyboardInterrupt:  # Ctrl-C outside a training run (which ends with RunTerminated and its own line)
         if args.debug:
             traceback.print_exc()
@@ -310,6 +317,20 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"markovformer: error: {error_message(error)}", file=sys.stderr)
         return status
+
+
+def stdout_reader_left() -> bool:
+    """Whether standard output is a pipe whose reader has gone (poll reports an error on it); if so, it is pointed
+    at os.devnull so that the interpreter's flush at exit does not fail again."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLERR)
+        if not poller.poll(0):
+            return False
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return True
+    except (AttributeError, OSError, ValueError):  # no poll here, or stdout has no file descriptor
+        return False
 
 
 def exit_status(error: Exception) -> int | None:
