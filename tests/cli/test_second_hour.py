@@ -378,6 +378,38 @@ def test_an_empty_prompt_without_a_line_break_never_starts_from_the_padding_id()
     assert {unconditional_start(model, None, seed)[0][0] for seed in range(20)} == {0, 1}
 
 
+def test_a_sample_of_a_run_with_documents_ends_with_its_document(tmp_path, capsys):
+    """`generate` on a run with documents sampled on past `<eod>`, and a char tokenizer's decode dropped the end:
+    documents ran together without a mark. By default the sample stops at the end of its document (as transformers'
+    generate stops at the eos this run exports); --through-eod samples on, each end written `<eod>`; an empty prompt
+    starts a document. The stopped sample is the start of the one sampled on (the same seed, the same draws)."""
+    import torch
+
+    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+    from markovformer.data.readers.tokenizer import CharTokenizer
+    from markovformer.models.generation import GenerationConfig
+    from markovformer.training.tasks.base import GenerationRequest, continue_prompt
+
+    CharTokenizer("ab\n", end_of_document=True).save(tmp_path / "tokenizer")  # ids: \n a b = 1 2 3, <eod> 4
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=5, d_model=16, n_layers=1,
+                                                                       n_heads=2, max_order=2)).eval()  # fmt: skip
+    generation = GenerationConfig(max_new_tokens=100, do_sample=True, temperature=4.0)  # near uniform: ends come
+
+    def sample(prompt, through_eod):
+        request = GenerationRequest(prompt, generation=generation, seed=3, through_eod=through_eod)
+        (text,) = continue_prompt(model, tmp_path, request)
+        return text, capsys.readouterr().err
+
+    for prompt in ("ab", ""):
+        whole, _ = sample(prompt, through_eod=True)
+        stopped, note = sample(prompt, through_eod=False)
+        assert whole.count("<eod>") >= 2 and set(whole.replace("<eod>", "")) <= set(prompt + "ab\n")
+        assert stopped == whole.split("<eod>")[0] and whole.startswith(prompt)
+        assert f"after {len(stopped) - len(prompt)} tokens" in note
+    assert "a document from its start" in sample("", through_eod=False)[1]
+
+
 def test_generate_refuses_a_prompt_id_equal_to_the_vocabulary_size_naming_the_prompt(small_run, main_cli):
     vocab_size = json.loads((small_run / "run" / "model" / "config.json").read_text())["vocab_size"]
     done = main_cli("generate", str(small_run / "run"), "--prompt", f"0 {vocab_size}")

@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "translation run, the source sentence")  # fmt: skip
     generate.add_argument("--skip-unknown", action="store_true", help="drop prompt characters outside a character "
                           "run's alphabet instead of refusing them")  # fmt: skip
+    generate.add_argument("--through-eod", action="store_true", help="a run with documents: sample past a "
+                          "document's end (each end printed as <eod>) instead of stopping there")
     generate.add_argument("--input", help="translation: a file of source sentences, one per line")
     generate.add_argument("--beam-size", type=int, default=1, help="translation: beam width (1 = greedy)")
     generate.add_argument("--length-penalty", type=float, default=1.0, help="translation: beam score / length^this")
@@ -236,7 +238,7 @@ def run_generate(args: argparse.Namespace) -> None:
 
     generation = generation_config(args)
     config, model, run_dir = load_run(args.target)
-    request = GenerationRequest(args.prompt, args.input, generation, args.seed, args.skip_unknown)
+    request = GenerationRequest(args.prompt, args.input, generation, args.seed, args.skip_unknown, args.through_eod)
     task = build_task(config.task, config.trainer, options=config.task_options)
     try:
         for line in task.generate(model, run_dir, request):

@@ -24,7 +24,7 @@ from torchmetrics import Metric
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import PAD_ID
-from markovformer.data.readers.tokenizer import load_tokenizer
+from markovformer.data.readers.tokenizer import END_OF_DOCUMENT, load_tokenizer
 from markovformer.models.generation import GenerationConfig
 from markovformer.training.batches import EpochBatches
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
@@ -54,6 +54,7 @@ class GenerationRequest:
     generation: GenerationConfig = field(default_factory=lambda: GenerationConfig(max_new_tokens=200))
     seed: int = 0
     skip_unknown: bool = False  # drop prompt characters outside a character run's alphabet instead of refusing
+    through_eod: bool = False  # a run with documents: sample past a document's end instead of stopping there
 
 
 class WeightedMean(Metric):
@@ -273,15 +274,42 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
     generation = request.generation
     if tokenizer is not None:  # a tokenizer reserves id 0 for padding: never generate it
         generation = generation.replace(suppress_tokens=[*(generation.suppress_tokens or ()), PAD_ID])
+    end = getattr(tokenizer, "end_of_document_id", None)  # a run with documents
+    if end is not None and not request.through_eod:
+        generation = generation.replace(eos_token_id=end)
     out = model.generate(torch.tensor([ids]), generation_config=generation, generator=generator)
     new = out[0, len(ids) :].tolist()
-    yield prompt + tokenizer.decode(new) if tokenizer is not None else " ".join(map(str, ids + new))
+    if tokenizer is None:
+        yield " ".join(map(str, ids + new))
+        return
+    if end is not None and not request.through_eod and end in new:
+        new = new[: new.index(end)]
+        print(f"the sample reached its document's end (<eod>) after {len(new)} tokens; --through-eod samples on",
+              file=sys.stderr)  # fmt: skip
+    yield prompt + decoded_documents(tokenizer, new, end)
+
+
+def decoded_documents(tokenizer, ids: list[int], end: int | None) -> str:
+    """The text of ``ids``, each end of document written as ``<eod>`` (whichever tokenizer: a char tokenizer's
+    ``decode`` drops it)."""
+    pieces: list[list[int]] = [[]]
+    for token in ids:
+        if token == end:
+            pieces.append([])
+        else:
+            pieces[-1].append(token)
+    return END_OF_DOCUMENT.join(tokenizer.decode(piece) for piece in pieces)
 
 
 def unconditional_start(model: nn.Module, tokenizer, seed: int) -> tuple[list[int], str]:
-    """The ids an empty prompt starts from (runs have no BOS token) and the text printed before the sample: a line
-    break when the tokenizer has one as a single token (text starts lines; not printed), else one token drawn
-    uniformly (with ``seed``) from the vocabulary, padding excluded (printed); says on stderr which."""
+    """The ids an empty prompt starts from (runs have no BOS token) and the text printed before the sample: the end
+    of a document in a run with documents (what follows it is a document's start; not printed), else a line break
+    when the tokenizer has one as a single token (text starts lines; not printed), else one token drawn uniformly
+    (with ``seed``) from the vocabulary, padding excluded (printed); says on stderr which."""
+    end = getattr(tokenizer, "end_of_document_id", None)
+    if end is not None:
+        print("empty prompt: sampling a document from its start (after <eod>)", file=sys.stderr)
+        return [end], ""
     if tokenizer is not None:
         try:
             newline = tokenizer.encode("\n")
