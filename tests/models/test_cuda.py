@@ -47,6 +47,17 @@ def test_every_kind_computes_on_cuda_what_it_computes_on_the_cpu(name):
         )
 
 
+def test_from_pretrained_loads_onto_the_device_it_is_given(tmp_path):
+    """map_location names where the model lives, not only where the file is read to: the weights were copied into
+    a model built on the CPU, which stayed there."""
+    model = _markovian(INCREMENTAL["markov_local"]).train(False)
+    model.save_pretrained(tmp_path)
+    loaded = type(model).from_pretrained(tmp_path, map_location="cuda")
+    assert {tensor.device.type for tensor in [*loaded.parameters(), *loaded.buffers()]} == {"cuda"}
+    ids = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(loaded(ids.cuda()).logits.cpu(), model(ids).logits, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("scope", ["local", "global"])
 def test_a_markov_model_on_flex_computes_what_it_computes_on_the_cpu(scope, monkeypatch):
     """Head dimension 16: the GPU runs FlexAttention's compiled kernel (its bias gradients through ``score_mod``),

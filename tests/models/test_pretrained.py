@@ -61,6 +61,21 @@ def test_round_trip_gives_identical_logits(name, tmp_path):
     assert not torch.equal(fresh(**inputs).logits, model(**inputs).logits)  # logits do depend on the weights
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("name", ["causal_lm", "sequence"])
+def test_a_model_loads_in_the_dtype_it_was_saved_in(name, dtype, tmp_path):
+    """As transformers' own loader reads the same directory: a float32 copy of bfloat16 weights computes other
+    logits than the model that was saved."""
+    model = _model(name).to(dtype)
+    model.save_pretrained(tmp_path)
+    loaded = type(model).from_pretrained(tmp_path)
+    assert loaded.dtype == dtype
+    dtypes = {key: tensor.dtype for key, tensor in [*model.named_parameters(), *model.named_buffers()]}
+    assert {key: tensor.dtype for key, tensor in [*loaded.named_parameters(), *loaded.named_buffers()]} == dtypes
+    inputs = _inputs(model)
+    assert torch.equal(loaded(**inputs).logits, model(**inputs).logits)
+
+
 @pytest.mark.parametrize("saved, loaded_as", [("causal_lm", "token"), ("token", "sequence"), ("sequence", "ctc")])
 def test_loading_another_head_class_raises(saved, loaded_as, tmp_path):
     _model(saved).save_pretrained(tmp_path)

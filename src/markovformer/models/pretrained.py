@@ -41,6 +41,21 @@ TRANSFORMERS_CONFIG_KEYS = frozenset({
 WRITER_KEYS = frozenset({"_attn_implementation_autoset", "_commit_hash", "_name_or_path", "architectures", "dtype",
                          "torch_dtype", "transformers_version"})  # fmt: skip
 ModelT = TypeVar("ModelT", bound="PreTrainedModel")
+SAFETENSORS_FLOATS = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def _stored_float_dtype(weights: Path) -> torch.dtype | None:
+    """The one floating dtype of the tensors in the safetensors file ``weights`` (as a model moved whole with
+    ``.to(dtype)`` saves them); None when there are several or none (each tensor then takes the model's own)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(weights), framework="pt") as stored:
+            kinds = {stored.get_slice(name).get_dtype() for name in stored.keys()}  # the header only
+    except Exception:  # a damaged file: load_model's own error says what is wrong with it
+        return None
+    floats = {SAFETENSORS_FLOATS.get(kind) for kind in kinds if kind.startswith(("F", "BF"))}
+    return floats.pop() if len(floats) == 1 else None
 
 
 class PreTrainedModel(nn.Module):
@@ -116,7 +131,8 @@ class PreTrainedModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls: type[ModelT], directory: str | Path, map_location: str = "cpu") -> ModelT:
-        """Load what ``save_pretrained`` wrote (also under the old class and field names), here or through
+        """Load what ``save_pretrained`` wrote, on the device ``map_location`` and in the dtype its tensors were saved
+        in (a model saved in bfloat16 loads in bfloat16), also under the old class and field names, here or through
         ``markovformer.hf`` (``transformers``' ``save_pretrained`` / ``Trainer.save_model``, whose bookkeeping keys,
         ``TRANSFORMERS_CONFIG_KEYS``, the model ignores; those that are not ``WRITER_KEYS``, such as label names and
         special token ids, are kept in ``transformers_settings`` and written back by ``save_pretrained``)."""
@@ -137,6 +153,9 @@ class PreTrainedModel(nn.Module):
                     if key in TRANSFORMERS_CONFIG_KEYS and key not in fields and key not in WRITER_KEYS}  # fmt: skip
         model = cls(cls.config_class.from_dict(cls._config_values(values, directory)))
         model.transformers_settings = settings
+        # load_model copies into the model's own tensors: built on the CPU in float32, it would stay there and
+        # upcast bfloat16 weights, so that the loaded model computed other logits than the saved one
+        model.to(device=map_location, dtype=_stored_float_dtype(directory / WEIGHTS_NAME))
         try:
             load_model(model, str(directory / WEIGHTS_NAME), strict=True, device=map_location)
         except RuntimeError as error:
