@@ -131,6 +131,17 @@ def test_the_rules_between_options_and_the_vocabulary_are_the_configs_too(famili
     assert dataclasses.is_dataclass(config) and GenerationConfig().max_new_tokens == 20  # transformers' default
 
 
+def test_a_generation_config_given_where_the_mask_goes_is_refused_naming_both(families):
+    """transformers' ``generate(inputs, generation_config)`` takes the config second; here the mask comes second,
+    and the config went on to be read as a tensor (AttributeError: no attribute 'shape')."""
+    for model in families.values():
+        with pytest.raises(TypeError, match=r"^attention_mask must be a \(B, T\) tensor or None; got "
+                                            r"GenerationConfig \(give the GenerationConfig as generation_config="):
+            model.generate(PROMPT, GenerationConfig(max_new_tokens=3))
+        with pytest.raises(TypeError, match=r"^attention_mask must be a \(B, T\) tensor or None; got list$"):
+            model.generate(PROMPT, [[1] * PROMPT.shape[1]] * PROMPT.shape[0])
+
+
 def test_pad_token_id_fills_rows_that_have_ended(families):
     model = families["markovian"]
     free = model.generate(PROMPT, max_new_tokens=8)

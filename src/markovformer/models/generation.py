@@ -237,6 +237,12 @@ class GenerationMixin:
         ``num_beams``, ``length_penalty``; as in transformers) -> (B, T + new) for a causal LM. Greedy by default
         (the argmax of the model's next-token logits, which equal its teacher-forced logits); draws come from
         ``generator``. Runs in eval mode and restores the model's mode."""
+        if attention_mask is not None and not isinstance(attention_mask, Tensor):
+            # transformers' generate takes its config second: here the second argument is the mask
+            hint = " (give the GenerationConfig as generation_config=...)" if isinstance(
+                attention_mask, GenerationConfig) else ""  # fmt: skip
+            raise TypeError(f"attention_mask must be a (B, T) tensor or None; got {type(attention_mask).__name__}"
+                            f"{hint}")  # fmt: skip
         inputs = {name: options.pop(name) for name in self.generation_inputs if name in options}
         config = resolve_generation_config(generation_config, options)
         if config.num_beams != 1 and not self.supports_beam_search:
