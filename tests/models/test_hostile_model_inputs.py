@@ -106,6 +106,16 @@ def test_float_labels_are_refused(models):
         models["token_classification"](IDS, labels=torch.ones(2, 5))
 
 
+
+@pytest.mark.parametrize("head", ["causal_lm", "scan_markov"])
+@pytest.mark.parametrize("shape", [(2, 4), (5, 2)], ids=["shorter", "transposed"])
+def test_causal_labels_of_another_shape_than_the_inputs_are_refused_naming_both(models, head, shape):
+    """The causal LMs shift the labels inside: the loss's own error named the flattened, shifted sizes
+    ("Expected input batch_size (8) to match target batch_size (6)")."""
+    with pytest.raises(ValueError, match=rf"^labels must be \(B, T\) = \(2, 5\), got \({shape[0]}, {shape[1]}\)$"):
+        models[head](IDS, labels=torch.ones(shape, dtype=LONG))
+
+
 SAMPLING = [
     ({"do_sample": True, "temperature": math.inf}, r"^temperature=inf: must be a finite number >= 0"),
     ({"do_sample": True, "temperature": math.nan}, r"^temperature=nan: must be a finite number >= 0"),
@@ -174,5 +184,5 @@ def test_vmt_refuses_a_kl_weight_that_is_not_finite_and_non_negative(models, kl_
 
 def count_hostile_inputs() -> int:
     """How many hostile inputs this file feeds the models (reported in the issue's note)."""
-    return (len(HEADS) * len(BAD_IDS) + 2 * (len(CLASSES) + 1) + 1 + 3 * len(SAMPLING) + 3 + 1 + len(TRANSLATION)
-            + 1 + 3)  # fmt: skip
+    return (len(HEADS) * len(BAD_IDS) + 2 * (len(CLASSES) + 1) + 1 + 4 + 3 * len(SAMPLING) + 3 + 1
+            + len(TRANSLATION) + 1 + 3)  # fmt: skip

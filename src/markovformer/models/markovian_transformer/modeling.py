@@ -299,6 +299,9 @@ class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
                 state=None, position_ids=None):  # fmt: skip
         """``position_ids``: packed documents (see ``MarkovianTransformerModel.forward``); the first token of each
         document is not scored (its prediction would read the previous document)."""
+        if labels is not None and tuple(labels.shape) != tuple(input_ids.shape):  # the loss's own error names
+            # the flattened, shifted sizes ("Expected input batch_size (8) to match target batch_size (6)")
+            raise ValueError(f"labels must be (B, T) = {tuple(input_ids.shape)}, got {tuple(labels.shape)}")
         output = self._encode(input_ids, None, attention_mask, return_gates, return_weights, state, position_ids)
         output.logits = self.lm_head(output.last_hidden_state)
         if labels is not None:
