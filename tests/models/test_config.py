@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+from markovformer import (
+    BinaryTransformerConfig,
+    MarkovianTransformerConfig,
+    MarkovianTransformerForCausalLM,
+    MarkovTranslatorConfig,
+    ScanMarkovConfig,
+)
 from markovformer.layers.markov_attention import MarkovOptions
 
 BASE = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
@@ -44,6 +52,26 @@ BASE = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
 def test_bad_config_names_the_field(changes, field):
     with pytest.raises(ValueError, match=rf"MarkovianTransformerConfig\.{field}="):
         MarkovianTransformerConfig(**{**BASE, **changes})
+
+
+NON_FINITE = [
+    (MarkovianTransformerConfig, BASE, "dropout", math.nan),  # nn.Dropout refused it at the first training step
+    (MarkovianTransformerConfig, dict(BASE, attention="softmax"), "dropout", math.nan),
+    (MarkovianTransformerConfig, BASE, "gate_entropy_weight", math.nan),  # a nan loss, silently
+    (MarkovianTransformerConfig, BASE, "transition_penalty", math.inf),
+    (MarkovianTransformerConfig, BASE, "initializer_range", math.inf),  # inf weights
+    (ScanMarkovConfig, dict(vocab_size=11, order=2), "initializer_range", math.inf),
+    (MarkovTranslatorConfig, dict(vocab_size=11), "initializer_range", math.inf),
+    (BinaryTransformerConfig, {}, "initializer_range", math.inf),
+]
+
+
+@pytest.mark.parametrize(("config_class", "base", "field", "value"), NON_FINITE,
+                         ids=[f"{c.__name__}.{f}={v}-{i}" for i, (c, _, f, v) in enumerate(NON_FINITE)])  # fmt: skip
+def test_a_number_that_is_not_finite_is_refused_naming_the_field(config_class, base, field, value):
+    """nan compares False with every bound, so a rule written as "refuse below the bound" let it through."""
+    with pytest.raises(ValueError, match=rf"^{config_class.__name__}(\.attention\[0\])?\.{field}={value}: must be"):
+        config_class(**{**base, field: value})
 
 
 def test_markov_options_own_the_defaults_and_per_value_rules():

@@ -27,7 +27,7 @@ def interval(low: float | None = None, high: float | None = None, *, integer: bo
         if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
             return f"must be {kind}{' or None' if optional else ''}"
         too_high = high is not None and (value >= high if high_open else value > high)
-        if (low is not None and value < low) or too_high:
+        if (low is not None and value < low) or too_high or value != value:  # nan compares False with every bound
             bounds = f"[{'-inf' if low is None else low}, {'inf' if high is None else high}{')' if high_open else ']'}"
             return f"must be {kind} in {bounds}"
         return None

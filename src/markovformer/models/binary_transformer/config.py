@@ -42,5 +42,5 @@ class BinaryTransformerConfig(ModelConfig):
             fail("n_heads", f"must divide d_model={self.d_model}")
         if not isinstance(self.tie_weights, bool):
             fail("tie_weights", "must be true or false")
-        if not self.initializer_range > 0:
-            fail("initializer_range", "must be positive")
+        if not 0 < self.initializer_range < float("inf"):  # inf draws inf weights: a nan loss at the first step
+            fail("initializer_range", "must be a finite positive number")

@@ -66,5 +66,5 @@ class MarkovTranslatorConfig(ModelConfig):
                 fail(field, f"must be a token id in [0, vocab_size={self.vocab_size})")
         if self.eos_token_id == self.pad_token_id:
             fail("eos_token_id", "must differ from pad_token_id: generation never emits padding")
-        if not self.initializer_range > 0:
-            fail("initializer_range", "must be positive")
+        if not 0 < self.initializer_range < float("inf"):  # inf draws inf weights: a nan loss at the first step
+            fail("initializer_range", "must be a finite positive number")

@@ -173,8 +173,8 @@ class MarkovianTransformerConfig(ModelConfig):
         if not 0.0 <= self.markov_head_ratio <= 1.0:
             fail("markov_head_ratio", "must lie in [0, 1]")
         choice("init_scheme", INIT_SCHEMES)
-        if not self.initializer_range > 0:
-            fail("initializer_range", "must be positive")
+        if not 0 < self.initializer_range < float("inf"):  # inf draws inf weights: a nan loss at the first step
+            fail("initializer_range", "must be a finite positive number")
         if self.redraw_interval < 0:
             fail("redraw_interval", "must be >= 0 (0 never redraws)")
         if self.position == "rotary" and (self.d_model // self.n_heads) % 2:
@@ -184,8 +184,8 @@ class MarkovianTransformerConfig(ModelConfig):
         if self.tie_word_embeddings and self.vocab_size is None:
             fail("tie_word_embeddings", "needs token inputs (vocab_size)")
         for field in ("gate_entropy_weight", "transition_penalty"):
-            if getattr(self, field) < 0:
-                fail(field, "must be >= 0")
+            if not 0 <= getattr(self, field) < float("inf"):  # nan or inf: a nan regularisation, a nan loss
+                fail(field, "must be a finite number >= 0")
 
         self._layer_specs = self._resolve_layer_specs()
 

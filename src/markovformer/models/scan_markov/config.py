@@ -78,8 +78,8 @@ class ScanMarkovConfig(ModelConfig):
             value = getattr(self, field)
             if value is not None and not 0.0 <= value < 1.0:
                 fail(field, "must lie in [0, 1)")
-        if not self.initializer_range > 0:
-            fail("initializer_range", "must be positive")
+        if not 0 < self.initializer_range < float("inf"):  # inf draws inf weights: a nan loss at the first step
+            fail("initializer_range", "must be a finite positive number")
         if self.backend not in BACKENDS:
             fail("backend", f"must be one of {BACKENDS}")
 
