@@ -112,6 +112,11 @@ class MarkovianTransformerConfig(ModelConfig):
         for field in ("d_model", "n_layers", "n_heads", "num_labels", "num_features", "chunk_size", "ffn_mult",
                       "linformer_k", "ssm_state_size"):  # fmt: skip
             positive_int(field)
+        for field in ("causal", "gate_null", "head_specific", "gru", "tie_word_embeddings", "bias"):
+            if not isinstance(getattr(self, field), bool):  # causal="false" is truthy: it built a causal model
+                fail(field, "must be True or False")
+        if self.bidirectional is not None and not isinstance(self.bidirectional, bool):
+            fail("bidirectional", "must be True, False or None (not causal)")
         MarkovOptions.check_values(type(self).__name__, {field: getattr(self, field) for field in MARKOV_VALUE_OPTIONS})
         if self.ssm_state_size % 2:
             fail("ssm_state_size", "must be even (S4D's complex modes come in conjugate pairs)")
