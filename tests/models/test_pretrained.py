@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import pytest
 import torch
 
+import markovformer
 from markovformer import (
     MarkovianTransformerConfig,
     MarkovianTransformerForCausalLM,
@@ -186,3 +188,14 @@ def test_the_model_init_keeps_what_each_attention_kind_initialises_itself(kind):
     assert set(in_model) == set(alone)
     changed = [name for name, value in chosen.items() if not torch.equal(in_model[name], value)]
     assert not changed, f"{kind}: the model's init changed the layer's own start of {changed}"
+
+
+def test_every_public_models_forward_says_what_it_takes_and_returns():
+    """help(Model.forward) showed nn.Module's "Define the computation performed at every call. Should be overridden
+    by all subclasses." for a forward without a docstring of its own."""
+    placeholder = inspect.getdoc(torch.nn.Module.forward)
+    models = [getattr(markovformer, name) for name in markovformer.__all__]
+    models = [model for model in models if isinstance(model, type) and issubclass(model, torch.nn.Module)]
+    undocumented = [model.__name__ for model in models
+                    if model is not markovformer.PreTrainedModel and inspect.getdoc(model.forward) == placeholder]
+    assert len(models) > 5 and not undocumented

@@ -80,6 +80,9 @@ class BinaryTransformer(PreTrainedModel):
         return self.embedding if self.readout is None else self.readout
 
     def forward(self, input_ids: Tensor, labels: Tensor | None = None) -> BinaryTransformerOutput:
+        """input_ids (B, T) of 0s and 1s -> ``logits`` (B, T), position n's logit of x_{n+1} = 1; with ``labels``
+        (the inputs themselves, (B, T) of 0s and 1s), ``loss``: the mean binary cross-entropy in nats of positions
+        0..T-2 against labels 1..T-1."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (B, T); got shape {tuple(input_ids.shape)}")
         length = input_ids.shape[1]

@@ -338,6 +338,9 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
         self, input_ids=None, input_features=None, attention_mask=None, labels=None, return_gates=False,
         return_weights=False,
     ):  # fmt: skip
+        """Token ids or feature frames (B, T), ``attention_mask`` (B, T) (0 at padding, on either side) -> ``logits``
+        (B, num_labels) of the pooled hidden states; with ``labels`` (B,) class ids, ``loss``: their mean
+        cross-entropy."""
         inputs = input_ids if input_ids is not None else input_features
         positions = None if inputs is None else self.model.positions(inputs.shape[:2], attention_mask)
         hidden = self.model.embed_inputs(input_ids, input_features, position_ids=positions, below_end=True)
