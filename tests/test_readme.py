@@ -71,6 +71,14 @@ def test_mat_block_returns_eos_then_padding_only(quickstart):
             assert 0 not in row, row  # a row without eos ran to max_new_tokens: no padding inside it
 
 
+def test_the_mat_block_runs_pasted_alone():
+    """It names nothing of the quickstart before it, so a reader copies it into a script of its own: it used torch
+    without importing it (NameError)."""
+    namespace: dict = {}
+    exec(compile(readme_block("python", "MarkovTranslatorConfig("), "README (MAT block)", "exec"), namespace)
+    assert namespace["targets"].shape[0] == namespace["sources"].shape[0]
+
+
 def test_state_block_gives_the_full_forwards_logits(quickstart):
     model, x, logits = quickstart["model"], quickstart["x"], quickstart["logits"]
     with torch.no_grad():
