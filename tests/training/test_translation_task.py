@@ -262,3 +262,20 @@ def test_the_saved_results_name_the_translation_metrics(trained_run):
     assert (run_dir / "tokenizer").is_dir() and MarkovTranslatorConfig.from_dict(
         {k: v for k, v in json.loads((run_dir / "model" / "config.json").read_text()).items() if k != "architecture"}
     ).order == 2
+
+
+def test_generate_translates_one_line_of_the_input_file_per_line_of_output(trained_run, tmp_path, capsys):
+    """Lines are split at newlines alone, as ``wc -l`` counts them: str.splitlines also split at U+2028 and form
+    feeds inside a sentence, so 3 lines came back as 5 translations, every later one beside the wrong reference."""
+    run_dir, _ = trained_run
+    _, model, _ = load_run(run_dir)
+    bundle = SyntheticTranslationSource(train_examples=256, val_examples=24, test_examples=24, max_length=8).build(0)
+    words = [bundle.tokenizer.decode(example["src_ids"].tolist()) for example in bundle.test[:3]]
+    sources = [words[0], words[1].replace(" ", "\u2028", 1), words[2].replace(" ", "\x0c", 1)]
+    (tmp_path / "sources.txt").write_text("\ufeff" + "\r\n".join(sources) + "\r\n", encoding="utf-8")
+    model.eval()
+    expected = [decode_generated(bundle.tokenizer, model.generate(torch.tensor([bundle.tokenizer.encode(source)]),
+                                                                  max_new_tokens=40))[0]
+                for source in sources]  # fmt: skip
+    assert main(["generate", str(run_dir), "--input", str(tmp_path / "sources.txt"), "--max-new-tokens", "40"]) == 0
+    assert capsys.readouterr().out.split("\n") == expected + [""]

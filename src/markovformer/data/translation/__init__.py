@@ -11,6 +11,7 @@ from markovformer.data.translation.parallel import (
     load_translation,
     load_translation_tokenizer,
     read_parallel,
+    text_lines,
     train_translation_tokenizer,
     translation_bundle,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "load_translation_tokenizer",
     "paired_bootstrap_bleu",
     "read_parallel",
+    "text_lines",
     "train_translation_tokenizer",
     "translation_bundle",
     "translation_lengths",

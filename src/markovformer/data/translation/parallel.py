@@ -67,6 +67,13 @@ def _read_lines(path: Path) -> list[str]:
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         raise ValueError(f"{path}: line {line}: byte {data[error.start]:#04x} is not valid UTF-8") from None
+    return text_lines(text)
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a file's text, split at ``\n`` alone, as ``wc -l`` and ``paste`` count them (``str.splitlines``
+    also splits at U+2028, U+0085, form feeds, ..., which web text holds inside sentences); a leading BOM and CR line
+    ends dropped, and no empty line after a final newline."""
     lines = text.removeprefix("\ufeff").split("\n")
     if lines[-1] == "":  # the final newline ends the last line; it does not start another
         lines.pop()

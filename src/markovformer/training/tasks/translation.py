@@ -15,6 +15,7 @@ from markovformer.data.translation import (
     corpus_bleu,
     decode_generated,
     load_translation_tokenizer,
+    text_lines,
 )
 from markovformer.training.batches import world
 from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, model_inputs, perplexity
@@ -94,7 +95,7 @@ class Translation(Task):
             raise ValueError(f"--input {request.input!r}: {what}")
         try:
             sentences = ([request.prompt] if request.input is None
-                         else Path(request.input).read_text(encoding="utf-8").splitlines())  # fmt: skip
+                         else text_lines(Path(request.input).read_text(encoding="utf-8")))  # fmt: skip
         except UnicodeDecodeError as error:
             where = f"{error.reason} at byte {error.start}"
             raise ValueError(f"--input {request.input!r}: not UTF-8 text ({where})") from None
