@@ -279,3 +279,30 @@ def test_generate_translates_one_line_of_the_input_file_per_line_of_output(train
                 for source in sources]  # fmt: skip
     assert main(["generate", str(run_dir), "--input", str(tmp_path / "sources.txt"), "--max-new-tokens", "40"]) == 0
     assert capsys.readouterr().out.split("\n") == expected + [""]
+
+
+def test_a_translation_that_holds_a_line_break_token_is_printed_on_one_line(trained_run, tmp_path):
+    """The joint byte-level BPE has tokens for "\\n" and "\\r": a model that emitted one printed its translation over
+    two lines, and every later translation of --input came out beside the wrong source."""
+    from types import SimpleNamespace
+
+    from markovformer.data.translation import EOS_TOKEN_ID, load_translation_tokenizer
+    from markovformer.training.tasks.base import GenerationRequest
+
+    run_dir, _ = trained_run
+    tokenizer = load_translation_tokenizer(run_dir / "tokenizer")
+    pieces = ["ta", "\n", "tb", "\r\n", "tc"]
+    row = [token for piece in pieces for token in tokenizer.encode(piece)] + [EOS_TOKEN_ID]
+    assert decode_generated(tokenizer, [row]) == ["ta\ntb\r\ntc"]  # the tokens exist and decode to line breaks
+
+    class Breaking(torch.nn.Module):  # translates every source as those tokens
+        config = SimpleNamespace(max_positions=40)
+
+        def generate(self, src_ids, src_mask, generation):
+            return torch.tensor([row] * len(src_ids))
+
+    (tmp_path / "sources.txt").write_text("sa sb\nsc\n")
+    lines = list(
+        build_task("translation").generate(Breaking(), run_dir, GenerationRequest(input=str(tmp_path / "sources.txt")))
+    )
+    assert lines == ["ta tb tc", "ta tb tc"]  # one line per source; BLEU's 13a tokenisation reads a break as a space

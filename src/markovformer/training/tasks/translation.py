@@ -120,4 +120,5 @@ class Translation(Task):
                         for s in sentences[start : start + TRANSLATE_BATCH]]  # fmt: skip
             batch = collate_translation(examples)
             generated = model.generate(batch["src_ids"], batch["src_mask"], generation)
-            yield from decode_generated(tokenizer, generated)
+            # one line per source: the byte-level vocabulary has line-break tokens, which a model may emit
+            yield from (" ".join(text.splitlines()) for text in decode_generated(tokenizer, generated))
