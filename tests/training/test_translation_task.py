@@ -306,3 +306,25 @@ def test_a_translation_that_holds_a_line_break_token_is_printed_on_one_line(trai
         build_task("translation").generate(Breaking(), run_dir, GenerationRequest(input=str(tmp_path / "sources.txt")))
     )
     assert lines == ["ta tb tc", "ta tb tc"]  # one line per source; BLEU's 13a tokenisation reads a break as a space
+
+
+def test_a_source_longer_than_the_model_reads_is_refused_naming_its_line(trained_run, tmp_path, capsys):
+    """It failed with "position 40 is beyond max_positions=40", naming no line (and past the first 32 lines, after
+    the translations before it were printed); checked before any is."""
+    run_dir, _ = trained_run
+    _, model, _ = load_run(run_dir)
+    from markovformer.data.translation import load_translation_tokenizer
+
+    tokenizer = load_translation_tokenizer(run_dir / "tokenizer")
+    fits, long = " ".join(["sa"] * 40), " ".join(["sb"] * 41)  # one token a word
+    assert len(tokenizer.encode(fits)) == model.config.max_positions < len(tokenizer.encode(long))
+    (tmp_path / "sources.txt").write_text(f"sa sb\n{fits}\n{long}\n")
+    assert main(["generate", str(run_dir), "--input", str(tmp_path / "sources.txt")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"sources.txt: line 3 is {len(tokenizer.encode(long))} tokens long" in captured.err
+    assert "max_positions=40" in captured.err
+    assert main(["generate", str(run_dir), "--prompt", long]) == 2
+    assert "--prompt is" in capsys.readouterr().err
+    (tmp_path / "sources.txt").write_text(f"sa sb\n{fits}\n")
+    assert main(["generate", str(run_dir), "--input", str(tmp_path / "sources.txt")]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2

@@ -114,10 +114,17 @@ class Translation(Task):
         generation = request.generation.replace(do_sample=False,
                                                 max_new_tokens=min(request.generation.max_new_tokens,
                                                                    model.config.max_positions))  # fmt: skip
+        encoded = [tokenizer.encode(sentence) for sentence in sentences]
+        limit = model.config.max_positions
+        long = next((number for number, ids in enumerate(encoded, 1) if len(ids) > limit), None)
+        if long is not None:  # before any translation is printed, not halfway through the file
+            where = f"{request.input}: line {long}" if request.input is not None else "--prompt"
+            raise ValueError(f"{where} is {len(encoded[long - 1])} tokens long, more than the model reads "
+                             f"(max_positions={limit}); split or shorten it")  # fmt: skip
         model.eval()
         for start in range(0, len(sentences), TRANSLATE_BATCH):
-            examples = [{"src_ids": torch.tensor(tokenizer.encode(s)), "tgt_ids": torch.tensor([], dtype=torch.long)}
-                        for s in sentences[start : start + TRANSLATE_BATCH]]  # fmt: skip
+            examples = [{"src_ids": torch.tensor(ids), "tgt_ids": torch.tensor([], dtype=torch.long)}
+                        for ids in encoded[start : start + TRANSLATE_BATCH]]  # fmt: skip
             batch = collate_translation(examples)
             generated = model.generate(batch["src_ids"], batch["src_mask"], generation)
             # one line per source: the byte-level vocabulary has line-break tokens, which a model may emit
