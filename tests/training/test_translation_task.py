@@ -328,3 +328,19 @@ def test_a_source_longer_than_the_model_reads_is_refused_naming_its_line(trained
     (tmp_path / "sources.txt").write_text(f"sa sb\n{fits}\n")
     assert main(["generate", str(run_dir), "--input", str(tmp_path / "sources.txt")]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_pairs_longer_than_the_model_reads_are_refused_before_the_run_starts(tmp_path):
+    """Validation and test keep their long pairs, and only the first two validation pairs were scored up front: a
+    run trained to its first validation, then died on "position N is beyond max_positions", its steps lost."""
+    config = _config(tmp_path)
+    config["model"]["max_positions"] = 8  # sentences of 6-8 words: up to 9 positions with <bos>/<eos>
+    bundle = SyntheticTranslationSource(train_examples=256, val_examples=24, test_examples=24, max_length=8).build(0)
+    longest = {name: max(translation_lengths(getattr(bundle, name))) for name in ("train", "val", "test")}
+    assert longest == {"train": 9, "val": 9, "test": 9}
+    with pytest.raises(ConfigError, match=r"max_positions=8 is shorter .*train 9, val 9, test 9.* >= 9"):
+        train(resolve_run_config(config))
+    assert not (tmp_path / "run").exists()
+    config["model"]["max_positions"] = 9  # every pair fits exactly
+    config["trainer"].update(max_steps=2, eval_every=2, checkpoint_every=2, warmup_steps=1)
+    assert train(resolve_run_config(config))["steps"] == 2

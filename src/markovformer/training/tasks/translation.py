@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from markovformer.data.bundle import DataBundle
 from markovformer.data.translation import (
     PAD_TOKEN_ID,
     collate_translation,
@@ -19,6 +20,7 @@ from markovformer.data.translation import (
 )
 from markovformer.training.batches import world
 from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, model_inputs, perplexity
+from markovformer.training.trainer_config import ConfigError
 
 TRANSLATE_BATCH = 32  # sources decoded together by `generate --input`
 
@@ -67,6 +69,28 @@ class TranslationMetrics(LossMetric):
 
 class Translation(Task):
     name = "translation"
+
+    longest: dict[str, int] = {}  # positions the longest pair of each split needs (check_data)
+
+    def check_data(self, bundle: DataBundle) -> None:
+        """Notes each split's longest pair, in positions: max(source tokens, target tokens + 1)."""
+        super().check_data(bundle)
+        self.longest = {name: max(bundle.lengths(split), default=0) for name, split in
+                        (("train", bundle.train), ("val", bundle.val), ("test", bundle.test))}  # fmt: skip
+
+    def check_model(self, model: nn.Module) -> None:
+        """ConfigError when a pair is longer than the model reads: before training, not at the first validation
+        (the first two validation pairs alone are scored up front), since validation and test keep their long
+        pairs (data.max_length drops training pairs only)."""
+        super().check_model(model)
+        limit = model.config.max_positions
+        over = {name: longest for name, longest in self.longest.items() if longest > limit}
+        if over:
+            splits = ", ".join(f"{name} {longest}" for name, longest in over.items())
+            dropping = " (data.max_length drops long training pairs)" if "train" in over else ""
+            raise ConfigError(f"model.max_positions={limit} is shorter than the data's longest pairs (positions: "
+                              f"{splits}; the longer side, with <bos>/<eos>): set model.max_positions >= "
+                              f"{max(over.values())}, or take the long pairs out of the data{dropping}")  # fmt: skip
 
     def new_metrics(self) -> TranslationMetrics:
         return TranslationMetrics(self.tokenizer)
