@@ -139,8 +139,8 @@ def test_a_greedy_validation_translation_stops_at_its_own_sources_cap_not_the_ba
         def forward(self, **inputs):
             return SimpleNamespace(loss=torch.tensor(1.0))
 
-        def generate(self, src_ids, src_mask, max_new_tokens, num_beams):
-            return torch.full((len(src_ids), max_new_tokens), word)
+        def generate(self, src_ids, src_mask, generation):
+            return torch.full((len(src_ids), generation.max_new_tokens), word)
 
     metrics = TranslationMetrics(bundle.tokenizer)
     build_task("translation").score(Looping(), batch, metrics)
@@ -212,6 +212,23 @@ def test_generate_translates_a_prompt_and_a_file_of_sentences(trained_run, tmp_p
         assert f"{flag} {value}: a translation run searches" in capsys.readouterr().err
     assert main(["generate", str(run_dir), "--prompt", sources[0], "--temperature", "0", "--max-new-tokens", "40"]) == 0
     assert capsys.readouterr().out.splitlines() == expected[:1]  # 0 (greedy) is what a translation run does
+
+
+def test_generate_without_max_new_tokens_translates_as_eval_scores(trained_run, tmp_path, capsys):
+    """`eval` cuts each greedy translation at 2 |x| + 10 tokens, `generate` cut at --max-new-tokens 200: BLEU on
+    generate's lines differed from eval's where a hypothesis runs on. Without --max-new-tokens, generate cuts as eval
+    does, so sacrebleu on its lines is eval's BLEU; with it, the given length holds."""
+    run_dir, _ = trained_run
+    bundle = SyntheticTranslationSource(train_examples=256, val_examples=24, test_examples=24, max_length=8).build(0)
+    (tmp_path / "val.txt").write_text("".join(bundle.tokenizer.decode(example["src_ids"].tolist()) + "\n"
+                                              for example in bundle.val))  # fmt: skip
+    references = [bundle.tokenizer.decode(example["tgt_ids"].tolist()) for example in bundle.val]
+    assert main(["generate", str(run_dir), "--input", str(tmp_path / "val.txt")]) == 0
+    hypotheses = capsys.readouterr().out.splitlines()
+    assert corpus_bleu(hypotheses, references) == pytest.approx(evaluate(run_dir)["metrics"]["bleu"], rel=1e-9)
+    assert main(["generate", str(run_dir), "--input", str(tmp_path / "val.txt"), "--max-new-tokens", "3"]) == 0
+    short = capsys.readouterr().out.splitlines()
+    assert all(len(bundle.tokenizer.encode(line)) <= 3 for line in short) and short != hypotheses
 
 
 def test_evaluating_with_data_that_fits_another_tokenizer_is_refused(trained_run):

@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--input", help="translation: a file of source sentences, one per line")
     generate.add_argument("--beam-size", type=int, default=1, help="translation: beam width (1 = greedy)")
     generate.add_argument("--length-penalty", type=float, default=1.0, help="translation: beam score / length^this")
-    generate.add_argument("--max-new-tokens", type=int, default=200, help="tokens to sample")
+    generate.add_argument("--max-new-tokens", type=int, default=argparse.SUPPRESS,
+                          help="tokens to sample (default: 200); translation: the most tokens of each translation "
+                          "(default: 2 |source| + 10, as eval)")
     generate.add_argument("--temperature", type=float, default=1.0, help="language models: 0 = greedy")
     generate.add_argument("--top-k", type=int, default=None, help="language models: sample the k likeliest")
     generate.add_argument("--top-p", type=float, default=None, help="language models: nucleus sampling mass")
@@ -196,6 +198,7 @@ def finite_or_null(value):
     return value
 
 
+DEFAULT_NEW_TOKENS = 200  # generate's --max-new-tokens for a language model
 MAX_NEW_TOKENS = 100_000  # far beyond any use here; a larger number is a typo that would run for days
 
 
@@ -208,11 +211,12 @@ def generation_config(args: argparse.Namespace):
     names the flag. --beam-size > 1 searches (translation); otherwise --temperature > 0 samples."""
     from markovformer.models.generation import GenerationConfig  # deferred: see the module docstring
 
-    if not 1 <= args.max_new_tokens <= MAX_NEW_TOKENS:
-        raise ValueError(f"--max-new-tokens {args.max_new_tokens} must lie in [1, {MAX_NEW_TOKENS}]")
+    given = getattr(args, "max_new_tokens", None)  # SUPPRESS: absent unless given
+    if given is not None and not 1 <= given <= MAX_NEW_TOKENS:
+        raise ValueError(f"--max-new-tokens {given} must lie in [1, {MAX_NEW_TOKENS}]")
     if not 0 <= args.seed < 2**63:
         raise ValueError(f"--seed {args.seed} must lie in [0, 2**63)")
-    values = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+    values = dict(max_new_tokens=given or DEFAULT_NEW_TOKENS, temperature=args.temperature, top_k=args.top_k,
                   top_p=args.top_p, num_beams=args.beam_size, length_penalty=args.length_penalty,
                   compile_step=args.compile_step)  # fmt: skip
     sample = args.beam_size == 1 and args.temperature != 0
@@ -238,7 +242,8 @@ def run_generate(args: argparse.Namespace) -> None:
 
     generation = generation_config(args)
     config, model, run_dir = load_run(args.target)
-    request = GenerationRequest(args.prompt, args.input, generation, args.seed, args.skip_unknown, args.through_eod)
+    request = GenerationRequest(args.prompt, args.input, generation, args.seed, args.skip_unknown, args.through_eod,
+                                length_given=hasattr(args, "max_new_tokens"))
     task = build_task(config.task, config.trainer, options=config.task_options)
     try:
         for line in task.generate(model, run_dir, request):

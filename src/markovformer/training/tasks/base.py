@@ -55,6 +55,7 @@ class GenerationRequest:
     seed: int = 0
     skip_unknown: bool = False  # drop prompt characters outside a character run's alphabet instead of refusing
     through_eod: bool = False  # a run with documents: sample past a document's end instead of stopping there
+    length_given: bool = True  # False: translation cuts each at 2 |x| + 10 tokens, as eval (max_new_tokens ignored)
 
 
 class WeightedMean(Metric):

@@ -18,6 +18,7 @@ from markovformer.data.translation import (
     load_translation_tokenizer,
     text_lines,
 )
+from markovformer.models.generation import GenerationConfig
 from markovformer.training.batches import world
 from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, model_inputs, perplexity
 from markovformer.training.trainer_config import ConfigError
@@ -96,18 +97,9 @@ class Translation(Task):
         return TranslationMetrics(self.tokenizer)
 
     def score(self, model: nn.Module, batch: dict, metrics: TranslationMetrics, beam_size: int = 1) -> None:
-        """The loss, and the translations of the batch: each at most 2 |x| + 10 tokens for its own source x
-        (fairseq's usual a·|x| + b cap), so that a greedy hypothesis does not depend on the sources batched with
-        it (by eval_batch_size or the number of processes); beams search to the batch's longest cap."""
+        """The loss, and the translations of the batch (``translate_capped``)."""
         metrics.update(model(**model_inputs(batch)), batch)
-        sources = batch["src_ids"]
-        lengths = batch["src_mask"].sum(-1) if "src_mask" in batch else torch.full((len(sources),), sources.shape[1])
-        caps = (2 * lengths + 10).clamp(max=model.config.max_positions)
-        generated = model.generate(sources, batch.get("src_mask"), max_new_tokens=int(caps.max()),
-                                   num_beams=beam_size)  # fmt: skip
-        if beam_size == 1:  # greedy rows are independent: cut each at its own cap
-            beyond = torch.arange(generated.shape[1], device=generated.device) >= caps.to(generated.device)[:, None]
-            generated = generated.masked_fill(beyond, PAD_TOKEN_ID)
+        generated = translate_capped(model, batch, GenerationConfig(num_beams=beam_size))
         metrics.update_translations(generated, batch["labels"])
 
     def generate(self, model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterator[str]:
@@ -150,6 +142,24 @@ class Translation(Task):
             examples = [{"src_ids": torch.tensor(ids), "tgt_ids": torch.tensor([], dtype=torch.long)}
                         for ids in encoded[start : start + TRANSLATE_BATCH]]  # fmt: skip
             batch = collate_translation(examples)
-            generated = model.generate(batch["src_ids"], batch["src_mask"], generation)
+            if request.length_given:
+                generated = model.generate(batch["src_ids"], batch["src_mask"], generation)
+            else:  # eval's caps: the BLEU of these lines is the BLEU eval reports
+                generated = translate_capped(model, batch, generation)
             # one line per source: the byte-level vocabulary has line-break tokens, which a model may emit
             yield from (" ".join(text.splitlines()) for text in decode_generated(tokenizer, generated))
+
+
+def translate_capped(model: nn.Module, batch: dict, generation: GenerationConfig) -> Tensor:
+    """The translations of the batch's sources, each at most 2 |x| + 10 tokens for its own source x (fairseq's
+    usual a·|x| + b cap, within max_positions), so that a greedy hypothesis does not depend on the sources batched
+    with it (by eval_batch_size, the number of processes, or ``generate``'s batches); beams search to the batch's
+    longest cap. ``generation``'s max_new_tokens is replaced by the caps."""
+    sources = batch["src_ids"]
+    lengths = batch["src_mask"].sum(-1) if "src_mask" in batch else torch.full((len(sources),), sources.shape[1])
+    caps = (2 * lengths + 10).clamp(max=model.config.max_positions)
+    generated = model.generate(sources, batch.get("src_mask"), generation.replace(max_new_tokens=int(caps.max())))
+    if generation.num_beams == 1:  # greedy rows are independent: cut each at its own cap
+        beyond = torch.arange(generated.shape[1], device=generated.device) >= caps.to(generated.device)[:, None]
+        generated = generated.masked_fill(beyond, PAD_TOKEN_ID)
+    return generated
