@@ -231,6 +231,27 @@ def test_generate_without_max_new_tokens_translates_as_eval_scores(trained_run, 
     assert all(len(bundle.tokenizer.encode(line)) <= 3 for line in short) and short != hypotheses
 
 
+def test_eval_writes_the_translations_it_scores(trained_run, tmp_path, capsys):
+    """eval wrote no hypotheses, so its BLEU could not be checked or its errors read. --translations writes each
+    source, reference and translation of the split: they are the split's own pairs, in order, and sacrebleu on the
+    columns is the BLEU eval prints (the beam's translations with --beam-size)."""
+    run_dir, _ = trained_run
+    bundle = SyntheticTranslationSource(train_examples=256, val_examples=24, test_examples=24, max_length=8).build(0)
+    for beam in ("1", "3"):
+        out = tmp_path / f"beam{beam}.tsv"
+        assert main(["eval", str(run_dir), "--split", "test", "--beam-size", beam, "--translations", str(out),
+                     "--json"]) == 0  # fmt: skip
+        bleu = json.loads(capsys.readouterr().out)["metrics"]["bleu"]
+        header, *rows = [line.split("\t") for line in out.read_text().splitlines()]
+        assert header == ["source", "reference", "translation"] and len(rows) == len(bundle.test)
+        for (source, reference, _), example in zip(rows, bundle.test, strict=True):
+            assert source == bundle.tokenizer.decode(example["src_ids"].tolist())
+            assert reference == bundle.tokenizer.decode(example["tgt_ids"].tolist())
+        assert corpus_bleu([row[2] for row in rows], [row[1] for row in rows]) == pytest.approx(bleu, rel=1e-9)
+    assert main(["eval", str(run_dir), "--translations", str(tmp_path / "no" / "such.tsv")]) == 2
+    assert "in no existing directory" in capsys.readouterr().err
+
+
 def test_evaluating_with_data_that_fits_another_tokenizer_is_refused(trained_run):
     run_dir, _ = trained_run
     with pytest.raises(ConfigError, match="another tokenizer"):

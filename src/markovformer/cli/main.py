@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="override data options, e.g. path=other.txt")  # fmt: skip
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
     evaluate.add_argument("--beam-size", type=int, default=1, help="translation: beam search width for BLEU")
+    evaluate.add_argument("--translations", metavar="FILE", help="translation: write each scored source, reference "
+                          "and translation to FILE (tab-separated, a header line; BLEU on its columns is eval's)")
 
     generate = commands.add_parser("generate", help="sample from a language model, or translate with a translation "
                                    "model (one sentence per --prompt, or per line of --input)",
@@ -168,7 +170,7 @@ def run_eval(args: argparse.Namespace) -> None:
         data[".".join(path)] = value
     if not 1 <= args.beam_size <= MAX_BEAMS:
         raise ValueError(f"--beam-size {args.beam_size} must lie in [1, {MAX_BEAMS}]")
-    results = evaluate(args.target, args.split, data, beam_size=args.beam_size)
+    results = evaluate(args.target, args.split, data, beam_size=args.beam_size, translations=args.translations)
     if args.json:
         print(json.dumps(finite_or_null(results), indent=2, allow_nan=False))  # NaN is not JSON
         return
@@ -178,6 +180,8 @@ def run_eval(args: argparse.Namespace) -> None:
               f"{weights['source']} at step {weights['step']}" + ("" if weights["run_finished"] else
                                                                   ": the run is unfinished"))  # fmt: skip
     print(f"{results['run_dir']} [{results['split']}, {results['examples']} examples] ({scored}): {shown}")
+    if args.translations:
+        print(f"  translations: {args.translations}")
     if "entropy_rate" in results and "loss" in results["metrics"]:
         from markovformer.training.run_report import entropy_rate_gap  # deferred: see the module docstring
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import JoinedSplits, Renormalised
 from markovformer.data.recipes.locations import PREPARED_PREFIX, prepared_candidates
 from markovformer.training.batches import RankShare
@@ -137,14 +138,22 @@ def scored_split(bundle, split: str, run_dir: Path):
     return Renormalised(examples, fitted, own) if fitted and own and fitted != own else examples
 
 
-def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1) -> dict:
+def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1,
+             translations: str | Path | None = None) -> dict:  # fmt: skip
     """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options of
     its own data source: ``check_same_source``; ``all``: every split), scored as validation scores it, the features
     normalised as the run's (``scored_split``). Translation runs are decoded with beam search of ``beam_size`` (1 =
-    greedy) for BLEU; VMT runs walk the split's documents."""
+    greedy) for BLEU, and ``translations`` names a file for the scored translations (``TranslationMetrics.table``);
+    VMT runs walk the split's documents."""
     if split not in SPLITS:
         raise ConfigError(f"split={split!r} must be one of {', '.join(SPLITS)}")
+    if translations is not None and (Path(translations).is_dir() or not Path(translations).parent.is_dir()):
+        what = "is a directory" if Path(translations).is_dir() else "is in no existing directory"
+        raise ConfigError(f"--translations {translations} {what}: give a file in an existing directory")
     config, model, run_dir, weights = load_trained_run(target)
+    if translations is not None and config.task != "translation":
+        raise ConfigError(f"--translations {translations}: {run_dir} is a {config.task} run; only a translation "
+                          f"run's scoring translates")  # fmt: skip
     check_same_source(config.data["source"], data_overrides or {})
     data = {**config.data, **recorded_data_files(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
     config = dataclasses.replace(config, data=data)
@@ -165,6 +174,8 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     with torch.no_grad():
         for batch in loader:
             task.score(model, batch, metrics, beam_size)
+    if translations is not None:  # whole or not at all: a full disk leaves no table cut short
+        atomic_write_text(translations, metrics.table())
     results = {"split": split, "examples": len(examples), "run_dir": str(run_dir), "weights": weights,
                "metrics": metrics.compute(),
                **({"changed_data_files": changed} if changed else {})}  # fmt: skip

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,11 +39,15 @@ class TranslationMetrics(LossMetric):
         self.tokenizer = tokenizer
         self.hypotheses: list[str] = []
         self.references: list[str] = []
+        self.sources: list[str] = []
 
-    def update_translations(self, generated: Tensor, labels: Tensor) -> None:
-        """Add decoded translations (B, L) and their references (the labels ``y <eos>``, -100 padded)."""
+    def update_translations(self, generated: Tensor, labels: Tensor, sources: Tensor | None = None) -> None:
+        """Add decoded translations (B, L), their references (the labels ``y <eos>``, -100 padded) and, when given,
+        their sources (B, S) (``<pad>`` padded; kept for ``eval --translations``)."""
         self.hypotheses += decode_generated(self.tokenizer, generated)
         self.references += decode_generated(self.tokenizer, labels.masked_fill(labels == -100, PAD_TOKEN_ID))
+        if sources is not None:
+            self.sources += decode_generated(self.tokenizer, sources)
 
     def compute(self) -> dict[str, float]:
         loss = float(self.loss.compute())
@@ -65,7 +70,15 @@ class TranslationMetrics(LossMetric):
 
     def reset(self) -> None:
         super().reset()
-        self.hypotheses, self.references = [], []
+        self.hypotheses, self.references, self.sources = [], [], []
+
+    def table(self) -> str:
+        """The scored translations as tab-separated lines ``source, reference, translation`` under a header line, in
+        the order scored; a tab or line break inside a text is written as a space (13a reads both as one: BLEU on
+        the columns is the BLEU reported). One process's share."""
+        rows = [("source", "reference", "translation"), *zip(self.sources, self.references, self.hypotheses,
+                                                             strict=True)]  # fmt: skip
+        return "".join("\t".join(re.sub(r"[\t\r\n]", " ", text) for text in row) + "\n" for row in rows)
 
 
 class Translation(Task):
@@ -100,7 +113,7 @@ class Translation(Task):
         """The loss, and the translations of the batch (``translate_capped``)."""
         metrics.update(model(**model_inputs(batch)), batch)
         generated = translate_capped(model, batch, GenerationConfig(num_beams=beam_size))
-        metrics.update_translations(generated, batch["labels"])
+        metrics.update_translations(generated, batch["labels"], batch["src_ids"])
 
     def generate(self, model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterator[str]:
         """One translation per source: ``request.prompt``, or each line of the file ``request.input``."""
