@@ -169,3 +169,23 @@ def test_the_timed_runs_get_what_the_warm_up_and_the_untimed_step_left_of_the_ca
     monkeypatch.setattr(cases, "time_steps", fake)
     row = run_case({"part": "ops", "kind": "markov_local", "T": 8, "repeats": 3}, "cpu", time_cap=10.0)
     assert calls[-1] == (3, pytest.approx(6.5)) and row["warmup_seconds"] == 2.0 and row["seconds"] == 0.25
+
+
+def test_a_case_whose_warm_up_and_untimed_step_spend_the_cap_still_times_one_run(fake_clock, monkeypatch):
+    """A 5 s cap, a 2 s warm-up and a 4 s untimed step leave -1 s for the timed runs: time_steps ran none and took
+    the median of nothing, so the child died (StatisticsError) and the case and the kind's later sizes were lost
+    (`bench --quick --parts models --rounds 3` lost softmax at T=1024 in one round, and with it the case's median
+    over the rounds). The timed runs now get one run whatever is left: that run's 1 s."""
+    step = fake_clock.patch(measure).steps([2.0, 4.0, 1.0, 1.0, 1.0])
+    monkeypatch.setattr(cases, "_op_step", lambda kind, length, device, backend="auto": step)
+    row = run_case({"part": "ops", "kind": "markov_local", "T": 8, "repeats": 3}, "cpu", time_cap=5.0)
+    assert row["warmup_seconds"] == 2.0 and row["runs"] == 1 and row["seconds"] == 1.0
+    assert time_steps(fake_clock.steps([3.0]), 2, -1.5, sync=lambda: None) == {"seconds": 3.0, "runs": 1}
+
+
+def test_paired_times_take_one_turn_when_the_cap_is_already_spent(monkeypatch):
+    """The same for the markov_layer case's turns: a negative budget gave medians of nothing; now one turn, 2 s
+    over 1 s."""
+    monkeypatch.setattr(cases, "time_steps", _timed_by([2.0, 1.0, 2.0, 1.0]))
+    row = _paired_times(lambda: None, lambda: None, repeats=3, time_cap=-0.5, sync=lambda: None)
+    assert row == {"seconds": 2.0, "runs": 1, "projections_seconds": 1.0, "over_projections": 2.0}

@@ -155,9 +155,10 @@ def _state_mib(model: nn.Module, optimizer: torch.optim.Optimizer) -> float:
 
 
 def _paired_times(step, reference, repeats: int, time_cap: float, sync) -> dict:
-    """``step`` and ``reference`` timed in turns: their medians and the median of the per-turn ratios."""
+    """``step`` and ``reference`` timed in turns (at least one turn, whatever the cap): their medians and the median
+    of the per-turn ratios."""
     pairs: list[tuple[float, float]] = []
-    while len(pairs) < max(1, repeats) and sum(a + b for a, b in pairs) <= time_cap:
+    while not pairs or (len(pairs) < repeats and sum(a + b for a, b in pairs) <= time_cap):
         one = time_steps(step, 1, time_cap, sync)["seconds"]
         other = time_steps(reference, 1, time_cap, sync)["seconds"]
         pairs.append((one, other))

@@ -80,9 +80,10 @@ class PeakMemory:
 
 def time_steps(step: Callable[[], None], repeats: int, time_cap: float, sync: Callable[[], None]) -> dict:
     """Up to ``repeats`` timed runs of ``step`` (at least one) while their total stays within ``time_cap`` seconds;
-    ``seconds`` is their median."""
+    ``seconds`` is their median. The first run is made whatever the cap (a caller's budget left after its warm-up
+    can be spent already)."""
     times: list[float] = []
-    while len(times) < max(1, repeats) and sum(times) <= time_cap:
+    while not times or (len(times) < repeats and sum(times) <= time_cap):
         began = time.perf_counter()
         step()
         sync()
