@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -460,3 +461,50 @@ def test_the_default_memory_cap_is_a_quarter_of_the_available_memory_at_most_16_
         monkeypatch.setattr(suite, "status_mib", lambda field, path=None, available=available: available)
         assert BenchSettings(device="cpu").resolved().memory_cap_mib == cap
     assert BenchSettings(device="cpu", memory_cap_mib=123.0).resolved().memory_cap_mib == 123.0
+
+
+@pytest.mark.parametrize(("stop", "status"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_stopped_bench_stops_its_child_and_says_where_the_rows_are(tmp_path, stop, status):
+    """SIGTERM's default action ended `markovformer bench` at once and left the case's child measuring on, orphaned
+    (parent 1), for up to its time-out; Ctrl-C printed a traceback. Now the child goes with it, one line names the
+    record, and the record is this run's (complete: false), not an earlier run's left in the folder."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / RESULTS_NAME).write_text(json.dumps({"complete": True, "parts": {}}))  # an earlier run's
+    code = (
+        "import subprocess, sys\n"
+        "import markovformer.bench.suite as suite\n"
+        "from markovformer.cli.main import main\n"
+        "def slow_child(module, job, cases, timeout, threads=None):\n"
+        "    child = 'import os, time; open(sys.argv[1], \"w\").write(str(os.getpid())); time.sleep(30)'\n"
+        "    subprocess.run([sys.executable, '-c', 'import sys\\n' + child, sys.argv[2]], timeout=timeout,\n"
+        "                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "    return []\n"
+        "suite.run_in_child = slow_child\n"
+        "sys.exit(main(['bench', '--quick', '--parts', 'ops', '--op-kinds', 'markov_local', '--lengths', '8',\n"
+        "               '--out', sys.argv[1]]))\n"
+    )
+    pid_file = tmp_path / "child.pid"
+    process = subprocess.Popen([sys.executable, "-c", code, str(out), str(pid_file)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    process.send_signal(getattr(signal, stop))
+    _, err = process.communicate(timeout=60)
+    orphaned = Path(f"/proc/{child}").exists()
+    if orphaned:
+        os.kill(child, signal.SIGKILL)
+    assert process.returncode == status, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and f"bench was stopped: {out / RESULTS_NAME} holds the rows" in lines[0], err
+    assert not orphaned
+    assert json.loads((out / RESULTS_NAME).read_text())["complete"] is False

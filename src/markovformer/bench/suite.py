@@ -406,6 +406,7 @@ def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Calla
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runner = _Runner(settings, out, log)
+    runner.write()  # at once: a run stopped before its first row leaves its own record, not an earlier run's
     log(f"bench: parts {', '.join(settings.parts)} on {settings.device}, {settings.threads} thread(s), caps "
         f"{settings.memory_cap_mib:.0f} MiB and {settings.time_cap:.0f} s per step -> {out}")  # fmt: skip
     for part in settings.parts:

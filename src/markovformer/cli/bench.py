@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 # markovformer.bench.PARTS and OP_KINDS, spelled here so --help imports no torch
 PART_NAMES = ("ops", "windows", "models", "longest")
@@ -50,7 +51,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
 
 def run_bench(args: argparse.Namespace) -> None:
     # deferred: the bench package imports torch and the models, which `markovformer --help` should not wait for
-    from markovformer.bench import BenchSettings, run_suite
+    from markovformer.bench import RESULTS_NAME, BenchSettings, run_suite
+    from markovformer.cli.catalogue import stopped_by_signals
 
     for name in ("repeats", "threads", "rounds"):  # repeats 0 (no warm-up: a cold run's time) is the longest part's own
         value = getattr(args, name)
@@ -70,7 +72,11 @@ def run_bench(args: argparse.Namespace) -> None:
     )  # fmt: skip
     if args.settings:
         settings = _with_settings(settings, args.settings)
-    run_suite(args.out, settings, log=lambda line: print(line, flush=True))
+    # SIGTERM's default action ended the command at once and left the case's child measuring on, orphaned, for up
+    # to its time-out; Ctrl-C printed a traceback. Either now stops the child and says where the rows so far are.
+    results = Path(args.out) / RESULTS_NAME
+    with stopped_by_signals(f"bench was stopped: {results} holds the rows measured before it"):
+        run_suite(args.out, settings, log=lambda line: print(line, flush=True))
 
 
 def _with_settings(settings, pairs: list[str]):
