@@ -508,3 +508,15 @@ def test_a_stopped_bench_stops_its_child_and_says_where_the_rows_are(tmp_path, s
     assert len(lines) == 1 and f"bench was stopped: {out / RESULTS_NAME} holds the rows" in lines[0], err
     assert not orphaned
     assert json.loads((out / RESULTS_NAME).read_text())["complete"] is False
+
+
+def test_a_longest_max_below_longest_start_is_refused_naming_both():
+    """--quick starts the longest part at T=1024: --set longest_max=512 tried no length and reported every model's
+    longest context as None, stopped by "longest_max reached", with exit status 0. Now refused; a run without the
+    longest part is not."""
+    with pytest.raises(ValueError, match="longest_max=512 is below longest_start=1024"):
+        BenchSettings(parts=("longest",), quick=True, longest_max=512).resolved()
+    with pytest.raises(ValueError, match="longest_max=2048 is below longest_start=4096"):
+        BenchSettings(parts=("longest",), longest_start=4096, longest_max=2048).resolved()
+    assert BenchSettings(parts=("ops",), quick=True, longest_max=512).resolved().longest_max == 512
+    assert BenchSettings(parts=("longest",), quick=True, longest_max=1024).resolved().longest_start == 1024

@@ -143,7 +143,7 @@ class BenchSettings:
             raise ValueError(f"bench decode_kinds: {unknown[0]!r} is not one of {decode_kinds}")
         self.check_numbers()
         available = status_mib("MemAvailable", "/proc/meminfo") or 8192.0
-        return dataclasses.replace(
+        resolved = dataclasses.replace(
             self,
             device=device,
             lengths=tuple(sorted(self.lengths or ((1024, 2048) if quick else tuple(1024 * 2**i for i in range(7))))),
@@ -167,6 +167,10 @@ class BenchSettings:
             translation_batches=tuple(self.translation_batches or ((1, 8) if quick else TRANSLATION_BATCHES)),
             scan_lengths=tuple(sorted(self.scan_lengths or (SCAN_LENGTHS[:3] if quick else SCAN_LENGTHS))),
         )
+        if "longest" in self.parts and resolved.longest_max < resolved.longest_start:  # no T to try: "None" reported
+            raise ValueError(f"bench longest_max={resolved.longest_max} is below longest_start="
+                             f"{resolved.longest_start}: the longest part would try no length")  # fmt: skip
+        return resolved
 
 
 def machine_record(settings: BenchSettings) -> dict:
