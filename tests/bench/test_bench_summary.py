@@ -123,3 +123,22 @@ def test_the_decode_table_and_targets_are_printed_with_each_rows_numbers():
     assert "at L = 256, local: step <= GPT-2 step (batch 1): 0.80, met" in text
     assert "at L = 1024, local: flat, last / first step <= 1.2: 1.00, met" in text
     assert "at L = 1024, local: step <= GPT-2" not in text  # GPT-2 skipped there: no comparison
+
+
+def test_a_time_of_the_cold_warm_up_alone_is_marked_in_the_tables():
+    """A case whose warm-up exceeded the time cap keeps the warm-up's time (``runs`` 0): the table printed it like a
+    median of warm runs (fox_pro_layer at T=1024: 10,055 ms beside forgetting_layer's 224 ms, where a warm step
+    takes about 400 ms). Its cell is now marked, with a footnote, also after the JSON round trip; warm cells are not."""
+    parts = {
+        "ops": {"rows": [_row("forgetting_layer", 1024, seconds=0.2237, peak_mib=65.0, runs=2),
+                         _row("fox_pro_layer", 1024, seconds=10.055, peak_mib=152.0, runs=0)]},
+        "models": {"rows": [_row("gru", 512, seconds=11.6, peak_mib=236.0, runs=0, tokens_per_second=512 / 11.6),
+                            _row("softmax", 512, seconds=0.8, peak_mib=127.0, runs=2, tokens_per_second=640.0)]},
+    }  # fmt: skip
+    record = json.loads(json.dumps({"parts": parts, "summary": summarise(parts)}))
+    text = format_summary(record)
+    assert _table_line(text, "attention ops", 1024) == ["223.7 / 65", "10055.0 / 152*"]
+    assert _table_line(text, "models, training step", 512) == ["44 / 236*", "640 / 127"]
+    assert "* the warm-up step alone, cold" in text
+    warm = {"ops": {"rows": parts["ops"]["rows"][:1]}}
+    assert "*" not in format_summary({"parts": warm, "summary": summarise(warm)})

@@ -23,6 +23,16 @@ def _not_measured(rows: list[dict]) -> dict[str, dict[int, str]]:
     return table
 
 
+def _warm_up_only(rows: list[dict]) -> dict[str, list[int]]:
+    """{kind: [T]} of the rows timed by their warm-up step alone (``runs`` 0: the warm-up exceeded the time cap), a
+    cold step with one-time costs rather than the median of warm runs."""
+    cold: dict[str, list[int]] = {}
+    for row in rows:
+        if row.get("runs") == 0 and row.get("seconds") is not None:
+            cold.setdefault(row["kind"], []).append(row["T"])
+    return cold
+
+
 def _ratio(table: dict, top: tuple[str, int], bottom: tuple[str, int]) -> float | None:
     numerator, denominator = table.get(top[0], {}).get(top[1]), table.get(bottom[0], {}).get(bottom[1])
     if numerator is None or not denominator:
@@ -138,15 +148,16 @@ def summarise(parts: dict) -> dict:
     if "ops" in parts:
         rows = parts["ops"]["rows"]
         summary["ops"] = {"seconds": _table(rows, "seconds"), "peak_mib": _table(rows, "peak_mib"),
-                          "not_measured": _not_measured(rows)}  # fmt: skip
+                          "not_measured": _not_measured(rows), "warm_up_only": _warm_up_only(rows)}  # fmt: skip
     if "windows" in parts:
         rows = parts["windows"]["rows"]
         summary["windows"] = {"seconds": _table(rows, "seconds"), "ns_per_query_key": time_per_key(parts["windows"]),
-                              "not_measured": _not_measured(rows)}  # fmt: skip
+                              "not_measured": _not_measured(rows), "warm_up_only": _warm_up_only(rows)}  # fmt: skip
     if "models" in parts:
         rows = parts["models"]["rows"]
         summary["models"] = {"tokens_per_second": _table(rows, "tokens_per_second"),
-                             "peak_mib": _table(rows, "peak_mib"), "not_measured": _not_measured(rows)}  # fmt: skip
+                             "peak_mib": _table(rows, "peak_mib"), "not_measured": _not_measured(rows),
+                             "warm_up_only": _warm_up_only(rows)}  # fmt: skip
     if "longest" in parts:
         summary["longest"] = {model: entry["T"] for model, entry in parts["longest"]["longest"].items()}
     if "decode" in parts:  # per model and batch, per length: last-token / first-token time (local: <= 1.3), ...
@@ -180,9 +191,11 @@ def summarise(parts: dict) -> dict:
     return summary
 
 
-def _grid(table: dict[str, dict], columns: list[str], fmt, header: str, not_measured: dict | None = None) -> list[str]:
+def _grid(table: dict[str, dict], columns: list[str], fmt, header: str, not_measured: dict | None = None,
+          marked: dict | None = None) -> list[str]:
     """One line per length, one column per name; a length at which nothing was measured (every case skipped or
-    failed: ``not_measured``, {name: {T: reason}}) is a line of dashes, not left out."""
+    failed: ``not_measured``, {name: {T: reason}}) is a line of dashes, not left out. A cell of ``marked`` ({name:
+    [T]}) ends in ``*``."""
     lengths = sorted({int(t) for series in [*table.values(), *(not_measured or {}).values()] for t in series})
     lines = [f"{header:>8} | " + " | ".join(f"{name:>20}" for name in columns)]
     for length in lengths:
@@ -190,7 +203,8 @@ def _grid(table: dict[str, dict], columns: list[str], fmt, header: str, not_meas
         for name in columns:
             series = table.get(name, {})
             value = series.get(length, series.get(str(length)))
-            cells.append(f"{'—' if value is None else fmt(value):>20}")
+            star = "*" if value is not None and int(length) in {int(t) for t in (marked or {}).get(name, ())} else ""
+            cells.append(f"{'—' if value is None else fmt(value) + star:>20}")
         lines.append(f"{length:>8} | " + " | ".join(cells))
     return lines
 
@@ -209,19 +223,22 @@ def format_summary(record: dict) -> str:
         kinds = list(dict.fromkeys([*ops["seconds"], *ops["not_measured"]]))
         lines += ["attention ops, forward+backward: ms / peak MiB (— = skipped, reasons in bench.json)"]
         pairs = _pairs(ops["seconds"], ops["peak_mib"], kinds)
-        lines += _grid(pairs, kinds, lambda v: f"{v[0] * 1e3:.1f} / {v[1]:.0f}", "T", ops["not_measured"])
+        lines += _grid(pairs, kinds, lambda v: f"{v[0] * 1e3:.1f} / {v[1]:.0f}", "T", ops["not_measured"],
+                       ops.get("warm_up_only"))  # fmt: skip
     if "windows" in summary:
         windows = summary["windows"]
         kinds = list(dict.fromkeys([*windows["seconds"], *windows["not_measured"]]))
         lines += ["", "local attention by window, forward+backward: ms / ns per (query, visible key)"]
         pairs = _pairs(windows["seconds"], windows["ns_per_query_key"], kinds)
-        lines += _grid(pairs, kinds, lambda v: f"{v[0] * 1e3:.1f} / {v[1]:.2f}", "T", windows["not_measured"])
+        lines += _grid(pairs, kinds, lambda v: f"{v[0] * 1e3:.1f} / {v[1]:.2f}", "T", windows["not_measured"],
+                       windows.get("warm_up_only"))  # fmt: skip
     if "models" in summary:
         models = summary["models"]
         names = list(dict.fromkeys([*models["tokens_per_second"], *models["not_measured"]]))
         lines += ["", "models, training step: tokens/s / peak MiB"]
         pairs = _pairs(models["tokens_per_second"], models["peak_mib"], names)
-        lines += _grid(pairs, names, lambda v: f"{v[0]:.0f} / {v[1]:.0f}", "T", models["not_measured"])
+        lines += _grid(pairs, names, lambda v: f"{v[0]:.0f} / {v[1]:.0f}", "T", models["not_measured"],
+                       models.get("warm_up_only"))  # fmt: skip
     if "longest" in summary:
         lines += ["", "longest context trained: " + ", ".join(f"{k} {v}" for k, v in summary["longest"].items())]
     rate_and_flatness = lambda v: f"{v['tokens_per_second']:.0f} / {v['end_over_start']:.2f}"  # noqa: E731
@@ -247,6 +264,9 @@ def format_summary(record: dict) -> str:
             lines.append(f"Scan Markov training, {kind}: " + ("—" if speed is None else f"{speed:,.0f} characters/s"))
         for name, value in scan["ratios"].items():
             lines.append(f"  {name}: {value:.1f}x")
+    if any(summary.get(part, {}).get("warm_up_only") for part in ("ops", "windows", "models")):
+        lines += ["", "* the warm-up step alone, cold (one-time costs included): it exceeded the time cap, so no "
+                  "warm run was timed"]  # fmt: skip
     lines += ["", "targets:"]
     for name, target in summary.get("targets", {}).items():
         state = {True: "met", False: "NOT met", None: "not measured"}[target["met"]]

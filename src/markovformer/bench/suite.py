@@ -227,6 +227,8 @@ class _Runner:
             shown = row.get("skipped") or row.get("error")
             if not shown:
                 shown = f"{row['seconds'] * 1e3:.1f} ms, {row['peak_mib']:.0f} MiB"
+                if row.get("runs") == 0:
+                    shown += " (the cold warm-up step alone: over the time cap)"
                 if "over_projections" in row:
                     shown += f", {row['over_projections']:.2f}x the layer without its attention"
             self.log(f"{label:7} {row['kind']:20} T={row['T']:<7} {shown}")
