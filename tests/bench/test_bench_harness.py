@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import textwrap
 
 import pytest
@@ -63,6 +64,41 @@ def test_child_main_runs_the_job_with_the_threads_asked_for(child_module):
     cases = [{"kind": "a"}, {"kind": "b"}]
     rows = run_in_child(module, {"cases": cases}, cases, timeout=120.0, threads=1)
     assert rows == [{"kind": kind, "torch_threads": 1, "omp": "1"} for kind in ("a", "b")]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_measuring_child_dies_with_its_parent_even_by_sigkill():
+    """SIGKILL of the bench (which no handler sees) left its measuring child running on alone, holding up to a
+    quarter of the memory for minutes; the child now gets SIGKILL from the kernel when the bench dies."""
+    import signal
+    import subprocess
+    import time
+
+    parent = ("import subprocess, sys, time\n"
+              "from markovformer.bench.harness import dies_with_parent\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], "
+              "preexec_fn=dies_with_parent)\n"
+              "print(child.pid, flush=True)\n"
+              "time.sleep(120)\n")  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    child = int(process.stdout.readline())
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+
+    def running(pid: int) -> bool:  # a zombie nobody reaped yet is not running
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while running(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = running(child)
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    assert not alive
 
 
 def test_scan_part_unbind_loop_is_the_recurrence():

@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from markovformer.bench.harness import dies_with_parent
+
 TARGET_PREPARE_MIB, TARGET_OPEN_SECONDS, TARGET_TRAIN_GAP_MIB = 1024.0, 1.0, 200.0
 SEQ_LEN, BATCH = 256, 8
 _FRACTIONS = (0.98, 0.01, 0.01)
@@ -262,7 +264,8 @@ def _run(command: list[str], timeout: float, case: dict) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
+                              preexec_fn=dies_with_parent)  # fmt: skip
     except subprocess.TimeoutExpired:
         return {**case, "error": f"timed out after {timeout:.0f} s"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

@@ -10,15 +10,26 @@ so rows before a failure survive it. Every case the child did not finish still g
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
 
-import torch
-
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 ROW_PREFIX = "BENCH_ROW "  # a row line of the child's stdout starts with this; anything else it prints is ignored
+
+
+def dies_with_parent() -> None:
+    """A child's ``preexec_fn``: on Linux the kernel sends it SIGKILL when the process that started it dies, even by
+    SIGKILL (which no handler of the parent sees), so that no measuring child runs on alone holding its memory."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (AttributeError, OSError):  # a libc without prctl: the child may outlive a killed parent
+            pass
 
 
 def run_in_child(module: str, job: dict, cases: list[dict], timeout: float, threads: int | None = None) -> list[dict]:
@@ -31,7 +42,8 @@ def run_in_child(module: str, job: dict, cases: list[dict], timeout: float, thre
         job = {**job, "threads": threads}
     command = [sys.executable, "-m", module, json.dumps(job)]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
+                              preexec_fn=dies_with_parent)  # fmt: skip
         stdout, failure = done.stdout, None
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
@@ -58,6 +70,8 @@ def emit_row(row: dict) -> None:
 def child_main(argv: list[str], measure: Callable[[dict], Iterable[dict]]) -> None:
     """A child's entry point: read the job from ``argv[0]``, set torch's thread count if the job names one, and
     emit every row ``measure(job)`` yields."""
+    import torch  # the child's: the parent's side of the harness imports no torch
+
     job = json.loads(argv[0])
     if job.get("threads"):
         torch.set_num_threads(job["threads"])
