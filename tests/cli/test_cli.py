@@ -439,3 +439,25 @@ def test_ctrl_c_outside_a_training_run_is_one_line_and_status_130(tmp_path):
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert err.strip().splitlines() == ["markovformer: config was interrupted (Ctrl-C)"]
+
+
+@pytest.mark.parametrize("argv,prog,close", [
+    (["trian"], "markovformer", "'train'"),  # a mistyped command
+    (["data", "lst"], "markovformer data", "'list'"),  # and subcommand
+    (["eval", "some_run", "--split", "tset"], "markovformer eval", "'test'"),  # a choice
+    (["generate", "some_run", "--tempreature", "3"], "markovformer generate", "'--temperature'"),  # an option
+    (["train", "--dbug"], "markovformer train", "'--debug'"),
+])  # fmt: skip
+def test_a_mistyped_command_choice_or_option_is_one_line_naming_the_closest(main_cli, argv, prog, close):
+    done = main_cli(*argv)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr  # no usage block before the error
+    assert lines[0].startswith(f"{prog}: error:") and f"(did you mean {close}?)" in lines[0], lines[0]
+    assert lines[0].endswith(f"see `{prog} --help`"), lines[0]
+
+
+def test_debug_may_follow_the_command(main_cli):
+    """`markovformer data show nothing --debug` does what `markovformer --debug data show nothing` does."""
+    after, before = main_cli("data", "show", "nothing", "--debug"), main_cli("--debug", "data", "show", "nothing")
+    assert after.returncode == before.returncode == 2
+    assert "Traceback" in after.stderr and after.stderr.splitlines()[-1] == before.stderr.splitlines()[-1]

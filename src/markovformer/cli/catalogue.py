@@ -18,7 +18,7 @@ from markovformer.training.trainer_config import RunTerminated
 def add_parsers(commands) -> None:
     """Add the ``data`` and ``config`` subcommands to an ``add_subparsers()`` object."""
     data = commands.add_parser("data", help="the data sources")
-    data_commands = data.add_subparsers(dest="data_command", required=True)
+    data_commands = data.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
     data_commands.add_parser("list", help="list the data sources")
     show = data_commands.add_parser("show", help="a data source's options and defaults")
     show.add_argument("name")
@@ -27,7 +27,7 @@ def add_parsers(commands) -> None:
     prepare.add_argument("--dir", default=None, help="data directory (default $MARKOVFORMER_DATA or ./data)")
     prepare.add_argument("--force", action="store_true", help="rebuild even when the file is already there")
     config = commands.add_parser("config", help="the example run configs shipped with the package")
-    config_commands = config.add_subparsers(dest="config_command", required=True)
+    config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
     config_commands.add_parser("list", help="name and summary of each shipped config")
     config_show = config_commands.add_parser("show", help="print a shipped config")
     config_show.add_argument("name")

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import re
 import select
 import sys
 import time
@@ -56,11 +57,57 @@ def quiet_frameworks() -> None:
         warnings.filterwarnings("ignore", message=message)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line, as the commands' own errors are: the subcommand's name, the
+    problem, the closest command, choice or option when one is close, and where the help is. ``--debug`` may stand
+    anywhere on the line, and an unknown option is named by the subcommand it was given to (argparse's top parser
+    would report it with its own usage and options)."""
+
+    def parse_args(self, args=None, namespace=None):
+        argv = list(sys.argv[1:] if args is None else args)
+        end = argv.index("--") if "--" in argv else len(argv)
+        if "--debug" in argv[1:end]:  # `markovformer train x.yaml --debug` means what `markovformer --debug ...` does
+            argv = ["--debug", *(word for word in argv[:end] if word != "--debug"), *argv[end:]]
+        parsed, extras = self.parse_known_args(argv, namespace)
+        if extras:
+            innermost_parser(self, parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}{self.suggestion(message)}; see `{self.prog} "
+                                  f"--help`\n")  # fmt: skip
+
+    def suggestion(self, message: str) -> str:
+        """`` (did you mean 'x'?)`` for a mistyped choice or option named in argparse's ``message``, else ''."""
+        import difflib
+
+        choice = re.search(r"invalid choice: '([^']*)'", message)
+        if choice:
+            known = [str(name) for action in self._actions if action.choices for name in action.choices]
+            typed = choice.group(1)
+        elif message.startswith("unrecognized arguments: "):
+            known = [option for action in self._actions for option in action.option_strings] + ["--debug"]
+            typed = next((word.split("=")[0] for word in message.split()[2:] if word.startswith("-")), "")
+        else:
+            return ""
+        close = difflib.get_close_matches(typed, known, n=1) if typed else []
+        return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def innermost_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the deepest subcommand ``args`` chose (``markovformer data show``'s for ``data show NAME``)."""
+    while True:
+        commands = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+        chosen = getattr(args, commands[0].dest, None) if commands else None
+        if chosen is None:
+            return parser
+        parser = commands[0].choices[chosen]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="markovformer", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = Parser(prog="markovformer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = commands.add_parser("train", help="train a run from a YAML config (default: the embedded demo run)")
     train.add_argument("config", nargs="?", help="YAML run config: a file, or a shipped config's name (`markovformer "
