@@ -103,3 +103,20 @@ def test_old_and_new_names_together_are_refused_naming_both(tmp_path):
     both = dict(config.model, order=4)
     with pytest.raises(ConfigError, match="model: .*'context_length' is the old name of 'order'; give only 'order'"):
         build_model(resolve_run_config({**load_yaml(path), "model": both}), {"vocab_size": 7})
+
+
+def test_an_unknown_key_with_no_close_spelling_lists_the_keys_it_could_be():
+    """`trainer.zzz=1` named the bad key only: a user without a close spelling had no way to learn the keys."""
+    import dataclasses
+
+    from markovformer.training.run_config import SECTIONS
+
+    with pytest.raises(ConfigError) as trainer_error:
+        resolve_run_config({"task": "causal_lm", "trainer": {"zzzq": 1}})
+    keys = [field.name for field in dataclasses.fields(TrainerConfig) if field.init]
+    assert str(trainer_error.value).endswith(f"; the keys of trainer: {', '.join(keys)}")
+    with pytest.raises(ConfigError) as top_error:
+        resolve_run_config({"task": "causal_lm", "zzzq": 1})
+    assert str(top_error.value).endswith(f"; the top-level keys: {', '.join(SECTIONS)}")
+    with pytest.raises(ConfigError, match=r"\(did you mean 'max_steps'\?\)$"):  # a close one is still the hint
+        resolve_run_config({"task": "causal_lm", "trainer": {"max_step": 1}})

@@ -123,6 +123,7 @@ def build_dataclass(cls: type, values: dict[str, Any], prefix: str) -> Any:
     for key, value in values.items():
         if key not in fields:
             hint = cls.unknown_key_hint(key) if hasattr(cls, "unknown_key_hint") else suggest(key, fields)
+            hint = hint or f"; the keys of {prefix}: {', '.join(fields)}"  # nothing close: what may be typed
             raise ConfigError(f"unknown key {prefix}.{str(key)[:200]}{hint}")
         kwargs[key] = coerce(value, hints[key], f"{prefix}.{key}")
     missing = [name for name, f in fields.items() if name not in kwargs and f.default is dataclasses.MISSING
@@ -318,7 +319,8 @@ def resolve_run_config(values: dict[str, Any]) -> RunConfig:
     own classes when the run is built (they need the data's vocabulary size)."""
     for key in values:
         if key not in SECTIONS:
-            raise ConfigError(f"unknown top-level key {shown(key)}{suggest(key, SECTIONS)}")
+            hint = suggest(key, SECTIONS) or f"; the top-level keys: {', '.join(SECTIONS)}"
+            raise ConfigError(f"unknown top-level key {shown(key)}{hint}")
     if "task" not in values:
         raise ConfigError(f"task is missing: one of {tuple(TASKS)}")
     for section in ("model", "data"):
