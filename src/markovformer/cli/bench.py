@@ -19,18 +19,25 @@ def add_parser(commands) -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="benchmark attention ops and models (time, memory, longest context)")
     bench.add_argument("--out", default="runs/bench", help="output folder for bench.json and the plots")
     bench.add_argument("--quick", action="store_true", help="small sizes, fewer repeats (about 2 minutes on a CPU)")
-    bench.add_argument("--parts", nargs="+", default=list(PART_NAMES), choices=ALL_PART_NAMES, help="what to run")
-    bench.add_argument("--lengths", type=int, nargs="+", default=None, help="op sequence lengths (default 1k..64k)")
-    bench.add_argument("--op-kinds", nargs="+", default=None, choices=OP_KIND_NAMES, help="ops part: which ops")
+    bench.add_argument("--parts", nargs="+", default=list(PART_NAMES), choices=ALL_PART_NAMES, metavar="PART",
+                       help=f"what to run, of {', '.join(ALL_PART_NAMES)} (default: {' '.join(PART_NAMES)})")
+    bench.add_argument("--lengths", type=int, nargs="+", default=None, help="ops part: sequence lengths in "
+                       "tokens (default 1024, 2048, ..., 65536; --quick 1024 2048)")  # fmt: skip
+    bench.add_argument("--op-kinds", nargs="+", default=None, choices=OP_KIND_NAMES, metavar="KIND",
+                       help=f"ops part: which ops, of {', '.join(OP_KIND_NAMES)} (default: all that run on the "
+                       f"device)")  # fmt: skip
     bench.add_argument("--decode-lengths", type=int, nargs="+", default=None,
                        help="decode part: generated lengths (default 4096 16384)")  # fmt: skip
-    bench.add_argument("--decode-batches", type=int, nargs="+", default=None, help="decode part: batch sizes (1 16)")
+    bench.add_argument("--decode-batches", type=int, nargs="+", default=None, help="decode part: batch sizes "
+                       "(default 1 16)")  # fmt: skip
     bench.add_argument("--translation-lengths", type=int, nargs="+", default=None,
                        help="translation_decode part: output lengths (default 64..4096)")  # fmt: skip
     bench.add_argument("--translation-batches", type=int, nargs="+", default=None,
                        help="translation_decode part: batch sizes (default 1 32)")  # fmt: skip
-    bench.add_argument("--scan-lengths", type=int, nargs="+", default=None, help="scan part: T (default 256..16384)")
-    bench.add_argument("--repeats", type=int, default=None, help="timed runs per case after a warm-up (median)")
+    bench.add_argument("--scan-lengths", type=int, nargs="+", default=None, help="scan part: sequence lengths "
+                       "(default 256..16384)")  # fmt: skip
+    bench.add_argument("--repeats", type=int, default=None, help="timed runs per case after a "
+                       "warm-up, reported as their median (default 5; --quick 2)")  # fmt: skip
     bench.add_argument("--rounds", type=int, default=1,
                        help="models part: run every case this many times in turn and report the median (a noisy "
                        "machine's drift then hits every model alike)")  # fmt: skip
@@ -39,8 +46,10 @@ def add_parser(commands) -> argparse.ArgumentParser:
     )
     memory_help = "skip sizes predicted to exceed this peak memory (default: a quarter of free memory)"
     bench.add_argument("--max-memory-mib", type=float, default=None, help=memory_help)
-    bench.add_argument("--time-cap", type=float, default=None, help="seconds per step beyond which sizes stop")
-    bench.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    bench.add_argument("--time-cap", type=float, default=None, help="seconds per step beyond which "
+                       "larger sizes are skipped (default 120; --quick 5)")  # fmt: skip
+    bench.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                       help="where to measure (default auto: CUDA when present)")  # fmt: skip
     bench.add_argument("--default-allocator", action="store_true",
                        help="measure with glibc's default, which page-faults every tensor over 32 MiB in again on "
                        "every step (by default the cases keep freed memory, as `markovformer train` does)")  # fmt: skip

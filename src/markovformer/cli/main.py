@@ -1,9 +1,13 @@
 """markovformer: train, evaluate, sample from and inspect Markov-structured sequence models.
 
-Errors are one line on stderr and exit status 2 (add --debug for the traceback, with the same exit status).
+First steps:
+  markovformer train                  train the demo run (a small model on a synthetic Markov chain) into runs/demo
+  markovformer inspect runs/demo      its figures and report (runs/demo/report/index.html)
+  markovformer config list            the shipped example configs; `markovformer train NAME` trains one
+  markovformer COMMAND --help         what a command does and its options
 
-Each command imports the machinery it runs (torch, Lightning, the library) inside its own function, so that
-``markovformer --help`` and a mistyped option answer at once instead of after seconds of imports.
+Errors are one line on stderr with exit status 2 (a training run that diverged exits 1); --debug, anywhere on the
+line, prints the traceback instead, with the same exit status.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from markovformer.cli import bench as bench_command  # its parser imports no tor
 from markovformer.cli import catalogue
 from markovformer.training.trainer_config import RunTerminated, TrainingDiverged
 
+# Each command imports the machinery it runs (Lightning, the training code) inside its own function ("deferred" below),
+# so that --help and a mistyped option do not wait for it (importing the package itself still loads torch).
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 1
 EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE
@@ -106,31 +112,55 @@ def innermost_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="markovformer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    parser.add_argument("--debug", action="store_true", help="on an error, print the traceback instead of the one line "
+                        "(also accepted after the command)")  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    train = commands.add_parser("train", help="train a run from a YAML config (default: the embedded demo run)")
+    train = commands.add_parser(
+        "train", help="train a run from a YAML config (default: the embedded demo run)",
+        description="Train a model from a run config (YAML: task, model, data and trainer sections). Everything the\n"
+        "run writes goes into its output_dir (the final model/, checkpoints/, logs/, metrics.json); a folder that\n"
+        "already holds a run is refused. Without a config: the demo run (an order-3 Markov chain, runs/demo).",
+        epilog="examples:\n"
+        "  markovformer train                                      the demo run\n"
+        "  markovformer train trainer.max_steps=300                the demo run, shorter\n"
+        "  markovformer train text_char data.path=my.txt           a shipped config on your own text\n"
+        "  markovformer train my.yaml output_dir=runs/try2         your config into another folder\n"
+        "  markovformer train --resume runs/demo trainer.max_steps=2400   continue a run, or extend it\n"
+        "the keys: `markovformer config show NAME` (a commented config), `markovformer data show SOURCE` (data.*)",
+        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     train.add_argument("config", nargs="?", help="YAML run config: a file, or a shipped config's name (`markovformer "
                        "config list`; configs/NAME.yaml also names one); omitted: the demo run")  # fmt: skip
-    train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.max_order=3 trainer.max_steps=2000")
+    train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="changes to the config, dotted by section, "
+                       "e.g. model.max_order=3 trainer.max_steps=2000 data.path=my.txt; VALUE is read as YAML "
+                       "(3, 1e-3, true, null, '[1, 2]')")  # fmt: skip
     train.add_argument("--resume", metavar="RUN_DIR", help="continue a killed run from its last checkpoint; "
                        "overrides may extend it (trainer.max_steps=N) or change how it is watched")  # fmt: skip
 
-    evaluate = commands.add_parser("eval", help="metrics of a trained run on a split of its data")
+    evaluate = commands.add_parser("eval", help="metrics of a trained run on a split of its data",
+                                   description="Score a trained run on a split of its data: the loss and the task's "
+                                   "metrics (chain runs: beside the entropy rate; translation: BLEU).")  # fmt: skip
     evaluate.add_argument("target", help="run directory or checkpoint file")
     evaluate.add_argument("--split", default="val", choices=("train", "val", "test", "all"),
                           help="the split scored (all: the three together, as the run's recipe builds them on "
-                               "the data)")  # fmt: skip
+                               "the data; default: val)")  # fmt: skip
     evaluate.add_argument("--data", nargs="*", default=[], metavar="KEY=VALUE",
-                          help="override data options, e.g. path=other.txt")  # fmt: skip
+                          help="change the run's data options, e.g. path=other.txt to score another file split by "
+                          "the run's recipe (the options: `markovformer data show SOURCE`)")  # fmt: skip
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
-    evaluate.add_argument("--beam-size", type=int, default=1, help="translation: beam search width for BLEU")
+    evaluate.add_argument("--beam-size", type=int, default=1, help="translation: beam search width for BLEU "
+                          "(default: 1, greedy)")  # fmt: skip
     evaluate.add_argument("--translations", metavar="FILE", help="translation: write each scored source, reference "
                           "and translation to FILE (tab-separated, a header line; BLEU on its columns is eval's)")
 
     generate = commands.add_parser("generate", help="sample from a language model, or translate with a translation "
                                    "model (one sentence per --prompt, or per line of --input)",
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+                                   description="Sample text from a language model run, or translate with a "
+                                   "translation run.", epilog='examples:\n'
+                                   '  markovformer generate runs/text_char --prompt "ROMEO:" --temperature 0.8 '
+                                   '--top-k 20\n'
+                                   '  markovformer generate runs/mat_de_en --input sources.txt --beam-size 4',
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     generate.add_argument("target", help="run directory or checkpoint file")
     generate.add_argument("--prompt", help="text (or space-separated token ids without tokenizer); an empty prompt "
                           "samples unconditionally (after a line break, else from a token drawn with --seed); for a "
@@ -140,33 +170,51 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--through-eod", action="store_true", help="a run with documents: sample past a "
                           "document's end (each end printed as <eod>) instead of stopping there")
     generate.add_argument("--input", help="translation: a file of source sentences, one per line")
-    generate.add_argument("--beam-size", type=int, default=1, help="translation: beam width (1 = greedy)")
-    generate.add_argument("--length-penalty", type=float, default=1.0, help="translation: beam score / length^this")
+    generate.add_argument("--beam-size", type=int, default=1, help="translation: beam width, 1 = greedy (default: "
+                          "%(default)s)")  # fmt: skip
+    generate.add_argument("--length-penalty", type=float, default=1.0, help="translation: beams are ranked by score "
+                          "/ length^this (default: %(default)s)")  # fmt: skip
     generate.add_argument("--max-new-tokens", type=int, default=argparse.SUPPRESS,
-                          help="tokens to sample (default: 200); translation: the most tokens of each translation "
+                          help="most tokens generated (default: 200); translation: the most of each translation "
                           "(default: 2 |source| + 10, as eval)")
-    generate.add_argument("--temperature", type=float, default=1.0, help="language models: 0 = greedy")
-    generate.add_argument("--top-k", type=int, default=None, help="language models: sample the k likeliest")
-    generate.add_argument("--top-p", type=float, default=None, help="language models: nucleus sampling mass")
-    generate.add_argument("--seed", type=int, default=0, help="the same seed gives the same sample")
+    generate.add_argument("--temperature", type=float, default=1.0, help="language models: sampling temperature; "
+                          "0 = greedy, the likeliest token each step (default: %(default)s)")  # fmt: skip
+    generate.add_argument("--top-k", type=int, default=None, help="language models: sample among the k likeliest "
+                          "tokens only (default: all)")  # fmt: skip
+    generate.add_argument("--top-p", type=float, default=None, help="language models: nucleus sampling, among the "
+                          "likeliest tokens whose probabilities sum to p (default: all)")  # fmt: skip
+    generate.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same sample "
+                          "(default: %(default)s)")  # fmt: skip
     generate.add_argument("--compile-step", action="store_true", help="run the one-token decoding step through "
                           "torch.compile: a compile of 10-30 s first, then about half the time per token (long "
                           "generations)")  # fmt: skip
 
-    inspect = commands.add_parser("inspect", help="figures of a trained run: curves, strengths, gates, attention")
+    inspect = commands.add_parser("inspect", help="figures of a trained run: curves, strengths, gates, attention",
+                                  description="Write a trained run's figures (PNG) and an HTML report of them "
+                                  "(OUT/index.html): training curves, transition strengths, order gates, attention "
+                                  "by lag and attention maps.")  # fmt: skip
     inspect.add_argument("target", help="run directory or checkpoint file")
-    inspect.add_argument("--layers", type=int, nargs="*", default=None, help="layers whose attention maps to draw")
+    inspect.add_argument("--layers", type=int, nargs="*", default=None, help="layers whose attention maps to draw, "
+                         "counted from 0 (default: the first two)")  # fmt: skip
     inspect.add_argument("--out", default=None, help="output folder (default RUN_DIR/report; for a checkpoint file "
                          "RUN_DIR/report-STEM)")  # fmt: skip
 
-    experiment = commands.add_parser("experiment", help="run a named reproduction (`experiment list` names them)")
-    experiment.add_argument("name", help="experiment name, or 'list'")
+    experiment = commands.add_parser("experiment", help="run a named reproduction (`experiment list` names them)",
+                                     description="Run a named experiment (many small trainings, called cells) and "
+                                     "write its report.md and results.json into --out.",
+                                     epilog="examples:\n"
+                                     "  markovformer experiment list\n"
+                                     "  markovformer experiment landscape --quick\n"
+                                     "  markovformer experiment icl-depth --seeds 0 1 2 --set steps=500",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    experiment.add_argument("name", help="experiment name, or list")
     experiment.add_argument("--out", default=None, help="output folder (default runs/experiments/NAME, with "
                             "--quick NAME-quick); rerunning into it reuses the cells that finished")  # fmt: skip
     experiment.add_argument("--quick", action="store_true", help="a smaller version (fewer cells, seeds, steps)")
     experiment.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: the experiment's)")
     experiment.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="overrides",
-                            help="change the experiment's settings, e.g. steps=500 'orders=[1, 2]'")  # fmt: skip
+                            help="change the experiment's settings, e.g. steps=500 'orders=[1, 2]' (an unknown key's "
+                            "error lists the experiment's settings)")  # fmt: skip
     experiment.add_argument("--recompute", nargs="+", default=[], metavar="PATTERN",
                             help="compute again the finished cells whose keys match these globs (as named in "
                             "OUT/cells, e.g. '*forgetting*'), e.g. cells trained before a fix")  # fmt: skip
@@ -180,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_train(args: argparse.Namespace) -> None:
-    from markovformer.allocator import keep_freed_memory  # deferred: see the module docstring
+    from markovformer.allocator import keep_freed_memory  # deferred: see above EXIT_BAD_INPUT
     from markovformer.training.config_files import locate_config
     from markovformer.training.demo import DEMO_CONFIG
     from markovformer.training.kind_switches import apply_switching_overrides
@@ -208,7 +256,7 @@ def run_train(args: argparse.Namespace) -> None:
 
 def run_eval(args: argparse.Namespace) -> None:
     from markovformer.models.generation import MAX_BEAMS
-    from markovformer.training.run_config import parse_override  # deferred: see the module docstring
+    from markovformer.training.run_config import parse_override  # deferred: see above EXIT_BAD_INPUT
     from markovformer.training.runner import evaluate
 
     data = {}
@@ -230,7 +278,7 @@ def run_eval(args: argparse.Namespace) -> None:
     if args.translations:
         print(f"  translations: {args.translations}")
     if "entropy_rate" in results and "loss" in results["metrics"]:
-        from markovformer.training.run_report import entropy_rate_gap  # deferred: see the module docstring
+        from markovformer.training.run_report import entropy_rate_gap  # deferred: see above EXIT_BAD_INPUT
 
         gap = entropy_rate_gap(results["metrics"]["loss"], results["entropy_rate"], results["continuous_source"])
         truth = f"; the true chain scores {results['true_chain_loss']:.4f}" if "true_chain_loss" in results else ""
@@ -260,7 +308,7 @@ GENERATION_FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temp
 def generation_config(args: argparse.Namespace):
     """The ``GenerationConfig`` of ``markovformer generate``'s options (its fields check them, once); a ValueError
     names the flag. --beam-size > 1 searches (translation); otherwise --temperature > 0 samples."""
-    from markovformer.models.generation import GenerationConfig  # deferred: see the module docstring
+    from markovformer.models.generation import GenerationConfig  # deferred: see above EXIT_BAD_INPUT
 
     given = getattr(args, "max_new_tokens", None)  # SUPPRESS: absent unless given
     if given is not None and not 1 <= given <= MAX_NEW_TOKENS:
@@ -288,7 +336,7 @@ def named_by_flag(error: ValueError, values: dict) -> ValueError:
 
 
 def run_generate(args: argparse.Namespace) -> None:
-    from markovformer.training.runner import load_run  # deferred: see the module docstring
+    from markovformer.training.runner import load_run  # deferred: see above EXIT_BAD_INPUT
     from markovformer.training.tasks import GenerationRequest, build_task
 
     generation = generation_config(args)
@@ -304,14 +352,14 @@ def run_generate(args: argparse.Namespace) -> None:
 
 
 def run_inspect(args: argparse.Namespace) -> None:
-    from markovformer.training.inspection import write_inspection_report  # deferred: see the module docstring
+    from markovformer.training.inspection import write_inspection_report  # deferred: see above EXIT_BAD_INPUT
 
     path = write_inspection_report(args.target, layers=args.layers, out_dir=args.out)
     print(f"inspection report: {path}")
 
 
 def run_experiment_command(args: argparse.Namespace) -> None:
-    from markovformer.experiments import EXPERIMENTS, find_experiment, run_experiment  # deferred: module docstring
+    from markovformer.experiments import EXPERIMENTS, find_experiment, run_experiment  # deferred: above EXIT_BAD_INPUT
 
     if args.name == "list":
         for name, experiment in EXPERIMENTS.items():
