@@ -156,3 +156,18 @@ def test_the_inspection_page_states_config_model_time_units_and_references(chain
     metrics = __import__("json").loads((run_dir / "metrics.json").read_text())
     assert float(gap.group(1)) == pytest.approx(metrics["val"]["loss"] - metrics["reference"]["entropy_rate"],
                                                 abs=1e-4)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(DATA_SOURCES))
+def test_data_show_prints_each_default_as_yaml_that_reads_back_as_the_default(capsys, monkeypatch, name):
+    """A run config is YAML: `(default None)` or `(default (1, 2, 3))` were Python's spelling, and hf_dataset's
+    data_files (a default factory) showed None where its default is an empty list."""
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option
+    assert main(["data", "show", name]) == 0
+    options = capsys.readouterr().out.split("options (data.<option> in a run config):\n")[1].split("default chain:")[0]
+    shown = dict(re.findall(r"^  (\w+) +.*\(default (.*)\)$", options, flags=re.M))
+    source = DATA_SOURCES[name]
+    instance = source()
+    for field in dataclasses.fields(source):
+        value = instance.__dict__[field.name]
+        assert yaml.safe_load(shown[field.name]) == (list(value) if isinstance(value, tuple) else value), field.name

@@ -74,11 +74,15 @@ def run_data(args: argparse.Namespace) -> None:
     print(f"tasks: {', '.join(SOURCE_TASKS[args.name])}\noptions (data.<option> in a run config):")
     fields = dataclasses.fields(source)
     name_width = max(len(field.name) for field in fields) + 2
-    defaults = {field.name: repr(source().__dict__[field.name]) if hasattr(source, "chain") else None
-                for field in fields}  # fmt: skip
+    instance = source() if hasattr(source, "chain") else None  # a chain source's defaults depend on its kind
     for field in fields:
-        default = defaults[field.name] or repr(field.default if field.default is not dataclasses.MISSING else None)
-        print(wrapped(f"{option_help(args.name, field.name)} (default {default})", name_width + 2,
+        if instance is not None:
+            default = instance.__dict__[field.name]
+        elif field.default is not dataclasses.MISSING:
+            default = field.default
+        else:
+            default = field.default_factory() if field.default_factory is not dataclasses.MISSING else None
+        print(wrapped(f"{option_help(args.name, field.name)} (default {as_yaml(default)})", name_width + 2,
                       f"  {field.name}"))  # fmt: skip
     if hasattr(source, "chain"):
         from markovformer.training.lag_report import describe_chain  # deferred: see the module docstring
@@ -87,6 +91,17 @@ def run_data(args: argparse.Namespace) -> None:
         print(wrapped(f"order {chain.order}, {chain.num_symbols} symbols, entropy rate {chain.entropy_rate():.4f} "
                       f"nats/token; the data's lags {', '.join(map(str, chain.true_lags))} (steps back from the "
                       f"predicted symbol), i.e. {describe_chain(chain.true_lags)}", 2, "default chain: "))  # fmt: skip
+
+
+def as_yaml(value) -> str:
+    """An option's default as it is written in a run config: null, true, [1, 2, 3], 'text', 0.5."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (tuple, list)):
+        return f"[{', '.join(map(as_yaml, value))}]"
+    return repr(value)
 
 
 def prepare_data(args: argparse.Namespace) -> None:
