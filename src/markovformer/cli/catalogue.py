@@ -38,8 +38,9 @@ def add_parsers(commands) -> None:
 
 
 def plain_text(docstring: str | None) -> str:
-    """A docstring as one line of plain text: whitespace collapsed, reStructuredText's ``code`` marks removed."""
-    return " ".join((docstring or "").replace("``", "").split())
+    """A docstring as one line of plain text: whitespace collapsed, reStructuredText's ``code`` marks made single
+    backticks, as the command line's own messages mark names (`order` is then an option, not a word)."""
+    return " ".join((docstring or "").replace("``", "`").split())
 
 
 def wrapped(text: str, indent: int, first: str = "") -> str:

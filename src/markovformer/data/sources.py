@@ -35,10 +35,11 @@ class TextSource(TokenizedText):
     """A UTF-8 text file for causal LM, at character level or with a BPE tokenizer trained on the training part
     (saved with the run). Split contiguously: the first ``fractions[0]`` is training text. ``overlap`` > 0: windows
     carry that many tokens of unscored context from the one before, so every position is scored with at least that
-    much context (exact n-gram evaluation; see ``readers.text.text_windows``). ``path`` may name a
+    much context (exact n-gram evaluation). ``path`` may name a
     directory or a glob of documents; ``documents`` says what else separates documents (JSONL or blank-line
     records, whose text is ``text_column``)."""
 
+    # The windows: readers.text.text_windows. The docstring above is `markovformer data show`'s text.
     path: str = ""
     documents: str = "file"
 
@@ -54,7 +55,9 @@ class TextSource(TokenizedText):
 class HFDatasetSource(TokenizedText):
     """Local Hugging Face ``datasets`` files (JSONL, Parquet, CSV or Arrow; no hub, no URL) for causal LM: each
     row's ``text_column`` is a document, tokenized with ``Dataset.map(batched=True, num_proc=...)`` into a cached
-    token store, as text files are (see ``markovformer.data.readers.hf_dataset``). Needs the ``datasets`` extra."""
+    token store, as text files are. Needs the ``datasets`` extra: ``pip install 'markovformer[datasets]'``."""
+
+    # The reader: markovformer.data.readers.hf_dataset. The docstring above is `markovformer data show`'s text.
 
     data_files: list[str] = dataclasses.field(default_factory=list)
     num_proc: int | None = None
@@ -181,8 +184,10 @@ class AudioManifestSource:
 class TranslationFileSource:
     """Parallel text from a TSV (``source<TAB>target``) or two aligned files (``path`` and ``target_path``), with
     a joint BPE tokenizer of ``vocab_size`` trained on the training pairs (saved with the run). A ``data/NAME`` path
-    is also looked up in the data directory (``find_prepared_file``; here, not in ``translation``, which may not
-    import the recipes' shelf)."""
+    is also looked up in the data directory ($MARKOVFORMER_DATA, else ./data)."""
+
+    # data/NAME is resolved here with find_prepared_file, not in ``translation``, which may not import the recipes'
+    # shelf. The docstring above is `markovformer data show`'s text.
 
     path: str = ""
     target_path: str | None = None

@@ -280,10 +280,13 @@ _DOCUMENT_COUNTS = ("doc_len", "train_documents", "val_documents", "test_documen
 
 @dataclasses.dataclass
 class LinearGaussianSource:
-    """Long documents of a stationary linear-Gaussian state-space model (``rotating_linear_gaussian``) as
-    ``input_features`` (T, obs_dim) float32. ``info["reference"]`` holds the exact log-likelihood per step of the
-    validation and test documents (Kalman filter over each whole document, on the float32 values the model sees)
-    and the entropy rate; ``info["parameters"]`` the true parameters (``LinearGaussianParameters(**...)``)."""
+    """Long documents of a stationary linear-Gaussian state-space model, each step an observation vector of obs_dim
+    numbers. The data carries the exact log-likelihood per step of the validation and test documents (Kalman filter
+    over each whole document, on the float32 values the model sees) and the entropy rate, as references for the
+    model's bounds."""
+
+    # Built by ``rotating_linear_gaussian``; info["reference"] holds the references, info["parameters"] the true
+    # parameters (``LinearGaussianParameters(**...)``). The docstring above is `markovformer data show`'s text.
 
     state_dim: int = 2
     obs_dim: int = 1
@@ -331,12 +334,15 @@ class LinearGaussianSource:
 
 @dataclasses.dataclass
 class StickyHMMSource:
-    """Long documents of a sticky HMM (``sticky_hmm``) as ``input_ids`` (T,) over symbols 0..num_symbols-1.
+    """Long documents of a sticky hidden Markov model over the symbols 0..num_symbols-1.
 
     The hidden state lasts 1 / (1 - stay) steps on average, longer than a short window, so reading the state from
-    the window alone costs likelihood. ``info["reference"]`` holds the exact log-likelihood per token of the
-    validation and test documents (forward algorithm over each whole document) and the marginal symbol entropy (a
-    model that ignores all context); ``info["parameters"]`` the true parameters."""
+    the window alone costs likelihood. The data carries the exact log-likelihood per token of the validation and
+    test documents (forward algorithm over each whole document) and the marginal symbol entropy (a model that
+    ignores all context), as references for the model's bounds."""
+
+    # Built by ``sticky_hmm`` as input_ids (T,); info["reference"] holds the references, info["parameters"] the true
+    # parameters. The docstring above is `markovformer data show`'s text.
 
     num_states: int = 4
     num_symbols: int = 16

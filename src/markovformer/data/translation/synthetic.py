@@ -35,7 +35,7 @@ class SyntheticTranslationSource:
     y_i is one table lookup; with fewer, the decoder must re-run the recurrence over the source prefix, which a
     shallow model does poorly beyond a few words. The defaults (4 source and 6 target symbols, order 2, 6-16 words)
     make that gap large: a small MAT of order 2 reaches BLEU ≈ 95 where order 1 stays near 25 (see
-    ``experiments.mat_order``).
+    ``markovformer experiment mat-order``).
     """
 
     source_symbols: int = 4
