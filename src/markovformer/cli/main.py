@@ -7,7 +7,8 @@ First steps:
   markovformer COMMAND --help         what a command does and its options
 
 Errors are one line on stderr with exit status 2 (a training run that diverged exits 1); --debug, anywhere on the
-line, prints the traceback instead, with the same exit status.
+line, prints the traceback instead, with the same exit status. A command stopped by Ctrl-C exits 130, by SIGTERM
+143 (a training run's line names its last checkpoint: `train --resume` continues from it).
 """
 
 from __future__ import annotations
