@@ -186,6 +186,27 @@ def test_experiment_list_and_a_mistyped_name_import_no_training_machinery():
         assert done.stdout.strip().splitlines()[-1] == "[]", (name, done.stdout)
 
 
+def test_help_and_a_mistyped_command_answer_without_loading_torch():
+    """`markovformer --help` took 3.7 s: the package imported every model, hence torch, before argparse ran. The
+    package's names are imported on first use; the command line's parsers need none of them."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from markovformer.cli.main import main\n"
+            "try:\n"
+            "    main(sys.argv[1:])\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "print('torch' in sys.modules, file=sys.stderr)\n")  # fmt: skip
+    for argv in (["--help"], ["generate", "--help"], ["trian"]):
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+        assert done.stderr.strip().splitlines()[-1] == "False", (argv, done.stderr)
+    code = "import sys, markovformer; print(markovformer.MarkovianTransformerConfig.__module__, 'torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["markovformer.models.markovian_transformer.config", "True"], done.stderr
+
+
 def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
     """`markovformer config list | head -1` printed "error: a file: Broken pipe" with status 2 (or a traceback): a
     closed stdout ends the command without a word, with the status of a process SIGPIPE ended, as other tools do."""

@@ -33,7 +33,7 @@ from markovformer.cli import catalogue
 from markovformer.training.trainer_config import RunTerminated, TrainingDiverged
 
 # Each command imports the machinery it runs (Lightning, the training code) inside its own function ("deferred" below),
-# so that --help and a mistyped option do not wait for it (importing the package itself still loads torch).
+# so that --help and a mistyped option do not wait for it (the package loads its models on first use).
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 1
 EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE
