@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -80,6 +84,31 @@ def test_bpe_save_load_gives_identical_ids(tmp_path, prose):
 def test_bpe_vocab_size_too_small_raises():
     with pytest.raises(ValueError, match="vocab_size"):
         BPETokenizer.train("abc", vocab_size=100)
+
+
+def test_bpe_vocab_size_beyond_what_the_text_can_merge_fits_as_a_saturating_one(tmp_path, prose):
+    """A vocab_size of billions (a typo) used to make the trainer reserve memory for that many entries and abort the
+    process. The text offers fewer merges than it has bytes, so it must give the tokenizer of any vocab_size large
+    enough to take every merge. In a child process: the abort would take the test runner with it."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(prose, encoding="utf-8")
+    script = textwrap.dedent(f"""
+        import json
+        from markovformer.data.readers.text import load_text_lm
+        from markovformer.data.readers.tokenizer import BPETokenizer
+        text = open({str(corpus)!r}, encoding="utf-8").read()
+        print(json.dumps(BPETokenizer.train(text, 5_000_000_000).record()))
+        bundle = load_text_lm({str(corpus)!r}, tokenizer="bpe", vocab_size=5_000_000_000, seq_len=8,
+                              cache_dir={str(tmp_path / "cache")!r})
+        print(json.dumps(bundle.tokenizer.record()))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    whole, from_file = done.stdout.splitlines()[:2]
+    saturated = 1 + 256 + len(prose.encode("utf-8"))  # more merges than bytes are impossible
+    assert json.loads(whole) == BPETokenizer.train(prose, saturated).record()
+    sane = load_text_lm(corpus, tokenizer="bpe", vocab_size=saturated, seq_len=8, cache_dir=tmp_path / "sane")
+    assert json.loads(from_file) == sane.tokenizer.record()
 
 
 def test_load_tokenizer_rejects_unknown_kind(tmp_path):

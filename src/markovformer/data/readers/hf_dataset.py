@@ -165,7 +165,8 @@ def _fit(dataset, rows: range, column: str, tokenized: TokenizedText):
     wanted = min(len(train), max(1, int(fit_bytes / mean)))
     picked = np.linspace(0, len(train) - 1, wanted).round().astype(np.int64)
     sample = train.select(np.unique(picked).tolist())[column]
-    return BPETokenizer.train(sample, vocab_size, special_tokens=(PAD_TOKEN, END_OF_DOCUMENT))
+    return BPETokenizer.train(sample, vocab_size, special_tokens=(PAD_TOKEN, END_OF_DOCUMENT),
+                              text_bytes=sum(len(text.encode("utf-8")) for text in sample))
 
 
 def _import_datasets():

@@ -105,7 +105,7 @@ def load_text_lm(
                 train_bytes = sum(s.stop - s.start for s in train_segments)
                 sample = (piece for segment in train_segments for piece in _sampled(
                     segment, max(fit_bytes * (segment.stop - segment.start) // train_bytes, 1024)))
-                fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special)
+                fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special, text_bytes=train_bytes)
         if plan is None or (not saved and not plan.get("tokenizer")):
             record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
                       "tokenizer": None if saved else fitted.record()}  # fmt: skip

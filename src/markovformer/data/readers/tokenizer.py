@@ -128,14 +128,19 @@ class BPETokenizer:
 
     @classmethod
     def train(
-        cls, text: str | Iterable[str], vocab_size: int, seed: int = 0, special_tokens: tuple[str, ...] = (PAD_TOKEN,)
+        cls, text: str | Iterable[str], vocab_size: int, seed: int = 0, special_tokens: tuple[str, ...] = (PAD_TOKEN,),
+        text_bytes: int | None = None,
     ) -> BPETokenizer:
         """Learn merges on ``text`` (a string, or an iterable of strings read once) up to ``vocab_size`` tokens (at
         least len(special_tokens) + 256: the special tokens, then the 256 bytes; fewer when the text offers fewer
         merges). ``special_tokens`` take ids 0, 1, ...
         in order (the first must be ``<pad>``) and are never produced by splitting text; translation adds
         ``<bos>``, ``<eos>`` and ``<unk>``. ``seed`` keeps the signature uniform with other fitted objects: the
-        Hugging Face BPE trainer is deterministic, so the merges depend on ``text`` and ``vocab_size`` only."""
+        Hugging Face BPE trainer is deterministic, so the merges depend on ``text`` and ``vocab_size`` only.
+        ``text_bytes``: at most this many UTF-8 bytes of text are fed (counted here for a string). Each merge
+        shortens the text by a token, so there are fewer merges than bytes: a larger ``vocab_size`` is cut to that
+        bound, which changes no merge (the trainer reserves memory for ``vocab_size`` entries up front, and aborted
+        the process for a ``vocab_size`` of billions)."""
         special_tokens = tuple(special_tokens)
         if not special_tokens or special_tokens[0] != PAD_TOKEN or len(set(special_tokens)) != len(special_tokens):
             raise ValueError(f"special_tokens must start with {PAD_TOKEN!r} and not repeat, got {special_tokens!r}")
@@ -145,6 +150,10 @@ class BPETokenizer:
                 f"BPE vocab_size must be an int >= {smallest} ({len(special_tokens)} special tokens + 256 bytes), "
                 f"got {vocab_size!r}"
             )
+        if isinstance(text, str):
+            text_bytes = len(text.encode("utf-8"))
+        if text_bytes is not None:
+            vocab_size = min(vocab_size, smallest + text_bytes)
         hf = _import_tokenizers()
         tokenizer = hf.Tokenizer(hf.models.BPE())
         tokenizer.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
