@@ -111,6 +111,19 @@ def test_bpe_vocab_size_beyond_what_the_text_can_merge_fits_as_a_saturating_one(
     assert json.loads(from_file) == sane.tokenizer.record()
 
 
+def test_a_bpe_vocabulary_smaller_than_asked_is_said_on_every_build(tmp_path, prose, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(prose, encoding="utf-8")
+    for _ in range(2):  # fitted, then read back from the cached plan
+        bundle = load_text_lm(corpus, tokenizer="bpe", vocab_size=50_000, seq_len=8, cache_dir=tmp_path / "cache")
+        size = len(bundle.tokenizer.hf_backend().get_vocab())
+        assert size == bundle.tokenizer.vocab_size == bundle.info["vocab_size"] < 50_000
+        assert f"data.vocab_size=50000: the train part of {corpus} offers no more merges, so the BPE vocabulary has " \
+               f"{size} tokens" in capsys.readouterr().err
+    load_text_lm(corpus, tokenizer="bpe", vocab_size=size, seq_len=8, cache_dir=tmp_path / "cache")
+    assert "vocab_size" not in capsys.readouterr().err
+
+
 def test_load_tokenizer_rejects_unknown_kind(tmp_path):
     (tmp_path / "tokenizer.json").write_text('{"kind": "wordpiece"}')
     with pytest.raises(ValueError, match="wordpiece"):

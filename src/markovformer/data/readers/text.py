@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +107,9 @@ def load_text_lm(
                 sample = (piece for segment in train_segments for piece in _sampled(
                     segment, max(fit_bytes * (segment.stop - segment.start) // train_bytes, 1024)))
                 fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special, text_bytes=train_bytes)
+        if not saved and vocab_size is not None and fitted.vocab_size < vocab_size:
+            print(f"data.vocab_size={vocab_size}: the train part of {path} offers no more merges, so the BPE "
+                  f"vocabulary has {fitted.vocab_size} tokens (the model's vocab_size)", file=sys.stderr, flush=True)
         if plan is None or (not saved and not plan.get("tokenizer")):
             record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
                       "tokenizer": None if saved else fitted.record()}  # fmt: skip
