@@ -152,3 +152,22 @@ def test_a_cut_that_falls_on_a_record_start_stays_there(tmp_path):
     assert [bundle.splits[name] for name in ("train", "val", "test")] == [[[0, 0], [0, 50]], [[0, 50], [0, 80]],
                                                                           [[0, 80], [0, 100]]]  # fmt: skip
     assert (bundle.train.stop, bundle.val.stop) == (5 * 9, 8 * 9)  # 8 characters and the end token per record
+
+
+@pytest.mark.parametrize("documents, separator", [("blank_line", "blank line"), ("jsonl", "newline")])
+def test_a_part_that_no_record_starts_in_names_the_missing_separator(tmp_path, documents, separator):
+    """Records start only after a separator: when none follows the byte where the fractions start a part (a file
+    with no blank line at all, or one JSONL line), that part holds no document, and the error says why, not that
+    the file is too short for seq_len."""
+    path = tmp_path / f"corpus.{documents}"
+    if documents == "jsonl":
+        path.write_text(json.dumps({"text": "one record " * 200}), encoding="utf-8")  # no newline at all
+    else:
+        path.write_text("\n\n".join(_TEXTS) + "\n" + "a line\n" * 200, encoding="utf-8")  # the last record: 90 %
+    offset = round(path.stat().st_size * 0.8)
+    assert record_boundary(path, offset, documents) == path.stat().st_size  # no record starts past the train part
+    with pytest.raises(ValueError, match=rf"data.documents='{documents}' puts no record in the val part: no "
+                                         rf"{separator} follows byte {offset} of {re.escape(str(path))}") as raised:
+        load_text_lm(path, tokenizer="char", seq_len=4, fractions=(0.8, 0.1, 0.1), cache_dir=tmp_path / "cache",
+                     documents=documents)  # fmt: skip
+    assert "\n" not in str(raised.value)

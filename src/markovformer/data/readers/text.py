@@ -191,11 +191,12 @@ def _split_records(path: Path, files: list[Path], sizes: list[int], fractions, d
                    text_column: str) -> tuple[list[list[Segment]], dict]:  # fmt: skip
     """Records split in order: each cut at the fraction of the files' total bytes, moved to the next record start of
     the file it falls in. A cut is (file index, byte offset)."""
-    total, cuts = sum(sizes), [(0, 0)]
+    total, cuts, targets = sum(sizes), [(0, 0)], [(0, 0)]
     for share in np.cumsum(fractions)[:-1]:
         target, index = int(round(total * float(share))), 0
         while index < len(files) - 1 and target >= sizes[index]:
             target, index = target - sizes[index], index + 1
+        targets.append((index, min(target, sizes[index])))
         cuts.append(max(cuts[-1], (index, record_boundary(files[index], min(target, sizes[index]), documents))))
     cuts.append((len(files) - 1, sizes[-1]))
     parts = []
@@ -206,6 +207,12 @@ def _split_records(path: Path, files: list[Path], sizes: list[int], fractions, d
             if stop > start:
                 part.append(Segment(str(files[index]), start, stop, documents=documents, text_column=text_column))
         parts.append(part)
+    for name, part, fraction, (index, target) in zip(_SPLIT_NAMES, parts, fractions, targets, strict=True):
+        if fraction > 0 and not part:  # every record starts before the part's share: the separator is missing
+            separator = "newline" if documents == "jsonl" else "blank line"
+            raise ValueError(f"{path}: data.documents={documents!r} puts no record in the {name} part: no {separator} "
+                             f"follows byte {target} of {files[index]}, where fractions {tuple(fractions)} start it "
+                             f"(records are separated by a {separator}; without one a file is a single record)")
     record = {"kind": "records", "documents": documents, "path": str(path), "files": [str(file) for file in files],
               **{name: [list(cuts[i]), list(cuts[i + 1])] for i, name in enumerate(_SPLIT_NAMES)}}  # fmt: skip
     return parts, record
