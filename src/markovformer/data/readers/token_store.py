@@ -276,7 +276,7 @@ def _write_records(out, segment: Segment, encode_batch, dtype, vocab_size, end_o
     ``CHUNK_BYTES`` of records at a time; their start offsets go to ``documents``. Returns the new token count."""
     if end_of_document is None:
         raise ValueError("records are documents: the tokenizer needs an end-of-document token")
-    path, batch, size = Path(segment.path), [], 0
+    path, batch, size, shown = Path(segment.path), [], 0, 0
     records = record_texts(path, segment.start, segment.stop, segment.documents, segment.text_column)
     for text in itertools.chain(records, [None]):  # None: encode what is left
         if text is not None:
@@ -298,7 +298,10 @@ def _write_records(out, segment: Segment, encode_batch, dtype, vocab_size, end_o
             count += int(lengths.sum())
             if progress is not None:
                 progress.update(size)
+                shown += size
             batch, size = [], 0
+    if progress is not None:  # the bar counts bytes: separators, JSON syntax and multi-byte characters too
+        progress.update(max(segment.stop - segment.start - shown, 0))
     return count
 
 
