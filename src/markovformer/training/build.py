@@ -22,6 +22,9 @@ from markovformer.training.trainer_config import ConfigError
 # The data options that name the files a source reads (a file; a directory or a glob where the source takes one; or
 # a list of them): whatever the source, a run records their contents (data.json) and checks them on resume and eval.
 FILE_OPTIONS = ("path", "labels", "reference", "target_path", "data_files")
+# The precisions under which Lightning trains every weight in another dtype than float32 (its precision plugin casts
+# the module): a run's checkpoints and model/ hold that dtype, so its model is built in it.
+TRUE_PRECISION_DTYPES = {"64-true": torch.float64, "bf16-true": torch.bfloat16}
 
 
 def build_data(config: RunConfig, run_dir: str | Path | None = None) -> DataBundle:
@@ -85,7 +88,8 @@ def build_run_task(config: RunConfig, bundle: DataBundle) -> Task:
 
 
 def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
-    """The task's head, with input and label sizes taken from the data (a conflicting explicit value is an error)."""
+    """The task's head, with input and label sizes taken from the data (a conflicting explicit value is an error), in
+    the dtype its run trains its weights in (``TRUE_PRECISION_DTYPES``)."""
     head = head_class(config.model_type, config.task)
     config_class = MODEL_FAMILIES[config.model_type].config_class
     try:
@@ -113,4 +117,5 @@ def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
         if not hasattr(getattr(model, "model", None), "gradient_checkpointing"):
             raise ConfigError(f"trainer.activation_checkpointing: model_type={config.model_type!r} does not support it")
         model.model.gradient_checkpointing = True
-    return model
+    dtype = TRUE_PRECISION_DTYPES.get(config.trainer.precision)
+    return model if dtype is None else model.to(dtype)
