@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from markovformer.cli.main import main
-from markovformer.training.environment import check_accelerator, check_nodes
+from markovformer.training.environment import check_accelerator, check_nodes, check_precision
 
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 
@@ -39,6 +39,25 @@ def test_train_refuses_before_writing_anything(tmp_path, capsys):
     error = capsys.readouterr().err.strip().splitlines()
     fix = "TORCH_INDEX" if torch.version.cuda is None else "sees no GPU"  # a CPU build's fix, or a CUDA build's
     assert len(error) == 1 and fix in error[0] and "trainer.accelerator=cpu" in error[0]
+    assert not run_dir.exists()
+
+
+@cpu_only
+def test_16_mixed_on_the_cpu_is_refused_in_one_line_before_writing_anything(tmp_path, capsys):
+    """Lightning has no float16 autocast on the CPU: it trained bf16-mixed instead, saying so only in a warning,
+    while config.yaml recorded 16-mixed (and the divergence guard skipped its gradient check, meant for fp16)."""
+    for accelerator in ("cpu", "auto"):
+        with pytest.raises(ValueError) as refused:
+            check_precision("16-mixed", accelerator)
+        message = str(refused.value)
+        assert "\n" not in message and "trainer.precision='16-mixed'" in message and "bf16-mixed" in message
+    for precision in ("32-true", "64-true", "bf16-mixed", "bf16-true"):
+        check_precision(precision, "cpu")
+    check_precision("16-mixed", "gpu")  # check_accelerator refuses a GPU this machine lacks
+    run_dir = tmp_path / "run"
+    assert main(["train", "trainer.precision=16-mixed", f"output_dir={run_dir}", "trainer.max_steps=2"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "trainer.precision='16-mixed' needs a GPU" in error[0]
     assert not run_dir.exists()
 
 

@@ -38,6 +38,22 @@ def check_accelerator(accelerator: str) -> None:
                          "backend; train with trainer.accelerator=cpu")  # fmt: skip
 
 
+def check_precision(precision: str, accelerator: str) -> None:
+    """Refuse ``trainer.precision=16-mixed`` on a run that trains on the CPU (``cpu``, or ``auto`` without a GPU),
+    before any work: Lightning has no float16 autocast there and trains bf16-mixed instead, saying so in a warning
+    only, while the run's config.yaml would record 16-mixed. Checked for new runs (older ones resume as they
+    trained)."""
+    import torch
+
+    name = accelerator.lower()
+    gpu = name in GPU_ACCELERATORS or name == "mps" or (
+        name == "auto" and (torch.cuda.is_available() or torch.backends.mps.is_available()))  # fmt: skip
+    if precision == "16-mixed" and not gpu:
+        raise ValueError(f"trainer.precision='16-mixed' needs a GPU: on the CPU (trainer.accelerator={accelerator!r}) "
+                         "there is no float16 autocast; use trainer.precision=bf16-mixed (what Lightning would "
+                         "silently train instead) or 32-true")  # fmt: skip
+
+
 def _env_int(name: str) -> int | None:
     try:
         return int(os.environ[name])

@@ -20,7 +20,7 @@ from markovformer.data.bundle import DataBundle
 from markovformer.training.build import build_data, build_model, build_run_task
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
 from markovformer.training.divergence import DivergenceGuard
-from markovformer.training.environment import check_accelerator, check_nodes
+from markovformer.training.environment import check_accelerator, check_nodes, check_precision
 from markovformer.training.evaluation import evaluate, first_batch_metrics, scoring_loader
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
 from markovformer.training.init_from import initialise_from, tokenizer_source
@@ -136,6 +136,7 @@ def training_threads(tc: TrainerConfig) -> int:
 def train(config: RunConfig) -> dict:
     """Train a new run into ``config.output_dir``, holding the run directory's lock while it runs."""
     check_accelerator(config.trainer.accelerator)  # before anything is written
+    check_precision(config.trainer.precision, config.trainer.accelerator)
     check_warmup(config.trainer)
     check_logger(config.trainer.logger)
     check_nodes(config.trainer.num_nodes)
