@@ -154,3 +154,15 @@ def test_an_unsupported_strategy_is_refused_before_the_run_directory_is_written(
     one_line_refusal(capsys, ["train", f"output_dir={run_dir}", "trainer.strategy=ddp_spawn", "trainer.devices=2",
                               "trainer.max_steps=2"], "trainer.strategy='ddp_spawn'")  # fmt: skip
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("accelerator", ["tpu", "hpu", "CPU", "foo"])
+def test_an_accelerator_this_trainer_does_not_take_is_refused_naming_the_key(tmp_path, capsys, accelerator):
+    """Lightning's refusal named no key and offered tpu, which then failed as a missing "dependency of markovformer's
+    command line" (torch_xla); the trainer takes cpu, gpu, cuda, mps and auto."""
+    run_dir = tmp_path / "run"
+    argv = ["train", f"output_dir={run_dir}", f"trainer.accelerator={accelerator}", "trainer.max_steps=2"]
+    one_line_refusal(capsys, argv, f"trainer.accelerator={accelerator!r} must be one of")
+    assert not run_dir.exists()
+    assert {TrainerConfig(accelerator=name).accelerator for name in ("cpu", "gpu", "cuda", "mps", "auto")} == {
+        "cpu", "gpu", "cuda", "mps", "auto"}  # fmt: skip

@@ -9,6 +9,7 @@ import reprlib
 import signal
 from typing import Any
 
+ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")  # auto: Lightning's choice, a GPU when one is visible
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
 # Lightning strategies shown to train, checkpoint (safetensors) and resume with this trainer; the others fail later:
 # ddp_spawn cannot pickle the data loaders, deepspeed and fsdp write their own checkpoint formats.
@@ -125,6 +126,8 @@ class TrainerConfig:
             raise ConfigError(f"trainer.strategy='single_device' runs one process, so trainer.devices={self.devices} "
                               f"and trainer.num_nodes={self.num_nodes} would not all be used; use trainer.strategy=ddp "
                               f"for several devices, or trainer.devices=1")  # fmt: skip
+        if self.accelerator not in ACCELERATORS:  # Lightning's own refusal named no key and offered tpu, which fails
+            raise ConfigError(f"trainer.accelerator={shown(self.accelerator)} must be one of {ACCELERATORS}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"trainer.precision={shown(self.precision)} must be one of {PRECISIONS}")
         if self.warmup_steps is None:
