@@ -60,7 +60,9 @@ def quiet_frameworks() -> None:
     for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
     for message in (".*LeafSpec.*is deprecated", ".*does not have many workers.*", ".*Checkpoint directory.*exists",
-                    ".*GPU available but not used.*", ".*TensorBoard.*", ".*tensorboardX.*"):  # fmt: skip
+                    ".*GPU available but not used.*", ".*TensorBoard.*", ".*tensorboardX.*",
+                    # under DDP: the validation metrics sync their sums across processes themselves (torchmetrics)
+                    ".*sync_dist=True.*when logging on epoch level in distributed setting.*"):  # fmt: skip
         warnings.filterwarnings("ignore", message=message)
 
 
