@@ -97,6 +97,18 @@ def test_metrics_csv_counts_steps_as_the_console_does(tmp_path, capsys, max_step
     assert "step/s" not in printed and "\r" not in printed  # not a terminal: lines only, no progress bar
 
 
+def test_metrics_csv_claims_no_epoch_count_that_stays_0_over_passes_over_the_data(tmp_path):
+    """16 training sequences in batches of 8 for 6 steps are 3 passes over the data; Lightning's epoch column read
+    0.0 in every row (the training stream is one endless Lightning epoch), so the log carries none."""
+    values = copy.deepcopy(TINY_RUN)
+    values["data"]["train_sequences"] = 16
+    values["trainer"].update(max_steps=6, warmup_steps=1, log_every=1, eval_every=3, checkpoint_every=3, logger="csv")
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    columns = (tmp_path / "run" / "logs" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "step" in columns and "train/loss" in columns and "epoch" not in columns
+
+
 def test_on_a_terminal_a_step_bar_with_its_rate_and_time_left_runs_between_whole_log_lines(tmp_path, capsys,
                                                                                          monkeypatch):  # fmt: skip
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)

@@ -85,11 +85,12 @@ class AppendingCSVLogger(Logger):
 
     def labelled(self, metrics: dict[str, float], step: int | None) -> tuple[dict[str, float], int | None]:
         """What Lightning's ``log_metrics(metrics, step)`` logs and the step it is labelled with: the steps done (see
-        the class). The validation after fit leaves out Lightning's epoch count: one more after a fit that trained
-        than after one resumed at its last step, for the same row."""
+        the class). Lightning's epoch count is left out: a run's training stream is one endless Lightning epoch, so
+        it read 0 after any number of passes over the data."""
+        metrics = {key: value for key, value in metrics.items() if key != "epoch"}
         if self.after_fit_step is None:
             return metrics, None if step is None else step + 1
-        return {key: value for key, value in metrics.items() if key != "epoch"}, self.after_fit_step
+        return metrics, self.after_fit_step
 
     @rank_zero_only
     def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
