@@ -159,3 +159,31 @@ def test_renormalised_stacked_frames_keep_the_last_inputs_padding_at_zero():
     expected = ((raw - torch.tensor([0.0, 1.0])) / torch.tensor([1.0, 2.0])).reshape(2, 6).float()
     expected[1, 2:] = 0  # the padding frames of the last input
     torch.testing.assert_close(example["input_features"], expected)
+
+
+def test_eval_batch_size_changes_the_batches_not_the_metrics(tmp_path, capsys, monkeypatch):
+    """A finished run cannot be resumed to change trainer.eval_batch_size, so eval takes --batch-size: 37 validation
+    sequences in batches of 5 (a short last one) or of 64 give the hand-computed loss of the split."""
+    import markovformer.training.evaluation as evaluation
+    from markovformer.cli.main import main
+
+    values = copy.deepcopy(TINY_RUN)
+    values["data"]["val_sequences"] = 37
+    values["trainer"].update(max_steps=4, warmup_steps=1, eval_every=4, checkpoint_every=4, log_every=4)
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    config, model, run_dir = load_run(tmp_path / "run")
+    model.eval()
+    expected = hand_loss(model, build_data(config, run_dir).val)
+    capsys.readouterr()  # the training's lines
+
+    sizes = []
+    loader = evaluation.scoring_loader
+    monkeypatch.setattr(evaluation, "scoring_loader", lambda *args: sizes.append(args[2].eval_batch_size) or
+                        loader(*args))  # fmt: skip
+    for batch_size in (5, 64):
+        assert main(["eval", str(tmp_path / "run"), "--batch-size", str(batch_size), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["metrics"]["loss"] == pytest.approx(expected, rel=1e-6)
+    assert sizes == [5, 64]
+    assert main(["eval", str(tmp_path / "run"), "--batch-size", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "markovformer: error: --batch-size 0 must be >= 1"

@@ -153,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
     evaluate.add_argument("--beam-size", type=int, default=1, help="translation: beam search width for BLEU "
                           "(default: 1, greedy)")  # fmt: skip
+    evaluate.add_argument("--batch-size", type=int, help="examples scored per batch (default: the run's "
+                          "trainer.eval_batch_size); the metrics do not depend on it")  # fmt: skip
     evaluate.add_argument("--translations", metavar="FILE", help="translation: write each scored source, reference "
                           "and translation to FILE (tab-separated, a header line; BLEU on its columns is eval's)")
 
@@ -268,7 +270,10 @@ def run_eval(args: argparse.Namespace) -> None:
         data[".".join(path)] = value
     if not 1 <= args.beam_size <= MAX_BEAMS:
         raise ValueError(f"--beam-size {args.beam_size} must lie in [1, {MAX_BEAMS}]")
-    results = evaluate(args.target, args.split, data, beam_size=args.beam_size, translations=args.translations)
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ValueError(f"--batch-size {args.batch_size} must be >= 1")
+    results = evaluate(args.target, args.split, data, beam_size=args.beam_size, translations=args.translations,
+                       batch_size=args.batch_size)  # fmt: skip
     if args.json:
         print(json.dumps(finite_or_null(results), indent=2, allow_nan=False))  # NaN is not JSON
         return
@@ -477,8 +482,8 @@ def error_line(error: BaseException) -> str:
     if len(first) > MAX_ERROR_LINE:  # a message quoting a huge input: the start names the problem
         first = first[:MAX_ERROR_LINE] + " ..."
     if isinstance(error, MemoryError) or is_out_of_memory(error):
-        return (f"out of memory ({first[:200]}); lower trainer.batch_size, trainer.eval_batch_size or the model's "
-                f"size (model.d_model, model.n_layers)")  # fmt: skip
+        return (f"out of memory ({first[:200]}); lower trainer.batch_size, trainer.eval_batch_size (eval: "
+                f"--batch-size) or the model's size (model.d_model, model.n_layers)")  # fmt: skip
     if isinstance(error, OSError) and error.errno is not None:
         where = error.filename or "a file"
         if error.errno == errno.ENOSPC:

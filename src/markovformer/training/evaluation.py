@@ -139,10 +139,11 @@ def scored_split(bundle, split: str, run_dir: Path):
 
 
 def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1,
-             translations: str | Path | None = None) -> dict:  # fmt: skip
+             translations: str | Path | None = None, batch_size: int | None = None) -> dict:  # fmt: skip
     """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options of
     its own data source: ``check_same_source``; ``all``: every split), scored as validation scores it, the features
-    normalised as the run's (``scored_split``). Translation runs are decoded with beam search of ``beam_size`` (1 =
+    normalised as the run's (``scored_split``), ``batch_size`` examples a batch (None: the run's
+    ``trainer.eval_batch_size``). Translation runs are decoded with beam search of ``beam_size`` (1 =
     greedy) for BLEU, and ``translations`` names a file for the scored translations (``TranslationMetrics.table``);
     VMT runs walk the split's documents."""
     if split not in SPLITS:
@@ -169,7 +170,8 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
                           f"nothing to evaluate; choose another --split or give the data a {split} part")  # fmt: skip
     metrics = task.new_metrics()
     model.eval()
-    loader = scoring_loader(examples, bundle.collate, config.trainer)
+    trainer = config.trainer if batch_size is None else dataclasses.replace(config.trainer, eval_batch_size=batch_size)
+    loader = scoring_loader(examples, bundle.collate, trainer)
     task.start_scoring()
     with torch.no_grad():
         for batch in loader:
