@@ -286,6 +286,33 @@ def test_a_terminated_run_exits_in_one_line_naming_its_checkpoint_and_resumes(tm
     assert resumed.returncode == 0 and json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 200
 
 
+def test_a_terminated_multi_process_run_prints_its_line_from_the_writer_alone(tmp_path, monkeypatch, capsys):
+    """SIGTERM to a DDP run (Lightning forwards it to the other processes) stopped every process with the same
+    line, so the terminal read it once per process; the processes that do not write the run now exit 143 without
+    it. Here one process plays each part: the writer, then another process of the run (is_run_writer False)."""
+    import lightning.pytorch as L
+    from conftest import TINY_RUN
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from markovformer.cli.main import main
+    from markovformer.training import runner
+
+    class Terminated(L.Callback):
+        def on_train_batch_end(self, *args):
+            raise SIGTERMException  # what Lightning raises in each process after a SIGTERM
+
+    build = runner.lightning_trainer
+    monkeypatch.setattr(runner, "lightning_trainer", lambda tc, run_dir, log, callbacks: build(
+        tc, run_dir, log, [*callbacks, Terminated()]))  # fmt: skip
+    config = config_file(tmp_path, TINY_RUN)
+    assert main(["train", str(config), f"output_dir={tmp_path / 'writer'}"]) == 143
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "terminated (SIGTERM) at step 1 of" in lines[0]
+    monkeypatch.setattr(runner, "is_run_writer", lambda tc: False)
+    assert main(["train", str(config), f"output_dir={tmp_path / 'other'}"]) == 143
+    assert capsys.readouterr().err.strip() == ""
+
+
 def test_an_exit_inside_fit_that_no_signal_caused_is_not_reported_as_a_ctrl_c(tmp_path, monkeypatch):
     """Lightning marks a run interrupted for any exception in fit: a callback's sys.exit(3) was reported as
     "interrupted (SIGINT, Ctrl-C)" with status 130. It leaves as it came."""

@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         if args.debug:
             traceback.print_exc()
-        else:
+        elif getattr(error, "shown", True):  # a stopped run's other processes: its writer prints the line
             print(f"markovformer: error: {error_message(error)}", file=sys.stderr)
         return status
 

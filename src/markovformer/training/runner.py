@@ -295,7 +295,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
         how = "terminated (SIGTERM)" if terminated else "interrupted (SIGINT, Ctrl-C)"
         raise RunTerminated(f"the run was {how} at step {trainer.global_step} of {tc.max_steps}: {last}; continue "
                             f"with markovformer train --resume {run_dir}", signal.SIGTERM if terminated else
-                            signal.SIGINT) from None  # fmt: skip
+                            signal.SIGINT, shown=writer) from None  # fmt: skip
     metrics = validation.metrics_at(trainer.global_step)
     if not writer:
         return metrics

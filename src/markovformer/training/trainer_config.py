@@ -34,11 +34,12 @@ class TrainingDiverged(RuntimeError):
 class RunTerminated(RuntimeError):
     """The run (or ``data prepare``) received SIGTERM (a scheduler's stop, ``kill``) or SIGINT (Ctrl-C) and stopped;
     the message, the one line the command prints, says what was kept and how to continue; the command exits 128 +
-    the signal's number, as a shell reports a process the signal ended."""
+    the signal's number, as a shell reports a process the signal ended. ``shown`` is False in the other processes of
+    a multi-process run, which stop with the same line: the run's writer alone prints it."""
 
-    def __init__(self, message: str, signal_number: int = signal.SIGTERM) -> None:
+    def __init__(self, message: str, signal_number: int = signal.SIGTERM, shown: bool = True) -> None:
         super().__init__(message)
-        self.exit_status = 128 + int(signal_number)
+        self.exit_status, self.shown = 128 + int(signal_number), shown
 
 
 _SHOWN = reprlib.Repr()
