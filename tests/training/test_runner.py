@@ -1,5 +1,6 @@
 """The engine end to end: kill and resume, DDP, eval reproducing training's numbers, and run-directory contents."""
 
+import contextlib
 import csv
 import json
 import os
@@ -110,6 +111,37 @@ def test_two_process_ddp_matches_the_single_process_run(tiny_config, tmp_path, c
     assert "sync_dist" not in two.stderr + two.stdout
     # Same data and same averaged gradients; only the order of floating-point reductions differs.
     assert final_val(ddp)["loss"] == pytest.approx(final_val(single)["loss"], rel=1e-4)
+
+
+def test_a_sigterm_to_one_process_of_a_ddp_run_stops_every_process_after_the_same_step(tiny_config, tmp_path):
+    """Lightning's handler broadcast inside the signal handler and stopped each process on its own flag: a SIGTERM
+    that reached process 1 alone (or the processes a step apart) paired two different collectives, so the run hung
+    for ever or failed with "Connection reset by peer", exit status 1, its last steps unsaved. Every process now
+    stops after the same step, with the run's one line and 143."""
+    run_dir = tmp_path / "ddp"
+    command = [sys.executable, "-m", "markovformer", "train", str(tiny_config), f"output_dir={run_dir}",
+               "trainer.max_steps=100000", "trainer.devices=2", "trainer.strategy=ddp", "trainer.checkpoint_every=25"]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    children: list[str] = []
+    try:
+        for line in process.stdout:  # process 0's progress lines: both processes are training
+            if line.startswith("step "):
+                break
+        children = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()
+        assert len(children) == 1, children  # process 1, started by Lightning's launcher
+        time.sleep(1.0)
+        os.kill(int(children[0]), signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:  # hung: no process may outlive the test
+            for child in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(child), signal.SIGKILL)
+            process.kill()
+            process.communicate()
+    assert process.returncode == 143, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("markovformer:")]
+    assert len(lines) == 1 and "terminated (SIGTERM)" in lines[0] and "Traceback" not in err, err[-3000:]
 
 
 def test_inspect_writes_every_figure_and_links_them(tiny_config, tmp_path, main_cli):

@@ -53,6 +53,7 @@ from markovformer.training.step_checkpoints import (
     step_checkpoints,
 )
 from markovformer.training.tasks import Task
+from markovformer.training.termination import StopTogether
 from markovformer.training.trainer_config import (
     LOGGERS,
     MAX_DEFAULT_THREADS,
@@ -329,6 +330,7 @@ def lightning_trainer(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger,
         callbacks=[
             StepCheckpoints(run_dir / "checkpoints", tc.checkpoint_every, tc.eval_every, tc.keep_checkpoints),
             StepLearningRateMonitor(),
+            StopTogether(),
             *([ResumableEarlyStopping(**tc.early_stopping, check_finite=False)] if tc.early_stopping else []),
             *callbacks,
         ],
