@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import re
 
 import pytest
 import torch
@@ -187,3 +189,51 @@ def test_eval_batch_size_changes_the_batches_not_the_metrics(tmp_path, capsys, m
     assert sizes == [5, 64]
     assert main(["eval", str(tmp_path / "run"), "--batch-size", "0"]) == 2
     assert capsys.readouterr().err.strip() == "markovformer: error: --batch-size 0 must be >= 1"
+
+
+def test_the_bayes_loss_is_that_of_the_split_scored():
+    reference = {"chance_accuracy": 0.5, "bayes_val_loss": 0.52, "bayes_test_loss": 0.49}
+    assert reference_results(reference, "test")["bayes_loss"] == 0.49
+    assert reference_results(reference, "val")["bayes_loss"] == 0.52
+    assert "bayes_loss" not in reference_results(reference, "train")  # not recorded for it
+
+
+def naive_add_beta_loss(sequences: torch.Tensor, order: int, num_symbols: int, beta: float) -> float:
+    """The add-β estimator's mean log-loss, by counting each context's earlier transitions one position at a time."""
+    total, count = 0.0, 0
+    for row in sequences.tolist():
+        counts: dict[tuple[int, ...], list[float]] = {}
+        for t in range(order, len(row)):
+            seen = counts.setdefault(tuple(row[t - order : t]), [0.0] * num_symbols)
+            total -= math.log((seen[row[t]] + beta) / (sum(seen) + num_symbols * beta))
+            seen[row[t]] += 1
+            count += 1
+    return total / count
+
+
+def test_train_and_eval_of_an_in_context_chain_run_show_the_bayes_loss(tmp_path, capsys):
+    """The icl_markov source records the Bayes (add-β) loss of its validation and test sequences; the run's final
+    report and ``eval`` set the model's loss beside it, as they set a fixed chain's beside its entropy rate."""
+    from markovformer.cli.main import main
+
+    values = copy.deepcopy(TINY_RUN)
+    values["data"] = {"source": "icl_markov", "order": 2, "num_symbols": 3, "beta": 0.5, "seq_len": 24,
+                      "train_examples": 64, "val_examples": 16, "test_examples": 8}  # fmt: skip
+    values["trainer"].update(max_steps=2, warmup_steps=1, eval_every=2, checkpoint_every=2, log_every=2)
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    trained = capsys.readouterr().out
+    config, _, run_dir = load_run(tmp_path / "run")
+    bundle = build_data(config, run_dir)
+    for split in ("val", "test"):
+        sequences = torch.stack([example["input_ids"] for example in getattr(bundle, split)])
+        bayes = naive_add_beta_loss(sequences, 2, 3, 0.5)
+        assert main(["eval", str(run_dir), "--split", split]) == 0
+        out = capsys.readouterr().out
+        loss = float(re.search(r"loss (\d+\.\d+)", out).group(1))
+        shown = re.search(r"^  vs the Bayes predictor \(add-β\) (\d\.\d{4}): ([+-]\d\.\d{4}) nats$", out, re.M)
+        assert shown, out
+        assert float(shown.group(1)) == pytest.approx(bayes, abs=5e-5)
+        assert float(shown.group(2)) == pytest.approx(loss - bayes, abs=2e-4)
+        if split == "val":
+            assert f"vs the Bayes predictor (add-β) {bayes:.4f}: " in trained

@@ -291,6 +291,10 @@ def run_eval(args: argparse.Namespace) -> None:
         gap = entropy_rate_gap(results["metrics"]["loss"], results["entropy_rate"], results["continuous_source"])
         truth = f"; the true chain scores {results['true_chain_loss']:.4f}" if "true_chain_loss" in results else ""
         print(f"  vs entropy rate {results['entropy_rate']:.4f}: {gap}{truth}")
+    if "bayes_loss" in results and "loss" in results["metrics"]:
+        from markovformer.training.run_report import bayes_gap  # deferred: see above EXIT_BAD_INPUT
+
+        print(f"  {bayes_gap(results['metrics']['loss'], results['bayes_loss'])}")
 
 
 def finite_or_null(value):

@@ -54,7 +54,8 @@ def first_batch_metrics(task, model: torch.nn.Module, bundle, examples: int = 2)
 
 def reference_results(reference: dict, split: str) -> dict:
     """The data's own scores of the split: a state-space source's exact log-likelihood per token; a Markov-chain
-    source's entropy rate (the floor of the loss) and the true chain's loss."""
+    source's entropy rate (the floor of the loss) and the true chain's loss; an in-context chain source's Bayes
+    predictor's loss (the lowest expected loss over its random chains)."""
     results = {}
     exact = document_log_likelihood(reference, split)
     if exact is not None:
@@ -64,6 +65,8 @@ def reference_results(reference: dict, split: str) -> dict:
         results["continuous_source"] = continuous_source(reference)  # a differential rate: no percentage of it
         if f"oracle_{split}_loss" in reference:
             results["true_chain_loss"] = reference[f"oracle_{split}_loss"]
+    if f"bayes_{split}_loss" in reference:
+        results["bayes_loss"] = reference[f"bayes_{split}_loss"]
     return results
 
 

@@ -1,5 +1,5 @@
 """What a run prints: the data, the model, the final metrics against the data's references (entropy rate, true
-chain, exact log-likelihood) and the Markov layers' transition strengths and mean gates per lag."""
+chain, Bayes predictor, exact log-likelihood) and the Markov layers' transition strengths and mean gates per lag."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
         print(f"  vs entropy rate {reference['entropy_rate']:.4f}: "
               f"{entropy_rate_gap(results['val']['loss'], reference['entropy_rate'])}; the true chain scores "
               f"{reference['oracle_val_loss']:.4f} on the same validation sequences")  # fmt: skip
+    if "bayes_val_loss" in reference and "loss" in results["val"]:
+        print(f"  {bayes_gap(results['val']['loss'], reference['bayes_val_loss'])} on the same validation sequences")
     exact = document_log_likelihood(reference, "val")
     if exact is not None and "elbo" in results["val"]:
         bounds = [f"ELBO {results['val']['elbo'] - exact:+.4f}"]
@@ -102,6 +104,13 @@ def continuous_source(reference: dict) -> bool:
     """Whether the data's reference values are a continuous source's (a state-space source's, per step: its
     entropy rate is differential, of any sign and scale) rather than a discrete one's (entropies of symbols)."""
     return any(key.endswith("_per_step") for key in reference)
+
+
+def bayes_gap(loss: float, bayes_loss: float) -> str:
+    """The line that sets ``loss`` beside the Bayes predictor's of an in-context chain source (``icl_markov``): the
+    add-β estimator, the posterior predictive under the chains' Dirichlet(β) prior, whose loss no model beats on
+    average over the random chains."""
+    return f"vs the Bayes predictor (add-β) {bayes_loss:.4f}: {loss - bayes_loss:+.4f} nats"
 
 
 def entropy_rate_gap(loss: float, entropy_rate: float, continuous: bool = False) -> str:
