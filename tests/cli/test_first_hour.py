@@ -171,3 +171,27 @@ def test_data_show_prints_each_default_as_yaml_that_reads_back_as_the_default(ca
     for field in dataclasses.fields(source):
         value = instance.__dict__[field.name]
         assert yaml.safe_load(shown[field.name]) == (list(value) if isinstance(value, tuple) else value), field.name
+
+
+@pytest.mark.parametrize("source", ["markov_chain", "hidden_order"])
+def test_data_show_names_the_chain_kinds_each_option_changes(source):
+    """An option a chain kind ignores (a switching chain is binary whatever ``num_symbols`` says) is marked
+    ``(kind=... only)`` with exactly the kinds whose chain it changes; an option every kind reads has no mark."""
+    import torch
+
+    from markovformer.data.synthetic.markov_sources import CHAIN_KINDS
+
+    changed = {"num_symbols": 3, "lags": (1, 2), "strength": 2.0, "order": 2, "beta": 0.5, "p": 0.4, "q": 0.5}
+
+    def table(**options):
+        chain = DATA_SOURCES[source](**options).chain()
+        return chain.transition, chain.true_lags
+
+    for option, value in changed.items():
+        readers = set()
+        for kind in CHAIN_KINDS:
+            (before, lags_before), (after, lags_after) = table(kind=kind), table(kind=kind, **{option: value})
+            if before.shape != after.shape or not torch.equal(before, after) or lags_before != lags_after:
+                readers.add(kind)
+        marked = re.search(r"\(kind=([a-z ]+?) only\)", option_help(source, option))
+        assert (set(marked.group(1).split(" or ")) if marked else set(CHAIN_KINDS)) == readers, (option, readers)

@@ -9,7 +9,7 @@ _CHAIN_ONLY = "(kind={kind} only)"
 OPTION_HELP: dict[str, str] = {
     # Markov-chain sources
     "kind": "the chain: lagged (log-linear in the symbols at lags), random (Dirichlet rows) or switching (binary)",
-    "num_symbols": "alphabet size",
+    "num_symbols": "alphabet size",  # the chain sources': below
     "lags": "the symbols the next one depends on, as steps back from it (1 = the previous symbol) "
     + _CHAIN_ONLY.format(kind="lagged"),
     "strength": "how strongly the next symbol depends on the lagged ones " + _CHAIN_ONLY.format(kind="lagged"),
@@ -74,6 +74,8 @@ OPTION_HELP: dict[str, str] = {
 }
 
 SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
+    **{(source, "num_symbols"): "alphabet size " + _CHAIN_ONLY.format(kind="lagged or random")
+       + "; a switching chain has 2" for source in ("markov_chain", "hidden_order")},  # fmt: skip
     ("synthetic_translation", "order"): "true order of the target side: y_i depends on the previous order targets",
     ("synthetic_translation", "max_length"): "most words per sentence",
     ("synthetic_translation", "vocab_size"): "joint BPE vocabulary size (large enough that every word is one token)",

@@ -19,10 +19,10 @@ class MarkovChainSource:
     """Sequences from one fixed Markov chain (a kernel to learn), for causal LM.
 
     kind: "lagged" (log-linear: the next symbol depends on the symbols at ``lags`` only, with ``strength``),
-    "random" (order ``order``, rows ~ Dirichlet(``beta``)) or "switching" (binary, ``p``, ``q``). The labels of the
-    first ``order`` tokens of each sequence are -100: the first ``order`` - 1 targets lack full context (the first
-    token is never a target), so the validation loss is directly comparable with the chain's entropy rate,
-    reported as a reference line.
+    "random" (order ``order``, rows ~ Dirichlet(``beta``)) or "switching" (binary, ``p``, ``q``; order 1). The labels
+    of the first k tokens of each sequence, k the chain's order (max(``lags``), ``order`` or 1), are -100: the first
+    k - 1 targets lack full context (the first token is never a target), so the validation loss is directly
+    comparable with the chain's entropy rate, reported as a reference line.
     """
 
     kind: str = "lagged"
