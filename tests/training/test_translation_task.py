@@ -319,6 +319,23 @@ def test_generate_translates_one_line_of_the_input_file_per_line_of_output(train
     assert capsys.readouterr().out.split("\n") == expected + [""]
 
 
+def test_generate_keeps_a_lone_carriage_return_inside_its_line_as_read_parallel_does(trained_run, tmp_path, capsys):
+    """Path.read_text's universal newlines turned a lone \\r inside a sentence into a line break, so generate --input
+    translated one line as two (every later one beside the wrong reference), where read_parallel keeps it whole."""
+    from markovformer.data.translation.parallel import _read_lines
+
+    run_dir, _ = trained_run
+    _, model, _ = load_run(run_dir)
+    bundle = SyntheticTranslationSource(train_examples=256, val_examples=24, test_examples=24, max_length=8).build(0)
+    words = [bundle.tokenizer.decode(example["src_ids"].tolist()) for example in bundle.test[:2]]
+    sources = [words[0].replace(" ", "\r", 1), words[1]]
+    assert "\r" in sources[0]
+    (tmp_path / "sources.txt").write_bytes("\n".join(sources).encode("utf-8") + b"\n")
+    assert _read_lines(tmp_path / "sources.txt") == sources  # the training data's reading of the same file
+    assert main(["generate", str(run_dir), "--input", str(tmp_path / "sources.txt"), "--max-new-tokens", "40"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(sources)
+
+
 def test_a_translation_that_holds_a_line_break_token_is_printed_on_one_line(trained_run, tmp_path):
     """The joint byte-level BPE has tokens for "\\n" and "\\r": a model that emitted one printed its translation over
     two lines, and every later translation of --input came out beside the wrong source."""

@@ -122,9 +122,9 @@ class Translation(Task):
         if request.input is not None and not Path(request.input).is_file():
             what = "a directory, not a file" if Path(request.input).is_dir() else "no such file"
             raise ValueError(f"--input {request.input!r}: {what}")
-        try:
+        try:  # bytes, not read_text: its universal newlines split at a lone \r, which read_parallel keeps
             sentences = ([request.prompt] if request.input is None
-                         else text_lines(Path(request.input).read_text(encoding="utf-8")))  # fmt: skip
+                         else text_lines(Path(request.input).read_bytes().decode("utf-8")))  # fmt: skip
         except UnicodeDecodeError as error:
             where = f"{error.reason} at byte {error.start}"
             raise ValueError(f"--input {request.input!r}: not UTF-8 text ({where})") from None
