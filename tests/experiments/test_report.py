@@ -322,11 +322,12 @@ def test_an_experiment_with_nothing_to_run_or_a_bad_seed_is_refused_before_it_wr
 def test_the_settings_that_may_be_zero_are_settings_and_are_taken_at_zero():
     """MAY_BE_ZERO names fields of its class (a misspelt name would refuse the setting's 0 with no word of why)."""
     import dataclasses
+    import importlib
 
-    from markovformer.experiments import _MODULES
     from markovformer.experiments.settings import configure
 
-    for module in _MODULES:
+    for experiment in EXPERIMENTS.values():
+        module = importlib.import_module(f"markovformer.experiments.{experiment.module}")
         settings = type(module.QUICK)
         for key in getattr(settings, "MAY_BE_ZERO", ()):
             assert key in {field.name for field in dataclasses.fields(settings)}, (module.NAME, key)

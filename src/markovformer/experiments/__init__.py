@@ -40,6 +40,9 @@ def _declared(module: str) -> Experiment:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             if node.targets[0].id in ("NAME", "SUMMARY"):
                 values[node.targets[0].id] = ast.literal_eval(node.value)
+    if set(values) != {"NAME", "SUMMARY"} or not all(isinstance(value, str) for value in values.values()):
+        raise ImportError(f"experiments/{module}.py must assign NAME and SUMMARY plain string literals "
+                          f"(NAME = \"...\"), read without importing it; found {sorted(values)}")  # fmt: skip
     return Experiment(values["NAME"], values["SUMMARY"], module)
 
 
