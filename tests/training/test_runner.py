@@ -113,24 +113,36 @@ def test_two_process_ddp_matches_the_single_process_run(tiny_config, tmp_path, c
     assert final_val(ddp)["loss"] == pytest.approx(final_val(single)["loss"], rel=1e-4)
 
 
-def test_a_sigterm_to_one_process_of_a_ddp_run_stops_every_process_after_the_same_step(tiny_config, tmp_path):
+LONG_VALIDATION = ("data.val_sequences=6000", "trainer.eval_batch_size=4")  # a validation of ~5 s on 2 processes
+
+
+@pytest.mark.parametrize(("settings", "signalled_after", "target"), [
+    pytest.param(("trainer.max_steps=100000",), "step ", 1, id="process 1 alone, in training"),
+    pytest.param(("trainer.max_steps=30", "trainer.eval_every=20", *LONG_VALIDATION), "30/30", 1,
+                 id="in the validation after the last step"),
+    pytest.param(("trainer.max_steps=40", "trainer.eval_every=20", *LONG_VALIDATION), "40/40", 0,
+                 id="in the last step's own validation", marks=pytest.mark.slow),
+])  # fmt: skip
+def test_a_sigterm_to_one_process_of_a_ddp_run_stops_every_process_together(tiny_config, tmp_path, settings,
+                                                                            signalled_after, target):  # fmt: skip
     """Lightning's handler broadcast inside the signal handler and stopped each process on its own flag: a SIGTERM
     that reached process 1 alone (or the processes a step apart) paired two different collectives, so the run hung
-    for ever or failed with "Connection reset by peer", exit status 1, its last steps unsaved. Every process now
-    stops after the same step, with the run's one line and 143."""
+    for ever or failed with "Connection reset by peer", exit status 1, its last steps unsaved; one in the validation
+    after the last step hung too, and one after the last step's all-reduce was dropped (exit 0). Every process now
+    stops at the same point, with the run's one line and 143."""
     run_dir = tmp_path / "ddp"
     command = [sys.executable, "-m", "markovformer", "train", str(tiny_config), f"output_dir={run_dir}",
-               "trainer.max_steps=100000", "trainer.devices=2", "trainer.strategy=ddp", "trainer.checkpoint_every=25"]
+               "trainer.devices=2", "trainer.strategy=ddp", "trainer.checkpoint_every=10", *settings]  # fmt: skip
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     children: list[str] = []
     try:
-        for line in process.stdout:  # process 0's progress lines: both processes are training
-            if line.startswith("step "):
+        for line in process.stdout:  # process 0's progress lines
+            if signalled_after in line:
                 break
         children = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()
         assert len(children) == 1, children  # process 1, started by Lightning's launcher
         time.sleep(1.0)
-        os.kill(int(children[0]), signal.SIGTERM)
+        os.kill(int(children[0]) if target == 1 else process.pid, signal.SIGTERM)
         _, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:  # hung: no process may outlive the test
