@@ -74,10 +74,12 @@ def test_a_measuring_child_dies_with_its_parent_even_by_sigkill():
     import subprocess
     import time
 
-    parent = ("import subprocess, sys, time\n"
-              "from markovformer.bench.harness import dies_with_parent\n"
-              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], "
-              "preexec_fn=dies_with_parent)\n"
+    parent = ("import os, subprocess, sys, time\n"
+              "from markovformer.bench.harness import child_environment\n"
+              "code = 'from markovformer.bench.harness import die_with_parent; die_with_parent(); "
+              "import time; time.sleep(120)'\n"
+              "child = subprocess.Popen([sys.executable, '-c', code], env=child_environment(dict(os.environ)))\n"
+              "time.sleep(3)\n"  # the child's die_with_parent has run
               "print(child.pid, flush=True)\n"
               "time.sleep(120)\n")  # fmt: skip
     process = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from markovformer.bench.harness import dies_with_parent
+from markovformer.bench.harness import child_environment
 
 TARGET_PREPARE_MIB, TARGET_OPEN_SECONDS, TARGET_TRAIN_GAP_MIB = 1024.0, 1.0, 200.0
 SEQ_LEN, BATCH = 256, 8
@@ -217,6 +217,8 @@ def _train_steps(bundle, steps: int) -> dict:
 # as one string, its ids as one Python list, then a uint16 array written to a file that training memory-maps. It
 # imports no torch (nanoGPT's prepare scripts do not) and runs under an address-space limit.
 _NANOGPT = r"""
+from markovformer.bench.harness import die_with_parent
+die_with_parent()
 import json, resource, sys, time
 import numpy as np
 corpus, tokenizer_dir, kind, out, limit_mib = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
@@ -255,7 +257,8 @@ print(json.dumps(row))
 
 def _child(case: dict, timeout: float) -> dict:
     """``run_case(case)`` in a fresh interpreter; its row (or the error it died with)."""
-    code = ("import json, sys\nfrom markovformer.bench.data import run_case\n"
+    code = ("import json, sys\nfrom markovformer.bench.harness import die_with_parent\ndie_with_parent()\n"
+            "from markovformer.bench.data import run_case\n"
             "print(json.dumps(run_case(json.loads(sys.argv[1]))))")
     return _run([sys.executable, "-c", code, json.dumps(case)], timeout, case)
 
@@ -264,8 +267,7 @@ def _run(command: list[str], timeout: float, case: dict) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
-                              preexec_fn=dies_with_parent)  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=child_environment(env))
     except subprocess.TimeoutExpired:
         return {**case, "error": f"timed out after {timeout:.0f} s"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

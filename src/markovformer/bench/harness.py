@@ -19,17 +19,29 @@ import sys
 from collections.abc import Callable, Iterable
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PARENT_VARIABLE = "MARKOVFORMER_BENCH_PARENT"  # the pid of the bench that started a measuring child
 ROW_PREFIX = "BENCH_ROW "  # a row line of the child's stdout starts with this; anything else it prints is ignored
 
 
-def dies_with_parent() -> None:
-    """A child's ``preexec_fn``: on Linux the kernel sends it SIGKILL when the process that started it dies, even by
-    SIGKILL (which no handler of the parent sees), so that no measuring child runs on alone holding its memory."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (AttributeError, OSError):  # a libc without prctl: the child may outlive a killed parent
-            pass
+def child_environment(env: dict) -> dict:
+    """``env`` for a measuring child: it names this process, for ``die_with_parent``."""
+    return {**env, PARENT_VARIABLE: str(os.getpid())}
+
+
+def die_with_parent() -> None:
+    """A measuring child's first call: on Linux the kernel sends it SIGKILL when the bench that started it dies, even
+    by SIGKILL (which no handler of the bench sees), so that no child measures on alone holding its memory; a child
+    whose bench died before this call ends at once. Run in the child itself (not as a ``preexec_fn``, which runs
+    between fork and exec in a process that may hold threads)."""
+    parent = os.environ.get(PARENT_VARIABLE)
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (AttributeError, OSError):  # a libc without prctl: the child may outlive a killed bench
+        return
+    if os.getppid() != int(parent):  # the bench died before the request: no signal will come
+        os._exit(1)
 
 
 def run_in_child(module: str, job: dict, cases: list[dict], timeout: float, threads: int | None = None) -> list[dict]:
@@ -42,8 +54,7 @@ def run_in_child(module: str, job: dict, cases: list[dict], timeout: float, thre
         job = {**job, "threads": threads}
     command = [sys.executable, "-m", module, json.dumps(job)]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
-                              preexec_fn=dies_with_parent)  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=child_environment(env))
         stdout, failure = done.stdout, None
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
@@ -70,6 +81,7 @@ def emit_row(row: dict) -> None:
 def child_main(argv: list[str], measure: Callable[[dict], Iterable[dict]]) -> None:
     """A child's entry point: read the job from ``argv[0]``, set torch's thread count if the job names one, and
     emit every row ``measure(job)`` yields."""
+    die_with_parent()
     import torch  # the child's: the parent's side of the harness imports no torch
 
     job = json.loads(argv[0])
