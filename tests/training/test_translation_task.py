@@ -95,7 +95,7 @@ def test_translation_metrics_weigh_the_loss_by_tokens_and_score_bleu_on_detokeni
     expected = sum(loss * count for loss, count in zip(losses, counts, strict=True)) / sum(counts)
     generated = torch.tensor([[4, 5, 6, 2, 0], [4, 4, 7, 8, 2]])  # <eos> = 2 ends a translation, <pad> = 0 dropped
     labels = torch.tensor([[4, 5, 6, 2, -100], [4, 5, 7, 8, 2]])
-    metrics.update_translations(generated, labels)
+    metrics.update_translations(generated, labels, generated)
     results = metrics.compute()
     assert results["loss"] == pytest.approx(expected, rel=1e-6)
     hypotheses, references = ["w0 w1 w2", "w0 w0 w3 w4"], ["w0 w1 w2", "w0 w1 w3 w4"]

@@ -172,6 +172,8 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
         raise ConfigError(f"the {split} split of {run_dir}'s data is empty (data.source={config.data['source']!r}): "
                           f"nothing to evaluate; choose another --split or give the data a {split} part")  # fmt: skip
     metrics = task.new_metrics()
+    if translations is not None:
+        metrics.keep_sources = True
     model.eval()
     trainer = config.trainer if batch_size is None else dataclasses.replace(config.trainer, eval_batch_size=batch_size)
     loader = scoring_loader(examples, bundle.collate, trainer)

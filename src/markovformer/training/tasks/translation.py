@@ -40,13 +40,14 @@ class TranslationMetrics(LossMetric):
         self.hypotheses: list[str] = []
         self.references: list[str] = []
         self.sources: list[str] = []
+        self.keep_sources = False  # eval --translations: the sources too, for ``table``
 
-    def update_translations(self, generated: Tensor, labels: Tensor, sources: Tensor | None = None) -> None:
-        """Add decoded translations (B, L), their references (the labels ``y <eos>``, -100 padded) and, when given,
-        their sources (B, S) (``<pad>`` padded; kept for ``eval --translations``)."""
+    def update_translations(self, generated: Tensor, labels: Tensor, sources: Tensor) -> None:
+        """Add decoded translations (B, L), their references (the labels ``y <eos>``, -100 padded) and, with
+        ``keep_sources``, their sources (B, S) (``<pad>`` padded)."""
         self.hypotheses += decode_generated(self.tokenizer, generated)
         self.references += decode_generated(self.tokenizer, labels.masked_fill(labels == -100, PAD_TOKEN_ID))
-        if sources is not None:
+        if self.keep_sources:
             self.sources += decode_generated(self.tokenizer, sources)
 
     def compute(self) -> dict[str, float]:
