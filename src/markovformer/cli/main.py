@@ -445,7 +445,9 @@ def stdout_reader_left() -> bool:
         poller.register(sys.stdout.fileno(), select.POLLERR)
         if not poller.poll(0):
             return False
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
         return True
     except (AttributeError, OSError, ValueError):  # no poll here, or stdout has no file descriptor
         return False
