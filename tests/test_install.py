@@ -48,7 +48,7 @@ def test_a_command_without_its_dependency_names_it_and_the_install_command_on_on
 
 
 def test_a_recipe_package_is_named_with_the_data_extra():
-    from markovformer.cli.main import missing_package_message
+    from markovformer.cli.errors import missing_package_message
 
     message = missing_package_message(ModuleNotFoundError("No module named 'rdata'", name="rdata"))
     assert message == "this command needs the package 'rdata': pip install \"markovformer[data]\""

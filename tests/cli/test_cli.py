@@ -322,7 +322,7 @@ def test_an_unwritable_place_is_named_with_what_to_change(code):
     """A read-only file system is the same problem as a missing permission: the path and the setting to change."""
     import errno
 
-    from markovformer.cli.main import error_line
+    from markovformer.cli.errors import error_line
 
     line = error_line(OSError(getattr(errno, code), "denied", "/runs/x/config.yaml"))
     assert line.startswith("cannot write /runs/x/config.yaml (denied)") and "writable output_dir" in line
@@ -351,7 +351,7 @@ def test_a_runtime_out_of_memory_error_is_one_line_and_exit_status_2(monkeypatch
 
 def test_an_error_line_is_cut_exactly_past_max_error_line_characters():
     """The first MAX_ERROR_LINE characters are printed whole; a longer line is cut there and marked " ..."."""
-    from markovformer.cli.main import MAX_ERROR_LINE, error_line
+    from markovformer.cli.errors import MAX_ERROR_LINE, error_line
 
     for n in (MAX_ERROR_LINE - 1, MAX_ERROR_LINE):
         assert error_line(ValueError("x" * n)) == "x" * n

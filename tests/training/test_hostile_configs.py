@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from markovformer.cli.main import MAX_ERROR_LINE, error_line, main
+from markovformer.cli.errors import MAX_ERROR_LINE, error_line
+from markovformer.cli.main import main
 from markovformer.training.build import build_data
 from markovformer.training.run_config import (
     MAX_DEPTH,

@@ -16,13 +16,10 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import errno
 import json
 import logging
 import math
-import os
 import re
-import select
 import sys
 import time
 import traceback
@@ -30,27 +27,17 @@ import warnings
 
 from markovformer.cli import bench as bench_command  # its parser imports no torch
 from markovformer.cli import catalogue
-from markovformer.training.trainer_config import RunTerminated, TrainingDiverged
+from markovformer.cli.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_STDOUT_CLOSED,
+    error_message,
+    exit_status,
+    stdout_reader_left,
+)
 
 # Each command imports the machinery it runs (Lightning, the training code) inside its own function ("deferred" below),
 # so that --help and a mistyped option do not wait for it (the package loads its models on first use).
-EXIT_BAD_INPUT = 2
-EXIT_DIVERGED = 1
-EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
-MAX_ERROR_LINE = 2000  # characters of an error's line that are printed
-# Packages of the optional extras, by import name; any other missing package is one of the command's dependencies.
-OPTIONAL_PACKAGES = {"rdata": "data", "arch": "data", "pytest": "dev", "ruff": "dev"}
-
-
-def missing_package_message(error: ModuleNotFoundError) -> str:
-    """One line naming the missing package and the pip command that installs it."""
-    package = (error.name or str(error)).split(".")[0]
-    extra = OPTIONAL_PACKAGES.get(package)
-    if extra is not None:
-        return f"this command needs the package {package!r}: pip install \"markovformer[{extra}]\""
-    return (f"this command needs the package {package!r}, a dependency of markovformer's command line: "
-            f"pip install markovformer (or `make setup` in a clone) installs it")  # fmt: skip
 
 
 def quiet_frameworks() -> None:
@@ -233,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_train(args: argparse.Namespace) -> None:
-    from markovformer.allocator import keep_freed_memory  # deferred: see above EXIT_BAD_INPUT
+    from markovformer.allocator import keep_freed_memory  # deferred: see the note above quiet_frameworks
     from markovformer.training.config_files import locate_config
     from markovformer.training.demo import DEMO_CONFIG
     from markovformer.training.kind_switches import apply_switching_overrides
@@ -261,7 +248,7 @@ def run_train(args: argparse.Namespace) -> None:
 
 def run_eval(args: argparse.Namespace) -> None:
     from markovformer.models.generation import MAX_BEAMS
-    from markovformer.training.run_config import parse_override  # deferred: see above EXIT_BAD_INPUT
+    from markovformer.training.run_config import parse_override  # deferred: see the note above quiet_frameworks
     from markovformer.training.runner import evaluate
 
     data = {}
@@ -286,13 +273,13 @@ def run_eval(args: argparse.Namespace) -> None:
     if args.translations:
         print(f"  translations: {args.translations}")
     if "entropy_rate" in results and "loss" in results["metrics"]:
-        from markovformer.training.run_report import entropy_rate_gap  # deferred: see above EXIT_BAD_INPUT
+        from markovformer.training.run_report import entropy_rate_gap  # deferred: see the note above quiet_frameworks
 
         gap = entropy_rate_gap(results["metrics"]["loss"], results["entropy_rate"], results["continuous_source"])
         truth = f"; the true chain scores {results['true_chain_loss']:.4f}" if "true_chain_loss" in results else ""
         print(f"  vs entropy rate {results['entropy_rate']:.4f}: {gap}{truth}")
     if "bayes_loss" in results and "loss" in results["metrics"]:
-        from markovformer.training.run_report import bayes_gap  # deferred: see above EXIT_BAD_INPUT
+        from markovformer.training.run_report import bayes_gap  # deferred: see the note above quiet_frameworks
 
         print(f"  {bayes_gap(results['metrics']['loss'], results['bayes_loss'])}")
 
@@ -320,7 +307,7 @@ GENERATION_FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temp
 def generation_config(args: argparse.Namespace):
     """The ``GenerationConfig`` of ``markovformer generate``'s options (its fields check them, once); a ValueError
     names the flag. --beam-size > 1 searches (translation); otherwise --temperature > 0 samples."""
-    from markovformer.models.generation import GenerationConfig  # deferred: see above EXIT_BAD_INPUT
+    from markovformer.models.generation import GenerationConfig  # deferred: see the note above quiet_frameworks
 
     given = getattr(args, "max_new_tokens", None)  # SUPPRESS: absent unless given
     if given is not None and not 1 <= given <= MAX_NEW_TOKENS:
@@ -348,7 +335,7 @@ def named_by_flag(error: ValueError, values: dict) -> ValueError:
 
 
 def run_generate(args: argparse.Namespace) -> None:
-    from markovformer.training.runner import load_run  # deferred: see above EXIT_BAD_INPUT
+    from markovformer.training.runner import load_run  # deferred: see the note above quiet_frameworks
     from markovformer.training.tasks import GenerationRequest, build_task
 
     generation = generation_config(args)
@@ -364,14 +351,20 @@ def run_generate(args: argparse.Namespace) -> None:
 
 
 def run_inspect(args: argparse.Namespace) -> None:
-    from markovformer.training.inspection import write_inspection_report  # deferred: see above EXIT_BAD_INPUT
+    from markovformer.training.inspection import (
+        write_inspection_report,  # deferred: see the note above quiet_frameworks
+    )
 
     path = write_inspection_report(args.target, layers=args.layers, out_dir=args.out)
     print(f"inspection report: {path}")
 
 
 def run_experiment_command(args: argparse.Namespace) -> None:
-    from markovformer.experiments import EXPERIMENTS, find_experiment, run_experiment  # deferred: above EXIT_BAD_INPUT
+    from markovformer.experiments import (  # deferred: note above quiet_frameworks
+        EXPERIMENTS,
+        find_experiment,
+        run_experiment,
+    )
 
     if args.name == "list":
         for name, experiment in EXPERIMENTS.items():
@@ -435,70 +428,6 @@ def main(argv: list[str] | None = None) -> int:
         elif getattr(error, "shown", True):  # a stopped run's other processes: its writer prints the line
             print(f"markovformer: error: {error_message(error)}", file=sys.stderr)
         return status
-
-
-def stdout_reader_left() -> bool:
-    """Whether standard output is a pipe whose reader has gone (poll reports an error on it); if so, it is pointed
-    at os.devnull so that the interpreter's flush at exit does not fail again."""
-    try:
-        poller = select.poll()
-        poller.register(sys.stdout.fileno(), select.POLLERR)
-        if not poller.poll(0):
-            return False
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return True
-    except (AttributeError, OSError, ValueError):  # no poll here, or stdout has no file descriptor
-        return False
-
-
-def exit_status(error: Exception) -> int | None:
-    """The exit status of an error a user can act on (the same with --debug, which prints the traceback instead of
-    ``error_message``); None for any other, a bug."""
-    if isinstance(error, TrainingDiverged):
-        return EXIT_DIVERGED
-    if isinstance(error, RunTerminated):
-        return error.exit_status
-    if isinstance(error, (ModuleNotFoundError, ValueError, OSError, MemoryError)):
-        return EXIT_BAD_INPUT
-    if isinstance(error, RuntimeError) and is_out_of_memory(error):  # torch's out-of-memory errors
-        return EXIT_BAD_INPUT
-    return None
-
-
-def error_message(error: Exception) -> str:
-    """The one line printed for an error ``exit_status`` knows."""
-    if isinstance(error, ModuleNotFoundError):
-        return missing_package_message(error)
-    if isinstance(error, (TrainingDiverged, RunTerminated)):
-        return str(error)
-    return error_line(error)
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    text = str(error)
-    return type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in text or "out of memory" in text
-
-
-def error_line(error: BaseException) -> str:
-    """One line for a user's error: the message's first line; for resource errors, what ran out and what to change."""
-
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    if len(first) > MAX_ERROR_LINE:  # a message quoting a huge input: the start names the problem
-        first = first[:MAX_ERROR_LINE] + " ..."
-    if isinstance(error, MemoryError) or is_out_of_memory(error):
-        return (f"out of memory ({first[:200]}); lower trainer.batch_size, trainer.eval_batch_size (eval: "
-                f"--batch-size) or the model's size (model.d_model, model.n_layers)")  # fmt: skip
-    if isinstance(error, OSError) and error.errno is not None:
-        where = error.filename or "a file"
-        if error.errno == errno.ENOSPC:
-            return (f"no space left on the device while writing {where}; free some space (the checkpoints already "
-                    f"written are whole: continue with --resume)")  # fmt: skip
-        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            return f"cannot write {where} ({error.strerror}); choose a writable output_dir or fix its permissions"
-        return f"{where}: {error.strerror}"
-    return first
 
 
 if __name__ == "__main__":
