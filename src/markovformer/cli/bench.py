@@ -18,7 +18,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
     """Add the ``bench`` subcommand to an ``add_subparsers()`` object."""
     bench = commands.add_parser("bench", help="benchmark attention ops and models (time, memory, longest context)")
     bench.add_argument("--out", default="runs/bench", help="output folder for bench.json and the plots")
-    bench.add_argument("--quick", action="store_true", help="small sizes and fewer repeats, for a first look")
+    bench.add_argument("--quick", action="store_true",
+                       help="small sizes and fewer repeats, for a first look (about 5 minutes on a 2-core CPU)")
     bench.add_argument("--parts", nargs="+", default=list(PART_NAMES), choices=ALL_PART_NAMES, metavar="PART",
                        help=f"what to run, of {', '.join(ALL_PART_NAMES)} (default: {' '.join(PART_NAMES)})")
     bench.add_argument("--lengths", type=int, nargs="+", default=None, help="ops part: sequence lengths in "
