@@ -80,6 +80,12 @@ def text_lines(text: str) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
+def one_line(text: str) -> str:
+    """``text`` on one line: each line break (any ``str.splitlines`` splits at) and each tab a space, so that a
+    translation printed or written as a TSV field stays beside its source; BLEU's 13a tokenisation reads them alike."""
+    return " ".join(" ".join(text.splitlines()).split("\t"))
+
+
 def _side(text: str, path: Path, number: int, side: str) -> str:
     text = text.strip()
     if not text:

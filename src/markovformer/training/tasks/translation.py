@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from markovformer.data.translation import (
     corpus_bleu,
     decode_generated,
     load_translation_tokenizer,
+    one_line,
     text_lines,
 )
 from markovformer.models.generation import GenerationConfig
@@ -75,11 +75,11 @@ class TranslationMetrics(LossMetric):
 
     def table(self) -> str:
         """The scored translations as tab-separated lines ``source, reference, translation`` under a header line, in
-        the order scored; a tab or line break inside a text is written as a space (13a reads both as one: BLEU on
-        the columns is the BLEU reported). One process's share."""
+        the order scored; each text on one line (``one_line``: BLEU on the columns is the BLEU reported). One
+        process's share."""
         rows = [("source", "reference", "translation"), *zip(self.sources, self.references, self.hypotheses,
                                                              strict=True)]  # fmt: skip
-        return "".join("\t".join(re.sub(r"[\t\r\n]", " ", text) for text in row) + "\n" for row in rows)
+        return "".join("\t".join(map(one_line, row)) + "\n" for row in rows)
 
 
 class Translation(Task):
@@ -161,7 +161,7 @@ class Translation(Task):
             else:  # eval's caps: the BLEU of these lines is the BLEU eval reports
                 generated = translate_capped(model, batch, generation)
             # one line per source: the byte-level vocabulary has line-break tokens, which a model may emit
-            yield from (" ".join(text.splitlines()) for text in decode_generated(tokenizer, generated))
+            yield from map(one_line, decode_generated(tokenizer, generated))
 
 
 def translate_capped(model: nn.Module, batch: dict, generation: GenerationConfig) -> Tensor:
