@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_train(args: argparse.Namespace) -> None:
-    from markovformer.allocator import keep_freed_memory  # deferred: see the note above quiet_frameworks
+    from markovformer.allocator import keep_freed_memory  # deferred (see above)
     from markovformer.training.config_files import locate_config
     from markovformer.training.demo import DEMO_CONFIG
     from markovformer.training.kind_switches import apply_switching_overrides
@@ -248,7 +248,7 @@ def run_train(args: argparse.Namespace) -> None:
 
 def run_eval(args: argparse.Namespace) -> None:
     from markovformer.models.generation import MAX_BEAMS
-    from markovformer.training.run_config import parse_override  # deferred: see the note above quiet_frameworks
+    from markovformer.training.run_config import parse_override  # deferred (see above)
     from markovformer.training.runner import evaluate
 
     data = {}
@@ -273,13 +273,13 @@ def run_eval(args: argparse.Namespace) -> None:
     if args.translations:
         print(f"  translations: {args.translations}")
     if "entropy_rate" in results and "loss" in results["metrics"]:
-        from markovformer.training.run_report import entropy_rate_gap  # deferred: see the note above quiet_frameworks
+        from markovformer.training.run_report import entropy_rate_gap  # deferred (see above)
 
         gap = entropy_rate_gap(results["metrics"]["loss"], results["entropy_rate"], results["continuous_source"])
         truth = f"; the true chain scores {results['true_chain_loss']:.4f}" if "true_chain_loss" in results else ""
         print(f"  vs entropy rate {results['entropy_rate']:.4f}: {gap}{truth}")
     if "bayes_loss" in results and "loss" in results["metrics"]:
-        from markovformer.training.run_report import bayes_gap  # deferred: see the note above quiet_frameworks
+        from markovformer.training.run_report import bayes_gap  # deferred (see above)
 
         print(f"  {bayes_gap(results['metrics']['loss'], results['bayes_loss'])}")
 
@@ -307,7 +307,7 @@ GENERATION_FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temp
 def generation_config(args: argparse.Namespace):
     """The ``GenerationConfig`` of ``markovformer generate``'s options (its fields check them, once); a ValueError
     names the flag. --beam-size > 1 searches (translation); otherwise --temperature > 0 samples."""
-    from markovformer.models.generation import GenerationConfig  # deferred: see the note above quiet_frameworks
+    from markovformer.models.generation import GenerationConfig  # deferred (see above)
 
     given = getattr(args, "max_new_tokens", None)  # SUPPRESS: absent unless given
     if given is not None and not 1 <= given <= MAX_NEW_TOKENS:
@@ -335,7 +335,7 @@ def named_by_flag(error: ValueError, values: dict) -> ValueError:
 
 
 def run_generate(args: argparse.Namespace) -> None:
-    from markovformer.training.runner import load_run  # deferred: see the note above quiet_frameworks
+    from markovformer.training.runner import load_run  # deferred (see above)
     from markovformer.training.tasks import GenerationRequest, build_task
 
     generation = generation_config(args)
@@ -351,20 +351,14 @@ def run_generate(args: argparse.Namespace) -> None:
 
 
 def run_inspect(args: argparse.Namespace) -> None:
-    from markovformer.training.inspection import (
-        write_inspection_report,  # deferred: see the note above quiet_frameworks
-    )
+    from markovformer.training.inspection import write_inspection_report  # deferred (see above)
 
     path = write_inspection_report(args.target, layers=args.layers, out_dir=args.out)
     print(f"inspection report: {path}")
 
 
 def run_experiment_command(args: argparse.Namespace) -> None:
-    from markovformer.experiments import (  # deferred: note above quiet_frameworks
-        EXPERIMENTS,
-        find_experiment,
-        run_experiment,
-    )
+    from markovformer.experiments import EXPERIMENTS, find_experiment, run_experiment  # deferred (see above)
 
     if args.name == "list":
         for name, experiment in EXPERIMENTS.items():

@@ -45,9 +45,8 @@ def check_precision(precision: str, accelerator: str) -> None:
     trained)."""
     import torch
 
-    name = accelerator.lower()
-    gpu = name in GPU_ACCELERATORS or name == "mps" or (
-        name == "auto" and (torch.cuda.is_available() or torch.backends.mps.is_available()))  # fmt: skip
+    gpu = accelerator in GPU_ACCELERATORS or accelerator == "mps" or (
+        accelerator == "auto" and (torch.cuda.is_available() or torch.backends.mps.is_available()))  # fmt: skip
     if precision == "16-mixed" and not gpu:
         raise ValueError(f"trainer.precision='16-mixed' needs a GPU: on the CPU (trainer.accelerator={accelerator!r}) "
                          "there is no float16 autocast; use trainer.precision=bf16-mixed (what Lightning would "
