@@ -134,3 +134,20 @@ def test_the_console_clock_carries_the_seconds_of_earlier_processes_across_a_res
     resumed.load_state_dict(saved)
     fake_clock.now = 504.0
     assert resumed.seconds == 34.0
+
+
+def test_all_splits_read_as_one_have_the_characters_per_token_of_their_tokens_together(tmp_path):
+    """``eval --split all`` scores the three splits as one: bits per character = all bits over all characters, so
+    its characters per token are each split's, weighted by the split's tokens (it had none: no bits per character)."""
+    from markovformer.data.bundle import JoinedSplits
+    from markovformer.training.tasks.causal_lm import characters_per_token
+
+    text = _text(tmp_path)
+    data = {"source": "text", "path": str(tmp_path / "corpus.txt"), "seq_len": 32, "fractions": [0.6, 0.2, 0.2],
+            "tokenizer": "bpe", "vocab_size": 300}  # fmt: skip
+    bundle = build_data(resolve_run_config({"task": "causal_lm", "data": data, "model": {}}))
+    parts = [text[slice(*bundle.splits[name])] for name in ("train", "val", "test")]  # each encoded on its own
+    tokens = [len(bundle.tokenizer.encode(part)) for part in parts]
+    assert len({round(len(part) / count, 2) for part, count in zip(parts, tokens, strict=True)}) == 3  # they differ
+    joined = JoinedSplits(bundle.train, bundle.val, bundle.test)
+    assert characters_per_token(joined, bundle.tokenizer) == pytest.approx(sum(map(len, parts)) / sum(tokens))

@@ -19,7 +19,14 @@ CHARACTER_SAMPLE_TOKENS = 2**20  # tokens of a split decoded to measure its char
 def characters_per_token(examples, tokenizer) -> float | None:
     """Characters per token of a text split (its first ``CHARACTER_SAMPLE_TOKENS`` tokens decoded; an
     end-of-document token is no character): bits per character = bits per token / this, so that character and BPE
-    runs compare. None for data that is not text windows of a token store."""
+    runs compare. None for data that is not text windows of a token store. Splits read as one (``eval --split
+    all``): each split's, weighted by its tokens (bits per character = all bits over all characters)."""
+    if hasattr(examples, "splits"):
+        parts = [(characters_per_token(split, tokenizer), split) for split in examples.splits if len(split)]
+        if not parts or any(ratio is None for ratio, _ in parts):
+            return None
+        tokens = [split.stop - split.start for _, split in parts]
+        return sum(ratio * count for (ratio, _), count in zip(parts, tokens, strict=True)) / sum(tokens)
     store = getattr(examples, "store", None)
     if tokenizer is None or store is None:
         return None
