@@ -399,3 +399,48 @@ def test_pairs_longer_than_the_model_reads_are_refused_before_the_run_starts(tmp
     config["model"]["max_positions"] = 9  # every pair fits exactly
     config["trainer"].update(max_steps=2, eval_every=2, checkpoint_every=2, warmup_steps=1)
     assert train(resolve_run_config(config))["steps"] == 2
+
+
+def _file_run(tmp_path: Path) -> Path:
+    """A translation_file run on 200 word-for-word pairs of a toy German-English vocabulary, trained a few steps."""
+    words = {"das": "the", "haus": "house", "ist": "is", "klein": "small", "mann": "man", "sieht": "sees"}
+    generator = torch.Generator().manual_seed(0)
+    lines = []
+    for _ in range(200):
+        length = int(torch.randint(3, 8, (), generator=generator))
+        chosen = [list(words)[i] for i in torch.randint(len(words), (length,), generator=generator)]
+        lines.append(" ".join(chosen) + "\t" + " ".join(words[word] for word in chosen) + "\n")
+    (tmp_path / "pairs.tsv").write_text("".join(lines))
+    values = _config(tmp_path, max_steps=4, eval_every=4, checkpoint_every=4, warmup_steps=1)
+    values["data"] = {"source": "translation_file", "path": str(tmp_path / "pairs.tsv"), "vocab_size": 280,
+                      "fractions": [0.8, 0.1, 0.1]}  # fmt: skip
+    train(resolve_run_config(values))
+    return tmp_path / "run"
+
+
+def test_eval_scores_other_pairs_with_the_runs_tokenizer_as_it_scores_its_own(tmp_path, capsys):
+    """`eval --data path=OTHER.tsv` refitted the BPE on the other file's training part, so scoring a trained model on
+    a new test set always failed with "another tokenizer", and a file of test pairs alone "left no training pair".
+    The run's own test pairs, written to a file of their own and scored whole as a test split, score as the run's
+    test split does; pairs longer than the model reads are refused before any is translated."""
+    run_dir = _file_run(tmp_path)
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--split", "test", "--json", "--translations", str(tmp_path / "t.tsv")]) == 0
+    own = json.loads(capsys.readouterr().out)["metrics"]
+    rows = [line.split("\t") for line in (tmp_path / "t.tsv").read_text().splitlines()[1:]]
+    (tmp_path / "test.tsv").write_text("".join(f"{source}\t{reference}\n" for source, reference, _ in rows[::-1]))
+    other = ["eval", str(run_dir), "--split", "test", "--json", "--data", f"path={tmp_path / 'test.tsv'}",
+             "fractions=[0.0,0.0,1.0]"]  # fmt: skip
+    assert main(other) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["examples"] == len(rows) == 20 and scored["metrics"] == pytest.approx(own, rel=1e-5)
+    from markovformer.data.translation import load_translation_tokenizer
+
+    long = (" ".join(["das"] * 30), " ".join(["the"] * 30))
+    (tmp_path / "test.tsv").write_text(f"das haus\tthe house\n{long[0]}\t{long[1]}\n")
+    tokenizer = load_translation_tokenizer(run_dir / "tokenizer")
+    needs = max(len(tokenizer.encode(long[0])), len(tokenizer.encode(long[1])) + 1)
+    assert main(other) == 2
+    error = capsys.readouterr().err
+    assert "1 of the 2 pairs of the test split are longer than the model reads (max_positions=40" in error
+    assert f"the longest needs {needs} positions" in error and needs > 40 and "Traceback" not in error

@@ -195,13 +195,13 @@ class TranslationFileSource:
     fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
     max_length: int | None = None
 
-    def build(self, seed: int) -> DataBundle:
+    def build(self, seed: int, tokenizer=None) -> DataBundle:
         if not self.path:
             raise ValueError("data.path is required for this data source")
         target_path = None if self.target_path is None else find_prepared_file(self.target_path, "data.target_path")
         return load_translation(
             find_prepared_file(self.path), target_path=target_path, vocab_size=self.vocab_size,
-            fractions=self.fractions, seed=seed, max_length=self.max_length,
+            fractions=self.fractions, seed=seed, max_length=self.max_length, tokenizer=tokenizer,
         )  # fmt: skip
 
 

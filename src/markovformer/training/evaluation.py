@@ -167,6 +167,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     check_same_names(run_dir, bundle.info)
     examples = scored_split(bundle, split, run_dir)
     task.describe_split(examples, bundle.tokenizer)
+    task.check_scored(model, examples, split)
     changed = warn_of_changed_files(run_dir, bundle)
     if len(examples) == 0:
         raise ConfigError(f"the {split} split of {run_dir}'s data is empty (data.source={config.data['source']!r}): "

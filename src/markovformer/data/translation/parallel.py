@@ -163,7 +163,7 @@ def translation_bundle(
     if max_length is not None:
         kept = [e for e in examples["train"] if max(len(e["src_ids"]), len(e["tgt_ids"])) <= max_length]
         dropped, examples["train"] = len(examples["train"]) - len(kept), kept
-        if not kept:
+        if dropped and not kept:
             raise ValueError(f"every training pair is longer than max_length={max_length} tokens")
     info = {"vocab_size": tokenizer.vocab_size, "pad_token_id": PAD_TOKEN_ID, "bos_token_id": BOS_TOKEN_ID,
             "eos_token_id": EOS_TOKEN_ID}  # fmt: skip
@@ -180,19 +180,23 @@ def load_translation(
     fractions: tuple[float, float, float] = (0.9, 0.05, 0.05),
     seed: int = 0,
     max_length: int | None = None,
+    tokenizer: BPETokenizer | None = None,
 ) -> DataBundle:
     """Parallel text (a TSV, or two aligned files; see ``read_parallel``) as translation examples.
 
     Pairs are split at random by ``seed`` (``splits.split_indices``; the indices are recorded), the joint BPE of
-    ``vocab_size`` is fitted on the train pairs, and every pair is encoded (see ``translation_bundle``).
+    ``vocab_size`` is fitted on the train pairs, and every pair is encoded (see ``translation_bundle``). With
+    ``tokenizer`` (a run's, to score other pairs with its model or to resume it), the pairs are encoded with it
+    instead, and need no training pair.
     """
     pairs = read_parallel(path, target_path)
     train, val, test = split_indices(len(pairs), fractions, seed)
-    if not train:
+    if not train and tokenizer is None:
         raise ValueError(f"{path}: {len(pairs)} pairs leave no training pair with fractions {tuple(fractions)}")
     indices = dict(zip(_SPLIT_NAMES, (train, val, test), strict=True))
     record = {"kind": "random_pairs", "path": str(path), "target_path": None if target_path is None else
               str(target_path), "num_pairs": len(pairs), "seed": seed, **indices}  # fmt: skip
     by_split = {name: [pairs[i] for i in chosen] for name, chosen in indices.items()}
-    tokenizer = train_translation_tokenizer(by_split["train"], vocab_size)
+    if tokenizer is None:
+        tokenizer = train_translation_tokenizer(by_split["train"], vocab_size)
     return translation_bundle(by_split, tokenizer, max_length=max_length, splits=record)

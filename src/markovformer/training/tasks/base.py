@@ -183,6 +183,10 @@ class Task:
     def describe_split(self, examples, tokenizer) -> None:
         """Told which split the following scoring passes score (validation's, or the one ``eval`` scores)."""
 
+    def check_scored(self, model: nn.Module, examples, split: str) -> None:
+        """ConfigError when ``model`` cannot score ``examples`` (the ``split`` ``eval`` scores, perhaps of other data
+        than the run's: ``eval --data``), before any is scored."""
+
     def prepare_model(self, model: nn.Module) -> None:
         """Anything the task sets on a freshly built model from the data before training."""
 

@@ -18,6 +18,7 @@ from markovformer.data.translation import (
     load_translation_tokenizer,
     one_line,
     text_lines,
+    translation_lengths,
 )
 from markovformer.models.generation import GenerationConfig
 from markovformer.training.batches import world
@@ -106,6 +107,16 @@ class Translation(Task):
             raise ConfigError(f"model.max_positions={limit} is shorter than the data's longest pairs (positions: "
                               f"{splits}; the longer side, with <bos>/<eos>): set model.max_positions >= "
                               f"{max(over.values())}, or take the long pairs out of the data{dropping}")  # fmt: skip
+
+    def check_scored(self, model: nn.Module, examples, split: str) -> None:
+        """ConfigError when pairs are longer than the model reads (``eval --data`` with other pairs), before any
+        translation: scoring died at the first long pair on a bare "position N is beyond max_positions"."""
+        limit = model.config.max_positions
+        long = [length for length in translation_lengths(examples) if length > limit]
+        if long:
+            raise ConfigError(f"{len(long)} of the {len(examples)} pairs of the {split} split are longer than the "
+                              f"model reads (max_positions={limit}; the longest needs {max(long)} positions: the "
+                              f"longer side, with <bos>/<eos>): take the long pairs out of the data")  # fmt: skip
 
     def new_metrics(self) -> TranslationMetrics:
         return TranslationMetrics(self.tokenizer)
