@@ -186,7 +186,7 @@ def test_gru_model_is_the_library_gru_kind_and_its_loss_is_shifted_cross_entropy
     torch.testing.assert_close(loss_of(model, ids), expected)
 
 
-def test_command_line_options(tmp_path):
+def test_command_line_options(tmp_path, monkeypatch):
     assert bench_cli.PART_NAMES == PARTS and bench_cli.ALL_PART_NAMES == ALL_PARTS
     assert bench_cli.OP_KIND_NAMES == OP_KINDS + CUDA_OP_KINDS
     parser = argparse.ArgumentParser()
@@ -209,6 +209,18 @@ def test_command_line_options(tmp_path):
         bench_cli.run_bench(parser.parse_args(["bench", "--parts", "scan", "--scan-lengths", "256", "0"]))
     with pytest.raises(SystemExit):
         parser.parse_args(["bench", "--op-kinds", "flash"])
+    # a part's flag without its part was ignored without a word (--parts ops --rounds 3 timed each op once)
+    with monkeypatch.context() as patched:
+        patched.setattr("markovformer.bench.run_suite", lambda *args, **kwargs: pytest.fail("the suite ran"))
+        for flag, value, part in (("--rounds", "3", "models"), ("--lengths", "64", "ops"), ("--op-kinds",
+                                  "cope_layer", "ops"), ("--decode-lengths", "8", "decode"), ("--decode-batches", "2",
+                                  "decode"), ("--translation-lengths", "8", "translation_decode"),
+                                  ("--translation-batches", "2", "translation_decode"), ("--scan-lengths", "8",
+                                  "scan")):  # fmt: skip
+            others = [name for name in ALL_PARTS if name != part]
+            refused = f"^{flag} applies to the {part} part, which --parts {' '.join(others)} leaves out"
+            with pytest.raises(ValueError, match=refused):
+                bench_cli.run_bench(parser.parse_args(["bench", "--parts", *others, flag, value]))
     # caps and sizes the flags do not check ran into rows of errors, reported complete with exit status 0
     for flags, named in ((["--time-cap", "-1"], "time_cap=-1.0"), (["--max-memory-mib", "nan"], "memory_cap_mib=nan"),
                          (["--set", "data_mb=0"], "data_mb=0"), (["--set", "long_lengths=[4096, 0.5]"],

@@ -12,6 +12,9 @@ OP_KIND_NAMES = ("markov_local", "markov_global", "softmax_sdpa", "random_featur
                  "softmax_layer", "alibi_layer", "forgetting_layer", "fox_pro_layer", "t5_bias_layer",
                  "dynamic_bias_layer", "stick_breaking_layer", "cope_layer", "selective_layer",
                  "sliding_window_flex")  # fmt: skip
+PART_FLAGS = {"lengths": "ops", "op_kinds": "ops", "rounds": "models", "decode_lengths": "decode",
+              "decode_batches": "decode", "translation_lengths": "translation_decode",
+              "translation_batches": "translation_decode", "scan_lengths": "scan"}  # the part each flag sets up
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -73,6 +76,10 @@ def run_bench(args: argparse.Namespace) -> None:
         values = getattr(args, name)
         if values and min(values) < 1:
             raise ValueError(f"--{name.replace('_', '-')} {values}: values must be positive")
+    for name, part in PART_FLAGS.items():  # it was ignored without a word: --parts ops --rounds 3 timed ops once
+        if getattr(args, name) not in (None, 1) and part not in args.parts:
+            raise ValueError(f"--{name.replace('_', '-')} applies to the {part} part, which --parts "
+                             f"{' '.join(args.parts)} leaves out")  # fmt: skip
     given = {name: tuple(getattr(args, name)) for name in ("decode_lengths", "decode_batches", "translation_lengths",
              "translation_batches", "scan_lengths", "op_kinds") if getattr(args, name)}  # fmt: skip
     settings = BenchSettings(
