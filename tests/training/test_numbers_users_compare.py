@@ -136,6 +136,45 @@ def test_the_console_clock_carries_the_seconds_of_earlier_processes_across_a_res
     assert resumed.seconds == 34.0
 
 
+def test_tokens_count_real_positions_a_checkpoint_holds_its_steps_and_a_line_rates_its_own_steps(fake_clock, capsys):
+    """A step's tokens are the ones of its masks (padding left out; a translation pair's source and target both
+    count). The count a checkpoint saves (``checkpoint_every`` 3, lines every 4) holds every step before it, and a
+    line's tokens per second are those of its own steps over their time, validation's left out."""
+    from types import SimpleNamespace
+
+    from markovformer.data.translation import collate_translation
+
+    fake_clock.patch(progress)
+    fake_clock.now = 0.0
+    line = progress.PrintProgress(every=4, total=8, checkpoint_every=3, stream=sys.stdout)
+    trainer = SimpleNamespace(global_step=0, world_size=1, is_global_zero=True, callback_metrics={},
+                              sanity_checking=False, state=SimpleNamespace(fn="fit"))  # fmt: skip
+    line.on_train_start(trainer, None)
+    pairs = collate_translation([{"src_ids": torch.arange(4, 9), "tgt_ids": torch.arange(4, 6)},
+                                 {"src_ids": torch.arange(4, 6), "tgt_ids": torch.arange(4, 7)}])  # fmt: skip
+    assert progress.batch_tokens(pairs) == int(pairs["src_mask"].sum() + pairs["tgt_mask"].sum()) == 7 + 5 + 2
+    assert progress.batch_tokens({"input_ids": torch.zeros(3, 5, dtype=torch.long)}) == 15  # no mask: all real
+    counted = []
+    for step in range(1, 5):
+        fake_clock.now += 2.5
+        mask = (torch.arange(6) < step).expand(2, 6).long()  # 2 rows of `step` real tokens, then padding
+        trainer.global_step = step
+        line.on_train_batch_end(trainer, None, None, {"input_ids": torch.zeros(2, 6), "attention_mask": mask}, 0)
+        counted.append(line.state_dict()["tokens"])
+        if step == 2:  # a validation of 10 s between steps 2 and 3
+            line.on_validation_start(trainer, None)
+            fake_clock.now += 10.0
+            line.on_validation_end(trainer, None)
+    assert counted == [0, 0, 2 * (1 + 2 + 3), 2 * (1 + 2 + 3 + 4)]  # counted at step 3 (a checkpoint) and 4 (a line)
+    printed = capsys.readouterr().out
+    assert re.search(r"step +4/8  train loss nan  lr nan +(\d+) tok/s", printed).group(1) == "2"  # 20 in 4 x 2.5 s
+    resumed = progress.PrintProgress(every=4, total=8)
+    resumed.load_state_dict(line.state_dict())
+    assert resumed.tokens == 20
+    resumed.load_state_dict({"train_seconds": 5.0})  # a checkpoint of a run from before the count: none is claimed
+    assert resumed.tokens is None
+
+
 def test_all_splits_read_as_one_have_the_characters_per_token_of_their_tokens_together(tmp_path):
     """``eval --split all`` scores the three splits as one: bits per character = all bits over all characters, so
     its characters per token are each split's, weighted by the split's tokens (it had none: no bits per character)."""

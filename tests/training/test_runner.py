@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 import yaml
+from conftest import TINY_RUN
 
 from markovformer.training.checkpoint import load_checkpoint_file, save_checkpoint_file
 from markovformer.training.run_config import resolve_run_config
@@ -55,6 +56,8 @@ def test_killed_run_resumes_to_the_same_final_metrics(tiny_config, tmp_path, mai
     assert 10_000 < json.loads((killed / "metrics.json").read_text())["train_seconds"] < 10_000 + 240
     assert "resuming from" in resumed.stdout
     assert final_val(killed)["loss"] == pytest.approx(final_val(whole)["loss"], rel=1e-6)
+    tokens = [json.loads((run / "metrics.json").read_text())["train_tokens"] for run in (whole, killed)]
+    assert tokens[0] == tokens[1] > 0  # the killed process's steps counted once, from its checkpoint
     assert not list((killed / "checkpoints").glob(".*.tmp"))
 
     # the log keeps the killed process's rows and holds each row of the uninterrupted run exactly once
@@ -68,7 +71,7 @@ def test_killed_run_resumes_to_the_same_final_metrics(tiny_config, tmp_path, mai
 def test_eval_reproduces_the_logged_validation_metrics_and_the_run_directory_is_complete(
     tiny_config, tmp_path, main_cli, tiny_run
 ):
-    run_cli, TINY_RUN = main_cli, tiny_run
+    run_cli = main_cli
     run_dir = tmp_path / "run"
     assert run_cli("train", str(tiny_config), f"output_dir={run_dir}").returncode == 0
     for name in ("config.yaml", "environment.json", "data.json", "metrics.json", "model/model.safetensors",
@@ -111,6 +114,8 @@ def test_two_process_ddp_matches_the_single_process_run(tiny_config, tmp_path, c
     assert "sync_dist" not in two.stderr + two.stdout
     # Same data and same averaged gradients; only the order of floating-point reductions differs.
     assert final_val(ddp)["loss"] == pytest.approx(final_val(single)["loss"], rel=1e-4)
+    tokens = [json.loads((run / "metrics.json").read_text())["train_tokens"] for run in (single, ddp)]
+    assert tokens[0] == tokens[1] == 20 * 16 * TINY_RUN["data"]["seq_len"]  # both processes' tokens
 
 
 LONG_VALIDATION = ("data.val_sequences=6000", "trainer.eval_batch_size=4")  # a validation of ~5 s on 2 processes

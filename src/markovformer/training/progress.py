@@ -7,7 +7,23 @@ import sys
 import time
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import LearningRateMonitor
+
+MASKS = ("attention_mask", "src_mask", "tgt_mask")  # the keys whose ones are a batch's real (not padding) positions
+
+
+def batch_tokens(batch: dict) -> int:
+    """The positions a batch's model reads that are not padding: the ones of its masks (a translation pair's source
+    and target both count), else every position of its ``input_ids`` or frame of its ``input_features``."""
+    masks = [batch[key] for key in MASKS if isinstance(batch.get(key), torch.Tensor)]
+    if masks:
+        return int(sum(int(mask.sum()) for mask in masks))
+    for key, trailing in (("input_ids", 0), ("input_features", 1)):
+        if isinstance(batch.get(key), torch.Tensor):
+            shape = batch[key].shape
+            return int(torch.Size(shape[: len(shape) - trailing]).numel())
+    return 0
 
 
 def starts_a_step(trainer: L.Trainer, batch_idx: int) -> bool:
@@ -18,28 +34,36 @@ def starts_a_step(trainer: L.Trainer, batch_idx: int) -> bool:
 
 class PrintProgress(L.Callback):
     """Progress as lines (for logs and pipes) every ``every`` steps and after each validation, with the run's wall
-    clock: the seconds of earlier processes up to the checkpoint this one resumed from, plus this process's.
+    clock: the seconds of earlier processes up to the checkpoint this one resumed from, plus this process's. Each
+    line's tokens per second are those of the steps since the line before (``batch_tokens``, summed over the
+    processes), validation's time left out; ``tokens`` counts every process's since the run started, summed at each
+    line and at each checkpoint's step (``checkpoint_every``), so that a checkpoint holds the count of its steps.
 
     With ``bar`` (the runner passes ``sys.stdout.isatty()``), a tqdm bar of the optimiser steps with steps per second
     and the time left stands below the lines; it is cleared while a line is printed, so lines stay whole."""
 
     def __init__(self, every: int, total: int, train_label: str = "train loss", labels: dict | None = None,
-                 bar: bool = False, stream=None) -> None:  # fmt: skip
+                 bar: bool = False, stream=None, checkpoint_every: int | None = None) -> None:  # fmt: skip
         self.every, self.total, self.start, self.earlier = every, total, time.perf_counter(), 0.0
+        self.checkpoint_every = checkpoint_every or every
         self.train_label, self.labels = train_label, labels or {}  # the task's names (Task.train_loss_label, ...)
         self.show_bar, self.stream, self.bar = bar, stream, None
         self.shown_step = 0  # the last optimiser step given a line: accumulated micro-batches end on the same step
         self.step_lr = float("nan")  # the learning rate the step being taken uses (metrics.csv logs the same)
+        self.tokens: int | None = 0  # every process's; None: resumed from a checkpoint that did not count them
+        self.local_tokens, self.line_tokens = 0, 0  # this process's since the last count; all's since the last line
+        self.line_seconds, self.validation_seconds, self.validation_start = self.seconds, 0.0, None
 
     @property
     def seconds(self) -> float:
         return self.earlier + time.perf_counter() - self.start
 
     def state_dict(self) -> dict:
-        return {"train_seconds": self.seconds}
+        return {"train_seconds": self.seconds, "tokens": self.tokens}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.earlier, self.start = float(state_dict["train_seconds"]), time.perf_counter()
+        self.tokens, self.line_seconds = state_dict.get("tokens"), self.seconds
 
     def _print(self, line: str) -> None:
         if self.bar is not None:
@@ -49,35 +73,62 @@ class PrintProgress(L.Callback):
             self.bar.refresh()
 
     def on_train_start(self, trainer, module) -> None:
-        self.shown_step = trainer.global_step
+        self.shown_step, self.line_seconds = trainer.global_step, self.seconds
+        self.local_tokens = self.line_tokens = 0
         if self.show_bar and trainer.is_global_zero:
             from tqdm import tqdm
 
             self.bar = tqdm(total=self.total, initial=trainer.global_step, unit="step", dynamic_ncols=True,
                             file=self.stream or sys.stdout, leave=False)  # fmt: skip
 
-    def on_train_end(self, trainer, module) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
         if starts_a_step(trainer, batch_idx):
             self.step_lr = trainer.optimizers[0].param_groups[0]["lr"]
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        self.local_tokens += batch_tokens(batch)
         step = trainer.global_step
         if self.bar is not None and step > self.bar.n:
             self.bar.update(step - self.bar.n)
         if step == self.shown_step:  # a micro-batch of gradient accumulation: no optimiser step yet
             return
         self.shown_step = step
-        if trainer.is_global_zero and (step % self.every == 0 or step == self.total):
-            loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
-            self._print(f"step {step:>6}/{self.total}  {self.train_label} {loss:.4f}  lr {self.step_lr:.2e}  "
-                        f"{self.seconds:7.1f}s")  # fmt: skip
+        line = step % self.every == 0 or step == self.total
+        if line or step % self.checkpoint_every == 0:  # every process: the counts are summed over them
+            self._count_tokens(trainer)
+        if line:
+            seconds, self.line_seconds = self.seconds - self.line_seconds - self.validation_seconds, self.seconds
+            tokens, self.line_tokens, self.validation_seconds = self.line_tokens, 0, 0.0
+            if trainer.is_global_zero:
+                loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
+                rate = f"{tokens / seconds:>9,.0f} tok/s" if seconds > 0 else ""
+                self._print(f"step {step:>6}/{self.total}  {self.train_label} {loss:.4f}  lr {self.step_lr:.2e}  "
+                            f"{rate}  {self.seconds:7.1f}s")  # fmt: skip
+
+    def _count_tokens(self, trainer) -> None:
+        """Adds every process's tokens since the last count to ``tokens`` and ``line_tokens``."""
+        tokens = self.local_tokens
+        if trainer.world_size > 1:
+            tokens = int(trainer.strategy.reduce(torch.tensor(tokens, device=trainer.strategy.root_device),
+                                                 reduce_op="sum"))  # fmt: skip
+        self.local_tokens, self.line_tokens = 0, self.line_tokens + tokens
+        if self.tokens is not None:
+            self.tokens += tokens
+
+    def on_train_end(self, trainer, module) -> None:
+        if self.local_tokens or trainer.world_size > 1:  # the steps after the last line (a stopped run's)
+            self._count_tokens(trainer)
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def on_validation_start(self, trainer, module) -> None:
+        self.validation_start = self.seconds
 
     def on_validation_end(self, trainer, module) -> None:
+        if self.validation_start is not None:
+            self.validation_seconds += self.seconds - self.validation_start
+            self.validation_start = None
         if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero:
             return
         shown = "  ".join(f"{self.labels.get(k[4:], k[4:])} {float(v):.4f}"

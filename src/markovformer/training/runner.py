@@ -236,7 +236,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
     module = TrainingModule(model, task)
     tc = config.trainer
     progress = PrintProgress(tc.log_every, tc.max_steps, task.train_loss_label, task.metric_labels,
-                             bar=sys.stdout.isatty())  # fmt: skip
+                             bar=sys.stdout.isatty(), checkpoint_every=tc.checkpoint_every)  # fmt: skip
     fingerprint = RunFingerprint("")
     log = AppendingCSVLogger(run_dir / "logs" / "metrics.csv")
     guard = DivergenceGuard(run_dir, tc.lr, check_gradients=tc.precision != "16-mixed")
@@ -301,6 +301,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
     if not writer:
         return metrics
     results = {"val": metrics, "steps": trainer.global_step, "train_seconds": seconds,
+               **({"train_tokens": progress.tokens} if progress.tokens is not None else {}),
                "reference": bundle.info.get("reference", {})}  # fmt: skip
     write_final_files(run_dir, model, fingerprint.fingerprint, results)
     report_results(results, model, bundle, task.metric_labels)
