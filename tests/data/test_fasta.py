@@ -8,6 +8,7 @@ import random
 import pytest
 import torch
 
+from markovformer.data.collate import collate
 from markovformer.data.readers.fasta import (
     DNA_VOCAB,
     encode_dna,
@@ -152,6 +153,19 @@ def test_max_length_keeps_the_first_letters(dataset):
     assert torch.equal(bundle.train[0]["input_ids"], encode_dna(sequences[first_id][:7]))
     assert torch.equal(bundle.train[1]["input_ids"], encode_dna(reverse_complement(sequences[first_id][:7])))
     assert max(len(example["input_ids"]) for example in bundle.train + bundle.val + bundle.test) == 7
+
+
+def test_examples_keep_one_byte_per_base_and_collate_to_the_long_ids(dataset):
+    """The examples live as long as the run: long ids would hold eight bytes a base, eight times the FASTA's size."""
+    fasta_path, labels_path, sequences, _ = dataset
+    bundle = load_fasta_classification(fasta_path, labels_path, reverse_complement_augment=True)
+    examples = bundle.train + bundle.val + bundle.test
+    assert sum(example["input_ids"].nbytes for example in examples) == sum(len(e["input_ids"]) for e in examples)
+    batch = collate(bundle.val)
+    padded = torch.zeros(len(bundle.val), max(len(sequences[i]) for i in bundle.splits["val"]), dtype=torch.long)
+    for row, record_id in enumerate(bundle.splits["val"]):
+        padded[row, : len(sequences[record_id])] = encode_dna(sequences[record_id])
+    assert batch["input_ids"].dtype == torch.long and torch.equal(batch["input_ids"], padded)
 
 
 @pytest.mark.parametrize("max_length", [0, -3, 2.5])

@@ -21,7 +21,7 @@ from markovformer.data.splits import split_indices
 DNA_VOCAB = "ACGTN"  # letter DNA_VOCAB[i] has id i + 1; id 0 is padding, so the vocabulary size is 6
 DNA_VOCAB_SIZE = len(DNA_VOCAB) + 1
 
-_DNA_IDS = np.zeros(256, dtype=np.int64)  # byte -> id; 0 marks a byte outside the vocabulary
+_DNA_IDS = np.zeros(256, dtype=np.uint8)  # byte -> id; 0 marks a byte outside the vocabulary
 _DNA_IDS[np.frombuffer(DNA_VOCAB.encode("ascii"), dtype=np.uint8)] = np.arange(1, len(DNA_VOCAB) + 1)
 _DNA_LETTERS = frozenset(DNA_VOCAB)
 _COMPLEMENT = str.maketrans("ACGTN", "TGCAN")
@@ -178,6 +178,12 @@ def write_fasta(records: Iterable[tuple[str, str]], path: str | Path, line_width
 
 def encode_dna(sequence: str) -> torch.Tensor:
     """(L,) long ids of an uppercase ACGTN sequence (A=1, C=2, G=3, T=4, N=5)."""
+    return _dna_bytes(sequence).long()
+
+
+def _dna_bytes(sequence: str) -> torch.Tensor:
+    """``encode_dna``'s ids as (L,) uint8, one byte a base: what a loaded data set keeps (``collate`` pads them into
+    long ids), where long ids would take eight times the FASTA file's size for the whole run."""
     bad = _first_bad_letter(sequence)
     if bad is not None:
         offset = sequence.index(bad)
@@ -219,7 +225,8 @@ def load_fasta_classification(
     each train example is followed by its reverse complement (of the kept letters) with the same label; val and
     test are never augmented.
 
-    Example: {"input_ids": (L,) long, ids 1..5 for ACGTN, "labels": 0-dim long}.
+    Example: {"input_ids": (L,) uint8, ids 1..5 for ACGTN (one byte a base; ``collate`` pads them into long ids),
+    "labels": 0-dim long}.
     info: {"vocab_size": 6, "num_labels": C, "label_names": [...]}.
     """
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
@@ -230,7 +237,7 @@ def load_fasta_classification(
     label_ids = {name: index for index, name in enumerate(names)}
 
     def example(sequence: str, record_id: str) -> dict[str, torch.Tensor]:
-        return {"input_ids": encode_dna(sequence), "labels": torch.tensor(label_ids[labels[record_id]])}
+        return {"input_ids": _dna_bytes(sequence), "labels": torch.tensor(label_ids[labels[record_id]])}
 
     parts = dict(zip(("train", "val", "test"), split_indices(len(records), fractions, seed), strict=True))
     if not parts["train"]:
