@@ -224,6 +224,23 @@ def test_a_fasta_above_the_threshold_is_read_through_its_index_with_the_same_rec
         bed_sequences(read_bed(tmp_path / "a.bed"), read_reference(path, indexed=True))
 
 
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (">a\nACGT\n>b\nACGT\n\n\n", "cannot index as a FASTA file"),  # pyfaidx: a RuntimeError, a traceback
+    ],
+)
+def test_a_file_the_index_cannot_read_is_one_error_naming_it(tmp_path, monkeypatch, content, message):
+    pytest.importorskip("pyfaidx", reason="the indexed FASTA reader needs pyfaidx (the data extra)")
+    from markovformer.data.readers import fasta as fasta_module
+
+    monkeypatch.setattr(fasta_module, "INDEX_ABOVE_BYTES", 0)
+    path = tmp_path / "big.fa"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=f"^{path}: {message}"):
+        fasta_module.read_fasta(path)
+
+
 def test_an_index_cut_short_by_a_kill_is_never_read(tmp_path, monkeypatch):
     """pyfaidx writes a FASTA's .fai in place: a kill while it wrote left an index cut at a line, which later reads
     took for a FASTA of fewer records, silently. The index is built under another name and renamed into place."""

@@ -43,7 +43,7 @@ class IndexedFasta(Mapping):
             except PermissionError:
                 key = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:32]
                 self._fasta = self._open(pyfaidx, cache_root() / "fai" / f"{key}.fai")
-        except (ValueError, pyfaidx.FastaIndexingError) as error:
+        except (ValueError, RuntimeError, pyfaidx.FastaIndexingError) as error:  # Runtime: 2 blank end lines
             raise ValueError(f"{self.path}: cannot index as a FASTA file ({error})") from None
 
     def _open(self, pyfaidx, index: Path):
