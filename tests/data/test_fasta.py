@@ -228,6 +228,7 @@ def test_a_fasta_above_the_threshold_is_read_through_its_index_with_the_same_rec
     "content, message",
     [
         (">a\nACGT\n>b\nACGT\n\n\n", "cannot index as a FASTA file"),  # pyfaidx: a RuntimeError, a traceback
+        (">a\nACG\n>a\nACGT\n", "record id 'a' repeats$"),
     ],
 )
 def test_a_file_the_index_cannot_read_is_one_error_naming_it(tmp_path, monkeypatch, content, message):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import re
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -93,8 +94,9 @@ def _read_fasta_indexed(path: Path) -> list[tuple[str, str]]:
     try:
         fasta = IndexedFasta(path)
     except ValueError as error:
-        if "Duplicate key" in str(error):
-            raise ValueError(f"{path}: a record id repeats ({str(error).split(':')[-1].strip()})") from None
+        repeated = re.search(r'Duplicate key "(.*)"', str(error))
+        if repeated:
+            raise ValueError(f"{path}: record id {repeated[1]!r} repeats") from None
         raise
     records = []
     for record_id in fasta:
