@@ -43,6 +43,18 @@ def test_a_gzipped_file_reads_as_the_plain_one_whatever_its_name(tmp_path):
         read_fasta(tmp_path / "cut.fa.gz")
 
 
+def test_a_byte_order_mark_is_no_part_of_the_first_header_or_id(tmp_path):
+    """Excel's and Notepad's UTF-8 files begin with a BOM: the FASTA's first line read as sequence text before any
+    header, the labels file's first id as no record's."""
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "a.fa").write_bytes(bom + b">a\nACGT\n>b\nGG\n")
+    (tmp_path / "a.tsv").write_bytes(bom + b"a\tx\nb\ty\n")
+    (tmp_path / "plain.fa").write_bytes(b">a\nACGT\n>b\nGG\n")
+    assert read_fasta(tmp_path / "a.fa") == read_fasta(tmp_path / "plain.fa")
+    bundle = load_fasta_classification(tmp_path / "a.fa", tmp_path / "a.tsv", fractions=(1.0, 0.0, 0.0))
+    assert bundle.info["label_names"] == ["x", "y"]
+
+
 def test_write_read_round_trip(tmp_path):
     rng = random.Random(0)
     records = [(f"r{i}", _random_dna(rng, rng.randint(1, 150))) for i in range(12)]

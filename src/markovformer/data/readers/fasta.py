@@ -126,7 +126,7 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
             gzipped = handle.read(len(GZIP_MAGIC)) == GZIP_MAGIC
         if gzipped or path.stat().st_size <= INDEX_ABOVE_BYTES:
             data = path.read_bytes()
-            text = (gzip.decompress(data) if gzipped else data).decode("utf-8")
+            text = (gzip.decompress(data) if gzipped else data).decode("utf-8-sig")  # -sig: a BOM is no text
     except (OSError, EOFError, zlib.error, UnicodeDecodeError) as error:
         kind = "gzipped UTF-8" if gzipped else "UTF-8"
         raise ValueError(f"{path}: cannot read as a {kind} FASTA file ({error})") from None
@@ -270,7 +270,7 @@ def read_labels(path: str | Path, record_ids: list[str]) -> dict[str, str]:
     (the first id of either side lacking a partner raises)."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a BOM (Excel, Notepad) is no part of an id
     except (OSError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: cannot read as a UTF-8 labels file ({error})") from None
     known = set(record_ids)
