@@ -203,6 +203,8 @@ def test_comma_labels_without_header_and_numeric_label_order(tmp_path):
         ("a\tx\nc\ty\n", "FASTA record 'b' has no label$"),  # no header read: nothing to add
         ("aa\tx\nb\ty\nc\tx\n", r"FASTA record 'a' has no label \(line 1, 'aa', was read as a header line"),
         ("a\tx\nb\ty\nc\tz\nd\tz\n", "line 4: labelled id 'd' is not a FASTA record"),
+        ("id\tlabel\na x\tx\nb y\ty\nc z\tz\n", "line 2: labelled id 'a x' is not a FASTA record"),  # whole headers
+        (">a\tx\n>b\ty\n>c\tz\n", "line 2: labelled id '>b' is not a FASTA record"),
         ("a\tx\nb\ty\nc\tz\na\tz\n", "line 4: id 'a' was labelled on line 1"),
         ("a\tx\nb\ty\tz\nc\tz\n", "line 2: expected"),
         ("a\tx\nb\tx\nc\tx\n", "labels.tsv: every label is 'x': classification needs at least two classes"),

@@ -267,7 +267,7 @@ def load_fasta_classification(
 
 def read_labels(path: str | Path, record_ids: list[str]) -> dict[str, str]:
     """``{id: label}`` from a two-column tab- or comma-separated file, checked against ``record_ids`` both ways
-    (the first id of either side lacking a partner raises)."""
+    (the first labelled id that is no record raises, naming its line; then the first record without a label)."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()  # a BOM (Excel, Notepad) is no part of an id
@@ -291,12 +291,13 @@ def read_labels(path: str | Path, record_ids: list[str]) -> dict[str, str]:
         if record_id in labels:
             raise ValueError(f"{path}: line {number}: id {record_id!r} was labelled on line {line_of[record_id]}")
         labels[record_id], line_of[record_id] = label, number
+    # a labelled id that is no record first: its line is where the file differs (ids written as whole headers, say)
+    extra = next((record_id for record_id in labels if record_id not in known), None)
+    if extra is not None:
+        raise ValueError(f"{path}: line {line_of[extra]}: labelled id {extra!r} is not a FASTA record")
     missing = next((record_id for record_id in record_ids if record_id not in labels), None)
     if missing is not None:
         note = "" if header is None else (f" (line {header[0]}, {header[1]!r}, was read as a header line, its id being "
                                           f"no FASTA record: a mistyped id?)")  # fmt: skip
         raise ValueError(f"{path}: FASTA record {missing!r} has no label{note}")
-    extra = next((record_id for record_id in labels if record_id not in known), None)
-    if extra is not None:
-        raise ValueError(f"{path}: line {line_of[extra]}: labelled id {extra!r} is not a FASTA record")
     return labels
