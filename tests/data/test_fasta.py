@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from markovformer.data.collate import collate
+from markovformer.data.options import option_help
 from markovformer.data.readers.fasta import (
     DNA_VOCAB,
     encode_dna,
@@ -178,6 +179,20 @@ def test_examples_keep_one_byte_per_base_and_collate_to_the_long_ids(dataset):
     for row, record_id in enumerate(bundle.splits["val"]):
         padded[row, : len(sequences[record_id])] = encode_dna(sequences[record_id])
     assert batch["input_ids"].dtype == torch.long and torch.equal(batch["input_ids"], padded)
+
+
+def test_max_length_help_says_what_the_loader_does(dataset):
+    """The fasta and bed sources cut every record to its first bases and keep them all; translation_file leaves
+    long pairs out: one shared help line ("longest sequence kept") told the fasta user records were dropped."""
+    fasta_path, labels_path, sequences, _ = dataset
+    bundle = load_fasta_classification(fasta_path, labels_path, max_length=7)
+    kept = {record_id: example for name in ("train", "val", "test")
+            for record_id, example in zip(bundle.splits[name], getattr(bundle, name), strict=True)}  # fmt: skip
+    assert sorted(kept) == sorted(sequences)  # no record dropped, however long
+    assert all(torch.equal(kept[i]["input_ids"], encode_dna(sequences[i][:7])) for i in kept)  # each one cut
+    for source in ("fasta", "bed"):
+        assert "first max_length bases" in option_help(source, "max_length")
+    assert "left out" in option_help("translation_file", "max_length")
 
 
 @pytest.mark.parametrize("max_length", [0, -3, 2.5])

@@ -31,7 +31,7 @@ OPTION_HELP: dict[str, str] = {
     "labels": "the labels file: id<TAB>label or id,label, one line per FASTA record, after at most one header line "
     "(a first line whose id is no record)",
     "reverse_complement": "add each training sequence's reverse complement (DNA is read from either strand)",
-    "max_length": "longest sequence kept, in tokens (null: no limit)",
+    "max_length": "each sequence cut to its first max_length bases, no record dropped (null: whole sequences)",
     "reference": "the reference genome FASTA the intervals are cut from (plain or .gz)",
     "label_column": "the column holding the label",
     "feature_columns": "the numeric columns used as features (null: every column but the label)",
@@ -83,6 +83,8 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("sticky_hmm", "num_symbols"): "number of emitted symbols",
     ("translation_file", "path"): "a TSV of source<TAB>target lines, or the source side with target_path",
     ("translation_file", "vocab_size"): "joint BPE vocabulary size",
+    ("translation_file", "max_length"): "training pairs with more tokens than this on either side are left out; "
+                                        "val and test are kept whole (null: no limit)",
     ("speech_features", "path"): "the .safetensors file markovformer data prepare digits writes",
     ("audio_manifest", "path"): "a manifest of path<TAB>transcript lines, paths relative to it",
     ("csv_series", "label_column"): "name of the label column; labels are classes (strings or integers): bin a "
