@@ -392,3 +392,18 @@ def test_a_run_without_floors_gets_a_caption_without_them():
 
     assert "floors" not in inspection.curves_caption(TASKS["causal_lm"], {})
     assert "floors as black lines" in inspection.curves_caption(TASKS["causal_lm"], {"entropy rate": 1.0})
+
+
+def test_the_curves_caption_names_the_rescalings_of_the_loss_the_run_logs(tmp_path):
+    """A classifier logs no bits per token or perplexity: its caption said they were in the table; they were not."""
+    from markovformer.training.tasks import TASKS
+
+    csv = tmp_path / "metrics.csv"
+    runs = {"sequence_classification": "step,train/loss,val/accuracy,val/auroc,val/loss,val/macro_f1",
+            "causal_lm": "step,train/loss,val/bits_per_character,val/bits_per_token,val/loss,val/perplexity"}
+    for task, header in runs.items():
+        csv.write_text(header + "\n1,0.5,,,,\n")
+        logged = [column.split("/")[1] for column in header.split(",") if column.startswith("val/")]
+        caption = inspection.curves_caption(TASKS[task], {}, 0.0, inspection.rescaled_losses(csv))
+        for name in ("bits_per_token", "bits_per_character", "perplexity"):
+            assert (name.replace("_", " ") in caption) == (name in logged), (task, name, caption)

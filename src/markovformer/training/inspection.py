@@ -31,6 +31,7 @@ from markovformer.plots import (
     replace_folder,
     write_html_report,
 )
+from markovformer.plots.curves import RESCALED_LOSS_FAMILIES, metric_family
 from markovformer.training.build import build_data
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.run_dir import RESOLVED_CONFIG, load_trained_run
@@ -180,10 +181,12 @@ def loss_curve_names(task) -> dict[str, str]:
     return names
 
 
-def curves_caption(task, lines: dict[str, float], label_smoothing: float = 0.0) -> str:
+def curves_caption(task, lines: dict[str, float], label_smoothing: float = 0.0,
+                   rescalings: tuple[str, ...] = ("bits_per_token", "perplexity")) -> str:  # fmt: skip
     """The caption of the training curves of a run of ``task`` (a ``Task`` class) with the floors ``lines``
     (``reference_lines``): the curves named by what they are (``loss_curve_names``), the floors only where there
-    are some (a text run has none)."""
+    are some (a text run has none), and the rescalings of the loss the run logs (``rescaled_losses``; none for a
+    classifier) said to be left out."""
     names = loss_curve_names(task)
     if names:  # training and validation compute different quantities: each curve named, no gap read off them
         what = (f"train/loss is the {task.train_loss_label}"
@@ -196,8 +199,19 @@ def curves_caption(task, lines: dict[str, float], label_smoothing: float = 0.0) 
     floors = (f"{'; the floors are' if names else ', with the floors as'} black lines {styles}" if lines else "")
     smoothed = (f"; the train loss is label-smoothed ({label_smoothing:g}), the validation loss is not, so they "
                 f"differ by more than overfitting" if label_smoothing else "")  # fmt: skip
-    return (f"Training curves: {what}{floors}; bits per token and perplexity are rescalings of the "
-            f"{'validation ' if names else ''}loss (values in the table above){smoothed}")
+    words = [name.replace("_", " ") for name in rescalings]
+    named = " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
+    rescaled = (f"; {named} {'are rescalings' if len(rescalings) > 1 else 'is a rescaling'} of the "
+                f"{'validation ' if names else ''}loss (values in the table above)" if rescalings else "")  # fmt: skip
+    return f"Training curves: {what}{floors}{rescaled}{smoothed}"
+
+
+def rescaled_losses(metrics_csv: Path) -> tuple[str, ...]:
+    """The rescalings of the loss (``RESCALED_LOSS_FAMILIES``) among the columns of the run's metrics CSV, which the
+    curves leave out beside the loss: bits per token and perplexity for a language model, none for a classifier."""
+    with metrics_csv.open(encoding="utf-8") as handle:
+        families = {metric_family(column) for column in handle.readline().strip().split(",")}
+    return tuple(family for family in RESCALED_LOSS_FAMILIES if family in families)
 
 
 def reference_lines(reference: dict) -> dict[str, float]:
@@ -242,7 +256,7 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
         lines = reference_lines(results.get("reference", {}))
         task = TASKS[config.task]
         names = loss_curve_names(task)
-        caption = curves_caption(task, lines, config.trainer.label_smoothing)
+        caption = curves_caption(task, lines, config.trainer.label_smoothing, rescaled_losses(csv))
         title = f"{' and '.join(names.values())}: two quantities" if names else None
         figures.append((caption, plot_training_curves(csv, out / "curves.png", reference_lines=lines or None,
                                                       curve_labels=names, loss_title=title)))  # fmt: skip
