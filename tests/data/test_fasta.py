@@ -65,6 +65,24 @@ def test_write_read_round_trip(tmp_path):
     assert max(len(line) for line in path.read_text().splitlines()) <= 37
 
 
+def test_reading_holds_the_file_about_three_times_at_most(tmp_path):
+    """The file's bytes, its text, its lines and the joined records are each about as large as the file: held all
+    at once (with every record's lines until the end), reading peaked at seven times the file's size."""
+    import tracemalloc
+
+    rng = random.Random(3)
+    records = [(f"r{i}", "".join(rng.choices("ACGT", k=rng.randint(100, 900)))) for i in range(2000)]
+    path = tmp_path / "many.fa"
+    write_fasta(records, path)
+    tracemalloc.start()
+    try:
+        assert read_fasta(path) == records
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * path.stat().st_size, peak / path.stat().st_size
+
+
 def test_bad_letter_names_record_line_and_letter(tmp_path):
     path = tmp_path / "genes.fa"
     path.write_text(">seq1\nACGT\n>seq3 x\nACGT\n\nACXT\n")

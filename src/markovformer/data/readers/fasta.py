@@ -127,14 +127,17 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
         if gzipped or path.stat().st_size <= INDEX_ABOVE_BYTES:
             data = path.read_bytes()
             text = (gzip.decompress(data) if gzipped else data).decode("utf-8-sig")  # -sig: a BOM is no text
+            del data  # the file's bytes, its text and its lines are each as large as the file: one at a time
     except (OSError, EOFError, zlib.error, UnicodeDecodeError) as error:
         kind = "gzipped UTF-8" if gzipped else "UTF-8"
         raise ValueError(f"{path}: cannot read as a {kind} FASTA file ({error})") from None
     if text is None:
         return _read_fasta_indexed(path)
     lines = text.splitlines()
-    records: list[tuple[str, list[str], int]] = []  # (id, sequence lines, header line number)
+    del text
+    records: list[tuple[str, str]] = []
     seen: dict[str, int] = {}
+    current, chunks = None, []  # the record being read, (id, header line number), and its sequence lines
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line:
@@ -146,24 +149,33 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
             if words[0] in seen:
                 raise ValueError(f"{path}: line {number}: record id {words[0]!r} repeats line {seen[words[0]]}")
             seen[words[0]] = number
-            records.append((words[0], [], number))
+            if current is not None:
+                records.append(_joined_record(path, current, chunks))
+            current, chunks = (words[0], number), []
             continue
-        if not records:
+        if current is None:
             raise ValueError(f"{path}: line {number}: sequence text {line[:20]!r} comes before the first '>' header")
         letters = line.upper()
         bad = _first_bad_letter(letters)
         if bad is not None:
             raise ValueError(
-                f"{path}: record {records[-1][0]!r} line {number}: letter {bad!r} is outside the DNA vocabulary "
+                f"{path}: record {current[0]!r} line {number}: letter {bad!r} is outside the DNA vocabulary "
                 f"{DNA_VOCAB}"
             )
-        records[-1][1].append(letters)
-    if not records:
+        chunks.append(letters)
+    if current is None:
         raise ValueError(f"{path}: no FASTA records (no line starts with '>')")
-    for record_id, chunks, number in records:
-        if not chunks:
-            raise ValueError(f"{path}: record {record_id!r} (line {number}) has an empty sequence")
-    return [(record_id, "".join(chunks)) for record_id, chunks, _ in records]
+    records.append(_joined_record(path, current, chunks))
+    return records
+
+
+def _joined_record(path: Path, current: tuple[str, int], chunks: list[str]) -> tuple[str, str]:
+    """A record read to its end: its id and its sequence lines joined, joined as soon as it ends so that the lines
+    of only one record are held beside the joined ones. ValueError for a record with no sequence line."""
+    record_id, number = current
+    if not chunks:
+        raise ValueError(f"{path}: record {record_id!r} (line {number}) has an empty sequence")
+    return record_id, "".join(chunks)
 
 
 def write_fasta(records: Iterable[tuple[str, str]], path: str | Path, line_width: int = 60) -> None:
