@@ -205,6 +205,33 @@ def test_a_native_save_of_a_transformers_directory_keeps_its_label_names_and_tok
     assert "id2label" not in written and written.get("label2id") is None and written["pad_token_id"] == 0
 
 
+@pytest.mark.parametrize("task", ["sequence_classification", "token_classification"])
+def test_a_trained_classifier_names_its_classes_as_its_data_does(tmp_path, task):
+    """A classification run's model/ held no label names: transformers' Auto classes and pipelines named the
+    classes LABEL_0, LABEL_1 and only the run's data.json knew them. The data's names (in label_names' order, the
+    order of the ids) are the config's id2label and label2id."""
+    transformers = _transformers()
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    names = ["up", "down", "flat"]  # numbered in label_names_in_order's order (data.json)
+    generator = torch.Generator().manual_seed(0)
+    rows = "".join(f"{float(torch.randn(1, generator=generator)):.5f},{names[i % 3]}\n" for i in range(40))
+    (tmp_path / "series.csv").write_text("x,move\n" + rows)
+    values = {"task": task, "output_dir": str(tmp_path / "run"),
+              "model": {"d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2, "causal": True},
+              "data": {"source": "csv_series", "path": str(tmp_path / "series.csv"), "window": 4,
+                       "label_column": "move"},
+              "trainer": {"max_steps": 2, "batch_size": 4, "eval_every": 2, "checkpoint_every": 2, "log_every": 2}}
+    train(resolve_run_config(values))
+    numbered = json.loads((tmp_path / "run" / "data.json").read_text())["info"]["label_names"]
+    assert sorted(numbered) == sorted(names)
+    auto = getattr(transformers, f"AutoModelFor{''.join(word.title() for word in task.split('_'))}")
+    loaded = auto.from_pretrained(tmp_path / "run" / "model")
+    assert loaded.config.id2label == dict(enumerate(numbered))
+    assert loaded.config.label2id == {name: index for index, name in enumerate(numbered)}
+
+
 def test_loading_a_transformers_directory_natively_still_refuses_unknown_keys_and_other_heads(tmp_path):
     _transformers()
     torch.manual_seed(0)

@@ -53,9 +53,22 @@ class ClassificationMetrics(LossMetric):
         return results
 
 
+def name_the_labels(model, info: dict) -> None:
+    """The data's class names in the model's saved config.json, as transformers keeps them (``id2label``,
+    ``label2id``): the model loaded on its own (``AutoModelForSequenceClassification``, a pipeline) names its
+    classes as the data does, not LABEL_0, LABEL_1, ..."""
+    names = [str(name) for name in info.get("label_names") or ()]
+    if names and hasattr(model, "transformers_settings"):
+        model.transformers_settings.update(id2label=dict(enumerate(names)),
+                                           label2id={name: index for index, name in enumerate(names)})  # fmt: skip
+
+
 class SequenceClassification(Task):
     name = "sequence_classification"
     loss_unit = "nats/sequence"
+
+    def prepare_model(self, model) -> None:
+        name_the_labels(model, self.info)
 
     def new_metrics(self) -> ClassificationMetrics:
         return ClassificationMetrics(self.info["num_labels"], auroc=True)
@@ -69,8 +82,10 @@ class TokenClassification(Task):
         return ClassificationMetrics(self.info["num_labels"])
 
     def prepare_model(self, model) -> None:
-        """ConfigError when a row's label looks ahead (the data's ``label_leads``) and the model sees later rows:
-        the label would be read off the next row's features (a forecast's next return is that row's feature)."""
+        """Names the labels (``name_the_labels``). ConfigError when a row's label looks ahead (the data's
+        ``label_leads``) and the model sees later rows: the label would be read off the next row's features (a
+        forecast's next return is that row's feature)."""
+        name_the_labels(model, self.info)
         leads = self.info.get("label_leads", 0)
         if leads and not getattr(model.config, "causal", True):
             raise ConfigError(f"the data's labels look {leads} row(s) ahead (its label_leads: a forecast) and the "
