@@ -328,6 +328,24 @@ def test_generate_on_a_vmt_run_reads_the_prompt_and_writes_with_the_models_own_s
     assert capsys.readouterr().out.split() == [str(i) for i in expected[0].tolist()]
 
 
+def test_generate_on_a_vmt_run_samples_an_empty_prompt_from_the_models_own_start(tmp_path, capsys):
+    """The VMT has its own start, x_1 ~ P(x_1): an empty prompt is a sample of the model, not a continuation of a
+    token drawn uniformly (which put a uniform first symbol, and its posterior, into every unconditional sample)."""
+    from markovformer.cli.main import main
+
+    values = tiny_vmt()
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    _, model, _ = load_run(tmp_path / "run")
+    for seed in range(3):
+        expected = model.generate(torch.zeros(1, 0, dtype=torch.long), max_new_tokens=6, do_sample=True,
+                                  generator=torch.Generator().manual_seed(seed))  # fmt: skip
+        capsys.readouterr()
+        assert main(["generate", str(tmp_path / "run"), "--prompt", "", "--max-new-tokens", "6", "--seed",
+                     str(seed)]) == 0  # fmt: skip
+        assert capsys.readouterr().out.split() == [str(i) for i in expected[0].tolist()]
+
+
 def test_generative_from_data_trains_the_posterior_alone(tmp_path):
     """P is the data's own linear-Gaussian model and stays so through training; only Q moves."""
     values = tiny_vmt(model__latent_dim=2)

@@ -196,6 +196,8 @@ class GenerationMixin:
 
     supports_beam_search: ClassVar[bool] = False
     generation_inputs: ClassVar[tuple[str, ...]] = ()
+    # True for a family whose model has a start of its own (the VMT's P(x_1)): an empty prompt samples from it
+    samples_from_empty_prompt: ClassVar[bool] = False
 
     def start_decoding(
         self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int

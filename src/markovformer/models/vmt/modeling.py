@@ -398,6 +398,7 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
     # Returns (B, n + new) or (B, n + new, F).
 
     generation_inputs = ("carry",)
+    samples_from_empty_prompt = True  # x_1 ~ P(x_1), y_1 ~ P(y | x_1): no start token to invent
 
     def check_generation_inputs(self, input_ids: Tensor, attention_mask: Tensor | None) -> None:
         """ValueError for an empty batch or a padded prompt."""

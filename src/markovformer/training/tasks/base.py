@@ -273,7 +273,9 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
         outside = [i for i in ids if i < 0 or (vocab_size is not None and i >= vocab_size)]
         if outside:
             raise ValueError(f"--prompt: token id {outside[0]} is outside the vocabulary [0, {vocab_size})")
-    if not ids:
+    if not ids and getattr(model, "samples_from_empty_prompt", False):
+        print("empty prompt: sampling from the model's own start (x_1 ~ P(x_1))", file=sys.stderr)
+    elif not ids:
         ids, prompt = unconditional_start(model, tokenizer, request.seed)
     generator = torch.Generator().manual_seed(request.seed)
     generation = request.generation
@@ -282,7 +284,7 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
     end = getattr(tokenizer, "end_of_document_id", None)  # a run with documents
     if end is not None and not request.through_eod:
         generation = generation.replace(eos_token_id=end)
-    out = model.generate(torch.tensor([ids]), generation_config=generation, generator=generator)
+    out = model.generate(torch.tensor([ids], dtype=torch.long), generation_config=generation, generator=generator)
     new = out[0, len(ids) :].tolist()
     if tokenizer is None:
         yield " ".join(map(str, ids + new))
