@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import signal
 import subprocess
@@ -344,6 +345,41 @@ def test_generate_on_a_vmt_run_samples_an_empty_prompt_from_the_models_own_start
         assert main(["generate", str(tmp_path / "run"), "--prompt", "", "--max-new-tokens", "6", "--seed",
                      str(seed)]) == 0  # fmt: skip
         assert capsys.readouterr().out.split() == [str(i) for i in expected[0].tolist()]
+
+
+def _naive_forward_log_likelihood(initial, transition, emission, tokens) -> float:
+    """log p(y_1..y_T) of one document by the unscaled forward recursion in float64 (short documents only)."""
+    alpha = [initial[s] * emission[s][tokens[0]] for s in range(len(initial))]
+    for token in tokens[1:]:
+        alpha = [sum(alpha[r] * transition[r][s] for r in range(len(alpha))) * emission[s][token]
+                 for s in range(len(alpha))]  # fmt: skip
+    return math.log(sum(alpha))
+
+
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_eval_prints_the_bounds_beside_the_exact_log_likelihood_of_the_split(split, tmp_path, capsys):
+    """As training's last lines do: `eval` of a state-space run sets its ELBO and IW bound beside the exact
+    log-likelihood of the documents it scored (before, only --json carried that value)."""
+    from markovformer.cli.main import main
+
+    values = tiny_vmt()
+    values["output_dir"] = str(tmp_path / "run")
+    config = resolve_run_config(values)
+    train(config)
+    bundle = build_data(config)
+    parameters = bundle.info["parameters"]
+    documents = [example["input_ids"].tolist() for example in getattr(bundle, split)]
+    exact = sum(_naive_forward_log_likelihood(parameters["initial"], parameters["transition"], parameters["emission"],
+                                              document) for document in documents)  # fmt: skip
+    exact /= sum(len(document) for document in documents)
+    metrics = evaluate(tmp_path / "run", split)["metrics"]
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run"), "--split", split]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    name = {"val": "validation"}.get(split, split)
+    assert line == (f"  vs the exact log-likelihood of the {name} documents {exact:.4f} nats/token, each bound minus "
+                    f"it: ELBO {metrics['elbo'] - exact:+.4f}, importance-weighted bound (K = {vmt_task.IW_SAMPLES}) "
+                    f"{metrics['iw_bound'] - exact:+.4f}")  # fmt: skip
 
 
 def test_generative_from_data_trains_the_posterior_alone(tmp_path):

@@ -282,6 +282,11 @@ def run_eval(args: argparse.Namespace) -> None:
         from markovformer.training.run_report import bayes_gap  # deferred (see above)
 
         print(f"  {bayes_gap(results['metrics']['loss'], results['bayes_loss'])}")
+    if "exact_log_likelihood_per_token" in results and "elbo" in results["metrics"]:
+        from markovformer.training.run_report import exact_likelihood_gap  # deferred (see above)
+
+        split = {"val": "validation"}.get(results["split"], results["split"])
+        print(f"  {exact_likelihood_gap(results['metrics'], results['exact_log_likelihood_per_token'], split)}")
 
 
 def finite_or_null(value):

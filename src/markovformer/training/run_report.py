@@ -49,12 +49,7 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
         print(f"  {bayes_gap(results['val']['loss'], reference['bayes_val_loss'])} on the same validation sequences")
     exact = document_log_likelihood(reference, "val")
     if exact is not None and "elbo" in results["val"]:
-        bounds = [f"ELBO {results['val']['elbo'] - exact:+.4f}"]
-        if "iw_bound" in results["val"]:
-            bounds.append(f"importance-weighted bound (K = {IW_SAMPLES}) "
-                          f"{results['val']['iw_bound'] - exact:+.4f}")  # fmt: skip
-        print(f"  vs the exact log-likelihood of the validation documents {exact:.4f} nats/token, each bound minus "
-              f"it: {', '.join(bounds)}")  # fmt: skip
+        print(f"  {exact_likelihood_gap(results['val'], exact, 'validation')}")
     if not model.transition_strengths():
         return
     batch = bundle.collate(examples_at(bundle.val, range(min(len(bundle.val), 64))))
@@ -120,6 +115,16 @@ def entropy_rate_gap(loss: float, entropy_rate: float, continuous: bool = False)
     gap = loss - entropy_rate
     percent = not continuous and entropy_rate > 0
     return f"{gap:+.4f} nats" + (f" ({100 * gap / entropy_rate:+.2f}%)" if percent else "")
+
+
+def exact_likelihood_gap(metrics: dict, exact: float, split: str) -> str:
+    """The line that sets a VMT's bounds (``metrics``: ``elbo`` and maybe ``iw_bound``, nats per token) beside the
+    exact log-likelihood per token of the ``split``'s documents (a state-space source's), each bound minus it."""
+    bounds = [f"ELBO {metrics['elbo'] - exact:+.4f}"]
+    if "iw_bound" in metrics:
+        bounds.append(f"importance-weighted bound (K = {IW_SAMPLES}) {metrics['iw_bound'] - exact:+.4f}")
+    return (f"vs the exact log-likelihood of the {split} documents {exact:.4f} nats/token, each bound minus it: "
+            f"{', '.join(bounds)}")  # fmt: skip
 
 
 def document_log_likelihood(reference: dict, split: str) -> float | None:
