@@ -139,6 +139,25 @@ def test_bad_feature_cell_names_line_and_column(tmp_path, bad):
         load_csv_series(path, label_column="state", window=3)
 
 
+def test_a_column_of_no_numbers_read_by_default_says_to_list_the_features(tmp_path):
+    """A date column (any text column) is a feature when feature_columns is null: the error says so, and how to leave
+    it out, where a bad cell of a numeric column keeps the plain error."""
+    path = tmp_path / "series.csv"
+    _write_series(path, 30)
+    lines = path.read_text().splitlines()
+    dated = [f"date,{lines[0]}"] + [f"2024-01-{row + 1:02d},{line}" for row, line in enumerate(lines[1:])]
+    path.write_text("\n".join(dated) + "\n")
+    with pytest.raises(ValueError, match=r"line 2, column 'date': value '2024-01-01' is not a finite number, nor is "
+                                         r"any value of that column: feature_columns is null.*list the numeric ones"):
+        load_csv_series(path, label_column="state", window=3)
+    bundle = load_csv_series(path, label_column="state", feature_columns=["t", "wave"], window=3)
+    assert bundle.info["feature_columns"] == ["t", "wave"]
+    _write_series(path, 30, override={(2, "wave"): "abc"})
+    with pytest.raises(ValueError) as error:
+        load_csv_series(path, label_column="state", window=3)
+    assert str(error.value).endswith("column 'wave': value 'abc' is not a finite number")
+
+
 def test_missing_label_column_lists_the_columns(tmp_path):
     path = tmp_path / "series.csv"
     _write_series(path, 30)

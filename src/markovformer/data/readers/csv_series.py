@@ -66,6 +66,7 @@ def load_csv_series(
     if isinstance(label_leads, bool) or not isinstance(label_leads, int) or label_leads < 0:
         raise ValueError(f"label_leads must be an int >= 0, got {label_leads!r}")
     header, rows = _read_rows(path)
+    every_column = feature_columns is None
     feature_columns = _choose_features(path, header, label_column, feature_columns)
     feature_index = [header.index(column) for column in feature_columns]
     label_index = header.index(label_column)
@@ -75,7 +76,14 @@ def load_csv_series(
     label_strings = []
     for row, (line, cells) in enumerate(rows):
         for position, (column, index) in enumerate(zip(feature_columns, feature_index, strict=True)):
-            features[row, position] = _parse_number(cells[index], path, line, column)
+            try:
+                features[row, position] = _parse_number(cells[index], path, line, column)
+            except ValueError as error:
+                if every_column and not any(_is_number(other[index]) for _, other in rows):
+                    raise ValueError(f"{error}, nor is any value of that column: feature_columns is null, so every "
+                                     f"column but the label is read as a feature; list the numeric ones in "
+                                     f"feature_columns") from None  # fmt: skip
+                raise
         label = cells[label_index].strip()
         if not label:
             raise ValueError(f"{path}: line {line}, column {label_column!r}: the label is empty")
@@ -214,6 +222,13 @@ def _refuse_float_labels(path: Path, label_column: str, labels: list[str]) -> No
         raise ValueError(f"{path}: column {label_column!r} holds numbers such as {example!r} ({len(set(labels))} "
                          f"distinct values), but labels are classes, each distinct value one: bin the target into "
                          f"classes first (e.g. up/down)")  # fmt: skip
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        return bool(np.isfinite(float(cell)))
+    except ValueError:
+        return False
 
 
 def _parse_number(cell: str, path: Path, line: int, column: str) -> float:
