@@ -382,6 +382,22 @@ def test_eval_prints_the_bounds_beside_the_exact_log_likelihood_of_the_split(spl
                     f"{metrics['iw_bound'] - exact:+.4f}")  # fmt: skip
 
 
+def test_eval_batch_size_help_names_the_vmt_whose_bounds_depend_on_it(tmp_path, capsys):
+    """`eval --help` said the metrics never depend on --batch-size; a VMT's bounds draw their noise per batch of
+    documents, so another size gives another (equally valid) Monte-Carlo estimate: the help says so."""
+    from markovformer.cli.main import main
+
+    values = tiny_vmt()
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    one, three = (evaluate(tmp_path / "run", "val", batch_size=size)["metrics"] for size in (1, 3))
+    assert one["elbo"] != three["elbo"]
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "the metrics do not depend on it, but for a VMT's Monte-Carlo bounds" in help_text
+
+
 def test_generative_from_data_trains_the_posterior_alone(tmp_path):
     """P is the data's own linear-Gaussian model and stays so through training; only Q moves."""
     values = tiny_vmt(model__latent_dim=2)

@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--beam-size", type=int, default=1, help="translation: beam search width for BLEU "
                           "(default: 1, greedy)")  # fmt: skip
     evaluate.add_argument("--batch-size", type=int, help="examples scored per batch (default: the run's "
-                          "trainer.eval_batch_size); the metrics do not depend on it")  # fmt: skip
+                          "trainer.eval_batch_size); the metrics do not depend on it, but for a VMT's Monte-Carlo "
+                          "bounds, whose noise is drawn per batch: another size, another estimate")  # fmt: skip
     evaluate.add_argument("--translations", metavar="FILE", help="translation: write each scored source, reference "
                           "and translation to FILE (tab-separated, a header line; BLEU on its columns is eval's)")
 
