@@ -33,9 +33,10 @@ def evaluate_vmt(
 ) -> dict:
     """Bounds on held-out documents (N, L[, F]) cut into consecutive windows (the last may be shorter), all rows
     together. With ``carry`` each window starts from the latent of the one before (the ELBO's path; for an
-    importance-weighted bound, a path resampled by weight), so the totals bound log P(document); without, every
-    window starts from P(x_1). Returns nats per token: ``elbo``, ``reconstruction``, ``kl``, ``iw_K`` for each K,
-    and ``window_elbo``, the ELBO per token of each window position (a list)."""
+    importance-weighted bound, each path from its own of K latents resampled by weight: a particle filter), so the
+    totals bound log P(document); without, every window starts from P(x_1). Returns nats per token: ``elbo``,
+    ``reconstruction``, ``kl``, ``iw_K`` for each K, and ``window_elbo``, the ELBO per token of each window
+    position (a list)."""
     was_training = model.training
     model.eval()
     totals = {"elbo": 0.0, "reconstruction": 0.0, "kl": 0.0, **{f"iw_{k}": 0.0 for k in iw_samples}}

@@ -35,9 +35,10 @@ def walk_documents(
     """The scores of each window of ``documents`` (token ids (N, L) or features (N, L, F), right-padded by
     ``attention_mask``), in order; windows are ``window`` tokens (default ``model.config.window``) and never
     overlap, so every token is scored once. With ``carry`` each window starts from the latent of the one before:
-    the ELBO's own path, and for each K a final latent resampled by importance weight; without, every window starts
-    from P(x_1). Noise for the ELBO and for the bounds comes from ``elbo_generator`` and ``iw_generator`` (they may
-    be the same one), drawn window by window, ELBO first."""
+    the ELBO's own path, and for each K, each path from its own of K final latents resampled by importance weight
+    (a particle filter's: the summed bounds tend to the document's log-likelihood as K grows); without, every
+    window starts from P(x_1). Noise for the ELBO and for the bounds comes from ``elbo_generator`` and
+    ``iw_generator`` (they may be the same one), drawn window by window, ELBO first."""
     mask = attention_mask
     if mask is not None:
         check_attention_mask(mask, documents.shape[:2])
@@ -64,11 +65,12 @@ def walk_documents(
 
 
 def _rows(state: Tensor | None, rows: Tensor) -> Tensor | None:
-    return None if state is None else state[rows]
+    return None if state is None else state[..., rows, :]
 
 
 def _set_rows(state: Tensor | None, rows: Tensor, values: Tensor, count: int) -> Tensor:
-    """``state`` (count, D) (zeros when None) with ``rows`` set to ``values``."""
-    state = values.new_zeros(count, values.shape[-1]) if state is None else state.clone()
-    state[rows] = values
+    """``state`` ([K,] count, D) (zeros when None) with ``rows`` set to ``values`` ([K,] rows, D): the ELBO's one
+    latent a document, or the K particles of an importance-weighted bound."""
+    state = values.new_zeros(*values.shape[:-2], count, values.shape[-1]) if state is None else state.clone()
+    state[..., rows, :] = values
     return state

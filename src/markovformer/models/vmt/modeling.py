@@ -119,15 +119,19 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
         return y.masked_fill(~mask[..., None], 0.0).to(self.embed.weight.dtype), mask, lengths
 
     def _check_carry(
-        self, carry: Tensor | None, carry_mask: Tensor | None, batch: int, device: torch.device
-    ) -> tuple[Tensor | None, Tensor]:
-        """(carry detached in the model's dtype, or None when no row has one; carried rows (B,) bool)."""
+        self, carry: Tensor | None, carry_mask: Tensor | None, batch: int, device: torch.device,
+        paths: int | None = None,
+    ) -> tuple[Tensor | None, Tensor]:  # fmt: skip
+        """(carry detached in the model's dtype, or None when no row has one; carried rows (B,) bool). With
+        ``paths``, the carry may also hold one latent per path: (paths, B, latent_dim)."""
         if carry is None:
             if carry_mask is not None:
                 raise ValueError("carry_mask needs a carry (B, latent_dim) to say which of its rows are used")
             return None, torch.zeros(batch, dtype=torch.bool, device=device)
-        if tuple(carry.shape) != (batch, self.config.latent_dim):
-            raise ValueError(f"carry must be (B, latent_dim) = {(batch, self.config.latent_dim)}; got "
+        if tuple(carry.shape) != (batch, self.config.latent_dim) and (
+                paths is None or tuple(carry.shape) != (paths, batch, self.config.latent_dim)):  # fmt: skip
+            per_path = "" if paths is None else f" or (K, B, latent_dim) = {(paths, batch, self.config.latent_dim)}"
+            raise ValueError(f"carry must be (B, latent_dim) = {(batch, self.config.latent_dim)}{per_path}; got "
                              f"{tuple(carry.shape)}")  # fmt: skip
         if carry_mask is None:
             carried = torch.ones(batch, dtype=torch.bool, device=device)
@@ -135,7 +139,7 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
             raise ValueError(f"carry_mask must be (B,) = ({batch},); got {tuple(carry_mask.shape)}")
         else:
             carried = carry_mask.to(device).bool()
-        if not bool(torch.isfinite(carry[carried]).all()):
+        if not bool(torch.isfinite(carry[..., carried, :]).all()):
             raise ValueError("carry holds NaN or infinite values in a carried row")
         if not bool(carried.any()):
             return None, carried
@@ -170,7 +174,8 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
         generator: torch.Generator | None, zero_noise: bool = False,
     ) -> SampledPaths:  # fmt: skip
         """Draw ``num_samples`` latent paths x_1 → x_T from Q and score them under P and Q. Rows with ``carried``
-        start from the carry (Q(x_1 | x_0, h_1), P(x_1 | x_0)), the others from Q(x_1 | h_1) and P(x_1).
+        start from the carry (Q(x_1 | x_0, h_1), P(x_1 | x_0)): one x_0 (B, dx) for every path, or each path its
+        own (num_samples, B, dx); the other rows from Q(x_1 | h_1) and P(x_1).
         ``zero_noise``: the path Q gives each step's zero noise (its means for a Gaussian posterior), no draw."""
         batch, length = mask.shape
         latent = self.config.latent_dim
@@ -184,7 +189,7 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
             # one draw per step: the noise of position k never depends on the window's length (padding is free)
             noise = context.new_zeros(shape) if zero_noise else standard_normal(shape, context, generator)
             if k > 0 or carry is not None:
-                previous = draws[-1].value if k > 0 else carry[None].expand(shape)
+                previous = draws[-1].value if k > 0 else carry.expand(shape)
                 step_prior = self.transition(previous, self.transition.prepare())  # P(x_k | x_{k-1})
                 step_context = [part[:, k] for part in step_prepared]
                 draw = self.posterior_step.sample(previous, step_context, noise, step_prior)
@@ -317,25 +322,32 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
         carry_mask: Tensor | None = None,
     ) -> VMTBound:
         """The importance-weighted bound with K = ``num_samples`` posterior paths (drawn ``chunk_size`` at a time):
-        log (1/K) Σ_s P(y, x^s | x_0) / Q(x^s | y, x_0) <= log P(y | x_0), equal to the ELBO in expectation at K = 1
-        and rising to log P(y | x_0) as K grows.
+        log (1/K) Σ_s P(y, x^s | x_0^s) / Q(x^s | y, x_0^s), equal to the ELBO in expectation at K = 1. ``carry``:
+        one x_0 (B, dx) for every path, whose bound rises to log P(y | x_0) as K grows, or a latent for each path
+        (K, B, dx), as the bound of the window before returns them.
 
-        The returned carry is one path's latent drawn in proportion to the weights: chained over a document's
-        windows, the product of the per-window estimates then stays an unbiased estimate of the document's
-        likelihood, so the summed bounds are a lower bound on its log-likelihood in expectation.
+        The returned carry holds K latents (K, B, dx), each path's drawn in proportion to the weights (with
+        replacement): chained over a document's windows, each path starting from its own, they are a particle
+        filter's, so the product of the per-window estimates is an unbiased estimate of the document's likelihood
+        that tends to it as K grows: the summed bounds are a lower bound on its log-likelihood in expectation,
+        tightening toward it. (One carried latent for every path left them short of it at any K.)
         """
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"num_samples={num_samples!r}: must be a positive integer")
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size={chunk_size!r}: must be a positive integer")
         y, mask, lengths = self._observations(y, attention_mask)
-        carry, carried = self._check_carry(carry, carry_mask, y.shape[0], y.device)
+        carry, carried = self._check_carry(carry, carry_mask, y.shape[0], y.device, paths=num_samples)
+        if carry is not None and carry.dim() == 2:
+            carry = carry[None]  # (1, B, dx): every path's
         context = self._context(y, lengths)
         rows = torch.arange(y.shape[0], device=y.device)
         positions = self._carry_positions(lengths, carry_index)
         log_weights, candidates = [], []
         for start in range(0, num_samples, chunk_size):
-            paths = self._infer(y, mask, context, carry, carried, min(chunk_size, num_samples - start), generator)
+            count = min(chunk_size, num_samples - start)
+            starts = None if carry is None else carry if len(carry) == 1 else carry[start : start + count]
+            paths = self._infer(y, mask, context, starts, carried, count, generator)
             log_weights.append((paths.reconstruction + paths.log_p_x - paths.log_q).sum(-1))  # (s, B)
             candidates.append(paths.latents[:, rows, positions])  # (s, B, dx)
         log_weights = torch.cat(log_weights, dim=0)
@@ -343,8 +355,8 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
         probabilities = resampling_probabilities(log_weights.detach())
         if generator is not None:
             probabilities = probabilities.to(generator.device)
-        chosen = torch.multinomial(probabilities, 1, generator=generator).squeeze(-1).to(y.device)
-        carry_out = torch.cat(candidates, dim=0)[chosen, rows].detach()
+        ancestors = torch.multinomial(probabilities, num_samples, replacement=True, generator=generator)
+        carry_out = torch.cat(candidates, dim=0)[ancestors.T.to(y.device), rows].detach()  # (K, B, dx)
         tokens = int(lengths.sum())
         return VMTBound(per_token=per_sequence.sum() / tokens, per_sequence=per_sequence, carry=carry_out,
                         num_tokens=tokens)  # fmt: skip

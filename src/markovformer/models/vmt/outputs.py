@@ -34,7 +34,7 @@ class VMTBound:
 
     per_token: Tensor  # nats per real token over the batch
     per_sequence: Tensor  # (B,) nats: the bound of each row's window
-    carry: Tensor  # (B, latent_dim): a final latent resampled in proportion to the weights, detached
+    carry: Tensor  # (K, B, latent_dim): each path's final latent resampled in proportion to the weights, detached
     num_tokens: int
 
 
