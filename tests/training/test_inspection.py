@@ -314,6 +314,27 @@ def test_inspect_refuses_a_layer_index_outside_the_model(trained, tmp_path, laye
     assert not (tmp_path / "report").exists()
 
 
+def test_a_layer_without_attention_maps_is_passed_by_and_refused_by_name(tmp_path):
+    """A kind that mixes without a T x T map (scan, S4D, Hyena, ...) hands out no weights: inspect of a run with one
+    such layer failed whole ("random-feature heads have no T x T map", for a scan). By default it now draws the
+    layers that have maps (the profile too), and ``--layers`` naming the other is refused by name."""
+    from conftest import TINY_RUN
+
+    trainer = {**TINY_RUN["trainer"], "max_steps": 1, "warmup_steps": 1, "eval_every": 1, "checkpoint_every": 1}
+    model = {**TINY_RUN["model"], "n_layers": 2, "attention": ["scan", "markov"]}
+    config = tmp_path / "mixed.yaml"
+    run = {**TINY_RUN, "model": model, "trainer": trainer, "output_dir": str(tmp_path / "run")}
+    config.write_text(yaml.safe_dump(run))
+    assert main(["train", str(config)]) == 0
+    page = write_inspection_report(tmp_path / "run").read_text()
+    assert "Attention probabilities of layers [1] on the same 24 tokens" in page
+    assert "over queries 3..23 of the first 32 validation sequences" in page  # layer 1's profile: its window 2 + 1
+    refused = r"--layers 0: that layer \(scan\) has no attention map; the layers with one: \[1\]"
+    with pytest.raises(ValueError, match=refused):
+        write_inspection_report(tmp_path / "run", layers=[0], out_dir=tmp_path / "report")
+    assert not (tmp_path / "report").exists()
+
+
 def test_hybrid_split_labels_name_exactly_the_markov_heads_markov():
     """hybrid_split's first floor(H · ratio) heads are Markov, the rest random features: by hand 2 of 4 at 0.5,
     1 of 4 at 0.25, 6 of 8 at 0.75."""

@@ -326,10 +326,17 @@ def _gate_and_attention_figures(
         figures.append((caption, plot_order_gates(output.gates, tokens, out / "order_gates.png",
                                                   null_slot=gate_null_slots(model, len(output.gates)),
                                                   true_lags=marked)))  # fmt: skip
-    chosen = layers if layers is not None else list(range(min(len(output.attentions), 2)))
+    # a layer whose kind mixes without a T x T map (scan, S4D, H3, Hyena, RWKV, GRU) hands out None
+    with_maps = [layer for layer, weights in enumerate(output.attentions) if weights is not None]
+    chosen = layers if layers is not None else with_maps[:2]
     bad = [layer for layer in chosen if not 0 <= layer < len(output.attentions)]
     if bad:
         raise ValueError(f"--layers {bad[0]} is not a layer of this model (it has {len(output.attentions)})")
+    mapless = [layer for layer in chosen if output.attentions[layer] is None]
+    if mapless:
+        kind = model.config.layer_kinds()[mapless[0]]
+        raise ValueError(f"--layers {mapless[0]}: that layer ({kind}) has no attention map; the layers with one: "
+                         f"{with_maps or 'none'}")  # fmt: skip
     profile = lag_profiles(model, validation, chosen)
     labels = head_labels(model.config, output.attentions)
     if profile.profiles:
@@ -406,7 +413,7 @@ def lag_profiles(model, validation: Split, layers: list[int]) -> LagProfiles:
         rows = slice(start, start + PROFILE_BATCH)
         with torch.no_grad():
             attentions = model(**{k: v[rows] for k, v in inputs.items()}, return_weights=True).attentions
-        length = attentions[0].shape[-1] if attentions and attentions[0] is not None else 0
+        length = next((weights.shape[-1] for weights in attentions if weights is not None), 0)
         # a layer without maps (random features) reads no lag, so it does not move the first query either
         reach = {layer: min(profile_reach(model.config, layer), length - 1) for layer in layers
                  if attentions[layer] is not None}  # fmt: skip
