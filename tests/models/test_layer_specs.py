@@ -82,6 +82,15 @@ def test_per_layer_options_round_trip_through_a_config_dict():
     ({"kind": "hybrid_split", "gate_input": "sequence"}, r"attention\[1\]\.gate_input='sequence'"),
     ({"kind": "hybrid_parallel", "gate_input": "sequence"}, r"attention\[1\]\.gate_input='sequence'"),
     ({"kind": "markov", "bidirectional": True}, r"attention\[1\]\.bidirectional=True: a causal model cannot attend"),
+    # options the flat fields check and a layer's own entry did not: "false" is truthy (a null slot was built), a
+    # string tau a TypeError, an unknown backend ignored in global scope, a ratio past 1 a shape error at forward
+    ({"kind": "markov", "gate_null": "false"}, r"attention\[1\]\.gate_null='false': must be one of"),
+    ({"kind": "markov", "head_specific": "false"}, r"attention\[1\]\.head_specific='false': must be one of"),
+    ({"kind": "hybrid_split", "gate_null": "no"}, r"attention\[1\]\.gate_null='no': must be one of"),
+    ({"kind": "markov", "gate_gumbel_tau": "0.5"}, r"attention\[1\]\.gate_gumbel_tau='0.5': must be positive"),
+    ({"kind": "softmax", "backend": "bogus"}, r"attention\[1\]\.backend='bogus': must be one of"),
+    ({"kind": "rff", "feature_map": "relu"}, r"attention\[1\]\.feature_map='relu': must be one of"),
+    ({"kind": "hybrid_split", "markov_head_ratio": 2.0}, r"attention\[1\]\.markov_head_ratio=2.0: must be a number in"),
 ])  # fmt: skip
 def test_an_invalid_per_layer_option_raises_once_naming_the_layer_option_and_value(entry, message):
     with pytest.raises(ValueError, match=message) as raised:

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from markovformer.layers.attention import AttentionOutput, SelfAttention
 from markovformer.layers.markov_attention import MarkovAttention, MarkovCore, MarkovOptions
+from markovformer.layers.options import interval, option
 from markovformer.layers.random_feature_attention import (
     RandomFeatureAttention,
     RandomFeatureCore,
@@ -33,7 +34,7 @@ class HybridParallelOptions(MarkovOptions, RandomFeatureOptions):
 class HybridSplitOptions(HybridParallelOptions):
     """The options of attention kind "hybrid_split": those of "markov" and "rff", and the Markov heads' share."""
 
-    markov_head_ratio: float = 0.5
+    markov_head_ratio: float = option(0.5, interval(0.0, 1.0))
 
 
 def markov_head_count(n_heads: int, markov_head_ratio: float) -> int:

@@ -105,11 +105,11 @@ class MarkovOptions:
     window: int | None = option(None, interval(1, integer=True, optional=True))
     gate: str = option("linear", one_of(GATES))
     gate_input: str = option("token", one_of(GATE_INPUTS))
-    gate_null: bool = True
-    gate_gumbel_tau: float | None = option(None, lambda tau: None if tau is None or tau > 0 else
-                                           "must be positive or None")  # fmt: skip
+    gate_null: bool = option(True, one_of((True, False)))
+    gate_gumbel_tau: float | None = option(None, lambda tau: None if tau is None or (
+        isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau > 0) else "must be positive or None")
     transition: str = option("softplus", one_of(TRANSITIONS))
-    head_specific: bool = True
+    head_specific: bool = option(True, one_of((True, False)))
     dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
     backend: str = option("auto", one_of(BACKENDS))
 

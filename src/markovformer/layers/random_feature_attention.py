@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
-from markovformer.layers.options import check_fields, interval, option
-from markovformer.ops.linear_attention import draw_projection, feature_map, linear_attention
+from markovformer.layers.options import check_fields, interval, one_of, option
+from markovformer.ops.linear_attention import FEATURE_MAPS, draw_projection, feature_map, linear_attention
 from markovformer.ops.linear_attention.naive import linear_attention_weights
 
 
@@ -87,7 +87,7 @@ class RandomFeatureAttention(SelfAttention):
 class RandomFeatureOptions:
     """The options of attention kind "rff" (feature map, feature count, redraw interval), named as the config fields."""
 
-    feature_map: str = "positive"
+    feature_map: str = option("positive", one_of(FEATURE_MAPS))
     num_features: int = option(64, interval(1, integer=True))
     redraw_interval: int = option(0, interval(0, integer=True))
     chunk_size: int = option(64, interval(1, integer=True))

@@ -11,7 +11,7 @@ from torch import nn
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
 from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option, scoped_window
-from markovformer.ops.lag_bias_attention import lag_bias_attention, lag_bias_attention_naive
+from markovformer.ops.lag_bias_attention import BACKENDS, lag_bias_attention, lag_bias_attention_naive
 from markovformer.ops.lag_bias_attention.naive import dense_allowed
 from markovformer.ops.masked_softmax import masked_sdpa
 
@@ -24,7 +24,7 @@ class SoftmaxOptions:
     scope: str = option("global", one_of(SCOPES))
     window: int | None = option(None, interval(1, integer=True, optional=True))
     dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
-    backend: str = "auto"
+    backend: str = option("auto", one_of(BACKENDS))
 
     def __post_init__(self) -> None:
         check_fields(self)
