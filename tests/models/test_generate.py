@@ -64,6 +64,23 @@ GROWING = {"hyena", "markov_global", "markov_query_gate_sinusoidal", "softmax_gl
                     "selective_global"}  # fmt: skip
 
 
+def test_every_kind_that_decodes_incrementally_is_in_incremental():
+    """The README's "An attention kind" asks for a line in INCREMENTAL: without it no test decodes the kind."""
+    from markovformer.layers.registry import ATTENTION_KINDS
+
+    covered = set()
+    for options in INCREMENTAL.values():
+        attention = options["attention"]
+        covered |= {attention} if isinstance(attention, str) else {e["kind"] if isinstance(e, dict) else e
+                                                                   for e in attention}  # fmt: skip
+    for kind in set(ATTENTION_KINDS) - covered:
+        try:
+            config = MarkovianTransformerConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, attention=kind)
+        except ValueError:  # a kind a causal model refuses (linformer)
+            continue
+        assert not MarkovianTransformerForCausalLM(config).model.decodes_incrementally, f"add {kind!r} to INCREMENTAL"
+
+
 def _perturbed(model: torch.nn.Module, seed: int = 0, scale: float = 0.25) -> torch.nn.Module:
     """Weights far from the 0.02 init, so that every path (biases, gates, positions) matters."""
     generator = torch.Generator().manual_seed(seed)
