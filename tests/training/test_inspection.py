@@ -335,6 +335,22 @@ def test_a_layer_without_attention_maps_is_passed_by_and_refused_by_name(tmp_pat
     assert not (tmp_path / "report").exists()
 
 
+def test_a_global_position_bias_layers_profile_and_lag_convention_say_what_it_reads(tmp_path):
+    """A T5-bias layer has neither window nor max_order: its profile reads lags 0..GLOBAL_PROFILE_REACH, which the
+    caption did not name, and its lag 0 does get a bias (T5's bucket 0), where the convention said 'has no bias'."""
+    from conftest import TINY_RUN
+
+    trainer = {**TINY_RUN["trainer"], "max_steps": 1, "warmup_steps": 1, "eval_every": 1, "checkpoint_every": 1}
+    model = {"d_model": 16, "n_layers": 1, "n_heads": 2, "attention": "t5_bias", "position": "none"}
+    run = {**TINY_RUN, "model": model, "trainer": trainer, "output_dir": str(tmp_path / "run")}
+    (tmp_path / "t5.yaml").write_text(yaml.safe_dump(run))
+    assert main(["train", str(tmp_path / "t5.yaml")]) == 0
+    page = write_inspection_report(tmp_path / "run").read_text()
+    reach = inspection.GLOBAL_PROFILE_REACH
+    assert f"without a window, else {reach}), over queries {reach}..23 of the first 32" in page
+    assert "has no bias" not in page and "gets no Markov bias" in page
+
+
 def test_hybrid_split_labels_name_exactly_the_markov_heads_markov():
     """hybrid_split's first floor(H · ratio) heads are Markov, the rest random features: by hand 2 of 4 at 0.5,
     1 of 4 at 0.25, 6 of 8 at 0.75."""

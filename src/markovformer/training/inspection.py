@@ -343,8 +343,9 @@ def _gate_and_attention_figures(
         cut = f", each cut to its first {PROFILE_LENGTH} tokens" if profile.cut else ""
         shaded = "; shaded: the chain's lags" if chain_lags else ""
         caption = ("Attention by lag: per layer and head, the mean attention probability a query gives the key k "
-                   "tokens back, for k up to the layer's window + 1 (its max_order + 1 without a window), over "
-                   f"queries {profile.max_lag}..{profile.length - 1} of the first {profile.sequences} validation "
+                   "tokens back, for k up to the layer's window + 1 (its max_order + 1 without a window, else "
+                   f"{GLOBAL_PROFILE_REACH}), over queries {profile.max_lag}..{profile.length - 1} of the first "
+                   f"{profile.sequences} validation "
                    f"sequences{cut} ({CONVENTION}{shaded})")  # fmt: skip
         figures.append((caption, plot_attention_lag_profile(profile.profiles, out / "attention_by_lag.png",
                                                             chain_lags, head_labels=labels)))  # fmt: skip

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from markovformer.ops.lags import prediction_lags
 
-CONVENTION = "lag k = t \u2212 j: the key k tokens before the query t; lag 0, the query token itself, has no bias"
+CONVENTION = ("lag k = t \u2212 j: the key k tokens before the query t; lag 0, the query token itself, gets no Markov "
+              "bias")
 
 
 def chain_attention_lags(data_lags: Sequence[int]) -> tuple[int, ...]:
