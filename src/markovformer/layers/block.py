@@ -8,7 +8,8 @@ Packed documents (``segments``, from ``position_ids``; see ``ops.segments``): a 
 the block re-batches the documents into one padded row each, runs it there with an attention mask, and scatters the
 result back (index arithmetic, no loop over documents). Either way no information crosses a document boundary.
 Native: softmax, markov, rff, both hybrids, alibi, forgetting, t5_bias, dynamic_bias, stick_breaking, cope, retnet,
-rwkv, scan and the minGRU injection; run per document: linformer, s4d, hyena, gru and the GRU injection."""
+rwkv, scan and the minGRU injection; run per document: linformer, s4d, h3, hyena, gru, selective, forgetting with
+kv_shift and the GRU injection."""
 
 from __future__ import annotations
 
