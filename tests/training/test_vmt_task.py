@@ -425,3 +425,32 @@ def test_generative_from_data_trains_the_posterior_alone(tmp_path):
     tokens["output_dir"] = str(tmp_path / "tokens")
     with pytest.raises(ConfigError, match="generative_from_data"):
         train(resolve_run_config(tokens))
+
+
+def test_eval_iw_samples_chooses_k_and_the_results_say_which(tmp_path, capsys):
+    """K was fixed at 10 and said nowhere in eval --json or metrics.json, so a bound could not be tightened or read
+    with its K. task_options.iw_samples sets validation's, `eval --iw-samples K` scores a run with another; on the
+    data's own linear-Gaussian model (P frozen at the truth), K = 200 lies closer to the exact log-likelihood than
+    K = 1 (the ELBO in expectation)."""
+    from markovformer.cli.main import main
+
+    values = tiny_vmt(model__latent_dim=2)
+    values["data"] = {"source": "linear_gaussian", "doc_len": 16, "train_documents": 6, "val_documents": 4,
+                      "test_documents": 2}  # fmt: skip
+    values["model"]["generative_from_data"] = True
+    values["task_options"] = {"iw_samples": 3}
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["iw_samples"] == 3
+    assert "importance-weighted bound (K = 3)" in capsys.readouterr().out
+    results = {k: evaluate(tmp_path / "run", "val", task_options={"iw_samples": k}) for k in (1, 200)}
+    exact = results[1]["exact_log_likelihood_per_token"]
+    assert results[1]["iw_samples"] == 1 and results[200]["iw_samples"] == 200
+    assert exact - results[200]["metrics"]["iw_bound"] < exact - results[1]["metrics"]["iw_bound"]
+    assert main(["eval", str(tmp_path / "run"), "--iw-samples", "200"]) == 0
+    assert "importance-weighted bound (K = 200)" in capsys.readouterr().out
+    assert main(["eval", str(tmp_path / "run"), "--iw-samples", "0", "--json"]) == 0
+    unbounded = json.loads(capsys.readouterr().out)
+    assert "iw_bound" not in unbounded["metrics"] and "iw_samples" not in unbounded
+    assert main(["eval", str(tmp_path / "run"), "--iw-samples", "-1"]) == 2
+    assert "--iw-samples -1 must be >= 0" in capsys.readouterr().err

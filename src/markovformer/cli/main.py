@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--batch-size", type=int, help="examples scored per batch (default: the run's "
                           "trainer.eval_batch_size); the metrics do not depend on it, but for a VMT's Monte-Carlo "
                           "bounds, whose noise is drawn per batch: another size, another estimate")  # fmt: skip
+    evaluate.add_argument("--iw-samples", type=int, metavar="K", help="VMT: K of the importance-weighted bound "
+                          "(default: the run's task_options.iw_samples, 10; 0: none); it tightens toward the "
+                          "log-likelihood as K grows, at K times the ELBO's cost")  # fmt: skip
     evaluate.add_argument("--translations", metavar="FILE", help="translation: write each scored source, reference "
                           "and translation to FILE (tab-separated, a header line; BLEU on its columns is eval's)")
 
@@ -260,8 +263,11 @@ def run_eval(args: argparse.Namespace) -> None:
         raise ValueError(f"--beam-size {args.beam_size} must lie in [1, {MAX_BEAMS}]")
     if args.batch_size is not None and args.batch_size < 1:
         raise ValueError(f"--batch-size {args.batch_size} must be >= 1")
+    if args.iw_samples is not None and args.iw_samples < 0:
+        raise ValueError(f"--iw-samples {args.iw_samples} must be >= 0")
+    options = {} if args.iw_samples is None else {"iw_samples": args.iw_samples}
     results = evaluate(args.target, args.split, data, beam_size=args.beam_size, translations=args.translations,
-                       batch_size=args.batch_size)  # fmt: skip
+                       batch_size=args.batch_size, task_options=options)  # fmt: skip
     if args.json:
         print(json.dumps(finite_or_null(results), indent=2, allow_nan=False))  # NaN is not JSON
         return
@@ -287,7 +293,8 @@ def run_eval(args: argparse.Namespace) -> None:
         from markovformer.training.run_report import exact_likelihood_gap  # deferred (see above)
 
         split = {"val": "validation"}.get(results["split"], results["split"])
-        print(f"  {exact_likelihood_gap(results['metrics'], results['exact_log_likelihood_per_token'], split)}")
+        exact = results["exact_log_likelihood_per_token"]
+        print(f"  {exact_likelihood_gap(results['metrics'], exact, split, results.get('iw_samples'))}")
 
 
 def finite_or_null(value):

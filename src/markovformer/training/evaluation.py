@@ -19,6 +19,7 @@ from markovformer.data.recipes.locations import PREPARED_PREFIX, prepared_candid
 from markovformer.training.batches import RankShare
 from markovformer.training.build import FILE_OPTIONS, build_data, build_run_task
 from markovformer.training.run_checks import read_data_info
+from markovformer.training.run_config import task_options as task_options_of
 from markovformer.training.run_dir import FILE_DIGESTS, changed_data_files, check_same_tokenizer, load_trained_run
 from markovformer.training.run_report import continuous_source, document_log_likelihood
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
@@ -142,13 +143,14 @@ def scored_split(bundle, split: str, run_dir: Path):
 
 
 def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1,
-             translations: str | Path | None = None, batch_size: int | None = None) -> dict:  # fmt: skip
+             translations: str | Path | None = None, batch_size: int | None = None,
+             task_options: dict | None = None) -> dict:  # fmt: skip
     """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options of
     its own data source: ``check_same_source``; ``all``: every split), scored as validation scores it, the features
     normalised as the run's (``scored_split``), ``batch_size`` examples a batch (None: the run's
     ``trainer.eval_batch_size``). Translation runs are decoded with beam search of ``beam_size`` (1 =
     greedy) for BLEU, and ``translations`` names a file for the scored translations (``TranslationMetrics.table``);
-    VMT runs walk the split's documents."""
+    VMT runs walk the split's documents. ``task_options`` change the run's (a VMT's ``iw_samples``)."""
     if split not in SPLITS:
         raise ConfigError(f"split={split!r} must be one of {', '.join(SPLITS)}")
     if translations is not None and (Path(translations).is_dir() or not Path(translations).parent.is_dir()):
@@ -160,6 +162,9 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
                           f"run's scoring translates")  # fmt: skip
     check_same_source(config.data["source"], data_overrides or {})
     data = {**config.data, **recorded_data_files(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
+    if task_options:
+        changed = task_options_of(config.task, {**dataclasses.asdict(config.task_options), **task_options})
+        config = dataclasses.replace(config, task_options=changed)
     config = dataclasses.replace(config, data=data)
     bundle = build_data(config, run_dir)
     task = build_run_task(config, bundle)
@@ -185,6 +190,6 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     if translations is not None:  # whole or not at all: a full disk leaves no table cut short
         atomic_write_text(translations, metrics.table())
     results = {"split": split, "examples": len(examples), "run_dir": str(run_dir), "weights": weights,
-               "metrics": metrics.compute(),
+               "metrics": metrics.compute(), **task.scoring_settings(),
                **({"changed_data_files": changed} if changed else {})}  # fmt: skip
     return {**results, **reference_results(bundle.info.get("reference", {}), split)}

@@ -10,7 +10,6 @@ from markovformer.layers.markov_bias import MarkovBias
 from markovformer.training.lag_report import CONVENTION, biased_lags, describe_chain, lag_header
 from markovformer.training.run_config import RunConfig
 from markovformer.training.tasks import model_inputs
-from markovformer.training.tasks.vmt import IW_SAMPLES
 
 
 def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) -> None:
@@ -49,7 +48,7 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
         print(f"  {bayes_gap(results['val']['loss'], reference['bayes_val_loss'])} on the same validation sequences")
     exact = document_log_likelihood(reference, "val")
     if exact is not None and "elbo" in results["val"]:
-        print(f"  {exact_likelihood_gap(results['val'], exact, 'validation')}")
+        print(f"  {exact_likelihood_gap(results['val'], exact, 'validation', results.get('iw_samples'))}")
     if not model.transition_strengths():
         return
     batch = bundle.collate(examples_at(bundle.val, range(min(len(bundle.val), 64))))
@@ -117,12 +116,13 @@ def entropy_rate_gap(loss: float, entropy_rate: float, continuous: bool = False)
     return f"{gap:+.4f} nats" + (f" ({100 * gap / entropy_rate:+.2f}%)" if percent else "")
 
 
-def exact_likelihood_gap(metrics: dict, exact: float, split: str) -> str:
-    """The line that sets a VMT's bounds (``metrics``: ``elbo`` and maybe ``iw_bound``, nats per token) beside the
-    exact log-likelihood per token of the ``split``'s documents (a state-space source's), each bound minus it."""
+def exact_likelihood_gap(metrics: dict, exact: float, split: str, iw_samples: int | None = None) -> str:
+    """The line that sets a VMT's bounds (``metrics``: ``elbo`` and maybe ``iw_bound`` with K = ``iw_samples``,
+    nats per token) beside the exact log-likelihood per token of the ``split``'s documents (a state-space source's),
+    each bound minus it."""
     bounds = [f"ELBO {metrics['elbo'] - exact:+.4f}"]
     if "iw_bound" in metrics:
-        bounds.append(f"importance-weighted bound (K = {IW_SAMPLES}) {metrics['iw_bound'] - exact:+.4f}")
+        bounds.append(f"importance-weighted bound (K = {iw_samples}) {metrics['iw_bound'] - exact:+.4f}")
     return (f"vs the exact log-likelihood of the {split} documents {exact:.4f} nats/token, each bound minus it: "
             f"{', '.join(bounds)}")  # fmt: skip
 

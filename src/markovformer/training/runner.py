@@ -301,7 +301,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
     if not writer:
         return metrics
     results = {"val": metrics, "steps": trainer.global_step, "train_seconds": seconds,
-               **({"train_tokens": progress.tokens} if progress.tokens is not None else {}),
+               **({"train_tokens": progress.tokens} if progress.tokens is not None else {}), **task.scoring_settings(),
                "reference": bundle.info.get("reference", {})}  # fmt: skip
     write_final_files(run_dir, model, fingerprint.fingerprint, results)
     report_results(results, model, bundle, task.metric_labels)

@@ -183,6 +183,11 @@ class Task:
     def describe_split(self, examples, tokenizer) -> None:
         """Told which split the following scoring passes score (validation's, or the one ``eval`` scores)."""
 
+    def scoring_settings(self) -> dict:
+        """The settings the metrics depend on beyond the model and the data (a VMT's K), put beside them in
+        metrics.json and ``eval``'s results."""
+        return {}
+
     def check_scored(self, model: nn.Module, examples, split: str) -> None:
         """ConfigError when ``model`` cannot score ``examples`` (the ``split`` ``eval`` scores, perhaps of other data
         than the run's: ``eval --data``), before any is scored."""

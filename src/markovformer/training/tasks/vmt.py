@@ -16,7 +16,7 @@ from markovformer.training.batches import DocumentWindows, window_stride, world
 from markovformer.training.tasks.base import LossMetric, Task, WeightedMean
 from markovformer.training.trainer_config import ConfigError, shown
 
-IW_SAMPLES = 10  # K of the importance-weighted bound that VMT validation and evaluation report
+IW_SAMPLES = 10  # K of the importance-weighted bound that VMT validation and evaluation report by default
 BOUNDS = ("elbo", "reconstruction", "kl")
 
 
@@ -93,10 +93,15 @@ class VMTOptions:
     carry: bool = True
     # Training windows advance by half a window instead of a whole one (validation always walks consecutive windows).
     window_overlap: bool = False
+    # K of the importance-weighted bound validation and eval report (0: none); it tightens toward the documents'
+    # log-likelihood as K grows, at K times the cost of the ELBO (`eval --iw-samples K` scores a run with another K).
+    iw_samples: int = IW_SAMPLES
 
     def __post_init__(self) -> None:
         if self.kl_warmup_steps < 0:
             raise ConfigError(f"task_options.kl_warmup_steps={shown(self.kl_warmup_steps)} must be >= 0")
+        if isinstance(self.iw_samples, bool) or not isinstance(self.iw_samples, int) or self.iw_samples < 0:
+            raise ConfigError(f"task_options.iw_samples={shown(self.iw_samples)} must be an integer >= 0")
 
 
 class VMT(Task):
@@ -119,7 +124,7 @@ class VMT(Task):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.carry: Tensor | None = None  # the last training step's carry (B, latent_dim)
-        self.walk = DocumentWalk(self.options.carry)
+        self.walk = DocumentWalk(self.options.carry, self.options.iw_samples)
 
     def check_data(self, bundle: DataBundle) -> None:
         """The VMT reads each example as a document of its own, so overlapping text windows would score tokens
@@ -175,7 +180,10 @@ class VMT(Task):
         return DocumentMetrics()
 
     def start_scoring(self) -> None:
-        self.walk = DocumentWalk(self.options.carry)
+        self.walk = DocumentWalk(self.options.carry, self.options.iw_samples)
+
+    def scoring_settings(self) -> dict:
+        return {"iw_samples": self.options.iw_samples} if self.options.iw_samples else {}
 
     def score(self, model: nn.Module, batch: dict, metrics: DocumentMetrics, beam_size: int = 1) -> None:
         self.walk(model, batch, metrics)
