@@ -297,7 +297,7 @@ def plot_attention_maps(
         _check_index("layer", layer, len(attentions))
         if attentions[layer] is None:
             raise ValueError(f"layer {layer} returned no attention weights (its kind mixes without a T x T map: "
-                             "S4D, H3, Hyena, RWKV, GRU, scan)")
+                             "random features, S4D, H3, Hyena, RWKV, GRU, scan)")
         weights = _array(attentions[layer])
         if weights.ndim != 4 or weights.shape[-1] != weights.shape[-2]:
             raise ValueError(f"layer {layer} attentions: expected (B, H, T, T), got {weights.shape}")

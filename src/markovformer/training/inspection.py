@@ -326,7 +326,7 @@ def _gate_and_attention_figures(
         figures.append((caption, plot_order_gates(output.gates, tokens, out / "order_gates.png",
                                                   null_slot=gate_null_slots(model, len(output.gates)),
                                                   true_lags=marked)))  # fmt: skip
-    # a layer whose kind mixes without a T x T map (scan, S4D, H3, Hyena, RWKV, GRU) hands out None
+    # a layer whose kind mixes without a T x T map (random features, scan, S4D, H3, Hyena, RWKV, GRU) hands out None
     with_maps = [layer for layer, weights in enumerate(output.attentions) if weights is not None]
     chosen = layers if layers is not None else with_maps[:2]
     bad = [layer for layer in chosen if not 0 <= layer < len(output.attentions)]
