@@ -139,6 +139,7 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
     seen: dict[str, int] = {}
     current, chunks = None, []  # the record being read, (id, header line number), and its sequence lines
     for number, raw in enumerate(lines, start=1):
+        lines[number - 1] = None  # read: a long record's uppercased lines replace the file's, not sit beside them
         line = raw.strip()
         if not line:
             continue
