@@ -110,10 +110,10 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
         summary["chain"] = describe_chain(data_info["true_lags"])
         summary["lag convention"] = CONVENTION
     if "steps" in results:
-        seconds = results.get("train_seconds", float("nan"))
-        tokens = f", {results['train_tokens']:,} tokens ({results['train_tokens'] / seconds:,.0f} a second)" if (
-            results.get("train_tokens") and seconds > 0) else ""  # fmt: skip
-        summary["training"] = f"{results['steps']:,} steps in {seconds:.0f} s{tokens}"
+        seconds, tokens = results.get("train_seconds", float("nan")), results.get("train_tokens")
+        rate = (f", {tokens:,} tokens ({tokens / seconds:,.0f} a second, validation's time included)"
+                if tokens and seconds > 0 else "")  # fmt: skip
+        summary["training"] = f"{results['steps']:,} steps in {seconds:.0f} s{rate}"
     val = results.get("val", {})
     unit = TASKS[config.task].loss_unit
     names = TASKS[config.task].metric_labels  # the task's own names where "loss" would not say what it is
