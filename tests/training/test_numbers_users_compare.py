@@ -190,3 +190,51 @@ def test_all_splits_read_as_one_have_the_characters_per_token_of_their_tokens_to
     assert len({round(len(part) / count, 2) for part, count in zip(parts, tokens, strict=True)}) == 3  # they differ
     joined = JoinedSplits(bundle.train, bundle.val, bundle.test)
     assert characters_per_token(joined, bundle.tokenizer) == pytest.approx(sum(map(len, parts)) / sum(tokens))
+
+
+def test_the_steps_own_seconds_leave_validation_and_start_up_out_and_carry_across_a_resume(fake_clock):
+    """metrics.json's train_seconds holds the start-up before the first step (a DDP spawn took 20 s of 23) and every
+    validation, so tokens / train_seconds is no training rate (a run's report read 3,884 tokens a second where its
+    lines read 7,500). ``step_seconds`` is the steps' own time, the lines' clock: here 4 steps of 2.5 s, after 7 s
+    of start-up and with a validation of 10 s among them, then 2 more after a resume."""
+    from types import SimpleNamespace
+
+    fake_clock.patch(progress)
+    fake_clock.now = 0.0
+    first = progress.PrintProgress(every=2, total=6, checkpoint_every=2, stream=sys.stdout)
+    trainer = SimpleNamespace(global_step=0, world_size=1, is_global_zero=True, callback_metrics={},
+                              sanity_checking=False, state=SimpleNamespace(fn="fit"))  # fmt: skip
+    fake_clock.now = 7.0  # start-up: the trainer, the loaders, the first batch's checks
+    first.on_train_start(trainer, None)
+
+    def steps(line, count):
+        for _ in range(count):
+            fake_clock.now += 2.5
+            trainer.global_step += 1
+            line.on_train_batch_end(trainer, None, None, {"input_ids": torch.zeros(2, 5, dtype=torch.long)}, 0)
+            if trainer.global_step == 2:
+                line.on_validation_start(trainer, None)
+                fake_clock.now += 10.0
+                line.on_validation_end(trainer, None)
+
+    steps(first, 4)
+    assert first.seconds == 27.0 and first.step_seconds == 10.0 and first.tokens == 40
+    saved = first.state_dict()
+    fake_clock.now = 100.0  # another process
+    resumed = progress.PrintProgress(every=2, total=6, stream=sys.stdout)
+    resumed.load_state_dict(saved)
+    fake_clock.now = 103.0  # its own start-up
+    resumed.on_train_start(trainer, None)
+    steps(resumed, 2)
+    assert resumed.step_seconds == 15.0 and resumed.tokens == 60
+    resumed.load_state_dict({"train_seconds": 5.0, "tokens": 10})  # a checkpoint that kept no step seconds
+    assert resumed.step_seconds is None
+
+
+def test_the_reports_tokens_a_second_are_over_the_training_steps_seconds():
+    from markovformer.training.inspection import token_rate
+
+    results = {"steps": 10, "train_seconds": 100.0, "train_step_seconds": 10.0, "train_tokens": 20_000}
+    assert token_rate(results) == ", 20,000 tokens (2,000 a second over its 10 s of training steps)"
+    assert token_rate({**results, "train_step_seconds": None}) == ", 20,000 tokens"  # no rate it cannot vouch for
+    assert token_rate({"steps": 10, "train_seconds": 100.0}) == ""

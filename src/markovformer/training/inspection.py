@@ -91,6 +91,18 @@ def _lag_sums(weights: torch.Tensor, max_lag: int, mask: torch.Tensor | None,
     return (picked * valid[:, None, :, None]).sum(dim=(0, 2)), valid.sum()
 
 
+def token_rate(results: dict) -> str:
+    """The tokens of a run's metrics.json and their rate over its training steps' own seconds (the progress lines'
+    clock: ``train_seconds`` also holds the validations and the start-up); "" for a run that did not count them."""
+    tokens, step_seconds = results.get("train_tokens"), results.get("train_step_seconds")
+    if not tokens:
+        return ""
+    if step_seconds is None or step_seconds <= 0:  # a run from before the steps' own seconds were kept
+        return f", {tokens:,} tokens"
+    rate = tokens / step_seconds
+    return f", {tokens:,} tokens ({rate:,.0f} a second over its {step_seconds:.0f} s of training steps)"
+
+
 def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) -> dict[str, object]:
     """The table at the top of the report: what was trained, on what, for how long, and how well, with units."""
     model_config = model.config
@@ -110,10 +122,8 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
         summary["chain"] = describe_chain(data_info["true_lags"])
         summary["lag convention"] = CONVENTION
     if "steps" in results:
-        seconds, tokens = results.get("train_seconds", float("nan")), results.get("train_tokens")
-        rate = (f", {tokens:,} tokens ({tokens / seconds:,.0f} a second, validation's time included)"
-                if tokens and seconds > 0 else "")  # fmt: skip
-        summary["training"] = f"{results['steps']:,} steps in {seconds:.0f} s{rate}"
+        seconds = results.get("train_seconds", float("nan"))
+        summary["training"] = f"{results['steps']:,} steps in {seconds:.0f} s{token_rate(results)}"
     val = results.get("val", {})
     unit = TASKS[config.task].loss_unit
     names = TASKS[config.task].metric_labels  # the task's own names where "loss" would not say what it is

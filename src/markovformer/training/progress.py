@@ -37,7 +37,9 @@ class PrintProgress(L.Callback):
     clock: the seconds of earlier processes up to the checkpoint this one resumed from, plus this process's. Each
     line's tokens per second are those of the steps since the line before (``batch_tokens``, summed over the
     processes), validation's time left out; ``tokens`` counts every process's since the run started, summed at each
-    line and at each checkpoint's step (``checkpoint_every``), so that a checkpoint holds the count of its steps.
+    line and at each checkpoint's step (``checkpoint_every``), so that a checkpoint holds the count of its steps, and
+    ``step_seconds`` the seconds of those steps on the same clock as the lines' rates (validation and the start-up
+    before the first step left out, which ``seconds`` includes), so that tokens / step_seconds is the lines' rate.
 
     With ``bar`` (the runner passes ``sys.stdout.isatty()``), a tqdm bar of the optimiser steps with steps per second
     and the time left stands below the lines; it is cleared while a line is printed, so lines stay whole."""
@@ -51,6 +53,8 @@ class PrintProgress(L.Callback):
         self.shown_step = 0  # the last optimiser step given a line: accumulated micro-batches end on the same step
         self.step_lr = float("nan")  # the learning rate the step being taken uses (metrics.csv logs the same)
         self.tokens: int | None = 0  # every process's; None: resumed from a checkpoint that did not count them
+        self.step_seconds: float | None = 0.0  # the counted steps' own seconds; None: as tokens
+        self.count_start, self.count_validation = None, 0.0  # clock at the last count; validation's seconds since
         self.local_tokens, self.line_tokens = 0, 0  # this process's since the last count; all's since the last line
         self.line_seconds, self.validation_seconds, self.validation_start = self.seconds, 0.0, None
 
@@ -59,11 +63,12 @@ class PrintProgress(L.Callback):
         return self.earlier + time.perf_counter() - self.start
 
     def state_dict(self) -> dict:
-        return {"train_seconds": self.seconds, "tokens": self.tokens}
+        return {"train_seconds": self.seconds, "tokens": self.tokens, "step_seconds": self.step_seconds}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.earlier, self.start = float(state_dict["train_seconds"]), time.perf_counter()
         self.tokens, self.line_seconds = state_dict.get("tokens"), self.seconds
+        self.step_seconds = state_dict.get("step_seconds")
 
     def _print(self, line: str) -> None:
         if self.bar is not None:
@@ -75,6 +80,7 @@ class PrintProgress(L.Callback):
     def on_train_start(self, trainer, module) -> None:
         self.shown_step, self.line_seconds = trainer.global_step, self.seconds
         self.local_tokens = self.line_tokens = 0
+        self.count_start, self.count_validation = self.seconds, 0.0
         if self.show_bar and trainer.is_global_zero:
             from tqdm import tqdm
 
@@ -114,6 +120,10 @@ class PrintProgress(L.Callback):
         self.local_tokens, self.line_tokens = 0, self.line_tokens + tokens
         if self.tokens is not None:
             self.tokens += tokens
+        now = self.seconds
+        if self.step_seconds is not None and self.count_start is not None:
+            self.step_seconds += now - self.count_start - self.count_validation
+        self.count_start, self.count_validation = now, 0.0
 
     def on_train_end(self, trainer, module) -> None:
         if self.local_tokens or trainer.world_size > 1:  # the steps after the last line (a stopped run's)
@@ -128,6 +138,7 @@ class PrintProgress(L.Callback):
     def on_validation_end(self, trainer, module) -> None:
         if self.validation_start is not None:
             self.validation_seconds += self.seconds - self.validation_start
+            self.count_validation += self.seconds - self.validation_start
             self.validation_start = None
         if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero:
             return

@@ -302,6 +302,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
         return metrics
     results = {"val": metrics, "steps": trainer.global_step, "train_seconds": seconds,
                **({"train_tokens": progress.tokens} if progress.tokens is not None else {}), **task.scoring_settings(),
+               **({"train_step_seconds": progress.step_seconds} if progress.step_seconds is not None else {}),
                "reference": bundle.info.get("reference", {})}  # fmt: skip
     write_final_files(run_dir, model, fingerprint.fingerprint, results)
     report_results(results, model, bundle, task.metric_labels)
