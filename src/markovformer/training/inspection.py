@@ -40,6 +40,7 @@ from markovformer.training.run_report import (
     document_log_likelihood,
     entropy_rate_gap,
     markov_layers,
+    parameter_summary,
 )
 from markovformer.training.tasks import TASKS, GenerationRequest, Task, build_task, model_inputs
 
@@ -107,7 +108,7 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
     """The table at the top of the report: what was trained, on what, for how long, and how well, with units."""
     model_config = model.config
     summary: dict[str, object] = {"run": str(run_dir), "task": config.task, "model": type(model).__name__,
-                                  "parameters": f"{model.num_parameters():,}"}  # fmt: skip
+                                  "parameters": parameter_summary(model)}  # fmt: skip
     if model_config.layer_kinds():
         summary["attention kind per layer"] = ", ".join(model_config.layer_kinds())
     shape = [f"{name} {getattr(model_config, name)}" for name in ("d_model", "n_layers", "n_heads")

@@ -21,7 +21,16 @@ def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) 
             print(f"  chain: {describe_chain(bundle.info['true_lags'])}\n  ({CONVENTION})")
         print(f"  entropy rate {reference['entropy_rate']:.4f} nats/token, unigram entropy "
               f"{reference['unigram_entropy']:.4f}")  # fmt: skip
-    print(f"model: {type(model).__name__}, {model.num_parameters():,} parameters{attention_summary(model)}", flush=True)
+    print(f"model: {type(model).__name__}, {parameter_summary(model, ' parameters')}{attention_summary(model)}",
+          flush=True)  # fmt: skip
+
+
+def parameter_summary(model: torch.nn.Module, unit: str = "") -> str:
+    """Every parameter, counted once (tied weights once), and the trainable ones where some are frozen (a VMT's
+    true generative part, an unused hybrid core): the same count for a run at training and in its report, whose
+    freshly loaded model has no frozen parameters."""
+    total, trainable = model.num_parameters(trainable_only=False), model.num_parameters()
+    return f"{total:,}{unit}" + (f" ({trainable:,} trainable)" if trainable != total else "")
 
 
 def attention_summary(model: torch.nn.Module) -> str:
