@@ -142,3 +142,19 @@ def test_a_time_of_the_cold_warm_up_alone_is_marked_in_the_tables():
     assert "* the warm-up step alone, cold" in text
     warm = {"ops": {"rows": parts["ops"]["rows"][:1]}}
     assert "*" not in format_summary({"parts": warm, "summary": summarise(warm)})
+
+
+def test_the_models_table_prints_each_models_parameter_count_which_the_kinds_do_not_share():
+    """The README called the models part's models "equal-size": they share d_model, layers and heads, but not the
+    count (the paper's hybrid with its GRU injection has 1.57x the softmax model's parameters), and the printed
+    table never said so. Each count printed is the model's own, every parameter once."""
+    from markovformer.bench.models import MODELS, build_model, describe_models
+
+    parts = {"models": {"models": describe_models(), "rows": [_row("softmax", 512, tokens_per_second=1.0,
+                                                                    peak_mib=1.0)]}}  # fmt: skip
+    text = format_summary(json.loads(json.dumps({"summary": summarise(parts)})))
+    line = next(line for line in text.splitlines() if line.lstrip().startswith("parameters"))
+    counts = {name: sum(p.numel() for p in build_model(name).parameters()) for name in MODELS}
+    for name, count in counts.items():
+        assert f"{name} {count:,}" in line
+    assert max(counts.values()) / min(counts.values()) > 1.5  # why the line is needed

@@ -1,5 +1,7 @@
-"""The models the suite compares at equal size (the paper's 6 layers, d=256, 8 heads), the recurrent baseline
+"""The models the suite compares at one shape (the paper's 6 layers, d=256, 8 heads), the recurrent baseline
 among them. The paper's configuration (hybrid heads + recurrent injection) is timed with nn.GRU and with minGRU.
+One shape is not one size: each kind's own weights differ (4.88M parameters for softmax, 7.67M for the hybrid
+with its GRU injection); ``describe_models`` records each count and the printed table lists them.
 
 Every model is a ``MarkovianTransformerForCausalLM``: they differ only in the attention kind, so the embedding,
 blocks (pre-LN, SwiGLU FFN), rotary positions and head are identical. ``gru`` is attention kind "gru": each block's

@@ -154,10 +154,11 @@ def summarise(parts: dict) -> dict:
         summary["windows"] = {"seconds": _table(rows, "seconds"), "ns_per_query_key": time_per_key(parts["windows"]),
                               "not_measured": _not_measured(rows), "warm_up_only": _warm_up_only(rows)}  # fmt: skip
     if "models" in parts:
-        rows = parts["models"]["rows"]
+        rows, described = parts["models"]["rows"], parts["models"].get("models", {})
+        counts = {name: model["parameters"] for name, model in described.items() if "parameters" in model}
         summary["models"] = {"tokens_per_second": _table(rows, "tokens_per_second"),
                              "peak_mib": _table(rows, "peak_mib"), "not_measured": _not_measured(rows),
-                             "warm_up_only": _warm_up_only(rows)}  # fmt: skip
+                             "warm_up_only": _warm_up_only(rows), "parameters": counts}  # fmt: skip
     if "longest" in parts:
         summary["longest"] = {model: entry["T"] for model, entry in parts["longest"]["longest"].items()}
     if "decode" in parts:  # per model and batch, per length: last-token / first-token time (local: <= 1.3), ...
@@ -239,6 +240,9 @@ def format_summary(record: dict) -> str:
         pairs = _pairs(models["tokens_per_second"], models["peak_mib"], names)
         lines += _grid(pairs, names, lambda v: f"{v[0]:.0f} / {v[1]:.0f}", "T", models["not_measured"],
                        models.get("warm_up_only"))  # fmt: skip
+        if models.get("parameters"):  # one shape (d_model, layers, heads), not one size: the kinds' counts differ
+            lines.append("  parameters (same d_model, layers and heads; the kinds' own weights differ): "
+                         + ", ".join(f"{name} {count:,}" for name, count in models["parameters"].items()))  # fmt: skip
     if "longest" in summary:
         lines += ["", "longest context trained: " + ", ".join(f"{k} {v}" for k, v in summary["longest"].items())]
     rate_and_flatness = lambda v: f"{v['tokens_per_second']:.0f} / {v['end_over_start']:.2f}"  # noqa: E731
