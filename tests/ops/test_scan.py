@@ -203,3 +203,39 @@ def test_windowed_errors_name_the_argument(args, message):
     a, b, window, options = args(a, b)
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         windowed_linear_scan(a, b, window, **options)
+
+
+def test_the_sequential_loops_step_count_is_the_one_its_documents_give():
+    """The module, the package and the README said "about 3√(T/2) Python steps (T = 2048: 95)": with blocks of C ≈
+    √(T/2) there are n ≈ 2C of them, and the three loops take C - 1, n - 1 and C steps, 4√(T/2) in all (126 at
+    T = 2048). Counted here as the loops' own in-place updates (one per step) in the forward scan."""
+    import math
+    import re
+    from pathlib import Path
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import markovformer.ops.scan as package
+    from markovformer.ops.scan import sequential
+
+    class Steps(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            # loop 1: addcmul_, loop 2: addcmul(out=), loop 3: mul_ then add_ (one of them counted)
+            self.count += func in (torch.ops.aten.addcmul_.default, torch.ops.aten.addcmul.out,
+                                   torch.ops.aten.mul_.Tensor)  # fmt: skip
+            return func(*args, **(kwargs or {}))
+
+    length = 2048
+    a, b = torch.rand(1, length, 4), torch.randn(1, length, 4)
+    with Steps() as steps:
+        sequential._scan(a, b, None)
+    assert abs(steps.count - 4 * math.sqrt(length / 2)) <= 4
+    documented = int(re.search(r"T = 2048: (\d+) instead", sequential.__doc__).group(1))
+    assert documented == steps.count
+    assert "about 4√(T/2)" in package.__doc__
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    assert "loops over about\n4√(T/2) blocked steps" in readme

@@ -3,9 +3,9 @@
 ``linear_scan`` validates its inputs once and dispatches to a backend; tests pin every path to ``naive``:
 
 - ``"naive"``: a Python loop over time under autograd; the reference.
-- ``"sequential"``: a no-grad blocked loop (about 3√(T/2) Python steps: within blocks of about √(T/2) steps, across
-  them, then the entering state into them) with a hand-written adjoint backward (O(T) memory, no graph); fastest on
-  CPU.
+- ``"sequential"``: a no-grad blocked loop (about 4√(T/2) Python steps: within blocks of about √(T/2) steps, across
+  the about 2√(T/2) blocks, then the entering state into them) with a hand-written adjoint backward (O(T) memory,
+  no graph); fastest on CPU.
 - ``"chunked"``: chunk-local doubling scans joined by a scan over chunk summaries; no loop over time; for GPUs.
 - ``"auto"``: ``chunked`` on CUDA, ``sequential`` elsewhere.
 
