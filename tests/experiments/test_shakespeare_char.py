@@ -312,3 +312,26 @@ def test_a_cells_tokens_per_second_counts_block_size_targets_per_window(tmp_path
     assert (cell["steps"], cell["train_seconds"], cell["engine_val"], cell["parameters"]) == (10, 4.0, 1.5, 49)
     val = torch.tensor(characters.encode(text[90:]))
     assert cell["val_targets"] == 29 and cell["full_split"] == pytest.approx(_naive_mean(network, val), rel=1e-6)
+
+
+def test_a_cells_tokens_per_second_leave_the_start_up_and_the_validations_out(tmp_path, monkeypatch):
+    """train_seconds holds the engine's start-up and its validations (the final one over the whole validation part,
+    every eval_every steps under preset=gpu), which differ by model kind: the rate is over the steps' own seconds
+    (here 2.5 of 4), 10 x 3 x 8 / 2.5 = 96 tokens a second, not 60."""
+    text = "".join("abcdefg"[(i * i + i // 3) % 7] for i in range(120))
+    data = tmp_path / "t.txt"
+    data.write_text(text)
+    network = _Bigram(7)
+    network.num_parameters = lambda: 49
+    runner = types.ModuleType("markovformer.training.runner")
+    runner.complete_run = lambda config: {"steps": 10, "train_seconds": 4.0, "train_step_seconds": 2.5,
+                                          "val": {"loss": 1.5}}  # fmt: skip
+    runner.load_run = lambda run_dir: (None, network, None)
+    runner.build_data = lambda config: SimpleNamespace(splits={"val": (90, 120)})
+    monkeypatch.setitem(sys.modules, "markovformer.training.runner", runner)
+    characters = SimpleNamespace(encode=lambda chars: ["abcdefg".index(c) for c in chars])
+    monkeypatch.setattr(shakespeare_char, "load_tokenizer", lambda path: characters)
+    settings = ShakespeareCharSettings(steps=10, batch_size=3, block_size=8, eval_iters=2)
+    cell = shakespeare_char.train_cell("nanogpt", tmp_path, settings, 0, lambda line: None, data, "digest")
+    assert cell["tokens_per_second"] == 10 * 3 * 8 / 2.5 == 96.0
+    assert cell["train_seconds"] == 4.0

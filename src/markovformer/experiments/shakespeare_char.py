@@ -299,11 +299,14 @@ def train_cell(row: str, out_dir: Path, settings: ShakespeareCharSettings, seed:
                                     1337 + seed)  # fmt: skip
     full_loss = full_split_loss(network, val, settings.block_size)
     tokens = metrics["steps"] * settings.batch_size * settings.block_size
+    # the steps' own seconds (train_seconds also holds the start-up and the validations: the final one over the
+    # whole validation part, and one every eval_every steps under preset=gpu); a run from before kept none
+    step_seconds = metrics.get("train_step_seconds") or metrics["train_seconds"]
     curve = validation_curve(run_dir / "logs" / "metrics.csv")
     return {
         "row": row, "seed": seed, "run_dir": str(run_dir), "random_batches": random_loss, "full_split": full_loss,
         "engine_val": metrics["val"]["loss"], "steps": metrics["steps"], "train_seconds": metrics["train_seconds"],
-        "tokens_per_second": tokens / metrics["train_seconds"], "cpu_seconds": cpu if wall > 0.5 * metrics[
+        "tokens_per_second": tokens / step_seconds, "cpu_seconds": cpu if wall > 0.5 * metrics[
             "train_seconds"] else None, "parameters": network.num_parameters(), "val_targets": len(val) - 1,
         "threads": torch.get_num_threads(), "val_curve": curve,
         "best_engine_val": min(curve.values()) if curve else metrics["val"]["loss"],
