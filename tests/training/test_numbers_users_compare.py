@@ -143,6 +143,8 @@ def test_tokens_count_real_positions_a_checkpoint_holds_its_steps_and_a_line_rat
     from types import SimpleNamespace
 
     from markovformer.data.translation import collate_translation
+    from markovformer.training.tasks import build_task
+    from markovformer.training.tasks.base import real_positions
 
     fake_clock.patch(progress)
     fake_clock.now = 0.0
@@ -152,8 +154,10 @@ def test_tokens_count_real_positions_a_checkpoint_holds_its_steps_and_a_line_rat
     line.on_train_start(trainer, None)
     pairs = collate_translation([{"src_ids": torch.arange(4, 9), "tgt_ids": torch.arange(4, 6)},
                                  {"src_ids": torch.arange(4, 6), "tgt_ids": torch.arange(4, 7)}])  # fmt: skip
-    assert progress.batch_tokens(pairs) == int(pairs["src_mask"].sum() + pairs["tgt_mask"].sum()) == 7 + 5 + 2
-    assert progress.batch_tokens({"input_ids": torch.zeros(3, 5, dtype=torch.long)}) == 15  # no mask: all real
+    assert real_positions(pairs) == int(pairs["src_mask"].sum() + pairs["tgt_mask"].sum()) == 7 + 5 + 2
+    assert real_positions({"input_ids": torch.zeros(3, 5, dtype=torch.long)}) == 15  # no mask: all real
+    windows = collate([{"input_ids": torch.arange(9), "labels": torch.arange(9)} for _ in range(3)])
+    assert build_task("causal_lm").batch_tokens(windows) == 3 * 8  # a language model counts the tokens it predicts
     counted = []
     for step in range(1, 5):
         fake_clock.now += 2.5

@@ -115,7 +115,8 @@ def test_two_process_ddp_matches_the_single_process_run(tiny_config, tmp_path, c
     # Same data and same averaged gradients; only the order of floating-point reductions differs.
     assert final_val(ddp)["loss"] == pytest.approx(final_val(single)["loss"], rel=1e-4)
     tokens = [json.loads((run / "metrics.json").read_text())["train_tokens"] for run in (single, ddp)]
-    assert tokens[0] == tokens[1] == 20 * 16 * TINY_RUN["data"]["seq_len"]  # both processes' tokens
+    order = max(TINY_RUN["data"]["lags"])  # a chain's first `order` labels are -100: seq_len - order scored tokens
+    assert tokens[0] == tokens[1] == 20 * 16 * (TINY_RUN["data"]["seq_len"] - order)  # both processes' own
 
 
 LONG_VALIDATION = ("data.val_sequences=6000", "trainer.eval_batch_size=4")  # a validation of ~5 s on 2 processes

@@ -5,25 +5,13 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import LearningRateMonitor
 
-MASKS = ("attention_mask", "src_mask", "tgt_mask")  # the keys whose ones are a batch's real (not padding) positions
-
-
-def batch_tokens(batch: dict) -> int:
-    """The positions a batch's model reads that are not padding: the ones of its masks (a translation pair's source
-    and target both count), else every position of its ``input_ids`` or frame of its ``input_features``."""
-    masks = [batch[key] for key in MASKS if isinstance(batch.get(key), torch.Tensor)]
-    if masks:
-        return int(sum(int(mask.sum()) for mask in masks))
-    for key, trailing in (("input_ids", 0), ("input_features", 1)):
-        if isinstance(batch.get(key), torch.Tensor):
-            shape = batch[key].shape
-            return int(torch.Size(shape[: len(shape) - trailing]).numel())
-    return 0
+from markovformer.training.tasks.base import real_positions
 
 
 def starts_a_step(trainer: L.Trainer, batch_idx: int) -> bool:
@@ -35,7 +23,8 @@ def starts_a_step(trainer: L.Trainer, batch_idx: int) -> bool:
 class PrintProgress(L.Callback):
     """Progress as lines (for logs and pipes) every ``every`` steps and after each validation, with the run's wall
     clock: the seconds of earlier processes up to the checkpoint this one resumed from, plus this process's. Each
-    line's tokens per second are those of the steps since the line before (``batch_tokens``, summed over the
+    line's tokens per second are those of the steps since the line before (``tokens_of`` each batch: the task's
+    ``batch_tokens``, by default its ``real_positions``; summed over the
     processes), validation's time left out; ``tokens`` counts every process's since the run started, summed at each
     line and at each checkpoint's step (``checkpoint_every``), so that a checkpoint holds the count of its steps, and
     ``step_seconds`` the seconds of those steps on the same clock as the lines' rates (validation and the start-up
@@ -45,9 +34,10 @@ class PrintProgress(L.Callback):
     and the time left stands below the lines; it is cleared while a line is printed, so lines stay whole."""
 
     def __init__(self, every: int, total: int, train_label: str = "train loss", labels: dict | None = None,
-                 bar: bool = False, stream=None, checkpoint_every: int | None = None) -> None:  # fmt: skip
+                 bar: bool = False, stream=None, checkpoint_every: int | None = None,
+                 tokens_of: Callable[[dict], int] = real_positions) -> None:  # fmt: skip
         self.every, self.total, self.start, self.earlier = every, total, time.perf_counter(), 0.0
-        self.checkpoint_every = checkpoint_every or every
+        self.checkpoint_every, self.tokens_of = checkpoint_every or every, tokens_of
         self.train_label, self.labels = train_label, labels or {}  # the task's names (Task.train_loss_label, ...)
         self.show_bar, self.stream, self.bar = bar, stream, None
         self.shown_step = 0  # the last optimiser step given a line: accumulated micro-batches end on the same step
@@ -92,7 +82,7 @@ class PrintProgress(L.Callback):
             self.step_lr = trainer.optimizers[0].param_groups[0]["lr"]
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
-        self.local_tokens += batch_tokens(batch)
+        self.local_tokens += self.tokens_of(batch)
         step = trainer.global_step
         if self.bar is not None and step > self.bar.n:
             self.bar.update(step - self.bar.n)

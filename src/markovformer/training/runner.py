@@ -236,7 +236,8 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
     module = TrainingModule(model, task)
     tc = config.trainer
     progress = PrintProgress(tc.log_every, tc.max_steps, task.train_loss_label, task.metric_labels,
-                             bar=sys.stdout.isatty(), checkpoint_every=tc.checkpoint_every)  # fmt: skip
+                             bar=sys.stdout.isatty(), checkpoint_every=tc.checkpoint_every,
+                             tokens_of=task.batch_tokens)  # fmt: skip
     fingerprint = RunFingerprint("")
     log = AppendingCSVLogger(run_dir / "logs" / "metrics.csv")
     guard = DivergenceGuard(run_dir, tc.lr, check_gradients=tc.precision != "16-mixed")

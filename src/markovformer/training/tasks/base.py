@@ -29,6 +29,22 @@ from markovformer.models.generation import GenerationConfig
 from markovformer.training.batches import EpochBatches
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
+MASKS = ("attention_mask", "src_mask", "tgt_mask")  # the keys whose ones are a batch's real (not padding) positions
+
+
+def real_positions(batch: dict) -> int:
+    """The positions a batch's model reads that are not padding: the ones of its masks (a translation pair's source
+    and target both count), else every position of its ``input_ids`` or frame of its ``input_features``."""
+    masks = [batch[key] for key in MASKS if isinstance(batch.get(key), Tensor)]
+    if masks:
+        return int(sum(int(mask.sum()) for mask in masks))
+    for key, trailing in (("input_ids", 0), ("input_features", 1)):
+        if isinstance(batch.get(key), Tensor):
+            shape = batch[key].shape
+            return int(torch.Size(shape[: len(shape) - trailing]).numel())
+    return 0
+
+
 MODEL_INPUTS = ("input_ids", "input_features", "attention_mask", "labels", "order", "position_ids",
                 "src_ids", "src_mask", "tgt_ids", "tgt_mask")  # fmt: skip
 
@@ -182,6 +198,11 @@ class Task:
 
     def describe_split(self, examples, tokenizer) -> None:
         """Told which split the following scoring passes score (validation's, or the one ``eval`` scores)."""
+
+    def batch_tokens(self, batch: dict) -> int:
+        """The tokens a training batch counts for (``train_tokens``, each progress line's tok/s): its
+        ``real_positions``."""
+        return real_positions(batch)
 
     def scoring_settings(self) -> dict:
         """The settings the metrics depend on beyond the model and the data (a VMT's K), put beside them in

@@ -113,6 +113,11 @@ class CausalLM(Task):
                               f"positions of each validation window would see fewer than n tokens; set data.overlap "
                               f">= {longest}")  # fmt: skip
 
+    def batch_tokens(self, batch: dict) -> int:
+        """The tokens predicted (the shifted labels that are not -100): B x seq_len for windows of seq_len + 1 tokens,
+        the tokens seen as nanoGPT and the scaling literature count them."""
+        return int((batch["labels"][:, 1:] != -100).sum())
+
     def describe_split(self, examples, tokenizer) -> None:
         self.characters_per_token = characters_per_token(examples, tokenizer)
 
