@@ -22,6 +22,7 @@ from markovformer.training.run_checks import read_data_info
 from markovformer.training.run_config import task_options as task_options_of
 from markovformer.training.run_dir import FILE_DIGESTS, changed_data_files, check_same_tokenizer, load_trained_run
 from markovformer.training.run_report import continuous_source, document_log_likelihood
+from markovformer.training.termination import ignore_outside_sigterm
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
 
@@ -31,7 +32,8 @@ def scoring_loader(examples, collate, tc: TrainerConfig) -> DataLoader:
     share of the split, every example exactly once (``RankShare``). Its own generator: a DataLoader draws its base
     seed from the global RNG at every new iterator, which would shift the training's random stream."""
     return DataLoader(examples, batch_size=tc.eval_batch_size, sampler=RankShare(len(examples)), collate_fn=collate,
-                      num_workers=tc.num_workers, generator=torch.Generator())  # fmt: skip
+                      num_workers=tc.num_workers, generator=torch.Generator(),
+                      worker_init_fn=ignore_outside_sigterm)  # fmt: skip
 
 
 def first_batch_metrics(task, model: torch.nn.Module, bundle, examples: int = 2) -> dict:

@@ -53,7 +53,7 @@ from markovformer.training.step_checkpoints import (
     step_checkpoints,
 )
 from markovformer.training.tasks import Task
-from markovformer.training.termination import StopTogether
+from markovformer.training.termination import StopTogether, ignore_outside_sigterm
 from markovformer.training.trainer_config import (
     LOGGERS,
     MAX_DEFAULT_THREADS,
@@ -79,7 +79,8 @@ def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.
             raise ConfigError(str(error)) from None
     # Own generators: a DataLoader draws its base seed from the global RNG at every new iterator, which would shift
     # the dropout stream between an uninterrupted run and a resumed one.
-    train = DataLoader(stream, batch_size=None, num_workers=tc.num_workers, generator=torch.Generator())
+    train = DataLoader(stream, batch_size=None, num_workers=tc.num_workers, generator=torch.Generator(),
+                       worker_init_fn=ignore_outside_sigterm)  # fmt: skip
     return train, scoring_loader(bundle.val, bundle.collate, tc)
 
 

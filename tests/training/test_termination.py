@@ -1,0 +1,71 @@
+"""A SIGTERM to a run's whole process group (a scheduler stopping every process of a job) with data loader workers:
+the run stops after its step with its one line, as a SIGTERM to its main process alone does."""
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import yaml
+from conftest import TINY_RUN
+
+from markovformer.training.termination import ignore_outside_sigterm
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
+
+
+def test_a_sigterm_to_the_process_group_of_a_run_with_workers_stops_it_in_one_line(tmp_path):
+    """The workers took the signal too and died at once (PyTorch's handler), so the run failed on a dead worker with
+    a traceback and exit status 1; now they leave it to the main process: status 143, the one line, no process of
+    the group left behind."""
+    values = {**TINY_RUN, "trainer": {**TINY_RUN["trainer"], "max_steps": 400, "checkpoint_every": 10,
+                                      "eval_every": 200, "num_workers": 2}}  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(values))
+    command = [sys.executable, "-m", "markovformer", "train", "run.yaml", "output_dir=run"]
+    process = subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "run" / "checkpoints" / "step-000010.ckpt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 143, err[-3000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "the run was terminated (SIGTERM) at step" in lines[0], err[-3000:]
+    time.sleep(1)
+    try:
+        os.killpg(process.pid, 0)
+    except ProcessLookupError:
+        pass
+    else:
+        raise AssertionError("a worker of the stopped run is still alive")
+
+
+def _wait_as_a_worker(ready) -> None:
+    ignore_outside_sigterm(0)
+    ready.set()
+    time.sleep(60)
+
+
+def test_a_worker_ignores_another_processs_sigterm_and_ends_on_its_parents():
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    worker = context.Process(target=_wait_as_a_worker, args=(ready,), daemon=True)
+    worker.start()
+    try:
+        assert ready.wait(30)
+        subprocess.run(["kill", "-TERM", str(worker.pid)], check=True)  # sent by a process that is not its parent
+        worker.join(1)
+        assert worker.is_alive()
+        worker.terminate()  # its parent's SIGTERM, as a data loader ends a worker that outlived it
+        worker.join(10)
+        assert worker.exitcode == 0
+    finally:
+        if worker.is_alive():
+            worker.kill()
