@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from markovformer.training.checkpoint import TensorInfo, read_checkpoint_skeleton
+from markovformer.training.fingerprint import CHECKPOINT_KEY
 from markovformer.training.run_config import (
     ConfigError,
     RunConfig,
@@ -17,6 +18,7 @@ from markovformer.training.run_config import (
     plain_values,
     resolve_run_config,
 )
+from markovformer.training.step_checkpoints import step_checkpoints
 from markovformer.training.trainer_config import check_decay
 
 # What `--resume RUN key=value` may change: how long the run goes on and how it is watched, never what it computes;
@@ -76,6 +78,27 @@ def resumable_checkpoint(path: Path) -> dict:
     return skeleton
 
 
+def resume_point(last: Path) -> Path:
+    """The checkpoint a run resumes from: ``last`` (its ``last.ckpt``), unless the newest step checkpoint beside it
+    is of a later step of the same run: a kill or Ctrl-C while ``last.ckpt`` was being written after it (the stop's
+    line names that step checkpoint), or ``last.ckpt`` deleted, which restarted the run from step 0. Both are written
+    whole (atomically) from the same checkpoint. An unreadable ``last.ckpt``, or one of another run, is kept, so that
+    resuming refuses it."""
+    steps = step_checkpoints(last.parent) if last.parent.is_dir() else []
+    if not steps:
+        return last
+    newest = steps[-1]
+    if not last.is_file():
+        return newest
+    try:
+        ours, theirs = (read_checkpoint_skeleton(path) for path in (last, newest))
+    except (ValueError, OSError):
+        return last
+    step, newest_step = ours.get("global_step"), theirs.get("global_step")
+    same_run = ours.get(CHECKPOINT_KEY) == theirs.get(CHECKPOINT_KEY)  # not a last.ckpt of another run put there
+    return newest if same_run and type(step) is int and type(newest_step) is int and newest_step > step else last
+
+
 def check_tensors_match(model: torch.nn.Module, stored: dict, path: Path, prefix: str = "",
                         partial: bool = False) -> None:  # fmt: skip
     """ConfigError naming ``path`` and the first mismatching names unless ``stored`` (name -> tensor or TensorInfo,
@@ -116,4 +139,5 @@ def read_data_info(run_dir: Path) -> dict:
     return info
 
 
-__all__ = ["RESUMABLE_KEYS", "check_tensors_match", "read_data_info", "resumable_checkpoint", "resumed_config"]
+__all__ = ["RESUMABLE_KEYS", "check_tensors_match", "read_data_info", "resumable_checkpoint", "resume_point",
+           "resumed_config"]

@@ -27,7 +27,7 @@ from markovformer.training.init_from import initialise_from, tokenizer_source
 from markovformer.training.metrics_log import AppendingCSVLogger, RunTensorBoardLogger
 from markovformer.training.module import TrainingModule
 from markovformer.training.progress import PrintProgress, StepLearningRateMonitor
-from markovformer.training.run_checks import check_tensors_match, resumable_checkpoint, resumed_config
+from markovformer.training.run_checks import check_tensors_match, resumable_checkpoint, resume_point, resumed_config
 from markovformer.training.run_config import RunConfig, load_yaml, resolve_run_config
 from markovformer.training.run_dir import (
     LAST_CHECKPOINT,
@@ -169,7 +169,7 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     config = dataclasses.replace(resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG)), output_dir=str(run_dir))
     writer = is_run_writer(config.trainer)
     with run_dir_lock(run_dir, writer):
-        last = run_dir / "checkpoints" / LAST_CHECKPOINT
+        last = resume_point(run_dir / "checkpoints" / LAST_CHECKPOINT)
         done_steps = resumable_checkpoint(last)["global_step"] if last.is_file() else 0
         extended = resumed_config(config, overrides, done_steps)
         check_accelerator(extended.trainer.accelerator)
@@ -214,9 +214,9 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
     from the start files a killed start left out: a refused one leaves a finished run finished, its config.yaml the
     one it was trained with."""
     run_dir = Path(config.output_dir)
-    last = run_dir / "checkpoints" / LAST_CHECKPOINT
     if writer:  # what a killed start or resume left
         remove_stale_files(run_dir)
+    last = resume_point(run_dir / "checkpoints" / LAST_CHECKPOINT)
     checkpoint = resumable_checkpoint(last) if resume and last.is_file() else None
     L.seed_everything(config.trainer.seed, workers=True, verbose=False)
     fine_tuning = config.init_from is not None and checkpoint is None
