@@ -2,11 +2,12 @@
 ``last.ckpt`` is gone."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import TINY_RUN, run_in_process, same_weights
+from conftest import TINY_RUN, one_line_error, run_in_process, same_weights
 
 from markovformer.training import checkpoint as checkpoint_module
 
@@ -51,3 +52,24 @@ def test_a_run_stopped_while_writing_last_ckpt_resumes_from_the_step_checkpoint_
     assert same_weights(tmp_path / "run", uninterrupted)
     final = [json.loads((run / "metrics.json").read_text())["val"] for run in (tmp_path / "run", uninterrupted)]
     assert final[0] == final[1]
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("trainer", "warmup_steps", 3), ("trainer", "batch_size", 4), ("trainer", "seed", 4),
+    ("trainer", "early_stopping", {"monitor": "val/loss"}), ("data", "train_sequences", 256)])  # fmt: skip
+def test_resuming_a_run_whose_config_yaml_was_edited_is_refused_naming_the_key(whole, tmp_path, section, key, value):
+    """--resume refuses an override of trainer.warmup_steps or trainer.batch_size, but the same change made in the
+    run's config.yaml was trained on silently: its learning rate jumped mid-run (warm-up 10 -> 20 at step 30 took it
+    from 2.07e-3 to 2.53e-3), and config.yaml then told a schedule the run never had; an edited seed or data option
+    was refused as "was a data file changed?". Checkpoints now record the settings they were trained with."""
+    run = tmp_path / "run"
+    shutil.copytree(whole[1], run)
+    for name in ("finished.json", "metrics.json"):  # as if killed after its last checkpoint
+        (run / name).unlink()
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config[section][key] = value
+    (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    resumed = run_in_process("train", "--resume", "run", cwd=tmp_path)
+    line = one_line_error(resumed, "last.ckpt does not match", "config.yaml was edited since", "restore it")
+    assert f"{section}.{key}=" in line
+    assert not (run / "finished.json").exists()

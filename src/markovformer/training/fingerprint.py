@@ -21,6 +21,7 @@ from markovformer.atomic import atomic_write_text
 from markovformer.training.run_config import ConfigError, RunConfig
 
 CHECKPOINT_KEY = "run_fingerprint"
+SETTINGS_KEY = "run_settings"  # checkpoints also record the settings they were trained with (run_checks)
 FINGERPRINT_FILE = "fingerprint.json"
 
 

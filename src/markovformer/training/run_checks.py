@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from markovformer.training.checkpoint import TensorInfo, read_checkpoint_skeleton
-from markovformer.training.fingerprint import CHECKPOINT_KEY
+from markovformer.training.fingerprint import CHECKPOINT_KEY, SETTINGS_KEY
 from markovformer.training.run_config import (
     ConfigError,
     RunConfig,
@@ -19,13 +19,54 @@ from markovformer.training.run_config import (
     resolve_run_config,
 )
 from markovformer.training.step_checkpoints import step_checkpoints
-from markovformer.training.trainer_config import check_decay
+from markovformer.training.trainer_config import check_decay, shown
 
 # What `--resume RUN key=value` may change: how long the run goes on and how it is watched, never what it computes;
 # and, after a divergence, the step size (the learning rate and gradient clipping from the resumed step on).
 RESUMABLE_KEYS = ("trainer.max_steps", "trainer.decay_steps", "trainer.eval_every", "trainer.checkpoint_every",
                   "trainer.log_every", "trainer.keep_checkpoints", "trainer.num_workers",
                   "trainer.eval_batch_size", "trainer.lr", "trainer.gradient_clip")  # fmt: skip
+
+
+# What checkpoints record of the config (trained_settings): all but the keys a resume may change, where the run's
+# files go, where it started from, and how its steps are run (devices' kind, threads, logging, compilation).
+UNRECORDED_KEYS = ("output_dir", "init_from", "init_from_skip", "trainer.accelerator", "trainer.strategy",
+                   "trainer.threads", "trainer.logger", "trainer.compile", "trainer.activation_checkpointing",
+                   "trainer.deterministic", *RESUMABLE_KEYS)  # fmt: skip
+
+
+def trained_settings(config: RunConfig) -> str:
+    """The settings a run's steps are trained with, as checkpoints record them (JSON): every key of ``config``
+    (``section.key``) but ``UNRECORDED_KEYS``."""
+    values = {}
+    for section, value in plain_values(config.to_dict()).items():
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        for key, item in items:
+            name = section if key is None else f"{section}.{key}"
+            if name not in UNRECORDED_KEYS:
+                values[name] = item
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def check_trained_settings(checkpoint: dict, config: RunConfig, path: Path, config_file: Path) -> None:
+    """ConfigError naming the key when ``config`` (read from ``config_file``, the run's config.yaml) is not the config
+    the checkpoint at ``path`` was trained with: config.yaml edited by hand, which ``resumed_config`` (the overrides'
+    check) does not see, or another run's checkpoint put there. Checkpoints written before the record pass."""
+    saved = checkpoint.get(SETTINGS_KEY)
+    if not isinstance(saved, str):
+        return
+    try:
+        then = json.loads(saved)
+    except ValueError:
+        raise ConfigError(f"{path}: its record of the run's settings is not JSON; the checkpoint is damaged") from None
+    now = json.loads(trained_settings(config))
+    for name in sorted(then.keys() | now.keys()):
+        if then.get(name) != now.get(name):
+            raise ConfigError(f"{path} does not match {config_file}: {path.name} was trained with {name}="
+                              f"{shown(then.get(name))}, {config_file.name} says {name}={shown(now.get(name))}; either "
+                              f"{config_file.name} was edited since (a resume cannot change {name}, or the run would "
+                              f"no longer be the one its checkpoints record: restore it) or {path.name} is another "
+                              f"run's")  # fmt: skip
 
 
 def resumed_config(config: RunConfig, overrides: list[str] | tuple[str, ...], done_steps: int) -> RunConfig:
@@ -139,5 +180,5 @@ def read_data_info(run_dir: Path) -> dict:
     return info
 
 
-__all__ = ["RESUMABLE_KEYS", "check_tensors_match", "read_data_info", "resumable_checkpoint", "resume_point",
-           "resumed_config"]
+__all__ = ["RESUMABLE_KEYS", "check_tensors_match", "check_trained_settings", "read_data_info",
+           "resumable_checkpoint", "resume_point", "resumed_config", "trained_settings"]  # fmt: skip

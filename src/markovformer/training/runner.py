@@ -27,7 +27,14 @@ from markovformer.training.init_from import initialise_from, tokenizer_source
 from markovformer.training.metrics_log import AppendingCSVLogger, RunTensorBoardLogger
 from markovformer.training.module import TrainingModule
 from markovformer.training.progress import PrintProgress, StepLearningRateMonitor
-from markovformer.training.run_checks import check_tensors_match, resumable_checkpoint, resume_point, resumed_config
+from markovformer.training.run_checks import (
+    check_tensors_match,
+    check_trained_settings,
+    resumable_checkpoint,
+    resume_point,
+    resumed_config,
+    trained_settings,
+)
 from markovformer.training.run_config import RunConfig, load_yaml, resolve_run_config
 from markovformer.training.run_dir import (
     LAST_CHECKPOINT,
@@ -170,7 +177,10 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     writer = is_run_writer(config.trainer)
     with run_dir_lock(run_dir, writer):
         last = resume_point(run_dir / "checkpoints" / LAST_CHECKPOINT)
-        done_steps = resumable_checkpoint(last)["global_step"] if last.is_file() else 0
+        saved = resumable_checkpoint(last) if last.is_file() else None
+        if saved is not None:  # config.yaml as the checkpoint was trained (not edited since)
+            check_trained_settings(saved, config, last, run_dir / RESOLVED_CONFIG)
+        done_steps = saved["global_step"] if saved is not None else 0
         extended = resumed_config(config, overrides, done_steps)
         check_accelerator(extended.trainer.accelerator)
         check_logger(extended.trainer.logger)
@@ -239,7 +249,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
     progress = PrintProgress(tc.log_every, tc.max_steps, task.train_loss_label, task.metric_labels,
                              bar=sys.stdout.isatty(), checkpoint_every=tc.checkpoint_every,
                              tokens_of=task.batch_tokens)  # fmt: skip
-    fingerprint = RunFingerprint("")
+    fingerprint = RunFingerprint("", trained_settings(config))
     log = AppendingCSVLogger(run_dir / "logs" / "metrics.csv")
     guard = DivergenceGuard(run_dir, tc.lr, check_gradients=tc.precision != "16-mixed")
     validation = LastValidation()

@@ -24,7 +24,7 @@ import lightning as L
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from markovformer.training.fingerprint import CHECKPOINT_KEY
+from markovformer.training.fingerprint import CHECKPOINT_KEY, SETTINGS_KEY
 
 STEP_CHECKPOINT = re.compile(r"step-(\d+)\.ckpt")
 
@@ -113,13 +113,16 @@ def flush_loggers(trainer: L.Trainer) -> None:
 
 
 class RunFingerprint(L.Callback):
-    """Stores the run's fingerprint (``training.fingerprint``) in every checkpoint."""
+    """Stores the run's fingerprint (``training.fingerprint``) in every checkpoint, and the settings its steps were
+    trained with (``run_checks.trained_settings``) when given."""
 
-    def __init__(self, fingerprint: str) -> None:
-        self.fingerprint = fingerprint
+    def __init__(self, fingerprint: str, settings: str | None = None) -> None:
+        self.fingerprint, self.settings = fingerprint, settings
 
     def on_save_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict) -> None:
         checkpoint[CHECKPOINT_KEY] = self.fingerprint
+        if self.settings is not None:
+            checkpoint[SETTINGS_KEY] = self.settings
 
 
 class LastValidation(L.Callback):
