@@ -27,3 +27,23 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     with pytest.raises(RuntimeError):
         atomic_write(target, broken)
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_a_full_disk_names_the_file_being_written(tmp_path):
+    """A write() or close() that fails with ENOSPC raises an OSError without a file name, so a resumed run on a full
+    disk said "no space left on the device while writing a file": which file, the user could not tell."""
+    import errno
+
+    from markovformer.cli.errors import error_line
+
+    target = tmp_path / "logs" / "metrics.csv"
+
+    def full(path):
+        path.write_text("half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(OSError) as raised:
+        atomic_write(target, full)
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(target)
+    assert str(target) in error_line(raised.value) and "no space left" in error_line(raised.value)
+    assert list((tmp_path / "logs").iterdir()) == []

@@ -42,6 +42,13 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
         os.chmod(temporary, 0o666 & ~_umask())  # some writers (safetensors) create 0600 files; use the usual mode
         write_point()
         os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        if error.errno is None or error.filename not in (None, str(temporary)):
+            raise
+        # a failed write() or close() names no file (a full disk read "while writing a file"), a failed open() the
+        # temporary one, gone now: name the file being written
+        raise OSError(error.errno, error.strerror, str(path)) from error
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

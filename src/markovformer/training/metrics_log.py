@@ -117,9 +117,14 @@ class AppendingCSVLogger(Logger):
             self._rewrite(sorted(set(self.columns) | set(row)), [*kept, row])
             return
         write_point()
-        with self.path.open("a", encoding="utf-8", newline="") as handle:
-            csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
-            handle.flush()
+        try:
+            with self.path.open("a", encoding="utf-8", newline="") as handle:
+                csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
+                handle.flush()
+        except OSError as error:  # a failed write() names no file (a full disk read "while writing a file")
+            if error.errno is None or error.filename is not None:
+                raise
+            raise OSError(error.errno, error.strerror, str(self.path)) from error
 
     def _start(self) -> None:
         """Repair the file left by earlier processes: no torn last row, none of the steps this run logs again."""
