@@ -292,6 +292,9 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
     interrupt_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT from a first Ctrl-C on
     try:
         trainer.fit(module, train_loader, val_loader, ckpt_path=ckpt_path)
+        for stopper in (c for c in trainer.callbacks if isinstance(c, ResumableEarlyStopping)):
+            if writer and (line := stopper.stop_line(trainer)) is not None:
+                print(line, flush=True)
         seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from
         if validation.metrics_at(trainer.global_step) is None:  # the last step was not validated yet
             log.after_fit(trainer.global_step)

@@ -160,5 +160,14 @@ class ResumableEarlyStopping(EarlyStopping):
         if self.wait_count >= self.patience:
             trainer.should_stop = True
 
+    def stop_line(self, trainer: L.Trainer) -> str | None:
+        """The line a run it stopped before ``max_steps`` prints (Lightning's own message is silenced with its logs,
+        so the run ended at step 9 of 60 without a word); None when it did not stop the run."""
+        if self.wait_count < self.patience or trainer.global_step >= trainer.max_steps:
+            return None
+        return (f"early stopping: {self.monitor} has not improved on its best, {float(self.best_score):.4f}, in "
+                f"{self.wait_count} validations: the run stopped at step {trainer.global_step} of "
+                f"{trainer.max_steps}")  # fmt: skip
+
 
 __all__ = ["LastValidation", "ResumableEarlyStopping", "RunFingerprint", "StepCheckpoints", "step_checkpoints"]

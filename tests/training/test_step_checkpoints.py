@@ -1,0 +1,33 @@
+"""Early stopping says when it ends a run."""
+
+import json
+
+import yaml
+from conftest import TINY_RUN, run_in_process
+
+from markovformer.training.metrics_log import read_log_rows
+
+
+def test_a_run_early_stopping_ends_says_so_at_the_step_the_patience_rule_gives(tmp_path):
+    """A run that early stopping ended at step 9 of 60 printed its validation and final lines and nothing about the
+    stop (Lightning's own message is silenced with its logs). The stop step is checked against the patience rule
+    applied by hand to the logged validation losses (mode max on a falling loss: it stops at once)."""
+    patience = 2
+    trainer = {**TINY_RUN["trainer"], "max_steps": 100, "eval_every": 10, "checkpoint_every": 10,
+               "early_stopping": {"monitor": "val/loss", "mode": "max", "patience": patience}}  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({**TINY_RUN, "trainer": trainer}))
+    done = run_in_process("train", "run.yaml", "output_dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    _, rows = read_log_rows(tmp_path / "run" / "logs" / "metrics.csv")
+    losses = [(int(row["step"]), float(row["val/loss"])) for row in rows if row.get("val/loss")]
+    best, waited, expected = -float("inf"), 0, None
+    for step, loss in losses:
+        best, waited = (loss, 0) if loss > best else (best, waited + 1)
+        if waited >= patience:
+            expected = step
+            break
+    assert expected is not None and expected < 100 and losses[-1][0] == expected
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == expected
+    lines = [line for line in done.stdout.splitlines() if line.startswith("early stopping:")]
+    assert len(lines) == 1 and "val/loss" in lines[0] and f"stopped at step {expected} of 100" in lines[0], done.stdout
+    assert f"{best:.4f}" in lines[0]
