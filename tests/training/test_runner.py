@@ -174,3 +174,27 @@ def test_inspect_writes_every_figure_and_links_them(tiny_config, tmp_path, main_
     assert "entropy rate" in page
     bad = main_cli("inspect", str(run_dir), "--layers", "5")
     assert bad.returncode == 2 and "--layers 5" in bad.stderr
+
+
+def test_a_ctrl_c_while_the_final_files_are_written_says_the_run_is_unfinished(tiny_config, tmp_path, main_cli,
+                                                                               monkeypatch):  # fmt: skip
+    """A Ctrl-C landing in the final files' writes printed "train was interrupted (Ctrl-C)", the line of a command
+    with nothing to keep: whether the run was finished and what to do went unsaid. Now the run's line: not
+    finished, --resume finishes it (and does)."""
+    from markovformer.training import runner
+
+    write = runner.write_final_files
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "write_final_files", interrupted)
+    done = main_cli("train", str(tiny_config), "output_dir=run")
+    monkeypatch.setattr(runner, "write_final_files", write)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 130 and len(lines) == 1, done.stderr
+    assert "while writing its final files after step 40: it is not finished" in lines[0]
+    assert "markovformer train --resume run" in lines[0] and not (tmp_path / "run" / "finished.json").exists()
+    resumed = main_cli("train", "--resume", "run")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((tmp_path / "run" / "finished.json").read_text())["steps"] == 40

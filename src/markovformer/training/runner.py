@@ -319,7 +319,12 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
                **({"train_tokens": progress.tokens} if progress.tokens is not None else {}), **task.scoring_settings(),
                **({"train_step_seconds": progress.step_seconds} if progress.step_seconds is not None else {}),
                "reference": bundle.info.get("reference", {})}  # fmt: skip
-    write_final_files(run_dir, model, fingerprint.fingerprint, results)
+    try:
+        write_final_files(run_dir, model, fingerprint.fingerprint, results)
+    except KeyboardInterrupt:  # the one line says what a Ctrl-C here left: a whole run, not yet finished
+        raise RunTerminated(f"the run was interrupted (SIGINT, Ctrl-C) while writing its final files after step "
+                            f"{trainer.global_step}: it is not finished; finish it with markovformer train --resume "
+                            f"{run_dir}", signal.SIGINT) from None  # fmt: skip
     report_results(results, model, bundle, task.metric_labels)
     logs = "logs/metrics.csv, tensorboard/" if tc.logger == "tensorboard" else "logs/metrics.csv"
     print(f"run directory: {run_dir}  (model/, checkpoints/, {logs}, metrics.json)")
