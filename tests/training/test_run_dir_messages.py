@@ -70,3 +70,20 @@ def test_eval_of_a_file_that_is_not_a_run_or_checkpoint_names_that_file(tmp_path
 def test_eval_of_a_checkpoint_outside_a_run_directory_names_it(tmp_path, main_cli):
     (tmp_path / "stray.ckpt").write_bytes(b"\0" * 16)
     one_line_error(main_cli("eval", "stray.ckpt"), "stray.ckpt: ", "not a checkpoint of a run directory")
+
+
+def test_resuming_a_run_stopped_before_its_config_was_written_says_to_start_it_again(tmp_path, cli, main_cli,
+                                                                                      tiny_config):  # fmt: skip
+    """A run killed while it wrote its start files (before config.yaml) left its lock and environment.json; --resume
+    said only "not a run directory (no config.yaml)", as of any other folder. It now says the run is to be started
+    again, as `train` then does in the same folder."""
+    from markovformer.atomic import KILL_AT_WRITE
+
+    killed = cli("train", str(tiny_config), "output_dir=run", env={KILL_AT_WRITE: "2"})  # at data.json
+    assert killed.returncode == -9 and (tmp_path / "run" / "environment.json").is_file(), killed.stderr[-2000:]
+    one_line_error(main_cli("train", "--resume", "run"), "run: not a run directory (no config.yaml)",
+                   "stopped before it wrote its config", "markovformer train CONFIG output_dir=run")  # fmt: skip
+    assert main_cli("train", str(tiny_config), "output_dir=run").returncode == 0
+    (tmp_path / "other").mkdir()
+    line = one_line_error(main_cli("train", "--resume", "other"), "other: not a run directory (no config.yaml)")
+    assert "stopped before" not in line

@@ -51,6 +51,7 @@ from markovformer.training.fingerprint import (
 )
 from markovformer.training.run_checks import check_tensors_match, read_data_info
 from markovformer.training.run_config import RunConfig, load_yaml, plain_values, resolve_run_config
+from markovformer.training.run_lock import LOCK_FILE
 from markovformer.training.trainer_config import ConfigError
 
 RESOLVED_CONFIG = "config.yaml"
@@ -314,9 +315,13 @@ def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
 
 
 def not_a_run_directory(directory: Path) -> ConfigError:
-    """The error for a directory without config.yaml; inside a run (its model/ or checkpoints/), it names the run."""
+    """The error for a directory without config.yaml; inside a run (its model/ or checkpoints/), it names the run; a
+    run's start stopped before config.yaml (its lock or environment.json are there) is to be started again."""
     run = directory.parent
     inside = f"; it is inside the run {run}: give that" if (run / RESOLVED_CONFIG).is_file() else ""
+    if not inside and ((directory / LOCK_FILE).exists() or (directory / "environment.json").is_file()):
+        inside = (f": a run started here stopped before it wrote its config, so there is nothing to resume; start "
+                  f"it again with markovformer train CONFIG output_dir={directory}")  # fmt: skip
     return ConfigError(f"{directory}: not a run directory (no {RESOLVED_CONFIG}){inside}")
 
 
