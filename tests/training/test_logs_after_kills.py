@@ -134,3 +134,21 @@ def test_a_misaligned_run_killed_at_every_write_logs_what_the_uninterrupted_run_
         assert logged_cells(resumed) == logged_cells(folder / "whole"), point
         assert validation(resumed) == validation(folder / "whole"), point
         check_events_match_the_log(resumed)
+
+
+def test_extending_a_run_that_wrote_no_step_checkpoint_logs_its_steps(tmp_path):
+    """A run shorter than trainer.checkpoint_every has one checkpoint, the last.ckpt Lightning writes when training
+    ends, whose count of logged steps already holds the last step; extended with --resume, its rows were labelled
+    one step late (steps 5 and 6 logged as 6 and 7, its last validation at step 7 of 6). Extended, it logs what the
+    same run trained to the new length at once (with the extension's schedule) logs, TensorBoard too."""
+    short = {**TINY_RUN, "trainer": {**TINY_RUN["trainer"], "max_steps": 4, "warmup_steps": 1, "eval_every": 2,
+                                     "checkpoint_every": 50, "log_every": 1}}  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(short))
+    assert run_in_process("train", "run.yaml", "output_dir=short", cwd=tmp_path).returncode == 0
+    extended = run_in_process("train", "--resume", "short", "trainer.max_steps=6", cwd=tmp_path)
+    assert extended.returncode == 0, extended.stderr[-2000:]
+    whole = run_in_process("train", "run.yaml", "output_dir=whole", "trainer.max_steps=6", "trainer.decay_steps=4",
+                           cwd=tmp_path)  # fmt: skip
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    assert logged_cells(tmp_path / "short") == logged_cells(tmp_path / "whole")
+    check_events_match_the_log(tmp_path / "short")

@@ -78,6 +78,17 @@ class StepCheckpoints(ModelCheckpoint):
         """Nothing to restore: no best-k bookkeeping (every step file is kept or pruned by step), and a run directory
         that was moved or copied must not be warned about or reach back to its old path."""
 
+    def on_load_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict) -> None:
+        """Lightning's count of the steps logged, as a checkpoint taken at a step's end holds it: one behind
+        ``global_step`` (Lightning counts the step after its checkpoint hooks and adds it again on restart). The
+        last.ckpt Lightning writes when training ends (a run shorter than ``checkpoint_every``) counts the last step
+        already, and an extension of that run logged every row one step late."""
+        loop = checkpoint.get("loops", {}).get("fit_loop", {})
+        counts, progress = loop.get("epoch_loop.state_dict", {}), loop.get("epoch_loop.batch_progress", {})
+        step = checkpoint.get("global_step", 0)
+        if step > 0 and counts.get("_batches_that_stepped") == step and not progress.get("is_last_batch"):
+            counts["_batches_that_stepped"] = step - 1
+
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         if self._taking:  # what trainer.save_checkpoint writes, written by _write_taken
             self.taken.append((filepath, trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)))
