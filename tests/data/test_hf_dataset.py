@@ -51,3 +51,21 @@ def test_urls_hub_names_and_missing_columns_are_refused(tmp_path):
     path.write_text("".join(json.dumps({"body": t}) + "\n" for t in _TEXTS), encoding="utf-8")
     with pytest.raises(ValueError, match="data.text_column='text' is not a column.*columns: body"):
         load_hf_dataset_lm(str(path), seq_len=8, cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("tokenizer, vocab", [("char", None), ("bpe", 300)])
+def test_a_text_column_of_numbers_or_with_a_missing_value_is_refused_naming_the_column(tmp_path, tokenizer, vocab):
+    """A column of numbers (a CSV's `id`), or a row whose text is null among the train rows the tokenizer is fitted
+    on, ended in a traceback (TypeError: 'int' object is not iterable); a null in the val or test rows was already
+    refused. Each is a ValueError naming data.text_column."""
+    options = {"tokenizer": tokenizer, "vocab_size": vocab, "seq_len": 8, "cache_dir": tmp_path / "cache"}
+    numbers = tmp_path / "rows.csv"
+    numbers.write_text("id,body\n" + "".join(f"{i},{json.dumps(t)}\n" for i, t in enumerate(_TEXTS)), "utf-8")
+    with pytest.raises(ValueError, match="data.text_column='id' .*int64.*not text"):
+        load_hf_dataset_lm(str(numbers), text_column="id", **options)
+    for row in (3, len(_TEXTS) - 1):  # a train row; a test row
+        texts = [None if i == row else t for i, t in enumerate(_TEXTS)]
+        missing = tmp_path / f"missing-{row}.jsonl"
+        missing.write_text("".join(json.dumps({"body": t}) + "\n" for t in texts), "utf-8")
+        with pytest.raises(ValueError, match="data.text_column='body': a row holds None, not a string"):
+            load_hf_dataset_lm(str(missing), text_column="body", num_proc=1, **options)

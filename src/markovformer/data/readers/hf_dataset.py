@@ -85,6 +85,10 @@ def load_hf_dataset_lm(
     if text_column not in dataset.column_names:
         raise ValueError(f"data.text_column={text_column!r} is not a column of {files[0]} (columns: "
                          f"{', '.join(dataset.column_names)})")  # fmt: skip
+    feature = dataset.features[text_column]
+    if getattr(feature, "dtype", None) not in ("string", "large_string"):  # numbers, lists, all-null: no text
+        raise ValueError(f"data.text_column={text_column!r} of {files[0]} holds {getattr(feature, 'dtype', feature)}, "
+                         f"not text: name a column of strings")  # fmt: skip
     dataset = dataset.select_columns([text_column])
     ranges = contiguous_split(len(dataset), fractions)
     if fitted is None:
@@ -112,11 +116,15 @@ class _Encode:
         self.tokenizer, self.column = tokenizer, column
 
     def __call__(self, batch: dict) -> dict:
-        texts = batch[self.column]
-        if any(not isinstance(text, str) for text in texts):
-            bad = next(text for text in texts if not isinstance(text, str))
-            raise ValueError(f"a row's {self.column!r} is {bad!r}, not a string")
-        return {"ids": self.tokenizer.encode_batch(texts)}
+        return {"ids": self.tokenizer.encode_batch(_texts(batch[self.column], self.column))}
+
+
+def _texts(texts: list, column: str) -> list[str]:
+    """``texts``, a batch of the text column's rows; ValueError naming the column when one is no string (null)."""
+    bad = next((text for text in texts if not isinstance(text, str)), "")
+    if not isinstance(bad, str):
+        raise ValueError(f"data.text_column={column!r}: a row holds {bad!r}, not a string (fill or drop such rows)")
+    return texts
 
 
 def _write_rows(staging: Path, dataset, ranges, column: str, tokenizer, processes: int, files: list[str],
@@ -158,13 +166,13 @@ def _fit(dataset, rows: range, column: str, tokenized: TokenizedText):
     if tokenizer == "char":
         seen: set[str] = set()
         for batch in train.iter(batch_size=_ROWS_PER_READ):
-            seen.update(*map(set, batch[column]))
+            seen.update(*map(set, _texts(batch[column], column)))
         return CharTokenizer("".join(sorted(seen)), end_of_document=True)
-    head = train.select(range(min(len(train), _ROWS_PER_READ)))[column]
+    head = _texts(train.select(range(min(len(train), _ROWS_PER_READ)))[column], column)
     mean = max(sum(len(text) for text in head) / max(len(head), 1), 1.0)
     wanted = min(len(train), max(1, int(fit_bytes / mean)))
     picked = np.linspace(0, len(train) - 1, wanted).round().astype(np.int64)
-    sample = train.select(np.unique(picked).tolist())[column]
+    sample = _texts(train.select(np.unique(picked).tolist())[column], column)
     return BPETokenizer.train(sample, vocab_size, special_tokens=(PAD_TOKEN, END_OF_DOCUMENT),
                               text_bytes=sum(len(text.encode("utf-8")) for text in sample))
 
