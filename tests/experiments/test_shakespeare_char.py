@@ -290,17 +290,16 @@ def test_only_finished_trains_nothing_and_lists_a_cell_stored_under_other_settin
     assert len(trained) == 2 and "only_finished=true): ladder_contiguous_seed=0" in report.replace("\n", " ")
 
 
-def test_a_cells_tokens_per_second_counts_block_size_targets_per_window(tmp_path, monkeypatch):
-    """train_cell with the engine stubbed (a run of 10 steps of 3 windows in 4 s; a bigram model): tokens/s is the
-    targets trained, steps x batch x block_size (a window of block_size + 1 tokens has block_size targets), over the
-    training seconds, here 60 (67.5 counting each window's first token); the losses score the run's validation part."""
+def _stubbed_cell(tmp_path, monkeypatch, results: dict):
+    """train_cell with the engine stubbed to return ``results`` (a run of 10 steps of 3 windows of block_size 8; a
+    bigram model over a 120-character text): (the cell, the network, the text's ids of the validation part)."""
     text = "".join("abcdefg"[(i * i + i // 3) % 7] for i in range(120))
     data = tmp_path / "t.txt"
     data.write_text(text)
     network = _Bigram(7)
     network.num_parameters = lambda: 49
     runner = types.ModuleType("markovformer.training.runner")  # the engine (and lightning) never imported
-    runner.complete_run = lambda config: {"steps": 10, "train_seconds": 4.0, "val": {"loss": 1.5}}
+    runner.complete_run = lambda config: results
     runner.load_run = lambda run_dir: (None, network, None)
     runner.build_data = lambda config: SimpleNamespace(splits={"val": (90, 120)})
     monkeypatch.setitem(sys.modules, "markovformer.training.runner", runner)
@@ -308,9 +307,16 @@ def test_a_cells_tokens_per_second_counts_block_size_targets_per_window(tmp_path
     monkeypatch.setattr(shakespeare_char, "load_tokenizer", lambda path: characters)
     settings = ShakespeareCharSettings(steps=10, batch_size=3, block_size=8, eval_iters=2)
     cell = shakespeare_char.train_cell("nanogpt", tmp_path, settings, 0, lambda line: None, data, "digest")
+    return cell, network, torch.tensor(characters.encode(text[90:]))
+
+
+def test_a_cells_tokens_per_second_counts_block_size_targets_per_window(tmp_path, monkeypatch):
+    """tokens/s is the targets trained, steps x batch x block_size (a window of block_size + 1 tokens has block_size
+    targets), over the training seconds, here 60 (67.5 counting each window's first token); the losses score the
+    run's validation part."""
+    cell, network, val = _stubbed_cell(tmp_path, monkeypatch, {"steps": 10, "train_seconds": 4.0, "val": {"loss": 1.5}})
     assert cell["tokens_per_second"] == 10 * 3 * 8 / 4.0 == 60.0
     assert (cell["steps"], cell["train_seconds"], cell["engine_val"], cell["parameters"]) == (10, 4.0, 1.5, 49)
-    val = torch.tensor(characters.encode(text[90:]))
     assert cell["val_targets"] == 29 and cell["full_split"] == pytest.approx(_naive_mean(network, val), rel=1e-6)
 
 
@@ -318,20 +324,7 @@ def test_a_cells_tokens_per_second_leave_the_start_up_and_the_validations_out(tm
     """train_seconds holds the engine's start-up and its validations (the final one over the whole validation part,
     every eval_every steps under preset=gpu), which differ by model kind: the rate is over the steps' own seconds
     (here 2.5 of 4), 10 x 3 x 8 / 2.5 = 96 tokens a second, not 60."""
-    text = "".join("abcdefg"[(i * i + i // 3) % 7] for i in range(120))
-    data = tmp_path / "t.txt"
-    data.write_text(text)
-    network = _Bigram(7)
-    network.num_parameters = lambda: 49
-    runner = types.ModuleType("markovformer.training.runner")
-    runner.complete_run = lambda config: {"steps": 10, "train_seconds": 4.0, "train_step_seconds": 2.5,
-                                          "val": {"loss": 1.5}}  # fmt: skip
-    runner.load_run = lambda run_dir: (None, network, None)
-    runner.build_data = lambda config: SimpleNamespace(splits={"val": (90, 120)})
-    monkeypatch.setitem(sys.modules, "markovformer.training.runner", runner)
-    characters = SimpleNamespace(encode=lambda chars: ["abcdefg".index(c) for c in chars])
-    monkeypatch.setattr(shakespeare_char, "load_tokenizer", lambda path: characters)
-    settings = ShakespeareCharSettings(steps=10, batch_size=3, block_size=8, eval_iters=2)
-    cell = shakespeare_char.train_cell("nanogpt", tmp_path, settings, 0, lambda line: None, data, "digest")
+    results = {"steps": 10, "train_seconds": 4.0, "train_step_seconds": 2.5, "val": {"loss": 1.5}}
+    cell = _stubbed_cell(tmp_path, monkeypatch, results)[0]
     assert cell["tokens_per_second"] == 10 * 3 * 8 / 2.5 == 96.0
     assert cell["train_seconds"] == 4.0
