@@ -276,7 +276,7 @@ def test_bench_flags_reach_the_suites_settings(monkeypatch):
     assert _bench_settings(monkeypatch).keep_freed_memory is True
     assert _bench_settings(monkeypatch, "--default-allocator").keep_freed_memory is False
     settings = _bench_settings(monkeypatch, "--op-kinds", "markov_local", "softmax_sdpa", "--decode-batches", "2", "3",
-                               "--scan-lengths", "256")  # fmt: skip
+                               "--scan-lengths", "256", "--parts", "ops", "decode", "scan")  # fmt: skip
     assert settings.op_kinds == ("markov_local", "softmax_sdpa")
     assert (settings.decode_batches, settings.scan_lengths) == ((2, 3), (256,))
 

@@ -126,7 +126,7 @@ def run_state(run_dir: Path) -> tuple:
     """What an uninterrupted run must equal: the weights' digest, metrics.json (but its clock), every log cell."""
     digest = hashlib.sha256((run_dir / "model" / "model.safetensors").read_bytes()).hexdigest()
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    metrics.pop("train_seconds")
+    metrics.pop("train_seconds"), metrics.pop("train_step_seconds", None)
     rows = csv.DictReader((run_dir / "logs" / "metrics.csv").open())
     cells = sorted((row["step"], key, value) for row in rows for key, value in row.items() if value and key != "step")
     return digest, metrics, cells

@@ -279,7 +279,7 @@ def test_task_options_are_refused_by_tasks_and_models_that_cannot_take_them(tmp_
     with pytest.raises(ConfigError, match="trainer.label_smoothing is set but task vmt does not use it"):
         TrainingModule(vmt, build_task("vmt", TrainerConfig(label_smoothing=0.1)))
     with pytest.raises(ConfigError, match=r"task_options.orders is not an option of task vmt \(its options: "
-                                          r"\('kl_warmup_steps', 'carry', 'window_overlap'\)\)"):  # fmt: skip
+                                          r"\('kl_warmup_steps', 'carry', 'window_overlap', 'iw_samples'\)\)"):
         resolve_run_config(tiny_vmt(task_options__orders=[2]))
     with pytest.raises(ConfigError, match="task_options.kl_warmup_steps=-1"):
         VMTOptions(kl_warmup_steps=-1)
