@@ -120,3 +120,31 @@ def test_an_unknown_key_with_no_close_spelling_lists_the_keys_it_could_be():
     assert str(top_error.value).endswith(f"; the top-level keys: {', '.join(SECTIONS)}")
     with pytest.raises(ConfigError, match=r"\(did you mean 'max_steps'\?\)$"):  # a close one is still the hint
         resolve_run_config({"task": "causal_lm", "trainer": {"max_step": 1}})
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "home"),
+    [("model", "batch_size", "trainer"), ("data", "max_order", "model"), ("trainer", "seq_len", "data"),
+     ("data", "dropout", "model"), ("task_options", "lr", "trainer"), ("", "max_steps", "trainer")],
+)  # fmt: skip
+def test_a_key_given_in_the_wrong_section_names_the_section_that_takes_it(section, key, home):
+    """A key typed under another section was taken for a misspelling of its own section's keys: model.batch_size
+    suggested 'chunk_size', data.max_order the chain's 'order' (another meaning), and the top-level max_steps only
+    listed the sections. The hint names the section of the run that takes the key, for every section."""
+    import dataclasses
+
+    from markovformer.data.sources import DATA_SOURCES
+    from markovformer.models.registry import MODEL_FAMILIES
+    from markovformer.training.build import build_data
+    from markovformer.training.tasks import TASKS
+
+    values = {"task": "causal_lm", "data": {"source": "markov_chain", "seq_len": 8}, "trainer": {"max_steps": 2}}
+    takes = {"trainer": TrainerConfig, "task_options": TASKS["causal_lm"].Options, "data": DATA_SOURCES["markov_chain"],
+             "model": MODEL_FAMILIES["markovian_transformer"].config_class}  # fmt: skip
+    owners = [name for name, cls in takes.items() if key in {field.name for field in dataclasses.fields(cls)}]
+    assert owners == [home]  # the key belongs to the one section the hint names
+    wrong = {**values, section: {**values.get(section, {}), key: 1}} if section else {**values, key: 1}
+    expected = rf"\(did you mean '{home}\.{key}'\?" + (rf" '{key}' is not a {section} key\)" if section else r"\)")
+    with pytest.raises(ConfigError, match=expected):
+        config = resolve_run_config(wrong)
+        build_model(config, build_data(config).info)

@@ -15,7 +15,7 @@ from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer
 from markovformer.data.recipes.registry import find_prepared_file
 from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
 from markovformer.models.registry import MODEL_FAMILIES, head_class
-from markovformer.training.run_config import RunConfig, build_dataclass, suggest
+from markovformer.training.run_config import RunConfig, build_dataclass, other_section_hint, suggest
 from markovformer.training.tasks import TASKS, Task, build_task
 from markovformer.training.trainer_config import ConfigError
 
@@ -46,12 +46,17 @@ def build_data(config: RunConfig, run_dir: str | Path | None = None) -> DataBund
     if "task" in {field.name for field in dataclasses.fields(source_class)}:  # a source that can feed several tasks
         if values.setdefault("task", config.task) != config.task:
             raise ConfigError(f"data.task={values['task']!r} disagrees with task={config.task!r}")
-    source = build_dataclass(source_class, values, "data")
+    source = build_dataclass(source_class, values, "data", lambda key: other_section_hint(key, "data", *run(config)))
     if tokenizer is not None and "tokenizer" in inspect.signature(source.build).parameters:
         bundle = source.build(seed=config.trainer.seed, tokenizer=tokenizer)
     else:
         bundle = source.build(seed=config.trainer.seed)
     return dataclasses.replace(bundle, files=list(dict.fromkeys([*data_files(values), *bundle.files])))
+
+
+def run(config: RunConfig) -> tuple[str, str, str]:
+    """The task, model family and data source of ``config``: what ``other_section_hint`` reads."""
+    return config.task, config.model_type, config.data.get("source")
 
 
 def data_files(data: dict) -> list[Path]:
@@ -103,7 +108,8 @@ def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
         if values.get(key) not in (None, info[key]):
             raise ConfigError(f"model.{key}={values[key]!r} disagrees with the data, which has {key}={info[key]}")
         values[key] = info[key]
-    model_config = build_dataclass(config_class, values, "model")
+    model_config = build_dataclass(config_class, values, "model",
+                                   lambda key: other_section_hint(key, "model", *run(config)))  # fmt: skip
     try:
         model = head(model_config)
     except ValueError as error:

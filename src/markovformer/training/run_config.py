@@ -50,7 +50,7 @@ class RunConfig:
         if self.task_options is None:
             self.task_options = options()
         elif isinstance(self.task_options, dict):
-            self.task_options = task_options(self.task, self.task_options)
+            self.task_options = task_options(self.task, self.task_options, self.model_type, self.data.get("source"))
         elif not isinstance(self.task_options, options):
             raise ConfigError(f"task_options: task {self.task} takes {options.__name__}, not "
                               f"{type(self.task_options).__name__}")  # fmt: skip
@@ -113,8 +113,9 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
     return value
 
 
-def build_dataclass(cls: type, values: dict[str, Any], prefix: str) -> Any:
-    """Instantiate ``cls`` from ``values``, naming ``prefix.key`` in every error."""
+def build_dataclass(cls: type, values: dict[str, Any], prefix: str, elsewhere: Any = None) -> Any:
+    """Instantiate ``cls`` from ``values``, naming ``prefix.key`` in every error; ``elsewhere(key)``: the hint for an
+    unknown key that another section takes (``other_section_hint``), ahead of a spelling suggestion."""
     if not isinstance(values, dict):
         raise ConfigError(f"{prefix} must be a mapping; got {shown(values)}")
     hints = typing.get_type_hints(cls)
@@ -122,7 +123,8 @@ def build_dataclass(cls: type, values: dict[str, Any], prefix: str) -> Any:
     kwargs = {}
     for key, value in values.items():
         if key not in fields:
-            hint = cls.unknown_key_hint(key) if hasattr(cls, "unknown_key_hint") else suggest(key, fields)
+            hint = elsewhere(key) if elsewhere is not None else ""
+            hint = hint or (cls.unknown_key_hint(key) if hasattr(cls, "unknown_key_hint") else suggest(key, fields))
             hint = hint or f"; the keys of {prefix}: {', '.join(fields)}"  # nothing close: what may be typed
             raise ConfigError(f"unknown key {prefix}.{str(key)[:200]}{hint}")
         kwargs[key] = coerce(value, hints[key], f"{prefix}.{key}")
@@ -274,15 +276,44 @@ RENAMED_TRAINER_KEYS = {"context_lengths": "orders"}
 MOVED_TRAINER_KEYS = {"orders": [], "kl_warmup_steps": 0, "carry": True, "window_overlap": False}
 
 
-def task_options(task: str, values: Any) -> Any:
-    """``TASKS[task].Options`` from the ``task_options:`` mapping, errors naming ``task_options.KEY``."""
+def section_keys(task: Any, model_type: Any, source: Any) -> dict[str, list[str]]:
+    """The keys each section of a run config takes: trainer, task_options (the task's), model (the family's config
+    fields), data (the source's options); a section whose task, family or source is not known is left out."""
+    from markovformer.data.sources import DATA_SOURCES
+    from markovformer.models.registry import MODEL_FAMILIES
+
+    classes = {"trainer": TrainerConfig,
+               "task_options": TASKS[task].Options if isinstance(task, str) and task in TASKS else None,
+               "model": MODEL_FAMILIES[model_type].config_class
+               if isinstance(model_type, str) and model_type in MODEL_FAMILIES else None,
+               "data": DATA_SOURCES.get(source) if isinstance(source, str) else None}  # fmt: skip
+    return {name: [f.name for f in dataclasses.fields(cls) if f.init] for name, cls in classes.items() if cls}
+
+
+def other_section_hint(key: Any, section: str, task: Any, model_type: Any, source: Any) -> str:
+    """`` (did you mean 'trainer.batch_size'? ...)`` when ``key``, unknown in ``section`` (or at the top level: ""), is
+    a key of another section of the run (task ``task``, family ``model_type``, data source ``source``); else "".
+    A key typed in the wrong section got a spelling suggestion of its own section (model.batch_size: 'chunk_size';
+    data.max_order: the chain's 'order'), or none."""
+    found = [f"{other}.{key}" for other, keys in section_keys(task, model_type, source).items()
+             if other != section and key in keys]  # fmt: skip
+    if not found:
+        return ""
+    not_here = f" {str(key)[:200]!r} is not a {section} key" if section else ""
+    return f" (did you mean {' or '.join(map(repr, found))}?{not_here})"
+
+
+def task_options(task: str, values: Any, model_type: Any = None, source: Any = None) -> Any:
+    """``TASKS[task].Options`` from the ``task_options:`` mapping, errors naming ``task_options.KEY`` (and the section
+    of the run, family ``model_type``, data ``source``, that takes an unknown key)."""
     options = TASKS[task].Options
     if isinstance(values, dict):
         unknown = [key for key in values if key not in {f.name for f in dataclasses.fields(options)}]
         if unknown:
             names = tuple(f.name for f in dataclasses.fields(options))
+            hint = other_section_hint(unknown[0], "task_options", task, model_type, source)
             raise ConfigError(f"task_options.{str(unknown[0])[:200]} is not an option of task {task} (its options: "
-                              f"{names or 'none'}){suggest(unknown[0], names)}")  # fmt: skip
+                              f"{names or 'none'}){hint or suggest(unknown[0], names)}")  # fmt: skip
     return build_dataclass(options, values, "task_options")
 
 
@@ -317,9 +348,13 @@ def rename_keys(values: dict[str, Any], renamed: dict[str, str], prefix: str) ->
 def resolve_run_config(values: dict[str, Any]) -> RunConfig:
     """Validate the raw nested dict (after overrides) into a RunConfig. Model and data sections are checked by their
     own classes when the run is built (they need the data's vocabulary size)."""
+    data = values.get("data")
+    run = (values.get("task"), values.get("model_type", "markovian_transformer"),
+           data.get("source") if isinstance(data, dict) else None)  # fmt: skip
     for key in values:
         if key not in SECTIONS:
-            hint = suggest(key, SECTIONS) or f"; the top-level keys: {', '.join(SECTIONS)}"
+            hint = other_section_hint(key, "", *run) or suggest(key, SECTIONS)
+            hint = hint or f"; the top-level keys: {', '.join(SECTIONS)}"
             raise ConfigError(f"unknown top-level key {shown(key)}{hint}")
     if "task" not in values:
         raise ConfigError(f"task is missing: one of {tuple(TASKS)}")
@@ -333,7 +368,7 @@ def resolve_run_config(values: dict[str, Any]) -> RunConfig:
         trainer = rename_keys(trainer, RENAMED_TRAINER_KEYS, "trainer")
         if isinstance(values["task"], str) and values["task"] in TASKS:  # RunConfig names any other task
             trainer, options = move_task_options(values["task"], trainer, options)
-    trainer = build_dataclass(TrainerConfig, trainer, "trainer")
+    trainer = build_dataclass(TrainerConfig, trainer, "trainer", lambda key: other_section_hint(key, "trainer", *run))
     for key in ("task", "output_dir", "model_type"):
         if key in values:
             coerce(values[key], str, key)
