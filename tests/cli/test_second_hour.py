@@ -174,6 +174,33 @@ def test_init_from_copies_every_tensor_of_a_run_or_a_saved_model(small_run):
         assert "tensors" in line and "fresh" not in line
 
 
+def test_init_from_a_checkpoint_file_starts_from_that_checkpoints_weights(tmp_path, main_cli):
+    """A run's checkpoint file (eval, generate and inspect take one) was refused as "no such run or model
+    directory", though it exists: init_from now reads it as eval does, checked against its run's fingerprint."""
+    import torch
+    from conftest import TINY_RUN
+
+    from markovformer.training.init_from import initialise_from
+    from markovformer.training.runner import build_model, load_run
+
+    values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
+    values["trainer"].update({"max_steps": 4, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2})
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(values))
+    assert main_cli("train", "tiny.yaml", "output_dir=run").returncode == 0
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-000002.ckpt"
+    (_, at_step_2, _), (config, final, _) = load_run(checkpoint), load_run(tmp_path / "run")
+    assert not torch.equal(at_step_2.lm_head.weight, final.lm_head.weight)
+    fresh = build_model(config, {"vocab_size": final.config.vocab_size})
+    initialise_from(fresh, checkpoint, [])
+    assert all(torch.equal(fresh.state_dict()[k], v) for k, v in at_step_2.state_dict().items())
+    done = main_cli("train", "tiny.yaml", f"init_from={checkpoint}", "output_dir=tuned", "trainer.max_steps=2")
+    assert done.returncode == 0 and f"initialised from {checkpoint}" in done.stdout, done.stderr[-2000:]
+    (tmp_path / "notes.txt").write_text("not weights")
+    refused = main_cli("train", "tiny.yaml", "init_from=notes.txt", "output_dir=x")
+    assert_one_line_error(refused, "init_from='notes.txt'", "a checkpoint file")
+    assert not (tmp_path / "x").exists()
+
+
 def test_init_from_refuses_to_tie_two_different_weights_of_the_source(tmp_path):
     """A source with its embedding and output head apart, into a model that ties them: both were loaded into the
     one weight and the embedding became the source's head, "15 of 15 tensors" and no error."""

@@ -146,7 +146,7 @@ def test_a_fine_tuning_run_encodes_with_the_tokenizer_of_the_run_it_starts_from(
     source = run("source", first)
     refitted = run("refitted", second)
     assert refitted.vocab_size == source.vocab_size and refitted.record() != source.record()  # the silent case
-    for start in ("source", "source/model"):
+    for start in ("source", "source/model", "source/checkpoints/last.ckpt"):  # a checkpoint: its run's tokenizer
         tuned = run(f"tuned-{start.replace('/', '-')}", second, init_from=str(tmp_path / start))
         assert tuned.record() == source.record()
     fresh = run("fresh", second, init_from=str(tmp_path / "source"), init_from_skip=["head", "embeddings"])

@@ -1,7 +1,8 @@
 """Fine-tuning: a new run's model starts from the weights of a trained run or a saved model directory.
 
 ``init_from: RUN_OR_MODEL_DIR`` (a run config key) names a run directory (its final model/, else its last
-checkpoint, both checked against the run's fingerprint) or a folder written by ``save_pretrained`` (config.json +
+checkpoint, both checked against the run's fingerprint), one checkpoint file of a run (checkpoints/step-NNNNNN.ckpt,
+read with its run as ``eval`` reads it) or a folder written by ``save_pretrained`` (config.json +
 model.safetensors). Every tensor must match the new model's name and shape; a changed head (other labels) or
 vocabulary is refused with the names that differ, unless ``init_from_skip`` names them: ``head`` (the tensors
 outside the backbone ``model.``: lm_head, classifier, ...; refused for a model without one, where it would be
@@ -42,7 +43,7 @@ def tokenizer_source(init_from: str, skip: list[str] | tuple[str, ...], data: di
     """The run or saved model ``init_from`` when its tokenizer is the one the new run must encode with: it keeps one
     and ``skip`` does not start the embeddings fresh (a new vocabulary, fitted on the new data). ConfigError when
     the run's ``data`` asks for another kind of tokenizer (char, bpe) than the one the weights were trained on."""
-    source = Path(init_from)
+    source = checkpoint_run(Path(init_from)) or Path(init_from)  # a checkpoint's tokenizer: its run's
     kept = saved_tokenizer(source) if source.is_dir() else None
     if kept is None or "embeddings" in skip:
         return None
@@ -54,13 +55,21 @@ def tokenizer_source(init_from: str, skip: list[str] | tuple[str, ...], data: di
     return source
 
 
+def checkpoint_run(source: Path) -> Path | None:
+    """The run directory of ``source`` when it is a checkpoint file (RUN/checkpoints/NAME.ckpt), else None."""
+    return source.parent.parent if source.is_file() and source.suffix == ".ckpt" else None
+
+
 def read_weights(source: Path) -> dict[str, torch.Tensor]:
     """The weights in a run directory or a saved model directory (see the module docstring)."""
     from safetensors.torch import load_file
 
-    if not source.is_dir():
-        raise ConfigError(f"init_from={str(source)!r}: no such run or model directory")
-    if (source / "config.yaml").is_file():  # a run: the same loading and checks as eval and generate
+    if source.is_file() and checkpoint_run(source) is None:
+        raise ConfigError(f"init_from={str(source)!r} is a file but not a checkpoint (.ckpt): give a run directory, "
+                          f"a checkpoint file of a run or a saved model directory")  # fmt: skip
+    if not source.exists():
+        raise ConfigError(f"init_from={str(source)!r}: no such run or model directory, or checkpoint file")
+    if source.is_file() or (source / "config.yaml").is_file():  # a run: the same loading and checks as eval
         from markovformer.training.run_dir import load_run
 
         _, model, _ = load_run(source)

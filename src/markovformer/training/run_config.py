@@ -36,8 +36,8 @@ class RunConfig:
     trainer: TrainerConfig
     output_dir: str = "runs/run"
     model_type: str = "markovian_transformer"
-    # Fine-tuning (training.init_from): start from the weights of a run or saved model directory; the tensors
-    # init_from_skip names (head, embeddings or name prefixes) start fresh instead.
+    # Fine-tuning (training.init_from): start from the weights of a run, a run's checkpoint file or a saved model
+    # directory; the tensors init_from_skip names (head, embeddings or name prefixes) start fresh instead.
     init_from: str | None = None
     init_from_skip: list[str] = dataclasses.field(default_factory=list)
     # The task's own options: an instance of ``TASKS[task].Options`` (a mapping is checked into one; None: defaults).
