@@ -74,3 +74,26 @@ def test_eval_refuses_another_data_source_and_accepts_the_runs_own(tmp_path, tin
     done = main_cli("eval", str(run), "--data", "source=markov_chain")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "loss" in done.stdout
+
+
+def test_eval_refuses_tokenizer_options_other_than_those_of_the_saved_tokenizer(tmp_path, tiny_run, main_cli):
+    """``--data tokenizer=bpe vocab_size=300`` on a char run scored with the run's saved char tokenizer all the same
+    (the ids its model knows) and printed the char score as the answer: the options were ignored without a word.
+    Options equal to the run's, given or defaulted, still score; another file still scores."""
+    import yaml
+
+    text = "the chain keeps its order; the state moves on.\n" * 60
+    (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "other.txt").write_text(text[::-1], encoding="utf-8")
+    values = {**tiny_run, "data": {"source": "text", "path": str(tmp_path / "corpus.txt"), "seq_len": 16},
+              "trainer": {**tiny_run["trainer"], "max_steps": 2, "warmup_steps": 1, "eval_every": 2}}  # fmt: skip
+    (tmp_path / "text.yaml").write_text(yaml.safe_dump(values))
+    trained = main_cli("train", "text.yaml", "output_dir=run")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    for options in (["tokenizer=bpe", "vocab_size=300"], ["vocab_size=300"], ["fit_bytes=4096"]):
+        key = options[0].split("=")[0]  # the first option that differs is named
+        line = one_line_error(main_cli("eval", "run", "--data", *options), f"--data {key}=", "saved")
+        assert "run/tokenizer" in line
+    for options in (["tokenizer=char"], [f"path={tmp_path / 'other.txt'}"]):
+        done = main_cli("eval", "run", "--data", *options)
+        assert done.returncode == 0 and "loss" in done.stdout, done.stderr[-2000:]

@@ -131,6 +131,26 @@ def check_same_source(source: str, overrides: dict) -> None:
                           f"options instead (`markovformer data show {source}` lists them)")  # fmt: skip
 
 
+# the options a fitted tokenizer is made of (text, hf_dataset, translation_file): a run's is saved in RUN/tokenizer
+TOKENIZER_OPTIONS = ("tokenizer", "vocab_size", "fit_bytes")
+
+
+def check_saved_tokenizer_options(run_dir: Path, data: dict, overrides: dict) -> None:
+    """ConfigError when ``eval --data`` gives a tokenizer option (``TOKENIZER_OPTIONS``) other than the run's, given or
+    defaulted, while the run keeps a saved tokenizer: the data is encoded with the saved one (the ids its model was
+    trained for) whatever the option says, so the option would be ignored without a word."""
+    from markovformer.data.sources import DATA_SOURCES
+
+    if not (run_dir / "tokenizer").is_dir() or data.get("source") not in DATA_SOURCES:
+        return
+    defaults = {field.name: field.default for field in dataclasses.fields(DATA_SOURCES[data["source"]])}
+    for key in TOKENIZER_OPTIONS:
+        if key in overrides and key in defaults and overrides[key] != data.get(key, defaults[key]):
+            raise ConfigError(f"eval --data {key}={overrides[key]!r}: the run is scored with its saved tokenizer "
+                              f"({run_dir / 'tokenizer'}, fitted with {key}={data.get(key, defaults[key])!r}), the ids "
+                              f"its model was trained for; a tokenizer option cannot change")  # fmt: skip
+
+
 SPLITS = ("train", "val", "test", "all")  # all: the three in order, as the recipe builds them (augmented copies
 # of a training split included, windows across a split boundary left out as in training)
 
@@ -163,6 +183,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
         raise ConfigError(f"--translations {translations}: {run_dir} is a {config.task} run; only a translation "
                           f"run's scoring translates")  # fmt: skip
     check_same_source(config.data["source"], data_overrides or {})
+    check_saved_tokenizer_options(run_dir, config.data, data_overrides or {})
     data = {**config.data, **recorded_data_files(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
     if task_options:
         changed = task_options_of(config.task, {**dataclasses.asdict(config.task_options), **task_options})
