@@ -334,6 +334,24 @@ def test_the_settings_that_may_be_zero_are_settings_and_are_taken_at_zero():
             assert getattr(configure(module.QUICK, {key: 0}, module.NAME), key) == 0
 
 
+def test_a_quick_experiment_takes_plateau_patience_0_which_turns_its_early_stopping_off():
+    """`experiment weight-tying --quick --set plateau_patience=0` (the documented way to turn the quick mode's early
+    stopping off: 0 turns it off) was refused as `must be > 0`, the quick settings' patience of 4 being taken for a
+    count that may not be 0."""
+    import dataclasses
+    import importlib
+
+    from markovformer.experiments.settings import configure
+
+    with_patience = 0
+    for experiment in EXPERIMENTS.values():
+        module = importlib.import_module(f"markovformer.experiments.{experiment.module}")
+        if "plateau_patience" in {field.name for field in dataclasses.fields(module.QUICK)}:
+            with_patience += 1
+            assert configure(module.QUICK, {"plateau_patience": 0}, module.NAME).plateau_patience == 0, module.NAME
+    assert with_patience >= 3  # weight-tying, icl-depth, order-recovery
+
+
 def test_an_optional_part_may_be_emptied():
     """Lists an experiment reads as optional parts (table1's ablation rows) may be empty; the grid's may not."""
     from markovformer.experiments.settings import configure

@@ -32,7 +32,7 @@ REFERENCE_T512 = {1: (0.483, 0.492), 2: (0.473, 0.488), 3: (0.465, 0.489), 4: (0
 
 @dataclass(frozen=True)
 class ICLSettings:
-    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("warmup_steps", "plateau_delta")
+    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("warmup_steps", "plateau_delta", "plateau_patience")
     orders: tuple[int, ...] = (1, 2, 3, 4)
     depths: tuple[int, ...] = (1, 2, 3)
     d_model: int = 64

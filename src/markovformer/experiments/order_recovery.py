@@ -40,7 +40,7 @@ CONVERGED = 0.02  # nats above the floor that count as converged
 
 @dataclass(frozen=True)
 class RecoverySettings:
-    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("warmup_steps", "plateau_delta", "strength")
+    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("warmup_steps", "plateau_delta", "plateau_patience", "strength")
     sources: tuple[str, ...] = ("fixed-1", "fixed-2", "fixed-3", "fixed-4", "icl-2")  # fixed-k or icl-k
     num_symbols: int = 8
     strength: float = 1.0

@@ -35,7 +35,7 @@ ADAMW_LR = 1e-3
 
 @dataclass(frozen=True)
 class WeightTyingSettings:
-    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("plateau_delta",)
+    MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("plateau_delta", "plateau_patience")
     chains: tuple[tuple[float, float], ...] = ((0.2, 0.3), (0.5, 0.8), (0.7, 0.9), (1.0, 0.8))  # (p, q)
     optimizers: tuple[str, ...] = ("sgd", "adamw")
     d_model: int = 4
