@@ -299,11 +299,11 @@ def test_a_one_seed_experiment_refuses_two_seeds_and_runs_the_one_it_is_given():
         ("table1", {"domains": ["genomics", "genomics"]}, None, "table1.domains=.* repeats a value"),
         ("shakespeare-char", {"rows": ["hybrid_w32", "hybrid_w32"]}, None, "rows=.* repeats a value"),
         ("weight-tying", {"plateau_patience": -3}, None, "weight-tying.plateau_patience=-3: must be >= 0"),
-        ("landscape", {"starts": -3}, None, r"^landscape.starts=-3: must be >= 0$"),
+        ("landscape", {"starts": -3}, None, r"^landscape.starts=-3: must be > 0$"),  # not ">= 0": 0 is refused too
         ("landscape", {"starts": 0}, None, r"^landscape.starts=0: must be > 0$"),
         ("landscape", {"steps": 0}, None, r"^landscape.steps=0: must be > 0$"),
         ("mat-order", {"lr": 0}, None, r"^mat-order.lr=0: must be > 0$"),
-        ("mixers", {"num_features": -4}, None, r"^mixers.num_features=-4: must be >= 0$"),
+        ("mixers", {"num_features": -4}, None, r"^mixers.num_features=-4: must be > 0$"),
     ],
     ids=["an emptied grid", "another", "every part emptied", "a negative seed", "a repeated seed", "a repeated domain",
          "a repeated row", "a negative patience (early stopping off, the report saying on)",

@@ -42,11 +42,10 @@ def _check_sign(settings, base, key: str, name: str) -> None:
     value, default = getattr(settings, key), getattr(base, key)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return
-    if value < 0:  # (a setting whose default is None, an optional number, too)
-        raise ConfigError(f"{name}.{key}={value!r}: must be >= 0")
     positive = default is None or (isinstance(default, int | float) and default > 0)  # None: an optional number
-    if value == 0 and positive and key not in getattr(base, "MAY_BE_ZERO", ()):
-        raise ConfigError(f"{name}.{key}=0: must be > 0")
+    positive = positive and key not in getattr(base, "MAY_BE_ZERO", ())
+    if value < 0 or value == 0 and positive:  # a negative one named the bound ">= 0" where 0 is refused too
+        raise ConfigError(f"{name}.{key}={0 if value == 0 else value!r}: must be {'> 0' if positive else '>= 0'}")
 
 
 def single_seed(seeds: tuple[int, ...] | None, name: str) -> int:
