@@ -53,6 +53,9 @@ def test_train_reads_a_shipped_config_outside_a_clone(main_cli):
     gets as far as the mistyped key."""
     assert_one_line_error(main_cli("train", "configs/causal_lm_chain.yaml", "trainer.max_stepz=3"), "trainer.max_stepz")
     assert_one_line_error(main_cli("train", "configs/no_such.yaml"), "no such config file", "config list")
+    # a mistyped shipped name: `config show text_chr` named text_char, `train text_chr` did not
+    for typed in ("text_chr", "configs/text_chr.yaml"):
+        assert_one_line_error(main_cli("train", typed), "no such config file", "(did you mean 'text_char'?)")
 
 
 def test_config_list_show_and_copy(main_cli, tmp_path):

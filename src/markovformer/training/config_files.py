@@ -51,7 +51,8 @@ def locate_config(argument: str | Path) -> Path:
     bare = path.parent == Path(".") or path.parent.name == "configs"
     if bare and path.name.removesuffix(".yaml") in shipped_configs():
         return shipped_config(path.name)
-    hint = "; shipped configs are named by `markovformer config list`" if bare else ""
+    close = suggest(path.name.removesuffix(".yaml"), shipped_configs()) if bare else ""
+    hint = f"{close}; shipped configs are named by `markovformer config list`" if bare else ""
     raise ConfigError(f"{path}: no such config file{hint}")
 
 
