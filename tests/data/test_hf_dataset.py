@@ -69,3 +69,12 @@ def test_a_text_column_of_numbers_or_with_a_missing_value_is_refused_naming_the_
         missing.write_text("".join(json.dumps({"body": t}) + "\n" for t in texts), "utf-8")
         with pytest.raises(ValueError, match="data.text_column='body': a row holds None, not a string"):
             load_hf_dataset_lm(str(missing), text_column="body", num_proc=1, **options)
+
+
+@pytest.mark.parametrize("num_proc", [0, -2])
+def test_a_process_count_below_one_is_refused(tmp_path, num_proc):
+    """data.num_proc=0 or -2 tokenized silently with every core (0) or one process (-2), as if it were null or 1."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in _TEXTS), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"data.num_proc={num_proc} must be a positive integer"):
+        load_hf_dataset_lm(str(path), seq_len=8, cache_dir=tmp_path / "cache", num_proc=num_proc)
