@@ -78,3 +78,23 @@ def test_a_process_count_below_one_is_refused(tmp_path, num_proc):
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in _TEXTS), encoding="utf-8")
     with pytest.raises(ValueError, match=f"data.num_proc={num_proc} must be a positive integer"):
         load_hf_dataset_lm(str(path), seq_len=8, cache_dir=tmp_path / "cache", num_proc=num_proc)
+
+
+def test_a_character_outside_the_train_rows_alphabet_is_an_error_from_every_tokenizing_process(tmp_path):
+    """A val or test row with a character the train rows' char alphabet lacks raised UnknownCharacter in a
+    process of datasets.map; that exception could not be unpickled (its __init__ takes two arguments, its args hold
+    one), so with num_proc > 1 the run hung for ever at 100% CPU after a TypeError traceback (num_proc=1 raised)."""
+    import pickle
+
+    from markovformer.data.readers.token_store import UnknownCharacter
+
+    again = pickle.loads(pickle.dumps(UnknownCharacter("Ж", 5)))
+    assert (type(again), str(again), again.character, again.index) == (
+        UnknownCharacter, str(UnknownCharacter("Ж", 5)), "Ж", 5)  # fmt: skip
+    path = tmp_path / "rows.jsonl"
+    texts = [*_TEXTS[:-1], "the chain moves Ж"]  # every other character is in the train rows
+    path.write_text("".join(json.dumps({"body": t}) + "\n" for t in texts), encoding="utf-8")
+    for processes in (1, 2):
+        with pytest.raises(ValueError, match="data.text_column='body': a row holds 'Ж'.*not in the char alphabet"):
+            load_hf_dataset_lm(str(path), text_column="body", seq_len=8, cache_dir=tmp_path / "cache",
+                               num_proc=processes)  # fmt: skip

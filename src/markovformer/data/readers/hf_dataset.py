@@ -21,6 +21,7 @@ from markovformer.data.readers.text_stream import content_key, resolve_text_path
 from markovformer.data.readers.token_store import (
     STORE_FORMAT,
     TOKENS_FILE,
+    UnknownCharacter,
     cache_root,
     finish_store,
     open_or_write,
@@ -118,7 +119,11 @@ class _Encode:
         self.tokenizer, self.column = tokenizer, column
 
     def __call__(self, batch: dict) -> dict:
-        return {"ids": self.tokenizer.encode_batch(_texts(batch[self.column], self.column))}
+        try:
+            return {"ids": self.tokenizer.encode_batch(_texts(batch[self.column], self.column))}
+        except UnknownCharacter as error:  # a val or test row (or another file, eval --data) the alphabet lacks
+            raise ValueError(f"data.text_column={self.column!r}: a row holds {error.character!r}, which is not in the "
+                             f"char alphabet of the train rows (or of the run's saved tokenizer)") from None
 
 
 def _texts(texts: list, column: str) -> list[str]:

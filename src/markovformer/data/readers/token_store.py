@@ -71,6 +71,9 @@ class UnknownCharacter(ValueError):
         super().__init__(f"character {character!r} is not in the tokenizer's vocabulary")
         self.character, self.index = character, index
 
+    def __reduce__(self):  # its two arguments: raised in another process (datasets.map) it must unpickle there
+        return type(self), (self.character, self.index)
+
 
 def token_dtype(vocab_size: int) -> np.dtype:
     """The smallest unsigned dtype that holds ids 0..vocab_size-1; a larger vocabulary is refused."""
