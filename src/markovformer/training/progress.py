@@ -23,12 +23,10 @@ def starts_a_step(trainer: L.Trainer, batch_idx: int) -> bool:
 class PrintProgress(L.Callback):
     """Progress as lines (for logs and pipes) every ``every`` steps and after each validation, with the run's wall
     clock: the seconds of earlier processes up to the checkpoint this one resumed from, plus this process's. Each
-    line's tokens per second are those of the steps since the line before (``tokens_of`` each batch: the task's
-    ``batch_tokens``, by default its ``real_positions``; summed over the
-    processes), validation's time left out; ``tokens`` counts every process's since the run started, summed at each
-    line and at each checkpoint's step (``checkpoint_every``), so that a checkpoint holds the count of its steps, and
-    ``step_seconds`` the seconds of those steps on the same clock as the lines' rates (validation and the start-up
-    before the first step left out, which ``seconds`` includes), so that tokens / step_seconds is the lines' rate.
+    batch counts ``tokens_of`` it (the task's ``batch_tokens``; by default ``real_positions``). At each line and each
+    checkpoint's step (``checkpoint_every``) every process's count is summed, with the steps' own seconds since
+    (validation's left out, and the start-up, which ``seconds`` includes): ``tokens`` and ``step_seconds`` since the
+    run started (so a checkpoint holds those of its steps), and each line gives the tokens per second of its steps.
 
     With ``bar`` (the runner passes ``sys.stdout.isatty()``), a tqdm bar of the optimiser steps with steps per second
     and the time left stands below the lines; it is cleared while a line is printed, so lines stay whole."""
@@ -42,23 +40,34 @@ class PrintProgress(L.Callback):
         self.show_bar, self.stream, self.bar = bar, stream, None
         self.shown_step = 0  # the last optimiser step given a line: accumulated micro-batches end on the same step
         self.step_lr = float("nan")  # the learning rate the step being taken uses (metrics.csv logs the same)
-        self.tokens: int | None = 0  # every process's; None: resumed from a checkpoint that did not count them
-        self.step_seconds: float | None = 0.0  # the counted steps' own seconds; None: as tokens
-        self.count_start, self.count_validation = None, 0.0  # clock at the last count; validation's seconds since
-        self.local_tokens, self.line_tokens = 0, 0  # this process's since the last count; all's since the last line
-        self.line_seconds, self.validation_seconds, self.validation_start = self.seconds, 0.0, None
+        # earlier processes' tokens and step seconds (up to the checkpoint resumed from; None: it did not count them)
+        self.earlier_tokens: int | None = 0
+        self.earlier_step_seconds: float | None = 0.0
+        self.counted_tokens, self.counted_seconds = 0, 0.0  # this process's, every process's tokens
+        self.local_tokens = 0  # this process's own since the last count
+        self.count_start, self.validation_start = None, None  # the clock at the last count, and at validation's start
+        self.since_count_validation = 0.0  # validation's seconds since the last count
+        self.line_mark = (0, 0.0)  # (counted_tokens, counted_seconds) at the last line
 
     @property
     def seconds(self) -> float:
         return self.earlier + time.perf_counter() - self.start
+
+    @property
+    def tokens(self) -> int | None:
+        return None if self.earlier_tokens is None else self.earlier_tokens + self.counted_tokens
+
+    @property
+    def step_seconds(self) -> float | None:
+        return None if self.earlier_step_seconds is None else self.earlier_step_seconds + self.counted_seconds
 
     def state_dict(self) -> dict:
         return {"train_seconds": self.seconds, "tokens": self.tokens, "step_seconds": self.step_seconds}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.earlier, self.start = float(state_dict["train_seconds"]), time.perf_counter()
-        self.tokens, self.line_seconds = state_dict.get("tokens"), self.seconds
-        self.step_seconds = state_dict.get("step_seconds")
+        self.earlier_tokens, self.earlier_step_seconds = state_dict.get("tokens"), state_dict.get("step_seconds")
+        self.counted_tokens, self.counted_seconds, self.line_mark = 0, 0.0, (0, 0.0)
 
     def _print(self, line: str) -> None:
         if self.bar is not None:
@@ -68,9 +77,8 @@ class PrintProgress(L.Callback):
             self.bar.refresh()
 
     def on_train_start(self, trainer, module) -> None:
-        self.shown_step, self.line_seconds = trainer.global_step, self.seconds
-        self.local_tokens = self.line_tokens = 0
-        self.count_start, self.count_validation = self.seconds, 0.0
+        self.shown_step, self.local_tokens = trainer.global_step, 0
+        self.count_start, self.since_count_validation = self.seconds, 0.0
         if self.show_bar and trainer.is_global_zero:
             from tqdm import tqdm
 
@@ -93,8 +101,8 @@ class PrintProgress(L.Callback):
         if line or step % self.checkpoint_every == 0:  # every process: the counts are summed over them
             self._count_tokens(trainer)
         if line:
-            seconds, self.line_seconds = self.seconds - self.line_seconds - self.validation_seconds, self.seconds
-            tokens, self.line_tokens, self.validation_seconds = self.line_tokens, 0, 0.0
+            tokens, seconds = self.counted_tokens - self.line_mark[0], self.counted_seconds - self.line_mark[1]
+            self.line_mark = (self.counted_tokens, self.counted_seconds)
             if trainer.is_global_zero:
                 loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
                 rate = f"{tokens / seconds:>9,.0f} tok/s" if seconds > 0 else ""
@@ -102,18 +110,16 @@ class PrintProgress(L.Callback):
                             f"{rate}  {self.seconds:7.1f}s")  # fmt: skip
 
     def _count_tokens(self, trainer) -> None:
-        """Adds every process's tokens since the last count to ``tokens`` and ``line_tokens``."""
+        """Adds every process's tokens since the last count, and the steps' seconds since (validation's left out)."""
         tokens = self.local_tokens
         if trainer.world_size > 1:
             tokens = int(trainer.strategy.reduce(torch.tensor(tokens, device=trainer.strategy.root_device),
                                                  reduce_op="sum"))  # fmt: skip
-        self.local_tokens, self.line_tokens = 0, self.line_tokens + tokens
-        if self.tokens is not None:
-            self.tokens += tokens
         now = self.seconds
-        if self.step_seconds is not None and self.count_start is not None:
-            self.step_seconds += now - self.count_start - self.count_validation
-        self.count_start, self.count_validation = now, 0.0
+        self.counted_tokens, self.local_tokens = self.counted_tokens + tokens, 0
+        if self.count_start is not None:
+            self.counted_seconds += now - self.count_start - self.since_count_validation
+        self.count_start, self.since_count_validation = now, 0.0
 
     def on_train_end(self, trainer, module) -> None:
         if self.local_tokens or trainer.world_size > 1:  # the steps after the last line (a stopped run's)
@@ -127,8 +133,7 @@ class PrintProgress(L.Callback):
 
     def on_validation_end(self, trainer, module) -> None:
         if self.validation_start is not None:
-            self.validation_seconds += self.seconds - self.validation_start
-            self.count_validation += self.seconds - self.validation_start
+            self.since_count_validation += self.seconds - self.validation_start
             self.validation_start = None
         if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero:
             return
