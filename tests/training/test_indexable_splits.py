@@ -17,6 +17,7 @@ from conftest import run_in_process  # beside this folder
 from markovformer.data import sources
 from markovformer.data.synthetic.markov_sources import MarkovChainSource
 from markovformer.training.checkpoint import load_checkpoint_file
+from markovformer.training.run_checks import resume_point
 
 
 class CountingSplit:
@@ -109,8 +110,8 @@ def test_a_counting_split_trains_and_resumes_exactly_reading_only_its_batches(tm
     killed_counting_run(tmp_path, "train", "run.yaml", f"output_dir={killed}",
                         wait_for=killed / "checkpoints" / "step-000020.ckpt")  # fmt: skip
     assert not (killed / "metrics.json").exists()
-    # the kill may come between step-000020.ckpt and last.ckpt: the resume starts from last.ckpt's step
-    resumed_from = load_checkpoint_file(killed / "checkpoints" / "last.ckpt")["global_step"]
+    # the kill may come between step-000020.ckpt and last.ckpt: the resume starts from the newer of the two
+    resumed_from = load_checkpoint_file(resume_point(killed / "checkpoints" / "last.ckpt"))["global_step"]
     reads = counting_run(tmp_path, monkeypatch, "train", "--resume", str(killed))
     assert reads["train"] <= (steps - resumed_from + 1) * batch
     final = [json.loads((d / "metrics.json").read_text())["val"]["loss"] for d in (whole, killed)]

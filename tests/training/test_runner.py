@@ -45,12 +45,13 @@ def test_killed_run_resumes_to_the_same_final_metrics(tiny_config, tmp_path, mai
     for checkpoint in (killed / "checkpoints").glob("*.ckpt"):  # every checkpoint left behind is whole
         assert load_checkpoint_file(checkpoint)["global_step"] >= 10
 
-    # the run's clock is saved with the checkpoint and goes on from it: set it far beyond this test's own time
-    last = killed / "checkpoints" / "last.ckpt"
-    checkpoint = load_checkpoint_file(last)
-    assert checkpoint["callbacks"]["PrintProgress"]["train_seconds"] > 0
-    checkpoint["callbacks"]["PrintProgress"]["train_seconds"] = 10_000.0
-    save_checkpoint_file(checkpoint, last)
+    # the run's clock is saved with the checkpoint and goes on from it: set it far beyond this test's own time, in
+    # every checkpoint, since a kill between step-000020.ckpt and last.ckpt resumes from the step checkpoint
+    for path in (killed / "checkpoints").glob("*.ckpt"):
+        checkpoint = load_checkpoint_file(path)
+        assert checkpoint["callbacks"]["PrintProgress"]["train_seconds"] > 0
+        checkpoint["callbacks"]["PrintProgress"]["train_seconds"] = 10_000.0
+        save_checkpoint_file(checkpoint, path)
     resumed = run_cli("train", "--resume", str(killed))
     assert resumed.returncode == 0, resumed.stderr
     assert 10_000 < json.loads((killed / "metrics.json").read_text())["train_seconds"] < 10_000 + 240
