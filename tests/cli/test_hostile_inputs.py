@@ -271,3 +271,9 @@ def test_cheap_checks_come_before_the_data_is_built(runs, run, capsys, monkeypat
     refused(capsys, ["train", str(runs[0]), f"output_dir={run}"], "already holds a run")
     refused(capsys, ["train", "--resume", str(run)], "finished")
     refused(capsys, ["train", "--resume", str(run), "trainer.weight_decay=0.5"], "trainer.weight_decay cannot change")
+
+
+def test_eval_iw_samples_of_a_run_without_the_option_names_the_flag(run, capsys):
+    """A causal LM run said "task_options.iw_samples is not an option of task causal_lm", naming a key the user never
+    wrote; the flag is named now, with the task that takes it."""
+    refused(capsys, ["eval", str(run), "--iw-samples", "5"], "--iw-samples", "causal_lm run", "only a vmt run")

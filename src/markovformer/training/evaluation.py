@@ -22,6 +22,7 @@ from markovformer.training.run_checks import read_data_info
 from markovformer.training.run_config import task_options as task_options_of
 from markovformer.training.run_dir import FILE_DIGESTS, changed_data_files, check_same_tokenizer, load_trained_run
 from markovformer.training.run_report import continuous_source, document_log_likelihood
+from markovformer.training.tasks import TASKS
 from markovformer.training.termination import ignore_outside_sigterm
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
@@ -185,6 +186,11 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     check_same_source(config.data["source"], data_overrides or {})
     check_saved_tokenizer_options(run_dir, config.data, data_overrides or {})
     data = {**config.data, **recorded_data_files(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
+    for key in task_options or {}:  # an option of another task: the flag's name, and the run's task
+        takers = [name for name, task in TASKS.items() if key in {f.name for f in dataclasses.fields(task.Options)}]
+        if takers and config.task not in takers:
+            raise ConfigError(f"--{key.replace('_', '-')} (task_options.{key}): {run_dir} is a {config.task} run; "
+                              f"only a {' or '.join(takers)} run's scoring takes it")  # fmt: skip
     if task_options:
         changed = task_options_of(config.task, {**dataclasses.asdict(config.task_options), **task_options})
         config = dataclasses.replace(config, task_options=changed)
