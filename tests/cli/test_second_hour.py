@@ -336,6 +336,7 @@ def test_trainer_options_are_checked_where_declared(tmp_path):
     refused("early_stopping.mode", early_stopping={"monitor": "val/loss", "mode": "up"})
     refused("early_stopping.paitence", early_stopping={"monitor": "val/loss", "paitence": 2})
     refused("early_stopping.mode: give min or max for monitor val/kl", early_stopping={"monitor": "val/kl"})
+    refused(r"monitor val/los .*did you mean 'val/loss'\?", early_stopping={"monitor": "val/los"})
     for monitor, mode in (("val/loss", "min"), ("val/bits_per_character", "min"), ("val/wer", "min"),
                           ("val/bleu", "max"), ("val/accuracy", "max"), ("val/elbo", "max")):  # fmt: skip
         stopping = resolve_run_config(_tiny_values(tmp_path, early_stopping={"monitor": monitor})).trainer

@@ -231,9 +231,10 @@ def test_a_failed_resume_keeps_every_log_row(run_files, tmp_path, main_cli):
     ("setting", "fragments"),
     [
         (["trainer.early_stopping={monitor: val/accuracy}"], ("monitor='val/accuracy'", "val/loss")),
+        (["trainer.early_stopping={monitor: val/losss}"], ("monitor='val/losss'", "did you mean 'val/loss'?")),
         (["model.position=learned", "model.max_positions=8"], ("sequence length 24 exceeds max_positions=8",)),
     ],
-    ids=["a monitor validation does not log", "max_positions below the data's length"],
+    ids=["a monitor validation does not log", "a misspelt loss monitor", "max_positions below the data's length"],
 )
 def test_a_model_that_cannot_score_its_data_fails_before_the_run_folder_exists(run_files, tmp_path, main_cli,
                                                                                 setting, fragments):  # fmt: skip

@@ -17,6 +17,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
 from markovformer.data.bundle import DataBundle
+from markovformer.models.config_base import suggest
 from markovformer.training.build import build_data, build_model, build_run_task
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
 from markovformer.training.divergence import DivergenceGuard
@@ -128,9 +129,9 @@ def metrics_loggers(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger) -
 def check_monitor(early_stopping: dict | None, metrics: dict) -> None:
     """ConfigError unless early stopping's monitor is one of the validation ``metrics`` (names without ``val/``)."""
     if early_stopping and early_stopping["monitor"].removeprefix("val/") not in metrics:
-        logged = ", ".join(f"val/{name}" for name in metrics)
+        logged = [f"val/{name}" for name in metrics]
         raise ConfigError(f"trainer.early_stopping.monitor={early_stopping['monitor']!r} is not a metric this run "
-                          f"validates; it logs {logged}")  # fmt: skip
+                          f"validates; it logs {', '.join(logged)}{suggest(early_stopping['monitor'], logged)}")
 
 
 def training_threads(tc: TrainerConfig) -> int:

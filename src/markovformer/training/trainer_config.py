@@ -9,6 +9,8 @@ import reprlib
 import signal
 from typing import Any
 
+from markovformer.models.config_base import suggest
+
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")  # auto: Lightning's choice, a GPU when one is visible
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
 # Lightning strategies shown to train, checkpoint (safetensors) and resume with this trainer; the others fail later:
@@ -190,8 +192,9 @@ def early_stopping_options(values: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"trainer.early_stopping.monitor={shown(monitor)} must name a validation metric, e.g. "
                           f"val/loss (the val/ names in logs/metrics.csv)")  # fmt: skip
     if "mode" not in values and improving_mode(monitor) is None:
+        known = [f"val/{name}" for name in ("loss", "bits_per_token", "perplexity", "wer", "cer", *IMPROVES_UP)]
         raise ConfigError(f"trainer.early_stopping.mode: give min or max for monitor {monitor} (whether it improves "
-                          f"downwards or upwards is not known for it)")  # fmt: skip
+                          f"downwards or upwards is not known for it){suggest(monitor, known)}")  # fmt: skip
     options = {"patience": 3, "mode": improving_mode(monitor), **values}
     if isinstance(options["patience"], bool) or not isinstance(options["patience"], int) or options["patience"] < 1:
         raise ConfigError(f"trainer.early_stopping.patience={shown(options['patience'])} must be an integer >= 1 "
