@@ -77,6 +77,11 @@ def test_per_layer_options_round_trip_through_a_config_dict():
     ({"kind": "rff", "num_features": -3}, r"attention\[1\]\.num_features=-3"),
     ({"kind": "markov", "window": 1, "max_order": 3}, r"attention\[1\]\.window=1: smaller than max_order=3"),
     ({"kind": "softmax", "num_features": 8}, r"layer 1: kind 'softmax' has no option 'num_features'"),
+    # a misspelt option or kind: the options the kind reads and the near miss (none was named)
+    ({"kind": "markov", "windw": 4}, r"layer 1: kind 'markov' has no option 'windw' \(its options: .*window\) "
+                                     r"\(did you mean 'window'\?\)"),
+    ({"kind": "markv"}, r"layer 1: unknown kind 'markv'; .* \(did you mean 'markov'\?\)"),
+    ("markv", r"layer 1: unknown kind 'markv'; .* \(did you mean 'markov'\?\)"),
     # a causal model's layer may not read the future: through a gate pooled over the sequence, or future biases
     ({"kind": "markov", "gate_input": "sequence"}, r"attention\[1\]\.gate_input='sequence': .* needs bidirectional"),
     ({"kind": "hybrid_split", "gate_input": "sequence"}, r"attention\[1\]\.gate_input='sequence'"),
@@ -160,3 +165,10 @@ def test_a_model_is_built_from_its_resolved_specs_without_running_an_option_rule
         monkeypatch.setattr(options, "__post_init__", refuse)
     model = MarkovianTransformerForCausalLM(config)
     assert [block.attention.cores[0].window for block in model.model.blocks] == [3, 4, 3]
+
+
+@pytest.mark.parametrize(("field", "value", "close"), [("attention", "markv", "markov"), ("ffn", "swiglue", "swiglu"),
+                                                       ("position", "rotry", "rotary")])  # fmt: skip
+def test_a_misspelt_flat_choice_names_the_near_miss(field, value, close):
+    with pytest.raises(ValueError, match=rf"{field}='{value}': must be one of .* \(did you mean '{close}'\?\)"):
+        MarkovianTransformerConfig(**SIZE, **{field: value})

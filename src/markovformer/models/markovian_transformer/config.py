@@ -11,7 +11,7 @@ from markovformer.layers.markov_attention import MarkovOptions
 from markovformer.layers.options import SCOPES
 from markovformer.layers.position import POSITIONS
 from markovformer.layers.registry import ATTENTION_KINDS, LayerSpec, attention_option_names
-from markovformer.models.config_base import ModelConfig
+from markovformer.models.config_base import ModelConfig, suggest
 from markovformer.ops.linear_attention import FEATURE_MAPS
 
 POOLINGS = ("mean", "last", "cls")
@@ -95,7 +95,7 @@ class MarkovianTransformerConfig(ModelConfig):
 
         def choice(field: str, options: tuple) -> None:
             if getattr(self, field) not in options:
-                fail(field, f"must be one of {options}")
+                fail(field, f"must be one of {options}{suggest(getattr(self, field), options)}")
 
         def positive_int(field: str, allow_none: bool = False) -> None:
             value = getattr(self, field)
@@ -131,10 +131,13 @@ class MarkovianTransformerConfig(ModelConfig):
             for index, entry in enumerate(self.attention):
                 kind = entry.get("kind") if isinstance(entry, dict) else entry
                 if kind not in ATTENTION_KINDS:
-                    fail("attention", f"layer {index}: unknown kind {kind!r}; expected one of {tuple(ATTENTION_KINDS)}")
+                    fail("attention", f"layer {index}: unknown kind {kind!r}; expected one of "
+                                      f"{tuple(ATTENTION_KINDS)}{suggest(kind, ATTENTION_KINDS)}")  # fmt: skip
                 if isinstance(entry, dict):
-                    for name in set(entry) - {"kind"} - attention_option_names(kind):
-                        fail("attention", f"layer {index}: kind {kind!r} has no option {name!r}")
+                    for name in sorted(set(entry) - {"kind"} - attention_option_names(kind), key=str):
+                        options = sorted(attention_option_names(kind))
+                        fail("attention", f"layer {index}: kind {kind!r} has no option {name!r} (its options: "
+                                          f"{', '.join(options)}){suggest(name, options)}")  # fmt: skip
         kinds = set(self.layer_kinds())
         flat_scope_given = self.scope is not None or self.window is not None  # a flat window: every layer local
         if not flat_scope_given and not isinstance(self.attention, str) and "max_order" in self._options_read():
