@@ -237,10 +237,9 @@ def test_eval_writes_the_translations_it_scores(trained_run, tmp_path, capsys):
     columns is the BLEU eval prints (the beam's translations with --beam-size)."""
     run_dir, _ = trained_run
     bundle = SyntheticTranslationSource(train_examples=256, val_examples=24, test_examples=24, max_length=8).build(0)
-    for beam in ("1", "3"):
+    for beam, flag in (("1", "--predictions"), ("3", "--translations")):  # the flag every task takes, its old name
         out = tmp_path / f"beam{beam}.tsv"
-        assert main(["eval", str(run_dir), "--split", "test", "--beam-size", beam, "--translations", str(out),
-                     "--json"]) == 0  # fmt: skip
+        assert main(["eval", str(run_dir), "--split", "test", "--beam-size", beam, flag, str(out), "--json"]) == 0
         bleu = json.loads(capsys.readouterr().out)["metrics"]["bleu"]
         header, *rows = [line.split("\t") for line in out.read_text().splitlines()]
         assert header == ["source", "reference", "translation"] and len(rows) == len(bundle.test)

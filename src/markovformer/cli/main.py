@@ -146,8 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--iw-samples", type=int, metavar="K", help="VMT: K of the importance-weighted bound "
                           "(default: the run's task_options.iw_samples, 10; 0: none); it tightens toward the "
                           "log-likelihood as K grows, at K times the ELBO's cost")  # fmt: skip
-    evaluate.add_argument("--translations", metavar="FILE", help="translation: write each scored source, reference "
-                          "and translation to FILE (tab-separated, a header line; BLEU on its columns is eval's)")
+    evaluate.add_argument("--predictions", "--translations", metavar="FILE", help="write what each scored example "
+                          "was predicted as to FILE (tab-separated, a header line), in the split's order: "
+                          "translation: source, reference, translation (BLEU on its columns is eval's); "
+                          "sequence_classification: example, label, predicted, each class's probability; "
+                          "token_classification: the same per labelled position; ctc: reference, hypothesis")
 
     generate = commands.add_parser("generate", help="sample from a language model, or translate with a translation "
                                    "model (one sentence per --prompt, or per line of --input)",
@@ -266,7 +269,7 @@ def run_eval(args: argparse.Namespace) -> None:
     if args.iw_samples is not None and args.iw_samples < 0:
         raise ValueError(f"--iw-samples {args.iw_samples} must be >= 0")
     options = {} if args.iw_samples is None else {"iw_samples": args.iw_samples}
-    results = evaluate(args.target, args.split, data, beam_size=args.beam_size, translations=args.translations,
+    results = evaluate(args.target, args.split, data, beam_size=args.beam_size, predictions=args.predictions,
                        batch_size=args.batch_size, task_options=options)  # fmt: skip
     if args.json:
         print(json.dumps(finite_or_null(results), indent=2, allow_nan=False))  # NaN is not JSON
@@ -277,8 +280,8 @@ def run_eval(args: argparse.Namespace) -> None:
               f"{weights['source']} at step {weights['step']}" + ("" if weights["run_finished"] else
                                                                   ": the run is unfinished"))  # fmt: skip
     print(f"{results['run_dir']} [{results['split']}, {results['examples']} examples] ({scored}): {shown}")
-    if args.translations:
-        print(f"  translations: {args.translations}")
+    if args.predictions:
+        print(f"  predictions: {args.predictions}")
     if "entropy_rate" in results and "loss" in results["metrics"]:
         from markovformer.training.run_report import entropy_rate_gap  # deferred (see above)
 

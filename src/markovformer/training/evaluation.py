@@ -166,23 +166,25 @@ def scored_split(bundle, split: str, run_dir: Path):
 
 
 def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1,
-             translations: str | Path | None = None, batch_size: int | None = None,
+             predictions: str | Path | None = None, batch_size: int | None = None,
              task_options: dict | None = None) -> dict:  # fmt: skip
     """Metrics of a trained run on a split of its data (rebuilt from its config, or from overridden data options of
     its own data source: ``check_same_source``; ``all``: every split), scored as validation scores it, the features
     normalised as the run's (``scored_split``), ``batch_size`` examples a batch (None: the run's
     ``trainer.eval_batch_size``). Translation runs are decoded with beam search of ``beam_size`` (1 =
-    greedy) for BLEU, and ``translations`` names a file for the scored translations (``TranslationMetrics.table``);
+    greedy) for BLEU; ``predictions`` names a file for what each scored example was predicted as, where the task
+    predicts something to read (a translation, a class, a transcript: ``LossMetric.table``);
     VMT runs walk the split's documents. ``task_options`` change the run's (a VMT's ``iw_samples``)."""
     if split not in SPLITS:
         raise ConfigError(f"split={split!r} must be one of {', '.join(SPLITS)}")
-    if translations is not None and (Path(translations).is_dir() or not Path(translations).parent.is_dir()):
-        what = "is a directory" if Path(translations).is_dir() else "is in no existing directory"
-        raise ConfigError(f"--translations {translations} {what}: give a file in an existing directory")
+    if predictions is not None and (Path(predictions).is_dir() or not Path(predictions).parent.is_dir()):
+        what = "is a directory" if Path(predictions).is_dir() else "is in no existing directory"
+        raise ConfigError(f"--predictions {predictions} {what}: give a file in an existing directory")
     config, model, run_dir, weights = load_trained_run(target)
-    if translations is not None and config.task != "translation":
-        raise ConfigError(f"--translations {translations}: {run_dir} is a {config.task} run; only a translation "
-                          f"run's scoring translates")  # fmt: skip
+    if predictions is not None and not TASKS[config.task].writes_predictions:
+        takers = [name for name, kind in TASKS.items() if kind.writes_predictions]
+        raise ConfigError(f"--predictions {predictions}: {run_dir} is a {config.task} run, whose scoring predicts "
+                          f"nothing to write (runs that do: {', '.join(takers)})")  # fmt: skip
     check_same_source(config.data["source"], data_overrides or {})
     check_saved_tokenizer_options(run_dir, config.data, data_overrides or {})
     data = {**config.data, **recorded_data_files(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
@@ -207,8 +209,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
         raise ConfigError(f"the {split} split of {run_dir}'s data is empty (data.source={config.data['source']!r}): "
                           f"nothing to evaluate; choose another --split or give the data a {split} part")  # fmt: skip
     metrics = task.new_metrics()
-    if translations is not None:
-        metrics.keep_sources = True
+    metrics.keep_predictions = predictions is not None
     model.eval()
     trainer = config.trainer if batch_size is None else dataclasses.replace(config.trainer, eval_batch_size=batch_size)
     loader = scoring_loader(examples, bundle.collate, trainer)
@@ -216,8 +217,8 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     with torch.no_grad():
         for batch in loader:
             task.score(model, batch, metrics, beam_size)
-    if translations is not None:  # whole or not at all: a full disk leaves no table cut short
-        atomic_write_text(translations, metrics.table())
+    if predictions is not None:  # whole or not at all: a full disk leaves no table cut short
+        atomic_write_text(predictions, metrics.table())
     results = {"split": split, "examples": len(examples), "run_dir": str(run_dir), "weights": weights,
                "metrics": metrics.compute(), **task.scoring_settings(),
                **({"changed_data_files": changed} if changed else {})}  # fmt: skip

@@ -25,6 +25,7 @@ from torchmetrics import Metric
 from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import PAD_ID
 from markovformer.data.readers.tokenizer import END_OF_DOCUMENT, load_tokenizer
+from markovformer.data.translation.parallel import one_line
 from markovformer.models.generation import GenerationConfig
 from markovformer.training.batches import EpochBatches
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
@@ -105,11 +106,19 @@ def perplexity(loss: float) -> float:
 class LossMetric(nn.Module):
     """The mean validation loss, each batch weighted by what its loss averages over; a task's metrics extend it.
 
-    ``compute()`` returns plain floats; every torchmetrics state is synced across processes by torchmetrics."""
+    ``compute()`` returns plain floats; every torchmetrics state is synced across processes by torchmetrics.
+
+    A task whose examples have a prediction to read (a translation, a class, a transcript) names its columns in
+    ``PREDICTION_COLUMNS`` and, while ``keep_predictions`` is set (``eval --predictions``), adds one row per scored
+    example to ``predictions``; ``table`` writes them."""
+
+    PREDICTION_COLUMNS: ClassVar[tuple[str, ...]] = ()  # none: the task's scoring predicts nothing to read
 
     def __init__(self) -> None:
         super().__init__()
         self.loss = WeightedMean()
+        self.keep_predictions = False
+        self.predictions: list[tuple] = []
 
     def update(self, output, batch: dict) -> None:
         labels = batch["labels"]
@@ -127,6 +136,13 @@ class LossMetric(nn.Module):
         for module in self.modules():
             if isinstance(module, Metric):
                 module.reset()
+        self.predictions = []
+
+    def table(self) -> str:
+        """The kept predictions as tab-separated lines under a header line (``PREDICTION_COLUMNS``), in the order
+        scored, each field on one line (``one_line``). One process's share."""
+        rows = [self.PREDICTION_COLUMNS, *self.predictions]
+        return "".join("\t".join(one_line(str(field)) for field in row) + "\n" for row in rows)
 
 
 @dataclass
@@ -166,6 +182,8 @@ class Task:
     train_loss_note: ClassVar[str] = ""
     # What the loss is averaged over, for reports ("nats/token" for a language model).
     loss_unit: ClassVar[str] = "nats/token"
+    # Whether its metrics keep a row per scored example for ``eval --predictions`` (``LossMetric.PREDICTION_COLUMNS``).
+    writes_predictions: ClassVar[bool] = False
 
     def __init__(self, trainer: TrainerConfig | None = None, info: dict | None = None, tokenizer=None,
                  options: object | None = None) -> None:  # fmt: skip

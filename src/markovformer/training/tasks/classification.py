@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from torch import Tensor
 from torchmetrics.classification import (
     MulticlassAccuracy,
     MulticlassAUROC,
@@ -24,8 +25,13 @@ class ClassificationMetrics(LossMetric):
     torchmetrics' macro average scores a class absent from the split as 0 and counts it (a perfect classifier read
     0.75 with one class of four absent), and validation and test splits often miss a rare class."""
 
-    def __init__(self, num_labels: int, auroc: bool = False) -> None:
+    def __init__(self, num_labels: int, auroc: bool = False, label_names: list | None = None,
+                 per_token: bool = False) -> None:  # fmt: skip
         super().__init__()
+        self.label_names = [str(name) for name in label_names or range(num_labels)]
+        place = ("example", "position") if per_token else ("example",)
+        self.PREDICTION_COLUMNS = (*place, "label", "predicted", *(f"p({name})" for name in self.label_names))
+        self.examples = 0  # scored so far: the number of the next example in the split's order
         self.accuracy = MulticlassAccuracy(num_labels, average="micro", ignore_index=-100)
         self.macro_f1 = MulticlassF1Score(num_labels, average="macro", ignore_index=-100)
         self.auroc = MulticlassAUROC(num_labels, average="none") if auroc else None
@@ -34,6 +40,9 @@ class ClassificationMetrics(LossMetric):
     def update(self, output, batch: dict) -> None:
         super().update(output, batch)
         logits, labels = output.logits.detach().float(), batch["labels"]
+        if self.keep_predictions:
+            self.keep(logits, labels)
+        self.examples += len(labels)
         if labels.dim() > 1:  # per token
             logits, labels = logits.flatten(0, 1), labels.flatten()
         self.accuracy.update(logits, labels)
@@ -41,6 +50,23 @@ class ClassificationMetrics(LossMetric):
         if self.auroc is not None:
             self.auroc.update(logits.softmax(-1), labels)
             self.support.update(logits, labels)
+
+    def keep(self, logits: Tensor, labels: Tensor) -> None:
+        """A row per example (per labelled position): its number in the split, the label, the most probable class
+        and every class's probability."""
+        names, rows = self.label_names, zip(labels.tolist(), logits.argmax(-1).tolist(), logits.softmax(-1).tolist(),
+                                            strict=True)  # fmt: skip
+        for row, (label, predicted, chances) in enumerate(rows):
+            places = [((), label, predicted, chances)] if labels.dim() == 1 else [
+                ((position,), at, predicted[position], chances[position])
+                for position, at in enumerate(label) if at != -100]  # fmt: skip
+            for place, target, guess, shares in places:
+                self.predictions.append((self.examples + row, *place, names[target], names[guess],
+                                         *(f"{share:.6g}" for share in shares)))  # fmt: skip
+
+    def reset(self) -> None:
+        super().reset()
+        self.examples = 0
 
     def compute(self) -> dict[str, float]:
         results = {**super().compute(), "accuracy": float(self.accuracy.compute()),
@@ -66,20 +92,22 @@ def name_the_labels(model, info: dict) -> None:
 class SequenceClassification(Task):
     name = "sequence_classification"
     loss_unit = "nats/sequence"
+    writes_predictions = True
 
     def prepare_model(self, model) -> None:
         name_the_labels(model, self.info)
 
     def new_metrics(self) -> ClassificationMetrics:
-        return ClassificationMetrics(self.info["num_labels"], auroc=True)
+        return ClassificationMetrics(self.info["num_labels"], auroc=True, label_names=self.info.get("label_names"))
 
 
 class TokenClassification(Task):
     name = "token_classification"
     loss_unit = "nats/labelled step"
+    writes_predictions = True
 
     def new_metrics(self) -> ClassificationMetrics:
-        return ClassificationMetrics(self.info["num_labels"])
+        return ClassificationMetrics(self.info["num_labels"], label_names=self.info.get("label_names"), per_token=True)
 
     def prepare_model(self, model) -> None:
         """Names the labels (``name_the_labels``). ConfigError when a row's label looks ahead (the data's

@@ -36,6 +36,8 @@ class CTCMetrics(LossMetric):
     averaged over the batch. Weighting each batch by its utterances makes the loss that mean over every utterance of
     the split, whatever the batches (weighting by symbols gave a number that moved with eval_batch_size)."""
 
+    PREDICTION_COLUMNS = ("reference", "hypothesis")  # the greedy decoding, as WER reads them
+
     def __init__(self, label_names: list[str] | None = None) -> None:
         super().__init__()
         self.label_names = label_names
@@ -51,6 +53,8 @@ class CTCMetrics(LossMetric):
         hypotheses, references = [], []
         for hypothesis, reference in zip(greedy_ctc_decode(logits, lengths), labels.tolist(), strict=True):
             words = symbols_to_words([r for r in reference if r != -100], self.label_names)
+            if self.keep_predictions:
+                self.predictions.append((words, symbols_to_words(hypothesis, self.label_names)))
             if words.strip():
                 hypotheses.append(symbols_to_words(hypothesis, self.label_names))
                 references.append(words)
@@ -73,6 +77,7 @@ class CTCMetrics(LossMetric):
 class CTC(Task):
     name = "ctc"
     loss_unit = "nats/target symbol"
+    writes_predictions = True
 
     def new_metrics(self) -> CTCMetrics:
         return CTCMetrics(self.info.get("label_names"))

@@ -33,6 +33,8 @@ class TranslationMetrics(LossMetric):
     detokenised hypotheses against the references: of every process's share, gathered (the loss's torchmetrics
     state syncs itself; these lists of text are gathered in ``compute``, which every process calls)."""
 
+    PREDICTION_COLUMNS = ("source", "reference", "translation")  # BLEU on the columns is the BLEU reported
+
     def __init__(self, tokenizer) -> None:
         super().__init__()
         if tokenizer is None:
@@ -40,16 +42,16 @@ class TranslationMetrics(LossMetric):
         self.tokenizer = tokenizer
         self.hypotheses: list[str] = []
         self.references: list[str] = []
-        self.sources: list[str] = []
-        self.keep_sources = False  # eval --translations: the sources too, for ``table``
 
     def update_translations(self, generated: Tensor, labels: Tensor, sources: Tensor) -> None:
         """Add decoded translations (B, L), their references (the labels ``y <eos>``, -100 padded) and, with
-        ``keep_sources``, their sources (B, S) (``<pad>`` padded)."""
-        self.hypotheses += decode_generated(self.tokenizer, generated)
-        self.references += decode_generated(self.tokenizer, labels.masked_fill(labels == -100, PAD_TOKEN_ID))
-        if self.keep_sources:
-            self.sources += decode_generated(self.tokenizer, sources)
+        ``keep_predictions``, rows with their sources (B, S) (``<pad>`` padded)."""
+        hypotheses = decode_generated(self.tokenizer, generated)
+        references = decode_generated(self.tokenizer, labels.masked_fill(labels == -100, PAD_TOKEN_ID))
+        self.hypotheses += hypotheses
+        self.references += references
+        if self.keep_predictions:
+            self.predictions += zip(decode_generated(self.tokenizer, sources), references, hypotheses, strict=True)
 
     def compute(self) -> dict[str, float]:
         loss = float(self.loss.compute())
@@ -72,19 +74,12 @@ class TranslationMetrics(LossMetric):
 
     def reset(self) -> None:
         super().reset()
-        self.hypotheses, self.references, self.sources = [], [], []
-
-    def table(self) -> str:
-        """The scored translations as tab-separated lines ``source, reference, translation`` under a header line, in
-        the order scored; each text on one line (``one_line``: BLEU on the columns is the BLEU reported). One
-        process's share."""
-        rows = [("source", "reference", "translation"), *zip(self.sources, self.references, self.hypotheses,
-                                                             strict=True)]  # fmt: skip
-        return "".join("\t".join(map(one_line, row)) + "\n" for row in rows)
+        self.hypotheses, self.references = [], []
 
 
 class Translation(Task):
     name = "translation"
+    writes_predictions = True
 
     longest: dict[str, int] = {}  # positions the longest pair of each split needs (check_data)
 
