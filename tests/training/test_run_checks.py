@@ -73,3 +73,32 @@ def test_resuming_a_run_whose_config_yaml_was_edited_is_refused_naming_the_key(w
     line = one_line_error(resumed, "last.ckpt does not match", "config.yaml was edited since", "restore it")
     assert f"{section}.{key}=" in line
     assert not (run / "finished.json").exists()
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_a_max_steps_raised_in_config_yaml_extends_the_run_as_the_resume_override_does(whole, tmp_path, finished):
+    """trainer.max_steps may change at --resume, so raising it in config.yaml by hand was not refused, but it was not
+    treated as the override either: a killed run's learning rate decayed over the new length from then on (it
+    jumped at the resumed step; config.yaml then told a decay its first steps never had), and a finished run was
+    refused as ended by early stopping ("step 40 of 60"). It is now the override: same schedule, same weights."""
+    runs = {}
+    for how in ("edited", "override"):
+        run = runs[how] = tmp_path / how
+        shutil.copytree(whole[1], run)
+        if not finished:  # as if killed after its last checkpoint
+            for name in ("finished.json", "metrics.json"):
+                (run / name).unlink()
+        if how == "edited":
+            config = yaml.safe_load((run / "config.yaml").read_text())
+            config["trainer"]["max_steps"] = 60
+            (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        extra = ["trainer.max_steps=60"] if how == "override" else []
+        resumed = run_in_process("train", "--resume", how, *extra, cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert same_weights(runs["edited"], runs["override"])
+    rates = [[row for row in (runs[how] / "logs" / "metrics.csv").read_text().splitlines() if "lr-" in row]
+             for how in ("edited", "override")]  # fmt: skip
+    assert rates[0] == rates[1]
+    configs = [{**yaml.safe_load((runs[how] / "config.yaml").read_text()), "output_dir": None}
+               for how in ("edited", "override")]  # fmt: skip
+    assert configs[0] == configs[1] and configs[0]["trainer"]["decay_steps"] == 40  # the decay its steps followed

@@ -35,17 +35,25 @@ UNRECORDED_KEYS = ("output_dir", "init_from", "init_from_skip", "trainer.acceler
                    "trainer.deterministic", *RESUMABLE_KEYS)  # fmt: skip
 
 
+# Recorded beside them: the values of RESUMABLE_KEYS the checkpoint was trained with, for a config.yaml whose
+# resumable keys were edited by hand (resume_edits).
+RESUMABLE_RECORD = "resumable"
+
+
 def trained_settings(config: RunConfig) -> str:
     """The settings a run's steps are trained with, as checkpoints record them (JSON): every key of ``config``
-    (``section.key``) but ``UNRECORDED_KEYS``."""
+    (``section.key``) but ``UNRECORDED_KEYS``; under ``RESUMABLE_RECORD``, those of ``RESUMABLE_KEYS``."""
     values = {}
+    resumable = {}
     for section, value in plain_values(config.to_dict()).items():
         items = value.items() if isinstance(value, dict) else [(None, value)]
         for key, item in items:
             name = section if key is None else f"{section}.{key}"
             if name not in UNRECORDED_KEYS:
                 values[name] = item
-    return json.dumps(values, sort_keys=True, default=str)
+            elif name in RESUMABLE_KEYS:
+                resumable[name] = item
+    return json.dumps({**values, RESUMABLE_RECORD: resumable}, sort_keys=True, default=str)
 
 
 def check_trained_settings(checkpoint: dict, config: RunConfig, path: Path, config_file: Path) -> None:
@@ -60,13 +68,35 @@ def check_trained_settings(checkpoint: dict, config: RunConfig, path: Path, conf
     except ValueError:
         raise ConfigError(f"{path}: its record of the run's settings is not JSON; the checkpoint is damaged") from None
     now = json.loads(trained_settings(config))
-    for name in sorted(then.keys() | now.keys()):
+    for name in sorted((then.keys() | now.keys()) - {RESUMABLE_RECORD}):  # edited resumable keys: resume_edits
         if then.get(name) != now.get(name):
             raise ConfigError(f"{path} does not match {config_file}: {path.name} was trained with {name}="
                               f"{shown(then.get(name))}, {config_file.name} says {name}={shown(now.get(name))}; either "
                               f"{config_file.name} was edited since (a resume cannot change {name}, or the run would "
                               f"no longer be the one its checkpoints record: restore it) or {path.name} is another "
                               f"run's")  # fmt: skip
+
+
+def resume_edits(checkpoint: dict, config: RunConfig) -> tuple[RunConfig, list[str]]:
+    """(the config the checkpoint was trained with, overrides): resumable keys edited in config.yaml by hand are
+    taken as the ``--resume`` overrides of them (``resumed_config``), so that a max_steps raised there keeps the
+    decay the run's steps followed, as the override does (the decay stretched over the new length, and the learning
+    rate jumped), and a finished run so extended is extended. ``config`` and no overrides when the checkpoint holds
+    no record (written before it) or nothing was edited."""
+    saved = checkpoint.get(SETTINGS_KEY)
+    try:
+        record = json.loads(saved).get(RESUMABLE_RECORD) if isinstance(saved, str) else None
+    except (ValueError, AttributeError):
+        record = None  # (check_trained_settings names the damage)
+    if not isinstance(record, dict):
+        return config, []
+    now = json.loads(trained_settings(config))[RESUMABLE_RECORD]
+    edited = sorted(name for name in RESUMABLE_KEYS if name in record and record[name] != now.get(name))
+    if not edited:
+        return config, []
+    trained = resolve_run_config(apply_overrides(plain_values(config.to_dict()),
+                                                 [f"{name}={json.dumps(record[name])}" for name in edited]))  # fmt: skip
+    return trained, [f"{name}={json.dumps(now.get(name))}" for name in edited]
 
 
 def resumed_config(config: RunConfig, overrides: list[str] | tuple[str, ...], done_steps: int) -> RunConfig:
@@ -181,4 +211,4 @@ def read_data_info(run_dir: Path) -> dict:
 
 
 __all__ = ["RESUMABLE_KEYS", "check_tensors_match", "check_trained_settings", "read_data_info",
-           "resumable_checkpoint", "resume_point", "resumed_config", "trained_settings"]  # fmt: skip
+           "resumable_checkpoint", "resume_point", "resume_edits", "resumed_config", "trained_settings"]  # fmt: skip

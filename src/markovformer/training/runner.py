@@ -33,6 +33,7 @@ from markovformer.training.run_checks import (
     check_trained_settings,
     resumable_checkpoint,
     resume_point,
+    resume_edits,
     resumed_config,
     trained_settings,
 )
@@ -179,17 +180,20 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     with run_dir_lock(run_dir, writer):
         last = resume_point(run_dir / "checkpoints" / LAST_CHECKPOINT)
         saved = resumable_checkpoint(last) if last.is_file() else None
-        if saved is not None:  # config.yaml as the checkpoint was trained (not edited since)
+        trained = config
+        if saved is not None:  # config.yaml as the checkpoint was trained (not edited since but for resumable keys)
             check_trained_settings(saved, config, last, run_dir / RESOLVED_CONFIG)
+            trained, edits = resume_edits(saved, config)
+            overrides = [*edits, *overrides]
         done_steps = saved["global_step"] if saved is not None else 0
-        extended = resumed_config(config, overrides, done_steps)
+        extended = resumed_config(trained, overrides, done_steps)
         check_accelerator(extended.trainer.accelerator)
         check_logger(extended.trainer.logger)
         check_nodes(extended.trainer.num_nodes)
         finished = finished_steps(run_dir)
-        if finished is not None and finished < config.trainer.max_steps:  # a longer run would stop there again
+        if finished is not None and finished < trained.trainer.max_steps:  # a longer run would stop there again
             raise ConfigError(f"{run_dir} is a finished run: early stopping ended it at step {finished} of "
-                              f"{config.trainer.max_steps}; to train on, start a new run from its weights "
+                              f"{trained.trainer.max_steps}; to train on, start a new run from its weights "
                               f"(init_from={str(run_dir)!r})")  # fmt: skip
         if finished is not None and finished >= extended.trainer.max_steps:
             raise ConfigError(f"{run_dir} is a finished run ({finished} steps); to train it longer, extend it: "
