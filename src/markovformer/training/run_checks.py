@@ -94,8 +94,8 @@ def resume_edits(checkpoint: dict, config: RunConfig) -> tuple[RunConfig, list[s
     edited = sorted(name for name in RESUMABLE_KEYS if name in record and record[name] != now.get(name))
     if not edited:
         return config, []
-    trained = resolve_run_config(apply_overrides(plain_values(config.to_dict()),
-                                                 [f"{name}={json.dumps(record[name])}" for name in edited]))  # fmt: skip
+    restored = [f"{name}={json.dumps(record[name])}" for name in edited]
+    trained = resolve_run_config(apply_overrides(plain_values(config.to_dict()), restored))
     return trained, [f"{name}={json.dumps(now.get(name))}" for name in edited]
 
 

@@ -32,8 +32,8 @@ from markovformer.training.run_checks import (
     check_tensors_match,
     check_trained_settings,
     resumable_checkpoint,
-    resume_point,
     resume_edits,
+    resume_point,
     resumed_config,
     trained_settings,
 )
