@@ -95,3 +95,27 @@ def test_predictions_of_a_task_that_predicts_nothing_to_read_are_refused_before_
     err = capsys.readouterr().err
     assert "--predictions" in err and "causal_lm run" in err and "sequence_classification" in err
     assert not (tmp_path / "p.tsv").exists()
+
+
+def test_a_classifiers_numbers_per_class_are_those_of_its_predictions(tmp_path, capsys):
+    """eval gave accuracy, macro F1 and AUROC only: which class a classifier misses could not be read. Per class:
+    precision, recall, F1 and support, counted here off the predictions file; macro F1 is the mean of the F1s of
+    the classes that occur or are predicted (torchmetrics' macro average)."""
+    run, _ = _csv_run(tmp_path)
+    out = tmp_path / "predictions.tsv"
+    results = scored(capsys, str(run), "--split", "all", "--predictions", str(out))
+    _, rows = read(out)
+    per_class = results["per_class"]
+    for name, numbers in per_class.items():
+        tp = sum(row[1] == row[2] == name for row in rows)
+        predicted, actual = sum(row[2] == name for row in rows), sum(row[1] == name for row in rows)
+        assert numbers["support"] == actual
+        assert numbers["precision"] == (pytest.approx(tp / predicted) if predicted else None)  # JSON: nan is null
+        assert numbers["recall"] == (pytest.approx(tp / actual) if actual else None)
+    f1s = [numbers["f1"] for numbers in per_class.values() if numbers["f1"] is not None]
+    assert sum(f1s) / len(f1s) == pytest.approx(results["metrics"]["macro_f1"], abs=1e-6)
+    assert main(["eval", str(run), "--split", "all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    columns = ["class", "precision", "recall", "f1", "support"]
+    header = next(k for k, line in enumerate(lines) if line.split() == columns)
+    assert [line.split()[0] for line in lines[header + 1: header + 1 + len(per_class)]] == list(per_class)

@@ -280,6 +280,8 @@ def run_eval(args: argparse.Namespace) -> None:
               f"{weights['source']} at step {weights['step']}" + ("" if weights["run_finished"] else
                                                                   ": the run is unfinished"))  # fmt: skip
     print(f"{results['run_dir']} [{results['split']}, {results['examples']} examples] ({scored}): {shown}")
+    if "per_class" in results:
+        print_per_class(results["per_class"])
     if args.predictions:
         print(f"  predictions: {args.predictions}")
     if "entropy_rate" in results and "loss" in results["metrics"]:
@@ -298,6 +300,16 @@ def run_eval(args: argparse.Namespace) -> None:
         split = {"val": "validation"}.get(results["split"], results["split"])
         exact = results["exact_log_likelihood_per_token"]
         print(f"  {exact_likelihood_gap(results['metrics'], exact, split, results.get('iw_samples'))}")
+
+
+def print_per_class(per_class: dict[str, dict]) -> None:
+    """A classifier's numbers per class, one line each (a ratio with nothing to divide: -)."""
+    width = max(len("class"), *(len(name) for name in per_class))
+    columns = {"precision": 9, "recall": 6, "f1": 6}
+    print(f"  {'class':<{width}}  " + "  ".join(key.rjust(size) for key, size in columns.items()) + "  support")
+    for name, row in per_class.items():
+        ratios = ["-".rjust(size) if math.isnan(row[key]) else f"{row[key]:{size}.4f}" for key, size in columns.items()]
+        print(f"  {name:<{width}}  " + "  ".join(ratios) + f"  {row['support']:7d}")
 
 
 def finite_or_null(value):

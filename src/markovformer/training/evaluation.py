@@ -220,6 +220,6 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     if predictions is not None:  # whole or not at all: a full disk leaves no table cut short
         atomic_write_text(predictions, metrics.table())
     results = {"split": split, "examples": len(examples), "run_dir": str(run_dir), "weights": weights,
-               "metrics": metrics.compute(), **task.scoring_settings(),
+               "metrics": metrics.compute(), **metrics.breakdown(), **task.scoring_settings(),
                **({"changed_data_files": changed} if changed else {})}  # fmt: skip
     return {**results, **reference_results(bundle.info.get("reference", {}), split)}

@@ -138,6 +138,11 @@ class LossMetric(nn.Module):
                 module.reset()
         self.predictions = []
 
+    def breakdown(self) -> dict:
+        """Results beside the metrics that ``eval`` reports but validation does not log (a classifier's numbers per
+        class); none by default."""
+        return {}
+
     def table(self) -> str:
         """The kept predictions as tab-separated lines under a header line (``PREDICTION_COLUMNS``), in the order
         scored, each field on one line (``one_line``). One process's share."""

@@ -35,7 +35,7 @@ class ClassificationMetrics(LossMetric):
         self.accuracy = MulticlassAccuracy(num_labels, average="micro", ignore_index=-100)
         self.macro_f1 = MulticlassF1Score(num_labels, average="macro", ignore_index=-100)
         self.auroc = MulticlassAUROC(num_labels, average="none") if auroc else None
-        self.support = MulticlassStatScores(num_labels, average="none") if auroc else None
+        self.stats = MulticlassStatScores(num_labels, average="none", ignore_index=-100)  # per class: tp fp tn fn n
 
     def update(self, output, batch: dict) -> None:
         super().update(output, batch)
@@ -47,9 +47,9 @@ class ClassificationMetrics(LossMetric):
             logits, labels = logits.flatten(0, 1), labels.flatten()
         self.accuracy.update(logits, labels)
         self.macro_f1.update(logits, labels)
+        self.stats.update(logits, labels)
         if self.auroc is not None:
             self.auroc.update(logits.softmax(-1), labels)
-            self.support.update(logits, labels)
 
     def keep(self, logits: Tensor, labels: Tensor) -> None:
         """A row per example (per labelled position): its number in the split, the label, the most probable class
@@ -68,11 +68,21 @@ class ClassificationMetrics(LossMetric):
         super().reset()
         self.examples = 0
 
+    def breakdown(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Per class (by name): precision, recall and F1 of the most probable class, and the class's support (its
+        examples, or labelled positions, in the split); nan where a ratio has nothing to divide (no prediction of
+        the class, or none of it in the split). Macro F1 is the mean F1 of the classes that occur or are predicted."""
+        tp, fp, _, fn, support = self.stats.compute().double().unbind(-1)
+        rows = zip(self.label_names, (tp / (tp + fp)).tolist(), (tp / (tp + fn)).tolist(),  # 0 / 0: nan
+                   (2 * tp / (2 * tp + fp + fn)).tolist(), support.tolist(), strict=True)  # fmt: skip
+        return {"per_class": {name: {"precision": p, "recall": r, "f1": f, "support": int(n)}
+                              for name, p, r, f, n in rows}}  # fmt: skip
+
     def compute(self) -> dict[str, float]:
         results = {**super().compute(), "accuracy": float(self.accuracy.compute()),
                    "macro_f1": float(self.macro_f1.compute())}  # fmt: skip
         if self.auroc is not None:
-            positives = self.support.compute()[:, 4]  # tp, fp, tn, fn, support
+            positives = self.stats.compute()[:, 4]  # tp, fp, tn, fn, support
             scorable = (positives > 0) & (positives < positives.sum())
             by_class = self.auroc.compute()
             results["auroc"] = float(by_class[scorable].mean()) if scorable.any() else math.nan
