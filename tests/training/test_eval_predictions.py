@@ -119,3 +119,27 @@ def test_a_classifiers_numbers_per_class_are_those_of_its_predictions(tmp_path, 
     columns = ["class", "precision", "recall", "f1", "support"]
     header = next(k for k, line in enumerate(lines) if line.split() == columns)
     assert [line.split()[0] for line in lines[header + 1: header + 1 + len(per_class)]] == list(per_class)
+
+
+def test_eval_scores_the_training_records_not_their_reverse_complement_copies(tmp_path, capsys):
+    """data.reverse_complement adds each training sequence's reverse complement to the training split; eval
+    --split train scored those copies as examples of their own (48 for 24 records), so its accuracy was not that of
+    the records. It scores the records once each, and the predictions file lists them."""
+    import random
+
+    from markovformer.data.readers.fasta import load_fasta_classification, write_fasta
+
+    rng = random.Random(0)
+    records = [(f"r{i}", "".join(rng.choice("ACGT") for _ in range(rng.randint(8, 20)))) for i in range(30)]
+    write_fasta(records, tmp_path / "genes.fa")
+    (tmp_path / "labels.tsv").write_text("".join(f"r{i}\t{'ab'[i % 2]}\n" for i in range(30)))
+    values = {"task": "sequence_classification", "output_dir": str(tmp_path / "run"),
+              "model": {"d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2},
+              "data": {"source": "fasta", "path": str(tmp_path / "genes.fa"), "labels": str(tmp_path / "labels.tsv"),
+                       "reverse_complement": True},
+              "trainer": {"max_steps": 4, "batch_size": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 4}}
+    train(resolve_run_config(values))
+    plain = load_fasta_classification(tmp_path / "genes.fa", tmp_path / "labels.tsv", seed=0)
+    out = tmp_path / "predictions.tsv"
+    results = scored(capsys, str(tmp_path / "run"), "--split", "train", "--predictions", str(out))
+    assert results["examples"] == len(read(out)[1]) == len(plain.train) == 24

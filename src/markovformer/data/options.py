@@ -6,6 +6,9 @@ from __future__ import annotations
 
 _CHAIN_ONLY = "(kind={kind} only)"
 
+# Options that only add altered copies of the training examples: eval scores the records as they are (off).
+TRAINING_AUGMENTATIONS = ("reverse_complement",)
+
 OPTION_HELP: dict[str, str] = {
     # Markov-chain sources
     "kind": "the chain: lagged (log-linear in the symbols at lags), random (Dirichlet rows) or switching (binary)",
@@ -30,7 +33,8 @@ OPTION_HELP: dict[str, str] = {
     "overlap": "tokens of unscored context each window carries from the previous one (exact n-gram scoring)",
     "labels": "the labels file: id<TAB>label or id,label, one line per FASTA record, after at most one header line "
     "(a first line whose id is no record)",
-    "reverse_complement": "add each training sequence's reverse complement (DNA is read from either strand)",
+    "reverse_complement": "add each training sequence's reverse complement (DNA is read from either strand; "
+    "eval scores the records alone)",
     "max_length": "each sequence cut to its first max_length bases, no record dropped (null: whole sequences)",
     "reference": "the reference genome FASTA the intervals are cut from (plain or .gz)",
     "label_column": "the column holding the label",
