@@ -11,10 +11,19 @@ from markovformer.training.lag_report import CONVENTION, biased_lags, describe_c
 from markovformer.training.run_config import RunConfig
 from markovformer.training.tasks import model_inputs
 
+SPLIT_NAMES = {"train": "training", "val": "validation", "test": "test"}
+
 
 def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) -> None:
     sizes = ", ".join(f"{s} {len(getattr(bundle, s)):,}" for s in ("train", "val", "test"))
     print(f"data: {config.data['source']} ({sizes} examples)", flush=True)
+    repeats = bundle.info.get("repeats_training", {})
+    if repeats:
+        which = " and ".join(f"{count:,} of {len(getattr(bundle, split)):,} {SPLIT_NAMES[split]}"
+                             for split, count in repeats.items())  # fmt: skip
+        print(f"  warning: {which} records repeat the bases of a training record (or its reverse complement) under "
+              f"another id: they are not held out, and score as memorised; deduplicate the data to measure "
+              f"generalisation", flush=True)  # fmt: skip
     reference = bundle.info.get("reference", {})
     if "unigram_entropy" in reference:
         if bundle.info.get("true_lags"):

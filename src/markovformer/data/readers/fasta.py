@@ -275,7 +275,25 @@ def load_fasta_classification(
         "max_length": max_length,
     }
     info = {"vocab_size": DNA_VOCAB_SIZE, "num_labels": len(names), "label_names": names}
+    shared = repeated_in_training(records, parts, max_length)
+    if shared:
+        info["repeats_training"] = shared
     return DataBundle(**examples, info=info, splits=splits)
+
+
+def repeated_in_training(records: list[tuple[str, str]], parts: dict[str, list[int]],
+                         max_length: int | None) -> dict[str, int]:  # fmt: skip
+    """How many validation and test records hold the bases of a training record (or their reverse complement: the
+    same molecule read from the other strand) under another id, compared as kept (``max_length``); only the splits
+    that have any. Such records are not held out: a model that memorised its training set scores them well."""
+    seen = {hash(records[index][1][:max_length]) for index in parts["train"]}  # hashes: no copy of the bases
+    counts = {}
+    for name in ("val", "test"):
+        kept = (records[index][1][:max_length] for index in parts[name])
+        count = sum(hash(sequence) in seen or hash(reverse_complement(sequence)) in seen for sequence in kept)
+        if count:
+            counts[name] = count
+    return counts
 
 
 def read_labels(path: str | Path, record_ids: list[str]) -> dict[str, str]:
