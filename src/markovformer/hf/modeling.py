@@ -43,14 +43,17 @@ from markovformer.models.registry import MODEL_FAMILIES
 from markovformer.ops.segments import document_starts
 
 
-def summed_over_items(loss: Tensor | None, labels: Tensor | None, num_items_in_batch, position_ids=None):
-    """A causal LM's mean loss over its micro-batch's scored tokens as their sum over ``num_items_in_batch`` (the
-    scored tokens of the whole accumulated batch, which transformers' Trainer counts and passes): then the
+def summed_over_items(loss: Tensor | None, labels: Tensor | None, num_items_in_batch, position_ids=None,
+                      shifted: bool = True):  # fmt: skip
+    """A mean loss over its micro-batch's scored tokens as their sum over ``num_items_in_batch`` (the scored tokens
+    of the whole accumulated batch, on every process, which transformers' Trainer counts and passes): then the
     accumulated step is the whole batch's mean, where the mean of micro-batch means weighed a token of a
-    micro-batch with fewer scored tokens more. Without ``num_items_in_batch``, ``loss`` as it is."""
+    micro-batch with fewer scored tokens more. ``shifted``: the labels are a causal LM's, each scoring the token
+    before it (its first column scores nothing), as the Trainer counts them; else a token classifier's, one per
+    position. Without ``num_items_in_batch``, ``loss`` as it is."""
     if loss is None or labels is None or num_items_in_batch is None:
         return loss
-    targets = labels[:, 1:]
+    targets = labels[:, 1:] if shifted else labels
     if position_ids is not None:  # as the model scores them: no document's first token
         targets = targets.masked_fill(document_starts(position_ids)[:, 1:], -100)
     scored = targets.ne(-100).sum()
@@ -183,22 +186,31 @@ def _tuple(values: list | None) -> tuple | None:
 
 class _TokenClassificationWrapper(ReportingWrapper):
     output_class = TokenClassifierOutput
+    # its loss, the mean over the labelled positions, becomes their sum over the whole accumulated batch's labelled
+    # positions (summed_over_items): rows padded with -100 label unequal numbers of positions per micro-batch and
+    # per process, and the mean of their means was not the whole batch's step
+    accepts_loss_kwargs = True
 
     def forward(self, input_ids=None, attention_mask=None, labels=None, input_features=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None, **unused):  # fmt: skip
         output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
                                    input_features=input_features, attention_mask=attention_mask,
                                    labels=labels)  # fmt: skip
-        return self._finish(self.output_class(loss=output.loss, logits=output.logits, hidden_states=hidden,
+        loss = output.loss
+        if self.accepts_loss_kwargs:
+            loss = summed_over_items(loss, labels, unused.get("num_items_in_batch"), shifted=False)
+        return self._finish(self.output_class(loss=loss, logits=output.logits, hidden_states=hidden,
                                               attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
 
 
 class _CTCWrapper(_TokenClassificationWrapper):
     """As ``transformers``' CTC heads (``CausalLMOutput``): ``labels`` (B, L) padded with -100, index 0 the blank; the
     loss is markovformer's, each utterance's negative log-likelihood over its target length, averaged over the batch
-    (``ctc_loss(reduction="mean")``)."""
+    (``ctc_loss(reduction="mean")``), whose items are the utterances, not the label tokens the Trainer counts: the
+    Trainer divides it by the accumulation steps itself."""
 
     output_class = CausalLMOutput
+    accepts_loss_kwargs = False
 
 
 class _BackboneWrapper(ReportingWrapper):

@@ -1,0 +1,64 @@
+"""transformers' Trainer on the wrappers beyond one process and one batch: gradient accumulation and two gloo
+processes give the step of the whole batch when rows score unequal numbers of tokens (labels -100). Skipped when
+the ``hf`` extra or accelerate is absent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="the hf extra is absent: pip install 'markovformer[hf]'")
+# registers the Auto classes; skipped with its one-line reason where transformers cannot run this torch
+pytest.importorskip("markovformer.hf", exc_type=ImportError)
+pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate (the hf extra installs it)")
+from hf_trainer_run import collate, rows, train  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+def assert_same_step(trained: dict, reference: dict) -> None:
+    for name, tensor in reference.items():
+        torch.testing.assert_close(trained[name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_rows_score_unequal_token_counts_per_half_batch():
+    """(what makes the tests below able to fail: equal counts give the same step whatever the weighting)"""
+    for task in ("causal_lm", "token_classification"):
+        shift = 1 if task == "causal_lm" else 0
+        counts = [int((collate(rows(task)[start : start + 4])["labels"][:, shift:] != -100).sum())
+                  for start in range(0, 24, 4)]  # fmt: skip
+        assert len(set(counts)) > 1, (task, counts)
+
+
+@pytest.mark.parametrize("task", ["causal_lm", "token_classification"])
+def test_gradient_accumulation_gives_the_whole_batchs_step_with_ignored_labels(task, tmp_path):
+    """3 SGD steps of 2 x 4 accumulated rows equal 3 steps of 8 rows. The token classifier returned the mean over
+    its micro-batch's labelled tokens, which the Trainer averaged over the accumulation steps: its logged losses
+    were 1.0816, 0.6562, 0.0896 for 1.0822, 0.6630, 0.0903, and a parameter 0.025 away after the 3 steps."""
+    whole, whole_losses = train(task, 8, 1, str(tmp_path / "whole"))
+    accumulated, accumulated_losses = train(task, 4, 2, str(tmp_path / "accumulated"))
+    assert_same_step(accumulated, whole)
+    assert accumulated_losses == pytest.approx(whole_losses, rel=1e-5)
+
+
+@pytest.mark.parametrize("task", ["causal_lm", "token_classification"])
+def test_two_gloo_processes_of_4_rows_give_the_step_of_one_process_of_8(task, tmp_path):
+    """The Trainer shards each batch of 8 between the processes (rows 0-3 and 4-7) and counts the labelled tokens
+    of both; the causal LM and the token classifier divide their summed losses by that count, so the averaged
+    gradients are the whole batch's, and the logged loss its mean."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        [str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+    out = tmp_path / "two.pt"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(HERE / "hf_trainer_run.py"), task, "4", "1", str(out)]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    two, two_losses = torch.load(out)
+    one, one_losses = train(task, 8, 1, str(tmp_path / "one"))
+    assert_same_step(two, one)
+    assert two_losses == pytest.approx(one_losses, rel=1e-5)
