@@ -43,19 +43,27 @@ def collate(batch: list[dict]) -> dict:
     return {"input_ids": ids, "attention_mask": (ids != 0).long(), "labels": labels}
 
 
-def train(task: str, batch: int, accumulation: int, output_dir: str, **options) -> tuple[dict, list[float]]:
-    """The parameters after 3 SGD steps of ``batch`` rows per process times ``accumulation``, and the logged losses."""
+def small_model(task: str, **options):
+    """The Markovian Transformer of ``task`` (a Markov layer with order gates and lag strengths), seeded."""
     torch.manual_seed(0)
     config = HF_CONFIGS["markovian_transformer"](vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2, max_order=3,
                                                  dropout=0.0, num_labels=3, **options)  # fmt: skip
-    model = HF_CLASSES["markovian_transformer", task][1](config)
+    return HF_CLASSES["markovian_transformer", task][1](config)
+
+
+def train(task: str, batch: int, accumulation: int, output_dir: str, steps: int = 3, data: list | None = None,
+          training: dict | None = None, **options) -> tuple[dict, list[float]]:  # fmt: skip
+    """The parameters after ``steps`` SGD steps (learning rate 0.5) of ``batch`` rows per process times
+    ``accumulation``, and the logged losses; ``training``: more TrainingArguments, ``options``: the model's."""
+    model = small_model(task, **options)
     distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
     arguments = transformers.TrainingArguments(
-        output_dir=output_dir, max_steps=3, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
-        learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, weight_decay=0.0,
-        logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0,
-        ddp_backend="gloo" if distributed else None)  # fmt: skip
-    trainer = transformers.Trainer(model=model, args=arguments, train_dataset=rows(task), data_collator=collate)
+        output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch,
+        gradient_accumulation_steps=accumulation, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant",
+        max_grad_norm=0.0, weight_decay=0.0, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True,
+        disable_tqdm=True, seed=0, ddp_backend="gloo" if distributed else None, **(training or {}))  # fmt: skip
+    trainer = transformers.Trainer(model=model, args=arguments, train_dataset=data or rows(task),
+                                   data_collator=collate)  # fmt: skip
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     return {name: tensor.detach().clone() for name, tensor in model.named_parameters()}, losses

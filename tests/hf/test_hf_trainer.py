@@ -16,9 +16,12 @@ transformers = pytest.importorskip("transformers", reason="the hf extra is absen
 # registers the Auto classes; skipped with its one-line reason where transformers cannot run this torch
 pytest.importorskip("markovformer.hf", exc_type=ImportError)
 pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate (the hf extra installs it)")
-from hf_trainer_run import collate, rows, train  # noqa: E402
+from hf_trainer_run import collate, rows, small_model, train  # noqa: E402
 
 HERE = Path(__file__).parent
+# TrainingArguments' switch of activation (gradient) checkpointing: renamed in transformers 5.24
+CHECKPOINTING = next(name for name in ("activation_checkpointing", "gradient_checkpointing")
+                     if name in transformers.TrainingArguments.__dataclass_fields__)  # fmt: skip
 
 
 def assert_same_step(trained: dict, reference: dict) -> None:
@@ -62,3 +65,37 @@ def test_two_gloo_processes_of_4_rows_give_the_step_of_one_process_of_8(task, tm
     one, one_losses = train(task, 8, 1, str(tmp_path / "one"))
     assert_same_step(two, one)
     assert two_losses == pytest.approx(one_losses, rel=1e-5)
+
+
+def naive_objective(model, batch: dict, entropy_weight: float, penalty: float) -> torch.Tensor:
+    """The model's loss plus entropy_weight times the mean entropy of each layer's order gates (over heads and
+    real tokens, summed over layers) plus penalty times every lag strength parameter squared: the objective
+    markovformer's own training minimises (SPEC: Eq. 25 and §3.11), computed here from the returned gates."""
+    output = model.markovformer(batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
+                                return_gates=True)  # fmt: skip
+    real = batch["attention_mask"].bool()[:, None, :]  # (B, 1, T)
+    entropy = sum((-(gates * gates.log()).sum(-1))[real.expand_as(gates[..., 0])].mean()
+                  for layer in output.gates for gates in layer.values())  # fmt: skip
+    strengths = sum((parameter**2).sum() for name, parameter in model.named_parameters() if ".theta." in name)
+    return output.loss + entropy_weight * entropy + penalty * strengths
+
+
+@pytest.mark.parametrize("task", ["causal_lm", "token_classification"])
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["stored", "checkpointed"])
+def test_the_trainer_minimises_the_configs_gate_entropy_and_transition_penalty(task, checkpointing, tmp_path):
+    """With gate_entropy_weight and transition_penalty set, a Trainer step is the SGD step of the regularised
+    objective, as in markovformer's own training (it adds ``regularization_loss()``), blocks recomputed in the
+    backward pass or not; the wrappers' loss left them out, so the Trainer's step was the plain loss's (the same
+    parameters as with both weights 0). Evaluation scores the plain loss, as markovformer's validation does."""
+    weights = dict(gate_entropy_weight=0.5, transition_penalty=0.3)
+    data = rows(task)[:8]  # one batch of them all, in any order: the loss and the mean entropy are the same
+    trained, _ = train(task, 8, 1, str(tmp_path), steps=1, data=data,
+                       training={CHECKPOINTING: checkpointing}, **weights)  # fmt: skip
+    model = small_model(task, **weights)
+    batch = collate(data)
+    naive_objective(model, batch, entropy_weight=0.5, penalty=0.3).backward()
+    stepped = {name: (parameter - 0.5 * parameter.grad).detach() for name, parameter in model.named_parameters()}
+    assert_same_step(trained, stepped)
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(**batch).loss, model.markovformer(**batch).loss)

@@ -109,7 +109,8 @@ class _CausalLMWrapper(ReportingWrapper, DecodesFromCache, GenerationMixin):
                                    state=None if cache is None else cache.state, **packed)  # fmt: skip
         if cache is not None:
             cache.advance(input_ids.shape[1])
-        loss = summed_over_items(output.loss, labels, unused.get("num_items_in_batch"), position_ids)
+        loss = summed_over_items(self._regularized(output.loss), labels, unused.get("num_items_in_batch"),
+                                 position_ids)  # fmt: skip
         return self._finish(CausalLMOutputWithPast(loss=loss, logits=kept_logits(output.logits, logits_to_keep),
                                                    **{CACHE_NAME: cache},
                                                    hidden_states=hidden,
@@ -164,8 +165,9 @@ class _SequenceClassificationWrapper(ReportingWrapper):
             loss = torch.nn.functional.mse_loss(logits, target)
         elif problem == "multi_label_classification":
             loss = torch.nn.functional.binary_cross_entropy_with_logits(output.logits.float(), labels.float())
-        return self._finish(SequenceClassifierOutput(loss=loss, logits=output.logits, hidden_states=hidden,
-                                                     attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
+        return self._finish(SequenceClassifierOutput(loss=self._regularized(loss), logits=output.logits,
+                                                     hidden_states=hidden, attentions=_tuple(output.attentions)),
+                            return_dict)  # fmt: skip
 
 
 def problem_type(config: PretrainedConfig, labels: Tensor) -> str:
@@ -196,7 +198,7 @@ class _TokenClassificationWrapper(ReportingWrapper):
         output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
                                    input_features=input_features, attention_mask=attention_mask,
                                    labels=labels)  # fmt: skip
-        loss = output.loss
+        loss = self._regularized(output.loss)
         if self.accepts_loss_kwargs:
             loss = summed_over_items(loss, labels, unused.get("num_items_in_batch"), shifted=False)
         return self._finish(self.output_class(loss=loss, logits=output.logits, hidden_states=hidden,

@@ -255,6 +255,17 @@ class ReportingWrapper(Wrapper):
             output.attentions = None
         return output, hidden
 
+    def _regularized(self, loss):
+        """``loss`` plus the model's regularisers (``regularization_loss``: λ_ent times the gate entropy of this
+        forward, λ_T Σ θ²) in training mode, where the config weighs them (``gate_entropy_weight``,
+        ``transition_penalty``), as markovformer's own training adds them to its loss; ``loss`` as it is in
+        evaluation, as markovformer's validation scores it. transformers' Trainer has no other place for them:
+        without this, a config's weights were silently not trained with."""
+        config = self.markovformer.config
+        if loss is None or not self.training or not (config.gate_entropy_weight or config.transition_penalty):
+            return loss
+        return loss + self.markovformer.regularization_loss()
+
     def _finish(self, output: ModelOutput, return_dict: bool | None):
         return as_asked(output, return_dict, self.config)
 
