@@ -99,3 +99,24 @@ def test_the_trainer_minimises_the_configs_gate_entropy_and_transition_penalty(t
     model.eval()
     with torch.no_grad():
         assert torch.equal(model(**batch).loss, model.markovformer(**batch).loss)
+
+
+def test_label_smoothing_scores_each_position_against_the_next_token(tmp_path):
+    """transformers' label smoother shifts the labels only of models it lists as causal LMs: the causal LMs are
+    listed by ``register``, so a Trainer step with label_smoothing_factor=0.1 is the SGD step of the smoothed
+    next-token loss computed here (it scored each position against its own token: logged 2.6552 for 2.1835)."""
+    data = rows("causal_lm")[:8]  # one batch of them all, in any order
+    trained, losses = train("causal_lm", 8, 1, str(tmp_path), steps=1, data=data,
+                            training=dict(label_smoothing_factor=0.1))  # fmt: skip
+    model = small_model("causal_lm")
+    batch = collate(data)
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+    labels = batch["labels"][:, 1:]
+    scored = labels != -100
+    log_probs = logits.log_softmax(-1)[scored]  # (N, V)
+    nll = -log_probs.gather(-1, labels[scored][:, None]).mean()
+    smoothed = 0.9 * nll - 0.1 * log_probs.mean()
+    smoothed.backward()
+    stepped = {name: (parameter - 0.5 * parameter.grad).detach() for name, parameter in model.named_parameters()}
+    assert losses == pytest.approx([smoothed.item()], rel=1e-5)
+    assert_same_step(trained, stepped)

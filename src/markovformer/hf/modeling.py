@@ -32,6 +32,7 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.utils import ModelOutput
 
 from markovformer.hf.cache import CACHE_NAME, DecodesFromCache, MarkovformerCache
@@ -366,11 +367,18 @@ HF_CLASSES = _build_classes()
 
 
 def register() -> None:
-    """Register every config with AutoConfig and every wrapper with its Auto class (idempotent)."""
+    """Register every config with AutoConfig and every wrapper with its Auto class (idempotent); and name each
+    causal LM among transformers' causal LMs (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``, whose classes the Auto
+    mapping only imports for transformers' own config types): transformers' Trainer reads that list, not the
+    registered models, to know that a model's labels are its inputs, and with ``label_smoothing_factor`` its label
+    smoother scored each position's logits against the position's own token instead of the next one (a copying
+    task, silently)."""
     for config_class in HF_CONFIGS.values():
         AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
     for auto, wrapper in HF_CLASSES.values():
         auto.register(wrapper.config_class, wrapper, exist_ok=True)
+        if auto is AutoModelForCausalLM:
+            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(wrapper.config_class.model_type, wrapper.__name__)
 
 
 __all__ = ["HF_CLASSES", "HF_CONFIGS", "register"]
