@@ -389,3 +389,30 @@ def test_a_kept_copy_is_read_by_from_cells_and_forgotten_by_recompute_when_its_r
     assert read == {"loss": 0.5} and not (tmp_path / "cells" / "cell_b.json").exists()  # read, not moved
     removed = forget_cells(tmp_path, ["cell_b"], log=lambda line: None)
     assert [path.parent.name for path in removed] == ["replaced"] and not list((tmp_path / "cells").rglob("*.json"))
+
+
+def test_recompute_deletes_nothing_when_the_run_is_refused_and_forgets_only_once_the_folder_is_opened(tmp_path):
+    """--recompute deleted the matching cells before the experiment checked its settings or its folder: a misspelt
+    --set, or another experiment's folder, was refused with exit status 2 after the cells (and runs) were gone."""
+    from markovformer.training.run_config import ConfigError
+
+    def cells():
+        return sorted(path.name for path in (tmp_path / "cells").glob("*.json"))
+
+    settings = {"chains": [[0.2, 0.3]], "optimizers": ["sgd"], "steps": 20, "eval_every": 10}
+    run_experiment("weight-tying", tmp_path, quick=True, overrides=settings, log=lambda line: None)
+    stored = cells()
+    assert len(stored) == 2
+    with pytest.raises(ValueError, match="holds the experiment 'weight-tying'"):
+        run_experiment("icl-depth", tmp_path, quick=True, recompute=["*"], log=lambda line: None)
+    assert cells() == stored
+    with pytest.raises(ConfigError, match="d_modle"):
+        run_experiment("weight-tying", tmp_path, quick=True, overrides={**settings, "d_modle": 8}, recompute=["*"],
+                       log=lambda line: None)  # fmt: skip
+    assert cells() == stored
+    lines = []
+    run_experiment("weight-tying", tmp_path, quick=True, overrides=settings, recompute=["*untied*"], log=lines.append)
+    assert cells() == stored
+    assert [line.strip() for line in lines if "removed, to be recomputed" in line] == [
+        "p=0.2_q=0.3_untied_sgd_seed=0.json: removed, to be recomputed"]
+    assert [line.split(" ")[2] for line in lines if "done earlier" in line] == ["p=0.2_q=0.3_tied_sgd_seed=0:"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from markovformer.experiments.report import experiment_named, forget_cells, stored_cells_only
+from markovformer.experiments.report import experiment_named, recompute_cells, stored_cells_only
 from markovformer.models.config_base import suggest
 
 _MODULES = ("weight_tying", "landscape", "icl_depth", "order_recovery", "mat_order", "scan_shakespeare", "vmt",
@@ -70,7 +70,9 @@ def run_experiment(
 
     ``overrides`` change fields of the experiment's settings (its grid, steps, sizes), e.g. ``{"steps": 500}``.
     ``recompute``: glob patterns of cell keys (``*forgetting*``) to compute again instead of reusing, e.g. cells
-    trained before a fix; each must match a cell (``forget_cells``). ``from_cells``: write the report from the cells
+    trained before a fix; each must match a cell (``forget_cells``). They are forgotten once the experiment has
+    checked its settings and opened its folder (``report.recompute_cells``): bad settings, or a folder of another
+    experiment, are refused with every cell still there. ``from_cells``: write the report from the cells
     already in ``out_dir``, training nothing (``report.stored_cells_only``): ``mixers`` reports the learning rates and
     seeds each grid point has (a grid run one process per kind or rate, or cut short, read as it stands); any other
     experiment stops at its first missing cell, naming it.
@@ -85,10 +87,13 @@ def run_experiment(
         raise ValueError("--recompute forgets cells that --from-cells would read: use one or the other")
     if from_cells and not (Path(out_dir) / "cells").is_dir():
         raise ValueError(f"--from-cells: {out_dir} has no cells/ folder (run the experiment into it first)")
-    if recompute:
-        forget_cells(out_dir, recompute, log)
-    with stored_cells_only() if from_cells else nullcontext(), experiment_named(name):
-        return experiment.run(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {}, log=log)
+    # the cells are forgotten when the experiment opens its folder: its settings checked, the folder claimed
+    with stored_cells_only() if from_cells else nullcontext(), experiment_named(name), recompute_cells(
+            recompute) as pending:  # fmt: skip
+        report = experiment.run(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {}, log=log)
+    if not pending["done"]:  # an experiment that wrote its report without an ExperimentReport
+        raise RuntimeError(f"experiment {name} did not open an ExperimentReport: --recompute {recompute} not done")
+    return report
 
 
 __all__ = ["EXPERIMENTS", "Experiment", "find_experiment", "run_experiment"]

@@ -217,6 +217,24 @@ def experiment_named(name: str) -> Iterator[None]:
         _EXPERIMENT.reset(token)
 
 
+# --recompute's patterns, forgotten (``forget_cells``) by the ExperimentReport that opens its folder: after the
+# experiment has checked its settings and claimed the folder, so that a misspelt --set or another experiment's
+# folder is refused before any cell is deleted (they were deleted first, then the run refused)
+_RECOMPUTE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("recompute", default=None)
+
+
+@contextmanager
+def recompute_cells(patterns: Sequence[str]) -> Iterator[dict]:
+    """Within it, the first ``ExperimentReport`` forgets the cells matching ``patterns`` when it opens its folder;
+    the dict yielded says whether it did (``done``)."""
+    pending = {"patterns": list(patterns), "done": not patterns}
+    token = _RECOMPUTE.set(pending)
+    try:
+        yield pending
+    finally:
+        _RECOMPUTE.reset(token)
+
+
 def claim_folder(out_dir: Path, name: str) -> None:
     """Mark ``out_dir`` as experiment ``name``'s (``experiment.json``), or refuse it when another experiment holds
     it: its report, results and figures would have been replaced and the cells of both mixed in one folder."""
@@ -270,6 +288,9 @@ class ExperimentReport:
         self.out_dir = Path(out_dir)
         if _EXPERIMENT.get() is not None:
             claim_folder(self.out_dir, _EXPERIMENT.get())
+        if (pending := _RECOMPUTE.get()) is not None and not pending["done"]:
+            forget_cells(self.out_dir, pending["patterns"], log)  # the settings are checked, the folder is ours
+            pending["done"] = True
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.title = title
         self.log = log
