@@ -326,23 +326,38 @@ def _shown(values: list[float]) -> str:
     return f"{mean_std(seed_summary(values), 4)} (n={len(values)})"
 
 
+def _paired_delta(losses: dict[int, float], against: dict[int, float]) -> str:
+    """The mean over the seeds in both of ``losses[seed] - against[seed]``, with those seeds named when either has
+    others; "no common seed" when none is in both."""
+    common = sorted(set(losses) & set(against))
+    if not common:
+        return "no common seed"
+    if len(losses) == len(against) == len(common):  # the same seeds: the difference of the two rows' means
+        return f"{statistics.fmean(losses.values()) - statistics.fmean(against.values()):+.4f}"
+    delta = statistics.fmean(losses[seed] - against[seed] for seed in common)
+    return f"{delta:+.4f} (seed{'s' if len(common) > 1 else ''} {', '.join(map(str, common))})"
+
+
 def table_rows(by_row: dict[str, list[dict]], keys: tuple[str, ...], labels: dict[str, str], curve_kept: bool,
                base: str | None = None) -> list[list]:  # fmt: skip
     """Report rows of ``keys`` (those with cells in ``by_row``); Δ of the full-split loss against row ``base``, else
     against the row above, named when a row between them in ``keys`` was not run (the Δ then bundles several
-    differences)."""
-    rows, previous = [], None  # (key, mean full-split loss) of the row Δ is taken against
+    differences). Δ pairs the seeds: the mean over the seeds both rows have of this row's loss less the other's
+    (the difference of the two means when they have the same seeds), the seeds named when not every seed of either
+    row is in it: a row of seed 0 alone against a row of seeds 0 and 1 took seed 1's loss into its Δ."""
+    rows, previous = [], None  # (key, {seed: full-split loss}) of the row Δ is taken against
     for index, key in enumerate(keys):
         if key not in by_row:
             continue
         group = by_row[key]
         random_mean = statistics.fmean(c["random_batches"] for c in group)
         full_mean = statistics.fmean(c["full_split"] for c in group)
-        step = "" if previous is None else f"{full_mean - previous[1]:+.4f}"
+        full = {c["seed"]: c["full_split"] for c in group}
+        step = "" if previous is None else _paired_delta(full, previous[1])
         if previous is not None and base is None and keys[index - 1] != previous[0]:
             step += f" (vs {previous[0]})"
         if base is None or key == base:
-            previous = (key, full_mean)
+            previous = (key, full)
         cpu = [c["cpu_seconds"] for c in group if c["cpu_seconds"] is not None]
         rows.append([key, labels[key], group[0]["parameters"], _shown([c["random_batches"] for c in group]),
                      _shown([c["full_split"] for c in group]), f"{random_mean - full_mean:+.4f}", step,
@@ -368,6 +383,7 @@ def run(
     machine = "a GPU (its GPU config)" if settings.preset == "gpu" else "a CPU"
     report = ExperimentReport(out_dir, f"nanoGPT's Shakespeare character model on {machine}, and markovformer's "
                               "models", log, settings=asdict(settings))  # fmt: skip
+    why_not_run = "--from-cells" if report.stored_only else "only_finished=true"  # how the rest were left out
     report.stored_only = report.stored_only or settings.only_finished  # then no cell is computed
     pending = [(row, seed) for seed in seeds for row in settings.rows]  # every row of a seed before the next seed
     report.expect_cells(len(pending))
@@ -428,8 +444,8 @@ def run(
     single = table_rows(by_row, ("nanogpt", *SINGLE), LADDER_LABELS, settings.curve_kept, base="nanogpt")
     if ladder:
         report.table(columns, ladder, caption="The ladder: nanoGPT's block, then one difference at a time moved to "
-                     "markovformer's defaults (each row keeps the changes above it). Mean ± std over "
-                     "seeds.")  # fmt: skip
+                     "markovformer's defaults (each row keeps the changes above it). Mean ± sample std (n − 1) over "
+                     "seeds; Δ: the mean over the seeds both rows have of their difference.")  # fmt: skip
     if len(single) > 1:
         report.table(columns, single, caption="One difference alone on nanoGPT's block (Δ against the block).")
     models = table_rows(by_row, MODEL_ROWS, LABELS, settings.curve_kept)
@@ -438,8 +454,8 @@ def run(
                      "(contiguous windows, SwiGLU, untied, rotary unless named). *Δ* here is against the row above "
                      "and means nothing across models.")  # fmt: skip
     if not_run:
-        report.text("**Not run** (listed, not trained: only_finished=true): " + ", ".join(not_run) + ". Run the "
-                    "same command without only_finished to train them; finished cells are read, not "
+        report.text(f"**Not run** (listed, not trained: {why_not_run}): " + ", ".join(not_run) + ". Run the "
+                    f"same command without {why_not_run.split('=')[0]} to train them; finished cells are read, not "
                     "retrained.")  # fmt: skip
     keys = [key for key in ROWS if key in by_row]
     figure = plot_row_errorbars(
