@@ -461,3 +461,22 @@ def test_a_tie_in_validation_accuracy_goes_to_the_rate_of_the_lower_validation_l
     point = _grid_point_of(fake_cell, (0,), tmp_path, monkeypatch)
     assert point["lr"] == 3e-3 and point["test_loss"]["values"] == [4.0]
     assert point["val_loss_by_lr"] == {"0.001": 5.0, "0.003": 4.0, "0.01": 6.0}
+
+
+def test_progress_counts_the_cells_of_the_whole_grid(tmp_path, monkeypatch):
+    """mixers announced no cell count: progress read "cell 26 KEY", without the N and the time left the README
+    promises ("cell i/N KEY (about T left)"). N: every rate on the first seed, the chosen rate on the others."""
+
+    def fake_cell(task, length, section, lr, seed, settings, log=None, kind=None):
+        return {"val": {"accuracy": lr, "loss": 1.0}, "test": {"accuracy": 0.5, "loss": 1.0}, "seconds": 1.0,
+                "gates": None, "val_curve": [[], []]}  # fmt: skip
+
+    monkeypatch.setattr(mixers, "train_cell", fake_cell)
+    monkeypatch.setattr(mixers, "write_report", lambda *args: None)
+    lines = []
+    overrides = {"tasks": ["mqar"], "kinds": ["softmax", "markov_global"], "lrs": [1e-3, 3e-3]}
+    mixers.run(tmp_path, quick=True, seeds=(0, 1, 2), overrides=overrides, log=lines.append)
+    total = 1 * 1 * 2 * 2 * (2 + 3 - 1)  # tasks x lengths x widths x kinds x (lrs + the other seeds)
+    assert len(list((tmp_path / "cells").glob("*.json"))) == total
+    progress = [line.split(" ")[1] for line in lines if line.startswith("cell ")]
+    assert progress == [f"{index}/{total}" for index in range(1, total + 1)]

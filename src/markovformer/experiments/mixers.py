@@ -266,6 +266,9 @@ def run(
     report = ExperimentReport(out_dir, title, log, settings={**asdict(settings), "seeds": list(seeds)})
     start, cpu_start = time.perf_counter(), time.process_time()
     points, diverged = [], []
+    # every rate on the first seed, the chosen one on the others (``run_grid_point``): "cell i/N" and the time left
+    report.expect_cells(len(settings.tasks) * len(settings.lengths) * len(settings.widths) * len(settings.kinds)
+                        * (len(settings.lrs) + len(seeds) - 1))  # fmt: skip
     for task in settings.tasks:
         for length in settings.lengths:
             for width in settings.widths:
