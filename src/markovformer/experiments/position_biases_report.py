@@ -21,9 +21,11 @@ def write_report(report: ExperimentReport, settings, seeds: tuple[int, ...], qui
         f"Every kind at the parameter count of softmax + rotary at d = {settings.d_model} ({settings.n_layers} "
         f"layers, {settings.n_heads} heads, SwiGLU); training length T = {settings.seq_len}, {settings.steps} steps "
         f"of {settings.batch_size}, AdamW, lr picked among {list(settings.lrs)} on the first seed's validation score; "
-        f"seeds {list(seeds)} (mean ± std). Local kinds see {settings.window} keys; Markov attention K = "
-        f"{settings.max_order} lags. Wall time {format_duration(results['wall_seconds'])}, CPU time "
-        f"{format_duration(results['cpu_seconds'])}."
+        f"seeds {list(seeds)} (mean ± sample std, n − 1). Local kinds see {settings.window} keys; Markov attention "
+        f"K = {settings.max_order} lags. Wall time {format_duration(results['wall_seconds'])}, CPU time "
+        f"{format_duration(results['cpu_seconds'])} (this run's: the cells it read from earlier runs took none of "
+        f"it); the runs reported took {format_duration(sum(p['seconds'] for p in points))} of training, cells read "
+        "from earlier runs included."
     )
     _parameters(report, settings, tasks, labels)
     hidden = [t for t in tasks if t.startswith("hidden_")]
