@@ -250,3 +250,22 @@ def test_a_loss_that_turns_non_finite_stops_the_fit_with_no_result():
         fit_on_stream(model, lambda batch: next(losses), lambda g: torch.ones(1), lambda: 0.0, steps=10, lr=0.5,
                       seed=0, eval_every=5, label="cell A")  # fmt: skip
     assert float(weight) != 0.0 and torch.isfinite(weight)  # two steps taken, the third's NaN never applied
+
+
+def test_a_cells_interrupted_training_run_says_the_experiment_resumes_it_too(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C inside a cell's training run printed only the run's own advice (train --resume RUN), which finishes
+    that run but not the experiment; the line now also says that rerunning the experiment continues both."""
+    import signal
+
+    import markovformer.experiments as experiments
+    from markovformer.cli.main import main
+    from markovformer.training.trainer_config import RunTerminated
+
+    def interrupted(*args, **kwargs):
+        raise RunTerminated("the run was interrupted (SIGINT, Ctrl-C) at step 7 of 20: its last checkpoint is "
+                            "step-000005.ckpt; continue with markovformer train --resume cell", signal.SIGINT)
+
+    monkeypatch.setattr(experiments, "run_experiment", interrupted)
+    assert main(["experiment", "weight-tying", "--quick", "--out", str(tmp_path / "out")]) == 128 + signal.SIGINT
+    line = capsys.readouterr().err.strip()
+    assert "train --resume cell" in line and "rerun this experiment" in line and len(line.splitlines()) == 1

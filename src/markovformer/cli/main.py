@@ -35,6 +35,7 @@ from markovformer.cli.errors import (
     exit_status,
     stdout_reader_left,
 )
+from markovformer.training.trainer_config import RunTerminated
 
 # Each command imports the machinery it runs (Lightning, the training code) inside its own function ("deferred" below),
 # so that --help and a mistyped option do not wait for it (the package loads its models on first use).
@@ -406,9 +407,13 @@ def run_experiment_command(args: argparse.Namespace) -> None:
         if len(path) != 1:
             raise ValueError(f"--set {text!r}: experiment settings are flat; use KEY=VALUE")
         overrides[path[0]] = value
-    report = run_experiment(args.name, out, quick=args.quick, seeds=seeds, overrides=overrides,
-                            recompute=args.recompute, from_cells=args.from_cells,
-                            log=lambda line: print(line, flush=True))  # fmt: skip
+    try:
+        report = run_experiment(args.name, out, quick=args.quick, seeds=seeds, overrides=overrides,
+                                recompute=args.recompute, from_cells=args.from_cells,
+                                log=lambda line: print(line, flush=True))  # fmt: skip
+    except RunTerminated as stop:  # inside a cell's training run: its line names the run; the experiment goes on too
+        raise RunTerminated(f"{stop}; or rerun this experiment, which keeps its finished cells and resumes this "
+                            f"one", stop.exit_status - 128, stop.shown) from None  # fmt: skip
     print(f"report: {report}  ({time.perf_counter() - start:.0f} s)")
 
 
