@@ -354,6 +354,24 @@ def test_trainer_options_are_checked_where_declared(tmp_path):
         assert not (tmp_path / "run").exists()  # refused before anything is written
 
 
+def test_a_runs_metrics_record_the_threads_it_trained_with_not_the_processs(tmp_path):
+    """Experiments captioned their tables with torch.get_num_threads() when the report was written, after the
+    engine had restored the process's count (4 at most while training, 16 after on a 16-core machine)."""
+    import torch
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        train(resolve_run_config(_tiny_values(tmp_path, threads=1, max_steps=2, warmup_steps=1, checkpoint_every=2)))
+        assert torch.get_num_threads() == 2  # restored
+    finally:
+        torch.set_num_threads(before)
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["threads"] == 1
+
+
 @pytest.fixture(scope="module")
 def char_run(tmp_path_factory):
     """A tiny character-level text run (lines of words) trained for two steps."""

@@ -216,8 +216,14 @@ def test_tiny_run_writes_the_report_and_reuses_its_cells(tmp_path):
     overrides = {"tasks": ["mqar", "icl_markov"], "kinds": ["softmax", "markov_local"], "steps": 2,
                  "warmup_steps": 1, "val_examples": 8, "test_examples": 8, "lrs": [1e-3, 3e-3]}  # fmt: skip
     messages = []
-    report = run_experiment("mixers", tmp_path, quick=True, overrides=overrides, log=messages.append)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the process's count: the cells train on one (it said the process's)
+    try:
+        report = run_experiment("mixers", tmp_path, quick=True, overrides=overrides, log=messages.append)
+    finally:
+        torch.set_num_threads(threads)
     results = json.loads((tmp_path / "results.json").read_text())
+    assert results["threads"] == 1 and "cached ones included), 1 thread(s)." in report.read_text()
     assert len(results["points"]) == 2 * 2 * 2  # tasks x widths x kinds
     assert len(list((tmp_path / "cells").glob("*.json"))) == 2 * 2 * 2 * 2  # and two lrs each
     point = results["points"][0]

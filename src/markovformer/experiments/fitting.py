@@ -143,12 +143,15 @@ def _set_rng_states(generator: torch.Generator, saved: dict) -> None:
         torch.cuda.set_rng_state_all(saved["cuda_rng"])
 
 
+STREAM_FIT_THREADS = 1  # the intra-op threads fit_on_stream trains with (one_intra_op_thread)
+
+
 @contextmanager
 def one_intra_op_thread() -> Iterator[None]:
     """Tiny models run thousands of small ops: one intra-op thread is faster than several, and immune to the
     spin-wait contention that makes two threads several times slower on a busy machine. Restored afterwards."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(STREAM_FIT_THREADS)
     try:
         yield
     finally:

@@ -28,7 +28,7 @@ from typing import ClassVar
 import torch
 
 from markovformer.experiments import mixers_models as zoo
-from markovformer.experiments.fitting import fit_on_stream
+from markovformer.experiments.fitting import STREAM_FIT_THREADS, fit_on_stream
 from markovformer.experiments.mixers_report import write_report
 from markovformer.experiments.report import ExperimentReport, MissingCell, mean_std, revisions_of, seed_summary
 from markovformer.experiments.settings import configure
@@ -279,7 +279,7 @@ def run(
                     points += [point] if point is not None else []
     report.results = {"settings": asdict(settings), "seeds": list(seeds), "points": points, "diverged": diverged,
                       "wall_seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start,
-                      "threads": torch.get_num_threads()}  # fmt: skip
+                      "threads": STREAM_FIT_THREADS}  # fmt: skip
     write_report(report, settings, seeds, quick)
     return report.write()
 

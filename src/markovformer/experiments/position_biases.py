@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from markovformer.experiments import mixers
 from markovformer.experiments import mixers_models as zoo
-from markovformer.experiments.fitting import fit_on_stream
+from markovformer.experiments.fitting import STREAM_FIT_THREADS, fit_on_stream
 from markovformer.experiments.position_biases_report import write_report
 from markovformer.experiments.report import ExperimentReport, revisions_of, seed_summary
 from markovformer.experiments.settings import configure
@@ -322,7 +322,7 @@ def run(
             points.append(run_point(report, task, family, order, kind, matched[kind], settings, seeds, log))
     report.results = {"settings": asdict(settings), "seeds": list(seeds), "points": points, "parameters": parameters,
                       "wall_seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start,
-                      "threads": torch.get_num_threads()}  # fmt: skip
+                      "threads": STREAM_FIT_THREADS}  # fmt: skip
     write_report(report, settings, seeds, quick, KINDS)
     return report.write()
 

@@ -81,6 +81,14 @@ def mean_std(entry: dict | None, digits: int = 3) -> str:
     return f"{entry['mean']:.{digits}f} ± {entry['std']:.{digits}f}"
 
 
+def thread_counts(cells: Sequence[dict]) -> str:
+    """The intra-op thread counts the cells trained with, for a caption ("1", "1 and 4"): each cell's own record
+    (an engine run's metrics.json ``threads``), not the process's count when the report is written (the engine caps
+    and restores it, and ``--from-cells`` writes the report on another machine); "?" for cells that kept none."""
+    counts = sorted({cell.get("threads") for cell in cells}, key=lambda n: (n is None, n))
+    return " and ".join("?" if n is None else str(n) for n in counts) or "?"
+
+
 def file_digest(path: str | Path) -> str:
     """The first 10 hex digits of a data file's SHA-256: what a cell trained on the file adds to its ``depends_on``
     (its path left out, so that the data may move), so that a changed or re-prepared file recomputes the cell."""

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from markovformer.data.collate import PAD_ID
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
-from markovformer.experiments.report import ExperimentReport, file_digest, revisions_of
+from markovformer.experiments.report import ExperimentReport, file_digest, revisions_of, thread_counts
 from markovformer.experiments.settings import configure
 from markovformer.models.generation import GenerationConfig, decoding_loop
 from markovformer.training.run_config import resolve_run_config
@@ -231,7 +231,7 @@ def train_cell(
         "mixture": sum(losses.values()) / len(losses), "targets": len(tokens) - FIRST_TARGET,
         "engine_val": metrics["val"], "steps": metrics["steps"], "train_seconds": metrics["train_seconds"],
         "parameters": network.num_parameters(), "curve_steps": steps, "curve_loss": curve, "sample": sample,
-        "threads": torch.get_num_threads(),
+        "threads": metrics.get("threads"),
     }  # fmt: skip
 
 
@@ -262,7 +262,7 @@ def run(
         f"nats / ln 2. Training steps: Scan Markov {settings.scan_steps} (16 windows × 124 n-gram targets, n drawn "
         f"per batch from {list(CONTEXTS)}, label smoothing 0.1), recurrent {settings.recurrent_steps} (16 × 128, "
         f"label smoothing 0.1), Transformers {settings.transformer_steps} ({settings.transformer_batch} windows × 5); "
-        f"AdamW, lr 3e-3, cosine decay to 0; {torch.get_num_threads()} intra-op thread(s)."
+        f"AdamW, lr 3e-3, cosine decay to 0; {thread_counts(cells)} intra-op thread(s)."
         + (" **Quick mode**: a few steps per model, a smoke test of the pipeline, not a result." if quick else "")
     )
     columns = ["model", "seed", "parameters", *(f"n={n}" for n in CONTEXTS), "mixture", "bits/char", "whole window",

@@ -308,7 +308,7 @@ def train_cell(row: str, out_dir: Path, settings: ShakespeareCharSettings, seed:
         "engine_val": metrics["val"]["loss"], "steps": metrics["steps"], "train_seconds": metrics["train_seconds"],
         "tokens_per_second": tokens / step_seconds, "cpu_seconds": cpu if wall > 0.5 * metrics[
             "train_seconds"] else None, "parameters": network.num_parameters(), "val_targets": len(val) - 1,
-        "threads": torch.get_num_threads(), "val_curve": curve,
+        "threads": metrics.get("threads"), "val_curve": curve,
         "best_engine_val": min(curve.values()) if curve else metrics["val"]["loss"],
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
     }  # fmt: skip

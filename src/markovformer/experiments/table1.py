@@ -241,7 +241,7 @@ def train_cell(
     return {"domain": setup.name, "variant": variant, "seed": seed, "run_dir": str(run_dir),
             "parameters": setup.parameters[variant], "d_model": setup.sections[variant]["d_model"], "val": val,
             "test": test, "scores": scores, "steps": metrics["steps"],
-            "train_seconds": metrics["train_seconds"], "threads": torch.get_num_threads()}  # fmt: skip
+            "train_seconds": metrics["train_seconds"], "threads": metrics.get("threads")}  # fmt: skip
 
 
 def cell_inputs(setup: DomainSetup, variant: str, settings: Table1Settings, seed: int) -> dict:

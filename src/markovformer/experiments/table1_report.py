@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from markovformer.data.recipes.finance import REGIMES
-from markovformer.experiments.report import ExperimentReport, mean_std
+from markovformer.experiments.report import ExperimentReport, mean_std, thread_counts
 from markovformer.experiments.table1_models import DOMAIN_SPECS, MARKOVIAN, METRIC_LABELS, MODELS, ratio_of
 
 
@@ -174,7 +172,7 @@ def write_report(report: ExperimentReport, settings, quick: bool) -> None:
     budget = (
         f"{settings.steps} steps, batch {settings.batch_size} ({settings.ctc_steps} steps, batch "
         f"{settings.ctc_batch_size} for CTC), AdamW lr "
-        f"{settings.lr:g}, cosine decay, seeds {results['seeds']}, {torch.get_num_threads()} intra-op thread(s)"
+        f"{settings.lr:g}, cosine decay, seeds {results['seeds']}, {thread_counts(results['cells'])} intra-op thread(s)"
     )
     report.text(f"Data: {data} (from `{settings.data_dir}`). Every model: {settings.n_layers} layers, "
                 f"{settings.n_heads} heads, SwiGLU FFN, non-causal, mean pooling; the same budget per domain: {budget}."

@@ -321,6 +321,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
     if not writer:
         return metrics
     results = {"val": metrics, "steps": trainer.global_step, "train_seconds": seconds,
+               "threads": torch.get_num_threads(),  # the intra-op threads it trained with (training_threads)
                **({"train_tokens": progress.tokens} if progress.tokens is not None else {}), **task.scoring_settings(),
                **({"train_step_seconds": progress.step_seconds} if progress.step_seconds is not None else {}),
                "reference": bundle.info.get("reference", {})}  # fmt: skip
