@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from padding_masks import mixed_mask, padded_segments
+from saved_memory import bytes_saved_for_backward
 
 from markovformer.ops import dense_lag_bias, lag_bias_attention, lag_matrix
 from markovformer.ops.lag_bias_attention import (
@@ -358,3 +359,29 @@ def test_prediction_lags_place_a_source_lag_where_the_predicting_query_sees_it()
     for source_lag in (1, 2, 4):
         symbol = t + 1 - source_lag  # x_{t+1} depends on x_{t+1-l}
         assert prediction_lags((source_lag,)) == (int(lags[t, symbol]),)
+
+
+@pytest.mark.parametrize("backend", ["auto", "banded"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_window_past_the_sequence_is_global_scope_in_global_memory(backend, causal):
+    """A window of T - 1 or more sees every key: the global result, outputs and gradients, and no more memory for
+    the backward pass than a window of T - 1 (the band used to be as wide as the window asked for, O(T·W))."""
+    length = 40
+    tensors = _inputs(length, order=3, batch=2)
+    mask = mixed_mask(length)[:2]
+
+    def attention(window):
+        return lambda q, k, v, past, future: lag_bias_attention(
+            q, k, v, past, future, window=window, causal=causal, attention_mask=mask, backend=backend)
+
+    expected, expected_grads = _run_with_grads(
+        lambda q, k, v, past, future: lag_bias_attention_naive(q, k, v, past, future, window=None, causal=causal,
+                                                               attention_mask=mask)[0], tensors)  # fmt: skip
+    for window in (length - 1, length, 50 * length):
+        got, got_grads = _run_with_grads(attention(window), tensors)
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+        for got_grad, expected_grad in zip(got_grads, expected_grads, strict=True):
+            torch.testing.assert_close(got_grad, expected_grad, rtol=1e-10, atol=1e-10)
+    leaves = [t.detach().requires_grad_(True) for t in tensors]
+    assert bytes_saved_for_backward(lambda: attention(50 * length)(*leaves)) <= bytes_saved_for_backward(
+        lambda: attention(length - 1)(*leaves))

@@ -10,7 +10,8 @@
   or packed documents), local or global; CUDA only, no dropout.
 - ``"auto"``: ``flex`` on CUDA (without dropout, heads of at least ``FLEX_MIN_HEAD_DIM``, sequences of at least
   ``FLEX_MIN_LENGTH``), packed or not; otherwise ``banded`` for local scope, and for global scope ``naive`` below
-  ``CHUNKED_MIN_LENGTH`` positions (where its few large products win) and ``chunked`` from there.
+  ``CHUNKED_MIN_LENGTH`` positions (where its few large products win) and ``chunked`` from there. A window of at
+  least T - 1 sees every key, so it is global scope here (``banded`` asked for explicitly takes a band of T - 1).
 
 Asking for a backend that cannot run these inputs raises ValueError naming it and the reason.
 """
@@ -125,6 +126,11 @@ def lag_bias_attention(
         (B, H, T, Dv).
     """
     _check_inputs(q, k, v, past_bias, future_bias, window, attention_mask, segment_ids, dropout_p)
+    if window is not None and window >= q.shape[-2] - 1 and backend in ("auto", "banded"):
+        # The band then holds every key: global scope's result. The banded path's memory is O(T·W) in the W asked
+        # for (a 65,536 window at T = 1,024 took 21x the memory of W = T - 1), so "auto" takes the global path
+        # (O(T) memory) and "banded" the band of T - 1.
+        window = None if backend == "auto" else max(q.shape[-2] - 1, 0)
     backend = resolve_backend(backend, q, window, dropout_p, v.shape[-1])
     options = dict(causal=causal, attention_mask=attention_mask, segment_ids=segment_ids)
     if backend == "flex":
