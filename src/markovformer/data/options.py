@@ -6,8 +6,10 @@ from __future__ import annotations
 
 _CHAIN_ONLY = "(kind={kind} only)"
 
-# Options that only add altered copies of the training examples: eval scores the records as they are (off).
-TRAINING_AUGMENTATIONS = ("reverse_complement",)
+# Options that change only how training draws its examples, and the value that reads the data as it is: eval scores
+# each record once (not its reverse complement too) and the training text in contiguous windows (not one window per
+# start token, seq_len times the text).
+TRAINING_ONLY_OPTIONS = {"reverse_complement": False, "window_starts": "contiguous"}
 
 OPTION_HELP: dict[str, str] = {
     # Markov-chain sources
