@@ -265,3 +265,35 @@ def test_eval_of_the_training_text_scores_contiguous_windows_not_one_per_start(t
     plain = build_data(resolve_run_config({**config.to_dict(), "data": {**config.data, "window_starts": "contiguous"},
                                            "output_dir": str(run_dir)}), run_dir)  # fmt: skip
     assert scored["metrics"]["loss"] == pytest.approx(hand_loss(model.eval(), plain.train), rel=1e-6)
+
+
+def test_eval_says_how_many_tokens_at_the_parts_ends_fill_no_window(tmp_path, capsys):
+    """Without data.overlap the windows are contiguous and the last tokens of each part, fewer than a window, are
+    scored nowhere (at seq_len 8,192 some 12 % of a test text), said nowhere but in a docstring. eval --split all
+    counts them: with its windows they make up every character of the file (a character tokenizer); with an
+    overlap none are left."""
+    import random
+
+    from markovformer.cli.main import main
+
+    rng = random.Random(1)
+    text = " ".join(rng.choice(["to", "be", "or", "not", "that"]) for _ in range(1000))
+    (tmp_path / "words.txt").write_text(text)
+    for overlap in (0, 4):
+        values = {"task": "causal_lm", "output_dir": str(tmp_path / f"overlap{overlap}"),
+                  "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2},
+                  "data": {"source": "text", "path": str(tmp_path / "words.txt"), "seq_len": 40, "overlap": overlap},
+                  "trainer": {"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2}}  # fmt: skip
+        train(resolve_run_config(values))
+        results = evaluate(tmp_path / f"overlap{overlap}", "all")
+        config, _, run_dir = load_run(tmp_path / f"overlap{overlap}")
+        bundle = build_data(config, run_dir)
+        windows = sum(len(getattr(bundle, split)[i]["input_ids"]) for split in ("train", "val", "test")
+                      for i in range(len(getattr(bundle, split))))  # fmt: skip
+        if overlap:
+            assert "unscored_tail_tokens" not in results
+        else:
+            assert windows + results["unscored_tail_tokens"] == len(text) and results["unscored_tail_tokens"] > 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "overlap0"), "--split", "test"]) == 0
+    assert "at the end of the test part fill no window of seq_len + 1" in capsys.readouterr().out

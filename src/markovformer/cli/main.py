@@ -281,6 +281,10 @@ def run_eval(args: argparse.Namespace) -> None:
               f"{weights['source']} at step {weights['step']}" + ("" if weights["run_finished"] else
                                                                   ": the run is unfinished"))  # fmt: skip
     print(f"{results['run_dir']} [{results['split']}, {results['examples']} examples] ({scored}): {shown}")
+    if "unscored_tail_tokens" in results:
+        from markovformer.training.run_report import unscored_tail  # deferred (see above)
+
+        print(f"  {unscored_tail(results['unscored_tail_tokens'], results['split'])}")
     if "per_class" in results:
         print_per_class(results["per_class"])
     if args.predictions:

@@ -90,6 +90,11 @@ class JoinedSplits:
     def __len__(self) -> int:
         return sum(len(split) for split in self.splits)
 
+    @property
+    def tail_tokens(self) -> int:
+        """The splits' tokens in no example (``StoreWindows.tail_tokens``), summed."""
+        return sum(getattr(split, "tail_tokens", 0) for split in self.splits)
+
     def __getitem__(self, index: int) -> dict[str, Tensor]:
         if not -len(self) <= index < len(self):
             raise IndexError(f"example {index} of {len(self)}")

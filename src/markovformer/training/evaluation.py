@@ -223,5 +223,6 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
         atomic_write_text(predictions, metrics.table())
     results = {"split": split, "examples": len(examples), "run_dir": str(run_dir), "weights": weights,
                "metrics": metrics.compute(), **metrics.breakdown(), **task.scoring_settings(),
-               **({"changed_data_files": changed} if changed else {})}  # fmt: skip
+               **({"changed_data_files": changed} if changed else {}),
+               **({"unscored_tail_tokens": examples.tail_tokens} if getattr(examples, "tail_tokens", 0) else {})}
     return {**results, **reference_results(bundle.info.get("reference", {}), split)}

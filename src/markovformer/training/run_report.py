@@ -14,9 +14,18 @@ from markovformer.training.tasks import model_inputs
 SPLIT_NAMES = {"train": "training", "val": "validation", "test": "test"}
 
 
+def unscored_tail(tokens: int, split: str) -> str:
+    """The line that says the last ``tokens`` of a split (of each part for ``all``) fill no window: scored nowhere."""
+    where = "at the ends of the three parts" if split == "all" else f"at the end of the {SPLIT_NAMES[split]} part"
+    return (f"{tokens:,} tokens {where} fill no window of seq_len + 1 and are not scored (data.overlap > 0 keeps a "
+            f"last shorter window)")
+
+
 def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) -> None:
     sizes = ", ".join(f"{s} {len(getattr(bundle, s)):,}" for s in ("train", "val", "test"))
     print(f"data: {config.data['source']} ({sizes} examples)", flush=True)
+    if getattr(bundle.val, "tail_tokens", 0):
+        print(f"  {unscored_tail(bundle.val.tail_tokens, 'val')}", flush=True)
     repeats = bundle.info.get("repeats_training", {})
     if repeats:
         which = " and ".join(f"{count:,} of {len(getattr(bundle, split)):,} {SPLIT_NAMES[split]}"

@@ -31,6 +31,11 @@ class StoreWindows:
     def __len__(self) -> int:
         return self.count
 
+    @property
+    def tail_tokens(self) -> int:
+        """The tokens after the last window, in no example: without overlap, the tail shorter than a window."""
+        return max(self.stop - self.start - self.count * self.length, 0) if self.overlap == 0 else 0
+
     def window(self, index: int) -> tuple[int, int]:
         """Token offsets [begin, end) of example ``index`` in the store."""
         if not -self.count <= index < self.count:
@@ -56,6 +61,10 @@ class RandomStarts(StoreWindows):
         super().__init__(store, start, stop, seq_len, 0, position_ids)
         self.stride = 1
         self.count = max(self.stop - self.start - self.length + 1, 0)
+
+    @property
+    def tail_tokens(self) -> int:
+        return 0  # every token is in some window
 
 
 def store_example(store: TokenStore, begin: int, end: int, overlap: int = 0, position_ids: bool = False) -> dict:
