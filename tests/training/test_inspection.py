@@ -347,7 +347,7 @@ def test_a_global_position_bias_layers_profile_and_lag_convention_say_what_it_re
     assert main(["train", str(tmp_path / "t5.yaml")]) == 0
     page = write_inspection_report(tmp_path / "run").read_text()
     reach = inspection.GLOBAL_PROFILE_REACH
-    assert f"without a window, else {reach}), over queries {reach}..23 of the first 32" in page
+    assert f"without a window, else {reach}): lags 0..{reach}, over queries {reach}..23 of the first 32" in page
     assert "has no bias" not in page and "gets no Markov bias" in page
 
 

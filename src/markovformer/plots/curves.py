@@ -19,6 +19,7 @@ _INDEX_COLUMNS = ("step", "epoch")
 _SPLITS = ("train/", "val/", "validation/", "test/")
 _UNITS = {
     "loss": "loss (nats)",
+    "loss by order n": "loss (nats)",
     "bits_per_token": "bits per token",
     "learning rate": "learning rate",
     "perplexity": "perplexity",

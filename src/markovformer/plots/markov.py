@@ -10,6 +10,7 @@ future lag k is the key at t + k, labelled ``-k``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -272,6 +273,35 @@ def _gate_cell(ax, alpha: np.ndarray, direction: str, null_slot: bool, tokens: S
 # --------------------------------------------------------------------------- attention maps
 
 
+@dataclass(frozen=True)
+class WeightScale:
+    """How attention weights are coloured and named: probabilities (every value in 0..1) on a fixed 0..1 scale with a
+    square-root stretch; any other weights (RetNet's signed, unnormalised retention, Linformer's weights carried back
+    through its projection) on a linear scale symmetric around 0 that holds the largest magnitude, so that no value
+    is clipped to the end of the scale and a negative weight never reads as no attention."""
+
+    probabilities: bool
+    norm: Normalize
+    cmap: object
+    label: str
+    noun: str  # "probabilities" or "weights", for titles
+
+
+def weight_scale(values: Sequence[np.ndarray]) -> WeightScale:
+    """The ``WeightScale`` of the maps ``values`` (drawn together, so on one scale)."""
+    low = min((float(np.min(v)) for v in values if v.size), default=0.0)
+    high = max((float(np.max(v)) for v in values if v.size), default=0.0)
+    if low >= 0.0 and high <= 1.0 + PROBABILITY_SLACK:
+        return WeightScale(True, PowerNorm(0.5, vmin=0.0, vmax=1.0), colormaps["magma_r"],
+                           "attention probability (square-root colour scale)", "probabilities")  # fmt: skip
+    largest = max(abs(low), abs(high)) or 1.0
+    return WeightScale(False, Normalize(-largest, largest), colormaps["RdBu_r"],
+                       "attention weight (signed, not a probability; linear scale)", "weights")  # fmt: skip
+
+
+PROBABILITY_SLACK = 1e-5  # a softmax row's largest entry may round a little above 1 in float32
+
+
 def plot_attention_maps(
     attentions: list[Tensor | None],
     layers: list[int],
@@ -281,14 +311,28 @@ def plot_attention_maps(
     tokens: Sequence[str] | None = None,
     head_labels: dict[int, Sequence[str]] | None = None,
 ) -> Path:
-    """T x T attention probabilities of one example; returns ``out``.
+    """``attention_maps_figure`` saved as a PNG to ``out``; returns ``out``."""
+    return save_figure(attention_maps_figure(attentions, layers, example, heads, tokens, head_labels), out)
+
+
+def attention_maps_figure(
+    attentions: list[Tensor | None],
+    layers: list[int],
+    example: int = 0,
+    heads: list[int] | None = None,
+    tokens: Sequence[str] | None = None,
+    head_labels: dict[int, Sequence[str]] | None = None,
+):
+    """T x T attention weights of one example.
 
     A grid with one row per chosen layer and one column per chosen head (default: all of each layer's maps; a
     layer with fewer leaves its last cells empty), query positions down the rows and key positions across the
-    columns. All maps share a 0..1 colour scale with a square-root stretch so that small probabilities spread over
-    long contexts remain visible. Tokens label the axes when T <= 32. ``head_labels`` ({layer: one label per map})
-    names the maps of a layer whose maps are not one per head (hybrid_parallel: each head's Markov part, then its
-    random-feature part); the others are ``head h``.
+    columns. All maps share one colour scale (``weight_scale``): probabilities on 0..1 with a square-root stretch
+    so that small probabilities spread over long contexts remain visible; weights outside 0..1 (RetNet's signed
+    retention, Linformer's) on a linear scale symmetric around 0, titled weights, not probabilities. Tokens label
+    the axes when T <= 32. ``head_labels`` ({layer: one label per map}) names the maps of a layer whose maps are
+    not one per head (hybrid_parallel: each head's Markov part, then its random-feature part); the others are
+    ``head h``.
     """
     if not layers:
         raise ValueError("layers is empty: choose at least one layer to draw")
@@ -310,27 +354,27 @@ def plot_attention_maps(
     columns = max(len(chosen) for chosen in row_heads)
     seq_len = maps[0].shape[-1]
     _check_tokens(tokens, seq_len)
+    scale = weight_scale([weights[chosen] for weights, chosen in zip(maps, row_heads, strict=True)])
 
     cell = min(max(0.12 * seq_len, 2.2), 4.0)
     figure = new_figure(columns * cell + 1.6, len(layers) * (cell + 0.5) + 0.8)
     axes = figure.subplots(len(layers), columns, squeeze=False)
-    figure.suptitle(f"Attention probabilities of example {example} (rows: query, columns: key)")
-    norm = PowerNorm(0.5, vmin=0.0, vmax=1.0)
+    figure.suptitle(f"Attention {scale.noun} of example {example} (rows: query, columns: key)")
     image = None
     for row, (layer, weights) in enumerate(zip(layers, maps, strict=True)):
         for ax in axes[row, len(row_heads[row]) :]:
             ax.set_axis_off()
         for column, head in enumerate(row_heads[row]):
             ax = axes[row, column]
-            image = ax.imshow(weights[head], cmap="magma_r", norm=norm, interpolation="nearest")
+            image = ax.imshow(weights[head], cmap=scale.cmap, norm=scale.norm, interpolation="nearest")
             ax.set_title(f"layer {layer}, {_head_label(head_labels, layer, head)}", fontsize=9)
             _token_ticks(ax, tokens, seq_len, limit=32, axes="xy")
             if column == 0:
                 ax.set_ylabel("query position")
             if row == len(layers) - 1:
                 ax.set_xlabel("key position")
-    figure.colorbar(image, ax=axes, shrink=0.8, label="attention probability (square-root colour scale)")
-    return save_figure(figure, out)
+    figure.colorbar(image, ax=axes, shrink=0.8, label=scale.label)
+    return figure
 
 
 # --------------------------------------------------------------------------- attention by lag
@@ -338,68 +382,111 @@ def plot_attention_maps(
 
 def plot_attention_lag_profile(profiles: dict[int, Tensor | np.ndarray], out: Path,
                                true_lags: Sequence[int] | None = None,
-                               head_labels: dict[int, Sequence[str]] | None = None) -> Path:  # fmt: skip
+                               head_labels: dict[int, Sequence[str]] | None = None,
+                               future: dict[int, Tensor | np.ndarray] | None = None) -> Path:  # fmt: skip
     """``attention_lag_figure`` saved as a PNG to ``out``; returns ``out``."""
-    return save_figure(attention_lag_figure(profiles, true_lags, head_labels), out)
+    return save_figure(attention_lag_figure(profiles, true_lags, head_labels, future), out)
 
 
 MAX_LAG_TICKS = 12  # more lag ticks than this would overlap in a panel: every few lags are labelled instead
+WHOLE = 0.995  # a panel whose lags hold less of every query's attention than this says how much they hold
+
+
+def lag_rows(profiles: dict[int, np.ndarray], future: dict[int, np.ndarray] | None = None
+             ) -> dict[int, tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+    """{layer: (lags, (H, n) values)}: what each panel of ``attention_lag_figure`` draws. A layer with a ``future``
+    profile (column k: the key k tokens after the query) is drawn over lags -L..L (lag k = t - j: the key -k
+    tokens after the query at negative k), the others over 0..L. Lags past the last one any layer attends on either
+    side (beyond a window: exactly 0 for every head) are left out."""
+    future = future or {}
+    for layer, profile in profiles.items():
+        if profile.ndim != 2 or profile.shape[1] < 2:
+            raise ValueError(f"layer {layer} profile: expected (heads, lags >= 2), got {profile.shape}")
+        if layer in future and future[layer].shape != profile.shape:
+            raise ValueError(f"layer {layer}: future profile {future[layer].shape} for a past one {profile.shape}")
+    attended = [np.flatnonzero((side != 0).any(axis=0)) for side in [*profiles.values(), *future.values()]]
+    last = max(max([int(found[-1]) for found in attended if len(found)], default=1), 1)
+    rows = {}
+    for layer, profile in profiles.items():
+        past = profile[:, : last + 1]
+        if layer in future:
+            ahead = future[layer][:, 1 : last + 1][:, ::-1]  # keys last..1 tokens after the query: lags -last..-1
+            rows[layer] = (np.arange(-ahead.shape[1], past.shape[1]), np.concatenate([ahead, past], axis=1))
+        else:
+            rows[layer] = (np.arange(past.shape[1]), past)
+    return rows
 
 
 def attention_lag_figure(profiles: dict[int, Tensor | np.ndarray], true_lags: Sequence[int] | None = None,
-                         head_labels: dict[int, Sequence[str]] | None = None):  # fmt: skip
-    """Which offset each head prefers: mean attention probability against the lag k = 0..L.
+                         head_labels: dict[int, Sequence[str]] | None = None,
+                         future: dict[int, Tensor | np.ndarray] | None = None):  # fmt: skip
+    """Which offset each head prefers: mean attention weight against the lag k.
 
-    ``profiles`` maps a layer index to its (H, L + 1) profile (``training.inspection.attention_by_lag``; L may
-    differ between layers, each read up to its own window). One panel per layer, one line per head (markers at the
-    measured lags only, k is an integer; ``head_labels`` as in ``plot_attention_maps``), a probability axis from 0
-    fitted to the largest mean (a flat profile is not flattened further by a 0..1 axis); ``true_lags`` are shaded,
-    and the title names those beyond every panel's lags. Lags past the last one any head attends (beyond a window:
-    exactly 0 for every head) are not drawn, and the title says so. Unlike a T x T map this shows a head's
-    preference at a glance.
+    ``profiles`` maps a layer index to its (H, L + 1) profile over the keys k = 0..L tokens before the query
+    (``training.inspection.attention_by_lag``; L may differ between layers, each read up to its own window);
+    ``future``, for a bidirectional layer, its (H, L + 1) profile over the keys k = 0..L tokens after the query,
+    drawn at lags -L..-1 (``lag_rows``). One panel per layer, one line per head (markers at the measured lags only,
+    k is an integer; ``head_labels`` as in ``plot_attention_maps``). Probabilities get an axis from 0 fitted to the
+    largest mean (a flat profile is not flattened further by a 0..1 axis), and a panel whose lags hold less than
+    all of the attention (a global layer read to a few lags) says how much they hold; other weights (RetNet's
+    signed retention) get an axis that holds their negative means too. ``true_lags`` are shaded, and the title
+    names those beyond every panel's lags. Lags past the last one any head attends (beyond a window: exactly 0 for
+    every head) are not drawn, and the title says so. Unlike a T x T map this shows a head's preference at a glance.
     """
     if not profiles:
         raise ValueError("profiles is empty: no layer returned attention weights")
     arrays = {layer: _array(profile) for layer, profile in profiles.items()}
-    for layer, profile in arrays.items():
-        if profile.ndim != 2 or profile.shape[1] < 2:
-            raise ValueError(f"layer {layer} profile: expected (heads, lags >= 2), got {profile.shape}")
-    attended = [np.flatnonzero((profile > 0).any(axis=0)) for profile in arrays.values()]
-    last = max([int(found[-1]) for found in attended if len(found)], default=1)
-    dropped = any(profile.shape[1] > last + 1 for profile in arrays.values())
-    arrays = {layer: profile[:, : max(last + 1, 2)] for layer, profile in arrays.items()}
-    top = max(float(profile.max()) for profile in arrays.values())
-    figure = new_figure(4.6 * len(arrays) + 0.8, 3.8)
-    axes = figure.subplots(1, len(arrays), sharey=True, squeeze=False)[0]
-    legends = {layer: [_head_label(head_labels, layer, head) for head in range(len(profile))]
-               for layer, profile in arrays.items()}  # fmt: skip
-    for ax, (layer, profile) in zip(axes, arrays.items(), strict=True):
-        lags = np.arange(profile.shape[1])
+    ahead = {layer: _array(profile) for layer, profile in (future or {}).items()}
+    rows = lag_rows(arrays, ahead)
+    dropped = any(len(lags) < arrays[layer].shape[1] + (arrays[layer].shape[1] - 1) * (layer in ahead)
+                  for layer, (lags, _) in rows.items())  # fmt: skip
+    last = max(int(lags[-1]) for lags, _ in rows.values())
+    scale = weight_scale([values for _, values in rows.values()])
+    top = max(float(values.max()) for _, values in rows.values())
+    bottom = min(float(values.min()) for _, values in rows.values())
+    figure = new_figure(4.6 * len(rows) + 0.8, 3.8)
+    axes = figure.subplots(1, len(rows), sharey=True, squeeze=False)[0]
+    legends = {layer: [_head_label(head_labels, layer, head) for head in range(len(values))]
+               for layer, (_, values) in rows.items()}  # fmt: skip
+    for ax, (layer, (lags, values)) in zip(axes, rows.items(), strict=True):
         for lag in true_lags or ():
-            if lag < len(lags):
+            if lag <= lags[-1]:
                 ax.axvspan(lag - 0.4, lag + 0.4, color="gold", alpha=0.35, lw=0)
-        for head, row in enumerate(profile):
+        for head, row in enumerate(values):
             ax.plot(lags, row, marker="o", markersize=4 if len(lags) <= 17 else 2.5, lw=1.2,
                     label=legends[layer][head])  # fmt: skip
-        ax.set_xticks(lags[:: -(-len(lags) // MAX_LAG_TICKS)])
-        ax.set_xlabel("lag k (key k tokens before the query; 0 = itself)", fontsize=9)
-        ax.set_title(f"layer {layer}", fontsize=10)
-        ax.set_ylim(0, min(1.0, 1.1 * top) if top > 0 else 1.0)
+        step = -(-len(lags) // MAX_LAG_TICKS)
+        ax.set_xticks([lag for lag in lags if lag % step == 0])
+        ax.set_xlabel("lag k = t \u2212 j (k < 0: the key \u2212k tokens after the query)" if lags[0] < 0 else
+                      "lag k (key k tokens before the query; 0 = itself)", fontsize=9)  # fmt: skip
+        title = f"layer {layer}"
+        held = values.sum(axis=1)
+        if scale.probabilities and held.min() < WHOLE:
+            title += (f"\n(lags drawn: {held.min():.0%}\u2013{held.max():.0%} of the attention)" if held.max() -
+                      held.min() >= 0.005 else f"\n(lags drawn: {held.max():.0%} of the attention)")  # fmt: skip
+        ax.set_title(title, fontsize=10)
+        if scale.probabilities:
+            ax.set_ylim(0, min(1.0, 1.1 * top) if top > 0 else 1.0)
+        else:
+            margin = 0.1 * ((max(top, 0.0) - min(bottom, 0.0)) or 1.0)
+            ax.set_ylim(min(bottom, 0.0) - margin, max(top, 0.0) + margin)
+            ax.axhline(0.0, color="black", lw=0.8)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("mean attention probability")
+    axes[0].set_ylabel("mean attention probability" if scale.probabilities else
+                       "mean attention weight (signed, not a probability)")  # fmt: skip
     last_legend = list(legends.values())[-1]
     for ax, legend in zip(axes, legends.values(), strict=True):  # one legend, unless the panels' heads differ
         if ax is axes[-1] or legend != last_legend:
             ax.legend(fontsize=7, loc="upper right")
     title = "Attention by lag"
-    drawn = max(profile.shape[1] for profile in arrays.values()) - 1
-    shown = [lag for lag in true_lags or () if lag <= drawn]
+    shown = [lag for lag in true_lags or () if lag <= last]
     if shown:
         title += f" (shaded: the chain's lags {', '.join(map(str, shown))})"
-    beyond = _lags_beyond(true_lags or (), drawn, f"the lags drawn (0..{drawn})")
+    beyond = _lags_beyond(true_lags or (), last, f"the lags drawn (0..{last})")
     if beyond:  # each note on its own line: a one-panel figure is too narrow for them side by side
         title += f"\nthe chain's {beyond}"
     if dropped:
-        title += f"\nlags > {last}, past the window and never attended, not drawn"
+        past = f"lags beyond \u00b1{last}" if ahead else f"lags > {last}"
+        title += f"\n{past}, past the window and never attended, not drawn"
     figure.suptitle(title, fontsize=11)
     return figure
