@@ -339,6 +339,22 @@ def test_wer_with_label_names_joins_characters_and_splits_words_on_spaces():
     assert empty.compute()["cer"] == pytest.approx((1 + 5) / 3)
 
 
+def test_a_reference_of_spaces_alone_counts_its_characters_in_the_cer():
+    """(it was scored as a reference with no characters: its spaces left the CER's total, and a hypothesis that
+    missed them counted no error)"""
+    names = ["<blank>", "a", "b", " ", "c"]  # id 3 is the space
+    metrics = task_metrics("ctc", label_names=names)
+    spaces = {"labels": torch.tensor([[3, 3, -100, -100, -100], [4, 1, 1, 3, 2]]),
+              "attention_mask": torch.tensor([[1, 1, 1, 0, 0, 0, 0, 0], [1] * 8])}  # fmt: skip
+    logits = torch.stack([frames([0, 0, 0, 0, 0, 0, 0, 0]), CTC_LOGITS[1]])  # hypotheses "" and "cca b"
+    metrics.update(fake_output(1.5, logits), spaces)
+    # "  " -> "": two deletions; "caa b" -> "cca b": one substitution; over 2 + 5 reference characters
+    assert word_edit_distance(list("  "), []) == 2
+    assert metrics.compute()["cer"] == pytest.approx((2 + 1) / (2 + 5))
+    # words: "  " has none (nothing hypothesised, no error), "caa b" two with one substituted
+    assert metrics.compute()["wer"] == pytest.approx(1 / 2)
+
+
 def test_wer_uses_the_full_length_without_an_attention_mask():
     metrics = task_metrics("ctc")
     metrics.update(fake_output(1.0, CTC_LOGITS[:1]), {"labels": torch.tensor([[1, 2, 3, 4]])})

@@ -50,22 +50,27 @@ class CTCMetrics(LossMetric):
         logits = output.logits.detach().float()
         mask = batch.get("attention_mask")
         lengths = mask.long().sum(-1) if mask is not None else torch.full((len(labels),), logits.shape[1])
-        hypotheses, references = [], []
+        hypotheses, references = [], []  # WER's pairs: references of at least one word
+        characters, texts = [], []  # CER's: references of at least one character (spaces count)
         for hypothesis, reference in zip(greedy_ctc_decode(logits, lengths), labels.tolist(), strict=True):
             words = symbols_to_words([r for r in reference if r != -100], self.label_names)
+            said = symbols_to_words(hypothesis, self.label_names)
             if self.keep_predictions:
-                self.predictions.append((words, symbols_to_words(hypothesis, self.label_names)))
+                self.predictions.append((words, said))
             if words.strip():
-                hypotheses.append(symbols_to_words(hypothesis, self.label_names))
+                hypotheses.append(said)
                 references.append(words)
             else:  # no reference words: every hypothesised word is an insertion (torchmetrics refuses such pairs)
-                self.wer.errors += len(symbols_to_words(hypothesis, self.label_names).split())
-                if self.cer is not None:  # (and every character of it)
-                    self.cer.errors += len(symbols_to_words(hypothesis, self.label_names))
+                self.wer.errors += len(said.split())
+            if words:  # a reference of spaces alone has characters to get right (it was left out of the CER)
+                characters.append(said)
+                texts.append(words)
+            elif self.cer is not None:  # no reference characters: every hypothesised one is an insertion
+                self.cer.errors += len(said)
         if references:
             self.wer.update(hypotheses, references)
-            if self.cer is not None:
-                self.cer.update(hypotheses, references)
+        if texts and self.cer is not None:
+            self.cer.update(characters, texts)
 
     def compute(self) -> dict[str, float]:
         rates = {"wer": float(self.wer.compute())}
