@@ -202,7 +202,8 @@ def speech_bundle(
     parts: dict[str, list[tuple[Tensor, Tensor]]], splits: dict, info: dict | None = None, stack: int = 1
 ) -> DataBundle:
     """A CTC DataBundle of ``train``/``val``/``test`` ``(features, label ids)`` lists: features normalised per
-    dimension with the mean and (population) std of every training frame, then ``stack`` frames to one
+    dimension with the mean and (population) std of every training frame (without training utterances: left as
+    read, statistics 0 and 1, for ``eval`` to normalise with a run's), then ``stack`` frames to one
     (``stack_frames``; zero padding is the training mean).
 
     Example: {"input_features": (T / stack, stack * F) float32, "labels": (L,) long, characters 1..28 (0 is the
@@ -210,17 +211,22 @@ def speech_bundle(
     {"mean", "std"} per original dimension, "stack_frames": stack}.
     """
     check_stack_frames(stack)
-    if not parts["train"]:
-        raise ValueError("the speech data has no training utterance")
-    frames = torch.cat([features for features, _ in parts["train"]]).double()
-    mean, std = frames.mean(0), frames.std(0, correction=0)
-    std[std == 0] = 1.0
+    if parts["train"]:
+        frames = torch.cat([features for features, _ in parts["train"]]).double()
+        mean, std = frames.mean(0), frames.std(0, correction=0)
+        std[std == 0] = 1.0
+    else:  # data to score with a trained run (eval --data ... fractions=[0,0,1]): the features as read, which eval
+        # normalises with the run's own statistics (training refuses a split without examples)
+        width = next((features.shape[1] for split in parts.values() for features, _ in split), None)
+        if width is None:
+            raise ValueError("the speech data has no utterance")
+        mean, std = torch.zeros(width, dtype=torch.float64), torch.ones(width, dtype=torch.float64)
     examples = {
         name: [{"input_features": stack_frames(((features - mean) / std).float(), stack), "labels": ids}
                for features, ids in parts[name]]
         for name in ("train", "val", "test")
     }  # fmt: skip
-    info = {"input_dim": stack * frames.shape[1], "num_labels": len(CTC_LABEL_NAMES),
+    info = {"input_dim": stack * len(mean), "num_labels": len(CTC_LABEL_NAMES),
             "label_names": list(CTC_LABEL_NAMES), "normalisation": {"mean": mean.tolist(), "std": std.tolist()},
             "stack_frames": stack, **(info or {})}  # fmt: skip
     return DataBundle(**examples, info=info, splits=splits)

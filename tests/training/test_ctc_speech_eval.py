@@ -1,0 +1,72 @@
+"""A CTC run on recordings (``audio_manifest``) scored with ``eval --data``: another manifest as a test set of its
+own, and audio turned into features otherwise than the run's training data was."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from markovformer.cli.main import main
+from markovformer.data.readers.audio import write_wav
+from markovformer.training.run_config import resolve_run_config
+from markovformer.training.runner import train
+
+
+def _manifest(folder, texts: list[str]):
+    folder.mkdir()
+    lines = []
+    for index, text in enumerate(texts):  # one tone per utterance, long enough for its characters at 10 ms frames
+        t = torch.arange(int(0.04 * len(text) * 8000), dtype=torch.float64) / 8000
+        write_wav(folder / f"{index}.wav", 0.5 * torch.sin(2 * math.pi * (300 + 40 * index) * t), 8000)
+        lines.append(f"{index}.wav\t{text}")
+    (folder / "manifest.tsv").write_text("\n".join(lines) + "\n")
+    return folder / "manifest.tsv"
+
+
+TEXTS = ["ab", "ba", "a b", "bb", "abba", "b a", "aa", "ab ba", "ba ab", "a", "b", "aab"]
+
+
+@pytest.fixture(scope="module")
+def speech_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("speech")
+    manifest = _manifest(root / "audio", TEXTS)
+    values = {"task": "ctc", "output_dir": str(root / "run"),
+              "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2, "causal": False},
+              "data": {"source": "audio_manifest", "path": str(manifest), "fractions": [0.5, 0.25, 0.25],
+                       "stack_frames": 2},
+              "trainer": {"max_steps": 2, "batch_size": 4, "eval_every": 2, "checkpoint_every": 2, "log_every": 2,
+                          "warmup_steps": 1}}  # fmt: skip
+    train(resolve_run_config(values))
+    return root
+
+
+def scored(capsys, *argv: str) -> dict:
+    capsys.readouterr()
+    assert main(["eval", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_manifest_of_its_own_is_a_test_set_normalised_as_the_runs_data(speech_run, capsys):
+    """(``fractions=[0,0,1]`` was refused: "the speech data has no training utterance", the statistics being fitted
+    on the scored data's own training part; a run's features are normalised with its own)"""
+    run, manifest = speech_run / "run", speech_run / "audio" / "manifest.tsv"
+    whole = scored(capsys, str(run), "--split", "all")
+    alone = scored(capsys, str(run), "--split", "test", "--data", f"path={manifest}", "fractions=[0,0,1]")
+    assert alone["examples"] == whole["examples"] == len(TEXTS)
+    # the same utterances (in another order) with the same features: the same corpus rates and mean loss
+    for key in ("loss", "wer", "cer"):
+        assert alone["metrics"][key] == pytest.approx(whole["metrics"][key], rel=1e-5), key
+
+
+def test_audio_turned_into_other_features_than_the_runs_is_refused(speech_run, capsys):
+    """(``--data sample_rate=16000`` made 16 kHz log-Mel frames of the run's width, which its 8 kHz model scored
+    without a word)"""
+    run = speech_run / "run"
+    for option, said in (("sample_rate=16000", "'sample_rate': 16000"), ("stack_frames=1", "stacked per input 1")):
+        capsys.readouterr()
+        assert main(["eval", str(run), "--split", "all", "--data", option]) == 2
+        error = capsys.readouterr().err
+        assert said in error and "data.json" in error and len(error.strip().splitlines()) == 1, error
