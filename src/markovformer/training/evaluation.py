@@ -123,6 +123,25 @@ def check_same_names(run_dir: Path, info: dict) -> None:
                               f"order, from {run_dir / 'data.json'}): the model reads them by position")  # fmt: skip
 
 
+FRONT_END = (("log_mel", "log-Mel front end"), ("stack_frames", "frames stacked per input"))  # what speech data records
+
+
+def check_same_front_end(run_dir: Path, info: dict) -> None:
+    """ConfigError when speech given to score a run (``eval --data``: another file, a ``sample_rate``) was turned into
+    features otherwise than the run's training data was (``FRONT_END``): a model trained on 8 kHz log-Mel frames
+    read 16 kHz ones of the same width without a word, and transcribed nearly nothing right."""
+    saved = read_data_info(run_dir)
+    for key, what in FRONT_END:
+        if saved.get(key) is not None and info.get(key) is not None and saved[key] != info[key]:
+            given, run = info[key], saved[key]
+            if isinstance(given, dict) and isinstance(run, dict):  # the settings that differ, not the whole record
+                given, run = ({name: side.get(name) for name in sorted(set(given) | set(run))
+                               if given.get(name) != run.get(name)} for side in (given, run))  # fmt: skip
+            raise ConfigError(f"the data's {what} {given} is not the run's {run} (from {run_dir / 'data.json'}): "
+                              f"its model reads features made as its training data's were; keep the run's data "
+                              f"options (WAVs of any rate are resampled to its sample_rate)")  # fmt: skip
+
+
 def check_same_source(source: str, overrides: dict) -> None:
     """ConfigError when the data options given to score a run (``eval --data``) name another data source than the
     run's: they re-point the run's data (another file, another length), while the model was trained for its source's
@@ -203,6 +222,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     task = build_run_task(config, bundle)
     check_same_tokenizer(run_dir, bundle)
     check_same_names(run_dir, bundle.info)
+    check_same_front_end(run_dir, bundle.info)
     examples = scored_split(bundle, split, run_dir)
     task.describe_split(examples, bundle.tokenizer)
     task.check_scored(model, examples, split)
