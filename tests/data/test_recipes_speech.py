@@ -162,6 +162,20 @@ def test_wav_round_trip_and_other_sample_widths(tmp_path):
         read_wav(tmp_path / "d.wav")
 
 
+def test_a_wav_cut_short_is_refused_naming_the_file(tmp_path):
+    """(a file cut inside a sample failed with numpy's "buffer size must be a multiple of element size", naming no
+    file; one cut between samples read part of the recording without a word; one cut in its header said "()")"""
+    write_wav(tmp_path / "whole.wav", _tone(500.0, 0.05, 8000), 8000)  # 400 16-bit samples after a 44-byte header
+    data = (tmp_path / "whole.wav").read_bytes()
+    assert len(data) == 44 + 2 * 400
+    for size, message in ((44 + 2 * 100 + 1, "ends inside a sample"), (44 + 2 * 100, "100 of the 400 samples"),
+                          (30, "ends before its header does"), (0, "cannot read as a PCM WAV")):  # fmt: skip
+        (tmp_path / "cut.wav").write_bytes(data[:size])
+        with pytest.raises(ValueError, match=message) as error:
+            read_wav(tmp_path / "cut.wav")
+        assert str(error.value).startswith(f"{tmp_path / 'cut.wav'}: ")
+
+
 def test_transcripts_encode_to_ctc_ids():
     ids = encode_transcript("  Twenty   ONE ")
     assert ids.tolist() == [ALPHABET.index(c) + 1 for c in "twenty one"]

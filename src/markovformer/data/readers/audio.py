@@ -136,16 +136,28 @@ def resample(waveform: Tensor, from_rate: int, to_rate: int) -> Tensor:
     return torch.fft.irfft(cut, n=new_length) * (new_length / length)
 
 
+# A data chunk size that recorders writing a stream leave in the header (its length unknown): read to the end.
+STREAMED_FRAMES = 0xFFFFFFFF
+
+
 def read_wav(path: str | Path) -> tuple[Tensor, int]:
     """(samples float64 in [-1, 1), sample rate) of an uncompressed PCM WAV (8, 16, 24 or 32 bit); several
-    channels are averaged. Other formats raise ValueError naming the file."""
+    channels are averaged. Other formats, and a file cut short of the samples its header declares, raise ValueError
+    naming the file."""
     path = Path(path)
     try:
         with wave.open(str(path), "rb") as handle:
             channels, width, rate = handle.getnchannels(), handle.getsampwidth(), handle.getframerate()
-            raw = handle.readframes(handle.getnframes())
-    except (OSError, EOFError, wave.Error) as error:
-        raise ValueError(f"{path}: cannot read as a PCM WAV file ({error})") from None
+            declared = handle.getnframes()
+            raw = handle.readframes(declared)
+    except (OSError, EOFError, wave.Error) as error:  # an EOFError says nothing: the file ends inside its header
+        reason = str(error) or "the file ends before its header does"
+        raise ValueError(f"{path}: cannot read as a PCM WAV file ({reason})") from None
+    if len(raw) % (width * channels):  # a sample cut in two (numpy's error named no file)
+        raise ValueError(f"{path}: the WAV file ends inside a sample: cut short after {len(raw)} bytes of audio")
+    if len(raw) < declared * width * channels and declared < STREAMED_FRAMES // (width * channels):
+        raise ValueError(f"{path}: the WAV file is cut short: {len(raw) // (width * channels)} of the "
+                         f"{declared} samples its header declares")  # fmt: skip
     if width == 1:  # 8-bit WAV is unsigned
         samples = (np.frombuffer(raw, dtype=np.uint8).astype(np.float64) - 128.0) / 128.0
     elif width == 3:
