@@ -70,3 +70,20 @@ def test_audio_turned_into_other_features_than_the_runs_is_refused(speech_run, c
         assert main(["eval", str(run), "--split", "all", "--data", option]) == 2
         error = capsys.readouterr().err
         assert said in error and "data.json" in error and len(error.strip().splitlines()) == 1, error
+
+
+def test_utterances_too_short_for_their_transcripts_are_said_beside_the_infinite_loss(speech_run, capsys):
+    """(the loss read ``inf``, ``null`` in JSON, without a word of why)"""
+    folder = speech_run / "short"
+    manifest = _manifest(folder, ["ab", "ba"])
+    write_wav(folder / "tiny.wav", 0.3 * torch.sin(torch.arange(400, dtype=torch.float64)), 8000)  # 4 frames
+    with manifest.open("a") as handle:  # 4 frames stacked by 2: 2 inputs for "aabb", which needs 4 + 2
+        handle.write("tiny.wav\taabb\n")
+    capsys.readouterr()
+    assert main(["eval", str(speech_run / "run"), "--split", "test", "--data", f"path={manifest}", "fractions=[0,0,1]",
+                 "--json"]) == 0  # fmt: skip
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["metrics"]["loss"] is None  # JSON's inf
+    warning = printed.err
+    assert "1 of the 3 scored utterances have fewer frames than their labels need" in warning
+    assert "example 2, from 0: 2 frames for 4 labels, which need 6" in warning

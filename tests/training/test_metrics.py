@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCTC
 from markovformer.training.run_config import ConfigError, TrainerConfig, resolve_run_config
 from markovformer.training.tasks import CausalLMOptions, build_task
-from markovformer.training.tasks.ctc import greedy_ctc_decode, symbols_to_words
+from markovformer.training.tasks.ctc import frames_needed, greedy_ctc_decode, symbols_to_words
 
 
 def task_metrics(task: str, num_labels=None, label_names=None, orders=()):
@@ -262,6 +262,20 @@ def test_greedy_ctc_decode_merges_repeats_drops_blanks_and_respects_lengths():
     # with a length cutting a run of repeats and a different blank index
     assert greedy_ctc_decode(frames([2, 2, 1, 2])[None], torch.tensor([4]), blank=2) == [[1]]
     assert greedy_ctc_decode(frames([2, 2, 1, 2])[None], torch.tensor([2]), blank=0) == [[2]]
+
+
+def test_frames_needed_is_where_the_ctc_loss_turns_finite():
+    """``frames_needed`` (labels plus a blank between equal neighbours) against torch's CTC loss: infinite below it,
+    finite from it."""
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        labels = torch.randint(1, 3, (int(torch.randint(1, 6, (), generator=generator)),), generator=generator)
+        need = frames_needed(labels.tolist())
+        for frames in (need - 1, need) if need > 1 else (need,):  # torch refuses 0 frames
+            log_probs = torch.randn(frames, 1, 3, generator=generator).log_softmax(-1)
+            loss = F.ctc_loss(log_probs, labels[None], torch.tensor([frames]), torch.tensor([len(labels)]))
+            assert math.isinf(loss) == (frames < need), (labels.tolist(), frames)
+    assert frames_needed([1, 1, 2, 2, 2]) == 5 + 3 and frames_needed([]) == 0
 
 
 # Two utterances, blank 0; the first is padded (attention_mask) after 6 frames, labels padded with -100.

@@ -3,6 +3,9 @@ characters, character error rate) of the greedy (best-path) decoding."""
 
 from __future__ import annotations
 
+import sys
+from itertools import pairwise
+
 import torch
 from torch import Tensor
 from torchmetrics.text import CharErrorRate, WordErrorRate
@@ -18,6 +21,36 @@ def greedy_ctc_decode(logits: Tensor, lengths: Tensor, blank: int = 0) -> list[l
         path = torch.unique_consecutive(row[:length]).tolist()
         decoded.append([s for s in path if s != blank])
     return decoded
+
+
+def frames_needed(labels: list[int]) -> int:
+    """The fewest frames a CTC path of ``labels`` takes: one per label, plus a blank between each two equal neighbours
+    (``aa`` needs ``a _ a``)."""
+    return len(labels) + sum(first == second for first, second in pairwise(labels))
+
+
+def unalignable(examples) -> tuple[int, str]:
+    """How many of ``examples`` (``input_features`` (T, F) and ``labels`` (L,)) have fewer frames than their labels
+    need (``frames_needed``), and the first one said in words ("" when none)."""
+    count, first = 0, ""
+    for index in range(len(examples)):
+        example = examples[index]
+        inputs = example["input_features"] if "input_features" in example else example["input_ids"]
+        labels, frames = example["labels"].tolist(), len(inputs)
+        if frames < frames_needed(labels):
+            count += 1
+            first = first or (f"the split's example {index}, from 0: {frames} frames for {len(labels)} labels, which "
+                              f"need {frames_needed(labels)}")  # fmt: skip
+    return count, first
+
+
+def warn_unalignable(examples, what: str, consequence: str) -> None:
+    """A line on stderr when some of ``examples`` cannot be aligned to their labels (their CTC loss is infinite)."""
+    count, first = unalignable(examples)
+    if count:
+        print(f"markovformer: warning: {count} of the {len(examples)} {what} utterances have fewer frames than their "
+              f"labels need ({first}; a repeated label needs a blank between): {consequence}", file=sys.stderr,
+              flush=True)  # fmt: skip
 
 
 def symbols_to_words(ids: list[int], names: list[str] | None) -> str:
@@ -86,3 +119,15 @@ class CTC(Task):
 
     def new_metrics(self) -> CTCMetrics:
         return CTCMetrics(self.info.get("label_names"))
+
+    def train_batches(self, bundle, model, start):
+        """As every task's, after a line on stderr for each of the training and validation splits with utterances
+        too short for their labels (``warn_unalignable``)."""
+        warn_unalignable(bundle.train, "training", "training counts their loss as 0, without a "
+                         "gradient (a lower data.stack_frames gives more frames)")  # fmt: skip
+        warn_unalignable(bundle.val, "validation", "the validation loss is infinite")
+        return super().train_batches(bundle, model, start)
+
+    def describe_split(self, examples, tokenizer) -> None:
+        """The split ``eval`` scores: a line on stderr when utterances in it are too short for their labels."""
+        warn_unalignable(examples, "scored", "their CTC loss, and the split's, is infinite")
