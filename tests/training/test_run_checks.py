@@ -102,3 +102,22 @@ def test_a_max_steps_raised_in_config_yaml_extends_the_run_as_the_resume_overrid
     configs = [{**yaml.safe_load((runs[how] / "config.yaml").read_text()), "output_dir": None}
                for how in ("edited", "override")]  # fmt: skip
     assert configs[0] == configs[1] and configs[0]["trainer"]["decay_steps"] == 40  # the decay its steps followed
+
+
+def test_eval_of_an_unfinished_run_reads_the_checkpoint_a_resume_would_take(whole, tmp_path):
+    """eval, generate and inspect of a run directory read last.ckpt: a run stopped while last.ckpt was written (one
+    checkpoint back) was scored at the older step, and one whose last.ckpt is gone was refused as holding no
+    checkpoint, where --resume takes the newest step checkpoint. They read the same one now."""
+    from markovformer.training.runner import evaluate
+
+    run = tmp_path / "run"
+    shutil.copytree(whole[1], run)
+    shutil.rmtree(run / "model")
+    for name in ("finished.json", "metrics.json"):
+        (run / name).unlink()
+    checkpoints = run / "checkpoints"
+    shutil.copy(checkpoints / "step-000030.ckpt", checkpoints / "last.ckpt")  # one checkpoint back
+    assert evaluate(run)["weights"]["source"] == "checkpoints/step-000040.ckpt"
+    (checkpoints / "last.ckpt").unlink()
+    weights = evaluate(run)["weights"]
+    assert (weights["source"], weights["step"]) == ("checkpoints/step-000040.ckpt", 40)

@@ -49,7 +49,7 @@ from markovformer.training.fingerprint import (
     run_fingerprint,
     write_model_fingerprint,
 )
-from markovformer.training.run_checks import check_tensors_match, read_data_info
+from markovformer.training.run_checks import check_tensors_match, read_data_info, resume_point
 from markovformer.training.run_config import RunConfig, load_yaml, plain_values, resolve_run_config
 from markovformer.training.run_lock import LOCK_FILE
 from markovformer.training.trainer_config import ConfigError
@@ -326,10 +326,10 @@ def not_a_run_directory(directory: Path) -> ConfigError:
 
 
 def load_trained_run(target: str | Path) -> LoadedRun:
-    """A trained run's config and model, from a run directory (its final model/, else its last checkpoint) or from
-    one checkpoint file inside a run's checkpoints/ folder, with which weights were loaded (``LoadedRun``). The
-    weights must belong to the run (their fingerprint, ``training.fingerprint``) and match the model's tensor names,
-    shapes and dtypes; takes no lock (reads only)."""
+    """A trained run's config and model, from a run directory (its final model/, else its newest checkpoint, as
+    ``resume_point`` finds it) or from one checkpoint file inside a run's checkpoints/ folder, with which weights
+    were loaded (``LoadedRun``). The weights must belong to the run (their fingerprint, ``training.fingerprint``)
+    and match the model's tensor names, shapes and dtypes; takes no lock (reads only)."""
     target = Path(target)
     if not target.exists():
         raise ConfigError(f"{target}: no such run directory or checkpoint")
@@ -348,9 +348,10 @@ def load_trained_run(target: str | Path) -> LoadedRun:
         model = load_final_model(config, data_info, run_dir / "model", fingerprint, run_format(run_dir) >= RUN_FORMAT)
         weights = {"source": "model", "step": finished, "finished": True, "run_finished": True}
         return LoadedRun(config, check_finite(model, run_dir / "model"), run_dir, weights)
-    checkpoint = target if target.is_file() else run_dir / "checkpoints" / LAST_CHECKPOINT
+    # the newest whole checkpoint, as --resume takes it (a stop while last.ckpt was written, or last.ckpt deleted)
+    checkpoint = target if target.is_file() else resume_point(run_dir / "checkpoints" / LAST_CHECKPOINT)
     if not checkpoint.is_file():
-        raise ConfigError(f"{run_dir}: holds neither a final model/ nor checkpoints/{LAST_CHECKPOINT}")
+        raise ConfigError(f"{run_dir}: holds neither a final model/ nor a checkpoint in checkpoints/")
     try:
         loaded = load_checkpoint_file(checkpoint)
     except (ValueError, OSError) as error:
