@@ -180,7 +180,7 @@ def test_an_unfinished_runs_report_says_it_is_unfinished(run, tmp_path):
     shutil.copytree(run, copy)
     (copy / "finished.json").unlink()
     page = write_inspection_report(copy).read_text()
-    assert f"the run is unfinished (markovformer train --resume {copy})" in page
+    assert f"the run is unfinished: still training, or stopped (markovformer train --resume {copy} " in page
     assert "the run is unfinished" not in write_inspection_report(run, out_dir=tmp_path / "finished").read_text()
 
 

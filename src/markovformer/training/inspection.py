@@ -294,7 +294,8 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
         raise ValueError(f"--layers: {type(model).__name__} has no attention layers to draw")
     summary = run_summary(config, model, run_dir, results, data_info)
     unfinished = ("" if weights.get("run_finished", True) else
-                  f"; the run is unfinished (markovformer train --resume {run_dir})")  # fmt: skip
+                  f"; the run is unfinished: still training, or stopped (markovformer train --resume {run_dir} "
+                  f"continues a stopped one)")  # fmt: skip
     summary["weights shown"] = (f"the final model, step {weights['step']:,}" if weights["finished"] else
                                 f"{weights['source']} at step {weights['step']:,} (its validation numbers: "
                                 f"markovformer eval on it{unfinished})")  # fmt: skip
