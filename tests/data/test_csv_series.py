@@ -73,6 +73,36 @@ def test_token_labels_cover_every_row(tmp_path):
         assert example["labels"].tolist() == expected
 
 
+@pytest.mark.parametrize("task", ["sequence_classification", "token_classification"])
+def test_labels_that_look_ahead_never_reach_into_a_later_split(tmp_path, task):
+    """With ``label_leads=k`` a row's label is made of the next k rows: the last k rows of train (of val) are labelled
+    with validation (test) rows, the last training day's next-day move being the first validation day's return.
+    No example carries such a label; every other row's label is carried, and the last split keeps all of its own."""
+    path = tmp_path / "series.csv"
+    _write_series(path, 60)
+    leads, window = 3, 5
+    bundle = load_csv_series(path, label_column="state", window=window, fractions=(0.5, 0.25, 0.25), task=task,
+                             label_leads=leads)  # fmt: skip
+    for name in ("train", "val", "test"):
+        start, stop = bundle.splits[name]
+        labelled = []
+        for example in getattr(bundle, name):
+            rows = _row_indices(bundle, example)
+            assert start <= rows[0] and rows[-1] < stop
+            carried = rows[-1:] if task == "sequence_classification" else rows
+            for row, label in zip(carried, example["labels"].reshape(-1).tolist(), strict=True):
+                if label != -100:
+                    assert bundle.info["label_names"][label] == _NAMES[(row // 2) % 3]
+                    labelled.append(row)
+        horizon_stop = stop if name == "test" else stop - leads  # rows whose label is made of this split's rows
+        first = start + window - 1 if task == "sequence_classification" else start
+        assert sorted(set(labelled)) == list(range(first, horizon_stop)), name
+    with pytest.raises(ValueError, match=r"the val split has 15 rows, too few for window=13 with a label not purged "
+                                         r"\(label_leads=3: the labels of its last 3 rows"):
+        load_csv_series(path, label_column="state", window=13, fractions=(0.5, 0.25, 0.25), label_leads=3)
+    assert len(load_csv_series(path, label_column="state", window=13, fractions=(0.5, 0.25, 0.25)).val) == 3
+
+
 def test_normalisation_uses_train_rows_only(tmp_path):
     clean, spiked = tmp_path / "clean.csv", tmp_path / "spiked.csv"
     _write_series(clean, 50)

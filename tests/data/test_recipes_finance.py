@@ -165,6 +165,26 @@ def test_the_csv_loads_in_csv_series_with_chronological_splits_and_training_stat
     assert regimes == [table[start + 9]["regime"] for start in range(test.start, test.stop - 9, 3)]
 
 
+def test_no_training_label_is_made_of_a_validation_day_and_regimes_follow_the_windows(tmp_path):
+    """The daily label of row t is the move to day t + 1 (``label_leads: 1``): the last training row's is made of the
+    first validation day's close, so no training example carries it (nor a validation example the last validation
+    row's); ``regimes_of_examples`` follows the same windows."""
+    path = _write_table(tmp_path / "bars.csv", finance.synthetic_bars(300))
+    window = 10
+    bundle = load_csv_series(path, label_column="label", feature_columns=list(DAILY_FEATURES), window=window,
+                             label_leads=1)  # fmt: skip
+    with path.open() as handle:
+        table = list(csv.DictReader(handle))
+    for name in ("train", "val", "test"):
+        start, stop = bundle.splits[name]
+        last_labelled = stop - 1 if name == "test" else stop - 2  # the row before a split's last: its move ends inside
+        assert len(getattr(bundle, name)) == last_labelled - (start + window - 1) + 1, name
+        regimes = regimes_of_examples(path, bundle.splits, name)
+        labels = [bundle.info["label_names"][int(example["labels"])] for example in getattr(bundle, name)]
+        rows = range(start + window - 1, last_labelled + 1)
+        assert labels == [table[row]["label"] for row in rows] and regimes == [table[row]["regime"] for row in rows]
+
+
 class _Column:
     def __init__(self, values):
         self.values = values
@@ -290,6 +310,23 @@ def test_order_book_source_windows_normalise_on_training_rows(tmp_path):
     np.testing.assert_allclose(bundle.info["normalisation"]["mean"], train_rows.mean(0), rtol=1e-10)
     direct = load_order_book(path, horizon=5, window=20, stride=10)
     assert len(direct.train) == len(bundle.train) == (bundle.splits["train"][1] - 20) // 10 + 1
+
+
+@pytest.mark.parametrize("task", ["sequence_classification", "token_classification"])
+def test_no_order_book_label_of_a_split_is_made_of_a_later_splits_snapshots(tmp_path, task):
+    """A snapshot's label is the mean of the next ``horizon`` mid prices: the last ``horizon`` training snapshots'
+    labels are made of validation snapshots. Every label an example carries has its horizon inside its split."""
+    horizon, window = 5, 20
+    bundle = load_order_book(_book_csv(tmp_path / "book.csv"), horizon=horizon, window=window, task=task)
+    for name in ("train", "val", "test"):
+        start, stop = bundle.splits[name]
+        labelled = set()
+        for first, example in zip(range(start, stop), getattr(bundle, name), strict=False):  # stride 1
+            labels = example["labels"].reshape(-1).tolist()
+            rows = [first + window - 1] if task == "sequence_classification" else range(first, first + window)
+            labelled |= {row for row, label in zip(rows, labels, strict=True) if label != -100}
+        horizon_stop = stop if name == "test" else stop - horizon  # the order-book table holds no row past its moves
+        assert max(labelled) == horizon_stop - 1, name
 
 
 def test_a_label_that_looks_ahead_refuses_a_per_step_model_that_sees_later_rows(tmp_path):

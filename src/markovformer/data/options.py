@@ -96,7 +96,8 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("csv_series", "label_column"): "name of the label column; labels are classes (strings or integers): bin a "
                                     "numeric target such as a return into classes (e.g. up/down) first",
     ("csv_series", "label_leads"): "rows ahead a row's label looks (1: the next row's move, whose return is that "
-                                   "row's feature); token classification then needs a causal model",
+                                   "row's feature); token classification then needs a causal model, and the labels "
+                                   "of a split's last label_leads rows (made of the next split's) are left out",
     ("bed", "path"): "the BED file of labelled intervals",
     ("bed", "label_column"): "1-based BED column holding the label (4 = the name)",
     ("text", "path"): "a UTF-8 text file (data/NAME is looked up in $MARKOVFORMER_DATA, else ./data), or a directory "

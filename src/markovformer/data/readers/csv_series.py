@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from markovformer.data.bundle import DataBundle, label_names_in_order
+from markovformer.data.collate import IGNORE_INDEX
 from markovformer.data.splits import contiguous_split
 
 # Spellings of a missing value (pandas reads these as NA): a label cell holding one is an error, not a class.
@@ -56,6 +57,10 @@ def load_csv_series(
 
     ``label_leads``: how many rows ahead a row's label looks (1 for a forecast of the next row's move, whose return
     is the next row's feature): recorded in info, where token classification refuses a model that sees later rows.
+    The labels of a split's last ``label_leads`` rows are made of the next split's rows (the last training day's
+    next-day move is the first validation day's return), so they are purged when a later split has rows: no window
+    labelled by one (sequence classification), -100 for them (token classification; a window left with no label
+    is dropped). ``window_starts`` gives the windows of a split.
     """
     path = Path(path)
     if task not in TASKS:
@@ -107,17 +112,21 @@ def load_csv_series(
 
     window_labels = WINDOW_LABELS[task]
     examples = {}
-    for name, rows_range, fraction in zip(_SPLIT_NAMES, ranges, fractions, strict=True):
-        starts = range(rows_range.start, rows_range.stop - window + 1, stride)
+    for index, (name, rows_range, fraction) in enumerate(zip(_SPLIT_NAMES, ranges, fractions, strict=True)):
+        purged = purged_rows(ranges, index, label_leads)
+        starts = window_starts(rows_range, window, stride, task, purged)
         if not starts and fraction > 0:
-            raise ValueError(
-                f"{path}: the {name} split has {len(rows_range)} rows, fewer than window={window}; "
-                "use more rows, a shorter window or other fractions"
-            )
+            short = (f"too few for window={window} with a label not purged (label_leads={label_leads}: the labels "
+                     f"of its last {purged} rows are made of the next split's rows)" if purged
+                     else f"fewer than window={window}")  # fmt: skip
+            raise ValueError(f"{path}: the {name} split has {len(rows_range)} rows, {short}; use more rows, a shorter "
+                             f"window or other fractions")  # fmt: skip
+        kept = labels.clone()  # this split's: its purged rows unlabelled
+        kept[rows_range.stop - purged : rows_range.stop] = IGNORE_INDEX
         examples[name] = [
             {
                 "input_features": normalised[start : start + window],
-                "labels": window_labels(labels, slice(start, start + window)),
+                "labels": window_labels(kept, slice(start, start + window)),
             }
             for start in starts
         ]
@@ -137,8 +146,28 @@ def load_csv_series(
         "window": window,
         "stride": stride,
         "task": task,
+        "label_leads": label_leads,
     }
     return DataBundle(**examples, info=info, splits=splits)
+
+
+def purged_rows(ranges: tuple[range, range, range], index: int, label_leads: int) -> int:
+    """How many of split ``index``'s last rows have labels made of a later split's rows: ``label_leads`` (at most
+    the split's rows) when a later split has rows, else 0 (the last split's labels reach past it into no split)."""
+    later = any(len(rows) for rows in ranges[index + 1 :])
+    return min(label_leads, len(ranges[index])) if later else 0
+
+
+def window_starts(rows: range, window: int, stride: int, task: str, purged: int = 0) -> range:
+    """The first rows of a split's windows (``rows``: the split's row range), every ``stride`` rows: windows inside
+    the split holding a label not ``purged`` (one of the split's last ``purged`` rows): sequence classification's
+    window ends before them, token classification's starts before them."""
+    kept_stop = rows.stop - purged  # the split's rows whose labels are kept
+    if task == "sequence_classification":
+        last = kept_stop - window  # the window ends at its labelled row
+    else:
+        last = min(rows.stop - window, kept_stop - 1)
+    return range(rows.start, max(rows.start, last + 1), stride)
 
 
 def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:

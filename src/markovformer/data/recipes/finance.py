@@ -5,7 +5,8 @@ One convention throughout: row t holds features computed from data up to and inc
 the move from t to the next step (t + 1 for bars; the mean of the next ``horizon`` mid prices for a book). Everything
 fitted to data (the class thresholds, the volatility-regime cut-offs; ``csv_series`` fits the feature normalisation)
 uses training rows only, the first rows of ``contiguous_split(rows, FRACTIONS)``, so the CSV must be loaded with
-``fractions=FRACTIONS``; a threshold is fitted on the moves realised inside the training period only.
+``fractions=FRACTIONS``; a threshold is fitted on the moves realised inside the training period only, and
+``csv_series`` purges the labels whose move ends in a later split (``label_leads``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 
 from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import DataBundle
-from markovformer.data.readers.csv_series import load_csv_series
+from markovformer.data.readers.csv_series import load_csv_series, purged_rows, window_starts
 from markovformer.data.splits import contiguous_split
 
 FRACTIONS = (0.7, 0.15, 0.15)  # the csv_series default: train, val, test rows in time order
@@ -209,9 +210,12 @@ def regimes_of_examples(csv_path: str | Path, splits: dict, split: str = "test")
         regimes = [row["regime"] for row in csv.DictReader(handle)]
     if splits.get("kind") != "chronological_rows" or splits.get("task") != "sequence_classification":
         raise ValueError("regimes_of_examples needs the splits of a csv_series sequence_classification bundle")
-    start, stop = splits[split]
-    window, stride = splits["window"], splits["stride"]
-    return [regimes[first + window - 1] for first in range(start, stop - window + 1, stride)]
+    ranges = tuple(range(*splits[name]) for name in ("train", "val", "test"))
+    index = ("train", "val", "test").index(split)
+    purged = purged_rows(ranges, index, splits.get("label_leads", 0))
+    window = splits["window"]
+    starts = window_starts(ranges[index], window, splits["stride"], splits["task"], purged)
+    return [regimes[first + window - 1] for first in starts]
 
 
 # Limit-order books: snapshots of the best ``levels`` bid and ask prices and sizes.
