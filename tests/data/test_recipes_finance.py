@@ -354,6 +354,40 @@ def test_a_label_that_looks_ahead_refuses_a_per_step_model_that_sees_later_rows(
     prepare("sequence_classification", causal=False)
 
 
+def test_eval_of_a_later_book_labels_it_with_the_runs_thresholds(tmp_path):
+    """The class thresholds belong to the run (fitted on its training moves): ``eval --data path=later.csv`` fitted
+    them again on the later file's own moves, labels a live model could not have had (balanced by construction on
+    the scored period). The later book, three times as volatile, is labelled with the run's; a threshold given on
+    the command line still wins."""
+    from markovformer.training.evaluation import evaluate
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    book = _book_csv(tmp_path / "book.csv", n=200)
+    values = {"task": "sequence_classification", "output_dir": str(tmp_path / "run"),
+              "model": {"d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2, "pooling": "last"},
+              "data": {"source": "order_book", "path": str(book), "horizon": 5, "window": 8, "stride": 4},
+              "trainer": {"max_steps": 2, "batch_size": 4, "eval_every": 2, "checkpoint_every": 2, "log_every": 2}}
+    train(resolve_run_config(values))
+    run_thresholds = load_order_book(book, horizon=5, window=8, stride=4).info["move_thresholds"]
+    later = _book_csv(tmp_path / "later.csv", n=120, seed=1)
+    header, *rows = [line.split(",") for line in later.read_text().splitlines()]
+    prices = [column for column, name in enumerate(header) if "price" in name]
+    for row in rows:  # every price three times as far from 100: moves about three times as large
+        row[:] = [repr(100 + 3 * (float(cell) - 100)) if column in prices else cell for column, cell in enumerate(row)]
+    later.write_text("\n".join(",".join(row) for row in [header, *rows]) + "\n")
+    moves = mid_price_moves(read_order_book(later), 5)[:-5]
+    for threshold, (low, high) in ((None, run_thresholds), (1e-4, (-1e-4, 1e-4))):
+        overrides = {"path": str(later), "fractions": [1, 0, 0], "stride": 1}
+        scored = evaluate(tmp_path / "run", "train", {**overrides, **({"threshold": threshold} if threshold else {})})
+        supports = [scored["per_class"][name]["support"] for name in ("down", "flat", "up")]
+        labels = move_labels(moves[8 - 1 :], low, high)  # the label of each window's last row
+        assert supports == [labels.count(name) for name in ("down", "flat", "up")]
+    assert load_order_book(later, horizon=5, window=8, fractions=(1, 0, 0)).info["move_thresholds"] != run_thresholds
+    with pytest.raises(ValueError, match=r"threshold as a pair must be \[low, high\], finite, low <= high"):
+        order_book_table(read_order_book(later), 5, (1e-4, -1e-4))
+
+
 def test_an_order_book_out_of_time_order_is_refused_naming_the_users_file(tmp_path):
     """The order book is read through csv_series from a converted copy in a temporary folder: its date check (and
     any other error of that reader) named the copy, a file the user never saw and that is gone."""

@@ -45,7 +45,8 @@ OPTION_HELP: dict[str, str] = {
     "stride": "rows between the starts of consecutive windows",
     "task": "sequence_classification (one label per window) or token_classification (one per row)",
     "horizon": "snapshots ahead over which the smoothed mid-price move is labelled",
-    "threshold": "relative move that counts as up or down (null: thresholds that balance the training classes)",
+    "threshold": "relative move that counts as up or down, or a pair [low, high] (null: thresholds that balance the "
+                 "training classes; eval on another file takes the run's)",
     "test_set": "recorded (the real recordings) or synthetic (voices unseen in training)",
     "stack_frames": "consecutive feature frames joined into one input (k: k times the features, 1/k the length)",
     "sample_rate": "audio sample rate the WAV files are resampled to (Hz)",

@@ -136,7 +136,7 @@ class OrderBookSource:
 
     path: str = ""
     horizon: int = 10
-    threshold: float | None = None
+    threshold: float | tuple[float, float] | None = None
     window: int = 100
     stride: int = 1
     fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
@@ -203,6 +203,16 @@ class TranslationFileSource:
             find_prepared_file(self.path), target_path=target_path, vocab_size=self.vocab_size,
             fractions=self.fractions, seed=seed, max_length=self.max_length, tokenizer=tokenizer,
         )  # fmt: skip
+
+
+def run_fitted_options(source: str, info: dict) -> dict:
+    """The data options that rebuild a trained run's data (its recorded ``info``) on other rows with what the run
+    fitted on its training rows: an order book's class thresholds (``move_thresholds``), so that another file (``eval
+    --data path=...``, the months after training) is labelled as the training data were, not by thresholds fitted on
+    its own moves (which the live model could not have known). Options the user gives override them."""
+    if source == "order_book" and info.get("move_thresholds") is not None:
+        return {"threshold": list(info["move_thresholds"])}
+    return {}
 
 
 def _require_path(path: str, key: str = "data.path") -> Path:

@@ -17,6 +17,7 @@ from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import JoinedSplits, Renormalised
 from markovformer.data.options import TRAINING_ONLY_OPTIONS
 from markovformer.data.recipes.locations import PREPARED_PREFIX, prepared_candidates
+from markovformer.data.sources import run_fitted_options
 from markovformer.training.batches import RankShare
 from markovformer.training.build import FILE_OPTIONS, build_data, build_run_task
 from markovformer.training.run_checks import read_data_info
@@ -207,7 +208,9 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
                           f"nothing to write (runs that do: {', '.join(takers)})")  # fmt: skip
     check_same_source(config.data["source"], data_overrides or {})
     check_saved_tokenizer_options(run_dir, config.data, data_overrides or {})
-    data = {**config.data, **recorded_data_files(run_dir, config.data, data_overrides or {}), **(data_overrides or {})}
+    fitted = run_fitted_options(config.data["source"], read_data_info(run_dir))  # the run's class thresholds
+    data = {**config.data, **recorded_data_files(run_dir, config.data, data_overrides or {}), **fitted,
+            **(data_overrides or {})}  # fmt: skip
     data.update({key: plain for key, plain in TRAINING_ONLY_OPTIONS.items() if key in data})  # the data as it is
     for key in task_options or {}:  # an option of another task: the flag's name, and the run's task
         takers = [name for name, task in TASKS.items() if key in {f.name for f in dataclasses.fields(task.Options)}]

@@ -298,23 +298,28 @@ def mid_price_moves(book: OrderBook, horizon: int) -> np.ndarray:
 def order_book_table(
     book: OrderBook,
     horizon: int = 10,
-    threshold: float | None = None,
+    threshold: float | tuple[float, float] | None = None,
     fractions: tuple[float, float, float] = FRACTIONS,
 ) -> tuple[list[str], list[list[str]], dict]:
     """The CSV table of the book task: features per snapshot (every price relative to the mid, every size, the
     spread relative to the mid, the level-1 size imbalance (bid - ask) / (bid + ask)) and the label of
-    ``mid_price_moves``: up above ``threshold``, down below ``-threshold``, flat between; ``threshold=None`` takes
-    the training-period terciles instead (classes balanced on the rows whose horizon ends inside training).
-    Rows without a full horizon are dropped."""
+    ``mid_price_moves``: up above ``threshold``, down below ``-threshold``, flat between (a pair (low, high): down
+    below low, up above high, as a run's fitted ``move_thresholds``); ``threshold=None`` takes the training-period
+    terciles instead (classes balanced on the rows whose horizon ends inside training). Rows without a full horizon
+    are dropped."""
     moves = mid_price_moves(book, horizon)
     rows = np.flatnonzero(np.isfinite(moves))
     train = contiguous_split(len(rows), fractions)[0]
     if threshold is None:
         inside = rows[train.start : max(train.start, train.stop - horizon)]  # moves realised inside training
         low, high = balanced_thresholds(moves[inside])
+    elif isinstance(threshold, (list, tuple)):
+        if len(threshold) != 2 or not all(math.isfinite(cut) for cut in threshold) or threshold[0] > threshold[1]:
+            raise ValueError(f"threshold as a pair must be [low, high], finite, low <= high; got {list(threshold)}")
+        low, high = (float(cut) for cut in threshold)
     else:
         if not threshold >= 0:
-            raise ValueError(f"threshold must be >= 0 or None, got {threshold!r}")
+            raise ValueError(f"threshold must be >= 0, a pair [low, high] or None, got {threshold!r}")
         low, high = -threshold, threshold
     mid = book.mid[:, None]
     levels = book.bid_prices.shape[1]
@@ -340,7 +345,7 @@ def load_order_book(
     path: str | Path,
     *,
     horizon: int = 10,
-    threshold: float | None = None,
+    threshold: float | tuple[float, float] | None = None,
     window: int = 100,
     stride: int = 1,
     fractions: tuple[float, float, float] = FRACTIONS,
