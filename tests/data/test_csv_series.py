@@ -161,6 +161,26 @@ def test_a_date_column_must_be_oldest_first(tmp_path):
     assert load_csv_series(path, label_column="move", feature_columns=["close"], window=2).splits["num_rows"] == 30
 
 
+@pytest.mark.parametrize(
+    "column, form",
+    [("Date", "%m/%d/%Y"), ("date", "%d.%m.%Y"), ("trade_date", "%Y-%m-%d"), ("Timestamp UTC", "%m/%d/%Y %H:%M")],
+)
+def test_a_date_column_of_another_form_or_name_must_be_oldest_first_too(tmp_path, column, form):
+    """Only ISO dates in a column named exactly date/datetime/time/timestamp were checked: a price download's
+    "01/31/2024" or a "trade_date" column sorted newest first trained on the future without a word."""
+    from datetime import date, timedelta
+
+    days = [(date(2023, 12, 20) + timedelta(days=i)).strftime(form) for i in range(30)]  # days past the 12th
+    rows = [f"{day},{100 + i},{'up' if i % 2 else 'down'}\n" for i, day in enumerate(days)]
+    path = tmp_path / "prices.csv"
+    path.write_text(f"{column},close,move\n" + "".join(rows))
+    assert load_csv_series(path, label_column="move", feature_columns=["close"], window=2).splits["num_rows"] == 30
+    path.write_text(f"{column},close,move\n" + "".join(reversed(rows)))
+    with pytest.raises(ValueError, match=f"prices.csv: line 3, column '{column}': '{days[28]}' is earlier than "
+                                         f"'{days[29]}' on line 2; .*sort the file oldest first"):
+        load_csv_series(path, label_column="move", feature_columns=["close"], window=2)
+
+
 @pytest.mark.parametrize("bad", ["nan", "", "abc", "inf"])
 def test_bad_feature_cell_names_line_and_column(tmp_path, bad):
     path = tmp_path / "series.csv"

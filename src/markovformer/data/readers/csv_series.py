@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import re
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +18,13 @@ from markovformer.data.splits import contiguous_split
 # Spellings of a missing value (pandas reads these as NA): a label cell holding one is an error, not a class.
 MISSING_LABELS = frozenset({"nan", "-nan", "na", "n/a", "null", "none", "<na>", "#n/a"})
 
-# Names (any case) of a column whose ISO dates, when it is no feature, must not decrease: rows are taken in time order.
-DATE_COLUMNS = frozenset({"date", "datetime", "time", "timestamp"})
+# Words (any case) in the name of a column whose dates, when it is no feature, must not decrease: rows are taken in
+# time order ("Date", "trade_date", "timestamp_utc").
+DATE_WORDS = frozenset({"date", "datetime", "time", "timestamp"})
+# Dates as spreadsheets and price downloads write them besides ISO 8601, each also with a time of day; day-first and
+# month-first both: a column is in time order when one reading of all its cells is.
+DATE_FORMATS = tuple(f"{day}{time}" for day in ("%m/%d/%Y", "%d/%m/%Y", "%Y/%m/%d", "%d.%m.%Y", "%m/%d/%y", "%d-%m-%Y")
+                     for time in ("", " %H:%M", " %H:%M:%S"))  # fmt: skip
 
 # A window's labels, from the (rows,) label ids and the window's rows: the last row's label for one label per
 # window, every row's label for one label per step. The keys are the tasks a CSV series can feed.
@@ -44,8 +51,9 @@ def load_csv_series(
 
     Rows are split in order (train first, then val, then test; row ranges in ``splits``, rows counted from 0 after
     the header), and windows start every ``stride`` rows inside each split, so none straddles two splits. File order
-    is time order, oldest first: a non-feature column named date, datetime, time or timestamp (any case) whose values
-    all read as ISO dates must not decrease (a file sorted newest first would train on the future). Features
+    is time order, oldest first: a non-feature column whose name holds the word date, datetime, time or timestamp
+    (any case: Date, trade_date) and whose values all read as dates (ISO, or as in ``DATE_FORMATS``: 01/31/2024)
+    must not decrease (a file sorted newest first would train on the future). Features
     (default: every column but ``label_column``, in file order) are normalised with the per-feature mean and
     (population) standard deviation of the train rows only; a constant feature keeps std 1. Label strings map to
     0..C-1 in ``label_names_in_order`` order over all rows.
@@ -216,22 +224,33 @@ def _choose_features(path: Path, header: list[str], label_column: str, feature_c
 
 
 def _check_date_order(path: Path, header: list[str], rows: list[tuple[int, list[str]]], used: list[str]) -> None:
-    """Raise at the first row whose date is earlier than the row before's, in each column named as in
-    ``DATE_COLUMNS`` and not in ``used`` whose cells all read as ISO dates or datetimes; any other column is let be
-    (so is, before Python 3.11, whose ``fromisoformat`` reads fewer forms, a column of "...Z" or "20240102")."""
+    """Raise at the first row whose date is earlier than the row before's, in each column not in ``used`` whose name
+    holds a word of ``DATE_WORDS`` and whose cells all read as dates (ISO 8601 or a ``DATE_FORMATS`` form), unless
+    another reading of them (day-first for month-first) is in order; any other column is let be."""
     for index, column in enumerate(header):
-        if column.lower() not in DATE_COLUMNS or column in used:
+        if column in used or not DATE_WORDS & set(re.split(r"[^a-z]+", column.lower())):
             continue
-        try:
-            dates = [datetime.fromisoformat(cells[index].strip()) for _, cells in rows]
-            earlier = next((row for row in range(1, len(dates)) if dates[row] < dates[row - 1]), None)
-        except (ValueError, TypeError):  # not dates, or naive and zoned times mixed: no order to check
-            continue
-        if earlier is not None:
-            (line, cells), (before, previous) = rows[earlier], rows[earlier - 1]
-            raise ValueError(f"{path}: line {line}, column {column!r}: {cells[index].strip()!r} is earlier than "
-                             f"{previous[index].strip()!r} on line {before}; rows are taken in time order (train "
-                             f"first, then val, then test): sort the file oldest first")  # fmt: skip
+        cells = [cells[index].strip() for _, cells in rows]
+        first_earlier = None
+        for read in (datetime.fromisoformat, *(partial(_strptime, form=form) for form in DATE_FORMATS)):
+            try:
+                dates = [read(cell) for cell in cells]
+                earlier = next((row for row in range(1, len(dates)) if dates[row] < dates[row - 1]), None)
+            except (ValueError, TypeError):  # not dates of this form, or naive and zoned times mixed
+                continue
+            if earlier is None:
+                break
+            first_earlier = earlier if first_earlier is None else first_earlier
+        else:
+            if first_earlier is not None:
+                (line, cells), (before, previous) = rows[first_earlier], rows[first_earlier - 1]
+                raise ValueError(f"{path}: line {line}, column {column!r}: {cells[index].strip()!r} is earlier than "
+                                 f"{previous[index].strip()!r} on line {before}; rows are taken in time order (train "
+                                 f"first, then val, then test): sort the file oldest first")  # fmt: skip
+
+
+def _strptime(cell: str, form: str) -> datetime:
+    return datetime.strptime(cell, form)
 
 
 def _refuse_float_labels(path: Path, label_column: str, labels: list[str]) -> None:
