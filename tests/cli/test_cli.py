@@ -482,3 +482,27 @@ def test_debug_may_follow_the_command(main_cli):
     after, before = main_cli("data", "show", "nothing", "--debug"), main_cli("--debug", "data", "show", "nothing")
     assert after.returncode == before.returncode == 2
     assert "Traceback" in after.stderr and after.stderr.splitlines()[-1] == before.stderr.splitlines()[-1]
+
+
+def test_eval_prints_what_always_guessing_the_most_frequent_label_would_score(capsys):
+    """0.56 accuracy on a split whose most frequent label is 55.6 % of it is nothing: eval prints that bar, checked
+    here against ClassificationMetrics scoring the constant guess itself."""
+    import re
+
+    import torch
+
+    from markovformer.cli.main import print_per_class
+    from markovformer.training.tasks.classification import ClassificationMetrics
+
+    labels = torch.tensor([0] * 139 + [1] * 401 + [2] * 181)
+    constant = ClassificationMetrics(3, auroc=True, label_names=["down", "flat", "up"])
+    constant.update(type("Output", (), {"logits": torch.tensor([[0.0, 1.0, 0.0]]).repeat(len(labels), 1),
+                                        "loss": torch.tensor(1.0)})(), {"labels": labels})  # fmt: skip
+    expected = constant.compute()
+    print_per_class(constant.breakdown()["per_class"])
+    line = capsys.readouterr().out.splitlines()[-1]
+    numbers = re.fullmatch(r"  always 'flat' \(the split's most frequent label\) would score accuracy (\S+), "
+                           r"macro_f1 (\S+), auroc (\S+)", line)  # fmt: skip
+    assert numbers, line
+    for value, key in zip(numbers.groups(), ("accuracy", "macro_f1", "auroc"), strict=True):
+        assert float(value) == pytest.approx(expected[key], abs=5e-5), key
