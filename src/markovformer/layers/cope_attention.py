@@ -14,7 +14,7 @@ from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
-from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option
+from markovformer.layers.options import SCOPE_HELP, SCOPES, WINDOW_HELP, check_fields, interval, one_of, option
 from markovformer.ops.cope_attention import cope_attention, cope_attention_naive, cope_over_cache
 
 
@@ -23,9 +23,10 @@ class CoPEOptions:
     """The options of attention kind "cope": scope and window as the decay kinds; ``npos_max`` position embeddings
     (contextual positions beyond npos_max - 1 share the last one)."""
 
-    scope: str = option("global", one_of(SCOPES))
-    window: int | None = option(None, interval(1, integer=True, optional=True))
-    npos_max: int = option(64, interval(2, integer=True))
+    scope: str = option("global", one_of(SCOPES), help=SCOPE_HELP)
+    window: int | None = option(None, interval(1, integer=True, optional=True), help=WINDOW_HELP)
+    npos_max: int = option(64, interval(2, integer=True), help="learned position embeddings; contextual positions "
+                           "beyond npos_max - 1 share the last one")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -22,7 +22,16 @@ from torch import Tensor, nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
-from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option
+from markovformer.layers.options import (
+    DROPOUT_HELP,
+    SCOPE_HELP,
+    SCOPES,
+    WINDOW_HELP,
+    check_fields,
+    interval,
+    one_of,
+    option,
+)
 from markovformer.ops.forgetting_attention import forgetting_attention, forgetting_attention_naive
 from markovformer.ops.precision import compute_dtype
 
@@ -32,9 +41,9 @@ class DecayOptions:
     """The options of attention kinds "alibi" and "forgetting": ``scope="local"`` sees keys t-window..t (needs
     ``window``), ``scope="global"`` every allowed key."""
 
-    scope: str = option("global", one_of(SCOPES))
-    window: int | None = option(None, interval(1, integer=True, optional=True))
-    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
+    scope: str = option("global", one_of(SCOPES), help=SCOPE_HELP)
+    window: int | None = option(None, interval(1, integer=True, optional=True), help=WINDOW_HELP)
+    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True), help=DROPOUT_HELP)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -45,10 +54,12 @@ class ForgettingOptions(DecayOptions):
     """The options of attention kind "forgetting": those of ``DecayOptions`` and the four parts of FoX's "Pro" block
     (each off by default; all four on is FoX Pro): ``output_gate``, ``output_norm``, ``qk_norm``, ``kv_shift``."""
 
-    output_gate: bool = option(False, one_of((True, False)))
-    output_norm: bool = option(False, one_of((True, False)))
-    qk_norm: bool = option(False, one_of((True, False)))
-    kv_shift: bool = option(False, one_of((True, False)))
+    output_gate: bool = option(False, one_of((True, False)), help="FoX Pro: a sigmoid gate of the layer input on "
+                               "each head's output")  # fmt: skip
+    output_norm: bool = option(False, one_of((True, False)), help="FoX Pro: RMSNorm of each head's output")
+    qk_norm: bool = option(False, one_of((True, False)), help="FoX Pro: RMSNorm of each head's query and key")
+    kv_shift: bool = option(False, one_of((True, False)), help="FoX Pro: keys and values mixed with the previous "
+                            "token's by a data-dependent share (causal models only)")  # fmt: skip
 
 
 PRO_PARTS = ("output_gate", "output_norm", "qk_norm", "kv_shift")

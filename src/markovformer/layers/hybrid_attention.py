@@ -34,7 +34,8 @@ class HybridParallelOptions(MarkovOptions, RandomFeatureOptions):
 class HybridSplitOptions(HybridParallelOptions):
     """The options of attention kind "hybrid_split": those of "markov" and "rff", and the Markov heads' share."""
 
-    markov_head_ratio: float = option(0.5, interval(0.0, 1.0))
+    markov_head_ratio: float = option(0.5, interval(0.0, 1.0), help="the share of heads that are Markov heads "
+                                      "(floor(n_heads * ratio)); the rest are random-feature heads")  # fmt: skip
 
 
 def markov_head_count(n_heads: int, markov_head_ratio: float) -> int:

@@ -11,7 +11,16 @@ from torch import nn
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
 from markovformer.layers.markov_bias import GATE_INPUTS, GATES, TRANSITIONS, MarkovBias
-from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option, scoped_window
+from markovformer.layers.options import (
+    DROPOUT_HELP,
+    SCOPE_HELP,
+    SCOPES,
+    check_fields,
+    interval,
+    one_of,
+    option,
+    scoped_window,
+)
 from markovformer.ops.lag_bias_attention import BACKENDS, lag_bias_attention, lag_bias_attention_naive
 
 
@@ -99,19 +108,30 @@ class MarkovOptions:
     the rules on their values (``ValueError("field=value: why")``). Rules that tie an option to the model (causal,
     the scope and window of the other layers) are the model config's."""
 
-    max_order: int = option(4, interval(1, integer=True))
-    bidirectional: bool | None = None
-    scope: str = option("local", one_of(SCOPES))
-    window: int | None = option(None, interval(1, integer=True, optional=True))
-    gate: str = option("linear", one_of(GATES))
-    gate_input: str = option("token", one_of(GATE_INPUTS))
-    gate_null: bool = option(True, one_of((True, False)))
+    max_order: int = option(4, interval(1, integer=True), help="K, the lags 1..K that carry a learned transition bias")
+    bidirectional: bool | None = option(None, help="also biases and gates for the future lags (null: not causal; a "
+                                        "causal model refuses true)")  # fmt: skip
+    scope: str = option("local", one_of(SCOPES), help=SCOPE_HELP)
+    window: int | None = option(None, interval(1, integer=True, optional=True),
+                                help="how many keys back a query sees in local scope (keys t-window..t; null: "
+                                "max_order); null in global scope")  # fmt: skip
+    gate: str = option("linear", one_of(GATES), help="the order gate's network over the lags (and a null slot): "
+                       "linear, mlp, deep_mlp, or none (every lag's bias at full strength)")  # fmt: skip
+    gate_input: str = option("token", one_of(GATE_INPUTS), help="what the gate reads: token (the normalised layer "
+                             "input), query (the head's query), static (learned logits) or sequence (the masked mean "
+                             "of the whole sequence; bidirectional only)")  # fmt: skip
+    gate_null: bool = option(True, one_of((True, False)), help="add the gate's null slot, whose mass multiplies no "
+                             "bias (the gate can switch the biases off)")  # fmt: skip
     gate_gumbel_tau: float | None = option(None, lambda tau: None if tau is None or (
-        isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau > 0) else "must be positive or None")
-    transition: str = option("softplus", one_of(TRANSITIONS))
-    head_specific: bool = option(True, one_of((True, False)))
-    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
-    backend: str = option("auto", one_of(BACKENDS))
+        isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau > 0) else "must be positive or None",
+        help="temperature of a straight-through Gumbel-softmax gate while training (null: the plain softmax)")
+    transition: str = option("softplus", one_of(TRANSITIONS), help="the transition strengths: softplus (positive, "
+                             "softplus(theta) + eps) or signed (theta itself)")  # fmt: skip
+    head_specific: bool = option(True, one_of((True, False)), help="one set of transition strengths per head "
+                                 "(false: one shared by the heads)")  # fmt: skip
+    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True), help=DROPOUT_HELP)
+    backend: str = option("auto", one_of(BACKENDS), help="the biased attention op's path: auto (by scope and "
+                          "length), naive, banded (local), chunked (global) or flex (FlexAttention)")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -1,6 +1,8 @@
 """The rules of an option, declared on the option's own dataclass field (as transformers' newer configs declare
-``interval(min=..., max=...)``): ``option(default, rule)`` makes the field, ``check_fields`` applies every rule
-once, raising ``ValueError("name=value: why")``. Owners add where the value came from (a config, a layer)."""
+``interval(min=..., max=...)``): ``option(default, rule, help=...)`` makes the field, ``check_fields`` applies every
+rule once, raising ``ValueError("name=value: why")``. Owners add where the value came from (a config, a layer). The
+field's ``help`` is its one line in ``markovformer kind show`` (``option_help``); a test keeps every option of every
+attention kind described."""
 
 from __future__ import annotations
 
@@ -10,6 +12,10 @@ from typing import Any
 
 Rule = Callable[[Any], "str | None"]  # the value -> why it is wrong, or None
 SCOPES = ("local", "global")  # attention over keys t-window..t, or over every key
+# the help of the options that several kinds share with one meaning (option names are one namespace across kinds)
+SCOPE_HELP = "local: each query sees keys t-window..t only (needs window); global: every key"
+WINDOW_HELP = "how many keys back a query sees in local scope (keys t-window..t); null in global scope"
+DROPOUT_HELP = "dropout on the attention weights while training"
 
 
 def scoped_window(scope: str, window: int | None) -> int | None:
@@ -39,9 +45,23 @@ def one_of(choices: tuple) -> Rule:
     return lambda value: None if value in choices else f"must be one of {choices}"
 
 
-def option(default: Any, rule: Rule) -> Any:
-    """A dataclass field with ``default`` whose values obey ``rule``."""
-    return dataclasses.field(default=default, metadata={"rule": rule})
+def option(default: Any, rule: Rule | None = None, *, help: str | None = None) -> Any:
+    """A dataclass field with ``default`` whose values obey ``rule`` (None: any value), described by ``help`` (one
+    line: what the option does, for ``markovformer kind show``)."""
+    return dataclasses.field(default=default, metadata={"rule": rule, "help": help})
+
+
+def option_help(options: type, name: str) -> str:
+    """The help line of field ``name`` of the options dataclass ``options``; KeyError saying where to add it when
+    the field has none."""
+    field = next((field for field in dataclasses.fields(options) if field.name == name), None)
+    if field is None:
+        raise KeyError(f"{options.__name__} has no option {name!r}")
+    text = field.metadata.get("help")
+    if not text:
+        raise KeyError(f"option {name!r} of {options.__name__} has no help line: declare it as "
+                       f"option(default, rule, help=...) in {options.__module__}")  # fmt: skip
+    return text
 
 
 def check_fields(instance: Any) -> None:
@@ -54,4 +74,5 @@ def check_fields(instance: Any) -> None:
             raise ValueError(f"{field.name}={value!r}: {message}")
 
 
-__all__ = ["SCOPES", "check_fields", "interval", "one_of", "option", "scoped_window"]
+__all__ = ["DROPOUT_HELP", "SCOPES", "SCOPE_HELP", "WINDOW_HELP", "check_fields", "interval", "one_of", "option",
+           "option_help", "scoped_window"]

@@ -22,7 +22,16 @@ from torch import Tensor, nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
-from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option
+from markovformer.layers.options import (
+    DROPOUT_HELP,
+    SCOPE_HELP,
+    SCOPES,
+    WINDOW_HELP,
+    check_fields,
+    interval,
+    one_of,
+    option,
+)
 from markovformer.ops.relative_bias_attention import relative_bias_attention, relative_bias_attention_naive
 from markovformer.ops.relative_bias_attention.buckets import check_t5_buckets, t5_buckets
 
@@ -32,11 +41,13 @@ class T5BiasOptions:
     """The options of attention kind "t5_bias": scope and window as the decay kinds; ``num_buckets`` (split by sign
     when bidirectional) and ``max_distance``, from which on every distance shares the last bucket."""
 
-    scope: str = option("global", one_of(SCOPES))
-    window: int | None = option(None, interval(1, integer=True, optional=True))
-    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
-    num_buckets: int = option(32, interval(2, integer=True))
-    max_distance: int = option(128, interval(2, integer=True))
+    scope: str = option("global", one_of(SCOPES), help=SCOPE_HELP)
+    window: int | None = option(None, interval(1, integer=True, optional=True), help=WINDOW_HELP)
+    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True), help=DROPOUT_HELP)
+    num_buckets: int = option(32, interval(2, integer=True), help="T5's distance buckets per head (exact for short "
+                              "distances, log-spaced after; split by sign when bidirectional)")  # fmt: skip
+    max_distance: int = option(128, interval(2, integer=True), help="the distance from which on every lag shares "
+                               "the last bucket")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -48,12 +59,13 @@ class DynamicBiasOptions:
     """The options of attention kind "dynamic_bias": scope and window as the decay kinds; the MLP's ``bias_hidden``
     width and ``bias_depth`` (hidden layers); ``log_distance`` feeds it sign(d)·log(1 + |d|) rather than d."""
 
-    scope: str = option("global", one_of(SCOPES))
-    window: int | None = option(None, interval(1, integer=True, optional=True))
-    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
-    bias_hidden: int = option(32, interval(1, integer=True))
-    bias_depth: int = option(2, interval(1, integer=True))
-    log_distance: bool = option(True, one_of((True, False)))
+    scope: str = option("global", one_of(SCOPES), help=SCOPE_HELP)
+    window: int | None = option(None, interval(1, integer=True, optional=True), help=WINDOW_HELP)
+    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True), help=DROPOUT_HELP)
+    bias_hidden: int = option(32, interval(1, integer=True), help="width of the bias MLP's hidden layers")
+    bias_depth: int = option(2, interval(1, integer=True), help="number of the bias MLP's hidden layers")
+    log_distance: bool = option(True, one_of((True, False)), help="the MLP reads sign(d) log(1 + |d|) of the "
+                                "distance d (false: d itself)")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -87,10 +87,13 @@ class RandomFeatureAttention(SelfAttention):
 class RandomFeatureOptions:
     """The options of attention kind "rff" (feature map, feature count, redraw interval), named as the config fields."""
 
-    feature_map: str = option("positive", one_of(FEATURE_MAPS))
-    num_features: int = option(64, interval(1, integer=True))
-    redraw_interval: int = option(0, interval(0, integer=True))
-    chunk_size: int = option(64, interval(1, integer=True))
+    feature_map: str = option("positive", one_of(FEATURE_MAPS), help="the random features: positive (FAVOR+, "
+                              "Performer) or trig (sin/cos, RFA)")  # fmt: skip
+    num_features: int = option(64, interval(1, integer=True), help="random features per head")
+    redraw_interval: int = option(0, interval(0, integer=True), help="draw new random features every this many "
+                                  "training forward passes (0: never)")  # fmt: skip
+    chunk_size: int = option(64, interval(1, integer=True), help="positions per chunk of the causal linear "
+                             "attention op (speed and memory only)")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)

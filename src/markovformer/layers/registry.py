@@ -40,7 +40,7 @@ from markovformer.layers.hybrid_attention import (
     HybridSplitOptions,
 )
 from markovformer.layers.markov_attention import MarkovAttention, MarkovOptions
-from markovformer.layers.options import scoped_window
+from markovformer.layers.options import DROPOUT_HELP, option, scoped_window
 from markovformer.layers.position_bias_attention import (
     DynamicBiasAttention,
     DynamicBiasOptions,
@@ -60,19 +60,19 @@ class NoOptions:
 
 @dataclasses.dataclass(frozen=True)
 class LinformerOptions:
-    max_positions: int | None = None  # the longest sequence its length projections cover
-    linformer_k: int = 64
-    dropout: float = 0.0
+    max_positions: int | None = option(None, help="the longest sequence its length projections cover (required)")
+    linformer_k: int = option(64, help="k, the length keys and values are projected to")
+    dropout: float = option(0.0, help=DROPOUT_HELP)
 
 
 @dataclasses.dataclass(frozen=True)
 class RetNetOptions:
-    chunk_size: int = 64
+    chunk_size: int = option(64, help="positions per chunk of the chunkwise retention (speed and memory only)")
 
 
 @dataclasses.dataclass(frozen=True)
 class S4DOptions:
-    ssm_state_size: int = 64
+    ssm_state_size: int = option(64, help="the SSM's state size N per channel (even: N/2 complex modes)")
 
 
 @dataclasses.dataclass(frozen=True)

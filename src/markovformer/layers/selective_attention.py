@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
-from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option
+from markovformer.layers.options import SCOPE_HELP, SCOPES, WINDOW_HELP, check_fields, interval, one_of, option
 from markovformer.ops.selective_attention import (
     first_real_positions,
     selective_attention,
@@ -29,9 +29,10 @@ class SelectiveOptions:
     """The options of attention kind "selective": scope and window as the decay kinds; ``protect_first``: each row's
     first real token is never masked (the paper's BOS rule; a left-padded row's first unpadded token)."""
 
-    scope: str = option("global", one_of(SCOPES))
-    window: int | None = option(None, interval(1, integer=True, optional=True))
-    protect_first: bool = option(True, one_of((True, False)))
+    scope: str = option("global", one_of(SCOPES), help=SCOPE_HELP)
+    window: int | None = option(None, interval(1, integer=True, optional=True), help=WINDOW_HELP)
+    protect_first: bool = option(True, one_of((True, False)), help="each row's first real token is never masked "
+                                 "(the paper's rule for BOS)")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -10,7 +10,17 @@ from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
-from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option, scoped_window
+from markovformer.layers.options import (
+    DROPOUT_HELP,
+    SCOPE_HELP,
+    SCOPES,
+    WINDOW_HELP,
+    check_fields,
+    interval,
+    one_of,
+    option,
+    scoped_window,
+)
 from markovformer.ops.lag_bias_attention import BACKENDS, lag_bias_attention, lag_bias_attention_naive
 from markovformer.ops.lag_bias_attention.naive import dense_allowed
 from markovformer.ops.masked_softmax import masked_sdpa
@@ -21,10 +31,11 @@ class SoftmaxOptions:
     """The options of attention kind "softmax". ``scope="local"`` sees keys t-window..t (|t-j| <= window when
     bidirectional) and needs ``window``; ``backend`` picks the lag-bias op's path for local scope."""
 
-    scope: str = option("global", one_of(SCOPES))
-    window: int | None = option(None, interval(1, integer=True, optional=True))
-    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True))
-    backend: str = option("auto", one_of(BACKENDS))
+    scope: str = option("global", one_of(SCOPES), help=SCOPE_HELP)
+    window: int | None = option(None, interval(1, integer=True, optional=True), help=WINDOW_HELP)
+    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True), help=DROPOUT_HELP)
+    backend: str = option("auto", one_of(BACKENDS), help="the op's path in local scope: auto, naive, banded or flex "
+                          "(FlexAttention, CUDA); global scope runs scaled_dot_product_attention")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)

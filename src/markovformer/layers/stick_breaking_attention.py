@@ -13,7 +13,7 @@ from torch import nn
 
 from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.kv_cache import keep_in_cache, real_mask
-from markovformer.layers.options import SCOPES, check_fields, interval, one_of, option
+from markovformer.layers.options import SCOPE_HELP, SCOPES, WINDOW_HELP, check_fields, interval, one_of, option
 from markovformer.ops.stick_breaking_attention import (
     stick_breaking_attention,
     stick_breaking_attention_naive,
@@ -26,9 +26,10 @@ class StickBreakingOptions:
     """The options of attention kind "stick_breaking": ``scope="local"`` breaks the stick over keys t-window..t
     (needs ``window``); ``attend_current``: the query's own key takes the first share (the paper: it does not)."""
 
-    scope: str = option("global", one_of(SCOPES))
-    window: int | None = option(None, interval(1, integer=True, optional=True))
-    attend_current: bool = option(False, one_of((True, False)))
+    scope: str = option("global", one_of(SCOPES), help=SCOPE_HELP)
+    window: int | None = option(None, interval(1, integer=True, optional=True), help=WINDOW_HELP)
+    attend_current: bool = option(False, one_of((True, False)), help="the query's own key takes the first share "
+                                  "of the stick (the paper's form: it takes none)")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)

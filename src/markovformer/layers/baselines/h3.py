@@ -45,9 +45,11 @@ class H3Options:
     diagonal SSM's state size N (real dimensions: N/2 complex modes) and the shift filter's taps (the authors' code
     uses d_state, 64)."""
 
-    head_dim: int = option(1, interval(1, integer=True))
-    ssm_state_size: int = option(64, interval(2, integer=True))
-    shift_taps: int = option(64, interval(1, integer=True))
+    head_dim: int = option(1, interval(1, integer=True), help="channels per head of the key-value outer product "
+                           "(divides d_model; the authors' default 1)")  # fmt: skip
+    ssm_state_size: int = option(64, interval(2, integer=True), help="the diagonal SSM's state size N (even: N/2 "
+                                 "complex modes)")  # fmt: skip
+    shift_taps: int = option(64, interval(1, integer=True), help="taps of the shift filter over the last keys")
 
     def __post_init__(self) -> None:
         check_fields(self)
