@@ -1,5 +1,6 @@
 """What the registry declares about each attention kind, held to the kinds themselves: every option has its help
-line (`markovformer kind show`)."""
+line (`markovformer kind show`), and the causality a kind declares is the one its layer accepts, refused by the
+model config before any layer is built."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import dataclasses
 
 import pytest
 
+from markovformer import MarkovianTransformerConfig
 from markovformer.layers.options import interval, option, option_help
-from markovformer.layers.registry import ATTENTION_KINDS
+from markovformer.layers.registry import ATTENTION_KINDS, build_attention
+
+NEEDED = {"linformer": {"max_positions": 8}}  # options a kind cannot be built without
 
 
 def test_every_option_of_every_kind_has_one_help_line():
@@ -28,4 +32,39 @@ def test_an_undescribed_option_is_named_with_where_to_describe_it():
     with pytest.raises(KeyError, match=r"option 'width' of NewOptions has no help line: declare it as "
                                        r"option\(default, rule, help=\.\.\.\) in " + __name__):  # fmt: skip
         option_help(NewOptions, "width")
+
+
+@pytest.mark.parametrize("kind", sorted(ATTENTION_KINDS))
+def test_a_kinds_declared_causality_is_what_its_layer_accepts(kind):
+    """Built both ways from the registry, a kind's layer raises exactly for the value of causal it declares it
+    refuses (stick-breaking, CoPE and selective refuse causal=False; Linformer causal=True)."""
+    entry = ATTENTION_KINDS[kind]
+    for causal in (True, False):
+        try:
+            build_attention(kind, d_model=8, n_heads=2, causal=causal, rotary=False, **NEEDED.get(kind, {}))
+            built = True
+        except ValueError:
+            built = False
+        assert built == entry.accepts_causal(causal), (kind, causal, entry.causality)
+
+
+@pytest.mark.parametrize("kind", sorted(ATTENTION_KINDS))
+def test_the_model_config_refuses_the_causality_a_kind_declares_it_cannot_take(kind):
+    """`MarkovianTransformerConfig(attention='stick_breaking', causal=False)` was accepted; only building the model
+    failed. Now the config refuses it, naming the kind, as a single kind and as one layer of a list."""
+    entry = ATTENTION_KINDS[kind]
+    options = dict(vocab_size=8, d_model=8, n_heads=2, n_layers=2, **NEEDED.get(kind, {}))
+    for causal in (True, False):
+        for attention in (kind, ["softmax", kind] if kind != "linformer" else [kind, kind]):
+            if entry.accepts_causal(causal):
+                MarkovianTransformerConfig(attention=attention, causal=causal, **options)
+                continue
+            refusal = "Linformer is non-causal" if kind == "linformer" else f"{kind}.* is {entry.causality}"
+            with pytest.raises(ValueError, match=refusal) as error:
+                MarkovianTransformerConfig(attention=attention, causal=causal, **options)
+            assert "\n" not in str(error.value)
+            if kind != "linformer":  # Linformer's own message explains the projections
+                layer = "attention=" if isinstance(attention, str) else "layer 1's kind "
+                assert str(error.value).startswith(f"MarkovianTransformerConfig.causal={causal}: {layer}{kind!r} is "
+                                                   f"causal only: its layer refuses causal=False"), error.value
 

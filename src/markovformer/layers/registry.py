@@ -75,10 +75,18 @@ class S4DOptions:
     ssm_state_size: int = option(64, help="the SSM's state size N per channel (even: N/2 complex modes)")
 
 
+CAUSALITIES = ("either", "causal only", "non-causal only")  # the values of ``causal`` a kind's layer accepts
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionKind:
-    """A registered kind: ``options`` (a frozen dataclass) and ``build(shared, options) -> nn.Module``. Whether its
-    layer decodes incrementally is the layer's own declared ``supports_state``.
+    """A registered kind: ``options`` (a frozen dataclass whose fields carry their help) and
+    ``build(shared, options) -> nn.Module``; ``summary``, its line in ``markovformer kind list``. Whether its layer
+    decodes incrementally is the layer's own declared ``supports_state``.
+
+    ``causality``: "causal only" for a layer that refuses ``causal=False`` (it reads only the past by construction),
+    "non-causal only" for one that refuses ``causal=True``; the model config refuses the other value up front, and a
+    test builds every kind both ways against this declaration.
 
     ``revision`` counts the fixes that changed what a model of this kind computes or learns from the same seed
     (raise it with every such fix, naming the commit): experiments key their cached cells on it, so rerunning one
@@ -86,7 +94,17 @@ class AttentionKind:
 
     options: type
     build: Callable[[dict, Any], nn.Module]
+    summary: str
+    causality: str = "either"
     revision: int = 1
+
+    def __post_init__(self) -> None:
+        if self.causality not in CAUSALITIES:
+            raise ValueError(f"causality={self.causality!r}: must be one of {CAUSALITIES}")
+
+    def accepts_causal(self, causal: bool) -> bool:
+        """Whether the kind's layer can be built with this ``causal``."""
+        return self.causality == "either" or (self.causality == "causal only") == causal
 
 
 def _mixer(mixer: type) -> Callable[[dict, Any], nn.Module]:
@@ -104,30 +122,41 @@ def _scoped(options: Any) -> dict:
 FAVOR_KEYS_FIX = 2
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
-    "markov": AttentionKind(MarkovOptions, lambda shared, o: MarkovAttention(**shared, **dataclasses.asdict(o))),
+    "markov": AttentionKind(
+        MarkovOptions, lambda shared, o: MarkovAttention(**shared, **dataclasses.asdict(o)),
+        summary="softmax attention plus gated per-lag transition biases (the Markovian Transformer)",
+    ),
     "softmax": AttentionKind(
-        SoftmaxOptions, lambda shared, o: SoftmaxAttention(**shared, **dataclasses.asdict(o))
+        SoftmaxOptions, lambda shared, o: SoftmaxAttention(**shared, **dataclasses.asdict(o)),
+        summary="vanilla softmax attention (the Transformer); sliding-window in local scope",
     ),
     "rff": AttentionKind(
         RandomFeatureOptions,
         lambda shared, o: RandomFeatureAttention(**shared, **dataclasses.asdict(o)),
+        summary="random-feature linear attention (Performer's FAVOR+ or RFA), O(T)",
         revision=FAVOR_KEYS_FIX,
     ),
     "hybrid_split": AttentionKind(
         HybridSplitOptions,
         lambda shared, o: HybridSplitAttention(**shared, **dataclasses.asdict(o)),
+        summary="some heads Markov attention, the rest random-feature attention, one shared QKV",
         revision=FAVOR_KEYS_FIX,
     ),
     "hybrid_parallel": AttentionKind(
         HybridParallelOptions,
         lambda shared, o: HybridParallelAttention(**shared, **dataclasses.asdict(o)),
+        summary="Markov attention and random-feature attention over all heads, summed",
         revision=FAVOR_KEYS_FIX,
     ),
     # the mixer suite's nearest relatives of per-lag biases: fixed (ALiBi) and data-dependent (FoX) decays
-    "alibi": AttentionKind(DecayOptions, lambda shared, o: AlibiAttention(**shared, **_scoped(o))),
+    "alibi": AttentionKind(
+        DecayOptions, lambda shared, o: AlibiAttention(**shared, **_scoped(o)),
+        summary="ALiBi: softmax attention with fixed per-head linear distance penalties",
+    ),
     "forgetting": AttentionKind(
         ForgettingOptions,
         lambda shared, o: ForgettingAttention(**shared, **_scoped(o), **{p: getattr(o, p) for p in PRO_PARTS}),
+        summary="Forgetting Transformer (FoX): a data-dependent forget gate decays the logits; optional Pro parts",
         revision=2,  # 8988a4e: the model's init had zeroed the forget gate's biases (every gate started at 0.5)
     ),
     # learned biases of the lag alone (layers.position_bias_attention): T5's buckets, an MLP of the distance
@@ -135,27 +164,35 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         T5BiasOptions,
         lambda shared, o: T5BiasAttention(**shared, **_scoped(o), num_buckets=o.num_buckets,
                                           max_distance=o.max_distance),  # fmt: skip
+        summary="T5's relative position bias: a learned scalar per head and log-spaced distance bucket",
     ),
     "dynamic_bias": AttentionKind(
         DynamicBiasOptions,
         lambda shared, o: DynamicBiasAttention(**shared, **_scoped(o), bias_hidden=o.bias_hidden,
                                                bias_depth=o.bias_depth, log_distance=o.log_distance),  # fmt: skip
+        summary="dynamic position bias: a small MLP maps the (log) distance to a bias per head",
     ),
     "stick_breaking": AttentionKind(
         StickBreakingOptions,
         lambda shared, o: StickBreakingAttention(**shared, window=scoped_window(o.scope, o.window),
                                                  attend_current=o.attend_current),  # fmt: skip
+        summary="stick-breaking attention: keys, nearest first, take sigmoid shares of what is left",
+        causality="causal only",
         revision=2,  # 3f049a7: the chunked op's gradients turned NaN on a hidden key's large logit
     ),
     "cope": AttentionKind(
         CoPEOptions,
         lambda shared, o: CoPEAttention(**shared, window=scoped_window(o.scope, o.window),
                                         npos_max=o.npos_max),  # fmt: skip
+        summary="CoPE: contextual positions counted by the query's gates on the keys between",
+        causality="causal only",
     ),
     "selective": AttentionKind(
         SelectiveOptions,
         lambda shared, o: SelectiveAttention(**shared, window=scoped_window(o.scope, o.window),
                                              protect_first=o.protect_first),  # fmt: skip
+        summary="selective attention: a token can mask earlier tokens for every later query",
+        causality="causal only",
     ),
     # the baseline zoo (layers.baselines): sequence mixers in the same blocks; some ignore n_heads and rotary
     "linformer": AttentionKind(
@@ -163,20 +200,31 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         lambda shared, o: LinformerAttention(
             **shared, max_position=o.max_positions, linformer_k=o.linformer_k, dropout=o.dropout
         ),
+        summary="Linformer: keys and values projected along the sequence to k rows, O(T·k)",
+        causality="non-causal only",
     ),
-    "retnet": AttentionKind(RetNetOptions, lambda shared, o: RetNetAttention(**shared, chunk_size=o.chunk_size)),
+    "retnet": AttentionKind(
+        RetNetOptions, lambda shared, o: RetNetAttention(**shared, chunk_size=o.chunk_size),
+        summary="RetNet's multi-scale retention: per-head exponential decay, no softmax",
+    ),
     "s4d": AttentionKind(
         S4DOptions,
         lambda shared, o: S4DMixer(d_model=shared["d_model"], causal=shared["causal"], ssm_state_size=o.ssm_state_size),
+        summary="S4D-Lin: a diagonal state-space model per channel (a long convolution)",
     ),
     "h3": AttentionKind(
         H3Options,
         lambda shared, o: H3Mixer(d_model=shared["d_model"], causal=shared["causal"], **dataclasses.asdict(o)),
+        summary="H3: a shift filter on the keys, then a diagonal SSM over key-value products, read by the queries",
     ),
-    "hyena": AttentionKind(NoOptions, _mixer(HyenaMixer)),
-    "rwkv": AttentionKind(NoOptions, _mixer(RWKVTimeMix)),
-    "gru": AttentionKind(NoOptions, _mixer(GRUMixer)),
-    "scan": AttentionKind(NoOptions, _mixer(ScanMixer)),
+    "hyena": AttentionKind(
+        NoOptions, _mixer(HyenaMixer), summary="order-2 Hyena: long implicit convolutions with data-gated products"
+    ),
+    "rwkv": AttentionKind(NoOptions, _mixer(RWKVTimeMix), summary="RWKV-4 time mixing: a decaying weighted key-value "
+                          "average with a token shift"),  # fmt: skip
+    "gru": AttentionKind(NoOptions, _mixer(GRUMixer), summary="a GRU over the sequence in place of attention"),
+    "scan": AttentionKind(NoOptions, _mixer(ScanMixer), summary="the Scan Markov gated linear recurrence "
+                          "h_t = A_t h_(t-1) + B_t x_t"),  # fmt: skip
 }
 
 

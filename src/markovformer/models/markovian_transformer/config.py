@@ -157,6 +157,12 @@ class MarkovianTransformerConfig(ModelConfig):
             if self.max_positions is None:
                 fail("max_positions", "attention='linformer' needs max_positions, the longest sequence its length "
                      "projections cover")  # fmt: skip
+        for index, kind in enumerate(self.layer_kinds()):  # the causality each kind declares (layers.registry)
+            if not ATTENTION_KINDS[kind].accepts_causal(self.causal):
+                where = f"attention={kind!r}" if isinstance(self.attention, str) else f"layer {index}'s kind {kind!r}"
+                fail("causal", f"{where} is {ATTENTION_KINDS[kind].causality}: its layer refuses causal={self.causal}; "
+                     f"set causal={not self.causal} or choose another kind (`markovformer kind list` marks "
+                     f"them)")  # fmt: skip
         self._check_options_are_used()
         if self.bidirectional is None:
             self.bidirectional = not self.causal
