@@ -1,6 +1,6 @@
-"""``markovformer data`` and ``markovformer config``: what the package ships and how to use it (the data sources,
-the data sets to fetch, the example run configs), listed, shown, prepared or copied. Imports of the library are
-deferred into each command, as in ``cli.main``."""
+"""``markovformer data``, ``markovformer kind`` and ``markovformer config``: what the package ships and how to use it
+(the data sources, the data sets to fetch, the attention kinds, the example run configs), listed, shown, prepared or
+copied. Imports of the library are deferred into each command, as in ``cli.main``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from markovformer.training.trainer_config import RunTerminated
 
 
 def add_parsers(commands) -> None:
-    """Add the ``data`` and ``config`` subcommands to an ``add_subparsers()`` object."""
+    """Add the ``data``, ``kind`` and ``config`` subcommands to an ``add_subparsers()`` object."""
     data = commands.add_parser("data", help="the data sources and their options; public data sets to fetch")
     data_commands = data.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
     data_commands.add_parser("list", help="list the data sources (data.source in a run config)")
@@ -26,6 +26,12 @@ def add_parsers(commands) -> None:
     prepare.add_argument("name", help="data set to fetch, or list to name them")
     prepare.add_argument("--dir", default=None, help="data directory (default $MARKOVFORMER_DATA or ./data)")
     prepare.add_argument("--force", action="store_true", help="rebuild even when the file is already there")
+    kind = commands.add_parser("kind", help="the attention kinds (model.attention) and their options")
+    kind_commands = kind.add_subparsers(dest="kind_command", required=True, metavar="COMMAND")
+    kind_commands.add_parser("list", help="each attention kind, whether it decodes incrementally, is causal only "
+                             "or has a window")  # fmt: skip
+    kind_show = kind_commands.add_parser("show", help="an attention kind's options, defaults and how to set them")
+    kind_show.add_argument("name", help="an attention kind (`markovformer kind list` names them)")
     config = commands.add_parser("config", help="the example run configs shipped with the package")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
     config_commands.add_parser("list", help="name and summary of each shipped config")
@@ -103,6 +109,83 @@ def as_yaml(value) -> str:
     if isinstance(value, (tuple, list)):
         return f"[{', '.join(map(as_yaml, value))}]"
     return repr(value)
+
+
+KIND_MARKS = {"either": "either", "causal only": "only", "non-causal only": "never"}  # kind list's causal column
+
+
+def kind_window(options: type) -> str:
+    """Whether a kind attends within a window: "local" (by default), "optional" (global unless ``scope: local``),
+    or "none" (it has no ``scope``)."""
+    scopes = [field.default for field in dataclasses.fields(options) if field.name == "scope"]
+    return "none" if not scopes else "local" if scopes[0] == "local" else "optional"
+
+
+def run_kind(args: argparse.Namespace) -> None:
+    from markovformer.layers.registry import ATTENTION_KINDS, decodes_incrementally  # deferred: module docstring
+    from markovformer.models.config_base import suggest
+
+    if args.kind_command == "list":
+        name_width = max(map(len, ATTENTION_KINDS)) + 2
+        columns = f"{'kind':{name_width}}{'decodes':9}{'causal':8}{'window':10}"
+        print(f"{columns}summary")
+        for name, kind in ATTENTION_KINDS.items():
+            marks = (f"{name:{name_width}}{'yes' if decodes_incrementally(name) else 'no':9}"
+                     f"{KIND_MARKS[kind.causality]:8}{kind_window(kind.options):10}")  # fmt: skip
+            print(wrapped(kind.summary, len(columns), marks))
+        print("\n" + wrapped("decodes: generate feeds one token per step from the layer's state (no: it re-runs the "
+                            "prefix). causal: only = the kind refuses causal=False, never = it refuses causal=True. "
+                            "window: local = keys t-window..t by default (scope: global sees every key), optional = "
+                            "every key unless scope: local.", 0))  # fmt: skip
+        print("markovformer kind show NAME: a kind's options and how to set them in a run config")
+        return
+    if args.name not in ATTENTION_KINDS:
+        raise ValueError(f"no attention kind {args.name!r}{suggest(args.name, ATTENTION_KINDS)}; see `markovformer "
+                         f"kind list`")  # fmt: skip
+    show_kind(args.name)
+
+
+def show_kind(name: str) -> None:
+    """``markovformer kind show NAME``: the kind's summary and marks, then each option with its help, default and
+    where a run config sets it."""
+    from markovformer.layers.options import option_help  # deferred: see the module docstring
+    from markovformer.layers.registry import ATTENTION_KINDS, decodes_incrementally
+    from markovformer.models.markovian_transformer.config import ATTENTION_OPTION_FIELDS, MODEL_WIDE_OPTIONS
+
+    kind = ATTENTION_KINDS[name]
+    print(wrapped(kind.summary, 2, f"{name}: "))
+    decodes = ("decodes incrementally" if decodes_incrementally(name) else "no incremental decoding" +
+               (" (non-causal)" if kind.causality == "non-causal only" else ": generate re-runs the prefix"))
+    causal = {"either": "causal or not (model.causal)", "causal only": "causal only (refuses causal=False)",
+              "non-causal only": "non-causal only (refuses causal=True)"}[kind.causality]  # fmt: skip
+    window = {"local": "a window by default (scope: local; scope: global sees every key)",
+              "optional": "every key by default (scope: global); scope: local with a window",
+              "none": "no window"}[kind_window(kind.options)]  # fmt: skip
+    print(wrapped(f"{decodes}; {causal}; {window}", 2))
+    fields = dataclasses.fields(kind.options)
+    if not fields:
+        print("options: none of its own (model.attention: NAME; the model's d_model and causal shape it)")
+        return
+    print("options (model.<option> in a run config: flat, for every layer; or per layer, in the layer's entry):")
+    name_width = max(len(field.name) for field in fields) + 2
+    for field in fields:
+        where = "flat or per layer" if field.name in ATTENTION_OPTION_FIELDS else "per layer only"
+        if field.name in MODEL_WIDE_OPTIONS:
+            where += f"; flat model.{field.name} also sets the rest of the model's"
+        print(wrapped(f"{option_help(kind.options, field.name)} (default {as_yaml(field.default)}; {where})",
+                      name_width + 2, f"  {field.name}"))  # fmt: skip
+    flat = next((field for field in fields if field.name in ATTENTION_OPTION_FIELDS), None)
+    own = next((field for field in fields if field.name not in ATTENTION_OPTION_FIELDS), fields[0])
+    print("in a run config's model section (defaults as values):")
+    if flat is not None:
+        print(f"  attention: {name}\n  {flat.name}: {example_value(flat.default)}   # flat: every layer")
+    print(f"  attention: [{{kind: {name}, {own.name}: {example_value(own.default)}}}, ...]   # per layer: one entry "
+          f"per layer")  # fmt: skip
+
+
+def example_value(default) -> str:
+    """A default as a run config writes it, or ``<value>`` for one that must be given (None)."""
+    return "<value>" if default is None else as_yaml(default)
 
 
 def prepare_data(args: argparse.Namespace) -> None:

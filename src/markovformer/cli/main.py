@@ -434,6 +434,7 @@ COMMANDS = {
     "generate": run_generate,
     "inspect": run_inspect,
     "data": catalogue.run_data,
+    "kind": catalogue.run_kind,
     "config": catalogue.run_config_command,
     "bench": bench_command.run_bench,
 }

@@ -257,6 +257,15 @@ def attention_option_names(kind: str) -> frozenset[str]:
     return frozenset(field.name for field in dataclasses.fields(ATTENTION_KINDS[kind].options))
 
 
+def decodes_incrementally(kind: str) -> bool:
+    """Whether a causal layer of ``kind`` with its default options decodes one token at a time from its state (its
+    own declared ``supports_state``, read from a small one built here); a non-causal-only kind never does."""
+    if not ATTENTION_KINDS[kind].accepts_causal(True):
+        return False
+    layer = build_attention(kind, d_model=8, n_heads=2, causal=True, rotary=False)
+    return bool(getattr(layer, "supports_state", False))
+
+
 def build_layer(spec: LayerSpec, *, d_model: int, n_heads: int, causal: bool, rotary: bool) -> nn.Module:
     """Build the attention layer of a resolved ``spec`` (a model config's ``layer_specs``)."""
     shared = dict(d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary)
