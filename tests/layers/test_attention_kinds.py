@@ -68,3 +68,14 @@ def test_the_model_config_refuses_the_causality_a_kind_declares_it_cannot_take(k
                 assert str(error.value).startswith(f"MarkovianTransformerConfig.causal={causal}: {layer}{kind!r} is "
                                                    f"causal only: its layer refuses causal=False"), error.value
 
+
+
+@pytest.mark.parametrize("kind, name, value", [("retnet", "chunk_size", 0), ("s4d", "ssm_state_size", 3),
+                                               ("linformer", "linformer_k", 0), ("linformer", "dropout", 1.5)])
+def test_a_bad_per_layer_option_of_a_baseline_is_refused_by_the_config(kind, name, value):
+    """`attention: [{kind: retnet, chunk_size: 0}]` was accepted (the flat `chunk_size` is checked, these options'
+    dataclasses had no rules) and failed only when the model was built."""
+    causal = ATTENTION_KINDS[kind].accepts_causal(True)
+    with pytest.raises(ValueError, match=rf"^MarkovianTransformerConfig\.attention\[0\]\.{name}={value}: must be"):
+        MarkovianTransformerConfig(vocab_size=8, d_model=8, n_heads=2, n_layers=1, causal=causal,
+                                   attention=[{"kind": kind, name: value}], **NEEDED.get(kind, {}))  # fmt: skip

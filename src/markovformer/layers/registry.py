@@ -40,7 +40,7 @@ from markovformer.layers.hybrid_attention import (
     HybridSplitOptions,
 )
 from markovformer.layers.markov_attention import MarkovAttention, MarkovOptions
-from markovformer.layers.options import DROPOUT_HELP, option, scoped_window
+from markovformer.layers.options import DROPOUT_HELP, check_fields, interval, option, scoped_window
 from markovformer.layers.position_bias_attention import (
     DynamicBiasAttention,
     DynamicBiasOptions,
@@ -60,19 +60,33 @@ class NoOptions:
 
 @dataclasses.dataclass(frozen=True)
 class LinformerOptions:
-    max_positions: int | None = option(None, help="the longest sequence its length projections cover (required)")
-    linformer_k: int = option(64, help="k, the length keys and values are projected to")
-    dropout: float = option(0.0, help=DROPOUT_HELP)
+    max_positions: int | None = option(None, interval(1, integer=True, optional=True),
+                                       help="the longest sequence its length projections cover (required)")
+    linformer_k: int = option(64, interval(1, integer=True), help="k, the length keys and values are projected to")
+    dropout: float = option(0.0, interval(0.0, 1.0, high_open=True), help=DROPOUT_HELP)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclasses.dataclass(frozen=True)
 class RetNetOptions:
-    chunk_size: int = option(64, help="positions per chunk of the chunkwise retention (speed and memory only)")
+    chunk_size: int = option(64, interval(1, integer=True), help="positions per chunk of the chunkwise retention "
+                             "(speed and memory only)")  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclasses.dataclass(frozen=True)
 class S4DOptions:
-    ssm_state_size: int = option(64, help="the SSM's state size N per channel (even: N/2 complex modes)")
+    ssm_state_size: int = option(64, interval(2, integer=True), help="the SSM's state size N per channel (even: N/2 "
+                                 "complex modes)")  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.ssm_state_size % 2:
+            raise ValueError(f"ssm_state_size={self.ssm_state_size!r}: must be even (conjugate pairs of modes)")
 
 
 CAUSALITIES = ("either", "causal only", "non-causal only")  # the values of ``causal`` a kind's layer accepts
