@@ -59,6 +59,7 @@ from markovformer.experiments.vmt_training import (
 from markovformer.models.markovian_transformer import MarkovianTransformerForCausalLM, gpt2_style_config
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 from markovformer.training.run_config import resolve_run_config
+from markovformer.training.trainer_config import MAX_DEFAULT_THREADS
 
 NAME = "vmt"
 SUMMARY = "Variational Markov Transformer: ELBO/IW bounds vs the exact Kalman likelihood; carry on/off vs a windowed " \
@@ -311,7 +312,8 @@ def _introduction(report: ExperimentReport, settings: VMTSettings, seed: int, qu
         f"layers, networks {settings.hidden_dim} wide, {settings.posterior} posterior; AdamW lr {settings.lr}, "
         f"batch {settings.batch_size} windows, KL warm-up {settings.kl_warmup_steps} steps, free bits "
         f"{settings.free_bits}, {'half-window overlap' if settings.overlap else 'no overlap'}; "
-        f"{torch.get_num_threads()} intra-op thread(s). Held-out numbers use {settings.eval_samples} posterior "
+        f"intra-op threads: the process's ({torch.get_num_threads()} here) for the Transformers, at most "
+        f"{MAX_DEFAULT_THREADS} of them for the VMT runs (the engine's cap). Held-out numbers use {settings.eval_samples} posterior "
         "path(s) per window, windows chained by the carry (or not, for 'no carry')."
         + (" **Quick mode is a smoke test**: a few steps per model check that every cell trains and is scored; "
            "the models are far from converged, so the comparisons (carry on or off, K = 10 against K = 100, VMT "
