@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import math
 import os
 from pathlib import Path
@@ -40,8 +41,9 @@ def write_html_report(
     """Write ``out_dir/index.html`` atomically and return its path.
 
     The page shows ``title``, a key/value table of ``summary`` (floats to 6 significant digits) and each
-    ``(caption, path)`` figure in order, linked by its path relative to ``out_dir`` so the folder can be moved or
-    served as is. ``config_text`` (the run's config.yaml) follows the table in a folded block; ``sample``
+    ``(caption, path)`` figure in order (a ``(caption, path, numbers)`` one shows its JSON-able ``numbers``, the
+    values it draws, in a folded block under it), linked by its path relative to ``out_dir`` so the folder can be
+    moved or served as is. ``config_text`` (the run's config.yaml) follows the table in a folded block; ``sample``
     (heading, text), a generated sample, follows it as preformatted text. Every caption, key,
     value and the title are HTML-escaped. Raises FileNotFoundError for a figure that does not exist (the page would
     show a broken image).
@@ -68,7 +70,7 @@ def write_html_report(
                      "</details>")  # fmt: skip
     if sample:
         parts.append(f"<h2>{html.escape(sample[0])}</h2><pre>{html.escape(sample[1])}</pre>")
-    for caption, path in figures:
+    for caption, path, *numbers in figures:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"figure {path} (caption {caption!r}) does not exist")
@@ -78,5 +80,9 @@ def write_html_report(
             f'<figure><a href="{source}"><img src="{source}" alt="{html.escape(caption, quote=True)}"></a>'
             f"<figcaption>{html.escape(caption)}</figcaption></figure>"
         )
+        if numbers and numbers[0]:
+            text = json.dumps(numbers[0], indent=1, allow_nan=True)
+            parts.append(f"<details><summary>the numbers drawn above (JSON)</summary><pre>{html.escape(text)}</pre>"
+                         "</details>")  # fmt: skip
     parts += ["</body>", "</html>", ""]
     return write_text("\n".join(parts), out_dir / "index.html")

@@ -1,5 +1,6 @@
-"""`markovformer inspect`: a run's figures (curves, strengths, gates, attention by lag, attention maps) and one HTML
-page that puts them under the run's config, model, training time and results, with their units and references.
+"""`markovformer inspect`: a run's figures (curves, strengths, gates, attention by lag, attention maps, and what the
+positional kinds learned: ``training.learned_positions``) and one HTML page that puts them under the run's config,
+model, training time and results, with their units and references.
 
 The model reads bounded prefixes of the validation sequences only (``EXAMPLE_LENGTH``, ``PROFILE_LENGTH``), so the
 attention maps it hands out stay the same size however long the run's sequences are; the captions say what was
@@ -35,6 +36,7 @@ from markovformer.plots.curves import RESCALED_LOSS_FAMILIES, metric_family
 from markovformer.plots.markov import weight_scale
 from markovformer.training.build import build_data
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
+from markovformer.training.learned_positions import ReadPositions, position_figures
 from markovformer.training.run_dir import RESOLVED_CONFIG, load_trained_run
 from markovformer.training.run_report import (
     continuous_source,
@@ -358,12 +360,15 @@ def _gate_and_attention_figures(
         kind = model.config.layer_kinds()[mapless[0]]
         raise ValueError(f"--layers {mapless[0]}: that layer ({kind}) has no attention map; the layers with one: "
                          f"{with_maps or 'none'}")  # fmt: skip
-    profile = lag_profiles(model, validation, chosen)
+    with ReadPositions(model) as read:  # FoX's gates and CoPE's queries, read on the profile's own passes
+        profile = lag_profiles(model, validation, chosen)
     labels = head_labels(model.config, output.attentions)
     if profile.profiles:
         figures.append((profile_caption(profile, chain_lags),
                         plot_attention_lag_profile(profile.profiles, out / "attention_by_lag.png", chain_lags,
                                                    head_labels=labels, future=profile.future or None)))  # fmt: skip
+    figures += position_figures(config, model, read, out, profile.sequences, profile.length,
+                                PROFILE_LENGTH if profile.cut else None)  # fmt: skip
     if chosen:
         scale = weight_scale([output.attentions[layer][0].float().numpy() for layer in chosen])
         kinds = model.config.layer_kinds() if hasattr(model.config, "layer_kinds") else []
