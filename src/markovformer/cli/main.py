@@ -286,7 +286,7 @@ def run_eval(args: argparse.Namespace) -> None:
 
         print(f"  {unscored_tail(results['unscored_tail_tokens'], results['split'])}")
     if "per_class" in results:
-        print_per_class(results["per_class"])
+        print_per_class(results["per_class"], auroc="auroc" in results["metrics"])
     if args.predictions:
         print(f"  predictions: {args.predictions}")
     if "entropy_rate" in results and "loss" in results["metrics"]:
@@ -307,8 +307,10 @@ def run_eval(args: argparse.Namespace) -> None:
         print(f"  {exact_likelihood_gap(results['metrics'], exact, split, results.get('iw_samples'))}")
 
 
-def print_per_class(per_class: dict[str, dict]) -> None:
-    """A classifier's numbers per class, one line each (a ratio with nothing to divide: -)."""
+def print_per_class(per_class: dict[str, dict], auroc: bool = False) -> None:
+    """A classifier's numbers per class, one line each (a ratio with nothing to divide: -), then what always guessing
+    the most frequent label would score: accuracy, macro F1 and, where the task reports one (``auroc``; token
+    classification does not), AUROC (0.5 once two classes occur; with one there is none to score)."""
     width = max(len("class"), *(len(name) for name in per_class))
     columns = {"precision": 9, "recall": 6, "f1": 6}
     print(f"  {'class':<{width}}  " + "  ".join(key.rjust(size) for key, size in columns.items()) + "  support")
@@ -320,7 +322,7 @@ def print_per_class(per_class: dict[str, dict]) -> None:
     if total:  # the bar to clear: an accuracy of 0.52 is nothing when 52 % of the split is one class
         share, present = count / total, sum(1 for support in supports.values() if support)
         print(f"  always {most!r} (the split's most frequent label) would score accuracy {share:.4f}, macro_f1 "
-              f"{2 * share / (1 + share) / present:.4f}, auroc 0.5")
+              f"{2 * share / (1 + share) / present:.4f}" + (", auroc 0.5" if auroc and present > 1 else ""))
 
 
 def finite_or_null(value):
