@@ -39,3 +39,13 @@ def test_windowed_and_bidirectional_chunks_take_chunk_size_queries(window, causa
         low = 0 if window is None else max(0, chunk.start - window)
         high = chunk.end if causal else (length if window is None else min(length, chunk.end + window))
         assert (chunk.low, chunk.high) == (low, high)
+
+
+@pytest.mark.parametrize("chunk_size", [0, -3])
+@pytest.mark.parametrize(("window", "causal"), [(None, True), (8, True), (None, False)])
+def test_a_chunk_size_below_one_is_refused_not_looped_on(chunk_size, window, causal):
+    """A chunk of no queries never reaches the end: the loop yielded empty chunks for ever (the chunked ops' lists of
+    outputs grew without bound), where the range it replaced refused a step of 0."""
+    chunks = query_chunks(10, chunk_size, window=window, causal=causal)
+    with pytest.raises(ValueError, match=f"chunk_size must be an integer >= 1, got {chunk_size}"):
+        next(chunks)

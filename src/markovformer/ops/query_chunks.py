@@ -47,6 +47,8 @@ def query_chunks(seq_len: int, chunk_size: int, window: int | None, causal: bool
     of one size let the allocator reuse a chunk's freed scores for the next; blocks growing chunk by chunk never fit
     the memory freed before them, so the heap grew by every chunk's block, O(T²) in all (forgetting attention,
     1 layer, d = 32: 3.8 GB resident at T = 16k, 15x the 4k run's)."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:  # (0 looped for ever)
+        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
     start = 0
     while start < seq_len:
         rows = chunk_size
