@@ -165,6 +165,11 @@ def check_same_data(run_dir: Path, bundle: DataBundle) -> None:
     if difference is None:
         return
     where, before, now = difference
+    if digests:  # every file as it was (sha256): the code that builds the data changed (a leak fixed, say)
+        raise ConfigError(f"{run_dir / 'data.json'}: the data rebuilt from the run's config differs from the data "
+                          f"it started with ({where}: {before!r} then, {now!r} now) though its files are unchanged "
+                          f"(sha256): this version of markovformer builds that data otherwise than the one that "
+                          f"started the run; finish it with that version, {restore}")  # fmt: skip
     raise ConfigError(f"{run_dir / 'data.json'}: the data rebuilt from the run's config differs from the data it "
                       f"started with ({where}: {before!r} then, {now!r} now): was a data file changed? "
                       f"Restore it, {restore}")  # fmt: skip
