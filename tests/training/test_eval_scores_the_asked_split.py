@@ -265,6 +265,8 @@ def test_eval_of_the_training_text_scores_contiguous_windows_not_one_per_start(t
     plain = build_data(resolve_run_config({**config.to_dict(), "data": {**config.data, "window_starts": "contiguous"},
                                            "output_dir": str(run_dir)}), run_dir)  # fmt: skip
     assert scored["metrics"]["loss"] == pytest.approx(hand_loss(model.eval(), plain.train), rel=1e-6)
+    with pytest.raises(ConfigError, match="--data window_starts='random': only training draws its examples so"):
+        evaluate(tmp_path / "random", "train", {"window_starts": "random"})
 
 
 def test_eval_says_how_many_tokens_at_the_parts_ends_fill_no_window(tmp_path, capsys):

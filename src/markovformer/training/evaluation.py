@@ -211,7 +211,12 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     fitted = run_fitted_options(config.data["source"], read_data_info(run_dir))  # the run's class thresholds
     data = {**config.data, **recorded_data_files(run_dir, config.data, data_overrides or {}), **fitted,
             **(data_overrides or {})}  # fmt: skip
-    data.update({key: plain for key, plain in TRAINING_ONLY_OPTIONS.items() if key in data})  # the data as it is
+    for key, plain in TRAINING_ONLY_OPTIONS.items():  # the data as it is, not as training draws from it
+        if (data_overrides or {}).get(key, plain) != plain:
+            raise ConfigError(f"--data {key}={data_overrides[key]!r}: only training draws its examples so; eval "
+                              f"scores the data as it is ({key}={plain!r})")  # fmt: skip
+        if key in data:
+            data[key] = plain
     for key in task_options or {}:  # an option of another task: the flag's name, and the run's task
         takers = [name for name, task in TASKS.items() if key in {f.name for f in dataclasses.fields(task.Options)}]
         if takers and config.task not in takers:
