@@ -87,3 +87,25 @@ def test_utterances_too_short_for_their_transcripts_are_said_beside_the_infinite
     warning = printed.err
     assert "1 of the 3 scored utterances have fewer frames than their labels need" in warning
     assert "example 2, from 0: 2 frames for 4 labels, which need 6" in warning
+
+
+def test_generate_transcribes_recordings_as_eval_decodes_them(speech_run, tmp_path, capsys):
+    """generate refused CTC runs: a speech user could not transcribe a recording without writing a transcript for
+    it first. It reads each WAV as the run read its own and decodes it greedily: the transcripts equal the
+    hypotheses eval --predictions writes for the same recordings (the texts are unique: keyed by reference)."""
+    run, manifest = speech_run / "run", speech_run / "audio" / "manifest.tsv"
+    out = tmp_path / "predictions.tsv"
+    scored(capsys, str(run), "--split", "test", "--data", f"path={manifest}", "fractions=[0,0,1]",
+           "--predictions", str(out))  # fmt: skip
+    hypotheses = dict(line.split("\t") for line in out.read_text().splitlines()[1:])
+    listing = tmp_path / "recordings.txt"
+    listing.write_text("".join(f"{speech_run / 'audio' / f'{index}.wav'}\n" for index in range(len(TEXTS))))
+    assert main(["generate", str(run), "--input", str(listing)]) == 0
+    assert capsys.readouterr().out.splitlines() == [hypotheses[text] for text in TEXTS]
+    assert main(["generate", str(run), "--input", str(speech_run / "audio" / "4.wav")]) == 0  # one WAV file
+    assert capsys.readouterr().out.splitlines() == [hypotheses[TEXTS[4]]]
+    assert main(["generate", str(run), "--input", str(manifest)]) == 0  # a manifest: its transcripts ignored
+    assert capsys.readouterr().out.splitlines() == [hypotheses[text] for text in TEXTS]
+    listing.write_text("missing.wav\n")
+    assert main(["generate", str(run), "--input", str(listing)]) == 2
+    assert "line 1: no such audio file" in capsys.readouterr().err

@@ -85,6 +85,9 @@ def test_a_ctc_recognisers_predictions_give_its_word_error_rate(tmp_path, capsys
     assert header == ["reference", "hypothesis"] and len(rows) == results["examples"]
     wer = WordErrorRate()([row[1] for row in rows], [row[0] for row in rows])
     assert float(wer) == pytest.approx(results["metrics"]["wer"], rel=1e-6)
+    # generate transcribes recordings with a run of recordings only: synthetic frames have no audio front end
+    assert main(["generate", str(tmp_path / "run"), "--input", str(out)]) == 2
+    assert "holds no audio front end" in capsys.readouterr().err
 
 
 def test_predictions_of_a_task_that_predicts_nothing_to_read_are_refused_before_any_file(tmp_path, capsys, tiny_run):

@@ -153,13 +153,15 @@ def build_parser() -> argparse.ArgumentParser:
                           "sequence_classification: example, label, predicted, each class's probability; "
                           "token_classification: the same per labelled position; ctc: reference, hypothesis")
 
-    generate = commands.add_parser("generate", help="sample from a language model, or translate with a translation "
-                                   "model (one sentence per --prompt, or per line of --input)",
-                                   description="Sample text from a language model run, or translate with a "
-                                   "translation run.", epilog='examples:\n'
+    generate = commands.add_parser("generate", help="sample from a language model, translate with a translation "
+                                   "model (one sentence per --prompt, or per line of --input), or transcribe "
+                                   "recordings with a CTC model",
+                                   description="Sample text from a language model run, translate with a "
+                                   "translation run, or transcribe recordings with a CTC run.", epilog='examples:\n'
                                    '  markovformer generate runs/text_char --prompt "ROMEO:" --temperature 0.8 '
                                    '--top-k 20\n'
-                                   '  markovformer generate runs/mat_de_en --input sources.txt --beam-size 4',
+                                   '  markovformer generate runs/mat_de_en --input sources.txt --beam-size 4\n'
+                                   '  markovformer generate runs/speech --input recordings.txt',
                                    formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     generate.add_argument("target", help="run directory or checkpoint file")
     generate.add_argument("--prompt", help="text (or space-separated token ids without tokenizer); an empty prompt "
@@ -169,7 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "run's alphabet instead of refusing them")  # fmt: skip
     generate.add_argument("--through-eod", action="store_true", help="a run with documents: sample past a "
                           "document's end (each end printed as <eod>) instead of stopping there")
-    generate.add_argument("--input", help="translation: a file of source sentences, one per line")
+    generate.add_argument("--input", help="translation: a file of source sentences, one per line; CTC: a WAV file, "
+                          "or a file of WAV paths, one per line (a manifest's transcripts ignored), each transcribed "
+                          "greedily, one line each")  # fmt: skip
     generate.add_argument("--beam-size", type=int, default=1, help="translation: beam width, 1 = greedy (default: "
                           "%(default)s)")  # fmt: skip
     generate.add_argument("--length-penalty", type=float, default=1.0, help="translation: beams are ranked by score "

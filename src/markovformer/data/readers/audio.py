@@ -199,6 +199,32 @@ def decode_transcript(ids: Tensor | list[int]) -> str:
     return "".join(ALPHABET[int(i) - 1] for i in ids)
 
 
+def read_recording_list(path: str | Path) -> list[Path]:
+    """The recordings ``path`` names: itself when it is a WAV file (it starts with ``RIFF``), else a text file of WAV
+    paths, one per line (relative to its folder; a manifest's ``<TAB>transcript`` ignored; blank lines and ``#``
+    comments skipped). A missing file or an empty list raises ValueError naming the list and line."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            if handle.read(4) == b"RIFF":
+                return [path]
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read as a WAV file or a UTF-8 list of WAV files ({error})") from None
+    recordings = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        audio = Path(line.partition("\t")[0].strip())
+        audio = audio if audio.is_absolute() else path.parent / audio
+        if not audio.is_file():
+            raise ValueError(f"{path}: line {number}: no such audio file {audio}")
+        recordings.append(audio)
+    if not recordings:
+        raise ValueError(f"{path}: lists no audio file")
+    return recordings
+
+
 def read_audio_manifest(path: str | Path) -> list[tuple[Path, str]]:
     """``(wav path, transcript)`` per ``path<TAB>transcript`` line; relative paths are taken from the manifest's
     folder; blank lines and ``#`` comments are skipped. A line without a tab, an empty transcript or a missing WAV

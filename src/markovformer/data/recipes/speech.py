@@ -232,6 +232,17 @@ def speech_bundle(
     return DataBundle(**examples, info=info, splits=splits)
 
 
+def recording_features(path: str | Path, info: dict) -> Tensor:
+    """A WAV file's features as a run of recordings read its own (``info``: the run's data info, with ``log_mel``,
+    ``normalisation`` and ``stack_frames``): resampled to its rate, its log-Mel frames, normalised with its training
+    statistics, its frames stacked. (T / stack, stack * F) float32."""
+    config = LogMelConfig(**info["log_mel"])
+    samples, rate = read_wav(path)
+    features = log_mel(resample(samples, rate, config.sample_rate), config)
+    mean, std = (torch.tensor(info["normalisation"][key], dtype=torch.float64) for key in ("mean", "std"))
+    return stack_frames(((features - mean) / std).float(), info.get("stack_frames", 1))
+
+
 def load_speech_features(path: str | Path, test_set: str = "recorded", stack: int = 1) -> DataBundle:
     """The speech file's train and val splits, and as test its ``recorded`` utterances (real speech) or its
     synthetic ``test`` split (``test_set="synthetic"``: unseen voices); ``stack`` frames to one (``speech_bundle``)."""

@@ -287,7 +287,8 @@ class Task:
         """The lines ``markovformer generate`` prints."""
         if self.continues_prompts and not getattr(model.config, "input_dim", None):
             return continue_prompt(model, run_dir, request)
-        raise ValueError(f"{run_dir} is a {self.name} run; generate needs a causal_lm, vmt (tokens) or translation run")
+        raise ValueError(f"{run_dir} is a {self.name} run; generate needs a causal_lm, vmt (tokens), translation or "
+                         f"ctc (recordings) run")  # fmt: skip
 
 
 def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterator[str]:

@@ -4,13 +4,17 @@ characters, character error rate) of the greedy (best-path) decoding."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from itertools import pairwise
+from pathlib import Path
 
 import torch
 from torch import Tensor
 from torchmetrics.text import CharErrorRate, WordErrorRate
 
-from markovformer.training.tasks.base import LossMetric, Task
+from markovformer.data.collate import collate
+from markovformer.data.readers.audio import read_recording_list
+from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, model_inputs
 
 
 def greedy_ctc_decode(logits: Tensor, lengths: Tensor, blank: int = 0) -> list[list[int]]:
@@ -112,6 +116,9 @@ class CTCMetrics(LossMetric):
         return {**super().compute(), **rates}
 
 
+TRANSCRIBE_BATCH = 16  # recordings transcribed together by `generate --input`
+
+
 class CTC(Task):
     name = "ctc"
     loss_unit = "nats/target symbol"
@@ -131,3 +138,29 @@ class CTC(Task):
     def describe_split(self, examples, tokenizer) -> None:
         """The split ``eval`` scores: a line on stderr when utterances in it are too short for their labels."""
         warn_unalignable(examples, "scored", "their CTC loss, and the split's, is infinite")
+
+    def generate(self, model, run_dir: Path, request: GenerationRequest) -> Iterator[str]:
+        """Greedy (best-path) transcripts of recordings, one line each in the order given: ``--input`` a WAV file,
+        or a text file of WAV paths, one per line (``audio.read_recording_list``), each read as the run read its
+        own (``speech.recording_features``: its rate, log-Mel front end, normalisation and stacked frames). Runs of
+        recordings only: other CTC data has no front end to turn audio into the model's inputs."""
+        from markovformer.data.recipes.speech import recording_features  # deferred: the speech recipes
+        from markovformer.training.run_checks import read_data_info
+
+        if request.prompt is not None or request.input is None:
+            raise ValueError("a CTC run transcribes recordings: give --input FILE (a WAV file, or a list of WAV "
+                             "paths, one per line)")  # fmt: skip
+        info = read_data_info(run_dir)
+        if not info.get("log_mel") or "normalisation" not in info:
+            raise ValueError(f"{run_dir}: its data holds no audio front end (log-Mel settings and normalisation) to "
+                             f"read recordings with; generate transcribes runs trained on recordings "
+                             f"(data.source audio_manifest)")  # fmt: skip
+        paths = read_recording_list(request.input)
+        model.eval()
+        for start in range(0, len(paths), TRANSCRIBE_BATCH):
+            batch = collate([{"input_features": recording_features(path, info)}
+                             for path in paths[start : start + TRANSCRIBE_BATCH]])  # fmt: skip
+            with torch.no_grad():
+                logits = model(**model_inputs(batch)).logits.float()
+            for ids in greedy_ctc_decode(logits, batch["attention_mask"].sum(-1)):
+                yield symbols_to_words(ids, info.get("label_names"))
