@@ -117,6 +117,41 @@ def test_power_iteration_path_agrees_with_dense_and_fixed_point():
     torch.testing.assert_close(pi @ naive_context_matrix(chain), pi, rtol=0, atol=1e-11)
 
 
+def sticky_chain(order: int, p: float, q: float) -> MarkovChain:
+    """Binary order-k chain that repeats its last symbol, leaving 0 with probability p and 1 with probability q:
+    its symbol marginal is the switching chain's (q, p)/(p+q), and it mixes as slowly as p and q are small."""
+    newest = torch.arange(2**order) % 2
+    leave_0, leave_1 = torch.tensor([1 - p, p], dtype=torch.float64), torch.tensor([q, 1 - q], dtype=torch.float64)
+    return MarkovChain(order, 2, torch.where(newest[:, None] == 0, leave_0, leave_1))
+
+
+@pytest.mark.parametrize(("p", "q"), [(1e-4, 2e-4), (2e-3, 1e-3)])
+def test_power_iteration_of_slowly_mixing_chain_meets_its_tolerance(p, q):
+    # the step size alone stops 1/gap too early: at (1e-4, 2e-4) it left an L1 error of 6.7e-9
+    pi = switching_chain(p, q).stationary(method="power")
+    expected = torch.tensor([q, p], dtype=torch.float64) / (p + q)
+    assert (pi - expected).abs().sum().item() < 2e-10
+
+
+@pytest.mark.parametrize("rate", [1e-6, 1e-12])
+def test_power_iteration_never_returns_a_far_from_stationary_distribution(rate, monkeypatch):
+    # 512 contexts, so "auto" takes the power path; at rate 1e-12 one step from uniform moves 1e-12 in L1 and the
+    # old step-size rule returned the uniform marginal (1/2, 1/2) instead of (2/3, 1/3): it must raise instead
+    monkeypatch.setattr("markovformer.markov.chains._POWER_MAX_ITERATIONS", 5_000)  # keeps the test fast
+    chain = sticky_chain(9, rate, 2 * rate)
+    with pytest.raises(RuntimeError, match="mixes too slowly"):
+        chain.stationary()
+    marginal = chain.stationary(method="dense").reshape(-1, 2).sum(0)
+    torch.testing.assert_close(marginal, torch.tensor([2 / 3, 1 / 3], dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+def test_power_iteration_error_is_within_its_tolerance():
+    chain = random_chain(9, 2, generator=seeded(5))
+    exact = torch.linalg.solve(naive_context_matrix(chain).T - torch.eye(512, dtype=torch.float64) + 1.0,
+                               torch.ones(512, dtype=torch.float64))  # (P^T - I + 1 1^T) pi = 1 with sum(pi) = 1
+    assert (chain.stationary(method="power") - exact).abs().sum().item() < 1.5e-12
+
+
 @pytest.mark.parametrize("method", ["dense", "power"])
 def test_periodic_chain_stationary(method):
     # period 2: plain power iteration from uniform oscillates between (1/6, 2/3, 1/6) and uniform

@@ -23,6 +23,7 @@ DENSE_STATIONARY_MAX_CONTEXTS = 256
 _ROW_SUM_TOLERANCE = 1e-6
 _POWER_TOLERANCE = 1e-12
 _POWER_MAX_ITERATIONS = 200_000
+_POWER_ROUNDING_FLOOR = 8 * torch.finfo(torch.float64).eps
 
 
 def resolve_generator(generator: torch.Generator | None, device: torch.device) -> torch.Generator:
@@ -160,7 +161,8 @@ class MarkovChain:
 
         The chain on contexts moves (x_1, ..., x_k) -> (x_2, ..., x_k, x_next). method="dense" squares the
         lazy (S**k x S**k) context matrix; method="power" runs lazy power iteration (0.5 I + 0.5 P, same
-        stationary distribution, immune to periodicity) without building that matrix, to 1e-12 in L1;
+        stationary distribution, immune to periodicity) without building that matrix, until the estimated L1 distance
+        to the fixed point (step size scaled by the observed contraction rate) is below 1e-12;
         "auto" picks dense up to ``DENSE_STATIONARY_MAX_CONTEXTS`` contexts. Both start from the uniform
         distribution, so for a reducible chain they return the limit reached from uniform.
         """
@@ -198,14 +200,26 @@ class MarkovChain:
         return 0.5 * pi + 0.5 * flow.sum(0).reshape(-1)
 
     def _stationary_power(self) -> Tensor:
+        # A small step |pi_{n+1} - pi_n| alone says little: the distance left to the fixed point is about
+        # step / (1 - r), r the contraction rate, so a chain that mixes slowly (r near 1) takes tiny steps while
+        # still far away (switching rates 1e-12: one step moves 1e-12, yet uniform is 1/3 off in L1). So the
+        # remaining error is estimated from the ratio of successive steps (geometric tail step * r / (1 - r)),
+        # and iteration stops only once that estimate, not the step, is below the tolerance.
         n = self.num_contexts
         pi = torch.full((n,), 1.0 / n, dtype=torch.float64, device=self.transition.device)
+        previous_step = math.inf
         for _ in range(_POWER_MAX_ITERATIONS):
             updated = self._lazy_step(pi)
             updated /= updated.sum()
-            if (updated - pi).abs().sum() < _POWER_TOLERANCE:
-                return updated
+            step = float((updated - pi).abs().sum())
             pi = updated
+            # below _POWER_ROUNDING_FLOOR the step is float64 rounding, no longer a measure of the distance left
+            if step < _POWER_ROUNDING_FLOOR:
+                return pi
+            rate = step / previous_step  # 0 on the first step: no rate measured yet
+            previous_step = step
+            if 0 < rate < 1 and step * rate / (1 - rate) < _POWER_TOLERANCE:
+                return pi
         raise RuntimeError(
             f"stationary: power iteration did not reach {_POWER_TOLERANCE} in {_POWER_MAX_ITERATIONS} "
             f"steps ({n} contexts); the chain mixes too slowly, try method='dense'"
