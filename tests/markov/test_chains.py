@@ -145,6 +145,14 @@ def test_power_iteration_never_returns_a_far_from_stationary_distribution(rate, 
     torch.testing.assert_close(marginal, torch.tensor([2 / 3, 1 / 3], dtype=torch.float64), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("rate", [3e-15, 1e-15])
+def test_dense_stationary_of_a_chain_that_barely_moves(rate):
+    # lazy steps change the matrix by < 1e-14 from the start: the old stopping rule took the first squaring
+    # (still near the identity) for the limit and returned uniform (1/2, 1/2)
+    pi = switching_chain(rate, 3 * rate).stationary(method="dense")
+    torch.testing.assert_close(pi, torch.tensor([0.75, 0.25], dtype=torch.float64), rtol=0, atol=1e-12)
+
+
 def test_power_iteration_error_is_within_its_tolerance():
     chain = random_chain(9, 2, generator=seeded(5))
     exact = torch.linalg.solve(naive_context_matrix(chain).T - torch.eye(512, dtype=torch.float64) + 1.0,

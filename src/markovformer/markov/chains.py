@@ -183,13 +183,18 @@ class MarkovChain:
         lazy[contexts[:, None], successors] = 0.5 * self.transition
         lazy += 0.5 * torch.eye(n, dtype=torch.float64, device=device)
         # 64 squarings reach step 2**64: converged for any chain whose spectral gap is not below float64 eps
+        # A chain that has barely moved yet (rates near 1e-15) also changes by < 1e-14 per squaring, far from its
+        # limit; but there the change doubles with every squaring, while near the limit it shrinks quadratically.
+        # So a small change counts only once it is also smaller than the one before (or exactly 0: a fixed matrix).
+        previous_change = 0.0
         for _ in range(64):
             squared = lazy @ lazy
             squared /= squared.sum(-1, keepdim=True)
-            converged = (squared - lazy).abs().max() < 1e-14
+            change = float((squared - lazy).abs().max())
             lazy = squared
-            if converged:
+            if change == 0 or (change < 1e-14 and change < previous_change):
                 break
+            previous_change = change
         pi = torch.full((n,), 1.0 / n, dtype=torch.float64, device=device) @ lazy
         return pi / pi.sum()
 
