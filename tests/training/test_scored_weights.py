@@ -22,19 +22,20 @@ def test_eval_and_inspect_name_the_step_they_scored_though_the_run_writes_its_ne
     trainer = {**TINY_RUN["trainer"], "max_steps": 20, "eval_every": 10, "checkpoint_every": 10, "logger": "csv"}
     train(resolve_run_config({**TINY_RUN, "output_dir": str(run_dir), "trainer": trainer}))
     checkpoints = run_dir / "checkpoints"
+    by_name = {step: evaluate(checkpoints / f"step-{step:06d}.ckpt") for step in (10, 20)}
+    assert by_name[10]["metrics"]["loss"] != by_name[20]["metrics"]["loss"]  # the numbers tell the steps apart
+    shutil.copy(checkpoints / "step-000020.ckpt", tmp_path / "step-20.ckpt")
 
     def at_step_10() -> None:  # the run as it stood while training: step 10 saved, not finished
         shutil.copy(checkpoints / "step-000010.ckpt", checkpoints / "last.ckpt")
+        (checkpoints / "step-000020.ckpt").unlink(missing_ok=True)
         (run_dir / "finished.json").unlink(missing_ok=True)
-
-    at_step_10()
-    by_name = {step: evaluate(checkpoints / f"step-{step:06d}.ckpt") for step in (10, 20)}
-    assert by_name[10]["metrics"]["loss"] != by_name[20]["metrics"]["loss"]  # the numbers tell the steps apart
 
     loaded = run_files.check_finite  # load_run's last call: the weights are in memory
 
     def then_the_run_moves_on(model, source):
-        shutil.copy(checkpoints / "step-000020.ckpt", checkpoints / "last.ckpt")
+        for name in ("step-000020.ckpt", "last.ckpt"):
+            shutil.copy(tmp_path / "step-20.ckpt", checkpoints / name)
         (run_dir / "finished.json").write_text(json.dumps({"steps": 20}))
         return loaded(model, source)
 
