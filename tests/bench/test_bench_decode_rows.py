@@ -67,3 +67,41 @@ def test_the_crossover_is_the_shortest_length_where_mat_is_faster():
     rows = [{"kind": kind, "batch": 1, "T": length, "tokens_per_second": speed}
             for length, pair in speeds.items() for kind, speed in zip(("at", "mat"), pair, strict=True)]  # fmt: skip
     assert crossovers(rows) == {"B=1": 128}
+
+
+def _fake_decoding(fake_clock, monkeypatch, durations, on_step=None):
+    """``decode._markovian`` replaced by a model whose forward lasts the next of ``durations`` on the fake clock
+    (and calls ``on_step``, if given)."""
+    step = fake_clock.patch(decode).steps(durations)
+
+    def markovian(kind, size):
+        def forward(ids):
+            step()
+            if on_step is not None:
+                on_step()
+            return torch.zeros(ids.shape[0], size["vocab_size"])
+
+        return torch.nn.Linear(2, 2), forward, {"layers": []}
+
+    monkeypatch.setattr(decode, "_markovian", markovian)
+
+
+def test_a_mark_at_the_last_generated_token_is_the_median_of_its_sixteen_steps(fake_clock, monkeypatch):
+    """A length of exactly a mark (1,024 in --quick, 16,384 by default) timed that mark by its last step alone: one
+    step reported as the median of 16. Now the 16 steps ending at the last one: step i takes i ms, so at L = 32
+    the mark 32 reads the median of steps 17..32 (24.5 ms), not 32 ms."""
+    _fake_decoding(fake_clock, monkeypatch, [0.5] + [ms / 1000 for ms in STEPS_MS])
+    monkeypatch.setattr(decode, "MARKS", (1, 20, LENGTH))
+    row = decode.decode_case("markov_local", LENGTH, 1, size={"vocab_size": 8})
+    last_sixteen = statistics.median(STEPS_MS[LENGTH - decode.MARK_STEPS :])
+    assert row["step_ms_at"] == {"1": pytest.approx(statistics.median(STEPS_MS[: decode.MARK_STEPS])),
+                                 "20": pytest.approx(last_sixteen), str(LENGTH): pytest.approx(last_sixteen)}
+
+
+@pytest.mark.parametrize(("mark", "length"),
+                         [(1, 5), (1, 40), (1024, 1024), (1024, 1040), (1024, 2000), (16384, 16384)])  # fmt: skip
+def test_every_mark_window_holds_the_mark_and_sixteen_steps_within_the_length(mark, length):
+    window = range(length)[decode.mark_steps(mark, length)]
+    assert mark - 1 in window and len(window) == min(decode.MARK_STEPS, length)
+    if mark - 1 + decode.MARK_STEPS <= length:  # room for the 16 steps from the mark: exactly those
+        assert window[0] == mark - 1

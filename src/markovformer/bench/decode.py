@@ -5,9 +5,10 @@ growing cache of its long convolutions' inputs), the local model with GRU inject
 same size with its own key/value cache (when ``transformers`` is installed: the ``hf`` extra). Random weights.
 
 One case is (kind, L, batch): the prompt in one pass, then L steps of one token, timed per step. Its row: tokens per
-second over the loop; the median time of one step over the first and the last ``min(256, L // 8)`` steps and their
-ratio; ``step_ms_at``: the median of the 16 steps from the 1st, 1,024th and 16,384th generated token (those the
-length reaches); ``floor_ms``: the model's weight matrix-vector products alone (every Linear and the output layer,
+second over the loop (the prompt's pass included); the median time of one step over the first and the last
+``min(256, L // 8)`` steps and their ratio; ``step_ms_at``: the median of the 16 steps from the 1st, 1,024th and
+16,384th generated token (those the length reaches; the last 16 where the length ends within a mark's 16:
+``mark_steps``); ``floor_ms``: the model's weight matrix-vector products alone (every Linear and the output layer,
 batch rows at once), the least one step can cost; the key/value cache held at the end (floats per row) and the
 peak memory of the loop. ``decode_targets`` reads issue 28's targets from the rows.
 """
@@ -121,6 +122,15 @@ def matvec_floor_ms(model: torch.nn.Module, batch: int, device: str, repeats: in
     return statistics.median(times) * 1e3
 
 
+def mark_steps(mark: int, length: int) -> slice:
+    """The ``MARK_STEPS`` steps whose median is the step time at the ``mark``-th generated token: those from the mark,
+    moved back to end at the last step where the length ends within them, so every mark is a median of
+    ``MARK_STEPS`` steps (at a length of exactly 1,024 or 16,384 the mark was the last step alone, one noisy step
+    reported as a median of 16); fewer only where the whole length is shorter."""
+    start = max(0, min(mark - 1, length - MARK_STEPS))
+    return slice(start, start + MARK_STEPS)
+
+
 def decode_case(kind: str, length: int, batch: int, device: str = "cpu", size: dict | None = None) -> dict:
     """Generate ``length`` tokens greedily for ``batch`` prompts with the ``kind`` model; the row described above.
     ``size`` overrides ``DECODE_SIZE`` (for small checks)."""
@@ -153,7 +163,7 @@ def decode_case(kind: str, length: int, batch: int, device: str = "cpu", size: d
     seconds = time.perf_counter() - start
     edge = max(1, min(256, length // 8))
     start_ms, end_ms = statistics.median(step_times[:edge]) * 1e3, statistics.median(step_times[-edge:]) * 1e3
-    at = {str(mark): statistics.median(step_times[mark - 1 : mark - 1 + MARK_STEPS]) * 1e3
+    at = {str(mark): statistics.median(step_times[mark_steps(mark, length)]) * 1e3
           for mark in MARKS if mark <= length}  # fmt: skip
     caches = [] if kind == "gpt2" else [core["cache"] for layer in state["layers"] for core in layer["mixer"]
                                         .get("cores", []) if "cache" in core]  # fmt: skip
@@ -192,4 +202,4 @@ def decode_targets(rows: list[dict]) -> list[dict]:
 
 
 __all__ = ["COMPILED_KINDS", "DECODE_KINDS", "DECODE_SIZE", "MARKS", "PROMPT_LENGTH", "decode_case", "decode_targets",
-           "matvec_floor_ms"]  # fmt: skip
+           "mark_steps", "matvec_floor_ms"]  # fmt: skip
