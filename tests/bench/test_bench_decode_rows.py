@@ -105,3 +105,23 @@ def test_every_mark_window_holds_the_mark_and_sixteen_steps_within_the_length(ma
     assert mark - 1 in window and len(window) == min(decode.MARK_STEPS, length)
     if mark - 1 + decode.MARK_STEPS <= length:  # room for the 16 steps from the mark: exactly those
         assert window[0] == mark - 1
+
+
+def test_the_peak_is_the_decoding_loops_not_the_weight_floors_measured_after_it(fake_clock, monkeypatch):
+    """The floor's vectors and products were allocated before the peak was read (the row's dict called the floor
+    first), so they counted as the loop's memory. A loop that holds 16 MiB and a floor that holds 96 MiB: the peak is
+    the loop's."""
+    held = []
+
+    def hold_16_mib():  # the loop's cache: 16 MiB from its first step on (allocated once: no heap churn)
+        held[:] = held or [torch.ones(4 * 2**20)]
+
+    _fake_decoding(fake_clock, monkeypatch, [0.001] * (LENGTH + 1), on_step=hold_16_mib)
+
+    def floor(model, batch, device):
+        block = torch.ones(24 * 2**20)  # 96 MiB, touched
+        return float(block[0])
+
+    monkeypatch.setattr(decode, "matvec_floor_ms", floor)
+    row = decode.decode_case("markov_local", LENGTH, 1, size={"vocab_size": 8})
+    assert 16 <= row["peak_mib"] < 64, row["peak_mib"]
