@@ -19,7 +19,16 @@ from markovformer.bench.measure import PeakMemory, SizeSeries, growth_exponent, 
 from markovformer.bench.models import MODELS, build_model, loss_of
 from markovformer.bench.plots import write_plots
 from markovformer.bench.report import format_summary, summarise, targets, time_per_key
-from markovformer.bench.suite import ALL_PARTS, _longest, _models, _Runner, _scan, _translation_decode, median_row
+from markovformer.bench.suite import (
+    ALL_PARTS,
+    _decode,
+    _longest,
+    _models,
+    _Runner,
+    _scan,
+    _translation_decode,
+    median_row,
+)
 from markovformer.bench.translation_decode import MAX_CACHE_TOKENS
 from markovformer.bench.windows import expected_growth, local_attention_available, parse_kind, window_forward
 from markovformer.cli import bench as bench_cli
@@ -532,3 +541,22 @@ def test_a_longest_max_below_longest_start_is_refused_naming_both():
         BenchSettings(parts=("longest",), longest_start=4096, longest_max=2048).resolved()
     assert BenchSettings(parts=("ops",), quick=True, longest_max=512).resolved().longest_max == 512
     assert BenchSettings(parts=("longest",), quick=True, longest_max=1024).resolved().longest_start == 1024
+
+
+def test_decode_lines_give_a_steps_time_per_step_of_the_batch_not_per_token(tmp_path, monkeypatch):
+    """A step generates one token for each row: at batch 16 its 12 ms are 16 tokens' (0.75 ms a token), which the
+    log printed as "ms/token". Batch 1: per token; batch 16: per step of 16 tokens, in both decoding parts."""
+    row = {"tokens_per_second": 1333.0, "step_ms_at": {"1": 12.0}, "floor_ms": 3.0, "peak_mib": 1.0,
+           "step_ms_start": 12.0, "step_ms_end": 12.0, "end_over_start": 1.0}  # fmt: skip
+    lines = []
+    runner, _ = _faked_runner(tmp_path, monkeypatch, lambda case: {**case, **row}, decode_kinds=("markov_local",),
+                              decode_batches=(1, 16), decode_lengths=(64,), translation_batches=(1, 16),
+                              translation_lengths=(64,))  # fmt: skip
+    runner.log = lines.append
+    _decode(runner)
+    _translation_decode(runner)
+    rows = [line for line in lines if "tok/s" in line]
+    assert len(rows) == 2 + 4  # decode: one kind at two batches; translation: two kinds at two batches
+    for line in rows:
+        batched = "B=16" in line
+        assert ("ms/step of 16 tokens" in line) == batched and ("ms/token" in line) == (not batched), line

@@ -318,6 +318,12 @@ def _longest(runner: _Runner) -> dict:
     return part
 
 
+def step_unit(batch: int) -> str:
+    """What a decoding step's time is per: one step generates a token for each of ``batch`` rows (the log said
+    ms/token at batch 16, where a step is 16 tokens)."""
+    return "ms/token" if batch == 1 else f"ms/step of {batch} tokens"
+
+
 def _decode(runner: _Runner) -> dict:
     settings, rows = runner.settings, []
     kinds = {**DECODE_KINDS, **{kind: {"compiled": of} for kind, of in COMPILED_KINDS.items()}}
@@ -330,8 +336,8 @@ def _decode(runner: _Runner) -> dict:
                 rows.append(row)
                 marks = " ".join(f"@{mark} {ms:.2f}" for mark, ms in row.get("step_ms_at", {}).items())
                 shown = row.get("skipped") or row.get("error") or (
-                    f"{row['tokens_per_second']:.1f} tok/s, ms/token {marks}, floor {row['floor_ms']:.2f} ms, "
-                    f"{row['peak_mib']:.0f} MiB")  # fmt: skip
+                    f"{row['tokens_per_second']:.1f} tok/s, {step_unit(batch)} {marks}, floor "
+                    f"{row['floor_ms']:.2f} ms, {row['peak_mib']:.0f} MiB")  # fmt: skip
                 runner.log(f"decode  {kind:20} B={batch:<3} L={length:<7} {shown}")
                 part["targets"] = decode_targets(rows)
                 runner.write()
@@ -356,7 +362,7 @@ def _translation_decode(runner: _Runner) -> dict:
                 rows.append(row)
                 shown = row.get("skipped") or row.get("error") or (
                     f"{row['tokens_per_second']:.1f} tok/s, {row['step_ms_start']:.2f} -> {row['step_ms_end']:.2f} "
-                    f"ms/token, {row['peak_mib']:.0f} MiB")  # fmt: skip
+                    f"{step_unit(batch)}, {row['peak_mib']:.0f} MiB")  # fmt: skip
                 runner.log(f"decode  {kind:20} B={batch:<3} L={length:<7} {shown} (CPU)")
                 part["mat_faster_from_length"] = crossovers(rows)
                 runner.write()
