@@ -560,3 +560,12 @@ def test_decode_lines_give_a_steps_time_per_step_of_the_batch_not_per_token(tmp_
     for line in rows:
         batched = "B=16" in line
         assert ("ms/step of 16 tokens" in line) == batched and ("ms/token" in line) == (not batched), line
+
+
+def test_an_out_that_is_a_file_is_refused_naming_it_and_left_as_it_was(tmp_path):
+    out = tmp_path / "results.txt"
+    out.write_text("kept\n")
+    with pytest.raises(ValueError, match=r"results\.txt: is a file, not a folder"):
+        run_suite(out, BenchSettings(parts=("ops",), quick=True, device="cpu", op_kinds=("markov_local",),
+                                     lengths=(64,)), log=lambda line: None)  # fmt: skip
+    assert out.read_text() == "kept\n" and [path.name for path in tmp_path.iterdir()] == ["results.txt"]

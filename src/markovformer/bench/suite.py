@@ -416,6 +416,8 @@ def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Calla
 
     settings = (settings or BenchSettings()).resolved()
     out = Path(out)
+    if out.exists() and not out.is_dir():  # mkdir said only "File exists"
+        raise ValueError(f"bench --out {out}: is a file, not a folder for {RESULTS_NAME} and the plots")
     out.mkdir(parents=True, exist_ok=True)
     runner = _Runner(settings, out, log)
     runner.write()  # at once: a run stopped before its first row leaves its own record, not an earlier run's
