@@ -70,7 +70,34 @@ def test_token_labels_cover_every_row(tmp_path):
     for example in bundle.train + bundle.val + bundle.test:
         rows = _row_indices(bundle, example)
         expected = [sorted(_NAMES).index(_NAMES[(row // 2) % 3]) for row in rows]
-        assert example["labels"].tolist() == expected
+        assert [label for label in example["labels"].tolist() if label != -100] == [
+            label for label, given in zip(expected, example["labels"].tolist(), strict=True) if given != -100]
+    assert all(bool((example["labels"] != -100).all()) for example in bundle.train)  # training keeps every label
+
+
+@pytest.mark.parametrize(("window", "stride"), [(6, 1), (5, 2), (4, 4), (7, 3)])
+def test_validation_and_test_score_each_row_once_in_its_first_window(tmp_path, window, stride):
+    """Overlapping windows (stride < window) held a row up to window / stride times, each with another number of
+    rows before it: a token classifier's validation accuracy was an average over those copies (27,445 labelled
+    positions for about 1,400 rows in the finance walk-through), not a number per row. Validation and test now
+    label each covered row once, in the first window holding it; training keeps every label."""
+    path = tmp_path / "series.csv"
+    _write_series(path, 80)
+    bundle = load_csv_series(path, label_column="state", feature_columns=["t"], window=window, stride=stride,
+                             fractions=(0.5, 0.25, 0.25), task="token_classification")  # fmt: skip
+    for name in ("val", "test"):
+        start, stop = bundle.splits[name]
+        scored, firsts = [], {}
+        for example in getattr(bundle, name):
+            rows = _row_indices(bundle, example)
+            for position, (row, label) in enumerate(zip(rows, example["labels"].tolist(), strict=True)):
+                firsts.setdefault(row, (rows[0], position))
+                if label != -100:
+                    scored.append(row)
+                    assert (rows[0], position) == firsts[row]  # the first window holding the row
+        covered = sorted(firsts)
+        assert sorted(scored) == covered  # every covered row, once
+        assert covered[0] == start and covered[-1] < stop
 
 
 @pytest.mark.parametrize("task", ["sequence_classification", "token_classification"])

@@ -59,7 +59,9 @@ def load_csv_series(
     0..C-1 in ``label_names_in_order`` order over all rows.
 
     Example: {"input_features": (window, F) float32, "labels": 0-dim long (the window's last row) for
-    ``task="sequence_classification"`` or (window,) long (every row) for ``"token_classification"``}.
+    ``task="sequence_classification"`` or (window,) long (every row) for ``"token_classification"``}. Windows that
+    overlap (``stride < window``) hold a row several times: validation and test score each row once, in the first
+    window holding it (-100 elsewhere), so that their numbers are per row; training keeps every label.
     info: {"input_dim": F, "num_labels": C, "label_names", "feature_columns", "normalisation": {"mean", "std"},
     "label_leads"}.
 
@@ -131,13 +133,16 @@ def load_csv_series(
                              f"window or other fractions")  # fmt: skip
         kept = labels.clone()  # this split's: its purged rows unlabelled
         kept[rows_range.stop - purged : rows_range.stop] = IGNORE_INDEX
-        examples[name] = [
-            {
-                "input_features": normalised[start : start + window],
-                "labels": window_labels(kept, slice(start, start + window)),
-            }
-            for start in starts
-        ]
+        examples[name] = []
+        for number, start in enumerate(starts):
+            window_label = window_labels(kept, slice(start, start + window))
+            if task == "token_classification" and name != "train" and number and stride < window:
+                # scored rows: each once, in the first window that holds it (the most rows before it)
+                window_label = window_label.clone()
+                window_label[: window - stride] = IGNORE_INDEX
+                if bool((window_label == IGNORE_INDEX).all()):
+                    continue
+            examples[name].append({"input_features": normalised[start : start + window], "labels": window_label})
     info = {
         "input_dim": len(feature_columns),
         "num_labels": len(names),
