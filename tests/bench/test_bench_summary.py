@@ -150,11 +150,16 @@ def test_the_models_table_prints_each_models_parameter_count_which_the_kinds_do_
     table never said so. Each count printed is the model's own, every parameter once."""
     from markovformer.bench.models import MODELS, build_model, describe_models
 
-    parts = {"models": {"models": describe_models(), "rows": [_row("softmax", 512, tokens_per_second=1.0,
-                                                                    peak_mib=1.0)]}}  # fmt: skip
-    text = format_summary(json.loads(json.dumps({"summary": summarise(parts)})))
-    line = next(line for line in text.splitlines() if line.lstrip().startswith("parameters"))
+    def counts_line(ran: list[str]) -> str:
+        rows = [_row(name, 512, tokens_per_second=1.0, peak_mib=1.0) for name in ran]
+        text = format_summary(json.loads(json.dumps({"summary": summarise({"models": {"models": describe_models(),
+                                                                                     "rows": rows}})})))  # fmt: skip
+        return next(line for line in text.splitlines() if line.lstrip().startswith("parameters"))
+
+    line = counts_line(list(MODELS))
     counts = {name: sum(p.numel() for p in build_model(name).parameters()) for name in MODELS}
     for name, count in counts.items():
         assert f"{name} {count:,}" in line
     assert max(counts.values()) / min(counts.values()) > 1.5  # why the line is needed
+    # --set models=[softmax]: the counts of the models that ran (every model's were printed)
+    assert counts_line(["softmax"]).split(":", 1)[1].strip() == f"softmax {counts['softmax']:,}"

@@ -155,7 +155,9 @@ def summarise(parts: dict) -> dict:
                               "not_measured": _not_measured(rows), "warm_up_only": _warm_up_only(rows)}  # fmt: skip
     if "models" in parts:
         rows, described = parts["models"]["rows"], parts["models"].get("models", {})
-        counts = {name: model["parameters"] for name, model in described.items() if "parameters" in model}
+        ran = {row["kind"] for row in rows}  # the models --set models=[...] kept, not every one described
+        counts = {name: model["parameters"] for name, model in described.items() if "parameters" in model
+                  and name in ran}  # fmt: skip
         summary["models"] = {"tokens_per_second": _table(rows, "tokens_per_second"),
                              "peak_mib": _table(rows, "peak_mib"), "not_measured": _not_measured(rows),
                              "warm_up_only": _warm_up_only(rows), "parameters": counts}  # fmt: skip
