@@ -90,6 +90,7 @@ def test_per_layer_options_round_trip_through_a_config_dict():
     # options the flat fields check and a layer's own entry did not: "false" is truthy (a null slot was built), a
     # string tau a TypeError, an unknown backend ignored in global scope, a ratio past 1 a shape error at forward
     ({"kind": "markov", "gate_null": "false"}, r"attention\[1\]\.gate_null='false': must be one of"),
+    ({"kind": "markov", "bidirectional": "yes"}, r"attention\[1\]\.bidirectional='yes': must be one of"),
     ({"kind": "markov", "head_specific": "false"}, r"attention\[1\]\.head_specific='false': must be one of"),
     ({"kind": "hybrid_split", "gate_null": "no"}, r"attention\[1\]\.gate_null='no': must be one of"),
     ({"kind": "markov", "gate_gumbel_tau": "0.5"}, r"attention\[1\]\.gate_gumbel_tau='0.5': must be positive"),

@@ -109,8 +109,8 @@ class MarkovOptions:
     the scope and window of the other layers) are the model config's."""
 
     max_order: int = option(4, interval(1, integer=True), help="K, the lags 1..K that carry a learned transition bias")
-    bidirectional: bool | None = option(None, help="also biases and gates for the future lags (null: not causal; a "
-                                        "causal model refuses true)")  # fmt: skip
+    bidirectional: bool | None = option(None, one_of((True, False, None)), help="also biases and gates for the "
+                                        "future lags (null: not causal; a causal model refuses true)")  # fmt: skip
     scope: str = option("local", one_of(SCOPES), help=SCOPE_HELP)
     window: int | None = option(None, interval(1, integer=True, optional=True),
                                 help="how many keys back a query sees in local scope (keys t-window..t; null: "
