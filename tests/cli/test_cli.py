@@ -306,14 +306,14 @@ def test_bench_set_refuses_a_yaml_boolean_for_a_number(monkeypatch, pair):
         _bench_settings(monkeypatch, "--set", pair)
 
 
-def test_finite_or_null_replaces_every_non_finite_float_in_nested_lists_tuples_and_dicts():
+def test_strict_json_replaces_every_non_finite_float_in_nested_lists_tuples_and_dicts():
     """eval --json prints allow_nan=False JSON: every NaN/inf, at any depth and in a tuple too, becomes null."""
     import math
 
-    from markovformer.cli.main import finite_or_null
+    from markovformer.strict_json import strict_json
 
     value = {"a": (math.inf, 1.0, [-math.inf, {"b": math.nan}]), "c": 2, "d": "x"}
-    assert json.loads(json.dumps(finite_or_null(value), allow_nan=False)) == {"a": [None, 1.0, [None, {"b": None}]],
+    assert json.loads(json.dumps(strict_json(value), allow_nan=False)) == {"a": [None, 1.0, [None, {"b": None}]],
                                                                               "c": 2, "d": "x"}  # fmt: skip
 
 

@@ -183,9 +183,9 @@ def test_an_empty_split_is_one_line_and_json_never_holds_nan(runs, capsys):
     empty = ["--split", "test", "--data", "fractions=[0.9, 0.1, 0.0]"]
     refused(capsys, ["eval", str(text_run), *empty], "test split", "empty")  # main: "loss nan", exit 0
     refused(capsys, ["eval", str(text_run), *empty, "--json"], "test split", "empty")  # main: NaN, not JSON
-    from markovformer.cli.main import finite_or_null
+    from markovformer.strict_json import strict_json
 
-    assert json.loads(json.dumps(finite_or_null({"m": {"loss": float("nan"), "n": [float("inf"), 1.0]}}))) == {
+    assert json.loads(json.dumps(strict_json({"m": {"loss": float("nan"), "n": [float("inf"), 1.0]}}))) == {
         "m": {"loss": None, "n": [None, 1.0]}}  # fmt: skip
 
 

@@ -328,3 +328,8 @@ def test_the_page_prints_a_figures_numbers_as_json_under_it(tmp_path):
                                                ("second", tmp_path / "a.png")]).read_text()  # fmt: skip
     assert _numbers(page, "a.png") == numbers  # escaped on the page ("<b>"), read back whole
     assert page.count("the numbers drawn above") == 1  # the figure without numbers has no block
+    # a band with nothing in it (nan) is strict JSON's null, which any parser reads (NaN is Python's alone)
+    numbers["layers"][0]["bias_per_head"][0][1] = float("nan")
+    page = write_html_report(tmp_path, "run", [("first", tmp_path / "a.png", numbers)]).read_text()
+    block = re.search(r'a\.png".*?<pre>(.*?)</pre>', page, re.S).group(1)
+    assert json.loads(html.unescape(block), parse_constant=pytest.fail)["layers"][0]["bias_per_head"] == [[0.25, None]]

@@ -17,8 +17,9 @@ import yaml
 from conftest import run_cli, run_in_process, same_weights  # beside this folder
 
 from markovformer.atomic import COUNT_WRITES, KILL_AT_WRITE
+from markovformer.strict_json import strict_json
 from markovformer.training.checkpoint import load_checkpoint_file, save_checkpoint_file
-from markovformer.training.run_dir import strict_json, write_json
+from markovformer.training.run_dir import write_json
 from markovformer.training.runner import evaluate
 
 # TRANSFORMERS_VERBOSITY: Lightning's torchmetrics imports transformers where it is installed, and transformers logs

@@ -35,6 +35,7 @@ from markovformer.cli.errors import (
     exit_status,
     stdout_reader_left,
 )
+from markovformer.strict_json import strict_json
 from markovformer.training.trainer_config import RunTerminated
 
 # Each command imports the machinery it runs (Lightning, the training code) inside its own function ("deferred" below),
@@ -277,7 +278,7 @@ def run_eval(args: argparse.Namespace) -> None:
     results = evaluate(args.target, args.split, data, beam_size=args.beam_size, predictions=args.predictions,
                        batch_size=args.batch_size, task_options=options)  # fmt: skip
     if args.json:
-        print(json.dumps(finite_or_null(results), indent=2, allow_nan=False))  # NaN is not JSON
+        print(json.dumps(strict_json(results), indent=2, allow_nan=False))  # NaN is not JSON
         return
     shown = "  ".join(f"{k} {v:.4f}" for k, v in results["metrics"].items())
     weights = results["weights"]
@@ -327,18 +328,6 @@ def print_per_class(per_class: dict[str, dict], auroc: bool = False) -> None:
         share, present = count / total, sum(1 for support in supports.values() if support)
         print(f"  always {most!r} (the split's most frequent label) would score accuracy {share:.4f}, macro_f1 "
               f"{2 * share / (1 + share) / present:.4f}" + (", auroc 0.5" if auroc and present > 1 else ""))
-
-
-def finite_or_null(value):
-    """``value`` with every NaN or infinite float replaced by None (JSON null), recursively."""
-
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_null(item) for item in value]
-    return value
 
 
 DEFAULT_NEW_TOKENS = 200  # generate's --max-new-tokens for a language model

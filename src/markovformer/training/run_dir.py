@@ -40,6 +40,7 @@ from markovformer.data.readers.token_store import TokenStore
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
 from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.models.registry import head_class
+from markovformer.strict_json import strict_json
 from markovformer.training.build import build_model
 from markovformer.training.checkpoint import load_checkpoint_file, os_error_of_safetensors
 from markovformer.training.environment import environment_record
@@ -64,17 +65,6 @@ RUN_FORMAT = 2
 WRITTEN_FOLDERS = (".", "model", "logs", "checkpoints", "tokenizer")
 FILE_DIGESTS = "file_sha256"  # data.json's record of the data files' contents: {resolved path: sha256}
 HASH_CHUNK_BYTES = 1 << 20  # data files may be GBs: hashed a chunk at a time
-
-
-def strict_json(value):
-    """``value`` with every non-finite float replaced by None, so that it dumps as strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: strict_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(item) for item in value]
-    return value
 
 
 def write_json(path: Path, values: dict) -> None:
