@@ -45,8 +45,10 @@ SAFETENSORS_FLOATS = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.
 
 
 def _stored_float_dtype(weights: Path) -> torch.dtype | None:
-    """The one floating dtype of the tensors in the safetensors file ``weights`` (as a model moved whole with
-    ``.to(dtype)`` saves them); None when there are several or none (each tensor then takes the model's own)."""
+    """The floating dtype of a model moved whole with ``.to(dtype)`` that saved the safetensors file ``weights``: its
+    tensors' one floating dtype, or the narrowest of several (a half-precision model keeps its ``KeepsFloat32``
+    tensors in float32, which the same cast keeps again); None when there is none, or two of one width (each tensor
+    then takes the model's own)."""
     from safetensors import safe_open
 
     try:
@@ -54,8 +56,12 @@ def _stored_float_dtype(weights: Path) -> torch.dtype | None:
             kinds = {stored.get_slice(name).get_dtype() for name in stored.keys()}  # the header only
     except Exception:  # a damaged file: load_model's own error says what is wrong with it
         return None
-    floats = {SAFETENSORS_FLOATS.get(kind) for kind in kinds if kind.startswith(("F", "BF"))}
-    return floats.pop() if len(floats) == 1 else None
+    floats = {SAFETENSORS_FLOATS[kind] for kind in kinds if kind in SAFETENSORS_FLOATS}
+    if not floats:
+        return None
+    narrowest = min(torch.finfo(dtype).bits for dtype in floats)
+    of_that_width = [dtype for dtype in floats if torch.finfo(dtype).bits == narrowest]
+    return of_that_width[0] if len(of_that_width) == 1 else None
 
 
 class PreTrainedModel(nn.Module):
