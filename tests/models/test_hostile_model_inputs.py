@@ -116,6 +116,34 @@ def test_causal_labels_of_another_shape_than_the_inputs_are_refused_naming_both(
         models[head](IDS, labels=torch.ones(shape, dtype=LONG))
 
 
+HEAD_LABELS = [
+    ("token_classification", (2, 5, 1), r"^labels must have shape \(2, 5\); got \(2, 5, 1\)$"),  # was flattened
+    ("token_classification", (10,), r"^labels must have shape \(2, 5\); got \(10,\)$"),  # was read as (2, 5)
+    ("token_classification", (2, 4), r"^labels must have shape \(2, 5\); got \(2, 4\)$"),
+    ("sequence_classification", (2, 5), r"^labels must have shape \(2,\); got \(2, 5\)$"),
+    ("sequence_classification", (3,), r"^labels must have shape \(2,\); got \(3,\)$"),
+    ("ctc", (5,), r"^labels must be \(B, L\) = \(2, L\), padded with -100; got \(5,\)$"),
+    ("ctc", (3, 2), r"^labels must be \(B, L\) = \(2, L\), padded with -100; got \(3, 2\)$"),
+]
+
+
+@pytest.mark.parametrize(("head", "shape", "message"), HEAD_LABELS, ids=[f"{h}-{s}" for h, s, _ in HEAD_LABELS])
+def test_head_labels_of_another_shape_are_refused_naming_both(models, head, shape, message):
+    """Labels of ids inside the classes, of a shape the head does not read: the token classifier flattened (B, T, 1)
+    and (B·T,) labels without a word, and every other case failed inside torch ("Expected input batch_size (10) to
+    match target batch_size (8)", "0D or 1D target tensor expected", "target_lengths must be of size batch_size")."""
+    with pytest.raises(ValueError, match=message):
+        models[head](IDS, labels=torch.ones(shape, dtype=LONG))
+
+
+@pytest.mark.parametrize("head", ["causal_lm", "sequence_classification", "token_classification", "scan_markov"])
+def test_a_list_of_ids_is_refused_naming_the_argument(models, head):
+    """A Python list (what a tokenizer returns without return_tensors): an AttributeError ('list' object has no
+    attribute 'shape') from inside the Markovian Transformer's forward."""
+    with pytest.raises(TypeError, match=r"^input_ids must be a tensor of token ids; got list$"):
+        models[head](IDS.tolist())
+
+
 SAMPLING = [
     ({"do_sample": True, "temperature": math.inf}, r"^temperature=inf: must be a finite number >= 0"),
     ({"do_sample": True, "temperature": math.nan}, r"^temperature=nan: must be a finite number >= 0"),

@@ -18,10 +18,16 @@ def check_not_empty(x: Tensor, name: str, positions: bool = True) -> None:
         raise ValueError(f"{name} has no positions (shape {tuple(x.shape)}): give at least one token")
 
 
+def check_is_tensor(value: object, name: str = "input_ids", what: str = "token ids") -> None:
+    """TypeError naming ``name`` unless ``value`` is a tensor (a list of ids is one, as in transformers, only once a
+    tokenizer's ``return_tensors="pt"`` or ``torch.tensor`` made it one)."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{name} must be a tensor of {what}; got {type(value).__name__}")
+
+
 def check_id_tensor(ids: Tensor, name: str = "input_ids", dims: int = 2) -> None:
     """The type, dtype and shape of token ids: (B, T) (``dims`` 2) or (B,) (``dims`` 1), not empty."""
-    if not isinstance(ids, Tensor):
-        raise TypeError(f"{name} must be a tensor of token ids; got {type(ids).__name__}")
+    check_is_tensor(ids, name)
     if ids.dtype not in ID_DTYPES or ids.dim() != dims:
         shape = "(B, T)" if dims == 2 else "(B,)"
         raise ValueError(f"{name} must be integer token ids {shape} (int64 or int32); got {ids.dtype} "
@@ -52,5 +58,5 @@ def check_rows_have_tokens(mask: Tensor, name: str) -> None:
         raise ValueError(f"{name} row {int(empty.nonzero()[0])} is all padding; every row needs a real token")
 
 
-__all__ = ["ID_DTYPES", "check_id_tensor", "check_not_empty", "check_rows_have_tokens", "check_token_ids",
-           "check_vocabulary"]  # fmt: skip
+__all__ = ["ID_DTYPES", "check_id_tensor", "check_is_tensor", "check_not_empty", "check_rows_have_tokens",
+           "check_token_ids", "check_vocabulary"]  # fmt: skip

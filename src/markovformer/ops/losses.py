@@ -11,11 +11,17 @@ from markovformer.ops.precision import compute_dtype
 IGNORE_INDEX = -100  # labels that take no part in the loss (Hugging Face's convention)
 
 
-def check_labels(labels: Tensor, num_classes: int, name: str = "labels") -> None:
+def check_labels(labels: Tensor, num_classes: int, name: str = "labels", shape: tuple[int, ...] | None = None) -> None:
     """ValueError naming ``name`` unless ``labels`` are integers, each a class in [0, num_classes) or
-    ``IGNORE_INDEX``: an id out of range is an IndexError deep in the loss on CPU and a device assert on CUDA."""
+    ``IGNORE_INDEX``: an id out of range is an IndexError deep in the loss on CPU and a device assert on CUDA; and,
+    given ``shape``, unless they have that shape (the loss would flatten (B, T, 1) or (B·T,) labels without a word,
+    or fail deep in torch on a batch of other sizes)."""
+    if not isinstance(labels, Tensor):
+        raise TypeError(f"{name} must be a tensor of class ids; got {type(labels).__name__}")
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise ValueError(f"{name} must be integer class ids; got {labels.dtype}")
+    if shape is not None and tuple(labels.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(labels.shape)}")
     outside = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_classes))
     if bool(outside.any()):
         raise ValueError(f"{name} holds {labels[outside][0].item()}, outside the classes [0, {num_classes}) (and not "
@@ -23,13 +29,14 @@ def check_labels(labels: Tensor, num_classes: int, name: str = "labels") -> None
 
 
 def token_cross_entropy(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
-    """Mean cross-entropy of logits (..., V) against labels (...) over the labels that are not ``IGNORE_INDEX``.
+    """Mean cross-entropy of logits (..., V) against labels (...), one per position of the logits, over the labels
+    that are not ``IGNORE_INDEX``.
 
     Labels are checked first (``check_labels``). Computed in at least float32 (half-precision logits are upcast,
     float64 kept). A batch with no labelled position has loss 0 with zero gradients, not the NaN of an empty mean
     (0 / 0), which would poison the weights.
     """
-    check_labels(labels, logits.shape[-1])
+    check_labels(labels, logits.shape[-1], shape=logits.shape[:-1])
     logits = logits.reshape(-1, logits.shape[-1])
     logits = logits.to(compute_dtype(logits))
     labels = labels.reshape(-1).long()

@@ -16,7 +16,7 @@ from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.position import sinusoidal_at, sinusoidal_positions
 from markovformer.layers.registry import LayerSpec, build_layer
 from markovformer.models.generation import GenerationMixin
-from markovformer.models.inputs import check_not_empty, check_token_ids
+from markovformer.models.inputs import check_is_tensor, check_not_empty, check_token_ids
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
 from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel
@@ -159,6 +159,17 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             hidden = hidden + self.position_embedding(torch.arange(start, end, device=hidden.device))
         return hidden
 
+    @staticmethod
+    def given_inputs(input_ids: Tensor | None, input_features: Tensor | None) -> Tensor | None:
+        """The inputs given (ids, else features; None when neither is), checked to be a tensor before their shape
+        is read (the other checks are ``embed_inputs``')."""
+        if input_ids is not None:
+            check_is_tensor(input_ids, "input_ids")
+            return input_ids
+        if input_features is not None:
+            check_is_tensor(input_features, "input_features", "feature frames")
+        return input_features
+
     def positions(self, shape: tuple[int, int], attention_mask: Tensor | None, state: dict | None = None,
                   ) -> Tensor | None:  # fmt: skip
         """The positions (B, T) of inputs of ``shape`` (B, T) where padding would move them: each token's place
@@ -244,7 +255,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         ``position_ids`` (B, T): packed documents (the Hugging Face convention: positions restart at 0 at each
         document; a new document wherever a position is not its predecessor's plus one). Every layer keeps each
         document to itself and positions restart, so each document's outputs equal those of it run alone."""
-        inputs = input_ids if input_ids is not None else input_features
+        inputs = self.given_inputs(input_ids, input_features)
         if state is None:
             positions = None
             if position_ids is None and inputs is not None:
@@ -341,7 +352,7 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
         """Token ids or feature frames (B, T), ``attention_mask`` (B, T) (0 at padding, on either side) -> ``logits``
         (B, num_labels) of the pooled hidden states; with ``labels`` (B,) class ids, ``loss``: their mean
         cross-entropy."""
-        inputs = input_ids if input_ids is not None else input_features
+        inputs = self.model.given_inputs(input_ids, input_features)
         positions = None if inputs is None else self.model.positions(inputs.shape[:2], attention_mask)
         hidden = self.model.embed_inputs(input_ids, input_features, position_ids=positions, below_end=True)
         batch, seq_len = hidden.shape[:2]
@@ -362,7 +373,7 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
             pooled = (states * weights).sum(1) / weights.sum(1).clamp_min(1.0)
         output.logits = self.classifier(pooled)
         if labels is not None:
-            check_labels(labels, self.config.num_labels)
+            check_labels(labels, self.config.num_labels, shape=(batch,))  # one class id per sequence
             output.loss = F.cross_entropy(_for_loss(output.logits), labels)
         return output
 
@@ -428,6 +439,8 @@ class MarkovianTransformerForCTC(_PerPositionHead):
         else:
             input_lengths = torch.full((batch,), frames, dtype=torch.long, device=labels.device)
         check_labels(labels, self.config.num_labels)
+        if labels.dim() != 2 or labels.shape[0] != batch:  # ctc_loss's own error names none of them
+            raise ValueError(f"labels must be (B, L) = ({batch}, L), padded with -100; got {tuple(labels.shape)}")
         target_mask = labels != -100
         if bool((labels[target_mask] == self.blank).any()):
             raise ValueError("CTC labels must not contain the blank index 0")
