@@ -419,3 +419,14 @@ def test_per_layer_kinds_and_sequence_classification_with_linformer():
     assert output.attentions[0].shape == (3, HEADS, 9, 9) and output.attentions[1] is None  # S4D has no weights
     with pytest.raises(ValueError, match="even"):
         _config("s4d", ssm_state_size=7)
+
+
+def test_a_sequence_past_the_linformer_projections_names_the_config_field_and_the_cls_position():
+    """It named a max_position field no config has, and a [CLS] classifier at exactly max_positions tokens could
+    not tell why 21 positions were read."""
+    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForSequenceClassification
+
+    config = MarkovianTransformerConfig(vocab_size=5, d_model=8, n_layers=1, n_heads=2, attention="linformer",
+                                        causal=False, max_positions=20, pooling="cls", num_labels=2)  # fmt: skip
+    with pytest.raises(ValueError, match=r"sequence length 21 .* max_positions=20 \(pooling='cls' adds a position"):
+        MarkovianTransformerForSequenceClassification(config)(torch.zeros(1, 20, dtype=torch.long))

@@ -52,8 +52,8 @@ class LinformerCore(nn.Module):
         """E and F as used on this batch, (B, k, T) (or (1, k, T) without a mask): column t of a row is the rank of
         token t among the row's real tokens; padded columns are zero."""
         if seq_len > self.max_position:
-            raise ValueError(f"sequence length {seq_len} exceeds the Linformer projections' max_position="
-                             f"{self.max_position}")  # fmt: skip
+            raise ValueError(f"sequence length {seq_len} exceeds the Linformer projections' length, max_positions="
+                             f"{self.max_position} (pooling='cls' adds a position before the tokens)")  # fmt: skip
         if attention_mask is None:
             return self.key_projection[None, :, :seq_len], self.value_projection[None, :, :seq_len]
         real = attention_mask.long()
