@@ -160,6 +160,21 @@ def test_power_iteration_error_is_within_its_tolerance():
     assert (chain.stationary(method="power") - exact).abs().sum().item() < 1.5e-12
 
 
+def test_power_iteration_is_not_fooled_by_a_fast_mode_dying_in_one_step():
+    """A period-2 chain (its lazy chain has eigenvalue 0) of two clusters joined by rare links: the first step
+    removes the period's imbalance (1/3 in L1), the second moves 1e-7 (the slow mode, 2e-4 from its limit). One step
+    ratio (3e-7) estimated the distance left at 3e-14 and stopped there, 2e-4 off in L1."""
+    d, g = 1e-3, 1e-3 * (1 + 4e-4)
+    transition = torch.zeros(6, 6, dtype=torch.float64)  # 0 -> {1, 2} or rarely {4, 5}; 3 -> {4, 5} or {1, 2}
+    transition[0, [1, 2]], transition[0, [4, 5]] = (1 - d) / 2, d / 2
+    transition[3, [4, 5]], transition[3, [1, 2]] = (1 - g) / 2, g / 2
+    transition[[1, 2], 0] = transition[[4, 5], 3] = 1.0
+    exact = torch.linalg.solve(transition.T - torch.eye(6, dtype=torch.float64) + 1.0,
+                               torch.ones(6, dtype=torch.float64))  # fmt: skip
+    pi = MarkovChain(1, 6, transition).stationary(method="power")
+    assert (pi - exact).abs().sum().item() < 1e-10
+
+
 @pytest.mark.parametrize("method", ["dense", "power"])
 def test_periodic_chain_stationary(method):
     # period 2: plain power iteration from uniform oscillates between (1/6, 2/3, 1/6) and uniform

@@ -162,7 +162,7 @@ class MarkovChain:
         The chain on contexts moves (x_1, ..., x_k) -> (x_2, ..., x_k, x_next). method="dense" squares the
         lazy (S**k x S**k) context matrix; method="power" runs lazy power iteration (0.5 I + 0.5 P, same
         stationary distribution, immune to periodicity) without building that matrix, until the estimated L1 distance
-        to the fixed point (step size scaled by the observed contraction rate) is below 1e-12;
+        to the fixed point (step size scaled by the larger of the last two step ratios) is below 1e-12;
         "auto" picks dense up to ``DENSE_STATIONARY_MAX_CONTEXTS`` contexts. Both start from the uniform
         distribution, so for a reducible chain they return the limit reached from uniform.
         """
@@ -209,10 +209,12 @@ class MarkovChain:
         # step / (1 - r), r the contraction rate, so a chain that mixes slowly (r near 1) takes tiny steps while
         # still far away (switching rates 1e-12: one step moves 1e-12, yet uniform is 1/3 off in L1). So the
         # remaining error is estimated from the ratio of successive steps (geometric tail step * r / (1 - r)),
-        # and iteration stops only once that estimate, not the step, is below the tolerance.
+        # and iteration stops only once that estimate, not the step, is below the tolerance. The rate is the larger
+        # of the last two ratios: one ratio alone is fooled where a fast mode dies in a step (a periodic chain's lazy
+        # eigenvalue 0), leaving a slow one: the step falls 1e6-fold once, then barely moves.
         n = self.num_contexts
         pi = torch.full((n,), 1.0 / n, dtype=torch.float64, device=self.transition.device)
-        previous_step = math.inf
+        previous_step, previous_ratio = math.inf, 0.0
         for _ in range(_POWER_MAX_ITERATIONS):
             updated = self._lazy_step(pi)
             updated /= updated.sum()
@@ -221,8 +223,9 @@ class MarkovChain:
             # below _POWER_ROUNDING_FLOOR the step is float64 rounding, no longer a measure of the distance left
             if step < _POWER_ROUNDING_FLOOR:
                 return pi
-            rate = step / previous_step  # 0 on the first step: no rate measured yet
-            previous_step = step
+            ratio = step / previous_step  # 0 on the first step: no ratio measured yet
+            rate = max(ratio, previous_ratio) if min(ratio, previous_ratio) > 0 else 0.0  # 0: fewer than two
+            previous_step, previous_ratio = step, ratio
             if 0 < rate < 1 and step * rate / (1 - rate) < _POWER_TOLERANCE:
                 return pi
         raise RuntimeError(
