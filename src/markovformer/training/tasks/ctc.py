@@ -150,6 +150,15 @@ class CTC(Task):
         if request.prompt is not None or request.input is None:
             raise ValueError("a CTC run transcribes recordings: give --input FILE (a WAV file, or a list of WAV "
                              "paths, one per line)")  # fmt: skip
+        given = request.generation  # a transcript is the best path: no flag of search, sampling or length shapes it
+        decoding = {"--beam-size": given.num_beams if given.num_beams != 1 else None,
+                    "--temperature": given.temperature if given.temperature not in (0.0, 1.0) else None,
+                    "--top-k": given.top_k, "--top-p": given.top_p,
+                    "--max-new-tokens": given.max_new_tokens if request.length_given else None}
+        for flag, value in decoding.items():
+            if value is not None:
+                raise ValueError(f"{flag} {value}: a CTC run transcribes greedily (the best path), one transcript per "
+                                 f"recording; that flag is a language model's or a translation run's")  # fmt: skip
         info = read_data_info(run_dir)
         if not info.get("log_mel") or "normalisation" not in info:
             raise ValueError(f"{run_dir}: its data holds no audio front end (log-Mel settings and normalisation) to "
