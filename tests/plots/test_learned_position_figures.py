@@ -32,6 +32,7 @@ from markovformer.training.learned_positions import (
     decay_lags,
     lag_bias,
     position_cores,
+    position_figures,
     trained_lag,
 )
 
@@ -98,6 +99,25 @@ def test_t5_bias_is_the_table_read_through_its_buckets_at_every_lag(causal):
     numbers = bias.numbers()
     assert numbers["bias_per_head"] == np.round(table[:, buckets].astype(float), 6).tolist()
     assert "nats" in numbers["unit"]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_t5_caption_says_which_lags_have_a_bucket_of_their_own(tmp_path, drawn, causal):
+    """The caption said "its own below num_buckets / 2" of a bidirectional layer too, whose buckets are split by
+    sign: there only lags 0..num_buckets / 4 - 1 have a bucket of their own."""
+    model = _model([{"kind": "t5_bias", "num_buckets": 16, "max_distance": 40}], causal=causal)
+    with ReadPositions(model) as read:
+        pass  # no pass: t5_bias reads no tokens
+
+    class Config:
+        data = {"seq_len": 24}
+
+    [(caption, _, numbers)] = position_figures(Config(), model, read, tmp_path, 0, 24)
+    said = re.search(r"its own below num_buckets / (\d)", caption)
+    buckets = numbers["layers"][0]["bucket_per_lag"]
+    own = [lag for lag, bucket in zip(numbers["layers"][0]["lags"], buckets, strict=True)
+           if lag >= 0 and buckets.count(bucket) == 1]  # fmt: skip
+    assert said and own == list(range(16 // int(said.group(1)))), caption
 
 
 def test_a_local_t5_layer_is_drawn_to_its_window():

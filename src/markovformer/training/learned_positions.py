@@ -349,9 +349,11 @@ def position_figures(config, model, read: ReadPositions, out, sequences: int, re
         if kind == "t5_bias":
             marked = ("; dashed: max_distance, dotted: the longest lag met in training"
                       if any(bias.window is None for bias in biases) else "")
+            exact = sorted({"num_buckets / 4 on each side (the buckets split by sign)" if bias.lags.min() < 0
+                            else "num_buckets / 2" for bias in biases})  # a bidirectional layer's side has half
             caption = (f"t5_bias, {where}: the learned bias added to the logit (nats), one curve per head, at every "
-                       f"lag k in tokens {last}: each lag reads its T5 bucket, its own below num_buckets / 2, then "
-                       f"log-spaced ones up to max_distance and one shared bucket beyond{marked}")  # fmt: skip
+                       f"lag k in tokens {last}: each lag reads its T5 bucket, its own below {' or '.join(exact)}, "
+                       f"then log-spaced ones up to max_distance and one shared bucket beyond{marked}")  # fmt: skip
             path = plot_t5_bias(panels, out / "t5_bias.png")
         elif kind == "dynamic_bias":
             caption = (f"dynamic_bias, {where}: the MLP's bias added to the logit (nats), one curve per head, at "
