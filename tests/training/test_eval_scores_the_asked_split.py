@@ -46,6 +46,9 @@ def test_eval_of_the_test_split_is_the_hand_computed_loss_of_the_test_examples(t
 
     val, test = (evaluate(tmp_path / "run", split)["metrics"] for split in ("val", "test"))
     assert val["loss"] != pytest.approx(test["loss"], rel=1e-4)  # the check below can tell the splits apart
+    # a chain source has no window_starts: an unknown key there, not "only training draws its examples so"
+    with pytest.raises(ConfigError, match="unknown key data.window_starts"):
+        evaluate(tmp_path / "run", "val", {"window_starts": "random"})
 
     config, model, run_dir = load_run(tmp_path / "run")
     model.eval()
@@ -265,8 +268,10 @@ def test_eval_of_the_training_text_scores_contiguous_windows_not_one_per_start(t
     plain = build_data(resolve_run_config({**config.to_dict(), "data": {**config.data, "window_starts": "contiguous"},
                                            "output_dir": str(run_dir)}), run_dir)  # fmt: skip
     assert scored["metrics"]["loss"] == pytest.approx(hand_loss(model.eval(), plain.train), rel=1e-6)
-    with pytest.raises(ConfigError, match="--data window_starts='random': only training draws its examples so"):
-        evaluate(tmp_path / "random", "train", {"window_starts": "random"})
+    for value in ("random", "bogus"):  # (a value of no use: it said "only training draws its examples so" too)
+        with pytest.raises(ConfigError, match=f"--data window_starts='{value}': eval takes only "
+                                              f"window_starts='contiguous', the data as it is"):  # fmt: skip
+            evaluate(tmp_path / "random", "train", {"window_starts": value})
 
 
 def test_eval_says_how_many_tokens_at_the_parts_ends_fill_no_window(tmp_path, capsys):

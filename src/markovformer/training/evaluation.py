@@ -17,7 +17,7 @@ from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import JoinedSplits, Renormalised
 from markovformer.data.options import TRAINING_ONLY_OPTIONS
 from markovformer.data.recipes.locations import PREPARED_PREFIX, prepared_candidates
-from markovformer.data.sources import run_fitted_options
+from markovformer.data.sources import DATA_SOURCES, run_fitted_options
 from markovformer.training.batches import RankShare
 from markovformer.training.build import FILE_OPTIONS, build_data, build_run_task
 from markovformer.training.run_checks import read_data_info
@@ -211,10 +211,11 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     fitted = run_fitted_options(config.data["source"], read_data_info(run_dir))  # the run's class thresholds
     data = {**config.data, **recorded_data_files(run_dir, config.data, data_overrides or {}), **fitted,
             **(data_overrides or {})}  # fmt: skip
+    takes = {field.name for field in dataclasses.fields(DATA_SOURCES[config.data["source"]])}
     for key, plain in TRAINING_ONLY_OPTIONS.items():  # the data as it is, not as training draws from it
-        if (data_overrides or {}).get(key, plain) != plain:
-            raise ConfigError(f"--data {key}={data_overrides[key]!r}: only training draws its examples so; eval "
-                              f"scores the data as it is ({key}={plain!r})")  # fmt: skip
+        if key in takes and (data_overrides or {}).get(key, plain) != plain:  # (a source without it: unknown key)
+            raise ConfigError(f"--data {key}={data_overrides[key]!r}: eval takes only {key}={plain!r}, the data as "
+                              f"it is (another value changes only how training draws its examples)")  # fmt: skip
         if key in data:
             data[key] = plain
     for key in task_options or {}:  # an option of another task: the flag's name, and the run's task
