@@ -569,3 +569,8 @@ def test_an_out_that_is_a_file_is_refused_naming_it_and_left_as_it_was(tmp_path)
         run_suite(out, BenchSettings(parts=("ops",), quick=True, device="cpu", op_kinds=("markov_local",),
                                      lengths=(64,)), log=lambda line: None)  # fmt: skip
     assert out.read_text() == "kept\n" and [path.name for path in tmp_path.iterdir()] == ["results.txt"]
+    with pytest.raises(ValueError, match=r"results\.txt is a file, so no folder can be made under it"):
+        run_suite(out / "deeper" / "bench", BenchSettings(parts=("ops",), quick=True, device="cpu",
+                                                          op_kinds=("markov_local",), lengths=(64,)),
+                  log=lambda line: None)  # fmt: skip
+    assert out.read_text() == "kept\n" and [path.name for path in tmp_path.iterdir()] == ["results.txt"]

@@ -418,6 +418,9 @@ def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Calla
     out = Path(out)
     if out.exists() and not out.is_dir():  # mkdir said only "File exists"
         raise ValueError(f"bench --out {out}: is a file, not a folder for {RESULTS_NAME} and the plots")
+    blocking = next((above for above in out.parents if above.exists()), None)
+    if blocking is not None and not blocking.is_dir():  # mkdir said only "Not a directory"
+        raise ValueError(f"bench --out {out}: {blocking} is a file, so no folder can be made under it")
     out.mkdir(parents=True, exist_ok=True)
     runner = _Runner(settings, out, log)
     runner.write()  # at once: a run stopped before its first row leaves its own record, not an earlier run's
