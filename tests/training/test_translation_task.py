@@ -139,8 +139,9 @@ def test_a_greedy_validation_translation_stops_at_its_own_sources_cap_not_the_ba
         def forward(self, **inputs):
             return SimpleNamespace(loss=torch.tensor(1.0))
 
-        def generate(self, src_ids, src_mask, generation):
-            return torch.full((len(src_ids), generation.max_new_tokens), word)
+        def generate(self, src_ids, src_mask, generation, max_lengths):  # each row runs on to its own cap
+            rows = torch.full((len(src_ids), generation.max_new_tokens), word)
+            return rows.masked_fill(torch.arange(rows.shape[1]) >= max_lengths[:, None], 0)
 
     metrics = TranslationMetrics(bundle.tokenizer)
     build_task("translation").score(Looping(), batch, metrics)
@@ -181,9 +182,13 @@ def test_scoring_decodes_with_the_requested_beam(trained_run):
     model.eval()
     with torch.no_grad():
         build_task("translation").score(model, batch, metrics, beam_size=3)
-        cap = min(2 * batch["src_ids"].shape[1] + 10, 40)
-        beams = model.generate(batch["src_ids"], batch["src_mask"], max_new_tokens=cap, num_beams=3)
-    assert metrics.hypotheses == decode_generated(bundle.tokenizer, beams)
+        beams = []
+        for example in bundle.test[:6]:  # each source searched alone, to its own 2 |x| + 10 tokens
+            alone = collate_translation([example])
+            cap = min(2 * alone["src_ids"].shape[1] + 10, 40)
+            beams += decode_generated(bundle.tokenizer, model.generate(alone["src_ids"], alone["src_mask"],
+                                                                       max_new_tokens=cap, num_beams=3))  # fmt: skip
+    assert metrics.hypotheses == beams
 
 
 def test_generate_translates_a_prompt_and_a_file_of_sentences(trained_run, tmp_path, capsys):
@@ -443,3 +448,30 @@ def test_eval_scores_other_pairs_with_the_runs_tokenizer_as_it_scores_its_own(tm
     error = capsys.readouterr().err
     assert "1 of the 2 pairs of the test split are longer than the model reads (max_positions=40" in error
     assert f"the longest needs {needs} positions" in error and needs > 40 and "Traceback" not in error
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_translation_is_cut_at_its_own_sources_cap_whichever_sources_share_its_batch(beam_size):
+    """Beam search ran every source of a batch to the batch's longest cap, so a short source's hypothesis could run
+    on to a long neighbour's 2 |x| + 10: eval --beam-size 4 scored BLEU 3.20 at --batch-size 1 and 2.50 at 100 on the
+    same run, and `generate --beam-size 4` (batches of 32 in file order) differed from eval's lines. Each source is
+    now searched to its own cap: its translation is the one it gets alone."""
+    from markovformer.models.generation import GenerationConfig
+    from markovformer.training.tasks.translation import translate_capped
+
+    torch.manual_seed(0)
+    model = MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=50, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, order=3, max_positions=64,
+        dropout=0.0)).eval()  # fmt: skip
+    short, long = ({"src_ids": ids, "tgt_ids": torch.tensor([], dtype=torch.long)}
+                   for ids in (torch.tensor([5, 6, 7]), torch.arange(5, 25)))  # fmt: skip
+    generation = GenerationConfig(num_beams=beam_size)
+
+    def tokens(row: torch.Tensor) -> list[int]:
+        return [int(t) for t in row if t != model.config.pad_token_id]
+
+    alone = tokens(translate_capped(model, collate_translation([short]), generation)[0])
+    assert len(alone) == 2 * 3 + 10 and model.config.eos_token_id not in alone  # it runs on to its cap
+    batched = translate_capped(model, collate_translation([short, long]), generation)
+    assert tokens(batched[0]) == alone
+    assert tokens(batched[1]) == tokens(translate_capped(model, collate_translation([long]), generation)[0])

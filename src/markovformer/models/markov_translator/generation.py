@@ -122,6 +122,19 @@ def _resolve_max_length(model: MarkovTranslatorForConditionalGeneration, max_len
     return max_length
 
 
+def _row_max_lengths(max_lengths: Tensor | None, batch: int, max_length: int) -> list[int]:
+    """Each source's most generated tokens: ``max_lengths`` (B,) ints, each at most ``max_length`` (the search's
+    own cap, which an overlong entry is cut to), or ``max_length`` for every source when None."""
+    if max_lengths is None:
+        return [max_length] * batch
+    if not isinstance(max_lengths, Tensor) or max_lengths.dim() != 1 or len(max_lengths) != batch:
+        shape = tuple(max_lengths.shape) if isinstance(max_lengths, Tensor) else type(max_lengths).__name__
+        raise ValueError(f"max_lengths must be a (B,) = ({batch},) tensor of ints; got {shape}")
+    if max_lengths.dtype.is_floating_point or max_lengths.dtype == torch.bool or bool((max_lengths < 1).any()):
+        raise ValueError(f"max_lengths must hold integers >= 1; got {max_lengths.tolist()}")
+    return [min(int(length), max_length) for length in max_lengths.tolist()]
+
+
 @torch.no_grad()
 def greedy_search(
     model: MarkovTranslatorForConditionalGeneration,
@@ -130,18 +143,21 @@ def greedy_search(
     max_length: int | None = None,
     length_penalty: float = 1.0,
     choose: Callable[[Tensor], Tensor] | None = None,
+    max_lengths: Tensor | None = None,
 ) -> GenerationOutput:
     """The most likely next token at every step (or the one ``choose`` picks from the log-probabilities (B, V):
-    sampling), for sources (B, S); stops when every row has emitted eos. Dropout stays as the model's mode has
-    it: :func:`generate` switches to eval mode."""
+    sampling), for sources (B, S); stops when every row has emitted eos or reached its length (``max_lengths``
+    (B,) per source, within ``max_length``; padding after it). Dropout stays as the model's mode has it:
+    :func:`generate` switches to eval mode."""
     config = model.config
     max_length = _resolve_max_length(model, max_length)
+    caps = torch.tensor(_row_max_lengths(max_lengths, src_ids.shape[0], max_length), device=src_ids.device)
     state = start_decoding(model, src_ids, src_mask)
     tokens = torch.full((src_ids.shape[0],), config.bos_token_id, dtype=torch.long, device=src_ids.device)
     finished = torch.zeros_like(tokens, dtype=torch.bool)
     lengths = torch.zeros_like(tokens)
     scores, generated = None, []
-    for _ in range(max_length):
+    for step in range(int(caps.max())):
         log_probs = _log_probs(decode_step(model, tokens, state), config.pad_token_id)
         if choose is None:
             best, tokens = log_probs.max(dim=-1)
@@ -152,7 +168,7 @@ def greedy_search(
         tokens = tokens.masked_fill(finished, config.pad_token_id)
         lengths += ~finished
         generated.append(tokens)
-        finished |= tokens == config.eos_token_id
+        finished |= (tokens == config.eos_token_id) | (caps <= step + 1)
         if bool(finished.all()):
             break
     return GenerationOutput(torch.stack(generated, dim=1), scores / lengths.to(scores.dtype) ** length_penalty)
@@ -166,15 +182,20 @@ def beam_search(
     beam_size: int = 4,
     max_length: int | None = None,
     length_penalty: float = 1.0,
+    max_lengths: Tensor | None = None,
 ) -> GenerationOutput:
     """Beam search with ``beam_size`` hypotheses per source (B, S), fairseq's rules: each step ranks the 2·beam best
     extensions by summed log-probability; an eos among the top ``beam_size`` ends a hypothesis, the best non-eos
-    extensions stay alive; a source is done once ``beam_size`` hypotheses have ended. Returns, per source, the ended
-    hypothesis with the best penalised score. Dropout stays as the model's mode has it, as in :func:`greedy_search`."""
+    extensions stay alive; a source is done once ``beam_size`` hypotheses have ended, or its hypotheses reach its
+    length (``max_lengths`` (B,) per source, within ``max_length``: a source searches as it would alone, whatever
+    the lengths of the others). Returns, per source, the ended hypothesis with the best penalised score. Dropout
+    stays as the model's mode has it, as in :func:`greedy_search`."""
     config = model.config
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size={beam_size!r} must be a positive integer")
     max_length = _resolve_max_length(model, max_length)
+    caps = _row_max_lengths(max_lengths, src_ids.shape[0], max_length)
+    max_length = max(caps)
     batch, beam, eos = src_ids.shape[0], beam_size, config.eos_token_id
     state = start_decoding(model, src_ids, src_mask, repeats=beam)
     tokens = torch.full((batch * beam,), config.bos_token_id, dtype=torch.long, device=src_ids.device)
@@ -190,14 +211,14 @@ def beam_search(
             cumulative[:, 0] = 0.0
         candidates = (cumulative.reshape(-1, 1) + log_probs).view(batch, beam * vocab)
         top_scores, top_index = candidates.topk(min(2 * beam, beam * vocab), dim=-1)
-        length, last = step + 1, step == max_length - 1
+        length = step + 1
         rows = list(range(batch * beam))  # a done source's rows keep decoding their own (ignored) hypotheses
         words = [config.pad_token_id] * (batch * beam)
         new_cumulative = [float("-inf")] * (batch * beam)
         for b, (scores, indices) in enumerate(zip(top_scores.tolist(), top_index.tolist(), strict=True)):
             if done[b]:
                 continue
-            alive = 0
+            alive, last = 0, length == caps[b]
             for rank, (score, index) in enumerate(zip(scores, indices, strict=True)):
                 if score == float("-inf") or alive == beam:
                     break
@@ -236,16 +257,17 @@ def generate(
     max_length: int | None = None,
     length_penalty: float = 1.0,
     choose: Callable[[Tensor], Tensor] | None = None,
+    max_lengths: Tensor | None = None,
 ) -> GenerationOutput:
     """Translate sources (B, S): greedy search (or ``choose``'s pick: sampling) when ``beam_size`` is 1, else beam
-    search. ``max_length`` counts generated tokens (default: ``max_positions``). Runs in eval mode and restores
-    the model's mode afterwards."""
+    search. ``max_length`` counts generated tokens (default: ``max_positions``); ``max_lengths`` (B,), each source's
+    own most tokens within it. Runs in eval mode and restores the model's mode afterwards."""
     was_training = model.training
     model.eval()
     try:
         if beam_size == 1:
-            return greedy_search(model, src_ids, src_mask, max_length, length_penalty, choose)
-        return beam_search(model, src_ids, src_mask, beam_size, max_length, length_penalty)
+            return greedy_search(model, src_ids, src_mask, max_length, length_penalty, choose, max_lengths)
+        return beam_search(model, src_ids, src_mask, beam_size, max_length, length_penalty, max_lengths)
     finally:
         model.train(was_training)
 

@@ -235,6 +235,7 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
     # search (num_beams > 1, scores / length ** length_penalty). ``generation.generate`` also returns the scores.
 
     supports_beam_search = True
+    generation_inputs = ("max_lengths",)  # (B,): each source's own most generated tokens, within max_new_tokens
 
     def check_generation_inputs(self, input_ids: Tensor, attention_mask: Tensor | None) -> None:
         """ValueError unless the sources (B, S) are ids of the vocabulary and every row has a real token."""
@@ -245,9 +246,11 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
 
     def generate_from(
         self, input_ids: Tensor, attention_mask: Tensor | None, config: GenerationConfig,
-        generator: torch.Generator | None,
+        generator: torch.Generator | None, max_lengths: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
-        """Translate the sources as ``config`` says; eos and padding are the model config's own."""
+        """Translate the sources as ``config`` says; eos and padding are the model config's own. ``max_lengths``
+        (B,): each source's own most generated tokens (at most max_new_tokens), so that a source translates as it
+        would alone whatever the lengths of the sources beside it."""
         for name in ("eos_token_id", "pad_token_id"):
             value = getattr(config, name)
             if value not in (None, getattr(self.config, name)):
@@ -264,7 +267,7 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
         max_length = min(config.max_new_tokens, self.config.max_positions)
         picks = choose if config.do_sample or config.suppress_tokens else None
         return generate(self, input_ids, attention_mask, config.num_beams, max_length, config.length_penalty,
-                        picks).sequences  # fmt: skip
+                        picks, max_lengths).sequences  # fmt: skip
 
 
 __all__ = ["MarkovTranslatorForConditionalGeneration", "MarkovTranslatorOutput"]

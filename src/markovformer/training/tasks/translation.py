@@ -171,15 +171,12 @@ class Translation(Task):
 
 
 def translate_capped(model: nn.Module, batch: dict, generation: GenerationConfig) -> Tensor:
-    """The translations of the batch's sources, each at most 2 |x| + 10 tokens for its own source x (fairseq's
-    usual a·|x| + b cap, within max_positions), so that a greedy hypothesis does not depend on the sources batched
-    with it (by eval_batch_size, the number of processes, or ``generate``'s batches); beams search to the batch's
-    longest cap. ``generation``'s max_new_tokens is replaced by the caps."""
+    """The translations of the batch's sources, each searched to at most 2 |x| + 10 tokens for its own source x
+    (fairseq's usual a·|x| + b cap, within max_positions), greedy or beam, so that a hypothesis does not depend on
+    the sources batched with it (by eval_batch_size, the number of processes, or ``generate``'s batches).
+    ``generation``'s max_new_tokens is replaced by the caps."""
     sources = batch["src_ids"]
     lengths = batch["src_mask"].sum(-1) if "src_mask" in batch else torch.full((len(sources),), sources.shape[1])
     caps = (2 * lengths + 10).clamp(max=model.config.max_positions)
-    generated = model.generate(sources, batch.get("src_mask"), generation.replace(max_new_tokens=int(caps.max())))
-    if generation.num_beams == 1:  # greedy rows are independent: cut each at its own cap
-        beyond = torch.arange(generated.shape[1], device=generated.device) >= caps.to(generated.device)[:, None]
-        generated = generated.masked_fill(beyond, PAD_TOKEN_ID)
-    return generated
+    return model.generate(sources, batch.get("src_mask"), generation.replace(max_new_tokens=int(caps.max())),
+                          max_lengths=caps)
