@@ -431,3 +431,36 @@ def test_paired_bootstrap_rejects_bad_inputs():
         paired_bootstrap_bleu({"a": hypotheses, "b": hypotheses[1:]}, references, "a")
     with pytest.raises(ValueError, match="at least 2 samples, got 1"):
         paired_bootstrap_bleu({"a": hypotheses}, references, "a", samples=1)
+
+
+def test_pairs_whose_source_is_a_training_source_are_counted_and_the_run_says_so(tmp_path, capsys):
+    """A TSV with repeated pairs put copies of training pairs into val and test, and a run scored them as held out
+    without a word (the de-en recipe does not deduplicate either); data.max_length's dropped training pairs were
+    counted only in data.json. Both are now counted per split and printed with the data line."""
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    pairs = [(f"quelle {i} satz", f"target {i} sentence") for i in range(30)]
+    pairs += pairs[:10] + [(pairs[10][0], "another target")] + [("lang " * 30, "long " * 30)] * 12
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"{s.strip()}\t{t.strip()}\n" for s, t in pairs), encoding="utf-8")
+    bundle = load_translation(path, vocab_size=300, fractions=(0.6, 0.2, 0.2), seed=3, max_length=10)
+    train_sources = {pairs[i][0].strip() for i in bundle.splits["train"]}
+    expected = {name: count for name in ("val", "test")
+                if (count := sum(pairs[i][0].strip() in train_sources for i in bundle.splits[name]))}  # fmt: skip
+    assert expected and bundle.info.get("sources_in_training") == expected  # this seed puts copies across
+    dropped = bundle.splits["dropped_long_train"]
+    assert dropped > 0
+    train(resolve_run_config({"task": "translation", "model_type": "markov_translator",
+                              "output_dir": str(tmp_path / "run"),
+                              "model": {"d_model": 16, "n_heads": 2, "n_encoder_layers": 1, "n_decoder_layers": 1,
+                                        "order": 2, "max_positions": 80},
+                              "data": {"source": "translation_file", "path": str(path), "vocab_size": 300,
+                                       "fractions": [0.6, 0.2, 0.2], "max_length": 10},
+                              "trainer": {"max_steps": 1, "batch_size": 4, "eval_every": 1, "checkpoint_every": 1,
+                                          "log_every": 1, "seed": 3}}))  # fmt: skip
+    out = capsys.readouterr().out
+    counts = " and ".join(f"{count} of {len(bundle.splits[name])} {what}" for name, what in
+                          (("val", "validation"), ("test", "test")) if (count := expected.get(name)))  # fmt: skip
+    assert f"warning: {counts} pairs have a source sentence that is also a training pair's source" in out
+    assert f"{dropped} of {len(bundle.splits['train'])} training pairs are longer than data.max_length=10" in out

@@ -33,6 +33,18 @@ def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) 
         print(f"  warning: {which} records repeat the bases of a training record (or its reverse complement) under "
               f"another id: they are not held out, and score as memorised; deduplicate the data to measure "
               f"generalisation", flush=True)  # fmt: skip
+    shared = bundle.info.get("sources_in_training", {})
+    if shared:  # translation
+        which = " and ".join(f"{count:,} of {len(getattr(bundle, split)):,} {SPLIT_NAMES[split]}"
+                             for split, count in shared.items())  # fmt: skip
+        print(f"  warning: {which} pairs have a source sentence that is also a training pair's source: they are not "
+              f"held out, and score as memorised; deduplicate the data to measure generalisation", flush=True)
+    dropped = (getattr(bundle, "splits", None) or {}).get("dropped_long_train")  # translation_file
+    if dropped:
+        kept = len(bundle.train)
+        print(f"  {dropped:,} of {dropped + kept:,} training pairs are longer than data.max_length="
+              f"{bundle.splits['max_length']} tokens on a side and are left out (validation and test are kept "
+              f"whole)", flush=True)  # fmt: skip
     reference = bundle.info.get("reference", {})
     if "unigram_entropy" in reference:
         if bundle.info.get("true_lags"):

@@ -153,7 +153,9 @@ def translation_bundle(
 
     ``max_length``: training pairs with more tokens than this on either side are dropped (their count is recorded
     in ``splits["dropped_long_train"]``); val and test are kept whole so scores stay comparable.
-    info: {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id"}.
+    info: {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id"}, and ``"sources_in_training"``: how many
+    val and test pairs have a source sentence that is also a training pair's source (only the splits that have
+    any). Such pairs are not held out: a model that memorised its training pairs translates them well.
     """
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
         raise ValueError(f"data.max_length={max_length!r}: must be a positive int or None")
@@ -167,6 +169,11 @@ def translation_bundle(
             raise ValueError(f"every training pair is longer than max_length={max_length} tokens")
     info = {"vocab_size": tokenizer.vocab_size, "pad_token_id": PAD_TOKEN_ID, "bos_token_id": BOS_TOKEN_ID,
             "eos_token_id": EOS_TOKEN_ID}  # fmt: skip
+    train_sources = {source for source, _ in pairs_by_split["train"]}
+    shared = {name: count for name in ("val", "test")
+              if (count := sum(source in train_sources for source, _ in pairs_by_split[name]))}  # fmt: skip
+    if shared:
+        info["sources_in_training"] = shared
     record = {**(splits or {}), "max_length": max_length, "dropped_long_train": dropped}
     return DataBundle(**examples, info=info, splits=record, tokenizer=tokenizer, collate=collate_translation,
                       lengths=translation_lengths)  # fmt: skip
