@@ -475,3 +475,30 @@ def test_a_translation_is_cut_at_its_own_sources_cap_whichever_sources_share_its
     batched = translate_capped(model, collate_translation([short, long]), generation)
     assert tokens(batched[0]) == alone
     assert tokens(batched[1]) == tokens(translate_capped(model, collate_translation([long]), generation)[0])
+
+
+def test_eval_scores_the_translations_as_its_predictions_file_and_generate_write_them(trained_run):
+    """A translation holding a line break was written (and printed by generate) on one line, but scored as decoded:
+    sacrebleu's 13a deletes "-\\n", so "ta-\\ntb tc td te tf" scored as "tatb tc td te tf" against the reference
+    "ta- tb tc td te tf" (BLEU 54.75 in eval, 100 recomputed from the predictions file; exact match 0 against 1).
+    Eval now scores the lines it writes."""
+    from markovformer.data.translation import EOS_TOKEN_ID, PAD_TOKEN_ID, load_translation_tokenizer
+
+    run_dir, _ = trained_run
+    tokenizer = load_translation_tokenizer(run_dir / "tokenizer")
+    row = [token for piece in ["ta-", "\n", "tb tc td te tf"] for token in tokenizer.encode(piece)] + [EOS_TOKEN_ID]
+    reference = tokenizer.encode("ta- tb tc td te tf") + [EOS_TOKEN_ID]
+    width = max(len(row), len(reference))
+    generated = torch.tensor([row + [PAD_TOKEN_ID] * (width - len(row))])
+    labels = torch.tensor([reference + [-100] * (width - len(reference))])
+    metrics = TranslationMetrics(tokenizer)
+    metrics.keep_predictions = True
+    metrics.update(type("Output", (), {"loss": torch.tensor(1.0), "logits": torch.zeros(1, width, 5)})(),
+                   {"labels": labels})  # fmt: skip
+    metrics.update_translations(generated, labels, torch.tensor([tokenizer.encode("sa sb")]))
+    results = metrics.compute()
+    _, *rows = [line.split("\t") for line in metrics.table().splitlines()]
+    hypotheses, references = [row[2] for row in rows], [row[1] for row in rows]
+    assert hypotheses == ["ta- tb tc td te tf"] and references == hypotheses
+    assert results["bleu"] == pytest.approx(corpus_bleu(hypotheses, references)) == 100.0
+    assert results["exact_match"] == 1.0

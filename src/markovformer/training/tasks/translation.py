@@ -46,8 +46,11 @@ class TranslationMetrics(LossMetric):
     def update_translations(self, generated: Tensor, labels: Tensor, sources: Tensor) -> None:
         """Add decoded translations (B, L), their references (the labels ``y <eos>``, -100 padded) and, with
         ``keep_predictions``, rows with their sources (B, S) (``<pad>`` padded)."""
-        hypotheses = decode_generated(self.tokenizer, generated)
-        references = decode_generated(self.tokenizer, labels.masked_fill(labels == -100, PAD_TOKEN_ID))
+        # on one line, as the predictions file and ``generate`` write them: BLEU on those lines is the BLEU reported
+        # (sacrebleu's 13a deletes a "-\n", which one_line makes "- ")
+        hypotheses = [one_line(text) for text in decode_generated(self.tokenizer, generated)]
+        references = [one_line(text) for text in decode_generated(self.tokenizer,
+                                                                   labels.masked_fill(labels == -100, PAD_TOKEN_ID))]
         self.hypotheses += hypotheses
         self.references += references
         if self.keep_predictions:
