@@ -132,5 +132,8 @@ def test_registry_and_config_take_the_pro_options():
     assert config.layer_specs()[0].options["qk_norm"] is True
     with pytest.raises(ValueError, match=r"kv_shift=.on."):
         MarkovianTransformerConfig(vocab_size=4, n_layers=1, attention=[{"kind": "forgetting", "kv_shift": "on"}])
+    with pytest.raises(ValueError, match=r"attention\[0\]\.kv_shift=True: .*set causal=True"):  # by the config
+        MarkovianTransformerConfig(vocab_size=4, n_layers=1, causal=False,
+                                   attention=[{"kind": "forgetting", "kv_shift": True}])  # fmt: skip
     with pytest.raises(ValueError, match="causal=True"):
         ForgettingAttention(d_model=D_MODEL, n_heads=HEADS, causal=False, kv_shift=True)(torch.randn(1, 3, D_MODEL))

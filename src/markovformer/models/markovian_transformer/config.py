@@ -267,6 +267,9 @@ class MarkovianTransformerConfig(ModelConfig):
             if self.causal and getattr(settings, "bidirectional", None):
                 raise ValueError(f"{where}.bidirectional=True: a causal model cannot attend to the future; set "
                                  "causal=False")  # fmt: skip
+            if not self.causal and getattr(settings, "kv_shift", False):
+                raise ValueError(f"{where}.kv_shift=True: the shift mixes in the previous token's key and value, "
+                                 "which only a causal model reads; set causal=True or kv_shift=False")  # fmt: skip
             if "scope" in names and own:
                 if settings.scope == "local" and settings.window is None:
                     raise ValueError(f"{where}.window=None: scope='local' {kind} attention needs a window")
