@@ -213,14 +213,16 @@ def fake_clock(monkeypatch) -> FakeClock:
 
 @pytest.fixture
 def kept_figures(monkeypatch):
-    """``kept_figures(module)``: the list the figures ``module`` saves from now on are put in, kept with their artists
-    (saving clears a figure) and never written, so a test reads what was drawn rather than pixels."""
+    """``kept_figures(module)``: {file name: figure} of the figures ``module`` saves from now on, kept with their
+    artists (saving clears a figure); each file is left empty, not rendered, so a test reads what was drawn rather
+    than pixels."""
 
-    def keep(module) -> list:
-        figures = []
+    def keep(module) -> dict:
+        figures = {}
 
         def save(figure, out) -> Path:
-            figures.append(figure)
+            figures[Path(out).name] = figure
+            Path(out).write_bytes(b"")
             return Path(out)
 
         monkeypatch.setattr(module, "save_figure", save)

@@ -199,7 +199,8 @@ def test_help_and_a_mistyped_command_answer_without_loading_torch():
             "except SystemExit:\n"
             "    pass\n"
             "print('torch' in sys.modules, file=sys.stderr)\n")  # fmt: skip
-    for argv in (["--help"], ["generate", "--help"], ["trian"]):
+    for argv in (["--help"], ["generate", "--help"], ["trian"], ["kind", "--help"], ["kind", "show", "--help"],
+                 ["kind", "lst"]):
         done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
         assert done.stderr.strip().splitlines()[-1] == "False", (argv, done.stderr)
     code = "import sys, markovformer; print(markovformer.MarkovianTransformerConfig.__module__, 'torch' in sys.modules)"

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -112,16 +110,3 @@ def test_kind_show_of_a_misspelt_kind_is_one_line_with_the_closest(main_cli):
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == ["markovformer: error: no attention kind 'stik_breaking' (did you mean "
                                                 "'stick_breaking'?); see `markovformer kind list`"]  # fmt: skip
-
-
-def test_kind_help_loads_no_torch():
-    code = ("import sys\n"
-            "from markovformer.cli.main import main\n"
-            "try:\n"
-            "    main(sys.argv[1:])\n"
-            "except SystemExit:\n"
-            "    pass\n"
-            "print('torch' in sys.modules, file=sys.stderr)\n")  # fmt: skip
-    for argv in (["kind", "--help"], ["kind", "show", "--help"], ["kind", "lst"]):
-        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
-        assert done.stderr.strip().splitlines()[-1] == "False", (argv, done.stderr)

@@ -184,7 +184,7 @@ def test_a_hidden_cell_reports_the_test_set_which_is_not_the_validation_set(monk
 
 
 def test_the_report_tables_show_what_they_name(stubbed_cells, monkeypatch, tmp_path, kept_figures):
-    kept_figures(position_biases_plots)  # drawn, not written
+    kept_figures(position_biases_plots)  # drawn, not rendered
     def matched(vocab_size, settings):
         return {kind: {**MATCHED, "ratio": {"markov_local": 1.2}.get(kind, 1.0)} for kind in settings.kinds}
 

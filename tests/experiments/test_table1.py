@@ -387,7 +387,7 @@ def _hand_made_results() -> dict:
 
 
 def test_the_report_ranks_compares_and_tabulates_hand_made_results(tmp_path, kept_figures):
-    kept_figures(saving)  # drawn, not written
+    kept_figures(saving)  # drawn, not rendered
     report = ExperimentReport(tmp_path, "t", log=lambda line: None, settings={})
     report.results = _hand_made_results()
     write_report(report, Table1Settings(data_dir="data"), quick=False)

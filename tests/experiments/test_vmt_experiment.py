@@ -250,7 +250,7 @@ def test_the_sequence_table_gives_every_loss_in_its_unit():
 
 
 def test_part_1_states_each_bounds_gap_to_the_exact_likelihood(monkeypatch, tmp_path, kept_figures):
-    kept_figures(plots)  # drawn, not written
+    kept_figures(plots)  # drawn, not rendered
     evaluations = [{"elbo": -1.5, "iw_1": -1.5, "iw_10": -1.3, "kl": 0.2, "reconstruction": -1.3},
                    {"elbo": -1.2, "iw_1": -1.2, "iw_10": -1.1, "kl": 0.1, "reconstruction": -1.1}]
     record = {"steps": [5, 10], "evaluations": evaluations, "seconds": 1.0, "train_kl": 0.1, "parameters": 10}

@@ -78,7 +78,7 @@ def test_a_cell_is_scored_on_sequences_it_never_trained_on(monkeypatch):
 
 
 def test_the_report_tables_hold_the_chains_closed_forms(monkeypatch, tmp_path, kept_figures):
-    kept_figures(plots)  # drawn, not written
+    kept_figures(plots)  # drawn, not rendered
     p, q = 0.2, 0.3
     pi1, rate, unigram = _closed_forms(p, q)
 

@@ -73,7 +73,7 @@ def test_the_true_lags_starred_tick_and_its_outline_are_the_same_column(tmp_path
     figures = kept_figures(markov)
     strengths = [{"past": np.arange(12, dtype=float).reshape(3, 4), "future": None}]
     markov.plot_transition_strengths(strengths, tmp_path / "x.png", true_lags=(3,))
-    axis = figures[0].axes[0]
+    axis = figures["x.png"].axes[0]
     assert [label.get_text() for label in axis.get_xticklabels()] == ["1", "2", "3*", "4"]
     outlines = [patch for patch in axis.patches if tuple(patch.get_edgecolor()[:3]) == (0.0, 0.0, 0.0)]
     assert [(patch.get_x(), patch.get_x() + patch.get_width()) for patch in outlines] == [(1.5, 2.5)]
@@ -85,7 +85,7 @@ def test_a_needed_lag_is_framed_on_its_own_column(tmp_path, kept_figures):
     figures = kept_figures(position_biases)
     panel = ProfilePanel("order 2", {"softmax": [0.1, 0.2, 0.7], "alibi": [0.3, 0.3, 0.4]}, needed=(2,))
     position_biases.plot_distance_profiles([panel], tmp_path / "x.png")
-    (frame,) = figures[0].axes[0].patches
+    (frame,) = figures["x.png"].axes[0].patches
     assert (frame.get_x(), frame.get_x() + frame.get_width()) == (1.5, 2.5)
 
 
@@ -94,6 +94,6 @@ def test_extrapolation_lengths_lie_on_a_log2_axis_read_as_multiples_of_t(tmp_pat
     multiples of the training length T, the first being T itself (not 1T)."""
     figures = kept_figures(position_biases)
     position_biases.plot_extrapolation({"order 2": {"softmax": [0.1, 0.2, 0.4]}}, [1, 2, 4], tmp_path / "x.png")
-    axis = figures[0].axes[0]
+    axis = figures["x.png"].axes[0]
     assert axis.get_xscale() == "log" and axis.xaxis.get_transform().base == 2
     assert [label.get_text() for label in axis.get_xticklabels()] == ["T", "2T", "4T"]

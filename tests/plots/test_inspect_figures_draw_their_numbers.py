@@ -23,20 +23,6 @@ from markovformer.training import inspection
 from markovformer.training.inspection import lag_profiles, write_inspection_report
 
 
-@pytest.fixture
-def figures(monkeypatch) -> dict[str, object]:
-    """{file name: the matplotlib Figure} of every figure plots.markov saves from now on (not rendered)."""
-    kept: dict[str, object] = {}
-
-    def keep(figure, out):
-        kept[out.name] = figure
-        out.write_bytes(b"")
-        return out
-
-    monkeypatch.setattr(markov, "save_figure", keep)
-    return kept
-
-
 def _maps(low: float, high: float) -> list[torch.Tensor]:
     """One layer's (1, 2, 5, 5) causal maps whose entries run from ``low`` to ``high``."""
     weights = torch.linspace(low, high, 50).reshape(1, 2, 5, 5)
@@ -46,9 +32,10 @@ def _maps(low: float, high: float) -> list[torch.Tensor]:
 # --------------------------------------------------------------------------- signed weights
 
 
-def test_signed_attention_weights_are_drawn_on_a_scale_that_holds_them(tmp_path, figures):
+def test_signed_attention_weights_are_drawn_on_a_scale_that_holds_them(tmp_path, kept_figures):
     """RetNet's retention runs from about -1.1 to 1.0 in a trained run: the maps were drawn on the probability
     scale (0..1), so every negative weight had the colour of 0 and the colour bar said 'attention probability'."""
+    figures = kept_figures(markov)
     maps = _maps(-0.8, 1.3)
     markov.plot_attention_maps(maps, [0], tmp_path / "attention.png")
     figure = figures["attention.png"]
@@ -63,7 +50,8 @@ def test_signed_attention_weights_are_drawn_on_a_scale_that_holds_them(tmp_path,
     assert "signed" in colour_bar and "probability (" not in colour_bar
 
 
-def test_probabilities_keep_their_fixed_zero_to_one_scale(tmp_path, figures):
+def test_probabilities_keep_their_fixed_zero_to_one_scale(tmp_path, kept_figures):
+    figures = kept_figures(markov)
     markov.plot_attention_maps(_maps(0.0, 0.9), [0], tmp_path / "attention.png")
     image = figures["attention.png"].axes[0].images[0]
     assert (image.norm.vmin, image.norm.vmax) == (0.0, 1.0)

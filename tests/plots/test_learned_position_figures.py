@@ -51,17 +51,9 @@ def _model(attention, causal: bool = True, n_heads: int = 4, **options) -> Marko
 
 
 @pytest.fixture
-def drawn(monkeypatch) -> dict[str, object]:
+def drawn(kept_figures) -> dict[str, object]:
     """{file name: the matplotlib Figure} of every figure plots.learned_positions saves from now on (not rendered)."""
-    kept: dict[str, object] = {}
-
-    def keep(figure, out):
-        kept[out.name] = figure
-        out.write_bytes(b"")
-        return out
-
-    monkeypatch.setattr(figures_module, "save_figure", keep)
-    return kept
+    return kept_figures(figures_module)
 
 
 # --------------------------------------------------------------------------- T5's buckets

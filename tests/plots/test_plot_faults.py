@@ -20,7 +20,7 @@ from markovformer.plots.saving import new_figure, replace_folder, save_figure
 
 
 @pytest.fixture
-def drawn(kept_figures) -> list:
+def drawn(kept_figures) -> dict:
     """The figures ``plot_training_curves`` saves, kept with their artists (saving clears a figure)."""
     return kept_figures(curves)
 
@@ -36,7 +36,7 @@ def test_a_last_row_cut_short_by_a_kill_is_not_plotted(tmp_path, drawn):
     path.write_text("epoch,step,train/loss,val/loss\n0.0,100,2.50,\n0.0,200,2.40,\n0.0,300,2.30,2.35\n0.0,400,2")
     assert curves.read_metric_series(path)["train/loss"] == ([100, 200, 300], [2.5, 2.4, 2.3])
     curves.plot_training_curves(path, tmp_path / "curves.png")
-    assert _lines(drawn[0].axes[0])["train/loss"] == ([100, 200, 300], [2.5, 2.4, 2.3])
+    assert _lines(drawn["curves.png"].axes[0])["train/loss"] == ([100, 200, 300], [2.5, 2.4, 2.3])
 
 
 def test_a_nan_or_inf_loss_leaves_a_gap_and_is_marked(tmp_path, drawn):
@@ -44,7 +44,7 @@ def test_a_nan_or_inf_loss_leaves_a_gap_and_is_marked(tmp_path, drawn):
     path.write_text("epoch,step,train/loss\n0.0,100,2.5\n0.0,200,2.4\n0.0,300,nan\n0.0,400,inf\n0.0,500,nan\n"
                     "0.0,600,2.3\n")  # fmt: skip
     curves.plot_training_curves(path, tmp_path / "curves.png")
-    axis = drawn[0].axes[0]
+    axis = drawn["curves.png"].axes[0]
     steps, values = _lines(axis)["train/loss"]
     assert steps == [100, 200, 300, 400, 500, 600]  # no segment from 200 to 600: nan breaks the line
     assert values[:2] == [2.5, 2.4] and values[-1] == 2.3 and all(math.isnan(v) for v in values[2:5])

@@ -139,7 +139,7 @@ def test_the_bars_of_several_series_at_a_lag_stand_side_by_side(tmp_path, kept_f
     series would hide the first."""
     figures = kept_figures(experiments)
     plot_lag_bars([LagPanel("p", {"a": [1.0, 2.0], "b": [1.0, 2.0]})], tmp_path / "x.png", "bias")
-    spans = sorted((bar.get_x(), bar.get_x() + bar.get_width()) for bar in figures[0].axes[0].patches)
+    spans = sorted((bar.get_x(), bar.get_x() + bar.get_width()) for bar in figures["x.png"].axes[0].patches)
     assert len(spans) == 4
     assert all(right <= left + 1e-9 for (_, right), (left, _) in zip(spans, spans[1:], strict=False)), spans
 
@@ -150,7 +150,7 @@ def test_rows_read_top_down_in_the_order_given_with_the_mean_and_sample_std(tmp_
     figures = kept_figures(experiments)
     rows = {"first": {"a": [1.0, 2.0, 6.0]}, "second": {"a": [4.0, 4.0]}, "third": {"a": [3.0]}}
     experiments.plot_row_errorbars(rows, {}, tmp_path / "x.png", "score")
-    axis = figures[0].axes[0]
+    axis = figures["x.png"].axes[0]
     ticks = sorted(zip(axis.get_yticks(), [label.get_text() for label in axis.get_yticklabels()], strict=True))
     assert [label for _, label in reversed(ticks)] == ["first", "second", "third"]  # top down
     ((marks, _, (bars,)),) = [container.lines for container in axis.containers]

@@ -418,7 +418,7 @@ def test_a_vmt_runs_curves_caption_and_summary_name_the_objective_and_the_elbo(t
     figures = kept_figures(curves)
     curves.plot_training_curves(csv, tmp_path / "curves.png", curve_labels=inspection.loss_curve_names(vmt),
                                 loss_title="the title")  # fmt: skip
-    loss = figures[0].axes[0]
+    loss = figures["curves.png"].axes[0]
     legend = [text.get_text() for text in loss.get_legend().get_texts()]
     assert legend == ["train/loss: train objective/token", "val/loss: -ELBO/token"] and loss.get_title() == "the title"
     assert inspection.loss_curve_names(TASKS["causal_lm"]) == {}  # one loss: the columns name themselves
