@@ -1,16 +1,19 @@
 """What the registry declares about each attention kind, held to the kinds themselves: every option has its help
-line (`markovformer kind show`), and the causality a kind declares is the one its layer accepts, refused by the
-model config before any layer is built."""
+line (`markovformer kind show`), the causality a kind declares is the one its layer accepts, refused by the
+model config before any layer is built, and a causal layer of every kind never reads the future while a non-causal
+one does."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
+import torch
 
 from markovformer import MarkovianTransformerConfig
+from markovformer.layers.attention import AttentionOutput
 from markovformer.layers.options import interval, option, option_help
-from markovformer.layers.registry import ATTENTION_KINDS, build_attention
+from markovformer.layers.registry import ATTENTION_KINDS, attention_option_names, build_attention
 
 NEEDED = {"linformer": {"max_positions": 8}}  # options a kind cannot be built without
 
@@ -79,3 +82,65 @@ def test_a_bad_per_layer_option_of_a_baseline_is_refused_by_the_config(kind, nam
     with pytest.raises(ValueError, match=rf"^MarkovianTransformerConfig\.attention\[0\]\.{name}={value}: must be"):
         MarkovianTransformerConfig(vocab_size=8, d_model=8, n_heads=2, n_layers=1, causal=causal,
                                    attention=[{"kind": kind, name: value}], **NEEDED.get(kind, {}))  # fmt: skip
+
+
+# --- every kind: what a position may read ---------------------------------------------------------------------------
+
+LENGTH = 13
+SMALL = dict(max_positions=32, linformer_k=5, chunk_size=4, ssm_state_size=8, shift_taps=3, head_dim=2, num_features=8,
+             max_order=2, npos_max=4)  # small sizes, read by the kinds that have them; chunks of 4 split the sequence
+SCOPED = sorted(kind for kind in ATTENTION_KINDS if "scope" in attention_option_names(kind))
+# every kind once at its own default scope, and each scoped kind in both scopes (a leak may hide in one path)
+# kinds whose long convolution runs through an FFT: its rounding reaches every position, so their past outputs move by
+# float64 rounding (~1e-17 here), not by nothing; a leak moves them by orders more
+FFT_ROUNDED = {"s4d", "h3", "hyena"}
+READS = [(kind, None) for kind in sorted(ATTENTION_KINDS)] + [(kind, scope) for kind in SCOPED
+                                                              for scope in ("local", "global")]  # fmt: skip
+
+
+def _layer(kind: str, scope: str | None, causal: bool) -> torch.nn.Module:
+    torch.manual_seed(0)
+    options = dict(SMALL, **({} if scope is None else {"scope": scope, "window": 3 if scope == "local" else None}))
+    layer = build_attention(kind, d_model=16, n_heads=4, causal=causal, rotary=True, **options)
+    return layer.double().eval()
+
+
+def _output(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        out = layer(x)
+    return out.output if isinstance(out, AttentionOutput) else out
+
+
+def _perturbed_after(x: torch.Tensor, t: int) -> torch.Tensor:
+    """x with every position after t moved (by noise of x's own scale)."""
+    moved = x.clone()
+    noise = torch.randn(x.shape[0], x.shape[1] - t - 1, x.shape[2], generator=torch.Generator().manual_seed(t + 10),
+                        dtype=x.dtype)  # fmt: skip
+    moved[:, t + 1 :] += noise
+    return moved
+
+
+@pytest.mark.parametrize("kind, scope", READS, ids=[f"{k}-{s or 'default'}" for k, s in READS])
+def test_a_causal_layer_never_reads_the_future_and_a_non_causal_one_does(kind, scope):
+    """Moving the inputs after position t leaves a causal layer's outputs at 0..t exactly as they were (bit for bit:
+    a future key masked out contributes an exact zero) and changes some later output; a non-causal layer's output
+    at some position <= t does change. Every kind of the registry, each scoped kind in both scopes."""
+    x = torch.randn(2, LENGTH, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    entry = ATTENTION_KINDS[kind]
+    if entry.accepts_causal(True):
+        layer = _layer(kind, scope, causal=True)
+        base = _output(layer, x)
+        for t in range(LENGTH - 1):
+            moved = _output(layer, _perturbed_after(x, t))
+            leaked = (moved[:, : t + 1] - base[:, : t + 1]).abs().amax().item()
+            allowed = 1e-13 * base.abs().amax().item() if kind in FFT_ROUNDED else 0.0
+            assert leaked <= allowed, (f"{kind}: moving x[t+1:] moved out[:t+1] by {leaked:.1e} at t={t} (an op "
+                                       f"that rounds every position, as an FFT does, belongs in FFT_ROUNDED)")
+            assert not torch.equal(moved[:, t + 1 :], base[:, t + 1 :]), f"{kind}: out[t+1:] ignores x[t+1:], t={t}"
+    if entry.accepts_causal(False):
+        layer = _layer(kind, scope, causal=False)
+        base = _output(layer, x)
+        for t in range(LENGTH - 1):
+            moved = _output(layer, _perturbed_after(x, t))
+            reach = (moved[:, : t + 1] - base[:, : t + 1]).abs().amax().item()
+            assert reach > 1e-8 * base.abs().amax().item(), f"{kind} (non-causal): out[:t+1] never reads x[t+1:], t={t}"
