@@ -69,7 +69,7 @@ def test_the_model_config_refuses_the_causality_a_kind_declares_it_cannot_take(k
             if kind != "linformer":  # Linformer's own message explains the projections
                 layer = "attention=" if isinstance(attention, str) else "layer 1's kind "
                 assert str(error.value).startswith(f"MarkovianTransformerConfig.causal={causal}: {layer}{kind!r} is "
-                                                   f"causal only: its layer refuses causal=False"), error.value
+                                                   f"{entry.causality}: its layer refuses causal={causal}"), error.value
 
 
 

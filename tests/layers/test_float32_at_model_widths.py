@@ -21,7 +21,7 @@ from markovformer.models.markovian_transformer import (
 VOCAB, LENGTH, BATCH = 50, 64, 2
 WIDTHS = {64: 128, 128: 256}  # head dimension -> d_model at two heads
 SCALES = (0.3, 3.0)  # the attention input's scale per coordinate (the pre-attention norm's weight)
-BIDIRECTIONAL_ONLY = {"linformer"}
+BIDIRECTIONAL_ONLY = {kind for kind, entry in ATTENTION_KINDS.items() if not entry.accepts_causal(True)}
 
 
 def _model(kind: str, head_dim: int, scale: float) -> torch.nn.Module:
