@@ -2,15 +2,21 @@
 
 An attention kind is one or more *cores*, each a module that maps already-projected heads
 ``(x, q, k, v) -> heads`` for a slice of the heads. The frame splits the heads among its cores (hybrid "split"
-attention has two), runs them and concatenates their outputs. To add a kind: write a core (see
-``markov_attention.MarkovCore``), a small ``SelfAttention`` subclass that builds it, and register it in
-``layers.registry``.
+attention has two), runs them and concatenates their outputs. To add a kind: write a core (read
+``softmax_attention.SoftmaxCore``, the simplest: no bias, a key/value cache, packed documents; then
+``markov_attention.MarkovCore`` for one with gates and a bias), a small ``SelfAttention`` subclass that builds it
+(``SoftmaxAttention``), and register it in ``layers.registry``; the README's "Extending" section lists the rest
+(options, tests, the decoding cases in ``tests/models/test_generate.py``).
+
+A core declares ``causal`` (an attribute), ``supports_state`` and ``honours_segments`` (class attributes): the layer
+decodes incrementally only when every core has both ``supports_state`` and ``causal`` (resolved once, when the frame
+is built), and keeps packed documents apart itself only when every core honours them, taking ``segment_ids``.
 
 Decoding state (the fla contract): ``forward(x, ..., state=s)`` with a dict ``s`` ({} at the first call) reads the
 state the previous call left there and leaves the state for the next call; the positions of x follow those already
 seen (rotary positions included) and ``attention_mask`` covers x only. The frame keeps the position count; each
 core keeps its own part (``s["cores"][i]``): a key/value cache (``layers.kv_cache``) or a recurrent state. A core
-declares ``supports_state`` (a class attribute); a core that cannot decode incrementally keeps it False.
+that cannot decode incrementally sets ``supports_state = False``.
 """
 
 from __future__ import annotations
