@@ -58,7 +58,7 @@ def wrapped(text: str, indent: int, first: str = "") -> str:
 
 def run_data(args: argparse.Namespace) -> None:
     from markovformer.data.options import option_help  # deferred: see the module docstring
-    from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+    from markovformer.data.sources import DATA_SOURCES, source_tasks
     from markovformer.training.run_config import suggest
 
     if args.data_command == "prepare":
@@ -69,7 +69,7 @@ def run_data(args: argparse.Namespace) -> None:
         for name, source in DATA_SOURCES.items():
             summary = plain_text(source.__doc__).split(". ")[0].rstrip(".")  # the first sentence, whole
             print(wrapped(summary, column, name))
-            print(wrapped(f"tasks: {', '.join(SOURCE_TASKS[name])}", column))
+            print(wrapped(f"tasks: {', '.join(source_tasks(name))}", column))
         print("\nmarkovformer data show NAME: a source's options; markovformer data prepare list: data sets to fetch")
         return
     if args.name not in DATA_SOURCES:
@@ -78,7 +78,7 @@ def run_data(args: argparse.Namespace) -> None:
         )
     source = DATA_SOURCES[args.name]
     print(wrapped(plain_text(source.__doc__), 2, f"{args.name}: "))
-    print(f"tasks: {', '.join(SOURCE_TASKS[args.name])}\noptions (data.<option> in a run config):")
+    print(f"tasks: {', '.join(source_tasks(args.name))}\noptions (data.<option> in a run config):")
     fields = dataclasses.fields(source)
     name_width = max(len(field.name) for field in fields) + 2
     instance = source() if hasattr(source, "chain") else None  # a chain source's defaults depend on its kind

@@ -247,7 +247,8 @@ DATA_SOURCES: dict[str, type] = {
     "icl_markov": ICLMarkovSource,
 }
 
-# The tasks each source feeds; a mismatch is a config error caught before any model is built.
+# The tasks each source feeds (read through ``source_tasks``); a mismatch is a config error caught before any model
+# is built.
 SOURCE_TASKS: dict[str, tuple[str, ...]] = {
     "markov_chain": ("causal_lm",),
     "hidden_order": ("causal_lm",),
@@ -269,3 +270,12 @@ SOURCE_TASKS: dict[str, tuple[str, ...]] = {
     "selective_copy": ("causal_lm",),
     "icl_markov": ("causal_lm",),
 }
+
+
+def source_tasks(name: str) -> tuple[str, ...]:
+    """The tasks data source ``name`` (a key of ``DATA_SOURCES``) feeds. A source registered in ``DATA_SOURCES``
+    alone is a LookupError saying where its tasks go."""
+    if name not in SOURCE_TASKS:
+        raise LookupError(f"data source {name!r} is in DATA_SOURCES but not in SOURCE_TASKS: add {name!r}: (TASK, ...),"
+                          f" the tasks it feeds, to SOURCE_TASKS in markovformer/data/sources.py")  # fmt: skip
+    return SOURCE_TASKS[name]

@@ -13,7 +13,7 @@ from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.text_stream import resolve_text_paths
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer
 from markovformer.data.recipes.registry import find_prepared_file
-from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.data.sources import DATA_SOURCES, source_tasks
 from markovformer.models.registry import MODEL_FAMILIES, head_class
 from markovformer.training.run_config import RunConfig, build_dataclass, other_section_hint, suggest
 from markovformer.training.tasks import TASKS, Task, build_task
@@ -40,8 +40,8 @@ def build_data(config: RunConfig, run_dir: str | Path | None = None) -> DataBund
     if name not in DATA_SOURCES:
         raise ConfigError(f"data.source={name!r} is not a data source{suggest(name, DATA_SOURCES)}; "
                           f"see `markovformer data list`")  # fmt: skip
-    if config.task not in SOURCE_TASKS[name]:
-        raise ConfigError(f"data.source={name!r} feeds {SOURCE_TASKS[name]}, not task={config.task!r}")
+    if config.task not in source_tasks(name):
+        raise ConfigError(f"data.source={name!r} feeds {source_tasks(name)}, not task={config.task!r}")
     source_class = DATA_SOURCES[name]
     if "task" in {field.name for field in dataclasses.fields(source_class)}:  # a source that can feed several tasks
         if values.setdefault("task", config.task) != config.task:
