@@ -2,7 +2,8 @@
 
 Each source is a dataclass whose fields are its options and whose ``build(seed)`` returns a DataBundle.
 To add a data set: write such a dataclass (see ``FastaSource`` for a file) and add it to ``DATA_SOURCES`` and
-``SOURCE_TASKS``; README.md's "A data source" lists the rest (option help, file options, a fitted tokenizer). A file
+``SOURCE_TASKS`` (both: ``source_tasks`` names a source missing from the second); README.md's "A data source" lists
+the rest (option help, where options are checked, file options, a fitted tokenizer, the tests). A file
 option is resolved with ``_require_path``: ``data/NAME`` is also looked up in the data directory
 (``recipes.registry.find_prepared_file``).
 """

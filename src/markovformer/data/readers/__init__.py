@@ -5,6 +5,8 @@ once into a cached, memory-mapped token store and cut into windows), local Huggi
 (``hf_dataset``), FASTA (``fasta``), numeric CSV series (``csv_series``) and WAV audio (``audio``).
 
 To add a format: a module here with a ``load_...(path, ...) -> DataBundle`` that reads local files only and raises
-ValueError naming the file (and line) on bad input; then a source dataclass calling it in ``data/sources.py``. A
-reader imports ``data.bundle``, ``data.collate``, ``data.splits`` and other readers, never a recipe or a source.
+ValueError naming the file (and line) on bad input, named in the paragraph above with what it reads
+(``tests/data/test_shelves.py`` fails on a module this docstring does not name); then a source dataclass calling it
+in ``data/sources.py`` (README.md's "A data source" lists the rest). A reader imports ``data.bundle``,
+``data.collate``, ``data.splits`` and other readers, never a recipe or a source (the same test).
 """
