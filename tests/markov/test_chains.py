@@ -133,16 +133,40 @@ def test_power_iteration_of_slowly_mixing_chain_meets_its_tolerance(p, q):
     assert (pi - expected).abs().sum().item() < 2e-10
 
 
-@pytest.mark.parametrize("rate", [1e-6, 1e-12])
-def test_power_iteration_never_returns_a_far_from_stationary_distribution(rate, monkeypatch):
-    # 512 contexts, so "auto" takes the power path; at rate 1e-12 one step from uniform moves 1e-12 in L1 and the
-    # old step-size rule returned the uniform marginal (1/2, 1/2) instead of (2/3, 1/3): it must raise instead
+@pytest.mark.parametrize("rate", [1e-6, 1e-12, 1e-14, 3e-16])
+def test_power_iteration_refuses_a_chain_it_cannot_converge_and_auto_solves_it_densely(rate, monkeypatch):
+    # 512 contexts, so "auto" takes the power path. At rate 1e-12 one step from uniform moves 1e-12 in L1 and the
+    # old step-size rule returned the uniform marginal (1/2, 1/2) instead of (2/3, 1/3). At 1e-14 and below a step
+    # moves less than float64 rounding, and the power path returned (1/2, 1/2) with no error at all.
     monkeypatch.setattr("markovformer.markov.chains._POWER_MAX_ITERATIONS", 5_000)  # keeps the test fast
     chain = sticky_chain(9, rate, 2 * rate)
     with pytest.raises(RuntimeError, match="mixes too slowly"):
-        chain.stationary()
-    marginal = chain.stationary(method="dense").reshape(-1, 2).sum(0)
-    torch.testing.assert_close(marginal, torch.tensor([2 / 3, 1 / 3], dtype=torch.float64), rtol=0, atol=1e-12)
+        chain.stationary(method="power")
+    expected = torch.tensor([2 / 3, 1 / 3], dtype=torch.float64)
+    for method in ("auto", "dense"):  # "auto" falls back to the dense solve
+        marginal = chain.stationary(method=method).reshape(-1, 2).sum(0)
+        torch.testing.assert_close(marginal, expected, rtol=0, atol=1e-12)
+
+
+def masked_slow_mode_chain(rate: float) -> MarkovChain:
+    """3 states: 0 and 1 mix within a step (stationary 1:3 between them), 1 leaves for 2 at ``rate`` and 2 returns
+    at 3 * rate. Balance at 2 (pi_1 rate = pi_2 3 rate) and within the pair give pi = (0.2, 0.6, 0.2) for any rate,
+    but from uniform the pair settles in a few steps (a fast mode) while the mass of 2 moves ~rate per step."""
+    transition = torch.tensor([[0.25, 0.75, 0.0], [0.25, 0.75 - rate, rate], [0.0, 3 * rate, 1 - 3 * rate]],
+                              dtype=torch.float64)  # fmt: skip
+    return MarkovChain(1, 3, transition)
+
+
+@pytest.mark.parametrize("rate", [1e-13, 1e-14, 1e-15, 3e-16])
+def test_power_iteration_is_not_fooled_by_a_slow_mode_hidden_under_a_fast_one(rate, monkeypatch):
+    # the fast mode's geometric tail said "converged" at step ~1e-12, before the slow mode showed: the power path
+    # returned (1/6, 1/2, 1/3) (the pair settled, 2 still at its uniform 1/3), 0.267 off in L1
+    monkeypatch.setattr("markovformer.markov.chains._POWER_MAX_ITERATIONS", 5_000)  # keeps the test fast
+    chain = masked_slow_mode_chain(rate)
+    with pytest.raises(RuntimeError, match="mixes too slowly"):
+        chain.stationary(method="power")
+    expected = torch.tensor([0.2, 0.6, 0.2], dtype=torch.float64)
+    torch.testing.assert_close(chain.stationary(method="dense"), expected, rtol=0, atol=1e-8)
 
 
 @pytest.mark.parametrize("rate", [3e-15, 1e-15])

@@ -20,10 +20,14 @@ from torch import Tensor
 
 # Up to this many contexts the stationary distribution is found by squaring the dense context matrix.
 DENSE_STATIONARY_MAX_CONTEXTS = 256
+# method="auto" falls back to the dense solve, up to this many contexts, where power iteration cannot converge
+# (up to 64 squarings of a 1024 x 1024 matrix: 5-10 s on 2 CPU cores).
+DENSE_STATIONARY_FALLBACK_MAX_CONTEXTS = 1024
 _ROW_SUM_TOLERANCE = 1e-6
-_POWER_TOLERANCE = 1e-12
 _POWER_MAX_ITERATIONS = 200_000
 _POWER_ROUNDING_FLOOR = 8 * torch.finfo(torch.float64).eps
+# the largest local-balance distance (L1) accepted from power iteration; converged chains measure ~1e-11 at most
+_POWER_BALANCE_TOLERANCE = 1e-9
 
 
 def resolve_generator(generator: torch.Generator | None, device: torch.device) -> torch.Generator:
@@ -161,19 +165,33 @@ class MarkovChain:
 
         The chain on contexts moves (x_1, ..., x_k) -> (x_2, ..., x_k, x_next). method="dense" squares the
         lazy (S**k x S**k) context matrix; method="power" runs lazy power iteration (0.5 I + 0.5 P, same
-        stationary distribution, immune to periodicity) without building that matrix, until the estimated L1 distance
-        to the fixed point (step size scaled by the larger of the last two step ratios) is below 1e-12;
-        "auto" picks dense up to ``DENSE_STATIONARY_MAX_CONTEXTS`` contexts. Both start from the uniform
+        stationary distribution, immune to periodicity) without building that matrix, until one step moves less
+        than float64 rounding (8 eps in L1): a chain whose slowest mode contracts by 1 - g per step is then about
+        8 eps / g away (1e-11 at g = 1e-4). It raises RuntimeError where it cannot get there: after 200,000 steps
+        (g below ~1e-4), or where a context that is left only rarely (rate a) is still out of balance by more than
+        1e-9 in L1 (see ``_balance_distance``): its mass moves ~a per step, below rounding when a < ~1e-14, so small
+        steps alone cannot tell it from convergence. It does not see a slow mode between two groups of contexts
+        joined by a rare link and each left often (no context holds its mass) whose step is below rounding.
+        "auto" picks dense up to ``DENSE_STATIONARY_MAX_CONTEXTS`` contexts, power above, and dense again up to
+        ``DENSE_STATIONARY_FALLBACK_MAX_CONTEXTS`` where power raises. Both start from the uniform
         distribution, so for a reducible chain they return the limit reached from uniform.
         """
         if method not in ("auto", "dense", "power"):
             raise ValueError(f"method must be 'auto', 'dense' or 'power', got {method!r}")
-        if method == "auto":
-            method = "dense" if self.num_contexts <= DENSE_STATIONARY_MAX_CONTEXTS else "power"
         if method not in self._stationary_cache:
-            solve = self._stationary_dense if method == "dense" else self._stationary_power
-            self._stationary_cache[method] = solve()
+            self._stationary_cache[method] = self._solve_stationary(method)
         return self._stationary_cache[method].clone()
+
+    def _solve_stationary(self, method: str) -> Tensor:
+        if method == "dense" or (method == "auto" and self.num_contexts <= DENSE_STATIONARY_MAX_CONTEXTS):
+            return self._stationary_dense()
+        pi, failure = self._stationary_power()
+        if failure is None:
+            return pi
+        if method == "auto" and self.num_contexts <= DENSE_STATIONARY_FALLBACK_MAX_CONTEXTS:
+            return self._stationary_dense()
+        raise RuntimeError(f"stationary: power iteration {failure} ({self.num_contexts} contexts); the chain mixes "
+                           "too slowly, try method='dense'")  # fmt: skip
 
     def _stationary_dense(self) -> Tensor:
         n, device = self.num_contexts, self.transition.device
@@ -204,34 +222,44 @@ class MarkovChain:
         # successor (x_2..x_k, j) collects the flow from every dropped oldest symbol x_1
         return 0.5 * pi + 0.5 * flow.sum(0).reshape(-1)
 
-    def _stationary_power(self) -> Tensor:
-        # A small step |pi_{n+1} - pi_n| alone says little: the distance left to the fixed point is about
-        # step / (1 - r), r the contraction rate, so a chain that mixes slowly (r near 1) takes tiny steps while
-        # still far away (switching rates 1e-12: one step moves 1e-12, yet uniform is 1/3 off in L1). So the
-        # remaining error is estimated from the ratio of successive steps (geometric tail step * r / (1 - r)),
-        # and iteration stops only once that estimate, not the step, is below the tolerance. The rate is the larger
-        # of the last two ratios: one ratio alone is fooled where a fast mode dies in a step (a periodic chain's lazy
-        # eigenvalue 0), leaving a slow one: the step falls 1e6-fold once, then barely moves.
+    def _stationary_power(self) -> tuple[Tensor, str | None]:
+        """Lazy power iteration from uniform: (pi, None), or (last pi, why it is not trusted)."""
+        # Iterate until a step is float64 rounding, not until an extrapolated tail is small: a fast mode decaying
+        # geometrically can hide a slower one whose steps are smaller still, and its tail estimate then stops while
+        # the slow mode is far from done. Going on to the rounding floor costs at most ~200 steps more.
         n = self.num_contexts
         pi = torch.full((n,), 1.0 / n, dtype=torch.float64, device=self.transition.device)
-        previous_step, previous_ratio = math.inf, 0.0
         for _ in range(_POWER_MAX_ITERATIONS):
             updated = self._lazy_step(pi)
             updated /= updated.sum()
             step = float((updated - pi).abs().sum())
             pi = updated
-            # below _POWER_ROUNDING_FLOOR the step is float64 rounding, no longer a measure of the distance left
             if step < _POWER_ROUNDING_FLOOR:
-                return pi
-            ratio = step / previous_step  # 0 on the first step: no ratio measured yet
-            rate = max(ratio, previous_ratio) if min(ratio, previous_ratio) > 0 else 0.0  # 0: fewer than two
-            previous_step, previous_ratio = step, ratio
-            if 0 < rate < 1 and step * rate / (1 - rate) < _POWER_TOLERANCE:
-                return pi
-        raise RuntimeError(
-            f"stationary: power iteration did not reach {_POWER_TOLERANCE} in {_POWER_MAX_ITERATIONS} "
-            f"steps ({n} contexts); the chain mixes too slowly, try method='dense'"
-        )
+                break
+        else:
+            return pi, f"still moved {step:.1e} (L1) per step after {_POWER_MAX_ITERATIONS} steps"
+        distance = self._balance_distance(pi)
+        if distance > _POWER_BALANCE_TOLERANCE:
+            return pi, f"stalled {distance:.1e} (L1) from balance at contexts it leaves rarely"
+        return pi, None
+
+    def _balance_distance(self, pi: Tensor) -> float:
+        """L1 distance of pi (S**order,) from balance, context by context: sum over contexts c of
+        |flow into c - flow out of c| / (rate of leaving c), self-loops left out of both flows.
+
+        That is how far pi_c must move to balance c alone: the distance left where pi is off at contexts that hold
+        their mass (a self-loop near 1). Their steps are ~rate * distance, lost in rounding for rates below ~1e-14,
+        while this ratio never subtracts the self-loop, so it keeps its precision at any rate. Contexts never left
+        are skipped.
+        """
+        contexts = torch.arange(self.num_contexts, device=pi.device)
+        successors = self._next_context(contexts[:, None], torch.arange(self.num_symbols, device=pi.device))
+        leaving = successors != contexts[:, None]
+        leave_rate = (self.transition * leaving).sum(1)
+        inflow = torch.zeros_like(pi).index_add_(0, successors[leaving], (pi[:, None] * self.transition)[leaving])
+        held = leave_rate > 0
+        imbalance = (inflow - pi * leave_rate)[held].abs()
+        return float((imbalance / leave_rate[held]).sum())
 
     def symbol_stationary(self) -> Tensor:
         """Stationary marginal over single symbols, float64 (S,) (pi = (q, p)/(p+q) for a switching chain)."""
