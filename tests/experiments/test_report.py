@@ -177,6 +177,31 @@ def test_report_and_results_are_written(tmp_path):
     assert markdown_table(["c"], [[1]]).splitlines()[1] == "|---|"
 
 
+def strict_loads(text: str):
+    """json.loads that refuses NaN / Infinity, as strict parsers (JavaScript, jq) do."""
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_cells_and_results_are_strict_json_with_null_for_a_non_finite_number(tmp_path):
+    # json.dumps wrote NaN and Infinity, which strict parsers refuse: the cell and results.json were unreadable there
+    def compute():
+        return {"loss": math.nan, "curve": [1.0, math.inf, -math.inf], "steps": (1, 2)}
+
+    report = ExperimentReport(tmp_path, "t", log=lambda line: None)
+    first = report.cached("cell_nan", compute)
+    again = ExperimentReport(tmp_path, "t", log=lambda line: None).cached("cell_nan", compute)
+    expected = {"loss": None, "curve": [1.0, None, None], "steps": [1, 2]}
+    assert strict_loads((tmp_path / "cells" / "cell_nan.json").read_text())["result"] == expected
+    assert first == again == expected  # the run that computed the cell sees what a rerun reads back
+    report.results = {"ratio": math.inf, "values": [0.5, math.nan]}
+    report.write()
+    assert strict_loads((tmp_path / "results.json").read_text()) == {"ratio": None, "values": [0.5, None]}
+
+
 def test_the_first_table_and_its_caption_are_logged_when_the_report_is_written(tmp_path):
     lines = []
     report = ExperimentReport(tmp_path, "Title", log=lines.append)
