@@ -4,6 +4,7 @@ Asterisk prompts, espeak-ng discovery, and the digits recipe with fake espeak-ng
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import math
 import os
@@ -49,6 +50,7 @@ from markovformer.data.recipes.speech import (
     prepare_digits,
     read_speech_features,
     recorded_words,
+    recording_features,
     sample_words,
     synthesis_settings,
     trim_silence,
@@ -277,6 +279,31 @@ def test_stacked_frames_are_the_normalised_frames_side_by_side(tmp_path):
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match=f"stack_frames must be an integer >= 1, got {bad!r}"):
             load_speech_features(path, stack=bad)
+
+
+def test_a_recording_given_to_a_run_of_a_speech_file_is_laid_out_as_the_files_utterances(tmp_path):
+    """The recipe cuts its speech to the loud span and borders it with 50-200 ms of silence; generate read a
+    recording with the silences it came with (0.6 s and 0.9 s of hum here: 60 + 30 + 90 frames where the model saw
+    5-20 + speech + 5-20). Laid out with the middle of the recipe's silences (125 ms), a
+    recording's features are those of the same speech in the file: the file's frames of trim_silence(recording)
+    between 1,000 zero samples each side."""
+    rate, config = 8000, LogMelConfig()
+    hum = _tone(50.0, 1.5, rate, amplitude=0.002)  # 0.4 % of the speech's peak: below trim_silence's 2 %
+    recording = torch.cat([hum[: round(0.6 * rate)], _tone(440.0, 0.3, rate), hum[round(0.6 * rate) :]])
+    write_wav(tmp_path / "recording.wav", recording, rate)
+    samples, _ = read_wav(tmp_path / "recording.wav")  # the 16-bit samples generate reads
+    edge = torch.zeros(1000, dtype=torch.float64)
+    same_speech = log_mel(torch.cat([edge, trim_silence(samples), edge]), config)
+    others = [log_mel(torch.cat([edge, _tone(300.0 + 100 * i, 0.2 + 0.1 * i, rate), edge]), config) for i in range(3)]
+    utterances = [(same_speech, "one", "train"), (others[0], "two", "train"), (others[1], "three", "val"),
+                  (others[2], "four", "recorded")]  # fmt: skip
+    path = write_speech_features(tmp_path / "s.safetensors", utterances, {"log_mel": dataclasses.asdict(config)})
+    for stack in (1, 3):
+        bundle = load_speech_features(path, stack=stack)
+        assert bundle.info["trim_silence"] is True
+        trained = bundle.train[0]["input_features"]  # float16 in the file: within its rounding
+        torch.testing.assert_close(recording_features(tmp_path / "recording.wav", bundle.info), trained, rtol=0,
+                                   atol=5e-3)  # fmt: skip
 
 
 def test_speech_file_of_another_format_is_refused(tmp_path):

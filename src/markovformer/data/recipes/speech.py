@@ -48,6 +48,9 @@ WORDS = (*DIGITS, "oh", *TEENS_AND_TENS, "hundred", "thousand")  # every one has
 ACCENTS = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-029", "en-us-nyc")
 TRAIN_VARIANTS = ("m1", "m2", "m3", "m4", "m5", "f1", "f2", "f3", "klatt", "klatt2")
 HELD_OUT_VARIANTS = ("m7", "f4", "f5", "klatt3")
+# The recipe's utterances are speech cut to its loud span (``trim_silence``) between 50-200 ms of silence each side
+# (``pad_silence``); a recording given to a run of them is laid out alike (``as_recipe_utterance``).
+EDGE_SILENCE_S = (0.05, 0.2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,8 +92,15 @@ def add_noise(waveform: Tensor, snr_db: float, rng: np.random.Generator) -> Tens
 
 
 def pad_silence(waveform: Tensor, rate: int, rng: np.random.Generator) -> Tensor:
-    before, after = (int(rng.uniform(0.05, 0.2) * rate) for _ in range(2))
+    before, after = (int(rng.uniform(*EDGE_SILENCE_S) * rate) for _ in range(2))
     return torch.cat([torch.zeros(before, dtype=waveform.dtype), waveform, torch.zeros(after, dtype=waveform.dtype)])
+
+
+def as_recipe_utterance(waveform: Tensor, rate: int) -> Tensor:
+    """A recording laid out as the recipe lays out its utterances: its loud span (``trim_silence``) between zeros
+    of the middle of the recipe's edge silences (125 ms) each side, whatever silence it came with."""
+    edge = torch.zeros(int(sum(EDGE_SILENCE_S) / 2 * rate), dtype=waveform.dtype)
+    return torch.cat([edge, trim_silence(waveform), edge])
 
 
 # Asterisk's recordings: WAVs under usr/share/asterisk/sounds/<voice>/, transcripts in core-sounds-en.txt.
@@ -208,7 +218,8 @@ def speech_bundle(
 
     Example: {"input_features": (T / stack, stack * F) float32, "labels": (L,) long, characters 1..28 (0 is the
     CTC blank)}. info: {"input_dim": stack * F, "num_labels": 29, "label_names": CTC_LABEL_NAMES, "normalisation":
-    {"mean", "std"} per original dimension, "stack_frames": stack}.
+    {"mean", "std"} per original dimension, "stack_frames": stack} and ``info``'s entries (the front end: "log_mel";
+    "trim_silence": True where the utterances are laid out by ``as_recipe_utterance``).
     """
     check_stack_frames(stack)
     if parts["train"]:
@@ -234,11 +245,15 @@ def speech_bundle(
 
 def recording_features(path: str | Path, info: dict) -> Tensor:
     """A WAV file's features as a run of recordings read its own (``info``: the run's data info, with ``log_mel``,
-    ``normalisation`` and ``stack_frames``): resampled to its rate, its log-Mel frames, normalised with its training
-    statistics, its frames stacked. (T / stack, stack * F) float32."""
+    ``normalisation`` and ``stack_frames``): resampled to its rate, laid out as the recipe's utterances where the
+    run's were (``trim_silence``: a speech file's), its log-Mel frames, normalised with its training statistics, its
+    frames stacked. (T / stack, stack * F) float32."""
     config = LogMelConfig(**info["log_mel"])
     samples, rate = read_wav(path)
-    features = log_mel(resample(samples, rate, config.sample_rate), config)
+    waveform = resample(samples, rate, config.sample_rate)
+    if info.get("trim_silence"):
+        waveform = as_recipe_utterance(waveform, config.sample_rate)
+    features = log_mel(waveform, config)
     mean, std = (torch.tensor(info["normalisation"][key], dtype=torch.float64) for key in ("mean", "std"))
     return stack_frames(((features - mean) / std).float(), info.get("stack_frames", 1))
 
@@ -258,7 +273,7 @@ def load_speech_features(path: str | Path, test_set: str = "recorded", stack: in
     }
     splits = {"kind": "speech_features", "path": str(path), "test_set": test_set,
               **{name: len(items) for name, items in chosen.items()}}  # fmt: skip
-    return speech_bundle(chosen, splits, {"log_mel": metadata.get("log_mel")}, stack)
+    return speech_bundle(chosen, splits, {"log_mel": metadata.get("log_mel"), "trim_silence": True}, stack)
 
 
 def load_audio_manifest(

@@ -142,8 +142,9 @@ class CTC(Task):
     def generate(self, model, run_dir: Path, request: GenerationRequest) -> Iterator[str]:
         """Greedy (best-path) transcripts of recordings, one line each in the order given: ``--input`` a WAV file,
         or a text file of WAV paths, one per line (``audio.read_recording_list``), each read as the run read its
-        own (``speech.recording_features``: its rate, log-Mel front end, normalisation and stacked frames). Runs of
-        recordings only: other CTC data has no front end to turn audio into the model's inputs."""
+        own (``speech.recording_features``: its rate, the speech file's trimmed layout, log-Mel front end,
+        normalisation and stacked frames). Runs of recordings only (``audio_manifest``, ``speech_features``): other
+        CTC data has no front end to turn audio into the model's inputs."""
         from markovformer.data.recipes.speech import recording_features  # deferred: the speech recipes
         from markovformer.training.run_checks import read_data_info
 
@@ -163,7 +164,7 @@ class CTC(Task):
         if not info.get("log_mel") or "normalisation" not in info:
             raise ValueError(f"{run_dir}: its data holds no audio front end (log-Mel settings and normalisation) to "
                              f"read recordings with; generate transcribes runs trained on recordings "
-                             f"(data.source audio_manifest)")  # fmt: skip
+                             f"(data.source audio_manifest or speech_features)")  # fmt: skip
         paths = read_recording_list(request.input)
         model.eval()
         for start in range(0, len(paths), TRANSCRIBE_BATCH):
