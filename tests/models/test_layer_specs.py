@@ -104,6 +104,21 @@ def test_an_invalid_per_layer_option_raises_once_naming_the_layer_option_and_val
     assert str(raised.value).count("attention") <= 2  # one report, not one per place that checks
 
 
+@pytest.mark.parametrize(("entry", "field", "value"), [
+    ({"kind": "markov", "bidirectional": 1}, "bidirectional", 1),
+    ({"kind": "markov", "bidirectional": 0}, "bidirectional", 0),
+    ({"kind": "markov", "bidirectional": 1.0}, "bidirectional", 1.0),
+    ({"kind": "markov", "gate_null": 0}, "gate_null", 0),
+    ({"kind": "hybrid_split", "head_specific": 1}, "head_specific", 1),
+    ({"kind": "forgetting", "qk_norm": 1}, "qk_norm", 1),
+])  # fmt: skip
+def test_a_per_layer_switch_given_as_a_number_is_refused_naming_it(entry, field, value):
+    """True == 1 in Python: the rule one_of((True, False, None)) took bidirectional=1 (0, 1.0) for a bool and built
+    the layer, where the flat field refuses it."""
+    with pytest.raises(ValueError, match=rf"attention\[1\]\.{field}={value!r}: must be one of \(True, False"):
+        MarkovianTransformerConfig(**SIZE, causal=False, attention=["markov", entry, "markov"])
+
+
 def test_a_per_layer_sequence_gate_is_built_in_a_bidirectional_model():
     """A causal model refuses it (above): the gate pools the whole sequence, and a causal model's layer built with
     it (accepted before) changed earlier outputs when the last token changed, and decoded otherwise than it scored."""

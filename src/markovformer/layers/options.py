@@ -42,7 +42,15 @@ def interval(low: float | None = None, high: float | None = None, *, integer: bo
 
 
 def one_of(choices: tuple) -> Rule:
-    return lambda value: None if value in choices else f"must be one of {choices}"
+    """Values equal to one of ``choices``, a bool only to a bool: True == 1 and False == 0 in Python, so ``in``
+    took 1, 0 and 1.0 for switches."""
+
+    def rule(value: Any) -> str | None:
+        if any(value == choice and isinstance(value, bool) == isinstance(choice, bool) for choice in choices):
+            return None
+        return f"must be one of {choices}"
+
+    return rule
 
 
 def option(default: Any, rule: Rule | None = None, *, help: str | None = None) -> Any:
