@@ -155,6 +155,7 @@ class CTC(Task):
         decoding = {"--beam-size": given.num_beams if given.num_beams != 1 else None,
                     "--temperature": given.temperature if given.temperature not in (0.0, 1.0) else None,
                     "--top-k": given.top_k, "--top-p": given.top_p,
+                    "--length-penalty": given.length_penalty if given.length_penalty != 1.0 else None,
                     "--max-new-tokens": given.max_new_tokens if request.length_given else None}
         for flag, value in decoding.items():
             if value is not None:
