@@ -401,3 +401,25 @@ def test_a_compiled_decoding_step_generates_what_the_eager_one_does(padded):
     with torch.no_grad():
         for t in range(prompt.shape[1], eager.shape[1] - 1):
             torch.testing.assert_close(step(eager[:, t]), full[:, t], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["markovian_transformer", "scan_markov"])
+def test_a_right_padded_an_all_padding_or_a_gapped_row_is_refused_naming_the_row(family):
+    """generate reads each row's next token at its last position: a right-padded row was continued from its padding
+    (markov_local continued [2, 10, 2] + padding [0, 7] as [5, 7, 4, 10, 4]; alone it continues [5, 5, 5, 4, 4]), an
+    all-padding row from nothing, and padding between real tokens moved Hyena's and RWKV's continuations. Each is
+    refused, naming the row; the left-padded row still continues as it does alone."""
+    model = _markovian(INCREMENTAL["markov_local"]) if family == "markovian_transformer" else _perturbed(
+        ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=VOCAB, d_model=16, order=3, max_positions=32)))  # fmt: skip
+    ids = torch.tensor([[2, 10, 2, 5, 5], [2, 10, 2, 0, 7]])
+    for mask, message in [
+        ([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], r"^attention_mask row 1 = \[1, 1, 1, 0, 0\] is right-padded"),
+        ([[1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], r"^attention_mask row 1 is all padding"),
+        ([[1, 1, 0, 1, 1], [1, 1, 1, 1, 1]], r"^attention_mask row 0 = \[1, 1, 0, 1, 1\] has padding between real"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            model.generate(ids, torch.tensor(mask), max_new_tokens=5)
+    if family == "markovian_transformer":
+        left = torch.tensor([[2, 10, 2, 5, 5], [0, 7, 2, 10, 2]])
+        generated = model.generate(left, torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]]), max_new_tokens=5)
+        assert torch.equal(generated[1, 5:], model.generate(ids[1:, :3], max_new_tokens=5)[0, 3:])

@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from markovformer.layers.options import check_fields, interval, option
-from markovformer.models.inputs import check_token_ids
+from markovformer.models.inputs import check_left_padded, check_token_ids
+from markovformer.ops.padding import check_attention_mask
 
 Step = Callable[[Tensor], Tensor]  # the next tokens (B,) -> the logits (B, V) after them
 
@@ -205,11 +206,13 @@ class GenerationMixin:
         raise NotImplementedError
 
     def check_generation_inputs(self, input_ids: Tensor, attention_mask: Tensor | None) -> None:
-        """ValueError unless input_ids (B, T) are ids of the vocabulary and ``attention_mask`` is (B, T)."""
+        """ValueError unless input_ids (B, T) are ids of the vocabulary and ``attention_mask`` is a (B, T) mask of
+        left-padded rows, each with a real token (``check_left_padded``: the next token is read at a row's last
+        position)."""
         check_token_ids(input_ids, self.config.vocab_size)
-        if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
-            raise ValueError(f"attention_mask must be (B, T) = {tuple(input_ids.shape)}; got "
-                             f"{tuple(attention_mask.shape)}")  # fmt: skip
+        if attention_mask is not None:
+            check_attention_mask(attention_mask, tuple(input_ids.shape))
+            check_left_padded(attention_mask, "attention_mask")
 
     def generate_from(
         self, input_ids: Tensor, attention_mask: Tensor | None, config: GenerationConfig,

@@ -60,5 +60,25 @@ def check_rows_have_tokens(mask: Tensor, name: str) -> None:
         raise ValueError(f"{name} row {int(empty.nonzero()[0])} is all padding; every row needs a real token")
 
 
-__all__ = ["ID_DTYPES", "check_id_tensor", "check_is_tensor", "check_not_empty", "check_rows_have_tokens",
-           "check_token_ids", "check_vocabulary"]  # fmt: skip
+def check_left_padded(mask: Tensor, name: str) -> None:
+    """ValueError naming ``name``, the row and its mask unless every row of the (B, T) mask (1 = real) is padding
+    then real tokens (left padding, or none) with at least one real token: a continuation is read at a row's last
+    position (a right-padded row was continued from its padding), and padding between real tokens moves what some
+    kinds read (Hyena's convolutions, RWKV, sinusoidal positions) away from the row's run without it."""
+    check_rows_have_tokens(mask, name)
+    real = mask.bool()
+    after_real = (real[:, :-1] & ~real[:, 1:]).any(-1)  # a padding position right after a real token
+    if bool(after_real.any()):
+        row = int(after_real.nonzero()[0])
+        shown = real[row].long().tolist()
+        shown = f"{shown}" if len(shown) <= 16 else f"[{', '.join(map(str, shown[:8]))}, ..., {shown[-1]}]"
+        where = ("is right-padded (padding after its last real token), and generate reads each row's next token at "
+                 "its last position") if not bool(real[row, -1]) else (
+            "has padding between real tokens, which some layers do not skip (convolutions, recurrences, sinusoidal "
+            "positions)")  # fmt: skip
+        raise ValueError(f"{name} row {row} = {shown} {where}: pad prompts on the left only (a tokenizer's "
+                         f"padding_side='left')")  # fmt: skip
+
+
+__all__ = ["ID_DTYPES", "check_id_tensor", "check_is_tensor", "check_left_padded", "check_not_empty",
+           "check_rows_have_tokens", "check_token_ids", "check_vocabulary"]  # fmt: skip
