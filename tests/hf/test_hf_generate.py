@@ -338,3 +338,20 @@ def test_a_reordered_cache_continues_as_the_reordered_batch_from_the_start(optio
                for t in range(5, 8)]  # fmt: skip
         want = model(ids[rows], attention_mask=mask[rows]).logits[:, 5:]
     torch.testing.assert_close(torch.cat(got, dim=1), want, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_transformers_generate_refuses_a_right_padded_or_all_padding_prompt_row(use_cache):
+    """transformers only warns of right padding, then reads the next token at the padding (row 1, [2, 10, 9] +
+    padding, continued [1, 1, 7, 10, 10] from the cache, [1, 6, 7, 10, 10] without; alone [10, 10, 10, 10, 2]):
+    the wrappers refuse it, and a row of padding only, naming the row; a left-padded one continues as alone."""
+    model = perturbed(small_hf("causal_lm", scope="local", window=3))
+    prompt = random_ids(2, 5, seed=2)
+    common = dict(do_sample=False, max_new_tokens=5, pad_token_id=0, use_cache=use_cache)
+    for mask, message in [([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], r"row 1 = \[1, 1, 1, 0, 0\] is right-padded"),
+                          ([[1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], "row 1 is all padding")]:  # fmt: skip
+        with pytest.raises(ValueError, match=f"^attention_mask {message}"):
+            model.generate(prompt, attention_mask=torch.tensor(mask), **common)
+    left = torch.cat([prompt[1:, 3:], prompt[1:, :3]], dim=1)
+    generated = model.generate(left, attention_mask=torch.tensor([[0, 0, 1, 1, 1]]), **common)
+    assert torch.equal(generated[0, 5:], model.generate(prompt[1:, :3], **common)[0, 3:])

@@ -105,8 +105,10 @@ def _measure(options: dict | None, marks: tuple[int, ...], seed: int, repeats: i
                 rows[name][mark].append(_median_from(times, mark))
         for mark in marks:  # the uncached time of token `mark`: a forward over the prompt and mark - 1 tokens
             longer = torch.cat([prompt, outputs["hf_cached"][:, PROMPT_LENGTH : PROMPT_LENGTH + mark - 1]], dim=1)
+            # its mask given: transformers would read a generated token 0 (pad_token_id) as padding
             times, _ = token_times(lambda longer=longer: model.generate(
-                longer, max_new_tokens=MARK_STEPS + 1, use_cache=False, **greedy), inner, clocks)  # fmt: skip
+                longer, attention_mask=torch.ones_like(longer), max_new_tokens=MARK_STEPS + 1, use_cache=False,
+                **greedy), inner, clocks)  # fmt: skip
             rows["hf_uncached"][mark].append(_median_from(times, 1))
     least = {name: {mark: {clock: min(value[clock] for value in values) for clock in clocks}
                     for mark, values in by_mark.items()} for name, by_mark in rows.items()}  # fmt: skip

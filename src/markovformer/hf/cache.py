@@ -19,6 +19,7 @@ from torch import Tensor
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from markovformer.layers.kv_cache import KeyValueCache
+from markovformer.models.inputs import check_left_padded
 
 CACHE_NAME = "cache" if "cache" in {field.name for field in fields(CausalLMOutputWithPast)} else "past_key_values"
 
@@ -65,7 +66,12 @@ class DecodesFromCache:
         """The whole prompt first, then only the tokens the cache has not seen (one per step); the whole sequence
         each step when there is no cache (``use_cache=False``). Past a model's ``longest_input`` (learned
         positions' ``max_positions``), its last that many tokens each step, without the cache, as markovformer's
-        own ``generate`` re-runs them."""
+        own ``generate`` re-runs them. ValueError for a prompt ``attention_mask`` whose row is right-padded, all
+        padding or padded between real tokens (``check_left_padded``; transformers only warns of right padding,
+        then reads the next token at the padding); its row is counted in the batch generate runs (each prompt
+        repeated ``num_beams`` times for beam search)."""
+        if attention_mask is not None:  # the prompt's (given, or inferred from pad_token_id), then ones appended
+            check_left_padded(attention_mask, "attention_mask")
         cache = cache if cache is not None else unused.get(CACHE_NAME)
         # generate's output_* flags reach the forward (they were dropped: its hidden states and attentions all None)
         shown = {key: unused[key] for key in ("output_hidden_states", "output_attentions") if key in unused}
