@@ -99,6 +99,8 @@ GENERATION = [
     (["--beam-size", "0"], "--beam-size"),
     (["--beam-size", "1000000"], "--beam-size 1000000"),  # ran for hours, GBs of beams
     (["--length-penalty", "nan"], "--length-penalty"),
+    # a language model has no beam search: the penalty was ignored
+    (["--length-penalty", "0.5"], "--length-penalty 0.5: only beam search (--beam-size > 1) ranks hypotheses"),
     (["--seed", "-1"], "--seed"),
     (["--prompt", "1 2 100000000000000000000"], "100000000000000000000"),  # was "Overflow when unpacking long long"
     (["--prompt", "1 -3"], "-3"),

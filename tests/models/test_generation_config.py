@@ -148,3 +148,30 @@ def test_pad_token_id_fills_rows_that_have_ended(families):
     eos = int(free[0, PROMPT.shape[1]])  # row 0 ends at once
     padded = model.generate(PROMPT, max_new_tokens=8, eos_token_id=eos, pad_token_id=0)
     assert int(padded[0, PROMPT.shape[1]]) == eos and (padded[0, PROMPT.shape[1] + 1 :] == 0).all()
+
+
+def test_a_length_penalty_without_beam_search_is_refused_where_it_was_ignored(families):
+    """Only beam search ranks hypotheses by length: with one beam every family returned the same ids whatever the
+    penalty (the translator's greedy ids at 0.5 and 3.0 were its ids at 1.0), silently."""
+    message = r"^length_penalty=0.5: only beam search \(num_beams > 1\) ranks hypotheses by their length"
+    with pytest.raises(ValueError, match=message):
+        GenerationConfig(length_penalty=0.5)
+    for model in families.values():
+        with pytest.raises(ValueError, match=message):
+            model.generate(PROMPT, max_new_tokens=4, length_penalty=0.5)
+    beams = families["translator"].generate(PROMPT, max_new_tokens=6, num_beams=3, length_penalty=0.5)
+    assert torch.equal(beams, families["translator"].generate(PROMPT, generation_config=GenerationConfig(
+        max_new_tokens=6, num_beams=3, length_penalty=0.5)))  # fmt: skip
+
+
+@pytest.mark.parametrize("family", ["translator", "vmt"])
+def test_compile_step_is_refused_by_a_family_without_a_decoding_step_to_compile(families, family):
+    """The translator's searches and the VMT's latent chain decode in their own loops: compile_step=True changed
+    nothing there, silently (its ids were the eager ones, no compile ran)."""
+    model = families[family]
+    with pytest.raises(ValueError, match=rf"^compile_step=True: {type(model).__name__} decodes without a one-token "
+                                         r"step to compile; leave compile_step off$"):  # fmt: skip
+        model.generate(PROMPT, max_new_tokens=4, compile_step=True)
+    assert model.compiles_step is False
+    assert families["markovian"].compiles_step and families["scan_markov"].compiles_step
+

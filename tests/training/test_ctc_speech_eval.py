@@ -123,3 +123,16 @@ def test_generate_refuses_a_decoding_flag_a_transcript_does_not_take(speech_run,
     printed = capsys.readouterr()
     assert printed.out == "" and f"{flags[0]} " in printed.err and "greedily" in printed.err
     assert main(["generate", str(speech_run / "run"), "--input", wav, "--temperature", "0"]) == 0  # greedy, as asked
+
+
+def test_generate_refuses_compile_step_and_a_length_penalty_for_a_transcript(speech_run, capsys):
+    """--compile-step was ignored (a transcript is one forward pass, no decoding step), and so was --length-penalty
+    (a transcript is the best path, ranked by nothing): each is refused in one line naming it."""
+    wav = str(speech_run / "audio" / "4.wav")
+    capsys.readouterr()
+    for flags, named in ((["--compile-step"], "--compile-step: a CTC run transcribes each batch of recordings in one "
+                                              "forward pass; it has no decoding step to compile"),
+                         (["--length-penalty", "0.5"], "--length-penalty 0.5: only beam search")):  # fmt: skip
+        assert main(["generate", str(speech_run / "run"), "--input", wav, *flags]) == 2
+        printed = capsys.readouterr()
+        assert printed.out == "" and len(printed.err.strip().splitlines()) == 1 and named in printed.err

@@ -217,6 +217,13 @@ def test_generate_translates_a_prompt_and_a_file_of_sentences(trained_run, tmp_p
         assert f"{flag} {value}: a translation run searches" in capsys.readouterr().err
     assert main(["generate", str(run_dir), "--prompt", sources[0], "--temperature", "0", "--max-new-tokens", "40"]) == 0
     assert capsys.readouterr().out.splitlines() == expected[:1]  # 0 (greedy) is what a translation run does
+    # ignored silently: the translator's searches have no one-token step to compile, and greedy no length ranking
+    assert main(["generate", str(run_dir), "--prompt", sources[0], "--compile-step"]) == 2
+    assert capsys.readouterr().err.strip() == ("markovformer: error: --compile-step: MarkovTranslatorForConditional"
+                                               "Generation decodes without a one-token step to compile; leave "
+                                               "--compile-step off")  # fmt: skip
+    assert main(["generate", str(run_dir), "--prompt", sources[0], "--length-penalty", "0.5"]) == 2
+    assert "--length-penalty 0.5: only beam search (--beam-size > 1)" in capsys.readouterr().err
 
 
 def test_generate_without_max_new_tokens_translates_as_eval_scores(trained_run, tmp_path, capsys):

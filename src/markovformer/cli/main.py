@@ -177,8 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "greedily, one line each")  # fmt: skip
     generate.add_argument("--beam-size", type=int, default=1, help="translation: beam width, 1 = greedy (default: "
                           "%(default)s)")  # fmt: skip
-    generate.add_argument("--length-penalty", type=float, default=1.0, help="translation: beams are ranked by score "
-                          "/ length^this (default: %(default)s)")  # fmt: skip
+    generate.add_argument("--length-penalty", type=float, default=1.0, help="translation with --beam-size > 1: beams "
+                          "are ranked by score / length^this (default: %(default)s)")  # fmt: skip
     generate.add_argument("--max-new-tokens", type=int, default=argparse.SUPPRESS,
                           help="most tokens generated (default: 200); translation: the most of each translation "
                           "(default: 2 |source| + 10, as eval)")
@@ -190,9 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "likeliest tokens whose probabilities sum to p (default: all)")  # fmt: skip
     generate.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same sample "
                           "(default: %(default)s)")  # fmt: skip
-    generate.add_argument("--compile-step", action="store_true", help="run the one-token decoding step through "
-                          "torch.compile: a compile of 10-30 s first, then about half the time per token (long "
-                          "generations)")  # fmt: skip
+    generate.add_argument("--compile-step", action="store_true", help="language models: run the one-token decoding "
+                          "step through torch.compile: a compile of 10-30 s first, then about half the time per token "
+                          "(long generations)")  # fmt: skip
 
     inspect = commands.add_parser("inspect", help="figures of a trained run: curves, strengths, gates, attention",
                                   description="Write a trained run's figures (PNG) and an HTML report of them "
@@ -335,7 +335,8 @@ MAX_NEW_TOKENS = 100_000  # far beyond any use here; a larger number is a typo t
 
 
 GENERATION_FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k",
-                    "top_p": "--top-p", "num_beams": "--beam-size", "length_penalty": "--length-penalty"}  # fmt: skip
+                    "top_p": "--top-p", "num_beams": "--beam-size", "length_penalty": "--length-penalty",
+                    "compile_step": "--compile-step"}  # fmt: skip
 
 
 def generation_config(args: argparse.Namespace):
@@ -360,12 +361,18 @@ def generation_config(args: argparse.Namespace):
 
 def named_by_flag(error: ValueError, values: dict) -> ValueError:
     """``error`` about a GenerationConfig field (``num_beams=4: ...``) reworded to name the flag the user typed
-    (``--beam-size 4: ...``); other errors as they are."""
+    (``--beam-size 4: ...``; a switch alone: ``--compile-step: ...``), and the other fields it names by their flags
+    (``num_beams > 1``: ``--beam-size > 1``); other errors as they are."""
     field_name = str(error).split("=", 1)[0]
     flag = GENERATION_FLAGS.get(field_name)
     if flag is None:
         return error
-    return ValueError(f"{flag} {values[field_name]}: {str(error).split(': ', 1)[-1]}")
+    reason = str(error).split(": ", 1)[-1]
+    for name, other in GENERATION_FLAGS.items():
+        if "_" in name:  # an identifier, never an English word (temperature is both)
+            reason = re.sub(rf"\b{name}\b", other, reason)
+    value = values[field_name]
+    return ValueError(f"{flag}: {reason}" if value is True else f"{flag} {value}: {reason}")
 
 
 def run_generate(args: argparse.Namespace) -> None:

@@ -73,10 +73,11 @@ class GenerationConfig:
     suppress_tokens: tuple[int, ...] | None = option(None, _token_ids)  # never chosen (e.g. a tokenizer's padding)
     # > 1: beam search (the translator); at most MAX_BEAMS: a typo's million beams ran for hours and took GBs
     num_beams: int = option(1, interval(1, MAX_BEAMS, integer=True))
-    length_penalty: float = option(1.0, _finite())  # beam scores are log-probability / length ** length_penalty
-    # True: the one-token decoding step runs through ``torch.compile`` (compiled once per model and batch shape,
-    # during the first tokens, 25-125 s on a 2-core CPU; then about half the step time of eager decoding, see
-    # ``bench --parts decode``)
+    # beam scores are log-probability / length ** length_penalty; away from 1.0 only with num_beams > 1
+    length_penalty: float = option(1.0, _finite())
+    # True: a causal LM's one-token decoding step runs through ``torch.compile`` (compiled once per model and batch
+    # shape, during the first tokens, 25-125 s on a 2-core CPU; then about half the step time of eager decoding, see
+    # ``bench --parts decode``); refused by a family without such a step (``compiles_step``)
     compile_step: bool = option(False, _boolean)
 
     def __post_init__(self) -> None:
@@ -89,6 +90,9 @@ class GenerationConfig:
         if self.do_sample and self.num_beams != 1:
             raise ValueError(f"num_beams={self.num_beams!r}: do_sample=True samples one hypothesis, num_beams must "
                              "be 1")  # fmt: skip
+        if self.num_beams == 1 and self.length_penalty != 1.0:  # it was ignored without a word
+            raise ValueError(f"length_penalty={self.length_penalty!r}: only beam search (num_beams > 1) ranks "
+                             "hypotheses by their length; with one beam leave it at 1.0")  # fmt: skip
 
     def replace(self, **changes: Any) -> GenerationConfig:
         """A checked copy with ``changes``; TypeError naming a key that is not a field."""
@@ -196,6 +200,9 @@ class GenerationMixin:
     ``check_generation_inputs``; ``generation_inputs`` names the extra keyword inputs its ``generate_from`` takes."""
 
     supports_beam_search: ClassVar[bool] = False
+    # False for a family whose own ``generate_from`` has no one-token step to compile (the translator's search, the
+    # VMT's latent chain): ``compile_step=True`` is refused there, not ignored
+    compiles_step: ClassVar[bool] = True
     generation_inputs: ClassVar[tuple[str, ...]] = ()
     # True for a family whose model has a start of its own (the VMT's P(x_1)): an empty prompt samples from it
     samples_from_empty_prompt: ClassVar[bool] = False
@@ -252,6 +259,9 @@ class GenerationMixin:
         config = resolve_generation_config(generation_config, options)
         if config.num_beams != 1 and not self.supports_beam_search:
             raise ValueError(f"num_beams={config.num_beams}: {type(self).__name__} has no beam search (give 1)")
+        if config.compile_step and not self.compiles_step:
+            raise ValueError(f"compile_step=True: {type(self).__name__} decodes without a one-token step to "
+                             "compile; leave compile_step off")  # fmt: skip
         config.check_vocabulary(getattr(self.config, "vocab_size", None))
         self.check_generation_inputs(input_ids, attention_mask)
         was_training = self.training

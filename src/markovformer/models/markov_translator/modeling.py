@@ -235,6 +235,7 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
     # search (num_beams > 1, scores / length ** length_penalty). ``generation.generate`` also returns the scores.
 
     supports_beam_search = True
+    compiles_step = False  # its searches keep their own cached decoder steps, which compile_step does not reach
     generation_inputs = ("max_lengths",)  # (B,): each source's own most generated tokens, within max_new_tokens
 
     def check_generation_inputs(self, input_ids: Tensor, attention_mask: Tensor | None) -> None:

@@ -411,6 +411,7 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
 
     generation_inputs = ("carry",)
     samples_from_empty_prompt = True  # x_1 ~ P(x_1), y_1 ~ P(y | x_1): no start token to invent
+    compiles_step = False  # its steps are the latent chain's, outside the one decoding step GenerationMixin compiles
 
     def check_generation_inputs(self, input_ids: Tensor, attention_mask: Tensor | None) -> None:
         """ValueError for an empty batch or a padded prompt."""

@@ -155,10 +155,13 @@ class CTC(Task):
         decoding = {"--beam-size": given.num_beams if given.num_beams != 1 else None,
                     "--temperature": given.temperature if given.temperature not in (0.0, 1.0) else None,
                     "--top-k": given.top_k, "--top-p": given.top_p,
-                    "--length-penalty": given.length_penalty if given.length_penalty != 1.0 else None,
-                    "--max-new-tokens": given.max_new_tokens if request.length_given else None}
+                    "--max-new-tokens": given.max_new_tokens if request.length_given else None,
+                    "--compile-step": True if given.compile_step else None}
         for flag, value in decoding.items():
             if value is not None:
+                if value is True:  # a switch
+                    raise ValueError(f"{flag}: a CTC run transcribes each batch of recordings in one forward pass; "
+                                     "it has no decoding step to compile (that flag is a language model's)")
                 raise ValueError(f"{flag} {value}: a CTC run transcribes greedily (the best path), one transcript per "
                                  f"recording; that flag is a language model's or a translation run's")  # fmt: skip
         info = read_data_info(run_dir)
