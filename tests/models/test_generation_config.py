@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 import torch
@@ -175,3 +176,18 @@ def test_compile_step_is_refused_by_a_family_without_a_decoding_step_to_compile(
     assert model.compiles_step is False
     assert families["markovian"].compiles_step and families["scan_markov"].compiles_step
 
+
+@pytest.mark.parametrize(("name", "value"), [("top_k", 2), ("top_p", 0.5), ("eos_token_id", 3), ("pad_token_id", 0),
+                                             ("suppress_tokens", [1])])  # fmt: skip
+def test_a_real_vector_vmt_refuses_the_token_options_it_would_ignore(name, value):
+    """A VMT over real vectors writes each vector whole from its Gaussian emission: top_k, top_p, eos, padding and
+    suppressed tokens have no token to act on, and its ids were the same with and without them."""
+    torch.manual_seed(0)
+    model = _perturbed(VariationalMarkovTransformer(VMTConfig(input_dim=3, latent_dim=2, d_model=8, n_layers=1,
+                                                              n_heads=2, hidden_dim=16, window=4)))  # fmt: skip
+    prompt = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(1))
+    options = dict(max_new_tokens=4, do_sample=True, temperature=0.5)
+    shown = getattr(GenerationConfig(**{name: value}), name)  # suppress_tokens are kept as a tuple
+    expected = re.escape(f"{name}={shown!r}: this VMT writes real vectors (input_dim=3)")
+    with pytest.raises(ValueError, match=f"^{expected}"):
+        model.generate(prompt, **options, **{name: value}, generator=torch.Generator().manual_seed(2))

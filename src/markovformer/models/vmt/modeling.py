@@ -425,6 +425,14 @@ class VariationalMarkovTransformer(GenerationMixin, PreTrainedModel):
         self, input_ids: Tensor, attention_mask: Tensor | None, config: GenerationConfig,
         generator: torch.Generator | None, carry: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
+        if not self.tokens:  # it writes each vector from its emission; no token is chosen, none ends a row
+            given = {name: getattr(config, name) for name in ("top_k", "top_p", "eos_token_id", "pad_token_id",
+                                                              "suppress_tokens")}  # fmt: skip
+            name, value = next(((name, value) for name, value in given.items() if value is not None), (None, None))
+            if name is not None:
+                raise ValueError(f"{name}={value!r}: this VMT writes real vectors (input_dim="
+                                 f"{self.config.input_dim}), drawn whole from its emission; {name} applies to "
+                                 "token ids only")  # fmt: skip
         batch = input_ids.shape[0]
         states = [self._read_prompt(input_ids, carry, generator, zero_noise=not config.do_sample)]
 
