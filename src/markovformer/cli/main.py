@@ -166,12 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     generate.add_argument("target", help="run directory or checkpoint file")
     generate.add_argument("--prompt", help="text (or space-separated token ids without tokenizer); an empty prompt "
-                          "samples unconditionally (a VMT from its own P(x_1); else after a line break, else from a "
-                          "token drawn with --seed); for a translation run, the source sentence")  # fmt: skip
+                          "samples unconditionally (a VMT from its own P(x_1); a run with documents after an <eod>, "
+                          "refused if it packed them: its model never learned how one starts; else after a line "
+                          "break, else from a token drawn with --seed); for a translation run, the source "
+                          "sentence")  # fmt: skip
     generate.add_argument("--skip-unknown", action="store_true", help="drop prompt characters outside a character "
                           "run's alphabet instead of refusing them")  # fmt: skip
-    generate.add_argument("--through-eod", action="store_true", help="a run with documents: sample past a "
-                          "document's end (each end printed as <eod>) instead of stopping there")
+    generate.add_argument("--through-eod", action="store_true", help="a run with documents, not packed: sample past "
+                          "a document's end (each end printed as <eod>) instead of stopping there")
     generate.add_argument("--input", help="translation: a file of source sentences, one per line; CTC: a WAV file, "
                           "or a file of WAV paths, one per line (a manifest's transcripts ignored), each transcribed "
                           "greedily, one line each")  # fmt: skip

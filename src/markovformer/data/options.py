@@ -111,7 +111,7 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     "drawn per seed and step, as nanoGPT; over many passes it overfits far later)",
     ("text", "packing"): "examples carry position_ids restarting at each document (documents packed, no padding); "
                          "every layer keeps each document to itself, positions restart, and each document's first "
-                         "token is not scored",
+                         "token is not scored (so generate needs a prompt: the model cannot start a document)",
     ("text", "documents"): "file (each file is one document), jsonl (each line's JSON record) or blank_line (each "
     "paragraph): records are documents, closed by an end-of-document token",
     ("text", "text_column"): "the JSONL field holding a record's text",

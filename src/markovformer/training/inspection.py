@@ -46,6 +46,7 @@ from markovformer.training.run_report import (
     parameter_summary,
 )
 from markovformer.training.tasks import TASKS, GenerationRequest, Task, build_task, model_inputs
+from markovformer.training.tasks.base import packs_documents
 
 EXAMPLE_LENGTH = 48  # positions shown in the gate and attention figures: long enough to see lags, short to read
 PROFILE_EXAMPLES = 32  # validation sequences averaged in the attention-by-lag profile
@@ -309,22 +310,46 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
 
 def generated_sample(config, model, run_dir: Path) -> tuple[str, str] | None:
     """(heading, text) of a text run's sample for its report: what ``markovformer generate RUN --prompt ''`` prints
-    (200 tokens from an empty prompt, temperature 1, seed 0); None for a run without a tokenizer or whose task
-    continues no prompt."""
+    (200 tokens from an empty prompt, temperature 1, seed 0); for a run of packed documents, whose model cannot start
+    a document (``tasks.base.refuse_packed_start``), what ``--prompt P`` prints, P the first token of a document of
+    the validation split (the empty prompt's sample was nonsense: ' the and is to that' where every document starts
+    with a name, or nothing when it drew <eod> at once). None for a run without a tokenizer or whose task continues
+    no prompt."""
     if not (Path(run_dir) / "tokenizer").is_dir():
         return None
     task = build_task(config.task, config.trainer, options=config.task_options)
     from markovformer.models.generation import GenerationConfig
 
-    request = GenerationRequest(prompt="", generation=GenerationConfig(max_new_tokens=200, do_sample=True))
+    prompt, start = "", "an empty prompt"
+    tokenizer = load_tokenizer(Path(run_dir) / "tokenizer")
+    if getattr(tokenizer, "end_of_document_id", None) is not None and packs_documents(run_dir):
+        first = validation_document_start(config, run_dir)
+        if first is None:
+            return None
+        prompt = tokenizer.decode([first])
+        start = f"{prompt!r}, the first token of a validation document (a packed run cannot start one from nothing)"
+    request = GenerationRequest(prompt=prompt, generation=GenerationConfig(max_new_tokens=200, do_sample=True))
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # the note on how an empty prompt starts
             text = "\n".join(task.generate(model.eval(), run_dir, request))
     except ValueError:  # e.g. a classification run: nothing to continue
         return None
-    heading = (f"Generated sample ({request.generation.max_new_tokens} tokens from an empty prompt, temperature "
-               f"{request.generation.temperature:g}, seed {request.seed}: markovformer generate RUN --prompt '')")
+    heading = (f"Generated sample ({request.generation.max_new_tokens} tokens from {start}, temperature "
+               f"{request.generation.temperature:g}, seed {request.seed}: markovformer generate RUN --prompt "
+               f"{prompt!r})")  # fmt: skip
     return heading, text
+
+
+def validation_document_start(config, run_dir: Path, examples: int = 64) -> int | None:
+    """The first token of the first document that begins inside one of the first ``examples`` validation examples
+    of a packed run (a position 0 after another position: an example's own start may be inside a document)."""
+    validation = build_data(config, run_dir).val
+    for index in range(min(len(validation), examples)):
+        example = validation[index]
+        starts = (example["position_ids"][1:] == 0).nonzero()
+        if len(starts):
+            return int(example["input_ids"][int(starts[0]) + 1])
+    return None
 
 
 def _gate_and_attention_figures(
