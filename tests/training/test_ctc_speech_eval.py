@@ -112,10 +112,9 @@ def test_generate_transcribes_recordings_as_eval_decodes_them(speech_run, tmp_pa
 
 
 @pytest.mark.parametrize("flags", [["--beam-size", "4"], ["--temperature", "0.8"], ["--top-k", "3"],
-                                   ["--top-p", "0.9"], ["--max-new-tokens", "1"],
-                                   ["--length-penalty", "0.6"]])  # fmt: skip
+                                   ["--top-p", "0.9"], ["--max-new-tokens", "1"]])  # fmt: skip
 def test_generate_refuses_a_decoding_flag_a_transcript_does_not_take(speech_run, capsys, flags):
-    """A transcript is the best path: --beam-size 4 (or sampling, a length, a length penalty) printed the greedy one
+    """A transcript is the best path: --beam-size 4 (or sampling, a length) printed the greedy one
     as if searched."""
     wav = str(speech_run / "audio" / "4.wav")
     capsys.readouterr()
