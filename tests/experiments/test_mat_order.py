@@ -351,7 +351,7 @@ def test_the_state_axis_is_logarithmic_and_the_legend_names_and_hides_no_point(t
                         _cell(order, transparent, seed, *measured[order]))  # fmt: skip
     mat_order.run(tmp_path, quick=True, seeds=(0,), overrides={"orders": [1, 2, None], "transparent": [True]},
                   log=lambda line: None)  # fmt: skip
-    bleu, _speed, state = (figure.axes[0] for figure in figures[:3])
+    bleu, _speed, state = (figure.axes[0] for figure in list(figures.values())[:3])
     assert state.get_yscale() == "log" and bleu.get_yscale() == "linear"
     bleu.figure.canvas.draw()
     box = bleu.get_legend().get_window_extent()

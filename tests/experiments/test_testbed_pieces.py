@@ -259,7 +259,7 @@ def test_the_landscape_window_holds_every_drawn_flow_and_the_legend_names_start_
     monkeypatch.setattr(landscape, "_surface", lambda p, q, w, e: grids.append((w, e)) or surface(p, q, w, e))
     monkeypatch.setattr(landscape, "flow_cell", cell)
     landscape.run(tmp_path, quick=True, seeds=None, overrides={"chains": [[0.2, 0.3]]}, log=lambda line: None)
-    axis = figures[0].axes[0]
+    axis = next(iter(figures.values())).axes[0]
     (x0, x1), (y0, y1) = axis.get_xlim(), axis.get_ylim()
     (w_grid, e_grid), = grids
     assert (w_grid[0], w_grid[-1], e_grid[0], e_grid[-1]) == (x0, x1, y0, y1)  # the contour covers the window
@@ -288,7 +288,7 @@ def test_the_effective_bias_figure_draws_min_bias_and_its_caption_says_the_rule(
     monkeypatch.setattr(order_recovery, "train_recovery_cell", _recovery_cell)
     report = order_recovery.run(tmp_path, quick=True, seeds=(0,), overrides={"sources": ["fixed-1"], "max_order": 3},
                                 log=lambda line: None)  # fmt: skip
-    (bars,) = [figure.axes[0] for figure in figures if figure.axes[0].get_xlabel().startswith("attention lag")]
+    (bars,) = [figure.axes[0] for figure in figures.values() if figure.axes[0].get_xlabel().startswith("attention lag")]
     at_threshold = [line for line in bars.get_lines() if list(line.get_ydata()) == [MIN_BIAS, MIN_BIAS]]
     assert len(at_threshold) == 1
     assert f"MIN_BIAS = {MIN_BIAS:g}: all bars below → order 1" in [text.get_text() for text in
@@ -304,7 +304,7 @@ def test_loss_curves_of_two_seeds_differ_in_style_and_the_legend_names_the_seeds
     monkeypatch.setattr(order_recovery, "train_recovery_cell", _recovery_cell)
     order_recovery.run(tmp_path, quick=True, seeds=(0, 1), overrides={"sources": ["fixed-1"], "max_order": 3},
                        log=lambda line: None)  # fmt: skip
-    (losses,) = [figure.axes[0] for figure in figures if figure.axes[0].get_xlabel() == "step"]
+    (losses,) = [figure.axes[0] for figure in figures.values() if figure.axes[0].get_xlabel() == "step"]
     curves = [line for line in losses.get_lines() if len(line.get_xdata()) == 2 and line.get_xdata()[1] == 10]
     styles = {(line.get_color(), line.get_linestyle()) for line in curves}
     assert len(curves) == 4 and len(styles) == 4  # markov and softmax, seeds 0 and 1: four distinct curves
