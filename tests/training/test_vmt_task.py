@@ -454,3 +454,16 @@ def test_eval_iw_samples_chooses_k_and_the_results_say_which(tmp_path, capsys):
     assert "iw_bound" not in unbounded["metrics"] and "iw_samples" not in unbounded
     assert main(["eval", str(tmp_path / "run"), "--iw-samples", "-1"]) == 2
     assert "--iw-samples -1 must be >= 0" in capsys.readouterr().err
+
+
+def test_window_overlap_on_a_one_token_window_is_refused_naming_both_values():
+    """Half of a one-token window rounds up to the whole window (stride 1 either way): the option would change
+    nothing, without a word, so the run is refused instead."""
+    assert window_stride(1, True) == window_stride(1, False) == 1
+    one = VariationalMarkovTransformer(VMTConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2, window=1))
+    with pytest.raises(ConfigError, match=r"task_options.window_overlap=true needs model.window >= 2.*"
+                                          r"model.window=1"):  # fmt: skip
+        build_task("vmt", options=VMTOptions(window_overlap=True)).check_model(one)
+    build_task("vmt", options=VMTOptions(window_overlap=False)).check_model(one)
+    two = VariationalMarkovTransformer(VMTConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2, window=2))
+    build_task("vmt", options=VMTOptions(window_overlap=True)).check_model(two)

@@ -133,6 +133,16 @@ class VMT(Task):
             raise ConfigError(f"data.overlap={bundle.splits['overlap']} makes the text's windows overlap, but task=vmt "
                               f"reads each window as a document of its own; set data.overlap=0")  # fmt: skip
 
+    def check_model(self, model: nn.Module) -> None:
+        """ConfigError for task_options.window_overlap on a window of one token: half of it rounds to a whole one,
+        so the windows would advance as without the option, silently."""
+        super().check_model(model)
+        window = getattr(model.config, "window", None)
+        if self.options.window_overlap and window is not None and window < 2:
+            raise ConfigError(f"task_options.window_overlap=true needs model.window >= 2 (windows advance by half a "
+                              f"window); model.window={window} has no half: set window_overlap: false or a larger "
+                              f"window")  # fmt: skip
+
     def prepare_model(self, model: nn.Module) -> None:
         """With ``generative_from_data``, P becomes the data's linear-Gaussian model and is frozen (the optimiser
         takes only parameters that require gradients), so that only the posterior is trained."""
