@@ -410,6 +410,12 @@ def test_a_vmt_runs_curves_caption_and_summary_name_the_objective_and_the_elbo(t
     summary = inspection.run_summary(dataclasses.replace(config, task="vmt", task_options=None), model, run_dir,
                                      {"val": {"loss": 3.68}}, {})  # fmt: skip
     assert summary["validation -ELBO/token (val/loss, nats)"] == 3.68 and "validation loss (nats/token)" not in summary
+    # the importance-weighted bound tightens with K: a value without its K read as "the" bound (K = 10 vs 1000 on
+    # the walk-through's HMM run: -2.1706 vs -2.1502)
+    summary = inspection.run_summary(dataclasses.replace(config, task="vmt", task_options=None), model, run_dir,
+                                     {"val": {"loss": 3.68, "iw_bound": -3.5}, "iw_samples": 10}, {})  # fmt: skip
+    assert summary["validation importance-weighted bound, K = 10 (val/iw_bound, nats/token)"] == -3.5
+    assert "validation iw bound" not in summary
     caption = inspection.curves_caption(vmt, {"exact NLL (validation)": 2.0})
     assert "train/loss is the train objective/token" in caption and "val/loss the -ELBO/token" in caption
     assert "train and validation" not in caption and "no train-validation gap" in caption

@@ -145,6 +145,8 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
             label = f"validation loss at order n = {key[6:]} ({unit})"
         if key in names:
             label = f"validation {names[key]} (val/{key}, {unit.split('/')[0]})"
+        if key == "iw_bound" and "iw_samples" in results:  # a VMT's: the bound depends on its number of samples
+            label = f"validation importance-weighted bound, K = {results['iw_samples']} (val/iw_bound, nats/token)"
         summary[label] = value
     reference = results.get("reference", {})
     if "entropy_rate" in reference:
