@@ -467,3 +467,17 @@ def test_window_overlap_on_a_one_token_window_is_refused_naming_both_values():
     build_task("vmt", options=VMTOptions(window_overlap=False)).check_model(one)
     two = VariationalMarkovTransformer(VMTConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2, window=2))
     build_task("vmt", options=VMTOptions(window_overlap=True)).check_model(two)
+
+
+def test_generative_from_data_with_another_latent_size_names_model_latent_dim():
+    """The error was set_linear_gaussian's "emission has shape (1, 2); this VMT needs (input_dim, latent_dim) =
+    (1, 4)", naming no option of the run."""
+    values = tiny_vmt(model__latent_dim=4)  # the data's state has 2 dimensions
+    values["data"] = {"source": "linear_gaussian", "state_dim": 2, "doc_len": 16, "train_documents": 2,
+                      "val_documents": 1, "test_documents": 1}  # fmt: skip
+    values["model"]["generative_from_data"] = True
+    config = resolve_run_config(values)
+    bundle = build_data(config)
+    with pytest.raises(ConfigError, match=r"model.latent_dim=4: .* 2 dimensions \(data.state_dim\); set "
+                                          r"model.latent_dim=2"):  # fmt: skip
+        build_run_task(config, bundle).prepare_model(build_model(config, bundle.info))

@@ -151,7 +151,13 @@ class VMT(Task):
         if "parameters" not in self.info:
             raise ConfigError("model.generative_from_data needs data whose generative parameters are known "
                               "(data.source=linear_gaussian)")  # fmt: skip
-        model.set_linear_gaussian(**self.info["parameters"])
+        parameters = self.info["parameters"]
+        state_dim = len(parameters["transition"])
+        if model.config.latent_dim != state_dim:  # set_linear_gaussian's own error named neither option
+            raise ConfigError(f"model.latent_dim={model.config.latent_dim}: model.generative_from_data sets P to the "
+                              f"data's linear-Gaussian model, whose state has {state_dim} dimensions (data.state_dim)"
+                              f"; set model.latent_dim={state_dim}")  # fmt: skip
+        model.set_linear_gaussian(**parameters)
         for parameter in model.generative_parameters():
             parameter.requires_grad_(False)
 
