@@ -464,6 +464,8 @@ def test_default_config_is_a_small_token_model():
         ({"vocab_size": 5, "free_bits": -1.0}, "free_bits=-1.0"),
         ({"vocab_size": 5, "free_bits": float("inf")}, "free_bits=inf: must be a finite number"),  # the loss was inf
         ({"vocab_size": 5, "dropout": 1.0}, "dropout=1.0"),
+        ({"vocab_size": 5, "dropout": "0.1"}, "dropout='0.1'"),  # a TypeError from comparing a str with 0.0
+        ({"vocab_size": 5, "dropout": None}, "dropout=None"),
         ({"vocab_size": 5, "window": 0}, "window=0"),
     ],
 )

@@ -93,7 +93,8 @@ class VMTConfig(ModelConfig):
         if (isinstance(self.free_bits, bool) or not isinstance(self.free_bits, (int, float))
                 or not 0 <= self.free_bits < math.inf):  # fmt: skip
             fail("free_bits", "must be a finite number >= 0 (nats per token)")
-        if not 0.0 <= self.dropout < 1.0:
+        if (isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float))
+                or not 0.0 <= self.dropout < 1.0):  # fmt: skip
             fail("dropout", "must lie in [0, 1)")
         if not isinstance(self.generative_from_data, bool):
             fail("generative_from_data", "must be true or false")
