@@ -169,6 +169,27 @@ def test_power_iteration_is_not_fooled_by_a_slow_mode_hidden_under_a_fast_one(ra
     torch.testing.assert_close(chain.stationary(method="dense"), expected, rtol=0, atol=1e-8)
 
 
+@pytest.mark.parametrize(("p", "q"), [(1e-6, 1e-2), (1e-9, 0.5), (1e-12, 0.5)])
+def test_power_iteration_accepts_a_converged_chain_with_a_rarely_left_context(p, q):
+    # state 0 holds nearly all the mass and is left at p; the rest (1) returns at q. The balance check divided 0's
+    # imbalance by p alone and raised on a result exact to 4e-15 (measured 1.8e-9, 1.1e-6, 1.1e-3 from balance)
+    pi = switching_chain(p, q).stationary(method="power")
+    expected = torch.tensor([q, p], dtype=torch.float64) / (p + q)
+    assert (pi - expected).abs().sum().item() < 1e-12
+
+
+def test_auto_stationary_of_a_large_chain_with_a_sticky_context_is_not_refused():
+    # 2048 contexts (above the dense fallback): the context 0...0 is left at 1e-9, every other one emits 0 with
+    # probability 0.9, so the mass returns to 0...0 fast. "auto" raised "stalled 1.7e-06 (L1) from balance" on a
+    # power result within 1e-10 of the exact one
+    transition = torch.tensor([0.9, 0.1], dtype=torch.float64).repeat(2048, 1)
+    transition[0] = torch.tensor([1 - 1e-9, 1e-9], dtype=torch.float64)
+    chain = MarkovChain(11, 2, transition)
+    exact = torch.linalg.solve(naive_context_matrix(chain).T - torch.eye(2048, dtype=torch.float64) + 1.0,
+                               torch.ones(2048, dtype=torch.float64))  # (P^T - I + 1 1^T) pi = 1 with sum(pi) = 1
+    assert (chain.stationary() - exact).abs().sum().item() < 1e-10
+
+
 @pytest.mark.parametrize("rate", [3e-15, 1e-15])
 def test_dense_stationary_of_a_chain_that_barely_moves(rate):
     # lazy steps change the matrix by < 1e-14 from the start: the old stopping rule took the first squaring
