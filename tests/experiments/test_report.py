@@ -202,6 +202,17 @@ def test_cells_and_results_are_strict_json_with_null_for_a_non_finite_number(tmp
     assert strict_loads((tmp_path / "results.json").read_text()) == {"ratio": None, "values": [0.5, None]}
 
 
+def test_a_seed_whose_cell_stored_a_non_finite_number_makes_the_summary_nan(tmp_path):
+    # a classification cell's auroc is NaN where no class is scorable; cached() hands it back as None (null), and
+    # seed_summary raised TypeError ("must be real number, not NoneType") at report time, after every cell had run
+    report = ExperimentReport(tmp_path, "t", log=lambda line: None)
+    scores = [report.cached(f"seed{seed}", lambda auroc=auroc: {"auroc": auroc})["auroc"]
+              for seed, auroc in enumerate([0.75, math.nan, 0.85])]  # fmt: skip
+    summary = seed_summary(scores)
+    assert math.isnan(summary["mean"]) and math.isnan(summary["std"]) and summary["n"] == 3
+    assert mean_std(summary) == "nan ± nan"
+    assert seed_summary([0.75, 0.85])["mean"] == pytest.approx(0.8)  # finite seeds as before
+
 def test_the_first_table_and_its_caption_are_logged_when_the_report_is_written(tmp_path):
     lines = []
     report = ExperimentReport(tmp_path, "Title", log=lines.append)

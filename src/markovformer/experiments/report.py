@@ -72,11 +72,15 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
-def seed_summary(values: Sequence[float]) -> dict:
+def seed_summary(values: Sequence[float | None]) -> dict:
     """Mean, sample standard deviation (n - 1 in the denominator; None for one value: no spread to report) and count
-    of one number over seeds."""
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
-            "n": len(values), "values": list(values)}  # fmt: skip
+    of one number over seeds. A None is a non-finite number as a cell stores it (strict JSON's null): it counts as
+    NaN, so the mean and spread are NaN ("nan" in a table) rather than a TypeError or a mean of the other seeds."""
+    numbers = [math.nan if value is None else value for value in values]
+    # statistics.stdev raises on a NaN (it converts each number to an exact fraction)
+    spread = (math.nan if any(math.isnan(number) for number in numbers) else statistics.stdev(numbers)) if len(
+        numbers) > 1 else None  # fmt: skip
+    return {"mean": statistics.fmean(numbers), "std": spread, "n": len(numbers), "values": list(values)}
 
 
 def mean_std(entry: dict | None, digits: int = 3) -> str:
