@@ -355,3 +355,16 @@ def test_transformers_generate_refuses_a_right_padded_or_all_padding_prompt_row(
     left = torch.cat([prompt[1:, 3:], prompt[1:, :3]], dim=1)
     generated = model.generate(left, attention_mask=torch.tensor([[0, 0, 1, 1, 1]]), **common)
     assert torch.equal(generated[0, 5:], model.generate(prompt[1:, :3], **common)[0, 3:])
+
+
+def test_a_prompt_holding_the_pad_id_as_a_real_token_is_refused_with_the_mask_to_pass():
+    """Without a mask transformers marks every pad_token_id as padding: a prompt [3, 0, 5, 2] whose 0 is a real
+    symbol read as padding between real tokens, and the refusal blamed the padding alone; it names the mask to pass,
+    with which the prompt continues as it does with pad_token_id unset."""
+    model = perturbed(small_hf("causal_lm", scope="local", window=3))
+    prompt = torch.tensor([[3, 0, 5, 2]])
+    common = dict(do_sample=False, max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"pass attention_mask=torch\.ones_like\(input_ids\)"):
+        model.generate(prompt, pad_token_id=0, **common)
+    given = model.generate(prompt, attention_mask=torch.ones_like(prompt), pad_token_id=0, **common)
+    assert torch.equal(given, model.generate(prompt, attention_mask=torch.ones_like(prompt), **common))

@@ -71,7 +71,12 @@ class DecodesFromCache:
         then reads the next token at the padding); its row is counted in the batch generate runs (each prompt
         repeated ``num_beams`` times for beam search)."""
         if attention_mask is not None:  # the prompt's (given, or inferred from pad_token_id), then ones appended
-            check_left_padded(attention_mask, "attention_mask")
+            try:
+                check_left_padded(attention_mask, "attention_mask")
+            except ValueError as error:  # transformers' own mask marks every pad_token_id, real tokens too
+                raise ValueError(f"{error}; without an attention_mask, transformers takes every pad_token_id in "
+                                 "input_ids for padding: where that id is a real token of the prompt, pass "
+                                 "attention_mask=torch.ones_like(input_ids)") from None  # fmt: skip
         cache = cache if cache is not None else unused.get(CACHE_NAME)
         # generate's output_* flags reach the forward (they were dropped: its hidden states and attentions all None)
         shown = {key: unused[key] for key in ("output_hidden_states", "output_attentions") if key in unused}
