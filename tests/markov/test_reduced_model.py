@@ -142,6 +142,10 @@ def test_basin_boundary_lies_on_the_saddle_level_set():
     assert saddle_energy() == pytest.approx(energy(0.0, saddle_point()[0]).item(), abs=1e-15)
     with pytest.raises(ValueError, match="w < 0"):
         basin_boundary(0.5)
+    with pytest.raises(ValueError, match=r"w < 0 only, got w=0\.25"):  # the bad value among good ones, named
+        basin_boundary(torch.tensor([-0.5, 0.25, -1.0]))
+    with pytest.raises(ValueError, match="got w=nan"):  # NaN was let through: a NaN boundary
+        basin_boundary(torch.tensor([-0.5, math.nan]))
 
 
 @pytest.mark.parametrize(("p", "q"), [(0.2, 0.3), (0.7, 0.9), (0.5, 0.8)])
@@ -163,6 +167,23 @@ def test_predicted_basins_match_where_the_profiled_flow_ends(p, q):
     predicted = reaches_global_minimum(e0, w0, p, q)
     assert torch.equal(predicted, at_rate)
     assert predicted.any() and (~predicted).any()  # both outcomes occur among the starts
+
+
+@pytest.mark.parametrize(("p", "q"), [(0.2, 0.3), (0.7, 0.9)])
+def test_starts_on_the_unigram_line_or_at_w_zero_are_predicted_where_the_flow_ends(p, q):
+    """e = 0 is a fixed line of the flow (the gradient in e and w carries a factor e), so such a start ends at H(pi)
+    whatever its w: the prediction said True there for (0, 0.3) and (0, -0.3) at p + q < 1 and (0, -1.2) at p + q > 1.
+    w = 0 with e != 0 keeps w = 0 (slope e^2 > 0): global minimum iff p + q < 1."""
+    chain = switching_chain(p, q)
+    e0 = torch.tensor([0.0, 0.0, 0.0, 0.8, -0.6], dtype=torch.float64)
+    w0 = torch.tensor([0.3, -0.3, -1.2, 0.0, 0.0], dtype=torch.float64)
+    final = gradient_flow(e0, w0, 0.0, p, q, steps=3000, lr=0.1, profile_bias=True)[-1]
+    losses = reduced_loss(final[:, 0], final[:, 1], final[:, 2], p, q)
+    at_rate = (losses - chain.entropy_rate()).abs() < 1e-3
+    at_unigram = (losses - chain.marginal_entropy()).abs() < 1e-3
+    assert bool((at_rate | at_unigram).all())
+    assert torch.equal(reaches_global_minimum(e0, w0, p, q), at_rate)
+    assert not bool(reaches_global_minimum(0.0, -1.2 if p + q > 1 else 0.3, p, q))
 
 
 @pytest.mark.parametrize(("p", "q"), [(0.4, 0.6), (0.5, 0.5), (0.25, 0.75)])

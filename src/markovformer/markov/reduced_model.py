@@ -156,17 +156,19 @@ def saddle_energy() -> float:
 def basin_boundary(w: float | Tensor) -> Tensor:
     """|e| on the basin boundary E(e, w) = E_s for w < 0: e = sqrt(E_s + w² − log|w|) (module docstring)."""
     w = torch.as_tensor(w, dtype=torch.float64)
-    if (w >= 0).any():
-        raise ValueError("basin_boundary is defined for w < 0 only")
+    if not bool((w < 0).all()):  # w >= 0 or NaN
+        raise ValueError(f"basin_boundary is defined for w < 0 only, got w={w[~(w < 0)].flatten()[0].item()!r}")
     return (saddle_energy() + w**2 - torch.log(w.abs())).clamp_min(0).sqrt()
 
 
 def reaches_global_minimum(e: float | Tensor, w: float | Tensor, p: float, q: float) -> Tensor:
     """Boolean tensor: whether the profiled flow from (e, w) ends at the global minimum rather than at e = 0.
 
-    For e ≠ 0 and w ≠ 0, from the energy argument of the module docstring: p + q < 1 needs the positive-slope side
+    For e ≠ 0, from the energy argument of the module docstring: p + q < 1 needs the positive-slope side
     (w > −1/√2) or a level set that crosses the saddle's line (w < 0, E > E_s); p + q > 1 needs the negative-slope
-    side or such a crossing. p + q = 1 (independent symbols) has no slope to learn: every start is optimal.
+    side or such a crossing. A start on the unigram line e = 0 stays there (∂L/∂e and ∂L/∂w vanish with e), so it
+    never does; w = 0 stays 0 with slope e² > 0, the positive side. p + q = 1 (independent symbols) has no slope to
+    learn: every start is optimal.
     """
     check_switching_rates(p, q)
     e, w = torch.as_tensor(e, dtype=torch.float64), torch.as_tensor(w, dtype=torch.float64)
@@ -174,7 +176,7 @@ def reaches_global_minimum(e: float | Tensor, w: float | Tensor, p: float, q: fl
     positive_side = 1 + 2 * w * w.abs() > 0
     if math.isclose(p + q, 1.0):
         return torch.ones_like(crosses)
-    return crosses | (positive_side if p + q < 1 else ~positive_side)
+    return (crosses | (positive_side if p + q < 1 else ~positive_side)) & (e != 0)
 
 
 def gradient_flow(
