@@ -148,3 +148,23 @@ def test_a_key_given_in_the_wrong_section_names_the_section_that_takes_it(sectio
     with pytest.raises(ConfigError, match=expected):
         config = resolve_run_config(wrong)
         build_model(config, build_data(config).info)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"kind": "random", "beta": 0.0}, r"^data\.beta must be a finite number > 0, got 0\.0$"),
+        ({"kind": "random", "num_symbols": 1}, r"^data\.num_symbols must be an integer >= 2, got 1$"),
+        ({"kind": "switching", "p": 1.5}, r"^data\.p must lie in \[0, 1\], got 1\.5$"),
+        ({"kind": "switching", "p": 0.0, "q": 0.0}, r"^data\.p \+ data\.q must be > 0 .*got p=0\.0, q=0\.0$"),
+        ({"kind": "lagged", "lags": [2, 2]}, r"^data\.lags must not repeat, got \[2, 2\]$"),
+    ],
+)
+def test_a_markov_chain_option_out_of_range_is_refused_as_the_data_option_it_is(data, expected):
+    """The chain's checks ran only when the data was built, so the message named a bare `beta`, `p`, `lags`: not the
+    option (data.beta) the run config sets. Refused when the source is built, as data.<option> with its value."""
+    from markovformer.data.sources import DATA_SOURCES
+    from markovformer.training.run_config import build_dataclass
+
+    with pytest.raises(ConfigError, match=expected):
+        build_dataclass(DATA_SOURCES["markov_chain"], {"seq_len": 8, **data}, "data")
