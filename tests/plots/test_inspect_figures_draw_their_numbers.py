@@ -20,7 +20,8 @@ from markovformer.models.markovian_transformer import (
 )
 from markovformer.plots import curves, markov, plot_training_curves
 from markovformer.training import inspection
-from markovformer.training.inspection import lag_profiles, write_inspection_report
+from markovformer.training.inspection import write_inspection_report
+from markovformer.training.lag_profiles import lag_profiles
 
 
 def _maps(low: float, high: float) -> list[torch.Tensor]:

@@ -17,7 +17,8 @@ from markovformer.experiments.mat_order import order_curves
 from markovformer.plots import experiments, plot_attention_lag_profile, plot_training_curves
 from markovformer.plots.curves import plotted_families, read_metric_series
 from markovformer.plots.experiments import LagPanel, Panel, panels_figure, plot_lag_bars, plot_panels
-from markovformer.training.inspection import attention_by_lag, reference_lines
+from markovformer.training.inspection import reference_lines
+from markovformer.training.lag_profiles import attention_by_lag
 
 
 def _csv(path: Path, rows: list[dict]) -> Path:

@@ -15,8 +15,10 @@ from markovformer.cli.main import main
 from markovformer.data.collate import collate
 from markovformer.plots import saving
 from markovformer.training import inspection
+from markovformer.training import lag_profiles as lag_profiles_module
 from markovformer.training.build import build_data
-from markovformer.training.inspection import attention_by_lag, lag_profiles, write_inspection_report
+from markovformer.training.inspection import write_inspection_report
+from markovformer.training.lag_profiles import attention_by_lag, lag_profiles
 from markovformer.training.run_dir import load_run
 
 REPORT = {"attention.png", "attention_by_lag.png", "curves.png", "index.html", "order_gates.png",
@@ -84,8 +86,8 @@ def test_the_profile_reads_a_split_by_index_only(trained):
 def test_long_sequences_are_read_in_bounded_prefixes_whose_maps_are_the_full_maps_first_rows(trained, monkeypatch):
     """With 10 positions read, 4 sequences per pass, no map the model hands out is larger than (4, H, 10, 10), and
     the causal model's profile over queries 3..9 is that of the whole sequences' maps."""
-    monkeypatch.setattr(inspection, "PROFILE_LENGTH", 10)
-    monkeypatch.setattr(inspection, "PROFILE_BATCH", 4)
+    monkeypatch.setattr(lag_profiles_module, "PROFILE_LENGTH", 10)
+    monkeypatch.setattr(lag_profiles_module, "PROFILE_BATCH", 4)
     model, validation = _model_and_validation(trained)
     full = _full_maps(model, validation)
     shapes = []
@@ -346,7 +348,7 @@ def test_a_global_position_bias_layers_profile_and_lag_convention_say_what_it_re
     (tmp_path / "t5.yaml").write_text(yaml.safe_dump(run))
     assert main(["train", str(tmp_path / "t5.yaml")]) == 0
     page = write_inspection_report(tmp_path / "run").read_text()
-    reach = inspection.GLOBAL_PROFILE_REACH
+    reach = lag_profiles_module.GLOBAL_PROFILE_REACH
     assert f"without a window, else {reach}): lags 0..{reach}, over queries {reach}..23 of the first 32" in page
     assert "has no bias" not in page and "gets no Markov bias" in page
 
@@ -367,9 +369,9 @@ def test_the_profile_says_cut_only_for_sequences_longer_than_it_reads(trained, m
     """``cut``: some sequence was longer than PROFILE_LENGTH; the validation sequences of 24 tokens are read whole
     at PROFILE_LENGTH 24 and cut at 23."""
     model, validation = _model_and_validation(trained)
-    monkeypatch.setattr(inspection, "PROFILE_LENGTH", 24)
+    monkeypatch.setattr(lag_profiles_module, "PROFILE_LENGTH", 24)
     assert lag_profiles(model, validation, [0]).cut is False
-    monkeypatch.setattr(inspection, "PROFILE_LENGTH", 23)
+    monkeypatch.setattr(lag_profiles_module, "PROFILE_LENGTH", 23)
     assert lag_profiles(model, validation, [0]).cut is True
 
 

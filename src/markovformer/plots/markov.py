@@ -423,7 +423,7 @@ def attention_lag_figure(profiles: dict[int, Tensor | np.ndarray], true_lags: Se
     """Which offset each head prefers: mean attention weight against the lag k.
 
     ``profiles`` maps a layer index to its (H, L + 1) profile over the keys k = 0..L tokens before the query
-    (``training.inspection.attention_by_lag``; L may differ between layers, each read up to its own window);
+    (``training.lag_profiles.attention_by_lag``; L may differ between layers, each read up to its own window);
     ``future``, for a bidirectional layer, its (H, L + 1) profile over the keys k = 0..L tokens after the query,
     drawn at lags -L..-1 (``lag_rows``). One panel per layer, one line per head (markers at the measured lags only,
     k is an integer; ``head_labels`` as in ``plot_attention_maps``). Probabilities get an axis from 0 fitted to the

@@ -2,9 +2,9 @@
 positional kinds learned: ``training.learned_positions``) and one HTML page that puts them under the run's config,
 model, training time and results, with their units and references.
 
-The model reads bounded prefixes of the validation sequences only (``EXAMPLE_LENGTH``, ``PROFILE_LENGTH``), so the
-attention maps it hands out stay the same size however long the run's sequences are; the captions say what was
-read. The report is written as one transaction (``plots.replace_folder``)."""
+The model reads bounded prefixes of the validation sequences only (``EXAMPLE_LENGTH``, and the profile's
+``lag_profiles.PROFILE_LENGTH``), so the attention maps it hands out stay the same size however long the run's
+sequences are; the captions say what was read. The report is written as one transaction (``plots.replace_folder``)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,10 @@ import io
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from markovformer.data.bundle import Split, examples_at
 from markovformer.data.collate import collate
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.layers.hybrid_attention import markov_head_count
@@ -35,6 +33,7 @@ from markovformer.plots import (
 from markovformer.plots.curves import RESCALED_LOSS_FAMILIES, metric_family
 from markovformer.plots.markov import weight_scale
 from markovformer.training.build import build_data
+from markovformer.training.lag_profiles import example_prefix, lag_profiles, profile_caption
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.learned_positions import ReadPositions, position_figures
 from markovformer.training.run_dir import RESOLVED_CONFIG, load_trained_run
@@ -49,16 +48,8 @@ from markovformer.training.tasks import TASKS, GenerationRequest, Task, build_ta
 from markovformer.training.tasks.base import packs_documents
 
 EXAMPLE_LENGTH = 48  # positions shown in the gate and attention figures: long enough to see lags, short to read
-PROFILE_EXAMPLES = 32  # validation sequences averaged in the attention-by-lag profile
-PROFILE_LENGTH = 512  # the first positions of each of them the profile reads: its maps are at most 512 x 512
-PROFILE_BATCH = 4  # sequences per forward pass of the profile: with PROFILE_LENGTH, bounds the maps held at once
-GLOBAL_PROFILE_REACH = 16  # the lags read of a layer with neither window nor max_order (global softmax, ...)
 STRUCTURE_OPTIONS = ("scope", "window", "max_order", "gate")  # a layer's options the report's summary names
 
-
-def _prefix(example: dict, length: int) -> dict:
-    """The first ``length`` positions of an example (a per-sequence label, a 0-dim tensor, kept whole)."""
-    return {key: value[:length] if value.dim() else value for key, value in example.items()}
 
 
 def _tokens(ids: list[int], run_dir: Path) -> list[str]:
@@ -66,39 +57,6 @@ def _tokens(ids: list[int], run_dir: Path) -> list[str]:
         tokenizer = load_tokenizer(run_dir / "tokenizer")
         return [repr(tokenizer.decode([i]))[1:-1] or "·" for i in ids]
     return [str(i) for i in ids]
-
-
-def attention_by_lag(weights: torch.Tensor, max_lag: int, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean attention probability a query gives the key ``k`` positions back, for k = 0..max_lag: (H, max_lag + 1).
-
-    ``weights`` (B, H, T, T), queries down, keys across. Averaged over the examples and over the queries that have
-    every lag up to ``max_lag`` inside the sequence (t >= max_lag) and are real tokens (``attention_mask`` (B, T)).
-    """
-    total, count = _lag_sums(weights, max_lag, attention_mask)
-    return total / count.clamp_min(1)
-
-
-def _lag_sums(weights: torch.Tensor, max_lag: int, mask: torch.Tensor | None, first_query: int | None = None,
-              ahead: int = 0, future: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """The sum over the averaged queries behind ``attention_by_lag`` (H, max_lag + 1), and their count. Queries
-    start at ``first_query`` (default ``max_lag``; at least it): layers read to different lags then still average
-    the same queries; they end ``ahead`` real positions before the sequence's end (a bidirectional layer's queries
-    have every future lag too). ``future``: the keys k = 0..max_lag tokens after the query (``ahead`` >= max_lag)."""
-    batch, heads, length, _ = weights.shape
-    first_query = max_lag if first_query is None else first_query
-    if first_query < max_lag:
-        raise ValueError(f"first_query {first_query}: a query before lag {max_lag} does not have every lag")
-    if future and ahead < max_lag:
-        raise ValueError(f"ahead {ahead}: a query less than {max_lag} tokens before the end lacks a future lag")
-    if length - ahead <= first_query:
-        raise ValueError(f"sequences of {length} tokens have no query with all lags 0..{first_query}"
-                         + (f" back and 0..{ahead} ahead" if ahead else ""))  # fmt: skip
-    queries = torch.arange(first_query, length - ahead)
-    lags = torch.arange(max_lag + 1)
-    keys = queries[:, None] + lags[None, :] if future else queries[:, None] - lags[None, :]
-    picked = weights[:, :, queries[:, None], keys]  # (B, H, Tq, L + 1)
-    valid = torch.ones(batch, len(queries)) if mask is None else (mask[:, queries] * mask[:, queries + ahead]).float()
-    return (picked * valid[:, None, :, None]).sum(dim=(0, 2)), valid.sum()
 
 
 def token_rate(results: dict) -> str:
@@ -362,7 +320,7 @@ def _gate_and_attention_figures(
     attention-by-lag profile of the first validation examples, as (caption, path) pairs."""
     figures = []
     validation = build_data(config, run_dir).val
-    batch = collate([_prefix(validation[0], EXAMPLE_LENGTH)])
+    batch = collate([example_prefix(validation[0], EXAMPLE_LENGTH)])
     inputs = {k: v for k, v in model_inputs(batch).items() if k != "labels"}
     model.eval()
     with torch.no_grad():
@@ -395,7 +353,7 @@ def _gate_and_attention_figures(
                         plot_attention_lag_profile(profile.profiles, out / "attention_by_lag.png", chain_lags,
                                                    head_labels=labels, future=profile.future or None)))  # fmt: skip
     figures += position_figures(config, model, read, out, profile.sequences, profile.length,
-                                PROFILE_LENGTH if profile.cut else None)  # fmt: skip
+                                profile.length if profile.cut else None)  # fmt: skip
     if chosen:
         scale = weight_scale([output.attentions[layer][0].float().numpy() for layer in chosen])
         kinds = model.config.layer_kinds() if hasattr(model.config, "layer_kinds") else []
@@ -407,34 +365,6 @@ def _gate_and_attention_figures(
         figures.append((caption, plot_attention_maps(output.attentions, chosen, out / "attention.png", tokens=tokens,
                                                      head_labels=labels)))  # fmt: skip
     return figures
-
-
-def profile_caption(profile: LagProfiles, chain_lags: tuple[int, ...] | None) -> str:
-    """The caption of the attention-by-lag figure: what it averages (probabilities, or signed weights), over which
-    keys (both sides for a bidirectional model), the lags each layer was read to as they were (a reach cut by the
-    tokens read is said), and over which queries of which sequences."""
-    values = [*profile.profiles.values(), *profile.future.values()]
-    scale = weight_scale([value.float().numpy() for value in values])
-    what = "probability" if scale.probabilities else "weight (signed: not a probability)"
-    both = ", and at k < 0 the key \u2212k tokens ahead (the model is bidirectional)" if profile.future else ""
-    reach = {layer: value.shape[1] - 1 for layer, value in profile.profiles.items()}
-    low = {layer: -last if layer in profile.future else 0 for layer, last in reach.items()}
-    spans = {layer: f"{low[layer]}..{last}".replace("-", "\u2212") for layer, last in reach.items()}
-    if len(set(spans.values())) == 1:
-        read = f"lags {next(iter(spans.values()))}"
-    else:
-        read = "lags " + ", ".join(f"{span} (layer {layer})" for layer, span in spans.items())
-    short = ""
-    if profile.short:
-        named = ", ".join(map(str, profile.short))
-        short = (f"; layer{'s' if len(profile.short) > 1 else ''} {named} read to fewer: the "
-                 f"{profile.length} tokens read hold no more{' on both sides' if profile.future else ''}")
-    cut = f", each cut to its first {PROFILE_LENGTH} tokens" if profile.cut else ""
-    shaded = "; shaded: the chain's lags" if chain_lags else ""
-    return (f"Attention by lag: per layer and head, the mean attention {what} a query gives the key k tokens "
-            f"back{both}, for k up to the layer's window + 1 (its max_order + 1 without a window, else "
-            f"{GLOBAL_PROFILE_REACH}){short}: {read}, over queries {profile.max_lag}..{profile.last_query} of the "
-            f"first {profile.sequences} validation sequences{cut} ({CONVENTION}{shaded})")
 
 
 def gate_null_slots(model, n_layers: int) -> list[bool]:
@@ -462,78 +392,3 @@ def head_labels(model_config, attentions: list[torch.Tensor | None]) -> dict[int
             labels[layer] = [f"head {head} ({'Markov' if head < markov_heads else 'random features'})"
                              for head in range(maps)]  # fmt: skip
     return labels
-
-
-@dataclass(frozen=True)
-class LagProfiles:
-    """``profiles``: {layer: (H, L + 1) attention by lag over the keys 0..L tokens before the query, L that layer's
-    reach (``profile_reach``, at most length - 1)}, averaged over queries max_lag..last_query of the first
-    ``sequences`` validation sequences, ``max_lag`` the largest reach; ``future``: for a bidirectional model, each
-    layer's (H, L + 1) profile over the keys 0..L tokens after the query (the same queries: those with every lag on
-    both sides), else {}; ``cut``: whether some were longer than ``PROFILE_LENGTH``; ``short``: the layers whose
-    reach the ``length`` positions read cut below ``profile_reach``."""
-
-    profiles: dict[int, torch.Tensor]
-    max_lag: int
-    length: int
-    sequences: int
-    cut: bool
-    future: dict[int, torch.Tensor] = field(default_factory=dict)
-    last_query: int = -1
-    short: tuple[int, ...] = ()
-
-
-def lag_profiles(model, validation: Split, layers: list[int]) -> LagProfiles:
-    """The attention-by-lag profile of ``layers`` over the first ``PROFILE_EXAMPLES`` validation sequences, each
-    read up to its first ``PROFILE_LENGTH`` positions, ``PROFILE_BATCH`` sequences per forward pass: the attention
-    maps held at once stay within PROFILE_BATCH x H x PROFILE_LENGTH² per layer whatever the sequence length. A
-    causal model's maps of those queries are exactly those of the whole sequences (a bidirectional one sees only
-    the prefix). ``model`` in eval mode. Each layer reads its own lags 0..``profile_reach``, at most length - 1;
-    all average the same queries, from the largest of them on. A bidirectional model (``config.causal`` False)
-    attends to keys after the query too: its profile reads both sides, over the queries that have every lag on
-    both."""
-    examples = examples_at(validation, range(min(PROFILE_EXAMPLES, len(validation))))  # a split is not sliceable
-    batch = collate([_prefix(example, PROFILE_LENGTH) for example in examples])
-    inputs = {k: v for k, v in model_inputs(batch).items() if k != "labels"}
-    mask = batch.get("attention_mask")
-    both_sides = not getattr(model.config, "causal", True)
-    sums: dict[tuple[int, bool], tuple[torch.Tensor, torch.Tensor]] = {}  # (layer, future): (summed, queries)
-    max_lag = length = 0
-    short: tuple[int, ...] = ()
-    for start in range(0, len(examples), PROFILE_BATCH):
-        rows = slice(start, start + PROFILE_BATCH)
-        with torch.no_grad():
-            attentions = model(**{k: v[rows] for k, v in inputs.items()}, return_weights=True).attentions
-        length = next((weights.shape[-1] for weights in attentions if weights is not None), 0)
-        # a layer without maps (random features) reads no lag, so it does not move the first query either
-        wanted = {layer: profile_reach(model.config, layer) for layer in layers if attentions[layer] is not None}
-        # a bidirectional layer's queries need every lag on both sides: half the positions each way at most
-        room = (length - 1) // 2 if both_sides else length - 1
-        reach = {layer: min(lags, room) for layer, lags in wanted.items()}
-        short = tuple(layer for layer in reach if reach[layer] < wanted[layer])
-        max_lag = max(reach.values(), default=0)
-        if max_lag < 1:
-            break
-        ahead = max_lag if both_sides else 0
-        for layer, last_lag in reach.items():
-            for future in (False, True) if both_sides else (False,):
-                total, count = _lag_sums(attentions[layer], last_lag, None if mask is None else mask[rows],
-                                         first_query=max_lag, ahead=ahead, future=future)  # fmt: skip
-                before = sums.get((layer, future), (0.0, 0.0))
-                sums[layer, future] = (before[0] + total, before[1] + count)
-    averaged = {key: total / count.clamp_min(1) for key, (total, count) in sums.items()}
-    longest = max(len(example["input_ids" if "input_ids" in example else "input_features"]) for example in examples)
-    return LagProfiles({layer: value for (layer, future), value in averaged.items() if not future}, max_lag, length,
-                       len(examples), cut=longest > PROFILE_LENGTH,
-                       future={layer: value for (layer, future), value in averaged.items() if future},
-                       last_query=length - 1 - (max_lag if both_sides else 0), short=short)  # fmt: skip
-
-
-def profile_reach(model_config, layer: int) -> int:
-    """The last lag the profile reads of ``layer``: its own window + 1 (so the window's edge shows), else its
-    max_order + 1, else ``GLOBAL_PROFILE_REACH``. A layer's entry may set its own window and max_order
-    (``layer_specs``); a family without per-layer specs has only its flat fields."""
-    specs = model_config.layer_specs() if hasattr(model_config, "layer_specs") else None
-    options = specs[layer].options if specs is not None else _flat_options(model_config)
-    window = options.get("window") or options.get("max_order")
-    return int(window) + 1 if window else GLOBAL_PROFILE_REACH
