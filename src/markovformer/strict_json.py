@@ -3,7 +3,9 @@ and strict parsers (JavaScript, jq, most languages' libraries) refuse, is writte
 
 from __future__ import annotations
 
+import json
 import math
+from typing import Any
 
 
 def strict_json(value):
@@ -16,3 +18,9 @@ def strict_json(value):
     if isinstance(value, (list, tuple)):
         return [strict_json(item) for item in value]
     return value
+
+
+def strict_dumps(value, **options: Any) -> str:
+    """``json.dumps`` of ``strict_json(value)`` with ``options`` (indent, default, ...), refusing a non-finite float
+    that ``default`` might still make (``allow_nan=False``)."""
+    return json.dumps(strict_json(value), allow_nan=False, **options)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import logging
 import math
 import re
@@ -35,7 +34,7 @@ from markovformer.cli.errors import (
     exit_status,
     stdout_reader_left,
 )
-from markovformer.strict_json import strict_json
+from markovformer.strict_json import strict_dumps
 from markovformer.training.trainer_config import RunTerminated
 
 # Each command imports the machinery it runs (Lightning, the training code) inside its own function ("deferred" below),
@@ -280,7 +279,7 @@ def run_eval(args: argparse.Namespace) -> None:
     results = evaluate(args.target, args.split, data, beam_size=args.beam_size, predictions=args.predictions,
                        batch_size=args.batch_size, task_options=options)  # fmt: skip
     if args.json:
-        print(json.dumps(strict_json(results), indent=2, allow_nan=False))  # NaN is not JSON
+        print(strict_dumps(results, indent=2))  # NaN is not JSON
         return
     shown = "  ".join(f"{k} {v:.4f}" for k, v in results["metrics"].items())
     weights = results["weights"]

@@ -24,14 +24,8 @@ from typing import Any
 from markovformer.atomic import atomic_write_text
 from markovformer.experiments.fitting import PARTIAL, checkpoints_for_cell, format_duration
 from markovformer.layers.registry import kind_revisions
-from markovformer.strict_json import strict_json
+from markovformer.strict_json import strict_dumps, strict_json
 from markovformer.training.environment import code_version
-
-
-def _json_text(value: Any, indent: int) -> str:
-    """``value`` as strict JSON text: a non-finite float is written as null (json's default writes NaN / Infinity,
-    which strict parsers refuse)."""
-    return json.dumps(strict_json(value), indent=indent, allow_nan=False) + "\n"
 
 
 def _cell(value: Any, decimals: int | None = None) -> str:
@@ -314,7 +308,7 @@ class ExperimentReport:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.title = title
         self.log = log
-        self.settings = json.loads(_json_text(settings or {}, indent=0))  # as stored (tuples become lists)
+        self.settings = json.loads(strict_dumps(settings or {}))  # as stored (tuples become lists)
         self.sections: list[str] = []
         self.results: dict[str, Any] = {}
         self.expected_cells: int | None = None
@@ -342,7 +336,7 @@ class ExperimentReport:
     def cached(self, key: str, compute: Callable[[], Any], depends_on: dict | None = None) -> Any:
         if not re.fullmatch(r"[A-Za-z0-9_.=+-]+", key):
             raise ValueError(f"cell key {key!r} must be a plain file name (letters, digits, _.=+-)")
-        settings = self.settings if depends_on is None else json.loads(_json_text(depends_on, indent=0))
+        settings = self.settings if depends_on is None else json.loads(strict_dumps(depends_on))
         path = self.out_dir / "cells" / f"{key}.json"
         self.cells_seen += 1
         if path.is_file():
@@ -379,7 +373,7 @@ class ExperimentReport:
         self.cell_seconds.append(time.perf_counter() - start)
         value = strict_json(value)  # as a rerun reads it back: a non-finite float is None (null) in both
         stored = {"settings": settings, "code": self.code, "result": value}
-        atomic_write_text(path, _json_text(stored, indent=1))
+        atomic_write_text(path, strict_dumps(stored, indent=1) + "\n")
         for partial in path.parent.glob(f"{key}.fit*.partial.pt"):  # the cell is whole: its fits' progress goes
             if PARTIAL.fullmatch(partial.name)["key"] == key:
                 partial.unlink(missing_ok=True)
@@ -404,7 +398,7 @@ class ExperimentReport:
         """Write ``report.md`` and ``results.json``, log the headline table; returns the report's path."""
         sections = self.sections + ([code_provenance(self.cell_code)] if self.cell_code else [])
         body = f"# {self.title}\n\n" + "\n\n".join(sections) + "\n"
-        atomic_write_text(self.out_dir / "results.json", _json_text(self.results, indent=2))
+        atomic_write_text(self.out_dir / "results.json", strict_dumps(self.results, indent=2) + "\n")
         path = atomic_write_text(self.out_dir / "report.md", body)
         if self.headline is not None:
             self.log(f"\n{self.headline}\n")

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
 from pathlib import Path
 from urllib.parse import quote
 
 from markovformer.plots.saving import write_text
-from markovformer.strict_json import strict_json
+from markovformer.strict_json import strict_dumps
 
 _STYLE = """
 body { font-family: sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1150px; color: #222; }
@@ -82,7 +81,7 @@ def write_html_report(
             f"<figcaption>{html.escape(caption)}</figcaption></figure>"
         )
         if numbers and numbers[0]:
-            text = json.dumps(strict_json(numbers[0]), indent=1, allow_nan=False)  # a nan: null
+            text = strict_dumps(numbers[0], indent=1)  # a nan: null
             parts.append(f"<details><summary>the numbers drawn above (JSON)</summary><pre>{html.escape(text)}</pre>"
                          "</details>")  # fmt: skip
     parts += ["</body>", "</html>", ""]

@@ -40,7 +40,7 @@ from markovformer.data.readers.token_store import TokenStore
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
 from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.models.registry import head_class
-from markovformer.strict_json import strict_json
+from markovformer.strict_json import strict_dumps
 from markovformer.training.build import build_model
 from markovformer.training.checkpoint import load_checkpoint_file, os_error_of_safetensors
 from markovformer.training.environment import environment_record
@@ -68,7 +68,7 @@ HASH_CHUNK_BYTES = 1 << 20  # data files may be GBs: hashed a chunk at a time
 
 
 def write_json(path: Path, values: dict) -> None:
-    text = json.dumps(strict_json(values), indent=2, default=str, allow_nan=False) + "\n"
+    text = strict_dumps(values, indent=2, default=str) + "\n"
     atomic_write(path, lambda p: p.write_text(text))
 
 
@@ -102,7 +102,7 @@ def data_record(bundle: DataBundle) -> dict:
     non-finite floats)."""
     sizes = {split: len(getattr(bundle, split)) for split in ("train", "val", "test")}
     record = {"info": bundle.info, "splits": bundle.splits, "sizes": sizes, FILE_DIGESTS: file_digests(bundle.files)}
-    return json.loads(json.dumps(strict_json(record), default=str, allow_nan=False))
+    return json.loads(strict_dumps(record, default=str))
 
 
 def file_digests(files: list[Path]) -> dict[str, str]:
