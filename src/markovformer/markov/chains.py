@@ -322,9 +322,9 @@ def switching_chain(p: float, q: float) -> MarkovChain:
     return MarkovChain(1, 2, torch.tensor([[1.0 - p, p], [q, 1.0 - q]], dtype=torch.float64))
 
 
-def check_switching_rates(p: float | Tensor, q: float | Tensor) -> None:
+def check_switching_rates(p: float | Tensor, q: float | Tensor, prefix: str = "") -> None:
     """ValueError naming the value unless the switching chain's rates (numbers or tensors) lie in [0, 1] with
-    p + q > 0 everywhere."""
+    p + q > 0 everywhere; ``prefix`` goes before each name (``data.`` where they are a source's options)."""
     numbers = all(isinstance(rate, (int, float)) for rate in (p, q))  # the common case, without tensor ops
 
     def inside(rate: float | Tensor) -> bool:
@@ -332,9 +332,10 @@ def check_switching_rates(p: float | Tensor, q: float | Tensor) -> None:
 
     for name, value in (("p", p), ("q", q)):
         if not inside(value):
-            raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+            raise ValueError(f"{prefix}{name} must lie in [0, 1], got {value!r}")
     if not (p + q > 0 if numbers else bool((torch.as_tensor(p) + torch.as_tensor(q) > 0).all())):
-        raise ValueError(f"p + q must be > 0 for a unique stationary distribution, got p={p!r}, q={q!r}")
+        raise ValueError(f"{prefix}p + {prefix}q must be > 0 for a unique stationary distribution, got p={p!r}, "
+                         f"q={q!r}")  # fmt: skip
 
 
 def check_rows(table: Tensor, name: str) -> Tensor:
@@ -364,14 +365,15 @@ def check_symbols(x: Tensor, num_symbols: int, name: str = "x") -> None:
         raise ValueError(f"{name} holds symbols outside [0, {num_symbols}): min {x.min().item()}, max {x.max().item()}")
 
 
-def check_chain_arguments(order: int, num_symbols: int, beta: float | None = None) -> None:
-    """ValueError naming the argument unless order >= 1, num_symbols >= 2 (integers) and beta (if given) > 0."""
+def check_chain_arguments(order: int, num_symbols: int, beta: float | None = None, prefix: str = "") -> None:
+    """ValueError naming the argument unless order >= 1, num_symbols >= 2 (integers) and beta (if given) > 0;
+    ``prefix`` goes before each name (``data.`` where they are a source's options)."""
     if isinstance(order, bool) or not isinstance(order, int) or order < 1:
-        raise ValueError(f"order must be an integer >= 1, got {order!r}")
+        raise ValueError(f"{prefix}order must be an integer >= 1, got {order!r}")
     if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or num_symbols < 2:
-        raise ValueError(f"num_symbols must be an integer >= 2, got {num_symbols!r}")
+        raise ValueError(f"{prefix}num_symbols must be an integer >= 2, got {num_symbols!r}")
     if beta is not None and not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
-        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+        raise ValueError(f"{prefix}beta must be a finite number > 0, got {beta!r}")
 
 
 def dirichlet_kernels(

@@ -48,16 +48,13 @@ class MarkovChainSource:
                 raise ValueError(f"data.{name}={getattr(self, name)!r} must be >= 1")
         if not self.lags or min(self.lags) < 1:
             raise ValueError(f"data.lags={self.lags!r} must be positive integers")
-        try:  # the chain's own checks, here so that a bad value is refused as the option it is (data.beta, ...)
-            if self.kind == "switching":
-                check_switching_rates(self.p, self.q)
-            else:
-                check_chain_arguments(1, self.num_symbols, self.beta if self.kind == "random" else None)
-                if self.kind == "lagged" and len(set(self.lags)) != len(self.lags):
-                    raise ValueError(f"lags must not repeat, got {list(self.lags)!r}")
-        except ValueError as error:
-            message = str(error).replace("p + q", "p + data.q", 1)
-            raise ValueError(f"data.{message}") from None
+        # the chain's own checks, here so that a bad value is refused as the option it is (data.beta, ...)
+        if self.kind == "switching":
+            check_switching_rates(self.p, self.q, prefix="data.")
+        else:
+            check_chain_arguments(1, self.num_symbols, self.beta if self.kind == "random" else None, prefix="data.")
+            if self.kind == "lagged" and len(set(self.lags)) != len(self.lags):
+                raise ValueError(f"data.lags must not repeat, got {list(self.lags)!r}")
         order, key = (max(self.lags), f"data.lags={list(self.lags)!r}") if self.kind == "lagged" else (
             self.order, f"data.order={self.order}")  # fmt: skip
         if self.kind != "switching" and self.num_symbols**order > MAX_CONTEXTS:
