@@ -18,8 +18,9 @@ from markovformer.models.markovian_transformer import MarkovianTransformerConfig
 from markovformer.plots import markov
 from markovformer.training import inspection
 from markovformer.training.build import build_data, build_model
+from markovformer.training.data_record import data_record
 from markovformer.training.run_config import resolve_run_config
-from markovformer.training.run_dir import data_record, write_json
+from markovformer.training.run_dir import write_json
 from markovformer.training.run_report import markov_layers
 
 

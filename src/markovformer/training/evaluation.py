@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import glob
 import itertools
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -20,9 +19,9 @@ from markovformer.data.recipes.locations import PREPARED_PREFIX, prepared_candid
 from markovformer.data.sources import DATA_SOURCES, run_fitted_options
 from markovformer.training.batches import RankShare
 from markovformer.training.build import FILE_OPTIONS, build_data, build_run_task
-from markovformer.training.run_checks import read_data_info
+from markovformer.training.data_record import FILE_DIGESTS, changed_data_files, read_data_info, read_data_record
 from markovformer.training.run_config import task_options as task_options_of
-from markovformer.training.run_dir import FILE_DIGESTS, changed_data_files, check_same_tokenizer, load_trained_run
+from markovformer.training.run_dir import check_same_tokenizer, load_trained_run
 from markovformer.training.run_report import continuous_source, document_log_likelihood
 from markovformer.training.tasks import TASKS
 from markovformer.training.termination import ignore_outside_sigterm
@@ -81,11 +80,11 @@ def recorded_data_files(run_dir: Path, data: dict, overrides: dict) -> dict:
     NAME, no longer found here (found through ``$MARKOVFORMER_DATA`` at training time, or from another working
     folder) while the file or folder data.json recorded it as (the one recorded data file's path through NAME) still
     exists; options given as ``overrides`` are kept."""
+    saved = read_data_record(run_dir, strict=False)
     try:
-        saved = json.loads((run_dir / "data.json").read_text())
         recorded = [Path(path) for path in saved.get(FILE_DIGESTS) or {}]
         recorded += [Path(path) for path in (saved.get("splits") or {}).get("resolved_paths") or []]  # older runs
-    except (OSError, ValueError, AttributeError, TypeError):
+    except (AttributeError, TypeError):
         return {}
     found = {}
     for key in FILE_OPTIONS:

@@ -33,6 +33,7 @@ from markovformer.plots import (
 from markovformer.plots.curves import RESCALED_LOSS_FAMILIES, metric_family
 from markovformer.plots.markov import weight_scale
 from markovformer.training.build import build_data
+from markovformer.training.data_record import read_data_info
 from markovformer.training.lag_profiles import example_prefix, lag_profiles, profile_caption
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.learned_positions import ReadPositions, position_figures
@@ -227,7 +228,7 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
     (metrics.json) are those of the weights shown only when they are the finished run's model (``weights``, from
     ``load_trained_run``): a checkpoint's or an unfinished run's report leaves them out."""
     metrics_path = run_dir / "metrics.json"
-    data_info = json.loads((run_dir / "data.json").read_text())["info"]
+    data_info = read_data_info(run_dir)
     results = (json.loads(metrics_path.read_text()) if weights["finished"] and metrics_path.is_file()
                else {"reference": data_info.get("reference", {})})  # fmt: skip
     figures = []

@@ -1,5 +1,5 @@
 """What a run directory must satisfy before it is continued or read: which settings ``--resume`` may change, a
-checkpoint that can be resumed from, weights whose tensors are the model's, and a readable data record."""
+checkpoint that can be resumed from, and weights whose tensors are the model's."""
 
 from __future__ import annotations
 
@@ -197,18 +197,5 @@ def check_tensors_match(model: torch.nn.Module, stored: dict, path: Path, prefix
         raise ConfigError(f"{path} does not match the run's model: {'; '.join(problems)}")
 
 
-def read_data_info(run_dir: Path) -> dict:
-    path = run_dir / "data.json"
-    try:
-        info = json.loads(path.read_text())["info"]
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: missing; the run directory is incomplete") from None
-    except (ValueError, KeyError, TypeError) as error:
-        raise ConfigError(f"{path}: not a run's data record ({type(error).__name__}: {error})") from None
-    if not isinstance(info, dict):
-        raise ConfigError(f"{path}: not a run's data record ('info' is not a mapping)")
-    return info
-
-
-__all__ = ["RESUMABLE_KEYS", "check_tensors_match", "check_trained_settings", "read_data_info",
+__all__ = ["RESUMABLE_KEYS", "check_tensors_match", "check_trained_settings",
            "resumable_checkpoint", "resume_point", "resume_edits", "resumed_config", "trained_settings"]  # fmt: skip

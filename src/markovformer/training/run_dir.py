@@ -22,27 +22,24 @@ model/ only when ``finished.json`` is there, else the last checkpoint.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 import torch
 import yaml
 from safetensors.torch import load_file
 
 from markovformer.atomic import atomic_write, remove_stale_temporaries
 from markovformer.data.bundle import DataBundle
-from markovformer.data.readers.token_store import TokenStore
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
 from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.models.registry import head_class
 from markovformer.strict_json import strict_dumps
 from markovformer.training.build import build_model
 from markovformer.training.checkpoint import load_checkpoint_file, os_error_of_safetensors
+from markovformer.training.data_record import DATA_RECORD, data_record, read_data_info
 from markovformer.training.environment import environment_record
 from markovformer.training.fingerprint import (
     check_checkpoint_fingerprint,
@@ -50,7 +47,7 @@ from markovformer.training.fingerprint import (
     run_fingerprint,
     write_model_fingerprint,
 )
-from markovformer.training.run_checks import check_tensors_match, read_data_info, resume_point
+from markovformer.training.run_checks import check_tensors_match, resume_point
 from markovformer.training.run_config import RunConfig, load_yaml, plain_values, resolve_run_config
 from markovformer.training.run_lock import LOCK_FILE
 from markovformer.training.trainer_config import ConfigError
@@ -63,8 +60,6 @@ FINISHED = "finished.json"
 RUN_FORMAT = 2
 # The folders a killed writer may leave ``.NAME.*.tmp`` files in.
 WRITTEN_FOLDERS = (".", "model", "logs", "checkpoints", "tokenizer")
-FILE_DIGESTS = "file_sha256"  # data.json's record of the data files' contents: {resolved path: sha256}
-HASH_CHUNK_BYTES = 1 << 20  # data files may be GBs: hashed a chunk at a time
 
 
 def write_json(path: Path, values: dict) -> None:
@@ -86,133 +81,14 @@ def write_start_files(run_dir: Path, bundle: DataBundle, keep_existing: bool) ->
     replace = not keep_existing
     if replace or not (run_dir / "environment.json").is_file():
         write_json(run_dir / "environment.json", {**environment_record(), "run_format": RUN_FORMAT})
-    if replace or not (run_dir / "data.json").is_file():
-        write_json(run_dir / "data.json", data_record(bundle))
+    if replace or not (run_dir / DATA_RECORD).is_file():
+        write_json(run_dir / DATA_RECORD, data_record(bundle))
     if bundle.tokenizer is not None and (replace or not (run_dir / "tokenizer" / TOKENIZER_FILE).is_file()):
         bundle.tokenizer.save(run_dir / "tokenizer")  # one file, written atomically
     elif bundle.tokenizer is None and replace and (run_dir / "tokenizer" / TOKENIZER_FILE).is_file():
         (run_dir / "tokenizer" / TOKENIZER_FILE).unlink()  # another config's, which eval and generate would read
         if not any((run_dir / "tokenizer").iterdir()):
             (run_dir / "tokenizer").rmdir()
-
-
-def data_record(bundle: DataBundle) -> dict:
-    """data.json's contents: the data's facts (``info``), the record of its splits and their sizes, and the sha256
-    of every data file it was read from (``bundle.files``), as JSON reads them back (lists for tuples, None for
-    non-finite floats)."""
-    sizes = {split: len(getattr(bundle, split)) for split in ("train", "val", "test")}
-    record = {"info": bundle.info, "splits": bundle.splits, "sizes": sizes, FILE_DIGESTS: file_digests(bundle.files)}
-    return json.loads(strict_dumps(record, default=str))
-
-
-def file_digests(files: list[Path]) -> dict[str, str]:
-    """``{path: sha256 hex}`` of ``files``, each read in chunks of ``HASH_CHUNK_BYTES``."""
-    digests = {}
-    for file in files:
-        digest, chunk = hashlib.sha256(), bytearray(HASH_CHUNK_BYTES)
-        with open(file, "rb") as handle:
-            while read := handle.readinto(chunk):
-                digest.update(memoryview(chunk)[:read])
-        digests[str(file)] = digest.hexdigest()
-    return digests
-
-
-def changed_data_files(run_dir: Path, bundle: DataBundle) -> dict[str, tuple[str, str]]:
-    """``{path: (sha256 then, now)}`` of the data files of ``bundle`` whose contents are not those data.json recorded
-    when the run started; files it did not record (other data given to ``eval``) are not compared."""
-    try:
-        recorded = json.loads((run_dir / "data.json").read_text()).get(FILE_DIGESTS) or {}
-    except (OSError, ValueError, AttributeError):
-        return {}  # an unreadable data.json is reported where its info is read
-    return changed_digests(recorded, file_digests([file for file in bundle.files if str(file) in recorded]))
-
-
-def changed_digests(recorded: dict[str, str], now: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """``{path: (sha256 then, now)}`` of the files both digest maps hold whose sha256 differ."""
-    return {path: (recorded[path], digest) for path, digest in now.items()
-            if path in recorded and digest != recorded[path]}  # fmt: skip
-
-
-def check_same_data(run_dir: Path, bundle: DataBundle) -> None:
-    """ConfigError when the data a resumed run rebuilds from its config is not the data it started with (data.json):
-    a data file edited or replaced under the same path would be mixed into the run silently. The data files are
-    compared first, by their sha256 (``changed_digests``, as ``eval`` does; the one check of a text whose token
-    store left the cache), so that the refusal names the file that changed rather than a record that came out
-    different because of it. Then every value both records hold (a newer version may record more; a run recorded
-    without sha256): floats to 1e-6, token stores by their tokens."""
-    try:
-        saved = json.loads((run_dir / "data.json").read_text())
-    except (OSError, ValueError):
-        return  # a start killed before data.json: it is written from the rebuilt data
-    restore = f"or start a new run from this one's weights (init_from={str(run_dir)!r})"
-    record = data_record(bundle)  # hashes the data files once
-    digests = isinstance(saved, dict) and bool(saved.get(FILE_DIGESTS))
-    recorded = saved.get(FILE_DIGESTS) if digests else None
-    changed = changed_digests(recorded, record[FILE_DIGESTS]) if isinstance(recorded, dict) else {}
-    if changed:
-        raise ConfigError(_changed_files_message(run_dir, changed, restore))
-    difference = _first_difference(saved, record, "", digests=digests)
-    if difference is None:
-        return
-    where, before, now = difference
-    if digests:  # every file as it was (sha256): the code that builds the data changed (a leak fixed, say)
-        raise ConfigError(f"{run_dir / 'data.json'}: the data rebuilt from the run's config differs from the data "
-                          f"it started with ({where}: {before!r} then, {now!r} now) though its files are unchanged "
-                          f"(sha256): this version of markovformer builds that data otherwise than the one that "
-                          f"started the run; finish it with that version, {restore}")  # fmt: skip
-    raise ConfigError(f"{run_dir / 'data.json'}: the data rebuilt from the run's config differs from the data it "
-                      f"started with ({where}: {before!r} then, {now!r} now): was a data file changed? "
-                      f"Restore it, {restore}")  # fmt: skip
-
-
-def _changed_files_message(run_dir: Path, changed: dict[str, tuple[str, str]], restore: str) -> str:
-    """The resume refusal for the data files ``changed_data_files`` found changed, each named with its sha256 then
-    (as data.json recorded it) and now."""
-    record = run_dir / "data.json"
-    if len(changed) == 1:
-        [(path, (then, now))] = changed.items()
-        return (f"{path} changed since the run started (sha256 {then} then, in {record}; {now} now): resuming would "
-                f"train on other data than the run started with. Restore it, {restore}")  # fmt: skip
-    files = "; ".join(f"{path} (sha256 {then} then, {now} now)" for path, (then, now) in changed.items())
-    return (f"{len(changed)} data files changed since the run started (their sha256 then as {record} recorded "
-            f"them): {files}. Resuming would train on other data than the run started with. Restore them, "
-            f"{restore}")  # fmt: skip
-
-
-def _same_tokens(saved: Path, now: Path, digests: bool) -> bool:
-    """Whether two token stores hold the same tokens: one store (its key names its files' content, mtimes
-    included), or equal tokens in both (a file touched or copied without its mtime). A store since removed from
-    the cache cannot be compared: taken as the same, the text files' recorded sha256 (``digests``) deciding; a
-    run recorded without them says on one line that nothing can be checked."""
-    if saved.name == now.name:
-        return True
-    try:
-        before = TokenStore(saved)
-    except (OSError, ValueError):
-        if not digests:
-            print(f"the token store this run started with ({saved}) is gone: whether its text files changed since "
-                  f"cannot be checked", flush=True)  # fmt: skip
-        return True
-    after = TokenStore(now)
-    return bool(np.array_equal(before.offsets, after.offsets) and np.array_equal(before.tokens, after.tokens))
-
-
-def _first_difference(saved, now, where: str, digests: bool = False) -> tuple[str, object, object] | None:
-    """The first (where, saved value, value now) in which two records differ, in ``saved``'s order; ``digests``:
-    the saved record holds its files' sha256 (``_same_tokens``)."""
-    if isinstance(saved, dict) and isinstance(now, dict):
-        for key in [key for key in saved if key in now]:
-            if key == "store" and isinstance(saved[key], str) and isinstance(now[key], str):
-                same = _same_tokens(Path(saved[key]), Path(now[key]), digests)
-                found = None if same else (f"{where}.{key}".lstrip("."), saved[key], now[key])
-            else:
-                found = _first_difference(saved[key], now[key], f"{where}.{key}", digests)
-            if found is not None:
-                return found
-        return None
-    if isinstance(saved, float) and isinstance(now, (int, float)) and not isinstance(now, bool):
-        return None if math.isclose(saved, now, rel_tol=1e-6, abs_tol=1e-12) else (where.lstrip("."), saved, now)
-    return None if saved == now else (where.lstrip("."), saved, now)
 
 
 def remove_stale_files(run_dir: Path) -> None:

@@ -20,6 +20,7 @@ from markovformer.data.bundle import DataBundle
 from markovformer.models.config_base import suggest
 from markovformer.training.build import build_data, build_model, build_run_task
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
+from markovformer.training.data_record import check_same_data
 from markovformer.training.divergence import DivergenceGuard
 from markovformer.training.environment import check_accelerator, check_nodes, check_precision
 from markovformer.training.evaluation import evaluate, first_batch_metrics, scoring_loader
@@ -41,7 +42,6 @@ from markovformer.training.run_config import RunConfig, load_yaml, resolve_run_c
 from markovformer.training.run_dir import (
     LAST_CHECKPOINT,
     RESOLVED_CONFIG,
-    check_same_data,
     finished_steps,
     load_run,
     mark_unfinished,

@@ -10,7 +10,6 @@ name. To add a task: subclass ``Task`` in a file of this package and add it to `
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import sys
 from collections.abc import Iterable, Iterator
@@ -29,6 +28,7 @@ from markovformer.data.readers.tokenizer import END_OF_DOCUMENT, load_tokenizer
 from markovformer.data.translation.parallel import one_line
 from markovformer.models.generation import GenerationConfig
 from markovformer.training.batches import EpochBatches
+from markovformer.training.data_record import read_data_record
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
 MASKS = ("attention_mask", "src_mask", "tgt_mask")  # the keys whose ones are a batch's real (not padding) positions
@@ -356,11 +356,8 @@ PACKED = ("this run packed its documents (data.packing: true): its model read ea
 def packs_documents(run_dir: Path) -> bool:
     """Whether the run at ``run_dir`` trained on packed documents (its data.json's record of the splits says
     ``packing``, as ``Task.check_data`` reads it from the data). False for a folder without a run's data.json."""
-    try:
-        splits = json.loads((Path(run_dir) / "data.json").read_text()).get("splits")
-    except (OSError, ValueError, AttributeError):
-        return False  # the run's own checks name a missing or broken data.json where they read it
-    return isinstance(splits, dict) and bool(splits.get("packing"))
+    # the run's own checks name a missing or broken data.json where they read it
+    return bool(read_data_record(run_dir, "splits", strict=False).get("packing"))
 
 
 def refuse_packed_start(through_eod: bool, empty_prompt: bool) -> None:

@@ -146,7 +146,7 @@ class CTC(Task):
         normalisation and stacked frames). Runs of recordings only (``audio_manifest``, ``speech_features``): other
         CTC data has no front end to turn audio into the model's inputs."""
         from markovformer.data.recipes.speech import recording_features  # deferred: the speech recipes
-        from markovformer.training.run_checks import read_data_info
+        from markovformer.training.data_record import read_data_info
 
         if request.prompt is not None or request.input is None:
             raise ValueError("a CTC run transcribes recordings: give --input FILE (a WAV file, or a list of WAV "
