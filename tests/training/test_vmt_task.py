@@ -481,3 +481,31 @@ def test_generative_from_data_with_another_latent_size_names_model_latent_dim():
     with pytest.raises(ConfigError, match=r"model.latent_dim=4: .* 2 dimensions \(data.state_dim\); set "
                                           r"model.latent_dim=2"):  # fmt: skip
         build_run_task(config, bundle).prepare_model(build_model(config, bundle.info))
+
+
+def test_inspect_curves_name_the_iw_bounds_k_and_draw_the_exact_log_likelihood_on_both_bounds(tmp_path, kept_figures):
+    """The curves' bound panels: the importance-weighted bound's title said "iw bound" (it rises with K, so a value
+    without K is no number), and neither bound panel drew the exact log-likelihood both approach from below (only
+    the loss panel drew its negative). The exact value drawn is the naive forward algorithm's on the validation
+    documents."""
+    from markovformer.plots import curves
+    from markovformer.training.inspection import write_inspection_report
+
+    values = tiny_vmt()
+    values["output_dir"] = str(tmp_path / "run")
+    values["task_options"] = {"iw_samples": 7}
+    config = resolve_run_config(values)
+    train(config)
+    bundle = build_data(config)
+    parameters = bundle.info["parameters"]
+    documents = [example["input_ids"].tolist() for example in bundle.val]
+    exact = sum(_naive_forward_log_likelihood(parameters["initial"], parameters["transition"], parameters["emission"],
+                                              document) for document in documents)  # fmt: skip
+    exact /= sum(len(document) for document in documents)
+    figures = kept_figures(curves)
+    write_inspection_report(tmp_path / "run")
+    panels = {ax.get_title(): ax for ax in figures["curves.png"].axes}
+    assert "importance-weighted bound, K = 7 (nats/token)" in panels and "iw bound" not in panels
+    for title in ("elbo", "importance-weighted bound, K = 7 (nats/token)"):
+        [line] = [line for line in panels[title].get_lines() if line.get_label().startswith("exact log-likelihood")]
+        assert line.get_ydata()[0] == pytest.approx(exact, abs=1e-9)

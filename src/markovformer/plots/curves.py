@@ -99,7 +99,9 @@ def plotted_families(series: dict[str, tuple[list[int], list[float]]]) -> dict[s
 
 
 def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str, float] | None = None,
-                         curve_labels: dict[str, str] | None = None, loss_title: str | None = None) -> Path:
+                         curve_labels: dict[str, str] | None = None, loss_title: str | None = None,
+                         panel_titles: dict[str, str] | None = None,
+                         panel_lines: dict[str, dict[str, float]] | None = None) -> Path:  # fmt: skip
     """One panel per metric family (``plotted_families``) against the optimiser step, stacked; returns ``out``.
 
     ``curve_labels`` {column: legend label} names curves whose column would not say what they are (a column logged
@@ -109,7 +111,9 @@ def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str
     The loss panel (train and validation together) comes first and carries ``reference_lines`` (label -> value in
     the loss's own unit, nats; e.g. ``{"entropy rate": 1.73}``) as dashed horizontal lines, always inside the axis
     with the text of each value, so the gap between the curves and the floor reads off the figure (there is nowhere
-    to draw them when the file has no loss column). Raises ValueError naming the file when it holds no values.
+    to draw them when the file has no loss column). ``panel_titles`` {family: title} and ``panel_lines`` {family:
+    {label: value}} do the same for other panels (a VMT's bounds: the K of the importance-weighted bound, the exact
+    log-likelihood they bound). Raises ValueError naming the file when it holds no values.
     """
     series = read_metric_series(metrics_csv)
     families = plotted_families(series)
@@ -124,19 +128,20 @@ def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str
             finite = [value if math.isfinite(value) else math.nan for value in values]
             ax.plot(steps, finite, label=label, marker="o" if len(steps) <= 50 else None, markersize=3, lw=1.2)
             _mark_non_finite(ax, steps, values, label)
-        if family == "loss" and reference_lines:
+        lines = reference_lines if family == "loss" else (panel_lines or {}).get(family)
+        if lines:
             low, high = ax.get_ylim()
-            for index, (label, value) in enumerate(reference_lines.items()):
+            for index, (label, value) in enumerate(lines.items()):
                 ax.axhline(value, ls=("--", ":", "-.")[index % 3], lw=1.2, color="black",
                            label=f"{label} = {value:.4f}")  # fmt: skip
-            values = list(reference_lines.values())
+            values = list(lines.values())
             margin = 0.05 * (max(high, *values) - min(low, *values))
             ax.set_ylim(min(low, *values) - margin, max(high, *values) + margin)
         if family == "loss" and loss_title:
             ax.set_title(loss_title)
             ax.set_ylabel("nats")
         else:
-            ax.set_title(family.replace("_", " "))
+            ax.set_title((panel_titles or {}).get(family, family.replace("_", " ")))
             ax.set_ylabel(_UNITS.get(family, family.replace("_", " ")))
         if family == "learning rate":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))

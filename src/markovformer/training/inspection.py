@@ -208,6 +208,19 @@ def reference_lines(reference: dict) -> dict[str, float]:
     return lines
 
 
+def bound_panels(config, reference: dict) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
+    """The titles and lines of a VMT's bound panels in the training curves: the importance-weighted bound named with
+    the K it was logged with (the run's task_options.iw_samples; it rises with K), and the exact log-likelihood that
+    both bounds approach from below (where the data has one). Empty for other runs."""
+    samples = getattr(config.task_options, "iw_samples", None)
+    titles = {"iw_bound": f"importance-weighted bound, K = {samples} (nats/token)"} if samples else {}
+    exact = document_log_likelihood(reference, "val")
+    if exact is None or not math.isfinite(exact):
+        return titles, {}
+    line = {"exact log-likelihood (validation)": exact}
+    return titles, {"elbo": line, "iw_bound": line}
+
+
 def write_inspection_report(target: str | Path, layers: list[int] | None = None, out_dir: str | Path | None = None):
     """Write the figures of a trained run and their page into ``out_dir`` (default RUN_DIR/report, and for one
     checkpoint file RUN_DIR/report-STEM, which leaves the run's own report as it is) and return its index.html. The
@@ -242,8 +255,10 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
         names = loss_curve_names(task)
         caption = curves_caption(task, lines, config.trainer.label_smoothing, rescaled_losses(csv))
         title = f"{' and '.join(names.values())}: two quantities" if names else None
+        titles, bound_lines = bound_panels(config, results.get("reference", {}))
         figures.append((caption, plot_training_curves(csv, out / "curves.png", reference_lines=lines or None,
-                                                      curve_labels=names, loss_title=title)))  # fmt: skip
+                                                      curve_labels=names, loss_title=title, panel_titles=titles,
+                                                      panel_lines=bound_lines)))  # fmt: skip
 
     strengths = model.transition_strengths()
     if strengths:
