@@ -146,3 +146,15 @@ def test_the_loop_feeds_back_every_token_but_the_last():
     out = decoding_loop(torch.tensor([[0]]), torch.nn.functional.one_hot(torch.tensor([1]), 10).float(), step,
                         GenerationConfig(max_new_tokens=4))  # fmt: skip
     assert out.tolist() == [[0, 1, 2, 3, 4]] and fed == [[1], [2], [3]]
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-300, 5e-324])
+def test_a_tiny_temperature_samples_among_the_tied_maxima_as_its_limit_says(temperature):
+    """As T -> 0 the softmax of logits / T puts all mass on the maxima, evenly on tied ones. Divided in float32,
+    1e-40 made the maximum inf and, shifted by softmax, nan: torch's sampler raised. The suppressed token (-inf) and
+    the lower ones never come; the two tied maxima come about equally often."""
+    logits = torch.tensor([[1.0, 0.999, 1.0, float("-inf"), -5.0]]).expand(4000, -1)
+    drawn = sample_next_token(logits, temperature=temperature, generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(drawn, minlength=5)
+    assert counts[1] == counts[3] == counts[4] == 0
+    assert counts[0] + counts[2] == 4000 and abs(counts[0].item() - 2000) < 5 * (4000 * 0.25) ** 0.5

@@ -129,7 +129,10 @@ def next_tokens(logits: Tensor, config: GenerationConfig, generator: torch.Gener
         logits = logits.float().index_fill(-1, index, float("-inf"))
     if not config.do_sample:
         return logits.argmax(-1)
-    logits = logits.float() / config.temperature
+    # shifted to a row maximum of 0 and scaled in float64: a tiny temperature sends every other token to -inf and
+    # keeps the maximum at 0 (logits / 1e-40 in float32 was inf - inf = nan, and torch's sampler raised)
+    logits = logits.double()
+    logits = (logits - logits.amax(-1, keepdim=True)) / config.temperature
     if config.top_k is not None and config.top_k < logits.shape[-1]:
         kth = logits.topk(config.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
