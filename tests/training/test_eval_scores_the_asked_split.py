@@ -59,6 +59,18 @@ def test_eval_of_the_test_split_is_the_hand_computed_loss_of_the_test_examples(t
     assert val["loss"] == pytest.approx(hand_loss(model, bundle.val), rel=1e-6)
 
 
+def test_data_of_a_larger_vocabulary_than_the_models_is_refused_naming_the_option(tmp_path):
+    """eval --data num_symbols=8 on a 4-symbol run failed in the first batch naming a token id (7, outside [0, 4)),
+    not the option that made it; a smaller vocabulary is scored (the model has an output for each of its tokens)."""
+    values = copy.deepcopy(TINY_RUN)
+    values["trainer"].update(max_steps=5, eval_every=5, checkpoint_every=5, log_every=5)
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    with pytest.raises(ConfigError, match=r"data.num_symbols=8: the data's vocabulary has 8 tokens, the run's model 4"):
+        evaluate(tmp_path / "run", "val", {"num_symbols": 8})
+    assert math.isfinite(evaluate(tmp_path / "run", "val", {"num_symbols": 3})["metrics"]["loss"])
+
+
 def test_the_true_chain_loss_is_that_of_the_split_scored():
     reference = {"entropy_rate": 0.5, "oracle_val_loss": 0.61, "oracle_test_loss": 0.47}
     assert reference_results(reference, "test")["true_chain_loss"] == 0.47

@@ -123,6 +123,18 @@ def check_same_names(run_dir: Path, info: dict) -> None:
                               f"order, from {run_dir / 'data.json'}): the model reads them by position")  # fmt: skip
 
 
+def check_vocabulary_fits(run_dir: Path, info: dict, overrides: dict) -> None:
+    """ConfigError when data given to score a run (``eval --data``, e.g. another ``num_symbols``) has a larger
+    vocabulary than the run's model: it has no output for the tokens beyond (before, the first batch failed naming
+    a token id, not the option that made it)."""
+    saved, given = read_data_info(run_dir).get("vocab_size"), info.get("vocab_size")
+    if isinstance(saved, int) and isinstance(given, int) and given > saved:
+        options = " ".join(f"data.{key}={value!r}" for key, value in overrides.items()) or "its data options"
+        raise ConfigError(f"eval --data {options}: the data's vocabulary has {given} tokens, the run's model {saved} "
+                          f"(from {run_dir / 'data.json'}): it has no output for tokens {saved}..{given - 1}; score "
+                          f"data of the run's vocabulary")  # fmt: skip
+
+
 FRONT_END = (("log_mel", "log-Mel front end"), ("stack_frames", "frames stacked per input"))  # what speech data records
 
 
@@ -230,6 +242,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     task = build_run_task(config, bundle)
     check_same_tokenizer(run_dir, bundle)
     check_same_names(run_dir, bundle.info)
+    check_vocabulary_fits(run_dir, bundle.info, data_overrides or {})
     check_same_front_end(run_dir, bundle.info)
     examples = scored_split(bundle, split, run_dir)
     task.describe_split(examples, bundle.tokenizer)
