@@ -161,7 +161,7 @@ def test_a_tiny_run_obeys_the_bounds_invariants(tmp_path):
 def test_the_text_part_is_skipped_without_a_file(tmp_path):
     lines = []
     overrides = {**TINY, "text_path": str(tmp_path / "missing.txt"), "lg_steps": 2, "lg_eval_every": 2,
-                 "hmm_steps": 2}  # fmt: skip
+                 "hmm_steps": 2, "kl_warmup_steps": 2}  # fmt: skip
     report = vmt.run(tmp_path, quick=True, seeds=None, overrides=overrides, log=lines.append)
     assert any("part 3 skipped" in line for line in lines) and "Part 3 skipped" in report.read_text()
     assert "vmt" in EXPERIMENTS

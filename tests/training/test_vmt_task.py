@@ -509,3 +509,16 @@ def test_inspect_curves_name_the_iw_bounds_k_and_draw_the_exact_log_likelihood_o
     for title in ("elbo", "importance-weighted bound, K = 7 (nats/token)"):
         [line] = [line for line in panels[title].get_lines() if line.get_label().startswith("exact log-likelihood")]
         assert line.get_ydata()[0] == pytest.approx(exact, abs=1e-9)
+
+
+def test_a_kl_warm_up_longer_than_the_run_is_refused_before_anything_is_written(tmp_path):
+    """Past max_steps the KL weight never reaches 1: the run ended on a down-weighted KL, not its ELBO, unsaid. The
+    refusal is for new runs only (as the learning rate's warm-up)."""
+    values = tiny_vmt()
+    steps = values["trainer"]["max_steps"]
+    values["task_options"] = {"kl_warmup_steps": steps + 1}
+    values["output_dir"] = str(tmp_path / "run")
+    with pytest.raises(ConfigError, match=rf"task_options.kl_warmup_steps={steps + 1} is larger than "
+                                          rf"trainer.max_steps={steps}: the KL weight would never reach 1"):  # fmt: skip
+        train(resolve_run_config(values))
+    assert not (tmp_path / "run").exists()

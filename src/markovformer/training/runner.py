@@ -61,7 +61,7 @@ from markovformer.training.step_checkpoints import (
     StepCheckpoints,
     step_checkpoints,
 )
-from markovformer.training.tasks import Task
+from markovformer.training.tasks import TASKS, Task
 from markovformer.training.termination import StopTogether, ignore_outside_sigterm
 from markovformer.training.trainer_config import (
     LOGGERS,
@@ -149,6 +149,7 @@ def train(config: RunConfig) -> dict:
     check_accelerator(config.trainer.accelerator)  # before anything is written
     check_precision(config.trainer.precision, config.trainer.accelerator)
     check_warmup(config.trainer)
+    TASKS[config.task].check_new_run(config.task_options, config.trainer)
     check_logger(config.trainer.logger)
     check_nodes(config.trainer.num_nodes)
     run_dir = Path(config.output_dir)

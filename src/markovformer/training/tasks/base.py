@@ -215,6 +215,11 @@ class Task:
             raise ConfigError(f"data.packing is set but {type(model).__name__} takes no position_ids (it cannot keep "
                               "packed documents apart); set data.packing: false")  # fmt: skip
 
+    @classmethod
+    def check_new_run(cls, options, trainer: TrainerConfig) -> None:
+        """ConfigError for task ``options`` a new run of ``trainer.max_steps`` steps cannot honour: checked for new
+        runs only (as ``check_warmup``), so that runs trained before a check still load, evaluate and resume."""
+
     def check_data(self, bundle: DataBundle) -> None:
         """ConfigError when the data cannot be scored as this task scores it. Notes whether the batches carry
         packed documents (``position_ids``), which the model must then take."""

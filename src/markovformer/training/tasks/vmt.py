@@ -14,7 +14,7 @@ from markovformer.data.bundle import DataBundle
 from markovformer.models.vmt.documents import walk_documents
 from markovformer.training.batches import DocumentWindows, window_stride, world
 from markovformer.training.tasks.base import LossMetric, Task, WeightedMean
-from markovformer.training.trainer_config import ConfigError, shown
+from markovformer.training.trainer_config import ConfigError, TrainerConfig, shown
 
 IW_SAMPLES = 10  # K of the importance-weighted bound that VMT validation and evaluation report by default
 BOUNDS = ("elbo", "reconstruction", "kl")
@@ -125,6 +125,16 @@ class VMT(Task):
         super().__init__(*args, **kwargs)
         self.carry: Tensor | None = None  # the last training step's carry (B, latent_dim)
         self.walk = DocumentWalk(self.options.carry, self.options.iw_samples)
+
+    @classmethod
+    def check_new_run(cls, options: VMTOptions, trainer: TrainerConfig) -> None:
+        """The KL weight must reach 1 within the run: past max_steps the run ends on an objective that is not its
+        ELBO (down-weighted KL), unsaid."""
+        if options.kl_warmup_steps > trainer.max_steps:
+            raise ConfigError(f"task_options.kl_warmup_steps={options.kl_warmup_steps} is larger than "
+                              f"trainer.max_steps={trainer.max_steps}: the KL weight would never reach 1, so the run "
+                              f"would end on a down-weighted KL, not its ELBO; set it <= {trainer.max_steps} (0: "
+                              f"weight 1 from the start)")  # fmt: skip
 
     def check_data(self, bundle: DataBundle) -> None:
         """The VMT reads each example as a document of its own, so overlapping text windows would score tokens
