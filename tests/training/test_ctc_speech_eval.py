@@ -124,9 +124,10 @@ def test_generate_refuses_a_decoding_flag_a_transcript_does_not_take(speech_run,
     assert main(["generate", str(speech_run / "run"), "--input", wav, "--temperature", "0"]) == 0  # greedy, as asked
 
 
-def test_generate_refuses_compile_step_and_a_length_penalty_for_a_transcript(speech_run, capsys):
+def test_generate_refuses_compile_step_a_length_penalty_and_prompt_flags_for_a_transcript(speech_run, capsys):
     """--compile-step was ignored (a transcript is one forward pass, no decoding step), and so was --length-penalty
-    (a transcript is the best path, ranked by nothing): each is refused in one line naming it."""
+    (a transcript is the best path, ranked by nothing), and --skip-unknown and --through-eod (no prompt is continued):
+    each is refused in one line naming it."""
     wav = str(speech_run / "audio" / "4.wav")
     capsys.readouterr()
     for flags, named in ((["--compile-step"], "--compile-step: a CTC run transcribes each batch of recordings in one "
@@ -135,3 +136,6 @@ def test_generate_refuses_compile_step_and_a_length_penalty_for_a_transcript(spe
         assert main(["generate", str(speech_run / "run"), "--input", wav, *flags]) == 2
         printed = capsys.readouterr()
         assert printed.out == "" and len(printed.err.strip().splitlines()) == 1 and named in printed.err
+    for flag in ("--skip-unknown", "--through-eod"):  # a language model's prompt flags: they were ignored
+        assert main(["generate", str(speech_run / "run"), "--input", wav, flag]) == 2
+        assert f"{flag}: a CTC run continues no prompt" in capsys.readouterr().err

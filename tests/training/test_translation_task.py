@@ -215,6 +215,9 @@ def test_generate_translates_a_prompt_and_a_file_of_sentences(trained_run, tmp_p
     for flag, value in (("--temperature", "0.7"), ("--top-k", "3"), ("--top-p", "0.9")):  # were ignored silently
         assert main(["generate", str(run_dir), "--prompt", sources[0], flag, value]) == 2
         assert f"{flag} {value}: a translation run searches" in capsys.readouterr().err
+    for flag in ("--skip-unknown", "--through-eod"):  # a language model's prompt flags, ignored silently too
+        assert main(["generate", str(run_dir), "--prompt", sources[0], flag]) == 2
+        assert f"{flag}: a translation run continues no prompt" in capsys.readouterr().err
     assert main(["generate", str(run_dir), "--prompt", sources[0], "--temperature", "0", "--max-new-tokens", "40"]) == 0
     assert capsys.readouterr().out.splitlines() == expected[:1]  # 0 (greedy) is what a translation run does
     # ignored silently: the translator's searches have no one-token step to compile, and greedy no length ranking

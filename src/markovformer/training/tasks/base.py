@@ -365,6 +365,15 @@ def packs_documents(run_dir: Path) -> bool:
     return bool(read_data_record(run_dir, "splits", strict=False).get("packing"))
 
 
+def refuse_prompt_flags(request: GenerationRequest, run: str) -> None:
+    """ValueError for the flags only a language model's continuation reads, given to a ``run`` (translation, CTC)
+    whose generate would ignore them."""
+    for flag, given in (("--skip-unknown", request.skip_unknown), ("--through-eod", request.through_eod)):
+        if given:
+            raise ValueError(f"{flag}: a {run} run continues no prompt within a document; that flag is a language "
+                             f"model's (generate on a causal_lm run)")  # fmt: skip
+
+
 def refuse_packed_start(through_eod: bool, empty_prompt: bool) -> None:
     """ValueError for what a model trained on packed documents never learned: a document's first token, after an
     ``<eod>`` (--through-eod) or from nothing (an empty prompt, which starts after an ``<eod>``). Sampled anyway,

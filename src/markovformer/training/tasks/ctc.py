@@ -14,7 +14,7 @@ from torchmetrics.text import CharErrorRate, WordErrorRate
 
 from markovformer.data.collate import collate
 from markovformer.data.readers.audio import read_recording_list
-from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, model_inputs
+from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, model_inputs, refuse_prompt_flags
 
 
 def greedy_ctc_decode(logits: Tensor, lengths: Tensor, blank: int = 0) -> list[list[int]]:
@@ -151,6 +151,7 @@ class CTC(Task):
         if request.prompt is not None or request.input is None:
             raise ValueError("a CTC run transcribes recordings: give --input FILE (a WAV file, or a list of WAV "
                              "paths, one per line)")  # fmt: skip
+        refuse_prompt_flags(request, "CTC")
         given = request.generation  # a transcript is the best path: no flag of search, sampling or length shapes it
         decoding = {"--beam-size": given.num_beams if given.num_beams != 1 else None,
                     "--temperature": given.temperature if given.temperature not in (0.0, 1.0) else None,

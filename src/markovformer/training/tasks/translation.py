@@ -22,7 +22,14 @@ from markovformer.data.translation import (
 )
 from markovformer.models.generation import GenerationConfig
 from markovformer.training.batches import world
-from markovformer.training.tasks.base import GenerationRequest, LossMetric, Task, model_inputs, perplexity
+from markovformer.training.tasks.base import (
+    GenerationRequest,
+    LossMetric,
+    Task,
+    model_inputs,
+    perplexity,
+    refuse_prompt_flags,
+)
 from markovformer.training.trainer_config import ConfigError
 
 TRANSLATE_BATCH = 32  # sources decoded together by `generate --input`
@@ -142,6 +149,7 @@ class Translation(Task):
         if not sentences or blank is not None:
             where = f" (line {blank} is blank)" if request.input is not None and blank is not None else ""
             raise ValueError(f"{request.input or '--prompt'}: every source sentence must be non-empty{where}")
+        refuse_prompt_flags(request, "translation")
         given = request.generation
         sampling = {"--temperature": given.temperature if given.temperature not in (0.0, 1.0) else None,
                     "--top-k": given.top_k, "--top-p": given.top_p}  # fmt: skip
