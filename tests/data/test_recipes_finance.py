@@ -30,7 +30,7 @@ from markovformer.data.recipes.finance import (
     read_order_book,
     regimes_of_examples,
 )
-from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.data.sources import DATA_SOURCES, source_tasks
 from markovformer.data.splits import contiguous_split
 
 
@@ -302,7 +302,7 @@ def test_order_book_source_windows_normalise_on_training_rows(tmp_path):
     path = _book_csv(tmp_path / "book.csv")
     source = DATA_SOURCES["order_book"](path=str(path), horizon=5, window=20, stride=10)
     bundle = source.build(seed=0)
-    assert SOURCE_TASKS["order_book"] == ("sequence_classification", "token_classification")
+    assert source_tasks("order_book") == ("sequence_classification", "token_classification")
     assert bundle.info["input_dim"] == 10 and bundle.info["label_names"] == ["down", "flat", "up"]
     assert bundle.splits["path"] == str(path) and len(bundle.info["move_thresholds"]) == 2
     header, rows, _ = order_book_table(read_order_book(path), horizon=5)

@@ -34,7 +34,7 @@ from markovformer.data.recipes.genomics import (
     splice_records,
     write_labelled_fasta,
 )
-from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.data.sources import DATA_SOURCES, source_tasks
 
 
 def _random_dna(rng: random.Random, length: int) -> str:
@@ -283,7 +283,7 @@ def test_bed_source_builds_a_classification_bundle(tmp_path):
         path=str(tmp_path / "r.bed"), reference=str(reference_path), fractions=(0.5, 0.25, 0.25)
     )
     bundle = source.build(seed=0)
-    assert SOURCE_TASKS["bed"] == ("sequence_classification",)
+    assert source_tasks("bed") == ("sequence_classification",)
     assert bundle.info["label_names"] == ["no", "yes"] and bundle.splits["bed"] == str(tmp_path / "r.bed")
     assert sorted(bundle.splits["train"] + bundle.splits["val"] + bundle.splits["test"]) == sorted(
         f"chr2:{i}-{i + 8}({'+-'[i % 2]})" for i in range(20)

@@ -56,7 +56,7 @@ from markovformer.data.recipes.speech import (
     trim_silence,
     write_speech_features,
 )
-from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.data.sources import DATA_SOURCES, source_tasks
 
 
 def _tone(frequency: float, seconds: float, rate: int, amplitude: float = 0.5) -> torch.Tensor:
@@ -217,7 +217,7 @@ def test_manifest_reader_resolves_paths_and_names_bad_lines(tmp_path):
 def test_audio_manifest_source_builds_normalised_ctc_examples(tmp_path):
     path = _manifest(tmp_path)
     bundle = DATA_SOURCES["audio_manifest"](path=str(path), fractions=(0.6, 0.2, 0.2)).build(seed=0)
-    assert SOURCE_TASKS["audio_manifest"] == ("ctc",)
+    assert source_tasks("audio_manifest") == ("ctc",)
     assert bundle.info["input_dim"] == 80 and bundle.info["label_names"] == CTC_LABEL_NAMES
     assert (len(bundle.train), len(bundle.val), len(bundle.test)) == (6, 2, 2)
     example, name = bundle.val[0], bundle.splits["val"][0]
@@ -251,7 +251,7 @@ def test_speech_file_round_trips_and_the_source_picks_the_test_set(tmp_path):
             torch.testing.assert_close(features, original.half().float())
     recorded = DATA_SOURCES["speech_features"](path=str(path)).build(seed=0)
     synthetic = load_speech_features(path, test_set="synthetic")
-    assert SOURCE_TASKS["speech_features"] == ("ctc",)
+    assert source_tasks("speech_features") == ("ctc",)
     assert [decode_transcript(e["labels"]) for e in recorded.test] == [t for _, t, s in utterances if s == "recorded"]
     assert [decode_transcript(e["labels"]) for e in synthetic.test] == [t for _, t, s in utterances if s == "test"]
     frames = torch.cat([f.half().float() for f, _, s in utterances if s == "train"]).double()

@@ -1,8 +1,11 @@
-"""The two tables a data source is registered in (``data/sources.py``): ``DATA_SOURCES`` (its dataclass) and
-``SOURCE_TASKS`` (the tasks it feeds) name the same sources, and a source added to the first alone is named, with
-where its tasks go, by ``train`` and by ``data list`` / ``data show`` (each stopped on a bare ``KeyError: 'NAME'``)."""
+"""A data source declares the tasks it feeds on its class (``feeds``, read through ``sources.source_tasks``), beside
+its options: one place to register it, ``DATA_SOURCES``. A class that declares none is named, with where its tasks
+go, by ``train`` and by ``data list`` / ``data show`` (each stopped on a bare ``KeyError: 'NAME'`` when the tasks
+were a second table)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -13,25 +16,34 @@ from markovformer.training.build import build_data
 from markovformer.training.run_config import resolve_run_config
 from markovformer.training.tasks import TASKS
 
-UNLISTED = r"data source 'toy' is in DATA_SOURCES but not in SOURCE_TASKS: add 'toy': \(TASK, \.\.\.\), the tasks"
+UNDECLARED = r"data source 'toy' \(ToySource\) declares no tasks: give the class `feeds: ClassVar\[tuple\[str, "
 
 
 def test_every_registered_source_feeds_tasks_that_exist():
-    assert set(sources.DATA_SOURCES) == set(sources.SOURCE_TASKS)
-    for name, tasks in sources.SOURCE_TASKS.items():
+    for name in sources.DATA_SOURCES:
+        tasks = sources.source_tasks(name)
         assert tasks and set(tasks) <= set(TASKS), (name, tasks)
 
 
-def test_a_source_without_its_tasks_is_named_with_where_to_add_them(monkeypatch, capsys):
-    class ToySource(MarkovChainSource):
-        """A contributor's new source, registered in DATA_SOURCES only."""
+@dataclasses.dataclass
+class ToySource:
+    """A contributor's new source, its tasks not declared."""
 
+    seq_len: int = 8
+
+    def build(self, seed: int):
+        return MarkovChainSource(seq_len=self.seq_len).build(seed)
+
+
+def test_a_source_without_its_tasks_is_named_with_where_to_declare_them(monkeypatch):
     monkeypatch.setitem(sources.DATA_SOURCES, "toy", ToySource)
     config = resolve_run_config({"task": "causal_lm", "data": {"source": "toy", "seq_len": 8},
                                  "trainer": {"max_steps": 2}})  # fmt: skip
-    with pytest.raises(LookupError, match=UNLISTED) as error:
+    with pytest.raises(LookupError, match=UNDECLARED) as error:
         build_data(config)
-    assert "markovformer/data/sources.py" in str(error.value)
+    assert "markovformer/data/synthetic/markov_sources.py" in str(error.value)  # the example to copy
     for command in (["data", "list"], ["data", "show", "toy"]):
-        with pytest.raises(LookupError, match=UNLISTED):
+        with pytest.raises(LookupError, match=UNDECLARED):
             main(command)
+    monkeypatch.setattr(ToySource, "feeds", ("causal_lm",), raising=False)  # declared: built and listed
+    assert len(build_data(config).train) > 0

@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 
-from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.data.sources import DATA_SOURCES, source_tasks
 from markovformer.data.synthetic import tasks
 from markovformer.data.synthetic.ctc import SyntheticCTCSource
 from markovformer.markov import add_beta_loss
@@ -123,7 +123,7 @@ def test_icl_markov_labels_are_the_next_symbols_and_the_reference_is_the_bayes_a
 def test_sources_give_disjoint_seeded_splits_for_causal_lm(name):
     source = DATA_SOURCES[name](train_examples=30, val_examples=10, test_examples=10)
     first, again = source.build(seed=5), source.build(seed=5)
-    assert SOURCE_TASKS[name] == ("causal_lm",)
+    assert source_tasks(name) == ("causal_lm",)
     assert torch.equal(first.train[0]["input_ids"], again.train[0]["input_ids"])
     train, val, test = (torch.stack([e["input_ids"] for e in split[:10]]) for split in (first.train, first.val,
                                                                                        first.test))  # fmt: skip

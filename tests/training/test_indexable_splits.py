@@ -60,7 +60,6 @@ sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parent.paren
 from test_indexable_splits import counting_source
 from markovformer.data import sources
 sources.DATA_SOURCES["counting"] = counting_source(Counter())
-sources.SOURCE_TASKS["counting"] = ("causal_lm",)
 from markovformer.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -70,7 +69,6 @@ def counting_run(tmp_path, monkeypatch, *args) -> Counter:
     """The command line in this process with the counting source registered; the reads of each split."""
     reads = Counter()
     monkeypatch.setitem(sources.DATA_SOURCES, "counting", counting_source(reads))
-    monkeypatch.setitem(sources.SOURCE_TASKS, "counting", ("causal_lm",))
     done = run_in_process(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     return reads

@@ -16,6 +16,6 @@ A new data set: its reader (or generator, or recipe) in its shelf, then a source
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import collate
-from markovformer.data.sources import DATA_SOURCES, SOURCE_TASKS
+from markovformer.data.sources import DATA_SOURCES, source_tasks
 
-__all__ = ["DATA_SOURCES", "DataBundle", "SOURCE_TASKS", "collate"]
+__all__ = ["DATA_SOURCES", "DataBundle", "collate", "source_tasks"]

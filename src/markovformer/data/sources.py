@@ -1,8 +1,8 @@
 """Data sources by name: the ``data:`` section of a run config is ``{source: NAME, ...options}``.
 
 Each source is a dataclass whose fields are its options and whose ``build(seed)`` returns a DataBundle.
-To add a data set: write such a dataclass (see ``FastaSource`` for a file) and add it to ``DATA_SOURCES`` and
-``SOURCE_TASKS`` (both: ``source_tasks`` names a source missing from the second); README.md's "A data source" lists
+To add a data set: write such a dataclass (see ``FastaSource`` for a file) with the tasks it feeds as its ``feeds``
+class variable, and add it to ``DATA_SOURCES``; README.md's "A data source" lists
 the rest (option help, where options are checked, file options, a fitted tokenizer, the tests). A file
 option is resolved with ``_require_path``: ``data/NAME`` is also looked up in the data directory
 (``recipes.registry.find_prepared_file``).
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 from pathlib import Path
+from typing import ClassVar
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.csv_series import load_csv_series
@@ -40,6 +41,8 @@ class TextSource(TokenizedText):
     directory or a glob of documents; ``documents`` says what else separates documents (JSONL or blank-line
     records, whose text is ``text_column``)."""
 
+    feeds: ClassVar[tuple[str, ...]] = ("causal_lm", "vmt")  # vmt: each window of seq_len + 1 tokens is a document
+
     # The windows: readers.text.text_windows. The docstring above is `markovformer data show`'s text.
     path: str = ""
     documents: str = "file"
@@ -58,6 +61,8 @@ class HFDatasetSource(TokenizedText):
     row's ``text_column`` is a document, tokenized with ``Dataset.map(batched=True, num_proc=...)`` into a cached
     token store, as text files are. Needs the ``datasets`` extra: ``pip install 'markovformer[datasets]'``."""
 
+    feeds: ClassVar[tuple[str, ...]] = ("causal_lm",)
+
     # The reader: markovformer.data.readers.hf_dataset. The docstring above is `markovformer data show`'s text.
 
     data_files: list[str] = dataclasses.field(default_factory=list)
@@ -73,6 +78,8 @@ class FastaSource:
     """DNA sequences in FASTA (plain or gzipped) with a labels file (``id<TAB>label`` or ``id,label`` per line, after
     an optional header line), for sequence classification.
     Vocabulary A/C/G/T/N; optional reverse-complement augmentation of the training split."""
+
+    feeds: ClassVar[tuple[str, ...]] = ("sequence_classification",)
 
     path: str = ""
     labels: str = ""
@@ -91,6 +98,8 @@ class FastaSource:
 class CsvSeriesSource:
     """Numeric time series in CSV: feature columns and a label column, sliding windows, chronological splits (in file
     order, which must be oldest first; a date column is checked), normalisation fitted on the training rows only."""
+
+    feeds: ClassVar[tuple[str, ...]] = ("sequence_classification", "token_classification")
 
     path: str = ""
     label_column: str = "label"
@@ -114,6 +123,8 @@ class BedSource:
     """Labelled BED intervals (label in column ``label_column``, 4 = the name) cut from a reference FASTA (plain or
     .gz; minus-strand intervals reverse-complemented), then as the ``fasta`` source: sequence classification."""
 
+    feeds: ClassVar[tuple[str, ...]] = ("sequence_classification",)
+
     path: str = ""
     reference: str = ""
     label_column: int = 4
@@ -134,6 +145,8 @@ class OrderBookSource:
     """Limit-order-book snapshots in CSV (timestamp, bid/ask price and size per level) -> windows labelled by the
     smoothed mid-price move over ``horizon`` snapshots (down/flat/up at +-``threshold``, or null: thresholds that
     balance the classes on the training rows); chronological splits, training-only normalisation."""
+
+    feeds: ClassVar[tuple[str, ...]] = ("sequence_classification", "token_classification")
 
     path: str = ""
     horizon: int = 10
@@ -157,6 +170,8 @@ class SpeechFeaturesSource:
     of voices unseen in training (``synthetic``). Features normalised with the training frames' statistics;
     ``stack_frames`` consecutive frames side by side make one input (3: 240 features per 30 ms, a third as long)."""
 
+    feeds: ClassVar[tuple[str, ...]] = ("ctc",)
+
     path: str = ""
     test_set: str = "recorded"
     stack_frames: int = 1
@@ -170,6 +185,8 @@ class AudioManifestSource:
     """WAV files with transcripts (a manifest of ``path<TAB>transcript`` lines, paths relative to it) for CTC:
     resampled to ``sample_rate``, 80 log-Mel features per 10 ms, characters a-z, space and apostrophe; split at
     random by utterance; ``stack_frames`` as for ``speech_features``."""
+
+    feeds: ClassVar[tuple[str, ...]] = ("ctc",)
 
     path: str = ""
     fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
@@ -186,6 +203,8 @@ class TranslationFileSource:
     """Parallel text from a TSV (``source<TAB>target``) or two aligned files (``path`` and ``target_path``), with
     a joint BPE tokenizer of ``vocab_size`` trained on the training pairs (saved with the run). A ``data/NAME`` path
     is also looked up in the data directory ($MARKOVFORMER_DATA, else ./data)."""
+
+    feeds: ClassVar[tuple[str, ...]] = ("translation",)
 
     # data/NAME is resolved here with find_prepared_file, not in ``translation``, which may not import the recipes'
     # shelf. The docstring above is `markovformer data show`'s text.
@@ -248,35 +267,13 @@ DATA_SOURCES: dict[str, type] = {
     "icl_markov": ICLMarkovSource,
 }
 
-# The tasks each source feeds (read through ``source_tasks``); a mismatch is a config error caught before any model
-# is built.
-SOURCE_TASKS: dict[str, tuple[str, ...]] = {
-    "markov_chain": ("causal_lm",),
-    "hidden_order": ("causal_lm",),
-    "text": ("causal_lm", "vmt"),  # vmt: each window of seq_len + 1 tokens is a document
-    "hf_dataset": ("causal_lm",),
-    "fasta": ("sequence_classification",),
-    "bed": ("sequence_classification",),
-    "csv_series": ("sequence_classification", "token_classification"),
-    "order_book": ("sequence_classification", "token_classification"),
-    "synthetic_ctc": ("ctc",),
-    "speech_features": ("ctc",),
-    "audio_manifest": ("ctc",),
-    "translation_file": ("translation",),
-    "synthetic_translation": ("translation",),
-    "linear_gaussian": ("vmt",),
-    "sticky_hmm": ("vmt",),
-    "mqar": ("causal_lm",),
-    "induction": ("causal_lm",),
-    "selective_copy": ("causal_lm",),
-    "icl_markov": ("causal_lm",),
-}
-
-
 def source_tasks(name: str) -> tuple[str, ...]:
-    """The tasks data source ``name`` (a key of ``DATA_SOURCES``) feeds. A source registered in ``DATA_SOURCES``
-    alone is a LookupError saying where its tasks go."""
-    if name not in SOURCE_TASKS:
-        raise LookupError(f"data source {name!r} is in DATA_SOURCES but not in SOURCE_TASKS: add {name!r}: (TASK, ...),"
-                          f" the tasks it feeds, to SOURCE_TASKS in markovformer/data/sources.py")  # fmt: skip
-    return SOURCE_TASKS[name]
+    """The tasks data source ``name`` (a key of ``DATA_SOURCES``) feeds: its class's ``feeds``; a mismatch with the
+    run's task is a config error caught before any model is built. A class without them is a LookupError saying where
+    they go."""
+    tasks = getattr(DATA_SOURCES[name], "feeds", None)
+    if not tasks:
+        raise LookupError(f"data source {name!r} ({DATA_SOURCES[name].__name__}) declares no tasks: give the class "
+                          f"`feeds: ClassVar[tuple[str, ...]] = (TASK, ...)`, the tasks it feeds (as "
+                          f"MarkovChainSource in markovformer/data/synthetic/markov_sources.py does)")  # fmt: skip
+    return tuple(tasks)

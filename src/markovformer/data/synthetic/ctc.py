@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import torch
 
@@ -16,6 +17,8 @@ class SyntheticCTCSource:
     with silent (noise-only) frames between some symbols: a stand-in for speech that needs no download. Labels are
     the symbol strings (ids 1..num_symbols; 0 is the CTC blank); symbol 1 is named " " (a space) and the others a, b,
     c, ..., so WER counts words split at symbol 1."""
+
+    feeds: ClassVar[tuple[str, ...]] = ("ctc",)
 
     num_symbols: int = 8
     input_dim: int = 16

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import torch
 
@@ -25,6 +26,9 @@ class MarkovChainSource:
     k - 1 targets lack full context (the first token is never a target), so the validation loss is directly
     comparable with the chain's entropy rate, reported as a reference line.
     """
+
+    # the tasks it feeds (every source declares them; `data list` shows them, train refuses another)
+    feeds: ClassVar[tuple[str, ...]] = ("causal_lm",)
 
     kind: str = "lagged"
     num_symbols: int = 16

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -285,6 +286,8 @@ class LinearGaussianSource:
     over each whole document, on the float32 values the model sees) and the entropy rate, as references for the
     model's bounds."""
 
+    feeds: ClassVar[tuple[str, ...]] = ("vmt",)
+
     # Built by ``rotating_linear_gaussian``; info["reference"] holds the references, info["parameters"] the true
     # parameters (``LinearGaussianParameters(**...)``). The docstring above is `markovformer data show`'s text.
 
@@ -340,6 +343,8 @@ class StickyHMMSource:
     the window alone costs likelihood. The data carries the exact log-likelihood per token of the validation and
     test documents (forward algorithm over each whole document) and the marginal symbol entropy (a model that
     ignores all context), as references for the model's bounds."""
+
+    feeds: ClassVar[tuple[str, ...]] = ("vmt",)
 
     # Built by ``sticky_hmm`` as input_ids (T,); info["reference"] holds the references, info["parameters"] the true
     # parameters. The docstring above is `markovformer data show`'s text.

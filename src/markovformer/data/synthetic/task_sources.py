@@ -6,6 +6,7 @@ validation and test sequences)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import torch
 
@@ -39,6 +40,8 @@ def _bundle(source, seed: int, vocab_size: int, reference: dict) -> DataBundle:
 class MQARSource:
     """Zoology's multi-query associative recall: ``num_pairs`` key-value pairs, then each key queried once."""
 
+    feeds: ClassVar[tuple[str, ...]] = ("causal_lm",)
+
     seq_len: int = 64
     num_pairs: int = 4
     vocab_size: int = 128
@@ -62,6 +65,8 @@ class MQARSource:
 class InductionSource:
     """Induction heads: predict the token that followed the trigger's first occurrence at its second."""
 
+    feeds: ClassVar[tuple[str, ...]] = ("causal_lm",)
+
     seq_len: int = 64
     vocab_size: int = 16
     train_examples: int = 20_000
@@ -83,6 +88,8 @@ class InductionSource:
 @dataclasses.dataclass
 class SelectiveCopySource:
     """Selective copying: reproduce the data tokens scattered among noise, in order, after the marker."""
+
+    feeds: ClassVar[tuple[str, ...]] = ("causal_lm",)
 
     seq_len: int = 64
     num_tokens: int = 8
@@ -109,6 +116,8 @@ class ICLMarkovSource:
     Dirichlet(``beta``) redrawn per sequence; the references are the chance accuracy and the Bayes losses of the
     validation and test sequences (``bayes_val_loss``, ``bayes_test_loss``): the add-``beta`` estimator's, the
     posterior predictive under that prior (add-1 only when ``beta`` is 1)."""
+
+    feeds: ClassVar[tuple[str, ...]] = ("causal_lm",)
 
     seq_len: int = 128
     order: int = 1

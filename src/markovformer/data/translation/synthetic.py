@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 
@@ -37,6 +38,8 @@ class SyntheticTranslationSource:
     make that gap large: a small MAT of order 2 reaches BLEU ≈ 95 where order 1 stays near 25 (see
     ``markovformer experiment mat-order``).
     """
+
+    feeds: ClassVar[tuple[str, ...]] = ("translation",)
 
     source_symbols: int = 4
     target_symbols: int = 6
