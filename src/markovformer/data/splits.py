@@ -15,9 +15,9 @@ def split_sizes(n: int, fractions: Sequence[float]) -> tuple[int, int, int]:
         raise ValueError(f"split size n must be a non-negative int, got {n!r}")
     fractions = tuple(fractions)
     if len(fractions) != 3 or any(not isinstance(f, (int, float)) or not 0 <= f <= 1 for f in fractions):
-        raise ValueError(f"fractions must be three numbers in [0, 1] (train, val, test), got {fractions!r}")
+        raise ValueError(f"data.fractions must be three numbers in [0, 1] (train, val, test), got {fractions!r}")
     if abs(sum(fractions) - 1.0) > 1e-6:
-        raise ValueError(f"fractions must sum to 1, got {fractions!r} (sum {sum(fractions)})")
+        raise ValueError(f"data.fractions must sum to 1, got {fractions!r} (sum {sum(fractions)})")
     n_val, n_test = round(n * fractions[1]), round(n * fractions[2])
     if n_val + n_test > n:  # both rounded up on a tiny n
         n_test = n - n_val
