@@ -137,7 +137,7 @@ def _first_difference(saved, now, where: str, digests: bool = False) -> tuple[st
 
 
 def read_data_record(run_dir: Path, section: str | None = None, *, strict: bool = True) -> dict:
-    """The run's data.json (``data_record`` its contents), or its ``section``: ``info`` (the data's facts),
+    """The run's data.json (as ``data_record`` made it), or its ``section``: ``info`` (the data's facts),
     ``splits`` (the record of what went where), ``sizes``, ``file_sha256``. ``strict``: a missing or unreadable file,
     or a section that is not a mapping, is a ConfigError naming the file; otherwise it reads as ``{}`` (for the checks
     that leave a broken record to the reader that needs it: a start killed before data.json, a folder that is not a
