@@ -100,6 +100,19 @@ def test_models_that_cannot_take_the_options_are_refused_up_front():
         TrainerConfig(label_smoothing=1.0)
 
 
+def test_validation_windows_must_carry_the_model_own_order_without_orders(tmp_path):
+    """Without task_options.orders the model's own n scores validation: with data.overlap < n the first targets of
+    every window saw fewer than n tokens and the run trained and reported that loss without a word."""
+    values = _text_run(tmp_path, orders=())
+    values["data"]["overlap"] = 2
+    with pytest.raises(ConfigError, match=r"model.order=4 but data.overlap=2"):
+        train(resolve_run_config(values))
+    values["data"]["overlap"] = 4
+    values["output_dir"] = str(tmp_path / "run4")
+    values["trainer"].update(max_steps=1, eval_every=1, checkpoint_every=1, log_every=1)
+    train(resolve_run_config(values))  # an overlap of n is enough
+
+
 def _text_run(tmp_path, orders=(2, 4), **trainer) -> dict:
     rng = random.Random(0)
     words = ["to", "be", "or", "not", "that", "is", "the", "question"]

@@ -93,20 +93,28 @@ class CausalLM(Task):
     sizes_from_data = tuple(key for key in Task.sizes_from_data if key != "num_labels")  # predicts tokens, not labels
 
     def check_model(self, model: nn.Module) -> None:
+        """Also: without ``task_options.orders`` the model's own window n (``model.order``) must fit in the
+        validation windows' overlap, as every n of the orders must (``check_data``)."""
         super().check_model(model)
         for n in self.options.orders:
             try:
                 model.window_size(n)  # a head that takes ``order`` has a Markov context window
             except ValueError as error:
                 raise ConfigError(f"task_options.orders: {error}") from error
+        overlap = getattr(self, "overlap", None)
+        window = None if self.options.orders or not hasattr(model, "window_size") else model.window_size()
+        if overlap is not None and window is not None and window > overlap:
+            raise ConfigError(f"model.order={window} but data.overlap={overlap}: the first positions of each "
+                              f"validation window would see fewer than n tokens; set data.overlap >= {window}")
 
     def check_data(self, bundle: DataBundle) -> None:
         """Measures the validation split's characters per token (text). Validation must never score a position with
         less context than the largest n of ``task_options.orders``:
-        text windows must overlap by at least that much (``data.overlap``)."""
+        text windows must overlap by at least that much (``data.overlap``); the model's own n is checked by
+        ``check_model``."""
         super().check_data(bundle)
         self.describe_split(bundle.val, bundle.tokenizer)
-        overlap = bundle.splits.get("overlap")
+        overlap = self.overlap = bundle.splits.get("overlap")
         longest = max(self.options.orders, default=0)
         if overlap is not None and longest > overlap:
             raise ConfigError(f"task_options.orders reaches n={longest} but data.overlap={overlap}: the first "
