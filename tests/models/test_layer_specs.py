@@ -80,6 +80,8 @@ def test_per_layer_options_round_trip_through_a_config_dict():
     # a misspelt option or kind: the options the kind reads and the near miss (none was named)
     ({"kind": "markov", "windw": 4}, r"layer 1: kind 'markov' has no option 'windw' \(its options: .*window\) "
                                      r"\(did you mean 'window'\?\)"),
+    # a kind without options says so, not "(its options: )"
+    ({"kind": "scan", "chunk_size": 4}, r"layer 1: kind 'scan' has no option 'chunk_size' \(its options: none\)"),
     ({"kind": "markv"}, r"layer 1: unknown kind 'markv'; .* \(did you mean 'markov'\?\)"),
     ("markv", r"layer 1: unknown kind 'markv'; .* \(did you mean 'markov'\?\)"),
     # a causal model's layer may not read the future: through a gate pooled over the sequence, or future biases

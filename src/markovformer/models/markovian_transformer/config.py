@@ -137,7 +137,7 @@ class MarkovianTransformerConfig(ModelConfig):
                     for name in sorted(set(entry) - {"kind"} - attention_option_names(kind), key=str):
                         options = sorted(attention_option_names(kind))
                         fail("attention", f"layer {index}: kind {kind!r} has no option {name!r} (its options: "
-                                          f"{', '.join(options)}){suggest(name, options)}")  # fmt: skip
+                                          f"{', '.join(options) or 'none'}){suggest(name, options)}")  # fmt: skip
         kinds = set(self.layer_kinds())
         flat_scope_given = self.scope is not None or self.window is not None  # a flat window: every layer local
         if not flat_scope_given and not isinstance(self.attention, str) and "max_order" in self._options_read():
