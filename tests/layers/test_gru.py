@@ -1,5 +1,6 @@
-"""GRU and minGRU injection: right padding never reaches the real tokens; nn.GRU refuses left padding; minGRU's
-scan is pinned to its loop reference (outputs and all gradients); the config picks the kind."""
+"""GRU and minGRU injection: right padding never reaches the real tokens; a left-padded row is the unpadded one
+shifted, padding between tokens is refused; minGRU's scan is pinned to its loop reference (outputs and all
+gradients); the config picks the kind."""
 
 from __future__ import annotations
 

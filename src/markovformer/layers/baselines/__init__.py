@@ -19,8 +19,8 @@ Each is registered in ``layers.registry`` under a config string, so ``MarkovianT
 No PyPI package was used: none of the maintained implementations (state-spaces, fla, rwkv) is installed, and
 most need CUDA kernels. Each module names the paper it follows and where it departs from the authors' code.
 Their sequence kernels live in ``ops`` beside their naive twins (``ops.long_conv``, ``ops.s4d``, ``ops.retention``,
-``ops.wkv``, ``ops.scan``). Every mixer zeroes padded positions in and out (``ops.padding.zero_padding``); all but
-"gru" accept padding at either end.
+``ops.wkv``, ``ops.scan``). Every mixer zeroes padded positions in and out (``ops.padding.zero_padding``) and accepts
+padding at either end of a row (the GRU kind included: it refuses only padding between real tokens).
 """
 
 from markovformer.layers.baselines.h3 import H3Mixer
