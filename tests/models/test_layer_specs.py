@@ -99,6 +99,12 @@ def test_per_layer_options_round_trip_through_a_config_dict():
     ({"kind": "softmax", "backend": "bogus"}, r"attention\[1\]\.backend='bogus': must be one of"),
     ({"kind": "rff", "feature_map": "relu"}, r"attention\[1\]\.feature_map='relu': must be one of"),
     ({"kind": "hybrid_split", "markov_head_ratio": 2.0}, r"attention\[1\]\.markov_head_ratio=2.0: must be a number in"),
+    # a backend that cannot run the layer's own scope (the flat fields refuse it; a layer's entry failed at the first
+    # forward, in the op, naming neither the layer nor the option)
+    ({"kind": "markov", "backend": "chunked"}, r"attention\[1\]\.backend='chunked': the chunked backend is the glob"),
+    ({"kind": "hybrid_split", "backend": "chunked"}, r"attention\[1\]\.backend='chunked'"),
+    ({"kind": "markov", "scope": "global", "backend": "banded"}, r"attention\[1\]\.backend='banded': .*scope='local'"),
+    ({"kind": "hybrid_parallel", "scope": "global", "backend": "banded"}, r"attention\[1\]\.backend='banded'"),
 ])  # fmt: skip
 def test_an_invalid_per_layer_option_raises_once_naming_the_layer_option_and_value(entry, message):
     with pytest.raises(ValueError, match=message) as raised:

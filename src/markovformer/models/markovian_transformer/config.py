@@ -275,6 +275,12 @@ class MarkovianTransformerConfig(ModelConfig):
                     raise ValueError(f"{where}.window=None: scope='local' {kind} attention needs a window")
                 if settings.scope == "global" and settings.window is not None:
                     raise ValueError(f"{where}.window={settings.window!r}: only meaningful with scope='local'")
+            backend = getattr(settings, "backend", None)  # the flat fields' rule (above), for the layer's own scope
+            if backend == "banded" and getattr(settings, "scope", None) == "global":
+                raise ValueError(f"{where}.backend='banded': the banded backend needs scope='local'")
+            if backend == "chunked" and getattr(settings, "scope", None) == "local":
+                raise ValueError(f"{where}.backend='chunked': the chunked backend is the global-scope path; use "
+                                 "'banded' (or 'auto') with scope='local'")  # fmt: skip
             specs.append(LayerSpec(kind, settings))
         return specs
 
