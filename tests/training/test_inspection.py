@@ -452,3 +452,33 @@ def test_the_curves_caption_names_the_rescalings_of_the_loss_the_run_logs(tmp_pa
         caption = inspection.curves_caption(TASKS[task], {}, 0.0, inspection.rescaled_losses(csv))
         for name in ("bits_per_token", "bits_per_character", "perplexity"):
             assert (name.replace("_", " ") in caption) == (name in logged), (task, name, caption)
+
+
+@pytest.mark.parametrize("attention, null", [
+    (["markov", "markov"], " and the null slot"),
+    ([{"kind": "markov", "gate_null": False}, {"kind": "markov", "gate_null": False}], ""),
+    ([{"kind": "markov", "gate_null": False}, "markov"], " and, in layers with one, the null slot"),
+    ([{"kind": "markov", "gate_null": False}, {"kind": "markov", "gate": "none"}], ""),
+])  # fmt: skip
+def test_the_gates_console_header_and_caption_name_a_null_slot_only_where_the_gates_have_one(capsys, attention,
+                                                                                              null):  # fmt: skip
+    """With gate_null: false the gates have K slots and no null slot, yet the end-of-run header read "the mean gate α
+    per lag and the null slot" above K columns, and the figure's caption "the probability of each lag and the null
+    slot"."""
+    from markovformer.data.bundle import DataBundle
+    from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+    from markovformer.training.run_report import report_results
+
+    config = MarkovianTransformerConfig(vocab_size=6, d_model=8, n_layers=2, n_heads=1, max_order=2,
+                                        attention=attention)  # fmt: skip
+    model = MarkovianTransformerForCausalLM(config).eval()
+    val = [{"input_ids": torch.randint(0, 6, (8,), generator=torch.Generator().manual_seed(n))} for n in range(2)]
+    report_results({"val": {"loss": 1.0}, "reference": {}}, model, DataBundle(val, val, val, {"vocab_size": 6}))
+    lines = capsys.readouterr().out.splitlines()
+    for layer, bias in enumerate(model.markov_biases()):
+        header = next(line for line in lines if line.startswith(f"layer {layer} past"))
+        columns = next(line for line in lines[lines.index(header):] if line.strip().startswith("lag"))
+        assert ("null slot" in header) == bias.gate_null == ("null" in columns)
+    caption = inspection.order_gates_caption(model, 8, None)
+    assert caption.startswith(f"Order gates over the first 8 tokens of a validation sequence: per head, the "
+                              f"probability of each lag{null} (")  # fmt: skip

@@ -344,12 +344,9 @@ def _gate_and_attention_figures(
     ids = batch["input_ids"][0].tolist() if "input_ids" in batch else list(range(batch["attention_mask"].shape[1]))
     tokens = _tokens(ids, run_dir) if "input_ids" in batch else [str(i) for i in ids]
     if any(g for g in output.gates or []):
-        starred = "; *: the chain's lags" if marked else ""
-        caption = (f"Order gates over the first {len(ids)} tokens of a validation sequence: per head, the probability "
-                   f"of each lag and the null slot ({CONVENTION}{starred})")  # fmt: skip
-        figures.append((caption, plot_order_gates(output.gates, tokens, out / "order_gates.png",
-                                                  null_slot=gate_null_slots(model, len(output.gates)),
-                                                  true_lags=marked)))  # fmt: skip
+        figure = plot_order_gates(output.gates, tokens, out / "order_gates.png", true_lags=marked,
+                                  null_slot=gate_null_slots(model, len(output.gates)))  # fmt: skip
+        figures.append((order_gates_caption(model, len(ids), marked), figure))
     # a layer whose kind mixes without a T x T map (random features, scan, S4D, H3, Hyena, RWKV, GRU) hands out None
     with_maps = [layer for layer, weights in enumerate(output.attentions) if weights is not None]
     chosen = layers if layers is not None else with_maps[:2]
@@ -381,6 +378,15 @@ def _gate_and_attention_figures(
         figures.append((caption, plot_attention_maps(output.attentions, chosen, out / "attention.png", tokens=tokens,
                                                      head_labels=labels)))  # fmt: skip
     return figures
+
+
+def order_gates_caption(model, length: int, marked: tuple[int, ...] | None) -> str:
+    """The order gates figure's caption: the null slot named only where the gated layers have one (``gate_null``)."""
+    nulls = [bias.gate_null for bias in getattr(model, "markov_biases", list)() if bias.gate != "none"]
+    null = " and the null slot" if all(nulls) else " and, in layers with one, the null slot" if any(nulls) else ""
+    starred = "; *: the chain's lags" if marked else ""
+    return (f"Order gates over the first {length} tokens of a validation sequence: per head, the probability of each "
+            f"lag{null} ({CONVENTION}{starred})")
 
 
 def gate_null_slots(model, n_layers: int) -> list[bool]:

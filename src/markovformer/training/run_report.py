@@ -101,7 +101,9 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
                 continue
             gate = gates[layer].get(direction) if gates[layer] is not None else None
             mean_gate = None if gate is None else real_token_mean(gate, batch.get("attention_mask"))
-            gated = ", then | the mean gate α per lag and the null slot" if mean_gate is not None else ""
+            null = mean_gate is not None and mean_gate.shape[1] > values.shape[1]  # gate_null: false has none
+            gated = (f", then | the mean gate α per lag{' and the null slot' if null else ''}"
+                     if mean_gate is not None else "")  # fmt: skip
             star = " (* = a lag the chain depends on)" if marked else ""
             print(f"layer {layer} {direction}: transition strength T per head and lag{gated}{star}")
             sign = "" if direction == "past" else "−"
