@@ -169,6 +169,19 @@ def test_order_recovery_refuses_an_order_below_one_naming_it(tmp_path):
         order_recovery.run(tmp_path, quick=True, seeds=(0,), overrides={"sources": ["fixed-0"]}, log=lambda l: None)
 
 
+@pytest.mark.parametrize("sources", [["fixed-1", "fixed-3"], ["icl-3"]])
+def test_order_recovery_refuses_a_sequence_no_longer_than_an_order_before_any_cell_trains(monkeypatch, tmp_path,
+                                                                                          sources):  # fmt: skip
+    """seq_len=3 with a source of order 3: the held-out loss (T > k) failed in that source's first cell, after the
+    cells before it had trained, with "x must have length T > order=3, got T=3", naming no setting."""
+    trained = []
+    monkeypatch.setattr(order_recovery, "train_recovery_cell", lambda *args, **options: trained.append(args))
+    with pytest.raises(ValueError, match=r"^order-recovery\.seq_len=3: must exceed the highest source order 3"):
+        order_recovery.run(tmp_path, quick=True, seeds=(0,), overrides={"sources": sources, "seq_len": 3},
+                           log=lambda line: None)  # fmt: skip
+    assert trained == []
+
+
 def test_order_recovery_trains_a_global_markovian_on_icl_sources_and_tabulates_loss_minus_floor_and_max_over_heads(
     monkeypatch, tmp_path, kept_figures
 ):

@@ -158,7 +158,7 @@ def run(
     settings = configure(QUICK if quick else RecoverySettings(), overrides, NAME)
     plateau_from(settings.plateau_patience, settings.plateau_delta)  # checked before anything is written
     sources = settings.sources
-    _check_sources(sources)
+    _check_sources(sources, settings)
     seeds = seeds or (0,)
     title = "Order recovery: the Markovian Transformer's lags against the true order"
     report = ExperimentReport(out_dir, title, log, settings=asdict(settings))
@@ -181,11 +181,20 @@ def run(
     return report.write()
 
 
-def _check_sources(sources: tuple[str, ...]) -> None:
+def _check_sources(sources: tuple[str, ...], settings: RecoverySettings | None = None) -> None:
+    """ValueError naming the setting, before any cell trains: a source's name, and (``settings``) a sequence too
+    short for the highest order (the held-out loss needs T > k: it failed after the lower orders' cells had
+    trained)."""
     for source in sources:
         family, _, order = source.partition("-")
         if family not in ("fixed", "icl") or not order.isdigit() or int(order) < 1:
             raise ValueError(f"{NAME}.sources: {source!r} must be 'fixed-K' or 'icl-K' with an order K >= 1")
+    if settings is None:
+        return
+    highest = max(int(source.partition("-")[2]) for source in sources)
+    if settings.seq_len <= highest:
+        raise ValueError(f"{NAME}.seq_len={settings.seq_len}: must exceed the highest source order {highest} (the "
+                         "held-out loss scores the symbols after the first k)")  # fmt: skip
 
 
 def _introduction(report: ExperimentReport, settings: RecoverySettings) -> None:
