@@ -49,7 +49,9 @@ class MarkovianTransformerPreTrainedModel(PreTrainedModel):
         return [module for module in self.modules() if isinstance(module, MarkovBias) and not module.unused]
 
     def regularization_loss(self) -> Tensor:
-        """λ_ent · mean gate entropy of the last forward pass + λ_T · Σ θ_T²; zero when both are 0."""
+        """λ_ent · the gate entropy of the last forward pass + λ_T · Σ θ_T²; zero when both are 0. The entropy is
+        each Markov layer's mean over heads and real tokens, summed over its directions and over the layers (not a
+        mean over layers: 2 layers weigh twice 1); Σ θ_T² runs over every layer's and direction's θ."""
         config = self.config
         total = next(self.parameters()).new_zeros(())
         for bias in self.markov_biases():
