@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from markovformer.layers.attention import AttentionOutput, SelfAttention
 from markovformer.layers.markov_attention import MarkovAttention, MarkovCore, MarkovOptions
-from markovformer.layers.options import interval, option
+from markovformer.layers.options import SCOPE_HELP, SCOPES, interval, one_of, option
 from markovformer.layers.random_feature_attention import (
     RandomFeatureAttention,
     RandomFeatureCore,
@@ -28,6 +28,10 @@ RANDOM_FEATURE_OPTIONS = tuple(field.name for field in dataclasses.fields(Random
 @dataclasses.dataclass(frozen=True)
 class HybridParallelOptions(MarkovOptions, RandomFeatureOptions):
     """The options of attention kind "hybrid_parallel": those of "markov" and "rff"."""
+
+    # a window is the Markov attention's: the random-feature heads read every key whatever the scope
+    scope: str = option("local", one_of(SCOPES), help=f"the Markov attention's scope ({SCOPE_HELP}); the "
+                        "random-feature attention sees every key")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

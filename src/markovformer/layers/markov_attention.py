@@ -113,8 +113,8 @@ class MarkovOptions:
                                         "future lags (null: not causal; a causal model refuses true)")  # fmt: skip
     scope: str = option("local", one_of(SCOPES), help=SCOPE_HELP)
     window: int | None = option(None, interval(1, integer=True, optional=True),
-                                help="how many keys back a query sees in local scope (keys t-window..t; null: "
-                                "max_order); null in global scope")  # fmt: skip
+                                help="how far a query sees in local scope (keys t-window..t when causal, |t - j| <= "
+                                "window when not; null: max_order); null in global scope")  # fmt: skip
     gate: str = option("linear", one_of(GATES), help="the order gate's network over the lags (and a null slot): "
                        "linear, mlp, deep_mlp, or none (every lag's bias at full strength)")  # fmt: skip
     gate_input: str = option("token", one_of(GATE_INPUTS), help="what the gate reads: token (the normalised layer "

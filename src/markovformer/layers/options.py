@@ -13,8 +13,10 @@ from typing import Any
 Rule = Callable[[Any], "str | None"]  # the value -> why it is wrong, or None
 SCOPES = ("local", "global")  # attention over keys t-window..t, or over every key
 # the help of the options that several kinds share with one meaning (option names are one namespace across kinds)
-SCOPE_HELP = "local: each query sees keys t-window..t only (needs window); global: every key"
-WINDOW_HELP = "how many keys back a query sees in local scope (keys t-window..t); null in global scope"
+SCOPE_HELP = ("local: each query sees the keys at most window positions from it (t-window..t when causal, both "
+              "sides when not; needs window); global: every key")
+WINDOW_HELP = ("how far a query sees in local scope (keys t-window..t when causal, |t - j| <= window when not); "
+               "null in global scope")
 DROPOUT_HELP = "dropout on the attention weights while training"
 
 
