@@ -205,9 +205,12 @@ def _introduction(report: ExperimentReport, settings: RecoverySettings) -> None:
         f"U[0, 1]). "
         f"Both models: d = {settings.d_model}, {settings.n_layers} layers, {settings.n_heads} heads, rotary positions, "
         f"SwiGLU; Markovian: markov attention, local window {settings.max_order}, K = {settings.max_order} lags, "
-        f"linear token gates with a null slot; softmax: global causal softmax attention. AdamW lr {settings.lr}, "
-        f"{settings.steps} steps of {settings.batch_size} × T = {settings.seq_len}. Converged = within {CONVERGED} "
-        f"nats of the floor. Recovered order: {RECOVERY_FRACTION:.0%} rule of the module docstring."
+        f"linear token gates with a null slot (on the in-context sources also in global scope, every key: a local "
+        f"window cannot count transitions over the sequence); softmax: global causal softmax attention. AdamW lr "
+        f"{settings.lr}, {settings.steps} steps of {settings.batch_size} × T = {settings.seq_len}. Converged = "
+        f"within {CONVERGED} nats of the floor. Recovered order: 1 + the largest attention lag whose effective bias "
+        f"(gate probability × transition strength, maximum over layers and heads) reaches {RECOVERY_FRACTION:.0%} "
+        f"of the model's largest, or 1 when none exceeds {MIN_BIAS} (attention lag l − 1 reads source lag l)."
     )
 
 
