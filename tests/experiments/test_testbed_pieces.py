@@ -324,3 +324,50 @@ def test_loss_curves_of_two_seeds_differ_in_style_and_the_legend_names_the_seeds
     assert len({line.get_color() for line in curves}) == 2  # a colour per model
     texts = [text.get_text() for text in losses.get_legend().get_texts()]
     assert "seed 0" in texts and "seed 1" in texts
+
+
+def _drawn_references(monkeypatch) -> list:
+    """The reference lines ({label: value}) of every panel the experiments' figures draw from now on."""
+    drawn = []
+
+    def record(panels, path, *labels, **options):
+        drawn.extend(panel.references for panel in panels)
+        return path
+
+    monkeypatch.setattr(plots, "plot_panels", record)
+    return drawn
+
+
+def test_icl_depth_floors_drawn_with_two_seeds_are_their_mean_not_seed_0s(monkeypatch, tmp_path):
+    """Each seed scores its own held-out sequences, so each has its own oracle and add-1 floor; the figure drew
+    seed 0's under every seed's curve (seed 1 read 0.005 above add-1 where it was 0.033 above its own)."""
+    floors = {0: (0.48, 0.51), 1: (0.45, 0.47)}  # seed -> (oracle, Bayes add-1)
+
+    def cell(order, n_layers, seed, settings, log=None):
+        return {"order": order, "n_layers": n_layers, "seed": seed, "steps": [0, 10], "losses": [0.9, 0.6],
+                "final_loss": 0.6, "oracle": floors[seed][0], "bayes_add1": floors[seed][1],
+                "steps_to_add1_plus_0.01": None, "seconds": 3.0, "stopped_early": False, "parameters": 100}  # fmt: skip
+
+    monkeypatch.setattr(icl_depth, "train_icl_cell", cell)
+    drawn = _drawn_references(monkeypatch)
+    report = icl_depth.run(tmp_path, quick=True, seeds=(0, 1), overrides={"orders": [1], "depths": [1, 2]},
+                           log=lambda line: None)  # fmt: skip
+    (references,) = drawn
+    assert sorted(references.values()) == pytest.approx(sorted([(0.48 + 0.45) / 2, (0.51 + 0.47) / 2]))
+    assert all("mean of 2 seeds" in label for label in references)
+    assert "mean over the 2 seeds" in report.read_text()
+    icl_depth.run(tmp_path / "one", quick=True, seeds=(1,), overrides={"orders": [1], "depths": [1]},
+                  log=lambda line: None)  # fmt: skip
+    assert drawn[-1] == {"oracle": 0.45, "Bayes add-1": 0.47}  # one seed: its own floors, labelled plainly
+
+
+def test_order_recovery_icl_floor_drawn_with_two_seeds_is_their_mean(monkeypatch, tmp_path):
+    def cell(source, kind, seed, settings, log=None):
+        return {**_recovery_cell(source, kind, seed, settings), "floor": 0.5 + 0.02 * seed, "floor_name": "Bayes add-1"}
+
+    monkeypatch.setattr(order_recovery, "train_recovery_cell", cell)
+    drawn = _drawn_references(monkeypatch)
+    monkeypatch.setattr(plots, "plot_lag_bars", lambda panels, path, *args, **options: path)
+    order_recovery.run(tmp_path, quick=True, seeds=(0, 1), overrides={"sources": ["icl-2"], "max_order": 3},
+                       log=lambda line: None)  # fmt: skip
+    assert drawn == [{"Bayes add-1, mean of 2 seeds": pytest.approx(0.51)}]

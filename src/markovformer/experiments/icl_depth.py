@@ -17,7 +17,7 @@ from typing import ClassVar
 import torch
 
 from markovformer.experiments.fitting import fit_on_stream, next_token_loss, plateau_from, steps_to_reach
-from markovformer.experiments.report import ExperimentReport, revisions_of
+from markovformer.experiments.report import ExperimentReport, revisions_of, seed_reference
 from markovformer.experiments.settings import configure
 from markovformer.markov import RandomChainSampler, add_beta_loss, icl_oracle_loss
 from markovformer.models.markovian_transformer import MarkovianTransformerForCausalLM, gpt2_style_config
@@ -134,9 +134,12 @@ def run(
         order_cells = [c for c in cells if c["order"] == order]
         curves = {f"{c['n_layers']} layer{'s' if c['n_layers'] > 1 else ''} s{c['seed']}": (c["steps"], c["losses"])
                   for c in order_cells}  # fmt: skip
-        references = {"oracle": order_cells[0]["oracle"], "Bayes add-1": order_cells[0]["bayes_add1"]}
+        references = {**seed_reference(order_cells, "oracle", "oracle"),
+                      **seed_reference(order_cells, "bayes_add1", "Bayes add-1")}
         panels.append(Panel(f"order k = {order}", curves, references))
     figure = plot_panels(panels, report.out_dir / "loss_curves.png", "step", "held-out loss (nats)")
-    report.figure(figure, "Held-out loss during training by depth, with the oracle and Bayes add-1 floors")
+    report.figure(figure, "Held-out loss during training by depth, with the oracle and Bayes add-1 floors"
+                  + (f" (each seed's held-out sequences have floors of their own, in the table; the lines are their "
+                     f"mean over the {len(seeds)} seeds)" if len(seeds) > 1 else ""))  # fmt: skip
     report.results = {"settings": asdict(settings), "reference_T512": REFERENCE_T512, "cells": cells}
     return report.write()

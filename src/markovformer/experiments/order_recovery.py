@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from markovformer.experiments.fitting import fit_on_stream, next_token_loss, plateau_from, steps_to_reach
-from markovformer.experiments.report import ExperimentReport, revisions_of
+from markovformer.experiments.report import ExperimentReport, revisions_of, seed_reference
 from markovformer.experiments.settings import configure
 from markovformer.markov import RandomChainSampler, add_beta_loss, icl_oracle_loss, lagged_chain
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
@@ -275,6 +275,8 @@ def _loss_figure(report: ExperimentReport, cells: list[dict], sources: tuple[str
     for source in sources:
         source_cells = [c for c in cells if c["source"] == source]
         curves = {f"{c['kind']} s{c['seed']}": (c["steps"], c["losses"]) for c in source_cells}
-        panels.append(Panel(source, curves, {source_cells[0]["floor_name"]: source_cells[0]["floor"]}))
+        panels.append(Panel(source, curves, seed_reference(source_cells, "floor", source_cells[0]["floor_name"])))
     figure = plot_panels(panels, report.out_dir / "loss_curves.png", "step", "held-out loss (nats)")
-    report.figure(figure, "Held-out loss of the Markovian and softmax Transformers, with each source's floor")
+    report.figure(figure, "Held-out loss of the Markovian and softmax Transformers, with each source's floor (an "
+                  "in-context source's Bayes add-1 is computed on each seed's held-out sequences: with several seeds, "
+                  "the line is their mean; the table has each)")  # fmt: skip

@@ -77,6 +77,18 @@ def seed_summary(values: Sequence[float | None]) -> dict:
     return {"mean": statistics.fmean(numbers), "std": spread, "n": len(numbers), "values": list(values)}
 
 
+def seed_reference(cells: Sequence[dict], key: str, label: str) -> dict[str, float]:
+    """A figure's reference line ``{label: value}`` from ``cells[...][key]``, a floor each cell computed on its own
+    seed's held-out set (``cell["seed"]``): the value when the seeds agree, else their mean over seeds, labelled
+    ``"<label>, mean of N seeds"``. The first cell's alone drew every seed's curve against seed 0's floor (icl-depth
+    with seeds 0 and 1: Bayes add-1 0.5071 for both, seed 1's own 0.4792)."""
+    per_seed = {cell["seed"]: cell[key] for cell in cells}
+    values = list(per_seed.values())
+    if len(set(values)) == 1:
+        return {label: values[0]}
+    return {f"{label}, mean of {len(values)} seeds": statistics.fmean(values)}
+
+
 def mean_std(entry: dict | None, digits: int = 3) -> str:
     """A ``seed_summary`` as ``mean ± std`` (the mean alone for one seed); an em dash when not measured."""
     if entry is None:
