@@ -4,6 +4,7 @@ the training stubbed: what a cell scores, against which floor, and what its repo
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -371,3 +372,16 @@ def test_order_recovery_icl_floor_drawn_with_two_seeds_is_their_mean(monkeypatch
     order_recovery.run(tmp_path, quick=True, seeds=(0, 1), overrides={"sources": ["icl-2"], "max_order": 3},
                        log=lambda line: None)  # fmt: skip
     assert drawn == [{"Bayes add-1, mean of 2 seeds": pytest.approx(0.51)}]
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    ({"seq_len": 1}, "icl-depth.seq_len=1"), ({"orders": [2, 4], "seq_len": 4}, "icl-depth.seq_len=4"),
+    ({"orders": [0]}, "icl-depth.orders: 0"), ({"depths": [2, 0]}, "icl-depth.depths: 0"),
+    ({"n_heads": 3}, "icl-depth.d_model=64"),
+])  # fmt: skip
+def test_icl_depth_refuses_settings_its_cells_fail_on_before_training_naming_them(overrides, named, tmp_path):
+    """seq_len=1 trained every step (held-out loss NaN) before the floors refused T <= k; orders=[0] and depths=[0]
+    were refused by the sampler and the model config once a cell started, not as the experiment's settings."""
+    with pytest.raises(ValueError, match=re.escape(named)):
+        icl_depth.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lambda line: None)
+    assert not (tmp_path / "cells").exists()

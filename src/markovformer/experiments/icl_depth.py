@@ -86,6 +86,20 @@ def train_icl_cell(
     }  # fmt: skip
 
 
+def check_settings(settings: ICLSettings) -> None:
+    """Refuse, naming the setting, what a cell would fail on only after training (``seq_len=1``: 1,500 steps of
+    held-out loss NaN, then "x must have length T > order=1") or once it starts (``orders=[0]``, ``depths=[0]``,
+    ``n_heads=3``: errors naming the sampler's ``order`` or the model's config, not the experiment's setting)."""
+    for key in ("orders", "depths"):
+        if (low := min(getattr(settings, key))) < 1:
+            raise ValueError(f"{NAME}.{key}: {low} must be >= 1")
+    if settings.seq_len <= max(settings.orders):
+        raise ValueError(f"{NAME}.seq_len={settings.seq_len} must exceed the largest order, "
+                         f"{max(settings.orders)} (the floors score targets t >= k)")  # fmt: skip
+    if settings.d_model % settings.n_heads:
+        raise ValueError(f"{NAME}.d_model={settings.d_model} must be divisible by n_heads={settings.n_heads}")
+
+
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
@@ -94,6 +108,7 @@ def run(
 
     settings = configure(QUICK if quick else ICLSettings(), overrides, NAME)
     plateau_from(settings.plateau_patience, settings.plateau_delta)  # checked before anything is written
+    check_settings(settings)
     orders, depths = settings.orders, settings.depths
     seeds = seeds or (0,)
     title = "In-context learning of random Markov chains: depth against order"
