@@ -206,3 +206,15 @@ def test_the_report_tables_show_what_they_name(stubbed_cells, monkeypatch, tmp_p
     again = pb.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lambda line: None).read_text()
     assert "the runs reported took 6 s of training, cells read from earlier runs included" in again  # 6 cells x 1 s
     assert "(this run's: the cells it read from earlier runs took none of it)" in again
+
+
+def test_a_quick_run_says_how_many_seeds_it_reports(stubbed_cells, tmp_path, kept_figures):
+    """--quick --seeds 0 1 reported mean ± std over two seeds under "Quick run: short training, one seed"."""
+    from markovformer.plots import experiments as plots
+
+    kept_figures(plots)
+    overrides = {"kinds": ["softmax_rotary"], "hidden_sources": ["fixed-3"], "icl_orders": [], "mixer_tasks": [],
+                 "extrapolate": [2], "profile_lags": 2}  # fmt: skip
+    for seeds, said in (((0, 1), "2 seeds"), ((0,), "one seed")):
+        report = pb.run(tmp_path / str(len(seeds)), quick=True, seeds=seeds, overrides=overrides, log=lambda line: None)
+        assert f"Quick run (`--quick`): short training, {said} —" in report.read_text()

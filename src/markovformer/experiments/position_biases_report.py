@@ -16,9 +16,10 @@ def write_report(report: ExperimentReport, settings, seeds: tuple[int, ...], qui
     results = report.results
     points, tasks = results["points"], list(results["parameters"])
     labels = {kind: kinds[kind][0] for kind in settings.kinds}
+    count = "one seed" if len(seeds) == 1 else f"{len(seeds)} seeds"  # --quick --seeds 0 1 said "one seed"
     report.text(
-        f"{'Quick run (`--quick`): short training, one seed — the ordering, not the final numbers. ' if quick else ''}"
-        f"Every kind at the parameter count of softmax + rotary at d = {settings.d_model} ({settings.n_layers} "
+        (f"Quick run (`--quick`): short training, {count} — the ordering, not the final numbers. " if quick else "")
+        + f"Every kind at the parameter count of softmax + rotary at d = {settings.d_model} ({settings.n_layers} "
         f"layers, {settings.n_heads} heads, SwiGLU); training length T = {settings.seq_len}, {settings.steps} steps "
         f"of {settings.batch_size}, AdamW, lr picked among {list(settings.lrs)} on the first seed's validation score; "
         f"seeds {list(seeds)} (mean ± sample std, n − 1). Local kinds see {settings.window} keys; Markov attention "
