@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -104,3 +105,15 @@ def test_the_report_tables_hold_the_chains_closed_forms(monkeypatch, tmp_path, k
     # the "− true kernel" column can be checked from results.json (it was recomputed when the report was written)
     stored = json.loads((tmp_path / "results.json").read_text())["true_kernel_losses"]
     assert stored == [{"p": p, "q": q, "seed": 0, "loss": pytest.approx(floor, rel=1e-12)}]
+
+
+@pytest.mark.parametrize("module", ["weight_tying", "landscape"])
+@pytest.mark.parametrize(("chain", "why"), [([0.2, 1.5], "q must lie in [0, 1]"), ([0.0, 0.0], "p + q must be > 0")])
+def test_a_chain_out_of_range_is_refused_naming_the_setting_before_the_folder_is_opened(module, chain, why, tmp_path):
+    """chains=[[0.2, 1.5]] failed in the first cell as a bare 'q must lie in [0, 1], got 1.5', the folder claimed."""
+    import importlib
+
+    experiment = importlib.import_module(f"markovformer.experiments.{module}")
+    with pytest.raises(ValueError, match=re.escape(f"{experiment.NAME}.chains: {chain}: {why}")):
+        experiment.run(tmp_path / "out", quick=True, seeds=None, overrides={"chains": [chain]}, log=lambda line: None)
+    assert not (tmp_path / "out").exists()

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from markovformer.experiments.report import ExperimentReport
-from markovformer.experiments.settings import configure, single_seed
+from markovformer.experiments.settings import check_chains, configure, single_seed
 from markovformer.markov import (
     basin_boundary,
     energy,
@@ -115,6 +115,7 @@ def run(
 
     settings = configure(QUICK if quick else LandscapeSettings(), overrides, NAME)
     seed = single_seed(seeds, NAME)
+    check_chains(settings.chains, NAME)
     report = ExperimentReport(out_dir, "The reduced model's loss landscape (e, w, b)", log, settings=asdict(settings))
     saddle_w, saddle_e = saddle_point()
     report.text(

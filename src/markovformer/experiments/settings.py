@@ -55,3 +55,15 @@ def single_seed(seeds: tuple[int, ...] | None, name: str) -> int:
         raise ValueError(f"{name} runs one seed, got --seeds {' '.join(map(str, seeds))}: run it once per seed, each "
                          f"with its own --out")  # fmt: skip
     return seeds[0] if seeds else 0
+
+
+def check_chains(chains: tuple[tuple[float, float], ...], name: str) -> None:
+    """Refuse a switching chain (p, q) that ``switching_chain`` refuses, naming ``name.chains``, before the experiment
+    opens its folder: ``chains=[[0.2, 1.5]]`` failed in its first cell as "q must lie in [0, 1], got 1.5"."""
+    from markovformer.markov import switching_chain
+
+    for p, q in chains:
+        try:
+            switching_chain(p, q)
+        except ValueError as error:
+            raise ValueError(f"{name}.chains: [{p}, {q}]: {error}") from None

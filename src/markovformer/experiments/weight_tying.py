@@ -22,7 +22,7 @@ import torch
 
 from markovformer.experiments.fitting import OPTIMIZERS, fit_on_stream, plateau_from
 from markovformer.experiments.report import ExperimentReport
-from markovformer.experiments.settings import configure
+from markovformer.experiments.settings import check_chains, configure
 from markovformer.markov import switching_chain
 from markovformer.models.binary_transformer import BinaryTransformer, BinaryTransformerConfig
 
@@ -128,6 +128,7 @@ def run(
 ) -> Path:
     settings = configure(QUICK if quick else WeightTyingSettings(), overrides, NAME)
     plateau_from(settings.plateau_patience, settings.plateau_delta)  # checked before anything is written
+    check_chains(settings.chains, NAME)
     chains, optimizers = settings.chains, settings.optimizers
     for optimizer in optimizers:
         if optimizer not in OPTIMIZERS:
