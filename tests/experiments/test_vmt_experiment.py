@@ -293,3 +293,11 @@ def test_the_transformer_cells_key_on_softmax_s_revision_and_the_vmt_cells_do_no
     monkeypatch.setitem(registry.ATTENTION_KINDS, "softmax", dataclasses.replace(kind, revision=kind.revision + 1))
     assert vmt._cell_identity(report, "transformer")["revisions"] == {"softmax": kind.revision + 1}
     assert vmt._cell_identity(report, "vmt_carry") == {"steps": 3}
+
+
+def test_an_importance_weighted_k_below_one_is_refused_naming_the_setting_before_training(tmp_path):
+    """lg_iw_samples=[0] trained part 1's two VMTs, then failed scoring them as 'num_samples=0: must be a positive
+    integer'."""
+    with pytest.raises(ValueError, match=r"vmt\.lg_iw_samples=\[1, 0\]: each K must be >= 1"):
+        vmt.run(tmp_path / "out", quick=True, seeds=None, overrides={"lg_iw_samples": [1, 0]}, log=lambda line: None)
+    assert not (tmp_path / "out").exists()

@@ -289,6 +289,8 @@ def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
     settings = configure(QUICK if quick else VMTSettings(), overrides, NAME)
+    if any(k < 1 for k in settings.lg_iw_samples):  # K = 0 failed after part 1's training, naming num_samples=0
+        raise ValueError(f"{NAME}.lg_iw_samples={list(settings.lg_iw_samples)}: each K must be >= 1 ([] for none)")
     seed = single_seed(seeds, NAME)
     report = ExperimentReport(out_dir, "The Variational Markov Transformer against exact likelihoods", log,
                               settings=asdict(settings))  # fmt: skip
