@@ -301,3 +301,12 @@ def test_an_importance_weighted_k_below_one_is_refused_naming_the_setting_before
     with pytest.raises(ValueError, match=r"vmt\.lg_iw_samples=\[1, 0\]: each K must be >= 1"):
         vmt.run(tmp_path / "out", quick=True, seeds=None, overrides={"lg_iw_samples": [1, 0]}, log=lambda line: None)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_kl_warm_up_longer_than_a_parts_training_is_refused_before_any_trains(tmp_path):
+    """Each VMT run refuses a KL warm-up past its max_steps; the experiment trained the parts before the first run
+    that did. Refused up front naming the experiment's settings, with nothing written."""
+    overrides = {**TINY, "hmm_steps": 4, "kl_warmup_steps": 5}
+    with pytest.raises(ValueError, match=r"vmt.kl_warmup_steps=5 is longer than vmt.hmm_steps=4"):
+        vmt.run(tmp_path / "out", quick=True, seeds=None, overrides=overrides, log=lambda line: None)
+    assert not (tmp_path / "out").exists()

@@ -285,12 +285,22 @@ def text_cell(
 # ------------------------------------------------------------------------------------------------------- run
 
 
+def check_settings(settings: VMTSettings) -> None:
+    """ValueError naming the setting for what would fail, or end wrong, only after some training."""
+    if any(k < 1 for k in settings.lg_iw_samples):  # K = 0 failed after part 1's training, naming num_samples=0
+        raise ValueError(f"{NAME}.lg_iw_samples={list(settings.lg_iw_samples)}: each K must be >= 1 ([] for none)")
+    steps = {"lg_steps": settings.lg_steps, "hmm_steps": settings.hmm_steps, "text_steps": settings.text_steps}
+    shortest = min(steps, key=steps.get)
+    if settings.kl_warmup_steps > steps[shortest]:  # each VMT run refuses it, after the parts before it trained
+        raise ValueError(f"{NAME}.kl_warmup_steps={settings.kl_warmup_steps} is longer than {NAME}.{shortest}="
+                         f"{steps[shortest]}: the KL weight would never reach 1 in those runs")  # fmt: skip
+
+
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
     settings = configure(QUICK if quick else VMTSettings(), overrides, NAME)
-    if any(k < 1 for k in settings.lg_iw_samples):  # K = 0 failed after part 1's training, naming num_samples=0
-        raise ValueError(f"{NAME}.lg_iw_samples={list(settings.lg_iw_samples)}: each K must be >= 1 ([] for none)")
+    check_settings(settings)
     seed = single_seed(seeds, NAME)
     report = ExperimentReport(out_dir, "The Variational Markov Transformer against exact likelihoods", log,
                               settings=asdict(settings))  # fmt: skip
