@@ -98,3 +98,22 @@ def test_a_character_outside_the_train_rows_alphabet_is_an_error_from_every_toke
         with pytest.raises(ValueError, match="data.text_column='body': a row holds 'Ж'.*not in the char alphabet"):
             load_hf_dataset_lm(str(path), text_column="body", seq_len=8, cache_dir=tmp_path / "cache",
                                num_proc=processes)  # fmt: skip
+
+
+def test_empty_rowless_and_unmatched_data_files_are_refused_on_one_line_naming_them(tmp_path):
+    """An empty JSONL file ended in a traceback (datasets' bare StopIteration); a file of no rows (a blank line, a
+    CSV header alone) in datasets' 'Instruction "train" corresponds to no data!', naming no file; a glob matching
+    nothing was called 'no local file, directory or glob'. Each is a ValueError naming the file or pattern."""
+    empty, blank, header = tmp_path / "empty.jsonl", tmp_path / "blank.jsonl", tmp_path / "header.csv"
+    empty.write_bytes(b"")
+    blank.write_text("\n")
+    header.write_text("id,body\n")
+    cache = tmp_path / "cache"
+    with pytest.raises(ValueError, match=f"^{empty}: the file is empty$"):
+        load_hf_dataset_lm(str(empty), text_column="body", seq_len=8, cache_dir=cache)
+    for path in (blank, header):
+        with pytest.raises(ValueError, match=f"^data.data_files: {path} hold no rows$"):
+            load_hf_dataset_lm(str(path), text_column="body", seq_len=8, cache_dir=cache)
+    pattern = str(tmp_path / "*.parquet")
+    with pytest.raises(ValueError, match=r"entry '.*\*\.parquet': the pattern matches no file$"):
+        load_hf_dataset_lm(pattern, text_column="body", seq_len=8, cache_dir=cache)

@@ -8,6 +8,7 @@ Only local files: a URL or a hub name is refused (no network). ``datasets`` is a
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -17,7 +18,7 @@ import numpy as np
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.text import store_bundle
-from markovformer.data.readers.text_stream import content_key, resolve_text_paths
+from markovformer.data.readers.text_stream import content_key, file_size, resolve_text_paths
 from markovformer.data.readers.token_store import (
     STORE_FORMAT,
     TOKENS_FILE,
@@ -50,7 +51,9 @@ def local_data_files(data_files: str | list[str]) -> list[Path]:
                              f"download it first")  # fmt: skip
         try:
             files += resolve_text_paths(entry)
-        except ValueError:
+        except ValueError as error:
+            if glob.has_magic(entry) or Path(entry).is_dir():  # a pattern or folder of no files: say so
+                raise ValueError(f"data.data_files entry {str(error).removeprefix('data.path=')}") from None
             raise ValueError(f"data.data_files entry {entry!r} is no local file, directory or glob (a hub data set "
                              f"name is not fetched: download its files and give their paths)") from None  # fmt: skip
     kinds = {BUILDERS.get(file.suffix.lower()) for file in files}
@@ -58,6 +61,8 @@ def local_data_files(data_files: str | list[str]) -> list[Path]:
         odd = next((file for file in files if file.suffix.lower() not in BUILDERS), files[0])
         raise ValueError(f"data.data_files must all be one of {sorted(BUILDERS)} of one kind; got {odd} "
                          f"among kinds {sorted(map(str, kinds))}")  # fmt: skip
+    for file in files:
+        file_size(file)  # an empty or unreadable file, named (datasets stopped with a bare StopIteration)
     return files
 
 
@@ -83,8 +88,14 @@ def load_hf_dataset_lm(
     datasets = _import_datasets()
     root = cache_root(tokenized.cache_dir)
     builder = BUILDERS[files[0].suffix.lower()]
-    dataset = datasets.load_dataset(builder, data_files=[str(file) for file in files], split="train",
-                                    cache_dir=str(root / "hf_datasets"))  # fmt: skip
+    try:
+        dataset = datasets.load_dataset(builder, data_files=[str(file) for file in files], split="train",
+                                        cache_dir=str(root / "hf_datasets"))  # fmt: skip
+    except ValueError as error:  # files of no rows: datasets says 'Instruction "train" corresponds to no data!'
+        what = "hold no rows" if "corresponds to no data" in str(error) else f"cannot be read ({error})"
+        raise ValueError(f"data.data_files: {', '.join(map(str, files))} {what}") from None
+    if len(dataset) == 0:
+        raise ValueError(f"data.data_files: {', '.join(map(str, files))} hold no rows")
     if text_column not in dataset.column_names:
         raise ValueError(f"data.text_column={text_column!r} is not a column of {files[0]} (columns: "
                          f"{', '.join(dataset.column_names)})")  # fmt: skip
