@@ -119,6 +119,19 @@ def test_a_failed_write_leaves_no_cache(tmp_path):
     assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == []
 
 
+def test_a_cache_dir_that_cannot_be_a_folder_is_one_line_naming_it(tmp_path):
+    """data.cache_dir naming a file (or a place where no folder can be made) ended in a bare 'Not a directory'
+    naming only the staging folder inside it: it is the token cache's own one-line error, naming the folder."""
+    path = tmp_path / "corpus.txt"
+    path.write_text("abc\n" * 100, encoding="utf-8")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ValueError, match=f"^cannot write the token cache in {blocker} .*set data.cache_dir"):
+        load_text_lm(path, seq_len=8, cache_dir=blocker)
+    with pytest.raises(ValueError, match=f"^cannot write the token cache in {blocker / 'deeper'} "):
+        load_text_lm(path, seq_len=8, cache_dir=blocker / "deeper")
+
+
 def test_vocabulary_larger_than_the_dtype_or_ids_outside_it_are_refused(tmp_path):
     assert token_dtype(256) == np.uint8 and token_dtype(257) == np.uint16 and token_dtype(70_000) == np.uint32
     with pytest.raises(ValueError, match="does not fit"):

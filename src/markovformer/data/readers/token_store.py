@@ -219,8 +219,8 @@ def open_or_write(root: Path, key: str, write: Callable[[Path], None], log: Call
 def _build(root: Path, folder: Path, write: Callable[[Path], None]) -> None:
     _remove_abandoned_staging(root)
     staging = root / f".{folder.name}{_STAGING}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
     try:
+        staging.mkdir(parents=True)  # in the try: an unwritable cache root is said as one, naming data.cache_dir
         write(staging)
         try:
             os.rename(staging, folder)
@@ -232,7 +232,8 @@ def _build(root: Path, folder: Path, write: Callable[[Path], None]) -> None:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(error, OSError):
             raise ValueError(f"cannot write the token cache in {root} ({error.strerror or error}); nothing was "
-                             f"cached: free space there or set data.cache_dir") from None  # fmt: skip
+                             f"cached: free space there or set data.cache_dir to a writable folder"
+                             ) from None  # fmt: skip
         raise
     return TokenStore(folder)
 
