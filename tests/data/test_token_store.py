@@ -231,6 +231,20 @@ def test_a_saved_tokenizer_encodes_another_file_and_names_a_character_it_lacks(t
         load_text_lm(tmp_path / "z.txt", **options)
 
 
+@pytest.mark.parametrize("tokenizer, vocab", [("char", None), ("bpe", 300)])
+def test_records_scored_with_a_saved_tokenizer_without_an_end_of_document_token_name_data_documents(
+        tmp_path, tokenizer, vocab):  # fmt: skip
+    """A run fitted on one text has no end-of-document token; scoring JSONL records with it (eval --data
+    documents=jsonl) said only 'records are documents: the tokenizer needs an end-of-document token'."""
+    (tmp_path / "a.txt").write_text("abc abc\n" * 100, encoding="utf-8")
+    (tmp_path / "r.jsonl").write_text('{"text": "abc cab"}\n' * 50, encoding="utf-8")
+    run = load_text_lm(tmp_path / "a.txt", seq_len=8, cache_dir=tmp_path / "c", tokenizer=tokenizer, vocab_size=vocab)
+    assert run.tokenizer.end_of_document_id is None
+    with pytest.raises(ValueError, match="^data.documents='jsonl' closes each record of .*r.jsonl with an end-of-doc"
+                                         ".*saved tokenizer lacks.*use data.documents=file$"):  # fmt: skip
+        load_text_lm(tmp_path / "r.jsonl", documents="jsonl", seq_len=8, fractions=(0.0, 1.0, 0.0),
+                     cache_dir=tmp_path / "c", fitted=run.tokenizer, tokenizer=tokenizer)  # fmt: skip
+
 @pytest.mark.skipif(not SHAKESPEARE.is_file(), reason=f"Tiny Shakespeare is not at {SHAKESPEARE}")
 def test_tiny_shakespeare_store_decodes_to_the_file(tmp_path):
     bundle = load_text_lm(SHAKESPEARE, seq_len=64, cache_dir=tmp_path / "c")

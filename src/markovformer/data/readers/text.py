@@ -117,6 +117,10 @@ def load_text_lm(
                 atomic_write_text(plan_path, json.dumps(record))
             except OSError:  # a read-only cache only costs the next run the fitting again
                 pass
+        if documents != "file" and fitted.end_of_document_id is None:  # only a saved tokenizer can lack one
+            raise ValueError(f"data.documents={documents!r} closes each record of {path} with an end-of-document "
+                             f"token, which the run's saved tokenizer lacks (its run read one text, no documents): "
+                             f"use data.documents=file")  # fmt: skip
         segments = []
         for name, part in zip(_SPLIT_NAMES, parts, strict=True):
             told = (f" in the {name} part is not in the run's saved char alphabet" if saved else
