@@ -145,9 +145,14 @@ def store_bundle(store, segments_per_split: list[int], path, fitted, splits: dic
         start, stop = int(store.offsets[first]), int(store.offsets[first + count])
         first += count
         if stop - start < seq_len + 1 and fraction > 0:
+            files, remedy = "", "a longer file"
+            if splits.get("kind") == "documents":  # a directory or glob: the fractions split whole files
+                held = splits[name][1] - splits[name][0]
+                files = f" ({held} of the {len(splits['documents'])} files: the fractions split whole files)"
+                remedy = "more or longer files"
             raise ValueError(
-                f"{path}: the {name} part has {stop - start} tokens, fewer than seq_len + 1 = {seq_len + 1}; "
-                "use a longer file, a shorter seq_len or other fractions"
+                f"{path}: the {name} part has {stop - start} tokens{files}, fewer than seq_len + 1 = {seq_len + 1}; "
+                f"use {remedy}, a shorter seq_len or other fractions"
             )
         if name == "train" and window_starts == "random":
             examples[name] = RandomStarts(store, start, stop, seq_len, position_ids=packing)
