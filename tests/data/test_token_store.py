@@ -245,6 +245,22 @@ def test_records_scored_with_a_saved_tokenizer_without_an_end_of_document_token_
         load_text_lm(tmp_path / "r.jsonl", documents="jsonl", seq_len=8, fractions=(0.0, 1.0, 0.0),
                      cache_dir=tmp_path / "c", fitted=run.tokenizer, tokenizer=tokenizer)  # fmt: skip
 
+
+def test_a_folder_scored_with_a_saved_tokenizer_without_an_end_of_document_token_is_refused(tmp_path):
+    """eval --data path=DIR on a run fitted on one text: the files ran into each other unmarked (the last characters
+    of one file read as context for the first of the next) and were scored with exit 0."""
+    (tmp_path / "a.txt").write_text("abc abc\n" * 100, encoding="utf-8")
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for index in range(2):
+        (folder / f"d{index}.txt").write_text("cab bca\n" * 40, encoding="utf-8")
+    run = load_text_lm(tmp_path / "a.txt", seq_len=8, cache_dir=tmp_path / "c")
+    assert run.tokenizer.end_of_document_id is None
+    with pytest.raises(ValueError, match=r"^data.path='.*docs' names 2 files, documents that the run's saved tokenizer "
+                                         r"cannot keep apart .*score one file at a time$"):  # fmt: skip
+        load_text_lm(folder, seq_len=8, fractions=(0.0, 1.0, 0.0), cache_dir=tmp_path / "c", fitted=run.tokenizer)
+
+
 def test_a_part_of_a_folder_too_small_for_a_window_says_how_many_files_it_holds(tmp_path):
     """Three files with fractions (0.9, 0.05, 0.05) give the val part round(3 x 0.05) = 0 files; the error said
     only '0 tokens ... use a longer file', where the fractions split whole files and no longer file helps."""
@@ -259,6 +275,7 @@ def test_a_part_of_a_folder_too_small_for_a_window_says_how_many_files_it_holds(
     (tmp_path / "one.txt").write_text("abc abc\n" * 20, encoding="utf-8")  # val: round(160 x 0.05) = 8 tokens
     with pytest.raises(ValueError, match=r"the val part has 8 tokens, fewer than .*use a longer file"):
         load_text_lm(tmp_path / "one.txt", seq_len=8, cache_dir=tmp_path / "c")
+
 
 @pytest.mark.skipif(not SHAKESPEARE.is_file(), reason=f"Tiny Shakespeare is not at {SHAKESPEARE}")
 def test_tiny_shakespeare_store_decodes_to_the_file(tmp_path):

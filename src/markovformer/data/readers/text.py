@@ -121,6 +121,10 @@ def load_text_lm(
             raise ValueError(f"data.documents={documents!r} closes each record of {path} with an end-of-document "
                              f"token, which the run's saved tokenizer lacks (its run read one text, no documents): "
                              f"use data.documents=file")  # fmt: skip
+        if len(files) > 1 and fitted.end_of_document_id is None:  # the files would run into each other unmarked
+            raise ValueError(f"data.path={str(path)!r} names {len(files)} files, documents that the run's saved "
+                             f"tokenizer cannot keep apart (it has no end-of-document token: its run read one text); "
+                             f"score one file at a time")  # fmt: skip
         segments = []
         for name, part in zip(_SPLIT_NAMES, parts, strict=True):
             told = (f" in the {name} part is not in the run's saved char alphabet" if saved else
