@@ -335,8 +335,8 @@ def test_loss_is_the_mean_token_cross_entropy_with_smoothing():
 @pytest.mark.parametrize(
     ("field", "value"),
     [("vocab_size", 0), ("d_model", 15), ("n_heads", 0), ("n_decoder_layers", -1), ("d_ff", 0), ("order", 0),
-     ("order", 2.5), ("transparent", "yes"), ("dropout", 1.0), ("max_positions", 0),
-     ("bos_token_id", 9), ("eos_token_id", 0), ("initializer_range", 0.0)],
+     ("order", 2.5), ("order", -1), ("order", True), ("order", 33), ("transparent", "yes"), ("dropout", 1.0),
+     ("max_positions", 0), ("bos_token_id", 9), ("eos_token_id", 0), ("initializer_range", 0.0)],
 )  # fmt: skip
 def test_config_errors_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"MarkovTranslatorConfig.{field}="):

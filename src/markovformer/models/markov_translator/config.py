@@ -54,6 +54,9 @@ class MarkovTranslatorConfig(ModelConfig):
             positive_int(field)
         if self.order is not None:
             positive_int("order")
+            if self.order > self.max_positions:  # the band would cover every position: a silent order=None
+                fail("order", f"must be at most max_positions={self.max_positions} (a longer order sees the whole "
+                     "target: use null, an unbounded order)")
         if self.d_model % self.n_heads:
             fail("d_model", f"must be divisible by n_heads={self.n_heads}")
         if not isinstance(self.transparent, bool):
