@@ -515,3 +515,16 @@ def test_eval_prints_what_always_guessing_the_most_frequent_label_would_score(ca
     assert numbers.keys() == expected.keys(), line
     for key, value in numbers.items():
         assert float(value) == pytest.approx(expected[key], abs=5e-5), key
+
+
+@pytest.mark.parametrize("option", ["--prompt", "--input"])
+def test_generate_refuses_a_repeated_prompt_or_input_instead_of_dropping_the_first(option, capsys):
+    # argparse keeps the last of a repeated option: `--prompt A --prompt B` translated B alone, A dropped unsaid
+    from markovformer.cli.main import build_parser
+
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(["generate", "runs/x", option, "first", option, "second"])
+    assert stopped.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and option in lines[0] and "'first'" in lines[0] and "'second'" in lines[0]
+    assert build_parser().parse_args(["generate", "runs/x", option, "only"]).__dict__[option[2:]] == "only"

@@ -101,6 +101,17 @@ def innermost_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         parser = commands[0].choices[chosen]
 
 
+class Once(argparse.Action):
+    """An option that may be given once: argparse's last-one-wins would drop a repeated ``--prompt`` silently."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        if getattr(namespace, self.dest) is not None:
+            hint = "; several sentences: a file of them, one per line, with --input" if self.dest == "prompt" else ""
+            raise argparse.ArgumentError(self, f"given twice ({getattr(namespace, self.dest)!r}, then {value!r}): "
+                                         f"one per call{hint}")
+        setattr(namespace, self.dest, value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="markovformer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="on an error, print the traceback instead of the one line "
@@ -154,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "token_classification: the same per labelled position; ctc: reference, hypothesis")
 
     generate = commands.add_parser("generate", help="sample from a language model, translate with a translation "
-                                   "model (one sentence per --prompt, or per line of --input), or transcribe "
+                                   "model (one sentence by --prompt, or one per line of --input), or transcribe "
                                    "recordings with a CTC model",
                                    description="Sample text from a language model run, translate with a "
                                    "translation run, or transcribe recordings with a CTC run.", epilog='examples:\n'
@@ -164,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    '  markovformer generate runs/speech --input recordings.txt',
                                    formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     generate.add_argument("target", help="run directory or checkpoint file")
-    generate.add_argument("--prompt", help="text (or space-separated token ids without tokenizer); an empty prompt "
+    generate.add_argument("--prompt", action=Once,
+                          help="text (or space-separated token ids without tokenizer); an empty prompt "
                           "samples unconditionally (a VMT from its own P(x_1); a run with documents after an <eod>, "
                           "refused if it packed them: its model never learned how one starts; else after a line "
                           "break, else from a token drawn with --seed); for a translation run, the source "
@@ -173,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "run's alphabet instead of refusing them")  # fmt: skip
     generate.add_argument("--through-eod", action="store_true", help="a run with documents, not packed: sample past "
                           "a document's end (each end printed as <eod>) instead of stopping there")
-    generate.add_argument("--input", help="translation: a file of source sentences, one per line; CTC: a WAV file, "
+    generate.add_argument("--input", action=Once,
+                          help="translation: a file of source sentences, one per line; CTC: a WAV file, "
                           "or a file of WAV paths, one per line (a manifest's transcripts ignored), each transcribed "
                           "greedily, one line each")  # fmt: skip
     generate.add_argument("--beam-size", type=int, default=1, help="translation: beam width, 1 = greedy (default: "
