@@ -185,14 +185,19 @@ def test_unreadable_text_names_the_path(tmp_path, content, message):
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"tokenizer": "char", "vocab_size": 300}, "vocab_size"),
-        ({"tokenizer": "bpe"}, "needs vocab_size"),
-        ({"tokenizer": "words"}, "'words'"),
-        ({"seq_len": 0}, "seq_len"),
+        ({"tokenizer": "char", "vocab_size": 300}, "^data.vocab_size=300 applies only"),
+        ({"tokenizer": "bpe"}, "^data.tokenizer='bpe' needs data.vocab_size"),
+        ({"tokenizer": "words"}, "^data.tokenizer must be .*'words'"),
+        ({"seq_len": 0}, "^data.seq_len must be a positive int"),
+        ({"overlap": 8}, r"^data.overlap=8 must be an int in \[0, data.seq_len=8\)"),
+        ({"window_starts": "middle"}, "^data.window_starts='middle'"),
+        ({"documents": "xml"}, "^data.documents='xml' must be one of"),
         ({"seq_len": 200}, "fewer than seq_len"),
     ],
 )
 def test_bad_options_raise(tmp_path, options, message):
+    """Each names the option as a run config sets it (data.NAME): 'tokenizer='bpe' needs vocab_size' and
+    'overlap=8 must be ...' named bare words."""
     path = tmp_path / "corpus.txt"
     path.write_text("abcd" * 250, encoding="utf-8")
     with pytest.raises(ValueError, match=message):

@@ -115,6 +115,9 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("text", "documents"): "file (each file is one document), jsonl (each line's JSON record) or blank_line (each "
     "paragraph): records are documents, closed by an end-of-document token",
     ("text", "text_column"): "the JSONL field holding a record's text",
+    ("text", "seq_len"): "tokens each window predicts: a window holds seq_len + 1 tokens, the inputs and, one on, "
+                         "the targets",
+    ("hf_dataset", "seq_len"): "tokens each window predicts (a window holds seq_len + 1, as for the text source)",
     ("hf_dataset", "data_files"): "local JSONL, Parquet, CSV or Arrow files (paths, directories or globs; no hub "
     "names, no URLs)",
     ("hf_dataset", "text_column"): "the column holding each row's text (each row is a document)",

@@ -74,7 +74,7 @@ def load_text_lm(
     tokenizer, vocab_size, fractions = tokenized.tokenizer, tokenized.vocab_size, tokenized.fractions
     cache_dir, fit_bytes, text_column = tokenized.cache_dir, tokenized.fit_bytes, tokenized.text_column
     if documents not in RECORD_KINDS:
-        raise ValueError(f"documents={documents!r} must be one of {RECORD_KINDS}")
+        raise ValueError(f"data.documents={documents!r} must be one of {RECORD_KINDS}")
     files = resolve_text_paths(path)
     sizes = [file_size(file) for file in files]
     # What a second run would compute again (character count, split cuts, the fitted tokenizer) is cached beside

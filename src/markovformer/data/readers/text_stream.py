@@ -215,7 +215,7 @@ def record_texts(path: Path, start: int, stop: int, documents: str, text_column:
     ``jsonl``: the ``text_column`` string of each non-empty line's JSON object; ``blank_line``: each run of
     non-blank lines (newlines inside kept, the last removed). Bad input raises, naming the file and line."""
     if documents not in RECORD_KINDS[1:]:
-        raise ValueError(f"documents={documents!r} must be one of {RECORD_KINDS[1:]}")
+        raise ValueError(f"data.documents={documents!r} must be one of {RECORD_KINDS[1:]}")
     lines: list[bytes] = []
     with path.open("rb") as handle:
         handle.seek(start)

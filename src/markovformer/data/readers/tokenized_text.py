@@ -34,20 +34,21 @@ class TokenizedText:
         ``vocab_size`` is not needed)."""
         tokenizer, vocab_size, seq_len, overlap = self.tokenizer, self.vocab_size, self.seq_len, self.overlap
         if tokenizer not in ("char", "bpe"):
-            raise ValueError(f"tokenizer must be 'char' or 'bpe', got {tokenizer!r}")
+            raise ValueError(f"data.tokenizer must be 'char' or 'bpe', got {tokenizer!r}")
         if tokenizer == "char" and vocab_size is not None and fitted is None:
-            raise ValueError(f"vocab_size={vocab_size} applies only to tokenizer='bpe' (the char vocabulary is fitted)")
+            raise ValueError(f"data.vocab_size={vocab_size} applies only to data.tokenizer='bpe' (the char "
+                             f"vocabulary is fitted)")  # fmt: skip
         if tokenizer == "bpe" and vocab_size is None and fitted is None:
-            raise ValueError("tokenizer='bpe' needs vocab_size")
+            raise ValueError("data.tokenizer='bpe' needs data.vocab_size (the size of the BPE vocabulary to fit)")
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-            raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+            raise ValueError(f"data.seq_len must be a positive int, got {seq_len!r}")
         if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < seq_len:
-            raise ValueError(f"overlap={overlap!r} must be an int in [0, seq_len={seq_len})")
+            raise ValueError(f"data.overlap={overlap!r} must be an int in [0, data.seq_len={seq_len})")
         if self.window_starts not in ("contiguous", "random"):
-            raise ValueError(f"window_starts={self.window_starts!r} must be 'contiguous' or 'random'")
+            raise ValueError(f"data.window_starts={self.window_starts!r} must be 'contiguous' or 'random'")
         fit_bytes = self.fit_bytes
         if isinstance(fit_bytes, bool) or not isinstance(fit_bytes, int) or fit_bytes < 1 << 10:
-            raise ValueError(f"fit_bytes={fit_bytes!r} must be an int of at least 1024")
+            raise ValueError(f"data.fit_bytes={fit_bytes!r} must be an int of at least 1024")
 
     def options(self) -> dict:
         """These options by name (a source that extends the dataclass passes just these to its loader)."""
