@@ -117,3 +117,19 @@ def test_empty_rowless_and_unmatched_data_files_are_refused_on_one_line_naming_t
     pattern = str(tmp_path / "*.parquet")
     with pytest.raises(ValueError, match=r"entry '.*\*\.parquet': the pattern matches no file$"):
         load_hf_dataset_lm(pattern, text_column="body", seq_len=8, cache_dir=cache)
+
+
+def test_a_run_config_takes_data_files_as_one_path_or_a_list_and_builds_the_same_tokens(tmp_path):
+    """The loader and `data show`'s help take one path; a run config's data.data_files='rows.jsonl' was refused as
+    'has the wrong type: expected a list'."""
+    from markovformer.training.build import build_data
+    from markovformer.training.run_config import resolve_run_config
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in _TEXTS), "utf-8")
+    stores = []
+    for files in (str(path), [str(path)]):
+        data = {"source": "hf_dataset", "data_files": files, "seq_len": 8, "cache_dir": str(tmp_path / "c")}
+        bundle = build_data(resolve_run_config({"task": "causal_lm", "data": data}))
+        stores.append(np.asarray(bundle.train.store.tokens[:]).tolist())
+    assert stores[0] == stores[1] and len(stores[0]) > 0

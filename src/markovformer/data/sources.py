@@ -65,7 +65,7 @@ class HFDatasetSource(TokenizedText):
 
     # The reader: markovformer.data.readers.hf_dataset. The docstring above is `markovformer data show`'s text.
 
-    data_files: list[str] = dataclasses.field(default_factory=list)
+    data_files: str | list[str] = dataclasses.field(default_factory=list)  # one path, or a list of them
     num_proc: int | None = None
 
     def build(self, seed: int, tokenizer=None) -> DataBundle:
