@@ -181,16 +181,13 @@ def run(
     return report.write()
 
 
-def _check_sources(sources: tuple[str, ...], settings: RecoverySettings | None = None) -> None:
-    """ValueError naming the setting, before any cell trains: a source's name, and (``settings``) a sequence too
-    short for the highest order (the held-out loss needs T > k: it failed after the lower orders' cells had
-    trained)."""
+def _check_sources(sources: tuple[str, ...], settings: RecoverySettings) -> None:
+    """ValueError naming the setting, before any cell trains: a source's name, and a sequence too short for the
+    highest order (the held-out loss needs T > k: it failed after the lower orders' cells had trained)."""
     for source in sources:
         family, _, order = source.partition("-")
         if family not in ("fixed", "icl") or not order.isdigit() or int(order) < 1:
             raise ValueError(f"{NAME}.sources: {source!r} must be 'fixed-K' or 'icl-K' with an order K >= 1")
-    if settings is None:
-        return
     highest = max(int(source.partition("-")[2]) for source in sources)
     if settings.seq_len <= highest:
         raise ValueError(f"{NAME}.seq_len={settings.seq_len}: must exceed the highest source order {highest} (the "
