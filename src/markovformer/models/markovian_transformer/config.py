@@ -264,6 +264,9 @@ class MarkovianTransformerConfig(ModelConfig):
                 settings = ATTENTION_KINDS[kind].options(**values)  # the kind's rules and defaults, applied once
             except ValueError as error:
                 raise ValueError(f"{where}.{error}") from None
+            head_dim = getattr(settings, "head_dim", None)  # a kind whose heads are sized by channels, not n_heads
+            if head_dim is not None and self.d_model % head_dim:
+                raise ValueError(f"{where}.head_dim={head_dim}: must divide d_model={self.d_model}")
             if self.causal and getattr(settings, "bidirectional", None):
                 raise ValueError(f"{where}.bidirectional=True: a causal model cannot attend to the future; set "
                                  "causal=False")  # fmt: skip
