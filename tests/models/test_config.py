@@ -164,6 +164,38 @@ def test_an_option_the_kind_does_not_read_is_an_error_naming_it_and_the_kind(opt
     assert kind in str(error.value)
 
 
+@pytest.mark.parametrize(
+    "options, field",
+    [
+        # options of a part the model does not build: each was accepted and silently changed nothing
+        (dict(gate="none", gate_input="query"), "gate_input"),
+        (dict(gate="none", gate_gumbel_tau=0.5), "gate_gumbel_tau"),
+        (dict(gate="none", gate_entropy_weight=0.1), "gate_entropy_weight"),
+        (dict(attention="softmax", gate_entropy_weight=0.1), "gate_entropy_weight"),
+        (dict(attention="rff", transition_penalty=0.1), "transition_penalty"),
+        (dict(attention=["markov", {"kind": "markov", "gate": "none", "gate_input": "static"}]),
+         r"attention\[1\]\.gate_input"),
+    ],
+)
+def test_an_option_of_a_part_that_is_not_built_is_refused_naming_it(options, field):
+    values = {**BASE, **options}
+    if options.get("attention", "markov") != "markov" and not isinstance(options["attention"], list):
+        values.pop("max_order")
+    with pytest.raises(ValueError, match=rf"MarkovianTransformerConfig\.{field}="):
+        MarkovianTransformerConfig(**values)
+
+
+def test_the_regularisers_are_taken_where_their_part_is_built():
+    """The counterpart of the refusals above: a gate-less Markov layer still has a transition penalty, a hybrid
+    layer has gates, and a layer whose entry turns its gate off does not inherit the flat gate's input."""
+    assert MarkovianTransformerConfig(**BASE, gate="none", transition_penalty=0.1).transition_penalty == 0.1
+    assert MarkovianTransformerConfig(**BASE, attention="hybrid_split", gate_entropy_weight=0.1).gate_entropy_weight
+    config = MarkovianTransformerConfig(**BASE, gate_input="query",
+                                        attention=["markov", {"kind": "markov", "gate": "none"}])
+    assert [(spec.settings.gate, spec.settings.gate_input) for spec in config.layer_specs()] == [("linear", "query"),
+                                                                                                ("none", "token")]
+
+
 def test_softmax_with_a_window_is_sliding_window_softmax_and_needs_scope_local():
     values = {key: value for key, value in BASE.items() if key != "max_order"}
     with pytest.raises(ValueError, match="window"):  # softmax is global unless asked: a window alone is an error

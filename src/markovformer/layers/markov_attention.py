@@ -140,6 +140,11 @@ class MarkovOptions:
         if self.scope == "local" and self.window < self.max_order:
             raise ValueError(f"window={self.window!r}: smaller than max_order={self.max_order}: lags beyond the "
                              "window are never seen")  # fmt: skip
+        if self.gate == "none":  # an option of a gate that is not built would be silently ignored
+            for name, unset in (("gate_input", "token"), ("gate_gumbel_tau", None)):
+                if getattr(self, name) != unset:
+                    raise ValueError(f"{name}={getattr(self, name)!r}: an option of the order gate, and gate='none' "
+                                     "builds none")  # fmt: skip
         if self.gate_input == "sequence" and self.bidirectional is False:  # None: the model config resolves it
             raise ValueError("gate_input='sequence': the gate pools the whole sequence, the future included; it "
                              "needs bidirectional=True")  # fmt: skip

@@ -202,6 +202,20 @@ class MarkovianTransformerConfig(ModelConfig):
                 fail(field, "must be a finite number >= 0")
 
         self._layer_specs = self._resolve_layer_specs()
+        self._check_regularisers_apply()
+
+    def _check_regularisers_apply(self) -> None:
+        """ValueError for a loss term weighted above 0 that no layer has: the gate entropy needs an order gate, the
+        transition penalty a Markov bias (the term was silently 0)."""
+        settings = [spec.settings for spec in self._layer_specs]
+        needs = {"gate_entropy_weight": ("an order gate (a markov or hybrid layer with gate != 'none')",
+                                         any(getattr(s, "gate", "none") != "none" for s in settings)),
+                 "transition_penalty": ("a Markov bias (a markov or hybrid layer)",
+                                        any(hasattr(s, "transition") for s in settings))}  # fmt: skip
+        for field, (what, present) in needs.items():
+            if getattr(self, field) > 0 and not present:
+                raise ValueError(f"{type(self).__name__}.{field}={getattr(self, field)!r}: no layer has {what}; the "
+                                 "term would be 0")  # fmt: skip
 
     @classmethod
     def unknown_key_hint(cls, key: str) -> str:
@@ -259,6 +273,10 @@ class MarkovianTransformerConfig(ModelConfig):
                     window = self.window  # the flat window, when the layer keeps the flat scope and order
                 values.update(scope=scope, window=window if scope == "local" else own.get("window"))
             values.update(own)
+            if own.get("gate") == "none":  # a gate-less layer does not inherit the flat gate's options
+                for name in ("gate_input", "gate_gumbel_tau"):
+                    if name not in own:
+                        values.pop(name, None)
             where = f"{type(self).__name__}.attention[{index}]"
             try:
                 settings = ATTENTION_KINDS[kind].options(**values)  # the kind's rules and defaults, applied once
