@@ -78,6 +78,40 @@ def test_the_true_chain_loss_is_that_of_the_split_scored():
     assert "true_chain_loss" not in reference_results(reference, "train")  # no oracle recorded for it
 
 
+def test_eval_of_train_and_all_compares_with_the_true_chain_on_the_sequences_scored(tmp_path):
+    """The true chain's loss was recorded for val and test only: ``eval --split train`` (or all) printed no floor
+    of its own sequences. It is now the chain's mean -log p over those sequences (by hand here, one transition at a
+    time), and all's is the three splits' sequence-weighted mean (every sequence scores as many targets)."""
+    from markovformer.data.sources import DATA_SOURCES
+
+    values = copy.deepcopy(TINY_RUN)
+    values["trainer"].update(max_steps=2, eval_every=2, checkpoint_every=2, log_every=2, warmup_steps=1)
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    config, _, run_dir = load_run(tmp_path / "run")
+    bundle = build_data(config, run_dir)
+    options = {key: value for key, value in config.data.items() if key != "source"}
+    chain = DATA_SOURCES["markov_chain"](**options).chain()
+
+    def by_hand(split) -> float:
+        total = count = 0
+        for index in range(len(split)):
+            x = split[index]["input_ids"].tolist()
+            for t in range(chain.order, len(x)):
+                context = sum(x[t - chain.order + i] * chain.num_symbols ** (chain.order - 1 - i)
+                              for i in range(chain.order))  # oldest symbol most significant (markov.chains)
+                total -= math.log(float(chain.transition[context, x[t]]))
+                count += 1
+        return total / count
+
+    losses = {name: by_hand(getattr(bundle, name)) for name in ("train", "val", "test")}
+    assert evaluate(tmp_path / "run", "train")["true_chain_loss"] == pytest.approx(losses["train"], rel=1e-9)
+    sizes = {name: len(getattr(bundle, name)) for name in losses}
+    weighted = sum(sizes[name] * losses[name] for name in losses) / sum(sizes.values())
+    assert evaluate(tmp_path / "run", "all")["true_chain_loss"] == pytest.approx(weighted, rel=1e-9)
+    assert evaluate(tmp_path / "run", "test")["true_chain_loss"] == pytest.approx(losses["test"], rel=1e-9)
+
+
 def test_data_whose_classes_come_in_another_order_is_refused(tmp_path):
     """The model reads classes by position: the same names in another order would score class 0 as class 1."""
     (tmp_path / "data.json").write_text(json.dumps({"info": {"label_names": ["up", "down"]}}))

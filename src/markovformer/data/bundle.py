@@ -29,6 +29,11 @@ def examples_at(split: Split, indices: Iterable[int]) -> list[dict[str, Tensor]]
     return [split[int(index)] for index in indices]
 
 
+def stacked(split: Split, key: str) -> Tensor:
+    """Every example's ``key`` tensor of ``split`` stacked along a new first dimension (examples of one length)."""
+    return torch.stack([example[key] for example in examples_at(split, range(len(split)))])
+
+
 def example_lengths(split: Split, key: str) -> list[int]:
     """The length of every example's ``key`` tensor: from the split itself when it knows them without building the
     examples (``split.example_lengths()``), else by reading each example once."""
@@ -67,6 +72,10 @@ class DataBundle:
     ``train_sampling``: how training batches pick examples: ``"epochs"`` (each epoch a seeded permutation, every
     example once) or ``"uniform"`` (each global batch drawn uniformly with replacement, seeded by (seed, step): the
     random window starts of nanoGPT when the train split holds every start).
+
+    ``reference_of``: for data with its own scores (a true chain's loss, a Bayes predictor's, an exact
+    log-likelihood), ``reference_of(name, split)`` gives them for the examples of ``split`` under keys naming ``name``;
+    ``info["reference"]`` holds those of val and test, and ``eval`` asks it for other splits (train, all).
     """
 
     train: Split
@@ -78,6 +87,7 @@ class DataBundle:
     collate: Callable[[list[dict[str, Tensor]]], dict[str, Tensor]] = collate
     lengths: Callable[[Sequence[dict[str, Tensor]]], list[int]] | None = None
     train_sampling: str = "epochs"
+    reference_of: Callable[[str, Split], dict] | None = None
     files: list[Path] = field(default_factory=list)
 
 

@@ -266,4 +266,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
                "metrics": metrics.compute(), **metrics.breakdown(), **task.scoring_settings(),
                **({"changed_data_files": changed} if changed else {}),
                **({"unscored_tail_tokens": examples.tail_tokens} if getattr(examples, "tail_tokens", 0) else {})}
-    return {**results, **reference_results(bundle.info.get("reference", {}), split)}
+    reference = dict(bundle.info.get("reference", {}))
+    if bundle.reference_of is not None and split not in ("val", "test"):  # the data holds val's and test's
+        reference.update(bundle.reference_of(split, examples))
+    return {**results, **reference_results(reference, split)}

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 
-from markovformer.data.bundle import DataBundle
+from markovformer.data.bundle import DataBundle, Split, stacked
 from markovformer.data.splits import generated_splits
 from markovformer.markov import MarkovChain, lagged_chain, random_chain, switching_chain
 from markovformer.markov.chains import check_chain_arguments, check_switching_rates
@@ -87,15 +87,18 @@ class MarkovChainSource:
 
         counts = {"train": self.train_sequences, "val": self.val_sequences, "test": self.test_sequences}
         splits, seeds = generated_splits(counts, seed, make_split)
-        reference = {"entropy_rate": chain.entropy_rate(), "unigram_entropy": chain.marginal_entropy()}
-        for name in ("val", "test"):
-            reference[f"oracle_{name}_loss"] = chain.oracle_loss(torch.stack([e["input_ids"] for e in splits[name]]))
+        def true_chain_loss(name: str, split: Split) -> dict:
+            return {f"oracle_{name}_loss": chain.oracle_loss(stacked(split, "input_ids"))}
+
+        reference = {"entropy_rate": chain.entropy_rate(), "unigram_entropy": chain.marginal_entropy(),
+                     **true_chain_loss("val", splits["val"]), **true_chain_loss("test", splits["test"])}
         return DataBundle(
             train=splits["train"],
             val=splits["val"],
             test=splits["test"],
             info={"vocab_size": chain.num_symbols, "true_lags": list(chain.true_lags), "reference": reference},
             splits={"generator_seeds": seeds},
+            reference_of=true_chain_loss,
         )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from markovformer.data.bundle import DataBundle
+from markovformer.data.bundle import DataBundle, Split, stacked
 from markovformer.data.splits import generated_splits
 
 LOG_2PI = math.log(2 * math.pi)
@@ -324,14 +324,17 @@ class LinearGaussianSource:
 
         counts = {"train": self.train_documents, "val": self.val_documents, "test": self.test_documents}
         splits, seeds = generated_splits(counts, seed, make_split)
-        reference = {"entropy_rate": parameters.entropy_rate()}
-        for name in ("val", "test"):
-            documents = torch.stack([example["input_features"] for example in splits[name]]).double()
-            reference[f"{name}_log_likelihood_per_step"] = float(parameters.log_likelihood(documents).mean())
+
+        def exact_log_likelihood(name: str, split: Split) -> dict:
+            documents = stacked(split, "input_features").double()
+            return {f"{name}_log_likelihood_per_step": float(parameters.log_likelihood(documents).mean())}
+
+        reference = {"entropy_rate": parameters.entropy_rate(), **exact_log_likelihood("val", splits["val"]),
+                     **exact_log_likelihood("test", splits["test"])}  # fmt: skip
         return DataBundle(
             train=splits["train"], val=splits["val"], test=splits["test"],
             info={"input_dim": self.obs_dim, "reference": reference, "parameters": parameters.to_dict()},
-            splits={"generator_seeds": seeds},
+            splits={"generator_seeds": seeds}, reference_of=exact_log_likelihood,
         )  # fmt: skip
 
 
@@ -380,14 +383,17 @@ class StickyHMMSource:
         counts = {"train": self.train_documents, "val": self.val_documents, "test": self.test_documents}
         splits, seeds = generated_splits(counts, seed, make_split)
         marginal = parameters.initial @ parameters.emission
-        reference = {"marginal_entropy": float(-(marginal * marginal.log()).sum())}
-        for name in ("val", "test"):
-            documents = torch.stack([example["input_ids"] for example in splits[name]])
-            reference[f"{name}_log_likelihood_per_token"] = float(parameters.log_likelihood(documents).mean())
+
+        def exact_log_likelihood(name: str, split: Split) -> dict:
+            documents = stacked(split, "input_ids")
+            return {f"{name}_log_likelihood_per_token": float(parameters.log_likelihood(documents).mean())}
+
+        reference = {"marginal_entropy": float(-(marginal * marginal.log()).sum()),
+                     **exact_log_likelihood("val", splits["val"]), **exact_log_likelihood("test", splits["test"])}
         return DataBundle(
             train=splits["train"], val=splits["val"], test=splits["test"],
             info={"vocab_size": self.num_symbols, "reference": reference, "parameters": parameters.to_dict()},
-            splits={"generator_seeds": seeds},
+            splits={"generator_seeds": seeds}, reference_of=exact_log_likelihood,
         )  # fmt: skip
 
 

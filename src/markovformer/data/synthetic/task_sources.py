@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import torch
 
-from markovformer.data.bundle import DataBundle
+from markovformer.data.bundle import DataBundle, Split, stacked
 from markovformer.data.splits import generated_splits
 from markovformer.data.synthetic import tasks
 from markovformer.markov import add_beta_loss
@@ -139,11 +139,13 @@ class ICLMarkovSource:
     def build(self, seed: int) -> DataBundle:
         bundle = _bundle(self, seed, self.num_symbols,
                          {"chance_accuracy": tasks.chance_accuracy("icl_markov", self.num_symbols)})  # fmt: skip
-        for split in ("val", "test"):
-            sequences = torch.stack([example["input_ids"] for example in getattr(bundle, split)])
-            bundle.info["reference"][f"bayes_{split}_loss"] = add_beta_loss(sequences, self.order, self.num_symbols,
-                                                                            self.beta)  # fmt: skip
-        return bundle
+        def bayes_loss(name: str, split: Split) -> dict:
+            return {f"bayes_{name}_loss": add_beta_loss(stacked(split, "input_ids"), self.order, self.num_symbols,
+                                                        self.beta)}  # fmt: skip
+
+        for name in ("val", "test"):
+            bundle.info["reference"].update(bayes_loss(name, getattr(bundle, name)))
+        return dataclasses.replace(bundle, reference_of=bayes_loss)
 
 
 TASK_SOURCES = {"mqar": MQARSource, "induction": InductionSource, "selective_copy": SelectiveCopySource,
