@@ -113,6 +113,16 @@ def test_bad_settings_are_named(tmp_path, overrides, message):
         mat_order.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lambda line: None)
 
 
+def test_an_order_the_translator_cannot_take_is_refused_before_any_cell_trains(tmp_path, monkeypatch):
+    """orders=[1, 1000] trained k=1 (a minute in quick mode) and then failed at k=1000, above max_positions."""
+    trained = []
+    monkeypatch.setattr(mat_order, "train_order_cell", lambda *args, **kwargs: trained.append(args))
+    overrides = {**TINY, "orders": [1, 1000]}
+    with pytest.raises(ValueError, match=r"orders: k=1000 cannot be built: .*order=1000: must be at most max_posit"):
+        mat_order.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lambda line: None)
+    assert trained == []
+
+
 def test_de_en_corpus_absent_is_a_clear_error(tmp_path):
     from markovformer.experiments import mat_order_corpus
 
@@ -320,6 +330,7 @@ def test_the_de_en_table_and_figure_measure_every_decoder_against_the_at(tmp_pat
 
     monkeypatch.setattr(mat_order_corpus, "train_corpus_cell", fake_cell)
     monkeypatch.setattr(mat_order_corpus, "load_translation", lambda *args, **kwargs: None)  # the cells take no data
+    monkeypatch.setattr(mat_order_corpus, "check_cell_configs", lambda *args: None)  # nor do their configs
     monkeypatch.setattr(plots, "plot_panels", record)
     path = tmp_path / "pairs.tsv"
     path.write_text("eins\tone\n", encoding="utf-8")

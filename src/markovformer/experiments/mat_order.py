@@ -26,8 +26,9 @@ otherwise overfit a small corpus within a few epochs.
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -152,6 +153,32 @@ def train_order_cell(
     }  # fmt: skip
 
 
+def translator_config(bundle: DataBundle, order: int | None, transparent: bool,
+                      settings: MatOrderSettings) -> tuple[MarkovTranslatorConfig, int]:  # fmt: skip
+    """The config of a cell's translator (positions for the longest pair of ``bundle`` and its decoding) and the
+    longest decoding its measurements allow (the longest pair plus 8); ValueError for an order it cannot take."""
+    longest = max(max(translation_lengths(examples_at(split, range(len(split)))))
+                  for split in (bundle.train, bundle.val, bundle.test))  # fmt: skip
+    max_decode = longest + 8  # room for a model that over-generates, without letting it run for ever
+    config = MarkovTranslatorConfig(
+        vocab_size=bundle.info["vocab_size"], d_model=settings.d_model, n_heads=settings.n_heads,
+        n_encoder_layers=settings.n_layers, n_decoder_layers=settings.n_layers, order=order, transparent=transparent,
+        dropout=settings.dropout, max_positions=max(longest, max_decode, STATE_PROBE_TOKENS) + 1,
+    )  # fmt: skip
+    return config, max_decode
+
+
+def check_cell_configs(bundle: DataBundle, cells: Iterable[tuple[int | None, bool]],
+                       settings: MatOrderSettings) -> None:  # fmt: skip
+    """ValueError naming the order of the first (order, transparent) cell whose translator cannot be built on
+    ``bundle``, before any cell trains (a bad order listed last failed after the others' training)."""
+    for order, transparent in cells:
+        try:
+            translator_config(bundle, order, transparent, settings)
+        except ValueError as error:
+            raise ValueError(f"orders: k={order} cannot be built: {error}") from None
+
+
 def fit_translator(
     bundle: DataBundle,
     order: int | None,
@@ -164,14 +191,8 @@ def fit_translator(
     decoding its measurements allow (the longest pair plus 8)."""
     every = {name: examples_at(split, range(len(split))) for name, split in  # small data sets, read by index
              (("train", bundle.train), ("val", bundle.val), ("test", bundle.test))}  # fmt: skip
-    longest = max(max(translation_lengths(split)) for split in every.values())
-    max_decode = longest + 8  # room for a model that over-generates, without letting it run for ever
+    config, max_decode = translator_config(bundle, order, transparent, settings)
     torch.manual_seed(seed)
-    config = MarkovTranslatorConfig(
-        vocab_size=bundle.info["vocab_size"], d_model=settings.d_model, n_heads=settings.n_heads,
-        n_encoder_layers=settings.n_layers, n_decoder_layers=settings.n_layers, order=order, transparent=transparent,
-        dropout=settings.dropout, max_positions=max(longest, max_decode, STATE_PROBE_TOKENS) + 1,
-    )  # fmt: skip
     model = MarkovTranslatorForConditionalGeneration(config)
     batches = SamplerStream(LengthBucketSampler(translation_lengths(every["train"]), settings.batch_size, seed=seed))
     validation = collate_translation(every["val"])
@@ -275,6 +296,7 @@ def _run(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...], log:
     report.expect_cells(len(seeds) * len(settings.transparent) * len(orders))
     for seed in seeds:
         bundle, tag = _data(tsv_path, seed, settings)
+        check_cell_configs(bundle, itertools.product(orders, settings.transparent), settings)
         for transparent in settings.transparent:
             for order in orders:
                 key = f"{tag}_k={_order_name(order)}_{'transparent' if transparent else 'standard'}_seed={seed}"

@@ -37,6 +37,7 @@ from markovformer.data.translation import (
 from markovformer.experiments.mat_order import (
     STATE_PROBE_TOKENS,
     MatOrderSettings,
+    check_cell_configs,
     decoder_state_floats,
     fit_translator,
     training_text,
@@ -153,6 +154,7 @@ def run_de_en(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...],
     for seed in seeds:
         forward = load_translation(path, vocab_size=settings.tsv_vocab_size, seed=seed,
                                    max_length=settings.tsv_max_length)  # fmt: skip
+        check_cell_configs(forward, cell_kinds, settings)  # both directions: the same pairs, the same lengths
         for direction in directions:
             bundle = forward if direction == "de-en" else reversed_bundle(forward)
             for order, transparent in cell_kinds:
