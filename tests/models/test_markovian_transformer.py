@@ -188,6 +188,19 @@ def test_last_pooling_reads_the_last_real_token_under_left_padding(causal):
     torch.testing.assert_close(padded[1], model(ids[1:, 3:]).logits[0], rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("position", ["none", "rotary"])
+def test_cls_pooling_refuses_a_mask_it_would_misread(position):
+    """The [CLS] vector is put in by reading the mask, before the blocks check it: a 0.5 was read as padding and,
+    with no positions to check it, a mask shorter than the inputs dropped their last tokens, both without a word."""
+    model = _build(MarkovianTransformerForSequenceClassification, causal=False, pooling="cls", position=position)
+    ids = _tokens(2, 6)
+    half = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.5, 0.0]] * 2)
+    with pytest.raises(ValueError, match=r"^attention_mask must hold only 0 \(padding\) and 1 .*; got 0\.5$"):
+        model(ids, attention_mask=half)
+    with pytest.raises(ValueError, match=r"^attention_mask must be \(B, T\) = \(2, 6\); got \(2, 5\)$"):
+        model(ids, attention_mask=torch.ones(2, 5, dtype=torch.long))
+
+
 def test_causal_lm_loss_is_shifted_cross_entropy():
     model = _build(MarkovianTransformerForCausalLM)
     ids = _tokens(2, 8)

@@ -360,6 +360,8 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
         batch, seq_len = hidden.shape[:2]
         mask = attention_mask if attention_mask is not None else hidden.new_ones(batch, seq_len)
         if self.cls is not None:
+            if attention_mask is not None:  # _with_cls reads it first: 0.5 was read as 0, a short one cut tokens
+                check_attention_mask(attention_mask, (batch, seq_len))
             hidden, mask, cls_at = self._with_cls(hidden, mask)
             positions = None if attention_mask is None else self.model.positions(mask.shape, mask)
         output = self.model.encode(hidden, mask, return_gates, return_weights, positions=positions)
