@@ -201,6 +201,16 @@ def test_cls_pooling_refuses_a_mask_it_would_misread(position):
         model(ids, attention_mask=torch.ones(2, 5, dtype=torch.long))
 
 
+@pytest.mark.parametrize(("pooling", "causal"), [("last", True), ("mean", False), ("cls", False)])
+def test_sequence_classification_refuses_a_row_of_padding_only(pooling, causal):
+    """A row with no real token has nothing to classify: 'last' pooled a padding token's output (its logits moved
+    with the padding ids) and every pooling's label counted in the loss."""
+    model = _build(MarkovianTransformerForSequenceClassification, causal=causal, pooling=pooling, num_labels=3)
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0]])
+    with pytest.raises(ValueError, match=r"^attention_mask row 1 is all padding; every row needs a real token$"):
+        model(_tokens(2, 6), attention_mask=mask, labels=torch.tensor([0, 2]))
+
+
 def test_causal_lm_loss_is_shifted_cross_entropy():
     model = _build(MarkovianTransformerForCausalLM)
     ids = _tokens(2, 8)

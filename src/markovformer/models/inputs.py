@@ -1,8 +1,8 @@
 """What every model family's token inputs must be, checked here before any layer sees them: an int64 (or int32)
 tensor of ids inside the vocabulary, with at least one row and one position; where a row must hold a token (the
-VMT's documents, the translator's sources: ``check_rows_have_tokens``), no row that is all padding (the attention
-families take one: its outputs are finite and its loss is masked). Each check raises ValueError (TypeError for a
-non-tensor) naming the argument and the bad value."""
+VMT's documents, the translator's sources, a sequence to classify: ``check_rows_have_tokens``), no row that is all
+padding (the attention families' other heads take one: its outputs are finite and its loss is masked). Each check
+raises ValueError (TypeError for a non-tensor) naming the argument and the bad value."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.position import sinusoidal_at, sinusoidal_positions
 from markovformer.layers.registry import LayerSpec, build_layer
 from markovformer.models.generation import GenerationMixin
-from markovformer.models.inputs import check_is_tensor, check_not_empty, check_token_ids
+from markovformer.models.inputs import check_is_tensor, check_not_empty, check_rows_have_tokens, check_token_ids
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
 from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel
@@ -351,17 +351,18 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
         self, input_ids=None, input_features=None, attention_mask=None, labels=None, return_gates=False,
         return_weights=False,
     ):  # fmt: skip
-        """Token ids or feature frames (B, T), ``attention_mask`` (B, T) (0 at padding, on either side) -> ``logits``
-        (B, num_labels) of the pooled hidden states; with ``labels`` (B,) class ids, ``loss``: their mean
-        cross-entropy."""
+        """Token ids or feature frames (B, T), ``attention_mask`` (B, T) (0 at padding, on either side; a row of
+        padding only, with nothing to classify, is refused) -> ``logits`` (B, num_labels) of the pooled hidden states;
+        with ``labels`` (B,) class ids, ``loss``: their mean cross-entropy."""
         inputs = self.model.given_inputs(input_ids, input_features)
         positions = None if inputs is None else self.model.positions(inputs.shape[:2], attention_mask)
         hidden = self.model.embed_inputs(input_ids, input_features, position_ids=positions, below_end=True)
         batch, seq_len = hidden.shape[:2]
+        if attention_mask is not None:  # checked before _with_cls reads it (0.5 was read as 0, a short one cut tokens)
+            check_attention_mask(attention_mask, (batch, seq_len))
+            check_rows_have_tokens(attention_mask, "attention_mask")  # 'last' read a padding token's output
         mask = attention_mask if attention_mask is not None else hidden.new_ones(batch, seq_len)
         if self.cls is not None:
-            if attention_mask is not None:  # _with_cls reads it first: 0.5 was read as 0, a short one cut tokens
-                check_attention_mask(attention_mask, (batch, seq_len))
             hidden, mask, cls_at = self._with_cls(hidden, mask)
             positions = None if attention_mask is None else self.model.positions(mask.shape, mask)
         output = self.model.encode(hidden, mask, return_gates, return_weights, positions=positions)
