@@ -174,6 +174,21 @@ def test_sequence_pooling_by_hand(pooling):
     torch.testing.assert_close(output.logits, expected, rtol=1e-12, atol=1e-12)
 
 
+def test_sequence_classification_loss_by_hand_with_int32_and_ignored_labels():
+    """Class ids as int32 (accepted by the label check) and -100 (not scored), as the token heads take them: int32
+    failed inside torch's cross-entropy, and a batch of -100 only had loss nan."""
+    model = _build(MarkovianTransformerForSequenceClassification, causal=False, num_labels=3)
+    ids = _tokens(3, 6)
+    logits = model(ids).logits
+    labels = torch.tensor([2, -100, 0], dtype=torch.int32)
+    expected = (F.cross_entropy(logits[0:1], torch.tensor([2])) + F.cross_entropy(logits[2:3], torch.tensor([0]))) / 2
+    torch.testing.assert_close(model(ids, labels=labels).loss, expected, rtol=1e-12, atol=1e-12)
+    loss = model(ids, labels=torch.full((3,), -100)).loss
+    loss.backward()
+    assert loss.item() == 0.0
+    assert all(not p.grad.any() for p in model.parameters() if p.grad is not None)
+
+
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 def test_last_pooling_reads_the_last_real_token_under_left_padding(causal):
     # position="none" and no GRU: left padding then leaves the real tokens' states exactly unchanged.

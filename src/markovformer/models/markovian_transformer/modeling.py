@@ -353,7 +353,7 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
     ):  # fmt: skip
         """Token ids or feature frames (B, T), ``attention_mask`` (B, T) (0 at padding, on either side; a row of
         padding only, with nothing to classify, is refused) -> ``logits`` (B, num_labels) of the pooled hidden states;
-        with ``labels`` (B,) class ids, ``loss``: their mean cross-entropy."""
+        with ``labels`` (B,) class ids (-100: not scored), ``loss``: their mean cross-entropy."""
         inputs = self.model.given_inputs(input_ids, input_features)
         positions = None if inputs is None else self.model.positions(inputs.shape[:2], attention_mask)
         hidden = self.model.embed_inputs(input_ids, input_features, position_ids=positions, below_end=True)
@@ -377,9 +377,8 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
             weights = mask[..., None].to(states.dtype)
             pooled = (states * weights).sum(1) / weights.sum(1).clamp_min(1.0)
         output.logits = self.classifier(pooled)
-        if labels is not None:
-            check_labels(labels, self.config.num_labels, shape=(batch,))  # one class id per sequence
-            output.loss = F.cross_entropy(_for_loss(output.logits), labels)
+        if labels is not None:  # one class id per sequence, or -100 (a batch of -100 only has loss 0, not nan)
+            output.loss = token_cross_entropy(output.logits, labels)
         return output
 
     def _with_cls(self, hidden: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
