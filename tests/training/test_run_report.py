@@ -43,3 +43,32 @@ def test_the_model_line_counts_every_parameter_once_and_names_the_frozen_apart(c
     describe_run(SimpleNamespace(data={"source": "text"}), bundle, tied)
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("model:"))
     assert f" {total:,} parameters ({total - frozen:,} trainable)," in line
+
+
+def test_the_end_of_run_mean_gate_of_a_cls_pooled_classifier_counts_each_example_as_alone(capsys):
+    """pooling='cls' puts a [CLS] vector before each row, so the gates cover T + 1 positions: the report weighed them
+    by the batch's (B, T) mask and failed after training ('The size of tensor a (28) must match the size of tensor b
+    (27)'). The mean gate printed is each example's gates run alone, [CLS] included, over all their positions."""
+    import torch
+
+    from markovformer import MarkovianTransformerForSequenceClassification
+    from markovformer.data.bundle import DataBundle
+    from markovformer.training.run_report import report_results
+
+    config = MarkovianTransformerConfig(vocab_size=6, d_model=8, n_layers=1, n_heads=2, max_order=2, causal=False,
+                                        pooling="cls", num_labels=2)  # fmt: skip
+    torch.manual_seed(0)
+    classifier = MarkovianTransformerForSequenceClassification(config).eval()
+    with torch.no_grad():  # gates that differ from token to token
+        for parameter in classifier.parameters():
+            parameter.normal_()
+    generator = torch.Generator().manual_seed(1)
+    val = [{"input_ids": torch.randint(1, 6, (n,), generator=generator), "labels": torch.tensor(n % 2)}
+           for n in (7, 3, 5)]  # fmt: skip
+    report_results({"val": {"loss": 1.0}, "reference": {}}, classifier, DataBundle(val, val, val, {"vocab_size": 6}))
+    with torch.no_grad():
+        alone = [classifier(example["input_ids"][None], return_gates=True).gates[0]["past"][0] for example in val]
+    expected = torch.cat(alone, dim=1).mean(1)  # (H, slots) over the 7 + 3 + 5 tokens and 3 [CLS] vectors
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  head ")][:2]
+    for head, line in enumerate(printed):
+        assert line.split("|")[1].split() == [f"{value:.3f}" for value in expected[head].tolist()]

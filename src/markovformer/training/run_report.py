@@ -93,14 +93,16 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
     batch = bundle.collate(examples_at(bundle.val, range(min(len(bundle.val), 64))))
     model.eval()
     with torch.no_grad():
-        gates = model(**{k: v for k, v in model_inputs(batch).items() if k != "labels"}, return_gates=True).gates
+        output = model(**{k: v for k, v in model_inputs(batch).items() if k != "labels"}, return_gates=True)
+    gates = output.gates
     marked = biased_lags(bundle.info.get("true_lags", ()))
     for layer, strengths in zip(markov_layers(model), model.transition_strengths(), strict=True):
         for direction, values in strengths.items():
             if values is None:
                 continue
             gate = gates[layer].get(direction) if gates[layer] is not None else None
-            mean_gate = None if gate is None else real_token_mean(gate, batch.get("attention_mask"))
+            # the mask the blocks read: pooling='cls' adds a column, the [CLS] vector's
+            mean_gate = None if gate is None else real_token_mean(gate, output.attention_mask)
             null = mean_gate is not None and mean_gate.shape[1] > values.shape[1]  # gate_null: false has none
             gated = (f", then | the mean gate α per lag{' and the null slot' if null else ''}"
                      if mean_gate is not None else "")  # fmt: skip

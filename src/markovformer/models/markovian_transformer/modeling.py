@@ -39,6 +39,9 @@ class MarkovianTransformerOutput:
     gates: list[dict[str, Tensor] | None] | None = None  # per layer: direction -> (B, H, T, K [+1])
     attentions: list[Tensor] | None = None  # per layer: (B, H, T, T) probabilities
     state: dict | None = None  # the decoding state when one was passed: give it to the next call
+    # (B, T) the mask the blocks read, which gates, attentions and last_hidden_state cover: with pooling='cls',
+    # (B, T + 1) with the [CLS] vector's column (None when no mask was given)
+    attention_mask: Tensor | None = None
 
 
 class MarkovianTransformerPreTrainedModel(PreTrainedModel):
@@ -240,6 +243,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             last_hidden_state=self.final_norm(hidden),
             gates=gates if return_gates else None,
             attentions=attentions if return_weights else None,
+            attention_mask=attention_mask,
         )
 
     def forward(
