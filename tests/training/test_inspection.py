@@ -482,3 +482,63 @@ def test_the_gates_console_header_and_caption_name_a_null_slot_only_where_the_ga
     caption = inspection.order_gates_caption(model, 8, None)
     assert caption.startswith(f"Order gates over the first 8 tokens of a validation sequence: per head, the "
                               f"probability of each lag{null} (")  # fmt: skip
+
+
+def _cls_classifier():
+    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForSequenceClassification
+
+    config = MarkovianTransformerConfig(vocab_size=6, d_model=8, n_layers=1, n_heads=2, max_order=2, causal=False,
+                                        pooling="cls", num_labels=2)  # fmt: skip
+    torch.manual_seed(0)
+    return MarkovianTransformerForSequenceClassification(config).eval()
+
+
+def test_the_lag_profile_of_a_cls_pooled_classifier_is_its_sequences_read_alone():
+    """pooling='cls' puts a [CLS] vector before each row: the maps cover T + 1 positions, which the batch's (B, T)
+    mask did not (inspect failed). Padded together, the profile is each sequence's, read alone, summed."""
+    from markovformer.training.lag_profiles import _lag_sums
+
+    model = _cls_classifier()
+    generator = torch.Generator().manual_seed(2)
+    validation = [{"input_ids": torch.randint(1, 6, (n,), generator=generator), "labels": torch.tensor(0)}
+                  for n in (11, 7, 9)]  # fmt: skip
+    profile = lag_profiles(model, validation, [0])
+    last_lag = profile.profiles[0].shape[1] - 1
+    total = count = 0
+    for example in validation:
+        with torch.no_grad():
+            maps = model(example["input_ids"][None], return_weights=True).attentions[0]
+        summed, queries = _lag_sums(maps, last_lag, None, first_query=profile.max_lag, ahead=profile.max_lag)
+        total, count = total + summed, count + queries
+    torch.testing.assert_close(profile.profiles[0], total / count)
+
+
+def test_inspect_labels_a_cls_pooled_classifiers_gates_with_its_cls_vector(tmp_path, monkeypatch):
+    """The gates figure of a pooling='cls' run was refused ('17 tokens given for a sequence of length 18'): its
+    first column is the [CLS] vector's, then the example's tokens."""
+    generator = torch.Generator().manual_seed(0)
+    records = ["".join("ACGT"[int(i)] for i in torch.randint(0, 4, (n,), generator=generator))
+               for n in (5, 9, 7, 12, 6, 8, 10, 11, 4, 9)]  # fmt: skip
+    (tmp_path / "seqs.fa").write_text("".join(f">r{i}\n{s}\n" for i, s in enumerate(records)))
+    (tmp_path / "labels.tsv").write_text("".join(f"r{i}\t{'AB'[i % 2]}\n" for i in range(len(records))))
+    run = {"task": "sequence_classification",
+           "model": {"d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2, "causal": False, "pooling": "cls"},
+           "data": {"source": "fasta", "path": str(tmp_path / "seqs.fa"), "labels": str(tmp_path / "labels.tsv"),
+                    "fractions": [0.6, 0.2, 0.2]},
+           "trainer": {"max_steps": 1, "batch_size": 4, "eval_every": 1, "checkpoint_every": 1, "log_every": 1},
+           "output_dir": str(tmp_path / "run")}  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(run))
+    assert main(["train", str(tmp_path / "run.yaml")]) == 0
+    drawn = {}
+
+    def keep(gates, tokens, out, **options):
+        drawn.update(gates=gates, tokens=tokens)
+        out.write_bytes(b"")
+        return out
+
+    monkeypatch.setattr(inspection, "plot_order_gates", keep)
+    write_inspection_report(tmp_path / "run", out_dir=tmp_path / "report")
+    config, _, run_dir = load_run(tmp_path / "run")
+    first = build_data(config, run_dir).val[0]["input_ids"].tolist()
+    assert drawn["tokens"] == ["[CLS]", *inspection._tokens(first, run_dir)]
+    assert drawn["gates"][0]["past"].shape[2] == len(first) + 1

@@ -343,6 +343,8 @@ def _gate_and_attention_figures(
         output = model(**inputs, return_gates=True, return_weights=True)
     ids = batch["input_ids"][0].tolist() if "input_ids" in batch else list(range(batch["attention_mask"].shape[1]))
     tokens = _tokens(ids, run_dir) if "input_ids" in batch else [str(i) for i in ids]
+    if getattr(model, "cls", None) is not None:  # pooling='cls': the blocks read a vector before the first token
+        tokens = ["[CLS]", *tokens]
     if any(g for g in output.gates or []):
         figure = plot_order_gates(output.gates, tokens, out / "order_gates.png", true_lags=marked,
                                   null_slot=gate_null_slots(model, len(output.gates)))  # fmt: skip

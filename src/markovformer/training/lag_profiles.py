@@ -97,7 +97,10 @@ def lag_profiles(model, validation: Split, layers: list[int]) -> LagProfiles:
     for start in range(0, len(examples), PROFILE_BATCH):
         rows = slice(start, start + PROFILE_BATCH)
         with torch.no_grad():
-            attentions = model(**{k: v[rows] for k, v in inputs.items()}, return_weights=True).attentions
+            output = model(**{k: v[rows] for k, v in inputs.items()}, return_weights=True)
+        attentions = output.attentions
+        # the mask of the positions the maps cover: pooling='cls' adds its [CLS] vector's
+        covered = getattr(output, "attention_mask", None if mask is None else mask[rows])
         length = next((weights.shape[-1] for weights in attentions if weights is not None), 0)
         # a layer without maps (random features) reads no lag, so it does not move the first query either
         wanted = {layer: profile_reach(model.config, layer) for layer in layers if attentions[layer] is not None}
@@ -111,8 +114,8 @@ def lag_profiles(model, validation: Split, layers: list[int]) -> LagProfiles:
         ahead = max_lag if both_sides else 0
         for layer, last_lag in reach.items():
             for future in (False, True) if both_sides else (False,):
-                total, count = _lag_sums(attentions[layer], last_lag, None if mask is None else mask[rows],
-                                         first_query=max_lag, ahead=ahead, future=future)  # fmt: skip
+                total, count = _lag_sums(attentions[layer], last_lag, covered, first_query=max_lag, ahead=ahead,
+                                         future=future)  # fmt: skip
                 before = sums.get((layer, future), (0.0, 0.0))
                 sums[layer, future] = (before[0] + total, before[1] + count)
     averaged = {key: total / count.clamp_min(1) for key, (total, count) in sums.items()}
