@@ -226,6 +226,16 @@ def test_sequence_classification_refuses_a_row_of_padding_only(pooling, causal):
         model(_tokens(2, 6), attention_mask=mask, labels=torch.tensor([0, 2]))
 
 
+@pytest.mark.parametrize("model_class", [MarkovianTransformerForCausalLM, MarkovianTransformerForSequenceClassification,
+                                         MarkovianTransformerForTokenClassification])  # fmt: skip
+def test_a_mask_that_is_no_tensor_is_refused_by_name(model_class):
+    """A list (a tokenizer's output without return_tensors="pt") failed as "'list' object has no attribute 'shape'"."""
+    model = _build(model_class, position="none")
+    with pytest.raises(TypeError, match=r"^attention_mask must be a tensor of 0 \(padding\) and 1 \(real token\); "
+                                        r"got list$"):  # fmt: skip
+        model(_tokens(2, 4), attention_mask=[[1, 1, 1, 1], [1, 1, 0, 0]])
+
+
 def test_causal_lm_loss_is_shifted_cross_entropy():
     model = _build(MarkovianTransformerForCausalLM)
     ids = _tokens(2, 8)

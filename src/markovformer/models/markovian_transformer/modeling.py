@@ -165,9 +165,12 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         return hidden
 
     @staticmethod
-    def given_inputs(input_ids: Tensor | None, input_features: Tensor | None) -> Tensor | None:
+    def given_inputs(input_ids: Tensor | None, input_features: Tensor | None, attention_mask: Tensor | None = None,
+                     ) -> Tensor | None:  # fmt: skip
         """The inputs given (ids, else features; None when neither is), checked to be a tensor before their shape
-        is read (the other checks are ``embed_inputs``')."""
+        is read, as ``attention_mask`` is (the other checks are ``embed_inputs``' and ``check_attention_mask``'s)."""
+        if attention_mask is not None:  # a list (a tokenizer's without return_tensors) failed on its .shape
+            check_is_tensor(attention_mask, "attention_mask", "0 (padding) and 1 (real token)")
         if input_ids is not None:
             check_is_tensor(input_ids, "input_ids")
             return input_ids
@@ -261,7 +264,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         ``position_ids`` (B, T): packed documents (the Hugging Face convention: positions restart at 0 at each
         document; a new document wherever a position is not its predecessor's plus one). Every layer keeps each
         document to itself and positions restart, so each document's outputs equal those of it run alone."""
-        inputs = self.given_inputs(input_ids, input_features)
+        inputs = self.given_inputs(input_ids, input_features, attention_mask)
         if state is None:
             positions = None
             if position_ids is None and inputs is not None:
@@ -358,7 +361,7 @@ class MarkovianTransformerForSequenceClassification(_WithBackbone):
         """Token ids or feature frames (B, T), ``attention_mask`` (B, T) (0 at padding, on either side; a row of
         padding only, with nothing to classify, is refused) -> ``logits`` (B, num_labels) of the pooled hidden states;
         with ``labels`` (B,) class ids (-100: not scored), ``loss``: their mean cross-entropy."""
-        inputs = self.model.given_inputs(input_ids, input_features)
+        inputs = self.model.given_inputs(input_ids, input_features, attention_mask)
         positions = None if inputs is None else self.model.positions(inputs.shape[:2], attention_mask)
         hidden = self.model.embed_inputs(input_ids, input_features, position_ids=positions, below_end=True)
         batch, seq_len = hidden.shape[:2]
