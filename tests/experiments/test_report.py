@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -14,6 +15,7 @@ from markovformer.experiments import EXPERIMENTS, run_experiment
 from markovformer.experiments.fitting import FitResult, steps_to_reach
 from markovformer.experiments.report import (
     ExperimentReport,
+    cell_settings,
     forget_cells,
     markdown_table,
     mean_std,
@@ -71,6 +73,21 @@ def test_a_cell_with_its_own_dependencies_is_reused_across_experiment_settings(t
     assert report([0]).cached("cell", compute, depends_on={"steps": 20, "seed": 0}) == 2  # what it depends on changed
     stored = json.loads((tmp_path / "cells" / "cell.json").read_text())
     assert stored["settings"] == {"steps": 20, "seed": 0}
+
+
+def test_cell_settings_are_the_settings_less_the_grids_axes_and_refuse_a_name_that_is_no_setting():
+    @dataclasses.dataclass(frozen=True)
+    class Grid:
+        orders: tuple[int, ...] = (1, 2)
+        steps: int = 10
+        lr: float = 0.1
+
+    assert cell_settings(Grid(), ("orders",)) == {"steps": 10, "lr": 0.1}
+    # one more order on the axis: the same settings, so its cells are read back
+    assert cell_settings(Grid(orders=(1, 2, 3)), ("orders",)) == cell_settings(Grid(), ("orders",))
+    assert cell_settings(Grid(steps=20), ("orders",)) != cell_settings(Grid(), ("orders",))
+    with pytest.raises(KeyError, match="'order'"):
+        cell_settings(Grid(), ("order",))
 
 
 def test_a_cell_records_the_code_that_computed_it(tmp_path):

@@ -36,7 +36,7 @@ from markovformer.experiments import mixers
 from markovformer.experiments import mixers_models as zoo
 from markovformer.experiments.fitting import STREAM_FIT_THREADS, fit_on_stream
 from markovformer.experiments.position_biases_report import write_report
-from markovformer.experiments.report import ExperimentReport, revisions_of, seed_summary
+from markovformer.experiments.report import ExperimentReport, cell_settings, revisions_of, seed_summary
 from markovformer.experiments.settings import configure
 from markovformer.experiments.table1_models import match_width, parameter_count
 from markovformer.markov import lagged_chain
@@ -263,8 +263,7 @@ def run_point(report: ExperimentReport, task: str, family: str, order: int, kind
 
     def cell(lr: float, seed: int) -> dict:
         inputs = {"task": task, "section": section, "lr": lr, "seed": seed,
-                  **{k: v for k, v in asdict(settings).items() if k not in ("kinds", "lrs", "hidden_sources",
-                                                                             "icl_orders", "mixer_tasks")},
+                  **cell_settings(settings, ("kinds", "lrs", "hidden_sources", "icl_orders", "mixer_tasks")),
                   **revisions_of(section)}  # fmt: skip
         key = f"{task}_{kind}_lr={lr:g}_seed={seed}"
         if family == "hidden":

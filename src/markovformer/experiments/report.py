@@ -1,12 +1,14 @@
 """What every experiment writes: ``report.md`` (tables, text, figures), ``results.json`` (the numbers), and one
 cached JSON per finished cell under ``cells/`` so a killed experiment resumes where it stopped; while a cell
 computes, its fits keep their progress beside it (``cells/KEY.fitN.partial.pt``), so a killed cell resumes too.
-Also what cells share: their identity (``revisions_of``, ``file_digest``), the summary of a number over seeds
-(``seed_summary``, shown by ``mean_std``), and reports from the stored cells only (``stored_cells_only``)."""
+Also what cells share: their identity (``cell_settings``, ``revisions_of``, ``file_digest``), the summary of a
+number over seeds (``seed_summary``, shown by ``mean_std``), and reports from the stored cells only
+(``stored_cells_only``)."""
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import fnmatch
 import hashlib
 import json
@@ -110,6 +112,18 @@ def file_digest(path: str | Path) -> str:
     """The first 10 hex digits of a data file's SHA-256: what a cell trained on the file adds to its ``depends_on``
     (its path left out, so that the data may move), so that a changed or re-prepared file recomputes the cell."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:10]
+
+
+def cell_settings(settings: Any, left_out: Sequence[str]) -> dict:
+    """What a cell of a grid depends on (its ``depends_on``, before ``revisions_of`` and data digests): the
+    experiment's ``settings`` (a dataclass) without ``left_out``, the grid's axes (the lists of orders, depths,
+    sources, ... whose own entry the cell's key holds) and any setting the cell does not read, so that a run with
+    one more entry on an axis reads back every cell it already has. KeyError for a name that is no setting (a typo
+    would leave the setting in)."""
+    values = dataclasses.asdict(settings)
+    if unknown := sorted(set(left_out) - set(values)):
+        raise KeyError(f"cell_settings: {unknown} are not settings of {type(settings).__name__}")
+    return {key: value for key, value in values.items() if key not in left_out}
 
 
 def revisions_of(section: dict) -> dict:
