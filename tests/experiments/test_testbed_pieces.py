@@ -137,6 +137,31 @@ def test_icl_depth_table_reports_final_loss_minus_add1(monkeypatch, tmp_path, ke
     assert _column(table, "steps to add-1 + 0.01") == ["—"]
 
 
+def test_icl_depth_reads_back_its_cells_when_the_grid_gains_an_order_or_a_depth(monkeypatch, tmp_path, kept_figures):
+    """A cell depends on the settings it trains under, not on the lists of orders and depths: one more order or depth
+    trains only its own cells (every cell was keyed on the whole lists and trained again)."""
+    kept_figures(plots)
+    trained = []
+
+    def cell(order, n_layers, seed, settings, log=None):
+        trained.append((order, n_layers))
+        return {"order": order, "n_layers": n_layers, "seed": seed, "steps": [0, 10], "losses": [0.9, 0.6],
+                "final_loss": 0.6, "oracle": 0.45, "bayes_add1": 0.5, "steps_to_add1_plus_0.01": None,
+                "seconds": 3.0, "stopped_early": False, "parameters": 100}  # fmt: skip
+
+    monkeypatch.setattr(icl_depth, "train_icl_cell", cell)
+
+    def run(**overrides):
+        icl_depth.run(tmp_path, quick=True, seeds=(0,), overrides={"orders": [1], "depths": [1], **overrides},
+                      log=lambda line: None)  # fmt: skip
+
+    run()
+    run(orders=[1, 2], depths=[1, 2])
+    assert trained == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    run(steps=20)  # a setting the cell reads: trained again
+    assert trained[4:] == [(1, 1)]
+
+
 TINY_RECOVERY = dataclasses.replace(order_recovery.RecoverySettings(), d_model=16, n_layers=1, n_heads=2, seq_len=32,
                                     batch_size=8, eval_batch=16, max_order=3)  # fmt: skip
 

@@ -17,7 +17,7 @@ from typing import ClassVar
 import torch
 
 from markovformer.experiments.fitting import fit_on_stream, next_token_loss, plateau_from, steps_to_reach
-from markovformer.experiments.report import ExperimentReport, revisions_of, seed_reference
+from markovformer.experiments.report import ExperimentReport, cell_settings, revisions_of, seed_reference
 from markovformer.experiments.settings import configure
 from markovformer.markov import RandomChainSampler, add_beta_loss, icl_oracle_loss
 from markovformer.models.markovian_transformer import MarkovianTransformerForCausalLM, gpt2_style_config
@@ -127,7 +127,8 @@ def run(
             for seed in seeds:
                 key = f"k={order}_layers={n_layers}_seed={seed}"
                 cells.append(report.cached(key, partial(train_icl_cell, order, n_layers, seed, settings, log),
-                                           depends_on={**asdict(settings), **revisions_of({"attention": "softmax"})}))
+                                           depends_on={**cell_settings(settings, ("orders", "depths")),
+                                                       **revisions_of({"attention": "softmax"})}))
     rows = [
         [c["order"], c["n_layers"], c["seed"], c["final_loss"], c["oracle"], c["bayes_add1"],
          c["final_loss"] - c["bayes_add1"], c["steps_to_add1_plus_0.01"] or "—", round(c["seconds"])]
