@@ -275,6 +275,32 @@ def test_the_landscape_tables_count_where_each_flow_ended(monkeypatch, tmp_path,
     assert _column(agreement, "energy prediction correct") == ["1", "1"]  # predicted = where the profiled flow ended
 
 
+def test_landscape_reads_back_its_cells_when_a_chain_is_added(monkeypatch, tmp_path, kept_figures):
+    """A chain's flows depend on the starts, lr and steps, not on the other chains: one more chain computes only
+    its own cell (every cell was keyed on the whole list and computed again)."""
+    kept_figures(plots)
+    computed = []
+
+    def cell(p, q, seed, settings):
+        computed.append((p, q))
+        start = {"e0": 0.1, "w0": 0.1, "energy": 0.0, "predicted": "global minimum", "profiled_end": "global minimum",
+                 "free_end": "global minimum", "free_loss": 0.5, "energy_drift": 0.01, "path": [[0.1, 0.1]]}
+        return {"p": p, "q": q, "seed": seed, "entropy_rate": 0.5, "unigram_entropy": 0.6,
+                "starts": {"small": [start], "large": [start]}}  # fmt: skip
+
+    monkeypatch.setattr(landscape, "flow_cell", cell)
+
+    def run(**overrides):
+        landscape.run(tmp_path, quick=True, seeds=None, overrides={"chains": [[0.2, 0.3]], **overrides},
+                      log=lambda line: None)  # fmt: skip
+
+    run()
+    run(chains=[[0.2, 0.3], [0.7, 0.9]])
+    assert computed == [(0.2, 0.3), (0.7, 0.9)]
+    run(steps=50)  # a setting the flows read: computed again
+    assert computed[2:] == [(0.2, 0.3)]
+
+
 def test_the_landscape_window_holds_every_drawn_flow_and_the_legend_names_start_and_end(monkeypatch, tmp_path,
                                                                                          kept_figures):
     """A large start (σ = 0.8) can begin and end outside w in [-2, 1.5], e in [-1.8, 1.8]: the window (contour grid

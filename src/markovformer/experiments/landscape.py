@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.report import ExperimentReport, cell_settings
 from markovformer.experiments.settings import check_chains, configure, single_seed
 from markovformer.markov import (
     basin_boundary,
@@ -128,7 +128,8 @@ def run(
     cells = []
     report.expect_cells(len(settings.chains))
     for p, q in settings.chains:
-        cells.append(report.cached(f"p={p}_q={q}_seed={seed}", partial(flow_cell, p, q, seed, settings)))
+        cells.append(report.cached(f"p={p}_q={q}_seed={seed}", partial(flow_cell, p, q, seed, settings),
+                                   depends_on=cell_settings(settings, ("chains",))))
     summary_rows, agreement_rows = [], []
     for cell in cells:
         for kind, starts in cell["starts"].items():
