@@ -107,6 +107,34 @@ def test_the_report_tables_hold_the_chains_closed_forms(monkeypatch, tmp_path, k
     assert stored == [{"p": p, "q": q, "seed": 0, "loss": pytest.approx(floor, rel=1e-12)}]
 
 
+def test_cells_are_read_back_when_a_chain_or_an_optimizer_is_added(monkeypatch, tmp_path, kept_figures):
+    """A cell depends on the settings it trains under, not on the lists of chains and optimizers (every cell was
+    keyed on them and trained again when one was added); an AdamW cell trains at ADAMW_LR, so lr is not one of them."""
+    kept_figures(plots)
+    trained = []
+
+    def cell(p, q, tied, seed, settings, optimizer="sgd", log=None):
+        trained.append((p, q, tied, optimizer))
+        return {"p": p, "q": q, "tied": tied, "seed": seed, "optimizer": optimizer, "steps": [0, 50],
+                "losses": [0.7, 0.6], "final_loss": 0.6, "p1_given_0": 0.25, "p1_given_1": 0.65,
+                "entropy_rate": 0.5, "unigram_entropy": 0.6, "seconds": 1.0, "stopped_early": False}  # fmt: skip
+
+    monkeypatch.setattr(weight_tying, "train_switching_cell", cell)
+
+    def run(**overrides):
+        weight_tying.run(tmp_path, quick=True, seeds=(0,), overrides={"chains": [[0.2, 0.3]], **overrides},
+                         log=lambda line: None)  # fmt: skip
+
+    run()
+    run(chains=[[0.2, 0.3], [0.7, 0.9]], optimizers=["sgd", "adamw"])
+    assert trained == [(0.2, 0.3, True, "sgd"), (0.2, 0.3, False, "sgd"), (0.2, 0.3, True, "adamw"),
+                       (0.2, 0.3, False, "adamw"), (0.7, 0.9, True, "sgd"), (0.7, 0.9, False, "sgd"),
+                       (0.7, 0.9, True, "adamw"), (0.7, 0.9, False, "adamw")]  # fmt: skip
+    del trained[:]
+    run(chains=[[0.2, 0.3]], optimizers=["sgd", "adamw"], lr=0.5)  # SGD's rate: its cells alone train again
+    assert trained == [(0.2, 0.3, True, "sgd"), (0.2, 0.3, False, "sgd")]
+
+
 @pytest.mark.parametrize("module", ["weight_tying", "landscape"])
 @pytest.mark.parametrize(("chain", "why"), [([0.2, 1.5], "q must lie in [0, 1]"), ([0.0, 0.0], "p + q must be > 0")])
 def test_a_chain_out_of_range_is_refused_naming_the_setting_before_the_folder_is_opened(module, chain, why, tmp_path):

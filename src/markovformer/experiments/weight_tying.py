@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 
 from markovformer.experiments.fitting import OPTIMIZERS, fit_on_stream, plateau_from
-from markovformer.experiments.report import ExperimentReport
+from markovformer.experiments.report import ExperimentReport, cell_settings
 from markovformer.experiments.settings import check_chains, configure
 from markovformer.markov import switching_chain
 from markovformer.models.binary_transformer import BinaryTransformer, BinaryTransformerConfig
@@ -141,11 +141,13 @@ def run(
     report.expect_cells(len(chains) * len(optimizers) * 2 * len(seeds))
     for p, q in chains:
         for optimizer in optimizers:
+            # the grid's axes, and lr for AdamW (its cells train at ADAMW_LR)
+            depends_on = cell_settings(settings, ("chains", "optimizers", *(("lr",) if optimizer != "sgd" else ())))
             for tied in (True, False):
                 for seed in seeds:
                     key = f"p={p}_q={q}_{'tied' if tied else 'untied'}_{optimizer}_seed={seed}"
                     train = partial(train_switching_cell, p, q, tied, seed, settings, optimizer, log)
-                    cells.append(report.cached(key, train))
+                    cells.append(report.cached(key, train, depends_on=depends_on))
     floors = {(p, q, seed): held_out_floor(p, q, seed, settings) for p, q in settings.chains for seed in seeds}
     _tables(report, cells, floors)
     _loss_figure(report, cells, chains)
