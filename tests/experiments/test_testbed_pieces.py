@@ -234,6 +234,38 @@ def test_order_recovery_trains_a_global_markovian_on_icl_sources_and_tabulates_l
     assert [float(v) for v in profile[1][4:]] == pytest.approx([0.7, 0.9, 0.3])
 
 
+def test_order_recovery_reads_back_its_cells_when_a_source_is_added_and_retrains_only_what_a_setting_changes(
+    monkeypatch, tmp_path, kept_figures
+):
+    """A cell depends on what it trains on, not on the list of sources (every cell was keyed on it and trained again
+    when one was added); a softmax model has no lags (max_order), an in-context source no alphabet or strength."""
+    kept_figures(plots)
+    trained = []
+
+    def cell(source, kind, seed, settings, log=None):
+        trained.append((source, kind))
+        return {"source": source, "kind": kind, "seed": seed, "true_order": 1, "floor": 0.4, "floor_name": "floor",
+                "steps": [0, 10], "losses": [1.0, 0.5], "final_loss": 0.5, "steps_to_converge": None,
+                "seconds": 1.0}  # fmt: skip
+
+    monkeypatch.setattr(order_recovery, "train_recovery_cell", cell)
+
+    def run(**overrides):
+        order_recovery.run(tmp_path, quick=True, seeds=(0,), overrides={"sources": ["fixed-1"], **overrides},
+                           log=lambda line: None)  # fmt: skip
+
+    run()
+    run(sources=["fixed-1", "icl-2"])
+    assert trained == [("fixed-1", "markov"), ("fixed-1", "softmax"), ("icl-2", "markov"), ("icl-2", "markov-global"),
+                       ("icl-2", "softmax")]  # fmt: skip
+    del trained[:]
+    run(sources=["fixed-1", "icl-2"], max_order=4)
+    assert trained == [("fixed-1", "markov"), ("icl-2", "markov"), ("icl-2", "markov-global")]
+    del trained[:]
+    run(sources=["fixed-1", "icl-2"], max_order=4, num_symbols=4)
+    assert trained == [("fixed-1", "markov"), ("fixed-1", "softmax")]
+
+
 # Euler steps 10x the experiment's: the small starts still reach their minimum (from about 80 steps on)
 SHORT_FLOW = dataclasses.replace(landscape.LandscapeSettings(), starts=4, steps=120, lr=1.0)
 
