@@ -351,6 +351,28 @@ def _cell(order, transparent, seed, bleu, floats):
             "train_seconds": 1.0, "steps": [0, 3], "val_losses": [1.0, 0.5]}  # fmt: skip
 
 
+def test_cells_are_read_back_when_an_order_or_a_decoder_kind_is_added(tmp_path, monkeypatch):
+    """A cell depends on its training and its data, not on the lists of orders and decoder kinds (every cell was
+    keyed on them and trained again when one was added) nor on the de-en corpus's settings."""
+    trained = []
+
+    def cell(bundle, order, transparent, seed, settings, log):
+        trained.append((order, transparent))
+        return _cell(order, transparent, seed, 50.0, 64)
+
+    monkeypatch.setattr(mat_order, "train_order_cell", cell)
+
+    def run(**overrides):
+        mat_order.run(tmp_path, quick=True, seeds=(0,), overrides={**TINY, "orders": [1], "transparent": [True],
+                                                                   **overrides}, log=lambda line: None)  # fmt: skip
+
+    run()
+    run(orders=[1, 2], transparent=[True, False], beam_size=2, tsv_max_length=64)
+    assert trained == [(1, True), (2, True), (1, False), (2, False)]
+    run(steps=4)  # a setting the cell reads: trained again
+    assert trained[4:] == [(1, True)]
+
+
 def test_the_state_axis_is_logarithmic_and_the_legend_names_and_hides_no_point(tmp_path, monkeypatch, kept_figures):
     """The state spans 64 floats (k = 1) to 16,384 (k = ∞): on a linear axis k = 1 and 2 read as 0. The BLEU
     legend covered the ∞ star at the top right, which it did not name."""

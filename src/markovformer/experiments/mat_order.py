@@ -47,7 +47,7 @@ from markovformer.data.translation import (
     translation_lengths,
 )
 from markovformer.experiments.fitting import FitResult, SamplerStream, fit_on_stream
-from markovformer.experiments.report import ExperimentReport, file_digest
+from markovformer.experiments.report import ExperimentReport, cell_settings, file_digest
 from markovformer.experiments.settings import configure
 from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 from markovformer.models.markov_translator.generation import decode_step, start_decoding
@@ -292,6 +292,12 @@ def _run(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...], log:
            "at 0), and the BLEU ordering of the full run is not guaranteed: run it without --quick for the result."
            if quick else "")
     )  # fmt: skip
+    # not the grid's axes, the de-en corpus's settings, the path (the key's tag has the file's digest) or the other
+    # data's settings: a run with one more order or decoder kind reads back the cells it has
+    synthetic, tsv = ("source_symbols", "target_symbols", "train_examples"), ("tsv_vocab_size", "tsv_max_length")
+    other_data = synthetic if tsv_path else tsv
+    depends_on = cell_settings(settings, ("orders", "transparent", "tsv_path", "corpus", "de_en_path", "directions",
+                                          "beam_size", *other_data))  # fmt: skip
     cells = []
     report.expect_cells(len(seeds) * len(settings.transparent) * len(orders))
     for seed in seeds:
@@ -301,7 +307,7 @@ def _run(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...], log:
             for order in orders:
                 key = f"{tag}_k={_order_name(order)}_{'transparent' if transparent else 'standard'}_seed={seed}"
                 cells.append(report.cached(key, partial(train_order_cell, bundle, order, transparent, seed, settings,
-                                                        log)))  # fmt: skip
+                                                        log), depends_on=depends_on))  # fmt: skip
     rows = [
         [_order_name(c["order"]), "on" if c["transparent"] else "off", _row_name(c), c["seed"], c["bleu"],
          c["exact_match"], c["final_val_loss"], round(c["decode_tokens_per_s"]), c["state_floats_per_row"],
