@@ -109,3 +109,34 @@ def test_quick_run_writes_the_table_samples_and_figure(tmp_path):
     lines.clear()
     scan_shakespeare.run(tmp_path, quick=True, seeds=None, overrides={}, log=lines.append)  # every cell is reused
     assert sum("done earlier" in line for line in lines) == len(scan_shakespeare.MODELS)
+
+
+def test_a_models_cell_is_read_back_when_another_models_budget_changes(monkeypatch, tmp_path, kept_figures):
+    """A cell depends on its own model's steps (and batch), not the other models': a longer Transformer budget
+    retrains the two Transformers alone (all four cells were keyed on every budget and trained again)."""
+    from markovformer.plots import experiments as plots
+
+    kept_figures(plots)
+    text = tmp_path / "input.txt"
+    text.write_text("To be, or not to be, that is the question.\n" * 20, encoding="utf-8")
+    monkeypatch.setattr(scan_shakespeare, "find_data", lambda: text)
+    trained = []
+
+    def cell(model, out_dir, settings, seed, log, data_digest):
+        trained.append(model)
+        return {"model": model, "seed": seed, "run_dir": None, "losses": {str(n): 2.0 for n in (2, 3, 4, 5)},
+                "mixture": 2.0, "targets": 100, "engine_val": {"loss": 2.0}, "steps": 10, "train_seconds": 1.0,
+                "parameters": 10, "curve_steps": [10], "curve_loss": [2.0], "sample": "Follow those", "threads": 1}
+
+    monkeypatch.setattr(scan_shakespeare, "train_cell", cell)
+
+    def run(**overrides):
+        scan_shakespeare.run(tmp_path / "out", quick=True, seeds=(0,), overrides=overrides, log=lambda line: None)
+
+    run()
+    run(transformer_steps=200)
+    assert trained[4:] == ["markovian_transformer", "softmax_transformer"]
+    run(transformer_steps=200, scan_steps=200)
+    assert trained[6:] == ["scan_markov"]
+    run(transformer_steps=200, scan_steps=200, eval_chars=3000)  # scored on another span: every cell again
+    assert trained[7:] == list(scan_shakespeare.MODELS)

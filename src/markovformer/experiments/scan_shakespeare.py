@@ -38,7 +38,13 @@ import torch.nn.functional as F
 from markovformer.data.collate import PAD_ID
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
-from markovformer.experiments.report import ExperimentReport, file_digest, revisions_of, thread_counts
+from markovformer.experiments.report import (
+    ExperimentReport,
+    cell_settings,
+    file_digest,
+    revisions_of,
+    thread_counts,
+)
 from markovformer.experiments.settings import configure
 from markovformer.models.generation import GenerationConfig, decoding_loop
 from markovformer.training.run_config import resolve_run_config
@@ -235,6 +241,17 @@ def train_cell(
     }  # fmt: skip
 
 
+# the step and batch settings each model's ``run_config`` reads
+BUDGETS = {"scan_markov": ("scan_steps",), "scan_recurrent": ("recurrent_steps",),
+           "markovian_transformer": ("transformer_steps", "transformer_batch"),
+           "softmax_transformer": ("transformer_steps", "transformer_batch")}  # fmt: skip
+
+
+def _other_budgets(model: str) -> tuple[str, ...]:
+    """The step and batch settings of the models other than ``model``: its cell reads none of them."""
+    return tuple(sorted({name for names in BUDGETS.values() for name in names} - set(BUDGETS[model])))
+
+
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
@@ -249,7 +266,7 @@ def run(
     text_digest = file_digest(find_data())
     cells = [report.cached(f"{model}_seed={seed}", lambda m=model, s=seed: train_cell(m, report.out_dir, settings, s,
                                                                                        log, text_digest),
-                           depends_on={**asdict(settings), "text_sha256": text_digest,
+                           depends_on={**cell_settings(settings, _other_budgets(model)), "text_sha256": text_digest,
                                        **revisions_of(run_config(model, "", "", settings, seed)["model"])})
              for model in MODELS for seed in seeds]  # fmt: skip
     scored = "the whole validation part" if settings.eval_chars is None else f"its first {settings.eval_chars:,}"
