@@ -277,6 +277,25 @@ def test_a_cell_depends_on_its_datas_bytes_and_not_on_where_it_lies():
     assert inputs[0] != inputs[2] and names[0] != names[2]
 
 
+def test_a_speed_cell_depends_on_its_kinds_revision_and_not_on_the_grids_rows(monkeypatch):
+    """A fix that raises a kind's revision measures its speed and memory again (the speed cell was keyed on the
+    measurement alone and read back from before the fix); the grid's other rows, seeds and steps leave it."""
+    import dataclasses
+
+    from markovformer.experiments.table1 import speed_inputs
+    from markovformer.layers import registry
+
+    data = data_section("finance", data_paths("finance", "data", "sp500"))
+    setup = DomainSetup("finance", "sp500", data, {"input_dim": 4, "num_labels": 3}, 40,
+                        {MARKOVIAN: markovian_section("finance")}, {})  # fmt: skip
+    settings = Table1Settings()
+    before = speed_inputs(setup, MARKOVIAN, settings)
+    assert before == speed_inputs(setup, MARKOVIAN, dataclasses.replace(settings, models=(MARKOVIAN,), steps=10))
+    kind = registry.ATTENTION_KINDS["hybrid_split"]
+    monkeypatch.setitem(registry.ATTENTION_KINDS, "hybrid_split", dataclasses.replace(kind, revision=kind.revision + 1))
+    assert speed_inputs(setup, MARKOVIAN, settings) != before
+
+
 def test_settings_and_rows_are_refused_or_kept_at_their_boundaries():
     with pytest.raises(ValueError, match="keep it in models"):  # ablations alone compare against nothing
         check_settings(Table1Settings(models=("transformer",), ablations=("no_gru",), ratios=()))

@@ -264,6 +264,13 @@ def speed_job(setup: DomainSetup, variant: str, settings: Table1Settings) -> dic
             "repeats": settings.speed_repeats}  # fmt: skip
 
 
+def speed_inputs(setup: DomainSetup, variant: str, settings: Table1Settings) -> dict:
+    """What a speed cell depends on: its domain, the measurement (``speed_job``) and its attention kinds' revisions
+    (a fix to a kind can change its speed and memory as well as what it learns)."""
+    job = speed_job(setup, variant, settings)
+    return {"domain": setup.name, **job, **revisions_of(job["section"])}
+
+
 def measure_cell(setup: DomainSetup, variant: str, settings: Table1Settings) -> dict:
     """Peak training memory at ``memory_length`` and tokens/s at ``speed_length`` of ``variant`` (``speed_job``),
     in a child process."""
@@ -331,8 +338,7 @@ def run(
             log(f"[{NAME}] measuring {variant}: peak memory at T={settings.memory_length}, tokens/s at "
                 f"T={settings.speed_length}")  # fmt: skip
             speed[variant] = report.cached(f"speed_{variant}", lambda v=variant: measure_cell(measured, v, settings),
-                                           depends_on={"domain": measured.name, **speed_job(measured, variant,
-                                                                                          settings)})  # fmt: skip
+                                           depends_on=speed_inputs(measured, variant, settings))  # fmt: skip
     summaries = summarise(cells)
     chosen = {domain: choose_ratio(domain, summaries) for domain in present}
     report.results = {"settings": asdict(settings), "seeds": list(seeds), "skipped": skipped, "rows": rows,
@@ -346,5 +352,5 @@ def run(
 
 
 __all__ = ["NAME", "QUICK", "SUMMARY", "DomainSetup", "Table1Settings", "cell_inputs", "choose_ratio", "measure_cell",
-           "missing_data", "regime_scores", "run", "run_config", "set_up_domain", "speed_job", "summarise",
-           "train_cell"]  # fmt: skip
+           "missing_data", "regime_scores", "run", "run_config", "set_up_domain", "speed_inputs", "speed_job",
+           "summarise", "train_cell"]  # fmt: skip
