@@ -286,13 +286,62 @@ def test_the_transformer_cells_key_on_softmax_s_revision_and_the_vmt_cells_do_no
 
     from markovformer.layers import registry
 
-    report = ExperimentReport(tmp_path, "t", log=lambda line: None, settings={"steps": 3})
-    assert vmt._cell_identity(report, "transformer") == {"steps": 3, "scores_first_tokens": True}
-    assert vmt._cell_identity(report, "vmt_carry") == {"steps": 3}
+    settings = VMTSettings()
+    vmt_cell = vmt._cell_identity(settings, "hmm", "vmt_carry")
+    assert "revisions" not in vmt_cell and "scores_first_tokens" not in vmt_cell
+    transformer = vmt._cell_identity(settings, "hmm", "transformer")
+    assert transformer["scores_first_tokens"] is True and "revisions" not in transformer
     kind = registry.ATTENTION_KINDS["softmax"]
     monkeypatch.setitem(registry.ATTENTION_KINDS, "softmax", dataclasses.replace(kind, revision=kind.revision + 1))
-    assert vmt._cell_identity(report, "transformer")["revisions"] == {"softmax": kind.revision + 1}
-    assert vmt._cell_identity(report, "vmt_carry") == {"steps": 3}
+    assert vmt._cell_identity(settings, "hmm", "transformer")["revisions"] == {"softmax": kind.revision + 1}
+    assert vmt._cell_identity(settings, "hmm", "vmt_carry") == vmt_cell
+
+
+def test_a_part_with_one_more_window_reads_back_its_cells_and_a_parts_settings_retrain_that_part_alone(
+    monkeypatch, tmp_path, kept_figures
+):
+    """Every cell depended on all the settings: one more window, or another part's steps, trained every cell of
+    every part again (part 1's two VMTs included). A cell depends on the settings of its own part and the shared
+    ones; the text cells on the file's bytes, not its path."""
+    kept_figures(plots)
+    text = tmp_path / "input.txt"
+    text.write_text("To be, or not to be.\n" * 40, encoding="utf-8")
+    computed = []
+    record = {"steps": [10], "evaluations": [{"elbo": -1.2, "kl": 0.1}], "seconds": 1.0, "train_kl": 0.1,
+              "parameters": 10}  # fmt: skip
+
+    def part_1(settings, seed, runs, log):
+        computed.append(("lg",))
+        return {"exact": -1.0, "entropy_rate": 1.0, "models": {"learned": record}}
+
+    def sequence(part, model, window, settings, seed, runs, log):
+        computed.append((part, window, model))
+        cell = {"model": model, "window": window, "loss": 1.0, "iw_loss": 1.0, "kl": 0.1, "train_kl": 0.1,
+                "seconds": 1.0, "parameters": 10}  # fmt: skip
+        extra = {"restart": 1.5, "exact": 0.9, "marginal": 2.0} if part == "hmm" else {"val_chars": 9, "vocab_size": 9}
+        return {**cell, **extra}
+
+    monkeypatch.setattr(vmt, "linear_gaussian_cell", part_1)
+    monkeypatch.setattr(vmt, "memory_cell", lambda *args: sequence("hmm", *args))
+    monkeypatch.setattr(vmt, "text_cell", lambda *args: sequence("text", *args))
+
+    def run(**overrides):
+        settings = {"lg_iw_samples": [], "hmm_windows": [4], "text_windows": [8], "text_path": str(text), **overrides}
+        vmt.run(tmp_path / "out", quick=True, seeds=None, overrides=settings, log=lambda line: None)
+
+    run()
+    assert len(computed) == 1 + 3 + 3
+    del computed[:]
+    run(hmm_windows=[4, 16], text_windows=[8, 32])
+    assert computed == [("hmm", 16, m) for m in vmt.MODELS] + [("text", 32, m) for m in vmt.MODELS]
+    del computed[:]
+    run(hmm_windows=[4, 16], text_windows=[8, 32], hmm_steps=200, lg_steps=200)
+    assert computed == [("lg",)] + [("hmm", w, m) for w in (4, 16) for m in vmt.MODELS]
+    del computed[:]
+    moved = tmp_path / "moved.txt"
+    text.rename(moved)
+    run(hmm_windows=[4, 16], text_windows=[8, 32], hmm_steps=200, lg_steps=200, text_path=str(moved))
+    assert computed == []
 
 
 def test_an_importance_weighted_k_below_one_is_refused_naming_the_setting_before_training(tmp_path):

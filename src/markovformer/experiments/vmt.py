@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -41,7 +41,7 @@ from torch import Tensor
 
 from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
 from markovformer.data.synthetic.state_space import HiddenMarkovParameters, LinearGaussianSource, StickyHMMSource
-from markovformer.experiments.report import ExperimentReport, file_digest, revisions_of
+from markovformer.experiments.report import ExperimentReport, cell_settings, file_digest, revisions_of
 from markovformer.experiments.settings import configure, single_seed
 from markovformer.experiments.vmt_runs import (
     load_checkpoint_model,
@@ -229,12 +229,27 @@ def _sequence_cell(
             "seconds": run.seconds, "parameters": run.model.num_parameters(), "run_dir": str(run.run_dir)}  # fmt: skip
 
 
-def _cell_identity(report: ExperimentReport, model_kind: str) -> dict:
-    """What a part-2 or part-3 cell depends on: the settings, and for the Transformer the way it is scored (its
-    cells from before it scored each document's first token are recomputed) and its softmax attention's revision."""
+PARTS = ("lg", "hmm", "text")  # each part's own settings start with its name and an underscore
+
+
+def _cell_identity(settings: VMTSettings, part: str, model_kind: str) -> dict:
+    """What a cell of ``part`` (one of ``PARTS``) and ``model_kind`` (one of ``MODELS``; "vmt" for part 1) depends
+    on: the settings it reads, not the other parts', its part's list of windows (its own is in its key) or the text's
+    path (a text cell adds the file's bytes), so a part with one more window reads back the cells it has; and for
+    the Transformer the way it is scored (its cells from before it scored each document's first token are
+    recomputed) and its softmax attention's revision."""
+    names = [field.name for field in fields(settings)]
+    unread = [name for name in names if name.startswith(tuple(f"{other}_" for other in PARTS if other != part))]
+    if part == "lg":  # its VMTs' latent size is lg_latent_dim, their bounds' K lg_iw_samples; no Transformer
+        unread += ["latent_dim", "iw_samples", "transformer_layers"]
+    elif model_kind == "transformer":  # a plain LM sized to the VMT: no KL, carry or posterior samples
+        unread += [f"{part}_windows", "kl_warmup_steps", "overlap", "eval_samples", "iw_samples"]
+    else:
+        unread += [f"{part}_windows", "transformer_layers"]
+    depends = cell_settings(settings, [*unread, *(["text_path"] if part == "text" else [])])
     if model_kind != "transformer":
-        return dict(report.settings)
-    return {**report.settings, "scores_first_tokens": True, **revisions_of({"attention": "softmax"})}
+        return depends
+    return {**depends, "scores_first_tokens": True, **revisions_of({"attention": "softmax"})}
 
 
 def memory_cell(
@@ -340,7 +355,8 @@ def linear_gaussian_part(
     """Part 1 (``linear_gaussian_cell``) with its table, final gaps and figure; returns the cell."""
     log(f"[{NAME}] part 1: linear-Gaussian state-space model")
     runs = report.out_dir / "runs"
-    lg = report.cached(f"linear_gaussian_seed={seed}", lambda: linear_gaussian_cell(settings, seed, runs, log))
+    lg = report.cached(f"linear_gaussian_seed={seed}", lambda: linear_gaussian_cell(settings, seed, runs, log),
+                       depends_on=_cell_identity(settings, "lg", "vmt"))
     columns = ["model", "step", "ELBO", *(f"IW K={k}" for k in settings.lg_iw_samples), "exact", "KL"]
     rows = []
     for kind, record in lg["models"].items():
@@ -394,7 +410,7 @@ def sticky_hmm_part(
 
     log(f"[{NAME}] part 2: sticky HMM, windows {list(settings.hmm_windows)}")
     memory = [report.cached(f"hmm_W={w}_{m}_seed={seed}", partial(memory_cell, m, w, settings, seed,
-                            report.out_dir / "runs", log), depends_on=_cell_identity(report, m))
+                            report.out_dir / "runs", log), depends_on=_cell_identity(settings, "hmm", m))
               for w in settings.hmm_windows for m in MODELS]  # fmt: skip
     caption = (
         "Part 2. Sticky HMM (4 states staying with probability 0.98, 16 symbols): held-out loss per token (nats; "
@@ -432,7 +448,7 @@ def text_part(
     text_sha256 = file_digest(text_file)  # the same bytes, wherever the file is
     text = [report.cached(f"text_W={w}_{m}_seed={seed}", partial(text_cell, m, w, settings, seed,
                           report.out_dir / "runs", log),
-                          depends_on={**_cell_identity(report, m), "text_sha256": text_sha256})
+                          depends_on={**_cell_identity(settings, "text", m), "text_sha256": text_sha256})
             for w in settings.text_windows for m in MODELS]  # fmt: skip
     for cell in text:
         cell["bits_per_char"] = cell["loss"] / math.log(2)
