@@ -123,3 +123,18 @@ def test_registry_and_config_build_the_kinds_with_their_options():
             {"kind": "t5_bias", "num_buckets": 8, "max_distance": 4}])  # fmt: skip
     with pytest.raises(ValueError, match=r"bias_depth=0"):
         MarkovianTransformerConfig(vocab_size=4, n_layers=1, attention=[{"kind": "dynamic_bias", "bias_depth": 0}])
+
+
+def test_the_config_checks_t5_buckets_for_its_own_causality():
+    """Bidirectional buckets are split by sign: 3 leave one per direction (refused by the config, naming the layer's
+    option, not later by the layer naming none), while max_distance only has to exceed the exact buckets of one
+    direction (num_buckets // 2 // 2), so 32 buckets reaching 16 are a valid non-causal T5 bias and a causal error."""
+    with pytest.raises(ValueError, match=r"^MarkovianTransformerConfig\.attention\[0\]\.num_buckets=3: bidirectional"):
+        MarkovianTransformerConfig(vocab_size=4, n_layers=1, causal=False,
+                                   attention=[{"kind": "t5_bias", "num_buckets": 3}])  # fmt: skip
+    config = MarkovianTransformerConfig(vocab_size=4, n_layers=1, causal=False,
+                                        attention=[{"kind": "t5_bias", "num_buckets": 32, "max_distance": 16}])
+    assert config.layer_specs()[0].options["max_distance"] == 16
+    with pytest.raises(ValueError, match=r"attention\[0\]\.max_distance=16: must exceed num_buckets // 2 = 16"):
+        MarkovianTransformerConfig(vocab_size=4, n_layers=1,
+                                   attention=[{"kind": "t5_bias", "num_buckets": 32, "max_distance": 16}])

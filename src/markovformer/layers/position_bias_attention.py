@@ -39,7 +39,9 @@ from markovformer.ops.relative_bias_attention.buckets import check_t5_buckets, t
 @dataclasses.dataclass(frozen=True)
 class T5BiasOptions:
     """The options of attention kind "t5_bias": scope and window as the decay kinds; ``num_buckets`` (split by sign
-    when bidirectional) and ``max_distance``, from which on every distance shares the last bucket."""
+    when bidirectional) and ``max_distance``, from which on every distance shares the last bucket. How many buckets
+    are needed and how far they must reach depend on ``causal``, which the model config knows: it checks them
+    (``check_t5_buckets``), as ``T5Bias`` does for a layer built directly."""
 
     scope: str = option("global", one_of(SCOPES), help=SCOPE_HELP)
     window: int | None = option(None, interval(1, integer=True, optional=True), help=WINDOW_HELP)
@@ -51,7 +53,6 @@ class T5BiasOptions:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        check_t5_buckets(self.num_buckets, self.max_distance, bidirectional=False)  # T5Bias checks the split too
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ from markovformer.layers.position import POSITIONS
 from markovformer.layers.registry import ATTENTION_KINDS, LayerSpec, attention_option_names
 from markovformer.models.config_base import ModelConfig, suggest
 from markovformer.ops.linear_attention import FEATURE_MAPS
+from markovformer.ops.relative_bias_attention.buckets import check_t5_buckets
 
 POOLINGS = ("mean", "last", "cls")
 INIT_SCHEMES = ("normal", "gpt2")
@@ -291,6 +292,11 @@ class MarkovianTransformerConfig(ModelConfig):
             if not self.causal and getattr(settings, "kv_shift", False):
                 raise ValueError(f"{where}.kv_shift=True: the shift mixes in the previous token's key and value, "
                                  "which only a causal model reads; set causal=True or kv_shift=False")  # fmt: skip
+            if kind == "t5_bias":  # the buckets' rule depends on causal (split by sign when not), known here
+                try:
+                    check_t5_buckets(settings.num_buckets, settings.max_distance, bidirectional=not self.causal)
+                except ValueError as error:
+                    raise ValueError(f"{where}.{error}") from None
             if "scope" in names and own:
                 if settings.scope == "local" and settings.window is None:
                     raise ValueError(f"{where}.window=None: scope='local' {kind} attention needs a window")
