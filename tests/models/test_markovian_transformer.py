@@ -427,3 +427,21 @@ def test_top_level_exports_are_the_model_classes():
         "MarkovianTransformerConfig", "MarkovianTransformerForCausalLM", "MarkovianTransformerForCTC",
         "MarkovianTransformerForSequenceClassification", "MarkovianTransformerForTokenClassification",
     }  # fmt: skip
+
+
+def test_learned_positions_past_max_positions_name_the_length_padded_or_not():
+    """A padded batch's positions are the model's own, counted from the mask: one too long for learned positions is
+    refused as an unpadded one is, by its length and max_positions (it said 'position_ids reach 8', an argument
+    the caller never gave); a padded row whose positions fit runs, and position_ids given are still named."""
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
+        vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, attention="softmax", position="learned",
+        max_positions=8)).eval()  # fmt: skip
+    ids = torch.zeros(2, 9, dtype=torch.long)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    for attention_mask in (None, mask):
+        with pytest.raises(ValueError, match=r"^sequence length 9 exceeds max_positions=8$"):
+            model(ids, attention_mask=attention_mask)
+    assert model(ids[:, :8], attention_mask=mask[:, :8]).logits.isfinite().all()
+    with pytest.raises(ValueError, match=r"^position_ids reach 8 but max_positions=8$"):
+        model(ids[:, :2], position_ids=torch.tensor([[0, 8], [0, 1]]))

@@ -151,9 +151,11 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
                                  f"got {tuple(position_ids.shape)}")  # fmt: skip
             if self.config.position == "sinusoidal":
                 return hidden + sinusoidal_at(position_ids, self.config.d_model).to(hidden.dtype)
-            reach = end - 1 if below_end else int(position_ids.max())
-            if reach >= self.config.max_positions:
-                raise ValueError(f"position_ids reach {reach} but max_positions={self.config.max_positions}")
+            if below_end and end > self.config.max_positions:  # the model's own positions: bounded by the length
+                raise ValueError(f"sequence length {end} exceeds max_positions={self.config.max_positions}")
+            if not below_end and int(position_ids.max()) >= self.config.max_positions:
+                raise ValueError(f"position_ids reach {int(position_ids.max())} but max_positions="
+                                 f"{self.config.max_positions}")  # fmt: skip
             return hidden + self.position_embedding(position_ids)
         if self.config.position == "sinusoidal":
             table = sinusoidal_positions(hidden.shape[1], self.config.d_model, hidden.device, start=start)
