@@ -218,3 +218,15 @@ def test_a_quick_run_says_how_many_seeds_it_reports(stubbed_cells, tmp_path, kep
     for seeds, said in (((0, 1), "2 seeds"), ((0,), "one seed")):
         report = pb.run(tmp_path / str(len(seeds)), quick=True, seeds=seeds, overrides=overrides, log=lambda line: None)
         assert f"Quick run (`--quick`): short training, {said} —" in report.read_text()
+
+
+def test_the_report_states_the_local_window_as_the_keys_it_shows(stubbed_cells, tmp_path, kept_figures):
+    """A causal window W shows keys t-W..t, W + 1 of them (SPEC section 1): the report said 'Local kinds see 5 keys'
+    of window 5, one fewer than the local kinds attend to."""
+    from markovformer.plots import experiments as plots
+
+    kept_figures(plots)
+    overrides = {"kinds": ["softmax_rotary"], "hidden_sources": ["fixed-3"], "icl_orders": [], "mixer_tasks": [],
+                 "extrapolate": [2], "profile_lags": 2, "window": 5}  # fmt: skip
+    text = pb.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lambda line: None).read_text()
+    assert "Local kinds see a window W = 5 (keys t − 5..t: 6, the query's own included)" in text

@@ -46,7 +46,7 @@ NAME = "position-biases"
 SUMMARY = ("every positional attention kind on hidden-order chains (distance profiles), length extrapolation, "
            "in-context chains, MQAR and selective copying")  # fmt: skip
 FOX_PRO = {"output_gate": True, "output_norm": True, "qk_norm": True, "kv_shift": True}
-# key -> (label, model section fields beside the shared ones); "local" kinds see ``window`` keys per layer, the kinds
+# key -> (label, model section fields beside the shared ones); "local" kinds see keys t-window..t per layer, the kinds
 # that encode order themselves run without position embeddings (as in their papers)
 KINDS: dict[str, tuple[str, dict]] = {
     "markov_local": ("Markov, local", {"attention": "markov", "scope": "local"}),
@@ -79,7 +79,7 @@ class PositionBiasSettings:
     n_layers: int = 2
     n_heads: int = 4
     max_order: int = 8  # Markov lags K
-    window: int = 16  # keys seen by the local kinds
+    window: int = 16  # the local kinds' window W: keys t-W..t
     seq_len: int = 64  # training length T of every task
     extrapolate: tuple[int, ...] = (2, 4, 8)  # hidden-order chains evaluated at these multiples of T
     profile_lags: int = 8  # distance profile over attention lags 0..profile_lags
