@@ -51,7 +51,17 @@ def test_distance_profile_reads_attention_by_lag():
     [({"kinds": ("markov_local", "nope")}, r"kinds: 'nope'"), ({"hidden_sources": ("order-3",)}, "fixed-K"),
      ({"icl_orders": (4,)}, "icl_orders: 4"), ({"mixer_tasks": ("induction",)}, "mixer_tasks: 'induction'"),
      ({"extrapolate": (1,)}, "extrapolate"), ({"profile_lags": 40}, "profile_lags=40"),
-     ({"profile_lags": pb.QUICK.seq_len}, f"profile_lags={pb.QUICK.seq_len}")],  # no query t >= seq_len  # fmt: skip
+     ({"profile_lags": pb.QUICK.seq_len}, f"profile_lags={pb.QUICK.seq_len}"),  # no query t >= seq_len
+     # refused before the folder is claimed: they failed in the first cell (lrs=[-1]: torch's 'Invalid learning
+     # rate: -1.0'; num_symbols=1: 'num_symbols must be an integer >= 2, got 1') or in the model config naming its
+     # own fields, and lrs=[0] trained and reported untrained models
+     ({"lrs": (0.0,)}, r"^position-biases\.lrs=\[0\.0\]: every learning rate must be a positive number"),
+     ({"lrs": (3e-3, -1.0)}, r"^position-biases\.lrs=\[0\.003, -1\.0\]"),
+     ({"num_symbols": 1}, r"^position-biases\.num_symbols=1 must be at least 2"),
+     ({"icl_symbols": 1}, r"^position-biases\.icl_symbols=1 must be at least 2"),
+     ({"n_heads": 3}, r"^position-biases\.d_model=32 must be a multiple of 2 \* n_heads = 6"),
+     ({"d_model": 30}, r"^position-biases\.d_model=30 must be a multiple of 2 \* n_heads = 4"),  # head dim 15
+     ({"window": 4, "max_order": 8}, r"^position-biases\.window=4 must be at least max_order=8")],  # fmt: skip
 )
 def test_bad_settings_are_named(change, message):
     settings = dataclasses.replace(pb.QUICK, **({"kinds": ("markov_local",)} | change))

@@ -23,6 +23,7 @@ per seed. Every cell is cached under ``cells/`` (a killed run resumes).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -130,6 +131,18 @@ def check_settings(settings: PositionBiasSettings) -> None:
         mixers.source_of(task, settings.seq_len, _mixer_settings(settings, 2))
     if settings.profile_lags >= settings.seq_len:
         raise ValueError(f"{NAME}.profile_lags={settings.profile_lags} must be below seq_len={settings.seq_len}")
+    # what a cell fails on only once it starts, naming the chain's or the model config's field, not the setting
+    if not all(isinstance(lr, int | float) and not isinstance(lr, bool) and 0 < lr < math.inf for lr in settings.lrs):
+        raise ValueError(f"{NAME}.lrs={list(settings.lrs)!r}: every learning rate must be a positive number")
+    for key in ("num_symbols", "icl_symbols"):
+        if getattr(settings, key) < 2:
+            raise ValueError(f"{NAME}.{key}={getattr(settings, key)} must be at least 2 (a chain over one symbol)")
+    if settings.d_model % (2 * settings.n_heads):  # the softmax + rotary reference: rotary needs an even head dim
+        raise ValueError(f"{NAME}.d_model={settings.d_model} must be a multiple of 2 * n_heads = "
+                         f"{2 * settings.n_heads} (softmax + rotary, the reference, needs an even head dimension)")
+    if "markov_local" in settings.kinds and settings.window < settings.max_order:
+        raise ValueError(f"{NAME}.window={settings.window} must be at least max_order={settings.max_order}: the local "
+                         "Markov kind would never see its farthest lags")  # fmt: skip
 
 
 def _chain_lags(source: str) -> tuple[int, ...]:
