@@ -52,6 +52,19 @@ def test_a_bare_scoped_kind_beside_markov_layers_is_global_unless_the_flat_scope
     assert windowed.layer_specs() == local.layer_specs()  # or a flat window (local for every layer)
 
 
+def test_a_layer_entry_with_window_null_is_global_as_one_without_it():
+    """``window: null`` is global scope (the option's help: "null in global scope"); the key's mere presence made the
+    layer local, refused as "window=None: scope='local' t5_bias attention needs a window", a scope never asked for."""
+    lists = ([{"kind": "t5_bias", "window": None}] * 3, ["markov", {"kind": "alibi", "window": None}, "alibi"])
+    for attention in lists:
+        config = MarkovianTransformerConfig(**SIZE, position="none", attention=attention)
+        bare = MarkovianTransformerConfig(**SIZE, position="none", attention=[
+            entry["kind"] if isinstance(entry, dict) else entry for entry in attention])  # fmt: skip
+        assert config.layer_specs() == bare.layer_specs()
+        assert config.layer_specs()[1].options["scope"] == "global"
+        assert MarkovianTransformerConfig.from_dict(config.to_dict()).layer_specs() == config.layer_specs()
+
+
 def test_a_flat_config_and_its_per_layer_spelling_build_the_same_model():
     flat = _model(attention="markov", max_order=2, window=3, gate="mlp")
     per_layer = _model(attention=[{"kind": "markov", "window": 3}] * 3, max_order=2, gate="mlp")

@@ -241,7 +241,7 @@ class MarkovianTransformerConfig(ModelConfig):
         whose flat scope is then set, rebuilds the same layers."""
         kind, own = (entry, {}) if isinstance(entry, str) else (entry.get("kind"), entry)
         names = attention_option_names(kind)
-        if "scope" not in names or "max_order" in names or "scope" in own or "window" in own:
+        if "scope" not in names or "max_order" in names or "scope" in own or own.get("window") is not None:
             return entry
         return {**own, "kind": kind, "scope": "global"}
 
@@ -268,7 +268,7 @@ class MarkovianTransformerConfig(ModelConfig):
             names = attention_option_names(kind)
             values = {name: flat[name] for name in names if name in flat}
             if own and "scope" in names:
-                scope = own.get("scope", "local" if "window" in own else values.get("scope"))
+                scope = own.get("scope", "local" if own.get("window") is not None else values.get("scope"))
                 window = own.get("window")
                 if window is None and scope == "local" and scope == self.scope and "max_order" not in own:
                     window = self.window  # the flat window, when the layer keeps the flat scope and order
