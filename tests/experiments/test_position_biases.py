@@ -61,8 +61,17 @@ def test_distance_profile_reads_attention_by_lag():
      ({"icl_symbols": 1}, r"^position-biases\.icl_symbols=1 must be at least 2"),
      ({"n_heads": 3}, r"^position-biases\.d_model=32 must be a multiple of 2 \* n_heads = 6"),
      ({"d_model": 30}, r"^position-biases\.d_model=30 must be a multiple of 2 \* n_heads = 4"),  # head dim 15
-     ({"window": 4, "max_order": 8}, r"^position-biases\.window=4 must be at least max_order=8")],  # fmt: skip
-)
+     ({"window": 4, "max_order": 8}, r"^position-biases\.window=4 must be at least max_order=8"),
+     # lag-40: an OverflowError traceback building 8^40 contexts; lag-12: an out-of-memory error in the first cell
+     ({"hidden_sources": ("lag-12",)}, r"^position-biases\.hidden_sources: 'lag-12' with num_symbols=8: .* 8\^12"),
+     ({"hidden_sources": ("lag-40",)}, r"^position-biases\.hidden_sources: 'lag-40' with num_symbols=8"),
+     # no position after the first k to score: "x must have length T > order=5" in the first cell
+     ({"hidden_sources": ("fixed-5",), "seq_len": 5, "profile_lags": 4, "mixer_tasks": ()},
+      r"^position-biases\.seq_len=5 must exceed the order 5"),
+     # the figure framed attention lag 5 beside a panel of lags 0..4
+     ({"hidden_sources": ("lag-6",), "profile_lags": 4}, r"^position-biases\.profile_lags=4 must reach attention "
+                                                         r"lag 5")],
+)  # fmt: skip
 def test_bad_settings_are_named(change, message):
     settings = dataclasses.replace(pb.QUICK, **({"kinds": ("markov_local",)} | change))
     with pytest.raises(ValueError, match=message):

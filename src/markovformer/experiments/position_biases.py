@@ -33,6 +33,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from markovformer.data.synthetic.markov_sources import MAX_CONTEXTS
 from markovformer.experiments import mixers
 from markovformer.experiments import mixers_models as zoo
 from markovformer.experiments.fitting import STREAM_FIT_THREADS, fit_on_stream
@@ -140,6 +141,19 @@ def check_settings(settings: PositionBiasSettings) -> None:
     if settings.d_model % (2 * settings.n_heads):  # the softmax + rotary reference: rotary needs an even head dim
         raise ValueError(f"{NAME}.d_model={settings.d_model} must be a multiple of 2 * n_heads = "
                          f"{2 * settings.n_heads} (softmax + rotary, the reference, needs an even head dimension)")
+    for source in settings.hidden_sources:  # the chain's table, its scored positions and its framed lags
+        order = max(_chain_lags(source))
+        if settings.num_symbols**order > MAX_CONTEXTS:
+            raise ValueError(f"{NAME}.hidden_sources: {source!r} with num_symbols={settings.num_symbols}: the chain's "
+                             f"table has {settings.num_symbols}^{order} contexts, above {MAX_CONTEXTS:,}; lower the "
+                             "order or num_symbols")  # fmt: skip
+        if settings.seq_len <= order:
+            raise ValueError(f"{NAME}.seq_len={settings.seq_len} must exceed the order {order} of hidden source "
+                             f"{source!r} (the expected loss scores the symbols after the first {order})")  # fmt: skip
+        if settings.profile_lags < order - 1:
+            raise ValueError(f"{NAME}.profile_lags={settings.profile_lags} must reach attention lag {order - 1}, "
+                             f"which hidden source {source!r} reads (its lag {order}): the distance profiles frame "
+                             "it")  # fmt: skip
     if "markov_local" in settings.kinds and settings.window < settings.max_order:
         raise ValueError(f"{NAME}.window={settings.window} must be at least max_order={settings.max_order}: the local "
                          "Markov kind would never see its farthest lags")  # fmt: skip
