@@ -181,6 +181,9 @@ def test_settings_are_checked_with_the_bad_value_named():
         mixers.check_settings(mixers.MixersSettings(lengths=(128,), mqar_vocab=64))
     with pytest.raises(ValueError, match="num_features=0"):
         mixers.check_settings(mixers.MixersSettings(num_features=0))
+    for lrs in ((0.0,), (3e-3, -1.0)):  # lr 0 trained and reported models that never moved; -1 failed in torch
+        with pytest.raises(ValueError, match=r"mixers\.lrs=.*every learning rate must be a positive number"):
+            mixers.check_settings(mixers.MixersSettings(lrs=lrs))
     with pytest.raises(ValueError, match="sizes='huge'"):
         mixers.resolve_sizes(mixers.MixersSettings(sizes="huge"))
     zoology = mixers.resolve_sizes(mixers.MixersSettings(sizes="zoology"))

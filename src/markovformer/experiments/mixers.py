@@ -19,6 +19,7 @@ sets are fixed per seed and never seen in training (a fresh stream cannot repeat
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -121,6 +122,9 @@ def check_settings(settings: MixersSettings) -> None:
         raise ValueError(f"mixers.num_features={settings.num_features} must be a positive integer (or null)")
     if not settings.lrs or not settings.lengths or not settings.widths:
         raise ValueError("mixers: lrs, lengths and widths need at least one value each")
+    if not all(isinstance(lr, int | float) and not isinstance(lr, bool) and 0 < lr < math.inf for lr in settings.lrs):
+        raise ValueError(f"mixers.lrs={list(settings.lrs)!r}: every learning rate must be a positive number (lr=0 "
+                         "trains nothing)")  # fmt: skip
     for length in settings.lengths:  # every task's constraints, before anything trains
         for task in settings.tasks:
             source_of(task, length, settings)

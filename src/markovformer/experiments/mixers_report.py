@@ -137,8 +137,8 @@ def recall_distance_table(report, points: list[dict], settings) -> None:
     shares = ", ".join(f"{span['distances']}: {span['count'] / total:.1%}" for span in first)
     report.table(["kind", "T", "d", *(f"{label} back" for label in labels)], rows,
                  caption="**mqar** test accuracy by how far back each query's value stands (the token after its key's "
-                         f"first occurrence); local kinds see W = {settings.window} keys. The test queries per span "
-                         f"(T = {found[0]['length']}, first seed): {shares}.")  # fmt: skip
+                         f"first occurrence); local kinds see keys t − {settings.window}..t (W = {settings.window}). "
+                         f"The test queries per span (T = {found[0]['length']}, first seed): {shares}.")  # fmt: skip
 
 
 def parameter_table(report, points: list[dict], settings) -> None:
@@ -367,7 +367,8 @@ def write_report(report, settings, seeds: tuple[int, ...], quick: bool) -> None:
         f"Every kind is a Markovian Transformer configuration ({settings.n_layers} layers, {settings.n_heads} heads, "
         f"SwiGLU, causal) differing only in its sequence mixer; widths are matched to the global softmax model's "
         f"parameter count at the grid's d_model. Markov kinds use K = {settings.max_order} lags; local kinds see "
-        f"W = {settings.window} keys. Each model trains {settings.steps} steps of {settings.batch_size} fresh "
+        f"keys t − {settings.window}..t (W = {settings.window}, the query's own key included). Each model trains "
+        f"{settings.steps} steps of {settings.batch_size} fresh "
         f"sequences (AdamW, {settings.warmup_steps} warm-up steps, then constant); the learning rate is chosen among "
         f"{list(settings.lrs)} on the first seed's validation accuracy; seeds {list(seeds)}. MQAR: vocabulary "
         f"{settings.mqar_vocab}, length/{settings.mqar_pairs_per_length} pairs; induction: vocabulary "
