@@ -144,7 +144,7 @@ def test_vocabulary_larger_than_the_dtype_or_ids_outside_it_are_refused(tmp_path
                           tmp_path / "c")  # fmt: skip
 
 
-def test_windows_are_read_from_the_map_not_materialised(tmp_path):
+def test_windows_are_read_from_the_map_not_materialised(tmp_path, monkeypatch):
     path = tmp_path / "corpus.txt"
     path.write_text("abcdefghij" * 20_000, encoding="utf-8")
     bundle = load_text_lm(path, seq_len=15, overlap=3, cache_dir=tmp_path / "cache")
@@ -155,6 +155,13 @@ def test_windows_are_read_from_the_map_not_materialised(tmp_path):
     assert bundle.tokenizer.decode(example["input_ids"].tolist()) == path.read_text()[begin : begin + 16]
     assert torch.all(example["labels"][:3] == -100)
     assert bundle.train.example_lengths()[-1] == len(bundle.train[len(bundle.train) - 1]["input_ids"])
+    # joined (eval --split all), the lengths still come from each split's own, not from building every window
+    from markovformer.data.bundle import JoinedSplits, example_lengths
+
+    joined = JoinedSplits(bundle.train, bundle.val, bundle.test)
+    expected = [len(joined[index]["input_ids"]) for index in range(len(joined))]
+    monkeypatch.setattr(type(bundle.train), "__getitem__", None)  # reading a window now fails
+    assert example_lengths(joined, "input_ids") == expected
 
 
 def test_random_starts_give_every_window_start(tmp_path):

@@ -232,7 +232,8 @@ def test_a_failed_resume_keeps_every_log_row(run_files, tmp_path, main_cli):
     [
         (["trainer.early_stopping={monitor: val/accuracy}"], ("monitor='val/accuracy'", "val/loss")),
         (["trainer.early_stopping={monitor: val/losss}"], ("monitor='val/losss'", "did you mean 'val/loss'?")),
-        (["model.position=learned", "model.max_positions=8"], ("sequence length 24 exceeds max_positions=8",)),
+        (["model.position=learned", "model.max_positions=8"], ("model.max_positions=8 is shorter than the data's "
+                                                               "longest inputs (tokens: train 24, val 24, test 24)",)),
     ],
     ids=["a monitor validation does not log", "a misspelt loss monitor", "max_positions below the data's length"],
 )
@@ -248,6 +249,38 @@ def test_a_model_that_cannot_score_its_data_fails_before_the_run_folder_exists(r
     one_line_error(main_cli("train", str(config), "output_dir=mine", *setting), *fragments)
     assert [path.name for path in (tmp_path / "mine").iterdir()] == [".lock"]
     assert main_cli("train", str(config), "output_dir=mine").returncode == 0  # no "already holds a run"
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_inputs_longer_than_learned_positions_are_refused_whichever_split_holds_them(pooling):
+    """The first validation batch was the only check: a training example longer than max_positions (validation's
+    short) failed midway through training as the model's bare 'sequence length 12 exceeds max_positions=10'. Every
+    split's longest input is now held to what the model reads, the [CLS] vector's position counted, and so is the
+    split eval scores."""
+    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForSequenceClassification
+    from markovformer.data.bundle import DataBundle
+    from markovformer.training.tasks import TASKS
+    from markovformer.training.trainer_config import ConfigError
+
+    def example(length: int) -> dict:
+        return {"input_ids": torch.ones(length, dtype=torch.long), "labels": torch.tensor(0)}
+
+    bundle = DataBundle(train=[example(4), example(12)], val=[example(6)], test=[example(10)], info={})  # 10 fits
+    config = MarkovianTransformerConfig(vocab_size=4, d_model=8, n_layers=1, n_heads=2, num_labels=2, causal=False,
+                                        position="learned", max_positions=11, pooling=pooling)  # fmt: skip
+    model = MarkovianTransformerForSequenceClassification(config)
+    reads = 11 - (pooling == "cls")
+    assert model.longest_input == reads
+    task = TASKS["sequence_classification"]()
+    task.check_data(bundle)
+    with pytest.raises(ConfigError, match=r"model\.max_positions=11.* longest inputs \(tokens: train 12\): set model"
+                                          rf"\.max_positions >= {12 + 11 - reads}"):  # fmt: skip
+        task.check_model(model)
+    task.check_scored(model, bundle.val, "val")  # 6 tokens fit
+    with pytest.raises(ConfigError, match=r"tokens: val 12\)"):
+        task.check_scored(model, bundle.train, "val")
+    with pytest.raises(ValueError, match="sequence length 12 exceeds max_positions=11"):  # what it would meet
+        model(input_ids=torch.ones(1, 12, dtype=torch.long))
 
 
 def test_scoring_the_first_batch_leaves_the_random_state_and_the_mode(tiny_run):

@@ -36,7 +36,9 @@ def stacked(split: Split, key: str) -> Tensor:
 
 def example_lengths(split: Split, key: str) -> list[int]:
     """The length of every example's ``key`` tensor: from the split itself when it knows them without building the
-    examples (``split.example_lengths()``), else by reading each example once."""
+    examples (``split.example_lengths()``; of joined splits, from each), else by reading each example once."""
+    if isinstance(split, JoinedSplits):  # each part as it knows its lengths
+        return [length for part in split.splits for length in example_lengths(part, key)]
     known = getattr(split, "example_lengths", None)
     if known is not None:
         return [int(length) for length in known()]

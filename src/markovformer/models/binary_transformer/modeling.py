@@ -79,6 +79,11 @@ class BinaryTransformer(PreTrainedModel):
         """a: the embedding itself when weights are tied."""
         return self.embedding if self.readout is None else self.readout
 
+    @property
+    def longest_input(self) -> int:
+        """The most tokens one forward reads: its learned positions' ``max_positions``."""
+        return self.config.max_positions
+
     def forward(self, input_ids: Tensor, labels: Tensor | None = None) -> BinaryTransformerOutput:
         """input_ids (B, T) of 0s and 1s -> ``logits`` (B, T), position n's logit of x_{n+1} = 1; with ``labels``
         (the inputs themselves, (B, T) of 0s and 1s), ``loss``: the mean binary cross-entropy in nats of positions

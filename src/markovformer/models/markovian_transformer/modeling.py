@@ -47,6 +47,15 @@ class MarkovianTransformerOutput:
 class MarkovianTransformerPreTrainedModel(PreTrainedModel):
     config_class = MarkovianTransformerConfig
 
+    @property
+    def longest_input(self) -> int | None:
+        """The most tokens one forward reads from position 0: ``max_positions`` with learned positions or a
+        Linformer layer (generate re-runs the last that many past it), one fewer when a [CLS] vector takes the first
+        position; None for positions without an end."""
+        if self.config.position != "learned" and "linformer" not in self.config.layer_kinds():
+            return None
+        return self.config.max_positions - int(getattr(self, "cls", None) is not None)
+
     def markov_biases(self) -> list[MarkovBias]:
         """The Markov biases in use, in layer order (a layer with no Markov head keeps an unused one: left out)."""
         return [module for module in self.modules() if isinstance(module, MarkovBias) and not module.unused]
@@ -332,12 +341,6 @@ class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
                 targets = targets.masked_fill(document_starts(position_ids)[:, 1:], -100)
             output.loss = token_cross_entropy(output.logits[:, :-1], targets)
         return output
-
-    @property
-    def longest_input(self) -> int | None:
-        """The most tokens one forward reads from position 0: ``max_positions`` with learned positions (generate
-        re-runs the last that many past it), None for positions without an end."""
-        return self.config.max_positions if self.config.position == "learned" else None
 
     def start_decoding(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int):
         return start_decoding(self, input_ids, attention_mask, max_new_tokens)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch.utils.data import IterableDataset
 from torchmetrics import Metric
 
-from markovformer.data.bundle import DataBundle
+from markovformer.data.bundle import DataBundle, Split, example_lengths
 from markovformer.data.collate import PAD_ID
 from markovformer.data.readers.tokenizer import END_OF_DOCUMENT, load_tokenizer
 from markovformer.data.translation.parallel import one_line
@@ -60,6 +60,35 @@ def model_inputs(batch: dict) -> dict:
 def forward_takes(model: nn.Module, argument: str) -> bool:
     """Whether ``model.forward`` has a parameter named ``argument`` (heads differ in the training options they take)."""
     return argument in inspect.signature(model.forward).parameters
+
+
+def longest_input(split: Split) -> int:
+    """The most positions an example of ``split`` gives the model (its ``input_ids`` or ``input_features``; 0 for
+    an empty split or examples of other inputs, as sentence pairs)."""
+    if len(split) == 0:
+        return 0
+    key = next((key for key in ("input_ids", "input_features") if key in split[0]), None)
+    return 0 if key is None else max(example_lengths(split, key))
+
+
+def check_inputs_fit(model: nn.Module, splits: dict[str, Split]) -> None:
+    """ConfigError when an input of ``splits`` (name -> split) is longer than ``model`` reads (its
+    ``longest_input``: learned positions' ``max_positions``), before any is scored, not as the model's bare
+    "sequence length N exceeds max_positions" at the first batch that holds one, training's perhaps midway. The
+    lengths are read only for a model with such a limit (a split built on demand is not read through otherwise)."""
+    limit = getattr(model, "longest_input", None)
+    if limit is None:
+        return
+    longest = {name: longest_input(split) for name, split in splits.items()}
+    over = {name: length for name, length in longest.items() if length > limit}
+    if over:
+        max_positions = model.config.max_positions
+        cls = f" (one is the [CLS] vector's: {limit} for the inputs)" if limit < max_positions else ""
+        splits = ", ".join(f"{name} {length}" for name, length in over.items())
+        needed = max(over.values()) + max_positions - limit
+        raise ConfigError(f"model.max_positions={max_positions}{cls} is shorter than the data's longest inputs "
+                          f"(tokens: {splits}): set model.max_positions >= {needed} or shorten the data "
+                          "(data.seq_len, data.max_length)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -214,6 +243,7 @@ class Task:
         if getattr(self, "packed", False) and not forward_takes(model, "position_ids"):
             raise ConfigError(f"data.packing is set but {type(model).__name__} takes no position_ids (it cannot keep "
                               "packed documents apart); set data.packing: false")  # fmt: skip
+        check_inputs_fit(model, getattr(self, "model_reads", {}))
 
     @classmethod
     def check_new_run(cls, options, trainer: TrainerConfig) -> None:
@@ -222,8 +252,10 @@ class Task:
 
     def check_data(self, bundle: DataBundle) -> None:
         """ConfigError when the data cannot be scored as this task scores it. Notes whether the batches carry
-        packed documents (``position_ids``), which the model must then take."""
+        packed documents (``position_ids``), which the model must then take, and the splits whose inputs must fit
+        the model (``check_inputs_fit``; not packed documents, whose positions restart at each document)."""
         self.packed = bool(bundle.splits.get("packing"))
+        self.model_reads = {} if self.packed else {"train": bundle.train, "val": bundle.val, "test": bundle.test}
 
     def describe_split(self, examples, tokenizer) -> None:
         """Told which split the following scoring passes score (validation's, or the one ``eval`` scores)."""
@@ -240,7 +272,9 @@ class Task:
 
     def check_scored(self, model: nn.Module, examples, split: str) -> None:
         """ConfigError when ``model`` cannot score ``examples`` (the ``split`` ``eval`` scores, perhaps of other data
-        than the run's: ``eval --data``), before any is scored."""
+        than the run's: ``eval --data``), before any is scored: here, inputs longer than it reads."""
+        if not getattr(self, "packed", False):
+            check_inputs_fit(model, {split: examples})
 
     def prepare_model(self, model: nn.Module) -> None:
         """Anything the task sets on a freshly built model from the data before training."""
