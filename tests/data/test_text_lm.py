@@ -187,6 +187,9 @@ def test_unreadable_text_names_the_path(tmp_path, content, message):
     [
         ({"tokenizer": "char", "vocab_size": 300}, "^data.vocab_size=300 applies only"),
         ({"tokenizer": "bpe"}, "^data.tokenizer='bpe' needs data.vocab_size"),
+        ({"tokenizer": "bpe", "vocab_size": 100}, r"^data.vocab_size=100 must be an int of at least 257 \(<pad> and"),
+        ({"tokenizer": "bpe", "vocab_size": 257, "documents": "blank_line"},
+         r"^data.vocab_size=257 must be an int of at least 258 \(<pad>, <eod> and the 256 bytes"),
         ({"tokenizer": "words"}, "^data.tokenizer must be .*'words'"),
         ({"seq_len": 0}, "^data.seq_len must be a positive int"),
         ({"overlap": 8}, r"^data.overlap=8 must be an int in \[0, data.seq_len=8\)"),
@@ -197,7 +200,8 @@ def test_unreadable_text_names_the_path(tmp_path, content, message):
 )
 def test_bad_options_raise(tmp_path, options, message):
     """Each names the option as a run config sets it (data.NAME): 'tokenizer='bpe' needs vocab_size' and
-    'overlap=8 must be ...' named bare words."""
+    'overlap=8 must be ...' named bare words; a BPE vocab_size below the bytes and special tokens was refused by the
+    trainer as 'BPE vocab_size must be an int >= 258 (2 special tokens + 256 bytes)', naming no option."""
     path = tmp_path / "corpus.txt"
     path.write_text("abcd" * 250, encoding="utf-8")
     with pytest.raises(ValueError, match=message):

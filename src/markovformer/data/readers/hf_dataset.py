@@ -80,7 +80,7 @@ def load_hf_dataset_lm(
     tokenizer. ``num_proc``: processes ``map`` tokenizes with (default: the cores available). ``options``: the fields
     of ``TokenizedText``, as for ``readers.text.load_text_lm``."""
     tokenized = TokenizedText(**options)  # the options' one list: defaulted and checked there
-    tokenized.check(fitted)
+    tokenized.check(fitted, end_of_document=True)  # every row is a document
     if num_proc is not None and (isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1):
         raise ValueError(f"data.num_proc={num_proc!r} must be a positive integer (or null: the cores available)")
     text_column, fractions = tokenized.text_column, tokenized.fractions

@@ -70,12 +70,13 @@ def load_text_lm(
     last shorter window; the model shifts labels inside. info: {"vocab_size": V}.
     """
     tokenized = TokenizedText(**options)  # the options' one list: defaulted and checked there
-    tokenized.check(fitted)
-    tokenizer, vocab_size, fractions = tokenized.tokenizer, tokenized.vocab_size, tokenized.fractions
-    cache_dir, fit_bytes, text_column = tokenized.cache_dir, tokenized.fit_bytes, tokenized.text_column
     if documents not in RECORD_KINDS:
         raise ValueError(f"data.documents={documents!r} must be one of {RECORD_KINDS}")
     files = resolve_text_paths(path)
+    with_documents = len(files) > 1 or documents != "file"
+    tokenized.check(fitted, end_of_document=with_documents)
+    tokenizer, vocab_size, fractions = tokenized.tokenizer, tokenized.vocab_size, tokenized.fractions
+    cache_dir, fit_bytes, text_column = tokenized.cache_dir, tokenized.fit_bytes, tokenized.text_column
     sizes = [file_size(file) for file in files]
     # What a second run would compute again (character count, split cuts, the fitted tokenizer) is cached beside
     # the token stores, under the same kind of content key: reopening a prepared corpus reads no text.
@@ -98,7 +99,6 @@ def load_text_lm(
             train_segments = parts[0]
             if not any(segment.stop > segment.start for segment in train_segments):
                 raise ValueError(f"{path}: the train part is empty (fractions {tuple(fractions)})")
-            with_documents = len(files) > 1 or documents != "file"
             if tokenizer == "char":
                 fitted = CharTokenizer(_alphabet(train_segments), end_of_document=with_documents)
             else:

@@ -29,9 +29,9 @@ class TokenizedText:
     packing: bool = False
     text_column: str = "text"
 
-    def check(self, fitted=None) -> None:
+    def check(self, fitted=None, end_of_document: bool = False) -> None:
         """ValueError naming the first bad option; ``fitted``: a saved tokenizer the text is encoded with (then
-        ``vocab_size`` is not needed)."""
+        ``vocab_size`` is not needed); ``end_of_document``: the text has documents (BPE then holds ``<eod>`` too)."""
         tokenizer, vocab_size, seq_len, overlap = self.tokenizer, self.vocab_size, self.seq_len, self.overlap
         if tokenizer not in ("char", "bpe"):
             raise ValueError(f"data.tokenizer must be 'char' or 'bpe', got {tokenizer!r}")
@@ -40,6 +40,12 @@ class TokenizedText:
                              f"vocabulary is fitted)")  # fmt: skip
         if tokenizer == "bpe" and vocab_size is None and fitted is None:
             raise ValueError("data.tokenizer='bpe' needs data.vocab_size (the size of the BPE vocabulary to fit)")
+        smallest = 256 + 1 + end_of_document  # the bytes, <pad> and <eod>: the byte-level BPE of no merge
+        if tokenizer == "bpe" and fitted is None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
+                                                      or vocab_size < smallest):  # fmt: skip
+            specials = "<pad>, <eod>" if end_of_document else "<pad>"
+            raise ValueError(f"data.vocab_size={vocab_size!r} must be an int of at least {smallest} ({specials} and "
+                             f"the 256 bytes of byte-level BPE)")  # fmt: skip
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
             raise ValueError(f"data.seq_len must be a positive int, got {seq_len!r}")
         if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < seq_len:
