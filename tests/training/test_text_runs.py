@@ -164,6 +164,29 @@ def test_a_fine_tuning_run_encodes_with_the_tokenizer_of_the_run_it_starts_from(
         runner.train(resolve_run_config(other_kind))
 
 
+def test_a_fine_tuning_run_refuses_tokenizer_options_its_sources_tokenizer_was_not_fitted_with(tmp_path):
+    """The run encodes with the source run's tokenizer, so its own data.vocab_size (and BPE fit_bytes) go unused:
+    data.vocab_size=999 from a run fitted at 300 trained silently on 300 ids, its config.yaml saying 999. The same
+    values, or null, or a run whose tokenizer is fitted afresh, are accepted."""
+    from markovformer.data.readers.tokenizer import BPETokenizer
+    from markovformer.training.init_from import tokenizer_source
+
+    source = tmp_path / "source"
+    BPETokenizer.train("the chain keeps its order; the state moves on.\n" * 20, 300).save(source / "tokenizer")
+    bpe = {"source": "text", "path": "a.txt", "tokenizer": "bpe", "vocab_size": 300}
+    (source / "config.yaml").write_text(yaml.safe_dump({**TEXT_RUN, "data": bpe}))
+    for data in ({**bpe, "vocab_size": 999}, {**bpe, "fit_bytes": 4096}):
+        key = "vocab_size" if data["vocab_size"] == 999 else "fit_bytes"
+        fitted_with = {"vocab_size": 300, "fit_bytes": 64 << 20}[key]
+        with pytest.raises(ConfigError, match=rf"^data.{key}={data[key]}: this run encodes with the tokenizer of "
+                                              rf"init_from=.*fitted with data.{key}={fitted_with}\), .* set it to "
+                                              rf"{fitted_with} \(or null\)"):  # fmt: skip
+            tokenizer_source(str(source), [], data)
+    for data in (bpe, {**bpe, "vocab_size": None, "fit_bytes": 64 << 20}, {"source": "text"}):
+        assert tokenizer_source(str(source), [], data) == source
+    assert tokenizer_source(str(source), ["head", "embeddings"], {**bpe, "vocab_size": 999}) is None
+
+
 def test_a_missing_init_from_is_the_one_line_a_run_prints_about_it(tmp_path, capsys):
     """The tokenizer notice came first and spoke of the missing folder as of a run that keeps no tokenizer."""
     from markovformer.training import runner

@@ -16,12 +16,15 @@ mean other tokens, and the embeddings would load without an error for the wrong 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
 
 from markovformer.data.readers.tokenizer import load_tokenizer
+from markovformer.data.sources import DATA_SOURCES
 from markovformer.training.build import saved_tokenizer
+from markovformer.training.run_config import load_yaml
 from markovformer.training.trainer_config import ConfigError
 
 SKIP_GROUPS = {"head": "the task head (tensors outside model.)", "embeddings": "the embeddings (names with 'embed')"}
@@ -42,7 +45,8 @@ def skipped(name: str, skip: list[str] | tuple[str, ...]) -> bool:
 def tokenizer_source(init_from: str, skip: list[str] | tuple[str, ...], data: dict) -> Path | None:
     """The run or saved model ``init_from`` when its tokenizer is the one the new run must encode with: it keeps one
     and ``skip`` does not start the embeddings fresh (a new vocabulary, fitted on the new data). ConfigError when
-    the run's ``data`` asks for another kind of tokenizer (char, bpe) than the one the weights were trained on."""
+    the run's ``data`` asks for another kind of tokenizer (char, bpe) than the one the weights were trained on, or
+    sets another ``vocab_size`` or ``fit_bytes`` than a source run fitted it with (they would go unused)."""
     source = checkpoint_run(Path(init_from)) or Path(init_from)  # a checkpoint's tokenizer: its run's
     kept = saved_tokenizer(source) if source.is_dir() else None
     if kept is None or "embeddings" in skip:
@@ -52,6 +56,19 @@ def tokenizer_source(init_from: str, skip: list[str] | tuple[str, ...], data: di
         raise ConfigError(f"init_from={init_from!r} was trained on a {kind} tokenizer, and data.tokenizer={wanted!r}: "
                           f"its embeddings are for the {kind} tokenizer's ids; keep data.tokenizer={kind!r}, or "
                           f"start them fresh with init_from_skip: [head, embeddings]")  # fmt: skip
+    config = source / "config.yaml"  # a run's config; a saved model directory records no data options
+    theirs = (load_yaml(config).get("data") or {}) if config.is_file() else {}
+    if theirs.get("source") not in DATA_SOURCES:
+        return source
+    defaults = {field.name: field.default for field in dataclasses.fields(DATA_SOURCES[theirs["source"]])}
+    for key in ("vocab_size", "fit_bytes") if kind == "bpe" else ("vocab_size",):  # char reads all its text
+        fitted_with = theirs.get(key, defaults.get(key))
+        if data.get(key) is not None and data[key] != fitted_with:
+            same = "null" if fitted_with is None else f"{fitted_with!r} (or null)"
+            raise ConfigError(f"data.{key}={data[key]!r}: this run encodes with the tokenizer of init_from="
+                              f"{init_from!r} ({kept}, fitted with data.{key}={fitted_with!r}), the ids its weights "
+                              f"are for, so data.{key} would go unused; set it to {same}, or fit a new tokenizer "
+                              f"with init_from_skip: [head, embeddings]")  # fmt: skip
     return source
 
 
