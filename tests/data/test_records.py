@@ -53,6 +53,18 @@ def test_records_become_documents_of_the_store(tmp_path, tokenizer, vocab, docum
     assert 0.6 < cuts[1] / len(store) < 0.95 and cuts[2] < cuts[3] < cuts[5]
 
 
+def test_blank_line_records_of_a_crlf_file_are_those_of_its_lf_twin_with_crlf_inside(tmp_path):
+    """The last newline of a record was removed as "\n" alone: every record of a Windows file ended with "\r", stored
+    before its end-of-document token."""
+    texts = [text.replace("\n", "\r\n") for text in _TEXTS]
+    path = tmp_path / "crlf.txt"
+    path.write_bytes("\r\n\r\n".join(texts).encode() + b"\r\n\r\n\r\n")
+    assert list(record_texts(path, 0, path.stat().st_size, "blank_line")) == texts
+    bundle = load_text_lm(path, seq_len=4, fractions=(1.0, 0.0, 0.0), cache_dir=tmp_path / "cache",
+                          documents="blank_line")  # fmt: skip
+    assert np.asarray(bundle.train.store.tokens[:]).tolist() == _expected(bundle.tokenizer, texts)
+
+
 def test_a_bad_jsonl_line_or_a_missing_column_is_named_with_its_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     _write_jsonl(path, _TEXTS * 4)

@@ -29,7 +29,7 @@ from markovformer.data.readers.text_stream import (
     sampled_text,
     text_pieces,
 )
-from markovformer.data.readers.token_store import Segment, build_lock, cache_root, open_or_build
+from markovformer.data.readers.token_store import STORE_FORMAT, Segment, build_lock, cache_root, open_or_build
 from markovformer.data.readers.tokenized_text import TokenizedText
 from markovformer.data.readers.tokenizer import (
     END_OF_DOCUMENT,
@@ -81,7 +81,7 @@ def load_text_lm(
     # What a second run would compute again (character count, split cuts, the fitted tokenizer) is cached beside
     # the token stores, under the same kind of content key: reopening a prepared corpus reads no text.
     plan_key = hashlib.sha256(json.dumps([[content_key(file) for file in files], list(fractions), tokenizer,
-                                          vocab_size, fit_bytes, str(path), documents, text_column]
+                                          vocab_size, fit_bytes, str(path), documents, text_column, STORE_FORMAT]
                                          ).encode()).hexdigest()[:32]  # fmt: skip
     # one process prepares (fits, encodes) at a time: DDP ranks and concurrent runs wait, then read what it wrote
     with build_lock(cache_root(cache_dir), f"plan-{plan_key}"):

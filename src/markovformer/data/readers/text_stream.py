@@ -213,7 +213,8 @@ def _blank_line_open(handle, end: int) -> bool:
 def record_texts(path: Path, start: int, stop: int, documents: str, text_column: str = "text") -> Iterator[str]:
     """The text of each record starting in bytes [start, stop) of ``path`` (``start`` on a record boundary):
     ``jsonl``: the ``text_column`` string of each non-empty line's JSON object; ``blank_line``: each run of
-    non-blank lines (newlines inside kept, the last removed). Bad input raises, naming the file and line."""
+    non-blank lines (newlines inside kept, the last, LF or CRLF, removed). Bad input raises, naming the file and
+    line."""
     if documents not in RECORD_KINDS[1:]:
         raise ValueError(f"data.documents={documents!r} must be one of {RECORD_KINDS[1:]}")
     lines: list[bytes] = []
@@ -235,7 +236,8 @@ def record_texts(path: Path, start: int, stop: int, documents: str, text_column:
                 continue
             if lines:
                 text = b"".join(lines)
-                yield _decoded(path, first, text[:-1] if text.endswith(b"\n") else text)
+                ending = 2 if text.endswith(b"\r\n") else 1 if text.endswith(b"\n") else 0  # CRLF is one newline
+                yield _decoded(path, first, text[: len(text) - ending])
                 lines = []
             if not line or position >= stop:
                 return

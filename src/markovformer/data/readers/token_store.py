@@ -42,7 +42,9 @@ import numpy as np
 from markovformer.atomic import atomic_write_text
 from markovformer.data.readers.text_stream import CHUNK_BYTES, content_key, record_texts, text_pieces
 
-STORE_FORMAT = 2  # 2: BPE reads no special token from text (a literal "<eod>" was stored as the special id)
+# 2: BPE reads no special token from text (a literal "<eod>" was stored as the special id); 3: a blank-line
+# record's last CRLF is removed whole (its "\r" was stored at the end of each record of a CRLF file)
+STORE_FORMAT = 3
 TOKENS_FILE, OFFSETS_FILE, META_FILE, DOCUMENTS_FILE = "tokens.bin", "offsets.npy", "meta.json", "documents.npy"
 _PROGRESS_ABOVE_BYTES = 16 << 20  # smaller corpora encode in about a second: no progress bar
 _STAGING = ".staging-"
