@@ -479,6 +479,24 @@ def test_generate_skips_unknown_prompt_characters_when_asked(char_run, main_cli)
     assert done.stdout.startswith("the  sat") and "dropped 3 prompt characters" in done.stderr
 
 
+def test_generate_refuses_a_prompt_that_is_not_utf8_naming_the_byte(char_run, main_cli, tmp_path):
+    """A byte that is not UTF-8 on the command line (a Latin-1 terminal) reaches Python as a lone surrogate: a BPE
+    run failed with 'TypeError: TextInputSequence must be str' and a traceback, a char run called it the character
+    '\\udcff'. Both say the byte, its offset and --prompt on one line."""
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    bpe_run = tmp_path / "bpe"
+    values = yaml.safe_load((char_run / "config.yaml").read_text())
+    values["data"] = {**values["data"], "tokenizer": "bpe", "vocab_size": 300}
+    train(resolve_run_config({**values, "output_dir": str(bpe_run)}))
+    prompt = b"the \xffcat".decode("utf-8", "surrogateescape")  # what Python makes of that byte in argv
+    for run in (char_run, bpe_run):
+        for extra in ((), ("--skip-unknown",)):
+            done = main_cli("generate", str(run), "--prompt", prompt, "--max-new-tokens", "2", *extra)
+            assert_one_line_error(done, "--prompt: byte 0xff at offset 4 is not UTF-8")
+
+
 def test_eval_says_which_weights_and_step_it_scored(small_run, main_cli, tmp_path):
     import shutil
 

@@ -389,11 +389,25 @@ def named_by_flag(error: ValueError, values: dict) -> ValueError:
     return ValueError(f"{flag}: {reason}" if value is True else f"{flag} {value}: {reason}")
 
 
+def check_utf8_prompt(prompt: str | None) -> None:
+    """ValueError naming ``--prompt`` when it holds bytes that are not UTF-8 (a Latin-1 terminal): Python keeps them
+    as lone surrogates, which no tokenizer encodes (a BPE run failed with a TypeError traceback, a char run named
+    '\\udcff' as a character outside its alphabet)."""
+    try:
+        (prompt or "").encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(prompt[error.start])
+        what = f"byte {code - 0xDC00:#04x}" if 0xDC80 <= code <= 0xDCFF else f"character {prompt[error.start]!r}"
+        raise ValueError(f"--prompt: {what} at offset {error.start} is not UTF-8; give the prompt as UTF-8 text (a "
+                         f"UTF-8 terminal or locale)") from None
+
+
 def run_generate(args: argparse.Namespace) -> None:
     from markovformer.training.runner import load_run  # deferred (see above)
     from markovformer.training.tasks import GenerationRequest, build_task
 
     generation = generation_config(args)
+    check_utf8_prompt(args.prompt)
     config, model, run_dir = load_run(args.target)
     request = GenerationRequest(args.prompt, args.input, generation, args.seed, args.skip_unknown, args.through_eod,
                                 length_given=hasattr(args, "max_new_tokens"))
