@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -122,6 +123,31 @@ def test_a_bpe_vocabulary_smaller_than_asked_is_said_on_every_build(tmp_path, pr
                f"{size} tokens" in capsys.readouterr().err
     load_text_lm(corpus, tokenizer="bpe", vocab_size=size, seq_len=8, cache_dir=tmp_path / "cache")
     assert "vocab_size" not in capsys.readouterr().err
+
+
+def test_bpe_of_many_small_files_is_fitted_on_about_fit_bytes_of_whole_files_spread_evenly(tmp_path, prose,
+                                                                                             monkeypatch):  # fmt: skip
+    """Each file's share of fit_bytes was raised to 1024 bytes at least, so a corpus of small documents fed the
+    trainer far more than data.fit_bytes (300 files of 600 bytes: all 162 KB of the train part for a fit_bytes of
+    16 KB). Now shares under a file's size are passed on, and every k-th file is read whole."""
+    folder = tmp_path / "documents"
+    folder.mkdir()
+    texts = [f"{index:03d} {prose[index * 20 : index * 20 + 596]}" for index in range(300)]  # 600 bytes each
+    for index, text in enumerate(texts):
+        (folder / f"{index:03d}.txt").write_text(text, encoding="utf-8")
+    real, fed = BPETokenizer.train.__func__, []
+
+    def counted(cls, text, *args, **kwargs):
+        pieces = list(text)
+        fed.extend(pieces)
+        return real(cls, iter(pieces), *args, **kwargs)
+
+    monkeypatch.setattr(BPETokenizer, "train", classmethod(counted))
+    load_text_lm(folder, tokenizer="bpe", vocab_size=300, seq_len=8, fit_bytes=16 << 10, cache_dir=tmp_path / "c")
+    assert 12 << 10 <= sum(len(piece.encode()) for piece in fed) <= 16 << 10
+    assert set(fed) <= set(texts[:270]) and len(fed) == len(set(fed))  # whole files of the train part, none twice
+    taken = sorted(texts.index(piece) for piece in fed)
+    assert taken[0] < 30 and taken[-1] >= 240 and max(np.diff(taken)) <= 12  # spread over the part
 
 
 def test_load_tokenizer_rejects_unknown_kind(tmp_path):
