@@ -150,6 +150,23 @@ def test_bpe_of_many_small_files_is_fitted_on_about_fit_bytes_of_whole_files_spr
     assert taken[0] < 30 and taken[-1] >= 240 and max(np.diff(taken)) <= 12  # spread over the part
 
 
+def test_a_token_cache_inside_the_folder_of_documents_is_refused_unless_hidden(tmp_path):
+    """The cache's files were read as documents by the next run: with data.cache_dir=corpus/cache a second run
+    failed on 'corpus/cache/KEY/offsets.npy: byte 0x93 at offset 0 is not valid UTF-8', and eval of the first on
+    'corpus/cache/KEY/meta.json: character '{' ... is not in the run's saved char alphabet'."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for index in range(10):
+        (folder / f"{index}.txt").write_text(f"document {index} of 0123456789.\n" * 4, encoding="utf-8")
+    for cache in (folder / "cache", folder):
+        with pytest.raises(ValueError, match=rf"^the token cache {cache} \(data.cache_dir, .* lies inside "
+                                             rf"data.path='{folder}'.* in a hidden folder there"):  # fmt: skip
+            load_text_lm(folder, seq_len=4, fractions=(0.8, 0.1, 0.1), cache_dir=cache)
+    first, again = (load_text_lm(folder, seq_len=4, fractions=(0.8, 0.1, 0.1), cache_dir=folder / ".cache")
+                    for _ in range(2))  # fmt: skip
+    assert len(first.splits["documents"]) == len(again.splits["documents"]) == 10
+
+
 def test_load_tokenizer_rejects_unknown_kind(tmp_path):
     (tmp_path / "tokenizer.json").write_text('{"kind": "wordpiece"}')
     with pytest.raises(ValueError, match="wordpiece"):

@@ -77,6 +77,12 @@ def load_text_lm(
     tokenized.check(fitted, end_of_document=with_documents)
     tokenizer, vocab_size, fractions = tokenized.tokenizer, tokenized.vocab_size, tokenized.fractions
     cache_dir, fit_bytes, text_column = tokenized.cache_dir, tokenized.fit_bytes, tokenized.text_column
+    root, folder = cache_root(cache_dir).resolve(), Path(path).resolve()
+    if folder.is_dir() and root.is_relative_to(folder) and not any(
+            part.startswith(".") for part in root.relative_to(folder).parts):  # fmt: skip
+        raise ValueError(f"the token cache {root} (data.cache_dir, else $MARKOVFORMER_CACHE) lies inside "
+                         f"data.path={str(path)!r}, every file of which is read as a document: its stores would be "
+                         f"read as text; put it elsewhere, or in a hidden folder there ({Path(path) / '.cache'})")
     sizes = [file_size(file) for file in files]
     # What a second run would compute again (character count, split cuts, the fitted tokenizer) is cached beside
     # the token stores, under the same kind of content key: reopening a prepared corpus reads no text.
