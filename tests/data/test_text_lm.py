@@ -238,13 +238,16 @@ def test_unreadable_text_names_the_path(tmp_path, content, message):
         ({"overlap": 8}, r"^data.overlap=8 must be an int in \[0, data.seq_len=8\)"),
         ({"window_starts": "middle"}, "^data.window_starts='middle'"),
         ({"documents": "xml"}, "^data.documents='xml' must be one of"),
+        ({"text_column": "body"}, "^data.text_column='body' applies only to data.documents='jsonl'"),
+        ({"text_column": "body", "documents": "blank_line"}, "^data.text_column='body' applies only to"),
         ({"seq_len": 200}, "fewer than seq_len"),
     ],
 )
 def test_bad_options_raise(tmp_path, options, message):
     """Each names the option as a run config sets it (data.NAME): 'tokenizer='bpe' needs vocab_size' and
     'overlap=8 must be ...' named bare words; a BPE vocab_size below the bytes and special tokens was refused by the
-    trainer as 'BPE vocab_size must be an int >= 258 (2 special tokens + 256 bytes)', naming no option."""
+    trainer as 'BPE vocab_size must be an int >= 258 (2 special tokens + 256 bytes)', naming no option; a
+    text_column without data.documents=jsonl was ignored, a JSONL file trained on as its raw JSON."""
     path = tmp_path / "corpus.txt"
     path.write_text("abcd" * 250, encoding="utf-8")
     with pytest.raises(ValueError, match=message):

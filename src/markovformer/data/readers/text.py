@@ -72,6 +72,10 @@ def load_text_lm(
     tokenized = TokenizedText(**options)  # the options' one list: defaulted and checked there
     if documents not in RECORD_KINDS:
         raise ValueError(f"data.documents={documents!r} must be one of {RECORD_KINDS}")
+    if documents != "jsonl" and tokenized.text_column != "text":  # the JSON would be read as the text itself
+        raise ValueError(f"data.text_column={tokenized.text_column!r} applies only to data.documents='jsonl' (the "
+                         f"field of each line's JSON record holding its text); data.documents={documents!r} reads "
+                         f"the files as they are")  # fmt: skip
     files = resolve_text_paths(path)
     with_documents = len(files) > 1 or documents != "file"
     tokenized.check(fitted, end_of_document=with_documents)
