@@ -89,6 +89,24 @@ def test_an_unreadable_file_in_a_directory_is_named(tmp_path):
         load_text_lm(folder, seq_len=4, cache_dir=tmp_path / "cache")
 
 
+def test_a_linked_folder_in_a_directory_is_read_as_its_files_and_a_link_back_up_once(tmp_path):
+    """A linked folder was listed as a file and refused: 'corpus/more: cannot read (Is a directory)'. Its files are
+    documents now; a link to a folder already read (here the corpus itself) is not followed again."""
+    folder, elsewhere = tmp_path / "corpus", tmp_path / "elsewhere"
+    for place in (folder, elsewhere, folder / ".hidden"):
+        place.mkdir()
+    texts = {folder / "a.txt": "the chain moves on.\n" * 20, elsewhere / "b.txt": "a state, then the next.\n" * 20,
+             folder / ".hidden" / "c.txt": "never read\n"}  # fmt: skip
+    for path, text in texts.items():
+        path.write_text(text, encoding="utf-8")
+    (folder / "more").symlink_to(elsewhere, target_is_directory=True)
+    (folder / "up").symlink_to(folder, target_is_directory=True)
+    assert text_stream.resolve_text_paths(folder) == [folder / "a.txt", folder / "more" / "b.txt"]
+    bundle = load_text_lm(folder, seq_len=4, fractions=(1.0, 0.0, 0.0), cache_dir=tmp_path / "cache")
+    read = [texts[folder / "a.txt"], texts[elsewhere / "b.txt"]]
+    assert np.asarray(bundle.train.store.tokens[:]).tolist() == _expected(bundle.tokenizer, read)
+
+
 # ---- record boundaries: where a split may be cut ------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,14 +27,14 @@ _SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)|(?<=\S)(?= \S)")
 
 def resolve_text_paths(path: str | Path) -> list[Path]:
     """The files ``path`` names, in sorted order: the file itself, every file under a directory (recursively,
-    hidden ones skipped), or the files a glob pattern matches. ValueError when it names none."""
+    hidden ones skipped, linked folders followed), or the files a glob pattern matches. ValueError when it names
+    none."""
     text = str(path)
     given = Path(text)
     if given.is_file():
         return [given]
     if given.is_dir():
-        visible = (p for p in given.rglob("*") if not any(part.startswith(".") for part in p.relative_to(given).parts))
-        found = sorted(p for p in visible if p.is_file() or p.is_symlink())  # a broken link is reported, not skipped
+        found = sorted(_visible_files(given))
         if not found:
             raise ValueError(f"data.path={text!r} is a directory holding no files")
         return found
@@ -43,6 +44,21 @@ def resolve_text_paths(path: str | Path) -> list[Path]:
             raise ValueError(f"data.path={text!r}: the pattern matches no file")
         return found
     raise ValueError(f"data.path={text!r}: no such file")
+
+
+def _visible_files(folder: Path) -> Iterator[Path]:
+    """Every file under ``folder`` with no hidden part in its path below it, through linked folders too (a linked
+    folder was listed as a file and refused: 'cannot read (Is a directory)'), each real folder once (a link back up
+    is not followed again), in sorted order; a broken link is listed, to be reported when read, not skipped."""
+    seen = set()
+    for root, folders, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            folders[:] = []
+            continue
+        seen.add(real)
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        yield from (Path(root) / name for name in names if not name.startswith("."))
 
 
 def file_size(path: Path) -> int:
