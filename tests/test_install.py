@@ -47,6 +47,46 @@ def test_a_command_without_its_dependency_names_it_and_the_install_command_on_on
     assert not (tmp_path / "run").exists()
 
 
+def test_a_source_without_its_extra_names_the_package_and_the_extra_on_one_line(tmp_path):
+    (tmp_path / "rows.jsonl").write_text('{"text": "ab"}\n')
+    code = ("from markovformer.cli.main import main\nsys.exit(main(['train', 'text_char', 'data.source=hf_dataset', "
+            f"'data.data_files=rows.jsonl', 'output_dir={tmp_path / 'run'}']))")  # fmt: skip
+    done = _python(code, ("datasets",), cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (
+        2, "markovformer: error: this command needs the package 'datasets': pip install \"markovformer[datasets]\"\n")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("package", "load", "line"),
+    [("tokenizers", "markovformer.data.readers.tokenizer:_import_tokenizers",
+      "this command needs the package 'tokenizers', a dependency of markovformer's command line: pip install "
+      "markovformer (or `make setup` in a clone) installs it"),
+     ("sacrebleu", "markovformer.data.translation.bleu:corpus_bleu",
+      "this command needs the package 'sacrebleu', a dependency of markovformer's command line: pip install "
+      "markovformer (or `make setup` in a clone) installs it"),
+     ("pyfaidx", "markovformer.data.readers.fasta:import_pyfaidx",
+      "this command needs the package 'pyfaidx': pip install \"markovformer[data]\""),
+     ("datasets", "markovformer.data.readers.hf_dataset:_import_datasets",
+      "this command needs the package 'datasets': pip install \"markovformer[datasets]\"")],
+    ids=["tokenizers", "sacrebleu", "pyfaidx", "datasets"],
+)  # fmt: skip
+def test_every_package_imported_where_it_is_used_is_a_missing_package_to_the_command(monkeypatch, package, load, line):
+    """Each reader that imports its package late says so itself; the command must still see a missing package (exit
+    status 2 and the one line), not a bug's traceback."""
+    import importlib
+
+    from markovformer.cli.errors import EXIT_BAD_INPUT, error_message, exit_status
+
+    module, name = load.split(":")
+    function = getattr(importlib.import_module(module), name)
+    monkeypatch.setitem(sys.modules, package, None)  # importing it now fails as if it were not installed
+    with pytest.raises(ImportError) as caught:
+        function(["a b"], ["a b"]) if name == "corpus_bleu" else function()
+    assert package in str(caught.value)
+    assert (exit_status(caught.value), error_message(caught.value)) == (EXIT_BAD_INPUT, line)
+
+
 def test_a_recipe_package_is_named_with_the_data_extra():
     from markovformer.cli.errors import missing_package_message
 

@@ -16,7 +16,8 @@ EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
 MAX_ERROR_LINE = 2000  # characters of an error's line that are printed
 # Packages of the optional extras, by import name; any other missing package is one of the command's dependencies.
-OPTIONAL_PACKAGES = {"rdata": "data", "arch": "data", "pytest": "dev", "ruff": "dev"}
+OPTIONAL_PACKAGES = {"rdata": "data", "arch": "data", "pyfaidx": "data", "datasets": "datasets", "pytest": "dev",
+                     "ruff": "dev"}
 
 
 def missing_package_message(error: ModuleNotFoundError) -> str:

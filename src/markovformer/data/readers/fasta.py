@@ -84,8 +84,8 @@ def import_pyfaidx():
     try:
         import pyfaidx
     except ImportError:
-        raise ImportError("reading a large FASTA through its index needs 'pyfaidx': pip install "
-                          "'markovformer[data]'") from None  # fmt: skip
+        raise ModuleNotFoundError("reading a large FASTA through its index needs 'pyfaidx': pip install "
+                                  "'markovformer[data]'", name="pyfaidx") from None  # fmt: skip
     return pyfaidx
 
 

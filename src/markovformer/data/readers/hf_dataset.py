@@ -200,6 +200,6 @@ def _import_datasets():
     try:
         import datasets
     except ImportError:
-        raise ImportError("data.source=hf_dataset needs Hugging Face 'datasets': pip install "
-                          "'markovformer[datasets]'") from None  # fmt: skip
+        raise ModuleNotFoundError("data.source=hf_dataset needs Hugging Face 'datasets': pip install "
+                                  "'markovformer[datasets]'", name="datasets") from None  # fmt: skip
     return datasets

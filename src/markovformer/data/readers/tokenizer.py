@@ -344,13 +344,13 @@ def _safe_pieces(text: str, step: int) -> Iterator[str]:
 
 
 def _import_tokenizers():
-    """Hugging Face ``tokenizers``, imported only when BPE or the Hugging Face format is used (an optional
-    dependency)."""
+    """Hugging Face ``tokenizers``, imported only when BPE or the Hugging Face format is used (a dependency of the
+    command, not of the core)."""
     try:
         import tokenizers
     except ImportError:
-        raise ImportError("BPE and the Hugging Face tokenizer format need Hugging Face 'tokenizers': "
-                          "pip install 'markovformer[train]'") from None  # fmt: skip
+        raise ModuleNotFoundError("BPE and the Hugging Face tokenizer format need Hugging Face 'tokenizers', a "
+                                  "dependency of markovformer: pip install markovformer", name="tokenizers") from None
     return tokenizers
 
 

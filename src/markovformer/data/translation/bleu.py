@@ -65,5 +65,6 @@ def _checked(name: str, hypotheses: Sequence[str], references: Sequence[str]):
         import sacrebleu
         import sacrebleu.significance
     except ImportError:
-        raise ImportError("BLEU needs sacrebleu: pip install 'markovformer[train]'") from None
+        raise ModuleNotFoundError("BLEU needs 'sacrebleu', a dependency of markovformer: pip install markovformer",
+                                  name="sacrebleu") from None  # fmt: skip
     return sacrebleu
