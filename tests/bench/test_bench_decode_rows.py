@@ -19,6 +19,15 @@ STEPS_MS = [float(step) for step in range(1, LENGTH + 1)]  # step i takes i ms: 
 EDGE = LENGTH // 8  # min(256, L // 8) steps at each end
 
 
+def test_gpt2_without_transformers_is_a_skipped_row_naming_the_extra_that_installs_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # importing it now fails as if it were not installed
+    row = decode.decode_case("gpt2", LENGTH, 1, size={"vocab_size": 8})
+    assert row == {"part": "decode", "kind": "gpt2", "T": LENGTH, "batch": 1,
+                   "skipped": "transformers is not installed (pip install 'markovformer[hf]')"}  # fmt: skip
+
+
 def test_a_decode_row_reads_its_step_times(fake_clock, monkeypatch):
     """A 0.5 s prompt, then step i takes i ms: the first and last 4 steps' medians, the 16 steps from the first
     generated token, the total 0.5 s + sum of the steps, and 3 rows x 32 tokens over it."""

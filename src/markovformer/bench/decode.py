@@ -53,7 +53,7 @@ def _gpt2(size: dict, length: int):
         import transformers
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError:
-        return "transformers not installed"
+        return "transformers is not installed (pip install 'markovformer[hf]')"
     if not transformers.utils.is_torch_available():  # transformers turns its models off below its own torch floor
         return f"transformers {transformers.__version__} does not run torch {torch.__version__}"
     config = GPT2Config(vocab_size=size["vocab_size"], n_embd=size["d_model"], n_layer=size["n_layers"],
