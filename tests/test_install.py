@@ -101,6 +101,17 @@ def test_the_command_dependencies_are_core_dependencies_of_the_package():
     assert {import_names.get(name, name) for name in COMMAND_PACKAGES} <= required
 
 
+def test_the_lightning_floor_saves_the_step_checkpoints_a_validation_defers():
+    """StepCheckpoints defers a validated step's checkpoint through ModelCheckpoint's `_defer_save_until_validation`,
+    which lightning has since 2.5.5; with an older one every such step-NNNNNN.ckpt went unwritten, silently."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    floor = next(spec.split(">=")[1] for spec in project["dependencies"] if spec.startswith("lightning>="))
+    assert hasattr(ModelCheckpoint(), "_defer_save_until_validation")
+    assert tuple(map(int, floor.split("."))) >= (2, 5, 5)
+
+
 @pytest.mark.slow
 def test_a_built_wheel_installs_a_working_command_into_a_new_venv(tmp_path):
     """Build the wheel, read its requirements, install it (no downloads) into a new venv that sees the shared venv's
