@@ -101,15 +101,35 @@ def test_the_command_dependencies_are_core_dependencies_of_the_package():
     assert {import_names.get(name, name) for name in COMMAND_PACKAGES} <= required
 
 
+def _floor(package: str) -> tuple[int, ...]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    spec = next(spec for spec in project["dependencies"] if spec.startswith(f"{package}>="))
+    return tuple(int(part) for part in spec.split(">=")[1].split("."))
+
+
 def test_the_lightning_floor_saves_the_step_checkpoints_a_validation_defers():
     """StepCheckpoints defers a validated step's checkpoint through ModelCheckpoint's `_defer_save_until_validation`,
     which lightning has since 2.5.5; with an older one every such step-NNNNNN.ckpt went unwritten, silently."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    floor = next(spec.split(">=")[1] for spec in project["dependencies"] if spec.startswith("lightning>="))
     assert hasattr(ModelCheckpoint(), "_defer_save_until_validation")
-    assert tuple(map(int, floor.split("."))) >= (2, 5, 5)
+    assert _floor("lightning") >= (2, 5, 5)
+
+
+def test_the_safetensors_floor_loads_a_model_onto_its_device_and_a_checkpoint_of_numbers(tmp_path):
+    """from_pretrained passes map_location as load_model's device (safetensors 0.4.3 on: 'load_model() got an
+    unexpected keyword argument 'device'' before), and a checkpoint of numbers alone is a file of no tensor, which
+    0.4.3 could not read back (InvalidHeaderDeserialization)."""
+    import inspect
+
+    from safetensors.torch import load_model
+
+    from markovformer.training.checkpoint import load_checkpoint_file, save_checkpoint_file
+
+    save_checkpoint_file({"step": 3}, tmp_path / "numbers.ckpt")
+    assert "device" in inspect.signature(load_model).parameters
+    assert load_checkpoint_file(tmp_path / "numbers.ckpt") == {"step": 3}
+    assert _floor("safetensors") >= (0, 4, 4)
 
 
 @pytest.mark.slow
