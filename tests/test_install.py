@@ -132,6 +132,16 @@ def test_the_safetensors_floor_loads_a_model_onto_its_device_and_a_checkpoint_of
     assert _floor("safetensors") >= (0, 4, 4)
 
 
+def test_the_tokenizers_floor_encodes_a_literal_special_token_as_a_character_tokenizer_does():
+    """hf_backend() is documented as giving the tokenizer's own ids; with tokenizers 0.15.0 it gave others for text
+    holding a literal "<eod>" or "<pad>" ([4, 1, 10, 1, 9, ...] for [4, 1, 2, 6, 7, ...]); 0.15.1 gives the same."""
+    from markovformer.data.readers.tokenizer import CharTokenizer
+
+    tokenizer = CharTokenizer("<>eodpa x", end_of_document=True)
+    assert tokenizer.hf_backend().encode("a <eod> x <pad> d").ids == tokenizer.encode("a <eod> x <pad> d")
+    assert _floor("tokenizers") >= (0, 15, 1)
+
+
 @pytest.mark.slow
 def test_a_built_wheel_installs_a_working_command_into_a_new_venv(tmp_path):
     """Build the wheel, read its requirements, install it (no downloads) into a new venv that sees the shared venv's
