@@ -101,10 +101,11 @@ def test_the_command_dependencies_are_core_dependencies_of_the_package():
     assert {import_names.get(name, name) for name in COMMAND_PACKAGES} <= required
 
 
-def _floor(package: str) -> tuple[int, ...]:
+def _floor(package: str, extra: str | None = None) -> tuple[int, ...]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    spec = next(spec for spec in project["dependencies"] if spec.startswith(f"{package}>="))
-    return tuple(int(part) for part in spec.split(">=")[1].split("."))
+    specs = project["optional-dependencies"][extra] if extra else project["dependencies"]
+    spec = next(spec for spec in specs if spec.startswith(f"{package}>="))
+    return tuple(int(part) for part in spec.split(">=")[1].split(",")[0].split("."))
 
 
 def test_the_lightning_floor_saves_the_step_checkpoints_a_validation_defers():
@@ -140,6 +141,15 @@ def test_the_tokenizers_floor_encodes_a_literal_special_token_as_a_character_tok
     tokenizer = CharTokenizer("<>eodpa x", end_of_document=True)
     assert tokenizer.hf_backend().encode("a <eod> x <pad> d").ids == tokenizer.encode("a <eod> x <pad> d")
     assert _floor("tokenizers") >= (0, 15, 1)
+
+
+def test_the_hf_extra_admits_no_accelerate_that_transformers_trainer_refuses():
+    """transformers 5 runs its Trainer only with accelerate >= its ACCELERATE_MIN_VERSION (1.1.0 from 5.0.0 on); the
+    extra's floor 0.26 let `pip install "markovformer[hf]"` keep an accelerate 0.26-1.0 that the Trainer refuses."""
+    import_utils = pytest.importorskip("transformers.utils.import_utils")
+    needed = tuple(int(part) for part in import_utils.ACCELERATE_MIN_VERSION.split("."))
+    floor = _floor("accelerate", "hf")
+    assert floor + (0,) * (len(needed) - len(floor)) >= needed
 
 
 @pytest.mark.slow
