@@ -75,12 +75,14 @@ def test_token_labels_cover_every_row(tmp_path):
     assert all(bool((example["labels"] != -100).all()) for example in bundle.train)  # training keeps every label
 
 
-@pytest.mark.parametrize(("window", "stride"), [(6, 1), (5, 2), (4, 4), (7, 3)])
+@pytest.mark.parametrize(("window", "stride"), [(6, 1), (5, 2), (4, 4), (7, 3), (10, 4), (6, 8)])
 def test_validation_and_test_score_each_row_once_in_its_first_window(tmp_path, window, stride):
     """Overlapping windows (stride < window) held a row up to window / stride times, each with another number of
     rows before it: a token classifier's validation accuracy was an average over those copies (27,445 labelled
     positions for about 1,400 rows in the finance walk-through), not a number per row. Validation and test now
-    label each covered row once, in the first window holding it; training keeps every label."""
+    label each covered row once, in the first window holding it; training keeps every label. Windows that tile or
+    overlap cover every row: the last rows after the last stride (2 of 20 at window 7, stride 3) were never
+    scored; windows with gaps between them (stride > window) score the rows they hold."""
     path = tmp_path / "series.csv"
     _write_series(path, 80)
     bundle = load_csv_series(path, label_column="state", feature_columns=["t"], window=window, stride=stride,
@@ -98,6 +100,8 @@ def test_validation_and_test_score_each_row_once_in_its_first_window(tmp_path, w
         covered = sorted(firsts)
         assert sorted(scored) == covered  # every covered row, once
         assert covered[0] == start and covered[-1] < stop
+        if stride <= window:
+            assert covered == list(range(start, stop))
 
 
 @pytest.mark.parametrize("task", ["sequence_classification", "token_classification"])

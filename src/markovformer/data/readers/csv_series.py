@@ -61,7 +61,9 @@ def load_csv_series(
     Example: {"input_features": (window, F) float32, "labels": 0-dim long (the window's last row) for
     ``task="sequence_classification"`` or (window,) long (every row) for ``"token_classification"``}. Windows that
     overlap (``stride < window``) hold a row several times: validation and test score each row once, in the first
-    window holding it (-100 elsewhere), so that their numbers are per row; training keeps every label.
+    window holding it (-100 elsewhere), so that their numbers are per row, and where windows tile or overlap
+    (``stride <= window``) a last window ends at the split's last row, so that every row is scored; training keeps
+    every label of its windows.
     info: {"input_dim": F, "num_labels": C, "label_names", "feature_columns", "normalisation": {"mean", "std"},
     "label_leads"}.
 
@@ -134,14 +136,20 @@ def load_csv_series(
         kept = labels.clone()  # this split's: its purged rows unlabelled
         kept[rows_range.stop - purged : rows_range.stop] = IGNORE_INDEX
         examples[name] = []
-        for number, start in enumerate(starts):
+        scoring_rows_once = task == "token_classification" and name != "train"
+        if scoring_rows_once and starts and stride <= window and starts[-1] + window < rows_range.stop:
+            # windows that tile or overlap mean every row scored: one more window ends at the split's last row
+            starts = [*starts, rows_range.stop - window]
+        scored_until = 0  # rows before it are scored in an earlier window
+        for start in starts:
             window_label = window_labels(kept, slice(start, start + window))
-            if task == "token_classification" and name != "train" and number and stride < window:
+            if scoring_rows_once and scored_until > start:
                 # scored rows: each once, in the first window that holds it (the most rows before it)
                 window_label = window_label.clone()
-                window_label[: window - stride] = IGNORE_INDEX
+                window_label[: scored_until - start] = IGNORE_INDEX
                 if bool((window_label == IGNORE_INDEX).all()):
                     continue
+            scored_until = start + window
             examples[name].append({"input_features": normalised[start : start + window], "labels": window_label})
     info = {
         "input_dim": len(feature_columns),
