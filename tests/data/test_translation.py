@@ -228,6 +228,18 @@ def test_bpe_special_tokens_must_start_with_pad():
         BPETokenizer.train("text", 259, special_tokens=SPECIAL_TOKENS)
 
 
+@pytest.mark.parametrize("source", ["translation_file", "synthetic_translation"])
+def test_a_vocabulary_too_small_for_the_bytes_is_refused_naming_the_option(source):
+    """It failed in the BPE trainer, after the data were read, as 'BPE vocab_size must be an int >= 260', naming no
+    option; the sources now refuse it when their options are read."""
+    from markovformer.data.sources import DATA_SOURCES
+
+    for bad in (259, "300", True):
+        with pytest.raises(ValueError, match=rf"^data\.vocab_size={bad!r} must be an int of at least 260 \(<pad>"):
+            DATA_SOURCES[source](vocab_size=bad)
+    assert DATA_SOURCES[source](vocab_size=260).vocab_size == 260
+
+
 def test_load_translation_splits_fits_on_train_and_decodes_back(tmp_path):
     pairs = [(f"quelle {i} satz", f"target {i} sentence") for i in range(40)]
     path = tmp_path / "pairs.tsv"

@@ -30,6 +30,7 @@ from markovformer.data.synthetic.markov_sources import HiddenOrderSource, Markov
 from markovformer.data.synthetic.state_space import LinearGaussianSource, StickyHMMSource
 from markovformer.data.synthetic.task_sources import ICLMarkovSource, InductionSource, MQARSource, SelectiveCopySource
 from markovformer.data.translation import SyntheticTranslationSource, load_translation
+from markovformer.data.translation.parallel import check_vocab_size
 
 
 @dataclasses.dataclass
@@ -214,6 +215,9 @@ class TranslationFileSource:
     vocab_size: int = 8000
     fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
     max_length: int | None = None
+
+    def __post_init__(self) -> None:
+        check_vocab_size(self.vocab_size)
 
     def build(self, seed: int, tokenizer=None) -> DataBundle:
         if not self.path:

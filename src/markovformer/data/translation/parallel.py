@@ -93,6 +93,15 @@ def _side(text: str, path: Path, number: int, side: str) -> str:
     return text
 
 
+def check_vocab_size(vocab_size: object) -> None:
+    """ValueError naming ``data.vocab_size`` unless a joint BPE of that size can hold the special tokens and the
+    bytes (it failed in the trainer, as 'BPE vocab_size must be an int >= 260', naming no option)."""
+    smallest = len(SPECIAL_TOKENS) + 256
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < smallest:
+        raise ValueError(f"data.vocab_size={vocab_size!r} must be an int of at least {smallest} "
+                         f"({' '.join(SPECIAL_TOKENS)} and the 256 bytes of byte-level BPE)")  # fmt: skip
+
+
 def train_translation_tokenizer(pairs: Sequence[tuple[str, str]], vocab_size: int) -> BPETokenizer:
     """A joint byte-level BPE (``readers.tokenizer.BPETokenizer``) learned on both sides of ``pairs``, with the
     translation special tokens at ids 0-3. ``vocab_size`` >= 260 (4 special tokens + 256 bytes)."""

@@ -21,7 +21,7 @@ import torch
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.splits import generated_splits
-from markovformer.data.translation.parallel import train_translation_tokenizer, translation_bundle
+from markovformer.data.translation.parallel import check_vocab_size, train_translation_tokenizer, translation_bundle
 
 _MAX_TABLE_ENTRIES = 10_000_000
 
@@ -60,6 +60,7 @@ class SyntheticTranslationSource:
                 raise ValueError(f"data.{name}={value!r} must be an int >= 1")
         if self.max_length < self.min_length:
             raise ValueError(f"data.max_length={self.max_length} must be >= min_length={self.min_length}")
+        check_vocab_size(self.vocab_size)
         entries = self.source_symbols * (self.target_symbols + 1) ** self.order
         if entries > _MAX_TABLE_ENTRIES:
             raise ValueError(
