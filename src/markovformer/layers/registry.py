@@ -165,12 +165,15 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
     # the mixer suite's nearest relatives of per-lag biases: fixed (ALiBi) and data-dependent (FoX) decays
     "alibi": AttentionKind(
         DecayOptions, lambda shared, o: AlibiAttention(**shared, **_scoped(o)),
-        summary="ALiBi: softmax attention with fixed per-head linear distance penalties",
+        summary="ALiBi: softmax attention with fixed per-head linear distance penalties, in place of position "
+                "embeddings (its paper's models: model.position: none; the default rotary stacks on top)",
     ),
     "forgetting": AttentionKind(
         ForgettingOptions,
         lambda shared, o: ForgettingAttention(**shared, **_scoped(o), **{p: getattr(o, p) for p in PRO_PARTS}),
-        summary="Forgetting Transformer (FoX): a data-dependent forget gate decays the logits; optional Pro parts",
+        summary="Forgetting Transformer (FoX): a data-dependent forget gate decays the logits; optional Pro parts. "
+                "FoX uses no position embedding (model.position: none); with the default rotary, qk_norm's scales "
+                "and kv_shift act on rotated queries and keys",
         revision=2,  # 8988a4e: the model's init had zeroed the forget gate's biases (every gate started at 0.5)
     ),
     # learned biases of the lag alone (layers.position_bias_attention): T5's buckets, an MLP of the distance
