@@ -97,3 +97,33 @@ def test_extrapolation_lengths_lie_on_a_log2_axis_read_as_multiples_of_t(tmp_pat
     axis = figures["x.png"].axes[0]
     assert axis.get_xscale() == "log" and axis.xaxis.get_transform().base == 2
     assert [label.get_text() for label in axis.get_xticklabels()] == ["T", "2T", "4T"]
+
+
+def _covered_points(axis) -> list[tuple[float, float]]:
+    """The data points of ``axis``' lines (markers) that lie under its legend's box, in data coordinates."""
+    box = axis.get_legend().get_window_extent(axis.figure.canvas.get_renderer())
+    covered = []
+    for line in axis.get_lines():
+        xy = np.column_stack([line.get_xdata(), line.get_ydata()]).astype(float)
+        shown = axis.transData.transform(xy)
+        inside = ((shown[:, 0] >= box.x0) & (shown[:, 0] <= box.x1) & (shown[:, 1] >= box.y0)
+                  & (shown[:, 1] <= box.y1))  # fmt: skip
+        covered += [tuple(point) for point in xy[inside]]
+    return covered
+
+
+def test_the_attention_by_lag_legend_covers_no_measured_point():
+    """A local Markov layer's heads near 0.2 at every lag up to the window (lags 0..4), and a bidirectional layer's
+    two heads near 0.11 from -4 to 4: a legend fixed at the upper right stood over lag 4's points (the demo's
+    layer 1, a CTC run's every layer)."""
+    causal = np.array([[0.18, 0.23, 0.21, 0.19, 0.195], [0.18, 0.21, 0.21, 0.20, 0.20],
+                       [0.18, 0.22, 0.21, 0.19, 0.20], [0.18, 0.22, 0.21, 0.20, 0.195]])  # fmt: skip
+    figure = attention_lag_figure({0: causal, 1: causal[::-1]}, true_lags=[0, 1, 2])
+    figure.canvas.draw()
+    assert _covered_points(figure.axes[-1]) == []
+    past = np.array([[0.10, 0.12, 0.11, 0.11, 0.11, 0.0], [0.10, 0.11, 0.11, 0.12, 0.11, 0.0],
+                     [0.04] * 5 + [0.04], [0.04] * 5 + [0.04]])  # fmt: skip
+    labels = {0: ["head 0 (Markov)", "head 1 (Markov)", "head 2 (random features)", "head 3 (random features)"]}
+    figure = attention_lag_figure({0: past}, head_labels=labels, future={0: past})
+    figure.canvas.draw()
+    assert _covered_points(figure.axes[0]) == []

@@ -19,6 +19,7 @@ from matplotlib.colors import Normalize, PowerNorm
 from matplotlib.patches import Rectangle
 from torch import Tensor
 
+from markovformer.plots.legends import place_legend
 from markovformer.plots.saving import new_figure, save_figure
 
 DIRECTIONS = ("past", "future")
@@ -431,7 +432,8 @@ def attention_lag_figure(profiles: dict[int, Tensor | np.ndarray], true_lags: Se
     all of the attention (a global layer read to a few lags) says how much they hold; other weights (RetNet's
     signed retention) get an axis that holds their negative means too. ``true_lags`` are shaded, and the title
     names those beyond every panel's lags. Lags past the last one any head attends (beyond a window: exactly 0 for
-    every head) are not drawn, and the title says so. Unlike a T x T map this shows a head's preference at a glance.
+    every head) are not drawn, and the title says so. The legend stands where it covers no point
+    (``legends.place_legend``). Unlike a T x T map this shows a head's preference at a glance.
     """
     if not profiles:
         raise ValueError("profiles is empty: no layer returned attention weights")
@@ -477,7 +479,7 @@ def attention_lag_figure(profiles: dict[int, Tensor | np.ndarray], true_lags: Se
     last_legend = list(legends.values())[-1]
     for ax, legend in zip(axes, legends.values(), strict=True):  # one legend, unless the panels' heads differ
         if ax is axes[-1] or legend != last_legend:
-            ax.legend(fontsize=7, loc="upper right")
+            place_legend(ax, fontsize=7)
     title = "Attention by lag"
     shown = [lag for lag in true_lags or () if lag <= last]
     if shown:
