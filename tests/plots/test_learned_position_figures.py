@@ -282,6 +282,39 @@ def test_the_forget_gate_figure_draws_the_quantiles_and_the_decay(tmp_path, draw
     assert "nats" in lines.get_ylabel()
 
 
+
+def _noisy_panels(rng, lags: int = 64) -> list[BiasPanel]:
+    """Two layers of four heads whose curves wander over every lag, as a short run's CoPE terms or T5 biases do."""
+    x = np.arange(lags)
+    return [BiasPanel(layer, x, rng.normal(0.0, 0.01, (4, lags)), band=None, marks={"max_distance 40": 40})
+            for layer in (0, 1)]  # fmt: skip
+
+
+def _draw_every_kind(tmp_path, drawn) -> dict:
+    """Each of the five figures drawn from curves that fill their panels; {file name: figure}, rendered."""
+    panels = _noisy_panels(np.random.default_rng(0))
+    figures_module.plot_t5_bias(panels, tmp_path / "t5_bias.png")
+    figures_module.plot_dynamic_bias(panels, tmp_path / "dynamic_bias.png")
+    figures_module.plot_cope_terms(panels, tmp_path / "cope_positions.png")
+    figures_module.plot_alibi_bias({0: np.array([0.25, 0.0625]), 1: np.array([0.25, 0.0625])},
+                                   [BiasPanel(layer, np.arange(32), -np.outer([0.25, 0.0625], np.arange(32)))
+                                    for layer in (0, 1)], tmp_path / "alibi.png")  # fmt: skip
+    quantiles = np.tile([0.1, 0.3, 0.5, 0.7, 0.9], (4, 1))
+    figures_module.plot_forget_gates({0: quantiles, 1: quantiles}, panels, tmp_path / "forget_gates.png")
+    assert sorted(drawn) == ["alibi.png", "cope_positions.png", "dynamic_bias.png", "forget_gates.png",
+                             "t5_bias.png"]  # fmt: skip
+    for figure in drawn.values():
+        figure.canvas.draw()
+    return drawn
+
+
+def test_each_figure_keeps_its_title_inside_the_figure(tmp_path, drawn):
+    """The T5 figure's title ran past both edges of its 6.4-inch figure (its first letter cut: '5_bias: learned')."""
+    for name, figure in _draw_every_kind(tmp_path, drawn).items():
+        title = figure._suptitle.get_window_extent(figure.canvas.get_renderer())
+        assert 0 <= title.x0 and title.x1 <= figure.bbox.width, name
+
+
 def _numbers(page: str, name: str) -> dict:
     """The JSON block that follows the figure ``name`` on the report's page."""
     block = re.search(re.escape(name) + r'".*?<pre>(.*?)</pre>', page, re.S)

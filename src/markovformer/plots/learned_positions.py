@@ -70,16 +70,18 @@ def _lag_label(panel: BiasPanel) -> str:
     return BOTH_SIDES if np.min(panel.x) < 0 else LAG_LABEL
 
 
-def _rows(count: int, columns: int = 1, width: float = 6.4):
+def _rows(title: str, count: int, columns: int = 1, width: float = 6.4):
+    """A figure of ``count`` rows of ``columns`` panels under ``title``, wrapped to the figure's width (T5's ran past
+    both edges of one column)."""
     figure = new_figure(width * columns, 3.0 * count + 0.6)
+    figure.suptitle(title, wrap=True)
     return figure, figure.subplots(count, columns, squeeze=False)
 
 
 def plot_t5_bias(panels: Sequence[BiasPanel], out: Path) -> Path:
     """T5's learned bias over its distance buckets, expanded to every lag (one step per bucket), per layer."""
     _check(panels, "plot_t5_bias")
-    figure, axes = _rows(len(panels))
-    figure.suptitle("t5_bias: learned bias per head over T5's log-spaced distance buckets, by lag")
+    figure, axes = _rows("t5_bias: learned bias per head over T5's log-spaced distance buckets, by lag", len(panels))
     for ax, panel in zip(axes[:, 0], panels, strict=True):
         _curves(ax, panel, step=True)
         ax.set_title(f"layer {panel.layer}", fontsize=10)
@@ -91,8 +93,7 @@ def plot_t5_bias(panels: Sequence[BiasPanel], out: Path) -> Path:
 def plot_dynamic_bias(panels: Sequence[BiasPanel], out: Path) -> Path:
     """The dynamic-bias MLP's output per head at each lag, per layer."""
     _check(panels, "plot_dynamic_bias")
-    figure, axes = _rows(len(panels))
-    figure.suptitle("dynamic_bias: the MLP's bias per head as a function of the lag")
+    figure, axes = _rows("dynamic_bias: the MLP's bias per head as a function of the lag", len(panels))
     for ax, panel in zip(axes[:, 0], panels, strict=True):
         _curves(ax, panel)
         ax.set_title(f"layer {panel.layer}", fontsize=10)
@@ -107,8 +108,8 @@ def plot_alibi_bias(slopes: Mapping[int, np.ndarray], panels: Sequence[BiasPanel
     missing = [panel.layer for panel in panels if panel.layer not in slopes]
     if missing:
         raise ValueError(f"plot_alibi_bias: no slopes given for layer {missing[0]}")
-    figure, axes = _rows(len(panels), columns=2, width=4.6)
-    figure.suptitle("alibi: fixed per-head slopes (not learned) and the bias they add at each lag")
+    figure, axes = _rows("alibi: fixed per-head slopes (not learned) and the bias they add at each lag",
+                          len(panels), columns=2, width=4.6)
     for (bars, lines), panel in zip(axes, panels, strict=True):
         values = np.asarray(slopes[panel.layer], dtype=float)
         bars.bar(range(len(values)), values, color=[f"C{head % 10}" for head in range(len(values))])
@@ -132,8 +133,8 @@ def plot_forget_gates(gates: Mapping[int, np.ndarray], panels: Sequence[BiasPane
     missing = [panel.layer for panel in panels if panel.layer not in gates]
     if missing:
         raise ValueError(f"plot_forget_gates: no gate quantiles given for layer {missing[0]}")
-    figure, axes = _rows(len(panels), columns=2, width=4.6)
-    figure.suptitle("forgetting (FoX): data-dependent forget gates and the decay they add at each lag")
+    figure, axes = _rows("forgetting (FoX): data-dependent forget gates and the decay they add at each lag",
+                          len(panels), columns=2, width=4.6)
     for (boxes, lines), panel in zip(axes, panels, strict=True):
         quantiles = np.asarray(gates[panel.layer], dtype=float)
         if quantiles.ndim != 2 or quantiles.shape[1] != 5:
@@ -159,8 +160,7 @@ def plot_cope_terms(panels: Sequence[BiasPanel], out: Path) -> Path:
     """Per CoPE layer: the position term q·e[p] added to the logit at each contextual position p (the panel's
     median curve and band over the queries)."""
     _check(panels, "plot_cope_terms")
-    figure, axes = _rows(len(panels))
-    figure.suptitle("cope: the position embeddings' term q\u00b7e[p] by contextual position p")
+    figure, axes = _rows("cope: the position embeddings' term q\u00b7e[p] by contextual position p", len(panels))
     for ax, panel in zip(axes[:, 0], panels, strict=True):
         _curves(ax, panel)
         ax.set_title(f"layer {panel.layer}", fontsize=10)
