@@ -315,6 +315,16 @@ def test_each_figure_keeps_its_title_inside_the_figure(tmp_path, drawn):
         assert 0 <= title.x0 and title.x1 <= figure.bbox.width, name
 
 
+def test_no_legend_stands_over_a_curve(tmp_path, drawn):
+    """A legend at matplotlib's "best" stood over the curves where they fill the panel (a short run's CoPE terms):
+    each stands where it covers no point, outside on the right when every place inside would."""
+    from test_axes_and_ticks import _covered_points
+
+    for name, figure in _draw_every_kind(tmp_path, drawn).items():
+        for ax in figure.axes:
+            if ax.get_legend() is not None:
+                assert _covered_points(ax) == [], (name, ax.get_title())
+
 def _numbers(page: str, name: str) -> dict:
     """The JSON block that follows the figure ``name`` on the report's page."""
     block = re.search(re.escape(name) + r'".*?<pre>(.*?)</pre>', page, re.S)

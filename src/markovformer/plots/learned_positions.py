@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from markovformer.plots.legends import place_legend
 from markovformer.plots.saving import new_figure, save_figure
 
 BIAS_LABEL = "bias added to the logit (nats)"
@@ -51,7 +52,7 @@ def _check(panels: Sequence[BiasPanel], name: str) -> None:
 
 
 def _curves(ax, panel: BiasPanel, step: bool = False) -> None:
-    """Each head's curve (and band), the marks, the legend."""
+    """Each head's curve (and band), the marks (the legend: ``_save``)."""
     x = np.asarray(panel.x, dtype=float)
     for head, row in enumerate(np.asarray(panel.values, dtype=float)):
         ax.plot(x, row, color=f"C{head % 10}", lw=1.4, label=f"head {head}",
@@ -62,7 +63,15 @@ def _curves(ax, panel: BiasPanel, step: bool = False) -> None:
         ax.axvline(at, color="black", ls=("--", ":", "-.")[index % 3], lw=1.0, label=label)
     ax.axhline(0.0, color="grey", lw=0.6)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+
+
+def _save(figure, out: Path) -> Path:
+    """Each panel's legend, placed once every panel is drawn where it covers no curve (``legends.place_legend``:
+    matplotlib's "best" stood over curves that fill the panel), then the figure written to ``out``."""
+    for ax in figure.axes:
+        if ax.get_legend_handles_labels()[0]:
+            place_legend(ax, fontsize=7)
+    return save_figure(figure, out)
 
 
 def _lag_label(panel: BiasPanel) -> str:
@@ -87,7 +96,7 @@ def plot_t5_bias(panels: Sequence[BiasPanel], out: Path) -> Path:
         ax.set_title(f"layer {panel.layer}", fontsize=10)
         ax.set_xlabel(_lag_label(panel))
         ax.set_ylabel(BIAS_LABEL)
-    return save_figure(figure, out)
+    return _save(figure, out)
 
 
 def plot_dynamic_bias(panels: Sequence[BiasPanel], out: Path) -> Path:
@@ -99,7 +108,7 @@ def plot_dynamic_bias(panels: Sequence[BiasPanel], out: Path) -> Path:
         ax.set_title(f"layer {panel.layer}", fontsize=10)
         ax.set_xlabel(_lag_label(panel))
         ax.set_ylabel(BIAS_LABEL)
-    return save_figure(figure, out)
+    return _save(figure, out)
 
 
 def plot_alibi_bias(slopes: Mapping[int, np.ndarray], panels: Sequence[BiasPanel], out: Path) -> Path:
@@ -122,7 +131,7 @@ def plot_alibi_bias(slopes: Mapping[int, np.ndarray], panels: Sequence[BiasPanel
         lines.set_title(f"layer {panel.layer}: bias \u2212m\u00b7|k|", fontsize=10)
         lines.set_xlabel(_lag_label(panel))
         lines.set_ylabel(BIAS_LABEL)
-    return save_figure(figure, out)
+    return _save(figure, out)
 
 
 def plot_forget_gates(gates: Mapping[int, np.ndarray], panels: Sequence[BiasPanel], out: Path) -> Path:
@@ -153,7 +162,7 @@ def plot_forget_gates(gates: Mapping[int, np.ndarray], panels: Sequence[BiasPane
         lines.set_title(f"layer {panel.layer}: decay \u03a3 log f over the k latest tokens", fontsize=10)
         lines.set_xlabel(_lag_label(panel))
         lines.set_ylabel("decay added to the logit (nats)")
-    return save_figure(figure, out)
+    return _save(figure, out)
 
 
 def plot_cope_terms(panels: Sequence[BiasPanel], out: Path) -> Path:
@@ -166,7 +175,7 @@ def plot_cope_terms(panels: Sequence[BiasPanel], out: Path) -> Path:
         ax.set_title(f"layer {panel.layer}", fontsize=10)
         ax.set_xlabel("contextual position p (gates summed back from the query)")
         ax.set_ylabel("q\u00b7e[p] added to the logit (nats)")
-    return save_figure(figure, out)
+    return _save(figure, out)
 
 
 __all__ = ["BIAS_LABEL", "BOTH_SIDES", "LAG_LABEL", "BiasPanel", "plot_alibi_bias", "plot_cope_terms",
