@@ -127,3 +127,21 @@ def test_the_attention_by_lag_legend_covers_no_measured_point():
     figure = attention_lag_figure({0: past}, head_labels=labels, future={0: past})
     figure.canvas.draw()
     assert _covered_points(figure.axes[0]) == []
+
+
+def test_the_training_curves_step_axis_ticks_whole_steps(tmp_path, kept_figures):
+    """A run of 5 steps had ticks at 1.5, 2.5 ..., a run of one step at 0.96 .. 1.04: the optimiser takes whole
+    steps."""
+    from markovformer.plots import curves
+
+    figures = kept_figures(curves)
+    for steps in (1, 5, 37):
+        path = tmp_path / f"metrics-{steps}.csv"
+        rows = [f"{step},{3.0 - step / 100}," for step in range(1, steps + 1)] + [f"{steps},,2.5"]
+        path.write_text("step,train/loss,val/loss\n" + "\n".join(rows) + "\n")
+        curves.plot_training_curves(path, tmp_path / f"curves-{steps}.png")
+        axis = figures[f"curves-{steps}.png"].axes[-1]
+        axis.figure.canvas.draw()
+        low, high = axis.get_xlim()
+        ticks = [tick for tick in axis.get_xticks() if low <= tick <= high]
+        assert ticks and all(float(tick).is_integer() for tick in ticks), (steps, ticks)

@@ -13,6 +13,8 @@ import math
 import re
 from pathlib import Path
 
+from matplotlib.ticker import MaxNLocator
+
 from markovformer.plots.saving import new_figure, save_figure
 
 _INDEX_COLUMNS = ("step", "epoch")
@@ -148,6 +150,7 @@ def plot_training_curves(metrics_csv: Path, out: Path, reference_lines: dict[str
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")
     axes[-1].set_xlabel("step (optimiser updates)")
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # not 1.5, 2.5: steps are whole
     return save_figure(figure, out)
 
 
