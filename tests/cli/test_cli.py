@@ -528,3 +528,17 @@ def test_generate_refuses_a_repeated_prompt_or_input_instead_of_dropping_the_fir
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and option in lines[0] and "'first'" in lines[0] and "'second'" in lines[0]
     assert build_parser().parse_args(["generate", "runs/x", option, "only"]).__dict__[option[2:]] == "only"
+
+
+def test_inspects_layers_help_names_every_figure_it_chooses_and_its_default():
+    """--layers chooses the layers of the attention maps and of the attention-by-lag profile, by default the first
+    two layers that have a map (``inspection._gate_and_attention_figures``; a scan layer 0 is passed by): its help
+    spoke of the maps only, 'default: the first two'."""
+    import argparse
+
+    from markovformer.cli.main import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    layers = next(a for a in commands.choices["inspect"]._actions if "--layers" in a.option_strings)
+    text = " ".join(layers.help.split())
+    assert "attention maps and attention by lag" in text and "the first two layers that have attention maps" in text

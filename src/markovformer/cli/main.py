@@ -213,8 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(OUT/index.html): training curves, transition strengths, order gates, attention "
                                   "by lag and attention maps.")  # fmt: skip
     inspect.add_argument("target", help="run directory or checkpoint file")
-    inspect.add_argument("--layers", type=int, nargs="*", default=None, help="layers whose attention maps to draw, "
-                         "counted from 0 (default: the first two)")  # fmt: skip
+    inspect.add_argument("--layers", type=int, nargs="*", default=None, help="layers whose attention maps and "
+                         "attention by lag to draw, counted from 0 (default: the first two layers that have attention "
+                         "maps)")  # fmt: skip
     inspect.add_argument("--out", default=None, help="output folder (default RUN_DIR/report; for a checkpoint file "
                          "RUN_DIR/report-STEM)")  # fmt: skip
 
