@@ -186,6 +186,18 @@ def test_an_unfinished_runs_report_says_it_is_unfinished(run, tmp_path):
     assert "the run is unfinished" not in write_inspection_report(run, out_dir=tmp_path / "finished").read_text()
 
 
+
+def test_a_report_without_curves_says_why(trained, run, tmp_path):
+    """A run stopped before its first log row (trainer.log_every=100, checkpoint_every=2, killed at step 4) has
+    checkpoints but no logs/metrics.csv: its report had every figure but the training curves, and no word on them."""
+    shutil.rmtree(run / "logs")
+    (run / "finished.json").unlink()
+    page = write_inspection_report(run).read_text()
+    assert not (run / "report" / "curves.png").exists()
+    assert ("<td>training curves</td><td>none yet: no row in logs/metrics.csv (it takes a training row every N "
+            "steps, N = min(trainer.log_every, 50) = 1, and one at each validation)</td>") in page
+    assert "<td>training curves</td>" not in write_inspection_report(trained, out_dir=tmp_path / "whole").read_text()
+
 def test_the_end_of_run_report_names_markov_layers_by_their_model_layer(capsys):
     """A softmax layer, then a Markov one: the strengths printed are model layer 1's (they were called layer 0,
     the index among Markov layers, where the report's figures say layer 1)."""

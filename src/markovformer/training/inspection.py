@@ -272,6 +272,10 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
     elif layers:
         raise ValueError(f"--layers: {type(model).__name__} has no attention layers to draw")
     summary = run_summary(config, model, run_dir, results, data_info)
+    if not csv.is_file():  # a run stopped before its first log row: say why the curves are missing
+        summary["training curves"] = (f"none yet: no row in {csv.relative_to(run_dir).as_posix()} (it takes a "
+                                      f"training row every N steps, N = min(trainer.log_every, 50) = "
+                                      f"{config.trainer.log_rows_every}, and one at each validation)")  # fmt: skip
     unfinished = ("" if weights.get("run_finished", True) else
                   f"; the run is unfinished: still training, or stopped (markovformer train --resume {run_dir} "
                   f"continues a stopped one)")  # fmt: skip

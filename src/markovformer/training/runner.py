@@ -367,7 +367,7 @@ def lightning_trainer(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger,
         plugins=[SafetensorsCheckpointIO()],
         enable_progress_bar=False,  # PrintProgress: lines, and on a terminal a bar over the optimiser steps
         enable_model_summary=False,
-        log_every_n_steps=min(tc.log_every, 50),
+        log_every_n_steps=tc.log_rows_every,
     )
 
 

@@ -146,6 +146,12 @@ class TrainerConfig:
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"trainer.label_smoothing={shown(self.label_smoothing)} must lie in [0, 1)")
 
+    @property
+    def log_rows_every(self) -> int:
+        """The steps between the logs' training rows (logs/metrics.csv, TensorBoard): log_every, at most 50 (the
+        console prints every log_every)."""
+        return min(self.log_every, 50)
+
 
 def check_warmup(tc: TrainerConfig) -> None:
     """ConfigError when the warm-up outlasts the run (the learning rate would never reach ``lr``) or the decay ends
