@@ -268,6 +268,21 @@ def test_the_reports_loss_is_in_its_tasks_unit(trained, task, unit):
     assert summary[f"validation loss ({unit})"] == 1.5
 
 
+
+def test_bleu_is_said_to_be_on_sacrebleus_0_to_100_scale(trained, tmp_path, kept_figures):
+    """A translation run's table read "validation bleu 0.108313" beside "validation exact match 0" (a fraction), and
+    its curves' BLEU axis read "bleu": 0.108 of 100 reads as 10.8 %. Both now say the scale."""
+    from markovformer.plots import curves
+
+    config, model, run_dir = load_run(trained)
+    summary = inspection.run_summary(config, model, run_dir, {"val": {"loss": 1.5, "bleu": 0.108}}, {})
+    assert summary["validation BLEU (sacrebleu, 0-100)"] == 0.108
+    figures = kept_figures(curves)
+    csv = tmp_path / "metrics.csv"
+    csv.write_text("step,train/loss,val/loss,val/bleu\n1,2.0,,\n1,,1.9,0.108\n")
+    curves.plot_training_curves(csv, tmp_path / "curves.png")
+    assert [axis.get_ylabel() for axis in figures["curves.png"].axes] == ["loss (nats)", "BLEU (sacrebleu, 0-100)"]
+
 def test_the_reports_names_of_an_n_gram_models_metrics_are_words(trained):
     """A Scan Markov run's table read "validation bits_per_character" and "validation loss_n2"."""
     config, model, run_dir = load_run(trained)

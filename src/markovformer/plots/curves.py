@@ -19,7 +19,9 @@ from markovformer.plots.saving import new_figure, save_figure
 
 _INDEX_COLUMNS = ("step", "epoch")
 _SPLITS = ("train/", "val/", "validation/", "test/")
+BLEU = "BLEU (sacrebleu, 0-100)"  # the other scores (exact match, accuracy, error rates) are fractions
 _UNITS = {
+    "bleu": BLEU,
     "loss": "loss (nats)",
     "loss by order n": "loss (nats)",
     "bits_per_token": "bits per token",

@@ -30,7 +30,7 @@ from markovformer.plots import (
     replace_folder,
     write_html_report,
 )
-from markovformer.plots.curves import RESCALED_LOSS_FAMILIES, metric_family
+from markovformer.plots.curves import BLEU, RESCALED_LOSS_FAMILIES, metric_family
 from markovformer.plots.markov import weight_scale
 from markovformer.training.build import build_data
 from markovformer.training.data_record import read_data_info
@@ -99,7 +99,8 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
     for key, value in val.items():
         label = {"loss": f"validation loss ({unit})", "bits_per_token": "validation bits per token",
                  "bits_per_character": "validation bits per character",
-                 "perplexity": "validation perplexity"}.get(key, f"validation {key.replace('_', ' ')}")  # fmt: skip
+                 "perplexity": "validation perplexity", "bleu": f"validation {BLEU}"}.get(
+                     key, f"validation {key.replace('_', ' ')}")  # fmt: skip
         if re.fullmatch(r"loss_n\d+", key):  # an n-gram model scored at order n (task_options.orders)
             label = f"validation loss at order n = {key[6:]} ({unit})"
         if key in names:
