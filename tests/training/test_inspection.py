@@ -343,6 +343,19 @@ def test_inspect_refuses_a_layer_index_outside_the_model(trained, tmp_path, laye
     assert not (tmp_path / "report").exists()
 
 
+
+def test_a_layer_named_twice_is_drawn_once(trained, tmp_path, kept_figures):
+    """--layers 0 0 drew layer 0's maps twice, one row under the other, captioned 'layers [0, 0]' (the profile, a
+    dict by layer, drew it once)."""
+    from markovformer.plots import markov
+
+    figures = kept_figures(markov)
+    page = write_inspection_report(trained, layers=[0, 0], out_dir=tmp_path / "report").read_text()
+    heads = load_run(trained)[1].config.n_heads
+    assert "Attention probabilities of layers [0] on the same" in page
+    assert [axis.get_title() for axis in figures["attention.png"].axes if axis.get_images()] == [
+        f"layer 0, head {head}" for head in range(heads)]
+
 def test_a_layer_without_attention_maps_is_passed_by_and_refused_by_name(tmp_path):
     """A kind that mixes without a T x T map (scan, S4D, Hyena, ...) hands out no weights: inspect of a run with one
     such layer failed whole ("random-feature heads have no T x T map", for a scan). By default it now draws the

@@ -230,6 +230,8 @@ def write_inspection_report(target: str | Path, layers: list[int] | None = None,
     if layers is not None and not layers:  # `--layers` given without a value: drawing no map is no default
         raise ValueError("--layers: no layer given; name at least one (--layers 0 1), or leave --layers out for the "
                          "first two layers with attention maps")  # fmt: skip
+    if layers is not None:
+        layers = list(dict.fromkeys(layers))  # --layers 0 0 drew layer 0's maps twice
     config, model, run_dir, weights = load_trained_run(target)
     default = "report" if Path(target).is_dir() else f"report-{Path(target).stem}"
     out = Path(out_dir) if out_dir is not None else run_dir / default
