@@ -145,3 +145,16 @@ def test_the_training_curves_step_axis_ticks_whole_steps(tmp_path, kept_figures)
         low, high = axis.get_xlim()
         ticks = [tick for tick in axis.get_xticks() if low <= tick <= high]
         assert ticks and all(float(tick).is_integer() for tick in ticks), (steps, ticks)
+
+
+def test_the_strengths_title_stays_inside_when_the_chain_reaches_past_max_order(tmp_path, kept_figures):
+    """The demo's chain (biased lags 1, 2) under model.max_order=1: the title's note '(outlined, *: the chain's lag
+    1; the chain's lag 2 lies beyond max_order 1)' ran 34 pixels past each edge of the 5.5-inch figure."""
+    figures = kept_figures(markov)
+    markov.plot_transition_strengths([{"past": np.full((4, 1), 0.7), "future": None}] * 2, tmp_path / "t.png",
+                                     true_lags=(1, 2))  # fmt: skip
+    figure = figures["t.png"]
+    figure.canvas.draw()
+    title = figure._suptitle.get_window_extent(figure.canvas.get_renderer())
+    assert 0 <= title.x0 and title.x1 <= figure.bbox.width
+    assert "lag 2 lies beyond max_order 1" in " ".join(figure._suptitle.get_text().split())

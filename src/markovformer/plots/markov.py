@@ -147,7 +147,7 @@ def plot_transition_strengths(
         notes.append(f"the chain's {beyond}")
     if notes:
         title += f"\n({'; '.join(notes)})"
-    figure.suptitle(title)
+    figure.suptitle(title, wrap=True)  # a note on lags beyond max_order ran past a narrow figure's edges
     for row, layer in enumerate(layers):
         for column, direction in enumerate(directions):
             ax = axes[row, column]
