@@ -158,3 +158,15 @@ def test_the_strengths_title_stays_inside_when_the_chain_reaches_past_max_order(
     title = figure._suptitle.get_window_extent(figure.canvas.get_renderer())
     assert 0 <= title.x0 and title.x1 <= figure.bbox.width
     assert "lag 2 lies beyond max_order 1" in " ".join(figure._suptitle.get_text().split())
+
+
+def test_the_attention_maps_title_stays_inside_a_one_head_figure():
+    """One head on 16 tokens (model.n_heads=1 data.seq_len=16): a 4.5-inch figure whose title, 'Attention
+    probabilities of example 0 (rows: query, columns: key)', ran past both edges."""
+    import torch
+
+    weights = torch.softmax(torch.randn(1, 1, 16, 16), dim=-1)
+    figure = markov.attention_maps_figure([weights], [0])
+    figure.canvas.draw()
+    title = figure._suptitle.get_window_extent(figure.canvas.get_renderer())
+    assert 0 <= title.x0 and title.x1 <= figure.bbox.width

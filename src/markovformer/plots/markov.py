@@ -360,7 +360,8 @@ def attention_maps_figure(
     cell = min(max(0.12 * seq_len, 2.2), 4.0)
     figure = new_figure(columns * cell + 1.6, len(layers) * (cell + 0.5) + 0.8)
     axes = figure.subplots(len(layers), columns, squeeze=False)
-    figure.suptitle(f"Attention {scale.noun} of example {example} (rows: query, columns: key)")
+    figure.suptitle(f"Attention {scale.noun} of example {example} (rows: query, columns: key)",
+                    wrap=True)  # one head on a short sequence is a narrower figure than this title
     image = None
     for row, (layer, weights) in enumerate(zip(layers, maps, strict=True)):
         for ax in axes[row, len(row_heads[row]) :]:
