@@ -198,6 +198,13 @@ def test_a_report_without_curves_says_why(trained, run, tmp_path):
             "steps, N = min(trainer.log_every, 50) = 1, and one at each validation)</td>") in page
     assert "<td>training curves</td>" not in write_inspection_report(trained, out_dir=tmp_path / "whole").read_text()
 
+
+def test_a_report_of_the_current_folder_is_titled_by_its_name(run, monkeypatch):
+    """`markovformer inspect .` inside a run titled its page 'markovformer run ' (the name of '.' is empty)."""
+    monkeypatch.chdir(run)
+    page = write_inspection_report(".").read_text()
+    assert "<title>markovformer run run</title>" in page and "<h1>markovformer run run</h1>" in page
+
 def test_the_end_of_run_report_names_markov_layers_by_their_model_layer(capsys):
     """A softmax layer, then a Markov one: the strengths printed are model layer 1's (they were called layer 0,
     the index among Markov layers, where the report's figures say layer 1)."""

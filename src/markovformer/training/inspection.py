@@ -287,7 +287,8 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
                                 f"markovformer eval on it{unfinished})")  # fmt: skip
     config_file = run_dir / RESOLVED_CONFIG
     config_text = config_file.read_text(encoding="utf-8") if config_file.is_file() else None
-    return write_html_report(out, f"markovformer run {run_dir.name}", figures, summary, config_text=config_text,
+    title = f"markovformer run {run_dir.resolve().name}"  # `inspect .`: the name of "." is empty
+    return write_html_report(out, title, figures, summary, config_text=config_text,
                              sample=generated_sample(config, model, run_dir))  # fmt: skip
 
 
