@@ -205,6 +205,17 @@ def test_a_report_of_the_current_folder_is_titled_by_its_name(run, monkeypatch):
     page = write_inspection_report(".").read_text()
     assert "<title>markovformer run run</title>" in page and "<h1>markovformer run run</h1>" in page
 
+
+def test_a_checkpoint_named_from_inside_its_folder_is_read_with_its_run(run, monkeypatch):
+    """`markovformer inspect step-000002.ckpt` inside RUN/checkpoints/ was refused, 'not a checkpoint of a run
+    directory (no config.yaml)': the run was looked for two folders up from the name as typed, '.' and '.' again,
+    not from the file. (eval and generate read a checkpoint the same way.)"""
+    checkpoint = sorted((run / "checkpoints").glob("step-*.ckpt"))[0]
+    monkeypatch.chdir(run / "checkpoints")
+    index = write_inspection_report(checkpoint.name)
+    assert index.resolve() == (run / f"report-{checkpoint.stem}" / "index.html").resolve()
+    assert f"checkpoints/{checkpoint.name} at step 2" in index.read_text()
+
 def test_the_end_of_run_report_names_markov_layers_by_their_model_layer(capsys):
     """A softmax layer, then a Markov one: the strengths printed are model layer 1's (they were called layer 0,
     the index among Markov layers, where the report's figures say layer 1)."""

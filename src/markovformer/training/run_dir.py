@@ -23,6 +23,7 @@ model/ only when ``finished.json`` is there, else the last checkpoint.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
@@ -204,7 +205,8 @@ def load_trained_run(target: str | Path) -> LoadedRun:
     target = Path(target)
     if not target.exists():
         raise ConfigError(f"{target}: no such run directory or checkpoint")
-    run_dir = target if target.is_dir() else target.parent.parent
+    # a checkpoint's run is two folders up from the file, also when named from inside checkpoints/ ("x.ckpt")
+    run_dir = target if target.is_dir() else Path(os.path.normpath(target.parent / ".."))
     if not (run_dir / RESOLVED_CONFIG).is_file():
         if target.is_dir():
             raise not_a_run_directory(run_dir)
@@ -235,7 +237,7 @@ def load_trained_run(target: str | Path) -> LoadedRun:
     prefix = "model."
     check_tensors_match(model, state, checkpoint, prefix=prefix)
     model.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
-    weights = {"source": str(checkpoint.relative_to(run_dir)), "step": step, "finished": False,
+    weights = {"source": Path(os.path.relpath(checkpoint, run_dir)).as_posix(), "step": step, "finished": False,
                "run_finished": finished is not None}  # fmt: skip
     return LoadedRun(config, check_finite(model, checkpoint), run_dir, weights)
 
