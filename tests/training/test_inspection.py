@@ -216,6 +216,19 @@ def test_a_checkpoint_named_from_inside_its_folder_is_read_with_its_run(run, mon
     assert index.resolve() == (run / f"report-{checkpoint.stem}" / "index.html").resolve()
     assert f"checkpoints/{checkpoint.name} at step 2" in index.read_text()
 
+
+def test_the_curves_of_earlier_weights_say_where_those_weights_stand(trained, run, tmp_path):
+    """A killed run's report shows its last checkpoint's weights under curves logged past them (last.ckpt of step
+    12 under a log to step 13), and a checkpoint's report a finished run's whole log: nothing told them apart."""
+    (run / "finished.json").unlink()
+    log = run / "logs" / "metrics.csv"
+    columns = log.read_text().splitlines()[0].split(",")
+    row = {"step": "3", "train/loss": "2.5"}  # a step logged after the last checkpoint, step 2
+    log.write_text(log.read_text() + ",".join(row.get(column, "") for column in columns) + "\n")
+    page = write_inspection_report(run).read_text()
+    assert "; the log runs on to step 3, past step 2, whose weights the figures show" in page
+    assert "the log runs on" not in write_inspection_report(trained, out_dir=tmp_path / "whole").read_text()
+
 def test_the_end_of_run_report_names_markov_layers_by_their_model_layer(capsys):
     """A softmax layer, then a Markov one: the strengths printed are model layer 1's (they were called layer 0,
     the index among Markov layers, where the report's figures say layer 1)."""

@@ -30,7 +30,7 @@ from markovformer.plots import (
     replace_folder,
     write_html_report,
 )
-from markovformer.plots.curves import BLEU, RESCALED_LOSS_FAMILIES, metric_family
+from markovformer.plots.curves import BLEU, RESCALED_LOSS_FAMILIES, metric_family, read_metric_series
 from markovformer.plots.markov import weight_scale
 from markovformer.training.build import build_data
 from markovformer.training.data_record import read_data_info
@@ -257,6 +257,10 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
         task = TASKS[config.task]
         names = loss_curve_names(task)
         caption = curves_caption(task, lines, config.trainer.label_smoothing, rescaled_losses(csv))
+        logged = max(max(steps) for steps, _ in read_metric_series(csv).values())
+        if not weights["finished"] and logged > weights["step"]:  # a checkpoint's, or a killed run's last one
+            caption += (f"; the log runs on to step {logged:,}, past step {weights['step']:,}, whose weights the "
+                        f"figures show")  # fmt: skip
         title = f"{' and '.join(names.values())}: two quantities" if names else None
         titles, bound_lines = bound_panels(config, results.get("reference", {}))
         figures.append((caption, plot_training_curves(csv, out / "curves.png", reference_lines=lines or None,
