@@ -229,6 +229,24 @@ def test_the_curves_of_earlier_weights_say_where_those_weights_stand(trained, ru
     assert "; the log runs on to step 3, past step 2, whose weights the figures show" in page
     assert "the log runs on" not in write_inspection_report(trained, out_dir=tmp_path / "whole").read_text()
 
+
+def test_a_model_without_attention_figures_says_so(tmp_path):
+    """A Scan Markov run's report (a MAT's, a VMT's alike) held the training curves alone, under a help that promises
+    'curves, strengths, gates, attention', with no word on the rest."""
+    text = "".join(f"{word} " for word in ("to be or not that is the question " * 60).split())
+    (tmp_path / "corpus.txt").write_text(text)
+    run = {"task": "causal_lm", "model_type": "scan_markov", "output_dir": str(tmp_path / "run"),
+           "model": {"d_model": 16, "ffn_mult": 2, "max_positions": 5, "order": 4},
+           "data": {"source": "text", "path": str(tmp_path / "corpus.txt"), "seq_len": 16, "overlap": 4},
+           "trainer": {"max_steps": 1, "batch_size": 4, "warmup_steps": 1, "eval_every": 1, "checkpoint_every": 1,
+                       "log_every": 1, "eval_batch_size": 4}}  # fmt: skip
+    (tmp_path / "scan.yaml").write_text(yaml.safe_dump(run))
+    assert main(["train", str(tmp_path / "scan.yaml")]) == 0
+    page = write_inspection_report(tmp_path / "run").read_text()
+    assert sorted(path.name for path in (tmp_path / "run" / "report").iterdir()) == ["curves.png", "index.html"]
+    assert ("<td>order gates and attention figures</td><td>none: ScanMarkovForCausalLM hands out no attention "
+            "weights or gates</td>") in page
+
 def test_the_end_of_run_report_names_markov_layers_by_their_model_layer(capsys):
     """A softmax layer, then a Markov one: the strengths printed are model layer 1's (they were called layer 0,
     the index among Markov layers, where the report's figures say layer 1)."""

@@ -274,11 +274,15 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
         figures.append((caption, plot_transition_strengths(strengths, out / "transition_strengths.png", marked,
                                                            layer_indices=markov_layers(model))))  # fmt: skip
 
-    if "return_gates" in inspect.signature(model.forward).parameters:
+    drawn = "return_gates" in inspect.signature(model.forward).parameters
+    if drawn:
         figures += _gate_and_attention_figures(config, model, run_dir, out, layers, marked, chain_lags)
     elif layers:
         raise ValueError(f"--layers: {type(model).__name__} has no attention layers to draw")
     summary = run_summary(config, model, run_dir, results, data_info)
+    if not drawn:  # a MAT, VMT or Scan Markov run: say why the report holds no more than its curves
+        summary["order gates and attention figures"] = (f"none: {type(model).__name__} hands out no attention "
+                                                         f"weights or gates")  # fmt: skip
     if not csv.is_file():  # a run stopped before its first log row: say why the curves are missing
         summary["training curves"] = (f"none yet: no row in {csv.relative_to(run_dir).as_posix()} (it takes a "
                                       f"training row every N steps, N = min(trainer.log_every, 50) = "
