@@ -149,6 +149,18 @@ def test_inspect_refuses_to_replace_a_folder_holding_other_files(run, tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["mine", "run"]  # no staging folder beside it
 
 
+
+def test_inspect_refuses_a_folder_of_pictures_that_is_no_report(run, tmp_path):
+    """--out ~/plots, a folder of the user's own PNGs, was replaced whole: its pictures deleted, as figures of an old
+    report. A folder is a report when it holds the report's page, index.html."""
+    mine = tmp_path / "plots"
+    mine.mkdir()
+    (mine / "holiday.png").write_bytes(b"\x89PNG keep me")
+    with pytest.raises(ValueError, match="plots holds no index.html: it is not a report folder, and writing the "
+                                         "report there would delete holiday.png"):
+        write_inspection_report(run, out_dir=mine)
+    assert [path.name for path in mine.iterdir()] == ["holiday.png"]
+
 def test_a_checkpoints_report_shows_no_final_metrics_as_its_own(run, tmp_path):
     """The final validation numbers (metrics.json) belong to the finished run's model: a report of one of its
     checkpoints showed them beside the checkpoint's figures (the review's case: 2.188 for step 10 of a 30-step run,

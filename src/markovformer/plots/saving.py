@@ -56,8 +56,8 @@ def replace_folder(out: Path, write: Callable[[Path], ResultT]) -> ResultT:
     folder is deleted: a reader finds the old folder or the new one, never a mix of the two (and, for the instant
     between the two renames, none). A failure in ``write`` deletes ``staging`` and leaves ``out`` as it was; what a
     killed process leaves beside ``out`` is deleted by the next call. Raises ValueError, before anything is written,
-    when ``out`` is a file or holds anything but figures and pages (``FIGURE_FOLDER_FILES``): replacing it would
-    delete them.
+    when ``out`` is a file, holds anything but figures and pages (``FIGURE_FOLDER_FILES``), or holds files but no
+    index.html (a folder of pictures, no report): replacing it would delete them.
     """
     out = Path(out)
     _check_replaceable(out)
@@ -89,8 +89,12 @@ def _check_replaceable(out: Path) -> None:
         raise ValueError(f"{out} is a file, not a folder of figures")
     if not out.is_dir():
         return
-    for entry in sorted(out.iterdir()):
+    entries = sorted(out.iterdir())
+    for entry in entries:
         temporary = entry.name.startswith(".") and entry.name.endswith(".tmp")
         if not entry.is_file() or not (entry.suffix in FIGURE_FOLDER_FILES or temporary):
             raise ValueError(f"{out} holds {entry.name}, which is not a figure or page of a report: writing the "
                              "report there would delete it; choose a new or empty folder")  # fmt: skip
+    if entries and not (out / "index.html").is_file():  # a folder of the user's own pictures, not a report
+        raise ValueError(f"{out} holds no index.html: it is not a report folder, and writing the report there would "
+                         f"delete {entries[0].name}; choose a new or empty folder")  # fmt: skip
