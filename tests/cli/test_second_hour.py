@@ -177,7 +177,7 @@ def test_init_from_copies_every_tensor_of_a_run_or_a_saved_model(small_run):
         assert "tensors" in line and "fresh" not in line
 
 
-def test_init_from_a_checkpoint_file_starts_from_that_checkpoints_weights(tmp_path, main_cli):
+def test_init_from_a_checkpoint_file_starts_from_that_checkpoints_weights(tmp_path, main_cli, monkeypatch):
     """A run's checkpoint file (eval, generate and inspect take one) was refused as "no such run or model
     directory", though it exists: init_from now reads it as eval does, checked against its run's fingerprint."""
     import torch
@@ -202,6 +202,11 @@ def test_init_from_a_checkpoint_file_starts_from_that_checkpoints_weights(tmp_pa
     refused = main_cli("train", "tiny.yaml", "init_from=notes.txt", "output_dir=x")
     assert_one_line_error(refused, "init_from='notes.txt'", "a checkpoint file")
     assert not (tmp_path / "x").exists()
+    # named from inside checkpoints/, its run (whose tokenizer a text run's init_from takes) is still two folders up
+    from markovformer.training.init_from import checkpoint_run
+
+    monkeypatch.chdir(tmp_path / "run" / "checkpoints")
+    assert checkpoint_run(Path(checkpoint.name)).resolve() == (tmp_path / "run").resolve()
 
 
 def test_init_from_refuses_to_tie_two_different_weights_of_the_source(tmp_path):

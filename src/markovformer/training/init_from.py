@@ -25,6 +25,7 @@ from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES
 from markovformer.training.build import saved_tokenizer
 from markovformer.training.run_config import load_yaml
+from markovformer.training.run_dir import load_run, run_of_checkpoint
 from markovformer.training.trainer_config import ConfigError
 
 SKIP_GROUPS = {"head": "the task head (tensors outside model.)", "embeddings": "the embeddings (names with 'embed')"}
@@ -74,7 +75,7 @@ def tokenizer_source(init_from: str, skip: list[str] | tuple[str, ...], data: di
 
 def checkpoint_run(source: Path) -> Path | None:
     """The run directory of ``source`` when it is a checkpoint file (RUN/checkpoints/NAME.ckpt), else None."""
-    return source.parent.parent if source.is_file() and source.suffix == ".ckpt" else None
+    return run_of_checkpoint(source) if source.is_file() and source.suffix == ".ckpt" else None
 
 
 def read_weights(source: Path) -> dict[str, torch.Tensor]:
@@ -87,8 +88,6 @@ def read_weights(source: Path) -> dict[str, torch.Tensor]:
     if not source.exists():
         raise ConfigError(f"init_from={str(source)!r}: no such run or model directory, or checkpoint file")
     if source.is_file() or (source / "config.yaml").is_file():  # a run: the same loading and checks as eval
-        from markovformer.training.run_dir import load_run
-
         _, model, _ = load_run(source)
         return model.state_dict()
     if (source / "model.safetensors").is_file():

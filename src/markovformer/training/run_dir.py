@@ -197,6 +197,12 @@ def not_a_run_directory(directory: Path) -> ConfigError:
     return ConfigError(f"{directory}: not a run directory (no {RESOLVED_CONFIG}){inside}")
 
 
+def run_of_checkpoint(checkpoint: Path) -> Path:
+    """The run directory of a checkpoint file (RUN/checkpoints/NAME.ckpt): two folders up from the file, also when
+    it is named from inside checkpoints/ ("NAME.ckpt", whose ``parent.parent`` is "." again)."""
+    return Path(os.path.normpath(checkpoint.parent / ".."))
+
+
 def load_trained_run(target: str | Path) -> LoadedRun:
     """A trained run's config and model, from a run directory (its final model/, else its newest checkpoint, as
     ``resume_point`` finds it) or from one checkpoint file inside a run's checkpoints/ folder, with which weights
@@ -205,8 +211,7 @@ def load_trained_run(target: str | Path) -> LoadedRun:
     target = Path(target)
     if not target.exists():
         raise ConfigError(f"{target}: no such run directory or checkpoint")
-    # a checkpoint's run is two folders up from the file, also when named from inside checkpoints/ ("x.ckpt")
-    run_dir = target if target.is_dir() else Path(os.path.normpath(target.parent / ".."))
+    run_dir = target if target.is_dir() else run_of_checkpoint(target)
     if not (run_dir / RESOLVED_CONFIG).is_file():
         if target.is_dir():
             raise not_a_run_directory(run_dir)
