@@ -240,6 +240,39 @@ def test_eval_batch_size_changes_the_batches_not_the_metrics(tmp_path, capsys, m
     assert capsys.readouterr().err.strip() == "markovformer: error: --batch-size 0 must be >= 1"
 
 
+def test_a_task_with_answers_scores_their_accuracy_beside_chance(tmp_path):
+    """MQAR records its chance accuracy, but a run reported losses only, so nothing could be set against it: a
+    causal LM on such data now also scores the share of labelled targets whose most likely token is the label,
+    here against the same count made by hand from the model's logits on the test split."""
+    from markovformer.training.config_files import shipped_config
+    from markovformer.training.run_config import load_yaml
+
+    values = load_yaml(shipped_config("mixers_mqar"))
+    values["trainer"].update(max_steps=3, warmup_steps=1, eval_every=3, checkpoint_every=3, log_every=3)
+    values["data"].update(train_examples=64, val_examples=16, test_examples=24)
+    values["output_dir"] = str(tmp_path / "run")
+    train(resolve_run_config(values))
+    results = evaluate(tmp_path / "run", "test")
+    config, model, run_dir = load_run(tmp_path / "run")
+    test = build_data(config, run_dir).test
+    inputs = torch.stack([test[i]["input_ids"] for i in range(len(test))])
+    labels = torch.stack([test[i]["labels"] for i in range(len(test))])[:, 1:]
+    with torch.no_grad():
+        predicted = model.eval()(input_ids=inputs).logits[:, :-1].argmax(-1)
+    expected = float((predicted == labels)[labels != -100].float().mean())
+    assert results["metrics"]["accuracy"] == pytest.approx(expected, abs=1e-6)
+    assert results["chance_accuracy"] == pytest.approx(1 / 64)  # one of the 64 value tokens
+    assert "accuracy" not in evaluate_chain_run_metrics(tmp_path)  # a chain's data has no answers: no accuracy
+
+
+def evaluate_chain_run_metrics(tmp_path) -> dict:
+    values = copy.deepcopy(TINY_RUN)
+    values["trainer"].update(max_steps=2, eval_every=2, checkpoint_every=2, log_every=2, warmup_steps=1)
+    values["output_dir"] = str(tmp_path / "chain")
+    train(resolve_run_config(values))
+    return evaluate(tmp_path / "chain", "val")["metrics"]
+
+
 def test_the_bayes_loss_is_that_of_the_split_scored():
     reference = {"chance_accuracy": 0.5, "bayes_val_loss": 0.52, "bayes_test_loss": 0.49}
     assert reference_results(reference, "test")["bayes_loss"] == 0.49

@@ -319,6 +319,10 @@ def run_eval(args: argparse.Namespace) -> None:
         from markovformer.training.run_report import bayes_gap  # deferred (see above)
 
         print(f"  {bayes_gap(results['metrics']['loss'], results['bayes_loss'])}")
+    if "chance_accuracy" in results and "accuracy" in results["metrics"]:
+        from markovformer.training.run_report import chance_gap  # deferred (see above)
+
+        print(f"  {chance_gap(results['metrics']['accuracy'], results['chance_accuracy'])}")
     if "exact_log_likelihood_per_token" in results and "elbo" in results["metrics"]:
         from markovformer.training.run_report import exact_likelihood_gap  # deferred (see above)
 

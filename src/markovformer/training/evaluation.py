@@ -72,6 +72,8 @@ def reference_results(reference: dict, split: str) -> dict:
             results["true_chain_loss"] = reference[f"oracle_{split}_loss"]
     if f"bayes_{split}_loss" in reference:
         results["bayes_loss"] = reference[f"bayes_{split}_loss"]
+    if "chance_accuracy" in reference:
+        results["chance_accuracy"] = reference["chance_accuracy"]
     return results
 
 

@@ -85,6 +85,8 @@ def report_results(results: dict, model: torch.nn.Module, bundle: DataBundle, la
               f"{reference['oracle_val_loss']:.4f} on the same validation sequences")  # fmt: skip
     if "bayes_val_loss" in reference and "loss" in results["val"]:
         print(f"  {bayes_gap(results['val']['loss'], reference['bayes_val_loss'])} on the same validation sequences")
+    if "chance_accuracy" in reference and "accuracy" in results["val"]:
+        print(f"  {chance_gap(results['val']['accuracy'], reference['chance_accuracy'])}")
     exact = document_log_likelihood(reference, "val")
     if exact is not None and "elbo" in results["val"]:
         print(f"  {exact_likelihood_gap(results['val'], exact, 'validation', results.get('iw_samples'))}")
@@ -141,6 +143,11 @@ def continuous_source(reference: dict) -> bool:
     """Whether the data's reference values are a continuous source's (a state-space source's, per step: its
     entropy rate is differential, of any sign and scale) rather than a discrete one's (entropies of symbols)."""
     return any(key.endswith("_per_step") for key in reference)
+
+
+def chance_gap(accuracy: float, chance: float) -> str:
+    """The accuracy against guessing (the task's chance accuracy), in points."""
+    return f"vs chance accuracy {chance:.4f}: {100 * (accuracy - chance):+.2f} points"
 
 
 def bayes_gap(loss: float, bayes_loss: float) -> str:

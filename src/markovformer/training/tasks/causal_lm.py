@@ -45,12 +45,15 @@ class LanguageModelMetrics(LossMetric):
 
     With ``orders``, every batch is scored once per n, ``update`` is told which, and ``loss`` is the mean over n
     of each n's token-weighted loss (``loss_n<n>``): the cross-entropy of an equal mixture of the n-gram predictions,
-    since every n is scored on the same tokens."""
+    since every n is scored on the same tokens. With ``accuracy`` (a task whose labels are answers: MQAR's values,
+    an induction target), ``accuracy``: the share of scored targets whose most likely token is the label."""
 
-    def __init__(self, orders: tuple[int, ...] = (), characters_per_token: float | None = None) -> None:
+    def __init__(self, orders: tuple[int, ...] = (), characters_per_token: float | None = None,
+                 accuracy: bool = False) -> None:  # fmt: skip
         super().__init__()
         self.orders, self.characters_per_token = tuple(orders), characters_per_token
         self.loss_by_order = nn.ModuleList(WeightedMean() for _ in self.orders)
+        self.accuracy = WeightedMean() if accuracy and not self.orders else None
 
     def update(self, output, batch: dict, order: int | None = None) -> None:
         """Add one batch's output; with orders, ``order`` says which n produced it."""
@@ -59,6 +62,10 @@ class LanguageModelMetrics(LossMetric):
         count = (batch["labels"][:, 1:] != -100).sum()  # the head shifts the labels inside
         loss = self.loss if order is None else self.loss_by_order[self.orders.index(order)]
         loss.update(output.loss.detach(), weight=count)
+        if self.accuracy is not None:
+            targets = batch["labels"][:, 1:]
+            scored = targets != -100
+            self.accuracy.update((output.logits[:, :-1].argmax(-1) == targets)[scored].float())
 
     def compute(self) -> dict[str, float]:
         by_order = {f"loss_n{n}": float(m.compute()) for n, m in zip(self.orders, self.loss_by_order, strict=True)}
@@ -66,6 +73,8 @@ class LanguageModelMetrics(LossMetric):
         results = {"loss": loss, "bits_per_token": loss / math.log(2), "perplexity": perplexity(loss)}
         if self.characters_per_token:
             results["bits_per_character"] = results["bits_per_token"] / self.characters_per_token
+        if self.accuracy is not None:
+            results["accuracy"] = float(self.accuracy.compute())
         return {**results, **by_order}
 
 
@@ -130,7 +139,8 @@ class CausalLM(Task):
         self.characters_per_token = characters_per_token(examples, tokenizer)
 
     def new_metrics(self) -> LanguageModelMetrics:
-        return LanguageModelMetrics(self.options.orders, self.characters_per_token)
+        answers = "chance_accuracy" in self.info.get("reference", {})  # the synthetic tasks' data say what chance is
+        return LanguageModelMetrics(self.options.orders, self.characters_per_token, accuracy=answers)
 
     def score(self, model: nn.Module, batch: dict, metrics: LanguageModelMetrics, beam_size: int = 1) -> None:
         inputs = model_inputs(batch)
