@@ -223,7 +223,7 @@ def test_the_report_tables_show_what_they_name(stubbed_cells, monkeypatch, tmp_p
     # a rerun reads every cell: its own wall time is next to nothing, the cells' training time is still told (it
     # said "Wall time 0 s, CPU time 0 s." of a run whose cells had taken minutes, as of the whole experiment)
     again = pb.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lambda line: None).read_text()
-    assert "the runs reported took 6 s of training, cells read from earlier runs included" in again  # 6 cells x 1 s
+    assert "the runs reported took 6.0 s of training, cells read from earlier runs included" in again  # 6 cells x 1 s
     assert "(this run's: the cells it read from earlier runs took none of it)" in again
 
 

@@ -3,6 +3,7 @@ report tables that stay tables (a ``|`` inside a cell is escaped)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -10,8 +11,9 @@ import torch
 from markdown_tables import markdown_tables  # beside this file: pytest puts the folder on the path
 
 from markovformer.experiments import weight_tying
-from markovformer.experiments.fitting import Plateau, fit_on_stream, format_duration, plateau_from
+from markovformer.experiments.fitting import Plateau, fit_on_stream, plateau_from
 from markovformer.experiments.report import ExperimentReport, markdown_table
+from markovformer.training.durations import format_duration
 
 
 def test_a_pipe_in_a_header_or_cell_stays_inside_its_cell():
@@ -103,6 +105,8 @@ def test_progress_names_the_cell_of_how_many_and_the_time_left(tmp_path, monkeyp
     report.cached("a", lambda: 1)
     assert lines[0].startswith("cell 1/3 a") and "done earlier" in lines[0]
     assert [format_duration(s) for s in (42, 210, 7200)] == ["42 s", "3.5 min", "2.0 h"]
+    # a short run's seconds keep the digits that tell them apart (the report read "8 steps in 0 s ... its 0 s")
+    assert [format_duration(s) for s in (0.3066, 4.21, math.nan)] == ["0.31 s", "4.2 s", "nan s"]
 
 
 def test_a_fits_progress_says_the_time_left_at_its_pace_so_far(tmp_path, monkeypatch):
@@ -143,7 +147,7 @@ def test_weight_tying_run_logs_progress_and_writes_well_formed_tables(tmp_path):
     report = weight_tying.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lines.append)
     progress = [line for line in lines if line.startswith("cell ")]
     assert [line.split()[1] for line in progress] == ["1/2", "2/2"]
-    assert re.search(r"about \d+ s left", progress[1])
+    assert re.search(r"about \d+(\.\d+)? s left", progress[1])
     tables = markdown_tables(report.read_text())
     assert len(tables) == 2 and tables[0][0][11] == r"P(1\|0)" and len(tables[0]) == 3
 

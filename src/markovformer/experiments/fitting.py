@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.atomic import atomic_write
+from markovformer.training.durations import format_duration
 from markovformer.training.optim import DECAYS, lr_multiplier
 from markovformer.training.trainer_config import TrainingDiverged
 
@@ -156,15 +157,6 @@ def one_intra_op_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-def format_duration(seconds: float) -> str:
-    """``42 s``, ``3.5 min`` or ``1.2 h``: a time estimate as a reader wants it."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def fit_on_stream(

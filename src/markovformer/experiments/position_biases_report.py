@@ -3,8 +3,8 @@ figure and the length-extrapolation table and figure."""
 
 from __future__ import annotations
 
-from markovformer.experiments.fitting import format_duration
 from markovformer.experiments.report import ExperimentReport, mean_std
+from markovformer.training.durations import format_duration
 
 
 def _point(points: list[dict], task: str, kind: str) -> dict | None:

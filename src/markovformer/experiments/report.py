@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from markovformer.atomic import atomic_write_text
-from markovformer.experiments.fitting import PARTIAL, checkpoints_for_cell, format_duration
+from markovformer.experiments.fitting import PARTIAL, checkpoints_for_cell
 from markovformer.layers.registry import kind_revisions
 from markovformer.strict_json import strict_dumps, strict_json
+from markovformer.training.durations import format_duration
 from markovformer.training.environment import code_version
 
 

@@ -34,6 +34,7 @@ from markovformer.plots.curves import BLEU, RESCALED_LOSS_FAMILIES, metric_famil
 from markovformer.plots.markov import weight_scale
 from markovformer.training.build import build_data
 from markovformer.training.data_record import read_data_info
+from markovformer.training.durations import format_duration
 from markovformer.training.lag_profiles import example_prefix, lag_profiles, profile_caption
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.learned_positions import ReadPositions, position_figures
@@ -69,7 +70,7 @@ def token_rate(results: dict) -> str:
     if step_seconds is None or step_seconds <= 0:  # a run from before the steps' own seconds were kept
         return f", {tokens:,} tokens"
     rate = tokens / step_seconds
-    return f", {tokens:,} tokens ({rate:,.0f} a second over its {step_seconds:.0f} s of training steps)"
+    return f", {tokens:,} tokens ({rate:,.0f} a second over its {format_duration(step_seconds)} of training steps)"
 
 
 def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) -> dict[str, object]:
@@ -92,7 +93,7 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
         summary["lag convention"] = CONVENTION
     if "steps" in results:
         seconds = results.get("train_seconds", float("nan"))
-        summary["training"] = f"{results['steps']:,} steps in {seconds:.0f} s{token_rate(results)}"
+        summary["training"] = f"{results['steps']:,} steps in {format_duration(seconds)}{token_rate(results)}"
     val = results.get("val", {})
     unit = TASKS[config.task].loss_unit
     names = TASKS[config.task].metric_labels  # the task's own names where "loss" would not say what it is
