@@ -81,6 +81,17 @@ def test_eval_of_a_file_that_is_not_a_run_or_checkpoint_names_that_file(tmp_path
     assert "config.yaml" not in line, line
 
 
+def test_eval_of_a_file_of_a_run_that_is_no_checkpoint_names_the_run(tmp_path, main_cli, tiny_config):
+    """RUN/model/model.safetensors was read as a checkpoint (its run two folders up): 'cannot read it (... is not
+    a markovformer checkpoint (a safetensors file without 'markovformer_checkpoint'))'; RUN/config.yaml was sought
+    a run two folders up from. Each now names the run to give."""
+    assert main_cli("train", str(tiny_config), "output_dir=run", "trainer.max_steps=2").returncode == 0
+    for given in ("run/model/model.safetensors", "run/config.yaml"):
+        line = one_line_error(main_cli("eval", given), f"{given}: not a run directory or checkpoint",
+                              "it is a file of the run run: give that")  # fmt: skip
+        assert "markovformer_checkpoint" not in line, line
+
+
 def test_eval_of_a_checkpoint_outside_a_run_directory_names_it(tmp_path, main_cli):
     (tmp_path / "stray.ckpt").write_bytes(b"\0" * 16)
     one_line_error(main_cli("eval", "stray.ckpt"), "stray.ckpt: ", "not a checkpoint of a run directory")

@@ -211,13 +211,17 @@ def load_trained_run(target: str | Path) -> LoadedRun:
     target = Path(target)
     if not target.exists():
         raise ConfigError(f"{target}: no such run directory or checkpoint")
+    if target.is_file() and target.suffix != ".ckpt":  # a run's model.safetensors or config.yaml, say
+        run = next((folder for folder in (target.parent, run_of_checkpoint(target))
+                    if (folder / RESOLVED_CONFIG).is_file()), None)  # fmt: skip
+        inside = f"; it is a file of the run {run}: give that" if run is not None else ""
+        raise ConfigError(f"{target}: not a run directory or checkpoint (a checkpoints/*.ckpt file){inside}")
     run_dir = target if target.is_dir() else run_of_checkpoint(target)
     if not (run_dir / RESOLVED_CONFIG).is_file():
         if target.is_dir():
             raise not_a_run_directory(run_dir)
-        if target.suffix == ".ckpt":  # a checkpoint is read with its run: the config.yaml two folders up
-            raise ConfigError(f"{target}: not a checkpoint of a run directory (no {run_dir / RESOLVED_CONFIG})")
-        raise ConfigError(f"{target}: not a run directory or checkpoint")
+        # a checkpoint is read with its run: the config.yaml two folders up
+        raise ConfigError(f"{target}: not a checkpoint of a run directory (no {run_dir / RESOLVED_CONFIG})")
     config = resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG))
     data_info = read_data_info(run_dir)
     fingerprint = run_fingerprint(config, run_dir)
