@@ -234,8 +234,9 @@ def _build(root: Path, folder: Path, write: Callable[[Path], None]) -> None:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(error, OSError):
             raise ValueError(f"cannot write the token cache in {root} ({error.strerror or error}); nothing was "
-                             f"cached: free space there or set data.cache_dir to a writable folder"
-                             ) from None  # fmt: skip
+                             "cached: free space there, or give a writable folder as data.cache_dir (a new run: a "
+                             "resumed run keeps its data options) or as $MARKOVFORMER_CACHE (where data.cache_dir is "
+                             "null)") from None  # fmt: skip
         raise
     return TokenStore(folder)
 
