@@ -195,3 +195,42 @@ def test_data_show_names_the_chain_kinds_each_option_changes(source):
                 readers.add(kind)
         marked = re.search(r"\(kind=([a-z ]+?) only\)", option_help(source, option))
         assert (set(marked.group(1).split(" or ")) if marked else set(CHAIN_KINDS)) == readers, (option, readers)
+
+
+def _seed_files(tmp_path) -> dict[str, dict]:
+    """Small data files for the file sources whose split trainer.seed might draw, as their options."""
+    records = [(f"r{i}", "ACGT"[i % 4] * 6 + "ACGT"[(i + 1) % 4] * 6, "ab"[i % 2]) for i in range(20)]
+    (tmp_path / "dna.fa").write_text("".join(f">{name}\n{bases}\n" for name, bases, _ in records))
+    (tmp_path / "labels.tsv").write_text("".join(f"{name}\t{label}\n" for name, _, label in records))
+    (tmp_path / "pairs.tsv").write_text("".join(f"w{i} x{i}\ty{i} z{i}\n" for i in range(20)))
+    (tmp_path / "rows.csv").write_text("f,label\n" + "".join(f"{i},{'ab'[i % 2]}\n" for i in range(40)))
+    (tmp_path / "text.txt").write_text("".join(f"line {i} of the text\n" for i in range(40)))
+    return {"fasta": {"path": str(tmp_path / "dna.fa"), "labels": str(tmp_path / "labels.tsv")},
+            "translation_file": {"path": str(tmp_path / "pairs.tsv"), "vocab_size": 300},
+            "csv_series": {"path": str(tmp_path / "rows.csv"), "window": 4},
+            "text": {"path": str(tmp_path / "text.txt"), "seq_len": 8, "cache_dir": str(tmp_path / "cache")}}
+
+
+def test_the_help_of_a_split_option_names_trainer_seed_exactly_where_the_seed_draws_that_split(tmp_path):
+    """trainer.seed is also the data's seed: it draws generated examples and random splits of records. A researcher
+    comparing model seeds must be told, by the options that size or split the data, that another seed means other
+    validation data (the help said nothing of it)."""
+    import torch
+
+    def rows(split) -> list:
+        return [tuple(value.tolist() for value in example.values() if torch.is_tensor(value)) for example in split]
+
+    files = _seed_files(tmp_path)
+    checked = 0
+    for name, source in DATA_SOURCES.items():
+        fields = {field.name for field in dataclasses.fields(source)}
+        sized = (field for field in fields if re.fullmatch(r"(train|val|test)_(sequences|examples|documents)", field))
+        options = dict.fromkeys(sized, 3)
+        if not options and name not in files:
+            continue  # a file source without a file here
+        built = [source(**options, **files.get(name, {})).build(seed=seed) for seed in (0, 1)]
+        drawn = rows(built[0].val) != rows(built[1].val) or rows(built[0].train) != rows(built[1].train)
+        for option in sorted(set(options) | ({"fractions"} & fields)):
+            assert ("trainer.seed" in option_help(name, option)) == drawn, (name, option, drawn)
+            checked += 1
+    assert checked >= 34  # ten generated sources and four file sources

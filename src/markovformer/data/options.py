@@ -5,6 +5,10 @@ few that differ by source. A test keeps every option of every source described."
 from __future__ import annotations
 
 _CHAIN_ONLY = "(kind={kind} only)"
+# trainer.seed is the data's seed too: it draws generated examples and splits records at random
+_DRAWN = ", drawn from trainer.seed (another seed, other {what})"
+_SPLIT_AT_RANDOM = ("train, validation and test shares of the {what} (they sum to 1), split at random by trainer.seed "
+                    "(another seed, another split)")
 
 # Options that change only how training draws its examples, and the value that reads the data as it is: eval scores
 # each record once (not its reverse complement too) and the training text in contiguous windows (not one window per
@@ -23,9 +27,9 @@ OPTION_HELP: dict[str, str] = {
     "p": "P(0 -> 1) of the switching chain " + _CHAIN_ONLY.format(kind="switching"),
     "q": "P(1 -> 0) of the switching chain " + _CHAIN_ONLY.format(kind="switching"),
     "chain_seed": "seed that draws the chain (the same seed, the same chain in every run)",
-    "train_sequences": "number of training sequences",
-    "val_sequences": "number of validation sequences",
-    "test_sequences": "number of test sequences",
+    "train_sequences": "number of training sequences" + _DRAWN.format(what="sequences"),
+    "val_sequences": "number of validation sequences" + _DRAWN.format(what="sequences"),
+    "test_sequences": "number of test sequences" + _DRAWN.format(what="sequences"),
     "seq_len": "tokens per training window",
     # files
     "path": "the data file",
@@ -57,9 +61,9 @@ OPTION_HELP: dict[str, str] = {
     "min_symbols": "fewest symbols per string",
     "max_symbols": "most symbols per string",
     "noise": "standard deviation of the noise added to every frame",
-    "train_examples": "number of training examples",
-    "val_examples": "number of validation examples",
-    "test_examples": "number of test examples",
+    "train_examples": "number of training examples" + _DRAWN.format(what="examples"),
+    "val_examples": "number of validation examples" + _DRAWN.format(what="examples"),
+    "test_examples": "number of test examples" + _DRAWN.format(what="examples"),
     "source_symbols": "source-language alphabet size",
     "target_symbols": "target-language alphabet size",
     "min_length": "fewest words per sentence",
@@ -73,15 +77,18 @@ OPTION_HELP: dict[str, str] = {
     "obs_std": "standard deviation of the observation noise",
     "model_seed": "seed that draws the model's parameters",
     "doc_len": "steps per document",
-    "train_documents": "number of training documents",
-    "val_documents": "number of validation documents",
-    "test_documents": "number of test documents",
+    "train_documents": "number of training documents" + _DRAWN.format(what="documents"),
+    "val_documents": "number of validation documents" + _DRAWN.format(what="documents"),
+    "test_documents": "number of test documents" + _DRAWN.format(what="documents"),
     "num_states": "number of hidden states",
     "stay": "probability of keeping the hidden state for one more step",
     "concentration": "Dirichlet concentration of each state's emission distribution",
 }
 
 SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
+    **{(source, "fractions"): _SPLIT_AT_RANDOM.format(what=what) for source, what in (
+        ("fasta", "records"), ("bed", "intervals"), ("translation_file", "sentence pairs"),
+        ("audio_manifest", "utterances"))},  # fmt: skip
     **{(source, "num_symbols"): "alphabet size " + _CHAIN_ONLY.format(kind="lagged or random")
        + "; a switching chain has 2" for source in ("markov_chain", "hidden_order")},  # fmt: skip
     ("synthetic_translation", "order"): "true order of the target side: y_i depends on the previous order targets",
@@ -108,7 +115,7 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
                            "$XDG_CACHE_HOME/markovformer/token_stores, ~/.cache/markovformer/token_stores by default)",
     ("text", "fit_bytes"): "bytes of the train part BPE merges are learned on, sampled evenly (char reads it all)",
     ("text", "window_starts"): "contiguous (windows tile each split) or random (training windows start at any token, "
-    "drawn per seed and step, as nanoGPT; over many passes it overfits far later)",
+    "drawn per trainer.seed and step, as nanoGPT; over many passes it overfits far later)",
     ("text", "packing"): "examples carry position_ids restarting at each document (documents packed, no padding); "
                          "every layer keeps each document to itself, positions restart, and each document's first "
                          "token is not scored (so generate needs a prompt: the model cannot start a document)",

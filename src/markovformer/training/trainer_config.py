@@ -77,6 +77,8 @@ class TrainerConfig:
     compile: bool = False
     activation_checkpointing: bool = False
     deterministic: bool = False
+    # Seeds the model's initialisation, the batch order and dropout, and the data: generated examples and random
+    # splits of records are drawn from it too (data show names the options it draws).
     seed: int = 0
     eval_every: int = 200
     checkpoint_every: int = 200
