@@ -93,6 +93,24 @@ def test_eval_reproduces_the_logged_validation_metrics_and_the_run_directory_is_
     assert len(set(data["splits"]["generator_seeds"].values())) == 3  # the splits come from different streams
 
 
+
+def test_a_run_leaves_torch_deterministic_algorithms_setting_as_it_found_it(tmp_path, tiny_run):
+    """Lightning sets torch.use_deterministic_algorithms to trainer.deterministic for the run, process-wide: a
+    deterministic run left it on for the rest of the session, and a default one turned off what the caller had on."""
+    from markovformer.training.runner import train
+
+    for deterministic, before in ((True, False), (False, True)):
+        values = yaml.safe_load(yaml.safe_dump(tiny_run))
+        values["trainer"].update({"deterministic": deterministic, "max_steps": 2, "warmup_steps": 1, "eval_every": 2,
+                                  "logger": "csv"})
+        values["output_dir"] = str(tmp_path / f"deterministic-{deterministic}")
+        torch.use_deterministic_algorithms(before)
+        try:
+            train(resolve_run_config(values))
+            assert torch.are_deterministic_algorithms_enabled() is before, deterministic
+        finally:
+            torch.use_deterministic_algorithms(False)
+
 def test_a_second_run_into_the_same_directory_is_refused(tiny_config, tmp_path, main_cli):
     run_cli = main_cli
     run_dir = tmp_path / "run"

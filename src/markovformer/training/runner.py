@@ -214,13 +214,17 @@ def complete_run(config: RunConfig) -> dict:
 
 
 def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = False) -> dict:
-    """``_fit_with_threads`` under the run's intra-op thread count (``training_threads``), restored afterwards."""
+    """``_fit_with_threads`` under the run's intra-op thread count (``training_threads``), restored afterwards, as is
+    torch's deterministic-algorithms setting, which Lightning sets to ``trainer.deterministic`` for the run (left on
+    after a deterministic run, or off after a default one in a session that had turned it on)."""
     previous = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     torch.set_num_threads(training_threads(config.trainer))
     try:
         return _fit_with_threads(config, writer, resume, rewrite_config)
     finally:
         torch.set_num_threads(previous)
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
 
 
 def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool) -> dict:
