@@ -445,3 +445,30 @@ def test_learned_positions_past_max_positions_name_the_length_padded_or_not():
     assert model(ids[:, :8], attention_mask=mask[:, :8]).logits.isfinite().all()
     with pytest.raises(ValueError, match=r"^position_ids reach 8 but max_positions=8$"):
         model(ids[:, :2], position_ids=torch.tensor([[0, 8], [0, 1]]))
+
+
+@pytest.mark.parametrize("attention", ["rff", "hybrid_split", "hybrid_parallel"])
+def test_activation_checkpointing_leaves_random_feature_redraws_and_gradients_as_without_it(attention):
+    """A checkpointed block is run again in backward: the random-feature layer counted that pass too, so W was
+    redrawn twice as often, and a redraw could fall between a forward and its recomputation (gradients of another W
+    than the loss's). The memory option must not change the numbers."""
+
+    def train_steps(checkpointed: bool) -> tuple[list[torch.Tensor], list[int]]:
+        torch.manual_seed(0)
+        config = MarkovianTransformerConfig(vocab_size=8, d_model=16, n_layers=2, n_heads=2, attention=attention,
+                                            redraw_interval=3)  # fmt: skip
+        model = MarkovianTransformerForCausalLM(config).train()
+        model.model.gradient_checkpointing = checkpointed
+        x = torch.randint(0, 8, (2, 12), generator=torch.Generator().manual_seed(1))
+        gradients = []
+        for _ in range(5):  # W redrawn at step 3; counted twice: at steps 2 and 5, and inside step 3's recomputation
+            model.zero_grad()
+            model(x, labels=x).loss.backward()
+            gradients.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+        counts = [int(buffer) for name, buffer in model.named_buffers() if name.endswith("forward_count")]
+        return gradients, counts
+
+    (plain, plain_counts), (checkpointed, counts) = train_steps(False), train_steps(True)
+    assert counts == plain_counts == [5, 5]
+    for step, (expected, got) in enumerate(zip(plain, checkpointed, strict=True), start=1):
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-6, msg=f"step {step}")

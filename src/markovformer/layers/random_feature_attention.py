@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -11,6 +14,21 @@ from markovformer.layers.attention import CoreOutput, SelfAttention
 from markovformer.layers.options import check_fields, interval, one_of, option
 from markovformer.ops.linear_attention import FEATURE_MAPS, draw_projection, feature_map, linear_attention
 from markovformer.ops.linear_attention.naive import linear_attention_weights
+
+_RECOMPUTING = contextvars.ContextVar("random_features_recomputing", default=False)
+
+
+@contextlib.contextmanager
+def recomputation() -> Iterator[None]:
+    """Where activation checkpointing recomputes a block (the second context of ``checkpoint``'s ``context_fn``):
+    a random-feature layer neither counts the pass nor redraws W there, so the recomputation uses the W its forward
+    used and redraws keep their interval (counted twice, a redraw could fall between a forward and its
+    recomputation: gradients of another W than the loss's)."""
+    token = _RECOMPUTING.set(True)
+    try:
+        yield
+    finally:
+        _RECOMPUTING.reset(token)
 
 
 class RandomFeatureCore(nn.Module):
@@ -48,7 +66,7 @@ class RandomFeatureCore(nn.Module):
 
     def forward(self, x, q, k, v, attention_mask=None, return_weights=False, q_raw=None, state=None,
                 segment_ids=None) -> CoreOutput:  # fmt: skip
-        if self.training and self.redraw_interval > 0:
+        if self.training and self.redraw_interval > 0 and not _RECOMPUTING.get():
             self.forward_count += 1
             if int(self.forward_count) % self.redraw_interval == 0:
                 self.redraw()

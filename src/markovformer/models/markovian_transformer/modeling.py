@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +15,7 @@ from markovformer.layers.ffn import build_ffn
 from markovformer.layers.gru import build_injection
 from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.position import sinusoidal_at, sinusoidal_positions
+from markovformer.layers.random_feature_attention import recomputation
 from markovformer.layers.registry import LayerSpec, build_layer
 from markovformer.models.generation import GenerationMixin
 from markovformer.models.inputs import check_is_tensor, check_not_empty, check_rows_have_tokens, check_token_ids
@@ -24,6 +26,11 @@ from markovformer.ops.losses import check_labels, token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, is_right_padded, real_token_positions, right_padded_lengths
 from markovformer.ops.precision import compute_dtype
 from markovformer.ops.segments import Segments, document_starts
+
+
+def _recomputed() -> tuple:
+    """``checkpoint``'s contexts for a block's forward and for its recomputation in backward (``recomputation``)."""
+    return nullcontext(), recomputation()
 
 
 def _for_loss(logits: Tensor) -> Tensor:
@@ -247,7 +254,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
                                position_ids=positions)  # fmt: skip
             elif self.gradient_checkpointing and self.training and torch.is_grad_enabled():
                 result = checkpoint(block, hidden, attention_mask, return_gates, return_weights, use_reentrant=False,
-                                    **packed)  # fmt: skip
+                                    context_fn=_recomputed, **packed)  # fmt: skip
             else:
                 result = block(hidden, attention_mask, return_gates, return_weights, **packed)
             hidden = result.output
