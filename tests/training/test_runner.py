@@ -111,6 +111,33 @@ def test_a_run_leaves_torch_deterministic_algorithms_setting_as_it_found_it(tmp_
         finally:
             torch.use_deterministic_algorithms(False)
 
+
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
+def test_each_resume_adds_its_environment_and_command_to_environment_json(tmp_path, tiny_run, monkeypatch):
+    """environment.json was written when the run started and never again: a run extended (or resumed) with another
+    command line, markovformer or torch said nothing of it. Each resume that goes ahead adds its record; the
+    start's stays as it was, and a refused resume adds nothing."""
+    from markovformer.training.run_config import ConfigError
+    from markovformer.training.runner import resume, train
+
+    values = yaml.safe_load(yaml.safe_dump(tiny_run))
+    values["trainer"].update({"max_steps": 4, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+                              "logger": "csv"})  # fmt: skip
+    values["output_dir"] = str(tmp_path / "run")
+    monkeypatch.setattr(sys, "argv", ["markovformer", "train", "tiny.yaml"])
+    train(resolve_run_config(values))
+    path = tmp_path / "run" / "environment.json"
+    start = json.loads(path.read_text())
+    monkeypatch.setattr(sys, "argv", ["markovformer", "train", "--resume", "run", "trainer.max_steps=6"])
+    resume(tmp_path / "run", ["trainer.max_steps=6"])
+    record = json.loads(path.read_text())
+    assert {key: value for key, value in record.items() if key != "resumes"} == start
+    assert [(entry["command"], entry["from_step"], entry["torch"]) for entry in record["resumes"]] == [
+        (["markovformer", "train", "--resume", "run", "trainer.max_steps=6"], 4, torch.__version__)]
+    with pytest.raises(ConfigError, match="finished"):  # nothing to continue: refused before it changes the run
+        resume(tmp_path / "run")
+    assert json.loads(path.read_text()) == record
+
 def test_a_second_run_into_the_same_directory_is_refused(tiny_config, tmp_path, main_cli):
     run_cli = main_cli
     run_dir = tmp_path / "run"

@@ -4,7 +4,8 @@
 A run directory holds::
 
     config.yaml        the resolved config (what `--resume` and `eval` rebuild from); written after the three below
-    environment.json   versions, machine, command line, git commit, the run directory's format
+    environment.json   versions, machine, command line, git commit, the run directory's format; under "resumes",
+                       the same of each --resume and the step it continued from
     data.json          the data's info and the record of its splits (what went where)
     tokenizer/         when the data has one
     checkpoints/       step-NNNNNN.ckpt and last.ckpt (safetensors, atomic; model + optimizer + schedule + loops)
@@ -90,6 +91,21 @@ def write_start_files(run_dir: Path, bundle: DataBundle, keep_existing: bool) ->
         (run_dir / "tokenizer" / TOKENIZER_FILE).unlink()  # another config's, which eval and generate would read
         if not any((run_dir / "tokenizer").iterdir()):
             (run_dir / "tokenizer").rmdir()
+
+
+def record_resume(run_dir: Path, step: int) -> None:
+    """Add this process's environment (versions, machine, command line) and the ``step`` it continues from to
+    environment.json's ``resumes``: the record written at the start described that process only, so a run extended
+    or resumed with other code, versions or overrides did not say so."""
+    path = run_dir / "environment.json"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # damaged: left as it is (run_format reads it as this version's)
+    if not isinstance(record, dict):
+        return
+    resumes = record.get("resumes") if isinstance(record.get("resumes"), list) else []
+    write_json(path, {**record, "resumes": [*resumes, {**environment_record(), "from_step": step}]})
 
 
 def remove_stale_files(run_dir: Path) -> None:

@@ -46,6 +46,7 @@ from markovformer.training.run_dir import (
     load_run,
     mark_unfinished,
     not_a_run_directory,
+    record_resume,
     remove_stale_files,
     write_final_files,
     write_resolved_config,
@@ -287,6 +288,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
     if writer:
         if resume:
             mark_unfinished(run_dir)  # from here on the old model/ and metrics.json no longer stand
+            record_resume(run_dir, 0 if checkpoint is None else int(checkpoint["global_step"]))
             if rewrite_config:
                 write_resolved_config(run_dir, config)
         describe_run(config, bundle, model)
