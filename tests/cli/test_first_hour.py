@@ -234,3 +234,22 @@ def test_the_help_of_a_split_option_names_trainer_seed_exactly_where_the_seed_dr
             assert ("trainer.seed" in option_help(name, option)) == drawn, (name, option, drawn)
             checked += 1
     assert checked >= 34  # ten generated sources and four file sources
+
+
+def test_data_show_says_that_trainer_seed_draws_the_synthetic_ctc_task_itself(capsys):
+    """The symbols' frame prototypes, the task a CTC model learns, come from trainer.seed: runs of several seeds are
+    runs on several tasks, which data show did not say (markov_chain keeps its chain in chain_seed)."""
+    import torch
+
+    from markovformer.data.synthetic.ctc import SyntheticCTCSource
+
+    source = SyntheticCTCSource(num_symbols=1, noise=0.0, train_examples=1, val_examples=1, test_examples=1)
+
+    def prototype(seed: int):  # one symbol, no noise: every frame that is not silent is its prototype
+        frames = source.build(seed).val[0]["input_features"]
+        return frames[frames.abs().sum(-1) > 0][0]
+
+    assert not torch.equal(prototype(0), prototype(1))
+    assert main(["data", "show", "synthetic_ctc"]) == 0
+    assert "prototypes are drawn from trainer.seed, as the examples are: another seed is another task" in " ".join(
+        capsys.readouterr().out.split())

@@ -16,7 +16,8 @@ class SyntheticCTCSource:
     """Strings of ``num_symbols`` symbols, each rendered as 2-5 frames of its own random prototype vector plus noise,
     with silent (noise-only) frames between some symbols: a stand-in for speech that needs no download. Labels are
     the symbol strings (ids 1..num_symbols; 0 is the CTC blank); symbol 1 is named " " (a space) and the others a, b,
-    c, ..., so WER counts words split at symbol 1."""
+    c, ..., so WER counts words split at symbol 1. The prototypes are drawn from trainer.seed, as the examples are:
+    another seed is another task (no option keeps it, as markov_chain's chain_seed keeps its chain)."""
 
     feeds: ClassVar[tuple[str, ...]] = ("ctc",)
 
