@@ -173,6 +173,8 @@ def test_an_option_the_kind_does_not_read_is_an_error_naming_it_and_the_kind(opt
         (dict(gate="none", gate_entropy_weight=0.1), "gate_entropy_weight"),
         (dict(attention="softmax", gate_entropy_weight=0.1), "gate_entropy_weight"),
         (dict(attention="rff", transition_penalty=0.1), "transition_penalty"),
+        (dict(attention="hybrid_split", markov_head_ratio=0.4, gate_entropy_weight=0.1), "gate_entropy_weight"),
+        (dict(attention="hybrid_split", markov_head_ratio=0.0, transition_penalty=0.1), "transition_penalty"),
         (dict(attention=["markov", {"kind": "markov", "gate": "none", "gate_input": "static"}]),
          r"attention\[1\]\.gate_input"),
     ],
@@ -190,6 +192,8 @@ def test_the_regularisers_are_taken_where_their_part_is_built():
     layer has gates, and a layer whose entry turns its gate off does not inherit the flat gate's input."""
     assert MarkovianTransformerConfig(**BASE, gate="none", transition_penalty=0.1).transition_penalty == 0.1
     assert MarkovianTransformerConfig(**BASE, attention="hybrid_split", gate_entropy_weight=0.1).gate_entropy_weight
+    assert MarkovianTransformerConfig(**BASE, attention="hybrid_split", markov_head_ratio=0.5,
+                                      transition_penalty=0.1).transition_penalty  # 1 of 2 heads is Markov
     config = MarkovianTransformerConfig(**BASE, gate_input="query",
                                         attention=["markov", {"kind": "markov", "gate": "none"}])
     assert [(spec.settings.gate, spec.settings.gate_input) for spec in config.layer_specs()] == [("linear", "query"),

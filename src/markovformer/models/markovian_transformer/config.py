@@ -7,6 +7,7 @@ import difflib
 
 from markovformer.layers.ffn import FFNS
 from markovformer.layers.gru import INJECTION_KINDS
+from markovformer.layers.hybrid_attention import markov_head_count
 from markovformer.layers.markov_attention import MarkovOptions
 from markovformer.layers.options import SCOPES
 from markovformer.layers.position import POSITIONS
@@ -208,10 +209,13 @@ class MarkovianTransformerConfig(ModelConfig):
     def _check_regularisers_apply(self) -> None:
         """ValueError for a loss term weighted above 0 that no layer has: the gate entropy needs an order gate, the
         transition penalty a Markov bias (the term was silently 0)."""
-        settings = [spec.settings for spec in self._layer_specs]
-        needs = {"gate_entropy_weight": ("an order gate (a markov or hybrid layer with gate != 'none')",
+        # a split hybrid whose markov_head_ratio leaves it no Markov head has no gate and no bias either
+        settings = [spec.settings for spec in self._layer_specs
+                    if markov_head_count(self.n_heads, getattr(spec.settings, "markov_head_ratio", 1.0))]
+        needs = {"gate_entropy_weight": ("an order gate (a markov or hybrid layer with gate != 'none' and a Markov "
+                                         "head)",
                                          any(getattr(s, "gate", "none") != "none" for s in settings)),
-                 "transition_penalty": ("a Markov bias (a markov or hybrid layer)",
+                 "transition_penalty": ("a Markov bias (a markov or hybrid layer with a Markov head)",
                                         any(hasattr(s, "transition") for s in settings))}  # fmt: skip
         for field, (what, present) in needs.items():
             if getattr(self, field) > 0 and not present:
