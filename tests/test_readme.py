@@ -390,3 +390,24 @@ def test_every_concrete_documented_command_parses_and_its_settings_exist(where, 
 
         values, _ = apply_switching_overrides(load_yaml(locate_config(args.config)), list(args.overrides))
         resolve_run_config(values)
+
+
+def test_the_attention_weights_said_to_be_probabilities_are_or_the_exception_is_named():
+    """Random features of ``feature_map: trig`` give signed rows that sum to 1 (the README called every random-feature
+    layer's weights probabilities): where a model's weights go negative, the sentence that lists them says so."""
+    from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+
+    config = MarkovianTransformerConfig(vocab_size=11, d_model=64, n_layers=1, n_heads=2, attention="rff",
+                                        feature_map="trig", num_features=8)  # fmt: skip
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(config).eval()
+    with torch.no_grad():  # queries and keys of a trained model's size: the features' cosines change sign
+        for parameter in model.model.blocks[0].attention.parameters():
+            parameter.mul_(20)
+        ids = torch.randint(0, 11, (2, 16), generator=torch.Generator().manual_seed(3))
+        weights = model(input_ids=ids, return_weights=True).attentions[0]
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 16), rtol=0, atol=1e-5)
+    assert weights.min() < 0
+    text = " ".join((ROOT / "README.md").read_text().split())
+    sentence = text[text.index("whatever the backend: probabilities for") :].split(";")[0]
+    assert "random-feature" in sentence and "trig" in sentence and "signed" in sentence

@@ -228,8 +228,9 @@ class ReportingWrapper(Wrapper):
     ``output_attentions``: one tensor (B, H, T, T) per layer, the weights with which each position mixes the values
     of the others (output = weights @ V), computed by the kind's reference path whatever ``backend`` (flex, banded,
     ...) the config names, so exact but O(T²) in memory: attention probabilities for softmax, Markov (its lag
-    biases and gates included), hybrid, decay, random-feature and the position-bias kinds; rows summing to at most
-    1 for stick-breaking; and no probabilities for RetNet (its retention matrix Q Kᵀ ⊙ D, unnormalised and signed)
+    biases and gates included), hybrid, decay, random-feature and the position-bias kinds (with
+    ``feature_map="trig"`` the random-feature heads' rows sum to 1 but are signed); rows summing to at most 1 for
+    stick-breaking; and no probabilities for RetNet (its retention matrix Q Kᵀ ⊙ D, unnormalised and signed)
     and Linformer (its softmax carried back to the tokens through the sequence projection). The kinds that have no
     such matrix (S4D, Hyena, H3, RWKV, the scan and GRU baselines) and a step decoded from the cache give None in
     their place. ``return_dict=False`` returns the output's tuple."""
