@@ -360,3 +360,28 @@ def test_chunked_arguments_raise_naming_them(change, message):
     q, v = torch.rand(2, 2, 5, 4), torch.rand(2, 2, 5, 3)
     with pytest.raises(ValueError, match=message):
         linear_attention(q, q, v, causal=True, **{"output_final_state": "initial_state" in change, **change})
+
+
+@pytest.mark.parametrize("backend", ["naive", "chunked"])
+@pytest.mark.parametrize("kind", FEATURE_MAPS)
+@pytest.mark.parametrize("autocast_dtype", [torch.bfloat16, torch.float16], ids=["bf16-mixed", "16-mixed"])
+def test_mixed_precision_leaves_the_feature_maps_and_sums_in_float32(backend, kind, autocast_dtype):
+    """Under an active autocast (trainer.precision bf16-mixed / 16-mixed) float32 inputs give float32's result: the
+    projections W x' and the sums do not drop to half precision (float16 sums of a key aligned with a row of W,
+    e^32 at Dh 64, overflowed and the output was not finite; bfloat16 moved outputs by 0.1)."""
+    g = torch.Generator().manual_seed(0)
+    head_dim, length = 64, 40
+    projection = draw_projection(16, head_dim, generator=g)
+    q, k = (torch.randn(1, 2, length, head_dim, generator=g) * 2 for _ in range(2))
+    v = torch.randn(1, 2, length, 5, generator=g)
+    k[..., 3, :] = projection[0] * head_dim**0.25  # exponent |w|^2 / 2, about 32
+    normaliser = "positive" if kind == "positive" else "signed"
+
+    def attend():
+        features = feature_map(q, projection, kind, is_query=True), feature_map(k, projection, kind)
+        return linear_attention(*features, v, causal=True, chunk_size=16, normaliser=normaliser, backend=backend)
+
+    expected = attend()
+    with torch.autocast("cpu", dtype=autocast_dtype):
+        got = attend()
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from markovformer.ops.linear_attention.naive import key_mask, normalise
-from markovformer.ops.precision import compute_dtype
+from markovformer.ops.precision import autocast_off, compute_dtype
 from markovformer.ops.scan import linear_scan
 from markovformer.ops.segments import last_real_segment
 
@@ -104,6 +104,7 @@ def _causal_segments(q: Tensor, k: Tensor, v: Tensor, chunk_size: int, ids: Tens
     return both[..., :-1], both[..., -1:]
 
 
+@autocast_off  # its sums stay in float32 under mixed precision: keys up to e^60 overflow float16
 def linear_attention_chunked(
     q_features: Tensor,
     k_features: Tensor,

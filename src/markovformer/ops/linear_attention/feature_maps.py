@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from markovformer.ops.precision import compute_dtype
+from markovformer.ops.precision import autocast_off, compute_dtype
 
 FEATURE_MAPS = ("positive", "trig")
 
@@ -52,6 +52,7 @@ def draw_projection(
     return (directions * norms).to(dtype=dtype, device=device)
 
 
+@autocast_off  # under mixed precision too: a bfloat16 W x' moves exp(W x') by percents
 def _project(x: Tensor, projection: Tensor) -> tuple[Tensor, Tensor]:
     """Scaled inputs x' (..., Dh) and projections W x' (..., M), in at least float32."""
     if x.shape[-1] != projection.shape[-1]:

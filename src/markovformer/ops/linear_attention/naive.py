@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from markovformer.ops.precision import compute_dtype
+from markovformer.ops.precision import autocast_off, compute_dtype
 from markovformer.ops.segments import same_segment
 
 NORMALISERS = ("positive", "signed")
@@ -52,6 +52,7 @@ def key_mask(attention_mask: Tensor | None, batch: int, length: int, device: tor
     return attention_mask.to(device=device) != 0
 
 
+@autocast_off  # float32 or wider under mixed precision too, as the chunked path
 def linear_attention_weights(
     q_features: Tensor,
     k_features: Tensor,
@@ -80,6 +81,7 @@ def linear_attention_weights(
     return normalise(scores, scores.sum(dim=-1, keepdim=True), has_key, normaliser)
 
 
+@autocast_off
 def linear_attention_naive(
     q_features: Tensor,
     k_features: Tensor,
