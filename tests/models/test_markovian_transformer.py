@@ -472,3 +472,23 @@ def test_activation_checkpointing_leaves_random_feature_redraws_and_gradients_as
     assert counts == plain_counts == [5, 5]
     for step, (expected, got) in enumerate(zip(plain, checkpointed, strict=True), start=1):
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-6, msg=f"step {step}")
+
+
+@pytest.mark.parametrize("kind", ["rff", "softmax", "hybrid_split"])
+def test_a_continued_decoding_step_gives_no_weights_and_a_prefill_the_full_forwards(kind):
+    """A decoding state holds running sums or a cache, no weights over the positions it stands for: a step after
+    them gives None for each layer's weights, as the README and output_attentions say (random features returned the
+    new tokens' weights over themselves alone, rows summing to 1 over 2 of 8 keys; softmax and Markov cores failed
+    in torch.cat with a TypeError), and the same logits. The prefill, which sees every position, gives the full
+    forward's weights."""
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(_config(attention=kind, n_layers=1)).eval()
+    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(1))
+    state: dict = {}
+    with torch.no_grad():
+        full = model(input_ids=ids, return_weights=True)
+        prefill = model(input_ids=ids[:, :6], state=state, return_weights=True).attentions[0]
+        torch.testing.assert_close(prefill, full.attentions[0][:, :, :6, :6], rtol=1e-5, atol=1e-6)
+        step = model(input_ids=ids[:, 6:], state=state, return_weights=True)
+    assert step.attentions == [None]
+    torch.testing.assert_close(step.logits, full.logits[:, 6:], rtol=1e-5, atol=1e-6)

@@ -300,7 +300,11 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         layer_states = state.setdefault("layers", [{} for _ in self.blocks])
         positions = None if inputs is None else self.positions(inputs.shape[:2], attention_mask, state)
         hidden = self.embed_inputs(input_ids, input_features, start=start, position_ids=positions, below_end=True)
-        output = self.encode(hidden, attention_mask, return_gates, return_weights, layer_states, positions=positions)
+        # a cache or running sums hold no weights over the positions they stand for: a continued step's are None
+        output = self.encode(hidden, attention_mask, return_gates, return_weights and not start, layer_states,
+                             positions=positions)  # fmt: skip
+        if return_weights and start:
+            output.attentions = [None] * len(self.blocks)
         state["length"] = start + hidden.shape[1]
         output.state = state
         return output
