@@ -129,10 +129,12 @@ def markov_structure(model_config) -> str:
     """Scope, window, max_order and gate as the layers were built: once when every layer has the same, else per
     layer (``layers 0, 2: ...; layer 1: ...``). A layer's own entry (``attention: [{kind: markov, window: 8}]``)
     overrides the flat fields, so these are read from ``layer_specs()``; a family without per-layer specs has
-    only its flat fields. "" when no layer has any of them."""
+    only its flat fields. "" when no layer has any of them; a split hybrid without a Markov head (floor(n_heads *
+    markov_head_ratio) = 0) has none: its random-feature heads see every key."""
     if not hasattr(model_config, "layer_specs"):
         return _option_text(_flat_options(model_config))
-    described = {index: _option_text(spec.options) for index, spec in enumerate(model_config.layer_specs())}
+    described = {index: _option_text(spec.options) for index, spec in enumerate(model_config.layer_specs())
+                 if markov_head_count(model_config.n_heads, spec.options.get("markov_head_ratio", 1.0))}
     described = {index: text for index, text in described.items() if text}
     texts = list(dict.fromkeys(described.values()))
     if len(texts) == 1 and len(described) == model_config.n_layers:
