@@ -132,6 +132,22 @@ def test_scan_markov_generate_decodes_from_its_state_as_without_it(mode):
     torch.testing.assert_close(output.logits, model.markovformer(prompt, attention_mask=padded).logits)
 
 
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_scan_markov_generate_refuses_a_padded_prompt_as_padding_on_either_side(side):
+    """A recurrence has no padding steps and generate reads each row's next token at its last position: a padded
+    batch is refused saying so, whichever the side. A left-padded one was refused by the forward as needing a
+    right-padded attention_mask, which generate then refused as right-padded, asking for left padding."""
+    from markovformer import ScanMarkovConfig
+
+    config = ScanMarkovConfig(vocab_size=11, d_model=16, context_mode="recurrent", max_positions=32)
+    model = HF_CLASSES["scan_markov", "causal_lm"][1](HF_CONFIGS["scan_markov"](**config.to_dict())).eval()
+    prompt, mask = random_ids(2, 5, seed=2), torch.ones(2, 5, dtype=torch.long)
+    mask[1, slice(0, 2) if side == "left" else slice(3, None)] = 0
+    with pytest.raises(ValueError, match=r"^ScanMarkovForCausalLM generates from unpadded prompts only .*one at a "
+                                         r"time \(a pipeline's batch_size=1\)$"):  # fmt: skip
+        model.generate(prompt, attention_mask=mask, max_new_tokens=3, pad_token_id=0, do_sample=False)
+
+
 def test_the_cache_counts_the_tokens_it_was_fed_whatever_the_models_state_records():
     """The cache's length is what generate skips: a family whose state keeps its length under another name (or none)
     still decodes one token per step. It was read from the state's "length", so such a family was fed the whole

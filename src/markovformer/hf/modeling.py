@@ -127,6 +127,16 @@ class _BlocklessCausalLMWrapper(Wrapper, DecodesFromCache, GenerationMixin):
 
     accepts_loss_kwargs = True  # its loss is the whole accumulated batch's mean (summed_over_items)
 
+    def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None, **options):
+        """As ``DecodesFromCache``'s, after refusing a padded prompt: the recurrence has no padding steps, and
+        generate reads each row's next token at its last position, so neither left nor right padding decodes (the
+        forward's refusal of left padding asked for right padding, which generate refuses in turn)."""
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            raise ValueError(f"{type(self.markovformer).__name__} generates from unpadded prompts only (a "
+                             "recurrence has no padding steps): give prompts of equal length, or one at a time (a "
+                             "pipeline's batch_size=1)")  # fmt: skip
+        return super().prepare_inputs_for_generation(input_ids, attention_mask, **options)
+
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 labels: Tensor | None = None, cache: MarkovformerCache | None = None, use_cache: bool | None = None,
                 return_dict: bool | None = None, logits_to_keep: int | Tensor = 0,
