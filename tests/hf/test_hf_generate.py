@@ -148,6 +148,30 @@ def test_scan_markov_generate_refuses_a_padded_prompt_as_padding_on_either_side(
         model.generate(prompt, attention_mask=mask, max_new_tokens=3, pad_token_id=0, do_sample=False)
 
 
+def test_transformers_default_length_ends_only_where_the_positions_end():
+    """transformers' generate ends a default-length generation at the config's max_position_embeddings: Scan Markov's
+    markov mode (max_positions numbering each window of order tokens, as the shipped scan_shakespeare.yaml's 5) and
+    a rotary model that keeps a max_positions have no end there, and generate 20 new tokens as ours do; a prompt of
+    5 tokens under a markov-mode max_positions=3 was refused ('max_length is set to 3')."""
+    from markovformer import ScanMarkovConfig
+
+    def config(family: str, **options):
+        return HF_CONFIGS[family](**options)
+
+    markov = ScanMarkovConfig(vocab_size=11, d_model=16, order=3, max_positions=3)
+    scan = perturbed(HF_CLASSES["scan_markov", "causal_lm"][1](config("scan_markov", **markov.to_dict())))
+    rotary = perturbed(small_hf("causal_lm", max_positions=3))
+    prompt = random_ids(1, 5, seed=2)
+    for model in (scan, rotary):
+        assert model.config.max_position_embeddings is None
+        assert torch.equal(model.generate(prompt, do_sample=False), model.markovformer.generate(prompt))
+    recurrent = config("scan_markov", vocab_size=11, context_mode="recurrent", max_positions=32)
+    learned = config("markovian_transformer", **SMALL, position="learned", max_positions=16)
+    assert (recurrent.max_position_embeddings, learned.max_position_embeddings) == (32, 16)
+    learned.max_position_embeddings = 24
+    assert learned.max_positions == 24 == learned.to_markovformer().max_positions
+
+
 def test_the_cache_counts_the_tokens_it_was_fed_whatever_the_models_state_records():
     """The cache's length is what generate skips: a family whose state keeps its length under another name (or none)
     still decodes one token per step. It was read from the state's "length", so such a family was fed the whole

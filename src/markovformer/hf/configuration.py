@@ -23,7 +23,7 @@ def _config_class(family: str) -> type[PretrainedConfig]:
 
     def __init__(self, **values):  # noqa: N807 - becomes the class's __init__
         values = markovformer_class.upgrade_keys(values)
-        for standard, ours in attribute_map.items():  # hidden_size=32 in a call or a config.json means d_model=32
+        for standard, ours in standard_names.items():  # hidden_size=32 in a call or a config.json means d_model=32
             if standard in values:
                 value = values.pop(standard)
                 if ours in values and values[ours] != value:
@@ -58,11 +58,26 @@ def _config_class(family: str) -> type[PretrainedConfig]:
         """The markovformer config these values describe (validated)."""
         return markovformer_class(**{key: getattr(self, key) for key in fields if hasattr(self, key)})
 
+    def max_position_embeddings(self) -> int | None:
+        """transformers' longest sequence, where its generate ends one of default length (and warns past it): the
+        markovformer config's ``positions_end`` where it has one, else ``max_positions``. Read as ``max_positions``
+        itself, it ended Scan Markov's markov mode, whose ``max_positions`` numbers each window's positions only, at
+        the window's length (a longer prompt refused), and a rotary model that kept a ``max_positions`` too."""
+        config = self.to_markovformer()
+        return getattr(config, "positions_end", config.max_positions)
+
+    def set_max_position_embeddings(self, value: int | None) -> None:
+        self.max_positions = value
+
     name = "".join(part.title() for part in family.split("_")) + "HFConfig"
-    attribute_map = {standard: ours for standard, ours in STANDARD_NAMES.items() if ours in fields}
-    return type(name, (PretrainedConfig,), {"model_type": markovformer_class.model_type, "__init__": __init__,
-                                            "to_markovformer": to_markovformer, "__module__": __name__,
-                                            "attribute_map": attribute_map})  # fmt: skip
+    standard_names = {standard: ours for standard, ours in STANDARD_NAMES.items() if ours in fields}
+    attribute_map = {standard: ours for standard, ours in standard_names.items()
+                     if standard != "max_position_embeddings"}  # fmt: skip
+    members = {"model_type": markovformer_class.model_type, "__init__": __init__, "to_markovformer": to_markovformer,
+               "__module__": __name__, "attribute_map": attribute_map}  # fmt: skip
+    if "max_positions" in fields:
+        members["max_position_embeddings"] = property(max_position_embeddings, set_max_position_embeddings)
+    return type(name, (PretrainedConfig,), members)
 
 
 # transformers' standard config names -> markovformer's field names (a config's ``attribute_map``, where it has them)

@@ -249,6 +249,14 @@ class MarkovianTransformerConfig(ModelConfig):
             return entry
         return {**own, "kind": kind, "scope": "global"}
 
+    @property
+    def positions_end(self) -> int | None:
+        """The longest sequence one forward reads: ``max_positions`` with learned positions or a Linformer layer;
+        None for positions without an end (``max_positions`` is unread by the others)."""
+        if self.position != "learned" and "linformer" not in self.layer_kinds():
+            return None
+        return self.max_positions
+
     def layer_kinds(self) -> list[str]:
         """The attention kind of each layer."""
         if isinstance(self.attention, str):

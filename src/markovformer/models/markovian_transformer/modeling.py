@@ -59,9 +59,8 @@ class MarkovianTransformerPreTrainedModel(PreTrainedModel):
         """The most tokens one forward reads from position 0: ``max_positions`` with learned positions or a
         Linformer layer (generate re-runs the last that many past it), one fewer when a [CLS] vector takes the first
         position; None for positions without an end."""
-        if self.config.position != "learned" and "linformer" not in self.config.layer_kinds():
-            return None
-        return self.config.max_positions - int(getattr(self, "cls", None) is not None)
+        end = self.config.positions_end
+        return None if end is None else end - int(getattr(self, "cls", None) is not None)
 
     def markov_biases(self) -> list[MarkovBias]:
         """The Markov biases in use, in layer order (a layer with no Markov head keeps an unused one: left out)."""

@@ -83,6 +83,12 @@ class ScanMarkovConfig(ModelConfig):
         if self.backend not in BACKENDS:
             fail("backend", f"must be one of {BACKENDS}")
 
+    @property
+    def positions_end(self) -> int | None:
+        """The longest sequence the model reads: ``max_positions`` in recurrent mode; None in markov mode, where the
+        positions number each window of ``order`` tokens and a sequence may run on."""
+        return self.max_positions if self.context_mode == "recurrent" else None
+
 
 def check_order(value: object, max_positions: int, name: str) -> None:
     """ValueError naming ``name`` unless ``value`` is an integer in [1, max_positions]: a window of n tokens uses
