@@ -148,6 +148,24 @@ def test_scan_markov_generate_refuses_a_padded_prompt_as_padding_on_either_side(
         model.generate(prompt, attention_mask=mask, max_new_tokens=3, pad_token_id=0, do_sample=False)
 
 
+@pytest.mark.parametrize("asked", [dict(output_hidden_states=True), dict(output_attentions=True),
+                                   dict(output_attentions=True, use_cache=False)])  # fmt: skip
+def test_scan_markov_refuses_hidden_states_and_attentions_by_name(asked):
+    """Scan Markov has no layers of blocks to report on: asking for their hidden states or attentions is refused,
+    in generate and in a forward. They were dropped (None, or a tuple of Nones from generate(use_cache=False), to
+    which the refusal of attentions from the cache had sent the caller)."""
+    from markovformer import ScanMarkovConfig
+
+    config = ScanMarkovConfig(vocab_size=11, d_model=16, context_mode="recurrent", max_positions=32)
+    model = HF_CLASSES["scan_markov", "causal_lm"][1](HF_CONFIGS["scan_markov"](**config.to_dict())).eval()
+    prompt, (name,) = random_ids(1, 5, seed=2), [key for key in asked if key.startswith("output")]
+    message = rf"^ScanMarkovForCausalLM returns no hidden states or attentions .*: leave {name} unset$"
+    with pytest.raises(ValueError, match=message):
+        model.generate(prompt, max_new_tokens=2, do_sample=False, return_dict_in_generate=True, **asked)
+    with pytest.raises(ValueError, match=message):
+        model(prompt, **{name: True})
+
+
 def test_transformers_default_length_ends_only_where_the_positions_end():
     """transformers' generate ends a default-length generation at the config's max_position_embeddings: Scan Markov's
     markov mode (max_positions numbering each window of order tokens, as the shipped scan_shakespeare.yaml's 5) and
