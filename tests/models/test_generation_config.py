@@ -127,8 +127,13 @@ def test_the_rules_between_options_and_the_vocabulary_are_the_configs_too(famili
             model.generate(PROMPT, generation_config=config)
     with pytest.raises(TypeError, match="'max_tokens' is not a generation option"):
         families["markovian"].generate(PROMPT, max_tokens=3)
-    with pytest.raises(TypeError, match="generation_config must be a GenerationConfig"):
+    with pytest.raises(TypeError, match=r"^generation_config must be a markovformer.models.generation."
+                                        r"GenerationConfig; got builtins.dict: give its options"):  # fmt: skip
         families["markovian"].generate(PROMPT, generation_config={"max_new_tokens": 3})
+    # transformers' of the same name: the message read 'must be a GenerationConfig; got GenerationConfig'
+    theirs = type("GenerationConfig", (), {"__module__": "transformers.generation.configuration_utils"})()
+    with pytest.raises(TypeError, match=r"; got transformers.generation.configuration_utils.GenerationConfig: "):
+        families["markovian"].generate(PROMPT, generation_config=theirs)
     assert dataclasses.is_dataclass(config) and GenerationConfig().max_new_tokens == 20  # transformers' default
 
 

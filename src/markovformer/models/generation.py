@@ -191,7 +191,9 @@ def decoding_loop(
 def resolve_generation_config(generation_config: GenerationConfig | None, options: dict) -> GenerationConfig:
     """``generation_config`` (default: ``GenerationConfig()``) updated by keyword ``options``, checked once."""
     if generation_config is not None and not isinstance(generation_config, GenerationConfig):
-        raise TypeError(f"generation_config must be a GenerationConfig; got {type(generation_config).__name__}")
+        given = type(generation_config)  # named in full: transformers' class has the same name
+        raise TypeError(f"generation_config must be a {__name__}.GenerationConfig; got {given.__module__}."
+                        f"{given.__qualname__}: give its options as keywords instead, e.g. max_new_tokens=50")
     return (generation_config or GenerationConfig()).replace(**options)
 
 
