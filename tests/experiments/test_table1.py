@@ -122,7 +122,7 @@ def test_missing_domains_are_skipped_and_cells_are_the_evaluations_of_their_runs
     write_genomics(only_genomics)
     lines: list[str] = []
     overrides = {**TINY, "data_dir": str(only_genomics), "models": [MARKOVIAN, "transformer"], "ablations": [],
-                 "ratios": [0.25]}  # fmt: skip
+                 "ratios": [0.75]}  # fmt: skip
     report = run_experiment("table1", tmp_path / "out", seeds=(0, 1), overrides=overrides, log=lines.append)
 
     for dataset, domain in (("sp500", "finance"), ("digits", "speech")):
@@ -135,7 +135,7 @@ def test_missing_domains_are_skipped_and_cells_are_the_evaluations_of_their_runs
     assert set(results["skipped"]) == {"finance", "speech"} and list(results["setups"]) == ["genomics"]
 
     cells = results["cells"]
-    assert {(c["variant"], c["seed"]) for c in cells} == {(v, s) for v in (MARKOVIAN, "transformer", "ratio=0.25")
+    assert {(c["variant"], c["seed"]) for c in cells} == {(v, s) for v in (MARKOVIAN, "transformer", "ratio=0.75")
                                                           for s in (0, 1)}  # fmt: skip
     for cell in cells:  # every number is runner.evaluate of the cell's own run
         assert cell["val"] == evaluate(cell["run_dir"], "val")["metrics"]
@@ -144,13 +144,13 @@ def test_missing_domains_are_skipped_and_cells_are_the_evaluations_of_their_runs
         assert cell["parameters"] == load_run(cell["run_dir"])[1].num_parameters()
     assert len({c["run_dir"] for c in cells}) == len(cells)  # seeds train separate runs
 
-    for variant in (MARKOVIAN, "transformer", "ratio=0.25"):
+    for variant in (MARKOVIAN, "transformer", "ratio=0.75"):
         values = [c["scores"]["auroc"] for c in sorted(cells, key=lambda c: c["seed"]) if c["variant"] == variant]
         entry = results["summaries"]["genomics"][variant]["auroc"]
         assert entry["mean"] == pytest.approx(sum(values) / 2)
         assert entry["std"] == pytest.approx(abs(values[0] - values[1]) / 2**0.5)  # sample std of two values
         assert f"{entry['mean']:.4f} ± {entry['std']:.4f}" in report.read_text()
-    validation = {v: results["summaries"]["genomics"][v]["val_auroc"]["mean"] for v in (MARKOVIAN, "ratio=0.25")}
+    validation = {v: results["summaries"]["genomics"][v]["val_auroc"]["mean"] for v in (MARKOVIAN, "ratio=0.75")}
     assert results["chosen_ratio"]["genomics"] == max(validation, key=validation.get)
     assert (tmp_path / "out" / "table1.png").stat().st_size > 0
 
@@ -305,6 +305,8 @@ def test_settings_and_rows_are_refused_or_kept_at_their_boundaries():
         with pytest.raises(ValueError, match=f"hybrid ratio {ratio!r}"):
             variants((MARKOVIAN,), (), (ratio,))
     assert list(variants((MARKOVIAN,), (), (0.5, 0.25))) == [MARKOVIAN, "ratio=0.25"]  # 0.5 is the MT's own row
+    with pytest.raises(ValueError, match=r"table1\.ratios: 0\.25 of n_heads=2 heads gives no Markov head"):
+        check_settings(Table1Settings(n_heads=2, ratios=(0.25,)))  # before any cell trains
 
 
 def test_each_ablation_and_ratio_row_changes_what_it_names():
@@ -318,9 +320,9 @@ def test_each_ablation_and_ratio_row_changes_what_it_names():
 
 def test_ablations_and_ratios_keep_the_markovian_transformers_width(data_dir):
     settings = settings_for(data_dir)
-    rows = variants((MARKOVIAN, "transformer"), ("no_gru", "pure_markov"), (0.25,))
+    rows = variants((MARKOVIAN, "transformer"), ("no_gru", "pure_markov"), (0.75,))
     setup = set_up_domain("genomics", settings, rows, log=lambda line: None)
-    for variant in ("ablation-no_gru", "ablation-pure_markov", "ratio=0.25"):
+    for variant in ("ablation-no_gru", "ablation-pure_markov", "ratio=0.75"):
         assert setup.sections[variant]["d_model"] == settings.d_model
 
 

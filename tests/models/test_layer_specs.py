@@ -120,6 +120,9 @@ def test_per_layer_options_round_trip_through_a_config_dict():
     ({"kind": "hybrid_parallel", "scope": "global", "backend": "banded"}, r"attention\[1\]\.backend='banded'"),
     # H3 sizes its heads by channels: the config took any head_dim and the model's constructor refused it unnamed
     ({"kind": "h3", "head_dim": 3}, r"attention\[1\]\.head_dim=3: must divide d_model=16"),
+    # a split whose ratio rounds to no Markov head built random-feature heads alone, its Markov options unread
+    ({"kind": "hybrid_split", "markov_head_ratio": 0.4}, r"attention\[1\]\.markov_head_ratio=0.4: with n_heads=2 it "
+                                                        r"gives floor\(0.8\) = 0 Markov heads"),
 ])  # fmt: skip
 def test_an_invalid_per_layer_option_raises_once_naming_the_layer_option_and_value(entry, message):
     with pytest.raises(ValueError, match=message) as raised:

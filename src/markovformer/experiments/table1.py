@@ -48,6 +48,7 @@ from markovformer.experiments.table1_models import (
 )
 from markovformer.experiments.table1_report import write_report
 from markovformer.experiments.table1_speed import measure_in_child
+from markovformer.layers.hybrid_attention import markov_head_count
 from markovformer.training.run_config import resolve_run_config
 
 NAME = "table1"
@@ -99,6 +100,10 @@ def check_settings(settings: Table1Settings) -> None:
         if getattr(settings, domain) not in DATASETS[domain]:
             raise ValueError(f"table1.{domain}={getattr(settings, domain)!r} must be one of {DATASETS[domain]}")
     variants(settings.models, settings.ablations, settings.ratios)  # names checked
+    for ratio in settings.ratios:  # each a hybrid: at least one Markov head (the model config refuses none)
+        if not markov_head_count(settings.n_heads, ratio):
+            raise ValueError(f"table1.ratios: {ratio!r} of n_heads={settings.n_heads} heads gives no Markov head; "
+                             f"give ratios of at least 1/{settings.n_heads}")  # fmt: skip
     if settings.ablations or settings.ratios:
         if MARKOVIAN not in settings.models:
             raise ValueError(f"table1: ablations and ratios compare against {MARKOVIAN!r}; keep it in models")

@@ -295,6 +295,12 @@ class MarkovianTransformerConfig(ModelConfig):
                 settings = ATTENTION_KINDS[kind].options(**values)  # the kind's rules and defaults, applied once
             except ValueError as error:
                 raise ValueError(f"{where}.{error}") from None
+            ratio = getattr(settings, "markov_head_ratio", None)  # a split hybrid's: floor(n_heads * ratio) heads
+            if kind == "hybrid_split" and ratio and not markov_head_count(self.n_heads, ratio):
+                named = type(self).__name__ if isinstance(self.attention, str) else where  # flat: the flat field
+                raise ValueError(f"{named}.markov_head_ratio={ratio!r}: with n_heads={self.n_heads} it gives "
+                                 f"floor({self.n_heads * ratio:.4g}) = 0 Markov heads, random-feature heads alone; "
+                                 f"set it to at least 1/{self.n_heads} for one (0 for none)")  # fmt: skip
             head_dim = getattr(settings, "head_dim", None)  # a kind whose heads are sized by channels, not n_heads
             if head_dim is not None and self.d_model % head_dim:
                 raise ValueError(f"{where}.head_dim={head_dim}: must divide d_model={self.d_model}")
