@@ -8,6 +8,7 @@ import copy
 import json
 import math
 import random
+import re
 import typing
 from pathlib import Path
 
@@ -360,3 +361,25 @@ def test_speech_digits_reads_the_digits_file_and_tests_on_unseen_voices():
     config = resolved("speech_digits")
     assert config.task == "ctc" and config.data["path"] == f"data/{DATA_RECIPES['digits'].file_name}"
     assert config.data["test_set"] == "synthetic"
+
+
+def _suggested_settings(name: str, marker: str) -> dict:
+    """The `key: value` settings of the comment of configs/NAME.yaml that holds ``marker``, from its opening
+    parenthesis to its closing one (a comment may run over several lines), as YAML reads each value."""
+    lines = (CONFIG_DIR / f"{name}.yaml").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if marker in line)
+    text = " ".join(line.split("#", 1)[1] for line in lines[start:start + 3] if "#" in line)
+    opening = text.rindex("(", 0, text.index(marker))
+    text = text[opening:text.index(")", opening)]
+    return {key: yaml.safe_load(value) for key, value in re.findall(r"(?<![\w.-])(\w+): (\w+)", text)}
+
+
+def test_the_demo_comments_sliding_window_softmax_builds_over_the_markov_layers_keys():
+    """causal_lm_chain.yaml's comment on scope names the edit that makes its model sliding-window softmax: made in
+    the file as written, the model builds softmax layers that see the keys its Markov layers see."""
+    config = resolved("causal_lm_chain")
+    suggested = _suggested_settings("causal_lm_chain", "sliding-window")
+    assert suggested["attention"] == "softmax" and suggested["scope"] == "local"
+    markov = model_config(config).layer_specs()[0].settings
+    softmax = model_config(config, **suggested).layer_specs()[0]
+    assert softmax.kind == "softmax" and (softmax.settings.scope, softmax.settings.window) == ("local", markov.window)
