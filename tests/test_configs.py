@@ -364,11 +364,11 @@ def test_speech_digits_reads_the_digits_file_and_tests_on_unseen_voices():
 
 
 def _suggested_settings(name: str, marker: str) -> dict:
-    """The `key: value` settings of the comment of configs/NAME.yaml that holds ``marker``, from its opening
-    parenthesis to its closing one (a comment may run over several lines), as YAML reads each value."""
+    """The `key: value` settings of the comment of configs/NAME.yaml that holds ``marker``, from the opening
+    parenthesis before it to the closing one (a comment may run over several lines), as YAML reads each value."""
     lines = (CONFIG_DIR / f"{name}.yaml").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if marker in line)
-    text = " ".join(line.split("#", 1)[1] for line in lines[start:start + 3] if "#" in line)
+    text = " ".join(line.split("#", 1)[1] for line in lines[max(start - 2, 0):start + 3] if "#" in line)
     opening = text.rindex("(", 0, text.index(marker))
     text = text[opening:text.index(")", opening)]
     return {key: yaml.safe_load(value) for key, value in re.findall(r"(?<![\w.-])(\w+): (\w+)", text)}
@@ -383,3 +383,20 @@ def test_the_demo_comments_sliding_window_softmax_builds_over_the_markov_layers_
     markov = model_config(config).layer_specs()[0].settings
     softmax = model_config(config, **suggested).layer_specs()[0]
     assert softmax.kind == "softmax" and (softmax.settings.scope, softmax.settings.window) == ("local", markov.window)
+
+
+def test_mixers_mqar_takes_every_kind_its_comment_offers_by_swapping_attention_in_the_file():
+    """The comment offers swapping `attention` for any kind it lists: each, written into the copied file's model
+    section as it stands, builds (a `scope: global` there was refused by the kinds without a scope, hyena and s4d),
+    and the sliding window it describes is softmax over the window it gives."""
+    config = resolved("mixers_mqar")
+    header = (CONFIG_DIR / "mixers_mqar.yaml").read_text().split("\ntask:")[0]
+    offered = re.search(r"for any kind \(([^;)]*)", header.replace("\n# ", " ")).group(1)
+    kinds = [kind.strip() for kind in offered.split(",") if re.fullmatch(r"\w+", kind.strip())]
+    assert {"markov", "hyena", "s4d"} <= set(kinds)
+    for kind in kinds:
+        assert model_config(config, attention=kind).layer_kinds() == [kind] * config.model["n_layers"]
+    assert model_config(config).layer_specs()[0].settings.scope == "global"
+    window = _suggested_settings("mixers_mqar", "sliding window")
+    layer = model_config(config, **window).layer_specs()[0]
+    assert (layer.kind, layer.settings.scope, layer.settings.window) == ("softmax", "local", window["window"])
