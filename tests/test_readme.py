@@ -411,3 +411,20 @@ def test_the_attention_weights_said_to_be_probabilities_are_or_the_exception_is_
     text = " ".join((ROOT / "README.md").read_text().split())
     sentence = text[text.index("whatever the backend: probabilities for") :].split(";")[0]
     assert "random-feature" in sentence and "trig" in sentence and "signed" in sentence
+
+
+def test_the_token_store_cache_is_where_the_readme_and_the_text_configs_say(monkeypatch, tmp_path):
+    """data.cache_dir, else $MARKOVFORMER_CACHE, else $XDG_CACHE_HOME's markovformer/token_stores (~/.cache's without
+    it): the README named ~/.cache where the text configs' comments and the code read $XDG_CACHE_HOME first."""
+    from markovformer.data.readers.token_store import cache_root
+
+    monkeypatch.delenv("MARKOVFORMER_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_root("") == tmp_path / "markovformer/token_stores"
+    text = " ".join((ROOT / "README.md").read_text().split())
+    chain = text[text.index("cached under `data.cache_dir`"):][:200]
+    assert "`$XDG_CACHE_HOME/markovformer/token_stores`" in chain and chain.index("$MARKOVFORMER_CACHE") < chain.index(
+        "$XDG_CACHE_HOME")
+    for name in ("text_char", "text_bpe"):
+        comment = (ROOT / f"src/markovformer/configs/{name}.yaml").read_text()
+        assert "$MARKOVFORMER_CACHE, else $XDG_CACHE_HOME" in comment
