@@ -400,3 +400,13 @@ def test_mixers_mqar_takes_every_kind_its_comment_offers_by_swapping_attention_i
     window = _suggested_settings("mixers_mqar", "sliding window")
     layer = model_config(config, **window).layer_specs()[0]
     assert (layer.kind, layer.settings.scope, layer.settings.window) == ("softmax", "local", window["window"])
+
+
+def test_mat_de_en_names_the_debian_package_its_recipe_downloads():
+    """`data prepare de-en` fetches a Debian package of several MB (trans-de-en 1.9-6: 6,276,816 bytes); the comment
+    said it downloaded ~1 MB. It names the package now, so its size can be looked up (apt-cache show)."""
+    from markovformer.data.recipes import de_en
+
+    header = (CONFIG_DIR / "mat_de_en.yaml").read_text().split("\ntask:")[0]
+    assert f"{de_en.PACKAGE}, a 6 MB package" in " ".join(line.lstrip("# ") for line in header.splitlines())
+    assert "~1 MB" not in header
