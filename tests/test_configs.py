@@ -410,3 +410,18 @@ def test_mat_de_en_names_the_debian_package_its_recipe_downloads():
     header = (CONFIG_DIR / "mat_de_en.yaml").read_text().split("\ntask:")[0]
     assert f"{de_en.PACKAGE}, a 6 MB package" in " ".join(line.lstrip("# ") for line in header.splitlines())
     assert "~1 MB" not in header
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda path: path.stem)
+def test_comments_spell_no_value_as_python_does(path):
+    """A value a comment offers is typed into the YAML as written: YAML reads `None` as the string 'None' (refused:
+    "model.order='None' has the wrong type"), so the offer is `null`, as mat_synthetic's (null = unbounded) is."""
+    comments = [line.split("#", 1)[1] for line in path.read_text().splitlines() if "#" in line]
+    assert not [comment for comment in comments if re.search(r"\bNone\b", comment)]
+    assert yaml.safe_load("None") == "None"
+
+
+def test_mat_synthetics_unbounded_order_is_null():
+    config = resolved("mat_synthetic")
+    offered = re.search(r"\((\w+) = unbounded\)", (CONFIG_DIR / "mat_synthetic.yaml").read_text()).group(1)
+    assert model_config(config, order=yaml.safe_load(offered)).order is None
