@@ -428,3 +428,17 @@ def test_the_token_store_cache_is_where_the_readme_and_the_text_configs_say(monk
     for name in ("text_char", "text_bpe"):
         comment = (ROOT / f"src/markovformer/configs/{name}.yaml").read_text()
         assert "$MARKOVFORMER_CACHE, else $XDG_CACHE_HOME" in comment
+
+
+def test_the_task_options_sentence_names_every_tasks_own_options():
+    """The Configs section lists each task's `task_options` (vmt_hmm.yaml sets all four of the VMT's); it named three,
+    leaving out `iw_samples`, the K of the importance-weighted bound validation reports."""
+    from dataclasses import fields
+
+    from markovformer.training.tasks import TASKS
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    sentence = text[text.index("a task's own options go in `task_options`"):][:400].split("; each field's help")[0]
+    for name, task in TASKS.items():
+        for option in fields(task.Options):
+            assert f"`{option.name}`" in sentence.split(f"`{name}`: ", 1)[1], (name, option.name)
