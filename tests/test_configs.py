@@ -425,3 +425,20 @@ def test_mat_synthetics_unbounded_order_is_null():
     config = resolved("mat_synthetic")
     offered = re.search(r"\((\w+) = unbounded\)", (CONFIG_DIR / "mat_synthetic.yaml").read_text()).group(1)
     assert model_config(config, order=yaml.safe_load(offered)).order is None
+
+
+def test_scan_shakespeare_large_says_each_trainer_value_it_changes():
+    """Its header said that everything but the width, label smoothing, weight decay and positions was the seed setup
+    of scan_shakespeare.yaml, where its batch size, learning rate, warm-up and steps differ too: each changed value is
+    named in the header now (the validation and checkpoint intervals aside)."""
+    base = load_yaml(CONFIG_DIR / "scan_shakespeare.yaml")["trainer"]
+    large = load_yaml(CONFIG_DIR / "scan_shakespeare_large.yaml")["trainer"]
+    header = " ".join(line.lstrip("# ") for line in
+                      (CONFIG_DIR / "scan_shakespeare_large.yaml").read_text().split("\ntask:")[0].splitlines())
+    said = {"label_smoothing": "without label smoothing", "weight_decay": f"weight decay {large['weight_decay']}",
+            "batch_size": f"batches of {large['batch_size']} windows",
+            "lr": f"lr {large['lr']:.0e}".replace("e-0", "e-"),
+            "warmup_steps": f"{large['warmup_steps']} warm-up steps", "max_steps": f"{large['max_steps']:,} steps"}
+    changed = {k for k in base if large[k] != base[k]} - {"eval_every", "checkpoint_every"}
+    assert changed <= set(said)
+    assert [said[k] for k in sorted(changed) if said[k] not in header] == []
