@@ -211,3 +211,28 @@ def test_a_recording_an_audio_manifest_names_is_hashed_and_a_changed_one_is_refu
     scored = run_in_process("eval", "run", "--json", cwd=tmp_path)
     assert scored.returncode == 0, scored.stderr[-2000:]
     assert json.loads(scored.stdout)["changed_data_files"] == [str(changed)]
+
+
+def test_a_data_file_moved_and_linked_from_where_it_was_resumes_and_a_changed_one_is_refused(tmp_path):
+    """data.json records resolved paths: a file moved and replaced by a link to it (the same bytes) was refused on
+    resume as data 'this version of markovformer builds otherwise' (splits.resolved_paths differed), and its sha256
+    went uncompared, the new path being one data.json never recorded."""
+    text = "".join(f"line {i} of the notes, words and more words\n" for i in range(200))
+    (tmp_path / "e").mkdir()
+    (tmp_path / "store").mkdir()
+    notes = tmp_path / "e" / "notes.txt"
+    notes.write_text(text)
+    data = f"data={{source: text, tokenizer: char, seq_len: 16, path: e/notes.txt, cache_dir: {tmp_path / 'cache'}}}"
+    trained = run_in_process("train", "task=causal_lm", data, MODEL, *TRAINER, "output_dir=run", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+
+    notes.rename(tmp_path / "store" / "notes.txt")
+    notes.symlink_to(tmp_path / "store" / "notes.txt")
+    (tmp_path / "store" / "notes.txt").write_text(text[3000:] + text[:3000])  # the same length and alphabet
+    resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
+    one_line_error(resumed, str(notes), "changed since the run started")
+
+    (tmp_path / "store" / "notes.txt").write_text(text)
+    resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert (tmp_path / "run" / "finished.json").is_file()

@@ -69,6 +69,10 @@ def check_same_data(run_dir: Path, bundle: DataBundle) -> None:
     record = data_record(bundle)  # hashes the data files once
     digests = isinstance(saved, dict) and bool(saved.get(FILE_DIGESTS))
     recorded = saved.get(FILE_DIGESTS) if digests else None
+    if isinstance(recorded, dict) and len(recorded) == len(record[FILE_DIGESTS]):
+        # a file now reached through a link (moved, then linked from where it was) resolves elsewhere: the same
+        # file option's file, compared by its contents under the name the run recorded
+        record = _renamed(record, dict(zip(record[FILE_DIGESTS], recorded, strict=True)))
     changed = changed_digests(recorded, record[FILE_DIGESTS]) if isinstance(recorded, dict) else {}
     if changed:
         raise ConfigError(_changed_files_message(run_dir, changed, restore))
@@ -84,6 +88,16 @@ def check_same_data(run_dir: Path, bundle: DataBundle) -> None:
     raise ConfigError(f"{run_dir / DATA_RECORD}: the data rebuilt from the run's config differs from the data it "
                       f"started with ({where}: {before!r} then, {now!r} now): was a data file changed? "
                       f"Restore it, {restore}")  # fmt: skip
+
+
+def _renamed(value, names: dict[str, str]):
+    """``value`` (a record as JSON reads it) with each string, and each key, that ``names`` holds written as its
+    value there."""
+    if isinstance(value, dict):
+        return {names.get(key, key): _renamed(item, names) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_renamed(item, names) for item in value]
+    return names.get(value, value) if isinstance(value, str) else value
 
 
 def _changed_files_message(run_dir: Path, changed: dict[str, tuple[str, str]], restore: str) -> str:
