@@ -383,3 +383,21 @@ def test_eval_says_how_many_tokens_at_the_parts_ends_fill_no_window(tmp_path, ca
     capsys.readouterr()
     assert main(["eval", str(tmp_path / "overlap0"), "--split", "test"]) == 0
     assert "at the end of the test part fill no window of seq_len + 1" in capsys.readouterr().out
+
+
+def test_a_relative_link_to_a_data_file_is_found_again_from_another_working_folder(tmp_path, monkeypatch):
+    """path: d/link.txt, a link to d/real.txt, trained in tmp_path: data.json records the resolved d/real.txt, which
+    holds no link.txt, so ``eval`` from another folder refused the run ('data.path='d/link.txt': no such file')
+    where a plain relative path is scored from the file recorded."""
+    real = tmp_path / "d" / "real.txt"
+    real.parent.mkdir()
+    real.write_text("text\n")
+    (tmp_path / "d" / "link.txt").symlink_to("real.txt")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "data.json").write_text(json.dumps({"file_sha256": {str(real.resolve()): "0" * 64}}))
+    found = recorded_data_files(run_dir, {"source": "text", "path": "d/link.txt"}, {})
+    assert found == {"path": str(tmp_path.resolve() / "d" / "link.txt")}

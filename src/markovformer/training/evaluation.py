@@ -99,6 +99,9 @@ def recorded_data_files(run_dir: Path, data: dict, overrides: dict) -> dict:
             continue
         places = {Path(*path.parts[: i + len(name)]) for path in recorded for i in range(len(path.parts))
                   if path.parts[i : i + len(name)] == name}  # fmt: skip
+        if not places:  # a link to the file, named as it was given, beside any of the folders of its resolved path
+            places = {Path(*path.parts[:i], *name) for path in recorded for i in range(1, len(path.parts))
+                      if Path(*path.parts[:i], *name).resolve() in recorded}  # fmt: skip
         if len(places) == 1 and next(iter(places)).exists():
             found[key] = str(next(iter(places)))
     return found
