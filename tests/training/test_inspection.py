@@ -259,6 +259,26 @@ def test_a_model_without_attention_figures_says_so(tmp_path):
     assert ("<td>order gates and attention figures</td><td>none: ScanMarkovForCausalLM hands out no attention "
             "weights or gates</td>") in page
 
+def test_a_run_given_a_relative_path_is_inspected_from_another_working_folder(tmp_path, monkeypatch):
+    """path: corpus.txt, trained in a/: ``inspect a/run`` from the folder above drew the figures of the file data.json
+    recorded, as ``eval`` scores it; it refused the run ('data.path='corpus.txt': no such file')."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "corpus.txt").write_text("".join(f"{w} " for w in ("to be or not that is the " * 60).split()))
+    run = {"task": "causal_lm", "output_dir": "run", "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+           "data": {"source": "text", "path": "corpus.txt", "seq_len": 16, "cache_dir": str(tmp_path / "cache")},
+           "trainer": {"max_steps": 1, "batch_size": 4, "warmup_steps": 1, "eval_every": 1, "checkpoint_every": 1,
+                       "log_every": 1, "eval_batch_size": 4}}  # fmt: skip
+    (tmp_path / "a" / "run.yaml").write_text(yaml.safe_dump(run))
+    monkeypatch.chdir(tmp_path / "a")
+    assert main(["train", "run.yaml"]) == 0
+    inside = write_inspection_report("run", out_dir=tmp_path / "inside")
+    monkeypatch.chdir(tmp_path)
+    outside = write_inspection_report("a/run", out_dir=tmp_path / "outside")
+    assert sorted(path.name for path in outside.parent.iterdir()) == sorted(REPORT)
+    for name in ("attention.png", "order_gates.png"):  # drawn from the first validation example: the same text
+        assert (outside.parent / name).read_bytes() == (inside.parent / name).read_bytes()
+
+
 def test_the_end_of_run_report_names_markov_layers_by_their_model_layer(capsys):
     """A softmax layer, then a Markov one: the strengths printed are model layer 1's (they were called layer 0,
     the index among Markov layers, where the report's figures say layer 1)."""

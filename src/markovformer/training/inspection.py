@@ -9,6 +9,7 @@ sequences are; the captions say what was read. The report is written as one tran
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import io
 import json
@@ -35,6 +36,7 @@ from markovformer.plots.markov import weight_scale
 from markovformer.training.build import build_data
 from markovformer.training.data_record import read_data_info
 from markovformer.training.durations import format_duration
+from markovformer.training.evaluation import recorded_data_files
 from markovformer.training.lag_profiles import example_prefix, lag_profiles, profile_caption
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.learned_positions import ReadPositions, position_figures
@@ -236,6 +238,7 @@ def write_inspection_report(target: str | Path, layers: list[int] | None = None,
     if layers is not None:
         layers = list(dict.fromkeys(layers))  # --layers 0 0 drew layer 0's maps twice
     config, model, run_dir, weights = load_trained_run(target)
+    config = dataclasses.replace(config, data={**config.data, **recorded_data_files(run_dir, config.data, {})})
     default = "report" if Path(target).is_dir() else f"report-{Path(target).stem}"
     out = Path(out_dir) if out_dir is not None else run_dir / default
     index = replace_folder(out, lambda staging: _write_report(config, model, run_dir, staging, layers, weights))
