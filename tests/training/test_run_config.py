@@ -168,3 +168,23 @@ def test_a_markov_chain_option_out_of_range_is_refused_as_the_data_option_it_is(
 
     with pytest.raises(ConfigError, match=expected):
         build_dataclass(DATA_SOURCES["markov_chain"], {"seq_len": 8, **data}, "data")
+
+
+def test_a_run_directory_under_home_holds_the_whole_run(tmp_path, monkeypatch):
+    """output_dir=~/runs/t: Lightning expanded ~ for checkpoints/ and tensorboard/ only, so the run was split between
+    $HOME/runs/t (its checkpoints) and a folder named ~ in the working folder (config.yaml, model/, finished.json),
+    neither of them a run ``--resume`` or ``eval`` could read whole."""
+    import yaml
+    from conftest import TINY_RUN
+
+    from markovformer.cli.main import main
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    trainer = {**TINY_RUN["trainer"], "max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY_RUN, "trainer": trainer}))
+    assert main(["train", "tiny.yaml", "output_dir=~/runs/t", "trainer.logger=csv"]) == 0
+    run_dir = tmp_path / "home" / "runs" / "t"
+    assert not (tmp_path / "~").exists()
+    assert {"config.yaml", "finished.json", "checkpoints", "model"} <= {path.name for path in run_dir.iterdir()}
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["output_dir"] == str(run_dir)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import re
 import types
 import typing
@@ -56,6 +57,8 @@ class RunConfig:
                               f"{type(self.task_options).__name__}")  # fmt: skip
         if not self.output_dir.strip():  # an empty path is the working directory: the run would land there
             raise ConfigError(f"output_dir={shown(self.output_dir)} is empty; name the run directory")
+        # Lightning expands ~ in the paths of checkpoints/ and tensorboard/: the run's other files go there too
+        self.output_dir = os.path.expanduser(self.output_dir)
         if self.init_from_skip and self.init_from is None:
             raise ConfigError("init_from_skip is set but init_from is not: name the run or model directory to start "
                               "from")  # fmt: skip
