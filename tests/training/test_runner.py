@@ -244,3 +244,21 @@ def test_a_ctrl_c_while_the_final_files_are_written_says_the_run_is_unfinished(t
     resumed = main_cli("train", "--resume", "run")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((tmp_path / "run" / "finished.json").read_text())["steps"] == 40
+
+
+def test_a_run_inside_the_folder_of_its_documents_is_refused_before_it_writes(tmp_path, monkeypatch):
+    """data.path=docs, output_dir=docs/sub/run: the run trained, then its eval, inspect and --resume read its own
+    files as documents ('docs/sub/run/checkpoints/last.ckpt: byte 0xd0 at offset 0 is not valid UTF-8')."""
+    from markovformer.training.runner import train
+    from markovformer.training.trainer_config import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    for index in range(20):
+        (tmp_path / "docs" / f"{index:02d}.txt").write_text(f"document {index}: to be or not to be, " * 20)
+    run = {**TINY_RUN, "data": {"source": "text", "path": "docs", "seq_len": 16, "cache_dir": str(tmp_path / "c")},
+           "trainer": {**TINY_RUN["trainer"], "max_steps": 1, "warmup_steps": 1, "logger": "csv"},
+           "output_dir": "docs/sub/run"}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"output_dir='docs/sub/run' is inside data.path='docs', a folder whose"):
+        train(resolve_run_config(run))
+    assert sorted(path.name for path in (tmp_path / "docs").iterdir()) == [f"{i:02d}.txt" for i in range(20)]

@@ -76,6 +76,21 @@ def data_files(data: dict) -> list[Path]:
     return list(dict.fromkeys(file.resolve() for file in files))
 
 
+def check_run_outside_data(run_dir: Path, data: dict) -> None:
+    """ConfigError when a new run's directory lies inside a folder a data option names: every file of that folder is
+    data, so the run's own files (checkpoints, config.yaml) would be read as data when its eval, inspect or
+    ``--resume`` rebuilds it (a run in data.path=docs trained, then every one of them failed on
+    'docs/run/checkpoints/last.ckpt: byte 0xd0 at offset 0 is not valid UTF-8')."""
+    for key in FILE_OPTIONS:
+        value = data.get(key)
+        for entry in (value if isinstance(value, (list, tuple)) else [value]) if value else []:
+            folder = Path(str(entry))
+            if folder.is_dir() and run_dir.resolve().is_relative_to(folder.resolve()):
+                raise ConfigError(f"output_dir={str(run_dir)!r} is inside data.{key}={str(entry)!r}, a folder whose "
+                                  f"every file is read as data: the run's own files would be read as data when it "
+                                  f"is evaluated or resumed; choose an output_dir outside it")  # fmt: skip
+
+
 def saved_tokenizer(directory: str | Path) -> Path | None:
     """The folder of the tokenizer a run directory (its tokenizer/) or a saved model directory (its tokenizer.json,
     as a run's model/ holds it) keeps; None when it keeps none."""

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 
 from markovformer.data.bundle import DataBundle
 from markovformer.models.config_base import suggest
-from markovformer.training.build import build_data, build_model, build_run_task
+from markovformer.training.build import build_data, build_model, build_run_task, check_run_outside_data
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
 from markovformer.training.data_record import check_same_data
 from markovformer.training.divergence import DivergenceGuard
@@ -154,6 +154,7 @@ def train(config: RunConfig) -> dict:
     check_logger(config.trainer.logger)
     check_nodes(config.trainer.num_nodes)
     run_dir = Path(config.output_dir)
+    check_run_outside_data(run_dir, config.data)
     writer = is_run_writer(config.trainer)
     created = not run_dir.exists()
     with run_dir_lock(run_dir, writer):
