@@ -35,6 +35,17 @@ def _close_in_child() -> None:
 os.register_at_fork(after_in_child=_close_in_child)
 
 
+def _not_a_folder(run_dir: Path) -> str | None:
+    """What stops ``run_dir`` being made a folder: the first of its parents, or itself, that is a file or a link to
+    nothing (mkdir says 'File exists' of both, naming the path it made)."""
+    for path in [*reversed(run_dir.parents), run_dir]:
+        if path.is_symlink() and not path.exists():
+            return f"{path} is a link to {os.readlink(path)}, which does not exist"
+        if path.exists() and not path.is_dir():
+            return f"{path} is a file"
+    return None
+
+
 @contextmanager
 def run_dir_lock(run_dir: Path, writer: bool = True) -> Iterator[None]:
     """Hold the run directory's lock (creating the directory) when ``writer``; ConfigError naming the holder's pid
@@ -51,9 +62,11 @@ def run_dir_lock(run_dir: Path, writer: bool = True) -> Iterator[None]:
         if error.errno == errno.ELOOP:
             raise ConfigError(f"{lock} is a symbolic link; a run's lock file must be a plain file: remove the link "
                               f"and start again") from None  # fmt: skip
-        problem = "a path under a file" if isinstance(error, (FileExistsError, NotADirectoryError)) else error.strerror
-        raise ConfigError(f"output_dir={str(run_dir)!r} cannot hold a run ({problem}: {error.filename}); choose a "
-                          f"writable directory") from None  # fmt: skip
+        problem = f"{error.strerror}: {error.filename}"
+        if isinstance(error, (FileExistsError, NotADirectoryError)):
+            problem = _not_a_folder(run_dir) or problem
+        raise ConfigError(f"output_dir={str(run_dir)!r} cannot hold a run ({problem}); choose a writable "
+                          f"directory") from None  # fmt: skip
     try:
         status = os.fstat(descriptor)
         if not stat.S_ISREG(status.st_mode) or status.st_nlink > 1:  # its truncation would reach another file
