@@ -262,3 +262,20 @@ def test_a_run_inside_the_folder_of_its_documents_is_refused_before_it_writes(tm
     with pytest.raises(ConfigError, match=r"output_dir='docs/sub/run' is inside data.path='docs', a folder whose"):
         train(resolve_run_config(run))
     assert sorted(path.name for path in (tmp_path / "docs").iterdir()) == [f"{i:02d}.txt" for i in range(20)]
+
+
+def test_a_refused_run_leaves_none_of_the_folders_it_made(tmp_path, monkeypatch):
+    """output_dir=fresh/a/run refused (a seq_len longer than the data): the run's folder went, fresh/a stayed; a
+    folder that was there before (keep/) stays."""
+    from markovformer.training.runner import train
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "notes.txt").write_text("to be or not to be, " * 50)
+    for output_dir in ("fresh/a/run", "keep/b/run"):
+        run = {**TINY_RUN, "output_dir": output_dir, "trainer": {**TINY_RUN["trainer"], "logger": "csv"},
+               "data": {"source": "text", "path": "notes.txt", "seq_len": 5000, "cache_dir": str(tmp_path / "c")}}
+        with pytest.raises(ValueError, match="fewer than seq_len"):
+            train(resolve_run_config(run))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["c", "keep", "notes.txt"]
+    assert list((tmp_path / "keep").iterdir()) == []

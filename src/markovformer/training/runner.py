@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -156,7 +157,7 @@ def train(config: RunConfig) -> dict:
     run_dir = Path(config.output_dir)
     check_run_outside_data(run_dir, config.data)
     writer = is_run_writer(config.trainer)
-    created = not run_dir.exists()
+    created = [folder for folder in (run_dir, *run_dir.parents) if not folder.exists()]  # the run's, then parents
     with run_dir_lock(run_dir, writer):
         if writer and ((run_dir / RESOLVED_CONFIG).exists() or (run_dir / "checkpoints").exists()):
             raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with --resume {run_dir} "
@@ -167,6 +168,9 @@ def train(config: RunConfig) -> dict:
             if writer and created and {path.name for path in run_dir.iterdir()} == {LOCK_FILE}:
                 (run_dir / LOCK_FILE).unlink()  # a run refused before it wrote anything leaves no directory behind
                 run_dir.rmdir()  # (still under the lock: no other writer can have started in it)
+                with contextlib.suppress(OSError):  # nor the parents it made, unless another run is in one now
+                    for folder in created[1:]:
+                        folder.rmdir()
             raise
 
 
