@@ -213,7 +213,7 @@ def test_a_recording_an_audio_manifest_names_is_hashed_and_a_changed_one_is_refu
     assert json.loads(scored.stdout)["changed_data_files"] == [str(changed)]
 
 
-def test_a_data_file_moved_and_linked_from_where_it_was_resumes_and_a_changed_one_is_refused(tmp_path):
+def test_a_data_file_moved_and_linked_from_where_it_was_resumes_and_a_changed_one_is_refused_and_said(tmp_path):
     """data.json records resolved paths: a file moved and replaced by a link to it (the same bytes) was refused on
     resume as data 'this version of markovformer builds otherwise' (splits.resolved_paths differed), and its sha256
     went uncompared, the new path being one data.json never recorded."""
@@ -231,6 +231,9 @@ def test_a_data_file_moved_and_linked_from_where_it_was_resumes_and_a_changed_on
     (tmp_path / "store" / "notes.txt").write_text(text[3000:] + text[:3000])  # the same length and alphabet
     resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
     one_line_error(resumed, str(notes), "changed since the run started")
+    scored = run_in_process("eval", "run", "--json", cwd=tmp_path)  # it said nothing, the path being new to it
+    assert json.loads(scored.stdout)["changed_data_files"] == [str(notes)]
+    assert f"warning: {notes} changed since the run started" in scored.stderr
 
     (tmp_path / "store" / "notes.txt").write_text(text)
     resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)

@@ -46,7 +46,20 @@ def changed_data_files(run_dir: Path, bundle: DataBundle) -> dict[str, tuple[str
     """``{path: (sha256 then, now)}`` of the data files of ``bundle`` whose contents are not those data.json recorded
     when the run started; files it did not record (other data given to ``eval``) are not compared."""
     recorded = read_data_record(run_dir, FILE_DIGESTS, strict=False)  # a broken one is reported where info is read
-    return changed_digests(recorded, file_digests([file for file in bundle.files if str(file) in recorded]))
+    names = linked_names(recorded)
+    digests = file_digests([file for file in bundle.files if str(file) in recorded or str(file) in names])
+    return changed_digests(recorded, {names.get(path, path): digest for path, digest in digests.items()})
+
+
+def linked_names(recorded: dict[str, str]) -> dict[str, str]:
+    """``{path now: path recorded}`` of each recorded data file whose recorded path now leads elsewhere (the file
+    moved and a link to it left where it was): the same file, compared under the name the run recorded."""
+    names = {}
+    for path in recorded:
+        now = str(Path(path).resolve())
+        if now != path and now not in recorded:
+            names[now] = path
+    return names
 
 
 def changed_digests(recorded: dict[str, str], now: dict[str, str]) -> dict[str, tuple[str, str]]:
@@ -69,10 +82,8 @@ def check_same_data(run_dir: Path, bundle: DataBundle) -> None:
     record = data_record(bundle)  # hashes the data files once
     digests = isinstance(saved, dict) and bool(saved.get(FILE_DIGESTS))
     recorded = saved.get(FILE_DIGESTS) if digests else None
-    if isinstance(recorded, dict) and len(recorded) == len(record[FILE_DIGESTS]):
-        # a file now reached through a link (moved, then linked from where it was) resolves elsewhere: the same
-        # file option's file, compared by its contents under the name the run recorded
-        record = _renamed(record, dict(zip(record[FILE_DIGESTS], recorded, strict=True)))
+    if isinstance(recorded, dict):
+        record = _renamed(record, linked_names(recorded))
     changed = changed_digests(recorded, record[FILE_DIGESTS]) if isinstance(recorded, dict) else {}
     if changed:
         raise ConfigError(_changed_files_message(run_dir, changed, restore))
