@@ -401,3 +401,18 @@ def test_a_relative_link_to_a_data_file_is_found_again_from_another_working_fold
     (run_dir / "data.json").write_text(json.dumps({"file_sha256": {str(real.resolve()): "0" * 64}}))
     found = recorded_data_files(run_dir, {"source": "text", "path": "d/link.txt"}, {})
     assert found == {"path": str(tmp_path.resolve() / "d" / "link.txt")}
+
+
+def test_a_data_file_whose_name_holds_glob_characters_is_found_again_from_another_working_folder(tmp_path,
+                                                                                                 monkeypatch):
+    """path: 'corpus [v1].txt', trained beside it: its name reads as a glob pattern, so eval from another folder
+    left it as configured and refused the run ('the pattern matches no file')."""
+    corpus = tmp_path / "g" / "corpus [v1].txt"
+    corpus.parent.mkdir()
+    corpus.write_text("text\n")
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "data.json").write_text(json.dumps({"file_sha256": {str(corpus): "0" * 64}}))
+    assert recorded_data_files(run_dir, {"source": "text", "path": "corpus [v1].txt"}, {}) == {"path": str(corpus)}
+    assert recorded_data_files(run_dir, {"source": "text", "path": "*.txt"}, {}) == {}  # a pattern is left as it is

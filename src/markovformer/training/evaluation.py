@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import glob
 import itertools
 import sys
 import warnings
@@ -91,7 +90,7 @@ def recorded_data_files(run_dir: Path, data: dict, overrides: dict) -> dict:
     found = {}
     for key in FILE_OPTIONS:
         value = data.get(key)
-        if key in overrides or not isinstance(value, str) or not value or glob.has_magic(value):
+        if key in overrides or not isinstance(value, str) or not value:
             continue
         parts = Path(value).parts
         name = tuple(itertools.dropwhile("..".__eq__, parts[1:] if parts[0] == PREPARED_PREFIX else parts))
