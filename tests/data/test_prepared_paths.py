@@ -83,7 +83,8 @@ def test_translation_file_source_reads_prepared_files_from_the_data_directory(st
     (store / "en.txt").write_text("".join(f"{t}\n" for _, t in pairs), encoding="utf-8")
     aligned = dataclasses.replace(source, path="data/de.txt", target_path="data/en.txt").build(seed=0)
     assert aligned.splits["num_pairs"] == 20 and aligned.splits["target_path"] == str(store / "en.txt")
-    with pytest.raises(ValueError, match=r"data.target_path='data/fr.txt': no such file$"):  # no recipe writes it
+    missing = rf"data.target_path='data/fr.txt': no such file \(nor {store}/fr.txt: \$MARKOVFORMER_DATA is {store}\)$"
+    with pytest.raises(ValueError, match=missing):  # no recipe writes it
         dataclasses.replace(source, path="data/de.txt", target_path="data/fr.txt").build(seed=0)
 
 
@@ -123,3 +124,14 @@ def test_each_recipe_s_usage_trains_a_shipped_config_made_for_its_file(name):
     files = [data[key] for key in ("path", "labels") if key in data]
     inside = [str(Path(written, file)) for file in recipe.folder_files] if recipe.folder_files else [written]
     assert sorted(files) == sorted(inside)
+
+
+def test_a_data_file_missing_from_the_data_directory_is_refused_naming_where_it_was_sought(store):
+    """$MARKOVFORMER_DATA pointing at the wrong folder (or a file) read 'data.path='data/corp.txt': no such file', as
+    if data/ in the working folder were the only place looked in."""
+    with pytest.raises(ValueError, match=rf"^data.path='data/corp.txt': no such file \(nor {store}/corp.txt: "
+                                         rf"\$MARKOVFORMER_DATA is {store}\)$"):  # fmt: skip
+        find_prepared_file("data/corp.txt")
+    (store / "corp.txt").parent.mkdir()
+    (store / "corp.txt").write_text("text\n")
+    assert find_prepared_file("data/corp.txt") == store / "corp.txt"

@@ -65,8 +65,9 @@ def test_configs_find_the_prepared_file_through_the_data_directory(tmp_path, mon
     assert find_prepared_file("data/tiny_shakespeare.txt") == tmp_path / "elsewhere" / "tiny_shakespeare.txt"
     bundle = TextSource(path="data/tiny_shakespeare.txt", seq_len=16).build(seed=0)
     assert bundle.splits["num_characters"] == len(FAKE_TEXT)
-    with pytest.raises(ValueError, match=r"no such file$"):  # a file no recipe writes gets no prepare hint
+    with pytest.raises(ValueError, match=r"no such file \(nor .*mine\.txt: \$MARKOVFORMER_DATA is .*\)$") as mine:
         find_prepared_file("data/mine.txt")
+    assert "data prepare" not in str(mine.value)  # a file no recipe writes gets no prepare hint
 
 
 def test_experiments_look_in_the_data_directory_then_where_users_keep_it(tmp_path, monkeypatch):

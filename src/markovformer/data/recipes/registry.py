@@ -109,9 +109,12 @@ def recipe_writing(path: str | Path) -> str | None:
 def find_prepared_file(path: str | Path, key: str = "data.path") -> Path:
     """The first existing candidate of ``path`` (``locations.prepared_candidates``), or ValueError on one line naming
     ``key``, the path and, when a data recipe writes a file of that name, the command that prepares it."""
-    for candidate in prepared_candidates(path):
+    candidates = prepared_candidates(path)
+    for candidate in candidates:
         if candidate.is_file():
             return candidate
     recipe = recipe_writing(path)
     hint = f"; `markovformer data prepare {recipe}` writes it into {data_directory()}/" if recipe else ""
+    if not recipe and len(candidates) > 1 and candidates[-1] != candidates[0]:  # the data directory looked in too
+        hint = f" (nor {candidates[-1]}: $MARKOVFORMER_DATA is {data_directory()})"
     raise ValueError(f"{key}={str(path)!r}: no such file{hint}")
