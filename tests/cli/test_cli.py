@@ -542,3 +542,14 @@ def test_inspects_layers_help_names_every_figure_it_chooses_and_its_default():
     layers = next(a for a in commands.choices["inspect"]._actions if "--layers" in a.option_strings)
     text = " ".join(layers.help.split())
     assert "attention maps and attention by lag" in text and "the first two layers that have attention maps" in text
+
+
+@pytest.mark.parametrize("argv", [["eval", "-run"], ["train", "--resume", "-run"]])
+def test_a_run_whose_path_starts_with_a_dash_is_refused_saying_how_to_give_it(main_cli, tmp_path, argv):
+    """argparse took -run for an option: 'the following arguments are required: target', 'argument --resume:
+    expected one argument', neither naming the path nor how to give it."""
+    (tmp_path / "-run").mkdir()
+    done = main_cli(*argv)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "markovformer: error: -run is a path that starts with '-', which reads as an option: give it as ./-run (or "
+        "after --); see `markovformer --help`"]  # fmt: skip

@@ -23,6 +23,7 @@ import sys
 import time
 import traceback
 import warnings
+from pathlib import Path
 
 from markovformer.cli import bench as bench_command  # its parser imports no torch
 from markovformer.cli import catalogue
@@ -65,6 +66,10 @@ class Parser(argparse.ArgumentParser):
         end = argv.index("--") if "--" in argv else len(argv)
         if "--debug" in argv[1:end]:  # `markovformer train x.yaml --debug` means what `markovformer --debug ...` does
             argv = ["--debug", *(word for word in argv[:end] if word != "--debug"), *argv[end:]]
+        dashed = next((word for word in argv[:end] if word.startswith("-") and Path(word).exists()), None)
+        if dashed is not None:  # argparse takes it for an option, and asks for a path it does not name
+            self.error(f"{dashed} is a path that starts with '-', which reads as an option: give it as ./{dashed} "
+                       f"(or after --)")  # fmt: skip
         parsed, extras = self.parse_known_args(argv, namespace)
         if extras:
             innermost_parser(self, parsed).error(f"unrecognized arguments: {' '.join(extras)}")
