@@ -106,7 +106,7 @@ def test_every_option_a_source_resolves_as_a_file_is_a_file_option():
     from pathlib import Path
 
     from markovformer.data import sources
-    from markovformer.training.build import FILE_OPTIONS
+    from markovformer.training.run_config import FILE_OPTIONS
 
     code = Path(sources.__file__).read_text()
     resolved = set(re.findall(r"(?:_require_path|find_prepared_file)\(self\.(\w+)", code))

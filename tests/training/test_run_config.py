@@ -188,3 +188,20 @@ def test_a_run_directory_under_home_holds_the_whole_run(tmp_path, monkeypatch):
     assert not (tmp_path / "~").exists()
     assert {"config.yaml", "finished.json", "checkpoints", "model"} <= {path.name for path in run_dir.iterdir()}
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["output_dir"] == str(run_dir)
+
+
+def test_a_data_file_or_init_from_given_from_the_home_folder_is_found_there(tmp_path, monkeypatch, tiny_run):
+    """`data.path: ~/corpus.txt` was refused as 'no such file' (no shell expands a YAML value), while output_dir's ~
+    was the home folder's: every file option (a list's items too) and init_from now read ~ as the home folder."""
+    from markovformer.training.build import build_data
+    from markovformer.training.run_config import resolve_run_config
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "corpus.txt").write_text("to be or not to be\n" * 40, encoding="utf-8")
+    config = resolve_run_config({**tiny_run, "output_dir": "unused", "init_from": "~/runs/base",
+                                 "data": {"source": "text", "path": "~/corpus.txt", "seq_len": 8}})  # fmt: skip
+    assert config.data["path"] == str(tmp_path / "corpus.txt") and config.init_from == str(tmp_path / "runs" / "base")
+    assert build_data(config).splits["num_characters"] == len("to be or not to be\n" * 40)
+    listed = resolve_run_config({**tiny_run, "output_dir": "unused",
+                                 "data": {"source": "hf_dataset", "data_files": ["~/a.jsonl", "b.jsonl"]}})
+    assert listed.data["data_files"] == [str(tmp_path / "a.jsonl"), "b.jsonl"]

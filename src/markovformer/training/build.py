@@ -15,13 +15,10 @@ from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer
 from markovformer.data.recipes.registry import find_prepared_file
 from markovformer.data.sources import DATA_SOURCES, source_tasks
 from markovformer.models.registry import MODEL_FAMILIES, head_class
-from markovformer.training.run_config import RunConfig, build_dataclass, other_section_hint, suggest
+from markovformer.training.run_config import FILE_OPTIONS, RunConfig, build_dataclass, other_section_hint, suggest
 from markovformer.training.tasks import TASKS, Task, build_task
 from markovformer.training.trainer_config import ConfigError
 
-# The data options that name the files a source reads (a file; a directory or a glob where the source takes one; or
-# a list of them): whatever the source, a run records their contents (data.json) and checks them on resume and eval.
-FILE_OPTIONS = ("path", "labels", "reference", "target_path", "data_files")
 # The precisions under which Lightning trains every weight in another dtype than float32 (its precision plugin casts
 # the module): a run's checkpoints and model/ hold that dtype, so its model is built in it.
 TRUE_PRECISION_DTYPES = {"64-true": torch.float64, "bf16-true": torch.bfloat16}

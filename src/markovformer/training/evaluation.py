@@ -17,8 +17,9 @@ from markovformer.data.options import TRAINING_ONLY_OPTIONS
 from markovformer.data.recipes.locations import PREPARED_PREFIX, prepared_candidates
 from markovformer.data.sources import DATA_SOURCES, run_fitted_options
 from markovformer.training.batches import RankShare
-from markovformer.training.build import FILE_OPTIONS, build_data, build_run_task
+from markovformer.training.build import build_data, build_run_task
 from markovformer.training.data_record import FILE_DIGESTS, changed_data_files, read_data_info, read_data_record
+from markovformer.training.run_config import FILE_OPTIONS
 from markovformer.training.run_config import task_options as task_options_of
 from markovformer.training.run_dir import check_same_tokenizer, load_trained_run
 from markovformer.training.run_report import continuous_source, document_log_likelihood

@@ -28,6 +28,10 @@ from markovformer.models.config_base import suggest
 from markovformer.training.tasks import TASKS
 from markovformer.training.trainer_config import ConfigError, TrainerConfig, shown
 
+# The data options that name the files a source reads (a file; a directory or a glob where the source takes one; or
+# a list of them): whatever the source, a run records their contents (data.json) and checks them on resume and eval.
+FILE_OPTIONS = ("path", "labels", "reference", "target_path", "data_files")
+
 
 @dataclasses.dataclass
 class RunConfig:
@@ -59,6 +63,9 @@ class RunConfig:
             raise ConfigError(f"output_dir={shown(self.output_dir)} is empty; name the run directory")
         # Lightning expands ~ in the paths of checkpoints/ and tensorboard/: the run's other files go there too
         self.output_dir = os.path.expanduser(self.output_dir)
+        # as a shell would: a data file or init_from given as ~/... names the home folder's (it was 'no such file')
+        self.data = {key: _home_expanded(value) if key in FILE_OPTIONS else value for key, value in self.data.items()}
+        self.init_from = _home_expanded(self.init_from)
         if self.init_from_skip and self.init_from is None:
             raise ConfigError("init_from_skip is set but init_from is not: name the run or model directory to start "
                               "from")  # fmt: skip
@@ -67,6 +74,15 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _home_expanded(value: Any) -> Any:
+    """A path (or each path of a list) with a leading ``~`` made the home folder's; anything else as it is."""
+    if isinstance(value, str) and value.startswith("~"):
+        return os.path.expanduser(value)
+    if isinstance(value, list):
+        return [_home_expanded(item) for item in value]
+    return value
 
 
 def _type_name(annotation: Any) -> str:
