@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import logging
 import math
 import re
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from markovformer.cli import bench as bench_command  # its parser imports no torch
 from markovformer.cli import catalogue
+from markovformer.cli import generate as generate_command
 from markovformer.cli.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
@@ -354,81 +354,6 @@ def print_per_class(per_class: dict[str, dict], auroc: bool = False) -> None:
               f"{2 * share / (1 + share) / present:.4f}" + (", auroc 0.5" if auroc and present > 1 else ""))
 
 
-DEFAULT_NEW_TOKENS = 200  # generate's --max-new-tokens for a language model
-MAX_NEW_TOKENS = 100_000  # far beyond any use here; a larger number is a typo that would run for days
-
-
-GENERATION_FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k",
-                    "top_p": "--top-p", "num_beams": "--beam-size", "length_penalty": "--length-penalty",
-                    "compile_step": "--compile-step"}  # fmt: skip
-
-
-def generation_config(args: argparse.Namespace):
-    """The ``GenerationConfig`` of ``markovformer generate``'s options (its fields check them, once); a ValueError
-    names the flag. --beam-size > 1 searches (translation); otherwise --temperature > 0 samples."""
-    from markovformer.models.generation import GenerationConfig  # deferred (see above)
-
-    given = getattr(args, "max_new_tokens", None)  # SUPPRESS: absent unless given
-    if given is not None and not 1 <= given <= MAX_NEW_TOKENS:
-        raise ValueError(f"--max-new-tokens {given} must lie in [1, {MAX_NEW_TOKENS}]")
-    if not 0 <= args.seed < 2**63:
-        raise ValueError(f"--seed {args.seed} must lie in [0, 2**63)")
-    values = dict(max_new_tokens=given or DEFAULT_NEW_TOKENS, temperature=args.temperature, top_k=args.top_k,
-                  top_p=args.top_p, num_beams=args.beam_size, length_penalty=args.length_penalty,
-                  compile_step=args.compile_step)  # fmt: skip
-    sample = args.beam_size == 1 and args.temperature != 0
-    try:
-        return GenerationConfig(do_sample=sample, **values)
-    except ValueError as error:
-        raise named_by_flag(error, values) from None
-
-
-def named_by_flag(error: ValueError, values: dict) -> ValueError:
-    """``error`` about a GenerationConfig field (``num_beams=4: ...``) reworded to name the flag the user typed
-    (``--beam-size 4: ...``; a switch alone: ``--compile-step: ...``), and the other fields it names by their flags
-    (``num_beams > 1``: ``--beam-size > 1``); other errors as they are."""
-    field_name = str(error).split("=", 1)[0]
-    flag = GENERATION_FLAGS.get(field_name)
-    if flag is None:
-        return error
-    reason = str(error).split(": ", 1)[-1]
-    for name, other in GENERATION_FLAGS.items():
-        if "_" in name:  # an identifier, never an English word (temperature is both)
-            reason = re.sub(rf"\b{name}\b", other, reason)
-    value = values[field_name]
-    return ValueError(f"{flag}: {reason}" if value is True else f"{flag} {value}: {reason}")
-
-
-def check_utf8_prompt(prompt: str | None) -> None:
-    """ValueError naming ``--prompt`` when it holds bytes that are not UTF-8 (a Latin-1 terminal): Python keeps them
-    as lone surrogates, which no tokenizer encodes (a BPE run failed with a TypeError traceback, a char run named
-    '\\udcff' as a character outside its alphabet)."""
-    try:
-        (prompt or "").encode("utf-8")
-    except UnicodeEncodeError as error:
-        code = ord(prompt[error.start])
-        what = f"byte {code - 0xDC00:#04x}" if 0xDC80 <= code <= 0xDCFF else f"character {prompt[error.start]!r}"
-        raise ValueError(f"--prompt: {what} at offset {error.start} is not UTF-8; give the prompt as UTF-8 text (a "
-                         f"UTF-8 terminal or locale)") from None
-
-
-def run_generate(args: argparse.Namespace) -> None:
-    from markovformer.training.runner import load_run  # deferred (see above)
-    from markovformer.training.tasks import GenerationRequest, build_task
-
-    generation = generation_config(args)
-    check_utf8_prompt(args.prompt)
-    config, model, run_dir = load_run(args.target)
-    request = GenerationRequest(args.prompt, args.input, generation, args.seed, args.skip_unknown, args.through_eod,
-                                length_given=hasattr(args, "max_new_tokens"))
-    task = build_task(config.task, config.trainer, options=config.task_options)
-    try:
-        for line in task.generate(model, run_dir, request):
-            print(line, flush=True)
-    except ValueError as error:  # the model's own refusals (no beam search in a language model)
-        raise named_by_flag(error, dataclasses.asdict(generation)) from None
-
-
 def run_inspect(args: argparse.Namespace) -> None:
     from markovformer.training.inspection import write_inspection_report  # deferred (see above)
 
@@ -471,7 +396,7 @@ COMMANDS = {
     "train": run_train,
     "experiment": run_experiment_command,
     "eval": run_eval,
-    "generate": run_generate,
+    "generate": generate_command.run_generate,
     "inspect": run_inspect,
     "data": catalogue.run_data,
     "kind": catalogue.run_kind,
