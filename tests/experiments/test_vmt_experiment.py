@@ -13,7 +13,7 @@ import torch
 from markdown_tables import markdown_tables  # beside this file
 
 from markovformer.data.synthetic.state_space import HiddenMarkovParameters, StickyHMMSource
-from markovformer.experiments import EXPERIMENTS, vmt
+from markovformer.experiments import EXPERIMENTS, vmt, vmt_report
 from markovformer.experiments.report import ExperimentReport
 from markovformer.experiments.vmt import VMTSettings, text_data, transformer_model, vmt_model
 from markovformer.experiments.vmt_runs import EngineRun, _checkpoints, _tail_kl, stacked_documents, vmt_run_values
@@ -236,14 +236,14 @@ def _window_4_cells() -> list[dict]:
 
 def test_the_comparison_line_says_what_the_carry_gains_and_where_the_vmt_stands():
     """Both differences are positive when the first-named model is worse (no carry 1.3 > carry 1.0 > 0.8)."""
-    line = vmt._comparison(_window_4_cells(), "nats/token")
+    line = vmt_report.comparison(_window_4_cells(), "nats/token")
     assert "W=4: carry gains +0.3000, VMT with carry − Transformer +0.2000" in line
-    scaled = vmt._comparison(_window_4_cells(), "bits/char", scale=1 / math.log(2))
+    scaled = vmt_report.comparison(_window_4_cells(), "bits/char", scale=1 / math.log(2))
     assert f"carry gains +{0.3 / math.log(2):.4f}" in scaled
 
 
 def test_the_sequence_table_gives_every_loss_in_its_unit():
-    columns, rows = vmt._sequence_table(_window_4_cells(), "bits/char", 5, scale=1 / math.log(2))
+    columns, rows = vmt_report.sequence_table(_window_4_cells(), "bits/char", 5, scale=1 / math.log(2))
     carry = dict(zip(columns, rows[0], strict=True))
     assert carry["loss (bits/char)"] == pytest.approx(1 / math.log(2))
     assert carry["IW K=5 (bits/char)"] == pytest.approx(1.0)  # ln 2 nats = 1 bit

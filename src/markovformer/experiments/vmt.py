@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -43,6 +43,13 @@ from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
 from markovformer.data.synthetic.state_space import HiddenMarkovParameters, LinearGaussianSource, StickyHMMSource
 from markovformer.experiments.report import ExperimentReport, cell_settings, file_digest, revisions_of
 from markovformer.experiments.settings import configure, single_seed
+from markovformer.experiments.vmt_report import (
+    MODELS,
+    comparison,
+    linear_gaussian_figure,
+    loss_panel,
+    sequence_table,
+)
 from markovformer.experiments.vmt_runs import (
     load_checkpoint_model,
     skip_length,
@@ -64,11 +71,6 @@ from markovformer.training.trainer_config import MAX_DEFAULT_THREADS
 NAME = "vmt"
 SUMMARY = "Variational Markov Transformer: ELBO/IW bounds vs the exact Kalman likelihood; carry on/off vs a windowed " \
           "Transformer on a sticky HMM and on text"  # fmt: skip
-if TYPE_CHECKING:  # for annotations only: plots import matplotlib
-    from markovformer.plots.experiments import Panel
-
-MODELS = ("vmt_carry", "vmt_no_carry", "transformer")
-LABELS = {"vmt_carry": "VMT, carry", "vmt_no_carry": "VMT, no carry", "transformer": "Transformer (window)"}
 
 
 @dataclass(frozen=True)
@@ -379,26 +381,8 @@ def linear_gaussian_part(
         gaps = ", ".join(f"IW K={k} {lg['exact'] - last[f'iw_{k}']:.4f}" for k in settings.lg_iw_samples)
         finals.append(f"{kind.replace('_', ' ')}: ELBO {lg['exact'] - last['elbo']:.4f}, {gaps}")
     report.text("Gap to the exact log-likelihood at the end of training (nats per step): " + "; ".join(finals) + ".")
-    _linear_gaussian_figure(report, lg, settings)
+    linear_gaussian_figure(report, lg, settings)
     return lg
-
-
-def _linear_gaussian_figure(report: ExperimentReport, lg: dict, settings: VMTSettings) -> None:
-    """Part 1's figure: per model, the gap between the exact log-likelihood and each bound against the step."""
-    # deferred: plots import matplotlib
-    from markovformer.plots.experiments import Panel, plot_panels
-
-    panels = []
-    for kind, record in lg["models"].items():
-        kept = [i for i, step in enumerate(record["steps"]) if step > 0] or list(range(len(record["steps"])))
-        steps = [record["steps"][i] for i in kept]
-        curves = {"ELBO": (steps, [lg["exact"] - record["evaluations"][i]["elbo"] for i in kept])}
-        for k in settings.lg_iw_samples:
-            curves[f"IW K={k}"] = (steps, [lg["exact"] - record["evaluations"][i][f"iw_{k}"] for i in kept])
-        panels.append(Panel(f"VMT, {'learned' if kind == 'learned' else 'true'} P", curves, {"exact": 0.0}))
-    figure = plot_panels(panels, report.out_dir / "linear_gaussian.png", "training step", "exact − bound (nats/step)")
-    report.figure(figure, "Gap between the exact held-out log-likelihood and each bound during training (from the "
-                  "first evaluation after step 0)")  # fmt: skip
 
 
 def sticky_hmm_part(
@@ -420,9 +404,9 @@ def sticky_hmm_part(
         f"*exact floor* the floor with unbounded memory; the context-free marginal entropy is "
         f"{memory[0]['marginal']:.4f}."
     )
-    report.table(*_sequence_table(memory, "nats/token", settings.iw_samples), caption=caption)
-    report.text(_comparison(memory, "nats/token"))
-    panel = _loss_panel(memory, "sticky HMM", {"exact floor": memory[0]["exact"], "marginal": memory[0]["marginal"]},
+    report.table(*sequence_table(memory, "nats/token", settings.iw_samples), caption=caption)
+    report.text(comparison(memory, "nats/token"))
+    panel = loss_panel(memory, "sticky HMM", {"exact floor": memory[0]["exact"], "marginal": memory[0]["marginal"]},
                         restart=True)  # fmt: skip
     figure = plot_panels([panel], report.out_dir / "hmm.png", "window length", "nats per token", log_x=True)
     report.figure(figure, "Sticky HMM: held-out loss against the window length, with the exact floors")
@@ -456,9 +440,9 @@ def text_part(
         f"Part 3. `{settings.text_path}`, characters ({text[0]['vocab_size']} symbols), {settings.text_steps} "
         f"steps per model, {text[0]['val_chars']:,} held-out characters: bits per character (VMT: −ELBO / ln 2)."
     )
-    report.table(*_sequence_table(text, "bits/char", settings.iw_samples, scale=1 / math.log(2)), caption=caption)
-    report.text(_comparison(text, "bits/char", scale=1 / math.log(2)))
-    panel = _loss_panel(text, Path(settings.text_path).name, {}, scale=1 / math.log(2))
+    report.table(*sequence_table(text, "bits/char", settings.iw_samples, scale=1 / math.log(2)), caption=caption)
+    report.text(comparison(text, "bits/char", scale=1 / math.log(2)))
+    panel = loss_panel(text, Path(settings.text_path).name, {}, scale=1 / math.log(2))
     figure = plot_panels([panel], report.out_dir / "text.png", "window length", "bits per character", log_x=True)
     report.figure(figure, "Text: held-out bits per character against the window length")
     return text
@@ -471,46 +455,6 @@ def _locate(path: str) -> Path | None:
         return find_tiny_shakespeare(path or None)
     except ValueError:
         return None
-
-
-def _sequence_table(cells: list[dict], unit: str, iw_samples: int, scale: float = 1.0) -> tuple[list[str], list[list]]:
-    restart = "restart" in cells[0]
-    columns = ["window", "model", "parameters", f"loss ({unit})", *([f"IW K={iw_samples} ({unit})"] if iw_samples
-               else []), "KL/token (nats)", "train KL/token", *(["restart floor", "exact floor"] if restart else []),
-               "train s"]  # fmt: skip
-    rows = []
-    for cell in cells:
-        vmt = cell["model"] != "transformer"
-        iw = [cell["iw_loss"] * scale if vmt else ""] if iw_samples else []
-        rows.append([cell["window"], LABELS[cell["model"]], cell["parameters"], cell["loss"] * scale, *iw,
-                     cell["kl"] if vmt else "", cell["train_kl"] if vmt else "",
-                     *([cell["restart"], cell["exact"]] if restart else []), round(cell["seconds"])])  # fmt: skip
-    return columns, rows
-
-
-def _comparison(cells: list[dict], unit: str, scale: float = 1.0) -> str:
-    """One line per window: what the carry gains (no carry − carry) and where the VMT stands against the
-    Transformer (VMT with carry − Transformer), both in ``unit``; positive means the first one is worse."""
-    parts = []
-    for window in sorted({cell["window"] for cell in cells}):
-        loss = {cell["model"]: cell["loss"] * scale for cell in cells if cell["window"] == window}
-        parts.append(f"W={window}: carry gains {loss['vmt_no_carry'] - loss['vmt_carry']:+.4f}, VMT with carry − "
-                     f"Transformer {loss['vmt_carry'] - loss['transformer']:+.4f}")  # fmt: skip
-    return f"Differences in {unit} (−ELBO for the VMT): " + "; ".join(parts) + "."
-
-
-def _loss_panel(cells: list[dict], title: str, references: dict, scale: float = 1.0, restart: bool = False) -> Panel:
-    # deferred: plots import matplotlib
-    from markovformer.plots.experiments import Panel
-
-    curves = {}
-    for kind in MODELS:
-        mine = sorted((c for c in cells if c["model"] == kind), key=lambda c: c["window"])
-        curves[LABELS[kind]] = ([c["window"] for c in mine], [c["loss"] * scale for c in mine])
-    if restart:
-        mine = sorted((c for c in cells if c["model"] == MODELS[0]), key=lambda c: c["window"])
-        curves["restart floor"] = ([c["window"] for c in mine], [c["restart"] for c in mine])
-    return Panel(title, curves, references)
 
 
 __all__ = ["NAME", "QUICK", "SUMMARY", "VMTSettings", "run", "text_data", "transformer_model", "vmt_model"]
