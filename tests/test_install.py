@@ -10,7 +10,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import tomllib
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the dev extra's tomli, the same parser
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND_PACKAGES = ("lightning", "torchmetrics", "yaml", "matplotlib", "tokenizers", "tensorboard", "sacrebleu")

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import tomllib
 import yaml
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the dev extra's tomli, the same parser
+    import tomli as tomllib
 
 from markovformer.training.config_files import SHIPPED_DIR, locate_config, shipped_config, shipped_configs
 from markovformer.training.trainer_config import ConfigError
