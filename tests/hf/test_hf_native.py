@@ -279,6 +279,21 @@ def test_a_runs_model_directory_loads_with_auto_tokenizer_and_builds_a_pipeline(
         assert torch.equal(load_run(run)[1].model.embed.weight, model.model.embed.weight)
 
 
+def test_transformers_sampling_from_a_runs_model_directory_never_chooses_padding(tmp_path):
+    """Padding is never a target and markovformer's generate never chooses it; transformers' pipeline sampled it (a
+    run's model/ had no generation config: 4 of 1,200 tokens were <pad> after 5 steps). The causal LM's
+    generation_config.json now suppresses it, and a transformers save keeps it."""
+    run = _trained_text_run("char", tmp_path)
+    generator = transformers.pipeline("text-generation", model=str(run / "model"), device="cpu")
+    assert generator.model.generation_config.suppress_tokens == [0]
+    torch.manual_seed(0)  # temperature 50: about uniform, so about one token in the vocabulary's size is <pad>
+    out = generator("the cat", max_new_tokens=300, do_sample=True, temperature=50.0, top_k=0, return_tensors=True)
+    ids = out[0]["generated_token_ids"]
+    assert len(ids) == len("the cat") + 300 and 0 not in ids and len(set(ids)) > 10
+    generator.model.save_pretrained(tmp_path / "saved")
+    assert transformers.GenerationConfig.from_pretrained(tmp_path / "saved").suppress_tokens == [0]
+
+
 def _as_trained_before_runs_exported(run) -> None:
     """Make ``run``'s model/ as runs wrote it before they exported their tokenizer: no Hugging Face tokenizer files,
     no pad id in config.json, the fingerprint matching that config."""
