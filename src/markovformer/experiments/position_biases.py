@@ -348,7 +348,8 @@ def run(
             points.append(run_point(report, task, family, order, kind, matched[kind], settings, seeds, log))
     report.results = {"settings": asdict(settings), "seeds": list(seeds), "points": points, "parameters": parameters,
                       "wall_seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start,
-                      "threads": STREAM_FIT_THREADS}  # fmt: skip
+                      "threads": STREAM_FIT_THREADS,
+                      "lags": {f"hidden_{source}": list(_chain_lags(source)) for source in settings.hidden_sources}}
     write_report(report, settings, seeds, quick, KINDS)
     return report.write()
 

@@ -71,7 +71,6 @@ def _parameters(report: ExperimentReport, settings, tasks: list[str], labels: di
 
 
 def _profiles(report: ExperimentReport, settings, points: list[dict], hidden: list[str], labels: dict) -> None:
-    from markovformer.experiments.position_biases import _chain_lags  # the source's lags
     from markovformer.plots.position_biases import ProfilePanel, plot_distance_profiles
 
     panels = []
@@ -82,7 +81,7 @@ def _profiles(report: ExperimentReport, settings, points: list[dict], hidden: li
             per_seed = [[max(layer[lag] for layer in profile) for lag in range(settings.profile_lags + 1)]
                         for profile in point["profile"]]  # fmt: skip
             rows[label] = [sum(seed[lag] for seed in per_seed) / len(per_seed) for lag in range(len(per_seed[0]))]
-        needed = tuple(lag - 1 for lag in _chain_lags(task.removeprefix("hidden_")))  # x_{t+1} reads x_{t+1-l}
+        needed = tuple(lag - 1 for lag in report.results["lags"][task])  # x_{t+1} reads x_{t+1-l}
         panels.append(ProfilePanel(f"{task.removeprefix('hidden_')} (framed: the lags the chain reads)", rows, needed))
     figure = plot_distance_profiles(panels, report.out_dir / "distance_profiles.png")
     report.figure(figure, "Distance profile of each kind: attention mass on each lag (mean over queries and seeds, "
