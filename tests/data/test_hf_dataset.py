@@ -133,3 +133,17 @@ def test_a_run_config_takes_data_files_as_one_path_or_a_list_and_builds_the_same
         bundle = build_data(resolve_run_config({"task": "causal_lm", "data": data}))
         stores.append(np.asarray(bundle.train.store.tokens[:]).tolist())
     assert stores[0] == stores[1] and len(stores[0]) > 0
+
+
+def test_a_bpe_vocabulary_smaller_than_asked_is_said_as_for_a_text_file(tmp_path, capsys):
+    """A text file's run says when its train part offers fewer merges than data.vocab_size; rows of a local dataset
+    gave the model the smaller vocabulary without a word."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in _TEXTS), "utf-8")
+    bundle = load_hf_dataset_lm(str(path), tokenizer="bpe", vocab_size=50_000, seq_len=8, cache_dir=tmp_path / "c")
+    size = bundle.tokenizer.vocab_size
+    assert size == len(bundle.tokenizer.hf_backend().get_vocab()) < 50_000
+    assert f"data.vocab_size=50000: the train part of {path} offers no more merges, so the BPE vocabulary has " \
+           f"{size} tokens" in capsys.readouterr().err
+    load_hf_dataset_lm(str(path), tokenizer="bpe", vocab_size=size, seq_len=8, cache_dir=tmp_path / "c")
+    assert "vocab_size" not in capsys.readouterr().err

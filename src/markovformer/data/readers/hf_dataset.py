@@ -107,6 +107,7 @@ def load_hf_dataset_lm(
     ranges = contiguous_split(len(dataset), fractions)
     if fitted is None:
         fitted = _fit(dataset, ranges[0], text_column, tokenized)
+        tokenized.announce_fitted(fitted, ", ".join(map(str, files)))
     tokenizer_json = json.dumps(fitted.record(), sort_keys=True)
     key_record = {"format": STORE_FORMAT, "source": "hf_dataset", "files": [content_key(f) for f in files],
                   "column": text_column, "rows": [[r.start, r.stop] for r in ranges],

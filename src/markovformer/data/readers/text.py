@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -117,9 +116,8 @@ def load_text_lm(
                 sample = (piece for segment, budget in _fit_budgets(train_segments, fit_bytes)
                           for piece in _sampled(segment, budget))  # fmt: skip
                 fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special, text_bytes=train_bytes)
-        if not saved and vocab_size is not None and fitted.vocab_size < vocab_size:
-            print(f"data.vocab_size={vocab_size}: the train part of {path} offers no more merges, so the BPE "
-                  f"vocabulary has {fitted.vocab_size} tokens (the model's vocab_size)", file=sys.stderr, flush=True)
+        if not saved:
+            tokenized.announce_fitted(fitted, path)
         if plan is None or (not saved and not plan.get("tokenizer")):
             record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
                       "tokenizer": None if saved else fitted.record()}  # fmt: skip

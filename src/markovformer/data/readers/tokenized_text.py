@@ -6,6 +6,7 @@ loaders take its fields as keywords and build it."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 # Default bytes of the train part BPE merges are learned on (data.fit_bytes). The trainer's memory grows with the
 # distinct words of the sample (not with the corpus): peak RSS of a whole prepare, the process's 225 MiB (torch)
@@ -55,6 +56,13 @@ class TokenizedText:
         fit_bytes = self.fit_bytes
         if isinstance(fit_bytes, bool) or not isinstance(fit_bytes, int) or fit_bytes < 1 << 10:
             raise ValueError(f"data.fit_bytes={fit_bytes!r} must be an int of at least 1024")
+
+    def announce_fitted(self, fitted, where: str) -> None:
+        """One line on stderr when the BPE vocabulary just fitted on the train part of ``where`` is smaller than
+        ``vocab_size`` (a small text offers no more merges): the model's vocabulary is the fitted one."""
+        if self.vocab_size is not None and fitted.vocab_size < self.vocab_size:
+            print(f"data.vocab_size={self.vocab_size}: the train part of {where} offers no more merges, so the BPE "
+                  f"vocabulary has {fitted.vocab_size} tokens (the model's vocab_size)", file=sys.stderr, flush=True)
 
     def options(self) -> dict:
         """These options by name (a source that extends the dataclass passes just these to its loader)."""
