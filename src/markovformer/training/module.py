@@ -7,7 +7,7 @@ import lightning as L
 import torch
 
 from markovformer.training.batches import world
-from markovformer.training.optim import build_optimizer, lr_multiplier
+from markovformer.training.optim import build_optimizer, lr_multiplier, regroup_optimizer_state
 from markovformer.training.tasks import Task
 
 
@@ -75,6 +75,11 @@ class TrainingModule(L.LightningModule):
         elif "torch_rng_state" in checkpoint:  # a checkpoint written before per-rank states: rank 0's state only
             torch.set_rng_state(checkpoint["torch_rng_state"])
         self.task.load_state(checkpoint)
+        for state in checkpoint.get("optimizer_states") or []:
+            if regroup_optimizer_state(self.model, state):
+                print("this checkpoint was trained without weight decay on its GRU, minGRU or forget-gate weight "
+                      f"matrices; they decay from here on (trainer.weight_decay={self.config.weight_decay})",
+                      flush=True)  # fmt: skip
         self.rescale_learning_rate(checkpoint)
 
     def rescale_learning_rate(self, checkpoint: dict) -> None:

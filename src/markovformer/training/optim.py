@@ -7,21 +7,58 @@ import math
 import torch
 from torch import nn
 
+from markovformer.layers.decay_attention import ForgetGate
 from markovformer.layers.markov_bias import HeadwiseLinear
+from markovformer.layers.min_gru import MinGRUInjection
 
-DECAYED_MODULES = (nn.Linear, nn.Embedding, HeadwiseLinear)
+# The modules whose weight matrices decay: their ``weight``, or every ``weight_*`` of a recurrent layer (nn.GRU's
+# input and hidden maps, per layer and direction). The last three hold theirs as plain parameters, not nn.Linear.
+DECAYED_MODULES = (nn.Linear, nn.Embedding, HeadwiseLinear, ForgetGate, MinGRUInjection, nn.RNNBase)
+# Runs trained before the GRU injection's, the minGRU's and FoX's forget gate's weights decayed: their checkpoints'
+# optimiser states group those weights with the biases (``regroup_optimizer_state``).
+UNDECAYED_BEFORE = (ForgetGate, MinGRUInjection, nn.RNNBase)
 DECAYS = ("constant", "cosine", "linear")  # the schedules of lr_multiplier after its warm-up
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decay the weight matrices (linear and embedding layers, and the gate networks' headwise linear maps); never
-    biases, norms or transition strengths."""
-    decayed = {id(m.weight) for m in model.modules() if isinstance(m, DECAYED_MODULES)}
+def weight_matrices(module: nn.Module) -> list[nn.Parameter]:
+    """The weight matrices of one module of ``DECAYED_MODULES`` (its own parameters, not its children's)."""
+    if isinstance(module, nn.RNNBase):
+        return [p for name, p in module.named_parameters(recurse=False) if name.startswith("weight_")]
+    return [module.weight]
+
+
+def parameter_groups(model: nn.Module, weight_decay: float, modules: tuple[type, ...] = DECAYED_MODULES) -> list[dict]:
+    """Decay the weight matrices (linear and embedding layers, the gate networks' headwise linear maps, the GRU
+    injection's and FoX's forget gate's); never biases, norms or transition strengths. ``modules``: the module
+    types whose weights decay."""
+    decayed = {id(p) for m in model.modules() if isinstance(m, modules) for p in weight_matrices(m)}
     params = [p for p in model.parameters() if p.requires_grad]
     return [
         {"params": [p for p in params if id(p) in decayed], "weight_decay": weight_decay},
         {"params": [p for p in params if id(p) not in decayed], "weight_decay": 0.0},
     ]
+
+
+def regroup_optimizer_state(model: nn.Module, state: dict) -> bool:
+    """Reorder a saved AdamW state (``state_dict()``) of ``model`` whose groups are those of a run trained before
+    the weights of ``UNDECAYED_BEFORE`` decayed into this version's groups, each parameter keeping its moments, so
+    that the run resumes (those weights decay from then on); True when it did, False for a state already grouped
+    so (or another optimiser's)."""
+    groups = state.get("param_groups") or []
+    current = parameter_groups(model, 0.0)
+    legacy = parameter_groups(model, 0.0, tuple(t for t in DECAYED_MODULES if t not in UNDECAYED_BEFORE))
+    sizes = [len(group["params"]) for group in groups]
+    if sizes == [len(group["params"]) for group in current] or sizes != [len(group["params"]) for group in legacy]:
+        return False
+    index = {id(p): i for i, p in enumerate(p for group in current for p in group["params"])}
+    saved_ids = [i for group in groups for i in group["params"]]
+    moved = {saved: index[id(p)] for saved, p in zip(saved_ids, (p for g in legacy for p in g["params"]), strict=True)}
+    state["state"] = {moved[saved]: value for saved, value in state["state"].items()}
+    start = 0
+    for group, new in zip(groups, current, strict=True):
+        group["params"] = list(range(start, start + len(new["params"])))
+        start += len(new["params"])
+    return True
 
 
 def build_optimizer(
