@@ -136,13 +136,16 @@ def test_a_misaligned_run_killed_at_every_write_logs_what_the_uninterrupted_run_
         check_events_match_the_log(resumed)
 
 
-def test_extending_a_run_that_wrote_no_step_checkpoint_logs_its_steps(tmp_path):
+@pytest.mark.parametrize("eval_every", [2, 3])  # its last step validated in fit, or only after it
+def test_extending_a_run_that_wrote_no_step_checkpoint_logs_its_steps(tmp_path, eval_every):
     """A run shorter than trainer.checkpoint_every has one checkpoint, the last.ckpt Lightning writes when training
     ends, whose count of logged steps already holds the last step; extended with --resume, its rows were labelled
     one step late (steps 5 and 6 logged as 6 and 7, its last validation at step 7 of 6). Extended, it logs what the
-    same run trained to the new length at once (with the extension's schedule) logs, TensorBoard too."""
-    short = {**TINY_RUN, "trainer": {**TINY_RUN["trainer"], "max_steps": 4, "warmup_steps": 1, "eval_every": 2,
-                                     "checkpoint_every": 50, "log_every": 1}}  # fmt: skip
+    same run trained to the new length at once (with the extension's schedule) logs, TensorBoard too, and besides
+    that the validation after fit of a last step that eval_every does not validate (4 of eval_every 3: the
+    extension's rows were then labelled one step late, step 6's validation logged as a second one of step 5)."""
+    short = {**TINY_RUN, "trainer": {**TINY_RUN["trainer"], "max_steps": 4, "warmup_steps": 1,
+                                     "eval_every": eval_every, "checkpoint_every": 50, "log_every": 1}}  # fmt: skip
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(short))
     assert run_in_process("train", "run.yaml", "output_dir=short", cwd=tmp_path).returncode == 0
     extended = run_in_process("train", "--resume", "short", "trainer.max_steps=6", cwd=tmp_path)
@@ -150,5 +153,9 @@ def test_extending_a_run_that_wrote_no_step_checkpoint_logs_its_steps(tmp_path):
     whole = run_in_process("train", "run.yaml", "output_dir=whole", "trainer.max_steps=6", "trainer.decay_steps=4",
                            cwd=tmp_path)  # fmt: skip
     assert whole.returncode == 0, whole.stderr[-2000:]
-    assert logged_cells(tmp_path / "short") == logged_cells(tmp_path / "whole")
+    after_fit = [] if 4 % eval_every == 0 else [cell for cell in logged_cells(tmp_path / "short")
+                                                if cell[0] == "4" and cell[1].startswith("val/")]  # fmt: skip
+    assert len(after_fit) == (0 if 4 % eval_every == 0 else 3)  # loss, bits per token, perplexity
+    assert [cell for cell in logged_cells(tmp_path / "short") if cell not in after_fit] == logged_cells(
+        tmp_path / "whole")
     check_events_match_the_log(tmp_path / "short")

@@ -82,11 +82,14 @@ class StepCheckpoints(ModelCheckpoint):
         """Lightning's count of the steps logged, as a checkpoint taken at a step's end holds it: one behind
         ``global_step`` (Lightning counts the step after its checkpoint hooks and adds it again on restart). The
         last.ckpt Lightning writes when training ends (a run shorter than ``checkpoint_every``) counts the last step
-        already, and an extension of that run logged every row one step late."""
+        already; restarted from it, Lightning adds it again only when that step is one it validates (it passes the
+        step once more to skip its validation), so only then is the count set back, else an extension of that run
+        logged every row one step late."""
         loop = checkpoint.get("loops", {}).get("fit_loop", {})
         counts, progress = loop.get("epoch_loop.state_dict", {}), loop.get("epoch_loop.batch_progress", {})
         step = checkpoint.get("global_step", 0)
-        if step > 0 and counts.get("_batches_that_stepped") == step and not progress.get("is_last_batch"):
+        validated = step % self.eval_every == 0  # the step at which Lightning restarts (eval_every of this resume)
+        if step > 0 and counts.get("_batches_that_stepped") == step and not progress.get("is_last_batch") and validated:
             counts["_batches_that_stepped"] = step - 1
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
