@@ -197,6 +197,36 @@ def test_eval_of_all_splits_scores_every_example_of_the_three(tmp_path):
     assert parts["all"]["metrics"]["accuracy"] * 31 == pytest.approx(correct, abs=1e-6)
 
 
+def test_eval_of_a_time_series_training_split_scores_each_row_once(tmp_path):
+    """Token classification over windows of 4 rows every 2: training labels each row in every window holding it,
+    but ``eval --split train`` scores each of the 28 training rows once, in its first window, as validation scores
+    its rows (it scored 52 labels, the middle rows twice: on a 700-row file 1,520 labels for 489 rows, accuracy
+    0.845 against 0.808 per row)."""
+    generator = torch.Generator().manual_seed(0)
+    path = tmp_path / "series.csv"
+    path.write_text("x,label\n" + "".join(f"{float(torch.randn(1, generator=generator)):.6f},{i % 3}\n"
+                                          for i in range(40)))  # fmt: skip
+    values = {"task": "token_classification", "output_dir": str(tmp_path / "run"),
+              "model": {"d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2},
+              "data": {"source": "csv_series", "path": str(path), "window": 4, "stride": 2},
+              "trainer": {"max_steps": 4, "batch_size": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 4}}
+    train(resolve_run_config(values))
+    scored = evaluate(tmp_path / "run", "train")
+    assert sum(row["support"] for row in scored["per_class"].values()) == 28
+    config, model, run_dir = load_run(tmp_path / "run")
+    model.eval()
+    bundle = build_data(config, run_dir)
+    assert sum(int((bundle.train[i]["labels"] != -100).sum()) for i in range(len(bundle.train))) == 52  # training's
+    total = 0.0
+    with torch.no_grad():
+        for row in range(28):  # the windows start at rows 0, 2, ..., 24: the first holding a row
+            index = max(0, (row - 4) // 2 + 1)
+            example = bundle.train[index]
+            logits = model(input_features=example["input_features"][None]).logits[0].double()
+            total += float(F.cross_entropy(logits[row - 2 * index], example["labels"][row - 2 * index]))
+    assert scored["metrics"]["loss"] == pytest.approx(total / 28, rel=1e-5)
+
+
 def test_renormalised_stacked_frames_keep_the_last_inputs_padding_at_zero():
     """Frames stacked side by side (speech, stack_frames=3) repeat the per-frame statistics; the frames past the
     utterance's end are zeros after normalisation (the training mean) and stay zeros (they became the difference

@@ -75,6 +75,10 @@ class DataBundle:
     example once) or ``"uniform"`` (each global batch drawn uniformly with replacement, seeded by (seed, step): the
     random window starts of nanoGPT when the train split holds every start).
 
+    ``scored_train``: the training split as ``eval`` scores it, where training reads its examples otherwise (a
+    time series' overlapping windows label each row in every window for training, each row once for scoring);
+    None: ``train`` itself.
+
     ``reference_of``: for data with its own scores (a true chain's loss, a Bayes predictor's, an exact
     log-likelihood), ``reference_of(name, split)`` gives them for the examples of ``split`` under keys naming ``name``;
     ``info["reference"]`` holds those of val and test, and ``eval`` asks it for other splits (train, all).
@@ -90,6 +94,7 @@ class DataBundle:
     lengths: Callable[[Sequence[dict[str, Tensor]]], list[int]] | None = None
     train_sampling: str = "epochs"
     reference_of: Callable[[str, Split], dict] | None = None
+    scored_train: Split | None = None
     files: list[Path] = field(default_factory=list)
 
 

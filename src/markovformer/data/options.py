@@ -46,8 +46,8 @@ OPTION_HELP: dict[str, str] = {
     "label_column": "the column holding the label",
     "feature_columns": "the numeric columns used as features (null: every column but the label)",
     "window": "rows per example (sliding window)",
-    "stride": "rows between the starts of consecutive windows (below window, token classification's validation and "
-    "test score each row once, in its first window)",
+    "stride": "rows between the starts of consecutive windows (below window, token classification's training labels a "
+    "row in every window holding it; validation, test and eval score each row once, in its first window)",
     "task": "sequence_classification (one label per window) or token_classification (one per row)",
     "horizon": "snapshots ahead over which the smoothed mid-price move is labelled",
     "threshold": "relative move that counts as up or down, or a pair [low, high] (null: thresholds that balance the "

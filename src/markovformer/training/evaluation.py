@@ -194,10 +194,13 @@ SPLITS = ("train", "val", "test", "all")  # all: the three in order, as the reci
 
 
 def scored_split(bundle, split: str, run_dir: Path):
-    """The examples ``eval`` scores: the ``split`` of ``bundle`` (``all``: every split, in order), its features
+    """The examples ``eval`` scores: the ``split`` of ``bundle`` (``all``: every split, in order; the training split
+    as scoring reads it, ``bundle.scored_train``, where the data has one), its features
     normalised with the run's own statistics where the data records them (``info["normalisation"]``) and the
     bundle's differ (another file, ``--data path=...``, whose rows would have fitted their own)."""
-    examples = JoinedSplits(bundle.train, bundle.val, bundle.test) if split == "all" else getattr(bundle, split)
+    train = bundle.train if bundle.scored_train is None else bundle.scored_train
+    examples = JoinedSplits(train, bundle.val, bundle.test) if split == "all" else (
+        train if split == "train" else getattr(bundle, split))  # fmt: skip
     fitted, own = bundle.info.get("normalisation"), read_data_info(run_dir).get("normalisation")
     return Renormalised(examples, fitted, own) if fitted and own and fitted != own else examples
 

@@ -63,7 +63,8 @@ def load_csv_series(
     overlap (``stride < window``) hold a row several times: validation and test score each row once, in the first
     window holding it (-100 elsewhere), so that their numbers are per row, and where windows tile or overlap
     (``stride <= window``) a last window ends at the split's last row, so that every row is scored; training keeps
-    every label of its windows.
+    every label of its windows, and the bundle's ``scored_train`` is the training split as ``eval`` scores it, each
+    row once (``split_windows``).
     info: {"input_dim": F, "num_labels": C, "label_names", "feature_columns", "normalisation": {"mean", "std"},
     "label_leads"}.
 
@@ -122,8 +123,7 @@ def load_csv_series(
     label_ids = {name: index for index, name in enumerate(names)}
     labels = torch.tensor([label_ids[label] for label in label_strings], dtype=torch.long)
 
-    window_labels = WINDOW_LABELS[task]
-    examples = {}
+    examples, scored_train = {}, None
     for index, (name, rows_range, fraction) in enumerate(zip(_SPLIT_NAMES, ranges, fractions, strict=True)):
         purged = purged_rows(ranges, index, label_leads)
         starts = window_starts(rows_range, window, stride, task, purged)
@@ -135,22 +135,10 @@ def load_csv_series(
                              f"window or other fractions")  # fmt: skip
         kept = labels.clone()  # this split's: its purged rows unlabelled
         kept[rows_range.stop - purged : rows_range.stop] = IGNORE_INDEX
-        examples[name] = []
-        scoring_rows_once = task == "token_classification" and name != "train"
-        if scoring_rows_once and starts and stride <= window and starts[-1] + window < rows_range.stop:
-            # windows that tile or overlap mean every row scored: one more window ends at the split's last row
-            starts = [*starts, rows_range.stop - window]
-        scored_until = 0  # rows before it are scored in an earlier window
-        for start in starts:
-            window_label = window_labels(kept, slice(start, start + window))
-            if scoring_rows_once and scored_until > start:
-                # scored rows: each once, in the first window that holds it (the most rows before it)
-                window_label = window_label.clone()
-                window_label[: scored_until - start] = IGNORE_INDEX
-                if bool((window_label == IGNORE_INDEX).all()):
-                    continue
-            scored_until = start + window
-            examples[name].append({"input_features": normalised[start : start + window], "labels": window_label})
+        cut = partial(split_windows, normalised, kept, starts, window, task, rows_range.stop)
+        examples[name] = cut(scoring=name != "train")
+        if name == "train" and task == "token_classification":  # as eval scores it: each row once
+            scored_train = cut(scoring=True)
     info = {
         "input_dim": len(feature_columns),
         "num_labels": len(names),
@@ -169,7 +157,31 @@ def load_csv_series(
         "task": task,
         "label_leads": label_leads,
     }
-    return DataBundle(**examples, info=info, splits=splits)
+    return DataBundle(**examples, info=info, splits=splits, scored_train=scored_train)
+
+
+def split_windows(features: torch.Tensor, labels: torch.Tensor, starts: range, window: int, task: str, stop: int,
+                  scoring: bool) -> list[dict]:  # fmt: skip
+    """A split's examples: the windows of ``window`` rows at ``starts`` (the split ends at row ``stop``), labelled by
+    ``labels`` as ``task`` labels a window. ``scoring`` a token classification split (validation, test, or the
+    training split as eval scores it): each row once, in the first window holding it (-100 elsewhere; a window left
+    with no label is dropped), and where windows tile or overlap one more window ends at the split's last row, so
+    that every row is scored; training keeps every label of its windows."""
+    once = scoring and task == "token_classification"
+    if once and starts and starts.step <= window and starts[-1] + window < stop:
+        starts = [*starts, stop - window]
+    examples, scored_until = [], 0  # rows before scored_until are scored in an earlier window
+    for start in starts:
+        window_label = WINDOW_LABELS[task](labels, slice(start, start + window))
+        if once and scored_until > start:
+            # scored rows: each once, in the first window that holds it (the most rows before it)
+            window_label = window_label.clone()
+            window_label[: scored_until - start] = IGNORE_INDEX
+            if bool((window_label == IGNORE_INDEX).all()):
+                continue
+        scored_until = start + window
+        examples.append({"input_features": features[start : start + window], "labels": window_label})
+    return examples
 
 
 def purged_rows(ranges: tuple[range, range, range], index: int, label_leads: int) -> int:
