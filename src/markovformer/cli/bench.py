@@ -23,23 +23,23 @@ def add_parser(commands) -> argparse.ArgumentParser:
     bench.add_argument("--out", default="runs/bench", help="output folder for bench.json and the plots")
     bench.add_argument("--quick", action="store_true",
                        help="small sizes and fewer repeats, for a first look (about 5 minutes on a 2-core CPU)")
-    bench.add_argument("--parts", nargs="+", default=list(PART_NAMES), choices=ALL_PART_NAMES, metavar="PART",
+    bench.add_argument("--parts", nargs="+", action="extend", choices=ALL_PART_NAMES, metavar="PART",
                        help=f"what to run, of {', '.join(ALL_PART_NAMES)} (default: {' '.join(PART_NAMES)})")
-    bench.add_argument("--lengths", type=int, nargs="+", default=None, help="ops part: sequence lengths in "
+    bench.add_argument("--lengths", type=int, nargs="+", action="extend", help="ops part: sequence lengths in "
                        "tokens (default 1024, 2048, ..., 65536; --quick 1024 2048)")  # fmt: skip
-    bench.add_argument("--op-kinds", nargs="+", default=None, choices=OP_KIND_NAMES, metavar="KIND",
+    bench.add_argument("--op-kinds", nargs="+", action="extend", choices=OP_KIND_NAMES, metavar="KIND",
                        help=f"ops part: which ops, of {', '.join(OP_KIND_NAMES)} (default: all that run on the "
                        f"device)")  # fmt: skip
-    bench.add_argument("--decode-lengths", type=int, nargs="+", default=None,
+    bench.add_argument("--decode-lengths", type=int, nargs="+", action="extend",
                        help="decode part: generated lengths (default 4096 16384)")  # fmt: skip
-    bench.add_argument("--decode-batches", type=int, nargs="+", default=None, help="decode part: batch sizes "
-                       "(default 1 16)")  # fmt: skip
-    bench.add_argument("--translation-lengths", type=int, nargs="+", default=None,
+    bench.add_argument("--decode-batches", type=int, nargs="+", action="extend",
+                       help="decode part: batch sizes (default 1 16)")  # fmt: skip
+    bench.add_argument("--translation-lengths", type=int, nargs="+", action="extend",
                        help="translation_decode part: output lengths (default 64..4096)")  # fmt: skip
-    bench.add_argument("--translation-batches", type=int, nargs="+", default=None,
+    bench.add_argument("--translation-batches", type=int, nargs="+", action="extend",
                        help="translation_decode part: batch sizes (default 1 32)")  # fmt: skip
-    bench.add_argument("--scan-lengths", type=int, nargs="+", default=None, help="scan part: sequence lengths "
-                       "(default 256..16384)")  # fmt: skip
+    bench.add_argument("--scan-lengths", type=int, nargs="+", action="extend",
+                       help="scan part: sequence lengths (default 256..16384)")  # fmt: skip
     bench.add_argument("--repeats", type=int, default=None, help="timed runs per case after a "
                        "warm-up, reported as their median (default 5; --quick 2)")  # fmt: skip
     bench.add_argument("--rounds", type=int, default=1,
@@ -57,7 +57,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
     bench.add_argument("--default-allocator", action="store_true",
                        help="measure with glibc's default, which page-faults every tensor over 32 MiB in again on "
                        "every step (by default the cases keep freed memory, as `markovformer train` does)")  # fmt: skip
-    bench.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="settings",
+    bench.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", dest="settings",
                        help="any other setting of the suite, e.g. data_mb=1 data_cache=/tmp/corpora (data part)")
     return bench
 
@@ -67,6 +67,7 @@ def run_bench(args: argparse.Namespace) -> None:
     from markovformer.bench import RESULTS_NAME, BenchSettings, run_suite
     from markovformer.cli.catalogue import stopped_by_signals
 
+    args.parts = args.parts or list(PART_NAMES)  # None: not given (a default list would be extended by --parts)
     for name in ("repeats", "threads", "rounds"):  # repeats 0 (no warm-up: a cold run's time) is the longest part's own
         value = getattr(args, name)
         if value is not None and value < 1:

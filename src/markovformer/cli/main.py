@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--split", default="val", choices=("train", "val", "test", "all"),
                           help="the split scored (all: the three together, as the run's recipe builds them on "
                                "the data; default: val)")  # fmt: skip
-    evaluate.add_argument("--data", nargs="*", default=[], metavar="KEY=VALUE",
+    evaluate.add_argument("--data", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
                           help="change the run's data options, e.g. path=other.txt to score another file split by "
                           "the run's recipe (the options: `markovformer data show SOURCE`)")  # fmt: skip
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
@@ -218,9 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(OUT/index.html): training curves, transition strengths, order gates, attention "
                                   "by lag and attention maps.")  # fmt: skip
     inspect.add_argument("target", help="run directory or checkpoint file")
-    inspect.add_argument("--layers", type=int, nargs="*", default=None, help="layers whose attention maps and "
-                         "attention by lag to draw, counted from 0 (default: the first two layers that have attention "
-                         "maps)")  # fmt: skip
+    inspect.add_argument("--layers", type=int, nargs="*", action="extend", help="layers whose attention maps "
+                         "and attention by lag to draw, counted from 0 (default: the first two layers that have "
+                         "attention maps)")  # fmt: skip
     inspect.add_argument("--out", default=None, help="output folder (default RUN_DIR/report; for a checkpoint file "
                          "RUN_DIR/report-STEM)")  # fmt: skip
 
@@ -236,11 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--out", default=None, help="output folder (default runs/experiments/NAME, with "
                             "--quick NAME-quick); rerunning into it reuses the cells that finished")  # fmt: skip
     experiment.add_argument("--quick", action="store_true", help="a smaller version (fewer cells, seeds, steps)")
-    experiment.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: the experiment's)")
-    experiment.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="overrides",
+    experiment.add_argument("--seeds", type=int, nargs="+", action="extend",
+                            help="seeds (default: the experiment's)")
+    experiment.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", dest="overrides",
                             help="change the experiment's settings, e.g. steps=500 'orders=[1, 2]' (an unknown key's "
                             "error lists the experiment's settings)")  # fmt: skip
-    experiment.add_argument("--recompute", nargs="+", default=[], metavar="PATTERN",
+    experiment.add_argument("--recompute", nargs="+", action="extend", default=[], metavar="PATTERN",
                             help="compute again the finished cells whose keys match these globs (as named in "
                             "OUT/cells, e.g. '*forgetting*'), e.g. cells trained before a fix")  # fmt: skip
     experiment.add_argument("--from-cells", action="store_true",
