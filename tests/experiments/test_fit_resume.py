@@ -71,6 +71,26 @@ def test_saved_progress_of_other_settings_is_not_resumed(tmp_path):
     assert _same_weights(_fit(elsewhere)[0], _fit()[0])
 
 
+@pytest.mark.parametrize("damage", ["cut", "empty", "not_a_dict"])
+def test_a_damaged_save_is_started_over_not_a_traceback(tmp_path, damage):
+    """A save cut short (a disk's or a copy's fault: saves are written whole) raised torch's RuntimeError from
+    torch.load, a traceback with exit status 1 at every rerun of the experiment until the file was found and
+    deleted; it is now said and the fit starts over, as for progress of other settings."""
+    checkpoint = FitCheckpoint(tmp_path / "fit.partial.pt", {"cell": "a"}, every_seconds=0.0)
+    with pytest.raises(KeyboardInterrupt):
+        _fit(checkpoint, kill_at_step=9)
+    whole = checkpoint.path.read_bytes()
+    if damage == "not_a_dict":
+        torch.save([1, 2], checkpoint.path)
+    else:
+        checkpoint.path.write_bytes(whole[: len(whole) // 2] if damage == "cut" else b"")
+    messages = []
+    again, result = _fit(checkpoint, log=messages.append)
+    assert any(f"{checkpoint.path} cannot be read" in m and "starting over" in m for m in messages), messages
+    straight, expected = _fit()
+    assert _same_weights(again, straight) and result.evaluations == expected.evaluations
+
+
 def test_a_killed_cell_resumes_from_its_fits_progress_which_goes_once_the_cell_is_whole(tmp_path):
     def cell(kill_at_step=None):
         model, result = _fit(kill_at_step=kill_at_step)  # the cell's fit finds its checkpoint itself

@@ -10,6 +10,7 @@ at its last save, with the weights, optimiser, schedule and batch stream an unin
 from __future__ import annotations
 
 import contextvars
+import pickle
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -276,10 +277,19 @@ def fit_on_stream(
 
 def _load_fit_state(checkpoint: FitCheckpoint | None, identity: dict | None, label: str,
                     log: Callable[[str], None] | None) -> dict | None:  # fmt: skip
-    """The saved state of ``checkpoint`` when it is this fit's (same ``identity``), else None (said in ``log``)."""
+    """The saved state of ``checkpoint`` when it is this fit's (same ``identity``), else None (said in ``log``): a save
+    that cannot be read (cut short by a disk's fault; saves are written whole) is started over as one of another fit."""
     if checkpoint is None or not checkpoint.path.is_file():
         return None
-    saved = torch.load(checkpoint.path, map_location="cpu", weights_only=True)
+    try:
+        saved = torch.load(checkpoint.path, map_location="cpu", weights_only=True)
+        if not isinstance(saved, dict):
+            raise ValueError(f"it holds a {type(saved).__name__}, not a fit's state")
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as error:
+        if log is not None:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            log(f"  {label}: the saved progress in {checkpoint.path} cannot be read ({reason}); starting over")
+        return None
     if saved.get("identity") != identity:
         if log is not None:
             log(f"  {label}: the saved progress in {checkpoint.path} is of other settings; starting over")
