@@ -366,8 +366,7 @@ class ExperimentReport:
         settings = self.settings if depends_on is None else json.loads(strict_dumps(depends_on))
         path = self.out_dir / "cells" / f"{key}.json"
         self.cells_seen += 1
-        if path.is_file():
-            stored = json.loads(path.read_text())
+        if (stored := self._stored_cell(path)) is not None:
             if stored.get("settings") == settings:
                 self.log(f"{self._progress(key)}: done earlier, read from {path}")
                 self.cell_code[key] = stored.get("code")
@@ -406,6 +405,21 @@ class ExperimentReport:
                 partial.unlink(missing_ok=True)
         self.cell_code[key] = self.code
         return value
+
+    def _stored_cell(self, path: Path) -> dict | None:
+        """The cell stored at ``path``; None when there is none, or when it cannot be read (cut short by a disk's
+        fault: cells are written whole), which is said, and the cell computed again over it."""
+        if not path.is_file():
+            return None
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(stored, dict) and "result" in stored:
+                return stored
+            reason = "not a stored cell"
+        except (OSError, ValueError) as error:
+            reason = str(error)
+        self.log(f"  {path} cannot be read ({reason})" + ("" if self.stored_only else ": computing it again"))
+        return None
 
     def text(self, markdown: str) -> None:
         self.sections.append(markdown.strip())
