@@ -239,3 +239,21 @@ def test_a_data_file_moved_and_linked_from_where_it_was_resumes_and_a_changed_on
     resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert (tmp_path / "run" / "finished.json").is_file()
+
+
+def test_inspect_of_a_run_whose_text_changed_says_its_figures_read_the_file_as_it_is_now(tmp_path):
+    """eval said so and inspect did not: its attention maps, gates and attention-by-lag profile, captioned as the
+    validation examples', were drawn from the changed file without a word."""
+    text = "".join(f"line {i} of the notes, words and more words\n" for i in range(200))
+    notes = tmp_path / "notes.txt"
+    notes.write_text(text)
+    data = f"data={{source: text, tokenizer: char, seq_len: 16, path: {notes}, cache_dir: {tmp_path / 'cache'}}}"
+    trained = run_in_process("train", "task=causal_lm", data, MODEL, *TRAINER, "output_dir=run", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    inspected = run_in_process("inspect", "run", cwd=tmp_path)
+    assert inspected.returncode == 0 and "warning" not in inspected.stderr, inspected.stderr[-2000:]
+    notes.write_text(text[3000:] + text[:3000])  # the same length and alphabet
+    inspected = run_in_process("inspect", "run", cwd=tmp_path)
+    assert inspected.returncode == 0, inspected.stderr[-2000:]
+    assert f"warning: {notes.resolve()} changed since the run started" in inspected.stderr
+    assert "the report's figures read the file as it is now" in inspected.stderr

@@ -107,14 +107,15 @@ def recorded_data_files(run_dir: Path, data: dict, overrides: dict) -> dict:
     return found
 
 
-def warn_of_changed_files(run_dir: Path, bundle) -> list[str]:
+def warn_of_changed_files(run_dir: Path, bundle, reader: str = "these metrics score") -> list[str]:
     """The data files whose contents changed since the run started (``changed_data_files``), each said on stderr:
-    the metrics are then those of the files as they are now, not of the data the run was trained and validated on."""
+    what ``reader`` names (eval's metrics, inspect's figures) is then of the files as they are now, not of the data
+    the run was trained and validated on."""
     changed = changed_data_files(run_dir, bundle)
     for path, (then, now) in changed.items():
         print(f"markovformer: warning: {path} changed since the run started (sha256 {then} then, in "
-              f"{run_dir / 'data.json'}; {now} now): these metrics score the file as it is now, not the data the "
-              f"run was trained and validated on", file=sys.stderr, flush=True)  # fmt: skip
+              f"{run_dir / 'data.json'}; {now} now): {reader} the file as it is now, not the data the run was "
+              f"trained and validated on", file=sys.stderr, flush=True)  # fmt: skip
     return list(changed)
 
 

@@ -36,7 +36,7 @@ from markovformer.plots.markov import weight_scale
 from markovformer.training.build import build_data
 from markovformer.training.data_record import read_data_info
 from markovformer.training.durations import format_duration
-from markovformer.training.evaluation import recorded_data_files
+from markovformer.training.evaluation import recorded_data_files, warn_of_changed_files
 from markovformer.training.lag_profiles import example_prefix, lag_profiles, profile_caption
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.learned_positions import ReadPositions, position_figures
@@ -357,7 +357,9 @@ def _gate_and_attention_figures(
     """Order gates and attention maps of the first validation example's first ``EXAMPLE_LENGTH`` positions and the
     attention-by-lag profile of the first validation examples, as (caption, path) pairs."""
     figures = []
-    validation = build_data(config, run_dir).val
+    bundle = build_data(config, run_dir)
+    warn_of_changed_files(run_dir, bundle, "the report's figures read")
+    validation = bundle.val
     batch = collate([example_prefix(validation[0], EXAMPLE_LENGTH)])
     inputs = {k: v for k, v in model_inputs(batch).items() if k != "labels"}
     model.eval()
