@@ -111,7 +111,7 @@ def test_every_option_a_source_resolves_as_a_file_is_a_file_option():
     code = Path(sources.__file__).read_text()
     resolved = set(re.findall(r"(?:_require_path|find_prepared_file)\(self\.(\w+)", code))
     assert {"path", "labels", "reference", "target_path"} <= resolved  # the pattern finds the sources' files
-    assert resolved <= set(FILE_OPTIONS), f"add {resolved - set(FILE_OPTIONS)} to FILE_OPTIONS (training/build.py)"
+    assert resolved <= set(FILE_OPTIONS), f"add {resolved - set(FILE_OPTIONS)} to FILE_OPTIONS (training/run_config.py)"
 
 
 def test_a_file_of_many_hash_chunks_is_hashed_whole_and_a_change_to_its_last_byte_is_refused(tmp_path, monkeypatch):
