@@ -96,9 +96,14 @@ def test_old_and_new_names_together_are_refused_naming_both(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(OLD_SCAN_RUN)
     values = apply_overrides(load_yaml(path), ["task_options.orders=[2, 4]"])
-    with pytest.raises(ConfigError, match=r"^trainer\.orders is the old place of task_options\.orders; give only "
-                                          r"task_options\.orders$"):  # fmt: skip
-        resolve_run_config(values)
+    with pytest.raises(ConfigError, match=r"^trainer\.context_lengths is the old place of task_options\.orders; give "
+                                          r"only task_options\.orders$"):  # fmt: skip
+        resolve_run_config(values)  # the key as the file spells it: it said trainer.orders, a key the file lacks
+    with pytest.raises(ConfigError, match=r"^trainer\.context_lengths and trainer\.orders are both old places of "
+                                          r"task_options\.orders"):  # fmt: skip
+        resolve_run_config(apply_overrides(load_yaml(path), ["trainer.orders=[2, 4]"]))
+    with pytest.raises(ConfigError, match=r"^trainer\.context_lengths=\[2, 4\] is set but task vmt does not use it"):
+        resolve_run_config(apply_overrides(load_yaml(path), ["task=vmt"]))
     config = resolve_run_config(load_yaml(path))
     both = dict(config.model, order=4)
     with pytest.raises(ConfigError, match="model: .*'context_length' is the old name of 'order'; give only 'order'"):

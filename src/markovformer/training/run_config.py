@@ -286,13 +286,13 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 SECTIONS = ("task", "output_dir", "model_type", "model", "data", "trainer", "task_options", "init_from",
             "init_from_skip")  # fmt: skip
-# Trainer options renamed since run configs were first written (old key -> new key): a run's config.yaml written
-# before the rename still loads. (Model fields are renamed by their config class's ``renamed_fields``.)
-RENAMED_TRAINER_KEYS = {"context_lengths": "orders"}
-# Task options that were trainer options, with the default they had there: an old ``trainer.KEY`` moves to
-# ``task_options.KEY`` when the run's task takes it, and is dropped at that default when it does not (old resolved
-# configs wrote every trainer option).
-MOVED_TRAINER_KEYS = {"orders": [], "kl_warmup_steps": 0, "carry": True, "window_overlap": False}
+# Task options that were trainer options (old trainer key -> the task option it is now, and the default it had
+# there): an old ``trainer.KEY`` moves to ``task_options`` when the run's task takes it, and is dropped at that
+# default when it does not (old resolved configs wrote every trainer option). ``context_lengths`` was renamed
+# ``trainer.orders`` before the move: a run's config.yaml written under either name still loads.
+MOVED_TRAINER_KEYS = {"context_lengths": ("orders", []), "orders": ("orders", []),
+                      "kl_warmup_steps": ("kl_warmup_steps", 0), "carry": ("carry", True),
+                      "window_overlap": ("window_overlap", False)}  # fmt: skip
 
 
 def section_keys(task: Any, model_type: Any, source: Any) -> dict[str, list[str]]:
@@ -337,31 +337,26 @@ def task_options(task: str, values: Any, model_type: Any = None, source: Any = N
 
 
 def move_task_options(task: str, trainer: dict[str, Any], options: dict[str, Any]) -> tuple[dict, dict]:
-    """(trainer, task_options) with each old trainer key of ``MOVED_TRAINER_KEYS`` moved to the task's options."""
+    """(trainer, task_options) with each old trainer key of ``MOVED_TRAINER_KEYS`` moved to the task's options; an
+    error names the key as the config spells it."""
     trainer, options = dict(trainer), dict(options)
     takes = {f.name for f in dataclasses.fields(TASKS[task].Options)}
-    for key, old_default in MOVED_TRAINER_KEYS.items():
-        if key not in trainer:
+    moved: dict[str, str] = {}  # task option -> the old trainer key it came from
+    for old, (key, old_default) in MOVED_TRAINER_KEYS.items():
+        if old not in trainer:
             continue
-        value = trainer.pop(key)
+        value = trainer.pop(old)
+        if key in moved:
+            raise ConfigError(f"trainer.{moved[key]} and trainer.{old} are both old places of task_options.{key}; "
+                              f"give only task_options.{key}")  # fmt: skip
         if key in options:
-            raise ConfigError(f"trainer.{key} is the old place of task_options.{key}; give only task_options.{key}")
+            raise ConfigError(f"trainer.{old} is the old place of task_options.{key}; give only task_options.{key}")
+        moved[key] = old
         if key in takes:
             options[key] = value
         elif plain_values(value) != old_default:
-            raise ConfigError(f"trainer.{key}={shown(value)} is set but task {task} does not use it")
+            raise ConfigError(f"trainer.{old}={shown(value)} is set but task {task} does not use it")
     return trainer, options
-
-
-def rename_keys(values: dict[str, Any], renamed: dict[str, str], prefix: str) -> dict[str, Any]:
-    """``values`` with each old key of ``renamed`` replaced by its new one; ConfigError if both are given."""
-    upgraded = dict(values)
-    for old, new in renamed.items():
-        if old in upgraded:
-            if new in upgraded:
-                raise ConfigError(f"{prefix}.{old} is the old name of {prefix}.{new}; give only {prefix}.{new}")
-            upgraded[new] = upgraded.pop(old)
-    return upgraded
 
 
 def resolve_run_config(values: dict[str, Any]) -> RunConfig:
@@ -384,7 +379,6 @@ def resolve_run_config(values: dict[str, Any]) -> RunConfig:
     if not isinstance(options, dict):
         raise ConfigError(f"task_options must be a mapping; got {shown(options)}")
     if isinstance(trainer, dict):  # build_dataclass names any other type
-        trainer = rename_keys(trainer, RENAMED_TRAINER_KEYS, "trainer")
         if isinstance(values["task"], str) and values["task"] in TASKS:  # RunConfig names any other task
             trainer, options = move_task_options(values["task"], trainer, options)
     trainer = build_dataclass(TrainerConfig, trainer, "trainer", lambda key: other_section_hint(key, "trainer", *run))
