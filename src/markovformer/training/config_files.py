@@ -43,11 +43,13 @@ def shipped_config(name: str) -> Path:
 
 
 def locate_config(argument: str | Path) -> Path:
-    """The file a config argument names: an existing path as given; else, for a bare name or a path inside a folder
-    named ``configs``, the shipped config of that name."""
+    """The file a config argument names: an existing path as given, or with ``.yaml`` added (``NAME`` finds the
+    ``NAME.yaml`` that ``config copy NAME`` wrote here); else, for a bare name or a path inside a folder named
+    ``configs``, the shipped config of that name."""
     path = Path(argument)
-    if path.is_file():
-        return path
+    for own in (path, path.with_name(f"{path.name}.yaml")) if path.suffix != ".yaml" else (path,):
+        if own.is_file():
+            return own
     bare = path.parent == Path(".") or path.parent.name == "configs"
     if bare and path.name.removesuffix(".yaml") in shipped_configs():
         return shipped_config(path.name)
