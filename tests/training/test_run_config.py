@@ -46,6 +46,17 @@ def test_words_that_only_look_numeric_stay_strings(text):
     assert read_yaml(text) == text
 
 
+@pytest.mark.parametrize(("text", "value"), [("010", 10), ("-007", -7), ("0_10", 10), ("0x1F", 31), ("0b101", 5),
+                                             ("0o17", 15), ("1_000", 1000), ("1:30", "1:30"), ("[008, 010]", [8, 10])])
+def test_integers_are_yaml_1_2s_a_zero_padded_one_decimal(text, value):
+    """YAML 1.1 (PyYAML) read ``trainer.seed=010`` as octal 8 (a sweep's ``seed=$(printf %03d $i)``: 008 was refused,
+    010 trained seed 8 again) and ``1:30`` as 90 (base 60)."""
+    assert read_yaml(text) == value and type(read_yaml(text)) is type(value)
+    overrides = ["data.source=markov_chain", "trainer.seed=010", "trainer.max_steps=0100"]
+    config = resolve_run_config(apply_overrides({"task": "causal_lm"}, overrides))
+    assert (config.trainer.seed, config.trainer.max_steps) == (10, 100)
+
+
 def test_overrides_and_files_read_exponents_alike(tmp_path):
     assert parse_override("trainer.lr=2e-3") == (["trainer", "lr"], 2e-3)
     path = tmp_path / "run.yaml"

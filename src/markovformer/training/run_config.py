@@ -174,9 +174,11 @@ MAX_DEPTH = 32  # nesting levels a config may have; far beyond any real one, far
 
 @functools.cache
 def _loader() -> type:
-    """PyYAML's safe loader made strict for run configs: exponent numbers without a dot (``2e-3``, ``1E5``) are
-    floats, as in YAML 1.2; a repeated key, an alias (``*name``: a few hundred bytes of aliases expand into
-    gigabytes) and nesting deeper than ``MAX_DEPTH`` are ConfigErrors naming the line."""
+    """PyYAML's safe loader made strict for run configs: numbers are YAML 1.2's, exponent numbers without a dot
+    (``2e-3``, ``1E5``) floats and integers decimal unless ``0b``/``0o``/``0x`` says otherwise (YAML 1.1 read a
+    zero-padded ``010`` as octal 8 and ``1:30`` as 90, base 60; 1.2 reads ten and the text); a repeated key, an
+    alias (``*name``: a few hundred bytes of aliases expand into gigabytes) and nesting deeper than ``MAX_DEPTH``
+    are ConfigErrors naming the line."""
     import yaml
     from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
 
@@ -215,6 +217,18 @@ def _loader() -> type:
                 first_lines[key] = line
             return super().construct_mapping(node, deep)
 
+    def construct_int(loader: RunConfigLoader, node: Any) -> int:
+        text = loader.construct_scalar(node).replace("_", "")
+        digits = text.lstrip("+-")
+        base = {"0b": 2, "0o": 8, "0x": 16}.get(digits[:2], 10)
+        return (-1 if text.startswith("-") else 1) * int(digits if base == 10 else digits[2:], base)
+
+    int_tag = "tag:yaml.org,2002:int"
+    RunConfigLoader.yaml_implicit_resolvers = {first: [(tag, regexp) for tag, regexp in resolvers if tag != int_tag]
+                                               for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    integer = re.compile(r"^[-+]?(?:0b[01][01_]*|0o[0-7][0-7_]*|0x[0-9a-fA-F][0-9a-fA-F_]*|[0-9][0-9_]*)$")
+    RunConfigLoader.add_implicit_resolver(int_tag, integer, list("-+0123456789"))
+    RunConfigLoader.add_constructor(int_tag, construct_int)
     exponent = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
     RunConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", exponent, list("-+0123456789."))
     return RunConfigLoader
