@@ -221,3 +221,17 @@ def test_a_data_file_or_init_from_given_from_the_home_folder_is_found_there(tmp_
     listed = resolve_run_config({**tiny_run, "output_dir": "unused",
                                  "data": {"source": "hf_dataset", "data_files": ["~/a.jsonl", "b.jsonl"]}})
     assert listed.data["data_files"] == [str(tmp_path / "a.jsonl"), "b.jsonl"]
+
+
+def test_the_written_config_reads_back_as_the_run_was_configured(tmp_path):
+    """config.yaml held a string that reads as a number unquoted: a run with output_dir '1e-3' (a sweep named by its
+    learning rate) wrote `output_dir: 1e-3`, and eval and --resume then refused it (output_dir=0.001 has the wrong
+    type: expected str); so did a data option '2e5' or '010'."""
+    from markovformer.training.run_dir import RESOLVED_CONFIG, write_resolved_config
+
+    data = {"source": "text", "path": "2e5", "text_column": "010"}
+    values = {"task": "causal_lm", "output_dir": "1e-3", "data": data, "trainer": {"lr": 1e-3, "seed": 10}}
+    config = resolve_run_config(values)
+    write_resolved_config(tmp_path, config)
+    assert resolve_run_config(load_yaml(tmp_path / RESOLVED_CONFIG)) == config
+    assert load_yaml(tmp_path / RESOLVED_CONFIG)["data"] == data

@@ -242,6 +242,17 @@ def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
 
 
+def write_yaml(values: Any) -> str:
+    """``values`` as YAML that ``read_yaml`` reads back as they are: a string it would read as another type (the
+    text ``1e5`` or ``010``, a float or an int to it) is quoted, as PyYAML quotes what its own loader would."""
+    import yaml
+
+    class RunConfigDumper(yaml.SafeDumper):
+        yaml_implicit_resolvers = _loader().yaml_implicit_resolvers
+
+    return yaml.dump(values, Dumper=RunConfigDumper, sort_keys=False)
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``"model.max_order=3"`` -> (["model", "max_order"], 3); the value is read as YAML (numbers, lists, ...)."""
     import yaml

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-import yaml
 from safetensors.torch import load_file
 
 from markovformer.atomic import atomic_write, remove_stale_temporaries
@@ -50,7 +49,7 @@ from markovformer.training.fingerprint import (
     write_model_fingerprint,
 )
 from markovformer.training.run_checks import check_tensors_match, resume_point
-from markovformer.training.run_config import RunConfig, load_yaml, plain_values, resolve_run_config
+from markovformer.training.run_config import RunConfig, load_yaml, plain_values, resolve_run_config, write_yaml
 from markovformer.training.run_lock import LOCK_FILE
 from markovformer.training.trainer_config import ConfigError
 
@@ -180,7 +179,7 @@ def write_hf_tokenizer(run_dir: Path) -> None:
 
 
 def write_resolved_config(run_dir: Path, config: RunConfig) -> None:
-    text = yaml.safe_dump(plain_values(config.to_dict()), sort_keys=False)
+    text = write_yaml(plain_values(config.to_dict()))
     atomic_write(run_dir / RESOLVED_CONFIG, lambda path: path.write_text(text))
 
 
