@@ -45,7 +45,10 @@ class TrainingModule(L.LightningModule):
         self.task.score(self.model, batch, self.val_metrics)
 
     def on_validation_epoch_end(self) -> None:
+        # in float64, as computed: Lightning turns a float into a float32 tensor, so metrics.json and the CSV log
+        # held 3.964341163635254 bits per token where eval, scoring the same weights, says 3.9643411281614465
         for name, value in self.val_metrics.compute().items():
+            value = torch.tensor(value, dtype=torch.float64)
             self.log(f"val/{name}", value, prog_bar=name == "loss", sync_dist=False)
 
     def configure_optimizers(self):
