@@ -235,3 +235,19 @@ def test_the_written_config_reads_back_as_the_run_was_configured(tmp_path):
     write_resolved_config(tmp_path, config)
     assert resolve_run_config(load_yaml(tmp_path / RESOLVED_CONFIG)) == config
     assert load_yaml(tmp_path / RESOLVED_CONFIG)["data"] == data
+
+
+def test_a_nested_override_fills_a_section_the_saved_config_holds_as_null(tmp_path):
+    """A run's config.yaml writes an unset mapping as null (`early_stopping: null`): the override
+    trainer.early_stopping.monitor=val/loss, taken on the shipped config, was refused on a run's own config.yaml
+    ('early_stopping' is not a section), so a sweep could not vary a saved run's config as it varied the original."""
+    from markovformer.training.run_dir import RESOLVED_CONFIG, write_resolved_config
+
+    override = ["trainer.early_stopping.monitor=val/loss", "trainer.early_stopping.patience=2"]
+    original = {"task": "causal_lm", "data": {"source": "markov_chain"}}
+    write_resolved_config(tmp_path, resolve_run_config(original))
+    saved = load_yaml(tmp_path / RESOLVED_CONFIG)
+    assert saved["trainer"]["early_stopping"] is None
+    from_saved = resolve_run_config(apply_overrides(saved, override))
+    assert from_saved.trainer.early_stopping == {"monitor": "val/loss", "patience": 2, "mode": "min"}
+    assert from_saved == resolve_run_config(apply_overrides(original, override))

@@ -274,12 +274,15 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Set each dotted override in a nested dict (sections are created when absent); returns the same dict."""
+    """Set each dotted override in a nested dict (sections are created when absent or null, as a run's config.yaml
+    writes an unset mapping such as ``trainer.early_stopping``); returns the same dict."""
     for text in overrides:
         path, value = parse_override(text)
         node = values
         for part in path[:-1]:
-            node = node.setdefault(part, {})
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
             if not isinstance(node, dict):
                 raise ConfigError(f"override {shown(text)}: {shown(part)} is not a section")
         node[path[-1]] = value
