@@ -167,9 +167,10 @@ def test_a_translation_run_validates_with_the_bleu_of_its_own_greedy_translation
     references = [bundle.tokenizer.decode(example["tgt_ids"].tolist()) for example in bundle.val]
     assert results["val"]["bleu"] == pytest.approx(corpus_bleu(hypotheses, references), rel=1e-6)
     assert results["val"]["loss"] == pytest.approx(float(loss), rel=1e-5)  # 24 pairs in 3 batches, token-weighted
-    again = evaluate(run_dir)["metrics"]
+    again, beam = evaluate(run_dir), evaluate(run_dir, beam_size=3)  # each says the beam its BLEU is of
+    assert (results["beam_size"], again["beam_size"], beam["beam_size"]) == (1, 1, 3)
+    again, beam = again["metrics"], beam["metrics"]
     assert again["bleu"] == pytest.approx(results["val"]["bleu"]) and again["loss"] == pytest.approx(float(loss))
-    beam = evaluate(run_dir, beam_size=3)["metrics"]
     assert beam["loss"] == pytest.approx(again["loss"])  # the loss is teacher-forced; only the decoding changes
 
 

@@ -272,7 +272,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     if predictions is not None:  # whole or not at all: a full disk leaves no table cut short
         atomic_write_text(predictions, metrics.table())
     results = {"split": split, "examples": len(examples), "run_dir": str(run_dir), "weights": weights,
-               "metrics": metrics.compute(), **metrics.breakdown(), **task.scoring_settings(),
+               "metrics": metrics.compute(), **metrics.breakdown(), **task.scoring_settings(beam_size),
                **({"changed_data_files": changed} if changed else {}),
                **({"unscored_tail_tokens": examples.tail_tokens} if getattr(examples, "tail_tokens", 0) else {})}
     reference = dict(bundle.info.get("reference", {}))

@@ -265,9 +265,10 @@ class Task:
         ``real_positions``."""
         return real_positions(batch)
 
-    def scoring_settings(self) -> dict:
-        """The settings the metrics depend on beyond the model and the data (a VMT's K), put beside them in
-        metrics.json and ``eval``'s results."""
+    def scoring_settings(self, beam_size: int = 1) -> dict:
+        """The settings the metrics depend on beyond the model and the data (a VMT's K, a translation's beam size:
+        ``beam_size`` is what ``score`` was given, 1 in validation), put beside them in metrics.json and ``eval``'s
+        results."""
         return {}
 
     def check_scored(self, model: nn.Module, examples, split: str) -> None:

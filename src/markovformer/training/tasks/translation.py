@@ -126,6 +126,9 @@ class Translation(Task):
     def new_metrics(self) -> TranslationMetrics:
         return TranslationMetrics(self.tokenizer)
 
+    def scoring_settings(self, beam_size: int = 1) -> dict:
+        return {"beam_size": beam_size}  # BLEU and exact match are of its translations
+
     def score(self, model: nn.Module, batch: dict, metrics: TranslationMetrics, beam_size: int = 1) -> None:
         """The loss, and the translations of the batch (``translate_capped``)."""
         metrics.update(model(**model_inputs(batch)), batch)

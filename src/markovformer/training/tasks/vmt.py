@@ -208,7 +208,7 @@ class VMT(Task):
     def start_scoring(self) -> None:
         self.walk = DocumentWalk(self.options.carry, self.options.iw_samples)
 
-    def scoring_settings(self) -> dict:
+    def scoring_settings(self, beam_size: int = 1) -> dict:
         return {"iw_samples": self.options.iw_samples} if self.options.iw_samples else {}
 
     def score(self, model: nn.Module, batch: dict, metrics: DocumentMetrics, beam_size: int = 1) -> None:
