@@ -279,3 +279,14 @@ def test_eval_iw_samples_of_a_run_without_the_option_names_the_flag(run, capsys)
     """A causal LM run said "task_options.iw_samples is not an option of task causal_lm", naming a key the user never
     wrote; the flag is named now, with the task that takes it."""
     refused(capsys, ["eval", str(run), "--iw-samples", "5"], "--iw-samples", "causal_lm run", "only a vmt run")
+
+
+def test_train_given_experiments_set_says_it_takes_key_value_words(main_cli):
+    """`markovformer train --set trainer.lr=1e-3` (the experiment command's way) read only 'unrecognized arguments:
+    --set', naming neither the way train takes its changes nor that the rest of the line was fine."""
+    done = main_cli("train", "--set", "trainer.max_steps=3")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "unrecognized arguments: --set (markovformer train takes its changes as KEY=VALUE words" in lines[0]
+    experiment = main_cli("experiment", "landscape", "--sett", "steps=3").stderr  # a command that takes --set
+    assert "(did you mean '--set'?)" in experiment and "KEY=VALUE words" not in experiment

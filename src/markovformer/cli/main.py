@@ -90,6 +90,9 @@ class Parser(argparse.ArgumentParser):
         elif message.startswith("unrecognized arguments: "):
             known = [option for action in self._actions for option in action.option_strings] + ["--debug"]
             typed = next((word.split("=")[0] for word in message.split()[2:] if word.startswith("-")), "")
+            if typed == "--set" and any(action.metavar == "KEY=VALUE" and not action.option_strings
+                                        for action in self._actions):  # fmt: skip
+                return f" ({self.prog} takes its changes as KEY=VALUE words, without --set)"  # experiment's way
         else:
             return ""
         close = difflib.get_close_matches(typed, known, n=1) if typed else []
