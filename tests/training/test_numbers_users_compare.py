@@ -260,3 +260,15 @@ def test_metrics_json_the_log_and_eval_hold_the_same_validation_numbers(tmp_path
     _, rows = read_log_rows(tmp_path / "run" / "logs" / "metrics.csv")
     logged = [row for row in rows if row.get("val/loss")][-1]
     assert {name: float(logged[f"val/{name}"]) for name in scored} == scored
+
+
+def test_the_loggers_get_the_runs_config(tmp_path):
+    """TensorBoard's hparams.yaml (which the README lists in a run directory) was {}, and a W&B or MLflow run got no
+    config: a sweep's runs compared there showed their numbers without the settings that made them."""
+    from markovformer.training.run_config import load_yaml
+
+    config = copy.deepcopy(TINY_RUN) | {"output_dir": str(tmp_path / "run")}
+    config["trainer"] = config["trainer"] | {"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "seed": 10}
+    train(resolve_run_config(config))
+    saved = load_yaml(tmp_path / "run" / "tensorboard" / "hparams.yaml")
+    assert saved == load_yaml(tmp_path / "run" / "config.yaml") and saved["trainer"]["seed"] == 10

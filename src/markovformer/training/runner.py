@@ -39,7 +39,7 @@ from markovformer.training.run_checks import (
     resumed_config,
     trained_settings,
 )
-from markovformer.training.run_config import RunConfig, load_yaml, resolve_run_config
+from markovformer.training.run_config import RunConfig, load_yaml, plain_values, resolve_run_config
 from markovformer.training.run_dir import (
     LAST_CHECKPOINT,
     RESOLVED_CONFIG,
@@ -306,6 +306,9 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
         if resume:
             print(f"no checkpoint in {run_dir / 'checkpoints'} yet: starting from step 0", flush=True)
         log.resume_from_step(0)  # rows of a process killed before its first checkpoint are logged again
+    if writer:  # the resolved config: TensorBoard's HParams and hparams.yaml, W&B's and MLflow's run parameters
+        for logger in trainer.loggers:  # (after resume_from_step: TensorBoard's writer purges the steps logged again)
+            logger.log_hyperparams(plain_values(config.to_dict()))
     interrupt_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT from a first Ctrl-C on
     try:
         trainer.fit(module, train_loader, val_loader, ckpt_path=ckpt_path)
