@@ -184,3 +184,25 @@ def test_gumbel_gates_are_one_hot_in_training_and_soft_at_eval():
     module.eval()
     soft = module(x, q).gates["past"]
     assert ((soft > 0) & (soft < 1)).all()
+
+
+def test_a_copy_or_pickle_after_a_training_forward_holds_no_activations():
+    """The gate logits kept for ``last_gate_entropy`` are not graph leaves while training: deepcopy (EMA models,
+    ``AveragedModel``) raised on them after any training step, and ``torch.save`` wrote them into the file."""
+    import copy
+    import io
+
+    module = _bias(bidirectional=True).train()
+    x, q = _activations()
+    module(x, q)
+    assert module.last_gate_entropy is not None and module.last_gate_entropy.requires_grad
+    twin = copy.deepcopy(module)
+    assert twin.last_gate_entropy is None and module.last_gate_entropy is not None
+    for name, value in module.state_dict().items():
+        assert torch.equal(twin.state_dict()[name], value)
+    buffer = io.BytesIO()
+    torch.save(module, buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, weights_only=False).last_gate_entropy is None
+    past, _, _ = module(x, q)
+    torch.testing.assert_close(twin(x, q)[0], past, rtol=0, atol=0)

@@ -110,6 +110,12 @@ class MarkovBias(nn.Module):
         # dict, updated in place: no nn.Module attribute assignment per call)
         self._last_forward: dict = {"gate_logits": [], "attention_mask": None}
 
+    def __getstate__(self) -> dict:
+        """The module without its last forward's activations: a copy or a pickle has run no forward. Those logits
+        are no graph leaves while training, so ``copy.deepcopy`` (hence ``AveragedModel``, an EMA copy) raised
+        after any training step, and ``torch.save(model)`` wrote them into the file."""
+        return {**self.__dict__, "_last_forward": {"gate_logits": [], "attention_mask": None}}
+
     @property
     def last_gate_entropy(self) -> Tensor | None:
         """Mean entropy of the order-gate distributions of the last forward, summed over directions (differentiable;
