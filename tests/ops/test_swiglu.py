@@ -74,3 +74,20 @@ def test_layer_uses_lean_path_and_keeps_dropout():
     dropped = SwiGLU(8, mult=2, dropout=0.5).double().train()
     assert type(dropped(x).grad_fn).__name__ != "_LeanSwiGLUBackward"
     assert torch.equal(dropped.eval()(x), swiglu_lean(x, dropped.gate_up.weight, dropped.down.weight))
+
+
+def test_layer_compiles_and_exports_as_the_composition():
+    """Inside torch.compile and torch.export the layer runs the plain composition: the lean function's out=
+    products broke the graph around every FFN (fullgraph=True raised) and made torch.export fail on any model."""
+    torch.manual_seed(0)
+    layer = SwiGLU(8, mult=2).double()
+    x = torch.randn(3, 5, 8, dtype=DTYPE, requires_grad=True)
+    expected = _result_and_grads(lambda x, *w: layer(x), (x, *layer.parameters()), (True, True, True))
+    compiled = torch.compile(layer, backend="eager", fullgraph=True)
+    got = _result_and_grads(lambda x, *w: compiled(x), (x, *layer.parameters()), (True, True, True))
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    exported = torch.export.export(layer, (x.detach(),), strict=False).module()
+    other = torch.randn(3, 5, 8, dtype=DTYPE)
+    torch.testing.assert_close(exported(other), swiglu_naive(other, layer.gate_up.weight, layer.down.weight),
+                               rtol=1e-12, atol=1e-12)  # fmt: skip

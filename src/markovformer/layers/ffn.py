@@ -16,6 +16,8 @@ class SwiGLU(nn.Module):
 
     Runs ``ops.swiglu.swiglu_lean`` (half the saved activations) when training without dropout or autocast; with no
     gradient to save for (evaluation, decoding) the plain composition, which skips the autograd function's overhead.
+    Inside ``torch.compile`` or ``torch.export`` also the composition: Dynamo cannot trace the lean function's
+    ``out=`` products (a graph break around every FFN) and export refuses them on tensors that need gradients.
     """
 
     def __init__(self, d_model: int, mult: int = 4, dropout: float = 0.0) -> None:
@@ -26,7 +28,7 @@ class SwiGLU(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        plain = not torch.is_grad_enabled() or torch.is_autocast_enabled(x.device.type)
+        plain = not torch.is_grad_enabled() or torch.is_autocast_enabled(x.device.type) or torch.compiler.is_compiling()
         if plain or (self.training and self.dropout.p > 0):
             gate, up = self.gate_up(x).chunk(2, dim=-1)
             hidden = F.silu(gate) * up
