@@ -64,6 +64,15 @@ def _stored_float_dtype(weights: Path) -> torch.dtype | None:
     return of_that_width[0] if len(of_that_width) == 1 else None
 
 
+def model_output(cls: type) -> type:
+    """A model's forward output: a dataclass, registered as a pytree node (as transformers' ``ModelOutput`` is), so
+    that ``torch.export`` can return it (it refused any other type: "Found <class ...Output> in output, which is
+    not a known type")."""
+    cls = dataclasses.dataclass(cls)
+    torch.export.register_dataclass(cls, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}")
+    return cls
+
+
 class PreTrainedModel(nn.Module):
     """A model built from one config: weight init, ``save_pretrained`` / ``from_pretrained``, ``num_parameters``,
     ``device`` and ``dtype``.

@@ -11,17 +11,15 @@ analysis. ``n_layers > 1`` stacks the attention + MLP pair.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.models.binary_transformer.config import BinaryTransformerConfig
-from markovformer.models.pretrained import PreTrainedModel
+from markovformer.models.pretrained import PreTrainedModel, model_output
 
 
-@dataclass
+@model_output
 class BinaryTransformerOutput:
     logits: Tensor  # (B, T): logit of P(x_{n+1} = 1 | x_1..x_n)
     loss: Tensor | None = None

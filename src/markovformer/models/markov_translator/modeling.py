@@ -5,7 +5,6 @@ Markov at any depth. The building blocks here are shared with incremental decodi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +16,7 @@ from markovformer.models.inputs import check_rows_have_tokens, check_token_ids
 from markovformer.models.markov_translator.config import MarkovTranslatorConfig
 from markovformer.models.markov_translator.generation import generate
 from markovformer.models.markov_translator.masks import decoder_self_allowed, key_padding_allowed
-from markovformer.models.pretrained import PreTrainedModel
+from markovformer.models.pretrained import PreTrainedModel, model_output
 from markovformer.ops.losses import token_cross_entropy
 from markovformer.ops.masked_softmax import masked_sdpa
 from markovformer.ops.padding import real_token_positions, right_padded_lengths
@@ -122,7 +121,7 @@ class DecoderLayer(nn.Module):
         return hidden + self.dropout(self.ffn(self.ffn_norm(hidden)))
 
 
-@dataclass
+@model_output
 class MarkovTranslatorOutput:
     logits: Tensor  # (B, T_tgt, V)
     loss: Tensor | None = None  # mean token cross-entropy over labels != -100

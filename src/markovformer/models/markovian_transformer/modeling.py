@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +20,7 @@ from markovformer.models.generation import GenerationMixin
 from markovformer.models.inputs import check_is_tensor, check_not_empty, check_rows_have_tokens, check_token_ids
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
 from markovformer.models.markovian_transformer.decoding import start_decoding
-from markovformer.models.pretrained import PreTrainedModel
+from markovformer.models.pretrained import PreTrainedModel, model_output
 from markovformer.ops.losses import check_labels, token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, is_right_padded, real_token_positions, right_padded_lengths
 from markovformer.ops.precision import compute_dtype
@@ -38,7 +37,7 @@ def _for_loss(logits: Tensor) -> Tensor:
     return logits.to(compute_dtype(logits))
 
 
-@dataclass
+@model_output
 class MarkovianTransformerOutput:
     logits: Tensor | None = None
     loss: Tensor | None = None

@@ -14,14 +14,12 @@ mode the last n - 1 tokens, from which each new position's window state is recom
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 
 from markovformer.models.generation import GenerationMixin, Step
 from markovformer.models.inputs import check_token_ids
-from markovformer.models.pretrained import PreTrainedModel
+from markovformer.models.pretrained import PreTrainedModel, model_output
 from markovformer.models.scan_markov.config import ScanMarkovConfig, check_order
 from markovformer.ops.losses import token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, right_padded_lengths
@@ -29,7 +27,7 @@ from markovformer.ops.scan import linear_scan, window_offsets, windowed_linear_s
 from markovformer.ops.segments import Segments, document_starts
 
 
-@dataclass
+@model_output
 class ScanMarkovOutput:
     logits: Tensor | None = None  # (B, T, V): next-token logits at every position
     loss: Tensor | None = None  # mean next-token cross-entropy over labels != -100

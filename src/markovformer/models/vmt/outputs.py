@@ -8,6 +8,8 @@ from typing import NamedTuple
 
 from torch import Tensor
 
+from markovformer.models.pretrained import model_output
+
 
 @dataclass
 class VMTElbo:
@@ -38,7 +40,7 @@ class VMTBound:
     num_tokens: int
 
 
-@dataclass
+@model_output
 class VMTOutput:
     loss: Tensor  # the training objective per token, to minimise (see ``forward``)
     elbo: Tensor

@@ -1,0 +1,37 @@
+"""PyTorch's tooling on whole models: torch.export returns the model's own output type, torch.compile gives eager's
+results."""
+
+from __future__ import annotations
+
+import torch
+
+from markovformer import (
+    MarkovianTransformerConfig,
+    MarkovianTransformerForCausalLM,
+    MarkovTranslatorConfig,
+    MarkovTranslatorForConditionalGeneration,
+)
+from markovformer.models.markov_translator.modeling import MarkovTranslatorOutput
+from markovformer.models.markovian_transformer.modeling import MarkovianTransformerOutput
+
+
+def _ids(seed: int) -> torch.Tensor:
+    return torch.randint(3, 11, (2, 12), generator=torch.Generator().manual_seed(seed))
+
+
+def test_export_returns_the_output_dataclass():
+    """The outputs are pytree nodes, as transformers' ModelOutput: torch.export refused every model ("Found <class
+    MarkovianTransformerOutput> in output, which is not a known type")."""
+    torch.manual_seed(0)
+    lm = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2,
+                                                                    attention="softmax")).eval()  # fmt: skip
+    exported = torch.export.export(lm, (_ids(1),), strict=False).module()
+    out = exported(_ids(2))
+    assert isinstance(out, MarkovianTransformerOutput) and out.loss is None
+    torch.testing.assert_close(out.logits, lm(_ids(2)).logits)
+    mat = MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, order=3)).eval()  # fmt: skip
+    exported = torch.export.export(mat, (_ids(1), _ids(3)), strict=False).module()
+    out = exported(_ids(2), _ids(4))
+    assert isinstance(out, MarkovTranslatorOutput)
+    torch.testing.assert_close(out.logits, mat(_ids(2), _ids(4)).logits)
