@@ -35,3 +35,16 @@ def test_export_returns_the_output_dataclass():
     out = exported(_ids(2), _ids(4))
     assert isinstance(out, MarkovTranslatorOutput)
     torch.testing.assert_close(out.logits, mat(_ids(2), _ids(4)).logits)
+
+
+def test_compiled_global_attention_stays_one_graph_at_any_length():
+    """The causal global-scope chunk loop (query_chunks) traces with a symbolic length: math.isqrt broke the graph
+    there, and each new sequence length recompiled another frame that then ran eagerly."""
+    torch.manual_seed(0)
+    config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, attention="alibi")
+    model = MarkovianTransformerForCausalLM(config).eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="eager", fullgraph=True, dynamic=True)
+    for length in (12, 20, 33):
+        ids = torch.randint(0, 11, (2, length), generator=torch.Generator().manual_seed(length))
+        torch.testing.assert_close(compiled(ids).logits, model(ids).logits)

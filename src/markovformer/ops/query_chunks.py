@@ -53,7 +53,9 @@ def query_chunks(seq_len: int, chunk_size: int, window: int | None, causal: bool
     while start < seq_len:
         rows = chunk_size
         if window is None and causal:  # rows x (start + rows) <= chunk_size x seq_len
-            rows = max(chunk_size, (math.isqrt(start * start + 4 * chunk_size * seq_len) - start) // 2)
+            # int(sqrt), not math.isqrt (the same below 2^52): Dynamo traces it for a symbolic length, where isqrt
+            # broke the graph and dropped the whole layer loop to eager at every new length
+            rows = max(chunk_size, (int(math.sqrt(start * start + 4 * chunk_size * seq_len)) - start) // 2)
         end = min(start + rows, seq_len)
         low = 0 if window is None else max(0, start - window)
         high = end if causal else (seq_len if window is None else min(seq_len, end + window))
