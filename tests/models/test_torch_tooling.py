@@ -48,3 +48,21 @@ def test_compiled_global_attention_stays_one_graph_at_any_length():
     for length in (12, 20, 33):
         ids = torch.randint(0, 11, (2, length), generator=torch.Generator().manual_seed(length))
         torch.testing.assert_close(compiled(ids).logits, model(ids).logits)
+
+
+def test_compiled_training_forward_is_one_graph_with_eager_loss_and_gradients():
+    """With labels, a compiled forward is one graph (the label values are checked eagerly only: that check broke
+    every compiled forward's graph at its loss, as the lean SwiGLU did around every FFN), with eager's loss and
+    gradients."""
+    torch.manual_seed(0)
+    config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, attention="softmax")
+    model = MarkovianTransformerForCausalLM(config)
+    ids = _ids(1)
+    loss = model(ids, labels=ids).loss
+    expected = torch.autograd.grad(loss, list(model.parameters()))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    got = compiled(ids, labels=ids).loss
+    torch.testing.assert_close(got, loss)
+    for a, b in zip(torch.autograd.grad(got, list(model.parameters())), expected, strict=True):
+        torch.testing.assert_close(a, b)

@@ -15,13 +15,17 @@ def check_labels(labels: Tensor, num_classes: int, name: str = "labels", shape: 
     """ValueError naming ``name`` unless ``labels`` are integers, each a class in [0, num_classes) or
     ``IGNORE_INDEX``: an id out of range is an IndexError deep in the loss on CPU and a device assert on CUDA; and,
     given ``shape``, unless they have that shape (the loss would flatten (B, T, 1) or (B·T,) labels without a word,
-    or fail deep in torch on a batch of other sizes)."""
+    or fail deep in torch on a batch of other sizes). The values are not checked inside ``torch.compile`` (a
+    data-dependent branch, which broke every compiled forward's graph at its loss; Inductor's kernels refuse an id
+    out of range themselves), as ``check_vocabulary`` does not check token ids there."""
     if not isinstance(labels, Tensor):
         raise TypeError(f"{name} must be a tensor of class ids; got {type(labels).__name__}")
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise ValueError(f"{name} must be integer class ids; got {labels.dtype}")
     if shape is not None and tuple(labels.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(labels.shape)}")
+    if torch.compiler.is_compiling():
+        return
     outside = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_classes))
     if bool(outside.any()):
         raise ValueError(f"{name} holds {labels[outside][0].item()}, outside the classes [0, {num_classes}) (and not "
