@@ -99,6 +99,9 @@ def test_predictions_of_a_task_that_predicts_nothing_to_read_are_refused_before_
     err = capsys.readouterr().err
     assert "--predictions" in err and "causal_lm run" in err and "sequence_classification" in err
     assert not (tmp_path / "p.tsv").exists()
+    # a beam width only translation decodes with: it was taken and ignored, the numbers of beam 1 printed
+    assert main(["eval", str(tmp_path / "run"), "--beam-size", "4"]) == 2
+    assert "--beam-size 4" in (err := capsys.readouterr().err) and "causal_lm run" in err and "translation" in err
 
 
 def test_a_classifiers_numbers_per_class_are_those_of_its_predictions(tmp_path, capsys):

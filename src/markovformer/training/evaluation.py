@@ -23,7 +23,7 @@ from markovformer.training.run_config import FILE_OPTIONS
 from markovformer.training.run_config import task_options as task_options_of
 from markovformer.training.run_dir import check_same_tokenizer, load_trained_run
 from markovformer.training.run_report import continuous_source, document_log_likelihood
-from markovformer.training.tasks import TASKS
+from markovformer.training.tasks import TASKS, Translation
 from markovformer.training.termination import ignore_outside_sigterm
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 
@@ -226,6 +226,9 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
         takers = [name for name, kind in TASKS.items() if kind.writes_predictions]
         raise ConfigError(f"--predictions {predictions}: {run_dir} is a {config.task} run, whose scoring predicts "
                           f"nothing to write (runs that do: {', '.join(takers)})")  # fmt: skip
+    if beam_size != 1 and config.task != Translation.name:  # the others' scoring decodes nothing: no beam to widen
+        raise ConfigError(f"--beam-size {beam_size}: {run_dir} is a {config.task} run; only a translation run's "
+                          f"scoring decodes with beams")  # fmt: skip
     check_same_source(config.data["source"], data_overrides or {})
     check_saved_tokenizer_options(run_dir, config.data, data_overrides or {})
     fitted = run_fitted_options(config.data["source"], read_data_info(run_dir))  # the run's class thresholds
