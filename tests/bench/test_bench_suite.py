@@ -241,6 +241,9 @@ def test_command_line_options(tmp_path, monkeypatch):
         with pytest.raises(ValueError, match=re.escape(named)):
             bench_cli.run_bench(parser.parse_args(["bench", "--out", str(tmp_path / "out"), *flags]))
     assert not (tmp_path / "out").exists()
+    # numbers as a run config reads them: 1e3 was the text '1e3' to PyYAML's own loader, refused as no float
+    parsed = bench_cli._with_settings(BenchSettings(), ["data_mb=1e3", "data_small_mb=5e-1"])
+    assert (parsed.data_mb, parsed.data_small_mb) == (1000.0, 0.5)
     with pytest.raises(ValueError, match="unknown op kind"):
         BenchSettings(op_kinds=("flash",)).resolved()
 

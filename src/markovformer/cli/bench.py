@@ -98,11 +98,11 @@ def run_bench(args: argparse.Namespace) -> None:
 
 
 def _with_settings(settings, pairs: list[str]):
-    """``settings`` with ``--set KEY=VALUE`` applied (VALUE read as YAML); an unknown key or a value of the wrong
-    type is refused, naming it."""
+    """``settings`` with ``--set KEY=VALUE`` applied (VALUE read as YAML, as a run config's: ``data_mb=1e3`` is a
+    number); an unknown key or a value of the wrong type is refused, naming it."""
     import dataclasses
 
-    import yaml
+    from markovformer.training.run_config import read_yaml
 
     fields = {field.name: field for field in dataclasses.fields(settings)}
     changes = {}
@@ -110,7 +110,7 @@ def _with_settings(settings, pairs: list[str]):
         key, sep, text = pair.partition("=")
         if not sep or key not in fields:
             raise ValueError(f"--set {pair!r}: expected KEY=VALUE with KEY one of {', '.join(fields)}")
-        value = yaml.safe_load(text)
+        value = read_yaml(text)
         current = getattr(settings, key)
         fits = isinstance(value, type(current)) or (isinstance(current, float) and isinstance(value, int))
         if isinstance(value, bool) != isinstance(current, bool):
