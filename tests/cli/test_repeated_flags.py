@@ -44,3 +44,13 @@ def test_bench_list_options_given_twice_keep_both(monkeypatch):
     assert given.parts == ("ops", "decode") and given.decode_batches == (2, 3)
     assert (given.data_mb, given.repeats) == (2.0, 4)
     assert default.parts == tuple(bench_cli.PART_NAMES)
+
+
+def test_bench_set_values_are_read_as_run_config_values():
+    """bench --set reads its values as train's overrides and the experiment's --set do (YAML 1.2 numbers): PyYAML's
+    own loader made repeats=010 octal 8 and time_cap=1e-3 the text '1e-3'."""
+    from markovformer.bench import BenchSettings
+    from markovformer.training.run_config import read_yaml
+
+    settings = bench_cli._with_settings(BenchSettings(), ["repeats=010", "time_cap=1e-3"])
+    assert (settings.repeats, settings.time_cap) == (read_yaml("010"), read_yaml("1e-3")) == (10, 0.001)
