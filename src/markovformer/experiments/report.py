@@ -181,6 +181,18 @@ def replaced_cell(path: Path, settings: Any) -> Path:
     return path.parent / "replaced" / f"{path.stem}.{digest}.json"
 
 
+def read_cell(path: Path) -> dict:
+    """The cell stored at ``path`` (its ``settings``, ``code`` and ``result``); ValueError naming the file when it
+    cannot be read (cut short by a disk's fault: cells are written whole)."""
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path} cannot be read ({error})") from None
+    if not isinstance(stored, dict) or "result" not in stored:
+        raise ValueError(f"{path} cannot be read (not a stored cell)")
+    return stored
+
+
 def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[str], None] = print) -> list[Path]:
     """Delete the cached cells of ``out_dir`` whose keys match any of the glob ``patterns`` (``*forgetting*``), their
     fits' saved progress and the engine runs they trained (under ``out_dir/runs``: a finished run would otherwise be
@@ -207,7 +219,11 @@ def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[st
     for path in chosen:
         if path.suffix != ".json" or not runs_folder.is_dir():
             continue
-        recorded = recorded_run_dirs(json.loads(path.read_text()).get("result"))
+        try:
+            recorded = recorded_run_dirs(read_cell(path)["result"])
+        except ValueError as error:  # its run cannot be known: not left to be read back as the recomputed cell
+            raise ValueError(f"{error}: the run its cell trained is not known; delete that run under {runs_folder} "
+                             f"and {path} by hand, then recompute it") from None  # fmt: skip
         if recorded is None:
             raise ValueError(f"cell {path.stem} does not name the run it trained (stored before cells did): delete "
                              f"its run under {runs_folder} by hand, then recompute it")  # fmt: skip
@@ -381,11 +397,10 @@ class ExperimentReport:
             self.log(f"  {key}: stored under other settings, recomputing ({changed}); the stored cell is kept as "
                      f"{kept}, which a run under its settings takes back")  # fmt: skip
         kept = replaced_cell(path, settings)
-        if kept.is_file():  # computed earlier under these settings, then replaced: taken back (read, with --from-cells)
-            if not self.stored_only:
+        if (stored := self._stored_cell(kept)) is not None:  # computed earlier under these settings, then replaced:
+            if not self.stored_only:  # taken back (read, with --from-cells)
                 kept.replace(path)
             self.log(f"{self._progress(key)}: done earlier, taken back from {kept}")
-            stored = json.loads((kept if self.stored_only else path).read_text())
             self.cell_code[key] = stored.get("code")
             return stored["result"]
         if self.stored_only:
@@ -412,14 +427,10 @@ class ExperimentReport:
         if not path.is_file():
             return None
         try:
-            stored = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(stored, dict) and "result" in stored:
-                return stored
-            reason = "not a stored cell"
-        except (OSError, ValueError) as error:
-            reason = str(error)
-        self.log(f"  {path} cannot be read ({reason})" + ("" if self.stored_only else ": computing it again"))
-        return None
+            return read_cell(path)
+        except ValueError as error:
+            self.log(f"  {error}" + ("" if self.stored_only else ": computing it again"))
+            return None
 
     def text(self, markdown: str) -> None:
         self.sections.append(markdown.strip())
