@@ -257,6 +257,18 @@ def test_load_translation_splits_fits_on_train_and_decodes_back(tmp_path):
     assert again.splits["val"] == bundle.splits["val"]
 
 
+def test_a_joint_bpe_smaller_than_the_asked_vocab_size_is_said(tmp_path, capsys):
+    """As a text file's or a local dataset's BPE (announce_fitted): the model got the smaller vocabulary silently."""
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"quelle {i} satz\ttarget {i} sentence\n" for i in range(20)), encoding="utf-8")
+    fitted = load_translation(path, vocab_size=5000).tokenizer.vocab_size
+    assert fitted < 5000
+    assert f"data.vocab_size=5000: the train part of {path} offers no more merges, so the BPE vocabulary has " \
+           f"{fitted} tokens" in capsys.readouterr().err
+    load_translation(path, vocab_size=fitted)
+    assert capsys.readouterr().err == ""
+
+
 def test_load_translation_max_length_drops_long_training_pairs_only(tmp_path):
     pairs = [("kurz", "short")] * 30 + [("lang " * 30, "long " * 30)] * 30
     path = tmp_path / "pairs.tsv"

@@ -58,12 +58,16 @@ class TokenizedText:
             raise ValueError(f"data.fit_bytes={fit_bytes!r} must be an int of at least 1024")
 
     def announce_fitted(self, fitted, where: str) -> None:
-        """One line on stderr when the BPE vocabulary just fitted on the train part of ``where`` is smaller than
-        ``vocab_size`` (a small text offers no more merges): the model's vocabulary is the fitted one."""
-        if self.vocab_size is not None and fitted.vocab_size < self.vocab_size:
-            print(f"data.vocab_size={self.vocab_size}: the train part of {where} offers no more merges, so the BPE "
-                  f"vocabulary has {fitted.vocab_size} tokens (the model's vocab_size)", file=sys.stderr, flush=True)
+        announce_fitted(fitted, self.vocab_size, where)
 
     def options(self) -> dict:
         """These options by name (a source that extends the dataclass passes just these to its loader)."""
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(TokenizedText)}
+
+
+def announce_fitted(fitted, vocab_size: int | None, where: str) -> None:
+    """One line on stderr when the BPE vocabulary just fitted on the train part of ``where`` is smaller than
+    ``vocab_size`` (a small text offers no more merges): the model's vocabulary is the fitted one."""
+    if vocab_size is not None and fitted.vocab_size < vocab_size:
+        print(f"data.vocab_size={vocab_size}: the train part of {where} offers no more merges, so the BPE "
+              f"vocabulary has {fitted.vocab_size} tokens (the model's vocab_size)", file=sys.stderr, flush=True)

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from markovformer.data.bundle import DataBundle
+from markovformer.data.readers.tokenized_text import announce_fitted
 from markovformer.data.readers.tokenizer import BPETokenizer, load_tokenizer
 from markovformer.data.splits import split_indices
 from markovformer.data.translation.batching import collate_translation, translation_lengths
@@ -215,4 +216,5 @@ def load_translation(
     by_split = {name: [pairs[i] for i in chosen] for name, chosen in indices.items()}
     if tokenizer is None:
         tokenizer = train_translation_tokenizer(by_split["train"], vocab_size)
+        announce_fitted(tokenizer, vocab_size, " and ".join(map(str, filter(None, (path, target_path)))))
     return translation_bundle(by_split, tokenizer, max_length=max_length, splits=record)
