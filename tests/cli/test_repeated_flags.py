@@ -54,3 +54,10 @@ def test_bench_set_values_are_read_as_run_config_values():
 
     settings = bench_cli._with_settings(BenchSettings(), ["repeats=010", "time_cap=1e-3"])
     assert (settings.repeats, settings.time_cap) == (read_yaml("010"), read_yaml("1e-3")) == (10, 0.001)
+
+
+def test_a_bench_set_value_that_is_not_yaml_is_refused_naming_it():
+    from markovformer.bench import BenchSettings
+
+    with pytest.raises(ValueError, match=r"^--set 'repeats=\[1': the value is not valid YAML \("):
+        bench_cli._with_settings(BenchSettings(), ["repeats=[1"])

@@ -102,6 +102,8 @@ def _with_settings(settings, pairs: list[str]):
     number); an unknown key or a value of the wrong type is refused, naming it."""
     import dataclasses
 
+    import yaml
+
     from markovformer.training.run_config import read_yaml
 
     fields = {field.name: field for field in dataclasses.fields(settings)}
@@ -110,7 +112,11 @@ def _with_settings(settings, pairs: list[str]):
         key, sep, text = pair.partition("=")
         if not sep or key not in fields:
             raise ValueError(f"--set {pair!r}: expected KEY=VALUE with KEY one of {', '.join(fields)}")
-        value = read_yaml(text)
+        try:
+            value = read_yaml(text)
+        except yaml.YAMLError as error:  # a traceback, naming no option
+            problem = str(getattr(error, "problem", None) or error).splitlines()[0]
+            raise ValueError(f"--set {pair!r}: the value is not valid YAML ({problem})") from None
         current = getattr(settings, key)
         fits = isinstance(value, type(current)) or (isinstance(current, float) and isinstance(value, int))
         if isinstance(value, bool) != isinstance(current, bool):
