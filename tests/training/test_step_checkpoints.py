@@ -31,3 +31,24 @@ def test_a_run_early_stopping_ends_says_so_at_the_step_the_patience_rule_gives(t
     lines = [line for line in done.stdout.splitlines() if line.startswith("early stopping:")]
     assert len(lines) == 1 and "val/loss" in lines[0] and f"stopped at step {expected} of 100" in lines[0], done.stdout
     assert f"{best:.4f}" in lines[0]
+
+
+def test_keep_checkpoints_keeps_the_checkpoint_of_early_stoppings_best(tmp_path):
+    """keep_checkpoints=1 deleted the checkpoint of the best validation (step 4 of a run early stopping ended at 12,
+    best loss 2.5511 under mode max), while the stop line cited that best: its weights were gone. The best's
+    checkpoint now stays; the stop line names its step and file, and `eval` of that file gives the best loss."""
+    trainer = {**TINY_RUN["trainer"], "max_steps": 100, "eval_every": 5, "checkpoint_every": 5, "keep_checkpoints": 1,
+               "early_stopping": {"monitor": "val/loss", "mode": "max", "patience": 2}}  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({**TINY_RUN, "trainer": trainer}))
+    done = run_in_process("train", "run.yaml", "output_dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    _, rows = read_log_rows(tmp_path / "run" / "logs" / "metrics.csv")
+    losses = {int(row["step"]): float(row["val/loss"]) for row in rows if row.get("val/loss")}
+    best = max(losses, key=losses.get)  # mode max on a falling loss: the first validation
+    assert best < max(losses)
+    kept = tmp_path / "run" / "checkpoints" / f"step-{best:06d}.ckpt"
+    assert kept.is_file()
+    line = next(line for line in done.stdout.splitlines() if line.startswith("early stopping:"))
+    assert f"(step {best})" in line and str(kept.relative_to(tmp_path)) in line, line
+    scored = run_in_process("eval", str(kept), "--json", cwd=tmp_path)
+    assert abs(json.loads(scored.stdout)["metrics"]["loss"] - losses[best]) < 1e-6

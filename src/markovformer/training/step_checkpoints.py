@@ -10,7 +10,8 @@
   Lightning has logged the step's rows (at the next batch's start, when training ends or on SIGTERM): a run resumed
   from it never logs that step again, so a kill between the two lost the step's rows for good;
 - the loggers are flushed before each checkpoint is written (TensorBoard holds its events in a queue);
-- with ``keep`` > 0, only the newest ``keep`` step checkpoints stay (``last.ckpt`` always stays);
+- with ``keep`` > 0, only the newest ``keep`` step checkpoints stay (``last.ckpt`` always stays), and the one of
+  early stopping's best validation (``ResumableEarlyStopping.best_step``), whose weights its stop line names;
 - file names are fixed (a resumed run overwrites ``last.ckpt``, never adds ``last-v1.ckpt``).
 """
 
@@ -115,8 +116,10 @@ class StepCheckpoints(ModelCheckpoint):
 
     def _prune(self, trainer: L.Trainer) -> None:
         if self.keep > 0 and trainer.is_global_zero:
+            best = {c.best_step for c in trainer.callbacks if isinstance(c, ResumableEarlyStopping)}
             for old in step_checkpoints(Path(self.dirpath))[: -self.keep]:
-                old.unlink(missing_ok=True)
+                if int(STEP_CHECKPOINT.fullmatch(old.name).group(1)) not in best:
+                    old.unlink(missing_ok=True)
 
 
 def flush_loggers(trainer: L.Trainer) -> None:
@@ -164,7 +167,26 @@ class LastValidation(L.Callback):
 
 class ResumableEarlyStopping(EarlyStopping):
     """Lightning's early stopping, stopped again when resumed from a checkpoint written after it stopped: its
-    patience count is restored but the trainer's stop flag is not, so a resumed early-stopped run trained on."""
+    patience count is restored but the trainer's stop flag is not, so a resumed early-stopped run trained on. It
+    also records the step of its best validation (``best_step``, kept in checkpoints): the run's model/ is its last
+    step's weights, and the best's checkpoint is kept from ``keep_checkpoints`` pruning and named in the stop line."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.best_step: int | None = None
+
+    def _run_early_stopping_check(self, trainer: L.Trainer) -> None:
+        best = self.best_score
+        super()._run_early_stopping_check(trainer)
+        if self.best_score is not best:  # Lightning replaced it: this validation improved on it (any device)
+            self.best_step = trainer.global_step
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "best_step": self.best_step}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self.best_step = state_dict.get("best_step")  # absent from checkpoints written before it was recorded
 
     @property
     def state_key(self) -> str:  # Lightning's, so that checkpoints written with EarlyStopping itself still load
@@ -179,9 +201,21 @@ class ResumableEarlyStopping(EarlyStopping):
         so the run ended at step 9 of 60 without a word); None when it did not stop the run."""
         if self.wait_count < self.patience or trainer.global_step >= trainer.max_steps:
             return None
-        return (f"early stopping: {self.monitor} has not improved on its best, {float(self.best_score):.4f}, in "
-                f"{self.wait_count} validations: the run stopped at step {trainer.global_step} of "
-                f"{trainer.max_steps}")  # fmt: skip
+        best = f" (step {self.best_step})" if self.best_step is not None else ""
+        return (f"early stopping: {self.monitor} has not improved on its best, {float(self.best_score):.4f}{best}, "
+                f"in {self.wait_count} validations: the run stopped at step {trainer.global_step} of "
+                f"{trainer.max_steps}; model/ holds the weights of step {trainer.global_step}"
+                f"{self._best_weights(trainer)}")  # fmt: skip
+
+    def _best_weights(self, trainer: L.Trainer) -> str:
+        """Where the best validation's weights are: its step checkpoint, when the run wrote one and kept it."""
+        folders = [Path(c.dirpath) for c in trainer.callbacks if isinstance(c, StepCheckpoints)]
+        if self.best_step is None or not folders:
+            return ""
+        path = folders[0] / f"step-{self.best_step:06d}.ckpt"
+        if path.is_file():
+            return f", the best's are in {path}"
+        return f"; no checkpoint of step {self.best_step} is in {folders[0]}"
 
 
 __all__ = ["LastValidation", "ResumableEarlyStopping", "RunFingerprint", "StepCheckpoints", "step_checkpoints"]
