@@ -25,7 +25,7 @@ from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES
 from markovformer.training.build import saved_tokenizer
 from markovformer.training.run_config import load_yaml
-from markovformer.training.run_dir import load_run, run_of_checkpoint
+from markovformer.training.run_dir import load_trained_run, run_of_checkpoint
 from markovformer.training.trainer_config import ConfigError
 
 SKIP_GROUPS = {"head": "the task head (tensors outside model.)", "embeddings": "the embeddings (names with 'embed')"}
@@ -78,8 +78,9 @@ def checkpoint_run(source: Path) -> Path | None:
     return run_of_checkpoint(source) if source.is_file() and source.suffix == ".ckpt" else None
 
 
-def read_weights(source: Path) -> dict[str, torch.Tensor]:
-    """The weights in a run directory or a saved model directory (see the module docstring)."""
+def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], str]:
+    """The weights in a run directory or a saved model directory (see the module docstring), and which they are (for
+    a run: its final model/ or the checkpoint it fell back to, and their step)."""
     from safetensors.torch import load_file
 
     if source.is_file() and checkpoint_run(source) is None:
@@ -88,10 +89,13 @@ def read_weights(source: Path) -> dict[str, torch.Tensor]:
     if not source.exists():
         raise ConfigError(f"init_from={str(source)!r}: no such run or model directory, or checkpoint file")
     if source.is_file() or (source / "config.yaml").is_file():  # a run: the same loading and checks as eval
-        _, model, _ = load_run(source)
-        return model.state_dict()
+        loaded = load_trained_run(source)
+        weights = loaded.weights
+        name = "its final model/" if weights["finished"] else weights["source"]
+        unfinished = "" if weights["run_finished"] else ", the run is not finished"
+        return loaded.model.state_dict(), f" ({name}, step {weights['step']}{unfinished})"
     if (source / "model.safetensors").is_file():
-        return load_file(str(source / "model.safetensors"))
+        return load_file(str(source / "model.safetensors")), ""
     raise ConfigError(f"init_from={str(source)!r} is neither a run directory (config.yaml) nor a saved model "
                       f"directory (model.safetensors)")  # fmt: skip
 
@@ -117,7 +121,7 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
     that differ (and the ``init_from_skip`` that would leave them out) unless all others match. Returns the line
     the run prints."""
     source = Path(source)
-    stored = read_weights(source)
+    stored, which = read_weights(source)
     own = model.state_dict()
     if "head" in skip and all(skipped(name, ["head"]) for name in own):
         modules = sorted({name.split(".")[0] for name in own})
@@ -146,5 +150,5 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
                           f"({shapes}){choice}")  # fmt: skip
     model.load_state_dict({**own, **{name: tensor.to(own[name].dtype) for name, tensor in taken.items()}})
     fresh = len(own) - len(taken)
-    return (f"initialised from {source}: {len(taken)} of {len(own)} tensors"
+    return (f"initialised from {source}{which}: {len(taken)} of {len(own)} tensors"
             + (f" ({fresh} left fresh by init_from_skip)" if fresh else ""))
