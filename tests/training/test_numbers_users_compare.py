@@ -21,63 +21,92 @@ from markovformer.training.run_config import resolve_run_config
 from markovformer.training.runner import train
 
 
-def _text(tmp_path) -> str:
-    """Mostly short words for 2400 words (the train part and the start of val), then mostly long ones: the parts'
-    characters per token differ (BPE), so a measure of the wrong split shows."""
-    rng = random.Random(0)
-    short, long = ["to", "be", "or", "not", "is", "the"], ["question", "whether", "nobler", "suffer", "fortune"]
-
-    def words(count: int, often: list[str], rarely: list[str]) -> str:
-        return "".join(rng.choice(often if rng.random() < 0.8 else rarely) + rng.choice(" \n,") for _ in range(count))
-
-    text = words(2400, short, long) + words(300, long, short)
+def _multilingual(tmp_path) -> str:
+    """Words of one to four UTF-8 bytes a character, so that byte-level BPE splits some characters across tokens."""
+    rng = random.Random(1)
+    words = ["to", "be", "Straße", "über", "naïve", "€uro", "日本語", "ok", "𝄞clef", "the", "Grüße"]
+    text = "".join(rng.choice(words) + rng.choice(" \n,") for _ in range(2000))
     (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
     return text
 
 
+def _characters_between(tokenizer, ids: list[int], start: int, stop: int) -> int:
+    """Characters of ids[start:stop] as decoding tells them: a character cut by ``start`` belongs to the tokens
+    before (decoding a prefix that ends inside one gives one replacement character for it)."""
+    return len(tokenizer.decode(ids[:stop])) - len(tokenizer.decode(ids[:start]))
+
+
 @pytest.mark.parametrize("tokenizer", ["char", "bpe"])
-def test_text_runs_report_bits_per_character_through_the_splits_characters_per_token(tmp_path, tokenizer):
-    text = _text(tmp_path)
-    data = {"source": "text", "path": str(tmp_path / "corpus.txt"), "seq_len": 32, "fractions": [0.8, 0.2, 0.0],
-            "tokenizer": tokenizer, **({"vocab_size": 300} if tokenizer == "bpe" else {})}  # fmt: skip
+def test_bits_per_character_is_the_bits_of_the_tokens_scored_over_their_characters(tmp_path, tokenizer):
+    """Validation windows overlap, the first tokens are context only, and batches have their own mean losses: bits
+    per character is every scored token's bits over those tokens' characters. It was bits per token over the
+    characters per token of the whole split (its first 2^20 tokens), 0.55 % off on a BPE split of 1,050 tokens."""
+    _multilingual(tmp_path)
+    data = {"source": "text", "path": str(tmp_path / "corpus.txt"), "seq_len": 24, "overlap": 5,
+            "fractions": [0.7, 0.3, 0.0], "tokenizer": tokenizer, **({"vocab_size": 300} if tokenizer == "bpe" else {})}
     config = resolve_run_config({"task": "causal_lm", "data": data, "model": {}})
     bundle = build_data(config)
     task = build_run_task(config, bundle)
-    start, stop = bundle.splits["val"]
-    val_text, train_text = text[start:stop], text[slice(*bundle.splits["train"])]
-    per_token = len(val_text) / len(bundle.tokenizer.encode(val_text))  # the val part encoded on its own
-    if tokenizer == "char":
-        assert per_token == 1.0
-    else:
-        assert per_token > 1.5  # merges: a BPE token spans several characters
-        train_per_token = len(train_text) / len(bundle.tokenizer.encode(train_text))
-        assert abs(per_token / train_per_token - 1) > 0.05  # (3.23 and 2.42) the train part's would not do
+    task.describe_split(bundle.val, bundle.tokenizer)
     metrics = task.new_metrics()
-    batch = collate([bundle.val[0], bundle.val[1]])
-    metrics.update(type("Output", (), {"loss": torch.tensor(2.0)})(), batch)
+    bits = tokens = 0.0
+    scored = []
+    for index in range(0, len(bundle.val), 3):
+        batch = collate([bundle.val[i] for i in range(index, min(index + 3, len(bundle.val)))])
+        loss = 1.0 + 0.37 * (index % 5)  # unequal batch means
+        metrics.update(type("Output", (), {"loss": torch.tensor(loss)})(), batch)
+        targets = batch["labels"][:, 1:]
+        count = int((targets != -100).sum())
+        bits, tokens = bits + loss * count / math.log(2), tokens + count
+        scored += targets[targets != -100].tolist()
+    ids = [int(i) for i in bundle.val.store.tokens[bundle.val.start:bundle.val.stop]]
+    first = 5  # the first overlap (5) tokens are context only: no position is scored with less context
+    assert scored == ids[first:first + len(scored)]  # each token once, in order
+    characters = _characters_between(bundle.tokenizer, ids, first, first + len(scored))
+    if tokenizer == "bpe":
+        assert len(scored) < 0.8 * characters  # merges: a BPE token spans several characters
+        assert any(len(char.encode()) > 1 for char in bundle.tokenizer.decode(scored))
     results = metrics.compute()
-    assert results["bits_per_token"] == pytest.approx(2.0 / math.log(2))
-    assert results["bits_per_character"] == pytest.approx(2.0 / math.log(2) / per_token, rel=1e-9)
+    assert results["bits_per_token"] == pytest.approx(bits / tokens, rel=1e-6)
+    assert results["bits_per_character"] == pytest.approx(bits / characters, rel=1e-6)
 
 
 @pytest.mark.parametrize("tokenizer", ["char", "bpe"])
-def test_characters_per_token_counts_no_character_for_an_end_of_document(tokenizer):
-    """Documents are separated by <eod>, a scored token but no character: BPE decodes it as the text "<eod>", which
-    must not count as five characters (bits per character would read 1-5 % low on documents of paragraphs)."""
-    from types import SimpleNamespace
-
+def test_characters_of_ids_count_a_character_once_and_no_character_for_an_end_of_document(tmp_path, tokenizer):
+    """Every prefix of a text's ids holds the characters decoding says (a character cut across tokens counts once,
+    in the token with its first byte); <eod> is scored but no character (BPE decodes it as five: "<eod>")."""
     from markovformer.data.readers.tokenizer import END_OF_DOCUMENT, PAD_TOKEN, BPETokenizer, CharTokenizer
-    from markovformer.training.tasks.causal_lm import characters_per_token
 
-    documents = ["to be or not to be", "that is the question", "whether tis nobler"]
+    documents = _multilingual(tmp_path).split("\n")[:40]
     if tokenizer == "bpe":
-        tokens = BPETokenizer.train(" ".join(documents) * 20, 300, special_tokens=(PAD_TOKEN, END_OF_DOCUMENT))
+        tokens = BPETokenizer.train("\n".join(documents), 280, special_tokens=(PAD_TOKEN, END_OF_DOCUMENT))
     else:
         tokens = CharTokenizer("".join(sorted(set("".join(documents)))), end_of_document=True)
+    counts = tokens.characters_of_ids()
     end = tokens.end_of_document_id
     ids = [i for document in documents for i in [*tokens.encode(document), end]]
-    split = SimpleNamespace(store=SimpleNamespace(tokens=ids), start=0, stop=len(ids))
-    assert characters_per_token(split, tokens) == pytest.approx(sum(map(len, documents)) / len(ids))
+    assert counts[0] == counts[end] == 0
+    assert counts[ids].sum() == sum(map(len, documents))
+    pieces = [i for document in documents for i in tokens.encode(document)]
+    cut = [n for n in range(1, len(pieces)) if "\ufffd" in tokens.decode(pieces[:n])]
+    assert (tokenizer == "bpe") == bool(cut)  # some prefixes end inside a character
+    for n in range(0, len(pieces), 7 if tokenizer == "char" else 1):
+        assert counts[pieces[:n]].sum() == len(tokens.decode(pieces[:n])), n
+
+
+def test_a_foreign_vocabulary_has_no_characters_per_id(tmp_path):
+    """A BPE tokenizer.json whose entries are not byte-level (a user's own) cannot say its characters: no bits per
+    character rather than a wrong one."""
+    import tokenizers
+
+    from markovformer.data.readers.tokenizer import PAD_TOKEN, BPETokenizer
+
+    hf = tokenizers.Tokenizer(tokenizers.models.BPE(vocab={PAD_TOKEN: 0, "a": 1, "b": 2, "ab": 3}, merges=[("a", "b")]))
+    hf.add_special_tokens([PAD_TOKEN])
+    assert BPETokenizer(hf).characters_of_ids() is not None  # ASCII letters are byte-level entries too
+    hf = tokenizers.Tokenizer(tokenizers.models.BPE(vocab={PAD_TOKEN: 0, "a": 1, " ": 2}, merges=[]))
+    hf.add_special_tokens([PAD_TOKEN])
+    assert BPETokenizer(hf).characters_of_ids() is None  # a plain space is no byte-level entry ("Ġ" is)
 
 
 @pytest.mark.parametrize("max_steps, logged, validated", [(6, [2, 4, 6], [3, 6]), (7, [2, 4, 6, 7], [3, 6, 7])])
@@ -179,21 +208,31 @@ def test_tokens_count_real_positions_a_checkpoint_holds_its_steps_and_a_line_rat
     assert resumed.tokens is None
 
 
-def test_all_splits_read_as_one_have_the_characters_per_token_of_their_tokens_together(tmp_path):
-    """``eval --split all`` scores the three splits as one: bits per character = all bits over all characters, so
-    its characters per token are each split's, weighted by the split's tokens (it had none: no bits per character)."""
+def test_all_splits_read_as_one_have_bits_per_character_over_all_their_characters(tmp_path):
+    """``eval --split all`` scores the three splits as one: bits per character = all bits over all characters (it
+    had no bits per character at first; then each split's characters per token, weighted by its tokens)."""
     from markovformer.data.bundle import JoinedSplits
-    from markovformer.training.tasks.causal_lm import characters_per_token
 
-    text = _text(tmp_path)
+    _multilingual(tmp_path)
     data = {"source": "text", "path": str(tmp_path / "corpus.txt"), "seq_len": 32, "fractions": [0.6, 0.2, 0.2],
             "tokenizer": "bpe", "vocab_size": 300}  # fmt: skip
-    bundle = build_data(resolve_run_config({"task": "causal_lm", "data": data, "model": {}}))
-    parts = [text[slice(*bundle.splits[name])] for name in ("train", "val", "test")]  # each encoded on its own
-    tokens = [len(bundle.tokenizer.encode(part)) for part in parts]
-    assert len({round(len(part) / count, 2) for part, count in zip(parts, tokens, strict=True)}) == 3  # they differ
+    config = resolve_run_config({"task": "causal_lm", "data": data, "model": {}})
+    bundle = build_data(config)
+    task = build_run_task(config, bundle)
     joined = JoinedSplits(bundle.train, bundle.val, bundle.test)
-    assert characters_per_token(joined, bundle.tokenizer) == pytest.approx(sum(map(len, parts)) / sum(tokens))
+    task.describe_split(joined, bundle.tokenizer)
+    metrics = task.new_metrics()
+    characters = 0
+    for index in range(len(joined)):  # train's windows do not overlap: each one's first token is context only
+        batch = collate([joined[index]])
+        metrics.update(type("Output", (), {"loss": torch.tensor(2.0)})(), batch)
+        window, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
+        scored = [j for j in range(1, len(labels)) if labels[j] != -100]
+        assert scored == list(range(scored[0], scored[-1] + 1))  # one run of positions, labelled with their tokens
+        assert [labels[j] for j in scored] == [window[j] for j in scored]
+        characters += _characters_between(bundle.tokenizer, window, scored[0], scored[-1] + 1)
+    assert metrics.compute()["bits_per_character"] == pytest.approx(
+        2.0 / math.log(2) * int(metrics.loss.weight) / characters, rel=1e-6)
 
 
 def test_the_steps_own_seconds_leave_validation_and_start_up_out_and_carry_across_a_resume(fake_clock):

@@ -88,6 +88,12 @@ class CharTokenizer:
                 raise ValueError(f"token id {i} is outside the character ids 1..{len(self.alphabet)}")
         return "".join(self.alphabet[i - 1] for i in ids if i != self.end_of_document_id)
 
+    def characters_of_ids(self) -> np.ndarray:
+        """The characters each id adds to decoded text (int64, one per id): 1, none for padding and ``<eod>``."""
+        counts = np.ones(self.vocab_size, dtype=np.int64)
+        counts[[0, *([self.end_of_document_id] if self.end_of_document_id is not None else [])]] = 0
+        return counts
+
     def hf_backend(self):
         """The same ids as a Hugging Face ``tokenizers.Tokenizer``: a word-level vocabulary over single characters
         (each character its own piece, joined back without spaces), ``<pad>`` (and ``<eod>``) special tokens."""
@@ -208,6 +214,21 @@ class BPETokenizer:
     def decode(self, ids: list[int]) -> str:
         """The text of ``ids`` (exact inverse of ``encode``)."""
         return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def characters_of_ids(self) -> np.ndarray | None:
+        """The characters each id adds to decoded text (int64, one per id): a token's UTF-8 bytes that start a
+        character (not 0b10xxxxxx), so that a character split across tokens counts once, in the token holding its
+        first byte; none for special tokens. None for a vocabulary that is not byte-level (a foreign tokenizer.json)."""
+        counts = np.zeros(self.vocab_size, dtype=np.int64)
+        special = {token.content for token in self._tokenizer.get_added_tokens_decoder().values()}
+        byte_of = _byte_level_bytes()
+        for token, index in self._tokenizer.get_vocab(with_added_tokens=True).items():
+            if token in special:
+                continue
+            if any(char not in byte_of for char in token):
+                return None
+            counts[index] = sum(byte_of[char] & 0xC0 != 0x80 for char in token)
+        return counts
 
     def hf_backend(self):
         """A copy of the Hugging Face ``tokenizers.Tokenizer`` that encodes (the same ids)."""
@@ -349,6 +370,14 @@ def with_special_ids(config_path: Path, ids: dict[str, int]) -> str | None:
     values = json.loads(config_path.read_text())
     merged = {**values, **{key: value for key, value in ids.items() if values.get(key) is None}}
     return json.dumps(merged, indent=2) + "\n" if merged != values else None
+
+
+def _byte_level_bytes() -> dict[str, int]:
+    """Byte-level BPE's alphabet (GPT-2's): the character that stands for each byte in a vocabulary entry -> the
+    byte. Printable Latin-1 bytes stand for themselves; the other bytes, in order, for U+0100 onwards."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]  # "!".."~", "¡".."¬", "®".."ÿ"
+    others = [byte for byte in range(256) if byte not in printable]
+    return {**{chr(byte): byte for byte in printable}, **{chr(256 + n): byte for n, byte in enumerate(others)}}
 
 
 def _safe_pieces(text: str, step: int) -> Iterator[str]:

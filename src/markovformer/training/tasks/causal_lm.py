@@ -7,53 +7,44 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from torch import nn
 
 from markovformer.data.bundle import DataBundle
 from markovformer.training.tasks.base import LossMetric, Task, WeightedMean, model_inputs, perplexity
 from markovformer.training.trainer_config import ConfigError, shown
 
-CHARACTER_SAMPLE_TOKENS = 2**20  # tokens of a split decoded to measure its characters per token
 
-
-def characters_per_token(examples, tokenizer) -> float | None:
-    """Characters per token of a text split (its first ``CHARACTER_SAMPLE_TOKENS`` tokens decoded; an
-    end-of-document token is no character): bits per character = bits per token / this, so that character and BPE
-    runs compare. None for data that is not text windows of a token store. Splits read as one (``eval --split
-    all``): each split's, weighted by its tokens (bits per character = all bits over all characters)."""
-    if hasattr(examples, "splits"):
-        parts = [(characters_per_token(split, tokenizer), split) for split in examples.splits if len(split)]
-        if not parts or any(ratio is None for ratio, _ in parts):
-            return None
-        tokens = [split.stop - split.start for _, split in parts]
-        return sum(ratio * count for (ratio, _), count in zip(parts, tokens, strict=True)) / sum(tokens)
-    store = getattr(examples, "store", None)
-    if tokenizer is None or store is None:
+def characters_of_ids(examples, tokenizer) -> np.ndarray | None:
+    """The characters each token id adds to decoded text (``characters_of_ids`` of the tokenizer), for bits per
+    character = the bits of the tokens scored over their characters, so that character and BPE runs compare. None for
+    data that is not text windows of a token store (a synthetic chain's tokens are no characters), or splits read as
+    one (``eval --split all``) of which one is not."""
+    parts = examples.splits if hasattr(examples, "splits") else [examples]
+    if tokenizer is None or any(getattr(part, "store", None) is None for part in parts):
         return None
-    start = examples.start
-    stop = min(examples.stop, start + CHARACTER_SAMPLE_TOKENS)
-    if stop <= start:
-        return None
-    ids = np.asarray(store.tokens[start:stop]).tolist()
-    end = tokenizer.end_of_document_id  # scored as a token, but no character (BPE would decode it as "<eod>")
-    return len(tokenizer.decode([i for i in ids if i != end])) / len(ids)
+    return tokenizer.characters_of_ids()
 
 
 class LanguageModelMetrics(LossMetric):
-    """Token-weighted cross-entropy (so uneven batches average correctly), bits per token and perplexity; for text,
-    bits per character too (bits per token over the split's ``characters_per_token``).
+    """Token-weighted cross-entropy (so uneven batches average correctly), bits per token and perplexity; for text
+    (``characters_of_ids``: the characters of each token id), bits per character too: the bits of the tokens scored
+    over the characters of those tokens (an end of document is a token scored, and no character).
 
     With ``orders``, every batch is scored once per n, ``update`` is told which, and ``loss`` is the mean over n
     of each n's token-weighted loss (``loss_n<n>``): the cross-entropy of an equal mixture of the n-gram predictions,
     since every n is scored on the same tokens. With ``accuracy`` (a task whose labels are answers: MQAR's values,
     an induction target), ``accuracy``: the share of scored targets whose most likely token is the label."""
 
-    def __init__(self, orders: tuple[int, ...] = (), characters_per_token: float | None = None,
+    def __init__(self, orders: tuple[int, ...] = (), characters_of_ids: np.ndarray | None = None,
                  accuracy: bool = False) -> None:  # fmt: skip
         super().__init__()
-        self.orders, self.characters_per_token = tuple(orders), characters_per_token
+        self.orders = tuple(orders)
         self.loss_by_order = nn.ModuleList(WeightedMean() for _ in self.orders)
         self.accuracy = WeightedMean() if accuracy and not self.orders else None
+        self.characters = None if characters_of_ids is None else WeightedMean()  # per token scored
+        if characters_of_ids is not None:
+            self.register_buffer("characters_of_ids", torch.as_tensor(characters_of_ids), persistent=False)
 
     def update(self, output, batch: dict, order: int | None = None) -> None:
         """Add one batch's output; with orders, ``order`` says which n produced it."""
@@ -62,17 +53,21 @@ class LanguageModelMetrics(LossMetric):
         count = (batch["labels"][:, 1:] != -100).sum()  # the head shifts the labels inside
         loss = self.loss if order is None else self.loss_by_order[self.orders.index(order)]
         loss.update(output.loss.detach(), weight=count)
+        targets = batch["labels"][:, 1:]
+        scored = targets != -100
+        if self.characters is not None:  # (every n scores the same tokens: their mean is the same)
+            table = self.characters_of_ids
+            self.characters.update(table[targets[scored].to(table.device)])
         if self.accuracy is not None:
-            targets = batch["labels"][:, 1:]
-            scored = targets != -100
             self.accuracy.update((output.logits[:, :-1].argmax(-1) == targets)[scored].float())
 
     def compute(self) -> dict[str, float]:
         by_order = {f"loss_n{n}": float(m.compute()) for n, m in zip(self.orders, self.loss_by_order, strict=True)}
         loss = sum(by_order.values()) / len(by_order) if by_order else float(self.loss.compute())
         results = {"loss": loss, "bits_per_token": loss / math.log(2), "perplexity": perplexity(loss)}
-        if self.characters_per_token:
-            results["bits_per_character"] = results["bits_per_token"] / self.characters_per_token
+        characters = float(self.characters.compute()) if self.characters is not None else 0.0
+        if characters > 0:  # (the loss is a mean over the same tokens: bits per token x tokens / characters)
+            results["bits_per_character"] = results["bits_per_token"] / characters
         if self.accuracy is not None:
             results["accuracy"] = float(self.accuracy.compute())
         return {**results, **by_order}
@@ -98,7 +93,7 @@ class CausalLM(Task):
     Options = CausalLMOptions
     forward_arguments = {"orders": "order", "label_smoothing": "label_smoothing"}
     continues_prompts = True
-    characters_per_token: float | None = None  # of the split scored (describe_split): text only
+    characters_of_ids: np.ndarray | None = None  # of the split scored (describe_split): text only
     sizes_from_data = tuple(key for key in Task.sizes_from_data if key != "num_labels")  # predicts tokens, not labels
 
     def check_model(self, model: nn.Module) -> None:
@@ -117,7 +112,7 @@ class CausalLM(Task):
                               f"validation window would see fewer than n tokens; set data.overlap >= {window}")
 
     def check_data(self, bundle: DataBundle) -> None:
-        """Measures the validation split's characters per token (text). Validation must never score a position with
+        """Reads the validation split's characters per token id (text). Validation must never score a position with
         less context than the largest n of ``task_options.orders``:
         text windows must overlap by at least that much (``data.overlap``); the model's own n is checked by
         ``check_model``."""
@@ -136,11 +131,11 @@ class CausalLM(Task):
         return int((batch["labels"][:, 1:] != -100).sum())
 
     def describe_split(self, examples, tokenizer) -> None:
-        self.characters_per_token = characters_per_token(examples, tokenizer)
+        self.characters_of_ids = characters_of_ids(examples, tokenizer)
 
     def new_metrics(self) -> LanguageModelMetrics:
         answers = "chance_accuracy" in self.info.get("reference", {})  # the synthetic tasks' data say what chance is
-        return LanguageModelMetrics(self.options.orders, self.characters_per_token, accuracy=answers)
+        return LanguageModelMetrics(self.options.orders, self.characters_of_ids, accuracy=answers)
 
     def score(self, model: nn.Module, batch: dict, metrics: LanguageModelMetrics, beam_size: int = 1) -> None:
         inputs = model_inputs(batch)
