@@ -1,7 +1,8 @@
-"""Early stopping says when it ends a run."""
+"""Early stopping says when it ends a run, in its output and in metrics.json."""
 
 import json
 
+import pytest
 import yaml
 from conftest import TINY_RUN, run_in_process
 
@@ -27,10 +28,18 @@ def test_a_run_early_stopping_ends_says_so_at_the_step_the_patience_rule_gives(t
             expected = step
             break
     assert expected is not None and expected < 100 and losses[-1][0] == expected
-    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == expected
+    results = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert results["steps"] == expected
     lines = [line for line in done.stdout.splitlines() if line.startswith("early stopping:")]
     assert len(lines) == 1 and "val/loss" in lines[0] and f"stopped at step {expected} of 100" in lines[0], done.stdout
     assert f"{best:.4f}" in lines[0]
+    # metrics.json says so too (it said steps: 30 and nothing else, as a run of max_steps 30 would)
+    best_step = next(step for step, loss in losses if loss == best)
+    assert results["early_stopping"].pop("best") == pytest.approx(best, rel=1e-12)
+    assert results["early_stopping"] == {
+        "monitor": "val/loss", "best_step": best_step, "stopped_at_step": expected, "max_steps": 100,
+        "best_checkpoint": f"checkpoints/step-{best_step:06d}.ckpt", "validations_without_improvement": patience}
+    assert (tmp_path / "run" / results["early_stopping"]["best_checkpoint"]).is_file()
 
 
 def test_keep_checkpoints_keeps_the_checkpoint_of_early_stoppings_best(tmp_path):

@@ -312,9 +312,11 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
     interrupt_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT from a first Ctrl-C on
     try:
         trainer.fit(module, train_loader, val_loader, ckpt_path=ckpt_path)
+        stopped = None  # what metrics.json says of early stopping that ended the run
         for stopper in (c for c in trainer.callbacks if isinstance(c, ResumableEarlyStopping)):
             if writer and (line := stopper.stop_line(trainer)) is not None:
                 print(line, flush=True)
+            stopped = stopper.stopped(trainer)
         seconds = progress.seconds  # this process's fit, plus the earlier ones' up to the checkpoint it resumed from
         if validation.metrics_at(trainer.global_step) is None:  # the last step was not validated yet
             log.after_fit(trainer.global_step)
@@ -339,6 +341,7 @@ def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_con
                "threads": torch.get_num_threads(),  # the intra-op threads it trained with (training_threads)
                **({"train_tokens": progress.tokens} if progress.tokens is not None else {}), **task.scoring_settings(),
                **({"train_step_seconds": progress.step_seconds} if progress.step_seconds is not None else {}),
+               **({"early_stopping": stopped} if stopped is not None else {}),
                "reference": bundle.info.get("reference", {})}  # fmt: skip
     try:
         write_final_files(run_dir, model, fingerprint.fingerprint, results)

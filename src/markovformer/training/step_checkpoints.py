@@ -196,26 +196,41 @@ class ResumableEarlyStopping(EarlyStopping):
         if self.wait_count >= self.patience:
             trainer.should_stop = True
 
+    def stopped(self, trainer: L.Trainer) -> dict | None:
+        """What metrics.json's ``early_stopping`` says of a run it stopped before ``max_steps``: the best score, its
+        step and its checkpoint (relative to the run; None when the run kept none), the step it stopped at; None
+        when it did not stop the run."""
+        if self.wait_count < self.patience or trainer.global_step >= trainer.max_steps:
+            return None
+        folder, best = self._best_checkpoint(trainer)
+        return {"monitor": self.monitor, "best": float(self.best_score), "best_step": self.best_step,
+                "best_checkpoint": f"{folder.name}/{best.name}" if best is not None and best.is_file() else None,
+                "stopped_at_step": trainer.global_step, "max_steps": trainer.max_steps,
+                "validations_without_improvement": int(self.wait_count)}  # fmt: skip
+
     def stop_line(self, trainer: L.Trainer) -> str | None:
         """The line a run it stopped before ``max_steps`` prints (Lightning's own message is silenced with its logs,
         so the run ended at step 9 of 60 without a word); None when it did not stop the run."""
-        if self.wait_count < self.patience or trainer.global_step >= trainer.max_steps:
+        if (stopped := self.stopped(trainer)) is None:
             return None
-        best = f" (step {self.best_step})" if self.best_step is not None else ""
-        return (f"early stopping: {self.monitor} has not improved on its best, {float(self.best_score):.4f}{best}, "
-                f"in {self.wait_count} validations: the run stopped at step {trainer.global_step} of "
-                f"{trainer.max_steps}; model/ holds the weights of step {trainer.global_step}"
-                f"{self._best_weights(trainer)}")  # fmt: skip
+        folder, best = self._best_checkpoint(trainer)
+        where = ""  # where the best validation's weights are: its step checkpoint, when the run wrote one and kept it
+        if best is not None and best.is_file():
+            where = f", the best's are in {best}"
+        elif best is not None:
+            where = f"; no checkpoint of step {self.best_step} is in {folder}"
+        step = f" (step {self.best_step})" if self.best_step is not None else ""
+        return (f"early stopping: {self.monitor} has not improved on its best, {stopped['best']:.4f}{step}, in "
+                f"{self.wait_count} validations: the run stopped at step {trainer.global_step} of {trainer.max_steps}; "
+                f"model/ holds the weights of step {trainer.global_step}{where}")  # fmt: skip
 
-    def _best_weights(self, trainer: L.Trainer) -> str:
-        """Where the best validation's weights are: its step checkpoint, when the run wrote one and kept it."""
+    def _best_checkpoint(self, trainer: L.Trainer) -> tuple[Path | None, Path | None]:
+        """The run's checkpoint folder and the path the best validation's checkpoint has there (None, None: no
+        folder or no best)."""
         folders = [Path(c.dirpath) for c in trainer.callbacks if isinstance(c, StepCheckpoints)]
         if self.best_step is None or not folders:
-            return ""
-        path = folders[0] / f"step-{self.best_step:06d}.ckpt"
-        if path.is_file():
-            return f", the best's are in {path}"
-        return f"; no checkpoint of step {self.best_step} is in {folders[0]}"
+            return None, None
+        return folders[0], folders[0] / f"step-{self.best_step:06d}.ckpt"
 
 
 __all__ = ["LastValidation", "ResumableEarlyStopping", "RunFingerprint", "StepCheckpoints", "step_checkpoints"]
