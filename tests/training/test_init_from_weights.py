@@ -1,4 +1,4 @@
-"""init_from names the weights it took."""
+"""init_from and generate name the weights they took."""
 
 import torch
 import yaml
@@ -20,9 +20,13 @@ def test_init_from_a_run_names_which_weights_it_took(tmp_path):
     config, final, _ = load_run(run)
     fresh = build_model(config, {"vocab_size": final.config.vocab_size})
     line = initialise_from(fresh, run, [])
-    assert "(its final model/, step 4)" in line, line
+    assert "(final model, step 4)" in line, line
+    finished = run_in_process("generate", "run", "--prompt", "", "--max-new-tokens", "3", cwd=tmp_path)
+    assert finished.returncode == 0 and "generating with" not in finished.stderr, finished.stderr
     mark_unfinished(run)  # a resume under way, or killed: model/ no longer stands, checkpoints/ does
     _, newest, _ = load_run(run / "checkpoints" / "step-000003.ckpt")
     line = initialise_from(fresh, run, [])
-    assert "(checkpoints/last.ckpt, step 3, the run is not finished)" in line, line
+    assert "(checkpoints/last.ckpt at step 3: the run is unfinished)" in line, line
+    sampled = run_in_process("generate", "run", "--prompt", "", "--max-new-tokens", "3", cwd=tmp_path)  # it was silent
+    assert "generating with checkpoints/last.ckpt at step 3: the run is unfinished" in sampled.stderr, sampled.stderr
     assert all(torch.equal(fresh.state_dict()[k], v) for k, v in newest.state_dict().items())

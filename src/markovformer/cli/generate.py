@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import sys
 
 DEFAULT_NEW_TOKENS = 200  # generate's --max-new-tokens for a language model
 MAX_NEW_TOKENS = 100_000  # far beyond any use here; a larger number is a typo that would run for days
@@ -67,12 +68,14 @@ def check_utf8_prompt(prompt: str | None) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> None:
-    from markovformer.training.runner import load_run  # deferred: --help loads no torch
+    from markovformer.training.run_dir import load_trained_run, weights_described  # deferred: --help loads no torch
     from markovformer.training.tasks import GenerationRequest, build_task
 
     generation = generation_config(args)
     check_utf8_prompt(args.prompt)
-    config, model, run_dir = load_run(args.target)
+    config, model, run_dir, weights = load_trained_run(args.target)
+    if not weights["finished"]:  # a run's own model/ goes without saying; a checkpoint is named (on stderr)
+        print(f"generating with {weights_described(weights)}", file=sys.stderr)
     request = GenerationRequest(args.prompt, args.input, generation, args.seed, args.skip_unknown, args.through_eod,
                                 length_given=hasattr(args, "max_new_tokens"))
     task = build_task(config.task, config.trainer, options=config.task_options)

@@ -286,6 +286,7 @@ def run_train(args: argparse.Namespace) -> None:
 def run_eval(args: argparse.Namespace) -> None:
     from markovformer.models.generation import MAX_BEAMS
     from markovformer.training.run_config import parse_override  # deferred (see above)
+    from markovformer.training.run_dir import weights_described
     from markovformer.training.runner import evaluate
 
     data = {}
@@ -305,10 +306,7 @@ def run_eval(args: argparse.Namespace) -> None:
         print(strict_dumps(results, indent=2))  # NaN is not JSON
         return
     shown = "  ".join(f"{k} {v:.4f}" for k, v in results["metrics"].items())
-    weights = results["weights"]
-    scored = (f"final model, step {weights['step']}" if weights["finished"] else
-              f"{weights['source']} at step {weights['step']}" + ("" if weights["run_finished"] else
-                                                                  ": the run is unfinished"))  # fmt: skip
+    scored = weights_described(results["weights"])
     print(f"{results['run_dir']} [{results['split']}, {results['examples']} examples] ({scored}): {shown}")
     if "unscored_tail_tokens" in results:
         from markovformer.training.run_report import unscored_tail  # deferred (see above)

@@ -25,7 +25,7 @@ from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES
 from markovformer.training.build import saved_tokenizer
 from markovformer.training.run_config import load_yaml
-from markovformer.training.run_dir import load_trained_run, run_of_checkpoint
+from markovformer.training.run_dir import load_trained_run, run_of_checkpoint, weights_described
 from markovformer.training.trainer_config import ConfigError
 
 SKIP_GROUPS = {"head": "the task head (tensors outside model.)", "embeddings": "the embeddings (names with 'embed')"}
@@ -90,10 +90,7 @@ def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], str]:
         raise ConfigError(f"init_from={str(source)!r}: no such run or model directory, or checkpoint file")
     if source.is_file() or (source / "config.yaml").is_file():  # a run: the same loading and checks as eval
         loaded = load_trained_run(source)
-        weights = loaded.weights
-        name = "its final model/" if weights["finished"] else weights["source"]
-        unfinished = "" if weights["run_finished"] else ", the run is not finished"
-        return loaded.model.state_dict(), f" ({name}, step {weights['step']}{unfinished})"
+        return loaded.model.state_dict(), f" ({weights_described(loaded.weights)})"
     if (source / "model.safetensors").is_file():
         return load_file(str(source / "model.safetensors")), ""
     raise ConfigError(f"init_from={str(source)!r} is neither a run directory (config.yaml) nor a saved model "

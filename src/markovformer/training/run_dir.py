@@ -195,6 +195,15 @@ class LoadedRun(NamedTuple):
     weights: dict
 
 
+def weights_described(weights: dict) -> str:
+    """Which weights of a run were read (``LoadedRun.weights``), as eval, init_from and generate name them: "final
+    model, step 40", or "checkpoints/last.ckpt at step 30: the run is unfinished"."""
+    if weights["finished"]:
+        return f"final model, step {weights['step']}"
+    unfinished = "" if weights["run_finished"] else ": the run is unfinished"
+    return f"{weights['source']} at step {weights['step']}{unfinished}"
+
+
 def load_run(target: str | Path) -> tuple[RunConfig, torch.nn.Module, Path]:
     """A trained run's config, model and directory: ``load_trained_run`` without the record of its weights."""
     loaded = load_trained_run(target)
