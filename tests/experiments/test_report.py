@@ -24,6 +24,7 @@ from markovformer.experiments.report import (
     seed_summary,
 )
 from markovformer.experiments.settings import single_seed
+from markovformer.training.trainer_config import ConfigError
 
 
 def test_cached_cells_are_computed_once_and_reread(tmp_path):
@@ -403,6 +404,29 @@ def test_a_quick_experiment_takes_plateau_patience_0_which_turns_its_early_stopp
             with_patience += 1
             assert configure(module.QUICK, {"plateau_patience": 0}, module.NAME).plateau_patience == 0, module.NAME
     assert with_patience >= 3  # weight-tying, icl-depth, order-recovery
+
+
+def test_a_warm_up_longer_than_the_steps_is_refused_naming_the_experiments_settings():
+    """`experiment mixers --set steps=30` (warm-up 50) trained every cell at a rate that never reached the rate the
+    report names, with exit 0; shakespeare-char's failed in its first run naming trainer.warmup_steps, which the
+    experiment does not take. Every experiment with steps and a warm-up refuses it up front, naming its settings."""
+    import dataclasses
+    import importlib
+
+    from markovformer.experiments.settings import configure
+
+    checked = 0
+    for experiment in EXPERIMENTS.values():
+        module = importlib.import_module(f"markovformer.experiments.{experiment.module}")
+        names = {field.name for field in dataclasses.fields(module.QUICK)}
+        if {"steps", "warmup_steps"} <= names:
+            checked += 1
+            steps = module.QUICK.warmup_steps + 1
+            assert configure(module.QUICK, {"steps": steps}, module.NAME).steps == steps  # as long: taken
+            with pytest.raises(ConfigError, match=rf"{module.NAME}\.warmup_steps={steps} is larger than "
+                                                  rf"{module.NAME}\.steps={steps - 1}: .* N <= {steps - 1}"):
+                configure(module.QUICK, {"warmup_steps": steps, "steps": steps - 1}, module.NAME)
+    assert checked >= 6  # shakespeare-char, mixers, mat-order, icl-depth, order-recovery, position-biases
 
 
 def test_an_optional_part_may_be_emptied():

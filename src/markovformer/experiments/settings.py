@@ -17,7 +17,8 @@ def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str) -> S
     learning rates) may not be emptied, unless the settings class names it in ``MAY_BE_EMPTY`` (an optional part):
     ``kinds=[]`` ran nothing and reported it with exit status 0, or failed later on an index. Nor may such a list
     repeat a value: ``rows=[a, a]`` reported one run twice, as a mean of n = 2 with a spread of 0. A number may not
-    be negative, nor 0 where its default is positive or None unless the class names it in ``MAY_BE_ZERO``."""
+    be negative, nor 0 where its default is positive or None unless the class names it in ``MAY_BE_ZERO``; a warm-up
+    may not outlast the steps."""
     if not overrides:
         return base
     grids = {field.name for field in dataclasses.fields(base) if ", ...]" in str(field.type)}  # tuple[X, ...]
@@ -31,6 +32,10 @@ def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str) -> S
     settings = build_dataclass(type(base), {**dataclasses.asdict(base), **overrides}, name)
     for key in overrides:
         _check_sign(settings, base, key, name)
+    warmup, steps = getattr(settings, "warmup_steps", None), getattr(settings, "steps", None)
+    if isinstance(warmup, int) and isinstance(steps, int) and warmup > steps:  # the rate would never peak
+        raise ConfigError(f"{name}.warmup_steps={warmup} is larger than {name}.steps={steps}: the learning rate would "
+                          f"never reach its peak; --set warmup_steps=N with N <= {steps}")  # fmt: skip
     return settings
 
 
