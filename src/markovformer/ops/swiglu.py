@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import once_differentiable
+
+from markovformer.ops.first_order import first_order_only
 
 
 def swiglu_naive(x: Tensor, gate_up_weight: Tensor, down_weight: Tensor) -> Tensor:
@@ -51,7 +52,7 @@ class _LeanSwiGLU(torch.autograd.Function):
         return out.view(*x.shape[:-1], down_weight.shape[0])
 
     @staticmethod
-    @once_differentiable
+    @first_order_only("the lean SwiGLU", "ffn='gelu' has one")
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         rows, gate_up_weight, down_weight, projected = ctx.saved_tensors
         grad_rows = grad_out.reshape(-1, grad_out.shape[-1])
@@ -79,5 +80,5 @@ class _LeanSwiGLU(torch.autograd.Function):
 
 def swiglu_lean(x: Tensor, gate_up_weight: Tensor, down_weight: Tensor) -> Tensor:
     """``swiglu_naive``'s result with half its saved activations (see the module docstring). Not twice
-    differentiable; the weights must share x's dtype (no autocast)."""
+    differentiable (a backward under ``create_graph=True`` raises); the weights must share x's dtype (no autocast)."""
     return _LeanSwiGLU.apply(x, gate_up_weight, down_weight)

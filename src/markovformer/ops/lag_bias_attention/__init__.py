@@ -117,7 +117,8 @@ def lag_bias_attention(
         causal: hide keys after the query.
         attention_mask: (B, T), 1 = real token, 0 = padding (as a key). Queries with no visible key output 0.
         dropout_p: dropout on the attention probabilities, in [0, 1] (pass 0 at evaluation; 1 gives zeros).
-        backend: one of ``BACKENDS`` (see the module docstring).
+        backend: one of ``BACKENDS`` (see the module docstring). ``banded`` and ``chunked`` have a first derivative
+            only: a backward under ``create_graph=True`` (a gradient penalty) raises; ``naive`` has every order.
         segment_ids: (B, T) long, packed documents (``ops.segments``): a query sees keys of its own segment only
             (-1 = padding, no segment). Masked inside the band, the chunk or flex's ``BlockMask``: no (T, T) tensor
             outside ``naive``.

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from markovformer.ops.first_order import first_order_only
 from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.precision import autocast_off, compute_dtype
 
@@ -263,6 +264,7 @@ class _BandedAttention(torch.autograd.Function):
         return out[:, :, : layout.seq_len]
 
     @staticmethod
+    @first_order_only("the banded lag-bias attention", "backend='naive' has one")
     @autocast_off
     def backward(ctx, grad_out):
         q_blocks, k_buffer, v_buffer, *saved = ctx.saved_tensors

@@ -18,6 +18,7 @@ import math
 import torch
 from torch import Tensor
 
+from markovformer.ops.first_order import first_order_only
 from markovformer.ops.precision import compute_dtype
 
 MAX_CHUNK, MIN_CHUNK = 64, 16  # queries per chunk: 64 measured best on CPU for T = 256..8k (32-256 within 20 %)
@@ -174,6 +175,7 @@ class _ChunkedAttention(torch.autograd.Function):
         return out.view(plan.batch, plan.heads, plan.seq_len, -1)
 
     @staticmethod
+    @first_order_only("the chunked lag-bias attention", "backend='naive' has one")
     def backward(ctx, grad_out):
         q_flat, k_padded, v_padded, past_bias, future_bias = ctx.saved_tensors
         plan = ctx.plan

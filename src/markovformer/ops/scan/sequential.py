@@ -20,7 +20,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import once_differentiable
+
+from markovformer.ops.first_order import first_order_only
 
 
 def _blocks(x: Tensor, block: int, fill: float, copy: bool) -> Tensor:
@@ -93,7 +94,7 @@ class _SequentialScan(torch.autograd.Function):
         return states, states[:, -1].clone()
 
     @staticmethod
-    @once_differentiable
+    @first_order_only("the sequential linear scan", "linear_scan's backends 'naive' and 'chunked' have one")
     def backward(ctx, grad_states: Tensor, grad_last: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         a, states, h0 = ctx.saved_tensors
         grad = _adjoint_scan(a, grad_states, grad_last)
