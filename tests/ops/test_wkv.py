@@ -78,3 +78,21 @@ def test_wkv_names_a_bad_input():
         wkv_scan(w, u, k, v, attention_mask=torch.ones(3, 12))
     with pytest.raises(ValueError, match=r"initial_state must be .* \(3, 6\); got shapes .*\(3,\)\]"):
         wkv_recurrent(w, u, k, v, initial_state=(k[:, 0], k[:, 0], k[:, 0, 0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_padded_keys_far_above_the_real_ones_do_not_poison_the_row(dtype):
+    """A padded key (0 after the layer zeroes padding) far above every real key (here -1000): its weight e^{k - top}
+    overflowed, and zero_padding's product made it NaN, which the scan spread over the whole row."""
+    w, u, k, v = (x.detach() for x in _wkv_inputs(seed=3))
+    k = k - 1000.0
+    mask = torch.ones(3, LENGTH)
+    mask[1, :-2] = 0  # left padding: one row with two real tokens
+    k[1, :-2] = 0.0
+    leaves = [x.to(dtype).requires_grad_() for x in (w, u, k, v)]
+    out = wkv_scan(*leaves, attention_mask=mask)
+    alone = wkv_naive(w, u, k[1:2, -2:] + 1000.0, v[1:2, -2:])  # WKV is invariant to a common shift of the keys
+    torch.testing.assert_close(out[1:2, -2:].double(), alone, rtol=1e-5, atol=1e-5)
+    assert torch.equal(out[1, :-2], torch.zeros_like(out[1, :-2]))
+    grads = torch.autograd.grad(out.sum(), leaves)
+    assert all(torch.isfinite(g).all() for g in grads)

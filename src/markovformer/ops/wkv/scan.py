@@ -51,7 +51,10 @@ def _past_sums(
     gate = torch.exp(top_before - w - top)
     if starts is not None:
         gate = gate.masked_fill(starts, 0.0)
-    weight = zero_padding(torch.exp(k - top), attention_mask)
+    exponent = k - top
+    if attention_mask is not None:  # a padded key may lie far above the real ones that set top: e^{+big} * 0 = NaN
+        exponent = exponent.masked_fill(~real, float("-inf"))
+    weight = torch.exp(exponent)
     states, _ = linear_scan(torch.cat([gate, gate], -1), torch.cat([weight * v, weight], -1))
     numerator, denominator = F.pad(states[:, :-1], (0, 0, 1, 0)).chunk(2, dim=-1)
     history = has_real_before(attention_mask, batch, length, k.device)[..., None]
