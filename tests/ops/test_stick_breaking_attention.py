@@ -4,6 +4,8 @@ no T×T tensor kept for the backward pass."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from padding_masks import mixed_mask, padded_segments
@@ -169,3 +171,17 @@ def test_large_logits_on_hidden_keys_leave_the_gradients_finite():
     torch.testing.assert_close(got, expected)
     (got * torch.arange(3.0)).sum().backward()
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_float64_shares_near_one_are_exact():
+    """Shares σ(z) with z just above 20: F.softplus (linear above z = 20) dropped e^{-z} from -log(1 - β), so a share
+    of 1 - 7.6e-10 came out as 1 and the next key's weight lost 1e-9 relative: float64 results off at 1e-9. Here the
+    weights against the closed form σ(z_j) Π_{l>j} σ(-z_l) (``math``, not torch) to float64's rounding."""
+    z = [21.0, 22.5, 20.5]  # keys 0, 1, 2 of query 3 (key 2 nearest); k_j = z_j with q = 1
+    k = torch.tensor(z + [0.0], dtype=torch.float64).view(1, 1, 4, 1)
+    q = torch.ones(1, 1, 4, 1, dtype=torch.float64)
+    v = torch.eye(4, dtype=torch.float64).view(1, 1, 4, 4)
+    sigmoid = lambda x: 1.0 / (1.0 + math.exp(-x))  # noqa: E731
+    expected = [sigmoid(z[0]) * sigmoid(-z[1]) * sigmoid(-z[2]), sigmoid(z[1]) * sigmoid(-z[2]), sigmoid(z[2]), 0.0]
+    got = stick_breaking_attention(q, k, v, window=None)[0, 0, 3]
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=1e-13, atol=1e-20)

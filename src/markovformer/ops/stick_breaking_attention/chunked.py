@@ -27,7 +27,9 @@ def stick_breaking_block(q_rows: Tensor, k_keys: Tensor, v_keys: Tensor, allowed
     Half-precision inputs are broken in float32 and cast back."""
     compute = compute_dtype(q_rows)
     logits = (q_rows @ k_keys.transpose(-1, -2)).to(compute) / math.sqrt(q_rows.shape[-1])
-    spent = torch.where(allowed, F.softplus(logits), 0.0)  # -log(1 - β) of each allowed key
+    # -log(1 - β) = softplus(z) of each allowed key, exact at any z: F.softplus returns z itself above z = 20,
+    # dropping e^{-z} (2e-9 at z = 20), far above float64's rounding
+    spent = torch.where(allowed, -F.logsigmoid(-logits), 0.0)
     after_and_at = spent.flip(-1).cumsum(-1).flip(-1)  # Σ_{l >= j} over allowed keys
     # masked before exp: exp of a hidden key's logit can overflow, and where's backward would give 0 * inf = NaN
     weights = torch.exp(torch.where(allowed, logits - after_and_at, float("-inf")))
