@@ -112,6 +112,36 @@ def test_a_run_leaves_torch_deterministic_algorithms_setting_as_it_found_it(tmp_
             torch.use_deterministic_algorithms(False)
 
 
+def test_a_run_leaves_the_callers_random_states_and_seed_variables_as_it_found_them(tmp_path, tiny_run, monkeypatch):
+    """seed_everything reseeded torch, numpy and Python's random for the run and set PL_GLOBAL_SEED and
+    PL_SEED_WORKERS: after train() returned, a caller's next draws came from the run's seed (trainer.seed) and its
+    own seed_everything() took that seed. The draws after a run are those the caller's seed gives without it."""
+    import random
+
+    import numpy as np
+
+    from markovformer.training.runner import SEED_VARIABLES, train
+
+    for name in SEED_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    values = yaml.safe_load(yaml.safe_dump(tiny_run))
+    values["trainer"].update({"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "logger": "csv"})
+    values["output_dir"] = str(tmp_path / "run")
+
+    def draws() -> tuple:
+        return torch.rand(3).tolist(), np.random.rand(3).tolist(), [random.random() for _ in range(3)]
+
+    def seed(value: int) -> None:
+        torch.manual_seed(value), np.random.seed(value), random.seed(value)
+
+    seed(1234)
+    expected = draws()
+    seed(1234)
+    train(resolve_run_config(values))
+    assert draws() == expected
+    assert not {name for name in SEED_VARIABLES if name in os.environ}
+
+
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
 def test_each_resume_adds_its_environment_and_command_to_environment_json(tmp_path, tiny_run, monkeypatch):
     """environment.json was written when the run started and never again: a run extended (or resumed) with another

@@ -15,6 +15,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.seed import isolate_rng
 from torch.utils.data import DataLoader
 
 from markovformer.data.bundle import DataBundle
@@ -73,6 +74,9 @@ from markovformer.training.trainer_config import (
     TrainerConfig,
     check_warmup,
 )
+
+# The environment variables Lightning's seed_everything sets (for the processes a run starts).
+SEED_VARIABLES = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")
 
 
 def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.Module) -> tuple[DataLoader, ...]:
@@ -222,15 +226,25 @@ def complete_run(config: RunConfig) -> dict:
 def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = False) -> dict:
     """``_fit_with_threads`` under the run's intra-op thread count (``training_threads``), restored afterwards, as is
     torch's deterministic-algorithms setting, which Lightning sets to ``trainer.deterministic`` for the run (left on
-    after a deterministic run, or off after a default one in a session that had turned it on)."""
+    after a deterministic run, or off after a default one in a session that had turned it on), and what
+    ``seed_everything`` sets for the run: the global random states of torch (CUDA's too), numpy and Python, and the
+    variables ``SEED_VARIABLES`` (left set, a caller's own ``seed_everything()`` took the run's seed and its own
+    Lightning loaders got Lightning's worker seeding)."""
     previous = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    variables = {name: os.environ.get(name) for name in SEED_VARIABLES}
     torch.set_num_threads(training_threads(config.trainer))
     try:
-        return _fit_with_threads(config, writer, resume, rewrite_config)
+        with isolate_rng():
+            return _fit_with_threads(config, writer, resume, rewrite_config)
     finally:
         torch.set_num_threads(previous)
         torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        for name, value in variables.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool) -> dict:
