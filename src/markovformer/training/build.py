@@ -21,7 +21,10 @@ from markovformer.training.trainer_config import ConfigError
 
 # The precisions under which Lightning trains every weight in another dtype than float32 (its precision plugin casts
 # the module): a run's checkpoints and model/ hold that dtype, so its model is built in it.
-TRUE_PRECISION_DTYPES = {"64-true": torch.float64, "bf16-true": torch.bfloat16}
+# The dtype of a run's weights under each trainer.precision (mixed precision keeps float32 weights): whatever torch's
+# default dtype in the process that builds the model.
+WEIGHT_DTYPES = {"32-true": torch.float32, "64-true": torch.float64, "bf16-true": torch.bfloat16,
+                 "bf16-mixed": torch.float32, "16-mixed": torch.float32}  # fmt: skip
 
 
 def build_data(config: RunConfig, run_dir: str | Path | None = None) -> DataBundle:
@@ -106,7 +109,7 @@ def build_run_task(config: RunConfig, bundle: DataBundle) -> Task:
 
 def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
     """The task's head, with input and label sizes taken from the data (a conflicting explicit value is an error), in
-    the dtype its run trains its weights in (``TRUE_PRECISION_DTYPES``)."""
+    the dtype its run trains its weights in (``WEIGHT_DTYPES``)."""
     head = head_class(config.model_type, config.task)
     config_class = MODEL_FAMILIES[config.model_type].config_class
     try:
@@ -135,5 +138,4 @@ def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
         if not hasattr(getattr(model, "model", None), "gradient_checkpointing"):
             raise ConfigError(f"trainer.activation_checkpointing: model_type={config.model_type!r} does not support it")
         model.model.gradient_checkpointing = True
-    dtype = TRUE_PRECISION_DTYPES.get(config.trainer.precision)
-    return model if dtype is None else model.to(dtype)
+    return model.to(WEIGHT_DTYPES[config.trainer.precision])

@@ -229,16 +229,21 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
     after a deterministic run, or off after a default one in a session that had turned it on), and what
     ``seed_everything`` sets for the run: the global random states of torch (CUDA's too), numpy and Python, and the
     variables ``SEED_VARIABLES`` (left set, a caller's own ``seed_everything()`` took the run's seed and its own
-    Lightning loaders got Lightning's worker seeding)."""
+    Lightning loaders got Lightning's worker seeding). The run builds its data and model under torch's default
+    dtype float32, as in a fresh process, whatever the caller's is (its precision, ``trainer.precision``, casts from
+    there; under a caller's float64 default a 32-true run trained and saved float64 weights, other numbers)."""
     previous = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     variables = {name: os.environ.get(name) for name in SEED_VARIABLES}
+    default_dtype = torch.get_default_dtype()
     torch.set_num_threads(training_threads(config.trainer))
+    torch.set_default_dtype(torch.float32)
     try:
         with isolate_rng():
             return _fit_with_threads(config, writer, resume, rewrite_config)
     finally:
         torch.set_num_threads(previous)
+        torch.set_default_dtype(default_dtype)
         torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
         for name, value in variables.items():
             if value is None:
