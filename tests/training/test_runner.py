@@ -94,11 +94,14 @@ def test_eval_reproduces_the_logged_validation_metrics_and_the_run_directory_is_
 
 
 
-def test_a_run_leaves_torch_deterministic_algorithms_setting_as_it_found_it(tmp_path, tiny_run):
+def test_a_run_leaves_torch_deterministic_algorithms_setting_as_it_found_it(tmp_path, tiny_run, monkeypatch):
     """Lightning sets torch.use_deterministic_algorithms to trainer.deterministic for the run, process-wide: a
-    deterministic run left it on for the rest of the session, and a default one turned off what the caller had on."""
+    deterministic run left it on for the rest of the session, and a default one turned off what the caller had on.
+    A deterministic run also turned off the caller's cudnn.benchmark and left CUBLAS_WORKSPACE_CONFIG=:4096:8 set."""
     from markovformer.training.runner import train
 
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
     for deterministic, before in ((True, False), (False, True)):
         values = yaml.safe_load(yaml.safe_dump(tiny_run))
         values["trainer"].update({"deterministic": deterministic, "max_steps": 2, "warmup_steps": 1, "eval_every": 2,
@@ -108,6 +111,7 @@ def test_a_run_leaves_torch_deterministic_algorithms_setting_as_it_found_it(tmp_
         try:
             train(resolve_run_config(values))
             assert torch.are_deterministic_algorithms_enabled() is before, deterministic
+            assert torch.backends.cudnn.benchmark and "CUBLAS_WORKSPACE_CONFIG" not in os.environ, deterministic
         finally:
             torch.use_deterministic_algorithms(False)
 
@@ -120,9 +124,9 @@ def test_a_run_leaves_the_callers_random_states_and_seed_variables_as_it_found_t
 
     import numpy as np
 
-    from markovformer.training.runner import SEED_VARIABLES, train
+    from markovformer.training.runner import RUN_VARIABLES, train
 
-    for name in SEED_VARIABLES:
+    for name in RUN_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     values = yaml.safe_load(yaml.safe_dump(tiny_run))
     values["trainer"].update({"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "logger": "csv"})
@@ -139,7 +143,7 @@ def test_a_run_leaves_the_callers_random_states_and_seed_variables_as_it_found_t
     seed(1234)
     train(resolve_run_config(values))
     assert draws() == expected
-    assert not {name for name in SEED_VARIABLES if name in os.environ}
+    assert not {name for name in RUN_VARIABLES if name in os.environ}
 
 
 def test_a_run_in_a_process_whose_default_dtype_is_float64_trains_and_loads_as_in_a_fresh_one(tmp_path, tiny_run):

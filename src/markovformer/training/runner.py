@@ -75,8 +75,9 @@ from markovformer.training.trainer_config import (
     check_warmup,
 )
 
-# The environment variables Lightning's seed_everything sets (for the processes a run starts).
-SEED_VARIABLES = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")
+# The environment variables Lightning sets for a run: seed_everything's (for the processes a run starts), and cuBLAS's
+# workspace, which a deterministic run fixes.
+RUN_VARIABLES = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS", "CUBLAS_WORKSPACE_CONFIG")
 
 
 def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.Module) -> tuple[DataLoader, ...]:
@@ -226,15 +227,17 @@ def complete_run(config: RunConfig) -> dict:
 def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = False) -> dict:
     """``_fit_with_threads`` under the run's intra-op thread count (``training_threads``), restored afterwards, as is
     torch's deterministic-algorithms setting, which Lightning sets to ``trainer.deterministic`` for the run (left on
-    after a deterministic run, or off after a default one in a session that had turned it on), and what
-    ``seed_everything`` sets for the run: the global random states of torch (CUDA's too), numpy and Python, and the
-    variables ``SEED_VARIABLES`` (left set, a caller's own ``seed_everything()`` took the run's seed and its own
-    Lightning loaders got Lightning's worker seeding). The run builds its data and model under torch's default
-    dtype float32, as in a fresh process, whatever the caller's is (its precision, ``trainer.precision``, casts from
-    there; under a caller's float64 default a 32-true run trained and saved float64 weights, other numbers)."""
+    after a deterministic run, or off after a default one in a session that had turned it on) with cuDNN's benchmark
+    flag (a deterministic run turns it off), and what ``seed_everything`` sets for the run: the global random states
+    of torch (CUDA's too), numpy and Python. So are the variables ``RUN_VARIABLES`` (left set, a caller's own
+    ``seed_everything()`` took the run's seed and its own Lightning loaders got Lightning's worker seeding). The run
+    builds its data and model under torch's default dtype float32, as in a fresh process, whatever the caller's is
+    (its precision, ``trainer.precision``, casts from there; under a caller's float64 default a 32-true run trained
+    and saved float64 weights, other numbers)."""
     previous = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    variables = {name: os.environ.get(name) for name in SEED_VARIABLES}
+    benchmark = torch.backends.cudnn.benchmark
+    variables = {name: os.environ.get(name) for name in RUN_VARIABLES}
     default_dtype = torch.get_default_dtype()
     torch.set_num_threads(training_threads(config.trainer))
     torch.set_default_dtype(torch.float32)
@@ -245,6 +248,7 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
         torch.set_num_threads(previous)
         torch.set_default_dtype(default_dtype)
         torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        torch.backends.cudnn.benchmark = benchmark
         for name, value in variables.items():
             if value is None:
                 os.environ.pop(name, None)
