@@ -83,6 +83,16 @@ def check_nodes(num_nodes: int) -> None:
         )
 
 
+def cluster_plugins() -> list:
+    """Lightning's cluster environment for a run inside a SLURM job, without its auto-requeue: that handler of
+    SIGUSR1 saved an ``hpc_ckpt_N.ckpt`` outside the run and called ``scontrol requeue``. (Lightning also resumes a
+    fit under SLURM from such a file in the Trainer's ``default_root_dir``, which is the run's folder, where none is
+    written.) A SLURM job is stopped with SIGTERM, which stops the run after its step, as outside SLURM."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
+
+
 def environment_record() -> dict:
     import lightning
     import numpy

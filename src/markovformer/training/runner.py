@@ -24,7 +24,7 @@ from markovformer.training.build import build_data, build_model, build_run_task,
 from markovformer.training.checkpoint import SafetensorsCheckpointIO
 from markovformer.training.data_record import check_same_data
 from markovformer.training.divergence import DivergenceGuard
-from markovformer.training.environment import check_accelerator, check_nodes, check_precision
+from markovformer.training.environment import check_accelerator, check_nodes, check_precision, cluster_plugins
 from markovformer.training.evaluation import evaluate, first_batch_metrics, scoring_loader
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
 from markovformer.training.init_from import initialise_from, tokenizer_source
@@ -404,7 +404,8 @@ def lightning_trainer(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger,
             *callbacks,
         ],
         use_distributed_sampler=False,
-        plugins=[SafetensorsCheckpointIO()],
+        plugins=[SafetensorsCheckpointIO(), *cluster_plugins()],
+        default_root_dir=run_dir,  # what Lightning writes or reads on its own (an hpc_ckpt file) is the run's
         enable_progress_bar=False,  # PrintProgress: lines, and on a terminal a bar over the optimiser steps
         enable_model_summary=False,
         log_every_n_steps=tc.log_rows_every,
