@@ -52,3 +52,25 @@ def test_a_run_in_a_slurm_job_leaves_sigusr1_alone(main_cli, tmp_path, tiny_conf
     before = signal.getsignal(signal.SIGUSR1)
     assert main_cli("train", str(tiny_config), "output_dir=run", env=SLURM_ONE_TASK).returncode == 0
     assert seen and all(handler is before for handler in seen)
+
+
+SLURM_NTASKS_ONLY = {**{key: value for key, value in SLURM_ONE_TASK.items() if key != "SLURM_NTASKS_PER_NODE"},
+                     "SLURM_NTASKS": "2"}  # fmt: skip  (what sbatch --ntasks=2 sets)
+
+
+def test_a_single_process_run_in_a_job_of_several_tasks_trains_as_outside_it(main_cli, tmp_path, tiny_config):
+    """Lightning's SLURM environment refused it with a RuntimeError traceback (exit status 1) naming --ntasks, though
+    a run of one process takes nothing from the job's tasks."""
+    assert main_cli("train", str(tiny_config), "output_dir=outside").returncode == 0
+    inside = main_cli("train", str(tiny_config), "output_dir=inside", env=SLURM_NTASKS_ONLY)
+    assert inside.returncode == 0, inside.stderr
+    assert _metrics(tmp_path / "inside")["val"] == _metrics(tmp_path / "outside")["val"]
+
+
+def test_a_run_of_several_processes_without_per_node_tasks_is_refused_in_one_line(main_cli, tmp_path, tiny_config):
+    result = main_cli("train", str(tiny_config), "output_dir=run", "trainer.devices=2", "trainer.strategy=ddp",
+                      env=SLURM_NTASKS_ONLY)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "SLURM_NTASKS=2" in lines[0] and "--ntasks-per-node" in lines[0], result.stderr
+    assert not (tmp_path / "run").exists()

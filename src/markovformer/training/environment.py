@@ -83,14 +83,24 @@ def check_nodes(num_nodes: int) -> None:
         )
 
 
-def cluster_plugins() -> list:
-    """Lightning's cluster environment for a run inside a SLURM job, without its auto-requeue: that handler of
-    SIGUSR1 saved an ``hpc_ckpt_N.ckpt`` outside the run and called ``scontrol requeue``. (Lightning also resumes a
-    fit under SLURM from such a file in the Trainer's ``default_root_dir``, which is the run's folder, where none is
-    written.) A SLURM job is stopped with SIGTERM, which stops the run after its step, as outside SLURM."""
-    from lightning.fabric.plugins.environments import SLURMEnvironment
+def cluster_plugins(processes: int) -> list:
+    """Lightning's cluster environment for a run of ``processes`` processes inside a SLURM job, without its
+    auto-requeue: that handler of SIGUSR1 saved an ``hpc_ckpt_N.ckpt`` outside the run and called ``scontrol
+    requeue``. (Lightning also resumes a fit under SLURM from such a file in the Trainer's ``default_root_dir``,
+    which is the run's folder, where none is written.) A SLURM job is stopped with SIGTERM, which stops the run
+    after its step, as outside SLURM. A single-process run takes nothing from the job's tasks (Lightning refused
+    one in a ``--ntasks=N`` job with a traceback); a run of several processes needs srun's per-node tasks."""
+    from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
 
-    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
+    if not SLURMEnvironment.detect():
+        return []
+    if processes == 1:
+        return [LightningEnvironment()]
+    try:
+        return [SLURMEnvironment(auto_requeue=False)]
+    except RuntimeError as error:  # Lightning's check of srun's variables: --ntasks without --ntasks-per-node
+        raise ValueError(f"SLURM_NTASKS={os.environ.get('SLURM_NTASKS')} without SLURM_NTASKS_PER_NODE: {error} "
+                         "(one task per process of the run)") from None  # fmt: skip
 
 
 def environment_record() -> dict:

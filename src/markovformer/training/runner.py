@@ -107,7 +107,7 @@ def is_run_writer(tc: TrainerConfig) -> bool:
         return True
     probe = L.Trainer(accelerator=tc.accelerator, devices=tc.devices, num_nodes=tc.num_nodes, strategy=tc.strategy,
                       logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False)  # fmt: skip
+                      enable_model_summary=False, plugins=cluster_plugins(tc.devices * tc.num_nodes))  # fmt: skip
     return probe.is_global_zero
 
 
@@ -404,7 +404,7 @@ def lightning_trainer(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger,
             *callbacks,
         ],
         use_distributed_sampler=False,
-        plugins=[SafetensorsCheckpointIO(), *cluster_plugins()],
+        plugins=[SafetensorsCheckpointIO(), *cluster_plugins(tc.devices * tc.num_nodes)],
         default_root_dir=run_dir,  # what Lightning writes or reads on its own (an hpc_ckpt file) is the run's
         enable_progress_bar=False,  # PrintProgress: lines, and on a terminal a bar over the optimiser steps
         enable_model_summary=False,
