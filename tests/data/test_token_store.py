@@ -343,3 +343,28 @@ def test_the_progress_bar_ends_at_the_bytes_it_was_given(tmp_path, monkeypatch, 
         path.write_text("\n \n".join(text.strip() for text in texts) + "\n", encoding="utf-8")
     load_text_lm(path, seq_len=4, fractions=(0.6, 0.2, 0.2), cache_dir=tmp_path / "cache", documents=documents)
     assert [(bar.n, bar.total) for bar in bars] == [(path.stat().st_size, path.stat().st_size)]
+
+
+def test_a_build_removes_only_its_own_stores_abandoned_staging_never_another_builders(tmp_path):
+    """A cache shared by several machines (a home folder on a cluster): a build removed every staging folder whose
+    pid was not a live process of its own machine, so it deleted the folder another node was writing another store
+    into (that build then failed); now it removes only abandoned staging folders of its own store, which it holds
+    the build lock of."""
+    import shutil
+    import subprocess
+
+    cache = tmp_path / "cache"
+    path = tmp_path / "corpus.txt"
+    path.write_text("the chain\n" * 50, encoding="utf-8")
+    store = load_text_lm(path, seq_len=8, cache_dir=cache).train.store.folder
+    elsewhere = subprocess.Popen(["true"])
+    elsewhere.wait()  # its pid is no process here, as a builder's on another machine is not
+    others = cache / f".0123456789abcdef.staging-{elsewhere.pid}-0badc0de"
+    others.mkdir()
+    (others / "tokens.bin").write_bytes(b"\0" * 8)
+    abandoned = cache / f".{store.name}.staging-{elsewhere.pid}-deadbeef"
+    abandoned.mkdir()
+    shutil.rmtree(store)
+    rebuilt = load_text_lm(path, seq_len=8, cache_dir=cache)
+    assert rebuilt.tokenizer.decode(_whole_tokens(rebuilt)) == path.read_text()
+    assert (others / "tokens.bin").is_file() and not abandoned.exists()

@@ -219,7 +219,7 @@ def open_or_write(root: Path, key: str, write: Callable[[Path], None], log: Call
 
 
 def _build(root: Path, folder: Path, write: Callable[[Path], None]) -> None:
-    _remove_abandoned_staging(root)
+    _remove_abandoned_staging(root, folder.name)
     staging = root / f".{folder.name}{_STAGING}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         staging.mkdir(parents=True)  # in the try: an unwritable cache root is said as one, naming data.cache_dir
@@ -351,13 +351,9 @@ def _progress(total: int):
     return tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", mininterval=1.0, file=sys.stderr)
 
 
-def _remove_abandoned_staging(root: Path) -> None:
-    """Staging folders whose builder process is gone (killed while it wrote)."""
-    for staging in root.glob(f".*{_STAGING}*"):
-        pid = staging.name.rsplit(_STAGING, 1)[-1].split("-")[0]
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(staging, ignore_errors=True)
-        except (ValueError, PermissionError):
-            continue
+def _remove_abandoned_staging(root: Path, key: str) -> None:
+    """Staging folders of the store ``key`` left by a builder killed while it wrote: with the store's build lock
+    held, every one of them is abandoned. Other stores' are left alone: their builder may be alive on another
+    machine sharing the cache, where no pid of this machine says whether it is."""
+    for staging in root.glob(f".{key}{_STAGING}*"):
+        shutil.rmtree(staging, ignore_errors=True)
