@@ -28,3 +28,20 @@ def test_an_output_dir_that_cannot_be_a_folder_is_refused_naming_the_file_or_lin
     message = f"output_dir='{given}' cannot hold a run ({reason}); choose a writable directory"
     with pytest.raises(ConfigError, match=re.escape(message)), run_dir_lock(Path(given)):
         pass
+
+
+def test_a_filesystem_without_file_locks_is_refused_naming_the_lock_file(tmp_path, monkeypatch):
+    """A cluster filesystem mounted without locks (Lustre without -o flock) fails flock with ENOSYS: the run ended in
+    'markovformer: error: a file: Function not implemented', naming neither the file nor what to do."""
+    import errno
+    import fcntl
+
+    def no_locks(handle, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    lock = tmp_path / "run" / ".lock"
+    expected = f"^cannot lock {re.escape(str(lock))} .*Function not implemented.*output_dir"
+    with pytest.raises(ConfigError, match=expected):
+        with run_dir_lock(tmp_path / "run"):
+            pass

@@ -79,6 +79,10 @@ def run_dir_lock(run_dir: Path, writer: bool = True) -> Iterator[None]:
             holder = handle.read().strip() or "unknown"
             raise ConfigError(f"output_dir={str(run_dir)!r} is in use by another markovformer process (pid {holder}); "
                               f"wait for it to finish or choose another output_dir") from None  # fmt: skip
+        except OSError as error:  # a filesystem mounted without locks (Lustre without -o flock): ENOSYS
+            raise ConfigError(f"cannot lock {lock} ({error.strerror or error}): its filesystem takes no file locks, "
+                              "which keep a second process out of a run; choose an output_dir on another "
+                              "filesystem (or mount this one with locks)") from None  # fmt: skip
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
