@@ -368,3 +368,21 @@ def test_a_build_removes_only_its_own_stores_abandoned_staging_never_another_bui
     rebuilt = load_text_lm(path, seq_len=8, cache_dir=cache)
     assert rebuilt.tokenizer.decode(_whole_tokens(rebuilt)) == path.read_text()
     assert (others / "tokens.bin").is_file() and not abandoned.exists()
+
+
+def test_a_cache_on_a_filesystem_without_file_locks_is_one_line_naming_the_lock(tmp_path, monkeypatch):
+    """flock's ENOSYS (Lustre mounted without -o flock) ended a text run in 'error: a file: Function not
+    implemented', naming neither the cache nor the variable that moves it."""
+    import errno
+    import fcntl
+
+    def no_locks(handle, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    path = tmp_path / "corpus.txt"
+    path.write_text("abc\n" * 100, encoding="utf-8")
+    cache = tmp_path / "cache"
+    with pytest.raises(ValueError, match=rf"^cannot lock {cache}/\.[\w-]+\.lock \(Function not implemented\).*"
+                                         r"data.cache_dir or as \$MARKOVFORMER_CACHE"):  # fmt: skip
+        load_text_lm(path, seq_len=8, cache_dir=cache)

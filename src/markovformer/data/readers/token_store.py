@@ -193,7 +193,12 @@ def build_lock(root: Path, key: str):
         yield
         return
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as error:  # a filesystem mounted without locks (Lustre without -o flock): ENOSYS
+            raise ValueError(f"cannot lock {handle.name} ({error.strerror or error}): the token cache's filesystem "
+                             "takes no file locks, which keep two builders of a store apart; give a folder on "
+                             "another filesystem as data.cache_dir or as $MARKOVFORMER_CACHE") from None  # fmt: skip
         try:
             yield
         finally:
