@@ -139,6 +139,30 @@ def test_seq2seq_and_vmt_load_through_their_auto_classes(tmp_path):
         assert torch.equal(theirs, vmt(input_ids=source).elbo)
 
 
+@pytest.mark.parametrize("name", ["output_attentions", "output_hidden_states"])
+def test_the_translator_and_vmt_wrappers_refuse_hidden_states_and_attentions_by_name(name, tmp_path):
+    """Only the Markovian Transformer's wrappers hand out hidden states and attentions; a translator's or a VMT's
+    forward dropped the request and returned None in their place (the translator has attention maps: None read
+    as if it had none)."""
+    transformers = _transformers()
+    import markovformer.hf  # noqa: F401
+    from markovformer import VariationalMarkovTransformer, VMTConfig
+
+    _translator().save_pretrained(tmp_path / "mat")
+    VariationalMarkovTransformer(VMTConfig(vocab_size=11, latent_dim=2, d_model=8, n_layers=1, n_heads=2,
+                                           hidden_dim=8)).save_pretrained(tmp_path / "vmt")  # fmt: skip
+    translator = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "mat").eval()
+    vmt = transformers.AutoModel.from_pretrained(tmp_path / "vmt").eval()
+    source = torch.randint(4, 11, (2, 6), generator=torch.Generator().manual_seed(1))
+    for model, inputs in ((translator, dict(input_ids=source, decoder_input_ids=source[:, :4])),
+                          (vmt, dict(input_ids=source))):  # fmt: skip
+        with torch.no_grad():
+            assert model(**inputs, **{name: False}) is not None  # not asked: runs
+            with pytest.raises(ValueError, match=rf"^{type(model.markovformer).__name__} returns no hidden states "
+                                                 rf"or attentions .*: leave {name} unset$"):  # fmt: skip
+                model(**inputs, **{name: True})
+
+
 def _translator():
     from markovformer import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 

@@ -126,6 +126,7 @@ class _BlocklessCausalLMWrapper(Wrapper, DecodesFromCache, GenerationMixin):
     the whole forward and makes no cache."""
 
     accepts_loss_kwargs = True  # its loss is the whole accumulated batch's mean (summed_over_items)
+    unreported_because = "a recurrence, not layers of blocks"
 
     def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None, **options):
         """As ``DecodesFromCache``'s, after refusing a padded prompt: the recurrence has no padding steps, and
@@ -138,23 +139,11 @@ class _BlocklessCausalLMWrapper(Wrapper, DecodesFromCache, GenerationMixin):
         self._refuse_reports(options.get("output_attentions"), options.get("output_hidden_states"))
         return super().prepare_inputs_for_generation(input_ids, attention_mask, **options)
 
-    def _refuse_reports(self, output_attentions: bool | None, output_hidden_states: bool | None) -> None:
-        """ValueError for output_attentions or output_hidden_states (given, or the config's): the model has no
-        layers to report on. They were dropped: hidden states None, attentions a tuple of Nones, while generate's
-        refusal of attentions from the cache sent the caller to use_cache=False for them."""
-        asked = [name for name, value in (("output_attentions", output_attentions),
-                                          ("output_hidden_states", output_hidden_states))
-                 if (value if value is not None else getattr(self.config, name))]  # fmt: skip
-        if asked:
-            raise ValueError(f"{type(self.markovformer).__name__} returns no hidden states or attentions (a "
-                             f"recurrence, not layers of blocks): leave {' and '.join(asked)} unset")  # fmt: skip
-
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 labels: Tensor | None = None, cache: MarkovformerCache | None = None, use_cache: bool | None = None,
                 return_dict: bool | None = None, logits_to_keep: int | Tensor = 0,
                 output_attentions: bool | None = None, output_hidden_states: bool | None = None,
                 **unused) -> CausalLMOutputWithPast:  # fmt: skip
-        self._refuse_reports(output_attentions, output_hidden_states)
         if attention_mask is not None:
             attention_mask = attention_mask[:, -input_ids.shape[1]:]
             if bool(attention_mask.bool().all()):

@@ -24,6 +24,8 @@ class Wrapper(PreTrainedModel):
     # the causal LMs normalise it (``summed_over_items``)
     accepts_loss_kwargs = False
     honoured_inputs: tuple[str, ...] = ()  # of UNSUPPORTED_INPUTS, those this wrapper's forward reads
+    reports = False  # whether forward returns hidden states and attentions (``ReportingWrapper``); else refused
+    unreported_because = "only the Markovian Transformer's wrappers return them"
 
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__(config)
@@ -68,6 +70,19 @@ class Wrapper(PreTrainedModel):
         key that found no place here)."""
         backbone = getattr(self, self.base_model_prefix, self)
         return name.startswith(self.base_model_prefix + ".") or name.split(".")[0] in backbone._modules
+
+    def _refuse_reports(self, output_attentions: bool | None, output_hidden_states: bool | None) -> None:
+        """ValueError for output_attentions or output_hidden_states (given, or the config's) unless the wrapper
+        ``reports`` them. They were dropped: a translator's or a VMT's outputs held None, a Scan Markov's hidden
+        states None and attentions a tuple of Nones, with nothing said."""
+        if self.reports:
+            return
+        asked = [name for name, value in (("output_attentions", output_attentions),
+                                          ("output_hidden_states", output_hidden_states))
+                 if (value if value is not None else getattr(self.config, name, False))]  # fmt: skip
+        if asked:
+            raise ValueError(f"{type(self.markovformer).__name__} returns no hidden states or attentions "
+                             f"({self.unreported_because}): leave {' and '.join(asked)} unset")  # fmt: skip
 
     @property
     def markovformer(self) -> MarkovformerModel:
@@ -195,6 +210,7 @@ def _refuse_unsupported_inputs(module: Wrapper, args: tuple, kwargs: dict) -> tu
         raise ValueError(f"{type(module).__name__} does not take {', '.join(given)}: markovformer models read "
                          "input_ids (and attention_mask); positions follow the unpadded tokens, and generate's "
                          "decoding state is the model's own (MarkovformerCache)")  # fmt: skip
+    module._refuse_reports(kwargs.get("output_attentions"), kwargs.get("output_hidden_states"))
     return args, kwargs
 
 
@@ -219,7 +235,7 @@ def _mismatch_message(directory, missing: list[str], unexpected: list[str]) -> s
 
 class ReportingWrapper(Wrapper):
     """A wrapper whose markovformer model is built of ``blocks`` (the Markovian Transformer): its forward returns
-    hidden states and attentions on request, as ``transformers`` models do.
+    hidden states and attentions on request, as ``transformers`` models do (the other wrappers refuse them).
 
     ``output_hidden_states``: a tuple of n_layers + 1 tensors (B, T, D): the blocks' input (embeddings, positions
     added, a sequence classifier's [CLS] vector before each row's first real token), each block's output but the
@@ -234,6 +250,8 @@ class ReportingWrapper(Wrapper):
     and Linformer (its softmax carried back to the tokens through the sequence projection). The kinds that have no
     such matrix (S4D, Hyena, H3, RWKV, the scan and GRU baselines) and a step decoded from the cache give None in
     their place. ``return_dict=False`` returns the output's tuple."""
+
+    reports = True
 
     def _run(self, output_attentions=None, output_hidden_states=None, **inputs):
         """The markovformer output and the hidden states (a tuple, or None when not asked)."""
