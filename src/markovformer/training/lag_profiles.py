@@ -36,11 +36,15 @@ def attention_by_lag(weights: torch.Tensor, max_lag: int, attention_mask: torch.
 
 
 def _lag_sums(weights: torch.Tensor, max_lag: int, mask: torch.Tensor | None, first_query: int | None = None,
-              ahead: int = 0, future: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+              ahead: int = 0, future: bool = False, position_ids: torch.Tensor | None = None,
+              ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """The sum over the averaged queries behind ``attention_by_lag`` (H, max_lag + 1), and their count. Queries
     start at ``first_query`` (default ``max_lag``; at least it): layers read to different lags then still average
     the same queries; they end ``ahead`` real positions before the sequence's end (a bidirectional layer's queries
-    have every future lag too). ``future``: the keys k = 0..max_lag tokens after the query (``ahead`` >= max_lag)."""
+    have every future lag too). ``future``: the keys k = 0..max_lag tokens after the query (``ahead`` >= max_lag).
+    ``position_ids`` (B, T): packed documents (positions restart at 0 at each): a query counts only where those
+    lags lie in its own document, whose keys it may see (the others' keys, attended with 0, pulled the profile of
+    short documents down at the far lags and up at lag 0)."""
     batch, heads, length, _ = weights.shape
     first_query = max_lag if first_query is None else first_query
     if first_query < max_lag:
@@ -55,6 +59,9 @@ def _lag_sums(weights: torch.Tensor, max_lag: int, mask: torch.Tensor | None, fi
     keys = queries[:, None] + lags[None, :] if future else queries[:, None] - lags[None, :]
     picked = weights[:, :, queries[:, None], keys]  # (B, H, Tq, L + 1)
     valid = torch.ones(batch, len(queries)) if mask is None else (mask[:, queries] * mask[:, queries + ahead]).float()
+    if position_ids is not None:
+        here = position_ids[:, queries]
+        valid = valid * ((here >= first_query) & (position_ids[:, queries + ahead] == here + ahead)).float()
     return (picked * valid[:, None, :, None]).sum(dim=(0, 2)), valid.sum()
 
 
@@ -101,6 +108,7 @@ def lag_profiles(model, validation: Split, layers: list[int]) -> LagProfiles:
         attentions = output.attentions
         # the mask of the positions the maps cover: pooling='cls' adds its [CLS] vector's
         covered = getattr(output, "attention_mask", None if mask is None else mask[rows])
+        packed = inputs["position_ids"][rows] if "position_ids" in inputs else None  # packed documents
         length = next((weights.shape[-1] for weights in attentions if weights is not None), 0)
         # a layer without maps (random features) reads no lag, so it does not move the first query either
         wanted = {layer: profile_reach(model.config, layer) for layer in layers if attentions[layer] is not None}
@@ -115,7 +123,7 @@ def lag_profiles(model, validation: Split, layers: list[int]) -> LagProfiles:
         for layer, last_lag in reach.items():
             for future in (False, True) if both_sides else (False,):
                 total, count = _lag_sums(attentions[layer], last_lag, covered, first_query=max_lag, ahead=ahead,
-                                         future=future)  # fmt: skip
+                                         future=future, position_ids=packed)  # fmt: skip
                 before = sums.get((layer, future), (0.0, 0.0))
                 sums[layer, future] = (before[0] + total, before[1] + count)
     averaged = {key: total / count.clamp_min(1) for key, (total, count) in sums.items()}
