@@ -1,4 +1,5 @@
-"""The attention-by-lag profile of packed documents averages only the queries whose lags lie in their own document."""
+"""inspect's readings of packed documents (position_ids): the attention-by-lag profile and FoX's decay by lag read
+only the queries whose lags lie in their own document, the keys they see."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import torch
 
 from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 from markovformer.training.lag_profiles import lag_profiles
+from markovformer.training.learned_positions import ReadPositions, position_cores
 
 
 def _packed(lengths: list[int], generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -13,6 +15,9 @@ def _packed(lengths: list[int], generator: torch.Generator) -> dict[str, torch.T
     positions = torch.cat([torch.arange(length) for length in lengths])
     ids = torch.randint(0, 11, (len(positions),), generator=generator)
     return {"input_ids": ids, "labels": ids.clone(), "position_ids": positions}
+
+
+DOCUMENTS = ([5, 7, 4, 8], [3, 6, 8, 7], [8, 8, 8], [4, 4, 4, 4, 8])
 
 
 def test_a_packed_profile_averages_only_queries_whose_lags_are_in_their_document():
@@ -23,7 +28,7 @@ def test_a_packed_profile_averages_only_queries_whose_lags_are_in_their_document
     model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
         vocab_size=11, d_model=16, n_layers=1, n_heads=2, max_order=3, scope="local")).eval()  # fmt: skip
     generator = torch.Generator().manual_seed(1)
-    examples = [_packed(lengths, generator) for lengths in ([5, 7, 4, 8], [3, 6, 8, 7], [8, 8, 8], [4, 4, 4, 4, 8])]
+    examples = [_packed(lengths, generator) for lengths in DOCUMENTS]
     profile = lag_profiles(model, examples, [0])
     last = profile.max_lag  # the window 3, + 1
     with torch.no_grad():
@@ -33,3 +38,33 @@ def test_a_packed_profile_averages_only_queries_whose_lags_are_in_their_document
     picked = [weights[row, :, t, t - torch.arange(last + 1)] for row, example in enumerate(examples)
               for t in range(last, 24) if example["position_ids"][t] >= last]  # fmt: skip
     torch.testing.assert_close(profile.profiles[0], torch.stack(picked).mean(0))
+
+
+def test_a_packed_runs_forget_gate_decay_reads_only_keys_of_the_querys_document():
+    """FoX's decay at lag k, sum of log f over the k latest tokens, was read at every query t >= k: near a
+    document's start that key is masked and the sum ran over two documents' gates."""
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
+        vocab_size=11, d_model=16, n_layers=1, n_heads=2, attention="forgetting", position="none")).eval()  # fmt: skip
+    core = position_cores(model)[0]
+    with torch.no_grad():  # gates far from 1 and varied, so that a sum over the wrong tokens shows
+        core.forget_gate.bias.fill_(-1.0)
+        core.forget_gate.weight.normal_(0, 1.0)
+    generator = torch.Generator().manual_seed(1)
+    examples = [_packed(lengths, generator) for lengths in DOCUMENTS]
+    seen = []
+    handle = core.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    with ReadPositions(model) as read:
+        lag_profiles(model, examples, [0])
+    handle.remove()
+    gates = read.forget_gates({0: 7})[0]
+    with torch.no_grad():
+        log_forget = torch.cat([core.log_forget(x, 2) for x in seen]).double()  # (B, H, T)
+    positions = torch.stack([example["position_ids"] for example in examples])
+    for index, lag in enumerate(gates.lags.tolist()):
+        if lag == 0:
+            continue
+        sums = [log_forget[row, :, t - lag + 1 : t + 1].sum(-1) for row in range(len(examples))
+                for t in range(lag, 24) if positions[row, t] >= lag]  # fmt: skip
+        median = torch.quantile(torch.stack(sums), 0.5, dim=0)
+        torch.testing.assert_close(torch.from_numpy(gates.decay[:, index, 1]), median, rtol=1e-5, atol=1e-5)

@@ -183,7 +183,8 @@ def decay_lags(last: int) -> np.ndarray:
 class _Seen:
     """What a hooked core saw: FoX's log gates with their real-token masks, CoPE's real queries and positions."""
 
-    log_forget: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # ((B, H, T), (B, T) bool)
+    # ((B, H, T), (B, T) bool real tokens, (B, T) packed documents' ids or None)
+    log_forget: list[tuple[Tensor, Tensor, Tensor | None]] = field(default_factory=list)
     queries: list[Tensor] = field(default_factory=list)  # (N, H, Dh)
     largest: list[Tensor] = field(default_factory=list)  # (N, H): each query's largest contextual position
 
@@ -219,7 +220,9 @@ class ReadPositions:
             real = torch.ones(x.shape[:2], dtype=torch.bool) if mask is None else mask.bool()
             with torch.no_grad():
                 if isinstance(core, DecayCore):
-                    seen.log_forget.append((core.log_forget(x, q.shape[1]).float().cpu(), real.cpu()))
+                    documents = kwargs.get("segment_ids")
+                    seen.log_forget.append((core.log_forget(x, q.shape[1]).float().cpu(), real.cpu(),
+                                            None if documents is None else documents.cpu()))  # fmt: skip
                 else:
                     seen.queries.append(q.transpose(1, 2)[real].float().cpu())
                     seen.largest.append(_largest_positions(q, k, real, core).cpu())
@@ -234,12 +237,13 @@ class ReadPositions:
             if not seen.log_forget:
                 continue
             heads = seen.log_forget[0][0].shape[1]
-            gates = torch.cat([lf.transpose(1, 2)[real] for lf, real in seen.log_forget]).exp()  # (N, H)
-            longest = max(lf.shape[-1] for lf, _ in seen.log_forget) - 1
+            gates = torch.cat([lf.transpose(1, 2)[real] for lf, real, _ in seen.log_forget]).exp()  # (N, H)
+            longest = max(lf.shape[-1] for lf, _, _ in seen.log_forget) - 1
             lags = decay_lags(max(1, min(last_lags.get(layer, longest), longest)))
             decay = np.zeros((heads, len(lags), len(BAND)))
             for index, lag in enumerate(lags):
-                values = torch.cat([_decays_at(lf, real, int(lag)) for lf, real in seen.log_forget], dim=1)
+                values = torch.cat([_decays_at(lf, real, int(lag), documents)
+                                    for lf, real, documents in seen.log_forget], dim=1)  # fmt: skip
                 if values.shape[1]:
                     decay[:, index] = torch.quantile(values.double(), torch.tensor(BAND, dtype=torch.float64),
                                                      dim=1).T.numpy()  # fmt: skip
@@ -264,8 +268,10 @@ class ReadPositions:
         return out
 
 
-def _decays_at(log_forget: Tensor, real: Tensor, lag: int) -> Tensor:
-    """(H, N): the decay sum_{l=t-lag+1..t} log f_l of every real query t >= lag of the batch (B, H, T)."""
+def _decays_at(log_forget: Tensor, real: Tensor, lag: int, documents: Tensor | None = None) -> Tensor:
+    """(H, N): the decay sum_{l=t-lag+1..t} log f_l of every real query t >= lag of the batch (B, H, T) whose key
+    t - lag it sees: with packed documents (``documents`` (B, T) ids), one in its own document (a key of the
+    document before is masked, and its decay summed gates of both documents)."""
     if lag == 0:
         return torch.zeros(log_forget.shape[1], int(real.sum()))
     length = log_forget.shape[-1]
@@ -273,7 +279,8 @@ def _decays_at(log_forget: Tensor, real: Tensor, lag: int) -> Tensor:
         return torch.zeros(log_forget.shape[1], 0)
     cumulative = log_forget.double().cumsum(-1)
     differences = cumulative[..., lag:] - cumulative[..., :-lag]  # (B, H, T - lag): queries t = lag..T-1
-    return differences.transpose(1, 2)[real[:, lag:]].T.float()
+    queries = real[:, lag:] if documents is None else real[:, lag:] & (documents[:, lag:] == documents[:, :-lag])
+    return differences.transpose(1, 2)[queries].T.float()
 
 
 def _largest_positions(q: Tensor, k: Tensor, real: Tensor, core: CoPECore) -> Tensor:
