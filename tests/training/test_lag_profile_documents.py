@@ -68,3 +68,27 @@ def test_a_packed_runs_forget_gate_decay_reads_only_keys_of_the_querys_document(
                 for t in range(lag, 24) if positions[row, t] >= lag]  # fmt: skip
         median = torch.quantile(torch.stack(sums), 0.5, dim=0)
         torch.testing.assert_close(torch.from_numpy(gates.decay[:, index, 1]), median, rtol=1e-5, atol=1e-5)
+
+
+def test_a_packed_runs_cope_positions_count_only_keys_of_the_querys_document():
+    """CoPE's largest contextual position per query (the sum of its gates over the keys it sees) counted the
+    keys of the documents before it too, which the layer hides from it."""
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
+        vocab_size=11, d_model=16, n_layers=1, n_heads=2, attention="cope", position="none")).eval()  # fmt: skip
+    core = position_cores(model)[0]
+    generator = torch.Generator().manual_seed(1)
+    examples = [_packed(lengths, generator) for lengths in DOCUMENTS]
+    seen = []
+    handle = core.register_forward_pre_hook(lambda module, args: seen.append(args[1:3]))
+    with ReadPositions(model) as read:
+        lag_profiles(model, examples, [0])
+    handle.remove()
+    terms = read.cope_terms()[0]
+    q, k = (torch.cat(parts).double() for parts in zip(*seen, strict=True))  # (B, H, T, Dh)
+    gates = torch.sigmoid(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5)
+    positions = torch.stack([example["position_ids"] for example in examples])
+    largest = [gates[row, :, t, t - positions[row, t] : t + 1].sum(-1).clamp(max=core.position_embeddings.shape[0] - 1)
+               for row in range(len(examples)) for t in range(24)]  # fmt: skip
+    expected = torch.quantile(torch.stack(largest), torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64), dim=0).T
+    torch.testing.assert_close(torch.from_numpy(terms.positions), expected, rtol=1e-5, atol=1e-5)

@@ -24,6 +24,7 @@ from markovformer.layers.position_bias_attention import RelativeBiasCore, T5Bias
 from markovformer.ops.cope_attention.naive import cope_positions_naive
 from markovformer.ops.lags import lag_matrix, visible
 from markovformer.ops.relative_bias_attention.buckets import t5_buckets
+from markovformer.ops.segments import same_segment
 
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)  # the forget gates' box: whiskers 5..95%, box 25..75%, median
 BAND = (0.1, 0.5, 0.9)  # the band drawn around a data-dependent curve, and its median
@@ -225,7 +226,7 @@ class ReadPositions:
                                             None if documents is None else documents.cpu()))  # fmt: skip
                 else:
                     seen.queries.append(q.transpose(1, 2)[real].float().cpu())
-                    seen.largest.append(_largest_positions(q, k, real, core).cpu())
+                    seen.largest.append(_largest_positions(q, k, real, core, kwargs.get("segment_ids")).cpu())
 
         return read
 
@@ -283,12 +284,15 @@ def _decays_at(log_forget: Tensor, real: Tensor, lag: int, documents: Tensor | N
     return differences.transpose(1, 2)[queries].T.float()
 
 
-def _largest_positions(q: Tensor, k: Tensor, real: Tensor, core: CoPECore) -> Tensor:
-    """(N, H) for each real query and head: its largest contextual position (that of the first key it may see),
-    clamped to npos - 1, by the op's reference (``cope_positions_naive`` of the sigmoid gates)."""
+def _largest_positions(q: Tensor, k: Tensor, real: Tensor, core: CoPECore, documents: Tensor | None = None) -> Tensor:
+    """(N, H) for each real query and head: its largest contextual position (that of the first key it may see: in
+    its own document, ``documents`` (B, T) ids of packed ones), clamped to npos - 1, by the op's reference
+    (``cope_positions_naive`` of the sigmoid gates)."""
     length, npos = q.shape[-2], core.position_embeddings.shape[0]
     steps = torch.arange(length, device=q.device)
     allowed = visible(lag_matrix(steps, steps), core.window, causal=True)[None, None] & real[:, None, None, :]
+    if documents is not None:
+        allowed = allowed & same_segment(documents)
     logits = q.float() @ k.float().transpose(-1, -2) / q.shape[-1] ** 0.5
     place = cope_positions_naive(torch.sigmoid(logits) * allowed).clamp(max=npos - 1)  # (B, H, T, T)
     return place.amax(dim=3).transpose(1, 2)[real].float()
