@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
-from markovformer.training.lag_profiles import lag_profiles
+from markovformer.training.lag_profiles import lag_profiles, profile_caption
 from markovformer.training.learned_positions import ReadPositions, position_cores
 
 
@@ -38,6 +38,8 @@ def test_a_packed_profile_averages_only_queries_whose_lags_are_in_their_document
     picked = [weights[row, :, t, t - torch.arange(last + 1)] for row, example in enumerate(examples)
               for t in range(last, 24) if example["position_ids"][t] >= last]  # fmt: skip
     torch.testing.assert_close(profile.profiles[0], torch.stack(picked).mean(0))
+    assert f"queries {last}..23 of the first 4 validation sequences, those at least {last} tokens into their packed " \
+           "document" in profile_caption(profile, None)
 
 
 def test_a_packed_runs_forget_gate_decay_reads_only_keys_of_the_querys_document():

@@ -82,6 +82,7 @@ class LagProfiles:
     future: dict[int, torch.Tensor] = field(default_factory=dict)
     last_query: int = -1
     short: tuple[int, ...] = ()
+    packed: bool = False  # packed documents: only the queries whose lags lie in their own document are averaged
 
 
 def lag_profiles(model, validation: Split, layers: list[int]) -> LagProfiles:
@@ -131,7 +132,8 @@ def lag_profiles(model, validation: Split, layers: list[int]) -> LagProfiles:
     return LagProfiles({layer: value for (layer, future), value in averaged.items() if not future}, max_lag, length,
                        len(examples), cut=longest > PROFILE_LENGTH,
                        future={layer: value for (layer, future), value in averaged.items() if future},
-                       last_query=length - 1 - (max_lag if both_sides else 0), short=short)  # fmt: skip
+                       last_query=length - 1 - (max_lag if both_sides else 0), short=short,
+                       packed="position_ids" in inputs)  # fmt: skip
 
 
 def profile_reach(model_config, layer: int) -> int:
@@ -168,7 +170,8 @@ def profile_caption(profile: LagProfiles, chain_lags: tuple[int, ...] | None) ->
                  f"{profile.length} tokens read hold no more{' on both sides' if profile.future else ''}")
     cut = f", each cut to its first {PROFILE_LENGTH} tokens" if profile.cut else ""
     shaded = "; shaded: the chain's lags" if chain_lags else ""
+    packed = f", those at least {profile.max_lag} tokens into their packed document" if profile.packed else ""
     return (f"Attention by lag: per layer and head, the mean attention {what} a query gives the key k tokens "
             f"back{both}, for k up to the layer's window + 1 (its max_order + 1 without a window, else "
             f"{GLOBAL_PROFILE_REACH}){short}: {read}, over queries {profile.max_lag}..{profile.last_query} of the "
-            f"first {profile.sequences} validation sequences{cut} ({CONVENTION}{shaded})")
+            f"first {profile.sequences} validation sequences{cut}{packed} ({CONVENTION}{shaded})")
