@@ -1,7 +1,7 @@
 """A few SGD steps of transformers' Trainer on a small Markovian Transformer, whose labels score unequal numbers of
 tokens per row: imported by test_hf_trainer.py for the one-process run, and run as a script under torchrun for the
-two-process one (``python hf_trainer_run.py TASK BATCH ACCUMULATION OUT``: the trained parameters and logged losses
-saved to OUT by process 0)."""
+two-process one (``python hf_trainer_run.py TASKS BATCH ACCUMULATION OUT``: for each of the comma-separated TASKS
+in turn, in the one process group, the trained parameters and logged losses saved to OUT/TASK.pt by process 0)."""
 
 from __future__ import annotations
 
@@ -70,9 +70,10 @@ def train(task: str, batch: int, accumulation: int, output_dir: str, steps: int 
 
 
 if __name__ == "__main__":
-    task, batch, accumulation, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    trained = train(task, batch, accumulation, out + ".trainer")
-    if int(os.environ["RANK"]) == 0:
-        torch.save(trained, out)
-    torch.distributed.barrier()
+    tasks, batch, accumulation, out = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    for task in tasks:
+        trained = train(task, batch, accumulation, os.path.join(out, task + ".trainer"))
+        if int(os.environ["RANK"]) == 0:
+            torch.save(trained, os.path.join(out, task + ".pt"))
+        torch.distributed.barrier()
     torch.distributed.destroy_process_group()

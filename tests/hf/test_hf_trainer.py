@@ -56,19 +56,26 @@ def test_gradient_accumulation_gives_the_whole_batchs_step_with_ignored_labels(t
     assert accumulated_losses == pytest.approx(whole_losses, rel=1e-5)
 
 
+@pytest.fixture(scope="module")
+def two_gloo_processes(tmp_path_factory) -> Path:
+    """Both tasks' 3 steps of 4 rows per process under one torchrun of 2 gloo processes (one launch, not one per
+    task): ``TASK.pt`` in the returned folder."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        [str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+    out = tmp_path_factory.mktemp("two")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(HERE / "hf_trainer_run.py"), "causal_lm,token_classification", "4", "1", str(out)]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
 @pytest.mark.parametrize("task", ["causal_lm", "token_classification"])
-def test_two_gloo_processes_of_4_rows_give_the_step_of_one_process_of_8(task, tmp_path):
+def test_two_gloo_processes_of_4_rows_give_the_step_of_one_process_of_8(task, two_gloo_processes, tmp_path):
     """The Trainer shards each batch of 8 between the processes (rows 0-3 and 4-7) and counts the labelled tokens
     of both; the causal LM and the token classifier divide their summed losses by that count, so the averaged
     gradients are the whole batch's, and the logged loss its mean."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-        [str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
-    out = tmp_path / "two.pt"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(HERE / "hf_trainer_run.py"), task, "4", "1", str(out)]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    two, two_losses = torch.load(out)
+    two, two_losses = torch.load(two_gloo_processes / f"{task}.pt")
     one, one_losses = train(task, 8, 1, str(tmp_path / "one"))
     assert_same_step(two, one)
     assert two_losses == pytest.approx(one_losses, rel=1e-5)
