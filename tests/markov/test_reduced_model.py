@@ -148,7 +148,9 @@ def test_basin_boundary_lies_on_the_saddle_level_set():
         basin_boundary(torch.tensor([-0.5, math.nan]))
 
 
-@pytest.mark.parametrize(("p", "q"), [(0.2, 0.3), (0.7, 0.9), (0.5, 0.8)])
+# the default suite keeps one chain with p + q < 1 and one with p + q > 1; the slow marker adds (0.5, 0.8), a second
+# p + q > 1 chain whose p = 1/2 makes a swap of p and 1 - p invisible
+@pytest.mark.parametrize(("p", "q"), [(0.2, 0.3), (0.7, 0.9), pytest.param(0.5, 0.8, marks=pytest.mark.slow)])
 def test_predicted_basins_match_where_the_profiled_flow_ends(p, q):
     chain = switching_chain(p, q)
     generator = torch.Generator().manual_seed(3)
