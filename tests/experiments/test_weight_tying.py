@@ -19,7 +19,10 @@ from markovformer.experiments.weight_tying import WeightTyingSettings, train_swi
 from markovformer.markov import switching_chain
 from markovformer.plots import experiments as plots
 
-FAST = replace(WeightTyingSettings(), steps=600, eval_every=600)
+# 300 steps: both cells are as close to their references as after 600 (final loss 0.0006 and 0.0012 nats off,
+# P(1 | .) within 0.003), and the untied cell is at the entropy rate by then, so a tied model that were not tied
+# would fail the first test
+FAST = replace(WeightTyingSettings(), steps=300, eval_every=300)
 
 
 def test_tied_model_with_p_plus_q_above_one_ends_at_the_unigram_minimum():
