@@ -218,7 +218,11 @@ class BPETokenizer:
     def characters_of_ids(self) -> np.ndarray | None:
         """The characters each id adds to decoded text (int64, one per id): a token's UTF-8 bytes that start a
         character (not 0b10xxxxxx), so that a character split across tokens counts once, in the token holding its
-        first byte; none for special tokens. None for a vocabulary that is not byte-level (a foreign tokenizer.json)."""
+        first byte; none for special tokens. None for a tokenizer that is not byte-level (a foreign tokenizer.json):
+        one that decodes otherwise (no ByteLevel decoder: tokens joined with spaces, a suffix dropped) or whose entries
+        are no byte-level characters."""
+        if not isinstance(self._tokenizer.decoder, _import_tokenizers().decoders.ByteLevel):
+            return None
         counts = np.zeros(self.vocab_size, dtype=np.int64)
         special = {token.content for token in self._tokenizer.get_added_tokens_decoder().values()}
         byte_of = _byte_level_bytes()
