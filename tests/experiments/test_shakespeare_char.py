@@ -123,6 +123,22 @@ def test_each_ladder_step_moves_one_option():
     assert options(LADDER_ROWS[-1])["position"] == "rotary" and options(LADDER_ROWS[-1])["ffn"] == "swiglu"
 
 
+def test_a_warm_up_is_checked_against_the_steps_a_preset_sets():
+    """A preset sets the steps after --set: shakespeare-char --set preset=gpu warmup_steps=3000 (5,000 steps) was
+    refused against the CPU budget's 2,000; mixers --quick --set sizes=zoology-64 steps=30 took the panel's warm-up of
+    50 unchecked and trained every cell at a rate that never peaked; --set sizes=zoology-64 warmup_steps=1000 (10,000
+    steps) was refused against the small grid's 400."""
+    from markovformer.experiments import mixers
+    from markovformer.training.trainer_config import ConfigError
+
+    assert settings_from({"preset": "gpu", "warmup_steps": 3000}).steps == 5000
+    assert mixers.settings_from({"sizes": "zoology-64", "warmup_steps": 1000}).steps == 10_000
+    with pytest.raises(ConfigError, match=r"mixers\.warmup_steps=50 is larger than mixers\.steps=30"):
+        mixers.settings_from({"sizes": "zoology-64", "steps": 30}, quick=True)
+    with pytest.raises(ConfigError, match=r"shakespeare-char\.warmup_steps=100 is larger than .*steps=30"):
+        settings_from({"preset": "gpu", "steps": 30})
+
+
 @torch.no_grad()
 def test_the_gpu_preset_is_nanogpts_gpu_config():
     """config/train_shakespeare_char.py: 6 layers, 6 heads, 384 wide, block 256, batch 64, 5,000 iterations, dropout

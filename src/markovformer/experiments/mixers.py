@@ -111,6 +111,12 @@ def resolve_sizes(settings: MixersSettings, overrides: dict | None = None, quick
     return dataclasses.replace(settings, **{k: v for k, v in grid.items() if k not in (overrides or {})})
 
 
+def settings_from(overrides: dict | None, quick: bool = False) -> MixersSettings:
+    """A run's settings: the budget (``QUICK`` or the default), ``overrides`` applied, then ``sizes`` expanded."""
+    return configure(QUICK if quick else MixersSettings(), overrides, NAME,
+                     lambda settings: resolve_sizes(settings, overrides, quick))  # fmt: skip
+
+
 def check_settings(settings: MixersSettings) -> None:
     for task in settings.tasks:
         if task not in zoo.TASKS:
@@ -263,7 +269,7 @@ def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
 
-    settings = resolve_sizes(configure(QUICK if quick else MixersSettings(), overrides, NAME), overrides, quick)
+    settings = settings_from(overrides, quick)
     check_settings(settings)
     seeds = tuple(seeds) if seeds else ((0,) if quick else (0, 1))
     title = "Sequence mixers on associative recall, induction, selective copying and in-context chains"
@@ -289,5 +295,5 @@ def run(
 
 
 __all__ = ["DEFAULT_KINDS", "NAME", "QUICK", "SUMMARY", "ZOOLOGY_LRS", "MixersSettings", "answer_loss",
-           "check_settings", "matched_sections", "resolve_sizes", "run", "run_grid_point", "source_of",
+           "check_settings", "matched_sections", "resolve_sizes", "run", "run_grid_point", "settings_from", "source_of",
            "train_cell"]  # fmt: skip

@@ -5,6 +5,7 @@ the experiments that run one seed."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from markovformer.training.run_config import ConfigError, build_dataclass
@@ -12,15 +13,19 @@ from markovformer.training.run_config import ConfigError, build_dataclass
 SettingsT = TypeVar("SettingsT")
 
 
-def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str) -> SettingsT:
-    """``base`` with ``overrides`` applied; errors name ``name.key``. A list the defaults fill (a grid's kinds, widths,
-    learning rates) may not be emptied, unless the settings class names it in ``MAY_BE_EMPTY`` (an optional part):
-    ``kinds=[]`` ran nothing and reported it with exit status 0, or failed later on an index. Nor may such a list
-    repeat a value: ``rows=[a, a]`` reported one run twice, as a mean of n = 2 with a spread of 0. A number may not
-    be negative, nor 0 where its default is positive or None unless the class names it in ``MAY_BE_ZERO``; a warm-up
-    may not outlast the steps."""
+def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str,
+              resolve: Callable[[SettingsT], SettingsT] | None = None) -> SettingsT:  # fmt: skip
+    """``base`` with ``overrides`` applied, then ``resolve`` (an experiment's presets, which set the steps and a
+    warm-up of their own but keep what ``overrides`` names); errors name ``name.key``. A list the defaults fill (a
+    grid's kinds, widths, learning rates) may not be emptied, unless the settings class names it in ``MAY_BE_EMPTY``
+    (an optional part): ``kinds=[]`` ran nothing and reported it with exit status 0, or failed later on an index.
+    Nor may such a list repeat a value: ``rows=[a, a]`` reported one run twice, as a mean of n = 2 with a spread of
+    0. A number may not be negative, nor 0 where its default is positive or None unless the class names it in
+    ``MAY_BE_ZERO``; a warm-up may not outlast the steps (the resolved settings': a preset's 5,000 steps take a
+    warm-up of 3,000)."""
+    resolve = resolve or (lambda settings: settings)
     if not overrides:
-        return base
+        return resolve(base)
     grids = {field.name for field in dataclasses.fields(base) if ", ...]" in str(field.type)}  # tuple[X, ...]
     for key, value in overrides.items():
         emptied = isinstance(value, list | tuple) and not value and getattr(base, key, None)
@@ -32,6 +37,7 @@ def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str) -> S
     settings = build_dataclass(type(base), {**dataclasses.asdict(base), **overrides}, name)
     for key in overrides:
         _check_sign(settings, base, key, name)
+    settings = resolve(settings)
     warmup, steps = getattr(settings, "warmup_steps", None), getattr(settings, "steps", None)
     if isinstance(warmup, int) and isinstance(steps, int) and warmup > steps:  # the rate would never peak
         raise ConfigError(f"{name}.warmup_steps={warmup} is larger than {name}.steps={steps}: the learning rate would "

@@ -164,7 +164,8 @@ def resolve_preset(settings: ShakespeareCharSettings, overrides: dict | None) ->
 
 def settings_from(overrides: dict | None, quick: bool = False) -> ShakespeareCharSettings:
     """A run's settings: the budget (``QUICK`` or the default), ``overrides`` applied, then ``preset`` expanded."""
-    return resolve_preset(configure(QUICK if quick else ShakespeareCharSettings(), overrides, NAME), overrides)
+    return configure(QUICK if quick else ShakespeareCharSettings(), overrides, NAME,
+                     lambda settings: resolve_preset(settings, overrides))  # fmt: skip
 
 
 def scoring_device(accelerator: str) -> torch.device:
