@@ -61,7 +61,8 @@ def test_order_below_the_true_order_loses_bleu():
     assert first["bleu"] <= second["bleu"] - 30.0
 
 
-TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "steps": 3, "eval_every": 3, "train_examples": 64}
+TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "steps": 3, "eval_every": 3, "train_examples": 64,
+        "warmup_steps": 1}
 
 
 def test_run_writes_the_report_and_reuses_cells(tmp_path, monkeypatch):

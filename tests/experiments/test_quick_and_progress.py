@@ -155,9 +155,9 @@ def test_weight_tying_run_logs_progress_and_writes_well_formed_tables(tmp_path):
 TINY_RUNS = {
     "landscape": {"chains": [[0.7, 0.9]], "starts": 2, "steps": 200},
     "icl-depth": {"orders": [1], "depths": [1], "steps": 4, "eval_every": 2, "seq_len": 16, "eval_batch": 8,
-                  "d_model": 16, "batch_size": 4},
+                  "d_model": 16, "batch_size": 4, "warmup_steps": 1},
     "order-recovery": {"sources": ["fixed-2"], "steps": 4, "eval_every": 2, "seq_len": 16, "eval_batch": 8,
-                       "d_model": 16, "batch_size": 4, "max_order": 3},
+                       "d_model": 16, "batch_size": 4, "max_order": 3, "warmup_steps": 1},
 }  # fmt: skip
 
 

@@ -320,7 +320,7 @@ def test_only_finished_trains_nothing_and_lists_a_cell_stored_under_other_settin
         return shakespeare_char.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lambda line: None)
 
     run(rows=["nanogpt"])
-    run(rows=["ladder_contiguous"], steps=7)
+    run(rows=["ladder_contiguous"], steps=7, warmup_steps=7)
     assert len(trained) == 2
     report = run(only_finished=True).read_text()  # ladder_contiguous is stored under steps=7 only
     assert len(trained) == 2 and "only_finished=true): ladder_contiguous_seed=0" in report.replace("\n", " ")

@@ -158,7 +158,7 @@ def test_icl_depth_reads_back_its_cells_when_the_grid_gains_an_order_or_a_depth(
     run()
     run(orders=[1, 2], depths=[1, 2])
     assert trained == [(1, 1), (1, 2), (2, 1), (2, 2)]
-    run(steps=20)  # a setting the cell reads: trained again
+    run(steps=200)  # a setting the cell reads: trained again
     assert trained[4:] == [(1, 1)]
 
 
