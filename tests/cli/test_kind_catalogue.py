@@ -110,3 +110,17 @@ def test_kind_show_of_a_misspelt_kind_is_one_line_with_the_closest(main_cli):
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == ["markovformer: error: no attention kind 'stik_breaking' (did you mean "
                                                 "'stick_breaking'?); see `markovformer kind list`"]  # fmt: skip
+
+
+def test_a_kind_compared_without_position_says_the_default_rotary_stacks_on_it():
+    """The experiments run ALiBi, FoX, T5 buckets, dynamic bias, stick-breaking and CoPE with position: none, as their
+    papers; a model built from the kind alone gets the default rotary on top, and `kind list` says so for each (it
+    said so for ALiBi and FoX only: T5 bias and the rest read as their papers' form)."""
+    from markovformer.experiments.mixers_models import KINDS
+
+    own_position = {fields["attention"] for _, fields in KINDS.values() if fields.get("position") == "none"}
+    assert {"alibi", "forgetting", "t5_bias", "dynamic_bias", "stick_breaking", "cope"} <= own_position
+    assert MarkovianTransformerConfig(vocab_size=8, attention="t5_bias").position == "rotary"
+    for kind in sorted(own_position):
+        summary = " ".join(ATTENTION_KINDS[kind].summary.split())  # the line `kind list` and `kind show` print
+        assert "model.position: none" in summary and "default rotary" in summary, kind

@@ -132,6 +132,10 @@ def _scoped(options: Any) -> dict:
     return dict(window=scoped_window(options.scope, options.window), dropout=options.dropout)
 
 
+# the summary's tail of a kind whose paper's models have no other position (``position: none`` in the experiments'
+# comparisons): the model's default rotary stacks on top of it
+OWN_POSITION = "its paper's models: model.position: none; the default rotary stacks on top"
+
 # 2205702: FAVOR+ keys carried a data-free e^-(Dh/2) that zeroed every row at head dim >= 64 (rff and both hybrids)
 FAVOR_KEYS_FIX = 2
 
@@ -165,8 +169,8 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
     # the mixer suite's nearest relatives of per-lag biases: fixed (ALiBi) and data-dependent (FoX) decays
     "alibi": AttentionKind(
         DecayOptions, lambda shared, o: AlibiAttention(**shared, **_scoped(o)),
-        summary="ALiBi: softmax attention with fixed per-head linear distance penalties, in place of position "
-                "embeddings (its paper's models: model.position: none; the default rotary stacks on top)",
+        summary=f"ALiBi: softmax attention with fixed per-head linear distance penalties, in place of position "
+                f"embeddings ({OWN_POSITION})",
     ),
     "forgetting": AttentionKind(
         ForgettingOptions,
@@ -181,19 +185,22 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         T5BiasOptions,
         lambda shared, o: T5BiasAttention(**shared, **_scoped(o), num_buckets=o.num_buckets,
                                           max_distance=o.max_distance),  # fmt: skip
-        summary="T5's relative position bias: a learned scalar per head and log-spaced distance bucket",
+        summary=f"T5's relative position bias: a learned scalar per head and log-spaced distance bucket "
+                f"({OWN_POSITION})",
     ),
     "dynamic_bias": AttentionKind(
         DynamicBiasOptions,
         lambda shared, o: DynamicBiasAttention(**shared, **_scoped(o), bias_hidden=o.bias_hidden,
                                                bias_depth=o.bias_depth, log_distance=o.log_distance),  # fmt: skip
-        summary="dynamic position bias: a small MLP maps the (log) distance to a bias per head",
+        summary=f"dynamic position bias: a small MLP maps the (log) distance to a bias per head "
+                f"({OWN_POSITION})",
     ),
     "stick_breaking": AttentionKind(
         StickBreakingOptions,
         lambda shared, o: StickBreakingAttention(**shared, window=scoped_window(o.scope, o.window),
                                                  attend_current=o.attend_current),  # fmt: skip
-        summary="stick-breaking attention: keys, nearest first, take sigmoid shares of what is left",
+        summary=f"stick-breaking attention: keys, nearest first, take sigmoid shares of what is left "
+                f"({OWN_POSITION})",
         causality="causal only",
         revision=2,  # 3f049a7: the chunked op's gradients turned NaN on a hidden key's large logit
     ),
@@ -201,7 +208,8 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         CoPEOptions,
         lambda shared, o: CoPEAttention(**shared, window=scoped_window(o.scope, o.window),
                                         npos_max=o.npos_max),  # fmt: skip
-        summary="CoPE: contextual positions counted by the query's gates on the keys between",
+        summary=f"CoPE: contextual positions counted by the query's gates on the keys between "
+                f"({OWN_POSITION})",
         causality="causal only",
     ),
     "selective": AttentionKind(
