@@ -138,3 +138,19 @@ def test_the_config_checks_t5_buckets_for_its_own_causality():
     with pytest.raises(ValueError, match=r"attention\[0\]\.max_distance=16: must exceed num_buckets // 2 = 16"):
         MarkovianTransformerConfig(vocab_size=4, n_layers=1,
                                    attention=[{"kind": "t5_bias", "num_buckets": 32, "max_distance": 16}])
+
+
+def test_t5_bias_states_its_departures_from_t5_and_they_hold():
+    """T5 shares one bucket table, learned in a stack's first layer, with every layer, and leaves q·k unscaled; here
+    each layer has its own table and the logits are q·k/√Dh + b (the dense reference above): the docstring says
+    both (it said neither, so a reader comparing with HF's T5Attention would count one table)."""
+    import markovformer.layers.position_bias_attention as module
+    from markovformer import MarkovianTransformerForCausalLM
+    from markovformer.layers.position_bias_attention import T5Bias
+
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=8, d_model=8, n_heads=2, n_layers=2,
+                                                                       attention="t5_bias"))  # fmt: skip
+    tables = [m.table for m in model.modules() if isinstance(m, T5Bias)]
+    assert len(tables) == 2 and tables[0] is not tables[1]
+    doc = " ".join(module.__doc__.split())
+    assert "every layer learns its own table" in doc and "q·k/√Dh + b" in doc

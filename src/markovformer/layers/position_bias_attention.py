@@ -3,7 +3,9 @@ Transformer's per-lag table (which is gated per token and limited to K lags):
 
 - ``"t5_bias"``: T5's relative position bias (Raffel et al., "Exploring the Limits of Transfer Learning with a
   Unified Text-to-Text Transformer", JMLR 2020, section 2.1; reference: mesh-tensorflow / HF transformers'
-  ``T5Attention``): one learned scalar per head and log-spaced distance bucket.
+  ``T5Attention``): one learned scalar per head and log-spaced distance bucket. Two departures from T5: every layer
+  learns its own table (T5 learns one in each stack's first layer and adds it in every layer), and the logits are
+  q·k/√Dh + b (T5 leaves q·k unscaled, folding 1/√Dh into W_q's initialisation: the same functions, other scales).
 - ``"dynamic_bias"``: dynamic position bias (x-transformers' ``DynamicPositionBias``, after SwinV2's continuous
   position bias, Liu et al. CVPR 2022): a small MLP maps the (log) distance to one bias per head, so it is defined
   at every distance, including those never seen in training.
