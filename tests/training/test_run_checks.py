@@ -121,3 +121,33 @@ def test_eval_of_an_unfinished_run_reads_the_checkpoint_a_resume_would_take(whol
     (checkpoints / "last.ckpt").unlink()
     weights = evaluate(run)["weights"]
     assert (weights["source"], weights["step"]) == ("checkpoints/step-000040.ckpt", 40)
+
+
+def test_a_max_steps_raised_in_config_yaml_extends_a_run_whose_checkpoints_predate_the_settings_record(
+    whole, tmp_path
+):
+    """A finished run written before checkpoints recorded their settings (markovformer before 80fc87e), with
+    max_steps raised in config.yaml by hand (no early stopping configured), was refused as "early stopping ended it
+    at step 40 of 60", pointing at init_from. Without early stopping a run ends at its max_steps, so the raise is an
+    extension: the same weights and schedule as `--resume RUN trainer.max_steps=60`."""
+    from markovformer.training.checkpoint import load_checkpoint_file, save_checkpoint_file
+    from markovformer.training.fingerprint import SETTINGS_KEY
+
+    runs = {}
+    for how in ("edited", "override"):
+        run = runs[how] = tmp_path / how
+        shutil.copytree(whole[1], run)
+        for path in (run / "checkpoints").glob("*.ckpt"):  # as an older version wrote them
+            checkpoint = load_checkpoint_file(path)
+            del checkpoint[SETTINGS_KEY]
+            save_checkpoint_file(checkpoint, path)
+        if how == "edited":
+            config = yaml.safe_load((run / "config.yaml").read_text())
+            config["trainer"]["max_steps"] = 60
+            (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        extra = ["trainer.max_steps=60"] if how == "override" else []
+        resumed = run_in_process("train", "--resume", how, *extra, cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert same_weights(runs["edited"], runs["override"])
+    assert json.loads((runs["edited"] / "finished.json").read_text())["steps"] == 60
+    assert yaml.safe_load((runs["edited"] / "config.yaml").read_text())["trainer"]["decay_steps"] == 40

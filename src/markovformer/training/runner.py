@@ -198,11 +198,16 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
             trained, edits = resume_edits(saved, config)
             overrides = [*edits, *overrides]
         done_steps = saved["global_step"] if saved is not None else 0
+        finished = finished_steps(run_dir)
+        if finished is not None and finished < trained.trainer.max_steps and trained.trainer.early_stopping is None:
+            # a run without early stopping ends at its max_steps: config.yaml's larger one was raised there by hand
+            # after a checkpoint that predates the record resume_edits reads; an extension, as for a newer run
+            overrides = [f"trainer.max_steps={trained.trainer.max_steps}", *overrides]
+            trained = dataclasses.replace(trained, trainer=dataclasses.replace(trained.trainer, max_steps=finished))
         extended = resumed_config(trained, overrides, done_steps)
         check_accelerator(extended.trainer.accelerator)
         check_logger(extended.trainer.logger)
         check_nodes(extended.trainer.num_nodes)
-        finished = finished_steps(run_dir)
         if finished is not None and finished < trained.trainer.max_steps:  # a longer run would stop there again
             raise ConfigError(f"{run_dir} is a finished run: early stopping ended it at step {finished} of "
                               f"{trained.trainer.max_steps}; to train on, start a new run from its weights "
