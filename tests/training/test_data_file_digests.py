@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import shutil
+from pathlib import Path
 
 import torch
 from conftest import one_line_error, run_in_process  # beside this folder
@@ -69,6 +70,33 @@ def test_a_text_changed_after_its_token_store_left_the_cache_is_refused_on_resum
 
     shutil.rmtree(cache)
     notes.write_text(text)  # unchanged: the digest stands for the gone store, without a word
+    resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "cannot be checked" not in resumed.stdout
+
+
+def test_a_text_changed_under_a_run_of_a_version_before_digests_and_store_format_3_is_refused_on_resume(tmp_path):
+    """A run of 2026-11-29 recorded no sha256 and a format-2 token store, which this version took for gone ("cannot be
+    checked") though it was in the cache: a resume trained on the changed text. Its tokens are compared now."""
+    text = "".join(f"line {i} of the notes, words and more words\n" for i in range(200))
+    notes = tmp_path / "notes.txt"
+    notes.write_text(text)
+    cache = tmp_path / "cache"
+    data = f"data={{source: text, tokenizer: char, seq_len: 16, path: {notes}, cache_dir: {cache}}}"
+    trained = run_in_process("train", "task=causal_lm", data, MODEL, *TRAINER, "output_dir=run", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    record = json.loads((tmp_path / "run" / "data.json").read_text())
+    del record["file_sha256"]  # as the older version wrote it, and its store
+    (tmp_path / "run" / "data.json").write_text(json.dumps(record))
+    meta_file = Path(record["splits"]["store"]) / "meta.json"
+    meta = json.loads(meta_file.read_text())
+    meta_file.write_text(json.dumps({**meta, "format": 2}))
+
+    notes.write_text(text.replace("line 7 of", "line 7 in"))
+    resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
+    one_line_error(resumed, "data rebuilt from the run's config differs")
+
+    notes.write_text(text)  # unchanged: the format-2 store's tokens are the same, without a word
     resumed = run_in_process("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "cannot be checked" not in resumed.stdout

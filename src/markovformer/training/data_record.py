@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from markovformer.data.bundle import DataBundle
-from markovformer.data.readers.token_store import TokenStore
+from markovformer.data.readers.token_store import READABLE_FORMATS, TokenStore
 from markovformer.strict_json import strict_dumps
 from markovformer.training.trainer_config import ConfigError
 
@@ -133,7 +133,7 @@ def _same_tokens(saved: Path, now: Path, digests: bool) -> bool:
     if saved.name == now.name:
         return True
     try:
-        before = TokenStore(saved)
+        before = TokenStore(saved, READABLE_FORMATS)
     except (OSError, ValueError):
         if not digests:
             print(f"the token store this run started with ({saved}) is gone: whether its text files changed since "

@@ -45,6 +45,9 @@ from markovformer.data.readers.text_stream import CHUNK_BYTES, content_key, reco
 # 2: BPE reads no special token from text (a literal "<eod>" was stored as the special id); 3: a blank-line
 # record's last CRLF is removed whole (its "\r" was stored at the end of each record of a CRLF file)
 STORE_FORMAT = 3
+# The formats whose files this version reads (one layout): a run's record of the store it started with is compared
+# token by token with the store it rebuilds, also across the format change; the cache opens STORE_FORMAT's alone
+READABLE_FORMATS = (2, STORE_FORMAT)
 TOKENS_FILE, OFFSETS_FILE, META_FILE, DOCUMENTS_FILE = "tokens.bin", "offsets.npy", "meta.json", "documents.npy"
 _PROGRESS_ABOVE_BYTES = 16 << 20  # smaller corpora encode in about a second: no progress bar
 _STAGING = ".staging-"
@@ -113,9 +116,9 @@ class TokenStore:
     """An opened store: ``tokens`` (N,) a read-only memory map, ``offsets`` (S + 1,) int64, ``meta``. Pickles as
     its folder (DataLoader workers and DDP ranks map the same file, never a copy)."""
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, formats: tuple[int, ...] = (STORE_FORMAT,)) -> None:
         self.folder = Path(folder)
-        self.meta = _read_meta(self.folder)
+        self.meta = _read_meta(self.folder, formats)
         dtype, count = np.dtype(self.meta["dtype"]), self.meta["num_tokens"]
         tokens_path = self.folder / TOKENS_FILE
         if tokens_path.stat().st_size != count * dtype.itemsize:
@@ -335,9 +338,9 @@ def finish_store(staging: Path, offsets, dtype: np.dtype, vocab_size: int, end_o
     atomic_write_text(staging / META_FILE, json.dumps(meta))
 
 
-def _read_meta(folder: Path) -> dict:
+def _read_meta(folder: Path, formats: tuple[int, ...] = (STORE_FORMAT,)) -> dict:
     meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-    if not isinstance(meta, dict) or meta.get("format") != STORE_FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") not in formats:
         raise ValueError(f"{META_FILE} is not a format-{STORE_FORMAT} store's")
     return meta
 
