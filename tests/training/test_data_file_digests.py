@@ -53,8 +53,8 @@ def test_a_csv_whose_labels_changed_is_refused_on_resume_naming_it_and_eval_says
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
 
-def test_a_text_changed_after_its_token_store_left_the_cache_is_refused_on_resume(tmp_path):
-    """The resume printed that the gone store left nothing to check, and trained on the new text."""
+def _train_a_notes_run(tmp_path) -> tuple[str, Path, Path]:
+    """A char run "run" on a notes file with its own token cache: the text, the file and the cache."""
     text = "".join(f"line {i} of the notes, words and more words\n" for i in range(200))
     notes = tmp_path / "notes.txt"
     notes.write_text(text)
@@ -62,6 +62,12 @@ def test_a_text_changed_after_its_token_store_left_the_cache_is_refused_on_resum
     data = f"data={{source: text, tokenizer: char, seq_len: 16, path: {notes}, cache_dir: {cache}}}"
     trained = run_in_process("train", "task=causal_lm", data, MODEL, *TRAINER, "output_dir=run", cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-2000:]
+    return text, notes, cache
+
+
+def test_a_text_changed_after_its_token_store_left_the_cache_is_refused_on_resume(tmp_path):
+    """The resume printed that the gone store left nothing to check, and trained on the new text."""
+    text, notes, cache = _train_a_notes_run(tmp_path)
 
     shutil.rmtree(cache)
     notes.write_text(text[3000:] + text[:3000])  # the same length and alphabet: every other record is the same
@@ -78,13 +84,7 @@ def test_a_text_changed_after_its_token_store_left_the_cache_is_refused_on_resum
 def test_a_text_changed_under_a_run_of_a_version_before_digests_and_store_format_3_is_refused_on_resume(tmp_path):
     """A run of 2026-11-29 recorded no sha256 and a format-2 token store, which this version took for gone ("cannot be
     checked") though it was in the cache: a resume trained on the changed text. Its tokens are compared now."""
-    text = "".join(f"line {i} of the notes, words and more words\n" for i in range(200))
-    notes = tmp_path / "notes.txt"
-    notes.write_text(text)
-    cache = tmp_path / "cache"
-    data = f"data={{source: text, tokenizer: char, seq_len: 16, path: {notes}, cache_dir: {cache}}}"
-    trained = run_in_process("train", "task=causal_lm", data, MODEL, *TRAINER, "output_dir=run", cwd=tmp_path)
-    assert trained.returncode == 0, trained.stderr[-2000:]
+    text, notes, cache = _train_a_notes_run(tmp_path)
     record = json.loads((tmp_path / "run" / "data.json").read_text())
     del record["file_sha256"]  # as the older version wrote it, and its store
     (tmp_path / "run" / "data.json").write_text(json.dumps(record))

@@ -75,6 +75,18 @@ def test_resuming_a_run_whose_config_yaml_was_edited_is_refused_naming_the_key(w
     assert not (run / "finished.json").exists()
 
 
+def _resume_to_60_steps(run, how: str, tmp_path) -> None:
+    """Resume ``run`` (a folder of tmp_path) to 60 steps: by max_steps raised in its config.yaml by hand ("edited")
+    or by the override on the command line ("override")."""
+    if how == "edited":
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        config["trainer"]["max_steps"] = 60
+        (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    extra = ["trainer.max_steps=60"] if how == "override" else []
+    resumed = run_in_process("train", "--resume", run.name, *extra, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+
 @pytest.mark.parametrize("finished", [True, False])
 def test_a_max_steps_raised_in_config_yaml_extends_the_run_as_the_resume_override_does(whole, tmp_path, finished):
     """trainer.max_steps may change at --resume, so raising it in config.yaml by hand was not refused, but it was not
@@ -88,13 +100,7 @@ def test_a_max_steps_raised_in_config_yaml_extends_the_run_as_the_resume_overrid
         if not finished:  # as if killed after its last checkpoint
             for name in ("finished.json", "metrics.json"):
                 (run / name).unlink()
-        if how == "edited":
-            config = yaml.safe_load((run / "config.yaml").read_text())
-            config["trainer"]["max_steps"] = 60
-            (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        extra = ["trainer.max_steps=60"] if how == "override" else []
-        resumed = run_in_process("train", "--resume", how, *extra, cwd=tmp_path)
-        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        _resume_to_60_steps(run, how, tmp_path)
     assert same_weights(runs["edited"], runs["override"])
     rates = [[row for row in (runs[how] / "logs" / "metrics.csv").read_text().splitlines() if "lr-" in row]
              for how in ("edited", "override")]  # fmt: skip
@@ -141,13 +147,7 @@ def test_a_max_steps_raised_in_config_yaml_extends_a_run_whose_checkpoints_preda
             checkpoint = load_checkpoint_file(path)
             del checkpoint[SETTINGS_KEY]
             save_checkpoint_file(checkpoint, path)
-        if how == "edited":
-            config = yaml.safe_load((run / "config.yaml").read_text())
-            config["trainer"]["max_steps"] = 60
-            (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        extra = ["trainer.max_steps=60"] if how == "override" else []
-        resumed = run_in_process("train", "--resume", how, *extra, cwd=tmp_path)
-        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        _resume_to_60_steps(run, how, tmp_path)
     assert same_weights(runs["edited"], runs["override"])
     assert json.loads((runs["edited"] / "finished.json").read_text())["steps"] == 60
     assert yaml.safe_load((runs["edited"] / "config.yaml").read_text())["trainer"]["decay_steps"] == 40
