@@ -1,5 +1,5 @@
 """The divergence guard's check of one step, and what a run's fingerprint covers (the whole runs are in
-test_runs_never_lie.py)."""
+test_run_guards.py)."""
 
 import copy
 from types import SimpleNamespace

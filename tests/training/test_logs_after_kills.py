@@ -126,8 +126,9 @@ def test_tensorboard_events_have_the_steps_of_metrics_csv_also_after_a_resume(un
 
 @pytest.mark.slow  # ~30 kill points, a process each
 def test_a_misaligned_run_killed_at_every_write_logs_what_the_uninterrupted_run_logs(uninterrupted):
-    """Every write point of the misaligned run (the aligned one: test_runs_never_lie): killed there and resumed, the
-    run logs the uninterrupted run's metrics.csv and validation, and TensorBoard events at the same steps."""
+    """Every write point of the misaligned run (the aligned one: test_run_completion_under_kills): killed there and
+    resumed, the run logs the uninterrupted run's metrics.csv and validation, and TensorBoard events at the same
+    steps."""
     folder, _, writes = uninterrupted
     for point in range(1, writes + 1):
         resumed = killed_and_resumed(folder, point)

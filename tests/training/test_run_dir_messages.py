@@ -30,7 +30,7 @@ def train_text_run(tmp_path, main_cli):
 
 
 def longer(text: str) -> str:
-    return text + "one more line of the notes\n"  # another character count (an edit that keeps it: test_runs_never_lie)
+    return text + "one more line of the notes\n"  # another character count (an edit that keeps it: test_run_guards)
 
 
 def test_a_resume_after_the_corpus_was_edited_names_the_file_and_its_sha256(tmp_path, main_cli):

@@ -1,0 +1,36 @@
+"""The commands the runs-never-lie tests (test_ddp_runs_are_exact.py, test_run_completion_under_kills.py,
+test_run_guards.py) run and read: a command as its own process or in this one, its one-line error, a run's config."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+from conftest import run_cli, run_in_process  # beside this folder
+
+# TRANSFORMERS_VERBOSITY: Lightning's torchmetrics imports transformers where it is installed, and transformers logs
+# two lines on import where it cannot run this torch (5.24 with torch 2.5), which the one-line checks would count
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
+
+
+def run_process(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``markovformer ARGS`` as its own process: for runs killed at a write, DDP ranks and inherited variables."""
+    return run_cli(*args, timeout=600, cwd=cwd, env={"TRANSFORMERS_VERBOSITY": "error", **(env or {})})
+
+
+run = run_in_process  # every other command: the same exit status and output, without ~10 s of start-up
+
+
+def one_line(done: subprocess.CompletedProcess, code: int, *fragments: str) -> str:
+    assert done.returncode == code, (done.returncode, done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def config_file(folder: Path, values: dict, **trainer) -> Path:
+    path = folder / "run.yaml"
+    path.write_text(yaml.safe_dump({**values, "trainer": {**values["trainer"], **trainer}}))
+    return path
