@@ -58,7 +58,7 @@ def test_config_copy_refuses_a_file_named_as_a_folder(tmp_path, main_cli):
 
 def test_config_copy_to_a_file_in_an_existing_folder(tmp_path, main_cli):
     (tmp_path / "made").mkdir()
-    done = main_cli("config", "copy", "hidden_order", "made/mine.yaml")  # --force: test_cli's overwrite test
+    done = main_cli("config", "copy", "hidden_order", "made/mine.yaml")  # --force: test_cli_commands' overwrite test
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "made" / "mine.yaml").read_text() == shipped("hidden_order")
 

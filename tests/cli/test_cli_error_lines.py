@@ -1,0 +1,137 @@
+"""The command line's error lines' own rules: --debug (before or after the command) shows the traceback with the same
+exit status, a long line is cut, out of memory and an unwritable place say what to change, and a reader that leaves
+early, Ctrl-C or a stopped `data prepare` end a command quietly or in one line, leaving nothing behind."""
+
+import pytest
+from one_line_errors import assert_one_line_error
+
+
+def test_debug_shows_the_traceback_with_the_same_exit_status(main_cli):
+    """--debug prints the traceback instead of the one-line message; a script that checks the exit status sees the
+    same one either way (it exited 1, the interpreter's, where the one-line error exits 2)."""
+    plain = main_cli("train", "trainer.max_steps=abc")
+    debug = main_cli("--debug", "train", "trainer.max_steps=abc")
+    assert plain.returncode == debug.returncode == 2
+    assert debug.stderr.startswith("Traceback (most recent call last):") and "trainer.max_steps" in debug.stderr
+    assert debug.stderr.strip().splitlines()[-1].endswith("trainer.max_steps='abc' has the wrong type: expected int")
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
+    """`markovformer config list | head -1` printed "error: a file: Broken pipe" with status 2 (or a traceback): a
+    closed stdout ends the command without a word, with the status of a process SIGPIPE ended, as other tools do."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "markovformer", "config", "list"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    process.stdout.close()  # before the command prints: its output goes to a pipe with no reader
+    err = process.stderr.read()
+    assert process.wait(timeout=60) == 141 and err == ""
+
+
+@pytest.mark.parametrize("code", ["EROFS", "EACCES", "EPERM"])
+def test_an_unwritable_place_is_named_with_what_to_change(code):
+    """A read-only file system is the same problem as a missing permission: the path and the setting to change."""
+    import errno
+
+    from markovformer.cli.errors import error_line
+
+    line = error_line(OSError(getattr(errno, code), "denied", "/runs/x/config.yaml"))
+    assert line.startswith("cannot write /runs/x/config.yaml (denied)") and "writable output_dir" in line
+
+
+@pytest.mark.parametrize("message", ["CUDA out of memory. Tried to allocate 2.00 GiB",
+                                     "[enforce fail at alloc_cpu.cpp] DefaultCPUAllocator: can't allocate memory"])
+def test_a_runtime_out_of_memory_error_is_one_line_and_exit_status_2(monkeypatch, main_cli, message):
+    """torch's out-of-memory RuntimeErrors are the user's sizes, not a bug: one line saying what to lower, exit 2;
+    any other RuntimeError is raised."""
+    from markovformer.cli import main as cli_main
+
+    def run_out(args):
+        raise RuntimeError(message)
+
+    monkeypatch.setitem(cli_main.COMMANDS, "config", run_out)
+    assert_one_line_error(main_cli("config", "list"), "error: out of memory", "batch_size")
+
+    def other(args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setitem(cli_main.COMMANDS, "config", other)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main_cli("config", "list")
+
+
+def test_an_error_line_is_cut_exactly_past_max_error_line_characters():
+    """The first MAX_ERROR_LINE characters are printed whole; a longer line is cut there and marked " ..."."""
+    from markovformer.cli.errors import MAX_ERROR_LINE, error_line
+
+    for n in (MAX_ERROR_LINE - 1, MAX_ERROR_LINE):
+        assert error_line(ValueError("x" * n)) == "x" * n
+    for n in (MAX_ERROR_LINE + 1, 3 * MAX_ERROR_LINE, 12 * MAX_ERROR_LINE):
+        assert error_line(ValueError("x" * n + "\nsecond line")) == "x" * MAX_ERROR_LINE + " ..."
+
+
+@pytest.mark.parametrize(("stop", "status"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_stopped_data_prepare_leaves_nothing_behind_and_says_so(tmp_path, stop, status):
+    """SIGTERM's default action ended `data prepare` at once: the Debian packages it had unpacked into temporary
+    folders (26 MB for digits) stayed in /tmp. Now the folders go, and one line says nothing was written."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import sys, tempfile, time\n"
+        "from markovformer.cli.main import main\n"
+        "from markovformer.data.recipes.registry import DATA_RECIPES, DataRecipe\n"
+        "def prepare(out):\n"
+        "    with tempfile.TemporaryDirectory(dir=sys.argv[1]) as folder:\n"
+        "        print(folder, flush=True)\n"
+        "        time.sleep(120)\n"
+        "DATA_RECIPES['slow'] = DataRecipe('a slow one', 'slow.txt', prepare, '')\n"
+        "sys.exit(main(['data', 'prepare', 'slow', '--dir', sys.argv[1]]))\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    folder = process.stdout.readline().strip()
+    assert folder and (tmp_path / folder).is_dir()
+    time.sleep(0.2)
+    process.send_signal(getattr(signal, stop))
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == status, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and f"data prepare slow was stopped before it wrote {tmp_path / 'slow.txt'}" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_outside_a_training_run_is_one_line_and_status_130(tmp_path):
+    """Ctrl-C during `eval`, `generate`, `inspect` or `bench` printed the interpreter's traceback and exit status 1,
+    as a bug would; it is one line naming the command, and 130 as a shell reports a process SIGINT ended."""
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time\n"
+        "from markovformer.cli import main as cli\n"
+        "def slow(args):\n"
+        "    print('started', flush=True)\n"
+        "    time.sleep(120)\n"
+        "cli.COMMANDS['config'] = slow\n"
+        "sys.exit(cli.main(['config', 'list']))\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    assert process.stdout.readline().strip() == "started"
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert err.strip().splitlines() == ["markovformer: config was interrupted (Ctrl-C)"]
+
+
+def test_debug_may_follow_the_command(main_cli):
+    """`markovformer data show nothing --debug` does what `markovformer --debug data show nothing` does."""
+    after, before = main_cli("data", "show", "nothing", "--debug"), main_cli("--debug", "data", "show", "nothing")
+    assert after.returncode == before.returncode == 2
+    assert "Traceback" in after.stderr and after.stderr.splitlines()[-1] == before.stderr.splitlines()[-1]
