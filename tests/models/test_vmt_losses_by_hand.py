@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_vmt import reading_vmt  # beside this file
+from tiny_vmts import reading_vmt  # beside this file
 
 from markovformer.models.vmt.densities import ConditionalGaussian
 
