@@ -339,7 +339,7 @@ def test_transformers_trainer_lowers_the_loss_on_a_markov_chain(tmp_path):
     arguments = transformers.TrainingArguments(
         output_dir=str(tmp_path), max_steps=300, per_device_train_batch_size=16, learning_rate=3e-3,
         logging_steps=50, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0,
-        gradient_checkpointing=True,  # the blocks recomputed in the backward pass (same gradients: test_hf_native)
+        gradient_checkpointing=True,  # blocks recomputed in the backward pass (same gradients: test_hf_native_models)
     )  # fmt: skip
     held_out = chain.sample(256, 32, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
