@@ -1,5 +1,5 @@
 """``eval --predictions FILE``: a row per scored example of what the model predicted, for every task whose scoring
-predicts something to read (translation: tests/training/test_translation_task.py). Each file is checked against the
+predicts something to read (translation: tests/training/test_translation_task_runs.py). Each file is checked against the
 metrics eval prints (read off its columns) and the model's own outputs, example by example, in the split's order."""
 
 from __future__ import annotations
