@@ -208,7 +208,7 @@ def read_recording_list(path: str | Path) -> list[Path]:
         with path.open("rb") as handle:
             if handle.read(4) == b"RIFF":
                 return [path]
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # -sig: a BOM (Notepad) is no part of a path
     except (OSError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: cannot read as a WAV file or a UTF-8 list of WAV files ({error})") from None
     recordings = []
@@ -231,7 +231,7 @@ def read_audio_manifest(path: str | Path) -> list[tuple[Path, str]]:
     file raises ValueError naming the manifest and line."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # -sig: a BOM (Notepad) is no part of a path
     except (OSError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: cannot read as a UTF-8 manifest ({error})") from None
     entries = []
