@@ -13,6 +13,7 @@ import torch
 
 from markovformer.data.bundle import DataBundle, label_names_in_order
 from markovformer.data.collate import IGNORE_INDEX
+from markovformer.data.readers.text_stream import check_utf8
 from markovformer.data.splits import contiguous_split
 
 # Spellings of a missing value (pandas reads these as NA): a label cell holding one is an error, not a class.
@@ -223,7 +224,10 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
                         f"{path}: line {reader.line_num}: {len(cells)} cells but the header has {len(header)} columns"
                     )
                 rows.append((reader.line_num, cells))
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
+    except UnicodeDecodeError as error:  # its position is in the decoder's buffer: the file's line and offset
+        check_utf8(path)
+        raise ValueError(f"{path}: cannot read as a UTF-8 CSV file ({error})") from None
+    except (OSError, csv.Error) as error:
         raise ValueError(f"{path}: cannot read as a UTF-8 CSV file ({error})") from None
     if not rows:
         raise ValueError(f"{path}: no data rows after the header")

@@ -93,7 +93,7 @@ def text_pieces(
     path: Path, start: int = 0, stop: int | None = None, chunk_bytes: int = CHUNK_BYTES, cut_safely: bool = False
 ) -> Iterator[str]:
     """The text of bytes [start, stop) of ``path`` (strict UTF-8) as consecutive pieces of about ``chunk_bytes``.
-    ``start`` and ``stop`` must lie on character boundaries. Invalid UTF-8 raises, naming the file and byte."""
+    ``start`` and ``stop`` must lie on character boundaries. Invalid UTF-8 raises, naming the file, line and byte."""
     stop = file_size(path) if stop is None else stop
     pending, carried, offset = b"", "", start  # offset: file position of the first byte of ``pending``
     with path.open("rb") as handle:
@@ -107,8 +107,7 @@ def text_pieces(
             try:
                 text = carried + data[:keep].decode("utf-8")
             except UnicodeDecodeError as error:
-                bad = offset + error.start
-                raise ValueError(f"{path}: byte {data[error.start]:#04x} at offset {bad} is not valid UTF-8") from None
+                raise not_utf8(path, offset + error.start, data[error.start]) from None
             pending, offset = data[keep:], offset + keep
             if at_end:
                 if text:
@@ -118,6 +117,20 @@ def text_pieces(
             if cut:
                 yield text[:cut]
             carried = text[cut:]
+
+
+def check_utf8(path: Path) -> None:
+    """Raise ``not_utf8`` at the first byte of ``path`` that is not UTF-8 (read in pieces): for a reader whose
+    decoder names a place in its own buffer, not in the file."""
+    for _ in text_pieces(path):
+        pass
+
+
+def not_utf8(path: Path, offset: int, byte: int) -> ValueError:
+    """The error for byte ``offset`` of ``path`` (value ``byte``), which is not valid UTF-8: its file, line and
+    offset."""
+    return ValueError(f"{path}: line {line_number(path, offset)}: byte {byte:#04x} at offset {offset} is not valid "
+                      f"UTF-8")  # fmt: skip
 
 
 def _character_start(data: bytes) -> int:
@@ -275,8 +288,7 @@ def _decoded(path: Path, at: int, data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: line {line_number(path, at + error.start)}: byte {data[error.start]:#04x} at "
-                         f"offset {at + error.start} is not valid UTF-8") from None  # fmt: skip
+        raise not_utf8(path, at + error.start, data[error.start]) from None
 
 
 def line_number(path: Path, offset: int) -> int:
