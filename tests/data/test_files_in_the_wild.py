@@ -3,11 +3,18 @@ in a file, compressed files; each reader reads them as their text or names the f
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import json
+import lzma
+
 import pytest
 import torch
 
 from markovformer.data.readers.audio import read_audio_manifest, read_recording_list, write_wav
 from markovformer.data.readers.csv_series import load_csv_series
+from markovformer.data.readers.fasta import read_fasta
+from markovformer.data.readers.text import load_text_lm
 
 BOM = b"\xef\xbb\xbf"  # what Notepad and Excel's "CSV UTF-8" put before the text: no character of it
 
@@ -32,3 +39,44 @@ def test_invalid_utf8_deep_in_a_csv_is_named_by_its_line_and_file_offset(tmp_pat
     with pytest.raises(ValueError) as raised:
         load_csv_series(path, label_column="label", window=4)
     assert str(raised.value) == f"{path}: line 2501: byte 0xff at offset {offset} is not valid UTF-8"
+
+
+_COMPRESSORS = {"gzip": (gzip.compress, "gzip -dc"), "bzip2": (bz2.compress, "bzip2 -dc"),
+                "xz": (lzma.compress, "xz -dc")}  # fmt: skip
+
+
+@pytest.mark.parametrize("documents", ["file", "jsonl"])
+@pytest.mark.parametrize("packed", list(_COMPRESSORS))
+def test_a_compressed_text_file_is_refused_as_compressed_whatever_its_name(tmp_path, packed, documents):
+    """It was 'byte 0x8b at offset 1 is not valid UTF-8' (gzip; 'line 1 is not JSON' for JSONL), which sends a user
+    to re-encode the bytes (iconv -f latin1) and train on them; a bzip2 file is ASCII for 10 bytes."""
+    compress, tool = _COMPRESSORS[packed]
+    lines = [json.dumps({"text": f"record {index} of the corpus"}) for index in range(200)]
+    path = tmp_path / "corpus.txt"  # the name says nothing
+    path.write_bytes(compress("\n".join(lines).encode() + b"\n"))
+    with pytest.raises(ValueError) as raised:
+        load_text_lm(path, documents=documents, seq_len=8, cache_dir=str(tmp_path / "cache"))
+    told = f"{path}: a {packed}-compressed file, not text: decompress it first ({tool} {path} > TEXT)"
+    assert str(raised.value) == told
+    assert not (tmp_path / "cache" / "plans").exists() or not any((tmp_path / "cache" / "plans").iterdir())
+
+
+def test_a_compressed_csv_is_refused_as_compressed(tmp_path):
+    path = tmp_path / "series.csv.gz"
+    path.write_bytes(gzip.compress(b"t,x,label\n" + b"".join(b"%d,%d,a\n" % (row, row) for row in range(50))))
+    with pytest.raises(ValueError) as raised:
+        load_csv_series(path, label_column="label", window=4)
+    told = f"{path}: a gzip-compressed file, not text: decompress it first (gzip -dc {path} > TEXT)"
+    assert str(raised.value) == told
+
+
+@pytest.mark.parametrize("packed", ["bzip2", "xz"])
+def test_a_fasta_compressed_other_than_by_gzip_is_refused_as_compressed(tmp_path, packed):
+    """gzip is read; the others said "'utf-8' codec can't decode byte 0xbb in position 11" (bzip2)."""
+    compress, tool = _COMPRESSORS[packed]
+    path = tmp_path / "genes.fa"
+    path.write_bytes(compress(b">one\nACGT\n>two\nGGCA\n"))
+    with pytest.raises(ValueError) as raised:
+        read_fasta(path)
+    told = f"{path}: a {packed}-compressed file, not text: decompress it first ({tool} {path} > TEXT)"
+    assert str(raised.value) == told

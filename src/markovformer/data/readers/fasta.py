@@ -16,6 +16,7 @@ import torch
 
 from markovformer.atomic import atomic_write
 from markovformer.data.bundle import DataBundle, label_names_in_order
+from markovformer.data.readers.text_stream import compressed_message
 from markovformer.data.readers.token_store import cache_root
 from markovformer.data.splits import split_indices
 
@@ -117,13 +118,17 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
     """Records ``(id, sequence)`` in file order. The id is the header's first word after '>'; sequence lines are
     joined and uppercased; blank lines are skipped. Letters outside ACGTN, sequence text before the first header,
     duplicate ids, empty records and a file with no record raise, naming the file, record and line. A gzipped file
-    (told by its first bytes, ``GZIP_MAGIC``, not its name) is decompressed whole in memory. A plain file above
+    (told by its first bytes, ``GZIP_MAGIC``, not its name) is decompressed whole in memory; another compression is
+    refused (``text_stream.compressed_message``). A plain file above
     ``INDEX_ABOVE_BYTES`` is read through its index (``IndexedFasta``; errors then name the record only)."""
     path = Path(path)
     gzipped, text = False, None
     try:
         with path.open("rb") as handle:
             gzipped = handle.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+        told = None if gzipped else compressed_message(path)  # bzip2, xz...: said so, not as a byte of bad UTF-8
+        if told is not None:
+            raise ValueError(told)
         if gzipped or path.stat().st_size <= INDEX_ABOVE_BYTES:
             data = path.read_bytes()
             text = (gzip.decompress(data) if gzipped else data).decode("utf-8-sig")  # -sig: a BOM is no text

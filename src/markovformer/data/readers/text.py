@@ -18,6 +18,7 @@ from markovformer.data.readers.store_windows import RandomStarts, StoreWindows
 from markovformer.data.readers.text_stream import (
     RECORD_KINDS,
     byte_offset_of_character,
+    compressed_message,
     content_key,
     count_characters,
     file_size,
@@ -49,9 +50,10 @@ def load_text_lm(
     content and tokenizer, memory-mapped, each example cut from it when asked for. ``options``: the fields of
     ``TokenizedText`` (tokenizer, vocab_size, seq_len, fractions, overlap, cache_dir, ...), checked there.
 
-    ``path``: a file, a directory or a glob. One file is one text, split by characters in order (train first, then
-    val, then test; character offsets in ``splits``). Several files are documents: an end-of-document token closes
-    each, and the split is by whole documents in order (document indices in ``splits``).
+    ``path``: a file, a directory or a glob (a compressed file, told by its first bytes, is refused). One file is one
+    text, split by characters in order (train first, then val, then test; character offsets in ``splits``). Several
+    files are documents: an end-of-document token closes each, and the split is by whole documents in order
+    (document indices in ``splits``).
 
     The tokenizer is fitted on the train part only (unless ``fitted`` is given, e.g. a run's saved tokenizer): the
     char alphabet over the whole train part (a streaming pass: a sample could miss a rare character), byte-level
@@ -181,6 +183,10 @@ def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions, doc
                  text_column: str = "") -> tuple[list[list[Segment]], dict]:  # fmt: skip
     """The segments of each split and the record of the split: one file by characters, several by documents, and
     records by byte fractions moved to the next record boundary."""
+    for file in files:  # before reading them as text: a compressed file would fail late, or as no JSON or record
+        told = compressed_message(file)
+        if told is not None:
+            raise ValueError(told)
     if documents != "file":
         return _split_records(path, files, sizes, fractions, documents, text_column)
     if len(files) == 1:

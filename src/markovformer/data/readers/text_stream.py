@@ -46,6 +46,27 @@ def resolve_text_paths(path: str | Path) -> list[Path]:
     raise ValueError(f"data.path={text!r}: no such file")
 
 
+# The first bytes of compressed files, whatever their name (none is UTF-8 text; bzip2's are ASCII, so its block or end
+# marker is matched too), and the command that writes such a file's contents out
+_COMPRESSED = ((rb"\x1f\x8b", "gzip", "gzip -dc"), (rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)", "bzip2", "bzip2 -dc"),
+               (rb"\xfd7zXZ\x00", "xz", "xz -dc"), (rb"\x28\xb5\x2f\xfd", "zstd", "zstd -dc"),
+               (rb"PK\x03\x04", "zip", "unzip -p"))  # fmt: skip
+
+
+def compressed_message(path: Path) -> str | None:
+    """The error for ``path`` when its first bytes are those of a compressed file (gzip, bzip2, xz, zstd, zip),
+    naming its format and how to decompress it; None otherwise (or when it cannot be read)."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(10)
+    except OSError:
+        return None
+    for magic, packed, command in _COMPRESSED:
+        if re.match(magic, head):
+            return f"{path}: a {packed}-compressed file, not text: decompress it first ({command} {path} > TEXT)"
+    return None
+
+
 def _visible_files(folder: Path) -> Iterator[Path]:
     """Every file under ``folder`` with no hidden part in its path below it, through linked folders too (a linked
     folder was listed as a file and refused: 'cannot read (Is a directory)'), each real folder once (a link back up
@@ -128,9 +149,9 @@ def check_utf8(path: Path) -> None:
 
 def not_utf8(path: Path, offset: int, byte: int) -> ValueError:
     """The error for byte ``offset`` of ``path`` (value ``byte``), which is not valid UTF-8: its file, line and
-    offset."""
-    return ValueError(f"{path}: line {line_number(path, offset)}: byte {byte:#04x} at offset {offset} is not valid "
-                      f"UTF-8")  # fmt: skip
+    offset, or that the file is compressed (``compressed_message``)."""
+    return ValueError(compressed_message(path) or f"{path}: line {line_number(path, offset)}: byte {byte:#04x} at "
+                                                  f"offset {offset} is not valid UTF-8")  # fmt: skip
 
 
 def _character_start(data: bytes) -> int:
