@@ -15,6 +15,7 @@ from markovformer.data.readers.audio import read_audio_manifest, read_recording_
 from markovformer.data.readers.csv_series import load_csv_series
 from markovformer.data.readers.fasta import read_fasta
 from markovformer.data.readers.text import load_text_lm
+from markovformer.data.readers.token_store import TokenStore
 
 BOM = b"\xef\xbb\xbf"  # what Notepad and Excel's "CSV UTF-8" put before the text: no character of it
 
@@ -80,3 +81,51 @@ def test_a_fasta_compressed_other_than_by_gzip_is_refused_as_compressed(tmp_path
         read_fasta(path)
     told = f"{path}: a {packed}-compressed file, not text: decompress it first ({tool} {path} > TEXT)"
     assert str(raised.value) == told
+
+
+def _stored_text(bundle) -> str:
+    """The text a text bundle's token store holds, decoded whole (end-of-document tokens as '|')."""
+    tokenizer, tokens = bundle.tokenizer, TokenStore(bundle.splits["store"]).tokens
+    end = tokenizer.end_of_document_id
+    return "".join("|" if token == end else tokenizer.decode([int(token)]) for token in tokens)
+
+
+_WORDS = "".join(f"line {index} of the notes.\n" for index in range(40))
+
+
+def test_a_text_saved_with_a_byte_order_mark_is_its_text_alone(tmp_path):
+    """The BOM became a character of the text: of the char alphabet, of the train part's first window, counted
+    in its characters."""
+    path = tmp_path / "notes.txt"
+    path.write_bytes(BOM + _WORDS.encode())
+    bundle = load_text_lm(path, seq_len=8, cache_dir=str(tmp_path / "cache"))
+    assert bundle.tokenizer.alphabet == "".join(sorted(set(_WORDS)))
+    assert _stored_text(bundle) == _WORDS
+    assert bundle.splits["num_characters"] == len(_WORDS)
+    path.write_bytes(BOM + (_WORDS + "zone").encode())  # offsets are the text's, as an editor shows them
+    with pytest.raises(ValueError, match=f"character 'z' at offset {len(_WORDS)} in the test part"):
+        load_text_lm(path, seq_len=8, cache_dir=str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "bpe"])
+def test_documents_one_of_which_has_a_byte_order_mark_are_their_texts_alone(tmp_path, tokenizer):
+    """A test document saved by Notepad was refused: "notes/9.txt: character '\\ufeff' at offset 0 in the test
+    part never occurs in the train part" (char), and its BPE tokens began with the BOM's."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for index in range(10):
+        (folder / f"{index}.txt").write_bytes((BOM if index == 9 else b"") + _WORDS.encode())
+    options = {"vocab_size": 300} if tokenizer == "bpe" else {}
+    bundle = load_text_lm(folder, tokenizer=tokenizer, seq_len=8, fractions=(0.8, 0.1, 0.1),
+                          cache_dir=str(tmp_path / "cache"), **options)  # fmt: skip
+    assert _stored_text(bundle) == "|".join([_WORDS] * 10) + "|"
+
+
+def test_paragraph_records_of_a_file_with_a_byte_order_mark_are_their_texts_alone(tmp_path):
+    paragraphs = [f"paragraph {index % 4},\nof two lines." for index in range(8)]
+    path = tmp_path / "notes.txt"
+    path.write_bytes(BOM + "\n\n".join(paragraphs).encode())
+    bundle = load_text_lm(path, documents="blank_line", seq_len=8, fractions=(0.5, 0.5, 0.0),
+                          cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    assert "\ufeff" not in bundle.tokenizer.alphabet
+    assert _stored_text(bundle) == "|".join(paragraphs) + "|"

@@ -1,6 +1,7 @@
 """Reading text files in bounded pieces: resolving ``data.path`` (a file, a directory or a glob), streaming a byte
 range as decoded text without ever reading a file whole, reading records (JSONL lines, or blank-line separated
-paragraphs) as documents, and the content key a token store is cached under.
+paragraphs) as documents, and the content key a token store is cached under. A UTF-8 byte-order mark at a file's
+start is no text: every reader here starts after it, and characters are counted from there.
 
 A piece never splits a UTF-8 character (the bytes of a character cut by a chunk boundary are carried into the next
 piece), and with ``cut_safely`` it ends where byte-level BPE's pre-tokenizer would cut anyway (after a newline or
@@ -113,12 +114,14 @@ def content_key(path: Path) -> dict:
 def text_pieces(
     path: Path, start: int = 0, stop: int | None = None, chunk_bytes: int = CHUNK_BYTES, cut_safely: bool = False
 ) -> Iterator[str]:
-    """The text of bytes [start, stop) of ``path`` (strict UTF-8) as consecutive pieces of about ``chunk_bytes``.
-    ``start`` and ``stop`` must lie on character boundaries. Invalid UTF-8 raises, naming the file, line and byte."""
+    """The text of bytes [start, stop) of ``path`` (strict UTF-8) as consecutive pieces of about ``chunk_bytes``;
+    a file's byte-order mark is no text. ``start`` and ``stop`` must lie on character boundaries. Invalid UTF-8
+    raises, naming the file, line and byte."""
     stop = file_size(path) if stop is None else stop
-    pending, carried, offset = b"", "", start  # offset: file position of the first byte of ``pending``
     with path.open("rb") as handle:
         handle.seek(start)
+        start = _past_mark(handle, start, stop)
+        pending, carried, offset = b"", "", start  # offset: file position of the first byte of ``pending``
         position = start
         while position < stop or pending or carried:
             data = handle.read(min(chunk_bytes, stop - position)) if position < stop else b""
@@ -138,6 +141,19 @@ def text_pieces(
             if cut:
                 yield text[:cut]
             carried = text[cut:]
+
+
+BYTE_ORDER_MARK = b"\xef\xbb\xbf"  # what Notepad and Excel write before UTF-8 text: a mark of the encoding, no text
+
+
+def _past_mark(handle, start: int, stop: int | None = None) -> int:
+    """``start``, or 3 when it is 0 and the file of ``handle`` begins with a byte-order mark (within ``stop``): the
+    text of a file starts after its mark. Leaves ``handle`` at the offset returned."""
+    if start == 0 and (stop is None or stop >= len(BYTE_ORDER_MARK)):
+        if handle.read(len(BYTE_ORDER_MARK)) == BYTE_ORDER_MARK:
+            return len(BYTE_ORDER_MARK)
+        handle.seek(0)
+    return start
 
 
 def check_utf8(path: Path) -> None:
@@ -175,13 +191,15 @@ def _safe_cut(text: str) -> int:
 
 
 def count_characters(path: Path, start: int = 0, stop: int | None = None) -> int:
-    """The number of characters in bytes [start, stop) of ``path`` (bytes that start a UTF-8 character)."""
+    """The number of characters in bytes [start, stop) of ``path`` (bytes that start a UTF-8 character; a
+    byte-order mark is none)."""
     import numpy as np
 
     stop = file_size(path) if stop is None else stop
     count = 0
     with path.open("rb") as handle:
         handle.seek(start)
+        start = _past_mark(handle, start, stop)
         while start < stop:
             data = np.frombuffer(handle.read(min(CHUNK_BYTES, stop - start)), dtype=np.uint8)
             count += int(np.count_nonzero((data & 0xC0) != 0x80))
@@ -190,11 +208,13 @@ def count_characters(path: Path, start: int = 0, stop: int | None = None) -> int
 
 
 def byte_offset_of_character(path: Path, character: int) -> int:
-    """The byte offset in ``path`` where character number ``character`` starts (the file's size past its end)."""
+    """The byte offset in ``path`` where character number ``character`` starts (the file's size past its end),
+    counted after a byte-order mark (``count_characters``)."""
     import numpy as np
 
-    seen, position = 0, 0
+    seen = 0
     with path.open("rb") as handle:
+        position = _past_mark(handle, 0)
         while data := handle.read(CHUNK_BYTES):
             leads = (np.frombuffer(data, dtype=np.uint8) & 0xC0) != 0x80
             count = int(np.count_nonzero(leads))  # the positions are listed only in the chunk holding the one asked
@@ -212,6 +232,7 @@ def sampled_text(path: Path, start: int, stop: int, budget: int) -> Iterator[str
         return
     size = budget // 64
     with path.open("rb") as handle:
+        start = _past_mark(handle, start, stop)
         for index in range(64):
             handle.seek(start + (stop - start - size) * index // 63)
             data = handle.read(size)
@@ -261,7 +282,8 @@ def _blank_line_open(handle, end: int) -> bool:
 
 
 def record_texts(path: Path, start: int, stop: int, documents: str, text_column: str = "text") -> Iterator[str]:
-    """The text of each record starting in bytes [start, stop) of ``path`` (``start`` on a record boundary):
+    """The text of each record starting in bytes [start, stop) of ``path`` (``start`` on a record boundary; a
+    file's byte-order mark is no text):
     ``jsonl``: the ``text_column`` string of each non-empty line's JSON object; ``blank_line``: each run of
     non-blank lines (newlines inside kept, the last, LF or CRLF, removed). Bad input raises, naming the file and
     line."""
@@ -270,6 +292,7 @@ def record_texts(path: Path, start: int, stop: int, documents: str, text_column:
     lines: list[bytes] = []
     with path.open("rb") as handle:
         handle.seek(start)
+        start = _past_mark(handle, start, stop)
         position, first = start, start
         while True:
             line = handle.readline() if position < stop or (lines and documents == "blank_line") else b""

@@ -43,11 +43,12 @@ from markovformer.atomic import atomic_write_text
 from markovformer.data.readers.text_stream import CHUNK_BYTES, content_key, record_texts, text_pieces
 
 # 2: BPE reads no special token from text (a literal "<eod>" was stored as the special id); 3: a blank-line
-# record's last CRLF is removed whole (its "\r" was stored at the end of each record of a CRLF file)
-STORE_FORMAT = 3
+# record's last CRLF is removed whole (its "\r" was stored at the end of each record of a CRLF file); 4: a file's
+# UTF-8 byte-order mark is no text (it was stored as a character at the start of each file that has one)
+STORE_FORMAT = 4
 # The formats whose files this version reads (one layout): a run's record of the store it started with is compared
 # token by token with the store it rebuilds, also across the format change; the cache opens STORE_FORMAT's alone
-READABLE_FORMATS = (2, STORE_FORMAT)
+READABLE_FORMATS = (2, 3, STORE_FORMAT)
 TOKENS_FILE, OFFSETS_FILE, META_FILE, DOCUMENTS_FILE = "tokens.bin", "offsets.npy", "meta.json", "documents.npy"
 _PROGRESS_ABOVE_BYTES = 16 << 20  # smaller corpora encode in about a second: no progress bar
 _STAGING = ".staging-"
