@@ -60,3 +60,15 @@ def test_valid_masks_pass_in_every_dtype():
         check_attention_mask(mask, (1, 3))
     with pytest.raises(ValueError, match=r"must be \(B, T\) = \(1, 4\)"):
         check_attention_mask(torch.ones(1, 3), (1, 4))
+
+
+@pytest.mark.parametrize(("bad", "shown"), [(5, 5), (-1, -1), (-101, -101)])
+def test_a_label_just_outside_the_classes_is_refused_by_name(bad, shown):
+    """The class range is [0, V): V itself (one past the last class) and -1 are refused with the value named, not
+    left to an IndexError inside cross_entropy (CPU) or a device assert (CUDA); -100 alone is ignored."""
+    logits = torch.randn(2, 3, 5)
+    labels = torch.tensor([[0, 4, -100], [1, 2, 3]])
+    labels[1, 2] = bad
+    with pytest.raises(ValueError) as caught:
+        token_cross_entropy(logits, labels)
+    assert str(caught.value) == f"labels holds {shown}, outside the classes [0, 5) (and not the ignored -100)"
