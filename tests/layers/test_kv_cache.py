@@ -73,3 +73,25 @@ def test_a_slot_at_a_negative_position_is_empty_even_where_key_real_says_real(wi
     expected = cached_attention(q, keys[:, :, written], values[:, :, written], queries, positions[written],
                                 real[:, written], window=window, past_bias=bias)  # fmt: skip
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_rolling_cache_marks_every_key_written_after_a_padded_chunk_real():
+    """After a chunk ending in padding, single positions written with real=None (no padding) skip their flag only
+    once the slot they overwrite held a position known to be real (``real_from``); one step earlier the padded
+    position's False stayed on the slot of the real key that replaced it, and a later chunk of queries (which reads
+    the flags) lost that key. The flags and that chunk's attention against cached_attention over the true flags."""
+    window = 2
+    generator = torch.Generator().manual_seed(3)
+    k, v, q = (torch.randn(1, 2, 9, 4, generator=generator, dtype=torch.float64) for _ in range(3))
+    real = torch.ones(1, 9, dtype=torch.bool)
+    real[0, 2] = False  # the first chunk (positions 0..2) ends in padding
+    cache = KeyValueCache(window)
+    cache.write(k[:, :, :3], v[:, :, :3], real[:, :3])
+    for position in range(3, 7):
+        cache.attend(q[:, :, position : position + 1], k[:, :, position : position + 1],
+                     v[:, :, position : position + 1], None)  # fmt: skip
+        _, _, positions, got_real, _ = cache.visible()
+        assert torch.equal(got_real, real[:, positions]), position
+    got = cache.attend(q[:, :, 7:], k[:, :, 7:], v[:, :, 7:], None)
+    expected = cached_attention(q[:, :, 7:], k, v, torch.arange(7, 9), torch.arange(9), real, window=window)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
