@@ -96,3 +96,18 @@ def test_padded_keys_far_above_the_real_ones_do_not_poison_the_row(dtype):
     assert torch.equal(out[1, :-2], torch.zeros_like(out[1, :-2]))
     grads = torch.autograd.grad(out.sum(), leaves)
     assert all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize(("dtype", "gap"), [(torch.float32, 120.0), (torch.float64, 800.0)])
+def test_a_bonus_far_below_the_decay_still_gives_the_first_real_token_its_own_value(dtype, gap):
+    """At a row's first real token nothing real lies before it (``has_real_before``, strictly before): its output is
+    its own v whatever u is. With the history taken as inclusive, its reference exponent became k + w, and where the
+    bonus u lies ``gap`` below w, e^{u + k - top} underflowed: the token gave 0 instead of v (measured)."""
+    w, _, k, v = (x.detach().to(dtype) for x in _wkv_inputs(seed=4, length=6))
+    u = w - gap
+    mask = torch.ones(3, 6)
+    mask[1, :2] = 0  # left padding: row 1's first real token is at t = 2
+    out = wkv_scan(w, u, k, v, attention_mask=mask)
+    torch.testing.assert_close(out[:, 0][[0, 2]], v[:, 0][[0, 2]], rtol=0, atol=0)
+    torch.testing.assert_close(out[1, 2], v[1, 2], rtol=0, atol=0)
+    torch.testing.assert_close(out[[0, 2]], wkv_recurrent(w, u, k[[0, 2]], v[[0, 2]]), rtol=1e-6, atol=1e-6)
