@@ -131,17 +131,19 @@ class MarkovBias(nn.Module):
         """Effective strengths T per direction, (H, K); ``future`` is None for a causal layer."""
         strengths: dict[str, Tensor | None] = {"past": None, "future": None}
         for direction, theta in self.theta.items():
-            value = F.softplus(theta) + SOFTPLUS_EPS if self.transition == "softplus" else theta
-            strengths[direction] = value.expand(self.n_heads, self.max_order)
+            strengths[direction] = self._strength(theta).expand(self.n_heads, self.max_order)
         return strengths
+
+    def _strength(self, theta: Tensor) -> Tensor:
+        """The strengths T of parameters ``theta`` under the layer's transition (softplus: > 0; signed: theta)."""
+        return F.softplus(theta) + SOFTPLUS_EPS if self.transition == "softplus" else theta
 
     def strengths_for(self, dtype: torch.dtype) -> dict[str, Tensor]:
         """Per direction the strengths T as (1, H or 1, 1, K) in ``dtype`` (broadcasting over the heads): what
         ``transitions`` gives, without its expand and with the fewest operations (a decoding step pays for each)."""
         strengths = {}
         for direction in self.directions:
-            theta = self.theta[direction]
-            value = F.softplus(theta) + SOFTPLUS_EPS if self.transition == "softplus" else theta
+            value = self._strength(self.theta[direction])
             strengths[direction] = (value if value.dtype == dtype else value.to(dtype)).view(1, -1, 1, self.max_order)
         return strengths
 
