@@ -160,3 +160,23 @@ def test_a_prepares_encoding_rate_is_over_the_encodings_time_and_its_peak_over_e
     assert row["encode_mb_per_second"] == pytest.approx(row["corpus_mb"] / row["encode_seconds"])
     assert row["mb_per_second"] == pytest.approx(row["corpus_mb"] / row["seconds"])
     assert row["fit_peak_mib"] == 500.0 and row["peak_mib"] == 500.0
+
+
+def test_a_link_planted_at_the_corpus_partial_name_clobbers_nothing(tmp_path):
+    """``data_cache`` may be a shared folder (the help's example is /tmp/corpora). The corpus was written to
+    ``.NAME.<pid>.partial``, a name another user can guess, opened following links: a link planted there had the
+    victim's file overwritten with the corpus and renamed into place as the corpus (measured: a 11-byte file
+    became 996 bytes of '=== copy a ===' and corpus.txt a link to it)."""
+    import os
+
+    source, victim = tmp_path / "source.txt", tmp_path / "victim.txt"
+    source.write_text(_SOURCE, encoding="utf-8")
+    victim.write_text("my secrets\n", encoding="utf-8")
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    target = cache / "corpus.txt"
+    for pid in {os.getpid(), *range(os.getpid() - 5, os.getpid() + 5)}:
+        os.symlink(victim, cache / f".{target.name}.{pid}.partial")
+    corpus = build_corpus(source, target, 0.01)
+    assert victim.read_text(encoding="utf-8") == "my secrets\n"
+    assert not corpus.is_symlink() and corpus.read_text(encoding="utf-8").startswith("=== copy a ===\n")

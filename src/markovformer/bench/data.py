@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from markovformer.atomic import atomic_write
 from markovformer.bench.harness import child_environment
 
 TARGET_PREPARE_MIB, TARGET_OPEN_SECONDS, TARGET_TRAIN_GAP_MIB = 1024.0, 1.0, 200.0
@@ -51,27 +52,29 @@ def cached_corpus(source: Path, cache: Path, size_mb: float) -> Path:
 def build_corpus(source: Path, target: Path, size_mb: float) -> Path:
     """``target``: about ``size_mb`` MB (1e6 bytes) of perturbed copies of ``source`` (reused when present with
     that size). Copy i is a header line ``=== copy <i in letters> ===`` then the source's lines rotated by i * 7919
-    lines; the last copy is cut at a line end. Written to a temporary name, then renamed."""
+    lines; the last copy is cut at a line end. Written by ``atomic_write``: ``data_cache`` may be a folder others
+    can write to (/tmp/corpora), where a temporary name they could guess would let a link planted there redirect
+    the write to another file."""
     size = int(size_mb * 1e6)
     if target.is_file() and abs(target.stat().st_size - size) < 200_000:
         return target
     lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    written, copy = 0, 0
-    with partial.open("w", encoding="utf-8") as out:
-        while written < size:
-            shift = copy * 7919 % len(lines)
-            text = f"=== copy {_letters(copy)} ===\n" + "".join(lines[shift:] + lines[:shift])
-            data = text.encode("utf-8")
-            if written + len(data) > size:  # the last copy, cut at a line end
-                cut = data.rfind(b"\n", 0, size - written) + 1
-                out.write(data[: max(cut, 1)].decode("utf-8", errors="ignore"))
-                break
-            out.write(text)
-            written, copy = written + len(data), copy + 1
-    partial.rename(target)
-    return target
+
+    def write(temporary: Path) -> None:
+        written, copy = 0, 0
+        with temporary.open("x", encoding="utf-8") as out:  # a fresh file: never through a link left at its name
+            while written < size:
+                shift = copy * 7919 % len(lines)
+                text = f"=== copy {_letters(copy)} ===\n" + "".join(lines[shift:] + lines[:shift])
+                data = text.encode("utf-8")
+                if written + len(data) > size:  # the last copy, cut at a line end
+                    cut = data.rfind(b"\n", 0, size - written) + 1
+                    out.write(data[: max(cut, 1)].decode("utf-8", errors="ignore"))
+                    break
+                out.write(text)
+                written, copy = written + len(data), copy + 1
+
+    return atomic_write(target, write)
 
 
 def _letters(number: int) -> str:
