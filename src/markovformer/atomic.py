@@ -17,6 +17,7 @@ from pathlib import Path
 
 KILL_AT_WRITE = "MARKOVFORMER_KILL_AT_WRITE"
 COUNT_WRITES = "MARKOVFORMER_COUNT_WRITES"
+PROCESS_STATUS = Path("/proc/self/status")  # where Linux shows the umask (``_umask``)
 _writes_done = 0
 
 
@@ -63,7 +64,16 @@ def remove_stale_temporaries(folder: Path) -> None:
 
 
 def _umask() -> int:
-    mask = os.umask(0)
+    """The process's umask, read without loosening it: the umask is process-wide, and setting it to 0 to read it
+    gave a file another thread created in between mode 0666. Linux (4.7 on) shows it in /proc/self/status; elsewhere
+    it is set to 077 and back, so such a file is at worst private to its owner."""
+    try:
+        for line in PROCESS_STATUS.read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
     os.umask(mask)
     return mask
 
