@@ -8,6 +8,16 @@ import math
 from typing import Any
 
 
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads(text)``, JSON nested too deeply for Python's parser included: that raises RecursionError, which
+    no ``except ValueError`` around a read catches (a crafted file ended a command in a traceback); here it is a
+    ValueError like any other damage."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
+
+
 def strict_json(value):
     """``value`` with every non-finite float replaced by None, recursively through dicts, lists and tuples (tuples
     become lists), so that it dumps as strict JSON (``json.dumps(..., allow_nan=False)``)."""

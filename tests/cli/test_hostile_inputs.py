@@ -237,6 +237,40 @@ def test_crafted_checkpoint_headers_are_refused(run, capsys):
     refused(capsys, ["train", "--resume", str(run)], "last.ckpt", "global_step")
 
 
+DEEP_JSON = "[" * 100_000 + "]" * 100_000  # a RecursionError in Python's json, not a ValueError
+
+
+@pytest.mark.parametrize("record", ["data.json", "model/fingerprint.json", "finished.json"])
+def test_run_records_nested_too_deeply_are_one_line(run, capsys, record):
+    """A crafted record nested 100,000 deep ended eval and inspect in a RecursionError traceback (exit 1); a damaged
+    record is refused on one line naming it, as '{not json' is."""
+    (run / record).write_text(DEEP_JSON)
+    for argv in (["eval", str(run)], ["inspect", str(run)]):
+        refused(capsys, argv, record, "nested too deeply")
+
+
+def test_a_deeply_nested_environment_record_reads_as_a_damaged_one(run, capsys):
+    """environment.json damaged is read as this version's record (``run_format``); nested 100,000 deep it ended eval
+    in a RecursionError traceback instead."""
+    (run / "environment.json").write_text("{not json")
+    assert main(["eval", str(run), "--json"]) == 0
+    damaged = json.loads(capsys.readouterr().out)
+    (run / "environment.json").write_text(DEEP_JSON)
+    assert main(["eval", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"] == damaged["metrics"]
+
+
+def test_a_checkpoints_settings_record_nested_too_deeply_is_one_line(run, capsys):
+    """The settings record a checkpoint keeps (a JSON string in its header) nested 100,000 deep: a RecursionError
+    traceback on --resume; now refused as a damaged checkpoint, naming it."""
+    from markovformer.training.fingerprint import SETTINGS_KEY
+
+    last = run / "checkpoints" / "last.ckpt"
+    (run / "finished.json").unlink()  # resumable
+    save_checkpoint_file({**load_checkpoint_file(last), SETTINGS_KEY: DEEP_JSON}, last)
+    refused(capsys, ["train", "--resume", str(run)], "last.ckpt", "damaged")
+
+
 def test_data_files_that_are_not_what_they_claim(tmp_path, capsys):
     (tmp_path / "folder").mkdir()
     refused(capsys, ["train", "data={source: text}", f"data.path={tmp_path / 'folder'}"], "folder", "directory")

@@ -13,7 +13,7 @@ import numpy as np
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.token_store import READABLE_FORMATS, TokenStore
-from markovformer.strict_json import strict_dumps
+from markovformer.strict_json import parse_json, strict_dumps
 from markovformer.training.trainer_config import ConfigError
 
 DATA_RECORD = "data.json"
@@ -169,7 +169,7 @@ def read_data_record(run_dir: Path, section: str | None = None, *, strict: bool 
     run)."""
     path = Path(run_dir) / DATA_RECORD
     try:
-        record = json.loads(path.read_text())
+        record = parse_json(path.read_text())
         value = record if section is None else record[section]
     except FileNotFoundError:
         if strict:

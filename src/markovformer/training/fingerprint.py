@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from markovformer.atomic import atomic_write_text
+from markovformer.strict_json import parse_json
 from markovformer.training.run_config import ConfigError, RunConfig
 
 CHECKPOINT_KEY = "run_fingerprint"
@@ -69,7 +70,7 @@ def check_model_fingerprint(model_dir: Path, fingerprint: str, required: bool = 
             f"run's; restore the file, or evaluate a checkpoint: {model_dir.parent}/checkpoints/..."
         )
     try:
-        record = json.loads(path.read_text())
+        record = parse_json(path.read_text())
         saved = record["run"]
         digests = {key: record[key] for key in MODEL_FILES if key in record or required}
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from markovformer.strict_json import parse_json
 from markovformer.training.checkpoint import TensorInfo, read_checkpoint_skeleton
 from markovformer.training.fingerprint import CHECKPOINT_KEY, SETTINGS_KEY
 from markovformer.training.run_config import (
@@ -64,7 +65,7 @@ def check_trained_settings(checkpoint: dict, config: RunConfig, path: Path, conf
     if not isinstance(saved, str):
         return
     try:
-        then = json.loads(saved)
+        then = parse_json(saved)
     except ValueError:
         raise ConfigError(f"{path}: its record of the run's settings is not JSON; the checkpoint is damaged") from None
     now = json.loads(trained_settings(config))
@@ -85,7 +86,7 @@ def resume_edits(checkpoint: dict, config: RunConfig) -> tuple[RunConfig, list[s
     no record (written before it) or nothing was edited."""
     saved = checkpoint.get(SETTINGS_KEY)
     try:
-        record = json.loads(saved).get(RESUMABLE_RECORD) if isinstance(saved, str) else None
+        record = parse_json(saved).get(RESUMABLE_RECORD) if isinstance(saved, str) else None
     except (ValueError, AttributeError):
         record = None  # (check_trained_settings names the damage)
     if not isinstance(record, dict):

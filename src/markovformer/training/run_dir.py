@@ -37,7 +37,7 @@ from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
 from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.models.registry import head_class
-from markovformer.strict_json import strict_dumps
+from markovformer.strict_json import parse_json, strict_dumps
 from markovformer.training.build import build_model
 from markovformer.training.checkpoint import load_checkpoint_file, os_error_of_safetensors
 from markovformer.training.data_record import DATA_RECORD, data_record, read_data_info
@@ -98,7 +98,7 @@ def record_resume(run_dir: Path, step: int) -> None:
     or resumed with other code, versions or overrides did not say so."""
     path = run_dir / "environment.json"
     try:
-        record = json.loads(path.read_text())
+        record = parse_json(path.read_text())
     except (OSError, ValueError):
         return  # damaged: left as it is (run_format reads it as this version's)
     if not isinstance(record, dict):
@@ -116,7 +116,7 @@ def remove_stale_files(run_dir: Path) -> None:
 
 def run_format(run_dir: Path) -> int:
     try:
-        return int(json.loads((run_dir / "environment.json").read_text()).get("run_format", 1))
+        return int(parse_json((run_dir / "environment.json").read_text()).get("run_format", 1))
     except (OSError, ValueError, TypeError, AttributeError):
         return RUN_FORMAT  # a run of this version killed before environment.json: treat it as one
 
@@ -130,7 +130,7 @@ def finished_steps(run_dir: Path) -> int | None:
         return json.loads((run_dir / "metrics.json").read_text()).get("steps", 0)
     marker = run_dir / FINISHED
     try:
-        steps = json.loads(marker.read_text())["steps"]
+        steps = parse_json(marker.read_text())["steps"]
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as error:
