@@ -324,3 +324,14 @@ def test_train_given_experiments_set_says_it_takes_key_value_words(main_cli):
     assert "unrecognized arguments: --set (markovformer train takes its changes as KEY=VALUE words" in lines[0]
     experiment = main_cli("experiment", "landscape", "--sett", "steps=3").stderr  # a command that takes --set
     assert "(did you mean '--set'?)" in experiment and "KEY=VALUE words" not in experiment
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", DEEP_JSON], ids=["not-json", "a-list", "nested-too-deeply"])
+def test_a_damaged_metrics_record_is_one_line_naming_it(run, capsys, text):
+    """inspect of a finished run reads its metrics.json, as eval and --resume of a run written before finished.json
+    do: '{not json' said 'Expecting property name ...' without naming the file, a list or deep nesting ended in an
+    AttributeError or RecursionError traceback."""
+    (run / "metrics.json").write_text(text)
+    refused(capsys, ["inspect", str(run)], "metrics.json")
+    saved_before_fingerprints(run)
+    refused(capsys, ["eval", str(run)], "metrics.json")

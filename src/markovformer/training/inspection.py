@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import inspect
 import io
-import json
 import math
 import re
 from pathlib import Path
@@ -40,7 +39,7 @@ from markovformer.training.evaluation import recorded_data_files, warn_of_change
 from markovformer.training.lag_profiles import example_prefix, lag_profiles, profile_caption
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.learned_positions import ReadPositions, position_figures
-from markovformer.training.run_dir import RESOLVED_CONFIG, load_trained_run
+from markovformer.training.run_dir import RESOLVED_CONFIG, load_trained_run, read_final_metrics
 from markovformer.training.run_report import (
     continuous_source,
     document_log_likelihood,
@@ -251,7 +250,7 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
     ``load_trained_run``): a checkpoint's or an unfinished run's report leaves them out."""
     metrics_path = run_dir / "metrics.json"
     data_info = read_data_info(run_dir)
-    results = (json.loads(metrics_path.read_text()) if weights["finished"] and metrics_path.is_file()
+    results = (read_final_metrics(run_dir) if weights["finished"] and metrics_path.is_file()
                else {"reference": data_info.get("reference", {})})  # fmt: skip
     figures = []
     marked = biased_lags(data_info["true_lags"]) if data_info.get("true_lags") else None

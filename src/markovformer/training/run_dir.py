@@ -23,7 +23,6 @@ model/ only when ``finished.json`` is there, else the last checkpoint.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -121,13 +120,25 @@ def run_format(run_dir: Path) -> int:
         return RUN_FORMAT  # a run of this version killed before environment.json: treat it as one
 
 
+def read_final_metrics(run_dir: Path) -> dict:
+    """The run's metrics.json (its final metrics); ConfigError naming the file when it is not a JSON object."""
+    path = run_dir / "metrics.json"
+    try:
+        results = parse_json(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path}: not a run's metrics record ({type(error).__name__}: {error})") from None
+    if not isinstance(results, dict):
+        raise ConfigError(f"{path}: not a run's metrics record (a JSON {type(results).__name__}, not an object)")
+    return results
+
+
 def finished_steps(run_dir: Path) -> int | None:
     """The step count of a finished run (None: not finished): its finished.json's, or for a run written before it
     existed, metrics.json's. The final files themselves are checked where they are read (the model's fingerprint)."""
     if run_format(run_dir) < RUN_FORMAT:
         if not (run_dir / "metrics.json").is_file():
             return None
-        return json.loads((run_dir / "metrics.json").read_text()).get("steps", 0)
+        return read_final_metrics(run_dir).get("steps", 0)
     marker = run_dir / FINISHED
     try:
         steps = parse_json(marker.read_text())["steps"]
