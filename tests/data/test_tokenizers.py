@@ -110,3 +110,12 @@ def test_a_char_record_round_trips_its_end_of_document_token(tmp_path, end_of_do
         assert loaded.vocab_size == tokenizer.vocab_size
     other = CharTokenizer("ab \n", end_of_document=not end_of_document)
     assert tokenizer.record() != other.record()
+
+
+@pytest.mark.parametrize("text", ["{not json", "[" * 100_000 + "]" * 100_000], ids=["not-json", "nested-too-deeply"])
+def test_a_tokenizer_file_that_is_not_json_raises_naming_it(tmp_path, text):
+    """A run's tokenizer/tokenizer.json nested 100,000 deep (a colleague's crafted run) raised RecursionError, a
+    traceback in eval and generate, where '{not json' raises ValueError naming the file."""
+    (tmp_path / "tokenizer.json").write_text(text)
+    with pytest.raises(ValueError, match="tokenizer.json: cannot read a tokenizer"):
+        load_tokenizer(tmp_path)

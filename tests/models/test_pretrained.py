@@ -109,6 +109,16 @@ def test_missing_files_raise(tmp_path):
         MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
 
 
+@pytest.mark.parametrize("text", ["{not json", "[" * 100_000 + "]" * 100_000], ids=["not-json", "nested-too-deeply"])
+def test_a_config_that_is_not_json_raises_naming_it(tmp_path, text):
+    """A crafted config.json nested 100,000 deep raised RecursionError (a traceback at the command line) where
+    '{not json' raises ValueError naming the file."""
+    _model("causal_lm").save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ValueError, match="config.json: not valid JSON"):
+        MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
+
+
 def test_num_parameters_device_and_dtype_of_the_base():
     config = MarkovianTransformerConfig(**SMALL, vocab_size=11, tie_word_embeddings=True)
     model = MarkovianTransformerForCausalLM(config)

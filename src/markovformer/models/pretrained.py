@@ -14,6 +14,7 @@ from torch import nn
 
 from markovformer.atomic import atomic_write
 from markovformer.models.config_base import ModelConfig
+from markovformer.strict_json import parse_json
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -158,8 +159,8 @@ class PreTrainedModel(nn.Module):
             if not (directory / name).is_file():
                 raise ValueError(f"{directory}: no {name} here; not a saved {cls.__name__}")
         try:
-            values = json.loads((directory / CONFIG_NAME).read_text())
-        except json.JSONDecodeError as error:
+            values = parse_json((directory / CONFIG_NAME).read_text())
+        except ValueError as error:  # not JSON, not UTF-8, or nested too deeply
             raise ValueError(f"{directory / CONFIG_NAME}: not valid JSON ({error})") from error
         if not isinstance(values, dict):
             raise ValueError(f"{directory / CONFIG_NAME}: holds a JSON {type(values).__name__}, not an object")

@@ -15,6 +15,7 @@ import numpy as np
 
 from markovformer.atomic import atomic_write_text
 from markovformer.data.readers.token_store import UnknownCharacter
+from markovformer.strict_json import parse_json
 
 TOKENIZER_FILE = "tokenizer.json"
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"  # with TOKENIZER_FILE, the Hugging Face format (``save_hf_format``)
@@ -255,7 +256,7 @@ def load_tokenizer(directory: str | Path) -> CharTokenizer | BPETokenizer:
     the same ids either way."""
     path = Path(directory) / TOKENIZER_FILE
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = parse_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ValueError(f"{path}: cannot read a tokenizer ({error})") from None
     if isinstance(record, dict) and "kind" not in record and isinstance(record.get("model"), dict):
