@@ -80,7 +80,9 @@ def espeak_ng() -> Iterator[tuple[list[str], dict[str, str]]]:
         if binary is None or data is None:
             raise RuntimeError("the espeak-ng packages lack usr/bin/espeak-ng or espeak-ng-data; their layout changed")
         libraries = sorted({str(path.parent) for root in roots for path in root.glob("**/*.so*")})
-        search_path = os.pathsep.join([*libraries, os.environ.get("LD_LIBRARY_PATH", "")])
+        inherited = [os.environ["LD_LIBRARY_PATH"]] if os.environ.get("LD_LIBRARY_PATH") else []
+        # no empty entry: the loader reads one as the working folder, searched before the system's libraries
+        search_path = os.pathsep.join([*libraries, *inherited])
         environment = dict(os.environ, ESPEAK_DATA_PATH=str(data), LD_LIBRARY_PATH=search_path)
         check = subprocess.run([str(binary), "--version"], capture_output=True, text=True, env=environment)
         if check.returncode != 0:
