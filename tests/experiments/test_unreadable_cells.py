@@ -39,3 +39,15 @@ def test_a_kept_or_recomputed_cell_that_cannot_be_read_is_named(tmp_path):
     with pytest.raises(ValueError, match=f"^{re.escape(str(cell))} cannot be read .*delete that run under"):
         forget_cells(tmp_path, ["cell_a"], log=lambda line: None)
     assert cell.exists()  # nothing deleted
+
+
+def test_a_cell_nested_too_deeply_is_said_and_computed_again(tmp_path):
+    """A cells/KEY.json nested 100,000 deep (an experiment folder crafted so) ended the experiment in a
+    RecursionError traceback; it is a cell that cannot be read, said and computed again, as one cut short is."""
+    settings, lines = {"steps": 10}, []
+    ExperimentReport(tmp_path, "t", log=lambda line: None, settings=settings).cached("cell_a", lambda: {"loss": 0.5})
+    path = tmp_path / "cells" / "cell_a.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    again = ExperimentReport(tmp_path, "t", log=lines.append, settings=settings).cached("cell_a", lambda: {"loss": 0.7})
+    assert again == {"loss": 0.7} and json.loads(path.read_text())["result"] == again
+    assert any(f"{path} cannot be read" in line and "nested too deeply" in line for line in lines), lines

@@ -26,7 +26,7 @@ from typing import Any
 from markovformer.atomic import atomic_write_text
 from markovformer.experiments.fitting import PARTIAL, checkpoints_for_cell
 from markovformer.layers.registry import kind_revisions
-from markovformer.strict_json import strict_dumps, strict_json
+from markovformer.strict_json import parse_json, strict_dumps, strict_json
 from markovformer.training.durations import format_duration
 from markovformer.training.environment import code_version
 
@@ -185,7 +185,7 @@ def read_cell(path: Path) -> dict:
     """The cell stored at ``path`` (its ``settings``, ``code`` and ``result``); ValueError naming the file when it
     cannot be read (cut short by a disk's fault: cells are written whole)."""
     try:
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        stored = parse_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ValueError(f"{path} cannot be read ({error})") from None
     if not isinstance(stored, dict) or "result" not in stored:
