@@ -201,3 +201,14 @@ def test_a_part_that_no_record_starts_in_names_the_missing_separator(tmp_path, d
         load_text_lm(path, tokenizer="char", seq_len=4, fractions=(0.8, 0.1, 0.1), cache_dir=tmp_path / "cache",
                      documents=documents)  # fmt: skip
     assert "\n" not in str(raised.value)
+
+
+def test_a_jsonl_line_nested_too_deeply_is_named_with_its_line(tmp_path):
+    """A line nested 100,000 deep (a public data file crafted so) raised RecursionError, a traceback, where
+    '{not json' on that line is named with its line number."""
+    path = tmp_path / "deep.jsonl"
+    _write_jsonl(path, _TEXTS * 4)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    path.write_text("\n".join(lines[:2] + ["[" * 100_000 + "]" * 100_000] + lines[2:]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"deep\.jsonl: line 3 is not JSON \(JSON nested too deeply"):
+        load_text_lm(path, seq_len=4, fractions=(1.0, 0.0, 0.0), cache_dir=tmp_path / "cache", documents="jsonl")

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+
+from markovformer.strict_json import parse_json
 
 CHUNK_BYTES = 4 << 20  # bytes read per step: memory stays a small multiple of this whatever the file's size
 _SAMPLED_BLOCKS, _BLOCK_BYTES = 16, 64 << 10
@@ -318,7 +319,7 @@ def record_texts(path: Path, start: int, stop: int, documents: str, text_column:
 
 def _json_text(path: Path, at: int, line: bytes, text_column: str) -> str:
     try:
-        record = json.loads(line)
+        record = parse_json(line)
     except ValueError as error:
         raise ValueError(f"{path}: line {line_number(path, at)} is not JSON ({error})") from None
     if not isinstance(record, dict) or not isinstance(record.get(text_column), str):
