@@ -8,14 +8,15 @@ import dataclasses
 import importlib.util
 import json
 import os
+import random
 import signal
 import sys
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from lightning.pytorch.utilities.seed import isolate_rng
 from torch.utils.data import DataLoader
 
 from markovformer.data.bundle import DataBundle
@@ -230,26 +231,33 @@ def complete_run(config: RunConfig) -> dict:
 
 
 def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = False) -> dict:
-    """``_fit_with_threads`` under the run's intra-op thread count (``training_threads``), restored afterwards, as is
-    torch's deterministic-algorithms setting, which Lightning sets to ``trainer.deterministic`` for the run (left on
-    after a deterministic run, or off after a default one in a session that had turned it on) with cuDNN's benchmark
-    flag (a deterministic run turns it off), and what ``seed_everything`` sets for the run: the global random states
-    of torch (CUDA's too), numpy and Python. So are the variables ``RUN_VARIABLES`` (left set, a caller's own
-    ``seed_everything()`` took the run's seed and its own Lightning loaders got Lightning's worker seeding). The run
-    builds its data and model under torch's default dtype float32, as in a fresh process, whatever the caller's is
-    (its precision, ``trainer.precision``, casts from there; under a caller's float64 default a 32-true run trained
-    and saved float64 weights, other numbers)."""
+    """``_fit_with_threads`` under the run's intra-op thread count (``training_threads``), restored afterwards however
+    the run ends (an error, a Ctrl-C), as is torch's deterministic-algorithms setting, which Lightning sets to
+    ``trainer.deterministic`` for the run (left on after a deterministic run, or off after a default one in a session
+    that had turned it on) with cuDNN's benchmark flag (a deterministic run turns it off), and what
+    ``seed_everything`` sets for the run: the global random states of torch (CUDA's too), numpy and Python. So are
+    the variables ``RUN_VARIABLES`` (left set, a caller's own ``seed_everything()`` took the run's seed and its own
+    Lightning loaders got Lightning's worker seeding). The run builds its data and model under torch's default dtype
+    float32, as in a fresh process, whatever the caller's is (its precision, ``trainer.precision``, casts from there;
+    under a caller's float64 default a 32-true run trained and saved float64 weights, other numbers)."""
     previous = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     benchmark = torch.backends.cudnn.benchmark
     variables = {name: os.environ.get(name) for name in RUN_VARIABLES}
     default_dtype = torch.get_default_dtype()
+    # (not Lightning's isolate_rng, which puts them back only when the run ends normally, not after a Ctrl-C)
+    random_states = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     torch.set_num_threads(training_threads(config.trainer))
     torch.set_default_dtype(torch.float32)
     try:
-        with isolate_rng():
-            return _fit_with_threads(config, writer, resume, rewrite_config)
+        return _fit_with_threads(config, writer, resume, rewrite_config)
     finally:
+        torch.set_rng_state(random_states[0])
+        np.random.set_state(random_states[1])
+        random.setstate(random_states[2])
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
         torch.set_num_threads(previous)
         torch.set_default_dtype(default_dtype)
         torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
