@@ -50,3 +50,21 @@ def test_a_run_interrupted_by_ctrl_c_leaves_the_callers_random_states_as_it_foun
     finally:
         signal.signal(signal.SIGINT, previous)
     assert draws() == expected
+
+
+def test_a_run_directory_and_init_from_given_as_paths_are_the_strings_they_name(tmp_path):
+    """From Python a path is a pathlib.Path, as evaluate, resume and load_run take it: RunConfig(output_dir=Path)
+    failed with AttributeError ('PosixPath' object has no attribute 'strip'), RunConfig(init_from=Path) wrote data.json
+    and environment.json and then failed in YAML ('cannot represent an object'), and resolve_run_config refused both
+    ('has the wrong type: expected str'). Either path is now the string it names, wherever it is given."""
+    import dataclasses
+
+    values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
+    values["trainer"].update({"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+                              "logger": "csv"})  # fmt: skip
+    base, tuned = tmp_path / "base", tmp_path / "tuned"
+    runner.train(resolve_run_config({**values, "output_dir": base}))
+    assert yaml.safe_load((base / "config.yaml").read_text())["output_dir"] == str(base)
+    expected = resolve_run_config({**values, "output_dir": str(tuned), "init_from": str(base)})
+    assert resolve_run_config({**values, "output_dir": tuned, "init_from": base}) == expected
+    assert dataclasses.replace(expected, output_dir=tuned, init_from=base) == expected

@@ -59,6 +59,7 @@ class RunConfig:
         elif not isinstance(self.task_options, options):
             raise ConfigError(f"task_options: task {self.task} takes {options.__name__}, not "
                               f"{type(self.task_options).__name__}")  # fmt: skip
+        self.output_dir, self.init_from = path_text(self.output_dir), path_text(self.init_from)
         if not self.output_dir.strip():  # an empty path is the working directory: the run would land there
             raise ConfigError(f"output_dir={shown(self.output_dir)} is empty; name the run directory")
         # Lightning expands ~ in the paths of checkpoints/ and tensorboard/: the run's other files go there too
@@ -74,6 +75,12 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def path_text(value: Any) -> Any:
+    """A path given from Python as a ``pathlib.Path`` (any ``os.PathLike``) as config.yaml holds it, a str; anything
+    else as it is, for the type check that reads it."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 def _home_expanded(value: Any) -> Any:
@@ -410,6 +417,7 @@ def resolve_run_config(values: dict[str, Any]) -> RunConfig:
         if isinstance(values["task"], str) and values["task"] in TASKS:  # RunConfig names any other task
             trainer, options = move_task_options(values["task"], trainer, options)
     trainer = build_dataclass(TrainerConfig, trainer, "trainer", lambda key: other_section_hint(key, "trainer", *run))
+    values = {**values, **{key: path_text(values[key]) for key in ("output_dir", "init_from") if key in values}}
     for key in ("task", "output_dir", "model_type"):
         if key in values:
             coerce(values[key], str, key)
