@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,21 @@ class DataBundle:
     reference_of: Callable[[str, Split], dict] | None = None
     scored_train: Split | None = None
     files: list[Path] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        # what a notebook shows of it: the dataclass's own repr listed every example's tensors (164 kB for 608 short
+        # sequences); the splits' sizes, the info cut short, and the tokenizer's and files' kinds instead
+        sizes = ", ".join(f"{name}={len(getattr(self, name))} examples" for name in ("train", "val", "test"))
+        tokenizer = "" if self.tokenizer is None else f", tokenizer={type(self.tokenizer).__name__}"
+        files = f", files={len(self.files)}" if self.files else ""
+        return (f"DataBundle({sizes}, info={_SHOWN.repr(self.info)}{tokenizer}, "
+                f"train_sampling={self.train_sampling!r}{files})")  # fmt: skip
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 80
+_SHOWN.maxlist = _SHOWN.maxdict = 8
+_SHOWN.maxlevel = 3
 
 
 class JoinedSplits:
