@@ -45,7 +45,28 @@ class RankShare(Sampler[int]):
         return len(range(rank, self.size, world_size))
 
 
-class EpochBatches(IterableDataset):
+class StartAt:
+    """A training stream's ``start`` fixed to one step: what a DataLoader worker started by pickling (the spawn or
+    forkserver start method) receives, as a forked worker reads the step from its copy of the trainer."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def __call__(self) -> int:
+        return self.step
+
+
+class StartedStream(IterableDataset):
+    """A training stream whose ``start()`` is read when a worker starts: pickled for a worker, when the DataLoader
+    starts it, ``start`` (a lambda reading the trainer's step, which does not pickle) becomes the step it gives."""
+
+    start: Callable[[], int]
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "start": StartAt(int(self.start()))}
+
+
+class EpochBatches(StartedStream):
     """Endless training batches. Epoch e visits the examples in a permutation seeded by (seed, e); global batch i
     takes the i-th slice of ``batch_size * world_size`` examples and each rank its own part. ``start()`` gives the
     step to begin at (the restored global step when resuming). A last partial global batch of an epoch is dropped.
@@ -150,7 +171,7 @@ def windows_in_document(length: int, window: int, stride: int) -> int:
     return 1 if length <= window else -(-(length - window) // stride) + 1
 
 
-class DocumentWindows(IterableDataset):
+class DocumentWindows(StartedStream):
     """Endless training batches of windows walked along long documents (truncated BPTT, the VMT's Algorithm 1).
 
     ``batch_size * world_size`` lanes each walk one document, ``window`` tokens at a time, advancing by ``stride``;
