@@ -26,7 +26,8 @@ def seed(value: int) -> None:
 def test_a_run_interrupted_by_ctrl_c_leaves_the_callers_random_states_as_it_found_them(tmp_path, monkeypatch):
     """Lightning's isolate_rng restores the random states only when its block ends normally: after a run stopped by
     a Ctrl-C (a real SIGINT, RunTerminated), torch, numpy and Python drew from the run's seed (trainer.seed=3:
-    np.random's key began [3, ...]), not from the caller's."""
+    np.random's key began [3, ...]), not from the caller's. And the stop is no Exception (it was a RuntimeError): a
+    sweep's ``except Exception`` around each run swallowed the Ctrl-C and went on to its next run."""
 
     class CtrlC(L.Callback):
         def on_train_batch_end(self, trainer, *args):
@@ -45,7 +46,10 @@ def test_a_run_interrupted_by_ctrl_c_leaves_the_callers_random_states_as_it_foun
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own: a KeyboardInterrupt
     try:
         with pytest.raises(RunTerminated, match="interrupted \\(SIGINT, Ctrl-C\\) at step 3 of"):
-            runner.train(resolve_run_config(values))
+            try:
+                runner.train(resolve_run_config(values))
+            except Exception as error:  # a sweep's guard around each run: the Ctrl-C must still stop the sweep
+                pytest.fail(f"the Ctrl-C was caught as an error of the run: {error!r}")
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -210,8 +210,6 @@ def prepare_data(args: argparse.Namespace) -> None:
                                 f"behind); run it again"):  # fmt: skip
             recipe.prepare(out)
     except RuntimeError as error:  # a missing tool or a failed download: the user's environment, not a bug
-        if isinstance(error, RunTerminated):
-            raise
         raise ValueError(str(error)) from None
     print(f"wrote {out}\n{recipe.usage.format(path=out)}")
 

@@ -46,7 +46,7 @@ def stdout_reader_left() -> bool:
         return False
 
 
-def exit_status(error: Exception) -> int | None:
+def exit_status(error: BaseException) -> int | None:
     """The exit status of an error a user can act on (the same with --debug, which prints the traceback instead of
     ``error_message``); None for any other, a bug."""
     if isinstance(error, TrainingDiverged):
@@ -60,7 +60,7 @@ def exit_status(error: Exception) -> int | None:
     return None
 
 
-def error_message(error: Exception) -> str:
+def error_message(error: BaseException) -> str:
     """The one line printed for an error ``exit_status`` knows."""
     if isinstance(error, ModuleNotFoundError):
         return missing_package_message(error)

@@ -424,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"markovformer: {args.command} was interrupted (Ctrl-C)", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as error:
+    except (Exception, RunTerminated) as error:
         status = exit_status(error)
         if status is None:  # a bug: the interpreter's traceback and exit status 1
             raise

@@ -33,11 +33,13 @@ class TrainingDiverged(RuntimeError):
     command prints."""
 
 
-class RunTerminated(RuntimeError):
+class RunTerminated(BaseException):
     """The run (or ``data prepare``) received SIGTERM (a scheduler's stop, ``kill``) or SIGINT (Ctrl-C) and stopped;
     the message, the one line the command prints, says what was kept and how to continue; the command exits 128 +
     the signal's number, as a shell reports a process the signal ended. ``shown`` is False in the other processes of
-    a multi-process run, which stop with the same line: the run's writer alone prints it."""
+    a multi-process run, which stop with the same line: the run's writer alone prints it. A BaseException, as
+    KeyboardInterrupt is: a stop asked for, not an error, so a sweep's ``except Exception`` around ``train`` does not
+    swallow the Ctrl-C and go on to its next run."""
 
     def __init__(self, message: str, signal_number: int = signal.SIGTERM, shown: bool = True) -> None:
         super().__init__(message)
