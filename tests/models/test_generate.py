@@ -199,6 +199,24 @@ def test_prefill_then_steps_equal_the_full_forward_at_every_step(name, padded, d
                                atol=1e-5 if dtype == torch.float32 else 1e-10)  # fmt: skip
 
 
+@pytest.mark.parametrize("name", ["markov_query_gate_sinusoidal", "softmax_global_learned", "rff", "hybrid_split"])
+def test_a_first_call_whose_padded_rows_are_padding_only_still_counts_their_real_tokens(name):
+    """A prefill of 2 positions in which every padded row is padding only (rows 1 and 2 begin with 2 and 4 pads):
+    such a mask reads as right-padded, so the state did not start counting real tokens and the steps after it put
+    each row's tokens at the state's length, counting its padding (2.6 in logits off the full forward for learned
+    positions). Positions that move are those of additive embeddings and of rotary under random features."""
+    model = _markovian(INCREMENTAL[name]).to(torch.float64)
+    ids, mask = _left_padded(length=9)
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask).logits
+        state: dict = {}
+        steps = [model(ids[:, :2], attention_mask=mask[:, :2], state=state).logits]
+        for t in range(2, ids.shape[1]):
+            steps.append(model(ids[:, t : t + 1], attention_mask=mask[:, t : t + 1], state=state).logits)
+    real = mask.bool()[..., None]
+    torch.testing.assert_close(torch.cat(steps, dim=1) * real, full * real, rtol=0, atol=1e-10)
+
+
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
 @pytest.mark.parametrize("name", list(INCREMENTAL))
 def test_a_state_continued_several_tokens_at_a_time_equals_the_full_forward(name, padded):

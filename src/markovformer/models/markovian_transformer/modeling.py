@@ -200,8 +200,9 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         among its row's real tokens (``real_token_positions``), after those a decoding ``state`` has counted, so a
         row padded on the left is embedded and rotated as it would be alone. None where nothing moves (positions
         then run 0.., or on from the state's length: the tables' fast path): no positions, or no row with padding
-        before a real token and no state that has counted one. The state counts each row's real tokens
-        (``real_tokens`` (B,)) from the first such mask on."""
+        before a real token (with a state: no padding at all, which the next call's tokens would follow) and no
+        state that has counted one. The state counts each row's real tokens (``real_tokens`` (B,)) from the first
+        such mask on."""
         counting = state is not None and "real_tokens" in state
         if self.config.position == "none" or (attention_mask is None and not counting):
             return None
@@ -211,7 +212,10 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             return seen[:, None] + torch.arange(shape[1], device=seen.device)
         if tuple(attention_mask.shape) != tuple(shape):  # (its values are checked with the blocks' mask)
             raise ValueError(f"attention_mask must be (B, T) = {tuple(shape)}; got {tuple(attention_mask.shape)}")
-        if not counting and is_right_padded(attention_mask):
+        # a state's call padded only at its end (a prompt fed in parts whose padded rows are padding so far) still
+        # moves the real tokens of the calls after it
+        moves = not bool(attention_mask.bool().all()) if state is not None else not is_right_padded(attention_mask)
+        if not counting and not moves:
             return None
         if state is None:
             return real_token_positions(attention_mask)
