@@ -10,7 +10,7 @@ import torch
 from twins import assert_same_gradients, randn
 
 from markovformer.ops.long_conv import long_conv_naive
-from markovformer.ops.s4d import s4d_kernel, s4d_kernel_naive, s4d_recurrence
+from markovformer.ops.s4d import s4d_final_state, s4d_kernel, s4d_kernel_naive, s4d_recurrence
 
 CHANNELS, MODES = 3, 4
 
@@ -63,3 +63,18 @@ def test_kernel_names_a_bad_length(kernel):
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match=f"length must be a non-negative integer .*, got {bad}"):
             kernel(dt_a, c_b, bad)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_a_carried_state_of_another_batch_is_refused_not_broadcast(rows):
+    """A decoding state of 1 row continued with 2 rows of inputs (or 3 with 2) broadcast into a batch it never
+    held: an S4D model's state started on 1 row gave logits (2, 1, V) for 2 new rows without a word, and one of 2
+    rows gave (2, 1, V) for a 1-row step. The other recurrent ops name a state of the wrong shape; so do these."""
+    _, dt_a, c_b = _ssm()
+    u = randn(2, 3, CHANNELS, seed=4)
+    state = torch.zeros(rows, CHANNELS, MODES, dtype=dt_a.dtype)
+    message = rf"^initial_state must be the SSM state \(B, C, N/2\) = \(2, 3, 4\), got shape \({rows}, 3, 4\)$"
+    with pytest.raises(ValueError, match=message):
+        s4d_recurrence(u, torch.exp(dt_a), c_b, state)
+    with pytest.raises(ValueError, match=message):
+        s4d_final_state(u, dt_a, state)

@@ -19,6 +19,15 @@ def check_length(length: int) -> None:
         raise ValueError(f"length must be a non-negative integer (kernel taps), got {length!r}")
 
 
+def check_initial_state(initial_state: Tensor | None, u: Tensor, modes: tuple[int, ...]) -> None:
+    """ValueError unless ``initial_state`` is None or x_{-1} (B, C, N/2) for inputs u (B, T, C) and modes (C, N/2):
+    a state of another batch would broadcast into rows it never held."""
+    state_shape = (u.shape[0], *modes)
+    if initial_state is not None and tuple(initial_state.shape) != state_shape:
+        raise ValueError(f"initial_state must be the SSM state (B, C, N/2) = {state_shape}, "
+                         f"got shape {tuple(initial_state.shape)}")  # fmt: skip
+
+
 def s4d_kernel_naive(dt_a: Tensor, c_b: Tensor, length: int) -> Tensor:
     """K_l = 2 Re(Σ_n c_b[c, n] · exp(dt_a[c, n] · l)) for l = 0..length-1, every exponential computed.
 
@@ -38,6 +47,7 @@ def s4d_recurrence(
     u (B, T, C) real; a_bar, c_b complex (C, N/2); initial_state complex (B, C, N/2). Returns y (B, T, C) without the
     D u term, and with ``output_final_state`` also x_{T-1} (B, C, N/2).
     """
+    check_initial_state(initial_state, u, tuple(a_bar.shape))
     state = torch.zeros(u.shape[0], *a_bar.shape, dtype=a_bar.dtype, device=u.device)
     if initial_state is not None:
         state = initial_state
@@ -49,4 +59,4 @@ def s4d_recurrence(
     return (output, state) if output_final_state else output
 
 
-__all__ = ["check_length", "s4d_kernel_naive", "s4d_recurrence"]
+__all__ = ["check_initial_state", "check_length", "s4d_kernel_naive", "s4d_recurrence"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from markovformer.ops.s4d.naive import check_initial_state
+
 
 def s4d_state_response(state: Tensor, dt_a: Tensor, c_b: Tensor, length: int) -> Tensor:
     """What x_{-1} = ``state`` (B, C, N/2) adds to y_t = 2 Re(Σ_n c_b x_t), t = 0..length-1: 2 Re(Σ_n c_b Ā^{t+1}
@@ -19,6 +21,7 @@ def s4d_state_response(state: Tensor, dt_a: Tensor, c_b: Tensor, length: int) ->
 def s4d_final_state(u: Tensor, dt_a: Tensor, initial_state: Tensor | None = None) -> Tensor:
     """x_{T-1} = Σ_i Ā^{T-1-i} u_i + Ā^T x_{-1} for u (B, T, C) real; dt_a complex (C, N/2); initial_state x_{-1}
     (B, C, N/2) or None (zeros). Returns (B, C, N/2), complex."""
+    check_initial_state(initial_state, u, tuple(dt_a.shape))
     length = u.shape[1]
     lags = torch.arange(length - 1, -1, -1, device=dt_a.device, dtype=dt_a.real.dtype)
     powers = torch.exp(dt_a[..., None] * lags)  # (C, N/2, T): Ā^{T-1-i}
