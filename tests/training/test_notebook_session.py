@@ -72,3 +72,19 @@ def test_a_run_directory_and_init_from_given_as_paths_are_the_strings_they_name(
     expected = resolve_run_config({**values, "output_dir": str(tuned), "init_from": str(base)})
     assert resolve_run_config({**values, "output_dir": tuned, "init_from": base}) == expected
     assert dataclasses.replace(expected, output_dir=tuned, init_from=base) == expected
+
+
+def test_a_run_named_from_the_home_folder_is_read_as_train_wrote_it(tmp_path, monkeypatch):
+    """train(output_dir='~/runs/a') expands '~', as a shell would; evaluate, resume and the report took '~/runs/a'
+    literally ('~/runs/a: no such run directory or checkpoint'). Each now reads the run train wrote."""
+    from markovformer.training.evaluation import evaluate
+    from markovformer.training.inspection import write_inspection_report
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
+    values["trainer"].update({"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+                              "logger": "csv"})  # fmt: skip
+    trained = runner.train(resolve_run_config({**values, "output_dir": "~/runs/a"}))
+    assert evaluate("~/runs/a")["metrics"]["loss"] == pytest.approx(trained["val"]["loss"], rel=1e-6)
+    assert runner.resume("~/runs/a", ["trainer.max_steps=3"])["steps"] == 3
+    assert write_inspection_report("~/runs/a") == tmp_path / "runs" / "a" / "report" / "index.html"

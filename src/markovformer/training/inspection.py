@@ -238,7 +238,7 @@ def write_inspection_report(target: str | Path, layers: list[int] | None = None,
         layers = list(dict.fromkeys(layers))  # --layers 0 0 drew layer 0's maps twice
     config, model, run_dir, weights = load_trained_run(target)
     config = dataclasses.replace(config, data={**config.data, **recorded_data_files(run_dir, config.data, {})})
-    default = "report" if Path(target).is_dir() else f"report-{Path(target).stem}"
+    default = "report" if Path(target).expanduser().is_dir() else f"report-{Path(target).stem}"
     out = Path(out_dir) if out_dir is not None else run_dir / default
     index = replace_folder(out, lambda staging: _write_report(config, model, run_dir, staging, layers, weights))
     return out / index.name

@@ -243,7 +243,7 @@ def load_trained_run(target: str | Path) -> LoadedRun:
     ``resume_point`` finds it) or from one checkpoint file inside a run's checkpoints/ folder, with which weights
     were loaded (``LoadedRun``). The weights must belong to the run (their fingerprint, ``training.fingerprint``)
     and match the model's tensor names, shapes and dtypes; takes no lock (reads only)."""
-    target = Path(target)
+    target = Path(target).expanduser()  # from Python, as RunConfig's output_dir: '~/runs/a' is the user's
     if not target.exists():
         raise ConfigError(f"{target}: no such run directory or checkpoint")
     if target.is_file() and target.suffix != ".ckpt":  # a run's model.safetensors or config.yaml, say

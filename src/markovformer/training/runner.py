@@ -185,7 +185,7 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     ``RESUMABLE_KEYS``; a larger ``trainer.max_steps`` extends a run (finished or not), keeping its learning-rate
     schedule (``trainer.decay_steps``). A finished run is refused unless it is extended. A run killed while it
     started or finished is completed: its missing files are written."""
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).expanduser()  # as RunConfig's output_dir
     if not (run_dir / RESOLVED_CONFIG).is_file():
         raise not_a_run_directory(run_dir)
     config = dataclasses.replace(resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG)), output_dir=str(run_dir))
