@@ -57,7 +57,7 @@ def test_a_compressed_text_file_is_refused_as_compressed_whatever_its_name(tmp_p
     path.write_bytes(compress("\n".join(lines).encode() + b"\n"))
     with pytest.raises(ValueError) as raised:
         load_text_lm(path, documents=documents, seq_len=8, cache_dir=str(tmp_path / "cache"))
-    told = f"{path}: a {packed}-compressed file, not text: decompress it first ({tool} {path} > TEXT)"
+    told = f"{path}: a {packed}-compressed file, not UTF-8 text: write it out as text first ({tool} {path} > TEXT)"
     assert str(raised.value) == told
     assert not (tmp_path / "cache" / "plans").exists() or not any((tmp_path / "cache" / "plans").iterdir())
 
@@ -67,7 +67,7 @@ def test_a_compressed_csv_is_refused_as_compressed(tmp_path):
     path.write_bytes(gzip.compress(b"t,x,label\n" + b"".join(b"%d,%d,a\n" % (row, row) for row in range(50))))
     with pytest.raises(ValueError) as raised:
         load_csv_series(path, label_column="label", window=4)
-    told = f"{path}: a gzip-compressed file, not text: decompress it first (gzip -dc {path} > TEXT)"
+    told = f"{path}: a gzip-compressed file, not UTF-8 text: write it out as text first (gzip -dc {path} > TEXT)"
     assert str(raised.value) == told
 
 
@@ -79,7 +79,7 @@ def test_a_fasta_compressed_other_than_by_gzip_is_refused_as_compressed(tmp_path
     path.write_bytes(compress(b">one\nACGT\n>two\nGGCA\n"))
     with pytest.raises(ValueError) as raised:
         read_fasta(path)
-    told = f"{path}: a {packed}-compressed file, not text: decompress it first ({tool} {path} > TEXT)"
+    told = f"{path}: a {packed}-compressed file, not UTF-8 text: write it out as text first ({tool} {path} > TEXT)"
     assert str(raised.value) == told
 
 
@@ -129,3 +129,30 @@ def test_paragraph_records_of_a_file_with_a_byte_order_mark_are_their_texts_alon
                           cache_dir=str(tmp_path / "cache"))  # fmt: skip
     assert "\ufeff" not in bundle.tokenizer.alphabet
     assert _stored_text(bundle) == "|".join(paragraphs) + "|"
+
+
+@pytest.mark.parametrize("documents", ["file", "jsonl", "blank_line"])
+def test_a_utf16_text_is_refused_as_utf16_with_or_without_its_byte_order_mark(tmp_path, documents):
+    """With its byte-order mark (PowerShell's '>' writes one) it was 'byte 0xff at offset 0 is not valid UTF-8';
+    without one, English UTF-16 is valid UTF-8 with every other byte 0 and trained silently as 'l\\0i\\0n\\0e\\0...'."""
+    text = "".join(json.dumps({"text": f"line {index} of the notes"}) + "\n\n" for index in range(100))
+    marked, bare = tmp_path / "marked.txt", tmp_path / "bare.txt"
+    marked.write_bytes(text.encode("utf-16"))  # with its mark, little-endian here
+    bare.write_bytes(text.encode("utf-16-le"))
+    with pytest.raises(ValueError) as raised:
+        load_text_lm(marked, documents=documents, seq_len=8, cache_dir=str(tmp_path / "cache"))
+    assert str(raised.value) == (f"{marked}: a UTF-16 file (its byte-order mark), not UTF-8 text: write it out as "
+                                 f"text first (iconv -f UTF-16 -t UTF-8 {marked} > TEXT)")  # fmt: skip
+    with pytest.raises(ValueError) as raised:
+        load_text_lm(bare, documents=documents, seq_len=8, cache_dir=str(tmp_path / "cache"))
+    assert str(raised.value) == (f"{bare}: line 1: a NUL byte at offset 1: not UTF-8 text (UTF-16 without a "
+                                 f"byte-order mark? iconv -f UTF-16LE -t UTF-8 {bare} > TEXT)")  # fmt: skip
+
+
+def test_a_nul_byte_in_a_text_is_refused_naming_its_line_and_offset(tmp_path):
+    path = tmp_path / "notes.txt"
+    data = _WORDS.encode()
+    at = data.index(b"line 7 ")
+    path.write_bytes(data[:at] + b"\0" + data[at:])
+    with pytest.raises(ValueError, match=f"line 8: a NUL byte at offset {at}: not UTF-8 text"):
+        load_text_lm(path, seq_len=8, cache_dir=str(tmp_path / "cache"))

@@ -16,7 +16,7 @@ import torch
 
 from markovformer.atomic import atomic_write
 from markovformer.data.bundle import DataBundle, label_names_in_order
-from markovformer.data.readers.text_stream import compressed_message
+from markovformer.data.readers.text_stream import not_text_message
 from markovformer.data.readers.token_store import cache_root
 from markovformer.data.splits import split_indices
 
@@ -119,14 +119,14 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
     joined and uppercased; blank lines are skipped. Letters outside ACGTN, sequence text before the first header,
     duplicate ids, empty records and a file with no record raise, naming the file, record and line. A gzipped file
     (told by its first bytes, ``GZIP_MAGIC``, not its name) is decompressed whole in memory; another compression is
-    refused (``text_stream.compressed_message``). A plain file above
+    refused (``text_stream.not_text_message``). A plain file above
     ``INDEX_ABOVE_BYTES`` is read through its index (``IndexedFasta``; errors then name the record only)."""
     path = Path(path)
     gzipped, text = False, None
     try:
         with path.open("rb") as handle:
             gzipped = handle.read(len(GZIP_MAGIC)) == GZIP_MAGIC
-        told = None if gzipped else compressed_message(path)  # bzip2, xz...: said so, not as a byte of bad UTF-8
+        told = None if gzipped else not_text_message(path)  # bzip2, xz...: said so, not as a byte of bad UTF-8
         if told is not None:
             raise ValueError(told)
         if gzipped or path.stat().st_size <= INDEX_ABOVE_BYTES:

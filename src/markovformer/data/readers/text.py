@@ -18,10 +18,10 @@ from markovformer.data.readers.store_windows import RandomStarts, StoreWindows
 from markovformer.data.readers.text_stream import (
     RECORD_KINDS,
     byte_offset_of_character,
-    compressed_message,
     content_key,
     count_characters,
     file_size,
+    not_text_message,
     record_boundary,
     record_texts,
     resolve_text_paths,
@@ -184,7 +184,7 @@ def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions, doc
     """The segments of each split and the record of the split: one file by characters, several by documents, and
     records by byte fractions moved to the next record boundary."""
     for file in files:  # before reading them as text: a compressed file would fail late, or as no JSON or record
-        told = compressed_message(file)
+        told = not_text_message(file)
         if told is not None:
             raise ValueError(told)
     if documents != "file":

@@ -49,24 +49,36 @@ def resolve_text_paths(path: str | Path) -> list[Path]:
 
 
 # The first bytes of compressed files, whatever their name (none is UTF-8 text; bzip2's are ASCII, so its block or end
-# marker is matched too), and the command that writes such a file's contents out
-_COMPRESSED = ((rb"\x1f\x8b", "gzip", "gzip -dc"), (rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)", "bzip2", "bzip2 -dc"),
-               (rb"\xfd7zXZ\x00", "xz", "xz -dc"), (rb"\x28\xb5\x2f\xfd", "zstd", "zstd -dc"),
-               (rb"PK\x03\x04", "zip", "unzip -p"))  # fmt: skip
+# marker is matched too), and of UTF-16 text (its byte-order mark: PowerShell's and Windows Notepad's "Unicode"), each
+# with what the file is and the command that writes its contents out as UTF-8 text
+_NOT_UTF8 = ((rb"\x1f\x8b", "gzip-compressed file", "gzip -dc"),
+             (rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)", "bzip2-compressed file", "bzip2 -dc"),
+             (rb"\xfd7zXZ\x00", "xz-compressed file", "xz -dc"),
+             (rb"\x28\xb5\x2f\xfd", "zstd-compressed file", "zstd -dc"),
+             (rb"PK\x03\x04", "zip-compressed file", "unzip -p"),
+             (rb"\xff\xfe|\xfe\xff", "UTF-16 file (its byte-order mark)", "iconv -f UTF-16 -t UTF-8"))  # fmt: skip
 
 
-def compressed_message(path: Path) -> str | None:
-    """The error for ``path`` when its first bytes are those of a compressed file (gzip, bzip2, xz, zstd, zip),
-    naming its format and how to decompress it; None otherwise (or when it cannot be read)."""
+def not_text_message(path: Path) -> str | None:
+    """The error for ``path`` when its first bytes are those of a compressed file (gzip, bzip2, xz, zstd, zip) or
+    of UTF-16 text, or hold a NUL, naming what it is and how to write it out as text; None otherwise (or when it
+    cannot be read)."""
     try:
         with path.open("rb") as handle:
-            head = handle.read(10)
+            head = handle.read(4096)
     except OSError:
         return None
-    for magic, packed, command in _COMPRESSED:
+    for magic, what, command in _NOT_UTF8:
         if re.match(magic, head):
-            return f"{path}: a {packed}-compressed file, not text: decompress it first ({command} {path} > TEXT)"
-    return None
+            return f"{path}: a {what}, not UTF-8 text: write it out as text first ({command} {path} > TEXT)"
+    return _nul_message(path, head.index(b"\0")) if b"\0" in head else None
+
+
+def _nul_message(path: Path, offset: int) -> str:
+    """The error for a NUL at byte ``offset`` of ``path``: no character of a text, but UTF-16 without a byte-order
+    mark (every other byte of English is 0) is valid UTF-8."""
+    return (f"{path}: line {line_number(path, offset)}: a NUL byte at offset {offset}: not UTF-8 text (UTF-16 "
+            f"without a byte-order mark? iconv -f UTF-16LE -t UTF-8 {path} > TEXT)")  # fmt: skip
 
 
 def _visible_files(folder: Path) -> Iterator[Path]:
@@ -129,10 +141,7 @@ def text_pieces(
             position += len(data)
             data, at_end = pending + data, position >= stop
             keep = len(data) if at_end else _character_start(data)
-            try:
-                text = carried + data[:keep].decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise not_utf8(path, offset + error.start, data[error.start]) from None
+            text = carried + _decoded(path, offset, data[:keep])
             pending, offset = data[keep:], offset + keep
             if at_end:
                 if text:
@@ -166,9 +175,9 @@ def check_utf8(path: Path) -> None:
 
 def not_utf8(path: Path, offset: int, byte: int) -> ValueError:
     """The error for byte ``offset`` of ``path`` (value ``byte``), which is not valid UTF-8: its file, line and
-    offset, or that the file is compressed (``compressed_message``)."""
-    return ValueError(compressed_message(path) or f"{path}: line {line_number(path, offset)}: byte {byte:#04x} at "
-                                                  f"offset {offset} is not valid UTF-8")  # fmt: skip
+    offset, or that the file is compressed or UTF-16 (``not_text_message``)."""
+    return ValueError(not_text_message(path) or f"{path}: line {line_number(path, offset)}: byte {byte:#04x} at "
+                                                f"offset {offset} is not valid UTF-8")  # fmt: skip
 
 
 def _character_start(data: bytes) -> int:
@@ -318,8 +327,9 @@ def record_texts(path: Path, start: int, stop: int, documents: str, text_column:
 
 
 def _json_text(path: Path, at: int, line: bytes, text_column: str) -> str:
+    text = _decoded(path, at, line)  # UTF-8 alone: json.loads reads bytes in UTF-16 too
     try:
-        record = parse_json(line)
+        record = parse_json(text)
     except ValueError as error:
         raise ValueError(f"{path}: line {line_number(path, at)} is not JSON ({error})") from None
     if not isinstance(record, dict) or not isinstance(record.get(text_column), str):
@@ -330,10 +340,14 @@ def _json_text(path: Path, at: int, line: bytes, text_column: str) -> str:
 
 
 def _decoded(path: Path, at: int, data: bytes) -> str:
+    """``data``, bytes ``at``... of ``path``, decoded as strict UTF-8 holding no NUL (``_nul_message``)."""
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise not_utf8(path, at + error.start, data[error.start]) from None
+    if "\0" in text:
+        raise ValueError(_nul_message(path, at + data.index(b"\0")))
+    return text
 
 
 def line_number(path: Path, offset: int) -> int:
