@@ -88,3 +88,20 @@ def test_a_run_named_from_the_home_folder_is_read_as_train_wrote_it(tmp_path, mo
     assert evaluate("~/runs/a")["metrics"]["loss"] == pytest.approx(trained["val"]["loss"], rel=1e-6)
     assert runner.resume("~/runs/a", ["trainer.max_steps=3"])["steps"] == 3
     assert write_inspection_report("~/runs/a") == tmp_path / "runs" / "a" / "report" / "index.html"
+
+
+def test_a_run_trains_on_the_cpu_whatever_default_device_the_caller_set(tmp_path):
+    """A notebook's torch.set_default_device (here 'meta', as 'cuda' on a GPU machine) built the run's data and model
+    there: the run failed in its first steps ('Tensor.item() cannot be called on meta tensors'). It trains as in a
+    fresh process, to the same loss, and the caller's default device is back after it."""
+    values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
+    values["trainer"].update({"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+                              "logger": "csv"})  # fmt: skip
+    expected = runner.train(resolve_run_config({**values, "output_dir": str(tmp_path / "a")}))["val"]["loss"]
+    torch.set_default_device("meta")
+    try:
+        trained = runner.train(resolve_run_config({**values, "output_dir": str(tmp_path / "b")}))
+        assert torch.get_default_device() == torch.device("meta")
+    finally:
+        torch.set_default_device(None)
+    assert trained["val"]["loss"] == expected

@@ -238,18 +238,21 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
     ``seed_everything`` sets for the run: the global random states of torch (CUDA's too), numpy and Python. So are
     the variables ``RUN_VARIABLES`` (left set, a caller's own ``seed_everything()`` took the run's seed and its own
     Lightning loaders got Lightning's worker seeding). The run builds its data and model under torch's default dtype
-    float32, as in a fresh process, whatever the caller's is (its precision, ``trainer.precision``, casts from there;
-    under a caller's float64 default a 32-true run trained and saved float64 weights, other numbers)."""
+    float32 and default device CPU, as in a fresh process, whatever the caller's are (its precision,
+    ``trainer.precision``, casts from there, its accelerator, ``trainer.accelerator``, moves there; under a caller's
+    float64 default a 32-true run trained and saved float64 weights, other numbers; under a caller's
+    ``torch.set_default_device`` it failed in its first steps)."""
     previous = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     benchmark = torch.backends.cudnn.benchmark
     variables = {name: os.environ.get(name) for name in RUN_VARIABLES}
-    default_dtype = torch.get_default_dtype()
+    default_dtype, default_device = torch.get_default_dtype(), torch.get_default_device()
     # (not Lightning's isolate_rng, which puts them back only when the run ends normally, not after a Ctrl-C)
     random_states = torch.get_rng_state(), np.random.get_state(), random.getstate()
     cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     torch.set_num_threads(training_threads(config.trainer))
     torch.set_default_dtype(torch.float32)
+    torch.set_default_device("cpu")
     try:
         return _fit_with_threads(config, writer, resume, rewrite_config)
     finally:
@@ -260,6 +263,7 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
             torch.cuda.set_rng_state_all(cuda_states)
         torch.set_num_threads(previous)
         torch.set_default_dtype(default_dtype)
+        torch.set_default_device(default_device)
         torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
         torch.backends.cudnn.benchmark = benchmark
         for name, value in variables.items():
