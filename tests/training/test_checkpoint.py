@@ -14,12 +14,8 @@ from safetensors import safe_open
 from torch.utils.data import DataLoader, TensorDataset
 
 from markovformer.training import checkpoint as checkpoint_module
-from markovformer.training.checkpoint import (
-    FORMAT_KEY,
-    SafetensorsCheckpointIO,
-    load_checkpoint_file,
-    save_checkpoint_file,
-)
+from markovformer.training.checkpoint import FORMAT_KEY, load_checkpoint_file, save_checkpoint_file
+from markovformer.training.checkpoint_io import SafetensorsCheckpointIO
 
 
 def assert_identical(expected, actual, where="checkpoint"):

@@ -12,7 +12,9 @@ A Lightning checkpoint is a nested structure (epoch, step, model and optimiser s
   ``{"$device": "cuda:0"}``, ``{"$size": [2, 3]}``.
 
 Loading reads the header as JSON and the tensors with ``safe_open``: nothing is unpickled, so a checkpoint from an
-untrusted source cannot run code. ``SafetensorsCheckpointIO`` plugs the format into a Lightning ``Trainer``.
+untrusted source cannot run code. ``SafetensorsCheckpointIO`` (``training.checkpoint_io``) plugs the format into a
+Lightning ``Trainer``; this module imports no Lightning, so that reading a run (``eval``, ``generate``) does not wait
+for it. A run's step checkpoints are named ``step-NNNNNN.ckpt`` (``step_checkpoints`` lists them).
 """
 
 from __future__ import annotations
@@ -28,13 +30,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from lightning.pytorch.plugins.io import CheckpointIO
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from markovformer.atomic import atomic_write
 
 FORMAT_KEY = "markovformer_checkpoint"
+STEP_CHECKPOINT = re.compile(r"step-(\d+)\.ckpt")
 FORMAT_VERSION = 1
 ROOT = "checkpoint"
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -68,6 +70,12 @@ def save_checkpoint_file(checkpoint: dict, path: str | Path) -> None:
         atomic_write(path, lambda temporary: save_file(tensors, str(temporary), metadata=metadata))
     except SafetensorError as error:
         raise os_error_of_safetensors(error, path) from error
+
+
+def step_checkpoints(folder: Path) -> list[Path]:
+    """The step checkpoints in ``folder``, oldest first."""
+    found = [(int(m.group(1)), p) for p in folder.glob("step-*.ckpt") if (m := STEP_CHECKPOINT.fullmatch(p.name))]
+    return [path for _, path in sorted(found)]
 
 
 def os_error_of_safetensors(error: Exception, path: str | Path) -> Exception:
@@ -136,29 +144,6 @@ def read_checkpoint_skeleton(path: str | Path) -> dict:
             return _decode_header(header, path, describe)
     except SafetensorError as error:
         raise ValueError(f"{path} is not a markovformer checkpoint (not a safetensors file: {error})") from error
-
-
-class SafetensorsCheckpointIO(CheckpointIO):
-    """Lightning checkpoint I/O in the markovformer format: ``Trainer(plugins=[SafetensorsCheckpointIO()])``.
-
-    ``ModelCheckpoint`` files and ``trainer.fit(..., ckpt_path=...)`` then use ``save_checkpoint_file`` /
-    ``load_checkpoint_file``. (``LightningModule.load_from_checkpoint`` bypasses plugins and calls ``torch.load``;
-    use ``load_checkpoint_file(path)["state_dict"]`` instead.)
-    """
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
-        if storage_options is not None:
-            raise TypeError(f"{type(self).__name__} takes no storage_options, got {storage_options!r}")
-        save_checkpoint_file(checkpoint, path)
-
-    def load_checkpoint(
-        self, path: str | Path, map_location: str | torch.device | int | None = None, weights_only: bool | None = None
-    ) -> dict[str, Any]:
-        # weights_only is a torch.load option; nothing here can run code, so every load is "weights only".
-        return load_checkpoint_file(path, map_location=map_location)
-
-    def remove_checkpoint(self, path: str | Path) -> None:
-        Path(path).unlink(missing_ok=True)
 
 
 def _encode(value: Any, where: str, tensors: dict[str, torch.Tensor], seen_storages: set, ancestors: set) -> Any:
@@ -297,5 +282,5 @@ def _decode(node: Any, path: Path, read_tensor: Any) -> Any:
     raise ValueError(f"{path}: malformed checkpoint header: unexpected node {node!r:.200}")
 
 
-__all__ = ["FORMAT_KEY", "SafetensorsCheckpointIO", "TensorInfo", "load_checkpoint_file", "os_error_of_safetensors",
-           "read_checkpoint_skeleton", "save_checkpoint_file"]  # fmt: skip
+__all__ = ["FORMAT_KEY", "STEP_CHECKPOINT", "TensorInfo", "load_checkpoint_file", "os_error_of_safetensors",
+           "read_checkpoint_skeleton", "save_checkpoint_file", "step_checkpoints"]  # fmt: skip

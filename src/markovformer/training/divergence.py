@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from markovformer.training.step_checkpoints import step_checkpoints
+from markovformer.training.checkpoint import step_checkpoints
 from markovformer.training.trainer_config import TrainingDiverged
 
 

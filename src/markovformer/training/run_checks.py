@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from markovformer.strict_json import parse_json
-from markovformer.training.checkpoint import TensorInfo, read_checkpoint_skeleton
+from markovformer.training.checkpoint import TensorInfo, read_checkpoint_skeleton, step_checkpoints
 from markovformer.training.fingerprint import CHECKPOINT_KEY, SETTINGS_KEY
 from markovformer.training.run_config import (
     ConfigError,
@@ -19,7 +19,6 @@ from markovformer.training.run_config import (
     plain_values,
     resolve_run_config,
 )
-from markovformer.training.step_checkpoints import step_checkpoints
 from markovformer.training.trainer_config import check_decay, shown
 
 # What `--resume RUN key=value` may change: how long the run goes on and how it is watched, never what it computes;

@@ -22,7 +22,8 @@ from torch.utils.data import DataLoader
 from markovformer.data.bundle import DataBundle
 from markovformer.models.config_base import suggest
 from markovformer.training.build import build_data, build_model, build_run_task, check_run_outside_data
-from markovformer.training.checkpoint import SafetensorsCheckpointIO
+from markovformer.training.checkpoint import step_checkpoints
+from markovformer.training.checkpoint_io import SafetensorsCheckpointIO
 from markovformer.training.data_record import check_same_data
 from markovformer.training.divergence import DivergenceGuard
 from markovformer.training.environment import check_accelerator, check_nodes, check_precision, cluster_plugins
@@ -63,7 +64,6 @@ from markovformer.training.step_checkpoints import (
     ResumableEarlyStopping,
     RunFingerprint,
     StepCheckpoints,
-    step_checkpoints,
 )
 from markovformer.training.tasks import TASKS, Task
 from markovformer.training.termination import StopTogether, ignore_outside_sigterm

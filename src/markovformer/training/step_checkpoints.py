@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from weakref import proxy
 
@@ -25,15 +24,8 @@ import lightning as L
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from markovformer.training.checkpoint import STEP_CHECKPOINT, step_checkpoints
 from markovformer.training.fingerprint import CHECKPOINT_KEY, SETTINGS_KEY
-
-STEP_CHECKPOINT = re.compile(r"step-(\d+)\.ckpt")
-
-
-def step_checkpoints(folder: Path) -> list[Path]:
-    """The step checkpoints in ``folder``, oldest first."""
-    found = [(int(m.group(1)), p) for p in folder.glob("step-*.ckpt") if (m := STEP_CHECKPOINT.fullmatch(p.name))]
-    return [path for _, path in sorted(found)]
 
 
 class StepCheckpoints(ModelCheckpoint):
