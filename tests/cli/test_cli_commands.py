@@ -202,7 +202,7 @@ def test_eval_prints_what_always_guessing_the_most_frequent_label_would_score(ca
     import torch
 
     from markovformer.cli.main import print_per_class
-    from markovformer.training.tasks.classification import ClassificationMetrics
+    from markovformer.training.metrics import ClassificationMetrics
 
     labels = torch.tensor([label for label, count in enumerate(counts) for _ in range(count)])
     logits = torch.tensor([0.0, 1.0, 0.0]).repeat(len(labels), 1)

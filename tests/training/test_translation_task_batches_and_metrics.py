@@ -17,8 +17,8 @@ from markovformer.data.translation import (
 )
 from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 from markovformer.training.batches import EpochBatches
+from markovformer.training.metrics import TranslationMetrics
 from markovformer.training.tasks import build_task
-from markovformer.training.tasks.translation import TranslationMetrics
 
 
 def _pairs(lengths: list[int]) -> list[dict]:

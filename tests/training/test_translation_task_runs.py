@@ -22,10 +22,10 @@ from markovformer.data.translation import (
     translation_lengths,
 )
 from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
+from markovformer.training.metrics import TranslationMetrics
 from markovformer.training.run_config import ConfigError, resolve_run_config
 from markovformer.training.runner import evaluate, load_run, train
 from markovformer.training.tasks import build_task
-from markovformer.training.tasks.translation import TranslationMetrics
 
 
 def _config(tmp_path: Path, **trainer) -> dict:

@@ -24,10 +24,11 @@ from markovformer.data.synthetic.state_space import StickyHMMSource
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 from markovformer.training.batches import DocumentWindows, window_stride, windows_in_document
 from markovformer.training.checkpoint import load_checkpoint_file
+from markovformer.training.metrics import DocumentMetrics
 from markovformer.training.run_config import resolve_run_config
 from markovformer.training.runner import build_data, evaluate, train
 from markovformer.training.tasks import build_task
-from markovformer.training.tasks.vmt import DocumentMetrics, DocumentWalk, kl_weight
+from markovformer.training.tasks.vmt import DocumentWalk, kl_weight
 
 # --------------------------------------------------------------------------------------------- the stream
 

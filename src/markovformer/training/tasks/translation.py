@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.translation import (
-    PAD_TOKEN_ID,
     collate_translation,
-    corpus_bleu,
     decode_generated,
     load_translation_tokenizer,
     one_line,
@@ -21,70 +20,18 @@ from markovformer.data.translation import (
     translation_lengths,
 )
 from markovformer.models.generation import GenerationConfig
-from markovformer.training.batches import world
 from markovformer.training.tasks.base import (
     GenerationRequest,
-    LossMetric,
     Task,
     model_inputs,
-    perplexity,
     refuse_prompt_flags,
 )
 from markovformer.training.trainer_config import ConfigError
 
+if TYPE_CHECKING:  # the metrics are imported where scoring starts (``new_metrics``)
+    from markovformer.training.metrics import TranslationMetrics
+
 TRANSLATE_BATCH = 32  # sources decoded together by `generate --input`
-
-
-class TranslationMetrics(LossMetric):
-    """Token-weighted loss and perplexity; with translations added, corpus BLEU and the exact-match rate of the
-    detokenised hypotheses against the references: of every process's share, gathered (the loss's torchmetrics
-    state syncs itself; these lists of text are gathered in ``compute``, which every process calls)."""
-
-    PREDICTION_COLUMNS = ("source", "reference", "translation")  # BLEU on the columns is the BLEU reported
-
-    def __init__(self, tokenizer) -> None:
-        super().__init__()
-        if tokenizer is None:
-            raise ValueError("translation metrics need the run's tokenizer to detokenise for BLEU")
-        self.tokenizer = tokenizer
-        self.hypotheses: list[str] = []
-        self.references: list[str] = []
-
-    def update_translations(self, generated: Tensor, labels: Tensor, sources: Tensor) -> None:
-        """Add decoded translations (B, L), their references (the labels ``y <eos>``, -100 padded) and, with
-        ``keep_predictions``, rows with their sources (B, S) (``<pad>`` padded)."""
-        # on one line, as the predictions file and ``generate`` write them: BLEU on those lines is the BLEU reported
-        # (sacrebleu's 13a deletes a "-\n", which one_line makes "- ")
-        hypotheses = [one_line(text) for text in decode_generated(self.tokenizer, generated)]
-        references = [one_line(text) for text in decode_generated(self.tokenizer,
-                                                                   labels.masked_fill(labels == -100, PAD_TOKEN_ID))]
-        self.hypotheses += hypotheses
-        self.references += references
-        if self.keep_predictions:
-            self.predictions += zip(decode_generated(self.tokenizer, sources), references, hypotheses, strict=True)
-
-    def compute(self) -> dict[str, float]:
-        loss = float(self.loss.compute())
-        results = {"loss": loss, "perplexity": perplexity(loss)}
-        hypotheses, references = self.gathered()
-        if hypotheses:
-            results["bleu"] = corpus_bleu(hypotheses, references)
-            exact = sum(h == r for h, r in zip(hypotheses, references, strict=True))
-            results["exact_match"] = exact / len(references)
-        return results
-
-    def gathered(self) -> tuple[list[str], list[str]]:
-        """The hypotheses and references of every process (corpus BLEU sums n-gram counts: their order is moot)."""
-        _, size = world()
-        if size == 1:
-            return self.hypotheses, self.references
-        shares: list = [None] * size
-        torch.distributed.all_gather_object(shares, (self.hypotheses, self.references))
-        return [h for share in shares for h in share[0]], [r for share in shares for r in share[1]]
-
-    def reset(self) -> None:
-        super().reset()
-        self.hypotheses, self.references = [], []
 
 
 class Translation(Task):
@@ -124,6 +71,8 @@ class Translation(Task):
                               f"longer side, with <bos>/<eos>): take the long pairs out of the data")  # fmt: skip
 
     def new_metrics(self) -> TranslationMetrics:
+        from markovformer.training.metrics import TranslationMetrics  # deferred: see Task.new_metrics
+
         return TranslationMetrics(self.tokenizer)
 
     def scoring_settings(self, beam_size: int = 1) -> dict:

@@ -4,8 +4,8 @@ bounds on their log-likelihood."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -13,8 +13,11 @@ from torch import Tensor, nn
 from markovformer.data.bundle import DataBundle
 from markovformer.models.vmt.documents import walk_documents
 from markovformer.training.batches import DocumentWindows, window_stride, world
-from markovformer.training.tasks.base import LossMetric, Task, WeightedMean
+from markovformer.training.tasks.base import Task
 from markovformer.training.trainer_config import ConfigError, TrainerConfig, shown
+
+if TYPE_CHECKING:  # the metrics are imported where scoring starts (``new_metrics``)
+    from markovformer.training.metrics import DocumentMetrics
 
 IW_SAMPLES = 10  # K of the importance-weighted bound that VMT validation and evaluation report by default
 BOUNDS = ("elbo", "reconstruction", "kl")
@@ -28,34 +31,6 @@ def kl_weight(step: int, warmup_steps: int) -> float:
 def document_inputs(batch: dict) -> dict:
     """The observations of a batch of windows or documents: ``input_ids`` or ``input_features``, ``attention_mask``."""
     return {key: batch[key] for key in ("input_ids", "input_features", "attention_mask") if key in batch}
-
-
-class DocumentMetrics(LossMetric):
-    """Per token, in nats, weighted by the windows' real tokens: ``elbo``, ``reconstruction``, ``kl``, ``iw_bound``
-    (log-likelihood bounds, higher is better), ``loss`` = −ELBO and ``bits_per_token`` = loss / ln 2."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.bounds = nn.ModuleDict({name: WeightedMean() for name in (*BOUNDS, "iw_bound")})
-
-    def update(self, output, batch: dict) -> None:
-        raise ValueError("VMT metrics add whole documents' bounds: use update_documents")
-
-    def update_documents(self, elbo, bound=None) -> None:
-        """Add one batch of windows: ``elbo`` a ``VMTElbo``, ``bound`` a ``VMTBound`` of the same windows (or None)."""
-        tokens = elbo.num_tokens
-        for name in BOUNDS:
-            self.bounds[name].update(getattr(elbo, name).detach(), weight=tokens)
-        if bound is not None:
-            self.bounds["iw_bound"].update(bound.per_token.detach(), weight=tokens)
-
-    def compute(self) -> dict[str, float]:
-        elbo = float(self.bounds["elbo"].compute())
-        results = {"loss": -elbo, "bits_per_token": -elbo / math.log(2), "elbo": elbo}
-        for name in ("reconstruction", "kl", "iw_bound"):
-            if self.bounds[name].update_count:
-                results[name] = float(self.bounds[name].compute())
-        return results
 
 
 class DocumentWalk:
@@ -203,6 +178,8 @@ class VMT(Task):
             self.carry = carry[rank * lanes : (rank + 1) * lanes]
 
     def new_metrics(self) -> DocumentMetrics:
+        from markovformer.training.metrics import DocumentMetrics  # deferred: see Task.new_metrics
+
         return DocumentMetrics()
 
     def start_scoring(self) -> None:
