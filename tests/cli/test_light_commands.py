@@ -1,27 +1,34 @@
 """The commands that only read a trained run import what they use: Lightning is the training loop's and torchmetrics
-scoring's, so `generate` waits for neither."""
+scoring's, so `generate` waits for neither and `eval` for no Lightning."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 TRAINING_ONLY = ("lightning", "torchmetrics")
-# main() in a fresh interpreter, then its exit status and which of TRAINING_ONLY it had imported
-IMPORTED_BY = ("import sys\n"
+# main() on each command line in turn, in one fresh interpreter: after each, its exit status and which of
+# TRAINING_ONLY had been imported by then
+IMPORTED_BY = ("import json, sys\n"
                "from markovformer.cli.main import main\n"
-               "status = main(sys.argv[1:])\n"
-               f"print(status, sorted(name for name in {TRAINING_ONLY!r} if name in sys.modules))\n")  # fmt: skip
+               "for argv in json.loads(sys.argv[1]):\n"
+               "    status = main(argv)\n"
+               f"    loaded = sorted(name for name in {TRAINING_ONLY!r} if name in sys.modules)\n"
+               "    print('imported:', status, loaded)\n")  # fmt: skip
 
 
-def test_generate_imports_neither_lightning_nor_torchmetrics(main_cli, tmp_path, tiny_config):
+def test_reading_commands_import_neither_lightning_nor_more_than_they_score_with(main_cli, tmp_path, tiny_config):
     """`generate` of a language model spent ~3 s of a quiet 2-core CPU's 5 s of imports on what it never runs:
     Lightning (~1.3 s), through the checkpoint format's module, which also held the Lightning plug-in that writes it,
-    and torchmetrics (~1.9 s), through the task kinds' modules, which also held their validation metrics."""
+    and torchmetrics (~1.9 s), through the task kinds' modules, which also held their validation metrics. `eval`
+    needs torchmetrics but imported Lightning too, through the runner and its loaders' SIGTERM handling."""
     run = tmp_path / "run"
     done = main_cli("train", str(tiny_config), f"output_dir={run}", "trainer.max_steps=10", "trainer.eval_every=10")
     assert done.returncode == 0, done.stderr
-    argv = ["generate", str(run / "checkpoints" / "last.ckpt"), "--prompt", "1 2", "--max-new-tokens", "3"]
-    done = subprocess.run([sys.executable, "-c", IMPORTED_BY, *argv], capture_output=True, text=True)
+    commands = [["generate", str(run / "checkpoints" / "last.ckpt"), "--prompt", "1 2", "--max-new-tokens", "3"],
+                ["eval", str(run), "--split", "test"]]  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", IMPORTED_BY, json.dumps(commands)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == "0 []", done.stdout
+    imported = [line for line in done.stdout.splitlines() if line.startswith("imported: ")]
+    assert imported == ["imported: 0 []", "imported: 0 ['torchmetrics']"], done.stdout

@@ -11,7 +11,7 @@ import time
 import yaml
 from conftest import TINY_RUN
 
-from markovformer.training.termination import ignore_outside_sigterm
+from markovformer.training.worker_signals import ignore_outside_sigterm
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
 

@@ -284,10 +284,14 @@ def run_train(args: argparse.Namespace) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> None:
-    from markovformer.models.generation import MAX_BEAMS
-    from markovformer.training.run_config import parse_override  # deferred (see above)
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ValueError(f"--batch-size {args.batch_size} must be >= 1")
+    if args.iw_samples is not None and args.iw_samples < 0:
+        raise ValueError(f"--iw-samples {args.iw_samples} must be >= 0")
+    from markovformer.models.generation import MAX_BEAMS  # deferred (see above)
+    from markovformer.training.evaluation import evaluate  # scoring only: the runner's Lightning is not needed
+    from markovformer.training.run_config import parse_override
     from markovformer.training.run_dir import weights_described
-    from markovformer.training.runner import evaluate
 
     data = {}
     for text in args.data:
@@ -295,10 +299,6 @@ def run_eval(args: argparse.Namespace) -> None:
         data[".".join(path)] = value
     if not 1 <= args.beam_size <= MAX_BEAMS:
         raise ValueError(f"--beam-size {args.beam_size} must lie in [1, {MAX_BEAMS}]")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise ValueError(f"--batch-size {args.batch_size} must be >= 1")
-    if args.iw_samples is not None and args.iw_samples < 0:
-        raise ValueError(f"--iw-samples {args.iw_samples} must be >= 0")
     options = {} if args.iw_samples is None else {"iw_samples": args.iw_samples}
     results = evaluate(args.target, args.split, data, beam_size=args.beam_size, predictions=args.predictions,
                        batch_size=args.batch_size, task_options=options)  # fmt: skip

@@ -24,8 +24,8 @@ from markovformer.training.run_config import task_options as task_options_of
 from markovformer.training.run_dir import check_same_tokenizer, load_trained_run
 from markovformer.training.run_report import continuous_source, document_log_likelihood
 from markovformer.training.tasks import TASKS, Translation
-from markovformer.training.termination import ignore_outside_sigterm
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
+from markovformer.training.worker_signals import ignore_outside_sigterm
 
 
 def scoring_loader(examples, collate, tc: TrainerConfig) -> DataLoader:

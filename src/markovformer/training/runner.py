@@ -66,7 +66,7 @@ from markovformer.training.step_checkpoints import (
     StepCheckpoints,
 )
 from markovformer.training.tasks import TASKS, Task
-from markovformer.training.termination import StopTogether, ignore_outside_sigterm
+from markovformer.training.termination import StopTogether
 from markovformer.training.trainer_config import (
     LOGGERS,
     MAX_DEFAULT_THREADS,
@@ -75,6 +75,7 @@ from markovformer.training.trainer_config import (
     TrainerConfig,
     check_warmup,
 )
+from markovformer.training.worker_signals import ignore_outside_sigterm
 
 # The environment variables Lightning sets for a run: seed_everything's (for the processes a run starts), and cuBLAS's
 # workspace, which a deterministic run fixes.

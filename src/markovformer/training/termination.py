@@ -13,41 +13,17 @@ after that step and write its checkpoint), the end of training (a signal during 
 and the end of a ``validate``. A signal during a validation is thus acted on once it is over, where a single process
 stops inside it; either way the run exits 143 with its one line.
 
-A SIGTERM sent to the whole process group (``kill -- -PGID``, a scheduler stopping a job's every process) reaches
-the data loaders' worker processes too, which PyTorch lets it kill at once: the run then failed on its dead worker
-with a traceback and exit status 1 before it could stop after its step. ``ignore_outside_sigterm`` (every loader's
-``worker_init_fn``) leaves such a signal to the main process, which stops the run and ends its workers; a SIGTERM
-from the main process itself (how it ends a worker that outlived its loader) still ends the worker at once.
+A SIGTERM sent to the whole process group reaches the data loaders' workers too: ``training.worker_signals``.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import threading
 
 import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-
-def ignore_outside_sigterm(worker_id: int) -> None:
-    """A data loader worker's ``worker_init_fn``: a SIGTERM from any process but the worker's parent is ignored (the
-    parent, signalled with it, stops the run and ends its workers); one from the parent ends the worker at once, as
-    PyTorch's own handler does. The signal is blocked and taken by a thread of the worker, which reads its sender;
-    where the platform cannot read it (no ``sigwaitinfo``), PyTorch's handling stands."""
-    if not hasattr(signal, "sigwaitinfo"):
-        return
-    parent = os.getppid()
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the worker's threads start after this: all block it
-
-    def take() -> None:
-        while True:
-            if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
-                os._exit(0)
-
-    threading.Thread(target=take, name="sigterm", daemon=True).start()
 
 
 class StopTogether(L.Callback):
