@@ -1,5 +1,5 @@
 """The commands that only read a trained run import what they use: Lightning is the training loop's and torchmetrics
-scoring's, so `generate` waits for neither and `eval` for no Lightning."""
+scoring's, so `generate` and `inspect` wait for neither and `eval` for no Lightning."""
 
 from __future__ import annotations
 
@@ -22,13 +22,15 @@ def test_reading_commands_import_neither_lightning_nor_more_than_they_score_with
     """`generate` of a language model spent ~3 s of a quiet 2-core CPU's 5 s of imports on what it never runs:
     Lightning (~1.3 s), through the checkpoint format's module, which also held the Lightning plug-in that writes it,
     and torchmetrics (~1.9 s), through the task kinds' modules, which also held their validation metrics. `eval`
-    needs torchmetrics but imported Lightning too, through the runner and its loaders' SIGTERM handling."""
+    needs torchmetrics but imported Lightning too, through the runner and its loaders' SIGTERM handling; `inspect`
+    imported Lightning to read the run's metrics.csv, through the module of the Lightning logger that writes it."""
     run = tmp_path / "run"
     done = main_cli("train", str(tiny_config), f"output_dir={run}", "trainer.max_steps=10", "trainer.eval_every=10")
     assert done.returncode == 0, done.stderr
     commands = [["generate", str(run / "checkpoints" / "last.ckpt"), "--prompt", "1 2", "--max-new-tokens", "3"],
+                ["inspect", str(run), "--out", str(tmp_path / "report")],
                 ["eval", str(run), "--split", "test"]]  # fmt: skip
     done = subprocess.run([sys.executable, "-c", IMPORTED_BY, json.dumps(commands)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     imported = [line for line in done.stdout.splitlines() if line.startswith("imported: ")]
-    assert imported == ["imported: 0 []", "imported: 0 ['torchmetrics']"], done.stdout
+    assert imported == ["imported: 0 []", "imported: 0 []", "imported: 0 ['torchmetrics']"], done.stdout

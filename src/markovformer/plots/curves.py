@@ -16,6 +16,7 @@ from pathlib import Path
 from matplotlib.ticker import MaxNLocator
 
 from markovformer.plots.saving import new_figure, save_figure
+from markovformer.training.log_rows import read_log_rows
 
 _INDEX_COLUMNS = ("step", "epoch")
 _SPLITS = ("train/", "val/", "validation/", "test/")
@@ -38,8 +39,6 @@ def read_metric_series(metrics_csv: Path) -> dict[str, tuple[list[int], list[flo
     non-finite values (nan, inf: a diverged run) are kept, for the plot to show them; columns left empty are
     dropped. Raises ValueError naming the file when it has no ``step`` column or no metric value at all.
     """
-    from markovformer.training.metrics_log import read_log_rows  # deferred: its module loads Lightning
-
     metrics_csv = Path(metrics_csv)
     if not metrics_csv.is_file():
         raise FileNotFoundError(f"{metrics_csv}: no such metrics file")

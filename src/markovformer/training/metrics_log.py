@@ -25,18 +25,7 @@ from lightning.pytorch.loggers.logger import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
 from markovformer.atomic import atomic_write, write_point
-
-
-def read_log_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """(columns, rows) of a metrics log; a last line without its newline (a write cut short) is left out."""
-    if not path.is_file():
-        return [], []
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if text and not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]
-    reader = csv.DictReader(io.StringIO(text))
-    rows = [row for row in reader if row.get("step")]
-    return list(reader.fieldnames or []), rows
+from markovformer.training.log_rows import read_log_rows
 
 
 def _row_step(row: dict[str, str]) -> int:
