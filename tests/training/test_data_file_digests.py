@@ -145,9 +145,9 @@ def test_every_option_a_source_resolves_as_a_file_is_a_file_option():
 def test_a_file_of_many_hash_chunks_is_hashed_whole_and_a_change_to_its_last_byte_is_refused(tmp_path, monkeypatch):
     """Data files are hashed a chunk at a time (GBs): with 7-byte chunks this 8.7 kB text is 1242 of them, the last
     one partial; the digest is the whole file's, so a change to the last byte alone is refused on resume."""
-    from markovformer.training import data_record
+    from markovformer import file_digest
 
-    monkeypatch.setattr(data_record, "HASH_CHUNK_BYTES", 7)
+    monkeypatch.setattr(file_digest, "HASH_CHUNK_BYTES", 7)
     text = "".join(f"line {i} of the notes, words and more words\n" for i in range(200))
     notes = tmp_path / "notes.txt"
     notes.write_text(text)

@@ -44,9 +44,9 @@ _FRACTIONS = (0.98, 0.01, 0.01)
 def cached_corpus(source: Path, cache: Path, size_mb: float) -> Path:
     """``build_corpus`` of ``source`` in the folder ``cache``, named by the source's bytes and the size: a cache
     shared by runs of other sources never hands back another source's corpus."""
-    from markovformer.training.fingerprint import file_digest
+    from markovformer.file_digest import file_sha256
 
-    return build_corpus(source, cache / f"corpus_{file_digest(source)[:16]}_{size_mb:g}MB.txt", size_mb)
+    return build_corpus(source, cache / f"corpus_{file_sha256(source)[:16]}_{size_mb:g}MB.txt", size_mb)
 
 
 def build_corpus(source: Path, target: Path, size_mb: float) -> Path:

@@ -25,6 +25,7 @@ from typing import Any
 
 from markovformer.atomic import atomic_write_text
 from markovformer.experiments.fitting import PARTIAL, checkpoints_for_cell
+from markovformer.file_digest import file_sha256
 from markovformer.layers.registry import kind_revisions
 from markovformer.strict_json import parse_json, strict_dumps, strict_json
 from markovformer.training.durations import format_duration
@@ -112,7 +113,7 @@ def thread_counts(cells: Sequence[dict]) -> str:
 def file_digest(path: str | Path) -> str:
     """The first 10 hex digits of a data file's SHA-256: what a cell trained on the file adds to its ``depends_on``
     (its path left out, so that the data may move), so that a changed or re-prepared file recomputes the cell."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:10]
+    return file_sha256(path)[:10]
 
 
 def cell_settings(settings: Any, left_out: Sequence[str]) -> dict:

@@ -23,6 +23,7 @@ from markovformer.data.readers.tokenizer import (
     special_ids,
     with_special_ids,
 )
+from markovformer.file_digest import file_sha256
 
 
 def to_transformers(tokenizer: CharTokenizer | BPETokenizer) -> PreTrainedTokenizerFast:
@@ -42,13 +43,13 @@ def export_tokenizer(tokenizer: CharTokenizer | BPETokenizer | str | Path, model
     is brought up to date with the edited file (else the run would refuse its own ``model/``). The fingerprint is
     written first, for the file as it will be: a kill before ``config.json`` is written leaves them disagreeing,
     and exporting again writes that file and so mends the pair."""
-    from markovformer.training.fingerprint import FINGERPRINT_FILE, file_digest
+    from markovformer.training.fingerprint import FINGERPRINT_FILE
 
     directory = Path(model_directory)
     tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
     record_path, config_path = directory / FINGERPRINT_FILE, directory / "config.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else None
-    if record is not None and config_path.is_file() and record.get("config_sha256") == file_digest(config_path):
+    if record is not None and config_path.is_file() and record.get("config_sha256") == file_sha256(config_path):
         edited = with_special_ids(config_path, special_ids(tokenizer))
         if edited is not None:
             digest = hashlib.sha256(edited.encode()).hexdigest()

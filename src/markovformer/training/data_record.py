@@ -4,7 +4,6 @@ rebuilds."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -13,12 +12,12 @@ import numpy as np
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.token_store import READABLE_FORMATS, TokenStore
+from markovformer.file_digest import file_sha256
 from markovformer.strict_json import parse_json, strict_dumps
 from markovformer.training.trainer_config import ConfigError
 
 DATA_RECORD = "data.json"
 FILE_DIGESTS = "file_sha256"  # data.json's record of the data files' contents: {resolved path: sha256}
-HASH_CHUNK_BYTES = 1 << 20  # data files may be GBs: hashed a chunk at a time
 
 
 def data_record(bundle: DataBundle) -> dict:
@@ -31,15 +30,8 @@ def data_record(bundle: DataBundle) -> dict:
 
 
 def file_digests(files: list[Path]) -> dict[str, str]:
-    """``{path: sha256 hex}`` of ``files``, each read in chunks of ``HASH_CHUNK_BYTES``."""
-    digests = {}
-    for file in files:
-        digest, chunk = hashlib.sha256(), bytearray(HASH_CHUNK_BYTES)
-        with open(file, "rb") as handle:
-            while read := handle.readinto(chunk):
-                digest.update(memoryview(chunk)[:read])
-        digests[str(file)] = digest.hexdigest()
-    return digests
+    """``{path: sha256 hex}`` of ``files``."""
+    return {str(file): file_sha256(file) for file in files}
 
 
 def changed_data_files(run_dir: Path, bundle: DataBundle) -> dict[str, tuple[str, str]]:

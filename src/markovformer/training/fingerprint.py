@@ -18,20 +18,13 @@ import json
 from pathlib import Path
 
 from markovformer.atomic import atomic_write_text
+from markovformer.file_digest import file_sha256
 from markovformer.strict_json import parse_json
 from markovformer.training.run_config import ConfigError, RunConfig
 
 CHECKPOINT_KEY = "run_fingerprint"
 SETTINGS_KEY = "run_settings"  # checkpoints also record the settings they were trained with (run_checks)
 FINGERPRINT_FILE = "fingerprint.json"
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def run_fingerprint(config: RunConfig, run_dir: Path) -> str:
@@ -44,7 +37,7 @@ def run_fingerprint(config: RunConfig, run_dir: Path) -> str:
         "model": config.model,
         "data": config.data,
         "seed": config.trainer.seed,
-        "tokenizer": {path.name: file_digest(path) for path in files if path.is_file()},
+        "tokenizer": {path.name: file_sha256(path) for path in files if path.is_file()},
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -54,7 +47,7 @@ MODEL_FILES = {"weights_sha256": "model.safetensors", "config_sha256": "config.j
 
 
 def write_model_fingerprint(model_dir: Path, fingerprint: str) -> None:
-    record = {"run": fingerprint, **{key: file_digest(model_dir / name) for key, name in MODEL_FILES.items()}}
+    record = {"run": fingerprint, **{key: file_sha256(model_dir / name) for key, name in MODEL_FILES.items()}}
     atomic_write_text(model_dir / FINGERPRINT_FILE, json.dumps(record, indent=2) + "\n")
 
 
@@ -80,7 +73,7 @@ def check_model_fingerprint(model_dir: Path, fingerprint: str, required: bool = 
                           f"tokenizer differ from this run's config.yaml and tokenizer/)")  # fmt: skip
     for key, digest in digests.items():
         file = model_dir / MODEL_FILES[key]
-        if not file.is_file() or digest != file_digest(file):
+        if not file.is_file() or digest != file_sha256(file):
             raise ConfigError(f"{file} does not match the run's model: the file is not the one this run saved "
                               f"(it is missing or its SHA-256 differs from {path})")  # fmt: skip
 
@@ -92,5 +85,5 @@ def check_checkpoint_fingerprint(checkpoint: dict, fingerprint: str, path: Path)
                           f"tokenizer differ from this run's)")  # fmt: skip
 
 
-__all__ = ["CHECKPOINT_KEY", "MODEL_FILES", "check_checkpoint_fingerprint", "check_model_fingerprint", "file_digest",
+__all__ = ["CHECKPOINT_KEY", "MODEL_FILES", "check_checkpoint_fingerprint", "check_model_fingerprint",
            "run_fingerprint", "write_model_fingerprint"]  # fmt: skip
