@@ -105,3 +105,19 @@ def test_a_run_trains_on_the_cpu_whatever_default_device_the_caller_set(tmp_path
     finally:
         torch.set_default_device(None)
     assert trained["val"]["loss"] == expected
+
+
+def test_a_run_leaves_no_default_device_mode_in_a_session_that_set_none(tmp_path, monkeypatch):
+    """Forcing the CPU with a global torch.set_default_device("cpu") installed torch's DeviceContext function mode,
+    in the run (every tensor factory call went through it, twice as slow) and, left installed, in the caller's
+    session after it. A session that set no default device runs, and is left, with no function mode."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    modes_in_run, fit = [], runner._fit_with_threads
+    record = lambda *args: modes_in_run.extend(_get_current_function_mode_stack()) or fit(*args)  # noqa: E731
+    monkeypatch.setattr(runner, "_fit_with_threads", record)
+    values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
+    values["trainer"].update({"max_steps": 1, "warmup_steps": 1, "eval_every": 1, "checkpoint_every": 1,
+                              "logger": "csv"})  # fmt: skip
+    runner.train(resolve_run_config({**values, "output_dir": str(tmp_path / "a")}))
+    assert modes_in_run == [] and _get_current_function_mode_stack() == []

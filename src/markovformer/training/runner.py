@@ -247,15 +247,19 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
     deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     benchmark = torch.backends.cudnn.benchmark
     variables = {name: os.environ.get(name) for name in RUN_VARIABLES}
-    default_dtype, default_device = torch.get_default_dtype(), torch.get_default_device()
+    default_dtype = torch.get_default_dtype()
     # (not Lightning's isolate_rng, which puts them back only when the run ends normally, not after a Ctrl-C)
     random_states = torch.get_rng_state(), np.random.get_state(), random.getstate()
     cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     torch.set_num_threads(training_threads(config.trainer))
     torch.set_default_dtype(torch.float32)
-    torch.set_default_device("cpu")
+    # a caller's default device is overridden for the run's thread only, and only where it is not the CPU: a global
+    # torch.set_default_device("cpu") installs a function mode that doubles the cost of every tensor factory call, in
+    # the run and, left installed, in the caller's session after it
+    on_cpu = torch.device("cpu") if torch.get_default_device().type != "cpu" else contextlib.nullcontext()
     try:
-        return _fit_with_threads(config, writer, resume, rewrite_config)
+        with on_cpu:
+            return _fit_with_threads(config, writer, resume, rewrite_config)
     finally:
         torch.set_rng_state(random_states[0])
         np.random.set_state(random_states[1])
@@ -264,7 +268,6 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
             torch.cuda.set_rng_state_all(cuda_states)
         torch.set_num_threads(previous)
         torch.set_default_dtype(default_dtype)
-        torch.set_default_device(default_device)
         torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
         torch.backends.cudnn.benchmark = benchmark
         for name, value in variables.items():
