@@ -11,7 +11,10 @@ import yaml
 from conftest import TINY_RUN
 
 from markovformer.training import runner
+from markovformer.training.evaluation import evaluate
+from markovformer.training.inspection import write_inspection_report
 from markovformer.training.run_config import resolve_run_config
+from markovformer.training.run_dir import load_run
 from markovformer.training.trainer_config import RunTerminated
 
 
@@ -77,9 +80,6 @@ def test_a_run_directory_and_init_from_given_as_paths_are_the_strings_they_name(
 def test_a_run_named_from_the_home_folder_is_read_as_train_wrote_it(tmp_path, monkeypatch):
     """train(output_dir='~/runs/a') expands '~', as a shell would; evaluate, resume and the report took '~/runs/a'
     literally ('~/runs/a: no such run directory or checkpoint'). Each now reads the run train wrote."""
-    from markovformer.training.evaluation import evaluate
-    from markovformer.training.inspection import write_inspection_report
-
     monkeypatch.setenv("HOME", str(tmp_path))
     values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
     values["trainer"].update({"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
@@ -93,18 +93,24 @@ def test_a_run_named_from_the_home_folder_is_read_as_train_wrote_it(tmp_path, mo
 def test_a_run_trains_on_the_cpu_whatever_default_device_the_caller_set(tmp_path):
     """A notebook's torch.set_default_device (here 'meta', as 'cuda' on a GPU machine) built the run's data and model
     there: the run failed in its first steps ('Tensor.item() cannot be called on meta tensors'). It trains as in a
-    fresh process, to the same loss, and the caller's default device is back after it."""
+    fresh process, to the same loss, a run is read and scored on the CPU as in a fresh process (eval, inspect,
+    load_run), and the caller's default device is back after them."""
     values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
     values["trainer"].update({"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
                               "logger": "csv"})  # fmt: skip
     expected = runner.train(resolve_run_config({**values, "output_dir": str(tmp_path / "a")}))["val"]["loss"]
+    scored = evaluate(tmp_path / "a")["metrics"]["loss"]
     torch.set_default_device("meta")
     try:
         trained = runner.train(resolve_run_config({**values, "output_dir": str(tmp_path / "b")}))
+        # reading a run too: under 'meta' its loading failed ('Cannot copy out of meta tensor')
+        rescored, model = evaluate(tmp_path / "a")["metrics"]["loss"], load_run(tmp_path / "a")[1]
+        write_inspection_report(tmp_path / "a")
         assert torch.get_default_device() == torch.device("meta")
     finally:
         torch.set_default_device(None)
-    assert trained["val"]["loss"] == expected
+    assert trained["val"]["loss"] == expected and rescored == scored
+    assert {parameter.device.type for parameter in model.parameters()} == {"cpu"}
 
 
 def test_a_run_leaves_no_default_device_mode_in_a_session_that_set_none(tmp_path, monkeypatch):

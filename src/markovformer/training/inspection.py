@@ -35,6 +35,7 @@ from markovformer.plots.markov import weight_scale
 from markovformer.training.build import build_data
 from markovformer.training.data_record import read_data_info
 from markovformer.training.durations import format_duration
+from markovformer.training.environment import built_on_the_cpu
 from markovformer.training.evaluation import recorded_data_files, warn_of_changed_files
 from markovformer.training.lag_profiles import example_prefix, lag_profiles, profile_caption
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
@@ -226,6 +227,7 @@ def bound_panels(config, reference: dict) -> tuple[dict[str, str], dict[str, dic
     return titles, {"elbo": line, "iw_bound": line}
 
 
+@built_on_the_cpu
 def write_inspection_report(target: str | Path, layers: list[int] | None = None, out_dir: str | Path | None = None):
     """Write the figures of a trained run and their page into ``out_dir`` (default RUN_DIR/report, and for one
     checkpoint file RUN_DIR/report-STEM, which leaves the run's own report as it is) and return its index.html. The

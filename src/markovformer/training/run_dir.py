@@ -40,7 +40,7 @@ from markovformer.strict_json import parse_json, strict_dumps
 from markovformer.training.build import build_model
 from markovformer.training.checkpoint import load_checkpoint_file, os_error_of_safetensors
 from markovformer.training.data_record import DATA_RECORD, data_record, read_data_info
-from markovformer.training.environment import environment_record
+from markovformer.training.environment import built_on_the_cpu, environment_record
 from markovformer.training.fingerprint import (
     check_checkpoint_fingerprint,
     check_model_fingerprint,
@@ -238,6 +238,7 @@ def run_of_checkpoint(checkpoint: Path) -> Path:
     return Path(os.path.normpath(checkpoint.parent / ".."))
 
 
+@built_on_the_cpu
 def load_trained_run(target: str | Path) -> LoadedRun:
     """A trained run's config and model, from a run directory (its final model/, else its newest checkpoint, as
     ``resume_point`` finds it) or from one checkpoint file inside a run's checkpoints/ folder, with which weights

@@ -26,7 +26,13 @@ from markovformer.training.checkpoint import step_checkpoints
 from markovformer.training.checkpoint_io import SafetensorsCheckpointIO
 from markovformer.training.data_record import check_same_data
 from markovformer.training.divergence import DivergenceGuard
-from markovformer.training.environment import check_accelerator, check_nodes, check_precision, cluster_plugins
+from markovformer.training.environment import (
+    built_on_the_cpu,
+    check_accelerator,
+    check_nodes,
+    check_precision,
+    cluster_plugins,
+)
 from markovformer.training.evaluation import evaluate, first_batch_metrics, scoring_loader
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
 from markovformer.training.init_from import initialise_from, tokenizer_source
@@ -239,10 +245,9 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
     ``seed_everything`` sets for the run: the global random states of torch (CUDA's too), numpy and Python. So are
     the variables ``RUN_VARIABLES`` (left set, a caller's own ``seed_everything()`` took the run's seed and its own
     Lightning loaders got Lightning's worker seeding). The run builds its data and model under torch's default dtype
-    float32 and default device CPU, as in a fresh process, whatever the caller's are (its precision,
-    ``trainer.precision``, casts from there, its accelerator, ``trainer.accelerator``, moves there; under a caller's
-    float64 default a 32-true run trained and saved float64 weights, other numbers; under a caller's
-    ``torch.set_default_device`` it failed in its first steps)."""
+    float32 and on the CPU (``built_on_the_cpu``), as in a fresh process, whatever the caller's default dtype and
+    device are (its precision, ``trainer.precision``, casts from there, its accelerator, ``trainer.accelerator``,
+    moves there; under a caller's float64 default a 32-true run trained and saved float64 weights, other numbers)."""
     previous = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     benchmark = torch.backends.cudnn.benchmark
@@ -253,13 +258,8 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
     cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     torch.set_num_threads(training_threads(config.trainer))
     torch.set_default_dtype(torch.float32)
-    # a caller's default device is overridden for the run's thread only, and only where it is not the CPU: a global
-    # torch.set_default_device("cpu") installs a function mode that doubles the cost of every tensor factory call, in
-    # the run and, left installed, in the caller's session after it
-    on_cpu = torch.device("cpu") if torch.get_default_device().type != "cpu" else contextlib.nullcontext()
     try:
-        with on_cpu:
-            return _fit_with_threads(config, writer, resume, rewrite_config)
+        return _fit_with_threads(config, writer, resume, rewrite_config)
     finally:
         torch.set_rng_state(random_states[0])
         np.random.set_state(random_states[1])
@@ -277,6 +277,7 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
                 os.environ[name] = value
 
 
+@built_on_the_cpu
 def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool) -> dict:
     """Build the data and model, then train (from the last checkpoint when ``resume``); the writer holds the lock
     and writes the run's files, the other processes of a multi-process run write nothing. A resume changes the
