@@ -148,3 +148,23 @@ def test_a_chain_out_of_range_is_refused_naming_the_setting_before_the_folder_is
     with pytest.raises(ValueError, match=re.escape(f"{experiment.NAME}.chains: {chain}: {why}")):
         experiment.run(tmp_path / "out", quick=True, seeds=None, overrides={"chains": [chain]}, log=lambda line: None)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_experiment_run_from_python_leaves_the_callers_random_states_as_it_found_them(tmp_path):
+    """Each cell seeds torch's global generator for itself (torch.manual_seed(seed)): after run_experiment returned,
+    a notebook's next torch.rand drew from the last cell's seed, not from the caller's. They are put back."""
+    import random
+
+    import numpy as np
+
+    from markovformer.experiments import run_experiment
+
+    def draws():
+        return torch.rand(3).tolist(), np.random.rand(3).tolist(), random.random()
+
+    torch.manual_seed(123), np.random.seed(123), random.seed(123)
+    expected = draws()
+    torch.manual_seed(123), np.random.seed(123), random.seed(123)
+    settings = {"chains": [[0.2, 0.3]], "optimizers": ["sgd"], "steps": 2, "eval_every": 2}
+    run_experiment("weight-tying", tmp_path, quick=True, overrides=settings, log=lambda line: None)
+    assert draws() == expected

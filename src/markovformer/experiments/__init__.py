@@ -87,9 +87,12 @@ def run_experiment(
         raise ValueError("--recompute forgets cells that --from-cells would read: use one or the other")
     if from_cells and not (Path(out_dir) / "cells").is_dir():
         raise ValueError(f"--from-cells: {out_dir} has no cells/ folder (run the experiment into it first)")
-    # the cells are forgotten when the experiment opens its folder: its settings checked, the folder claimed
+    from markovformer.training.isolation import random_states_kept  # (torch: not for `experiment list`)
+
+    # the cells are forgotten when the experiment opens its folder: its settings checked, the folder claimed; the
+    # cells seed the global random states for themselves, and the caller's are put back
     with stored_cells_only() if from_cells else nullcontext(), experiment_named(name), recompute_cells(
-            recompute) as pending:  # fmt: skip
+            recompute) as pending, random_states_kept():  # fmt: skip
         report = experiment.run(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {}, log=log)
     if not pending["done"]:  # an experiment that wrote its report without an ExperimentReport
         raise RuntimeError(f"experiment {name} did not open an ExperimentReport: --recompute {recompute} not done")

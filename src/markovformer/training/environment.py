@@ -1,9 +1,7 @@
-"""Where a run runs: the checks of its accelerator, precision and nodes, the device its tensors are built on, and
-what it records about where it ran, so that it can be reproduced."""
+"""What a run records about where it ran, so that it can be reproduced."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import platform
@@ -11,28 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
 CUDA_INDEX = "https://download.pytorch.org/whl/cu126"  # an example CUDA wheel index for the install hint
 GPU_ACCELERATORS = ("gpu", "cuda")
-
-
-def built_on_the_cpu(function):
-    """``function`` building its tensors on the CPU, whatever default device its caller set: the Python API's runs
-    (train, resume, evaluate, inspect, a run's loading) build their data and models there, as in a fresh process, and
-    move them to ``trainer.accelerator``'s device themselves. A caller's ``torch.set_default_device`` (a notebook's
-    'cuda') otherwise built them there: under 'meta', a run failed in its first steps and a run's loading failed
-    ('Cannot copy out of meta tensor'). Scoped to the call and only where the default is not the CPU: a global
-    ``torch.set_default_device("cpu")`` installs a function mode that doubles the cost of every tensor factory
-    call, and stays installed."""
-
-    @functools.wraps(function)
-    def on_the_cpu(*args, **kwargs):
-        cpu = torch.device("cpu") if torch.get_default_device().type != "cpu" else contextlib.nullcontext()
-        with cpu:
-            return function(*args, **kwargs)
-
-    return on_the_cpu
 
 
 def check_accelerator(accelerator: str) -> None:

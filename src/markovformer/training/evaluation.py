@@ -19,7 +19,7 @@ from markovformer.data.sources import DATA_SOURCES, run_fitted_options
 from markovformer.training.batches import RankShare
 from markovformer.training.build import build_data, build_run_task
 from markovformer.training.data_record import FILE_DIGESTS, changed_data_files, read_data_info, read_data_record
-from markovformer.training.environment import built_on_the_cpu
+from markovformer.training.isolation import built_on_the_cpu
 from markovformer.training.run_config import FILE_OPTIONS
 from markovformer.training.run_config import task_options as task_options_of
 from markovformer.training.run_dir import check_same_tokenizer, load_trained_run

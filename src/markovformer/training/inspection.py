@@ -35,8 +35,8 @@ from markovformer.plots.markov import weight_scale
 from markovformer.training.build import build_data
 from markovformer.training.data_record import read_data_info
 from markovformer.training.durations import format_duration
-from markovformer.training.environment import built_on_the_cpu
 from markovformer.training.evaluation import recorded_data_files, warn_of_changed_files
+from markovformer.training.isolation import built_on_the_cpu
 from markovformer.training.lag_profiles import example_prefix, lag_profiles, profile_caption
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.learned_positions import ReadPositions, position_figures

@@ -40,13 +40,14 @@ from markovformer.strict_json import parse_json, strict_dumps
 from markovformer.training.build import build_model
 from markovformer.training.checkpoint import load_checkpoint_file, os_error_of_safetensors
 from markovformer.training.data_record import DATA_RECORD, data_record, read_data_info
-from markovformer.training.environment import built_on_the_cpu, environment_record
+from markovformer.training.environment import environment_record
 from markovformer.training.fingerprint import (
     check_checkpoint_fingerprint,
     check_model_fingerprint,
     run_fingerprint,
     write_model_fingerprint,
 )
+from markovformer.training.isolation import built_on_the_cpu
 from markovformer.training.run_checks import check_tensors_match, resume_point
 from markovformer.training.run_config import RunConfig, load_yaml, plain_values, resolve_run_config, write_yaml
 from markovformer.training.run_lock import LOCK_FILE

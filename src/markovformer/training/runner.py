@@ -8,13 +8,11 @@ import dataclasses
 import importlib.util
 import json
 import os
-import random
 import signal
 import sys
 from pathlib import Path
 
 import lightning as L
-import numpy as np
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
@@ -26,16 +24,11 @@ from markovformer.training.checkpoint import step_checkpoints
 from markovformer.training.checkpoint_io import SafetensorsCheckpointIO
 from markovformer.training.data_record import check_same_data
 from markovformer.training.divergence import DivergenceGuard
-from markovformer.training.environment import (
-    built_on_the_cpu,
-    check_accelerator,
-    check_nodes,
-    check_precision,
-    cluster_plugins,
-)
+from markovformer.training.environment import check_accelerator, check_nodes, check_precision, cluster_plugins
 from markovformer.training.evaluation import evaluate, first_batch_metrics, scoring_loader
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
 from markovformer.training.init_from import initialise_from, tokenizer_source
+from markovformer.training.isolation import built_on_the_cpu, random_states_kept
 from markovformer.training.metrics_log import AppendingCSVLogger, RunTensorBoardLogger
 from markovformer.training.module import TrainingModule
 from markovformer.training.progress import PrintProgress, StepLearningRateMonitor
@@ -242,7 +235,7 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
     the run ends (an error, a Ctrl-C), as is torch's deterministic-algorithms setting, which Lightning sets to
     ``trainer.deterministic`` for the run (left on after a deterministic run, or off after a default one in a session
     that had turned it on) with cuDNN's benchmark flag (a deterministic run turns it off), and what
-    ``seed_everything`` sets for the run: the global random states of torch (CUDA's too), numpy and Python. So are
+    ``seed_everything`` sets for the run: the global random states (``random_states_kept``). So are
     the variables ``RUN_VARIABLES`` (left set, a caller's own ``seed_everything()`` took the run's seed and its own
     Lightning loaders got Lightning's worker seeding). The run builds its data and model under torch's default dtype
     float32 and on the CPU (``built_on_the_cpu``), as in a fresh process, whatever the caller's default dtype and
@@ -253,19 +246,12 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
     benchmark = torch.backends.cudnn.benchmark
     variables = {name: os.environ.get(name) for name in RUN_VARIABLES}
     default_dtype = torch.get_default_dtype()
-    # (not Lightning's isolate_rng, which puts them back only when the run ends normally, not after a Ctrl-C)
-    random_states = torch.get_rng_state(), np.random.get_state(), random.getstate()
-    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     torch.set_num_threads(training_threads(config.trainer))
     torch.set_default_dtype(torch.float32)
     try:
-        return _fit_with_threads(config, writer, resume, rewrite_config)
+        with random_states_kept():
+            return _fit_with_threads(config, writer, resume, rewrite_config)
     finally:
-        torch.set_rng_state(random_states[0])
-        np.random.set_state(random_states[1])
-        random.setstate(random_states[2])
-        if cuda_states is not None:
-            torch.cuda.set_rng_state_all(cuda_states)
         torch.set_num_threads(previous)
         torch.set_default_dtype(default_dtype)
         torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
