@@ -11,19 +11,24 @@ Lightning.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
 
 
 def ignore_outside_sigterm(worker_id: int) -> None:
-    """A data loader worker's ``worker_init_fn``: a SIGTERM from any process but the worker's parent is ignored (the
-    parent, signalled with it, stops the run and ends its workers); one from the parent ends the worker at once, as
-    PyTorch's own handler does. The signal is blocked and taken by a thread of the worker, which reads its sender;
-    where the platform cannot read it (no ``sigwaitinfo``), PyTorch's handling stands."""
+    """A data loader worker's ``worker_init_fn``: a SIGTERM from any process but the worker's parent (the process
+    that started it) is ignored (the parent, signalled with it, stops the run and ends its workers); one from the
+    parent ends the worker at once, as PyTorch's own handler does. The signal is blocked and taken by a thread of
+    the worker, which reads its sender; where the platform cannot read it (no ``sigwaitinfo``), PyTorch's handling
+    stands."""
     if not hasattr(signal, "sigwaitinfo"):
         return
-    parent = os.getppid()
+    # the process that started the worker: under forkserver its OS parent (getppid) is the fork server, which no
+    # run signals; multiprocessing records the process that asked for the worker
+    started_by = multiprocessing.parent_process()
+    parent = os.getppid() if started_by is None else started_by.pid
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the worker's threads start after this: all block it
 
     def take() -> None:
