@@ -13,6 +13,7 @@ from torch.utils.data import IterableDataset, Sampler
 
 from markovformer.data.bundle import example_lengths, examples_at
 from markovformer.data.collate import bucket_by_length
+from markovformer.training.worker_copy import Packed
 
 
 def worker_share() -> tuple[int, int]:
@@ -58,12 +59,19 @@ class StartAt:
 
 class StartedStream(IterableDataset):
     """A training stream whose ``start()`` is read when a worker starts: pickled for a worker, when the DataLoader
-    starts it, ``start`` (a lambda reading the trainer's step, which does not pickle) becomes the step it gives."""
+    starts it, ``start`` (a lambda reading the trainer's step, which does not pickle) becomes the step it gives, and
+    the rest (the examples' tensors) travels ``Packed``, packed once for all its workers."""
 
     start: Callable[[], int]
+    packed: Packed | None = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "start": StartAt(int(self.start()))}
+        if self.packed is None:
+            self.packed = Packed({key: value for key, value in self.__dict__.items() if key != "start"})
+        return {"start": StartAt(int(self.start())), "packed": self.packed}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state["packed"], start=state["start"])
 
 
 class EpochBatches(StartedStream):

@@ -26,6 +26,7 @@ from markovformer.training.run_dir import check_same_tokenizer, load_trained_run
 from markovformer.training.run_report import continuous_source, document_log_likelihood
 from markovformer.training.tasks import TASKS, Translation
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
+from markovformer.training.worker_copy import PackedSplit
 from markovformer.training.worker_signals import ignore_outside_sigterm
 
 
@@ -33,9 +34,10 @@ def scoring_loader(examples, collate, tc: TrainerConfig) -> DataLoader:
     """The batches of one scoring pass over a split (validation while training, ``eval`` after): in order,
     ``trainer.eval_batch_size`` examples each, loaded by ``trainer.num_workers`` workers; each process scores its own
     share of the split, every example exactly once (``RankShare``). Its own generator: a DataLoader draws its base
-    seed from the global RNG at every new iterator, which would shift the training's random stream."""
-    return DataLoader(examples, batch_size=tc.eval_batch_size, sampler=RankShare(len(examples)), collate_fn=collate,
-                      num_workers=tc.num_workers, generator=torch.Generator(),
+    seed from the global RNG at every new iterator, which would shift the training's random stream. A worker started
+    by pickling receives the examples ``PackedSplit``."""
+    return DataLoader(PackedSplit(examples), batch_size=tc.eval_batch_size, sampler=RankShare(len(examples)),
+                      collate_fn=collate, num_workers=tc.num_workers, generator=torch.Generator(),
                       worker_init_fn=ignore_outside_sigterm)  # fmt: skip
 
 
