@@ -10,6 +10,8 @@ from dataclasses import replace
 
 import pytest
 import torch
+import yaml
+from conftest import TINY_RUN
 from torch.utils.data import DataLoader
 
 from markovformer.data.collate import collate
@@ -100,3 +102,21 @@ def test_a_packed_value_unpickles_bit_for_bit_with_its_views_and_tied_parameters
     assert copy["rows"][0][0] == 42.0
     assert copy["tied"][0] is copy["tied"][1] and isinstance(copy["tied"][0], torch.nn.Parameter)
     assert copy["tied"][0].requires_grad
+
+
+def test_a_run_with_a_spawned_worker_prints_no_lightning_advice_on_persistent_workers(tmp_path, main_cli):
+    """Under spawn Lightning advised persistent_workers=True on stderr for each loader (two lines of a tiny run's
+    stderr): the endless training stream starts its workers once, and a validation pass's fresh workers are the
+    run's choice; the run prints its own lines only, and ends at the forked run's validation loss."""
+    values = {**TINY_RUN, "trainer": {**TINY_RUN["trainer"], "max_steps": 4, "warmup_steps": 1, "eval_every": 4,
+                                      "checkpoint_every": 4, "num_workers": 1}}  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(values))
+    previous = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method("spawn", force=True)
+    try:
+        done = main_cli("train", "run.yaml", "output_dir=run")
+    finally:
+        multiprocessing.set_start_method(previous, force=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "persistent_workers" not in done.stderr, done.stderr[-3000:]
+    assert "validation: loss 1.3008 " in done.stdout

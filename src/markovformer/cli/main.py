@@ -50,6 +50,8 @@ def quiet_frameworks() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     for message in (".*LeafSpec.*is deprecated", ".*does not have many workers.*", ".*Checkpoint directory.*exists",
                     ".*GPU available but not used.*", ".*TensorBoard.*", ".*tensorboardX.*",
+                    # under spawn: the training stream starts its workers once; a validation pass's are fresh
+                    ".*Consider setting `persistent_workers=True`.*",
                     # under DDP: the validation metrics sync their sums across processes themselves (torchmetrics)
                     ".*sync_dist=True.*when logging on epoch level in distributed setting.*"):  # fmt: skip
         warnings.filterwarnings("ignore", message=message)
