@@ -119,11 +119,13 @@ def test_a_run_leaves_no_default_device_mode_in_a_session_that_set_none(tmp_path
     session after it. A session that set no default device runs, and is left, with no function mode."""
     from torch.overrides import _get_current_function_mode_stack
 
-    modes_in_run, fit = [], runner._fit_with_threads
-    record = lambda *args: modes_in_run.extend(_get_current_function_mode_stack()) or fit(*args)  # noqa: E731
-    monkeypatch.setattr(runner, "_fit_with_threads", record)
+    # recorded as the run builds its model: inside built_on_the_cpu's scope (around _fit_with_threads, a recorder
+    # put in its place ran outside that scope and read [] whatever the run entered)
+    modes_in_run, build = [], runner.build_model
+    record = lambda *args: modes_in_run.append(_get_current_function_mode_stack()) or build(*args)  # noqa: E731
+    monkeypatch.setattr(runner, "build_model", record)
     values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
     values["trainer"].update({"max_steps": 1, "warmup_steps": 1, "eval_every": 1, "checkpoint_every": 1,
                               "logger": "csv"})  # fmt: skip
     runner.train(resolve_run_config({**values, "output_dir": str(tmp_path / "a")}))
-    assert modes_in_run == [] and _get_current_function_mode_stack() == []
+    assert modes_in_run == [[]] and _get_current_function_mode_stack() == []
