@@ -112,3 +112,22 @@ def test_resuming_a_run_stopped_before_its_config_was_written_says_to_start_it_a
     (tmp_path / "other").mkdir()
     line = one_line_error(main_cli("train", "--resume", "other"), "other: not a run directory (no config.yaml)")
     assert "stopped before" not in line
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]"], ids=["not-json", "a-list"])
+def test_an_experiments_finished_run_with_a_damaged_metrics_record_names_it(tmp_path, text):
+    """complete_run (each experiment cell's run) reads a finished run's metrics.json as inspect and eval do
+    (``read_final_metrics``): '{not json' was a JSONDecodeError naming no file, a list was handed back as the run's
+    results."""
+    from conftest import TINY_RUN
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import complete_run
+    from markovformer.training.trainer_config import ConfigError
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "finished.json").write_text(json.dumps({"steps": 4}))
+    (run / "metrics.json").write_text(text)
+    with pytest.raises(ConfigError, match=f"{run / 'metrics.json'}: not a run's metrics record"):
+        complete_run(resolve_run_config({**TINY_RUN, "output_dir": str(run)}))

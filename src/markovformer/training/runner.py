@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-import json
 import os
 import signal
 import sys
@@ -49,6 +48,7 @@ from markovformer.training.run_dir import (
     load_run,
     mark_unfinished,
     not_a_run_directory,
+    read_final_metrics,
     record_resume,
     remove_stale_files,
     write_final_files,
@@ -224,7 +224,7 @@ def complete_run(config: RunConfig) -> dict:
     read, a started one (killed at any point) resumed, and a new one trained. Experiments run their cells with it."""
     run_dir = Path(config.output_dir)
     if finished_steps(run_dir) is not None:
-        return json.loads((run_dir / "metrics.json").read_text())
+        return read_final_metrics(run_dir)
     if (run_dir / RESOLVED_CONFIG).is_file():
         return resume(run_dir)
     return train(config)
