@@ -6,7 +6,8 @@ import os
 import pytest
 
 from markovformer.training import metrics_log
-from markovformer.training.metrics_log import AppendingCSVLogger, read_log_rows
+from markovformer.training.log_rows import read_log_rows
+from markovformer.training.metrics_log import AppendingCSVLogger
 
 
 def test_a_row_that_a_full_disk_cuts_short_names_the_log(tmp_path, monkeypatch):

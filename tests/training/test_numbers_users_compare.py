@@ -295,7 +295,7 @@ def test_metrics_json_the_log_and_eval_hold_the_same_validation_numbers(tmp_path
     """metrics.json and logs/metrics.csv held the validation metrics as Lightning logs them, in float32, and eval
     its float64 ones: bits_per_token 3.964341163635254 in metrics.json, 3.9643411281614465 from eval --json, for
     the same weights on the same split. A table built from both now matches to the last digit."""
-    from markovformer.training.metrics_log import read_log_rows
+    from markovformer.training.log_rows import read_log_rows
     from markovformer.training.runner import evaluate
 
     config = copy.deepcopy(TINY_RUN) | {"output_dir": str(tmp_path / "run")}

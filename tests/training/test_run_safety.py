@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from markovformer.training.batches import DocumentWindows, EpochBatches
 from markovformer.training.checkpoint import load_checkpoint_file, save_checkpoint_file
-from markovformer.training.metrics_log import read_log_rows
+from markovformer.training.log_rows import read_log_rows
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
@@ -371,7 +371,7 @@ def test_a_sigterm_in_a_checkpoint_step_writes_that_steps_checkpoint_and_names_i
 def test_step_checkpoints_are_ordered_by_step_number_past_six_digits(tmp_path):
     """Names are step-{step:06d}: at step 1,000,000 they grow a digit, and a name order would put that file before
     step-999999 (pruning with `keep` would then delete the newest, and a diverged run would restart from the older)."""
-    from markovformer.training.step_checkpoints import step_checkpoints
+    from markovformer.training.checkpoint import step_checkpoints
 
     for name in ("step-1000000.ckpt", "step-999999.ckpt", "step-000100.ckpt", "step-010000.ckpt", "last.ckpt"):
         (tmp_path / name).write_bytes(b"")

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from conftest import TINY_RUN, run_in_process
 
-from markovformer.training.metrics_log import read_log_rows
+from markovformer.training.log_rows import read_log_rows
 
 
 def test_a_run_early_stopping_ends_says_so_at_the_step_the_patience_rule_gives(tmp_path):

@@ -159,4 +159,4 @@ class RunTensorBoardLogger(TensorBoardLogger):
             super().log_metrics(*self.steps.labelled(metrics, step))
 
 
-__all__ = ["AppendingCSVLogger", "RunTensorBoardLogger", "read_log_rows"]
+__all__ = ["AppendingCSVLogger", "RunTensorBoardLogger"]

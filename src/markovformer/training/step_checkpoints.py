@@ -225,4 +225,4 @@ class ResumableEarlyStopping(EarlyStopping):
         return folders[0], folders[0] / f"step-{self.best_step:06d}.ckpt"
 
 
-__all__ = ["LastValidation", "ResumableEarlyStopping", "RunFingerprint", "StepCheckpoints", "step_checkpoints"]
+__all__ = ["LastValidation", "ResumableEarlyStopping", "RunFingerprint", "StepCheckpoints"]
