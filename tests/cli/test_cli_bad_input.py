@@ -4,7 +4,7 @@ empty, not UTF-8, unknown keys, wrong types), a data file, a run or checkpoint, 
 import shutil
 
 import pytest
-from one_line_errors import assert_one_line_error
+from conftest import one_line_error
 
 
 @pytest.fixture(scope="module")
@@ -24,33 +24,33 @@ def trained_run(tmp_path_factory):
 def test_malformed_yaml(tmp_path, main_cli):
     path = tmp_path / "bad.yaml"
     path.write_text("task: causal_lm\nmodel: [d_model: 4\n")
-    assert_one_line_error(main_cli("train", str(path)), "bad.yaml", "malformed YAML")
+    one_line_error(main_cli("train", str(path)), "bad.yaml", "malformed YAML")
 
 
 def test_empty_config_file(tmp_path, main_cli):
     path = tmp_path / "empty.yaml"
     path.write_text("")
-    assert_one_line_error(main_cli("train", str(path)), "empty")
+    one_line_error(main_cli("train", str(path)), "empty")
 
 
 def test_a_config_file_that_is_not_utf8_is_named(tmp_path, main_cli):
     path = tmp_path / "latin1.yaml"
     path.write_bytes("task: caus\xe9al_lm\n".encode("latin-1"))  # was the codec's message without the file
-    assert_one_line_error(main_cli("train", str(path)), f"{path}: not a UTF-8 text file")
+    one_line_error(main_cli("train", str(path)), f"{path}: not a UTF-8 text file")
 
 
 def test_unknown_keys_get_a_suggestion(main_cli):
-    assert_one_line_error(main_cli("train", "trainer.max_stepz=3"), "trainer.max_stepz", "max_steps")
-    assert_one_line_error(main_cli("train", "model.max_ordr=3"), "max_ordr", "max_order")
-    assert_one_line_error(main_cli("train", "data.num_symbol=3"), "data.num_symbol", "num_symbols")
-    assert_one_line_error(main_cli("train", "tsk=causal_lm"), "tsk", "task")
+    one_line_error(main_cli("train", "trainer.max_stepz=3"), "trainer.max_stepz", "max_steps")
+    one_line_error(main_cli("train", "model.max_ordr=3"), "max_ordr", "max_order")
+    one_line_error(main_cli("train", "data.num_symbol=3"), "data.num_symbol", "num_symbols")
+    one_line_error(main_cli("train", "tsk=causal_lm"), "tsk", "task")
 
 
 def test_wrong_types_and_values(main_cli):
-    assert_one_line_error(main_cli("train", "trainer.max_steps=abc"), "trainer.max_steps", "int")
-    assert_one_line_error(main_cli("train", "model.attention=quantum"), "attention", "quantum")
-    assert_one_line_error(main_cli("train", "model.d_model=30", "model.n_heads=4"), "d_model", "n_heads")
-    assert_one_line_error(main_cli("train", "task=ctc"), "markov_chain", "ctc")
+    one_line_error(main_cli("train", "trainer.max_steps=abc"), "trainer.max_steps", "int")
+    one_line_error(main_cli("train", "model.attention=quantum"), "attention", "quantum")
+    one_line_error(main_cli("train", "model.d_model=30", "model.n_heads=4"), "d_model", "n_heads")
+    one_line_error(main_cli("train", "task=ctc"), "markov_chain", "ctc")
 
 
 def test_fasta_letter_outside_the_vocabulary(tmp_path, main_cli):
@@ -58,7 +58,7 @@ def test_fasta_letter_outside_the_vocabulary(tmp_path, main_cli):
     (tmp_path / "labels.tsv").write_text("a\t0\nb\t1\n")
     done = main_cli("train", "task=sequence_classification", "data={source: fasta}",
                     f"data.path={tmp_path / 'seqs.fa'}", f"data.labels={tmp_path / 'labels.tsv'}")  # fmt: skip
-    assert_one_line_error(done, "'b'", "'X'")
+    one_line_error(done, "'b'", "'X'")
 
 
 def test_csv_with_nan_and_without_the_label_column(tmp_path, main_cli):
@@ -70,22 +70,22 @@ def test_csv_with_nan_and_without_the_label_column(tmp_path, main_cli):
         "data={source: csv_series, window: 4}",
         f"data.path={tmp_path / 'series.csv'}",
     ]
-    assert_one_line_error(main_cli("train", *common), "line 8", "'y'")
-    assert_one_line_error(main_cli("train", *common, "data.label_column=target"), "target")
+    one_line_error(main_cli("train", *common), "line 8", "'y'")
+    one_line_error(main_cli("train", *common, "data.label_column=target"), "target")
 
 
 def test_empty_text_file(tmp_path, main_cli):
     (tmp_path / "empty.txt").write_text("")
-    assert_one_line_error(main_cli("train", "data={source: text}", f"data.path={tmp_path / 'empty.txt'}"),
+    one_line_error(main_cli("train", "data={source: text}", f"data.path={tmp_path / 'empty.txt'}"),
                           "empty.txt")
 
 
 def test_missing_data_file(tmp_path, main_cli):
-    assert_one_line_error(main_cli("train", "data={source: text}", f"data.path={tmp_path / 'nope.txt'}"), "nope.txt")
+    one_line_error(main_cli("train", "data={source: text}", f"data.path={tmp_path / 'nope.txt'}"), "nope.txt")
 
 
 def test_token_id_outside_the_vocabulary(trained_run, main_cli):
-    assert_one_line_error(main_cli("generate", str(trained_run), "--prompt", "1 2 99"), "99", "vocabulary")
+    one_line_error(main_cli("generate", str(trained_run), "--prompt", "1 2 99"), "99", "vocabulary")
 
 
 def test_checkpoint_from_another_model(trained_run, tmp_path, main_cli):
@@ -99,28 +99,28 @@ def test_checkpoint_from_another_model(trained_run, tmp_path, main_cli):
     foreign = trained_run / "checkpoints" / "foreign.ckpt"
     shutil.copy(tmp_path / "other" / "checkpoints" / "last.ckpt", foreign)
     try:
-        assert_one_line_error(main_cli("eval", str(foreign)), "foreign.ckpt", "does not match")
+        one_line_error(main_cli("eval", str(foreign)), "foreign.ckpt", "does not match")
     finally:
         foreign.unlink()
 
 
 def test_not_a_run_directory(tmp_path, main_cli, trained_run):
-    assert_one_line_error(main_cli("eval", str(tmp_path)), "not a run directory")
+    one_line_error(main_cli("eval", str(tmp_path)), "not a run directory")
     # a run's model/ (a Hugging Face model directory) or checkpoints/: the error names the run around it
     for command in (["eval", str(trained_run / "model")], ["generate", str(trained_run / "model"), "--prompt", "a"],
                     ["train", "--resume", str(trained_run / "checkpoints")]):  # fmt: skip
-        assert_one_line_error(main_cli(*command), f"it is inside the run {trained_run}: give that")
+        one_line_error(main_cli(*command), f"it is inside the run {trained_run}: give that")
 
 
 def test_model_field_of_the_wrong_type(main_cli):
-    assert_one_line_error(main_cli("train", 'model.dropout="0.1"'), "model.dropout", "float")
+    one_line_error(main_cli("train", 'model.dropout="0.1"'), "model.dropout", "float")
 
 
 def test_data_task_must_agree_with_the_run_task(tmp_path, main_cli):
     rows = ["x,label"] + [f"{i},{i % 2}" for i in range(40)]
     (tmp_path / "series.csv").write_text("\n".join(rows) + "\n")
     data = f"data={{source: csv_series, window: 4, path: {tmp_path / 'series.csv'}, task: sequence_classification}}"
-    assert_one_line_error(main_cli("train", "task=token_classification", data), "data.task", "token_classification")
+    one_line_error(main_cli("train", "task=token_classification", data), "data.task", "token_classification")
 
 
 def test_eval_on_a_file_whose_classes_differ_is_refused_naming_both(tmp_path, main_cli):
@@ -136,7 +136,7 @@ def test_eval_on_a_file_whose_classes_differ_is_refused_naming_both(tmp_path, ma
                        "trainer.eval_every=2", "trainer.batch_size=4", "trainer.warmup_steps=1")  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-2000:]
     refused = main_cli("eval", str(tmp_path / "run"), "--data", f"path={tmp_path / 'other.csv'}")
-    assert_one_line_error(refused, "['flat', 'up', 'zzz'] are not the run's ['down', 'flat', 'up']")
+    one_line_error(refused, "['flat', 'up', 'zzz'] are not the run's ['down', 'flat', 'up']")
     assert main_cli("eval", str(tmp_path / "run"), "--data", f"path={tmp_path / 'run.csv'}").returncode == 0
 
 
@@ -144,7 +144,7 @@ def test_eval_on_a_file_whose_classes_differ_is_refused_naming_both(tmp_path, ma
 def test_eval_refuses_a_beam_size_below_one_before_reading_the_run(tmp_path, main_cli, beam):
     """--beam-size lies in [1, MAX_BEAMS]: a smaller one is refused by name (checked before the run is read, so a
     missing run is not what the error names)."""
-    assert_one_line_error(main_cli("eval", str(tmp_path / "no_run"), "--beam-size", beam),
+    one_line_error(main_cli("eval", str(tmp_path / "no_run"), "--beam-size", beam),
                           f"--beam-size {beam} must lie in [1,")
 
 

@@ -5,16 +5,16 @@ its most-frequent-label bar, inspect's --layers help."""
 import json
 
 import pytest
-from one_line_errors import assert_one_line_error
+from conftest import one_line_error
 
 
 def test_experiment_list_and_unknown_name(main_cli):
     listed = main_cli("experiment", "list")
     assert listed.returncode == 0 and "weight-tying" in listed.stdout and "landscape" in listed.stdout
-    assert_one_line_error(main_cli("experiment", "wieght-tying"), "did you mean 'weight-tying'")
-    assert_one_line_error(main_cli("experiment", "landscape", "--set", "stps=5"), "landscape.stps",
+    one_line_error(main_cli("experiment", "wieght-tying"), "did you mean 'weight-tying'")
+    one_line_error(main_cli("experiment", "landscape", "--set", "stps=5"), "landscape.stps",
                           "did you mean 'steps'")
-    assert_one_line_error(main_cli("experiment", "landscape", "--set", "steps=many"), "landscape.steps")
+    one_line_error(main_cli("experiment", "landscape", "--set", "steps=many"), "landscape.steps")
 
 
 def test_experiment_list_and_a_mistyped_name_import_no_training_machinery():
@@ -69,7 +69,7 @@ def test_experiment_runs_with_settings_and_reuses_cells(tmp_path, main_cli):
     assert "done earlier" in again.stdout
     changed = main_cli(*args[:-2], "steps=200", args[-1])
     assert "stored under other settings" in changed.stdout
-    assert_one_line_error(main_cli(*args, "--recompute", "nope*"), "'nope*' matches no cell")
+    one_line_error(main_cli(*args, "--recompute", "nope*"), "'nope*' matches no cell")
     redone = main_cli(*args, "--recompute", "*")
     assert redone.returncode == 0 and "removed, to be recomputed" in redone.stdout
     assert "done earlier" not in redone.stdout
@@ -85,7 +85,7 @@ def test_an_experiment_folder_holds_one_experiment_and_quick_runs_have_their_own
     assert json.loads((quick / "experiment.json").read_text()) == {"experiment": "landscape"}
     report = (quick / "report.md").read_text()
     done = main_cli("experiment", "weight-tying", "--quick", "--out", str(quick), "--set", "steps=2")
-    assert_one_line_error(done, f"{quick} holds the experiment 'landscape' (experiment.json); give weight-tying "
+    one_line_error(done, f"{quick} holds the experiment 'landscape' (experiment.json); give weight-tying "
                                 "another --out")  # fmt: skip
     assert (quick / "report.md").read_text() == report and not list((quick / "cells").glob("*p=0.5*"))
 
@@ -183,7 +183,7 @@ def test_config_copy_overwrites_an_existing_file_only_with_force(tmp_path, main_
     from markovformer.training.config_files import shipped_config
 
     (tmp_path / "mine.yaml").write_text("edited: true\n")
-    assert_one_line_error(main_cli("config", "copy", "text_char", "mine.yaml"), "--force")
+    one_line_error(main_cli("config", "copy", "text_char", "mine.yaml"), "--force")
     assert (tmp_path / "mine.yaml").read_text() == "edited: true\n"
     assert main_cli("config", "copy", "text_char", "mine.yaml", "--force").returncode == 0
     assert (tmp_path / "mine.yaml").read_text() == shipped_config("text_char").read_text()

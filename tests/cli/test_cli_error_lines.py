@@ -3,7 +3,7 @@ exit status, a long line is cut, out of memory and an unwritable place say what 
 early, Ctrl-C or a stopped `data prepare` end a command quietly or in one line, leaving nothing behind."""
 
 import pytest
-from one_line_errors import assert_one_line_error
+from conftest import one_line_error
 
 
 def test_debug_shows_the_traceback_with_the_same_exit_status(main_cli):
@@ -51,7 +51,7 @@ def test_a_runtime_out_of_memory_error_is_one_line_and_exit_status_2(monkeypatch
         raise RuntimeError(message)
 
     monkeypatch.setitem(cli_main.COMMANDS, "config", run_out)
-    assert_one_line_error(main_cli("config", "list"), "error: out of memory", "batch_size")
+    one_line_error(main_cli("config", "list"), "error: out of memory", "batch_size")
 
     def other(args):
         raise RuntimeError("a bug")

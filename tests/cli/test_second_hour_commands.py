@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from conftest import one_line_error
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -20,14 +21,6 @@ from markovformer.training.config_files import SHIPPED_DIR, locate_config, shipp
 from markovformer.training.trainer_config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def assert_one_line_error(done, *fragments: str) -> None:
-    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
 
 
 def test_the_configs_ship_as_package_data_and_the_clone_links_to_them():
@@ -55,11 +48,11 @@ def test_a_config_argument_finds_a_file_then_a_shipped_name(tmp_path, monkeypatc
 def test_train_reads_a_shipped_config_outside_a_clone(main_cli):
     """From a folder without configs/ (as after `pip install`), configs/NAME.yaml is the shipped config: the run
     gets as far as the mistyped key."""
-    assert_one_line_error(main_cli("train", "configs/causal_lm_chain.yaml", "trainer.max_stepz=3"), "trainer.max_stepz")
-    assert_one_line_error(main_cli("train", "configs/no_such.yaml"), "no such config file", "config list")
+    one_line_error(main_cli("train", "configs/causal_lm_chain.yaml", "trainer.max_stepz=3"), "trainer.max_stepz")
+    one_line_error(main_cli("train", "configs/no_such.yaml"), "no such config file", "config list")
     # a mistyped shipped name: `config show text_chr` named text_char, `train text_chr` did not
     for typed in ("text_chr", "configs/text_chr.yaml"):
-        assert_one_line_error(main_cli("train", typed), "no such config file", "(did you mean 'text_char'?)")
+        one_line_error(main_cli("train", typed), "no such config file", "(did you mean 'text_char'?)")
 
 
 def test_config_list_show_and_copy(main_cli, tmp_path):
@@ -72,11 +65,11 @@ def test_config_list_show_and_copy(main_cli, tmp_path):
     copied = main_cli("config", "copy", "vmt_hmm")
     assert copied.returncode == 0, copied.stderr
     assert (tmp_path / "vmt_hmm.yaml").read_text() == (SHIPPED_DIR / "vmt_hmm.yaml").read_text()
-    assert_one_line_error(main_cli("config", "copy", "vmt_hmm"), "already exists", "--force")
+    one_line_error(main_cli("config", "copy", "vmt_hmm"), "already exists", "--force")
     (tmp_path / "mine").mkdir()
     assert main_cli("config", "copy", "text_bpe", "mine").returncode == 0
     assert yaml.safe_load((tmp_path / "mine" / "text_bpe.yaml").read_text())["data"]["tokenizer"] == "bpe"
-    assert_one_line_error(main_cli("config", "show", "text_chr"), "text_char", "config list")
+    one_line_error(main_cli("config", "show", "text_chr"), "text_char", "config list")
 
 
 def test_config_list_gives_each_config_its_first_whole_sentence(tmp_path):
@@ -143,7 +136,7 @@ def test_switching_the_model_type_drops_the_options_the_new_family_does_not_take
 
 def test_train_with_the_demo_switched_to_text_reaches_the_text_source(main_cli, tmp_path):
     done = main_cli("train", "data.source=text", f"data.path={tmp_path / 'missing.txt'}")
-    assert_one_line_error(done, "missing.txt")
+    one_line_error(done, "missing.txt")
     assert "dropped" in done.stdout and "data.kind" in done.stdout
 
 
@@ -204,7 +197,7 @@ def test_init_from_a_checkpoint_file_starts_from_that_checkpoints_weights(tmp_pa
     assert done.returncode == 0 and f"initialised from {checkpoint}" in done.stdout, done.stderr[-2000:]
     (tmp_path / "notes.txt").write_text("not weights")
     refused = main_cli("train", "tiny.yaml", "init_from=notes.txt", "output_dir=x")
-    assert_one_line_error(refused, "init_from='notes.txt'", "a checkpoint file")
+    one_line_error(refused, "init_from='notes.txt'", "a checkpoint file")
     assert not (tmp_path / "x").exists()
     # named from inside checkpoints/, its run (whose tokenizer a text run's init_from takes) is still two folders up
     from markovformer.training.init_from import checkpoint_run
@@ -269,14 +262,14 @@ def test_init_from_skip_head_is_refused_for_a_model_without_a_backbone(tmp_path)
 def test_init_from_refuses_a_changed_vocabulary_unless_told_to_start_those_tensors_fresh(small_run, main_cli):
     run, config = small_run / "run", small_run / "tiny.yaml"
     refused = main_cli("train", str(config), f"init_from={run}", "data.num_symbols=6")
-    assert_one_line_error(refused, "init_from", "model.embed.weight", "init_from_skip: [head, embeddings]")
+    one_line_error(refused, "init_from", "model.embed.weight", "init_from_skip: [head, embeddings]")
     done = main_cli("train", str(config), f"init_from={run}", "data.num_symbols=6",
                     "init_from_skip=[head, embeddings]", "trainer.max_steps=2", "trainer.eval_every=2")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "initialised from" in done.stdout and "left fresh by init_from_skip" in done.stdout
-    assert_one_line_error(main_cli("train", str(config), "init_from_skip=[head]"), "init_from is not")
+    one_line_error(main_cli("train", str(config), "init_from_skip=[head]"), "init_from is not")
     typo = main_cli("train", str(config), f"init_from={run}", "init_from_skip=[decoder]", "output_dir=typo")
-    assert_one_line_error(typo, "decoder", "head or embeddings")
+    one_line_error(typo, "decoder", "head or embeddings")
 
 
 @pytest.fixture(scope="module")
@@ -315,7 +308,7 @@ def test_generate_samples_unconditionally_from_an_empty_prompt(char_run, main_cl
     again = main_cli("generate", str(char_run), "--prompt", "", "--max-new-tokens", "20")
     assert again.stdout == done.stdout  # the same seed, the same sample
     # without --prompt: the line says how to ask for this (it spoke of an --input never given)
-    assert_one_line_error(main_cli("generate", str(char_run), "--max-new-tokens", "20"), "--prompt TEXT", "--prompt ''")
+    one_line_error(main_cli("generate", str(char_run), "--max-new-tokens", "20"), "--prompt TEXT", "--prompt ''")
 
 
 def test_an_empty_prompt_without_a_line_break_never_starts_from_the_padding_id():
@@ -369,18 +362,18 @@ def test_a_sample_of_a_run_with_documents_ends_with_its_document(tmp_path, capsy
 def test_generate_refuses_a_prompt_id_equal_to_the_vocabulary_size_naming_the_prompt(small_run, main_cli):
     vocab_size = json.loads((small_run / "run" / "model" / "config.json").read_text())["vocab_size"]
     done = main_cli("generate", str(small_run / "run"), "--prompt", f"0 {vocab_size}")
-    assert_one_line_error(done, f"--prompt: token id {vocab_size} is outside the vocabulary")
+    one_line_error(done, f"--prompt: token id {vocab_size} is outside the vocabulary")
 
 
 def test_generate_names_the_beam_size_flag_when_a_language_model_has_no_beam_search(small_run, main_cli):
     """The model refuses num_beams > 1; the line names the flag typed (it read `num_beams=4: ...`)."""
     done = main_cli("generate", str(small_run / "run"), "--prompt", "0 1", "--beam-size", "4")
-    assert_one_line_error(done, "--beam-size 4: ", "has no beam search")
+    one_line_error(done, "--beam-size 4: ", "has no beam search")
     assert "num_beams" not in done.stderr
 
 
 def test_generate_skips_unknown_prompt_characters_when_asked(char_run, main_cli):
-    assert_one_line_error(main_cli("generate", str(char_run), "--prompt", "the CAT"), "'C'", "--skip-unknown")
+    one_line_error(main_cli("generate", str(char_run), "--prompt", "the CAT"), "'C'", "--skip-unknown")
     done = main_cli("generate", str(char_run), "--prompt", "the CAT sat", "--skip-unknown", "--max-new-tokens", "5")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("the  sat") and "dropped 3 prompt characters" in done.stderr
@@ -401,7 +394,7 @@ def test_generate_refuses_a_prompt_that_is_not_utf8_naming_the_byte(char_run, ma
     for run in (char_run, bpe_run):
         for extra in ((), ("--skip-unknown",)):
             done = main_cli("generate", str(run), "--prompt", prompt, "--max-new-tokens", "2", *extra)
-            assert_one_line_error(done, "--prompt: byte 0xff at offset 4 is not UTF-8")
+            one_line_error(done, "--prompt: byte 0xff at offset 4 is not UTF-8")
 
 
 def test_eval_says_which_weights_and_step_it_scored(small_run, main_cli, tmp_path):
