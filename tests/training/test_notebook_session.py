@@ -15,7 +15,7 @@ from markovformer.training.evaluation import evaluate
 from markovformer.training.inspection import write_inspection_report
 from markovformer.training.run_config import resolve_run_config
 from markovformer.training.run_dir import load_run
-from markovformer.training.trainer_config import RunTerminated
+from markovformer.training.trainer_config import ConfigError, RunTerminated
 
 
 def draws() -> tuple:
@@ -79,7 +79,8 @@ def test_a_run_directory_and_init_from_given_as_paths_are_the_strings_they_name(
 
 def test_a_run_named_from_the_home_folder_is_read_as_train_wrote_it(tmp_path, monkeypatch):
     """train(output_dir='~/runs/a') expands '~', as a shell would; evaluate, resume and the report took '~/runs/a'
-    literally ('~/runs/a: no such run directory or checkpoint'). Each now reads the run train wrote."""
+    literally ('~/runs/a: no such run directory or checkpoint'). Each now reads the run train wrote, and writes
+    where a '~' in its output's name says."""
     monkeypatch.setenv("HOME", str(tmp_path))
     values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
     values["trainer"].update({"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
@@ -88,6 +89,13 @@ def test_a_run_named_from_the_home_folder_is_read_as_train_wrote_it(tmp_path, mo
     assert evaluate("~/runs/a")["metrics"]["loss"] == pytest.approx(trained["val"]["loss"], rel=1e-6)
     assert runner.resume("~/runs/a", ["trainer.max_steps=3"])["steps"] == 3
     assert write_inspection_report("~/runs/a") == tmp_path / "runs" / "a" / "report" / "index.html"
+    # the files they write, named so too: a report's out_dir was made as a folder '~' of the working folder, and
+    # predictions beside a run were refused ('--predictions ~/p.tsv is in no existing directory')
+    monkeypatch.chdir(tmp_path / "runs")
+    assert write_inspection_report("~/runs/a", out_dir="~/report") == tmp_path / "report" / "index.html"
+    assert not (tmp_path / "runs" / "~").exists()
+    with pytest.raises(ConfigError, match="is a causal_lm run, whose scoring predicts nothing"):
+        evaluate("~/runs/a", predictions="~/predictions.tsv")
 
 
 def test_a_run_trains_on_the_cpu_whatever_default_device_the_caller_set(tmp_path):

@@ -222,6 +222,7 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     VMT runs walk the split's documents. ``task_options`` change the run's (a VMT's ``iw_samples``)."""
     if split not in SPLITS:
         raise ConfigError(f"split={split!r} must be one of {', '.join(SPLITS)}")
+    predictions = None if predictions is None else Path(predictions).expanduser()  # '~': as the run's name
     if predictions is not None and (Path(predictions).is_dir() or not Path(predictions).parent.is_dir()):
         what = "is a directory" if Path(predictions).is_dir() else "is in no existing directory"
         raise ConfigError(f"--predictions {predictions} {what}: give a file in an existing directory")

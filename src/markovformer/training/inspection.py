@@ -241,7 +241,7 @@ def write_inspection_report(target: str | Path, layers: list[int] | None = None,
     config, model, run_dir, weights = load_trained_run(target)
     config = dataclasses.replace(config, data={**config.data, **recorded_data_files(run_dir, config.data, {})})
     default = "report" if Path(target).expanduser().is_dir() else f"report-{Path(target).stem}"
-    out = Path(out_dir) if out_dir is not None else run_dir / default
+    out = Path(out_dir).expanduser() if out_dir is not None else run_dir / default  # '~': as the run's name
     index = replace_folder(out, lambda staging: _write_report(config, model, run_dir, staging, layers, weights))
     return out / index.name
 
