@@ -1,5 +1,7 @@
-"""Train and resume runs: the entry points the CLI and the experiments call (``train``, ``resume``, ``evaluate``,
-``load_run``); building, the run directory, reporting and evaluation live in the modules beside this one."""
+"""Train and resume runs: the entry points the CLI and the experiments call (``train``, ``resume``; ``evaluate`` and
+``load_run`` are here too for the experiments and the Python API, while ``markovformer eval`` takes ``evaluate`` from
+``training.evaluation``, which imports no Lightning); building, the run directory, reporting and evaluation live in
+the modules beside this one."""
 
 from __future__ import annotations
 
