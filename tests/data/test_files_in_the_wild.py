@@ -156,3 +156,15 @@ def test_a_nul_byte_in_a_text_is_refused_naming_its_line_and_offset(tmp_path):
     path.write_bytes(data[:at] + b"\0" + data[at:])
     with pytest.raises(ValueError, match=f"line 8: a NUL byte at offset {at}: not UTF-8 text"):
         load_text_lm(path, seq_len=8, cache_dir=str(tmp_path / "cache"))
+
+
+def test_a_nul_byte_past_the_checked_head_is_refused_where_the_text_is_read(tmp_path):
+    """The first 4 KB of a file are checked before its split is planned; a NUL further on is refused when its text is
+    decoded, with the same line and offset (no test had one there: that check could go unnoticed)."""
+    path = tmp_path / "notes.txt"
+    data = "".join(f"line {index} of the notes.\n" for index in range(400)).encode()
+    at = data.index(b"line 300 ")
+    assert at > 4096
+    path.write_bytes(data[:at] + b"\0" + data[at:])
+    with pytest.raises(ValueError, match=f"line 301: a NUL byte at offset {at}: not UTF-8 text"):
+        load_text_lm(path, seq_len=8, cache_dir=str(tmp_path / "cache"))
