@@ -15,6 +15,7 @@ from markovformer.data.readers.audio import read_audio_manifest, read_recording_
 from markovformer.data.readers.csv_series import load_csv_series
 from markovformer.data.readers.fasta import read_fasta
 from markovformer.data.readers.text import load_text_lm
+from markovformer.data.readers.text_stream import sampled_text
 from markovformer.data.readers.token_store import TokenStore
 
 BOM = b"\xef\xbb\xbf"  # what Notepad and Excel's "CSV UTF-8" put before the text: no character of it
@@ -129,6 +130,16 @@ def test_paragraph_records_of_a_file_with_a_byte_order_mark_are_their_texts_alon
                           cache_dir=str(tmp_path / "cache"))  # fmt: skip
     assert "\ufeff" not in bundle.tokenizer.alphabet
     assert _stored_text(bundle) == "|".join(paragraphs) + "|"
+
+
+def test_the_bpe_fits_sample_of_a_large_file_with_a_byte_order_mark_starts_after_it(tmp_path):
+    """Past its byte budget a file is sampled in 64 pieces (sampled_text, what BPE is fitted on); the first piece
+    starts where the text does, after the mark (the small files of the tests above are read whole instead)."""
+    text = "".join(f"line {index} of the notes.\n" for index in range(400))
+    path = tmp_path / "notes.txt"
+    path.write_bytes(BOM + text.encode())
+    pieces = list(sampled_text(path, 0, len(BOM) + len(text), budget=64 * 20))
+    assert len(pieces) == 64 and pieces[0] == text[:20] and pieces[-1] == text[-20:]
 
 
 @pytest.mark.parametrize("documents", ["file", "jsonl", "blank_line"])
