@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import json
 import lzma
+import zipfile
 
 import pytest
 import torch
@@ -43,8 +45,25 @@ def test_invalid_utf8_deep_in_a_csv_is_named_by_its_line_and_file_offset(tmp_pat
     assert str(raised.value) == f"{path}: line 2501: byte 0xff at offset {offset} is not valid UTF-8"
 
 
+def _zipped(data: bytes) -> bytes:
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("corpus.txt", data)
+    return packed.getvalue()
+
+
+def _zstd_frame(data: bytes) -> bytes:
+    """One zstd frame holding ``data`` (256 B to 64 KB) as a raw block, as the format lays it out (the standard
+    library writes no zstd before Python 3.14): magic, a single-segment header with a 2-byte content size, the
+    block's 3-byte header (last block, raw, its size)."""
+    assert 256 <= len(data) < 1 << 16
+    header = (len(data) << 3 | 1).to_bytes(3, "little")
+    return b"\x28\xb5\x2f\xfd" + bytes([0x60]) + (len(data) - 256).to_bytes(2, "little") + header + data
+
+
 _COMPRESSORS = {"gzip": (gzip.compress, "gzip -dc"), "bzip2": (bz2.compress, "bzip2 -dc"),
-                "xz": (lzma.compress, "xz -dc")}  # fmt: skip
+                "xz": (lzma.compress, "xz -dc"), "zstd": (_zstd_frame, "zstd -dc"),
+                "zip": (_zipped, "unzip -p")}  # fmt: skip
 
 
 @pytest.mark.parametrize("documents", ["file", "jsonl"])
