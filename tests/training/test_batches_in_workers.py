@@ -82,12 +82,14 @@ def test_a_forkserver_worker_of_a_scoring_pass_over_hundreds_of_tensors_yields_t
 
 def test_a_packed_value_unpickles_bit_for_bit_with_its_views_and_tied_parameters():
     """What a worker receives: every tensor equal in dtype, shape, strides and bits (a NaN's payload too), views
-    of one storage still views of one storage, one parameter met twice still one parameter."""
+    of one storage still views of one storage, one parameter met twice still one parameter; a storage of an odd
+    number of bytes leaves the next one aligned (unaligned, the float32 weight after it was read from 3 bytes early)."""
     base = torch.randn(6, 4, dtype=torch.float64)
     base[0, 0] = float("nan")
     weight = torch.nn.Parameter(torch.randn(3, 2))
     value = {"rows": [base[1], base[2:4].t()], "base": base, "ids": torch.arange(5, dtype=torch.int16)[::2],
-             "mask": torch.tensor([True, False]), "tied": (weight, weight), "empty": torch.zeros(0, 3), "note": "x"}
+             "mask": torch.tensor([True, False]), "odd": torch.arange(3, dtype=torch.uint8),  # 3 bytes, then floats
+             "tied": (weight, weight), "empty": torch.zeros(0, 3), "note": "x"}
     copy = pickle.loads(pickle.dumps(Packed(value)))
     originals, copies = torch.utils._pytree.tree_leaves(value), torch.utils._pytree.tree_leaves(copy)
     for original, received in zip(originals, copies, strict=True):
