@@ -127,7 +127,7 @@ def test_a_run_leaves_no_default_device_mode_in_a_session_that_set_none(tmp_path
     session after it. A session that set no default device runs, and is left, with no function mode."""
     from torch.overrides import _get_current_function_mode_stack
 
-    # recorded as the run builds its model: inside built_on_the_cpu's scope (around _fit_with_threads, a recorder
+    # recorded as the run builds its model: inside built_on_the_cpu's scope (around _build_and_fit, a recorder
     # put in its place ran outside that scope and read [] whatever the run entered)
     modes_in_run, build = [], runner.build_model
     record = lambda *args: modes_in_run.append(_get_current_function_mode_stack()) or build(*args)  # noqa: E731

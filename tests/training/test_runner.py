@@ -124,7 +124,8 @@ def test_a_run_leaves_the_callers_random_states_and_seed_variables_as_it_found_t
 
     import numpy as np
 
-    from markovformer.training.runner import RUN_VARIABLES, train
+    from markovformer.training.isolation import RUN_VARIABLES
+    from markovformer.training.runner import train
 
     for name in RUN_VARIABLES:
         monkeypatch.delenv(name, raising=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import random
 from collections.abc import Iterator
 
@@ -45,3 +46,38 @@ def random_states_kept() -> Iterator[None]:
         random.setstate(states[2])
         if cuda_states is not None:
             torch.cuda.set_rng_state_all(cuda_states)
+
+
+# The environment variables Lightning sets for a run: seed_everything's (for the processes a run starts), and cuBLAS's
+# workspace, which a deterministic run fixes.
+RUN_VARIABLES = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS", "CUBLAS_WORKSPACE_CONFIG")
+
+
+@contextlib.contextmanager
+def process_settings_kept(threads: int) -> Iterator[None]:
+    """A block run with ``threads`` intra-op threads and torch's default dtype float32, as in a fresh process (a
+    run's precision, ``trainer.precision``, casts from there: under a caller's float64 default a 32-true run trained
+    and saved float64 weights, other numbers). When it ends, however it ends (an error, a Ctrl-C), the caller's
+    settings are put back: the thread count and default dtype, torch's deterministic-algorithms setting, which
+    Lightning sets to ``trainer.deterministic`` for a run (left on after a deterministic run, or off after a default
+    one in a session that had turned it on), cuDNN's benchmark flag (a deterministic run turns it off) and the
+    variables ``RUN_VARIABLES`` (left set, a caller's own ``seed_everything()`` took the run's seed and its own
+    Lightning loaders got Lightning's worker seeding)."""
+    previous_threads, default_dtype = torch.get_num_threads(), torch.get_default_dtype()
+    deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    benchmark = torch.backends.cudnn.benchmark
+    variables = {name: os.environ.get(name) for name in RUN_VARIABLES}
+    torch.set_num_threads(threads)
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous_threads)
+        torch.set_default_dtype(default_dtype)
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        torch.backends.cudnn.benchmark = benchmark
+        for name, value in variables.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

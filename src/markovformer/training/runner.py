@@ -29,7 +29,7 @@ from markovformer.training.environment import check_accelerator, check_nodes, ch
 from markovformer.training.evaluation import evaluate, first_batch_metrics, scoring_loader
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
 from markovformer.training.init_from import initialise_from, tokenizer_source
-from markovformer.training.isolation import built_on_the_cpu, random_states_kept
+from markovformer.training.isolation import built_on_the_cpu, process_settings_kept, random_states_kept
 from markovformer.training.metrics_log import AppendingCSVLogger, RunTensorBoardLogger
 from markovformer.training.module import TrainingModule
 from markovformer.training.progress import PrintProgress, StepLearningRateMonitor
@@ -77,10 +77,6 @@ from markovformer.training.trainer_config import (
     check_warmup,
 )
 from markovformer.training.worker_signals import ignore_outside_sigterm
-
-# The environment variables Lightning sets for a run: seed_everything's (for the processes a run starts), and cuBLAS's
-# workspace, which a deterministic run fixes.
-RUN_VARIABLES = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS", "CUBLAS_WORKSPACE_CONFIG")
 
 
 def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.Module) -> tuple[DataLoader, ...]:
@@ -233,40 +229,17 @@ def complete_run(config: RunConfig) -> dict:
 
 
 def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = False) -> dict:
-    """``_fit_with_threads`` under the run's intra-op thread count (``training_threads``), restored afterwards however
-    the run ends (an error, a Ctrl-C), as is torch's deterministic-algorithms setting, which Lightning sets to
-    ``trainer.deterministic`` for the run (left on after a deterministic run, or off after a default one in a session
-    that had turned it on) with cuDNN's benchmark flag (a deterministic run turns it off), and what
-    ``seed_everything`` sets for the run: the global random states (``random_states_kept``). So are
-    the variables ``RUN_VARIABLES`` (left set, a caller's own ``seed_everything()`` took the run's seed and its own
-    Lightning loaders got Lightning's worker seeding). The run builds its data and model under torch's default dtype
-    float32 and on the CPU (``built_on_the_cpu``), as in a fresh process, whatever the caller's default dtype and
-    device are (its precision, ``trainer.precision``, casts from there, its accelerator, ``trainer.accelerator``,
-    moves there; under a caller's float64 default a 32-true run trained and saved float64 weights, other numbers)."""
-    previous = torch.get_num_threads()
-    deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    benchmark = torch.backends.cudnn.benchmark
-    variables = {name: os.environ.get(name) for name in RUN_VARIABLES}
-    default_dtype = torch.get_default_dtype()
-    torch.set_num_threads(training_threads(config.trainer))
-    torch.set_default_dtype(torch.float32)
-    try:
-        with random_states_kept():
-            return _fit_with_threads(config, writer, resume, rewrite_config)
-    finally:
-        torch.set_num_threads(previous)
-        torch.set_default_dtype(default_dtype)
-        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
-        torch.backends.cudnn.benchmark = benchmark
-        for name, value in variables.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    """``_build_and_fit`` as in a fresh process, whatever the caller's process holds, which it finds as it was
+    however the run ends (an error, a Ctrl-C): under the run's intra-op thread count (``training_threads``) and
+    default dtype float32 (``process_settings_kept``), with the global random states ``seed_everything`` sets for
+    the run put back after it (``random_states_kept``), its data and model built on the CPU (``built_on_the_cpu``;
+    its accelerator, ``trainer.accelerator``, moves them)."""
+    with process_settings_kept(training_threads(config.trainer)), random_states_kept():
+        return _build_and_fit(config, writer, resume, rewrite_config)
 
 
 @built_on_the_cpu
-def _fit_with_threads(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool) -> dict:
+def _build_and_fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool) -> dict:
     """Build the data and model, then train (from the last checkpoint when ``resume``); the writer holds the lock
     and writes the run's files, the other processes of a multi-process run write nothing. A resume changes the
     run (marks it unfinished, writes ``config`` when ``rewrite_config``) only once every check has passed, apart
