@@ -63,7 +63,8 @@ def test_a_run_directory_and_init_from_given_as_paths_are_the_strings_they_name(
     """From Python a path is a pathlib.Path, as evaluate, resume and load_run take it: RunConfig(output_dir=Path)
     failed with AttributeError ('PosixPath' object has no attribute 'strip'), RunConfig(init_from=Path) wrote data.json
     and environment.json and then failed in YAML ('cannot represent an object'), and resolve_run_config refused both
-    ('has the wrong type: expected str'). Either path is now the string it names, wherever it is given."""
+    ('has the wrong type: expected str'), as they refused a data file (data.path, a list of data.data_files). Each
+    path is now the string it names, wherever it is given."""
     import dataclasses
 
     values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
@@ -75,6 +76,12 @@ def test_a_run_directory_and_init_from_given_as_paths_are_the_strings_they_name(
     expected = resolve_run_config({**values, "output_dir": str(tuned), "init_from": str(base)})
     assert resolve_run_config({**values, "output_dir": tuned, "init_from": base}) == expected
     assert dataclasses.replace(expected, output_dir=tuned, init_from=base) == expected
+    corpus = tmp_path / "corpus.txt"
+    text = {**values, "data": {"source": "text", "path": str(corpus)}, "output_dir": str(tuned)}
+    assert resolve_run_config({**text, "data": {"source": "text", "path": corpus}}) == resolve_run_config(text)
+    files = {**values, "data": {"source": "hf_dataset", "data_files": [str(corpus)]}, "output_dir": str(tuned)}
+    assert resolve_run_config({**files, "data": {"source": "hf_dataset", "data_files": [corpus]}}) == (
+        resolve_run_config(files))
 
 
 def test_a_run_named_from_the_home_folder_is_read_as_train_wrote_it(tmp_path, monkeypatch):

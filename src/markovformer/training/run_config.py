@@ -84,7 +84,9 @@ def path_text(value: Any) -> Any:
 
 
 def _home_expanded(value: Any) -> Any:
-    """A path (or each path of a list) with a leading ``~`` made the home folder's; anything else as it is."""
+    """A path (or each path of a list), a str or from Python a ``pathlib.Path`` (``path_text``), with a leading ``~``
+    made the home folder's; anything else as it is."""
+    value = path_text(value)
     if isinstance(value, str) and value.startswith("~"):
         return os.path.expanduser(value)
     if isinstance(value, list):
