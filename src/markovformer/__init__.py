@@ -7,6 +7,7 @@ extra) registers them with the Hugging Face ``transformers`` Auto classes.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -30,6 +31,33 @@ _EXPORTS = {
     "VariationalMarkovTransformer": "markovformer.models.vmt",
 }
 __all__ = sorted(_EXPORTS)
+
+# The same names for a type checker, to which a name __getattr__ gives is Any; `import X as X` re-exports X (mypy
+# --strict, pyright). tests/test_typing.py keeps the two lists equal.
+if TYPE_CHECKING:
+    from markovformer.models.binary_transformer import BinaryTransformer as BinaryTransformer
+    from markovformer.models.binary_transformer import BinaryTransformerConfig as BinaryTransformerConfig
+    from markovformer.models.markov_translator import MarkovTranslatorConfig as MarkovTranslatorConfig
+    from markovformer.models.markov_translator import (
+        MarkovTranslatorForConditionalGeneration as MarkovTranslatorForConditionalGeneration,
+    )
+    from markovformer.models.markovian_transformer import MarkovianTransformerConfig as MarkovianTransformerConfig
+    from markovformer.models.markovian_transformer import (
+        MarkovianTransformerForCausalLM as MarkovianTransformerForCausalLM,
+    )
+    from markovformer.models.markovian_transformer import MarkovianTransformerForCTC as MarkovianTransformerForCTC
+    from markovformer.models.markovian_transformer import (
+        MarkovianTransformerForSequenceClassification as MarkovianTransformerForSequenceClassification,
+    )
+    from markovformer.models.markovian_transformer import (
+        MarkovianTransformerForTokenClassification as MarkovianTransformerForTokenClassification,
+    )
+    from markovformer.models.markovian_transformer import MarkovianTransformerModel as MarkovianTransformerModel
+    from markovformer.models.pretrained import PreTrainedModel as PreTrainedModel
+    from markovformer.models.scan_markov import ScanMarkovConfig as ScanMarkovConfig
+    from markovformer.models.scan_markov import ScanMarkovForCausalLM as ScanMarkovForCausalLM
+    from markovformer.models.vmt import VariationalMarkovTransformer as VariationalMarkovTransformer
+    from markovformer.models.vmt import VMTConfig as VMTConfig
 
 
 def __getattr__(name: str):
