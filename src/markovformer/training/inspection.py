@@ -228,7 +228,9 @@ def bound_panels(config, reference: dict) -> tuple[dict[str, str], dict[str, dic
 
 
 @built_on_the_cpu
-def write_inspection_report(target: str | Path, layers: list[int] | None = None, out_dir: str | Path | None = None):
+def write_inspection_report(
+    target: str | Path, layers: list[int] | None = None, out_dir: str | Path | None = None
+) -> Path:
     """Write the figures of a trained run and their page into ``out_dir`` (default RUN_DIR/report, and for one
     checkpoint file RUN_DIR/report-STEM, which leaves the run's own report as it is) and return its index.html. The
     folder is replaced whole (``plots.replace_folder``): a failed or killed inspect leaves the previous report as it

@@ -7,13 +7,17 @@ import contextlib
 import functools
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
 
 import numpy as np
 import torch
 
+Params = ParamSpec("Params")
+Result = TypeVar("Result")
 
-def built_on_the_cpu(function):
+
+def built_on_the_cpu(function: Callable[Params, Result]) -> Callable[Params, Result]:
     """``function`` building its tensors on the CPU, whatever default device its caller set: the Python API's runs
     (train, resume, evaluate, inspect, a run's loading) build their data and models there, as in a fresh process, and
     move them to ``trainer.accelerator``'s device themselves. A caller's ``torch.set_default_device`` (a notebook's
@@ -23,7 +27,7 @@ def built_on_the_cpu(function):
     call, and stays installed."""
 
     @functools.wraps(function)
-    def on_the_cpu(*args, **kwargs):
+    def on_the_cpu(*args: Params.args, **kwargs: Params.kwargs) -> Result:
         cpu = torch.device("cpu") if torch.get_default_device().type != "cpu" else contextlib.nullcontext()
         with cpu:
             return function(*args, **kwargs)
