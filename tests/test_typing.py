@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import types
 import typing
 from pathlib import Path
 
@@ -26,6 +27,26 @@ def test_every_top_level_name_is_imported_for_type_checkers_from_the_module_it_i
         if alias.asname == alias.name
     }
     assert imported == markovformer._EXPORTS
+
+
+def _admits(annotation: object, value: object) -> bool:
+    """Whether ``value`` is of the type ``annotation`` at its outer level (a union's members, a generic's origin)."""
+    if isinstance(annotation, types.UnionType):
+        return any(_admits(member, value) for member in typing.get_args(annotation))
+    if annotation is None or annotation is type(None):
+        return value is None
+    return isinstance(value, typing.get_origin(annotation) or annotation)
+
+
+def test_generation_config_annotations_admit_the_lists_generate_takes():
+    """``suppress_tokens`` takes any sequence of ids (the README's list, the causal-LM task's own ``[pad]``) and keeps
+    a tuple; annotated ``tuple[int, ...]``, every list a user passed was a type error."""
+    from markovformer.models.generation import GenerationConfig
+
+    hints = typing.get_type_hints(GenerationConfig)
+    for value in ([0, 2], (0, 2), None):
+        assert _admits(hints["suppress_tokens"], value), value
+    assert _admits(hints["suppress_tokens"], GenerationConfig(suppress_tokens=[0, 2]).suppress_tokens)
 
 
 def test_the_python_api_reaches_a_type_checker_with_its_signatures():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -70,7 +70,8 @@ class GenerationConfig:
     # a row that emits eos ends (filled after with pad_token_id, or eos when None); the translator's default: its own
     eos_token_id: int | None = option(None, interval(0, integer=True, optional=True))
     pad_token_id: int | None = option(None, interval(0, integer=True, optional=True))
-    suppress_tokens: tuple[int, ...] | None = option(None, _token_ids)  # never chosen (e.g. a tokenizer's padding)
+    # never chosen (e.g. a tokenizer's padding); any sequence of ids, kept as a tuple
+    suppress_tokens: Sequence[int] | None = option(None, _token_ids)
     # > 1: beam search (the translator); at most MAX_BEAMS: a typo's million beams ran for hours and took GBs
     num_beams: int = option(1, interval(1, MAX_BEAMS, integer=True))
     # beam scores are log-probability / length ** length_penalty; away from 1.0 only with num_beams > 1
