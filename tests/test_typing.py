@@ -67,3 +67,14 @@ def test_the_python_api_reaches_a_type_checker_with_its_signatures():
         assert set(hints) == {*inspect.signature(function).parameters, "return"}, function.__name__
     assert typing.get_type_hints(write_inspection_report)["return"] is Path
 
+
+def test_a_model_output_class_stays_its_own_dataclass_to_a_type_checker():
+    """``@model_output`` returned ``type``: pyright then took ``MarkovianTransformerOutput`` for a plain ``type`` (no
+    ``logits``, unusable as an annotation) and mypy rejected its keyword construction. It returns the class it is
+    given, marked a dataclass transform."""
+    from markovformer.models.pretrained import model_output
+
+    hints = typing.get_type_hints(model_output)
+    (given,), (returned,) = typing.get_args(hints["cls"]), typing.get_args(hints["return"])
+    assert isinstance(given, typing.TypeVar) and returned is given
+    assert hasattr(model_output, "__dataclass_transform__")

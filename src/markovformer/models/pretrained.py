@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import warnings
 from pathlib import Path
 from typing import TypeVar
@@ -15,6 +16,11 @@ from torch import nn
 from markovformer.atomic import atomic_write
 from markovformer.models.config_base import ModelConfig
 from markovformer.strict_json import parse_json
+
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:  # Python 3.10: torch's own dependency
+    from typing_extensions import dataclass_transform
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -65,7 +71,11 @@ def _stored_float_dtype(weights: Path) -> torch.dtype | None:
     return of_that_width[0] if len(of_that_width) == 1 else None
 
 
-def model_output(cls: type) -> type:
+OutputT = TypeVar("OutputT")
+
+
+@dataclass_transform()  # a type checker sees the class it decorates as the dataclass it becomes
+def model_output(cls: type[OutputT]) -> type[OutputT]:
     """A model's forward output: a dataclass, registered as a pytree node (as transformers' ``ModelOutput`` is), so
     that ``torch.export`` can return it (it refused any other type: "Found <class ...Output> in output, which is
     not a known type")."""
