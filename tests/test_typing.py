@@ -78,3 +78,12 @@ def test_a_model_output_class_stays_its_own_dataclass_to_a_type_checker():
     (given,), (returned,) = typing.get_args(hints["cls"]), typing.get_args(hints["return"])
     assert isinstance(given, typing.TypeVar) and returned is given
     assert hasattr(model_output, "__dataclass_transform__")
+
+
+def test_each_model_declares_its_own_config_class_to_a_type_checker():
+    """``model.config`` was the base ``ModelConfig`` to a type checker, so ``model.config.vocab_size`` of any family
+    was an error ("ModelConfig" has no attribute ...): each family annotates ``config`` as its ``config_class``."""
+    for name in markovformer.__all__:
+        cls = getattr(markovformer, name)
+        if name != "PreTrainedModel" and issubclass(cls, markovformer.PreTrainedModel):
+            assert typing.get_type_hints(cls)["config"] is cls.config_class, name

@@ -58,6 +58,7 @@ class BinaryTransformer(PreTrainedModel):
     inputs themselves (position n is scored on x_{n+1}), and ``loss`` is the mean BCE in nats."""
 
     config_class = BinaryTransformerConfig
+    config: BinaryTransformerConfig  # the family's own fields, to a type checker (PreTrainedModel declares the base)
 
     def __init__(self, config: BinaryTransformerConfig) -> None:
         super().__init__(config)

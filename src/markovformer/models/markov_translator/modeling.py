@@ -135,6 +135,7 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
     the right (checked)."""
 
     config_class = MarkovTranslatorConfig
+    config: MarkovTranslatorConfig  # the family's own fields, to a type checker (PreTrainedModel declares the base)
 
     def __init__(self, config: MarkovTranslatorConfig) -> None:
         super().__init__(config)

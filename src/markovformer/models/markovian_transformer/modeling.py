@@ -52,6 +52,7 @@ class MarkovianTransformerOutput:
 
 class MarkovianTransformerPreTrainedModel(PreTrainedModel):
     config_class = MarkovianTransformerConfig
+    config: MarkovianTransformerConfig  # the family's own fields, to a type checker (PreTrainedModel declares the base)
 
     @property
     def longest_input(self) -> int | None:

@@ -38,6 +38,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
     """Next-token prediction with the scan recurrence. ``labels`` are the inputs (shifted inside); -100 is ignored."""
 
     config_class = ScanMarkovConfig
+    config: ScanMarkovConfig  # the family's own fields, to a type checker (PreTrainedModel declares the base)
 
     def __init__(self, config: ScanMarkovConfig) -> None:
         super().__init__(config)

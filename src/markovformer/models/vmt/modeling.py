@@ -58,6 +58,7 @@ class VariationalMarkovTransformer(VMTGeneration, PreTrainedModel):
     module docstring."""
 
     config_class = VMTConfig
+    config: VMTConfig  # the family's own fields, to a type checker (PreTrainedModel declares the base)
 
     def __init__(self, config: VMTConfig) -> None:
         super().__init__(config)
