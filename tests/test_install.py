@@ -174,6 +174,7 @@ def test_a_built_wheel_installs_a_working_command_into_a_new_venv(tmp_path):
     assert {"torch", "lightning", "matplotlib", "pyyaml", "tokenizers"} <= unconditional
     shipped = {n for n in names if n.startswith("markovformer/configs/") and n.endswith(".yaml")}
     assert "markovformer/configs/text_char.yaml" in shipped and len(shipped) >= 15
+    assert "markovformer/py.typed" in names  # PEP 561: a user's type checker reads the annotations
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # pip and the venv must not see a source tree
     venv = tmp_path / "venv"

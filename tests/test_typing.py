@@ -1,13 +1,20 @@
-"""What a user's type checker sees of markovformer: the names the package exports have their classes' types, not
-Any. (mypy itself, on a script using the public API, takes longer than the suite allows: README, "Typing".)"""
+"""What a user's type checker sees of markovformer: a package marked typed whose public names carry their
+annotations, not Any. (mypy itself, on a script using the public API, takes longer than the suite allows: README,
+"Typing".)"""
 
 from __future__ import annotations
 
 import ast
 import inspect
+import sys
 import types
 import typing
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the dev extra's tomli, the same parser
+    import tomli as tomllib
 
 import markovformer
 
@@ -66,6 +73,15 @@ def test_the_python_api_reaches_a_type_checker_with_its_signatures():
         hints = typing.get_type_hints(function)
         assert set(hints) == {*inspect.signature(function).parameters, "return"}, function.__name__
     assert typing.get_type_hints(write_inspection_report)["return"] is Path
+
+
+def test_the_package_declares_itself_typed_and_the_wheel_ships_the_marker():
+    """PEP 561: without ``py.typed`` in the installed package, mypy reports every markovformer import as "missing
+    library stubs or py.typed marker" and pyright treats the names as unknown. (The slow wheel test in
+    tests/test_install.py checks the built wheel holds it.)"""
+    project = tomllib.loads((PACKAGE.parents[1] / "pyproject.toml").read_text())
+    assert (PACKAGE / "py.typed").is_file()
+    assert "py.typed" in project["tool"]["setuptools"]["package-data"]["markovformer"]
 
 
 def test_a_model_output_class_stays_its_own_dataclass_to_a_type_checker():
