@@ -28,7 +28,7 @@ def write_point() -> None:
     if os.environ.get(KILL_AT_WRITE) == str(_writes_done):
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get(COUNT_WRITES):
-        Path(os.environ[COUNT_WRITES]).write_text(f"{_writes_done}\n")
+        Path(os.environ[COUNT_WRITES]).write_text(f"{_writes_done}\n", encoding="utf-8")
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
@@ -68,7 +68,7 @@ def _umask() -> int:
     gave a file another thread created in between mode 0666. Linux (4.7 on) shows it in /proc/self/status; elsewhere
     it is set to 077 and back, so such a file is at worst private to its owner."""
     try:
-        for line in PROCESS_STATUS.read_text().splitlines():
+        for line in PROCESS_STATUS.read_text(encoding="utf-8").splitlines():
             if line.startswith("Umask:"):
                 return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):

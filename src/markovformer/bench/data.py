@@ -154,7 +154,7 @@ def run_case(case: dict) -> dict:
 def _reset_peak() -> bool:
     """Reset this process's VmHWM to its current RSS (Linux: 5 > /proc/self/clear_refs); False where it cannot."""
     try:
-        with open("/proc/self/clear_refs", "w") as handle:
+        with open("/proc/self/clear_refs", "w", encoding="utf-8") as handle:
             handle.write("5")
         return True
     except OSError:

@@ -24,7 +24,7 @@ CAP_REACHED = "longest_max reached"  # the longest part's stop reason when every
 def status_mib(field: str, path: str | Path = STATUS) -> float | None:
     """A ``kB`` field of a /proc status file (``VmRSS``, ``VmHWM``, ``MemAvailable`` ...) in MiB; None if absent."""
     try:
-        match = re.search(rf"^{field}:\s+(\d+) kB", Path(path).read_text(), re.MULTILINE)
+        match = re.search(rf"^{field}:\s+(\d+) kB", Path(path).read_text(encoding="utf-8"), re.MULTILINE)
     except OSError:
         return None
     return int(match.group(1)) / 1024 if match else None
@@ -33,7 +33,7 @@ def status_mib(field: str, path: str | Path = STATUS) -> float | None:
 def reset_resident_peak() -> bool:
     """Reset this process's resident high-water mark to its current size; False where Linux refuses."""
     try:
-        Path("/proc/self/clear_refs").write_text("5")
+        Path("/proc/self/clear_refs").write_text("5", encoding="utf-8")
     except OSError:
         return False
     return True

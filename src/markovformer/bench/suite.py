@@ -176,7 +176,7 @@ class BenchSettings:
 def machine_record(settings: BenchSettings) -> dict:
     cpu_model = None
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("model name"):
                 cpu_model = line.split(":", 1)[1].strip()
                 break

@@ -254,10 +254,10 @@ def run_config_command(args: argparse.Namespace) -> None:
         return
     source = shipped_config(args.name)
     if args.config_command == "show":
-        print(source.read_text(), end="")
+        print(source.read_text(encoding="utf-8"), end="")
         return
     dest = copy_destination(args.dest, source.name)  # DEST/ is a folder; a missing folder is refused, never made
     if dest.exists() and not args.force:
         raise ValueError(f"{dest} already exists; choose another DEST or add --force to overwrite it")
-    atomic_write_text(dest, source.read_text())  # a full disk leaves no config cut short (it would parse)
+    atomic_write_text(dest, source.read_text(encoding="utf-8"))  # a full disk leaves no config cut short
     print(f"wrote {dest}; edit it, then: markovformer train {dest}")

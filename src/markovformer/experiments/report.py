@@ -297,7 +297,7 @@ def claim_folder(out_dir: Path, name: str) -> None:
     it: its report, results and figures would have been replaced and the cells of both mixed in one folder."""
     marker = out_dir / EXPERIMENT_MARKER
     if marker.is_file():
-        held = json.loads(marker.read_text()).get("experiment")
+        held = json.loads(marker.read_text(encoding="utf-8")).get("experiment")
         if held != name:
             raise ValueError(f"{out_dir} holds the experiment {held!r} ({EXPERIMENT_MARKER}); give {name} another "
                              f"--out")  # fmt: skip

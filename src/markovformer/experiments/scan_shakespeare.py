@@ -200,7 +200,7 @@ def run_name(model: str, values: dict, data_digest: str) -> str:
 def _validation_curve(run_dir: Path) -> tuple[list[int], list[float]]:
     """(steps, val/loss) logged during training."""
     steps, losses = [], []
-    with (run_dir / "logs" / "metrics.csv").open(newline="") as handle:
+    with (run_dir / "logs" / "metrics.csv").open(newline="", encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
             if row.get("val/loss"):
                 steps.append(int(row["step"]))

@@ -319,7 +319,7 @@ def validation_curve(metrics_csv: Path) -> dict[int, float]:
     """{step: validation loss on the whole validation part} from the engine's CSV log (empty without one)."""
     if not metrics_csv.is_file():
         return {}
-    with metrics_csv.open(newline="") as handle:
+    with metrics_csv.open(newline="", encoding="utf-8") as handle:
         return {int(row["step"]): float(row["val/loss"]) for row in csv.DictReader(handle) if row.get("val/loss")}
 
 

@@ -101,7 +101,7 @@ def load_checkpoint_model(path: Path) -> torch.nn.Module:
 
 def _tail_kl(run_dir: Path, steps: int) -> float:
     """Mean of the logged ``train/kl`` rows over the last tenth of the steps (at least the last logged row)."""
-    with open(run_dir / "logs" / "metrics.csv", newline="") as handle:
+    with open(run_dir / "logs" / "metrics.csv", newline="", encoding="utf-8") as handle:
         rows = [(int(row["step"]), float(row["train/kl"])) for row in csv.DictReader(handle) if row.get("train/kl")]
     if not rows:
         raise ValueError(f"{run_dir}: no train/kl rows in logs/metrics.csv")

@@ -48,7 +48,7 @@ def export_tokenizer(tokenizer: CharTokenizer | BPETokenizer | str | Path, model
     directory = Path(model_directory)
     tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
     record_path, config_path = directory / FINGERPRINT_FILE, directory / "config.json"
-    record = json.loads(record_path.read_text()) if record_path.is_file() else None
+    record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.is_file() else None
     if record is not None and config_path.is_file() and record.get("config_sha256") == file_sha256(config_path):
         edited = with_special_ids(config_path, special_ids(tokenizer))
         if edited is not None:

@@ -13,7 +13,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from markovformer.atomic import atomic_write
+from markovformer.atomic import atomic_write, atomic_write_text
 from markovformer.models.config_base import ModelConfig
 from markovformer.strict_json import parse_json
 
@@ -136,7 +136,7 @@ class PreTrainedModel(nn.Module):
 
         directory = Path(directory)
         values = {**self._settings_that_hold(), **self.config.to_dict(), "architecture": type(self).__name__}
-        atomic_write(directory / CONFIG_NAME, lambda p: p.write_text(json.dumps(values, indent=2) + "\n"))
+        atomic_write_text(directory / CONFIG_NAME, json.dumps(values, indent=2) + "\n")
         atomic_write(directory / WEIGHTS_NAME, lambda p: save_model(self, str(p)))
 
     def _settings_that_hold(self) -> dict:
@@ -169,7 +169,7 @@ class PreTrainedModel(nn.Module):
             if not (directory / name).is_file():
                 raise ValueError(f"{directory}: no {name} here; not a saved {cls.__name__}")
         try:
-            values = parse_json((directory / CONFIG_NAME).read_text())
+            values = parse_json((directory / CONFIG_NAME).read_text(encoding="utf-8"))
         except ValueError as error:  # not JSON, not UTF-8, or nested too deeply
             raise ValueError(f"{directory / CONFIG_NAME}: not valid JSON ({error})") from error
         if not isinstance(values, dict):

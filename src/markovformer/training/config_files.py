@@ -24,7 +24,7 @@ def config_summary(path: Path) -> str:
     """The first sentence of a config's leading comment (its lines joined up to the first command line, indented
     after the ``#``), without its full stop: what ``markovformer config list`` prints."""
     words = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         if not line.startswith("#") or line.startswith("#  "):
             break
         words.append(line.lstrip("#").strip())

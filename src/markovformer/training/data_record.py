@@ -161,7 +161,7 @@ def read_data_record(run_dir: Path, section: str | None = None, *, strict: bool 
     run)."""
     path = Path(run_dir) / DATA_RECORD
     try:
-        record = parse_json(path.read_text())
+        record = parse_json(path.read_text(encoding="utf-8"))
         value = record if section is None else record[section]
     except FileNotFoundError:
         if strict:

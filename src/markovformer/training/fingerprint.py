@@ -63,7 +63,7 @@ def check_model_fingerprint(model_dir: Path, fingerprint: str, required: bool = 
             f"run's; restore the file, or evaluate a checkpoint: {model_dir.parent}/checkpoints/..."
         )
     try:
-        record = parse_json(path.read_text())
+        record = parse_json(path.read_text(encoding="utf-8"))
         saved = record["run"]
         digests = {key: record[key] for key in MODEL_FILES if key in record or required}
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:

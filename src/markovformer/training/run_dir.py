@@ -31,7 +31,7 @@ from typing import NamedTuple
 import torch
 from safetensors.torch import load_file
 
-from markovformer.atomic import atomic_write, remove_stale_temporaries
+from markovformer.atomic import atomic_write_text, remove_stale_temporaries
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
 from markovformer.models.pretrained import WEIGHTS_NAME
@@ -65,7 +65,7 @@ WRITTEN_FOLDERS = (".", "model", "logs", "checkpoints", "tokenizer")
 
 def write_json(path: Path, values: dict) -> None:
     text = strict_dumps(values, indent=2, default=str) + "\n"
-    atomic_write(path, lambda p: p.write_text(text))
+    atomic_write_text(path, text)
 
 
 def write_run_files(run_dir: Path, config: RunConfig, bundle: DataBundle) -> None:
@@ -98,7 +98,7 @@ def record_resume(run_dir: Path, step: int) -> None:
     or resumed with other code, versions or overrides did not say so."""
     path = run_dir / "environment.json"
     try:
-        record = parse_json(path.read_text())
+        record = parse_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # damaged: left as it is (run_format reads it as this version's)
     if not isinstance(record, dict):
@@ -116,7 +116,7 @@ def remove_stale_files(run_dir: Path) -> None:
 
 def run_format(run_dir: Path) -> int:
     try:
-        return int(parse_json((run_dir / "environment.json").read_text()).get("run_format", 1))
+        return int(parse_json((run_dir / "environment.json").read_text(encoding="utf-8")).get("run_format", 1))
     except (OSError, ValueError, TypeError, AttributeError):
         return RUN_FORMAT  # a run of this version killed before environment.json: treat it as one
 
@@ -125,7 +125,7 @@ def read_final_metrics(run_dir: Path) -> dict:
     """The run's metrics.json (its final metrics); ConfigError naming the file when it is not a JSON object."""
     path = run_dir / "metrics.json"
     try:
-        results = parse_json(path.read_text())
+        results = parse_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ConfigError(f"{path}: not a run's metrics record ({type(error).__name__}: {error})") from None
     if not isinstance(results, dict):
@@ -142,7 +142,7 @@ def finished_steps(run_dir: Path) -> int | None:
         return read_final_metrics(run_dir).get("steps", 0)
     marker = run_dir / FINISHED
     try:
-        steps = parse_json(marker.read_text())["steps"]
+        steps = parse_json(marker.read_text(encoding="utf-8"))["steps"]
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as error:
@@ -192,7 +192,7 @@ def write_hf_tokenizer(run_dir: Path) -> None:
 
 def write_resolved_config(run_dir: Path, config: RunConfig) -> None:
     text = write_yaml(plain_values(config.to_dict()))
-    atomic_write(run_dir / RESOLVED_CONFIG, lambda path: path.write_text(text))
+    atomic_write_text(run_dir / RESOLVED_CONFIG, text)
 
 
 class LoadedRun(NamedTuple):

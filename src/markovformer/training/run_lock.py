@@ -57,7 +57,7 @@ def run_dir_lock(run_dir: Path, writer: bool = True) -> Iterator[None]:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        handle = os.fdopen(descriptor, "r+")
+        handle = os.fdopen(descriptor, "r+", encoding="utf-8")
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise ConfigError(f"{lock} is a symbolic link; a run's lock file must be a plain file: remove the link "

@@ -192,7 +192,7 @@ def build_lock(root: Path, key: str):
     no lock file can be made (a read-only cache), the block runs unlocked: nothing will be written there anyway."""
     try:
         root.mkdir(parents=True, exist_ok=True)
-        handle = (root / f".{key}.lock").open("a")
+        handle = (root / f".{key}.lock").open("a", encoding="utf-8")
     except OSError:
         yield
         return
