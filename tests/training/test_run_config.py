@@ -16,6 +16,7 @@ from markovformer.training.run_config import (
     plain_values,
     read_yaml,
     resolve_run_config,
+    write_yaml,
 )
 from markovformer.training.runner import build_model
 
@@ -63,6 +64,15 @@ def test_overrides_and_files_read_exponents_alike(tmp_path):
     path.write_text("task: causal_lm\ntrainer:\n  lr: 3e-4\n  max_steps: 10\n")
     values = apply_overrides(load_yaml(path), ["trainer.weight_decay=1e-2"])
     assert values["trainer"] == {"lr": 3e-4, "max_steps": 10, "weight_decay": 1e-2}
+
+
+def test_a_run_config_keeps_its_non_ascii_text_readable():
+    """config.yaml read `path: "korpus-Gr\\xFC\\xDFe-\\u4E2D\\u6587.txt"` for korpus-Grüße-中文.txt (and the report,
+    which shows it, the same): PyYAML escapes every non-ASCII character unless told otherwise."""
+    values = {"data": {"path": "runs/Überprüfung-π/korpus-Grüße-中文😀.txt"}, "output_dir": "runs/αβ"}
+    text = write_yaml(values)
+    assert "korpus-Grüße-中文😀.txt" in text and "runs/αβ" in text
+    assert read_yaml(text) == values
 
 
 @pytest.mark.parametrize("text", ["nan", ".nan", "inf", "-inf", "Infinity", ".inf"])

@@ -253,13 +253,14 @@ def read_yaml(text: str) -> Any:
 
 def write_yaml(values: Any) -> str:
     """``values`` as YAML that ``read_yaml`` reads back as they are: a string it would read as another type (the
-    text ``1e5`` or ``010``, a float or an int to it) is quoted, as PyYAML quotes what its own loader would."""
+    text ``1e5`` or ``010``, a float or an int to it) is quoted, as PyYAML quotes what its own loader would. Text
+    stays text (``Grüße``, not PyYAML's default ``"Gr\\xFC\\xDFe"``): the file is UTF-8 and read by people."""
     import yaml
 
     class RunConfigDumper(yaml.SafeDumper):
         yaml_implicit_resolvers = _loader().yaml_implicit_resolvers
 
-    return yaml.dump(values, Dumper=RunConfigDumper, sort_keys=False)
+    return yaml.dump(values, Dumper=RunConfigDumper, sort_keys=False, allow_unicode=True)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
