@@ -156,6 +156,10 @@ def _python_warning_defaults() -> None:
         warnings.formatwarning(message, category, filename, lineno, line))
 
 
+# Python's standard streams and files are ASCII here (the C locale with UTF-8 mode, its default there, turned off)
+ASCII_LOCALE = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+
+
 def run_cli(*args: str, timeout: float = 300, env: dict | None = None, **popen) -> subprocess.CompletedProcess:
     """``markovformer ARGS`` as its own process, with ``env`` added to this one's environment."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}

@@ -10,10 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import ASCII_LOCALE
+
 import markovformer
 
 PACKAGE = Path(markovformer.__file__).parent
-ASCII_LOCALE = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}  # Python's stdio and files: ASCII
 BINARY_OPENERS = {"os", "gzip", "bz2", "lzma", "wave", "tarfile", "zipfile", "tokenize"}  # modules whose open differs
 
 

@@ -14,6 +14,7 @@ line, prints the traceback instead, with the same exit status. A command stopped
 from __future__ import annotations
 
 import argparse
+import codecs
 import copy
 import logging
 import math
@@ -55,6 +56,21 @@ def quiet_frameworks() -> None:
                     # under DDP: the validation metrics sync their sums across processes themselves (torchmetrics)
                     ".*sync_dist=True.*when logging on epoch level in distributed setting.*"):  # fmt: skip
         warnings.filterwarnings("ignore", message=message)
+
+
+def streams_that_hold_any_text() -> None:
+    """Point stdout and stderr at an encoding that holds what the commands print (generated text, the catalogues'
+    Greek and dots). Under the C locale with UTF-8 mode turned off (``PYTHONUTF8=0``) Python opens them as ASCII and
+    every non-ASCII character failed the command: they write UTF-8 there, as that mode would. Under another
+    encoding (Latin-1), a character it lacks is written as a backslash escape rather than failing."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        if encoding is None or not hasattr(stream, "reconfigure") or codecs.lookup(encoding).name.startswith("utf"):
+            continue
+        if codecs.lookup(encoding).name == "ascii":
+            stream.reconfigure(encoding="utf-8", errors=stream.errors)  # the locale's surrogateescape kept
+        else:
+            stream.reconfigure(errors="backslashreplace")
 
 
 class Parser(argparse.ArgumentParser):
@@ -410,6 +426,7 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    streams_that_hold_any_text()  # before anything is printed: --help's text, an error line
     args = build_parser().parse_args(argv)
     try:
         if args.command == "train" and not args.debug:
