@@ -19,3 +19,15 @@ def test_a_character_another_encoding_lacks_is_printed_as_an_escape():
     done = run_cli("experiment", "list", env={"PYTHONIOENCODING": "latin-1"}, encoding="latin-1")
     assert done.returncode == 0, done.stderr
     assert "H(\\u03c0)" in done.stdout
+
+
+def test_a_utf8_prompt_the_ascii_locale_decoded_byte_by_byte_is_read_as_typed():
+    """`generate RUN --prompt 'Grüße'` there was refused: "--prompt: byte 0xc3 at offset 2 is not UTF-8" (it is)."""
+    from markovformer.cli.generate import utf8_prompt
+
+    typed = "Grüße 中文😀"
+    assert utf8_prompt(typed.encode("utf-8").decode("ascii", "surrogateescape")) == typed  # as Python holds argv
+    assert utf8_prompt(typed) == typed and utf8_prompt(None) is None
+    latin1 = "Grüße".encode("latin-1").decode("utf-8", "surrogateescape")  # a Latin-1 terminal's bytes
+    with pytest.raises(ValueError, match="--prompt: byte 0xfc at offset 2 is not UTF-8"):
+        utf8_prompt(latin1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 import sys
 
@@ -54,17 +55,22 @@ def named_by_flag(error: ValueError, values: dict) -> ValueError:
     return ValueError(f"{flag}: {reason}" if value is True else f"{flag} {value}: {reason}")
 
 
-def check_utf8_prompt(prompt: str | None) -> None:
-    """ValueError naming ``--prompt`` when it holds bytes that are not UTF-8 (a Latin-1 terminal): Python keeps them
-    as lone surrogates, which no tokenizer encodes (a BPE run failed with a TypeError traceback, a char run named
-    '\\udcff' as a character outside its alphabet)."""
+def utf8_prompt(prompt: str | None) -> str | None:
+    """``--prompt`` as the text typed. Python decodes the command line with the locale's encoding and keeps each byte
+    it cannot decode as a lone surrogate, which no tokenizer encodes (a BPE run failed with a TypeError traceback, a
+    char run named '\\udcff' as a character outside its alphabet). Under the C locale with UTF-8 mode off every
+    byte of a UTF-8 'ü' is one: the command line's bytes are read again as UTF-8. Bytes that are not UTF-8 either (a
+    Latin-1 terminal) are a ValueError naming ``--prompt`` and the first such byte."""
     try:
         (prompt or "").encode("utf-8")
-    except UnicodeEncodeError as error:
-        code = ord(prompt[error.start])
-        what = f"byte {code - 0xDC00:#04x}" if 0xDC80 <= code <= 0xDCFF else f"character {prompt[error.start]!r}"
-        raise ValueError(f"--prompt: {what} at offset {error.start} is not UTF-8; give the prompt as UTF-8 text (a "
-                         f"UTF-8 terminal or locale)") from None
+        return prompt
+    except UnicodeEncodeError:
+        typed = os.fsencode(prompt)  # the bytes the command line held
+    try:
+        return typed.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--prompt: byte {typed[error.start]:#04x} at offset {error.start} is not UTF-8; give the "
+                         f"prompt as UTF-8 text (a UTF-8 terminal or locale)") from None
 
 
 def run_generate(args: argparse.Namespace) -> None:
@@ -72,11 +78,11 @@ def run_generate(args: argparse.Namespace) -> None:
     from markovformer.training.tasks import GenerationRequest, build_task
 
     generation = generation_config(args)
-    check_utf8_prompt(args.prompt)
+    prompt = utf8_prompt(args.prompt)
     config, model, run_dir, weights = load_trained_run(args.target)
     if not weights["finished"]:  # a run's own model/ goes without saying; a checkpoint is named (on stderr)
         print(f"generating with {weights_described(weights)}", file=sys.stderr)
-    request = GenerationRequest(args.prompt, args.input, generation, args.seed, args.skip_unknown, args.through_eod,
+    request = GenerationRequest(prompt, args.input, generation, args.seed, args.skip_unknown, args.through_eod,
                                 length_given=hasattr(args, "max_new_tokens"))
     task = build_task(config.task, config.trainer, options=config.task_options)
     try:
