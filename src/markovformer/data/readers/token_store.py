@@ -352,8 +352,12 @@ def _sampled_hash(path: Path) -> str:
 
 
 def _progress(total: int):
-    """A tqdm bar in bytes (MB/s and the time left) for corpora worth one; None otherwise."""
-    if total < _PROGRESS_ABOVE_BYTES:
+    """A tqdm bar in bytes (MB/s and the time left) for corpora worth one, on stderr when it is a terminal; None
+    otherwise. A log or pipe gets one line instead: a bar's carriage-return frames would pile up in it."""
+    if total < _PROGRESS_ABOVE_BYTES or sys.stderr is None:  # None: stderr closed (2>&-)
+        return None
+    if not sys.stderr.isatty():
+        print(f"tokenizing {total / 1e6:.1f} MB into the token store", file=sys.stderr, flush=True)
         return None
     from tqdm import tqdm  # a dependency of lightning, which the command line needs
 
