@@ -253,3 +253,17 @@ def test_data_show_says_that_trainer_seed_draws_the_synthetic_ctc_task_itself(ca
     assert main(["data", "show", "synthetic_ctc"]) == 0
     assert "prototypes are drawn from trainer.seed, as the examples are: another seed is another task" in " ".join(
         capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("command", [("data", "list"), ("data", "show", "text"), ("config", "list")])
+def test_the_catalogues_fit_a_40_column_terminal_word_for_word(capsys, monkeypatch, command):
+    """At COLUMNS=40 they were wrapped to 60 columns (a floor), which such a terminal breaks again mid-word: `data
+    list` printed 60-character lines. The text moves below the name where the name's column leaves too little."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    assert main(list(command)) == 0
+    wide = capsys.readouterr().out
+    monkeypatch.setenv("COLUMNS", "40")
+    assert main(list(command)) == 0
+    narrow = capsys.readouterr().out
+    assert [line for line in narrow.splitlines() if len(line) > 40 and len(line.split()) > 1] == []  # a word: whole
+    assert narrow.split() == wide.split()

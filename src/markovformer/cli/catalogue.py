@@ -43,6 +43,10 @@ def add_parsers(commands) -> None:
     config_copy.add_argument("--force", action="store_true", help="overwrite an existing file")
 
 
+NARROWEST_COLUMN = 24  # characters a line of text beside a name column needs (a narrow terminal's: below the name)
+NARROWER_INDENT = 4
+
+
 def plain_text(docstring: str | None) -> str:
     """A docstring as one line of plain text: whitespace collapsed, reStructuredText's ``code`` marks made single
     backticks, as the command line's own messages mark names (`order` is then an option, not a word)."""
@@ -50,10 +54,17 @@ def plain_text(docstring: str | None) -> str:
 
 
 def wrapped(text: str, indent: int, first: str = "") -> str:
-    """``first`` + ``text`` wrapped to the terminal's width, continuation lines indented by ``indent``."""
-
-    width = max(shutil.get_terminal_size((100, 24)).columns, 60)
-    return textwrap.fill(text, width, initial_indent=first.ljust(indent), subsequent_indent=" " * indent)
+    """``first`` + ``text`` wrapped to the terminal's width (``COLUMNS``), continuation lines indented by ``indent``;
+    where that column would be narrower than ``NARROWEST_COLUMN``, the text starts below ``first``, indented less."""
+    width = shutil.get_terminal_size((100, 24)).columns
+    whole_words = {"break_long_words": False, "break_on_hyphens": False}  # a path or a `name` is never cut
+    if width - indent >= NARROWEST_COLUMN:
+        return textwrap.fill(text, width, initial_indent=first.ljust(indent), subsequent_indent=" " * indent,
+                             **whole_words)  # fmt: skip
+    indent = min(indent, NARROWER_INDENT)
+    below = textwrap.fill(text, max(width, indent + NARROWEST_COLUMN), initial_indent=" " * indent,
+                          subsequent_indent=" " * indent, **whole_words)  # fmt: skip
+    return f"{first.rstrip()}\n{below}" if first.strip() else below
 
 
 def run_data(args: argparse.Namespace) -> None:
@@ -70,7 +81,8 @@ def run_data(args: argparse.Namespace) -> None:
             summary = plain_text(source.__doc__).split(". ")[0].rstrip(".")  # the first sentence, whole
             print(wrapped(summary, column, name))
             print(wrapped(f"tasks: {', '.join(source_tasks(name))}", column))
-        print("\nmarkovformer data show NAME: a source's options; markovformer data prepare list: data sets to fetch")
+        print("\n" + wrapped("markovformer data show NAME: a source's options; markovformer data prepare list: "
+                            "data sets to fetch", 0))  # fmt: skip
         return
     if args.name not in DATA_SOURCES:
         raise ValueError(
@@ -78,7 +90,8 @@ def run_data(args: argparse.Namespace) -> None:
         )
     source = DATA_SOURCES[args.name]
     print(wrapped(plain_text(source.__doc__), 2, f"{args.name}: "))
-    print(f"tasks: {', '.join(source_tasks(args.name))}\noptions (data.<option> in a run config):")
+    print(wrapped(f"tasks: {', '.join(source_tasks(args.name))}", 0))
+    print(wrapped("options (data.<option> in a run config):", 0))
     fields = dataclasses.fields(source)
     name_width = max(len(field.name) for field in fields) + 2
     instance = source() if hasattr(source, "chain") else None  # a chain source's defaults depend on its kind
@@ -137,7 +150,7 @@ def run_kind(args: argparse.Namespace) -> None:
                             "prefix). causal: only = the kind refuses causal=False, never = it refuses causal=True. "
                             "window: local = keys t-window..t by default (scope: global sees every key), optional = "
                             "every key unless scope: local.", 0))  # fmt: skip
-        print("markovformer kind show NAME: a kind's options and how to set them in a run config")
+        print(wrapped("markovformer kind show NAME: a kind's options and how to set them in a run config", 0))
         return
     if args.name not in ATTENTION_KINDS:
         raise ValueError(f"no attention kind {args.name!r}{suggest(args.name, ATTENTION_KINDS)}; see `markovformer "
@@ -164,9 +177,10 @@ def show_kind(name: str) -> None:
     print(wrapped(f"{decodes}; {causal}; {window}", 2))
     fields = dataclasses.fields(kind.options)
     if not fields:
-        print("options: none of its own (model.attention: NAME; the model's d_model and causal shape it)")
+        print(wrapped("options: none of its own (model.attention: NAME; the model's d_model and causal shape it)", 0))
         return
-    print("options (model.<option> in a run config: flat, for every layer; or per layer, in the layer's entry):")
+    print(wrapped("options (model.<option> in a run config: flat, for every layer; or per layer, in the layer's "
+                  "entry):", 0))  # fmt: skip
     name_width = max(len(field.name) for field in fields) + 2
     for field in fields:
         where = "flat or per layer" if field.name in ATTENTION_OPTION_FIELDS else "per layer only"
@@ -176,7 +190,7 @@ def show_kind(name: str) -> None:
                       name_width + 2, f"  {field.name}"))  # fmt: skip
     flat = next((field for field in fields if field.name in ATTENTION_OPTION_FIELDS), None)
     own = next((field for field in fields if field.name not in ATTENTION_OPTION_FIELDS), fields[0])
-    print("in a run config's model section (defaults as values):")
+    print(wrapped("in a run config's model section (defaults as values):", 0))
     if flat is not None:
         print(f"  attention: {name}\n  {flat.name}: {example_value(flat.default)}   # flat: every layer")
     print(f"  attention: [{{kind: {name}, {own.name}: {example_value(own.default)}}}, ...]   # per layer: one entry "
@@ -249,8 +263,8 @@ def run_config_command(args: argparse.Namespace) -> None:
         column = max(map(len, configs)) + 2
         for name, path in configs.items():
             print(wrapped(config_summary(path), column, name))
-        print("\nmarkovformer config show NAME: print one; markovformer config copy NAME [DEST]: copy it to edit; "
-              "markovformer train NAME (or configs/NAME.yaml) trains it")  # fmt: skip
+        print("\n" + wrapped("markovformer config show NAME: print one; markovformer config copy NAME [DEST]: copy "
+                            "it to edit; markovformer train NAME (or configs/NAME.yaml) trains it", 0))  # fmt: skip
         return
     source = shipped_config(args.name)
     if args.config_command == "show":
