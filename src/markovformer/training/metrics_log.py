@@ -17,15 +17,49 @@ from __future__ import annotations
 import csv
 import io
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.loggers.logger import Logger
 from lightning.pytorch.utilities import rank_zero_only
+from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
 
 from markovformer.atomic import atomic_write, write_point
 from markovformer.training.log_rows import read_log_rows
+
+
+@contextmanager
+def naming_failed_writes(path: Path) -> Iterator[None]:
+    """Name ``path`` in an OSError that names no file: a failed write() or close() names none (a full disk read "no
+    space left on the device while writing a file")."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno is None or error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror, str(path)) from error
+
+
+@contextmanager
+def tensorboard_thread_errors_left_to_the_run() -> Iterator[None]:
+    """Leave a failed write of TensorBoard's writer thread (a full disk) to the run, which the writer raises it to at
+    its next call: the thread raised it too, so the process printed the thread's traceback above the run's one-line
+    error. The process's own hook (``threading.excepthook``) takes every other thread's error, and is back after."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not isinstance(args.thread, _AsyncWriterThread):
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
 
 
 def _row_step(row: dict[str, str]) -> int:
@@ -106,14 +140,9 @@ class AppendingCSVLogger(Logger):
             self._rewrite(sorted(set(self.columns) | set(row)), [*kept, row])
             return
         write_point()
-        try:
-            with self.path.open("a", encoding="utf-8", newline="") as handle:
-                csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
-                handle.flush()
-        except OSError as error:  # a failed write() names no file (a full disk read "while writing a file")
-            if error.errno is None or error.filename is not None:
-                raise
-            raise OSError(error.errno, error.strerror, str(self.path)) from error
+        with naming_failed_writes(self.path), self.path.open("a", encoding="utf-8", newline="") as handle:
+            csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
+            handle.flush()
 
     def _start(self) -> None:
         """Repair the file left by earlier processes: no torn last row, none of the steps this run logs again."""
@@ -151,12 +180,33 @@ class RunTensorBoardLogger(TensorBoardLogger):
     def experiment(self) -> Any:
         if self._experiment is None and self.steps.drop_from_step is not None:  # the writer is made on first use
             self._kwargs["purge_step"] = self.steps.drop_from_step + 1
-        return super().experiment
+        with self._naming_failed_writes():
+            return super().experiment
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         if not self.steps.relogged:
-            super().log_metrics(*self.steps.labelled(metrics, step))
+            with self._naming_failed_writes():
+                super().log_metrics(*self.steps.labelled(metrics, step))
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        with self._naming_failed_writes():
+            super().log_hyperparams(params, *args, **kwargs)
+
+    @rank_zero_only
+    def save(self) -> None:
+        with self._naming_failed_writes():
+            super().save()
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        with self._naming_failed_writes():
+            super().finalize(status)
+
+    def _naming_failed_writes(self) -> AbstractContextManager[None]:
+        """The writer thread's failed write, raised at the next call here, names no file: name the events' folder."""
+        return naming_failed_writes(Path(self.log_dir))
 
 
 __all__ = ["AppendingCSVLogger", "RunTensorBoardLogger"]

@@ -30,7 +30,11 @@ from markovformer.training.evaluation import evaluate, first_batch_metrics, scor
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
 from markovformer.training.init_from import initialise_from, tokenizer_source
 from markovformer.training.isolation import built_on_the_cpu, process_settings_kept, random_states_kept
-from markovformer.training.metrics_log import AppendingCSVLogger, RunTensorBoardLogger
+from markovformer.training.metrics_log import (
+    AppendingCSVLogger,
+    RunTensorBoardLogger,
+    tensorboard_thread_errors_left_to_the_run,
+)
 from markovformer.training.module import TrainingModule
 from markovformer.training.progress import PrintProgress, StepLearningRateMonitor
 from markovformer.training.run_checks import (
@@ -233,8 +237,10 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
     however the run ends (an error, a Ctrl-C): under the run's intra-op thread count (``training_threads``) and
     default dtype float32 (``process_settings_kept``), with the global random states ``seed_everything`` sets for
     the run put back after it (``random_states_kept``), its data and model built on the CPU (``built_on_the_cpu``;
-    its accelerator, ``trainer.accelerator``, moves them)."""
-    with process_settings_kept(training_threads(config.trainer)), random_states_kept():
+    its accelerator, ``trainer.accelerator``, moves them). A failed write of TensorBoard's writer thread is the run's
+    one error, its traceback not printed too (``tensorboard_thread_errors_left_to_the_run``)."""
+    with (process_settings_kept(training_threads(config.trainer)), random_states_kept(),
+          tensorboard_thread_errors_left_to_the_run()):  # fmt: skip
         return _build_and_fit(config, writer, resume, rewrite_config)
 
 
