@@ -225,3 +225,32 @@ def test_a_full_disk_while_writing_the_final_files_leaves_an_unfinished_resumabl
     assert raised.value.errno == 28 and "not finished" in str(raised.value) and "--resume" in str(raised.value)
     assert finished_steps(tmp_path) is None
     assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "model" / "fingerprint.json").exists()
+
+
+def test_a_full_disk_says_to_resume_only_a_run_that_can_be_resumed(tiny_config, tmp_path, monkeypatch):
+    """Every full disk said "continue with --resume": at the start of a run too, where --resume then refused ("a run
+    started here stopped before it wrote its config, so there is nothing to resume"). Before config.yaml the
+    command is to be run again; from config.yaml on, the run named is to be resumed, which finishes it."""
+    import errno
+
+    from markovformer.training import run_dir as run_dir_module
+
+    real_write_json = run_dir_module.write_json
+
+    def full_disk_at(name):
+        def write_json(path, values):
+            if path.name == name:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+            real_write_json(path, values)
+
+        return write_json
+
+    command = ("train", str(tiny_config), "output_dir=run", "trainer.max_steps=4")
+    monkeypatch.setattr(run_dir_module, "write_json", full_disk_at("data.json"))
+    line = one_line(run(*command, cwd=tmp_path), 2, "no space left", "data.json", "run the command again")
+    assert "--resume" not in line
+    monkeypatch.setattr(run_dir_module, "write_json", full_disk_at("finished.json"))
+    one_line(run(*command, cwd=tmp_path), 2, "no space left", "finished.json", "--resume run")
+    monkeypatch.undo()
+    assert run("train", "--resume", "run", cwd=tmp_path).returncode == 0
+    assert json.loads((tmp_path / "run" / "finished.json").read_text()) == {"steps": 4}

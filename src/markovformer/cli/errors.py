@@ -15,6 +15,8 @@ EXIT_DIVERGED = 1
 EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
 MAX_ERROR_LINE = 2000  # characters of an error's line that are printed
+AGAIN = "run the command again"  # after a full disk; a run that can be resumed says so itself
+WRITABLE = "choose a writable output_dir or fix its permissions"
 # Packages of the optional extras, by import name; any other missing package is one of the command's dependencies.
 OPTIONAL_PACKAGES = {"rdata": "data", "arch": "data", "pyfaidx": "data", "datasets": "datasets", "pytest": "dev",
                      "ruff": "dev"}
@@ -85,10 +87,12 @@ def error_line(error: BaseException) -> str:
                 f"--batch-size) or the model's size (model.d_model, model.n_layers)")  # fmt: skip
     if isinstance(error, OSError) and error.errno is not None:
         where = error.filename or "a file"
+        # a run's write error says after "; " how to continue it (training.run_dir.continue_with_resume)
+        cause, _, then = (error.strerror or "").partition("; ")
         if error.errno == errno.ENOSPC:
-            return (f"no space left on the device while writing {where}; free some space (the checkpoints already "
-                    f"written are whole: continue with --resume)")  # fmt: skip
+            return f"no space left on the device while writing {where}; free some space, then {then or AGAIN}"
         if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            return f"cannot write {where} ({error.strerror}); choose a writable output_dir or fix its permissions"
+            what_to_do = f"make it writable, then {then}" if then else WRITABLE
+            return f"cannot write {where} ({cause}); {what_to_do}"
         return f"{where}: {error.strerror}"
     return first

@@ -173,8 +173,14 @@ def write_final_files(run_dir: Path, model: torch.nn.Module, fingerprint: str, r
         write_json(run_dir / "metrics.json", results)
         write_json(run_dir / FINISHED, {"steps": results["steps"]})
     except OSError as error:
-        raise OSError(error.errno, f"{error.strerror}; the run is not finished: free the space and write its final "
-                                   f"files with --resume {run_dir}", error.filename) from error  # fmt: skip
+        raise continue_with_resume(error, run_dir, "write its final files (the run is not finished)") from error
+
+
+def continue_with_resume(error: OSError, run_dir: Path, what: str = "continue it") -> OSError:
+    """``error`` (a write of the run that failed: a full disk, a folder made read-only) saying after "; " how to go on
+    once the cause is gone: ``--resume`` does ``what``, from checkpoints that are whole (atomic writes). Only a run
+    with a config.yaml can be resumed; before it, the command is to be run again, which the CLI's line says."""
+    return OSError(error.errno, f"{error.strerror}; {what} with markovformer train --resume {run_dir}", error.filename)
 
 
 def write_hf_tokenizer(run_dir: Path) -> None:

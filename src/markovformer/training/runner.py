@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import importlib.util
 import os
 import signal
@@ -50,6 +51,7 @@ from markovformer.training.run_config import RunConfig, load_yaml, plain_values,
 from markovformer.training.run_dir import (
     LAST_CHECKPOINT,
     RESOLVED_CONFIG,
+    continue_with_resume,
     finished_steps,
     load_run,
     mark_unfinished,
@@ -81,6 +83,9 @@ from markovformer.training.trainer_config import (
     check_warmup,
 )
 from markovformer.training.worker_signals import ignore_outside_sigterm
+
+# A write of the run that failed for a cause outside it: a resume goes on once the cause is gone.
+WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.Module) -> tuple[DataLoader, ...]:
@@ -238,10 +243,19 @@ def _fit(config: RunConfig, writer: bool, resume: bool, rewrite_config: bool = F
     default dtype float32 (``process_settings_kept``), with the global random states ``seed_everything`` sets for
     the run put back after it (``random_states_kept``), its data and model built on the CPU (``built_on_the_cpu``;
     its accelerator, ``trainer.accelerator``, moves them). A failed write of TensorBoard's writer thread is the run's
-    one error, its traceback not printed too (``tensorboard_thread_errors_left_to_the_run``)."""
-    with (process_settings_kept(training_threads(config.trainer)), random_states_kept(),
-          tensorboard_thread_errors_left_to_the_run()):  # fmt: skip
-        return _build_and_fit(config, writer, resume, rewrite_config)
+    one error, its traceback not printed too (``tensorboard_thread_errors_left_to_the_run``). A write that fails for
+    a cause outside the run (``WRITE_ERRORS``) once it has a config.yaml says how to resume it
+    (``continue_with_resume``)."""
+    try:
+        with (process_settings_kept(training_threads(config.trainer)), random_states_kept(),
+              tensorboard_thread_errors_left_to_the_run()):  # fmt: skip
+            return _build_and_fit(config, writer, resume, rewrite_config)
+    except OSError as error:
+        run_dir = Path(config.output_dir)
+        said = "; " in (error.strerror or "")  # the final files say what a resume does
+        if said or error.errno not in WRITE_ERRORS or not (run_dir / RESOLVED_CONFIG).is_file():
+            raise
+        raise continue_with_resume(error, run_dir) from error
 
 
 @built_on_the_cpu
