@@ -9,12 +9,16 @@ number of write points so far in FILE. The crash tests use them to kill a run at
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+# The errors of a write whose cause lies outside the program (a full disk or quota, a read-only or forbidden place):
+# once it is gone, the same command goes on.
+WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 KILL_AT_WRITE = "MARKOVFORMER_KILL_AT_WRITE"
 COUNT_WRITES = "MARKOVFORMER_COUNT_WRITES"
 PROCESS_STATUS = Path("/proc/self/status")  # where Linux shows the umask (``_umask``)

@@ -67,6 +67,25 @@ def test_a_report_that_fails_midway_leaves_the_old_one_whole_and_no_staging_fold
     assert sorted(path.name for path in run.iterdir() if path.name.startswith(".report")) == []
 
 
+@pytest.mark.parametrize("code", ["EROFS", "ENOSPC"])
+def test_a_report_that_cannot_be_written_names_its_folder_and_inspect_s_way_out(run, monkeypatch, capsys, code):
+    """A run in a read-only folder: inspect said "cannot write RUN/.report.staging-<hex> (Read-only file system);
+    choose a writable output_dir", a hidden folder of its own and an option it does not have, and a full disk said
+    "continue with --resume". The line names the report's folder and --out; nothing is left beside the run."""
+    import errno
+    import os
+
+    def unwritable(path, write):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)), str(path))
+
+    monkeypatch.setattr(saving, "atomic_write", unwritable)
+    assert main(["inspect", str(run)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert f"writing {run / 'report'};" in line or f"cannot write {run / 'report'} (" in line, line
+    assert "--out" in line and "staging" not in line and "--resume" not in line and "output_dir" not in line
+    assert sorted(path.name for path in run.iterdir() if path.name.startswith(".report")) == []
+
+
 def test_inspect_refuses_to_replace_a_folder_holding_other_files(run, tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -65,8 +65,8 @@ def replace_folder(out: Path, write: Callable[[Path], ResultT]) -> ResultT:
     for left in [*out.parent.glob(f".{out.name}.staging-*"), *out.parent.glob(f".{out.name}.replaced-*")]:
         shutil.rmtree(left, ignore_errors=True)
     staging = out.parent / f".{out.name}.staging-{uuid.uuid4().hex}"
-    staging.mkdir()
     try:
+        staging.mkdir()
         result = write(staging)
         replaced = out.parent / f".{out.name}.replaced-{uuid.uuid4().hex}"
         if out.exists():
@@ -77,11 +77,22 @@ def replace_folder(out: Path, write: Callable[[Path], ResultT]) -> ResultT:
             if replaced.exists():
                 os.rename(replaced, out)
             raise
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError) and error.errno is not None and _inside(error.filename, staging):
+            # a failed write names the staging folder, gone now, or no file (a full disk): name the folder written
+            raise OSError(error.errno, error.strerror, str(out)) from error
         raise
     shutil.rmtree(replaced, ignore_errors=True)
     return result
+
+
+def _inside(filename: object, folder: Path) -> bool:
+    """Whether an OSError's ``filename`` is ``folder``, a path in it, or no file."""
+    if not isinstance(filename, (str, bytes)):
+        return filename is None
+    path = Path(os.fsdecode(filename))
+    return path == folder or folder in path.parents
 
 
 def _check_replaceable(out: Path) -> None:

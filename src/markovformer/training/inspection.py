@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from markovformer.atomic import WRITE_ERRORS
 from markovformer.data.collate import collate
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.layers.hybrid_attention import markov_head_count
@@ -244,7 +245,13 @@ def write_inspection_report(
     config = dataclasses.replace(config, data={**config.data, **recorded_data_files(run_dir, config.data, {})})
     default = "report" if Path(target).expanduser().is_dir() else f"report-{Path(target).stem}"
     out = Path(out_dir).expanduser() if out_dir is not None else run_dir / default  # '~': as the run's name
-    index = replace_folder(out, lambda staging: _write_report(config, model, run_dir, staging, layers, weights))
+    try:
+        index = replace_folder(out, lambda staging: _write_report(config, model, run_dir, staging, layers, weights))
+    except OSError as error:  # a full disk, a read-only run: the report can go elsewhere
+        if error.errno not in WRITE_ERRORS:
+            raise
+        raise OSError(error.errno, f"{error.strerror}; run inspect again, or write the report elsewhere with --out "
+                                   f"FOLDER", error.filename) from error  # fmt: skip
     return out / index.name
 
 

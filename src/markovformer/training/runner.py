@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import importlib.util
 import os
 import signal
@@ -19,6 +18,7 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
+from markovformer.atomic import WRITE_ERRORS
 from markovformer.data.bundle import DataBundle
 from markovformer.models.config_base import suggest
 from markovformer.training.build import build_data, build_model, build_run_task, check_run_outside_data
@@ -83,9 +83,6 @@ from markovformer.training.trainer_config import (
     check_warmup,
 )
 from markovformer.training.worker_signals import ignore_outside_sigterm
-
-# A write of the run that failed for a cause outside it: a resume goes on once the cause is gone.
-WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.Module) -> tuple[DataLoader, ...]:
