@@ -1,5 +1,5 @@
 """Metrics averaged over batches of different sizes weigh each batch by what its value averages over (worked out by
-hand here)."""
+hand here), and perplexity is exp(loss) wherever that is a float."""
 
 import math
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from markovformer.training.metrics import DocumentMetrics
+from markovformer.training.metrics import DocumentMetrics, perplexity
 from markovformer.training.run_config import TrainerConfig
 from markovformer.training.tasks import build_task
 
@@ -41,3 +41,11 @@ def test_vmt_bounds_are_token_weighted_across_batches_of_different_lengths():
     assert results["loss"] == pytest.approx(-(-1.0 * 30 - 2.0 * 3) / 33, rel=1e-6)
     assert results["bits_per_token"] == pytest.approx(results["loss"] / math.log(2), rel=1e-6)
 
+
+def test_perplexity_is_exp_of_the_loss_up_to_float_range_inf_past_it_and_nan_of_nan():
+    """A large but finite mean loss has a finite perplexity wherever exp(loss) is a float (up to ln(max float) =
+    709.78); past it, and for an infinite loss, inf; a nan loss (a diverged run) has no perplexity: nan, not inf."""
+    for loss in (0.0, 2.5, 700.0, 709.5, 709.78):
+        assert perplexity(loss) == math.exp(loss), loss
+    assert perplexity(709.79) == math.inf and perplexity(1e6) == math.inf and perplexity(math.inf) == math.inf
+    assert math.isnan(perplexity(math.nan))

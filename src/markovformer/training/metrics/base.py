@@ -37,8 +37,11 @@ class WeightedMean(Metric):
 
 
 def perplexity(loss: float) -> float:
-    """exp(loss), inf past float range (an infinite loss read 1.01e304)."""
-    return math.exp(loss) if loss < 709.0 else math.inf
+    """exp(loss): inf past float range (ln of the largest float, 709.78), nan of a nan loss."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
 
 
 class LossMetric(nn.Module):
