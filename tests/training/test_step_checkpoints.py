@@ -1,12 +1,16 @@
-"""Early stopping says when it ends a run, in its output and in metrics.json."""
+"""Early stopping says when it ends a run, in its output and in metrics.json; the latest validation is reported for
+its step only."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
+import torch
 import yaml
 from conftest import TINY_RUN, run_in_process
 
 from markovformer.training.log_rows import read_log_rows
+from markovformer.training.step_checkpoints import LastValidation, ResumableEarlyStopping
 
 
 def test_a_run_early_stopping_ends_says_so_at_the_step_the_patience_rule_gives(tmp_path):
@@ -61,3 +65,31 @@ def test_keep_checkpoints_keeps_the_checkpoint_of_early_stoppings_best(tmp_path)
     assert f"(step {best})" in line and str(kept.relative_to(tmp_path)) in line, line
     scored = run_in_process("eval", str(kept), "--json", cwd=tmp_path)
     assert abs(json.loads(scored.stdout)["metrics"]["loss"] - losses[best]) < 1e-6
+
+
+def test_patience_running_out_at_max_steps_is_not_an_early_stop():
+    """A run whose patience runs out at its last validation, step max_steps, ran its whole length: metrics.json
+    has no early_stopping and no stop line is printed (it would say "stopped at step 60 of 60"). One validation
+    sooner, or patience out before max_steps, it is one."""
+    stopper = ResumableEarlyStopping(monitor="val/loss", patience=2)
+    stopper.wait_count, stopper.best_score, stopper.best_step = 2, torch.tensor(2.5), 20
+
+    def at_step(step: int) -> SimpleNamespace:  # the trainer, as far as early stopping reads it
+        return SimpleNamespace(global_step=step, max_steps=60, callbacks=[stopper])
+
+    assert stopper.stopped(at_step(60)) is None and stopper.stop_line(at_step(60)) is None
+    assert stopper.stopped(at_step(40))["stopped_at_step"] == 40
+    assert "stopped at step 40 of 60" in stopper.stop_line(at_step(40))
+    stopper.wait_count = 1  # patience not out: the run was not stopped
+    assert stopper.stopped(at_step(40)) is None
+
+
+def test_the_last_validation_stands_for_its_step_only():
+    """The run reports the latest validation's metrics for the step it validated; at a later step (a last step that
+    is no multiple of eval_every) there are none, so the run validates that step instead of reporting stale ones."""
+    validation = LastValidation()
+    assert validation.metrics_at(0) is None
+    metrics = {"val/loss": torch.tensor(2.0), "train/loss": torch.tensor(3.0)}
+    validation.on_validation_end(SimpleNamespace(global_step=5, callback_metrics=metrics), None)
+    assert validation.metrics_at(5) == {"loss": 2.0}
+    assert validation.metrics_at(7) is None
