@@ -100,3 +100,11 @@ def test_a_state_saved_before_the_recurrent_weights_decayed_is_regrouped_keeping
         for p in group["params"]:
             assert torch.equal(new.state[p]["exp_avg"], moments[id(p)])
     assert not regroup_optimizer_state(model, new.state_dict())  # already this version's groups
+
+
+def test_a_state_of_a_model_without_recurrent_weights_is_left_as_it_is():
+    """A model with no GRU, minGRU or forget gate groups its weights alike under both rules: its saved state is
+    not regrouped (a resume would print that the checkpoint was trained without their decay)."""
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=1))
+    state = build_optimizer(model, lr=1e-3).state_dict()
+    assert not regroup_optimizer_state(model, state)
