@@ -37,6 +37,17 @@ def test_an_infinite_gradient_with_a_finite_loss_stops_the_run_naming_its_newest
     assert "its last checkpoint, step-000100.ckpt, is whole" in message
 
 
+def test_under_16_mixed_only_the_loss_is_checked_and_an_infinite_loss_is_named_as_the_loss(tmp_path):
+    """With check_gradients off (16-mixed: the loss scaler skips a step of non-finite gradients) an infinite gradient
+    goes on to the scaler; an infinite loss stops the run, the message naming the loss (not the gradient norm)."""
+    guard = DivergenceGuard(tmp_path, lr=0.01, check_gradients=False)
+    guard.on_before_backward(None, None, torch.tensor(2.5))
+    guard.on_before_optimizer_step(SimpleNamespace(global_step=3), _with_gradient(float("inf")), None)
+    guard.on_before_backward(None, None, torch.tensor(float("inf")))
+    with pytest.raises(TrainingDiverged, match="at step 4: the training loss is inf; .* has no checkpoint yet"):
+        guard.on_before_optimizer_step(SimpleNamespace(global_step=3), _with_gradient(0.5), None)
+
+
 def _fingerprint(tmp_path, name: str, tokenizer: str, model: dict | None = None, data: dict | None = None,
                  **trainer) -> str:  # fmt: skip
     values = copy.deepcopy(TINY_RUN)
