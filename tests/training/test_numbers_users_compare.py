@@ -216,6 +216,38 @@ def test_tokens_count_real_positions_a_checkpoint_holds_its_steps_and_a_line_rat
     assert resumed.tokens is None
 
 
+def test_with_accumulation_each_step_gets_one_line_rating_its_own_steps_and_the_end_counts_the_last_steps(
+        fake_clock, capsys):  # fmt: skip
+    """Two micro-batches a step, a line every 2 steps: one line per step even though the step's first micro-batch
+    ends on the step before (Lightning counts the step after the last one), the learning rate its first micro-batch
+    read, the tokens per second of the line's own steps (not all the run's), and a run ending at step 5 (early
+    stopping) between lines still counts step 5's tokens."""
+    from types import SimpleNamespace
+
+    fake_clock.patch(progress)
+    fake_clock.now = 0.0
+    line = progress.PrintProgress(every=2, total=6, stream=sys.stdout)
+    group = {"lr": 0.0}
+    optimizer = SimpleNamespace(param_groups=[group])
+    trainer = SimpleNamespace(global_step=0, world_size=1, is_global_zero=True, callback_metrics={},
+                              accumulate_grad_batches=2, optimizers=[optimizer])  # fmt: skip
+    line.on_train_start(trainer, None)
+    for step in range(1, 6):
+        batch = {"input_ids": torch.zeros(1, step)}  # no mask: `step` real tokens
+        for micro in range(2):
+            group["lr"] = step / 1000 if micro == 0 else 1.0  # (what a later micro-batch sees must not show)
+            line.on_train_batch_start(trainer, None, batch, 2 * (step - 1) + micro)
+            fake_clock.now += 0.5
+            trainer.global_step = step - 1 + micro
+            line.on_train_batch_end(trainer, None, None, batch, 2 * (step - 1) + micro)
+    line.on_train_end(trainer, None)
+    lines = capsys.readouterr().out.splitlines()
+    shape = r"step +(\d+)/6  train loss nan  lr (\S+) +(\d+) tok/s +\S+s"
+    rates = [re.fullmatch(shape, text).groups() for text in lines]
+    assert rates == [("2", "2.00e-03", "3"), ("4", "4.00e-03", "7")]  # 2 x (1 + 2) and 2 x (3 + 4) tokens in 2 s
+    assert line.tokens == 2 * (1 + 2 + 3 + 4 + 5)
+
+
 def test_all_splits_read_as_one_have_bits_per_character_over_all_their_characters(tmp_path):
     """``eval --split all`` scores the three splits as one: bits per character = all bits over all characters (it
     had no bits per character at first; then each split's characters per token, weighted by its tokens)."""
