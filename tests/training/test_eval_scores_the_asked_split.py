@@ -68,6 +68,8 @@ def test_data_of_a_larger_vocabulary_than_the_models_is_refused_naming_the_optio
     train(resolve_run_config(values))
     with pytest.raises(ConfigError, match=r"data.num_symbols=8: the data's vocabulary has 8 tokens, the run's model 4"):
         evaluate(tmp_path / "run", "val", {"num_symbols": 8})
+    with pytest.raises(ConfigError, match=r"has 5 tokens, the run's model 4 .*no output for tokens 4\.\.4;"):
+        evaluate(tmp_path / "run", "val", {"num_symbols": 5})  # one token beyond the model's outputs is refused too
     assert math.isfinite(evaluate(tmp_path / "run", "val", {"num_symbols": 3})["metrics"]["loss"])
 
 
