@@ -91,7 +91,7 @@ def test_split_sizes_closed_form_and_bad_fractions():
     assert split_sizes(10, (0.8, 0.1, 0.1)) == (8, 1, 1)
     assert split_sizes(100, (0.7, 0.15, 0.15)) == (70, 15, 15)
     assert split_sizes(2, (0.0, 0.5, 0.5)) == (0, 1, 1)
-    for bad in [(0.5, 0.5), (0.8, 0.3, 0.1), (1.2, -0.1, -0.1)]:  # named as the run config's option
+    for bad in [(0.5, 0.5), (0.8, 0.3, 0.1), (1.2, -0.1, -0.1), (0.8, 0.1, 0.105)]:  # named as the config's option
         with pytest.raises(ValueError, match=r"^data\.fractions must "):
             split_sizes(10, bad)
 
@@ -109,3 +109,4 @@ def test_split_sizes_give_val_its_rounded_share_and_test_the_rest(n, fractions):
 def test_contiguous_split_is_in_order_and_adjacent():
     train, val, test = contiguous_split(20, (0.7, 0.2, 0.1))
     assert (train, val, test) == (range(0, 14), range(14, 18), range(18, 20))
+
