@@ -220,6 +220,8 @@ def test_audio_manifest_source_builds_normalised_ctc_examples(tmp_path):
     assert source_tasks("audio_manifest") == ("ctc",)
     assert bundle.info["input_dim"] == 80 and bundle.info["label_names"] == CTC_LABEL_NAMES
     assert (len(bundle.train), len(bundle.val), len(bundle.test)) == (6, 2, 2)
+    reseeded = DATA_SOURCES["audio_manifest"](path=str(path), fractions=(0.6, 0.2, 0.2)).build(seed=1)
+    assert set(reseeded.splits["val"]) != set(bundle.splits["val"])  # the random split follows the run seed
     example, name = bundle.val[0], bundle.splits["val"][0]
     index = int(name.rsplit("/", 1)[1].split(".")[0])
     assert decode_transcript(example["labels"]) == f"word {WORDS[index]}"
