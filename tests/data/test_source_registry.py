@@ -47,3 +47,19 @@ def test_a_source_without_its_tasks_is_named_with_where_to_declare_them(monkeypa
             main(command)
     monkeypatch.setattr(ToySource, "feeds", ("causal_lm",), raising=False)  # declared: built and listed
     assert len(build_data(config).train) > 0
+
+
+@pytest.mark.parametrize(("name", "loader", "files"), [
+    ("fasta", "load_fasta_classification", {"path": "a.fa", "labels": "labels.tsv"}),
+    ("bed", "load_bed_classification", {"path": "a.bed", "reference": "genome.fa"}),
+])  # fmt: skip
+def test_a_file_source_split_at_random_is_split_by_the_run_seed(tmp_path, monkeypatch, name, loader, files):
+    """The seed a source's build is given is the one its loader splits with (a loader given 0 would split the data
+    alike for every run seed); test_fasta.py checks that the seed moves the split (the BED loader's is the FASTA
+    loader's)."""
+    seen = []
+    monkeypatch.setattr(sources, loader, lambda *args, **options: seen.append(options["seed"]))
+    for file in files.values():
+        (tmp_path / file).write_text("")
+    sources.DATA_SOURCES[name](**{key: str(tmp_path / file) for key, file in files.items()}).build(seed=5)
+    assert seen == [5]
