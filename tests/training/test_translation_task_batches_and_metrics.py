@@ -93,6 +93,12 @@ def test_translation_metrics_weigh_the_loss_by_tokens_and_score_bleu_on_detokeni
     hypotheses, references = ["w0 w1 w2", "w0 w0 w3 w4"], ["w0 w1 w2", "w0 w1 w3 w4"]
     assert results["bleu"] == pytest.approx(corpus_bleu(hypotheses, references))
     assert results["exact_match"] == 0.5
+    metrics.reset()  # the next validation scores its own translations only
+    metrics.update(type("Output", (), {"loss": torch.tensor(1.5)})(), {"labels": torch.tensor([[5, 5, -100]])})
+    metrics.update_translations(generated[1:], labels[1:], generated[1:])
+    again = metrics.compute()
+    assert again["loss"] == 1.5 and again["exact_match"] == 0.0
+    assert again["bleu"] == pytest.approx(corpus_bleu(hypotheses[1:], references[1:]))
     with pytest.raises(ValueError, match="tokenizer"):
         TranslationMetrics(None)
 
