@@ -157,8 +157,9 @@ class PreTrainedModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls: type[ModelT], directory: str | Path, map_location: str = "cpu") -> ModelT:
-        """Load what ``save_pretrained`` wrote, on the device ``map_location`` and in the dtype its tensors were saved
-        in (a model saved in bfloat16 loads in bfloat16), also under the old class and field names, here or through
+        """Load what ``save_pretrained`` wrote, in eval mode (as ``transformers`` loads: dropout off; ``.train()``
+        to train it), on the device ``map_location`` and in the dtype its tensors were saved in (a model saved in
+        bfloat16 loads in bfloat16), also under the old class and field names, here or through
         ``markovformer.hf`` (``transformers``' ``save_pretrained`` / ``Trainer.save_model``, whose bookkeeping keys,
         ``TRANSFORMERS_CONFIG_KEYS``, the model ignores; those that are not ``WRITER_KEYS``, such as label names and
         special token ids, are kept in ``transformers_settings`` and written back by ``save_pretrained``)."""
@@ -186,7 +187,7 @@ class PreTrainedModel(nn.Module):
             load_model(model, str(directory / WEIGHTS_NAME), strict=True, device=map_location)
         except RuntimeError as error:
             raise ValueError(f"{directory / WEIGHTS_NAME} does not match {cls.__name__}: {error}") from error
-        return model
+        return model.eval()
 
     @classmethod
     def _config_values(cls, values: dict, directory: Path) -> dict:
