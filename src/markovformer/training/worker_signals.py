@@ -17,18 +17,24 @@ import signal
 import threading
 
 
+def starter_pid() -> int:
+    """The process that started this one: under forkserver the OS parent (``os.getppid``) is the fork server, which
+    no run signals; multiprocessing records the process that asked for the worker."""
+    started_by = multiprocessing.parent_process()
+    return os.getppid() if started_by is None else started_by.pid
+
+
 def ignore_outside_sigterm(worker_id: int) -> None:
     """A data loader worker's ``worker_init_fn``: a SIGTERM from any process but the worker's parent (the process
     that started it) is ignored (the parent, signalled with it, stops the run and ends its workers); one from the
     parent ends the worker at once, as PyTorch's own handler does. The signal is blocked and taken by a thread of
     the worker, which reads its sender; where the platform cannot read it (no ``sigwaitinfo``), PyTorch's handling
-    stands."""
+    stands. A thread the worker had before this (under spawn or forkserver, the OpenMP threads ``import torch``
+    starts where ``OMP_NUM_THREADS`` is unset) does not block the signal, and a SIGTERM the kernel hands to it ends
+    the worker at once, as PyTorch's handler would: a forked worker (Linux's default up to Python 3.13) has none."""
     if not hasattr(signal, "sigwaitinfo"):
         return
-    # the process that started the worker: under forkserver its OS parent (getppid) is the fork server, which no
-    # run signals; multiprocessing records the process that asked for the worker
-    started_by = multiprocessing.parent_process()
-    parent = os.getppid() if started_by is None else started_by.pid
+    parent = starter_pid()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the worker's threads start after this: all block it
 
     def take() -> None:
