@@ -5,6 +5,7 @@ is refused, generate with a beam above one searches, and generate hands the mode
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -142,3 +143,20 @@ def test_generate_runs_in_eval_mode_and_gives_the_model_back_in_its_own_mode(bea
     assert model.training is training
     assert all(module.training is training for module in model.modules())
     assert torch.equal(generate(model, src, beam_size=beam_size, max_length=4).sequences, first.sequences)  # eval
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_each_source_stops_at_its_own_max_length_and_an_overlong_one_at_max_length(monkeypatch, search):
+    """``max_lengths`` (B,) caps each source within ``max_length``: a decoder that never emits eos (a .6, b .4 after
+    every prefix of a and b of up to 5 tokens) gives [a, a] under a cap of 2 and [a, a, a] under a cap of 50 cut to
+    max_length 3, both scored log .6 (n · log .6 / n). A cap one step late gave the first row a third token; an
+    overlong cap left uncut ran the second row on to the end of the table."""
+    table = {prefix: {A: 0.6, B: 0.4} for n in range(6) for prefix in itertools.product((A, B), repeat=n)}
+    model = _table_model(monkeypatch, table)
+    src, caps = torch.tensor([[3], [4]]), torch.tensor([2, 50])
+    if search == "greedy":
+        result = greedy_search(model, src, max_length=3, length_penalty=1.0, max_lengths=caps)
+    else:
+        result = beam_search(model, src, beam_size=2, max_length=3, length_penalty=1.0, max_lengths=caps)
+    assert result.sequences.tolist() == [[A, A, PAD], [A, A, A]]
+    assert torch.allclose(result.scores, torch.full((2,), math.log(0.6), dtype=result.scores.dtype))
