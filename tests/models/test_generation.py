@@ -21,6 +21,16 @@ def test_top_k_and_top_p_restrict_the_support_exactly():
     torch.testing.assert_close(observed, expected, atol=0.03, rtol=0)
 
 
+def test_a_nucleus_whose_mass_reaches_top_p_exactly_keeps_no_further_token():
+    """"The smallest prefix whose mass reaches top_p": with probabilities 1/2, 1/4, 1/8, 1/8 (exact in float64) a
+    top_p of 0.5 is met by the first token alone and 0.75 by the first two; keeping a token whose preceding mass
+    equals top_p drew the second (and the tied pair) as well."""
+    logits = torch.tensor([4.0, 2.0, 1.0, 1.0], dtype=torch.float64).log().expand(2000, -1)
+    for top_p, support in ((0.5, {0}), (0.75, {0, 1})):
+        drawn = sample_next_token(logits, top_p=top_p, generator=torch.Generator().manual_seed(0))
+        assert set(drawn.tolist()) == support
+
+
 def test_top_p_keeps_every_token_tied_with_the_last_it_keeps_whatever_their_ids():
     """With probabilities 0.4, 0.3, 0.3 the nucleus of mass 0.5 ends inside a tie: both tied tokens stay (as top_k
     keeps ties), with equal chances, in either order of ids (the sorted prefix alone kept the one of lower id)."""
