@@ -329,6 +329,18 @@ def test_sampling_follows_the_generator_and_top_k_one_is_greedy():
         model.generate(prompt, max_new_tokens=2, do_sample=True, top_p=1.5)
 
 
+def test_generate_runs_in_eval_mode_and_gives_a_training_model_back_in_train_mode():
+    """Documented: generate runs in eval mode and restores the model's mode. A model in train mode with dropout 0.5
+    generates what it does in eval mode, and is handed back in train mode (without the switch dropout changed the
+    tokens)."""
+    model = _markovian(dict(INCREMENTAL["markov_local"], dropout=0.5))
+    prompt, mask = _left_padded()
+    expected = model.generate(prompt, mask, max_new_tokens=8)
+    model.train()
+    assert torch.equal(model.generate(prompt, mask, max_new_tokens=8), expected)
+    assert all(module.training for module in model.modules())
+
+
 @pytest.mark.parametrize("mode", ["markov", "recurrent"])
 def test_scan_markov_greedy_generation_is_the_teacher_forced_argmax(mode):
     torch.manual_seed(0)
