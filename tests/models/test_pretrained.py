@@ -123,6 +123,23 @@ def test_missing_files_raise(tmp_path):
         MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
 
 
+@pytest.mark.parametrize("change", ["missing", "unexpected"])
+def test_weights_that_lack_a_tensor_or_hold_another_are_refused_naming_the_file(change, tmp_path):
+    """A weights file must hold exactly the model's tensors: one left out would keep its random init (other logits
+    than the saved model's), one unknown means another model's file; both raise naming model.safetensors."""
+    from safetensors.torch import load_file, save_file
+
+    _model("causal_lm").save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    if change == "missing":
+        tensors.pop(sorted(tensors)[0])
+    else:
+        tensors["extra.weight"] = torch.zeros(2)
+    save_file(tensors, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match="model.safetensors does not match MarkovianTransformerForCausalLM"):
+        MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
+
+
 @pytest.mark.parametrize("text", ["{not json", "[" * 100_000 + "]" * 100_000], ids=["not-json", "nested-too-deeply"])
 def test_a_config_that_is_not_json_raises_naming_it(tmp_path, text):
     """A crafted config.json nested 100,000 deep raised RecursionError (a traceback at the command line) where
