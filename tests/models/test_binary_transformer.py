@@ -58,6 +58,19 @@ def test_tied_readout_is_the_embedding_and_untied_is_not():
     assert sum(p.numel() for p in untied.parameters()) == sum(p.numel() for p in tied.parameters()) + 4
 
 
+def test_a_tied_embedding_learns_from_its_read_out_too():
+    """Tied, e is also the read-out a, so the gradient of e is the untied model's gradients of e and of a summed
+    (at a = e); a read-out that stood for e without passing its gradient to e trained only the embedding's use."""
+    tied, untied = _random_model(True), _random_model(False)
+    with torch.no_grad():
+        untied.load_state_dict(tied.state_dict(), strict=False)
+        untied.readout.copy_(tied.embedding)
+    x = torch.randint(0, 2, (3, 8), generator=torch.Generator().manual_seed(2))
+    for model in (tied, untied):
+        model(x, labels=x).loss.backward()
+    torch.testing.assert_close(tied.embedding.grad, untied.embedding.grad + untied.readout.grad)
+
+
 def test_loss_is_next_symbol_bce_and_log_probs_normalise():
     model = _random_model(False)
     x = torch.randint(0, 2, (4, 12), generator=torch.Generator().manual_seed(2))
