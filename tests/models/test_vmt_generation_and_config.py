@@ -27,6 +27,22 @@ def test_generate_reads_the_prompt_then_writes_with_transition_and_emission():
     assert torch.equal(out, again)
 
 
+def test_sampled_vectors_spread_from_the_emission_mean_in_proportion_to_the_temperature():
+    """A real-vector VMT writes y = mean + temperature * std * noise: with one seed (the same latent path and noise)
+    the vectors written at temperatures 0.5, 1 and 1.5 lie on one line, evenly spaced. Sampling at temperature 1
+    whatever the config said passed every other generation test."""
+    A = 0.9 * torch.eye(2, dtype=torch.float64)
+    parameters = LinearGaussianParameters(A, torch.zeros(2), torch.full((2,), 0.002), torch.eye(2), torch.zeros(2),
+                                          torch.full((2,), 0.3), torch.zeros(2), torch.ones(2))  # fmt: skip
+    model = linear_gaussian_vmt(parameters)
+    prompt = torch.randn(2, 4, 2, dtype=torch.float64)
+    written = [model.generate(prompt, max_new_tokens=5, do_sample=True, temperature=temperature,
+                              generator=torch.Generator().manual_seed(0))[:, 4:] for temperature in (0.5, 1.0, 1.5)]
+    step = written[1] - written[0]
+    assert step.abs().min() > 1e-3  # the temperature moves every vector
+    torch.testing.assert_close(written[2] - written[1], step, rtol=1e-9, atol=1e-12)
+
+
 def test_generate_tokens_from_a_prompt_or_from_the_prior():
     model = tiny_vmt(window=4)
     prompt = torch.randint(0, 7, (2, 9), generator=torch.Generator().manual_seed(0))
