@@ -223,8 +223,8 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     if split not in SPLITS:
         raise ConfigError(f"split={split!r} must be one of {', '.join(SPLITS)}")
     predictions = None if predictions is None else Path(predictions).expanduser()  # '~': as the run's name
-    if predictions is not None and (Path(predictions).is_dir() or not Path(predictions).parent.is_dir()):
-        what = "is a directory" if Path(predictions).is_dir() else "is in no existing directory"
+    if predictions is not None and (predictions.is_dir() or not predictions.parent.is_dir()):
+        what = "is a directory" if predictions.is_dir() else "is in no existing directory"
         raise ConfigError(f"--predictions {predictions} {what}: give a file in an existing directory")
     config, model, run_dir, weights = load_trained_run(target)
     if predictions is not None and not TASKS[config.task].writes_predictions:
