@@ -65,9 +65,12 @@ def streams_that_hold_any_text() -> None:
     encoding (Latin-1), a character it lacks is written as a backslash escape rather than failing."""
     for stream in (sys.stdout, sys.stderr):
         encoding = getattr(stream, "encoding", None)
-        if encoding is None or not hasattr(stream, "reconfigure") or codecs.lookup(encoding).name.startswith("utf"):
+        if encoding is None or not hasattr(stream, "reconfigure"):
             continue
-        if codecs.lookup(encoding).name == "ascii":
+        encoding = codecs.lookup(encoding).name
+        if encoding.startswith("utf"):
+            continue
+        if encoding == "ascii":
             stream.reconfigure(encoding="utf-8", errors=stream.errors)  # the locale's surrogateescape kept
         else:
             stream.reconfigure(errors="backslashreplace")
