@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 
@@ -16,6 +17,20 @@ def parse_json(text: str | bytes) -> Any:
         return json.loads(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply to read") from None
+
+
+def read_json_object(path: str | Path, what: str) -> dict:
+    """The JSON object in the file at ``path``. A file that is not UTF-8 JSON, or holds something other than an
+    object, raises one ValueError naming the file and ``what`` it should be ("a saved model's config"); a caller's
+    ``.get`` on a damaged file's list had ended a command in a traceback. A missing or unreadable file raises its
+    OSError as it is."""
+    try:
+        value = parse_json(Path(path).read_bytes().decode("utf-8"))
+    except ValueError as error:  # not UTF-8 (UnicodeDecodeError), not JSON, or nested too deeply
+        raise ValueError(f"{path}: not {what}: not valid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: not {what}: it holds a JSON {type(value).__name__}, not an object")
+    return value
 
 
 def strict_json(value):

@@ -27,7 +27,7 @@ from markovformer.atomic import atomic_write_text
 from markovformer.experiments.fitting import PARTIAL, checkpoints_for_cell
 from markovformer.file_digest import file_sha256
 from markovformer.layers.registry import kind_revisions
-from markovformer.strict_json import parse_json, strict_dumps, strict_json
+from markovformer.strict_json import parse_json, read_json_object, strict_dumps, strict_json
 from markovformer.training.durations import format_duration
 from markovformer.training.environment import code_version
 
@@ -297,7 +297,7 @@ def claim_folder(out_dir: Path, name: str) -> None:
     it: its report, results and figures would have been replaced and the cells of both mixed in one folder."""
     marker = out_dir / EXPERIMENT_MARKER
     if marker.is_file():
-        held = json.loads(marker.read_text(encoding="utf-8")).get("experiment")
+        held = read_json_object(marker, "an experiment folder's marker").get("experiment")
         if held != name:
             raise ValueError(f"{out_dir} holds the experiment {held!r} ({EXPERIMENT_MARKER}); give {name} another "
                              f"--out")  # fmt: skip

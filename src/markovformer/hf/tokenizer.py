@@ -24,6 +24,7 @@ from markovformer.data.readers.tokenizer import (
     with_special_ids,
 )
 from markovformer.file_digest import file_sha256
+from markovformer.strict_json import read_json_object
 
 
 def to_transformers(tokenizer: CharTokenizer | BPETokenizer) -> PreTrainedTokenizerFast:
@@ -48,7 +49,7 @@ def export_tokenizer(tokenizer: CharTokenizer | BPETokenizer | str | Path, model
     directory = Path(model_directory)
     tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
     record_path, config_path = directory / FINGERPRINT_FILE, directory / "config.json"
-    record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.is_file() else None
+    record = read_json_object(record_path, "a fingerprint record") if record_path.is_file() else None
     if record is not None and config_path.is_file() and record.get("config_sha256") == file_sha256(config_path):
         edited = with_special_ids(config_path, special_ids(tokenizer))
         if edited is not None:

@@ -15,7 +15,7 @@ from torch import nn
 
 from markovformer.atomic import atomic_write, atomic_write_text
 from markovformer.models.config_base import ModelConfig
-from markovformer.strict_json import parse_json
+from markovformer.strict_json import read_json_object
 
 if sys.version_info >= (3, 11):
     from typing import dataclass_transform
@@ -169,12 +169,7 @@ class PreTrainedModel(nn.Module):
         for name in (CONFIG_NAME, WEIGHTS_NAME):
             if not (directory / name).is_file():
                 raise ValueError(f"{directory}: no {name} here; not a saved {cls.__name__}")
-        try:
-            values = parse_json((directory / CONFIG_NAME).read_text(encoding="utf-8"))
-        except ValueError as error:  # not JSON, not UTF-8, or nested too deeply
-            raise ValueError(f"{directory / CONFIG_NAME}: not valid JSON ({error})") from error
-        if not isinstance(values, dict):
-            raise ValueError(f"{directory / CONFIG_NAME}: holds a JSON {type(values).__name__}, not an object")
+        values = read_json_object(directory / CONFIG_NAME, f"a saved {cls.__name__}'s config")
         fields = {field.name for field in dataclasses.fields(cls.config_class)}
         settings = {key: value for key, value in values.items()
                     if key in TRANSFORMERS_CONFIG_KEYS and key not in fields and key not in WRITER_KEYS}  # fmt: skip

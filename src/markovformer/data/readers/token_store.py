@@ -41,6 +41,7 @@ import numpy as np
 
 from markovformer.atomic import atomic_write_text
 from markovformer.data.readers.text_stream import CHUNK_BYTES, content_key, record_texts, text_pieces
+from markovformer.strict_json import read_json_object
 
 # 2: BPE reads no special token from text (a literal "<eod>" was stored as the special id); 3: a blank-line
 # record's last CRLF is removed whole (its "\r" was stored at the end of each record of a CRLF file); 4: a file's
@@ -340,8 +341,8 @@ def finish_store(staging: Path, offsets, dtype: np.dtype, vocab_size: int, end_o
 
 
 def _read_meta(folder: Path, formats: tuple[int, ...] = (STORE_FORMAT,)) -> dict:
-    meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-    if not isinstance(meta, dict) or meta.get("format") not in formats:
+    meta = read_json_object(folder / META_FILE, "a token store's record")
+    if meta.get("format") not in formats:
         raise ValueError(f"{META_FILE} is not a format-{STORE_FORMAT} store's")
     return meta
 

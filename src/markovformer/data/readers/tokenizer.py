@@ -15,7 +15,7 @@ import numpy as np
 
 from markovformer.atomic import atomic_write_text
 from markovformer.data.readers.token_store import UnknownCharacter
-from markovformer.strict_json import parse_json
+from markovformer.strict_json import parse_json, read_json_object
 
 TOKENIZER_FILE = "tokenizer.json"
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"  # with TOKENIZER_FILE, the Hugging Face format (``save_hf_format``)
@@ -334,7 +334,7 @@ def _is_causal_lm(config_path: Path) -> bool:
     transformers' save_pretrained the wrapper's: both end in ForCausalLM)."""
     if not config_path.is_file():
         return False
-    values = json.loads(config_path.read_text(encoding="utf-8"))
+    values = read_json_object(config_path, "a model's config")
     names = [values.get("architecture") or "", *(values.get("architectures") or ())]
     return any(name.endswith("ForCausalLM") for name in names)
 
@@ -343,7 +343,7 @@ def _suppressing_padding(generation_config: Path, pad_id: int) -> str:
     """The text of a causal LM's generation_config.json whose ``suppress_tokens`` hold ``<pad>``: padding is never a
     target, and markovformer's generate never chooses it, but transformers' generate and pipeline sample from every
     id (after 5 steps of a char run, 4 of 1,200 sampled tokens were <pad>). Other settings are kept."""
-    values = json.loads(generation_config.read_text(encoding="utf-8")) if generation_config.is_file() else {}
+    values = read_json_object(generation_config, "a generation config") if generation_config.is_file() else {}
     suppressed = list(values.get("suppress_tokens") or ())
     values["suppress_tokens"] = suppressed if pad_id in suppressed else [*suppressed, pad_id]
     return json.dumps(values, indent=2) + "\n"
@@ -372,7 +372,7 @@ def with_special_ids(config_path: Path, ids: dict[str, int]) -> str | None:
     not set yet; None when there is no such file or nothing changes."""
     if not config_path.is_file():
         return None
-    values = json.loads(config_path.read_text(encoding="utf-8"))
+    values = read_json_object(config_path, "a JSON config")
     merged = {**values, **{key: value for key, value in ids.items() if values.get(key) is None}}
     return json.dumps(merged, indent=2) + "\n" if merged != values else None
 
