@@ -2,17 +2,21 @@
 the run stops after its step with its one line, as a SIGTERM to its main process alone does."""
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 from conftest import TINY_RUN
+from torch.utils.data import DataLoader
 
-from markovformer.training.worker_signals import ignore_outside_sigterm, starter_pid
+from markovformer.training.worker_signals import ignore_outside_sigterm, starter_pid, worker_options
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
 
@@ -81,9 +85,8 @@ def _send_starter_pid(queue) -> None:
 @pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
 def test_the_parent_a_worker_obeys_is_the_process_that_started_it(start_method):
     """Under forkserver a worker's OS parent is the fork server, not the process that started it: the trainer's
-    SIGTERM was ignored as an outsider's (measured: the worker still alive 5 s after it). Whether such a worker then
-    ignores an outsider's SIGTERM depends on the threads it had before its worker_init_fn (torch's OpenMP threads,
-    which do not block it), so this checks the sender it obeys, under every start method."""
+    SIGTERM was ignored as an outsider's (measured: the worker still alive 5 s after it). This checks the sender it
+    obeys, under every start method."""
     context = multiprocessing.get_context(start_method)
     queue = context.Queue()
     worker = context.Process(target=_send_starter_pid, args=(queue,))
@@ -92,3 +95,64 @@ def test_the_parent_a_worker_obeys_is_the_process_that_started_it(start_method):
     worker.join(30)
     assert starter == os.getpid()
     assert (os_parent == os.getpid()) == (start_method != "forkserver")
+
+
+def _signalled_before_its_init(worker_id: int) -> None:
+    os.kill(os.getpid(), signal.SIGTERM)  # not its parent's: as a SIGTERM to the group reaches a starting worker
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # as import torch starts OpenMP's threads
+    time.sleep(0.2)
+    ignore_outside_sigterm(worker_id)
+
+
+class _ThreadsLeavingSigterm:
+    """Item i: i and the worker's threads, but the one that takes SIGTERM, that do not block it."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> tuple[int, list[int]]:
+        taker = next(thread.native_id for thread in threading.enumerate() if thread.name == "sigterm")
+        unblocked = []
+        for task in os.listdir("/proc/self/task"):
+            status = (Path("/proc/self/task") / task / "status").read_text()
+            mask = int(next(line for line in status.splitlines() if line.startswith("SigBlk:")).split()[1], 16)
+            if int(task) != taker and not mask >> (signal.SIGTERM - 1) & 1:
+                unblocked.append(int(task))
+        return index, unblocked
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_an_outsiders_sigterm_before_a_workers_init_leaves_it_running(start_method):
+    """A worker runs torch's import and worker loop before its worker_init_fn (a second or two under spawn or
+    forkserver); a SIGTERM from the group then killed it with PyTorch's handler, and the loader failed ('DataLoader
+    worker exited unexpectedly'). It starts with SIGTERM blocked: the signal waits for the worker's own handling,
+    which ignores it, and the loader yields every item; a thread it started before (OpenMP's) blocks the signal too,
+    where it took it with PyTorch's handler. The fork server runs before the loader starts a worker (a notebook's
+    earlier loader), so a forkserver worker blocks SIGTERM itself as it arrives."""
+    previous = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method(start_method, force=True)
+    try:
+        if start_method == "forkserver":
+            multiprocessing.forkserver.ensure_running()
+        options = {**worker_options(2), "worker_init_fn": _signalled_before_its_init}
+        assert sorted(DataLoader(_ThreadsLeavingSigterm(), batch_size=None, **options)) == [[i, []] for i in range(8)]
+    finally:
+        multiprocessing.set_start_method(previous, force=True)
+
+
+def test_a_sigterm_to_the_main_process_while_it_starts_a_worker_is_delivered_once_the_worker_has_started():
+    """The main process blocks SIGTERM while it starts a worker (so that the worker inherits the mask): a SIGTERM
+    sent meanwhile waits, and its handler runs once the mask is restored (not lost)."""
+    script = """
+import os, signal, time
+from markovformer.training.worker_signals import sigterm_blocked
+received = []
+signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+with sigterm_blocked():
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+    print(len(received))
+print(len(received))
+"""
+    done = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["0", "1"], done.stderr[-3000:]

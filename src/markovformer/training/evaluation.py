@@ -27,7 +27,7 @@ from markovformer.training.run_report import continuous_source, document_log_lik
 from markovformer.training.tasks import TASKS, Translation
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
 from markovformer.training.worker_copy import PackedSplit
-from markovformer.training.worker_signals import ignore_outside_sigterm
+from markovformer.training.worker_signals import worker_options
 
 
 def scoring_loader(examples, collate, tc: TrainerConfig) -> DataLoader:
@@ -37,8 +37,7 @@ def scoring_loader(examples, collate, tc: TrainerConfig) -> DataLoader:
     seed from the global RNG at every new iterator, which would shift the training's random stream. A worker started
     by pickling receives the examples ``PackedSplit``."""
     return DataLoader(PackedSplit(examples), batch_size=tc.eval_batch_size, sampler=RankShare(len(examples)),
-                      collate_fn=collate, num_workers=tc.num_workers, generator=torch.Generator(),
-                      worker_init_fn=ignore_outside_sigterm)  # fmt: skip
+                      collate_fn=collate, generator=torch.Generator(), **worker_options(tc.num_workers))  # fmt: skip
 
 
 def first_batch_metrics(task, model: torch.nn.Module, bundle, examples: int = 2) -> dict:

@@ -82,7 +82,7 @@ from markovformer.training.trainer_config import (
     TrainerConfig,
     check_warmup,
 )
-from markovformer.training.worker_signals import ignore_outside_sigterm
+from markovformer.training.worker_signals import worker_options
 
 
 def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.Module) -> tuple[DataLoader, ...]:
@@ -100,8 +100,7 @@ def loaders(task: Task, bundle: DataBundle, trainer: L.Trainer, model: torch.nn.
             raise ConfigError(str(error)) from None
     # Own generators: a DataLoader draws its base seed from the global RNG at every new iterator, which would shift
     # the dropout stream between an uninterrupted run and a resumed one.
-    train = DataLoader(stream, batch_size=None, num_workers=tc.num_workers, generator=torch.Generator(),
-                       worker_init_fn=ignore_outside_sigterm)  # fmt: skip
+    train = DataLoader(stream, batch_size=None, generator=torch.Generator(), **worker_options(tc.num_workers))
     return train, scoring_loader(bundle.val, bundle.collate, tc)
 
 
