@@ -87,3 +87,29 @@ def test_s4ds_poles_and_steps_are_made_float32_under_a_half_precision_default_dt
         torch.set_default_dtype(previous)
     assert {name: p.dtype for name, p in layer.named_parameters() if name in ("log_dt", "log_a_real")} == {
         "log_dt": torch.float32, "log_a_real": torch.float32}
+
+
+@pytest.mark.parametrize("kind", ["s4d", "h3"])
+def test_s4d_and_h3_built_under_a_float64_default_dtype_hold_and_compute_float64(kind):
+    """Under a float64 default every parameter is float64, the SSM's poles and steps too (they were made float32
+    whatever the default, so the kernel carried float32 rounding into a float64 model): the kernel matches the
+    closed form K_l = 2 Re(Σ_n C_n B̄_n exp(l Δ A_n)) worked out in float64 from the parameters to float64 rounding."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.manual_seed(0)
+        layer = build_attention(kind, d_model=16, n_heads=2, causal=True, rotary=False)
+    finally:
+        torch.set_default_dtype(previous)
+    tensors = dict([*layer.named_parameters(), *layer.named_buffers()])
+    assert {name: tensor.dtype for name, tensor in tensors.items() if tensor.dtype != torch.float64} == {}
+    ssm = layer if kind == "s4d" else layer.kv_ssm
+    with torch.no_grad():
+        a = torch.complex(-torch.exp(ssm.log_a_real.double()), ssm.a_imag.double())
+        dt_a = a * torch.exp(ssm.log_dt.double())[:, None]
+        c_b = torch.view_as_complex(ssm.c.double()) * (torch.exp(dt_a) - 1) / a
+        lags = torch.arange(200, dtype=torch.float64)
+        reference = 2 * (c_b[..., None] * torch.exp(dt_a[..., None] * lags)).sum(1).real.T
+        kernel = ssm.kernel(200)
+    assert kernel.dtype == torch.float64
+    assert float((kernel - reference).abs().max() / reference.abs().max()) < 1e-12

@@ -58,12 +58,13 @@ class DiagonalSSM(KeepsFloat32):
             raise ValueError(f"mode={mode!r}: expected one of {S4D_MODES}")
         self.channels, self.causal, self.mode = channels, causal, mode
         total, modes = channels * (1 if causal else 2), ssm_state_size // 2  # a second SSM reads backwards
-        # float32 whatever the default dtype (transformers builds a bf16 load under a bf16 default)
-        log_dt = torch.rand(total, dtype=torch.float32) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)
+        # the default dtype but float32 at least (transformers builds a bf16 load under a bf16 default)
+        dtype = compute_dtype(torch.get_default_dtype())
+        log_dt = torch.rand(total, dtype=dtype) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)
         self.log_dt = nn.Parameter(log_dt)
-        self.log_a_real = nn.Parameter(torch.full((total, modes), math.log(0.5), dtype=torch.float32))
-        self.a_imag = nn.Parameter(math.pi * torch.arange(modes, dtype=torch.float32).expand(total, modes).clone())
-        self.c = nn.Parameter(torch.view_as_real(torch.randn(total, modes, dtype=torch.cfloat)))
+        self.log_a_real = nn.Parameter(torch.full((total, modes), math.log(0.5), dtype=dtype))
+        self.a_imag = nn.Parameter(math.pi * torch.arange(modes, dtype=dtype).expand(total, modes).clone())
+        self.c = nn.Parameter(torch.view_as_real(torch.randn(total, modes, dtype=dtype.to_complex())))
 
     def discretised(self) -> tuple[Tensor, Tensor, Tensor]:
         """(Δ·A, Ā, C·B̄), each complex (channels, N/2); zero-order hold, in float32 at least (no complex half)."""
