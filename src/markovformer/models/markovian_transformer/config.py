@@ -156,6 +156,13 @@ class MarkovianTransformerConfig(ModelConfig):
                 fail("attention", "Linformer is non-causal: its length projections mix the whole sequence, so every "
                      "output reads the future; set causal=False or use a causal kind ('retnet', 'rwkv', 'hyena', "
                      "'s4d', ...)")  # fmt: skip
+            for index, entry in enumerate(self.attention if isinstance(self.attention, list) else []):
+                own = entry.get("max_positions") if isinstance(entry, dict) else None
+                if own is not None and own != self.max_positions:  # the model's length bound is one number
+                    raise ValueError(f"MarkovianTransformerConfig.attention[{index}].max_positions={own!r}: "
+                                     "max_positions is model-wide (the longest sequence the model reads, which every "
+                                     "Linformer layer's projections cover); set MarkovianTransformerConfig."
+                                     f"max_positions (it is {self.max_positions!r}) instead")  # fmt: skip
             if self.max_positions is None:
                 fail("max_positions", "attention='linformer' needs max_positions, the longest sequence its length "
                      "projections cover")  # fmt: skip
