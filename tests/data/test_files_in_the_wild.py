@@ -19,6 +19,7 @@ from markovformer.data.readers.fasta import read_fasta
 from markovformer.data.readers.text import load_text_lm
 from markovformer.data.readers.text_stream import sampled_text
 from markovformer.data.readers.token_store import TokenStore
+from markovformer.data.recipes.finance import read_order_book, regimes_of_examples
 
 BOM = b"\xef\xbb\xbf"  # what Notepad and Excel's "CSV UTF-8" put before the text: no character of it
 
@@ -198,3 +199,19 @@ def test_a_nul_byte_past_the_checked_head_is_refused_where_the_text_is_read(tmp_
     path.write_bytes(data[:at] + b"\0" + data[at:])
     with pytest.raises(ValueError, match=f"line 301: a NUL byte at offset {at}: not UTF-8 text"):
         load_text_lm(path, seq_len=8, cache_dir=str(tmp_path / "cache"))
+
+
+def test_an_excel_csv_with_a_byte_order_mark_gives_its_first_column_its_name(tmp_path):
+    """Excel's "CSV UTF-8" begins with a BOM: read as utf-8 it joins the first header name ('\\ufeffregime'), so
+    the volatility regimes of an Excel-saved daily table (regime first) raised KeyError: 'regime' though
+    load_csv_series read the same file; a BOM-saved order book's 'timestamp' column is found too."""
+    table = tmp_path / "daily.csv"
+    rows = [f"{'calm' if row % 4 else 'stormy'},{row % 5},{'up' if row % 3 else 'down'}" for row in range(40)]
+    table.write_bytes(BOM + "\r\n".join(["regime,x,label", *rows]).encode() + b"\r\n")
+    bundle = load_csv_series(table, label_column="label", feature_columns=["x"], window=4)
+    start, stop = bundle.splits["test"]
+    expected = [rows[row].split(",")[0] for row in range(start + 3, stop)]
+    assert regimes_of_examples(table, bundle.splits, "test") == expected
+    book = tmp_path / "book.csv"
+    book.write_bytes(BOM + b"timestamp,bid_price_1,bid_size_1,ask_price_1,ask_size_1\r\n09:30,99.5,3,100.5,2\r\n")
+    assert read_order_book(book).timestamps == ["09:30"]

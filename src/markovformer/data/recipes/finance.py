@@ -206,7 +206,7 @@ def prepare_nasdaq(out_path: str | Path) -> Path:
 def regimes_of_examples(csv_path: str | Path, splits: dict, split: str = "test") -> list[str]:
     """The ``regime`` of each example of a ``csv_series`` bundle's ``split`` (its ``splits`` record): the regime
     of the row whose label the example carries (a window's last row), for F1 by volatility regime."""
-    with Path(csv_path).open(newline="", encoding="utf-8") as handle:
+    with Path(csv_path).open(newline="", encoding="utf-8-sig") as handle:
         regimes = [row["regime"] for row in csv.DictReader(handle)]
     if splits.get("kind") != "chronological_rows" or splits.get("task") != "sequence_classification":
         raise ValueError("regimes_of_examples needs the splits of a csv_series sequence_classification bundle")
