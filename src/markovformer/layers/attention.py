@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from markovformer.layers.position import RotaryEmbedding
+from markovformer.ops.attention_inputs import check_layer_input
 from markovformer.ops.segments import Segments
 
 
@@ -97,6 +98,7 @@ class SelfAttention(nn.Module):
         ``state``: the decoding state, read and updated in place (see the module docstring). ``position_ids``
         (B, T): the rotary positions (default 0..T-1); ``segments``: packed documents (``ops.segments``), passed to
         the cores as ``segment_ids`` (only when every core ``honours_segments``)."""
+        check_layer_input(type(self).__name__, x, self.d_model, attention_mask)
         if segments is not None:
             if not self.honours_segments:
                 raise ValueError(f"{type(self).__name__} cannot keep packed documents apart itself")

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from markovformer.layers.min_gru import MinGRUInjection
+from markovformer.ops.attention_inputs import check_layer_input
 from markovformer.ops.padding import real_runs, roll_rows
 
 INJECTION_KINDS = ("gru", "min_gru")
@@ -29,6 +30,7 @@ class GRUInjection(nn.Module):
 
     def __init__(self, d_model: int, bidirectional: bool = False) -> None:
         super().__init__()
+        self.d_model = d_model
         self.gru = nn.GRU(d_model, d_model, batch_first=True, bidirectional=bidirectional)
         self.proj = nn.Linear(d_model * (2 if bidirectional else 1), d_model, bias=False)
 
@@ -37,6 +39,7 @@ class GRUInjection(nn.Module):
         return not self.gru.bidirectional
 
     def forward(self, x: Tensor, attention_mask: Tensor | None = None, state: dict | None = None) -> Tensor:
+        check_layer_input(type(self).__name__, x, self.d_model, attention_mask)
         if state is not None and not self.supports_state:
             raise ValueError("a bidirectional GRU reads the whole sequence: it cannot decode incrementally")
         initial = None if state is None else state.get("hidden")

@@ -18,6 +18,7 @@ from markovformer.layers.random_feature_attention import (
     RandomFeatureCore,
     RandomFeatureOptions,
 )
+from markovformer.ops.attention_inputs import check_layer_input
 
 HYBRID_MODES = ("split", "parallel")
 # the options each part reads: the fields of its kind's options dataclass, never re-listed
@@ -113,6 +114,7 @@ class HybridParallelAttention(nn.Module):
     ) -> Tensor | AttentionOutput:  # fmt: skip
         """``segments``: packed documents (``ops.segments``), and ``position_ids`` (B, T), the rotary positions of a
         padded batch: passed to both parts."""
+        check_layer_input(type(self).__name__, x, self.markov.d_model, attention_mask)  # named as this layer
         if segments is not None:
             markov = self.markov(x, attention_mask, return_gates, return_weights, segments=segments)
             features = self.random_features(x, attention_mask, return_gates, return_weights, segments=segments)

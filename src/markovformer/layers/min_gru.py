@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from markovformer.ops.attention_inputs import check_layer_input
 from markovformer.ops.scan import BACKENDS, min_gru
 from markovformer.ops.segments import Segments, segment_ends, segment_starts
 
@@ -29,7 +30,7 @@ class MinGRUInjection(nn.Module):
         super().__init__()
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
-        self.bidirectional, self.backend = bidirectional, backend
+        self.d_model, self.bidirectional, self.backend = d_model, bidirectional, backend
         directions = 2 if bidirectional else 1
         # One matrix for (gate logits, candidates) of every direction: a single GEMM over the sequence. Parameters,
         # not an nn.Linear, so that the model's init for linear layers leaves them as reset_parameters sets them.
@@ -62,6 +63,7 @@ class MinGRUInjection(nn.Module):
 
     def forward(self, x: Tensor, attention_mask: Tensor | None = None, state: dict | None = None,
                 segments: Segments | None = None) -> Tensor:  # fmt: skip
+        check_layer_input(type(self).__name__, x, self.d_model, attention_mask)
         mask = None if attention_mask is None or bool(attention_mask.all()) else attention_mask
         forward_resets = backward_resets = None
         if segments is not None:

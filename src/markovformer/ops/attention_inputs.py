@@ -1,6 +1,6 @@
 """The argument checks every attention op's dispatcher shares: the shapes of q, k, v, of the padding mask and of the
 packed documents' segment ids, the window (an int, or None for global scope) and the chunk size, each refused with
-the bad value named."""
+the bad value named; and the one check of a layer's own input (``check_layer_input``)."""
 
 from __future__ import annotations
 
@@ -31,4 +31,15 @@ def check_segment_ids(segment_ids: Tensor | None, *, batch: int, seq_len: int) -
         raise ValueError(f"segment_ids must be (B, T) = {(batch, seq_len)}; got {tuple(segment_ids.shape)}")
 
 
-__all__ = ["check_attention_inputs", "check_segment_ids"]
+def check_layer_input(layer: str, x: Tensor, d_model: int, attention_mask: Tensor | None) -> None:
+    """ValueError naming ``layer`` (its class name) unless x is (B, T, d_model) and ``attention_mask`` None or
+    (B, T): every mixer's and injection's forward calls it first, so a wrong shape is named there, not deep inside
+    a matmul or einsum. Shape comparisons only: nothing read from the device."""
+    if x.dim() != 3 or x.shape[2] != d_model:
+        raise ValueError(f"{layer}: x must be (B, T, D) = (B, T, {d_model}); got {tuple(x.shape)}")
+    if attention_mask is not None and attention_mask.shape != x.shape[:2]:
+        raise ValueError(f"{layer}: attention_mask must be (B, T) = {tuple(x.shape[:2])}; "
+                         f"got {tuple(attention_mask.shape)}")  # fmt: skip
+
+
+__all__ = ["check_attention_inputs", "check_layer_input", "check_segment_ids"]

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from markovformer.layers.baselines.s4d import DiagonalSSM
 from markovformer.layers.kv_cache import after_carried_inputs
 from markovformer.layers.options import check_fields, interval, option
+from markovformer.ops.attention_inputs import check_layer_input
 from markovformer.ops.long_conv import long_conv_fft
 from markovformer.ops.padding import zero_padding
 from markovformer.ops.precision import compute_dtype
@@ -108,6 +109,7 @@ class H3Mixer(nn.Module):
         state: dict | None = None,
     ) -> Tensor:  # fmt: skip
         """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind."""
+        check_layer_input(type(self).__name__, x, self.d_model, attention_mask)
         if state is not None and not self.causal:
             raise ValueError("a bidirectional H3 reads the whole sequence: it cannot decode incrementally")
         batch, length, _ = x.shape

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from markovformer.layers.kv_cache import KeyValueCache, after_carried_inputs
 from markovformer.layers.precision import KeepsFloat32
+from markovformer.ops.attention_inputs import check_layer_input
 from markovformer.ops.long_conv import long_conv_fft, long_conv_naive
 from markovformer.ops.padding import zero_padding
 from markovformer.ops.precision import compute_dtype
@@ -123,6 +124,7 @@ class HyenaMixer(nn.Module):
         state: dict | None = None,
     ) -> Tensor:  # fmt: skip
         """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind."""
+        check_layer_input(type(self).__name__, x, self.d_model, attention_mask)
         if state is not None and not self.causal:
             raise ValueError("a bidirectional Hyena reads the whole sequence: it cannot decode incrementally")
         projected = zero_padding(self.in_proj(x), attention_mask)

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from markovformer.layers.gru import GRUInjection
+from markovformer.ops.attention_inputs import check_layer_input
 from markovformer.ops.padding import zero_padding
 from markovformer.ops.scan import linear_scan
 from markovformer.ops.segments import Segments, segment_ends, segment_starts
@@ -44,7 +45,7 @@ class ScanMixer(nn.Module):
 
     def __init__(self, *, d_model: int, causal: bool = True) -> None:
         super().__init__()
-        self.causal = causal
+        self.d_model, self.causal = d_model, causal
         self.gate_proj = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.Linear(d_model, 2 * d_model))
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
 
@@ -54,6 +55,7 @@ class ScanMixer(nn.Module):
     ) -> Tensor:  # fmt: skip
         """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind. ``segments``: packed
         documents (``ops.segments``)."""
+        check_layer_input(type(self).__name__, x, self.d_model, attention_mask)
         if state is not None and not self.causal:
             raise ValueError("a non-causal scan reads the whole sequence: it cannot decode incrementally")
         keep, write = torch.sigmoid(self.gate_proj(x)).chunk(2, dim=-1)

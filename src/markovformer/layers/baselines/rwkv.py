@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from markovformer.ops.attention_inputs import check_layer_input
 from markovformer.ops.padding import zero_padding
 from markovformer.ops.segments import Segments, segment_starts
 from markovformer.ops.wkv import wkv_scan
@@ -34,7 +35,7 @@ class RWKVTimeMix(nn.Module):
 
     def __init__(self, *, d_model: int, causal: bool = True, layer_ratio: float = 0.5) -> None:
         super().__init__()
-        self.causal = causal
+        self.d_model, self.causal = d_model, causal
         channel = torch.arange(d_model, dtype=torch.float32)
         fraction = channel / max(d_model - 1, 1)
         self.time_decay = nn.Parameter(-5 + 8 * fraction ** (0.7 + 1.3 * layer_ratio))
@@ -58,6 +59,7 @@ class RWKVTimeMix(nn.Module):
     ) -> Tensor:  # fmt: skip
         """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind. ``segments``: packed
         documents (``ops.segments``)."""
+        check_layer_input(type(self).__name__, x, self.d_model, attention_mask)
         if state is not None and not self.causal:
             raise ValueError("bidirectional RWKV reads the whole sequence: it cannot decode incrementally")
         x = zero_padding(x, attention_mask)

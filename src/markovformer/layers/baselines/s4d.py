@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.layers.precision import KeepsFloat32
+from markovformer.ops.attention_inputs import check_layer_input
 from markovformer.ops.long_conv import long_conv_fft
 from markovformer.ops.padding import zero_padding
 from markovformer.ops.precision import compute_dtype
@@ -157,6 +158,7 @@ class S4DMixer(DiagonalSSM):
         state: dict | None = None,
     ) -> Tensor:  # fmt: skip
         """x (B, T, D), attention_mask (B, T). Gates and weights do not exist for this kind."""
+        check_layer_input(type(self).__name__, x, self.d_model, attention_mask)
         if state is not None and not self.causal:
             raise ValueError("a bidirectional S4D reads the whole sequence: it cannot decode incrementally")
         u = zero_padding(x, attention_mask)
