@@ -113,3 +113,24 @@ def test_s4d_and_h3_built_under_a_float64_default_dtype_hold_and_compute_float64
         kernel = ssm.kernel(200)
     assert kernel.dtype == torch.float64
     assert float((kernel - reference).abs().max() / reference.abs().max()) < 1e-12
+
+
+def test_rotary_frequencies_and_hyena_filters_built_under_a_float64_default_dtype_are_float64():
+    """Rotary frequencies and Hyena's filter frequencies and decays were made float32 whatever the default, so a
+    model built under a float64 default rotated position 4,000 by angles off by ~1e-4 rad: they follow the default
+    dtype (float32 at least) as S4D's poles do, and the rotation matches cos/sin of p·base^(-2i/Dh) in float64."""
+    from markovformer.layers.baselines.hyena import ImplicitFilter
+    from markovformer.layers.position import RotaryEmbedding
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        rotary, hyena = RotaryEmbedding(16), ImplicitFilter(4)
+    finally:
+        torch.set_default_dtype(previous)
+    assert {rotary.inv_freq.dtype, hyena.angular.dtype, hyena.decay.dtype} == {torch.float64}
+    position = 4000
+    pairs = torch.tensor([1.0, 0.0], dtype=torch.float64).repeat(8)[None, :]  # (T = 1, Dh): each pair is 1 + 0i
+    rotated = rotary(pairs, start=position)[0]
+    angles = position * 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    torch.testing.assert_close(rotated, torch.stack([angles.cos(), angles.sin()], -1).flatten(), rtol=0, atol=1e-12)

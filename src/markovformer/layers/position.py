@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-from markovformer.layers.precision import KeepsFloat32
+from markovformer.layers.precision import KeepsFloat32, kept_float_dtype
 
 POSITIONS = ("rotary", "sinusoidal", "learned", "none")
 
@@ -26,7 +26,7 @@ class RotaryEmbedding(KeepsFloat32):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"rotary position needs an even head dimension; got {head_dim}")
-        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=kept_float_dtype()) / head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self._frequencies: tuple | None = None  # ((id, version) of inv_freq, its dtype and values): the table's key
 

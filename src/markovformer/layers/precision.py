@@ -15,6 +15,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from markovformer.ops.precision import compute_dtype
+
 
 class KeepsFloat32(nn.Module):
     """A module whose ``float32_tensors`` (parameter or buffer names) keep their dtype through a half-precision cast;
@@ -39,4 +41,10 @@ class KeepsFloat32(nn.Module):
         return self
 
 
-__all__ = ["KeepsFloat32"]
+def kept_float_dtype() -> torch.dtype:
+    """The dtype ``float32_tensors`` are made in: the default dtype, float32 at least (transformers builds a bf16
+    load under a bf16 default; a float64 default gets float64 ones)."""
+    return compute_dtype(torch.get_default_dtype())
+
+
+__all__ = ["KeepsFloat32", "kept_float_dtype"]

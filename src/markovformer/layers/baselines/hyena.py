@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from markovformer.layers.kv_cache import KeyValueCache, after_carried_inputs
-from markovformer.layers.precision import KeepsFloat32
+from markovformer.layers.precision import KeepsFloat32, kept_float_dtype
 from markovformer.ops.attention_inputs import check_layer_input
 from markovformer.ops.long_conv import long_conv_fft, long_conv_naive
 from markovformer.ops.padding import zero_padding
@@ -71,13 +71,14 @@ class ImplicitFilter(KeepsFloat32):
     def __init__(self, channels: int, filters: int = 1, num_bands: int = 8, hidden: int = 64, depth: int = 3):
         super().__init__()
         periods = torch.logspace(math.log10(2.0), 4.0, num_bands, dtype=torch.float64)
-        self.register_buffer("angular", (2 * math.pi / periods).float(), persistent=False)
+        kept = kept_float_dtype()
+        self.register_buffer("angular", (2 * math.pi / periods).to(kept), persistent=False)
         spans = torch.logspace(math.log10(8.0), math.log10(4096.0), channels, dtype=torch.float64)
-        self.register_buffer("decay", (math.log(100.0) / spans).float().repeat(filters), persistent=False)
+        self.register_buffer("decay", (math.log(100.0) / spans).to(kept).repeat(filters), persistent=False)
         self.mlp = SineMLP([2 * num_bands] + [hidden] * depth + [filters * channels])
 
     def forward(self, length: int) -> Tensor:
-        lags = torch.arange(length, device=self.angular.device, dtype=torch.float32)[:, None]
+        lags = torch.arange(length, device=self.angular.device, dtype=self.angular.dtype)[:, None]
         angles = lags * self.angular
         features = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
         return self.mlp(features.to(self.mlp.weights[0].dtype)) * torch.exp(-lags * self.decay).to(features.dtype)

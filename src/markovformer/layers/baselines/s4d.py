@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from markovformer.layers.precision import KeepsFloat32
+from markovformer.layers.precision import KeepsFloat32, kept_float_dtype
 from markovformer.ops.attention_inputs import check_layer_input
 from markovformer.ops.long_conv import long_conv_fft
 from markovformer.ops.padding import zero_padding
@@ -59,8 +59,7 @@ class DiagonalSSM(KeepsFloat32):
             raise ValueError(f"mode={mode!r}: expected one of {S4D_MODES}")
         self.channels, self.causal, self.mode = channels, causal, mode
         total, modes = channels * (1 if causal else 2), ssm_state_size // 2  # a second SSM reads backwards
-        # the default dtype but float32 at least (transformers builds a bf16 load under a bf16 default)
-        dtype = compute_dtype(torch.get_default_dtype())
+        dtype = kept_float_dtype()
         log_dt = torch.rand(total, dtype=dtype) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)
         self.log_dt = nn.Parameter(log_dt)
         self.log_a_real = nn.Parameter(torch.full((total, modes), math.log(0.5), dtype=dtype))
