@@ -144,3 +144,21 @@ def test_a_run_leaves_no_default_device_mode_in_a_session_that_set_none(tmp_path
                               "logger": "csv"})  # fmt: skip
     runner.train(resolve_run_config({**values, "output_dir": str(tmp_path / "a")}))
     assert modes_in_run == [[]] and _get_current_function_mode_stack() == []
+
+
+def test_a_run_loads_in_eval_mode_from_its_final_model_and_from_a_checkpoint(tmp_path):
+    """from_pretrained returns a model in eval mode, so load_run of a finished run did; load_run of a checkpoint
+    built the model and returned it in training mode (torch's default): with the run's dropout 0.1, two calls on the
+    same ids gave other logits, and neither was the final model's at the same step. Both load in eval mode."""
+    from markovformer.training.run_dir import LAST_CHECKPOINT
+
+    values = yaml.safe_load(yaml.safe_dump(TINY_RUN))
+    values["trainer"].update({"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2,
+                              "logger": "csv"})  # fmt: skip
+    runner.train(resolve_run_config({**values, "output_dir": str(tmp_path / "a")}))
+    ids = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]])
+    final, checkpoint = (load_run(target)[1] for target in (tmp_path / "a", tmp_path / "a" / "checkpoints" /
+                                                             LAST_CHECKPOINT))  # fmt: skip
+    for model in (final, checkpoint):
+        assert not any(module.training for module in model.modules())
+    assert torch.equal(checkpoint(ids).logits, final(ids).logits)

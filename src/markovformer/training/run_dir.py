@@ -247,10 +247,11 @@ def run_of_checkpoint(checkpoint: Path) -> Path:
 
 @built_on_the_cpu
 def load_trained_run(target: str | Path) -> LoadedRun:
-    """A trained run's config and model, from a run directory (its final model/, else its newest checkpoint, as
-    ``resume_point`` finds it) or from one checkpoint file inside a run's checkpoints/ folder, with which weights
-    were loaded (``LoadedRun``). The weights must belong to the run (their fingerprint, ``training.fingerprint``)
-    and match the model's tensor names, shapes and dtypes; takes no lock (reads only)."""
+    """A trained run's config and model, in eval mode (as ``from_pretrained`` loads a model), from a run directory
+    (its final model/, else its newest checkpoint, as ``resume_point`` finds it) or from one checkpoint file inside
+    a run's checkpoints/ folder, with which weights were loaded (``LoadedRun``). The weights must belong to the run
+    (their fingerprint, ``training.fingerprint``) and match the model's tensor names, shapes and dtypes; takes no
+    lock (reads only)."""
     target = Path(target).expanduser()  # from Python, as RunConfig's output_dir: '~/runs/a' is the user's
     if not target.exists():
         raise ConfigError(f"{target}: no such run directory or checkpoint")
@@ -291,7 +292,7 @@ def load_trained_run(target: str | Path) -> LoadedRun:
     model.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
     weights = {"source": Path(os.path.relpath(checkpoint, run_dir)).as_posix(), "step": step, "finished": False,
                "run_finished": finished is not None}  # fmt: skip
-    return LoadedRun(config, check_finite(model, checkpoint), run_dir, weights)
+    return LoadedRun(config, check_finite(model.eval(), checkpoint), run_dir, weights)
 
 
 def check_finite(model: torch.nn.Module, source: Path) -> torch.nn.Module:
