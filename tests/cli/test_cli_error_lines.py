@@ -30,14 +30,26 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
 
 
 @pytest.mark.parametrize("code", ["EROFS", "EACCES", "EPERM"])
-def test_an_unwritable_place_is_named_with_what_to_change(code):
-    """A read-only file system is the same problem as a missing permission: the path and the setting to change."""
+def test_an_unwritable_place_is_named_with_what_to_change(code, main_cli, monkeypatch):
+    """A read-only file system is the same problem as a missing permission: the path, and to make it writable. Every
+    command but a run's was told to "choose a writable output_dir", an option it does not have (measured: `config
+    copy NAME DEST` to a read-only place); a run's own lock names its output_dir, and a run with a config.yaml
+    names itself to resume."""
     import errno
+    import os
 
+    from markovformer import atomic
     from markovformer.cli.errors import error_line
 
     line = error_line(OSError(getattr(errno, code), "denied", "/runs/x/config.yaml"))
-    assert line.startswith("cannot write /runs/x/config.yaml (denied)") and "writable output_dir" in line
+    assert line == "cannot write /runs/x/config.yaml (denied); make it writable, then run the command again"
+
+    def unwritable(path, text):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)), str(path))
+
+    monkeypatch.setattr(atomic, "atomic_write_text", unwritable)
+    line = one_line_error(main_cli("config", "copy", "causal_lm_chain", "mine.yaml"), "cannot write mine.yaml (")
+    assert "output_dir" not in line and line.endswith("make it writable, then run the command again")
 
 
 @pytest.mark.parametrize("message", ["CUDA out of memory. Tried to allocate 2.00 GiB",

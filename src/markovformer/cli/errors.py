@@ -15,8 +15,7 @@ EXIT_DIVERGED = 1
 EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
 MAX_ERROR_LINE = 2000  # characters of an error's line that are printed
-AGAIN = "run the command again"  # after a full disk; a run that can be resumed says so itself
-WRITABLE = "choose a writable output_dir or fix its permissions"
+AGAIN = "run the command again"  # after a full disk or a denied write; a run that can be resumed says so itself
 # Packages of the optional extras, by import name; any other missing package is one of the command's dependencies.
 OPTIONAL_PACKAGES = {"rdata": "data", "arch": "data", "pyfaidx": "data", "datasets": "datasets", "pytest": "dev",
                      "ruff": "dev"}
@@ -92,7 +91,6 @@ def error_line(error: BaseException) -> str:
         if error.errno == errno.ENOSPC:
             return f"no space left on the device while writing {where}; free some space, then {then or AGAIN}"
         if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            what_to_do = f"make it writable, then {then}" if then else WRITABLE
-            return f"cannot write {where} ({cause}); {what_to_do}"
+            return f"cannot write {where} ({cause}); make it writable, then {then or AGAIN}"
         return f"{where}: {error.strerror}"
     return first
