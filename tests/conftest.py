@@ -167,9 +167,10 @@ def run_cli(*args: str, timeout: float = 300, env: dict | None = None, **popen) 
                           timeout=timeout, env=env, **popen)  # fmt: skip
 
 
-def one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> str:
-    """The command failed on bad input (status 2) with one ``markovformer: error:`` line holding ``fragments``."""
-    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+def one_line_error(done: subprocess.CompletedProcess, *fragments: str, status: int = 2) -> str:
+    """The command failed with ``status`` (bad input's 2 by default) and one ``markovformer: error:`` line holding
+    ``fragments``."""
+    assert done.returncode == status, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr[-2000:]
     for fragment in fragments:

@@ -1,5 +1,6 @@
 """The commands the runs-never-lie tests (test_ddp_runs_are_exact.py, test_run_completion_under_kills.py,
-test_run_guards.py) run and read: a command as its own process or in this one, its one-line error, a run's config."""
+test_run_guards.py) run and read: a command as its own process or in this one, a run's config (their one-line errors:
+conftest.one_line_error)."""
 
 import os
 import subprocess
@@ -19,15 +20,6 @@ def run_process(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Co
 
 
 run = run_in_process  # every other command: the same exit status and output, without ~10 s of start-up
-
-
-def one_line(done: subprocess.CompletedProcess, code: int, *fragments: str) -> str:
-    assert done.returncode == code, (done.returncode, done.stderr[-2000:])
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("markovformer: error:"), done.stderr[-2000:]
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def config_file(folder: Path, values: dict, **trainer) -> Path:

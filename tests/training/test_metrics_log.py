@@ -5,7 +5,8 @@ import os
 import threading
 
 import pytest
-from run_commands import one_line, run  # beside this file
+from conftest import one_line_error  # beside this folder
+from run_commands import run  # beside this file
 
 from markovformer.training import metrics_log
 from markovformer.training.log_rows import read_log_rows
@@ -48,5 +49,5 @@ def test_a_full_disk_under_tensorboard_is_one_line_naming_its_folder(tiny_config
     monkeypatch.setattr(threading, "excepthook", printed.append)
     monkeypatch.setattr(gfile.LocalFileSystem, "write", full_disk)
     done = run("train", str(tiny_config), "output_dir=run", "trainer.max_steps=4", cwd=tmp_path)
-    one_line(done, 2, "no space left on the device while writing run/tensorboard")
+    one_line_error(done, "no space left on the device while writing run/tensorboard")
     assert printed == [] and threading.excepthook == printed.append  # the run's own hook is gone after it

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import same_weights  # beside this folder
-from run_commands import ENV, config_file, one_line, run, run_process
+from conftest import one_line_error, same_weights  # beside this folder
+from run_commands import ENV, config_file, run, run_process
 
 from markovformer.atomic import COUNT_WRITES, KILL_AT_WRITE
 
@@ -134,8 +134,8 @@ def test_an_early_stopped_run_resumed_after_a_kill_in_its_final_files_stays_stop
     steps = json.loads((tmp_path / "stopped" / "metrics.json").read_text())["steps"]
     assert steps < 200
     for extension in ([], ["trainer.max_steps=400"]):  # extended, it would stop at once: refused too
-        one_line(run("train", "--resume", "stopped", *extension, cwd=tmp_path), 2, "finished run",
-                 f"at step {steps} of 200", "init_from=")  # fmt: skip
+        one_line_error(run("train", "--resume", "stopped", *extension, cwd=tmp_path), "finished run",
+                       f"at step {steps} of 200", "init_from=")  # fmt: skip
     shutil.copytree(tmp_path / "stopped", tmp_path / "killed")
     mark_unfinished(tmp_path / "killed")  # what a kill during the final files leaves
     assert run("train", "--resume", "killed", cwd=tmp_path).returncode == 0
@@ -176,7 +176,7 @@ def test_a_terminated_run_exits_in_one_line_naming_its_checkpoint_and_resumes(tm
     process.send_signal(getattr(signal, stop))
     _, err = process.communicate(timeout=300)
     done = subprocess.CompletedProcess(command, process.returncode, "", err)
-    line = one_line(done, status, words, "continue with markovformer train --resume")
+    line = one_line_error(done, words, "continue with markovformer train --resume", status=status)
     assert "its last checkpoint is step-" in line and not (tmp_path / "run" / "finished.json").exists()
     resumed = run("train", "--resume", "run", cwd=tmp_path)
     assert resumed.returncode == 0 and json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 200

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 import torch
-from run_commands import ENV, config_file, one_line, run, run_process
+from conftest import one_line_error  # beside this folder
+from run_commands import ENV, config_file, run, run_process
 
 from markovformer.strict_json import strict_json
 from markovformer.training.checkpoint import load_checkpoint_file, save_checkpoint_file
@@ -32,8 +33,8 @@ def test_resuming_after_the_data_file_changed_is_refused_naming_what_changed(tmp
     config = config_file(tmp_path, values)
     assert run("train", str(config), "output_dir=run", cwd=tmp_path).returncode == 0
     (tmp_path / "notes.txt").write_text(text[5000:] + text[:5000])
-    one_line(run("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path), 2,
-             str((tmp_path / "notes.txt").resolve()), "changed since the run started", "sha256", "data.json")
+    one_line_error(run("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path),
+                   str((tmp_path / "notes.txt").resolve()), "changed since the run started", "sha256", "data.json")
     (tmp_path / "notes.txt").write_text(text)  # restored: the same tokens, though its mtime (in the store's key) is new
     assert run("train", "--resume", "run", "trainer.max_steps=4", cwd=tmp_path).returncode == 0
 
@@ -68,8 +69,8 @@ def test_a_refused_resume_stops_every_process_of_a_multi_process_run(tmp_path):
     try:
         for rank in ranks:
             _, stderr = rank.communicate(timeout=180)
-            one_line(subprocess.CompletedProcess(command, rank.returncode, "", stderr), 2,
-                     "changed since the run started")  # fmt: skip
+            one_line_error(subprocess.CompletedProcess(command, rank.returncode, "", stderr),
+                           "changed since the run started")  # fmt: skip
     finally:
         for rank in ranks:
             rank.kill()
@@ -111,7 +112,7 @@ def test_an_inherited_rank_variable_neither_skips_the_lock_nor_the_new_run_guard
     inherited = {"RANK": "1", "LOCAL_RANK": "1", "SLURM_PROCID": "3", "NODE_RANK": "1"}
     # its own process: Lightning reads the rank variables when it is imported
     again = run_process("train", str(tiny_config), "output_dir=run", "trainer.seed=5", cwd=tmp_path, env=inherited)
-    one_line(again, 2, "already holds a run")
+    one_line_error(again, "already holds a run")
     assert (tmp_path / "run" / "model" / "model.safetensors").read_bytes() == before
 
 
@@ -120,10 +121,10 @@ def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(tiny_con
     victim.write_text("keep me\n")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / ".lock").symlink_to(victim)
-    one_line(run("train", str(tiny_config), "output_dir=run", cwd=tmp_path), 2, ".lock", "symbolic link")
+    one_line_error(run("train", str(tiny_config), "output_dir=run", cwd=tmp_path), ".lock", "symbolic link")
     (tmp_path / "run2").mkdir()
     os.link(victim, tmp_path / "run2" / ".lock")
-    one_line(run("train", str(tiny_config), "output_dir=run2", cwd=tmp_path), 2, ".lock", "hard link")
+    one_line_error(run("train", str(tiny_config), "output_dir=run2", cwd=tmp_path), ".lock", "hard link")
     assert victim.read_text() == "keep me\n"
 
 
@@ -141,11 +142,11 @@ def test_the_fingerprint_covers_the_model_config_and_is_required(tiny_config, tm
     values = json.loads((edited / "model" / "config.json").read_text())
     values["position"] = "learned" if values.get("position") != "learned" else "rotary"
     (edited / "model" / "config.json").write_text(json.dumps(values))
-    one_line(run("eval", str(edited), cwd=tmp_path), 2, "config.json", "does not match")
+    one_line_error(run("eval", str(edited), cwd=tmp_path), "config.json", "does not match")
     bare = tmp_path / "bare"
     shutil.copytree(tmp_path / "run", bare)
     (bare / "model" / "fingerprint.json").unlink()
-    one_line(run("eval", str(bare), cwd=tmp_path), 2, "fingerprint.json is missing")
+    one_line_error(run("eval", str(bare), cwd=tmp_path), "fingerprint.json is missing")
     # a run written before fingerprints and finished.json existed still loads by names, shapes and dtypes
     legacy = tmp_path / "legacy"
     shutil.copytree(bare, legacy)
@@ -166,7 +167,7 @@ def test_a_diverging_run_stops_in_one_line_keeps_its_last_finite_checkpoint_and_
     diverge = ["trainer.lr=1e6", "trainer.warmup_steps=0", "trainer.gradient_clip=0"]
     # checkpoints every step: every step before the divergence is kept, all finite, none after it
     done = run("train", str(tiny_config), "output_dir=each", *diverge, "trainer.checkpoint_every=1", cwd=tmp_path)
-    line = one_line(done, 1, "training diverged at step", "trainer.lr=1e+06", "--resume")
+    line = one_line_error(done, "training diverged at step", "trainer.lr=1e+06", "--resume", status=1)
     step = int(line.split("at step ")[1].split(":")[0])
     assert f"its last checkpoint, step-{step - 1:06d}.ckpt, is whole" in line
     assert not (tmp_path / "each" / "metrics.json").exists() and not (tmp_path / "each" / "model").exists()
@@ -182,7 +183,7 @@ def test_a_diverging_run_stops_in_one_line_keeps_its_last_finite_checkpoint_and_
     assert again.returncode == 0 or "training diverged at step" in again.stderr, again.stderr[-2000:]
     # before any checkpoint: the run is resumed from step 0 with the lower rate and finishes beating uniform
     done = run("train", str(tiny_config), "output_dir=run", *diverge, cwd=tmp_path)
-    one_line(done, 1, "training diverged at step", "it has no checkpoint yet", "--resume")
+    one_line_error(done, "training diverged at step", "it has no checkpoint yet", "--resume", status=1)
     resumed = run("train", "--resume", "run", "trainer.lr=3e-3", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "starting from step 0" in resumed.stdout
@@ -201,7 +202,7 @@ def test_metrics_files_are_strict_json_and_non_finite_weights_are_refused_by_eva
     name = next(k for k, v in checkpoint["state_dict"].items() if v.is_floating_point())
     checkpoint["state_dict"][name] = torch.full_like(checkpoint["state_dict"][name], float("nan"))
     save_checkpoint_file(checkpoint, last)
-    one_line(run("eval", str(last), cwd=tmp_path), 2, "non-finite weights", name.removeprefix("model."))
+    one_line_error(run("eval", str(last), cwd=tmp_path), "non-finite weights", name.removeprefix("model."))
 
 
 def test_a_full_disk_while_writing_the_final_files_leaves_an_unfinished_resumable_run(tmp_path, monkeypatch):
@@ -247,10 +248,10 @@ def test_a_full_disk_says_to_resume_only_a_run_that_can_be_resumed(tiny_config, 
 
     command = ("train", str(tiny_config), "output_dir=run", "trainer.max_steps=4")
     monkeypatch.setattr(run_dir_module, "write_json", full_disk_at("data.json"))
-    line = one_line(run(*command, cwd=tmp_path), 2, "no space left", "data.json", "run the command again")
+    line = one_line_error(run(*command, cwd=tmp_path), "no space left", "data.json", "run the command again")
     assert "--resume" not in line
     monkeypatch.setattr(run_dir_module, "write_json", full_disk_at("finished.json"))
-    one_line(run(*command, cwd=tmp_path), 2, "no space left", "finished.json", "--resume run")
+    one_line_error(run(*command, cwd=tmp_path), "no space left", "finished.json", "--resume run")
     monkeypatch.undo()
     assert run("train", "--resume", "run", cwd=tmp_path).returncode == 0
     assert json.loads((tmp_path / "run" / "finished.json").read_text()) == {"steps": 4}
