@@ -168,3 +168,24 @@ def test_an_experiment_run_from_python_leaves_the_callers_random_states_as_it_fo
     settings = {"chains": [[0.2, 0.3]], "optimizers": ["sgd"], "steps": 2, "eval_every": 2}
     run_experiment("weight-tying", tmp_path, quick=True, overrides=settings, log=lambda line: None)
     assert draws() == expected
+
+
+def test_an_experiment_run_from_python_builds_on_the_cpu_whatever_default_device_the_caller_set(tmp_path):
+    """A notebook's torch.set_default_device (here 'meta', as 'cuda' on a GPU machine) built the cells' chains and
+    models there, as it built a run's before built_on_the_cpu: the experiment failed ('Tensor.item() cannot be called
+    on meta tensors'). Its cells compute what they do in a fresh process, and the caller's default is back after."""
+    from markovformer.experiments import run_experiment
+
+    def losses(out):
+        cells = json.loads((out / "results.json").read_text())["cells"]
+        return [(cell["tied"], cell["losses"]) for cell in cells]
+
+    settings = {"chains": [[0.2, 0.3]], "optimizers": ["sgd"], "steps": 2, "eval_every": 2}
+    run_experiment("weight-tying", tmp_path / "fresh", quick=True, overrides=settings, log=lambda line: None)
+    torch.set_default_device("meta")
+    try:
+        run_experiment("weight-tying", tmp_path / "meta", quick=True, overrides=settings, log=lambda line: None)
+        assert torch.get_default_device() == torch.device("meta")
+    finally:
+        torch.set_default_device(None)
+    assert losses(tmp_path / "meta") == losses(tmp_path / "fresh")

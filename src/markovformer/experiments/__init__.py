@@ -87,13 +87,16 @@ def run_experiment(
         raise ValueError("--recompute forgets cells that --from-cells would read: use one or the other")
     if from_cells and not (Path(out_dir) / "cells").is_dir():
         raise ValueError(f"--from-cells: {out_dir} has no cells/ folder (run the experiment into it first)")
-    from markovformer.training.isolation import random_states_kept  # (torch: not for `experiment list`)
+    # (torch: not for `experiment list`)
+    from markovformer.training.isolation import built_on_the_cpu, random_states_kept
 
     # the cells are forgotten when the experiment opens its folder: its settings checked, the folder claimed; the
-    # cells seed the global random states for themselves, and the caller's are put back
+    # cells seed the global random states for themselves, and the caller's are put back; they build on the CPU, as
+    # a run does, whatever default device the caller set
     with stored_cells_only() if from_cells else nullcontext(), experiment_named(name), recompute_cells(
             recompute) as pending, random_states_kept():  # fmt: skip
-        report = experiment.run(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {}, log=log)
+        report = built_on_the_cpu(experiment.run)(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {},
+                                                  log=log)  # fmt: skip
     if not pending["done"]:  # an experiment that wrote its report without an ExperimentReport
         raise RuntimeError(f"experiment {name} did not open an ExperimentReport: --recompute {recompute} not done")
     return report

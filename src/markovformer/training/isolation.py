@@ -19,12 +19,12 @@ Result = TypeVar("Result")
 
 def built_on_the_cpu(function: Callable[Params, Result]) -> Callable[Params, Result]:
     """``function`` building its tensors on the CPU, whatever default device its caller set: the Python API's runs
-    (train, resume, evaluate, inspect, a run's loading) build their data and models there, as in a fresh process, and
-    move them to ``trainer.accelerator``'s device themselves. A caller's ``torch.set_default_device`` (a notebook's
-    'cuda') otherwise built them there: under 'meta', a run failed in its first steps and a run's loading failed
-    ('Cannot copy out of meta tensor'). Scoped to the call and only where the default is not the CPU: a global
-    ``torch.set_default_device("cpu")`` installs a function mode that doubles the cost of every tensor factory
-    call, and stays installed."""
+    (train, resume, evaluate, inspect, a run's loading, an experiment's cells) build their data and models there, as
+    in a fresh process, and move them to ``trainer.accelerator``'s device themselves. A caller's
+    ``torch.set_default_device`` (a notebook's 'cuda') otherwise built them there: under 'meta', a run failed in its
+    first steps and a run's loading failed ('Cannot copy out of meta tensor'). Scoped to the call and only where the
+    default is not the CPU: a global ``torch.set_default_device("cpu")`` installs a function mode that doubles the
+    cost of every tensor factory call, and stays installed."""
 
     @functools.wraps(function)
     def on_the_cpu(*args: Params.args, **kwargs: Params.kwargs) -> Result:
