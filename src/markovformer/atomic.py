@@ -16,9 +16,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-# The errors of a write whose cause lies outside the program (a full disk or quota, a read-only or forbidden place):
-# once it is gone, the same command goes on.
-WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+# The errors of a write whose cause lies outside the program: once it is gone, the same command goes on.
+NO_SPACE_ERRORS = (errno.ENOSPC, errno.EDQUOT)  # a full disk or quota
+DENIED_ERRORS = (errno.EROFS, errno.EACCES, errno.EPERM)  # a read-only or forbidden place
+WRITE_ERRORS = NO_SPACE_ERRORS + DENIED_ERRORS
 KILL_AT_WRITE = "MARKOVFORMER_KILL_AT_WRITE"
 COUNT_WRITES = "MARKOVFORMER_COUNT_WRITES"
 PROCESS_STATUS = Path("/proc/self/status")  # where Linux shows the umask (``_umask``)

@@ -147,3 +147,18 @@ def test_debug_may_follow_the_command(main_cli):
     after, before = main_cli("data", "show", "nothing", "--debug"), main_cli("--debug", "data", "show", "nothing")
     assert after.returncode == before.returncode == 2
     assert "Traceback" in after.stderr and after.stderr.splitlines()[-1] == before.stderr.splitlines()[-1]
+
+
+def test_a_full_quota_says_to_free_space_as_a_full_disk_does():
+    """A full quota (EDQUOT) is a write error the run resumes from (atomic.WRITE_ERRORS) but its line was the bare
+    'FILE: Disk quota exceeded', without the advice a full disk's line gives."""
+    import errno
+    import os
+
+    from markovformer.cli.errors import error_line
+
+    quota = error_line(OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), "/runs/x/last.ckpt"))
+    assert quota == "disk quota exceeded while writing /runs/x/last.ckpt; free some space, then run the command again"
+    full = error_line(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/runs/x/last.ckpt"))
+    assert full == "no space left on the device while writing /runs/x/last.ckpt; free some space, then run the " \
+                   "command again"

@@ -8,6 +8,7 @@ import os
 import select
 import sys
 
+from markovformer.atomic import DENIED_ERRORS, NO_SPACE_ERRORS
 from markovformer.training.trainer_config import RunTerminated, TrainingDiverged
 
 EXIT_BAD_INPUT = 2
@@ -88,9 +89,10 @@ def error_line(error: BaseException) -> str:
         where = error.filename or "a file"
         # a run's write error says after "; " how to continue it (training.run_dir.continue_with_resume)
         cause, _, then = (error.strerror or "").partition("; ")
-        if error.errno == errno.ENOSPC:
-            return f"no space left on the device while writing {where}; free some space, then {then or AGAIN}"
-        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        if error.errno in NO_SPACE_ERRORS:  # a full disk, or a full quota (its cause says which)
+            full = "no space left on the device" if error.errno == errno.ENOSPC else cause.lower()
+            return f"{full} while writing {where}; free some space, then {then or AGAIN}"
+        if error.errno in DENIED_ERRORS:
             return f"cannot write {where} ({cause}); make it writable, then {then or AGAIN}"
         return f"{where}: {error.strerror}"
     return first
