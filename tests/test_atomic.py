@@ -1,8 +1,10 @@
+import multiprocessing
 import os
+from pathlib import Path
 
 import pytest
 
-from markovformer.atomic import atomic_write, atomic_write_text
+from markovformer.atomic import atomic_write, atomic_write_text, exclusive_lock
 
 
 def test_write_replaces_whole_and_uses_the_usual_file_mode(tmp_path):
@@ -75,3 +77,28 @@ def test_reading_the_umask_never_loosens_it_for_the_other_threads(tmp_path, monk
         os.umask(user_mask)
     assert all(mask & 0o027 == 0o027 for mask in set_masks), [oct(mask) for mask in set_masks]
     assert os.stat(tmp_path / "out.txt").st_mode & 0o777 == 0o640
+
+
+def _count_under_lock(folder: Path, times: int) -> None:
+    """``times`` read-increment-write rounds of ``folder/counter``, each under ``folder/.counter.lock``."""
+    counter = folder / "counter"
+    for _ in range(times):
+        with exclusive_lock(folder / ".counter.lock", "no locks here"):
+            counter.write_text(str(int(counter.read_text() or 0) + 1))
+
+
+def test_exclusive_lock_keeps_writers_apart_though_each_holder_deletes_its_file(tmp_path):
+    """A holder deletes the lock file as it ends, so a waiter may get the lock of a deleted file while a newcomer
+    locks a new file under the name: unless the waiter checks that the name still leads to its file, both hold
+    'the' lock at once (without the check, 4 processes of 300 rounds each lost rounds and read a half-written
+    counter). Every round must count, and no lock file is left."""
+    (tmp_path / "counter").write_text("0")
+    workers = [multiprocessing.get_context("fork").Process(target=_count_under_lock, args=(tmp_path, 150))
+               for _ in range(3)]  # fmt: skip
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert [worker.exitcode for worker in workers] == [0, 0, 0]
+    assert (tmp_path / "counter").read_text() == "450"
+    assert [path.name for path in tmp_path.iterdir()] == ["counter"]

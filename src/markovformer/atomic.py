@@ -9,11 +9,13 @@ number of write points so far in FILE. The crash tests use them to kill a run at
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import signal
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # The errors of a write whose cause lies outside the program: once it is gone, the same command goes on.
@@ -59,6 +61,39 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
         temporary.unlink(missing_ok=True)
         raise
     return path
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock: Path, without_locks: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the file ``lock`` (created, with its folder) until the block ends, waiting while
+    another process holds it: writers of one thing take turns, and the kernel releases a killed holder's lock. The
+    holder deletes ``lock`` as it ends, so nothing is left behind; a waiter that then gets the deleted file's lock
+    opens the name again. Where no lock file can be made (a read-only folder), the block runs unlocked: nothing will
+    be written there anyway. On a filesystem that takes no locks (Lustre without -o flock: ENOSYS), ValueError
+    naming ``lock`` and then ``without_locks``, what the user can do."""
+    while True:
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except OSError:
+            descriptor = None
+            break
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        except OSError as error:
+            os.close(descriptor)
+            raise ValueError(f"cannot lock {lock} ({error.strerror or error}): {without_locks}") from None
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.fstat(descriptor), os.stat(lock, follow_symlinks=False)):
+                break  # the name still leads to the file this process locked
+        os.close(descriptor)  # the holder before deleted it: lock the file now under the name
+    try:
+        yield
+    finally:
+        if descriptor is not None:
+            with contextlib.suppress(OSError):  # (another user's file in a sticky folder stays; it still locks)
+                lock.unlink()
+            os.close(descriptor)  # releases the lock
 
 
 def remove_stale_temporaries(folder: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,32 @@ def test_a_report_folder_holding_a_killed_writes_temporary_file_is_still_replace
     (out / ".curves.png.1234.tmp").write_bytes(b"half")
     replace_folder(out, lambda staging: (staging / "index.html").write_text("new"))
     assert [path.name for path in out.iterdir()] == ["index.html"] and (out / "index.html").read_text() == "new"
+
+
+def test_two_writers_of_one_report_folder_take_turns(tmp_path):
+    """Two `inspect` of one run at once: each began by deleting every ``.report.staging-*`` beside the folder, the
+    other's half-built one too, and 2 of 3 concurrent inspects failed with 'runs/t1/report: No such file or
+    directory'. A second writer now waits for the first (writer A's ``write`` lets B run for up to a second)."""
+    out = tmp_path / "report"
+    errors = []
+
+    def replace(name: str, wait_for: threading.Thread | None = None) -> None:
+        def write(staging: Path) -> None:
+            (staging / "index.html").write_text(name)
+            if wait_for is not None:
+                wait_for.start()
+                wait_for.join(timeout=1.0)  # without turns, B deletes A's staging folder and finishes meanwhile
+
+        try:
+            replace_folder(out, write)
+        except OSError as error:
+            errors.append(f"{name}: {error}")
+
+    second = threading.Thread(target=replace, args=("B",))
+    first = threading.Thread(target=replace, args=("A", second))
+    first.start()
+    first.join()
+    second.join()
+    assert errors == []
+    assert (out / "index.html").read_text() == "B"  # A's report, then B's over it
+    assert [path.name for path in tmp_path.iterdir()] == ["report"]

@@ -19,7 +19,7 @@ from typing import TypeVar
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from markovformer.atomic import atomic_write, atomic_write_text
+from markovformer.atomic import atomic_write, atomic_write_text, exclusive_lock
 
 DPI = 100
 # what a folder of figures may hold and still be replaced whole: the files this module writes, and the temporary
@@ -55,11 +55,19 @@ def replace_folder(out: Path, write: Callable[[Path], ResultT]) -> ResultT:
     returns, the old ``out`` is renamed away (``.NAME.replaced-*``), ``staging`` is renamed to ``out`` and the old
     folder is deleted: a reader finds the old folder or the new one, never a mix of the two (and, for the instant
     between the two renames, none). A failure in ``write`` deletes ``staging`` and leaves ``out`` as it was; what a
-    killed process leaves beside ``out`` is deleted by the next call. Raises ValueError, before anything is written,
-    when ``out`` is a file, holds anything but figures and pages (``FIGURE_FOLDER_FILES``), or holds files but no
-    index.html (a folder of pictures, no report): replacing it would delete them.
+    killed process leaves beside ``out`` is deleted by the next call. Writers of one ``out`` (two `inspect` of a
+    run) take turns on ``.NAME.lock`` beside it, so none deletes another's staging folder as a killed one's. Raises
+    ValueError, before anything is written, when ``out`` is a file, holds anything but figures and pages
+    (``FIGURE_FOLDER_FILES``), or holds files but no index.html (a folder of pictures, no report): replacing it
+    would delete them.
     """
     out = Path(out)
+    with exclusive_lock(out.parent / f".{out.name}.lock", "its filesystem takes no file locks, which keep two "
+                        "writers of the folder apart; write it on another filesystem"):  # fmt: skip
+        return _replace_folder(out, write)
+
+
+def _replace_folder(out: Path, write: Callable[[Path], ResultT]) -> ResultT:
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for left in [*out.parent.glob(f".{out.name}.staging-*"), *out.parent.glob(f".{out.name}.replaced-*")]:

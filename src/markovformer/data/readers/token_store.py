@@ -24,7 +24,6 @@ by default).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import itertools
 import json
@@ -39,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from markovformer.atomic import atomic_write_text
+from markovformer.atomic import atomic_write_text, exclusive_lock
 from markovformer.data.readers.text_stream import CHUNK_BYTES, content_key, record_texts, text_pieces
 from markovformer.strict_json import read_json_object
 
@@ -187,27 +186,11 @@ def open_or_build(
     return open_or_write(cache_root(cache_dir), store_key(segments, tokenizer_json), write, log)
 
 
-@contextlib.contextmanager
 def build_lock(root: Path, key: str):
-    """An exclusive lock on ``root/.<key>.lock`` (held until the block ends; released if the process dies). Where
-    no lock file can be made (a read-only cache), the block runs unlocked: nothing will be written there anyway."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        handle = (root / f".{key}.lock").open("a", encoding="utf-8")
-    except OSError:
-        yield
-        return
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except OSError as error:  # a filesystem mounted without locks (Lustre without -o flock): ENOSYS
-            raise ValueError(f"cannot lock {handle.name} ({error.strerror or error}): the token cache's filesystem "
-                             "takes no file locks, which keep two builders of a store apart; give a folder on "
-                             "another filesystem as data.cache_dir or as $MARKOVFORMER_CACHE") from None  # fmt: skip
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    """An exclusive lock on ``root/.<key>.lock`` (``atomic.exclusive_lock``: unlocked in a read-only cache)."""
+    return exclusive_lock(root / f".{key}.lock", "the token cache's filesystem takes no file locks, which keep two "
+                          "builders of a store apart; give a folder on another filesystem as data.cache_dir or as "
+                          "$MARKOVFORMER_CACHE")  # fmt: skip
 
 
 def open_or_write(root: Path, key: str, write: Callable[[Path], None], log: Callable[[str], None]) -> TokenStore:
