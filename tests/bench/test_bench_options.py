@@ -4,6 +4,8 @@ folder is refused by name before anything runs; the default memory cap."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import re
 
 import pytest
@@ -103,3 +105,35 @@ def test_an_out_that_is_a_file_is_refused_naming_it_and_left_as_it_was(tmp_path)
                                                           op_kinds=("markov_local",), lengths=(64,)),
                   log=lambda line: None)  # fmt: skip
     assert out.read_text() == "kept\n" and [path.name for path in tmp_path.iterdir()] == ["results.txt"]
+
+
+def test_a_second_bench_into_a_running_ones_out_is_refused_and_leaves_its_record(tmp_path, monkeypatch):
+    """Two `bench --parts data` into one --out at once (both at the default runs/bench): each cleared the other's
+    token stores, so one's 'prepare' timed an open of the other's store (0.05 s, 'encode 49.9 MB/s') and the
+    other's 'open' a rebuild, and bench.json held whichever wrote last. The second is now refused by name."""
+    import json
+    import threading
+
+    from markovformer.bench import suite
+
+    started, release = threading.Event(), threading.Event()
+
+    def ops(runner):  # the first bench's part: runs until the second has been tried
+        started.set()
+        release.wait(timeout=30)
+        return {}
+
+    monkeypatch.setattr(suite, "PART_RUNNERS", {**suite.PART_RUNNERS, "ops": ops})
+    settings = BenchSettings(parts=("ops",), quick=True, device="cpu", op_kinds=("markov_local",), lengths=(64,))
+    first = threading.Thread(target=run_suite, args=(tmp_path, dataclasses.replace(settings, lengths=(32,))),
+                             kwargs={"log": lambda line: None})  # fmt: skip
+    first.start()
+    try:
+        assert started.wait(timeout=30)
+        with pytest.raises(ValueError, match=rf"^--out='{re.escape(str(tmp_path))}' is in use by another markovformer "
+                                             rf"process \(pid {os.getpid()}\)"):  # fmt: skip
+            run_suite(tmp_path, settings, log=lambda line: None)
+        assert json.loads((tmp_path / "bench.json").read_text())["settings"]["lengths"] == [32]  # the first's
+    finally:
+        release.set()
+        first.join()

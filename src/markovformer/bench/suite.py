@@ -57,6 +57,7 @@ from markovformer.bench.translation_decode import (
     crossovers,
 )
 from markovformer.bench.windows import WINDOW_LENGTHS, WINDOW_SHAPE, WINDOWS, expected_growth, window_kinds
+from markovformer.training.run_lock import run_dir_lock
 
 PARTS = ("ops", "windows", "models", "longest")  # the default run
 ALL_PARTS = (*PARTS, "decode", "translation_decode", "scan", "data")
@@ -421,17 +422,19 @@ def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Calla
     blocking = next((above for above in out.parents if above.exists()), None)
     if blocking is not None and not blocking.is_dir():  # mkdir said only "Not a directory"
         raise ValueError(f"bench --out {out}: {blocking} is a file, so no folder can be made under it")
-    out.mkdir(parents=True, exist_ok=True)
-    runner = _Runner(settings, out, log)
-    runner.write()  # at once: a run stopped before its first row leaves its own record, not an earlier run's
-    log(f"bench: parts {', '.join(settings.parts)} on {settings.device}, {settings.threads} thread(s), caps "
-        f"{settings.memory_cap_mib:.0f} MiB and {settings.time_cap:.0f} s per step -> {out}")  # fmt: skip
-    for part in settings.parts:
-        PART_RUNNERS[part](runner)
-    runner.record["complete"] = True
-    path = runner.write()
-    log(format_summary(runner.record))
-    for figure in write_plots(runner.record, out):
-        log(f"wrote {figure}")
+    # one bench at a time in a folder: a second cleared the first's token stores (its 'prepare' timed an open) and
+    # overwrote its bench.json
+    with run_dir_lock(out, option="--out"):
+        runner = _Runner(settings, out, log)
+        runner.write()  # at once: a run stopped before its first row leaves its own record, not an earlier run's
+        log(f"bench: parts {', '.join(settings.parts)} on {settings.device}, {settings.threads} thread(s), caps "
+            f"{settings.memory_cap_mib:.0f} MiB and {settings.time_cap:.0f} s per step -> {out}")  # fmt: skip
+        for part in settings.parts:
+            PART_RUNNERS[part](runner)
+        runner.record["complete"] = True
+        path = runner.write()
+        log(format_summary(runner.record))
+        for figure in write_plots(runner.record, out):
+            log(f"wrote {figure}")
     log(f"wrote {path}")
     return path

@@ -1,6 +1,7 @@
 """One writer per run directory: ``train`` and ``--resume`` hold an OS file lock (``fcntl.flock``) on
-``RUN_DIR/.lock`` for as long as they run. The kernel releases it when the holder exits or is killed, so a crashed
-run never leaves a stale lock; ``eval``, ``generate`` and ``inspect`` only read and take no lock.
+``RUN_DIR/.lock`` for as long as they run, as ``bench`` does on its ``--out``. The kernel releases it when the
+holder exits or is killed, so a crashed run never leaves a stale lock; ``eval``, ``generate`` and ``inspect`` only
+read and take no lock.
 
 The run's writer locks: the process that Lightning, with the run's own strategy and devices, makes global rank 0
 (``training.runner.is_run_writer``). The other processes of a multi-process run write nothing into the run
@@ -47,9 +48,9 @@ def _not_a_folder(run_dir: Path) -> str | None:
 
 
 @contextmanager
-def run_dir_lock(run_dir: Path, writer: bool = True) -> Iterator[None]:
+def run_dir_lock(run_dir: Path, writer: bool = True, option: str = "output_dir") -> Iterator[None]:
     """Hold the run directory's lock (creating the directory) when ``writer``; ConfigError naming the holder's pid
-    when another process holds it."""
+    when another process holds it. ``option``: what the user gave the directory as, named in the errors."""
     if not writer:
         yield
         return
@@ -65,7 +66,7 @@ def run_dir_lock(run_dir: Path, writer: bool = True) -> Iterator[None]:
         problem = f"{error.strerror}: {error.filename}"
         if isinstance(error, (FileExistsError, NotADirectoryError)):
             problem = _not_a_folder(run_dir) or problem
-        raise ConfigError(f"output_dir={str(run_dir)!r} cannot hold a run ({problem}); choose a writable "
+        raise ConfigError(f"{option}={str(run_dir)!r} cannot hold a run ({problem}); choose a writable "
                           f"directory") from None  # fmt: skip
     try:
         status = os.fstat(descriptor)
@@ -77,11 +78,11 @@ def run_dir_lock(run_dir: Path, writer: bool = True) -> Iterator[None]:
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "unknown"
-            raise ConfigError(f"output_dir={str(run_dir)!r} is in use by another markovformer process (pid {holder}); "
-                              f"wait for it to finish or choose another output_dir") from None  # fmt: skip
+            raise ConfigError(f"{option}={str(run_dir)!r} is in use by another markovformer process (pid {holder}); "
+                              f"wait for it to finish or choose another {option}") from None  # fmt: skip
         except OSError as error:  # a filesystem mounted without locks (Lustre without -o flock): ENOSYS
             raise ConfigError(f"cannot lock {lock} ({error.strerror or error}): its filesystem takes no file locks, "
-                              "which keep a second process out of a run; choose an output_dir on another "
+                              f"which keep a second process out of a run; choose an {option} on another "
                               "filesystem (or mount this one with locks)") from None  # fmt: skip
         handle.seek(0)
         handle.truncate()
