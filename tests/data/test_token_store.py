@@ -390,6 +390,27 @@ def test_a_cache_on_a_filesystem_without_file_locks_is_one_line_naming_the_lock(
         load_text_lm(path, seq_len=8, cache_dir=cache)
 
 
+def test_a_cache_another_user_keeps_private_is_one_line_naming_the_cache(tmp_path, monkeypatch):
+    """A shared cache folder that another user made 0700: looking for a store in it raised PermissionError on the
+    store's folder, which the command line read as 'cannot write /cache/<key> (Permission denied); choose a writable
+    output_dir', though no output_dir was at fault. (Root reads any folder: the refused look-ups are simulated.)"""
+    path = tmp_path / "corpus.txt"
+    path.write_text("abc\n" * 100, encoding="utf-8")
+    cache = tmp_path / "cache"
+    load_text_lm(path, seq_len=8, cache_dir=cache)  # the other user's store
+    real_stat = Path.stat
+
+    def private(self, *args, **kwargs):
+        if self.parent == cache and not self.name.startswith("."):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", private)
+    with pytest.raises(ValueError, match=rf"^cannot read the token cache {cache} \(Permission denied\).*"
+                                         r"data.cache_dir or as \$MARKOVFORMER_CACHE"):  # fmt: skip
+        load_text_lm(path, seq_len=8, cache_dir=cache)
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
