@@ -124,6 +124,9 @@ class BenchSettings:
                     raise ValueError(f"bench {field.name}={value!r}: must be {kind}{each}")
 
     def resolved(self) -> BenchSettings:
+        """These settings with the device chosen ("auto": CUDA when present) and every ``None`` field set to its
+        default (for ``quick`` or not); ValueError naming a device that is not available, an unknown part, op kind,
+        model or decode kind, a bad number (``check_numbers``) or a ``longest_max`` below ``longest_start``."""
         quick = self.quick
         device = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
         if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):

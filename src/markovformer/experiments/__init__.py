@@ -22,6 +22,11 @@ _MODULES = ("weight_tying", "landscape", "icl_depth", "order_recovery", "mat_ord
 
 @dataclass(frozen=True)
 class Experiment:
+    """One named reproduction: its ``name`` as ``experiment list`` shows it, its one-line ``summary`` and the
+    ``module`` of this package that holds it; ``run`` imports that module and gives its ``run`` function (call it
+    through ``run_experiment``, which checks the arguments and keeps the caller's random states and default
+    device)."""
+
     name: str
     summary: str
     module: str  # its module's name in this package, imported by ``run``
@@ -50,6 +55,8 @@ EXPERIMENTS: dict[str, Experiment] = {experiment.name: experiment for experiment
 
 
 def find_experiment(name: str) -> Experiment:
+    """The experiment called ``name`` (a key of ``EXPERIMENTS``, e.g. "icl-depth"); ValueError naming the nearest
+    name (if one is close) and every known one otherwise."""
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}{suggest(name, EXPERIMENTS)}; known: {', '.join(EXPERIMENTS)}")
     return EXPERIMENTS[name]

@@ -32,6 +32,11 @@ from markovformer.ops.segments import Segments
 
 
 class AttentionOutput(NamedTuple):
+    """What a block returns, and an attention layer asked for gates or weights: ``output`` (B, T, D); ``gates``,
+    when asked and the kind has them, per direction ("past", "future") the order gates (B, H_markov, T, K, plus the
+    null slot when the layer has one), else None; ``weights``, when asked, the dense attention probabilities
+    (B, H, T, T), else None."""
+
     output: Tensor  # (B, T, D)
     gates: dict[str, Tensor] | None  # direction -> (B, H_markov, T, K [+1]), when asked and the kind has gates
     weights: Tensor | None  # dense attention probabilities (B, H, T, T), when asked (small T only)

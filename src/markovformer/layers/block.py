@@ -46,6 +46,11 @@ def _per_document(module: nn.Module, x: Tensor, segments: Segments, *args) -> tu
 
 
 class PreLNBlock(nn.Module):
+    """The pre-LN block of the module docstring around a sequence mixer ``attention`` (any attention kind's layer),
+    a position-wise ``ffn`` and an optional recurrent injection ``gru``, all of width ``d_model``; ``dropout`` on
+    each sublayer's output while training; ``bias=False``: LayerNorms without an additive bias (nanoGPT's
+    ``bias=False``)."""
+
     def __init__(
         self,
         d_model: int,
@@ -55,7 +60,6 @@ class PreLNBlock(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
     ) -> None:
-        """``bias=False``: LayerNorms without an additive bias (nanoGPT's ``bias=False``)."""
         super().__init__()
         self.attention_norm = nn.LayerNorm(d_model, bias=bias)
         self.attention = attention

@@ -37,6 +37,9 @@ class SwiGLU(nn.Module):
 
 
 class GELUMLP(nn.Module):
+    """W2 · dropout(GELU(W1 x + b1)) + b2: x (..., d_model) -> (..., d_model), hidden width ``mult * d_model``;
+    ``bias=False`` drops both biases."""
+
     def __init__(self, d_model: int, mult: int = 4, dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
         self.up = nn.Linear(d_model, mult * d_model, bias=bias)
@@ -48,7 +51,8 @@ class GELUMLP(nn.Module):
 
 
 def build_ffn(kind: str, d_model: int, mult: int = 4, dropout: float = 0.0, bias: bool = True) -> nn.Module:
-    """``bias``: the GELU MLP's linear biases (SwiGLU has none)."""
+    """The feed-forward network ``kind`` (one of ``FFNS``: "swiglu" or "gelu") of width ``d_model``, hidden width
+    from ``mult`` (see ``SwiGLU``, ``GELUMLP``). ``bias``: the GELU MLP's linear biases (SwiGLU has none)."""
     if kind == "swiglu":
         return SwiGLU(d_model, mult, dropout)
     if kind == "gelu":
