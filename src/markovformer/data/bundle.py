@@ -65,8 +65,8 @@ class DataBundle:
     ``markovformer.data.readers.tokenizer.load_tokenizer`` reads back; None for other data.
 
     ``collate``: pads a list of these examples into a batch (``data.collate.collate`` unless the examples have
-    other keys, as sentence pairs do). ``lengths``: None, or the padded length of each example of a list, for
-    training batches that group similar lengths (``EpochBatches``).
+    other keys, as sentence pairs do). ``lengths``: None, or a function giving the padded length of each example of a
+    list, for training batches that group similar lengths (``EpochBatches``).
 
     ``files``: the data files the bundle was read from, resolved: those named inside a data file (an audio
     manifest's recordings) as the source sets them, and ``training.build`` adds those its options name; a run

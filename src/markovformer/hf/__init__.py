@@ -13,7 +13,7 @@ loads the saved weights into a ``transformers.PreTrainedModel`` that wraps the m
 modules, so the same state-dict keys and the same logits), usable with ``transformers``' ``generate`` and
 ``Trainer``. The core package never imports ``transformers``. Loading is strict: a checkpoint that lacks some of
 the model's parameters or holds others raises ValueError unless ``strict=False`` is passed (see
-``_Wrapper.from_pretrained``).
+``markovformer.hf.wrapper.Wrapper.from_pretrained``).
 """
 
 # The transformers releases the wrappers are tested with (their Cache and loading APIs change between majors); the
