@@ -54,7 +54,9 @@ def pick_options(options: dict, names: tuple[str, ...]) -> dict:
 
 class HybridSplitAttention(SelfAttention):
     """``floor(n_heads * markov_head_ratio)`` Markov heads and the rest random-feature heads, sharing one QKV
-    projection; the heads are concatenated and mixed by the output projection."""
+    projection; the heads are concatenated and mixed by the output projection. The other keyword arguments are
+    ``MarkovAttention``'s (``window`` and ``max_order`` required) and ``RandomFeatureAttention``'s; each part reads
+    its own and other names are ignored (``HybridSplitOptions`` holds the defaults and rules)."""
 
     def __init__(
         self, *, d_model: int, n_heads: int, markov_head_ratio: float = 0.5, causal: bool = True,
@@ -84,7 +86,9 @@ class HybridSplitAttention(SelfAttention):
 
 class HybridParallelAttention(nn.Module):
     """Markov attention and random-feature attention over all heads, each with its own projections; summed. Its
-    decoding state holds its parts' states (``state["markov"]``, ``state["random_features"]``)."""
+    decoding state holds its parts' states (``state["markov"]``, ``state["random_features"]``). The other keyword
+    arguments are ``MarkovAttention``'s (``window`` and ``max_order`` required) and ``RandomFeatureAttention``'s;
+    each part reads its own and other names are ignored (``HybridParallelOptions`` holds the defaults and rules)."""
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = True, **options) -> None:
         super().__init__()
@@ -138,7 +142,8 @@ class HybridParallelAttention(nn.Module):
 
 
 def HybridAttention(*, mode: str = "split", **options) -> nn.Module:  # noqa: N802 - a factory named like the layers
-    """Build a hybrid attention layer: ``mode="split"`` or ``"parallel"``."""
+    """Build a hybrid attention layer: ``mode="split"`` (``HybridSplitAttention``) or ``"parallel"``
+    (``HybridParallelAttention``), given ``options``, that layer's keyword arguments."""
     if mode == "split":
         return HybridSplitAttention(**options)
     if mode == "parallel":

@@ -85,8 +85,9 @@ class MarkovAttention(SelfAttention):
     """Self-attention with Markov transition biases and order gates on every head.
 
     Keyword arguments are named like the config fields: ``d_model, n_heads, max_order, causal, bidirectional,
-    scope, window`` (required: the resolved window, as ``MarkovOptions`` gives it), ``gate, gate_input, gate_null,
-    gate_gumbel_tau, transition, head_specific, dropout, backend, rotary``.
+    scope, window`` (``max_order`` and ``window`` required: the resolved values, as ``MarkovOptions`` gives them;
+    window None in global scope), ``gate, gate_input, gate_null, gate_gumbel_tau, transition, head_specific, dropout,
+    backend, rotary``.
     ``forward(x, attention_mask=None, return_gates=False, return_weights=False)``.
     """
 

@@ -93,7 +93,11 @@ class RandomFeatureCore(nn.Module):
 
 
 class RandomFeatureAttention(SelfAttention):
-    """Multi-head random-feature attention (``feature_map`` "positive" = FAVOR+, "trig" = the paper's form)."""
+    """Multi-head random-feature attention (``feature_map`` "positive" = FAVOR+, "trig" = the paper's form).
+
+    Keyword arguments are named like the config fields: ``d_model, n_heads, rotary``, and ``causal`` (default True),
+    ``feature_map, num_features, redraw_interval, chunk_size`` (defaults and rules: ``RandomFeatureOptions``).
+    """
 
     def __init__(self, *, d_model: int, n_heads: int, rotary: bool = True, **core_options) -> None:
         core_options.setdefault("causal", True)

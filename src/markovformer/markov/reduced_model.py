@@ -59,7 +59,8 @@ def _targets(p: Tensor, q: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 
 
 def reduced_loss(e: float | Tensor, w: float | Tensor, b: float | Tensor, p: float, q: float) -> Tensor:
-    """Exact expected BCE loss in nats, float64 0-d tensor (differentiable in e, w, b).
+    """Exact expected BCE loss in nats L(e, w, b) on the switching chain of rates ``p``, ``q`` (module docstring),
+    float64: 0-d for scalar arguments, else broadcast over e, w and b (differentiable in e, w, b).
 
     BCE(y, sigmoid(l)) = softplus(l) − y l, which is stable for any logit l.
     """

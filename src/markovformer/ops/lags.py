@@ -17,7 +17,9 @@ def lag_matrix(query_positions: Tensor, key_positions: Tensor) -> Tensor:
 
 
 def visible(lag: Tensor, window: int | None, causal: bool) -> Tensor:
-    """Boolean tensor (same shape as ``lag``): True where a key at this lag may be attended."""
+    """Boolean tensor (same shape as ``lag``): True where a key at this lag may be attended under the module
+    docstring's convention: ``causal`` hides negative lags (future keys), ``window`` W hides lags beyond W in size
+    (None: no window)."""
     allowed = torch.ones_like(lag, dtype=torch.bool)
     if causal:
         allowed = allowed & (lag >= 0)
@@ -29,7 +31,7 @@ def visible(lag: Tensor, window: int | None, causal: bool) -> Tensor:
 def lag_slot(lag: Tensor, max_order: int, direction: str) -> Tensor:
     """Index into a per-lag bias tensor's last axis for each lag, or -1 where the lag has no slot.
 
-    Past slot k-1 holds lag k (1 <= k <= K); future slot k-1 holds lag -k.
+    ``direction`` "past": slot k-1 holds lag k (1 <= k <= K = ``max_order``); "future": slot k-1 holds lag -k.
     """
     signed = lag if direction == "past" else -lag
     in_range = (signed >= 1) & (signed <= max_order)
