@@ -129,3 +129,13 @@ def test_the_dotted_names_the_docstrings_point_to_exist(name):
                   for reference in re.findall(r"``([a-z_]+(?:\.[A-Za-z_]\w*)+)(?:\(\))?``", doc)]  # fmt: skip
     references = [(where, reference) for where, reference in references if names_a_module_path(reference)]
     assert [(where, reference) for where, reference in references if not resolves(reference)] == []
+
+
+def test_generate_names_every_field_of_its_generation_config():
+    """``help(model.generate)`` is where a notebook user reads which keyword options it takes."""
+    import dataclasses
+
+    from markovformer.models.generation import GenerationConfig, GenerationMixin
+
+    fields = [field.name for field in dataclasses.fields(GenerationConfig)]
+    assert [name for name in fields if f"``{name}``" not in GenerationMixin.generate.__doc__] == []

@@ -252,9 +252,10 @@ class GenerationMixin:
         """Continue prompts input_ids (B, T) (``attention_mask`` (B, T), 0 at padding, e.g. on the left) as
         ``generation_config`` says, updated by keyword ``options`` (its fields: ``max_new_tokens``, ``do_sample``,
         ``temperature``, ``top_k``, ``top_p``, ``eos_token_id``, ``pad_token_id``, ``suppress_tokens``,
-        ``num_beams``, ``length_penalty``; as in transformers) -> (B, T + new) for a causal LM. Greedy by default
-        (the argmax of the model's next-token logits, which equal its teacher-forced logits); draws come from
-        ``generator``. Runs in eval mode and restores the model's mode."""
+        ``num_beams``, ``length_penalty``, ``compile_step``; as in transformers; and the family's own inputs,
+        ``generation_inputs``: the VMT's ``carry``, MAT's ``max_lengths``) -> (B, T + new) for a causal LM. Greedy
+        by default (the argmax of the model's next-token logits, which equal its teacher-forced logits); draws come
+        from ``generator``. Runs in eval mode and restores the model's mode."""
         if attention_mask is not None and not isinstance(attention_mask, Tensor):
             # transformers' generate takes its config second: here the second argument is the mask
             hint = " (give the GenerationConfig as generation_config=...)" if isinstance(
