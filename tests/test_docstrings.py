@@ -55,6 +55,23 @@ def test_every_exported_function_and_class_has_a_docstring_of_its_own(name):
     assert not missing, f"no docstring for help() to show: {missing}"
 
 
+@pytest.mark.parametrize("name", PACKAGES)
+def test_every_public_method_of_an_exported_class_has_a_docstring(name):
+    """Its own, or one it inherits from a markovformer class (what ``help()`` shows); torch's and transformers'
+    methods are theirs to document."""
+    missing = []
+    for where, cls in exported(name):
+        for attribute in dir(cls) if inspect.isclass(cls) else ():
+            owner = next((base for base in cls.__mro__ if attribute in vars(base)), None)
+            if attribute.startswith("_") or owner is None or not owner.__module__.startswith("markovformer"):
+                continue
+            member = vars(owner)[attribute]
+            if isinstance(member, property) or inspect.isfunction(getattr(member, "__func__", member)):
+                if not inspect.getdoc(member if isinstance(member, property) else getattr(cls, attribute)):
+                    missing.append(f"{where}.{attribute}")
+    assert not missing, f"no docstring for help() to show: {missing}"
+
+
 def args_section_names(doc: str) -> list[str]:
     """The parameters a Google-style ``Args:`` section lists: the names before the first colon of each entry
     (``q, k: (B, H, T, Dh)`` lists q and k; ``n_heads, max_order (K): ...`` lists n_heads and max_order)."""

@@ -33,6 +33,7 @@ class Experiment:
 
     @property
     def run(self) -> Callable[..., Path]:
+        """The module's ``run(out_dir, *, quick, seeds, overrides, log) -> Path``, imported when read."""
         return importlib.import_module(f"{__name__}.{self.module}").run
 
 

@@ -44,6 +44,8 @@ class MarkovformerCache:
 
     @property
     def is_linear(self) -> list[bool]:
+        """``transformers``' flags of cache layers holding linear-attention states only: one False, so that its
+        ``generate`` feeds only the positions after ``get_seq_length()``, as with key/value caches."""
         return [False]
 
     def reorder_cache(self, beam_idx: Tensor) -> None:

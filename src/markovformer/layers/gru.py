@@ -36,6 +36,7 @@ class GRUInjection(nn.Module):
 
     @property
     def supports_state(self) -> bool:
+        """Whether it decodes from its hidden state, one token per call: a unidirectional one does."""
         return not self.gru.bidirectional
 
     def forward(self, x: Tensor, attention_mask: Tensor | None = None, state: dict | None = None) -> Tensor:

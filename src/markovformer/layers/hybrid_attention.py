@@ -81,6 +81,7 @@ class HybridSplitAttention(SelfAttention):
 
     @property
     def markov_bias(self):
+        """The Markov heads' ``MarkovBias`` (transition strengths and order gates)."""
         return self.cores[0].markov_bias
 
 
@@ -106,10 +107,12 @@ class HybridParallelAttention(nn.Module):
 
     @property
     def markov_bias(self):
+        """The Markov part's ``MarkovBias`` (transition strengths and order gates)."""
         return self.markov.markov_bias
 
     @property
     def honours_segments(self) -> bool:
+        """Whether it keeps packed documents apart itself: both parts do (see ``SelfAttention.honours_segments``)."""
         return self.markov.honours_segments and self.random_features.honours_segments
 
     def forward(

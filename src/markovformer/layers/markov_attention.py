@@ -100,6 +100,7 @@ class MarkovAttention(SelfAttention):
 
     @property
     def markov_bias(self) -> MarkovBias:
+        """The layer's ``MarkovBias`` (transition strengths and order gates)."""
         return self.cores[0].markov_bias
 
 

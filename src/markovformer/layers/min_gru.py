@@ -40,6 +40,7 @@ class MinGRUInjection(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Redraw the gate and candidate weights and biases as nn.GRU's are: uniform in ±1/√d_model."""
         bound = self.weight.shape[1] ** -0.5
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
@@ -59,6 +60,7 @@ class MinGRUInjection(nn.Module):
 
     @property
     def supports_state(self) -> bool:
+        """Whether it decodes from its hidden state, one token per call: a unidirectional one does."""
         return not self.bidirectional
 
     def forward(self, x: Tensor, attention_mask: Tensor | None = None, state: dict | None = None,

@@ -43,6 +43,7 @@ class ModelConfig:
         return []
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field and the ``model_type``, as ``config.json`` holds them (``from_dict`` reads them back)."""
         return {"model_type": self.model_type, **dataclasses.asdict(self)}
 
     @classmethod
@@ -63,6 +64,8 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls: type[ConfigT], values: dict[str, Any]) -> ConfigT:
+        """The config ``values`` (``to_dict``'s, or an older file's: ``upgrade_keys``) describe, checked; ValueError
+        for another family's ``model_type`` or a key that is no field (with a spelling suggestion)."""
         values = cls.upgrade_keys(values)
         model_type = values.pop("model_type", cls.model_type)
         if model_type != cls.model_type:
@@ -74,4 +77,5 @@ class ModelConfig:
         return cls(**values)
 
     def replace(self: ConfigT, **changes: Any) -> ConfigT:
+        """A copy with the fields ``changes`` names set, checked as a new config is."""
         return dataclasses.replace(self, **changes)

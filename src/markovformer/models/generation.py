@@ -216,6 +216,8 @@ class GenerationMixin:
     def start_decoding(
         self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int
     ) -> tuple[Tensor, Step]:
+        """A causal LM's start of ``generate``: the next-token logits (B, V) after the prompt and the step that
+        feeds the chosen tokens (B,) and returns the logits after them (see the class docstring)."""
         raise NotImplementedError
 
     def check_generation_inputs(self, input_ids: Tensor, attention_mask: Tensor | None) -> None:

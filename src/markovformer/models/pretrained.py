@@ -114,10 +114,12 @@ class PreTrainedModel(nn.Module):
 
     @property
     def device(self) -> torch.device:
+        """Where the parameters are (the first one's device)."""
         return next(self.parameters()).device
 
     @property
     def dtype(self) -> torch.dtype:
+        """The floating-point parameters' dtype (the first one's)."""
         return next(p for p in self.parameters() if p.is_floating_point()).dtype
 
     def num_parameters(self, trainable_only: bool = True) -> int:

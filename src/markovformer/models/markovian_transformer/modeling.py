@@ -430,6 +430,7 @@ class _PerPositionHead(_WithBackbone):
         self.init_weights(self.classifier)
 
     def loss(self, logits: Tensor, labels: Tensor, attention_mask: Tensor | None) -> Tensor:
+        """The scalar loss ``forward`` reports: ``logits`` (B, T, num_labels) against ``labels`` (-100 not scored)."""
         raise NotImplementedError
 
     def forward(

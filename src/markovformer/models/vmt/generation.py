@@ -14,16 +14,7 @@ from markovformer.ops.padding import check_attention_mask
 
 
 class VMTGeneration(GenerationMixin):
-    """``generate`` for the VMT (see the comment below); a mixin of ``VariationalMarkovTransformer``."""
-
-    # ``GenerationMixin.generate``: read the prompt ``input_ids`` (token ids (B, n) or, for a VMT over real
-    # vectors, features (B, n, F); n may be 0; unpadded) with the posterior, ``window`` tokens at a time with the
-    # latent carried between (posterior samples from ``generator`` when sampling, its zero-noise path when greedy;
-    # ``carry=`` a previous latent), then write:
-    # x_{k+1} ~ P(x | x_k), y_{k+1} ~ P(y | x_{k+1}) (x_1 from P(x_1), or the transition from ``carry``, when there
-    # is no prompt). Greedy follows the transition means and takes each emission's argmax (its mean for real
-    # vectors); sampling draws both. The written tokens never feed back (the latent chain does not read y).
-    # Returns (B, n + new) or (B, n + new, F).
+    """``generate`` for the VMT (``generate_from`` says how it writes); a mixin of ``VariationalMarkovTransformer``."""
 
     generation_inputs = ("carry",)
     samples_from_empty_prompt = True  # x_1 ~ P(x_1), y_1 ~ P(y | x_1): no start token to invent
@@ -41,6 +32,13 @@ class VMTGeneration(GenerationMixin):
         self, input_ids: Tensor, attention_mask: Tensor | None, config: GenerationConfig,
         generator: torch.Generator | None, carry: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
+        """What ``generate`` runs: read the prompt ``input_ids`` (token ids (B, n) or, for a VMT over real vectors,
+        features (B, n, F); n may be 0; unpadded) with the posterior, ``window`` tokens at a time with the latent
+        carried between (posterior samples from ``generator`` when sampling, its zero-noise path when greedy;
+        ``carry=`` a previous latent), then write: x_{k+1} ~ P(x | x_k), y_{k+1} ~ P(y | x_{k+1}) (x_1 from P(x_1),
+        or the transition from ``carry``, when there is no prompt). Greedy follows the transition means and takes
+        each emission's argmax (its mean for real vectors); sampling draws both. The written tokens never feed back
+        (the latent chain does not read y). Returns (B, n + new) or (B, n + new, F)."""
         if not self.tokens:  # it writes each vector from its emission; no token is chosen, none ends a row
             given = {name: getattr(config, name) for name in ("top_k", "top_p", "eos_token_id", "pad_token_id",
                                                               "suppress_tokens")}  # fmt: skip
