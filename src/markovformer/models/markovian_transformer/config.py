@@ -44,6 +44,14 @@ class MarkovianTransformerConfig(ModelConfig):
     ``bidirectional`` (future lag biases, bidirectional GRU) defaults to ``not causal``.
     The default position encoding is rotary: local attention only ever sees offsets within its window, so a
     local-scope model runs unchanged on sequences longer than those it was trained on.
+    The fields that are no attention option: ``position`` one of ``POSITIONS`` ("rotary", "sinusoidal", "learned":
+    needs ``max_positions``, "none"); ``ffn`` "swiglu" or "gelu", hidden width from ``ffn_mult``; ``gru`` adds a
+    recurrent injection to every block, of ``gru_kind`` "gru" or "min_gru"; ``num_labels`` and ``pooling`` ("mean",
+    "last", "cls": needs ``causal=False``) are the classification heads'; ``tie_word_embeddings`` ties the causal
+    LM's output projection to the token embedding; ``gate_entropy_weight`` and ``transition_penalty`` (>= 0) weigh
+    the regularisers ``regularization_loss`` adds (the gate entropy, Σ θ²); ``init_scheme`` "normal" or "gpt2"
+    (residual projections at std initializer_range / sqrt(2 n_layers)); ``bias=False`` drops the LayerNorms' and
+    the GELU MLP's biases.
     Renamed fields (old configs still load): ``max_position`` -> ``max_positions``.
     """
 
