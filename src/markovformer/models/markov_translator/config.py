@@ -16,7 +16,9 @@ class MarkovTranslatorConfig(ModelConfig):
     L·(k-1)+1 tokens with depth), k/True MAT (exactly k-th order Markov). The defaults are Transformer-base with MAT
     k=5, the paper's setting. ``vocab_size`` is the joint source/target vocabulary: one embedding, scaled by
     √d_model, shared by encoder and decoder and tied with the output projection. Positions are sinusoidal, at most
-    ``max_positions`` per sequence. ``d_ff`` defaults to 4·d_model.
+    ``max_positions`` per sequence. ``d_ff`` defaults to 4·d_model. ``pad_token_id``, ``bos_token_id`` and
+    ``eos_token_id`` (0, 1, 2; eos must differ from pad): ``generate`` decodes from bos (not returned), ends a row
+    at eos and fills the rest with pad, which it never chooses.
     """
 
     model_type = "markov_translator"
