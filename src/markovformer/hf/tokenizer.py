@@ -30,7 +30,7 @@ from markovformer.strict_json import read_json_object
 def to_transformers(tokenizer: CharTokenizer | BPETokenizer) -> PreTrainedTokenizerFast:
     """The same ids in a ``transformers`` fast tokenizer (what ``AutoTokenizer`` loads from ``save_hf_format``'s
     files): ``<pad>`` its pad token, ``<bos>``/``<eos>``/``<unk>`` its special tokens where the vocabulary has
-    them."""
+    them, and ``<eod>`` its eos token where there is no ``<eos>`` (a tokenizer of text with documents)."""
     with tempfile.TemporaryDirectory() as folder:
         save_hf_format(tokenizer, folder)
         return AutoTokenizer.from_pretrained(folder)
