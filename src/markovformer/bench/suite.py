@@ -67,7 +67,14 @@ STARTUP_SECONDS = 120  # child start-up (imports; compilation on CUDA) on top of
 
 @dataclasses.dataclass
 class BenchSettings:
-    """What the suite runs. ``None`` fields take a default that depends on ``quick`` (see ``resolved``)."""
+    """What the suite runs. ``None`` fields take a default that depends on ``quick`` (see ``resolved``).
+
+    ``parts``: some of ``ALL_PARTS`` (default ``PARTS``; the module docstring says what each measures); ``device``
+    "cpu", "cuda" or "auto" (CUDA when present); ``lengths``, ``windows``, ``*_lengths``: the sizes T (or W) each
+    part runs; the caps (``memory_cap_mib`` of peak memory, ``time_cap`` seconds per step) skip the larger sizes of
+    a series once a size exceeds them or is predicted to. The comment beside each field in ``bench/suite.py`` gives its
+    part and defaults; ``markovformer bench --help`` the flags that set them (the rest: ``--set KEY=VALUE``).
+    """
 
     parts: tuple[str, ...] = PARTS
     quick: bool = False
