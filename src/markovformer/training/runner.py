@@ -156,7 +156,10 @@ def training_threads(tc: TrainerConfig) -> int:
 
 
 def train(config: RunConfig) -> dict:
-    """Train a new run into ``config.output_dir``, holding the run directory's lock while it runs."""
+    """Train a new run into ``config.output_dir``, holding the run directory's lock while it runs. Returns the run's
+    results, what its metrics.json holds (``val``: the last validation metrics, ``steps``, ``train_seconds``, the
+    data's ``reference`` values, ...); in a process that does not write the run (a rank above 0), the validation
+    metrics alone."""
     check_accelerator(config.trainer.accelerator)  # before anything is written
     check_precision(config.trainer.precision, config.trainer.accelerator)
     check_warmup(config.trainer)
@@ -187,7 +190,7 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     """Continue the run in ``run_dir`` from its last checkpoint. ``overrides`` may change only the keys of
     ``RESUMABLE_KEYS``; a larger ``trainer.max_steps`` extends a run (finished or not), keeping its learning-rate
     schedule (``trainer.decay_steps``). A finished run is refused unless it is extended. A run killed while it
-    started or finished is completed: its missing files are written."""
+    started or finished is completed: its missing files are written. Returns what ``train`` returns."""
     run_dir = Path(run_dir).expanduser()  # as RunConfig's output_dir
     if not (run_dir / RESOLVED_CONFIG).is_file():
         raise not_a_run_directory(run_dir)
