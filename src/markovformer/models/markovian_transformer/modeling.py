@@ -39,6 +39,11 @@ def _for_loss(logits: Tensor) -> Tensor:
 
 @model_output
 class MarkovianTransformerOutput:
+    """What every Markovian Transformer model returns; fields a model or call does not fill are None.
+    ``gates`` (``return_gates=True``): per layer, direction -> order gates (B, H, T, K [+1 null slot]), None for a
+    layer without gates; ``attentions`` (``return_weights=True``): per layer, the weights (B, H, T, T) each position
+    mixes the values with, None for a mixer without them (README, "Hugging Face", says which are probabilities)."""
+
     logits: Tensor | None = None
     loss: Tensor | None = None
     last_hidden_state: Tensor | None = None  # (B, T, D), after the final LayerNorm
@@ -280,7 +285,9 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         state: dict | None = None,
         position_ids: Tensor | None = None,
     ) -> MarkovianTransformerOutput:
-        """``state``: a decoding state ({} to start one), read and updated in place and returned in the output:
+        """Token ids (B, T) or feature frames (B, T, input_dim), ``attention_mask`` (B, T), 1 = real token ->
+        ``MarkovianTransformerOutput`` with ``last_hidden_state`` (B, T, D) (and ``gates``, ``attentions`` when
+        asked). ``state``: a decoding state ({} to start one), read and updated in place and returned in the output:
         the inputs continue the positions it has seen, and ``attention_mask`` covers the new inputs only.
         ``position_ids`` (B, T): packed documents (the Hugging Face convention: positions restart at 0 at each
         document; a new document wherever a position is not its predecessor's plus one). Every layer keeps each
