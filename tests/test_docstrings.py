@@ -156,3 +156,14 @@ def test_generate_names_every_field_of_its_generation_config():
 
     fields = [field.name for field in dataclasses.fields(GenerationConfig)]
     assert [name for name in fields if f"``{name}``" not in GenerationMixin.generate.__doc__] == []
+
+
+def test_what_each_exported_models_forward_returns_has_a_docstring_of_its_own():
+    """``help(model(x))`` shows the output's docstring: the fields, shapes and units, not only their names."""
+    import typing
+
+    outputs = {typing.get_type_hints(cls.forward).get("return") for _, cls in exported("markovformer")
+               if hasattr(cls, "forward")}  # fmt: skip
+    outputs = {output for output in outputs if inspect.isclass(output) and output.__module__.startswith("markovformer")}
+    assert len(outputs) >= 5, outputs  # every family's
+    assert sorted(output.__name__ for output in outputs if generated_docstring(output.__name__, output)) == []

@@ -21,6 +21,9 @@ from markovformer.models.pretrained import PreTrainedModel, model_output
 
 @model_output
 class BinaryTransformerOutput:
+    """What ``BinaryTransformer.forward`` returns: ``logits`` (B, T), position n's logit of x_{n+1} = 1; ``loss``,
+    given labels, the mean binary cross-entropy in nats."""
+
     logits: Tensor  # (B, T): logit of P(x_{n+1} = 1 | x_1..x_n)
     loss: Tensor | None = None
 

@@ -123,6 +123,10 @@ class DecoderLayer(nn.Module):
 
 @model_output
 class MarkovTranslatorOutput:
+    """What ``MarkovTranslatorForConditionalGeneration.forward`` returns: ``logits`` (B, T_tgt, V); ``loss``, given
+    labels, their mean token cross-entropy in nats (-100 not scored; smoothed by ``label_smoothing``);
+    ``encoder_last_hidden_state`` (B, S, D), the memory."""
+
     logits: Tensor  # (B, T_tgt, V)
     loss: Tensor | None = None  # mean token cross-entropy over labels != -100
     encoder_last_hidden_state: Tensor | None = None  # (B, S, D): the memory

@@ -29,6 +29,10 @@ from markovformer.ops.segments import Segments, document_starts
 
 @model_output
 class ScanMarkovOutput:
+    """What ``ScanMarkovForCausalLM.forward`` returns: ``logits`` (B, T, V), the next-token logits at every
+    position; ``loss``, given labels, their mean cross-entropy in nats (-100 not scored); ``hidden_states``
+    (B, T, D), the states h_t before the LayerNorm."""
+
     logits: Tensor | None = None  # (B, T, V): next-token logits at every position
     loss: Tensor | None = None  # mean next-token cross-entropy over labels != -100
     hidden_states: Tensor | None = None  # (B, T, D): the states h_t, before the LayerNorm

@@ -42,6 +42,10 @@ class VMTBound:
 
 @model_output
 class VMTOutput:
+    """What ``VariationalMarkovTransformer.forward`` returns: ``loss``, the training objective per token in nats, to
+    minimise (its formula is ``forward``'s docstring); ``elbo``, ``reconstruction``, ``kl`` and the auxiliary terms
+    ``loss_*`` as ``VMTElbo`` gives them; ``carry`` (B, latent_dim), detached: the next window's ``carry``."""
+
     loss: Tensor  # the training objective per token, to minimise (see ``forward``)
     elbo: Tensor
     reconstruction: Tensor
