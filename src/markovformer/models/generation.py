@@ -59,7 +59,14 @@ def _token_ids(value: Any) -> str | None:
 class GenerationConfig:
     """How ``generate`` decodes, for every family (transformers' names). Each field's rule is declared on it and
     checked once, when the config is made (``ValueError("field=value: why")``); the vocabulary rules (token ids
-    inside it) once more per model, by ``check_vocabulary``. ``replace(**changes)`` gives a checked copy."""
+    inside it) once more per model, by ``check_vocabulary``. ``replace(**changes)`` gives a checked copy.
+
+    ``do_sample=False`` (greedy) takes the argmax of the next-token logits; True draws at ``temperature`` from the
+    ``top_k`` most likely tokens and the ``top_p`` probability mass. A row that emits ``eos_token_id`` ends, filled
+    after with ``pad_token_id`` (eos when None); ``suppress_tokens`` are never chosen. ``num_beams`` > 1 (at most
+    ``MAX_BEAMS``; the translator only) is beam search, whose scores are log-probability / length **
+    ``length_penalty``. ``compile_step``: a causal LM's one-token step runs through ``torch.compile`` (compiled
+    during the first tokens, once per model and batch shape)."""
 
     max_new_tokens: int = option(20, interval(0, integer=True))
     # False: the argmax of the next-token logits (greedy); True: a draw at ``temperature`` from top_k / top_p
