@@ -13,7 +13,8 @@ WINDOW_POSITIONS = ("start", "end")
 
 @dataclasses.dataclass
 class ScanMarkovConfig(ModelConfig):
-    """Configuration of ``ScanMarkovForCausalLM``.
+    """Configuration of ``ScanMarkovForCausalLM``: ``vocab_size`` (required: None is refused; a run fills it in from
+    its data), the width ``d_model`` and:
 
     ``context_mode``: ``"markov"`` (the state at t runs over the last ``order`` tokens only, positions counted
     from the window start: the next token depends on exactly its ``order`` previous ones, the field's meaning in
