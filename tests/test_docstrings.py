@@ -1,15 +1,20 @@
 """The public API as ``help()`` shows it: every function and class a public package exports (its ``__all__``) has a
-docstring of its own, the parameters an ``Args:`` section lists are the signature's, and the dotted names the
-docstrings point to (``ops.segments``, ``markovformer.hf.wrapper.Wrapper``) exist."""
+docstring of its own, and so do their public methods and what the models' ``forward`` returns; the parameters an
+``Args:`` section lists are the signature's, ``generate``'s names every option, and the dotted names the docstrings
+point to (``ops.segments``, ``markovformer.hf.wrapper.Wrapper``) exist."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import inspect
 import re
+import typing
 
 import pytest
+
+from markovformer.models.generation import GenerationConfig, GenerationMixin
 
 PACKAGES = ["markovformer", "markovformer.layers", "markovformer.ops", "markovformer.markov", "markovformer.data",
             "markovformer.experiments", "markovformer.bench", "markovformer.hf"]  # fmt: skip
@@ -150,18 +155,12 @@ def test_the_dotted_names_the_docstrings_point_to_exist(name):
 
 def test_generate_names_every_field_of_its_generation_config():
     """``help(model.generate)`` is where a notebook user reads which keyword options it takes."""
-    import dataclasses
-
-    from markovformer.models.generation import GenerationConfig, GenerationMixin
-
     fields = [field.name for field in dataclasses.fields(GenerationConfig)]
     assert [name for name in fields if f"``{name}``" not in GenerationMixin.generate.__doc__] == []
 
 
 def test_what_each_exported_models_forward_returns_has_a_docstring_of_its_own():
     """``help(model(x))`` shows the output's docstring: the fields, shapes and units, not only their names."""
-    import typing
-
     outputs = {typing.get_type_hints(cls.forward).get("return") for _, cls in exported("markovformer")
                if hasattr(cls, "forward")}  # fmt: skip
     outputs = {output for output in outputs if inspect.isclass(output) and output.__module__.startswith("markovformer")}
