@@ -45,3 +45,16 @@ def test_sdpa_path_matches_naive(causal, masked):
         if causal:  # left-padded queries see no real key under the causal mask
             assert torch.equal(out[1, :3], torch.zeros_like(out[1, :3]))
         assert (out[1, 3:].abs() > 0).all() and (out[:3] != 0).any()
+
+
+@pytest.mark.parametrize("kind", ["softmax", "alibi", "stick_breaking", "cope", "selective"])
+def test_local_scope_without_a_window_is_refused(kind):
+    """SoftmaxAttention(scope="local") and build_attention(KIND, scope="local") without a window attended to every
+    key, as global scope, though the options' help says local scope needs a window (only the model config refused
+    it)."""
+    from markovformer.layers.registry import build_attention
+
+    with pytest.raises(ValueError, match="scope='local' needs a window"):
+        build_attention(kind, d_model=D_MODEL, n_heads=HEADS, causal=True, rotary=False, scope="local")
+    with pytest.raises(ValueError, match="scope='local' needs a window"):
+        SoftmaxAttention(d_model=D_MODEL, n_heads=HEADS, scope="local")

@@ -180,6 +180,17 @@ def test_dense_lag_bias_none_without_biases():
     assert dense_lag_bias(lag_matrix(positions, positions), None, None) is None
 
 
+def test_lag_slot_refuses_a_direction_other_than_past_or_future():
+    """Any direction but "past" read as "future": a misspelt "Past" put lag -k's bias where lag k's belongs."""
+    from markovformer.ops import lag_slot
+
+    positions = torch.arange(4)
+    lags = lag_matrix(positions, positions)
+    assert torch.equal(lag_slot(lags, 2, "future"), lag_slot(-lags, 2, "past"))
+    with pytest.raises(ValueError, match="direction must be 'past' or 'future'; got 'Past'"):
+        lag_slot(lags, 2, "Past")
+
+
 def _no_visible_key(mask: torch.Tensor, window: int | None, causal: bool) -> torch.Tensor:
     """(B, T) True where a query sees no real key, from the window rule directly."""
     batch, length = mask.shape

@@ -21,7 +21,10 @@ DROPOUT_HELP = "dropout on the attention weights while training"
 
 
 def scoped_window(scope: str, window: int | None) -> int | None:
-    """The window a layer attends within: ``window`` in local scope, None (every key) in global scope."""
+    """The window a layer attends within: ``window`` in local scope, None (every key) in global scope. Local scope
+    without a window is refused: a layer built so (``SoftmaxAttention(scope="local")``) attended to every key."""
+    if scope == "local" and window is None:
+        raise ValueError("scope='local' needs a window (keys t-window..t); got window=None")
     return window if scope == "local" else None
 
 

@@ -82,9 +82,9 @@ class SoftmaxCore(nn.Module):
 
 class SoftmaxAttention(SelfAttention):
     """Plain multi-head softmax attention, no Markov bias: over all (allowed) keys, or a sliding window:
-    ``scope="local"`` with a ``window`` sees keys t-window..t (|t-j| <= window when not ``causal``); without one,
-    every key, as global scope (the model config refuses that); ``backend`` picks the op's path in local scope
-    (``SoftmaxOptions``); global scope runs scaled_dot_product_attention."""
+    ``scope="local"`` sees keys t-window..t (|t-j| <= window when not ``causal``) and needs ``window``;
+    ``backend`` picks the op's path in local scope (``SoftmaxOptions``); global scope runs
+    scaled_dot_product_attention."""
 
     def __init__(
         self, *, d_model: int, n_heads: int, causal: bool = True, dropout: float = 0.0, rotary: bool = True,

@@ -33,6 +33,8 @@ def lag_slot(lag: Tensor, max_order: int, direction: str) -> Tensor:
 
     ``direction`` "past": slot k-1 holds lag k (1 <= k <= K = ``max_order``); "future": slot k-1 holds lag -k.
     """
+    if direction not in ("past", "future"):
+        raise ValueError(f"direction must be 'past' or 'future'; got {direction!r}")
     signed = lag if direction == "past" else -lag
     in_range = (signed >= 1) & (signed <= max_order)
     return torch.where(in_range, signed - 1, torch.full_like(signed, -1))
