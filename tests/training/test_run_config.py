@@ -83,6 +83,29 @@ def test_a_non_finite_number_is_refused_as_such_whether_yaml_reads_it_as_text_or
         resolve_run_config(values)
 
 
+@pytest.mark.parametrize(("options", "refusal"), [
+    ({"max_steps": 1.5}, r"^trainer.max_steps=1.5 has the wrong type: expected int$"),
+    ({"seed": 1.5}, r"^trainer.seed=1.5 has the wrong type: expected int$"),
+    ({"batch_size": True}, r"^trainer.batch_size=True has the wrong type: expected int$"),
+    ({"deterministic": "no"}, r"^trainer.deterministic='no' has the wrong type: expected bool$"),
+    ({"lr": float("inf")}, r"^trainer.lr=inf must be a finite number$"),
+    ({"gradient_clip": float("inf")}, r"^trainer.gradient_clip=inf must be a finite number$"),
+    ({"weight_decay": float("inf")}, r"^trainer.weight_decay=inf must be a finite number$"),
+])  # fmt: skip
+def test_trainer_options_given_from_python_are_checked_as_a_config_file_s_are(options, refusal):
+    """TrainerConfig(...) from Python took any value: max_steps=1.5 trained 2 steps, deterministic='no' was taken
+    and seed=1.5 failed inside the run with torch's 'manual_seed expected a long'."""
+    with pytest.raises(ConfigError, match=refusal):
+        TrainerConfig(**options)
+
+
+def test_trainer_options_from_python_are_converted_as_a_config_file_s_are():
+    trainer = TrainerConfig(lr=1, betas=[0.8, 0.9])
+    assert trainer == resolve_run_config({"task": "causal_lm", "data": {"source": "text"},
+                                          "trainer": {"lr": 1, "betas": [0.8, 0.9]}}).trainer  # fmt: skip
+    assert type(trainer.lr) is float and trainer.betas == (0.8, 0.9)
+
+
 def test_a_word_is_still_the_wrong_type_for_a_number():
     with pytest.raises(ConfigError, match="wrong type: expected float"):
         resolve_run_config(apply_overrides({"task": "causal_lm"}, ["trainer.lr=fast"]))

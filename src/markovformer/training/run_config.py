@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
 import re
-import types
 import typing
 from pathlib import Path
 from typing import Any
 
 from markovformer.models.config_base import suggest
 from markovformer.training.tasks import TASKS
-from markovformer.training.trainer_config import ConfigError, TrainerConfig, shown
+from markovformer.training.trainer_config import ConfigError, TrainerConfig, coerce, shown
 
 # The data options that name the files a source reads (a file; a directory or a glob where the source takes one; or
 # a list of them): whatever the source, a run records their contents (data.json) and checks them on resume and eval.
@@ -91,53 +89,6 @@ def _home_expanded(value: Any) -> Any:
         return os.path.expanduser(value)
     if isinstance(value, list):
         return [_home_expanded(item) for item in value]
-    return value
-
-
-def _type_name(annotation: Any) -> str:
-    return getattr(annotation, "__name__", str(annotation))
-
-
-def coerce(value: Any, annotation: Any, key: str) -> Any:
-    """Check ``value`` against a dataclass field annotation; convert lists to tuples and ints to floats."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return coerce(value, option, key)
-            except ConfigError as error:
-                errors.append(str(error))
-        raise ConfigError(f"{key}={shown(value)} has the wrong type: expected {annotation}")
-    if value is None and annotation is not Any:  # YAML's `key:` with nothing, or only a comment, after it
-        raise ConfigError(f"{key} is empty (null: nothing or only a comment after it); give it a value")
-    if origin in (tuple, list):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}={shown(value)} has the wrong type: expected a list")
-        args = typing.get_args(annotation)
-        if origin is tuple and args and args[-1] is not Ellipsis and len(args) != len(value):
-            raise ConfigError(f"{key}={shown(value)} must have {len(args)} entries")
-        item_types = [args[0] if (origin is list or args[-1] is Ellipsis) else args[i] for i in range(len(value))]
-        items = [coerce(v, t, f"{key}[{i}]") for i, (v, t) in enumerate(zip(value, item_types, strict=True))]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}={shown(value)} has the wrong type: expected a mapping")
-        return value
-    if annotation is Any:
-        return value
-    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    non_finite_text = isinstance(value, str) and value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity")
-    if annotation is float and (non_finite_text or isinstance(value, float) and not math.isfinite(value)):
-        raise ConfigError(f"{key}={shown(value)} must be a finite number")  # YAML reads `nan` as text, `.nan` as one
-    if annotation in (int, float, str, bool) and (type(value) is not annotation):
-        raise ConfigError(f"{key}={shown(value)} has the wrong type: expected {_type_name(annotation)}")
     return value
 
 

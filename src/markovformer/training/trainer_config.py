@@ -1,12 +1,15 @@
 """The trainer options of a run (its ``trainer:`` section: the engine's options; a task's own options live in its
-``Options`` dataclass, ``training.tasks``), the error every bad run setting raises and the one a
-diverged run stops with."""
+``Options`` dataclass, ``training.tasks``), the check of a setting's value against its field's type, the error
+every bad run setting raises and the one a diverged run stops with."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import reprlib
 import signal
+import types
+import typing
 from typing import Any
 
 from markovformer.models.config_base import suggest
@@ -59,6 +62,54 @@ def shown(value: object) -> str:
     return _SHOWN.repr(value)
 
 
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Check ``value`` against a dataclass field annotation; convert lists to tuples and ints to floats."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return coerce(value, option, key)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(f"{key}={shown(value)} has the wrong type: expected {annotation}")
+    if value is None and annotation is not Any:  # YAML's `key:` with nothing, or only a comment, after it
+        raise ConfigError(f"{key} is empty (null: nothing or only a comment after it); give it a value")
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}={shown(value)} has the wrong type: expected a list")
+        args = typing.get_args(annotation)
+        if origin is tuple and args and args[-1] is not Ellipsis and len(args) != len(value):
+            raise ConfigError(f"{key}={shown(value)} must have {len(args)} entries")
+        item_types = [args[0] if (origin is list or args[-1] is Ellipsis) else args[i] for i in range(len(value))]
+        items = [coerce(v, t, f"{key}[{i}]") for i, (v, t) in enumerate(zip(value, item_types, strict=True))]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}={shown(value)} has the wrong type: expected a mapping")
+        return value
+    if annotation is Any:
+        return value
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    non_finite_text = isinstance(value, str) and value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity")
+    if annotation is float and (non_finite_text or isinstance(value, float) and not math.isfinite(value)):
+        raise ConfigError(f"{key}={shown(value)} must be a finite number")  # YAML reads `nan` as text, `.nan` as one
+    if annotation in (int, float, str, bool) and (type(value) is not annotation):
+        raise ConfigError(f"{key}={shown(value)} has the wrong type: expected {_type_name(annotation)}")
+    return value
+
+
+
 @dataclasses.dataclass
 class TrainerConfig:
     max_steps: int = 1000
@@ -107,11 +158,14 @@ class TrainerConfig:
     threads: int | None = None
 
     def __post_init__(self) -> None:
+        hints = typing.get_type_hints(TrainerConfig)  # a config file's values are coerced already; Python's are not
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, coerce(getattr(self, field.name), hints[field.name], f"trainer.{field.name}"))
         for name in ("max_steps", "batch_size", "eval_every", "checkpoint_every", "log_every", "eval_batch_size",
                      "devices", "num_nodes"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name}={shown(getattr(self, name))} must be >= 1")
-        if not self.lr > 0:  # coerce has already refused inf and nan
+        if not self.lr > 0:
             raise ConfigError(f"trainer.lr={shown(self.lr)} must be positive")
         for name in ("weight_decay", "gradient_clip"):
             if not getattr(self, name) >= 0:
