@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 import torch
@@ -108,3 +109,29 @@ def test_a_state_of_a_model_without_recurrent_weights_is_left_as_it_is():
     model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=1))
     state = build_optimizer(model, lr=1e-3).state_dict()
     assert not regroup_optimizer_state(model, state)
+
+
+def adamw_step(lr: float, betas: tuple[float, float]) -> None:
+    """One AdamW step of this trainer's optimiser on a float32 weight with a gradient."""
+    weight = torch.nn.Linear(2, 2)
+    weight(torch.ones(1, 2)).sum().backward()
+    build_optimizer(weight, lr=lr, betas=betas).step()
+
+
+@pytest.mark.parametrize("beta1", [0.0, 0.9, 0.99])
+def test_every_learning_rate_accepted_steps_adamw_and_one_that_would_overflow_float32_is_refused(beta1):
+    """trainer.lr=1e39 (1e38 at betas[0]=0.9) ended in a traceback from inside torch's AdamW ('value cannot be
+    converted to type float without overflow': its first step scales by lr / (1 - betas[0])); a run with an lr just
+    below that diverges instead, on its one line. The bound is the one where torch's step fails."""
+    from markovformer.training.trainer_config import FLOAT32_MAX, ConfigError, TrainerConfig
+
+    assert torch.finfo(torch.float32).max == FLOAT32_MAX
+    betas = (beta1, 0.95)
+    largest = FLOAT32_MAX * (1 - beta1) * 0.999
+    adamw_step(TrainerConfig(lr=largest, betas=betas).lr, betas)
+    too_large = largest * 2
+    with pytest.raises(RuntimeError, match="overflow"):
+        adamw_step(too_large, betas)
+    shown = re.escape(f"{too_large:g}")
+    with pytest.raises(ConfigError, match=rf"^trainer\.lr={shown} is too large: .*trainer\.betas\[0\]"):
+        TrainerConfig(lr=too_large, betas=betas)

@@ -25,6 +25,7 @@ LOGGERS = {"tensorboard": "tensorboard", "csv": None, "wandb": "wandb", "mlflow"
 EARLY_STOPPING_KEYS = ("monitor", "patience", "mode")
 DEFAULT_WARMUP_STEPS = 100
 MAX_DEFAULT_THREADS = 4  # tiny models gain nothing from more intra-op threads, and a shared machine loses a lot
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max (this module does not import torch)
 
 
 class ConfigError(ValueError):
@@ -167,11 +168,17 @@ class TrainerConfig:
                 raise ConfigError(f"trainer.{name}={shown(getattr(self, name))} must be >= 1")
         if not self.lr > 0:
             raise ConfigError(f"trainer.lr={shown(self.lr)} must be positive")
+        if not all(0 <= beta < 1 for beta in self.betas):
+            raise ConfigError(f"trainer.betas={shown(list(self.betas))}: each must lie in [0, 1)")
+        # AdamW's first step scales by lr / (1 - betas[0]): past float32's range torch fails inside its step (a
+        # traceback, not the diverged run's line), whatever the precision
+        if self.lr / (1 - self.betas[0]) > FLOAT32_MAX:
+            raise ConfigError(f"trainer.lr={self.lr:g} is too large: AdamW's first step scales by lr / (1 - "
+                              f"trainer.betas[0]) = {self.lr / (1 - self.betas[0]):.3g}, past float32's largest "
+                              f"number {FLOAT32_MAX:.3g}; give trainer.lr <= {FLOAT32_MAX * (1 - self.betas[0]):.3g}")
         for name in ("weight_decay", "gradient_clip"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"trainer.{name}={shown(getattr(self, name))} must be >= 0 (0 turns it off)")
-        if not all(0 <= beta < 1 for beta in self.betas):
-            raise ConfigError(f"trainer.betas={shown(list(self.betas))}: each must lie in [0, 1)")
         if self.decay_steps is not None and self.decay_steps < 1:
             raise ConfigError(f"trainer.decay_steps={shown(self.decay_steps)} must be >= 1 (or null: max_steps)")
         if not 0 <= self.seed < 2**32:
