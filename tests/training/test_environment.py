@@ -3,11 +3,19 @@ line before any work, saying how to get one. What a run records names the code's
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 from markovformer.cli.main import main
-from markovformer.training.environment import check_accelerator, check_nodes, check_precision
+from markovformer.training.environment import (
+    check_accelerator,
+    check_nodes,
+    check_precision,
+    check_workers,
+    usable_cores,
+)
 
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 
@@ -92,6 +100,22 @@ def test_train_refuses_several_nodes_on_one_machine_before_writing_anything(tmp_
     assert main(["train", "trainer.num_nodes=2", f"output_dir={run_dir}", "trainer.max_steps=2"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "trainer.num_nodes=2 needs a multi-node launch" in error[0]
+    assert not run_dir.exists()
+
+
+def test_more_loader_workers_than_usable_cores_are_refused_before_writing_anything(tmp_path, capsys):
+    """trainer.num_workers=1000 on 2 cores forked 1000 workers per loader: the command was killed (exit 137) after
+    its first step and left the workers running without it, 14 GB of them, config.yaml and logs/ half-written."""
+    cores = usable_cores()
+    assert cores == len(os.sched_getaffinity(0))
+    check_workers(0)
+    check_workers(cores)
+    with pytest.raises(ValueError, match=rf"^trainer.num_workers={cores + 1} is more than the {cores} CPU cores"):
+        check_workers(cores + 1)
+    run_dir = tmp_path / "run"
+    assert main(["train", f"trainer.num_workers={cores + 1}", f"output_dir={run_dir}", "trainer.max_steps=2"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and f"give trainer.num_workers <= {cores}" in error[0]
     assert not run_dir.exists()
 
 

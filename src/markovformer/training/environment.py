@@ -72,6 +72,20 @@ def launched_on_several_nodes() -> bool:
     )
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the system has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def check_workers(num_workers: int) -> None:
+    """Refuse more data loader workers than ``usable_cores``, before any work: each loader forks them all, and far
+    too many exhaust the machine's memory (the command killed, its workers left running)."""
+    cores = usable_cores()
+    if num_workers > cores:
+        raise ValueError(f"trainer.num_workers={num_workers} is more than the {cores} CPU cores this process may use; "
+                         f"give trainer.num_workers <= {cores} (0 loads the batches in the main process)")
+
+
 def check_nodes(num_nodes: int) -> None:
     """Refuse ``trainer.num_nodes`` > 1 unless a multi-node launcher started this process, before any work:
     started on one machine alone, the processes would wait forever for the other nodes to join."""

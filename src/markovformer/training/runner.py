@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-import os
 import signal
 import sys
 from pathlib import Path
@@ -26,7 +25,14 @@ from markovformer.training.checkpoint import step_checkpoints
 from markovformer.training.checkpoint_io import SafetensorsCheckpointIO
 from markovformer.training.data_record import check_same_data
 from markovformer.training.divergence import DivergenceGuard
-from markovformer.training.environment import check_accelerator, check_nodes, check_precision, cluster_plugins
+from markovformer.training.environment import (
+    check_accelerator,
+    check_nodes,
+    check_precision,
+    check_workers,
+    cluster_plugins,
+    usable_cores,
+)
 from markovformer.training.evaluation import evaluate, first_batch_metrics, scoring_loader
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
 from markovformer.training.init_from import initialise_from, tokenizer_source
@@ -151,8 +157,7 @@ def training_threads(tc: TrainerConfig) -> int:
     ``MAX_DEFAULT_THREADS`` and at the cores this process may run on."""
     if tc.threads is not None:
         return tc.threads
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(torch.get_num_threads(), MAX_DEFAULT_THREADS, cores))
+    return max(1, min(torch.get_num_threads(), MAX_DEFAULT_THREADS, usable_cores()))
 
 
 def train(config: RunConfig) -> dict:
@@ -166,6 +171,7 @@ def train(config: RunConfig) -> dict:
     TASKS[config.task].check_new_run(config.task_options, config.trainer)
     check_logger(config.trainer.logger)
     check_nodes(config.trainer.num_nodes)
+    check_workers(config.trainer.num_workers)
     run_dir = Path(config.output_dir)
     check_run_outside_data(run_dir, config.data)
     writer = is_run_writer(config.trainer)
@@ -215,6 +221,7 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         check_accelerator(extended.trainer.accelerator)
         check_logger(extended.trainer.logger)
         check_nodes(extended.trainer.num_nodes)
+        check_workers(extended.trainer.num_workers)
         if finished is not None and finished < trained.trainer.max_steps:  # a longer run would stop there again
             raise ConfigError(f"{run_dir} is a finished run: early stopping ended it at step {finished} of "
                               f"{trained.trainer.max_steps}; to train on, start a new run from its weights "
