@@ -106,6 +106,21 @@ def test_trainer_options_from_python_are_converted_as_a_config_file_s_are():
     assert type(trainer.lr) is float and trainer.betas == (0.8, 0.9)
 
 
+def test_a_run_config_built_from_python_takes_a_trainer_mapping_as_task_options_does_and_checks_its_paths():
+    """RunConfig(trainer={"max_steps": 2}) was kept as a dict (train then failed with AttributeError: 'dict' object
+    has no attribute 'accelerator'), and output_dir=3 failed with 'int' object has no attribute 'strip'."""
+    from markovformer.training.run_config import RunConfig
+
+    run = {"task": "causal_lm", "model": {}, "data": {"source": "text"}}
+    assert RunConfig(**run, trainer={"max_steps": 2}).trainer == TrainerConfig(max_steps=2)
+    with pytest.raises(ConfigError, match=r"^trainer.max_steps=0 must be >= 1$"):
+        RunConfig(**run, trainer={"max_steps": 0})
+    with pytest.raises(ConfigError, match=r"^trainer: expected a TrainerConfig or a mapping of its options, not list$"):
+        RunConfig(**run, trainer=[2])
+    with pytest.raises(ConfigError, match=r"^output_dir=3 has the wrong type: expected str$"):
+        RunConfig(**run, trainer=TrainerConfig(), output_dir=3)
+
+
 def test_a_word_is_still_the_wrong_type_for_a_number():
     with pytest.raises(ConfigError, match="wrong type: expected float"):
         resolve_run_config(apply_overrides({"task": "causal_lm"}, ["trainer.lr=fast"]))

@@ -36,7 +36,7 @@ class RunConfig:
     task: str
     model: dict[str, Any]
     data: dict[str, Any]
-    trainer: TrainerConfig
+    trainer: TrainerConfig  # from Python also a mapping of its options
     output_dir: str = "runs/run"
     model_type: str = "markovian_transformer"
     # Fine-tuning (training.init_from): start from the weights of a run, a run's checkpoint file or a saved model
@@ -57,7 +57,14 @@ class RunConfig:
         elif not isinstance(self.task_options, options):
             raise ConfigError(f"task_options: task {self.task} takes {options.__name__}, not "
                               f"{type(self.task_options).__name__}")  # fmt: skip
+        if isinstance(self.trainer, dict):  # as task_options: from Python, a mapping of its options
+            self.trainer = build_dataclass(TrainerConfig, self.trainer, "trainer")
+        elif not isinstance(self.trainer, TrainerConfig):
+            raise ConfigError(f"trainer: expected a TrainerConfig or a mapping of its options, not "
+                              f"{type(self.trainer).__name__}")  # fmt: skip
         self.output_dir, self.init_from = path_text(self.output_dir), path_text(self.init_from)
+        coerce(self.output_dir, str, "output_dir")
+        self.init_from = coerce(self.init_from, str | None, "init_from")
         if not self.output_dir.strip():  # an empty path is the working directory: the run would land there
             raise ConfigError(f"output_dir={shown(self.output_dir)} is empty; name the run directory")
         # Lightning expands ~ in the paths of checkpoints/ and tensorboard/: the run's other files go there too
@@ -372,10 +379,9 @@ def resolve_run_config(values: dict[str, Any]) -> RunConfig:
             trainer, options = move_task_options(values["task"], trainer, options)
     trainer = build_dataclass(TrainerConfig, trainer, "trainer", lambda key: other_section_hint(key, "trainer", *run))
     values = {**values, **{key: path_text(values[key]) for key in ("output_dir", "init_from") if key in values}}
-    for key in ("task", "output_dir", "model_type"):
+    for key in ("task", "model_type"):
         if key in values:
             coerce(values[key], str, key)
-    init_from = coerce(values.get("init_from"), str | None, "init_from")
     init_from_skip = coerce(values.get("init_from_skip") or [], list[str], "init_from_skip")
     return RunConfig(
         task=values["task"],
@@ -384,7 +390,7 @@ def resolve_run_config(values: dict[str, Any]) -> RunConfig:
         trainer=trainer,
         output_dir=values.get("output_dir", "runs/run"),
         model_type=values.get("model_type", "markovian_transformer"),
-        init_from=init_from,
+        init_from=values.get("init_from"),
         init_from_skip=init_from_skip,
         task_options=options,
     )
