@@ -77,13 +77,16 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def check_workers(num_workers: int) -> None:
-    """Refuse more data loader workers than ``usable_cores``, before any work: each loader forks them all, and far
-    too many exhaust the machine's memory (the command killed, its workers left running)."""
+def check_cores(num_workers: int = 0, threads: int | None = None) -> None:
+    """Refuse more data loader workers, or torch intra-op threads, than ``usable_cores``, before any work: each
+    loader forks all its workers, and far too many exhaust the machine's memory (the command killed, its workers
+    left running); threads past the cores only contend for them (the default is capped there for that reason)."""
     cores = usable_cores()
-    if num_workers > cores:
-        raise ValueError(f"trainer.num_workers={num_workers} is more than the {cores} CPU cores this process may use; "
-                         f"give trainer.num_workers <= {cores} (0 loads the batches in the main process)")
+    for name, value in (("num_workers", num_workers), ("threads", threads)):
+        if value is not None and value > cores:
+            zero = " (0 loads the batches in the main process)" if name == "num_workers" else ""
+            raise ValueError(f"trainer.{name}={value} is more than the {cores} CPU cores this process may use; give "
+                             f"trainer.{name} <= {cores}{zero}")  # fmt: skip
 
 
 def check_nodes(num_nodes: int) -> None:

@@ -27,9 +27,9 @@ from markovformer.training.data_record import check_same_data
 from markovformer.training.divergence import DivergenceGuard
 from markovformer.training.environment import (
     check_accelerator,
+    check_cores,
     check_nodes,
     check_precision,
-    check_workers,
     cluster_plugins,
     usable_cores,
 )
@@ -171,7 +171,7 @@ def train(config: RunConfig) -> dict:
     TASKS[config.task].check_new_run(config.task_options, config.trainer)
     check_logger(config.trainer.logger)
     check_nodes(config.trainer.num_nodes)
-    check_workers(config.trainer.num_workers)
+    check_cores(config.trainer.num_workers, config.trainer.threads)
     run_dir = Path(config.output_dir)
     check_run_outside_data(run_dir, config.data)
     writer = is_run_writer(config.trainer)
@@ -221,7 +221,7 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         check_accelerator(extended.trainer.accelerator)
         check_logger(extended.trainer.logger)
         check_nodes(extended.trainer.num_nodes)
-        check_workers(extended.trainer.num_workers)
+        check_cores(extended.trainer.num_workers, extended.trainer.threads)
         if finished is not None and finished < trained.trainer.max_steps:  # a longer run would stop there again
             raise ConfigError(f"{run_dir} is a finished run: early stopping ended it at step {finished} of "
                               f"{trained.trainer.max_steps}; to train on, start a new run from its weights "
