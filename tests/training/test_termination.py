@@ -78,6 +78,45 @@ def test_a_worker_ignores_another_processs_sigterm_and_ends_on_its_parents():
             worker.kill()
 
 
+def _start_a_worker_and_die(pid_sent) -> None:
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    context.Process(target=_wait_as_a_worker, args=(ready,)).start()
+    ready.wait(30)
+    pid_sent.send(multiprocessing.active_children()[0].pid)
+    os._exit(0)  # killed, as far as the worker can tell: it never ends its worker
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no reaper has collected counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_worker_whose_parent_died_obeys_any_sigterm():
+    """A worker ignores an outsider's SIGTERM because its parent stops the run and ends it; when the parent was
+    killed (SIGKILL, out of memory) nothing will: 1,002 workers of a killed run kept running (14 GB), and a
+    SIGTERM, whoever sent it, did not end them."""
+    receiver, sender = multiprocessing.get_context("fork").Pipe(duplex=False)
+    parent = multiprocessing.get_context("fork").Process(target=_start_a_worker_and_die, args=(sender,))
+    parent.start()
+    assert receiver.poll(30)
+    worker = receiver.recv()
+    parent.join(10)
+    try:
+        assert _running(worker)
+        os.kill(worker, signal.SIGTERM)  # from this test: not the worker's parent, which is gone
+        deadline = time.monotonic() + 10
+        while _running(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(worker)
+    finally:
+        if _running(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
 def _send_starter_pid(queue) -> None:
     queue.put((starter_pid(), os.getppid()))
 
