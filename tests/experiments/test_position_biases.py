@@ -153,7 +153,7 @@ def stubbed_cells(monkeypatch) -> list[tuple[float, int]]:
         trained.append((lr, seed))
         val, test = {1e-3: (0.3, 0.95), 3e-3: (0.9, 0.2)}[lr]  # accuracies; losses move the other way
         return {"val": {"accuracy": val, "loss": 1 - val}, "test": {"accuracy": test + seed / 100, "loss": 1 - test},
-                "bayes_add1": {"loss": 0.25}, "seconds": 1.0}  # fmt: skip
+                "bayes_add1": {"loss": 0.25 + seed / 1000}, "seconds": 1.0}  # fmt: skip
 
     monkeypatch.setattr(pb, "hidden_cell", hidden)
     monkeypatch.setattr(mixers, "train_cell", mixer)
@@ -179,8 +179,9 @@ def test_mixer_and_icl_points_pick_the_lr_on_validation_and_report_test(stubbed_
     point = _point(tmp_path, task, family, order)
     assert point["lr"] == 3e-3  # best validation (accuracy for the mixers, loss for icl), the worse test score
     assert point["test_accuracy"]["values"] == pytest.approx([0.2 + s / 100 for s in SEEDS])
-    if family == "icl":
-        assert point["excess"]["values"] == pytest.approx([0.8 - 0.25] * 3)  # test loss - Bayes add-1
+    assert point["test_loss"]["values"] == pytest.approx([0.8] * 3)  # test, not validation (0.1)
+    if family == "icl":  # test loss - the Bayes add-1 loss on the same seed's test set
+        assert point["excess"]["values"] == pytest.approx([0.8 - 0.25 - s / 1000 for s in SEEDS])
 
 
 def test_a_hidden_cell_reports_the_test_set_which_is_not_the_validation_set(monkeypatch):
