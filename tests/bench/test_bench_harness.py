@@ -47,6 +47,21 @@ def test_a_crashing_child_gives_its_last_error_line(child_module):
         """)  # fmt: skip
     (row,) = run_in_child(module, {}, [{"kind": "a"}], timeout=60.0)
     assert row == {"kind": "a", "error": "bad value 42 in the job"}
+    module = child_module("raises", """
+        raise ValueError("bad value 43 in the job")
+        """)  # fmt: skip
+    (row,) = run_in_child(module, {}, [{"kind": "a"}], timeout=60.0)  # a traceback: its last line, not "Traceback"
+    assert row == {"kind": "a", "error": "ValueError: bad value 43 in the job"}
+
+
+def test_a_child_the_kernel_killed_is_said_to_have_run_out_of_memory_perhaps(child_module):
+    """The out-of-memory killer's SIGKILL leaves no stderr; Python reports the status as -9."""
+    module = child_module("killed", """
+        import os, signal
+        os.kill(os.getpid(), signal.SIGKILL)
+        """)  # fmt: skip
+    (row,) = run_in_child(module, {}, [{"kind": "a"}], timeout=60.0)
+    assert row == {"kind": "a", "error": "killed (out of memory?): exit status -9"}
 
 
 def test_child_main_runs_the_job_with_the_threads_asked_for(child_module):

@@ -96,6 +96,18 @@ def test_status_mib_reads_kilobytes_as_mebibytes(tmp_path):
     assert status_mib("VmSwap", status) is None and status_mib("VmRSS", tmp_path / "absent") is None
 
 
+def test_a_cpu_peak_is_the_high_water_mark_above_the_resident_size_at_the_start(monkeypatch):
+    """Resident 300 MiB when the case starts, a high-water mark of 364 MiB after it: the case's peak is 64 MiB, not
+    the process's 364 (the interpreter and torch are resident in every case)."""
+    readings = {"VmRSS": 300.0, "VmHWM": 364.0}
+    monkeypatch.setattr(measure, "status_mib", lambda field, path=measure.STATUS: readings[field])
+    monkeypatch.setattr(measure, "reset_resident_peak", lambda: True)
+    monkeypatch.setattr(measure, "release_free_memory", lambda: None)
+    memory = measure.PeakMemory("cpu")
+    memory.start()
+    assert memory.peak_mib() == 64.0
+
+
 def test_growth_exponent_uses_the_last_two_points_and_clamps_to_one_and_two_and_a_half():
     """log(v2 / v1) / log(t2 / t1) through the last two points: 4 -> 8 over T 2 -> 4 is 1 (first and last would
     give 1.5); 1 -> 8 over 1 -> 2 is 3, clamped to 2.5; shrinking is clamped to 1; a zero reading is left out."""

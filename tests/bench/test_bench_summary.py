@@ -163,3 +163,26 @@ def test_the_models_table_prints_each_models_parameter_count_which_the_kinds_do_
     assert max(counts.values()) / min(counts.values()) > 1.5  # why the line is needed
     # --set models=[softmax]: the counts of the models that ran (every model's were printed)
     assert counts_line(["softmax"]).split(":", 1)[1].strip() == f"softmax {counts['softmax']:,}"
+
+
+def test_a_peak_of_zero_is_a_reading_shown_as_0_and_no_ratio_divides_by_it():
+    """On CPU a step that fits in memory already resident reads a peak of 0.0 MiB: the table shows it as 0 (not as
+    unmeasured, nor a crash formatting a missing number), and the target whose ratio would divide by it is not
+    measured rather than a ZeroDivisionError that lost the whole summary."""
+    parts = {"ops": {"rows": [_row("markov_local", 1024, seconds=0.002, peak_mib=0.0)]},
+             "models": {"rows": [_row("markov_local", 4096, tokens_per_second=900.0, peak_mib=50.0),
+                                 _row("softmax", 4096, tokens_per_second=800.0, peak_mib=0.0)]}}  # fmt: skip
+    summary = summarise(parts)
+    assert summary["ops"]["peak_mib"] == {"markov_local": {1024: 0.0}}
+    assert summary["targets"]["markov_local_over_softmax_peak_memory_4096"]["met"] is None
+    text = format_summary({"summary": summary})
+    assert _table_line(text, "attention ops", 1024) == ["2.0 / 0"]
+    assert _table_line(text, "models, training step", 4096) == ["900 / 50", "800 / 0"]
+
+
+def test_the_memory_growth_exponent_is_the_least_squares_slope_over_every_size():
+    """Peaks 10, 40 and 80 MiB at T = 1024, 2048 and 8192: in log2 units the points (0, 0), (1, 2), (3, 3), whose
+    least-squares slope is 39/42 = 13/14 (the slope from the first size to the last would be 1.0)."""
+    rows = [_row("markov_global", length, peak_mib=peak) for length, peak in ((1024, 10.0), (2048, 40.0), (8192, 80.0))]
+    found = summarise({"ops": {"rows": rows}})["targets"]["markov_global_memory_growth_exponent"]
+    assert found["value"] == pytest.approx(13 / 14, abs=5e-5) and found["met"] is True
