@@ -140,12 +140,24 @@ def test_eval_on_a_file_whose_classes_differ_is_refused_naming_both(tmp_path, ma
     assert main_cli("eval", str(tmp_path / "run"), "--data", f"path={tmp_path / 'run.csv'}").returncode == 0
 
 
-@pytest.mark.parametrize("beam", ["0", "-2"])
-def test_eval_refuses_a_beam_size_below_one_before_reading_the_run(tmp_path, main_cli, beam):
-    """--beam-size lies in [1, MAX_BEAMS]: a smaller one is refused by name (checked before the run is read, so a
-    missing run is not what the error names)."""
-    one_line_error(main_cli("eval", str(tmp_path / "no_run"), "--beam-size", beam),
-                          f"--beam-size {beam} must lie in [1,")
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--beam-size", "0", "--beam-size 0 must lie in [1, 1024]"),
+    ("--beam-size", "-2", "--beam-size -2 must lie in [1, 1024]"),
+    ("--beam-size", "1025", "--beam-size 1025 must lie in [1, 1024]"),
+    ("--batch-size", "0", "--batch-size 0 must be >= 1"),
+    ("--iw-samples", "-1", "--iw-samples -1 must be >= 0"),
+])  # fmt: skip
+def test_eval_refuses_an_option_out_of_its_range_before_reading_the_run(tmp_path, main_cli, option, value, message):
+    """--beam-size lies in [1, MAX_BEAMS], --batch-size >= 1, --iw-samples >= 0: a value outside is refused by name
+    (checked before the run is read, so a missing run is not what the error names)."""
+    one_line_error(main_cli("eval", str(tmp_path / "no_run"), option, value), message)
+
+
+def test_an_experiment_setting_with_a_dot_is_refused_not_read_as_its_first_part(tmp_path, main_cli):
+    """`--set steps.x=5`: experiment settings are flat; taking its first part would set steps=5 without a word."""
+    one_line_error(main_cli("experiment", "weight-tying", "--set", "steps.x=5", "--out", str(tmp_path / "out")),
+                   "--set 'steps.x=5': experiment settings are flat")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("argv,prog,close", [

@@ -5,6 +5,8 @@ early, Ctrl-C or a stopped `data prepare` end a command quietly or in one line, 
 import pytest
 from conftest import one_line_error
 
+from markovformer.training.trainer_config import TrainingDiverged
+
 
 def test_debug_shows_the_traceback_with_the_same_exit_status(main_cli):
     """--debug prints the traceback instead of the one-line message; a script that checks the exit status sees the
@@ -143,10 +145,36 @@ def test_ctrl_c_outside_a_training_run_is_one_line_and_status_130(tmp_path):
 
 
 def test_debug_may_follow_the_command(main_cli):
-    """`markovformer data show nothing --debug` does what `markovformer --debug data show nothing` does."""
-    after, before = main_cli("data", "show", "nothing", "--debug"), main_cli("--debug", "data", "show", "nothing")
-    assert after.returncode == before.returncode == 2
-    assert "Traceback" in after.stderr and after.stderr.splitlines()[-1] == before.stderr.splitlines()[-1]
+    """`markovformer data show nothing --debug` (or `data --debug show nothing`) does what `markovformer --debug data
+    show nothing` does."""
+    before = main_cli("--debug", "data", "show", "nothing")
+    assert before.returncode == 2
+    for after in (main_cli("data", "show", "nothing", "--debug"), main_cli("data", "--debug", "show", "nothing")):
+        assert after.returncode == 2
+        assert "Traceback" in after.stderr and after.stderr.splitlines()[-1] == before.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize(("error", "status", "fragment"), [
+    (TrainingDiverged("the training loss is nan at step 3"), 1, "the training loss is nan at step 3"),
+    (MemoryError(), 2, "out of memory (MemoryError); lower trainer.batch_size"),
+    (ModuleNotFoundError("No module named 'pyfaidx.core'", name="pyfaidx.core"), 2,
+     "needs the package 'pyfaidx': pip install \"markovformer[data]\""),
+])  # fmt: skip
+def test_each_kind_of_users_error_is_one_line_with_its_documented_exit_status(monkeypatch, main_cli, error, status,
+                                                                             fragment):  # fmt: skip
+    """A diverged run exits 1 (the module docstring's promise), a MemoryError and a missing package 2, each in one
+    line that says what to do, not a bug's traceback; a package is named without its submodule, so that the extra
+    that installs it is found."""
+    from markovformer.cli import main as cli_main
+
+    def fail(args):
+        raise error
+
+    monkeypatch.setitem(cli_main.COMMANDS, "config", fail)
+    done = main_cli("config", "list")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == status and len(lines) == 1, done.stderr
+    assert lines[0].startswith("markovformer: error: ") and fragment in lines[0], lines[0]
 
 
 def test_a_full_quota_says_to_free_space_as_a_full_disk_does():
