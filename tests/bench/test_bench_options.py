@@ -67,6 +67,9 @@ def test_command_line_options(tmp_path, monkeypatch):
     # numbers as a run config reads them: 1e3 was the text '1e3' to PyYAML's own loader, refused as no float
     parsed = bench_cli._with_settings(BenchSettings(), ["data_mb=1e3", "data_small_mb=5e-1"])
     assert (parsed.data_mb, parsed.data_small_mb) == (1000.0, 0.5)
+    assert bench_cli._with_settings(BenchSettings(), ["long_lengths=4096"]).long_lengths == (4096,)  # one T: a tuple
+    with pytest.raises(ValueError, match="data_mb takes a float, got True"):  # YAML's true is no number (1.0)
+        bench_cli._with_settings(BenchSettings(), ["data_mb=true"])
     with pytest.raises(ValueError, match="unknown op kind"):
         BenchSettings(op_kinds=("flash",)).resolved()
 
