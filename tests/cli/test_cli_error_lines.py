@@ -190,3 +190,19 @@ def test_a_full_quota_says_to_free_space_as_a_full_disk_does():
     full = error_line(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/runs/x/last.ckpt"))
     assert full == "no space left on the device while writing /runs/x/last.ckpt; free some space, then run the " \
                    "command again"
+
+
+def test_a_stopped_runs_other_processes_exit_with_its_status_and_print_nothing(monkeypatch, main_cli):
+    """A multi-process run stopped by SIGTERM: each process ends with 143, and only the run's writer prints the line
+    (``shown`` False in the others), not one copy per process."""
+    import signal
+
+    from markovformer.cli import main as cli_main
+    from markovformer.training.trainer_config import RunTerminated
+
+    def stopped(args):
+        raise RunTerminated("the run was stopped (SIGTERM) at step 7", signal.SIGTERM, shown=False)
+
+    monkeypatch.setitem(cli_main.COMMANDS, "config", stopped)
+    done = main_cli("config", "list")
+    assert done.returncode == 143 and done.stderr == ""
