@@ -104,6 +104,12 @@ def test_checkpoint_from_another_model(trained_run, tmp_path, main_cli):
         foreign.unlink()
 
 
+def test_eval_refuses_a_beam_size_for_a_run_whose_scoring_decodes_nothing(trained_run, main_cli):
+    """Only a translation run's scoring decodes with beams: a language model's would ignore --beam-size 4 unsaid."""
+    one_line_error(main_cli("eval", str(trained_run), "--beam-size", "4"), "--beam-size 4: ",
+                   "only a translation run's scoring decodes with beams")
+
+
 def test_not_a_run_directory(tmp_path, main_cli, trained_run):
     one_line_error(main_cli("eval", str(tmp_path)), "not a run directory")
     # a run's model/ (a Hugging Face model directory) or checkpoints/: the error names the run around it

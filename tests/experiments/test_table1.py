@@ -442,3 +442,9 @@ def test_the_report_ranks_compares_and_tabulates_hand_made_results(tmp_path, kep
     assert genomics_ratios[1][4] == ""
     regimes = [t for t in tables if t[0][1].startswith("F1, ")][0]
     assert regimes[1][1:] == ["0.3000 ± 0.0000", "0.5000 ± 0.0000", "0.7000 ± 0.0000"]  # low, medium, high
+
+
+def test_parameter_counts_are_shown_in_thousands_of_ten_to_the_three():
+    from markovformer.experiments.table1_report import _k
+
+    assert (_k(9_999), _k(100_000), _k(1_250_000)) == ("9,999", "100K", "1250K")  # 1024 a K would say 98K, 1221K
