@@ -134,3 +134,19 @@ def test_rotary_frequencies_and_hyena_filters_built_under_a_float64_default_dtyp
     rotated = rotary(pairs, start=position)[0]
     angles = position * 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
     torch.testing.assert_close(rotated, torch.stack([angles.cos(), angles.sin()], -1).flatten(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "s4d", "h3", "hyena"])
+def test_a_layer_built_under_a_float64_default_and_cast_to_float32_holds_float32_only(kind):
+    """A cast to float32 narrows the kept tensors as it does the rest (they keep their dtype through a cast to half
+    precision only): from_pretrained of a float32 model under a float64 default builds it in float64 and then casts
+    it to the saved float32, which left S4D's poles float64 and its logits 3.7e-8 off the saved model's."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        layer = build_attention(kind, d_model=16, n_heads=2, causal=True, rotary=kind == "softmax")
+    finally:
+        torch.set_default_dtype(previous)
+    cast = layer.float()
+    dtypes = {name: tensor.dtype for name, tensor in [*cast.named_parameters(), *cast.named_buffers()]}
+    assert {name: dtype for name, dtype in dtypes.items() if dtype != torch.float32} == {}

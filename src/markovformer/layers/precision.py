@@ -5,7 +5,8 @@ a few the rounding grows with the position: rotary frequencies (an angle error t
 positions 3,000-4,000) and the poles and steps of a diagonal state space model (S4D's imaginary parts, up to ~100,
 stored in steps of 0.5: phase errors of radians by lag 100, 17-26 % off). A module lists them in
 ``float32_tensors``: they move with the module to any device but keep their values in float32 (or wider) through a
-cast to a narrower floating dtype; the module computes with them in float32 and casts its output.
+cast to half precision (a float32 or float64 cast applies to them as to the rest); the module computes with them
+in float32 and casts its output.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from markovformer.ops.precision import compute_dtype
 
 class KeepsFloat32(nn.Module):
     """A module whose ``float32_tensors`` (parameter or buffer names) keep their dtype through a half-precision cast;
-    device moves and float64 casts apply to them as to the rest."""
+    device moves and float32 and float64 casts apply to them as to the rest."""
 
     float32_tensors: ClassVar[tuple[str, ...]] = ()
 
@@ -30,8 +31,10 @@ class KeepsFloat32(nn.Module):
         super()._apply(fn, recurse)
         for name, before in kept.items():
             after = getattr(self, name)
-            narrowed = after.is_floating_point() and torch.finfo(after.dtype).bits < torch.finfo(before.dtype).bits
-            if not narrowed or before.is_meta or after.is_meta:
+            # a cast to half precision only: one to float32 narrows a float64 model's as it does the rest
+            bits = torch.finfo(after.dtype).bits if after.is_floating_point() else None
+            halved = bits is not None and bits < min(32, torch.finfo(before.dtype).bits)
+            if not halved or before.is_meta or after.is_meta:
                 continue
             restored = before.to(after.device)
             if isinstance(after, nn.Parameter):
