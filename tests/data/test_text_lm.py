@@ -345,3 +345,17 @@ def test_bpe_fitted_on_small_pieces_learns_the_merges_of_the_whole_text(monkeypa
     assert len(pieces) > 50 and "".join(pieces) == prose
     cut = BPETokenizer.train(iter(["".join(pieces[:20]), "".join(pieces[20:])]), vocab_size=330)  # read once
     assert cut.record() == whole.record()  # the same vocabulary and merges
+
+
+def test_a_damaged_cached_plan_is_prepared_again(tmp_path, prose):
+    """The cached plan is a cache: one that is not a JSON object of a plan is computed again. One nested too deeply
+    for Python's parser raised RecursionError, which its reader's ``except ValueError`` did not catch."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(prose, encoding="utf-8")
+    fresh = load_text_lm(corpus, tokenizer="char", seq_len=8, cache_dir=tmp_path / "cache")
+    (plan,) = (tmp_path / "cache" / "plans").glob("*.json")
+    for damage in ("[" * 100_000 + "]" * 100_000, "[]", "\xff"):
+        plan.write_bytes(damage.encode("latin-1"))
+        again = load_text_lm(corpus, tokenizer="char", seq_len=8, cache_dir=tmp_path / "cache")
+        assert again.tokenizer.record() == fresh.tokenizer.record()
+        assert json.loads(plan.read_text(encoding="utf-8"))["parts"]

@@ -39,6 +39,7 @@ from markovformer.data.readers.tokenizer import (
     tokenizer_from_record,
 )
 from markovformer.data.splits import contiguous_split
+from markovformer.strict_json import read_json_object
 
 _SPLIT_NAMES = ("train", "val", "test")
 
@@ -208,10 +209,10 @@ def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions, doc
 def _read_plan(path: Path) -> dict | None:
     """A cached plan (split segments, split record, fitted tokenizer), or None when absent or unreadable."""
     try:
-        plan = json.loads(path.read_text(encoding="utf-8"))
+        plan = read_json_object(path, "a cached plan")
     except (OSError, ValueError):
         return None
-    return plan if isinstance(plan, dict) and {"parts", "splits"} <= set(plan) else None
+    return plan if {"parts", "splits"} <= set(plan) else None
 
 
 def _split_records(path: Path, files: list[Path], sizes: list[int], fractions, documents: str,
