@@ -1,6 +1,7 @@
 """A SIGTERM to a run's whole process group (a scheduler stopping every process of a job) with data loader workers:
 the run stops after its step with its one line, as a SIGTERM to its main process alone does."""
 
+import copy
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -195,3 +196,16 @@ print(len(received))
 """
     done = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["0", "1"], done.stderr[-3000:]
+
+
+def test_copying_a_worker_process_in_the_process_that_made_it_leaves_its_sigterm_unblocked():
+    """A worker blocks SIGTERM as it is unpickled in the process it starts in; a deep copy where it was made (which
+    rebuilds it the same way, and then fails on its authentication key) had blocked SIGTERM in the calling thread
+    for good, where a SIGTERM would then never stop the run."""
+    process = worker_options(1)["multiprocessing_context"].Process(target=print)
+    try:
+        with pytest.raises(TypeError):
+            copy.deepcopy(process)
+        assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})

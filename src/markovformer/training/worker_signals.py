@@ -86,11 +86,18 @@ def sigterm_blocked():
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def _block_sigterm_away_from(maker: int) -> None:
+    """``block_sigterm`` in a process other than ``maker`` (the worker's, not a copy made where it was made)."""
+    if os.getpid() != maker:
+        block_sigterm()
+
+
 class _SigtermBlockedOnArrival:
-    """Unpickled first of a ``WorkerProcess``: blocks SIGTERM before the rest (torch, the data) is unpickled."""
+    """Unpickled first of a ``WorkerProcess``: blocks SIGTERM before the rest (torch, the data) is unpickled, in the
+    worker only: a deep copy in the process that made it rebuilds it the same way."""
 
     def __reduce__(self):
-        return block_sigterm, ()
+        return _block_sigterm_away_from, (os.getpid(),)
 
 
 def _arrived(sigterm_blocked_first: None, kind: type, state: dict) -> WorkerProcess:
