@@ -1,5 +1,8 @@
+import fcntl
 import multiprocessing
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -102,3 +105,31 @@ def test_exclusive_lock_keeps_writers_apart_though_each_holder_deletes_its_file(
     assert [worker.exitcode for worker in workers] == [0, 0, 0]
     assert (tmp_path / "counter").read_text() == "450"
     assert [path.name for path in tmp_path.iterdir()] == ["counter"]
+
+
+def test_exclusive_lock_waits_on_a_lock_file_it_may_read_but_not_write(tmp_path):
+    """Another user's lock file in a shared folder (a token cache in /tmp) reads 0644 to this one: opened for
+    writing it raised EACCES, and the block ran unlocked beside its holder, as in a read-only folder. flock needs
+    no write access, so the block waits for the holder."""
+    lock = tmp_path / ".shared.lock"
+    lock.touch(mode=0o444)
+    if os.access(lock, os.W_OK):
+        pytest.skip("this process may write any file (root): an unwritable lock file cannot be made")
+    held, done = threading.Event(), []
+
+    def hold() -> None:
+        descriptor = os.open(lock, os.O_RDONLY)
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        held.set()
+        time.sleep(0.5)
+        done.append("holder")
+        lock.unlink()  # as a holder does as it ends
+        os.close(descriptor)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    with exclusive_lock(lock, "no locks here"):
+        done.append("waiter")
+    holder.join(10)
+    assert done == ["holder", "waiter"]

@@ -68,13 +68,15 @@ def exclusive_lock(lock: Path, without_locks: str) -> Iterator[None]:
     """Hold an exclusive ``flock`` on the file ``lock`` (created, with its folder) until the block ends, waiting while
     another process holds it: writers of one thing take turns, and the kernel releases a killed holder's lock. The
     holder deletes ``lock`` as it ends, so nothing is left behind; a waiter that then gets the deleted file's lock
-    opens the name again. Where no lock file can be made (a read-only folder), the block runs unlocked: nothing will
-    be written there anyway. On a filesystem that takes no locks (Lustre without -o flock: ENOSYS), ValueError
-    naming ``lock`` and then ``without_locks``, what the user can do."""
+    opens the name again. The file is opened read-only, so another user's lock file in a shared folder locks too.
+    Where no lock file can be made (a read-only folder), the block runs unlocked: nothing will be written there
+    anyway. On a filesystem that takes no locks (Lustre without -o flock: ENOSYS), ValueError naming ``lock`` and
+    then ``without_locks``, what the user can do."""
     while True:
         try:
             lock.parent.mkdir(parents=True, exist_ok=True)
-            descriptor = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            # read-only: flock needs no more, and another user's lock file (0644) opens so too
+            descriptor = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         except OSError:
             descriptor = None
             break
