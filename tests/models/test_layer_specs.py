@@ -217,10 +217,11 @@ def test_a_misspelt_flat_choice_names_the_near_miss(field, value, close):
 
 
 @pytest.mark.parametrize("model_wide", [None, 64])
-def test_a_linformer_layer_whose_max_positions_differs_from_the_model_wide_one_is_refused(model_wide):
+def test_a_linformer_layer_whose_max_positions_is_below_the_model_wide_one_is_refused(model_wide):
     """max_positions is the longest sequence the model reads (its ``positions_end``): a Linformer layer's own 32
     under a model-wide 64 was built with 32 columns while the model accepted 64 tokens (40 failed inside the layer),
-    and one given per layer alone was refused as missing. A layer's value equal to the model-wide one is accepted."""
+    and one given per layer alone was refused as missing. A layer's value equal to the model-wide one is accepted, and
+    a larger one, which earlier versions built and saved, still builds (review42)."""
     base = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, causal=False, position="none")
     with pytest.raises(ValueError, match=r"attention\[0\]\.max_positions=32: .*model-wide.*"
                                          rf"MarkovianTransformerConfig\.max_positions \(it is {model_wide}\)"):
@@ -229,3 +230,7 @@ def test_a_linformer_layer_whose_max_positions_differs_from_the_model_wide_one_i
     config = MarkovianTransformerConfig(**base, max_positions=32,
                                         attention=[{"kind": "linformer", "max_positions": 32}, "softmax"])  # fmt: skip
     assert config.layer_specs()[0].settings.max_positions == config.positions_end == 32
+    # a larger one (columns never read) was accepted before: a model saved with one still builds, and loads
+    wider = MarkovianTransformerConfig(**base, max_positions=32,
+                                       attention=[{"kind": "linformer", "max_positions": 64}, "softmax"])  # fmt: skip
+    assert wider.layer_specs()[0].settings.max_positions == 64 and wider.positions_end == 32

@@ -166,7 +166,9 @@ class MarkovianTransformerConfig(ModelConfig):
                      "'s4d', ...)")  # fmt: skip
             for index, entry in enumerate(self.attention if isinstance(self.attention, list) else []):
                 own = entry.get("max_positions") if isinstance(entry, dict) else None
-                if own is not None and own != self.max_positions:  # the model's length bound is one number
+                # the model's length bound is one number; a layer's larger one (projection columns never read) was
+                # accepted by earlier versions and is kept, so that the models saved so load
+                if own is not None and (self.max_positions is None or own < self.max_positions):
                     raise ValueError(f"MarkovianTransformerConfig.attention[{index}].max_positions={own!r}: "
                                      "max_positions is model-wide (the longest sequence the model reads, which every "
                                      "Linformer layer's projections cover); set MarkovianTransformerConfig."
