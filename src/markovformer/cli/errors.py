@@ -90,7 +90,7 @@ def error_line(error: BaseException) -> str:
         # a run's write error says after "; " how to continue it (training.run_dir.continue_with_resume)
         cause, _, then = (error.strerror or "").partition("; ")
         if error.errno in NO_SPACE_ERRORS:  # a full disk, or a full quota (its cause says which)
-            full = "no space left on the device" if error.errno == errno.ENOSPC else cause.lower()
+            full = "no space left on the device" if error.errno == errno.ENOSPC else "disk quota exceeded"
             return f"{full} while writing {where}; free some space, then {then or AGAIN}"
         if error.errno in DENIED_ERRORS:
             return f"cannot write {where} ({cause}); make it writable, then {then or AGAIN}"
