@@ -103,33 +103,21 @@ def test_train_refuses_several_nodes_on_one_machine_before_writing_anything(tmp_
     assert not run_dir.exists()
 
 
-def test_more_loader_workers_than_usable_cores_are_refused_before_writing_anything(tmp_path, capsys):
+@pytest.mark.parametrize("key", ["num_workers", "threads"])
+def test_more_workers_or_threads_than_usable_cores_are_refused_before_writing_anything(tmp_path, capsys, key):
     """trainer.num_workers=1000 on 2 cores forked 1000 workers per loader: the command was killed (exit 137) after
-    its first step and left the workers running without it, 14 GB of them, config.yaml and logs/ half-written."""
+    its first step and left the workers running without it, 14 GB of them, config.yaml and logs/ half-written.
+    trainer.threads=1000 trained the tiny run at 51 tokens/s where the default 2 threads ran 3,525: more intra-op
+    threads than cores only contend (the default is capped there for that reason)."""
     cores = usable_cores()
     assert cores == len(os.sched_getaffinity(0))
-    check_cores(num_workers=0)
-    check_cores(num_workers=cores)
-    with pytest.raises(ValueError, match=rf"^trainer.num_workers={cores + 1} is more than the {cores} CPU cores"):
-        check_cores(num_workers=cores + 1)
+    check_cores(**{key: cores})
+    with pytest.raises(ValueError, match=rf"^trainer.{key}={cores + 1} is more than the {cores} CPU cores"):
+        check_cores(**{key: cores + 1})
     run_dir = tmp_path / "run"
-    assert main(["train", f"trainer.num_workers={cores + 1}", f"output_dir={run_dir}", "trainer.max_steps=2"]) == 2
+    assert main(["train", f"trainer.{key}={cores + 1}", f"output_dir={run_dir}", "trainer.max_steps=2"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
-    assert len(error) == 1 and f"give trainer.num_workers <= {cores}" in error[0]
-    assert not run_dir.exists()
-
-
-def test_more_torch_threads_than_usable_cores_are_refused_before_writing_anything(tmp_path, capsys):
-    """trainer.threads=1000 on 2 cores trained the tiny run at 51 tokens/s where the default 2 threads ran 3,525:
-    more intra-op threads than cores only contend (the default is capped there for that reason)."""
-    cores = usable_cores()
-    check_cores(threads=cores)
-    with pytest.raises(ValueError, match=rf"^trainer.threads={cores + 1} is more than the {cores} CPU cores"):
-        check_cores(threads=cores + 1)
-    run_dir = tmp_path / "run"
-    assert main(["train", f"trainer.threads={cores + 1}", f"output_dir={run_dir}", "trainer.max_steps=2"]) == 2
-    error = capsys.readouterr().err.strip().splitlines()
-    assert len(error) == 1 and f"give trainer.threads <= {cores}" in error[0]
+    assert len(error) == 1 and f"give trainer.{key} <= {cores}" in error[0]
     assert not run_dir.exists()
 
 
