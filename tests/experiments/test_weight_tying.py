@@ -189,3 +189,24 @@ def test_an_experiment_run_from_python_builds_on_the_cpu_whatever_default_device
     finally:
         torch.set_default_device(None)
     assert losses(tmp_path / "meta") == losses(tmp_path / "fresh")
+
+
+def test_an_experiment_run_from_python_computes_in_float32_whatever_default_dtype_the_caller_set(tmp_path):
+    """A notebook's torch.set_default_dtype(torch.float64) reached the cells' models, where a run trains from a
+    float32 default (training.isolation.process_settings_kept): the experiment's numbers depended on the caller's
+    session. They are a fresh process's now, and the caller's default is back after."""
+    from markovformer.experiments import run_experiment
+
+    def losses(out):
+        cells = json.loads((out / "results.json").read_text())["cells"]
+        return [(cell["tied"], cell["losses"]) for cell in cells]
+
+    settings = {"chains": [[0.2, 0.3]], "optimizers": ["sgd"], "steps": 2, "eval_every": 2}
+    run_experiment("weight-tying", tmp_path / "fresh", quick=True, overrides=settings, log=lambda line: None)
+    torch.set_default_dtype(torch.float64)
+    try:
+        run_experiment("weight-tying", tmp_path / "float64", quick=True, overrides=settings, log=lambda line: None)
+        assert torch.get_default_dtype() == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert losses(tmp_path / "float64") == losses(tmp_path / "fresh")

@@ -96,13 +96,15 @@ def run_experiment(
     if from_cells and not (Path(out_dir) / "cells").is_dir():
         raise ValueError(f"--from-cells: {out_dir} has no cells/ folder (run the experiment into it first)")
     # (torch: not for `experiment list`)
-    from markovformer.training.isolation import built_on_the_cpu, random_states_kept
+    import torch
+
+    from markovformer.training.isolation import built_on_the_cpu, process_settings_kept, random_states_kept
 
     # the cells are forgotten when the experiment opens its folder: its settings checked, the folder claimed; the
-    # cells seed the global random states for themselves, and the caller's are put back; they build on the CPU, as
-    # a run does, whatever default device the caller set
+    # cells seed the global random states for themselves, and the caller's are put back; they build on the CPU and
+    # from a float32 default dtype, as a run does, whatever default device and dtype the caller set
     with stored_cells_only() if from_cells else nullcontext(), experiment_named(name), recompute_cells(
-            recompute) as pending, random_states_kept():  # fmt: skip
+            recompute) as pending, random_states_kept(), process_settings_kept(torch.get_num_threads()):  # fmt: skip
         report = built_on_the_cpu(experiment.run)(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {},
                                                   log=log)  # fmt: skip
     if not pending["done"]:  # an experiment that wrote its report without an ExperimentReport
