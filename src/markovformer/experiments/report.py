@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from markovformer.atomic import atomic_write_text
+from markovformer.atomic import atomic_write_text, exclusive_lock
 from markovformer.experiments.fitting import PARTIAL, checkpoints_for_cell
 from markovformer.file_digest import file_sha256
 from markovformer.layers.registry import kind_revisions
@@ -294,16 +294,19 @@ def recompute_cells(patterns: Sequence[str]) -> Iterator[dict]:
 
 def claim_folder(out_dir: Path, name: str) -> None:
     """Mark ``out_dir`` as experiment ``name``'s (``experiment.json``), or refuse it when another experiment holds
-    it: its report, results and figures would have been replaced and the cells of both mixed in one folder."""
+    it: its report, results and figures would have been replaced and the cells of both mixed in one folder. Two
+    experiments started at once into one new folder take turns (``atomic.exclusive_lock``): both had found no marker
+    and both claimed it."""
     marker = out_dir / EXPERIMENT_MARKER
-    if marker.is_file():
-        held = read_json_object(marker, "an experiment folder's marker").get("experiment")
-        if held != name:
-            raise ValueError(f"{out_dir} holds the experiment {held!r} ({EXPERIMENT_MARKER}); give {name} another "
-                             f"--out")  # fmt: skip
-        return
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(marker, json.dumps({"experiment": name}) + "\n")
+    with exclusive_lock(out_dir / f".{EXPERIMENT_MARKER}.lock", "its filesystem takes no file locks, which keep two "
+                        "experiments from claiming one folder; give --out on another filesystem"):  # fmt: skip
+        if marker.is_file():
+            held = read_json_object(marker, "an experiment folder's marker").get("experiment")
+            if held != name:
+                raise ValueError(f"{out_dir} holds the experiment {held!r} ({EXPERIMENT_MARKER}); give {name} "
+                                 f"another --out")  # fmt: skip
+            return
+        atomic_write_text(marker, json.dumps({"experiment": name}) + "\n")
 
 
 def _differences(stored: dict, wanted: dict, shown: int = 3) -> str:
