@@ -19,7 +19,7 @@ from markovformer.data.readers import text_stream, token_store
 from markovformer.data.readers.text import load_text_lm
 from markovformer.data.readers.text_stream import text_pieces
 from markovformer.data.readers.token_store import Segment, open_or_build, token_dtype
-from markovformer.data.readers.tokenizer import CharTokenizer
+from markovformer.data.readers.tokenizer import BPETokenizer, CharTokenizer
 
 SHAKESPEARE = Path(__file__).resolve().parents[2] / "../shared/data/tiny_shakespeare.txt"
 _MIXED = "Markov chain é ß € 漢字 😀\nthe order of a state,\n"
@@ -409,6 +409,33 @@ def test_a_cache_another_user_keeps_private_is_one_line_naming_the_cache(tmp_pat
     with pytest.raises(ValueError, match=rf"^cannot read the token cache {cache} \(Permission denied\).*"
                                          r"data.cache_dir or as \$MARKOVFORMER_CACHE"):  # fmt: skip
         load_text_lm(path, seq_len=8, cache_dir=cache)
+
+
+def test_a_private_cache_is_said_before_the_tokenizer_is_fitted(tmp_path, monkeypatch):
+    """A text run in another user's private cache read no cached plan (the refusal was taken for 'absent'), fitted
+    its tokenizer (a BPE fit: minutes on a large corpus) and only then stopped at the store: the cache is now looked
+    in before anything is fitted. (Root reads any folder: the refused look-ups are simulated as above.)"""
+    path = tmp_path / "corpus.txt"
+    path.write_text("the chain moves from state to state\n" * 50, encoding="utf-8")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    real_stat, fits = Path.stat, []
+
+    def private(self, *args, **kwargs):
+        if self.parent == cache and not self.name.startswith("."):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    def recorded_train(*args, **kwargs):
+        fits.append(args)
+        return real_train(*args, **kwargs)
+
+    real_train = BPETokenizer.train
+    monkeypatch.setattr(Path, "stat", private)
+    monkeypatch.setattr(BPETokenizer, "train", recorded_train)
+    with pytest.raises(ValueError, match=rf"^cannot read the token cache {cache} \(Permission denied\)"):
+        load_text_lm(path, seq_len=8, tokenizer="bpe", vocab_size=270, cache_dir=cache)
+    assert fits == []
 
 
 class _Terminal(io.StringIO):

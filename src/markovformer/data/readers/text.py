@@ -29,7 +29,14 @@ from markovformer.data.readers.text_stream import (
     sampled_text,
     text_pieces,
 )
-from markovformer.data.readers.token_store import STORE_FORMAT, Segment, build_lock, cache_root, open_or_build
+from markovformer.data.readers.token_store import (
+    STORE_FORMAT,
+    Segment,
+    build_lock,
+    cache_holds,
+    cache_root,
+    open_or_build,
+)
 from markovformer.data.readers.tokenized_text import TokenizedText
 from markovformer.data.readers.tokenizer import (
     END_OF_DOCUMENT,
@@ -98,7 +105,8 @@ def load_text_lm(
     # one process prepares (fits, encodes) at a time: DDP ranks and concurrent runs wait, then read what it wrote
     with build_lock(cache_root(cache_dir), f"plan-{plan_key}"):
         plan_path = cache_root(cache_dir) / "plans" / f"{plan_key}.json"
-        plan = _read_plan(plan_path)
+        # before anything is read or fitted: a cache that cannot be looked in is said now, not after the fit
+        plan = _read_plan(plan_path) if cache_holds(cache_root(cache_dir), "plans") else None
         if plan is not None:
             parts = [[Segment(**segment) for segment in part] for part in plan["parts"]]
             splits = plan["splits"]

@@ -197,11 +197,11 @@ def open_or_write(root: Path, key: str, write: Callable[[Path], None], log: Call
     """The store ``root/key``: opened when it is there and whole, else ``write(staging)`` fills a staging folder
     (``tokens.bin`` then ``finish_store``) that is renamed into place; one builder at a time (``build_lock``)."""
     folder = root / key
-    if _store_folder_present(folder):
+    if cache_holds(root, key):
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             return TokenStore(folder)
     with build_lock(root, key):
-        if _store_folder_present(folder):  # another process may have built it while this one waited
+        if cache_holds(root, key):  # another process may have built it while this one waited
             try:
                 return TokenStore(folder)
             except (OSError, ValueError, KeyError, TypeError) as error:
@@ -211,13 +211,14 @@ def open_or_write(root: Path, key: str, write: Callable[[Path], None], log: Call
     return TokenStore(folder)
 
 
-def _store_folder_present(folder: Path) -> bool:
-    """Whether the store's folder is there; ValueError naming the cache when it cannot be looked in (another user's
-    private folder), which would otherwise reach the user as a bare 'Permission denied' on the store's name."""
+def cache_holds(root: Path, name: str) -> bool:
+    """Whether the token cache ``root`` holds ``name``; ValueError naming the cache when it cannot be looked in
+    (another user's private folder), which would otherwise reach the user as a bare 'Permission denied' on the name,
+    or be taken for 'absent' and said only after a tokenizer fit: loaders look in before they fit."""
     try:
-        return folder.is_dir()
+        return (root / name).is_dir()
     except OSError as error:
-        raise ValueError(f"cannot read the token cache {folder.parent} ({error.strerror or error}): give a folder "
+        raise ValueError(f"cannot read the token cache {root} ({error.strerror or error}): give a folder "
                          "of your own as data.cache_dir or as $MARKOVFORMER_CACHE (where data.cache_dir is "
                          "null)") from None  # fmt: skip
 
