@@ -180,6 +180,21 @@ def test_an_outsiders_sigterm_before_a_workers_init_leaves_it_running(start_meth
         multiprocessing.set_start_method(previous, force=True)
 
 
+def test_a_loader_built_under_one_start_method_iterates_under_the_one_set_before_it_iterates():
+    """A plain DataLoader takes the default start method when it iterates; its workers' context took it when the
+    loader was built, so a notebook's set_start_method('spawn', force=True) between the two made the loader's queues
+    under fork and its workers under spawn, and iterating failed ('A SemLock created in a fork context is being
+    shared with a process in a spawn context'). The context now follows the start method set when it makes them."""
+    previous = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method("fork", force=True)
+    try:
+        loader = DataLoader(range(4), batch_size=None, **worker_options(1))
+        multiprocessing.set_start_method("spawn", force=True)
+        assert list(loader) == [0, 1, 2, 3]
+    finally:
+        multiprocessing.set_start_method(previous, force=True)
+
+
 def test_a_sigterm_to_the_main_process_while_it_starts_a_worker_is_delivered_once_the_worker_has_started():
     """The main process blocks SIGTERM while it starts a worker (so that the worker inherits the mask): a SIGTERM
     sent meanwhile waits, and its handler runs once the mask is restored (not lost)."""

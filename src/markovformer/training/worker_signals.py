@@ -123,14 +123,19 @@ class WorkerProcess(multiprocessing.Process):
         return _arrived, (_SigtermBlockedOnArrival(), type(self), self.__dict__)
 
 
-class WorkerContext(multiprocessing.context.DefaultContext):
+class WorkerContext(multiprocessing.context.BaseContext):
     """The default start method's context, whose processes are ``WorkerProcess``: a DataLoader's
-    ``multiprocessing_context``."""
+    ``multiprocessing_context``. It takes the start method set when it makes a queue or a process (when the loader
+    iterates), as a plain loader does: fixed when the loader was built, a ``set_start_method`` in between made the
+    queues under one method and the workers under another, and iterating failed on a SemLock shared across them."""
 
     Process = WorkerProcess
 
-    def __init__(self) -> None:
-        super().__init__(multiprocessing.get_context())
+    def get_context(self, method: str | None = None) -> multiprocessing.context.BaseContext:
+        return multiprocessing.get_context(method)
+
+    def get_start_method(self, allow_none: bool = False) -> str | None:
+        return multiprocessing.get_start_method(allow_none)
 
 
 def worker_options(num_workers: int) -> dict:
