@@ -146,7 +146,8 @@ def test_a_config_that_is_not_json_raises_naming_it(tmp_path, text):
     '{not json' raises ValueError naming the file."""
     _model("causal_lm").save_pretrained(tmp_path)
     (tmp_path / "config.json").write_text(text)
-    with pytest.raises(ValueError, match="config.json: not a saved MarkovianTransformerForCausalLM.s config: not valid JSON"):
+    with pytest.raises(ValueError, match="config.json: not a saved MarkovianTransformerForCausalLM.s config: not "
+                                         "valid JSON"):
         MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
 
 
