@@ -25,7 +25,7 @@ def read_json_object(path: str | Path, what: str) -> dict:
     ``.get`` on a damaged file's list had ended a command in a traceback. A missing or unreadable file raises its
     OSError as it is."""
     try:
-        value = parse_json(Path(path).read_bytes().decode("utf-8"))
+        value = parse_json(Path(path).read_text(encoding="utf-8"))
     except ValueError as error:  # not UTF-8 (UnicodeDecodeError), not JSON, or nested too deeply
         raise ValueError(f"{path}: not {what}: not valid JSON ({error})") from None
     if not isinstance(value, dict):

@@ -4,6 +4,7 @@ every bad run setting raises and the one a diverged run stops with."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import reprlib
@@ -74,14 +75,11 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
         options = typing.get_args(annotation)
         if value is None and type(None) in options:
             return None
-        errors = []
         for option in options:
             if option is type(None):
                 continue
-            try:
+            with contextlib.suppress(ConfigError):
                 return coerce(value, option, key)
-            except ConfigError as error:
-                errors.append(str(error))
         raise ConfigError(f"{key}={shown(value)} has the wrong type: expected {annotation}")
     if value is None and annotation is not Any:  # YAML's `key:` with nothing, or only a comment, after it
         raise ConfigError(f"{key} is empty (null: nothing or only a comment after it); give it a value")
@@ -108,7 +106,6 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
     if annotation in (int, float, str, bool) and (type(value) is not annotation):
         raise ConfigError(f"{key}={shown(value)} has the wrong type: expected {_type_name(annotation)}")
     return value
-
 
 
 @dataclasses.dataclass
