@@ -4,6 +4,7 @@ directly, closed by the end-of-document token; URLs and hub names are refused.""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -147,3 +148,29 @@ def test_a_bpe_vocabulary_smaller_than_asked_is_said_as_for_a_text_file(tmp_path
            f"{size} tokens" in capsys.readouterr().err
     load_hf_dataset_lm(str(path), tokenizer="bpe", vocab_size=size, seq_len=8, cache_dir=tmp_path / "c")
     assert "vocab_size" not in capsys.readouterr().err
+
+
+def test_a_private_cache_is_said_as_for_a_text_run_before_the_rows_are_loaded(tmp_path, monkeypatch):
+    """In another user's private token cache, an hf_dataset run reached datasets.load_dataset, whose refused
+    `cache/hf_datasets` the command line said as 'cannot write ... (Permission denied); make it writable', naming
+    neither data.cache_dir nor $MARKOVFORMER_CACHE: the cache is now looked in first, as by a text run (its line).
+    (Root reads any folder: the refused look-ups are simulated as in test_token_store.)"""
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in _TEXTS), encoding="utf-8")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    real_stat = Path.stat
+
+    def private(self, *args, **kwargs):
+        if self.parent == cache and not self.name.startswith("."):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("datasets.load_dataset was called before the cache was looked in")
+
+    monkeypatch.setattr(Path, "stat", private)
+    monkeypatch.setattr(datasets, "load_dataset", no_load)
+    told = rf"^cannot read the token cache {cache} \(Permission denied\): give a folder of your own as data.cache_dir"
+    with pytest.raises(ValueError, match=told + r" or as \$MARKOVFORMER_CACHE"):
+        load_hf_dataset_lm(str(path), seq_len=8, cache_dir=cache)

@@ -23,6 +23,7 @@ from markovformer.data.readers.token_store import (
     STORE_FORMAT,
     TOKENS_FILE,
     UnknownCharacter,
+    cache_holds,
     cache_root,
     finish_store,
     open_or_write,
@@ -87,6 +88,8 @@ def load_hf_dataset_lm(
     files = local_data_files(data_files)
     datasets = _import_datasets()
     root = cache_root(tokenized.cache_dir)
+    # before datasets writes its copy there: a cache that cannot be looked in is said as for a text run
+    cache_holds(root, "hf_datasets")
     builder = BUILDERS[files[0].suffix.lower()]
     try:
         dataset = datasets.load_dataset(builder, data_files=[str(file) for file in files], split="train",
