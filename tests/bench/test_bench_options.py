@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from markovformer.bench import PARTS, BenchSettings, run_suite
+from markovformer.bench import PARTS, RESULTS_NAME, BenchSettings, run_suite
 from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS
 from markovformer.bench.suite import (
     ALL_PARTS,
@@ -140,3 +140,23 @@ def test_a_second_bench_into_a_running_ones_out_is_refused_and_leaves_its_record
     finally:
         release.set()
         first.join()
+
+
+def test_an_out_that_cannot_be_made_is_refused_as_a_folder_for_bench_results(tmp_path, monkeypatch):
+    """`bench --out /proc/benchout` (a folder that cannot be made) said "--out='/proc/benchout' cannot hold a run
+    (...)": the run lock's line for train's output_dir, though bench makes no run. It now says what --out holds.
+    (Root makes any folder: the refused mkdir is simulated.)"""
+    from pathlib import Path
+
+    out, real_mkdir = tmp_path / "bench", Path.mkdir
+
+    def refused(self, *args, **kwargs):
+        if self == out:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refused)
+    told = f"--out='{out}' cannot hold {RESULTS_NAME} and the plots (Permission denied: {out}); choose "
+    with pytest.raises(ValueError, match="^" + re.escape(told + "a writable directory") + "$"):
+        run_suite(out, BenchSettings(parts=("ops",), quick=True, device="cpu", op_kinds=("markov_local",),
+                                     lengths=(64,)), log=lambda line: None)  # fmt: skip

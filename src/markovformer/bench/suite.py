@@ -434,7 +434,7 @@ def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Calla
         raise ValueError(f"bench --out {out}: {blocking} is a file, so no folder can be made under it")
     # one bench at a time in a folder: a second cleared the first's token stores (its 'prepare' timed an open) and
     # overwrote its bench.json
-    with run_dir_lock(out, option="--out"):
+    with run_dir_lock(out, option="--out", holds=f"{RESULTS_NAME} and the plots"):
         runner = _Runner(settings, out, log)
         runner.write()  # at once: a run stopped before its first row leaves its own record, not an earlier run's
         log(f"bench: parts {', '.join(settings.parts)} on {settings.device}, {settings.threads} thread(s), caps "

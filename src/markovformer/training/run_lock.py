@@ -48,9 +48,12 @@ def _not_a_folder(run_dir: Path) -> str | None:
 
 
 @contextmanager
-def run_dir_lock(run_dir: Path, writer: bool = True, option: str = "output_dir") -> Iterator[None]:
+def run_dir_lock(
+    run_dir: Path, writer: bool = True, option: str = "output_dir", holds: str = "a run"
+) -> Iterator[None]:
     """Hold the run directory's lock (creating the directory) when ``writer``; ConfigError naming the holder's pid
-    when another process holds it. ``option``: what the user gave the directory as, named in the errors."""
+    when another process holds it. ``option``: what the user gave the directory as, and ``holds``: what it is for
+    (bench: its results), named in the errors."""
     if not writer:
         yield
         return
@@ -66,7 +69,7 @@ def run_dir_lock(run_dir: Path, writer: bool = True, option: str = "output_dir")
         problem = f"{error.strerror}: {error.filename}"
         if isinstance(error, (FileExistsError, NotADirectoryError)):
             problem = _not_a_folder(run_dir) or problem
-        raise ConfigError(f"{option}={str(run_dir)!r} cannot hold a run ({problem}); choose a writable "
+        raise ConfigError(f"{option}={str(run_dir)!r} cannot hold {holds} ({problem}); choose a writable "
                           f"directory") from None  # fmt: skip
     try:
         status = os.fstat(descriptor)
