@@ -2,6 +2,8 @@
 exit status, a long line is cut, out of memory and an unwritable place say what to change, and a reader that leaves
 early, Ctrl-C or a stopped `data prepare` end a command quietly or in one line, leaving nothing behind."""
 
+import os
+
 import pytest
 from conftest import one_line_error
 
@@ -52,6 +54,35 @@ def test_an_unwritable_place_is_named_with_what_to_change(code, main_cli, monkey
     monkeypatch.setattr(atomic, "atomic_write_text", unwritable)
     line = one_line_error(main_cli("config", "copy", "causal_lm_chain", "mine.yaml"), "cannot write mine.yaml (")
     assert "output_dir" not in line and line.endswith("make it writable, then run the command again")
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads every file: no read is denied")
+def test_a_denied_read_is_said_as_one_not_as_a_failed_write(tmp_path, main_cli):
+    """A config, a run's file or a file in a folder the user may not read (mode 000) was said as a write: `train
+    cfg.yaml` ended in "cannot write cfg.yaml (Permission denied); make it writable", as did `eval RUN` of a run
+    folder the user may not open (for RUN/config.yaml). A read's denial now names the file as unreadable; a denied
+    write is still one."""
+    from markovformer.atomic import atomic_write_text
+    from markovformer.cli.errors import error_line
+
+    (tmp_path / "cfg.yaml").write_text("task: causal_lm\n")
+    (tmp_path / "cfg.yaml").chmod(0o000)
+    one_line_error(main_cli("train", "cfg.yaml"), "error: cannot read cfg.yaml: permission denied")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("task: causal_lm\n")
+    run.chmod(0o000)  # the line is worded while the folder is still closed, as the command's would be
+    try:
+        with pytest.raises(PermissionError) as raised:
+            (run / "config.yaml").read_text()
+        assert error_line(raised.value) == f"cannot read {run / 'config.yaml'}: permission denied"
+        run.chmod(0o555)  # readable, not writable: a write into it is refused as one
+        with pytest.raises(PermissionError) as raised:
+            atomic_write_text(run / "new.yaml", "x")
+        assert error_line(raised.value) == (f"cannot write {run / 'new.yaml'} (Permission denied); make it writable, "
+                                            f"then run the command again")  # fmt: skip
+    finally:
+        run.chmod(0o755)
 
 
 @pytest.mark.parametrize("message", ["CUDA out of memory. Tried to allocate 2.00 GiB",

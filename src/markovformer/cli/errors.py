@@ -92,7 +92,21 @@ def error_line(error: BaseException) -> str:
         if error.errno in NO_SPACE_ERRORS:  # a full disk, or a full quota (its cause says which)
             full = "no space left on the device" if error.errno == errno.ENOSPC else "disk quota exceeded"
             return f"{full} while writing {where}; free some space, then {then or AGAIN}"
+        if error.errno in DENIED_ERRORS and error.errno != errno.EROFS and _read_denied(where):
+            return f"cannot read {where}: permission denied"
         if error.errno in DENIED_ERRORS:
             return f"cannot write {where} ({cause}); make it writable, then {then or AGAIN}"
         return f"{where}: {error.strerror}"
     return first
+
+
+def _read_denied(path: str) -> bool:
+    """Whether a denial on ``path`` was a read's (an error does not say which): the file is there and this user may
+    not read it, or a folder above it may not be opened. A denied write's file is readable, or not there yet."""
+    try:
+        os.stat(path)
+    except PermissionError:  # a folder above it may not be searched: nothing in it can be read
+        return True
+    except (OSError, ValueError):  # not there ("a file": none named): a write that would create it
+        return False
+    return not os.access(path, os.R_OK)
