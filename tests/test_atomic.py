@@ -54,6 +54,53 @@ def test_a_full_disk_names_the_file_being_written(tmp_path):
     assert list((tmp_path / "logs").iterdir()) == []
 
 
+@pytest.mark.parametrize("code", ["ENOSPC", "EDQUOT", "EACCES", "EROFS"])
+def test_a_failed_write_is_worded_alike_by_the_command_line_the_token_cache_and_the_run_lock(tmp_path, monkeypatch,
+                                                                                           code):  # fmt: skip
+    """Three helpers said a failed write three ways: the command line "no space left on the device while writing F",
+    the token cache "cannot write the token cache in C (No space left on device)", the run lock "output_dir='R'
+    cannot hold a run (No space left on device: R)". Each now says what stopped it, where, then its own advice."""
+    import errno
+
+    from markovformer.cli.errors import error_line
+    from markovformer.data.readers.token_store import Segment, open_or_build
+    from markovformer.training.run_lock import run_dir_lock
+    from markovformer.training.trainer_config import ConfigError
+
+    number = getattr(errno, code)
+    reason = os.strerror(number)
+    told = {"ENOSPC": "no space left on the device while writing {}", "EDQUOT": "disk quota exceeded while writing {}",
+            "EACCES": f"cannot write {{}} ({reason})", "EROFS": f"cannot write {{}} ({reason})"}[code]  # fmt: skip
+    advice = "free some space" if code in ("ENOSPC", "EDQUOT") else "make it writable"
+    line = error_line(OSError(number, reason, "/runs/x/last.ckpt"))
+    assert line == told.format("/runs/x/last.ckpt") + f"; {advice}, then run the command again"
+
+    corpus, cache = tmp_path / "corpus.txt", tmp_path / "cache"
+    corpus.write_text("abc\n" * 100, encoding="utf-8")
+
+    def failed(text):
+        raise OSError(number, reason)
+
+    with pytest.raises(ValueError) as raised:
+        open_or_build([Segment(str(corpus), 0, 400)], "{}", failed, 10, None, cache)
+    assert str(raised.value).startswith(told.format(f"the token cache in {cache}") + "; nothing was cached: free "
+                                        "space there, or give a writable folder as data.cache_dir")  # fmt: skip
+
+    run, real_mkdir = tmp_path / "run", Path.mkdir
+
+    def refused(self, *args, **kwargs):
+        if self == run:
+            raise OSError(number, reason, str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refused)
+    where = f"a run in output_dir='{run}'"
+    expected = told.format(where) if code in ("ENOSPC", "EDQUOT") else f"cannot write {where} ({reason}: {run})"
+    with pytest.raises(ConfigError) as raised, run_dir_lock(run):
+        pass
+    assert str(raised.value) == expected + "; choose a writable directory"
+
+
 @pytest.mark.parametrize("proc_status", [True, False], ids=["proc", "no-proc"])
 def test_reading_the_umask_never_loosens_it_for_the_other_threads(tmp_path, monkeypatch, proc_status):
     """The umask is process-wide: atomic_write read it by setting it to 0 and back, so a file another thread created

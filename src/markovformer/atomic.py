@@ -28,6 +28,17 @@ PROCESS_STATUS = Path("/proc/self/status")  # where Linux shows the umask (``_um
 _writes_done = 0
 
 
+def write_failure(error: OSError, where: str | Path, advice: str, reason: str | None = None) -> str:
+    """The one wording of a failed write: what stopped it (a full disk or quota, else ``reason``, by default the
+    error's cause), ``where`` it was writing, then ``advice``, what the user can do. A cause carries after "; " how
+    to go on (``training.run_dir.continue_with_resume``): that part is the caller's, not the reason's."""
+    if error.errno in NO_SPACE_ERRORS:
+        full = "no space left on the device" if error.errno == errno.ENOSPC else "disk quota exceeded"
+        return f"{full} while writing {where}; {advice}"
+    reason = reason or (error.strerror or str(error)).partition("; ")[0]
+    return f"cannot write {where} ({reason}); {advice}"
+
+
 def write_point() -> None:
     """Count one write of this process; SIGKILL it at the write named by ``MARKOVFORMER_KILL_AT_WRITE``."""
     global _writes_done

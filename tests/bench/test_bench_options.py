@@ -156,7 +156,7 @@ def test_an_out_that_cannot_be_made_is_refused_as_a_folder_for_bench_results(tmp
         return real_mkdir(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "mkdir", refused)
-    told = f"--out='{out}' cannot hold {RESULTS_NAME} and the plots (Permission denied: {out}); choose "
+    told = f"cannot write {RESULTS_NAME} and the plots in --out='{out}' (Permission denied: {out}); choose "
     with pytest.raises(ValueError, match="^" + re.escape(told + "a writable directory") + "$"):
         run_suite(out, BenchSettings(parts=("ops",), quick=True, device="cpu", op_kinds=("markov_local",),
                                      lengths=(64,)), log=lambda line: None)  # fmt: skip

@@ -25,7 +25,7 @@ def test_an_output_dir_that_cannot_be_a_folder_is_refused_naming_the_file_or_lin
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("")
     (tmp_path / "dangling").symlink_to("nowhere/x")
-    message = f"output_dir='{given}' cannot hold a run ({reason}); choose a writable directory"
+    message = f"cannot write a run in output_dir='{given}' ({reason}); choose a writable directory"
     with pytest.raises(ConfigError, match=re.escape(message)), run_dir_lock(Path(given)):
         pass
 

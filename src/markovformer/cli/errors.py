@@ -8,7 +8,7 @@ import os
 import select
 import sys
 
-from markovformer.atomic import DENIED_ERRORS, NO_SPACE_ERRORS
+from markovformer.atomic import DENIED_ERRORS, NO_SPACE_ERRORS, write_failure
 from markovformer.training.trainer_config import RunTerminated, TrainingDiverged
 
 EXIT_BAD_INPUT = 2
@@ -88,14 +88,13 @@ def error_line(error: BaseException) -> str:
     if isinstance(error, OSError) and error.errno is not None:
         where = error.filename or "a file"
         # a run's write error says after "; " how to continue it (training.run_dir.continue_with_resume)
-        cause, _, then = (error.strerror or "").partition("; ")
-        if error.errno in NO_SPACE_ERRORS:  # a full disk, or a full quota (its cause says which)
-            full = "no space left on the device" if error.errno == errno.ENOSPC else "disk quota exceeded"
-            return f"{full} while writing {where}; free some space, then {then or AGAIN}"
+        then = (error.strerror or "").partition("; ")[2] or AGAIN
+        if error.errno in NO_SPACE_ERRORS:
+            return write_failure(error, where, f"free some space, then {then}")
         if error.errno in DENIED_ERRORS and error.errno != errno.EROFS and _read_denied(where):
             return f"cannot read {where}: permission denied"
         if error.errno in DENIED_ERRORS:
-            return f"cannot write {where} ({cause}); make it writable, then {then or AGAIN}"
+            return write_failure(error, where, f"make it writable, then {then}")
         return f"{where}: {error.strerror}"
     return first
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from markovformer.atomic import write_failure
 from markovformer.training.run_config import ConfigError
 
 LOCK_FILE = ".lock"
@@ -69,8 +70,8 @@ def run_dir_lock(
         problem = f"{error.strerror}: {error.filename}"
         if isinstance(error, (FileExistsError, NotADirectoryError)):
             problem = _not_a_folder(run_dir) or problem
-        raise ConfigError(f"{option}={str(run_dir)!r} cannot hold {holds} ({problem}); choose a writable "
-                          f"directory") from None  # fmt: skip
+        raise ConfigError(write_failure(error, f"{holds} in {option}={str(run_dir)!r}", "choose a writable directory",
+                                        problem)) from None  # fmt: skip
     try:
         status = os.fstat(descriptor)
         if not stat.S_ISREG(status.st_mode) or status.st_nlink > 1:  # its truncation would reach another file

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from markovformer.atomic import atomic_write_text, exclusive_lock
+from markovformer.atomic import atomic_write_text, exclusive_lock, write_failure
 from markovformer.data.readers.text_stream import CHUNK_BYTES, content_key, record_texts, text_pieces
 from markovformer.strict_json import read_json_object
 
@@ -238,10 +238,10 @@ def _build(root: Path, folder: Path, write: Callable[[Path], None]) -> None:
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(error, OSError):
-            raise ValueError(f"cannot write the token cache in {root} ({error.strerror or error}); nothing was "
-                             "cached: free space there, or give a writable folder as data.cache_dir (a new run: a "
-                             "resumed run keeps its data options) or as $MARKOVFORMER_CACHE (where data.cache_dir is "
-                             "null)") from None  # fmt: skip
+            raise ValueError(write_failure(error, f"the token cache in {root}", "nothing was cached: free space "
+                                           "there, or give a writable folder as data.cache_dir (a new run: a resumed "
+                                           "run keeps its data options) or as $MARKOVFORMER_CACHE (where "
+                                           "data.cache_dir is null)")) from None  # fmt: skip
         raise
     return TokenStore(folder)
 
