@@ -25,6 +25,7 @@ import traceback
 import warnings
 from pathlib import Path
 
+from markovformer.advice import command_line
 from markovformer.cli import bench as bench_command  # its parser imports no torch
 from markovformer.cli import catalogue
 from markovformer.cli import generate as generate_command
@@ -434,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train" and not args.debug:
             quiet_frameworks()
-        COMMANDS[args.command](args)
+        with command_line():  # a refusal's advice names this command line's flags, not the Python calls
+            COMMANDS[args.command](args)
         return 0
     except BrokenPipeError:
         if stdout_reader_left():  # `markovformer ... | head`: stop quietly, as a process SIGPIPE ends

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from markovformer.advice import said_as
 from markovformer.training.run_config import ConfigError, build_dataclass
 
 SettingsT = TypeVar("SettingsT")
@@ -40,8 +41,9 @@ def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str,
     settings = resolve(settings)
     warmup, steps = getattr(settings, "warmup_steps", None), getattr(settings, "steps", None)
     if isinstance(warmup, int) and isinstance(steps, int) and warmup > steps:  # the rate would never peak
+        shorter = said_as("--set warmup_steps=N", "overrides={'warmup_steps': N}")
         raise ConfigError(f"{name}.warmup_steps={warmup} is larger than {name}.steps={steps}: the learning rate would "
-                          f"never reach its peak; --set warmup_steps=N with N <= {steps}")  # fmt: skip
+                          f"never reach its peak; {shorter} with N <= {steps}")  # fmt: skip
     return settings
 
 

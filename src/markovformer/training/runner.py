@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
+from markovformer.advice import said_as
 from markovformer.atomic import WRITE_ERRORS
 from markovformer.data.bundle import DataBundle
 from markovformer.models.config_base import suggest
@@ -178,8 +179,9 @@ def train(config: RunConfig) -> dict:
     created = [folder for folder in (run_dir, *run_dir.parents) if not folder.exists()]  # the run's, then parents
     with run_dir_lock(run_dir, writer):
         if writer and ((run_dir / RESOLVED_CONFIG).exists() or (run_dir / "checkpoints").exists()):
-            raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with --resume {run_dir} "
-                              f"or choose another output_dir")  # fmt: skip
+            again = said_as(f"--resume {run_dir}", f"resume({str(run_dir)!r})")
+            raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with {again} or choose "
+                              f"another output_dir")  # fmt: skip
         try:
             return _fit(config, writer, resume=False)
         except BaseException:
@@ -227,8 +229,10 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
                               f"{trained.trainer.max_steps}; to train on, start a new run from its weights "
                               f"(init_from={str(run_dir)!r})")  # fmt: skip
         if finished is not None and finished >= extended.trainer.max_steps:
+            longer = said_as(f"--resume {run_dir} trainer.max_steps=N",
+                             f"resume({str(run_dir)!r}, ['trainer.max_steps=N'])")  # fmt: skip
             raise ConfigError(f"{run_dir} is a finished run ({finished} steps); to train it longer, extend it: "
-                              f"--resume {run_dir} trainer.max_steps=N with N > {finished}")  # fmt: skip
+                              f"{longer} with N > {finished}")  # fmt: skip
         return _fit(extended, writer, resume=True, rewrite_config=extended != config)
 
 

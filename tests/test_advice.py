@@ -1,0 +1,63 @@
+"""A refusal's advice names what the caller can do where it called from: the command line's flag (`--resume RUN`,
+`--set KEY=N`) on the command line, the Python call (`resume('RUN')`, `overrides={...}`) from the library."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from conftest import one_line_error
+
+from markovformer.training.demo import DEMO_CONFIG
+from markovformer.training.run_config import resolve_run_config
+from markovformer.training.run_dir import RESOLVED_CONFIG, write_resolved_config
+from markovformer.training.runner import resume, train
+from markovformer.training.trainer_config import ConfigError
+
+
+def _held_run(run, steps: int | None = None):
+    """A run folder with a config.yaml (and, with ``steps``, a finished.json): what the refusals look at."""
+    config = resolve_run_config({**copy.deepcopy(DEMO_CONFIG), "output_dir": str(run)})
+    run.mkdir()
+    write_resolved_config(run, config)
+    if steps is not None:
+        (run / "finished.json").write_text(json.dumps({"steps": steps}))
+    return config
+
+
+def test_a_run_already_there_is_resumed_by_the_callers_own_means(tmp_path, main_cli):
+    """`train(config)` into a folder holding a run said "resume it with --resume RUN": a flag of the command line,
+    which a Python caller has not got; it names resume('RUN') there, and the command line its flag still."""
+    run = tmp_path / "run"
+    config = _held_run(run)
+    with pytest.raises(ConfigError) as raised:
+        train(config)
+    assert str(raised.value) == (f"output_dir={str(run)!r} already holds a run; resume it with resume({str(run)!r}) "
+                                 f"or choose another output_dir")  # fmt: skip
+    one_line_error(main_cli("train", f"output_dir={run}"), f"already holds a run; resume it with --resume {run} or")
+
+
+def test_a_finished_run_is_extended_by_the_callers_own_means(tmp_path, main_cli):
+    """`resume(RUN)` of a finished run said "extend it: --resume RUN trainer.max_steps=N"; from Python it names the
+    call with its overrides list."""
+    run = tmp_path / "run"
+    steps = _held_run(run, steps=DEMO_CONFIG["trainer"]["max_steps"]).trainer.max_steps
+    assert (run / RESOLVED_CONFIG).is_file()
+    with pytest.raises(ConfigError) as raised:
+        resume(run)
+    assert str(raised.value).endswith(f"extend it: resume({str(run)!r}, ['trainer.max_steps=N']) with N > {steps}")
+    one_line_error(main_cli("train", "--resume", str(run)), f"extend it: --resume {run} trainer.max_steps=N with N > "
+                                                            f"{steps}")  # fmt: skip
+
+
+def test_a_warm_up_longer_than_the_steps_is_changed_by_the_callers_own_means(main_cli):
+    """An experiment's warm-up longer than its steps said "--set warmup_steps=N" to run_experiment(...)'s caller too;
+    from Python it names the overrides argument."""
+    from markovformer.experiments import mixers
+
+    with pytest.raises(ConfigError) as raised:
+        mixers.settings_from({"sizes": "zoology-64", "steps": 30}, quick=True)
+    assert str(raised.value).endswith("never reach its peak; overrides={'warmup_steps': N} with N <= 30")
+    line = one_line_error(main_cli("experiment", "mixers", "--quick", "--set", "sizes=zoology-64", "steps=30"))
+    assert line.endswith("never reach its peak; --set warmup_steps=N with N <= 30"), line
