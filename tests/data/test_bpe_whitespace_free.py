@@ -1,12 +1,11 @@
-"""Byte-level BPE on text without whitespace (DNA, Chinese and Japanese prose), which the pre-tokenizer cannot cut:
-the trainer is fed its runs in bounded pieces, by a pinned rule, and the tokenizer still round-trips, encodes the
-same ids whole or in pieces, and learns multi-base DNA tokens."""
+"""Byte-level BPE on text without whitespace (DNA, Chinese and Japanese prose), which GPT-2's pre-tokenizer cannot
+cut: the trainer and the encoder read its runs in bounded pieces, by a pinned rule, and the tokenizer still
+round-trips, encodes the same ids whole or in pieces, and learns multi-base DNA tokens."""
 
 from __future__ import annotations
 
 import json
 import random
-import re
 
 import pytest
 
@@ -45,30 +44,32 @@ def _cjk(length: int, punctuation: bool, seed: int = 0) -> str:
     return text[:length]
 
 
-def _longest_run(text: str) -> int:
-    return max((len(run) for run in re.findall(r"\S+", text)), default=0)
-
-
 @pytest.mark.parametrize("text", [_dna(5000), _cjk(5000, punctuation=False), "x" * 5000 + " a b " + "y" * 3000])
-def test_the_trainer_is_fed_whitespace_free_runs_of_at_most_fit_run_characters(text):
-    pieces = list(tokenizer_module._fit_pieces(text))
-    assert "".join(pieces) == text
-    assert max(map(_longest_run, pieces)) <= tokenizer_module.FIT_RUN < _longest_run(text)
+def test_no_word_bpe_reads_is_longer_than_word_bytes(text):
+    """The words a fitted tokenizer's trainer and encoder read (its pre-tokens) cover the text, none longer than
+    WORD_BYTES bytes (after the byte-level pre-tokenizer a character stands for one byte)."""
+    words = [word for word, _ in BPETokenizer.train(text, 300).hf_backend().pre_tokenizer.pre_tokenize_str(text)]
+    byte_of = tokenizer_module._byte_level_bytes()
+    assert bytes(byte_of[char] for word in words for char in word) == text.encode("utf-8")
+    assert max(map(len, words)) == tokenizer_module.WORD_BYTES
 
 
-def test_a_long_run_learns_the_merges_of_its_pieces_cut_every_fit_run_characters(monkeypatch):
-    """The rule the trainer's cut follows: a run longer than FIT_RUN is cut every FIT_RUN characters from its start
-    (no pair across a cut is counted); text between long runs is fed as it is."""
-    monkeypatch.setattr(tokenizer_module, "FIT_RUN", 100)
+def test_a_long_run_is_read_in_pieces_cut_every_word_bytes_from_its_start(monkeypatch):
+    """The rule: a run longer than WORD_BYTES is cut every WORD_BYTES bytes from its start, for the trainer (the
+    merges of the run's pieces fed one by one: no pair across a cut is counted) and the encoder (the ids of the
+    pieces encoded one by one: no token spans a cut); text around it is read as it is."""
+    monkeypatch.setattr(tokenizer_module, "WORD_BYTES", 100)
     line = _dna(3000)
     text = "head of the record\n" + line + "\ntail"
     pieces = ["head of the record\n" + line[:100], *(line[i : i + 100] for i in range(100, 3000, 100)), "\ntail"]
-    assert BPETokenizer.train(text, 400).record() == BPETokenizer.train(iter(pieces), 400).record()
+    tokenizer = BPETokenizer.train(text, 400)
+    assert tokenizer.record() == BPETokenizer.train(iter(pieces), 400).record()
+    assert tokenizer.encode(text) == [token for piece in pieces for token in tokenizer.encode(piece)]
 
 
 def test_text_with_short_runs_learns_the_merges_of_the_whole_text_fed_at_once():
-    """Prose (no run longer than FIT_RUN) is fed cut only where the pre-tokenizer cuts: the same merges as the
-    Hugging Face trainer learns on the whole text in one piece."""
+    """Prose (no word longer than WORD_BYTES) learns the merges GPT-2's pre-tokenizer gives, fed in pieces cut only
+    where it cuts: the same as the Hugging Face trainer learns on the whole text in one piece."""
     rng = random.Random(2)
     prose = " ".join(rng.choice(["the", "cat", "sat", "on", "a", "mat.\n", "dog", "ran", "far,"]) for _ in range(30000))
     hf = tokenizer_module._import_tokenizers()
