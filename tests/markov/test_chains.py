@@ -190,12 +190,20 @@ def test_auto_stationary_of_a_large_chain_with_a_sticky_context_is_not_refused()
     assert (chain.stationary() - exact).abs().sum().item() < 1e-10
 
 
-@pytest.mark.parametrize("rate", [3e-15, 1e-15])
+@pytest.mark.parametrize("rate", [3e-15, 1e-15, 1e-17, 1e-19, 1e-25])
 def test_dense_stationary_of_a_chain_that_barely_moves(rate):
     # lazy steps change the matrix by < 1e-14 from the start: the old stopping rule took the first squaring
     # (still near the identity) for the limit and returned uniform (1/2, 1/2)
+    # below float64 eps (1 - 1e-17 is 1.0) renormalising the rows of each squaring shrank the mass that leaves into
+    # rounding: 1e-17, 1e-19 and 1e-25 came out (0.5, 0.5)
     pi = switching_chain(rate, 3 * rate).stationary(method="dense")
     torch.testing.assert_close(pi, torch.tensor([0.75, 0.25], dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+def test_dense_stationary_refuses_a_chain_too_slow_for_its_squarings():
+    # 128 squarings reach step 2**128 ~ 3e38: a chain moving at 1e-45 has not mixed; its matrix was returned as if
+    with pytest.raises(RuntimeError, match="mixes too slowly"):
+        switching_chain(1e-45, 3e-45).stationary(method="dense")
 
 
 def test_power_iteration_error_is_within_its_tolerance():

@@ -48,6 +48,18 @@ def _entropy(probabilities: Tensor) -> Tensor:
     return -torch.xlogy(probabilities, probabilities).sum(-1)
 
 
+def _hold_what_does_not_leave(lazy: Tensor) -> Tensor:
+    """Set each diagonal entry of a stochastic matrix (n, n) to 1 - its row's off-diagonal sum, in place.
+
+    Renormalising rows instead loses the mass leaving through rates below float64 eps: 1 - 1e-17 is 1.0, so rows
+    summed to 1 + 1e-17 and dividing by that shrank the leaving mass into rounding (a switching chain at
+    p = 1e-17, q = 3e-17 came out uniform, not (0.75, 0.25)). The off-diagonal entries keep their precision.
+    """
+    lazy.fill_diagonal_(0.0)
+    lazy.diagonal().copy_(1.0 - lazy.sum(-1))
+    return lazy
+
+
 class MarkovChain:
     """A k-th order Markov chain over ``num_symbols`` symbols with a fixed transition table.
 
@@ -199,20 +211,23 @@ class MarkovChain:
         successors = self._next_context(contexts[:, None], torch.arange(self.num_symbols, device=device))
         lazy = torch.zeros(n, n, dtype=torch.float64, device=device)
         lazy[contexts[:, None], successors] = 0.5 * self.transition
-        lazy += 0.5 * torch.eye(n, dtype=torch.float64, device=device)
-        # 64 squarings reach step 2**64: converged for any chain whose spectral gap is not below float64 eps
+        _hold_what_does_not_leave(lazy)
+        # 128 squarings reach step 2**128: converged for any chain whose rates are not below ~1e-38
         # A chain that has barely moved yet (rates near 1e-15) also changes by < 1e-14 per squaring, far from its
         # limit; but there the change doubles with every squaring, while near the limit it shrinks quadratically.
         # So a small change counts only once it is also smaller than the one before (or exactly 0: a fixed matrix).
         previous_change = 0.0
-        for _ in range(64):
-            squared = lazy @ lazy
-            squared /= squared.sum(-1, keepdim=True)
-            change = float((squared - lazy).abs().max())
+        for _ in range(128):
+            squared = _hold_what_does_not_leave(lazy @ lazy)
+            # off the diagonal only: the diagonal (1 - rate, rounded to eps) steps by eps where the rates double
+            change = float((squared - lazy).fill_diagonal_(0.0).abs().max())
             lazy = squared
             if change == 0 or (change < 1e-14 and change < previous_change):
                 break
             previous_change = change
+        else:
+            raise RuntimeError(f"stationary: dense squaring still changed {change:.1e} per squaring after 128 "
+                               "squarings; the chain mixes too slowly")  # fmt: skip
         pi = torch.full((n,), 1.0 / n, dtype=torch.float64, device=device) @ lazy
         return pi / pi.sum()
 
