@@ -59,15 +59,6 @@ def dense_lag_bias(lag: Tensor, past_bias: Tensor | None, future_bias: Tensor | 
     return dense
 
 
-def lag_key_offsets(query_offsets: Tensor, max_order: int, direction: str) -> Tensor:
-    """Key position holding lag k for each query, shape (Tq, K): column k-1 is ``t - k`` (past) or ``t + k``.
-
-    The inverse of :func:`lag_slot`, for fast paths that scatter per-lag values straight into score rows.
-    """
-    lags = torch.arange(1, max_order + 1, device=query_offsets.device)
-    sign = -1 if direction == "past" else 1
-    return query_offsets[:, None] + sign * lags[None, :]
-
 
 def prediction_lags(source_lags: tuple[int, ...]) -> tuple[int, ...]:
     """A next-token source's lags as attention lags of the position that predicts.
