@@ -8,6 +8,7 @@ import pytest
 import torch
 from padding_masks import mixed_mask, padded_segments
 from saved_memory import bytes_saved_for_backward
+from twins import assert_dropout_of_probabilities
 
 from markovformer.ops.forgetting_attention import (
     dense_decay_bias,
@@ -45,6 +46,16 @@ def test_dense_decay_bias_is_the_sum_of_log_gates_between_query_and_key():
             low, high = min(t, j), max(t, j)
             expected = log_forget[..., low + 1 : high + 1].sum(-1)
             torch.testing.assert_close(bias[..., t, j], expected)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_dropout_drops_probabilities_and_the_recomputed_backward_drops_the_same(causal):
+    q, k, _, log_forget = _inputs(12, batch=2)
+    assert_dropout_of_probabilities(
+        lambda v, p: forgetting_attention_chunked(q, k, v, log_forget, window=None, causal=causal, dropout_p=p,
+                                                  chunk_size=4),  # fmt: skip
+        batch=2, heads=HEADS, length=12, dropout_p=0.5,
+    )
 
 
 @pytest.mark.parametrize("causal", [True, False])

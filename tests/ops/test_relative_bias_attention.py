@@ -8,7 +8,7 @@ import pytest
 import torch
 from padding_masks import mixed_mask, padded_segments
 from saved_memory import bytes_saved_for_backward
-from twins import assert_same_gradients, randn
+from twins import assert_dropout_of_probabilities, assert_same_gradients, randn
 
 from markovformer.layers.position_bias_attention import T5BiasAttention, T5BiasOptions
 from markovformer.ops.relative_bias_attention import (
@@ -48,6 +48,16 @@ def test_chunked_matches_naive_on_outputs_and_all_gradients(causal, window, chun
     assert_same_gradients(got, expected, tensors, rtol=1e-10, atol=1e-10)
     if padded:  # the fully padded row sees no key: zeros, not NaN
         assert torch.equal(got[3], torch.zeros_like(got[3]))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_dropout_drops_probabilities_and_the_recomputed_backward_drops_the_same(causal):
+    q, k, _, lag_bias = (t.detach() for t in _inputs(12, batch=2))
+    assert_dropout_of_probabilities(
+        lambda v, p: relative_bias_attention_chunked(q, k, v, lag_bias, window=None, causal=causal, dropout_p=p,
+                                                     chunk_size=4),  # fmt: skip
+        batch=2, heads=HEADS, length=12, dropout_p=0.5,
+    )
 
 
 @pytest.mark.parametrize("causal", [True, False])
