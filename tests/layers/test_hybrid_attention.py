@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from markovformer.layers import HybridAttention, MarkovAttention, RandomFeatureAttention
+from markovformer.ops.segments import Segments
 
 D_MODEL, HEADS, LENGTH = 16, 4, 10
 MARKOV = dict(max_order=2, scope="local", window=3, gate="mlp", gate_input="token")
@@ -150,6 +151,26 @@ def test_parallel_is_the_sum_of_both_layers(causal):
     expected = markov(x, mask) + features(x, mask)
     torch.testing.assert_close(hybrid(x, mask), expected, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(hybrid(x, mask, return_gates=True).output, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_parallel_weights_are_the_markov_heads_then_the_feature_heads(packed):
+    torch.manual_seed(0)
+    hybrid = HybridAttention(mode="parallel", d_model=D_MODEL, n_heads=HEADS, **MARKOV, **FEATURES).double().eval()
+    _randomise_markov(hybrid)
+    x, mask = _input(), _mask()
+    parts = {}
+    if packed:  # row 0 holds two documents (positions restart at 4)
+        position_ids = torch.cat([torch.arange(4), torch.arange(LENGTH - 4)])[None].repeat(2, 1)
+        parts["segments"] = Segments.from_positions(position_ids, mask)
+    markov = hybrid.markov(x, mask, return_weights=True, **parts)
+    features = hybrid.random_features(x, mask, return_weights=True, **parts)
+    got = hybrid(x, mask, return_weights=True, **parts)
+    assert got.weights.shape == (2, 2 * HEADS, LENGTH, LENGTH)
+    torch.testing.assert_close(got.weights, torch.cat([markov.weights, features.weights], dim=1), rtol=0, atol=0)
+    torch.testing.assert_close(got.output, markov.output + features.output, rtol=0, atol=0)
+    if packed:  # no weight crosses from the second document back into the first
+        assert (got.weights[0, :, 4:, :4] == 0).all()
 
 
 def test_unknown_hybrid_mode_raises():
