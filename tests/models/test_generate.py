@@ -317,6 +317,16 @@ def test_eos_ends_a_row_and_generation_stops_once_every_row_has():
         assert stopped.shape[1] == 6 + max(int(hit[0]) for hit in ends) + 1
 
 
+def test_zero_new_tokens_give_the_prompt_back_without_reading_it():
+    model = _markovian(INCREMENTAL["markov_local"]).eval()
+    prompt, mask = _left_padded()
+    forwards = []
+    model.model.register_forward_hook(lambda *_: forwards.append(1))
+    assert torch.equal(model.generate(prompt, attention_mask=mask, max_new_tokens=0), prompt)
+    assert not forwards  # no prefill of a prompt nothing is generated after
+    assert model.generate(prompt, attention_mask=mask, max_new_tokens=1).shape == (3, 7) and forwards
+
+
 def test_sampling_follows_the_generator_and_top_k_one_is_greedy():
     model = _markovian(INCREMENTAL["markov_global"])
     prompt, mask = _left_padded()
