@@ -388,6 +388,9 @@ def test_ordinary_chains_list_every_lag():
         (lambda: MarkovChain(1, 2, torch.tensor([[0.6, 0.6], [0.5, 0.5]])), "transition"),
         (lambda: MarkovChain(1, 2, torch.tensor([[float("nan"), 1.0], [0.5, 0.5]])), "transition"),
         (lambda: MarkovChain(2, 2, torch.full((4, 2), 0.5), true_lags=(3,)), "true_lags"),
+        (lambda: MarkovChain(1, 2, [[0.5, 0.5], [0.5, 0.5]]), "transition must be a torch.Tensor"),
+        (lambda: MarkovChain(1, 2, torch.tensor([[True, False], [False, True]])), "transition must be a real-valued"),
+        (lambda: MarkovChain(1, 2, torch.full((2, 2), 0.5 + 0j)), "transition must be a real-valued"),
         (lambda: switching_chain(1.5, 0.3), "p"),
         (lambda: switching_chain(0.2, -0.1), "q"),
         (lambda: switching_chain(0.0, 0.0), "p \\+ q"),
@@ -397,6 +400,8 @@ def test_ordinary_chains_list_every_lag():
         (lambda: lagged_chain(3, (0, 2)), "lags"),
         (lambda: lagged_chain(3, (2, 2)), "lags"),
         (lambda: lagged_chain(1, (1,)), "num_symbols"),
+        (lambda: lagged_chain(3, (1, 2), strength=math.nan), "strength"),
+        (lambda: lagged_chain(3, (1, 2), strength="2"), "strength"),
         (lambda: switching_chain(0.2, 0.3).sample(0, 5), "batch"),
         (lambda: switching_chain(0.2, 0.3).sample(2, -1), "length"),
         (lambda: switching_chain(0.2, 0.3).sample(2, 5, initial="zeros"), "initial"),
@@ -405,6 +410,7 @@ def test_ordinary_chains_list_every_lag():
         (lambda: switching_chain(0.2, 0.3).oracle_loss(torch.tensor([[0.0, 1.0]])), "x"),
         (lambda: switching_chain(0.2, 0.3).oracle_loss(torch.tensor([[1]])), "x"),
         (lambda: random_chain(2, 2).context_index(torch.tensor([0, 1, 1])), "x"),
+        (lambda: switching_chain(0.2, 0.3).log_prob_next(torch.tensor([0, 1, 1])), "x must have shape \\(B, T\\)"),
     ],
 )
 def test_bad_inputs_raise_value_error_naming_argument(build, name):

@@ -96,6 +96,13 @@ def test_bad_inputs_raise_value_error_naming_argument(kwargs, name):
         RandomChainSampler(**arguments)
 
 
+@pytest.mark.parametrize(("batch", "length", "name"), [(0, 5, "batch"), (2.0, 5, "batch"), (True, 5, "batch"),
+                                                       (2, -1, "length"), (2, 5.0, "length")])  # fmt: skip
+def test_sample_refuses_a_bad_batch_or_length_naming_it(batch, length, name):
+    with pytest.raises(ValueError, match=f"^{name} must be an integer"):
+        RandomChainSampler(1, 2, per_sequence=True).sample(batch, length)
+
+
 def _binary_kernels(*rows: list[float]) -> torch.Tensor:
     return torch.tensor([list(rows)], dtype=torch.float64)
 
@@ -122,6 +129,10 @@ def _two_binary_kernels() -> torch.Tensor:
         # kernels[b] scores x[b]: one row of x for two kernels never read the second, three raised an IndexError
         (lambda: icl_oracle_loss(torch.tensor([[0, 1, 1, 0]]), _two_binary_kernels()), "x"),
         (lambda: icl_oracle_loss(torch.tensor([[0, 1, 1, 0]] * 3), _two_binary_kernels()), "x"),
+        # kernels[b] scores x[b] from its k-th symbol on: T = k leaves nothing to score
+        (lambda: icl_oracle_loss(torch.tensor([[0]]), _binary_kernels([0.5, 0.5], [0.2, 0.8])), "x must have length"),
+        (lambda: icl_oracle_loss(torch.tensor([[0, 1]]), torch.tensor([[0.5, 0.5]])), "kernels must have shape"),
+        (lambda: sample_from_kernels(5, torch.full((1, 2, 1), 1.0)), "kernels must have shape"),
         # a negative length gave (B, k - 1) symbols
         (lambda: sample_from_kernels(-1, _binary_kernels([0.5, 0.5], [0.2, 0.8])), "x_length"),
         # beta <= 0 or nan gave all-NaN kernels; order 0 and one symbol gave kernels of no chain

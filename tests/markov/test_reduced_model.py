@@ -217,3 +217,10 @@ def test_independent_symbols_make_every_start_reach_the_global_minimum(p, q):
 def test_switching_rates_outside_the_unit_interval_are_refused(build, name):
     with pytest.raises(ValueError, match=f"^{name}"):
         build()
+
+
+@pytest.mark.parametrize(("steps", "lr", "name"), [(-1, 0.1, "steps"), (2.0, 0.1, "steps"), (True, 0.1, "steps"),
+                                                   (3, 0.0, "lr"), (3, math.inf, "lr"), (3, "0.1", "lr")])  # fmt: skip
+def test_gradient_flow_refuses_a_bad_step_count_or_rate_naming_it(steps, lr, name):
+    with pytest.raises(ValueError, match=f"^{name} must be"):
+        gradient_flow(0.5, 0.5, 0.0, p=0.2, q=0.3, steps=steps, lr=lr)
