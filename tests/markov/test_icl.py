@@ -133,6 +133,9 @@ def _two_binary_kernels() -> torch.Tensor:
         (lambda: icl_oracle_loss(torch.tensor([[0]]), _binary_kernels([0.5, 0.5], [0.2, 0.8])), "x must have length"),
         (lambda: icl_oracle_loss(torch.tensor([[0, 1]]), torch.tensor([[0.5, 0.5]])), "kernels must have shape"),
         (lambda: sample_from_kernels(5, torch.full((1, 2, 1), 1.0)), "kernels must have shape"),
+        # a nested list raised AttributeError ('list' object has no attribute 'shape') from the message itself
+        (lambda: sample_from_kernels(5, [[[0.5, 0.5], [0.5, 0.5]]]), "kernels must be a torch.Tensor"),
+        (lambda: icl_oracle_loss(torch.tensor([[0, 1, 1]]), [[[0.5, 0.5], [0.2, 0.8]]]), "kernels must be a torch"),
         # a negative length gave (B, k - 1) symbols
         (lambda: sample_from_kernels(-1, _binary_kernels([0.5, 0.5], [0.2, 0.8])), "x_length"),
         # beta <= 0 or nan gave all-NaN kernels; order 0 and one symbol gave kernels of no chain

@@ -33,7 +33,9 @@ MODES = ("fixed", "per_sequence")
 
 def _order_of(kernels: Tensor) -> int:
     """k such that kernels (B, S**k, S) has S**k rows; ValueError unless every row is a distribution."""
-    if not isinstance(kernels, Tensor) or kernels.ndim != 3 or kernels.shape[-1] < 2 or kernels.shape[0] < 1:
+    if not isinstance(kernels, Tensor):
+        raise ValueError(f"kernels must be a torch.Tensor, got {type(kernels).__name__}")
+    if kernels.ndim != 3 or kernels.shape[-1] < 2 or kernels.shape[0] < 1:
         raise ValueError(f"kernels must have shape (B, S**k, S) with B >= 1, S >= 2, got {tuple(kernels.shape)}")
     num_symbols, num_contexts = kernels.shape[-1], kernels.shape[-2]
     order = round(math.log(num_contexts) / math.log(num_symbols)) if num_contexts > 0 else 0
