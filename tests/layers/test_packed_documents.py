@@ -156,6 +156,10 @@ def test_segment_ids_and_rebatching_round_trip():
     torch.testing.assert_close(back, x * mask[..., None])
     with pytest.raises(ValueError, match="position_ids must be >= 0"):
         segment_ids(-positions)
+    with pytest.raises(ValueError, match=r"position_ids must be \(B, T\); got shape \(7,\)"):
+        segment_ids(positions[0])
+    with pytest.raises(ValueError, match=r"position_ids \(2, 7\) and attention_mask \(2, 6\) must have the same"):
+        segment_ids(positions, mask[:, :6])
 
 
 @pytest.mark.parametrize("kind", ["s4d", "hyena", "gru"])

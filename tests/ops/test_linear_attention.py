@@ -354,12 +354,17 @@ def test_chunked_treats_segment_minus_one_as_padding_without_a_mask(causal):
         ({"chunk_size": 2.5}, "chunk_size must be an integer >= 1, got 2.5"),
         ({"chunk_size": 0}, "chunk_size must be an integer >= 1, got 0"),
         ({"initial_state": torch.zeros(2, 2, 4, 3)}, r"initial_state must be .* = \(2, 2, 4, 4\), got shape"),
+        ({"backend": "naive", "output_final_state": True}, "the naive backend carries no state"),
+        ({"backend": "chunked", "output_final_state": True, "segment_ids": torch.zeros(2, 5, dtype=torch.long)},
+         r"packed documents \(segment_ids\) carry no state"),
+        ({"backend": "chunked", "output_final_state": True, "causal": False},
+         "bidirectional linear attention reads the whole sequence"),
     ],
 )
 def test_chunked_arguments_raise_naming_them(change, message):
     q, v = torch.rand(2, 2, 5, 4), torch.rand(2, 2, 5, 3)
     with pytest.raises(ValueError, match=message):
-        linear_attention(q, q, v, causal=True, **{"output_final_state": "initial_state" in change, **change})
+        linear_attention(q, q, v, **{"causal": True, "output_final_state": "initial_state" in change, **change})
 
 
 @pytest.mark.parametrize("backend", ["naive", "chunked"])
@@ -385,3 +390,13 @@ def test_mixed_precision_leaves_the_feature_maps_and_sums_in_float32(backend, ki
     with torch.autocast("cpu", dtype=autocast_dtype):
         got = attend()
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_feature_functions_name_a_bad_size():
+    with pytest.raises(ValueError, match="num_features and head_dim must be >= 1, got 0 and 4"):
+        draw_projection(0, 4)
+    with pytest.raises(ValueError, match=r"x has head dim 3 but projection has shape \(8, 4\)"):
+        positive_features(torch.rand(1, 1, 2, 3), draw_projection(8, 4))
+    with pytest.raises(ValueError, match="unknown normaliser 'abs'"):
+        linear_attention_naive(torch.rand(1, 1, 2, 3), torch.rand(1, 1, 2, 3), torch.rand(1, 1, 2, 3), causal=True,
+                               normaliser="abs")  # fmt: skip

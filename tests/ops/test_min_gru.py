@@ -77,6 +77,8 @@ def test_masked_steps_never_change_the_carried_state(reverse):
 
 def test_bad_shapes_are_named():
     gate_logits, candidates = _inputs(2, 4, 3)
+    with pytest.raises(ValueError, match=r"gate_logits must be \(B, T, D\), got shape \(4, 3\)"):
+        min_gru(gate_logits[0], candidates[0])
     with pytest.raises(ValueError, match="candidates must match"):
         min_gru(gate_logits, candidates[:, :3])
     with pytest.raises(ValueError, match="mask must be"):

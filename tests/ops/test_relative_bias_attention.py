@@ -173,3 +173,11 @@ def test_bidirectional_t5_bias_needs_max_distance_above_the_exact_buckets_of_one
     T5BiasAttention(d_model=8, n_heads=2, causal=True, num_buckets=8, max_distance=5)
     with pytest.raises(ValueError, match=r"max_distance=2: must exceed num_buckets // 2 // 2 .* = 2"):
         T5BiasAttention(d_model=8, n_heads=2, causal=False, num_buckets=8, max_distance=2)
+
+
+@pytest.mark.parametrize("wrong", ["k", "v"])
+def test_keys_or_values_of_another_length_are_named(wrong):
+    q, k, v, lag_bias = (t.detach() for t in _inputs(6, batch=1))
+    tensors = {"q": q, "k": k, "v": v} | {wrong: {"k": k, "v": v}[wrong][:, :, :5]}
+    with pytest.raises(ValueError, match=r"q, k, v must be \(B, H, T, Dh\) with matching B, H, T"):
+        relative_bias_attention(*tensors.values(), lag_bias, window=None, causal=True)

@@ -112,6 +112,10 @@ def test_retention_forms_agree_at_a_decay_of_zero(gamma_value):
         ({"chunk_size": 0}, "chunk_size must be an integer >= 1, got 0"),
         ({"initial_state": torch.zeros(1, 2, 3, 3)}, r"initial_state must be .* \(1, 2, 4, 3\), got shape"),
         ({"q": torch.zeros(2, 5, 4)}, r"q must be \(B, H, T, Dk\), got shape \(2, 5, 4\)"),
+        ({"k": torch.zeros(1, 2, 5, 3)}, r"k must match q \(1, 2, 5, 4\) \(B, H, T, Dk\), got shape \(1, 2, 5, 3\)"),
+        ({"v": torch.zeros(1, 2, 4, 3)}, r"v must be \(B, H, T, Dv\) with \(B, H, T\) = \(1, 2, 5\), got shape"),
+        ({"initial_state": torch.zeros(1, 2, 4, 3), "segment_ids": torch.zeros(1, 5, dtype=torch.long)},
+         r"packed documents \(segment_ids\) carry no retention state"),
     ],
 )
 def test_retention_bad_arguments_raise_naming_them(change, message):
@@ -119,3 +123,10 @@ def test_retention_bad_arguments_raise_naming_them(change, message):
     arguments.update(change)
     with pytest.raises(ValueError, match=message):
         retention(**arguments, output_final_state="initial_state" in change)
+
+
+def test_chunkwise_retention_refuses_a_state_across_packed_documents():
+    q, k, v = randn(1, 2, 5, 4), randn(1, 2, 5, 4), randn(1, 2, 5, 3)
+    with pytest.raises(ValueError, match=r"packed documents \(segment_ids\) carry no retention state"):
+        retention_chunkwise(q, k, v, torch.tensor([0.9, 0.8]), output_final_state=True,
+                            segment_ids=torch.zeros(1, 5, dtype=torch.long))  # fmt: skip

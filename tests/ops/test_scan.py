@@ -196,6 +196,7 @@ def test_windowed_per_window_form_of_shared_inputs_is_the_shared_result():
         (lambda a, b: (a, b[:, :-1], 2, {}), "b must match a"),
         (lambda a, b: (a.unsqueeze(2), b.unsqueeze(2), 2, {}), "a is per-window"),
         (lambda a, b: (a, b.float(), 2, {}), "b has dtype"),
+        (lambda a, b: (a[:, :0], b[:, :0], 2, {}), "a must have at least one time step (T >= 1), got shape (2, 0, 3)"),
     ],
 )
 def test_windowed_errors_name_the_argument(args, message):

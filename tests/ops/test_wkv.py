@@ -78,6 +78,14 @@ def test_wkv_names_a_bad_input():
         wkv_scan(w, u, k, v, attention_mask=torch.ones(3, 12))
     with pytest.raises(ValueError, match=r"initial_state must be .* \(3, 6\); got shapes .*\(3,\)\]"):
         wkv_recurrent(w, u, k, v, initial_state=(k[:, 0], k[:, 0], k[:, 0, 0]))
+    with pytest.raises(ValueError, match=r"k must be \(B, T, C\), got shape \(11, 6\)"):
+        wkv_scan(w, u, k[0], v[0])
+    with pytest.raises(ValueError, match=r"v must match k \(3, 11, 6\) \(B, T, C\), got shape \(3, 10, 6\)"):
+        wkv_recurrent(w, u, k, v[:, :10])
+    with pytest.raises(ValueError, match="bidirectional WKV reads the whole sequence: it carries no state"):
+        wkv_scan(w, u, k, v, causal=False, output_final_state=True)
+    with pytest.raises(ValueError, match=r"packed documents \(segment_ids\) carry no WKV state"):
+        wkv_scan(w, u, k, v, output_final_state=True, segment_ids=torch.zeros(3, LENGTH, dtype=torch.long))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
