@@ -11,9 +11,11 @@ import pytest
 import torch
 
 from markovformer import MarkovianTransformerConfig
-from markovformer.layers.attention import AttentionOutput
+from markovformer.layers.attention import AttentionOutput, SelfAttention
 from markovformer.layers.options import interval, option, option_help
-from markovformer.layers.registry import ATTENTION_KINDS, attention_option_names, build_attention
+from markovformer.layers.registry import ATTENTION_KINDS, AttentionKind, attention_option_names, build_attention
+from markovformer.layers.softmax_attention import SoftmaxCore, SoftmaxOptions
+from markovformer.ops.segments import Segments
 
 NEEDED = {"linformer": {"max_positions": 8}}  # options a kind cannot be built without
 
@@ -35,6 +37,8 @@ def test_an_undescribed_option_is_named_with_where_to_describe_it():
     with pytest.raises(KeyError, match=r"option 'width' of NewOptions has no help line: declare it as "
                                        r"option\(default, rule, help=\.\.\.\) in " + __name__):  # fmt: skip
         option_help(NewOptions, "width")
+    with pytest.raises(KeyError, match="NewOptions has no option 'height'"):
+        option_help(NewOptions, "height")
 
 
 @pytest.mark.parametrize("kind", sorted(ATTENTION_KINDS))
@@ -144,3 +148,28 @@ def test_a_causal_layer_never_reads_the_future_and_a_non_causal_one_does(kind, s
             moved = _output(layer, _perturbed_after(x, t))
             reach = (moved[:, : t + 1] - base[:, : t + 1]).abs().amax().item()
             assert reach > 1e-8 * base.abs().amax().item(), f"{kind} (non-causal): out[:t+1] never reads x[t+1:], t={t}"
+
+
+@pytest.mark.parametrize("kind", sorted(kind for kind in ATTENTION_KINDS if ATTENTION_KINDS[kind].accepts_causal(False)
+                                        and kind != "linformer"))  # fmt: skip
+def test_a_bidirectional_layer_refuses_a_decoding_state(kind):
+    """Each reads the whole sequence: given a state (a decoding call) it says so instead of decoding wrongly."""
+    layer = build_attention(kind, d_model=8, n_heads=2, causal=False, rotary=False)
+    with pytest.raises(ValueError, match="cannot decode incrementally"):
+        layer(torch.randn(2, 5, 8), None, state={})
+
+
+def test_bad_layer_arguments_are_named():
+    with pytest.raises(ValueError, match="unknown attention kind 'softmaxx'"):
+        build_attention("softmaxx", d_model=8, n_heads=2, causal=True, rotary=False)
+    with pytest.raises(ValueError, match="d_model=10 must be divisible by n_heads=3"):
+        build_attention("softmax", d_model=10, n_heads=3, causal=True, rotary=False)
+    with pytest.raises(ValueError, match=r"heads_per_core \[1\] must assign all 2 heads to the cores"):
+        SelfAttention(d_model=8, n_heads=2, cores=[SoftmaxCore(causal=True)], heads_per_core=[1], rotary=False)
+    with pytest.raises(ValueError, match="Linformer needs max_position"):
+        build_attention("linformer", d_model=8, n_heads=2, causal=False, rotary=False)
+    with pytest.raises(ValueError, match="causality='past': must be one of"):
+        AttentionKind(options=SoftmaxOptions, build=lambda *_: None, summary="", causality="past")
+    with pytest.raises(ValueError, match="SelectiveAttention cannot keep packed documents apart itself"):
+        layer = build_attention("selective", d_model=8, n_heads=2, causal=True, rotary=False)
+        layer(torch.randn(1, 4, 8), None, segments=Segments.from_positions(torch.tensor([[0, 1, 0, 1]])))

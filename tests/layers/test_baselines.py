@@ -413,3 +413,20 @@ def test_a_sequence_past_the_linformer_projections_names_the_config_field_and_th
                                         causal=False, max_positions=20, pooling="cls", num_labels=2)  # fmt: skip
     with pytest.raises(ValueError, match=r"sequence length 21 .* max_positions=20 \(pooling='cls' adds a position"):
         MarkovianTransformerForSequenceClassification(config)(torch.zeros(1, 20, dtype=torch.long))
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: h3_module.H3Options(ssm_state_size=3), "ssm_state_size=3: must be even"),
+        (lambda: H3Mixer(d_model=8, shift_taps=0), "shift_taps=0: must be >= 1"),
+        (lambda: HyenaMixer(d_model=8, convolution="direct_fft"), "convolution='direct_fft': expected one of"),
+        (lambda: DiagonalSSM(channels=4, ssm_state_size=3), "ssm_state_size=3: must be an even integer >= 2"),
+        (lambda: DiagonalSSM(channels=4, ssm_state_size=0), "ssm_state_size=0: must be an even integer >= 2"),
+        (lambda: DiagonalSSM(channels=4, mode="scan"), "mode='scan': expected one of"),
+    ],
+)
+def test_a_mixer_built_directly_names_its_bad_argument(build, message):
+    """The layers' own checks, for direct use (the model config refuses these values before building)."""
+    with pytest.raises(ValueError, match=message):
+        build()

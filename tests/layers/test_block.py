@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from markovformer.layers import GRUInjection, MarkovAttention, PreLNBlock, build_ffn
+from markovformer.ops.segments import Segments
 
 D_MODEL, HEADS = 16, 2
 
@@ -32,3 +33,16 @@ def test_block_is_three_residual_updates(with_gru, ffn):
     expected = expected + block.ffn(block.ffn_norm(expected))
     torch.testing.assert_close(result.output, expected, rtol=1e-12, atol=1e-12)
     assert set(result.gates) == {"past"}
+
+
+def test_a_block_refuses_a_state_it_cannot_carry_naming_its_mixer():
+    x = torch.randn(1, 4, D_MODEL)
+    bidirectional = MarkovAttention(d_model=D_MODEL, n_heads=HEADS, max_order=2, window=2, causal=False)
+    block = PreLNBlock(D_MODEL, bidirectional, build_ffn("gelu", D_MODEL))
+    with pytest.raises(ValueError, match="a block of MarkovAttention cannot decode incrementally"):
+        block(x, state={})
+    causal = PreLNBlock(D_MODEL, MarkovAttention(d_model=D_MODEL, n_heads=HEADS, max_order=2, window=2, causal=True),
+                        build_ffn("gelu", D_MODEL))  # fmt: skip
+    packed = Segments.from_positions(torch.tensor([[0, 1, 0, 1]]))
+    with pytest.raises(ValueError, match=r"packed documents \(position_ids\) cannot be decoded incrementally"):
+        causal(x, state={}, segments=packed)

@@ -137,3 +137,5 @@ def test_registry_and_config_take_the_pro_options():
                                    attention=[{"kind": "forgetting", "kv_shift": True}])  # fmt: skip
     with pytest.raises(ValueError, match="causal=True"):
         ForgettingAttention(d_model=D_MODEL, n_heads=HEADS, causal=False, kv_shift=True)(torch.randn(1, 3, D_MODEL))
+    with pytest.raises(ValueError, match=r"unknown FoX Pro parts \['k_shift'\]; expected some of"):
+        ForgettingAttention(d_model=D_MODEL, n_heads=HEADS, k_shift=True)

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from markovformer.layers import GRUInjection, MinGRUInjection
+from markovformer.layers import GRUInjection, MinGRUInjection, build_injection
 from markovformer.layers.baselines.recurrent import GRUMixer
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerModel
 from markovformer.ops.scan import min_gru_naive
@@ -172,3 +172,21 @@ def test_decoded_outputs_at_padded_positions_are_zero_after_real_tokens_too(make
         if isinstance(layer, MinGRUInjection):
             torch.testing.assert_close(decoded, layer(x, attention_mask=mask), rtol=1e-12, atol=1e-12)
     assert torch.equal(decoded[0, 3:5], torch.zeros_like(decoded[0, 3:5]))
+
+
+def test_bad_injection_arguments_are_named():
+    with pytest.raises(ValueError, match="injection kind 'lstm': expected one of"):
+        build_injection("lstm", D_MODEL)
+    with pytest.raises(ValueError, match="backend='cuda': expected one of"):
+        MinGRUInjection(D_MODEL, backend="cuda")
+    x = torch.randn(1, 3, D_MODEL)
+    for layer in (GRUInjection(D_MODEL, bidirectional=True), MinGRUInjection(D_MODEL, bidirectional=True)):
+        with pytest.raises(ValueError, match="reads the whole sequence: it cannot decode incrementally"):
+            layer(x, state={})
+
+
+def test_min_gru_state_dict_round_trips():
+    layer, fresh = MinGRUInjection(D_MODEL), MinGRUInjection(D_MODEL)
+    fresh.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 5, D_MODEL)
+    assert torch.equal(fresh(x), layer(x))

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from markovformer.layers import RotaryEmbedding, SwiGLU
+from markovformer.layers import RotaryEmbedding, SwiGLU, build_ffn
 from markovformer.layers.position import _pairs_view_as_complex
 
 
@@ -108,3 +108,8 @@ def test_rotary_layers_share_one_table_whose_rows_are_the_formula_near_and_beyon
     torch.testing.assert_close(layers[1](x, start=700), layers[1]._at(x, torch.tensor([[700]])), rtol=1e-12,
                                atol=1e-12)  # fmt: skip
     assert not torch.allclose(layers[1](x, start=700), layers[0](x, start=700))
+
+
+def test_an_unknown_ffn_kind_is_named():
+    with pytest.raises(ValueError, match="ffn must be one of .*; got 'relu'"):
+        build_ffn("relu", 8)
