@@ -160,3 +160,44 @@ def test_each_source_stops_at_its_own_max_length_and_an_overlong_one_at_max_leng
         result = beam_search(model, src, beam_size=2, max_length=3, length_penalty=1.0, max_lengths=caps)
     assert result.sequences.tolist() == [[A, A, PAD], [A, A, A]]
     assert torch.allclose(result.scores, torch.full((2,), math.log(0.6), dtype=result.scores.dtype))
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_without_max_length_a_search_runs_to_max_positions(monkeypatch, search):
+    """A decoder that never emits eos stops at the config's max_positions (32) when no max_length is given."""
+    model = _table_model(monkeypatch, {(A,) * n: {A: 1.0} for n in range(40)})
+    if search == "greedy":
+        result = greedy_search(model, torch.tensor([[3]]))
+    else:
+        result = beam_search(model, torch.tensor([[3]]), beam_size=2)
+    assert result.sequences.tolist() == [[A] * model.config.max_positions]
+
+
+@pytest.mark.parametrize(
+    ("caps", "message"),
+    [
+        (torch.tensor([[2, 3]]), r"max_lengths must be a \(B,\) = \(2,\) tensor of ints; got \(1, 2\)"),
+        (torch.tensor([2]), r"max_lengths must be a \(B,\) = \(2,\) tensor of ints; got \(1,\)"),
+        ([2, 3], r"max_lengths must be a \(B,\) = \(2,\) tensor of ints; got list"),
+        (torch.tensor([2.0, 3.0]), r"max_lengths must hold integers >= 1; got \[2.0, 3.0\]"),
+        (torch.tensor([2, 0]), r"max_lengths must hold integers >= 1; got \[2, 0\]"),
+        (torch.tensor([True, True]), r"max_lengths must hold integers >= 1; got \[True, True\]"),
+    ],
+)
+def test_bad_max_lengths_are_named(monkeypatch, caps, message):
+    model = _table_model(monkeypatch, {})
+    with pytest.raises(ValueError, match=message):
+        greedy_search(model, torch.tensor([[3], [4]]), max_length=3, max_lengths=caps)
+
+
+def test_generate_options_the_translator_cannot_follow_are_named_and_zero_new_tokens_give_none():
+    torch.manual_seed(0)
+    model = MarkovTranslatorForConditionalGeneration(_config(vocab_size=7, order=2)).eval()
+    src = torch.tensor([[3, 4, 5], [5, 4, 3]])
+    assert model.generate(src, max_new_tokens=0).shape == (2, 0)
+    with pytest.raises(ValueError, match=f"eos_token_id=1: this model uses its config's eos_token_id={EOS}"):
+        model.generate(src, max_new_tokens=3, eos_token_id=1)
+    with pytest.raises(ValueError, match="suppress_tokens: beam search does not suppress tokens"):
+        model.generate(src, max_new_tokens=3, num_beams=2, suppress_tokens=[3])
+    with pytest.raises(ValueError, match=r"labels must have the shape of tgt_ids \(2, 3\); got \(2, 2\)"):
+        model(src, tgt_ids=src, labels=src[:, :2])
