@@ -47,6 +47,11 @@ BASE = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=2)
         (dict(gate_gumbel_tau=0.0), "gate_gumbel_tau"),
         (dict(max_order=0), "max_order"),
         (dict(max_order=True), "max_order"),
+        (dict(attention="hybrid_split", markov_head_ratio=-0.5), "markov_head_ratio"),
+        (dict(attention=["markov", "hybrid_split"], markov_head_ratio=1.5), "markov_head_ratio"),
+        (dict(attention="hybrid_parallel", redraw_interval=-1), "redraw_interval"),
+        (dict(d_model=18), "position"),  # rotary needs an even head dimension: 18 / 2 = 9
+        (dict(attention=["markov", {"kind": "markov", "scope": "global", "window": 3}]), r"attention\[1\]\.window"),
     ],
 )
 def test_bad_config_names_the_field(changes, field):
