@@ -214,3 +214,29 @@ def count_hostile_inputs() -> int:
     """How many hostile inputs this file feeds the models (reported in the issue's note)."""
     return (len(HEADS) * len(BAD_IDS) + 2 * (len(CLASSES) + 1) + 1 + 4 + 3 * len(SAMPLING) + 3 + 1
             + len(TRANSLATION) + 1 + 3)  # fmt: skip
+
+
+def _small(**options) -> MarkovianTransformerConfig:
+    return MarkovianTransformerConfig(**{"vocab_size": VOCAB, "d_model": 8, "n_layers": 1, "n_heads": 2,
+                                         "max_order": 2, **options})  # fmt: skip
+
+
+@pytest.mark.parametrize("position", ["rotary", "sinusoidal"])
+def test_markovian_inputs_of_the_wrong_kind_or_shape_are_refused_naming_them(position):
+    model = MarkovianTransformerForCausalLM(_small(position=position))
+    with pytest.raises(ValueError, match=r"this model reads token ids: pass input_ids \(B, T\), not input_features"):
+        model.model(input_features=torch.zeros(2, 5, 8))
+    with pytest.raises(ValueError, match=r"position_ids must be \(B, T\) = \(2, 5\); got \(2, 4\)"):
+        model(IDS, position_ids=torch.zeros(2, 4, dtype=LONG))
+    with pytest.raises(ValueError, match=r"position_ids \(packed documents\) cannot be combined with a decoding state"):
+        model(IDS, position_ids=torch.zeros(2, 5, dtype=LONG), state={})
+    frames = MarkovianTransformerForCTC(_small(vocab_size=None, input_dim=4, causal=False, num_labels=LABELS))
+    with pytest.raises(ValueError, match=r"this model reads feature frames: pass input_features \(B, T, input_dim\)"):
+        frames.model(input_ids=IDS)
+
+
+def test_heads_that_cannot_work_with_their_config_are_refused():
+    with pytest.raises(ValueError, match="pooling='cls' needs causal=False"):
+        MarkovianTransformerForSequenceClassification(_small(pooling="cls", num_labels=LABELS))
+    with pytest.raises(ValueError, match="num_labels must count the blank and at least one symbol"):
+        MarkovianTransformerForCTC(_small(vocab_size=None, input_dim=4, causal=False, num_labels=1))
