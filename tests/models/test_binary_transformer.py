@@ -108,6 +108,13 @@ def test_every_weight_starts_at_the_configured_scale_and_the_readout_bias_at_zer
     assert model.readout_bias.item() == 0.0
 
 
+def test_the_longest_input_is_the_learned_positions():
+    """What the trainer and the HF cache read to refuse (or window) a longer sequence: 16 tokens, not 17."""
+    model = _random_model(True)
+    assert model.longest_input == model.config.max_positions == 16
+    model(torch.zeros(1, model.longest_input, dtype=torch.long))
+
+
 def test_mlp_width_defaults_to_four_times_the_embedding():
     for d in (4, 8):
         config = BinaryTransformerConfig(d_model=d)
@@ -133,6 +140,13 @@ def test_bad_inputs_and_configs_are_named():
         BinaryTransformerConfig(d_model=4, n_heads=3)
     with pytest.raises(ValueError, match="BinaryTransformerConfig.d_model=0"):
         BinaryTransformerConfig(d_model=0)
+    with pytest.raises(ValueError, match=r"input_ids must be \(B, T\); got shape \(4,\)"):
+        model(symbols[0])
+    for d_ff in (0, 2.5, True):
+        with pytest.raises(ValueError, match=f"BinaryTransformerConfig.d_ff={d_ff!r}: must be an integer >= 1 or None"):
+            BinaryTransformerConfig(d_ff=d_ff)
+    with pytest.raises(ValueError, match="BinaryTransformerConfig.tie_weights='yes': must be true or false"):
+        BinaryTransformerConfig(tie_weights="yes")
 
 
 def test_save_and_load_round_trip(tmp_path):
