@@ -9,8 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from markovformer.models.generation import sample_next_token
-
 MIN_STD = 1e-3  # every standard deviation is softplus(raw) + MIN_STD: never 0, so log densities stay finite
 LOG_2PI = math.log(2 * math.pi)
 
@@ -165,10 +163,6 @@ class CategoricalEmission(nn.Module):
         """y (...) token ids, x (..., dx) -> (...) nats."""
         log_probs = self.logits(x).float().log_softmax(-1)
         return log_probs.gather(-1, y.expand(log_probs.shape[:-1])[..., None]).squeeze(-1).to(x.dtype)
-
-    def sample(self, x: Tensor, generator: torch.Generator | None, temperature: float = 1.0) -> Tensor:
-        """x (B, dx) -> token ids (B,) (temperature 0: the most likely token)."""
-        return sample_next_token(self.logits(x), temperature, generator=generator)
 
 
 def standard_normal(shape: torch.Size | tuple[int, ...], like: Tensor, generator: torch.Generator | None) -> Tensor:
