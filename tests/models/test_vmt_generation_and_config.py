@@ -3,6 +3,8 @@ config, and bad config values and inputs refused by name."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from tiny_vmts import linear_gaussian_vmt, reading_vmt, tiny_vmt
@@ -116,6 +118,9 @@ def test_default_config_is_a_small_token_model():
         ({"vocab_size": 5, "dropout": "0.1"}, "dropout='0.1'"),  # a TypeError from comparing a str with 0.0
         ({"vocab_size": 5, "dropout": None}, "dropout=None"),
         ({"vocab_size": 5, "window": 0}, "window=0"),
+        ({"vocab_size": 5, "residual_posterior": 1}, "residual_posterior=1: must be true or false"),
+        ({"vocab_size": 5, "generative_from_data": "yes"}, "generative_from_data='yes': must be true or false"),
+        ({"vocab_size": 5, "generative_from_data": True}, "generative_from_data=True: .* needs input_dim"),
     ],
 )
 def test_bad_config_values_are_named(values, match):
@@ -137,6 +142,31 @@ def test_bad_inputs_are_named():
         model(input_ids=torch.tensor([[1, 2]]), attention_mask=torch.tensor([[0, 0]]))
     with pytest.raises(ValueError, match="num_samples=0"):
         model.elbo(torch.tensor([[1, 2]]), num_samples=0)
+    ids = torch.tensor([[1, 2], [3, 4]])
+    with pytest.raises(ValueError, match=r"num_samples=0: must be a positive integer"):
+        model.iw_bound(ids, num_samples=0)
+    with pytest.raises(ValueError, match=r"chunk_size=0: must be a positive integer"):
+        model.iw_bound(ids, num_samples=2, chunk_size=0)
+    with pytest.raises(ValueError, match=r"carry_mask must be \(B,\) = \(2,\); got \(3,\)"):
+        model(input_ids=ids, carry=torch.zeros(2, 3), carry_mask=torch.ones(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="carry holds NaN or infinite values in a carried row"):
+        model(input_ids=ids, carry=torch.tensor([[0.0, 0.0, 0.0], [0.0, math.nan, 0.0]]))
+    # a row not carried may hold anything: its carry is never read
+    model(input_ids=ids, carry=torch.tensor([[0.0, 0.0, 0.0], [0.0, math.nan, 0.0]]),
+          carry_mask=torch.tensor([True, False]))  # fmt: skip
+    with pytest.raises(ValueError, match="the VMT generates from unpadded prompts"):
+        model.generate(torch.tensor([[1, 2, 3]]), attention_mask=torch.tensor([[1, 1, 0]]), max_new_tokens=1)
+    vectors = tiny_vmt(vocab_size=None, input_dim=2)
+    with pytest.raises(ValueError, match=r"this VMT reads real vectors: pass input_features"):
+        vectors(input_ids=ids)
+    with pytest.raises(ValueError, match=r"input_features must be float \(B, T, 2\); got torch.float32"):
+        vectors(input_features=torch.zeros(2, 3, 5))
+    with pytest.raises(ValueError, match=r"emission has shape \(3, 3\); this VMT needs \(input_dim, latent_dim\)"):
+        vectors.set_linear_gaussian(
+            transition=torch.eye(3), transition_bias=torch.zeros(3), transition_std=torch.ones(3),
+            emission=torch.zeros(3, 3), emission_bias=torch.zeros(2), emission_std=torch.ones(2),
+            initial_mean=torch.zeros(3), initial_std=torch.ones(3),
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize("value", [2, 0.5])
