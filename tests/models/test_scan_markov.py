@@ -279,6 +279,8 @@ def test_a_decoding_state_scores_its_labels_and_refuses_padding_packing_and_a_ch
                                                                ids[:, 4:].reshape(-1)))  # fmt: skip
     with pytest.raises(ValueError, match="position_ids .* cannot be combined with a decoding state"):
         model(ids[:, :2], position_ids=torch.arange(2).expand(2, 2), state=state)
+    with pytest.raises(ValueError, match=r"position_ids must be \(B, T\) = \(2, 7\); got \(2, 6\)"):
+        model(ids, position_ids=torch.arange(6).expand(2, 6))
     with pytest.raises(ValueError, match="order=2: this decoding state was started with order 3"):
         model(_tokens(2, 1), order=2, state=state)
     with pytest.raises(ValueError, match="decodes unpadded sequences"):

@@ -72,3 +72,8 @@ def test_a_label_just_outside_the_classes_is_refused_by_name(bad, shown):
     with pytest.raises(ValueError) as caught:
         token_cross_entropy(logits, labels)
     assert str(caught.value) == f"labels holds {shown}, outside the classes [0, 5) (and not the ignored -100)"
+
+
+def test_labels_that_are_not_a_tensor_are_refused_naming_them():
+    with pytest.raises(TypeError, match="labels must be a tensor of class ids; got list"):
+        token_cross_entropy(torch.randn(1, 3, 5), [[0, 1, 2]])
