@@ -140,6 +140,15 @@ def test_weights_that_lack_a_tensor_or_hold_another_are_refused_naming_the_file(
         MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
 
 
+@pytest.mark.parametrize("content", [b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header....", b"", b"\x00" * 3])
+def test_a_damaged_weights_file_is_refused_naming_it(content, tmp_path):
+    """It raised safetensors' SafetensorError ('Error while deserializing header: ...'), naming no file."""
+    _model("causal_lm").save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(content)
+    with pytest.raises(ValueError, match=r"model.safetensors is not a readable safetensors file: "):
+        MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
+
+
 @pytest.mark.parametrize("text", ["{not json", "[" * 100_000 + "]" * 100_000], ids=["not-json", "nested-too-deeply"])
 def test_a_config_that_is_not_json_raises_naming_it(tmp_path, text):
     """A crafted config.json nested 100,000 deep raised RecursionError (a traceback at the command line) where

@@ -165,6 +165,7 @@ class PreTrainedModel(nn.Module):
         ``markovformer.hf`` (``transformers``' ``save_pretrained`` / ``Trainer.save_model``, whose bookkeeping keys,
         ``TRANSFORMERS_CONFIG_KEYS``, the model ignores; those that are not ``WRITER_KEYS``, such as label names and
         special token ids, are kept in ``transformers_settings`` and written back by ``save_pretrained``)."""
+        from safetensors import SafetensorError
         from safetensors.torch import load_model
 
         directory = Path(directory)
@@ -184,6 +185,8 @@ class PreTrainedModel(nn.Module):
             load_model(model, str(directory / WEIGHTS_NAME), strict=True, device=map_location)
         except RuntimeError as error:
             raise ValueError(f"{directory / WEIGHTS_NAME} does not match {cls.__name__}: {error}") from error
+        except SafetensorError as error:  # a damaged or truncated file
+            raise ValueError(f"{directory / WEIGHTS_NAME} is not a readable safetensors file: {error}") from error
         return model.eval()
 
     @classmethod
