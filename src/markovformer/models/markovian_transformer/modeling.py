@@ -113,7 +113,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         if config.init_scheme == "gpt2":
             self.scale_residual_projections()
         # whether ``forward(..., state=...)`` can continue a sequence: causal, and every block carries a state (its
-        # kinds' declared ``supports_state``; Hyena and Linformer do not), resolved once
+        # kinds' declared ``supports_state``; Linformer's does not), resolved once
         self.decodes_incrementally = config.causal and all(block.supports_state for block in self.blocks)
 
     def scale_residual_projections(self) -> None:
