@@ -167,3 +167,37 @@ def test_an_accelerator_this_trainer_does_not_take_is_refused_naming_the_key(tmp
     assert not run_dir.exists()
     assert {TrainerConfig(accelerator=name).accelerator for name in ("cpu", "gpu", "cuda", "mps", "auto")} == {
         "cpu", "gpu", "cuda", "mps", "auto"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [("model.d_model=30", "d_model=30: must be divisible by n_heads=4"),
+     ("model.attention=bogus", "attention='bogus': must be one of"),
+     ("model.atention=markov", "unknown key model.atention")],
+)  # fmt: skip
+def test_a_model_no_data_could_make_valid_is_refused_before_the_data_is_built(tmp_path, capsys, monkeypatch, override,
+                                                                              fragment):  # fmt: skip
+    """A text run fits its tokenizer before the model is built (it needs the vocabulary): a typo in the model section
+    was reported after the fit, which on a large corpus takes minutes."""
+    import markovformer.training.runner as runner
+
+    def built(*args, **kwargs):
+        raise AssertionError("the data was built before the model section was checked")
+
+    monkeypatch.setattr(runner, "build_data", built)
+    text = tmp_path / "corpus.txt"
+    text.write_text("some text to fit a tokenizer on\n" * 50)
+    run_dir = tmp_path / "run"
+    one_line_refusal(capsys, ["train", "text_char", f"data.path={text}", f"output_dir={run_dir}", override,
+                              "trainer.max_steps=2"], fragment)  # fmt: skip
+    assert not run_dir.exists()
+
+
+def test_a_model_whose_fault_is_the_datas_size_is_left_to_the_built_data(tmp_path, capsys):
+    """The stand-in vocabulary does not decide what the data will: a model.vocab_size that disagrees with the text is
+    refused naming the data's, after it is built."""
+    text = tmp_path / "corpus.txt"
+    text.write_text("abcab\n" * 2000)
+    one_line_refusal(capsys, ["train", "text_char", f"data.path={text}", f"output_dir={tmp_path / 'run'}",
+                              "model.vocab_size=300", "trainer.max_steps=2"],
+                     "model.vocab_size=300 disagrees with the data")  # fmt: skip

@@ -107,15 +107,36 @@ def build_run_task(config: RunConfig, bundle: DataBundle) -> Task:
     return task
 
 
+def check_model_before_data(config: RunConfig) -> None:
+    """Refuse a model section that no data could make valid before the data is built (fitting a tokenizer on a large
+    corpus takes minutes, and a typo in model.attention was reported after it): the model's config is built with a
+    stand-in vocabulary where the data would give one. An error naming a size the data fills (the vocabulary, the
+    input width, the labels, the special ids) is left to ``build_model``, which knows them."""
+    config_class, values = _model_values(config)
+    fields = {field.name for field in dataclasses.fields(config_class)}
+    if "vocab_size" in fields and values.get("vocab_size") is None and values.get("input_dim") is None:
+        values["vocab_size"] = 256
+    try:
+        build_dataclass(config_class, values, "model", lambda key: other_section_hint(key, "model", *run(config)))
+    except ConfigError as error:
+        if not any(key in str(error) for key in TASKS[config.task].sizes_from_data):
+            raise
+
+
+def _model_values(config: RunConfig) -> tuple[type, dict]:
+    """The model family's config class and the run's model section in its current keys."""
+    config_class = MODEL_FAMILIES[config.model_type].config_class
+    try:
+        return config_class, config_class.upgrade_keys(dict(config.model))  # runs written before a field was renamed
+    except ValueError as error:
+        raise ConfigError(f"model: {error}") from error
+
+
 def build_model(config: RunConfig, info: dict) -> torch.nn.Module:
     """The task's head, with input and label sizes taken from the data (a conflicting explicit value is an error), in
     the dtype its run trains its weights in (``WEIGHT_DTYPES``)."""
     head = head_class(config.model_type, config.task)
-    config_class = MODEL_FAMILIES[config.model_type].config_class
-    try:
-        values = config_class.upgrade_keys(dict(config.model))  # runs written before a field was renamed
-    except ValueError as error:
-        raise ConfigError(f"model: {error}") from error
+    config_class, values = _model_values(config)
     fields = {field.name for field in dataclasses.fields(config_class)}
     for key in TASKS[config.task].sizes_from_data:
         if key not in info or key not in fields:

@@ -21,7 +21,13 @@ from markovformer.advice import said_as
 from markovformer.atomic import WRITE_ERRORS
 from markovformer.data.bundle import DataBundle
 from markovformer.models.config_base import suggest
-from markovformer.training.build import build_data, build_model, build_run_task, check_run_outside_data
+from markovformer.training.build import (
+    build_data,
+    build_model,
+    build_run_task,
+    check_model_before_data,
+    check_run_outside_data,
+)
 from markovformer.training.checkpoint import step_checkpoints
 from markovformer.training.checkpoint_io import SafetensorsCheckpointIO
 from markovformer.training.data_record import check_same_data
@@ -284,6 +290,7 @@ def _build_and_fit(config: RunConfig, writer: bool, resume: bool, rewrite_config
     fine_tuning = config.init_from is not None and checkpoint is None
     # a resumed run encodes with its saved tokenizer, a fine-tuning one with its source's (the ids its weights know)
     source = tokenizer_source(config.init_from, config.init_from_skip, config.data) if fine_tuning else None
+    check_model_before_data(config)
     bundle = build_data(config, run_dir if resume else source)
     task = build_run_task(config, bundle)
     model = build_model(config, bundle.info)
