@@ -81,6 +81,7 @@ def checkpoint_run(source: Path) -> Path | None:
 def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], str]:
     """The weights in a run directory or a saved model directory (see the module docstring), and which they are (for
     a run: its final model/ or the checkpoint it fell back to, and their step)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     if source.is_file() and checkpoint_run(source) is None:
@@ -92,7 +93,11 @@ def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], str]:
         loaded = load_trained_run(source)
         return loaded.model.state_dict(), f" ({weights_described(loaded.weights)})"
     if (source / "model.safetensors").is_file():
-        return load_file(str(source / "model.safetensors")), ""
+        try:
+            return load_file(str(source / "model.safetensors")), ""
+        except SafetensorError as error:  # cut short by a copy or a killed save
+            raise ConfigError(f"init_from={str(source)!r}: cannot read model.safetensors, not a whole safetensors "
+                              f"file ({error})") from error  # fmt: skip
     raise ConfigError(f"init_from={str(source)!r} is neither a run directory (config.yaml) nor a saved model "
                       f"directory (model.safetensors)")  # fmt: skip
 
