@@ -25,3 +25,23 @@ def test_a_saved_model_directory_with_a_cut_weights_file_is_refused_in_one_line(
     with pytest.raises(ConfigError, match=f"init_from={str(saved)!r}: cannot read {weights.name}"):
         initialise_from(model, saved, [])
     assert all(tensor.equal(before[name]) for name, tensor in model.state_dict().items())
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_init_from_skip_embeddings_starts_the_language_models_output_over_the_vocabulary_fresh_too(tmp_path, tied):
+    """init_from_skip: [embeddings] makes the run fit a new tokenizer, yet lm_head (one row per token id) was loaded:
+    a new alphabet of the same size kept the old head's rows for other symbols, silently; tied to the embedding
+    (tie_word_embeddings), the loaded lm_head.weight even overwrote the embedding said to start fresh. Both now keep
+    the new model's initialisation, every other tensor the source's, bit for bit."""
+    config = MarkovianTransformerConfig(vocab_size=6, d_model=8, n_layers=1, n_heads=2, max_order=2,
+                                        tie_word_embeddings=tied)  # fmt: skip
+    source = MarkovianTransformerForCausalLM(config)
+    source.save_pretrained(tmp_path / "source")
+    model = MarkovianTransformerForCausalLM(config)
+    fresh = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    line = initialise_from(model, tmp_path / "source", ["embeddings"])
+    vocabulary = {"model.embed.weight", "lm_head.weight"}
+    for name, tensor in model.state_dict().items():
+        expected = fresh[name] if name in vocabulary else source.state_dict()[name]
+        assert tensor.equal(expected), name
+    assert line.endswith("(2 left fresh by init_from_skip)"), line

@@ -6,8 +6,9 @@ read with its run as ``eval`` reads it) or a folder written by ``save_pretrained
 model.safetensors). Every tensor must match the new model's name and shape; a changed head (other labels) or
 vocabulary is refused with the names that differ, unless ``init_from_skip`` names them: ``head`` (the tensors
 outside the backbone ``model.``: lm_head, classifier, ...; refused for a model without one, where it would be
-every tensor), ``embeddings`` (names holding ``embed``: the inputs a vocabulary changes) or any tensor-name prefix.
-Skipped tensors keep the new model's fresh initialisation.
+every tensor), ``embeddings`` (the tensors a vocabulary indexes: names holding ``embed`` and a language model's
+``lm_head``, its output per token id) or any tensor-name prefix. Skipped tensors keep the new model's fresh
+initialisation.
 
 The new run encodes its data with the source's tokenizer when it keeps one (``tokenizer_source``): a tokenizer
 fitted again on other text, or with other options, has as many ids (a BPE of a fixed size, often an alphabet) that
@@ -28,7 +29,10 @@ from markovformer.training.run_config import load_yaml
 from markovformer.training.run_dir import load_trained_run, run_of_checkpoint, weights_described
 from markovformer.training.trainer_config import ConfigError
 
-SKIP_GROUPS = {"head": "the task head (tensors outside model.)", "embeddings": "the embeddings (names with 'embed')"}
+SKIP_GROUPS = {"head": "the task head (tensors outside model.)",
+               "embeddings": "the tensors a vocabulary indexes (names with 'embed', and lm_head)"}
+# A language model's output rows, one per token id: a new tokenizer (embeddings skipped) gives them other symbols.
+VOCABULARY_HEAD = "lm_head"
 
 
 def skipped(name: str, skip: list[str] | tuple[str, ...]) -> bool:
@@ -36,7 +40,7 @@ def skipped(name: str, skip: list[str] | tuple[str, ...]) -> bool:
     for entry in skip:
         if entry == "head" and not name.startswith("model."):
             return True
-        if entry == "embeddings" and "embed" in name:
+        if entry == "embeddings" and ("embed" in name or name.startswith(VOCABULARY_HEAD)):
             return True
         if entry not in SKIP_GROUPS and name.startswith(entry):
             return True
