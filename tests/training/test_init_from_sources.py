@@ -1,6 +1,9 @@
-"""What init_from reads: a saved model directory's weights, refused in one line when they cannot be read."""
+"""What init_from reads (a saved model directory's weights, refused in one line when they cannot be read, and which
+tensors init_from_skip starts fresh) and what a fine-tuning run records of it."""
 
 import pytest
+import yaml
+from conftest import TINY_RUN, run_in_process
 
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 from markovformer.training.init_from import initialise_from
@@ -45,3 +48,18 @@ def test_init_from_skip_embeddings_starts_the_language_models_output_over_the_vo
         expected = fresh[name] if name in vocabulary else source.state_dict()[name]
         assert tensor.equal(expected), name
     assert line.endswith("(2 left fresh by init_from_skip)"), line
+
+
+def test_a_fine_tuning_run_records_the_run_it_started_from_wherever_it_is_resumed(tmp_path):
+    """config.yaml kept init_from as typed, relative to the folder the run was started in: resumed from another
+    folder before its first checkpoint, a fine-tuning run loaded that folder's parent/, another run, silently (or
+    refused "no such run" where there was none). It records the source's absolute path."""
+    trainer = {**TINY_RUN["trainer"], "max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY_RUN, "trainer": trainer}))
+    assert run_in_process("train", "tiny.yaml", "output_dir=parent", cwd=tmp_path).returncode == 0
+    tuned = run_in_process("train", "tiny.yaml", "output_dir=tuned", "init_from=parent", cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.stderr
+    recorded = yaml.safe_load((tmp_path / "tuned" / "config.yaml").read_text())["init_from"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert (elsewhere / recorded).resolve() == (tmp_path / "parent").resolve(), recorded

@@ -197,7 +197,12 @@ def write_hf_tokenizer(run_dir: Path) -> None:
 
 
 def write_resolved_config(run_dir: Path, config: RunConfig) -> None:
-    text = write_yaml(plain_values(config.to_dict()))
+    """Write ``config`` as the run's config.yaml, ``init_from`` as an absolute path: a resume from another folder
+    that has no checkpoint yet starts from it again, and a relative one would name that folder's run."""
+    values = config.to_dict()
+    if values["init_from"] is not None:
+        values["init_from"] = os.path.abspath(values["init_from"])
+    text = write_yaml(plain_values(values))
     atomic_write_text(run_dir / RESOLVED_CONFIG, text)
 
 
