@@ -63,3 +63,15 @@ def test_a_fine_tuning_run_records_the_run_it_started_from_wherever_it_is_resume
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     assert (elsewhere / recorded).resolve() == (tmp_path / "parent").resolve(), recorded
+
+
+@pytest.mark.parametrize("start", ["run", "./run/", "run/checkpoints/last.ckpt"])
+def test_a_run_that_would_start_from_itself_is_refused_in_one_line_naming_why(tmp_path, start):
+    """output_dir=run init_from=run claimed the new folder, then refused "init_from='run' is neither a run directory
+    (config.yaml) nor a saved model directory": true of the empty folder it had just made, and no word of the cause.
+    The config is refused before anything is written, naming both keys."""
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY_RUN))
+    refused = run_in_process("train", "tiny.yaml", "output_dir=run", f"init_from={start}", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "init_from=" in refused.stderr and "is inside this run's own output_dir='run'" in refused.stderr
+    assert not (tmp_path / "run").exists()

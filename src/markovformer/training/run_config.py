@@ -72,6 +72,10 @@ class RunConfig:
         # as a shell would: a data file or init_from given as ~/... names the home folder's (it was 'no such file')
         self.data = {key: _home_expanded(value) if key in FILE_OPTIONS else value for key, value in self.data.items()}
         self.init_from = _home_expanded(self.init_from)
+        if self.init_from is not None and _own_weights(Path(self.init_from), Path(self.output_dir)):
+            raise ConfigError(f"init_from={self.init_from!r} is inside this run's own output_dir={self.output_dir!r}: "
+                              f"a run cannot start from itself; to train a run longer, extend it with "
+                              f"--resume")  # fmt: skip
         if self.init_from_skip and self.init_from is None:
             raise ConfigError("init_from_skip is set but init_from is not: name the run or model directory to start "
                               "from")  # fmt: skip
@@ -86,6 +90,13 @@ def path_text(value: Any) -> Any:
     """A path given from Python as a ``pathlib.Path`` (any ``os.PathLike``) as config.yaml holds it, a str; anything
     else as it is, for the type check that reads it."""
     return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+def _own_weights(init_from: Path, output_dir: Path) -> bool:
+    """Whether ``init_from`` names the weights of the run ``output_dir`` itself: the run, its model/ or a checkpoint
+    file of it (a run directory beside others in ``output_dir``, runs/parent for output_dir=runs, is not)."""
+    start, run = init_from.resolve(), output_dir.resolve()
+    return start in (run, run / "model") or start.parent == run / "checkpoints"
 
 
 def _home_expanded(value: Any) -> Any:
