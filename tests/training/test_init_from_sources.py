@@ -75,3 +75,22 @@ def test_a_run_that_would_start_from_itself_is_refused_in_one_line_naming_why(tm
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert "init_from=" in refused.stderr and "is inside this run's own output_dir='run'" in refused.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_changed_position_table_is_named_alone_in_the_advice_not_with_every_embedding(tmp_path):
+    """A source with another max_positions (learned positions) differs in one tensor, model.position_embedding; the
+    advice was init_from_skip: [embeddings], which also starts the token embeddings and lm_head fresh. It now names
+    the differing tensor, and following it takes every other tensor from the source."""
+    options = {"vocab_size": 6, "d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2, "position": "learned"}
+    source = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**options, max_positions=16))
+    source.save_pretrained(tmp_path / "source")
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**options, max_positions=32))
+    with pytest.raises(ConfigError) as refused:
+        initialise_from(model, tmp_path / "source", [])
+    advice = str(refused.value).split("add init_from_skip: [")[1].rstrip("]").split(", ")
+    assert advice == [name for name in model.state_dict() if "position" in name]
+    line = initialise_from(model, tmp_path / "source", advice)
+    assert line.endswith("(1 left fresh by init_from_skip)"), line
+    for name, tensor in model.state_dict().items():
+        if name not in advice:
+            assert tensor.equal(source.state_dict()[name]), name

@@ -150,7 +150,11 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
         shapes = "; ".join(f"{name} {list(stored[name].shape) if name in stored else 'missing'} -> "
                            f"{list(own[name].shape) if name in own else 'not in this model'}"
                            for name in problems[:3])  # fmt: skip
-        choice = (f"; to start them fresh (a changed head or vocabulary), add init_from_skip: [{', '.join(groups)}]"
+        # a group that would also start tensors fresh that fit (learned positions beside the token embeddings) is
+        # named by the differing tensors instead, when they are few
+        needless = any(skipped(name, groups) and name not in problems for name in taken)
+        entries = problems if needless and len(problems) <= 3 else groups
+        choice = (f"; to start them fresh (a changed head or vocabulary), add init_from_skip: [{', '.join(entries)}]"
                   if groups and all(skipped(name, groups) for name in problems) else "")  # fmt: skip
         raise ConfigError(f"init_from={str(source)!r} does not fit this run's model: {len(problems)} tensors differ "
                           f"({shapes}){choice}")  # fmt: skip
