@@ -212,3 +212,26 @@ def test_a_jsonl_line_nested_too_deeply_is_named_with_its_line(tmp_path):
     path.write_text("\n".join(lines[:2] + ["[" * 100_000 + "]" * 100_000] + lines[2:]) + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"deep\.jsonl: line 3 is not JSON \(JSON nested too deeply"):
         load_text_lm(path, seq_len=4, fractions=(1.0, 0.0, 0.0), cache_dir=tmp_path / "cache", documents="jsonl")
+
+
+@pytest.mark.parametrize("record_chars", [30, 7])
+def test_past_its_budget_a_record_file_is_sampled_from_64_evenly_spaced_record_starts(tmp_path, record_chars):
+    """What BPE is fitted on (sampled_records): from each of 64 evenly spaced offsets, the records starting at the
+    first record start at or after it, until ``budget / 64`` characters are taken; within the budget, every record."""
+    texts = [f"{index:03d}" + "r" * (record_chars - 3) for index in range(400)]
+    path = tmp_path / "notes.jsonl"
+    _write_jsonl(path, texts)
+    data = path.read_bytes()
+    starts = [0] + [match.end() for match in re.finditer(rb"\n", data)][:-1]  # each line's first byte
+    budget, size = 64 * 20, len(data)
+    expected = []
+    for index in range(64):
+        first = next(i for i, start in enumerate(starts) if start >= size * index // 64)
+        taken = 0
+        for text in texts[first:]:  # the naive reference: whole records from that start until the share is taken
+            expected.append(text)
+            taken += len(text)
+            if taken >= budget // 64:
+                break
+    assert list(text_stream.sampled_records(path, 0, size, budget, "jsonl", "text")) == expected
+    assert list(text_stream.sampled_records(path, 0, size, size, "jsonl", "text")) == texts
