@@ -45,6 +45,14 @@ def test_collate_pads_position_ids_with_zero():
     assert batch["position_ids"].dtype == torch.long
 
 
+def test_collate_examples_without_labels_gives_a_batch_without_labels():
+    """Labels are optional (examples to score or generate from): the batch then holds only the padded inputs."""
+    batch = collate([{"input_ids": torch.tensor([4, 5])}, {"input_ids": torch.tensor([6])}])
+    assert sorted(batch) == ["attention_mask", "input_ids"]
+    assert torch.equal(batch["input_ids"], torch.tensor([[4, 5], [6, 0]]))
+    assert torch.equal(batch["attention_mask"], torch.tensor([[1, 1], [1, 0]]))
+
+
 def test_collate_copies_so_editing_the_batch_leaves_examples_alone():
     shared = torch.tensor([1, 2, 3])
     batch = collate([{"input_ids": shared, "labels": shared}])
@@ -67,6 +75,8 @@ def test_collate_copies_so_editing_the_batch_leaves_examples_alone():
         ([{"input_features": torch.zeros(2, 3)}, {"input_features": torch.zeros(2, 4)}], "example 1"),
         ([{"input_ids": torch.tensor([1])}, {"input_ids": torch.tensor([], dtype=torch.long)}], "example 1"),
         ([{"input_ids": torch.tensor([1]), "mask": torch.tensor([1])}], "keys"),
+        ([{"input_ids": torch.tensor([1]), "labels": torch.tensor(0)}, {"input_ids": torch.tensor([1])}],
+         r"^example 1 has keys \['input_ids'\] but example 0 has \['input_ids', 'labels'\]$"),
     ],
 )
 def test_collate_rejects_bad_examples(examples, message):
@@ -91,6 +101,9 @@ def test_split_sizes_closed_form_and_bad_fractions():
     assert split_sizes(10, (0.8, 0.1, 0.1)) == (8, 1, 1)
     assert split_sizes(100, (0.7, 0.15, 0.15)) == (70, 15, 15)
     assert split_sizes(2, (0.0, 0.5, 0.5)) == (0, 1, 1)
+    for bad_n in [-1, 2.0, True]:
+        with pytest.raises(ValueError, match=rf"^split size n must be a non-negative int, got {bad_n!r}$"):
+            split_sizes(bad_n, (0.8, 0.1, 0.1))
     for bad in [(0.5, 0.5), (0.8, 0.3, 0.1), (1.2, -0.1, -0.1), (0.8, 0.1, 0.105)]:  # named as the config's option
         with pytest.raises(ValueError, match=r"^data\.fractions must "):
             split_sizes(10, bad)
