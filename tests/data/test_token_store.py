@@ -121,39 +121,6 @@ def test_a_failed_write_leaves_no_cache(tmp_path):
     assert [p.name for p in (tmp_path / "cache").iterdir()] == []
 
 
-def test_a_store_another_builder_renamed_into_place_first_is_kept_and_this_staging_removed(tmp_path, monkeypatch):
-    """Two builders of one store (one that took no lock): the later rename fails on the finished store, which is
-    opened, and the later builder's staging folder is removed; a rename failing with no store there is the cache's
-    error, leaving nothing."""
-    import shutil
-
-    path = tmp_path / "corpus.txt"
-    path.write_text("abc\n" * 100, encoding="utf-8")
-    segments, cache = [Segment(str(path), 0, 400)], tmp_path / "cache"
-    rename, ids = os.rename, {"a": 1, "b": 2, "c": 3, "\n": 4}
-
-    def encode(text):
-        return np.array([ids[c] for c in text], np.int64)
-
-    def finished_first(source, target):  # the other builder's store lands just before this rename
-        shutil.copytree(source, target)
-        rename(source, target)  # a folder onto a non-empty folder: OSError
-
-    monkeypatch.setattr(os, "rename", finished_first)
-    store = open_or_build(segments, "{}", encode, 10, None, cache)
-    assert store.read(0, 400).tolist() == [1, 2, 3, 4] * 100
-    assert [p.name for p in cache.iterdir()] == [store.folder.name]
-
-    def failed(source, target):
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(os, "rename", failed)
-    shutil.rmtree(store.folder)
-    with pytest.raises(ValueError, match="Input/output error.*nothing was cached"):
-        open_or_build(segments, "{}", encode, 10, None, cache)
-    assert list(cache.iterdir()) == []
-
-
 def test_a_cache_dir_that_cannot_be_a_folder_is_one_line_naming_it(tmp_path):
     """data.cache_dir naming a file (or a place where no folder can be made) ended in a bare 'Not a directory'
     naming only the staging folder inside it: it is the token cache's own one-line error, naming the folder."""
