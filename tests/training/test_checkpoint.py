@@ -14,7 +14,12 @@ from safetensors import safe_open
 from torch.utils.data import DataLoader, TensorDataset
 
 from markovformer.training import checkpoint as checkpoint_module
-from markovformer.training.checkpoint import FORMAT_KEY, load_checkpoint_file, save_checkpoint_file
+from markovformer.training.checkpoint import (
+    FORMAT_KEY,
+    load_checkpoint_file,
+    read_checkpoint_skeleton,
+    save_checkpoint_file,
+)
 from markovformer.training.checkpoint_io import SafetensorsCheckpointIO
 
 
@@ -192,6 +197,50 @@ def test_malformed_header_raises_value_error(tmp_path):
         safetensors.torch.save_file({"w": torch.ones(1)}, tmp_path / "c.ckpt", metadata={FORMAT_KEY: header})
         with pytest.raises(ValueError, match=str(tmp_path / "c.ckpt")):
             load_checkpoint_file(tmp_path / "c.ckpt")
+
+
+def _root(entries: str) -> str:
+    return '{"version": 1, "root": ' + entries + "}"
+
+
+@pytest.mark.parametrize("header, said", [
+    (_root("[" * 5000 + "]" * 5000), "nested too deeply"),  # too deep for the JSON parser
+    (_root('{"$dict": [["a", ' + "[" * 700 + "]" * 700 + "]]}"), "nested too deeply"),  # parsed; too deep to decode
+    (_root("[]"), "the root is not a dict"),
+    (_root('{"$dict": [["a"]]}'), "bad dict entry ['a']"),
+    (_root('{"$dict": [[1.5, 0]]}'), "bad dict entry [1.5, 0]"),
+    (_root('{"$dict": [], "x": 1}'), "unexpected node {'$dict': [], 'x': 1}"),
+    (_root('{"$dict": [["d", {"$device": "warp:9"}]]}'), "bad device 'warp:9'"),
+    (_root('{"$dict": [["n", NaN]]}'), "not valid JSON (non-standard JSON constant NaN)"),
+])  # fmt: skip
+def test_each_malformed_header_is_one_value_error_saying_what_is_wrong(tmp_path, header, said):
+    """Read whole or as a skeleton (header only), a header no save writes is a ValueError naming the file and the
+    fault, never a RecursionError, TypeError or a tensor made of a bad value."""
+    path = tmp_path / "c.ckpt"
+    safetensors.torch.save_file({"w": torch.ones(1)}, path, metadata={FORMAT_KEY: header})
+    for read in (load_checkpoint_file, read_checkpoint_skeleton):
+        with pytest.raises(ValueError) as raised:
+            read(path)
+        assert str(raised.value).startswith(f"{path}: malformed checkpoint header: {said}")
+
+
+def test_a_skeleton_of_a_file_that_is_no_checkpoint_or_names_an_absent_tensor_is_refused(tmp_path):
+    safetensors.torch.save_file({"w": torch.ones(2)}, tmp_path / "plain.safetensors")
+    with pytest.raises(ValueError, match=f"^{tmp_path / 'plain.safetensors'} is not a markovformer checkpoint "):
+        read_checkpoint_skeleton(tmp_path / "plain.safetensors")
+    with pytest.raises(FileNotFoundError, match=f"^{tmp_path / 'missing.ckpt'}: no checkpoint file here$"):
+        read_checkpoint_skeleton(tmp_path / "missing.ckpt")
+    header = _root('{"$dict": [["a", {"$tensor": "absent"}]]}')
+    safetensors.torch.save_file({"w": torch.ones(1)}, tmp_path / "c.ckpt", metadata={FORMAT_KEY: header})
+    with pytest.raises(ValueError, match=r"malformed checkpoint header: no tensor 'absent' in the file$"):
+        read_checkpoint_skeleton(tmp_path / "c.ckpt")
+
+
+def test_a_checkpoint_that_is_not_a_dict_is_refused_before_anything_is_written(tmp_path):
+    for root in ([1, 2], OrderedDict, "text"):
+        with pytest.raises(TypeError, match="^checkpoint: expected a dict, got "):
+            save_checkpoint_file(root, tmp_path / "c.ckpt")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_crash_during_the_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
