@@ -1,10 +1,11 @@
-"""DataBundle as a notebook shows it: its repr names the splits' sizes and what a run reads from it."""
+"""DataBundle as a notebook shows it; JoinedSplits (eval --split all) as the concatenation of its splits."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from markovformer.data.bundle import DataBundle
+from markovformer.data.bundle import DataBundle, JoinedSplits
 
 
 def test_a_bundles_repr_gives_the_split_sizes_not_every_example():
@@ -16,3 +17,14 @@ def test_a_bundles_repr_gives_the_split_sizes_not_every_example():
     shown = repr(bundle)
     assert shown.startswith("DataBundle(train=512 examples, val=64 examples, test=32 examples, info={")
     assert "'vocab_size': 24" in shown and "tensor" not in shown and len(shown) < 600
+
+
+@pytest.mark.parametrize("splits", [(["a", "b"], [], ["c"]), (["a"], ["b", "c"], []), ([], [], ["a", "b", "c"])])
+def test_joined_splits_index_as_their_concatenation_and_refuse_past_either_end(splits):
+    """eval --split all: the splits one after another, an empty one included; negative indices count from the end."""
+    joined, concatenated = JoinedSplits(*splits), [example for split in splits for example in split]
+    assert len(joined) == 3
+    assert [joined[index] for index in range(-3, 3)] == concatenated[-3:] + concatenated
+    for outside in (3, -4):
+        with pytest.raises(IndexError, match=f"^example {outside} of 3$"):
+            joined[outside]

@@ -132,11 +132,11 @@ class JoinedSplits:
         if not -len(self) <= index < len(self):
             raise IndexError(f"example {index} of {len(self)}")
         index %= len(self)
-        for split in self.splits:
+        for split in self.splits[:-1]:
             if index < len(split):
                 return split[index]
             index -= len(split)
-        raise IndexError(index)
+        return self.splits[-1][index]  # in range: the splits' lengths sum to len(self)
 
 
 class Renormalised:
