@@ -243,7 +243,6 @@ def _build(root: Path, folder: Path, write: Callable[[Path], None]) -> None:
                                            "run keeps its data options) or as $MARKOVFORMER_CACHE (where "
                                            "data.cache_dir is null)")) from None  # fmt: skip
         raise
-    return TokenStore(folder)
 
 
 def _write_store(staging: Path, segments, encode, encode_batch, dtype, vocab_size, end_of_document,
