@@ -43,6 +43,11 @@ def test_a_stream_pickled_for_a_worker_yields_the_batches_from_the_step_it_was_s
     assert all(torch.equal(ours[key], theirs[key]) for ours, theirs in zip(received, expected, strict=True)
                for key in ours)  # fmt: skip
     assert not torch.equal(next(iter(stream))["input_ids"], expected[0]["input_ids"])  # step 0 differs from step 5
+    # a second worker started now (its examples packed once, for both) begins at the step the trainer is at now
+    packed = stream.packed
+    second_worker = pickle.loads(pickle.dumps(stream))
+    assert stream.packed is packed
+    assert _equal_batches(list(itertools.islice(iter(second_worker), 6)), list(itertools.islice(iter(stream), 6)))
 
 
 def _examples(count: int) -> list[dict]:
