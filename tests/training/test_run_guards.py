@@ -104,6 +104,28 @@ def test_a_new_run_replaces_the_start_files_a_killed_start_left(tmp_path):
         assert killed == fresh, name
 
 
+@pytest.mark.parametrize("kept_beside", [[], ["notes.txt"]])
+def test_a_new_run_without_a_tokenizer_removes_the_one_a_killed_start_left(tmp_path, kept_beside):
+    """A text run's start killed before config.yaml left tokenizer/; a new run of data with no tokenizer (a Markov
+    chain) in that folder removes its tokenizer.json, which eval and generate would read as the run's (the folder
+    too, unless something else is in it); a resume of such a run keeps what it finds."""
+    from markovformer.data.bundle import DataBundle
+    from markovformer.training.run_dir import write_start_files
+
+    example = {"input_ids": torch.arange(4), "labels": torch.arange(4)}
+    bundle = DataBundle(train=[example] * 4, val=[example], test=[example], info={"vocab_size": 4})
+    folder = tmp_path / "tokenizer"
+    for name in ("tokenizer.json", *kept_beside):
+        (tmp_path / "tokenizer").mkdir(exist_ok=True)
+        (folder / name).write_text("{}")
+    write_start_files(tmp_path, bundle, keep_existing=True)
+    assert (folder / "tokenizer.json").is_file()
+    write_start_files(tmp_path, bundle, keep_existing=False)
+    assert not (folder / "tokenizer.json").exists()
+    assert sorted(path.name for path in folder.iterdir()) == kept_beside if kept_beside else not folder.exists()
+    assert json.loads((tmp_path / "data.json").read_text())["sizes"] == {"train": 4, "val": 1, "test": 1}
+
+
 def test_an_inherited_rank_variable_neither_skips_the_lock_nor_the_new_run_guard(tiny_config, tmp_path):
     """A SLURM sweep of single-process jobs inherits SLURM_PROCID/RANK/LOCAL_RANK: a second `train` into a finished
     run is still refused and the run untouched (on main the guard was skipped and the run overwritten)."""
