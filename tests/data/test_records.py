@@ -107,6 +107,23 @@ def test_a_linked_folder_in_a_directory_is_read_as_its_files_and_a_link_back_up_
     assert np.asarray(bundle.train.store.tokens[:]).tolist() == _expected(bundle.tokenizer, read)
 
 
+def test_a_glob_names_its_matching_files_sorted_and_an_empty_folder_or_pattern_is_refused(tmp_path):
+    """data.path as a pattern: the files it matches (** recursive, folders left out), sorted; a pattern matching
+    nothing and a folder of only hidden files are each one error naming data.path."""
+    for name in ("b/2.txt", "a.txt", "b/deeper/1.txt", "b/x.csv", "hidden/.notes.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("text\n")
+    (tmp_path / "folder.txt").mkdir()  # matches the pattern, but is no file
+    expected = sorted(tmp_path / name for name in ("a.txt", "b/2.txt", "b/deeper/1.txt"))
+    assert text_stream.resolve_text_paths(f"{tmp_path}/**/*.txt") == expected
+    with pytest.raises(ValueError, match=r"^data\.path='.*/\*\.md': the pattern matches no file$"):
+        text_stream.resolve_text_paths(f"{tmp_path}/*.md")
+    with pytest.raises(ValueError, match=r"^data\.path='.*/hidden' is a directory holding no files$"):
+        text_stream.resolve_text_paths(tmp_path / "hidden")
+    with pytest.raises(ValueError, match=r"^data\.path='.*/absent\.txt': no such file$"):
+        text_stream.resolve_text_paths(tmp_path / "absent.txt")
+
+
 # ---- record boundaries: where a split may be cut ------------------------------------------------------------------
 
 
