@@ -68,3 +68,23 @@ def test_recompute_deletes_no_run_outside_the_experiments_runs_folder(tmp_path):
     forget_cells(out, ["*_seed=0"], log=lambda line: None)
     assert elsewhere.is_dir() and not (out / "runs" / "b_run").exists()
     assert list((out / "cells").glob("*.json")) == []
+
+
+def test_recompute_deletes_every_run_a_list_of_results_names_and_skips_one_already_gone(tmp_path):
+    """A cell whose result is a list (one entry per seed or per rate), runs nested in it: each named run under
+    OUT/runs goes with the cell; a run deleted by hand before is no error; another cell's run stays."""
+    runs = tmp_path / "runs"
+    for name in ("seed0", "seed1", "kept"):
+        (runs / name).mkdir(parents=True)
+    report = ExperimentReport(tmp_path, "t", log=lambda line: None)
+    listed = [{"run_dir": str(runs / "seed0")}, {"fits": [{"run_dir": str(runs / "seed1")}, {"run_dir": None}]},
+              {"run_dir": str(runs / "gone")}, 0.5]  # fmt: skip
+    report.cached("grid_seed=0", lambda: listed)
+    report.cached("other_seed=0", lambda: {"run_dir": str(runs / "kept")})
+    forget_cells(tmp_path, ["grid*"], log=lambda line: None)
+    assert sorted(path.name for path in runs.iterdir()) == ["kept"]
+
+
+def test_the_closing_line_says_when_a_cell_was_computed_outside_a_git_checkout():
+    installed = {"markovformer": "0.1.0", "git_commit": None}
+    assert code_provenance({"x": installed}) == "*1 cell, computed by markovformer 0.1.0, no git commit.*"
