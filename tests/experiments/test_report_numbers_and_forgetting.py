@@ -81,8 +81,9 @@ def test_recompute_deletes_every_run_a_list_of_results_names_and_skips_one_alrea
               {"run_dir": str(runs / "gone")}, 0.5]  # fmt: skip
     report.cached("grid_seed=0", lambda: listed)
     report.cached("other_seed=0", lambda: {"run_dir": str(runs / "kept")})
-    forget_cells(tmp_path, ["grid*"], log=lambda line: None)
+    removed = forget_cells(tmp_path, ["grid*"], log=lambda line: None)
     assert sorted(path.name for path in runs.iterdir()) == ["kept"]
+    assert [path.name for path in removed] == ["grid_seed=0.json", "seed0", "seed1"]  # what it deleted: not 'gone'
 
 
 def test_the_closing_line_says_when_a_cell_was_computed_outside_a_git_checkout():

@@ -232,11 +232,11 @@ def forget_cells(out_dir: str | Path, patterns: Sequence[str], log: Callable[[st
     for path in chosen:
         path.unlink()
         log(f"  {path.name}: removed, to be recomputed")
-    for run in runs:
-        if run.is_dir():
-            shutil.rmtree(run)
-            log(f"  {run}: its run, removed, to be trained again")
-    return [*chosen, *runs]
+    removed_runs = [run for run in runs if run.is_dir()]  # a run deleted by hand before is not deleted again
+    for run in removed_runs:
+        shutil.rmtree(run)
+        log(f"  {run}: its run, removed, to be trained again")
+    return [*chosen, *removed_runs]
 
 
 class MissingCell(ValueError):
