@@ -1,4 +1,5 @@
-"""The child-process harness: rows come back in order, and a child that fails or hangs gives clear rows."""
+"""The child-process harness: rows come back in order, and a child that fails or hangs gives clear rows; the scan
+and translation-decode parts' own computations."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 import torch
 
 from markovformer.bench.harness import ROW_PREFIX, run_in_child
-from markovformer.bench.scan import unbind_loop
+from markovformer.bench.scan import scan_step, seed_style_loss, unbind_loop
 from markovformer.bench.translation_decode import crossovers, translation_decode_case
+from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
 from markovformer.ops.scan import linear_scan
 
 
@@ -126,6 +128,30 @@ def test_scan_part_unbind_loop_is_the_recurrence():
     expected, expected_last = linear_scan(a, b, h0, backend="naive")
     torch.testing.assert_close(states, expected)
     torch.testing.assert_close(last, expected_last)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_the_seed_style_step_scores_the_model_the_library_step_trains(n):
+    """The throughput comparison is of one model in two forms: the source's step on n-gram samples gives the loss
+    the library's model gives its last position, reading the same n characters (weights scaled away from a near
+    uniform prediction, so that a wrong recurrence cannot agree by chance)."""
+    torch.manual_seed(0)
+    model = ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=12, d_model=16, context_mode="markov", order=5,
+                                                   max_positions=5)).eval()  # fmt: skip
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_()
+    samples = torch.randint(1, 12, (6, n + 1), generator=torch.Generator().manual_seed(n))
+    logits = model(samples[:, :n], order=n).logits[:, -1]
+    expected = torch.nn.functional.cross_entropy(logits, samples[:, n], label_smoothing=0.1)
+    loss = seed_style_loss(model, samples[:, :n], samples[:, n])
+    assert abs(float(expected) - float(torch.tensor(12.0).log())) > 0.5
+    torch.testing.assert_close(loss, expected)
+
+
+def test_an_unknown_scan_kind_is_named_with_the_known_ones():
+    with pytest.raises(ValueError, match=r"^unknown scan kind 'fast'; expected one of \('naive', "):
+        scan_step("fast", 16)
 
 
 def test_translation_decode_state_sizes_and_crossover():
