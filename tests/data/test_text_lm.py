@@ -241,6 +241,9 @@ def test_unreadable_text_names_the_path(tmp_path, content, message):
         ({"text_column": "body"}, "^data.text_column='body' applies only to data.documents='jsonl'"),
         ({"text_column": "body", "documents": "blank_line"}, "^data.text_column='body' applies only to"),
         ({"seq_len": 200}, "fewer than seq_len"),
+        ({"fit_bytes": 1000}, r"^data.fit_bytes=1000 must be an int of at least 1024$"),
+        ({"fractions": (0.0, 0.5, 0.5)}, r"corpus.txt: the train part is empty \(fractions \(0.0, 0.5, 0.5\)\)$"),
+        ({"fractions": (0.0, 0.5, 0.5), "tokenizer": "bpe", "vocab_size": 300}, r"corpus.txt: the train part is empty"),
     ],
 )
 def test_bad_options_raise(tmp_path, options, message):
