@@ -173,6 +173,7 @@ def test_random_starts_give_every_window_start(tmp_path):
     bundle = load_text_lm(path, seq_len=9, window_starts="random", fractions=(0.8, 0.1, 0.1),
                           cache_dir=tmp_path / "c")  # fmt: skip
     assert bundle.train_sampling == "uniform" and len(bundle.train) == 800 - 10 + 1
+    assert bundle.train.tail_tokens == 0  # every token is in some window
     assert bundle.tokenizer.decode(bundle.train[3]["input_ids"].tolist()) == "defghijabc"
     for split in (bundle.val, bundle.test):  # random starts are for training: val and test score each token once
         windows = [split.window(i) for i in range(len(split))]

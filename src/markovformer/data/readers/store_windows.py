@@ -62,10 +62,6 @@ class RandomStarts(StoreWindows):
         self.stride = 1
         self.count = max(self.stop - self.start - self.length + 1, 0)
 
-    @property
-    def tail_tokens(self) -> int:
-        return 0  # every token is in some window
-
 
 def store_example(store: TokenStore, begin: int, end: int, overlap: int = 0, position_ids: bool = False) -> dict:
     """The example of tokens [begin, end): ``input_ids`` and ``labels`` (the first ``overlap`` -100), and with
