@@ -55,6 +55,24 @@ def test_scan_ratios_are_the_slow_kinds_time_over_the_fast_ones():
     assert ratios["library_over_seed_style_chars_per_second"] == pytest.approx(3.0)
 
 
+def test_the_scan_table_prints_milliseconds_and_its_training_rates_and_ratios_after_the_json_round_trip():
+    """The scan part's printed section: seconds as ms per kind and T (naive skipped at 4096: a dash), each training
+    kind's rate (a failed one a dash), and each ratio of the summary, read back from bench.json."""
+    rows = [_row("naive", 256, seconds=0.8), _row("chunked", 256, seconds=0.05), _row("chunked", 4096, seconds=0.5),
+            _row("naive", 4096, skipped="beyond NAIVE_MAX_T")]
+    parts = {"scan": {"rows": rows, "training": [{"kind": "library", "chars_per_second": 30000.0},
+                                                 {"kind": "seed_style", "chars_per_second": 12000.0},
+                                                 {"kind": "other", "error": "exit 1"}]}}  # fmt: skip
+    record = json.loads(json.dumps({"parts": parts, "summary": summarise(parts)}))
+    text = format_summary(record)
+    assert _table_line(text, "linear scan, forward+backward: ms", 256) == ["800.0", "50.0"]
+    assert _table_line(text, "linear scan, forward+backward: ms", 4096) == ["—", "500.0"]
+    assert "Scan Markov training, library: 30,000 characters/s" in text
+    assert "Scan Markov training, other: —" in text
+    assert "  naive_over_chunked_at_256: 16.0x" in text  # 0.8 / 0.05
+    assert "  library_over_seed_style_chars_per_second: 2.5x" in text
+
+
 def test_the_printed_tables_show_each_rows_numbers_in_the_stated_units():
     """Read back from JSON (T keys as strings): ops in ms (seconds x 1e3) / MiB, a skipped size a dash; windows in
     ms / ns per (query, visible key) pair; models in tokens/s / MiB, as their headers say."""
