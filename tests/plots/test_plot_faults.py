@@ -1,12 +1,14 @@
 """Training curves and the position-biases figure tell the truth about awkward inputs: a row cut short by a kill is
 not plotted, a nan or inf loss leaves a gap and a red mark rather than a line joined across it, and extrapolation
 multiples out of order are refused before anything is trained or drawn. Saving releases a figure also when it fails,
-and a report folder a killed write left its temporary file in is still replaced whole."""
+a report folder a killed write left its temporary file in is still replaced whole, and a failed replacement leaves
+the previous report as it was."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import threading
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from markovformer.experiments import position_biases as experiment
-from markovformer.plots import curves
+from markovformer.plots import curves, saving
 from markovformer.plots.position_biases import plot_extrapolation
 from markovformer.plots.saving import new_figure, replace_folder, save_figure
 
@@ -119,4 +121,24 @@ def test_two_writers_of_one_report_folder_take_turns(tmp_path):
     second.join()
     assert errors == []
     assert (out / "index.html").read_text() == "B"  # A's report, then B's over it
+    assert [path.name for path in tmp_path.iterdir()] == ["report"]
+
+
+def test_a_report_that_cannot_be_renamed_into_place_leaves_the_previous_report_whole(tmp_path, monkeypatch):
+    """The old folder is moved aside before the new one is renamed in: when that rename fails, the old report is
+    put back as it was, and neither the new one's staging folder nor the moved-aside copy is left beside it."""
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "index.html").write_text("old")
+    rename = os.rename
+
+    def failing_for_the_new_report(source, target):
+        if Path(source).name.startswith(".report.staging-"):
+            raise OSError(5, "Input/output error", str(target))
+        rename(source, target)
+
+    monkeypatch.setattr(saving.os, "rename", failing_for_the_new_report)
+    with pytest.raises(OSError, match="Input/output error"):
+        replace_folder(out, lambda staging: (staging / "index.html").write_text("new"))
+    assert [path.name for path in out.iterdir()] == ["index.html"] and (out / "index.html").read_text() == "old"
     assert [path.name for path in tmp_path.iterdir()] == ["report"]
