@@ -61,3 +61,53 @@ def test_a_warm_up_longer_than_the_steps_is_changed_by_the_callers_own_means(mai
     assert str(raised.value).endswith("never reach its peak; overrides={'warmup_steps': N} with N <= 30")
     line = one_line_error(main_cli("experiment", "mixers", "--quick", "--set", "sizes=zoology-64", "steps=30"))
     assert line.endswith("never reach its peak; --set warmup_steps=N with N <= 30"), line
+
+
+def test_a_stopped_run_is_continued_by_the_callers_own_means(tmp_path):
+    """A stopped run's advice said "markovformer train --resume RUN" (a full disk, a diverged step) or "--resume RUN"
+    (a damaged finished.json) to a Python caller too; from Python it names resume('RUN'), with the overrides list."""
+    import errno
+
+    from markovformer.advice import command_line
+    from markovformer.training.divergence import DivergenceGuard
+    from markovformer.training.run_dir import continue_with_resume, finished_steps
+
+    run = tmp_path / "run"
+    _held_run(run)
+    (run / "finished.json").write_text("{")
+    full = OSError(errno.ENOSPC, "No space left on device", str(run / "metrics.json"))
+    diverged = DivergenceGuard(run, lr=0.01)
+
+    def advice() -> tuple[str, str, str]:
+        with pytest.raises(ConfigError) as damaged:
+            finished_steps(run)
+        disk = continue_with_resume(full, run).strerror
+        return disk, diverged.message(3, "the training loss is nan"), str(damaged.value)
+
+    disk, divergence, damaged = advice()
+    assert disk.endswith(f"No space left on device; continue it with resume({str(run)!r})"), disk
+    assert divergence.endswith(f"continue with resume({str(run)!r}, ['trainer.lr=...'])"), divergence
+    assert damaged.endswith(f"write the final files again with resume({str(run)!r})"), damaged
+    with command_line():
+        disk, divergence, damaged = advice()
+    assert disk.endswith(f"No space left on device; continue it with markovformer train --resume {run}"), disk
+    assert divergence.endswith(f"continue with markovformer train --resume {run} trainer.lr=..."), divergence
+    assert damaged.endswith(f"write the final files again with --resume {run}"), damaged
+
+
+def test_a_ctrl_c_in_the_final_writes_is_finished_by_the_callers_own_means(tmp_path, monkeypatch):
+    """train(config) stopped by a Ctrl-C while it wrote its final files said "finish it with markovformer train
+    --resume RUN" (the command line's words, checked in test_runner); from Python it names resume('RUN')."""
+    from conftest import TINY_RUN
+
+    from markovformer.training import runner
+    from markovformer.training.trainer_config import RunTerminated
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "write_final_files", interrupted)
+    run = tmp_path / "run"
+    with pytest.raises(RunTerminated) as stopped:
+        train(resolve_run_config({**TINY_RUN, "output_dir": str(run)}))
+    assert str(stopped.value).endswith(f"it is not finished; finish it with resume({str(run)!r})"), stopped.value

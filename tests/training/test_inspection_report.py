@@ -133,15 +133,24 @@ def test_a_checkpoints_report_goes_beside_the_runs_own(run, tmp_path):
     assert index.parent == copy / f"report-{checkpoint.stem}" and own.read_text() == page
 
 
-def test_an_unfinished_runs_report_says_it_is_unfinished(run, tmp_path):
-    """A killed run's report showed its last checkpoint's figures without saying the run had not finished."""
+def test_an_unfinished_runs_report_says_it_is_unfinished(run, tmp_path, main_cli):
+    """A killed run's report showed its last checkpoint's figures without saying the run had not finished. It says
+    how to evaluate and resume it in its caller's words: the commands to `inspect`'s user, the calls to Python's
+    (which were told "markovformer eval on it ... markovformer train --resume RUN" too)."""
+    import html
     import shutil
 
     copy = tmp_path / "copy"
     shutil.copytree(run, copy)
     (copy / "finished.json").unlink()
-    page = write_inspection_report(copy).read_text()
-    assert f"the run is unfinished: still training, or stopped (markovformer train --resume {copy} " in page
+    page = html.unescape(write_inspection_report(copy).read_text())
+    checkpoint = copy / "checkpoints" / "last.ckpt"
+    assert f"(its validation numbers: evaluate({str(checkpoint)!r}); the run is unfinished: still training, " \
+           f"or stopped (resume({str(copy)!r}) continues a stopped one)" in page
+    assert main_cli("inspect", str(copy)).returncode == 0
+    page = html.unescape((copy / "report" / "index.html").read_text())
+    assert f"(its validation numbers: markovformer eval on it; the run is unfinished: still training, or stopped " \
+           f"(markovformer train --resume {copy} continues a stopped one)" in page
     assert "the run is unfinished" not in write_inspection_report(run, out_dir=tmp_path / "finished").read_text()
 
 

@@ -232,7 +232,8 @@ def test_an_exit_inside_fit_that_no_signal_caused_is_not_reported_as_a_ctrl_c(tm
 
 def test_a_ctrl_c_inside_fit_is_a_termination_and_gives_the_caller_its_handler_back(tmp_path, monkeypatch):
     """Lightning turns a KeyboardInterrupt into sys.exit(1) and ignores SIGINT from then on: the run is a
-    termination (status 130, one line naming the step), and the caller's SIGINT handler is its own again."""
+    termination (status 130, one line naming the step and how to continue), and the caller's SIGINT handler is its
+    own again."""
     import signal
 
     import lightning.pytorch as L
@@ -258,6 +259,8 @@ def test_a_ctrl_c_inside_fit_is_a_termination_and_gives_the_caller_its_handler_b
         with pytest.raises(RunTerminated, match="interrupted \\(SIGINT, Ctrl-C\\) at step 3 of") as stopped:
             runner.train(resolve_run_config({**TINY_RUN, "output_dir": str(tmp_path / "run")}))
         assert stopped.value.exit_status == 130 and signal.getsignal(signal.SIGINT) is own
+        run = str(tmp_path / "run")  # said to a Python caller: the call, not `markovformer train --resume RUN`
+        assert str(stopped.value).endswith(f"continue with resume({run!r})"), stopped.value
     finally:
         signal.signal(signal.SIGINT, previous)
 

@@ -11,6 +11,7 @@ import lightning as L
 import torch
 
 from markovformer.training.checkpoint import step_checkpoints
+from markovformer.training.run_dir import resume_advice
 from markovformer.training.trainer_config import TrainingDiverged
 
 
@@ -50,7 +51,7 @@ class DivergenceGuard(L.Callback):
         last = f"its last checkpoint, {saved[-1].name}, is whole" if saved else "it has no checkpoint yet"
         return (f"training diverged at step {step}: {what}; the run stopped and {last}: lower the learning rate "
                 f"(trainer.lr={self.lr:g} now) or trainer.gradient_clip and continue with "
-                f"markovformer train --resume {self.run_dir} trainer.lr=...")  # fmt: skip
+                f"{resume_advice(self.run_dir, 'trainer.lr=...', command=True)}")  # fmt: skip
 
 
 __all__ = ["DivergenceGuard", "TrainingDiverged", "gradient_norm"]

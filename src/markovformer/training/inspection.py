@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from markovformer.advice import said_as
 from markovformer.atomic import WRITE_ERRORS
 from markovformer.data.collate import collate
 from markovformer.data.readers.tokenizer import load_tokenizer
@@ -41,7 +42,7 @@ from markovformer.training.isolation import built_on_the_cpu
 from markovformer.training.lag_profiles import example_prefix, lag_profiles, profile_caption
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.learned_positions import ReadPositions, position_figures
-from markovformer.training.run_dir import RESOLVED_CONFIG, load_trained_run, read_final_metrics
+from markovformer.training.run_dir import RESOLVED_CONFIG, load_trained_run, read_final_metrics, resume_advice
 from markovformer.training.run_report import (
     continuous_source,
     document_log_likelihood,
@@ -304,11 +305,12 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
                                       f"training row every N steps, N = min(trainer.log_every, 50) = "
                                       f"{config.trainer.log_rows_every}, and one at each validation)")  # fmt: skip
     unfinished = ("" if weights.get("run_finished", True) else
-                  f"; the run is unfinished: still training, or stopped (markovformer train --resume {run_dir} "
+                  f"; the run is unfinished: still training, or stopped ({resume_advice(run_dir, command=True)} "
                   f"continues a stopped one)")  # fmt: skip
+    evaluated = f"evaluate({str(run_dir / weights['source'])!r})"
     summary["weights shown"] = (f"the final model, step {weights['step']:,}" if weights["finished"] else
                                 f"{weights['source']} at step {weights['step']:,} (its validation numbers: "
-                                f"markovformer eval on it{unfinished})")  # fmt: skip
+                                f"{said_as('markovformer eval on it', evaluated)}{unfinished})")  # fmt: skip
     config_file = run_dir / RESOLVED_CONFIG
     config_text = config_file.read_text(encoding="utf-8") if config_file.is_file() else None
     title = f"markovformer run {run_dir.resolve().name}"  # `inspect .`: the name of "." is empty

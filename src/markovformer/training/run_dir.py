@@ -31,6 +31,7 @@ from typing import NamedTuple
 import torch
 from safetensors.torch import load_file
 
+from markovformer.advice import said_as
 from markovformer.atomic import atomic_write_text, remove_stale_temporaries
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
@@ -147,10 +148,10 @@ def finished_steps(run_dir: Path) -> int | None:
         return None
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ConfigError(f"{marker}: not a record of a finished run ({type(error).__name__}: {error}); delete it "
-                          f"and write the final files again with --resume {run_dir}") from None  # fmt: skip
+                          f"and write the final files again with {resume_advice(run_dir)}") from None  # fmt: skip
     if type(steps) is not int:
         raise ConfigError(f"{marker}: steps={steps!r} is not a step count; delete it and write the final files again "
-                          f"with --resume {run_dir}")  # fmt: skip
+                          f"with {resume_advice(run_dir)}")  # fmt: skip
     return steps
 
 
@@ -180,7 +181,16 @@ def continue_with_resume(error: OSError, run_dir: Path, what: str = "continue it
     """``error`` (a write of the run that failed: a full disk, a folder made read-only) saying after "; " how to go on
     once the cause is gone: ``--resume`` does ``what``, from checkpoints that are whole (atomic writes). Only a run
     with a config.yaml can be resumed; before it, the command is to be run again, which the CLI's line says."""
-    return OSError(error.errno, f"{error.strerror}; {what} with markovformer train --resume {run_dir}", error.filename)
+    return OSError(error.errno, f"{error.strerror}; {what} with {resume_advice(run_dir, command=True)}", error.filename)
+
+
+def resume_advice(run_dir: str | Path, *overrides: str, command: bool = False) -> str:
+    """How to resume ``run_dir`` (changing ``overrides``, ``KEY=VALUE``) in its caller's words (``advice.said_as``):
+    ``--resume RUN KEY=VALUE`` on the command line (with ``command``, the whole ``markovformer train --resume ...``),
+    ``resume('RUN', ['KEY=VALUE'])`` from Python."""
+    flags = " ".join((f"--resume {run_dir}", *overrides))
+    arguments = ", ".join((repr(str(run_dir)), *([repr(list(overrides))] if overrides else ())))
+    return said_as(f"markovformer train {flags}" if command else flags, f"resume({arguments})")
 
 
 def write_hf_tokenizer(run_dir: Path) -> None:

@@ -17,7 +17,6 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
-from markovformer.advice import said_as
 from markovformer.atomic import WRITE_ERRORS
 from markovformer.data.bundle import DataBundle
 from markovformer.models.config_base import suggest
@@ -72,6 +71,7 @@ from markovformer.training.run_dir import (
     read_final_metrics,
     record_resume,
     remove_stale_files,
+    resume_advice,
     write_final_files,
     write_resolved_config,
     write_run_files,
@@ -185,9 +185,8 @@ def train(config: RunConfig) -> dict:
     created = [folder for folder in (run_dir, *run_dir.parents) if not folder.exists()]  # the run's, then parents
     with run_dir_lock(run_dir, writer):
         if writer and ((run_dir / RESOLVED_CONFIG).exists() or (run_dir / "checkpoints").exists()):
-            again = said_as(f"--resume {run_dir}", f"resume({str(run_dir)!r})")
-            raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with {again} or choose "
-                              f"another output_dir")  # fmt: skip
+            raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with "
+                              f"{resume_advice(run_dir)} or choose another output_dir")  # fmt: skip
         try:
             return _fit(config, writer, resume=False)
         except BaseException:
@@ -235,10 +234,8 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
                               f"{trained.trainer.max_steps}; to train on, start a new run from its weights "
                               f"(init_from={str(run_dir)!r})")  # fmt: skip
         if finished is not None and finished >= extended.trainer.max_steps:
-            longer = said_as(f"--resume {run_dir} trainer.max_steps=N",
-                             f"resume({str(run_dir)!r}, ['trainer.max_steps=N'])")  # fmt: skip
             raise ConfigError(f"{run_dir} is a finished run ({finished} steps); to train it longer, extend it: "
-                              f"{longer} with N > {finished}")  # fmt: skip
+                              f"{resume_advice(run_dir, 'trainer.max_steps=N')} with N > {finished}")  # fmt: skip
         return _fit(extended, writer, resume=True, rewrite_config=extended != config)
 
 
@@ -375,7 +372,7 @@ def _build_and_fit(config: RunConfig, writer: bool, resume: bool, rewrite_config
         last = f"its last checkpoint is {saved[-1].name}" if saved else "it has no checkpoint yet"
         how = "terminated (SIGTERM)" if terminated else "interrupted (SIGINT, Ctrl-C)"
         raise RunTerminated(f"the run was {how} at step {trainer.global_step} of {tc.max_steps}: {last}; continue "
-                            f"with markovformer train --resume {run_dir}", signal.SIGTERM if terminated else
+                            f"with {resume_advice(run_dir, command=True)}", signal.SIGTERM if terminated else
                             signal.SIGINT, shown=writer) from None  # fmt: skip
     metrics = validation.metrics_at(trainer.global_step)
     if not writer:
@@ -390,8 +387,8 @@ def _build_and_fit(config: RunConfig, writer: bool, resume: bool, rewrite_config
         write_final_files(run_dir, model, fingerprint.fingerprint, results)
     except KeyboardInterrupt:  # the one line says what a Ctrl-C here left: a whole run, not yet finished
         raise RunTerminated(f"the run was interrupted (SIGINT, Ctrl-C) while writing its final files after step "
-                            f"{trainer.global_step}: it is not finished; finish it with markovformer train --resume "
-                            f"{run_dir}", signal.SIGINT) from None  # fmt: skip
+                            f"{trainer.global_step}: it is not finished; finish it with "
+                            f"{resume_advice(run_dir, command=True)}", signal.SIGINT) from None  # fmt: skip
     report_results(results, model, bundle, task.metric_labels)
     logs = "logs/metrics.csv, tensorboard/" if tc.logger == "tensorboard" else "logs/metrics.csv"
     print(f"run directory: {run_dir}  (model/, checkpoints/, {logs}, metrics.json)")
