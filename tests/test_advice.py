@@ -111,3 +111,41 @@ def test_a_ctrl_c_in_the_final_writes_is_finished_by_the_callers_own_means(tmp_p
     with pytest.raises(RunTerminated) as stopped:
         train(resolve_run_config({**TINY_RUN, "output_dir": str(run)}))
     assert str(stopped.value).endswith(f"it is not finished; finish it with resume({str(run)!r})"), stopped.value
+
+
+def test_an_experiments_arguments_are_named_as_its_caller_gave_them(tmp_path, main_cli):
+    """run_experiment(...) refused its own arguments as flags (--seeds 0 1 0, --recompute, --from-cells, --out) that a
+    Python caller never gave; from Python they are named as the call's arguments (seeds=, recompute=, from_cells=,
+    out_dir), on the command line as its flags still."""
+    from markovformer.experiments import run_experiment
+    from markovformer.experiments.report import MissingCell, claim_folder
+    from markovformer.experiments.settings import single_seed
+
+    (tmp_path / "cells").mkdir()
+    claim_folder(tmp_path, "mixers")
+    refusals = [  # (Python's words, the command line's words, the call, its command line)
+        ("seeds=(-1,): -1 must lie in [0, 2**32)", "--seeds -1 must lie in [0, 2**32)",
+         {"seeds": (-1,)}, ("--seeds=-1",)),
+        ("seeds=(0, 1, 0) repeats a seed; give each once", "--seeds 0 1 0 repeats a seed; give each once",
+         {"seeds": (0, 1, 0)}, ("--seeds", "0", "1", "0")),
+        ("recompute=['*'] forgets cells that from_cells=True would read: use one or the other",
+         "--recompute forgets cells that --from-cells would read: use one or the other",
+         {"recompute": ["*"], "from_cells": True}, ("--recompute", "*", "--from-cells")),
+        (f"from_cells=True: {tmp_path / 'none'} has no cells/ folder", f"--from-cells: {tmp_path / 'none'} has no "
+         f"cells/ folder", {"from_cells": True, "out": tmp_path / "none"}, ("--from-cells",)),
+        (f"{tmp_path} holds the experiment 'mixers' (experiment.json); give landscape another out_dir",
+         f"{tmp_path} holds the experiment 'mixers' (experiment.json); give landscape another --out", {}, ()),
+    ]  # fmt: skip
+    for python, command_line, call, flags in refusals:
+        out = call.pop("out", tmp_path)
+        with pytest.raises(ValueError) as raised:
+            run_experiment("landscape", out, quick=True, **call)
+        assert python in str(raised.value), raised.value
+        one_line_error(main_cli("experiment", "landscape", "--quick", "--out", str(out), *flags), command_line)
+    with pytest.raises(ValueError) as raised:
+        single_seed((0, 1), "vmt")
+    assert str(raised.value) == "vmt runs one seed, got seeds=(0, 1): run it once per seed, each with its own out_dir"
+    (tmp_path / "mine" / "cells").mkdir(parents=True)
+    with pytest.raises(MissingCell) as raised:
+        run_experiment("landscape", tmp_path / "mine", quick=True, from_cells=True)
+    assert str(raised.value).endswith("without from_cells=True the experiment computes it"), raised.value

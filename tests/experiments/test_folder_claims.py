@@ -39,7 +39,7 @@ def test_two_experiments_started_at_once_into_one_new_folder_do_not_both_claim_i
     claimed = [name for name, outcome in outcomes.items() if outcome == "claimed"]
     assert len(claimed) == 1, outcomes
     other = ({"mixers", "mat-order"} - set(claimed)).pop()
-    assert f"holds the experiment {claimed[0]!r} (experiment.json); give {other} another --out" in outcomes[other]
+    assert f"holds the experiment {claimed[0]!r} (experiment.json); give {other} another out_dir" in outcomes[other]
     marker = json.loads((tmp_path / "out" / "experiment.json").read_text())
     assert marker == {"experiment": claimed[0]}
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["experiment.json"]  # no lock file left

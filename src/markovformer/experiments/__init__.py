@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from markovformer.experiments.report import experiment_named, recompute_cells, stored_cells_only
+from markovformer.advice import said_as
+from markovformer.experiments.report import experiment_named, from_cells_said, recompute_cells, stored_cells_only
+from markovformer.experiments.settings import seeds_said
 from markovformer.models.config_base import suggest
 
 _MODULES = ("weight_tying", "landscape", "icl_depth", "order_recovery", "mat_order", "scan_shakespeare", "vmt",
@@ -88,13 +90,15 @@ def run_experiment(
     experiment = find_experiment(name)
     for seed in seeds or ():
         if not 0 <= seed < 2**32:  # a run config's trainer.seed range
-            raise ValueError(f"--seeds {seed} must lie in [0, 2**32)")
+            raise ValueError(f"{said_as(f'--seeds {seed}', f'seeds={seeds!r}: {seed}')} must lie in [0, 2**32)")
     if seeds is not None and len(set(seeds)) < len(seeds):  # one cell counted twice: a spread of no information
-        raise ValueError(f"--seeds {' '.join(map(str, seeds))} repeats a seed; give each once")
+        raise ValueError(f"{seeds_said(seeds)} repeats a seed; give each once")
     if recompute and from_cells:
-        raise ValueError("--recompute forgets cells that --from-cells would read: use one or the other")
+        both = said_as("--recompute forgets cells that --from-cells", f"recompute={list(recompute)!r} forgets cells "
+                       f"that {from_cells_said()}")  # fmt: skip
+        raise ValueError(f"{both} would read: use one or the other")
     if from_cells and not (Path(out_dir) / "cells").is_dir():
-        raise ValueError(f"--from-cells: {out_dir} has no cells/ folder (run the experiment into it first)")
+        raise ValueError(f"{from_cells_said()}: {out_dir} has no cells/ folder (run the experiment into it first)")
     # (torch: not for `experiment list`)
     import torch
 
@@ -108,7 +112,8 @@ def run_experiment(
         report = built_on_the_cpu(experiment.run)(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {},
                                                   log=log)  # fmt: skip
     if not pending["done"]:  # an experiment that wrote its report without an ExperimentReport
-        raise RuntimeError(f"experiment {name} did not open an ExperimentReport: --recompute {recompute} not done")
+        undone = said_as(f"--recompute {' '.join(recompute)}", f"recompute={list(recompute)!r}")
+        raise RuntimeError(f"experiment {name} did not open an ExperimentReport: {undone} not done")
     return report
 
 

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from markovformer.advice import said_as
 from markovformer.atomic import atomic_write_text, exclusive_lock
 from markovformer.experiments.fitting import PARTIAL, checkpoints_for_cell
 from markovformer.file_digest import file_sha256
@@ -259,6 +260,12 @@ def stored_cells_only() -> Iterator[None]:
         _STORED_ONLY.reset(token)
 
 
+def from_cells_said() -> str:
+    """``stored_cells_only``'s switch in its caller's words (``advice.said_as``): ``--from-cells`` on the command
+    line, run_experiment's ``from_cells=True`` from Python."""
+    return said_as("--from-cells", "from_cells=True")
+
+
 # the experiment whose folder ExperimentReport opens (set by ``experiments.run_experiment``); None: not checked
 _EXPERIMENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("experiment", default=None)
 EXPERIMENT_MARKER = "experiment.json"  # in an experiment's output folder: which experiment it holds
@@ -299,12 +306,13 @@ def claim_folder(out_dir: Path, name: str) -> None:
     and both claimed it."""
     marker = out_dir / EXPERIMENT_MARKER
     with exclusive_lock(out_dir / f".{EXPERIMENT_MARKER}.lock", "its filesystem takes no file locks, which keep two "
-                        "experiments from claiming one folder; give --out on another filesystem"):  # fmt: skip
+                        f"experiments from claiming one folder; give {said_as('--out', 'an out_dir')} on another "
+                        f"filesystem"):  # fmt: skip
         if marker.is_file():
             held = read_json_object(marker, "an experiment folder's marker").get("experiment")
             if held != name:
                 raise ValueError(f"{out_dir} holds the experiment {held!r} ({EXPERIMENT_MARKER}); give {name} "
-                                 f"another --out")  # fmt: skip
+                                 f"another {said_as('--out', 'out_dir')}")  # fmt: skip
             return
         atomic_write_text(marker, json.dumps({"experiment": name}) + "\n")
 
@@ -393,7 +401,7 @@ class ExperimentReport:
                 return stored["result"]
             if self.stored_only:
                 raise MissingCell(f"cell {key} is stored in {path.parent} under other settings; without "
-                                  f"--from-cells the experiment computes it again")  # fmt: skip
+                                  f"{from_cells_said()} the experiment computes it again")  # fmt: skip
             kept = replaced_cell(path, stored.get("settings"))  # not lost: a --quick run into a full run's folder
             kept.parent.mkdir(exist_ok=True)
             path.replace(kept)
@@ -408,8 +416,8 @@ class ExperimentReport:
             self.cell_code[key] = stored.get("code")
             return stored["result"]
         if self.stored_only:
-            raise MissingCell(f"cell {key} is not stored in {path.parent}; without --from-cells the experiment "
-                              f"computes it")  # fmt: skip
+            raise MissingCell(f"cell {key} is not stored in {path.parent}; without {from_cells_said()} the "
+                              f"experiment computes it")  # fmt: skip
         self.log(self._progress(key))
         start = time.perf_counter()
         path.parent.mkdir(exist_ok=True)

@@ -5,7 +5,7 @@ the experiments that run one seed."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from markovformer.advice import said_as
@@ -65,9 +65,15 @@ def single_seed(seeds: tuple[int, ...] | None, name: str) -> int:
     """The one seed of an experiment that reports one run (seed 0 by default): several are refused, not cut to the
     first, since its report shows no spread over seeds."""
     if seeds is not None and len(seeds) > 1:
-        raise ValueError(f"{name} runs one seed, got --seeds {' '.join(map(str, seeds))}: run it once per seed, each "
-                         f"with its own --out")  # fmt: skip
+        raise ValueError(f"{name} runs one seed, got {seeds_said(seeds)}: run it once per seed, each with its own "
+                         f"{said_as('--out', 'out_dir')}")  # fmt: skip
     return seeds[0] if seeds else 0
+
+
+def seeds_said(seeds: Sequence[int]) -> str:
+    """``seeds`` in their caller's words (``advice.said_as``): ``--seeds 0 1`` on the command line, ``seeds=(0, 1)``
+    (run_experiment's argument, as given) from Python."""
+    return said_as(f"--seeds {' '.join(map(str, seeds))}", f"seeds={seeds!r}")
 
 
 def check_chains(chains: tuple[tuple[float, float], ...], name: str) -> None:
