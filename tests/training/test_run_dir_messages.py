@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 import pytest
 import yaml
@@ -131,3 +132,26 @@ def test_an_experiments_finished_run_with_a_damaged_metrics_record_names_it(tmp_
     (run / "metrics.json").write_text(text)
     with pytest.raises(ConfigError, match=f"{run / 'metrics.json'}: not a run's metrics record"):
         complete_run(resolve_run_config({**TINY_RUN, "output_dir": str(run)}))
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads every file: no read is denied")
+def test_a_checkpoint_the_user_may_not_read_is_said_to_be_unreadable_not_missing(tmp_path, main_cli, tiny_config):
+    """`eval RUN/checkpoints/last.ckpt` of a checkpoint of mode 000 said "cannot read it (No such file or directory:
+    ...)", and `--resume RUN` "cannot resume from last.ckpt (No such file or directory: ...); copy an earlier
+    checkpoint over it": safetensors' safe_open says so of a file it may not read. The readers now let the file's own
+    denial through, and the line names the file as unreadable, as of any other denied read."""
+    from markovformer.training.checkpoint import load_checkpoint_file, read_checkpoint_skeleton
+
+    assert main_cli("train", str(tiny_config), "output_dir=run", "trainer.max_steps=2").returncode == 0
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    checkpoint.chmod(0o000)
+    try:
+        for read in (load_checkpoint_file, read_checkpoint_skeleton):
+            with pytest.raises(PermissionError) as raised:
+                read(checkpoint)
+            assert raised.value.filename == str(checkpoint), raised.value
+        for command in (("eval", "run/checkpoints/last.ckpt"), ("train", "--resume", "run", "trainer.max_steps=4")):
+            line = one_line_error(main_cli(*command))
+            assert line == "markovformer: error: cannot read run/checkpoints/last.ckpt: permission denied", line
+    finally:
+        checkpoint.chmod(0o644)

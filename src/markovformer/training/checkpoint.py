@@ -88,17 +88,27 @@ def os_error_of_safetensors(error: Exception, path: str | Path) -> Exception:
     return OSError(number, os.strerror(number), str(path))
 
 
+def _opened(path: Path, device: str):
+    """safetensors' reader of the checkpoint ``path``, after the checks it words wrongly: no file is a
+    FileNotFoundError naming it, a file this user may not read (mode 000) the OS's own PermissionError, which
+    safe_open reports as "No such file or directory"."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no checkpoint file here")
+    with open(path, "rb"):  # a denied read raises here, as what it is
+        pass
+    return safe_open(str(path), framework="pt", device=device)
+
+
 def load_checkpoint_file(path: str | Path, map_location: str | torch.device | int | None = "cpu") -> dict:
     """Read a file written by ``save_checkpoint_file``; every tensor is placed on ``map_location`` (None: CPU).
 
-    Raises ``FileNotFoundError`` if there is no file, ``ValueError`` naming ``path`` if it is not one of ours.
+    Raises ``FileNotFoundError`` if there is no file, ``PermissionError`` if this user may not read it, ``ValueError``
+    naming ``path`` if it is not one of ours.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no checkpoint file here")
     device = _device_name(map_location)
     try:
-        with safe_open(str(path), framework="pt", device=device) as handle:
+        with _opened(path, device) as handle:
             header = (handle.metadata() or {}).get(FORMAT_KEY)
             if header is None:
                 raise ValueError(f"{path} is not a markovformer checkpoint (a safetensors file without '{FORMAT_KEY}')")
@@ -125,10 +135,8 @@ def read_checkpoint_skeleton(path: str | Path) -> dict:
     """The checkpoint of ``path`` with every tensor replaced by its ``TensorInfo``: reads only the file's header, so
     it is cheap for any checkpoint size. Raises as ``load_checkpoint_file`` does."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no checkpoint file here")
     try:
-        with safe_open(str(path), framework="pt", device="cpu") as handle:
+        with _opened(path, "cpu") as handle:
             header = (handle.metadata() or {}).get(FORMAT_KEY)
             if header is None:
                 raise ValueError(f"{path} is not a markovformer checkpoint (a safetensors file without '{FORMAT_KEY}')")

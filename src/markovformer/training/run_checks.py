@@ -137,6 +137,8 @@ def resumable_checkpoint(path: Path) -> dict:
     reads; ConfigError naming the file otherwise."""
     try:
         skeleton = read_checkpoint_skeleton(path)
+    except PermissionError:  # not a damaged file, which an earlier one replaces: one this user may not read
+        raise
     except (ValueError, OSError) as error:
         raise ConfigError(f"cannot resume from {path.name} ({error}); copy an earlier checkpoints/step-*.ckpt over "
                           f"it to resume from that step") from None  # fmt: skip

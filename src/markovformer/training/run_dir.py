@@ -295,6 +295,8 @@ def load_trained_run(target: str | Path) -> LoadedRun:
         raise ConfigError(f"{run_dir}: holds neither a final model/ nor a checkpoint in checkpoints/")
     try:
         loaded = load_checkpoint_file(checkpoint)
+    except PermissionError:  # not a damaged file: the command's line names it as one this user may not read
+        raise
     except (ValueError, OSError) as error:
         raise ConfigError(f"{checkpoint}: cannot read it ({error})") from None
     check_checkpoint_fingerprint(loaded, fingerprint, checkpoint)
