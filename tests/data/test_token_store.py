@@ -115,7 +115,8 @@ def test_a_failed_write_leaves_no_cache(tmp_path):
     def disk_full(text):
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(ValueError, match="^no space left on the device while writing the token cache in .*; nothing was cached"):
+    with pytest.raises(ValueError,
+                       match="^no space left on the device while writing the token cache in .*; nothing was cached"):
         open_or_build(segments, "{}", disk_full, 10, None, tmp_path / "cache")
     # no store, no staging folder, no lock file (its holder deletes it)
     assert [p.name for p in (tmp_path / "cache").iterdir()] == []
