@@ -161,7 +161,7 @@ def small_run(tmp_path_factory):
 def test_init_from_copies_every_tensor_of_a_run_or_a_saved_model(small_run):
     import torch
 
-    from markovformer.training.init_from import initialise_from
+    from markovformer.training.init_from import initialise_from, initialised_line
     from markovformer.training.runner import build_model, load_run
 
     config, trained, run_dir = load_run(small_run / "run")
@@ -169,7 +169,7 @@ def test_init_from_copies_every_tensor_of_a_run_or_a_saved_model(small_run):
         torch.manual_seed(1)
         fresh = build_model(config, {"vocab_size": trained.config.vocab_size})
         assert not torch.equal(fresh.lm_head.weight, trained.lm_head.weight)
-        line = initialise_from(fresh, source, [])
+        line = initialised_line(initialise_from(fresh, source, []))
         assert all(torch.equal(fresh.state_dict()[k], v) for k, v in trained.state_dict().items()), source
         assert "tensors" in line and "fresh" not in line
 
@@ -246,14 +246,14 @@ def test_init_from_skip_head_is_refused_for_a_model_without_a_backbone(tmp_path)
     import torch
 
     from markovformer import ScanMarkovConfig, ScanMarkovForCausalLM
-    from markovformer.training.init_from import initialise_from
+    from markovformer.training.init_from import initialise_from, initialised_line
 
     config = ScanMarkovConfig(vocab_size=11, d_model=16, order=2)
     ScanMarkovForCausalLM(config).save_pretrained(tmp_path / "scan")
     model = ScanMarkovForCausalLM(config)
     with pytest.raises(ConfigError, match=r"'head' .* ScanMarkovForCausalLM has no model\. backbone.* decoder, embed"):
         initialise_from(model, tmp_path / "scan", ["head"])
-    line = initialise_from(model, tmp_path / "scan", ["decoder"])
+    line = initialised_line(initialise_from(model, tmp_path / "scan", ["decoder"]))
     source = ScanMarkovForCausalLM.from_pretrained(tmp_path / "scan")
     assert torch.equal(model.embed.weight, source.embed.weight) and "left fresh" in line
     assert not torch.equal(model.decoder[0].weight, source.decoder[0].weight)

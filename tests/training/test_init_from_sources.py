@@ -6,7 +6,7 @@ import yaml
 from conftest import TINY_RUN, run_in_process
 
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
-from markovformer.training.init_from import initialise_from
+from markovformer.training.init_from import initialise_from, initialised_line
 from markovformer.training.trainer_config import ConfigError
 
 
@@ -42,7 +42,7 @@ def test_init_from_skip_embeddings_starts_the_language_models_output_over_the_vo
     source.save_pretrained(tmp_path / "source")
     model = MarkovianTransformerForCausalLM(config)
     fresh = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    line = initialise_from(model, tmp_path / "source", ["embeddings"])
+    line = initialised_line(initialise_from(model, tmp_path / "source", ["embeddings"]))
     vocabulary = {"model.embed.weight", "lm_head.weight"}
     for name, tensor in model.state_dict().items():
         expected = fresh[name] if name in vocabulary else source.state_dict()[name]
@@ -89,8 +89,24 @@ def test_a_changed_position_table_is_named_alone_in_the_advice_not_with_every_em
         initialise_from(model, tmp_path / "source", [])
     advice = str(refused.value).split("add init_from_skip: [")[1].rstrip("]").split(", ")
     assert advice == [name for name in model.state_dict() if "position" in name]
-    line = initialise_from(model, tmp_path / "source", advice)
+    line = initialised_line(initialise_from(model, tmp_path / "source", advice))
     assert line.endswith("(1 left fresh by init_from_skip)"), line
     for name, tensor in model.state_dict().items():
         if name not in advice:
             assert tensor.equal(source.state_dict()[name]), name
+
+
+def test_the_record_of_a_saved_model_directory_names_its_file_and_the_tensors_left_fresh(tmp_path):
+    """What initialise_from returns of a save_pretrained folder: its weights file, no step, the init_from_skip entries,
+    the counts, and the digest of exactly the tensors taken (the source's, not the fresh ones)."""
+    from test_init_from_weights import tensors_sha256
+
+    source = tiny_model()
+    source.save_pretrained(tmp_path / "source")
+    record = initialise_from(tiny_model(), tmp_path / "source", ["embeddings"])
+    taken = {name: tensor for name, tensor in source.state_dict().items()
+             if name not in ("model.embed.weight", "lm_head.weight")}  # fmt: skip
+    assert record["weights_sha256"] == tensors_sha256(taken)
+    assert record["file"] == str((tmp_path / "source" / "model.safetensors").resolve()) and record["step"] is None
+    assert (record["tensors_taken"], record["tensors_fresh"], record["init_from_skip"]) == (len(taken), 2,
+                                                                                           ["embeddings"])  # fmt: skip

@@ -8,7 +8,8 @@ vocabulary is refused with the names that differ, unless ``init_from_skip`` name
 outside the backbone ``model.``: lm_head, classifier, ...; refused for a model without one, where it would be
 every tensor), ``embeddings`` (the tensors a vocabulary indexes: names holding ``embed`` and a language model's
 ``lm_head``, its output per token id) or any tensor-name prefix. Skipped tensors keep the new model's fresh
-initialisation.
+initialisation. The run keeps the record of what it took (``initialise_from``) in its environment.json, which a
+later change to the source (an extended run, a replaced last.ckpt) leaves as it was.
 
 The new run encodes its data with the source's tokenizer when it keeps one (``tokenizer_source``): a tokenizer
 fitted again on other text, or with other options, has as many ids (a BPE of a fixed size, often an alphabet) that
@@ -18,12 +19,15 @@ mean other tokens, and the embeddings would load without an error for the wrong 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from pathlib import Path
 
 import torch
 
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES
+from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.training.build import saved_tokenizer
 from markovformer.training.run_config import load_yaml
 from markovformer.training.run_dir import load_trained_run, run_of_checkpoint, weights_described
@@ -82,9 +86,10 @@ def checkpoint_run(source: Path) -> Path | None:
     return run_of_checkpoint(source) if source.is_file() and source.suffix == ".ckpt" else None
 
 
-def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], str]:
-    """The weights in a run directory or a saved model directory (see the module docstring), and which they are (for
-    a run: its final model/ or the checkpoint it fell back to, and their step)."""
+def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """The weights in a run directory or a saved model directory (see the module docstring), and which they are:
+    ``file`` (the resolved path of the file read), ``step`` (a run's; None for a saved model directory) and ``read``
+    (a run's words for them: its final model/ or the checkpoint it fell back to, and their step; "" else)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -95,15 +100,30 @@ def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], str]:
         raise ConfigError(f"init_from={str(source)!r}: no such run or model directory, or checkpoint file")
     if source.is_file() or (source / "config.yaml").is_file():  # a run: the same loading and checks as eval
         loaded = load_trained_run(source)
-        return loaded.model.state_dict(), f" ({weights_described(loaded.weights)})"
-    if (source / "model.safetensors").is_file():
+        finished = loaded.weights["finished"]
+        file = loaded.run_dir / "model" / WEIGHTS_NAME if finished else loaded.run_dir / loaded.weights["source"]
+        which = {"file": str(file.resolve()), "step": loaded.weights["step"], "read": weights_described(loaded.weights)}
+        return loaded.model.state_dict(), which
+    if (source / WEIGHTS_NAME).is_file():
         try:
-            return load_file(str(source / "model.safetensors")), ""
+            stored = load_file(str(source / WEIGHTS_NAME))
         except SafetensorError as error:  # cut short by a copy or a killed save
-            raise ConfigError(f"init_from={str(source)!r}: cannot read model.safetensors, not a whole safetensors "
+            raise ConfigError(f"init_from={str(source)!r}: cannot read {WEIGHTS_NAME}, not a whole safetensors "
                               f"file ({error})") from error  # fmt: skip
+        return stored, {"file": str((source / WEIGHTS_NAME).resolve()), "step": None, "read": ""}
     raise ConfigError(f"init_from={str(source)!r} is neither a run directory (config.yaml) nor a saved model "
-                      f"directory (model.safetensors)")  # fmt: skip
+                      f"directory ({WEIGHTS_NAME})")  # fmt: skip
+
+
+def weights_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """The SHA-256 (hex) of ``tensors``: for each, in name order, its ``[name, dtype, shape]`` as JSON, then its bytes.
+    It names the weights themselves, whichever file (final model or checkpoint) held them."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(json.dumps([name, str(tensor.dtype), list(tensor.shape)]).encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
 
 
 def _check_tied_agree(taken: dict, own: dict, source: Path) -> None:
@@ -122,10 +142,12 @@ def _check_tied_agree(taken: dict, own: dict, source: Path) -> None:
                                   f"one out with init_from_skip")  # fmt: skip
 
 
-def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] | tuple[str, ...]) -> str:
+def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] | tuple[str, ...]) -> dict:
     """Copy the weights of ``source`` into ``model`` except those ``skip`` names; ConfigError naming the tensors
-    that differ (and the ``init_from_skip`` that would leave them out) unless all others match. Returns the line
-    the run prints."""
+    that differ (and the ``init_from_skip`` that would leave them out) unless all others match. Returns the record
+    of what it took, kept in the run's environment.json: ``source`` as given and ``resolved``, which weights were
+    read (``read_weights``: ``file``, ``step``, ``read``), ``weights_sha256`` (of the tensors taken, as the source
+    held them), ``tensors_taken``, ``tensors_fresh`` and the ``init_from_skip`` entries."""
     source = Path(source)
     stored, which = read_weights(source)
     own = model.state_dict()
@@ -159,6 +181,13 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
         raise ConfigError(f"init_from={str(source)!r} does not fit this run's model: {len(problems)} tensors differ "
                           f"({shapes}){choice}")  # fmt: skip
     model.load_state_dict({**own, **{name: tensor.to(own[name].dtype) for name, tensor in taken.items()}})
-    fresh = len(own) - len(taken)
-    return (f"initialised from {source}{which}: {len(taken)} of {len(own)} tensors"
+    return {"source": str(source), "resolved": str(source.resolve()), **which, "weights_sha256": weights_sha256(taken),
+            "tensors_taken": len(taken), "tensors_fresh": len(own) - len(taken), "init_from_skip": list(skip)}
+
+
+def initialised_line(record: dict) -> str:
+    """The line a fine-tuning run prints of what ``initialise_from`` took (its ``record``)."""
+    which = f" ({record['read']})" if record["read"] else ""
+    taken, fresh = record["tensors_taken"], record["tensors_fresh"]
+    return (f"initialised from {record['source']}{which}: {taken} of {taken + fresh} tensors"
             + (f" ({fresh} left fresh by init_from_skip)" if fresh else ""))

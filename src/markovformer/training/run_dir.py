@@ -5,7 +5,8 @@ A run directory holds::
 
     config.yaml        the resolved config (what `--resume` and `eval` rebuild from); written after the three below
     environment.json   versions, machine, command line, git commit, the run directory's format; under "resumes",
-                       the same of each --resume and the step it continued from
+                       the same of each --resume and the step it continued from; for a fine-tuning run, under
+                       "init_from", the weights it started from (``init_from.initialise_from``'s record)
     data.json          the data's info and the record of its splits (what went where)
     tokenizer/         when the data has one
     checkpoints/       step-NNNNNN.ckpt and last.ckpt (safetensors, atomic; model + optimizer + schedule + loops)
@@ -57,6 +58,7 @@ from markovformer.training.trainer_config import ConfigError
 RESOLVED_CONFIG = "config.yaml"
 LAST_CHECKPOINT = "last.ckpt"
 FINISHED = "finished.json"
+INIT_FROM_RECORD = "init_from"  # environment.json's record of the weights a fine-tuning run started from
 # 2: finished.json marks a finished run and model/fingerprint.json is required. Runs without the field (written
 # before it) count as finished when they hold metrics.json, and their model/ may lack a fingerprint.
 RUN_FORMAT = 2
@@ -69,20 +71,23 @@ def write_json(path: Path, values: dict) -> None:
     atomic_write_text(path, text)
 
 
-def write_run_files(run_dir: Path, config: RunConfig, bundle: DataBundle) -> None:
+def write_run_files(run_dir: Path, config: RunConfig, bundle: DataBundle, started_from: dict | None = None) -> None:
     """The files of a new run, each written afresh (a start killed before config.yaml may have left another
     config's data.json and tokenizer/); config.yaml last, so a directory with it holds the others too (or
-    ``--resume`` writes the missing ones again: ``write_start_files``)."""
-    write_start_files(run_dir, bundle, keep_existing=False)
+    ``--resume`` writes the missing ones again: ``write_start_files``). ``started_from``: what a fine-tuning run took
+    from init_from, for environment.json."""
+    write_start_files(run_dir, bundle, keep_existing=False, started_from=started_from)
     write_resolved_config(run_dir, config)
 
 
-def write_start_files(run_dir: Path, bundle: DataBundle, keep_existing: bool) -> None:
-    """environment.json, data.json and tokenizer/; with ``keep_existing`` (a resume) only those missing (a run
-    killed as it started lacks some; the data is rebuilt from the same config and seed, so they come out the same)."""
+def write_start_files(run_dir: Path, bundle: DataBundle, keep_existing: bool, started_from: dict | None = None) -> None:
+    """environment.json (with ``started_from`` under "init_from"), data.json and tokenizer/; with ``keep_existing`` (a
+    resume) only those missing (a run killed as it started lacks some; the data is rebuilt from the same config and
+    seed, so they come out the same)."""
     replace = not keep_existing
     if replace or not (run_dir / "environment.json").is_file():
-        write_json(run_dir / "environment.json", {**environment_record(), "run_format": RUN_FORMAT})
+        started = {INIT_FROM_RECORD: started_from} if started_from is not None else {}
+        write_json(run_dir / "environment.json", {**environment_record(), "run_format": RUN_FORMAT, **started})
     if replace or not (run_dir / DATA_RECORD).is_file():
         write_json(run_dir / DATA_RECORD, data_record(bundle))
     if bundle.tokenizer is not None and (replace or not (run_dir / "tokenizer" / TOKENIZER_FILE).is_file()):

@@ -41,7 +41,7 @@ from markovformer.training.environment import (
 )
 from markovformer.training.evaluation import evaluate, first_batch_metrics, scoring_loader
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
-from markovformer.training.init_from import initialise_from, tokenizer_source
+from markovformer.training.init_from import initialise_from, initialised_line, tokenizer_source
 from markovformer.training.isolation import built_on_the_cpu, process_settings_kept, random_states_kept
 from markovformer.training.metrics_log import (
     AppendingCSVLogger,
@@ -291,8 +291,10 @@ def _build_and_fit(config: RunConfig, writer: bool, resume: bool, rewrite_config
     bundle = build_data(config, run_dir if resume else source)
     task = build_run_task(config, bundle)
     model = build_model(config, bundle.info)
+    started_from = None  # what a fine-tuning run took (init_from), for environment.json
     if fine_tuning:  # a resumed run's checkpoint holds its own weights
-        print(initialise_from(model, config.init_from, config.init_from_skip), flush=True)
+        started_from = initialise_from(model, config.init_from, config.init_from_skip)
+        print(initialised_line(started_from), flush=True)
         if bundle.tokenizer is not None and source is None and "embeddings" not in config.init_from_skip:
             # after the weights loaded: a missing source or a shape mismatch is the one line a user then reads
             print(f"init_from={config.init_from!r} keeps no tokenizer: this run fitted its own, whose ids are the "
@@ -325,7 +327,7 @@ def _build_and_fit(config: RunConfig, writer: bool, resume: bool, rewrite_config
         if resume:
             write_start_files(run_dir, bundle, keep_existing=True)  # only those a killed start left out
         else:
-            write_run_files(run_dir, config, bundle)
+            write_run_files(run_dir, config, bundle, started_from)
     fingerprint.fingerprint = run_fingerprint(config, run_dir)
     if checkpoint is not None:
         check_checkpoint_fingerprint(checkpoint, fingerprint.fingerprint, last)
