@@ -71,3 +71,32 @@ def test_a_fine_tuning_run_records_which_weights_it_took_after_its_source_is_ext
     assert (record["file"], record["step"], record["read"]) == (str(parent / "model" / "model.safetensors"), 2,
                                                                  "final model, step 2")  # fmt: skip
     assert (record["tensors_taken"], record["tensors_fresh"], record["init_from_skip"]) == (len(earlier), 0, [])
+
+
+def test_a_resumed_fine_tuning_run_keeps_its_record_unless_it_takes_its_source_again(tmp_path, cli):
+    """A resume continues from the fine-tuning run's own checkpoint and reads nothing of its source: the record stays
+    the start's, though the source was extended meanwhile. A fine-tuning run killed before its first checkpoint is
+    resumed from step 0 and takes the source's weights again, the extended ones: its record kept the weights of the
+    killed start, which no step of the run was trained from; it now names those taken again."""
+    from markovformer.atomic import KILL_AT_WRITE
+    from markovformer.training.run_dir import load_run
+
+    trainer = {**TINY_RUN["trainer"], "max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY_RUN, "trainer": trainer}))
+    assert run_in_process("train", "tiny.yaml", "output_dir=parent", cwd=tmp_path).returncode == 0
+    assert run_in_process("train", "tiny.yaml", "output_dir=tuned", "init_from=parent", cwd=tmp_path).returncode == 0
+    # killed at its first write after config.yaml (environment.json, data.json, config.yaml): no checkpoint yet
+    killed = cli("train", "tiny.yaml", "output_dir=early", "init_from=parent", env={KILL_AT_WRITE: "4"})
+    assert killed.returncode == -9 and (tmp_path / "early" / "config.yaml").is_file(), killed.stderr[-2000:]
+    assert not list((tmp_path / "early").glob("checkpoints/*.ckpt"))
+    started = {run: json.loads((tmp_path / run / "environment.json").read_text())["init_from"]
+               for run in ("tuned", "early")}  # fmt: skip
+    assert run_in_process("train", "--resume", "parent", "trainer.max_steps=4", cwd=tmp_path).returncode == 0
+    extended = tensors_sha256(load_run(tmp_path / "parent")[1].state_dict())
+    resumed = run_in_process("train", "--resume", "tuned", "trainer.max_steps=4", cwd=tmp_path)
+    assert resumed.returncode == 0 and "initialised from" not in resumed.stdout, resumed.stderr
+    assert json.loads((tmp_path / "tuned" / "environment.json").read_text())["init_from"] == started["tuned"]
+    resumed = run_in_process("train", "--resume", "early", cwd=tmp_path)
+    assert resumed.returncode == 0 and "parent (final model, step 4)" in resumed.stdout
+    record = json.loads((tmp_path / "early" / "environment.json").read_text())["init_from"]
+    assert (record["step"], record["weights_sha256"]) == (4, extended) != (2, started["early"]["weights_sha256"])

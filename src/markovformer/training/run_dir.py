@@ -98,10 +98,11 @@ def write_start_files(run_dir: Path, bundle: DataBundle, keep_existing: bool, st
             (run_dir / "tokenizer").rmdir()
 
 
-def record_resume(run_dir: Path, step: int) -> None:
+def record_resume(run_dir: Path, step: int, started_from: dict | None = None) -> None:
     """Add this process's environment (versions, machine, command line) and the ``step`` it continues from to
     environment.json's ``resumes``: the record written at the start described that process only, so a run extended
-    or resumed with other code, versions or overrides did not say so."""
+    or resumed with other code, versions or overrides did not say so. ``started_from``: what a fine-tuning run resumed
+    before its first checkpoint took from its source again, which replaces the killed start's "init_from" record."""
     path = run_dir / "environment.json"
     try:
         record = parse_json(path.read_text(encoding="utf-8"))
@@ -110,7 +111,8 @@ def record_resume(run_dir: Path, step: int) -> None:
     if not isinstance(record, dict):
         return
     resumes = record.get("resumes") if isinstance(record.get("resumes"), list) else []
-    write_json(path, {**record, "resumes": [*resumes, {**environment_record(), "from_step": step}]})
+    started = {INIT_FROM_RECORD: started_from} if started_from is not None else {}
+    write_json(path, {**record, **started, "resumes": [*resumes, {**environment_record(), "from_step": step}]})
 
 
 def remove_stale_files(run_dir: Path) -> None:

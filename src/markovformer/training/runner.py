@@ -335,7 +335,7 @@ def _build_and_fit(config: RunConfig, writer: bool, resume: bool, rewrite_config
     if writer:
         if resume:
             mark_unfinished(run_dir)  # from here on the old model/ and metrics.json no longer stand
-            record_resume(run_dir, 0 if checkpoint is None else int(checkpoint["global_step"]))
+            record_resume(run_dir, 0 if checkpoint is None else int(checkpoint["global_step"]), started_from)
             if rewrite_config:
                 write_resolved_config(run_dir, config)
         describe_run(config, bundle, model)
