@@ -6,7 +6,7 @@ import yaml
 from conftest import TINY_RUN, run_in_process
 
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
-from markovformer.training.init_from import initialise_from, initialised_line
+from markovformer.training.init_from import initialise_from, initialised_line, started_from_line
 from markovformer.training.trainer_config import ConfigError
 
 
@@ -110,3 +110,18 @@ def test_the_record_of_a_saved_model_directory_names_its_file_and_the_tensors_le
     assert record["file"] == str((tmp_path / "source" / "model.safetensors").resolve()) and record["step"] is None
     assert (record["tensors_taken"], record["tensors_fresh"], record["init_from_skip"]) == (len(taken), 2,
                                                                                            ["embeddings"])  # fmt: skip
+    assert started_from_line(record) == (f"{(tmp_path / 'source').resolve()}, weights sha256 "
+                                         f"{record['weights_sha256']} (2 left fresh by init_from_skip: embeddings)")
+
+
+@pytest.mark.parametrize("environment", [{"init_from": {"source": "parent"}}, {"init_from": ["parent"]}, []],
+                         ids=["keys-missing", "a-list", "not-an-object"])  # fmt: skip
+def test_a_damaged_record_of_the_weights_a_run_started_from_reads_as_none(tmp_path, environment):
+    """inspect reads environment.json's init_from record for its summary: a record cut short or edited by hand is
+    none, not a KeyError in the middle of the report."""
+    import json
+
+    from markovformer.training.run_dir import read_started_from
+
+    (tmp_path / "environment.json").write_text(json.dumps(environment))
+    assert read_started_from(tmp_path) is None

@@ -275,3 +275,22 @@ def test_the_gates_console_header_and_caption_name_a_null_slot_only_where_the_ga
     caption = inspection.order_gates_caption(model, 8, None)
     assert caption.startswith(f"Order gates over the first 8 tokens of a validation sequence: per head, the "
                               f"probability of each lag{null} (")  # fmt: skip
+
+
+def test_a_fine_tuning_runs_report_says_which_weights_it_started_from(trained, tmp_path):
+    """The report showed config.yaml's init_from, a path whose weights may since have changed (an extended run);
+    its summary now names the source, the step and the digest of the weights taken (environment.json's record), and
+    a run that started fresh says nothing of it."""
+    import json
+
+    from conftest import run_in_process
+
+    tuned = run_in_process("train", str(trained.parent / "tiny.yaml"), f"output_dir={tmp_path / 'tuned'}",
+                           f"init_from={trained}", "trainer.max_steps=1", cwd=tmp_path)  # fmt: skip
+    assert tuned.returncode == 0, tuned.stderr
+    record = json.loads((tmp_path / "tuned" / "environment.json").read_text())["init_from"]
+    config, model, run_dir = load_run(tmp_path / "tuned")
+    summary = inspection.run_summary(config, model, run_dir, {}, {})
+    assert summary["started from"] == f"{trained.resolve()} at step 2, weights sha256 {record['weights_sha256']}"
+    config, model, run_dir = load_run(trained)
+    assert "started from" not in inspection.run_summary(config, model, run_dir, {}, {})

@@ -191,3 +191,12 @@ def initialised_line(record: dict) -> str:
     taken, fresh = record["tensors_taken"], record["tensors_fresh"]
     return (f"initialised from {record['source']}{which}: {taken} of {taken + fresh} tensors"
             + (f" ({fresh} left fresh by init_from_skip)" if fresh else ""))
+
+
+def started_from_line(record: dict) -> str:
+    """Where a fine-tuning run started, from its ``initialise_from`` record: "SOURCE at step S, weights sha256 ...",
+    SOURCE resolved (a saved model directory has no step), and the tensors init_from_skip left fresh."""
+    step = f" at step {record['step']}" if record["step"] is not None else ""
+    fresh = record["tensors_fresh"]
+    skip = f" ({fresh} left fresh by init_from_skip: {', '.join(record['init_from_skip'])})" if fresh else ""
+    return f"{record['resolved']}{step}, weights sha256 {record['weights_sha256']}{skip}"

@@ -38,11 +38,18 @@ from markovformer.training.build import build_data
 from markovformer.training.data_record import read_data_info
 from markovformer.training.durations import format_duration
 from markovformer.training.evaluation import recorded_data_files, warn_of_changed_files
+from markovformer.training.init_from import started_from_line
 from markovformer.training.isolation import built_on_the_cpu
 from markovformer.training.lag_profiles import example_prefix, lag_profiles, profile_caption
 from markovformer.training.lag_report import CONVENTION, biased_lags, chain_attention_lags, describe_chain
 from markovformer.training.learned_positions import ReadPositions, position_figures
-from markovformer.training.run_dir import RESOLVED_CONFIG, load_trained_run, read_final_metrics, resume_advice
+from markovformer.training.run_dir import (
+    RESOLVED_CONFIG,
+    load_trained_run,
+    read_final_metrics,
+    read_started_from,
+    resume_advice,
+)
 from markovformer.training.run_report import (
     continuous_source,
     document_log_likelihood,
@@ -91,6 +98,9 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
     structure = markov_structure(model_config)
     if structure:
         summary["Markov structure"] = structure
+    started = read_started_from(run_dir)  # a fine-tuning run's source: the weights taken, whatever became of it
+    if started is not None:
+        summary["started from"] = started_from_line(started)
     summary["data"] = config.data.get("source", "?")
     if data_info.get("true_lags"):
         summary["chain"] = describe_chain(data_info["true_lags"])

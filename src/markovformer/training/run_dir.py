@@ -59,6 +59,8 @@ RESOLVED_CONFIG = "config.yaml"
 LAST_CHECKPOINT = "last.ckpt"
 FINISHED = "finished.json"
 INIT_FROM_RECORD = "init_from"  # environment.json's record of the weights a fine-tuning run started from
+STARTED_FROM_KEYS = {"source", "resolved", "file", "step", "read", "weights_sha256", "tensors_taken", "tensors_fresh",
+                     "init_from_skip"}  # fmt: skip
 # 2: finished.json marks a finished run and model/fingerprint.json is required. Runs without the field (written
 # before it) count as finished when they hold metrics.json, and their model/ may lack a fingerprint.
 RUN_FORMAT = 2
@@ -113,6 +115,19 @@ def record_resume(run_dir: Path, step: int, started_from: dict | None = None) ->
     resumes = record.get("resumes") if isinstance(record.get("resumes"), list) else []
     started = {INIT_FROM_RECORD: started_from} if started_from is not None else {}
     write_json(path, {**record, **started, "resumes": [*resumes, {**environment_record(), "from_step": step}]})
+
+
+def read_started_from(run_dir: Path) -> dict | None:
+    """environment.json's record of the weights a fine-tuning run started from (``INIT_FROM_RECORD``); None for a
+    run that started fresh, one from before the record, or a damaged record (not an object with every key that
+    ``init_from.initialise_from`` writes)."""
+    try:
+        record = parse_json((run_dir / "environment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    started = record.get(INIT_FROM_RECORD) if isinstance(record, dict) else None
+    whole = isinstance(started, dict) and STARTED_FROM_KEYS <= started.keys()
+    return started if whole else None
 
 
 def remove_stale_files(run_dir: Path) -> None:
