@@ -341,10 +341,11 @@ def test_char_lookup_table_encoding_equals_the_python_encoding_and_names_unknown
 
 def test_bpe_fitted_on_small_pieces_learns_the_merges_of_the_whole_text(monkeypatch, prose):
     from markovformer.data.readers import tokenizer as tokenizer_module
+    from markovformer.data.readers.bpe_cuts import safe_pieces
 
     whole = BPETokenizer.train(prose, vocab_size=330)
     monkeypatch.setattr(tokenizer_module, "FIT_PIECE", 40)  # a cut every ~40 characters or more
-    pieces = list(tokenizer_module._safe_pieces(prose, 40))
+    pieces = list(safe_pieces(prose, 40, whole.safe_cut))
     assert len(pieces) > 50 and "".join(pieces) == prose
     cut = BPETokenizer.train(iter(["".join(pieces[:20]), "".join(pieces[20:])]), vocab_size=330)  # read once
     assert cut.record() == whole.record()  # the same vocabulary and merges

@@ -136,10 +136,11 @@ def run_case(case: dict) -> dict:
         from markovformer.data.readers.text_stream import text_pieces
         from markovformer.data.readers.tokenizer import load_tokenizer
 
-        hf = load_tokenizer(Path(case["cache"])).hf_backend()
+        fitted = load_tokenizer(Path(case["cache"]))
+        hf = fitted.hf_backend()
         batch = getattr(hf, "encode_batch_fast", None) or hf.encode_batch  # no offsets: the fastest HF call
         start, tokens = time.perf_counter(), 0
-        for piece in text_pieces(Path(case["corpus"]), cut_safely=True):
+        for piece in text_pieces(Path(case["corpus"]), safe_cut=fitted.safe_cut):
             tokens += sum(len(encoding.ids) for encoding in batch(_split(piece)))
         row["seconds"] = time.perf_counter() - start
         row.update(tokens=tokens, mb_per_second=row["corpus_mb"] / row["seconds"])

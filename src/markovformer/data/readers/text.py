@@ -151,7 +151,7 @@ def load_text_lm(
             segments += [dataclasses.replace(segment, where=told) for segment in part]
         store = open_or_build(segments, json.dumps(fitted.record(), sort_keys=True), fitted.encode_array,
                               fitted.vocab_size, fitted.end_of_document_id, cache_dir,
-                              cut_safely=isinstance(fitted, BPETokenizer),
+                              safe_cut=fitted.safe_cut,
                               encode_batch=fitted.encode_batch)  # fmt: skip
     splits["resolved_paths"] = [str(file.resolve()) for file in files]
     return store_bundle(store, [len(part) for part in parts], path, fitted, splits, tokenized)

@@ -4,9 +4,8 @@ paragraphs) as documents, and the content key a token store is cached under. A U
 start is no text: every reader here starts after it, and characters are counted from there.
 
 A piece never splits a UTF-8 character (the bytes of a character cut by a chunk boundary are carried into the next
-piece), and with ``cut_safely`` it ends where byte-level BPE's pre-tokenizer would cut anyway (after a newline or
-before a single space, each between non-space characters), so encoding the pieces one by one gives the tokens of
-the whole range encoded at once.
+piece), and with ``safe_cut`` (a tokenizer's: ``BPETokenizer.safe_cut``) it ends where that tokenizer's
+pre-tokenizer would cut anyway, so encoding the pieces one by one gives the tokens of the whole range encoded at once.
 """
 
 from __future__ import annotations
@@ -15,16 +14,13 @@ import glob
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from markovformer.strict_json import parse_json
 
 CHUNK_BYTES = 4 << 20  # bytes read per step: memory stays a small multiple of this whatever the file's size
 _SAMPLED_BLOCKS, _BLOCK_BYTES = 16, 64 << 10
-# The last place in a piece where byte-level BPE's GPT-2 pre-tokenizer splits regardless of what follows: after a
-# newline, or before a single space, with a non-space character on both sides.
-_SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)|(?<=\S)(?= \S)")
 
 
 def resolve_text_paths(path: str | Path) -> list[Path]:
@@ -125,11 +121,13 @@ def content_key(path: Path) -> dict:
 
 
 def text_pieces(
-    path: Path, start: int = 0, stop: int | None = None, chunk_bytes: int = CHUNK_BYTES, cut_safely: bool = False
+    path: Path, start: int = 0, stop: int | None = None, chunk_bytes: int = CHUNK_BYTES,
+    safe_cut: Callable[[str], int] | None = None,
 ) -> Iterator[str]:
     """The text of bytes [start, stop) of ``path`` (strict UTF-8) as consecutive pieces of about ``chunk_bytes``;
     a file's byte-order mark is no text. ``start`` and ``stop`` must lie on character boundaries. Invalid UTF-8
-    raises, naming the file, line and byte."""
+    raises, naming the file, line and byte. ``safe_cut(text)``: where a piece may end in the second half of the text
+    read (0: nowhere, the text is carried on)."""
     stop = file_size(path) if stop is None else stop
     with path.open("rb") as handle:
         handle.seek(start)
@@ -147,7 +145,7 @@ def text_pieces(
                 if text:
                     yield text
                 return
-            cut = _safe_cut(text) if cut_safely else len(text)
+            cut = safe_cut(text) if safe_cut is not None else len(text)
             if cut:
                 yield text[:cut]
             carried = text[cut:]
@@ -189,15 +187,6 @@ def _character_start(data: bytes) -> int:
             width = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
             return len(data) if back >= width else len(data) - back
     return len(data)
-
-
-def _safe_cut(text: str) -> int:
-    """A cut point in the second half of ``text`` that byte-level BPE would cut at anyway (0 when there is none:
-    the text is carried on whole)."""
-    last = 0
-    for match in _SAFE_CUT.finditer(text, len(text) // 2):
-        last = match.start()
-    return last
 
 
 def count_characters(path: Path, start: int = 0, stop: int | None = None) -> int:

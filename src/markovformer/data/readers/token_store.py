@@ -170,18 +170,18 @@ def open_or_build(
     vocab_size: int,
     end_of_document: int | None,
     cache_dir: str | Path | None = None,
-    cut_safely: bool = False,
+    safe_cut: Callable[[str], int] | None = None,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
     encode_batch: Callable[[list[str]], list[np.ndarray]] | None = None,
 ) -> TokenStore:
     """The store of ``segments`` under this tokenizer: opened from the cache when it is there and whole, else
-    encoded (``encode(text) -> ids``, streamed piece by piece; records through ``encode_batch(texts)``, many at
-    a time) and written atomically."""
+    encoded (``encode(text) -> ids``, streamed in pieces that end at a ``safe_cut``, ``text_pieces``; records
+    through ``encode_batch(texts)``, many at a time) and written atomically."""
     dtype = token_dtype(vocab_size)
     encode_batch = encode_batch or (lambda texts: [encode(text) for text in texts])
 
     def write(staging: Path) -> None:
-        _write_store(staging, segments, encode, encode_batch, dtype, vocab_size, end_of_document, cut_safely)
+        _write_store(staging, segments, encode, encode_batch, dtype, vocab_size, end_of_document, safe_cut)
 
     return open_or_write(cache_root(cache_dir), store_key(segments, tokenizer_json), write, log)
 
@@ -246,7 +246,7 @@ def _build(root: Path, folder: Path, write: Callable[[Path], None]) -> None:
 
 
 def _write_store(staging: Path, segments, encode, encode_batch, dtype, vocab_size, end_of_document,
-                 cut_safely) -> None:  # fmt: skip
+                 safe_cut) -> None:  # fmt: skip
     total = sum(segment.stop - segment.start for segment in segments)
     progress = _progress(total)
     offsets, count, documents = [0], 0, []
@@ -258,7 +258,7 @@ def _write_store(staging: Path, segments, encode, encode_batch, dtype, vocab_siz
                 offsets.append(count)
                 continue
             characters = segment.first_character
-            for piece in text_pieces(Path(segment.path), segment.start, segment.stop, cut_safely=cut_safely):
+            for piece in text_pieces(Path(segment.path), segment.start, segment.stop, safe_cut=safe_cut):
                 try:
                     ids = np.asarray(encode(piece))
                 except UnknownCharacter as error:

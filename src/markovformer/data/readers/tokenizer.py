@@ -7,13 +7,14 @@ Token id 0 is padding for both tokenizers (it never appears in an encoding), so 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from markovformer.atomic import atomic_write_text
+from markovformer.data.readers.bpe_cuts import safe_cut, safe_pieces
 from markovformer.data.readers.token_store import UnknownCharacter
 from markovformer.strict_json import parse_json, read_json_object
 
@@ -32,7 +33,6 @@ FIT_PIECE = 1 << 16
 # pre-token is cut every WORD_BYTES bytes from its start, and no token spans such a cut: on DNA with repeats, tokens
 # per base held out stayed within 0.4% of the uncut run's (in-sample +2%: a repeat learned whole may straddle a cut).
 WORD_BYTES = 1024
-_SAFE_SPACE = re.compile(r"(?<=\S)(?= \S)")  # before a single space between non-spaces: a GPT-2 pre-token cut
 
 
 class CharTokenizer:
@@ -74,6 +74,10 @@ class CharTokenizer:
             index = int(np.argmin(ids != 0))
             raise UnknownCharacter(text[index], index)
         return ids
+
+    def safe_cut(self, text: str) -> int:
+        """Where ``text`` may be cut, its two sides encoding as the whole does: anywhere, so at its end."""
+        return len(text)
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         """``encode_array`` of each text (one lookup over their concatenation)."""
@@ -139,6 +143,9 @@ class BPETokenizer:
         if hf_tokenizer.token_to_id(PAD_TOKEN) != 0:
             raise ValueError(f"a BPE tokenizer must have {PAD_TOKEN!r} as id 0")
         hf_tokenizer.encode_special_tokens = True  # not saved with it: set on every tokenizer made or loaded
+        # WORD_BYTES when the pre-tokenizer cuts long pre-tokens (``train``'s), None for one saved before that cut or
+        # a foreign tokenizer.json: a long run of text without whitespace is then cut nowhere
+        self._word_bytes = WORD_BYTES if _pre_tokenizer_record(hf_tokenizer) == _pre_tokenizer_record() else None
 
     @classmethod
     def train(
@@ -171,10 +178,7 @@ class BPETokenizer:
             vocab_size = min(vocab_size, smallest + text_bytes)
         hf = _import_tokenizers()
         tokenizer = hf.Tokenizer(hf.models.BPE())
-        # after ByteLevel every character stands for one byte: "." counts bytes
-        tokenizer.pre_tokenizer = hf.pre_tokenizers.Sequence([
-            hf.pre_tokenizers.ByteLevel(add_prefix_space=False),
-            hf.pre_tokenizers.Split(hf.Regex(f".{{1,{WORD_BYTES}}}"), behavior="isolated")])  # fmt: skip
+        tokenizer.pre_tokenizer = _word_split_pre_tokenizer()
         tokenizer.decoder = hf.decoders.ByteLevel()
         trainer = hf.trainers.BpeTrainer(
             vocab_size=vocab_size,
@@ -186,7 +190,8 @@ class BPETokenizer:
         # The trainer holds each sequence it is fed with per-byte alignments and its pre-tokens as strings, several
         # sequences at once (a 4 MB sequence cost ~800 MB): it is fed pieces of at most ~FIT_PIECE characters cut
         # where the pre-tokenizer cuts anyway, so the word counts, hence the merges, equal those of the whole text.
-        pieces = (piece for whole in texts for piece in _safe_pieces(whole, FIT_PIECE))
+        cut = partial(safe_cut, word_bytes=WORD_BYTES)
+        pieces = (piece for whole in texts for piece in safe_pieces(whole, FIT_PIECE, cut))
         tokenizer.train_from_iterator(pieces, trainer=trainer)
         return cls(tokenizer)
 
@@ -206,10 +211,15 @@ class BPETokenizer:
     def end_of_document_id(self) -> int | None:
         return self._tokenizer.token_to_id(END_OF_DOCUMENT)
 
+    def safe_cut(self, text: str) -> int:
+        """The last index in the second half of ``text`` where it may be cut: encoding the two sides apart gives the
+        ids of ``text`` (0 when there is none, then the text is carried on whole)."""
+        return safe_cut(text, self._word_bytes)
+
     def encode_array(self, text: str, pieces: int = 64) -> np.ndarray:
-        """Ids of ``text`` as an int64 array, encoded with the Hugging Face batch API (on every core) in up to
-        ``pieces`` pieces cut where the pre-tokenizer cuts anyway, so the ids equal ``encode(text)``."""
-        parts = list(_safe_pieces(text, max(len(text) // pieces, 1 << 14)))
+        """Ids of ``text`` as an int64 array, encoded with the Hugging Face batch API (on every core) in about
+        ``pieces`` pieces cut where the pre-tokenizer cuts anyway (``safe_cut``), so the ids equal ``encode(text)``."""
+        parts = list(safe_pieces(text, max(len(text) // pieces, 1 << 14), self.safe_cut))
         encodings = self._batch(parts)
         return np.concatenate([np.asarray(encoding.ids, dtype=np.int64) for encoding in encodings] or
                               [np.zeros(0, np.int64)])  # fmt: skip
@@ -396,19 +406,21 @@ def _byte_level_bytes() -> dict[str, int]:
     return {**{chr(byte): byte for byte in printable}, **{chr(256 + n): byte for n, byte in enumerate(others)}}
 
 
-def _safe_pieces(text: str, step: int) -> Iterator[str]:
-    """``text`` in consecutive pieces of about ``step`` characters, each cut before a single space between
-    non-spaces (where byte-level BPE's pre-tokenizer cuts anyway; a piece runs on until there is one)."""
-    start = 0
-    while start < len(text):
-        stop = start + step
-        if stop >= len(text):
-            stop = len(text)
-        else:
-            found = _SAFE_SPACE.search(text, stop, min(stop + step, len(text)))
-            stop = found.start() if found else len(text)
-        yield text[start:stop]
-        start = stop
+def _word_split_pre_tokenizer():
+    """``BPETokenizer.train``'s pre-tokenizer: GPT-2's, then a longer pre-token cut every ``WORD_BYTES`` bytes."""
+    hf = _import_tokenizers()
+    # after ByteLevel every character stands for one byte: "." counts bytes
+    return hf.pre_tokenizers.Sequence([
+        hf.pre_tokenizers.ByteLevel(add_prefix_space=False),
+        hf.pre_tokenizers.Split(hf.Regex(f".{{1,{WORD_BYTES}}}"), behavior="isolated")])  # fmt: skip
+
+
+def _pre_tokenizer_record(hf_tokenizer=None) -> dict | None:
+    """The saved form of the pre-tokenizer of ``hf_tokenizer`` (None: of ``_word_split_pre_tokenizer``)."""
+    if hf_tokenizer is None:
+        hf_tokenizer = _import_tokenizers().Tokenizer(_import_tokenizers().models.BPE())
+        hf_tokenizer.pre_tokenizer = _word_split_pre_tokenizer()
+    return json.loads(hf_tokenizer.to_str()).get("pre_tokenizer")
 
 
 def _import_tokenizers():
