@@ -17,6 +17,14 @@ _WHITESPACE = re.compile(r"\s")
 _WINDOW = 1 << 16  # characters pre-tokenized at a time in search of a word cut (``_pre_tokens``)
 
 
+def _long_run(word_bytes: int) -> re.Pattern:
+    """A run of at least ``word_bytes // 4`` letters, digits or other characters: what a pre-token longer than
+    ``word_bytes`` bytes (4 bytes a character at most) holds, as Python's classes approximate GPT-2's. Text without
+    one (minified code) has no word cut and is not pre-tokenized; a miss only carries text on (never wrong ids)."""
+    least = max(word_bytes // 4, 1)
+    return re.compile(rf"[^\W\d_]{{{least},}}|\d{{{least},}}|(?:[^\w\s]|_){{{least},}}")
+
+
 def safe_pieces(text: str, step: int, safe_cut: Callable[[str], int]) -> Iterator[str]:
     """``text`` in consecutive pieces of ``step`` to ``2 * step`` characters, each ending at a ``safe_cut`` of the
     ``2 * step`` characters from its start (where there is none, of twice as many, and so on)."""
@@ -53,7 +61,7 @@ def _word_cut(text: str, word_bytes: int) -> int:
         tail = 0
     else:  # GPT-2's pre-token after whitespace starts at its last character when that is a space (" word")
         tail = len(text) - space.start() - (text[-space.start() - 1] == " ")
-    if len(text) - tail <= word_bytes:
+    if len(text) - tail <= word_bytes or not _long_run(word_bytes).search(text, tail):
         return 0
     half = len(text) // 2
     return max((cut for cut in _word_cuts(text, tail, word_bytes) if cut > half), default=0)

@@ -133,6 +133,9 @@ def text_pieces(
         handle.seek(start)
         start = _past_mark(handle, start, stop)
         pending, carried, offset = b"", "", start  # offset: file position of the first byte of ``pending``
+        # the length of the text a safe_cut last found no cut in: looked at again once it has doubled, so a text
+        # with no cut (one line of minified code) is searched in linear time, not once a chunk
+        searched = 0
         position = start
         while position < stop or pending or carried:
             data = handle.read(min(chunk_bytes, stop - position)) if position < stop else b""
@@ -145,7 +148,11 @@ def text_pieces(
                 if text:
                     yield text
                 return
+            if len(text) < 2 * searched:
+                carried = text
+                continue
             cut = safe_cut(text) if safe_cut is not None else len(text)
+            searched = 0 if cut else len(text)
             if cut:
                 yield text[:cut]
             carried = text[cut:]
