@@ -26,6 +26,15 @@ def _held_run(run, steps: int | None = None):
     return config
 
 
+def _trained_run(run):
+    """A tiny causal_lm run of two steps, trained into ``run``: what eval, generate and inspect read."""
+    from conftest import TINY_RUN
+
+    steps = {"max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2}
+    train(resolve_run_config({**TINY_RUN, "trainer": {**TINY_RUN["trainer"], **steps}, "output_dir": str(run)}))
+    return run
+
+
 def test_a_run_already_there_is_resumed_by_the_callers_own_means(tmp_path, main_cli):
     """`train(config)` into a folder holding a run said "resume it with --resume RUN": a flag of the command line,
     which a Python caller has not got; it names resume('RUN') there, and the command line its flag still."""
@@ -149,3 +158,38 @@ def test_an_experiments_arguments_are_named_as_its_caller_gave_them(tmp_path, ma
     with pytest.raises(MissingCell) as raised:
         run_experiment("landscape", tmp_path / "mine", quick=True, from_cells=True)
     assert str(raised.value).endswith("without from_cells=True the experiment computes it"), raised.value
+
+
+def test_an_evaluations_arguments_are_named_as_its_caller_gave_them(tmp_path, main_cli, monkeypatch):
+    """evaluate(...) refused its own arguments as eval's flags (--data, --predictions, --beam-size, --split) that a
+    Python caller never gave; from Python they are named as the call's arguments, on the command line as its flags."""
+    from markovformer.training import evaluation
+    from markovformer.training.evaluation import evaluate
+
+    run = _trained_run(tmp_path / "run")
+    loose, kept = tmp_path / "none" / "p.tsv", tmp_path / "p.tsv"
+    refusals = [  # (Python's words, the command line's words, the call, its command line)
+        (f"predictions={str(loose)!r} is in no existing directory", f"--predictions {loose} is in no existing",
+         {"predictions": loose}, ("--predictions", str(loose))),
+        (f"predictions={str(kept)!r}: {run} is a causal_lm run", f"--predictions {kept}: {run} is a causal_lm run",
+         {"predictions": kept}, ("--predictions", str(kept))),
+        (f"beam_size=4: {run} is a causal_lm run", f"--beam-size 4: {run} is a causal_lm run",
+         {"beam_size": 4}, ("--beam-size", "4")),
+        ("data_overrides={'source': 'text'}: a run is evaluated on its own data source",
+         "eval --data source='text': a run is evaluated on its own data source",
+         {"data_overrides": {"source": "text"}}, ("--data", "source=text")),
+        ("data_overrides={'num_symbols': 8}: the data's vocabulary has 8 tokens",
+         "eval --data num_symbols=8: the data's vocabulary has 8 tokens",
+         {"data_overrides": {"num_symbols": 8}}, ("--data", "num_symbols=8")),
+    ]  # fmt: skip
+    for python, command_line, call, flags in refusals:
+        with pytest.raises(ConfigError) as raised:
+            evaluate(run, **call)
+        assert python in str(raised.value), raised.value
+        one_line_error(main_cli("eval", str(run), *flags), command_line)
+    assert not kept.exists()
+    monkeypatch.setattr(evaluation, "scored_split", lambda *args: [])  # a split with no example (a short file's)
+    with pytest.raises(ConfigError) as raised:
+        evaluate(run, "test")
+    assert str(raised.value).endswith("choose another split or give the data a test part"), raised.value
+    one_line_error(main_cli("eval", str(run), "--split", "test"), "choose another --split or give the data a test part")

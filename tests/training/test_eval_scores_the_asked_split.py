@@ -66,7 +66,8 @@ def test_data_of_a_larger_vocabulary_than_the_models_is_refused_naming_the_optio
     values["trainer"].update(max_steps=5, eval_every=5, checkpoint_every=5, log_every=5)
     values["output_dir"] = str(tmp_path / "run")
     train(resolve_run_config(values))
-    with pytest.raises(ConfigError, match=r"data.num_symbols=8: the data's vocabulary has 8 tokens, the run's model 4"):
+    with pytest.raises(ConfigError, match=r"data_overrides=\{'num_symbols': 8\}: the data's vocabulary has 8 tokens, "
+                                          r"the run's model 4"):  # fmt: skip
         evaluate(tmp_path / "run", "val", {"num_symbols": 8})
     with pytest.raises(ConfigError, match=r"has 5 tokens, the run's model 4 .*no output for tokens 4\.\.4;"):
         evaluate(tmp_path / "run", "val", {"num_symbols": 5})  # one token beyond the model's outputs is refused too
@@ -380,8 +381,8 @@ def test_eval_of_the_training_text_scores_contiguous_windows_not_one_per_start(t
                                            "output_dir": str(run_dir)}), run_dir)  # fmt: skip
     assert scored["metrics"]["loss"] == pytest.approx(hand_loss(model.eval(), plain.train), rel=1e-6)
     for value in ("random", "bogus"):  # (a value of no use: it said "only training draws its examples so" too)
-        with pytest.raises(ConfigError, match=f"--data window_starts='{value}': eval takes only "
-                                              f"window_starts='contiguous', the data as it is"):  # fmt: skip
+        with pytest.raises(ConfigError, match=f"data_overrides={{'window_starts': '{value}'}}: scoring takes "
+                                              f"only window_starts='contiguous', the data as it is"):  # fmt: skip
             evaluate(tmp_path / "random", "train", {"window_starts": value})
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from markovformer.advice import said_as
 from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import JoinedSplits, Renormalised
 from markovformer.data.options import TRAINING_ONLY_OPTIONS
@@ -121,6 +122,13 @@ def warn_of_changed_files(run_dir: Path, bundle, reader: str = "these metrics sc
     return list(changed)
 
 
+def given_data(overrides: dict) -> str:
+    """Data options given to score a run in its caller's words (``advice.said_as``): ``eval --data KEY=VALUE`` on
+    the command line, ``data_overrides={...}`` from Python."""
+    flags = " ".join(f"{key}={value!r}" for key, value in overrides.items())
+    return said_as(f"eval --data {flags}", f"data_overrides={overrides!r}")
+
+
 def check_same_names(run_dir: Path, info: dict) -> None:
     """ConfigError when data given to score a run names its classes or feature columns otherwise than the run's
     data did: the model reads them by position, so another file's class 0 would be scored as the run's class 0."""
@@ -137,9 +145,9 @@ def check_vocabulary_fits(run_dir: Path, info: dict, overrides: dict) -> None:
     a token id, not the option that made it)."""
     saved, given = read_data_info(run_dir).get("vocab_size"), info.get("vocab_size")
     if isinstance(saved, int) and isinstance(given, int) and given > saved:
-        options = " ".join(f"data.{key}={value!r}" for key, value in overrides.items()) or "its data options"
-        raise ConfigError(f"eval --data {options}: the data's vocabulary has {given} tokens, the run's model {saved} "
-                          f"(from {run_dir / 'data.json'}): it has no output for tokens {saved}..{given - 1}; score "
+        options = given_data(overrides) if overrides else "the data"
+        raise ConfigError(f"{options}: the data's vocabulary has {given} tokens, the run's model {saved} (from "
+                          f"{run_dir / 'data.json'}): it has no output for tokens {saved}..{given - 1}; score "
                           f"data of the run's vocabulary")  # fmt: skip
 
 
@@ -167,7 +175,7 @@ def check_same_source(source: str, overrides: dict) -> None:
     run's: they re-point the run's data (another file, another length), while the model was trained for its source's
     data and vocabulary; merged with the run's options, another source would fail on keys the user never typed."""
     if "source" in overrides and overrides["source"] != source:
-        raise ConfigError(f"eval --data source={overrides['source']!r}: a run is evaluated on its own data source "
+        raise ConfigError(f"{given_data({'source': overrides['source']})}: a run is evaluated on its own data source "
                           f"({source!r}), whose data and vocabulary its model was trained for; give that source's "
                           f"options instead (`markovformer data show {source}` lists them)")  # fmt: skip
 
@@ -187,7 +195,7 @@ def check_saved_tokenizer_options(run_dir: Path, data: dict, overrides: dict) ->
     defaults = {field.name: field.default for field in dataclasses.fields(DATA_SOURCES[data["source"]])}
     for key in TOKENIZER_OPTIONS:
         if key in overrides and key in defaults and overrides[key] != data.get(key, defaults[key]):
-            raise ConfigError(f"eval --data {key}={overrides[key]!r}: the run is scored with its saved tokenizer "
+            raise ConfigError(f"{given_data({key: overrides[key]})}: the run is scored with its saved tokenizer "
                               f"({run_dir / 'tokenizer'}, fitted with {key}={data.get(key, defaults[key])!r}), the ids "
                               f"its model was trained for; a tokenizer option cannot change")  # fmt: skip
 
@@ -208,6 +216,11 @@ def scored_split(bundle, split: str, run_dir: Path):
     return Renormalised(examples, fitted, own) if fitted and own and fitted != own else examples
 
 
+def given_predictions(predictions: Path) -> str:
+    """The predictions file asked for in its caller's words (``advice.said_as``)."""
+    return said_as(f"--predictions {predictions}", f"predictions={str(predictions)!r}")
+
+
 @built_on_the_cpu
 def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None = None, beam_size: int = 1,
              predictions: str | Path | None = None, batch_size: int | None = None,
@@ -224,15 +237,16 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     predictions = None if predictions is None else Path(predictions).expanduser()  # '~': as the run's name
     if predictions is not None and (predictions.is_dir() or not predictions.parent.is_dir()):
         what = "is a directory" if predictions.is_dir() else "is in no existing directory"
-        raise ConfigError(f"--predictions {predictions} {what}: give a file in an existing directory")
+        raise ConfigError(f"{given_predictions(predictions)} {what}: give a file in an existing directory")
     config, model, run_dir, weights = load_trained_run(target)
     if predictions is not None and not TASKS[config.task].writes_predictions:
         takers = [name for name, kind in TASKS.items() if kind.writes_predictions]
-        raise ConfigError(f"--predictions {predictions}: {run_dir} is a {config.task} run, whose scoring predicts "
+        raise ConfigError(f"{given_predictions(predictions)}: {run_dir} is a {config.task} run, whose scoring predicts "
                           f"nothing to write (runs that do: {', '.join(takers)})")  # fmt: skip
     if beam_size != 1 and config.task != Translation.name:  # the others' scoring decodes nothing: no beam to widen
-        raise ConfigError(f"--beam-size {beam_size}: {run_dir} is a {config.task} run; only a translation run's "
-                          f"scoring decodes with beams")  # fmt: skip
+        beams = said_as(f"--beam-size {beam_size}", f"beam_size={beam_size}")
+        raise ConfigError(f"{beams}: {run_dir} is a {config.task} run; only a translation run's scoring decodes with "
+                          f"beams")  # fmt: skip
     check_same_source(config.data["source"], data_overrides or {})
     check_saved_tokenizer_options(run_dir, config.data, data_overrides or {})
     fitted = run_fitted_options(config.data["source"], read_data_info(run_dir))  # the run's class thresholds
@@ -241,8 +255,9 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     takes = {field.name for field in dataclasses.fields(DATA_SOURCES[config.data["source"]])}
     for key, plain in TRAINING_ONLY_OPTIONS.items():  # the data as it is, not as training draws from it
         if key in takes and (data_overrides or {}).get(key, plain) != plain:  # (a source without it: unknown key)
-            raise ConfigError(f"--data {key}={data_overrides[key]!r}: eval takes only {key}={plain!r}, the data as "
-                              f"it is (another value changes only how training draws its examples)")  # fmt: skip
+            raise ConfigError(f"{given_data({key: data_overrides[key]})}: scoring takes only {key}={plain!r}, "
+                              f"the data as it is (another value changes only how training draws its "
+                              f"examples)")  # fmt: skip
         if key in data:
             data[key] = plain
     for key in task_options or {}:  # an option of another task: the flag's name, and the run's task
@@ -266,7 +281,8 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     changed = warn_of_changed_files(run_dir, bundle)
     if len(examples) == 0:
         raise ConfigError(f"the {split} split of {run_dir}'s data is empty (data.source={config.data['source']!r}): "
-                          f"nothing to evaluate; choose another --split or give the data a {split} part")  # fmt: skip
+                          f"nothing to evaluate; choose another {said_as('--split', 'split')} or give the data a "
+                          f"{split} part")  # fmt: skip
     metrics = task.new_metrics()
     metrics.keep_predictions = predictions is not None
     model.eval()
