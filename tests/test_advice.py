@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 
@@ -193,3 +194,63 @@ def test_an_evaluations_arguments_are_named_as_its_caller_gave_them(tmp_path, ma
         evaluate(run, "test")
     assert str(raised.value).endswith("choose another split or give the data a test part"), raised.value
     one_line_error(main_cli("eval", str(run), "--split", "test"), "choose another --split or give the data a test part")
+
+
+def test_a_generation_requests_fields_are_named_as_its_caller_gave_them(tmp_path, main_cli):
+    """task.generate(model, run, GenerationRequest(...)) refused the request's fields as generate's flags (--prompt,
+    --input, --skip-unknown, --through-eod, --beam-size) that a Python caller never typed; from Python they are
+    named as the request's fields and the GenerationConfig's, on the command line as its flags."""
+    from markovformer.advice import command_line
+    from markovformer.models.generation import GenerationConfig
+    from markovformer.training.run_dir import load_trained_run
+    from markovformer.training.tasks import GenerationRequest, build_task
+    from markovformer.training.tasks.base import refuse_packed_start
+
+    run = _trained_run(tmp_path / "run")
+    config, model, _, _ = load_trained_run(run)
+    language_model = build_task(config.task, config.trainer, options=config.task_options)
+    refusals = [  # (Python's words, the command line's words, the request, its command line)
+        ("input='sources.txt' is for translation runs: a language model continues one prompt",
+         "--input is for translation runs: a language model continues one --prompt TEXT",
+         {"input": "sources.txt"}, ("--input", "sources.txt")),
+        ("a language model continues a prompt: give prompt=TEXT (prompt='' samples unconditionally)",
+         "a language model continues a --prompt: give --prompt TEXT (--prompt '' samples unconditionally)", {}, ()),
+        ("prompt: token id 99 is outside the vocabulary", "--prompt: token id 99 is outside the vocabulary",
+         {"prompt": "1 99"}, ("--prompt", "1 99")),
+    ]  # fmt: skip
+    for python, flags_said, request, flags in refusals:
+        with pytest.raises(ValueError) as raised:
+            list(language_model.generate(model, run, GenerationRequest(**request)))
+        assert python in str(raised.value), raised.value
+        one_line_error(main_cli("generate", str(run), *flags), flags_said)
+
+    def refused(task: str, **request) -> tuple[str, str]:  # a translation or CTC run refuses before its model is read
+        said = []
+        for context in (contextlib.nullcontext(), command_line()):
+            with context, pytest.raises(ValueError) as raised:
+                list(build_task(task).generate(None, tmp_path, GenerationRequest(**request)))
+            said.append(str(raised.value))
+        return said[0], said[1]
+
+    python, flags_said = refused("translation")
+    assert python.startswith("a translation run translates either prompt=SENTENCE or input=FILE"), python
+    assert flags_said.startswith("a translation run translates either --prompt SENTENCE or --input FILE"), flags_said
+    python, flags_said = refused("translation", prompt="hallo", skip_unknown=True)
+    assert python.startswith("skip_unknown=True: a translation run continues no prompt"), python
+    assert flags_said.startswith("--skip-unknown: a translation run continues no prompt"), flags_said
+    python, flags_said = refused("translation", prompt="hallo", generation=GenerationConfig(do_sample=True, top_k=3))
+    assert python.startswith("top_k=3: a translation run searches (greedy, or num_beams=N)"), python
+    assert flags_said.startswith("--top-k 3: a translation run searches (greedy, or --beam-size N)"), flags_said
+    python, flags_said = refused("translation", input=str(tmp_path))
+    assert python == f"input={str(tmp_path)!r}: a directory, not a file", python
+    assert flags_said == f"--input {str(tmp_path)!r}: a directory, not a file", flags_said
+    python, flags_said = refused("ctc", prompt="hallo")
+    assert python.startswith("a CTC run transcribes recordings: give input=FILE"), python
+    assert flags_said.startswith("a CTC run transcribes recordings: give --input FILE"), flags_said
+    python, flags_said = refused("ctc", input="a.wav", generation=GenerationConfig(num_beams=4))
+    assert python.startswith("num_beams=4: a CTC run transcribes greedily"), python
+    assert flags_said.startswith("--beam-size 4: a CTC run transcribes greedily"), flags_said
+    with pytest.raises(ValueError) as raised:
+        refuse_packed_start(through_eod=True, empty_prompt=False)
+    assert str(raised.value).startswith("through_eod=True: this run packed its documents"), raised.value
+    assert str(raised.value).endswith("without through_eod=True the sample ends with its document"), raised.value

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import IterableDataset
 
+from markovformer.advice import said_as
 from markovformer.data.bundle import DataBundle, Split, example_lengths
 from markovformer.data.collate import PAD_ID
 from markovformer.data.readers.tokenizer import END_OF_DOCUMENT, load_tokenizer
@@ -261,12 +262,16 @@ class Task:
 
 
 def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterator[str]:
-    """A language model's continuation of ``request.prompt``: text with the run's tokenizer, else token ids."""
+    """A language model's continuation of ``request.prompt``: text with the run's tokenizer, else token ids. Its
+    refusals and notes name the request's fields in the caller's words (``advice.said_as``)."""
+    given_prompt, skip_unknown = said_as("--prompt", "prompt"), said_as("--skip-unknown", "skip_unknown=True")
     if request.input is not None:
-        raise ValueError("--input is for translation runs: a language model continues one --prompt TEXT")
+        raise ValueError(f"{said_as('--input', f'input={request.input!r}')} is for translation runs: a language model "
+                         f"continues one {said_as('--prompt TEXT', 'prompt')}")  # fmt: skip
     if request.prompt is None:
-        raise ValueError("a language model continues a --prompt: give --prompt TEXT (--prompt '' samples "
-                         "unconditionally)")  # fmt: skip
+        raise ValueError(said_as("a language model continues a --prompt: give --prompt TEXT (--prompt '' samples "
+                                 "unconditionally)", "a language model continues a prompt: give prompt=TEXT "
+                                 "(prompt='' samples unconditionally)"))  # fmt: skip
     tokenizer = load_tokenizer(Path(run_dir) / "tokenizer") if (Path(run_dir) / "tokenizer").is_dir() else None
     prompt = request.prompt
     if tokenizer is not None:
@@ -275,13 +280,13 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
             kept = "".join(char for char in prompt if char in alphabet)
             if kept != prompt:
                 dropped = sorted(set(prompt) - alphabet)
-                print(f"--skip-unknown: dropped {len(prompt) - len(kept)} prompt characters outside the run's alphabet "
+                print(f"{skip_unknown}: dropped {len(prompt) - len(kept)} prompt characters outside the run's alphabet "
                       f"({', '.join(map(repr, dropped[:10]))})", file=sys.stderr)  # fmt: skip
             prompt = kept
         try:
             ids = tokenizer.encode(prompt)
         except ValueError as error:
-            raise ValueError(f"--prompt: {error}; add --skip-unknown to drop such characters") from None
+            raise ValueError(f"{given_prompt}: {error}; add {skip_unknown} to drop such characters") from None
     else:
         try:
             ids = [int(token) for token in prompt.split()]
@@ -291,7 +296,7 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
         vocab_size = getattr(model.config, "vocab_size", None)
         outside = [i for i in ids if i < 0 or (vocab_size is not None and i >= vocab_size)]
         if outside:
-            raise ValueError(f"--prompt: token id {outside[0]} is outside the vocabulary [0, {vocab_size})")
+            raise ValueError(f"{given_prompt}: token id {outside[0]} is outside the vocabulary [0, {vocab_size})")
     end = getattr(tokenizer, "end_of_document_id", None)  # a run with documents
     if end is not None and packs_documents(run_dir):
         refuse_packed_start(request.through_eod, not ids)
@@ -312,7 +317,8 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
         return
     if end is not None and not request.through_eod and end in new:
         new = new[: new.index(end)]
-        print(f"the sample reached its document's end (<eod>) after {len(new)} tokens; --through-eod samples on",
+        print(f"the sample reached its document's end (<eod>) after {len(new)} tokens; "
+              f"{said_as('--through-eod', 'through_eod=True')} samples on",
               file=sys.stderr)  # fmt: skip
     yield prompt + decoded_documents(tokenizer, new, end)
 
@@ -331,10 +337,11 @@ def packs_documents(run_dir: Path) -> bool:
 def refuse_prompt_flags(request: GenerationRequest, run: str) -> None:
     """ValueError for the flags only a language model's continuation reads, given to a ``run`` (translation, CTC)
     whose generate would ignore them."""
-    for flag, given in (("--skip-unknown", request.skip_unknown), ("--through-eod", request.through_eod)):
-        if given:
-            raise ValueError(f"{flag}: a {run} run continues no prompt within a document; that flag is a language "
-                             f"model's (generate on a causal_lm run)")  # fmt: skip
+    for flag, name in (("--skip-unknown", "skip_unknown"), ("--through-eod", "through_eod")):
+        if getattr(request, name):
+            raise ValueError(f"{said_as(flag, f'{name}=True')}: a {run} run continues no prompt within a document; "
+                             f"that {said_as('flag', 'option')} is a language model's (generate on a causal_lm "
+                             f"run)")  # fmt: skip
 
 
 def refuse_packed_start(through_eod: bool, empty_prompt: bool) -> None:
@@ -343,11 +350,13 @@ def refuse_packed_start(through_eod: bool, empty_prompt: bool) -> None:
     a document's first character cost a 600-step char run 6.29 nats after a lone ``<eod>`` and 8.66 after a
     document, against 1.39 (ln 4, four names to start with) unpacked."""
     if through_eod:
-        raise ValueError(f"--through-eod: {PACKED}, so it cannot start the document after an <eod>; without "
-                         "--through-eod the sample ends with its document")  # fmt: skip
+        flag = said_as("--through-eod", "through_eod=True")
+        raise ValueError(f"{flag}: {PACKED}, so it cannot start the document after an <eod>; without {flag} the "
+                         f"sample ends with its document")  # fmt: skip
     if empty_prompt:
-        raise ValueError(f"--prompt '': {PACKED}, so it cannot start a document from nothing; give a document's "
-                         "first characters (or tokens) as --prompt")  # fmt: skip
+        empty = said_as("--prompt ''", "prompt=''")
+        raise ValueError(f"{empty}: {PACKED}, so it cannot start a document from nothing; give a document's first "
+                         f"characters (or tokens) as {said_as('--prompt', 'prompt')}")  # fmt: skip
 
 
 def decoded_documents(tokenizer, ids: list[int], end: int | None) -> str:

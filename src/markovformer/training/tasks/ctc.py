@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from markovformer.advice import said_as
 from markovformer.data.collate import collate
 from markovformer.data.readers.audio import read_recording_list
 from markovformer.training.tasks.base import GenerationRequest, Task, model_inputs, refuse_prompt_flags
@@ -103,22 +104,26 @@ class CTC(Task):
         from markovformer.training.data_record import read_data_info
 
         if request.prompt is not None or request.input is None:
-            raise ValueError("a CTC run transcribes recordings: give --input FILE (a WAV file, or a list of WAV "
-                             "paths, one per line)")  # fmt: skip
+            raise ValueError(f"a CTC run transcribes recordings: give {said_as('--input FILE', 'input=FILE')} (a WAV "
+                             f"file, or a list of WAV paths, one per line)")  # fmt: skip
         refuse_prompt_flags(request, "CTC")
         given = request.generation  # a transcript is the best path: no flag of search, sampling or length shapes it
-        decoding = {"--beam-size": given.num_beams if given.num_beams != 1 else None,
-                    "--temperature": given.temperature if given.temperature not in (0.0, 1.0) else None,
-                    "--top-k": given.top_k, "--top-p": given.top_p,
-                    "--max-new-tokens": given.max_new_tokens if request.length_given else None,
-                    "--compile-step": True if given.compile_step else None}
-        for flag, value in decoding.items():
+        temperature = given.temperature if given.temperature not in (0.0, 1.0) else None
+        decoding = {("--beam-size", "num_beams"): given.num_beams if given.num_beams != 1 else None,
+                    ("--temperature", "temperature"): temperature,
+                    ("--top-k", "top_k"): given.top_k, ("--top-p", "top_p"): given.top_p,
+                    ("--max-new-tokens", "max_new_tokens"): given.max_new_tokens if request.length_given else None,
+                    ("--compile-step", "compile_step"): True if given.compile_step else None}  # fmt: skip
+        that = said_as("that flag", "that option")
+        for (flag, name), value in decoding.items():
             if value is not None:
                 if value is True:  # a switch
-                    raise ValueError(f"{flag}: a CTC run transcribes each batch of recordings in one forward pass; "
-                                     "it has no decoding step to compile (that flag is a language model's)")
-                raise ValueError(f"{flag} {value}: a CTC run transcribes greedily (the best path), one transcript per "
-                                 f"recording; that flag is a language model's or a translation run's")  # fmt: skip
+                    raise ValueError(f"{said_as(flag, f'{name}=True')}: a CTC run transcribes each batch of recordings "
+                                     f"in one forward pass; it has no decoding step to compile ({that} is a language "
+                                     f"model's)")  # fmt: skip
+                raise ValueError(f"{said_as(f'{flag} {value}', f'{name}={value}')}: a CTC run transcribes greedily "
+                                 f"(the best path), one transcript per recording; {that} is a language model's or a "
+                                 f"translation run's")  # fmt: skip
         info = read_data_info(run_dir)
         if not info.get("log_mel") or "normalisation" not in info:
             raise ValueError(f"{run_dir}: its data holds no audio front end (log-Mel settings and normalisation) to "

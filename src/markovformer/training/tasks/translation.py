@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from markovformer.advice import said_as
 from markovformer.data.bundle import DataBundle
 from markovformer.data.translation import (
     collate_translation,
@@ -85,30 +86,36 @@ class Translation(Task):
         metrics.update_translations(generated, batch["labels"], batch["src_ids"])
 
     def generate(self, model: nn.Module, run_dir: Path, request: GenerationRequest) -> Iterator[str]:
-        """One translation per source: ``request.prompt``, or each line of the file ``request.input``."""
+        """One translation per source: ``request.prompt``, or each line of the file ``request.input``. Its refusals
+        name the request's fields in the caller's words (``advice.said_as``)."""
+        given_prompt, given_input = said_as("--prompt", "prompt"), said_as(f"--input {request.input!r}",
+                                                                           f"input={request.input!r}")  # fmt: skip
         if (request.prompt is None) == (request.input is None):
-            raise ValueError("a translation run translates either --prompt SENTENCE or --input FILE (one per line)")
+            raise ValueError(f"a translation run translates either {said_as('--prompt SENTENCE', 'prompt=SENTENCE')} "
+                             f"or {said_as('--input FILE', 'input=FILE')} (one per line)")  # fmt: skip
         if request.input is not None and not Path(request.input).is_file():
             what = "a directory, not a file" if Path(request.input).is_dir() else "no such file"
-            raise ValueError(f"--input {request.input!r}: {what}")
+            raise ValueError(f"{given_input}: {what}")
         try:  # bytes, not read_text: its universal newlines split at a lone \r, which read_parallel keeps
             sentences = ([request.prompt] if request.input is None
                          else text_lines(Path(request.input).read_bytes().decode("utf-8")))  # fmt: skip
         except UnicodeDecodeError as error:
             where = f"{error.reason} at byte {error.start}"
-            raise ValueError(f"--input {request.input!r}: not UTF-8 text ({where})") from None
+            raise ValueError(f"{given_input}: not UTF-8 text ({where})") from None
         blank = next((number for number, sentence in enumerate(sentences, 1) if not sentence.strip()), None)
         if not sentences or blank is not None:
             where = f" (line {blank} is blank)" if request.input is not None and blank is not None else ""
-            raise ValueError(f"{request.input or '--prompt'}: every source sentence must be non-empty{where}")
+            raise ValueError(f"{request.input or given_prompt}: every source sentence must be non-empty{where}")
         refuse_prompt_flags(request, "translation")
         given = request.generation
-        sampling = {"--temperature": given.temperature if given.temperature not in (0.0, 1.0) else None,
-                    "--top-k": given.top_k, "--top-p": given.top_p}  # fmt: skip
-        for flag, value in sampling.items():
+        temperature = given.temperature if given.temperature not in (0.0, 1.0) else None
+        sampling = {("--temperature", "temperature"): temperature, ("--top-k", "top_k"): given.top_k,
+                    ("--top-p", "top_p"): given.top_p}  # fmt: skip
+        for (flag, name), value in sampling.items():
             if value is not None:
-                raise ValueError(f"{flag} {value}: a translation run searches (greedy, or --beam-size N) and samples "
-                                 "nothing; sampling flags are a language model's")  # fmt: skip
+                raise ValueError(f"{said_as(f'{flag} {value}', f'{name}={value}')}: a translation run searches "
+                                 f"(greedy, or {said_as('--beam-size N', 'num_beams=N')}) and samples nothing; "
+                                 f"sampling {said_as('flags', 'options')} are a language model's")  # fmt: skip
         tokenizer = load_translation_tokenizer(Path(run_dir) / "tokenizer")
         generation = request.generation.replace(do_sample=False,
                                                 max_new_tokens=min(request.generation.max_new_tokens,
@@ -117,7 +124,7 @@ class Translation(Task):
         limit = model.config.max_positions
         long = next((number for number, ids in enumerate(encoded, 1) if len(ids) > limit), None)
         if long is not None:  # before any translation is printed, not halfway through the file
-            where = f"{request.input}: line {long}" if request.input is not None else "--prompt"
+            where = f"{request.input}: line {long}" if request.input is not None else given_prompt
             raise ValueError(f"{where} is {len(encoded[long - 1])} tokens long, more than the model reads "
                              f"(max_positions={limit}); split or shorten it")  # fmt: skip
         model.eval()
