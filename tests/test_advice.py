@@ -254,3 +254,36 @@ def test_a_generation_requests_fields_are_named_as_its_caller_gave_them(tmp_path
         refuse_packed_start(through_eod=True, empty_prompt=False)
     assert str(raised.value).startswith("through_eod=True: this run packed its documents"), raised.value
     assert str(raised.value).endswith("without through_eod=True the sample ends with its document"), raised.value
+
+
+def test_an_inspections_arguments_are_named_as_its_caller_gave_them(tmp_path, main_cli, monkeypatch):
+    """write_inspection_report(run, layers=..., out_dir=...) refused its arguments as inspect's flags (--layers,
+    --out FOLDER) that a Python caller never gave; from Python they are named as the call's arguments, on the
+    command line as its flags."""
+    import errno
+
+    from markovformer.plots import saving
+    from markovformer.training.inspection import write_inspection_report
+
+    run = _trained_run(tmp_path / "run")
+    refusals = [  # (Python's words, the command line's words, the layers, its command line)
+        ("layers=[]: no layer given; name at least one (layers=[0, 1]), or leave layers=None for the first two",
+         "--layers: no layer given; name at least one (--layers 0 1), or leave --layers out for the first two",
+         [], ("--layers",)),
+        ("layers=[5]: 5 is not a layer of this model (it has 1)", "--layers 5 is not a layer of this model (it has 1)",
+         [5], ("--layers", "5")),
+    ]  # fmt: skip
+    for python, command_line, layers, flags in refusals:
+        with pytest.raises(ValueError) as raised:
+            write_inspection_report(run, layers=layers)
+        assert python in str(raised.value), raised.value
+        one_line_error(main_cli("inspect", str(run), *flags), command_line)
+
+    def full(path, write):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(saving, "atomic_write", full)
+    with pytest.raises(OSError) as raised:
+        write_inspection_report(run)
+    assert raised.value.strerror.endswith("call it again, or write the report elsewhere with out_dir=FOLDER"), raised
+    one_line_error(main_cli("inspect", str(run)), "run inspect again, or write the report elsewhere with --out FOLDER")

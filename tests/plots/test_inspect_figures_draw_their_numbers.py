@@ -154,7 +154,7 @@ def test_a_window_longer_than_the_tokens_read_is_captioned_with_the_lags_read(tm
 def test_layers_given_without_a_value_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
     """`--layers` with no index left out the attention-by-lag and attention figures, silently."""
     monkeypatch.setattr(inspection, "load_trained_run", lambda target: pytest.fail("read before the check"))
-    with pytest.raises(ValueError, match="--layers: no layer given"):
+    with pytest.raises(ValueError, match=r"layers=\[\]: no layer given"):
         write_inspection_report(tmp_path / "run", layers=[], out_dir=tmp_path / "report")
     assert not (tmp_path / "report").exists()
 

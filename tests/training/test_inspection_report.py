@@ -239,7 +239,7 @@ def test_a_run_given_a_relative_path_is_inspected_from_another_working_folder(tm
 def test_inspect_refuses_a_layer_index_outside_the_model(trained, tmp_path, layer):
     """--layers names model layers 0..n-1; a negative index (Python's from-the-end) is not one and is refused by
     name, like one past the end, and no report is written."""
-    with pytest.raises(ValueError, match=f"--layers {layer} is not a layer of this model \\(it has 1\\)"):
+    with pytest.raises(ValueError, match=f"layers=\\[{layer}\\]: {layer} is not a layer of this model \\(it has 1\\)"):
         write_inspection_report(trained, layers=[layer], out_dir=tmp_path / "report")
     assert not (tmp_path / "report").exists()
 
@@ -272,7 +272,7 @@ def test_a_layer_without_attention_maps_is_passed_by_and_refused_by_name(tmp_pat
     page = write_inspection_report(tmp_path / "run").read_text()
     assert "Attention probabilities of layers [1] on the same 24 tokens" in page
     assert "over queries 3..23 of the first 32 validation sequences" in page  # layer 1's profile: its window 2 + 1
-    refused = r"--layers 0: that layer \(scan\) has no attention map; the layers with one: \[1\]"
+    refused = r"layers=\[0\]: layer 0 \(scan\) has no attention map; the layers with one: \[1\]"
     with pytest.raises(ValueError, match=refused):
         write_inspection_report(tmp_path / "run", layers=[0], out_dir=tmp_path / "report")
     assert not (tmp_path / "report").exists()

@@ -246,10 +246,12 @@ def write_inspection_report(
     """Write the figures of a trained run and their page into ``out_dir`` (default RUN_DIR/report, and for one
     checkpoint file RUN_DIR/report-STEM, which leaves the run's own report as it is) and return its index.html. The
     folder is replaced whole (``plots.replace_folder``): a failed or killed inspect leaves the previous report as it
-    was, never a mix of old and new figures."""
+    was, never a mix of old and new figures. Its refusals name ``layers`` and ``out_dir`` in the caller's words
+    (``advice.said_as``)."""
     if layers is not None and not layers:  # `--layers` given without a value: drawing no map is no default
-        raise ValueError("--layers: no layer given; name at least one (--layers 0 1), or leave --layers out for the "
-                         "first two layers with attention maps")  # fmt: skip
+        raise ValueError(said_as("--layers: no layer given; name at least one (--layers 0 1), or leave --layers out",
+                                 "layers=[]: no layer given; name at least one (layers=[0, 1]), or leave layers=None")
+                         + " for the first two layers with attention maps")  # fmt: skip
     if layers is not None:
         layers = list(dict.fromkeys(layers))  # --layers 0 0 drew layer 0's maps twice
     config, model, run_dir, weights = load_trained_run(target)
@@ -261,8 +263,9 @@ def write_inspection_report(
     except OSError as error:  # a full disk, a read-only run: the report can go elsewhere
         if error.errno not in WRITE_ERRORS:
             raise
-        raise OSError(error.errno, f"{error.strerror}; run inspect again, or write the report elsewhere with --out "
-                                   f"FOLDER", error.filename) from error  # fmt: skip
+        again = said_as("run inspect again, or write the report elsewhere with --out FOLDER",
+                        "call it again, or write the report elsewhere with out_dir=FOLDER")
+        raise OSError(error.errno, f"{error.strerror}; {again}", error.filename) from error
     return out / index.name
 
 
@@ -305,7 +308,8 @@ def _write_report(config, model, run_dir: Path, out: Path, layers: list[int] | N
     if drawn:
         figures += _gate_and_attention_figures(config, model, run_dir, out, layers, marked, chain_lags)
     elif layers:
-        raise ValueError(f"--layers: {type(model).__name__} has no attention layers to draw")
+        raise ValueError(f"{said_as('--layers', f'layers={layers}')}: {type(model).__name__} has no attention layers "
+                         f"to draw")  # fmt: skip
     summary = run_summary(config, model, run_dir, results, data_info)
     if not drawn:  # a MAT, VMT or Scan Markov run: say why the report holds no more than its curves
         summary["order gates and attention figures"] = (f"none: {type(model).__name__} hands out no attention "
@@ -400,12 +404,13 @@ def _gate_and_attention_figures(
     chosen = layers if layers is not None else with_maps[:2]
     bad = [layer for layer in chosen if not 0 <= layer < len(output.attentions)]
     if bad:
-        raise ValueError(f"--layers {bad[0]} is not a layer of this model (it has {len(output.attentions)})")
+        named = said_as(f"--layers {bad[0]}", f"layers={layers}: {bad[0]}")
+        raise ValueError(f"{named} is not a layer of this model (it has {len(output.attentions)})")
     mapless = [layer for layer in chosen if output.attentions[layer] is None]
     if mapless:
         kind = model.config.layer_kinds()[mapless[0]]
-        raise ValueError(f"--layers {mapless[0]}: that layer ({kind}) has no attention map; the layers with one: "
-                         f"{with_maps or 'none'}")  # fmt: skip
+        named = said_as(f"--layers {mapless[0]}: that layer", f"layers={layers}: layer {mapless[0]}")
+        raise ValueError(f"{named} ({kind}) has no attention map; the layers with one: {with_maps or 'none'}")
     with ReadPositions(model) as read:  # FoX's gates and CoPE's queries, read on the profile's own passes
         profile = lag_profiles(model, validation, chosen)
     labels = head_labels(model.config, output.attentions)
