@@ -287,3 +287,33 @@ def test_an_inspections_arguments_are_named_as_its_caller_gave_them(tmp_path, ma
         write_inspection_report(run)
     assert raised.value.strerror.endswith("call it again, or write the report elsewhere with out_dir=FOLDER"), raised
     one_line_error(main_cli("inspect", str(run)), "run inspect again, or write the report elsewhere with --out FOLDER")
+
+
+def test_a_benchs_folder_is_named_as_its_caller_gave_it(tmp_path, main_cli, monkeypatch):
+    """run_suite(out, ...) refused its folder as bench's flag ("bench --out X: is a file", "cannot write bench.json
+    and the plots in --out='X'") that a Python caller never gave; from Python it is named as the call's argument
+    out=, on the command line as --out."""
+    from pathlib import Path
+
+    from markovformer.bench import BenchSettings, run_suite
+
+    settings = BenchSettings(parts=("ops",), quick=True, device="cpu", op_kinds=("markov_local",), lengths=(64,))
+    flags = ("--parts", "ops", "--quick", "--device", "cpu", "--op-kinds", "markov_local", "--lengths", "64")
+    taken = tmp_path / "results.txt"
+    taken.write_text("kept\n")
+    with pytest.raises(ValueError) as raised:
+        run_suite(taken, settings, log=lambda line: None)
+    assert str(raised.value).startswith(f"out={str(taken)!r}: is a file, not a folder"), raised.value
+    one_line_error(main_cli("bench", "--out", str(taken), *flags), f"bench --out {taken}: is a file, not a folder")
+    out, real_mkdir = tmp_path / "bench", Path.mkdir
+
+    def refused(self, *args, **kwargs):  # root makes any folder: the refused mkdir is simulated
+        if self == out:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refused)
+    with pytest.raises(ValueError) as raised:
+        run_suite(out, settings, log=lambda line: None)
+    assert str(raised.value).startswith(f"cannot write bench.json and the plots in out={str(out)!r}"), raised.value
+    one_line_error(main_cli("bench", "--out", str(out), *flags), f"the plots in --out={str(out)!r}")

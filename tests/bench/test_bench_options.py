@@ -99,7 +99,7 @@ def test_a_longest_max_below_longest_start_is_refused_naming_both():
 def test_an_out_that_is_a_file_is_refused_naming_it_and_left_as_it_was(tmp_path):
     out = tmp_path / "results.txt"
     out.write_text("kept\n")
-    with pytest.raises(ValueError, match=r"results\.txt: is a file, not a folder"):
+    with pytest.raises(ValueError, match=r"results\.txt': is a file, not a folder"):
         run_suite(out, BenchSettings(parts=("ops",), quick=True, device="cpu", op_kinds=("markov_local",),
                                      lengths=(64,)), log=lambda line: None)  # fmt: skip
     assert out.read_text() == "kept\n" and [path.name for path in tmp_path.iterdir()] == ["results.txt"]
@@ -133,7 +133,7 @@ def test_a_second_bench_into_a_running_ones_out_is_refused_and_leaves_its_record
     first.start()
     try:
         assert started.wait(timeout=30)
-        with pytest.raises(ValueError, match=rf"^--out='{re.escape(str(tmp_path))}' is in use by another markovformer "
+        with pytest.raises(ValueError, match=rf"^out='{re.escape(str(tmp_path))}' is in use by another markovformer "
                                              rf"process \(pid {os.getpid()}\)"):  # fmt: skip
             run_suite(tmp_path, settings, log=lambda line: None)
         assert json.loads((tmp_path / "bench.json").read_text())["settings"]["lengths"] == [32]  # the first's
@@ -156,7 +156,7 @@ def test_an_out_that_cannot_be_made_is_refused_as_a_folder_for_bench_results(tmp
         return real_mkdir(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "mkdir", refused)
-    told = f"cannot write {RESULTS_NAME} and the plots in --out='{out}' (Permission denied: {out}); choose "
+    told = f"cannot write {RESULTS_NAME} and the plots in out='{out}' (Permission denied: {out}); choose "
     with pytest.raises(ValueError, match="^" + re.escape(told + "a writable directory") + "$"):
         run_suite(out, BenchSettings(parts=("ops",), quick=True, device="cpu", op_kinds=("markov_local",),
                                      lengths=(64,)), log=lambda line: None)  # fmt: skip

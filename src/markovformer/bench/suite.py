@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 import markovformer
+from markovformer.advice import said_as
 from markovformer.atomic import atomic_write_text
 from markovformer.bench.cases import CUDA_OP_KINDS, OP_KINDS, OP_SHAPE
 from markovformer.bench.decode import COMPILED_KINDS, DECODE_KINDS, DECODE_SIZE, decode_targets
@@ -421,20 +422,22 @@ PART_RUNNERS = {"ops": _ops, "windows": _windows, "models": _models, "longest": 
 
 
 def run_suite(out: str | Path, settings: BenchSettings | None = None, log: Callable[[str], None] = print) -> Path:
-    """Run the chosen parts, write ``OUT/bench.json`` and the PNG plots; return the JSON path."""
+    """Run the chosen parts, write ``OUT/bench.json`` and the PNG plots; return the JSON path. Its refusals name
+    ``out`` in the caller's words (``advice.said_as``): ``bench --out`` on the command line, ``out=`` from Python."""
     # plots imports matplotlib (the plots extra): deferred
     from markovformer.bench.plots import write_plots
 
     settings = (settings or BenchSettings()).resolved()
     out = Path(out)
+    given = said_as(f"bench --out {out}", f"out={str(out)!r}")
     if out.exists() and not out.is_dir():  # mkdir said only "File exists"
-        raise ValueError(f"bench --out {out}: is a file, not a folder for {RESULTS_NAME} and the plots")
+        raise ValueError(f"{given}: is a file, not a folder for {RESULTS_NAME} and the plots")
     blocking = next((above for above in out.parents if above.exists()), None)
     if blocking is not None and not blocking.is_dir():  # mkdir said only "Not a directory"
-        raise ValueError(f"bench --out {out}: {blocking} is a file, so no folder can be made under it")
+        raise ValueError(f"{given}: {blocking} is a file, so no folder can be made under it")
     # one bench at a time in a folder: a second cleared the first's token stores (its 'prepare' timed an open) and
     # overwrote its bench.json
-    with run_dir_lock(out, option="--out", holds=f"{RESULTS_NAME} and the plots"):
+    with run_dir_lock(out, option=said_as("--out", "out"), holds=f"{RESULTS_NAME} and the plots"):
         runner = _Runner(settings, out, log)
         runner.write()  # at once: a run stopped before its first row leaves its own record, not an earlier run's
         log(f"bench: parts {', '.join(settings.parts)} on {settings.device}, {settings.threads} thread(s), caps "
