@@ -125,3 +125,23 @@ def test_a_damaged_record_of_the_weights_a_run_started_from_reads_as_none(tmp_pa
 
     (tmp_path / "environment.json").write_text(json.dumps(environment))
     assert read_started_from(tmp_path) is None
+
+
+def test_the_advice_for_a_weight_tied_under_two_names_names_both(tmp_path):
+    """With tie_word_embeddings (one weight, model.embed and lm_head) and learned positions, another vocabulary was
+    advised init_from_skip: [lm_head.weight]; following it was refused advising [model.embed.weight], and that one
+    advised [lm_head.weight] again. The advice names both names of the weight, and following it takes every other
+    tensor from the source."""
+    options = {"d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2, "position": "learned", "max_positions": 16,
+               "tie_word_embeddings": True}  # fmt: skip
+    source = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=6, **options))
+    source.save_pretrained(tmp_path / "source")
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=9, **options))
+    with pytest.raises(ConfigError) as refused:
+        initialise_from(model, tmp_path / "source", [])
+    advice = str(refused.value).split("add init_from_skip: [")[1].rstrip("]").split(", ")
+    assert sorted(advice) == ["lm_head.weight", "model.embed.weight"]
+    initialise_from(model, tmp_path / "source", advice)
+    for name, tensor in model.state_dict().items():
+        if name not in advice:
+            assert tensor.equal(source.state_dict()[name]), name

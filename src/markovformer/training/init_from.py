@@ -142,6 +142,13 @@ def _check_tied_agree(taken: dict, own: dict, source: Path) -> None:
                                   f"one out with init_from_skip")  # fmt: skip
 
 
+def _with_tied_names(names: list[str], own: dict) -> list[str]:
+    """``names`` and the other names of the model (its state dict ``own``) that tie a weight to one of them
+    (tie_word_embeddings): skipping one name alone, the other still loads the weight."""
+    weights = {own[name].data_ptr() for name in names if name in own}
+    return [*(name for name in names if name not in own), *(name for name in own if own[name].data_ptr() in weights)]
+
+
 def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] | tuple[str, ...]) -> dict:
     """Copy the weights of ``source`` into ``model`` except those ``skip`` names; ConfigError naming the tensors
     that differ (and the ``init_from_skip`` that would leave them out) unless all others match. Returns the record
@@ -175,7 +182,8 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
         # a group that would also start tensors fresh that fit (learned positions beside the token embeddings) is
         # named by the differing tensors instead, when they are few
         needless = any(skipped(name, groups) and name not in problems for name in taken)
-        entries = problems if needless and len(problems) <= 3 else groups
+        named = _with_tied_names(problems, own)
+        entries = named if needless and len(named) <= 3 else groups
         choice = (f"; to start them fresh (a changed head or vocabulary), add init_from_skip: [{', '.join(entries)}]"
                   if groups and all(skipped(name, groups) for name in problems) else "")  # fmt: skip
         raise ConfigError(f"init_from={str(source)!r} does not fit this run's model: {len(problems)} tensors differ "
