@@ -145,3 +145,23 @@ def test_the_advice_for_a_weight_tied_under_two_names_names_both(tmp_path):
     for name, tensor in model.state_dict().items():
         if name not in advice:
             assert tensor.equal(source.state_dict()[name]), name
+
+
+def test_the_advice_may_name_a_tensor_only_the_source_holds(tmp_path):
+    """A source with learned positions, for a model with rotary ones, differs in model.position_embedding.weight,
+    which only the source holds: the advice named it, and init_from_skip then refused it as naming no tensor of the
+    model. An entry may name a tensor of the source; following the advice takes every tensor of the model."""
+    options = {"vocab_size": 6, "d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2, "max_positions": 16}
+    source = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**options, position="learned"))
+    source.save_pretrained(tmp_path / "source")
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**options, position="rotary"))
+    with pytest.raises(ConfigError) as refused:
+        initialise_from(model, tmp_path / "source", [])
+    advice = str(refused.value).split("add init_from_skip: [")[1].rstrip("]").split(", ")
+    assert advice == ["model.position_embedding.weight"]
+    record = initialise_from(model, tmp_path / "source", advice)
+    assert record["tensors_fresh"] == 0
+    for name, tensor in model.state_dict().items():
+        assert tensor.equal(source.state_dict()[name]), name
+    with pytest.raises(ConfigError, match="init_from_skip entry 'model.typo' names no tensor of the model or of"):
+        initialise_from(model, tmp_path / "source", ["model.typo"])

@@ -163,9 +163,9 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
         raise ConfigError(f"init_from_skip entry 'head' names the tensors outside the backbone (model.), and "
                           f"{type(model).__name__} has no model. backbone: 'head' would start every tensor fresh; "
                           f"name tensor-name prefixes instead (its modules: {', '.join(modules)})")  # fmt: skip
-    for entry in skip:
-        if not any(skipped(name, [entry]) for name in own):
-            raise ConfigError(f"init_from_skip entry {entry!r} names no tensor of the model; use "
+    for entry in skip:  # a tensor only the source holds (a position table the model no longer has) may be named
+        if not any(skipped(name, [entry]) for name in (*own, *stored)):
+            raise ConfigError(f"init_from_skip entry {entry!r} names no tensor of the model or of init_from; use "
                               f"{' or '.join(SKIP_GROUPS)} or a tensor-name prefix")  # fmt: skip
     taken = {name: tensor for name, tensor in stored.items() if name in own and not skipped(name, skip)}
     pointers = {own[name].data_ptr() for name in taken}  # a tied weight saved once (safetensors) is loaded once
