@@ -14,7 +14,7 @@ import numpy as np
 # space, with a non-space character on both sides.
 _SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)|(?<=\S)(?= \S)")
 _WHITESPACE = re.compile(r"\s")
-_WINDOW = 1 << 16  # characters pre-tokenized at a time in search of a word cut (``_pre_tokens``)
+_WINDOW = 1 << 16  # characters pre-tokenized at a time in search of a word cut (``_word_cuts``)
 
 
 def _long_run(word_bytes: int) -> re.Pattern:
