@@ -101,12 +101,15 @@ def test_the_record_of_a_saved_model_directory_names_its_file_and_the_tensors_le
     the counts, and the digest of exactly the tensors taken (the source's, not the fresh ones)."""
     from test_init_from_weights import tensors_sha256
 
+    from markovformer.training.run_dir import STARTED_FROM_KEYS
+
     source = tiny_model()
     source.save_pretrained(tmp_path / "source")
     record = initialise_from(tiny_model(), tmp_path / "source", ["embeddings"])
     taken = {name: tensor for name, tensor in source.state_dict().items()
              if name not in ("model.embed.weight", "lm_head.weight")}  # fmt: skip
     assert record["weights_sha256"] == tensors_sha256(taken)
+    assert record.keys() == STARTED_FROM_KEYS  # what inspect requires of the record (read_started_from)
     assert record["file"] == str((tmp_path / "source" / "model.safetensors").resolve()) and record["step"] is None
     assert (record["tensors_taken"], record["tensors_fresh"], record["init_from_skip"]) == (len(taken), 2,
                                                                                            ["embeddings"])  # fmt: skip
