@@ -124,3 +124,19 @@ def test_text_without_any_cut_is_searched_a_logarithmic_number_of_times_and_neve
     pieces = list(text_stream.text_pieces(tmp_path / "text.txt", chunk_bytes=CHUNK, safe_cut=counted))
     chunks = len(text.encode()) // CHUNK
     assert "".join(pieces) == text and chunks >= 7 and len(searches) <= chunks.bit_length() + 1, (chunks, searches)
+
+
+@pytest.mark.parametrize("separator", ["\x1c", "\x1d", "\x1e", "\x1f"])
+def test_an_ascii_separator_inside_a_long_run_is_part_of_its_pre_token(separator):
+    """Python's regex \\s counts the ASCII separators U+001C-U+001F as whitespace, GPT-2's pre-tokenizer as
+    punctuation: "!" * 500 + "\\x1e" + "!" * 5000 is one pre-token, whose cuts fall every WORD_BYTES bytes from its
+    first "!", but the tail was taken to start after the separator; the cut there gave other ids than the whole."""
+    text = "!" * 500 + separator + "!" * 5_000
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    assert len(ByteLevel(add_prefix_space=False).pre_tokenize_str(text)) == 1  # one pre-token to GPT-2
+    tokenizer = BPETokenizer.train(["!" * 20_000, "it's what's hers"], vocab_size=300)
+    cut = tokenizer.safe_cut(text)
+    assert cut == 5 * WORD_BYTES  # the last cut of the one pre-token in the second half, from its first "!"
+    assert tokenizer.encode(text[:cut]) + tokenizer.encode(text[cut:]) == tokenizer.encode(text)
+    assert tokenizer.encode_array(text * 20).tolist() == tokenizer.encode(text * 20)

@@ -13,7 +13,9 @@ import numpy as np
 # Where byte-level BPE's GPT-2 pre-tokenizer splits regardless of what follows: after a newline, or before a single
 # space, with a non-space character on both sides.
 _SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)|(?<=\S)(?= \S)")
-_WHITESPACE = re.compile(r"\s")
+# whitespace as GPT-2 reads it: Python's \s also counts the ASCII separators U+001C-U+001F, which GPT-2 reads as
+# punctuation (a pre-token of "!" runs on through "\x1e")
+_WHITESPACE = re.compile(r"[^\S\x1c-\x1f]")
 _WINDOW = 1 << 16  # characters pre-tokenized at a time in search of a word cut (``_word_cuts``)
 
 
@@ -22,7 +24,7 @@ def _long_run(word_bytes: int) -> re.Pattern:
     ``word_bytes`` bytes (4 bytes a character at most) holds, as Python's classes approximate GPT-2's. Text without
     one (minified code) has no word cut and is not pre-tokenized; a miss only carries text on (never wrong ids)."""
     least = max(word_bytes // 4, 1)
-    return re.compile(rf"[^\W\d_]{{{least},}}|\d{{{least},}}|(?:[^\w\s]|_){{{least},}}")
+    return re.compile(rf"[^\W\d_]{{{least},}}|\d{{{least},}}|(?:[^\w\s]|[_\x1c-\x1f]){{{least},}}")
 
 
 def safe_pieces(text: str, step: int, safe_cut: Callable[[str], int]) -> Iterator[str]:
