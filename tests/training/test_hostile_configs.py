@@ -173,7 +173,8 @@ def test_an_accelerator_this_trainer_does_not_take_is_refused_naming_the_key(tmp
     ("override", "fragment"),
     [("model.d_model=30", "d_model=30: must be divisible by n_heads=4"),
      ("model.attention=bogus", "attention='bogus': must be one of"),
-     ("model.atention=markov", "unknown key model.atention")],
+     ("model.atention=markov", "unknown key model.atention"),
+     ("model.frobnicate=1", "unknown key model.frobnicate; the keys of model:")],  # no close key: all are listed
 )  # fmt: skip
 def test_a_model_no_data_could_make_valid_is_refused_before_the_data_is_built(tmp_path, capsys, monkeypatch, override,
                                                                               fragment):  # fmt: skip

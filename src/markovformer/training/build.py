@@ -119,7 +119,9 @@ def check_model_before_data(config: RunConfig) -> None:
     try:
         build_dataclass(config_class, values, "model", lambda key: other_section_hint(key, "model", *run(config)))
     except ConfigError as error:
-        if not any(key in str(error) for key in TASKS[config.task].sizes_from_data):
+        # an unknown key is wrong whatever the data gives (its hint may list every key, vocab_size among them)
+        unknown = str(error).startswith("unknown key ")
+        if unknown or not any(key in str(error) for key in TASKS[config.task].sizes_from_data):
             raise
 
 
