@@ -59,7 +59,6 @@ def dense_lag_bias(lag: Tensor, past_bias: Tensor | None, future_bias: Tensor | 
     return dense
 
 
-
 def prediction_lags(source_lags: tuple[int, ...]) -> tuple[int, ...]:
     """A next-token source's lags as attention lags of the position that predicts.
 
