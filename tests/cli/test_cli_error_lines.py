@@ -237,3 +237,24 @@ def test_a_stopped_runs_other_processes_exit_with_its_status_and_print_nothing(m
     monkeypatch.setitem(cli_main.COMMANDS, "config", stopped)
     done = main_cli("config", "list")
     assert done.returncode == 143 and done.stderr == ""
+
+
+def test_a_denied_write_that_says_how_to_go_on_is_said_as_a_write_under_a_closed_folder(monkeypatch):
+    """`inspect RUN --out /home/other/report` under another user's home (mode 700): the write is denied, and so is a
+    stat of its path, which _read_denied took for a read: the line said "cannot read ...: permission denied" and
+    dropped inspect's advice (write the report elsewhere). An error whose message says after "; " how to go on is a
+    write's (only writes say so); the line names it as one, with that advice."""
+    import errno
+
+    from markovformer.cli import errors
+
+    def closed(path, *args, **kwargs):  # what stat says under a folder this user may not search
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+
+    monkeypatch.setattr(errors.os, "stat", closed)
+    advice = "run inspect again, or write the report elsewhere with --out FOLDER"
+    denied = OSError(errno.EACCES, f"Permission denied; {advice}", "/home/other/report")
+    assert errors.error_line(denied) == f"cannot write /home/other/report (Permission denied); make it writable, " \
+                                        f"then {advice}"
+    plain = OSError(errno.EACCES, "Permission denied", "/home/other/run/config.yaml")  # a read: says no way on
+    assert errors.error_line(plain) == "cannot read /home/other/run/config.yaml: permission denied"

@@ -88,10 +88,12 @@ def error_line(error: BaseException) -> str:
     if isinstance(error, OSError) and error.errno is not None:
         where = error.filename or "a file"
         # a run's write error says after "; " how to continue it (training.run_dir.continue_with_resume)
-        then = (error.strerror or "").partition("; ")[2] or AGAIN
+        told = (error.strerror or "").partition("; ")[2]
+        then = told or AGAIN
         if error.errno in NO_SPACE_ERRORS:
             return write_failure(error, where, f"free some space, then {then}")
-        if error.errno in DENIED_ERRORS and error.errno != errno.EROFS and _read_denied(where):
+        # only a write says how to go on: one under a folder this user may not search is not taken for a read
+        if error.errno in DENIED_ERRORS and error.errno != errno.EROFS and not told and _read_denied(where):
             return f"cannot read {where}: permission denied"
         if error.errno in DENIED_ERRORS:
             return write_failure(error, where, f"make it writable, then {then}")
