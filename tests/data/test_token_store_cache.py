@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -86,3 +87,26 @@ def test_a_store_another_builder_renamed_into_place_first_is_kept_and_this_stagi
     with pytest.raises(ValueError, match="Input/output error.*nothing was cached"):
         open_or_build(segments, "{}", encode, 10, None, cache)
     assert list(cache.iterdir()) == []
+
+
+def test_a_cache_that_cannot_be_looked_in_is_said_whatever_path_is_dir_answers(tmp_path, monkeypatch):
+    """cache_holds relied on Path.is_dir raising PermissionError: a Python whose is_dir answers False for a denial
+    would take another user's private cache for empty and say so only after a tokenizer fit. It asks stat."""
+    from markovformer.data.readers import token_store
+
+    real_stat = Path.stat
+
+    def denied(self, *args, **kwargs):
+        if str(self).startswith(str(tmp_path / "private")):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", denied)
+    monkeypatch.setattr(Path, "is_dir", lambda self: False)  # as a Python that swallows the denial would answer
+    with pytest.raises(ValueError, match=r"cannot read the token cache .*private \(Permission denied\): give a folder "
+                                         r"of your own as data.cache_dir"):  # fmt: skip
+        token_store.cache_holds(tmp_path / "private", "store")
+    assert token_store.cache_holds(tmp_path, "absent") is False
+    (tmp_path / "present").mkdir()
+    monkeypatch.undo()
+    assert token_store.cache_holds(tmp_path, "present") is True

@@ -29,6 +29,7 @@ import itertools
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 import uuid
@@ -215,8 +216,10 @@ def cache_holds(root: Path, name: str) -> bool:
     """Whether the token cache ``root`` holds ``name``; ValueError naming the cache when it cannot be looked in
     (another user's private folder), which would otherwise reach the user as a bare 'Permission denied' on the name,
     or be taken for 'absent' and said only after a tokenizer fit: loaders look in before they fit."""
-    try:
-        return (root / name).is_dir()
+    try:  # stat, not is_dir: whether is_dir raises on a denial or answers False differs across Pythons
+        return stat.S_ISDIR((root / name).stat().st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
     except OSError as error:
         raise ValueError(f"cannot read the token cache {root} ({error.strerror or error}): give a folder "
                          "of your own as data.cache_dir or as $MARKOVFORMER_CACHE (where data.cache_dir is "
