@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from markovformer.advice import said_as
-from markovformer.experiments.report import experiment_named, from_cells_said, recompute_cells, stored_cells_only
-from markovformer.experiments.settings import seeds_said
+from markovformer.experiments.report import experiment_named, given_from_cells, recompute_cells, stored_cells_only
+from markovformer.experiments.settings import given_seeds
 from markovformer.models.config_base import suggest
 
 _MODULES = ("weight_tying", "landscape", "icl_depth", "order_recovery", "mat_order", "scan_shakespeare", "vmt",
@@ -92,13 +92,13 @@ def run_experiment(
         if not 0 <= seed < 2**32:  # a run config's trainer.seed range
             raise ValueError(f"{said_as(f'--seeds {seed}', f'seeds={seeds!r}: {seed}')} must lie in [0, 2**32)")
     if seeds is not None and len(set(seeds)) < len(seeds):  # one cell counted twice: a spread of no information
-        raise ValueError(f"{seeds_said(seeds)} repeats a seed; give each once")
+        raise ValueError(f"{given_seeds(seeds)} repeats a seed; give each once")
     if recompute and from_cells:
         both = said_as("--recompute forgets cells that --from-cells", f"recompute={list(recompute)!r} forgets cells "
-                       f"that {from_cells_said()}")  # fmt: skip
+                       f"that {given_from_cells()}")  # fmt: skip
         raise ValueError(f"{both} would read: use one or the other")
     if from_cells and not (Path(out_dir) / "cells").is_dir():
-        raise ValueError(f"{from_cells_said()}: {out_dir} has no cells/ folder (run the experiment into it first)")
+        raise ValueError(f"{given_from_cells()}: {out_dir} has no cells/ folder (run the experiment into it first)")
     # (torch: not for `experiment list`)
     import torch
 

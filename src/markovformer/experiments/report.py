@@ -260,7 +260,7 @@ def stored_cells_only() -> Iterator[None]:
         _STORED_ONLY.reset(token)
 
 
-def from_cells_said() -> str:
+def given_from_cells() -> str:
     """``stored_cells_only``'s switch in its caller's words (``advice.said_as``): ``--from-cells`` on the command
     line, run_experiment's ``from_cells=True`` from Python."""
     return said_as("--from-cells", "from_cells=True")
@@ -401,7 +401,7 @@ class ExperimentReport:
                 return stored["result"]
             if self.stored_only:
                 raise MissingCell(f"cell {key} is stored in {path.parent} under other settings; without "
-                                  f"{from_cells_said()} the experiment computes it again")  # fmt: skip
+                                  f"{given_from_cells()} the experiment computes it again")  # fmt: skip
             kept = replaced_cell(path, stored.get("settings"))  # not lost: a --quick run into a full run's folder
             kept.parent.mkdir(exist_ok=True)
             path.replace(kept)
@@ -416,7 +416,7 @@ class ExperimentReport:
             self.cell_code[key] = stored.get("code")
             return stored["result"]
         if self.stored_only:
-            raise MissingCell(f"cell {key} is not stored in {path.parent}; without {from_cells_said()} the "
+            raise MissingCell(f"cell {key} is not stored in {path.parent}; without {given_from_cells()} the "
                               f"experiment computes it")  # fmt: skip
         self.log(self._progress(key))
         start = time.perf_counter()

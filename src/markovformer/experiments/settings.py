@@ -65,12 +65,12 @@ def single_seed(seeds: tuple[int, ...] | None, name: str) -> int:
     """The one seed of an experiment that reports one run (seed 0 by default): several are refused, not cut to the
     first, since its report shows no spread over seeds."""
     if seeds is not None and len(seeds) > 1:
-        raise ValueError(f"{name} runs one seed, got {seeds_said(seeds)}: run it once per seed, each with its own "
+        raise ValueError(f"{name} runs one seed, got {given_seeds(seeds)}: run it once per seed, each with its own "
                          f"{said_as('--out', 'out_dir')}")  # fmt: skip
     return seeds[0] if seeds else 0
 
 
-def seeds_said(seeds: Sequence[int]) -> str:
+def given_seeds(seeds: Sequence[int]) -> str:
     """``seeds`` in their caller's words (``advice.said_as``): ``--seeds 0 1`` on the command line, ``seeds=(0, 1)``
     (run_experiment's argument, as given) from Python."""
     return said_as(f"--seeds {' '.join(map(str, seeds))}", f"seeds={seeds!r}")
