@@ -4,10 +4,15 @@ conftest.one_line_error)."""
 
 import os
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import run_cli, run_in_process  # beside this folder
+
+from markovformer import atomic
 
 # TRANSFORMERS_VERBOSITY: Lightning's torchmetrics imports transformers where it is installed, and transformers logs
 # two lines on import where it cannot run this torch (5.24 with torch 2.5), which the one-line checks would count
@@ -26,3 +31,20 @@ def config_file(folder: Path, values: dict, **trainer) -> Path:
     path = folder / "run.yaml"
     path.write_text(yaml.safe_dump({**values, "trainer": {**values["trainer"], **trainer}}))
     return path
+
+
+def at_each_write_point(monkeypatch: pytest.MonkeyPatch, note: Callable[[], object]) -> list:
+    """``note()`` at each write point (``markovformer.atomic.write_point``) of the commands run in this process from
+    now on, in order: the k-th is where a process run with ``MARKOVFORMER_KILL_AT_WRITE=k`` dies. Returns the list the
+    notes are appended to."""
+    notes: list = []
+    count = atomic.write_point
+
+    def traced() -> None:
+        notes.append(note())
+        count()
+
+    for module in list(sys.modules.values()):  # the modules that imported it by name too
+        if getattr(module, "write_point", None) is count:
+            monkeypatch.setattr(module, "write_point", traced)
+    return notes

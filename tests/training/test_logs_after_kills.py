@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import TINY_RUN, run_in_process  # beside this folder
+from run_commands import at_each_write_point
 
 from markovformer import atomic
 
@@ -26,17 +27,8 @@ KILLS = ["after the step-15 checkpoint", "at the step-30 last.ckpt", "at the las
 def checkpoint_files_at_each_write(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """The checkpoint files of ``run_dir`` at each write point (``markovformer.atomic``) of a run in this process, in
     order: what a kill at write k (``MARKOVFORMER_KILL_AT_WRITE=k``) leaves in checkpoints/."""
-    found: list[list[str]] = []
-    count = atomic.write_point
-
-    def traced() -> None:
-        found.append(sorted(path.name for path in (run_dir / "checkpoints").glob("*.ckpt")))
-        count()
-
-    for module in list(sys.modules.values()):  # the modules that imported it by name too
-        if getattr(module, "write_point", None) is count:
-            monkeypatch.setattr(module, "write_point", traced)
-    return found
+    checkpoints = run_dir / "checkpoints"
+    return at_each_write_point(monkeypatch, lambda: sorted(path.name for path in checkpoints.glob("*.ckpt")))
 
 
 @pytest.fixture(scope="module")

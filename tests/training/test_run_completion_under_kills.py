@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from conftest import one_line_error, same_weights  # beside this folder
-from run_commands import ENV, config_file, run, run_process
+from run_commands import ENV, at_each_write_point, config_file, run, run_process
 
-from markovformer.atomic import COUNT_WRITES, KILL_AT_WRITE
+from markovformer.atomic import KILL_AT_WRITE
 
 # --------------------------------------------------------------------------------- completion as a transaction
 
@@ -78,8 +78,8 @@ _COUNTS: dict = {}
 
 
 def count_writes(folder: Path, command: list[str]) -> int:
-    """The number of write points of ``command`` run on a copy of the finished short run: it is killed at write
-    k = 1, 2, ... until it runs to its end (cached per command)."""
+    """The number of write points of ``command`` run in this process on a copy of the finished short run (cached per
+    command): a process killed at write k = 1, 2, ... dies at each of them in turn (``at_each_write_point``)."""
     import shutil
 
     key = tuple(command)
@@ -87,11 +87,11 @@ def count_writes(folder: Path, command: list[str]) -> int:
         probe = folder / "probe"
         shutil.rmtree(probe, ignore_errors=True)
         shutil.copytree(folder / "short", probe)
-        marker = folder / "writes"
-        done = run_process(*[probe.name if part == "RUN" else part for part in command], cwd=folder,
-                           env={COUNT_WRITES: str(marker)})  # fmt: skip
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            writes = at_each_write_point(monkeypatch, lambda: None)
+            done = run(*[probe.name if part == "RUN" else part for part in command], cwd=folder)
         assert done.returncode == 0, done.stderr[-2000:]
-        _COUNTS[key] = int(marker.read_text())
+        _COUNTS[key] = len(writes)
     return _COUNTS[key]
 
 
