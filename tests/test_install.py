@@ -51,11 +51,13 @@ def test_a_command_without_its_dependency_names_it_and_the_install_command_on_on
     assert not (tmp_path / "run").exists()
 
 
-def test_a_source_without_its_extra_names_the_package_and_the_extra_on_one_line(tmp_path):
+def test_a_source_without_its_extra_names_the_package_and_the_extra_on_one_line(tmp_path, monkeypatch):
+    from conftest import run_in_process  # the command in this process: the reader imports datasets late
+
     (tmp_path / "rows.jsonl").write_text('{"text": "ab"}\n')
-    code = ("from markovformer.cli.main import main\nsys.exit(main(['train', 'text_char', 'data.source=hf_dataset', "
-            f"'data.data_files=rows.jsonl', 'output_dir={tmp_path / 'run'}']))")  # fmt: skip
-    done = _python(code, ("datasets",), cwd=tmp_path)
+    monkeypatch.setitem(sys.modules, "datasets", None)  # importing it fails as if it were not installed
+    done = run_in_process("train", "text_char", "data.source=hf_dataset", "data.data_files=rows.jsonl",
+                          f"output_dir={tmp_path / 'run'}", cwd=tmp_path)  # fmt: skip
     assert (done.returncode, done.stderr) == (
         2, "markovformer: error: this command needs the package 'datasets': pip install \"markovformer[datasets]\"\n")
     assert not (tmp_path / "run").exists()
