@@ -28,6 +28,13 @@ def trained(tmp_path_factory):
     return train_inspected_run(tmp_path_factory.mktemp("inspect"))
 
 
+@pytest.fixture(scope="module")
+def finished_page(trained, tmp_path_factory) -> str:
+    """The page of the trained (finished) run's report, written once: what the pages of the changed copies below are
+    told apart from."""
+    return write_inspection_report(trained, out_dir=tmp_path_factory.mktemp("finished") / "report").read_text()
+
+
 @pytest.fixture
 def run(trained, tmp_path):
     """A private copy of the trained run."""
@@ -108,14 +115,13 @@ def test_inspect_refuses_a_folder_of_pictures_that_is_no_report(run, tmp_path):
     assert [path.name for path in mine.iterdir()] == ["holiday.png"]
 
 
-def test_a_checkpoints_report_shows_no_final_metrics_as_its_own(run, tmp_path):
+def test_a_checkpoints_report_shows_no_final_metrics_as_its_own(run, tmp_path, finished_page):
     """The final validation numbers (metrics.json) belong to the finished run's model: a report of one of its
     checkpoints showed them beside the checkpoint's figures (the review's case: 2.188 for step 10 of a 30-step run,
     whose step 10 scores 2.557). It names the weights it shows instead."""
     checkpoint = sorted((run / "checkpoints").glob("step-*.ckpt"))[0]
-    final = write_inspection_report(run, out_dir=tmp_path / "final").read_text()
     partial = write_inspection_report(checkpoint, out_dir=tmp_path / "partial").read_text()
-    assert "validation loss" in final and "the final model, step 2" in final
+    assert "validation loss" in finished_page and "the final model, step 2" in finished_page
     assert "validation loss" not in partial and f"checkpoints/{checkpoint.name} at step 2" in partial
     assert "entropy rate" in partial  # the data's reference stays: it is no model's number
 
@@ -133,7 +139,7 @@ def test_a_checkpoints_report_goes_beside_the_runs_own(run, tmp_path):
     assert index.parent == copy / f"report-{checkpoint.stem}" and own.read_text() == page
 
 
-def test_an_unfinished_runs_report_says_it_is_unfinished(run, tmp_path, main_cli):
+def test_an_unfinished_runs_report_says_it_is_unfinished(run, tmp_path, main_cli, finished_page):
     """A killed run's report showed its last checkpoint's figures without saying the run had not finished. It says
     how to evaluate and resume it in its caller's words: the commands to `inspect`'s user, the calls to Python's
     (which were told "markovformer eval on it ... markovformer train --resume RUN" too)."""
@@ -151,10 +157,10 @@ def test_an_unfinished_runs_report_says_it_is_unfinished(run, tmp_path, main_cli
     page = html.unescape((copy / "report" / "index.html").read_text())
     assert f"(its validation numbers: markovformer eval on it; the run is unfinished: still training, or stopped " \
            f"(markovformer train --resume {copy} continues a stopped one)" in page
-    assert "the run is unfinished" not in write_inspection_report(run, out_dir=tmp_path / "finished").read_text()
+    assert "the run is unfinished" not in finished_page
 
 
-def test_a_report_without_curves_says_why(trained, run, tmp_path):
+def test_a_report_without_curves_says_why(run, finished_page):
     """A run stopped before its first log row (trainer.log_every=100, checkpoint_every=2, killed at step 4) has
     checkpoints but no logs/metrics.csv: its report had every figure but the training curves, and no word on them."""
     shutil.rmtree(run / "logs")
@@ -163,7 +169,7 @@ def test_a_report_without_curves_says_why(trained, run, tmp_path):
     assert not (run / "report" / "curves.png").exists()
     assert ("<td>training curves</td><td>none yet: no row in logs/metrics.csv (it takes a training row every N "
             "steps, N = min(trainer.log_every, 50) = 1, and one at each validation)</td>") in page
-    assert "<td>training curves</td>" not in write_inspection_report(trained, out_dir=tmp_path / "whole").read_text()
+    assert "<td>training curves</td>" not in finished_page
 
 
 def test_a_report_of_the_current_folder_is_titled_by_its_name(run, monkeypatch):
@@ -184,7 +190,7 @@ def test_a_checkpoint_named_from_inside_its_folder_is_read_with_its_run(run, mon
     assert f"checkpoints/{checkpoint.name} at step 2" in index.read_text()
 
 
-def test_the_curves_of_earlier_weights_say_where_those_weights_stand(trained, run, tmp_path):
+def test_the_curves_of_earlier_weights_say_where_those_weights_stand(run, finished_page):
     """A killed run's report shows its last checkpoint's weights under curves logged past them (last.ckpt of step
     12 under a log to step 13), and a checkpoint's report a finished run's whole log: nothing told them apart."""
     (run / "finished.json").unlink()
@@ -194,7 +200,7 @@ def test_the_curves_of_earlier_weights_say_where_those_weights_stand(trained, ru
     log.write_text(log.read_text() + ",".join(row.get(column, "") for column in columns) + "\n")
     page = write_inspection_report(run).read_text()
     assert "; the log runs on to step 3, past step 2, whose weights the figures show" in page
-    assert "the log runs on" not in write_inspection_report(trained, out_dir=tmp_path / "whole").read_text()
+    assert "the log runs on" not in finished_page
 
 
 def test_a_model_without_attention_figures_says_so(tmp_path):
