@@ -3,8 +3,8 @@ rename it into place, so a killed process leaves the old file or the new one, ne
 
 Every write of a run (each atomic rename, each appended log row) is a *write point*: with the environment variable
 ``MARKOVFORMER_KILL_AT_WRITE=N`` the process kills itself with SIGKILL at its N-th write point, just before the
-write lands (the temporary file is whole but not yet renamed); with ``MARKOVFORMER_COUNT_WRITES=FILE`` it keeps the
-number of write points so far in FILE. The crash tests use them to kill a run at every write.
+write lands (the temporary file is whole but not yet renamed). The crash tests use it to kill a run at every
+write (they count a command's write points in their own process).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ NO_SPACE_ERRORS = (errno.ENOSPC, errno.EDQUOT)  # a full disk or quota
 DENIED_ERRORS = (errno.EROFS, errno.EACCES, errno.EPERM)  # a read-only or forbidden place
 WRITE_ERRORS = NO_SPACE_ERRORS + DENIED_ERRORS
 KILL_AT_WRITE = "MARKOVFORMER_KILL_AT_WRITE"
-COUNT_WRITES = "MARKOVFORMER_COUNT_WRITES"
 PROCESS_STATUS = Path("/proc/self/status")  # where Linux shows the umask (``_umask``)
 _writes_done = 0
 
@@ -45,8 +44,6 @@ def write_point() -> None:
     _writes_done += 1
     if os.environ.get(KILL_AT_WRITE) == str(_writes_done):
         os.kill(os.getpid(), signal.SIGKILL)
-    if os.environ.get(COUNT_WRITES):
-        Path(os.environ[COUNT_WRITES]).write_text(f"{_writes_done}\n", encoding="utf-8")
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:

@@ -1,6 +1,6 @@
 """The commands the runs-never-lie tests (test_ddp_runs_are_exact.py, test_run_completion_under_kills.py,
 test_run_guards.py) run and read: a command as its own process or in this one, a run's config (their one-line errors:
-conftest.one_line_error)."""
+conftest.one_line_error), and the write points of a command run in this one (``at_each_write_point``)."""
 
 import os
 import subprocess
