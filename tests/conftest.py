@@ -216,21 +216,21 @@ def fake_clock(monkeypatch) -> FakeClock:
     return FakeClock(monkeypatch)
 
 
+def keep_saved_figures(monkeypatch, module) -> dict:
+    """{file name: figure} of the figures ``module`` saves from now on, kept with their artists (saving clears a
+    figure); each file is left empty, not rendered, so a test reads what was drawn rather than pixels."""
+    figures = {}
+
+    def save(figure, out) -> Path:
+        figures[Path(out).name] = figure
+        Path(out).write_bytes(b"")
+        return Path(out)
+
+    monkeypatch.setattr(module, "save_figure", save)
+    return figures
+
+
 @pytest.fixture
 def kept_figures(monkeypatch):
-    """``kept_figures(module)``: {file name: figure} of the figures ``module`` saves from now on, kept with their
-    artists (saving clears a figure); each file is left empty, not rendered, so a test reads what was drawn rather
-    than pixels."""
-
-    def keep(module) -> dict:
-        figures = {}
-
-        def save(figure, out) -> Path:
-            figures[Path(out).name] = figure
-            Path(out).write_bytes(b"")
-            return Path(out)
-
-        monkeypatch.setattr(module, "save_figure", save)
-        return figures
-
-    return keep
+    """``kept_figures(module)``: ``keep_saved_figures`` for this test."""
+    return lambda module: keep_saved_figures(monkeypatch, module)

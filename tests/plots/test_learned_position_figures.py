@@ -16,6 +16,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from conftest import keep_saved_figures
 from test_inspect_labels import _report
 
 from markovformer.data.collate import collate
@@ -290,8 +291,15 @@ def _noisy_panels(rng, lags: int = 64) -> list[BiasPanel]:
             for layer in (0, 1)]  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def every_kind(tmp_path_factory) -> dict:
+    """Each of the five figures drawn from curves that fill their panels; {file name: figure}, rendered once for
+    the tests that only read them."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return _draw_every_kind(tmp_path_factory.mktemp("every_kind"), keep_saved_figures(monkeypatch, figures_module))
+
+
 def _draw_every_kind(tmp_path, drawn) -> dict:
-    """Each of the five figures drawn from curves that fill their panels; {file name: figure}, rendered."""
     panels = _noisy_panels(np.random.default_rng(0))
     figures_module.plot_t5_bias(panels, tmp_path / "t5_bias.png")
     figures_module.plot_dynamic_bias(panels, tmp_path / "dynamic_bias.png")
@@ -308,19 +316,19 @@ def _draw_every_kind(tmp_path, drawn) -> dict:
     return drawn
 
 
-def test_each_figure_keeps_its_title_inside_the_figure(tmp_path, drawn):
+def test_each_figure_keeps_its_title_inside_the_figure(every_kind):
     """The T5 figure's title ran past both edges of its 6.4-inch figure (its first letter cut: '5_bias: learned')."""
-    for name, figure in _draw_every_kind(tmp_path, drawn).items():
+    for name, figure in every_kind.items():
         title = figure._suptitle.get_window_extent(figure.canvas.get_renderer())
         assert 0 <= title.x0 and title.x1 <= figure.bbox.width, name
 
 
-def test_no_legend_stands_over_a_curve(tmp_path, drawn):
+def test_no_legend_stands_over_a_curve(every_kind):
     """A legend at matplotlib's "best" stood over the curves where they fill the panel (a short run's CoPE terms):
     each stands where it covers no point, outside on the right when every place inside would."""
     from test_axes_and_ticks import _covered_points
 
-    for name, figure in _draw_every_kind(tmp_path, drawn).items():
+    for name, figure in every_kind.items():
         for ax in figure.axes:
             if ax.get_legend() is not None:
                 assert _covered_points(ax) == [], (name, ax.get_title())
