@@ -23,15 +23,17 @@ def test_experiment_list_and_a_mistyped_name_import_no_training_machinery():
     import subprocess
     import sys
 
+    # both in one fresh interpreter, in turn: what the first imports is still there when the second's is printed
     code = ("import sys\n"
             "from markovformer.cli.main import main\n"
-            "assert main(['experiment', sys.argv[1]]) == int(sys.argv[2])\n"
-            "print(sorted(name for name in ('lightning', 'torchmetrics', 'markovformer.training.tasks') "
-            "if name in sys.modules))\n")  # fmt: skip
-    for name, status in (("list", "0"), ("wieght-tying", "2")):
-        done = subprocess.run([sys.executable, "-c", code, name, status], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip().splitlines()[-1] == "[]", (name, done.stdout)
+            "for name, status in (('list', 0), ('wieght-tying', 2)):\n"
+            "    assert main(['experiment', name]) == status\n"
+            "    print('imported:', name, sorted(module for module in ('lightning', 'torchmetrics', "
+            "'markovformer.training.tasks') if module in sys.modules))\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    imported = [line for line in done.stdout.splitlines() if line.startswith("imported: ")]
+    assert imported == ["imported: list []", "imported: wieght-tying []"], done.stdout
 
 
 def test_help_and_a_mistyped_command_answer_without_loading_torch():
@@ -40,17 +42,20 @@ def test_help_and_a_mistyped_command_answer_without_loading_torch():
     import subprocess
     import sys
 
-    code = ("import sys\n"
+    # every command line in one fresh interpreter, in turn: torch, once imported by one, stays in sys.modules
+    code = ("import json, sys\n"
             "from markovformer.cli.main import main\n"
-            "try:\n"
-            "    main(sys.argv[1:])\n"
-            "except SystemExit:\n"
-            "    pass\n"
-            "print('torch' in sys.modules, file=sys.stderr)\n")  # fmt: skip
-    for argv in (["--help"], ["generate", "--help"], ["trian"], ["kind", "--help"], ["kind", "show", "--help"],
-                 ["kind", "lst"]):
-        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
-        assert done.stderr.strip().splitlines()[-1] == "False", (argv, done.stderr)
+            "for argv in json.loads(sys.argv[1]):\n"
+            "    try:\n"
+            "        main(argv)\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "    print('torch imported:', argv, 'torch' in sys.modules, file=sys.stderr)\n")  # fmt: skip
+    commands = [["--help"], ["generate", "--help"], ["trian"], ["kind", "--help"], ["kind", "show", "--help"],
+                ["kind", "lst"]]  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(commands)], capture_output=True, text=True)
+    answers = [line for line in done.stderr.splitlines() if line.startswith("torch imported: ")]
+    assert answers == [f"torch imported: {argv} False" for argv in commands], done.stderr
     code = "import sys, markovformer; print(markovformer.MarkovianTransformerConfig.__module__, 'torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.split() == ["markovformer.models.markovian_transformer.config", "True"], done.stderr
