@@ -65,7 +65,7 @@ TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "steps": 3, "eval_every": 3,
         "warmup_steps": 1}
 
 
-def test_run_writes_the_report_and_reuses_cells(tmp_path, monkeypatch):
+def test_run_writes_the_report_and_reuses_cells(tmp_path, monkeypatch, kept_figures):
     lines = []
     overrides = {**TINY, "orders": [2, None], "transparent": [True, False]}  # as --set gives them (null: k = ∞)
     report = mat_order.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lines.append)
@@ -85,6 +85,9 @@ def test_run_writes_the_report_and_reuses_cells(tmp_path, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("a finished cell was trained again")
 
+    from markovformer.plots import experiments as plots
+
+    kept_figures(plots)  # the second run's figures are the first's, checked above: not rendered again
     monkeypatch.setattr(mat_order, "train_order_cell", no_training)
     mat_order.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lines.append)
     assert sum("done earlier" in line for line in lines) == 4
@@ -352,9 +355,12 @@ def _cell(order, transparent, seed, bleu, floats):
             "train_seconds": 1.0, "steps": [0, 3], "val_losses": [1.0, 0.5]}  # fmt: skip
 
 
-def test_cells_are_read_back_when_an_order_or_a_decoder_kind_is_added(tmp_path, monkeypatch):
+def test_cells_are_read_back_when_an_order_or_a_decoder_kind_is_added(tmp_path, monkeypatch, kept_figures):
     """A cell depends on its training and its data, not on the lists of orders and decoder kinds (every cell was
     keyed on them and trained again when one was added) nor on the de-en corpus's settings."""
+    from markovformer.plots import experiments as plots
+
+    kept_figures(plots)  # the figures are another test's: not rendered here
     trained = []
 
     def cell(bundle, order, transparent, seed, settings, log):
