@@ -175,14 +175,18 @@ def test_testbed_reports_are_well_formed_tables_with_progress(name, tmp_path):
 
 @pytest.mark.parametrize(("name", "revised", "kept"), [("order-recovery", "markov", "softmax"),
                                                       ("icl-depth", "softmax", None)])  # fmt: skip
-def test_a_raised_revision_recomputes_the_cells_that_train_the_kind_and_only_those(name, revised, kept, tmp_path,
-                                                                                    monkeypatch):  # fmt: skip
+def test_a_raised_revision_recomputes_the_cells_that_train_the_kind_and_only_those(
+    name, revised, kept, tmp_path, monkeypatch, kept_figures
+):
     """As the README says of every experiment that trains attention kinds: a fix that raises a kind's revision
     recomputes that kind's cells (order-recovery and icl-depth reused them under any revision)."""
     import dataclasses
 
     from markovformer.experiments import run_experiment
     from markovformer.layers import registry
+    from markovformer.plots import experiments as plots
+
+    kept_figures(plots)  # the three reports' figures are the testbed tests': not rendered here
 
     def rerun() -> list[str]:
         lines = []
