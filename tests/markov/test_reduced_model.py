@@ -129,8 +129,9 @@ def test_profiled_flow_conserves_the_energy(p, q):
     drift = (energy(e, w) - energy(e[0], w[0])).abs().max()
     assert drift < 5e-3  # explicit Euler: O(lr) drift over the whole path
     assert (e[-1] - e[0]).abs().max() > 0.05  # the trajectories really moved
-    # and the energy is not conserved by the ordinary flow with b out of equilibrium
-    free = gradient_flow(starts_e, starts_w, 3.0, p, q, steps=4000, lr=0.005)
+    # and the energy is not conserved by the ordinary flow with b out of equilibrium (it has moved by more than 1
+    # within a tenth of the profiled path)
+    free = gradient_flow(starts_e, starts_w, 3.0, p, q, steps=400, lr=0.005)
     assert (energy(free[-1, :, 0], free[-1, :, 1]) - energy(starts_e, starts_w)).abs().max() > 0.05
 
 
