@@ -15,7 +15,6 @@ from typing import Any
 
 from markovformer.advice import said_as
 from markovformer.experiments.report import experiment_named, given_from_cells, recompute_cells, stored_cells_only
-from markovformer.experiments.settings import given_seeds
 from markovformer.models.config_base import suggest
 
 _MODULES = ("weight_tying", "landscape", "icl_depth", "order_recovery", "mat_order", "scan_shakespeare", "vmt",
@@ -92,6 +91,8 @@ def run_experiment(
         if not 0 <= seed < 2**32:  # a run config's trainer.seed range
             raise ValueError(f"{said_as(f'--seeds {seed}', f'seeds={seeds!r}: {seed}')} must lie in [0, 2**32)")
     if seeds is not None and len(set(seeds)) < len(seeds):  # one cell counted twice: a spread of no information
+        from markovformer.experiments.settings import given_seeds  # it imports the run config: not for `list`
+
         raise ValueError(f"{given_seeds(seeds)} repeats a seed; give each once")
     if recompute and from_cells:
         both = said_as("--recompute forgets cells that --from-cells", f"recompute={list(recompute)!r} forgets cells "
