@@ -1,7 +1,8 @@
 """File readers: each turns files of one format into a ``DataBundle`` (or the pieces of one), offline.
 
-Text (``text``, ``text_stream``, ``tokenizer``, ``token_store``, ``store_windows``, ``tokenized_text``: files encoded
-once into a cached, memory-mapped token store and cut into windows), local Hugging Face ``datasets`` files
+Text (``text``, ``text_stream``, ``tokenizer``, ``bpe_cuts``, ``token_store``, ``store_windows``, ``tokenized_text``:
+files encoded once, streamed in pieces cut where the tokenizer cuts anyway, into a cached, memory-mapped token store
+and cut into windows), local Hugging Face ``datasets`` files
 (``hf_dataset``), FASTA (``fasta``), numeric CSV series (``csv_series``) and WAV audio (``audio``).
 
 To add a format: a module here with a ``load_...(path, ...) -> DataBundle`` that reads local files only and raises
