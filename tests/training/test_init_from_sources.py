@@ -108,13 +108,13 @@ def test_the_record_of_a_saved_model_directory_names_its_file_and_the_tensors_le
     record = initialise_from(tiny_model(), tmp_path / "source", ["embeddings"])
     taken = {name: tensor for name, tensor in source.state_dict().items()
              if name not in ("model.embed.weight", "lm_head.weight")}  # fmt: skip
-    assert record["weights_sha256"] == tensors_sha256(taken)
+    assert record["tensors_sha256"] == tensors_sha256(taken)
     assert record.keys() == STARTED_FROM_KEYS  # what inspect requires of the record (read_started_from)
     assert record["file"] == str((tmp_path / "source" / "model.safetensors").resolve()) and record["step"] is None
     assert (record["tensors_taken"], record["tensors_fresh"], record["init_from_skip"]) == (len(taken), 2,
                                                                                            ["embeddings"])  # fmt: skip
-    assert started_from_line(record) == (f"{(tmp_path / 'source').resolve()}, weights sha256 "
-                                         f"{record['weights_sha256']} (2 left fresh by init_from_skip: embeddings)")
+    assert started_from_line(record) == (f"{(tmp_path / 'source').resolve()}, tensors sha256 "
+                                         f"{record['tensors_sha256']} (2 left fresh by init_from_skip: embeddings)")
 
 
 @pytest.mark.parametrize("environment", [{"init_from": {"source": "parent"}}, {"init_from": ["parent"]}, []],

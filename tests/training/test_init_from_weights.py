@@ -66,7 +66,7 @@ def test_a_fine_tuning_run_records_which_weights_it_took_after_its_source_is_ext
     later = load_run(tmp_path / "parent")[1].state_dict()
     record = json.loads((tmp_path / "tuned" / "environment.json").read_text())["init_from"]
     parent = (tmp_path / "parent").resolve()
-    assert record["weights_sha256"] == tensors_sha256(earlier) != tensors_sha256(later)
+    assert record["tensors_sha256"] == tensors_sha256(earlier) != tensors_sha256(later)
     assert (record["source"], record["resolved"]) == ("parent", str(parent))
     assert (record["file"], record["step"], record["read"]) == (str(parent / "model" / "model.safetensors"), 2,
                                                                  "final model, step 2")  # fmt: skip
@@ -99,4 +99,4 @@ def test_a_resumed_fine_tuning_run_keeps_its_record_unless_it_takes_its_source_a
     resumed = run_in_process("train", "--resume", "early", cwd=tmp_path)
     assert resumed.returncode == 0 and "parent (final model, step 4)" in resumed.stdout
     record = json.loads((tmp_path / "early" / "environment.json").read_text())["init_from"]
-    assert (record["step"], record["weights_sha256"]) == (4, extended) != (2, started["early"]["weights_sha256"])
+    assert (record["step"], record["tensors_sha256"]) == (4, extended) != (2, started["early"]["tensors_sha256"])

@@ -291,6 +291,6 @@ def test_a_fine_tuning_runs_report_says_which_weights_it_started_from(trained, t
     record = json.loads((tmp_path / "tuned" / "environment.json").read_text())["init_from"]
     config, model, run_dir = load_run(tmp_path / "tuned")
     summary = inspection.run_summary(config, model, run_dir, {}, {})
-    assert summary["started from"] == f"{trained.resolve()} at step 2, weights sha256 {record['weights_sha256']}"
+    assert summary["started from"] == f"{trained.resolve()} at step 2, tensors sha256 {record['tensors_sha256']}"
     config, model, run_dir = load_run(trained)
     assert "started from" not in inspection.run_summary(config, model, run_dir, {}, {})

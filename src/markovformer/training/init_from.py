@@ -115,9 +115,10 @@ def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], dict]:
                       f"directory ({WEIGHTS_NAME})")  # fmt: skip
 
 
-def weights_sha256(tensors: dict[str, torch.Tensor]) -> str:
+def taken_sha256(tensors: dict[str, torch.Tensor]) -> str:
     """The SHA-256 (hex) of ``tensors``: for each, in name order, its ``[name, dtype, shape]`` as JSON, then its bytes.
-    It names the weights themselves, whichever file (final model or checkpoint) held them."""
+    It names the weights themselves, whichever file (final model or checkpoint) held them; it is not the file digest
+    ``weights_sha256`` of a run's model/fingerprint.json."""
     digest = hashlib.sha256()
     for name in sorted(tensors):
         tensor = tensors[name].detach().cpu().contiguous()
@@ -153,7 +154,7 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
     """Copy the weights of ``source`` into ``model`` except those ``skip`` names; ConfigError naming the tensors
     that differ (and the ``init_from_skip`` that would leave them out) unless all others match. Returns the record
     of what it took, kept in the run's environment.json: ``source`` as given and ``resolved``, which weights were
-    read (``read_weights``: ``file``, ``step``, ``read``), ``weights_sha256`` (of the tensors taken, as the source
+    read (``read_weights``: ``file``, ``step``, ``read``), ``tensors_sha256`` (of the tensors taken, as the source
     held them), ``tensors_taken``, ``tensors_fresh`` and the ``init_from_skip`` entries."""
     source = Path(source)
     stored, which = read_weights(source)
@@ -189,7 +190,7 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
         raise ConfigError(f"init_from={str(source)!r} does not fit this run's model: {len(problems)} tensors differ "
                           f"({shapes}){choice}")  # fmt: skip
     model.load_state_dict({**own, **{name: tensor.to(own[name].dtype) for name, tensor in taken.items()}})
-    return {"source": str(source), "resolved": str(source.resolve()), **which, "weights_sha256": weights_sha256(taken),
+    return {"source": str(source), "resolved": str(source.resolve()), **which, "tensors_sha256": taken_sha256(taken),
             "tensors_taken": len(taken), "tensors_fresh": len(own) - len(taken), "init_from_skip": list(skip)}
 
 
@@ -202,9 +203,9 @@ def initialised_line(record: dict) -> str:
 
 
 def started_from_line(record: dict) -> str:
-    """Where a fine-tuning run started, from its ``initialise_from`` record: "SOURCE at step S, weights sha256 ...",
+    """Where a fine-tuning run started, from its ``initialise_from`` record: "SOURCE at step S, tensors sha256 ...",
     SOURCE resolved (a saved model directory has no step), and the tensors init_from_skip left fresh."""
     step = f" at step {record['step']}" if record["step"] is not None else ""
     fresh = record["tensors_fresh"]
     skip = f" ({fresh} left fresh by init_from_skip: {', '.join(record['init_from_skip'])})" if fresh else ""
-    return f"{record['resolved']}{step}, weights sha256 {record['weights_sha256']}{skip}"
+    return f"{record['resolved']}{step}, tensors sha256 {record['tensors_sha256']}{skip}"

@@ -59,7 +59,7 @@ RESOLVED_CONFIG = "config.yaml"
 LAST_CHECKPOINT = "last.ckpt"
 FINISHED = "finished.json"
 INIT_FROM_RECORD = "init_from"  # environment.json's record of the weights a fine-tuning run started from
-STARTED_FROM_KEYS = {"source", "resolved", "file", "step", "read", "weights_sha256", "tensors_taken", "tensors_fresh",
+STARTED_FROM_KEYS = {"source", "resolved", "file", "step", "read", "tensors_sha256", "tensors_taken", "tensors_fresh",
                      "init_from_skip"}  # fmt: skip
 # 2: finished.json marks a finished run and model/fingerprint.json is required. Runs without the field (written
 # before it) count as finished when they hold metrics.json, and their model/ may lack a fingerprint.
