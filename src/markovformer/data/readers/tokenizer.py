@@ -416,11 +416,10 @@ def _word_split_pre_tokenizer():
 
 
 def _pre_tokenizer_record(hf_tokenizer=None) -> dict | None:
-    """The saved form of the pre-tokenizer of ``hf_tokenizer`` (None: of ``_word_split_pre_tokenizer``)."""
-    if hf_tokenizer is None:
-        hf_tokenizer = _import_tokenizers().Tokenizer(_import_tokenizers().models.BPE())
-        hf_tokenizer.pre_tokenizer = _word_split_pre_tokenizer()
-    return json.loads(hf_tokenizer.to_str()).get("pre_tokenizer")
+    """The saved form of the pre-tokenizer of ``hf_tokenizer`` (None: of ``_word_split_pre_tokenizer``), read from the
+    pre-tokenizer alone (the whole tokenizer's JSON holds its vocabulary and merges)."""
+    pre_tokenizer = _word_split_pre_tokenizer() if hf_tokenizer is None else hf_tokenizer.pre_tokenizer
+    return None if pre_tokenizer is None else json.loads(pre_tokenizer.__getstate__())
 
 
 def _import_tokenizers():
