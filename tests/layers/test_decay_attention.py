@@ -90,8 +90,29 @@ def test_forget_gate_depends_on_the_token_and_alibi_does_not():
     assert alibi.std(-1).max() == 0
 
 
-def test_alibi_slopes_are_the_papers_geometric_sequence():
-    torch.testing.assert_close(alibi_slopes(8), torch.tensor([2.0 ** -(h + 1) for h in range(8)]))
+def _papers_slopes(heads: int) -> list[float]:
+    """ALiBi's slopes as Press et al. (ICLR 2022, section 3; their reference code's ``get_slopes``) describe them:
+    for n heads, n a power of two, the geometric sequence that starts at 2^(-8/n) and has that ratio; for any other
+    n, the slopes of the closest power of two below n, then every other slope (the first, third, ...) of the
+    sequence for twice that power, until there are n."""
+
+    def geometric(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start * start**i for i in range(n)]
+
+    power = 1
+    while power * 2 <= heads:
+        power *= 2
+    return geometric(power) + geometric(2 * power)[0::2][: heads - power]
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 5, 6, 8, 12, 16, 24, 112])
+def test_alibi_slopes_are_the_papers_for_every_head_count(heads):
+    """The paper's sequence for a power of two is 2^(-8h/H); for other H the old code used that too (6 heads:
+    0.397, 0.157, 0.0625, ... instead of the paper's 0.25, 0.0625, 0.0156, 0.0039, 0.5, 0.125)."""
+    torch.testing.assert_close(alibi_slopes(heads), torch.tensor(_papers_slopes(heads)))
+    if heads & (heads - 1) == 0:  # a power of two: the very numbers computed before the fix
+        assert torch.equal(alibi_slopes(heads), 2.0 ** (-8.0 * torch.arange(1, heads + 1) / heads))
 
 
 def test_registry_and_config_build_the_kinds_with_their_scope():

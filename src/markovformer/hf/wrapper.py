@@ -10,6 +10,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from markovformer.hf.cache import CACHE_NAME
+from markovformer.layers.decay_attention import legacy_alibi_slopes
 from markovformer.models.pretrained import PreTrainedModel as MarkovformerModel
 
 
@@ -136,7 +137,8 @@ class Wrapper(PreTrainedModel):
         wants_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         order = {name: index for index, name in enumerate(model.state_dict())}
-        missing = sorted(info["missing_keys"], key=lambda name: order.get(name, len(order)))
+        older = {name: slopes for name, slopes in legacy_alibi_slopes(model).items() if name in info["missing_keys"]}
+        missing = sorted(set(info["missing_keys"]) - older.keys(), key=lambda name: order.get(name, len(order)))
         unexpected = sorted(info["unexpected_keys"])
         if strict:
             other_task = cls.__name__ not in (model.config.architectures or [cls.__name__])
@@ -151,6 +153,8 @@ class Wrapper(PreTrainedModel):
         with torch.no_grad():
             for name in [*missing, *(key[0] for key in info["mismatched_keys"])]:
                 state[name].copy_(fresh_state[name])
+            for name, slopes in older.items():  # weights saved before ALiBi's slopes were: those they computed with
+                state[name].copy_(slopes)
         fresh_modules = dict(fresh.named_modules())
         for name, module in model.markovformer.named_modules():
             for buffer_name in module._non_persistent_buffers_set:

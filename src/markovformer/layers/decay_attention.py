@@ -80,10 +80,19 @@ def token_shift(raw: Tensor, mix: Tensor, previous: Tensor | None, real: Tensor)
     return mix[..., None] * shifted + (1 - mix[..., None]) * raw
 
 
-def alibi_slopes(n_heads: int) -> Tensor:
-    """ALiBi's geometric slopes m_h = 2^(-8h/H), h = 1..H (the paper's sequence for a power-of-two H; used as is
-    for any H). (H,) float32."""
+def geometric_slopes(n_heads: int) -> Tensor:
+    """The geometric sequence m_h = 2^(-8h/H), h = 1..H: ALiBi's slopes for a power-of-two H, and what this library
+    used for every H before its ALiBi layers stored their slopes (weights saved then keep it). (H,) float32."""
     return 2.0 ** (-8.0 * torch.arange(1, n_heads + 1, dtype=torch.float32) / n_heads)
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """ALiBi's slopes m_h (Press et al., ICLR 2022, section 3, and their reference code, which BLOOM, MPT and
+    transformers follow): ``geometric_slopes(H)`` for a power-of-two H; for any other H those of the power of two
+    P = 2^floor(log2 H) below it, then every other slope of the sequence for 2P (its 1st, 3rd, ...) until there
+    are H (6 heads: 2^-2, 2^-4, 2^-6, 2^-8, 2^-1, 2^-3). (H,) float32."""
+    below = 1 << (n_heads.bit_length() - 1)
+    return torch.cat([geometric_slopes(below), geometric_slopes(2 * below)[0::2][: n_heads - below]])
 
 
 class ForgetGate(nn.Module):
@@ -134,8 +143,16 @@ class DecayCore(nn.Module):
             if linear is not None:
                 nn.init.normal_(linear.weight, std=0.02)
         self.causal, self.window, self.dropout = causal, window, dropout
-        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
+        # ALiBi's slopes are saved with the weights, so that a model keeps the sequence it was trained with
+        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=not data_dependent)
         self.forget_gate = ForgetGate(d_model, n_heads) if data_dependent else None
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args) -> None:
+        """ALiBi weights saved before the slopes were saved with them hold none: their model computed with
+        ``geometric_slopes`` for every head count, and keeps it (a power-of-two count gets the same numbers)."""
+        if self.forget_gate is None:
+            state_dict.setdefault(prefix + "slopes", geometric_slopes(len(self.slopes)))
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def log_forget(self, x: Tensor, heads: int) -> Tensor:
         """(B, T, D) layer input -> (B, H, T) log forget gates (<= 0), in at least float32: their prefix sums are
@@ -195,6 +212,13 @@ class DecayCore(nn.Module):
         return CoreOutput(self._pro_output(x, forgetting_attention(q, k, v, log_forget, **options)), {}, None)
 
 
+def legacy_alibi_slopes(model: nn.Module) -> dict[str, Tensor]:
+    """The tensors of ``model`` that weights saved before ALiBi's slopes were saved with them lack: {state-dict name:
+    the slopes their model computed with} (what ``DecayCore`` fills in when it loads such weights)."""
+    return {f"{name}.slopes": geometric_slopes(len(module.slopes)) for name, module in model.named_modules()
+            if isinstance(module, DecayCore) and module.forget_gate is None}  # fmt: skip
+
+
 class AlibiAttention(SelfAttention):
     """Multi-head attention with ALiBi's fixed linear distance penalties, local (``window``) or global scope.
     ALiBi replaces position embeddings: use it with ``position='none'`` (rotary stacks on top otherwise)."""
@@ -222,4 +246,5 @@ class ForgettingAttention(SelfAttention):
 
 
 __all__ = ["PRO_PARTS", "AlibiAttention", "DecayCore", "DecayOptions", "ForgetGate", "ForgettingAttention",
-           "ForgettingOptions", "alibi_slopes", "head_rms_norm", "token_shift"]
+           "ForgettingOptions", "alibi_slopes", "geometric_slopes", "head_rms_norm", "legacy_alibi_slopes",
+           "token_shift"]

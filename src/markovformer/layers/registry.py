@@ -171,6 +171,7 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         DecayOptions, lambda shared, o: AlibiAttention(**shared, **_scoped(o)),
         summary=f"ALiBi: softmax attention with fixed per-head linear distance penalties, in place of position "
                 f"embeddings ({OWN_POSITION})",
+        revision=2,  # a head count not a power of two took 2^(-8h/H), not the paper's slopes (now alibi_slopes)
     ),
     "forgetting": AttentionKind(
         ForgettingOptions,

@@ -3,7 +3,8 @@
 ``init_from: RUN_OR_MODEL_DIR`` (a run config key) names a run directory (its final model/, else its last
 checkpoint, both checked against the run's fingerprint), one checkpoint file of a run (checkpoints/step-NNNNNN.ckpt,
 read with its run as ``eval`` reads it) or a folder written by ``save_pretrained`` (config.json +
-model.safetensors). Every tensor must match the new model's name and shape; a changed head (other labels) or
+model.safetensors). Every tensor must match the new model's name and shape (ALiBi's slopes, which weights saved
+before they were saved lack, are then those weights' own: ``legacy_alibi_slopes``); a changed head (other labels) or
 vocabulary is refused with the names that differ, unless ``init_from_skip`` names them: ``head`` (the tensors
 outside the backbone ``model.``: lm_head, classifier, ...; refused for a model without one, where it would be
 every tensor), ``embeddings`` (the tensors a vocabulary indexes: names holding ``embed`` and a language model's
@@ -27,6 +28,7 @@ import torch
 
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES
+from markovformer.layers.decay_attention import legacy_alibi_slopes
 from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.training.build import saved_tokenizer
 from markovformer.training.run_config import load_yaml
@@ -170,7 +172,8 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
                               f"{' or '.join(SKIP_GROUPS)} or a tensor-name prefix")  # fmt: skip
     taken = {name: tensor for name, tensor in stored.items() if name in own and not skipped(name, skip)}
     pointers = {own[name].data_ptr() for name in taken}  # a tied weight saved once (safetensors) is loaded once
-    problems = [name for name in own if not skipped(name, skip) and name not in stored
+    older = {name: slopes for name, slopes in legacy_alibi_slopes(model).items() if name not in stored}
+    problems = [name for name in own if not skipped(name, skip) and name not in stored and name not in older
                 and own[name].data_ptr() not in pointers]  # fmt: skip
     problems += [name for name in stored if name not in own and not skipped(name, skip)]
     problems += [name for name, tensor in taken.items() if tuple(tensor.shape) != tuple(own[name].shape)]
@@ -189,7 +192,8 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
                   if groups and all(skipped(name, groups) for name in problems) else "")  # fmt: skip
         raise ConfigError(f"init_from={str(source)!r} does not fit this run's model: {len(problems)} tensors differ "
                           f"({shapes}){choice}")  # fmt: skip
-    model.load_state_dict({**own, **{name: tensor.to(own[name].dtype) for name, tensor in taken.items()}})
+    kept = {name: slopes for name, slopes in older.items() if not skipped(name, skip)}  # the source's own slopes
+    model.load_state_dict({**own, **kept, **{name: tensor.to(own[name].dtype) for name, tensor in taken.items()}})
     return {"source": str(source), "resolved": str(source.resolve()), **which, "tensors_sha256": taken_sha256(taken),
             "tensors_taken": len(taken), "tensors_fresh": len(own) - len(taken), "init_from_skip": list(skip)}
 

@@ -1,0 +1,92 @@
+"""ALiBi weights saved before the layers saved their slopes, when a head count that is not a power of two took
+2^(-8h/H) rather than the paper's slopes: every route that loads weights gives them the logits they gave then, bit
+for bit, while a new model takes the paper's slopes and saves them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+from markovformer.layers.decay_attention import alibi_slopes
+from markovformer.training.init_from import initialise_from
+from markovformer.training.run_checks import check_tensors_match
+
+HEADS = 6
+CONFIG = MarkovianTransformerConfig(vocab_size=11, d_model=12, n_layers=2, n_heads=HEADS, attention="alibi",
+                                    position="none")  # fmt: skip
+IDS = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(1))
+
+
+def _old_model() -> MarkovianTransformerForCausalLM:
+    """A 6-head ALiBi model as the old code ran it: slopes 2^(-8h/H), h = 1..H (that code's formula)."""
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(CONFIG).eval()
+    with torch.no_grad():
+        for block in model.model.blocks:
+            block.attention.cores[0].slopes.copy_(2.0 ** (-8.0 * torch.arange(1, HEADS + 1) / HEADS))
+    return model
+
+
+def _old_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict the old code saved: no slopes (a buffer it did not save)."""
+    return {name: tensor for name, tensor in model.state_dict().items() if not name.endswith(".slopes")}
+
+
+def _saved_by_the_old_code(directory: Path) -> torch.Tensor:
+    """``directory`` as the old code's save_pretrained wrote it; returns the logits that code computed."""
+    old = _old_model()
+    old.save_pretrained(directory)
+    save_file(_old_state(old), str(directory / "model.safetensors"))
+    with torch.no_grad():
+        return old(IDS).logits
+
+
+def _logits(model: torch.nn.Module) -> torch.Tensor:
+    with torch.no_grad():
+        return model.eval()(input_ids=IDS).logits
+
+
+def test_old_weights_keep_their_slopes_and_new_models_take_the_papers():
+    old = _old_model()
+    torch.manual_seed(0)
+    new = MarkovianTransformerForCausalLM(CONFIG)  # the same weights, the paper's slopes
+    assert torch.equal(new.model.blocks[0].attention.cores[0].slopes, alibi_slopes(HEADS))
+    assert not torch.allclose(_logits(new), _logits(old), atol=1e-3)  # the fix does change a 6-head model
+    torch.manual_seed(1)
+    loaded = MarkovianTransformerForCausalLM(CONFIG)
+    loaded.load_state_dict(_old_state(old))  # strict: the slopes the old weights lack are filled, not missing
+    assert torch.equal(_logits(loaded), _logits(old))
+
+
+def test_a_model_directory_of_the_old_code_loads_with_its_logits(tmp_path):
+    expected = _saved_by_the_old_code(tmp_path / "old")
+    model = MarkovianTransformerForCausalLM.from_pretrained(tmp_path / "old")
+    assert torch.equal(_logits(model), expected)
+    model.save_pretrained(tmp_path / "new")  # saved again, the slopes go with the weights
+    stored = load_file(str(tmp_path / "new" / "model.safetensors"))
+    assert torch.equal(stored["model.blocks.1.attention.cores.0.slopes"], 2.0 ** (-8.0 * torch.arange(1, 7) / 6))
+    assert torch.equal(_logits(MarkovianTransformerForCausalLM.from_pretrained(tmp_path / "new")), expected)
+
+
+def test_transformers_loads_a_model_directory_of_the_old_code_with_its_logits(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("markovformer.hf", exc_type=ImportError)
+    from markovformer.hf import HF_CLASSES
+
+    expected = _saved_by_the_old_code(tmp_path)
+    wrapper = HF_CLASSES["markovian_transformer", "causal_lm"][1]
+    assert torch.equal(_logits(wrapper.from_pretrained(tmp_path)), expected)
+
+
+def test_a_run_checkpoint_and_init_from_of_the_old_code_keep_their_slopes(tmp_path):
+    expected = _saved_by_the_old_code(tmp_path)
+    old_state = load_file(str(tmp_path / "model.safetensors"))
+    model = MarkovianTransformerForCausalLM(CONFIG)
+    check_tensors_match(model, {f"model.{name}": tensor for name, tensor in old_state.items()}, tmp_path / "last.ckpt",
+                        prefix="model.")  # fmt: skip
+    initialise_from(model, tmp_path, [])
+    assert torch.equal(_logits(model), expected)
