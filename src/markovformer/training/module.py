@@ -3,6 +3,8 @@ train and score it; this adds the optimiser, the schedule, logging and the rando
 
 from __future__ import annotations
 
+import math
+
 import lightning as L
 import torch
 
@@ -23,19 +25,56 @@ class TrainingModule(L.LightningModule):
         task.check_model(model)
         self.model, self.task, self.config = model, task, task.trainer
         self.val_metrics = task.new_metrics()
+        self.item_scale: float | None = None  # set by this process's first micro-batch (see training_step)
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        if batch_idx % self.config.accumulate_grad_batches == 0:  # the first micro-batch of an optimiser step
-            self.step_sums: dict[str, tuple[torch.Tensor, int]] = {}
-        return self.task.training_step(self, batch)
+        """The task's loss of ``batch``, a mean over its items (``Task.loss_items``: tokens scored, or a CTC run's
+        utterances), times their count: an optimiser step adds these sums up over its micro-batches (DDP over its
+        processes) and ``on_before_optimizer_step`` divides the gradient by the step's count, so that the step
+        descends the mean over every item of the step; the mean of micro-batch means weighed an item of a micro-batch
+        with fewer items (translation's short pairs, labels -100) more. A step of one batch on one process keeps
+        its mean loss as it is. Each sum is divided by ``item_scale``, a power of two near a micro-batch's count,
+        so that a 16-mixed loss scaler sees a mean's size (``power_of_two_near``)."""
+        accumulate = self.config.accumulate_grad_batches
+        if batch_idx % accumulate == 0:  # the first micro-batch of an optimiser step
+            self.step_sums: dict[str, tuple[torch.Tensor, dict]] = {}
+            self.step_items = 0
+        self.batch_items = self.task.loss_items(batch) if accumulate * world()[1] > 1 else 1
+        self.step_items += self.batch_items
+        if self.item_scale is None:  # the first micro-batch's items, averaged over the processes
+            items = self.summed_over_processes(torch.tensor([float(self.batch_items)], device=self.device))
+            self.item_scale = power_of_two_near(float(items) / world()[1])
+        return self.task.training_step(self, batch) * self.batch_items / self.item_scale
 
     def log_step_mean(self, name: str, value: torch.Tensor, **options) -> None:
-        """Log ``value`` as the mean over the micro-batches of the optimiser step so far: with gradient accumulation
-        Lightning logs the step's last micro-batch's value, one of its ``accumulate_grad_batches`` losses, where the
-        step minimises their mean. Without accumulation, ``value`` itself."""
-        total, count = self.step_sums.get(name, (0.0, 0))
-        self.step_sums[name] = (total + value, count + 1)
-        self.log(name, (total + value) / (count + 1), **options)
+        """Log ``value``, a mean over this micro-batch's items, as the mean over every item of the optimiser step
+        (its micro-batches and processes, when it ends: ``on_before_optimizer_step``), the mean the step descends.
+        Without accumulation on one process, ``value`` itself. ``options``: of ``self.log``."""
+        total, _ = self.step_sums.get(name, (0.0, {}))
+        self.step_sums[name] = (total + value.detach() * self.batch_items, options)
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Divides the step's summed gradient by its items (of every process: one all-reduce, which also sums the
+        logged values), so that gradient clipping and the optimiser, which Lightning runs after this hook (and after
+        unscaling a 16-mixed loss), act on the gradient of the step's mean; logs the means of ``log_step_mean``."""
+        names, step_items = list(self.step_sums), float(self.step_items)
+        sums = [self.step_sums[name][0] for name in names]
+        if world()[1] > 1:  # one all-reduce, in float64: a count past 2 ** 24 items stays exact
+            counted = [*(value.double() for value in sums), torch.tensor(step_items, dtype=torch.float64,
+                                                                         device=self.device)]  # fmt: skip
+            totals = self.summed_over_processes(torch.stack(counted))
+            sums, step_items = list(totals[:-1]), float(totals[-1])
+        step_items = max(step_items, 1.0)  # a step of no item (every label -100) has loss 0 and no gradient
+        for name, value in zip(names, sums, strict=True):
+            self.log(name, value / step_items, **self.step_sums[name][1])
+        scale = self.config.accumulate_grad_batches * world()[1] * self.item_scale / step_items
+        if scale != 1.0:
+            grads = [parameter.grad for parameter in self.model.parameters() if parameter.grad is not None]
+            torch._foreach_mul_(grads, scale)
+
+    def summed_over_processes(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` summed over the processes of a DDP run (``values`` itself in one process)."""
+        return self.trainer.strategy.reduce(values, reduce_op="sum") if world()[1] > 1 else values
 
     def on_validation_epoch_start(self) -> None:
         self.val_metrics.reset()
@@ -102,6 +141,13 @@ class TrainingModule(L.LightningModule):
                 for key in ("lr", "initial_lr"):
                     if key in group:
                         group[key] = group[key] * scale
+
+
+def power_of_two_near(value: float) -> float:
+    """The power of two nearest ``value`` (1 for values below 1). Dividing a loss by it, and its gradient by the
+    inverse, rounds nothing: a resumed process, which takes it from another first micro-batch, trains the same bits
+    as the uninterrupted one."""
+    return 2.0 ** round(math.log2(max(value, 1.0)))
 
 
 def rng_state() -> dict:

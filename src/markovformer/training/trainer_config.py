@@ -142,10 +142,10 @@ class TrainerConfig:
     num_workers: int = 0
     keep_checkpoints: int = 0  # keep only the newest N step checkpoints (plus last.ckpt); 0 keeps them all
     label_smoothing: float = 0.0  # on the training loss only; validation reports plain cross-entropy
-    # Optimiser steps accumulate the gradients of this many batches, the mean of their mean losses (a batch of
-    # batch_size times it where each batch holds as many scored tokens, e.g. fixed-length windows; translation's
-    # length-bucketed batches weigh a token of a short batch more); max_steps, warmup_steps and eval_every count
-    # optimiser steps.
+    # Optimiser steps accumulate the gradients of this many batches and descend the mean loss over every item they
+    # score (tokens; a CTC run's utterances: the task's loss_items), of every process under DDP: one batch of
+    # batch_size times it rows, whatever each batch's count (translation's length buckets, labels -100);
+    # max_steps, warmup_steps and eval_every count optimiser steps.
     accumulate_grad_batches: int = 1
     # Stop before max_steps when a validation metric stops improving: {monitor: val/loss, patience: 3, mode: min};
     # patience counts validations (every eval_every steps). null: train to max_steps.

@@ -25,6 +25,7 @@ from markovformer.data.bundle import DataBundle, Split, example_lengths
 from markovformer.data.collate import PAD_ID
 from markovformer.data.readers.tokenizer import END_OF_DOCUMENT, load_tokenizer
 from markovformer.models.generation import GenerationConfig
+from markovformer.ops.losses import IGNORE_INDEX
 from markovformer.training.batches import EpochBatches
 from markovformer.training.data_record import read_data_record
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
@@ -119,8 +120,8 @@ def option_key(options: object, name: str) -> str:
 class Task:
     """One task kind. Subclasses set ``name``, ``Options``, ``forward_arguments`` and override what differs from
     these defaults: batches from ``EpochBatches``, a training step that returns the head's ``.loss`` (plus the
-    model's own ``regularization_loss()`` when it has one), validation by one forward pass per batch into
-    ``new_metrics()``."""
+    model's own ``regularization_loss()`` when it has one), a mean over the batch's labels that are not -100
+    (``loss_items``), validation by one forward pass per batch into ``new_metrics()``."""
 
     name: ClassVar[str]
     # The task's own options (a dataclass whose fields carry their help; a run's ``task_options:`` section).
@@ -190,6 +191,14 @@ class Task:
         """The tokens a training batch counts for (``train_tokens``, each progress line's tok/s): its
         ``real_positions``."""
         return real_positions(batch)
+
+    def loss_items(self, batch: dict) -> int:
+        """How many items the training loss of ``batch`` is the mean of: its labels that are not -100 (a
+        translation's target tokens, a token classifier's labelled positions, a sequence classifier's labelled
+        sequences; label smoothing and a model's own regularization add to each item's loss). An optimiser step
+        weighs each micro-batch's loss by its count: it descends the mean over every item of its micro-batches and
+        processes (``TrainingModule.training_step``)."""
+        return int((batch["labels"] != IGNORE_INDEX).sum())
 
     def scoring_settings(self, beam_size: int = 1) -> dict:
         """The settings the metrics depend on beyond the model and the data (a VMT's K, a translation's beam size:

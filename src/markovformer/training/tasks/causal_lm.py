@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from torch import nn
+from torch import Tensor, nn
 
 from markovformer.data.bundle import DataBundle
+from markovformer.ops.losses import IGNORE_INDEX
+from markovformer.ops.segments import document_starts
 from markovformer.training.tasks.base import Task, model_inputs
 from markovformer.training.trainer_config import ConfigError, shown
 
@@ -84,6 +86,14 @@ class CausalLM(Task):
         """The tokens predicted (the shifted labels that are not -100): B x seq_len for windows of seq_len + 1 tokens,
         the tokens seen as nanoGPT and the scaling literature count them."""
         return int((batch["labels"][:, 1:] != -100).sum())
+
+    def loss_items(self, batch: dict) -> int:
+        """The next tokens scored: the shifted labels that are not -100, less each packed document's first token
+        (which the model does not score: its prediction would read the document before)."""
+        targets = batch["labels"][:, 1:] != IGNORE_INDEX
+        if isinstance(batch.get("position_ids"), Tensor):
+            targets &= ~document_starts(batch["position_ids"])[:, 1:]
+        return int(targets.sum())
 
     def describe_split(self, examples, tokenizer) -> None:
         self.characters_of_ids = characters_of_ids(examples, tokenizer)

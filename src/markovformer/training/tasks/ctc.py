@@ -77,6 +77,11 @@ class CTC(Task):
     loss_unit = "nats/target symbol"
     writes_predictions = True
 
+    def loss_items(self, batch: dict) -> int:
+        """The utterances: the CTC loss is the mean over them of each one's nats per target symbol (so a step weighs
+        every utterance alike, not every symbol)."""
+        return len(batch["labels"])
+
     def new_metrics(self) -> CTCMetrics:
         from markovformer.training.metrics import CTCMetrics  # deferred: see Task.new_metrics
 

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from markovformer.data.bundle import DataBundle
 from markovformer.models.vmt.documents import walk_documents
 from markovformer.training.batches import DocumentWindows, window_stride, world
-from markovformer.training.tasks.base import Task
+from markovformer.training.tasks.base import Task, real_positions
 from markovformer.training.trainer_config import ConfigError, TrainerConfig, shown
 
 if TYPE_CHECKING:  # the metrics are imported where scoring starts (``new_metrics``)
@@ -150,6 +150,11 @@ class VMT(Task):
         window = model.config.window
         return DocumentWindows(bundle.train, self.trainer.batch_size, self.trainer.seed, bundle.collate, window,
                                window_stride(window, self.options.window_overlap), start=start)  # fmt: skip
+
+    def loss_items(self, batch: dict) -> int:
+        """The window's real tokens: its objective and bounds are per token (the free bits' floor holds each
+        micro-batch's KL per token, not the step's)."""
+        return real_positions(batch)
 
     def training_step(self, module, batch: dict) -> Tensor:
         model, continues = module.model, batch["carry_mask"]
