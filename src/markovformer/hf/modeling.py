@@ -41,7 +41,7 @@ from markovformer.hf.wrapper import ReportingWrapper, Wrapper, as_asked
 from markovformer.models.markovian_transformer import MarkovianTransformerModel
 from markovformer.models.pretrained import HF_WRAPPER_PREFIX
 from markovformer.models.registry import MODEL_FAMILIES
-from markovformer.ops.segments import document_starts
+from markovformer.ops.losses import next_token_targets
 
 
 def summed_over_items(loss: Tensor | None, labels: Tensor | None, num_items_in_batch, position_ids=None,
@@ -54,9 +54,7 @@ def summed_over_items(loss: Tensor | None, labels: Tensor | None, num_items_in_b
     position. Without ``num_items_in_batch``, ``loss`` as it is."""
     if loss is None or labels is None or num_items_in_batch is None:
         return loss
-    targets = labels[:, 1:] if shifted else labels
-    if position_ids is not None:  # as the model scores them: no document's first token
-        targets = targets.masked_fill(document_starts(position_ids)[:, 1:], -100)
+    targets = next_token_targets(labels, position_ids) if shifted else labels  # as the model scores them
     scored = targets.ne(-100).sum()
     total = loss * scored if bool(scored) else loss.nan_to_num() * 0  # a micro-batch of no scored token adds 0
     return total / torch.as_tensor(num_items_in_batch, device=loss.device)

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from markovformer.ops.precision import compute_dtype
+from markovformer.ops.segments import document_starts
 
 IGNORE_INDEX = -100  # labels that take no part in the loss (Hugging Face's convention)
 
@@ -30,6 +31,16 @@ def check_labels(labels: Tensor, num_classes: int, name: str = "labels", shape: 
     if bool(outside.any()):
         raise ValueError(f"{name} holds {labels[outside][0].item()}, outside the classes [0, {num_classes}) (and not "
                          f"the ignored {IGNORE_INDEX})")  # fmt: skip
+
+
+def next_token_targets(labels: Tensor, position_ids: Tensor | None = None) -> Tensor:
+    """(B, T - 1): what a causal LM's logits at positions 0..T-2 are scored against, the labels (B, T) shifted by
+    one, with ``IGNORE_INDEX`` at each packed document's first token (``position_ids`` (B, T) restarting): its
+    prediction would read the document before. Every causal LM's loss and every count of its scored tokens use it."""
+    targets = labels[:, 1:]
+    if position_ids is not None:
+        targets = targets.masked_fill(document_starts(position_ids)[:, 1:], IGNORE_INDEX)
+    return targets
 
 
 def token_cross_entropy(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:

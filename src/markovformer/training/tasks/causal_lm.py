@@ -10,8 +10,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from markovformer.data.bundle import DataBundle
-from markovformer.ops.losses import IGNORE_INDEX
-from markovformer.ops.segments import document_starts
+from markovformer.ops.losses import IGNORE_INDEX, next_token_targets
 from markovformer.training.tasks.base import Task, model_inputs
 from markovformer.training.trainer_config import ConfigError, shown
 
@@ -90,10 +89,9 @@ class CausalLM(Task):
     def loss_items(self, batch: dict) -> int:
         """The next tokens scored: the shifted labels that are not -100, less each packed document's first token
         (which the model does not score: its prediction would read the document before)."""
-        targets = batch["labels"][:, 1:] != IGNORE_INDEX
-        if isinstance(batch.get("position_ids"), Tensor):
-            targets &= ~document_starts(batch["position_ids"])[:, 1:]
-        return int(targets.sum())
+        position_ids = batch.get("position_ids")
+        targets = next_token_targets(batch["labels"], position_ids if isinstance(position_ids, Tensor) else None)
+        return int((targets != IGNORE_INDEX).sum())
 
     def describe_split(self, examples, tokenizer) -> None:
         self.characters_of_ids = characters_of_ids(examples, tokenizer)
