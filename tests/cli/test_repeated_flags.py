@@ -61,3 +61,45 @@ def test_a_bench_set_value_that_is_not_yaml_is_refused_naming_it():
 
     with pytest.raises(ValueError, match=r"^--set 'repeats=\[1': the value is not valid YAML \("):
         bench_cli._with_settings(BenchSettings(), ["repeats=[1"])
+
+
+# ------------------------------------------------------------------------------ a key set twice by KEY=VALUE words
+
+@pytest.mark.parametrize(("argv", "key", "first", "then"), [
+    (["train", "model.d_model=32", "model.d_model=64", "trainer.max_steps=1"], "model.d_model", "model.d_model=32",
+     "model.d_model=64"),
+    # a section replaced whole drops the key set inside it before
+    (["train", "data.path=a.txt", "data={source: text}", "trainer.max_steps=1"], "data.path", "data.path=a.txt",
+     "data={source: text}"),
+    (["train", "--resume", "run", "trainer.lr=1e-3", "trainer.lr=2e-3"], "trainer.lr", "trainer.lr=1e-3",
+     "trainer.lr=2e-3"),
+    (["eval", "run", "--data", "path=a.txt", "--data", "path=b.txt"], "path", "path=a.txt", "path=b.txt"),
+    (["experiment", "weight-tying", "--from-cells", "--out", "none", "--set", "steps=200", "steps=300"], "steps",
+     "steps=200", "steps=300"),
+])  # fmt: skip
+def test_a_key_set_twice_to_different_values_is_refused_naming_both(main_cli, argv, key, first, then):
+    """`train CONFIG model.d_model=32 model.d_model=64` trained d_model 64 without a word (the last won); so did
+    eval's --data, experiment's and bench's --set."""
+    done = main_cli(*argv)
+    assert done.returncode == 2, (done.stdout[-500:], done.stderr[-2000:])
+    assert f"{key} is set twice, to different values: {first!r}, then {then!r}" in done.stderr, done.stderr
+
+
+def test_a_bench_setting_given_twice_to_different_values_is_refused_naming_both():
+    from markovformer.bench import BenchSettings
+
+    with pytest.raises(ValueError, match=r"^repeats is set twice, to different values: 'repeats=3', then 'repeats=4'"):
+        bench_cli._with_settings(BenchSettings(), ["repeats=3", "repeats=4"])
+    assert bench_cli._with_settings(BenchSettings(), ["repeats=4", "repeats=4"]).repeats == 4
+
+
+def test_a_key_set_twice_to_one_value_or_a_section_refined_after_is_taken():
+    """Nothing said is lost: the same value twice, or a section given whole and then one key of it changed."""
+    from markovformer.training.run_config import check_each_key_once
+
+    check_each_key_once(["model.d_model=64", "model.d_model=64", "model.n_layers=2"])
+    check_each_key_once(["model={d_model: 32}", "model.n_layers=2", "data.path=a.txt", "data={path: a.txt}"])
+    with pytest.raises(ValueError, match=r"^model\.d_model is set twice, to different values: 'model=\{d_model: 32\}"):
+        check_each_key_once(["model={d_model: 32}", "model.d_model=64"])
+    with pytest.raises(ValueError, match=r"^trainer\.seed is set twice, .*'trainer\.seed=1', then 'trainer\.seed=on'"):
+        check_each_key_once(["trainer.seed=1", "trainer.seed=on"])  # True == 1 in Python, not in a config

@@ -70,8 +70,7 @@ def test_an_option_typed_inside_a_section_override_is_never_dropped_by_a_switch(
     """``data={...}`` types every key it holds: a later ``data.source=`` switch keeps them (the new source's own
     check names an option it does not take)."""
     file = {"task": "causal_lm", "data": {"source": "markov_chain", "kind": "lagged", "num_symbols": 4}}
-    values, notes = apply_switching_overrides(copy.deepcopy(file), ["data={source: markov_chain, kind: lagged}",
-                                                                    "data.source=text"])  # fmt: skip
+    values, notes = apply_switching_overrides(copy.deepcopy(file), ["data={kind: lagged}", "data.source=text"])
     assert values["data"] == {"source": "text", "kind": "lagged"} and notes == []
 
 

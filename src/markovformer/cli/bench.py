@@ -99,12 +99,13 @@ def run_bench(args: argparse.Namespace) -> None:
 
 def _with_settings(settings, pairs: list[str]):
     """``settings`` with ``--set KEY=VALUE`` applied (VALUE read as YAML, as a run config's: ``data_mb=1e3`` is a
-    number); an unknown key or a value of the wrong type is refused, naming it."""
+    number); an unknown key, a value of the wrong type or a key given twice to different values is refused,
+    naming it."""
     import dataclasses
 
     import yaml
 
-    from markovformer.training.run_config import read_yaml
+    from markovformer.training.run_config import check_each_key_once, read_yaml
 
     fields = {field.name: field for field in dataclasses.fields(settings)}
     changes = {}
@@ -126,4 +127,5 @@ def _with_settings(settings, pairs: list[str]):
         if fields[key].type.startswith("tuple"):
             value = tuple(value) if isinstance(value, list) else (value,)
         changes[key] = float(value) if isinstance(current, float) else value
+    check_each_key_once(pairs)
     return dataclasses.replace(settings, **changes)

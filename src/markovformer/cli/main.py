@@ -312,9 +312,10 @@ def run_eval(args: argparse.Namespace) -> None:
         raise ValueError(f"--iw-samples {args.iw_samples} must be >= 0")
     from markovformer.models.generation import MAX_BEAMS  # deferred (see above)
     from markovformer.training.evaluation import evaluate  # scoring only: the runner's Lightning is not needed
-    from markovformer.training.run_config import parse_override
+    from markovformer.training.run_config import check_each_key_once, parse_override
     from markovformer.training.run_dir import weights_described
 
+    check_each_key_once(args.data)
     data = {}
     for text in args.data:
         path, value = parse_override(text)
@@ -395,7 +396,7 @@ def run_experiment_command(args: argparse.Namespace) -> None:
     find_experiment(args.name)  # a mistyped name is refused before the experiments' machinery is imported
     if not args.debug:
         quiet_frameworks()
-    from markovformer.training.run_config import parse_override
+    from markovformer.training.run_config import check_each_key_once, parse_override
 
     out = args.out or f"runs/experiments/{args.name}{'-quick' if args.quick else ''}"
     start = time.perf_counter()
@@ -406,6 +407,7 @@ def run_experiment_command(args: argparse.Namespace) -> None:
         if len(path) != 1:
             raise ValueError(f"--set {text!r}: experiment settings are flat; use KEY=VALUE")
         overrides[path[0]] = value
+    check_each_key_once(args.overrides)
     try:
         report = run_experiment(args.name, out, quick=args.quick, seeds=seeds, overrides=overrides,
                                 recompute=args.recompute, from_cells=args.from_cells,

@@ -13,7 +13,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from markovformer.training.run_config import RunConfig, apply_overrides, parse_override
+from markovformer.training.run_config import RunConfig, apply_overrides, check_each_key_once, parse_override
 
 
 def _typed(overrides: list[str]) -> list[tuple[str, ...]]:
@@ -70,7 +70,8 @@ def _drop(section: dict, keep: set[str], prefix: str, typed: list[tuple[str, ...
 def apply_switching_overrides(values: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
     """``values`` with ``overrides`` applied (``apply_overrides``), minus the config's options of a data source,
     model family or attention kind that an override replaced and the new one does not take; and one line per switch
-    saying so."""
+    saying so. A key two overrides set to different values is refused (``check_each_key_once``)."""
+    check_each_key_once(overrides)
     before = copy.deepcopy(values)
     apply_overrides(values, overrides)
     typed = _typed(overrides)

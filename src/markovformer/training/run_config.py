@@ -268,6 +268,41 @@ def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, A
     return values
 
 
+def check_each_key_once(overrides: list[str]) -> None:
+    """ConfigError naming a key that two of ``overrides`` set to different values: applied in order, the last won
+    and the first was dropped without a word (``model.d_model=32 model.d_model=64`` trained 64; ``data.path=a.txt``
+    then ``data={source: text}``, which replaces the section, drops the path). The same value twice, or a section
+    given whole and one of its keys changed after, loses nothing said and is taken."""
+    typed = [(text, *parse_override(text)) for text in overrides]
+    for index, (later, path, value) in enumerate(typed):
+        for earlier, earlier_path, earlier_value in typed[:index]:
+            for leaf, said in _settings(tuple(earlier_path), earlier_value):
+                if list(leaf[: len(path)]) != path:
+                    continue
+                kept = _value_at(value, leaf[len(path) :])
+                if kept is _MISSING or kept != said or isinstance(kept, bool) != isinstance(said, bool):
+                    raise ConfigError(f"{'.'.join(map(str, leaf))} is set twice, to different values: "
+                                      f"{shown(earlier)}, then {shown(later)}; give it once")  # fmt: skip
+
+
+_MISSING = object()
+
+
+def _settings(path: tuple, value: Any) -> list[tuple[tuple, Any]]:
+    """(key path, value) of each setting an override makes: a non-empty section's keys, one by one."""
+    if isinstance(value, dict) and value:
+        return [setting for key, inner in value.items() for setting in _settings((*path, key), inner)]
+    return [(path, value)]
+
+
+def _value_at(value: Any, path: tuple) -> Any:
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return _MISSING
+        value = value[key]
+    return value
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     import yaml
 
