@@ -3,6 +3,8 @@ and the parallel hybrid is the sum of a Markov and a random-feature layer."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -176,3 +178,19 @@ def test_parallel_weights_are_the_markov_heads_then_the_feature_heads(packed):
 def test_unknown_hybrid_mode_raises():
     with pytest.raises(ValueError, match="'series'"):
         HybridAttention(mode="series", d_model=D_MODEL, n_heads=HEADS)
+
+
+@pytest.mark.parametrize("mode", ["split", "parallel"])
+def test_an_option_neither_part_reads_is_refused_naming_what_the_hybrid_reads(mode):
+    """``num_fetures=8`` (and the split's ``markov_head_ratio`` given to the parallel hybrid) built a layer without a
+    word: each part picked its own options and the rest were dropped; each part alone refuses an unknown one."""
+    from markovformer.layers.hybrid_attention import HybridParallelOptions, HybridSplitOptions
+
+    options = HybridSplitOptions if mode == "split" else HybridParallelOptions
+    read = ", ".join(sorted(field.name for field in dataclasses.fields(options)))
+    with pytest.raises(TypeError, match=rf"got an unexpected keyword argument 'num_fetures' \(it reads {read}\)$"):
+        HybridAttention(mode=mode, d_model=D_MODEL, n_heads=HEADS, **MARKOV, num_fetures=8)
+    if mode == "parallel":
+        with pytest.raises(TypeError, match=r"unexpected keyword argument 'markov_head_ratio'"):
+            HybridAttention(mode=mode, d_model=D_MODEL, n_heads=HEADS, **MARKOV, markov_head_ratio=0.5)
+    HybridAttention(mode=mode, d_model=D_MODEL, n_heads=HEADS, **MARKOV, **FEATURES)  # every part's own: taken

@@ -52,16 +52,27 @@ def pick_options(options: dict, names: tuple[str, ...]) -> dict:
     return {name: options[name] for name in names if name in options}
 
 
+def refuse_unread(layer: str, options: dict, read: type) -> None:
+    """TypeError naming an option of ``options`` that no part of hybrid ``layer`` reads, and those it reads (the
+    fields of its options dataclass ``read``): each part picks its own, so another name was dropped without a word
+    where each part alone refuses it."""
+    names = sorted(field.name for field in dataclasses.fields(read))
+    unread = [name for name in options if name not in names]
+    if unread:
+        raise TypeError(f"{layer}() got an unexpected keyword argument {unread[0]!r} (it reads {', '.join(names)})")
+
+
 class HybridSplitAttention(SelfAttention):
     """``floor(n_heads * markov_head_ratio)`` Markov heads and the rest random-feature heads, sharing one QKV
     projection; the heads are concatenated and mixed by the output projection. The other keyword arguments are
     ``MarkovAttention``'s (``window`` and ``max_order`` required) and ``RandomFeatureAttention``'s; each part reads
-    its own and other names are ignored (``HybridSplitOptions`` holds the defaults and rules)."""
+    its own, and a name neither reads is a TypeError (``HybridSplitOptions`` holds the defaults and rules)."""
 
     def __init__(
         self, *, d_model: int, n_heads: int, markov_head_ratio: float = 0.5, causal: bool = True,
         rotary: bool = True, **options,
     ) -> None:  # fmt: skip
+        refuse_unread(type(self).__name__, options, HybridSplitOptions)
         n_markov = markov_head_count(n_heads, markov_head_ratio)
         head_dim = d_model // n_heads
         markov_options = pick_options(options, MARKOV_OPTIONS)
@@ -89,9 +100,11 @@ class HybridParallelAttention(nn.Module):
     """Markov attention and random-feature attention over all heads, each with its own projections; summed. Its
     decoding state holds its parts' states (``state["markov"]``, ``state["random_features"]``). The other keyword
     arguments are ``MarkovAttention``'s (``window`` and ``max_order`` required) and ``RandomFeatureAttention``'s;
-    each part reads its own and other names are ignored (``HybridParallelOptions`` holds the defaults and rules)."""
+    each part reads its own, and a name neither reads is a TypeError (``HybridParallelOptions`` holds the defaults
+    and rules)."""
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = True, **options) -> None:
+        refuse_unread(type(self).__name__, options, HybridParallelOptions)
         super().__init__()
         self.markov = MarkovAttention(
             d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary, **pick_options(options, MARKOV_OPTIONS)
