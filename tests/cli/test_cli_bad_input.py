@@ -1,6 +1,7 @@
 """Bad input at the command line: one line naming the problem, exit status 2, no traceback: a config file (malformed,
 empty, not UTF-8, unknown keys, wrong types), a data file, a run or checkpoint, a command's option or argument."""
 
+import re
 import shutil
 
 import pytest
@@ -203,3 +204,20 @@ def test_a_run_whose_path_starts_with_a_dash_is_refused_saying_how_to_give_it(ma
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "markovformer: error: -run is a path that starts with '-', which reads as an option: give it as ./-run (or "
         "after --); see `markovformer --help`"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--temperature", "0", "--top-k", "3"], "--top-k 3: --temperature 0 (greedy decoding) does not sample"),
+    (["--temperature", "0", "--top-p", "0.9"], "--top-p 0.9: --temperature 0 (greedy decoding) does not sample"),
+    (["--beam-size", "4", "--temperature", "0.7"], "--temperature 0.7: --beam-size 4 (beam search) does not sample"),
+])  # fmt: skip
+def test_generate_refuses_a_sampling_flag_its_decoding_would_ignore_naming_both(flags, message):
+    """`generate RUN --temperature 0 --top-k 3` decoded greedily and ignored --top-k without a word (the same
+    tokens as --top-k 1 and as no --top-k)."""
+    from markovformer.cli.generate import generation_config
+    from markovformer.cli.main import build_parser
+
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        generation_config(build_parser().parse_args(["generate", "run", *flags]))
+    greedy = generation_config(build_parser().parse_args(["generate", "run", "--temperature", "0", "--top-p", "1"]))
+    assert not greedy.do_sample  # a top_p of 1 cuts nothing: no contradiction

@@ -89,6 +89,8 @@ def test_samples_never_draw_padding_and_repeat_with_the_seed():
     assert text.startswith("abba") and len(text) == 44 and "?" not in text and model.widest == 3
     assert text == sample_text(model, tokenizer, "abba", 3, 40, 1.0, 1.0, seed=2)
     assert sample_text(model, tokenizer, "ab", 3, 5, temperature=0.0, top_p=1.0) == "abccccc"
+    # `--set temperature=0` keeps the settings' nucleus (0.9), which greedy decoding does not read
+    assert sample_text(model, tokenizer, "ab", 3, 5, temperature=0.0, top_p=0.9) == "abccccc"
 
 
 @pytest.mark.slow

@@ -296,6 +296,19 @@ def test_the_translators_max_length_counts_the_decoder_start_token():
     assert capped.shape == (2, 4) and torch.equal(capped, longer[:, :4])
 
 
+def test_the_translators_greedy_generate_refuses_a_sampling_option_and_takes_transformers_defaults():
+    """``generate(source, top_k=3)`` (greedy: transformers' default do_sample=False) decoded greedily and ignored
+    top_k; transformers' own defaults (top_k 50, top_p 1, temperature 1) are no one's choice and stay quiet."""
+    config = HF_CONFIGS["markov_translator"](vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1,
+                                             n_decoder_layers=1, dropout=0.0, max_positions=32)  # fmt: skip
+    model = HF_CLASSES["markov_translator", "translation"][1](config)
+    source = torch.randint(3, 11, (2, 6), generator=torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match=r"^top_k=3: decoding without sampling \(do_sample=False"):
+        model.generate(source, max_new_tokens=3, top_k=3)
+    greedy = model.generate(source, max_new_tokens=3)
+    assert torch.equal(model.generate(source, max_new_tokens=3, top_k=50, top_p=1.0, temperature=1.0), greedy)
+
+
 def test_the_generate_benchmark_times_every_token_of_both_generates_on_the_same_ids():
     from markovformer.hf.benchmark import MARK_STEPS, measure, token_times
 

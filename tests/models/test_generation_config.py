@@ -81,8 +81,9 @@ def test_a_generation_config_gives_the_ids_of_its_keyword_arguments(families, fa
     assert torch.equal(run(generation_config=GenerationConfig(**values)), by_keywords)
     assert torch.equal(run(None, GenerationConfig(**values)), by_keywords)  # positional, as transformers allows
     # keyword arguments update the given config, as in transformers
-    other = GenerationConfig(max_new_tokens=2, top_k=1)
-    assert torch.equal(run(generation_config=other, **{**values, "top_k": values.get("top_k")}), by_keywords)
+    other = GenerationConfig(max_new_tokens=2, do_sample=True, top_k=1)
+    changes = {**values, "do_sample": values.get("do_sample", False), "top_k": values.get("top_k")}
+    assert torch.equal(run(generation_config=other, **changes), by_keywords)
     if family != "translator":
         assert torch.equal(by_keywords[:, : PROMPT.shape[1]], PROMPT)
 
@@ -116,6 +117,22 @@ def test_a_bad_option_is_refused_once_by_its_field_naming_it(families, name, val
     for model in families.values():  # the same message, from the same rule, whichever family receives it
         with pytest.raises(ValueError, match=message):
             model.generate(PROMPT, **{name: value})
+
+
+@pytest.mark.parametrize(("name", "value"), [("top_k", 3), ("top_p", 0.9), ("temperature", 0.5)])
+def test_a_sampling_option_without_sampling_is_refused_naming_both(families, name, value):
+    """``generate(prompt, top_k=3)`` decoded greedily (do_sample=False, the default) and ignored top_k without a
+    word; so did ``GenerationConfig(num_beams=4, temperature=0.5)``."""
+    message = rf"^{name}={value}: decoding without sampling \(do_sample=False"
+    for options in ({}, {"num_beams": 4}):
+        with pytest.raises(ValueError, match=message):
+            GenerationConfig(**options, **{name: value})
+    for model in families.values():
+        with pytest.raises(ValueError, match=message):
+            model.generate(PROMPT, **{name: value})
+    # their neutral values change no draw (temperature 0 is greedy's own), and sampling reads them
+    GenerationConfig(temperature=0.0, top_p=1.0)
+    GenerationConfig(do_sample=True, **{name: value})
 
 
 def test_the_rules_between_options_and_the_vocabulary_are_the_configs_too(families):
@@ -194,7 +211,7 @@ def test_a_real_vector_vmt_refuses_the_token_options_it_would_ignore(name, value
                                                               n_heads=2, hidden_dim=16, window=4)))  # fmt: skip
     prompt = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(1))
     options = dict(max_new_tokens=4, do_sample=True, temperature=0.5)
-    shown = getattr(GenerationConfig(**{name: value}), name)  # suppress_tokens are kept as a tuple
+    shown = getattr(GenerationConfig(**options, **{name: value}), name)  # suppress_tokens are kept as a tuple
     expected = re.escape(f"{name}={shown!r}: this VMT writes real vectors (input_dim=3)")
     with pytest.raises(ValueError, match=f"^{expected}"):
         model.generate(prompt, **options, **{name: value}, generator=torch.Generator().manual_seed(2))

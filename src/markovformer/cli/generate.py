@@ -22,7 +22,7 @@ GENERATION_FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temp
 def generation_config(args: argparse.Namespace):
     """The ``GenerationConfig`` of ``markovformer generate``'s options (its fields check them, once); a ValueError
     names the flag. --beam-size > 1 searches (translation); otherwise --temperature > 0 samples."""
-    from markovformer.models.generation import GenerationConfig  # deferred: --help loads no torch
+    from markovformer.models.generation import GenerationConfig, sampling_options  # deferred: --help loads no torch
 
     given = getattr(args, "max_new_tokens", None)  # SUPPRESS: absent unless given
     if given is not None and not 1 <= given <= MAX_NEW_TOKENS:
@@ -33,6 +33,13 @@ def generation_config(args: argparse.Namespace):
                   top_p=args.top_p, num_beams=args.beam_size, length_penalty=args.length_penalty,
                   compile_step=args.compile_step)  # fmt: skip
     sample = args.beam_size == 1 and args.temperature != 0
+    ignored = {} if sample else sampling_options(args.temperature, args.top_k, args.top_p)
+    if ignored:  # the config's refusal names do_sample, which no flag sets: here, the flag that turned sampling off
+        name, value = next(iter(ignored.items()))
+        flag, off = GENERATION_FLAGS[name], "--temperature 0 (greedy decoding)"
+        if args.beam_size > 1:
+            off = f"--beam-size {args.beam_size} (beam search)"
+        raise ValueError(f"{flag} {value}: {off} does not sample, so {flag} would be ignored; give one of them")
     try:
         return GenerationConfig(do_sample=sample, **values)
     except ValueError as error:

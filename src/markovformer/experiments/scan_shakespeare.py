@@ -172,8 +172,9 @@ def sample_text(
 
     model.eval()
     generator = torch.Generator().manual_seed(seed)
-    config = GenerationConfig(max_new_tokens=length, do_sample=temperature > 0, temperature=temperature, top_p=top_p,
-                              suppress_tokens=[PAD_ID])  # fmt: skip
+    sampled = temperature > 0  # temperature 0 is greedy, which reads no nucleus (the settings' top_p stands by)
+    config = GenerationConfig(max_new_tokens=length, do_sample=sampled, temperature=temperature,
+                              top_p=top_p if sampled else None, suppress_tokens=[PAD_ID])  # fmt: skip
     tokens = [torch.tensor([tokenizer.encode(prompt)])]
 
     def last_logits(new: torch.Tensor | None = None) -> torch.Tensor:

@@ -293,8 +293,9 @@ class _Seq2SeqWrapper(Wrapper):
         ``eos_token_id``, ``num_beams``, ``length_penalty``, given here or set in ``generation_config`` (default:
         the model's), else ``transformers``' defaults (``max_length`` 20, ``top_k`` 50 when sampling:
         ``_generation_options``); any other option, or one set in the generation config, raises TypeError rather
-        than be ignored. ``labels`` (which ``Seq2SeqTrainer`` passes) are not read; ``synced_gpus=True``
-        (DeepSpeed ZeRO-3, FSDP) is refused: each process decodes on its own."""
+        than be ignored, and a sampling option away from its default without sampling a ValueError. ``labels``
+        (which ``Seq2SeqTrainer`` passes) are not read; ``synced_gpus=True`` (DeepSpeed ZeRO-3, FSDP) is refused:
+        each process decodes on its own."""
         if synced_gpus:
             raise ValueError(f"{type(self).__name__}.generate decodes each process on its own: synced_gpus=True "
                              "(DeepSpeed ZeRO-3 or FSDP generation) is not supported")  # fmt: skip
@@ -311,6 +312,11 @@ class _Seq2SeqWrapper(Wrapper):
                        "return_dict_in_generate"):  # off (a model config's generation config says so) is honoured
             if settings.get(switch) is False:
                 del settings[switch]
+        if not settings.get("do_sample"):  # transformers' defaults of the sampling options (top_k 50) are its own
+            defaults = _transformers_defaults()  # a value away from them reaches GenerationConfig, which refuses it
+            for name in ("temperature", "top_k", "top_p"):
+                if name in settings and settings[name] == defaults.get(name):
+                    del settings[name]
         max_new_tokens, max_length = settings.pop("max_new_tokens", None), settings.pop("max_length", None)
         unknown = sorted(set(settings) - set(self.GENERATE_OPTIONS))
         if unknown:
@@ -323,6 +329,11 @@ class _Seq2SeqWrapper(Wrapper):
         return torch.cat([start, target], dim=1)
 
 
+def _transformers_defaults() -> dict:
+    """transformers' default generation options (``max_length`` 20, ``top_k`` 50, ...), by name."""
+    return getattr(GenerationConfig, "_get_default_generation_params", dict)()
+
+
 def _generation_options(generation_config, supported: tuple[str, ...]) -> dict:
     """What ``generate`` decodes with from a ``GenerationConfig``, without its bookkeeping: every option it takes
     (``supported``, ``max_length`` and the token ids) as the config sets it, else ``transformers``' default, as
@@ -330,7 +341,7 @@ def _generation_options(generation_config, supported: tuple[str, ...]) -> dict:
     them into the model's config after its first batch, so reading only what is set changed the limit between
     batches); any other option only where it is away from those defaults, so that ``generate`` refuses what it
     would ignore."""
-    defaults = getattr(GenerationConfig, "_get_default_generation_params", dict)()
+    defaults = _transformers_defaults()
     taken = {*supported, "max_length", "pad_token_id", "bos_token_id", "decoder_start_token_id"}
     given = {} if generation_config is None else generation_config.to_diff_dict()
     options = {key: value for key, value in defaults.items() if key in taken and value is not None}

@@ -55,6 +55,14 @@ def _token_ids(value: Any) -> str | None:
     return None
 
 
+def sampling_options(temperature: float, top_k: int | None, top_p: float | None) -> dict[str, Any]:
+    """The sampling options among these that change a draw, by name: a temperature other than 1 (and 0, greedy's
+    own), any top_k, a top_p below 1. Decoding that does not sample would ignore them."""
+    given = {"temperature": None if temperature in (0, 1) else temperature, "top_k": top_k,
+             "top_p": None if top_p == 1 else top_p}  # fmt: skip
+    return {name: value for name, value in given.items() if value is not None}
+
+
 @dataclasses.dataclass(frozen=True)
 class GenerationConfig:
     """How ``generate`` decodes, for every family (transformers' names). Each field's rule is declared on it and
@@ -62,8 +70,9 @@ class GenerationConfig:
     inside it) once more per model, by ``check_vocabulary``. ``replace(**changes)`` gives a checked copy.
 
     ``do_sample=False`` (greedy) takes the argmax of the next-token logits; True draws at ``temperature`` from the
-    ``top_k`` most likely tokens and the ``top_p`` probability mass. A row that emits ``eos_token_id`` ends, filled
-    after with ``pad_token_id`` (eos when None); ``suppress_tokens`` are never chosen. ``num_beams`` > 1 (at most
+    ``top_k`` most likely tokens and the ``top_p`` probability mass (which decoding without sampling would ignore:
+    refused there). A row that emits ``eos_token_id`` ends, filled after with ``pad_token_id`` (eos when None);
+    ``suppress_tokens`` are never chosen. ``num_beams`` > 1 (at most
     ``MAX_BEAMS``; the translator only) is beam search, whose scores are log-probability / length **
     ``length_penalty``. ``compile_step``: a causal LM's one-token step runs through ``torch.compile`` (compiled
     during the first tokens, once per model and batch shape)."""
@@ -95,6 +104,11 @@ class GenerationConfig:
         if self.do_sample and self.temperature == 0:
             raise ValueError("temperature=0 cannot sample (it is greedy decoding): give a temperature > 0, or "
                              "do_sample=False")  # fmt: skip
+        ignored = {} if self.do_sample else sampling_options(self.temperature, self.top_k, self.top_p)
+        if ignored:  # they were ignored without a word
+            name, value = next(iter(ignored.items()))
+            raise ValueError(f"{name}={value!r}: decoding without sampling (do_sample=False: greedy, or beam search) "
+                             f"reads no {name}; set do_sample=True to sample, or leave {name} out")  # fmt: skip
         if self.do_sample and self.num_beams != 1:
             raise ValueError(f"num_beams={self.num_beams!r}: do_sample=True samples one hypothesis, num_beams must "
                              "be 1")  # fmt: skip
@@ -289,4 +303,4 @@ class GenerationMixin:
 
 
 __all__ = ["GenerationConfig", "GenerationMixin", "Step", "decoding_loop", "next_tokens", "resolve_generation_config",
-           "sample_next_token"]  # fmt: skip
+           "sample_next_token", "sampling_options"]  # fmt: skip
