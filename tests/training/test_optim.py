@@ -135,3 +135,24 @@ def test_every_learning_rate_accepted_steps_adamw_and_one_that_would_overflow_fl
     shown = re.escape(f"{too_large:g}")
     with pytest.raises(ConfigError, match=rf"^trainer\.lr={shown} is too large: .*trainer\.betas\[0\]"):
         TrainerConfig(lr=too_large, betas=betas)
+
+
+def test_a_weight_decay_that_would_zero_or_flip_the_weights_each_step_is_refused_naming_it(main_cli, tmp_path):
+    """trainer.weight_decay=1e45 trained, diverged at step 2 and was told to lower trainer.lr. AdamW's decoupled
+    decay multiplies each decayed weight by 1 - lr * weight_decay every step (at the peak rate, lr): from 1 on it
+    zeroes the weights or flips their sign, so a new run refuses lr * weight_decay >= 1, naming both."""
+    from markovformer.training.trainer_config import ConfigError, TrainerConfig, check_weight_decay
+
+    weight = torch.nn.Linear(2, 2, bias=False)
+    before = weight.weight.detach().clone()
+    weight.weight.grad = torch.zeros_like(before)  # no gradient: the step is the decay alone
+    build_optimizer(weight, lr=0.5, weight_decay=3.0).step()
+    torch.testing.assert_close(weight.weight.detach(), before * (1 - 0.5 * 3.0))  # sign flipped
+    check_weight_decay(TrainerConfig(lr=0.5, weight_decay=1.99))
+    with pytest.raises(ConfigError, match=r"^trainer\.weight_decay=2 with trainer\.lr=0\.5: AdamW's decoupled decay "
+                                          r"multiplies each decayed weight by 1 - lr \* weight_decay = 0 every step"):
+        check_weight_decay(TrainerConfig(lr=0.5, weight_decay=2.0))
+    done = main_cli("train", "trainer.weight_decay=1e45", "trainer.max_steps=20", "output_dir=wd")
+    assert done.returncode == 2 and "trainer.weight_decay=1e+45 with trainer.lr=0.003" in done.stderr, done.stderr
+    assert "give trainer.weight_decay < 1 / trainer.lr = 333" in done.stderr
+    assert not (tmp_path / "wd").exists()  # refused before anything is written

@@ -185,8 +185,9 @@ def test_the_fingerprint_covers_the_model_config_and_is_required(tiny_config, tm
 def test_a_diverging_run_stops_in_one_line_keeps_its_last_finite_checkpoint_and_resumes_with_a_lower_lr(
     tiny_config, tmp_path
 ):
-    """trainer.lr=1e6 (on main: trained to the end, exit 0, all-NaN weights, bare NaN in metrics.json)."""
-    diverge = ["trainer.lr=1e6", "trainer.warmup_steps=0", "trainer.gradient_clip=0"]
+    """trainer.lr=1e6 (on main: trained to the end, exit 0, all-NaN weights, bare NaN in metrics.json); without
+    weight decay, which lr * weight_decay >= 1 would make the culprit (refused up front: check_weight_decay)."""
+    diverge = ["trainer.lr=1e6", "trainer.warmup_steps=0", "trainer.gradient_clip=0", "trainer.weight_decay=0"]
     # checkpoints every step: every step before the divergence is kept, all finite, none after it
     done = run("train", str(tiny_config), "output_dir=each", *diverge, "trainer.checkpoint_every=1", cwd=tmp_path)
     line = one_line_error(done, "training diverged at step", "trainer.lr=1e+06", "--resume", status=1)

@@ -90,6 +90,17 @@ def test_shortening_a_run_on_resume_keeps_the_schedule_its_steps_followed():
     assert [rate(shorter, step) for step in range(30)] == [rate(before, step) for step in range(30)]
 
 
+def test_a_resume_that_raises_lr_until_the_weight_decay_flips_the_weights_is_refused():
+    """trainer.lr is resumable, weight_decay not: lr=20 at weight_decay 0.1 makes AdamW multiply each decayed weight
+    by 1 - 20 * 0.1 = -1 every step; a lower lr is taken."""
+    values = copy.deepcopy(TINY_RUN)
+    values["trainer"].update(weight_decay=0.1)
+    config = resolve_run_config(values)
+    assert resumed_config(config, ["trainer.lr=5"], done_steps=0).trainer.lr == 5
+    with pytest.raises(ConfigError, match=r"^trainer\.weight_decay=0\.1 with trainer\.lr=20: .* = -1 every step"):
+        resumed_config(config, ["trainer.lr=20"], done_steps=0)
+
+
 def test_extending_a_run_that_ended_in_its_warm_up_decays_over_the_new_length():
     """A 6-step run warms up over all 6 steps (the default warm-up); extended to 12, its decay kept the old end,
     decay_steps = 6 = the warm-up: the rate held its peak one more step, then fell to the floor (10x) at once."""

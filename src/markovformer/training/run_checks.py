@@ -20,7 +20,7 @@ from markovformer.training.run_config import (
     plain_values,
     resolve_run_config,
 )
-from markovformer.training.trainer_config import check_decay, shown
+from markovformer.training.trainer_config import check_decay, check_weight_decay, shown
 
 # What `--resume RUN key=value` may change: how long the run goes on and how it is watched, never what it computes;
 # and, after a divergence, the step size (the learning rate and gradient clipping from the resumed step on).
@@ -126,6 +126,8 @@ def resumed_config(config: RunConfig, overrides: list[str] | tuple[str, ...], do
                           f"already done")  # fmt: skip
     if trainer.decay_steps != config.trainer.decay_steps:
         check_decay(trainer)
+    if trainer.lr != config.trainer.lr:
+        check_weight_decay(trainer)
     decaying = config.trainer.max_steps > config.trainer.warmup_steps
     if trainer.max_steps != config.trainer.max_steps and trainer.decay_steps is None and decaying:
         # longer or shorter, the run keeps the schedule its steps so far followed (and config.yaml records it)

@@ -100,6 +100,7 @@ from markovformer.training.trainer_config import (
     RunTerminated,
     TrainerConfig,
     check_warmup,
+    check_weight_decay,
 )
 from markovformer.training.worker_signals import worker_options
 
@@ -181,6 +182,7 @@ def train(config: RunConfig) -> dict:
     check_accelerator(config.trainer.accelerator)  # before anything is written
     check_precision(config.trainer.precision, config.trainer.accelerator)
     check_warmup(config.trainer)
+    check_weight_decay(config.trainer)
     TASKS[config.task].check_new_run(config.task_options, config.trainer)
     check_logger(config.trainer.logger)
     check_nodes(config.trainer.num_nodes)

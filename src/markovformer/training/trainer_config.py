@@ -228,6 +228,18 @@ def check_warmup(tc: TrainerConfig) -> None:
     check_decay(tc)
 
 
+def check_weight_decay(tc: TrainerConfig) -> None:
+    """ConfigError when AdamW's decoupled decay, which multiplies each decayed weight by ``1 - lr * weight_decay``
+    every step, would zero the weights (= 0) or flip their sign (< 0) at the peak rate ``lr``: such a run (say
+    weight_decay=1e45) diverged and was told to lower the learning rate. New runs, and a resume that raises lr."""
+    factor = 1 - tc.lr * tc.weight_decay
+    if factor <= 0:
+        raise ConfigError(f"trainer.weight_decay={tc.weight_decay:g} with trainer.lr={tc.lr:g}: AdamW's decoupled "
+                          f"decay multiplies each decayed weight by 1 - lr * weight_decay = {factor:.3g} every step, "
+                          f"which {'zeroes' if factor == 0 else 'flips the sign of'} the weights; give "
+                          f"trainer.weight_decay < 1 / trainer.lr = {1 / tc.lr:.3g}")  # fmt: skip
+
+
 def check_decay(tc: TrainerConfig) -> None:
     """ConfigError when ``decay_steps`` ends no later than the warm-up: the rate would fall from its peak to the
     floor in one step (new runs, and a resume that sets it)."""
