@@ -100,3 +100,24 @@ def test_a_resumed_fine_tuning_run_keeps_its_record_unless_it_takes_its_source_a
     assert resumed.returncode == 0 and "parent (final model, step 4)" in resumed.stdout
     record = json.loads((tmp_path / "early" / "environment.json").read_text())["init_from"]
     assert (record["step"], record["tensors_sha256"]) == (4, extended) != (2, started["early"]["tensors_sha256"])
+
+
+def test_eval_of_a_fine_tuning_run_names_the_weights_it_started_from_as_inspect_does(tmp_path):
+    """`markovformer eval TUNED` named the weights it scored ("final model, step 2") and nothing of the weights the
+    run started from, which inspect's summary names ("started from"). Its summary and --json now carry that row, in
+    the words of the one function inspect uses; a run that started fresh has none."""
+    from markovformer.training.init_from import started_from_line
+
+    trainer = {**TINY_RUN["trainer"], "max_steps": 2, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY_RUN, "trainer": trainer}))
+    assert run_in_process("train", "tiny.yaml", "output_dir=parent", cwd=tmp_path).returncode == 0
+    assert run_in_process("train", "tiny.yaml", "output_dir=tuned", "init_from=parent", cwd=tmp_path).returncode == 0
+    record = json.loads((tmp_path / "tuned" / "environment.json").read_text())["init_from"]
+    shown = run_in_process("eval", "tuned", cwd=tmp_path)
+    row = f"started from {(tmp_path / 'parent').resolve()} at step 2, tensors sha256 {record['tensors_sha256']}"
+    assert shown.returncode == 0 and f"\n  {row}\n" in shown.stdout, shown.stdout + shown.stderr
+    assert row == f"started from {started_from_line(record)}"
+    assert json.loads(run_in_process("eval", "tuned", "--json", cwd=tmp_path).stdout)["started_from"] == record
+    fresh = run_in_process("eval", "parent", cwd=tmp_path).stdout
+    assert "started from" not in fresh and "started_from" not in json.loads(
+        run_in_process("eval", "parent", "--json", cwd=tmp_path).stdout)  # fmt: skip

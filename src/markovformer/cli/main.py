@@ -331,6 +331,10 @@ def run_eval(args: argparse.Namespace) -> None:
     shown = "  ".join(f"{k} {v:.4f}" for k, v in results["metrics"].items())
     scored = weights_described(results["weights"])
     print(f"{results['run_dir']} [{results['split']}, {results['examples']} examples] ({scored}): {shown}")
+    if "started_from" in results:  # a fine-tuning run: the weights it started from, as inspect's summary says
+        from markovformer.training.init_from import started_from_line  # deferred (see above)
+
+        print(f"  started from {started_from_line(results['started_from'])}")
     if "unscored_tail_tokens" in results:
         from markovformer.training.run_report import unscored_tail  # deferred (see above)
 

@@ -23,7 +23,7 @@ from markovformer.training.data_record import FILE_DIGESTS, changed_data_files, 
 from markovformer.training.isolation import built_on_the_cpu
 from markovformer.training.run_config import FILE_OPTIONS
 from markovformer.training.run_config import task_options as task_options_of
-from markovformer.training.run_dir import check_same_tokenizer, load_trained_run
+from markovformer.training.run_dir import check_same_tokenizer, load_trained_run, read_started_from
 from markovformer.training.run_report import continuous_source, document_log_likelihood
 from markovformer.training.tasks import TASKS, Translation
 from markovformer.training.trainer_config import ConfigError, TrainerConfig
@@ -231,7 +231,9 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     ``trainer.eval_batch_size``). Translation runs are decoded with beam search of ``beam_size`` (1 =
     greedy) for BLEU; ``predictions`` names a file for what each scored example was predicted as, where the task
     predicts something to read (a translation, a class, a transcript: ``LossMetric.table``);
-    VMT runs walk the split's documents. ``task_options`` change the run's (a VMT's ``iw_samples``)."""
+    VMT runs walk the split's documents. ``task_options`` change the run's (a VMT's ``iw_samples``). A fine-tuning
+    run's results name the weights it started from: ``started_from``, its environment.json record
+    (``run_dir.read_started_from``)."""
     if split not in SPLITS:
         raise ConfigError(f"split={split!r} must be one of {', '.join(SPLITS)}")
     predictions = None if predictions is None else Path(predictions).expanduser()  # '~': as the run's name
@@ -294,9 +296,11 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
             task.score(model, batch, metrics, beam_size)
     if predictions is not None:  # whole or not at all: a full disk leaves no table cut short
         atomic_write_text(predictions, metrics.table())
+    started = read_started_from(run_dir)  # a fine-tuning run's source, as inspect's summary names it
     results = {"split": split, "examples": len(examples), "run_dir": str(run_dir), "weights": weights,
                "metrics": metrics.compute(), **metrics.breakdown(), **task.scoring_settings(beam_size),
                **({"changed_data_files": changed} if changed else {}),
+               **({"started_from": started} if started is not None else {}),
                **({"unscored_tail_tokens": examples.tail_tokens} if getattr(examples, "tail_tokens", 0) else {})}
     reference = dict(bundle.info.get("reference", {}))
     if bundle.reference_of is not None and split not in ("val", "test"):  # the data holds val's and test's
