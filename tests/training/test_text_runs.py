@@ -187,6 +187,40 @@ def test_a_fine_tuning_run_refuses_tokenizer_options_its_sources_tokenizer_was_n
     assert tokenizer_source(str(source), ["head", "embeddings"], {**bpe, "vocab_size": 999}) is None
 
 
+def test_the_note_on_a_source_without_a_tokenizer_is_printed_only_when_its_token_weights_are_taken(tmp_path, capsys):
+    """init_from a saved model without a tokenizer: the run fits its own and says its ids are the weights' only if
+    fitted on the same text. With init_from_skip naming the token embedding and lm_head (the advice for another
+    vocabulary beside learned positions), it said so too, though no weight with a row per token id was taken; with
+    init_from_skip naming only a changed position table, the token weights are taken and the note stands."""
+    from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+    from markovformer.training import runner
+    from markovformer.training.run_config import resolve_run_config
+
+    (tmp_path / "corpus.txt").write_text("the chain keeps its order; the state moves on.\n" * 80, encoding="utf-8")
+    shape = {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2, "position": "learned"}
+    six = MarkovianTransformerConfig(vocab_size=6, max_positions=64, **shape)
+    MarkovianTransformerForCausalLM(six).save_pretrained(tmp_path / "six")
+    note = "keeps no tokenizer: this run fitted its own"
+
+    def run(name: str, source, skip: list[str], max_positions: int) -> str:
+        values = {**TEXT_RUN, "model": {**shape, "max_positions": max_positions}, "output_dir": str(tmp_path / name),
+                  "data": {**TEXT_RUN["data"], "path": str(tmp_path / "corpus.txt"), "tokenizer": "char"},
+                  "init_from": str(source), "init_from_skip": skip}  # fmt: skip
+        capsys.readouterr()
+        runner.train(resolve_run_config(values))
+        return capsys.readouterr().out
+
+    vocabulary = ["model.embed.weight", "lm_head.weight"]
+    printed = run("new-vocabulary", tmp_path / "six", vocabulary, 64)
+    assert "(2 left fresh by init_from_skip)" in printed and note not in printed, printed
+    bare = tmp_path / "bare"  # the same vocabulary, without its tokenizer, and another position table
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (bare / name).write_bytes((tmp_path / "new-vocabulary" / "model" / name).read_bytes())
+    printed = run("new-positions", bare, ["model.position_embedding.weight"], 32)
+    assert "(1 left fresh by init_from_skip)" in printed and note in printed, printed
+
+
 def test_a_missing_init_from_is_the_one_line_a_run_prints_about_it(tmp_path, capsys):
     """The tokenizer notice came first and spoke of the missing folder as of a run that keeps no tokenizer."""
     from markovformer.training import runner

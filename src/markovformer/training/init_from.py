@@ -39,6 +39,8 @@ SKIP_GROUPS = {"head": "the task head (tensors outside model.)",
                "embeddings": "the tensors a vocabulary indexes (names with 'embed', and lm_head)"}
 # A language model's output rows, one per token id: a new tokenizer (embeddings skipped) gives them other symbols.
 VOCABULARY_HEAD = "lm_head"
+# The module every family reads its token ids with (hf.wrapper's input embeddings): a row per token id.
+TOKEN_EMBEDDING = "embed"
 
 
 def skipped(name: str, skip: list[str] | tuple[str, ...]) -> bool:
@@ -51,6 +53,14 @@ def skipped(name: str, skip: list[str] | tuple[str, ...]) -> bool:
         if entry not in SKIP_GROUPS and name.startswith(entry):
             return True
     return False
+
+
+def takes_token_rows(model: torch.nn.Module, skip: list[str] | tuple[str, ...]) -> bool:
+    """Whether ``initialise_from`` with ``skip`` takes into ``model`` a tensor with a row per token id: the token
+    embedding (``TOKEN_EMBEDDING``) or a language model's ``VOCABULARY_HEAD``, skipped by the group ``embeddings`` or
+    by name. Only then do the new run's ids need to mean the source's tokens (a position table is no such tensor)."""
+    return any((name.startswith(VOCABULARY_HEAD) or name.split(".")[-2:-1] == [TOKEN_EMBEDDING])
+               and not skipped(name, skip) for name in model.state_dict())  # fmt: skip
 
 
 def tokenizer_source(init_from: str, skip: list[str] | tuple[str, ...], data: dict) -> Path | None:

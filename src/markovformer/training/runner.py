@@ -41,7 +41,7 @@ from markovformer.training.environment import (
 )
 from markovformer.training.evaluation import evaluate, first_batch_metrics, scoring_loader
 from markovformer.training.fingerprint import check_checkpoint_fingerprint, run_fingerprint
-from markovformer.training.init_from import initialise_from, initialised_line, tokenizer_source
+from markovformer.training.init_from import initialise_from, initialised_line, takes_token_rows, tokenizer_source
 from markovformer.training.isolation import built_on_the_cpu, process_settings_kept, random_states_kept
 from markovformer.training.metrics_log import (
     AppendingCSVLogger,
@@ -304,7 +304,7 @@ def _build_and_fit(config: RunConfig, writer: bool, resume: bool, rewrite_config
     if fine_tuning:  # a resumed run's checkpoint holds its own weights
         started_from = initialise_from(model, config.init_from, config.init_from_skip)
         print(initialised_line(started_from), flush=True)
-        if bundle.tokenizer is not None and source is None and "embeddings" not in config.init_from_skip:
+        if bundle.tokenizer is not None and source is None and takes_token_rows(model, config.init_from_skip):
             # after the weights loaded: a missing source or a shape mismatch is the one line a user then reads
             print(f"init_from={config.init_from!r} keeps no tokenizer: this run fitted its own, whose ids are the "
                   f"weights' only if it was fitted on the same text with the same options", flush=True)  # fmt: skip
