@@ -93,6 +93,23 @@ def test_samples_never_draw_padding_and_repeat_with_the_seed():
     assert sample_text(model, tokenizer, "ab", 3, 5, temperature=0.0, top_p=0.9) == "abccccc"
 
 
+def test_a_nucleus_typed_with_greedy_sampling_is_refused_naming_both_and_the_default_one_stands_by():
+    """`--set temperature=0 top_p=0.5` sampled greedily, reading no nucleus, without a word: the settings took both.
+    A sampling option the user types beside temperature=0 is refused naming both; the default nucleus (0.9) is not
+    the user's, nor is a typed top_p=1 (no nucleus), nor a typed one beside a temperature that samples."""
+    from markovformer.experiments.settings import configure
+    from markovformer.training.run_config import ConfigError
+
+    name = scan_shakespeare.NAME
+    for base in (ScanShakespeareSettings(), scan_shakespeare.QUICK):
+        with pytest.raises(ConfigError, match=rf"^{name}.top_p=0.5: {name}.temperature=0 \(greedy decoding\) does "
+                                              rf"not sample, so top_p would be ignored; give one of them"):  # fmt: skip
+            configure(base, {"temperature": 0, "top_p": 0.5}, name)
+        assert configure(base, {"temperature": 0}, name).top_p == 0.9
+        assert configure(base, {"temperature": 0, "top_p": 1}, name).top_p == 1
+        assert configure(base, {"temperature": 0.5, "top_p": 0.5}, name).top_p == 0.5
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_tiny_shakespeare(), reason="no Tiny Shakespeare here (markovformer data prepare ...)")
 def test_quick_run_writes_the_table_samples_and_figure(tmp_path):

@@ -68,6 +68,7 @@ LABELS = {
 @dataclass(frozen=True)
 class ScanShakespeareSettings:
     MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("temperature", "sample_chars")
+    SAMPLING_OPTIONS: ClassVar[tuple[str, ...]] = ("top_p",)  # temperature=0 (greedy) reads none of them
     scan_steps: int = 15000  # 16 windows x 124 targets a step (configs/scan_shakespeare.yaml)
     recurrent_steps: int = 15000  # 16 windows x 128 targets
     transformer_steps: int = 15000  # 384 windows x 5 targets

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from markovformer.advice import said_as
+from markovformer.models.generation import sampling_options
 from markovformer.training.run_config import ConfigError, build_dataclass
 
 SettingsT = TypeVar("SettingsT")
@@ -23,7 +24,7 @@ def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str,
     Nor may such a list repeat a value: ``rows=[a, a]`` reported one run twice, as a mean of n = 2 with a spread of
     0. A number may not be negative, nor 0 where its default is positive or None unless the class names it in
     ``MAY_BE_ZERO``; a warm-up may not outlast the steps (the resolved settings': a preset's 5,000 steps take a
-    warm-up of 3,000)."""
+    warm-up of 3,000); a sampling option may not be set beside temperature=0 (``_check_sampling``)."""
     resolve = resolve or (lambda settings: settings)
     if not overrides:
         return resolve(base)
@@ -38,6 +39,7 @@ def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str,
     settings = build_dataclass(type(base), {**dataclasses.asdict(base), **overrides}, name)
     for key in overrides:
         _check_sign(settings, base, key, name)
+    _check_sampling(settings, overrides, name)
     settings = resolve(settings)
     warmup, steps = getattr(settings, "warmup_steps", None), getattr(settings, "steps", None)
     if isinstance(warmup, int) and isinstance(steps, int) and warmup > steps:  # the rate would never peak
@@ -59,6 +61,21 @@ def _check_sign(settings, base, key: str, name: str) -> None:
     positive = positive and key not in getattr(base, "MAY_BE_ZERO", ())
     if value < 0 or value == 0 and positive:  # a negative one named the bound ">= 0" where 0 is refused too
         raise ConfigError(f"{name}.{key}={0 if value == 0 else value!r}: must be {'> 0' if positive else '>= 0'}")
+
+
+def _check_sampling(settings, overrides: dict[str, Any], name: str) -> None:
+    """A sampling option the user set (one the class names in ``SAMPLING_OPTIONS``) is refused beside temperature=0,
+    naming both: greedy decoding reads none, so ``temperature=0 top_p=0.5`` sampled as temperature=0 alone. The
+    class's own value (a default nucleus) is not the user's, and one that changes no draw (top_p=1:
+    ``models.generation.sampling_options``) is kept."""
+    if getattr(settings, "temperature", None) != 0:
+        return
+    typed = {key: getattr(settings, key) for key in getattr(settings, "SAMPLING_OPTIONS", ()) if key in overrides}
+    ignored = sampling_options(0, typed.get("top_k"), typed.get("top_p"))
+    if ignored:
+        key, value = next(iter(ignored.items()))
+        raise ConfigError(f"{name}.{key}={value!r}: {name}.temperature=0 (greedy decoding) does not sample, so {key} "
+                          f"would be ignored; give one of them")  # fmt: skip
 
 
 def single_seed(seeds: tuple[int, ...] | None, name: str) -> int:
