@@ -168,3 +168,16 @@ def test_the_advice_may_name_a_tensor_only_the_source_holds(tmp_path):
         assert tensor.equal(source.state_dict()[name]), name
     with pytest.raises(ConfigError, match="init_from_skip entry 'model.typo' names no tensor of the model or of"):
         initialise_from(model, tmp_path / "source", ["model.typo"])
+
+
+@pytest.mark.parametrize("entry", ["", " "])
+def test_an_empty_skip_entry_is_refused_not_read_as_a_prefix_of_every_tensor(tmp_path, entry):
+    """``init_from_skip: [""]`` (a stray comma in a YAML list, an empty shell variable) was read as a tensor-name
+    prefix, which every name starts with: the run took 0 of its tensors from init_from and trained from scratch,
+    saying only '16 left fresh'. It is refused naming the entry."""
+    options = {"vocab_size": 6, "d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2, "max_positions": 16}
+    source = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**options))
+    source.save_pretrained(tmp_path / "source")
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**options))
+    with pytest.raises(ConfigError, match=f"init_from_skip entry {entry!r} is empty"):
+        initialise_from(model, tmp_path / "source", [entry])

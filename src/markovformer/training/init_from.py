@@ -177,6 +177,10 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
                           f"{type(model).__name__} has no model. backbone: 'head' would start every tensor fresh; "
                           f"name tensor-name prefixes instead (its modules: {', '.join(modules)})")  # fmt: skip
     for entry in skip:  # a tensor only the source holds (a position table the model no longer has) may be named
+        if not entry.strip():  # as a prefix, every name starts with it: nothing would be taken
+            raise ConfigError(f"init_from_skip entry {entry!r} is empty: it would name every tensor as a prefix and "
+                              f"start the whole model fresh; use {' or '.join(SKIP_GROUPS)} or a tensor-name "
+                              f"prefix")  # fmt: skip
         if not any(skipped(name, [entry]) for name in (*own, *stored)):
             raise ConfigError(f"init_from_skip entry {entry!r} names no tensor of the model or of init_from; use "
                               f"{' or '.join(SKIP_GROUPS)} or a tensor-name prefix")  # fmt: skip
