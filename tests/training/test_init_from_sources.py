@@ -181,3 +181,25 @@ def test_an_empty_skip_entry_is_refused_not_read_as_a_prefix_of_every_tensor(tmp
     model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(**options))
     with pytest.raises(ConfigError, match=f"init_from_skip entry {entry!r} is empty"):
         initialise_from(model, tmp_path / "source", [entry])
+
+
+def test_no_advice_is_given_that_following_would_still_be_refused(tmp_path):
+    """Another vocabulary and another max_order differ in the embeddings and lm_head, which init_from_skip:
+    [embeddings] starts fresh, and in the Markov bias's tensors, which no group holds: an advice to skip
+    [embeddings] would be refused again on the rest, so none is given; the refusal names the differing tensors. Where
+    the differing tensors all lie in a group (the vocabulary alone), the advice given is accepted."""
+    options = {"d_model": 8, "n_layers": 1, "n_heads": 2}
+    source = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=6, max_order=2, **options))
+    source.save_pretrained(tmp_path / "source")
+    for max_order, advised in [(3, False), (2, True)]:
+        model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=9, max_order=max_order,
+                                                                           **options))  # fmt: skip
+        with pytest.raises(ConfigError) as refused:
+            initialise_from(model, tmp_path / "source", [])
+        message = str(refused.value)
+        assert ("add init_from_skip: [" in message) == advised, message
+        if advised:
+            advice = message.split("add init_from_skip: [")[1].rstrip("]").split(", ")
+            assert initialise_from(model, tmp_path / "source", advice)["tensors_fresh"] == 2  # embed, lm_head
+        else:
+            assert "5 tensors differ (lm_head.weight [6, 8] -> [9, 8]; model.blocks.0" in message, message
