@@ -190,7 +190,7 @@ def test_auto_stationary_of_a_large_chain_with_a_sticky_context_is_not_refused()
     assert (chain.stationary() - exact).abs().sum().item() < 1e-10
 
 
-@pytest.mark.parametrize("rate", [3e-15, 1e-15, 1e-17, 1e-19, 1e-25])
+@pytest.mark.parametrize("rate", [3e-15, 1e-15, 1e-17, 1e-19, 1e-25, 1e-35])
 def test_dense_stationary_of_a_chain_that_barely_moves(rate):
     # lazy steps change the matrix by < 1e-14 from the start: the old stopping rule took the first squaring
     # (still near the identity) for the limit and returned uniform (1/2, 1/2)
@@ -198,6 +198,17 @@ def test_dense_stationary_of_a_chain_that_barely_moves(rate):
     # rounding: 1e-17, 1e-19 and 1e-25 came out (0.5, 0.5)
     pi = switching_chain(rate, 3 * rate).stationary(method="dense")
     torch.testing.assert_close(pi, torch.tensor([0.75, 0.25], dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["dense", "power"])
+def test_the_stationary_of_a_reducible_chain_is_the_limit_reached_from_uniform(method):
+    """States 0 and 2 hold their mass; state 1 sends half of its third to each side: (1/3 + 1/6, 0, 1/3 + 1/6)
+    from uniform, and a chain that never moves (the identity) keeps uniform. A solve from another start (one
+    context's row of the limit matrix) gives (1, 0, 0) for both."""
+    leaking = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.0, 0.5], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    for transition, limit in [(leaking, [0.5, 0.0, 0.5]), (torch.eye(3, dtype=torch.float64), [1 / 3] * 3)]:
+        pi = MarkovChain(1, 3, transition).stationary(method=method)
+        torch.testing.assert_close(pi, torch.tensor(limit, dtype=torch.float64), rtol=0, atol=1e-12)
 
 
 def test_dense_stationary_refuses_a_chain_too_slow_for_its_squarings():
