@@ -258,3 +258,27 @@ def test_a_denied_write_that_says_how_to_go_on_is_said_as_a_write_under_a_closed
                                         f"then {advice}"
     plain = OSError(errno.EACCES, "Permission denied", "/home/other/run/config.yaml")  # a read: says no way on
     assert errors.error_line(plain) == "cannot read /home/other/run/config.yaml: permission denied"
+
+
+def test_a_denial_on_an_unreadable_file_is_a_read_unless_the_file_system_is_read_only(tmp_path, monkeypatch):
+    """What the mode-000 test above checks as a user other than root, with os.access standing in for the file's mode
+    (root reads every file): a denial on a file that is there and this user may not read is a read's; on one it may
+    read, a write's; and a read-only file system refuses only writes (EROFS), whatever the file's mode."""
+    import errno
+
+    from markovformer.cli import errors
+
+    unreadable, readable = tmp_path / "secret.yaml", tmp_path / "kept.yaml"
+    for path in (unreadable, readable):
+        path.write_text("task: causal_lm\n")
+    real_access = os.access
+    monkeypatch.setattr(errors.os, "access", lambda path, mode: real_access(path, mode) and
+                        not (str(path) == str(unreadable) and mode & os.R_OK))  # fmt: skip
+    denied = OSError(errno.EACCES, "Permission denied", str(unreadable))
+    assert errors.error_line(denied) == f"cannot read {unreadable}: permission denied"
+    denied = OSError(errno.EACCES, "Permission denied", str(readable))
+    assert errors.error_line(denied) == f"cannot write {readable} (Permission denied); make it writable, then run " \
+                                        f"the command again"
+    read_only = OSError(errno.EROFS, "Read-only file system", str(unreadable))
+    assert errors.error_line(read_only) == f"cannot write {unreadable} (Read-only file system); make it writable, " \
+                                           f"then run the command again"
