@@ -101,6 +101,29 @@ def test_a_failed_write_is_worded_alike_by_the_command_line_the_token_cache_and_
     assert str(raised.value) == expected + "; choose a writable directory"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device every write to fails")
+def test_a_failed_write_without_an_errno_is_named_by_its_message(tmp_path):
+    """numpy's tofile (the token cache's writer) reports a short write on a full disk as OSError('N requested and 0
+    written'), with no errno or strerror: the token cache names that message as what stopped it."""
+    import numpy as np
+
+    from markovformer.data.readers.token_store import Segment, open_or_build
+
+    with pytest.raises(OSError) as short, open("/dev/full", "wb") as full:
+        np.arange(100_000).tofile(full)
+    assert short.value.errno is None and short.value.strerror is None
+    corpus, cache = tmp_path / "corpus.txt", tmp_path / "cache"
+    corpus.write_text("abc\n" * 100, encoding="utf-8")
+
+    def failed(text):
+        raise short.value
+
+    with pytest.raises(ValueError) as raised:
+        open_or_build([Segment(str(corpus), 0, 400)], "{}", failed, 10, None, cache)
+    assert str(raised.value).startswith(f"cannot write the token cache in {cache} (100000 requested and 0 written); "
+                                        f"nothing was cached: free space there")  # fmt: skip
+
+
 @pytest.mark.parametrize("proc_status", [True, False], ids=["proc", "no-proc"])
 def test_reading_the_umask_never_loosens_it_for_the_other_threads(tmp_path, monkeypatch, proc_status):
     """The umask is process-wide: atomic_write read it by setting it to 0 and back, so a file another thread created
