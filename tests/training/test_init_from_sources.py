@@ -117,17 +117,39 @@ def test_the_record_of_a_saved_model_directory_names_its_file_and_the_tensors_le
                                          f"{record['tensors_sha256']} (2 left fresh by init_from_skip: embeddings)")
 
 
-@pytest.mark.parametrize("environment", [{"init_from": {"source": "parent"}}, {"init_from": ["parent"]}, []],
-                         ids=["keys-missing", "a-list", "not-an-object"])  # fmt: skip
+@pytest.mark.parametrize("environment", [{"init_from": {"source": "parent"}}, {"init_from": ["parent"]}, [],
+                                         '{"init_from": {"source": '],
+                         ids=["keys-missing", "a-list", "not-an-object", "not-json"])  # fmt: skip
 def test_a_damaged_record_of_the_weights_a_run_started_from_reads_as_none(tmp_path, environment):
     """inspect reads environment.json's init_from record for its summary: a record cut short or edited by hand is
-    none, not a KeyError in the middle of the report."""
+    none, not a KeyError (or a JSON error) in the middle of the report."""
     import json
 
     from markovformer.training.run_dir import read_started_from
 
-    (tmp_path / "environment.json").write_text(json.dumps(environment))
+    text = environment if isinstance(environment, str) else json.dumps(environment)
+    (tmp_path / "environment.json").write_text(text)
     assert read_started_from(tmp_path) is None
+
+
+def test_a_new_start_replaces_the_record_a_killed_start_left_and_a_resume_keeps_it(tmp_path):
+    """A start killed before config.yaml leaves environment.json with the record of the weights it took; a new run
+    started there (init_from another source) writes its own record, which a resume of it then keeps."""
+    import torch
+
+    from markovformer.data.bundle import DataBundle
+    from markovformer.training.run_dir import read_started_from, write_start_files
+
+    example = {"input_ids": torch.arange(4), "labels": torch.arange(4)}
+    bundle = DataBundle(train=[example] * 4, val=[example], test=[example], info={"vocab_size": 4})
+    for name in ("a", "b"):
+        tiny_model().save_pretrained(tmp_path / name)
+    source, other = (initialise_from(tiny_model(), tmp_path / name, []) for name in ("a", "b"))
+    write_start_files(tmp_path, bundle, keep_existing=False, started_from=source)
+    write_start_files(tmp_path, bundle, keep_existing=False, started_from=other)
+    assert read_started_from(tmp_path) == other != source
+    write_start_files(tmp_path, bundle, keep_existing=True, started_from=source)
+    assert read_started_from(tmp_path) == other
 
 
 def test_the_advice_for_a_weight_tied_under_two_names_names_both(tmp_path):
