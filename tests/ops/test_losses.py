@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from saved_memory import large_allocations
 
 from markovformer import (
     MarkovianTransformerConfig,
@@ -77,3 +78,26 @@ def test_a_label_just_outside_the_classes_is_refused_by_name(bad, shown):
 def test_labels_that_are_not_a_tensor_are_refused_naming_them():
     with pytest.raises(TypeError, match="labels must be a tensor of class ids; got list"):
         token_cross_entropy(torch.randn(1, 3, 5), [[0, 1, 2]])
+
+
+
+@pytest.mark.parametrize("family", ["markovian_transformer", "scan_markov"])
+def test_the_next_token_loss_allocates_no_logits_beyond_torchs_cross_entropy(family):
+    """A causal LM's loss adds nothing of size (B, T, V) to torch's own cross-entropy of flat logits (the
+    log-probabilities; in training their gradient and the logits'): shifting the logits, logits[:, :-1], made a copy
+    to flatten, and its backward a zero-filled one more."""
+    batch, length, vocab = 2, 9, 2048  # V far above B x T and d_model: only the logits and their kin are this large
+    at_least = batch * (length - 1) * vocab
+    model = (MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=vocab, d_model=8, n_layers=1,
+                                                                        n_heads=2))
+             if family == "markovian_transformer" else
+             ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=vocab, d_model=8, order=3)))  # fmt: skip
+    ids = torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+    flat = torch.randn(batch * length, vocab, requires_grad=True)
+    head = 1  # the logits themselves
+    with torch.no_grad():
+        reference = large_allocations(lambda: F.cross_entropy(flat, ids.flatten()), at_least)
+        assert len(large_allocations(lambda: model(ids, labels=ids), at_least)) == head + len(reference)
+    reference = large_allocations(lambda: F.cross_entropy(flat, ids.flatten()).backward(), at_least)
+    found = large_allocations(lambda: model(ids, labels=ids).loss.backward(), at_least)
+    assert len(found) == head + len(reference), (found, reference)

@@ -58,3 +58,13 @@ def token_cross_entropy(logits: Tensor, labels: Tensor, label_smoothing: float =
     total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum",
                             label_smoothing=label_smoothing)  # fmt: skip
     return total / labels.ne(IGNORE_INDEX).sum().clamp(min=1)
+
+
+def next_token_cross_entropy(logits: Tensor, labels: Tensor, position_ids: Tensor | None = None,
+                             label_smoothing: float = 0.0) -> Tensor:  # fmt: skip
+    """``token_cross_entropy`` of a causal LM: logits (B, T, V) at each position against the label of the next
+    position (``next_token_targets``: labels (B, T) aligned with the inputs, no packed document's first token; the
+    last position has none). The labels are shifted, not the logits: ``logits[:, :-1]`` flattens only as a copy of
+    all of them (B, T - 1, V), and its backward zero-filled and copied one more."""
+    targets = F.pad(next_token_targets(labels, position_ids), (0, 1), value=IGNORE_INDEX)
+    return token_cross_entropy(logits, targets, label_smoothing)

@@ -21,7 +21,7 @@ from markovformer.models.inputs import check_is_tensor, check_not_empty, check_r
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
 from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel, model_output
-from markovformer.ops.losses import check_labels, next_token_targets, token_cross_entropy
+from markovformer.ops.losses import check_labels, next_token_cross_entropy, token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, is_right_padded, real_token_positions, right_padded_lengths
 from markovformer.ops.precision import compute_dtype
 from markovformer.ops.segments import Segments
@@ -357,7 +357,7 @@ class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
         output = self._encode(input_ids, None, attention_mask, return_gates, return_weights, state, position_ids)
         output.logits = self.lm_head(output.last_hidden_state)
         if labels is not None:
-            output.loss = token_cross_entropy(output.logits[:, :-1], next_token_targets(labels, position_ids))
+            output.loss = next_token_cross_entropy(output.logits, labels, position_ids)
         return output
 
     def start_decoding(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int):

@@ -21,7 +21,7 @@ from markovformer.models.generation import GenerationMixin, Step
 from markovformer.models.inputs import check_token_ids
 from markovformer.models.pretrained import PreTrainedModel, model_output
 from markovformer.models.scan_markov.config import ScanMarkovConfig, check_order
-from markovformer.ops.losses import next_token_targets, token_cross_entropy
+from markovformer.ops.losses import next_token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, right_padded_lengths
 from markovformer.ops.scan import linear_scan, window_offsets, windowed_linear_scan
 from markovformer.ops.segments import Segments
@@ -167,8 +167,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
             alone = self(layout.pack(input_ids), layout.mask, order=order)
             output = ScanMarkovOutput(layout.unpack(alone.logits), None, layout.unpack(alone.hidden_states))
             if labels is not None:
-                targets = next_token_targets(labels, position_ids)
-                output.loss = token_cross_entropy(output.logits[:, :-1], targets, label_smoothing)
+                output.loss = next_token_cross_entropy(output.logits, labels, position_ids, label_smoothing)
             return output
         check_token_ids(input_ids, self.config.vocab_size)
         if attention_mask is not None:
@@ -191,7 +190,7 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         if labels is not None:
             if tuple(labels.shape) != tuple(input_ids.shape):
                 raise ValueError(f"labels must be (B, T) = {tuple(input_ids.shape)}, got {tuple(labels.shape)}")
-            output.loss = token_cross_entropy(output.logits[:, :-1], next_token_targets(labels), label_smoothing)
+            output.loss = next_token_cross_entropy(output.logits, labels, label_smoothing=label_smoothing)
         return output
 
     def _continued_states(self, input_ids: Tensor, window: int | None, state: dict) -> Tensor:
