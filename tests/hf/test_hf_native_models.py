@@ -230,6 +230,13 @@ def test_logits_to_keep_keeps_the_last_positions_or_the_listed_ones(family):
         assert torch.equal(last.logits, every.logits[:, -1:]) and torch.equal(last.loss, every.loss)
         listed = torch.tensor([0, 4])
         assert torch.equal(model(ids, logits_to_keep=listed).logits, every.logits[:, listed])
+        if family == "markovian_transformer":  # its head projects only the kept positions (generate's prompt)
+            rows = []
+            head = model.markovformer.lm_head
+            hook = head.register_forward_hook(lambda module, args, output: rows.append(output.shape[:-1].numel()))
+            torch.testing.assert_close(model(ids, logits_to_keep=1).logits, every.logits[:, -1:])
+            hook.remove()
+            assert rows == [len(ids)]
 
 
 @pytest.mark.parametrize("unequal", [False, True], ids=["equal label counts", "a row's tail ignored (-100)"])

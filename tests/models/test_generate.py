@@ -463,3 +463,26 @@ def test_a_right_padded_an_all_padding_or_a_gapped_row_is_refused_naming_the_row
         left = torch.tensor([[2, 10, 2, 5, 5], [0, 7, 2, 10, 2]])
         generated = model.generate(left, torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]]), max_new_tokens=5)
         assert torch.equal(generated[1, 5:], model.generate(ids[1:, :3], max_new_tokens=5)[0, 3:])
+
+
+@pytest.mark.parametrize("options", [dict(attention="markov", max_order=2), dict(attention="softmax",
+                         position="learned", max_positions=8)], ids=["incremental", "re-run"])  # fmt: skip
+def test_the_head_projects_only_the_position_each_step_reads(options):
+    """generate reads the logits of each row's last position: the head (B x V per position: at V = 50k, 200 KB a
+    token) projected every position of the prompt, and of the whole re-run prefix at every step past learned
+    positions. Every call now projects one position per row; forward's logits_to_keep keeps the last n."""
+    model = _markovian(options)
+    prompt = torch.randint(0, VOCAB, (3, 10), generator=torch.Generator().manual_seed(2))
+    rows = []
+    hook = model.lm_head.register_forward_hook(lambda module, args, output: rows.append(output.shape[:-1].numel()))
+    try:
+        model.generate(prompt, max_new_tokens=4)
+    finally:
+        hook.remove()
+    assert rows == [3] * 4  # the prompt's step, then one per new token but the last
+    ids = prompt[:, -6:]  # within learned positions
+    with torch.no_grad():
+        every = model(ids, labels=ids)
+        kept = model(ids, labels=ids, logits_to_keep=2)
+        torch.testing.assert_close(model(ids, logits_to_keep=2).logits, every.logits[:, -2:])
+    assert torch.equal(kept.logits, every.logits[:, -2:]) and torch.equal(kept.loss, every.loss)

@@ -88,8 +88,9 @@ class _CausalLMWrapper(ReportingWrapper, DecodesFromCache, GenerationMixin):
         them): no position sees another document and no document's first token is scored. A forward with them
         makes no cache, and a cache given with them is refused (a decoding continues one sequence).
 
-        ``logits_to_keep``: as in ``transformers``, the logits of the last n positions only (0: all), or of the
-        positions a 1-D tensor lists; every position's are computed (and the loss reads them all)."""
+        ``logits_to_keep``: as in ``transformers``, the logits of the last n positions only (0: all), of which
+        only those are projected without labels (``generate``'s prompt: 1), or of the positions a 1-D tensor lists,
+        for which every position's are computed (and the loss reads them all)."""
         inner = self.markovformer
         if position_ids is not None and cache is not None:
             raise ValueError(f"{type(self).__name__}: position_ids (packed documents) cannot continue a cache; call "
@@ -103,15 +104,16 @@ class _CausalLMWrapper(ReportingWrapper, DecodesFromCache, GenerationMixin):
             if cache is None and bool(attention_mask.bool().all()):
                 attention_mask = None
         packed = {} if position_ids is None else {"position_ids": position_ids}
+        last = {} if isinstance(logits_to_keep, Tensor) else {"logits_to_keep": logits_to_keep}  # the head's own
         output, hidden = self._run(output_attentions, output_hidden_states, input_ids=input_ids,
                                    attention_mask=attention_mask, labels=labels,
-                                   state=None if cache is None else cache.state, **packed)  # fmt: skip
+                                   state=None if cache is None else cache.state, **packed, **last)  # fmt: skip
         if cache is not None:
             cache.advance(input_ids.shape[1])
         loss = summed_over_items(self._regularized(output.loss), labels, unused.get("num_items_in_batch"),
                                  position_ids)  # fmt: skip
-        return self._finish(CausalLMOutputWithPast(loss=loss, logits=kept_logits(output.logits, logits_to_keep),
-                                                   **{CACHE_NAME: cache},
+        logits = output.logits if last else kept_logits(output.logits, logits_to_keep)
+        return self._finish(CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE_NAME: cache},
                                                    hidden_states=hidden,
                                                    attentions=_tuple(output.attentions)), return_dict)  # fmt: skip
 

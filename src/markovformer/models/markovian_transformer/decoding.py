@@ -30,7 +30,7 @@ def start_decoding(
         def step(tokens: Tensor) -> Tensor:
             return model(tokens[:, None], state=state).logits[:, -1]
 
-        return model(input_ids, attention_mask=attention_mask, state=state).logits[:, -1], step
+        return model(input_ids, attention_mask=attention_mask, state=state, logits_to_keep=1).logits[:, -1], step
 
     sequence = {"ids": input_ids, "real": real}
 
@@ -38,7 +38,7 @@ def start_decoding(
         ids, mask = sequence["ids"], sequence["real"]
         if model.longest_input is not None:
             ids, mask = ids[:, -model.longest_input :], mask[:, -model.longest_input :]
-        return model(ids, attention_mask=None if bool(mask.all()) else mask).logits[:, -1]
+        return model(ids, attention_mask=None if bool(mask.all()) else mask, logits_to_keep=1).logits[:, -1]
 
     def rerun(tokens: Tensor) -> Tensor:
         sequence["ids"] = torch.cat([sequence["ids"], tokens[:, None]], dim=1)

@@ -348,16 +348,22 @@ class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
             self.lm_head.weight = self.model.embed.weight
 
     def forward(self, input_ids, attention_mask=None, labels=None, return_gates=False, return_weights=False,
-                state=None, position_ids=None):  # fmt: skip
+                state=None, position_ids=None, logits_to_keep: int = 0):  # fmt: skip
         """``position_ids``: packed documents (see ``MarkovianTransformerModel.forward``); the first token of each
-        document is not scored (its prediction would read the previous document)."""
+        document is not scored (its prediction would read the previous document). ``logits_to_keep``: the logits
+        of the last n positions only (0: all), as in ``transformers``; without labels only those are projected
+        (the head is B x V per position, the largest product of a large vocabulary), the loss reads them all."""
         if labels is not None and tuple(labels.shape) != tuple(input_ids.shape):  # the loss's own error names
             # the flattened, shifted sizes ("Expected input batch_size (8) to match target batch_size (6)")
             raise ValueError(f"labels must be (B, T) = {tuple(input_ids.shape)}, got {tuple(labels.shape)}")
+        if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
+            raise ValueError(f"logits_to_keep={logits_to_keep!r}: must be an integer >= 0 (0: every position)")
         output = self._encode(input_ids, None, attention_mask, return_gates, return_weights, state, position_ids)
-        output.logits = self.lm_head(output.last_hidden_state)
+        hidden = output.last_hidden_state
+        output.logits = self.lm_head(hidden if labels is not None else hidden[:, -logits_to_keep:])
         if labels is not None:
             output.loss = next_token_cross_entropy(output.logits, labels, position_ids)
+            output.logits = output.logits[:, -logits_to_keep:]
         return output
 
     def start_decoding(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int):
