@@ -11,8 +11,10 @@ from markovformer import (
     ScanMarkovConfig,
     ScanMarkovForCausalLM,
 )
+from markovformer.ops import losses
 from markovformer.ops.losses import token_cross_entropy
 from markovformer.ops.padding import check_attention_mask
+from markovformer.ops.precision import compute_dtype
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
@@ -81,11 +83,38 @@ def test_labels_that_are_not_a_tensor_are_refused_naming_them():
 
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_values_and_gradients_equal_torchs_cross_entropy_across_row_slices(monkeypatch, dtype, smoothing):
+    """The loss reads the logits in slices of rows (here of 3 rows of 7 classes, and a last one of 2): its value and
+    its gradient are torch's F.cross_entropy on the logits upcast to at least float32, ignored rows and logits far
+    from 0 included."""
+    monkeypatch.setattr(losses, "CHUNK_ELEMENTS", 3 * 7)
+    g = torch.Generator().manual_seed(0)
+    logits = 3 * torch.randn(2, 4, 7, generator=g, dtype=torch.float64)
+    logits[1] += 300  # far from 0: the softmax is read relative to each row's largest logit, as torch's
+    logits = logits.to(dtype)
+    labels = torch.randint(0, 7, (2, 4), generator=g)
+    labels[0, 1] = labels[1, 3] = -100
+    ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    loss = token_cross_entropy(ours, labels, smoothing)
+    expected = F.cross_entropy(theirs.flatten(0, 1).to(compute_dtype(theirs)), labels.flatten(), ignore_index=-100,
+                               label_smoothing=smoothing)  # fmt: skip
+    (3 * loss).backward()
+    (3 * expected).backward()
+    assert loss.dtype == expected.dtype and ours.grad.dtype == dtype
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(ours.grad, theirs.grad)
+    assert not ours.grad[0, 1].any() and not ours.grad[1, 3].any()
+
+
 @pytest.mark.parametrize("family", ["markovian_transformer", "scan_markov"])
-def test_the_next_token_loss_allocates_no_logits_beyond_torchs_cross_entropy(family):
-    """A causal LM's loss adds nothing of size (B, T, V) to torch's own cross-entropy of flat logits (the
-    log-probabilities; in training their gradient and the logits'): shifting the logits, logits[:, :-1], made a copy
-    to flatten, and its backward a zero-filled one more."""
+def test_the_next_token_loss_allocates_nothing_of_the_logits_size_but_their_gradient(monkeypatch, family):
+    """At a large V the logits (B, T, V) and their kin are a step's largest tensors. The loss allocates none in
+    scoring and only the logits' gradient in training: torch's cross-entropy keeps the log-probabilities and makes
+    two gradients (three such tensors alive at once), and shifting the logits, logits[:, :-1], made a copy to
+    flatten and a zero-filled gradient of it."""
     batch, length, vocab = 2, 9, 2048  # V far above B x T and d_model: only the logits and their kin are this large
     at_least = batch * (length - 1) * vocab
     model = (MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=vocab, d_model=8, n_layers=1,
@@ -93,11 +122,8 @@ def test_the_next_token_loss_allocates_no_logits_beyond_torchs_cross_entropy(fam
              if family == "markovian_transformer" else
              ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=vocab, d_model=8, order=3)))  # fmt: skip
     ids = torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
-    flat = torch.randn(batch * length, vocab, requires_grad=True)
-    head = 1  # the logits themselves
+    monkeypatch.setattr(losses, "CHUNK_ELEMENTS", 4 * vocab)  # slices of 4 rows: their temporaries are smaller
     with torch.no_grad():
-        reference = large_allocations(lambda: F.cross_entropy(flat, ids.flatten()), at_least)
-        assert len(large_allocations(lambda: model(ids, labels=ids), at_least)) == head + len(reference)
-    reference = large_allocations(lambda: F.cross_entropy(flat, ids.flatten()).backward(), at_least)
+        assert len(large_allocations(lambda: model(ids, labels=ids), at_least)) == 1  # the logits
     found = large_allocations(lambda: model(ids, labels=ids).loss.backward(), at_least)
-    assert len(found) == head + len(reference), (found, reference)
+    assert len(found) == 2, found  # the logits and their gradient

@@ -1,15 +1,19 @@
-"""Token-level cross-entropy as every model family's training loss computes it."""
+"""Token-level cross-entropy as every model family's training loss computes it: torch's ``F.cross_entropy`` is the
+reference, ``_ChunkedCrossEntropy`` the path taken (the same values and gradients, less memory at a large V)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
-from markovformer.ops.precision import compute_dtype
+from markovformer.ops.precision import autocast_off, compute_dtype
 from markovformer.ops.segments import document_starts
 
 IGNORE_INDEX = -100  # labels that take no part in the loss (Hugging Face's convention)
+# Logits read at once by the loss, upcast where they are half precision: 16 MiB of float32 per slice of rows.
+CHUNK_ELEMENTS = 1 << 22
 
 
 def check_labels(labels: Tensor, num_classes: int, name: str = "labels", shape: tuple[int, ...] | None = None) -> None:
@@ -53,11 +57,75 @@ def token_cross_entropy(logits: Tensor, labels: Tensor, label_smoothing: float =
     """
     check_labels(labels, logits.shape[-1], shape=logits.shape[:-1])
     logits = logits.reshape(-1, logits.shape[-1])
-    logits = logits.to(compute_dtype(logits))
     labels = labels.reshape(-1).long()
-    total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum",
-                            label_smoothing=label_smoothing)  # fmt: skip
+    if torch.compiler.is_compiling() or logits.device.type != "cpu" or logits.numel() <= CHUNK_ELEMENTS:
+        # the reference: Inductor fuses its passes itself; on a GPU the sliced loop is unmeasured (a slice of 16 MiB
+        # is a few microseconds of a GPU's work, its kernel launches as many); logits of one slice gain nothing
+        total = F.cross_entropy(logits.to(compute_dtype(logits)), labels, ignore_index=IGNORE_INDEX,
+                                reduction="sum", label_smoothing=label_smoothing)  # fmt: skip
+    else:
+        total = _ChunkedCrossEntropy.apply(logits, labels, label_smoothing)
     return total / labels.ne(IGNORE_INDEX).sum().clamp(min=1)
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """The summed cross-entropy of logits (N, V) against labels (N,) (``IGNORE_INDEX`` rows add nothing), read in
+    slices of rows of ``CHUNK_ELEMENTS`` in at least float32; ``F.cross_entropy`` with ``reduction="sum"``.
+
+    torch's keeps the log-probabilities (N, V) for the backward pass, which makes a zero-filled (N, V) gradient of
+    them and then the logits' own, three logit-sized tensors alive at once (at V = 20k, B x T = 8 x 128: 80 MB
+    each), and upcasts half-precision logits whole first. This keeps each row's log-sum-exp (two (N,) terms) and
+    the logits themselves (which the caller holds anyway), and its backward writes the gradient, softmax - target,
+    once: scoring allocates nothing of size (N, V), training one tensor, the gradient."""
+
+    @staticmethod
+    @autocast_off
+    def forward(ctx, logits: Tensor, labels: Tensor, label_smoothing: float) -> Tensor:
+        dtype = compute_dtype(logits)
+        scored = labels != IGNORE_INDEX
+        targets = labels.masked_fill(~scored, 0)
+        losses = torch.empty(len(logits), dtype=dtype, device=logits.device)
+        # per row: log Σ exp(logits) = largest + log Σ exp(logits - largest), kept as its two terms, so that the
+        # backward's softmax, exp((logits - largest) - log_sums), rounds as torch's log_softmax does at any offset
+        largest, log_sums = torch.empty_like(losses), torch.empty_like(losses)
+        for rows in _row_slices(logits):
+            part = logits[rows]
+            log_probs = part.log_softmax(-1, dtype=dtype)  # one fused pass (logsumexp takes four)
+            losses[rows] = -log_probs.gather(1, targets[rows, None]).squeeze(1)
+            if label_smoothing:  # the mean over classes of -log p: uniform smoothing's term
+                losses[rows] = (1 - label_smoothing) * losses[rows] - label_smoothing * log_probs.mean(-1)
+            # the largest log-probability is the largest logit's, -log Σ exp(logits - largest) (amax: max(dim)
+            # also finds where, at ten times the time)
+            largest[rows], log_sums[rows] = part.amax(-1), -log_probs.amax(-1)
+        ctx.save_for_backward(logits, targets, scored, largest, log_sums)
+        ctx.label_smoothing = label_smoothing
+        return losses.masked_fill(~scored, 0).sum()
+
+    @staticmethod
+    @once_differentiable
+    @autocast_off
+    def backward(ctx, grad_total: Tensor):
+        logits, targets, scored, largest, log_sums = ctx.saved_tensors
+        smoothing = ctx.label_smoothing
+        grad = torch.empty_like(logits)
+        weights = scored.to(largest.dtype) * grad_total
+        for rows in _row_slices(logits):
+            # softmax, written into the gradient itself unless half precision is upcast
+            out = grad[rows] if grad.dtype == largest.dtype else None
+            part = torch.sub(logits[rows], largest[rows, None], out=out).sub_(log_sums[rows, None]).exp_()
+            if smoothing:
+                part.sub_(smoothing / logits.shape[-1])
+            part[torch.arange(len(part), device=part.device), targets[rows]] -= 1 - smoothing
+            part.mul_(weights[rows, None])
+            if out is None:
+                grad[rows] = part
+        return grad, None, None
+
+
+def _row_slices(logits: Tensor) -> list[slice]:
+    """Slices of the rows of ``logits`` (N, V), each of at most ``CHUNK_ELEMENTS`` elements (one row at least)."""
+    step = max(1, CHUNK_ELEMENTS // max(logits.shape[-1], 1))
+    return [slice(start, start + step) for start in range(0, len(logits), step)]
 
 
 def next_token_cross_entropy(logits: Tensor, labels: Tensor, position_ids: Tensor | None = None,
