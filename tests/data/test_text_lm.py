@@ -125,6 +125,23 @@ def test_a_bpe_vocabulary_smaller_than_asked_is_said_on_every_build(tmp_path, pr
     assert "vocab_size" not in capsys.readouterr().err
 
 
+
+def test_a_bpe_vocabulary_cut_short_by_fit_bytes_says_so(tmp_path, capsys):
+    """The vocabulary fitted on a sample of the train part (data.fit_bytes) is smaller than asked: the line named the
+    train part as offering no more merges, where the whole part offers more and data.fit_bytes is what limits."""
+    rng = random.Random(0)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(" ".join("".join(rng.choices("abcdefghij", k=6)) for _ in range(3000)), encoding="utf-8")
+    sampled = load_text_lm(corpus, tokenizer="bpe", vocab_size=50_000, seq_len=8, fit_bytes=1024,
+                           cache_dir=tmp_path / "cache").tokenizer.vocab_size  # fmt: skip
+    whole = load_text_lm(corpus, tokenizer="bpe", vocab_size=50_000, seq_len=8, cache_dir=tmp_path / "cache")
+    assert sampled < whole.tokenizer.vocab_size < 50_000  # the whole part offers more merges than the sample
+    sample_line, whole_line = capsys.readouterr().err.splitlines()
+    assert f"the data.fit_bytes=1024 bytes of the train part of {corpus} that BPE learned its merges on offer no " \
+           f"more merges, so the BPE vocabulary has {sampled} tokens" in sample_line  # fmt: skip
+    assert "raise data.fit_bytes (the train part has 18,899 bytes)" in sample_line  # 0.9 of 20,999
+    assert f"the train part of {corpus} offers no more merges" in whole_line and "fit_bytes" not in whole_line
+
 def test_bpe_of_many_small_files_is_fitted_on_about_fit_bytes_of_whole_files_spread_evenly(tmp_path, prose,
                                                                                              monkeypatch):  # fmt: skip
     """Each file's share of fit_bytes was raised to 1024 bytes at least, so a corpus of small documents fed the

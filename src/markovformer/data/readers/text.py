@@ -113,6 +113,7 @@ def load_text_lm(
         else:
             parts, splits = _split_parts(Path(path), files, sizes, fractions, documents, text_column)
         saved = fitted is not None
+        train_bytes = sum(segment.stop - segment.start for segment in parts[0])
         if fitted is None and plan is not None and plan.get("tokenizer"):
             fitted = tokenizer_from_record(plan["tokenizer"])
         elif fitted is None:
@@ -123,12 +124,11 @@ def load_text_lm(
                 fitted = CharTokenizer(_alphabet(train_segments), end_of_document=with_documents)
             else:
                 special = (PAD_TOKEN, END_OF_DOCUMENT) if with_documents else (PAD_TOKEN,)
-                train_bytes = sum(s.stop - s.start for s in train_segments)
                 sample = (piece for segment, budget in _fit_budgets(train_segments, fit_bytes)
                           for piece in _sampled(segment, budget))  # fmt: skip
                 fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special, text_bytes=train_bytes)
         if not saved:
-            tokenized.announce_fitted(fitted, path)
+            tokenized.announce_fitted(fitted, path, train_bytes)
         if plan is None or (not saved and not plan.get("tokenizer")):
             record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
                       "tokenizer": None if saved else fitted.record()}  # fmt: skip

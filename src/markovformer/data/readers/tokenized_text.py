@@ -57,17 +57,28 @@ class TokenizedText:
         if isinstance(fit_bytes, bool) or not isinstance(fit_bytes, int) or fit_bytes < 1 << 10:
             raise ValueError(f"data.fit_bytes={fit_bytes!r} must be an int of at least 1024")
 
-    def announce_fitted(self, fitted, where: str) -> None:
-        announce_fitted(fitted, self.vocab_size, where)
+    def announce_fitted(self, fitted, where: str, train_bytes: int | None = None) -> None:
+        """``announce_fitted``; ``train_bytes``: the train part's size, whose first ``fit_bytes`` only (spread
+        evenly) a BPE fit reads when it is larger: then the sample, not the text, held no more merges."""
+        sampled = self.tokenizer == "bpe" and train_bytes is not None and self.fit_bytes < train_bytes
+        announce_fitted(fitted, self.vocab_size, where, (self.fit_bytes, train_bytes) if sampled else None)
 
     def options(self) -> dict:
         """These options by name (a source that extends the dataclass passes just these to its loader)."""
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(TokenizedText)}
 
 
-def announce_fitted(fitted, vocab_size: int | None, where: str) -> None:
+def announce_fitted(fitted, vocab_size: int | None, where: str, sampled: tuple[int, int] | None = None) -> None:
     """One line on stderr when the BPE vocabulary just fitted on the train part of ``where`` is smaller than
-    ``vocab_size`` (a small text offers no more merges): the model's vocabulary is the fitted one."""
-    if vocab_size is not None and fitted.vocab_size < vocab_size:
-        print(f"data.vocab_size={vocab_size}: the train part of {where} offers no more merges, so the BPE "
-              f"vocabulary has {fitted.vocab_size} tokens (the model's vocab_size)", file=sys.stderr, flush=True)
+    ``vocab_size`` (a small text offers no more merges): the model's vocabulary is the fitted one. ``sampled``:
+    (data.fit_bytes, the train part's bytes) when the merges were learned on a sample of the part, which is then
+    what offered no more."""
+    if vocab_size is None or fitted.vocab_size >= vocab_size:
+        return
+    source, advice = f"the train part of {where} offers", ""
+    if sampled is not None:
+        source = f"the data.fit_bytes={sampled[0]} bytes of the train part of {where} that BPE learned its merges on " \
+                 f"offer"  # fmt: skip
+        advice = f"; raise data.fit_bytes (the train part has {sampled[1]:,} bytes) to learn them on more of it"
+    print(f"data.vocab_size={vocab_size}: {source} no more merges, so the BPE vocabulary has {fitted.vocab_size} "
+          f"tokens (the model's vocab_size){advice}", file=sys.stderr, flush=True)
