@@ -1,7 +1,9 @@
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+from markovformer.models import generation
 from markovformer.models.generation import GenerationConfig, decoding_loop, sample_next_token
 
 
@@ -168,3 +170,43 @@ def test_a_tiny_temperature_samples_among_the_tied_maxima_as_its_limit_says(temp
     counts = torch.bincount(drawn, minlength=5)
     assert counts[1] == counts[3] == counts[4] == 0
     assert counts[0] + counts[2] == 4000 and abs(counts[0].item() - 2000) < 5 * (4000 * 0.25) ** 0.5
+
+
+def _nucleus_by_sorting_all(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The nucleus as its definition reads (the reference): sort every token, keep the smallest prefix whose mass
+    reaches top_p and every token tied with its last; the others at -inf."""
+    sorted_logits = logits.sort(dim=-1, descending=True).values
+    probs = sorted_logits.softmax(-1)
+    kept = ((probs.cumsum(-1) - probs) < top_p).sum(-1, keepdim=True)
+    return logits.masked_fill(logits < sorted_logits.gather(-1, kept - 1), float("-inf"))
+
+
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.999])
+def test_a_nucleus_among_the_likeliest_tokens_is_the_one_sorting_every_token_finds(top_p):
+    """At V = 3000 the nucleus is looked for among the likeliest tokens first: rows peaked (a nucleus of a few
+    tokens), flat (one past them: every token sorted), with ties at its edge, and with tokens at -inf (top_k); each
+    alone and together."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 3000, generator=g, dtype=torch.float64)
+    logits[0] *= 8  # peaked
+    logits[2] = (4 * logits[2]).round()  # many ties
+    logits[3, 1000:] = float("-inf")
+    for rows in (slice(None), *(slice(row, row + 1) for row in range(4))):  # a flat row sorts the whole batch
+        assert torch.equal(generation.nucleus(logits[rows], top_p), _nucleus_by_sorting_all(logits[rows], top_p))
+
+
+def test_a_small_nucleus_of_a_large_vocabulary_sorts_no_whole_row():
+    """Sorting every token to find a nucleus of a few cost 3.5 ms a step at V = 50,257 (the model's head: 0.3 ms at
+    d_model 64); the likeliest tokens are taken first (topk), and a row is sorted only when its nucleus reaches
+    past them."""
+    logits = 8 * torch.randn(2, 50_257, generator=torch.Generator().manual_seed(0))
+    called = []
+
+    class Calls(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            called.append(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    with Calls():
+        sample_next_token(logits, top_p=0.9, generator=torch.Generator().manual_seed(0))
+    assert "sort" not in called and "topk" in called

@@ -19,6 +19,9 @@ from markovformer.models.inputs import check_left_padded, check_token_ids
 from markovformer.ops.padding import check_attention_mask
 
 Step = Callable[[Tensor], Tensor]  # the next tokens (B,) -> the logits (B, V) after them
+# Tokens a nucleus (top_p) is looked for among first, taken by topk: sorting all V took 3.5 ms a step at V = 50,257,
+# where the model's head (d_model 64) takes 0.3 ms and topk 0.1 ms; a nucleus that may reach past them sorts all.
+NUCLEUS_CANDIDATES = 1024
 
 
 def _finite(low: float | None = None) -> Callable[[Any], str | None]:
@@ -159,13 +162,27 @@ def next_tokens(logits: Tensor, config: GenerationConfig, generator: torch.Gener
         kth = logits.topk(config.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if config.top_p is not None and config.top_p < 1:
-        sorted_logits = logits.sort(dim=-1, descending=True).values
-        probs = sorted_logits.softmax(-1)
-        # keep the smallest prefix whose mass reaches top_p (drop a token when the mass before it already does), and
-        # every token tied with its last, as top_k keeps ties: which of equal tokens is kept must not be their ids
-        kept = ((probs.cumsum(-1) - probs) < config.top_p).sum(-1, keepdim=True)
-        logits = logits.masked_fill(logits < sorted_logits.gather(-1, kept - 1), float("-inf"))
+        logits = nucleus(logits, config.top_p)
     return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
+def nucleus(logits: Tensor, top_p: float) -> Tensor:
+    """``logits`` (B, V) with every token outside the nucleus of mass ``top_p`` at -inf: the smallest prefix of the
+    tokens by falling probability whose mass reaches top_p (a token is dropped when the mass before it already
+    does), and every token tied with its last, as top_k keeps ties: which of equal tokens is kept must not be their
+    ids. Looked for among the ``NUCLEUS_CANDIDATES`` likeliest tokens first (topk); all are sorted only when a row's
+    nucleus may reach past them."""
+    if logits.shape[-1] > NUCLEUS_CANDIDATES:
+        top = logits.topk(NUCLEUS_CANDIDATES, dim=-1).values  # falling
+        shifted = logits - top[..., :1]
+        probs = (top - top[..., :1]).exp() / shifted.exp().sum(-1, keepdim=True)
+        kept = ((probs.cumsum(-1) - probs) < top_p).sum(-1, keepdim=True)
+        if bool((kept < NUCLEUS_CANDIDATES).all()):
+            return logits.masked_fill(logits < top.gather(-1, kept - 1), float("-inf"))
+    sorted_logits = logits.sort(dim=-1, descending=True).values
+    probs = sorted_logits.softmax(-1)
+    kept = ((probs.cumsum(-1) - probs) < top_p).sum(-1, keepdim=True)
+    return logits.masked_fill(logits < sorted_logits.gather(-1, kept - 1), float("-inf"))
 
 
 def sample_next_token(
