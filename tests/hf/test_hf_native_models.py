@@ -155,6 +155,28 @@ def test_configs_answer_to_the_standard_names_and_carry_special_token_ids(tmp_pa
         HF_CONFIGS["markovian_transformer"](hidden_size=32, d_model=64)
 
 
+def test_the_norm_is_exported_and_reloaded_and_a_config_without_it_loads_as_layernorm(tmp_path):
+    """``norm`` goes through the hf config: saved by transformers, reloaded by its Auto classes and markovformer's
+    own from_pretrained with the same norms and logits; a config.json written before the field builds LayerNorms."""
+    causal = perturbed(small_hf("causal_lm", norm="rmsnorm"))
+    causal.save_pretrained(tmp_path / "rms")
+    assert json.loads((tmp_path / "rms" / "config.json").read_text())["norm"] == "rmsnorm"
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "rms").to_markovformer().norm == "rmsnorm"
+    ids = random_ids()
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "rms")
+    native = HF_CLASSES["markovian_transformer", "causal_lm"][1].markovformer_class.from_pretrained(tmp_path / "rms")
+    for model in (loaded.markovformer, native):
+        assert model.config.norm == "rmsnorm" and type(model.model.final_norm) is torch.nn.RMSNorm
+        with torch.no_grad():
+            assert torch.equal(model(ids).logits, causal(input_ids=ids).logits)
+    perturbed(small_hf("causal_lm")).save_pretrained(tmp_path / "old")
+    values = json.loads((tmp_path / "old" / "config.json").read_text())
+    del values["norm"]
+    (tmp_path / "old" / "config.json").write_text(json.dumps(values))
+    old = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "old").markovformer
+    assert old.config.norm == "layernorm" and type(old.model.blocks[0].attention_norm) is torch.nn.LayerNorm
+
+
 @pytest.mark.parametrize("enable", ["gradient_checkpointing_enable", "activation_checkpointing_enable"])
 def test_gradient_checkpointing_recomputes_the_blocks_with_the_same_gradients(enable):
     """Under either name: transformers 5.24 renamed gradient checkpointing activation checkpointing."""

@@ -243,7 +243,7 @@ class ReportingWrapper(Wrapper):
 
     ``output_hidden_states``: a tuple of n_layers + 1 tensors (B, T, D): the blocks' input (embeddings, positions
     added, a sequence classifier's [CLS] vector before each row's first real token), each block's output but the
-    last, and the last hidden state (the last block's output after the final LayerNorm), as in ``transformers``'
+    last, and the last hidden state (the last block's output after the final norm), as in ``transformers``'
     decoders.
     ``output_attentions``: one tensor (B, H, T, T) per layer, the weights with which each position mixes the values
     of the others (output = weights @ V), computed by the kind's reference path whatever ``backend`` (flex, banded,

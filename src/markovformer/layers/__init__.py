@@ -1,4 +1,4 @@
-"""nn.Modules built from ops: Markov bias and gates, attention kinds, FFNs, GRU injection, the pre-LN block."""
+"""nn.Modules built from ops: Markov bias and gates, attention kinds, FFNs, GRU injection, norms, the pre-LN block."""
 
 from markovformer.layers.attention import AttentionOutput, SelfAttention
 from markovformer.layers.block import PreLNBlock
@@ -12,6 +12,7 @@ from markovformer.layers.hybrid_attention import (
 from markovformer.layers.markov_attention import MarkovAttention
 from markovformer.layers.markov_bias import MarkovBias
 from markovformer.layers.min_gru import MinGRUInjection
+from markovformer.layers.norm import NORMS, build_norm
 from markovformer.layers.position import RotaryEmbedding
 from markovformer.layers.random_feature_attention import RandomFeatureAttention
 from markovformer.layers.registry import ATTENTION_KINDS, build_attention
@@ -29,6 +30,7 @@ __all__ = [
     "MarkovAttention",
     "MarkovBias",
     "MinGRUInjection",
+    "NORMS",
     "PreLNBlock",
     "RandomFeatureAttention",
     "RotaryEmbedding",
@@ -38,4 +40,5 @@ __all__ = [
     "build_attention",
     "build_ffn",
     "build_injection",
+    "build_norm",
 ]

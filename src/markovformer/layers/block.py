@@ -1,4 +1,5 @@
-"""The pre-LN block: x += Attn(LN1 x); x += W_gru GRU(x) (optional); x += FFN(LN2 x).
+"""The pre-LN block: x += Attn(LN1 x); x += W_gru GRU(x) (optional); x += FFN(LN2 x), LN a LayerNorm or an RMSNorm
+(``layers.norm``).
 
 The block only passes decoding states along: ``state["mixer"]`` to its sequence mixer, ``state["injection"]`` to
 its recurrent injection; each keeps its own (see ``layers.attention``).
@@ -18,6 +19,7 @@ import inspect
 from torch import Tensor, nn
 
 from markovformer.layers.attention import AttentionOutput
+from markovformer.layers.norm import build_norm
 from markovformer.ops.segments import Segments
 
 
@@ -48,8 +50,8 @@ def _per_document(module: nn.Module, x: Tensor, segments: Segments, *args) -> tu
 class PreLNBlock(nn.Module):
     """The pre-LN block of the module docstring around a sequence mixer ``attention`` (any attention kind's layer),
     a position-wise ``ffn`` and an optional recurrent injection ``gru``, all of width ``d_model``; ``dropout`` on
-    each sublayer's output while training; ``bias=False``: LayerNorms without an additive bias (nanoGPT's
-    ``bias=False``)."""
+    each sublayer's output while training; ``norm``: the two norms' kind (``layers.norm.NORMS``); ``bias=False``:
+    LayerNorms without an additive bias (nanoGPT's ``bias=False``; an RMSNorm has none)."""
 
     def __init__(
         self,
@@ -59,12 +61,13 @@ class PreLNBlock(nn.Module):
         gru: nn.Module | None = None,
         dropout: float = 0.0,
         bias: bool = True,
+        norm: str = "layernorm",
     ) -> None:
         super().__init__()
-        self.attention_norm = nn.LayerNorm(d_model, bias=bias)
+        self.attention_norm = build_norm(norm, d_model, bias)
         self.attention = attention
         self.gru = gru
-        self.ffn_norm = nn.LayerNorm(d_model, bias=bias)
+        self.ffn_norm = build_norm(norm, d_model, bias)
         self.ffn = ffn
         self.dropout = nn.Dropout(dropout)
         # whether the block decodes incrementally (its mixer and its injection, if any, carry states), resolved once

@@ -9,6 +9,7 @@ from markovformer.layers.ffn import FFNS
 from markovformer.layers.gru import INJECTION_KINDS
 from markovformer.layers.hybrid_attention import markov_head_count
 from markovformer.layers.markov_attention import MarkovOptions
+from markovformer.layers.norm import NORMS
 from markovformer.layers.options import SCOPES
 from markovformer.layers.position import POSITIONS
 from markovformer.layers.registry import ATTENTION_KINDS, LayerSpec, attention_option_names
@@ -50,8 +51,11 @@ class MarkovianTransformerConfig(ModelConfig):
     "last", "cls": needs ``causal=False``) are the classification heads'; ``tie_word_embeddings`` ties the causal
     LM's output projection to the token embedding; ``gate_entropy_weight`` and ``transition_penalty`` (>= 0) weigh
     the regularisers ``regularization_loss`` adds (the gate entropy, Σ θ²); ``init_scheme`` "normal" or "gpt2"
-    (residual projections at std initializer_range / sqrt(2 n_layers)); ``bias=False`` drops the LayerNorms' and
-    the GELU MLP's biases.
+    (residual projections at std initializer_range / sqrt(2 n_layers)); ``norm`` the blocks' two norms and the final
+    norm, "layernorm" or "rmsnorm" (Llama's, the "Transformer++" baseline's; eps 1e-5 both, ``layers.norm``);
+    ``bias=False`` drops the LayerNorms' and the GELU MLP's biases. An RMSNorm has no bias, so with "rmsnorm"
+    ``bias`` switches the GELU MLP's alone (as it does nothing to SwiGLU's, which has none): refusing the default
+    ``bias=True`` would make ``norm="rmsnorm"`` an error unless ``bias=False`` were typed too.
     Renamed fields (old configs still load): ``max_position`` -> ``max_positions``.
     """
 
@@ -97,6 +101,7 @@ class MarkovianTransformerConfig(ModelConfig):
     transition_penalty: float = 0.0
     initializer_range: float = 0.02
     init_scheme: str = "normal"  # or "gpt2": residual projections at std initializer_range / sqrt(2 n_layers)
+    norm: str = "layernorm"  # or "rmsnorm": the blocks' and the final norm (NORMS)
     bias: bool = True  # biases of the LayerNorms and the GELU MLP; False is nanoGPT's bias=False
 
     def __post_init__(self) -> None:
@@ -155,7 +160,7 @@ class MarkovianTransformerConfig(ModelConfig):
         if self.scope is None and "scope" in self._options_read():
             self.scope = "local" if "max_order" in self._options_read(kinds - {"softmax"}) else "global"
         for field, options in (("feature_map", FEATURE_MAPS), ("ffn", FFNS), ("position", POSITIONS),
-                               ("pooling", POOLINGS), ("gru_kind", INJECTION_KINDS)):  # fmt: skip
+                               ("pooling", POOLINGS), ("gru_kind", INJECTION_KINDS), ("norm", NORMS)):  # fmt: skip
             choice(field, options)
         if self.scope is not None:
             choice("scope", SCOPES)

@@ -1,4 +1,4 @@
-"""The Markovian Transformer: an embedding, pre-LN blocks with per-layer attention kinds, and heads."""
+"""The Markovian Transformer: an embedding, pre-norm blocks with per-layer attention kinds, a final norm, and heads."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from markovformer.layers.block import PreLNBlock
 from markovformer.layers.ffn import build_ffn
 from markovformer.layers.gru import build_injection
 from markovformer.layers.markov_bias import MarkovBias
+from markovformer.layers.norm import build_norm
 from markovformer.layers.position import sinusoidal_at, sinusoidal_positions
 from markovformer.layers.random_feature_attention import recomputation
 from markovformer.layers.registry import LayerSpec, build_layer
@@ -46,7 +47,7 @@ class MarkovianTransformerOutput:
 
     logits: Tensor | None = None
     loss: Tensor | None = None
-    last_hidden_state: Tensor | None = None  # (B, T, D), after the final LayerNorm
+    last_hidden_state: Tensor | None = None  # (B, T, D), after the final norm
     gates: list[dict[str, Tensor] | None] | None = None  # per layer: direction -> (B, H, T, K [+1])
     attentions: list[Tensor] | None = None  # per layer: (B, H, T, T) probabilities
     state: dict | None = None  # the decoding state when one was passed: give it to the next call
@@ -108,7 +109,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
         )
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(self._block(spec) for spec in config.layer_specs())
-        self.final_norm = nn.LayerNorm(config.d_model, bias=config.bias)
+        self.final_norm = build_norm(config.norm, config.d_model, config.bias)
         self.init_weights()
         if config.init_scheme == "gpt2":
             self.scale_residual_projections()
@@ -131,7 +132,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
                                 rotary=config.position == "rotary")  # fmt: skip
         ffn = build_ffn(config.ffn, config.d_model, config.ffn_mult, config.dropout, config.bias)
         gru = build_injection(config.gru_kind, config.d_model, config.bidirectional) if config.gru else None
-        return PreLNBlock(config.d_model, attention, ffn, gru, config.dropout, config.bias)
+        return PreLNBlock(config.d_model, attention, ffn, gru, config.dropout, config.bias, config.norm)
 
     def embed_inputs(
         self, input_ids: Tensor | None = None, input_features: Tensor | None = None, start: int = 0,
