@@ -3,9 +3,10 @@ converted here (names, GPT-2's transposed Conv1D weights and fused c_attn, Llama
 logits in float64, the same loss and gradients, and the same greedy continuations.
 
 - ``gpt2_style_config`` (the GPT-2-style model; with ``bias=False`` nanoGPT's block) against ``GPT2LMHeadModel``.
-- The softmax model with rotary positions and SwiGLU (``bias=False``) against ``LlamaForCausalLM`` with its RMSNorms
-  replaced by bias-free LayerNorms: the library has no RMSNorm; the rest (rotary, SwiGLU, the pre-norm wiring, the
-  bias-free projections) is Llama's.
+- The softmax model with rotary positions, SwiGLU, ``norm="rmsnorm"`` and ``bias=False`` against
+  ``LlamaForCausalLM`` as transformers builds it (``rms_norm_eps`` 1e-5, our ``NORM_EPS``); and with the default
+  ``norm="layernorm"`` against the same Llama, its RMSNorms replaced by bias-free LayerNorms (the rest: rotary,
+  SwiGLU, the pre-norm wiring, the bias-free projections, is Llama's either way).
 
 The conventions in which the two differ, each bridged by the conversion, the reference's config or a tolerance:
 - GELU: exact (erf), as nanoGPT's ``nn.GELU()``; GPT-2 proper uses the tanh approximation (``gelu_new``), so the
@@ -15,13 +16,14 @@ The conventions in which the two differ, each bridged by the conversion, the ref
 - Rotary: pairs (2i, 2i+1) rotate together; Llama's ``rotate_half`` pairs (i, i + Dh/2). The query and key rows of
   each head are permuted (as transformers' Meta-to-HF converter does), which leaves every score unchanged.
   transformers computes the angles in float32 even in a float64 model; ours in the model's dtype (``LOGITS_ATOL``).
+- RMSNorm: ``LlamaRMSNorm`` normalises in float32 whatever the model's dtype; ours in the model's (``LOGITS_ATOL``).
 - Loss: transformers upcasts logits to float32 first (``ForCausalLMLoss``); ours keeps float64, so ours is checked
   against a float64 cross-entropy of the reference logits, and transformers' loss at float32's precision.
 - Llama's embedding takes ``pad_token_id`` as ``padding_idx``: that row never learns. Ours has none (padding is
   the attention mask's business), so the reference is built without one.
 - ``generate``: transformers infers the attention mask from ``pad_token_id`` when none is given (a prompt token equal
   to it is taken for padding), so the mask is always passed.
-LayerNorm eps (1e-5), the attention scale (1/sqrt(Dh)), learned positions from 0, the final LayerNorm, tied
+The norms' eps (1e-5), the attention scale (1/sqrt(Dh)), learned positions from 0, the final norm, tied
 embeddings, the rotary frequencies (base 10000) and left-padded rows' positions (from each row's first real token)
 are the same on both sides.
 Skipped when transformers is absent."""
@@ -37,6 +39,7 @@ from torch import nn
 
 transformers = pytest.importorskip("transformers", reason="transformers is absent: pip install 'markovformer[hf]'")
 
+from markovformer.layers.norm import NORM_EPS  # noqa: E402
 from markovformer.models.markovian_transformer import (  # noqa: E402
     MarkovianTransformerConfig,
     MarkovianTransformerForCausalLM,
@@ -110,9 +113,10 @@ def _reference_gpt2(ours: MarkovianTransformerForCausalLM) -> nn.Module:
     return reference
 
 
-def _ours_llama() -> MarkovianTransformerForCausalLM:
+def _ours_llama(norm: str) -> MarkovianTransformerForCausalLM:
     config = MarkovianTransformerConfig(vocab_size=VOCAB, d_model=D_MODEL, n_layers=N_LAYERS, n_heads=N_HEADS,
-                                        attention="softmax", ffn="swiglu", position="rotary", bias=False)  # fmt: skip
+                                        attention="softmax", ffn="swiglu", position="rotary", bias=False,
+                                        norm=norm)  # fmt: skip
     return _perturbed(MarkovianTransformerForCausalLM(config))
 
 
@@ -147,19 +151,21 @@ def _llama_weights(ours: MarkovianTransformerForCausalLM) -> dict[str, torch.Ten
 
 
 def _reference_llama(ours: MarkovianTransformerForCausalLM) -> nn.Module:
-    """LlamaForCausalLM of ours' size and weights, its RMSNorms replaced by bias-free LayerNorms (ours' norm). No
-    ``pad_token_id``: Llama would make it its embedding's ``padding_idx``, whose row then gets no gradient."""
+    """LlamaForCausalLM of ours' size and weights; with ours' ``norm="layernorm"`` its RMSNorms replaced by bias-free
+    LayerNorms. No ``pad_token_id``: Llama would make it its embedding's ``padding_idx``, whose row then gets no
+    gradient."""
     config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=D_MODEL, num_hidden_layers=N_LAYERS,
                                       num_attention_heads=N_HEADS, num_key_value_heads=N_HEADS,
                                       intermediate_size=ours.model.blocks[0].ffn.down.in_features,
                                       max_position_embeddings=MAX_POSITIONS, attention_bias=False, mlp_bias=False,
-                                      tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
-                                      pad_token_id=None)  # fmt: skip
+                                      rms_norm_eps=NORM_EPS, tie_word_embeddings=False, bos_token_id=0,
+                                      eos_token_id=0, pad_token_id=None)  # fmt: skip
     reference = transformers.LlamaForCausalLM(config)
-    for layer in reference.model.layers:
-        layer.input_layernorm = nn.LayerNorm(D_MODEL, eps=1e-5, bias=False)
-        layer.post_attention_layernorm = nn.LayerNorm(D_MODEL, eps=1e-5, bias=False)
-    reference.model.norm = nn.LayerNorm(D_MODEL, eps=1e-5, bias=False)
+    if ours.config.norm == "layernorm":
+        for layer in reference.model.layers:
+            layer.input_layernorm = nn.LayerNorm(D_MODEL, eps=1e-5, bias=False)
+            layer.post_attention_layernorm = nn.LayerNorm(D_MODEL, eps=1e-5, bias=False)
+        reference.model.norm = nn.LayerNorm(D_MODEL, eps=1e-5, bias=False)
     reference = reference.double().eval()
     reference.load_state_dict(_llama_weights(ours), strict=True)
     return reference
@@ -169,7 +175,8 @@ def _reference_llama(ours: MarkovianTransformerForCausalLM) -> nn.Module:
 FAMILIES = {
     "gpt2": (lambda: _ours_gpt2(bias=True), _gpt2_weights, _reference_gpt2),
     "nanogpt_no_bias": (lambda: _ours_gpt2(bias=False), _gpt2_weights, _reference_gpt2),
-    "llama_layernorm": (_ours_llama, _llama_weights, _reference_llama),
+    "llama": (lambda: _ours_llama("rmsnorm"), _llama_weights, _reference_llama),
+    "llama_layernorm": (lambda: _ours_llama("layernorm"), _llama_weights, _reference_llama),
 }
 
 
@@ -189,8 +196,9 @@ def _holding_gradients(model: nn.Module) -> nn.Module:
 
 
 # transformers computes rotary angles in float32 even in a float64 model (LlamaRotaryEmbedding: cos off by up to
-# 8e-8, logits by 4e-7 here); ours in the model's dtype. A misplaced weight moves logits by O(1).
-LOGITS_ATOL = {"llama_layernorm": 2e-6}
+# 8e-8, logits by 4e-7 here), and LlamaRMSNorm normalises in float32 (logits off by up to 2.2e-6, gradients by
+# 9.2e-7 here); ours in the model's dtype. A misplaced weight, or LayerNorm for RMSNorm, moves logits by O(1).
+LOGITS_ATOL = {"llama": 5e-6, "llama_layernorm": 2e-6}
 
 
 def _ids(batch: int = 3, length: int = MAX_POSITIONS, seed: int = 1) -> torch.Tensor:
