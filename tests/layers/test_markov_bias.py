@@ -206,3 +206,45 @@ def test_a_copy_or_pickle_after_a_training_forward_holds_no_activations():
     assert torch.load(buffer, weights_only=False).last_gate_entropy is None
     past, _, _ = module(x, q)
     torch.testing.assert_close(twin(x, q)[0], past, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("gate, hidden_layers", [("linear", 0), ("mlp", 1), ("deep_mlp", 2)])
+def test_gate_networks_have_the_spec_depth_of_gelu_hidden_layers(gate, hidden_layers):
+    """SPEC 2.2: "linear" maps the input to the logits, "mlp" has one GELU hidden layer, "deep_mlp" two; recomputed
+    here from the raw weights (token gate: one network over d_model, an output per head and slot)."""
+    module = _bias(gate=gate, gate_input="token")
+    x, q = _activations()
+    network = module.gate_networks["past"]
+    hidden = x
+    for index in range(hidden_layers):
+        layer = network[2 * index]
+        hidden = F.gelu(hidden @ layer.weight[0] + layer.bias[0])
+    final = network[-1]
+    logits = (hidden @ final.weight[0] + final.bias[0]).view(2, 7, HEADS, -1).transpose(1, 2)
+    assert len(network) == 2 * hidden_layers + 1
+    torch.testing.assert_close(module(x, q).gates["past"], torch.softmax(logits, -1), rtol=1e-12, atol=1e-12)
+
+
+def test_gumbel_gates_pass_the_soft_samples_gradient_straight_through():
+    """SPEC 2.2: a straight-through hard sample: the forward is one-hot, the backward is the gradient of the soft
+    Gumbel-softmax drawn with the same noise (a plain argmax would pass no gradient to the gate at all)."""
+    module = _bias(gate_gumbel_tau=0.5, gate_input="static").train()
+    x, q = _activations()
+    weights = torch.randn(2, HEADS, 7, ORDER + 1, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    torch.manual_seed(0)
+    hard = module(x, q).gates["past"]
+    (hard_grad,) = torch.autograd.grad((hard * weights).sum(), module.static_gate_logits["past"])
+    torch.manual_seed(0)
+    logits = module.static_gate_logits["past"][None, :, None, :].expand(2, -1, 7, -1)
+    soft = F.gumbel_softmax(logits, tau=0.5, hard=False, dim=-1)
+    (soft_grad,) = torch.autograd.grad((soft * weights).sum(), module.static_gate_logits["past"])
+    assert torch.equal(hard, F.one_hot(soft.argmax(-1), ORDER + 1).to(hard.dtype))  # the same noise drawn
+    assert hard_grad.abs().max() > 1e-3
+    torch.testing.assert_close(hard_grad, soft_grad, rtol=1e-12, atol=1e-12)
+
+
+def test_transition_parameters_start_as_n_0_002_draws():
+    """SPEC 2.1: theta ~ N(0, 0.02) by default (4096 draws: the sample std is within 5 % of 0.02)."""
+    torch.manual_seed(0)
+    theta = MarkovBias(d_model=8, n_heads=64, max_order=64).theta["past"].detach()
+    assert abs(theta.std().item() / 0.02 - 1) < 0.05 and abs(theta.mean().item()) < 0.02 * 4 / 64
