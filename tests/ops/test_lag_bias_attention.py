@@ -396,3 +396,35 @@ def test_window_past_the_sequence_is_global_scope_in_global_memory(backend, caus
     leaves = [t.detach().requires_grad_(True) for t in tensors]
     assert bytes_saved_for_backward(lambda: attention(50 * length)(*leaves)) <= bytes_saved_for_backward(
         lambda: attention(length - 1)(*leaves))
+
+
+@pytest.mark.parametrize("path", ["banded", "chunked", "naive"])
+def test_backward_memory_is_linear_in_t_and_holds_no_t_by_t_bias_outside_the_naive_reference(path):
+    """SPEC 1 and 2.4: local scope costs O(T·W) memory (banded), the global-scope fast path O(T) (chunked), and no
+    (T, T) tensor is kept outside the naive reference; the naive one is quadratic, which shows the check has power."""
+    window = {"banded": 4, "chunked": None, "naive": 4}[path]
+
+    def attention(q, k, v, past):
+        if path == "banded":
+            return lag_bias_attention_banded(q, k, v, past, None, window=window, causal=True)
+        if path == "chunked":
+            return lag_bias_attention_chunked(q, k, v, past, None, causal=True)
+        return lag_bias_attention_naive(q, k, v, past, None, window=window, causal=True)[0]
+
+    def saved(length):
+        leaves = [t.float().requires_grad_(True) for t in _inputs(length, order=3, batch=1)[:4]]
+        largest = []
+
+        def pack(tensor):
+            largest.append(tensor.numel())
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            attention(*leaves)
+        return bytes_saved_for_backward(lambda: attention(*leaves)), max(largest)
+
+    (small, _), (large, largest) = saved(512), saved(1024)
+    if path == "naive":
+        assert large > 3.5 * small and largest >= HEADS * 1024 * 1024
+    else:
+        assert large < 2.2 * small and largest < 1024 * 1024 / 8
