@@ -194,3 +194,26 @@ def test_an_option_neither_part_reads_is_refused_naming_what_the_hybrid_reads(mo
         with pytest.raises(TypeError, match=r"unexpected keyword argument 'markov_head_ratio'"):
             HybridAttention(mode=mode, d_model=D_MODEL, n_heads=HEADS, **MARKOV, markov_head_ratio=0.5)
     HybridAttention(mode=mode, d_model=D_MODEL, n_heads=HEADS, **MARKOV, **FEATURES)  # every part's own: taken
+
+
+def test_random_features_are_redrawn_every_interval_in_training_only_and_saved_with_the_model():
+    """SPEC 2.5: W is a buffer; ``redraw_interval`` redraws it during training and stores it, so evaluation (and a
+    model loaded from the state dict) uses the latest draw; evaluation itself never redraws."""
+    torch.manual_seed(0)
+    layer = RandomFeatureAttention(d_model=D_MODEL, n_heads=HEADS, **{**FEATURES, "redraw_interval": 3}).double()
+    core = layer.cores[0]
+    x = _input()
+    draws = [core.projection.clone()]
+    for _ in range(7):
+        layer.train()(x)
+        draws.append(core.projection.clone())
+    changed = [step for step in range(1, 8) if not torch.equal(draws[step], draws[step - 1])]
+    assert changed == [3, 6]
+    assert "cores.0.projection" in layer.state_dict()
+    evaluated = layer.eval()(x)
+    assert torch.equal(layer(x), evaluated) and torch.equal(core.projection, draws[-1])
+    torch.manual_seed(1)
+    loaded = RandomFeatureAttention(d_model=D_MODEL, n_heads=HEADS, **{**FEATURES, "redraw_interval": 3}).double()
+    assert not torch.equal(loaded.cores[0].projection, draws[-1])
+    loaded.load_state_dict(layer.state_dict())
+    torch.testing.assert_close(loaded.eval()(x), evaluated, rtol=0, atol=0)
