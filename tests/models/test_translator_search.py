@@ -201,3 +201,30 @@ def test_generate_options_the_translator_cannot_follow_are_named_and_zero_new_to
         model.generate(src, max_new_tokens=3, num_beams=2, suppress_tokens=[3])
     with pytest.raises(ValueError, match=r"labels must have the shape of tgt_ids \(2, 3\); got \(2, 2\)"):
         model(src, tgt_ids=src, labels=src[:, :2])
+
+
+@pytest.mark.parametrize("order, transparent", [(2, True), (None, False)])
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_search_encodes_each_source_and_its_cross_attention_keys_once(order, transparent, beam_size):
+    """SPEC 3: the source memory's cross-attention keys and values are computed once per sentence: one encoder pass
+    and one key/value projection per decoder layer over the B sources, whatever the steps and beams."""
+    torch.manual_seed(0)
+    model = MarkovTranslatorForConditionalGeneration(_config(vocab_size=7, order=order, transparent=transparent,
+                                                             eos_token_id=6)).eval()  # fmt: skip
+    calls = []
+
+    def counted(name, function):
+        def run(memory, *args, **kwargs):
+            calls.append((name, memory.shape[0]))
+            return function(memory, *args, **kwargs)
+
+        return run
+
+    model.encode = counted("encode", model.encode)
+    for index, layer in enumerate(model.decoder_layers):
+        layer.cross_attention.keys_values = counted(f"keys_values {index}", layer.cross_attention.keys_values)
+    src = torch.randint(3, 6, (2, 5), generator=torch.Generator().manual_seed(1))
+    output = generate(model, src, beam_size=beam_size, max_length=6)
+    assert output.sequences.shape[1] > 2  # several decoding steps ran
+    layers = len(model.decoder_layers)
+    assert sorted(calls) == sorted([("encode", 2)] + [(f"keys_values {index}", 2) for index in range(layers)])
