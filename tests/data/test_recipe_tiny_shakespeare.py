@@ -51,6 +51,7 @@ def test_a_wrong_checksum_writes_nothing(tmp_path):
 def test_the_recorded_checksum_is_the_real_file_s():
     content = SHARED.read_bytes()
     assert len(content) == 1_115_394 and hashlib.sha256(content).hexdigest() == shakespeare.SHA256
+    assert len(set(content.decode("utf-8"))) == 65  # SPEC 4: 65 symbols (all ASCII: 1,115,394 characters too)
 
 
 def test_configs_find_the_prepared_file_through_the_data_directory(tmp_path, monkeypatch, fake_source):

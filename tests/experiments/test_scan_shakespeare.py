@@ -159,3 +159,17 @@ def test_a_models_cell_is_read_back_when_another_models_budget_changes(monkeypat
     assert trained[6:] == ["scan_markov"]
     run(transformer_steps=200, scan_steps=200, eval_chars=3000)  # scored on another span: every cell again
     assert trained[7:] == list(scan_shakespeare.MODELS)
+
+
+def test_the_example_config_is_the_seeds_setup_and_the_kneser_ney_reference_is_spec_s():
+    """SPEC 4: characters of Tiny Shakespeare, first 90 % train / last 10 % validation, contexts n = 2..5 in equal
+    proportion (one n drawn uniformly per batch), label smoothing 0.1; interpolated Kneser-Ney scores 2.041 / 1.722 /
+    1.566 / 1.539 nats at n = 2..5 and their mean, 1.717, on the mixture."""
+    config = load_yaml(shipped_config("scan_shakespeare"))
+    assert config["model_type"] == "scan_markov" and config["model"]["context_mode"] == "markov"
+    assert config["data"]["tokenizer"] == "char" and config["data"]["fractions"] == [0.9, 0.1, 0.0]
+    assert config["task_options"]["orders"] == [2, 3, 4, 5] and config["trainer"]["label_smoothing"] == 0.1
+    assert scan_shakespeare.KNESER_NEY == {2: 2.041, 3: 1.722, 4: 1.566, 5: 1.539}
+    assert scan_shakespeare.KNESER_NEY_MIXTURE == 1.717
+    assert round(sum(scan_shakespeare.KNESER_NEY.values()) / 4, 3) == scan_shakespeare.KNESER_NEY_MIXTURE
+
