@@ -60,6 +60,18 @@ def test_swiglu_by_hand(d_model, mult):
     torch.testing.assert_close(ffn(x), expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_gelu_mlp_by_hand(bias):
+    """SPEC 2.7's other FFN: W2 GELU(W1 x + b1) + b2, hidden width mult * d_model."""
+    torch.manual_seed(0)
+    ffn = build_ffn("gelu", 16, mult=3, bias=bias).double()
+    assert ffn.up.weight.shape == (48, 16) and ffn.down.weight.shape == (16, 48)
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    b1, b2 = (ffn.up.bias, ffn.down.bias) if bias else (0.0, 0.0)
+    expected = F.gelu(x @ ffn.up.weight.T + b1) @ ffn.down.weight.T + b2
+    torch.testing.assert_close(ffn(x), expected, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "qkv_view", "expanded", "odd_stride"])
 def test_rotary_complex_path_matches_the_pair_path_on_outputs_and_gradients(layout):
     """Every layout gets the pair formula, written out here on even/odd slices, on outputs and gradients; the
