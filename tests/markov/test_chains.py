@@ -455,3 +455,16 @@ def test_expected_loss_ignores_symbols_the_kernel_never_emits():
     truth[:, :-1] = chain.log_prob_next(x)  # holds log 0 = -inf
     value = chain.expected_loss(x, truth)
     assert math.isfinite(value) and value == pytest.approx(chain.entropy_rate(), abs=0.05)
+
+
+def test_without_a_generator_draws_are_seeded_with_0_not_taken_from_the_global_rng():
+    """SPEC 1: randomness goes through an explicit generator or seed; None means a generator seeded with 0."""
+
+    def draws(global_seed: int) -> list[torch.Tensor]:
+        torch.manual_seed(global_seed)
+        chain = random_chain(2, 3)
+        return [chain.transition, chain.sample(4, 20), switching_chain(0.3, 0.4).sample(4, 20)]
+
+    for first, again in zip(draws(1), draws(2), strict=True):
+        assert torch.equal(first, again)
+    assert torch.equal(random_chain(2, 3).transition, random_chain(2, 3, generator=seeded(0)).transition)

@@ -150,3 +150,16 @@ def _two_binary_kernels() -> torch.Tensor:
 def test_kernel_functions_refuse_bad_input_naming_it(build, name):
     with pytest.raises(ValueError, match=f"^{name}"):
         build()
+
+
+@pytest.mark.parametrize("per_sequence", [False, True])
+def test_without_a_generator_draws_are_seeded_with_0_not_taken_from_the_global_rng(per_sequence):
+    """SPEC 1: randomness goes through an explicit generator or seed; None means a generator seeded with 0."""
+
+    def draws(global_seed: int) -> list[torch.Tensor]:
+        torch.manual_seed(global_seed)
+        sequences, kernels = RandomChainSampler(2, 2, beta=1.0, per_sequence=per_sequence).sample(3, 16)
+        return [sequences, kernels, dirichlet_kernels(3, 2, 2, 1.0), sample_from_kernels(16, kernels)]
+
+    for first, again in zip(draws(1), draws(2), strict=True):
+        assert torch.equal(first, again)
