@@ -69,9 +69,14 @@ def test_add_beta_loss_averages_targets_from_order():
     assert add_beta_loss(x, 2, 3, 0.5) == pytest.approx(expected, abs=1e-12)
 
 
-@pytest.mark.parametrize(("order", "oracle", "add_one"), [(1, 0.483, 0.492), (2, 0.473, 0.488), (3, 0.465, 0.489)])
+@pytest.mark.parametrize(
+    ("order", "oracle", "add_one"),
+    [(1, 0.483, 0.492), (2, 0.473, 0.488), (3, 0.465, 0.489), (4, 0.477, 0.515), (8, 0.497, 0.634)],
+)
 def test_spec_monte_carlo_reference_values(order, oracle, add_one):
-    # binary chains with rows ~ U[0,1] = Dirichlet(1), redrawn per sequence, T = 512
+    # binary chains with rows ~ U[0,1] = Dirichlet(1), redrawn per sequence, T = 512. Over 8 x 8000 sequences this
+    # code gives 0.4805/0.4894, 0.4701/0.4848, 0.4708/0.4949, 0.4749/0.5130, 0.4954/0.6340 (standard error <= 0.001):
+    # SPEC's k = 3 pair sits 0.006 low, outside its own ±0.003, hence the 0.01 tolerance
     sampler = RandomChainSampler(order, 2, 1.0, per_sequence=True)
     x, kernels = sampler.sample(8000, 512, generator=seeded(order))
     assert icl_oracle_loss(x, kernels) == pytest.approx(oracle, abs=0.01)
