@@ -125,3 +125,26 @@ def test_rotary_layers_share_one_table_whose_rows_are_the_formula_near_and_beyon
 def test_an_unknown_ffn_kind_is_named():
     with pytest.raises(ValueError, match="ffn must be one of .*; got 'relu'"):
         build_ffn("relu", 8)
+
+
+def test_the_default_position_extrapolates_a_local_model_reads_the_same_window_alike_at_any_position():
+    """SPEC 2.7: the default position information extrapolates past the trained lengths. With the defaults (rotary,
+    local scope) a token's logits depend on its last n_layers * window tokens alone, wherever they sit: the same 9
+    tokens at positions 0..8 or 500..508 give the same logits at the last one (absolute positions would not)."""
+    from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+
+    torch.manual_seed(0)
+    config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2)
+    assert config.position == "rotary" and config.scope == "local"
+    model = MarkovianTransformerForCausalLM(config).double().eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.5 * torch.randn_like(parameter))  # away from the near-linear 0.02 init
+    reach = config.n_layers * config.window
+    g = torch.Generator().manual_seed(1)
+    window = torch.randint(0, 11, (1, reach + 1), generator=g)
+    far = torch.cat([torch.randint(0, 11, (1, 500), generator=g), window], dim=1)
+    with torch.no_grad():
+        near_logits, far_logits = model(window).logits[0, -1], model(far).logits[0, -1]
+    assert near_logits.abs().max() > 1e-2
+    torch.testing.assert_close(far_logits, near_logits, rtol=1e-9, atol=1e-9)
