@@ -173,3 +173,26 @@ def test_bad_layer_arguments_are_named():
     with pytest.raises(ValueError, match="SelectiveAttention cannot keep packed documents apart itself"):
         layer = build_attention("selective", d_model=8, n_heads=2, causal=True, rotary=False)
         layer(torch.randn(1, 4, 8), None, segments=Segments.from_positions(torch.tensor([[0, 1, 0, 1]])))
+
+
+# --- SPEC 1: a query that sees no real key -------------------------------------------------------------------------
+
+SPEC_KINDS = [("markov", "local"), ("markov", "global"), ("softmax", "local"), ("softmax", "global"), ("rff", None),
+              ("hybrid_split", "local"), ("hybrid_parallel", "global")]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind, scope", SPEC_KINDS, ids=[f"{k}-{s or 'default'}" for k, s in SPEC_KINDS])
+def test_a_query_whose_every_key_is_masked_returns_zeros_and_finite_gradients(kind, scope, dtype):
+    """SPEC 1: zeros, never NaN, in fp32, fp16 and bf16. Row 1 is left-padded by 5: its causal queries 0..4 see
+    padding only; the other outputs stay finite and nonzero."""
+    layer = _layer(kind, scope, causal=True).to(dtype)
+    mask = torch.ones(2, LENGTH, dtype=torch.long)
+    mask[1, :5] = 0
+    x = torch.randn(2, LENGTH, 16, generator=torch.Generator().manual_seed(2)).to(dtype).requires_grad_(True)
+    out = layer(x, mask)
+    out = out.output if isinstance(out, AttentionOutput) else out
+    assert torch.equal(out[1, :5], torch.zeros_like(out[1, :5]))
+    assert torch.isfinite(out).all() and (out[1, 5:].abs().amax(-1) > 0).all() and (out[0].abs().amax(-1) > 0).all()
+    out.float().square().sum().backward()
+    assert torch.isfinite(x.grad).all()
