@@ -148,3 +148,32 @@ def test_the_default_position_extrapolates_a_local_model_reads_the_same_window_a
         near_logits, far_logits = model(window).logits[0, -1], model(far).logits[0, -1]
     assert near_logits.abs().max() > 1e-2
     torch.testing.assert_close(far_logits, near_logits, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rotary", "none"])
+def test_model_inputs_are_the_embedding_or_frame_projection_plus_the_additive_position(position):
+    """SPEC 2.7: token ids go through an embedding, feature frames through a linear projection; learned absolute and
+    sinusoidal positions are added to them (pe[t, 2i] = sin(t / 10000^(2i/D)), pe[t, 2i+1] = the cos), rotary and
+    none add nothing (rotary acts inside attention)."""
+    from markovformer import MarkovianTransformerConfig, MarkovianTransformerModel
+
+    d_model, length = 8, 5
+    angle = torch.arange(length, dtype=torch.float64)[:, None] / 10000 ** (torch.arange(0, d_model, 2) / d_model)
+    sinusoid = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2)
+    for inputs in ({"vocab_size": 7}, {"vocab_size": None, "input_dim": 3}):
+        torch.manual_seed(0)
+        config = MarkovianTransformerConfig(**inputs, d_model=d_model, n_layers=1, n_heads=2, position=position,
+                                            max_positions=16 if position == "learned" else None, causal=False)
+        model = MarkovianTransformerModel(config).double()
+        g = torch.Generator().manual_seed(1)
+        if config.vocab_size:
+            given = {"input_ids": torch.randint(0, 7, (2, length), generator=g)}
+            expected = model.embed.weight[given["input_ids"]]
+        else:
+            given = {"input_features": torch.randn(2, length, 3, generator=g, dtype=torch.float64)}
+            expected = given["input_features"] @ model.embed.weight.T + model.embed.bias
+        if position == "learned":
+            expected = expected + model.position_embedding.weight[:length]
+        elif position == "sinusoidal":
+            expected = expected + sinusoid
+        torch.testing.assert_close(model.embed_inputs(**given), expected, rtol=1e-6, atol=1e-6)
