@@ -217,3 +217,19 @@ def test_random_features_are_redrawn_every_interval_in_training_only_and_saved_w
     assert not torch.equal(loaded.cores[0].projection, draws[-1])
     loaded.load_state_dict(layer.state_dict())
     torch.testing.assert_close(loaded.eval()(x), evaluated, rtol=0, atol=0)
+
+
+def test_the_default_feature_map_is_favor_plus_positive_features():
+    """SPEC 2.5: feature_map="positive" (FAVOR+) is the default, for the layer and the model config alike: the
+    default layer's weights are a convex combination (positive features) wherever a key is visible."""
+    from markovformer import MarkovianTransformerConfig
+    from markovformer.layers.random_feature_attention import RandomFeatureOptions
+
+    assert RandomFeatureOptions().feature_map == "positive"
+    assert MarkovianTransformerConfig(vocab_size=5, attention="rff").feature_map == "positive"
+    torch.manual_seed(0)
+    layer = RandomFeatureAttention(d_model=D_MODEL, n_heads=HEADS).double().eval()
+    weights = layer(_input(), return_weights=True).weights
+    visible = torch.ones(LENGTH, LENGTH, dtype=torch.bool).tril()  # causal by default
+    assert (weights[..., visible] > 0).all() and (weights[..., ~visible] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)), rtol=1e-12, atol=1e-12)
