@@ -217,3 +217,32 @@ def test_resampling_never_draws_a_non_finite_weight_and_survives_a_row_without_a
     torch.testing.assert_close(probabilities[2], torch.full((3,), 1 / 3, dtype=torch.float64))
     plain = torch.randn(4, 2, dtype=torch.float64)
     torch.testing.assert_close(resampling_probabilities(plain), plain.T.softmax(-1))
+
+
+def test_the_elbo_is_differentiated_through_its_reparameterised_sequential_draws():
+    """SPEC 5: reparameterised samples drawn x_1 -> x_n. With the noise fixed by the generator the ELBO is a smooth
+    function of the posterior's weights, and autograd's gradient equals central differences that re-run the whole
+    sequential draw: a sample (or an x_k fed to Q(x_{k+1} | x_k, h)) cut from the graph would drop its path's term."""
+    parameters = random_linear_gaussian(3, state_dim=2, obs_dim=1)
+    vmt = linear_gaussian_vmt(parameters)
+    with torch.no_grad():
+        for posterior in (vmt.posterior_init, vmt.posterior_step):
+            torch.nn.init.normal_(posterior.base.out.weight, std=0.3)
+    y = parameters.sample(3, 6, torch.Generator().manual_seed(0))[1]
+
+    def elbo() -> torch.Tensor:
+        return vmt.elbo(y, num_samples=2, generator=torch.Generator().manual_seed(5)).elbo_terms.sum()
+
+    weights = dict(vmt.named_parameters())
+    names = ("posterior_init.base.out.bias", "posterior_step.base.out.bias", "posterior_step.base.from_input.weight")
+    for name in names:
+        weight = weights[name]
+        (gradient,) = torch.autograd.grad(elbo(), weight)
+        for index in range(4):
+            with torch.no_grad():
+                weight.view(-1)[index] += 1e-6
+                up = elbo().item()
+                weight.view(-1)[index] -= 2e-6
+                down = elbo().item()
+                weight.view(-1)[index] += 1e-6
+            assert gradient.view(-1)[index].item() == pytest.approx((up - down) / 2e-6, rel=1e-6, abs=1e-4), name
