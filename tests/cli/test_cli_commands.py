@@ -72,7 +72,7 @@ def test_experiment_runs_with_settings_and_reuses_cells(tmp_path, main_cli):
     assert results["settings"]["steps"] == 300 and len(results["cells"]) == 1
     again = main_cli(*args)
     assert "done earlier" in again.stdout
-    changed = main_cli(*args[:-2], "steps=200", args[-1])
+    changed = main_cli(*args[:5], "steps=200", *args[6:])  # steps set once: twice, to other values, is refused
     assert "stored under other settings" in changed.stdout
     one_line_error(main_cli(*args, "--recompute", "nope*"), "'nope*' matches no cell")
     redone = main_cli(*args, "--recompute", "*")
