@@ -18,6 +18,7 @@ from markovformer.data.translation import collate_translation
 from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
 from markovformer.ops.segments import document_starts
 from markovformer.training.build import build_data, build_model, build_run_task
+from markovformer.training.divergence import DivergenceGuard, TrainingDiverged
 from markovformer.training.module import TrainingModule
 from markovformer.training.run_config import resolve_run_config
 from markovformer.training.tasks import build_task
@@ -218,6 +219,25 @@ def test_a_step_of_one_batch_is_the_gradient_of_its_mean_loss_bit_for_bit():
     received, logged = step_gradient(task, model, batches[1:], accumulate=1)
     assert all(torch.equal(received[name], expected[name]) for name in expected)
     assert logged == float(loss.detach())
+
+
+def test_a_diverged_step_of_two_micro_batches_names_the_loss_its_model_computed(tmp_path):
+    """A step of two micro-batches whose gradient turns non-finite stops the run naming the training loss of its
+    last micro-batch, the mean over its tokens as the model computes it: Lightning's loss is the module's rescaled
+    sum, that mean times the batch's tokens over a power of two and over accumulate_grad_batches (1.125 times it
+    here: 36 tokens, over 16 and 2)."""
+    task, model, batches = translation_setup()
+    task.trainer.accumulate_grad_batches = 2
+    with torch.no_grad():
+        loss = float(model(**model_inputs(batches[1])).loss)
+    next(model.parameters()).register_hook(lambda gradient: gradient * float("inf"))
+    trainer = L.Trainer(max_steps=1, accumulate_grad_batches=2, precision="64-true", accelerator="cpu", devices=1,
+                        callbacks=[DivergenceGuard(tmp_path, lr=1.0)], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_val_batches=0)  # fmt: skip
+    with pytest.raises(TrainingDiverged, match="gradient norm is nan") as raised:
+        trainer.fit(SGDModule(model, task), train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
+    assert f"(loss {loss:.6g})" in str(raised.value)
 
 
 @pytest.mark.slow  # 27 s on 2 cores: each process imports torch and Lightning

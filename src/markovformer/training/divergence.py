@@ -33,7 +33,9 @@ class DivergenceGuard(L.Callback):
         self.loss: torch.Tensor | None = None
 
     def on_before_backward(self, trainer: L.Trainer, module: L.LightningModule, loss: torch.Tensor) -> None:
-        self.loss = loss.detach()
+        # the micro-batch's loss as its task computed it: what Lightning backpropagates is TrainingModule's sum of it
+        # over the items, rescaled (training_step), a number no log shows
+        self.loss = getattr(module, "batch_loss", loss).detach()
 
     def on_before_optimizer_step(self, trainer: L.Trainer, module: L.LightningModule, optimizer) -> None:
         # one device-to-host transfer per step: both values are read only when one of them is not finite

@@ -44,7 +44,9 @@ class TrainingModule(L.LightningModule):
         if self.item_scale is None:  # the first micro-batch's items, averaged over the processes
             items = self.summed_over_processes(torch.tensor([float(self.batch_items)], device=self.device))
             self.item_scale = power_of_two_near(float(items) / world()[1])
-        return self.task.training_step(self, batch) * self.batch_items / self.item_scale
+        loss = self.task.training_step(self, batch)
+        self.batch_loss = loss.detach()  # the loss a user knows (DivergenceGuard names it), not the sum returned
+        return loss * self.batch_items / self.item_scale
 
     def log_step_mean(self, name: str, value: torch.Tensor, **options) -> None:
         """Log ``value``, a mean over this micro-batch's items, as the mean over every item of the optimiser step
