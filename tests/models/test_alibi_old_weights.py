@@ -90,3 +90,27 @@ def test_a_run_checkpoint_and_init_from_of_the_old_code_keep_their_slopes(tmp_pa
                         prefix="model.")  # fmt: skip
     initialise_from(model, tmp_path, [])
     assert torch.equal(_logits(model), expected)
+
+
+def test_init_from_a_model_of_another_kind_leaves_the_alibi_slopes_fresh(tmp_path):
+    """An ALiBi model fine-tuned from a softmax model (the same tensor names, no slopes: ALiBi's only own tensor)
+    starts with the paper's slopes, as a fresh ALiBi model does: the source computed with no slopes to keep, so it
+    is no ALiBi model of the old code. From a run as from a save_pretrained folder; an old ALiBi folder keeps its
+    own (test_a_run_checkpoint_and_init_from_of_the_old_code_keep_their_slopes)."""
+    import copy
+
+    from conftest import TINY_RUN
+
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    values = copy.deepcopy(TINY_RUN)
+    del values["model"]["max_order"]
+    values["model"].update(attention="softmax", n_heads=HEADS, d_model=12, n_layers=2, position="none")
+    values["trainer"].update(max_steps=1, warmup_steps=0, eval_every=1, checkpoint_every=1, log_every=1)
+    train(resolve_run_config({**values, "output_dir": str(tmp_path / "run")}))
+    alibi = CONFIG.replace(vocab_size=4)
+    for source in (tmp_path / "run", tmp_path / "run" / "model"):
+        model = MarkovianTransformerForCausalLM(alibi)
+        initialise_from(model, source, [])
+        assert all(torch.equal(block.attention.cores[0].slopes, alibi_slopes(HEADS)) for block in model.model.blocks)

@@ -3,8 +3,9 @@
 ``init_from: RUN_OR_MODEL_DIR`` (a run config key) names a run directory (its final model/, else its last
 checkpoint, both checked against the run's fingerprint), one checkpoint file of a run (checkpoints/step-NNNNNN.ckpt,
 read with its run as ``eval`` reads it) or a folder written by ``save_pretrained`` (config.json +
-model.safetensors). Every tensor must match the new model's name and shape (ALiBi's slopes, which weights saved
-before they were saved lack, are then those weights' own: ``legacy_alibi_slopes``); a changed head (other labels) or
+model.safetensors). Every tensor must match the new model's name and shape (but ALiBi's slopes: weights saved before
+they were saved lack them and keep their own, ``legacy_alibi_slopes``; another kind's have none, and an ALiBi model
+starts with fresh ones: ``saved_alibi_layers``); a changed head (other labels) or
 vocabulary is refused with the names that differ, unless ``init_from_skip`` names them: ``head`` (the tensors
 outside the backbone ``model.``: lm_head, classifier, ...; refused for a model without one, where it would be
 every tensor), ``embeddings`` (the tensors a vocabulary indexes: names holding ``embed`` and a language model's
@@ -22,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -29,7 +31,8 @@ import torch
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES
 from markovformer.layers.decay_attention import legacy_alibi_slopes
-from markovformer.models.pretrained import WEIGHTS_NAME
+from markovformer.models.pretrained import CONFIG_NAME, WEIGHTS_NAME
+from markovformer.strict_json import read_json_object
 from markovformer.training.build import saved_tokenizer
 from markovformer.training.run_config import load_yaml
 from markovformer.training.run_dir import load_trained_run, run_of_checkpoint, weights_described
@@ -162,6 +165,31 @@ def _with_tied_names(names: list[str], own: dict) -> list[str]:
     return [*(name for name in names if name not in own), *(name for name in own if own[name].data_ptr() in weights)]
 
 
+def saved_alibi_layers(source: Path) -> set[int]:
+    """The blocks that ``source``, a ``save_pretrained`` folder, makes ALiBi layers (its config.json's
+    ``attention``): where its weights lack their slopes, it was saved before ALiBi's slopes were, and computed with
+    ``legacy_alibi_slopes``. None for a run (its model, built from its config, holds its ALiBi layers' slopes) or a
+    model of another kind, whose weights hold no slopes to keep: an ALiBi model taking them starts with fresh ones."""
+    if not (source / CONFIG_NAME).is_file():
+        return set()
+    try:
+        values = read_json_object(source / CONFIG_NAME, "a saved model's config")
+    except ValueError as error:
+        raise ConfigError(f"init_from={str(source)!r}: {error}") from None
+    attention, layers = values.get("attention"), values.get("n_layers")
+    entries = [attention] * layers if isinstance(attention, str) and isinstance(layers, int) else attention
+    if not isinstance(entries, list):  # another family's config
+        return set()
+    kinds = [entry.get("kind") if isinstance(entry, dict) else entry for entry in entries]
+    return {block for block, kind in enumerate(kinds) if kind == "alibi"}
+
+
+def block_of(name: str) -> int | None:
+    """The block index in a tensor name (``model.blocks.3.attention.cores.0.slopes``: 3), None outside the blocks."""
+    found = re.search(r"(?:^|\.)blocks\.(\d+)\.", name)
+    return None if found is None else int(found.group(1))
+
+
 def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] | tuple[str, ...]) -> dict:
     """Copy the weights of ``source`` into ``model`` except those ``skip`` names; ConfigError naming the tensors
     that differ (and the ``init_from_skip`` that would leave them out) unless all others match. Returns the record
@@ -186,8 +214,8 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
                               f"{' or '.join(SKIP_GROUPS)} or a tensor-name prefix")  # fmt: skip
     taken = {name: tensor for name, tensor in stored.items() if name in own and not skipped(name, skip)}
     pointers = {own[name].data_ptr() for name in taken}  # a tied weight saved once (safetensors) is loaded once
-    older = {name: slopes for name, slopes in legacy_alibi_slopes(model).items() if name not in stored}
-    problems = [name for name in own if not skipped(name, skip) and name not in stored and name not in older
+    unsaved = {name: slopes for name, slopes in legacy_alibi_slopes(model).items() if name not in stored}
+    problems = [name for name in own if not skipped(name, skip) and name not in stored and name not in unsaved
                 and own[name].data_ptr() not in pointers]  # fmt: skip
     problems += [name for name in stored if name not in own and not skipped(name, skip)]
     problems += [name for name, tensor in taken.items() if tuple(tensor.shape) != tuple(own[name].shape)]
@@ -206,7 +234,8 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
                   if groups and all(skipped(name, groups) for name in problems) else "")  # fmt: skip
         raise ConfigError(f"init_from={str(source)!r} does not fit this run's model: {len(problems)} tensors differ "
                           f"({shapes}){choice}")  # fmt: skip
-    kept = {name: slopes for name, slopes in older.items() if not skipped(name, skip)}  # the source's own slopes
+    layers = saved_alibi_layers(source) if unsaved else set()  # the slopes a source of the old code computed with
+    kept = {name: slopes for name, slopes in unsaved.items() if block_of(name) in layers and not skipped(name, skip)}
     model.load_state_dict({**own, **kept, **{name: tensor.to(own[name].dtype) for name, tensor in taken.items()}})
     return {"source": str(source), "resolved": str(source.resolve()), **which, "tensors_sha256": taken_sha256(taken),
             "tensors_taken": len(taken), "tensors_fresh": len(own) - len(taken), "init_from_skip": list(skip)}
