@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from markovformer.ops.precision import autocast_off, compute_dtype
 from markovformer.ops.segments import document_starts
@@ -76,7 +75,8 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     them and then the logits' own, three logit-sized tensors alive at once (at V = 20k, B x T = 8 x 128: 80 MB
     each), and upcasts half-precision logits whole first. This keeps each row's log-sum-exp (two (N,) terms) and
     the logits themselves (which the caller holds anyway), and its backward writes the gradient, softmax - target,
-    once: scoring allocates nothing of size (N, V), training one tensor, the gradient."""
+    once: scoring allocates nothing of size (N, V), training one tensor, the gradient. That backward, written in
+    place, has no derivative: one that builds a graph (``create_graph=True``: a gradient penalty) is torch's."""
 
     @staticmethod
     @autocast_off
@@ -102,11 +102,14 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         return losses.masked_fill(~scored, 0).sum()
 
     @staticmethod
-    @once_differentiable
     @autocast_off
     def backward(ctx, grad_total: Tensor):
         logits, targets, scored, largest, log_sums = ctx.saved_tensors
         smoothing = ctx.label_smoothing
+        if torch.is_grad_enabled():  # create_graph=True (a gradient penalty): torch's, whose backward has a derivative
+            total = F.cross_entropy(logits.to(largest.dtype), targets.masked_fill(~scored, IGNORE_INDEX),
+                                    ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=smoothing)
+            return torch.autograd.grad(total, logits, grad_total, create_graph=True)[0], None, None
         grad = torch.empty_like(logits)
         weights = scored.to(largest.dtype) * grad_total
         for rows in _row_slices(logits):
