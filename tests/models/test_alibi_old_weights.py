@@ -114,3 +114,15 @@ def test_init_from_a_model_of_another_kind_leaves_the_alibi_slopes_fresh(tmp_pat
         model = MarkovianTransformerForCausalLM(alibi)
         initialise_from(model, source, [])
         assert all(torch.equal(block.attention.cores[0].slopes, alibi_slopes(HEADS)) for block in model.model.blocks)
+
+
+def test_a_partial_load_leaves_the_slopes_of_a_new_model_alone():
+    """A state dict that holds some tensors only (load_state_dict(strict=False): an adapter's, a new head's) is no
+    ALiBi layer saved without its slopes: the model's own slopes, the paper's, stay (they became the old sequence,
+    and the logits moved by 0.0076)."""
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(CONFIG).eval()
+    expected = _logits(model)
+    model.load_state_dict({"lm_head.weight": model.lm_head.weight.detach().clone()}, strict=False)
+    assert all(torch.equal(block.attention.cores[0].slopes, alibi_slopes(HEADS)) for block in model.model.blocks)
+    assert torch.equal(_logits(model), expected)

@@ -147,13 +147,6 @@ class DecayCore(nn.Module):
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=not data_dependent)
         self.forget_gate = ForgetGate(d_model, n_heads) if data_dependent else None
 
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args) -> None:
-        """ALiBi weights saved before the slopes were saved with them hold none: their model computed with
-        ``geometric_slopes`` for every head count, and keeps it (a power-of-two count gets the same numbers)."""
-        if self.forget_gate is None:
-            state_dict.setdefault(prefix + "slopes", geometric_slopes(len(self.slopes)))
-        super()._load_from_state_dict(state_dict, prefix, *args)
-
     def log_forget(self, x: Tensor, heads: int) -> Tensor:
         """(B, T, D) layer input -> (B, H, T) log forget gates (<= 0), in at least float32: their prefix sums are
         differenced (c_t - c_j), which half precision cannot hold (bf16 stores -1024 in steps of 8, so the decay
@@ -214,7 +207,7 @@ class DecayCore(nn.Module):
 
 def legacy_alibi_slopes(model: nn.Module) -> dict[str, Tensor]:
     """The tensors of ``model`` that weights saved before ALiBi's slopes were saved with them lack: {state-dict name:
-    the slopes their model computed with} (what ``DecayCore`` fills in when it loads such weights)."""
+    the slopes their model computed with} (what ``AlibiAttention`` fills in when it loads such weights)."""
     return {f"{name}.slopes": geometric_slopes(len(module.slopes)) for name, module in model.named_modules()
             if isinstance(module, DecayCore) and module.forget_gate is None}  # fmt: skip
 
@@ -228,6 +221,16 @@ class AlibiAttention(SelfAttention):
         core = DecayCore(d_model=d_model, n_heads=n_heads, causal=causal, window=window, dropout=dropout,
                          data_dependent=False)  # fmt: skip
         super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args) -> None:
+        """The layer's weights saved before ALiBi's slopes were saved with them (its projections, no slopes): their
+        model computed with ``geometric_slopes`` for every head count, and keeps it (a power-of-two count gets the
+        same numbers). A state dict without the layer's projections (a partial load: an adapter's, another head's)
+        leaves the slopes as they are. Torch loads a module before its children, from the dict filled here."""
+        if prefix + "qkv.weight" in state_dict:
+            for index, core in enumerate(self.cores):
+                state_dict.setdefault(f"{prefix}cores.{index}.slopes", geometric_slopes(len(core.slopes)))
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
 
 class ForgettingAttention(SelfAttention):
