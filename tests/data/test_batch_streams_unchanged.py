@@ -152,3 +152,14 @@ def test_translation_batches_are_the_naive_ones():
     assert_same_batches(first_batches(stream, 60), first_batches(naive, 60))
     assert_same_batches(scoring_batches(bundle.val, collate_translation, 6),
                         scoring_batches(bundle.val, naive_collate_translation, 6))  # fmt: skip
+
+
+def test_translation_collate_of_empty_and_narrow_targets_is_the_naive_one():
+    generator = torch.Generator().manual_seed(0)
+
+    def ids(length: int) -> torch.Tensor:
+        return torch.randint(4, 50, (length,), generator=generator, dtype=torch.int32)
+
+    pairs = [{"src_ids": ids(1 + n % 4), "tgt_ids": ids(n)} for n in range(6)]  # targets of 0..5 tokens
+    assert_same_batches([collate_translation(pairs), collate_translation(pairs[:1])],
+                        [naive_collate_translation(pairs), naive_collate_translation(pairs[:1])])  # fmt: skip

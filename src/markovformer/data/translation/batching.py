@@ -6,10 +6,9 @@ from collections.abc import Iterator, Sequence
 
 import torch
 from torch import Tensor
-from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Sampler
 
-from markovformer.data.collate import IGNORE_INDEX, bucket_by_length
+from markovformer.data.collate import IGNORE_INDEX, bucket_by_length, pad_right
 from markovformer.data.translation.special_tokens import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID
 
 
@@ -78,7 +77,7 @@ def collate_translation(examples: Sequence[dict[str, Tensor]]) -> dict[str, Tens
     """
     if not examples:
         raise ValueError("collate_translation got an empty list of examples")
-    sources, decoder_inputs, labels = [], [], []
+    sources, targets = [], []
     for index, example in enumerate(examples):
         if set(example) != {"src_ids", "tgt_ids"}:
             raise ValueError(f"example {index} has keys {sorted(example)}; expected ['src_ids', 'tgt_ids']")
@@ -88,16 +87,21 @@ def collate_translation(examples: Sequence[dict[str, Tensor]]) -> dict[str, Tens
                 f"example {index}: src_ids {tuple(source.shape)} and tgt_ids {tuple(target.shape)} must be 1-D, "
                 "with at least one source token"
             )
-        target = target.long()
         sources.append(source.long())
-        decoder_inputs.append(torch.cat([target.new_tensor([BOS_TOKEN_ID]), target]))
-        labels.append(torch.cat([target, target.new_tensor([EOS_TOKEN_ID])]))
+        targets.append(target.long())
+    # <bos> and <eos> are added to the padded batch, not to each example (two concatenations per pair were
+    # half of this function's time)
+    padded = torch.cat([pad_right(targets, PAD_TOKEN_ID), torch.full((len(targets), 1), PAD_TOKEN_ID)], dim=1)
+    target_lengths = torch.tensor([len(target) for target in targets])
+    decoder_inputs = torch.cat([torch.full((len(targets), 1), BOS_TOKEN_ID), padded[:, :-1]], dim=1)
+    labels = padded.index_put((torch.arange(len(targets)), target_lengths), torch.tensor(EOS_TOKEN_ID))
+    after_eos = torch.arange(labels.shape[1])[None, :] > target_lengths[:, None]
     return {
-        "src_ids": pad_sequence(sources, batch_first=True, padding_value=PAD_TOKEN_ID),
+        "src_ids": pad_right(sources, PAD_TOKEN_ID),
         "src_mask": _mask([len(s) for s in sources]),
-        "tgt_ids": pad_sequence(decoder_inputs, batch_first=True, padding_value=PAD_TOKEN_ID),
-        "tgt_mask": _mask([len(t) for t in decoder_inputs]),
-        "labels": pad_sequence(labels, batch_first=True, padding_value=IGNORE_INDEX),
+        "tgt_ids": decoder_inputs,
+        "tgt_mask": _mask((target_lengths + 1).tolist()),
+        "labels": labels.masked_fill(after_eos, IGNORE_INDEX),
     }
 
 
