@@ -113,13 +113,13 @@ def test_pad_right_of_mixed_dtypes_keeps_the_first_ones_as_pad_sequence_does():
     assert padded.dtype == torch.float64 and torch.equal(padded, pad_sequence(sequences, batch_first=True))
 
 
-@pytest.mark.parametrize("packing", [False, True])
-def test_text_windows_batches_are_the_naive_ones(tmp_path, packing):
+@pytest.mark.parametrize(("packing", "overlap"), [(False, 0), (True, 0), (True, 3)])
+def test_text_windows_batches_are_the_naive_ones(tmp_path, packing, overlap):
     folder = tmp_path / "documents"
     folder.mkdir()
     for index in range(12):  # documents of 3..80 characters: several start inside most windows
         (folder / f"{index:02d}.txt").write_text("".join("abcdefg\n"[(index * j) % 8] for j in range(3 + 7 * index)))
-    bundle = load_text_lm(folder, seq_len=16, fractions=(0.8, 0.1, 0.1), packing=packing, overlap=0,
+    bundle = load_text_lm(folder, seq_len=16, fractions=(0.8, 0.1, 0.1), packing=packing, overlap=overlap,
                           cache_dir=tmp_path / "cache")  # fmt: skip
     trainer = TrainerConfig(batch_size=4, seed=5)
     stream = build_task("causal_lm", trainer, bundle.info, bundle.tokenizer).train_batches(bundle, None, lambda: 0)
