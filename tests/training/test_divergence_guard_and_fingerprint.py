@@ -48,6 +48,21 @@ def test_under_16_mixed_only_the_loss_is_checked_and_an_infinite_loss_is_named_a
         guard.on_before_optimizer_step(SimpleNamespace(global_step=3), _with_gradient(0.5), None)
 
 
+@pytest.mark.parametrize("check_gradients", [True, False], ids=["32-bit", "16-mixed"])
+def test_a_non_finite_loss_before_the_last_micro_batch_of_a_step_is_named_as_the_loss(tmp_path, check_gradients):
+    """A step of two micro-batches whose first loss is infinite and second finite (the gradient they sum is
+    non-finite) stops the run naming the loss, as when the last one is: the guard kept the last micro-batch's loss,
+    so it blamed the gradient norm ("loss 2.5") and, under 16-mixed, let the step go on."""
+    guard = DivergenceGuard(tmp_path, lr=0.01, check_gradients=check_gradients)
+    guard.on_before_backward(None, None, torch.tensor(float("inf")))
+    guard.on_before_backward(None, None, torch.tensor(2.5))
+    with pytest.raises(TrainingDiverged, match="at step 4: the training loss is inf; "):
+        guard.on_before_optimizer_step(SimpleNamespace(global_step=3), _with_gradient(float("nan")), None)
+    guard.on_before_backward(None, None, torch.tensor(1.5))  # the next step's losses start anew
+    guard.on_before_backward(None, None, torch.tensor(2.5))
+    guard.on_before_optimizer_step(SimpleNamespace(global_step=4), _with_gradient(0.5), None)
+
+
 def _fingerprint(tmp_path, name: str, tokenizer: str, model: dict | None = None, data: dict | None = None,
                  **trainer) -> str:  # fmt: skip
     values = copy.deepcopy(TINY_RUN)

@@ -24,21 +24,26 @@ def gradient_norm(module: torch.nn.Module) -> torch.Tensor:
 
 
 class DivergenceGuard(L.Callback):
-    """Checks the step's loss and its gradient norm before the optimiser step; raises ``TrainingDiverged`` naming
-    the step, the value, the last checkpoint and what to lower. With ``16-mixed`` precision non-finite gradients are
-    the loss scaler's business (it skips the step), so only the loss is checked."""
+    """Checks the step's loss (every micro-batch's) and its gradient norm before the optimiser step; raises
+    ``TrainingDiverged`` naming the step, the value, the last checkpoint and what to lower. With ``16-mixed``
+    precision non-finite gradients are the loss scaler's business (it skips the step), so only the loss is checked."""
 
     def __init__(self, run_dir: Path, lr: float, check_gradients: bool = True) -> None:
         self.run_dir, self.lr, self.check_gradients = run_dir, lr, check_gradients
         self.loss: torch.Tensor | None = None
+        self.step_begins = True  # the next backward is the first micro-batch's of its step
 
     def on_before_backward(self, trainer: L.Trainer, module: L.LightningModule, loss: torch.Tensor) -> None:
         # the micro-batch's loss as its task computed it: what Lightning backpropagates is TrainingModule's sum of it
-        # over the items, rescaled (training_step), a number no log shows
-        self.loss = getattr(module, "batch_loss", loss).detach()
+        # over the items, rescaled (training_step), a number no log shows. Of a step's micro-batches, the first
+        # non-finite loss, else the last: a finite loss after it hid it (their summed gradient is non-finite alike)
+        loss = getattr(module, "batch_loss", loss).detach()
+        self.loss = loss if self.step_begins else torch.where(torch.isfinite(self.loss), loss, self.loss)
+        self.step_begins = False
 
     def on_before_optimizer_step(self, trainer: L.Trainer, module: L.LightningModule, optimizer) -> None:
         # one device-to-host transfer per step: both values are read only when one of them is not finite
+        self.step_begins = True
         loss = self.loss if self.loss is not None else torch.zeros(())
         norm = gradient_norm(module).to(loss.device) if self.check_gradients else torch.zeros((), device=loss.device)
         if bool(torch.isfinite(loss) & torch.isfinite(norm)):
