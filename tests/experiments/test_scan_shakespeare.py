@@ -110,6 +110,30 @@ def test_a_nucleus_typed_with_greedy_sampling_is_refused_naming_both_and_the_def
         assert configure(base, {"temperature": 0.5, "top_p": 0.5}, name).top_p == 0.5
 
 
+def test_the_report_says_greedy_samples_are_greedy(monkeypatch, tmp_path, kept_figures):
+    """`--set temperature=0` samples greedily, reading no nucleus: the report said "(temperature 0.0, nucleus 0.9;"
+    of the settings' nucleus, which stands by; a temperature that samples names its nucleus."""
+    from markovformer.plots import experiments as plots
+
+    kept_figures(plots)
+    text = tmp_path / "input.txt"
+    text.write_text("To be, or not to be, that is the question.\n" * 20, encoding="utf-8")
+    monkeypatch.setattr(scan_shakespeare, "find_data", lambda: text)
+
+    def cell(model, out_dir, settings, seed, log, data_digest):
+        return {"model": model, "seed": seed, "run_dir": None, "losses": {str(n): 2.0 for n in (2, 3, 4, 5)},
+                "mixture": 2.0, "targets": 100, "engine_val": {"loss": 2.0}, "steps": 10, "train_seconds": 1.0,
+                "parameters": 10, "curve_steps": [10], "curve_loss": [2.0], "sample": "Follow those", "threads": 1}
+
+    monkeypatch.setattr(scan_shakespeare, "train_cell", cell)
+    for overrides, said in (({"temperature": 0}, "(greedy: temperature 0;"),
+                            ({"temperature": 0.5}, "(temperature 0.5, nucleus 0.9;")):  # fmt: skip
+        report = scan_shakespeare.run(tmp_path / "out", quick=True, seeds=(0,), overrides=overrides,
+                                      log=lambda line: None)  # fmt: skip
+        samples = next(line for line in report.read_text().splitlines() if line.startswith("Samples from"))
+        assert said in samples and ("nucleus" in samples) == (overrides["temperature"] > 0), samples
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_tiny_shakespeare(), reason="no Tiny Shakespeare here (markovformer data prepare ...)")
 def test_quick_run_writes_the_table_samples_and_figure(tmp_path):

@@ -303,9 +303,11 @@ def run(
                 f"{KNESER_NEY_MIXTURE}, {c['mixture'] - KNESER_NEY_MIXTURE:+.4f}) after {c['steps']} steps, "
                 f"{c['train_seconds'] / 60:.1f} min" for c in markov]  # fmt: skip
     report.text("Scan Markov (markov mode) against the Kneser-Ney mixture reference: " + "; ".join(verdicts) + ".")
-    report.text("Samples from the prompt \"Follow those\" (temperature "
-                f"{settings.temperature}, nucleus {settings.top_p}; the scan markov model and the Transformers see the "
-                "last 5 characters, the recurrent model up to 128):\n\n"
+    # temperature 0 decodes greedily: the settings' nucleus stands by, read by no draw (sample_text)
+    drawn = (f"temperature {settings.temperature}, nucleus {settings.top_p}" if settings.temperature > 0
+             else "greedy: temperature 0")  # fmt: skip
+    report.text(f"Samples from the prompt \"Follow those\" ({drawn}; the scan markov model and the Transformers see "
+                "the last 5 characters, the recurrent model up to 128):\n\n"
                 + "\n\n".join(f"**{LABELS[c['model']]}** (seed {c['seed']}):\n\n```\n{c['sample']}\n```"
                               for c in cells))  # fmt: skip
     by_n = {f"{LABELS[c['model']]} s{c['seed']}": (list(CONTEXTS), [c["losses"][str(n)] for n in CONTEXTS])
