@@ -36,6 +36,23 @@ def test_collate_features_with_scalar_labels():
     assert torch.equal(batch["labels"], torch.tensor([2, 0]))
 
 
+def test_collate_keeps_every_id_and_label_whatever_the_examples_integer_dtypes():
+    """Ids, positions and labels are padded as long, not in the first example's dtype: a uint8 example before an
+    int64 one wrapped the id 300 to 44, and uint8 labels of unequal lengths failed inside torch ("value cannot be
+    converted to type uint8_t without overflow": the padding -100) where equal lengths collated."""
+    examples = [
+        {"input_ids": torch.tensor([1, 2], dtype=torch.uint8), "labels": torch.tensor([3], dtype=torch.uint8),
+         "position_ids": torch.tensor([0, 1], dtype=torch.uint8)},
+        {"input_ids": torch.tensor([300, 5, 6]), "labels": torch.tensor([200, 4], dtype=torch.uint8),
+         "position_ids": torch.tensor([0, 1, 300])},
+    ]  # fmt: skip
+    batch = collate(examples)
+    assert torch.equal(batch["input_ids"], torch.tensor([[1, 2, 0], [300, 5, 6]]))
+    assert torch.equal(batch["position_ids"], torch.tensor([[0, 1, 0], [0, 1, 300]]))
+    assert torch.equal(batch["labels"], torch.tensor([[3, -100], [200, 4]]))
+    assert batch["input_ids"].dtype == batch["position_ids"].dtype == batch["labels"].dtype == torch.long
+
+
 def test_collate_pads_position_ids_with_zero():
     """The docstring: 0, a valid index of any position table (-1, the padding of nothing else, would not be)."""
     tokens, positions = [torch.tensor([5, 6, 7]), torch.tensor([8])], [torch.tensor([3, 0, 1]), torch.tensor([0])]

@@ -52,28 +52,29 @@ def collate(examples: list[dict[str, Tensor]]) -> dict[str, Tensor]:
                 f"example {index}: {input_key} has shape {tuple(sequence.shape)}, example 0 has "
                 f"{tuple(sequences[0].shape)}; the feature sizes differ"
             )
-    padding = PAD_ID if input_key == "input_ids" else 0.0
-    batch = {input_key: pad_right(sequences, padding)}
-    if input_key == "input_ids":
-        batch[input_key] = batch[input_key].long()
+    padding, dtype = (PAD_ID, torch.long) if input_key == "input_ids" else (0.0, None)
+    batch = {input_key: pad_right(sequences, padding, dtype)}
     lengths = torch.tensor([sequence.shape[0] for sequence in sequences])
     batch["attention_mask"] = (torch.arange(int(lengths.max()))[None, :] < lengths[:, None]).long()
 
     if "position_ids" in keys:  # packed documents: positions restart at each one (padded with 0)
-        batch["position_ids"] = pad_right([example["position_ids"] for example in examples], 0).long()
+        batch["position_ids"] = pad_right([example["position_ids"] for example in examples], 0, torch.long)
     if "labels" in keys:
         batch["labels"] = _collate_labels([example["labels"] for example in examples])
     return batch
 
 
-def pad_right(sequences: list[Tensor], value: float) -> Tensor:
+def pad_right(sequences: list[Tensor], value: float, dtype: torch.dtype | None = None) -> Tensor:
     """(B, T, ...) from B tensors (T_i, ...) of one trailing shape, each padded on the right with ``value`` to the
-    longest, in the dtype of the first: ``pad_sequence``'s batch. Tensors of one shape and dtype are stacked instead,
-    which gives the same tensor: ``pad_sequence`` copies them one at a time (260 us for 64 windows of 257 tokens,
-    against 10 us stacked)."""
-    shape, dtype = sequences[0].shape, sequences[0].dtype
-    if all(sequence.shape == shape and sequence.dtype == dtype for sequence in sequences):  # stops at the first other
-        return torch.stack(sequences)
+    longest, in ``dtype`` (each tensor cast to it first: padded in a uint8 first one's dtype, an int64 id 300 was 44
+    and a -100 failed) or else the first's: ``pad_sequence``'s batch. Tensors of one shape and dtype are stacked
+    instead, which gives the same tensor: ``pad_sequence`` copies them one at a time (260 us for 64 windows of 257
+    tokens, against 10 us stacked)."""
+    shape, first = sequences[0].shape, sequences[0].dtype
+    if all(sequence.shape == shape and sequence.dtype == first for sequence in sequences):  # stops at the first other
+        return torch.stack(sequences).to(dtype or first)
+    if dtype is not None:
+        sequences = [sequence.to(dtype) for sequence in sequences]
     return pad_sequence(sequences, batch_first=True, padding_value=value)
 
 
@@ -83,7 +84,7 @@ def _collate_labels(labels: list[Tensor]) -> Tensor:
     if dims == {0}:
         return torch.stack(labels).long()
     if dims == {1}:
-        return pad_right(labels, IGNORE_INDEX).long()
+        return pad_right(labels, IGNORE_INDEX, torch.long)
     raise ValueError(f"labels must be all 0-dim (per example) or all 1-dim (per position); got dims {sorted(dims)}")
 
 
