@@ -149,7 +149,7 @@ def test_weight_tying_run_logs_progress_and_writes_well_formed_tables(tmp_path):
     assert [line.split()[1] for line in progress] == ["1/2", "2/2"]
     assert re.search(r"about \d+(\.\d+)? s left", progress[1])
     tables = markdown_tables(report.read_text())
-    assert len(tables) == 2 and tables[0][0][11] == r"P(1\|0)" and len(tables[0]) == 3
+    assert len(tables) == 2 and tables[0][0][12] == r"P(1\|0)" and len(tables[0]) == 3
 
 
 TINY_RUNS = {

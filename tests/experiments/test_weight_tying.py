@@ -95,7 +95,7 @@ def test_the_report_tables_hold_the_chains_closed_forms(monkeypatch, tmp_path, k
     p, q = 0.2, 0.3
     pi1, rate, unigram = _closed_forms(p, q)
 
-    def cell(p, q, tied, seed, settings, optimizer="sgd", log=None):
+    def cell(p, q, tied, seed, settings, optimizer="sgd", log=None, n_layers=1):
         return {"p": p, "q": q, "tied": tied, "seed": seed, "optimizer": optimizer, "steps": [0, 50],
                 "losses": [0.7, 0.6], "final_loss": 0.6, "p1_given_0": 0.25, "p1_given_1": 0.65,
                 "entropy_rate": rate, "unigram_entropy": unigram, "seconds": 1.0, "stopped_early": False}  # fmt: skip
@@ -125,8 +125,8 @@ def test_cells_are_read_back_when_a_chain_or_an_optimizer_is_added(monkeypatch, 
     kept_figures(plots)
     trained = []
 
-    def cell(p, q, tied, seed, settings, optimizer="sgd", log=None):
-        trained.append((p, q, tied, optimizer))
+    def cell(p, q, tied, seed, settings, optimizer="sgd", log=None, n_layers=1):
+        trained.append((p, q, tied, optimizer, n_layers))
         return {"p": p, "q": q, "tied": tied, "seed": seed, "optimizer": optimizer, "steps": [0, 50],
                 "losses": [0.7, 0.6], "final_loss": 0.6, "p1_given_0": 0.25, "p1_given_1": 0.65,
                 "entropy_rate": 0.5, "unigram_entropy": 0.6, "seconds": 1.0, "stopped_early": False}  # fmt: skip
@@ -139,12 +139,36 @@ def test_cells_are_read_back_when_a_chain_or_an_optimizer_is_added(monkeypatch, 
 
     run()
     run(chains=[[0.2, 0.3], [0.7, 0.9]], optimizers=["sgd", "adamw"])
-    assert trained == [(0.2, 0.3, True, "sgd"), (0.2, 0.3, False, "sgd"), (0.2, 0.3, True, "adamw"),
-                       (0.2, 0.3, False, "adamw"), (0.7, 0.9, True, "sgd"), (0.7, 0.9, False, "sgd"),
-                       (0.7, 0.9, True, "adamw"), (0.7, 0.9, False, "adamw")]  # fmt: skip
+    assert trained == [(0.2, 0.3, True, "sgd", 1), (0.2, 0.3, False, "sgd", 1), (0.2, 0.3, True, "adamw", 1),
+                       (0.2, 0.3, False, "adamw", 1), (0.7, 0.9, True, "sgd", 1), (0.7, 0.9, False, "sgd", 1),
+                       (0.7, 0.9, True, "adamw", 1), (0.7, 0.9, False, "adamw", 1)]  # fmt: skip
     del trained[:]
     run(chains=[[0.2, 0.3]], optimizers=["sgd", "adamw"], lr=0.5)  # SGD's rate: its cells alone train again
-    assert trained == [(0.2, 0.3, True, "sgd"), (0.2, 0.3, False, "sgd")]
+    assert trained == [(0.2, 0.3, True, "sgd", 1), (0.2, 0.3, False, "sgd", 1)]
+    del trained[:]
+    run(chains=[[0.2, 0.3]], optimizers=["sgd"], lr=0.5, depths=[1, 2])  # the one-layer cells are read back
+    assert trained == [(0.2, 0.3, True, "sgd", 2), (0.2, 0.3, False, "sgd", 2)]
+
+
+def test_a_cell_trains_a_model_of_its_depth(monkeypatch):
+    """depths=[2] trains two attention + MLP layers per cell: the talk's model, stacked (SPEC 6's depth claim)."""
+    models = []
+
+    def fit(model, loss_on_batch, sample_batch, evaluate, **options):
+        models.append(model)
+        return FitResult(steps=[0], evaluations=[float(evaluate())])
+
+    monkeypatch.setattr(weight_tying, "fit_on_stream", fit)
+    settings = replace(WeightTyingSettings(), eval_batch=4)
+    cells = [train_switching_cell(0.7, 0.9, True, 0, settings, n_layers=n) for n in (1, 3)]
+    assert [len(model.layers) for model in models] == [1, 3]
+    assert [cell["n_layers"] for cell in cells] == [1, 3]
+
+
+def test_a_depth_below_one_is_refused_naming_the_setting_before_the_folder_is_opened(tmp_path):
+    with pytest.raises(ValueError, match=re.escape(f"{weight_tying.NAME}.depths: 0 must be >= 1")):
+        weight_tying.run(tmp_path / "out", quick=True, seeds=None, overrides={"depths": [1, 0]}, log=lambda line: None)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("module", ["weight_tying", "landscape"])

@@ -38,6 +38,7 @@ class WeightTyingSettings:
     MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("plateau_delta", "plateau_patience")
     chains: tuple[tuple[float, float], ...] = ((0.2, 0.3), (0.5, 0.8), (0.7, 0.9), (1.0, 0.8))  # (p, q)
     optimizers: tuple[str, ...] = ("sgd", "adamw")
+    depths: tuple[int, ...] = (1,)  # attention + MLP layers; the talk's model has one
     d_model: int = 4
     seq_len: int = 128
     batch_size: int = 64
@@ -77,11 +78,14 @@ def train_switching_cell(
     settings: WeightTyingSettings,
     optimizer: str = "sgd",
     log: Callable[[str], None] | None = None,
+    n_layers: int = 1,
 ) -> dict:
-    """Train one binary model on P(p, q); return its curve, final loss and mean prediction P(1 | x_n = x)."""
+    """Train one binary model of ``n_layers`` on P(p, q); return its curve, final loss and mean prediction
+    P(1 | x_n = x)."""
     chain = switching_chain(p, q)
     torch.manual_seed(seed)
-    config = BinaryTransformerConfig(d_model=settings.d_model, tie_weights=tied, max_positions=settings.seq_len)
+    config = BinaryTransformerConfig(d_model=settings.d_model, n_layers=n_layers, tie_weights=tied,
+                                     max_positions=settings.seq_len)  # fmt: skip
     model = BinaryTransformer(config)
     held_out = held_out_sequences(chain, seed, settings)
 
@@ -94,14 +98,14 @@ def train_switching_cell(
     fit = fit_on_stream(
         model, loss_on_batch, lambda g: chain.sample(settings.batch_size, settings.seq_len, generator=g), evaluate,
         steps=settings.steps, lr=settings.lr if optimizer == "sgd" else ADAMW_LR, seed=seed, optimizer=optimizer,
-        eval_every=settings.eval_every, log=log, label=f"p={p} q={q} {'tied' if tied else 'untied'} seed={seed}",
+        eval_every=settings.eval_every, log=log, label=f"p={p} q={q} {_label_of(tied, optimizer, seed, n_layers)}",
         plateau=plateau_from(settings.plateau_patience, settings.plateau_delta),
     )  # fmt: skip
     model.eval()
     with torch.no_grad():
         probability_one = model.next_symbol_log_probs(held_out)[..., 1].exp()
     return {
-        "p": p, "q": q, "tied": tied, "seed": seed, "optimizer": optimizer,
+        "p": p, "q": q, "tied": tied, "seed": seed, "optimizer": optimizer, "n_layers": n_layers,
         "steps": fit.steps, "losses": fit.evaluations, "final_loss": fit.evaluations[-1],
         "p1_given_0": float(probability_one[held_out == 0].mean()),
         "p1_given_1": float(probability_one[held_out == 1].mean()),
@@ -119,8 +123,14 @@ def verdict(cell: dict) -> str:
     return "neither"
 
 
+def _label_of(tied: bool, optimizer: str, seed: int, n_layers: int) -> str:
+    """A cell's name in logs and legends; the layer count only where it is not the talk's one."""
+    layers = f" {n_layers} layers" if n_layers != 1 else ""
+    return f"{'tied' if tied else 'untied'}{layers} {optimizer} s{seed}"
+
+
 def _label(cell: dict) -> str:
-    return f"{'tied' if cell['tied'] else 'untied'} {cell['optimizer']} s{cell['seed']}"
+    return _label_of(cell["tied"], cell["optimizer"], cell["seed"], cell.get("n_layers", 1))
 
 
 def run(
@@ -129,7 +139,9 @@ def run(
     settings = configure(QUICK if quick else WeightTyingSettings(), overrides, NAME)
     plateau_from(settings.plateau_patience, settings.plateau_delta)  # checked before anything is written
     check_chains(settings.chains, NAME)
-    chains, optimizers = settings.chains, settings.optimizers
+    if (low := min(settings.depths)) < 1:
+        raise ValueError(f"{NAME}.depths: {low} must be >= 1")
+    chains, optimizers, depths = settings.chains, settings.optimizers, settings.depths
     for optimizer in optimizers:
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"{NAME}.optimizers: {optimizer!r} is not one of {OPTIMIZERS}")
@@ -138,16 +150,20 @@ def run(
     report = ExperimentReport(out_dir, title, log, settings=asdict(settings))
     _introduction(report, settings)
     cells = []
-    report.expect_cells(len(chains) * len(optimizers) * 2 * len(seeds))
+    report.expect_cells(len(chains) * len(optimizers) * len(depths) * 2 * len(seeds))
     for p, q in chains:
         for optimizer in optimizers:
             # the grid's axes, and lr for AdamW (its cells train at ADAMW_LR)
-            depends_on = cell_settings(settings, ("chains", "optimizers", *(("lr",) if optimizer != "sgd" else ())))
-            for tied in (True, False):
-                for seed in seeds:
-                    key = f"p={p}_q={q}_{'tied' if tied else 'untied'}_{optimizer}_seed={seed}"
-                    train = partial(train_switching_cell, p, q, tied, seed, settings, optimizer, log)
-                    cells.append(report.cached(key, train, depends_on=depends_on))
+            axes = ("chains", "optimizers", "depths", *(("lr",) if optimizer != "sgd" else ()))
+            depends_on = cell_settings(settings, axes)
+            for n_layers in depths:
+                layers = f"_layers={n_layers}" if n_layers != 1 else ""  # one layer: the keys cells had before depths
+                for tied in (True, False):
+                    for seed in seeds:
+                        key = f"p={p}_q={q}_{'tied' if tied else 'untied'}{layers}_{optimizer}_seed={seed}"
+                        train = partial(train_switching_cell, p, q, tied, seed, settings, optimizer, log,
+                                        n_layers=n_layers)  # fmt: skip
+                        cells.append(report.cached(key, train, depends_on=depends_on))
     floors = {(p, q, seed): held_out_floor(p, q, seed, settings) for p, q in settings.chains for seed in seeds}
     _tables(report, cells, floors)
     _loss_figure(report, cells, chains)
@@ -160,7 +176,8 @@ def run(
 def _introduction(report: ExperimentReport, settings: WeightTyingSettings) -> None:
     """The report's opening paragraph: the model, the training and what counts as reaching a reference."""
     report.text(
-        f"Model: x_n·e + p_n, one head, ReLU MLP, logit = <a, z_n> + b, BCE; d = {settings.d_model}. "
+        f"Model: x_n·e + p_n, one head, ReLU MLP, logit = <a, z_n> + b, BCE; d = {settings.d_model}; "
+        f"{', '.join(map(str, settings.depths))} attention + MLP layer(s), no LayerNorm. "
         f"Training: {settings.steps} steps of fresh batches of {settings.batch_size} × T = {settings.seq_len}, "
         f"SGD at lr {settings.lr} (the gradient flow of the theory) and, in the full run, AdamW at lr {ADAMW_LR}. "
         f"Held-out loss: exact expected cross-entropy on {settings.eval_batch} held-out sequences. A final loss "
@@ -177,7 +194,7 @@ def _tables(report: ExperimentReport, cells: list[dict], floors: dict[tuple, flo
     rows = [
         [
             cell["p"], cell["q"], round(cell["p"] + cell["q"], 2), "tied" if cell["tied"] else "untied",
-            cell["optimizer"], cell["seed"], cell["steps"][-1], cell["final_loss"],
+            cell.get("n_layers", 1), cell["optimizer"], cell["seed"], cell["steps"][-1], cell["final_loss"],
             cell["final_loss"] - floors[(cell["p"], cell["q"], cell["seed"])],
             cell["final_loss"] - cell["entropy_rate"], cell["final_loss"] - cell["unigram_entropy"],
             cell["p1_given_0"], cell["p"], cell["p1_given_1"],
@@ -186,8 +203,8 @@ def _tables(report: ExperimentReport, cells: list[dict], floors: dict[tuple, flo
         for cell in cells
     ]  # fmt: skip
     report.table(
-        ["p", "q", "p+q", "weights", "optimizer", "seed", "steps", "final loss", "− true kernel", "− entropy rate",
-         "− H(π)", "P(1|0)", "true", "P(1|1)", "true", "reached", "seconds"],
+        ["p", "q", "p+q", "weights", "layers", "optimizer", "seed", "steps", "final loss", "− true kernel",
+         "− entropy rate", "− H(π)", "P(1|0)", "true", "P(1|1)", "true", "reached", "seconds"],
         rows, caption="Final held-out loss (nats); its distance to the true kernel's loss on the same held-out "
         "sequences, to the entropy rate and to H(π); the mean predicted P(1 | x_n = x) against the chain's.",
     )  # fmt: skip
