@@ -12,8 +12,9 @@ class BinaryTransformerConfig(ModelConfig):
     """The talk's model on binary sequences x_n ∈ {0, 1}.
 
     ``d_model`` is the embedding width d (the talk's robust setting is 4), ``n_layers`` the number of
-    attention + ReLU-MLP layers (1 in the talk; 2 or more escape the weight-tying minimum), ``d_ff`` the MLP width
-    (default 4 d). ``tie_weights=True`` sets the read-out vector a equal to the embedding e.
+    attention + ReLU-MLP layers (1 in the talk; stacked without LayerNorm, more layers do not escape the
+    weight-tying minimum at d = 4: docs/evidence/weight-tying-depth.md), ``d_ff`` the MLP width (default 4 d).
+    ``tie_weights=True`` sets the read-out vector a equal to the embedding e.
     """
 
     model_type = "binary_transformer"
