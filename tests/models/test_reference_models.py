@@ -80,21 +80,13 @@ def _gpt2_weights(ours: MarkovianTransformerForCausalLM) -> dict[str, torch.Tens
                "transformer.ln_f.weight": model.final_norm.weight,
                "transformer.ln_f.bias": bias_of(model.final_norm), "lm_head.weight": ours.lm_head.weight}
     for index, block in enumerate(model.blocks):
-        prefix = f"transformer.h.{index}."
-        weights.update({
-            prefix + "ln_1.weight": block.attention_norm.weight,
-            prefix + "ln_1.bias": bias_of(block.attention_norm),
-            prefix + "attn.c_attn.weight": block.attention.qkv.weight.T,
-            prefix + "attn.c_attn.bias": bias_of(block.attention.qkv),
-            prefix + "attn.c_proj.weight": block.attention.out_proj.weight.T,
-            prefix + "attn.c_proj.bias": bias_of(block.attention.out_proj),
-            prefix + "ln_2.weight": block.ffn_norm.weight,
-            prefix + "ln_2.bias": bias_of(block.ffn_norm),
-            prefix + "mlp.c_fc.weight": block.ffn.up.weight.T,
-            prefix + "mlp.c_fc.bias": bias_of(block.ffn.up),
-            prefix + "mlp.c_proj.weight": block.ffn.down.weight.T,
-            prefix + "mlp.c_proj.bias": bias_of(block.ffn.down),
-        })  # fmt: skip
+        parts = {"ln_1": (block.attention_norm, False), "attn.c_attn": (block.attention.qkv, True),
+                 "attn.c_proj": (block.attention.out_proj, True), "ln_2": (block.ffn_norm, False),
+                 "mlp.c_fc": (block.ffn.up, True), "mlp.c_proj": (block.ffn.down, True)}  # Conv1D: transposed
+        for name, (module, conv1d) in parts.items():
+            prefix = f"transformer.h.{index}.{name}."
+            weights[prefix + "weight"] = module.weight.T if conv1d else module.weight
+            weights[prefix + "bias"] = bias_of(module)
     return weights
 
 
