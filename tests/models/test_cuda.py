@@ -123,15 +123,25 @@ def test_a_compiled_decoding_step_on_cuda_generates_what_the_eager_one_does():
     assert torch.equal(compiled, eager)
 
 
-def test_a_gpu_training_run_follows_the_cpu_run(tiny_run, tmp_path, cli):
-    """The same run (no dropout: the GPU draws other masks) on both accelerators: the same validation loss to
-    float32 reduction-order rounding, so the engine moves every batch, state and metric to the device."""
+# (GPU-only trainer settings, tolerance): float32 reduction order; 16-mixed's half-precision products, with the
+# accumulated step's gradient rescaling (module.on_before_optimizer_step) after the GradScaler unscales
+GPU_RUNS = {"32-true": ({}, 1e-3), "16-mixed-accumulated": ({"precision": "16-mixed"}, 1e-2)}
+
+
+@pytest.mark.parametrize("gpu_run", list(GPU_RUNS))
+def test_a_gpu_training_run_follows_the_cpu_run(tiny_run, tmp_path, cli, gpu_run):
+    """The same run (no dropout: the GPU draws other masks) on both accelerators: the same validation loss to the
+    precision's rounding, so the engine moves every batch, state and metric to the device; the accumulated run
+    (two micro-batches a step) under 16-mixed also weighs every token alike there, as on the CPU."""
+    gpu_only, tolerance = GPU_RUNS[gpu_run]
+    accumulate = {"accumulate_grad_batches": 2} if gpu_only else {}
     run = {**tiny_run, "model": {**tiny_run["model"], "dropout": 0.0}}
     losses = {}
-    for accelerator in ("cpu", "gpu"):
+    for accelerator, extra in (("cpu", {}), ("gpu", gpu_only)):
+        trainer = {**run["trainer"], **accumulate, **extra, "accelerator": accelerator}
         config = tmp_path / f"{accelerator}.yaml"
-        config.write_text(yaml.safe_dump({**run, "trainer": {**run["trainer"], "accelerator": accelerator}}))
+        config.write_text(yaml.safe_dump({**run, "trainer": trainer}))
         done = cli("train", str(config), f"output_dir={tmp_path / accelerator}")
         assert done.returncode == 0, done.stderr[-3000:]
         losses[accelerator] = json.loads((tmp_path / accelerator / "metrics.json").read_text())["val"]["loss"]
-    assert losses["gpu"] == pytest.approx(losses["cpu"], rel=1e-3)
+    assert losses["gpu"] == pytest.approx(losses["cpu"], rel=tolerance)
