@@ -4,6 +4,7 @@ for bit, while a new model takes the paper's slopes and saves them."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -73,13 +74,35 @@ def test_a_model_directory_of_the_old_code_loads_with_its_logits(tmp_path):
 
 
 def test_transformers_loads_a_model_directory_of_the_old_code_with_its_logits(tmp_path):
+    """... and says nothing is missing: the slopes the weights lack are their model's own, not newly initialised
+    (its load report listed them as MISSING, "newly initialized", and its loading info as missing keys)."""
     pytest.importorskip("transformers")
     pytest.importorskip("markovformer.hf", exc_type=ImportError)
     from markovformer.hf import HF_CLASSES
 
     expected = _saved_by_the_old_code(tmp_path)
     wrapper = HF_CLASSES["markovian_transformer", "causal_lm"][1]
-    assert torch.equal(_logits(wrapper.from_pretrained(tmp_path)), expected)
+    reports = _Records()
+    logger = logging.getLogger("transformers")  # transformers' loggers do not propagate to pytest's
+    logger.addHandler(reports)
+    try:
+        model, info = wrapper.from_pretrained(tmp_path, output_loading_info=True)
+    finally:
+        logger.removeHandler(reports)
+    assert not [message for message in reports.messages if "slopes" in message or "MISSING" in message]
+    assert not info["missing_keys"]
+    assert torch.equal(_logits(model), expected)
+
+
+class _Records(logging.Handler):
+    """The messages logged through it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 
 
 def test_a_run_checkpoint_and_init_from_of_the_old_code_keep_their_slopes(tmp_path):

@@ -5,12 +5,14 @@ refuses; and the wrapper of the Markovian Transformer, which reports hidden stat
 
 from __future__ import annotations
 
+import re
+
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from markovformer.hf.cache import CACHE_NAME
-from markovformer.layers.decay_attention import legacy_alibi_slopes
+from markovformer.layers.decay_attention import AlibiAttention
 from markovformer.models.pretrained import PreTrainedModel as MarkovformerModel
 
 
@@ -100,14 +102,24 @@ class Wrapper(PreTrainedModel):
         """``transformers``' initialisation of every tensor not marked initialised, each taken from a freshly built
         markovformer model of this config (``_init_weights``): markovformer's own initialisation, its derived
         buffers (rotary frequencies, ...) exactly, so a model built on the meta device and then initialised is a
-        normally built one (the same tensors for the same seed)."""
+        normally built one (the same tensors for the same seed). Loading weights saved before ALiBi's slopes were, it
+        gives them the slopes their model computed with instead (``AlibiAttention.unsaved_slopes``), which are then
+        not missing: ``transformers``' load report said they were newly initialised."""
         with torch.device("cpu"):
             fresh = self.markovformer_class(self.config.to_markovformer())
+        loaded = {name for name, tensor in self.state_dict(keep_vars=True).items()
+                  if getattr(tensor, "_is_hf_initialized", False)}  # fmt: skip
         self._fresh = [dict(fresh.named_modules()), {id(module): name for name, module in self.named_modules()}]
         try:
             super().initialize_weights()
         finally:
             del self._fresh
+        for prefix, module in self.named_modules():
+            if isinstance(module, AlibiAttention):
+                for name, slopes in module.unsaved_slopes(loaded, f"{prefix}.").items():
+                    self.get_buffer(name).copy_(slopes)
+                    self._keys_to_ignore_on_load_missing = {*(self._keys_to_ignore_on_load_missing or ()),
+                                                            f"^{re.escape(name)}$"}  # fmt: skip
 
     def _init_weights(self, module: torch.nn.Module) -> None:
         """Copy the parameters and buffers of ``module`` (not its children's) from the fresh model that
@@ -137,8 +149,7 @@ class Wrapper(PreTrainedModel):
         wants_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         order = {name: index for index, name in enumerate(model.state_dict())}
-        older = {name: slopes for name, slopes in legacy_alibi_slopes(model).items() if name in info["missing_keys"]}
-        missing = sorted(set(info["missing_keys"]) - older.keys(), key=lambda name: order.get(name, len(order)))
+        missing = sorted(info["missing_keys"], key=lambda name: order.get(name, len(order)))
         unexpected = sorted(info["unexpected_keys"])
         if strict:
             other_task = cls.__name__ not in (model.config.architectures or [cls.__name__])
@@ -153,8 +164,6 @@ class Wrapper(PreTrainedModel):
         with torch.no_grad():
             for name in [*missing, *(key[0] for key in info["mismatched_keys"])]:
                 state[name].copy_(fresh_state[name])
-            for name, slopes in older.items():  # weights saved before ALiBi's slopes were: those they computed with
-                state[name].copy_(slopes)
         fresh_modules = dict(fresh.named_modules())
         for name, module in model.markovformer.named_modules():
             for buffer_name in module._non_persistent_buffers_set:

@@ -15,6 +15,7 @@ projection.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Container
 
 import torch
 import torch.nn.functional as F
@@ -222,14 +223,22 @@ class AlibiAttention(SelfAttention):
                          data_dependent=False)  # fmt: skip
         super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
 
+    def unsaved_slopes(self, saved: Container[str], prefix: str = "") -> dict[str, Tensor]:
+        """{state-dict name: slopes} for the slopes that weights of this layer saved before ALiBi's slopes were saved
+        with them lack (``saved``, the names loaded, holds the layer's projections and not its slopes): their model
+        computed with ``geometric_slopes`` for every head count, and keeps it (a power-of-two count gets the same
+        numbers). Empty where ``saved`` lacks the layer's projections (a partial load: an adapter's, another
+        head's), which leaves the slopes as they are. ``prefix``: the layer's, as in its state-dict names."""
+        if prefix + "qkv.weight" not in saved:
+            return {}
+        slopes = {f"{prefix}cores.{index}.slopes": geometric_slopes(len(core.slopes))
+                  for index, core in enumerate(self.cores)}  # fmt: skip
+        return {name: values for name, values in slopes.items() if name not in saved}
+
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args) -> None:
-        """The layer's weights saved before ALiBi's slopes were saved with them (its projections, no slopes): their
-        model computed with ``geometric_slopes`` for every head count, and keeps it (a power-of-two count gets the
-        same numbers). A state dict without the layer's projections (a partial load: an adapter's, another head's)
-        leaves the slopes as they are. Torch loads a module before its children, from the dict filled here."""
-        if prefix + "qkv.weight" in state_dict:
-            for index, core in enumerate(self.cores):
-                state_dict.setdefault(f"{prefix}cores.{index}.slopes", geometric_slopes(len(core.slopes)))
+        """Weights saved before ALiBi's slopes were load with their own (``unsaved_slopes``). Torch loads a module
+        before its children, from the dict filled here."""
+        state_dict.update(self.unsaved_slopes(state_dict, prefix))
         super()._load_from_state_dict(state_dict, prefix, *args)
 
 
