@@ -1,7 +1,11 @@
 """What init_from reads (a saved model directory's weights, refused in one line when they cannot be read, and which
 tensors init_from_skip starts fresh) and what a fine-tuning run records of it."""
 
+import json
+import re
+
 import pytest
+import torch
 import yaml
 from conftest import TINY_RUN, run_in_process
 
@@ -115,6 +119,53 @@ def test_the_record_of_a_saved_model_directory_names_its_file_and_the_tensors_le
                                                                                            ["embeddings"])  # fmt: skip
     assert started_from_line(record) == (f"{(tmp_path / 'source').resolve()}, tensors sha256 "
                                          f"{record['tensors_sha256']} (2 left fresh by init_from_skip: embeddings)")
+
+
+def _sharded(directory, shards: dict[str, list[str]]) -> None:
+    """``directory``, a save_pretrained folder, as transformers shards it: {shard file: its tensor names} written as
+    safetensors, model.safetensors.index.json naming each tensor's shard, no model.safetensors."""
+    from safetensors.torch import load_file, save_file
+
+    whole = load_file(str(directory / "model.safetensors"))
+    (directory / "model.safetensors").unlink()
+    for shard, names in shards.items():
+        save_file({name: whole[name] for name in names}, str(directory / shard))
+    weight_map = {name: shard for shard, names in shards.items() for name in names}
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+@pytest.mark.parametrize("damage", [None, "pickle", "elsewhere", "missing", "absent"])
+def test_a_sharded_directory_loads_its_shards_and_a_damaged_index_is_refused_naming_what(tmp_path, damage):
+    """A folder of safetensors shards and their index loads each tensor from its shard (it was refused: "neither a
+    run directory nor a saved model directory"); an index naming a pickle or a file outside the folder, a shard gone,
+    or a tensor no shard holds is refused naming it, the model left as it was."""
+    source = tiny_model()
+    source.save_pretrained(tmp_path / "source")
+    names = list(source.state_dict())
+    shards = {"model-00001-of-00002.safetensors": names[:3], "model-00002-of-00002.safetensors": names[3:]}
+    _sharded(tmp_path / "source", shards)
+    index = tmp_path / "source" / "model.safetensors.index.json"
+    weight_map = json.loads(index.read_text())["weight_map"]
+    named = {"pickle": "pytorch_model-00001-of-00002.bin", "elsewhere": "../model-00001-of-00002.safetensors",
+             "missing": "model-00002-of-00002.safetensors", "absent": "model.extra"}.get(damage)  # fmt: skip
+    if damage == "pickle":
+        torch.save({name: source.state_dict()[name] for name in names[:3]}, tmp_path / "source" / named)
+    if damage in ("pickle", "elsewhere"):
+        weight_map.update({name: named for name in names[:3]})
+    if damage == "missing":
+        (tmp_path / "source" / named).unlink()
+    if damage == "absent":
+        weight_map[named] = "model-00001-of-00002.safetensors"
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    model = tiny_model()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    if damage is None:
+        initialise_from(model, tmp_path / "source", [])
+        assert all(tensor.equal(source.state_dict()[name]) for name, tensor in model.state_dict().items())
+        return
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        initialise_from(model, tmp_path / "source", [])
+    assert all(tensor.equal(before[name]) for name, tensor in model.state_dict().items())
 
 
 @pytest.mark.parametrize("environment", [{"init_from": {"source": "parent"}}, {"init_from": ["parent"]}, [],

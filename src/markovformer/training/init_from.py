@@ -2,16 +2,17 @@
 
 ``init_from: RUN_OR_MODEL_DIR`` (a run config key) names a run directory (its final model/, else its last
 checkpoint, both checked against the run's fingerprint), one checkpoint file of a run (checkpoints/step-NNNNNN.ckpt,
-read with its run as ``eval`` reads it) or a folder written by ``save_pretrained`` (config.json +
-model.safetensors). Every tensor must match the new model's name and shape (but ALiBi's slopes: weights saved before
-they were saved lack them and keep their own, ``legacy_alibi_slopes``; another kind's have none, and an ALiBi model
-starts with fresh ones: ``saved_alibi_layers``); a changed head (other labels) or
-vocabulary is refused with the names that differ, unless ``init_from_skip`` names them: ``head`` (the tensors
-outside the backbone ``model.``: lm_head, classifier, ...; refused for a model without one, where it would be
-every tensor), ``embeddings`` (the tensors a vocabulary indexes: names holding ``embed`` and a language model's
-``lm_head``, its output per token id) or any tensor-name prefix. Skipped tensors keep the new model's fresh
-initialisation. The run keeps the record of what it took (``initialise_from``) in its environment.json, which a
-later change to the source (an extended run, a replaced last.ckpt) leaves as it was.
+read with its run as ``eval`` reads it) or a folder written by ``save_pretrained`` (config.json + model.safetensors,
+or transformers' shards of it: ``WEIGHTS_INDEX_NAME``; safetensors only). Every tensor must match the new model's
+name and shape (but ALiBi's slopes: weights saved before they were saved lack them and keep their own,
+``legacy_alibi_slopes``; another kind's have none, and an ALiBi model starts with fresh ones:
+``saved_alibi_layers``); a changed head (other labels) or vocabulary is refused with the names that differ, unless
+``init_from_skip`` names them: ``head`` (the tensors outside the backbone ``model.``: lm_head, classifier, ...;
+refused for a model without one, where it would be every tensor), ``embeddings`` (the tensors a vocabulary indexes:
+names holding ``embed`` and a language model's ``lm_head``, its output per token id) or any tensor-name prefix.
+Skipped tensors keep the new model's fresh initialisation. The run keeps the record of what it took
+(``initialise_from``) in its environment.json, which a later change to the source (an extended run, a replaced
+last.ckpt) leaves as it was.
 
 The new run encodes its data with the source's tokenizer when it keeps one (``tokenizer_source``): a tokenizer
 fitted again on other text, or with other options, has as many ids (a BPE of a fixed size, often an alphabet) that
@@ -44,6 +45,9 @@ SKIP_GROUPS = {"head": "the task head (tensors outside model.)",
 VOCABULARY_HEAD = "lm_head"
 # The module every family reads its token ids with (hf.wrapper's input embeddings): a row per token id.
 TOKEN_EMBEDDING = "embed"
+# What transformers' save_pretrained writes instead of model.safetensors when it shards the weights (max_shard_size):
+# {"weight_map": {tensor name: shard file name}} beside the shards
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 
 
 def skipped(name: str, skip: list[str] | tuple[str, ...]) -> bool:
@@ -105,9 +109,6 @@ def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], dict]:
     """The weights in a run directory or a saved model directory (see the module docstring), and which they are:
     ``file`` (the resolved path of the file read), ``step`` (a run's; None for a saved model directory) and ``read``
     (a run's words for them: its final model/ or the checkpoint it fell back to, and their step; "" else)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     if source.is_file() and checkpoint_run(source) is None:
         raise ConfigError(f"init_from={str(source)!r} is a file but not a checkpoint (.ckpt): give a run directory, "
                           f"a checkpoint file of a run or a saved model directory")  # fmt: skip
@@ -120,14 +121,56 @@ def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], dict]:
         which = {"file": str(file.resolve()), "step": loaded.weights["step"], "read": weights_described(loaded.weights)}
         return loaded.model.state_dict(), which
     if (source / WEIGHTS_NAME).is_file():
-        try:
-            stored = load_file(str(source / WEIGHTS_NAME))
-        except SafetensorError as error:  # cut short by a copy or a killed save
-            raise ConfigError(f"init_from={str(source)!r}: cannot read {WEIGHTS_NAME}, not a whole safetensors "
-                              f"file ({error})") from error  # fmt: skip
-        return stored, {"file": str((source / WEIGHTS_NAME).resolve()), "step": None, "read": ""}
+        return _read_safetensors(source, WEIGHTS_NAME), {"file": str((source / WEIGHTS_NAME).resolve()), "step": None,
+                                                         "read": ""}  # fmt: skip
+    if (source / WEIGHTS_INDEX_NAME).is_file():
+        return _read_shards(source), {"file": str((source / WEIGHTS_INDEX_NAME).resolve()), "step": None, "read": ""}
     raise ConfigError(f"init_from={str(source)!r} is neither a run directory (config.yaml) nor a saved model "
-                      f"directory ({WEIGHTS_NAME})")  # fmt: skip
+                      f"directory ({WEIGHTS_NAME}, or {WEIGHTS_INDEX_NAME} and its shards)")  # fmt: skip
+
+
+def _read_safetensors(source: Path, name: str) -> dict[str, torch.Tensor]:
+    """The tensors of the safetensors file ``name`` in ``source``; ConfigError naming it when it cannot be read."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(source / name))
+    except SafetensorError as error:  # cut short by a copy or a killed save
+        raise ConfigError(f"init_from={str(source)!r}: cannot read {name}, not a whole safetensors file "
+                          f"({error})") from error  # fmt: skip
+
+
+def _read_shards(source: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a sharded saved model directory ``source``, each from the shard its index names. ConfigError
+    naming the index when it holds no weight_map of tensor names to shard files, names a shard that is no
+    safetensors file in ``source`` (a pickle, a path elsewhere), or lists other tensors than its shards hold (the
+    shards of another save, a copy that missed some)."""
+    index = source / WEIGHTS_INDEX_NAME
+    try:
+        weight_map = read_json_object(index, "a sharded model's index").get("weight_map")
+    except ValueError as error:
+        raise ConfigError(f"init_from={str(source)!r}: {error}") from None
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+            isinstance(name, str) and isinstance(shard, str) for name, shard in weight_map.items()):  # fmt: skip
+        raise ConfigError(f"init_from={str(source)!r}: {index.name} holds no weight_map of tensor names to shard "
+                          f"file names")  # fmt: skip
+    stored, unlisted = {}, set()
+    for shard in sorted(set(weight_map.values())):
+        if Path(shard).name != shard or not shard.endswith(".safetensors") or not (source / shard).is_file():
+            raise ConfigError(f"init_from={str(source)!r}: {index.name} names the shard {shard!r}, which is no "
+                              f"safetensors file in that folder (only those are read)")  # fmt: skip
+        for name, tensor in _read_safetensors(source, shard).items():
+            if weight_map.get(name) == shard:
+                stored[name] = tensor
+            else:
+                unlisted.add(name)
+    differ = sorted(unlisted | (weight_map.keys() - stored.keys()))
+    if differ:
+        listed = ", ".join(differ[:3]) + (f", ... ({len(differ)} in all)" if len(differ) > 3 else "")
+        raise ConfigError(f"init_from={str(source)!r}: {index.name} lists other tensors than its shards hold, each "
+                          f"in the shard it names: {listed}")  # fmt: skip
+    return stored
 
 
 def taken_sha256(tensors: dict[str, torch.Tensor]) -> str:
