@@ -177,6 +177,21 @@ def test_the_norm_is_exported_and_reloaded_and_a_config_without_it_loads_as_laye
     assert old.config.norm == "layernorm" and type(old.model.blocks[0].attention_norm) is torch.nn.LayerNorm
 
 
+def test_attention_bias_is_exported_and_reloaded_with_its_biases(tmp_path):
+    """``attention_bias`` goes through the hf config: transformers' save reloads, through its Auto classes and
+    markovformer's own from_pretrained, with the projections' biases and the same logits."""
+    causal = perturbed(small_hf("causal_lm", attention_bias=True))
+    causal.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["attention_bias"] is True
+    ids = random_ids()
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    native = HF_CLASSES["markovian_transformer", "causal_lm"][1].markovformer_class.from_pretrained(tmp_path)
+    for model in (loaded.markovformer, native):
+        assert model.config.attention_bias and model.model.blocks[1].attention.qkv.bias.abs().min() > 0
+        with torch.no_grad():
+            assert torch.equal(model(ids).logits, causal(input_ids=ids).logits)
+
+
 @pytest.mark.parametrize("enable", ["gradient_checkpointing_enable", "activation_checkpointing_enable"])
 def test_gradient_checkpointing_recomputes_the_blocks_with_the_same_gradients(enable):
     """Under either name: transformers 5.24 renamed gradient checkpointing activation checkpointing."""

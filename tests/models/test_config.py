@@ -81,7 +81,7 @@ def test_a_number_that_is_not_finite_is_refused_naming_the_field(config_class, b
 
 @pytest.mark.parametrize(("field", "value"), [("causal", "false"), ("gru", "no"), ("gate_null", 0),
                                               ("head_specific", "False"), ("tie_word_embeddings", 1), ("bias", None),
-                                              ("bidirectional", "yes")])  # fmt: skip
+                                              ("attention_bias", "true"), ("bidirectional", "yes")])  # fmt: skip
 def test_a_switch_that_is_not_a_boolean_is_refused_naming_it(field, value):
     """A string is truthy: causal="false" built a causal model, gru="no" a GRU injection, with no word."""
     with pytest.raises(ValueError, match=rf"^MarkovianTransformerConfig\.{field}={value!r}: must be True(,| or) False"):

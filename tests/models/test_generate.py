@@ -22,6 +22,7 @@ from markovformer import (
 )
 from markovformer.layers.baselines.hyena import ImplicitFilter
 from markovformer.layers.kv_cache import KeyValueCache
+from markovformer.layers.registry import ATTENTION_KINDS
 
 VOCAB = 11
 INCREMENTAL = {  # every causal kind carries a decoding state: generate feeds one token per step
@@ -64,21 +65,29 @@ GROWING = {"hyena", "markov_global", "markov_query_gate_sinusoidal", "softmax_gl
                     "selective_global"}  # fmt: skip
 
 
-def test_every_kind_that_decodes_incrementally_is_in_incremental():
-    """The README's "An attention kind" asks for a line in INCREMENTAL: without it no test decodes the kind."""
-    from markovformer.layers.registry import ATTENTION_KINDS
+def _kinds(options: dict) -> set[str]:
+    attention = options["attention"]
+    return {attention} if isinstance(attention, str) else {e["kind"] if isinstance(e, dict) else e for e in attention}
 
-    covered = set()
-    for options in INCREMENTAL.values():
-        attention = options["attention"]
-        covered |= {attention} if isinstance(attention, str) else {e["kind"] if isinstance(e, dict) else e
-                                                                   for e in attention}  # fmt: skip
+
+# GPT-2's query/key/value and output biases (attention_bias) on a case of each kind that takes them
+WITH_ATTENTION_BIAS = {f"{name}_attention_bias": dict(INCREMENTAL[name], attention_bias=True) for name in (
+    "markov_global", "softmax_global_learned", "mixed", "alibi_local", "forgetting_global", "t5_dynamic_local",
+    "stick_breaking_global", "selective_local", "cope_global", "rff", "hybrid_split", "hybrid_parallel", "retnet")}
+
+
+def test_every_kind_that_decodes_incrementally_is_in_incremental():
+    """The README's "An attention kind" asks for a line in INCREMENTAL: without it no test decodes the kind (and
+    one in WITH_ATTENTION_BIAS when it takes attention_bias)."""
+    covered = set().union(*map(_kinds, INCREMENTAL.values()))
     for kind in set(ATTENTION_KINDS) - covered:
         try:
             config = MarkovianTransformerConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, attention=kind)
         except ValueError:  # a kind a causal model refuses (linformer)
             continue
         assert not MarkovianTransformerForCausalLM(config).model.decodes_incrementally, f"add {kind!r} to INCREMENTAL"
+    with_bias = set().union(*map(_kinds, WITH_ATTENTION_BIAS.values()))
+    assert with_bias == covered & {kind for kind, entry in ATTENTION_KINDS.items() if entry.projection_biases}
 
 
 def _perturbed(model: torch.nn.Module, seed: int = 0, scale: float = 0.25) -> torch.nn.Module:
@@ -180,9 +189,9 @@ def _state_tensors(state) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
-@pytest.mark.parametrize("name", list(INCREMENTAL))
+@pytest.mark.parametrize("name", list(INCREMENTAL) + list(WITH_ATTENTION_BIAS))
 def test_prefill_then_steps_equal_the_full_forward_at_every_step(name, padded, dtype):
-    model = _markovian(INCREMENTAL[name]).to(dtype)
+    model = _markovian({**INCREMENTAL, **WITH_ATTENTION_BIAS}[name]).to(dtype)
     ids, mask = _left_padded(length=17)
     if not padded:
         mask = torch.ones_like(mask)

@@ -57,19 +57,21 @@ class SelfAttention(nn.Module):
             and a class attribute ``supports_state``.
         heads_per_core: how many heads each core owns, in order; sums to n_heads.
         rotary: apply rotary position embedding to q and k before the cores.
+        attention_bias: the qkv and output projections have biases (GPT-2's); none by default.
     """
 
     def __init__(
-        self, *, d_model: int, n_heads: int, cores: list[nn.Module], heads_per_core: list[int], rotary: bool
-    ) -> None:
+        self, *, d_model: int, n_heads: int, cores: list[nn.Module], heads_per_core: list[int], rotary: bool,
+        attention_bias: bool = False,
+    ) -> None:  # fmt: skip
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         if sum(heads_per_core) != n_heads or len(cores) != len(heads_per_core):
             raise ValueError(f"heads_per_core {heads_per_core} must assign all {n_heads} heads to the cores")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=attention_bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=attention_bias)
         self.rotary = RotaryEmbedding(self.head_dim) if rotary else None
         self.cores = nn.ModuleList(cores)
         self.heads_per_core = [h for h in heads_per_core]

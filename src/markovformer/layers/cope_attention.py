@@ -66,9 +66,10 @@ class CoPEAttention(SelfAttention):
     """Multi-head CoPE attention, global or over a window of keys."""
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = False,
-                 window: int | None = None, npos_max: int = 64) -> None:  # fmt: skip
+                 attention_bias: bool = False, window: int | None = None, npos_max: int = 64) -> None:  # fmt: skip
         core = CoPECore(head_dim=d_model // n_heads, causal=causal, window=window, npos_max=npos_max)
-        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary,
+                         attention_bias=attention_bias)
 
 
 __all__ = ["CoPEAttention", "CoPECore", "CoPEOptions"]

@@ -218,10 +218,11 @@ class AlibiAttention(SelfAttention):
     ALiBi replaces position embeddings: use it with ``position='none'`` (rotary stacks on top otherwise)."""
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, window: int | None = None,
-                 dropout: float = 0.0, rotary: bool = False) -> None:  # fmt: skip
+                 dropout: float = 0.0, rotary: bool = False, attention_bias: bool = False) -> None:  # fmt: skip
         core = DecayCore(d_model=d_model, n_heads=n_heads, causal=causal, window=window, dropout=dropout,
                          data_dependent=False)  # fmt: skip
-        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary,
+                         attention_bias=attention_bias)
 
     def unsaved_slopes(self, saved: Container[str], prefix: str = "") -> dict[str, Tensor]:
         """{state-dict name: slopes} for the slopes that weights of this layer saved before ALiBi's slopes were saved
@@ -248,13 +249,15 @@ class ForgettingAttention(SelfAttention):
     parts of the "Pro" block to switch on (``PRO_PARTS``)."""
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, window: int | None = None,
-                 dropout: float = 0.0, rotary: bool = False, **pro: bool) -> None:  # fmt: skip
+                 dropout: float = 0.0, rotary: bool = False, attention_bias: bool = False,
+                 **pro: bool) -> None:  # fmt: skip
         unknown = set(pro) - set(PRO_PARTS)
         if unknown:
             raise ValueError(f"unknown FoX Pro parts {sorted(unknown)}; expected some of {PRO_PARTS}")
         core = DecayCore(d_model=d_model, n_heads=n_heads, causal=causal, window=window, dropout=dropout,
                          data_dependent=True, **pro)  # fmt: skip
-        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary,
+                         attention_bias=attention_bias)
 
 
 __all__ = ["PRO_PARTS", "AlibiAttention", "DecayCore", "DecayOptions", "ForgetGate", "ForgettingAttention",

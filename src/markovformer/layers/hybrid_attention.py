@@ -70,7 +70,7 @@ class HybridSplitAttention(SelfAttention):
 
     def __init__(
         self, *, d_model: int, n_heads: int, markov_head_ratio: float = 0.5, causal: bool = True,
-        rotary: bool = True, **options,
+        rotary: bool = True, attention_bias: bool = False, **options,
     ) -> None:  # fmt: skip
         refuse_unread(type(self).__name__, options, HybridSplitOptions)
         n_markov = markov_head_count(n_heads, markov_head_ratio)
@@ -84,7 +84,7 @@ class HybridSplitAttention(SelfAttention):
         features = RandomFeatureCore(head_dim=head_dim, causal=causal, **pick_options(options, RANDOM_FEATURE_OPTIONS))
         super().__init__(
             d_model=d_model, n_heads=n_heads, cores=[markov, features],
-            heads_per_core=[n_markov, n_heads - n_markov], rotary=rotary,
+            heads_per_core=[n_markov, n_heads - n_markov], rotary=rotary, attention_bias=attention_bias,
         )  # fmt: skip
         if n_markov == 0:  # no Markov head: keep the unused core out of the optimiser and out of the reports
             self.cores[0].requires_grad_(False)
@@ -103,19 +103,13 @@ class HybridParallelAttention(nn.Module):
     each part reads its own, and a name neither reads is a TypeError (``HybridParallelOptions`` holds the defaults
     and rules)."""
 
-    def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = True, **options) -> None:
+    def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = True,
+                 attention_bias: bool = False, **options) -> None:  # fmt: skip
         refuse_unread(type(self).__name__, options, HybridParallelOptions)
         super().__init__()
-        self.markov = MarkovAttention(
-            d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary, **pick_options(options, MARKOV_OPTIONS)
-        )
-        self.random_features = RandomFeatureAttention(
-            d_model=d_model,
-            n_heads=n_heads,
-            causal=causal,
-            rotary=rotary,
-            **pick_options(options, RANDOM_FEATURE_OPTIONS),
-        )
+        shared = dict(d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary, attention_bias=attention_bias)
+        self.markov = MarkovAttention(**shared, **pick_options(options, MARKOV_OPTIONS))
+        self.random_features = RandomFeatureAttention(**shared, **pick_options(options, RANDOM_FEATURE_OPTIONS))
         self.supports_state = self.markov.supports_state and self.random_features.supports_state
 
     @property

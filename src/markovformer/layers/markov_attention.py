@@ -91,12 +91,14 @@ class MarkovAttention(SelfAttention):
     ``forward(x, attention_mask=None, return_gates=False, return_weights=False)``.
     """
 
-    def __init__(self, *, d_model: int, n_heads: int, rotary: bool = True, **core_options) -> None:
+    def __init__(self, *, d_model: int, n_heads: int, rotary: bool = True, attention_bias: bool = False,
+                 **core_options) -> None:  # fmt: skip
         core_options.setdefault("causal", True)
         if core_options.get("bidirectional") is None:
             core_options["bidirectional"] = not core_options["causal"]
         core = MarkovCore(d_model=d_model, n_heads=n_heads, head_dim=d_model // n_heads, **core_options)
-        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary,
+                         attention_bias=attention_bias)
 
     @property
     def markov_bias(self) -> MarkovBias:

@@ -153,22 +153,24 @@ class T5BiasAttention(SelfAttention):
     It replaces position embeddings: use it with ``position='none'``."""
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = False,
-                 window: int | None = None, dropout: float = 0.0, num_buckets: int = 32,
-                 max_distance: int = 128) -> None:  # fmt: skip
+                 attention_bias: bool = False, window: int | None = None, dropout: float = 0.0,
+                 num_buckets: int = 32, max_distance: int = 128) -> None:  # fmt: skip
         bias = T5Bias(n_heads, num_buckets, max_distance, bidirectional=not causal)
         core = RelativeBiasCore(lag_bias=bias, causal=causal, window=window, dropout=dropout)
-        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary,
+                         attention_bias=attention_bias)
 
 
 class DynamicBiasAttention(SelfAttention):
     """Multi-head attention with a dynamic position bias (an MLP of the distance). Use with ``position='none'``."""
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = False,
-                 window: int | None = None, dropout: float = 0.0, bias_hidden: int = 32, bias_depth: int = 2,
-                 log_distance: bool = True) -> None:  # fmt: skip
+                 attention_bias: bool = False, window: int | None = None, dropout: float = 0.0,
+                 bias_hidden: int = 32, bias_depth: int = 2, log_distance: bool = True) -> None:  # fmt: skip
         bias = DynamicBias(n_heads, bias_hidden, bias_depth, log_distance)
         core = RelativeBiasCore(lag_bias=bias, causal=causal, window=window, dropout=dropout)
-        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary,
+                         attention_bias=attention_bias)
 
 
 __all__ = ["DynamicBias", "DynamicBiasAttention", "DynamicBiasOptions", "RelativeBiasCore", "T5Bias",

@@ -99,10 +99,12 @@ class RandomFeatureAttention(SelfAttention):
     ``feature_map, num_features, redraw_interval, chunk_size`` (defaults and rules: ``RandomFeatureOptions``).
     """
 
-    def __init__(self, *, d_model: int, n_heads: int, rotary: bool = True, **core_options) -> None:
+    def __init__(self, *, d_model: int, n_heads: int, rotary: bool = True, attention_bias: bool = False,
+                 **core_options) -> None:  # fmt: skip
         core_options.setdefault("causal", True)
         core = RandomFeatureCore(head_dim=d_model // n_heads, **core_options)
-        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary,
+                         attention_bias=attention_bias)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 Each kind is one ``AttentionKind``: the dataclass of the options it accepts (the one source of truth for them:
 the model config checks every option it is given against it) and a builder that receives the shared keyword
-arguments (``d_model, n_heads, causal, rotary``) and an instance of that dataclass. Register a new kind by adding
-one entry.
+arguments (``d_model, n_heads, causal, rotary, attention_bias``) and an instance of that dataclass. Register a new
+kind by adding one entry.
 """
 
 from __future__ import annotations
@@ -102,6 +102,10 @@ class AttentionKind:
     "non-causal only" for one that refuses ``causal=True``; the model config refuses the other value up front, and a
     test builds every kind both ways against this declaration.
 
+    ``projection_biases``: whether its layer projects queries, keys, values and its output in the shared attention
+    frame (``layers.attention``), where ``attention_bias`` gives those projections biases; False for a mixer whose
+    projections are its paper's own, which the model config refuses ``attention_bias=True`` for.
+
     ``revision`` counts the fixes that changed what a model of this kind computes or learns from the same seed
     (raise it with every such fix, naming the commit): experiments key their cached cells on it, so rerunning one
     into an old folder recomputes the cells the fix made wrong instead of reusing them."""
@@ -110,6 +114,7 @@ class AttentionKind:
     build: Callable[[dict, Any], nn.Module]
     summary: str
     causality: str = "either"
+    projection_biases: bool = True
     revision: int = 1
 
     def __post_init__(self) -> None:
@@ -122,7 +127,7 @@ class AttentionKind:
 
 
 def _mixer(mixer: type) -> Callable[[dict, Any], nn.Module]:
-    """Builder of a sequence mixer that reads only d_model and causal (no heads, no rotary)."""
+    """Builder of a sequence mixer that reads only d_model and causal (no heads, no rotary, no attention_bias)."""
     return lambda shared, options: mixer(d_model=shared["d_model"], causal=shared["causal"])
 
 
@@ -237,20 +242,22 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         S4DOptions,
         lambda shared, o: S4DMixer(d_model=shared["d_model"], causal=shared["causal"], ssm_state_size=o.ssm_state_size),
         summary="S4D-Lin: a diagonal state-space model per channel (a long convolution)",
+        projection_biases=False,
     ),
     "h3": AttentionKind(
         H3Options,
         lambda shared, o: H3Mixer(d_model=shared["d_model"], causal=shared["causal"], **dataclasses.asdict(o)),
         summary="H3: a shift filter on the keys, then a diagonal SSM over key-value products, read by the queries",
+        projection_biases=False,
     ),
-    "hyena": AttentionKind(
-        NoOptions, _mixer(HyenaMixer), summary="order-2 Hyena: long implicit convolutions with data-gated products"
-    ),
+    "hyena": AttentionKind(NoOptions, _mixer(HyenaMixer), summary="order-2 Hyena: long implicit convolutions with "
+                           "data-gated products", projection_biases=False),  # fmt: skip
     "rwkv": AttentionKind(NoOptions, _mixer(RWKVTimeMix), summary="RWKV-4 time mixing: a decaying weighted key-value "
-                          "average with a token shift"),  # fmt: skip
-    "gru": AttentionKind(NoOptions, _mixer(GRUMixer), summary="a GRU over the sequence in place of attention"),
+                          "average with a token shift", projection_biases=False),  # fmt: skip
+    "gru": AttentionKind(NoOptions, _mixer(GRUMixer), summary="a GRU over the sequence in place of attention",
+                         projection_biases=False),  # fmt: skip
     "scan": AttentionKind(NoOptions, _mixer(ScanMixer), summary="the Scan Markov gated linear recurrence "
-                          "h_t = A_t h_(t-1) + B_t x_t"),  # fmt: skip
+                          "h_t = A_t h_(t-1) + B_t x_t", projection_biases=False),  # fmt: skip
 }
 
 
@@ -292,18 +299,32 @@ def decodes_incrementally(kind: str) -> bool:
     return bool(getattr(layer, "supports_state", False))
 
 
-def build_layer(spec: LayerSpec, *, d_model: int, n_heads: int, causal: bool, rotary: bool) -> nn.Module:
-    """Build the attention layer of a resolved ``spec`` (a model config's ``layer_specs``)."""
-    shared = dict(d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary)
+def build_layer(spec: LayerSpec, *, d_model: int, n_heads: int, causal: bool, rotary: bool,
+                attention_bias: bool = False) -> nn.Module:  # fmt: skip
+    """Build the attention layer of a resolved ``spec`` (a model config's ``layer_specs``, whose ``attention_bias``
+    only a kind with ``projection_biases`` was given)."""
+    shared = dict(d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary, attention_bias=attention_bias)
     return ATTENTION_KINDS[spec.kind].build(shared, spec.settings)
 
 
-def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rotary: bool, **options) -> nn.Module:
+def projection_biases_refused(kind: str) -> str:
+    """Why ``attention_bias=True`` is refused for ``kind``, a kind without ``projection_biases``."""
+    return (f"attention kind {kind!r} has no query/key/value and output projections of the shared attention frame to "
+            f"give biases (its projections are its paper's own); the kinds that have: "
+            f"{', '.join(name for name, entry in ATTENTION_KINDS.items() if entry.projection_biases)}")
+
+
+def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rotary: bool, attention_bias: bool = False,
+                    **options) -> nn.Module:  # fmt: skip
     """Build the attention layer registered as ``kind`` from raw options (direct use): they are resolved by the
     kind's options dataclass (its rules and defaults) and built by ``build_layer``. ``options`` may hold options of
-    other kinds; only this kind's are read."""
+    other kinds; only this kind's are read. ``attention_bias=True``: ValueError for a kind without
+    ``projection_biases``."""
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; expected one of {tuple(ATTENTION_KINDS)}")
+    if attention_bias and not ATTENTION_KINDS[kind].projection_biases:
+        raise ValueError(f"attention_bias=True: {projection_biases_refused(kind)}")
     accepted = attention_option_names(kind)
     settings = ATTENTION_KINDS[kind].options(**{name: value for name, value in options.items() if name in accepted})
-    return build_layer(LayerSpec(kind, settings), d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary)
+    return build_layer(LayerSpec(kind, settings), d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary,
+                       attention_bias=attention_bias)  # fmt: skip

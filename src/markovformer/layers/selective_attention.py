@@ -102,9 +102,11 @@ class SelectiveAttention(SelfAttention):
     """Multi-head selective attention, global or over a window of keys."""
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = False,
-                 window: int | None = None, protect_first: bool = True) -> None:  # fmt: skip
+                 attention_bias: bool = False, window: int | None = None,
+                 protect_first: bool = True) -> None:  # fmt: skip
         core = SelectiveCore(causal=causal, window=window, protect_first=protect_first)
-        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary,
+                         attention_bias=attention_bias)
 
 
 __all__ = ["SelectiveAttention", "SelectiveCore", "SelectiveOptions"]

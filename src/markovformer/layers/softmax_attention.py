@@ -88,10 +88,11 @@ class SoftmaxAttention(SelfAttention):
 
     def __init__(
         self, *, d_model: int, n_heads: int, causal: bool = True, dropout: float = 0.0, rotary: bool = True,
-        scope: str = "global", window: int | None = None, backend: str = "auto",
+        attention_bias: bool = False, scope: str = "global", window: int | None = None, backend: str = "auto",
     ) -> None:  # fmt: skip
         core = SoftmaxCore(causal=causal, dropout=dropout, scope=scope, window=window, backend=backend)
-        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary,
+                         attention_bias=attention_bias)
 
 
 __all__ = ["SoftmaxAttention", "SoftmaxCore", "SoftmaxOptions"]

@@ -69,9 +69,11 @@ class StickBreakingAttention(SelfAttention):
     """Multi-head stick-breaking attention, global or over a window of keys."""
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = False,
-                 window: int | None = None, attend_current: bool = False) -> None:  # fmt: skip
+                 attention_bias: bool = False, window: int | None = None,
+                 attend_current: bool = False) -> None:  # fmt: skip
         core = StickBreakingCore(causal=causal, window=window, attend_current=attend_current)
-        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary,
+                         attention_bias=attention_bias)
 
 
 __all__ = ["StickBreakingAttention", "StickBreakingCore", "StickBreakingOptions"]

@@ -84,10 +84,11 @@ class LinformerAttention(SelfAttention):
 
     def __init__(
         self, *, d_model: int, n_heads: int, max_position: int | None = None, linformer_k: int = 64,
-        causal: bool = False, rotary: bool = True, dropout: float = 0.0,
+        causal: bool = False, rotary: bool = True, attention_bias: bool = False, dropout: float = 0.0,
     ) -> None:  # fmt: skip
         core = LinformerCore(max_position=max_position, linformer_k=linformer_k, causal=causal, dropout=dropout)
-        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary,
+                         attention_bias=attention_bias)
 
 
 __all__ = ["CAUSAL_MESSAGE", "LinformerAttention", "LinformerCore"]

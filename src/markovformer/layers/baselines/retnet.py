@@ -71,11 +71,12 @@ class RetNetAttention(SelfAttention):
     """Multi-scale retention in the shared attention frame (QKV, rotary, W_O); ``form`` picks the computation."""
 
     def __init__(
-        self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = True, chunk_size: int = 64,
-        form: str = "chunkwise",
+        self, *, d_model: int, n_heads: int, causal: bool = True, rotary: bool = True, attention_bias: bool = False,
+        chunk_size: int = 64, form: str = "chunkwise",
     ) -> None:  # fmt: skip
         core = RetentionCore(d_model=d_model, n_heads=n_heads, causal=causal, form=form, chunk_size=chunk_size)
-        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary)
+        super().__init__(d_model=d_model, n_heads=n_heads, cores=[core], heads_per_core=[n_heads], rotary=rotary,
+                         attention_bias=attention_bias)
 
     @property
     def form(self) -> str:

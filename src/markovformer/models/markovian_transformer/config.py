@@ -12,7 +12,12 @@ from markovformer.layers.markov_attention import MarkovOptions
 from markovformer.layers.norm import NORMS
 from markovformer.layers.options import SCOPES
 from markovformer.layers.position import POSITIONS
-from markovformer.layers.registry import ATTENTION_KINDS, LayerSpec, attention_option_names
+from markovformer.layers.registry import (
+    ATTENTION_KINDS,
+    LayerSpec,
+    attention_option_names,
+    projection_biases_refused,
+)
 from markovformer.models.config_base import ModelConfig, suggest
 from markovformer.ops.linear_attention import FEATURE_MAPS
 from markovformer.ops.relative_bias_attention.buckets import check_t5_buckets
@@ -55,7 +60,10 @@ class MarkovianTransformerConfig(ModelConfig):
     norm, "layernorm" or "rmsnorm" (Llama's, the "Transformer++" baseline's; eps 1e-5 both, ``layers.norm``);
     ``bias=False`` drops the LayerNorms' and the GELU MLP's biases. An RMSNorm has no bias, so with "rmsnorm"
     ``bias`` switches the GELU MLP's alone (as it does nothing to SwiGLU's, which has none): refusing the default
-    ``bias=True`` would make ``norm="rmsnorm"`` an error unless ``bias=False`` were typed too.
+    ``bias=True`` would make ``norm="rmsnorm"`` an error unless ``bias=False`` were typed too. ``attention_bias``
+    adds biases to the query/key/value and output projections of every kind in the shared attention frame (GPT-2
+    has them; nanoGPT's ``bias=False`` is ``bias=False`` with the default ``attention_bias=False``); a mixer kind
+    with projections of its own (``projection_biases=False`` in ``layers.registry``) refuses it.
     Renamed fields (old configs still load): ``max_position`` -> ``max_positions``.
     """
 
@@ -102,7 +110,8 @@ class MarkovianTransformerConfig(ModelConfig):
     initializer_range: float = 0.02
     init_scheme: str = "normal"  # or "gpt2": residual projections at std initializer_range / sqrt(2 n_layers)
     norm: str = "layernorm"  # or "rmsnorm": the blocks' and the final norm (NORMS)
-    bias: bool = True  # biases of the LayerNorms and the GELU MLP; False is nanoGPT's bias=False
+    bias: bool = True  # biases of the LayerNorms and the GELU MLP
+    attention_bias: bool = False  # biases of the query/key/value and output projections (GPT-2's)
 
     def __post_init__(self) -> None:
         def fail(field: str, message: str) -> None:
@@ -127,7 +136,8 @@ class MarkovianTransformerConfig(ModelConfig):
         for field in ("d_model", "n_layers", "n_heads", "num_labels", "num_features", "chunk_size", "ffn_mult",
                       "linformer_k", "ssm_state_size"):  # fmt: skip
             positive_int(field)
-        for field in ("causal", "gate_null", "head_specific", "gru", "tie_word_embeddings", "bias"):
+        for field in ("causal", "gate_null", "head_specific", "gru", "tie_word_embeddings", "bias",
+                      "attention_bias"):  # fmt: skip
             if not isinstance(getattr(self, field), bool):  # causal="false" is truthy: it built a causal model
                 fail(field, "must be True or False")
         if self.bidirectional is not None and not isinstance(self.bidirectional, bool):
@@ -187,6 +197,8 @@ class MarkovianTransformerConfig(ModelConfig):
                 fail("causal", f"{where} is {ATTENTION_KINDS[kind].causality}: its layer refuses causal={self.causal}; "
                      f"set causal={not self.causal} or choose another kind (`markovformer kind list` marks "
                      f"them)")  # fmt: skip
+            if self.attention_bias and not ATTENTION_KINDS[kind].projection_biases:
+                fail("attention_bias", f"layer {index}'s {projection_biases_refused(kind)}")
         self._check_options_are_used()
         if self.bidirectional is None:
             self.bidirectional = not self.causal

@@ -129,7 +129,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
     def _block(self, spec: LayerSpec) -> PreLNBlock:
         config = self.config
         attention = build_layer(spec, d_model=config.d_model, n_heads=config.n_heads, causal=config.causal,
-                                rotary=config.position == "rotary")  # fmt: skip
+                                rotary=config.position == "rotary", attention_bias=config.attention_bias)  # fmt: skip
         ffn = build_ffn(config.ffn, config.d_model, config.ffn_mult, config.dropout, config.bias)
         gru = build_injection(config.gru_kind, config.d_model, config.bidirectional) if config.gru else None
         return PreLNBlock(config.d_model, attention, ffn, gru, config.dropout, config.bias, config.norm)
