@@ -86,6 +86,7 @@ def _untrained_icl_cell(monkeypatch, order: int, settings: icl_depth.ICLSettings
 
     def fit(model, loss_on_batch, sample_batch, evaluate, *, seed, **options):
         seen["batch"] = sample_batch(torch.Generator().manual_seed(seed))  # the stream fit_on_stream draws first
+        seen["config"] = model.config
         evaluate()
         evaluations = curve(add_beta_loss(seen["held_out"], order, 2, 1.0))
         return FitResult(steps=[10 * i for i in range(len(evaluations))], evaluations=evaluations)
@@ -106,6 +107,8 @@ def test_icl_cell_scores_targets_from_k_against_the_order_k_floors_on_unseen_seq
     assert cell["final_loss"] == pytest.approx(cell["bayes_add1"] + 0.02)
     assert cell["steps_to_add1_plus_0.01"] == 10
     assert not torch.equal(seen["batch"], seen["held_out"])  # never trained on (batch_size = eval_batch)
+    # the model its stored cells were computed with (gpt2_style_config's before GPT-2's attention biases and init)
+    assert (seen["config"].attention_bias, seen["config"].init_scheme) == (False, "normal")
 
 
 def test_icl_cells_draw_a_new_kernel_for_every_sequence(monkeypatch):

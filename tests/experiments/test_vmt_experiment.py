@@ -98,6 +98,8 @@ def test_the_transformer_baseline_has_about_the_vmts_size():
     transformer = transformer_model(settings, 65, 16, vmt_size, 0)
     assert abs(transformer.num_parameters() / vmt_size - 1) < 0.05
     assert transformer.config.attention == "softmax" and transformer.config.n_layers == settings.transformer_layers
+    # the model its stored cells were computed with (gpt2_style_config's before GPT-2's attention biases and init)
+    assert (transformer.config.attention_bias, transformer.config.init_scheme) == (False, "normal")
 
 
 def test_text_data_cuts_the_file_into_documents_of_doc_len_with_about_val_chars_held_out(tmp_path):

@@ -368,11 +368,14 @@ def test_gpt2_init_scales_exactly_the_residual_projections(n_layers):
 
 def test_gpt2_style_config_is_the_markov_chain_papers_gpt2():
     """Softmax attention over the whole prefix, learned absolute positions, a GELU MLP, tied input and output
-    embeddings; an override wins."""
+    embeddings, GPT-2's biases (its attention projections' too) and init; an override wins, and nanoGPT's
+    ``bias=False`` drops the attention biases with the others."""
     config = gpt2_style_config(vocab_size=2, d_model=16, n_layers=2, n_heads=2, max_positions=32)
     assert config.layer_kinds() == ["softmax", "softmax"] and config.scope == "global" and config.window is None
     assert (config.position, config.max_positions, config.ffn) == ("learned", 32, "gelu")
-    assert config.tie_word_embeddings
+    assert config.tie_word_embeddings and config.bias and config.attention_bias and config.init_scheme == "gpt2"
+    nano = gpt2_style_config(2, 16, 2, 2, 32, bias=False)
+    assert (nano.bias, nano.attention_bias, nano.init_scheme) == (False, False, "gpt2")
     model = MarkovianTransformerForCausalLM(config)
     assert model.lm_head.weight is model.model.embed.weight
     assert model.model.position_embedding.weight.shape == (32, 16)

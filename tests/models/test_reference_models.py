@@ -2,7 +2,8 @@
 converted here (names, GPT-2's transposed Conv1D weights and fused c_attn, Llama's rotary layout) must give the same
 logits in float64, the same loss and gradients, and the same greedy continuations.
 
-- ``gpt2_style_config`` (the GPT-2-style model; with ``bias=False`` nanoGPT's block) against ``GPT2LMHeadModel``.
+- ``gpt2_style_config`` (GPT-2: every bias, its attention projections' included, and its init; with ``bias=False``
+  nanoGPT's block) against ``GPT2LMHeadModel``.
 - The softmax model with rotary positions, SwiGLU, ``norm="rmsnorm"`` and ``bias=False`` against
   ``LlamaForCausalLM`` as transformers builds it (``rms_norm_eps`` 1e-5, our ``NORM_EPS``); and with the default
   ``norm="layernorm"`` against the same Llama, its RMSNorms replaced by bias-free LayerNorms (the rest: rotary,
@@ -11,8 +12,9 @@ logits in float64, the same loss and gradients, and the same greedy continuation
 The conventions in which the two differ, each bridged by the conversion, the reference's config or a tolerance:
 - GELU: exact (erf), as nanoGPT's ``nn.GELU()``; GPT-2 proper uses the tanh approximation (``gelu_new``), so the
   reference is built with ``activation_function="gelu"``.
-- Biases: attention's projections have none (``layers.attention``); ``bias`` switches the LayerNorms' and the GELU
-  MLP's. GPT-2 has all of them, so its attention biases (and with ``bias=False`` the others) are zeros here.
+- Biases: ``attention_bias`` switches the attention projections' (c_attn, c_proj), ``bias`` the LayerNorms' and the
+  GELU MLP's; GPT-2 has all of them, loaded as ours' (random, nonzero). With ``bias=False`` (nanoGPT's, which
+  ``gpt2_style_config`` makes drop the attention biases too) the reference's biases are zeros.
 - Rotary: pairs (2i, 2i+1) rotate together; Llama's ``rotate_half`` pairs (i, i + Dh/2). The query and key rows of
   each head are permuted (as transformers' Meta-to-HF converter does), which leaves every score unchanged.
   transformers computes the angles in float32 even in a float64 model; ours in the model's dtype (``LOGITS_ATOL``).
@@ -62,7 +64,7 @@ def _perturbed(model: nn.Module) -> nn.Module:
 
 
 def _ours_gpt2(bias: bool) -> MarkovianTransformerForCausalLM:
-    config = gpt2_style_config(VOCAB, D_MODEL, N_LAYERS, N_HEADS, MAX_POSITIONS, bias=bias, init_scheme="gpt2")
+    config = gpt2_style_config(VOCAB, D_MODEL, N_LAYERS, N_HEADS, MAX_POSITIONS, bias=bias)
     return _perturbed(MarkovianTransformerForCausalLM(config))
 
 
@@ -211,6 +213,9 @@ def test_logits_and_loss_equal_transformers_reference(family):
     expected = F.cross_entropy(theirs.logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
     torch.testing.assert_close(mine.loss, expected, rtol=0, atol=atol / 10)
     torch.testing.assert_close(mine.loss, theirs.loss.double(), rtol=1e-6, atol=0)  # transformers' float32 loss
+    if family == "gpt2":  # GPT-2 itself: every bias loaded from ours, none zero-filled (its attention's included)
+        biases = {name: p for name, p in reference.named_parameters() if name.endswith("bias")}
+        assert len(biases) == 6 * N_LAYERS + 1 and all(bool(p.detach().abs().min() > 0) for p in biases.values())
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -262,12 +267,12 @@ def test_greedy_generate_equals_transformers_generate(family, padded):
 
 
 def test_gpt2_init_scheme_draws_each_weight_as_gpt2_does():
-    """``init_scheme="gpt2"`` (nanoGPT's init): each weight's spread is GPT-2's (0.02; the residual projections
-    attn.c_proj and mlp.c_proj 0.02 / sqrt(2 n_layers)), LayerNorms and biases start as GPT-2's."""
+    """``gpt2_style_config``'s ``init_scheme="gpt2"`` (nanoGPT's init): each weight's spread is GPT-2's (0.02; the
+    residual projections attn.c_proj and mlp.c_proj 0.02 / sqrt(2 n_layers)), LayerNorms and biases (the attention
+    projections' included) start as GPT-2's."""
     d_model, n_layers = 64, 4
     torch.manual_seed(0)
-    ours = MarkovianTransformerForCausalLM(gpt2_style_config(VOCAB, d_model, n_layers, N_HEADS, MAX_POSITIONS,
-                                                             init_scheme="gpt2"))  # fmt: skip
+    ours = MarkovianTransformerForCausalLM(gpt2_style_config(VOCAB, d_model, n_layers, N_HEADS, MAX_POSITIONS))
     reference = _gpt2(d_model, n_layers)
     for name, mine in _gpt2_weights(ours).items():
         mine, theirs = mine.detach(), reference.get_parameter(name).detach()

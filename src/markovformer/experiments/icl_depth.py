@@ -62,7 +62,10 @@ def train_icl_cell(
         settings.eval_batch, settings.seq_len, torch.Generator().manual_seed(10**6 + seed)
     )
     torch.manual_seed(seed)
-    config = gpt2_style_config(2, settings.d_model, n_layers, settings.n_heads, settings.seq_len)
+    # the model its cells were computed with: no attention biases, normal(0.02) init (gpt2_style_config's until
+    # it became GPT-2's own)
+    config = gpt2_style_config(2, settings.d_model, n_layers, settings.n_heads, settings.seq_len,
+                               attention_bias=False, init_scheme="normal")  # fmt: skip
     model = MarkovianTransformerForCausalLM(config)
 
     def loss_on_batch(x: torch.Tensor) -> torch.Tensor:

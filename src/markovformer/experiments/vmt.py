@@ -141,7 +141,10 @@ def transformer_model(settings: VMTSettings, vocab_size: int, window: int, param
     closest to ``parameters``."""
     best = None
     for width in range(16, 513, 8):
-        config = gpt2_style_config(vocab_size, width, settings.transformer_layers, 4, window + 1)
+        # the model its cells were computed with: no attention biases, normal(0.02) init (gpt2_style_config's
+        # until it became GPT-2's own)
+        config = gpt2_style_config(vocab_size, width, settings.transformer_layers, 4, window + 1,
+                                   attention_bias=False, init_scheme="normal")  # fmt: skip
         count = MarkovianTransformerForCausalLM(config).num_parameters()
         if best is None or abs(count - parameters) < abs(best[1] - parameters):
             best = (config, count)

@@ -411,9 +411,12 @@ ATTENTION_OPTION_FIELDS = tuple(sorted(
 def gpt2_style_config(
     vocab_size: int, d_model: int, n_layers: int, n_heads: int, max_positions: int, **overrides
 ) -> MarkovianTransformerConfig:
-    """The GPT-2-style model of the Markov-chain papers as a Markovian Transformer configuration: softmax attention
-    over the whole prefix, learned absolute positions, a GELU MLP and tied input/output embeddings."""
+    """GPT-2 (the model of the Markov-chain papers) as a Markovian Transformer configuration: softmax attention over
+    the whole prefix, learned absolute positions, a GELU MLP, tied input/output embeddings, biases in every
+    projection and LayerNorm and GPT-2's init. ``bias=False`` is nanoGPT's switch: no bias anywhere (the attention
+    projections' go too, unless ``attention_bias`` is given)."""
     values = dict(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, attention="softmax",
                   scope="global", position="learned", max_positions=max_positions, ffn="gelu",
-                  tie_word_embeddings=True)  # fmt: skip
+                  tie_word_embeddings=True, bias=True, attention_bias=overrides.get("bias", True),
+                  init_scheme="gpt2")  # fmt: skip
     return MarkovianTransformerConfig(**{**values, **overrides})
