@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 import yaml
-from conftest import TINY_RUN, run_in_process
+from conftest import TINY_RUN, one_line_error, run_in_process
 
 from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 from markovformer.training.init_from import initialise_from, initialised_line, started_from_line
@@ -276,3 +276,23 @@ def test_no_advice_is_given_that_following_would_still_be_refused(tmp_path):
             assert initialise_from(model, tmp_path / "source", advice)["tensors_fresh"] == 2  # embed, lm_head
         else:
             assert "5 tensors differ (lm_head.weight [6, 8] -> [9, 8]; model.blocks.0" in message, message
+
+
+def test_a_run_whose_last_checkpoint_is_damaged_is_refused_naming_its_newest_intact_step_checkpoint(tmp_path):
+    """init_from of an unfinished run whose last.ckpt was cut short refused ("cannot read it") without a word of
+    the step checkpoints beside it, whose weights it could start from. The refusal names the newest intact one (a
+    damaged newer one passed over), and init_from of that checkpoint is taken."""
+    trainer = {**TINY_RUN["trainer"], "max_steps": 6, "warmup_steps": 1, "eval_every": 2, "checkpoint_every": 2}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY_RUN, "trainer": trainer}))
+    assert run_in_process("train", "tiny.yaml", "output_dir=parent", cwd=tmp_path).returncode == 0
+    (tmp_path / "parent" / "finished.json").unlink()  # read as a run stopped after its last checkpoint
+    checkpoints = tmp_path / "parent" / "checkpoints"
+    for name in ("last.ckpt", "step-000006.ckpt"):
+        (checkpoints / name).write_bytes((checkpoints / name).read_bytes()[:3000])
+    refused = run_in_process("train", "tiny.yaml", "output_dir=tuned", "init_from=parent", cwd=tmp_path)
+    line = one_line_error(refused, "parent/checkpoints/last.ckpt: cannot read it")
+    assert line.endswith("; the run's newest intact checkpoint is parent/checkpoints/step-000004.ckpt (step 4): "
+                         "give that instead"), line
+    tuned = run_in_process("train", "tiny.yaml", "output_dir=tuned", "init_from=parent/checkpoints/step-000004.ckpt",
+                           cwd=tmp_path)  # fmt: skip
+    assert tuned.returncode == 0, tuned.stderr[-2000:]

@@ -175,6 +175,20 @@ def resume_point(last: Path) -> Path:
     return newest if same_run and type(step) is int and type(newest_step) is int and newest_step > step else last
 
 
+def intact_step_checkpoint(folder: Path, besides: Path) -> tuple[Path, int] | None:
+    """The newest step checkpoint in ``folder`` other than ``besides`` whose header reads whole (as resuming checks
+    it: ``resumable_checkpoint``), and its step: where a run whose ``besides`` is damaged can still be read from;
+    None when there is none."""
+    for path in reversed(step_checkpoints(folder) if folder.is_dir() else []):
+        if path.resolve() == besides.resolve():
+            continue
+        try:
+            return path, resumable_checkpoint(path)["global_step"]
+        except (ConfigError, OSError):
+            continue
+    return None
+
+
 def check_tensors_match(model: torch.nn.Module, stored: dict, path: Path, prefix: str = "",
                         partial: bool = False) -> None:  # fmt: skip
     """ConfigError naming ``path`` and the first mismatching names unless ``stored`` (name -> tensor or TensorInfo,
@@ -204,5 +218,5 @@ def check_tensors_match(model: torch.nn.Module, stored: dict, path: Path, prefix
         raise ConfigError(f"{path} does not match the run's model: {'; '.join(problems)}")
 
 
-__all__ = ["RESUMABLE_KEYS", "check_tensors_match", "check_trained_settings",
+__all__ = ["RESUMABLE_KEYS", "check_tensors_match", "check_trained_settings", "intact_step_checkpoint",
            "resumable_checkpoint", "resume_point", "resume_edits", "resumed_config", "trained_settings"]  # fmt: skip
