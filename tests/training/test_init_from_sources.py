@@ -207,16 +207,16 @@ def test_the_advice_for_a_weight_tied_under_two_names_names_both(tmp_path):
     """With tie_word_embeddings (one weight, model.embed and lm_head) and learned positions, another vocabulary was
     advised init_from_skip: [lm_head.weight]; following it was refused advising [model.embed.weight], and that one
     advised [lm_head.weight] again. The advice names both names of the weight, and following it takes every other
-    tensor from the source."""
-    options = {"d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2, "position": "learned", "max_positions": 16,
+    tensor from the source. (Another position table too: no group holds it, so the differing tensors are named.)"""
+    options = {"d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2, "position": "learned",
                "tie_word_embeddings": True}  # fmt: skip
-    source = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=6, **options))
+    source = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=6, max_positions=16, **options))
     source.save_pretrained(tmp_path / "source")
-    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=9, **options))
+    model = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=9, max_positions=32, **options))
     with pytest.raises(ConfigError) as refused:
         initialise_from(model, tmp_path / "source", [])
     advice = str(refused.value).split("add init_from_skip: [")[1].rstrip("]").split(", ")
-    assert sorted(advice) == ["lm_head.weight", "model.embed.weight"]
+    assert sorted(advice) == ["lm_head.weight", "model.embed.weight", "model.position_embedding.weight"]
     initialise_from(model, tmp_path / "source", advice)
     for name, tensor in model.state_dict().items():
         if name not in advice:
@@ -296,3 +296,40 @@ def test_a_run_whose_last_checkpoint_is_damaged_is_refused_naming_its_newest_int
     tuned = run_in_process("train", "tiny.yaml", "output_dir=tuned", "init_from=parent/checkpoints/step-000004.ckpt",
                            cwd=tmp_path)  # fmt: skip
     assert tuned.returncode == 0, tuned.stderr[-2000:]
+
+
+VOCABULARY = 37  # no other size of these models: a tensor with a dimension of 37 has a row per token id
+
+
+@pytest.mark.parametrize("family", ["markovian_transformer", "scan_markov", "markov_translator", "vmt"])
+def test_init_from_skip_embeddings_starts_exactly_the_tensors_a_vocabulary_indexes_fresh(tmp_path, family):
+    """The group was guessed from names holding 'embed' (and lm_head): the VMT's token emission (a row per token id)
+    was loaded after a tokenizer change, its rows for other symbols, while the translator's embedding_norm and a
+    learned position table, which no vocabulary indexes, started fresh. Each model now says its vocabulary's modules;
+    the tensors fresh are those with a dimension of the vocabulary's size, every other one is the source's."""
+    from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
+    from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
+    from markovformer.models.vmt import VariationalMarkovTransformer, VMTConfig
+
+    build = {"markovian_transformer": lambda: MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
+                 vocab_size=VOCABULARY, d_model=8, n_layers=1, n_heads=2, max_order=2, position="learned",
+                 max_positions=16)),
+             "scan_markov": lambda: ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=VOCABULARY, d_model=8,
+                                                                           max_positions=16, order=4)),
+             "markov_translator": lambda: MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+                 vocab_size=VOCABULARY, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=16,
+                 max_positions=16)),
+             "vmt": lambda: VariationalMarkovTransformer(VMTConfig(vocab_size=VOCABULARY, latent_dim=4, d_model=8,
+                                                                   n_layers=1, n_heads=2, hidden_dim=12, window=8,
+                                                                   skip_length=2))}[family]  # fmt: skip
+    source = build()
+    with torch.no_grad():  # no tensor of the source equals a fresh one (a layer norm starts at ones and zeros)
+        for parameter in source.parameters():
+            parameter.add_(torch.rand_like(parameter) + 1)
+    source.save_pretrained(tmp_path / "source")
+    model = build()
+    fresh = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    initialise_from(model, tmp_path / "source", ["embeddings"])
+    for name, tensor in model.state_dict().items():
+        expected = fresh[name] if VOCABULARY in tensor.shape else source.state_dict()[name]
+        assert tensor.equal(expected), name

@@ -126,6 +126,12 @@ class PreTrainedModel(nn.Module):
         """Parameters counted once each (tied weights once), trainable only by default."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
+    def vocabulary_modules(self) -> tuple[str, ...]:
+        """The modules (names as ``named_modules`` gives them) with a row per token id: the token embedding and every
+        output over the vocabulary, which a new tokenizer renumbers (``init_from_skip: [embeddings]`` starts their
+        tensors fresh); none for a model that reads no token ids."""
+        return ()
+
     def transition_strengths(self) -> list[dict[str, torch.Tensor | None]]:
         """Per Markov layer, its per-lag transition strengths ``{"past": (H, K), "future": (H, K) or None}``;
         empty for a family without Markov layers."""

@@ -3,16 +3,15 @@
 ``init_from: RUN_OR_MODEL_DIR`` (a run config key) names a run directory (its final model/, else its last
 checkpoint, both checked against the run's fingerprint), one checkpoint file of a run (checkpoints/step-NNNNNN.ckpt,
 read with its run as ``eval`` reads it) or a folder written by ``save_pretrained`` (config.json + model.safetensors,
-or transformers' shards of it: ``WEIGHTS_INDEX_NAME``; safetensors only). Every tensor must match the new model's
-name and shape (but ALiBi's slopes: weights saved before they were saved lack them and keep their own,
-``legacy_alibi_slopes``; another kind's have none, and an ALiBi model starts with fresh ones:
-``saved_alibi_layers``); a changed head (other labels) or vocabulary is refused with the names that differ, unless
-``init_from_skip`` names them: ``head`` (the tensors outside the backbone ``model.``: lm_head, classifier, ...;
-refused for a model without one, where it would be every tensor), ``embeddings`` (the tensors a vocabulary indexes:
-names holding ``embed`` and a language model's ``lm_head``, its output per token id) or any tensor-name prefix.
-Skipped tensors keep the new model's fresh initialisation. The run keeps the record of what it took
-(``initialise_from``) in its environment.json, which a later change to the source (an extended run, a replaced
-last.ckpt) leaves as it was.
+or transformers' shards of it: ``WEIGHTS_INDEX_NAME``; safetensors only). Every tensor must match the new model's name
+and shape (but ALiBi's slopes: weights saved before they were saved lack them and keep their own,
+``legacy_alibi_slopes``; another kind's have none, and an ALiBi model starts with fresh ones: ``saved_alibi_layers``);
+a changed head (other labels) or vocabulary is refused with the names that differ, unless ``init_from_skip`` names
+them: ``head`` (the tensors outside the backbone ``model.``: lm_head, classifier, ...; refused for a model without
+one, where it would be every tensor), ``embeddings`` (the tensors a vocabulary indexes, a row per token id: those of
+the modules the model names, ``vocabulary_tensors``) or any tensor-name prefix. Skipped tensors keep the new model's
+fresh initialisation. The run keeps the record of what it took (``initialise_from``) in its environment.json, which a
+later change to the source (an extended run, a replaced last.ckpt) leaves as it was.
 
 The new run encodes its data with the source's tokenizer when it keeps one (``tokenizer_source``): a tokenizer
 fitted again on other text, or with other options, has as many ids (a BPE of a fixed size, often an alphabet) that
@@ -32,7 +31,7 @@ import torch
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES
 from markovformer.layers.decay_attention import legacy_alibi_slopes
-from markovformer.models.pretrained import CONFIG_NAME, WEIGHTS_NAME
+from markovformer.models.pretrained import CONFIG_NAME, WEIGHTS_NAME, PreTrainedModel
 from markovformer.strict_json import read_json_object
 from markovformer.training.build import saved_tokenizer
 from markovformer.training.run_config import load_yaml
@@ -40,34 +39,38 @@ from markovformer.training.run_dir import load_trained_run, run_of_checkpoint, w
 from markovformer.training.trainer_config import ConfigError
 
 SKIP_GROUPS = {"head": "the task head (tensors outside model.)",
-               "embeddings": "the tensors a vocabulary indexes (names with 'embed', and lm_head)"}
-# A language model's output rows, one per token id: a new tokenizer (embeddings skipped) gives them other symbols.
-VOCABULARY_HEAD = "lm_head"
-# The module every family reads its token ids with (hf.wrapper's input embeddings): a row per token id.
-TOKEN_EMBEDDING = "embed"
+               "embeddings": "the tensors a vocabulary indexes (the token embedding, the outputs over the vocabulary)"}
 # What transformers' save_pretrained writes instead of model.safetensors when it shards the weights (max_shard_size):
 # {"weight_map": {tensor name: shard file name}} beside the shards
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 
 
-def skipped(name: str, skip: list[str] | tuple[str, ...]) -> bool:
-    """Whether tensor ``name`` is left out by the ``init_from_skip`` entries ``skip``."""
+def vocabulary_tensors(model: PreTrainedModel) -> set[str]:
+    """The tensor names of ``model`` with a row per token id, the group ``embeddings``: those of the modules it names
+    (``vocabulary_modules``; a weight tied to one of them under both its names)."""
+    modules = tuple(f"{name}." for name in model.vocabulary_modules())
+    return {name for name in model.state_dict() if name.startswith(modules)}
+
+
+def skipped(name: str, skip: list[str] | tuple[str, ...], vocabulary: set[str]) -> bool:
+    """Whether tensor ``name`` is left out by the ``init_from_skip`` entries ``skip``; ``vocabulary``: the model's
+    ``vocabulary_tensors``."""
     for entry in skip:
         if entry == "head" and not name.startswith("model."):
             return True
-        if entry == "embeddings" and ("embed" in name or name.startswith(VOCABULARY_HEAD)):
+        if entry == "embeddings" and name in vocabulary:
             return True
         if entry not in SKIP_GROUPS and name.startswith(entry):
             return True
     return False
 
 
-def takes_token_rows(model: torch.nn.Module, skip: list[str] | tuple[str, ...]) -> bool:
-    """Whether ``initialise_from`` with ``skip`` takes into ``model`` a tensor with a row per token id: the token
-    embedding (``TOKEN_EMBEDDING``) or a language model's ``VOCABULARY_HEAD``, skipped by the group ``embeddings`` or
-    by name. Only then do the new run's ids need to mean the source's tokens (a position table is no such tensor)."""
-    return any((name.startswith(VOCABULARY_HEAD) or name.split(".")[-2:-1] == [TOKEN_EMBEDDING])
-               and not skipped(name, skip) for name in model.state_dict())  # fmt: skip
+def takes_token_rows(model: PreTrainedModel, skip: list[str] | tuple[str, ...]) -> bool:
+    """Whether ``initialise_from`` with ``skip`` takes into ``model`` a tensor with a row per token id
+    (``vocabulary_tensors``), skipped by the group ``embeddings`` or by name. Only then do the new run's ids need to
+    mean the source's tokens (a position table is no such tensor)."""
+    vocabulary = vocabulary_tensors(model)
+    return any(not skipped(name, skip, vocabulary) for name in vocabulary)
 
 
 def tokenizer_source(init_from: str, skip: list[str] | tuple[str, ...], data: dict) -> Path | None:
@@ -233,7 +236,7 @@ def block_of(name: str) -> int | None:
     return None if found is None else int(found.group(1))
 
 
-def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] | tuple[str, ...]) -> dict:
+def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] | tuple[str, ...]) -> dict:
     """Copy the weights of ``source`` into ``model`` except those ``skip`` names; ConfigError naming the tensors
     that differ (and the ``init_from_skip`` that would leave them out) unless all others match. Returns the record
     of what it took, kept in the run's environment.json: ``source`` as given and ``resolved``, which weights were
@@ -241,8 +244,8 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
     held them), ``tensors_taken``, ``tensors_fresh`` and the ``init_from_skip`` entries."""
     source = Path(source)
     stored, which = read_weights(source)
-    own = model.state_dict()
-    if "head" in skip and all(skipped(name, ["head"]) for name in own):
+    own, vocabulary = model.state_dict(), vocabulary_tensors(model)
+    if "head" in skip and all(skipped(name, ["head"], vocabulary) for name in own):
         modules = sorted({name.split(".")[0] for name in own})
         raise ConfigError(f"init_from_skip entry 'head' names the tensors outside the backbone (model.), and "
                           f"{type(model).__name__} has no model. backbone: 'head' would start every tensor fresh; "
@@ -252,33 +255,34 @@ def initialise_from(model: torch.nn.Module, source: str | Path, skip: list[str] 
             raise ConfigError(f"init_from_skip entry {entry!r} is empty: it would name every tensor as a prefix and "
                               f"start the whole model fresh; use {' or '.join(SKIP_GROUPS)} or a tensor-name "
                               f"prefix")  # fmt: skip
-        if not any(skipped(name, [entry]) for name in (*own, *stored)):
+        if not any(skipped(name, [entry], vocabulary) for name in (*own, *stored)):
             raise ConfigError(f"init_from_skip entry {entry!r} names no tensor of the model or of init_from; use "
                               f"{' or '.join(SKIP_GROUPS)} or a tensor-name prefix")  # fmt: skip
-    taken = {name: tensor for name, tensor in stored.items() if name in own and not skipped(name, skip)}
+    taken = {name: tensor for name, tensor in stored.items() if name in own and not skipped(name, skip, vocabulary)}
     pointers = {own[name].data_ptr() for name in taken}  # a tied weight saved once (safetensors) is loaded once
     unsaved = {name: slopes for name, slopes in legacy_alibi_slopes(model).items() if name not in stored}
-    problems = [name for name in own if not skipped(name, skip) and name not in stored and name not in unsaved
-                and own[name].data_ptr() not in pointers]  # fmt: skip
-    problems += [name for name in stored if name not in own and not skipped(name, skip)]
+    problems = [name for name in own if not skipped(name, skip, vocabulary) and name not in stored
+                and name not in unsaved and own[name].data_ptr() not in pointers]  # fmt: skip
+    problems += [name for name in stored if name not in own and not skipped(name, skip, vocabulary)]
     problems += [name for name, tensor in taken.items() if tuple(tensor.shape) != tuple(own[name].shape)]
     _check_tied_agree(taken, own, source)
     if problems:
-        groups = [group for group in SKIP_GROUPS if any(skipped(name, [group]) for name in problems)]
+        groups = [group for group in SKIP_GROUPS if any(skipped(name, [group], vocabulary) for name in problems)]
         shapes = "; ".join(f"{name} {list(stored[name].shape) if name in stored else 'missing'} -> "
                            f"{list(own[name].shape) if name in own else 'not in this model'}"
                            for name in problems[:3])  # fmt: skip
-        # a group that would also start tensors fresh that fit (learned positions beside the token embeddings) is
-        # named by the differing tensors instead, when they are few
-        needless = any(skipped(name, groups) and name not in problems for name in taken)
+        grouped = bool(groups) and all(skipped(name, groups, vocabulary) for name in problems)
+        # differing tensors no group holds (a learned position table of another length), or a group that would also
+        # start tensors fresh that fit, are named themselves, when they are few
+        needless = not grouped or any(skipped(name, groups, vocabulary) and name not in problems for name in taken)
         named = _with_tied_names(problems, own)
-        entries = named if needless and len(named) <= 3 else groups
-        choice = (f"; to start them fresh (a changed head or vocabulary), add init_from_skip: [{', '.join(entries)}]"
-                  if groups and all(skipped(name, groups) for name in problems) else "")  # fmt: skip
+        entries = named if needless and len(named) <= 3 else groups if grouped else None
+        choice = f"; to start them fresh, add init_from_skip: [{', '.join(entries)}]" if entries else ""
         raise ConfigError(f"init_from={str(source)!r} does not fit this run's model: {len(problems)} tensors differ "
                           f"({shapes}){choice}")  # fmt: skip
     layers = saved_alibi_layers(source) if unsaved else set()  # the slopes a source of the old code computed with
-    kept = {name: slopes for name, slopes in unsaved.items() if block_of(name) in layers and not skipped(name, skip)}
+    kept = {name: slopes for name, slopes in unsaved.items()
+            if block_of(name) in layers and not skipped(name, skip, vocabulary)}  # fmt: skip
     model.load_state_dict({**own, **kept, **{name: tensor.to(own[name].dtype) for name, tensor in taken.items()}})
     return {"source": str(source), "resolved": str(source.resolve()), **which, "tensors_sha256": taken_sha256(taken),
             "tensors_taken": len(taken), "tensors_fresh": len(own) - len(taken), "init_from_skip": list(skip)}

@@ -154,6 +154,9 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
         self.decoder_norm = nn.LayerNorm(config.d_model)
         self.init_weights()
 
+    def vocabulary_modules(self) -> tuple[str, ...]:
+        return ("embed",)  # also the output over the vocabulary (tied)
+
     def embed_tokens(self, ids: Tensor, start: int = 0, name: str = "input_ids", positions: Tensor | None = None,
                      ) -> Tensor:  # fmt: skip
         """Token ids (B, T) at positions start..start+T-1, or at ``positions`` (B, T) -> (B, T, D): √D-scaled

@@ -326,6 +326,10 @@ class _WithBackbone(MarkovianTransformerPreTrainedModel):
         super().__init__(config)
         self.model = MarkovianTransformerModel(config)
 
+    def vocabulary_modules(self) -> tuple[str, ...]:
+        embed = ("model.embed",) if self.config.vocab_size is not None else ()  # real vectors: through a Linear
+        return (*embed, "lm_head") if hasattr(self, "lm_head") else embed  # a language model's output per token id
+
     def _encode(self, input_ids, input_features, attention_mask, return_gates, return_weights, state=None,
                 position_ids=None):  # fmt: skip
         return self.model(input_ids, input_features, attention_mask, return_gates, return_weights, state=state,

@@ -60,6 +60,9 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         self.init_weights()
         self.lm_head.weight = self.embed.weight
 
+    def vocabulary_modules(self) -> tuple[str, ...]:
+        return ("embed", "lm_head")
+
     def window_size(self, order: int | None = None) -> int | None:
         """The window n of a call: ``order`` if given, else the config's; None in recurrent mode."""
         if self.config.context_mode == "recurrent":

@@ -151,6 +151,8 @@ class GaussianEmission(nn.Module):
 class CategoricalEmission(nn.Module):
     """P(y | x) for tokens: softmax(W x + b + W_o GELU(W_h x + b_h)), a linear read-out with a nonlinear correction."""
 
+    vocabulary_modules = ("linear", "hidden.2")  # the layers with a row per token id: W, b and W_o, the logits
+
     def __init__(self, latent_dim: int, vocab_size: int, hidden_dim: int) -> None:
         super().__init__()
         self.linear = nn.Linear(latent_dim, vocab_size)

@@ -93,6 +93,11 @@ class VariationalMarkovTransformer(VMTGeneration, PreTrainedModel):
             build_posterior(kind, latent, context + 1, latent, hidden, layers) if config.skip_length >= 2 else None
         )
 
+    def vocabulary_modules(self) -> tuple[str, ...]:
+        if not self.tokens:  # real vectors come in through a Linear and are emitted by a Gaussian
+            return ()
+        return ("embed", *(f"emission.{name}" for name in self.emission.vocabulary_modules))
+
     # ----------------------------------------------------------------------------------------------- inputs
 
     def _observations(self, y: Tensor, attention_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
