@@ -23,6 +23,7 @@ from markovformer.data.readers.token_store import (
     STORE_FORMAT,
     TOKENS_FILE,
     UnknownCharacter,
+    append_array,
     cache_holds,
     cache_root,
     finish_store,
@@ -166,7 +167,7 @@ def _write_rows(staging: Path, dataset, ranges, column: str, tokenizer, processe
             offsets = chunk.offsets.to_numpy()
             lengths = np.diff(offsets).astype(np.int64)
             values = chunk.flatten().to_numpy(zero_copy_only=False).astype(dtype, copy=False)
-            np.insert(values, np.cumsum(lengths), eod).tofile(out)
+            append_array(out, np.insert(values, np.cumsum(lengths), eod))
             starts.append(count + np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]))
             count += int(lengths.sum()) + len(lengths)
     for cache in mapped.cache_files:  # the store holds the ids now; map's Arrow copy is not kept

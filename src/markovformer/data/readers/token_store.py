@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -270,12 +271,12 @@ def _write_store(staging: Path, segments, encode, encode_batch, dtype, vocab_siz
                                      ) from None  # fmt: skip
                 characters += len(piece)
                 _check_ids(ids, vocab_size)
-                ids.astype(dtype, copy=False).tofile(out)
+                append_array(out, ids.astype(dtype, copy=False))
                 count += len(ids)
                 if progress is not None:
                     progress.update(len(piece.encode("utf-8")))
             if segment.end_of_document and end_of_document is not None:
-                np.asarray([end_of_document], dtype=dtype).tofile(out)
+                append_array(out, np.asarray([end_of_document], dtype=dtype))
                 count += 1
             offsets.append(count)
     if progress is not None:
@@ -307,8 +308,8 @@ def _write_records(out, segment: Segment, encode_batch, dtype, vocab_size, end_o
             eod = np.asarray([end_of_document], dtype=dtype)
             for ids in encoded:
                 _check_ids(ids, vocab_size)
-                np.asarray(ids).astype(dtype, copy=False).tofile(out)
-                eod.tofile(out)
+                append_array(out, np.asarray(ids).astype(dtype, copy=False))
+                append_array(out, eod)
             count += int(lengths.sum())
             if progress is not None:
                 progress.update(size)
@@ -319,6 +320,20 @@ def _write_records(out, segment: Segment, encode_batch, dtype, vocab_size, end_o
     return count
 
 
+def append_array(out: BinaryIO, array: np.ndarray) -> None:
+    """Append ``array``'s bytes to the file ``out`` through its own writes. numpy's ``tofile`` (and ``np.save``,
+    which calls it) writes past Python's file object and drops the errno: on a full disk a short write was lost
+    without an error, a long one raised "N requested and 0 written", never the no-space error ``_build`` words."""
+    out.write(np.ascontiguousarray(array).data)
+
+
+def save_array(path: Path, array: np.ndarray) -> None:
+    """``np.save``'s file (the .npy format), written by ``append_array``."""
+    with path.open("wb") as out:
+        np.lib.format.write_array_header_1_0(out, np.lib.format.header_data_from_array_1_0(array))
+        append_array(out, array)
+
+
 def _check_ids(ids: np.ndarray, vocab_size: int) -> None:
     if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
         raise ValueError(f"the tokenizer produced id {int(ids.max())} outside its vocabulary of {vocab_size}")
@@ -327,9 +342,9 @@ def _check_ids(ids: np.ndarray, vocab_size: int) -> None:
 def finish_store(staging: Path, offsets, dtype: np.dtype, vocab_size: int, end_of_document: int | None,
                  segments: list[dict], documents: np.ndarray) -> None:  # fmt: skip
     """Write a staging store's offsets, record starts and meta (last) beside its written ``tokens.bin``."""
-    np.save(staging / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
+    save_array(staging / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
     if len(documents):
-        np.save(staging / DOCUMENTS_FILE, np.asarray(documents, dtype=np.int64))
+        save_array(staging / DOCUMENTS_FILE, np.asarray(documents, dtype=np.int64))
     meta = {"format": STORE_FORMAT, "dtype": np.dtype(dtype).name, "num_tokens": int(offsets[-1]),
             "vocab_size": vocab_size, "end_of_document": end_of_document, "segments": segments,
             "documents": len(documents), "tokens_sampled_blake2b": _sampled_hash(staging / TOKENS_FILE),
