@@ -150,6 +150,28 @@ def test_a_bpe_vocabulary_smaller_than_asked_is_said_as_for_a_text_file(tmp_path
     assert "vocab_size" not in capsys.readouterr().err
 
 
+def test_a_bpe_vocabulary_cut_short_by_fit_bytes_names_fit_bytes_as_for_a_text_file(tmp_path, capsys):
+    """Rows of distinct words fitted on data.fit_bytes=1024 of their train part said the train part offered no more
+    merges, where the whole part offers more: a text file's run names data.fit_bytes and the part's size, and so do
+    they now (the size: the train rows' UTF-8 bytes)."""
+    import random
+
+    rng = random.Random(0)
+    rows = [" ".join("".join(rng.choices("abcdefghij", k=6)) for _ in range(10)) for _ in range(300)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"text": row}) + "\n" for row in rows), "utf-8")
+    options = {"tokenizer": "bpe", "vocab_size": 50_000, "seq_len": 8, "cache_dir": tmp_path / "c"}
+    sampled = load_hf_dataset_lm(str(path), fit_bytes=1024, **options).tokenizer.vocab_size
+    whole = load_hf_dataset_lm(str(path), **options).tokenizer.vocab_size
+    assert sampled < whole < 50_000  # the whole part offers more merges than the sample
+    sample_line, whole_line = [line for line in capsys.readouterr().err.splitlines() if "data.vocab_size=" in line]
+    train_bytes = sum(len(row.encode()) for row in rows[:270])  # the train part: the first 0.9 of the rows
+    assert f"the data.fit_bytes=1024 bytes of the train part of {path} that BPE learned its merges on offer no more " \
+           f"merges, so the BPE vocabulary has {sampled} tokens" in sample_line, sample_line  # fmt: skip
+    assert f"raise data.fit_bytes (the train part has {train_bytes:,} bytes)" in sample_line, sample_line
+    assert f"the train part of {path} offers no more merges" in whole_line and "fit_bytes" not in whole_line
+
+
 def test_a_private_cache_is_said_as_for_a_text_run_before_the_rows_are_loaded(tmp_path, monkeypatch):
     """In another user's private token cache, an hf_dataset run reached datasets.load_dataset, whose refused
     `cache/hf_datasets` the command line said as 'cannot write ... (Permission denied); make it writable', naming

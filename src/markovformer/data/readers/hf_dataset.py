@@ -111,7 +111,7 @@ def load_hf_dataset_lm(
     ranges = contiguous_split(len(dataset), fractions)
     if fitted is None:
         fitted = _fit(dataset, ranges[0], text_column, tokenized)
-        tokenized.announce_fitted(fitted, ", ".join(map(str, files)))
+        tokenized.announce_fitted(fitted, ", ".join(map(str, files)), _text_bytes(dataset, ranges[0], text_column))
     tokenizer_json = json.dumps(fitted.record(), sort_keys=True)
     key_record = {"format": STORE_FORMAT, "source": "hf_dataset", "files": [content_key(f) for f in files],
                   "column": text_column, "rows": [[r.start, r.stop] for r in ranges],
@@ -177,6 +177,15 @@ def _write_rows(staging: Path, dataset, ranges, column: str, tokenizer, processe
     segments = [{"path": " ".join(files), "start": r.start, "stop": r.stop, "end_of_document": False,
                  "documents": "rows", "text_column": column} for r in ranges]  # fmt: skip
     finish_store(staging, offsets, dtype, tokenizer.vocab_size, eod, segments, documents)
+
+
+def _text_bytes(dataset, rows: range, column: str) -> int:
+    """The UTF-8 bytes of the ``column`` texts of ``rows`` (contiguous), summed from Arrow's string offsets: no text
+    is read or decoded."""
+    import pyarrow.compute as pc  # a dependency of datasets
+
+    lengths = pc.binary_length(dataset.data.table.column(column).slice(rows.start, len(rows)))
+    return int(pc.sum(lengths).as_py() or 0)
 
 
 def _fit(dataset, rows: range, column: str, tokenized: TokenizedText):

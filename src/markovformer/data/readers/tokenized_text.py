@@ -57,10 +57,11 @@ class TokenizedText:
         if isinstance(fit_bytes, bool) or not isinstance(fit_bytes, int) or fit_bytes < 1 << 10:
             raise ValueError(f"data.fit_bytes={fit_bytes!r} must be an int of at least 1024")
 
-    def announce_fitted(self, fitted, where: str, train_bytes: int | None = None) -> None:
-        """``announce_fitted``; ``train_bytes``: the train part's size, whose first ``fit_bytes`` only (spread
-        evenly) a BPE fit reads when it is larger: then the sample, not the text, held no more merges."""
-        sampled = self.tokenizer == "bpe" and train_bytes is not None and self.fit_bytes < train_bytes
+    def announce_fitted(self, fitted, where: str, train_bytes: int) -> None:
+        """``announce_fitted``, for every source of these options; ``train_bytes``: the train part's size, of which a
+        BPE fit reads ``fit_bytes`` only (spread evenly) when it is larger: then the sample, not the text, held no
+        more merges."""
+        sampled = self.tokenizer == "bpe" and self.fit_bytes < train_bytes
         announce_fitted(fitted, self.vocab_size, where, (self.fit_bytes, train_bytes) if sampled else None)
 
     def options(self) -> dict:
