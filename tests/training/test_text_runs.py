@@ -170,6 +170,10 @@ def test_a_fine_tuning_run_refuses_tokenizer_options_its_sources_tokenizer_was_n
     values, or null, or a run whose tokenizer is fitted afresh, are accepted."""
     from markovformer.data.readers.tokenizer import BPETokenizer
     from markovformer.training.init_from import tokenizer_source
+    from markovformer.training.run_config import resolve_run_config
+
+    def run(data: dict, skip: tuple[str, ...] = ()):  # a run fine-tuned from ``source`` with these data options
+        return resolve_run_config({**TEXT_RUN, "data": data, "init_from": str(source), "init_from_skip": list(skip)})
 
     source = tmp_path / "source"
     BPETokenizer.train("the chain keeps its order; the state moves on.\n" * 20, 300).save(source / "tokenizer")
@@ -181,10 +185,10 @@ def test_a_fine_tuning_run_refuses_tokenizer_options_its_sources_tokenizer_was_n
         with pytest.raises(ConfigError, match=rf"^data.{key}={data[key]}: this run encodes with the tokenizer of "
                                               rf"init_from=.*fitted with data.{key}={fitted_with}\), .* set it to "
                                               rf"{fitted_with} \(or null\)"):  # fmt: skip
-            tokenizer_source(str(source), [], data)
+            tokenizer_source(run(data))
     for data in (bpe, {**bpe, "vocab_size": None, "fit_bytes": 64 << 20}, {"source": "text"}):
-        assert tokenizer_source(str(source), [], data) == source
-    assert tokenizer_source(str(source), ["head", "embeddings"], {**bpe, "vocab_size": 999}) is None
+        assert tokenizer_source(run(data)) == source
+    assert tokenizer_source(run({**bpe, "vocab_size": 999}, ("head", "embeddings"))) is None
 
 
 def test_the_note_on_a_source_without_a_tokenizer_is_printed_only_when_its_token_weights_are_taken(tmp_path, capsys):
@@ -219,6 +223,35 @@ def test_the_note_on_a_source_without_a_tokenizer_is_printed_only_when_its_token
         (bare / name).write_bytes((tmp_path / "new-vocabulary" / "model" / name).read_bytes())
     printed = run("new-positions", bare, ["model.position_embedding.weight"], 32)
     assert "(1 left fresh by init_from_skip)" in printed and note in printed, printed
+
+
+def test_the_tokenizer_a_fine_tuning_run_encodes_with_follows_the_tensors_it_skips_however_named(tmp_path):
+    """Whether a fine-tuning run keeps its source's tokenizer was read from the word 'embeddings' in init_from_skip:
+    skipping the same tensors by name (model.embed, lm_head) to fit a BPE on a char run's text was refused ("trained
+    on a char tokenizer ... start them fresh with init_from_skip: [head, embeddings]"), though nothing with a row
+    per token id was taken. It follows the tensors skipped: those names fit a BPE of their own; skipping lm_head
+    alone takes the embedding, and the refusal stands."""
+    from markovformer.data.readers.tokenizer import load_tokenizer
+    from markovformer.training import runner
+    from markovformer.training.init_from import tokenizer_source
+    from markovformer.training.run_config import resolve_run_config
+
+    (tmp_path / "corpus.txt").write_text("the chain keeps its order; the state moves on.\n" * 80, encoding="utf-8")
+    char = {**TEXT_RUN["data"], "path": str(tmp_path / "corpus.txt"), "tokenizer": "char"}
+    runner.train(resolve_run_config({**TEXT_RUN, "data": char, "output_dir": str(tmp_path / "source")}))
+
+    def tuned(name: str, skip: list[str]) -> dict:
+        return {**TEXT_RUN, "data": {**char, "tokenizer": "bpe", "vocab_size": 300}, "output_dir": str(tmp_path / name),
+                "init_from": str(tmp_path / "source"), "init_from_skip": skip}  # fmt: skip
+
+    runner.train(resolve_run_config(tuned("by-name", ["model.embed", "lm_head"])))
+    assert load_tokenizer(tmp_path / "by-name" / "tokenizer").kind == "bpe"
+    with pytest.raises(ConfigError, match="was trained on a char tokenizer, and data.tokenizer='bpe'"):
+        runner.train(resolve_run_config(tuned("head-only", ["lm_head"])))
+    vmt = {**TEXT_RUN, "task": "vmt", "model_type": "vmt", "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+           "data": char, "init_from": str(tmp_path / "source")}  # fmt: skip
+    for skip, kept in ((["embed", "emission"], None), (["embed"], tmp_path / "source")):  # its emission: a row per id
+        assert tokenizer_source(resolve_run_config({**vmt, "init_from_skip": skip})) == kept, skip
 
 
 def test_a_missing_init_from_is_the_one_line_a_run_prints_about_it(tmp_path, capsys):

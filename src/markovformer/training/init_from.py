@@ -33,8 +33,8 @@ from markovformer.data.sources import DATA_SOURCES
 from markovformer.layers.decay_attention import legacy_alibi_slopes
 from markovformer.models.pretrained import CONFIG_NAME, WEIGHTS_NAME, PreTrainedModel
 from markovformer.strict_json import read_json_object
-from markovformer.training.build import saved_tokenizer
-from markovformer.training.run_config import load_yaml
+from markovformer.training.build import build_model, saved_tokenizer
+from markovformer.training.run_config import RunConfig, load_yaml
 from markovformer.training.run_dir import load_trained_run, run_of_checkpoint, weights_described
 from markovformer.training.trainer_config import ConfigError
 
@@ -73,16 +73,23 @@ def takes_token_rows(model: PreTrainedModel, skip: list[str] | tuple[str, ...]) 
     return any(not skipped(name, skip, vocabulary) for name in vocabulary)
 
 
-def tokenizer_source(init_from: str, skip: list[str] | tuple[str, ...], data: dict) -> Path | None:
-    """The run or saved model ``init_from`` when its tokenizer is the one the new run must encode with: it keeps one
-    and ``skip`` does not start the embeddings fresh (a new vocabulary, fitted on the new data). ConfigError when
-    the run's ``data`` asks for another kind of tokenizer (char, bpe) than the one the weights were trained on, or
+def tokenizer_source(config: RunConfig) -> Path | None:
+    """The run or saved model ``config.init_from`` when its tokenizer is the one the new run must encode with: it
+    keeps one and the run takes a tensor with a row per token id from it (``takes_token_rows``: ``init_from_skip``
+    leaves one, be it named by the group ``embeddings`` or by tensor names); else the run fits its own. ConfigError
+    when the run's data asks for another kind of tokenizer (char, bpe) than the one the weights were trained on, or
     sets another ``vocab_size`` or ``fit_bytes`` than a source run fitted it with (they would go unused)."""
+    init_from, data = config.init_from, config.data
     source = checkpoint_run(Path(init_from)) or Path(init_from)  # a checkpoint's tokenizer: its run's
     kept = saved_tokenizer(source) if source.is_dir() else None
-    if kept is None or "embeddings" in skip:
+    if kept is None:
         return None
-    kind, wanted = load_tokenizer(kept).kind, data.get("tokenizer")
+    tokenizer = load_tokenizer(kept)
+    with torch.device("meta"):  # the run's model, its weights never made; any vocabulary size names the same tensors
+        model = build_model(config, {"vocab_size": config.model.get("vocab_size") or tokenizer.vocab_size})
+    if not takes_token_rows(model, config.init_from_skip):
+        return None
+    kind, wanted = tokenizer.kind, data.get("tokenizer")
     if wanted is not None and wanted != kind:
         raise ConfigError(f"init_from={init_from!r} was trained on a {kind} tokenizer, and data.tokenizer={wanted!r}: "
                           f"its embeddings are for the {kind} tokenizer's ids; keep data.tokenizer={kind!r}, or "

@@ -295,8 +295,8 @@ def _build_and_fit(config: RunConfig, writer: bool, resume: bool, rewrite_config
     L.seed_everything(config.trainer.seed, workers=True, verbose=False)
     fine_tuning = config.init_from is not None and checkpoint is None
     # a resumed run encodes with its saved tokenizer, a fine-tuning one with its source's (the ids its weights know)
-    source = tokenizer_source(config.init_from, config.init_from_skip, config.data) if fine_tuning else None
     check_model_before_data(config)
+    source = tokenizer_source(config) if fine_tuning else None
     bundle = build_data(config, run_dir if resume else source)
     task = build_run_task(config, bundle)
     model = build_model(config, bundle.info)

@@ -42,7 +42,8 @@ class LearnedGaussian(nn.Module):
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.mean = nn.Parameter(torch.zeros(dim))
-        self.raw_std = nn.Parameter(raw_from_std(torch.ones(dim)).float())
+        # std 1, from a number: raw_from_std checks a tensor's values, which a model built on the meta device lacks
+        self.raw_std = nn.Parameter(torch.full((dim,), math.log(math.expm1(1 - MIN_STD))))
 
     def forward(self) -> tuple[Tensor, Tensor]:
         """(mean, std), each (d,)."""
