@@ -1,9 +1,11 @@
-from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig, gpt2_style_config
-from markovformer.models.markovian_transformer.modeling import (
-    MarkovianTransformerForCausalLM,
+from markovformer.models.markovian_transformer.classifiers import (
     MarkovianTransformerForCTC,
     MarkovianTransformerForSequenceClassification,
     MarkovianTransformerForTokenClassification,
+)
+from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig, gpt2_style_config
+from markovformer.models.markovian_transformer.modeling import (
+    MarkovianTransformerForCausalLM,
     MarkovianTransformerModel,
     MarkovianTransformerOutput,
 )
