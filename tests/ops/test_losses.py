@@ -149,3 +149,54 @@ def test_a_gradient_penalty_through_the_sliced_loss_is_torchs(monkeypatch, smoot
         return weight.grad
 
     torch.testing.assert_close(penalty_gradient(3 * 7), penalty_gradient(24 * 7))  # sliced, then torch's
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("chunk", [3 * 7, 100 * 7])
+def test_scoring_through_the_head_in_slices_is_torchs_summed_cross_entropy(monkeypatch, dtype, chunk):
+    """The scoring loss applies the head to slices of rows of the states (here 3 rows of 7 classes and a last one
+    of 2, or all 8 at once): its sum is torch's F.cross_entropy over the whole logits, upcast to at least float32,
+    ignored rows and logits far from 0 included, and its most likely classes are the logits' argmax."""
+    monkeypatch.setattr(losses, "CHUNK_ELEMENTS", chunk)
+    g = torch.Generator().manual_seed(0)
+    states = torch.randn(2, 4, 5, generator=g, dtype=torch.float64).to(dtype)
+    weight = 3 * torch.randn(7, 5, generator=g, dtype=torch.float64).to(dtype)
+    states[1, 2] *= 100  # far from 0: the softmax is read relative to each row's largest logit, as torch's
+    labels = torch.randint(0, 7, (2, 4), generator=g)
+    labels[0, 1] = labels[1, 3] = -100
+    read = []
+
+    def head(rows: torch.Tensor) -> torch.Tensor:
+        read.append(len(rows))
+        return rows @ weight.T
+
+    total, most_likely = losses.sliced_cross_entropy(states, head, labels, 7, most_likely=True)
+    logits = states @ weight.T
+    expected = F.cross_entropy(logits.flatten(0, 1).to(compute_dtype(logits)), labels.flatten(), ignore_index=-100,
+                               reduction="sum")  # fmt: skip
+    assert read == ([3, 3, 2] if chunk == 3 * 7 else [8])
+    assert total.dtype == expected.dtype
+    torch.testing.assert_close(total, expected)
+    assert torch.equal(most_likely, logits.argmax(-1))
+
+
+@pytest.mark.parametrize("family", ["markovian_transformer", "scan_markov"])
+def test_scoring_a_causal_lm_allocates_nothing_of_the_logits_size(monkeypatch, family):
+    """Validation and ``eval`` score a batch through the task's ``score``: it held the whole logits (B, T, V),
+    1.7 GB at eval_batch_size 64 x 129 x 50,257, where the loss needs one slice of rows at a time."""
+    from markovformer.training.tasks import build_task
+
+    batch, length, vocab = 2, 9, 2048
+    model = (MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=vocab, d_model=8, n_layers=1,
+                                                                        n_heads=2))
+             if family == "markovian_transformer" else
+             ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=vocab, d_model=8, order=3)))  # fmt: skip
+    ids = torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(losses, "CHUNK_ELEMENTS", 4 * vocab)  # slices of 4 rows
+    task = build_task("causal_lm")
+    metrics = task.new_metrics()
+    with torch.no_grad():
+        found = large_allocations(lambda: task.score(model.eval(), {"input_ids": ids, "labels": ids}, metrics),
+                                  4 * vocab + 1)  # fmt: skip
+    assert found == []
+    assert metrics.compute()["loss"] > 0

@@ -1,7 +1,10 @@
 """Token-level cross-entropy as every model family's training loss computes it: torch's ``F.cross_entropy`` is the
-reference, ``_ChunkedCrossEntropy`` the path taken (the same values and gradients, less memory at a large V)."""
+reference, ``_ChunkedCrossEntropy`` the path taken (the same values and gradients, less memory at a large V); and
+as scoring computes it from the states a head reads (``sliced_cross_entropy``: no logits beyond one slice)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -55,16 +58,19 @@ def token_cross_entropy(logits: Tensor, labels: Tensor, label_smoothing: float =
     (0 / 0), which would poison the weights.
     """
     check_labels(labels, logits.shape[-1], shape=logits.shape[:-1])
-    logits = logits.reshape(-1, logits.shape[-1])
     labels = labels.reshape(-1).long()
+    total = _summed_cross_entropy(logits.reshape(-1, logits.shape[-1]), labels, label_smoothing)
+    return total / labels.ne(IGNORE_INDEX).sum().clamp(min=1)
+
+
+def _summed_cross_entropy(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    """The summed cross-entropy of logits (N, V) against labels (N,) (``IGNORE_INDEX`` rows add nothing)."""
     if torch.compiler.is_compiling() or logits.device.type != "cpu" or logits.numel() <= CHUNK_ELEMENTS:
         # the reference: Inductor fuses its passes itself; on a GPU the sliced loop is unmeasured (a slice of 16 MiB
         # is a few microseconds of a GPU's work, its kernel launches as many); logits of one slice gain nothing
-        total = F.cross_entropy(logits.to(compute_dtype(logits)), labels, ignore_index=IGNORE_INDEX,
-                                reduction="sum", label_smoothing=label_smoothing)  # fmt: skip
-    else:
-        total = _ChunkedCrossEntropy.apply(logits, labels, label_smoothing)
-    return total / labels.ne(IGNORE_INDEX).sum().clamp(min=1)
+        return F.cross_entropy(logits.to(compute_dtype(logits)), labels, ignore_index=IGNORE_INDEX,
+                               reduction="sum", label_smoothing=label_smoothing)  # fmt: skip
+    return _ChunkedCrossEntropy.apply(logits, labels, label_smoothing)
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
@@ -88,10 +94,9 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         # per row: log Σ exp(logits) = largest + log Σ exp(logits - largest), kept as its two terms, so that the
         # backward's softmax, exp((logits - largest) - log_sums), rounds as torch's log_softmax does at any offset
         largest, log_sums = torch.empty_like(losses), torch.empty_like(losses)
-        for rows in _row_slices(logits):
+        for rows in _row_slices(*logits.shape):
             part = logits[rows]
-            log_probs = part.log_softmax(-1, dtype=dtype)  # one fused pass (logsumexp takes four)
-            losses[rows] = -log_probs.gather(1, targets[rows, None]).squeeze(1)
+            log_probs, losses[rows] = _row_losses(part, targets[rows])
             if label_smoothing:  # the mean over classes of -log p: uniform smoothing's term
                 losses[rows] = (1 - label_smoothing) * losses[rows] - label_smoothing * log_probs.mean(-1)
             # the largest log-probability is the largest logit's, -log Σ exp(logits - largest) (amax: max(dim)
@@ -112,7 +117,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
             return torch.autograd.grad(total, logits, grad_total, create_graph=True)[0], None, None
         grad = torch.empty_like(logits)
         weights = scored.to(largest.dtype) * grad_total
-        for rows in _row_slices(logits):
+        for rows in _row_slices(*logits.shape):
             # softmax, written into the gradient itself unless half precision is upcast
             out = grad[rows] if grad.dtype == largest.dtype else None
             part = torch.sub(logits[rows], largest[rows, None], out=out).sub_(log_sums[rows, None]).exp_()
@@ -125,10 +130,52 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         return grad, None, None
 
 
-def _row_slices(logits: Tensor) -> list[slice]:
-    """Slices of the rows of ``logits`` (N, V), each of at most ``CHUNK_ELEMENTS`` elements (one row at least)."""
-    step = max(1, CHUNK_ELEMENTS // max(logits.shape[-1], 1))
-    return [slice(start, start + step) for start in range(0, len(logits), step)]
+@autocast_off
+def _row_losses(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    """The log-probabilities of a slice of logits (n, V), in at least float32, and each row's loss -log p(target)
+    (n,): what the sliced loss and scoring sum."""
+    log_probs = logits.log_softmax(-1, dtype=compute_dtype(logits))  # one fused pass (logsumexp takes four)
+    return log_probs, -log_probs.gather(1, targets[:, None]).squeeze(1)
+
+
+def _row_slices(rows: int, classes: int) -> list[slice]:
+    """Slices of ``rows`` rows of logits of ``classes`` each, of at most ``CHUNK_ELEMENTS`` logits (one row at
+    least)."""
+    step = max(1, CHUNK_ELEMENTS // max(classes, 1))
+    return [slice(start, start + step) for start in range(0, rows, step)]
+
+
+@torch.no_grad()
+def sliced_cross_entropy(states: Tensor, head: Callable[[Tensor], Tensor], labels: Tensor, num_classes: int,
+                         most_likely: bool = False) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """For scoring (no gradient is kept): the summed cross-entropy of the logits ``head(states)`` (..., V =
+    ``num_classes``) against ``labels`` (...) (``IGNORE_INDEX`` adds nothing), in at least float32, and with
+    ``most_likely`` each position's most likely class (...), else None.
+
+    The head reads the states (..., D) in slices of rows of ``CHUNK_ELEMENTS`` logits, so that no logits beyond a
+    slice exist (all of them are a validation batch's largest tensor: 1.7 GB at 64 x 129 x 50,257). The sum is
+    ``token_cross_entropy``'s of ``head(states)``: of the same rows' losses (``_row_losses``) in the same order on
+    the CPU, bit for bit where the head's product of a slice of rows is those rows of its whole product; on a GPU,
+    whose ``token_cross_entropy`` is one ``F.cross_entropy``, within its rounding."""
+    check_labels(labels, num_classes, shape=states.shape[:-1])
+    shape, states, labels = labels.shape, states.reshape(-1, states.shape[-1]), labels.reshape(-1).long()
+    slices = _row_slices(len(states), num_classes)
+    if len(slices) <= 1:  # one slice: the logits of training's loss, and its reference sum
+        logits = head(states)
+        predicted = logits.argmax(-1).view(shape) if most_likely else None
+        return _summed_cross_entropy(logits, labels), predicted
+    scored = labels != IGNORE_INDEX
+    targets = labels.masked_fill(~scored, 0)
+    losses, predicted = None, (labels.new_empty(len(labels)) if most_likely else None)
+    for rows in slices:
+        part = head(states[rows])  # in the caller's autocast, as its forward's head
+        row_losses = _row_losses(part, targets[rows])[1]
+        if losses is None:  # the dtype of the logits' losses, known from the first slice
+            losses = row_losses.new_empty(len(labels))
+        losses[rows] = row_losses
+        if predicted is not None:
+            predicted[rows] = part.argmax(-1)
+    return losses.masked_fill(~scored, 0).sum(), None if predicted is None else predicted.view(shape)
 
 
 def next_token_cross_entropy(logits: Tensor, labels: Tensor, position_ids: Tensor | None = None,
@@ -137,5 +184,21 @@ def next_token_cross_entropy(logits: Tensor, labels: Tensor, position_ids: Tenso
     position (``next_token_targets``: labels (B, T) aligned with the inputs, no packed document's first token; the
     last position has none). The labels are shifted, not the logits: ``logits[:, :-1]`` flattens only as a copy of
     all of them (B, T - 1, V), and its backward zero-filled and copied one more."""
-    targets = F.pad(next_token_targets(labels, position_ids), (0, 1), value=IGNORE_INDEX)
-    return token_cross_entropy(logits, targets, label_smoothing)
+    return token_cross_entropy(logits, _next_token_labels(labels, position_ids), label_smoothing)
+
+
+def _next_token_labels(labels: Tensor, position_ids: Tensor | None) -> Tensor:
+    """(B, T): what each position of a causal LM is scored against (``next_token_targets``), ``IGNORE_INDEX`` at
+    the last position, which has no next token."""
+    return F.pad(next_token_targets(labels, position_ids), (0, 1), value=IGNORE_INDEX)
+
+
+def sliced_next_token_cross_entropy(states: Tensor, head: Callable[[Tensor], Tensor], labels: Tensor,
+                                    num_classes: int, position_ids: Tensor | None = None,
+                                    most_likely: bool = False) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """``next_token_cross_entropy`` of the logits ``head(states)`` of a causal LM's final states (B, T, D), for
+    scoring: its mean over the scored tokens, the sum taken by ``sliced_cross_entropy`` (no logits beyond a slice),
+    and with ``most_likely`` each position's most likely next token (B, T)."""
+    targets = _next_token_labels(labels, position_ids)
+    total, predicted = sliced_cross_entropy(states, head, targets, num_classes, most_likely)
+    return total / targets.ne(IGNORE_INDEX).sum().clamp(min=1), predicted

@@ -22,6 +22,7 @@ from markovformer.models.inputs import check_is_tensor, check_not_empty, check_t
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
 from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel, model_output
+from markovformer.models.scoring import ScoredInSlices
 from markovformer.ops.losses import next_token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, is_right_padded, real_token_positions
 from markovformer.ops.segments import Segments
@@ -330,7 +331,7 @@ class _WithBackbone(MarkovianTransformerPreTrainedModel):
                           position_ids=position_ids)  # fmt: skip
 
 
-class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
+class MarkovianTransformerForCausalLM(ScoredInSlices, GenerationMixin, _WithBackbone):
     """Next-token prediction. ``labels`` are the inputs (shifted inside); label -100 is ignored. ``forward(...,
     state=s)`` continues the sequence held by the decoding state s ({} to start); ``generate`` decodes so, one
     token per step, through every layer's own state (rolling key/value caches of W + 1 entries for local
@@ -359,11 +360,19 @@ class MarkovianTransformerForCausalLM(GenerationMixin, _WithBackbone):
             raise ValueError(f"logits_to_keep={logits_to_keep!r}: must be an integer >= 0 (0: every position)")
         output = self._encode(input_ids, None, attention_mask, return_gates, return_weights, state, position_ids)
         hidden = output.last_hidden_state
-        output.logits = self.lm_head(hidden if labels is not None else hidden[:, -logits_to_keep:])
+        output.logits = self.logits_from_states(hidden if labels is not None else hidden[:, -logits_to_keep:])
         if labels is not None:
             output.loss = next_token_cross_entropy(output.logits, labels, position_ids)
             output.logits = output.logits[:, -logits_to_keep:]
         return output
+
+    def final_states(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                     position_ids: Tensor | None = None) -> Tensor:  # fmt: skip
+        """(B, T, D): the backbone's last hidden states, after the final norm."""
+        return self._encode(input_ids, None, attention_mask, False, False, position_ids=position_ids).last_hidden_state
+
+    def logits_from_states(self, states: Tensor) -> Tensor:
+        return self.lm_head(states)
 
     def start_decoding(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int):
         return start_decoding(self, input_ids, attention_mask, max_new_tokens)

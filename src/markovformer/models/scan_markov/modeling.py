@@ -21,10 +21,11 @@ from markovformer.models.generation import GenerationMixin, Step
 from markovformer.models.inputs import check_token_ids
 from markovformer.models.pretrained import PreTrainedModel, model_output
 from markovformer.models.scan_markov.config import ScanMarkovConfig, check_order
+from markovformer.models.scoring import ScoredInSlices
 from markovformer.ops.losses import next_token_cross_entropy
 from markovformer.ops.padding import check_attention_mask, right_padded_lengths
 from markovformer.ops.scan import linear_scan, window_offsets, windowed_linear_scan
-from markovformer.ops.segments import Segments
+from markovformer.ops.segments import SegmentBatch, Segments
 
 
 @model_output
@@ -38,7 +39,7 @@ class ScanMarkovOutput:
     hidden_states: Tensor | None = None  # (B, T, D): the states h_t, before the LayerNorm
 
 
-class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
+class ScanMarkovForCausalLM(ScoredInSlices, GenerationMixin, PreTrainedModel):
     """Next-token prediction with the scan recurrence. ``labels`` are the inputs (shifted inside); -100 is ignored."""
 
     config_class = ScanMarkovConfig
@@ -163,15 +164,42 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
         if position_ids is not None:
             if state is not None:
                 raise ValueError("position_ids (packed documents) cannot be combined with a decoding state")
-            if tuple(position_ids.shape) != tuple(input_ids.shape):
-                raise ValueError(f"position_ids must be (B, T) = {tuple(input_ids.shape)}; "
-                                 f"got {tuple(position_ids.shape)}")  # fmt: skip
-            layout = Segments.from_positions(position_ids, attention_mask).layout
+            layout = self._documents(input_ids, attention_mask, position_ids)
             alone = self(layout.pack(input_ids), layout.mask, order=order)
             output = ScanMarkovOutput(layout.unpack(alone.logits), None, layout.unpack(alone.hidden_states))
             if labels is not None:
                 output.loss = next_token_cross_entropy(output.logits, labels, position_ids, label_smoothing)
             return output
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing={label_smoothing!r}: must lie in [0, 1)")
+        states = self._states(input_ids, attention_mask, order, state)
+        output = ScanMarkovOutput(logits=self.logits_from_states(states), hidden_states=states)
+        if labels is not None:
+            if tuple(labels.shape) != tuple(input_ids.shape):
+                raise ValueError(f"labels must be (B, T) = {tuple(input_ids.shape)}, got {tuple(labels.shape)}")
+            output.loss = next_token_cross_entropy(output.logits, labels, label_smoothing=label_smoothing)
+        return output
+
+    def final_states(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                     position_ids: Tensor | None = None, order: int | None = None) -> Tensor:  # fmt: skip
+        """The states h (B, T, D) of forward's arguments without a decoding state (given ``position_ids``, each
+        packed document's run alone): ``logits_from_states`` of them are its logits."""
+        if position_ids is not None:
+            layout = self._documents(input_ids, attention_mask, position_ids)
+            return layout.unpack(self.final_states(layout.pack(input_ids), layout.mask, order=order))
+        return self._states(input_ids, attention_mask, order)
+
+    @staticmethod
+    def _documents(input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor) -> SegmentBatch:
+        """The layout that runs each packed document of ``position_ids`` (B, T) alone, one padded row each."""
+        if tuple(position_ids.shape) != tuple(input_ids.shape):
+            raise ValueError(f"position_ids must be (B, T) = {tuple(input_ids.shape)}; "
+                             f"got {tuple(position_ids.shape)}")  # fmt: skip
+        return Segments.from_positions(position_ids, attention_mask).layout
+
+    def _states(self, input_ids: Tensor, attention_mask: Tensor | None, order: int | None,
+                state: dict | None = None) -> Tensor:  # fmt: skip
+        """The states h (B, T, D) of unpacked inputs: of the whole sequence, or continuing a decoding ``state``."""
         check_token_ids(input_ids, self.config.vocab_size)
         if attention_mask is not None:
             check_attention_mask(attention_mask, input_ids.shape)
@@ -180,21 +208,10 @@ class ScanMarkovForCausalLM(GenerationMixin, PreTrainedModel):
             elif not bool(attention_mask.bool().all()):
                 raise ValueError("ScanMarkovForCausalLM decodes unpadded sequences: give rows of equal length, or "
                                  "one sequence at a time")  # fmt: skip
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing={label_smoothing!r}: must lie in [0, 1)")
         window = self.window_size(order)
         if state is not None:
-            states = self._continued_states(input_ids, window, state)
-        elif window is None:
-            states = self.recurrent_states(input_ids)[0]
-        else:
-            states = self.markov_states(input_ids, window)
-        output = ScanMarkovOutput(logits=self.logits_from_states(states), hidden_states=states)
-        if labels is not None:
-            if tuple(labels.shape) != tuple(input_ids.shape):
-                raise ValueError(f"labels must be (B, T) = {tuple(input_ids.shape)}, got {tuple(labels.shape)}")
-            output.loss = next_token_cross_entropy(output.logits, labels, label_smoothing=label_smoothing)
-        return output
+            return self._continued_states(input_ids, window, state)
+        return self.recurrent_states(input_ids)[0] if window is None else self.markov_states(input_ids, window)
 
     def _continued_states(self, input_ids: Tensor, window: int | None, state: dict) -> Tensor:
         """The states of the next T tokens of the sequence ``state`` holds (see ``forward``), which it then holds."""

@@ -32,7 +32,8 @@ class LanguageModelMetrics(LossMetric):
             self.register_buffer("characters_of_ids", torch.as_tensor(characters_of_ids), persistent=False)
 
     def update(self, output, batch: dict, order: int | None = None) -> None:
-        """Add one batch's output; with orders, ``order`` says which n produced it."""
+        """Add one batch's score (a ``models.scoring.NextTokenScore``: its ``loss``, and with ``accuracy`` its
+        ``most_likely`` tokens); with orders, ``order`` says which n produced it."""
         if not (order in self.orders if self.orders else order is None):
             raise ValueError(f"order={order!r}: these metrics score n in {self.orders}")
         count = (batch["labels"][:, 1:] != -100).sum()  # the head shifts the labels inside
@@ -44,7 +45,7 @@ class LanguageModelMetrics(LossMetric):
             table = self.characters_of_ids
             self.characters.update(table[targets[scored].to(table.device)])
         if self.accuracy is not None:
-            self.accuracy.update((output.logits[:, :-1].argmax(-1) == targets)[scored].float())
+            self.accuracy.update((output.most_likely[:, :-1] == targets)[scored].float())
 
     def compute(self) -> dict[str, float]:
         by_order = {f"loss_n{n}": float(m.compute()) for n, m in zip(self.orders, self.loss_by_order, strict=True)}

@@ -103,8 +103,9 @@ class CausalLM(Task):
         return LanguageModelMetrics(self.options.orders, self.characters_of_ids, accuracy=answers)
 
     def score(self, model: nn.Module, batch: dict, metrics: LanguageModelMetrics, beam_size: int = 1) -> None:
-        inputs = model_inputs(batch)
-        if not self.options.orders:
-            metrics.update(model(**inputs), batch)
-        for n in self.options.orders:
-            metrics.update(model(**inputs, order=n), batch, n)
+        """The head's ``next_token_score`` of the batch (its forward's numbers without holding its logits), once per
+        n of the orders."""
+        inputs, most_likely = model_inputs(batch), metrics.accuracy is not None
+        for n in self.options.orders or (None,):
+            order = {} if n is None else {"order": n}
+            metrics.update(model.next_token_score(**inputs, **order, most_likely=most_likely), batch, n)

@@ -1,0 +1,64 @@
+"""Validation and ``eval`` score a causal LM from its final states, the head applied to slices of rows: the
+numbers are its forward's, bit for bit on the CPU, for every way a batch can come (padding, packed documents,
+several orders, an accuracy)."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from markovformer import (
+    MarkovianTransformerConfig,
+    MarkovianTransformerForCausalLM,
+    ScanMarkovConfig,
+    ScanMarkovForCausalLM,
+)
+from markovformer.ops import losses
+from markovformer.training.tasks import CausalLMOptions, build_task
+
+VOCAB = 64
+
+
+def tiny_model(family: str):
+    torch.manual_seed(0)
+    if family == "markovian_transformer":
+        return MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=VOCAB, d_model=8, n_layers=1,
+                                                                          n_heads=2)).eval()  # fmt: skip
+    return ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=VOCAB, d_model=8, order=3)).eval()
+
+
+def batches(packed: bool) -> list[dict]:
+    """Two batches of unequal lengths: a right-padded row (its padding labelled -100) or, ``packed``, rows of
+    documents (position_ids restarting) with the document starts labelled."""
+    g = torch.Generator().manual_seed(1)
+    made = []
+    for rows, length in ((3, 11), (2, 7)):
+        ids = torch.randint(1, VOCAB, (rows, length), generator=g)
+        batch = {"input_ids": ids, "labels": ids.clone(), "attention_mask": torch.ones_like(ids)}
+        batch["attention_mask"][-1, length - 3 :] = 0
+        batch["labels"][-1, length - 3 :] = -100
+        if packed:
+            batch["position_ids"] = torch.cat([torch.arange(4), torch.arange(length - 4)]).expand(rows, -1).clone()
+        made.append(batch)
+    return made
+
+
+@pytest.mark.parametrize(("family", "packed", "orders", "answers"), [
+    ("markovian_transformer", False, (), True), ("markovian_transformer", True, (), False),
+    ("scan_markov", False, (2, 3), False), ("scan_markov", True, (), True),
+])  # fmt: skip
+def test_scoring_gives_the_numbers_of_the_models_forward(monkeypatch, family, packed, orders, answers):
+    monkeypatch.setattr(losses, "CHUNK_ELEMENTS", 5 * VOCAB)  # slices of 5 rows: several per batch, one cut short
+    model = tiny_model(family)
+    info = {"reference": {"chance_accuracy": 1 / VOCAB}} if answers else {}
+    task = build_task("causal_lm", info=info, options=CausalLMOptions(orders) if orders else None)
+    scored, expected = task.new_metrics(), task.new_metrics()
+    with torch.no_grad():
+        for batch in batches(packed):
+            task.score(model, batch, scored)
+            for order in orders or (None,):
+                output = model(**batch, **({} if order is None else {"order": order}))
+                expected.update(SimpleNamespace(loss=output.loss, most_likely=output.logits.argmax(-1)), batch, order)
+    results = scored.compute()
+    assert results == expected.compute()
+    assert ("accuracy" in results) == answers and all(f"loss_n{n}" in results for n in orders)
