@@ -200,3 +200,27 @@ def test_scoring_a_causal_lm_allocates_nothing_of_the_logits_size(monkeypatch, f
                                   4 * vocab + 1)  # fmt: skip
     assert found == []
     assert metrics.compute()["loss"] > 0
+
+
+def test_scoring_a_translation_allocates_nothing_of_the_logits_size(monkeypatch):
+    """Validation and ``eval`` of a translator: its teacher-forced loss held the whole logits (B, T, V) where it
+    needs one slice of rows at a time (the greedy translations after it read (B, V) per step)."""
+    from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
+    from markovformer.training.metrics import LossMetric
+    from markovformer.training.tasks import build_task
+
+    batch, length, vocab = 2, 9, 2048
+    torch.manual_seed(0)
+    model = MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=vocab, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=8, max_positions=32))
+    ids = torch.randint(3, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+    inputs = {"src_ids": ids, "tgt_ids": ids, "labels": ids}
+    monkeypatch.setattr(losses, "CHUNK_ELEMENTS", 4 * vocab)  # slices of 4 rows
+    metrics = LossMetric()
+    monkeypatch.setattr(metrics, "update_translations", lambda *translations: None, raising=False)
+    with torch.no_grad():
+        found = large_allocations(lambda: build_task("translation").score(model.eval(), inputs, metrics),
+                                  4 * vocab + 1)  # fmt: skip
+        expected = model(**inputs).loss
+    assert found == []
+    assert torch.equal(metrics.loss.total, expected * (batch * length))

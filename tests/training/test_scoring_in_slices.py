@@ -62,3 +62,23 @@ def test_scoring_gives_the_numbers_of_the_models_forward(monkeypatch, family, pa
     results = scored.compute()
     assert results == expected.compute()
     assert ("accuracy" in results) == answers and all(f"loss_n{n}" in results for n in orders)
+
+
+def test_a_translations_score_is_its_forwards_loss(monkeypatch):
+    """The translator's teacher-forced loss, scored from its decoder states in slices of 5 rows, on padded sources
+    and targets: its forward's, bit for bit."""
+    from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
+
+    monkeypatch.setattr(losses, "CHUNK_ELEMENTS", 5 * VOCAB)
+    torch.manual_seed(0)
+    model = MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=VOCAB, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, d_ff=8, max_positions=32,
+        order=2)).eval()  # fmt: skip
+    g = torch.Generator().manual_seed(1)
+    src, tgt = torch.randint(3, VOCAB, (3, 6), generator=g), torch.randint(3, VOCAB, (3, 8), generator=g)
+    src_mask, tgt_mask = torch.ones_like(src), torch.ones_like(tgt)
+    src_mask[0, 4:] = tgt_mask[1, 5:] = 0
+    labels = tgt.masked_fill(tgt_mask == 0, -100)
+    inputs = {"src_ids": src, "tgt_ids": tgt, "src_mask": src_mask, "tgt_mask": tgt_mask, "labels": labels}
+    with torch.no_grad():
+        assert torch.equal(model.target_score(**inputs).loss, model(**inputs).loss)

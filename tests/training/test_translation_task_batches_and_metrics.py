@@ -116,7 +116,7 @@ def test_a_greedy_validation_translation_stops_at_its_own_sources_cap_not_the_ba
     class Looping(torch.nn.Module):  # generates ``word`` for ever; its loss is fixed
         config = SimpleNamespace(max_positions=64)
 
-        def forward(self, **inputs):
+        def target_score(self, **inputs):
             return SimpleNamespace(loss=torch.tensor(1.0))
 
         def generate(self, src_ids, src_mask, generation, max_lengths):  # each row runs on to its own cap

@@ -1,6 +1,7 @@
-"""How validation and ``eval`` score a causal LM: from the states its head reads, the head applied to slices of
-rows (``ops.losses.sliced_cross_entropy``), so that its logits (B, T, V), a batch's largest tensor at a large
-vocabulary, never exist whole. The numbers are its forward's loss and logits' argmax."""
+"""How validation and ``eval`` score a model that predicts tokens (a causal LM, the translator): from the states its
+head reads, the head applied to slices of rows (``ops.losses.sliced_cross_entropy``), so that its logits (B, T, V),
+a batch's largest tensor at a large vocabulary, never exist whole. The numbers are its forward's loss and logits'
+argmax."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from markovformer.ops.losses import check_labels, sliced_next_token_cross_entrop
 
 
 @dataclass
-class NextTokenScore:
-    """What scoring a batch gives: ``loss``, the mean next-token cross-entropy over the scored tokens (forward's
-    ``loss``); ``most_likely`` (B, T), each position's most likely next token, when asked for (else None)."""
+class Score:
+    """What scoring a batch gives: ``loss``, forward's (the mean cross-entropy over the scored tokens);
+    ``most_likely`` (B, T), each position's most likely token (a causal LM's next), when asked for (else None)."""
 
     loss: Tensor
     most_likely: Tensor | None = None
@@ -36,12 +37,12 @@ class ScoredInSlices:
 
     def next_token_score(self, input_ids: Tensor, labels: Tensor, attention_mask: Tensor | None = None,
                          position_ids: Tensor | None = None, most_likely: bool = False,
-                         **options) -> NextTokenScore:  # fmt: skip
+                         **options) -> Score:  # fmt: skip
         """Forward's loss of these arguments (``options``: a head's own, as ``order``), and with ``most_likely``
         its logits' argmax, without a gradient and without its logits: a slice of rows of them at a time."""
         with torch.no_grad():
             states = self.final_states(input_ids, attention_mask, position_ids, **options)
         vocab_size = self.config.vocab_size
         check_labels(labels, vocab_size, shape=states.shape[:-1])  # before they are shifted
-        return NextTokenScore(*sliced_next_token_cross_entropy(states, self.logits_from_states, labels, vocab_size,
+        return Score(*sliced_next_token_cross_entropy(states, self.logits_from_states, labels, vocab_size,
                                                                position_ids, most_likely))  # fmt: skip

@@ -59,7 +59,11 @@ def token_cross_entropy(logits: Tensor, labels: Tensor, label_smoothing: float =
     """
     check_labels(labels, logits.shape[-1], shape=logits.shape[:-1])
     labels = labels.reshape(-1).long()
-    total = _summed_cross_entropy(logits.reshape(-1, logits.shape[-1]), labels, label_smoothing)
+    return _per_label(_summed_cross_entropy(logits.reshape(-1, logits.shape[-1]), labels, label_smoothing), labels)
+
+
+def _per_label(total: Tensor, labels: Tensor) -> Tensor:
+    """A summed loss over the labels that are not ``IGNORE_INDEX``, as their mean (0 when there are none)."""
     return total / labels.ne(IGNORE_INDEX).sum().clamp(min=1)
 
 
@@ -178,6 +182,14 @@ def sliced_cross_entropy(states: Tensor, head: Callable[[Tensor], Tensor], label
     return losses.masked_fill(~scored, 0).sum(), None if predicted is None else predicted.view(shape)
 
 
+def sliced_token_cross_entropy(states: Tensor, head: Callable[[Tensor], Tensor], labels: Tensor, num_classes: int,
+                               most_likely: bool = False) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """``token_cross_entropy`` of the logits ``head(states)``, for scoring: the mean of ``sliced_cross_entropy``'s sum
+    over the labels, and its most likely classes."""
+    total, predicted = sliced_cross_entropy(states, head, labels, num_classes, most_likely)
+    return _per_label(total, labels), predicted
+
+
 def next_token_cross_entropy(logits: Tensor, labels: Tensor, position_ids: Tensor | None = None,
                              label_smoothing: float = 0.0) -> Tensor:  # fmt: skip
     """``token_cross_entropy`` of a causal LM: logits (B, T, V) at each position against the label of the next
@@ -197,8 +209,6 @@ def sliced_next_token_cross_entropy(states: Tensor, head: Callable[[Tensor], Ten
                                     num_classes: int, position_ids: Tensor | None = None,
                                     most_likely: bool = False) -> tuple[Tensor, Tensor | None]:  # fmt: skip
     """``next_token_cross_entropy`` of the logits ``head(states)`` of a causal LM's final states (B, T, D), for
-    scoring: its mean over the scored tokens, the sum taken by ``sliced_cross_entropy`` (no logits beyond a slice),
-    and with ``most_likely`` each position's most likely next token (B, T)."""
-    targets = _next_token_labels(labels, position_ids)
-    total, predicted = sliced_cross_entropy(states, head, targets, num_classes, most_likely)
-    return total / targets.ne(IGNORE_INDEX).sum().clamp(min=1), predicted
+    scoring (``sliced_token_cross_entropy``), and with ``most_likely`` each position's most likely next token (B, T).
+    """
+    return sliced_token_cross_entropy(states, head, _next_token_labels(labels, position_ids), num_classes, most_likely)

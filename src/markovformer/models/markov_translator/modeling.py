@@ -17,7 +17,8 @@ from markovformer.models.markov_translator.config import MarkovTranslatorConfig
 from markovformer.models.markov_translator.generation import generate
 from markovformer.models.markov_translator.masks import decoder_self_allowed, key_padding_allowed
 from markovformer.models.pretrained import PreTrainedModel, model_output
-from markovformer.ops.losses import token_cross_entropy
+from markovformer.models.scoring import Score
+from markovformer.ops.losses import sliced_token_cross_entropy, token_cross_entropy
 from markovformer.ops.masked_softmax import masked_sdpa
 from markovformer.ops.padding import real_token_positions, right_padded_lengths
 
@@ -197,6 +198,12 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
         self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None
     ) -> Tensor:
         """Teacher-forced decoder: shifted-right ids (B, T) and memory (B, S, D) -> logits (B, T, V)."""
+        return self.output_logits(self.decoder_states(tgt_ids, memory, src_mask, tgt_mask))
+
+    def decoder_states(
+        self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None
+    ) -> Tensor:
+        """``decode``'s last decoder hidden states (B, T, D), which ``output_logits`` turns into its logits."""
         self._check_mask(tgt_mask, tgt_ids, "tgt_mask")
         if tgt_mask is not None:
             right_padded_lengths(tgt_mask, "the translator's tgt_mask")
@@ -210,7 +217,7 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
         ):
             keys, values = layer.self_keys_values(hidden, embedded)
             hidden = layer(hidden, keys, values, self_allowed, memory_keys, memory_values, memory_allowed)
-        return self.output_logits(hidden)
+        return hidden
 
     def forward(
         self,
@@ -235,6 +242,14 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
                                  f"{tuple(labels.shape)}")  # fmt: skip
             loss = token_cross_entropy(logits, labels, label_smoothing)
         return MarkovTranslatorOutput(logits, loss, memory)
+
+    def target_score(self, src_ids: Tensor, tgt_ids: Tensor, labels: Tensor, src_mask: Tensor | None = None,
+                     tgt_mask: Tensor | None = None) -> Score:  # fmt: skip
+        """For scoring (validation, ``eval``): forward's loss of these arguments, unsmoothed, without a gradient and
+        without its logits (B, T, V): ``sliced_token_cross_entropy`` reads a slice of rows of them at a time."""
+        with torch.no_grad():
+            states = self.decoder_states(tgt_ids, self.encode(src_ids, src_mask), src_mask, tgt_mask)
+        return Score(sliced_token_cross_entropy(states, self.output_logits, labels, self.config.vocab_size)[0])
 
     # ------------------------------------------------------------------------------------------- generation
     # ``GenerationMixin.generate`` with the translator's own decoding: sources in, target ids (B, L) out (bos

@@ -32,7 +32,7 @@ class LanguageModelMetrics(LossMetric):
             self.register_buffer("characters_of_ids", torch.as_tensor(characters_of_ids), persistent=False)
 
     def update(self, output, batch: dict, order: int | None = None) -> None:
-        """Add one batch's score (a ``models.scoring.NextTokenScore``: its ``loss``, and with ``accuracy`` its
+        """Add one batch's score (a ``models.scoring.Score``: its ``loss``, and with ``accuracy`` its
         ``most_likely`` tokens); with orders, ``order`` says which n produced it."""
         if not (order in self.orders if self.orders else order is None):
             raise ValueError(f"order={order!r}: these metrics score n in {self.orders}")

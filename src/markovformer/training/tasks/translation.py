@@ -80,8 +80,9 @@ class Translation(Task):
         return {"beam_size": beam_size}  # BLEU and exact match are of its translations
 
     def score(self, model: nn.Module, batch: dict, metrics: TranslationMetrics, beam_size: int = 1) -> None:
-        """The loss, and the translations of the batch (``translate_capped``)."""
-        metrics.update(model(**model_inputs(batch)), batch)
+        """The loss (the translator's ``target_score``: its forward's without its logits), and the translations of
+        the batch (``translate_capped``)."""
+        metrics.update(model.target_score(**model_inputs(batch)), batch)
         generated = translate_capped(model, batch, GenerationConfig(num_beams=beam_size))
         metrics.update_translations(generated, batch["labels"], batch["src_ids"])
 
