@@ -186,6 +186,26 @@ def same_weights(a: Path, b: Path) -> bool:
     return ours.keys() == theirs.keys() and all(torch.equal(ours[name], theirs[name]) for name in ours)
 
 
+def shard_weights(directory: Path, parts: int = 2) -> dict[str, str]:
+    """``directory``, a save_pretrained folder, as transformers' save_pretrained with a small max_shard_size writes it
+    (with safetensors alone): its tensors, in name order, in ``parts`` files model-0000k-of-0000n.safetensors,
+    model.safetensors.index.json naming each tensor's shard, no model.safetensors. Returns that weight_map."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    whole = load_file(directory / "model.safetensors")
+    names = sorted(whole)
+    weight_map = {name: f"model-{position * parts // len(names) + 1:05d}-of-{parts:05d}.safetensors"
+                  for position, name in enumerate(names)}  # fmt: skip
+    for shard in sorted(set(weight_map.values())):
+        save_file({name: whole[name] for name in names if weight_map[name] == shard}, directory / shard,
+                  metadata={"format": "pt"})
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (directory / "model.safetensors").unlink()
+    return weight_map
+
+
 # the bench's rows built from step times, read against a clock the test moves (no timed test)
 class FakeClock:
     """What a bench module reads as ``time.perf_counter``: ``now`` moves only when a fake step advances it."""

@@ -185,12 +185,17 @@ def _wrapper_class(model: torch.nn.Module):
      _translator],
     ids=["causal_lm_tied", "sequence_classification_3_labels", "translator_token_ids"],
 )  # fmt: skip
-def test_a_directory_saved_by_transformers_loads_natively_with_identical_logits(model, tmp_path):
-    """transformers writes its own keys (architectures, dtype, ...) and keeps the label count as id2label only."""
+@pytest.mark.parametrize("shard_size", [None, "4KB"], ids=["whole", "sharded"])
+def test_a_directory_saved_by_transformers_loads_natively_with_identical_logits(model, shard_size, tmp_path):
+    """transformers writes its own keys (architectures, dtype, ...) and keeps the label count as id2label only; with
+    a max_shard_size below the weights' size, shards and their index, no model.safetensors (refused natively: "no
+    model.safetensors here")."""
     _transformers()
     torch.manual_seed(0)
     ours = _saved(model(), tmp_path / "ours")
-    _wrapper_class(ours).from_pretrained(tmp_path / "ours").save_pretrained(tmp_path / "theirs")
+    sharding = {} if shard_size is None else {"max_shard_size": shard_size}
+    _wrapper_class(ours).from_pretrained(tmp_path / "ours").save_pretrained(tmp_path / "theirs", **sharding)
+    assert (tmp_path / "theirs" / "model.safetensors").exists() == (shard_size is None)
     written = json.loads((tmp_path / "theirs" / "config.json").read_text())
     assert {"architectures", "dtype", "transformers_version"} <= written.keys() and "architecture" not in written
     native = type(ours).from_pretrained(tmp_path / "theirs")

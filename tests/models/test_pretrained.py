@@ -7,6 +7,7 @@ import inspect
 
 import pytest
 import torch
+from conftest import shard_weights
 
 import markovformer
 from markovformer import (
@@ -54,10 +55,15 @@ def _inputs(model):
     return dict(input_features=torch.randn(2, 7, 5, generator=torch.Generator().manual_seed(1)))
 
 
+@pytest.mark.parametrize("sharded", [False, True], ids=["whole", "sharded"])
 @pytest.mark.parametrize("name", list(HEADS))
-def test_round_trip_gives_identical_logits(name, tmp_path):
+def test_round_trip_gives_identical_logits(name, sharded, tmp_path):
+    """Also from the weights in shards, as transformers' save_pretrained writes them with a small max_shard_size
+    (they were refused: "no model.safetensors here")."""
     model = _model(name)
     model.save_pretrained(tmp_path)
+    if sharded:
+        shard_weights(tmp_path, parts=3)
     loaded = type(model).from_pretrained(tmp_path)
     assert loaded.config == model.config
     inputs = _inputs(model)
@@ -80,14 +86,17 @@ def test_a_loaded_model_is_in_eval_mode_and_gives_the_saved_models_logits(name, 
     assert torch.equal(loaded(**inputs).logits, model(**inputs).logits)
 
 
+@pytest.mark.parametrize("sharded", [False, True], ids=["whole", "sharded"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("name", ["causal_lm", "sequence", "causal_lm_ssm"])
-def test_a_model_loads_in_the_dtype_it_was_saved_in(name, dtype, tmp_path):
+def test_a_model_loads_in_the_dtype_it_was_saved_in(name, dtype, sharded, tmp_path):
     """As transformers' own loader reads the same directory: a float32 copy of bfloat16 weights computes other
     logits than the model that was saved. A bfloat16 S4D model saves float32 poles beside its bfloat16 weights; it
-    loaded whole in float32 (logits 2e-3 off)."""
+    loaded whole in float32 (logits 2e-3 off). Shards (the poles in another than the weights) load as the whole file."""
     model = _model(name).to(dtype)
     model.save_pretrained(tmp_path)
+    if sharded:
+        shard_weights(tmp_path, parts=3)
     loaded = type(model).from_pretrained(tmp_path)
     assert loaded.dtype == dtype
     dtypes = {key: tensor.dtype for key, tensor in [*model.named_parameters(), *model.named_buffers()]}
@@ -103,7 +112,8 @@ def test_loading_another_head_class_raises(saved, loaded_as, tmp_path):
         HEADS[loaded_as][0].from_pretrained(tmp_path)
 
 
-def test_tied_embeddings_stay_tied(tmp_path):
+@pytest.mark.parametrize("sharded", [False, True], ids=["whole", "sharded"])
+def test_tied_embeddings_stay_tied(tmp_path, sharded):
     config = MarkovianTransformerConfig(**SMALL, vocab_size=11, tie_word_embeddings=True)
     torch.manual_seed(0)
     model = MarkovianTransformerForCausalLM(config).eval()
@@ -111,6 +121,8 @@ def test_tied_embeddings_stay_tied(tmp_path):
     with torch.no_grad():
         model.model.embed.weight.normal_()
     model.save_pretrained(tmp_path)
+    if sharded:
+        shard_weights(tmp_path)
     loaded = MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
     assert loaded.lm_head.weight is loaded.model.embed.weight
     assert torch.equal(loaded.lm_head.weight, model.model.embed.weight)
@@ -137,6 +149,34 @@ def test_weights_that_lack_a_tensor_or_hold_another_are_refused_naming_the_file(
         tensors["extra.weight"] = torch.zeros(2)
     save_file(tensors, tmp_path / "model.safetensors")
     with pytest.raises(ValueError, match="model.safetensors does not match MarkovianTransformerForCausalLM"):
+        MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["missing", "unexpected", "shard-gone"])
+def test_shards_that_lack_a_tensor_or_hold_another_are_refused_naming_the_index(damage, tmp_path):
+    """Shards read as one file: a tensor no shard holds keeps its random init, one the model lacks is another
+    model's; both raise naming the index, as a shard the index names that is gone."""
+    import json
+
+    _model("causal_lm").save_pretrained(tmp_path)
+    weight_map = shard_weights(tmp_path)
+    index = tmp_path / "model.safetensors.index.json"
+    if damage == "shard-gone":
+        (tmp_path / "model-00002-of-00002.safetensors").unlink()
+    else:
+        from safetensors.torch import load_file, save_file
+
+        shard = tmp_path / "model-00001-of-00002.safetensors"
+        tensors = load_file(shard)
+        if damage == "missing":
+            weight_map.pop(tensors.popitem()[0])
+        else:
+            tensors["extra.weight"], weight_map["extra.weight"] = torch.zeros(2), shard.name
+        save_file(tensors, shard)
+        index.write_text(json.dumps({"weight_map": weight_map}))
+    expected = ("'model-00002-of-00002.safetensors', which is no safetensors file" if damage == "shard-gone"
+                else "model.safetensors.index.json does not match MarkovianTransformerForCausalLM")
+    with pytest.raises(ValueError, match=expected):
         MarkovianTransformerForCausalLM.from_pretrained(tmp_path)
 
 

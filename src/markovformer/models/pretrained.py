@@ -1,5 +1,6 @@
 """The base every model family derives from, and the on-disk model format in one place: ``config.json`` +
-``model.safetensors`` (no pickle), written atomically."""
+``model.safetensors`` (no pickle), written atomically; read also from transformers' shards of it
+(``saved_weights``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from torch import nn
 
 from markovformer.atomic import atomic_write, atomic_write_text
 from markovformer.models.config_base import ModelConfig
+from markovformer.models.saved_weights import WEIGHTS_NAME, read_weights_folder, weights_file
 from markovformer.strict_json import read_json_object
 
 if sys.version_info >= (3, 11):
@@ -23,7 +25,6 @@ else:  # Python 3.10: torch's own dependency
     from typing_extensions import dataclass_transform
 
 CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 # class names a config.json may carry from before the Hugging Face naming: old -> new
 RENAMED_ARCHITECTURES = {
     "ScanMarkovLM": "ScanMarkovForCausalLM",
@@ -48,22 +49,14 @@ TRANSFORMERS_CONFIG_KEYS = frozenset({
 WRITER_KEYS = frozenset({"_attn_implementation_autoset", "_commit_hash", "_name_or_path", "architectures", "dtype",
                          "torch_dtype", "transformers_version"})  # fmt: skip
 ModelT = TypeVar("ModelT", bound="PreTrainedModel")
-SAFETENSORS_FLOATS = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 
-def _stored_float_dtype(weights: Path) -> torch.dtype | None:
-    """The floating dtype of a model moved whole with ``.to(dtype)`` that saved the safetensors file ``weights``: its
-    tensors' one floating dtype, or the narrowest of several (a half-precision model keeps its ``KeepsFloat32``
-    tensors in float32, which the same cast keeps again); None when there is none, or two of one width (each tensor
-    then takes the model's own)."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(weights), framework="pt") as stored:
-            kinds = {stored.get_slice(name).get_dtype() for name in stored.keys()}  # the header only
-    except Exception:  # a damaged file: load_model's own error says what is wrong with it
-        return None
-    floats = {SAFETENSORS_FLOATS[kind] for kind in kinds if kind in SAFETENSORS_FLOATS}
+def _stored_float_dtype(stored: dict[str, torch.Tensor]) -> torch.dtype | None:
+    """The floating dtype of a model moved whole with ``.to(dtype)`` that saved the tensors ``stored``: their one
+    floating dtype, or the narrowest of several (a half-precision model keeps its ``KeepsFloat32`` tensors in
+    float32, which the same cast keeps again); None when there is none, or two of one width (each tensor then takes
+    the model's own)."""
+    floats = {tensor.dtype for tensor in stored.values() if tensor.is_floating_point()}
     if not floats:
         return None
     narrowest = min(torch.finfo(dtype).bits for dtype in floats)
@@ -171,12 +164,11 @@ class PreTrainedModel(nn.Module):
         ``markovformer.hf`` (``transformers``' ``save_pretrained`` / ``Trainer.save_model``, whose bookkeeping keys,
         ``TRANSFORMERS_CONFIG_KEYS``, the model ignores; those that are not ``WRITER_KEYS``, such as label names and
         special token ids, are kept in ``transformers_settings`` and written back by ``save_pretrained``)."""
-        from safetensors import SafetensorError
-        from safetensors.torch import load_model
-
         directory = Path(directory)
-        for name in (CONFIG_NAME, WEIGHTS_NAME):
-            if not (directory / name).is_file():
+        weights = weights_file(directory)
+        for name, missing in ((CONFIG_NAME, not (directory / CONFIG_NAME).is_file()),
+                              (f"{WEIGHTS_NAME} (nor its shards)", weights is None)):  # fmt: skip
+            if missing:
                 raise ValueError(f"{directory}: no {name} here; not a saved {cls.__name__}")
         values = read_json_object(directory / CONFIG_NAME, f"a saved {cls.__name__}'s config")
         fields = {field.name for field in dataclasses.fields(cls.config_class)}
@@ -184,15 +176,19 @@ class PreTrainedModel(nn.Module):
                     if key in TRANSFORMERS_CONFIG_KEYS and key not in fields and key not in WRITER_KEYS}  # fmt: skip
         model = cls(cls.config_class.from_dict(cls._config_values(values, directory)))
         model.transformers_settings = settings
-        # load_model copies into the model's own tensors: built on the CPU in float32, it would stay there and
-        # upcast bfloat16 weights, so that the loaded model computed other logits than the saved one
-        model.to(device=map_location, dtype=_stored_float_dtype(directory / WEIGHTS_NAME))
+        stored = read_weights_folder(directory)
+        # loading copies into the model's own tensors: built on the CPU in float32, it would stay there and upcast
+        # bfloat16 weights, so that the loaded model computed other logits than the saved one
+        model.to(device=map_location, dtype=_stored_float_dtype(stored))
+        own = model.state_dict()
+        # a tied weight is saved under one of its names (safetensors keeps one): its other names read it there
+        saved = {own[name].data_ptr(): tensor for name, tensor in stored.items() if name in own}
+        tied = {name: saved[tensor.data_ptr()] for name, tensor in own.items()
+                if name not in stored and tensor.data_ptr() in saved}  # fmt: skip
         try:
-            load_model(model, str(directory / WEIGHTS_NAME), strict=True, device=map_location)
-        except RuntimeError as error:
-            raise ValueError(f"{directory / WEIGHTS_NAME} does not match {cls.__name__}: {error}") from error
-        except SafetensorError as error:  # a damaged or truncated file
-            raise ValueError(f"{directory / WEIGHTS_NAME} is not a readable safetensors file: {error}") from error
+            model.load_state_dict({**tied, **stored}, strict=True)
+        except RuntimeError as error:  # names or shapes that differ, in torch's lines
+            raise ValueError(f"{weights} does not match {cls.__name__}: {' '.join(str(error).split())}") from error
         return model.eval()
 
     @classmethod

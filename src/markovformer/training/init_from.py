@@ -31,7 +31,8 @@ import torch
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES
 from markovformer.layers.decay_attention import legacy_alibi_slopes
-from markovformer.models.pretrained import CONFIG_NAME, WEIGHTS_NAME, PreTrainedModel
+from markovformer.models.pretrained import CONFIG_NAME, PreTrainedModel
+from markovformer.models.saved_weights import WEIGHTS_INDEX_NAME, WEIGHTS_NAME, read_weights_folder, weights_file
 from markovformer.strict_json import read_json_object
 from markovformer.training.build import build_model, saved_tokenizer
 from markovformer.training.run_config import RunConfig, load_yaml
@@ -40,9 +41,6 @@ from markovformer.training.trainer_config import ConfigError
 
 SKIP_GROUPS = {"head": "the task head (tensors outside model.)",
                "embeddings": "the tensors a vocabulary indexes (the token embedding, the outputs over the vocabulary)"}
-# What transformers' save_pretrained writes instead of model.safetensors when it shards the weights (max_shard_size):
-# {"weight_map": {tensor name: shard file name}} beside the shards
-WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 
 
 def vocabulary_tensors(model: PreTrainedModel) -> set[str]:
@@ -130,57 +128,15 @@ def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], dict]:
         file = loaded.run_dir / "model" / WEIGHTS_NAME if finished else loaded.run_dir / loaded.weights["source"]
         which = {"file": str(file.resolve()), "step": loaded.weights["step"], "read": weights_described(loaded.weights)}
         return loaded.model.state_dict(), which
-    if (source / WEIGHTS_NAME).is_file():
-        return _read_safetensors(source, WEIGHTS_NAME), {"file": str((source / WEIGHTS_NAME).resolve()), "step": None,
-                                                         "read": ""}  # fmt: skip
-    if (source / WEIGHTS_INDEX_NAME).is_file():
-        return _read_shards(source), {"file": str((source / WEIGHTS_INDEX_NAME).resolve()), "step": None, "read": ""}
-    raise ConfigError(f"init_from={str(source)!r} is neither a run directory (config.yaml) nor a saved model "
-                      f"directory ({WEIGHTS_NAME}, or {WEIGHTS_INDEX_NAME} and its shards)")  # fmt: skip
-
-
-def _read_safetensors(source: Path, name: str) -> dict[str, torch.Tensor]:
-    """The tensors of the safetensors file ``name`` in ``source``; ConfigError naming it when it cannot be read."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
+    weights = weights_file(source)
+    if weights is None:
+        raise ConfigError(f"init_from={str(source)!r} is neither a run directory (config.yaml) nor a saved model "
+                          f"directory ({WEIGHTS_NAME}, or {WEIGHTS_INDEX_NAME} and its shards)")  # fmt: skip
     try:
-        return load_file(str(source / name))
-    except SafetensorError as error:  # cut short by a copy or a killed save
-        raise ConfigError(f"init_from={str(source)!r}: cannot read {name}, not a whole safetensors file "
-                          f"({error})") from error  # fmt: skip
-
-
-def _read_shards(source: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a sharded saved model directory ``source``, each from the shard its index names. ConfigError
-    naming the index when it holds no weight_map of tensor names to shard files, names a shard that is no
-    safetensors file in ``source`` (a pickle, a path elsewhere), or lists other tensors than its shards hold (the
-    shards of another save, a copy that missed some)."""
-    index = source / WEIGHTS_INDEX_NAME
-    try:
-        weight_map = read_json_object(index, "a sharded model's index").get("weight_map")
+        stored = read_weights_folder(source)
     except ValueError as error:
         raise ConfigError(f"init_from={str(source)!r}: {error}") from None
-    if not isinstance(weight_map, dict) or not weight_map or not all(
-            isinstance(name, str) and isinstance(shard, str) for name, shard in weight_map.items()):  # fmt: skip
-        raise ConfigError(f"init_from={str(source)!r}: {index.name} holds no weight_map of tensor names to shard "
-                          f"file names")  # fmt: skip
-    stored, unlisted = {}, set()
-    for shard in sorted(set(weight_map.values())):
-        if Path(shard).name != shard or not shard.endswith(".safetensors") or not (source / shard).is_file():
-            raise ConfigError(f"init_from={str(source)!r}: {index.name} names the shard {shard!r}, which is no "
-                              f"safetensors file in that folder (only those are read)")  # fmt: skip
-        for name, tensor in _read_safetensors(source, shard).items():
-            if weight_map.get(name) == shard:
-                stored[name] = tensor
-            else:
-                unlisted.add(name)
-    differ = sorted(unlisted | (weight_map.keys() - stored.keys()))
-    if differ:
-        listed = ", ".join(differ[:3]) + (f", ... ({len(differ)} in all)" if len(differ) > 3 else "")
-        raise ConfigError(f"init_from={str(source)!r}: {index.name} lists other tensors than its shards hold, each "
-                          f"in the shard it names: {listed}")  # fmt: skip
-    return stored
+    return stored, {"file": str(weights.resolve()), "step": None, "read": ""}
 
 
 def taken_sha256(tensors: dict[str, torch.Tensor]) -> str:
