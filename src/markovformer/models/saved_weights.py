@@ -5,6 +5,8 @@ only: no pickle is read, not even one an index names."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import torch
@@ -55,6 +57,18 @@ def read_weights_folder(directory: Path) -> dict[str, torch.Tensor]:
     return stored
 
 
+def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """The SHA-256 (hex) of ``tensors``: for each, in name order, its ``[name, dtype, shape]`` as JSON, then its bytes.
+    It names the weights themselves, whichever files held them (one or shards, a final model or a checkpoint): what
+    init_from records it took, and what a run's model/fingerprint.json holds beside its files' digests."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(json.dumps([name, str(tensor.dtype), list(tensor.shape)]).encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of the safetensors file ``path``; ValueError naming it when it cannot be read."""
     from safetensors import SafetensorError
@@ -66,4 +80,4 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise ValueError(f"{path} is not a readable safetensors file: {error}") from error
 
 
-__all__ = ["WEIGHTS_INDEX_NAME", "WEIGHTS_NAME", "read_weights_folder", "weights_file"]
+__all__ = ["WEIGHTS_INDEX_NAME", "WEIGHTS_NAME", "read_weights_folder", "tensors_sha256", "weights_file"]

@@ -6,9 +6,10 @@ inputs and outputs mean. Schedule settings (steps, learning rate, ...) are left 
 
 Checkpoints carry it under ``"run_fingerprint"``; the final ``model/`` carries it in ``model/fingerprint.json``
 together with the SHA-256 of ``model.safetensors`` and of ``config.json``, so neither a ``model/`` copied from another
-run nor weights or a model config swapped or edited under it pass. A run directory of this version must have the
-record; only runs written before fingerprints existed (``required=False``) are checked by names, shapes and dtypes
-alone.
+run nor weights or a model config swapped or edited under it pass. The record also holds the digest of the tensors
+themselves (``saved_weights.tensors_sha256``), which shows the same weights split into transformers' shards to be the
+run's. A run directory of this version must have the record; only runs written before fingerprints existed
+(``required=False``) are checked by names, shapes and dtypes alone.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from markovformer.atomic import atomic_write_text
 from markovformer.file_digest import file_sha256
+from markovformer.models.saved_weights import WEIGHTS_NAME, read_weights_folder, tensors_sha256, weights_file
 from markovformer.strict_json import parse_json
 from markovformer.training.run_config import ConfigError, RunConfig
 
@@ -43,11 +45,14 @@ def run_fingerprint(config: RunConfig, run_dir: Path) -> str:
 
 
 # The files of a saved model/ that its fingerprint record covers, by the record's key.
-MODEL_FILES = {"weights_sha256": "model.safetensors", "config_sha256": "config.json"}
+MODEL_FILES = {"weights_sha256": WEIGHTS_NAME, "config_sha256": "config.json"}
+# The record's digest of the saved tensors, whichever files hold them: the one a sharded model/ is checked by.
+TENSORS_KEY = "tensors_sha256"
 
 
 def write_model_fingerprint(model_dir: Path, fingerprint: str) -> None:
-    record = {"run": fingerprint, **{key: file_sha256(model_dir / name) for key, name in MODEL_FILES.items()}}
+    record = {"run": fingerprint, **{key: file_sha256(model_dir / name) for key, name in MODEL_FILES.items()},
+              TENSORS_KEY: tensors_sha256(read_weights_folder(model_dir))}  # fmt: skip
     atomic_write_text(model_dir / FINGERPRINT_FILE, json.dumps(record, indent=2) + "\n")
 
 
@@ -71,11 +76,33 @@ def check_model_fingerprint(model_dir: Path, fingerprint: str, required: bool = 
     if saved != fingerprint:
         raise ConfigError(f"{model_dir} does not match the run's model: it was saved by another run (its config or "
                           f"tokenizer differ from this run's config.yaml and tokenizer/)")  # fmt: skip
+    index = weights_file(model_dir)
+    sharded = index is not None and index.name != WEIGHTS_NAME
     for key, digest in digests.items():
         file = model_dir / MODEL_FILES[key]
+        if sharded and file.name == WEIGHTS_NAME:  # the whole file's bytes are gone: its tensors are checked below
+            continue
         if not file.is_file() or digest != file_sha256(file):
             raise ConfigError(f"{file} does not match the run's model: the file is not the one this run saved "
                               f"(it is missing or its SHA-256 differs from {path})")  # fmt: skip
+    if sharded:
+        _check_shards(index, record, path)
+
+
+def _check_shards(index: Path, record: dict, path: Path) -> None:
+    """ConfigError unless the tensors of the shards ``index`` names are those the fingerprint ``record`` (read from
+    ``path``) says the run saved: its ``TENSORS_KEY``, which a record written before it lacks."""
+    if not isinstance(record.get(TENSORS_KEY), str):
+        raise ConfigError(f"{index}: these shards cannot be shown to be this run's weights ({path} holds the digest "
+                          f"of {WEIGHTS_NAME} alone, written before it held its tensors' digest); restore "
+                          f"{WEIGHTS_NAME}")  # fmt: skip
+    try:
+        tensors = read_weights_folder(index.parent)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if tensors_sha256(tensors) != record[TENSORS_KEY]:
+        raise ConfigError(f"{index} does not match the run's model: its shards hold other tensors than this run saved "
+                          f"(their {TENSORS_KEY} differs from {path})")  # fmt: skip
 
 
 def check_checkpoint_fingerprint(checkpoint: dict, fingerprint: str, path: Path) -> None:

@@ -21,8 +21,6 @@ mean other tokens, and the embeddings would load without an error for the wrong 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import re
 from pathlib import Path
 
@@ -32,7 +30,13 @@ from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES
 from markovformer.layers.decay_attention import legacy_alibi_slopes
 from markovformer.models.pretrained import CONFIG_NAME, PreTrainedModel
-from markovformer.models.saved_weights import WEIGHTS_INDEX_NAME, WEIGHTS_NAME, read_weights_folder, weights_file
+from markovformer.models.saved_weights import (
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+    read_weights_folder,
+    tensors_sha256,
+    weights_file,
+)
 from markovformer.strict_json import read_json_object
 from markovformer.training.build import build_model, saved_tokenizer
 from markovformer.training.run_config import RunConfig, load_yaml
@@ -125,7 +129,7 @@ def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], dict]:
     if source.is_file() or (source / "config.yaml").is_file():  # a run: the same loading and checks as eval
         loaded = load_trained_run(source)
         finished = loaded.weights["finished"]
-        file = loaded.run_dir / "model" / WEIGHTS_NAME if finished else loaded.run_dir / loaded.weights["source"]
+        file = weights_file(loaded.run_dir / "model") if finished else loaded.run_dir / loaded.weights["source"]
         which = {"file": str(file.resolve()), "step": loaded.weights["step"], "read": weights_described(loaded.weights)}
         return loaded.model.state_dict(), which
     weights = weights_file(source)
@@ -137,18 +141,6 @@ def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], dict]:
     except ValueError as error:
         raise ConfigError(f"init_from={str(source)!r}: {error}") from None
     return stored, {"file": str(weights.resolve()), "step": None, "read": ""}
-
-
-def taken_sha256(tensors: dict[str, torch.Tensor]) -> str:
-    """The SHA-256 (hex) of ``tensors``: for each, in name order, its ``[name, dtype, shape]`` as JSON, then its bytes.
-    It names the weights themselves, whichever file (final model or checkpoint) held them; it is not the file digest
-    ``weights_sha256`` of a run's model/fingerprint.json."""
-    digest = hashlib.sha256()
-    for name in sorted(tensors):
-        tensor = tensors[name].detach().cpu().contiguous()
-        digest.update(json.dumps([name, str(tensor.dtype), list(tensor.shape)]).encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
-    return digest.hexdigest()
 
 
 def _check_tied_agree(taken: dict, own: dict, source: Path) -> None:
@@ -247,7 +239,7 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
     kept = {name: slopes for name, slopes in unsaved.items()
             if block_of(name) in layers and not skipped(name, skip, vocabulary)}  # fmt: skip
     model.load_state_dict({**own, **kept, **{name: tensor.to(own[name].dtype) for name, tensor in taken.items()}})
-    return {"source": str(source), "resolved": str(source.resolve()), **which, "tensors_sha256": taken_sha256(taken),
+    return {"source": str(source), "resolved": str(source.resolve()), **which, "tensors_sha256": tensors_sha256(taken),
             "tensors_taken": len(taken), "tensors_fresh": len(own) - len(taken), "init_from_skip": list(skip)}
 
 

@@ -11,8 +11,9 @@ A run directory holds::
     tokenizer/         when the data has one
     checkpoints/       step-NNNNNN.ckpt and last.ckpt (safetensors, atomic; model + optimizer + schedule + loops)
     logs/metrics.csv   CSV log; tensorboard/ the same for TensorBoard
-    model/             the final model (save_pretrained format) and its fingerprint.json; with a tokenizer, that
-                       tokenizer in the Hugging Face format too (tokenizer.json, tokenizer_config.json)
+    model/             the final model (save_pretrained format; read also as transformers shards it) and its
+                       fingerprint.json; with a tokenizer, that tokenizer in the Hugging Face format too
+                       (tokenizer.json, tokenizer_config.json)
     metrics.json       final validation metrics (and the data's reference values), strict JSON (null for nan/inf)
     finished.json      written last: the run is finished, and model/ and metrics.json are those of its last step
 
@@ -30,14 +31,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from safetensors.torch import load_file
 
 from markovformer.advice import said_as
 from markovformer.atomic import atomic_write_text, remove_stale_temporaries
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
-from markovformer.models.pretrained import WEIGHTS_NAME
 from markovformer.models.registry import head_class
+from markovformer.models.saved_weights import WEIGHTS_INDEX_NAME, WEIGHTS_NAME, read_weights_folder, weights_file
 from markovformer.strict_json import parse_json, strict_dumps
 from markovformer.training.build import build_model
 from markovformer.training.checkpoint import load_checkpoint_file, os_error_of_safetensors
@@ -347,14 +347,17 @@ def check_finite(model: torch.nn.Module, source: Path) -> torch.nn.Module:
 
 def load_final_model(config: RunConfig, data_info: dict, model_dir: Path, fingerprint: str,
                      fingerprint_required: bool = True) -> torch.nn.Module:  # fmt: skip
-    """The run's saved model/: its fingerprint checked, then its tensors' names, shapes and dtypes, then loaded."""
-    weights = model_dir / WEIGHTS_NAME
-    if not weights.is_file():
-        raise ConfigError(f"{model_dir}: no {WEIGHTS_NAME} here")
+    """The run's saved model/ (its weights whole or in transformers' shards): its fingerprint checked, then its
+    tensors' names, shapes and dtypes, then loaded."""
+    weights = weights_file(model_dir)
+    if weights is None:
+        raise ConfigError(f"{model_dir}: no {WEIGHTS_NAME} here (nor {WEIGHTS_INDEX_NAME} and its shards)")
     check_model_fingerprint(model_dir, fingerprint, fingerprint_required)
     try:
-        stored = load_file(str(weights))
-    except Exception as error:  # safetensors raises its own error types, and OSError, for damaged files
+        stored = read_weights_folder(model_dir)
+    except ValueError as error:  # a damaged file or index, named
+        raise ConfigError(str(error)) from None
+    except OSError as error:
         raise ConfigError(f"{weights}: not a readable safetensors file ({type(error).__name__}: {error})") from None
     model = build_model(config, data_info)
     check_tensors_match(model, stored, weights, partial=True)
