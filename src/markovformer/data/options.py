@@ -119,8 +119,9 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("text", "packing"): "examples carry position_ids restarting at each document (documents packed, no padding); "
                          "every layer keeps each document to itself, positions restart, and each document's first "
                          "token is not scored (so generate needs a prompt: the model cannot start a document)",
-    ("text", "documents"): "file (each file is one document), jsonl (each line's JSON record) or blank_line (each "
-    "paragraph): records are documents, closed by an end-of-document token",
+    ("text", "documents"): "file (each file is one document), jsonl (each line's JSON record), blank_line (each "
+    "paragraph) or fasta (each record's bases, its header and line breaks dropped: the same tokens at any line "
+    "width): records are documents, closed by an end-of-document token",
     ("text", "text_column"): "the JSONL field holding a record's text",
     ("text", "seq_len"): "tokens each window predicts: a window holds seq_len + 1 tokens, the inputs and, one on, "
                          "the targets",

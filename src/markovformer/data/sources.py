@@ -39,8 +39,8 @@ class TextSource(TokenizedText):
     (saved with the run). Split contiguously: the first ``fractions[0]`` is training text. ``overlap`` > 0: windows
     carry that many tokens of unscored context from the one before, so every position is scored with at least that
     much context (exact n-gram evaluation). ``path`` may name a
-    directory or a glob of documents; ``documents`` says what else separates documents (JSONL or blank-line
-    records, whose text is ``text_column``)."""
+    directory or a glob of documents; ``documents`` says what else separates documents (JSONL records, whose text
+    is ``text_column``, blank-line paragraphs or FASTA records)."""
 
     feeds: ClassVar[tuple[str, ...]] = ("causal_lm", "vmt")  # vmt: each window of seq_len + 1 tokens is a document
 

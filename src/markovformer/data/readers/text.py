@@ -71,9 +71,10 @@ def load_text_lm(
     ``window_starts="random"``: training windows start at any token, drawn per (seed, step). ``packing``: examples
     also carry ``position_ids`` that restart at each document (documents packed without padding).
 
-    ``documents="jsonl"`` (the ``text_column`` string of each line's JSON object) or ``"blank_line"`` (each run of
-    non-blank lines): every record of every file is a document, closed by the end-of-document token; the files are
-    then split at record boundaries near the fractions of their total bytes (byte offsets in ``splits``).
+    ``documents="jsonl"`` (the ``text_column`` string of each line's JSON object), ``"blank_line"`` (each run of
+    non-blank lines) or ``"fasta"`` (each record's bases: ``text_stream.fasta_sequences``): every record of every
+    file is a document, closed by the end-of-document token; the files are then split at record boundaries near the
+    fractions of their total bytes (byte offsets in ``splits``).
 
     Example: {"input_ids": (L,) long, "labels": (L,) long[, "position_ids": (L,) long]}, L = seq_len + 1 except a
     last shorter window; the model shifts labels inside. info: {"vocab_size": V}.
@@ -245,7 +246,7 @@ def _split_records(path: Path, files: list[Path], sizes: list[int], fractions, d
         parts.append(part)
     for name, part, fraction, (index, target) in zip(_SPLIT_NAMES, parts, fractions, targets, strict=True):
         if fraction > 0 and not part:  # every record starts before the part's share: the separator is missing
-            separator = "newline" if documents == "jsonl" else "blank line"
+            separator = {"jsonl": "newline", "blank_line": "blank line", "fasta": "'>' header line"}[documents]
             raise ValueError(f"{path}: data.documents={documents!r} puts no record in the {name} part: no {separator} "
                              f"follows byte {target} of {files[index]}, where fractions {tuple(fractions)} start it "
                              f"(records are separated by a {separator}; without one a file is a single record)")

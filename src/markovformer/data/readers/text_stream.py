@@ -246,30 +246,35 @@ def sampled_text(path: Path, start: int, stop: int, budget: int) -> Iterator[str
             yield data[head : _character_start(data)].decode("utf-8", errors="replace")
 
 
-RECORD_KINDS = ("file", "blank_line", "jsonl")  # data.documents: a whole file, or each record of it, is a document
-_BLANK_RUN = re.compile(rb"\n[ \t\r]*\n")
+# data.documents: a whole file, or each record of it, is a document
+RECORD_KINDS = ("file", "blank_line", "jsonl", "fasta")
+# where a record starts: after a newline (jsonl), after a blank line (blank_line), at a line's '>' (fasta)
+_RECORD_STARTS = {"jsonl": re.compile(rb"\n"), "blank_line": re.compile(rb"\n[ \t\r]*\n"),
+                  "fasta": re.compile(rb"\n(?=>)")}  # fmt: skip
+_NOT_BASES = b" \t\r\n\v\f"  # the line breaks (LF or CRLF) and spaces of a FASTA sequence, none of them a base
 
 
 def record_boundary(path: Path, offset: int, documents: str) -> int:
     """The first byte offset >= ``offset`` where a record of ``path`` may start (the file's size past its last):
-    just after a newline (``jsonl``), or just after a separator of paragraphs, a newline then a line of nothing but
-    spaces, tabs and carriage returns (``blank_line``)."""
+    just after a newline (``jsonl``), just after a separator of paragraphs, a newline then a line of nothing but
+    spaces, tabs and carriage returns (``blank_line``), or at the '>' that begins a line (``fasta``)."""
     size = path.stat().st_size
     if offset <= 0 or offset >= size:
         return min(max(offset, 0), size)
-    pattern = re.compile(rb"\n") if documents == "jsonl" else _BLANK_RUN
+    pattern = _RECORD_STARTS[documents]
     with path.open("rb") as handle:
         position = offset - 1  # a separator ending at offset or later has its last newline at offset - 1 or later
         # ... but a blank-line separator may have begun before: carry its first newline (what follows it is blank)
-        carried = b"\n" if documents != "jsonl" and _blank_line_open(handle, position) else b""
+        carried = b"\n" if documents == "blank_line" and _blank_line_open(handle, position) else b""
         handle.seek(position)
         while chunk := handle.read(CHUNK_BYTES):
             data = carried + chunk
             found = pattern.search(data)
             if found is not None:
                 return position + found.end() - len(carried)
-            # a separator cut by the end of the chunk: carry its newline on (a jsonl chunk with no match has none)
-            carried = b"\n" if data.rstrip(b" \t\r").endswith(b"\n") else b""
+            # a separator cut by the end of the chunk: carry its newline on (a jsonl chunk with no match has none;
+            # a FASTA header's '>' follows its newline at once)
+            carried = b"\n" if (data if documents == "fasta" else data.rstrip(b" \t\r")).endswith(b"\n") else b""
             position += len(chunk)
     return size
 
@@ -291,10 +296,13 @@ def record_texts(path: Path, start: int, stop: int, documents: str, text_column:
     """The text of each record starting in bytes [start, stop) of ``path`` (``start`` on a record boundary; a
     file's byte-order mark is no text):
     ``jsonl``: the ``text_column`` string of each non-empty line's JSON object; ``blank_line``: each run of
-    non-blank lines (newlines inside kept, the last, LF or CRLF, removed). Bad input raises, naming the file and
-    line."""
+    non-blank lines (newlines inside kept, the last, LF or CRLF, removed); ``fasta``: each record's sequence
+    (``fasta_sequences``). Bad input raises, naming the file and line."""
     if documents not in RECORD_KINDS[1:]:
         raise ValueError(f"data.documents={documents!r} must be one of {RECORD_KINDS[1:]}")
+    if documents == "fasta":
+        yield from fasta_sequences(path, start, stop)
+        return
     lines: list[bytes] = []
     with path.open("rb") as handle:
         handle.seek(start)
@@ -320,6 +328,54 @@ def record_texts(path: Path, start: int, stop: int, documents: str, text_column:
                 lines = []
             if not line or position >= stop:
                 return
+
+
+def fasta_sequences(path: Path, start: int, stop: int) -> Iterator[str]:
+    """The sequence of each FASTA record starting in bytes [start, stop) of ``path`` (``start`` at a record's '>'
+    or the file's start; a byte-order mark is no text): its lines after the header joined, line breaks (LF or
+    CRLF) and spaces removed, letters as they are (soft-masked lowercase kept). Read in chunks of ``CHUNK_BYTES``:
+    one record's bases are held at a time. Text before the first header and a record with no base raise, naming
+    the file and line."""
+    with path.open("rb") as handle:
+        handle.seek(start)
+        position = _past_mark(handle, start, stop)
+        header, bases = None, []  # header: the offset of the current record's '>'; bases: its sequence so far
+        in_header, line_start = False, True  # the byte read next is in a header line / begins a line
+        while position < stop:
+            data = handle.read(min(CHUNK_BYTES, stop - position))
+            index = 0
+            while index < len(data):
+                if in_header:
+                    end = data.find(b"\n", index)
+                    in_header, index = end < 0, len(data) if end < 0 else end + 1
+                    line_start = not in_header
+                    continue
+                if line_start and data[index] == ord(">"):
+                    if header is not None:
+                        yield _fasta_sequence(path, header, bases)
+                    header, bases, in_header, line_start = position + index, [], True, False
+                    continue
+                found = data.find(b"\n>", index)
+                end = len(data) if found < 0 else found + 1
+                letters = data[index:end].translate(None, _NOT_BASES)
+                if letters and header is None:
+                    at = position + index
+                    raise ValueError(f"{path}: line {line_number(path, at)}: sequence text {letters[:20]!r} comes "
+                                     f"before the first '>' header")  # fmt: skip
+                bases.append(letters)
+                index, line_start = end, data[end - 1] == ord("\n")
+            position += len(data)
+        if header is not None:
+            yield _fasta_sequence(path, header, bases)
+
+
+def _fasta_sequence(path: Path, header: int, bases: list[bytes]) -> str:
+    """The decoded sequence of the record whose header is at byte ``header``; ValueError when it has no base."""
+    sequence = b"".join(bases)
+    if not sequence:
+        raise ValueError(f"{path}: line {line_number(path, header)}: FASTA record has no sequence")
+    bases.clear()  # the record's lines go as its joined bases come
+    return _decoded(path, header, sequence)
 
 
 def _json_text(path: Path, at: int, line: bytes, text_column: str) -> str:
