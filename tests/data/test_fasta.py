@@ -444,3 +444,30 @@ def test_a_malformed_fasta_document_is_named_with_its_line(tmp_path, content, me
     path.write_bytes(content)
     with pytest.raises(ValueError, match=f"^{path}: {re.escape(message)}"):
         load_text_lm(path, seq_len=2, documents="fasta", fractions=(1.0, 0.0, 0.0), cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("tokenizer, vocab_size", [("char", None), ("bpe", 320)])
+def test_fold_case_reads_soft_masked_bases_as_the_uppercase_genome(tmp_path, tokenizer, vocab_size):
+    """data.fold_case: acgt and ACGT are one symbol each, the store and tokenizer those of the genome written in
+    uppercase; by default the soft mask is kept (lowercase letters are symbols of their own)."""
+    records = _soft_masked_records(20)
+    (tmp_path / "masked.fa").write_text(_fasta_text(records, 60), encoding="utf-8")
+    (tmp_path / "upper.fa").write_text(_fasta_text([(i, s.upper()) for i, s in records], 80), encoding="utf-8")
+    options = dict(tokenizer=tokenizer, vocab_size=vocab_size, seq_len=16, documents="fasta",
+                   fractions=(0.6, 0.2, 0.2), cache_dir=tmp_path / "cache")  # fmt: skip
+    folded = load_text_lm(tmp_path / "masked.fa", fold_case=True, **options)
+    upper = load_text_lm(tmp_path / "upper.fa", **options)
+    kept = load_text_lm(tmp_path / "masked.fa", **options)
+    assert folded.tokenizer.record() == upper.tokenizer.record() != kept.tokenizer.record()
+    assert np.array_equal(folded.train.store.tokens, upper.train.store.tokens)
+    assert "a" in kept.tokenizer.decode(np.asarray(kept.train.store.tokens).tolist())
+
+
+@pytest.mark.parametrize("documents, fold_case, message", [
+    ("file", True, "data.fold_case=True applies only to data.documents='fasta'"),
+    ("fasta", "yes", "data.fold_case='yes' must be true or false"),
+])  # fmt: skip
+def test_a_fold_case_that_cannot_apply_is_refused_by_name(tmp_path, documents, fold_case, message):
+    (tmp_path / "g.fa").write_text(">a\nACGTacgt\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_text_lm(tmp_path / "g.fa", seq_len=2, documents=documents, fold_case=fold_case, cache_dir=tmp_path / "c")

@@ -123,6 +123,9 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     "paragraph) or fasta (each record's bases, its header and line breaks dropped: the same tokens at any line "
     "width): records are documents, closed by an end-of-document token",
     ("text", "text_column"): "the JSONL field holding a record's text",
+    ("text", "fold_case"): "documents: fasta only: read soft-masked (lowercase) bases as uppercase, so acgt and ACGT "
+                           "are one symbol each (false: the repeat mask is kept, lowercase letters are symbols of "
+                           "their own)",
     ("text", "seq_len"): "tokens each window predicts: a window holds seq_len + 1 tokens, the inputs and, one on, "
                          "the targets",
     ("hf_dataset", "seq_len"): "tokens each window predicts (a window holds seq_len + 1, as for the text source)",

@@ -47,13 +47,15 @@ class TextSource(TokenizedText):
     # The windows: readers.text.text_windows. The docstring above is `markovformer data show`'s text.
     path: str = ""
     documents: str = "file"
+    fold_case: bool = False
 
     def build(self, seed: int, tokenizer=None) -> DataBundle:
         """The bundle; ``tokenizer``: encode with this one (a run's saved tokenizer) instead of fitting one."""
         if not self.path:
             raise ValueError("data.path is required for this data source")
         path = self.path if Path(self.path).is_dir() or glob.has_magic(self.path) else find_prepared_file(self.path)
-        return load_text_lm(path, documents=self.documents, fitted=tokenizer, **self.options())
+        return load_text_lm(path, documents=self.documents, fold_case=self.fold_case, fitted=tokenizer,
+                            **self.options())  # fmt: skip
 
 
 @dataclasses.dataclass

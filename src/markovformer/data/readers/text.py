@@ -52,7 +52,8 @@ _SPLIT_NAMES = ("train", "val", "test")
 
 
 def load_text_lm(
-    path: str | Path, *, documents: str = "file", fitted: CharTokenizer | BPETokenizer | None = None, **options
+    path: str | Path, *, documents: str = "file", fold_case: bool = False,
+    fitted: CharTokenizer | BPETokenizer | None = None, **options,
 ) -> DataBundle:
     """UTF-8 text as next-token examples read from a token store (``readers.token_store``): encoded once, cached by
     content and tokenizer, memory-mapped, each example cut from it when asked for. ``options``: the fields of
@@ -72,7 +73,8 @@ def load_text_lm(
     also carry ``position_ids`` that restart at each document (documents packed without padding).
 
     ``documents="jsonl"`` (the ``text_column`` string of each line's JSON object), ``"blank_line"`` (each run of
-    non-blank lines) or ``"fasta"`` (each record's bases: ``text_stream.fasta_sequences``): every record of every
+    non-blank lines) or ``"fasta"`` (each record's bases, soft-masked lowercase read as uppercase with
+    ``fold_case``: ``text_stream.fasta_sequences``): every record of every
     file is a document, closed by the end-of-document token; the files are then split at record boundaries near the
     fractions of their total bytes (byte offsets in ``splits``).
 
@@ -86,6 +88,11 @@ def load_text_lm(
         raise ValueError(f"data.text_column={tokenized.text_column!r} applies only to data.documents='jsonl' (the "
                          f"field of each line's JSON record holding its text); data.documents={documents!r} reads "
                          f"the files as they are")  # fmt: skip
+    if fold_case not in (False, True):
+        raise ValueError(f"data.fold_case={fold_case!r} must be true or false")
+    if fold_case and documents != "fasta":
+        raise ValueError(f"data.fold_case={fold_case} applies only to data.documents='fasta' (it reads soft-masked "
+                         f"lowercase bases as uppercase); data.documents={documents!r} reads letters as they are")
     files = resolve_text_paths(path)
     with_documents = len(files) > 1 or documents != "file"
     tokenized.check(fitted, end_of_document=with_documents)
@@ -101,7 +108,8 @@ def load_text_lm(
     # What a second run would compute again (character count, split cuts, the fitted tokenizer) is cached beside
     # the token stores, under the same kind of content key: reopening a prepared corpus reads no text.
     plan_key = hashlib.sha256(json.dumps([[content_key(file) for file in files], list(fractions), tokenizer,
-                                          vocab_size, fit_bytes, str(path), documents, text_column, STORE_FORMAT]
+                                          vocab_size, fit_bytes, str(path), documents, text_column, STORE_FORMAT,
+                                          *(["fold_case"] if fold_case else [])]
                                          ).encode()).hexdigest()[:32]  # fmt: skip
     # one process prepares (fits, encodes) at a time: DDP ranks and concurrent runs wait, then read what it wrote
     with build_lock(cache_root(cache_dir), f"plan-{plan_key}"):
@@ -112,7 +120,7 @@ def load_text_lm(
             parts = [[Segment(**segment) for segment in part] for part in plan["parts"]]
             splits = plan["splits"]
         else:
-            parts, splits = _split_parts(Path(path), files, sizes, fractions, documents, text_column)
+            parts, splits = _split_parts(Path(path), files, sizes, fractions, documents, text_column, fold_case)
         saved = fitted is not None
         train_bytes = sum(segment.stop - segment.start for segment in parts[0])
         if fitted is None and plan is not None and plan.get("tokenizer"):
@@ -190,7 +198,7 @@ def store_bundle(store, segments_per_split: list[int], path, fitted, splits: dic
 
 
 def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions, documents: str = "file",
-                 text_column: str = "") -> tuple[list[list[Segment]], dict]:  # fmt: skip
+                 text_column: str = "", fold_case: bool = False) -> tuple[list[list[Segment]], dict]:  # fmt: skip
     """The segments of each split and the record of the split: one file by characters, several by documents, and
     records by byte fractions moved to the next record boundary."""
     for file in files:  # before reading them as text: a compressed file would fail late, or as no JSON or record
@@ -198,7 +206,7 @@ def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions, doc
         if told is not None:
             raise ValueError(told)
     if documents != "file":
-        return _split_records(path, files, sizes, fractions, documents, text_column)
+        return _split_records(path, files, sizes, fractions, documents, text_column, fold_case)
     if len(files) == 1:
         file = files[0]
         characters = count_characters(file)
@@ -225,7 +233,7 @@ def _read_plan(path: Path) -> dict | None:
 
 
 def _split_records(path: Path, files: list[Path], sizes: list[int], fractions, documents: str,
-                   text_column: str) -> tuple[list[list[Segment]], dict]:  # fmt: skip
+                   text_column: str, fold_case: bool = False) -> tuple[list[list[Segment]], dict]:  # fmt: skip
     """Records split in order: each cut at the fraction of the files' total bytes, moved to the next record start of
     the file it falls in. A cut is (file index, byte offset)."""
     total, cuts, targets = sum(sizes), [(0, 0)], [(0, 0)]
@@ -242,7 +250,8 @@ def _split_records(path: Path, files: list[Path], sizes: list[int], fractions, d
         for index in range(first, last + 1):
             start, stop = begin if index == first else 0, end if index == last else sizes[index]
             if stop > start:
-                part.append(Segment(str(files[index]), start, stop, documents=documents, text_column=text_column))
+                part.append(Segment(str(files[index]), start, stop, documents=documents, text_column=text_column,
+                                    fold_case=fold_case))  # fmt: skip
         parts.append(part)
     for name, part, fraction, (index, target) in zip(_SPLIT_NAMES, parts, fractions, targets, strict=True):
         if fraction > 0 and not part:  # every record starts before the part's share: the separator is missing
@@ -259,7 +268,8 @@ def _segment_texts(segment: Segment):
     """The text of a segment in pieces: its bytes decoded, or its records' texts."""
     if segment.documents == "file":
         return text_pieces(Path(segment.path), segment.start, segment.stop)
-    return record_texts(Path(segment.path), segment.start, segment.stop, segment.documents, segment.text_column)
+    return record_texts(Path(segment.path), segment.start, segment.stop, segment.documents, segment.text_column,
+                        segment.fold_case)  # fmt: skip
 
 
 def _sampled(segment: Segment, budget: int):
@@ -267,7 +277,7 @@ def _sampled(segment: Segment, budget: int):
     if segment.documents == "file":
         return sampled_text(Path(segment.path), segment.start, segment.stop, budget)
     return sampled_records(Path(segment.path), segment.start, segment.stop, budget, segment.documents,
-                           segment.text_column)  # fmt: skip
+                           segment.text_column, segment.fold_case)  # fmt: skip
 
 
 def _fit_budgets(segments: list[Segment], fit_bytes: int):

@@ -292,16 +292,17 @@ def _blank_line_open(handle, end: int) -> bool:
     return False
 
 
-def record_texts(path: Path, start: int, stop: int, documents: str, text_column: str = "text") -> Iterator[str]:
+def record_texts(path: Path, start: int, stop: int, documents: str, text_column: str = "text",
+                 fold_case: bool = False) -> Iterator[str]:  # fmt: skip
     """The text of each record starting in bytes [start, stop) of ``path`` (``start`` on a record boundary; a
     file's byte-order mark is no text):
     ``jsonl``: the ``text_column`` string of each non-empty line's JSON object; ``blank_line``: each run of
     non-blank lines (newlines inside kept, the last, LF or CRLF, removed); ``fasta``: each record's sequence
-    (``fasta_sequences``). Bad input raises, naming the file and line."""
+    (``fasta_sequences``, ``fold_case`` passed on). Bad input raises, naming the file and line."""
     if documents not in RECORD_KINDS[1:]:
         raise ValueError(f"data.documents={documents!r} must be one of {RECORD_KINDS[1:]}")
     if documents == "fasta":
-        yield from fasta_sequences(path, start, stop)
+        yield from fasta_sequences(path, start, stop, fold_case)
         return
     lines: list[bytes] = []
     with path.open("rb") as handle:
@@ -330,10 +331,11 @@ def record_texts(path: Path, start: int, stop: int, documents: str, text_column:
                 return
 
 
-def fasta_sequences(path: Path, start: int, stop: int) -> Iterator[str]:
+def fasta_sequences(path: Path, start: int, stop: int, fold_case: bool = False) -> Iterator[str]:
     """The sequence of each FASTA record starting in bytes [start, stop) of ``path`` (``start`` at a record's '>'
     or the file's start; a byte-order mark is no text): its lines after the header joined, line breaks (LF or
-    CRLF) and spaces removed, letters as they are (soft-masked lowercase kept). Read in chunks of ``CHUNK_BYTES``:
+    CRLF) and spaces removed, letters as they are (soft-masked lowercase kept) or, with ``fold_case``, ASCII
+    letters uppercased (the soft mask dropped: acgt read as ACGT). Read in chunks of ``CHUNK_BYTES``:
     one record's bases are held at a time. Text before the first header and a record with no base raise, naming
     the file and line."""
     with path.open("rb") as handle:
@@ -352,7 +354,7 @@ def fasta_sequences(path: Path, start: int, stop: int) -> Iterator[str]:
                     continue
                 if line_start and data[index] == ord(">"):
                     if header is not None:
-                        yield _fasta_sequence(path, header, bases)
+                        yield _fasta_sequence(path, header, bases, fold_case)
                     header, bases, in_header, line_start = position + index, [], True, False
                     continue
                 found = data.find(b"\n>", index)
@@ -366,12 +368,12 @@ def fasta_sequences(path: Path, start: int, stop: int) -> Iterator[str]:
                 index, line_start = end, data[end - 1] == ord("\n")
             position += len(data)
         if header is not None:
-            yield _fasta_sequence(path, header, bases)
+            yield _fasta_sequence(path, header, bases, fold_case)
 
 
-def _fasta_sequence(path: Path, header: int, bases: list[bytes]) -> str:
+def _fasta_sequence(path: Path, header: int, bases: list[bytes], fold_case: bool) -> str:
     """The decoded sequence of the record whose header is at byte ``header``; ValueError when it has no base."""
-    sequence = b"".join(bases)
+    sequence = b"".join(bases).upper() if fold_case else b"".join(bases)
     if not sequence:
         raise ValueError(f"{path}: line {line_number(path, header)}: FASTA record has no sequence")
     bases.clear()  # the record's lines go as its joined bases come
@@ -415,17 +417,18 @@ def line_number(path: Path, offset: int) -> int:
     return count + 1
 
 
-def sampled_records(path: Path, start: int, stop: int, budget: int, documents: str, text_column: str) -> Iterator[str]:
+def sampled_records(path: Path, start: int, stop: int, budget: int, documents: str, text_column: str,
+                    fold_case: bool = False) -> Iterator[str]:  # fmt: skip
     """About ``budget`` bytes of record text from bytes [start, stop) of ``path``: every record when they fit, else
     the records from 64 evenly spaced record boundaries on, ``budget / 64`` bytes from each."""
     if stop - start <= budget:
-        yield from record_texts(path, start, stop, documents, text_column)
+        yield from record_texts(path, start, stop, documents, text_column, fold_case)
         return
     share = max(budget // 64, 1)
     for index in range(64):
         begin = record_boundary(path, start + (stop - start) * index // 64, documents)
         taken = 0
-        for text in record_texts(path, begin, stop, documents, text_column):
+        for text in record_texts(path, begin, stop, documents, text_column, fold_case):
             yield text
             taken += len(text)
             if taken >= share:

@@ -70,6 +70,7 @@ class Segment:
     where: str = ""  # said after the offset of a character the tokenizer lacks, e.g. " in the val part"
     documents: str = "file"  # "jsonl" / "blank_line": each record in [start, stop) is a document of its own
     text_column: str = ""  # the JSONL field holding a record's text
+    fold_case: bool = False  # "fasta": lowercase (soft-masked) bases read as uppercase
 
 
 class UnknownCharacter(ValueError):
@@ -110,7 +111,7 @@ def store_key(segments: Iterable[Segment], tokenizer_json: str) -> str:
             files[segment.path] = content_key(Path(segment.path))
         entry = [files[segment.path], segment.start, segment.stop, segment.end_of_document]
         if segment.documents != "file":
-            entry += [segment.documents, segment.text_column]
+            entry += [segment.documents, segment.text_column, *(["fold_case"] if segment.fold_case else [])]
         record["segments"].append(entry)
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -292,7 +293,8 @@ def _write_records(out, segment: Segment, encode_batch, dtype, vocab_size, end_o
     if end_of_document is None:
         raise ValueError("records are documents: the tokenizer needs an end-of-document token")
     path, batch, size, shown = Path(segment.path), [], 0, 0
-    records = record_texts(path, segment.start, segment.stop, segment.documents, segment.text_column)
+    records = record_texts(path, segment.start, segment.stop, segment.documents, segment.text_column,
+                           segment.fold_case)  # fmt: skip
     for text in itertools.chain(records, [None]):  # None: encode what is left
         if text is not None:
             batch.append(text)
