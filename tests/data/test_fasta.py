@@ -273,7 +273,7 @@ def test_label_mismatches_raise(tmp_path, labels_text, message):
         load_fasta_classification(fasta_path, labels_path)
 
 
-def test_a_fasta_above_the_threshold_is_read_through_its_index_with_the_same_records(tmp_path, monkeypatch):
+def test_a_fasta_above_the_threshold_is_streamed_with_the_same_records(tmp_path, monkeypatch):
     pytest.importorskip("pyfaidx", reason="the indexed FASTA reader needs pyfaidx (the data extra)")
     from markovformer.data.readers import fasta as fasta_module
     from markovformer.data.recipes.genomics import bed_sequences, read_bed, read_reference
@@ -282,9 +282,8 @@ def test_a_fasta_above_the_threshold_is_read_through_its_index_with_the_same_rec
     path = tmp_path / "seqs.fa"
     fasta_module.write_fasta(records, path, line_width=50)
     whole = fasta_module.read_fasta(path)
-    monkeypatch.setattr(fasta_module, "INDEX_ABOVE_BYTES", 0)
+    monkeypatch.setattr(fasta_module, "STREAM_ABOVE_BYTES", 0)
     assert fasta_module.read_fasta(path) == whole == records
-    assert (tmp_path / "seqs.fa.fai").is_file()  # read through the index
     path.write_text(">r1\nACGU\n", encoding="ascii")
     with pytest.raises(ValueError, match="record 'r1': letter 'U' is outside"):
         fasta_module.read_fasta(path)
@@ -293,21 +292,35 @@ def test_a_fasta_above_the_threshold_is_read_through_its_index_with_the_same_rec
         bed_sequences(read_bed(tmp_path / "a.bed"), read_reference(path, indexed=True))
 
 
+def test_a_reference_the_index_cannot_read_is_one_error_naming_it(tmp_path):
+    pytest.importorskip("pyfaidx", reason="the indexed FASTA reader needs pyfaidx (the data extra)")
+    from markovformer.data.readers.fasta import IndexedFasta
+
+    path = tmp_path / "ref.fa"
+    path.write_text(">a\nACGT\n>b\nACGT\n\n\n")  # pyfaidx: a RuntimeError, a traceback
+    with pytest.raises(ValueError, match=f"^{path}: cannot index as a FASTA file"):
+        IndexedFasta(path)
+
+
 @pytest.mark.parametrize(
     "content, message",
     [
-        (">a\nACGT\n>b\nACGT\n\n\n", "cannot index as a FASTA file"),  # pyfaidx: a RuntimeError, a traceback
-        (">a\nACG\n>a\nACGT\n", "record id 'a' repeats$"),
+        (">a\nACG\n>a desc\nACGT\n", "line 3: record id 'a' repeats line 1"),
+        (">a\nACG\n> \nACGT\n", "line 3: header '>' has no record id"),
+        (">a\nACG\n>b\n\n>c\nA\n", "record 'b' (line 3) has an empty sequence"),
+        ("\nACG\n>a\nA\n", "line 2: sequence text 'ACG' comes before the first '>' header"),
+        ("\n\n", "no FASTA records"),
     ],
 )
-def test_a_file_the_index_cannot_read_is_one_error_naming_it(tmp_path, monkeypatch, content, message):
-    pytest.importorskip("pyfaidx", reason="the indexed FASTA reader needs pyfaidx (the data extra)")
+def test_a_streamed_file_names_the_line_it_is_refused_at_as_one_read_whole(tmp_path, monkeypatch, content, message):
     from markovformer.data.readers import fasta as fasta_module
 
-    monkeypatch.setattr(fasta_module, "INDEX_ABOVE_BYTES", 0)
     path = tmp_path / "big.fa"
     path.write_text(content)
-    with pytest.raises(ValueError, match=f"^{path}: {message}"):
+    with pytest.raises(ValueError, match=f"^{path}: {re.escape(message)}"):
+        fasta_module.read_fasta(path)
+    monkeypatch.setattr(fasta_module, "STREAM_ABOVE_BYTES", 0)
+    with pytest.raises(ValueError, match=f"^{path}: {re.escape(message)}"):
         fasta_module.read_fasta(path)
 
 
@@ -435,8 +448,8 @@ def test_fasta_documents_read_in_chunks_drop_the_byte_order_mark_and_every_carri
 @pytest.mark.parametrize(
     "content, message",
     [
-        (b"ACGT\n>a\nACGT\n", "line 1: sequence text b'ACGT' comes before the first '>' header"),
-        (b">a\nACGT\n>b desc\r\n\r\n>c\nGG\n", "line 3: FASTA record has no sequence"),
+        (b"ACGT\n>a\nACGT\n", "line 1: sequence text 'ACGT' comes before the first '>' header"),
+        (b">a\nACGT\n>b desc\r\n\r\n>c\nGG\n", "record 'b' (line 3) has an empty sequence"),
     ],
 )
 def test_a_malformed_fasta_document_is_named_with_its_line(tmp_path, content, message):
@@ -471,3 +484,20 @@ def test_a_fold_case_that_cannot_apply_is_refused_by_name(tmp_path, documents, f
     (tmp_path / "g.fa").write_text(">a\nACGTacgt\n", encoding="utf-8")
     with pytest.raises(ValueError, match=re.escape(message)):
         load_text_lm(tmp_path / "g.fa", seq_len=2, documents=documents, fold_case=fold_case, cache_dir=tmp_path / "c")
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 4 << 20])
+def test_a_windows_saved_fasta_above_the_threshold_reads_as_below_it(tmp_path, monkeypatch, chunk_bytes):
+    """A plain FASTA above STREAM_ABOVE_BYTES (256 MB; lowered here) is read in chunks, a record at a time: with a
+    UTF-8 byte-order mark, CRLF line ends and headers with spaces its records are those read whole, every '\\r'
+    and the mark dropped (the index it was read through refused a mark as 'text before the first header')."""
+    from markovformer.data.readers import fasta as fasta_module
+
+    records = _soft_masked_records(5, seed=chunk_bytes % 89)
+    path = tmp_path / "windows.fa"
+    path.write_bytes(text_stream.BYTE_ORDER_MARK + _fasta_text(records, 70, newline="\r\n").encode())
+    whole = read_fasta(path)
+    monkeypatch.setattr(text_stream, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(fasta_module, "STREAM_ABOVE_BYTES", 0)
+    assert read_fasta(path) == whole == [(record_id, sequence.upper()) for record_id, sequence in records]
+    assert list(tmp_path.iterdir()) == [path]  # nothing written beside the file (no index)

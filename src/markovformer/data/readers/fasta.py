@@ -1,12 +1,12 @@
 """DNA from FASTA files: reading and writing records, the nucleotide vocabulary, reverse complements, and a loader
-for sequence classification with a labels table. Large plain FASTA files are read through a ``.fai`` index
-(``pyfaidx``, the ``data`` extra): one record, or one interval, at a time, never the whole file."""
+for sequence classification with a labels table. Large plain FASTA files are read in chunks, a record at a time;
+a reference genome is read through a ``.fai`` index (``IndexedFasta``: ``pyfaidx``, the ``data`` extra), one
+interval at a time, never the whole file."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import re
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -16,7 +16,7 @@ import torch
 
 from markovformer.atomic import atomic_write
 from markovformer.data.bundle import DataBundle, label_names_in_order
-from markovformer.data.readers.text_stream import not_text_message
+from markovformer.data.readers.text_stream import fasta_records, line_number, not_text_message
 from markovformer.data.readers.token_store import cache_root
 from markovformer.data.splits import split_indices
 
@@ -27,7 +27,7 @@ _DNA_IDS = np.zeros(256, dtype=np.uint8)  # byte -> id; 0 marks a byte outside t
 _DNA_IDS[np.frombuffer(DNA_VOCAB.encode("ascii"), dtype=np.uint8)] = np.arange(1, len(DNA_VOCAB) + 1)
 _DNA_LETTERS = frozenset(DNA_VOCAB)
 _COMPLEMENT = str.maketrans("ACGTN", "TGCAN")
-INDEX_ABOVE_BYTES = 256 << 20  # a plain FASTA larger than this is read record by record through its index
+STREAM_ABOVE_BYTES = 256 << 20  # a plain FASTA larger than this is read in chunks, a record at a time
 GZIP_MAGIC = b"\x1f\x8b"  # the first bytes of a gzip file, whatever its name
 
 
@@ -90,25 +90,23 @@ def import_pyfaidx():
     return pyfaidx
 
 
-def _read_fasta_indexed(path: Path) -> list[tuple[str, str]]:
-    """``read_fasta`` through the index: each record read on its own (the file is never read whole)."""
-    try:
-        fasta = IndexedFasta(path)
-    except ValueError as error:
-        repeated = re.search(r'Duplicate key "(.*)"', str(error))
-        if repeated:
-            raise ValueError(f"{path}: record id {repeated[1]!r} repeats") from None
-        raise
-    records = []
-    for record_id in fasta:
-        chromosome = fasta[record_id]
-        if len(chromosome) == 0:
-            raise ValueError(f"{path}: record {record_id!r} has an empty sequence")
-        sequence = chromosome[0 : len(chromosome)]
+def _read_fasta_streamed(path: Path) -> list[tuple[str, str]]:
+    """``read_fasta`` of a large plain file, read in chunks a record at a time (``text_stream.fasta_records``: the
+    file is never held whole); a bad letter is named with its record only."""
+    records: list[tuple[str, str]] = []
+    seen: dict[str, int] = {}  # record id -> the offset of its header
+    for offset, header, sequence in fasta_records(path, 0, path.stat().st_size, fold_case=True):
+        words = header.split()
+        if not words:
+            raise ValueError(f"{path}: line {line_number(path, offset)}: header '>' has no record id")
+        if words[0] in seen:
+            raise ValueError(f"{path}: line {line_number(path, offset)}: record id {words[0]!r} repeats line "
+                             f"{line_number(path, seen[words[0]])}")  # fmt: skip
+        seen[words[0]] = offset
         bad = _first_bad_letter(sequence)
         if bad is not None:
-            raise ValueError(f"{path}: record {record_id!r}: letter {bad!r} is outside the DNA vocabulary {DNA_VOCAB}")
-        records.append((record_id, sequence))
+            raise ValueError(f"{path}: record {words[0]!r}: letter {bad!r} is outside the DNA vocabulary {DNA_VOCAB}")
+        records.append((words[0], sequence))
     if not records:
         raise ValueError(f"{path}: no FASTA records (no line starts with '>')")
     return records
@@ -120,7 +118,7 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
     duplicate ids, empty records and a file with no record raise, naming the file, record and line. A gzipped file
     (told by its first bytes, ``GZIP_MAGIC``, not its name) is decompressed whole in memory; another compression is
     refused (``text_stream.not_text_message``). A plain file above
-    ``INDEX_ABOVE_BYTES`` is read through its index (``IndexedFasta``; errors then name the record only)."""
+    ``STREAM_ABOVE_BYTES`` is read in chunks, a record at a time (``_read_fasta_streamed``)."""
     path = Path(path)
     gzipped, text = False, None
     try:
@@ -129,7 +127,7 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
         told = None if gzipped else not_text_message(path)  # bzip2, xz...: said so, not as a byte of bad UTF-8
         if told is not None:
             raise ValueError(told)
-        if gzipped or path.stat().st_size <= INDEX_ABOVE_BYTES:
+        if gzipped or path.stat().st_size <= STREAM_ABOVE_BYTES:
             data = path.read_bytes()
             text = (gzip.decompress(data) if gzipped else data).decode("utf-8-sig")  # -sig: a BOM is no text
             del data  # the file's bytes, its text and its lines are each as large as the file: one at a time
@@ -137,7 +135,7 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
         kind = "gzipped UTF-8" if gzipped else "UTF-8"
         raise ValueError(f"{path}: cannot read as a {kind} FASTA file ({error})") from None
     if text is None:
-        return _read_fasta_indexed(path)
+        return _read_fasta_streamed(path)
     lines = text.splitlines()
     del text
     records: list[tuple[str, str]] = []

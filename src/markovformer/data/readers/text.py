@@ -74,7 +74,7 @@ def load_text_lm(
 
     ``documents="jsonl"`` (the ``text_column`` string of each line's JSON object), ``"blank_line"`` (each run of
     non-blank lines) or ``"fasta"`` (each record's bases, soft-masked lowercase read as uppercase with
-    ``fold_case``: ``text_stream.fasta_sequences``): every record of every
+    ``fold_case``: ``text_stream.fasta_records``): every record of every
     file is a document, closed by the end-of-document token; the files are then split at record boundaries near the
     fractions of their total bytes (byte offsets in ``splits``).
 

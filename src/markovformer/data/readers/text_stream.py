@@ -298,11 +298,11 @@ def record_texts(path: Path, start: int, stop: int, documents: str, text_column:
     file's byte-order mark is no text):
     ``jsonl``: the ``text_column`` string of each non-empty line's JSON object; ``blank_line``: each run of
     non-blank lines (newlines inside kept, the last, LF or CRLF, removed); ``fasta``: each record's sequence
-    (``fasta_sequences``, ``fold_case`` passed on). Bad input raises, naming the file and line."""
+    (``fasta_records``, ``fold_case`` passed on). Bad input raises, naming the file and line."""
     if documents not in RECORD_KINDS[1:]:
         raise ValueError(f"data.documents={documents!r} must be one of {RECORD_KINDS[1:]}")
     if documents == "fasta":
-        yield from fasta_sequences(path, start, stop, fold_case)
+        yield from (sequence for _, _, sequence in fasta_records(path, start, stop, fold_case))
         return
     lines: list[bytes] = []
     with path.open("rb") as handle:
@@ -331,17 +331,17 @@ def record_texts(path: Path, start: int, stop: int, documents: str, text_column:
                 return
 
 
-def fasta_sequences(path: Path, start: int, stop: int, fold_case: bool = False) -> Iterator[str]:
-    """The sequence of each FASTA record starting in bytes [start, stop) of ``path`` (``start`` at a record's '>'
-    or the file's start; a byte-order mark is no text): its lines after the header joined, line breaks (LF or
-    CRLF) and spaces removed, letters as they are (soft-masked lowercase kept) or, with ``fold_case``, ASCII
-    letters uppercased (the soft mask dropped: acgt read as ACGT). Read in chunks of ``CHUNK_BYTES``:
-    one record's bases are held at a time. Text before the first header and a record with no base raise, naming
-    the file and line."""
+def fasta_records(path: Path, start: int, stop: int, fold_case: bool = False) -> Iterator[tuple[int, str, str]]:
+    """``(offset of its '>', header line after the '>', sequence)`` of each FASTA record starting in bytes
+    [start, stop) of ``path`` (``start`` at a record's '>' or the file's start; a byte-order mark is no text). The
+    sequence is the record's lines after the header joined, line breaks (LF or CRLF) and spaces removed, letters as
+    they are (soft-masked lowercase kept) or, with ``fold_case``, ASCII letters uppercased (the soft mask dropped:
+    acgt read as ACGT). Read in chunks of ``CHUNK_BYTES``: one record is held at a time. Text before the first
+    header and a record with no base raise, naming the file and line."""
     with path.open("rb") as handle:
         handle.seek(start)
         position = _past_mark(handle, start, stop)
-        header, bases = None, []  # header: the offset of the current record's '>'; bases: its sequence so far
+        header, lines = None, []  # header: the offset of the current record's '>'; lines: its header, then bases
         in_header, line_start = False, True  # the byte read next is in a header line / begins a line
         while position < stop:
             data = handle.read(min(CHUNK_BYTES, stop - position))
@@ -349,35 +349,42 @@ def fasta_sequences(path: Path, start: int, stop: int, fold_case: bool = False) 
             while index < len(data):
                 if in_header:
                     end = data.find(b"\n", index)
-                    in_header, index = end < 0, len(data) if end < 0 else end + 1
+                    end = len(data) if end < 0 else end + 1
+                    lines[0] += data[index:end]
+                    index, in_header = end, data[end - 1] != ord("\n")
                     line_start = not in_header
                     continue
                 if line_start and data[index] == ord(">"):
                     if header is not None:
-                        yield _fasta_sequence(path, header, bases, fold_case)
-                    header, bases, in_header, line_start = position + index, [], True, False
+                        yield _fasta_record(path, header, lines, fold_case)
+                    header, lines, in_header, line_start = position + index, [b""], True, False
+                    index += 1
                     continue
                 found = data.find(b"\n>", index)
                 end = len(data) if found < 0 else found + 1
                 letters = data[index:end].translate(None, _NOT_BASES)
                 if letters and header is None:
-                    at = position + index
-                    raise ValueError(f"{path}: line {line_number(path, at)}: sequence text {letters[:20]!r} comes "
-                                     f"before the first '>' header")  # fmt: skip
-                bases.append(letters)
+                    at = position + end - len(data[index:end].lstrip())  # the first letter's line, not a blank one's
+                    raise ValueError(f"{path}: line {line_number(path, at)}: sequence text "
+                                     f"{letters[:20].decode(errors='replace')!r} comes before the first '>' header")
+                lines.append(letters)
                 index, line_start = end, data[end - 1] == ord("\n")
             position += len(data)
         if header is not None:
-            yield _fasta_sequence(path, header, bases, fold_case)
+            yield _fasta_record(path, header, lines, fold_case)
 
 
-def _fasta_sequence(path: Path, header: int, bases: list[bytes], fold_case: bool) -> str:
-    """The decoded sequence of the record whose header is at byte ``header``; ValueError when it has no base."""
-    sequence = b"".join(bases).upper() if fold_case else b"".join(bases)
+def _fasta_record(path: Path, at: int, lines: list[bytes], fold_case: bool) -> tuple[int, str, str]:
+    """``fasta_records``' record whose '>' is at byte ``at``, of its header then its bases (emptied: the record's
+    lines go as its joined bases come); ValueError when it has no base."""
+    header = _decoded(path, at + 1, lines[0]).strip()
+    sequence = b"".join(lines[1:])
+    lines.clear()
     if not sequence:
-        raise ValueError(f"{path}: line {line_number(path, header)}: FASTA record has no sequence")
-    bases.clear()  # the record's lines go as its joined bases come
-    return _decoded(path, header, sequence)
+        words = header.split()
+        raise ValueError(f"{path}: record {words[0] if words else ''!r} (line {line_number(path, at)}) has an empty "
+                         f"sequence")  # fmt: skip
+    return at, header, _decoded(path, at, sequence.upper() if fold_case else sequence)
 
 
 def _json_text(path: Path, at: int, line: bytes, text_column: str) -> str:
