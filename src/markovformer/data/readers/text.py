@@ -20,6 +20,7 @@ from markovformer.data.readers.text_stream import (
     byte_offset_of_character,
     content_key,
     count_characters,
+    fasta_records,
     file_size,
     not_text_message,
     record_boundary,
@@ -74,9 +75,9 @@ def load_text_lm(
 
     ``documents="jsonl"`` (the ``text_column`` string of each line's JSON object), ``"blank_line"`` (each run of
     non-blank lines) or ``"fasta"`` (each record's bases, soft-masked lowercase read as uppercase with
-    ``fold_case``: ``text_stream.fasta_records``): every record of every
-    file is a document, closed by the end-of-document token; the files are then split at record boundaries near the
-    fractions of their total bytes (byte offsets in ``splits``).
+    ``fold_case``: ``text_stream.fasta_records``): every record of every file is a document, closed by the
+    end-of-document token; the files are then split at record boundaries near the fractions of their total bytes
+    (FASTA: of their bases, so that the line width moves no record), byte offsets in ``splits``.
 
     Example: {"input_ids": (L,) long, "labels": (L,) long[, "position_ids": (L,) long]}, L = seq_len + 1 except a
     last shorter window; the model shifts labels inside. info: {"vocab_size": V}.
@@ -223,6 +224,28 @@ def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions, doc
     return parts, record
 
 
+def _fasta_cuts(files: list[Path], sizes: list[int], fractions) -> tuple[list, list]:
+    """``_split_records``' cuts of FASTA records and where its fractions fall: each part starts at the first record
+    with at least its fraction of all bases before it (the record holding that base is where it falls), so a line
+    width moves no record across a cut (bytes would: line breaks and headers are bytes). Two passes over the files,
+    one record held at a time."""
+    def records():  # (file index, offset of the header, bases)
+        for index, file in enumerate(files):
+            yield from ((index, at, len(sequence)) for at, _, sequence in fasta_records(file, 0, sizes[index]))
+
+    total = sum(bases for *_, bases in records())
+    shares = [total * float(share) for share in np.cumsum(fractions)[:-1]]
+    cuts, targets, before = [(0, 0)], [(0, 0)], 0
+    for index, at, bases in records():
+        while len(cuts) <= len(shares) and before >= shares[len(cuts) - 1]:
+            cuts.append((index, at))
+        while len(targets) <= len(shares) and before + bases > shares[len(targets) - 1]:
+            targets.append((index, at))
+        before += bases
+    end = (len(files) - 1, sizes[-1])
+    return cuts + [end] * (len(shares) + 1 - len(cuts)), targets + [end] * (len(shares) + 1 - len(targets))
+
+
 def _read_plan(path: Path) -> dict | None:
     """A cached plan (split segments, split record, fitted tokenizer), or None when absent or unreadable."""
     try:
@@ -234,15 +257,18 @@ def _read_plan(path: Path) -> dict | None:
 
 def _split_records(path: Path, files: list[Path], sizes: list[int], fractions, documents: str,
                    text_column: str, fold_case: bool = False) -> tuple[list[list[Segment]], dict]:  # fmt: skip
-    """Records split in order: each cut at the fraction of the files' total bytes, moved to the next record start of
-    the file it falls in. A cut is (file index, byte offset)."""
-    total, cuts, targets = sum(sizes), [(0, 0)], [(0, 0)]
-    for share in np.cumsum(fractions)[:-1]:
-        target, index = int(round(total * float(share))), 0
-        while index < len(files) - 1 and target >= sizes[index]:
-            target, index = target - sizes[index], index + 1
-        targets.append((index, min(target, sizes[index])))
-        cuts.append(max(cuts[-1], (index, record_boundary(files[index], min(target, sizes[index]), documents))))
+    """Records split in order: each cut at the fraction of the files' total bytes (FASTA: bases, ``_fasta_cuts``),
+    moved to the next record start of the file it falls in. A cut is (file index, byte offset)."""
+    if documents == "fasta":
+        cuts, targets = _fasta_cuts(files, sizes, fractions)
+    else:
+        total, cuts, targets = sum(sizes), [(0, 0)], [(0, 0)]
+        for share in np.cumsum(fractions)[:-1]:
+            target, index = int(round(total * float(share))), 0
+            while index < len(files) - 1 and target >= sizes[index]:
+                target, index = target - sizes[index], index + 1
+            targets.append((index, min(target, sizes[index])))
+            cuts.append(max(cuts[-1], (index, record_boundary(files[index], min(target, sizes[index]), documents))))
     cuts.append((len(files) - 1, sizes[-1]))
     parts = []
     for (first, begin), (last, end) in zip(cuts[:-1], cuts[1:], strict=True):

@@ -1,0 +1,152 @@
+"""FASTA as assemblies and editors write it: read as language-model text (data.documents=fasta: a record is its
+bases, whatever the line width; data.fold_case for soft-masked repeats) and, above the size read whole, in chunks
+(a byte-order mark, CRLF line ends and headers with spaces read as below)."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import numpy as np
+import pytest
+
+from markovformer.data.readers import text_stream
+from markovformer.data.readers.fasta import read_fasta
+from markovformer.data.readers.text import load_text_lm
+
+
+def _soft_masked_records(count: int, seed: int = 5) -> list[tuple[str, str]]:
+    """Records of 300-3,000 bases with lowercase (soft-masked repeat) stretches and runs of N, as assemblies have."""
+    rng = random.Random(seed)
+    records = []
+    for index in range(count):
+        bases = [rng.choice("ACGT") for _ in range(rng.randint(300, 3000))]
+        start = rng.randrange(len(bases) - 200)
+        bases[start : start + 150] = [base.lower() for base in bases[start : start + 150]]
+        bases[20:40] = "N" * 20
+        records.append((f"chr{index}", "".join(bases)))
+    return records
+
+
+def _fasta_text(records, line_width: int, newline: str = "\n") -> str:
+    """The records wrapped at ``line_width`` bases, each header with a description after its id."""
+    lines = []
+    for record_id, sequence in records:
+        lines.append(f">{record_id} assembled {len(sequence)} bp, soft-masked")
+        lines += [sequence[start : start + line_width] for start in range(0, len(sequence), line_width)]
+    return newline.join(lines) + newline
+
+
+@pytest.mark.parametrize("tokenizer, vocab_size", [("char", None), ("bpe", 320)])
+def test_fasta_documents_are_the_bases_whatever_the_line_width(tmp_path, tokenizer, vocab_size):
+    """A record is its bases joined, no header, no line break: read as plain text, a FASTA's newlines became
+    symbols (and BPE merges), and the same genome wrapped at 60 or 80 bases gave the model other token streams.
+    The store of a file wrapped at 60, at 80 or not at all is each record's bases encoded alone, then <eod>."""
+    records = _soft_masked_records(20)
+    stores = []
+    for width in (60, 80, 10**6):
+        path = tmp_path / f"genome{width}.fa"
+        path.write_text(_fasta_text(records, width), encoding="utf-8")
+        bundle = load_text_lm(path, tokenizer=tokenizer, vocab_size=vocab_size, seq_len=16, documents="fasta",
+                              fractions=(0.6, 0.2, 0.2), cache_dir=tmp_path / "cache")  # fmt: skip
+        fitted = bundle.tokenizer
+        expected = [i for _, sequence in records for i in [*fitted.encode(sequence), fitted.end_of_document_id]]
+        assert np.asarray(bundle.train.store.tokens).tolist() == expected
+        stores.append((fitted.record(), [(part.start, part.stop) for part in (bundle.train, bundle.val, bundle.test)]))
+    assert stores[0] == stores[1] == stores[2]  # the same tokenizer and the same splits too
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 3, 7, 4 << 20])
+def test_fasta_documents_read_in_chunks_drop_the_byte_order_mark_and_every_carriage_return(tmp_path, monkeypatch,
+                                                                                           chunk_bytes):  # fmt: skip
+    """A Windows-saved FASTA (UTF-8 byte-order mark, CRLF line ends, headers with spaces) read in chunks cut
+    anywhere: each record is its bases, no '\\r' or mark among them, and the char alphabet is the bases alone."""
+    monkeypatch.setattr(text_stream, "CHUNK_BYTES", chunk_bytes)
+    records = _soft_masked_records(6, seed=chunk_bytes % 97)
+    path = tmp_path / "windows.fa"
+    path.write_bytes(text_stream.BYTE_ORDER_MARK + _fasta_text(records, 70, newline="\r\n").encode())
+    size = path.stat().st_size
+    assert list(text_stream.record_texts(path, 0, size, "fasta")) == [sequence for _, sequence in records]
+    starts = [0, *(text_stream.record_boundary(path, offset, "fasta") for offset in range(1, size + 1, 997))]
+    for begin, end in zip(starts[:-1], starts[1:], strict=True):  # the records of the parts a split cuts
+        assert all(text[0] != ">" for text in text_stream.record_texts(path, begin, end, "fasta"))
+    bundle = load_text_lm(path, seq_len=16, documents="fasta", fractions=(1.0, 0.0, 0.0), cache_dir=tmp_path / "c")
+    assert bundle.tokenizer.alphabet == "ACGNTacgt"  # sorted
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"ACGT\n>a\nACGT\n", "line 1: sequence text 'ACGT' comes before the first '>' header"),
+        (b">a\nACGT\n>b desc\r\n\r\n>c\nGG\n", "record 'b' (line 3) has an empty sequence"),
+    ],
+)
+def test_a_malformed_fasta_document_is_named_with_its_line(tmp_path, content, message):
+    path = tmp_path / "bad.fa"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=f"^{path}: {re.escape(message)}"):
+        load_text_lm(path, seq_len=2, documents="fasta", fractions=(1.0, 0.0, 0.0), cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("tokenizer, vocab_size", [("char", None), ("bpe", 320)])
+def test_fold_case_reads_soft_masked_bases_as_the_uppercase_genome(tmp_path, tokenizer, vocab_size):
+    """data.fold_case: acgt and ACGT are one symbol each, the store and tokenizer those of the genome written in
+    uppercase; by default the soft mask is kept (lowercase letters are symbols of their own)."""
+    records = _soft_masked_records(20)
+    (tmp_path / "masked.fa").write_text(_fasta_text(records, 60), encoding="utf-8")
+    (tmp_path / "upper.fa").write_text(_fasta_text([(i, s.upper()) for i, s in records], 80), encoding="utf-8")
+    options = dict(tokenizer=tokenizer, vocab_size=vocab_size, seq_len=16, documents="fasta",
+                   fractions=(0.6, 0.2, 0.2), cache_dir=tmp_path / "cache")  # fmt: skip
+    folded = load_text_lm(tmp_path / "masked.fa", fold_case=True, **options)
+    upper = load_text_lm(tmp_path / "upper.fa", **options)
+    kept = load_text_lm(tmp_path / "masked.fa", **options)
+    assert folded.tokenizer.record() == upper.tokenizer.record() != kept.tokenizer.record()
+    assert np.array_equal(folded.train.store.tokens, upper.train.store.tokens)
+    assert "a" in kept.tokenizer.decode(np.asarray(kept.train.store.tokens).tolist())
+
+
+@pytest.mark.parametrize("documents, fold_case, message", [
+    ("file", True, "data.fold_case=True applies only to data.documents='fasta'"),
+    ("fasta", "yes", "data.fold_case='yes' must be true or false"),
+])  # fmt: skip
+def test_a_fold_case_that_cannot_apply_is_refused_by_name(tmp_path, documents, fold_case, message):
+    (tmp_path / "g.fa").write_text(">a\nACGTacgt\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_text_lm(tmp_path / "g.fa", seq_len=2, documents=documents, fold_case=fold_case, cache_dir=tmp_path / "c")
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 4 << 20])
+def test_a_windows_saved_fasta_above_the_threshold_reads_as_below_it(tmp_path, monkeypatch, chunk_bytes):
+    """A plain FASTA above STREAM_ABOVE_BYTES (256 MB; lowered here) is read in chunks, a record at a time: with a
+    UTF-8 byte-order mark, CRLF line ends and headers with spaces its records are those read whole, every '\\r'
+    and the mark dropped (the index it was read through refused a mark as 'text before the first header')."""
+    from markovformer.data.readers import fasta as fasta_module
+
+    records = _soft_masked_records(5, seed=chunk_bytes % 89)
+    path = tmp_path / "windows.fa"
+    path.write_bytes(text_stream.BYTE_ORDER_MARK + _fasta_text(records, 70, newline="\r\n").encode())
+    whole = read_fasta(path)
+    monkeypatch.setattr(text_stream, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(fasta_module, "STREAM_ABOVE_BYTES", 0)
+    assert read_fasta(path) == whole == [(record_id, sequence.upper()) for record_id, sequence in records]
+    assert list(tmp_path.iterdir()) == [path]  # nothing written beside the file (no index)
+
+
+def test_fasta_records_are_split_by_bases_so_the_line_width_moves_none(tmp_path):
+    """A part starts at the first record with at least its fraction of all bases before it. Cut by bytes (line
+    breaks and headers included), 6 of 200 genomes of 300 short records moved a record across a split between
+    widths 60, 80 and unwrapped, and the train part missed the fraction of bases it was given."""
+    rng = random.Random(11)
+    for _ in range(4):
+        records = [(f"r{i}", "".join(rng.choices("ACGT", k=rng.randint(30, 400)))) for i in range(300)]
+        before = np.cumsum([0] + [len(sequence) for _, sequence in records])[:-1]
+        total = before[-1] + len(records[-1][1])
+        expected = [int(np.sum(before < total * share)) for share in (0.6, 0.8)]  # records before each cut
+        for width in (60, 80, 10**6):
+            path = tmp_path / f"reads{width}.fa"
+            path.write_text(_fasta_text(records, width), encoding="utf-8")
+            bundle = load_text_lm(path, seq_len=16, documents="fasta", fractions=(0.6, 0.2, 0.2),
+                                  cache_dir=tmp_path / "cache")  # fmt: skip
+            data = path.read_bytes()
+            cuts = [data[: bundle.splits[name][0][1]].count(b">") for name in ("val", "test")]
+            assert cuts == expected, width
