@@ -150,3 +150,35 @@ def test_fasta_records_are_split_by_bases_so_the_line_width_moves_none(tmp_path)
             data = path.read_bytes()
             cuts = [data[: bundle.splits[name][0][1]].count(b">") for name in ("val", "test")]
             assert cuts == expected, width
+
+
+def test_past_its_budget_a_fasta_is_sampled_from_64_evenly_spaced_stretches_of_bases(tmp_path):
+    """What BPE is fitted on past data.fit_bytes: about ``budget / 64`` bases from each of 64 evenly spaced
+    offsets, each a stretch of one record's bases. Records were taken whole from the next header on: a 51 MiB
+    genome of 44 records fed 72.5 MiB of bases to the fit at a budget of 1 MiB (the fit holds ~60 bytes a base)."""
+    records = _soft_masked_records(4, seed=3)
+    records = [(record_id, sequence * 8) for record_id, sequence in records]  # 2,400 to 24,000 bases each
+    path = tmp_path / "genome.fa"
+    path.write_text(_fasta_text(records, 60), encoding="utf-8")
+    budget = 6400
+    texts = list(text_stream.sampled_records(path, 0, path.stat().st_size, budget, "fasta", ""))
+    assert budget * 0.9 <= sum(map(len, texts)) <= budget
+    assert all(any(text in sequence for _, sequence in records) for text in texts)  # no header, no line break
+    assert {next(i for i, (_, sequence) in enumerate(records) if text in sequence) for text in texts} == {0, 1, 2, 3}
+    folded = text_stream.sampled_records(path, 0, path.stat().st_size, budget, "fasta", "", fold_case=True)
+    assert [text.upper() for text in texts] == list(folded)
+
+
+@pytest.mark.parametrize("line_width", [7, 60, 10**6])
+def test_a_sampled_stretch_holds_no_byte_of_a_header_wherever_offsets_and_reads_cut_it(tmp_path, line_width):
+    """Offsets and reads that fall inside a header (long ones here) or an unwrapped record's one line: every sampled
+    text is bases of one record."""
+    rng = random.Random(line_width)
+    records = [(f"r{i}", "".join(rng.choices("ACGT", k=rng.randint(50, 700)))) for i in range(40)]
+    path = tmp_path / "genome.fa"
+    path.write_text("".join(f">{record_id} {'description ' * 30}\n" + _fasta_text([("x", sequence)], line_width)
+                            .split("\n", 1)[1] for record_id, sequence in records), encoding="utf-8")  # fmt: skip
+    for budget in (640, 1300, 6400):
+        texts = list(text_stream.sampled_records(path, 0, path.stat().st_size, budget, "fasta", ""))
+        assert 0 < sum(map(len, texts)) <= budget
+        assert all(any(text in sequence for _, sequence in records) for text in texts)

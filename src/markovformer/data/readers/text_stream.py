@@ -387,6 +387,50 @@ def _fasta_record(path: Path, at: int, lines: list[bytes], fold_case: bool) -> t
     return at, header, _decoded(path, at, sequence.upper() if fold_case else sequence)
 
 
+_HEADER_LINE = re.compile(rb"(?:^|\n)>[^\n]*")  # a FASTA header line (one cut short by a sample's end too)
+
+
+def sampled_fasta(path: Path, start: int, stop: int, budget: int, fold_case: bool = False) -> Iterator[str]:
+    """At most ``budget`` bases of the FASTA records in bytes [start, stop) of ``path`` (``start`` on a record
+    start), for a BPE fit: ``budget / 64`` bases from each of 64 evenly spaced offsets on, each text within one
+    record (a header ends it, the next record's bases are another text); uppercased with ``fold_case``. A record is
+    never read whole (a chromosome is hundreds of megabases), nor a line (an unwrapped one is a chromosome)."""
+    share = budget // 64
+    with path.open("rb") as handle:
+        start = _past_mark(handle, start, stop)
+        for index in range(64):
+            at = start + (stop - start) * index // 64
+            in_header, taken = _inside_header(handle, start, at), 0
+            handle.seek(at)
+            while taken < share and handle.tell() < stop:  # about share bases, more bytes with line breaks
+                data = handle.read(min(share - taken + share // 16 + 64, stop - handle.tell()))
+                if in_header:  # the rest of a header line begun before: no bases
+                    newline = data.find(b"\n")
+                    if newline < 0:
+                        continue
+                    data = data[newline:]
+                headers = [header.end() for header in _HEADER_LINE.finditer(data)]
+                in_header = bool(headers) and headers[-1] == len(data)  # a header the read cut: skip its rest
+                for stretch in _HEADER_LINE.split(data):
+                    bases = stretch.translate(None, _NOT_BASES)[: share - taken]
+                    if bases:
+                        taken += len(bases)
+                        yield (bases.upper() if fold_case else bases).decode("utf-8", errors="replace")
+
+
+def _inside_header(handle, start: int, offset: int) -> bool:
+    """Whether byte ``offset`` lies inside a FASTA header line, after its '>' (looked for in the 64 KiB before it: a
+    longer line is a line of bases)."""
+    begin = max(offset - (64 << 10), start)
+    handle.seek(begin)
+    window = handle.read(offset - begin)
+    newline = window.rfind(b"\n")
+    if newline < 0 and begin > start:
+        return False
+    line = window[newline + 1 :]
+    return line.startswith(b">")
+
+
 def _json_text(path: Path, at: int, line: bytes, text_column: str) -> str:
     text = _decoded(path, at, line)  # UTF-8 alone: json.loads reads bytes in UTF-16 too
     try:
@@ -427,9 +471,13 @@ def line_number(path: Path, offset: int) -> int:
 def sampled_records(path: Path, start: int, stop: int, budget: int, documents: str, text_column: str,
                     fold_case: bool = False) -> Iterator[str]:  # fmt: skip
     """About ``budget`` bytes of record text from bytes [start, stop) of ``path``: every record when they fit, else
-    the records from 64 evenly spaced record boundaries on, ``budget / 64`` bytes from each."""
+    the records from 64 evenly spaced record boundaries on, ``budget / 64`` bytes from each (FASTA:
+    ``sampled_fasta``, a record may be as long as a chromosome)."""
     if stop - start <= budget:
         yield from record_texts(path, start, stop, documents, text_column, fold_case)
+        return
+    if documents == "fasta":
+        yield from sampled_fasta(path, start, stop, budget, fold_case)
         return
     share = max(budget // 64, 1)
     for index in range(64):
