@@ -5,6 +5,7 @@ recipes run against fake apt-get/dpkg."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import random
 
 import numpy as np
@@ -232,6 +233,24 @@ def test_bed_intervals_cut_the_right_bases_on_either_strand(tmp_path, compressed
     ]
     assert bed_sequences(intervals, read_reference(reference_path)) == expected
     assert bed_sequences(intervals, read_reference(reference_path, indexed=False)) == expected
+
+
+def test_a_windows_saved_reference_and_bed_file_read_as_their_unix_twins(tmp_path):
+    """A byte-order mark and CRLF line ends (Notepad, Excel): the mark was read as text, so the reference's first
+    line was 'sequence text before the first header' and the BED file's first chromosome '\ufeffchr1', no
+    chromosome of the reference; the index, which cannot skip a mark, says so and how to remove it."""
+    reference_path, chromosomes = _reference(tmp_path, compressed=False)
+    windows = b"\xef\xbb\xbf" + reference_path.read_bytes().replace(b"\n", b"\r\n")
+    (tmp_path / "windows.fa.gz").write_bytes(gzip.compress(windows))
+    assert read_reference(tmp_path / "windows.fa.gz") == chromosomes
+    (tmp_path / "windows.bed").write_bytes(b"\xef\xbb\xbf" + BED.encode().replace(b"\n", b"\r\n"))
+    (tmp_path / "unix.bed").write_text(BED)
+    assert read_bed(tmp_path / "windows.bed") == read_bed(tmp_path / "unix.bed")
+    if importlib.util.find_spec("pyfaidx") is not None:
+        (tmp_path / "windows.fa").write_bytes(windows)
+        with pytest.raises(ValueError, match=r"windows\.fa: begins with a UTF-8 byte-order mark, which its \.fai "
+                                             r"index cannot skip: remove it \(sed -i '1s/\^\\xEF\\xBB\\xBF//' "):
+            read_reference(tmp_path / "windows.fa", indexed=True)
 
 
 def test_intervals_read_through_the_index_equal_slices_of_the_whole_file(tmp_path):

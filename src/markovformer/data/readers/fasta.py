@@ -16,7 +16,7 @@ import torch
 
 from markovformer.atomic import atomic_write
 from markovformer.data.bundle import DataBundle, label_names_in_order
-from markovformer.data.readers.text_stream import fasta_records, line_number, not_text_message
+from markovformer.data.readers.text_stream import BYTE_ORDER_MARK, fasta_records, line_number, not_text_message
 from markovformer.data.readers.token_store import cache_root
 from markovformer.data.splits import split_indices
 
@@ -39,6 +39,10 @@ class IndexedFasta(Mapping):
     def __init__(self, path: str | Path) -> None:
         pyfaidx = import_pyfaidx()
         self.path = Path(path)
+        with self.path.open("rb") as handle:  # the index counts offsets from the file's first byte
+            if handle.read(len(BYTE_ORDER_MARK)) == BYTE_ORDER_MARK:
+                raise ValueError(f"{self.path}: begins with a UTF-8 byte-order mark, which its .fai index cannot "
+                                 f"skip: remove it (sed -i '1s/^\\xEF\\xBB\\xBF//' {self.path})")
         try:
             try:
                 self._fasta = self._open(pyfaidx, Path(f"{self.path}.fai"))

@@ -153,9 +153,9 @@ def iter_fasta(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
 
 
 def open_text(path: str | Path):
-    """A text handle of a plain or gzipped (``.gz``) file."""
+    """A text handle of a plain or gzipped (``.gz``) file; a UTF-8 byte-order mark (Notepad, Excel) is no text."""
     path = Path(path)
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+    return gzip.open(path, "rt", encoding="utf-8-sig") if path.suffix == ".gz" else path.open(encoding="utf-8-sig")
 
 
 _UPSTREAM_HEADER = re.compile(r"^(\S+)_up_(\d+)_\S+_([fr])\s+(\S+):(-?\d+)-(\d+)")
