@@ -182,3 +182,33 @@ def test_a_sampled_stretch_holds_no_byte_of_a_header_wherever_offsets_and_reads_
         texts = list(text_stream.sampled_records(path, 0, path.stat().st_size, budget, "fasta", ""))
         assert 0 < sum(map(len, texts)) <= budget
         assert all(any(text in sequence for _, sequence in records) for text in texts)
+
+
+@pytest.mark.parametrize("tokenizer, vocab_size", [("char", None), ("bpe", 320)])
+def test_a_record_longer_than_a_chunk_is_encoded_in_pieces_to_the_same_tokens(tmp_path, monkeypatch, tokenizer,
+                                                                              vocab_size):  # fmt: skip
+    """A record is a chromosome (250 Mb): handed to the tokenizer whole, encoding took ~58 bytes a base (16 Mb:
+    922 MiB). A record longer than CHUNK_BYTES is encoded in pieces cut where the tokenizer cuts anyway: the
+    tokenizer is never handed more than 2 * CHUNK_BYTES characters, and the store is each record encoded whole."""
+    from markovformer.data.readers import token_store
+    from markovformer.data.readers.tokenizer import BPETokenizer, CharTokenizer
+
+    monkeypatch.setattr(token_store, "CHUNK_BYTES", 1000)
+    handed = []
+    for kind in (BPETokenizer, CharTokenizer):
+        def encode_batch(self, texts, original=kind.encode_batch):
+            handed.extend(map(len, texts))
+            return original(self, texts)
+
+        monkeypatch.setattr(kind, "encode_batch", encode_batch)
+    records = _soft_masked_records(12)  # 300 to 3,000 bases
+    path = tmp_path / "genome.fa"
+    path.write_text(_fasta_text(records, 60), encoding="utf-8")
+    bundle = load_text_lm(path, tokenizer=tokenizer, vocab_size=vocab_size, seq_len=16, documents="fasta",
+                          fractions=(1.0, 0.0, 0.0), cache_dir=tmp_path / "cache")  # fmt: skip
+    fitted = bundle.tokenizer
+    expected = [i for _, sequence in records for i in [*fitted.encode(sequence), fitted.end_of_document_id]]
+    assert np.asarray(bundle.train.store.tokens).tolist() == expected
+    assert max(len(sequence) for _, sequence in records) > 2000 >= max(handed)
+    starts = np.cumsum([0] + [len(fitted.encode(sequence)) + 1 for _, sequence in records])[:-1]
+    assert np.load(bundle.train.store.folder / token_store.DOCUMENTS_FILE).tolist() == starts.tolist()

@@ -41,6 +41,7 @@ from typing import BinaryIO
 import numpy as np
 
 from markovformer.atomic import atomic_write_text, exclusive_lock, write_failure
+from markovformer.data.readers.bpe_cuts import safe_pieces
 from markovformer.data.readers.text_stream import CHUNK_BYTES, content_key, record_texts, text_pieces
 from markovformer.strict_json import read_json_object
 
@@ -259,7 +260,7 @@ def _write_store(staging: Path, segments, encode, encode_batch, dtype, vocab_siz
         for segment in segments:
             if segment.documents != "file":
                 count = _write_records(out, segment, encode_batch, dtype, vocab_size, end_of_document, count,
-                                       documents, progress)  # fmt: skip
+                                       documents, progress, safe_cut)  # fmt: skip
                 offsets.append(count)
                 continue
             characters = segment.first_character
@@ -287,36 +288,54 @@ def _write_store(staging: Path, segments, encode, encode_batch, dtype, vocab_siz
 
 
 def _write_records(out, segment: Segment, encode_batch, dtype, vocab_size, end_of_document, count: int,
-                   documents: list, progress) -> int:  # fmt: skip
+                   documents: list, progress, safe_cut=None) -> int:  # fmt: skip
     """Append each record of ``segment`` (its ids, then the end-of-document token), encoding about
-    ``CHUNK_BYTES`` of records at a time; their start offsets go to ``documents``. Returns the new token count."""
+    ``CHUNK_BYTES`` of records at a time; their start offsets go to ``documents``. Returns the new token count. A
+    longer record (a FASTA chromosome) is encoded on its own in pieces that end at a ``safe_cut`` (``safe_pieces``:
+    the ids of the whole), so the tokenizer, which holds tens of bytes per character it is handed, is handed at most
+    ``2 * CHUNK_BYTES`` characters at once."""
     if end_of_document is None:
         raise ValueError("records are documents: the tokenizer needs an end-of-document token")
     path, batch, size, shown = Path(segment.path), [], 0, 0
+    eod = np.asarray([end_of_document], dtype=dtype)
+
+    def encoded(texts: list[str]) -> list[np.ndarray]:
+        try:
+            return encode_batch(texts)
+        except UnknownCharacter as error:
+            raise ValueError(f"{path}: character {error.character!r} in a record"
+                             f"{segment.where or ' is not in the vocabulary'}") from None  # fmt: skip
+
+    def write(ids: np.ndarray) -> int:
+        _check_ids(ids, vocab_size)
+        append_array(out, np.asarray(ids).astype(dtype, copy=False))
+        return len(ids)
+
     records = record_texts(path, segment.start, segment.stop, segment.documents, segment.text_column,
                            segment.fold_case)  # fmt: skip
     for text in itertools.chain(records, [None]):  # None: encode what is left
-        if text is not None:
+        long = text is not None and safe_cut is not None and len(text) > CHUNK_BYTES
+        if text is not None and not long:
             batch.append(text)
             size += len(text)
-        if batch and (text is None or size >= CHUNK_BYTES):
-            try:
-                encoded = encode_batch(batch)
-            except UnknownCharacter as error:
-                raise ValueError(f"{path}: character {error.character!r} in a record"
-                                 f"{segment.where or ' is not in the vocabulary'}") from None  # fmt: skip
-            lengths = np.asarray([len(ids) + 1 for ids in encoded], dtype=np.int64)
-            documents.append(count + np.concatenate([[0], np.cumsum(lengths)[:-1]]))
-            eod = np.asarray([end_of_document], dtype=dtype)
-            for ids in encoded:
-                _check_ids(ids, vocab_size)
-                append_array(out, np.asarray(ids).astype(dtype, copy=False))
+        if batch and (text is None or long or size >= CHUNK_BYTES):
+            lengths = []
+            for ids in encoded(batch):
+                lengths.append(write(ids) + 1)
                 append_array(out, eod)
-            count += int(lengths.sum())
+            documents.append(count + np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64))
+            count += sum(lengths)
+            shown += size
             if progress is not None:
                 progress.update(size)
-                shown += size
             batch, size = [], 0
+        if long:
+            documents.append(np.asarray([count], dtype=np.int64))
+            count += sum(write(encoded([piece])[0]) for piece in safe_pieces(text, CHUNK_BYTES, safe_cut)) + 1
+            append_array(out, eod)
+            shown += len(text)
+            if progress is not None:
+                progress.update(len(text))
     if progress is not None:  # the bar counts bytes: separators, JSON syntax and multi-byte characters too
         progress.update(max(segment.stop - segment.start - shown, 0))
     return count
