@@ -12,6 +12,8 @@ import sys
 # distinct words of the sample (not with the corpus): peak RSS of a whole prepare, the process's 225 MiB (torch)
 # included, fitting 8k merges on 16 / 64 / 128 MB: 350 / 476 / 704 MiB on Python source code (many distinct words),
 # 301 MiB at 64 MB of the 1 GB Shakespeare-copies corpus. 64 MB keeps a diverse corpus about half the 1 GB target.
+# DNA is all distinct words: fitting 4k merges held 27 bytes a base on 80-base lines and 56 on documents=fasta
+# (1,024-base words), 724 / 1,491 MiB above the interpreter on 26.6 MB: a genome wants a smaller fit_bytes.
 FIT_BYTES = 64 << 20
 
 
