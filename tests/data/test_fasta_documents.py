@@ -108,6 +108,7 @@ def test_fold_case_reads_soft_masked_bases_as_the_uppercase_genome(tmp_path, tok
 @pytest.mark.parametrize("documents, fold_case, message", [
     ("file", True, "data.fold_case=True applies only to data.documents='fasta'"),
     ("fasta", "yes", "data.fold_case='yes' must be true or false"),
+    ("fasta", 1, "data.fold_case=1 must be true or false"),
 ])  # fmt: skip
 def test_a_fold_case_that_cannot_apply_is_refused_by_name(tmp_path, documents, fold_case, message):
     (tmp_path / "g.fa").write_text(">a\nACGTacgt\n", encoding="utf-8")

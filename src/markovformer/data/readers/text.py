@@ -89,7 +89,7 @@ def load_text_lm(
         raise ValueError(f"data.text_column={tokenized.text_column!r} applies only to data.documents='jsonl' (the "
                          f"field of each line's JSON record holding its text); data.documents={documents!r} reads "
                          f"the files as they are")  # fmt: skip
-    if fold_case not in (False, True):
+    if not isinstance(fold_case, bool):
         raise ValueError(f"data.fold_case={fold_case!r} must be true or false")
     if fold_case and documents != "fasta":
         raise ValueError(f"data.fold_case={fold_case} applies only to data.documents='fasta' (it reads soft-masked "
