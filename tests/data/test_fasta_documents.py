@@ -213,3 +213,23 @@ def test_a_record_longer_than_a_chunk_is_encoded_in_pieces_to_the_same_tokens(tm
     assert max(len(sequence) for _, sequence in records) > 2000 >= max(handed)
     starts = np.cumsum([0] + [len(fitted.encode(sequence)) + 1 for _, sequence in records])[:-1]
     assert np.load(bundle.train.store.folder / token_store.DOCUMENTS_FILE).tolist() == starts.tolist()
+
+
+def test_past_its_budget_the_fasta_sample_is_the_same_bases_at_any_line_width(tmp_path):
+    """The BPE fit of a genome larger than data.fit_bytes reads the same bases whether it is wrapped at 60, 80 or
+    not at all: sampled at evenly spaced bases, each stretch the bases from there (offsets in bytes, which line
+    breaks shift, drew other stretches at every width)."""
+    records = [(record_id, sequence * 4) for record_id, sequence in _soft_masked_records(10, seed=8)]
+    samples = []
+    for width in (60, 80, 10**6):
+        path = tmp_path / f"genome{width}.fa"
+        path.write_text(_fasta_text(records, width), encoding="utf-8")
+        samples.append(list(text_stream.sampled_records(path, 0, path.stat().st_size, 6400, "fasta", "")))
+    genome = "".join(sequence for _, sequence in records)
+    share, total = 6400 // 64, len(genome)
+    expected = []  # by hand: 100 bases from each of 64 evenly spaced bases, cut short at the end of a record
+    ends = np.cumsum([len(sequence) for _, sequence in records])
+    for index in range(64):
+        at = (total - share) * index // 63
+        expected.append(genome[at : min(at + share, int(ends[np.searchsorted(ends, at, side="right")]))])
+    assert samples[0] == samples[1] == samples[2] == expected

@@ -387,48 +387,21 @@ def _fasta_record(path: Path, at: int, lines: list[bytes], fold_case: bool) -> t
     return at, header, _decoded(path, at, sequence.upper() if fold_case else sequence)
 
 
-_HEADER_LINE = re.compile(rb"(?:^|\n)>[^\n]*")  # a FASTA header line (one cut short by a sample's end too)
-
-
 def sampled_fasta(path: Path, start: int, stop: int, budget: int, fold_case: bool = False) -> Iterator[str]:
     """At most ``budget`` bases of the FASTA records in bytes [start, stop) of ``path`` (``start`` on a record
-    start), for a BPE fit: ``budget / 64`` bases from each of 64 evenly spaced offsets on, each text within one
-    record (a header ends it, the next record's bases are another text); uppercased with ``fold_case``. A record is
-    never read whole (a chromosome is hundreds of megabases), nor a line (an unwrapped one is a chromosome)."""
+    start), for a BPE fit: ``budget / 64`` bases from each of 64 evenly spaced bases on, cut short at the end of
+    their record; uppercased with ``fold_case``. Spaced in bases, not bytes, so the line width changes no base of
+    the sample. Two passes over the records (the first counts their bases), one record held at a time: a record
+    (a chromosome is hundreds of megabases) is never fed whole."""
     share = budget // 64
-    with path.open("rb") as handle:
-        start = _past_mark(handle, start, stop)
-        for index in range(64):
-            at = start + (stop - start) * index // 64
-            in_header, taken = _inside_header(handle, start, at), 0
-            handle.seek(at)
-            while taken < share and handle.tell() < stop:  # about share bases, more bytes with line breaks
-                data = handle.read(min(share - taken + share // 16 + 64, stop - handle.tell()))
-                if in_header:  # the rest of a header line begun before: no bases
-                    newline = data.find(b"\n")
-                    if newline < 0:
-                        continue
-                    data = data[newline:]
-                headers = [header.end() for header in _HEADER_LINE.finditer(data)]
-                in_header = bool(headers) and headers[-1] == len(data)  # a header the read cut: skip its rest
-                for stretch in _HEADER_LINE.split(data):
-                    bases = stretch.translate(None, _NOT_BASES)[: share - taken]
-                    if bases:
-                        taken += len(bases)
-                        yield (bases.upper() if fold_case else bases).decode("utf-8", errors="replace")
-
-
-def _inside_header(handle, start: int, offset: int) -> bool:
-    """Whether byte ``offset`` lies inside a FASTA header line, after its '>' (looked for in the 64 KiB before it: a
-    longer line is a line of bases)."""
-    begin = max(offset - (64 << 10), start)
-    handle.seek(begin)
-    window = handle.read(offset - begin)
-    newline = window.rfind(b"\n")
-    if newline < 0 and begin > start:
-        return False
-    line = window[newline + 1 :]
-    return line.startswith(b">")
+    total = sum(len(sequence) for _, _, sequence in fasta_records(path, start, stop))
+    starts = [max(total - share, 0) * index // 63 for index in range(64)]
+    before, index = 0, 0
+    for _, _, sequence in fasta_records(path, start, stop, fold_case):
+        while index < len(starts) and starts[index] < before + len(sequence):
+            yield sequence[starts[index] - before : starts[index] - before + share]
+            index += 1
+        before += len(sequence)
 
 
 def _json_text(path: Path, at: int, line: bytes, text_column: str) -> str:
