@@ -233,3 +233,26 @@ def test_past_its_budget_the_fasta_sample_is_the_same_bases_at_any_line_width(tm
         at = (total - share) * index // 63
         expected.append(genome[at : min(at + share, int(ends[np.searchsorted(ends, at, side="right")]))])
     assert samples[0] == samples[1] == samples[2] == expected
+
+
+def test_the_char_alphabet_of_a_chromosome_long_record_is_found_in_pieces(tmp_path, monkeypatch):
+    """The char alphabet pass read each record's codepoints whole (4 bytes a base, then copies of them): a record
+    is a chromosome. In pieces of CHUNK_BYTES characters the pass holds little beside the record itself."""
+    import tracemalloc
+
+    from markovformer.data.readers import text as text_module
+    from markovformer.data.readers.token_store import Segment
+
+    monkeypatch.setattr(text_module, "CHUNK_BYTES", 1 << 16)
+    monkeypatch.setattr(text_stream, "CHUNK_BYTES", 1 << 16)
+    rng = random.Random(2)
+    sequence = "".join(rng.choices("ACGTacgtN", k=2 << 20))
+    path = tmp_path / "chr1.fa"
+    path.write_text(_fasta_text([("chr1", sequence)], 60), encoding="utf-8")
+    tracemalloc.start()
+    try:
+        assert text_module._alphabet([Segment(str(path), 0, path.stat().st_size, documents="fasta")]) == "ACGNTacgt"
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * len(sequence), peak / len(sequence)  # the record's bytes and its text: 10x in one piece

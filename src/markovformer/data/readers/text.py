@@ -16,6 +16,7 @@ from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import IGNORE_INDEX, collate
 from markovformer.data.readers.store_windows import RandomStarts, StoreWindows
 from markovformer.data.readers.text_stream import (
+    CHUNK_BYTES,
     RECORD_KINDS,
     byte_offset_of_character,
     content_key,
@@ -322,16 +323,19 @@ def _fit_budgets(segments: list[Segment], fit_bytes: int):
 
 
 def _alphabet(segments: list[Segment]) -> str:
-    """The characters of the segments' text, in one streaming pass (counts of codepoints, no Python loop)."""
+    """The characters of the segments' text, in one streaming pass (counts of codepoints, no Python loop), a record
+    (a FASTA chromosome) ``CHUNK_BYTES`` characters at a time: its codepoints take four bytes a character."""
     seen = np.zeros(0x10000, dtype=bool)
     astral: set[int] = set()
     for segment in segments:
-        for piece in _segment_texts(segment):
-            codepoints = np.frombuffer(piece.encode("utf-32-le"), dtype=np.uint32)
-            basic = codepoints < 0x10000
-            seen[codepoints[basic]] = True
-            if not basic.all():
-                astral.update(np.unique(codepoints[~basic]).tolist())
+        for text in _segment_texts(segment):
+            for start in range(0, len(text), CHUNK_BYTES):
+                codepoints = np.frombuffer(text[start : start + CHUNK_BYTES].encode("utf-32-le"),
+                                           dtype=np.uint32)  # fmt: skip
+                basic = codepoints < 0x10000
+                seen[codepoints[basic]] = True
+                if not basic.all():
+                    astral.update(np.unique(codepoints[~basic]).tolist())
     return "".join(map(chr, [*np.flatnonzero(seen).tolist(), *sorted(astral)]))
 
 
