@@ -238,5 +238,5 @@ def test_the_sequential_loops_step_count_is_the_one_its_documents_give():
     documented = int(re.search(r"T = 2048: (\d+) instead", sequential.__doc__).group(1))
     assert documented == steps.count
     assert "about 4√(T/2)" in package.__doc__
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    assert "loops over about\n4√(T/2) blocked steps" in readme
+    performance = (Path(__file__).parents[2] / "docs/performance.md").read_text(encoding="utf-8")
+    assert "loops over about\n4√(T/2) blocked steps" in performance
