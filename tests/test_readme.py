@@ -444,15 +444,17 @@ def test_the_task_options_sentence_names_every_tasks_own_options():
             assert f"`{option.name}`" in sentence.split(f"`{name}`: ", 1)[1], (name, option.name)
 
 
-def test_every_name_the_readme_places_in_a_file_is_defined_there():
-    """"`NAME` (`path.py`)" sends a contributor to the file that defines NAME: `FILE_OPTIONS` (`training/build.py`)
-    stayed after the tuple moved to training/run_config.py, where build.py only imports it."""
-    text = " ".join((ROOT / "README.md").read_text().split())
-    places = re.findall(r"`([A-Za-z_]\w*)(?:\([^`]*\))?` \(`((?:\w+/)*\w+\.py)`", text)
+def test_every_name_the_documents_place_in_a_file_is_defined_there():
+    """"`NAME` (`path.py`)" in the README or docs/ (docs/extending.md holds most) sends a contributor to the file that
+    defines NAME: `FILE_OPTIONS` (`training/build.py`) stayed after the tuple moved to training/run_config.py, where
+    build.py only imports it."""
+    places = [(document.relative_to(ROOT), name, path) for document in DOCUMENTS
+              for name, path in re.findall(r"`([A-Za-z_]\w*)(?:\([^`]*\))?` \(`((?:\w+/)*\w+\.py)`",
+                                           " ".join(document.read_text().split()))]  # fmt: skip
     assert len(places) >= 20
     files = [*(ROOT / "src/markovformer").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
-    for name, path in places:
+    for where, name, path in places:
         found = [file for file in files if file.as_posix().endswith("/" + path)]
-        assert len(found) == 1, f"README: `{name}` (`{path}`): {len(found)} files end with {path}"
+        assert len(found) == 1, f"{where}: `{name}` (`{path}`): {len(found)} files end with {path}"
         defined = rf"^\s*(?:def|class)\s+{name}\b|^{name}\s*(?::[^=\n]*)?="
-        assert re.search(defined, found[0].read_text(), re.M), f"README: `{name}` is not defined in {path}"
+        assert re.search(defined, found[0].read_text(), re.M), f"{where}: `{name}` is not defined in {path}"

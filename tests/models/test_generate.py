@@ -77,7 +77,7 @@ WITH_ATTENTION_BIAS = {f"{name}_attention_bias": dict(INCREMENTAL[name], attenti
 
 
 def test_every_kind_that_decodes_incrementally_is_in_incremental():
-    """The README's "An attention kind" asks for a line in INCREMENTAL: without it no test decodes the kind (and
+    """docs/extending.md's "An attention kind" asks for a line in INCREMENTAL: without it no test decodes the kind (and
     one in WITH_ATTENTION_BIAS when it takes attention_bias)."""
     covered = set().union(*map(_kinds, INCREMENTAL.values()))
     for kind in set(ATTENTION_KINDS) - covered:

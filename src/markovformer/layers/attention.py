@@ -5,7 +5,7 @@ An attention kind is one or more *cores*, each a module that maps already-projec
 attention has two), runs them and concatenates their outputs. To add a kind: write a core (read
 ``softmax_attention.SoftmaxCore``, the simplest: no bias, a key/value cache, packed documents; then
 ``markov_attention.MarkovCore`` for one with gates and a bias), a small ``SelfAttention`` subclass that builds it
-(``SoftmaxAttention``), and register it in ``layers.registry``; the README's "Extending" section lists the rest
+(``SoftmaxAttention``), and register it in ``layers.registry``; docs/extending.md lists the rest
 (options, tests, the decoding cases in ``tests/models/test_generate.py``).
 
 A core declares ``causal`` (an attribute), ``supports_state`` and ``honours_segments`` (class attributes): the layer
