@@ -394,7 +394,8 @@ def test_every_concrete_documented_command_parses_and_its_settings_exist(where, 
 
 def test_the_attention_weights_said_to_be_probabilities_are_or_the_exception_is_named():
     """Random features of ``feature_map: trig`` give signed rows that sum to 1 (the README called every random-feature
-    layer's weights probabilities): where a model's weights go negative, the sentence that lists them says so."""
+    layer's weights probabilities): where a model's weights go negative, the sentence that lists them (in
+    docs/hugging-face.md) says so."""
     from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 
     config = MarkovianTransformerConfig(vocab_size=11, d_model=64, n_layers=1, n_heads=2, attention="rff",
@@ -408,7 +409,7 @@ def test_the_attention_weights_said_to_be_probabilities_are_or_the_exception_is_
         weights = model(input_ids=ids, return_weights=True).attentions[0]
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 16), rtol=0, atol=1e-5)
     assert weights.min() < 0
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = " ".join((ROOT / "docs/hugging-face.md").read_text().split())
     sentence = text[text.index("whatever the backend: probabilities for") :].split(";")[0]
     assert "random-feature" in sentence and "trig" in sentence and "signed" in sentence
 

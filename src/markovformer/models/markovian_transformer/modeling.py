@@ -38,7 +38,7 @@ class MarkovianTransformerOutput:
     """What every Markovian Transformer model returns; fields a model or call does not fill are None.
     ``gates`` (``return_gates=True``): per layer, direction -> order gates (B, H, T, K [+1 null slot]), None for a
     layer without gates; ``attentions`` (``return_weights=True``): per layer, the weights (B, H, T, T) each position
-    mixes the values with, None for a mixer without them (README, "Hugging Face", says which are probabilities)."""
+    mixes the values with, None for a mixer without them (docs/hugging-face.md says which are probabilities)."""
 
     logits: Tensor | None = None
     loss: Tensor | None = None
