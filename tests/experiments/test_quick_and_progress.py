@@ -178,7 +178,7 @@ def test_testbed_reports_are_well_formed_tables_with_progress(name, tmp_path):
 def test_a_raised_revision_recomputes_the_cells_that_train_the_kind_and_only_those(
     name, revised, kept, tmp_path, monkeypatch, kept_figures
 ):
-    """As the README says of every experiment that trains attention kinds: a fix that raises a kind's revision
+    """As docs/experiments.md says of every experiment that trains attention kinds: a fix that raises a kind's revision
     recomputes that kind's cells (order-recovery and icl-depth reused them under any revision)."""
     import dataclasses
 
