@@ -10,7 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from markovformer.data.readers import text_stream
+from markovformer.data.readers import fasta_format, text_stream
+from markovformer.data.readers import records as records_module
 from markovformer.data.readers.fasta import read_fasta
 from markovformer.data.readers.text import load_text_lm
 
@@ -61,15 +62,16 @@ def test_fasta_documents_read_in_chunks_drop_the_byte_order_mark_and_every_carri
                                                                                            chunk_bytes):  # fmt: skip
     """A Windows-saved FASTA (UTF-8 byte-order mark, CRLF line ends, headers with spaces) read in chunks cut
     anywhere: each record is its bases, no '\\r' or mark among them, and the char alphabet is the bases alone."""
-    monkeypatch.setattr(text_stream, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(fasta_format, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(records_module, "CHUNK_BYTES", chunk_bytes)
     records = _soft_masked_records(6, seed=chunk_bytes % 97)
     path = tmp_path / "windows.fa"
     path.write_bytes(text_stream.BYTE_ORDER_MARK + _fasta_text(records, 70, newline="\r\n").encode())
     size = path.stat().st_size
-    assert list(text_stream.record_texts(path, 0, size, "fasta")) == [sequence for _, sequence in records]
-    starts = [0, *(text_stream.record_boundary(path, offset, "fasta") for offset in range(1, size + 1, 997))]
+    assert list(records_module.record_texts(path, 0, size, "fasta")) == [sequence for _, sequence in records]
+    starts = [0, *(records_module.record_boundary(path, offset, "fasta") for offset in range(1, size + 1, 997))]
     for begin, end in zip(starts[:-1], starts[1:], strict=True):  # the records of the parts a split cuts
-        assert all(text[0] != ">" for text in text_stream.record_texts(path, begin, end, "fasta"))
+        assert all(text[0] != ">" for text in records_module.record_texts(path, begin, end, "fasta"))
     bundle = load_text_lm(path, seq_len=16, documents="fasta", fractions=(1.0, 0.0, 0.0), cache_dir=tmp_path / "c")
     assert bundle.tokenizer.alphabet == "ACGNTacgt"  # sorted
 
@@ -127,7 +129,7 @@ def test_a_windows_saved_fasta_above_the_threshold_reads_as_below_it(tmp_path, m
     path = tmp_path / "windows.fa"
     path.write_bytes(text_stream.BYTE_ORDER_MARK + _fasta_text(records, 70, newline="\r\n").encode())
     whole = read_fasta(path)
-    monkeypatch.setattr(text_stream, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(fasta_format, "CHUNK_BYTES", chunk_bytes)
     monkeypatch.setattr(fasta_module, "STREAM_ABOVE_BYTES", 0)
     assert read_fasta(path) == whole == [(record_id, sequence.upper()) for record_id, sequence in records]
     assert list(tmp_path.iterdir()) == [path]  # nothing written beside the file (no index)
@@ -162,11 +164,11 @@ def test_past_its_budget_a_fasta_is_sampled_from_64_evenly_spaced_stretches_of_b
     path = tmp_path / "genome.fa"
     path.write_text(_fasta_text(records, 60), encoding="utf-8")
     budget = 6400
-    texts = list(text_stream.sampled_records(path, 0, path.stat().st_size, budget, "fasta", ""))
+    texts = list(records_module.sampled_records(path, 0, path.stat().st_size, budget, "fasta", ""))
     assert budget * 0.9 <= sum(map(len, texts)) <= budget
     assert all(any(text in sequence for _, sequence in records) for text in texts)  # no header, no line break
     assert {next(i for i, (_, sequence) in enumerate(records) if text in sequence) for text in texts} == {0, 1, 2, 3}
-    folded = text_stream.sampled_records(path, 0, path.stat().st_size, budget, "fasta", "", fold_case=True)
+    folded = records_module.sampled_records(path, 0, path.stat().st_size, budget, "fasta", "", fold_case=True)
     assert [text.upper() for text in texts] == list(folded)
 
 
@@ -180,7 +182,7 @@ def test_a_sampled_stretch_holds_no_byte_of_a_header_wherever_offsets_and_reads_
     path.write_text("".join(f">{record_id} {'description ' * 30}\n" + _fasta_text([("x", sequence)], line_width)
                             .split("\n", 1)[1] for record_id, sequence in records), encoding="utf-8")  # fmt: skip
     for budget in (640, 1300, 6400):
-        texts = list(text_stream.sampled_records(path, 0, path.stat().st_size, budget, "fasta", ""))
+        texts = list(records_module.sampled_records(path, 0, path.stat().st_size, budget, "fasta", ""))
         assert 0 < sum(map(len, texts)) <= budget
         assert all(any(text in sequence for _, sequence in records) for text in texts)
 
@@ -224,7 +226,7 @@ def test_past_its_budget_the_fasta_sample_is_the_same_bases_at_any_line_width(tm
     for width in (60, 80, 10**6):
         path = tmp_path / f"genome{width}.fa"
         path.write_text(_fasta_text(records, width), encoding="utf-8")
-        samples.append(list(text_stream.sampled_records(path, 0, path.stat().st_size, 6400, "fasta", "")))
+        samples.append(list(records_module.sampled_records(path, 0, path.stat().st_size, 6400, "fasta", "")))
     genome = "".join(sequence for _, sequence in records)
     share, total = 6400 // 64, len(genome)
     expected = []  # by hand: 100 bases from each of 64 evenly spaced bases, cut short at the end of a record
@@ -244,7 +246,7 @@ def test_the_char_alphabet_of_a_chromosome_long_record_is_found_in_pieces(tmp_pa
     from markovformer.data.readers.token_store import Segment
 
     monkeypatch.setattr(text_module, "CHUNK_BYTES", 1 << 16)
-    monkeypatch.setattr(text_stream, "CHUNK_BYTES", 1 << 16)
+    monkeypatch.setattr(fasta_format, "CHUNK_BYTES", 1 << 16)
     rng = random.Random(2)
     sequence = "".join(rng.choices("ACGTacgtN", k=2 << 20))
     path = tmp_path / "chr1.fa"

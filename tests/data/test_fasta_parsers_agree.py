@@ -11,7 +11,7 @@ import re
 import pytest
 
 from markovformer.data.readers.fasta import read_fasta
-from markovformer.data.readers.text_stream import record_boundary, record_texts
+from markovformer.data.readers.records import record_boundary, record_texts
 from markovformer.data.recipes.genomics import read_reference
 
 

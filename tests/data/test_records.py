@@ -10,9 +10,10 @@ import re
 import numpy as np
 import pytest
 
+from markovformer.data.readers import records as records_module
 from markovformer.data.readers import text_stream
+from markovformer.data.readers.records import record_boundary, record_texts
 from markovformer.data.readers.text import load_text_lm
-from markovformer.data.readers.text_stream import record_boundary, record_texts
 
 _TEXTS = ["the chain moves on.", "é ß € 漢字 😀 a state\nwith two lines", "order, order", "x" * 50, "the end of it"]
 
@@ -159,7 +160,7 @@ def test_a_record_boundary_is_the_first_record_start_at_or_after_the_offset(tmp_
 @pytest.mark.parametrize("documents", ["blank_line", "jsonl", "fasta"])
 def test_record_boundaries_match_the_definition_when_chunks_cut_the_separators(tmp_path, monkeypatch, chunk_bytes,
                                                                                documents):  # fmt: skip
-    monkeypatch.setattr(text_stream, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(records_module, "CHUNK_BYTES", chunk_bytes)
     rng = random.Random(chunk_bytes)
     path = tmp_path / "records.txt"
     for _ in range(100):
@@ -171,7 +172,7 @@ def test_record_boundaries_match_the_definition_when_chunks_cut_the_separators(t
 
 
 def test_a_whitespace_line_longer_than_a_chunk_still_separates_records(tmp_path, monkeypatch):
-    monkeypatch.setattr(text_stream, "CHUNK_BYTES", 7)
+    monkeypatch.setattr(records_module, "CHUNK_BYTES", 7)
     path = tmp_path / "records.txt"
     path.write_bytes(b"one\n" + b" \t" * 5000 + b"\ntwo\n")  # the separator: bytes 3 to 10_004
     size, start = 4 + 10_000 + 5, 10_005
@@ -253,5 +254,5 @@ def test_past_its_budget_a_record_file_is_sampled_from_64_evenly_spaced_record_s
             taken += len(text)
             if taken >= budget // 64:
                 break
-    assert list(text_stream.sampled_records(path, 0, size, budget, "jsonl", "text")) == expected
-    assert list(text_stream.sampled_records(path, 0, size, size, "jsonl", "text")) == texts
+    assert list(records_module.sampled_records(path, 0, size, budget, "jsonl", "text")) == expected
+    assert list(records_module.sampled_records(path, 0, size, size, "jsonl", "text")) == texts

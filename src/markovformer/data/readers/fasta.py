@@ -16,7 +16,8 @@ import torch
 
 from markovformer.atomic import atomic_write
 from markovformer.data.bundle import DataBundle, label_names_in_order
-from markovformer.data.readers.text_stream import BYTE_ORDER_MARK, fasta_records, line_number, not_text_message
+from markovformer.data.readers.fasta_format import fasta_records
+from markovformer.data.readers.text_stream import BYTE_ORDER_MARK, line_number, not_text_message
 from markovformer.data.readers.token_store import cache_root
 from markovformer.data.splits import split_indices
 
@@ -95,7 +96,7 @@ def import_pyfaidx():
 
 
 def _read_fasta_streamed(path: Path) -> list[tuple[str, str]]:
-    """``read_fasta`` of a large plain file, read in chunks a record at a time (``text_stream.fasta_records``: the
+    """``read_fasta`` of a large plain file, read in chunks a record at a time (``fasta_format.fasta_records``: the
     file is never held whole); a bad letter is named with its record only."""
     records: list[tuple[str, str]] = []
     seen: dict[str, int] = {}  # record id -> the offset of its header

@@ -14,20 +14,17 @@ from torch import Tensor
 from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import IGNORE_INDEX, collate
+from markovformer.data.readers.fasta_format import fasta_records
+from markovformer.data.readers.records import RECORD_KINDS, record_boundary, record_texts, sampled_records
 from markovformer.data.readers.store_windows import RandomStarts, StoreWindows
 from markovformer.data.readers.text_stream import (
     CHUNK_BYTES,
-    RECORD_KINDS,
     byte_offset_of_character,
     content_key,
     count_characters,
-    fasta_records,
     file_size,
     not_text_message,
-    record_boundary,
-    record_texts,
     resolve_text_paths,
-    sampled_records,
     sampled_text,
     text_pieces,
 )
@@ -76,7 +73,7 @@ def load_text_lm(
 
     ``documents="jsonl"`` (the ``text_column`` string of each line's JSON object), ``"blank_line"`` (each run of
     non-blank lines) or ``"fasta"`` (each record's bases, soft-masked lowercase read as uppercase with
-    ``fold_case``: ``text_stream.fasta_records``): every record of every file is a document, closed by the
+    ``fold_case``: ``fasta_format.fasta_records``): every record of every file is a document, closed by the
     end-of-document token; the files are then split at record boundaries near the fractions of their total bytes
     (FASTA: of their bases, so that the line width moves no record), byte offsets in ``splits``.
 

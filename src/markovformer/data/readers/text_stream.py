@@ -1,7 +1,7 @@
 """Reading text files in bounded pieces: resolving ``data.path`` (a file, a directory or a glob), streaming a byte
-range as decoded text without ever reading a file whole, reading records (JSONL lines, or blank-line separated
-paragraphs) as documents, and the content key a token store is cached under. A UTF-8 byte-order mark at a file's
-start is no text: every reader here starts after it, and characters are counted from there.
+range as decoded text without ever reading a file whole, and the content key a token store is cached under (records
+read as documents: ``records``). A UTF-8 byte-order mark at a file's start is no text: every reader here starts after
+it, and characters are counted from there.
 
 A piece never splits a UTF-8 character (the bytes of a character cut by a chunk boundary are carried into the next
 piece), and with ``safe_cut`` (a tokenizer's: ``BPETokenizer.safe_cut``) it ends where that tokenizer's
@@ -16,8 +16,6 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-
-from markovformer.strict_json import parse_json
 
 CHUNK_BYTES = 4 << 20  # bytes read per step: memory stays a small multiple of this whatever the file's size
 _SAMPLED_BLOCKS, _BLOCK_BYTES = 16, 64 << 10
@@ -131,7 +129,7 @@ def text_pieces(
     stop = file_size(path) if stop is None else stop
     with path.open("rb") as handle:
         handle.seek(start)
-        start = _past_mark(handle, start, stop)
+        start = past_mark(handle, start, stop)
         pending, carried, offset = b"", "", start  # offset: file position of the first byte of ``pending``
         # the length of the text a safe_cut last found no cut in: looked at again once it has doubled, so a text
         # with no cut (one line of minified code) is searched in linear time, not once a chunk
@@ -142,7 +140,7 @@ def text_pieces(
             position += len(data)
             data, at_end = pending + data, position >= stop
             keep = len(data) if at_end else _character_start(data)
-            text = carried + _decoded(path, offset, data[:keep])
+            text = carried + decoded(path, offset, data[:keep])
             pending, offset = data[keep:], offset + keep
             if at_end:
                 if text:
@@ -161,7 +159,7 @@ def text_pieces(
 BYTE_ORDER_MARK = b"\xef\xbb\xbf"  # what Notepad and Excel write before UTF-8 text: a mark of the encoding, no text
 
 
-def _past_mark(handle, start: int, stop: int | None = None) -> int:
+def past_mark(handle, start: int, stop: int | None = None) -> int:
     """``start``, or 3 when it is 0 and the file of ``handle`` begins with a byte-order mark (within ``stop``): the
     text of a file starts after its mark. Leaves ``handle`` at the offset returned."""
     if start == 0 and (stop is None or stop >= len(BYTE_ORDER_MARK)):
@@ -205,7 +203,7 @@ def count_characters(path: Path, start: int = 0, stop: int | None = None) -> int
     count = 0
     with path.open("rb") as handle:
         handle.seek(start)
-        start = _past_mark(handle, start, stop)
+        start = past_mark(handle, start, stop)
         while start < stop:
             data = np.frombuffer(handle.read(min(CHUNK_BYTES, stop - start)), dtype=np.uint8)
             count += int(np.count_nonzero((data & 0xC0) != 0x80))
@@ -220,7 +218,7 @@ def byte_offset_of_character(path: Path, character: int) -> int:
 
     seen = 0
     with path.open("rb") as handle:
-        position = _past_mark(handle, 0)
+        position = past_mark(handle, 0)
         while data := handle.read(CHUNK_BYTES):
             leads = (np.frombuffer(data, dtype=np.uint8) & 0xC0) != 0x80
             count = int(np.count_nonzero(leads))  # the positions are listed only in the chunk holding the one asked
@@ -238,7 +236,7 @@ def sampled_text(path: Path, start: int, stop: int, budget: int) -> Iterator[str
         return
     size = budget // 64
     with path.open("rb") as handle:
-        start = _past_mark(handle, start, stop)
+        start = past_mark(handle, start, stop)
         for index in range(64):
             handle.seek(start + (stop - start - size) * index // 63)
             data = handle.read(size)
@@ -246,178 +244,7 @@ def sampled_text(path: Path, start: int, stop: int, budget: int) -> Iterator[str
             yield data[head : _character_start(data)].decode("utf-8", errors="replace")
 
 
-# data.documents: a whole file, or each record of it, is a document
-RECORD_KINDS = ("file", "blank_line", "jsonl", "fasta")
-# where a record starts: after a newline (jsonl), after a blank line (blank_line), at a line's '>' (fasta)
-_RECORD_STARTS = {"jsonl": re.compile(rb"\n"), "blank_line": re.compile(rb"\n[ \t\r]*\n"),
-                  "fasta": re.compile(rb"\n(?=>)")}  # fmt: skip
-_NOT_BASES = b" \t\r\n\v\f"  # the line breaks (LF or CRLF) and spaces of a FASTA sequence, none of them a base
-
-
-def record_boundary(path: Path, offset: int, documents: str) -> int:
-    """The first byte offset >= ``offset`` where a record of ``path`` may start (the file's size past its last):
-    just after a newline (``jsonl``), just after a separator of paragraphs, a newline then a line of nothing but
-    spaces, tabs and carriage returns (``blank_line``), or at the '>' that begins a line (``fasta``)."""
-    size = path.stat().st_size
-    if offset <= 0 or offset >= size:
-        return min(max(offset, 0), size)
-    pattern = _RECORD_STARTS[documents]
-    with path.open("rb") as handle:
-        position = offset - 1  # a separator ending at offset or later has its last newline at offset - 1 or later
-        # ... but a blank-line separator may have begun before: carry its first newline (what follows it is blank)
-        carried = b"\n" if documents == "blank_line" and _blank_line_open(handle, position) else b""
-        handle.seek(position)
-        while chunk := handle.read(CHUNK_BYTES):
-            data = carried + chunk
-            found = pattern.search(data)
-            if found is not None:
-                return position + found.end() - len(carried)
-            # a separator cut by the end of the chunk: carry its newline on (a jsonl chunk with no match has none;
-            # a FASTA header's '>' follows its newline at once)
-            carried = b"\n" if (data if documents == "fasta" else data.rstrip(b" \t\r")).endswith(b"\n") else b""
-            position += len(chunk)
-    return size
-
-
-def _blank_line_open(handle, end: int) -> bool:
-    """Whether the bytes before ``end`` end with a newline and then only spaces, tabs and carriage returns (read
-    backwards in steps of 4 KiB: a separator's whitespace line may be long)."""
-    while end > 0:
-        begin = max(end - 4096, 0)
-        handle.seek(begin)
-        kept = handle.read(end - begin).rstrip(b" \t\r")
-        if kept:
-            return kept.endswith(b"\n")
-        end = begin
-    return False
-
-
-def record_texts(path: Path, start: int, stop: int, documents: str, text_column: str = "text",
-                 fold_case: bool = False) -> Iterator[str]:  # fmt: skip
-    """The text of each record starting in bytes [start, stop) of ``path`` (``start`` on a record boundary; a
-    file's byte-order mark is no text):
-    ``jsonl``: the ``text_column`` string of each non-empty line's JSON object; ``blank_line``: each run of
-    non-blank lines (newlines inside kept, the last, LF or CRLF, removed); ``fasta``: each record's sequence
-    (``fasta_records``, ``fold_case`` passed on). Bad input raises, naming the file and line."""
-    if documents not in RECORD_KINDS[1:]:
-        raise ValueError(f"data.documents={documents!r} must be one of {RECORD_KINDS[1:]}")
-    if documents == "fasta":
-        yield from (sequence for _, _, sequence in fasta_records(path, start, stop, fold_case))
-        return
-    lines: list[bytes] = []
-    with path.open("rb") as handle:
-        handle.seek(start)
-        start = _past_mark(handle, start, stop)
-        position, first = start, start
-        while True:
-            line = handle.readline() if position < stop or (lines and documents == "blank_line") else b""
-            at, position = position, position + len(line)
-            if documents == "jsonl":
-                if not line:
-                    return
-                if line.strip():
-                    yield _json_text(path, at, line, text_column)
-                continue
-            if line.strip():
-                first = at if not lines else first
-                lines.append(line)
-                continue
-            if lines:
-                text = b"".join(lines)
-                ending = 2 if text.endswith(b"\r\n") else 1 if text.endswith(b"\n") else 0  # CRLF is one newline
-                yield _decoded(path, first, text[: len(text) - ending])
-                lines = []
-            if not line or position >= stop:
-                return
-
-
-def fasta_records(path: Path, start: int, stop: int, fold_case: bool = False) -> Iterator[tuple[int, str, str]]:
-    """``(offset of its '>', header line after the '>', sequence)`` of each FASTA record starting in bytes
-    [start, stop) of ``path`` (``start`` at a record's '>' or the file's start; a byte-order mark is no text). The
-    sequence is the record's lines after the header joined, line breaks (LF or CRLF) and spaces removed, letters as
-    they are (soft-masked lowercase kept) or, with ``fold_case``, ASCII letters uppercased (the soft mask dropped:
-    acgt read as ACGT). Read in chunks of ``CHUNK_BYTES``: one record is held at a time. Text before the first
-    header and a record with no base raise, naming the file and line."""
-    with path.open("rb") as handle:
-        handle.seek(start)
-        position = _past_mark(handle, start, stop)
-        header, lines = None, []  # header: the offset of the current record's '>'; lines: its header, then bases
-        in_header, line_start = False, True  # the byte read next is in a header line / begins a line
-        while position < stop:
-            data = handle.read(min(CHUNK_BYTES, stop - position))
-            index = 0
-            while index < len(data):
-                if in_header:
-                    end = data.find(b"\n", index)
-                    end = len(data) if end < 0 else end + 1
-                    lines[0] += data[index:end]
-                    index, in_header = end, data[end - 1] != ord("\n")
-                    line_start = not in_header
-                    continue
-                if line_start and data[index] == ord(">"):
-                    if header is not None:
-                        yield _fasta_record(path, header, lines, fold_case)
-                    header, lines, in_header, line_start = position + index, [b""], True, False
-                    index += 1
-                    continue
-                found = data.find(b"\n>", index)
-                end = len(data) if found < 0 else found + 1
-                letters = data[index:end].translate(None, _NOT_BASES)
-                if letters and header is None:
-                    at = position + end - len(data[index:end].lstrip())  # the first letter's line, not a blank one's
-                    raise ValueError(f"{path}: line {line_number(path, at)}: sequence text "
-                                     f"{letters[:20].decode(errors='replace')!r} comes before the first '>' header")
-                lines.append(letters)
-                index, line_start = end, data[end - 1] == ord("\n")
-            position += len(data)
-        if header is not None:
-            yield _fasta_record(path, header, lines, fold_case)
-
-
-def _fasta_record(path: Path, at: int, lines: list[bytes], fold_case: bool) -> tuple[int, str, str]:
-    """``fasta_records``' record whose '>' is at byte ``at``, of its header then its bases (emptied: the record's
-    lines go as its joined bases come); ValueError when it has no base."""
-    header = _decoded(path, at + 1, lines[0]).strip()
-    sequence = b"".join(lines[1:])
-    lines.clear()
-    if not sequence:
-        words = header.split()
-        raise ValueError(f"{path}: record {words[0] if words else ''!r} (line {line_number(path, at)}) has an empty "
-                         f"sequence")  # fmt: skip
-    return at, header, _decoded(path, at, sequence.upper() if fold_case else sequence)
-
-
-def sampled_fasta(path: Path, start: int, stop: int, budget: int, fold_case: bool = False) -> Iterator[str]:
-    """At most ``budget`` bases of the FASTA records in bytes [start, stop) of ``path`` (``start`` on a record
-    start), for a BPE fit: ``budget / 64`` bases from each of 64 evenly spaced bases on, cut short at the end of
-    their record; uppercased with ``fold_case``. Spaced in bases, not bytes, so the line width changes no base of
-    the sample. Two passes over the records (the first counts their bases), one record held at a time: a record
-    (a chromosome is hundreds of megabases) is never fed whole."""
-    share = budget // 64
-    total = sum(len(sequence) for _, _, sequence in fasta_records(path, start, stop))
-    starts = [max(total - share, 0) * index // 63 for index in range(64)]
-    before, index = 0, 0
-    for _, _, sequence in fasta_records(path, start, stop, fold_case):
-        while index < len(starts) and starts[index] < before + len(sequence):
-            yield sequence[starts[index] - before : starts[index] - before + share]
-            index += 1
-        before += len(sequence)
-
-
-def _json_text(path: Path, at: int, line: bytes, text_column: str) -> str:
-    text = _decoded(path, at, line)  # UTF-8 alone: json.loads reads bytes in UTF-16 too
-    try:
-        record = parse_json(text)
-    except ValueError as error:
-        raise ValueError(f"{path}: line {line_number(path, at)} is not JSON ({error})") from None
-    if not isinstance(record, dict) or not isinstance(record.get(text_column), str):
-        what = "has no" if not isinstance(record, dict) or text_column not in record else "has a non-string"
-        raise ValueError(f"{path}: line {line_number(path, at)} {what} text column {text_column!r} "
-                         f"(set data.text_column)")  # fmt: skip
-    return record[text_column]
-
-
-def _decoded(path: Path, at: int, data: bytes) -> str:
+def decoded(path: Path, at: int, data: bytes) -> str:
     """``data``, bytes ``at``... of ``path``, decoded as strict UTF-8 holding no NUL (``_nul_message``)."""
     try:
         text = data.decode("utf-8")
@@ -439,25 +266,3 @@ def line_number(path: Path, offset: int) -> int:
             count += data.count(b"\n")
             position += len(data)
     return count + 1
-
-
-def sampled_records(path: Path, start: int, stop: int, budget: int, documents: str, text_column: str,
-                    fold_case: bool = False) -> Iterator[str]:  # fmt: skip
-    """About ``budget`` bytes of record text from bytes [start, stop) of ``path``: every record when they fit, else
-    the records from 64 evenly spaced record boundaries on, ``budget / 64`` bytes from each (FASTA:
-    ``sampled_fasta``, a record may be as long as a chromosome)."""
-    if stop - start <= budget:
-        yield from record_texts(path, start, stop, documents, text_column, fold_case)
-        return
-    if documents == "fasta":
-        yield from sampled_fasta(path, start, stop, budget, fold_case)
-        return
-    share = max(budget // 64, 1)
-    for index in range(64):
-        begin = record_boundary(path, start + (stop - start) * index // 64, documents)
-        taken = 0
-        for text in record_texts(path, begin, stop, documents, text_column, fold_case):
-            yield text
-            taken += len(text)
-            if taken >= share:
-                break

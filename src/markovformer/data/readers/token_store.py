@@ -42,7 +42,8 @@ import numpy as np
 
 from markovformer.atomic import atomic_write_text, exclusive_lock, write_failure
 from markovformer.data.readers.bpe_cuts import safe_pieces
-from markovformer.data.readers.text_stream import CHUNK_BYTES, content_key, record_texts, text_pieces
+from markovformer.data.readers.records import record_texts
+from markovformer.data.readers.text_stream import CHUNK_BYTES, content_key, text_pieces
 from markovformer.strict_json import read_json_object
 
 # 2: BPE reads no special token from text (a literal "<eod>" was stored as the special id); 3: a blank-line
