@@ -23,7 +23,6 @@ from markovformer.data.recipes.genomics import (
     deduplicate,
     drosophila_promoter_records,
     encode_statlog_dna,
-    iter_fasta,
     load_bed_classification,
     prepare_drosophila_promoters,
     prepare_promoters,
@@ -187,10 +186,13 @@ def test_drosophila_drops_overlaps_ambiguous_windows_short_regions_and_repeats()
         drosophila_promoter_records([("chr1 somewhere", "ACGT")])
 
 
-def test_iter_fasta_reads_any_letters_and_rejects_text_before_a_header():
-    assert list(iter_fasta([">a x\n", "acgR\n", "\n", "tt\n", ">b\n", "G\n"])) == [("a x", "ACGRTT"), ("b", "G")]
-    with pytest.raises(ValueError, match="before the first '>'"):
-        list(iter_fasta(["ACGT\n"]))
+def test_a_reference_read_whole_reads_any_letters_and_rejects_text_before_a_header(tmp_path):
+    path = tmp_path / "ref.fa"
+    path.write_text(">a x\nacgR\n\ntt\n>b\nG\n")
+    assert read_reference(path, indexed=False) == {"a": "ACGRTT", "b": "G"}
+    path.write_text("ACGT\n>a\nA\n")
+    with pytest.raises(ValueError, match=f"^{path}: line 1: sequence text 'ACGT' comes before the first '>'"):
+        read_reference(path, indexed=False)
 
 
 # BED

@@ -1,30 +1,81 @@
 """The FASTA format, parsed in one place: each record's header and bases, read in chunks (one record held at a time)
-from a byte range of a file, and a sample of bases for a tokenizer fit."""
+from a byte range of a plain or gzipped file, and a sample of bases for a tokenizer fit."""
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import math
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 from markovformer.data.readers.text_stream import CHUNK_BYTES, decoded, line_number, past_mark
 
 _NOT_BASES = b" \t\r\n\v\f"  # the line breaks (LF or CRLF) and spaces of a FASTA sequence, none of them a base
+GZIP_MAGIC = b"\x1f\x8b"  # the first bytes of a gzip file, whatever its name
 
 
-def fasta_records(path: Path, start: int, stop: int, fold_case: bool = False) -> Iterator[tuple[int, str, str]]:
-    """``(offset of its '>', header line after the '>', sequence)`` of each FASTA record starting in bytes
-    [start, stop) of ``path`` (``start`` at a record's '>' or the file's start; a byte-order mark is no text). The
-    sequence is the record's lines after the header joined, line breaks (LF or CRLF) and spaces removed, letters as
-    they are (soft-masked lowercase kept) or, with ``fold_case``, ASCII letters uppercased (the soft mask dropped:
-    acgt read as ACGT). Read in chunks of ``CHUNK_BYTES``: one record is held at a time. Text before the first
-    header and a record with no base raise, naming the file and line."""
+def is_gzipped(path: Path) -> bool:
+    """Whether ``path`` is gzip-compressed, told by its first bytes (``GZIP_MAGIC``), not by its name."""
     with path.open("rb") as handle:
+        return handle.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+
+
+@contextlib.contextmanager
+def _opened(path: Path):
+    """A binary handle of the text of ``path``, decompressed when it is gzipped; a damaged gzip file raises
+    ValueError naming it."""
+    if not is_gzipped(path):
+        with path.open("rb") as handle:
+            yield handle
+        return
+    try:
+        with gzip.open(path, "rb") as handle:
+            yield handle
+    except (OSError, EOFError, zlib.error) as error:
+        raise ValueError(f"{path}: cannot read as a gzipped UTF-8 FASTA file ({error})") from None
+
+
+def text_line_number(path: Path, offset: int) -> int:
+    """``text_stream.line_number`` of byte ``offset`` of the text of ``path``, decompressed when it is gzipped."""
+    if not is_gzipped(path):
+        return line_number(path, offset)
+    count = 0
+    with _opened(path) as handle:
+        while offset > 0 and (data := handle.read(min(CHUNK_BYTES, offset))):
+            count, offset = count + data.count(b"\n"), offset - len(data)
+    return count + 1
+
+
+def _text(path: Path, at: int, data: bytes) -> str:
+    """``data``, bytes ``at``... of the text of ``path``, decoded (``text_stream.decoded``, whose error names a line
+    of the file as it is on disk: of a gzipped file, the error names the line of its text)."""
+    try:
+        return decoded(path, at, data)
+    except ValueError:
+        if not is_gzipped(path):
+            raise
+    raise ValueError(f"{path}: cannot read as a gzipped UTF-8 FASTA file (the record at line "
+                     f"{text_line_number(path, at)} of its text is not UTF-8 or holds a NUL)")  # fmt: skip
+
+
+def fasta_records(path: Path, start: int = 0, stop: int | None = None, fold_case: bool = False,
+                  keep_empty: bool = False) -> Iterator[tuple[int, str, str]]:  # fmt: skip
+    """``(offset of its '>', header line after the '>', sequence)`` of each FASTA record starting in bytes
+    [start, stop) of ``path`` (to its end when ``stop`` is None; ``start`` at a record's '>' or the file's start;
+    a byte-order mark is no text). A gzipped file (``is_gzipped``) is read decompressed, its offsets those of its
+    text. The sequence is the record's lines after the header joined, line breaks (LF or CRLF) and spaces removed,
+    letters as they are (soft-masked lowercase kept) or, with ``fold_case``, ASCII letters uppercased (the soft
+    mask dropped: acgt read as ACGT). Read in chunks of ``CHUNK_BYTES``: one record is held at a time. Text before
+    the first header raises, naming the file and line, and so does a record with no base unless ``keep_empty``."""
+    stop = math.inf if stop is None else stop
+    with _opened(path) as handle:
         handle.seek(start)
         position = past_mark(handle, start, stop)
         header, lines = None, []  # header: the offset of the current record's '>'; lines: its header, then bases
         in_header, line_start = False, True  # the byte read next is in a header line / begins a line
-        while position < stop:
-            data = handle.read(min(CHUNK_BYTES, stop - position))
+        while position < stop and (data := handle.read(min(CHUNK_BYTES, stop - position))):
             index = 0
             while index < len(data):
                 if in_header:
@@ -36,7 +87,7 @@ def fasta_records(path: Path, start: int, stop: int, fold_case: bool = False) ->
                     continue
                 if line_start and data[index] == ord(">"):
                     if header is not None:
-                        yield _fasta_record(path, header, lines, fold_case)
+                        yield _fasta_record(path, header, lines, fold_case, keep_empty)
                     header, lines, in_header, line_start = position + index, [b""], True, False
                     index += 1
                     continue
@@ -45,26 +96,27 @@ def fasta_records(path: Path, start: int, stop: int, fold_case: bool = False) ->
                 letters = data[index:end].translate(None, _NOT_BASES)
                 if letters and header is None:
                     at = position + end - len(data[index:end].lstrip())  # the first letter's line, not a blank one's
-                    raise ValueError(f"{path}: line {line_number(path, at)}: sequence text "
+                    raise ValueError(f"{path}: line {text_line_number(path, at)}: sequence text "
                                      f"{letters[:20].decode(errors='replace')!r} comes before the first '>' header")
                 lines.append(letters)
                 index, line_start = end, data[end - 1] == ord("\n")
             position += len(data)
         if header is not None:
-            yield _fasta_record(path, header, lines, fold_case)
+            yield _fasta_record(path, header, lines, fold_case, keep_empty)
 
 
-def _fasta_record(path: Path, at: int, lines: list[bytes], fold_case: bool) -> tuple[int, str, str]:
+def _fasta_record(path: Path, at: int, lines: list[bytes], fold_case: bool,
+                  keep_empty: bool) -> tuple[int, str, str]:  # fmt: skip
     """``fasta_records``' record whose '>' is at byte ``at``, of its header then its bases (emptied: the record's
-    lines go as its joined bases come); ValueError when it has no base."""
-    header = decoded(path, at + 1, lines[0]).strip()
+    lines go as its joined bases come); ValueError when it has no base, unless ``keep_empty``."""
+    header = _text(path, at + 1, lines[0]).strip()
     sequence = b"".join(lines[1:])
     lines.clear()
-    if not sequence:
+    if not sequence and not keep_empty:
         words = header.split()
-        raise ValueError(f"{path}: record {words[0] if words else ''!r} (line {line_number(path, at)}) has an empty "
-                         f"sequence")  # fmt: skip
-    return at, header, decoded(path, at, sequence.upper() if fold_case else sequence)
+        raise ValueError(f"{path}: record {words[0] if words else ''!r} (line {text_line_number(path, at)}) has an "
+                         f"empty sequence")  # fmt: skip
+    return at, header, _text(path, at, sequence.upper() if fold_case else sequence)
 
 
 def sampled_fasta(path: Path, start: int, stop: int, budget: int, fold_case: bool = False) -> Iterator[str]:

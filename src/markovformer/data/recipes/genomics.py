@@ -20,7 +20,7 @@ import gzip
 import importlib.util
 import re
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,7 @@ import numpy as np
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.fasta import IndexedFasta, load_fasta_classification, reverse_complement, write_fasta
+from markovformer.data.readers.fasta_format import fasta_records
 from markovformer.data.recipes.debian import package_file, unpacked_debian_package
 
 LabelledSequence = tuple[str, str, str]  # (record id, uppercase ACGTN sequence, label)
@@ -132,24 +133,6 @@ def deduplicate(records: Iterable[LabelledSequence]) -> tuple[list[LabelledSeque
         seen.add(record[1])
     conflicting = sum(len(labels) > 1 for labels in labels_of.values())
     return kept, {"records": len(records), "kept": len(kept), "conflicting_sequences": conflicting}
-
-
-def iter_fasta(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """``(header without '>', uppercase sequence)`` per record of FASTA lines (any letters; for references and
-    the upstream-region file, which ``fasta.read_fasta``'s strict ACGTN check would refuse)."""
-    header, chunks = None, []
-    for line in lines:
-        line = line.strip()
-        if line.startswith(">"):
-            if header is not None:
-                yield header, "".join(chunks)
-            header, chunks = line[1:].strip(), []
-        elif line:
-            if header is None:
-                raise ValueError(f"FASTA sequence text {line[:20]!r} comes before the first '>' header")
-            chunks.append(line.upper())
-    if header is not None:
-        yield header, "".join(chunks)
 
 
 def open_text(path: str | Path):
@@ -294,8 +277,8 @@ def read_reference(path: str | Path, indexed: bool | None = None) -> Mapping[str
         indexed = path.suffix != ".gz" and importlib.util.find_spec("pyfaidx") is not None
     if indexed:
         return IndexedFasta(path)
-    with open_text(path) as lines:
-        return {header.split()[0]: sequence for header, sequence in iter_fasta(lines)}
+    records = fasta_records(path, fold_case=True, keep_empty=True)  # any letters: IUPAC codes are no error here
+    return {header.split()[0]: sequence for _, header, sequence in records}
 
 
 def write_labelled_fasta(records: Iterable[LabelledSequence], folder: str | Path) -> Path:
@@ -362,8 +345,8 @@ def prepare_drosophila_promoters(out_folder: str | Path, window: int = 200) -> P
     """Promoter vs background windows of dm3 (``drosophila_promoter_records``) in ``out_folder``."""
     package, member = BIOSTRINGS
     with unpacked_debian_package(package) as root:
-        with open_text(package_file(root, member, package)) as lines:
-            records, _ = drosophila_promoter_records(iter_fasta(lines), window)
+        upstream = fasta_records(package_file(root, member, package), fold_case=True, keep_empty=True)
+        records, _ = drosophila_promoter_records(((header, bases) for _, header, bases in upstream), window)
     return write_labelled_fasta(records, out_folder)
 
 
