@@ -270,20 +270,18 @@ def test_label_mismatches_raise(tmp_path, labels_text, message):
         load_fasta_classification(fasta_path, labels_path)
 
 
-def test_a_fasta_above_the_threshold_is_streamed_with_the_same_records(tmp_path, monkeypatch):
-    pytest.importorskip("pyfaidx", reason="the indexed FASTA reader needs pyfaidx (the data extra)")
-    from markovformer.data.readers import fasta as fasta_module
+def test_a_bad_letter_is_named_with_its_line_and_a_chromosome_no_index_holds_is_refused(tmp_path):
     from markovformer.data.recipes.genomics import bed_sequences, read_bed, read_reference
 
     records = [("r1", "ACGTN" * 30 + "A"), ("r2", "GATTACA"), ("r3", "T" * 121)]
     path = tmp_path / "seqs.fa"
-    fasta_module.write_fasta(records, path, line_width=50)
-    whole = fasta_module.read_fasta(path)
-    monkeypatch.setattr(fasta_module, "STREAM_ABOVE_BYTES", 0)
-    assert fasta_module.read_fasta(path) == whole == records
+    write_fasta(records, path, line_width=50)
+    assert read_fasta(path) == records
+    path.write_text(">r0\nA\n>r1 x\r\nAC \r\n\r\nGG\r\nACGU\r\n", encoding="ascii")
+    with pytest.raises(ValueError, match="record 'r1' line 7: letter 'U' is outside"):
+        read_fasta(path)
+    pytest.importorskip("pyfaidx", reason="the indexed FASTA reader needs pyfaidx (the data extra)")
     path.write_text(">r1\nACGU\n", encoding="ascii")
-    with pytest.raises(ValueError, match="record 'r1': letter 'U' is outside"):
-        fasta_module.read_fasta(path)
     (tmp_path / "a.bed").write_text("chr9\t1\t5\tx\n")
     with pytest.raises(ValueError, match="chromosome 'chr9' is not in the reference"):
         bed_sequences(read_bed(tmp_path / "a.bed"), read_reference(path, indexed=True))
@@ -309,16 +307,14 @@ def test_a_reference_the_index_cannot_read_is_one_error_naming_it(tmp_path):
         ("\n\n", "no FASTA records"),
     ],
 )
-def test_a_streamed_file_names_the_line_it_is_refused_at_as_one_read_whole(tmp_path, monkeypatch, content, message):
-    from markovformer.data.readers import fasta as fasta_module
-
+def test_a_refused_file_is_named_with_the_line_it_is_refused_at_plain_or_gzipped(tmp_path, content, message):
     path = tmp_path / "big.fa"
     path.write_text(content)
     with pytest.raises(ValueError, match=f"^{path}: {re.escape(message)}"):
-        fasta_module.read_fasta(path)
-    monkeypatch.setattr(fasta_module, "STREAM_ABOVE_BYTES", 0)
+        read_fasta(path)
+    path.write_bytes(gzip.compress(content.encode()))  # the line of its text
     with pytest.raises(ValueError, match=f"^{path}: {re.escape(message)}"):
-        fasta_module.read_fasta(path)
+        read_fasta(path)
 
 
 def test_an_index_cut_short_by_a_kill_is_never_read(tmp_path, monkeypatch):

@@ -119,19 +119,15 @@ def test_a_fold_case_that_cannot_apply_is_refused_by_name(tmp_path, documents, f
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 7, 4 << 20])
-def test_a_windows_saved_fasta_above_the_threshold_reads_as_below_it(tmp_path, monkeypatch, chunk_bytes):
-    """A plain FASTA above STREAM_ABOVE_BYTES (256 MB; lowered here) is read in chunks, a record at a time: with a
-    UTF-8 byte-order mark, CRLF line ends and headers with spaces its records are those read whole, every '\\r'
-    and the mark dropped (the index it was read through refused a mark as 'text before the first header')."""
-    from markovformer.data.readers import fasta as fasta_module
-
+def test_a_windows_saved_fasta_read_in_chunks_reads_as_read_whole(tmp_path, monkeypatch, chunk_bytes):
+    """A FASTA is read in chunks, a record at a time: with a UTF-8 byte-order mark, CRLF line ends and headers with
+    spaces its records are those read whole, every '\\r' and the mark dropped (the index a large file was read
+    through refused a mark as 'text before the first header')."""
     records = _soft_masked_records(5, seed=chunk_bytes % 89)
     path = tmp_path / "windows.fa"
     path.write_bytes(text_stream.BYTE_ORDER_MARK + _fasta_text(records, 70, newline="\r\n").encode())
-    whole = read_fasta(path)
     monkeypatch.setattr(fasta_format, "CHUNK_BYTES", chunk_bytes)
-    monkeypatch.setattr(fasta_module, "STREAM_ABOVE_BYTES", 0)
-    assert read_fasta(path) == whole == [(record_id, sequence.upper()) for record_id, sequence in records]
+    assert read_fasta(path) == [(record_id, sequence.upper()) for record_id, sequence in records]
     assert list(tmp_path.iterdir()) == [path]  # nothing written beside the file (no index)
 
 

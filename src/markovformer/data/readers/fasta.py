@@ -1,13 +1,11 @@
 """DNA from FASTA files: reading and writing records, the nucleotide vocabulary, reverse complements, and a loader
-for sequence classification with a labels table. Large plain FASTA files are read in chunks, a record at a time;
-a reference genome is read through a ``.fai`` index (``IndexedFasta``: ``pyfaidx``, the ``data`` extra), one
-interval at a time, never the whole file."""
+for sequence classification with a labels table. FASTA files are read in chunks, a record at a time
+(``fasta_format``); a reference genome is read through a ``.fai`` index (``IndexedFasta``: ``pyfaidx``, the ``data``
+extra), one interval at a time, never the whole file."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -16,8 +14,8 @@ import torch
 
 from markovformer.atomic import atomic_write
 from markovformer.data.bundle import DataBundle, label_names_in_order
-from markovformer.data.readers.fasta_format import fasta_records
-from markovformer.data.readers.text_stream import BYTE_ORDER_MARK, line_number, not_text_message
+from markovformer.data.readers.fasta_format import base_line_number, fasta_records, is_gzipped, text_line_number
+from markovformer.data.readers.text_stream import BYTE_ORDER_MARK, not_text_message
 from markovformer.data.readers.token_store import cache_root
 from markovformer.data.splits import split_indices
 
@@ -28,8 +26,6 @@ _DNA_IDS = np.zeros(256, dtype=np.uint8)  # byte -> id; 0 marks a byte outside t
 _DNA_IDS[np.frombuffer(DNA_VOCAB.encode("ascii"), dtype=np.uint8)] = np.arange(1, len(DNA_VOCAB) + 1)
 _DNA_LETTERS = frozenset(DNA_VOCAB)
 _COMPLEMENT = str.maketrans("ACGTN", "TGCAN")
-STREAM_ABOVE_BYTES = 256 << 20  # a plain FASTA larger than this is read in chunks, a record at a time
-GZIP_MAGIC = b"\x1f\x8b"  # the first bytes of a gzip file, whatever its name
 
 
 class IndexedFasta(Mapping):
@@ -95,96 +91,38 @@ def import_pyfaidx():
     return pyfaidx
 
 
-def _read_fasta_streamed(path: Path) -> list[tuple[str, str]]:
-    """``read_fasta`` of a large plain file, read in chunks a record at a time (``fasta_format.fasta_records``: the
-    file is never held whole); a bad letter is named with its record only."""
+def read_fasta(path: str | Path) -> list[tuple[str, str]]:
+    """Records ``(id, sequence)`` in file order, read in chunks a record at a time (``fasta_format.fasta_records``:
+    plain or gzipped, told by its first bytes, not its name). The id is the header's first word after '>'; sequence
+    lines are joined and uppercased, line ends (LF or CRLF), spaces and blank lines dropped. Letters outside ACGTN,
+    sequence text before the first header, duplicate ids, empty records and a file with no record raise, naming the
+    file, record and line; another compression is refused (``text_stream.not_text_message``)."""
+    path = Path(path)
+    try:
+        told = None if is_gzipped(path) else not_text_message(path)  # bzip2, xz...: said so, not as bad UTF-8
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read as a FASTA file ({error})") from None
+    if told is not None:
+        raise ValueError(told)
     records: list[tuple[str, str]] = []
     seen: dict[str, int] = {}  # record id -> the offset of its header
-    for offset, header, sequence in fasta_records(path, 0, path.stat().st_size, fold_case=True):
+    for offset, header, sequence in fasta_records(path, fold_case=True):
         words = header.split()
         if not words:
-            raise ValueError(f"{path}: line {line_number(path, offset)}: header '>' has no record id")
+            raise ValueError(f"{path}: line {text_line_number(path, offset)}: header '>' has no record id")
         if words[0] in seen:
-            raise ValueError(f"{path}: line {line_number(path, offset)}: record id {words[0]!r} repeats line "
-                             f"{line_number(path, seen[words[0]])}")  # fmt: skip
+            raise ValueError(f"{path}: line {text_line_number(path, offset)}: record id {words[0]!r} repeats line "
+                             f"{text_line_number(path, seen[words[0]])}")  # fmt: skip
         seen[words[0]] = offset
         bad = _first_bad_letter(sequence)
         if bad is not None:
-            raise ValueError(f"{path}: record {words[0]!r}: letter {bad!r} is outside the DNA vocabulary {DNA_VOCAB}")
+            line = base_line_number(path, offset, sequence.index(bad))
+            raise ValueError(f"{path}: record {words[0]!r} line {line}: letter {bad!r} is outside the DNA vocabulary "
+                             f"{DNA_VOCAB}")  # fmt: skip
         records.append((words[0], sequence))
     if not records:
         raise ValueError(f"{path}: no FASTA records (no line starts with '>')")
     return records
-
-
-def read_fasta(path: str | Path) -> list[tuple[str, str]]:
-    """Records ``(id, sequence)`` in file order. The id is the header's first word after '>'; sequence lines are
-    joined and uppercased; blank lines are skipped. Letters outside ACGTN, sequence text before the first header,
-    duplicate ids, empty records and a file with no record raise, naming the file, record and line. A gzipped file
-    (told by its first bytes, ``GZIP_MAGIC``, not its name) is decompressed whole in memory; another compression is
-    refused (``text_stream.not_text_message``). A plain file above
-    ``STREAM_ABOVE_BYTES`` is read in chunks, a record at a time (``_read_fasta_streamed``)."""
-    path = Path(path)
-    gzipped, text = False, None
-    try:
-        with path.open("rb") as handle:
-            gzipped = handle.read(len(GZIP_MAGIC)) == GZIP_MAGIC
-        told = None if gzipped else not_text_message(path)  # bzip2, xz...: said so, not as a byte of bad UTF-8
-        if told is not None:
-            raise ValueError(told)
-        if gzipped or path.stat().st_size <= STREAM_ABOVE_BYTES:
-            data = path.read_bytes()
-            text = (gzip.decompress(data) if gzipped else data).decode("utf-8-sig")  # -sig: a BOM is no text
-            del data  # the file's bytes, its text and its lines are each as large as the file: one at a time
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as error:
-        kind = "gzipped UTF-8" if gzipped else "UTF-8"
-        raise ValueError(f"{path}: cannot read as a {kind} FASTA file ({error})") from None
-    if text is None:
-        return _read_fasta_streamed(path)
-    lines = text.splitlines()
-    del text
-    records: list[tuple[str, str]] = []
-    seen: dict[str, int] = {}
-    current, chunks = None, []  # the record being read, (id, header line number), and its sequence lines
-    for number, raw in enumerate(lines, start=1):
-        lines[number - 1] = None  # read: a long record's uppercased lines replace the file's, not sit beside them
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith(">"):
-            words = line[1:].split()
-            if not words:
-                raise ValueError(f"{path}: line {number}: header '>' has no record id")
-            if words[0] in seen:
-                raise ValueError(f"{path}: line {number}: record id {words[0]!r} repeats line {seen[words[0]]}")
-            seen[words[0]] = number
-            if current is not None:
-                records.append(_joined_record(path, current, chunks))
-            current, chunks = (words[0], number), []
-            continue
-        if current is None:
-            raise ValueError(f"{path}: line {number}: sequence text {line[:20]!r} comes before the first '>' header")
-        letters = line.upper()
-        bad = _first_bad_letter(letters)
-        if bad is not None:
-            raise ValueError(
-                f"{path}: record {current[0]!r} line {number}: letter {bad!r} is outside the DNA vocabulary "
-                f"{DNA_VOCAB}"
-            )
-        chunks.append(letters)
-    if current is None:
-        raise ValueError(f"{path}: no FASTA records (no line starts with '>')")
-    records.append(_joined_record(path, current, chunks))
-    return records
-
-
-def _joined_record(path: Path, current: tuple[str, int], chunks: list[str]) -> tuple[str, str]:
-    """A record read to its end: its id and its sequence lines joined, joined as soon as it ends so that the lines
-    of only one record are held beside the joined ones. ValueError for a record with no sequence line."""
-    record_id, number = current
-    if not chunks:
-        raise ValueError(f"{path}: record {record_id!r} (line {number}) has an empty sequence")
-    return record_id, "".join(chunks)
 
 
 def write_fasta(records: Iterable[tuple[str, str]], path: str | Path, line_width: int = 60) -> None:

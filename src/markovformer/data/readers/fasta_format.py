@@ -48,6 +48,21 @@ def text_line_number(path: Path, offset: int) -> int:
     return count + 1
 
 
+def base_line_number(path: Path, at: int, index: int) -> int:
+    """The line of the text of ``path`` holding base ``index`` of the record whose '>' is at byte ``at`` (read
+    again: only when an error is said)."""
+    line = text_line_number(path, at)
+    with _opened(path) as handle:
+        handle.seek(at)
+        handle.readline()  # the header
+        for raw in handle:
+            line, bases = line + 1, len(raw.translate(None, _NOT_BASES))
+            if index < bases:
+                break
+            index -= bases
+    return line
+
+
 def _text(path: Path, at: int, data: bytes) -> str:
     """``data``, bytes ``at``... of the text of ``path``, decoded (``text_stream.decoded``, whose error names a line
     of the file as it is on disk: of a gzipped file, the error names the line of its text)."""
@@ -69,7 +84,8 @@ def fasta_records(path: Path, start: int = 0, stop: int | None = None, fold_case
     letters as they are (soft-masked lowercase kept) or, with ``fold_case``, ASCII letters uppercased (the soft
     mask dropped: acgt read as ACGT). Read in chunks of ``CHUNK_BYTES``: one record is held at a time. Text before
     the first header raises, naming the file and line, and so does a record with no base unless ``keep_empty``."""
-    stop = math.inf if stop is None else stop
+    if stop is None:  # a plain file's size: a read of CHUNK_BYTES allocates them all, whatever is left to read
+        stop = math.inf if is_gzipped(path) else path.stat().st_size
     with _opened(path) as handle:
         handle.seek(start)
         position = past_mark(handle, start, stop)
@@ -99,6 +115,7 @@ def fasta_records(path: Path, start: int = 0, stop: int | None = None, fold_case
                     raise ValueError(f"{path}: line {text_line_number(path, at)}: sequence text "
                                      f"{letters[:20].decode(errors='replace')!r} comes before the first '>' header")
                 lines.append(letters)
+                del letters  # held by lines alone: a record of one piece is freed as it is uppercased
                 index, line_start = end, data[end - 1] == ord("\n")
             position += len(data)
         if header is not None:
@@ -116,7 +133,9 @@ def _fasta_record(path: Path, at: int, lines: list[bytes], fold_case: bool,
         words = header.split()
         raise ValueError(f"{path}: record {words[0] if words else ''!r} (line {text_line_number(path, at)}) has an "
                          f"empty sequence")  # fmt: skip
-    return at, header, _text(path, at, sequence.upper() if fold_case else sequence)
+    if fold_case:
+        sequence = sequence.upper()  # rebound before it is decoded: three copies of the bases at once, not four
+    return at, header, _text(path, at, sequence)
 
 
 def sampled_fasta(path: Path, start: int, stop: int, budget: int, fold_case: bool = False) -> Iterator[str]:
