@@ -43,6 +43,9 @@ def test_a_gzipped_file_reads_as_the_plain_one_whatever_its_name(tmp_path):
     (tmp_path / "cut.fa.gz").write_bytes(gzip.compress(text.encode())[:-8])
     with pytest.raises(ValueError, match="cut.fa.gz: cannot read as a gzipped UTF-8 FASTA file"):
         read_fasta(tmp_path / "cut.fa.gz")
+    (tmp_path / "latin1.fa.gz").write_bytes(gzip.compress(b">a\nACGT\n>b caf\xe9\nGG\n"))
+    with pytest.raises(ValueError, match="latin1.fa.gz: cannot read as a gzipped UTF-8 FASTA file"):
+        read_fasta(tmp_path / "latin1.fa.gz")
 
 
 def test_a_byte_order_mark_is_no_part_of_the_first_header_or_id(tmp_path):
