@@ -87,7 +87,9 @@ def tokenizer_source(config: RunConfig) -> Path | None:
     if kept is None:
         return None
     tokenizer = load_tokenizer(kept)
-    with torch.device("meta"):  # the run's model, its weights never made; any vocabulary size names the same tensors
+    # the run's model, its weights never made (any vocabulary size names the same tensors), in a fork of the CPU's
+    # random stream: random-feature kinds draw their projections on the CPU, which would shift the run's own draws
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
         model = build_model(config, {"vocab_size": config.model.get("vocab_size") or tokenizer.vocab_size})
     if not takes_token_rows(model, config.init_from_skip):
         return None
