@@ -151,3 +151,26 @@ def test_a_max_steps_raised_in_config_yaml_extends_a_run_whose_checkpoints_preda
     assert same_weights(runs["edited"], runs["override"])
     assert json.loads((runs["edited"] / "finished.json").read_text())["steps"] == 60
     assert yaml.safe_load((runs["edited"] / "config.yaml").read_text())["trainer"]["decay_steps"] == 40
+
+
+def test_resuming_a_run_whose_last_checkpoint_is_damaged_names_the_newest_intact_step_checkpoint(whole, tmp_path):
+    """--resume of a run whose last.ckpt was cut short said "copy an earlier checkpoints/step-*.ckpt over it" without
+    naming which (the newest may be damaged too), where init_from and eval named the newest intact one. It names it
+    now, as they do, and following the advice resumes to the uninterrupted run's weights."""
+    config, uninterrupted = whole
+    run = tmp_path / "run"
+    shutil.copytree(uninterrupted, run)
+    shutil.rmtree(run / "model")
+    for name in ("finished.json", "metrics.json"):  # as if killed after its last checkpoint
+        (run / name).unlink()
+    checkpoints = run / "checkpoints"
+    for name in ("last.ckpt", "step-000040.ckpt"):
+        (checkpoints / name).write_bytes((checkpoints / name).read_bytes()[:3000])
+    line = one_line_error(run_in_process("train", "--resume", "run", cwd=tmp_path),
+                          "run/checkpoints/last.ckpt: cannot read it (")  # fmt: skip
+    assert line.endswith("; the run's newest intact checkpoint is run/checkpoints/step-000030.ckpt (step 30): copy "
+                         "that over last.ckpt to resume from it"), line
+    shutil.copy(checkpoints / "step-000030.ckpt", checkpoints / "last.ckpt")
+    resumed = run_in_process("train", "--resume", "run", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert same_weights(run, uninterrupted)

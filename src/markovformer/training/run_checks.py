@@ -137,20 +137,24 @@ def resumed_config(config: RunConfig, overrides: list[str] | tuple[str, ...], do
 
 def resumable_checkpoint(path: Path) -> dict:
     """The header of the checkpoint a run resumes from (tensors as ``TensorInfo``), checked for the entries resuming
-    reads; ConfigError naming the file otherwise."""
+    reads; ConfigError naming the file (and the intact checkpoint to copy over it) otherwise."""
     try:
-        skeleton = read_checkpoint_skeleton(path)
+        return checked_header(path)
     except PermissionError:  # not a damaged file, which an earlier one replaces: one this user may not read
         raise
     except (ValueError, OSError) as error:
-        raise ConfigError(f"cannot resume from {path.name} ({error}); copy an earlier checkpoints/step-*.ckpt over "
-                          f"it to resume from that step") from None  # fmt: skip
+        raise damaged_checkpoint(path, error, f"copy that over {path.name} to resume from it") from None
+
+
+def checked_header(path: Path) -> dict:
+    """The header of the checkpoint at ``path`` (``read_checkpoint_skeleton``) if it holds the entries resuming
+    reads; ValueError (or the reader's OSError) otherwise."""
+    skeleton = read_checkpoint_skeleton(path)
     step, state = skeleton.get("global_step"), skeleton.get("state_dict")
     if type(step) is not int or step < 0 or not isinstance(state, dict) or not isinstance(skeleton.get("loops"), dict):
-        raise ConfigError(f"{path}: cannot resume from it (global_step, state_dict or loops missing or of the wrong "
-                          f"type)")  # fmt: skip
+        raise ValueError("global_step, state_dict or loops missing or of the wrong type")
     if not all(isinstance(info, TensorInfo) for info in state.values()):
-        raise ConfigError(f"{path}: cannot resume from it (its state_dict holds values that are not tensors)")
+        raise ValueError("its state_dict holds values that are not tensors")
     return skeleton
 
 
@@ -177,16 +181,25 @@ def resume_point(last: Path) -> Path:
 
 def intact_step_checkpoint(folder: Path, besides: Path) -> tuple[Path, int] | None:
     """The newest step checkpoint in ``folder`` other than ``besides`` whose header reads whole (as resuming checks
-    it: ``resumable_checkpoint``), and its step: where a run whose ``besides`` is damaged can still be read from;
-    None when there is none."""
+    it: ``checked_header``), and its step: where a run whose ``besides`` is damaged can still be read from; None
+    when there is none."""
     for path in reversed(step_checkpoints(folder) if folder.is_dir() else []):
         if path.resolve() == besides.resolve():
             continue
         try:
-            return path, resumable_checkpoint(path)["global_step"]
-        except (ConfigError, OSError):
+            return path, checked_header(path)["global_step"]
+        except (ValueError, OSError):
             continue
     return None
+
+
+def damaged_checkpoint(path: Path, error: Exception, advice: str) -> ConfigError:
+    """The refusal of the checkpoint at ``path``, which cannot be read (``error``), as resuming, init_from and eval
+    word it: naming the newest intact step checkpoint beside it (``intact_step_checkpoint``) and, in ``advice``, what
+    to do with that one."""
+    intact = intact_step_checkpoint(path.parent, path)
+    instead = f"; the run's newest intact checkpoint is {intact[0]} (step {intact[1]}): {advice}" if intact else ""
+    return ConfigError(f"{path}: cannot read it ({error}){instead}")
 
 
 def check_tensors_match(model: torch.nn.Module, stored: dict, path: Path, prefix: str = "",
@@ -218,5 +231,6 @@ def check_tensors_match(model: torch.nn.Module, stored: dict, path: Path, prefix
         raise ConfigError(f"{path} does not match the run's model: {'; '.join(problems)}")
 
 
-__all__ = ["RESUMABLE_KEYS", "check_tensors_match", "check_trained_settings", "intact_step_checkpoint",
-           "resumable_checkpoint", "resume_point", "resume_edits", "resumed_config", "trained_settings"]  # fmt: skip
+__all__ = ["RESUMABLE_KEYS", "check_tensors_match", "check_trained_settings", "checked_header",
+           "damaged_checkpoint", "intact_step_checkpoint", "resumable_checkpoint", "resume_point", "resume_edits",
+           "resumed_config", "trained_settings"]  # fmt: skip

@@ -50,7 +50,7 @@ from markovformer.training.fingerprint import (
     write_model_fingerprint,
 )
 from markovformer.training.isolation import built_on_the_cpu
-from markovformer.training.run_checks import check_tensors_match, intact_step_checkpoint, resume_point
+from markovformer.training.run_checks import check_tensors_match, damaged_checkpoint, resume_point
 from markovformer.training.run_config import RunConfig, load_yaml, plain_values, resolve_run_config, write_yaml
 from markovformer.training.run_lock import LOCK_FILE
 from markovformer.training.trainer_config import ConfigError
@@ -320,9 +320,7 @@ def load_trained_run(target: str | Path) -> LoadedRun:
     except PermissionError:  # not a damaged file: the command's line names it as one this user may not read
         raise
     except (ValueError, OSError) as error:
-        intact = intact_step_checkpoint(checkpoint.parent, checkpoint)  # weights still to be read (eval, init_from)
-        instead = f"; the run's newest intact checkpoint is {intact[0]} (step {intact[1]}): give that instead"
-        raise ConfigError(f"{checkpoint}: cannot read it ({error}){instead if intact else ''}") from None
+        raise damaged_checkpoint(checkpoint, error, "give that instead") from None
     check_checkpoint_fingerprint(loaded, fingerprint, checkpoint)
     state, step = loaded.get("state_dict"), loaded.get("global_step")
     if not isinstance(state, dict) or type(step) is not int:
