@@ -319,3 +319,53 @@ def test_init_from_skip_embeddings_starts_exactly_the_tensors_a_vocabulary_index
     for name, tensor in model.state_dict().items():
         expected = fresh[name] if VOCABULARY in tensor.shape else source.state_dict()[name]
         assert tensor.equal(expected), name
+
+
+def _refused_advice(refuse) -> list[str]:
+    """The init_from_skip entries in the ConfigError that ``refuse()`` raises ("... init_from_skip: [a, b]")."""
+    with pytest.raises(ConfigError) as refused:
+        refuse()
+    return str(refused.value).split("init_from_skip: [")[1].split("]")[0].split(", ")
+
+
+@pytest.mark.parametrize(("head", "vocabulary"), [("lm", (6, 9)), ("labels", (6, 6)), ("labels", (6, 9))],
+                         ids=["a language model's vocabulary", "a classifier's labels", "labels and vocabulary"])
+def test_the_advised_init_from_skip_is_the_smallest_that_is_taken(tmp_path, head, vocabulary):
+    """A causal LM's new vocabulary was advised init_from_skip: [head, embeddings], though the group embeddings holds
+    lm_head (a row per token id): head added nothing. The advice is taken, and without any one of its entries it is
+    refused again: no entry is needless."""
+    from markovformer.models.markovian_transformer import MarkovianTransformerForSequenceClassification
+
+    def built(vocab_size: int, num_labels: int):
+        config = MarkovianTransformerConfig(vocab_size=vocab_size, d_model=8, n_layers=1, n_heads=2, max_order=2,
+                                            num_labels=num_labels)  # fmt: skip
+        kind = MarkovianTransformerForCausalLM if head == "lm" else MarkovianTransformerForSequenceClassification
+        return kind(config)
+
+    built(vocabulary[0], 2).save_pretrained(tmp_path / "source")
+    model = built(vocabulary[1], 2 if head == "lm" else 3)
+    advice = _refused_advice(lambda: initialise_from(model, tmp_path / "source", []))
+    initialise_from(model, tmp_path / "source", advice)
+    for entry in advice:
+        with pytest.raises(ConfigError, match="does not fit this run's model"):
+            initialise_from(model, tmp_path / "source", [other for other in advice if other != entry])
+
+
+@pytest.mark.parametrize("skip", [[], ["model.blocks"]])
+def test_a_new_tokenizer_is_advised_the_smallest_init_from_skip_that_fits_its_own(tmp_path, skip):
+    """A fine-tuning run asking another tokenizer than its source's was advised init_from_skip: [head, embeddings]:
+    head adds nothing to a language model (embeddings holds lm_head), and the run's own entries were dropped. The
+    advice, the run's entries and embeddings, lets the run fit its own tokenizer; without embeddings it is refused."""
+    from markovformer.data.readers.tokenizer import CharTokenizer
+    from markovformer.training.init_from import tokenizer_source
+    from markovformer.training.run_config import resolve_run_config
+
+    tiny_model().save_pretrained(tmp_path / "source")
+    CharTokenizer("abcde").save(tmp_path / "source")
+    (tmp_path / "corpus.txt").write_text("abcde edcba\n" * 20)
+    values = {**TINY_RUN, "init_from": str(tmp_path / "source"), "init_from_skip": skip,
+              "data": {"source": "text", "path": str(tmp_path / "corpus.txt"), "seq_len": 8, "tokenizer": "bpe",
+                       "vocab_size": 300}}  # fmt: skip
+    advice = _refused_advice(lambda: tokenizer_source(resolve_run_config(values)))
+    assert advice == [*skip, "embeddings"]
+    assert tokenizer_source(resolve_run_config({**values, "init_from_skip": advice})) is None  # fits its own

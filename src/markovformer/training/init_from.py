@@ -21,6 +21,7 @@ mean other tokens, and the embeddings would load without an error for the wrong 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from pathlib import Path
 
@@ -82,6 +83,7 @@ def tokenizer_source(config: RunConfig) -> Path | None:
     when the run's data asks for another kind of tokenizer (char, bpe) than the one the weights were trained on, or
     sets another ``vocab_size`` or ``fit_bytes`` than a source run fitted it with (they would go unused)."""
     init_from, data = config.init_from, config.data
+    own_tokenizer = f"init_from_skip: [{', '.join([*config.init_from_skip, 'embeddings'])}]"  # the rows per token id
     source = checkpoint_run(Path(init_from)) or Path(init_from)  # a checkpoint's tokenizer: its run's
     kept = saved_tokenizer(source) if source.is_dir() else None
     if kept is None:
@@ -97,7 +99,7 @@ def tokenizer_source(config: RunConfig) -> Path | None:
     if wanted is not None and wanted != kind:
         raise ConfigError(f"init_from={init_from!r} was trained on a {kind} tokenizer, and data.tokenizer={wanted!r}: "
                           f"its embeddings are for the {kind} tokenizer's ids; keep data.tokenizer={kind!r}, or "
-                          f"start them fresh with init_from_skip: [head, embeddings]")  # fmt: skip
+                          f"start them fresh with {own_tokenizer}")  # fmt: skip
     config = source / "config.yaml"  # a run's config; a saved model directory records no data options
     theirs = (load_yaml(config).get("data") or {}) if config.is_file() else {}
     if theirs.get("source") not in DATA_SOURCES:
@@ -110,7 +112,7 @@ def tokenizer_source(config: RunConfig) -> Path | None:
             raise ConfigError(f"data.{key}={data[key]!r}: this run encodes with the tokenizer of init_from="
                               f"{init_from!r} ({kept}, fitted with data.{key}={fitted_with!r}), the ids its weights "
                               f"are for, so data.{key} would go unused; set it to {same}, or fit a new tokenizer "
-                              f"with init_from_skip: [head, embeddings]")  # fmt: skip
+                              f"with {own_tokenizer}")  # fmt: skip
     return source
 
 
@@ -224,16 +226,19 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
     problems += [name for name, tensor in taken.items() if tuple(tensor.shape) != tuple(own[name].shape)]
     _check_tied_agree(taken, own, source)
     if problems:
-        groups = [group for group in SKIP_GROUPS if any(skipped(name, [group], vocabulary) for name in problems)]
         shapes = "; ".join(f"{name} {list(stored[name].shape) if name in stored else 'missing'} -> "
                            f"{list(own[name].shape) if name in own else 'not in this model'}"
                            for name in problems[:3])  # fmt: skip
-        grouped = bool(groups) and all(skipped(name, groups, vocabulary) for name in problems)
-        # differing tensors no group holds (a learned position table of another length), or a group that would also
+        # the fewest groups holding every differing tensor (embeddings holds a language model's lm_head: no head);
+        # differing tensors no group holds (a learned position table of another length), or groups that would also
         # start tensors fresh that fit, are named themselves, when they are few
-        needless = not grouped or any(skipped(name, groups, vocabulary) and name not in problems for name in taken)
+        covering = [list(groups) for size in range(1, len(SKIP_GROUPS) + 1)
+                    for groups in itertools.combinations(SKIP_GROUPS, size)
+                    if all(skipped(name, groups, vocabulary) for name in problems)]  # fmt: skip
+        fitting = [groups for groups in covering if not any(skipped(name, groups, vocabulary) and name not in problems
+                                                             for name in taken)]  # fmt: skip
         named = _with_tied_names(problems, own)
-        entries = named if needless and len(named) <= 3 else groups if grouped else None
+        entries = fitting[0] if fitting else named if len(named) <= 3 else covering[0] if covering else None
         choice = f"; to start them fresh, add init_from_skip: [{', '.join(entries)}]" if entries else ""
         raise ConfigError(f"init_from={str(source)!r} does not fit this run's model: {len(problems)} tensors differ "
                           f"({shapes}){choice}")  # fmt: skip
