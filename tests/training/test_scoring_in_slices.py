@@ -82,3 +82,45 @@ def test_a_translations_score_is_its_forwards_loss(monkeypatch):
     inputs = {"src_ids": src, "tgt_ids": tgt, "src_mask": src_mask, "tgt_mask": tgt_mask, "labels": labels}
     with torch.no_grad():
         assert torch.equal(model.target_score(**inputs).loss, model(**inputs).loss)
+
+
+class CountingBackend:
+    """A ``torch.compile`` backend that runs each graph as captured, counting the graphs compiled and their calls."""
+
+    def __init__(self) -> None:
+        self.graphs = self.calls = 0
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs: list):
+        self.graphs += 1
+
+        def run(*args):
+            self.calls += 1
+            return graph.forward(*args)
+
+        return run
+
+
+@pytest.mark.parametrize("family", ["markovian_transformer", "scan_markov"])
+def test_a_compiled_causal_lm_scores_through_compiled_graphs_and_trains_through_the_same_ones(family):
+    """trainer.compile (``model.compile()``) compiled the top-level forward only: validation and eval, which score
+    through ``final_states``, ran eagerly (task.score called no compiled graph, counted). Compiling a causal LM now
+    compiles its scoring too: task.score runs compiled graphs, with the eager numbers, compiled once; a training step
+    compiles exactly the graphs ``nn.Module.compile`` alone makes, none twice."""
+    task = build_task("causal_lm", info={})
+    batch = batches(False)[0]
+    eager, compiled = task.new_metrics(), task.new_metrics()
+    task.score(tiny_model(family), batch, eager)
+    model, reference = tiny_model(family).train(), tiny_model(family).train()
+    ours, alone = CountingBackend(), CountingBackend()
+    model.compile(backend=ours)
+    torch.nn.Module.compile(reference, backend=alone)
+    for trained in (model, reference):
+        trained(**batch).loss.backward()
+    assert ours.graphs == alone.graphs > 0
+    model.eval()
+    for _ in range(2):
+        graphs, calls = ours.graphs, ours.calls
+        task.score(model, batch, compiled)
+        assert ours.calls > calls
+    assert ours.graphs == graphs  # the second scoring compiled nothing
+    assert compiled.compute() == eager.compute()

@@ -26,6 +26,15 @@ class ScoredInSlices:
     """Mixed into a causal LM head, which gives ``final_states`` (what its head reads) and ``logits_from_states``
     (its head)."""
 
+    _compiled_final_states = None  # set by ``compile``: the class's final_states, called with the model
+
+    def compile(self, *args, **kwargs) -> None:
+        """``nn.Module.compile`` (forward, which training calls) and ``final_states``, which scoring calls outside
+        forward; the function of the class, given the model at each call, not a bound method that a copy of the
+        model would share."""
+        super().compile(*args, **kwargs)
+        self._compiled_final_states = torch.compile(type(self).final_states, *args, **kwargs)
+
     def final_states(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                      position_ids: Tensor | None = None, **options) -> Tensor:  # fmt: skip
         """(B, T, D): the states whose ``logits_from_states`` are forward's logits of the same arguments."""
@@ -40,8 +49,10 @@ class ScoredInSlices:
                          **options) -> Score:  # fmt: skip
         """Forward's loss of these arguments (``options``: a head's own, as ``order``), and with ``most_likely``
         its logits' argmax, without a gradient and without its logits: a slice of rows of them at a time."""
+        compiled = self._compiled_final_states
         with torch.no_grad():
-            states = self.final_states(input_ids, attention_mask, position_ids, **options)
+            states = (self.final_states(input_ids, attention_mask, position_ids, **options) if compiled is None else
+                      compiled(self, input_ids, attention_mask, position_ids, **options))  # fmt: skip
         vocab_size = self.config.vocab_size
         check_labels(labels, vocab_size, shape=states.shape[:-1])  # before they are shifted
         return Score(*sliced_next_token_cross_entropy(states, self.logits_from_states, labels, vocab_size,
