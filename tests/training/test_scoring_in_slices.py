@@ -124,3 +124,32 @@ def test_a_compiled_causal_lm_scores_through_compiled_graphs_and_trains_through_
         assert ours.calls > calls
     assert ours.graphs == graphs  # the second scoring compiled nothing
     assert compiled.compute() == eager.compute()
+
+
+def test_a_compiled_translator_scores_through_compiled_graphs():
+    """The translator's validation loss (target_score: its encoder and decoder states, outside forward) ran eagerly
+    under trainer.compile, as the causal LM's did: it calls compiled graphs now, with the eager loss; a training
+    step compiles exactly the graphs ``nn.Module.compile`` alone makes."""
+    from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
+
+    def built():
+        torch.manual_seed(0)
+        return MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+            vocab_size=VOCAB, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=8, max_positions=32,
+            order=2))  # fmt: skip
+
+    g = torch.Generator().manual_seed(1)
+    src, tgt = torch.randint(3, VOCAB, (3, 6), generator=g), torch.randint(3, VOCAB, (3, 8), generator=g)
+    inputs = {"src_ids": src, "tgt_ids": tgt, "src_mask": torch.ones_like(src), "tgt_mask": torch.ones_like(tgt),
+              "labels": tgt}  # fmt: skip
+    eager = built().eval().target_score(**inputs).loss
+    model, reference = built(), built()
+    ours, alone = CountingBackend(), CountingBackend()
+    model.compile(backend=ours)
+    torch.nn.Module.compile(reference, backend=alone)
+    for trained in (model, reference):
+        trained(**inputs).loss.backward()
+    assert ours.graphs == alone.graphs > 0
+    calls = ours.calls
+    assert torch.equal(model.eval().target_score(**inputs).loss, eager)
+    assert ours.calls > calls

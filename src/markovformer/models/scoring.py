@@ -22,18 +22,31 @@ class Score:
     most_likely: Tensor | None = None
 
 
-class ScoredInSlices:
-    """Mixed into a causal LM head, which gives ``final_states`` (what its head reads) and ``logits_from_states``
-    (its head)."""
+class ScoresOutsideForward:
+    """Mixed into a model whose scoring reads the states of ``scoring_states``, a method of its own that forward
+    does not call: ``compile`` compiles it too (trainer.compile), and ``states_to_score`` calls it."""
 
-    _compiled_final_states = None  # set by ``compile``: the class's final_states, called with the model
+    scoring_states = "final_states"
+    _compiled_scoring_states = None  # set by ``compile``: the class's function, called with the model
 
     def compile(self, *args, **kwargs) -> None:
-        """``nn.Module.compile`` (forward, which training calls) and ``final_states``, which scoring calls outside
-        forward; the function of the class, given the model at each call, not a bound method that a copy of the
-        model would share."""
+        """``nn.Module.compile`` (forward, which training calls) and ``scoring_states``: the function of the class,
+        given the model at each call, not a bound method that a copy of the model would share."""
         super().compile(*args, **kwargs)
-        self._compiled_final_states = torch.compile(type(self).final_states, *args, **kwargs)
+        self._compiled_scoring_states = torch.compile(getattr(type(self), self.scoring_states), *args, **kwargs)
+
+    def states_to_score(self, *args, **kwargs) -> Tensor:
+        """``scoring_states`` of these arguments, without a gradient; compiled when the model is."""
+        compiled = self._compiled_scoring_states
+        with torch.no_grad():
+            if compiled is None:
+                return getattr(self, self.scoring_states)(*args, **kwargs)
+            return compiled(self, *args, **kwargs)
+
+
+class ScoredInSlices(ScoresOutsideForward):
+    """Mixed into a causal LM head, which gives ``final_states`` (what its head reads) and ``logits_from_states``
+    (its head)."""
 
     def final_states(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                      position_ids: Tensor | None = None, **options) -> Tensor:  # fmt: skip
@@ -49,10 +62,7 @@ class ScoredInSlices:
                          **options) -> Score:  # fmt: skip
         """Forward's loss of these arguments (``options``: a head's own, as ``order``), and with ``most_likely``
         its logits' argmax, without a gradient and without its logits: a slice of rows of them at a time."""
-        compiled = self._compiled_final_states
-        with torch.no_grad():
-            states = (self.final_states(input_ids, attention_mask, position_ids, **options) if compiled is None else
-                      compiled(self, input_ids, attention_mask, position_ids, **options))  # fmt: skip
+        states = self.states_to_score(input_ids, attention_mask, position_ids, **options)
         vocab_size = self.config.vocab_size
         check_labels(labels, vocab_size, shape=states.shape[:-1])  # before they are shifted
         return Score(*sliced_next_token_cross_entropy(states, self.logits_from_states, labels, vocab_size,

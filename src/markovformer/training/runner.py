@@ -310,7 +310,7 @@ def _build_and_fit(config: RunConfig, writer: bool, resume: bool, rewrite_config
                   f"weights' only if it was fitted on the same text with the same options", flush=True)  # fmt: skip
     task.prepare_model(model)
     if config.trainer.compile:
-        model.compile()  # forward, and a causal LM's scoring path (ScoredInSlices.compile)
+        model.compile()  # forward, and the states scoring reads (ScoresOutsideForward.compile)
     module = TrainingModule(model, task)
     tc = config.trainer
     progress = PrintProgress(tc.log_every, tc.max_steps, task.train_loss_label, task.metric_labels,

@@ -17,7 +17,7 @@ from markovformer.models.markov_translator.config import MarkovTranslatorConfig
 from markovformer.models.markov_translator.generation import generate
 from markovformer.models.markov_translator.masks import decoder_self_allowed, key_padding_allowed
 from markovformer.models.pretrained import PreTrainedModel, model_output
-from markovformer.models.scoring import Score
+from markovformer.models.scoring import Score, ScoresOutsideForward
 from markovformer.ops.losses import sliced_token_cross_entropy, token_cross_entropy
 from markovformer.ops.masked_softmax import masked_sdpa
 from markovformer.ops.padding import real_token_positions, right_padded_lengths
@@ -133,7 +133,7 @@ class MarkovTranslatorOutput:
     encoder_last_hidden_state: Tensor | None = None  # (B, S, D): the memory
 
 
-class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel):
+class MarkovTranslatorForConditionalGeneration(ScoresOutsideForward, GenerationMixin, PreTrainedModel):
     """Encoder-decoder translator over a joint vocabulary. ``tgt_ids`` is the shifted-right decoder input
     (bos, y_1, ..., y_{T-1}); ``labels`` are aligned with it (y_1, ..., y_T), -100 ignored. Masks are (B, T) with
     1 = real token; a source may be padded on either side (its positions count its real tokens), a target only on
@@ -247,9 +247,16 @@ class MarkovTranslatorForConditionalGeneration(GenerationMixin, PreTrainedModel)
                      tgt_mask: Tensor | None = None) -> Score:  # fmt: skip
         """For scoring (validation, ``eval``): forward's loss of these arguments, unsmoothed, without a gradient and
         without its logits (B, T, V): ``sliced_token_cross_entropy`` reads a slice of rows of them at a time."""
-        with torch.no_grad():
-            states = self.decoder_states(tgt_ids, self.encode(src_ids, src_mask), src_mask, tgt_mask)
+        states = self.states_to_score(src_ids, tgt_ids, src_mask, tgt_mask)
         return Score(sliced_token_cross_entropy(states, self.output_logits, labels, self.config.vocab_size)[0])
+
+    scoring_states = "target_states"
+
+    def target_states(self, src_ids: Tensor, tgt_ids: Tensor, src_mask: Tensor | None = None,
+                      tgt_mask: Tensor | None = None) -> Tensor:  # fmt: skip
+        """Teacher forcing's last decoder states (B, T, D) of forward's arguments: ``output_logits`` of them are its
+        logits."""
+        return self.decoder_states(tgt_ids, self.encode(src_ids, src_mask), src_mask, tgt_mask)
 
     # ------------------------------------------------------------------------------------------- generation
     # ``GenerationMixin.generate`` with the translator's own decoding: sources in, target ids (B, L) out (bos
