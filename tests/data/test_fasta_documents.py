@@ -254,3 +254,18 @@ def test_the_char_alphabet_of_a_chromosome_long_record_is_found_in_pieces(tmp_pa
     finally:
         tracemalloc.stop()
     assert peak < 3 * len(sequence), peak / len(sequence)  # the record's bytes and its text: 10x in one piece
+
+
+def test_a_fasta_whose_bases_fit_the_budget_is_fitted_on_every_base_at_any_line_width(tmp_path):
+    """The bases fit data.fit_bytes but the wrapped file's bytes (headers, line breaks) do not: the fit read the
+    unwrapped file whole and sampled 64 stretches of the wrapped one (4,054 of its 4,696 bases at a budget of 4,900,
+    10 bases a line), so the line width changed the tokenizer. Every record is read whole at every width."""
+    rng = random.Random(1)
+    records = [(f"r{i}", "".join(rng.choices("ACGT", k=rng.randint(100, 400)))) for i in range(20)]
+    budget = sum(len(sequence) for _, sequence in records) + 100
+    for width in (10, 60, 10**6):
+        path = tmp_path / f"genome{width}.fa"
+        path.write_text(_fasta_text(records, width), encoding="utf-8")
+        assert path.stat().st_size > budget
+        sample = list(text_stream.sampled_records(path, 0, path.stat().st_size, budget, "fasta", ""))
+        assert sample == [sequence for _, sequence in records], width

@@ -140,12 +140,16 @@ def _fasta_record(path: Path, at: int, lines: list[bytes], fold_case: bool,
 
 def sampled_fasta(path: Path, start: int, stop: int, budget: int, fold_case: bool = False) -> Iterator[str]:
     """At most ``budget`` bases of the FASTA records in bytes [start, stop) of ``path`` (``start`` on a record
-    start), for a BPE fit: ``budget / 64`` bases from each of 64 evenly spaced bases on, cut short at the end of
-    their record; uppercased with ``fold_case``. Spaced in bases, not bytes, so the line width changes no base of
-    the sample. Two passes over the records (the first counts their bases), one record held at a time: a record
-    (a chromosome is hundreds of megabases) is never fed whole."""
+    start), for a BPE fit: every record when their bases fit the budget (their headers and line breaks need not),
+    else ``budget / 64`` bases from each of 64 evenly spaced bases on, cut short at the end of their record;
+    uppercased with ``fold_case``. Spaced in bases, not bytes, so the line width changes no base of the sample. Two
+    passes over the records (the first counts their bases), one record held at a time: a record (a chromosome is
+    hundreds of megabases) is never fed whole."""
     share = budget // 64
     total = sum(len(sequence) for _, _, sequence in fasta_records(path, start, stop))
+    if total <= budget:
+        yield from (sequence for _, _, sequence in fasta_records(path, start, stop, fold_case))
+        return
     starts = [max(total - share, 0) * index // 63 for index in range(64)]
     before, index = 0, 0
     for _, _, sequence in fasta_records(path, start, stop, fold_case):
