@@ -151,6 +151,19 @@ def test_fasta_records_are_split_by_bases_so_the_line_width_moves_none(tmp_path)
             assert cuts == expected, width
 
 
+def test_a_part_no_fasta_record_starts_in_names_the_record_that_holds_its_bases(tmp_path):
+    """A record holding the bases where two parts start leaves the first of them empty; the refusal said no '>'
+    header line followed the record's own header, with two headers after it in the file. It names the record's line
+    and what is true: a record is never cut, so no record starts within the part's share of the bases."""
+    path = tmp_path / "genome.fa"
+    path.write_text(_fasta_text([("chr1", "ACGT" * 250), ("chr2", "AC" * 5), ("chr3", "GT" * 5)], 60))
+    expected = (f"{path}: data.documents='fasta' puts no record in the val part: no record starts within its share "
+                f"of the bases, where fractions (0.5, 0.25, 0.25) start it inside the record headed on line 1 of "
+                f"{path}, and a record is never cut")  # fmt: skip
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}"):
+        load_text_lm(path, seq_len=2, documents="fasta", fractions=(0.5, 0.25, 0.25), cache_dir=tmp_path / "cache")
+
+
 def test_past_its_budget_a_fasta_is_sampled_from_64_evenly_spaced_stretches_of_bases(tmp_path):
     """What BPE is fitted on past data.fit_bytes: about ``budget / 64`` bases from each of 64 evenly spaced
     offsets, each a stretch of one record's bases. Records were taken whole from the next header on: a 51 MiB

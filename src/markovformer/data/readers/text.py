@@ -23,6 +23,7 @@ from markovformer.data.readers.text_stream import (
     content_key,
     count_characters,
     file_size,
+    line_number,
     not_text_message,
     resolve_text_paths,
     sampled_text,
@@ -278,8 +279,13 @@ def _split_records(path: Path, files: list[Path], sizes: list[int], fractions, d
                                     fold_case=fold_case))  # fmt: skip
         parts.append(part)
     for name, part, fraction, (index, target) in zip(_SPLIT_NAMES, parts, fractions, targets, strict=True):
+        if fraction > 0 and not part and documents == "fasta":  # the record holding its first base runs on past it
+            raise ValueError(f"{path}: data.documents='fasta' puts no record in the {name} part: no record starts "
+                             f"within its share of the bases, where fractions {tuple(fractions)} start it inside "
+                             f"the record headed on line {line_number(files[index], target)} of {files[index]}, "
+                             f"and a record is never cut (give the part a larger fraction)")  # fmt: skip
         if fraction > 0 and not part:  # every record starts before the part's share: the separator is missing
-            separator = {"jsonl": "newline", "blank_line": "blank line", "fasta": "'>' header line"}[documents]
+            separator = {"jsonl": "newline", "blank_line": "blank line"}[documents]
             raise ValueError(f"{path}: data.documents={documents!r} puts no record in the {name} part: no {separator} "
                              f"follows byte {target} of {files[index]}, where fractions {tuple(fractions)} start it "
                              f"(records are separated by a {separator}; without one a file is a single record)")
