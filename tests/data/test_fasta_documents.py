@@ -38,6 +38,18 @@ def _fasta_text(records, line_width: int, newline: str = "\n") -> str:
     return newline.join(lines) + newline
 
 
+def _naive_stretches(sequences: list[str], budget: int) -> list[str]:
+    """By definition: ``budget // 64`` bases of the records' bases joined from each of 64 evenly spaced bases,
+    each stretch in pieces at the ends of the records it runs over."""
+    genome, share = "".join(sequences), budget // 64
+    ends = np.cumsum([len(sequence) for sequence in sequences]).tolist()
+    pieces = []
+    for at in ((len(genome) - share) * index // 63 for index in range(64)):
+        cuts = [at, *(end for end in ends if at < end < at + share), at + share]
+        pieces += [genome[begin:end] for begin, end in zip(cuts[:-1], cuts[1:], strict=True)]
+    return pieces
+
+
 @pytest.mark.parametrize("tokenizer, vocab_size", [("char", None), ("bpe", 320)])
 def test_fasta_documents_are_the_bases_whatever_the_line_width(tmp_path, tokenizer, vocab_size):
     """A record is its bases joined, no header, no line break: read as plain text, a FASTA's newlines became
@@ -236,14 +248,7 @@ def test_past_its_budget_the_fasta_sample_is_the_same_bases_at_any_line_width(tm
         path = tmp_path / f"genome{width}.fa"
         path.write_text(_fasta_text(records, width), encoding="utf-8")
         samples.append(list(records_module.sampled_records(path, 0, path.stat().st_size, 6400, "fasta", "")))
-    genome = "".join(sequence for _, sequence in records)
-    share, total = 6400 // 64, len(genome)
-    expected = []  # by hand: 100 bases from each of 64 evenly spaced bases, cut short at the end of a record
-    ends = np.cumsum([len(sequence) for _, sequence in records])
-    for index in range(64):
-        at = (total - share) * index // 63
-        expected.append(genome[at : min(at + share, int(ends[np.searchsorted(ends, at, side="right")]))])
-    assert samples[0] == samples[1] == samples[2] == expected
+    assert samples[0] == samples[1] == samples[2] == _naive_stretches([sequence for _, sequence in records], 6400)
 
 
 def test_the_char_alphabet_of_a_chromosome_long_record_is_found_in_pieces(tmp_path, monkeypatch):
@@ -280,5 +285,18 @@ def test_a_fasta_whose_bases_fit_the_budget_is_fitted_on_every_base_at_any_line_
         path = tmp_path / f"genome{width}.fa"
         path.write_text(_fasta_text(records, width), encoding="utf-8")
         assert path.stat().st_size > budget
-        sample = list(text_stream.sampled_records(path, 0, path.stat().st_size, budget, "fasta", ""))
+        sample = list(records_module.sampled_records(path, 0, path.stat().st_size, budget, "fasta", ""))
         assert sample == [sequence for _, sequence in records], width
+
+
+def test_past_its_budget_short_reads_are_sampled_for_the_whole_budget(tmp_path):
+    """Stretches cut short at the end of their record fed a file of short reads (amplicons, 30-60 bases here, 150
+    from a sequencer) to the fit as 64 reads: 1,558 bases of a 6,400-base budget. A stretch runs on into the records
+    after its own, each record's bases a text of their own: the whole budget is sampled."""
+    rng = random.Random(4)
+    records = [(f"read{i}", "".join(rng.choices("ACGT", k=rng.randint(30, 60)))) for i in range(2000)]
+    path = tmp_path / "reads.fa"
+    path.write_text(_fasta_text(records, 60), encoding="utf-8")
+    sample = list(records_module.sampled_records(path, 0, path.stat().st_size, 6400, "fasta", ""))
+    assert sample == _naive_stretches([sequence for _, sequence in records], 6400)
+    assert sum(map(len, sample)) == 6400

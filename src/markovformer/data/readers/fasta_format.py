@@ -141,7 +141,8 @@ def _fasta_record(path: Path, at: int, lines: list[bytes], fold_case: bool,
 def sampled_fasta(path: Path, start: int, stop: int, budget: int, fold_case: bool = False) -> Iterator[str]:
     """At most ``budget`` bases of the FASTA records in bytes [start, stop) of ``path`` (``start`` on a record
     start), for a BPE fit: every record when their bases fit the budget (their headers and line breaks need not),
-    else ``budget / 64`` bases from each of 64 evenly spaced bases on, cut short at the end of their record;
+    else ``budget / 64`` bases of the records' bases joined from each of 64 evenly spaced bases on, a stretch that
+    runs past the end of its record yielded in pieces (no text spans two records; short reads fill the budget too);
     uppercased with ``fold_case``. Spaced in bases, not bytes, so the line width changes no base of the sample. Two
     passes over the records (the first counts their bases), one record held at a time: a record (a chromosome is
     hundreds of megabases) is never fed whole."""
@@ -151,9 +152,12 @@ def sampled_fasta(path: Path, start: int, stop: int, budget: int, fold_case: boo
         yield from (sequence for _, _, sequence in fasta_records(path, start, stop, fold_case))
         return
     starts = [max(total - share, 0) * index // 63 for index in range(64)]
-    before, index = 0, 0
+    before, index = 0, 0  # the stretches start more than ``share`` bases apart: no two overlap
     for _, _, sequence in fasta_records(path, start, stop, fold_case):
-        while index < len(starts) and starts[index] < before + len(sequence):
-            yield sequence[starts[index] - before : starts[index] - before + share]
+        end = before + len(sequence)
+        while index < len(starts) and starts[index] < end:
+            yield sequence[max(starts[index] - before, 0) : starts[index] + share - before]
+            if starts[index] + share > end:  # the stretch runs on into the next record
+                break
             index += 1
-        before += len(sequence)
+        before = end
