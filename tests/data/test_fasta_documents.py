@@ -300,3 +300,23 @@ def test_past_its_budget_short_reads_are_sampled_for_the_whole_budget(tmp_path):
     sample = list(records_module.sampled_records(path, 0, path.stat().st_size, 6400, "fasta", ""))
     assert sample == _naive_stretches([sequence for _, sequence in records], 6400)
     assert sum(map(len, sample)) == 6400
+
+
+def test_several_fasta_files_past_the_budget_are_fitted_on_the_same_bases_at_any_line_width(tmp_path):
+    """data.fit_bytes is shared among the train files in proportion to their size: in bytes, a file of short reads
+    (~95-byte headers on 20-base reads) took 2,927 of a 4,000 budget at 10 bases a line and all of it unwrapped (the
+    chromosome's share fell under 1,024 and passed on), and the BPE tokenizer changed with the line width. Shared
+    by bases, it does not."""
+    rng = random.Random(3)
+    reads = [(f"read{i} {'x' * 60}", "".join(rng.choices("ACGT", k=20))) for i in range(200)]
+    chromosome = [("chr1", "".join(rng.choices("ACGT", k=8000)))]
+    tokenizers = []
+    for width in (10, 10**6):
+        folder = tmp_path / f"width{width}"
+        folder.mkdir()
+        (folder / "reads.fa").write_text(_fasta_text(reads, width), encoding="utf-8")
+        (folder / "chr1.fa").write_text(_fasta_text(chromosome, width), encoding="utf-8")
+        bundle = load_text_lm(folder, tokenizer="bpe", vocab_size=300, fit_bytes=4000, seq_len=8, documents="fasta",
+                              fractions=(1.0, 0.0, 0.0), cache_dir=tmp_path / "cache")  # fmt: skip
+        tokenizers.append(bundle.tokenizer.record())
+    assert tokenizers[0] == tokenizers[1]

@@ -312,12 +312,14 @@ def _sampled(segment: Segment, budget: int):
 
 def _fit_budgets(segments: list[Segment], fit_bytes: int):
     """(segment, bytes to sample from it) for the BPE fit: about ``fit_bytes`` in all, each segment's share in
-    proportion to its bytes. A share too small to sample (under 1024 bytes, or under a smaller segment's size) is
-    passed on to the next segment, so that many small files are fitted on whole files spread evenly (each took 1024
-    bytes at least: 2,000 files of 2 KB fed 1.8 MB for a fit_bytes of 64 KB)."""
-    total, carried = sum(segment.stop - segment.start for segment in segments), 0.0
-    for segment in segments:
-        size = segment.stop - segment.start
+    proportion to its bytes (FASTA: its bases, counted in a pass of their own, which no line width or header
+    changes). A share too small to sample (under 1024 bytes, or under a smaller segment's size) is passed on to the
+    next segment, so that many small files are fitted on whole files spread evenly (each took 1024 bytes at least:
+    2,000 files of 2 KB fed 1.8 MB for a fit_bytes of 64 KB)."""
+    sizes = [sum(map(len, _segment_texts(segment))) if segment.documents == "fasta" else segment.stop - segment.start
+             for segment in segments]  # fmt: skip
+    total, carried = sum(sizes), 0.0
+    for segment, size in zip(segments, sizes, strict=True):
         carried += fit_bytes * size / total
         if size and carried >= min(size, 1024):
             take = min(int(carried), size)
