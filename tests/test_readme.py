@@ -242,8 +242,8 @@ def test_run_directory_holds_what_the_readme_lists(tmp_path, main_cli):
     assert "last.ckpt" in checkpoints and all(re.fullmatch(r"step-\d{6}\.ckpt", name)
                                               for name in checkpoints - {"last.ckpt"})  # fmt: skip
     model = {path.name for path in (run / "model").iterdir()}
-    for name in re.findall(r"[\w_]+\.json|model\.safetensors", block.split("model/", 1)[1].split("metrics.json")[0]):
-        assert name in model, name
+    named = re.findall(r"[\w_]+\.json|model\.safetensors", block.split("model/", 1)[1].split("metrics.json")[0])
+    assert set(named) == model
 
 
 def readme_paragraph(start: str) -> str:
