@@ -119,7 +119,7 @@ def test_the_summarys_gap_is_the_validation_loss_minus_the_entropy_rate(trained,
     results = {"val": {"loss": loss}, "reference": {"entropy_rate": 1.2}}
     summary = inspection.run_summary(config, model, run_dir, results, {})
     assert summary["gap to the entropy rate"] == gap
-    assert summary["entropy rate (nats/token): the lowest loss any model can reach"] == 1.2
+    assert summary["entropy rate (nats/token): the lowest expected loss of any model"] == 1.2
 
 
 def test_the_summary_and_the_floors_use_the_validation_documents_likelihood(trained):

@@ -125,7 +125,7 @@ def run_summary(config, model, run_dir: Path, results: dict, data_info: dict) ->
         summary[label] = value
     reference = results.get("reference", {})
     if "entropy_rate" in reference:
-        summary[f"entropy rate ({unit}): the lowest loss any model can reach"] = reference["entropy_rate"]
+        summary[f"entropy rate ({unit}): the lowest expected loss of any model"] = reference["entropy_rate"]
         if "loss" in val:
             summary["gap to the entropy rate"] = entropy_rate_gap(val["loss"], reference["entropy_rate"],
                                                                   continuous_source(reference))  # fmt: skip
