@@ -139,7 +139,8 @@ class ScanMarkovForCausalLM(ScoredInSlices, GenerationMixin, PreTrainedModel):
 
     def logits_from_states(self, states: Tensor) -> Tensor:
         """decode(LayerNorm(h)) Eᵀ: states (..., D) -> logits (..., V)."""
-        return self.lm_head(self.decoder(self.norm(states)))
+        # under autocast the scan hands back float32 states, which CPU autocast leaves beside a bf16 model's LayerNorm
+        return self.lm_head(self.decoder(self.norm(states.to(self.norm.weight.dtype))))
 
     def forward(
         self,
