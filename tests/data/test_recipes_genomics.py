@@ -195,6 +195,17 @@ def test_a_reference_read_whole_reads_any_letters_and_rejects_text_before_a_head
         read_reference(path, indexed=False)
 
 
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_reference_header_with_no_name_is_refused_naming_its_line(tmp_path, compressed):
+    """A header that is just '>' (or '>' and spaces) raised a bare IndexError from the whole-file read; it is
+    refused as read_fasta refuses it, naming the file and the line of the text."""
+    path = tmp_path / ("ref.fa.gz" if compressed else "ref.fa")
+    text = b">a\nACGT\n>  \nGG\n"
+    path.write_bytes(gzip.compress(text) if compressed else text)
+    with pytest.raises(ValueError, match=f"^{path}: line 3: header '>' has no record id$"):
+        read_reference(path, indexed=False)
+
+
 # BED
 
 

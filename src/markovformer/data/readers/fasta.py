@@ -14,7 +14,13 @@ import torch
 
 from markovformer.atomic import atomic_write
 from markovformer.data.bundle import DataBundle, label_names_in_order
-from markovformer.data.readers.fasta_format import base_line_number, fasta_records, is_gzipped, text_line_number
+from markovformer.data.readers.fasta_format import (
+    base_line_number,
+    fasta_records,
+    header_id,
+    is_gzipped,
+    text_line_number,
+)
 from markovformer.data.readers.text_stream import BYTE_ORDER_MARK, not_text_message
 from markovformer.data.readers.token_store import cache_root
 from markovformer.data.splits import split_indices
@@ -107,19 +113,17 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
     records: list[tuple[str, str]] = []
     seen: dict[str, int] = {}  # record id -> the offset of its header
     for offset, header, sequence in fasta_records(path, fold_case=True):
-        words = header.split()
-        if not words:
-            raise ValueError(f"{path}: line {text_line_number(path, offset)}: header '>' has no record id")
-        if words[0] in seen:
-            raise ValueError(f"{path}: line {text_line_number(path, offset)}: record id {words[0]!r} repeats line "
-                             f"{text_line_number(path, seen[words[0]])}")  # fmt: skip
-        seen[words[0]] = offset
+        name = header_id(path, offset, header)
+        if name in seen:
+            raise ValueError(f"{path}: line {text_line_number(path, offset)}: record id {name!r} repeats line "
+                             f"{text_line_number(path, seen[name])}")  # fmt: skip
+        seen[name] = offset
         bad = _first_bad_letter(sequence)
         if bad is not None:
             line = base_line_number(path, offset, sequence.index(bad))
-            raise ValueError(f"{path}: record {words[0]!r} line {line}: letter {bad!r} is outside the DNA vocabulary "
+            raise ValueError(f"{path}: record {name!r} line {line}: letter {bad!r} is outside the DNA vocabulary "
                              f"{DNA_VOCAB}")  # fmt: skip
-        records.append((words[0], sequence))
+        records.append((name, sequence))
     if not records:
         raise ValueError(f"{path}: no FASTA records (no line starts with '>')")
     return records

@@ -138,6 +138,15 @@ def _fasta_record(path: Path, at: int, lines: list[bytes], fold_case: bool,
     return at, header, _text(path, at, sequence)
 
 
+def header_id(path: Path, at: int, header: str) -> str:
+    """The id of the record of ``path`` whose '>' is at byte ``at``: the first word of its ``header``; a header with
+    none raises ValueError naming the file and line."""
+    words = header.split()
+    if not words:
+        raise ValueError(f"{path}: line {text_line_number(path, at)}: header '>' has no record id")
+    return words[0]
+
+
 def sampled_fasta(path: Path, start: int, stop: int, budget: int, fold_case: bool = False) -> Iterator[str]:
     """At most ``budget`` bases of the FASTA records in bytes [start, stop) of ``path`` (``start`` on a record
     start), for a BPE fit: every record when their bases fit the budget (their headers and line breaks need not),

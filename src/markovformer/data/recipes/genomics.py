@@ -28,7 +28,7 @@ import numpy as np
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.fasta import IndexedFasta, load_fasta_classification, reverse_complement, write_fasta
-from markovformer.data.readers.fasta_format import fasta_records
+from markovformer.data.readers.fasta_format import fasta_records, header_id
 from markovformer.data.recipes.debian import package_file, unpacked_debian_package
 
 LabelledSequence = tuple[str, str, str]  # (record id, uppercase ACGTN sequence, label)
@@ -278,7 +278,7 @@ def read_reference(path: str | Path, indexed: bool | None = None) -> Mapping[str
     if indexed:
         return IndexedFasta(path)
     records = fasta_records(path, fold_case=True, keep_empty=True)  # any letters: IUPAC codes are no error here
-    return {header.split()[0]: sequence for _, header, sequence in records}
+    return {header_id(path, at, header): sequence for at, header, sequence in records}
 
 
 def write_labelled_fasta(records: Iterable[LabelledSequence], folder: str | Path) -> Path:
