@@ -266,6 +266,20 @@ def test_a_windows_saved_reference_and_bed_file_read_as_their_unix_twins(tmp_pat
             read_reference(tmp_path / "windows.fa", indexed=True)
 
 
+def test_a_gzipped_reference_is_read_whole_whatever_its_name(tmp_path):
+    """indexed=None chose the index by the name: a gzipped file named .fa went to pyfaidx, which failed on its
+    compressed bytes ("cannot index as a FASTA file ('utf-8' codec can't decode byte 0x8b ..."). Its first bytes
+    decide now; a plain file named .gz is still read whole (pyfaidx would take it for bgzip)."""
+    pytest.importorskip("pyfaidx", reason="without pyfaidx every reference is read whole")
+    reference_path, chromosomes = _reference(tmp_path, compressed=False)
+    (tmp_path / "gzipped.fa").write_bytes(gzip.compress(reference_path.read_bytes()))
+    (tmp_path / "plain.fa.gz").write_bytes(reference_path.read_bytes())
+    for name in ("gzipped.fa", "plain.fa.gz"):
+        reference = read_reference(tmp_path / name)
+        assert isinstance(reference, dict) and reference == chromosomes, name
+        assert not (tmp_path / f"{name}.fai").exists()
+
+
 def test_intervals_read_through_the_index_equal_slices_of_the_whole_file(tmp_path):
     pytest.importorskip("pyfaidx", reason="the indexed reference needs pyfaidx (the data extra)")
     generator = np.random.default_rng(0)

@@ -28,7 +28,7 @@ import numpy as np
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.fasta import IndexedFasta, load_fasta_classification, reverse_complement, write_fasta
-from markovformer.data.readers.fasta_format import fasta_records, header_id
+from markovformer.data.readers.fasta_format import fasta_records, header_id, is_gzipped
 from markovformer.data.recipes.debian import package_file, unpacked_debian_package
 
 LabelledSequence = tuple[str, str, str]  # (record id, uppercase ACGTN sequence, label)
@@ -271,10 +271,12 @@ def read_reference(path: str | Path, indexed: bool | None = None) -> Mapping[str
     """Chromosome name (the header's first word) -> uppercase sequence, from a plain or gzipped FASTA. A plain file
     is read through its ``.fai`` index (``fasta.IndexedFasta``: a slice reads only its bases, so a 3 GB reference is
     never loaded whole) when ``pyfaidx`` is installed (``indexed=None``) or when ``indexed=True``; a gzipped file
-    (which the index cannot seek in unless it is bgzipped) is read whole."""
+    (told by its first bytes, whatever its name: the index cannot seek in it unless it is bgzipped) is read whole,
+    and so is a plain file named ``.gz`` or ``.bgz``, which pyfaidx would take for bgzip."""
     path = Path(path)
     if indexed is None:
-        indexed = path.suffix != ".gz" and importlib.util.find_spec("pyfaidx") is not None
+        indexed = (not is_gzipped(path) and path.suffix.lower() not in (".gz", ".bgz")
+                   and importlib.util.find_spec("pyfaidx") is not None)  # fmt: skip
     if indexed:
         return IndexedFasta(path)
     records = fasta_records(path, fold_case=True, keep_empty=True)  # any letters: IUPAC codes are no error here
