@@ -161,8 +161,9 @@ def test_predicted_basins_match_where_the_profiled_flow_ends(p, q):
     # starts too close to the boundary converge too slowly to classify within the budget
     keep &= (energy(e0, w0) - saddle_energy()).abs() > 0.1
     e0, w0 = e0[keep], w0[keep]
-    # a small step: large Euler steps can jump e across 0, which the continuous flow never does
-    final = gradient_flow(e0, w0, 0.0, p, q, steps=10000, lr=0.1, profile_bias=True)[-1]
+    # a small step: large Euler steps can jump e across 0, which the continuous flow never does. Every start is within
+    # 1e-3 of its minimum by step 231 and 1e-8 by step 381, on the same side from step 500 to 10,000: 2,000 steps
+    final = gradient_flow(e0, w0, 0.0, p, q, steps=2000, lr=0.1, profile_bias=True)[-1]
     losses = reduced_loss(final[:, 0], final[:, 1], final[:, 2], p, q)
     at_rate = (losses - chain.entropy_rate()).abs() < 1e-3
     at_unigram = (losses - chain.marginal_entropy()).abs() < 1e-3
