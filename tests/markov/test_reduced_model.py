@@ -124,7 +124,8 @@ def test_optimal_bias_for_rare_switches_is_found_far_from_zero(p, q):
 def test_profiled_flow_conserves_the_energy(p, q):
     starts_e = torch.tensor([0.3, 0.8, -0.5, 1.1])
     starts_w = torch.tensor([0.2, -0.3, -1.0, 0.6])
-    trajectory = gradient_flow(starts_e, starts_w, 0.0, p, q, steps=4000, lr=0.005, profile_bias=True)
+    # 2,000 steps: the largest drift of the 4,000 (7.6e-4 and 2.3e-3) is reached by then, the starts at their minima
+    trajectory = gradient_flow(starts_e, starts_w, 0.0, p, q, steps=2000, lr=0.005, profile_bias=True)
     e, w = trajectory[..., 0], trajectory[..., 1]
     drift = (energy(e, w) - energy(e[0], w[0])).abs().max()
     assert drift < 5e-3  # explicit Euler: O(lr) drift over the whole path
