@@ -182,7 +182,8 @@ def test_starts_on_the_unigram_line_or_at_w_zero_are_predicted_where_the_flow_en
     chain = switching_chain(p, q)
     e0 = torch.tensor([0.0, 0.0, 0.0, 0.8, -0.6], dtype=torch.float64)
     w0 = torch.tensor([0.3, -0.3, -1.2, 0.0, 0.0], dtype=torch.float64)
-    final = gradient_flow(e0, w0, 0.0, p, q, steps=3000, lr=0.1, profile_bias=True)[-1]
+    # every start is within 1e-8 of its minimum by step 264, on the same side from step 300 to 3,000
+    final = gradient_flow(e0, w0, 0.0, p, q, steps=1000, lr=0.1, profile_bias=True)[-1]
     losses = reduced_loss(final[:, 0], final[:, 1], final[:, 2], p, q)
     at_rate = (losses - chain.entropy_rate()).abs() < 1e-3
     at_unigram = (losses - chain.marginal_entropy()).abs() < 1e-3
