@@ -133,6 +133,21 @@ def test_power_iteration_of_slowly_mixing_chain_meets_its_tolerance(p, q):
     assert (pi - expected).abs().sum().item() < 2e-10
 
 
+def test_power_iteration_reads_its_step_size_on_the_host_only_every_few_steps(monkeypatch):
+    # each float() of a step waits for the device (on CPU, ~10 us of a 30 us step on a 2-context chain): read every
+    # step it made the (1e-4, 2e-4) chain above, 160k steps, take 4.5 s
+    steps, reads = [], []
+    lazy_step, to_float = MarkovChain._lazy_step, torch.Tensor.__float__
+    monkeypatch.setattr(MarkovChain, "_lazy_step", lambda chain, pi: steps.append(1) or lazy_step(chain, pi))
+    monkeypatch.setattr(torch.Tensor, "__float__", lambda tensor: reads.append(1) or to_float(tensor))
+    p, q = 2e-2, 1e-2
+    pi = switching_chain(p, q).stationary(method="power")
+    monkeypatch.undo()
+    assert len(steps) > 500  # ~ 25 / gap: the rule still runs to the rounding floor
+    assert len(reads) <= len(steps) / 32 + 2  # + 1 for the balance check
+    assert (pi - torch.tensor([q, p], dtype=torch.float64) / (p + q)).abs().sum().item() < 1e-12
+
+
 @pytest.mark.parametrize("rate", [1e-6, 1e-12, 1e-14, 3e-16])
 def test_power_iteration_refuses_a_chain_it_cannot_converge_and_auto_solves_it_densely(rate, monkeypatch):
     # 512 contexts, so "auto" takes the power path. At rate 1e-12 one step from uniform moves 1e-12 in L1 and the
