@@ -40,8 +40,7 @@ def test_a_refused_training_config_imports_no_lightning(tmp_path, tiny_config):
     """`train` imported Lightning, and with it torchmetrics, transformers and scipy, before it read its config: a
     missing config file, a mistyped top-level or trainer key or a bad trainer value waited for all of it to be refused
     (8.0 s to the error, 2.6 s without it: medians of 5 on a shared 2-core CPU). The run config is resolved first,
-    the training machinery imported after (the model and data sections are checked as the run is built, under
-    Lightning still)."""
+    the training machinery imported after."""
     commands = [["train", str(tmp_path / "nonexistent.yaml")],
                 ["train", str(tiny_config), "trainer.max_stesp=3"],
                 ["train", "trainer.max_steps=-1"]]  # fmt: skip
@@ -51,3 +50,29 @@ def test_a_refused_training_config_imports_no_lightning(tmp_path, tiny_config):
     imported = [line for line in done.stdout.splitlines() if line.startswith("imported: ")]
     assert imported == ["imported: 2 []"] * 3, done.stdout + done.stderr
     assert not (tmp_path / "runs").exists()  # the demo run refused: no folder started
+
+
+def refused_in_a_fresh_interpreter(commands: list[list[str]], cwd) -> tuple[list[str], list[str]]:
+    """Each command line's ``imported: STATUS [...]`` line (``IMPORTED_BY``) and the error lines, in order, of
+    ``commands`` run by ``main`` in one fresh interpreter in ``cwd``."""
+    done = subprocess.run([sys.executable, "-c", IMPORTED_BY, json.dumps(commands)], capture_output=True, text=True,
+                          cwd=cwd)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    imported = [line for line in done.stdout.splitlines() if line.startswith("imported: ")]
+    return imported, [line for line in done.stderr.splitlines() if line.startswith("markovformer: error: ")]
+
+
+def test_a_mistyped_model_or_data_key_is_refused_before_lightning(tmp_path, tiny_config):
+    """The model and data sections were checked as the run was built, inside the runner, whose import brings
+    Lightning, torchmetrics, transformers and scipy: `train tiny.yaml model.d_modle=3` waited 20 s of a loaded
+    2-core CPU for its one line. They are checked as the run config is read, the lines unchanged."""
+    commands = [["train", str(tiny_config), "model.d_modle=3"], ["train", str(tiny_config), "data.typo=1"],
+                ["train", str(tiny_config), "data.num_symbols=0"]]  # fmt: skip
+    imported, errors = refused_in_a_fresh_interpreter(commands, tmp_path)
+    assert imported == ["imported: 2 []"] * 3, errors
+    assert errors == ["markovformer: error: unknown key model.d_modle (did you mean 'd_model'?)",
+                      "markovformer: error: unknown key data.typo; the keys of data: kind, num_symbols, lags, "
+                      "strength, order, beta, p, q, chain_seed, seq_len, train_sequences, val_sequences, "
+                      "test_sequences",
+                      "markovformer: error: data.num_symbols=0 must be >= 1"]  # fmt: skip
+    assert not (tmp_path / "runs").exists()

@@ -6,6 +6,7 @@ import dataclasses
 import glob
 import inspect
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -35,6 +36,16 @@ def build_data(config: RunConfig, run_dir: str | Path | None = None) -> DataBund
     saved = None if run_dir is None else saved_tokenizer(run_dir)
     if saved is not None:
         tokenizer = load_tokenizer(saved)
+    source = data_source(config)
+    if tokenizer is not None and "tokenizer" in inspect.signature(source.build).parameters:
+        bundle = source.build(seed=config.trainer.seed, tokenizer=tokenizer)
+    else:
+        bundle = source.build(seed=config.trainer.seed)
+    return dataclasses.replace(bundle, files=list(dict.fromkeys([*data_files(config.data), *bundle.files])))
+
+
+def data_source(config: RunConfig) -> Any:
+    """The run's data source, its options checked (ConfigError naming a bad one) but nothing read or built yet."""
     values = dict(config.data)
     name = values.pop("source")
     if name not in DATA_SOURCES:
@@ -46,12 +57,7 @@ def build_data(config: RunConfig, run_dir: str | Path | None = None) -> DataBund
     if "task" in {field.name for field in dataclasses.fields(source_class)}:  # a source that can feed several tasks
         if values.setdefault("task", config.task) != config.task:
             raise ConfigError(f"data.task={values['task']!r} disagrees with task={config.task!r}")
-    source = build_dataclass(source_class, values, "data", lambda key: other_section_hint(key, "data", *run(config)))
-    if tokenizer is not None and "tokenizer" in inspect.signature(source.build).parameters:
-        bundle = source.build(seed=config.trainer.seed, tokenizer=tokenizer)
-    else:
-        bundle = source.build(seed=config.trainer.seed)
-    return dataclasses.replace(bundle, files=list(dict.fromkeys([*data_files(values), *bundle.files])))
+    return build_dataclass(source_class, values, "data", lambda key: other_section_hint(key, "data", *run(config)))
 
 
 def run(config: RunConfig) -> tuple[str, str, str]:
