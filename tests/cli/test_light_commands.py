@@ -76,3 +76,20 @@ def test_a_mistyped_model_or_data_key_is_refused_before_lightning(tmp_path, tiny
                       "test_sequences",
                       "markovformer: error: data.num_symbols=0 must be >= 1"]  # fmt: skip
     assert not (tmp_path / "runs").exists()
+
+
+def test_resuming_what_is_no_run_is_refused_before_lightning(tmp_path):
+    """`train --resume FOLDER` looked for the run's config.yaml inside the runner, whose import brings Lightning and
+    the rest: a mistyped folder waited 20 s of a loaded 2-core CPU for its one line. The folder and the overrides are
+    checked before the runner is imported, the lines unchanged."""
+    (tmp_path / "runs" / "demo").mkdir(parents=True)
+    commands = [["train", "--resume", "runs/demo"], ["train", "--resume", "runs/dmeo", "trainer.max_steps=5"],
+                ["train", "--resume", "runs/demo", "trainer.max_steps=5", "trainer.max_steps=6"]]  # fmt: skip
+    imported, errors = refused_in_a_fresh_interpreter(commands, tmp_path)
+    assert imported == ["imported: 2 []"] * 3, errors
+    assert errors == ["markovformer: error: runs/demo: not a run directory (no config.yaml)",
+                      "markovformer: error: runs/dmeo: not a run directory (no config.yaml)",
+                      "markovformer: error: trainer.max_steps is set twice, to different values: "
+                      "'trainer.max_steps=5', then 'trainer.max_steps=6'; give it once"]  # fmt: skip
+    assert [path.name for path in (tmp_path / "runs").iterdir()] == ["demo"]
+    assert not any((tmp_path / "runs" / "demo").iterdir())

@@ -285,6 +285,7 @@ def run_train(args: argparse.Namespace) -> None:
     from markovformer.training.demo import DEMO_CONFIG
     from markovformer.training.kind_switches import apply_switching_overrides
     from markovformer.training.run_config import load_yaml, resolve_run_config
+    from markovformer.training.run_dir import config_to_resume
 
     keep_freed_memory()  # reuse freed memory: glibc would page-fault long-T activations in on every step
     overrides = list(args.overrides)
@@ -295,6 +296,7 @@ def run_train(args: argparse.Namespace) -> None:
         if args.config:
             raise ValueError(f"--resume rebuilds the run from its own config.yaml; drop {args.config!r} (only "
                              f"key=value overrides such as trainer.max_steps=N may follow)")  # fmt: skip
+        config_to_resume(args.resume, overrides)  # as resume does again: a folder holding no run, said sooner
     else:
         values = load_yaml(locate_config(args.config)) if args.config else copy.deepcopy(DEMO_CONFIG)
         values, notes = apply_switching_overrides(values, overrides)

@@ -25,6 +25,7 @@ model/ only when ``finished.json`` is there, else the last checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -51,7 +52,14 @@ from markovformer.training.fingerprint import (
 )
 from markovformer.training.isolation import built_on_the_cpu
 from markovformer.training.run_checks import check_tensors_match, damaged_checkpoint, resume_point
-from markovformer.training.run_config import RunConfig, load_yaml, plain_values, resolve_run_config, write_yaml
+from markovformer.training.run_config import (
+    RunConfig,
+    check_each_key_once,
+    load_yaml,
+    plain_values,
+    resolve_run_config,
+    write_yaml,
+)
 from markovformer.training.run_lock import LOCK_FILE
 from markovformer.training.trainer_config import ConfigError
 
@@ -274,6 +282,18 @@ def not_a_run_directory(directory: Path) -> ConfigError:
         inside = (f": a run started here stopped before it wrote its config, so there is nothing to resume; start "
                   f"it again with markovformer train CONFIG output_dir={directory}")  # fmt: skip
     return ConfigError(f"{directory}: not a run directory (no {RESOLVED_CONFIG}){inside}")
+
+
+def config_to_resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """The config of the run in ``run_dir`` (its config.yaml; output_dir the directory as given, ``~`` expanded),
+    once ``overrides`` are known to set each key once (before the run's own edits are put ahead of them); ConfigError
+    (``not_a_run_directory``) when it holds no run. ``resume`` starts with it, and the command line calls it before
+    it imports the runner: a mistyped folder need not wait for Lightning's import."""
+    check_each_key_once(list(overrides))
+    run_dir = Path(run_dir).expanduser()  # as RunConfig's output_dir
+    if not (run_dir / RESOLVED_CONFIG).is_file():
+        raise not_a_run_directory(run_dir)
+    return dataclasses.replace(resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG)), output_dir=str(run_dir))
 
 
 def run_of_checkpoint(checkpoint: Path) -> Path:

@@ -59,21 +59,15 @@ from markovformer.training.run_checks import (
     resumed_config,
     trained_settings,
 )
-from markovformer.training.run_config import (
-    RunConfig,
-    check_each_key_once,
-    load_yaml,
-    plain_values,
-    resolve_run_config,
-)
+from markovformer.training.run_config import RunConfig, plain_values
 from markovformer.training.run_dir import (
     LAST_CHECKPOINT,
     RESOLVED_CONFIG,
+    config_to_resume,
     continue_with_resume,
     finished_steps,
     load_run,
     mark_unfinished,
-    not_a_run_directory,
     read_final_metrics,
     record_resume,
     remove_stale_files,
@@ -212,11 +206,8 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     ``RESUMABLE_KEYS``; a larger ``trainer.max_steps`` extends a run (finished or not), keeping its learning-rate
     schedule (``trainer.decay_steps``). A finished run is refused unless it is extended. A run killed while it
     started or finished is completed: its missing files are written. Returns what ``train`` returns."""
-    check_each_key_once(list(overrides))  # before the run's own edits are put ahead of them
-    run_dir = Path(run_dir).expanduser()  # as RunConfig's output_dir
-    if not (run_dir / RESOLVED_CONFIG).is_file():
-        raise not_a_run_directory(run_dir)
-    config = dataclasses.replace(resolve_run_config(load_yaml(run_dir / RESOLVED_CONFIG)), output_dir=str(run_dir))
+    config = config_to_resume(run_dir, overrides)
+    run_dir = Path(config.output_dir)
     writer = is_run_writer(config.trainer)
     with run_dir_lock(run_dir, writer):
         last = resume_point(run_dir / "checkpoints" / LAST_CHECKPOINT)
