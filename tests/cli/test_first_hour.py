@@ -106,17 +106,19 @@ def test_lightning_banners_stay_out_of_experiment_output(tmp_path):
 
     code = f"""
 import sys
-import markovformer.experiments as experiments
+import markovformer.experiments.weight_tying as weight_tying
 from markovformer.cli.main import main
+from markovformer.experiments.report import ExperimentReport
 
-def lightning_experiment(name, out, **options):
+def lightning_experiment(out_dir, *, log, **options):
+    ExperimentReport(out_dir, "stand-in", log)  # its settings checked, it opens its folder (Lightning quieted there)
     import lightning.pytorch as pl
 
     pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, max_steps=1)  # logs its banners
-    options["log"]("cell 1/1 done")
-    return "{tmp_path}/report.md"
+    log("cell 1/1 done")
+    return out_dir / "report.md"
 
-experiments.run_experiment = lightning_experiment
+weight_tying.run = lightning_experiment
 sys.exit(main(["experiment", "weight-tying", "--out", "{tmp_path}"]))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,

@@ -1,5 +1,6 @@
 """The commands import what they use: Lightning is the training loop's and torchmetrics scoring's, so `generate` and
-`inspect` wait for neither, `eval` for no Lightning, and `train` refuses a bad run config before it imports them."""
+`inspect` wait for neither, `eval` for no Lightning, and `train` and `experiment` refuse bad settings before they
+import them."""
 
 from __future__ import annotations
 
@@ -93,3 +94,15 @@ def test_resuming_what_is_no_run_is_refused_before_lightning(tmp_path):
                       "'trainer.max_steps=5', then 'trainer.max_steps=6'; give it once"]  # fmt: skip
     assert [path.name for path in (tmp_path / "runs").iterdir()] == ["demo"]
     assert not any((tmp_path / "runs" / "demo").iterdir())
+
+
+def test_a_mistyped_experiment_setting_is_refused_before_lightning(tmp_path):
+    """`experiment NAME` quieted Lightning's loggers, importing it (and torchmetrics, transformers, scipy), before the
+    experiment checked its settings: `experiment landscape --set typo=1` waited 20 s of a loaded 2-core CPU for its
+    one line. Lightning is quieted once the experiment has opened its folder, its settings checked."""
+    commands = [["experiment", "landscape", "--set", "typo=1"], ["experiment", "table1", "--set", "steps=-3"]]
+    imported, errors = refused_in_a_fresh_interpreter(commands, tmp_path)
+    assert imported == ["imported: 2 []"] * 2, errors
+    assert errors == ["markovformer: error: unknown key landscape.typo; the keys of landscape: chains, starts, lr, "
+                      "steps", "markovformer: error: table1.steps=-3: must be > 0"]  # fmt: skip
+    assert not (tmp_path / "runs").exists()

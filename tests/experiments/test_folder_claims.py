@@ -1,4 +1,5 @@
-"""An experiment's folder is claimed by one experiment (experiment.json), also when two start into it at once."""
+"""An experiment's folder is claimed by one experiment (experiment.json), also when two start into it at once; what
+runs when it opens its folder runs once its settings are checked."""
 
 from __future__ import annotations
 
@@ -50,3 +51,19 @@ def test_the_same_experiment_reclaims_its_folder_and_another_is_refused(tmp_path
     report.claim_folder(tmp_path, "mixers")
     with pytest.raises(ValueError, match="holds the experiment 'mixers'"):
         report.claim_folder(tmp_path, "mat-order")
+
+
+def test_the_action_on_opening_runs_once_the_settings_are_checked(tmp_path):
+    """run_experiment's ``on_open`` (where the command line quiets Lightning, importing it) runs when the experiment
+    opens its folder, its settings checked: not for a refused setting, and once however many reports open."""
+    from markovformer.experiments import run_experiment
+
+    calls = []
+    with pytest.raises(ValueError, match="unknown key landscape.typo"):
+        run_experiment("landscape", tmp_path / "refused", overrides={"typo": 1}, on_open=lambda: calls.append(1))
+    assert calls == [] and not (tmp_path / "refused").exists()
+    with report.call_on_open(lambda: calls.append(2)):
+        report.ExperimentReport(tmp_path / "first", "first", log=lambda line: None)
+        report.ExperimentReport(tmp_path / "second", "second", log=lambda line: None)
+    report.ExperimentReport(tmp_path / "third", "third", log=lambda line: None)
+    assert calls == [2]

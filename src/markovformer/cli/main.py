@@ -411,8 +411,6 @@ def run_experiment_command(args: argparse.Namespace) -> None:
             print(f"{name:16} {experiment.summary}")
         return
     find_experiment(args.name)  # a mistyped name is refused before the experiments' machinery is imported
-    if not args.debug:
-        quiet_frameworks()
     from markovformer.training.run_config import check_each_key_once, parse_override
 
     out = args.out or f"runs/experiments/{args.name}{'-quick' if args.quick else ''}"
@@ -428,7 +426,8 @@ def run_experiment_command(args: argparse.Namespace) -> None:
     try:
         report = run_experiment(args.name, out, quick=args.quick, seeds=seeds, overrides=overrides,
                                 recompute=args.recompute, from_cells=args.from_cells,
-                                log=lambda line: print(line, flush=True))  # fmt: skip
+                                log=lambda line: print(line, flush=True),
+                                on_open=None if args.debug else quiet_frameworks)  # fmt: skip
     except RunTerminated as stop:  # inside a cell's training run: its line names the run; the experiment goes on too
         raise RunTerminated(f"{stop}; or rerun this experiment, which keeps its finished cells and resumes this "
                             f"one", stop.exit_status - 128, stop.shown) from None  # fmt: skip

@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from markovformer.advice import said_as
-from markovformer.experiments.report import experiment_named, given_from_cells, recompute_cells, stored_cells_only
+from markovformer.experiments.report import (
+    call_on_open,
+    experiment_named,
+    given_from_cells,
+    recompute_cells,
+    stored_cells_only,
+)
 from markovformer.models.config_base import suggest
 
 _MODULES = ("weight_tying", "landscape", "icl_depth", "order_recovery", "mat_order", "scan_shakespeare", "vmt",
@@ -74,6 +80,7 @@ def run_experiment(
     recompute: Sequence[str] = (),
     from_cells: bool = False,
     log: Callable[[str], None] = print,
+    on_open: Callable[[], None] | None = None,
 ) -> Path:
     """Run experiment ``name`` into ``out_dir`` (finished cells found there are reused); returns the report path.
 
@@ -84,7 +91,9 @@ def run_experiment(
     experiment, are refused with every cell still there. ``from_cells``: write the report from the cells
     already in ``out_dir``, training nothing (``report.stored_cells_only``): ``mixers`` reports the learning rates and
     seeds each grid point has (a grid run one process per kind or rate, or cut short, read as it stands); any other
-    experiment stops at its first missing cell, naming it.
+    experiment stops at its first missing cell, naming it. ``on_open``: called once the experiment has checked its
+    settings and opened its folder, before its first cell (the command line quiets Lightning there, whose import a
+    refused setting need not wait for).
     """
     experiment = find_experiment(name)
     for seed in seeds or ():
@@ -108,8 +117,9 @@ def run_experiment(
     # the cells are forgotten when the experiment opens its folder: its settings checked, the folder claimed; the
     # cells seed the global random states for themselves, and the caller's are put back; they build on the CPU and
     # from a float32 default dtype, as a run does, whatever default device and dtype the caller set
-    with stored_cells_only() if from_cells else nullcontext(), experiment_named(name), recompute_cells(
-            recompute) as pending, random_states_kept(), process_settings_kept(torch.get_num_threads()):  # fmt: skip
+    with (stored_cells_only() if from_cells else nullcontext(), experiment_named(name),
+          recompute_cells(recompute) as pending, call_on_open(on_open), random_states_kept(),
+          process_settings_kept(torch.get_num_threads())):  # fmt: skip
         report = built_on_the_cpu(experiment.run)(Path(out_dir), quick=quick, seeds=seeds, overrides=overrides or {},
                                                   log=log)  # fmt: skip
     if not pending["done"]:  # an experiment that wrote its report without an ExperimentReport

@@ -299,6 +299,22 @@ def recompute_cells(patterns: Sequence[str]) -> Iterator[dict]:
         _RECOMPUTE.reset(token)
 
 
+# what runs once an experiment has checked its settings and opened its folder, before its first cell (set by
+# ``experiments.run_experiment``: the command line quiets Lightning there, whose import a refused setting need not
+# wait for)
+_ON_OPEN: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar("on_open", default=None)
+
+
+@contextmanager
+def call_on_open(action: Callable[[], None] | None) -> Iterator[None]:
+    """Within it, the first ``ExperimentReport`` calls ``action`` (if any) when it opens its folder."""
+    token = _ON_OPEN.set(action)
+    try:
+        yield
+    finally:
+        _ON_OPEN.reset(token)
+
+
 def claim_folder(out_dir: Path, name: str) -> None:
     """Mark ``out_dir`` as experiment ``name``'s (``experiment.json``), or refuse it when another experiment holds
     it: its report, results and figures would have been replaced and the cells of both mixed in one folder. Two
@@ -360,6 +376,9 @@ class ExperimentReport:
         if (pending := _RECOMPUTE.get()) is not None and not pending["done"]:
             forget_cells(self.out_dir, pending["patterns"], log)  # the settings are checked, the folder is ours
             pending["done"] = True
+        if (action := _ON_OPEN.get()) is not None:
+            _ON_OPEN.set(None)  # once: a second report of the experiment finds it done
+            action()
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.title = title
         self.log = log
