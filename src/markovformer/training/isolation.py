@@ -78,7 +78,10 @@ def process_settings_kept(threads: int) -> Iterator[None]:
     finally:
         torch.set_num_threads(previous_threads)
         torch.set_default_dtype(default_dtype)
-        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        if (torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled()) != deterministic:  # fmt: skip
+            # only when changed: the call imports torch._inductor, seconds a refused experiment need not wait for
+            torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
         torch.backends.cudnn.benchmark = benchmark
         for name, value in variables.items():
             if value is None:
