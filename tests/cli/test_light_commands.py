@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+from markovformer.training.environment import usable_cores
+
 TRAINING_ONLY = ("lightning", "torchmetrics")
 # main() on each command line in turn, in one fresh interpreter: after each, its exit status and which of
 # TRAINING_ONLY had been imported by then
@@ -105,4 +107,28 @@ def test_a_mistyped_experiment_setting_is_refused_before_lightning(tmp_path):
     assert imported == ["imported: 2 []"] * 2, errors
     assert errors == ["markovformer: error: unknown key landscape.typo; the keys of landscape: chains, starts, lr, "
                       "steps", "markovformer: error: table1.steps=-3: must be > 0"]  # fmt: skip
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_bad_trainer_value_is_refused_before_lightning(tmp_path, tiny_config):
+    """A trainer value the run's own checks refuse (a warm-up past max_steps, more loader workers than cores, several
+    nodes from one machine) was refused by the runner's train(), whose import brings Lightning and the rest:
+    `train tiny.yaml trainer.warmup_steps=100` waited 19 s of a loaded 2-core CPU for its one line. A new run's
+    checks are made before the runner is imported, the lines unchanged."""
+    commands = [["train", str(tiny_config), "trainer.warmup_steps=100"],
+                ["train", str(tiny_config), "trainer.num_workers=100000"],
+                ["train", str(tiny_config), "trainer.num_nodes=2"]]  # fmt: skip
+    imported, errors = refused_in_a_fresh_interpreter(commands, tmp_path)
+    assert imported == ["imported: 2 []"] * 3, errors
+    cores = usable_cores()
+    assert errors == ["markovformer: error: trainer.warmup_steps=100 is larger than trainer.max_steps=40: the "
+                      "learning rate would never reach trainer.lr; set trainer.warmup_steps <= 40 (or leave it out: "
+                      "min(100, max_steps))",
+                      f"markovformer: error: trainer.num_workers=100000 is more than the {cores} CPU cores this "
+                      f"process may use; give trainer.num_workers <= {cores} (0 loads the batches in the main "
+                      f"process)",
+                      "markovformer: error: trainer.num_nodes=2 needs a multi-node launch, and this process was "
+                      "started on one machine alone; run the command on every node (srun under SLURM, torchrun "
+                      "--nnodes=2, or with MASTER_ADDR, MASTER_PORT and NODE_RANK set on each), or train on one "
+                      "machine with trainer.num_nodes=1"]  # fmt: skip
     assert not (tmp_path / "runs").exists()

@@ -280,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_train(args: argparse.Namespace) -> None:
     from markovformer.allocator import keep_freed_memory  # deferred (see above)
-    from markovformer.training.build import check_model_before_data, data_source
+    from markovformer.training.build import check_new_run
     from markovformer.training.config_files import locate_config
     from markovformer.training.demo import DEMO_CONFIG
     from markovformer.training.kind_switches import apply_switching_overrides
@@ -303,9 +303,7 @@ def run_train(args: argparse.Namespace) -> None:
         config = resolve_run_config(values)  # a bad value's error is then the one line printed
         for note in notes:
             print(note, flush=True)
-        # the model and data sections too, as the runner checks them again when it builds the run: their errors sooner
-        check_model_before_data(config)
-        data_source(config)
+        check_new_run(config)  # as train does again: a refusal need not wait for the runner's import
     # the run config checked first: Lightning brings torchmetrics, transformers and scipy (5 s of a 2-core CPU's 8 s),
     # which a missing config file or a mistyped key of any section need not wait for
     if not args.debug:

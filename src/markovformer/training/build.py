@@ -16,9 +16,10 @@ from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer
 from markovformer.data.recipes.registry import find_prepared_file
 from markovformer.data.sources import DATA_SOURCES, source_tasks
 from markovformer.models.registry import MODEL_FAMILIES, head_class
+from markovformer.training.environment import check_accelerator, check_cores, check_nodes, check_precision
 from markovformer.training.run_config import FILE_OPTIONS, RunConfig, build_dataclass, other_section_hint, suggest
 from markovformer.training.tasks import TASKS, Task, build_task
-from markovformer.training.trainer_config import ConfigError
+from markovformer.training.trainer_config import ConfigError, check_logger, check_warmup, check_weight_decay
 
 # The precisions under which Lightning trains every weight in another dtype than float32 (its precision plugin casts
 # the module): a run's checkpoints and model/ hold that dtype, so its model is built in it.
@@ -111,6 +112,25 @@ def build_run_task(config: RunConfig, bundle: DataBundle) -> Task:
     task = build_task(config.task, config.trainer, bundle.info, bundle.tokenizer, config.task_options)
     task.check_data(bundle)
     return task
+
+
+def check_new_run(config: RunConfig) -> None:
+    """Refuse a new run's config before anything is written: its trainer against this machine (accelerator,
+    precision, logger, nodes, cores) and its schedule, the task's own checks, an output_dir inside a data folder, then
+    its model and data sections (``check_model_before_data``, ``data_source``). ``train`` starts with it; the
+    command line calls it before it imports the runner, so that none of these waits for Lightning's import."""
+    tc = config.trainer
+    check_accelerator(tc.accelerator)
+    check_precision(tc.precision, tc.accelerator)
+    check_warmup(tc)
+    check_weight_decay(tc)
+    TASKS[config.task].check_new_run(config.task_options, tc)
+    check_logger(tc.logger)
+    check_nodes(tc.num_nodes)
+    check_cores(tc.num_workers, tc.threads)
+    check_run_outside_data(Path(config.output_dir), config.data)
+    check_model_before_data(config)
+    data_source(config)
 
 
 def check_model_before_data(config: RunConfig) -> None:

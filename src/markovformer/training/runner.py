@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import signal
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from markovformer.training.build import (
     build_model,
     build_run_task,
     check_model_before_data,
-    check_run_outside_data,
+    check_new_run,
 )
 from markovformer.training.checkpoint import step_checkpoints
 from markovformer.training.checkpoint_io import SafetensorsCheckpointIO
@@ -35,7 +34,6 @@ from markovformer.training.environment import (
     check_accelerator,
     check_cores,
     check_nodes,
-    check_precision,
     cluster_plugins,
     usable_cores,
 )
@@ -85,16 +83,14 @@ from markovformer.training.step_checkpoints import (
     RunFingerprint,
     StepCheckpoints,
 )
-from markovformer.training.tasks import TASKS, Task
+from markovformer.training.tasks import Task
 from markovformer.training.termination import StopTogether
 from markovformer.training.trainer_config import (
-    LOGGERS,
     MAX_DEFAULT_THREADS,
     ConfigError,
     RunTerminated,
     TrainerConfig,
-    check_warmup,
-    check_weight_decay,
+    check_logger,
 )
 from markovformer.training.worker_signals import worker_options
 
@@ -127,14 +123,6 @@ def is_run_writer(tc: TrainerConfig) -> bool:
                       logger=False, enable_checkpointing=False, enable_progress_bar=False,
                       enable_model_summary=False, plugins=cluster_plugins(tc.devices * tc.num_nodes))  # fmt: skip
     return probe.is_global_zero
-
-
-def check_logger(logger: str) -> None:
-    """ConfigError unless the package ``trainer.logger`` needs is installed; before anything is written."""
-    package = LOGGERS[logger]
-    if package is not None and importlib.util.find_spec(package) is None:
-        raise ConfigError(f"trainer.logger={logger!r} needs the package {package!r}: pip install {package} (or "
-                          f"trainer.logger=tensorboard, the default, or csv)")  # fmt: skip
 
 
 def metrics_loggers(tc: TrainerConfig, run_dir: Path, log: AppendingCSVLogger) -> list:
@@ -173,16 +161,8 @@ def train(config: RunConfig) -> dict:
     results, what its metrics.json holds (``val``: the last validation metrics, ``steps``, ``train_seconds``, the
     data's ``reference`` values, ...); in a process that does not write the run (a rank above 0), the validation
     metrics alone."""
-    check_accelerator(config.trainer.accelerator)  # before anything is written
-    check_precision(config.trainer.precision, config.trainer.accelerator)
-    check_warmup(config.trainer)
-    check_weight_decay(config.trainer)
-    TASKS[config.task].check_new_run(config.task_options, config.trainer)
-    check_logger(config.trainer.logger)
-    check_nodes(config.trainer.num_nodes)
-    check_cores(config.trainer.num_workers, config.trainer.threads)
+    check_new_run(config)  # before anything is written
     run_dir = Path(config.output_dir)
-    check_run_outside_data(run_dir, config.data)
     writer = is_run_writer(config.trainer)
     created = [folder for folder in (run_dir, *run_dir.parents) if not folder.exists()]  # the run's, then parents
     with run_dir_lock(run_dir, writer):

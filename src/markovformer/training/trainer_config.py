@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import math
 import reprlib
 import signal
@@ -215,6 +216,14 @@ class TrainerConfig:
         """The steps between the logs' training rows (logs/metrics.csv, TensorBoard): log_every, at most 50 (the
         console prints every log_every)."""
         return min(self.log_every, 50)
+
+
+def check_logger(logger: str) -> None:
+    """ConfigError unless the package ``trainer.logger`` needs is installed; before anything is written."""
+    package = LOGGERS[logger]
+    if package is not None and importlib.util.find_spec(package) is None:
+        raise ConfigError(f"trainer.logger={logger!r} needs the package {package!r}: pip install {package} (or "
+                          f"trainer.logger=tensorboard, the default, or csv)")  # fmt: skip
 
 
 def check_warmup(tc: TrainerConfig) -> None:
