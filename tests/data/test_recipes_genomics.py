@@ -206,6 +206,17 @@ def test_a_reference_header_with_no_name_is_refused_naming_its_line(tmp_path, co
         read_reference(path, indexed=False)
 
 
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_reference_naming_a_chromosome_twice_is_refused_naming_both_lines(tmp_path, compressed):
+    """The whole-file read kept the last record of a repeated name, silently ({'a': 'TT', 'b': 'G'} here), where
+    read_fasta and the index refuse the file: which of the two a BED interval was cut from was a guess."""
+    path = tmp_path / ("ref.fa.gz" if compressed else "ref.fa")
+    text = b">a x\nAC\n>b\nG\n>a y\nTT\n"
+    path.write_bytes(gzip.compress(text) if compressed else text)
+    with pytest.raises(ValueError, match=f"^{path}: line 5: record id 'a' repeats line 1$"):
+        read_reference(path, indexed=False)
+
+
 # BED
 
 

@@ -17,9 +17,8 @@ from markovformer.data.bundle import DataBundle, label_names_in_order
 from markovformer.data.readers.fasta_format import (
     base_line_number,
     fasta_records,
-    header_id,
     is_gzipped,
-    text_line_number,
+    named_records,
 )
 from markovformer.data.readers.text_stream import BYTE_ORDER_MARK, not_text_message
 from markovformer.data.readers.token_store import cache_root
@@ -111,13 +110,7 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
     if told is not None:
         raise ValueError(told)
     records: list[tuple[str, str]] = []
-    seen: dict[str, int] = {}  # record id -> the offset of its header
-    for offset, header, sequence in fasta_records(path, fold_case=True):
-        name = header_id(path, offset, header)
-        if name in seen:
-            raise ValueError(f"{path}: line {text_line_number(path, offset)}: record id {name!r} repeats line "
-                             f"{text_line_number(path, seen[name])}")  # fmt: skip
-        seen[name] = offset
+    for offset, name, sequence in named_records(path, fasta_records(path, fold_case=True)):
         bad = _first_bad_letter(sequence)
         if bad is not None:
             line = base_line_number(path, offset, sequence.index(bad))

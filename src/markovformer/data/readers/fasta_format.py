@@ -7,7 +7,7 @@ import contextlib
 import gzip
 import math
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from markovformer.data.readers.text_stream import CHUNK_BYTES, decoded, line_number, past_mark
@@ -145,6 +145,19 @@ def header_id(path: Path, at: int, header: str) -> str:
     if not words:
         raise ValueError(f"{path}: line {text_line_number(path, at)}: header '>' has no record id")
     return words[0]
+
+
+def named_records(path: Path, records: Iterable[tuple[int, str, str]]) -> Iterator[tuple[int, str, str]]:
+    """``(offset of its '>', id, sequence)`` of each of ``records`` (``fasta_records``' of ``path``), the id being
+    ``header_id``'s; an id that repeats raises ValueError naming the file, the id and both lines."""
+    seen: dict[str, int] = {}  # record id -> the offset of its header
+    for offset, header, sequence in records:
+        name = header_id(path, offset, header)
+        if name in seen:
+            raise ValueError(f"{path}: line {text_line_number(path, offset)}: record id {name!r} repeats line "
+                             f"{text_line_number(path, seen[name])}")  # fmt: skip
+        seen[name] = offset
+        yield offset, name, sequence
 
 
 def sampled_fasta(path: Path, start: int, stop: int, budget: int, fold_case: bool = False) -> Iterator[str]:

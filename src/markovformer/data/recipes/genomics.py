@@ -28,7 +28,7 @@ import numpy as np
 
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.fasta import IndexedFasta, load_fasta_classification, reverse_complement, write_fasta
-from markovformer.data.readers.fasta_format import fasta_records, header_id, is_gzipped
+from markovformer.data.readers.fasta_format import fasta_records, is_gzipped, named_records
 from markovformer.data.recipes.debian import package_file, unpacked_debian_package
 
 LabelledSequence = tuple[str, str, str]  # (record id, uppercase ACGTN sequence, label)
@@ -272,7 +272,8 @@ def read_reference(path: str | Path, indexed: bool | None = None) -> Mapping[str
     is read through its ``.fai`` index (``fasta.IndexedFasta``: a slice reads only its bases, so a 3 GB reference is
     never loaded whole) when ``pyfaidx`` is installed (``indexed=None``) or when ``indexed=True``; a gzipped file
     (told by its first bytes, whatever its name: the index cannot seek in it unless it is bgzipped) is read whole,
-    and so is a plain file named ``.gz`` or ``.bgz``, which pyfaidx would take for bgzip."""
+    and so is a plain file named ``.gz`` or ``.bgz``, which pyfaidx would take for bgzip. A name that repeats is
+    refused either way (``fasta_format.named_records``, naming both lines; the index, naming the key)."""
     path = Path(path)
     if indexed is None:
         indexed = (not is_gzipped(path) and path.suffix.lower() not in (".gz", ".bgz")
@@ -280,7 +281,7 @@ def read_reference(path: str | Path, indexed: bool | None = None) -> Mapping[str
     if indexed:
         return IndexedFasta(path)
     records = fasta_records(path, fold_case=True, keep_empty=True)  # any letters: IUPAC codes are no error here
-    return {header_id(path, at, header): sequence for at, header, sequence in records}
+    return {name: sequence for _, name, sequence in named_records(path, records)}
 
 
 def write_labelled_fasta(records: Iterable[LabelledSequence], folder: str | Path) -> Path:
