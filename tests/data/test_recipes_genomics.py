@@ -291,6 +291,23 @@ def test_a_gzipped_reference_is_read_whole_whatever_its_name(tmp_path):
         assert not (tmp_path / f"{name}.fai").exists()
 
 
+def test_a_gzipped_reference_asked_to_be_indexed_is_refused_saying_it_is_gzipped(tmp_path):
+    """indexed=True on a gzipped file failed as "cannot index as a FASTA file ('utf-8' codec can't decode byte 0x8b
+    ...)" when named .fa, and as "BioPython >= 1.73 must be installed to read block gzip files" (an ImportError)
+    when named .gz, neither saying that it is gzipped nor what to do."""
+    pytest.importorskip("pyfaidx", reason="the indexed reference needs pyfaidx (the data extra)")
+    reference_path, chromosomes = _reference(tmp_path, compressed=False)
+    for name in ("gzipped.fa", "gzipped.fa.gz"):
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(reference_path.read_bytes()))
+        with pytest.raises(ValueError, match=rf"^{path}: is gzipped, and its \.fai index reads only a plain FASTA: "
+                                             r"read it whole \(indexed=False\), or decompress it \(gunzip\) and "
+                                             r"index that$"):  # fmt: skip
+            read_reference(path, indexed=True)
+        assert not (tmp_path / f"{name}.fai").exists()
+        assert read_reference(path, indexed=False) == chromosomes  # the way out it names
+
+
 def test_intervals_read_through_the_index_equal_slices_of_the_whole_file(tmp_path):
     pytest.importorskip("pyfaidx", reason="the indexed reference needs pyfaidx (the data extra)")
     generator = np.random.default_rng(0)

@@ -36,7 +36,8 @@ _COMPLEMENT = str.maketrans("ACGTN", "TGCAN")
 class IndexedFasta(Mapping):
     """The records of a plain (uncompressed) FASTA through its ``.fai`` index (``pyfaidx``; the index is built
     beside the file on first use, or in the token-store cache when that folder is not writable): ``fasta[id]`` is
-    a ``Chromosome`` whose slices read only their bases from disk, uppercase."""
+    a ``Chromosome`` whose slices read only their bases from disk, uppercase. A gzipped file (bgzipped too: pyfaidx
+    reads that only with Biopython, no part of the extra) and a byte-order mark are refused, saying the way out."""
 
     def __init__(self, path: str | Path) -> None:
         pyfaidx = import_pyfaidx()
@@ -45,6 +46,9 @@ class IndexedFasta(Mapping):
             if handle.read(len(BYTE_ORDER_MARK)) == BYTE_ORDER_MARK:
                 raise ValueError(f"{self.path}: begins with a UTF-8 byte-order mark, which its .fai index cannot "
                                  f"skip: remove it (sed -i '1s/^\\xEF\\xBB\\xBF//' {self.path})")
+        if is_gzipped(self.path):  # pyfaidx would decode its bytes as text, or take it for bgzip when named .gz
+            raise ValueError(f"{self.path}: is gzipped, and its .fai index reads only a plain FASTA: read it whole "
+                             f"(indexed=False), or decompress it (gunzip) and index that")  # fmt: skip
         try:
             try:
                 self._fasta = self._open(pyfaidx, Path(f"{self.path}.fai"))
