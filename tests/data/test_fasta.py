@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import random
 import re
+import subprocess
 
 import pytest
 import torch
@@ -298,6 +299,23 @@ def test_a_reference_the_index_cannot_read_is_one_error_naming_it(tmp_path):
     path.write_text(">a\nACGT\n>b\nACGT\n\n\n")  # pyfaidx: a RuntimeError, a traceback
     with pytest.raises(ValueError, match=f"^{path}: cannot index as a FASTA file"):
         IndexedFasta(path)
+
+
+def test_the_command_a_byte_order_mark_refusal_suggests_removes_it_from_a_path_with_spaces(tmp_path):
+    """The suggested sed command named the path unquoted: pasted into a shell, a path with a space was two
+    arguments (sed: can't read .../my: No such file or directory) and the mark stayed."""
+    pytest.importorskip("pyfaidx", reason="the indexed FASTA reader needs pyfaidx (the data extra)")
+    from markovformer.data.readers.fasta import IndexedFasta
+
+    path = tmp_path / "my genome's copy.fa"
+    path.write_bytes(b"\xef\xbb\xbf>r1\nACGT\n>r2\nGG\n")
+    with pytest.raises(ValueError, match="begins with a UTF-8 byte-order mark") as refused:
+        IndexedFasta(path)
+    message = str(refused.value)
+    command = message[message.index("(sed ") + 1 : -1]
+    subprocess.run(["bash", "-c", command], check=True)
+    assert path.read_bytes() == b">r1\nACGT\n>r2\nGG\n"
+    assert sorted(IndexedFasta(path)) == ["r1", "r2"]
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ extra), one interval at a time, never the whole file."""
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -45,7 +46,7 @@ class IndexedFasta(Mapping):
         with self.path.open("rb") as handle:  # the index counts offsets from the file's first byte
             if handle.read(len(BYTE_ORDER_MARK)) == BYTE_ORDER_MARK:
                 raise ValueError(f"{self.path}: begins with a UTF-8 byte-order mark, which its .fai index cannot "
-                                 f"skip: remove it (sed -i '1s/^\\xEF\\xBB\\xBF//' {self.path})")
+                                 f"skip: remove it (sed -i '1s/^\\xEF\\xBB\\xBF//' {shlex.quote(str(self.path))})")
         if is_gzipped(self.path):  # pyfaidx would decode its bytes as text, or take it for bgzip when named .gz
             raise ValueError(f"{self.path}: is gzipped, and its .fai index reads only a plain FASTA: read it whole "
                              f"(indexed=False), or decompress it (gunzip) and index that")  # fmt: skip
