@@ -320,3 +320,23 @@ def test_several_fasta_files_past_the_budget_are_fitted_on_the_same_bases_at_any
                               fractions=(1.0, 0.0, 0.0), cache_dir=tmp_path / "cache")  # fmt: skip
         tokenizers.append(bundle.tokenizer.record())
     assert tokenizers[0] == tokenizers[1]
+
+
+def test_the_advice_to_raise_fit_bytes_compares_it_with_the_bases_of_fasta_records(tmp_path, capsys):
+    """A BPE vocabulary smaller than asked advised raising data.fit_bytes whenever the train part's bytes exceeded
+    it, though a FASTA's fit samples its bases: 20 records of 45 bases under long headers (900 bases, 3,470
+    bytes) were fitted on every base at fit_bytes=1024, and the line still said to raise it. The bases decide now,
+    and the advice names their count."""
+    rng = random.Random(6)
+    for count, advised in ((20, False), (60, True)):
+        records = [(f"read{i} {'x' * 90}", "".join(rng.choices("ACGT", k=45))) for i in range(count)]
+        path = tmp_path / f"reads{count}.fa"
+        path.write_text(_fasta_text(records, 60), encoding="utf-8")
+        assert path.stat().st_size > 1024
+        load_text_lm(path, tokenizer="bpe", vocab_size=50_000, fit_bytes=1024, seq_len=8, documents="fasta",
+                     fractions=(1.0, 0.0, 0.0), cache_dir=tmp_path / "cache")  # fmt: skip
+        said = capsys.readouterr().err
+        assert "data.vocab_size=50000:" in said, said
+        assert ("fit_bytes" in said) == advised, said
+        if advised:
+            assert f"raise data.fit_bytes (the train part has {45 * count:,} bytes)" in said, said

@@ -136,8 +136,10 @@ def load_text_lm(
                 sample = (piece for segment, budget in _fit_budgets(train_segments, fit_bytes)
                           for piece in _sampled(segment, budget))  # fmt: skip
                 fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special, text_bytes=train_bytes)
-        if not saved:
-            tokenized.announce_fitted(fitted, path, train_bytes)
+        if not saved:  # its advice weighs data.fit_bytes against what the fit samples: FASTA's bases, counted (a
+            # pass over the train part) only when the vocabulary came out short, so a cached plan still reads no text
+            short = tokenizer == "bpe" and fitted.vocab_size < vocab_size
+            tokenized.announce_fitted(fitted, path, sum(_fit_sizes(parts[0])) if short else train_bytes)
         if plan is None or (not saved and not plan.get("tokenizer")):
             record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
                       "tokenizer": None if saved else fitted.record()}  # fmt: skip
@@ -316,8 +318,7 @@ def _fit_budgets(segments: list[Segment], fit_bytes: int):
     changes). A share too small to sample (under 1024 bytes, or under a smaller segment's size) is passed on to the
     next segment, so that many small files are fitted on whole files spread evenly (each took 1024 bytes at least:
     2,000 files of 2 KB fed 1.8 MB for a fit_bytes of 64 KB)."""
-    sizes = [sum(map(len, _segment_texts(segment))) if segment.documents == "fasta" else segment.stop - segment.start
-             for segment in segments]  # fmt: skip
+    sizes = _fit_sizes(segments)
     total, carried = sum(sizes), 0.0
     for segment, size in zip(segments, sizes, strict=True):
         carried += fit_bytes * size / total
@@ -325,6 +326,12 @@ def _fit_budgets(segments: list[Segment], fit_bytes: int):
             take = min(int(carried), size)
             carried -= take
             yield segment, take
+
+
+def _fit_sizes(segments: list[Segment]) -> list[int]:
+    """Each segment's size as data.fit_bytes counts it: its bytes, or its FASTA records' bases (counted in a pass)."""
+    return [sum(map(len, _segment_texts(segment))) if segment.documents == "fasta" else segment.stop - segment.start
+            for segment in segments]  # fmt: skip
 
 
 def _alphabet(segments: list[Segment]) -> str:

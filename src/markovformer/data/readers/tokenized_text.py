@@ -60,9 +60,9 @@ class TokenizedText:
             raise ValueError(f"data.fit_bytes={fit_bytes!r} must be an int of at least 1024")
 
     def announce_fitted(self, fitted, where: str, train_bytes: int) -> None:
-        """``announce_fitted``, for every source of these options; ``train_bytes``: the train part's size, of which a
-        BPE fit reads ``fit_bytes`` only (spread evenly) when it is larger: then the sample, not the text, held no
-        more merges."""
+        """``announce_fitted``, for every source of these options; ``train_bytes``: the train part's size as
+        ``fit_bytes`` counts it (FASTA records: their bases), of which a BPE fit reads ``fit_bytes`` only (spread
+        evenly) when it is larger: then the sample, not the text, held no more merges."""
         sampled = self.tokenizer == "bpe" and self.fit_bytes < train_bytes
         announce_fitted(fitted, self.vocab_size, where, (self.fit_bytes, train_bytes) if sampled else None)
 
