@@ -130,10 +130,7 @@ def test_a_glob_names_its_matching_files_sorted_and_an_empty_folder_or_pattern_i
 
 def _naive_record_starts(data: bytes, documents: str) -> list[int]:
     """Every offset where a record may start, by definition: 0, the size, and each offset just after a newline
-    (jsonl) or just after a newline, a line of only spaces, tabs and CRs, and its newline (blank_line), or at a '>'
-    just after a newline (fasta)."""
-    if documents == "fasta":
-        return [0, *(end for end in range(1, len(data)) if data[end - 1 : end + 1] == b"\n>"), len(data)]
+    (jsonl) or just after a newline, a line of only spaces, tabs and CRs, and its newline (blank_line)."""
     separator = rb"\n\Z" if documents == "jsonl" else rb"\n[ \t\r]*\n\Z"
     return [0, *(end for end in range(1, len(data)) if re.search(separator, data[:end])), len(data)]
 
@@ -157,14 +154,14 @@ def test_a_record_boundary_is_the_first_record_start_at_or_after_the_offset(tmp_
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 3, 8])
-@pytest.mark.parametrize("documents", ["blank_line", "jsonl", "fasta"])
+@pytest.mark.parametrize("documents", ["blank_line", "jsonl"])
 def test_record_boundaries_match_the_definition_when_chunks_cut_the_separators(tmp_path, monkeypatch, chunk_bytes,
                                                                                documents):  # fmt: skip
     monkeypatch.setattr(records_module, "CHUNK_BYTES", chunk_bytes)
     rng = random.Random(chunk_bytes)
     path = tmp_path / "records.txt"
     for _ in range(100):
-        data = bytes(rng.choice(b"ab\n\n \t\r" + b">" * (documents == "fasta")) for _ in range(rng.randint(1, 30)))
+        data = bytes(rng.choice(b"ab\n\n \t\r") for _ in range(rng.randint(1, 30)))
         path.write_bytes(data)
         starts = _naive_record_starts(data, documents)
         for offset in range(len(data) + 1):

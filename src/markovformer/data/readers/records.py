@@ -14,15 +14,15 @@ from markovformer.strict_json import parse_json
 
 # data.documents: a whole file, or each record of it, is a document
 RECORD_KINDS = ("file", "blank_line", "jsonl", "fasta")
-# where a record starts: after a newline (jsonl), after a blank line (blank_line), at a line's '>' (fasta)
-_RECORD_STARTS = {"jsonl": re.compile(rb"\n"), "blank_line": re.compile(rb"\n[ \t\r]*\n"),
-                  "fasta": re.compile(rb"\n(?=>)")}  # fmt: skip
+# where a record starts: after a newline (jsonl), after a blank line (blank_line); FASTA parts are cut by bases
+_RECORD_STARTS = {"jsonl": re.compile(rb"\n"), "blank_line": re.compile(rb"\n[ \t\r]*\n")}
 
 
 def record_boundary(path: Path, offset: int, documents: str) -> int:
     """The first byte offset >= ``offset`` where a record of ``path`` may start (the file's size past its last):
-    just after a newline (``jsonl``), just after a separator of paragraphs, a newline then a line of nothing but
-    spaces, tabs and carriage returns (``blank_line``), or at the '>' that begins a line (``fasta``)."""
+    just after a newline (``jsonl``), or just after a separator of paragraphs, a newline then a line of nothing but
+    spaces, tabs and carriage returns (``blank_line``). FASTA records are cut where their bases fall
+    (``text._fasta_cuts``), never here."""
     size = path.stat().st_size
     if offset <= 0 or offset >= size:
         return min(max(offset, 0), size)
@@ -37,9 +37,8 @@ def record_boundary(path: Path, offset: int, documents: str) -> int:
             found = pattern.search(data)
             if found is not None:
                 return position + found.end() - len(carried)
-            # a separator cut by the end of the chunk: carry its newline on (a jsonl chunk with no match has none;
-            # a FASTA header's '>' follows its newline at once)
-            carried = b"\n" if (data if documents == "fasta" else data.rstrip(b" \t\r")).endswith(b"\n") else b""
+            # a separator cut by the end of the chunk: carry its newline on (a jsonl chunk with no match has none)
+            carried = b"\n" if data.rstrip(b" \t\r").endswith(b"\n") else b""
             position += len(chunk)
     return size
 
