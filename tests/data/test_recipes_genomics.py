@@ -308,6 +308,21 @@ def test_a_gzipped_reference_asked_to_be_indexed_is_refused_saying_it_is_gzipped
         assert read_reference(path, indexed=False) == chromosomes  # the way out it names
 
 
+def test_a_plain_reference_named_gz_asked_to_be_indexed_is_refused_saying_its_name_misleads(tmp_path):
+    """indexed=True on a plain FASTA named .gz or .bgz raised pyfaidx's ImportError "BioPython >= 1.73 must be
+    installed to read block gzip files": pyfaidx reads such a name as bgzip whatever its bytes."""
+    pytest.importorskip("pyfaidx", reason="the indexed reference needs pyfaidx (the data extra)")
+    reference_path, chromosomes = _reference(tmp_path, compressed=False)
+    for suffix in (".gz", ".BGZ"):
+        path = tmp_path / f"plain.fa{suffix}"
+        path.write_bytes(reference_path.read_bytes())
+        with pytest.raises(ValueError, match=rf"^{path}: is a plain FASTA named '\{suffix}', which its \.fai index "
+                                             rf"reads as bgzip: read it whole \(indexed=False\), or rename it without "
+                                             rf"'\{suffix}'$"):  # fmt: skip
+            read_reference(path, indexed=True)
+        assert read_reference(path, indexed=False) == chromosomes  # the way out it names
+
+
 def test_intervals_read_through_the_index_equal_slices_of_the_whole_file(tmp_path):
     pytest.importorskip("pyfaidx", reason="the indexed reference needs pyfaidx (the data extra)")
     generator = np.random.default_rng(0)

@@ -32,13 +32,15 @@ _DNA_IDS = np.zeros(256, dtype=np.uint8)  # byte -> id; 0 marks a byte outside t
 _DNA_IDS[np.frombuffer(DNA_VOCAB.encode("ascii"), dtype=np.uint8)] = np.arange(1, len(DNA_VOCAB) + 1)
 _DNA_LETTERS = frozenset(DNA_VOCAB)
 _COMPLEMENT = str.maketrans("ACGTN", "TGCAN")
+BGZIP_SUFFIXES = (".gz", ".bgz")  # the names pyfaidx reads as bgzip, whatever the file's bytes
 
 
 class IndexedFasta(Mapping):
     """The records of a plain (uncompressed) FASTA through its ``.fai`` index (``pyfaidx``; the index is built
     beside the file on first use, or in the token-store cache when that folder is not writable): ``fasta[id]`` is
     a ``Chromosome`` whose slices read only their bases from disk, uppercase. A gzipped file (bgzipped too: pyfaidx
-    reads that only with Biopython, no part of the extra) and a byte-order mark are refused, saying the way out."""
+    reads that only with Biopython, no part of the extra), a plain one named as bgzip (``BGZIP_SUFFIXES``) and a
+    byte-order mark are refused, saying the way out."""
 
     def __init__(self, path: str | Path) -> None:
         pyfaidx = import_pyfaidx()
@@ -50,6 +52,10 @@ class IndexedFasta(Mapping):
         if is_gzipped(self.path):  # pyfaidx would decode its bytes as text, or take it for bgzip when named .gz
             raise ValueError(f"{self.path}: is gzipped, and its .fai index reads only a plain FASTA: read it whole "
                              f"(indexed=False), or decompress it (gunzip) and index that")  # fmt: skip
+        suffix = self.path.suffix
+        if suffix.lower() in BGZIP_SUFFIXES:  # else pyfaidx asks for Biopython, or fails on the bytes it gets
+            raise ValueError(f"{self.path}: is a plain FASTA named {suffix!r}, which its .fai index reads as bgzip: "
+                             f"read it whole (indexed=False), or rename it without {suffix!r}")  # fmt: skip
         try:
             try:
                 self._fasta = self._open(pyfaidx, Path(f"{self.path}.fai"))

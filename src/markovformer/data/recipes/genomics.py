@@ -27,7 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from markovformer.data.bundle import DataBundle
-from markovformer.data.readers.fasta import IndexedFasta, load_fasta_classification, reverse_complement, write_fasta
+from markovformer.data.readers.fasta import (
+    BGZIP_SUFFIXES,
+    IndexedFasta,
+    load_fasta_classification,
+    reverse_complement,
+    write_fasta,
+)
 from markovformer.data.readers.fasta_format import fasta_records, is_gzipped, named_records
 from markovformer.data.recipes.debian import package_file, unpacked_debian_package
 
@@ -276,7 +282,7 @@ def read_reference(path: str | Path, indexed: bool | None = None) -> Mapping[str
     refused either way (``fasta_format.named_records``, naming both lines; the index, naming the key)."""
     path = Path(path)
     if indexed is None:
-        indexed = (not is_gzipped(path) and path.suffix.lower() not in (".gz", ".bgz")
+        indexed = (not is_gzipped(path) and path.suffix.lower() not in BGZIP_SUFFIXES
                    and importlib.util.find_spec("pyfaidx") is not None)  # fmt: skip
     if indexed:
         return IndexedFasta(path)
