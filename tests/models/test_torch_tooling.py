@@ -3,6 +3,7 @@ results."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from markovformer import (
@@ -50,18 +51,23 @@ def test_compiled_global_attention_stays_one_graph_at_any_length():
         torch.testing.assert_close(compiled(ids).logits, model(ids).logits)
 
 
-def test_compiled_training_forward_is_one_graph_with_eager_loss_and_gradients():
-    """With labels, a compiled forward is one graph (the label values are checked eagerly only: that check broke
-    every compiled forward's graph at its loss, as the lean SwiGLU did around every FFN), with eager's loss and
-    gradients."""
+@pytest.mark.parametrize("attention, scope", [("softmax", "global"), ("softmax", "local"), ("markov", "local"),
+                                               ("markov", "global")])  # fmt: skip
+def test_compiled_training_forward_is_one_graph_with_eager_loss_and_gradients(attention, scope):
+    """With labels, a compiled forward is one graph (fullgraph=True fails on any break; the label values are checked
+    eagerly only: that check broke every compiled forward's graph at its loss, as the lean SwiGLU did around every
+    FFN), with eager's loss and gradients, through AOT autograd's trace of the backward. Local scope runs the banded
+    lag-bias path: its storage offset and its nonzero() over the edge blocks broke the graph 15-18 times."""
     torch.manual_seed(0)
-    config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, attention="softmax")
+    window = {"max_order": 3} if attention == "markov" else {"window": 3} if scope == "local" else {}
+    config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, attention=attention,
+                                        scope=scope, **window)  # fmt: skip
     model = MarkovianTransformerForCausalLM(config)
     ids = _ids(1)
     loss = model(ids, labels=ids).loss
     expected = torch.autograd.grad(loss, list(model.parameters()))
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
     got = compiled(ids, labels=ids).loss
     torch.testing.assert_close(got, loss)
     for a, b in zip(torch.autograd.grad(got, list(model.parameters())), expected, strict=True):

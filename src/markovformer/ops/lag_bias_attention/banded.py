@@ -152,9 +152,8 @@ def _query_blocks(x: Tensor, layout: _Layout) -> Tensor:
 
 def _lag_diagonal(scores: Tensor, layout: _Layout, lag: int) -> Tensor:
     """(G, C) strided view of ``scores`` (G, C, L): entry [n, i] is query i's score on the key at ``lag``."""
-    column = layout.left - lag  # of query 0; query i's is i columns further
-    total, block, span = scores.shape
-    return scores.as_strided((total, block), (block * span, span + 1), scores.storage_offset() + column)
+    # query 0's column; query i's is i columns further (a diagonal view: no storage offset, which compile cannot read)
+    return scores.diagonal(layout.left - lag, dim1=1, dim2=2)
 
 
 def _lag_slots(bias: Tensor | None, direction: str, layout: _Layout) -> list[tuple[int, int]]:
@@ -190,7 +189,10 @@ class _Masks:
             self.absent_by_batch = torch.where(present, zero, hidden)
         else:
             self.absent_table = torch.where(present, zero, hidden)  # (nb, L)
-            self.edge = ~present.all(-1)  # (nb,): blocks whose window reaches past a sequence end
+            # blocks whose window reaches past a sequence end, from the sizes alone: no data-dependent nonzero()
+            self.edges = [index for index in range(layout.num_blocks)
+                          if index * layout.block < layout.left
+                          or index * layout.block - layout.left + layout.span > layout.seq_len]  # fmt: skip
         self.hidden, self.query_segments = hidden, None
         seen = band[None, None] & present[..., None, :]  # (B or 1, nb, C, L): visible by band, edges and padding
         if segment_ids is not None:  # packed documents: per block, each query's segment and each window key's
@@ -216,8 +218,10 @@ class _Masks:
         if self.absent_by_batch is not None:
             scores += self.absent_by_batch[batch_index, within][:, None, :]
             return
-        edges = self.edge[within].nonzero().flatten()
-        if edges.numel():
+        per_sequence = layout.num_blocks
+        edges = [first + edge - start for first in range(start - start % per_sequence, stop, per_sequence)
+                 for edge in self.edges if start <= first + edge < stop]  # fmt: skip
+        if edges:
             scores[edges] += self.absent_table[within[edges]][:, None, :]
 
 
