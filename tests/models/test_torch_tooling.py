@@ -72,3 +72,42 @@ def test_compiled_training_forward_is_one_graph_with_eager_loss_and_gradients(at
     torch.testing.assert_close(got, loss)
     for a, b in zip(torch.autograd.grad(got, list(model.parameters())), expected, strict=True):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("position", ["rotary", "sinusoidal", "learned"])
+def test_compiled_padded_training_forward_is_one_graph_with_eager_loss_and_gradients(position):
+    """A padded batch: the mask's value check and the choice of positions (whether any row has padding before a
+    real token, which moves its positions) read the mask back to the host, 4 graph breaks per forward; compiled,
+    the check is a device-side assertion and the choice a torch.where. The loss scores the padding's labels too,
+    so the padding's positions must be eager's as well: right-padded rows (positions in order) and a left-padded
+    one (positions counting real tokens)."""
+    torch.manual_seed(0)
+    learned = {"max_positions": 16} if position == "learned" else {}
+    config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=3,
+                                        position=position, **learned)  # fmt: skip
+    model = MarkovianTransformerForCausalLM(config)
+    ids = _ids(1)
+    right = torch.ones(2, 12, dtype=torch.long)
+    right[1, 9:] = 0
+    left = right.flip(-1)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    for mask in (right, left):
+        loss = model(ids, attention_mask=mask, labels=ids).loss
+        expected = torch.autograd.grad(loss, list(model.parameters()))
+        got = compiled(ids, attention_mask=mask, labels=ids).loss
+        torch.testing.assert_close(got, loss)
+        for a, b in zip(torch.autograd.grad(got, list(model.parameters())), expected, strict=True):
+            torch.testing.assert_close(a, b)
+
+
+def test_a_compiled_forward_still_refuses_a_mask_of_other_values():
+    """Compiled, the mask's values are asserted on the device (no host read): a 0.5 raises, not a silent weight."""
+    config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, attention="softmax")
+    model = MarkovianTransformerForCausalLM(config)
+    mask = torch.ones(2, 12)
+    mask[0, 3] = 0.5
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    with pytest.raises(RuntimeError, match="attention_mask must hold only 0"):
+        compiled(_ids(1), attention_mask=mask)

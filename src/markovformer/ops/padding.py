@@ -13,10 +13,16 @@ import torch
 from torch import Tensor
 
 
-def is_right_padded(attention_mask: Tensor) -> bool:
-    """Whether every row of a (B, T) mask is ones then zeros (right padding, or none)."""
+def right_padded(attention_mask: Tensor) -> Tensor:
+    """() bool tensor: whether every row of a (B, T) mask is ones then zeros (right padding, or none); read on the
+    device, for a choice made by tensor ops inside ``torch.compile``."""
     real = attention_mask.bool()
-    return bool((real[:, 1:] <= real[:, :-1]).all())
+    return (real[:, 1:] <= real[:, :-1]).all()
+
+
+def is_right_padded(attention_mask: Tensor) -> bool:
+    """``right_padded`` read back to the host."""
+    return bool(right_padded(attention_mask))
 
 
 def right_padded_lengths(attention_mask: Tensor, who: str) -> Tensor:
@@ -49,12 +55,15 @@ def roll_rows(x: Tensor, shifts: Tensor) -> Tensor:
 
 def check_attention_mask(attention_mask: Tensor, shape: tuple[int, ...]) -> None:
     """ValueError unless ``attention_mask`` is (B, T) = ``shape`` and holds only 0 (padding) and 1 (real token):
-    a mask of 0.5 or 2 would otherwise be read as a real token by some paths and a weight by others."""
+    a mask of 0.5 or 2 would otherwise be read as a real token by some paths and a weight by others. Inside
+    ``torch.compile`` the values are asserted on the device (RuntimeError, without the bad value) instead."""
     if tuple(attention_mask.shape) != tuple(shape):
         raise ValueError(f"attention_mask must be (B, T) = {tuple(shape)}; got {tuple(attention_mask.shape)}")
     if attention_mask.dtype != torch.bool:
         bad = (attention_mask != 0) & (attention_mask != 1)
-        if bool(bad.any()):
+        if torch.compiler.is_compiling():  # reading the values back would break the graph: a device-side assertion
+            torch._assert_async(~bad.any(), "attention_mask must hold only 0 (padding) and 1 (real token)")
+        elif bool(bad.any()):
             raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (real token); got "
                              f"{attention_mask[bad].flatten()[0].item()!r}")  # fmt: skip
 

@@ -24,7 +24,12 @@ from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel, model_output
 from markovformer.models.scoring import ScoredInSlices
 from markovformer.ops.losses import next_token_cross_entropy
-from markovformer.ops.padding import check_attention_mask, is_right_padded, real_token_positions
+from markovformer.ops.padding import (
+    check_attention_mask,
+    is_right_padded,
+    real_token_positions,
+    right_padded,
+)
 from markovformer.ops.segments import Segments
 
 
@@ -214,6 +219,9 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             return seen[:, None] + torch.arange(shape[1], device=seen.device)
         if tuple(attention_mask.shape) != tuple(shape):  # (its values are checked with the blocks' mask)
             raise ValueError(f"attention_mask must be (B, T) = {tuple(shape)}; got {tuple(attention_mask.shape)}")
+        if state is None and torch.compiler.is_compiling():  # the choice below, by tensor ops: no read back
+            in_order = torch.arange(shape[1], device=attention_mask.device).expand(shape)
+            return torch.where(right_padded(attention_mask), in_order, real_token_positions(attention_mask))
         # a state's call padded only at its end (a prompt fed in parts whose padded rows are padding so far) still
         # moves the real tokens of the calls after it
         moves = not bool(attention_mask.bool().all()) if state is not None else not is_right_padded(attention_mask)
