@@ -111,3 +111,28 @@ def test_a_compiled_forward_still_refuses_a_mask_of_other_values():
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
     with pytest.raises(RuntimeError, match="attention_mask must hold only 0"):
         compiled(_ids(1), attention_mask=mask)
+
+
+@pytest.mark.parametrize("position", ["rotary", "learned"])
+def test_compiled_packed_training_forward_is_one_graph_with_eager_loss_and_gradients(position):
+    """Packed documents: the position_ids' value checks (>= 0, and below max_positions for learned positions) read
+    them back, 6 graph breaks (4 with learned positions) per forward; compiled, they are device-side assertions:
+    a bad position still raises."""
+    torch.manual_seed(0)
+    learned = {"max_positions": 16} if position == "learned" else {}
+    config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=3,
+                                        position=position, **learned)  # fmt: skip
+    model = MarkovianTransformerForCausalLM(config)
+    ids = _ids(1)
+    position_ids = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8]])
+    loss = model(ids, labels=ids, position_ids=position_ids).loss
+    expected = torch.autograd.grad(loss, list(model.parameters()))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    got = compiled(ids, labels=ids, position_ids=position_ids).loss
+    torch.testing.assert_close(got, loss)
+    for a, b in zip(torch.autograd.grad(got, list(model.parameters())), expected, strict=True):
+        torch.testing.assert_close(a, b)
+    bad, rule = (position_ids + 10, "lie below max_positions=16") if learned else (position_ids - 1, "be >= 0")
+    with pytest.raises(RuntimeError, match=f"position_ids must {rule}"):
+        compiled(ids, labels=ids, position_ids=bad)

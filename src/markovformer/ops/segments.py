@@ -29,7 +29,9 @@ def segment_ids(position_ids: Tensor, attention_mask: Tensor | None = None) -> T
     if attention_mask is not None and attention_mask.shape != position_ids.shape:
         raise ValueError(f"position_ids {tuple(position_ids.shape)} and attention_mask "
                          f"{tuple(attention_mask.shape)} must have the same shape")  # fmt: skip
-    if bool((position_ids < 0).any()):
+    if torch.compiler.is_compiling():  # reading the values back would break the graph: a device-side assertion
+        torch._assert_async(~(position_ids < 0).any(), "position_ids must be >= 0")
+    elif bool((position_ids < 0).any()):
         raise ValueError(f"position_ids must be >= 0; got {int(position_ids.min())}")
     ids = document_starts(position_ids).long().cumsum(-1) - 1
     if attention_mask is not None:

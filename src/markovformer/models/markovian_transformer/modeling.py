@@ -174,7 +174,10 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
                 return hidden + sinusoidal_at(position_ids, self.config.d_model).to(hidden.dtype)
             if below_end and end > self.config.max_positions:  # the model's own positions: bounded by the length
                 raise ValueError(f"sequence length {end} exceeds max_positions={self.config.max_positions}")
-            if not below_end and int(position_ids.max()) >= self.config.max_positions:
+            if not below_end and torch.compiler.is_compiling():  # no read back inside a graph: asserted on the device
+                bound = self.config.max_positions
+                torch._assert_async(position_ids.max() < bound, f"position_ids must lie below max_positions={bound}")
+            elif not below_end and int(position_ids.max()) >= self.config.max_positions:
                 raise ValueError(f"position_ids reach {int(position_ids.max())} but max_positions="
                                  f"{self.config.max_positions}")  # fmt: skip
             return hidden + self.position_embedding(position_ids)
