@@ -1,6 +1,7 @@
 """What init_from reads (a saved model directory's weights, refused in one line when they cannot be read, and which
 tensors init_from_skip starts fresh) and what a fine-tuning run records of it."""
 
+import itertools
 import json
 import re
 
@@ -192,8 +193,8 @@ def test_a_new_start_replaces_the_record_a_killed_start_left_and_a_resume_keeps_
 def test_the_advice_for_a_weight_tied_under_two_names_names_both(tmp_path):
     """With tie_word_embeddings (one weight, model.embed and lm_head) and learned positions, another vocabulary was
     advised init_from_skip: [lm_head.weight]; following it was refused advising [model.embed.weight], and that one
-    advised [lm_head.weight] again. The advice names both names of the weight, and following it takes every other
-    tensor from the source. (Another position table too: no group holds it, so the differing tensors are named.)"""
+    advised [lm_head.weight] again. The advice holds both names of the weight (the group embeddings, with the other
+    position table, which no group holds, named), and following it takes every other tensor from the source."""
     options = {"d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2, "position": "learned",
                "tie_word_embeddings": True}  # fmt: skip
     source = MarkovianTransformerForCausalLM(MarkovianTransformerConfig(vocab_size=6, max_positions=16, **options))
@@ -202,10 +203,11 @@ def test_the_advice_for_a_weight_tied_under_two_names_names_both(tmp_path):
     with pytest.raises(ConfigError) as refused:
         initialise_from(model, tmp_path / "source", [])
     advice = str(refused.value).split("add init_from_skip: [")[1].rstrip("]").split(", ")
-    assert sorted(advice) == ["lm_head.weight", "model.embed.weight", "model.position_embedding.weight"]
+    assert advice == ["embeddings", "model.position_embedding.weight"]
     initialise_from(model, tmp_path / "source", advice)
+    fresh = ["lm_head.weight", "model.embed.weight", "model.position_embedding.weight"]
     for name, tensor in model.state_dict().items():
-        if name not in advice:
+        if name not in fresh:
             assert tensor.equal(source.state_dict()[name]), name
 
 
@@ -369,3 +371,29 @@ def test_a_new_tokenizer_is_advised_the_smallest_init_from_skip_that_fits_its_ow
     advice = _refused_advice(lambda: tokenizer_source(resolve_run_config(values)))
     assert advice == [*skip, "embeddings"]
     assert tokenizer_source(resolve_run_config({**values, "init_from_skip": advice})) is None  # fits its own
+
+
+@pytest.mark.parametrize("family", ["markovian_transformer", "scan_markov"])
+def test_the_advice_for_a_new_vocabulary_and_position_table_joins_the_group_and_the_table(tmp_path, family):
+    """Another vocabulary and another learned position table: the advice named the three tensors (the token
+    embedding, the table, lm_head), where init_from_skip: [embeddings, <the table>] is taken too. The advice is
+    taken, and no init_from_skip of fewer entries (groups or tensor names, tried one by one) is."""
+    from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
+
+    def built(vocab_size: int, max_positions: int):
+        if family == "scan_markov":
+            return ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=vocab_size, d_model=8, order=4,
+                                                          max_positions=max_positions))  # fmt: skip
+        return MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
+            vocab_size=vocab_size, d_model=8, n_layers=1, n_heads=2, max_order=2, position="learned",
+            max_positions=max_positions))  # fmt: skip
+
+    built(6, 16).save_pretrained(tmp_path / "source")
+    model = built(9, 32)
+    advice = _refused_advice(lambda: initialise_from(model, tmp_path / "source", []))
+    initialise_from(model, tmp_path / "source", advice)
+    entries = ["head", "embeddings", *model.state_dict()]
+    for fewer in range(1, len(advice)):
+        for skip in itertools.combinations(entries, fewer):
+            with pytest.raises(ConfigError):
+                initialise_from(model, tmp_path / "source", list(skip))

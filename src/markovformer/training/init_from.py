@@ -229,16 +229,22 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
         shapes = "; ".join(f"{name} {list(stored[name].shape) if name in stored else 'missing'} -> "
                            f"{list(own[name].shape) if name in own else 'not in this model'}"
                            for name in problems[:3])  # fmt: skip
-        # the fewest groups holding every differing tensor (embeddings holds a language model's lm_head: no head);
-        # differing tensors no group holds (a learned position table of another length), or groups that would also
-        # start tensors fresh that fit, are named themselves, when they are few
-        covering = [list(groups) for size in range(1, len(SKIP_GROUPS) + 1)
-                    for groups in itertools.combinations(SKIP_GROUPS, size)
-                    if all(skipped(name, groups, vocabulary) for name in problems)]  # fmt: skip
-        fitting = [groups for groups in covering if not any(skipped(name, groups, vocabulary) and name not in problems
-                                                             for name in taken)]  # fmt: skip
-        named = _with_tied_names(problems, own)
-        entries = fitting[0] if fitting else named if len(named) <= 3 else covering[0] if covering else None
+        # the fewest entries (at most 3, groups ahead of names on a tie) that start every differing tensor fresh and
+        # no tensor that fits: groups that hold only differing ones (embeddings holds a language model's lm_head: no
+        # head), and the differing tensors they leave named (a learned position table of another length); else the
+        # fewest groups holding them all, though they start tensors that fit fresh too
+        groupings = [groups for size in range(len(SKIP_GROUPS) + 1)
+                     for groups in itertools.combinations(SKIP_GROUPS, size)]  # fmt: skip
+        fitting = []  # (entries, names among them, entries)
+        for groups in groupings:
+            if any(skipped(name, groups, vocabulary) and name not in problems for name in taken):
+                continue
+            named = [name for name in _with_tied_names(problems, own) if not skipped(name, groups, vocabulary)]
+            if len(groups) + len(named) <= 3:
+                fitting.append((len(groups) + len(named), len(named), [*groups, *named]))
+        covering = [list(groups) for groups in groupings
+                    if groups and all(skipped(name, groups, vocabulary) for name in problems)]  # fmt: skip
+        entries = min(fitting)[2] if fitting else covering[0] if covering else None
         choice = f"; to start them fresh, add init_from_skip: [{', '.join(entries)}]" if entries else ""
         raise ConfigError(f"init_from={str(source)!r} does not fit this run's model: {len(problems)} tensors differ "
                           f"({shapes}){choice}")  # fmt: skip
