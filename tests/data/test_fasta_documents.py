@@ -326,7 +326,7 @@ def test_the_advice_to_raise_fit_bytes_compares_it_with_the_bases_of_fasta_recor
     """A BPE vocabulary smaller than asked advised raising data.fit_bytes whenever the train part's bytes exceeded
     it, though a FASTA's fit samples its bases: 20 records of 45 bases under long headers (900 bases, 3,470
     bytes) were fitted on every base at fit_bytes=1024, and the line still said to raise it. The bases decide now,
-    and the advice names their count."""
+    and the advice names their count as bases: it called them the train part's bytes, of which it has more."""
     rng = random.Random(6)
     for count, advised in ((20, False), (60, True)):
         records = [(f"read{i} {'x' * 90}", "".join(rng.choices("ACGT", k=45))) for i in range(count)]
@@ -339,4 +339,5 @@ def test_the_advice_to_raise_fit_bytes_compares_it_with_the_bases_of_fasta_recor
         assert "data.vocab_size=50000:" in said, said
         assert ("fit_bytes" in said) == advised, said
         if advised:
-            assert f"raise data.fit_bytes (the train part has {45 * count:,} bytes)" in said, said
+            assert "the data.fit_bytes=1024 bases of the train part" in said, said
+            assert f"raise data.fit_bytes (the train part has {45 * count:,} bases)" in said, said

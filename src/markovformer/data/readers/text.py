@@ -138,8 +138,9 @@ def load_text_lm(
                 fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special, text_bytes=train_bytes)
         if not saved:  # its advice weighs data.fit_bytes against what the fit samples: FASTA's bases, counted (a
             # pass over the train part) only when the vocabulary came out short, so a cached plan still reads no text
-            short = tokenizer == "bpe" and fitted.vocab_size < vocab_size
-            tokenized.announce_fitted(fitted, path, sum(_fit_sizes(parts[0])) if short else train_bytes)
+            bases = documents == "fasta" and tokenizer == "bpe" and fitted.vocab_size < vocab_size
+            tokenized.announce_fitted(fitted, path, *((sum(_fit_sizes(parts[0])), "bases") if bases else
+                                                      (train_bytes, "bytes")))  # fmt: skip
         if plan is None or (not saved and not plan.get("tokenizer")):
             record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
                       "tokenizer": None if saved else fitted.record()}  # fmt: skip

@@ -59,29 +59,31 @@ class TokenizedText:
         if isinstance(fit_bytes, bool) or not isinstance(fit_bytes, int) or fit_bytes < 1 << 10:
             raise ValueError(f"data.fit_bytes={fit_bytes!r} must be an int of at least 1024")
 
-    def announce_fitted(self, fitted, where: str, train_bytes: int) -> None:
-        """``announce_fitted``, for every source of these options; ``train_bytes``: the train part's size as
-        ``fit_bytes`` counts it (FASTA records: their bases), of which a BPE fit reads ``fit_bytes`` only (spread
+    def announce_fitted(self, fitted, where: str, train_size: int, unit: str = "bytes") -> None:
+        """``announce_fitted``, for every source of these options; ``train_size``: the train part's size in the
+        ``unit`` ``fit_bytes`` counts (FASTA records: bases), of which a BPE fit reads ``fit_bytes`` only (spread
         evenly) when it is larger: then the sample, not the text, held no more merges."""
-        sampled = self.tokenizer == "bpe" and self.fit_bytes < train_bytes
-        announce_fitted(fitted, self.vocab_size, where, (self.fit_bytes, train_bytes) if sampled else None)
+        sampled = self.tokenizer == "bpe" and self.fit_bytes < train_size
+        announce_fitted(fitted, self.vocab_size, where, (self.fit_bytes, train_size, unit) if sampled else None)
 
     def options(self) -> dict:
         """These options by name (a source that extends the dataclass passes just these to its loader)."""
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(TokenizedText)}
 
 
-def announce_fitted(fitted, vocab_size: int | None, where: str, sampled: tuple[int, int] | None = None) -> None:
+def announce_fitted(fitted, vocab_size: int | None, where: str,
+                    sampled: tuple[int, int, str] | None = None) -> None:  # fmt: skip
     """One line on stderr when the BPE vocabulary just fitted on the train part of ``where`` is smaller than
     ``vocab_size`` (a small text offers no more merges): the model's vocabulary is the fitted one. ``sampled``:
-    (data.fit_bytes, the train part's bytes) when the merges were learned on a sample of the part, which is then
-    what offered no more."""
+    (data.fit_bytes, the train part's size, the unit both count: bytes, or a FASTA's bases) when the merges were
+    learned on a sample of the part, which is then what offered no more."""
     if vocab_size is None or fitted.vocab_size >= vocab_size:
         return
     source, advice = f"the train part of {where} offers", ""
     if sampled is not None:
-        source = f"the data.fit_bytes={sampled[0]} bytes of the train part of {where} that BPE learned its merges on " \
+        fit_bytes, size, unit = sampled
+        source = f"the data.fit_bytes={fit_bytes} {unit} of the train part of {where} that BPE learned its merges on " \
                  f"offer"  # fmt: skip
-        advice = f"; raise data.fit_bytes (the train part has {sampled[1]:,} bytes) to learn them on more of it"
+        advice = f"; raise data.fit_bytes (the train part has {size:,} {unit}) to learn them on more of it"
     print(f"data.vocab_size={vocab_size}: {source} no more merges, so the BPE vocabulary has {fitted.vocab_size} "
           f"tokens (the model's vocab_size){advice}", file=sys.stderr, flush=True)
