@@ -19,6 +19,29 @@ from markovformer.models.markovian_transformer.modeling import MarkovianTransfor
 def _ids(seed: int) -> torch.Tensor:
     return torch.randint(3, 11, (2, 12), generator=torch.Generator().manual_seed(seed))
 
+def _one_graph_like_eager(model, **inputs):
+    """``model`` compiled whole (``fullgraph``: a graph break raises), its loss and every gradient on ``inputs``
+    checked against eager's; returns the compiled model."""
+    loss = model(**inputs).loss
+    expected = torch.autograd.grad(loss, list(model.parameters()))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    got = compiled(**inputs).loss
+    torch.testing.assert_close(got, loss)
+    for a, b in zip(torch.autograd.grad(got, list(model.parameters())), expected, strict=True):
+        torch.testing.assert_close(a, b)
+    return compiled
+
+
+def _positioned_model(position: str):
+    """A two-layer Markov model with ``position`` encodings (learned: 16 of them)."""
+    torch.manual_seed(0)
+    learned = {"max_positions": 16} if position == "learned" else {}
+    config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=3,
+                                        position=position, **learned)  # fmt: skip
+    return MarkovianTransformerForCausalLM(config)
+
+
 
 def test_export_returns_the_output_dataclass():
     """The outputs are pytree nodes, as transformers' ModelOutput: torch.export refused every model ("Found <class
@@ -62,16 +85,7 @@ def test_compiled_training_forward_is_one_graph_with_eager_loss_and_gradients(at
     window = {"max_order": 3} if attention == "markov" else {"window": 3} if scope == "local" else {}
     config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, attention=attention,
                                         scope=scope, **window)  # fmt: skip
-    model = MarkovianTransformerForCausalLM(config)
-    ids = _ids(1)
-    loss = model(ids, labels=ids).loss
-    expected = torch.autograd.grad(loss, list(model.parameters()))
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-    got = compiled(ids, labels=ids).loss
-    torch.testing.assert_close(got, loss)
-    for a, b in zip(torch.autograd.grad(got, list(model.parameters())), expected, strict=True):
-        torch.testing.assert_close(a, b)
+    _one_graph_like_eager(MarkovianTransformerForCausalLM(config), input_ids=_ids(1), labels=_ids(1))
 
 
 @pytest.mark.parametrize("position", ["rotary", "sinusoidal", "learned"])
@@ -81,24 +95,11 @@ def test_compiled_padded_training_forward_is_one_graph_with_eager_loss_and_gradi
     the check is a device-side assertion and the choice a torch.where. The loss scores the padding's labels too,
     so the padding's positions must be eager's as well: right-padded rows (positions in order) and a left-padded
     one (positions counting real tokens)."""
-    torch.manual_seed(0)
-    learned = {"max_positions": 16} if position == "learned" else {}
-    config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=3,
-                                        position=position, **learned)  # fmt: skip
-    model = MarkovianTransformerForCausalLM(config)
-    ids = _ids(1)
+    model = _positioned_model(position)
     right = torch.ones(2, 12, dtype=torch.long)
     right[1, 9:] = 0
-    left = right.flip(-1)
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-    for mask in (right, left):
-        loss = model(ids, attention_mask=mask, labels=ids).loss
-        expected = torch.autograd.grad(loss, list(model.parameters()))
-        got = compiled(ids, attention_mask=mask, labels=ids).loss
-        torch.testing.assert_close(got, loss)
-        for a, b in zip(torch.autograd.grad(got, list(model.parameters())), expected, strict=True):
-            torch.testing.assert_close(a, b)
+    for mask in (right, right.flip(-1)):
+        _one_graph_like_eager(model, input_ids=_ids(1), attention_mask=mask, labels=_ids(1))
 
 
 def test_a_compiled_forward_still_refuses_a_mask_of_other_values():
@@ -118,21 +119,10 @@ def test_compiled_packed_training_forward_is_one_graph_with_eager_loss_and_gradi
     """Packed documents: the position_ids' value checks (>= 0, and below max_positions for learned positions) read
     them back, 6 graph breaks (4 with learned positions) per forward; compiled, they are device-side assertions:
     a bad position still raises."""
-    torch.manual_seed(0)
-    learned = {"max_positions": 16} if position == "learned" else {}
-    config = MarkovianTransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, max_order=3,
-                                        position=position, **learned)  # fmt: skip
-    model = MarkovianTransformerForCausalLM(config)
     ids = _ids(1)
     position_ids = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8]])
-    loss = model(ids, labels=ids, position_ids=position_ids).loss
-    expected = torch.autograd.grad(loss, list(model.parameters()))
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-    got = compiled(ids, labels=ids, position_ids=position_ids).loss
-    torch.testing.assert_close(got, loss)
-    for a, b in zip(torch.autograd.grad(got, list(model.parameters())), expected, strict=True):
-        torch.testing.assert_close(a, b)
+    compiled = _one_graph_like_eager(_positioned_model(position), input_ids=ids, labels=ids, position_ids=position_ids)
+    learned = position == "learned"
     bad, rule = (position_ids + 10, "lie below max_positions=16") if learned else (position_ids - 1, "be >= 0")
     with pytest.raises(RuntimeError, match=f"position_ids must {rule}"):
         compiled(ids, labels=ids, position_ids=bad)

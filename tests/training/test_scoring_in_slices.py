@@ -100,6 +100,19 @@ class CountingBackend:
         return run
 
 
+def compiled_like_a_plain_module(build, inputs: dict):
+    """(model, its CountingBackend): ``build()`` compiled by its own ``compile()``, after one training step on
+    ``inputs`` checked to compile exactly the graphs ``nn.Module.compile`` alone makes of another ``build()``."""
+    model, reference = build(), build()
+    ours, alone = CountingBackend(), CountingBackend()
+    model.compile(backend=ours)
+    torch.nn.Module.compile(reference, backend=alone)
+    for trained in (model, reference):
+        trained(**inputs).loss.backward()
+    assert ours.graphs == alone.graphs > 0
+    return model, ours
+
+
 @pytest.mark.parametrize("family", ["markovian_transformer", "scan_markov"])
 def test_a_compiled_causal_lm_scores_through_compiled_graphs_and_trains_through_the_same_ones(family):
     """trainer.compile (``model.compile()``) compiled the top-level forward only: validation and eval, which score
@@ -110,13 +123,7 @@ def test_a_compiled_causal_lm_scores_through_compiled_graphs_and_trains_through_
     batch = batches(False)[0]
     eager, compiled = task.new_metrics(), task.new_metrics()
     task.score(tiny_model(family), batch, eager)
-    model, reference = tiny_model(family).train(), tiny_model(family).train()
-    ours, alone = CountingBackend(), CountingBackend()
-    model.compile(backend=ours)
-    torch.nn.Module.compile(reference, backend=alone)
-    for trained in (model, reference):
-        trained(**batch).loss.backward()
-    assert ours.graphs == alone.graphs > 0
+    model, ours = compiled_like_a_plain_module(lambda: tiny_model(family).train(), batch)
     model.eval()
     for _ in range(2):
         graphs, calls = ours.graphs, ours.calls
@@ -143,13 +150,7 @@ def test_a_compiled_translator_scores_through_compiled_graphs():
     inputs = {"src_ids": src, "tgt_ids": tgt, "src_mask": torch.ones_like(src), "tgt_mask": torch.ones_like(tgt),
               "labels": tgt}  # fmt: skip
     eager = built().eval().target_score(**inputs).loss
-    model, reference = built(), built()
-    ours, alone = CountingBackend(), CountingBackend()
-    model.compile(backend=ours)
-    torch.nn.Module.compile(reference, backend=alone)
-    for trained in (model, reference):
-        trained(**inputs).loss.backward()
-    assert ours.graphs == alone.graphs > 0
+    model, ours = compiled_like_a_plain_module(built, inputs)
     calls = ours.calls
     assert torch.equal(model.eval().target_score(**inputs).loss, eager)
     assert ours.calls > calls
