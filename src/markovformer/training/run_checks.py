@@ -183,7 +183,7 @@ def intact_step_checkpoint(folder: Path, besides: Path) -> tuple[Path, int] | No
     """The newest step checkpoint in ``folder`` other than ``besides`` whose header reads whole (as resuming checks
     it: ``checked_header``), and its step: where a run whose ``besides`` is damaged can still be read from; None
     when there is none."""
-    for path in reversed(step_checkpoints(folder) if folder.is_dir() else []):
+    for path in reversed(step_checkpoints(folder)):  # none in a folder that is not there
         if path.resolve() == besides.resolve():
             continue
         try:
