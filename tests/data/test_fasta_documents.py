@@ -4,6 +4,7 @@ bases, whatever the line width; data.fold_case for soft-masked repeats) and, abo
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 
@@ -341,3 +342,38 @@ def test_the_advice_to_raise_fit_bytes_compares_it_with_the_bases_of_fasta_recor
         if advised:
             assert "the data.fit_bytes=1024 bases of the train part" in said, said
             assert f"raise data.fit_bytes (the train part has {45 * count:,} bases)" in said, said
+
+
+@pytest.mark.parametrize("tokenizer, vocab_size", [("char", None), ("bpe", 300)])
+def test_preparing_a_fasta_reads_it_twice_and_its_train_part_once_more(tmp_path, monkeypatch, tokenizer, vocab_size):
+    """The split counted the bases of every record in one pass and cut them in a second, the char alphabet and the
+    BPE fit (counting the train part's bases for its budget, then again for its sample, then sampling) read the train
+    part again: 4 (char) and 6 (BPE) reads of it, 188 and 249 MB read for a 51 MB genome. One pass splits, one fits,
+    one encodes: the file is read twice and its train part once more."""
+    opened, read = fasta_format._opened, []
+
+    class CountedHandle:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def read(self, size=-1):
+            data = self.handle.read(size)
+            read.append(len(data))
+            return data
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+    @contextlib.contextmanager
+    def counted(path):
+        with opened(path) as handle:
+            yield CountedHandle(handle)
+
+    monkeypatch.setattr(fasta_format, "_opened", counted)
+    path = tmp_path / "genome.fa"
+    # with a byte-order mark: a pass from the file's start reads it once (without, it reads 3 bytes and seeks back)
+    path.write_text(_fasta_text(_soft_masked_records(12), 60), encoding="utf-8-sig")
+    bundle = load_text_lm(path, tokenizer=tokenizer, vocab_size=vocab_size, fit_bytes=2048, seq_len=8,
+                          documents="fasta", fractions=(0.6, 0.2, 0.2), cache_dir=tmp_path / "cache")  # fmt: skip
+    train_bytes = bundle.splits["train"][1][1]  # the train part is bytes [0, its end) of the one file
+    assert sum(read) == 2 * path.stat().st_size + train_bytes

@@ -160,16 +160,17 @@ def named_records(path: Path, records: Iterable[tuple[int, str, str]]) -> Iterat
         yield offset, name, sequence
 
 
-def sampled_fasta(path: Path, start: int, stop: int, budget: int, fold_case: bool = False) -> Iterator[str]:
+def sampled_fasta(path: Path, start: int, stop: int, budget: int, fold_case: bool = False,
+                  bases: int | None = None) -> Iterator[str]:  # fmt: skip
     """At most ``budget`` bases of the FASTA records in bytes [start, stop) of ``path`` (``start`` on a record
     start), for a BPE fit: every record when their bases fit the budget (their headers and line breaks need not),
     else ``budget / 64`` bases of the records' bases joined from each of 64 evenly spaced bases on, a stretch that
     runs past the end of its record yielded in pieces (no text spans two records; short reads fill the budget too);
-    uppercased with ``fold_case``. Spaced in bases, not bytes, so the line width changes no base of the sample. Two
-    passes over the records (the first counts their bases), one record held at a time: a record (a chromosome is
-    hundreds of megabases) is never fed whole."""
+    uppercased with ``fold_case``. Spaced in bases, not bytes, so the line width changes no base of the sample. One
+    pass over the records when their ``bases`` are known, else two (the first counts them), one record held at a
+    time: a record (a chromosome is hundreds of megabases) is never fed whole."""
     share = budget // 64
-    total = sum(len(sequence) for _, _, sequence in fasta_records(path, start, stop))
+    total = sum(len(sequence) for _, _, sequence in fasta_records(path, start, stop)) if bases is None else bases
     if total <= budget:
         yield from (sequence for _, _, sequence in fasta_records(path, start, stop, fold_case))
         return

@@ -3,6 +3,7 @@ store and cuts it into windows."""
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import hashlib
 import json
@@ -14,7 +15,7 @@ from torch import Tensor
 from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import IGNORE_INDEX, collate
-from markovformer.data.readers.fasta_format import fasta_records
+from markovformer.data.readers.fasta_format import fasta_records, sampled_fasta
 from markovformer.data.readers.records import RECORD_KINDS, record_boundary, record_texts, sampled_records
 from markovformer.data.readers.store_windows import RandomStarts, StoreWindows
 from markovformer.data.readers.text_stream import (
@@ -118,9 +119,10 @@ def load_text_lm(
         plan = _read_plan(plan_path) if cache_holds(cache_root(cache_dir), "plans") else None
         if plan is not None:
             parts = [[Segment(**segment) for segment in part] for part in plan["parts"]]
-            splits = plan["splits"]
+            splits, fit_sizes = plan["splits"], plan["fit_sizes"]
         else:
-            parts, splits = _split_parts(Path(path), files, sizes, fractions, documents, text_column, fold_case)
+            parts, splits, fit_sizes = _split_parts(Path(path), files, sizes, fractions, documents, text_column,
+                                                    fold_case)  # fmt: skip
         saved = fitted is not None
         train_bytes = sum(segment.stop - segment.start for segment in parts[0])
         if fitted is None and plan is not None and plan.get("tokenizer"):
@@ -133,17 +135,14 @@ def load_text_lm(
                 fitted = CharTokenizer(_alphabet(train_segments), end_of_document=with_documents)
             else:
                 special = (PAD_TOKEN, END_OF_DOCUMENT) if with_documents else (PAD_TOKEN,)
-                sample = (piece for segment, budget in _fit_budgets(train_segments, fit_bytes)
-                          for piece in _sampled(segment, budget))  # fmt: skip
+                sample = (piece for segment, size, budget in _fit_budgets(train_segments, fit_sizes, fit_bytes)
+                          for piece in _sampled(segment, size, budget))  # fmt: skip
                 fitted = BPETokenizer.train(sample, vocab_size, special_tokens=special, text_bytes=train_bytes)
-        if not saved:  # its advice weighs data.fit_bytes against what the fit samples: FASTA's bases, counted (a
-            # pass over the train part) only when the vocabulary came out short, so a cached plan still reads no text
-            bases = documents == "fasta" and tokenizer == "bpe" and fitted.vocab_size < vocab_size
-            tokenized.announce_fitted(fitted, path, *((sum(_fit_sizes(parts[0])), "bases") if bases else
-                                                      (train_bytes, "bytes")))  # fmt: skip
+        if not saved:  # its advice weighs data.fit_bytes against what the fit samples: a FASTA's bases
+            tokenized.announce_fitted(fitted, path, sum(fit_sizes), "bases" if documents == "fasta" else "bytes")
         if plan is None or (not saved and not plan.get("tokenizer")):
             record = {"parts": [[dataclasses.asdict(segment) for segment in part] for part in parts], "splits": splits,
-                      "tokenizer": None if saved else fitted.record()}  # fmt: skip
+                      "fit_sizes": fit_sizes, "tokenizer": None if saved else fitted.record()}  # fmt: skip
             try:
                 atomic_write_text(plan_path, json.dumps(record))
             except OSError:  # a read-only cache only costs the next run the fitting again
@@ -201,9 +200,11 @@ def store_bundle(store, segments_per_split: list[int], path, fitted, splits: dic
 
 
 def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions, documents: str = "file",
-                 text_column: str = "", fold_case: bool = False) -> tuple[list[list[Segment]], dict]:  # fmt: skip
-    """The segments of each split and the record of the split: one file by characters, several by documents, and
-    records by byte fractions moved to the next record boundary."""
+                 text_column: str = "", fold_case: bool = False,
+                 ) -> tuple[list[list[Segment]], dict, list[int]]:  # fmt: skip
+    """The segments of each split, the record of the split and the train segments' sizes as data.fit_bytes counts
+    them (bytes; a FASTA's bases): one file by characters, several by documents, and records by byte fractions moved
+    to the next record boundary (FASTA: by bases)."""
     for file in files:  # before reading them as text: a compressed file would fail late, or as no JSON or record
         told = not_text_message(file)
         if told is not None:
@@ -218,27 +219,37 @@ def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions, doc
         parts = [[Segment(str(file), cuts[i], cuts[i + 1], first_character=r.start)] for i, r in enumerate(ranges)]
         record = {"kind": "contiguous_characters", "path": str(path), "num_characters": characters,
                   **{name: [r.start, r.stop] for name, r in zip(_SPLIT_NAMES, ranges, strict=True)}}  # fmt: skip
-        return parts, record
+        return parts, record, _byte_sizes(parts[0])
     ranges = contiguous_split(len(files), fractions)
     parts = [[Segment(str(files[i]), 0, sizes[i], end_of_document=True) for i in r] for r in ranges]
     record = {"kind": "documents", "path": str(path), "documents": [str(file) for file in files],
               **{name: [r.start, r.stop] for name, r in zip(_SPLIT_NAMES, ranges, strict=True)}}  # fmt: skip
-    return parts, record
+    return parts, record, _byte_sizes(parts[0])
 
 
-def _fasta_cuts(files: list[Path], sizes: list[int], fractions) -> tuple[list, list]:
-    """``_split_records``' cuts of FASTA records and where its fractions fall: each part starts at the first record
-    with at least its fraction of all bases before it (the record holding that base is where it falls), so a line
-    width moves no record across a cut (bytes would: line breaks and headers are bytes). Two passes over the files,
-    one record held at a time."""
-    def records():  # (file index, offset of the header, bases)
-        for index, file in enumerate(files):
-            yield from ((index, at, len(sequence)) for at, _, sequence in fasta_records(file, 0, sizes[index]))
+def _byte_sizes(segments: list[Segment]) -> list[int]:
+    return [segment.stop - segment.start for segment in segments]
 
-    total = sum(bases for *_, bases in records())
+
+def _fasta_table(files: list[Path], sizes: list[int]) -> np.ndarray:
+    """(R, 3) int64: the file index, header offset and bases of each FASTA record of ``files``, in order, read in
+    one pass, one record held at a time (24 bytes a record kept: a file of 10 million reads keeps 240 MB)."""
+    table = array.array("q")
+    for index, file in enumerate(files):
+        for at, _, sequence in fasta_records(file, 0, sizes[index]):
+            table.extend((index, at, len(sequence)))
+    return np.frombuffer(table, dtype=np.int64).reshape(-1, 3)
+
+
+def _fasta_cuts(table: np.ndarray, files: list[Path], sizes: list[int], fractions) -> tuple[list, list]:
+    """``_split_records``' cuts of the FASTA records of ``table`` (``_fasta_table``) and where its fractions fall:
+    each part starts at the first record with at least its fraction of all bases before it (the record holding that
+    base is where it falls), so a line width moves no record across a cut (bytes would: line breaks and headers are
+    bytes)."""
+    total = int(table[:, 2].sum())
     shares = [total * float(share) for share in np.cumsum(fractions)[:-1]]
     cuts, targets, before = [(0, 0)], [(0, 0)], 0
-    for index, at, bases in records():
+    for index, at, bases in table.tolist():
         while len(cuts) <= len(shares) and before >= shares[len(cuts) - 1]:
             cuts.append((index, at))
         while len(targets) <= len(shares) and before + bases > shares[len(targets) - 1]:
@@ -248,21 +259,35 @@ def _fasta_cuts(files: list[Path], sizes: list[int], fractions) -> tuple[list, l
     return cuts + [end] * (len(shares) + 1 - len(cuts)), targets + [end] * (len(shares) + 1 - len(targets))
 
 
+def _fasta_bases(table: np.ndarray, files: list[Path], sizes: list[int], segments: list[Segment]) -> list[int]:
+    """The bases of the records of ``table`` (``_fasta_table`` of ``files``) whose header lies in each segment."""
+    scale = max(sizes) + 1  # (file index, offset) as one number, in the order of the table's rows
+    keys = table[:, 0] * scale + table[:, 1]
+    before = np.concatenate([[0], np.cumsum(table[:, 2])])
+    index_of = {str(file): index for index, file in enumerate(files)}
+    rows = [np.searchsorted(keys, [index_of[segment.path] * scale + segment.start,
+                                   index_of[segment.path] * scale + segment.stop]) for segment in segments]  # fmt: skip
+    return [int(before[stop] - before[start]) for start, stop in rows]
+
+
 def _read_plan(path: Path) -> dict | None:
-    """A cached plan (split segments, split record, fitted tokenizer), or None when absent or unreadable."""
+    """A cached plan (split segments, split record, train segments' sizes, fitted tokenizer), or None when absent,
+    unreadable or written without the sizes (by an older version: prepared again)."""
     try:
         plan = read_json_object(path, "a cached plan")
     except (OSError, ValueError):
         return None
-    return plan if {"parts", "splits"} <= set(plan) else None
+    return plan if {"parts", "splits", "fit_sizes"} <= set(plan) else None
 
 
-def _split_records(path: Path, files: list[Path], sizes: list[int], fractions, documents: str,
-                   text_column: str, fold_case: bool = False) -> tuple[list[list[Segment]], dict]:  # fmt: skip
+def _split_records(path: Path, files: list[Path], sizes: list[int], fractions, documents: str, text_column: str,
+                   fold_case: bool = False) -> tuple[list[list[Segment]], dict, list[int]]:  # fmt: skip
     """Records split in order: each cut at the fraction of the files' total bytes (FASTA: bases, ``_fasta_cuts``),
-    moved to the next record start of the file it falls in. A cut is (file index, byte offset)."""
+    moved to the next record start of the file it falls in. A cut is (file index, byte offset). Also the train
+    segments' sizes as data.fit_bytes counts them: bytes, a FASTA's bases (counted in the pass that cuts them)."""
     if documents == "fasta":
-        cuts, targets = _fasta_cuts(files, sizes, fractions)
+        table = _fasta_table(files, sizes)
+        cuts, targets = _fasta_cuts(table, files, sizes, fractions)
     else:
         total, cuts, targets = sum(sizes), [(0, 0)], [(0, 0)]
         for share in np.cumsum(fractions)[:-1]:
@@ -294,7 +319,7 @@ def _split_records(path: Path, files: list[Path], sizes: list[int], fractions, d
                              f"(records are separated by a {separator}; without one a file is a single record)")
     record = {"kind": "records", "documents": documents, "path": str(path), "files": [str(file) for file in files],
               **{name: [list(cuts[i]), list(cuts[i + 1])] for i, name in enumerate(_SPLIT_NAMES)}}  # fmt: skip
-    return parts, record
+    return parts, record, _fasta_bases(table, files, sizes, parts[0]) if documents == "fasta" else _byte_sizes(parts[0])
 
 
 def _segment_texts(segment: Segment):
@@ -305,34 +330,30 @@ def _segment_texts(segment: Segment):
                         segment.fold_case)  # fmt: skip
 
 
-def _sampled(segment: Segment, budget: int):
-    """About ``budget`` bytes of a segment's text spread over it (``sampled_text`` or ``sampled_records``)."""
+def _sampled(segment: Segment, size: int, budget: int):
+    """About ``budget`` bytes of a segment's text spread over it (``sampled_text`` or ``sampled_records``; FASTA:
+    ``sampled_fasta`` of the segment's ``size`` in bases, known: not counted again)."""
     if segment.documents == "file":
         return sampled_text(Path(segment.path), segment.start, segment.stop, budget)
+    if segment.documents == "fasta":
+        return sampled_fasta(Path(segment.path), segment.start, segment.stop, budget, segment.fold_case, bases=size)
     return sampled_records(Path(segment.path), segment.start, segment.stop, budget, segment.documents,
                            segment.text_column, segment.fold_case)  # fmt: skip
 
 
-def _fit_budgets(segments: list[Segment], fit_bytes: int):
-    """(segment, bytes to sample from it) for the BPE fit: about ``fit_bytes`` in all, each segment's share in
-    proportion to its bytes (FASTA: its bases, counted in a pass of their own, which no line width or header
-    changes). A share too small to sample (under 1024 bytes, or under a smaller segment's size) is passed on to the
-    next segment, so that many small files are fitted on whole files spread evenly (each took 1024 bytes at least:
-    2,000 files of 2 KB fed 1.8 MB for a fit_bytes of 64 KB)."""
-    sizes = _fit_sizes(segments)
+def _fit_budgets(segments: list[Segment], sizes: list[int], fit_bytes: int):
+    """(segment, its size, bytes to sample from it) for the BPE fit: about ``fit_bytes`` in all, each segment's share
+    in proportion to its ``sizes`` entry (bytes; FASTA: its bases, which no line width or header changes). A share
+    too small to sample (under 1024 bytes, or under a smaller segment's size) is passed on to the next segment, so
+    that many small files are fitted on whole files spread evenly (each took 1024 bytes at least: 2,000 files of
+    2 KB fed 1.8 MB for a fit_bytes of 64 KB)."""
     total, carried = sum(sizes), 0.0
     for segment, size in zip(segments, sizes, strict=True):
         carried += fit_bytes * size / total
         if size and carried >= min(size, 1024):
             take = min(int(carried), size)
             carried -= take
-            yield segment, take
-
-
-def _fit_sizes(segments: list[Segment]) -> list[int]:
-    """Each segment's size as data.fit_bytes counts it: its bytes, or its FASTA records' bases (counted in a pass)."""
-    return [sum(map(len, _segment_texts(segment))) if segment.documents == "fasta" else segment.stop - segment.start
-            for segment in segments]  # fmt: skip
+            yield segment, size, take
 
 
 def _alphabet(segments: list[Segment]) -> str:
