@@ -1,6 +1,7 @@
 """Every reader of FASTA text (the classification source's ``read_fasta``, ``data.documents: fasta``, the genomics
 recipes' ``read_reference``) reads awkward files as a naive parser written here does: random line widths, CRLF,
-a byte-order mark, blank lines, trailing spaces, lowercase and N bases, empty records, gzip."""
+a lone CR (old Mac files), a byte-order mark, blank lines, trailing spaces, lowercase and N bases, empty records,
+gzip."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from markovformer.data.recipes.genomics import read_reference
 
 
 def _naive_records(data: bytes) -> list[tuple[str, str]]:
-    """``(header after '>', bases as written)`` of each record: lines split at LF, CRs and spaces at their ends
-    dropped, blank lines skipped."""
+    """``(header after '>', bases as written)`` of each record: lines split at LF, CRLF or a lone CR, spaces at
+    their ends dropped, blank lines skipped."""
     text = data.decode("utf-8").removeprefix("\ufeff")
     records: list[list[str]] = []
-    for line in text.split("\n"):
+    for line in re.split("\r\n|\r|\n", text):
         if line.startswith(">"):
             records.append([line[1:].strip(), ""])
         elif line.strip():
@@ -30,9 +31,9 @@ def _naive_records(data: bytes) -> list[tuple[str, str]]:
 
 def _awkward_fasta(rng: random.Random, empty_records: bool) -> bytes:
     """A FASTA with records of random lengths (none, with ``empty_records``), each wrapped at its own random
-    width with ragged lines, LF or CRLF line ends (mixed in one file too), blank lines between and after records,
-    trailing spaces and tabs, lowercase and N bases, a description holding '>' and spaces, maybe a BOM."""
-    newline = rng.choice(["\n", "\r\n", None])  # None: each line picks
+    width with ragged lines, LF, CRLF or lone CR line ends (mixed in one file too), blank lines between and after
+    records, trailing spaces and tabs, lowercase and N bases, a description holding '>' and spaces, maybe a BOM."""
+    newline = rng.choice(["\n", "\r\n", "\r", None])  # None: each line picks
     lines = []
     for index in range(rng.randint(1, 8)):
         description = rng.choice(["", " desc", " a>b  c ", "\tx y"])
@@ -46,7 +47,7 @@ def _awkward_fasta(rng: random.Random, empty_records: bool) -> bytes:
             start += step
         lines.extend([""] * rng.choice([0, 0, 1, 2]))
     lines.extend([""] * rng.randint(0, 3))
-    text = "".join(line + (newline or rng.choice(["\n", "\r\n"])) for line in lines)
+    text = "".join(line + (newline or rng.choice(["\n", "\r\n", "\r"])) for line in lines)
     return (b"\xef\xbb\xbf" if rng.random() < 0.3 else b"") + text.encode()
 
 
@@ -75,7 +76,7 @@ def test_fasta_documents_are_the_naive_records_bases_whatever_the_cuts(tmp_path,
         expected = [bases.upper() if fold_case else bases for _, bases in records]
         size = len(data)
         assert list(record_texts(path, 0, size, "fasta", fold_case=fold_case)) == expected, data
-        starts = [end for end in range(1, size) if data[end - 1 : end + 1] == b"\n>"]  # a '>' that begins a line
+        starts = [end for end in range(1, size) if data[end - 1] in b"\r\n" and data[end] == ord(">")]  # begins a line
         cuts = sorted({0, size, *rng.sample(starts, min(3, len(starts)))})
         pieces = [text for begin, end in zip(cuts[:-1], cuts[1:], strict=True)
                   for text in record_texts(path, begin, end, "fasta", fold_case=fold_case)]  # fmt: skip

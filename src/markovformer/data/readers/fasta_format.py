@@ -12,7 +12,9 @@ from pathlib import Path
 
 from markovformer.data.readers.text_stream import CHUNK_BYTES, decoded, line_number, past_mark
 
-_NOT_BASES = b" \t\r\n\v\f"  # the line breaks (LF or CRLF) and spaces of a FASTA sequence, none of them a base
+_NOT_BASES = b" \t\r\n\v\f"  # the line breaks (LF, CRLF, CR) and spaces of a FASTA sequence, none of them a base
+# a lone CR (old Mac files) ends a line as LF does; read as LF a CRLF is a line end then a blank line: no offset moves
+_CR_AS_LF = bytes.maketrans(b"\r", b"\n")
 GZIP_MAGIC = b"\x1f\x8b"  # the first bytes of a gzip file, whatever its name
 
 
@@ -80,7 +82,7 @@ def fasta_records(path: Path, start: int = 0, stop: int | None = None, fold_case
     """``(offset of its '>', header line after the '>', sequence)`` of each FASTA record starting in bytes
     [start, stop) of ``path`` (to its end when ``stop`` is None; ``start`` at a record's '>' or the file's start;
     a byte-order mark is no text). A gzipped file (``is_gzipped``) is read decompressed, its offsets those of its
-    text. The sequence is the record's lines after the header joined, line breaks (LF or CRLF) and spaces removed,
+    text. The sequence is the record's lines after the header joined, line breaks (LF, CRLF or CR) and spaces removed,
     letters as they are (soft-masked lowercase kept) or, with ``fold_case``, ASCII letters uppercased (the soft
     mask dropped: acgt read as ACGT). Read in chunks of ``CHUNK_BYTES``: one record is held at a time. Text before
     the first header raises, naming the file and line, and so does a record with no base unless ``keep_empty``."""
@@ -91,7 +93,7 @@ def fasta_records(path: Path, start: int = 0, stop: int | None = None, fold_case
         position = past_mark(handle, start, stop)
         header, lines = None, []  # header: the offset of the current record's '>'; lines: its header, then bases
         in_header, line_start = False, True  # the byte read next is in a header line / begins a line
-        while position < stop and (data := handle.read(min(CHUNK_BYTES, stop - position))):
+        while position < stop and (data := handle.read(min(CHUNK_BYTES, stop - position)).translate(_CR_AS_LF)):
             index = 0
             while index < len(data):
                 if in_header:
