@@ -277,6 +277,22 @@ def test_a_windows_saved_reference_and_bed_file_read_as_their_unix_twins(tmp_pat
             read_reference(tmp_path / "windows.fa", indexed=True)
 
 
+def test_an_old_mac_reference_reads_as_its_unix_twin_and_its_index_is_refused(tmp_path):
+    """Lone-CR line ends (old Mac files): pyfaidx's index read the whole file as one header line, a reference of one
+    empty chromosome ({'chr1': ''}), and BED intervals then 'ended past chr1 (0 bases)'. Chosen by read_reference
+    (indexed=None), such a file is read whole, as its Unix twin; asked to be indexed, it is refused saying why."""
+    reference_path, chromosomes = _reference(tmp_path, compressed=False)
+    path = tmp_path / "mac.fa"
+    path.write_bytes(reference_path.read_bytes().replace(b"\n", b"\r"))
+    assert read_reference(path) == chromosomes
+    if importlib.util.find_spec("pyfaidx") is not None:
+        with pytest.raises(ValueError, match=rf"^{path}: ends its lines with a lone carriage return \(old Mac\), "
+                                             r"which its \.fai index cannot read: read it whole \(indexed=False\), "
+                                             r"or convert it \(tr '\\r' '\\n'"):  # fmt: skip
+            read_reference(path, indexed=True)
+        assert not (tmp_path / "mac.fa.fai").exists()
+
+
 def test_a_gzipped_reference_is_read_whole_whatever_its_name(tmp_path):
     """indexed=None chose the index by the name: a gzipped file named .fa went to pyfaidx, which failed on its
     compressed bytes ("cannot index as a FASTA file ('utf-8' codec can't decode byte 0x8b ..."). Its first bytes

@@ -18,6 +18,7 @@ from markovformer.data.bundle import DataBundle, label_names_in_order
 from markovformer.data.readers.fasta_format import (
     base_line_number,
     fasta_records,
+    has_lone_cr,
     is_gzipped,
     named_records,
 )
@@ -39,8 +40,8 @@ class IndexedFasta(Mapping):
     """The records of a plain (uncompressed) FASTA through its ``.fai`` index (``pyfaidx``; the index is built
     beside the file on first use, or in the token-store cache when that folder is not writable): ``fasta[id]`` is
     a ``Chromosome`` whose slices read only their bases from disk, uppercase. A gzipped file (bgzipped too: pyfaidx
-    reads that only with Biopython, no part of the extra), a plain one named as bgzip (``BGZIP_SUFFIXES``) and a
-    byte-order mark are refused, saying the way out."""
+    reads that only with Biopython, no part of the extra), a plain one named as bgzip (``BGZIP_SUFFIXES``), a
+    byte-order mark and lone-CR line ends are refused, saying the way out."""
 
     def __init__(self, path: str | Path) -> None:
         pyfaidx = import_pyfaidx()
@@ -56,6 +57,10 @@ class IndexedFasta(Mapping):
         if suffix.lower() in BGZIP_SUFFIXES:  # else pyfaidx asks for Biopython, or fails on the bytes it gets
             raise ValueError(f"{self.path}: is a plain FASTA named {suffix!r}, which its .fai index reads as bgzip: "
                              f"read it whole (indexed=False), or rename it without {suffix!r}")  # fmt: skip
+        if has_lone_cr(self.path):  # pyfaidx reads the whole file as one header line: one empty record
+            raise ValueError(f"{self.path}: ends its lines with a lone carriage return (old Mac), which its .fai "
+                             f"index cannot read: read it whole (indexed=False), or convert it (tr '\\r' '\\n' < "
+                             f"{shlex.quote(str(self.path))} > unix.fa) and index that")  # fmt: skip
         try:
             try:
                 self._fasta = self._open(pyfaidx, Path(f"{self.path}.fai"))

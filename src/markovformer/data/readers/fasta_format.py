@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import math
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -22,6 +23,14 @@ def is_gzipped(path: Path) -> bool:
     """Whether ``path`` is gzip-compressed, told by its first bytes (``GZIP_MAGIC``), not by its name."""
     with path.open("rb") as handle:
         return handle.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+
+
+def has_lone_cr(path: Path) -> bool:
+    """Whether the first 64 KiB of plain file ``path`` end a line with a lone CR, as old Mac files do (read here as
+    LF; a ``.fai`` index cannot read them)."""
+    with path.open("rb") as handle:
+        head = handle.read(1 << 16)
+    return re.search(rb"\r(?!\n)", head[:-1]) is not None  # a CR last in the head may be a CRLF's
 
 
 @contextlib.contextmanager

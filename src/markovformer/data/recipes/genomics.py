@@ -34,7 +34,7 @@ from markovformer.data.readers.fasta import (
     reverse_complement,
     write_fasta,
 )
-from markovformer.data.readers.fasta_format import fasta_records, is_gzipped, named_records
+from markovformer.data.readers.fasta_format import fasta_records, has_lone_cr, is_gzipped, named_records
 from markovformer.data.recipes.debian import package_file, unpacked_debian_package
 
 LabelledSequence = tuple[str, str, str]  # (record id, uppercase ACGTN sequence, label)
@@ -278,11 +278,12 @@ def read_reference(path: str | Path, indexed: bool | None = None) -> Mapping[str
     is read through its ``.fai`` index (``fasta.IndexedFasta``: a slice reads only its bases, so a 3 GB reference is
     never loaded whole) when ``pyfaidx`` is installed (``indexed=None``) or when ``indexed=True``; a gzipped file
     (told by its first bytes, whatever its name: the index cannot seek in it unless it is bgzipped) is read whole,
-    and so is a plain file named ``.gz`` or ``.bgz``, which pyfaidx would take for bgzip. A name that repeats is
+    and so are a plain file named ``.gz`` or ``.bgz``, which pyfaidx would take for bgzip, and one whose lines end
+    in a lone CR (old Mac), which it would read as one header line. A name that repeats is
     refused either way (``fasta_format.named_records``, naming both lines; the index, naming the key)."""
     path = Path(path)
     if indexed is None:
-        indexed = (not is_gzipped(path) and path.suffix.lower() not in BGZIP_SUFFIXES
+        indexed = (not is_gzipped(path) and path.suffix.lower() not in BGZIP_SUFFIXES and not has_lone_cr(path)
                    and importlib.util.find_spec("pyfaidx") is not None)  # fmt: skip
     if indexed:
         return IndexedFasta(path)
