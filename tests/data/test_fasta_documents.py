@@ -377,3 +377,19 @@ def test_preparing_a_fasta_reads_it_twice_and_its_train_part_once_more(tmp_path,
                           documents="fasta", fractions=(0.6, 0.2, 0.2), cache_dir=tmp_path / "cache")  # fmt: skip
     train_bytes = bundle.splits["train"][1][1]  # the train part is bytes [0, its end) of the one file
     assert sum(read) == 2 * path.stat().st_size + train_bytes
+
+
+def test_a_fasta_read_as_plain_text_is_warned_of_naming_it_and_data_documents_fasta(tmp_path, capsys):
+    """data.documents=file (the default) on a FASTA trained on its headers and line breaks as text without a word.
+    A file named as FASTA, or whose first line is a '>' header, is still read as text (a model of FASTA text may be
+    meant) but said on stderr, naming it and data.documents: fasta; a text whose first line quotes ('> ') is not."""
+    fasta = _fasta_text(_soft_masked_records(2), 60)
+    cases = [("genome.fna", "ACGT " * 200, True), ("reads.txt", fasta, True), ("notes.txt", "> a quote\n" * 200, False),
+             ("plain.txt", "just text\n" * 200, False)]  # fmt: skip
+    for name, text, warned in cases:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        bundle = load_text_lm(path, seq_len=8, cache_dir=tmp_path / "cache")
+        said = capsys.readouterr().err
+        assert (f"{path}: looks like FASTA" in said and "data.documents: fasta" in said) == warned, (name, said)
+        assert ("\n" in bundle.tokenizer.alphabet) == (text.count("\n") > 0)  # read as text all the same

@@ -11,18 +11,29 @@ import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from markovformer.data.readers.text_stream import CHUNK_BYTES, decoded, line_number, past_mark
+from markovformer.data.readers.text_stream import BYTE_ORDER_MARK, CHUNK_BYTES, decoded, line_number, past_mark
 
 _NOT_BASES = b" \t\r\n\v\f"  # the line breaks (LF, CRLF, CR) and spaces of a FASTA sequence, none of them a base
 # a lone CR (old Mac files) ends a line as LF does; read as LF a CRLF is a line end then a blank line: no offset moves
 _CR_AS_LF = bytes.maketrans(b"\r", b"\n")
 GZIP_MAGIC = b"\x1f\x8b"  # the first bytes of a gzip file, whatever its name
+FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".faa")  # nucleotides, genes' coding parts, amino acids
 
 
 def is_gzipped(path: Path) -> bool:
     """Whether ``path`` is gzip-compressed, told by its first bytes (``GZIP_MAGIC``), not by its name."""
     with path.open("rb") as handle:
         return handle.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+
+
+def looks_like_fasta(path: Path) -> bool:
+    """Whether plain file ``path`` is named as FASTA (``FASTA_SUFFIXES``) or its text begins with a header: '>' then
+    a record id ('> ' begins a quote, as in Markdown and e-mail)."""
+    if path.suffix.lower() in FASTA_SUFFIXES:
+        return True
+    with path.open("rb") as handle:
+        head = handle.read(len(BYTE_ORDER_MARK) + 2).removeprefix(BYTE_ORDER_MARK)
+    return re.match(rb">\S", head) is not None
 
 
 def has_lone_cr(path: Path) -> bool:

@@ -7,6 +7,7 @@ import array
 import dataclasses
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from torch import Tensor
 from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import IGNORE_INDEX, collate
-from markovformer.data.readers.fasta_format import fasta_records, sampled_fasta
+from markovformer.data.readers.fasta_format import fasta_records, looks_like_fasta, sampled_fasta
 from markovformer.data.readers.records import RECORD_KINDS, record_boundary, record_texts, sampled_records
 from markovformer.data.readers.store_windows import RandomStarts, StoreWindows
 from markovformer.data.readers.text_stream import (
@@ -77,7 +78,8 @@ def load_text_lm(
     non-blank lines) or ``"fasta"`` (each record's bases, soft-masked lowercase read as uppercase with
     ``fold_case``: ``fasta_format.fasta_records``): every record of every file is a document, closed by the
     end-of-document token; the files are then split at record boundaries near the fractions of their total bytes
-    (FASTA: of their bases, so that the line width moves no record), byte offsets in ``splits``.
+    (FASTA: of their bases, so that the line width moves no record), byte offsets in ``splits``. A file that looks
+    like FASTA read as plain text (``documents="file"``) is said on stderr as the split is planned.
 
     Example: {"input_ids": (L,) long, "labels": (L,) long[, "position_ids": (L,) long]}, L = seq_len + 1 except a
     last shorter window; the model shifts labels inside. info: {"vocab_size": V}.
@@ -211,6 +213,7 @@ def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions, doc
             raise ValueError(told)
     if documents != "file":
         return _split_records(path, files, sizes, fractions, documents, text_column, fold_case)
+    _warn_of_fasta(files)
     if len(files) == 1:
         file = files[0]
         characters = count_characters(file)
@@ -225,6 +228,17 @@ def _split_parts(path: Path, files: list[Path], sizes: list[int], fractions, doc
     record = {"kind": "documents", "path": str(path), "documents": [str(file) for file in files],
               **{name: [r.start, r.stop] for name, r in zip(_SPLIT_NAMES, ranges, strict=True)}}  # fmt: skip
     return parts, record, _byte_sizes(parts[0])
+
+
+def _warn_of_fasta(files: list[Path]) -> None:
+    """One line on stderr when files read as plain text look like FASTA (``looks_like_fasta``): their headers and
+    line breaks would be trained on, likely meant as data.documents: fasta (not refused: FASTA text may be meant)."""
+    fasta = [file for file in files if looks_like_fasta(file)]
+    if fasta:
+        more = f" (and {len(fasta) - 1} more of the files)" if len(fasta) > 1 else ""
+        print(f"{fasta[0]}: looks like FASTA{more}, read by data.documents: file as plain text, its headers and line "
+              f"breaks trained on as text; to train on each record's bases alone, set data.documents: fasta",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _byte_sizes(segments: list[Segment]) -> list[int]:
