@@ -393,3 +393,33 @@ def test_a_fasta_read_as_plain_text_is_warned_of_naming_it_and_data_documents_fa
         said = capsys.readouterr().err
         assert (f"{path}: looks like FASTA" in said and "data.documents: fasta" in said) == warned, (name, said)
         assert ("\n" in bundle.tokenizer.alphabet) == (text.count("\n") > 0)  # read as text all the same
+
+
+def test_a_changed_fasta_reading_or_plan_prepares_a_new_plan_and_store(tmp_path, monkeypatch):
+    """Caches keyed without what decides their content were reused: a plan cached before FASTA parts were cut by
+    bases (cut by bytes) or before the BPE sample was spaced by bases came back under the same key, and so would a
+    store of records read before a change of the parser (a lone CR ending a line). The parser's version
+    (FASTA_READING) keys the plans and stores of data.documents: fasta, the plan's own format (PLAN_FORMAT) every
+    plan, and data.fold_case both: a change of any prepares anew."""
+    from markovformer.data.readers import text as text_module
+
+    path = tmp_path / "genome.fa"
+    path.write_text(_fasta_text(_soft_masked_records(6), 60), encoding="utf-8")
+    cache = tmp_path / "cache"
+
+    def prepared(**options) -> tuple[set[str], str]:
+        bundle = load_text_lm(path, seq_len=8, documents="fasta", fractions=(0.6, 0.2, 0.2), cache_dir=cache,
+                              **options)  # fmt: skip
+        return {plan.name for plan in (cache / "plans").iterdir()}, bundle.splits["store"]
+
+    plans, store = prepared()
+    assert prepared() == (plans, store)  # nothing changed: both reused
+    folded_plans, folded_store = prepared(fold_case=True)
+    assert len(folded_plans - plans) == 1 and folded_store != store
+    with monkeypatch.context() as patched:
+        patched.setattr(records_module, "FASTA_READING", fasta_format.FASTA_READING + 1)
+        read_plans, read_store = prepared()
+    assert len(read_plans - folded_plans) == 1 and read_store not in (store, folded_store)
+    with monkeypatch.context() as patched:
+        patched.setattr(text_module, "PLAN_FORMAT", text_module.PLAN_FORMAT + 1)
+        assert len(prepared()[0] - read_plans) == 1  # the store is that of the plan's tokenizer: the same one

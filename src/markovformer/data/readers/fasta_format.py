@@ -17,6 +17,9 @@ _NOT_BASES = b" \t\r\n\v\f"  # the line breaks (LF, CRLF, CR) and spaces of a FA
 # a lone CR (old Mac files) ends a line as LF does; read as LF a CRLF is a line end then a blank line: no offset moves
 _CR_AS_LF = bytes.maketrans(b"\r", b"\n")
 GZIP_MAGIC = b"\x1f\x8b"  # the first bytes of a gzip file, whatever its name
+# The version of how FASTA bytes read as records: raised when the same bytes read as other records or bases, it keys
+# the plans and token stores of data.documents: fasta anew (records.record_reading). 2: a lone CR ends a line
+FASTA_READING = 2
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".faa")  # nucleotides, genes' coding parts, amino acids
 
 

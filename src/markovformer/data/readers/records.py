@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from markovformer.data.readers.fasta_format import fasta_records, sampled_fasta
+from markovformer.data.readers.fasta_format import FASTA_READING, fasta_records, sampled_fasta
 from markovformer.data.readers.text_stream import CHUNK_BYTES, decoded, line_number, past_mark
 from markovformer.strict_json import parse_json
 
@@ -16,6 +16,14 @@ from markovformer.strict_json import parse_json
 RECORD_KINDS = ("file", "blank_line", "jsonl", "fasta")
 # where a record starts: after a newline (jsonl), after a blank line (blank_line); FASTA parts are cut by bases
 _RECORD_STARTS = {"jsonl": re.compile(rb"\n"), "blank_line": re.compile(rb"\n[ \t\r]*\n")}
+
+
+def record_reading(documents: str, text_column: str, fold_case: bool) -> list:
+    """What decides the texts read from a file's records of kind ``documents``, beside its bytes: a part of the keys
+    of cached plans and token stores, so that a change of any (FASTA: of its parser, ``FASTA_READING``) is never
+    answered from a cache it would have read otherwise."""
+    return [documents, text_column, *(["fold_case"] if fold_case else []),
+            *([f"fasta_reading={FASTA_READING}"] if documents == "fasta" else [])]
 
 
 def record_boundary(path: Path, offset: int, documents: str) -> int:

@@ -17,7 +17,13 @@ from markovformer.atomic import atomic_write_text
 from markovformer.data.bundle import DataBundle
 from markovformer.data.collate import IGNORE_INDEX, collate
 from markovformer.data.readers.fasta_format import fasta_records, looks_like_fasta, sampled_fasta
-from markovformer.data.readers.records import RECORD_KINDS, record_boundary, record_texts, sampled_records
+from markovformer.data.readers.records import (
+    RECORD_KINDS,
+    record_boundary,
+    record_reading,
+    record_texts,
+    sampled_records,
+)
 from markovformer.data.readers.store_windows import RandomStarts, StoreWindows
 from markovformer.data.readers.text_stream import (
     CHUNK_BYTES,
@@ -51,6 +57,10 @@ from markovformer.data.splits import contiguous_split
 from markovformer.strict_json import read_json_object
 
 _SPLIT_NAMES = ("train", "val", "test")
+# What a cached plan holds and how it is made: raised when the same files and options plan other parts, sizes or
+# tokenizer. 2: the train segments' fit_sizes kept; FASTA parts cut and BPE sampled by bases (the plans of versions
+# that cut them by bytes came back under the same key)
+PLAN_FORMAT = 2
 
 
 def load_text_lm(
@@ -111,8 +121,8 @@ def load_text_lm(
     # What a second run would compute again (character count, split cuts, the fitted tokenizer) is cached beside
     # the token stores, under the same kind of content key: reopening a prepared corpus reads no text.
     plan_key = hashlib.sha256(json.dumps([[content_key(file) for file in files], list(fractions), tokenizer,
-                                          vocab_size, fit_bytes, str(path), documents, text_column, STORE_FORMAT,
-                                          *(["fold_case"] if fold_case else [])]
+                                          vocab_size, fit_bytes, str(path), STORE_FORMAT, PLAN_FORMAT,
+                                          *record_reading(documents, text_column, fold_case)]
                                          ).encode()).hexdigest()[:32]  # fmt: skip
     # one process prepares (fits, encodes) at a time: DDP ranks and concurrent runs wait, then read what it wrote
     with build_lock(cache_root(cache_dir), f"plan-{plan_key}"):
@@ -286,7 +296,7 @@ def _fasta_bases(table: np.ndarray, files: list[Path], sizes: list[int], segment
 
 def _read_plan(path: Path) -> dict | None:
     """A cached plan (split segments, split record, train segments' sizes, fitted tokenizer), or None when absent,
-    unreadable or written without the sizes (by an older version: prepared again)."""
+    unreadable or incomplete (prepared again)."""
     try:
         plan = read_json_object(path, "a cached plan")
     except (OSError, ValueError):

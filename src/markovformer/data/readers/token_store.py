@@ -42,7 +42,7 @@ import numpy as np
 
 from markovformer.atomic import atomic_write_text, exclusive_lock, write_failure
 from markovformer.data.readers.bpe_cuts import safe_pieces
-from markovformer.data.readers.records import record_texts
+from markovformer.data.readers.records import record_reading, record_texts
 from markovformer.data.readers.text_stream import CHUNK_BYTES, content_key, text_pieces
 from markovformer.strict_json import read_json_object
 
@@ -113,7 +113,7 @@ def store_key(segments: Iterable[Segment], tokenizer_json: str) -> str:
             files[segment.path] = content_key(Path(segment.path))
         entry = [files[segment.path], segment.start, segment.stop, segment.end_of_document]
         if segment.documents != "file":
-            entry += [segment.documents, segment.text_column, *(["fold_case"] if segment.fold_case else [])]
+            entry += record_reading(segment.documents, segment.text_column, segment.fold_case)
         record["segments"].append(entry)
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:32]
 
