@@ -135,3 +135,42 @@ def test_a_data_file_missing_from_the_data_directory_is_refused_naming_where_it_
     (store / "corp.txt").parent.mkdir()
     (store / "corp.txt").write_text("text\n")
     assert find_prepared_file("data/corp.txt") == store / "corp.txt"
+
+
+def test_a_glob_of_fasta_files_reads_as_the_file_they_would_make_joined(tmp_path):
+    """data.path: chr*.fa (a genome written one file a chromosome) was refused as 'no such file', where the text
+    source reads such a glob. The fasta source reads each matched file's records, the files in sorted order (as the
+    text source orders them): the examples and splits of their records in one file. An id in two files is refused
+    naming both."""
+    import random
+
+    from markovformer.data.readers.fasta import write_fasta
+
+    rng = random.Random(4)
+    records = [(f"r{i}", "".join(rng.choices("ACGT", k=30))) for i in range(30)]
+    labels = tmp_path / "labels.tsv"
+    labels.write_text("".join(f"r{i}\t{'ab'[i % 2]}\n" for i in range(30)))
+    write_fasta(records[20:], tmp_path / "chr2.fa")
+    write_fasta(records[:20], tmp_path / "chr1.fa")
+    (tmp_path / "joined").mkdir()
+    write_fasta(records, tmp_path / "joined" / "genome.fa")
+    globbed = FastaSource(path=str(tmp_path / "chr*.fa"), labels=str(labels)).build(seed=3)
+    joined = FastaSource(path=str(tmp_path / "joined" / "genome.fa"), labels=str(labels)).build(seed=3)
+    assert globbed.splits == joined.splits
+    for name in ("train", "val", "test"):
+        assert [example["input_ids"].tolist() for example in getattr(globbed, name)] == [
+            example["input_ids"].tolist() for example in getattr(joined, name)], name  # fmt: skip
+    write_fasta([("r3", "ACGT")], tmp_path / "chr3.fa")
+    with pytest.raises(ValueError, match=f"^{tmp_path / 'chr3.fa'}: record id 'r3' is also a record of "
+                                         f"{tmp_path / 'chr1.fa'}"):  # fmt: skip
+        FastaSource(path=str(tmp_path / "chr*.fa"), labels=str(labels)).build(seed=3)
+
+
+def test_a_glob_given_to_a_source_of_one_file_is_refused_as_a_glob(tmp_path):
+    """csv_series reads one file (a series in time order): a glob of CSV files was refused as 'no such file', though
+    it matched two. It is refused as a pattern, naming how many files it matches."""
+    for name in ("2023.csv", "2024.csv"):
+        (tmp_path / name).write_text("x,label\n1,a\n")
+    with pytest.raises(ValueError, match=r"^data.path='.*/\*\.csv' is a glob pattern \(it matches 2 files\); "
+                                         r"this data source reads one file"):  # fmt: skip
+        CsvSeriesSource(path=str(tmp_path / "*.csv")).build(seed=0)

@@ -137,7 +137,8 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("hf_dataset", "fit_bytes"): "bytes of train rows BPE merges are learned on, rows spread evenly",
     ("hf_dataset", "window_starts"): "contiguous or random training window starts (as for the text source)",
     ("hf_dataset", "packing"): "examples carry position_ids restarting at each row (as for the text source)",
-    ("fasta", "path"): "the FASTA file of DNA sequences (A/C/G/T/N), plain or gzipped (.gz)",
+    ("fasta", "path"): "the FASTA file of DNA sequences (A/C/G/T/N), plain or gzipped (.gz), or a glob of such files "
+                       "(chr*.fa: their records in one, the files in sorted order)",
     # the sequence-mixer tasks (data/synthetic/tasks.py)
     ("mqar", "seq_len"): "tokens per example (even; 4 * num_pairs <= seq_len < vocab_size)",
     ("mqar", "num_pairs"): "key-value pairs stated first, then each key queried once",

@@ -78,8 +78,8 @@ class HFDatasetSource(TokenizedText):
 
 @dataclasses.dataclass
 class FastaSource:
-    """DNA sequences in FASTA (plain or gzipped) with a labels file (``id<TAB>label`` or ``id,label`` per line, after
-    an optional header line), for sequence classification.
+    """DNA sequences in FASTA (plain or gzipped; a glob: each file it matches, in sorted order) with a labels file
+    (``id<TAB>label`` or ``id,label`` per line, after an optional header line), for sequence classification.
     Vocabulary A/C/G/T/N; optional reverse-complement augmentation of the training split."""
 
     feeds: ClassVar[tuple[str, ...]] = ("sequence_classification",)
@@ -91,8 +91,9 @@ class FastaSource:
     max_length: int | None = None
 
     def build(self, seed: int) -> DataBundle:
+        path = self.path if glob.has_magic(self.path) else _require_path(self.path)  # a glob: as the text source's
         return load_fasta_classification(
-            _require_path(self.path), _require_path(self.labels, "data.labels"), fractions=self.fractions, seed=seed,
+            path, _require_path(self.labels, "data.labels"), fractions=self.fractions, seed=seed,
             reverse_complement_augment=self.reverse_complement, max_length=self.max_length,
         )  # fmt: skip
 
@@ -248,6 +249,9 @@ def _require_path(path: str, key: str = "data.path") -> Path:
         raise ValueError(f"{key} is required for this data source")
     if Path(path).is_dir():
         raise ValueError(f"{key}={path!r} is a directory; give the data file inside it")
+    if glob.has_magic(path) and not Path(path).is_file():
+        raise ValueError(f"{key}={path!r} is a glob pattern (it matches {len(glob.glob(path, recursive=True))} "
+                         f"files); this data source reads one file: name it")  # fmt: skip
     return find_prepared_file(path, key)
 
 

@@ -5,6 +5,7 @@ extra), one interval at a time, never the whole file."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import shlex
 from collections.abc import Iterable, Iterator, Mapping
@@ -22,7 +23,7 @@ from markovformer.data.readers.fasta_format import (
     is_gzipped,
     named_records,
 )
-from markovformer.data.readers.text_stream import BYTE_ORDER_MARK, not_text_message
+from markovformer.data.readers.text_stream import BYTE_ORDER_MARK, not_text_message, resolve_text_paths
 from markovformer.data.readers.token_store import cache_root
 from markovformer.data.splits import split_indices
 
@@ -138,6 +139,22 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
     return records
 
 
+def read_fasta_files(path: str | Path) -> list[tuple[str, str]]:
+    """``read_fasta``'s records of the file ``path`` or, a glob, of each file it matches in sorted order
+    (``text_stream.resolve_text_paths``, as the text source reads a glob); an id in two files raises ValueError
+    naming both."""
+    files = resolve_text_paths(path) if glob.has_magic(str(path)) else [Path(path)]
+    records, file_of = [], {}
+    for file in files:
+        for name, sequence in read_fasta(file):
+            if name in file_of:
+                raise ValueError(f"{file}: record id {name!r} is also a record of {file_of[name]} ({str(path)!r} "
+                                 f"matches both)")  # fmt: skip
+            file_of[name] = file
+            records.append((name, sequence))
+    return records
+
+
 def write_fasta(records: Iterable[tuple[str, str]], path: str | Path, line_width: int = 60) -> None:
     """Write ``(id, sequence)`` records, wrapping sequences at ``line_width`` letters; ``read_fasta`` reads them
     back unchanged (for uppercase ACGTN sequences)."""
@@ -189,7 +206,8 @@ def load_fasta_classification(
     reverse_complement_augment: bool = False,
     max_length: int | None = None,
 ) -> DataBundle:
-    """DNA records with one class label each, split at random by record (seeded, disjoint, covering).
+    """DNA records with one class label each, split at random by record (seeded, disjoint, covering);
+    ``fasta_path``: a file, or a glob of files read in sorted order (``read_fasta_files``).
 
     ``labels_path``: one ``id<TAB>label`` or ``id,label`` row per record; the first row is a header when its id is
     not a FASTA record id. Every record needs exactly one label row and every row a record. Label strings map to
@@ -205,7 +223,7 @@ def load_fasta_classification(
     """
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
         raise ValueError(f"data.max_length={max_length!r}: must be a positive int or None")
-    records = read_fasta(fasta_path)
+    records = read_fasta_files(fasta_path)
     labels = read_labels(labels_path, [record_id for record_id, _ in records])
     names = label_names_in_order(list(labels.values()), str(labels_path))
     label_ids = {name: index for index, name in enumerate(names)}
