@@ -20,6 +20,9 @@ from markovformer.data.readers.fasta import (
     reverse_complement,
     write_fasta,
 )
+from markovformer.data.sources import BedSource, FastaSource
+from markovformer.training.run_config import build_dataclass
+from markovformer.training.trainer_config import ConfigError
 
 
 def _random_dna(rng: random.Random, length: int) -> str:
@@ -396,3 +399,16 @@ def test_held_out_records_with_a_training_records_bases_are_counted_and_the_run_
                                           "log_every": 2, "seed": 4}}))  # fmt: skip
     assert "records repeat the bases of a training record" in capsys.readouterr().out
 
+
+
+@pytest.mark.parametrize("source", [FastaSource, BedSource])
+def test_fold_case_given_to_a_classification_source_is_refused_saying_it_reads_uppercase(source):
+    """data.fold_case (the text source's: keep or fold a soft mask) given to the fasta or bed source was 'unknown key
+    data.fold_case; the keys of data: ...', saying neither that these sources read acgt as ACGT always (their
+    vocabulary is A/C/G/T/N) nor where the option applies. A mistyped option still gets its spelling hint."""
+    with pytest.raises(ConfigError, match=r"^unknown key data\.fold_case: the fasta and bed sources read every base "
+                                          r"as one of A/C/G/T/N, soft-masked lowercase as uppercase always .*; "
+                                          r"data\.fold_case is the text source's, with data\.documents: fasta"):
+        build_dataclass(source, {"path": "genome.fa", "fold_case": False}, "data")
+    with pytest.raises(ConfigError, match=r"^unknown key data\.fractoins \(did you mean 'fractions'\?\)$"):
+        build_dataclass(source, {"fractoins": [0.8, 0.1, 0.1]}, "data")

@@ -76,6 +76,16 @@ class HFDatasetSource(TokenizedText):
         return load_hf_dataset_lm(self.data_files, num_proc=self.num_proc, fitted=tokenizer, **self.options())
 
 
+def _reads_uppercase_dna(cls: type, key: str) -> str:
+    """What the DNA classification sources say of an unknown ``key`` (``run_config.build_dataclass``): data.fold_case
+    is the text source's, and they fold case always; '' for any other key (its spelling hint follows)."""
+    if key != "fold_case":
+        return ""
+    return (": the fasta and bed sources read every base as one of A/C/G/T/N, soft-masked lowercase as uppercase "
+            "always (a classifier's vocabulary has no lowercase base); data.fold_case is the text source's, with "
+            "data.documents: fasta, whose language model of the bases may keep the mask")
+
+
 @dataclasses.dataclass
 class FastaSource:
     """DNA sequences in FASTA (plain or gzipped; a glob: each file it matches, in sorted order) with a labels file
@@ -83,6 +93,7 @@ class FastaSource:
     Vocabulary A/C/G/T/N; optional reverse-complement augmentation of the training split."""
 
     feeds: ClassVar[tuple[str, ...]] = ("sequence_classification",)
+    unknown_key_hint = classmethod(_reads_uppercase_dna)
 
     path: str = ""
     labels: str = ""
@@ -128,6 +139,7 @@ class BedSource:
     .gz; minus-strand intervals reverse-complemented), then as the ``fasta`` source: sequence classification."""
 
     feeds: ClassVar[tuple[str, ...]] = ("sequence_classification",)
+    unknown_key_hint = classmethod(_reads_uppercase_dna)
 
     path: str = ""
     reference: str = ""

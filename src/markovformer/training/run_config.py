@@ -112,7 +112,8 @@ def _home_expanded(value: Any) -> Any:
 
 def build_dataclass(cls: type, values: dict[str, Any], prefix: str, elsewhere: Any = None) -> Any:
     """Instantiate ``cls`` from ``values``, naming ``prefix.key`` in every error; ``elsewhere(key)``: the hint for an
-    unknown key that another section takes (``other_section_hint``), ahead of a spelling suggestion."""
+    unknown key that another section takes (``other_section_hint``), then ``cls.unknown_key_hint(key)`` (what the
+    class says of a key it does not take), ahead of a spelling suggestion."""
     if not isinstance(values, dict):
         raise ConfigError(f"{prefix} must be a mapping; got {shown(values)}")
     hints = typing.get_type_hints(cls)
@@ -121,7 +122,8 @@ def build_dataclass(cls: type, values: dict[str, Any], prefix: str, elsewhere: A
     for key, value in values.items():
         if key not in fields:
             hint = elsewhere(key) if elsewhere is not None else ""
-            hint = hint or (cls.unknown_key_hint(key) if hasattr(cls, "unknown_key_hint") else suggest(key, fields))
+            hint = hint or (cls.unknown_key_hint(key) if hasattr(cls, "unknown_key_hint") else "")
+            hint = hint or suggest(key, fields)
             hint = hint or f"; the keys of {prefix}: {', '.join(fields)}"  # nothing close: what may be typed
             raise ConfigError(f"unknown key {prefix}.{str(key)[:200]}{hint}")
         kwargs[key] = coerce(value, hints[key], f"{prefix}.{key}")
