@@ -97,6 +97,10 @@ def test_per_layer_options_round_trip_through_a_config_dict():
     ({"kind": "scan", "chunk_size": 4}, r"layer 1: kind 'scan' has no option 'chunk_size' \(its options: none\)"),
     ({"kind": "markv"}, r"layer 1: unknown kind 'markv'; .* \(did you mean 'markov'\?\)"),
     ("markv", r"layer 1: unknown kind 'markv'; .* \(did you mean 'markov'\?\)"),
+    # a kind that is not a string (a YAML list, a missing "kind") is unknown, not a TypeError from the kinds' dict
+    (["markov"], r"layer 1: unknown kind \['markov'\]; expected one of"),
+    ({"kind": ["markov"]}, r"layer 1: unknown kind \['markov'\]; expected one of"),
+    ({"window": 4}, r"layer 1: unknown kind None; expected one of"),
     # a causal model's layer may not read the future: through a gate pooled over the sequence, or future biases
     ({"kind": "markov", "gate_input": "sequence"}, r"attention\[1\]\.gate_input='sequence': .* needs bidirectional"),
     ({"kind": "hybrid_split", "gate_input": "sequence"}, r"attention\[1\]\.gate_input='sequence'"),

@@ -155,7 +155,7 @@ class MarkovianTransformerConfig(ModelConfig):
                 fail("attention", f"a per-layer list needs n_layers={self.n_layers} entries")
             for index, entry in enumerate(self.attention):
                 kind = entry.get("kind") if isinstance(entry, dict) else entry
-                if kind not in ATTENTION_KINDS:
+                if not isinstance(kind, str) or kind not in ATTENTION_KINDS:  # a list is unhashable: no dict lookup
                     fail("attention", f"layer {index}: unknown kind {kind!r}; expected one of "
                                       f"{tuple(ATTENTION_KINDS)}{suggest(kind, ATTENTION_KINDS)}")  # fmt: skip
                 if isinstance(entry, dict):
