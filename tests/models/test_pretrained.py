@@ -255,6 +255,33 @@ def test_every_family_initialises_linear_and_embedding_weights_from_its_config(f
                 assert float(module.bias.detach().abs().max()) == 0.0, (head.__name__, name)
 
 
+def test_a_model_whose_config_has_no_initializer_range_reinitialises_as_a_fresh_build():
+    """``init_weights()`` of a VMT (torch's initialisation of each module, no ``initializer_range``) raised
+    AttributeError; the whole model, or one module of it, gets the tensors a fresh build draws from the same seed."""
+    from markovformer import VariationalMarkovTransformer, VMTConfig
+
+    config = VMTConfig(vocab_size=7, d_model=8, n_layers=1, n_heads=2, latent_dim=4, hidden_dim=8)
+    torch.manual_seed(3)
+    fresh = VariationalMarkovTransformer(config)
+    model = VariationalMarkovTransformer(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(0.25)
+    torch.manual_seed(3)
+    model.init_weights()
+    for name, tensor in fresh.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+    with torch.no_grad():
+        model.embed.weight.fill_(0.25)
+        model.emission.linear.weight.fill_(0.25)
+    torch.manual_seed(3)
+    model.init_weights(model.embed)
+    assert torch.equal(model.embed.weight, fresh.embed.weight)
+    assert bool((model.emission.linear.weight == 0.25).all())  # another module is left alone
+    with pytest.raises(ValueError, match="init_weights: Linear is not a module of this VMT"):
+        model.init_weights(torch.nn.Linear(2, 2))
+
+
 def _kind_model_section(kind: str) -> dict:
     """A one-layer model section of attention kind ``kind`` that builds (the options some kinds require)."""
     section = {"vocab_size": 11, "d_model": 16, "n_heads": 2, "n_layers": 1, "attention": kind, "position": "none"}

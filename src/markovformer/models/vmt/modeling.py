@@ -407,6 +407,20 @@ class VariationalMarkovTransformer(VMTGeneration, PreTrainedModel):
 
     # ---------------------------------------------------------------------------------------------- helpers
 
+    @torch.no_grad()
+    def init_weights(self, module: nn.Module | None = None) -> None:
+        """Initialise ``module`` (default: the whole model) as a fresh build of this config does: the VMT keeps each
+        module's own (torch's) initialisation, with no ``initializer_range``. Drawn from the global generator, so
+        after the seed of a build the tensors are that build's."""
+        fresh = type(self)(self.config)
+        if module is None:
+            self.load_state_dict(fresh.state_dict())
+            return
+        name = next((name for name, own in self.named_modules() if own is module), None)
+        if name is None:
+            raise ValueError(f"init_weights: {type(module).__name__} is not a module of this VMT")
+        module.load_state_dict(fresh.get_submodule(name).state_dict())
+
     def generative_parameters(self) -> list[nn.Parameter]:
         """The parameters of P: prior, transition and emission (freeze them to train the posterior alone)."""
         return [*self.prior.parameters(), *self.transition.parameters(), *self.emission.parameters()]
