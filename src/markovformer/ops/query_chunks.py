@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import torch
 from torch import Tensor
@@ -105,7 +105,10 @@ class ChunkMask:
         return allowed
 
 
-def recomputed(block: Callable[..., Tensor], *pieces) -> Tensor:
+ResultT = TypeVar("ResultT")  # what a chunk's block returns: its output, or the output and a running selection
+
+
+def recomputed(block: Callable[..., ResultT], *pieces) -> ResultT:
     """``block(*pieces)``; when a tensor piece needs gradients, under activation checkpointing (its scores and
     probabilities are recomputed in the backward pass rather than saved). The checkpoint keeps the tensor pieces
     (and any object piece alive), so they should be slices of the inputs and O(B·T) tensors, never a chunk's mask."""
