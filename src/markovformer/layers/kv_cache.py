@@ -42,6 +42,12 @@ class KeyValueCache:
     no sort. None: position p in slot p.
     """
 
+    # the storage: None until the first write allocates it (log_decay: decay kinds only)
+    keys: Tensor | None  # (B, H, slots, Dh)
+    values: Tensor | None  # (B, H, slots, Dh)
+    real: Tensor | None  # (B, slots)
+    log_decay: Tensor | None  # (B, H, slots)
+
     def __init__(self, window: int | None) -> None:
         self.window = window
         self.length = 0  # positions written so far
@@ -75,7 +81,7 @@ class KeyValueCache:
             if with_decay:
                 self.log_decay[..., :used] = old[3]
 
-    def _halves(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+    def _halves(self) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """A rolling cache's storage seen as its two copies: keys, values (B, H, 2, W + 1, Dh), real
         (B, 2, W + 1), log decay (B, H, 2, W + 1)."""
         views = self._views
@@ -143,7 +149,7 @@ class KeyValueCache:
         begin = self.length % (self.window + 1)
         return slice(begin, begin + self.window + 1)
 
-    def visible(self) -> tuple:
+    def visible(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
         """The slots that may hold a key, in position order (empty slots, position -1, first): keys, values
         (B, H, c, Dh), positions (c,), real (B, c), log decay (B, H, c)."""
         used = self._visible_slots()

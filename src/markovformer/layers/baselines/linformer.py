@@ -34,7 +34,7 @@ class LinformerCore(nn.Module):
 
     supports_state = False  # its length projections mix the whole sequence: no incremental decoding
 
-    def __init__(self, *, max_position: int, linformer_k: int = 64, causal: bool = False, dropout: float = 0.0):
+    def __init__(self, *, max_position: int | None, linformer_k: int = 64, causal: bool = False, dropout: float = 0.0):
         super().__init__()
         if causal:
             raise ValueError(CAUSAL_MESSAGE)
