@@ -103,3 +103,15 @@ def test_each_model_declares_its_own_config_class_to_a_type_checker():
         cls = getattr(markovformer, name)
         if name != "PreTrainedModel" and issubclass(cls, markovformer.PreTrainedModel):
             assert typing.get_type_hints(cls)["config"] is cls.config_class, name
+
+
+def test_transition_strengths_reach_a_type_checker_with_the_past_direction_a_tensor():
+    """The README's quickstart reads ``model.transition_strengths()[0]["past"].shape``: annotated
+    ``dict[str, Tensor | None]``, ``mypy --strict`` refused it (Item "None" has no attribute "shape"), though every
+    Markov layer has the past direction and only ``future`` may be None."""
+    from torch import Tensor
+
+    from markovformer import PreTrainedModel
+
+    strengths = typing.get_args(typing.get_type_hints(PreTrainedModel.transition_strengths)["return"])[0]
+    assert typing.get_type_hints(strengths) == {"past": Tensor, "future": Tensor | None}

@@ -9,7 +9,7 @@ per-lag tensors (B, H, T, K); the attention ops place them, and nothing here bui
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +19,13 @@ GATES = ("linear", "mlp", "deep_mlp", "none")
 GATE_INPUTS = ("token", "query", "static", "sequence")
 TRANSITIONS = ("softplus", "signed")
 SOFTPLUS_EPS = 1e-4  # keeps softplus strengths strictly positive (Algorithm 1's epsilon)
+
+
+class TransitionStrengths(TypedDict):
+    """A Markov layer's effective per-lag strengths T per direction, (H, K)."""
+
+    past: Tensor
+    future: Tensor | None  # None for a causal layer
 
 
 class MarkovBiasOutput(NamedTuple):
@@ -127,12 +134,11 @@ class MarkovBias(nn.Module):
                      for logits in last["gate_logits"]]  # fmt: skip
         return torch.stack(entropies).sum()
 
-    def transitions(self) -> dict[str, Tensor | None]:
+    def transitions(self) -> TransitionStrengths:
         """Effective strengths T per direction, (H, K); ``future`` is None for a causal layer."""
-        strengths: dict[str, Tensor | None] = {"past": None, "future": None}
-        for direction, theta in self.theta.items():
-            strengths[direction] = self._strength(theta).expand(self.n_heads, self.max_order)
-        return strengths
+        strengths = {direction: self._strength(theta).expand(self.n_heads, self.max_order)
+                     for direction, theta in self.theta.items()}  # fmt: skip
+        return {"past": strengths["past"], "future": strengths.get("future")}
 
     def _strength(self, theta: Tensor) -> Tensor:
         """The strengths T of parameters ``theta`` under the layer's transition (softplus: > 0; signed: theta)."""

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from markovformer.atomic import atomic_write, atomic_write_text
+from markovformer.layers.markov_bias import TransitionStrengths
 from markovformer.models.config_base import ModelConfig
 from markovformer.models.saved_weights import WEIGHTS_NAME, read_weights_folder, weights_file
 from markovformer.strict_json import read_json_object
@@ -125,7 +126,7 @@ class PreTrainedModel(nn.Module):
         tensors fresh); none for a model that reads no token ids."""
         return ()
 
-    def transition_strengths(self) -> list[dict[str, torch.Tensor | None]]:
+    def transition_strengths(self) -> list[TransitionStrengths]:
         """Per Markov layer, its per-lag transition strengths ``{"past": (H, K), "future": (H, K) or None}``;
         empty for a family without Markov layers."""
         return []

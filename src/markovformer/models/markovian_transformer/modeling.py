@@ -12,7 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from markovformer.layers.block import PreLNBlock
 from markovformer.layers.ffn import build_ffn
 from markovformer.layers.gru import build_injection
-from markovformer.layers.markov_bias import MarkovBias
+from markovformer.layers.markov_bias import MarkovBias, TransitionStrengths
 from markovformer.layers.norm import build_norm
 from markovformer.layers.position import sinusoidal_at, sinusoidal_positions
 from markovformer.layers.random_feature_attention import recomputation
@@ -85,12 +85,13 @@ class MarkovianTransformerPreTrainedModel(PreTrainedModel):
                 total = total + config.transition_penalty * sum((theta**2).sum() for theta in bias.theta.values())
         return total
 
-    def transition_strengths(self) -> list[dict[str, Tensor | None]]:
+    def transition_strengths(self) -> list[TransitionStrengths]:
         """Per Markov layer, the effective strengths ``{"past": (H, K), "future": (H, K) or None}``, detached."""
         return [
-            {d: (t.detach().clone() if t is not None else None) for d, t in bias.transitions().items()}
-            for bias in self.markov_biases()
-        ]
+            {"past": strengths["past"].detach().clone(),
+             "future": None if strengths["future"] is None else strengths["future"].detach().clone()}
+            for strengths in (bias.transitions() for bias in self.markov_biases())
+        ]  # fmt: skip
 
 
 class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
