@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TypeVar
 ConfigT = TypeVar("ConfigT", bound="ModelConfig")
 
 
-def suggest(key: str, known: Iterable[str]) -> str:
+def suggest(key: object, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest known name, or an empty string: the one spelling hint of the CLI."""
     close = difflib.get_close_matches(str(key), list(known), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""

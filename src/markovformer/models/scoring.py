@@ -49,8 +49,9 @@ class ScoredInSlices(ScoresOutsideForward):
     (its head)."""
 
     def final_states(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                     position_ids: Tensor | None = None, **options) -> Tensor:  # fmt: skip
-        """(B, T, D): the states whose ``logits_from_states`` are forward's logits of the same arguments."""
+                     position_ids: Tensor | None = None) -> Tensor:  # fmt: skip
+        """(B, T, D): the states whose ``logits_from_states`` are forward's logits of the same arguments (a head
+        may add keyword options of its own, as Scan Markov's ``order``)."""
         raise NotImplementedError
 
     def logits_from_states(self, states: Tensor) -> Tensor:

@@ -49,7 +49,7 @@ class MarkovianTransformerOutput:
     loss: Tensor | None = None
     last_hidden_state: Tensor | None = None  # (B, T, D), after the final norm
     gates: list[dict[str, Tensor] | None] | None = None  # per layer: direction -> (B, H, T, K [+1])
-    attentions: list[Tensor] | None = None  # per layer: (B, H, T, T) probabilities
+    attentions: list[Tensor | None] | None = None  # per layer: (B, H, T, T) probabilities
     state: dict | None = None  # the decoding state when one was passed: give it to the next call
     # (B, T) the mask the blocks read, which gates, attentions and last_hidden_state cover: with pooling='cls',
     # (B, T + 1) with the [CLS] vector's column (None when no mask was given)
@@ -97,6 +97,8 @@ class MarkovianTransformerPreTrainedModel(PreTrainedModel):
 class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
     """The backbone: inputs -> (B, T, D) hidden states. Set ``gradient_checkpointing = True`` to recompute each
     block's activations in the backward pass instead of storing them (less memory, about one more forward)."""
+
+    embed: nn.Embedding | nn.Linear  # of token ids, or of feature frames (input_dim)
 
     def __init__(self, config: MarkovianTransformerConfig) -> None:
         super().__init__(config)
@@ -205,7 +207,7 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
             check_is_tensor(input_features, "input_features", "feature frames")
         return input_features
 
-    def positions(self, shape: tuple[int, int], attention_mask: Tensor | None, state: dict | None = None,
+    def positions(self, shape: torch.Size, attention_mask: Tensor | None, state: dict | None = None,
                   ) -> Tensor | None:  # fmt: skip
         """The positions (B, T) of inputs of ``shape`` (B, T) where padding would move them: each token's place
         among its row's real tokens (``real_token_positions``), after those a decoding ``state`` has counted, so a

@@ -39,7 +39,7 @@ from markovformer.models.vmt.densities import (
 )
 from markovformer.models.vmt.generation import VMTGeneration
 from markovformer.models.vmt.outputs import SampledPaths, VMTBound, VMTElbo, VMTOutput
-from markovformer.models.vmt.posterior import build_posterior
+from markovformer.models.vmt.posterior import PosteriorSample, build_posterior
 from markovformer.ops.padding import check_attention_mask, reverse_within_lengths, right_padded_lengths
 
 
@@ -59,6 +59,7 @@ class VariationalMarkovTransformer(VMTGeneration, PreTrainedModel):
 
     config_class = VMTConfig
     config: VMTConfig  # the family's own fields, to a type checker (PreTrainedModel declares the base)
+    emission: CategoricalEmission | GaussianEmission  # of token ids, or of real vectors (input_dim)
 
     def __init__(self, config: VMTConfig) -> None:
         super().__init__(config)
@@ -191,7 +192,8 @@ class VariationalMarkovTransformer(VMTGeneration, PreTrainedModel):
         init_prepared = None if all_carried else self.posterior_init.prepare(context[:, 0])
         shape = (num_samples, batch, latent)
         prior = tuple(part.expand(shape) for part in self.prior())
-        draws, priors = [], []
+        draws: list[PosteriorSample] = []
+        priors = []
         for k in range(length):
             # one draw per step: the noise of position k never depends on the window's length (padding is free)
             noise = context.new_zeros(shape) if zero_noise else standard_normal(shape, context, generator)
