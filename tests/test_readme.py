@@ -46,7 +46,7 @@ def quickstart():
     """The namespace after the quickstart, the MAT block and the decoding-state block, run as written."""
     torch.manual_seed(0)  # the blocks leave the weights to torch's stream
     namespace: dict = {}
-    for marker in ("lagged_chain(", "MarkovTranslatorConfig(", "state = {}"):
+    for marker in ("lagged_chain(", "MarkovTranslatorConfig(", "state: dict[str, object] = {}"):
         exec(compile(readme_block("python", marker), f"README ({marker})", "exec"), namespace)
     return namespace
 
