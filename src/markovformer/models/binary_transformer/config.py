@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import NoReturn
 
 from markovformer.models.config_base import ModelConfig
 
@@ -28,7 +29,7 @@ class BinaryTransformerConfig(ModelConfig):
     initializer_range: float = 0.02
 
     def __post_init__(self) -> None:
-        def fail(field: str, why: str) -> None:
+        def fail(field: str, why: str) -> NoReturn:
             raise ValueError(f"BinaryTransformerConfig.{field}={getattr(self, field)!r}: {why}")
 
         for field in ("d_model", "n_layers", "n_heads", "max_positions"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import NoReturn
 
 from markovformer.models.config_base import ModelConfig
 
@@ -41,7 +42,7 @@ class MarkovTranslatorConfig(ModelConfig):
     initializer_range: float = 0.02
 
     def __post_init__(self) -> None:
-        def fail(field: str, message: str) -> None:
+        def fail(field: str, message: str) -> NoReturn:
             raise ValueError(f"MarkovTranslatorConfig.{field}={getattr(self, field)!r}: {message}")
 
         def positive_int(field: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from typing import NoReturn
 
 from markovformer.layers.ffn import FFNS
 from markovformer.layers.gru import INJECTION_KINDS
@@ -114,7 +115,7 @@ class MarkovianTransformerConfig(ModelConfig):
     attention_bias: bool = False  # biases of the query/key/value and output projections (GPT-2's)
 
     def __post_init__(self) -> None:
-        def fail(field: str, message: str) -> None:
+        def fail(field: str, message: str) -> NoReturn:
             raise ValueError(f"MarkovianTransformerConfig.{field}={getattr(self, field)!r}: {message}")
 
         def choice(field: str, options: tuple) -> None:

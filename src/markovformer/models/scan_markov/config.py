@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import NoReturn
 
 from markovformer.models.config_base import ModelConfig
 from markovformer.ops.scan import BACKENDS
@@ -54,7 +55,7 @@ class ScanMarkovConfig(ModelConfig):
     backend: str = "auto"
 
     def __post_init__(self) -> None:
-        def fail(field: str, message: str) -> None:
+        def fail(field: str, message: str) -> NoReturn:
             raise ValueError(f"ScanMarkovConfig.{field}={getattr(self, field)!r}: {message}")
 
         if self.vocab_size is None:

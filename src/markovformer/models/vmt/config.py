@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NoReturn
 
 from markovformer.models.config_base import ModelConfig
 
@@ -57,7 +58,7 @@ class VMTConfig(ModelConfig):
     generative_from_data: bool = False
 
     def __post_init__(self) -> None:
-        def fail(field: str, message: str) -> None:
+        def fail(field: str, message: str) -> NoReturn:
             raise ValueError(f"VMTConfig.{field}={getattr(self, field)!r}: {message}")
 
         if (self.vocab_size is None) == (self.input_dim is None):
