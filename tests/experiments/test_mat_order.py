@@ -91,6 +91,10 @@ def test_run_writes_the_report_and_reuses_cells(tmp_path, monkeypatch, kept_figu
     monkeypatch.setattr(mat_order, "train_order_cell", no_training)
     mat_order.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lines.append)
     assert sum("done earlier" in line for line in lines) == 4
+    # the device is no part of a cell's key: cells trained on a GPU are reported from a CPU machine, and back
+    monkeypatch.setattr(mat_order, "check_device", lambda device: None)  # "cuda" passes here without a GPU
+    mat_order.run(tmp_path, quick=True, seeds=(0,), overrides={**overrides, "device": "cuda"}, log=lines.append)
+    assert sum("done earlier" in line for line in lines) == 8
 
 
 def test_run_on_a_user_tsv(tmp_path):
@@ -108,7 +112,9 @@ def test_run_on_a_user_tsv(tmp_path):
     ("overrides", "message"),
     [({"orders": [0, 2]}, "orders=.*must be positive"), ({"tsv_path": "/no/such.tsv"}, "no such file"),
      ({"order": [2]}, "unknown key mat-order.order"), ({"decay": "step"}, "decay='step' must be one of"),
-     ({"dropout": 1.0}, "dropout=1.0 must lie"), ({"label_smoothing": -0.1}, "label_smoothing=-0.1 must lie")],
+     ({"dropout": 1.0}, "dropout=1.0 must lie"), ({"label_smoothing": -0.1}, "label_smoothing=-0.1 must lie"),
+     ({"device": "gpu0"}, "device='gpu0' is no torch device"), ({"device": "meta"}, "device='meta': the cells run on"),
+     *([] if torch.cuda.is_available() else [({"device": "cuda"}, "device='cuda': this torch sees no GPU")])],
 )  # fmt: skip
 def test_bad_settings_are_named(tmp_path, overrides, message):
     from markovformer.training.run_config import ConfigError
@@ -165,6 +171,26 @@ def test_de_en_run_trains_every_decoder_in_both_directions(tmp_path):
     for table in significance:
         assert [row[0] for row in table[1:]] == [mat_order_corpus.decoder_name(o, t) for o, t in mat_order_corpus.CELLS]
         assert [" (p " in row[1] for row in table[1:]] == [False] + [True] * 7
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (device=cuda)")
+def test_de_en_cells_train_and_decode_on_the_gpu_as_on_the_cpu(tmp_path):
+    """device=cuda: the same decoders train and decode on the GPU (every tensor of a cell there), with the CPU's
+    validation losses to float tolerance after a few steps, and the cells name the GPU they ran on."""
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"eins {i} zwei\tone {i} two\n" for i in range(80)), encoding="utf-8")
+    base = {**TINY, "steps": 4, "eval_every": 2, "corpus": "de-en", "de_en_path": str(path), "tsv_vocab_size": 300,
+            "directions": ["de-en"], "orders": [2, None], "transparent": [True, False]}  # fmt: skip
+    cells = {}
+    for device in ("cpu", "cuda"):
+        mat_order.run(tmp_path / device, quick=False, seeds=(0,), overrides={**base, "device": device},
+                      log=lambda line: None)  # fmt: skip
+        cells[device] = json.loads((tmp_path / device / "results.json").read_text())["cells"]
+    assert [c["device"] for c in cells["cpu"]] == ["cpu"] * 3
+    assert all(c["device"] == torch.cuda.get_device_name() for c in cells["cuda"])
+    for cpu, gpu in zip(cells["cpu"], cells["cuda"], strict=True):
+        assert gpu["val_losses"] == pytest.approx(cpu["val_losses"], rel=1e-3)
+        assert gpu["state_bytes"] == cpu["state_bytes"]
 
 
 def test_bootstrap_rows_mark_cells_without_hypotheses_and_need_the_at():

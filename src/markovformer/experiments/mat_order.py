@@ -86,6 +86,7 @@ class MatOrderSettings:
     de_en_path: str = "data/de_en.tsv"  # where `markovformer data prepare de-en` writes them
     directions: tuple[str, ...] = ("de-en", "en-de")  # corpus=de-en only
     beam_size: int = 4  # corpus=de-en only: the beam of its BLEU and chrF
+    device: str = "cpu"  # where the cells train and decode ("cuda": a GPU); not part of a cell's cache key
 
     def __post_init__(self) -> None:
         if not self.orders or any(order is not None and order < 1 for order in self.orders):
@@ -104,6 +105,29 @@ class MatOrderSettings:
             raise ValueError(f"dropout={self.dropout!r} must lie in [0, 1)")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={self.label_smoothing!r} must lie in [0, 1)")
+        check_device(self.device)
+
+
+def check_device(device: str) -> None:
+    """ValueError naming ``device`` unless torch reads it and this process can use it."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"device={device!r} is no torch device ({error}); use 'cpu' or 'cuda'") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}: this torch sees no GPU (torch {torch.__version__}); use 'cpu'")
+    if parsed.type not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r}: the cells run on 'cpu' or 'cuda'")
+
+
+def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """A collated batch's tensors on ``device``."""
+    return {name: tensor.to(device) for name, tensor in batch.items()}
+
+
+def device_name(device: torch.device) -> str:
+    """How a cell's report names the device its speeds were measured on."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 # Quick: a smaller table (3 × 5 × 5 entries instead of 4 × 7 × 7) that 600 steps learn; k = 1 still falls behind.
@@ -134,7 +158,8 @@ def train_order_cell(
     model, fit, every, max_decode = fit_translator(bundle, order, transparent, seed, settings, log)
     config = model.config
     model.eval()
-    test = collate_translation(every["test"])
+    device = torch.device(settings.device)
+    test = on_device(collate_translation(every["test"]), device)
     start = time.perf_counter()
     generated = model.generate(test["src_ids"], test["src_mask"], max_new_tokens=max_decode)
     decode_seconds = time.perf_counter() - start
@@ -150,6 +175,7 @@ def train_order_cell(
         "state_floats_per_row": decoder_state_floats(model, test["src_ids"][:1], STATE_PROBE_TOKENS),
         "parameters": sum(p.numel() for p in model.parameters()), "train_seconds": fit.seconds,
         "examples": [[h, r] for h, r in zip(hypotheses[:3], references[:3], strict=True)],
+        "device": device_name(device),
     }  # fmt: skip
 
 
@@ -193,12 +219,13 @@ def fit_translator(
              (("train", bundle.train), ("val", bundle.val), ("test", bundle.test))}  # fmt: skip
     config, max_decode = translator_config(bundle, order, transparent, settings)
     torch.manual_seed(seed)
-    model = MarkovTranslatorForConditionalGeneration(config)
+    device = torch.device(settings.device)
+    model = MarkovTranslatorForConditionalGeneration(config).to(device)
     batches = SamplerStream(LengthBucketSampler(translation_lengths(every["train"]), settings.batch_size, seed=seed))
-    validation = collate_translation(every["val"])
+    validation = on_device(collate_translation(every["val"]), device)
 
     def loss_on_batch(indices: torch.Tensor) -> torch.Tensor:
-        batch = collate_translation([bundle.train[i] for i in indices.tolist()])
+        batch = on_device(collate_translation([bundle.train[i] for i in indices.tolist()]), device)
         return model(**batch, label_smoothing=settings.label_smoothing).loss
 
     fit = fit_on_stream(
@@ -214,7 +241,7 @@ def decoder_state_floats(model: MarkovTranslatorForConditionalGeneration, src_id
     """Floats the decoder holds per hypothesis after ``tokens`` steps, besides the source memory: the layer-0 input
     window (MAT) or the self-attention key/value cache (every other decoder)."""
     state = start_decoding(model, src_ids)
-    ids = torch.full((src_ids.shape[0],), model.config.bos_token_id, dtype=torch.long)
+    ids = torch.full((src_ids.shape[0],), model.config.bos_token_id, dtype=torch.long, device=src_ids.device)
     for _ in range(tokens):
         ids = decode_step(model, ids, state).argmax(dim=-1)
     held = [state.inputs] if state.inputs is not None else [t for pair in state.cache or [] for t in pair]
@@ -297,7 +324,7 @@ def _run(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...], log:
     synthetic, tsv = ("source_symbols", "target_symbols", "train_examples"), ("tsv_vocab_size", "tsv_max_length")
     other_data = synthetic if tsv_path else tsv
     depends_on = cell_settings(settings, ("orders", "transparent", "tsv_path", "corpus", "de_en_path", "directions",
-                                          "beam_size", *other_data))  # fmt: skip
+                                          "beam_size", "device", *other_data))  # fmt: skip
     cells = []
     report.expect_cells(len(seeds) * len(settings.transparent) * len(orders))
     for seed in seeds:

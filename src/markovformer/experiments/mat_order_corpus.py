@@ -24,6 +24,8 @@ from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
+import torch
+
 from markovformer.data.bundle import DataBundle
 from markovformer.data.recipes.registry import find_prepared_file
 from markovformer.data.translation import (
@@ -39,7 +41,9 @@ from markovformer.experiments.mat_order import (
     MatOrderSettings,
     check_cell_configs,
     decoder_state_floats,
+    device_name,
     fit_translator,
+    on_device,
     training_text,
 )
 from markovformer.experiments.report import ExperimentReport, file_digest
@@ -76,10 +80,11 @@ def train_corpus_cell(bundle: DataBundle, direction: str, order: int | None, tra
     decoder state at batch 1 and 64."""
     model, fit, every, max_decode = fit_translator(bundle, order, transparent, seed, settings, log)
     model.eval()
+    device = torch.device(settings.device)
     test = every["test"]
     start, hypotheses = time.perf_counter(), []
     for first in range(0, len(test), DECODE_BATCH):
-        batch = collate_translation(test[first : first + DECODE_BATCH])
+        batch = on_device(collate_translation(test[first : first + DECODE_BATCH]), device)
         output = generate(model, batch["src_ids"], batch["src_mask"], beam_size=settings.beam_size,
                           max_length=max_decode)  # fmt: skip
         hypotheses += decode_generated(bundle.tokenizer, output.sequences)
@@ -90,11 +95,11 @@ def train_corpus_cell(bundle: DataBundle, direction: str, order: int | None, tra
     for batch_size in SPEED_BATCHES:
         tokens, start = 0, time.perf_counter()
         for first in range(0, len(probe), batch_size):
-            batch = collate_translation(probe[first : first + batch_size])
+            batch = on_device(collate_translation(probe[first : first + batch_size]), device)
             output = generate(model, batch["src_ids"], batch["src_mask"], max_length=max_decode)
             tokens += int((output.sequences != model.config.pad_token_id).sum())
         speed[str(batch_size)] = tokens / (time.perf_counter() - start)
-        sources = collate_translation(probe[:batch_size])["src_ids"]
+        sources = collate_translation(probe[:batch_size])["src_ids"].to(device)
         state_bytes[str(batch_size)] = 4 * batch_size * decoder_state_floats(model, sources, STATE_PROBE_TOKENS)
     return {
         "direction": direction, "order": order, "transparent": transparent, "seed": seed, "steps": fit.steps,
@@ -103,7 +108,7 @@ def train_corpus_cell(bundle: DataBundle, direction: str, order: int | None, tra
         "beam_size": settings.beam_size, "beam_seconds": beam_seconds, "decode_tokens_per_s": speed,
         "state_bytes": state_bytes, "parameters": sum(p.numel() for p in model.parameters()),
         "train_seconds": fit.seconds, "test_pairs": len(test),
-        "hypotheses": hypotheses, "references": references,
+        "hypotheses": hypotheses, "references": references, "device": device_name(device),
     }  # fmt: skip
 
 
@@ -143,8 +148,8 @@ def run_de_en(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...],
         f"{settings.n_heads} heads, {settings.n_layers}+{settings.n_layers} layers. Training: "
         f"{training_text(settings)}. BLEU and chrF: beam {settings.beam_size} on the test split, sacrebleu on "
         f"detokenised text. Speed: greedy decoding of the first {SPEED_SENTENCES} test sources at batch 1 and 64 "
-        f"(wall clock on a shared CPU: compare within a run). State: float32 bytes the decoder holds after "
-        f"{STATE_PROBE_TOKENS} generated tokens, at batch 1 and 64."
+        f"(wall clock on the cell's device, named below: compare within a run). State: float32 bytes the decoder "
+        f"holds after {STATE_PROBE_TOKENS} generated tokens, at batch 1 and 64."
     )
     report.expect_cells(len(seeds) * len(directions) * len(cell_kinds))
     depends = {k: getattr(settings, k) for k in ("d_model", "n_heads", "n_layers", "batch_size", "steps", "lr",
@@ -162,6 +167,8 @@ def run_de_en(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...],
                 key = f"deen-{digest}_{direction}_k={'inf' if order is None else order}_{kind}_seed={seed}"
                 compute = partial(train_corpus_cell, bundle, direction, order, transparent, seed, settings, log)
                 cells.append(report.cached(key, compute, depends_on={**depends, "key": key}))
+    devices = sorted({cell.get("device", "cpu") for cell in cells})  # cells from before devices were recorded: cpu
+    report.text(f"The cells trained and decoded on: {', '.join(devices)}.")
     panels = []
     for direction in directions:
         means = {(o, t): _mean_of(cells, direction, o, t) for o, t in cell_kinds}
