@@ -123,6 +123,30 @@ def test_a_compiled_decoding_step_on_cuda_generates_what_the_eager_one_does():
     assert torch.equal(compiled, eager)
 
 
+@pytest.mark.parametrize(("order", "transparent"), [(None, False), (3, True), (3, False)])
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_the_translator_translates_on_cuda_what_it_translates_on_the_cpu(order, transparent, beam_size):
+    """MAT's generation (greedy and beam, padded sources) on CUDA: the CPU's sequences and scores, for the AT, MAT
+    and the n-gram mask; mat-order's de-en cells decode their BLEU this way on a GPU."""
+    from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
+    from markovformer.models.markov_translator.generation import generate
+
+    torch.manual_seed(0)
+    config = MarkovTranslatorConfig(vocab_size=40, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
+                                    order=order, transparent=transparent, max_positions=40)  # fmt: skip
+    cpu = MarkovTranslatorForConditionalGeneration(config).eval()
+    gpu = MarkovTranslatorForConditionalGeneration(config).eval().cuda()
+    gpu.load_state_dict(cpu.state_dict())
+    src_ids = torch.randint(4, 40, (5, 9))
+    src_mask = torch.ones_like(src_ids)
+    src_mask[1, 6:] = src_mask[3, 2:] = 0  # padded on the right, as collate_translation pads
+    src_ids = src_ids.masked_fill(src_mask == 0, config.pad_token_id)
+    on_cpu = generate(cpu, src_ids, src_mask, beam_size=beam_size, max_length=12)
+    on_gpu = generate(gpu, src_ids.cuda(), src_mask.cuda(), beam_size=beam_size, max_length=12)
+    assert torch.equal(on_gpu.sequences.cpu(), on_cpu.sequences)
+    torch.testing.assert_close(on_gpu.scores.cpu(), on_cpu.scores, rtol=1e-4, atol=1e-4)
+
+
 # (GPU-only trainer settings, tolerance): float32 reduction order; 16-mixed's half-precision products, with the
 # accumulated step's gradient rescaling (module.on_before_optimizer_step) after the GradScaler unscales
 GPU_RUNS = {"32-true": ({}, 1e-3), "16-mixed-accumulated": ({"precision": "16-mixed"}, 1e-2)}
