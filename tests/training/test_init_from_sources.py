@@ -397,3 +397,21 @@ def test_the_advice_for_a_new_vocabulary_and_position_table_joins_the_group_and_
         for skip in itertools.combinations(entries, fewer):
             with pytest.raises(ConfigError):
                 initialise_from(model, tmp_path / "source", list(skip))
+
+
+def test_a_model_without_a_backbone_is_never_advised_the_group_head(tmp_path):
+    """A Scan Markov model of another width (12 tensors differ) was advised init_from_skip: [head], and following the
+    advice was refused: the model has no model. backbone, so head would start every tensor fresh. A model without a
+    backbone is advised no group it refuses, neither there nor in the refusal of an entry naming no tensor."""
+    from markovformer.models.scan_markov import ScanMarkovConfig, ScanMarkovForCausalLM
+
+    ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=6, d_model=8, order=4)).save_pretrained(tmp_path / "source")
+    model = ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=6, d_model=16, order=4))
+    with pytest.raises(ConfigError) as refused:
+        initialise_from(model, tmp_path / "source", [])
+    message = str(refused.value)
+    assert "12 tensors differ (decoder.0.bias [32] -> [64]" in message and "init_from_skip" not in message, message
+    with pytest.raises(ConfigError) as refused:
+        initialise_from(model, tmp_path / "source", ["nosuch"])
+    assert str(refused.value).endswith("names no tensor of the model or of init_from; use embeddings or a tensor-name "
+                                       "prefix"), refused.value  # fmt: skip

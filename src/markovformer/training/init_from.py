@@ -68,6 +68,12 @@ def skipped(name: str, skip: list[str] | tuple[str, ...], vocabulary: set[str]) 
     return False
 
 
+def model_groups(own: dict, vocabulary: set[str]) -> tuple[str, ...]:
+    """The groups of ``SKIP_GROUPS`` a model (its state dict ``own``, its ``vocabulary_tensors``) takes, those that
+    do not name every tensor: ``head`` only with a backbone (model.). The refusals and advice name only these."""
+    return tuple(group for group in SKIP_GROUPS if not all(skipped(name, [group], vocabulary) for name in own))
+
+
 def takes_token_rows(model: PreTrainedModel, skip: list[str] | tuple[str, ...]) -> bool:
     """Whether ``initialise_from`` with ``skip`` takes into ``model`` a tensor with a row per token id
     (``vocabulary_tensors``), skipped by the group ``embeddings`` or by name. Only then do the new run's ids need to
@@ -204,7 +210,8 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
     source = Path(source)
     stored, which = read_weights(source)
     own, vocabulary = model.state_dict(), vocabulary_tensors(model)
-    if "head" in skip and all(skipped(name, ["head"], vocabulary) for name in own):
+    groups = model_groups(own, vocabulary)
+    if "head" in skip and "head" not in groups:
         modules = sorted({name.split(".")[0] for name in own})
         raise ConfigError(f"init_from_skip entry 'head' names the tensors outside the backbone (model.), and "
                           f"{type(model).__name__} has no model. backbone: 'head' would start every tensor fresh; "
@@ -212,11 +219,11 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
     for entry in skip:  # a tensor only the source holds (a position table the model no longer has) may be named
         if not entry.strip():  # as a prefix, every name starts with it: nothing would be taken
             raise ConfigError(f"init_from_skip entry {entry!r} is empty: it would name every tensor as a prefix and "
-                              f"start the whole model fresh; use {' or '.join(SKIP_GROUPS)} or a tensor-name "
+                              f"start the whole model fresh; use {' or '.join(groups)} or a tensor-name "
                               f"prefix")  # fmt: skip
         if not any(skipped(name, [entry], vocabulary) for name in (*own, *stored)):
             raise ConfigError(f"init_from_skip entry {entry!r} names no tensor of the model or of init_from; use "
-                              f"{' or '.join(SKIP_GROUPS)} or a tensor-name prefix")  # fmt: skip
+                              f"{' or '.join(groups)} or a tensor-name prefix")  # fmt: skip
     taken = {name: tensor for name, tensor in stored.items() if name in own and not skipped(name, skip, vocabulary)}
     pointers = {own[name].data_ptr() for name in taken}  # a tied weight saved once (safetensors) is loaded once
     unsaved = {name: slopes for name, slopes in legacy_alibi_slopes(model).items() if name not in stored}
@@ -233,17 +240,17 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
         # no tensor that fits: groups that hold only differing ones (embeddings holds a language model's lm_head: no
         # head), and the differing tensors they leave named (a learned position table of another length); else the
         # fewest groups holding them all, though they start tensors that fit fresh too
-        groupings = [groups for size in range(len(SKIP_GROUPS) + 1)
-                     for groups in itertools.combinations(SKIP_GROUPS, size)]  # fmt: skip
+        groupings = [chosen for size in range(len(groups) + 1)
+                     for chosen in itertools.combinations(groups, size)]  # fmt: skip
         fitting = []  # (entries, names among them, entries)
-        for groups in groupings:
-            if any(skipped(name, groups, vocabulary) and name not in problems for name in taken):
+        for chosen in groupings:
+            if any(skipped(name, chosen, vocabulary) and name not in problems for name in taken):
                 continue
-            named = [name for name in _with_tied_names(problems, own) if not skipped(name, groups, vocabulary)]
-            if len(groups) + len(named) <= 3:
-                fitting.append((len(groups) + len(named), len(named), [*groups, *named]))
-        covering = [list(groups) for groups in groupings
-                    if groups and all(skipped(name, groups, vocabulary) for name in problems)]  # fmt: skip
+            named = [name for name in _with_tied_names(problems, own) if not skipped(name, chosen, vocabulary)]
+            if len(chosen) + len(named) <= 3:
+                fitting.append((len(chosen) + len(named), len(named), [*chosen, *named]))
+        covering = [list(chosen) for chosen in groupings
+                    if chosen and all(skipped(name, chosen, vocabulary) for name in problems)]  # fmt: skip
         entries = min(fitting)[2] if fitting else covering[0] if covering else None
         choice = f"; to start them fresh, add init_from_skip: [{', '.join(entries)}]" if entries else ""
         raise ConfigError(f"init_from={str(source)!r} does not fit this run's model: {len(problems)} tensors differ "
