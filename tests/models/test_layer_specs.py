@@ -97,10 +97,13 @@ def test_per_layer_options_round_trip_through_a_config_dict():
     ({"kind": "scan", "chunk_size": 4}, r"layer 1: kind 'scan' has no option 'chunk_size' \(its options: none\)"),
     ({"kind": "markv"}, r"layer 1: unknown kind 'markv'; .* \(did you mean 'markov'\?\)"),
     ("markv", r"layer 1: unknown kind 'markv'; .* \(did you mean 'markov'\?\)"),
-    # a kind that is not a string (a YAML list, a missing "kind") is unknown, not a TypeError from the kinds' dict
-    (["markov"], r"layer 1: unknown kind \['markov'\]; expected one of"),
-    ({"kind": ["markov"]}, r"layer 1: unknown kind \['markov'\]; expected one of"),
-    ({"window": 4}, r"layer 1: unknown kind None; expected one of"),
+    # a kind that is not a string (a YAML list or number, a missing "kind") is refused as such, not a TypeError
+    # from the kinds' dict, nor with a near miss of its digits (3 was asked "did you mean 'h3'?")
+    (["markov"], r"layer 1: kind \['markov'\] must be a string naming a kind, one of \('markov', "),
+    ({"kind": ["markov"]}, r"layer 1: kind \['markov'\] must be a string naming a kind, one of"),
+    ({"window": 4}, r"layer 1: kind None must be a string naming a kind, one of"),
+    (3, r"layer 1: kind 3 must be a string naming a kind, one of \([^)]*'h3'[^)]*\)$"),
+    ({"kind": 3}, r"layer 1: kind 3 must be a string naming a kind, one of \([^)]*\)$"),
     # a causal model's layer may not read the future: through a gate pooled over the sequence, or future biases
     ({"kind": "markov", "gate_input": "sequence"}, r"attention\[1\]\.gate_input='sequence': .* needs bidirectional"),
     ({"kind": "hybrid_split", "gate_input": "sequence"}, r"attention\[1\]\.gate_input='sequence'"),
@@ -238,3 +241,12 @@ def test_a_linformer_layer_whose_max_positions_is_below_the_model_wide_one_is_re
     wider = MarkovianTransformerConfig(**base, max_positions=32,
                                        attention=[{"kind": "linformer", "max_positions": 64}, "softmax"])  # fmt: skip
     assert wider.layer_specs()[0].settings.max_positions == 64 and wider.positions_end == 32
+
+
+@pytest.mark.parametrize("attention", [3, {"kind": "markov"}])
+def test_an_attention_that_is_neither_a_name_nor_a_list_is_refused_naming_it(attention):
+    """attention=3 raised "TypeError: 'int' object is not iterable", and a dict was read as the list of its keys
+    ("unknown kind 'kind'")."""
+    with pytest.raises(ValueError, match=rf"attention={attention!r}: must be a kind's name \(a string, one of "
+                                         r"\('markov', .*\) or a list with one entry per layer$"):  # fmt: skip
+        MarkovianTransformerConfig(**SIZE, attention=attention)

@@ -13,8 +13,11 @@ ConfigT = TypeVar("ConfigT", bound="ModelConfig")
 
 
 def suggest(key: object, known: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest known name, or an empty string: the one spelling hint of the CLI."""
-    close = difflib.get_close_matches(str(key), list(known), n=1)
+    """`` (did you mean 'x'?)`` for the closest known name, or an empty string: the one spelling hint of the CLI. A
+    key that is not a string (a number, a list) is no misspelling of a name: no hint."""
+    if not isinstance(key, str):
+        return ""
+    close = difflib.get_close_matches(key, list(known), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

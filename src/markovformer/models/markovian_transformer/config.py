@@ -150,13 +150,19 @@ class MarkovianTransformerConfig(ModelConfig):
             fail("d_model", f"must be divisible by n_heads={self.n_heads}")
         if isinstance(self.attention, str):
             choice("attention", tuple(ATTENTION_KINDS))
+        elif not isinstance(self.attention, (list, tuple)):  # a number is no iterable, a dict would give its keys
+            fail("attention", f"must be a kind's name (a string, one of {tuple(ATTENTION_KINDS)}) or a list with one "
+                              f"entry per layer")  # fmt: skip
         else:
             self.attention = list(self.attention)
             if len(self.attention) != self.n_layers:
                 fail("attention", f"a per-layer list needs n_layers={self.n_layers} entries")
             for index, entry in enumerate(self.attention):
                 kind = entry.get("kind") if isinstance(entry, dict) else entry
-                if not isinstance(kind, str) or kind not in ATTENTION_KINDS:  # a list is unhashable: no dict lookup
+                if not isinstance(kind, str):  # a list is unhashable (no dict lookup), a number no near miss
+                    fail("attention", f"layer {index}: kind {kind!r} must be a string naming a kind, one of "
+                                      f"{tuple(ATTENTION_KINDS)}")  # fmt: skip
+                if kind not in ATTENTION_KINDS:
                     fail("attention", f"layer {index}: unknown kind {kind!r}; expected one of "
                                       f"{tuple(ATTENTION_KINDS)}{suggest(kind, ATTENTION_KINDS)}")  # fmt: skip
                 if isinstance(entry, dict):
