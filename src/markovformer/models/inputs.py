@@ -6,8 +6,13 @@ raises ValueError (TypeError for a non-tensor) naming the argument and the bad v
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor
+
+from markovformer.ops.padding import check_attention_mask
+from markovformer.ops.segments import check_position_ids
 
 ID_DTYPES = (torch.int64, torch.int32)  # what nn.Embedding indexes with
 
@@ -80,5 +85,19 @@ def check_left_padded(mask: Tensor, name: str) -> None:
                          f"padding_side='left')")  # fmt: skip
 
 
-__all__ = ["ID_DTYPES", "check_id_tensor", "check_is_tensor", "check_left_padded", "check_not_empty",
-           "check_rows_have_tokens", "check_token_ids", "check_vocabulary"]  # fmt: skip
+def check_input_values(inputs: Mapping[str, object], max_positions: int | None = None) -> None:
+    """The checks of a forward's ``inputs`` (by argument name) that read their values, with the messages of the same
+    functions forward calls: an ``attention_mask`` of 0 and 1, ``position_ids`` >= 0 (and below ``max_positions``,
+    a table of learned positions). A model's own ``compile`` runs them before each compiled call: inside the graph
+    they are device-side assertions (a RuntimeError without the value)."""
+    mask, position_ids = inputs.get("attention_mask"), inputs.get("position_ids")
+    if mask is not None:
+        check_is_tensor(mask, "attention_mask", "0 (padding) and 1 (real token)")
+        check_attention_mask(mask, tuple(mask.shape))  # type: ignore[union-attr]
+    if isinstance(position_ids, Tensor):
+        check_position_ids(position_ids, max_positions)
+
+
+__all__ = ["ID_DTYPES", "check_id_tensor", "check_input_values", "check_is_tensor",
+           "check_left_padded", "check_not_empty", "check_rows_have_tokens", "check_token_ids",
+           "check_vocabulary"]  # fmt: skip

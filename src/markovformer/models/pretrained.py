@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -78,6 +80,11 @@ def model_output(cls: type[OutputT]) -> type[OutputT]:
     return cls
 
 
+def arguments_by_name(function: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The arguments of a call of ``function`` by parameter name (those given; TypeError as the call would)."""
+    return inspect.signature(function).bind_partial(*args, **kwargs).arguments
+
+
 class PreTrainedModel(nn.Module):
     """A model built from one config: weight init, ``save_pretrained`` / ``from_pretrained``, ``num_parameters``,
     ``device`` and ``dtype``.
@@ -119,6 +126,25 @@ class PreTrainedModel(nn.Module):
     def num_parameters(self, trainable_only: bool = True) -> int:
         """Parameters counted once each (tied weights once), trainable only by default."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def check_input_values(self, inputs: dict[str, Any]) -> None:
+        """The checks of forward's ``inputs`` (by argument name) that read their values (``inputs.check_input_values``
+        with the family's vocabulary, classes and positions), which ``compile`` runs eagerly before each compiled
+        call; none by default (the VMT and the binary transformer name none)."""
+
+    def compile(self, *args, **kwargs) -> None:
+        """``nn.Module.compile``, with ``check_input_values`` run before each call of the compiled forward: a bad
+        value is refused with forward's own ValueError naming it, not a RuntimeError of the graph's without it."""
+        super().compile(*args, **kwargs)
+        graph, forward = self._compiled_call_impl, self.forward
+
+        def checked(*call_args, **call_kwargs):
+            if not torch.compiler.is_compiling():  # (a call inside a graph, as a packed batch's forward on its
+                # documents, would break it to read the values: the outer call's checks cover it)
+                self.check_input_values(arguments_by_name(forward, call_args, call_kwargs))
+            return graph(*call_args, **call_kwargs)
+
+        self._compiled_call_impl = checked
 
     def vocabulary_modules(self) -> tuple[str, ...]:
         """The modules (names as ``named_modules`` gives them) with a row per token id: the token embedding and every

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from markovformer.models.pretrained import arguments_by_name
 from markovformer.ops.losses import check_labels, sliced_next_token_cross_entropy
 
 
@@ -36,11 +37,13 @@ class ScoresOutsideForward:
         self._compiled_scoring_states = torch.compile(getattr(type(self), self.scoring_states), *args, **kwargs)
 
     def states_to_score(self, *args, **kwargs) -> Tensor:
-        """``scoring_states`` of these arguments, without a gradient; compiled when the model is."""
+        """``scoring_states`` of these arguments, without a gradient; compiled when the model is (their values
+        checked first, as by a compiled forward: ``PreTrainedModel.compile``)."""
         compiled = self._compiled_scoring_states
         with torch.no_grad():
             if compiled is None:
                 return getattr(self, self.scoring_states)(*args, **kwargs)
+            self.check_input_values(arguments_by_name(getattr(self, self.scoring_states), args, kwargs))
             return compiled(self, *args, **kwargs)
 
 

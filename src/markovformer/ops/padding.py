@@ -56,7 +56,8 @@ def roll_rows(x: Tensor, shifts: Tensor) -> Tensor:
 def check_attention_mask(attention_mask: Tensor, shape: tuple[int, ...]) -> None:
     """ValueError unless ``attention_mask`` is (B, T) = ``shape`` and holds only 0 (padding) and 1 (real token):
     a mask of 0.5 or 2 would otherwise be read as a real token by some paths and a weight by others. Inside
-    ``torch.compile`` the values are asserted on the device (RuntimeError, without the bad value) instead."""
+    ``torch.compile`` the values are asserted on the device (RuntimeError, without the bad value) instead: a
+    model's own ``compile`` runs this check eagerly before the graph (``models.inputs.check_input_values``)."""
     if tuple(attention_mask.shape) != tuple(shape):
         raise ValueError(f"attention_mask must be (B, T) = {tuple(shape)}; got {tuple(attention_mask.shape)}")
     if attention_mask.dtype != torch.bool:

@@ -22,6 +22,22 @@ def document_starts(position_ids: Tensor) -> Tensor:
     return starts
 
 
+def check_position_ids(position_ids: Tensor, max_positions: int | None = None) -> None:
+    """ValueError naming the bad value unless ``position_ids`` are >= 0 and, given ``max_positions`` (a table of
+    learned positions), below it. Inside ``torch.compile`` (reading the values back would break the graph) they are
+    device-side assertions, a RuntimeError without the value: a model's own ``compile`` runs this eagerly first."""
+    if torch.compiler.is_compiling():
+        torch._assert_async(~(position_ids < 0).any(), "position_ids must be >= 0")
+        if max_positions is not None:
+            torch._assert_async(position_ids.max() < max_positions,
+                                f"position_ids must lie below max_positions={max_positions}")  # fmt: skip
+        return
+    if bool((position_ids < 0).any()):
+        raise ValueError(f"position_ids must be >= 0; got {int(position_ids.min())}")
+    if max_positions is not None and int(position_ids.max()) >= max_positions:
+        raise ValueError(f"position_ids reach {int(position_ids.max())} but max_positions={max_positions}")
+
+
 def segment_ids(position_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
     """(B, T) long: 0, 1, ... numbering the documents of each row left to right; -1 at padding."""
     if position_ids.dim() != 2:
@@ -29,10 +45,7 @@ def segment_ids(position_ids: Tensor, attention_mask: Tensor | None = None) -> T
     if attention_mask is not None and attention_mask.shape != position_ids.shape:
         raise ValueError(f"position_ids {tuple(position_ids.shape)} and attention_mask "
                          f"{tuple(attention_mask.shape)} must have the same shape")  # fmt: skip
-    if torch.compiler.is_compiling():  # reading the values back would break the graph: a device-side assertion
-        torch._assert_async(~(position_ids < 0).any(), "position_ids must be >= 0")
-    elif bool((position_ids < 0).any()):
-        raise ValueError(f"position_ids must be >= 0; got {int(position_ids.min())}")
+    check_position_ids(position_ids)
     ids = document_starts(position_ids).long().cumsum(-1) - 1
     if attention_mask is not None:
         ids = ids.masked_fill(~attention_mask.bool(), -1)

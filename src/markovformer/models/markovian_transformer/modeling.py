@@ -18,7 +18,7 @@ from markovformer.layers.position import sinusoidal_at, sinusoidal_positions
 from markovformer.layers.random_feature_attention import recomputation
 from markovformer.layers.registry import LayerSpec, build_layer
 from markovformer.models.generation import GenerationMixin
-from markovformer.models.inputs import check_is_tensor, check_not_empty, check_token_ids
+from markovformer.models.inputs import check_input_values, check_is_tensor, check_not_empty, check_token_ids
 from markovformer.models.markovian_transformer.config import MarkovianTransformerConfig
 from markovformer.models.markovian_transformer.decoding import start_decoding
 from markovformer.models.pretrained import PreTrainedModel, model_output
@@ -30,7 +30,7 @@ from markovformer.ops.padding import (
     real_token_positions,
     right_padded,
 )
-from markovformer.ops.segments import Segments
+from markovformer.ops.segments import Segments, check_position_ids
 
 
 def _recomputed() -> tuple:
@@ -67,6 +67,10 @@ class MarkovianTransformerPreTrainedModel(PreTrainedModel):
         position; None for positions without an end."""
         end = self.config.positions_end
         return None if end is None else end - int(getattr(self, "cls", None) is not None)
+
+    def check_input_values(self, inputs: dict) -> None:
+        learned = self.config.position == "learned"
+        check_input_values(inputs, self.config.max_positions if learned else None)
 
     def markov_biases(self) -> list[MarkovBias]:
         """The Markov biases in use, in layer order (a layer with no Markov head keeps an unused one: left out)."""
@@ -177,12 +181,8 @@ class MarkovianTransformerModel(MarkovianTransformerPreTrainedModel):
                 return hidden + sinusoidal_at(position_ids, self.config.d_model).to(hidden.dtype)
             if below_end and end > self.config.max_positions:  # the model's own positions: bounded by the length
                 raise ValueError(f"sequence length {end} exceeds max_positions={self.config.max_positions}")
-            if not below_end and torch.compiler.is_compiling():  # no read back inside a graph: asserted on the device
-                bound = self.config.max_positions
-                torch._assert_async(position_ids.max() < bound, f"position_ids must lie below max_positions={bound}")
-            elif not below_end and int(position_ids.max()) >= self.config.max_positions:
-                raise ValueError(f"position_ids reach {int(position_ids.max())} but max_positions="
-                                 f"{self.config.max_positions}")  # fmt: skip
+            if not below_end:
+                check_position_ids(position_ids, self.config.max_positions)
             return hidden + self.position_embedding(position_ids)
         if self.config.position == "sinusoidal":
             table = sinusoidal_positions(hidden.shape[1], self.config.d_model, hidden.device, start=start)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from markovformer.models.generation import GenerationMixin, Step
-from markovformer.models.inputs import check_token_ids
+from markovformer.models.inputs import check_input_values, check_token_ids
 from markovformer.models.pretrained import PreTrainedModel, model_output
 from markovformer.models.scan_markov.config import ScanMarkovConfig, check_order
 from markovformer.models.scoring import ScoredInSlices
@@ -180,6 +180,9 @@ class ScanMarkovForCausalLM(ScoredInSlices, GenerationMixin, PreTrainedModel):
                 raise ValueError(f"labels must be (B, T) = {tuple(input_ids.shape)}, got {tuple(labels.shape)}")
             output.loss = next_token_cross_entropy(output.logits, labels, label_smoothing=label_smoothing)
         return output
+
+    def check_input_values(self, inputs: dict) -> None:
+        check_input_values(inputs)
 
     def final_states(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                      position_ids: Tensor | None = None, order: int | None = None) -> Tensor:  # fmt: skip

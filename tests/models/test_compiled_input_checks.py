@@ -1,0 +1,78 @@
+"""A model compiled by its own ``compile()`` (trainer.compile) refuses bad input values as eagerly: the same
+ValueError, naming the bad value. Inside a graph these checks can only be device-side assertions (a RuntimeError
+without the value)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from markovformer import (
+    MarkovianTransformerConfig,
+    MarkovianTransformerForCausalLM,
+    ScanMarkovConfig,
+    ScanMarkovForCausalLM,
+)
+
+V = 11
+
+
+def _ids(seed: int, shape=(2, 12)) -> torch.Tensor:
+    return torch.randint(3, V, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _with(tensor: torch.Tensor, row: int, column: int, value) -> torch.Tensor:
+    changed = tensor.clone()
+    changed[row, column] = value
+    return changed
+
+
+def _markovian():
+    config = MarkovianTransformerConfig(vocab_size=V, d_model=16, n_layers=1, n_heads=2, max_order=3,
+                                        position="learned", max_positions=16)  # fmt: skip
+    return MarkovianTransformerForCausalLM(config)
+
+
+def _scan():
+    return ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=V, d_model=8, order=3))
+
+
+IDS, MASK = _ids(1), torch.ones(2, 12)
+PACKED = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8]])
+CASES = {  # family, forward's inputs, what the message names
+    "mask of 0.5": (_markovian, {"input_ids": IDS, "attention_mask": _with(MASK, 0, 3, 0.5)}, "got 0.5"),
+    "position -1": (_markovian, {"input_ids": IDS, "position_ids": _with(PACKED, 1, 4, -1)}, "got -1"),
+    "position 16": (_markovian, {"input_ids": IDS, "position_ids": PACKED + 8}, "reach 16"),
+    "scan mask of 2": (_scan, {"input_ids": IDS, "attention_mask": _with(MASK, 1, 0, 2.0)}, "got 2.0"),
+    "scan position -1": (_scan, {"input_ids": IDS, "position_ids": _with(PACKED, 0, 9, -1)}, "got -1"),
+}
+
+
+def _message(model, inputs: dict) -> str:
+    with pytest.raises(ValueError) as raised:
+        model(**inputs)
+    return str(raised.value)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_compiled_forward_refuses_a_bad_value_with_eagers_message(case):
+    build, inputs, named = CASES[case]
+    torch.manual_seed(0)
+    eager = _message(build(), inputs)
+    assert named in eager
+    torch._dynamo.reset()
+    compiled = build()
+    compiled.compile(backend="aot_eager")
+    assert _message(compiled, inputs) == eager
+
+
+def test_compiled_scoring_refuses_a_bad_mask_with_eagers_message():
+    """Scoring (validation, eval) runs its own compiled function, checked as forward is."""
+    model, mask = _markovian(), _with(MASK, 1, 1, 0.5)
+    with pytest.raises(ValueError) as eager:
+        model.next_token_score(IDS, IDS, attention_mask=mask)
+    torch._dynamo.reset()
+    model.compile(backend="aot_eager")
+    with pytest.raises(ValueError) as compiled:
+        model.next_token_score(IDS, IDS, attention_mask=mask)
+    assert str(compiled.value) == str(eager.value) and "got 0.5" in str(eager.value)
