@@ -1,6 +1,6 @@
 """A model compiled by its own ``compile()`` (trainer.compile) refuses bad input values as eagerly: the same
 ValueError, naming the bad value. Inside a graph these checks can only be device-side assertions (a RuntimeError
-without the value)."""
+without the value) or none at all (an IndexError, or an Inductor kernel's "index out of bounds")."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import torch
 from markovformer import (
     MarkovianTransformerConfig,
     MarkovianTransformerForCausalLM,
+    MarkovTranslatorConfig,
+    MarkovTranslatorForConditionalGeneration,
     ScanMarkovConfig,
     ScanMarkovForCausalLM,
 )
@@ -37,14 +39,28 @@ def _scan():
     return ScanMarkovForCausalLM(ScanMarkovConfig(vocab_size=V, d_model=8, order=3))
 
 
+def _translator():
+    return MarkovTranslatorForConditionalGeneration(MarkovTranslatorConfig(
+        vocab_size=V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, order=3))  # fmt: skip
+
+
 IDS, MASK = _ids(1), torch.ones(2, 12)
 PACKED = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8]])
 CASES = {  # family, forward's inputs, what the message names
     "mask of 0.5": (_markovian, {"input_ids": IDS, "attention_mask": _with(MASK, 0, 3, 0.5)}, "got 0.5"),
     "position -1": (_markovian, {"input_ids": IDS, "position_ids": _with(PACKED, 1, 4, -1)}, "got -1"),
     "position 16": (_markovian, {"input_ids": IDS, "position_ids": PACKED + 8}, "reach 16"),
+    "id 11": (_markovian, {"input_ids": _with(IDS, 1, 2, V)}, "token id 11"),
+    "label 12": (_markovian, {"input_ids": IDS, "labels": _with(IDS, 1, 2, 12)}, "holds 12"),
+    "label -5": (_markovian, {"input_ids": IDS, "labels": _with(IDS, 0, 7, -5)}, "holds -5"),
+    "scan id 11": (_scan, {"input_ids": _with(IDS, 0, 0, V)}, "token id 11"),
     "scan mask of 2": (_scan, {"input_ids": IDS, "attention_mask": _with(MASK, 1, 0, 2.0)}, "got 2.0"),
     "scan position -1": (_scan, {"input_ids": IDS, "position_ids": _with(PACKED, 0, 9, -1)}, "got -1"),
+    "scan label 11": (_scan, {"input_ids": IDS, "labels": _with(IDS, 1, 5, V)}, "holds 11"),
+    "source id 11": (_translator, {"src_ids": _with(IDS, 1, 1, V), "tgt_ids": _ids(2)}, "src_ids holds token id 11"),
+    "target id 11": (_translator, {"src_ids": IDS, "tgt_ids": _with(_ids(2), 0, 3, V)}, "tgt_ids holds token id 11"),
+    "translation label 13": (_translator, {"src_ids": IDS, "tgt_ids": _ids(2), "labels": _with(_ids(3), 1, 1, 13)},
+                             "holds 13"),  # fmt: skip
 }
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from markovformer.ops.losses import check_labels
 from markovformer.ops.padding import check_attention_mask
 from markovformer.ops.segments import check_position_ids
 
@@ -44,7 +45,8 @@ def check_id_tensor(ids: Tensor, name: str = "input_ids", dims: int = 2) -> None
 
 def check_vocabulary(ids: Tensor, vocab_size: int, name: str = "input_ids") -> None:
     """ValueError naming ``name`` and the first id outside [0, vocab_size) (not checked inside ``torch.compile``:
-    a data-dependent branch; a compiled decoding step reads the model's own tokens)."""
+    a data-dependent branch; a model's own ``compile`` checks before the graph, ``check_input_values``, and a
+    compiled decoding step reads the model's own tokens)."""
     if torch.compiler.is_compiling():
         return
     outside = (ids < 0) | (ids >= vocab_size)
@@ -85,19 +87,30 @@ def check_left_padded(mask: Tensor, name: str) -> None:
                          f"padding_side='left')")  # fmt: skip
 
 
-def check_input_values(inputs: Mapping[str, object], max_positions: int | None = None) -> None:
+TOKEN_INPUTS = ("input_ids", "src_ids", "tgt_ids")  # forward's arguments of token ids, in every family
+
+
+def check_input_values(inputs: Mapping[str, object], vocab_size: int | None, classes: int | None,
+                       max_positions: int | None = None) -> None:  # fmt: skip
     """The checks of a forward's ``inputs`` (by argument name) that read their values, with the messages of the same
-    functions forward calls: an ``attention_mask`` of 0 and 1, ``position_ids`` >= 0 (and below ``max_positions``,
-    a table of learned positions). A model's own ``compile`` runs them before each compiled call: inside the graph
-    they are device-side assertions (a RuntimeError without the value)."""
-    mask, position_ids = inputs.get("attention_mask"), inputs.get("position_ids")
+    functions forward calls: ids of ``TOKEN_INPUTS`` inside the vocabulary, an ``attention_mask`` of 0 and 1,
+    ``position_ids`` >= 0 (and below ``max_positions``, a table of learned positions), ``labels`` among the
+    ``classes`` (or ignored). A model's own ``compile`` runs them before each compiled call: inside the graph
+    they are device-side assertions (a RuntimeError without the value) or none (an IndexError, or an Inductor
+    kernel's "index out of bounds", without it)."""
+    for name in TOKEN_INPUTS:
+        if vocab_size is not None and inputs.get(name) is not None:
+            check_token_ids(inputs[name], vocab_size, name)  # type: ignore[arg-type]
+    mask, position_ids, labels = (inputs.get(name) for name in ("attention_mask", "position_ids", "labels"))
     if mask is not None:
         check_is_tensor(mask, "attention_mask", "0 (padding) and 1 (real token)")
         check_attention_mask(mask, tuple(mask.shape))  # type: ignore[union-attr]
     if isinstance(position_ids, Tensor):
         check_position_ids(position_ids, max_positions)
+    if classes is not None and labels is not None:
+        check_labels(labels, classes)
 
 
-__all__ = ["ID_DTYPES", "check_id_tensor", "check_input_values", "check_is_tensor",
+__all__ = ["ID_DTYPES", "TOKEN_INPUTS", "check_id_tensor", "check_input_values", "check_is_tensor",
            "check_left_padded", "check_not_empty", "check_rows_have_tokens", "check_token_ids",
            "check_vocabulary"]  # fmt: skip

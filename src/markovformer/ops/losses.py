@@ -24,7 +24,8 @@ def check_labels(labels: Tensor, num_classes: int, name: str = "labels", shape: 
     given ``shape``, unless they have that shape (the loss would flatten (B, T, 1) or (B·T,) labels without a word,
     or fail deep in torch on a batch of other sizes). The values are not checked inside ``torch.compile`` (a
     data-dependent branch, which broke every compiled forward's graph at its loss; Inductor's kernels refuse an id
-    out of range themselves), as ``check_vocabulary`` does not check token ids there."""
+    out of range themselves, without the value), as ``check_vocabulary`` does not check token ids there; a model's
+    own ``compile`` runs this check eagerly before the graph (``models.inputs.check_input_values``)."""
     if not isinstance(labels, Tensor):
         raise TypeError(f"{name} must be a tensor of class ids; got {type(labels).__name__}")
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:

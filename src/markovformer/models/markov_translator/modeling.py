@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from markovformer.layers.position import sinusoidal_positions
 from markovformer.models.generation import GenerationConfig, GenerationMixin, next_tokens
-from markovformer.models.inputs import check_rows_have_tokens, check_token_ids
+from markovformer.models.inputs import check_input_values, check_rows_have_tokens, check_token_ids
 from markovformer.models.markov_translator.config import MarkovTranslatorConfig
 from markovformer.models.markov_translator.generation import generate
 from markovformer.models.markov_translator.masks import decoder_self_allowed, key_padding_allowed
@@ -242,6 +242,9 @@ class MarkovTranslatorForConditionalGeneration(ScoresOutsideForward, GenerationM
                                  f"{tuple(labels.shape)}")  # fmt: skip
             loss = token_cross_entropy(logits, labels, label_smoothing)
         return MarkovTranslatorOutput(logits, loss, memory)
+
+    def check_input_values(self, inputs: dict) -> None:
+        check_input_values(inputs, self.config.vocab_size, self.config.vocab_size)
 
     def target_score(self, src_ids: Tensor, tgt_ids: Tensor, labels: Tensor, src_mask: Tensor | None = None,
                      tgt_mask: Tensor | None = None) -> Score:  # fmt: skip

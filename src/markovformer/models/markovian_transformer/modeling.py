@@ -69,8 +69,10 @@ class MarkovianTransformerPreTrainedModel(PreTrainedModel):
         return None if end is None else end - int(getattr(self, "cls", None) is not None)
 
     def check_input_values(self, inputs: dict) -> None:
-        learned = self.config.position == "learned"
-        check_input_values(inputs, self.config.max_positions if learned else None)
+        config = self.config
+        classes = config.vocab_size if hasattr(self, "lm_head") else config.num_labels  # a language model's labels
+        check_input_values(inputs, config.vocab_size, classes, config.max_positions if config.position == "learned"
+                           else None)  # fmt: skip
 
     def markov_biases(self) -> list[MarkovBias]:
         """The Markov biases in use, in layer order (a layer with no Markov head keeps an unused one: left out)."""
