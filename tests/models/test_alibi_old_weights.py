@@ -4,6 +4,7 @@ for bit, while a new model takes the paper's slopes and saves them."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
-from markovformer.layers.decay_attention import alibi_slopes
+from markovformer.layers.decay_attention import alibi_slopes, geometric_slopes
 from markovformer.training.init_from import initialise_from
 from markovformer.training.run_checks import check_tensors_match
 
@@ -149,3 +150,58 @@ def test_a_partial_load_leaves_the_slopes_of_a_new_model_alone():
     model.load_state_dict({"lm_head.weight": model.lm_head.weight.detach().clone()}, strict=False)
     assert all(torch.equal(block.attention.cores[0].slopes, alibi_slopes(HEADS)) for block in model.model.blocks)
     assert torch.equal(_logits(model), expected)
+
+
+@pytest.mark.parametrize("source_kinds", [["softmax", "softmax"], ["alibi", "softmax"]], ids=["softmax", "mixed"])
+@pytest.mark.parametrize("asked_by", ["config", "keyword"])
+def test_transformers_loads_other_kinds_weights_into_alibi_layers_with_the_papers_slopes(tmp_path, source_kinds,
+                                                                                         asked_by):  # fmt: skip
+    """Weights of softmax layers, saved without slopes, loaded through transformers into ALiBi layers (``config=``
+    an ALiBi config, or ``attention="alibi"``) compute what a model built from that config and given those weights
+    does: the paper's slopes, as init_from gives them. They took 2^(-8h/H), as if the source were an ALiBi model of
+    the old code (the logits 0.6 away, nothing reported); a layer that was one of those keeps it."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("markovformer.hf", exc_type=ImportError)
+    from markovformer.hf import HF_CLASSES, HF_CONFIGS
+
+    old = "alibi" in source_kinds  # its block 0 an ALiBi layer of the old code, which computed with 2^(-8h/H)
+    torch.manual_seed(0)
+    source = MarkovianTransformerForCausalLM(CONFIG.replace(attention=source_kinds))
+    with torch.no_grad():  # away from the init, so that the logits show any slope
+        for parameter in source.parameters():
+            parameter.add_(0.2 * torch.randn_like(parameter))
+        if old:
+            source.model.blocks[0].attention.cores[0].slopes.copy_(geometric_slopes(HEADS))
+    source.save_pretrained(tmp_path)
+    save_file(_old_state(source), str(tmp_path / "model.safetensors"))
+    kept = {"model.blocks.0.attention.cores.0.slopes": geometric_slopes(HEADS)} if old else {}
+    expected = MarkovianTransformerForCausalLM(CONFIG)  # the config asked for, given the same weights
+    with torch.no_grad():
+        for name, tensor in expected.state_dict().items():
+            tensor.copy_({**_old_state(source), **kept}.get(name, tensor))
+    wrapper = HF_CLASSES["markovian_transformer", "causal_lm"][1]
+    asked = ({"config": HF_CONFIGS["markovian_transformer"](**dataclasses.asdict(CONFIG))} if asked_by == "config"
+             else {"attention": "alibi"})  # fmt: skip
+    model, info = wrapper.from_pretrained(tmp_path, output_loading_info=True, **asked)
+    slopes = [block.attention.cores[0].slopes for block in model.markovformer.model.blocks]
+    assert torch.equal(slopes[1], alibi_slopes(HEADS))
+    assert torch.equal(slopes[0], geometric_slopes(HEADS) if old else alibi_slopes(HEADS))
+    assert not info["missing_keys"]
+    assert torch.allclose(_logits(model), _logits(expected), atol=1e-6)
+
+
+def test_transformers_refuses_alibi_layers_without_slopes_from_a_checkpoint_without_its_config(tmp_path):
+    """Without the checkpoint's config.json (a config given instead), nothing tells ALiBi weights of the old code
+    (2^(-8h/H)) from another kind's (the paper's slopes): the load names the slopes rather than pick one."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("markovformer.hf", exc_type=ImportError)
+    from markovformer import MarkovianTransformerForTokenClassification
+    from markovformer.hf import HF_CLASSES, HF_CONFIGS
+
+    labelled = CONFIG.replace(num_labels=3)  # a causal LM's transformers reads its generation config beside it
+    MarkovianTransformerForTokenClassification(labelled.replace(attention="softmax")).save_pretrained(tmp_path)
+    (tmp_path / "config.json").unlink()
+    wrapper = HF_CLASSES["markovian_transformer", "token_classification"][1]
+    with pytest.raises(ValueError, match=r"lack the ALiBi slopes model\.blocks\.0\.attention\.cores\.0\.slopes, "
+                                         r"model\.blocks\.1\..*no config\.json"):  # fmt: skip
+        wrapper.from_pretrained(tmp_path, config=HF_CONFIGS["markovian_transformer"](**dataclasses.asdict(labelled)))

@@ -12,7 +12,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from markovformer.hf.cache import CACHE_NAME
-from markovformer.layers.decay_attention import AlibiAttention
+from markovformer.layers.decay_attention import AlibiAttention, block_of, saved_alibi_blocks
 from markovformer.models.pretrained import PreTrainedModel as MarkovformerModel
 
 
@@ -102,14 +102,16 @@ class Wrapper(PreTrainedModel):
         """``transformers``' initialisation of every tensor not marked initialised, each taken from a freshly built
         markovformer model of this config (``_init_weights``): markovformer's own initialisation, its derived
         buffers (rotary frequencies, ...) exactly, so a model built on the meta device and then initialised is a
-        normally built one (the same tensors for the same seed). Loading weights saved before ALiBi's slopes were, it
-        gives them the slopes their model computed with instead (``AlibiAttention.unsaved_slopes``), which are then
+        normally built one (the same tensors for the same seed). Loading weights saved without ALiBi's slopes, it
+        gives them those that ALiBi models saved before slopes were computed with (``AlibiAttention.unsaved_slopes``;
+        ``from_pretrained`` then gives fresh ones to the layers of another kind in the checkpoint), which are then
         not missing: ``transformers``' load report said they were newly initialised."""
         with torch.device("cpu"):
             fresh = self.markovformer_class(self.config.to_markovformer())
         loaded = {name for name, tensor in self.state_dict(keep_vars=True).items()
                   if getattr(tensor, "_is_hf_initialized", False)}  # fmt: skip
         self._fresh = [dict(fresh.named_modules()), {id(module): name for name, module in self.named_modules()}]
+        self._unsaved_slopes = []  # their names, for from_pretrained
         try:
             super().initialize_weights()
         finally:
@@ -118,6 +120,7 @@ class Wrapper(PreTrainedModel):
             if isinstance(module, AlibiAttention):
                 for name, slopes in module.unsaved_slopes(loaded, f"{prefix}.").items():
                     self.get_buffer(name).copy_(slopes)
+                    self._unsaved_slopes.append(name)
                     self._keys_to_ignore_on_load_missing = {*(self._keys_to_ignore_on_load_missing or ()),
                                                             f"^{re.escape(name)}$"}  # fmt: skip
 
@@ -144,7 +147,10 @@ class Wrapper(PreTrainedModel):
         checkpoint lacks or holds but the model does not (a config with more layers than the weights, say);
         ``strict=False`` loads such a directory anyway. A checkpoint of another task of the same family loads
         strictly too, its backbone into this model's backbone (``base_model_prefix``): only the head tensors may
-        differ, the new ones initialised and listed as missing, the dropped ones as unexpected.
+        differ, the new ones initialised and listed as missing, the dropped ones as unexpected. ALiBi layers whose
+        slopes the checkpoint lacks keep those it computed with where its config.json makes them ALiBi layers
+        (saved before slopes were: ``saved_alibi_blocks``), and take the paper's where it does not (another kind's
+        weights, with an ALiBi ``config=`` or ``attention="alibi"``), as a model built from the config does.
         ``output_loading_info=True`` works as in ``transformers``."""
         wants_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
@@ -161,8 +167,12 @@ class Wrapper(PreTrainedModel):
         with torch.device("cpu"):
             fresh = cls.markovformer_class(model.config.to_markovformer())
         fresh_state, state = fresh.state_dict(), model.state_dict(keep_vars=True)
+        unsaved = getattr(model, "_unsaved_slopes", [])
+        source = _source_alibi_blocks(cls, args[0] if args else kwargs.get("pretrained_model_name_or_path"),
+                                      kwargs, unsaved) if unsaved else set()  # fmt: skip
         with torch.no_grad():
-            for name in [*missing, *(key[0] for key in info["mismatched_keys"])]:
+            for name in [*missing, *(key[0] for key in info["mismatched_keys"]),
+                         *(name for name in unsaved if block_of(name) not in source)]:  # fmt: skip
                 state[name].copy_(fresh_state[name])
         fresh_modules = dict(fresh.named_modules())
         for name, module in model.markovformer.named_modules():
@@ -205,6 +215,27 @@ class Wrapper(PreTrainedModel):
         super().train(mode)
         self.markovformer.train(mode)
         return self
+
+
+# from_pretrained's keywords that say where its checkpoint's files are (transformers' hub options)
+WHERE_KEYWORDS = ("cache_dir", "force_download", "proxies", "token", "local_files_only", "revision", "subfolder")
+
+
+def _source_alibi_blocks(cls: type[Wrapper], source, kwargs: dict, unsaved: list[str]) -> set[int]:
+    """The blocks that the config.json of checkpoint ``source`` makes ALiBi layers (``saved_alibi_blocks``), read
+    where ``from_pretrained`` (called with ``kwargs``) read its weights. ValueError naming the ``unsaved`` slopes when
+    it has none: its weights could be ALiBi weights of the old code or another kind's, which compute otherwise."""
+    try:
+        values, _ = cls.config_class.get_config_dict(source, **{key: kwargs[key] for key in WHERE_KEYWORDS
+                                                                 if key in kwargs})  # fmt: skip
+    except OSError:
+        values = {}
+    if not values:
+        raise ValueError(f"{source}: its weights lack the ALiBi slopes {', '.join(unsaved[:3])}, and it has no "
+                         f"config.json to tell whether they were ALiBi layers saved before slopes were (which keep "
+                         f"2^(-8h/H)) or layers of another kind (which take the paper's slopes): put the config.json "
+                         f"it was saved with beside its weights")  # fmt: skip
+    return saved_alibi_blocks(values)
 
 
 # inputs of transformers models that these wrappers cannot honour: refused when given, not silently dropped

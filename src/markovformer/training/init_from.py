@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import re
 from pathlib import Path
 
 import torch
 
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES
-from markovformer.layers.decay_attention import legacy_alibi_slopes
+from markovformer.layers.decay_attention import block_of, legacy_alibi_slopes, saved_alibi_blocks
 from markovformer.models.pretrained import CONFIG_NAME, PreTrainedModel
 from markovformer.models.saved_weights import (
     WEIGHTS_INDEX_NAME,
@@ -177,28 +176,14 @@ def _with_tied_names(names: list[str], own: dict) -> list[str]:
 
 
 def saved_alibi_layers(source: Path) -> set[int]:
-    """The blocks that ``source``, a ``save_pretrained`` folder, makes ALiBi layers (its config.json's
-    ``attention``): where its weights lack their slopes, it was saved before ALiBi's slopes were, and computed with
-    ``legacy_alibi_slopes``. None for a run (its model, built from its config, holds its ALiBi layers' slopes) or a
-    model of another kind, whose weights hold no slopes to keep: an ALiBi model taking them starts with fresh ones."""
+    """The blocks that ``source``, a ``save_pretrained`` folder, makes ALiBi layers (``saved_alibi_blocks`` of its
+    config.json); none for a run (its model, built from its config, holds its ALiBi layers' slopes)."""
     if not (source / CONFIG_NAME).is_file():
         return set()
     try:
-        values = read_json_object(source / CONFIG_NAME, "a saved model's config")
+        return saved_alibi_blocks(read_json_object(source / CONFIG_NAME, "a saved model's config"))
     except ValueError as error:
         raise ConfigError(f"init_from={str(source)!r}: {error}") from None
-    attention, layers = values.get("attention"), values.get("n_layers")
-    entries = [attention] * layers if isinstance(attention, str) and isinstance(layers, int) else attention
-    if not isinstance(entries, list):  # another family's config
-        return set()
-    kinds = [entry.get("kind") if isinstance(entry, dict) else entry for entry in entries]
-    return {block for block, kind in enumerate(kinds) if kind == "alibi"}
-
-
-def block_of(name: str) -> int | None:
-    """The block index in a tensor name (``model.blocks.3.attention.cores.0.slopes``: 3), None outside the blocks."""
-    found = re.search(r"(?:^|\.)blocks\.(\d+)\.", name)
-    return None if found is None else int(found.group(1))
 
 
 def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] | tuple[str, ...]) -> dict:
