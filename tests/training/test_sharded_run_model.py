@@ -72,3 +72,35 @@ def test_the_fingerprints_tensor_digest_is_the_saved_tensors(trained):
     assert record["tensors_sha256"] == tensors_sha256(tensors)
     tensors[sorted(tensors)[0]] = torch.zeros_like(tensors[sorted(tensors)[0]])
     assert record["tensors_sha256"] != tensors_sha256(tensors)
+
+
+def test_a_tied_weight_stored_under_its_other_name_is_the_run_s_weight(tmp_path):
+    """A run of tied embeddings saves the weight as lm_head.weight (safetensors keeps the first name), transformers'
+    save_pretrained as model.embed.weight: the run's model/ sharded by transformers was refused as other tensors
+    ("does not match the run's model"), the digest naming the weight by the name it was stored under. The same
+    weight changed is still refused."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("markovformer.hf", exc_type=ImportError)
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY_RUN))
+    done = run_in_process("train", "tiny.yaml", "output_dir=run", "trainer.max_steps=2", "trainer.eval_every=2",
+                          "trainer.checkpoint_every=2", "model.tie_word_embeddings=true", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    model = tmp_path / "run" / "model"
+    assert "lm_head.weight" in load_file(model / "model.safetensors")
+    loss, config = evaluate(tmp_path / "run")["metrics"]["loss"], (model / "config.json").read_bytes()
+    wrapper = AutoModelForCausalLM.from_pretrained(model)
+    (model / "model.safetensors").unlink()
+    wrapper.save_pretrained(model, max_shard_size="4KB")
+    (model / "config.json").write_bytes(config)  # transformers writes its own; the run's is the one fingerprinted
+    weight_map = json.loads((model / "model.safetensors.index.json").read_text())["weight_map"]
+    assert "lm_head.weight" not in weight_map
+    assert evaluate(tmp_path / "run")["metrics"]["loss"] == loss
+    shard = model / weight_map["model.embed.weight"]
+    tensors = load_file(shard)
+    tensors["model.embed.weight"] = tensors["model.embed.weight"] + 1
+    save_file(tensors, shard, metadata={"format": "pt"})
+    one_line_error(run_in_process("eval", str(tmp_path / "run"), cwd=tmp_path), "model.safetensors.index.json",
+                   "does not match the run's model")  # fmt: skip

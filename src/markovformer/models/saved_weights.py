@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -57,13 +58,28 @@ def read_weights_folder(directory: Path) -> dict[str, torch.Tensor]:
     return stored
 
 
-def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
+def tied_names(model: torch.nn.Module) -> dict[str, str]:
+    """{each state-dict name of a tensor that ``model`` holds under several names (tied weights): the first of them in
+    name order}. A save keeps one of them: markovformer's (safetensors' ``save_model``) that first one,
+    ``transformers``' another (a language model's ``model.embed.weight`` where ours keeps ``lm_head.weight``)."""
+    names: dict[tuple, list[str]] = {}
+    for name, tensor in model.state_dict().items():
+        if tensor.numel():  # (empty tensors share no storage, whatever their pointers)
+            names.setdefault((tensor.data_ptr(), tensor.dtype, tuple(tensor.shape)), []).append(name)
+    return {name: min(group) for group in names.values() if len(group) > 1 for name in group}
+
+
+def tensors_sha256(tensors: dict[str, torch.Tensor], tied: Mapping[str, str] | None = None) -> str:
     """The SHA-256 (hex) of ``tensors``: for each, in name order, its ``[name, dtype, shape]`` as JSON, then its bytes.
     It names the weights themselves, whichever files held them (one or shards, a final model or a checkpoint): what
-    init_from records it took, and what a run's model/fingerprint.json holds beside its files' digests."""
+    init_from records it took, and what a run's model/fingerprint.json holds beside its files' digests. ``tied``
+    (``tied_names`` of the model they are weights of): a tied tensor counts under the first of its names, whichever
+    one it was stored under (unless that one is stored too)."""
+    tied = tied or {}
+    named = {name if tied.get(name, name) in tensors else tied[name]: tensor for name, tensor in tensors.items()}
     digest = hashlib.sha256()
-    for name in sorted(tensors):
-        tensor = tensors[name].detach().cpu().contiguous()
+    for name in sorted(named):
+        tensor = named[name].detach().cpu().contiguous()
         digest.update(json.dumps([name, str(tensor.dtype), list(tensor.shape)]).encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
     return digest.hexdigest()
@@ -80,4 +96,5 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise ValueError(f"{path} is not a readable safetensors file: {error}") from error
 
 
-__all__ = ["WEIGHTS_INDEX_NAME", "WEIGHTS_NAME", "read_weights_folder", "tensors_sha256", "weights_file"]
+__all__ = ["WEIGHTS_INDEX_NAME", "WEIGHTS_NAME", "read_weights_folder", "tensors_sha256", "tied_names",
+           "weights_file"]

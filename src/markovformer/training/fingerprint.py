@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from markovformer.atomic import atomic_write_text
@@ -51,14 +52,17 @@ TENSORS_KEY = "tensors_sha256"
 
 
 def write_model_fingerprint(model_dir: Path, fingerprint: str) -> None:
+    """The record of ``model_dir``, just saved by the run with ``fingerprint``: its tensors under the names our save
+    keeps, a tied weight under the first of its names (``tensors_sha256``'s own for it)."""
     record = {"run": fingerprint, **{key: file_sha256(model_dir / name) for key, name in MODEL_FILES.items()},
               TENSORS_KEY: tensors_sha256(read_weights_folder(model_dir))}  # fmt: skip
     atomic_write_text(model_dir / FINGERPRINT_FILE, json.dumps(record, indent=2) + "\n")
 
 
-def check_model_fingerprint(model_dir: Path, fingerprint: str, required: bool = True) -> None:
+def check_model_fingerprint(model_dir: Path, fingerprint: str, tied: Mapping[str, str], required: bool = True) -> None:
     """ConfigError unless ``model_dir`` was saved by the run with ``fingerprint`` and its weights and config are the
-    ones saved. ``required=False`` (a run written before fingerprints existed) lets a missing record pass."""
+    ones saved (``tied``: its model's ``tied_names``, whose weights shards may hold under another of their names).
+    ``required=False`` (a run written before fingerprints existed) lets a missing record pass."""
     path = model_dir / FINGERPRINT_FILE
     if not path.is_file():
         if not required:
@@ -86,10 +90,10 @@ def check_model_fingerprint(model_dir: Path, fingerprint: str, required: bool = 
             raise ConfigError(f"{file} does not match the run's model: the file is not the one this run saved "
                               f"(it is missing or its SHA-256 differs from {path})")  # fmt: skip
     if sharded:
-        _check_shards(index, record, path)
+        _check_shards(index, record, path, tied)
 
 
-def _check_shards(index: Path, record: dict, path: Path) -> None:
+def _check_shards(index: Path, record: dict, path: Path, tied: Mapping[str, str]) -> None:
     """ConfigError unless the tensors of the shards ``index`` names are those the fingerprint ``record`` (read from
     ``path``) says the run saved: its ``TENSORS_KEY``, which a record written before it lacks."""
     if not isinstance(record.get(TENSORS_KEY), str):
@@ -100,7 +104,7 @@ def _check_shards(index: Path, record: dict, path: Path) -> None:
         tensors = read_weights_folder(index.parent)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    if tensors_sha256(tensors) != record[TENSORS_KEY]:
+    if tensors_sha256(tensors, tied) != record[TENSORS_KEY]:
         raise ConfigError(f"{index} does not match the run's model: its shards hold other tensors than this run saved "
                           f"(their {TENSORS_KEY} differs from {path})")  # fmt: skip
 

@@ -35,6 +35,7 @@ from markovformer.models.saved_weights import (
     WEIGHTS_NAME,
     read_weights_folder,
     tensors_sha256,
+    tied_names,
     weights_file,
 )
 from markovformer.strict_json import read_json_object
@@ -191,7 +192,8 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
     that differ (and the ``init_from_skip`` that would leave them out) unless all others match. Returns the record
     of what it took, kept in the run's environment.json: ``source`` as given and ``resolved``, which weights were
     read (``read_weights``: ``file``, ``step``, ``read``), ``tensors_sha256`` (of the tensors taken, as the source
-    held them), ``tensors_taken``, ``tensors_fresh`` and the ``init_from_skip`` entries."""
+    held them, a tied one under the first of its names), ``tensors_taken``, ``tensors_fresh`` and the
+    ``init_from_skip`` entries."""
     source = Path(source)
     stored, which = read_weights(source)
     own, vocabulary = model.state_dict(), vocabulary_tensors(model)
@@ -244,8 +246,9 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
     kept = {name: slopes for name, slopes in unsaved.items()
             if block_of(name) in layers and not skipped(name, skip, vocabulary)}  # fmt: skip
     model.load_state_dict({**own, **kept, **{name: tensor.to(own[name].dtype) for name, tensor in taken.items()}})
-    return {"source": str(source), "resolved": str(source.resolve()), **which, "tensors_sha256": tensors_sha256(taken),
-            "tensors_taken": len(taken), "tensors_fresh": len(own) - len(taken), "init_from_skip": list(skip)}
+    return {"source": str(source), "resolved": str(source.resolve()), **which,
+            "tensors_sha256": tensors_sha256(taken, tied_names(model)), "tensors_taken": len(taken),
+            "tensors_fresh": len(own) - len(taken), "init_from_skip": list(skip)}
 
 
 def initialised_line(record: dict) -> str:

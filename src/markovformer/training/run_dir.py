@@ -38,7 +38,13 @@ from markovformer.atomic import atomic_write_text, remove_stale_temporaries
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
 from markovformer.models.registry import head_class
-from markovformer.models.saved_weights import WEIGHTS_INDEX_NAME, WEIGHTS_NAME, read_weights_folder, weights_file
+from markovformer.models.saved_weights import (
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+    read_weights_folder,
+    tied_names,
+    weights_file,
+)
 from markovformer.strict_json import parse_json, strict_dumps
 from markovformer.training.build import build_model
 from markovformer.training.checkpoint import load_checkpoint_file, os_error_of_safetensors
@@ -370,14 +376,14 @@ def load_final_model(config: RunConfig, data_info: dict, model_dir: Path, finger
     weights = weights_file(model_dir)
     if weights is None:
         raise ConfigError(f"{model_dir}: no {WEIGHTS_NAME} here (nor {WEIGHTS_INDEX_NAME} and its shards)")
-    check_model_fingerprint(model_dir, fingerprint, fingerprint_required)
+    model = build_model(config, data_info)
+    check_model_fingerprint(model_dir, fingerprint, tied_names(model), fingerprint_required)
     try:
         stored = read_weights_folder(model_dir)
     except ValueError as error:  # a damaged file or index, named
         raise ConfigError(str(error)) from None
     except OSError as error:
         raise ConfigError(f"{weights}: not a readable safetensors file ({type(error).__name__}: {error})") from None
-    model = build_model(config, data_info)
     check_tensors_match(model, stored, weights, partial=True)
     try:
         return head_class(config.model_type, config.task).from_pretrained(model_dir)
