@@ -104,3 +104,18 @@ def test_a_tied_weight_stored_under_its_other_name_is_the_run_s_weight(tmp_path)
     save_file(tensors, shard, metadata={"format": "pt"})
     one_line_error(run_in_process("eval", str(tmp_path / "run"), cwd=tmp_path), "model.safetensors.index.json",
                    "does not match the run's model")  # fmt: skip
+
+
+def test_loading_a_run_reads_its_weights_once(trained, sharded, monkeypatch):
+    """Each safetensors file of model/ is read once (whole, beside the digest of its bytes): the shards were read
+    three times (their fingerprint, the tensors' check, the load), model.safetensors twice."""
+    from markovformer.models import saved_weights
+    from markovformer.training.run_dir import load_trained_run
+
+    read, reads = saved_weights._read_safetensors, []
+    monkeypatch.setattr(saved_weights, "_read_safetensors", lambda path: reads.append(path.name) or read(path))
+    for run, files in ((trained, ["model.safetensors"]), (sharded, [f"model-0000{k}-of-00003.safetensors"
+                                                                     for k in (1, 2, 3)])):  # fmt: skip
+        reads.clear()
+        load_trained_run(run)
+        assert sorted(reads) == files

@@ -184,13 +184,16 @@ class PreTrainedModel(nn.Module):
         return settings
 
     @classmethod
-    def from_pretrained(cls: type[ModelT], directory: str | Path, map_location: str = "cpu") -> ModelT:
+    def from_pretrained(cls: type[ModelT], directory: str | Path, map_location: str = "cpu", *,
+                        stored: dict[str, torch.Tensor] | None = None) -> ModelT:  # fmt: skip
         """Load what ``save_pretrained`` wrote, in eval mode (as ``transformers`` loads: dropout off; ``.train()``
         to train it), on the device ``map_location`` and in the dtype its tensors were saved in (a model saved in
         bfloat16 loads in bfloat16), also under the old class and field names, here or through
         ``markovformer.hf`` (``transformers``' ``save_pretrained`` / ``Trainer.save_model``, whose bookkeeping keys,
         ``TRANSFORMERS_CONFIG_KEYS``, the model ignores; those that are not ``WRITER_KEYS``, such as label names and
-        special token ids, are kept in ``transformers_settings`` and written back by ``save_pretrained``)."""
+        special token ids, are kept in ``transformers_settings`` and written back by ``save_pretrained``).
+        ``stored``: the folder's tensors (``read_weights_folder``), where the caller has read them already (a run's
+        load checks them first), so that they are not read again."""
         directory = Path(directory)
         weights = weights_file(directory)
         for name, missing in ((CONFIG_NAME, not (directory / CONFIG_NAME).is_file()),
@@ -203,7 +206,7 @@ class PreTrainedModel(nn.Module):
                     if key in TRANSFORMERS_CONFIG_KEYS and key not in fields and key not in WRITER_KEYS}  # fmt: skip
         model = cls(cls.config_class.from_dict(cls._config_values(values, directory)))
         model.transformers_settings = settings
-        stored = read_weights_folder(directory)
+        stored = read_weights_folder(directory) if stored is None else stored
         # loading copies into the model's own tensors: built on the CPU in float32, it would stay there and upcast
         # bfloat16 weights, so that the loaded model computed other logits than the saved one
         model.to(device=map_location, dtype=_stored_float_dtype(stored))

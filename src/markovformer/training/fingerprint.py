@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from torch import Tensor
 
 from markovformer.atomic import atomic_write_text
 from markovformer.file_digest import file_sha256
@@ -59,10 +61,13 @@ def write_model_fingerprint(model_dir: Path, fingerprint: str) -> None:
     atomic_write_text(model_dir / FINGERPRINT_FILE, json.dumps(record, indent=2) + "\n")
 
 
-def check_model_fingerprint(model_dir: Path, fingerprint: str, tied: Mapping[str, str], required: bool = True) -> None:
+def check_model_fingerprint(model_dir: Path, fingerprint: str, tied: Mapping[str, str], required: bool = True,
+                            read: Callable[[], dict[str, Tensor]] | None = None) -> None:  # fmt: skip
     """ConfigError unless ``model_dir`` was saved by the run with ``fingerprint`` and its weights and config are the
     ones saved (``tied``: its model's ``tied_names``, whose weights shards may hold under another of their names).
-    ``required=False`` (a run written before fingerprints existed) lets a missing record pass."""
+    ``required=False`` (a run written before fingerprints existed) lets a missing record pass. ``read``: what reads
+    the folder's tensors, which the shards are checked by (default ``read_weights_folder``; a caller that loads them
+    next passes one that reads them once)."""
     path = model_dir / FINGERPRINT_FILE
     if not path.is_file():
         if not required:
@@ -90,10 +95,11 @@ def check_model_fingerprint(model_dir: Path, fingerprint: str, tied: Mapping[str
             raise ConfigError(f"{file} does not match the run's model: the file is not the one this run saved "
                               f"(it is missing or its SHA-256 differs from {path})")  # fmt: skip
     if sharded:
-        _check_shards(index, record, path, tied)
+        _check_shards(index, record, path, tied, read or (lambda: read_weights_folder(model_dir)))
 
 
-def _check_shards(index: Path, record: dict, path: Path, tied: Mapping[str, str]) -> None:
+def _check_shards(index: Path, record: dict, path: Path, tied: Mapping[str, str],
+                  read: Callable[[], dict[str, Tensor]]) -> None:  # fmt: skip
     """ConfigError unless the tensors of the shards ``index`` names are those the fingerprint ``record`` (read from
     ``path``) says the run saved: its ``TENSORS_KEY``, which a record written before it lacks."""
     if not isinstance(record.get(TENSORS_KEY), str):
@@ -101,7 +107,7 @@ def _check_shards(index: Path, record: dict, path: Path, tied: Mapping[str, str]
                           f"of {WEIGHTS_NAME} alone, written before it held its tensors' digest); restore "
                           f"{WEIGHTS_NAME}")  # fmt: skip
     try:
-        tensors = read_weights_folder(index.parent)
+        tensors = read()
     except ValueError as error:
         raise ConfigError(str(error)) from None
     if tensors_sha256(tensors, tied) != record[TENSORS_KEY]:

@@ -26,6 +26,7 @@ model/ only when ``finished.json`` is there, else the last checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -377,16 +378,17 @@ def load_final_model(config: RunConfig, data_info: dict, model_dir: Path, finger
     if weights is None:
         raise ConfigError(f"{model_dir}: no {WEIGHTS_NAME} here (nor {WEIGHTS_INDEX_NAME} and its shards)")
     model = build_model(config, data_info)
-    check_model_fingerprint(model_dir, fingerprint, tied_names(model), fingerprint_required)
+    read = functools.cache(lambda: read_weights_folder(model_dir))  # once: the shards' check, the tensors', the load
+    check_model_fingerprint(model_dir, fingerprint, tied_names(model), fingerprint_required, read)
     try:
-        stored = read_weights_folder(model_dir)
+        stored = read()
     except ValueError as error:  # a damaged file or index, named
         raise ConfigError(str(error)) from None
     except OSError as error:
         raise ConfigError(f"{weights}: not a readable safetensors file ({type(error).__name__}: {error})") from None
     check_tensors_match(model, stored, weights, partial=True)
     try:
-        return head_class(config.model_type, config.task).from_pretrained(model_dir)
+        return head_class(config.model_type, config.task).from_pretrained(model_dir, stored=stored)
     except Exception as error:  # safetensors' own error types too, e.g. for a file replaced while it was read
         raise ConfigError(f"{model_dir}: cannot load it ({type(error).__name__}: {error})") from None
 
