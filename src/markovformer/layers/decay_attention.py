@@ -217,8 +217,8 @@ def legacy_alibi_slopes(model: nn.Module) -> dict[str, Tensor]:
 def saved_alibi_blocks(values: dict) -> set[int]:
     """The blocks that ``values``, a saved model's config.json, makes ALiBi layers (its ``attention``): where its
     weights lack their slopes, they were saved before ALiBi's slopes were, and computed with ``legacy_alibi_slopes``.
-    None for a model of another kind or family, whose weights hold no slopes to keep: an ALiBi layer taking them
-    starts with fresh ones (the paper's, as a model built from its config)."""
+    No blocks for a model of another kind or family, whose weights hold no slopes to keep: an ALiBi layer taking
+    them starts with fresh ones (the paper's, as a model built from its config)."""
     attention, layers = values.get("attention"), values.get("n_layers")
     entries = [attention] * layers if isinstance(attention, str) and isinstance(layers, int) else attention
     if not isinstance(entries, list):  # another family's config
