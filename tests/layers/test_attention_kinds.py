@@ -88,11 +88,40 @@ def test_a_bad_per_layer_option_of_a_baseline_is_refused_by_the_config(kind, nam
                                    attention=[{"kind": kind, name: value}], **NEEDED.get(kind, {}))  # fmt: skip
 
 
+ALL_OPTIONS = sorted(set().union(*map(attention_option_names, ATTENTION_KINDS)))
+
+
+@pytest.mark.parametrize("kind", sorted(ATTENTION_KINDS))
+def test_build_attention_takes_its_kinds_own_options_and_refuses_any_other(kind):
+    """`build_attention("softmax", ..., max_order=5)` built plain softmax attention: an option only other kinds
+    read was dropped without a word (so was a misspelt one). Each kind takes every one of its own options (given
+    explicitly, at its default) and refuses each option of the other kinds, naming it, its value and its kinds."""
+    entry = ATTENTION_KINDS[kind]
+    shared = dict(d_model=8, n_heads=2, causal=entry.accepts_causal(True), rotary=False)
+    own = {field.name: field.default for field in dataclasses.fields(entry.options)} | NEEDED.get(kind, {})
+    build_attention(kind, **shared, **own)
+    for name in sorted(set(ALL_OPTIONS) - attention_option_names(kind)):
+        readers = [other for other in ATTENTION_KINDS if name in attention_option_names(other)]
+        value = next(field.default for field in dataclasses.fields(ATTENTION_KINDS[readers[0]].options)
+                     if field.name == name)  # fmt: skip
+        with pytest.raises(ValueError) as error:
+            build_attention(kind, **shared, **own, **{name: value})
+        assert str(error.value) == (f"build_attention({kind!r}): {name}={value!r}: kind {kind!r} has no such "
+                                    f"option (it is read by {readers}); its options: "
+                                    f"{', '.join(sorted(own)) or 'none'}"), error.value
+
+
+def test_build_attention_names_a_misspelt_option():
+    with pytest.raises(ValueError, match=r"^build_attention\('markov'\): windw=8: no attention kind has such an "
+                                         r"option \(did you mean 'window'\?\); its options: .*window"):
+        build_attention("markov", d_model=8, n_heads=2, causal=True, rotary=False, windw=8)
+
+
 # --- every kind: what a position may read ---------------------------------------------------------------------------
 
 LENGTH = 13
 SMALL = dict(max_positions=32, linformer_k=5, chunk_size=4, ssm_state_size=8, shift_taps=3, head_dim=2, num_features=8,
-             max_order=2, npos_max=4)  # small sizes, read by the kinds that have them; chunks of 4 split the sequence
+             max_order=2, npos_max=4)  # small sizes, given to the kinds that have them; chunks of 4 split the sequence
 SCOPED = sorted(kind for kind in ATTENTION_KINDS if "scope" in attention_option_names(kind))
 # every kind once at its own default scope, and each scoped kind in both scopes (a leak may hide in one path)
 # kinds whose long convolution runs through an FFT: its rounding reaches every position, so their past outputs move by
@@ -105,6 +134,7 @@ READS = [(kind, None) for kind in sorted(ATTENTION_KINDS)] + [(kind, scope) for 
 def _layer(kind: str, scope: str | None, causal: bool) -> torch.nn.Module:
     torch.manual_seed(0)
     options = dict(SMALL, **({} if scope is None else {"scope": scope, "window": 3 if scope == "local" else None}))
+    options = {name: value for name, value in options.items() if name in attention_option_names(kind)}
     layer = build_attention(kind, d_model=16, n_heads=4, causal=causal, rotary=True, **options)
     return layer.double().eval()
 

@@ -34,6 +34,7 @@ def _mixer(kind: str, causal: bool, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
     options = {"max_positions": 32, "linformer_k": 5, "chunk_size": 4, "ssm_state_size": 8, "shift_taps": 3,
                "head_dim": 2}  # fmt: skip
+    options = {name: value for name, value in options.items() if name in attention_option_names(kind)}
     layer = build_attention(kind, d_model=D_MODEL, n_heads=HEADS, causal=causal, rotary=True, **options)
     return layer.double().eval()
 

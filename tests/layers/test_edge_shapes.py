@@ -23,6 +23,7 @@ LENGTHS = (1, 2, 4, 5)
 def _layer(kind: str, scope: str | None) -> torch.nn.Module:
     torch.manual_seed(0)
     options = dict(SMALL, **({} if scope is None else {"scope": scope, "window": 3}))
+    options = {name: value for name, value in options.items() if name in attention_option_names(kind)}
     causal = ATTENTION_KINDS[kind].accepts_causal(True)
     layer = build_attention(kind, d_model=3, n_heads=1, causal=causal, rotary=False, **options).double().eval()
     generator = torch.Generator().manual_seed(1)

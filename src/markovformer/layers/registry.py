@@ -9,6 +9,7 @@ kind by adding one entry.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -290,6 +291,11 @@ def attention_option_names(kind: str) -> frozenset[str]:
     return frozenset(field.name for field in dataclasses.fields(ATTENTION_KINDS[kind].options))
 
 
+def kinds_reading(name: str) -> list[str]:
+    """The attention kinds that have option ``name``, in registry order."""
+    return [kind for kind in ATTENTION_KINDS if name in attention_option_names(kind)]
+
+
 def decodes_incrementally(kind: str) -> bool:
     """Whether a causal layer of ``kind`` with its default options decodes one token at a time from its state (its
     own declared ``supports_state``, read from a small one built here); a non-causal-only kind never does."""
@@ -317,14 +323,25 @@ def projection_biases_refused(kind: str) -> str:
 def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rotary: bool, attention_bias: bool = False,
                     **options) -> nn.Module:  # fmt: skip
     """Build the attention layer registered as ``kind`` from raw options (direct use): they are resolved by the
-    kind's options dataclass (its rules and defaults) and built by ``build_layer``. ``options`` may hold options of
-    other kinds; only this kind's are read. ``attention_bias=True``: ValueError for a kind without
+    kind's options dataclass (its rules and defaults) and built by ``build_layer``. An option that is not this
+    kind's (another kind's, or no kind's) is a ValueError naming it, its value and the kinds that read it: it was
+    dropped, and the layer built without it. ``attention_bias=True``: ValueError for a kind without
     ``projection_biases``."""
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; expected one of {tuple(ATTENTION_KINDS)}")
     if attention_bias and not ATTENTION_KINDS[kind].projection_biases:
         raise ValueError(f"attention_bias=True: {projection_biases_refused(kind)}")
     accepted = attention_option_names(kind)
-    settings = ATTENTION_KINDS[kind].options(**{name: value for name, value in options.items() if name in accepted})
+    for name in sorted(set(options) - accepted):
+        readers = kinds_reading(name)
+        if readers:
+            why = f"kind {kind!r} has no such option (it is read by {readers})"
+        else:
+            close = difflib.get_close_matches(name, sorted(set().union(*map(attention_option_names, ATTENTION_KINDS))),
+                                              n=1)  # fmt: skip
+            why = f"no attention kind has such an option{f' (did you mean {close[0]!r}?)' if close else ''}"
+        raise ValueError(f"build_attention({kind!r}): {name}={options[name]!r}: {why}; its options: "
+                         f"{', '.join(sorted(accepted)) or 'none'}")  # fmt: skip
+    settings = ATTENTION_KINDS[kind].options(**options)
     return build_layer(LayerSpec(kind, settings), d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary,
                        attention_bias=attention_bias)  # fmt: skip

@@ -17,6 +17,7 @@ from markovformer.layers.registry import (
     ATTENTION_KINDS,
     LayerSpec,
     attention_option_names,
+    kinds_reading,
     projection_biases_refused,
 )
 from markovformer.models.config_base import ModelConfig, suggest
@@ -273,7 +274,7 @@ class MarkovianTransformerConfig(ModelConfig):
         option = key if key in per_layer else (close[0] if close and close[0] in per_layer else None)
         if option is None:
             return super().unknown_key_hint(key)
-        kinds = [kind for kind in ATTENTION_KINDS if option in attention_option_names(kind)]
+        kinds = kinds_reading(option)
         where = (f"{option!r} is an option of attention kind {' / '.join(map(repr, kinds))}, set per layer: "
                  f"attention: [{{kind: {kinds[0]}, {option}: ...}}, ...] (one entry per layer)")  # fmt: skip
         return f": {where}" if option == key else f" (did you mean {option!r}? {where})"
@@ -384,7 +385,7 @@ class MarkovianTransformerConfig(ModelConfig):
                 raise ValueError(
                     f"MarkovianTransformerConfig.{name}={getattr(self, name)!r}: attention kind "
                     f"{' / '.join(map(repr, kinds))} has no option {name!r}; it is read by "
-                    f"{sorted(k for k in ATTENTION_KINDS if name in attention_option_names(k))}"
+                    f"{sorted(kinds_reading(name))}"
                 )
 
     def attention_options(self) -> dict:
