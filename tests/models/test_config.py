@@ -202,6 +202,36 @@ def test_an_option_of_a_part_that_is_not_built_is_refused_naming_it(options, fie
         MarkovianTransformerConfig(**values)
 
 
+@pytest.mark.parametrize(
+    "options, refusal",
+    [
+        (dict(max_order=5, attention=["softmax", {"kind": "markov", "max_order": 3}]),
+         "max_order=5: no layer takes it (the layers whose kind reads it set their own: attention[1].max_order=3)"),
+        (dict(chunk_size=8, attention=[{"kind": "retnet", "chunk_size": 3}, "markov"]),
+         "chunk_size=8: no layer takes it (the layers whose kind reads it set their own: attention[0].chunk_size=3)"),
+        (dict(gate_input="query", attention=[{"kind": "markov", "gate": "none"}, "softmax"]),
+         "gate_input='query': no layer takes it (the layers whose kind reads it set their own: "
+         "attention[0].gate='none')"),
+        (dict(num_features=8, attention=[{"kind": "rff", "num_features": 4}, {"kind": "hybrid_split",
+                                                                             "num_features": 16}]),
+         "num_features=8: no layer takes it (the layers whose kind reads it set their own: "
+         "attention[0].num_features=4, attention[1].num_features=16)"),
+    ],
+)
+def test_a_flat_option_that_every_layer_reading_it_overrides_is_refused_naming_them(options, refusal):
+    """`attention: [softmax, {kind: markov, max_order: 3}]` with `max_order: 5` built a model of order 3 without a
+    word: the one layer that reads max_order set its own, so the flat 5 changed nothing."""
+    with pytest.raises(ValueError) as error:
+        MarkovianTransformerConfig(**{**BASE, **options})
+    assert str(error.value).startswith(f"MarkovianTransformerConfig.{refusal}; set it in "), error.value
+
+
+def test_a_flat_option_taken_by_one_layer_is_kept():
+    config = MarkovianTransformerConfig(**{**BASE, "max_order": 5,
+                                           "attention": [{"kind": "markov", "max_order": 3}, "markov"]})  # fmt: skip
+    assert [spec.settings.max_order for spec in config.layer_specs()] == [3, 5]
+
+
 def test_the_regularisers_are_taken_where_their_part_is_built():
     """The counterpart of the refusals above: a gate-less Markov layer still has a transition penalty, a hybrid
     layer has gates, and a layer whose entry turns its gate off does not inherit the flat gate's input."""

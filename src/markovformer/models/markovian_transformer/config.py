@@ -30,6 +30,7 @@ INIT_SCHEMES = ("normal", "gpt2")
 MODEL_WIDE_OPTIONS = frozenset({"dropout", "bidirectional", "max_positions"})
 # the Markov attention options whose defaults and per-value rules ``MarkovOptions`` owns
 MARKOV_DEFAULTS = MarkovOptions()
+GATE_OPTIONS = ("gate_input", "gate_gumbel_tau")  # the order gate's options: a layer with gate "none" has no gate
 MARKOV_VALUE_OPTIONS = ("max_order", "gate", "gate_input", "transition", "backend", "gate_gumbel_tau", "dropout")
 
 
@@ -42,9 +43,10 @@ class MarkovianTransformerConfig(ModelConfig):
     Transformer and "rff" everywhere the Performer/RFA baseline; the other baselines ("linformer", "s4d", "retnet",
     "h3", "hyena", "rwkv", "gru", "scan") are listed in ``layers.baselines``. Each kind accepts the options of its
     dataclass in ``layers.registry`` (``attention_option_names``); setting an option that no layer's kind reads is
-    an error naming it and the kinds. ``scope`` defaults to "local" for a layer with Markov biases and to "global"
-    for the others (softmax, ALiBi, ...), layer by layer in a mixed list; ``scope="local"`` with
-    ``attention="softmax"`` is sliding-window softmax (needs ``window``).
+    an error naming it and the kinds, and so is a flat option that every layer reading it sets in its own entry.
+    ``scope`` defaults to "local" for a layer with Markov biases and to "global" for the others (softmax, ALiBi,
+    ...), layer by layer in a mixed list; ``scope="local"`` with ``attention="softmax"`` is sliding-window softmax
+    (needs ``window``).
     ``window`` defaults to ``max_order``. Linformer layers need ``causal=False`` and ``max_positions`` (the length
     their projections cover; k is ``linformer_k``); ``ssm_state_size`` is S4D's and H3's state size N. "alibi"
     (fixed per-head distance penalties) and "forgetting" (FoX's data-dependent forget gate) follow
@@ -316,11 +318,20 @@ class MarkovianTransformerConfig(ModelConfig):
         entries = [self.attention] * self.n_layers if isinstance(self.attention, str) else self.attention
         flat = self.attention_options()
         specs = []
+        taken: set[str] = set()  # the flat options some layer inherits
+        overrides: dict[str, list[str]] = {}  # a flat option -> the layers that read it and set their own
         for index, entry in enumerate(entries):
             kind, own = (entry, {}) if isinstance(entry, str) else (entry["kind"], {k: v for k, v in entry.items()
                                                                                     if k != "kind"})  # fmt: skip
             names = attention_option_names(kind)
             values = {name: flat[name] for name in names if name in flat}
+            for name in values:
+                if name in own:
+                    overrides.setdefault(name, []).append(f"attention[{index}].{name}={own[name]!r}")
+                elif own.get("gate") == "none" and name in GATE_OPTIONS:  # not inherited (below)
+                    overrides.setdefault(name, []).append(f"attention[{index}].gate='none'")
+                else:
+                    taken.add(name)
             if own and "scope" in names:
                 scope = own.get("scope", "local" if own.get("window") is not None else values.get("scope"))
                 window = own.get("window")
@@ -329,7 +340,7 @@ class MarkovianTransformerConfig(ModelConfig):
                 values.update(scope=scope, window=window if scope == "local" else own.get("window"))
             values.update(own)
             if own.get("gate") == "none":  # a gate-less layer does not inherit the flat gate's options
-                for name in ("gate_input", "gate_gumbel_tau"):
+                for name in GATE_OPTIONS:
                     if name not in own:
                         values.pop(name, None)
             where = f"{type(self).__name__}.attention[{index}]"
@@ -369,6 +380,12 @@ class MarkovianTransformerConfig(ModelConfig):
                 raise ValueError(f"{where}.backend='chunked': the chunked backend is the global-scope path; use "
                                  "'banded' (or 'auto') with scope='local'")  # fmt: skip
             specs.append(LayerSpec(kind, settings))
+        for name, layers in overrides.items():  # scope and window: resolved and written back, in a saved config too
+            value = getattr(self, name)
+            if name not in taken | MODEL_WIDE_OPTIONS | {"scope", "window"} and value != FIELD_DEFAULTS[name]:
+                raise ValueError(f"{type(self).__name__}.{name}={value!r}: no layer takes it (the layers whose kind "
+                                 f"reads it set their own: {', '.join(layers)}); set it in those entries, or leave "
+                                 "it out")  # fmt: skip
         return specs
 
     def _options_read(self, kinds: set[str] | None = None) -> set[str]:
@@ -377,10 +394,9 @@ class MarkovianTransformerConfig(ModelConfig):
 
     def _check_options_are_used(self) -> None:
         """ValueError naming an attention option set to a non-default value that no layer's kind reads."""
-        defaults = {field.name: field.default for field in dataclasses.fields(type(self))}
         read = self._options_read() | MODEL_WIDE_OPTIONS
         for name in ATTENTION_OPTION_FIELDS:
-            if name not in read and getattr(self, name) != defaults[name]:
+            if name not in read and getattr(self, name) != FIELD_DEFAULTS[name]:
                 kinds = sorted(set(self.layer_kinds()))
                 raise ValueError(
                     f"MarkovianTransformerConfig.{name}={getattr(self, name)!r}: attention kind "
@@ -410,6 +426,7 @@ class MarkovianTransformerConfig(ModelConfig):
         return values
 
 
+FIELD_DEFAULTS = {field.name: field.default for field in dataclasses.fields(MarkovianTransformerConfig)}
 ATTENTION_OPTION_FIELDS = tuple(sorted(
     {name for kind in ATTENTION_KINDS for name in attention_option_names(kind)}
     & {field.name for field in dataclasses.fields(MarkovianTransformerConfig)}
