@@ -184,6 +184,10 @@ def test_an_option_the_kind_does_not_read_is_an_error_naming_it_and_the_kind(opt
         # options of a part the model does not build: each was accepted and silently changed nothing
         (dict(gate="none", gate_input="query"), "gate_input"),
         (dict(gate="none", gate_gumbel_tau=0.5), "gate_gumbel_tau"),
+        (dict(gate="none", gate_null=False), "gate_null"),
+        (dict(attention="hybrid_parallel", gate="none", gate_null=False), "gate_null"),
+        (dict(attention=["markov", {"kind": "markov", "gate": "none", "gate_null": False}]),
+         r"attention\[1\]\.gate_null"),
         (dict(gate="none", gate_entropy_weight=0.1), "gate_entropy_weight"),
         (dict(attention="softmax", gate_entropy_weight=0.1), "gate_entropy_weight"),
         (dict(attention="rff", transition_penalty=0.1), "transition_penalty"),
@@ -239,10 +243,10 @@ def test_the_regularisers_are_taken_where_their_part_is_built():
     assert MarkovianTransformerConfig(**BASE, attention="hybrid_split", gate_entropy_weight=0.1).gate_entropy_weight
     assert MarkovianTransformerConfig(**BASE, attention="hybrid_split", markov_head_ratio=0.5,
                                       transition_penalty=0.1).transition_penalty  # 1 of 2 heads is Markov
-    config = MarkovianTransformerConfig(**BASE, gate_input="query",
+    config = MarkovianTransformerConfig(**BASE, gate_input="query", gate_null=False,
                                         attention=["markov", {"kind": "markov", "gate": "none"}])
-    assert [(spec.settings.gate, spec.settings.gate_input) for spec in config.layer_specs()] == [("linear", "query"),
-                                                                                                ("none", "token")]
+    assert [(spec.settings.gate, spec.settings.gate_input, spec.settings.gate_null)
+            for spec in config.layer_specs()] == [("linear", "query", False), ("none", "token", True)]
 
 
 def test_softmax_with_a_window_is_sliding_window_softmax_and_needs_scope_local():

@@ -145,7 +145,7 @@ class MarkovOptions:
             raise ValueError(f"window={self.window!r}: smaller than max_order={self.max_order}: lags beyond the "
                              "window are never seen")  # fmt: skip
         if self.gate == "none":  # an option of a gate that is not built would be silently ignored
-            for name, unset in (("gate_input", "token"), ("gate_gumbel_tau", None)):
+            for name, unset in (("gate_input", "token"), ("gate_null", True), ("gate_gumbel_tau", None)):
                 if getattr(self, name) != unset:
                     raise ValueError(f"{name}={getattr(self, name)!r}: an option of the order gate, and gate='none' "
                                      "builds none")  # fmt: skip

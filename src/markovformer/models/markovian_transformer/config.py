@@ -30,8 +30,10 @@ INIT_SCHEMES = ("normal", "gpt2")
 MODEL_WIDE_OPTIONS = frozenset({"dropout", "bidirectional", "max_positions"})
 # the Markov attention options whose defaults and per-value rules ``MarkovOptions`` owns
 MARKOV_DEFAULTS = MarkovOptions()
-GATE_OPTIONS = ("gate_input", "gate_gumbel_tau")  # the order gate's options: a layer with gate "none" has no gate
-MARKOV_VALUE_OPTIONS = ("max_order", "gate", "gate_input", "transition", "backend", "gate_gumbel_tau", "dropout")
+# the order gate's options: a layer with gate "none" has no gate to take them
+GATE_OPTIONS = ("gate_input", "gate_null", "gate_gumbel_tau")
+MARKOV_VALUE_OPTIONS = ("max_order", "gate", "gate_input", "gate_null", "transition", "backend", "gate_gumbel_tau",
+                        "dropout")
 
 
 @dataclasses.dataclass
