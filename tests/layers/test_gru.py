@@ -110,6 +110,13 @@ def test_config_gru_kind_picks_the_injection(kind, layer_type):
         MarkovianTransformerConfig(vocab_size=5, gru=True, gru_kind="lstm")
 
 
+def test_a_gru_kind_without_the_injection_is_refused():
+    """`gru_kind: min_gru` without `gru: true` built no injection at all, without a word."""
+    with pytest.raises(ValueError, match=r"^MarkovianTransformerConfig\.gru_kind='min_gru': the recurrent "
+                                         r"injection's kind, and gru=False builds none; set gru=True$"):
+        MarkovianTransformerConfig(vocab_size=5, gru_kind="min_gru")
+
+
 def test_min_gru_keeps_the_gru_init_inside_the_model():
     """The model's N(0, 0.02²) init for linear layers would shrink minGRU's gates and candidates; they keep
     nn.GRU's uniform(±1/√d) init instead, as nn.GRU's own weights do inside the same model."""

@@ -184,6 +184,8 @@ class MarkovianTransformerConfig(ModelConfig):
         for field, options in (("feature_map", FEATURE_MAPS), ("ffn", FFNS), ("position", POSITIONS),
                                ("pooling", POOLINGS), ("gru_kind", INJECTION_KINDS), ("norm", NORMS)):  # fmt: skip
             choice(field, options)
+        if not self.gru and self.gru_kind != FIELD_DEFAULTS["gru_kind"]:
+            fail("gru_kind", "the recurrent injection's kind, and gru=False builds none; set gru=True")
         if self.scope is not None:
             choice("scope", SCOPES)
         if "linformer" in kinds:
