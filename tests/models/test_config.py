@@ -236,6 +236,19 @@ def test_a_flat_option_taken_by_one_layer_is_kept():
     assert [spec.settings.max_order for spec in config.layer_specs()] == [3, 5]
 
 
+@pytest.mark.parametrize("attention", ["softmax", "rwkv", ["softmax", "alibi"]])
+def test_bidirectional_false_that_no_part_reads_is_refused(attention):
+    """A non-causal softmax (or RWKV, ...) model with bidirectional=False read both sides as before: only the Markov
+    lag biases and the GRU injection read the switch. Refused, naming it; taken where one of them is built."""
+    values = dict(vocab_size=11, d_model=16, n_layers=2, n_heads=2, causal=False, attention=attention)
+    with pytest.raises(ValueError, match=r"^MarkovianTransformerConfig\.bidirectional=False: no part of this model "
+                                         r"reads it \(the future lag biases of .*markov.*, the GRU injection: "
+                                         r"gru=True\)"):
+        MarkovianTransformerConfig(**values, bidirectional=False)
+    assert MarkovianTransformerConfig(**values, bidirectional=False, gru=True).bidirectional is False
+    assert MarkovianTransformerConfig(**values).bidirectional is True
+
+
 def test_the_regularisers_are_taken_where_their_part_is_built():
     """The counterpart of the refusals above: a gate-less Markov layer still has a transition penalty, a hybrid
     layer has gates, and a layer whose entry turns its gate off does not inherit the flat gate's input."""

@@ -53,7 +53,8 @@ class MarkovianTransformerConfig(ModelConfig):
     their projections cover; k is ``linformer_k``); ``ssm_state_size`` is S4D's and H3's state size N. "alibi"
     (fixed per-head distance penalties) and "forgetting" (FoX's data-dependent forget gate) follow
     ``scope``/``window`` and want ``position='none'``.
-    ``bidirectional`` (future lag biases, bidirectional GRU) defaults to ``not causal``.
+    ``bidirectional`` (future lag biases, bidirectional GRU) defaults to ``not causal``; False in a non-causal model
+    with neither is refused (nothing reads it).
     The default position encoding is rotary: local attention only ever sees offsets within its window, so a
     local-scope model runs unchanged on sequences longer than those it was trained on.
     The fields that are no attention option: ``position`` one of ``POSITIONS`` ("rotary", "sinusoidal", "learned":
@@ -218,6 +219,10 @@ class MarkovianTransformerConfig(ModelConfig):
             self.bidirectional = not self.causal
         if self.causal and self.bidirectional:
             fail("bidirectional", "a causal model cannot attend to the future; set causal=False")
+        if not self.causal and not self.bidirectional and not self.gru and "bidirectional" not in self._options_read():
+            fail("bidirectional", f"no part of this model reads it (the future lag biases of "
+                                  f"{' / '.join(kinds_reading('bidirectional'))} layers, the GRU injection: gru=True); "
+                                  f"its non-causal {' / '.join(sorted(kinds))} layers read both sides")  # fmt: skip
         MarkovOptions.check_values(type(self).__name__, {"gate_input": self.gate_input,
                                                           "bidirectional": self.bidirectional})  # fmt: skip
         if self.scope == "local":
