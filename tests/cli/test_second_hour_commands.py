@@ -113,6 +113,17 @@ def test_switching_the_attention_kind_drops_the_options_it_does_not_read():
     assert values["model"]["scope"] == "local"  # softmax reads scope (sliding-window softmax): kept
 
 
+@pytest.mark.parametrize("attention", ["[[markov], softmax]", "[{kind: [markov]}, softmax]"])
+def test_a_typed_attention_kind_that_is_a_list_is_refused_naming_it(attention, tmp_path):
+    """`markovformer train 'model.attention=[[markov], softmax]'` ended in a traceback (TypeError: unhashable type:
+    'list'): the switch's reading of the typed kinds put them in a set before any check saw them."""
+    from conftest import run_in_process
+
+    one_line_error(run_in_process("train", f"model.attention={attention}", "output_dir=run", cwd=tmp_path),
+                   "attention=", "layer 0: kind ['markov'] must be a string naming a kind")  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
 def test_switching_the_model_type_drops_the_options_the_new_family_does_not_take():
     """`markovformer train model_type=scan_markov model.order=3` on the demo failed on 'unknown key model.n_layers',
     a key the user never typed (the demo's Markovian Transformer section)."""

@@ -47,8 +47,9 @@ def _attention_kinds(attention: Any) -> set[str] | None:
     entries = [attention] if isinstance(attention, str) else attention if isinstance(attention, list) else None
     if entries is None:
         return None
-    kinds = {entry.get("kind") if isinstance(entry, dict) else entry for entry in entries}
-    return kinds if kinds <= set(ATTENTION_KINDS) else None  # an unknown kind: the model config names it
+    kinds = [entry.get("kind") if isinstance(entry, dict) else entry for entry in entries]
+    # an unknown kind, or one that is no string (a list is unhashable): the model config names it
+    return set(kinds) if all(isinstance(kind, str) and kind in ATTENTION_KINDS for kind in kinds) else None
 
 
 def _attention_options_read(kinds: set[str]) -> tuple[set[str], set[str]]:
