@@ -92,3 +92,22 @@ def test_compiled_scoring_refuses_a_bad_mask_with_eagers_message():
     with pytest.raises(ValueError) as compiled:
         model.next_token_score(IDS, IDS, attention_mask=mask)
     assert str(compiled.value) == str(eager.value) and "got 0.5" in str(eager.value)
+
+
+@pytest.mark.parametrize("build", [_markovian, _scan])
+@pytest.mark.parametrize("unscored", ["first", "document start"])
+def test_a_compiled_causal_lm_takes_a_label_it_never_scores_as_eager_does(build, unscored):
+    """A causal LM scores each position against the next one's label: the first label, and with position_ids a
+    packed document's first, are no position's target, and eager takes any value there. The compiled check refused
+    them ("labels holds 99, outside the classes"), checking the labels unshifted."""
+    labels, extra = (_with(IDS, 1, 0, 99), {}) if unscored == "first" else (_with(IDS, 0, 5, 99),
+                                                                            {"position_ids": PACKED})  # fmt: skip
+    torch.manual_seed(0)
+    model = build()
+    eager = model(input_ids=IDS, labels=labels, **extra).loss
+    assert torch.equal(eager, model(input_ids=IDS, labels=_with(labels, *((1, 0) if unscored == "first" else (0, 5)),
+                                                               -100), **extra).loss)  # fmt: skip
+    torch._dynamo.reset()
+    model.compile(backend="aot_eager")
+    assert torch.allclose(model(input_ids=IDS, labels=labels, **extra).loss, eager)
+    assert "holds 99" in _message(model, {"input_ids": IDS, "labels": _with(labels, 1, 4, 99), **extra})

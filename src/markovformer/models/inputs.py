@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from markovformer.ops.losses import check_labels
+from markovformer.ops.losses import check_labels, next_token_targets
 from markovformer.ops.padding import check_attention_mask
 from markovformer.ops.segments import check_position_ids
 
@@ -91,13 +91,14 @@ TOKEN_INPUTS = ("input_ids", "src_ids", "tgt_ids")  # forward's arguments of tok
 
 
 def check_input_values(inputs: Mapping[str, object], vocab_size: int | None, classes: int | None,
-                       max_positions: int | None = None) -> None:  # fmt: skip
+                       max_positions: int | None = None, next_token: bool = False) -> None:  # fmt: skip
     """The checks of a forward's ``inputs`` (by argument name) that read their values, with the messages of the same
     functions forward calls: ids of ``TOKEN_INPUTS`` inside the vocabulary, an ``attention_mask`` of 0 and 1,
     ``position_ids`` >= 0 (and below ``max_positions``, a table of learned positions), ``labels`` among the
-    ``classes`` (or ignored). A model's own ``compile`` runs them before each compiled call: inside the graph
-    they are device-side assertions (a RuntimeError without the value) or none (an IndexError, or an Inductor
-    kernel's "index out of bounds", without it)."""
+    ``classes`` (or ignored; with ``next_token``, a causal LM's, only those it scores, ``next_token_targets``: not
+    the first label nor a packed document's first, which eager takes whatever they hold). A model's own ``compile``
+    runs them before each compiled call: inside the graph they are device-side assertions (a RuntimeError without
+    the value) or none (an IndexError, or an Inductor kernel's "index out of bounds", without it)."""
     for name in TOKEN_INPUTS:
         if vocab_size is not None and inputs.get(name) is not None:
             check_token_ids(inputs[name], vocab_size, name)  # type: ignore[arg-type]
@@ -108,6 +109,9 @@ def check_input_values(inputs: Mapping[str, object], vocab_size: int | None, cla
     if isinstance(position_ids, Tensor):
         check_position_ids(position_ids, max_positions)
     if classes is not None and labels is not None:
+        if next_token and isinstance(labels, Tensor) and labels.dim() == 2:  # (forward names another shape)
+            packed = isinstance(position_ids, Tensor) and position_ids.shape == labels.shape
+            labels = next_token_targets(labels, position_ids if packed else None)  # type: ignore[arg-type]
         check_labels(labels, classes)
 
 

@@ -70,9 +70,9 @@ class MarkovianTransformerPreTrainedModel(PreTrainedModel):
 
     def check_input_values(self, inputs: dict) -> None:
         config = self.config
-        classes = config.vocab_size if hasattr(self, "lm_head") else config.num_labels  # a language model's labels
-        check_input_values(inputs, config.vocab_size, classes, config.max_positions if config.position == "learned"
-                           else None)  # fmt: skip
+        causal_lm = hasattr(self, "lm_head")  # a language model's labels: its next tokens
+        check_input_values(inputs, config.vocab_size, config.vocab_size if causal_lm else config.num_labels,
+                           config.max_positions if config.position == "learned" else None, causal_lm)  # fmt: skip
 
     def markov_biases(self) -> list[MarkovBias]:
         """The Markov biases in use, in layer order (a layer with no Markov head keeps an unused one: left out)."""

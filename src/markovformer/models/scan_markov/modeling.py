@@ -182,7 +182,7 @@ class ScanMarkovForCausalLM(ScoredInSlices, GenerationMixin, PreTrainedModel):
         return output
 
     def check_input_values(self, inputs: dict) -> None:
-        check_input_values(inputs, self.config.vocab_size, self.config.vocab_size)
+        check_input_values(inputs, self.config.vocab_size, self.config.vocab_size, next_token=True)
 
     def final_states(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                      position_ids: Tensor | None = None, order: int | None = None) -> Tensor:  # fmt: skip
