@@ -111,3 +111,18 @@ def test_a_compiled_causal_lm_takes_a_label_it_never_scores_as_eager_does(build,
     model.compile(backend="aot_eager")
     assert torch.allclose(model(input_ids=IDS, labels=labels, **extra).loss, eager)
     assert "holds 99" in _message(model, {"input_ids": IDS, "labels": _with(labels, 1, 4, 99), **extra})
+
+
+def test_a_compiled_call_binds_its_arguments_without_reading_the_signature_again(monkeypatch):
+    """The checks find the arguments by name: inspect.signature(forward), read at every compiled call, took 29 us of
+    the 34 us of binding them (CPU), on every training step. It is read once, when the model is compiled."""
+    import inspect
+
+    model = _markovian()
+    model.compile(backend="aot_eager")
+    loss = model(input_ids=IDS, labels=IDS).loss  # compiled (the graphs of forward and of scoring) before the patch
+    score = model.next_token_score(IDS, IDS).loss
+    monkeypatch.setattr(inspect, "signature", lambda *args, **kwargs: pytest.fail("inspect.signature per call"))
+    assert torch.equal(model(input_ids=IDS, labels=IDS).loss, loss)
+    assert torch.equal(model.next_token_score(IDS, IDS).loss, score)
+    assert "got 0.5" in _message(model, {"input_ids": IDS, "attention_mask": _with(MASK, 0, 3, 0.5)})

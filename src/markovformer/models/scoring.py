@@ -5,12 +5,12 @@ argmax."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from markovformer.models.pretrained import arguments_by_name
 from markovformer.ops.losses import check_labels, sliced_next_token_cross_entropy
 
 
@@ -29,12 +29,15 @@ class ScoresOutsideForward:
 
     scoring_states = "final_states"
     _compiled_scoring_states = None  # set by ``compile``: the class's function, called with the model
+    _scoring_signature: inspect.Signature  # set by ``compile``: that function's, which binds the values checked
 
     def compile(self, *args, **kwargs) -> None:
         """``nn.Module.compile`` (forward, which training calls) and ``scoring_states``: the function of the class,
         given the model at each call, not a bound method that a copy of the model would share."""
         super().compile(*args, **kwargs)
-        self._compiled_scoring_states = torch.compile(getattr(type(self), self.scoring_states), *args, **kwargs)
+        function = getattr(type(self), self.scoring_states)
+        self._compiled_scoring_states = torch.compile(function, *args, **kwargs)
+        self._scoring_signature = inspect.signature(function)
 
     def states_to_score(self, *args, **kwargs) -> Tensor:
         """``scoring_states`` of these arguments, without a gradient; compiled when the model is (their values
@@ -43,7 +46,7 @@ class ScoresOutsideForward:
         with torch.no_grad():
             if compiled is None:
                 return getattr(self, self.scoring_states)(*args, **kwargs)
-            self.check_input_values(arguments_by_name(getattr(self, self.scoring_states), args, kwargs))
+            self.check_input_values(self._scoring_signature.bind_partial(self, *args, **kwargs).arguments)
             return compiled(self, *args, **kwargs)
 
 
