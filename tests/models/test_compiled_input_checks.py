@@ -57,6 +57,9 @@ CASES = {  # family, forward's inputs, what the message names
     "scan mask of 2": (_scan, {"input_ids": IDS, "attention_mask": _with(MASK, 1, 0, 2.0)}, "got 2.0"),
     "scan position -1": (_scan, {"input_ids": IDS, "position_ids": _with(PACKED, 0, 9, -1)}, "got -1"),
     "scan label 11": (_scan, {"input_ids": IDS, "labels": _with(IDS, 1, 5, V)}, "holds 11"),
+    # labels of another shape than the ids: forward's message names the shape, not a value
+    "labels (2, 13)": (_markovian, {"input_ids": IDS, "labels": torch.full((2, 13), 99)}, "got (2, 13)"),
+    "scan labels (2, 13)": (_scan, {"input_ids": IDS, "labels": torch.full((2, 13), 99)}, "got (2, 13)"),
     "source id 11": (_translator, {"src_ids": _with(IDS, 1, 1, V), "tgt_ids": _ids(2)}, "src_ids holds token id 11"),
     "target id 11": (_translator, {"src_ids": IDS, "tgt_ids": _with(_ids(2), 0, 3, V)}, "tgt_ids holds token id 11"),
     "translation label 13": (_translator, {"src_ids": IDS, "tgt_ids": _ids(2), "labels": _with(_ids(3), 1, 1, 13)},

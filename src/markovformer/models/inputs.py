@@ -108,11 +108,15 @@ def check_input_values(inputs: Mapping[str, object], vocab_size: int | None, cla
         check_attention_mask(mask, tuple(mask.shape))  # type: ignore[union-attr]
     if isinstance(position_ids, Tensor):
         check_position_ids(position_ids, max_positions)
-    if classes is not None and labels is not None:
-        if next_token and isinstance(labels, Tensor) and labels.dim() == 2:  # (forward names another shape)
-            packed = isinstance(position_ids, Tensor) and position_ids.shape == labels.shape
-            labels = next_token_targets(labels, position_ids if packed else None)  # type: ignore[arg-type]
-        check_labels(labels, classes)
+    if classes is None or labels is None:
+        return
+    if next_token and isinstance(labels, Tensor):
+        ids = inputs.get("input_ids")
+        if not isinstance(ids, Tensor) or labels.shape != ids.shape:
+            return  # forward's own message names their shape
+        packed = isinstance(position_ids, Tensor) and position_ids.shape == labels.shape
+        labels = next_token_targets(labels, position_ids if packed else None)  # type: ignore[arg-type]
+    check_labels(labels, classes)
 
 
 __all__ = ["ID_DTYPES", "TOKEN_INPUTS", "check_id_tensor", "check_input_values", "check_is_tensor",
