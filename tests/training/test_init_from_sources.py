@@ -415,3 +415,17 @@ def test_a_model_without_a_backbone_is_never_advised_the_group_head(tmp_path):
         initialise_from(model, tmp_path / "source", ["nosuch"])
     assert str(refused.value).endswith("names no tensor of the model or of init_from; use embeddings or a tensor-name "
                                        "prefix"), refused.value  # fmt: skip
+
+
+def test_a_model_without_token_embeddings_is_never_advised_the_group_embeddings(tmp_path):
+    """A CTC model over feature frames has no tensor with a row per token id: init_from_skip: [embeddings] was refused
+    as naming no tensor, "use head or embeddings or a tensor-name prefix", advising the entry it refused."""
+    from markovformer.models.markovian_transformer.classifiers import MarkovianTransformerForCTC
+
+    config = MarkovianTransformerConfig(input_dim=5, d_model=8, n_layers=1, n_heads=2, num_labels=4)
+    MarkovianTransformerForCTC(config).save_pretrained(tmp_path / "source")
+    for entry in ("embeddings", "nosuch"):
+        with pytest.raises(ConfigError) as refused:
+            initialise_from(MarkovianTransformerForCTC(config), tmp_path / "source", [entry])
+        assert str(refused.value).endswith(f"init_from_skip entry {entry!r} names no tensor of the model or of "
+                                           f"init_from; use head or a tensor-name prefix"), refused.value  # fmt: skip

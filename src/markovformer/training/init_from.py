@@ -70,8 +70,10 @@ def skipped(name: str, skip: list[str] | tuple[str, ...], vocabulary: set[str]) 
 
 def model_groups(own: dict, vocabulary: set[str]) -> tuple[str, ...]:
     """The groups of ``SKIP_GROUPS`` a model (its state dict ``own``, its ``vocabulary_tensors``) takes, those that
-    do not name every tensor: ``head`` only with a backbone (model.). The refusals and advice name only these."""
-    return tuple(group for group in SKIP_GROUPS if not all(skipped(name, [group], vocabulary) for name in own))
+    name some tensor but not every one: ``head`` only with a backbone (model.), ``embeddings`` only with a row per
+    token id (not a model of feature frames). The refusals and advice name only these."""
+    return tuple(group for group in SKIP_GROUPS
+                 if 0 < sum(skipped(name, [group], vocabulary) for name in own) < len(own))  # fmt: skip
 
 
 def takes_token_rows(model: PreTrainedModel, skip: list[str] | tuple[str, ...]) -> bool:
