@@ -5,10 +5,11 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from markovformer.markov import MarkovChain, lagged_chain, random_chain, switching_chain
+from markovformer.markov import MarkovChain, add_beta_loss, lagged_chain, random_chain, switching_chain
 
 
 def seeded(seed: int) -> torch.Generator:
@@ -483,3 +484,14 @@ def test_without_a_generator_draws_are_seeded_with_0_not_taken_from_the_global_r
     for first, again in zip(draws(1), draws(2), strict=True):
         assert torch.equal(first, again)
     assert torch.equal(random_chain(2, 3).transition, random_chain(2, 3, generator=seeded(0)).transition)
+
+
+def test_symbols_given_as_a_numpy_array_are_refused_as_not_a_tensor():
+    """A numpy array of int64 symbols was refused with "x must be an integer symbol tensor, got int64": an integer
+    dtype named as the fault. The message names what is wrong, the container, and how to pass the symbols."""
+    symbols = np.zeros((1, 8), dtype=np.int64)
+    chain = random_chain(1, 2, generator=seeded(0))
+    for call in (lambda: chain.oracle_loss(symbols), lambda: add_beta_loss(symbols, 1, 2, 1.0)):
+        with pytest.raises(ValueError, match=r"^x must be a torch\.Tensor of integer symbols, got numpy\.ndarray "
+                                             r"\(torch\.as_tensor\(x\) converts it\)$"):  # fmt: skip
+            call()

@@ -378,9 +378,12 @@ def check_rows(table: Tensor, name: str) -> Tensor:
 
 def check_symbols(x: Tensor, num_symbols: int, name: str = "x") -> None:
     """ValueError naming ``name`` unless ``x`` is an integer tensor of symbols in [0, num_symbols)."""
-    integer = isinstance(x, Tensor) and not (x.dtype.is_floating_point or x.dtype.is_complex)
-    if not integer or x.dtype == torch.bool:
-        raise ValueError(f"{name} must be an integer symbol tensor, got {getattr(x, 'dtype', type(x))}")
+    if not isinstance(x, Tensor):
+        kind = f"{type(x).__module__}.{type(x).__qualname__}".removeprefix("builtins.")
+        raise ValueError(f"{name} must be a torch.Tensor of integer symbols, got {kind} (torch.as_tensor({name}) "
+                         "converts it)")  # fmt: skip
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer symbol tensor, got {x.dtype}")
     if x.numel() and (x.min() < 0 or x.max() >= num_symbols):
         raise ValueError(f"{name} holds symbols outside [0, {num_symbols}): min {x.min().item()}, max {x.max().item()}")
 
