@@ -61,6 +61,29 @@ def test_a_finished_run_is_extended_by_the_callers_own_means(tmp_path, main_cli)
                                                             f"{steps}")  # fmt: skip
 
 
+def test_a_finished_run_already_there_is_extended_not_resumed(tmp_path, main_cli):
+    """`train` into a folder holding a finished run said "resume it with --resume RUN", which then refused: "RUN is
+    a finished run (300 steps); to train it longer, extend it: ...". It names the extension at once, and for a run
+    early stopping ended (which an extension would stop again) a new run from its weights."""
+    run = tmp_path / "run"
+    config = _held_run(run, steps=300)
+    (run / "metrics.json").write_text(json.dumps({"steps": 300}))
+    with pytest.raises(ConfigError) as raised:
+        train(config)
+    assert str(raised.value) == (f"output_dir={str(run)!r} already holds a run, finished (300 steps): extend it with "
+                                 f"resume({str(run)!r}, ['trainer.max_steps=N']) with N > 300, or choose another "
+                                 f"output_dir")  # fmt: skip
+    line = one_line_error(main_cli("train", f"output_dir={run}"))
+    assert line.endswith(f"finished (300 steps): extend it with --resume {run} trainer.max_steps=N with N > 300, or "
+                         f"choose another output_dir"), line  # fmt: skip
+    (run / "metrics.json").write_text(json.dumps({"steps": 300, "early_stopping": {"stopped_at_step": 300}}))
+    with pytest.raises(ConfigError) as raised:
+        train(config)
+    assert str(raised.value).endswith(f"already holds a run, finished (early stopping ended it at step 300): start a "
+                                      f"new run from its weights (init_from={str(run)!r}) or choose another "
+                                      f"output_dir")  # fmt: skip
+
+
 def test_a_warm_up_longer_than_the_steps_is_changed_by_the_callers_own_means(main_cli):
     """An experiment's warm-up longer than its steps said "--set warmup_steps=N" to run_experiment(...)'s caller too;
     from Python it names the overrides argument."""

@@ -167,8 +167,8 @@ def train(config: RunConfig) -> dict:
     created = [folder for folder in (run_dir, *run_dir.parents) if not folder.exists()]  # the run's, then parents
     with run_dir_lock(run_dir, writer):
         if writer and ((run_dir / RESOLVED_CONFIG).exists() or (run_dir / "checkpoints").exists()):
-            raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run; resume it with "
-                              f"{resume_advice(run_dir)} or choose another output_dir")  # fmt: skip
+            raise ConfigError(f"output_dir={str(run_dir)!r} already holds a run{_continue_advice(run_dir)} or "
+                              f"choose another output_dir")  # fmt: skip
         try:
             return _fit(config, writer, resume=False)
         except BaseException:
@@ -179,6 +179,19 @@ def train(config: RunConfig) -> dict:
                     for folder in created[1:]:
                         folder.rmdir()
             raise
+
+
+def _continue_advice(run_dir: Path) -> str:
+    """How to go on with the run in ``run_dir``: resume a started one, extend a finished one (`--resume` alone
+    refuses it), and start from the weights of one that early stopping ended (an extension would stop again)."""
+    finished = finished_steps(run_dir)
+    if finished is None:
+        return f"; resume it with {resume_advice(run_dir)}"
+    if "early_stopping" in read_final_metrics(run_dir):
+        return (f", finished (early stopping ended it at step {finished}): start a new run from its weights "
+                f"(init_from={str(run_dir)!r})")  # fmt: skip
+    extend = resume_advice(run_dir, "trainer.max_steps=N")
+    return f", finished ({finished} steps): extend it with {extend} with N > {finished},"
 
 
 def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
