@@ -123,6 +123,15 @@ def test_bad_settings_are_named(tmp_path, overrides, message):
         mat_order.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lambda line: None)
 
 
+def test_a_gpu_the_machine_does_not_have_is_refused_naming_those_it_has(monkeypatch):
+    """device='cuda:3' on a one-GPU machine passed the check, then failed inside the first cell without the setting."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    mat_order.check_device("cuda:0")
+    with pytest.raises(ValueError, match=r"device='cuda:3': this machine has 1 GPU\(s\), cuda:0 to cuda:0"):
+        mat_order.check_device("cuda:3")
+
+
 def test_an_order_the_translator_cannot_take_is_refused_before_any_cell_trains(tmp_path, monkeypatch):
     """orders=[1, 1000] trained k=1 (a minute in quick mode) and then failed at k=1000, above max_positions."""
     trained = []

@@ -116,6 +116,9 @@ def check_device(device: str) -> None:
         raise ValueError(f"device={device!r} is no torch device ({error}); use 'cpu' or 'cuda'") from None
     if parsed.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r}: this torch sees no GPU (torch {torch.__version__}); use 'cpu'")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise ValueError(f"device={device!r}: this machine has {torch.cuda.device_count()} GPU(s), "
+                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     if parsed.type not in ("cpu", "cuda"):
         raise ValueError(f"device={device!r}: the cells run on 'cpu' or 'cuda'")
 
