@@ -18,7 +18,7 @@ from torch import nn
 from markovformer.atomic import atomic_write, atomic_write_text
 from markovformer.layers.markov_bias import TransitionStrengths
 from markovformer.models.config_base import ModelConfig
-from markovformer.models.saved_weights import WEIGHTS_NAME, read_weights_folder, weights_file
+from markovformer.models.saved_weights import WEIGHTS_NAME, read_weights_folder, tied_names, weights_file
 from markovformer.strict_json import read_json_object
 
 if sys.version_info >= (3, 11):
@@ -205,13 +205,12 @@ class PreTrainedModel(nn.Module):
         # loading copies into the model's own tensors: built on the CPU in float32, it would stay there and upcast
         # bfloat16 weights, so that the loaded model computed other logits than the saved one
         model.to(device=map_location, dtype=_stored_float_dtype(stored))
-        own = model.state_dict()
         # a tied weight is saved under one of its names (safetensors keeps one): its other names read it there
-        saved = {own[name].data_ptr(): tensor for name, tensor in stored.items() if name in own}
-        tied = {name: saved[tensor.data_ptr()] for name, tensor in own.items()
-                if name not in stored and tensor.data_ptr() in saved}  # fmt: skip
+        tied = tied_names(model)
+        saved = {tied[name]: tensor for name, tensor in stored.items() if name in tied}
+        shared = {name: saved[first] for name, first in tied.items() if name not in stored and first in saved}
         try:
-            model.load_state_dict({**tied, **stored}, strict=True)
+            model.load_state_dict({**shared, **stored}, strict=True)
         except RuntimeError as error:  # names or shapes that differ, in torch's lines
             raise ValueError(f"{weights} does not match {cls.__name__}: {' '.join(str(error).split())}") from error
         return model.eval()

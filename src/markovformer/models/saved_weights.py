@@ -61,7 +61,8 @@ def read_weights_folder(directory: Path) -> dict[str, torch.Tensor]:
 def tied_names(model: torch.nn.Module) -> dict[str, str]:
     """{each state-dict name of a tensor that ``model`` holds under several names (tied weights): the first of them in
     name order}. A save keeps one of them: markovformer's (safetensors' ``save_model``) that first one,
-    ``transformers``' another (a language model's ``model.embed.weight`` where ours keeps ``lm_head.weight``)."""
+    ``transformers``' another (a language model's ``model.embed.weight`` where ours keeps ``lm_head.weight``). The
+    one place ties are worked out: loading a save (its other names read the kept one), init_from and the digests."""
     names: dict[tuple, list[str]] = {}
     for name, tensor in model.state_dict().items():
         if tensor.numel():  # (empty tensors share no storage, whatever their pointers)

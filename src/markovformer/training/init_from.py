@@ -155,13 +155,13 @@ def read_weights(source: Path) -> tuple[dict[str, torch.Tensor], dict]:
     return stored, {"file": str(weights.resolve()), "step": None, "read": ""}
 
 
-def _check_tied_agree(taken: dict, own: dict, source: Path) -> None:
-    """ConfigError when the model (its state dict ``own``) ties tensors (one weight under two names:
+def _check_tied_agree(taken: dict, tied: dict[str, str], source: Path) -> None:
+    """ConfigError when the model (its ``tied_names``: ``tied``) ties tensors (one weight under two names:
     tie_word_embeddings) that the source holds apart with different values: both would be loaded into the one
     weight, the last name's winning (the embedding became the source's output head)."""
-    by_weight: dict[int, list[str]] = {}
+    by_weight: dict[str, list[str]] = {}
     for name in taken:
-        by_weight.setdefault(own[name].data_ptr(), []).append(name)
+        by_weight.setdefault(tied.get(name, name), []).append(name)
     for names in by_weight.values():
         first, *others = names
         for other in others:
@@ -171,11 +171,11 @@ def _check_tied_agree(taken: dict, own: dict, source: Path) -> None:
                                   f"one out with init_from_skip")  # fmt: skip
 
 
-def _with_tied_names(names: list[str], own: dict) -> list[str]:
-    """``names`` and the other names of the model (its state dict ``own``) that tie a weight to one of them
-    (tie_word_embeddings): skipping one name alone, the other still loads the weight."""
-    weights = {own[name].data_ptr() for name in names if name in own}
-    return [*(name for name in names if name not in own), *(name for name in own if own[name].data_ptr() in weights)]
+def _with_tied_names(names: list[str], own: dict, tied: dict[str, str]) -> list[str]:
+    """``names`` and the other names of the model (its state dict ``own``, its ``tied_names``: ``tied``) that tie a
+    weight to one of them (tie_word_embeddings): skipping one name alone, the other still loads the weight."""
+    weights = {tied.get(name, name) for name in names if name in own}
+    return [*(name for name in names if name not in own), *(name for name in own if tied.get(name, name) in weights)]
 
 
 def saved_alibi_layers(source: Path) -> set[int]:
@@ -198,7 +198,7 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
     ``init_from_skip`` entries."""
     source = Path(source)
     stored, which = read_weights(source)
-    own, vocabulary = model.state_dict(), vocabulary_tensors(model)
+    own, tied, vocabulary = model.state_dict(), tied_names(model), vocabulary_tensors(model)
     groups = model_groups(own, vocabulary)
     if "head" in skip and "head" not in groups:
         modules = sorted({name.split(".")[0] for name in own})
@@ -214,13 +214,13 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
             raise ConfigError(f"init_from_skip entry {entry!r} names no tensor of the model or of init_from; use "
                               f"{' or '.join(groups)} or a tensor-name prefix")  # fmt: skip
     taken = {name: tensor for name, tensor in stored.items() if name in own and not skipped(name, skip, vocabulary)}
-    pointers = {own[name].data_ptr() for name in taken}  # a tied weight saved once (safetensors) is loaded once
+    weights = {tied.get(name, name) for name in taken}  # a tied weight saved once (safetensors) is loaded once
     unsaved = {name: slopes for name, slopes in legacy_alibi_slopes(model).items() if name not in stored}
     problems = [name for name in own if not skipped(name, skip, vocabulary) and name not in stored
-                and name not in unsaved and own[name].data_ptr() not in pointers]  # fmt: skip
+                and name not in unsaved and tied.get(name, name) not in weights]  # fmt: skip
     problems += [name for name in stored if name not in own and not skipped(name, skip, vocabulary)]
     problems += [name for name, tensor in taken.items() if tuple(tensor.shape) != tuple(own[name].shape)]
-    _check_tied_agree(taken, own, source)
+    _check_tied_agree(taken, tied, source)
     if problems:
         shapes = "; ".join(f"{name} {list(stored[name].shape) if name in stored else 'missing'} -> "
                            f"{list(own[name].shape) if name in own else 'not in this model'}"
@@ -235,7 +235,7 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
         for chosen in groupings:
             if any(skipped(name, chosen, vocabulary) and name not in problems for name in taken):
                 continue
-            named = [name for name in _with_tied_names(problems, own) if not skipped(name, chosen, vocabulary)]
+            named = [name for name in _with_tied_names(problems, own, tied) if not skipped(name, chosen, vocabulary)]
             if len(chosen) + len(named) <= 3:
                 fitting.append((len(chosen) + len(named), len(named), [*chosen, *named]))
         covering = [list(chosen) for chosen in groupings
@@ -249,7 +249,7 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
             if block_of(name) in layers and not skipped(name, skip, vocabulary)}  # fmt: skip
     model.load_state_dict({**own, **kept, **{name: tensor.to(own[name].dtype) for name, tensor in taken.items()}})
     return {"source": str(source), "resolved": str(source.resolve()), **which,
-            "tensors_sha256": tensors_sha256(taken, tied_names(model)), "tensors_taken": len(taken),
+            "tensors_sha256": tensors_sha256(taken, tied), "tensors_taken": len(taken),
             "tensors_fresh": len(own) - len(taken), "init_from_skip": list(skip)}
 
 
