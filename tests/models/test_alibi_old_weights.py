@@ -5,6 +5,7 @@ for bit, while a new model takes the paper's slopes and saves them."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from pathlib import Path
 
@@ -23,10 +24,10 @@ CONFIG = MarkovianTransformerConfig(vocab_size=11, d_model=12, n_layers=2, n_hea
 IDS = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(1))
 
 
-def _old_model() -> MarkovianTransformerForCausalLM:
+def _old_model(config: MarkovianTransformerConfig = CONFIG) -> MarkovianTransformerForCausalLM:
     """A 6-head ALiBi model as the old code ran it: slopes 2^(-8h/H), h = 1..H (that code's formula)."""
     torch.manual_seed(0)
-    model = MarkovianTransformerForCausalLM(CONFIG).eval()
+    model = MarkovianTransformerForCausalLM(config).eval()
     with torch.no_grad():
         for block in model.model.blocks:
             block.attention.cores[0].slopes.copy_(2.0 ** (-8.0 * torch.arange(1, HEADS + 1) / HEADS))
@@ -38,9 +39,9 @@ def _old_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: tensor for name, tensor in model.state_dict().items() if not name.endswith(".slopes")}
 
 
-def _saved_by_the_old_code(directory: Path) -> torch.Tensor:
+def _saved_by_the_old_code(directory: Path, config: MarkovianTransformerConfig = CONFIG) -> torch.Tensor:
     """``directory`` as the old code's save_pretrained wrote it; returns the logits that code computed."""
-    old = _old_model()
+    old = _old_model(config)
     old.save_pretrained(directory)
     save_file(_old_state(old), str(directory / "model.safetensors"))
     with torch.no_grad():
@@ -114,6 +115,36 @@ def test_a_run_checkpoint_and_init_from_of_the_old_code_keep_their_slopes(tmp_pa
                         prefix="model.")  # fmt: skip
     initialise_from(model, tmp_path, [])
     assert torch.equal(_logits(model), expected)
+
+
+def _without_n_layers(directory: Path) -> tuple[MarkovianTransformerConfig, torch.Tensor]:
+    """An old ALiBi folder whose config.json lacks n_layers (written by hand, or trimmed of its defaults): loaded,
+    it is a model of the default count of layers. Its config and the logits the old code computed."""
+    config = CONFIG.replace(n_layers=MarkovianTransformerConfig.n_layers)
+    expected = _saved_by_the_old_code(directory, config)
+    values = json.loads((directory / "config.json").read_text())
+    del values["n_layers"]
+    (directory / "config.json").write_text(json.dumps(values))
+    assert torch.equal(_logits(MarkovianTransformerForCausalLM.from_pretrained(directory)), expected)
+    return config, expected
+
+
+def test_init_from_an_old_folder_whose_config_lacks_n_layers_keeps_its_slopes(tmp_path):
+    """Its layers took the paper's slopes (no ALiBi blocks read from an ``attention: alibi`` without n_layers),
+    though from_pretrained of the same folder keeps the old ones."""
+    config, expected = _without_n_layers(tmp_path)
+    model = MarkovianTransformerForCausalLM(config)
+    initialise_from(model, tmp_path, [])
+    assert torch.equal(_logits(model), expected)
+
+
+def test_transformers_loads_an_old_folder_whose_config_lacks_n_layers_with_its_logits(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("markovformer.hf", exc_type=ImportError)
+    from markovformer.hf import HF_CLASSES
+
+    _, expected = _without_n_layers(tmp_path)
+    assert torch.equal(_logits(HF_CLASSES["markovian_transformer", "causal_lm"][1].from_pretrained(tmp_path)), expected)
 
 
 def test_init_from_a_model_of_another_kind_leaves_the_alibi_slopes_fresh(tmp_path):

@@ -12,7 +12,8 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from markovformer.hf.cache import CACHE_NAME
-from markovformer.layers.decay_attention import AlibiAttention, block_of, saved_alibi_blocks
+from markovformer.layers.decay_attention import AlibiAttention, block_of
+from markovformer.models.markovian_transformer.config import saved_alibi_blocks
 from markovformer.models.pretrained import PreTrainedModel as MarkovformerModel
 
 

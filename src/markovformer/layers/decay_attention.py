@@ -214,19 +214,6 @@ def legacy_alibi_slopes(model: nn.Module) -> dict[str, Tensor]:
             if isinstance(module, DecayCore) and module.forget_gate is None}  # fmt: skip
 
 
-def saved_alibi_blocks(values: dict) -> set[int]:
-    """The blocks that ``values``, a saved model's config.json, makes ALiBi layers (its ``attention``): where its
-    weights lack their slopes, they were saved before ALiBi's slopes were, and computed with ``legacy_alibi_slopes``.
-    No blocks for a model of another kind or family, whose weights hold no slopes to keep: an ALiBi layer taking
-    them starts with fresh ones (the paper's, as a model built from its config)."""
-    attention, layers = values.get("attention"), values.get("n_layers")
-    entries = [attention] * layers if isinstance(attention, str) and isinstance(layers, int) else attention
-    if not isinstance(entries, list):  # another family's config
-        return set()
-    kinds = [entry.get("kind") if isinstance(entry, dict) else entry for entry in entries]
-    return {block for block, kind in enumerate(kinds) if kind == "alibi"}
-
-
 def block_of(name: str) -> int | None:
     """The block index in a tensor name (``model.blocks.3.attention.cores.0.slopes``: 3), None outside the blocks."""
     found = re.search(r"(?:^|\.)blocks\.(\d+)\.", name)
@@ -282,4 +269,4 @@ class ForgettingAttention(SelfAttention):
 
 __all__ = ["PRO_PARTS", "AlibiAttention", "DecayCore", "DecayOptions", "ForgetGate", "ForgettingAttention",
            "ForgettingOptions", "alibi_slopes", "block_of", "geometric_slopes", "head_rms_norm", "legacy_alibi_slopes",
-           "saved_alibi_blocks", "token_shift"]
+           "token_shift"]

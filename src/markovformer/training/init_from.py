@@ -28,7 +28,8 @@ import torch
 
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES
-from markovformer.layers.decay_attention import block_of, legacy_alibi_slopes, saved_alibi_blocks
+from markovformer.layers.decay_attention import block_of, legacy_alibi_slopes
+from markovformer.models.markovian_transformer.config import saved_alibi_blocks
 from markovformer.models.pretrained import CONFIG_NAME, PreTrainedModel
 from markovformer.models.saved_weights import (
     WEIGHTS_INDEX_NAME,

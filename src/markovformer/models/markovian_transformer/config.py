@@ -454,3 +454,17 @@ def gpt2_style_config(
                   tie_word_embeddings=True, bias=True, attention_bias=overrides.get("bias", True),
                   init_scheme="gpt2")  # fmt: skip
     return MarkovianTransformerConfig(**{**values, **overrides})
+
+
+def saved_alibi_blocks(values: dict) -> set[int]:
+    """The blocks that ``values``, a saved model's config.json, makes ALiBi layers (its ``attention``; one kind for
+    every layer counts ``n_layers`` of them, the default where the file lacks it, as loading it builds): where its
+    weights lack their slopes, they were saved before ALiBi's slopes were, and computed with ``legacy_alibi_slopes``.
+    No blocks for a model of another kind or family, whose weights hold no slopes to keep: an ALiBi layer taking
+    them starts with fresh ones (the paper's, as a model built from its config)."""
+    attention, layers = values.get("attention"), values.get("n_layers", MarkovianTransformerConfig.n_layers)
+    entries = [attention] * layers if isinstance(attention, str) and isinstance(layers, int) else attention
+    if not isinstance(entries, list):  # another family's config
+        return set()
+    kinds = [entry.get("kind") if isinstance(entry, dict) else entry for entry in entries]
+    return {block for block, kind in enumerate(kinds) if kind == "alibi"}
