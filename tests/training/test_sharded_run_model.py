@@ -119,3 +119,19 @@ def test_loading_a_run_reads_its_weights_once(trained, sharded, monkeypatch):
         reads.clear()
         load_trained_run(run)
         assert sorted(reads) == files
+
+
+def test_the_ties_of_a_model_are_its_shared_tensors_and_a_meta_model_is_refused():
+    """tied_names by storage: a tied language model's two names of one tensor, nothing for an untied one; on the meta
+    device every pointer is 0, so every pair of same-shape tensors would read as tied: refused, naming a tensor."""
+    from markovformer.models.markovian_transformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+    from markovformer.models.saved_weights import tied_names
+
+    def model(tie: bool) -> MarkovianTransformerForCausalLM:
+        return MarkovianTransformerForCausalLM(MarkovianTransformerConfig(
+            vocab_size=11, d_model=8, n_heads=2, n_layers=2, tie_word_embeddings=tie))
+
+    assert tied_names(model(True)) == {"lm_head.weight": "lm_head.weight", "model.embed.weight": "lm_head.weight"}
+    assert tied_names(model(False)) == {}
+    with torch.device("meta"), pytest.raises(ValueError, match=r"tied_names: \S+ is on the meta device"):
+        tied_names(model(True))

@@ -65,6 +65,9 @@ def tied_names(model: torch.nn.Module) -> dict[str, str]:
     one place ties are worked out: loading a save (its other names read the kept one), init_from and the digests."""
     names: dict[tuple, list[str]] = {}
     for name, tensor in model.state_dict().items():
+        if tensor.is_meta:  # every meta tensor's pointer is 0: all tensors of one shape would read as tied
+            raise ValueError(f"tied_names: {name} is on the meta device, where tensors have no storage to share; "
+                             "build the model on a real device")
         if tensor.numel():  # (empty tensors share no storage, whatever their pointers)
             names.setdefault((tensor.data_ptr(), tensor.dtype, tuple(tensor.shape)), []).append(name)
     return {name: min(group) for group in names.values() if len(group) > 1 for name in group}
