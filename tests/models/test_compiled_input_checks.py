@@ -129,3 +129,19 @@ def test_a_compiled_call_binds_its_arguments_without_reading_the_signature_again
     assert torch.equal(model(input_ids=IDS, labels=IDS).loss, loss)
     assert torch.equal(model.next_token_score(IDS, IDS).loss, score)
     assert "got 0.5" in _message(model, {"input_ids": IDS, "attention_mask": _with(MASK, 0, 3, 0.5)})
+
+
+@pytest.mark.slow  # three compiles of the decoding step, ~60 s on a CPU
+def test_generate_with_a_compiled_step_of_a_compiled_model_gives_the_eager_tokens(monkeypatch, tmp_path):
+    """compile_step=True on a model compiled by its own compile(), after the step had been compiled without it:
+    torch's AOTAutograd cache (on disk, across processes) handed the step the graph compiled for the other call,
+    whose inputs alias otherwise, and Inductor asserted "wrong number of dimensions". The step compiles uncached."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # a cache of this test's own graphs only
+    config = MarkovianTransformerConfig(vocab_size=V, d_model=16, n_layers=1, n_heads=2, max_order=2, window=3)
+    torch.manual_seed(0)
+    model = MarkovianTransformerForCausalLM(config).eval()
+    eager = model.generate(IDS[:, :5], max_new_tokens=6)
+    assert torch.equal(model.generate(IDS[:, :5], max_new_tokens=6, compile_step=True), eager)
+    torch._dynamo.reset()
+    model.compile(backend="aot_eager")
+    assert torch.equal(model.generate(IDS[:, :5], max_new_tokens=6, compile_step=True), eager)

@@ -227,6 +227,18 @@ def decoding_loop(
     return torch.cat(pieces, dim=1)
 
 
+def uncached(compiled: Step) -> Step:
+    """``compiled`` (a ``torch.compile``'d step) called without torch's AOTAutograd cache: that cache (on disk,
+    across processes) handed the step of a model compiled by its own ``compile()`` the graph compiled for the same
+    step without it, whose inputs alias otherwise, and Inductor asserted "wrong number of dimensions" (torch 2.13)."""
+
+    def step(tokens: Tensor) -> Tensor:
+        with torch._functorch.config.patch(enable_autograd_cache=False):
+            return compiled(tokens)
+
+    return step
+
+
 def resolve_generation_config(generation_config: GenerationConfig | None, options: dict) -> GenerationConfig:
     """``generation_config`` (default: ``GenerationConfig()``) updated by keyword ``options``, checked once."""
     if generation_config is not None and not isinstance(generation_config, GenerationConfig):
@@ -276,7 +288,7 @@ class GenerationMixin:
             return input_ids
         logits, step = self.start_decoding(input_ids, attention_mask, config.max_new_tokens)
         if config.compile_step:
-            step = torch.compile(step)
+            step = uncached(torch.compile(step))
         return decoding_loop(input_ids, logits, step, config, generator)
 
     @torch.no_grad()
