@@ -13,6 +13,7 @@ from markdown_tables import markdown_tables  # beside this file
 
 from markovformer.data.translation import SyntheticTranslationSource, collate_translation, corpus_bleu
 from markovformer.experiments import mat_order
+from markovformer.experiments import settings as settings_module
 from markovformer.experiments.fitting import FitResult
 from markovformer.experiments.mat_order import MatOrderSettings, decoder_state_floats, train_order_cell
 from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
@@ -92,7 +93,7 @@ def test_run_writes_the_report_and_reuses_cells(tmp_path, monkeypatch, kept_figu
     mat_order.run(tmp_path, quick=True, seeds=(0,), overrides=overrides, log=lines.append)
     assert sum("done earlier" in line for line in lines) == 4
     # the device is no part of a cell's key: cells trained on a GPU are reported from a CPU machine, and back
-    monkeypatch.setattr(mat_order, "check_device", lambda device: None)  # "cuda" passes here without a GPU
+    monkeypatch.setattr(settings_module, "check_device", lambda device, name: None)  # "cuda" passes without a GPU
     mat_order.run(tmp_path, quick=True, seeds=(0,), overrides={**overrides, "device": "cuda"}, log=lines.append)
     assert sum("done earlier" in line for line in lines) == 8
 
@@ -125,11 +126,13 @@ def test_bad_settings_are_named(tmp_path, overrides, message):
 
 def test_a_gpu_the_machine_does_not_have_is_refused_naming_those_it_has(monkeypatch):
     """device='cuda:3' on a one-GPU machine passed the check, then failed inside the first cell without the setting."""
+    from markovformer.training.run_config import ConfigError
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    mat_order.check_device("cuda:0")
-    with pytest.raises(ValueError, match=r"device='cuda:3': this machine has 1 GPU\(s\), cuda:0 to cuda:0"):
-        mat_order.check_device("cuda:3")
+    settings_module.check_device("cuda:0", "mat-order")
+    with pytest.raises(ConfigError, match=r"mat-order.device='cuda:3': this machine has 1 GPU\(s\), cuda:0 to cud"):
+        settings_module.check_device("cuda:3", "mat-order")
 
 
 def test_an_order_the_translator_cannot_take_is_refused_before_any_cell_trains(tmp_path, monkeypatch):

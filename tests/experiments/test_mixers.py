@@ -189,6 +189,19 @@ def test_settings_are_checked_with_the_bad_value_named():
     assert zoology.lengths == (64, 128, 256, 512) and zoo.mqar_pairs(512, zoology) == 64
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of a GPU this torch does not see")
+@pytest.mark.parametrize(("device", "message"), [("cuda", r"mixers\.device='cuda': this torch sees no GPU"),
+                                                 ("gpu0", r"mixers\.device='gpu0' is no torch device")])
+def test_a_device_this_process_cannot_use_is_refused_before_any_cell(tmp_path, device, message):
+    """device=cuda without a GPU ended in a traceback ('Torch not compiled with CUDA enabled') from the first cell."""
+    from markovformer.experiments import run_experiment
+    from markovformer.training.run_config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        run_experiment("mixers", tmp_path, quick=True, overrides={"device": device}, log=lambda line: None)
+    assert not (tmp_path / "cells").exists()
+
+
 def test_num_features_reaches_every_random_feature_head_and_nothing_else(tmp_path):
     """``--set num_features=N`` draws N features per head in rff and both hybrids (the projection buffers' rows),
     leaves other kinds' sections as they were, and keys those cells apart, so one folder holds both feature counts."""

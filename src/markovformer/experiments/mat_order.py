@@ -47,7 +47,7 @@ from markovformer.data.translation import (
     translation_lengths,
 )
 from markovformer.experiments.fitting import FitResult, SamplerStream, fit_on_stream
-from markovformer.experiments.report import ExperimentReport, cell_settings, file_digest
+from markovformer.experiments.report import ExperimentReport, cell_settings, device_name, file_digest
 from markovformer.experiments.settings import configure
 from markovformer.models.markov_translator import MarkovTranslatorConfig, MarkovTranslatorForConditionalGeneration
 from markovformer.models.markov_translator.generation import decode_step, start_decoding
@@ -86,7 +86,7 @@ class MatOrderSettings:
     de_en_path: str = "data/de_en.tsv"  # where `markovformer data prepare de-en` writes them
     directions: tuple[str, ...] = ("de-en", "en-de")  # corpus=de-en only
     beam_size: int = 4  # corpus=de-en only: the beam of its BLEU and chrF
-    device: str = "cpu"  # where the cells train and decode ("cuda": a GPU); not part of a cell's cache key
+    device: str = "cpu"  # where the cells train and decode ("cuda": a GPU; ``settings.check_device``); in no key
 
     def __post_init__(self) -> None:
         if not self.orders or any(order is not None and order < 1 for order in self.orders):
@@ -105,32 +105,11 @@ class MatOrderSettings:
             raise ValueError(f"dropout={self.dropout!r} must lie in [0, 1)")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={self.label_smoothing!r} must lie in [0, 1)")
-        check_device(self.device)
-
-
-def check_device(device: str) -> None:
-    """ValueError naming ``device`` unless torch reads it and this process can use it."""
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, TypeError) as error:
-        raise ValueError(f"device={device!r} is no torch device ({error}); use 'cpu' or 'cuda'") from None
-    if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r}: this torch sees no GPU (torch {torch.__version__}); use 'cpu'")
-    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
-        raise ValueError(f"device={device!r}: this machine has {torch.cuda.device_count()} GPU(s), "
-                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-    if parsed.type not in ("cpu", "cuda"):
-        raise ValueError(f"device={device!r}: the cells run on 'cpu' or 'cuda'")
 
 
 def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     """A collated batch's tensors on ``device``."""
     return {name: tensor.to(device) for name, tensor in batch.items()}
-
-
-def device_name(device: torch.device) -> str:
-    """How a cell's report names the device its speeds were measured on."""
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 # Quick: a smaller table (3 × 5 × 5 entries instead of 4 × 7 × 7) that 600 steps learn; k = 1 still falls behind.

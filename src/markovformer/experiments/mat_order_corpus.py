@@ -41,12 +41,11 @@ from markovformer.experiments.mat_order import (
     MatOrderSettings,
     check_cell_configs,
     decoder_state_floats,
-    device_name,
     fit_translator,
     on_device,
     training_text,
 )
-from markovformer.experiments.report import ExperimentReport, file_digest
+from markovformer.experiments.report import ExperimentReport, device_name, file_digest
 from markovformer.models.markov_translator.generation import generate
 
 # (order, transparent): AT, transparent AT, MAT k = 1..5, the order-3 n-gram mask without transparency

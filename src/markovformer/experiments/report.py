@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from markovformer.advice import said_as
 from markovformer.atomic import atomic_write_text, exclusive_lock
 from markovformer.experiments.fitting import PARTIAL, checkpoints_for_cell
@@ -115,6 +117,11 @@ def file_digest(path: str | Path) -> str:
     """The first 10 hex digits of a data file's SHA-256: what a cell trained on the file adds to its ``depends_on``
     (its path left out, so that the data may move), so that a changed or re-prepared file recomputes the cell."""
     return file_sha256(path)[:10]
+
+
+def device_name(device: torch.device) -> str:
+    """How a cell names the device it was measured on: the GPU's name, or "cpu"."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def cell_settings(settings: Any, left_out: Sequence[str]) -> dict:

@@ -8,6 +8,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import torch
+
 from markovformer.advice import said_as
 from markovformer.models.generation import sampling_options
 from markovformer.training.run_config import ConfigError, build_dataclass
@@ -40,6 +42,8 @@ def configure(base: SettingsT, overrides: dict[str, Any] | None, name: str,
     for key in overrides:
         _check_sign(settings, base, key, name)
     _check_sampling(settings, overrides, name)
+    if "device" in overrides:
+        check_device(settings.device, name)
     settings = resolve(settings)
     warmup, steps = getattr(settings, "warmup_steps", None), getattr(settings, "steps", None)
     if isinstance(warmup, int) and isinstance(steps, int) and warmup > steps:  # the rate would never peak
@@ -76,6 +80,22 @@ def _check_sampling(settings, overrides: dict[str, Any], name: str) -> None:
         key, value = next(iter(ignored.items()))
         raise ConfigError(f"{name}.{key}={value!r}: {name}.temperature=0 (greedy decoding) does not sample, so {key} "
                           f"would be ignored; give one of them")  # fmt: skip
+
+
+def check_device(device: str, name: str) -> None:
+    """ConfigError naming ``name.device`` unless torch reads ``device`` as the CPU or a GPU this process has: an
+    experiment's ``device`` setting (mixers, mat-order), which failed in its first cell with a traceback."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ConfigError(f"{name}.device={device!r} is no torch device ({error}); use 'cpu' or 'cuda'") from None
+    if parsed.type not in ("cpu", "cuda"):
+        raise ConfigError(f"{name}.device={device!r}: the cells run on 'cpu' or 'cuda'")
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{name}.device={device!r}: this torch sees no GPU (torch {torch.__version__}); use 'cpu'")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise ConfigError(f"{name}.device={device!r}: this machine has {torch.cuda.device_count()} GPU(s), "
+                          f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")  # fmt: skip
 
 
 def single_seed(seeds: tuple[int, ...] | None, name: str) -> int:

@@ -59,6 +59,7 @@ from markovformer.data.recipes.shakespeare import find_tiny_shakespeare
 from markovformer.experiments.report import (
     ExperimentReport,
     MissingCell,
+    device_name,
     file_digest,
     mean_std,
     revisions_of,
@@ -311,7 +312,7 @@ def train_cell(row: str, out_dir: Path, settings: ShakespeareCharSettings, seed:
             "train_seconds"] else None, "parameters": network.num_parameters(), "val_targets": len(val) - 1,
         "threads": metrics.get("threads"), "val_curve": curve,
         "best_engine_val": min(curve.values()) if curve else metrics["val"]["loss"],
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device": device_name(device),
     }  # fmt: skip
 
 
