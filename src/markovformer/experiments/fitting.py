@@ -38,6 +38,7 @@ class FitResult:
     evaluations: list[float] = field(default_factory=list)
     seconds: float = 0.0
     stopped_early: bool = False  # True when ``plateau`` ended training before ``steps``
+    best_step: int | None = None  # with ``keep_best``: the step whose weights the model ends with
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,7 @@ def fit_on_stream(
     label: str = "",
     plateau: Plateau | None = None,
     checkpoint: FitCheckpoint | None = None,
+    keep_best: bool = False,
 ) -> FitResult:
     """``optimizer`` "adamw" (no weight decay) or "sgd" (plain gradient steps, the discrete gradient flow of the
     theory) after a linear warm-up, at a constant rate (``decay`` "constant") or decaying to a tenth of ``lr`` at
@@ -184,7 +186,10 @@ def fit_on_stream(
 
     ``evaluate()`` (a held-out loss, say) runs at step 0, every ``eval_every`` steps and at the end, in eval mode
     without gradients. The batch stream is seeded with ``seed``; the model's initialisation is the caller's.
-    With ``plateau``, training stops after the evaluation at which the held-out value has flattened.
+    With ``plateau``, training stops after the evaluation at which the held-out value has flattened. With
+    ``keep_best``, the model ends with the weights of its lowest held-out value (the first of equals; step 0, the
+    initialisation, included), and ``best_step`` says which: the checkpoint selection of translation, for a budget
+    that may run past the point where a small corpus starts to overfit.
 
     ``checkpoint`` (default: the one ``ExperimentReport.cached`` gives the fits of the cell it computes, none
     outside a cell): a fit killed midway resumes from the last save and ends exactly as an uninterrupted one would
@@ -211,14 +216,17 @@ def fit_on_stream(
     stream = {"stream": sample_batch} if hasattr(sample_batch, "state_dict") else {}  # a position of its own
     identity = checkpoint and {**checkpoint.identity, "fit": {
         "steps": steps, "lr": lr, "seed": seed, "eval_every": eval_every, "optimizer": optimizer,
-        "warmup_steps": warmup_steps, "decay": decay, **({"stream_state": True} if stream else {})}}  # fmt: skip
+        "warmup_steps": warmup_steps, "decay": decay, **({"stream_state": True} if stream else {}),
+        **({"keep_best": True} if keep_best else {})}}  # fmt: skip
     trained = {"model": model, "optimizer": optim, "schedule": schedule, **stream}  # a save holds them and the RNGs
     first_step = 1
+    best: dict[str, Tensor] | None = None  # keep_best: the weights of the lowest held-out value so far
     if (saved := _load_fit_state(checkpoint, identity, label, log)) is not None:
         for name, part in trained.items():
             part.load_state_dict(saved[name])
         _set_rng_states(generator, saved)
         result.steps, result.evaluations = list(saved["steps"]), list(saved["evaluations"])
+        best, result.best_step = saved.get("best"), saved.get("best_step")
         start -= saved["seconds"]
         first_step = saved["step"] + 1
     last_save = attempt_start = time.perf_counter()
@@ -227,15 +235,19 @@ def fit_on_stream(
         nonlocal last_save
         state = {"identity": identity, "step": step, **{name: part.state_dict() for name, part in trained.items()},
                  **_rng_states(generator), "steps": result.steps, "evaluations": result.evaluations,
-                 "seconds": time.perf_counter() - start}  # fmt: skip
+                 "best": best, "best_step": result.best_step, "seconds": time.perf_counter() - start}  # fmt: skip
         atomic_write(checkpoint.path, lambda temporary: torch.save(state, temporary))
         last_save = time.perf_counter()
 
     def record(step: int) -> None:
+        nonlocal best
         model.eval()
         with torch.no_grad():
             value = float(evaluate())
         model.train()
+        if keep_best and (result.best_step is None or value < min(result.evaluations)):
+            best = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+            result.best_step = step
         result.steps.append(step)
         result.evaluations.append(value)
         if log is not None:
@@ -271,6 +283,10 @@ def fit_on_stream(
             if checkpoint is not None and step < steps and (
                     evaluated or time.perf_counter() - last_save >= checkpoint.every_seconds):  # fmt: skip
                 save(step)
+    if best is not None:
+        model.load_state_dict(best)
+        if log is not None and result.best_step != result.steps[-1]:
+            log(f"  {label} ends with the weights of step {result.best_step}, its lowest held-out value")
     result.seconds = time.perf_counter() - start
     return result
 
