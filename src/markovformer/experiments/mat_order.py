@@ -77,6 +77,7 @@ class MatOrderSettings:
     dropout: float = 0.0
     label_smoothing: float = 0.0  # of the training loss only: validation losses are plain cross-entropy
     eval_every: int = 250
+    keep_best: bool = False  # end each fit with the weights of its lowest validation loss (of the evaluations)
     source_symbols: int = 4  # synthetic task only: its alphabets and training set
     target_symbols: int = 6
     train_examples: int = 4000
@@ -107,6 +108,19 @@ class MatOrderSettings:
             raise ValueError(f"label_smoothing={self.label_smoothing!r} must lie in [0, 1)")
 
 
+def kept_fit(fit: FitResult) -> dict:
+    """A cell's record of its fit: the validation curve and the loss of the weights it ends with (the last, or
+    with ``keep_best`` the lowest, whose step ``best_step`` says)."""
+    kept = fit.evaluations[-1] if fit.best_step is None else fit.evaluations[fit.steps.index(fit.best_step)]
+    return {"steps": fit.steps, "val_losses": fit.evaluations, "final_val_loss": kept,
+            **({"best_step": fit.best_step} if fit.best_step is not None else {})}
+
+
+def keep_best_key(settings: MatOrderSettings) -> dict:
+    """What ``keep_best`` adds to a cell's ``depends_on``: nothing when off, so the cells from before it stay valid."""
+    return {"keep_best": True} if settings.keep_best else {}
+
+
 def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     """A collated batch's tensors on ``device``."""
     return {name: tensor.to(device) for name, tensor in batch.items()}
@@ -124,7 +138,8 @@ def training_text(settings: MatOrderSettings) -> str:
     schedule = "constant" if settings.decay == "constant" else f"{settings.decay} decay to lr/10"
     return (f"{settings.steps} AdamW steps at lr {settings.lr} ({settings.warmup_steps} warm-up, then {schedule}) on "
             f"length-bucketed batches of {settings.batch_size}, dropout {settings.dropout}, label smoothing "
-            f"{settings.label_smoothing}")  # fmt: skip
+            f"{settings.label_smoothing}"
+            + (", each model kept at its lowest validation loss of the evaluations" if settings.keep_best else ""))
 
 
 def train_order_cell(
@@ -149,8 +164,7 @@ def train_order_cell(
     references = [bundle.tokenizer.decode(example["tgt_ids"].tolist()) for example in every["test"]]
     generated_tokens = int((generated != config.pad_token_id).sum())
     return {
-        "order": order, "transparent": transparent, "n_layers": settings.n_layers, "seed": seed, "steps": fit.steps,
-        "val_losses": fit.evaluations, "final_val_loss": fit.evaluations[-1],
+        "order": order, "transparent": transparent, "n_layers": settings.n_layers, "seed": seed, **kept_fit(fit),
         "bleu": corpus_bleu(hypotheses, references),
         "exact_match": sum(h == r for h, r in zip(hypotheses, references, strict=True)) / len(references),
         "decode_tokens_per_s": generated_tokens / decode_seconds, "decode_seconds": decode_seconds,
@@ -214,6 +228,7 @@ def fit_translator(
         model, loss_on_batch, batches, lambda: model(**validation).loss,
         steps=settings.steps, lr=settings.lr, seed=seed, warmup_steps=settings.warmup_steps, decay=settings.decay,
         eval_every=settings.eval_every, log=log, label=f"k={_order_name(order)} transparent={transparent} seed={seed}",
+        keep_best=settings.keep_best,
     )  # fmt: skip
     return model, fit, every, max_decode
 
@@ -306,7 +321,8 @@ def _run(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...], log:
     synthetic, tsv = ("source_symbols", "target_symbols", "train_examples"), ("tsv_vocab_size", "tsv_max_length")
     other_data = synthetic if tsv_path else tsv
     depends_on = cell_settings(settings, ("orders", "transparent", "tsv_path", "corpus", "de_en_path", "directions",
-                                          "beam_size", "device", *other_data))  # fmt: skip
+                                          "beam_size", "device", "keep_best", *other_data))  # fmt: skip
+    depends_on |= keep_best_key(settings)
     cells = []
     report.expect_cells(len(seeds) * len(settings.transparent) * len(orders))
     for seed in seeds:

@@ -42,10 +42,13 @@ from markovformer.experiments.mat_order import (
     check_cell_configs,
     decoder_state_floats,
     fit_translator,
+    keep_best_key,
+    kept_fit,
     on_device,
     training_text,
 )
 from markovformer.experiments.report import ExperimentReport, device_name, file_digest
+from markovformer.models.markov_translator import MarkovTranslatorForConditionalGeneration
 from markovformer.models.markov_translator.generation import generate
 
 # (order, transparent): AT, transparent AT, MAT k = 1..5, the order-3 n-gram mask without transparency
@@ -88,6 +91,7 @@ def train_corpus_cell(bundle: DataBundle, direction: str, order: int | None, tra
                           max_length=max_decode)  # fmt: skip
         hypotheses += decode_generated(bundle.tokenizer, output.sequences)
     beam_seconds = time.perf_counter() - start
+    other_sources = other_sources_loss(model, every["val"], device)
     references = [bundle.tokenizer.decode(example["tgt_ids"].tolist()) for example in test]
     speed, state_bytes = {}, {}
     probe = test[:SPEED_SENTENCES]
@@ -101,14 +105,24 @@ def train_corpus_cell(bundle: DataBundle, direction: str, order: int | None, tra
         sources = collate_translation(probe[:batch_size])["src_ids"].to(device)
         state_bytes[str(batch_size)] = 4 * batch_size * decoder_state_floats(model, sources, STATE_PROBE_TOKENS)
     return {
-        "direction": direction, "order": order, "transparent": transparent, "seed": seed, "steps": fit.steps,
-        "val_losses": fit.evaluations, "final_val_loss": fit.evaluations[-1],
-        "bleu": corpus_bleu(hypotheses, references), "chrf": corpus_chrf(hypotheses, references),
+        "direction": direction, "order": order, "transparent": transparent, "seed": seed, **kept_fit(fit),
+        "val_loss_other_sources": other_sources, "bleu": corpus_bleu(hypotheses, references),
+        "chrf": corpus_chrf(hypotheses, references),
         "beam_size": settings.beam_size, "beam_seconds": beam_seconds, "decode_tokens_per_s": speed,
         "state_bytes": state_bytes, "parameters": sum(p.numel() for p in model.parameters()),
         "train_seconds": fit.seconds, "test_pairs": len(test),
         "hypotheses": hypotheses, "references": references, "device": device_name(device),
     }  # fmt: skip
+
+
+@torch.no_grad()
+def other_sources_loss(model: MarkovTranslatorForConditionalGeneration, pairs: list[dict],
+                       device: torch.device) -> float:  # fmt: skip
+    """The validation loss with each target given the next pair's source (the last the first's): how much worse
+    than its own source's loss says how much the model reads the source. A model that ignores it scores the same."""
+    mismatched = [{"src_ids": pairs[(i + 1) % len(pairs)]["src_ids"], "tgt_ids": pair["tgt_ids"]}
+                  for i, pair in enumerate(pairs)]  # fmt: skip
+    return float(model(**on_device(collate_translation(mismatched), device)).loss)
 
 
 def chosen_cells(settings: MatOrderSettings) -> tuple[tuple[int | None, bool], ...]:
@@ -154,6 +168,7 @@ def run_de_en(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...],
     depends = {k: getattr(settings, k) for k in ("d_model", "n_heads", "n_layers", "batch_size", "steps", "lr",
                                                  "warmup_steps", "eval_every", "tsv_vocab_size", "tsv_max_length",
                                                  "beam_size", "decay", "dropout", "label_smoothing")}  # fmt: skip
+    depends |= keep_best_key(settings)
     cells = []
     for seed in seeds:
         forward = load_translation(path, vocab_size=settings.tsv_vocab_size, seed=seed,
@@ -173,14 +188,16 @@ def run_de_en(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...],
         means = {(o, t): _mean_of(cells, direction, o, t) for o, t in cell_kinds}
         at = means[(None, False)]["bleu"] if (None, False) in means else None
         report.table(
-            ["decoder", "BLEU", "chrF", "BLEU - AT", "val loss", "tok/s b1", "tok/s b64", "state KiB b1",
+            ["decoder", "BLEU", "chrF", "BLEU - AT", "val loss", "source use", "tok/s b1", "tok/s b64", "state KiB b1",
              "state KiB b64", "train s", "seeds"],
             [[decoder_name(o, t), m["bleu"], m["chrf"], "-" if at is None else m["bleu"] - at, m["final_val_loss"],
-              round(m["speed1"]), round(m["speed64"]), m["state1"] / 1024, m["state64"] / 1024,
+              m["source_use"], round(m["speed1"]), round(m["speed64"]), m["state1"] / 1024, m["state64"] / 1024,
               round(m["train_seconds"]), m["n"]]
              for (o, t), m in means.items()],
             caption=f"{direction}: test BLEU and chrF (beam {settings.beam_size}, mean over seeds; BLEU's spread "
-            "over seeds in results.json), final validation loss, greedy decoding tokens/s at batch 1 and 64, "
+            "over seeds in results.json), validation loss, source use (how much higher the validation loss is "
+            "with each target given another pair's source, in nats; '-' for cells from before it was measured), "
+            "greedy decoding tokens/s at batch 1 and 64, "
             "decoder state at batch 1 and 64.",
         )  # fmt: skip
         report.text(f"{direction}: {verdict(means)}")
@@ -253,6 +270,9 @@ def _mean_of(cells: list[dict], direction: str, order: int | None, transparent: 
               and c["transparent"] == transparent]  # fmt: skip
     return {"bleu": statistics.fmean(c["bleu"] for c in chosen), "chrf": statistics.fmean(c["chrf"] for c in chosen),
             "final_val_loss": statistics.fmean(c["final_val_loss"] for c in chosen),
+            "source_use": statistics.fmean(measured) if (measured := [
+                c["val_loss_other_sources"] - c["final_val_loss"] for c in chosen if "val_loss_other_sources" in c
+            ]) else "-",
             "speed1": statistics.fmean(c["decode_tokens_per_s"]["1"] for c in chosen),
             "speed64": statistics.fmean(c["decode_tokens_per_s"]["64"] for c in chosen),
             "state1": chosen[0]["state_bytes"]["1"], "state64": chosen[0]["state_bytes"]["64"],
