@@ -175,6 +175,7 @@ def test_de_en_run_trains_every_decoder_in_both_directions(tmp_path):
     mat1 = next(c for c in cells if c["order"] == 1 and c["transparent"])
     assert mat1["state_bytes"]["1"] == 4 * TINY["d_model"]  # MAT k = 1: one layer-0 input of float32
     assert "k=1 is" in report.read_text() and (tmp_path / "out" / "bleu_vs_order_de_en.png").is_file()
+    assert "both directions of the same split" in report.read_text()
     for cell in cells:  # every test hypothesis is kept: its BLEU is recomputable, and bootstrapped in the report
         assert len(cell["hypotheses"]) == len(cell["references"]) == cell["test_pairs"]
         assert corpus_bleu(cell["hypotheses"], cell["references"]) == pytest.approx(cell["bleu"])

@@ -57,6 +57,8 @@ def test_keep_best_cells_end_at_their_lowest_validation_loss_and_only_they_are_k
         return cell | {"read_back": not any("step" in line and "held-out" in line for line in lines)}
 
     plain = run()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "read de-en only" in report and "both directions" not in report  # it said both of a one-direction run
     assert "best_step" not in plain and plain["final_val_loss"] == plain["val_losses"][-1]
     kept = run(keep_best=True)
     assert not kept["read_back"]  # another fit: not the plain cell read back

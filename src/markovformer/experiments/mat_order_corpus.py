@@ -154,10 +154,12 @@ def run_de_en(out_dir: Path, settings: MatOrderSettings, seeds: tuple[int, ...],
         cell_kinds, directions = chosen_cells(settings), settings.directions
     digest = file_digest(path)
     report = ExperimentReport(out_dir, "MAT decoder order on German-English sentences", log, settings=asdict(settings))
+    read_as = ("both directions of the same split" if len(directions) == 2
+               else f"read {directions[0]} only")  # fmt: skip
     report.text(
         f"Data: `{path}` (the de-en recipe's sentence pairs), one random 90/5/5 split and joint BPE of "
-        f"{settings.tsv_vocab_size} per seed (training pairs over {settings.tsv_max_length} tokens dropped), both "
-        f"directions of the same split. Model: MarkovTranslatorForConditionalGeneration, d_model {settings.d_model}, "
+        f"{settings.tsv_vocab_size} per seed (training pairs over {settings.tsv_max_length} tokens dropped), "
+        f"{read_as}. Model: MarkovTranslatorForConditionalGeneration, d_model {settings.d_model}, "
         f"{settings.n_heads} heads, {settings.n_layers}+{settings.n_layers} layers. Training: "
         f"{training_text(settings)}. BLEU and chrF: beam {settings.beam_size} on the test split, sacrebleu on "
         f"detokenised text. Speed: greedy decoding of the first {SPEED_SENTENCES} test sources at batch 1 and 64 "
