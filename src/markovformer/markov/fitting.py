@@ -1,0 +1,117 @@
+"""Markov chains fitted to observed symbols, and the choice of their order.
+
+``fit_chain`` estimates a k-th order transition table from sequences of symbols (maximum likelihood, or add-β);
+``select_order`` compares orders 0..K on the same targets by BIC and AIC, the classic estimators of a chain's order
+(Katz 1981; BIC is consistent for it, Csiszár and Talata 2006). Order 0 is the i.i.d. model of the symbols'
+frequencies. Contexts use the base-S encoding of ``markov.chains`` (oldest symbol most significant).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from markovformer.markov.chains import MarkovChain, check_symbols
+
+MAX_COUNTS = 2**26  # (context, next symbol) pairs counted at most: S**(k+1)
+
+
+def _as_batch(x: Tensor, num_symbols: int) -> Tensor:
+    if isinstance(num_symbols, bool) or not isinstance(num_symbols, int) or num_symbols < 2:
+        raise ValueError(f"num_symbols must be an integer >= 2, got {num_symbols!r}")
+    check_symbols(x, num_symbols)
+    if x.ndim not in (1, 2):
+        raise ValueError(f"x must have shape (T,) or (B, T): one sequence or a batch of them; got {tuple(x.shape)}")
+    return (x[None] if x.ndim == 1 else x).long()
+
+
+def _check_order(order: int, num_symbols: int, name: str, lowest: int) -> None:
+    if isinstance(order, bool) or not isinstance(order, int) or order < lowest:
+        raise ValueError(f"{name} must be an integer >= {lowest}, got {order!r}")
+    if num_symbols ** (order + 1) > MAX_COUNTS:
+        raise ValueError(f"{name}={order} with num_symbols={num_symbols} needs {num_symbols}**{order + 1} counts, "
+                         f"more than {MAX_COUNTS:,}: choose a lower order")  # fmt: skip
+
+
+def _counts(batch: Tensor, order: int, num_symbols: int, first_target: int) -> Tensor:
+    """n_{c,j}, float64 (S**k, S): context c followed by j, over the targets at positions >= first_target (>= k)."""
+    targets = batch[:, first_target:]
+    contexts = torch.zeros_like(targets)
+    for lag in range(order, 0, -1):  # the oldest symbol most significant
+        contexts = contexts * num_symbols + batch[:, first_target - lag : batch.shape[1] - lag]
+    pairs = (contexts * num_symbols + targets).flatten()
+    counts = torch.bincount(pairs, minlength=num_symbols ** (order + 1)).to(torch.float64)
+    return counts.reshape(num_symbols**order, num_symbols)
+
+
+def fit_chain(x: Tensor, order: int, num_symbols: int, beta: float = 0.0) -> MarkovChain:
+    """The k-th order chain estimated from x (T,) or (B, T) (each row a sequence of its own): row c of the
+    transition is (n_{c,j} + β) / (n_c + Sβ) over every fully observed transition (targets at positions >= k).
+    β = 0 is maximum likelihood; a context never observed then gets the uniform row (it has no evidence), which
+    β > 0 gives it anyway."""
+    batch = _as_batch(x, num_symbols)
+    _check_order(order, num_symbols, "order", lowest=1)
+    if not (isinstance(beta, (int, float)) and not isinstance(beta, bool) and math.isfinite(beta) and beta >= 0):
+        raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
+    if batch.shape[1] <= order:
+        raise ValueError(f"x must be longer than order={order} to hold a transition; its length is {batch.shape[1]}")
+    counts = _counts(batch, order, num_symbols, order) + beta
+    totals = counts.sum(-1, keepdim=True)
+    table = torch.where(totals > 0, counts / totals.clamp_min(1e-300), torch.full_like(counts, 1.0 / num_symbols))
+    return MarkovChain(order, num_symbols, table)
+
+
+@dataclass(frozen=True)
+class OrderSelection:
+    """``select_order``'s comparison: per order 0..K (``orders``), the maximised log-likelihood in nats of the same
+    ``targets`` symbols, the free parameters S**k (S - 1), BIC = -2 log L + p ln n and AIC = -2 log L + 2p (lower is
+    better); ``order`` is the criterion's choice (the lowest order among equals)."""
+
+    orders: tuple[int, ...]
+    log_likelihood: tuple[float, ...]
+    parameters: tuple[int, ...]
+    bic: tuple[float, ...]
+    aic: tuple[float, ...]
+    targets: int
+    criterion: str
+    order: int
+
+    def entropy_rate(self, order: int | None = None) -> float:
+        """The fitted chain's cross-entropy on the targets, nats per symbol (of ``order``, default the chosen one):
+        a reference for a model's loss on the same symbols."""
+        return -self.log_likelihood[self.orders.index(self.order if order is None else order)] / self.targets
+
+
+CRITERIA = ("bic", "aic")
+
+
+def select_order(x: Tensor, num_symbols: int, max_order: int, criterion: str = "bic") -> OrderSelection:
+    """Choose a chain's order in 0..``max_order`` for x (T,) or (B, T): each order's maximum-likelihood fit scored
+    on the same targets (positions >= max_order of every row, so that every order sees a full context), by BIC
+    (consistent: the true order with probability -> 1 as the data grow) or AIC (prone to overestimate it)."""
+    batch = _as_batch(x, num_symbols)
+    _check_order(max_order, num_symbols, "max_order", lowest=0)
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion={criterion!r} must be one of {CRITERIA}")
+    if batch.shape[1] <= max_order:
+        raise ValueError(f"x must be longer than max_order={max_order}; its length is {batch.shape[1]}")
+    targets = batch.shape[0] * (batch.shape[1] - max_order)
+    orders = tuple(range(max_order + 1))
+    log_likelihood, parameters = [], []
+    for order in orders:
+        counts = _counts(batch, order, num_symbols, max_order)
+        totals = counts.sum(-1, keepdim=True)
+        seen = counts > 0  # 0 log 0 = 0
+        log_likelihood.append(float((counts[seen] * (counts / totals.clamp_min(1.0))[seen].log()).sum()))
+        parameters.append(num_symbols**order * (num_symbols - 1))
+    bic = tuple(-2 * ll + p * math.log(targets) for ll, p in zip(log_likelihood, parameters, strict=True))
+    aic = tuple(-2 * ll + 2 * p for ll, p in zip(log_likelihood, parameters, strict=True))
+    scores = bic if criterion == "bic" else aic
+    chosen = min(orders, key=lambda order: (scores[order], order))
+    return OrderSelection(orders, tuple(log_likelihood), tuple(parameters), bic, aic, targets, criterion, chosen)
+
+
+__all__ = ["OrderSelection", "fit_chain", "select_order"]
