@@ -80,8 +80,9 @@ class OrderSelection:
     order: int
 
     def entropy_rate(self, order: int | None = None) -> float:
-        """The fitted chain's cross-entropy on the targets, nats per symbol (of ``order``, default the chosen one):
-        a reference for a model's loss on the same symbols."""
+        """The fitted chain's cross-entropy on the targets it was fitted to, nats per symbol (of ``order``, default
+        the chosen one): the plug-in estimate of the entropy rate, biased low on small data (the fit has seen its
+        targets); a reference for a model's loss on the same symbols."""
         return -self.log_likelihood[self.orders.index(self.order if order is None else order)] / self.targets
 
 
