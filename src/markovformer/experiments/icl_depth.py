@@ -106,14 +106,13 @@ def check_settings(settings: ICLSettings) -> None:
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
-    # deferred: plots import matplotlib
-    from markovformer.plots.experiments import Panel, plot_panels
-
     settings = configure(QUICK if quick else ICLSettings(), overrides, NAME)
     plateau_from(settings.plateau_patience, settings.plateau_delta)  # checked before anything is written
     check_settings(settings)
     orders, depths = settings.orders, settings.depths
     seeds = seeds or (0,)
+    # deferred, after the settings' checks: plots import matplotlib (0.4 s)
+    from markovformer.plots.experiments import Panel, plot_panels
     title = "In-context learning of random Markov chains: depth against order"
     report = ExperimentReport(out_dir, title, log, settings=asdict(settings))
     report.text(

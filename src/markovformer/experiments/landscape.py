@@ -110,12 +110,11 @@ def _surface(p: float, q: float, w_grid: np.ndarray, e_grid: np.ndarray) -> np.n
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
-    # deferred: plots import matplotlib
-    from markovformer.plots.experiments import LandscapePanel, plot_landscapes
-
     settings = configure(QUICK if quick else LandscapeSettings(), overrides, NAME)
     seed = single_seed(seeds, NAME)
     check_chains(settings.chains, NAME)
+    # deferred, after the settings' checks: plots import matplotlib (0.4 s)
+    from markovformer.plots.experiments import LandscapePanel, plot_landscapes
     report = ExperimentReport(out_dir, "The reduced model's loss landscape (e, w, b)", log, settings=asdict(settings))
     saddle_w, saddle_e = saddle_point()
     report.text(

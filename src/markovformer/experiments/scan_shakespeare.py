@@ -257,11 +257,10 @@ def _other_budgets(model: str) -> tuple[str, ...]:
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
-    # deferred: plots import matplotlib
-    from markovformer.plots.experiments import Panel, plot_panels
-
     settings = configure(QUICK if quick else ScanShakespeareSettings(), overrides, NAME)
     seeds = seeds if seeds is not None else (0,)
+    # deferred, after the settings' checks: plots import matplotlib (0.4 s)
+    from markovformer.plots.experiments import Panel, plot_panels
     title = "Scan Markov model on Tiny Shakespeare: cross-entropy by context length"
     report = ExperimentReport(out_dir, title, log, settings=asdict(settings))
     report.expect_cells(len(MODELS) * len(seeds))

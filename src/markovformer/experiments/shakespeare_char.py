@@ -372,15 +372,14 @@ def table_rows(by_row: dict[str, list[dict]], keys: tuple[str, ...], labels: dic
 def run(
     out_dir: Path, *, quick: bool, seeds: tuple[int, ...] | None, overrides: dict, log: Callable[[str], None]
 ) -> Path:
-    # deferred: plots import matplotlib
-    from markovformer.plots.experiments import Panel, plot_panels, plot_row_errorbars
-
     settings = settings_from(overrides, quick)
     unknown = [row for row in settings.rows if row not in ROWS]
     if unknown or not settings.rows:
         raise ValueError(f"{NAME}.rows={list(settings.rows)!r}: each must be one of {ROWS}")
     seeds = seeds if seeds is not None else (0,)
     data_path = find_tiny_shakespeare(settings.data_path)
+    # deferred, after the settings' checks: plots import matplotlib (0.4 s)
+    from markovformer.plots.experiments import Panel, plot_panels, plot_row_errorbars
     text_digest = file_digest(data_path)  # the cells depend on the text, not on where it lies
     machine = "a GPU (its GPU config)" if settings.preset == "gpu" else "a CPU"
     report = ExperimentReport(out_dir, f"nanoGPT's Shakespeare character model on {machine}, and markovformer's "
