@@ -87,3 +87,12 @@ def test_bad_arguments_are_refused_naming_the_value(call, message):
     x = torch.tensor([0, 1, 2, 3, 0, 1])
     with pytest.raises(ValueError, match=message):
         call(x)
+
+
+def test_a_chain_fitted_on_one_sample_scores_a_held_out_one_near_the_entropy_rate_and_above_its_in_sample_fit():
+    truth = random_chain(2, 4, generator=torch.Generator().manual_seed(7))
+    train = truth.sample(1, 5_000, generator=torch.Generator().manual_seed(8))
+    held_out = truth.sample(1, 50_000, generator=torch.Generator().manual_seed(9))
+    fitted = fit_chain(train, 2, 4, beta=0.5)  # smoothed: a held-out transition unseen in training costs a finite loss
+    in_sample = select_order(train, 4, 2).entropy_rate(2)
+    assert in_sample < truth.entropy_rate() < fitted.oracle_loss(held_out) < truth.entropy_rate() + 0.02
