@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
 from markovformer.layers.decay_attention import alibi_slopes, geometric_slopes
+from markovformer.models.markovian_transformer.config import saved_alibi_blocks
 from markovformer.training.init_from import initialise_from
 from markovformer.training.run_checks import check_tensors_match
 
@@ -145,6 +146,30 @@ def test_transformers_loads_an_old_folder_whose_config_lacks_n_layers_with_its_l
 
     _, expected = _without_n_layers(tmp_path)
     assert torch.equal(_logits(HF_CLASSES["markovian_transformer", "causal_lm"][1].from_pretrained(tmp_path)), expected)
+
+
+def test_an_old_folder_whose_config_counts_num_hidden_layers_keeps_its_slopes_in_every_layer(tmp_path):
+    """transformers' name of the layer count (a config.json written by hand or by other tooling may carry only
+    it) counts the ALiBi layers whose old slopes stay: 6 layers read as the default 4, so that init_from and
+    transformers' loading gave layers 4 and 5 the paper's slopes (logits 0.0057 away from the old model's)."""
+    config = CONFIG.replace(n_layers=6)
+    expected = _saved_by_the_old_code(tmp_path, config)
+    values = json.loads((tmp_path / "config.json").read_text())
+    values["num_hidden_layers"] = values.pop("n_layers")
+    (tmp_path / "config.json").write_text(json.dumps(values))
+    assert saved_alibi_blocks(values) == set(range(6))
+    with pytest.raises(ValueError, match=r"num_hidden_layers=6 and n_layers=5 name one setting"):
+        saved_alibi_blocks({**values, "n_layers": 5})
+    model = MarkovianTransformerForCausalLM(config)
+    initialise_from(model, tmp_path, [])
+    assert torch.equal(_logits(model), expected)
+    pytest.importorskip("transformers")
+    pytest.importorskip("markovformer.hf", exc_type=ImportError)
+    from markovformer.hf import HF_CLASSES
+
+    loaded = HF_CLASSES["markovian_transformer", "causal_lm"][1].from_pretrained(tmp_path)
+    assert loaded.config.to_markovformer() == config  # the model that config.json builds
+    assert torch.equal(_logits(loaded), expected)
 
 
 def test_init_from_a_model_of_another_kind_leaves_the_alibi_slopes_fresh(tmp_path):

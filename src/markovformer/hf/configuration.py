@@ -8,7 +8,7 @@ import dataclasses
 
 from transformers import PretrainedConfig
 
-from markovformer.models.config_base import ModelConfig
+from markovformer.models.config_base import STANDARD_NAMES, ModelConfig, with_field_names
 from markovformer.models.pretrained import HF_WRAPPER_PREFIX
 from markovformer.models.registry import MODEL_FAMILIES
 
@@ -22,13 +22,8 @@ def _config_class(family: str) -> type[PretrainedConfig]:
     encoder_decoder = "translation" in MODEL_FAMILIES[family].heads
 
     def __init__(self, **values):  # noqa: N807 - becomes the class's __init__
-        values = markovformer_class.upgrade_keys(values)
-        for standard, ours in standard_names.items():  # hidden_size=32 in a call or a config.json means d_model=32
-            if standard in values:
-                value = values.pop(standard)
-                if ours in values and values[ours] != value:
-                    raise ValueError(f"{standard}={value!r} and {ours}={values[ours]!r} name one setting; give one")
-                values[ours] = value
+        # hidden_size=32 in a call or a config.json means d_model=32
+        values = with_field_names(markovformer_class.upgrade_keys(values), fields)
         rest = {key: value for key, value in values.items() if key not in fields and key != "architecture"}
         if "architecture" in values:  # markovformer's own save: the class that wrote it, named as transformers does
             rest.setdefault("architectures", [HF_WRAPPER_PREFIX + values["architecture"]])
@@ -80,10 +75,6 @@ def _config_class(family: str) -> type[PretrainedConfig]:
     return type(name, (PretrainedConfig,), members)
 
 
-# transformers' standard config names -> markovformer's field names (a config's ``attribute_map``, where it has them)
-STANDARD_NAMES = {"hidden_size": "d_model", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
-                  "encoder_layers": "n_encoder_layers", "decoder_layers": "n_decoder_layers",
-                  "max_position_embeddings": "max_positions"}  # fmt: skip
 SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 

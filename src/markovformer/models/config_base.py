@@ -21,6 +21,26 @@ def suggest(key: object, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+# transformers' standard config names -> markovformer's field names (a config's ``attribute_map``, where it has them)
+STANDARD_NAMES = {"hidden_size": "d_model", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+                  "encoder_layers": "n_encoder_layers", "decoder_layers": "n_decoder_layers",
+                  "max_position_embeddings": "max_positions"}  # fmt: skip
+
+
+def with_field_names(values: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+    """``values`` with each of transformers' standard names (``STANDARD_NAMES``) of one of ``fields`` given under
+    that field's name (``hidden_size=32`` means ``d_model=32``); ValueError where both name one setting with two
+    values."""
+    values, fields = dict(values), set(fields)
+    for standard, ours in STANDARD_NAMES.items():
+        if standard in values and ours in fields:
+            value = values.pop(standard)
+            if ours in values and values[ours] != value:
+                raise ValueError(f"{standard}={value!r} and {ours}={values[ours]!r} name one setting; give one")
+            values[ours] = value
+    return values
+
+
 @dataclasses.dataclass
 class ModelConfig:
     """Base for model configs: subclasses are dataclasses that validate themselves in ``__post_init__``.

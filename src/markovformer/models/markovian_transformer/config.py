@@ -20,7 +20,7 @@ from markovformer.layers.registry import (
     kinds_reading,
     projection_biases_refused,
 )
-from markovformer.models.config_base import ModelConfig, suggest
+from markovformer.models.config_base import ModelConfig, suggest, with_field_names
 from markovformer.ops.linear_attention import FEATURE_MAPS
 from markovformer.ops.relative_bias_attention.buckets import check_t5_buckets
 
@@ -458,10 +458,12 @@ def gpt2_style_config(
 
 def saved_alibi_blocks(values: dict) -> set[int]:
     """The blocks that ``values``, a saved model's config.json, makes ALiBi layers (its ``attention``; one kind for
-    every layer counts ``n_layers`` of them, the default where the file lacks it, as loading it builds): where its
-    weights lack their slopes, they were saved before ALiBi's slopes were, and computed with ``legacy_alibi_slopes``.
+    every layer counts ``n_layers`` of them, or transformers' ``num_hidden_layers``, the default where the file has
+    neither, as loading it builds): where its weights lack their slopes, they were saved before ALiBi's slopes were,
+    and computed with ``legacy_alibi_slopes``. ValueError where both names give the count, with two values.
     No blocks for a model of another kind or family, whose weights hold no slopes to keep: an ALiBi layer taking
     them starts with fresh ones (the paper's, as a model built from its config)."""
+    values = with_field_names(values, FIELD_DEFAULTS)
     attention, layers = values.get("attention"), values.get("n_layers", MarkovianTransformerConfig.n_layers)
     entries = [attention] * layers if isinstance(attention, str) and isinstance(layers, int) else attention
     if not isinstance(entries, list):  # another family's config
