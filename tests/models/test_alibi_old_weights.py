@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
-from markovformer.layers.decay_attention import alibi_slopes, geometric_slopes
+from markovformer.layers.decay_attention import alibi_slopes, alibi_slopes_of, geometric_slopes
 from markovformer.models.markovian_transformer.config import saved_alibi_blocks
 from markovformer.training.init_from import initialise_from
 from markovformer.training.run_checks import check_tensors_match
@@ -35,9 +35,10 @@ def _old_model(config: MarkovianTransformerConfig = CONFIG) -> MarkovianTransfor
     return model
 
 
-def _old_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The state dict the old code saved: no slopes (a buffer it did not save)."""
-    return {name: tensor for name, tensor in model.state_dict().items() if not name.endswith(".slopes")}
+def _old_state(source: torch.nn.Module | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state dict the old code saved of a model (or of its state dict): no slopes (a buffer it did not save)."""
+    state = source if isinstance(source, dict) else source.state_dict()
+    return {name: tensor for name, tensor in state.items() if not name.endswith(".slopes")}
 
 
 def _saved_by_the_old_code(directory: Path, config: MarkovianTransformerConfig = CONFIG) -> torch.Tensor:
@@ -62,8 +63,84 @@ def test_old_weights_keep_their_slopes_and_new_models_take_the_papers():
     assert not torch.allclose(_logits(new), _logits(old), atol=1e-3)  # the fix does change a 6-head model
     torch.manual_seed(1)
     loaded = MarkovianTransformerForCausalLM(CONFIG)
-    loaded.load_state_dict(_old_state(old))  # strict: the slopes the old weights lack are filled, not missing
+    loaded.load_state_dict({**alibi_slopes_of(loaded, old=True), **_old_state(old)})
     assert torch.equal(_logits(loaded), _logits(old))
+
+
+def _softmax_weights(heads: int = HEADS) -> dict[str, torch.Tensor]:
+    """The state dict of a softmax model (no slopes), away from the init so that the logits show any slope."""
+    torch.manual_seed(0)
+    source = MarkovianTransformerForCausalLM(CONFIG.replace(attention="softmax", n_heads=heads))
+    with torch.no_grad():
+        for parameter in source.parameters():
+            parameter.add_(0.2 * torch.randn_like(parameter))
+    return source.state_dict()
+
+
+def _given(config: MarkovianTransformerConfig, weights: dict[str, torch.Tensor]) -> MarkovianTransformerForCausalLM:
+    """A model built from ``config``, its tensors that ``weights`` names copied from there one by one."""
+    model = MarkovianTransformerForCausalLM(config)
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            if name in weights:
+                tensor.copy_(weights[name])
+    return model
+
+
+def test_load_state_dict_of_weights_without_slopes_names_them_where_the_head_count_is_no_power_of_two():
+    """load_state_dict cannot tell ALiBi weights saved before slopes were (2^(-8h/H)) from another kind's (which
+    take the paper's, as a model built from the config): it gave a softmax model's weights the old sequence, the
+    logits 0.61 away from those of the ALiBi config's model given the same weights, and said all keys matched. It
+    now names the slopes; either set given with the weights loads, and computes what it should."""
+    weights = _softmax_weights()
+    model = MarkovianTransformerForCausalLM(CONFIG)
+    with pytest.raises(RuntimeError, match=r"lack the ALiBi slopes model\.blocks\.0\.attention\.cores\.0\.slopes"
+                                           r".*alibi_slopes_of\(model\).*alibi_slopes_of\(model, old=True\)"):
+        model.load_state_dict(weights)
+    model.load_state_dict({**alibi_slopes_of(model), **weights})
+    assert torch.equal(_logits(model), _logits(_given(CONFIG, weights)))
+    old = _old_model()
+    model.load_state_dict({**alibi_slopes_of(model, old=True), **_old_state(old)})
+    assert torch.equal(_logits(model), _logits(old))
+
+
+def test_load_state_dict_of_weights_without_slopes_loads_where_the_head_count_is_a_power_of_two():
+    """4 heads: the old sequence is the paper's, so either source computes with the slopes a new model has."""
+    config = CONFIG.replace(n_heads=4)
+    weights = _softmax_weights(4)
+    model = MarkovianTransformerForCausalLM(config)
+    model.load_state_dict(weights)
+    assert torch.equal(model.model.blocks[1].attention.cores[0].slopes, alibi_slopes(4))
+    assert torch.equal(_logits(model), _logits(_given(config, weights)))
+
+
+def test_a_run_of_the_old_code_loads_and_resumes_with_its_slopes(tmp_path):
+    """A 6-head ALiBi run whose checkpoint holds no slopes (saved before they were): loaded from that checkpoint
+    and resumed, its layers compute with 2^(-8h/H)."""
+    import copy
+
+    from conftest import TINY_RUN
+
+    from markovformer.training.checkpoint import load_checkpoint_file, save_checkpoint_file
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.run_dir import load_trained_run
+    from markovformer.training.runner import resume, train
+
+    values = copy.deepcopy(TINY_RUN)
+    del values["model"]["max_order"]
+    values["model"].update(attention="alibi", n_heads=HEADS, d_model=12, n_layers=2, position="none")
+    values["trainer"].update(max_steps=1, warmup_steps=0, eval_every=1, checkpoint_every=1, log_every=1)
+    train(resolve_run_config({**values, "output_dir": str(tmp_path)}))
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    checkpoint = load_checkpoint_file(last)
+    checkpoint["state_dict"] = _old_state(checkpoint["state_dict"])
+    save_checkpoint_file(checkpoint, last)
+    loaded = load_trained_run(last).model
+    assert all(torch.equal(block.attention.cores[0].slopes, geometric_slopes(HEADS)) for block in loaded.model.blocks)
+    resume(tmp_path, ["trainer.max_steps=2"])
+    saved = load_file(str(tmp_path / "model" / "model.safetensors"))
+    assert torch.equal(saved["model.blocks.1.attention.cores.0.slopes"], geometric_slopes(HEADS))
+
 
 
 def test_a_model_directory_of_the_old_code_loads_with_its_logits(tmp_path):

@@ -207,10 +207,13 @@ class DecayCore(nn.Module):
         return CoreOutput(self._pro_output(x, forgetting_attention(q, k, v, log_forget, **options)), {}, None)
 
 
-def legacy_alibi_slopes(model: nn.Module) -> dict[str, Tensor]:
-    """The tensors of ``model`` that weights saved before ALiBi's slopes were saved with them lack: {state-dict name:
-    the slopes their model computed with} (what ``AlibiAttention`` fills in when it loads such weights)."""
-    return {f"{name}.slopes": geometric_slopes(len(module.slopes)) for name, module in model.named_modules()
+def alibi_slopes_of(model: nn.Module, old: bool = False) -> dict[str, Tensor]:
+    """The slopes of ``model``'s ALiBi layers by state-dict name: the paper's (``alibi_slopes``), as a model built
+    from its config has them, or (``old=True``) those that weights saved before ALiBi's slopes were saved with them
+    lack and computed with (``geometric_slopes``). Weights without slopes load with the ones they need given beside
+    them (``{**alibi_slopes_of(model), **weights}``): ``load_state_dict`` cannot tell which they need."""
+    slopes = geometric_slopes if old else alibi_slopes
+    return {f"{name}.slopes": slopes(len(module.slopes)) for name, module in model.named_modules()
             if isinstance(module, DecayCore) and module.forget_gate is None}  # fmt: skip
 
 
@@ -234,20 +237,35 @@ class AlibiAttention(SelfAttention):
     def unsaved_slopes(self, saved: Container[str], prefix: str = "") -> dict[str, Tensor]:
         """{state-dict name: slopes} for the slopes that weights of this layer saved before ALiBi's slopes were saved
         with them lack (``saved``, the names loaded, holds the layer's projections and not its slopes): their model
-        computed with ``geometric_slopes`` for every head count, and keeps it (a power-of-two count gets the same
-        numbers). Empty where ``saved`` lacks the layer's projections (a partial load: an adapter's, another
-        head's), which leaves the slopes as they are. ``prefix``: the layer's, as in its state-dict names."""
+        computed with ``geometric_slopes`` for every head count (a power-of-two count gets the paper's numbers).
+        Empty where ``saved`` lacks the layer's projections (a partial load: an adapter's, another head's), which
+        leaves the slopes as they are. ``prefix``: the layer's, as in its state-dict names."""
         if prefix + "qkv.weight" not in saved:
             return {}
         slopes = {f"{prefix}cores.{index}.slopes": geometric_slopes(len(core.slopes))
                   for index, core in enumerate(self.cores)}  # fmt: skip
         return {name: values for name, values in slopes.items() if name not in saved}
 
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args) -> None:
-        """Weights saved before ALiBi's slopes were load with their own (``unsaved_slopes``). Torch loads a module
-        before its children, from the dict filled here."""
-        state_dict.update(self.unsaved_slopes(state_dict, prefix))
-        super()._load_from_state_dict(state_dict, prefix, *args)
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs: list[str]) -> None:  # fmt: skip
+        """Weights of this layer without its slopes: ALiBi weights saved before slopes were (which computed with
+        ``geometric_slopes``) or another kind's (which take the paper's, as a model built from the config). Where
+        the two differ (a head count not a power of two) nothing here tells which: the load fails naming the slopes
+        and how to give them (``alibi_slopes_of``), and the layer keeps its own. Torch loads a module before its
+        children, from the dict filled here."""
+        unsaved = self.unsaved_slopes(state_dict, prefix)
+        heads = len(self.cores[0].slopes)
+        if unsaved and not torch.equal(geometric_slopes(heads), alibi_slopes(heads)):
+            error_msgs.append(
+                f"the weights lack the ALiBi slopes {', '.join(unsaved)}, and with {heads} heads (not a power of two) "
+                f"ALiBi weights saved before slopes were computed with 2^(-8h/H) where weights of another kind take "
+                f"the paper's slopes: load {{**alibi_slopes_of(model), **weights}} for the paper's, "
+                f"{{**alibi_slopes_of(model, old=True), **weights}} for the old ones "
+                f"(markovformer.layers.decay_attention.alibi_slopes_of)")  # fmt: skip
+            unsaved = {f"{prefix}cores.{index}.slopes": core.slopes for index, core in enumerate(self.cores)}
+        state_dict.update(unsaved)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)  # fmt: skip
 
 
 class ForgettingAttention(SelfAttention):
@@ -268,5 +286,5 @@ class ForgettingAttention(SelfAttention):
 
 
 __all__ = ["PRO_PARTS", "AlibiAttention", "DecayCore", "DecayOptions", "ForgetGate", "ForgettingAttention",
-           "ForgettingOptions", "alibi_slopes", "block_of", "geometric_slopes", "head_rms_norm", "legacy_alibi_slopes",
+           "ForgettingOptions", "alibi_slopes", "alibi_slopes_of", "block_of", "geometric_slopes", "head_rms_norm",
            "token_shift"]

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from markovformer.atomic import atomic_write, atomic_write_text
+from markovformer.layers.decay_attention import alibi_slopes_of
 from markovformer.layers.markov_bias import TransitionStrengths
 from markovformer.models.config_base import ModelConfig
 from markovformer.models.saved_weights import WEIGHTS_NAME, read_weights_folder, tied_names, weights_file
@@ -209,8 +210,10 @@ class PreTrainedModel(nn.Module):
         tied = tied_names(model)
         saved = {tied[name]: tensor for name, tensor in stored.items() if name in tied}
         shared = {name: saved[first] for name, first in tied.items() if name not in stored and first in saved}
+        # ALiBi layers (as its config.json says) whose weights lack their slopes were saved before slopes were
+        old_slopes = alibi_slopes_of(model, old=True)
         try:
-            model.load_state_dict({**shared, **stored}, strict=True)
+            model.load_state_dict({**old_slopes, **shared, **stored}, strict=True)
         except RuntimeError as error:  # names or shapes that differ, in torch's lines
             raise ValueError(f"{weights} does not match {cls.__name__}: {' '.join(str(error).split())}") from error
         return model.eval()

@@ -5,7 +5,8 @@ checkpoint, both checked against the run's fingerprint), one checkpoint file of 
 read with its run as ``eval`` reads it) or a folder written by ``save_pretrained`` (config.json + model.safetensors,
 or transformers' shards of it: ``WEIGHTS_INDEX_NAME``; safetensors only). Every tensor must match the new model's name
 and shape (but ALiBi's slopes: weights saved before they were saved lack them and keep their own,
-``legacy_alibi_slopes``; another kind's have none, and an ALiBi model starts with fresh ones: ``saved_alibi_layers``);
+``alibi_slopes_of(model, old=True)``; another kind's have none, and an ALiBi model starts with fresh ones:
+``saved_alibi_layers``);
 a changed head (other labels) or vocabulary is refused with the names that differ, unless ``init_from_skip`` names
 them: ``head`` (the tensors outside the backbone ``model.``: lm_head, classifier, ...; refused for a model without
 one, where it would be every tensor), ``embeddings`` (the tensors a vocabulary indexes, a row per token id: those of
@@ -28,7 +29,7 @@ import torch
 
 from markovformer.data.readers.tokenizer import load_tokenizer
 from markovformer.data.sources import DATA_SOURCES
-from markovformer.layers.decay_attention import block_of, legacy_alibi_slopes
+from markovformer.layers.decay_attention import alibi_slopes_of, block_of
 from markovformer.models.markovian_transformer.config import saved_alibi_blocks
 from markovformer.models.pretrained import CONFIG_NAME, PreTrainedModel
 from markovformer.models.saved_weights import (
@@ -216,7 +217,7 @@ def initialise_from(model: PreTrainedModel, source: str | Path, skip: list[str] 
                               f"{' or '.join(groups)} or a tensor-name prefix")  # fmt: skip
     taken = {name: tensor for name, tensor in stored.items() if name in own and not skipped(name, skip, vocabulary)}
     weights = {tied.get(name, name) for name in taken}  # a tied weight saved once (safetensors) is loaded once
-    unsaved = {name: slopes for name, slopes in legacy_alibi_slopes(model).items() if name not in stored}
+    unsaved = {name: slopes for name, slopes in alibi_slopes_of(model, old=True).items() if name not in stored}
     problems = [name for name in own if not skipped(name, skip, vocabulary) and name not in stored
                 and name not in unsaved and tied.get(name, name) not in weights]  # fmt: skip
     problems += [name for name in stored if name not in own and not skipped(name, skip, vocabulary)]

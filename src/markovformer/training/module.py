@@ -8,6 +8,7 @@ import math
 import lightning as L
 import torch
 
+from markovformer.layers.decay_attention import alibi_slopes_of
 from markovformer.training.batches import world
 from markovformer.training.optim import build_optimizer, lr_multiplier, regroup_optimizer_state
 from markovformer.training.tasks import Task
@@ -106,6 +107,10 @@ class TrainingModule(L.LightningModule):
         self.task.save_state(self, checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # (before Lightning loads its state_dict) the run's ALiBi layers: weights without their slopes were saved
+        # before slopes were, and keep those they computed with
+        old_slopes = {f"model.{name}": slopes for name, slopes in alibi_slopes_of(self.model, old=True).items()}
+        checkpoint["state_dict"] = {**old_slopes, **checkpoint["state_dict"]}
         states = checkpoint.get("rng_states")
         rank, world_size = world()
         if states is not None and len(states) != world_size:

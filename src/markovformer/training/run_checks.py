@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from markovformer.layers.decay_attention import legacy_alibi_slopes
+from markovformer.layers.decay_attention import alibi_slopes_of
 from markovformer.strict_json import parse_json
 from markovformer.training.checkpoint import TensorInfo, read_checkpoint_skeleton, step_checkpoints
 from markovformer.training.fingerprint import CHECKPOINT_KEY, SETTINGS_KEY
@@ -206,13 +206,13 @@ def check_tensors_match(model: torch.nn.Module, stored: dict, path: Path, prefix
                         partial: bool = False) -> None:  # fmt: skip
     """ConfigError naming ``path`` and the first mismatching names unless ``stored`` (name -> tensor or TensorInfo,
     names under ``prefix``) has exactly the model's tensors, with their shapes and dtypes, but for ALiBi's slopes,
-    which older weights lack (``legacy_alibi_slopes``). ``partial``: names may be missing (safetensors leaves out
+    which older weights lack (``alibi_slopes_of``). ``partial``: names may be missing (safetensors leaves out
     the second of two tied weights)."""
     expected = {prefix + name: tensor for name, tensor in model.state_dict().items()}
     found = {name: TensorInfo(value.dtype, tuple(value.shape)) if isinstance(value, torch.Tensor) else value
              for name, value in stored.items() if name.startswith(prefix)}  # fmt: skip
     problems = []
-    older = {prefix + name for name in legacy_alibi_slopes(model)}
+    older = {prefix + name for name in alibi_slopes_of(model)}
     missing = [] if partial else sorted(expected.keys() - found.keys() - older)
     unexpected = sorted(found.keys() - expected.keys())
     if missing:

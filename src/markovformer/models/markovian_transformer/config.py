@@ -460,7 +460,7 @@ def saved_alibi_blocks(values: dict) -> set[int]:
     """The blocks that ``values``, a saved model's config.json, makes ALiBi layers (its ``attention``; one kind for
     every layer counts ``n_layers`` of them, or transformers' ``num_hidden_layers``, the default where the file has
     neither, as loading it builds): where its weights lack their slopes, they were saved before ALiBi's slopes were,
-    and computed with ``legacy_alibi_slopes``. ValueError where both names give the count, with two values.
+    and computed with ``alibi_slopes_of(model, old=True)``. ValueError where both names give the count, with two values.
     No blocks for a model of another kind or family, whose weights hold no slopes to keep: an ALiBi layer taking
     them starts with fresh ones (the paper's, as a model built from its config)."""
     values = with_field_names(values, FIELD_DEFAULTS)
