@@ -180,16 +180,13 @@ class PreTrainedModel(nn.Module):
         return settings
 
     @classmethod
-    def from_pretrained(cls: type[ModelT], directory: str | Path, map_location: str = "cpu", *,
-                        stored: dict[str, torch.Tensor] | None = None) -> ModelT:  # fmt: skip
+    def from_pretrained(cls: type[ModelT], directory: str | Path, map_location: str = "cpu") -> ModelT:
         """Load what ``save_pretrained`` wrote, in eval mode (as ``transformers`` loads: dropout off; ``.train()``
         to train it), on the device ``map_location`` and in the dtype its tensors were saved in (a model saved in
         bfloat16 loads in bfloat16), also under the old class and field names, here or through
         ``markovformer.hf`` (``transformers``' ``save_pretrained`` / ``Trainer.save_model``, whose bookkeeping keys,
         ``TRANSFORMERS_CONFIG_KEYS``, the model ignores; those that are not ``WRITER_KEYS``, such as label names and
-        special token ids, are kept in ``transformers_settings`` and written back by ``save_pretrained``).
-        ``stored``: the folder's tensors (``read_weights_folder``), where the caller has read them already (a run's
-        load checks them first), so that they are not read again."""
+        special token ids, are kept in ``transformers_settings`` and written back by ``save_pretrained``)."""
         directory = Path(directory)
         weights = weights_file(directory)
         for name, missing in ((CONFIG_NAME, not (directory / CONFIG_NAME).is_file()),
@@ -202,21 +199,27 @@ class PreTrainedModel(nn.Module):
                     if key in TRANSFORMERS_CONFIG_KEYS and key not in fields and key not in WRITER_KEYS}  # fmt: skip
         model = cls(cls.config_class.from_dict(cls._config_values(values, directory)))
         model.transformers_settings = settings
-        stored = read_weights_folder(directory) if stored is None else stored
+        return model.load_saved(read_weights_folder(directory), weights, map_location)
+
+    def load_saved(self: ModelT, stored: dict[str, torch.Tensor], source: Path, map_location: str = "cpu") -> ModelT:
+        """This model, built from the config its weights ``stored`` (read from ``source``) were saved with, holding
+        them, in eval mode, on ``map_location`` and in their dtype (``from_pretrained``'s load); ValueError naming
+        ``source`` where their names or shapes differ from the model's."""
         # loading copies into the model's own tensors: built on the CPU in float32, it would stay there and upcast
         # bfloat16 weights, so that the loaded model computed other logits than the saved one
-        model.to(device=map_location, dtype=_stored_float_dtype(stored))
+        self.to(device=map_location, dtype=_stored_float_dtype(stored))
         # a tied weight is saved under one of its names (safetensors keeps one): its other names read it there
-        tied = tied_names(model)
+        tied = tied_names(self)
         saved = {tied[name]: tensor for name, tensor in stored.items() if name in tied}
         shared = {name: saved[first] for name, first in tied.items() if name not in stored and first in saved}
-        # ALiBi layers (as its config.json says) whose weights lack their slopes were saved before slopes were
-        old_slopes = alibi_slopes_of(model, old=True)
+        # ALiBi layers (as its config says) whose weights lack their slopes were saved before slopes were
+        old_slopes = alibi_slopes_of(self, old=True)
         try:
-            model.load_state_dict({**old_slopes, **shared, **stored}, strict=True)
+            self.load_state_dict({**old_slopes, **shared, **stored}, strict=True)
         except RuntimeError as error:  # names or shapes that differ, in torch's lines
-            raise ValueError(f"{weights} does not match {cls.__name__}: {' '.join(str(error).split())}") from error
-        return model.eval()
+            lines = " ".join(str(error).split())
+            raise ValueError(f"{source} does not match {type(self).__name__}: {lines}") from error
+        return self.eval()
 
     @classmethod
     def _config_values(cls, values: dict, directory: Path) -> dict:

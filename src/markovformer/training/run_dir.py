@@ -39,7 +39,6 @@ from markovformer.atomic import atomic_write_text, remove_stale_temporaries
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
 from markovformer.layers.decay_attention import alibi_slopes_of
-from markovformer.models.registry import head_class
 from markovformer.models.saved_weights import (
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
@@ -375,8 +374,9 @@ def check_finite(model: torch.nn.Module, source: Path) -> torch.nn.Module:
 
 def load_final_model(config: RunConfig, data_info: dict, model_dir: Path, fingerprint: str,
                      fingerprint_required: bool = True) -> torch.nn.Module:  # fmt: skip
-    """The run's saved model/ (its weights whole or in transformers' shards): its fingerprint checked, then its
-    tensors' names, shapes and dtypes, then loaded."""
+    """The run's saved model/ (its weights whole or in transformers' shards): its fingerprint checked (its
+    config.json is the run's), then its tensors' names, shapes and dtypes, then loaded into the model built to check
+    them, as ``from_pretrained`` loads."""
     weights = weights_file(model_dir)
     if weights is None:
         raise ConfigError(f"{model_dir}: no {WEIGHTS_NAME} here (nor {WEIGHTS_INDEX_NAME} and its shards)")
@@ -391,7 +391,7 @@ def load_final_model(config: RunConfig, data_info: dict, model_dir: Path, finger
         raise ConfigError(f"{weights}: not a readable safetensors file ({type(error).__name__}: {error})") from None
     check_tensors_match(model, stored, weights, partial=True)
     try:
-        return head_class(config.model_type, config.task).from_pretrained(model_dir, stored=stored)
+        return model.load_saved(stored, weights)
     except Exception as error:  # safetensors' own error types too, e.g. for a file replaced while it was read
         raise ConfigError(f"{model_dir}: cannot load it ({type(error).__name__}: {error})") from None
 
