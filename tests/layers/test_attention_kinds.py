@@ -189,9 +189,13 @@ def test_a_bidirectional_layer_refuses_a_decoding_state(kind):
         layer(torch.randn(2, 5, 8), None, state={})
 
 
-def test_bad_layer_arguments_are_named():
-    with pytest.raises(ValueError, match="unknown attention kind 'softmaxx'"):
+def test_build_attention_names_a_misspelt_kind_and_the_near_one():
+    with pytest.raises(ValueError, match=r"^unknown attention kind 'softmaxx' \(did you mean 'softmax'\?\); expected "
+                                         r"one of \("):
         build_attention("softmaxx", d_model=8, n_heads=2, causal=True, rotary=False)
+
+
+def test_bad_layer_arguments_are_named():
     with pytest.raises(ValueError, match="d_model=10 must be divisible by n_heads=3"):
         build_attention("softmax", d_model=10, n_heads=3, causal=True, rotary=False)
     with pytest.raises(ValueError, match=r"heads_per_core \[1\] must assign all 2 heads to the cores"):

@@ -120,7 +120,7 @@ def test_unknown_field_suggests_the_close_one():
 def test_a_value_that_is_not_a_string_gets_no_near_miss():
     """suggest() compared str(value): the number 3 was asked "did you mean 'h3'?", True "did you mean 'true'?"; a
     value of another type is no misspelling of a name."""
-    from markovformer.models.config_base import suggest
+    from markovformer.advice import suggest
 
     assert suggest("h4x", ["h3", "h4"]) == " (did you mean 'h4'?)"
     assert [suggest(value, ["h3", "true", "[1]"]) for value in (3, True, [1])] == ["", "", ""]

@@ -68,9 +68,9 @@ def wrapped(text: str, indent: int, first: str = "") -> str:
 
 
 def run_data(args: argparse.Namespace) -> None:
+    from markovformer.advice import suggest
     from markovformer.data.options import option_help  # deferred: see the module docstring
     from markovformer.data.sources import DATA_SOURCES, source_tasks
-    from markovformer.training.run_config import suggest
 
     if args.data_command == "prepare":
         prepare_data(args)
@@ -135,8 +135,8 @@ def kind_window(options: type) -> str:
 
 
 def run_kind(args: argparse.Namespace) -> None:
+    from markovformer.advice import suggest
     from markovformer.layers.registry import ATTENTION_KINDS, decodes_incrementally  # deferred: module docstring
-    from markovformer.models.config_base import suggest
 
     if args.kind_command == "list":
         name_width = max(map(len, ATTENTION_KINDS)) + 2
@@ -203,9 +203,9 @@ def example_value(default) -> str:
 
 
 def prepare_data(args: argparse.Namespace) -> None:
+    from markovformer.advice import suggest
     from markovformer.data.recipes.locations import data_directory  # deferred: see the module docstring
     from markovformer.data.recipes.registry import DATA_RECIPES
-    from markovformer.training.run_config import suggest
 
     if args.name == "list":
         for name, recipe in DATA_RECIPES.items():

@@ -25,7 +25,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-from markovformer.advice import command_line
+from markovformer.advice import command_line, suggest
 from markovformer.cli import bench as bench_command  # its parser imports no torch
 from markovformer.cli import catalogue
 from markovformer.cli import generate as generate_command
@@ -103,8 +103,6 @@ class Parser(argparse.ArgumentParser):
 
     def suggestion(self, message: str) -> str:
         """`` (did you mean 'x'?)`` for a mistyped choice or option named in argparse's ``message``, else ''."""
-        import difflib
-
         choice = re.search(r"invalid choice: '([^']*)'", message)
         if choice:
             known = [str(name) for action in self._actions if action.choices for name in action.choices]
@@ -117,8 +115,7 @@ class Parser(argparse.ArgumentParser):
                 return f" ({self.prog} takes its changes as KEY=VALUE words, without --set)"  # experiment's way
         else:
             return ""
-        close = difflib.get_close_matches(typed, known, n=1) if typed else []
-        return f" (did you mean {close[0]!r}?)" if close else ""
+        return suggest(typed, known) if typed else ""
 
 
 def innermost_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:

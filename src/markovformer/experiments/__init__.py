@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from markovformer.advice import said_as
+from markovformer.advice import said_as, suggest
 from markovformer.experiments.report import (
     call_on_open,
     experiment_named,
@@ -21,7 +21,6 @@ from markovformer.experiments.report import (
     recompute_cells,
     stored_cells_only,
 )
-from markovformer.models.config_base import suggest
 
 _MODULES = ("weight_tying", "landscape", "icl_depth", "order_recovery", "mat_order", "scan_shakespeare", "vmt",
             "table1", "mixers", "position_biases", "shakespeare_char")  # fmt: skip

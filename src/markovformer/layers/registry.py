@@ -9,12 +9,12 @@ kind by adding one entry.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch import nn
 
+from markovformer.advice import suggest
 from markovformer.layers.baselines import (
     GRUMixer,
     H3Mixer,
@@ -328,7 +328,8 @@ def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rota
     dropped, and the layer built without it. ``attention_bias=True``: ValueError for a kind without
     ``projection_biases``."""
     if kind not in ATTENTION_KINDS:
-        raise ValueError(f"unknown attention kind {kind!r}; expected one of {tuple(ATTENTION_KINDS)}")
+        raise ValueError(f"unknown attention kind {kind!r}{suggest(kind, ATTENTION_KINDS)}; expected one of "
+                         f"{tuple(ATTENTION_KINDS)}")  # fmt: skip
     if attention_bias and not ATTENTION_KINDS[kind].projection_biases:
         raise ValueError(f"attention_bias=True: {projection_biases_refused(kind)}")
     accepted = attention_option_names(kind)
@@ -337,9 +338,8 @@ def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rota
         if readers:
             why = f"kind {kind!r} has no such option (it is read by {readers})"
         else:
-            close = difflib.get_close_matches(name, sorted(set().union(*map(attention_option_names, ATTENTION_KINDS))),
-                                              n=1)  # fmt: skip
-            why = f"no attention kind has such an option{f' (did you mean {close[0]!r}?)' if close else ''}"
+            every_option = sorted(set().union(*map(attention_option_names, ATTENTION_KINDS)))
+            why = f"no attention kind has such an option{suggest(name, every_option)}"
         raise ValueError(f"build_attention({kind!r}): {name}={options[name]!r}: {why}; its options: "
                          f"{', '.join(sorted(accepted)) or 'none'}")  # fmt: skip
     settings = ATTENTION_KINDS[kind].options(**options)

@@ -4,21 +4,12 @@ of renamed fields that lets configs written before a rename still load."""
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import warnings
-from collections.abc import Iterable
 from typing import Any, ClassVar, TypeVar
 
+from markovformer.advice import suggest
+
 ConfigT = TypeVar("ConfigT", bound="ModelConfig")
-
-
-def suggest(key: object, known: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest known name, or an empty string: the one spelling hint of the CLI. A
-    key that is not a string (a number, a list) is no misspelling of a name: no hint."""
-    if not isinstance(key, str):
-        return ""
-    close = difflib.get_close_matches(key, list(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 # transformers' standard config names -> markovformer's field names (a config's ``attribute_map``, where it has them)

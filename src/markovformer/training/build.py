@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from markovformer.advice import suggest
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.text_stream import resolve_text_paths
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer
@@ -17,7 +18,7 @@ from markovformer.data.recipes.registry import find_prepared_file
 from markovformer.data.sources import DATA_SOURCES, source_tasks
 from markovformer.models.registry import MODEL_FAMILIES, head_class
 from markovformer.training.environment import check_accelerator, check_cores, check_nodes, check_precision
-from markovformer.training.run_config import FILE_OPTIONS, RunConfig, build_dataclass, other_section_hint, suggest
+from markovformer.training.run_config import FILE_OPTIONS, RunConfig, build_dataclass, other_section_hint
 from markovformer.training.tasks import TASKS, Task, build_task
 from markovformer.training.trainer_config import ConfigError, check_logger, check_warmup, check_weight_decay
 

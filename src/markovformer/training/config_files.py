@@ -9,7 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
-from markovformer.models.config_base import suggest
+from markovformer.advice import suggest
 from markovformer.training.trainer_config import ConfigError
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "configs"

@@ -22,7 +22,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from markovformer.models.config_base import suggest
+from markovformer.advice import suggest
 from markovformer.training.tasks import TASKS
 from markovformer.training.trainer_config import ConfigError, TrainerConfig, coerce, shown
 

@@ -16,9 +16,9 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
+from markovformer.advice import suggest
 from markovformer.atomic import WRITE_ERRORS
 from markovformer.data.bundle import DataBundle
-from markovformer.models.config_base import suggest
 from markovformer.training.build import (
     build_data,
     build_model,

@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any
 
-from markovformer.models.config_base import suggest
+from markovformer.advice import suggest
 
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")  # auto: Lightning's choice, a GPU when one is visible
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")

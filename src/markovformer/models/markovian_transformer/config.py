@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 from typing import NoReturn
 
+from markovformer.advice import suggest
 from markovformer.layers.ffn import FFNS
 from markovformer.layers.gru import INJECTION_KINDS
 from markovformer.layers.hybrid_attention import markov_head_count
@@ -20,7 +21,7 @@ from markovformer.layers.registry import (
     kinds_reading,
     projection_biases_refused,
 )
-from markovformer.models.config_base import ModelConfig, suggest, with_field_names
+from markovformer.models.config_base import ModelConfig, with_field_names
 from markovformer.ops.linear_attention import FEATURE_MAPS
 from markovformer.ops.relative_bias_attention.buckets import check_t5_buckets
 

@@ -3,7 +3,7 @@ its metrics in ``training.metrics``."""
 
 from __future__ import annotations
 
-from markovformer.models.config_base import suggest
+from markovformer.advice import suggest
 from markovformer.training.tasks.base import GenerationRequest, Task, TaskOptions, model_inputs
 from markovformer.training.tasks.causal_lm import CausalLM, CausalLMOptions
 from markovformer.training.tasks.classification import SequenceClassification, TokenClassification
