@@ -233,3 +233,27 @@ def test_the_default_feature_map_is_favor_plus_positive_features():
     visible = torch.ones(LENGTH, LENGTH, dtype=torch.bool).tril()  # causal by default
     assert (weights[..., visible] > 0).all() and (weights[..., ~visible] == 0).all()
     torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("ratio", "unread", "why"), [
+    (0.0, dict(max_order=3, gate="mlp"), "gate='mlp', max_order=3: never read: markov_head_ratio=0.0 builds no Markov "
+                                         "head (every head is random-feature); leave them unset"),
+    (1.0, dict(num_features=16), "num_features=16: never read: markov_head_ratio=1.0 builds no random-feature head "
+                                 "(every head is Markov); leave it unset"),
+])  # fmt: skip
+def test_a_split_without_one_part_refuses_that_parts_options_when_set(ratio, unread, why):
+    """Ratio 0 (every head random-feature) and 1 (every head Markov) are ablations, and the part with no head reads
+    none of its options: ``max_order=3`` at ratio 0 built a layer without a word, where every other kind refuses an
+    option it does not read. Left at their defaults (unset, or given as the default), they are accepted."""
+    from markovformer.layers.hybrid_attention import HybridSplitOptions
+    from markovformer.layers.registry import build_attention
+
+    shared = dict(d_model=D_MODEL, n_heads=HEADS, causal=True, rotary=False, markov_head_ratio=ratio)
+    with pytest.raises(ValueError) as error:
+        build_attention("hybrid_split", **shared, **unread)
+    assert str(error.value) == f"build_attention('hybrid_split'): {why}"
+    defaults = {name: getattr(HybridSplitOptions(), name) for name in unread}
+    read = MARKOV if ratio else FEATURES  # the part that has heads takes its own options
+    for given in ({}, defaults, read):
+        layer = build_attention("hybrid_split", **shared, **given)
+        assert layer.heads_per_core == ([0, HEADS] if ratio == 0 else [HEADS, 0])

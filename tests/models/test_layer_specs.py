@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM
+from markovformer import MarkovianTransformerConfig, MarkovianTransformerForCausalLM, MarkovianTransformerModel
 
 SIZE = dict(vocab_size=11, d_model=16, n_layers=3, n_heads=2)
 
@@ -250,3 +250,41 @@ def test_an_attention_that_is_neither_a_name_nor_a_list_is_refused_naming_it(att
     with pytest.raises(ValueError, match=rf"attention={attention!r}: must be a kind's name \(a string, one of "
                                          r"\('markov', .*\) or a list with one entry per layer$"):  # fmt: skip
         MarkovianTransformerConfig(**SIZE, attention=attention)
+
+
+@pytest.mark.parametrize(("options", "refusal"), [
+    # every layer a split with no Markov head: the flat Markov option reaches no part that reads it
+    (dict(attention="hybrid_split", markov_head_ratio=0.0, max_order=3),
+     "MarkovianTransformerConfig.max_order=3: never read: markov_head_ratio=0.0 builds no Markov head"),
+    (dict(attention="hybrid_split", markov_head_ratio=0.0, window=8),
+     "MarkovianTransformerConfig.window=8: never read: markov_head_ratio=0.0 builds no Markov head"),
+    (dict(attention="hybrid_split", markov_head_ratio=1.0, num_features=16),
+     "MarkovianTransformerConfig.num_features=16: never read: markov_head_ratio=1.0 builds no random-feature head"),
+    (dict(attention=["softmax", {"kind": "hybrid_split", "markov_head_ratio": 0.0}, "softmax"], gate="mlp"),
+     "MarkovianTransformerConfig.gate='mlp': never read: markov_head_ratio=0.0 builds no Markov head"),
+    # a layer's own entry
+    (dict(attention=["markov", {"kind": "hybrid_split", "markov_head_ratio": 0.0, "max_order": 3}, "markov"]),
+     "MarkovianTransformerConfig.attention[1].max_order=3: never read: markov_head_ratio=0.0 builds no Markov head"),
+    (dict(attention=["markov", {"kind": "hybrid_split", "feature_map": "trig"}, "markov"], markov_head_ratio=1.0),
+     "MarkovianTransformerConfig.attention[1].feature_map='trig': never read: markov_head_ratio=1.0 builds no "
+     "random-feature head"),
+])  # fmt: skip
+def test_a_split_without_one_part_refuses_that_parts_options_set_naming_them_and_the_ratio(options, refusal):
+    with pytest.raises(ValueError) as error:
+        MarkovianTransformerConfig(**SIZE, **options)
+    assert str(error.value).startswith(refusal), error.value
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0])
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_split_without_one_part_builds_with_the_defaults_and_the_model_wide_options(ratio, causal):
+    """The ablations themselves are accepted: the resolved scope, window and bidirectional, and the model-wide
+    dropout, are no option set for the missing part; a flat option another layer reads is that layer's; the config
+    round-trips through its dict (config.json)."""
+    flat = MarkovianTransformerConfig(**SIZE, attention="hybrid_split", markov_head_ratio=ratio, causal=causal,
+                                      dropout=0.1)  # fmt: skip
+    assert MarkovianTransformerConfig.from_dict(flat.to_dict()) == flat
+    layers = ["markov", {"kind": "hybrid_split", "markov_head_ratio": ratio}, "rff"]
+    mixed = MarkovianTransformerConfig(**SIZE, attention=layers, max_order=3, num_features=16)
+    assert MarkovianTransformerConfig.from_dict(mixed.to_dict()) == mixed
+    assert MarkovianTransformerModel(flat).blocks[0].attention.heads_per_core == [2 * ratio, 2 - 2 * ratio]

@@ -147,14 +147,15 @@ def test_a_structure_only_some_layers_have_names_those_layers():
 def test_a_split_hybrid_without_a_markov_head_states_no_markov_structure():
     """markov_head_ratio 0 builds no Markov head: the report stated the unused Markov core's 'scope local, window 3,
     max_order 3, gate linear' as the model's; a layer with one Markov head keeps it. (A ratio that rounds to no head,
-    0.4 of 2, is refused by the config.)"""
+    0.4 of 2, is refused by the config, and so is a Markov option set for ratio 0.)"""
     from markovformer.models.markovian_transformer import MarkovianTransformerConfig
 
-    entries = [{"kind": "hybrid_split", "markov_head_ratio": ratio, "max_order": 3} for ratio in (0.0, 0.5)]
+    entries = [{"kind": "hybrid_split", "markov_head_ratio": 0.0},
+               {"kind": "hybrid_split", "markov_head_ratio": 0.5, "max_order": 3}]  # fmt: skip
     config = MarkovianTransformerConfig(vocab_size=4, n_layers=2, n_heads=2, attention=entries)
     assert inspection.markov_structure(config) == "layer 1: scope local, window 3, max_order 3, gate linear"
     flat = MarkovianTransformerConfig(vocab_size=4, n_layers=2, n_heads=2, attention="hybrid_split",
-                                      markov_head_ratio=0.0, max_order=3)  # fmt: skip
+                                      markov_head_ratio=0.0)  # fmt: skip
     assert inspection.markov_structure(flat) == ""
 
 

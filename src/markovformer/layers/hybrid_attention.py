@@ -42,6 +42,33 @@ class HybridSplitOptions(HybridParallelOptions):
     markov_head_ratio: float = option(0.5, interval(0.0, 1.0), help="the share of heads that are Markov heads "
                                       "(floor(n_heads * ratio)); the rest are random-feature heads")  # fmt: skip
 
+    def refuse_unread(self, given: dict) -> None:
+        """ValueError naming the options of ``given`` (those set explicitly, by name) that differ from their defaults
+        and that no head reads at this ``markov_head_ratio`` (``unread_at_ratio``): the ablations 0 and 1 are built,
+        their missing part's options left at the defaults."""
+        defaults = {field.name: field.default for field in dataclasses.fields(self)}
+        unread = {name: given[name] for name in unread_at_ratio(self.markov_head_ratio)
+                  if name in given and given[name] != defaults[name]}  # fmt: skip
+        if unread:
+            raise ValueError(unread_refusal(unread, self.markov_head_ratio))
+
+
+def unread_at_ratio(markov_head_ratio: float) -> tuple[str, ...]:
+    """The options a split hybrid at ``markov_head_ratio`` does not read: at 0 it has no Markov head (the Markov
+    options: its placeholder Markov core is built, frozen), at 1 no random-feature head."""
+    if markov_head_ratio == 0:
+        return MARKOV_OPTIONS
+    return RANDOM_FEATURE_OPTIONS if markov_head_ratio == 1 else ()
+
+
+def unread_refusal(unread: dict, markov_head_ratio: float) -> str:
+    """Why options set to ``unread`` (by name) are refused by a split hybrid at ``markov_head_ratio`` 0 or 1."""
+    missing = ("no Markov head (every head is random-feature)" if markov_head_ratio == 0
+               else "no random-feature head (every head is Markov)")  # fmt: skip
+    settings = ", ".join(f"{name}={value!r}" for name, value in sorted(unread.items()))
+    return (f"{settings}: never read: markov_head_ratio={markov_head_ratio!r} builds {missing}; leave "
+            f"{'it' if len(unread) == 1 else 'them'} unset")
+
 
 def markov_head_count(n_heads: int, markov_head_ratio: float) -> int:
     """How many of the split hybrid's ``n_heads`` heads are Markov (the first ones); the rest are random-feature."""

@@ -325,8 +325,8 @@ def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rota
     """Build the attention layer registered as ``kind`` from raw options (direct use): they are resolved by the
     kind's options dataclass (its rules and defaults) and built by ``build_layer``. An option that is not this
     kind's (another kind's, or no kind's) is a ValueError naming it, its value and the kinds that read it: it was
-    dropped, and the layer built without it. ``attention_bias=True``: ValueError for a kind without
-    ``projection_biases``."""
+    dropped, and the layer built without it; so is one set that the layer reads only at other settings (a split
+    hybrid's ``refuse_unread``). ``attention_bias=True``: ValueError for a kind without ``projection_biases``."""
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}{suggest(kind, ATTENTION_KINDS)}; expected one of "
                          f"{tuple(ATTENTION_KINDS)}")  # fmt: skip
@@ -343,5 +343,10 @@ def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rota
         raise ValueError(f"build_attention({kind!r}): {name}={options[name]!r}: {why}; its options: "
                          f"{', '.join(sorted(accepted)) or 'none'}")  # fmt: skip
     settings = ATTENTION_KINDS[kind].options(**options)
+    if hasattr(settings, "refuse_unread"):  # options its layer reads only at some of its settings
+        try:
+            settings.refuse_unread(options)
+        except ValueError as error:
+            raise ValueError(f"build_attention({kind!r}): {error}") from None
     return build_layer(LayerSpec(kind, settings), d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary,
                        attention_bias=attention_bias)  # fmt: skip

@@ -9,7 +9,7 @@ from typing import NoReturn
 from markovformer.advice import suggest
 from markovformer.layers.ffn import FFNS
 from markovformer.layers.gru import INJECTION_KINDS
-from markovformer.layers.hybrid_attention import markov_head_count
+from markovformer.layers.hybrid_attention import HybridSplitOptions, markov_head_count, unread_at_ratio, unread_refusal
 from markovformer.layers.markov_attention import MarkovOptions
 from markovformer.layers.norm import NORMS
 from markovformer.layers.options import SCOPES
@@ -356,6 +356,8 @@ class MarkovianTransformerConfig(ModelConfig):
             where = f"{type(self).__name__}.attention[{index}]"
             try:
                 settings = ATTENTION_KINDS[kind].options(**values)  # the kind's rules and defaults, applied once
+                if hasattr(settings, "refuse_unread"):  # the entry's own options, which it reads only at some values
+                    settings.refuse_unread(own)
             except ValueError as error:
                 raise ValueError(f"{where}.{error}") from None
             ratio = getattr(settings, "markov_head_ratio", None)  # a split hybrid's: floor(n_heads * ratio) heads
@@ -403,10 +405,24 @@ class MarkovianTransformerConfig(ModelConfig):
         return set().union(*(attention_option_names(kind) for kind in (self.layer_kinds() if kinds is None else kinds)))
 
     def _check_options_are_used(self) -> None:
-        """ValueError naming an attention option set to a non-default value that no layer's kind reads."""
+        """ValueError naming an attention option set to a non-default value that no layer's kind reads, or that only
+        split hybrids read, at a ``markov_head_ratio`` (0 or 1) that builds no head of the part reading it. Before
+        the window is resolved: a window given is one set."""
         read = self._options_read() | MODEL_WIDE_OPTIONS
+        entries = [self.attention] * self.n_layers if isinstance(self.attention, str) else self.attention
+        ratios = [entry.get("markov_head_ratio", self.markov_head_ratio) if isinstance(entry, dict)
+                  else self.markov_head_ratio for entry in entries]  # fmt: skip
         for name in ATTENTION_OPTION_FIELDS:
-            if name not in read and getattr(self, name) != FIELD_DEFAULTS[name]:
+            value = getattr(self, name)
+            readers = [(kind, ratio) for kind, ratio in zip(self.layer_kinds(), ratios, strict=True)
+                       if name in attention_option_names(kind)]  # fmt: skip
+            # the model-wide ones are read elsewhere; scope is resolved by now (to the default when no head reads it),
+            # and a saved config holds the window resolved (max_order's)
+            unset = (FIELD_DEFAULTS[name], SPLIT_DEFAULTS.get(name), *((self.max_order,) if name == "window" else ()))
+            if name not in MODEL_WIDE_OPTIONS and readers and value not in unset and all(
+                    kind == "hybrid_split" and name in unread_at_ratio(ratio) for kind, ratio in readers):
+                raise ValueError(f"{type(self).__name__}.{unread_refusal({name: value}, readers[0][1])}")
+            if name not in read and value != FIELD_DEFAULTS[name]:
                 kinds = sorted(set(self.layer_kinds()))
                 raise ValueError(
                     f"MarkovianTransformerConfig.{name}={getattr(self, name)!r}: attention kind "
@@ -437,6 +453,7 @@ class MarkovianTransformerConfig(ModelConfig):
 
 
 FIELD_DEFAULTS = {field.name: field.default for field in dataclasses.fields(MarkovianTransformerConfig)}
+SPLIT_DEFAULTS = {field.name: field.default for field in dataclasses.fields(HybridSplitOptions)}
 ATTENTION_OPTION_FIELDS = tuple(sorted(
     {name for kind in ATTENTION_KINDS for name in attention_option_names(kind)}
     & {field.name for field in dataclasses.fields(MarkovianTransformerConfig)}
