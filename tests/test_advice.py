@@ -56,9 +56,10 @@ def test_a_finished_run_is_extended_by_the_callers_own_means(tmp_path, main_cli)
     assert (run / RESOLVED_CONFIG).is_file()
     with pytest.raises(ConfigError) as raised:
         resume(run)
-    assert str(raised.value).endswith(f"extend it: resume({str(run)!r}, ['trainer.max_steps=N']) with N > {steps}")
-    one_line_error(main_cli("train", "--resume", str(run)), f"extend it: --resume {run} trainer.max_steps=N with N > "
-                                                            f"{steps}")  # fmt: skip
+    assert str(raised.value).endswith(f"extend it with resume({str(run)!r}, ['trainer.max_steps=N']) with N > "
+                                      f"{steps}")  # fmt: skip
+    one_line_error(main_cli("train", "--resume", str(run)), f"extend it with --resume {run} trainer.max_steps=N with "
+                                                            f"N > {steps}")  # fmt: skip
 
 
 def test_a_finished_run_already_there_is_extended_not_resumed(tmp_path, main_cli):
@@ -340,3 +341,31 @@ def test_a_benchs_folder_is_named_as_its_caller_gave_it(tmp_path, main_cli, monk
         run_suite(out, settings, log=lambda line: None)
     assert str(raised.value).startswith(f"cannot write bench.json and the plots in out={str(out)!r}"), raised.value
     one_line_error(main_cli("bench", "--out", str(out), *flags), f"the plots in --out={str(out)!r}")
+
+
+@pytest.mark.parametrize("early_stopped", [False, True])
+def test_train_and_resume_of_a_finished_run_give_the_same_advice(tmp_path, early_stopped):
+    """`train` into a finished run and `resume` of it each worded the way on themselves, and disagreed: "extend it
+    with ..." / "to train it longer, extend it: ...", and for a run early stopping ended "at step 300" / "at step
+    300 of 600; to train on, ...". One function words both."""
+    run = tmp_path / "run"
+    values = copy.deepcopy(DEMO_CONFIG)
+    values["trainer"].update(max_steps=600, early_stopping={"monitor": "val/loss"} if early_stopped else None)
+    config = resolve_run_config({**values, "output_dir": str(run)})
+    run.mkdir()
+    write_resolved_config(run, config)
+    steps = 300 if early_stopped else 600
+    (run / "finished.json").write_text(json.dumps({"steps": steps}))
+    stopped = {"early_stopping": {"stopped_at_step": steps}} if early_stopped else {}
+    (run / "metrics.json").write_text(json.dumps({"steps": steps, **stopped}))
+    if early_stopped:
+        what, how = "early stopping ended it at step 300", f"start a new run from its weights (init_from={str(run)!r})"
+    else:
+        what, how = "600 steps", f"extend it with resume({str(run)!r}, ['trainer.max_steps=N']) with N > 600"
+    with pytest.raises(ConfigError) as raised:
+        train(config)
+    assert str(raised.value) == (f"output_dir={str(run)!r} already holds a run, finished ({what}): {how}"
+                                 f"{'' if early_stopped else ','} or choose another output_dir")  # fmt: skip
+    with pytest.raises(ConfigError) as raised:
+        resume(run)
+    assert str(raised.value) == f"{run} is a finished run ({what}); to train on, {how}"

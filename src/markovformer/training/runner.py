@@ -182,16 +182,24 @@ def train(config: RunConfig) -> dict:
 
 
 def _continue_advice(run_dir: Path) -> str:
-    """How to go on with the run in ``run_dir``: resume a started one, extend a finished one (`--resume` alone
-    refuses it), and start from the weights of one that early stopping ended (an extension would stop again)."""
+    """How to go on with the run in ``run_dir``: resume a started one, and train on from a finished one
+    (``_finished_run``; `--resume` alone refuses it)."""
     finished = finished_steps(run_dir)
     if finished is None:
         return f"; resume it with {resume_advice(run_dir)}"
-    if "early_stopping" in read_final_metrics(run_dir):
-        return (f", finished (early stopping ended it at step {finished}): start a new run from its weights "
-                f"(init_from={str(run_dir)!r})")  # fmt: skip
-    extend = resume_advice(run_dir, "trainer.max_steps=N")
-    return f", finished ({finished} steps): extend it with {extend} with N > {finished},"
+    early_stopped = "early_stopping" in read_final_metrics(run_dir)
+    what, how = _finished_run(run_dir, finished, early_stopped)
+    return f", finished ({what}): {how}{'' if early_stopped else ','}"  # a comma ends "with N > 300"
+
+
+def _finished_run(run_dir: Path, finished: int, early_stopped: bool) -> tuple[str, str]:
+    """What the run in ``run_dir``, finished after ``finished`` steps, is and how to train on from it, as a
+    refusal's words: an extension (a larger max_steps, keeping its schedule), or, where early stopping ended it (an
+    extension would stop again), a new run from its weights."""
+    if early_stopped:
+        return (f"early stopping ended it at step {finished}",
+                f"start a new run from its weights (init_from={str(run_dir)!r})")  # fmt: skip
+    return f"{finished} steps", f"extend it with {resume_advice(run_dir, 'trainer.max_steps=N')} with N > {finished}"
 
 
 def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
@@ -222,13 +230,10 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         check_logger(extended.trainer.logger)
         check_nodes(extended.trainer.num_nodes)
         check_cores(extended.trainer.num_workers, extended.trainer.threads)
-        if finished is not None and finished < trained.trainer.max_steps:  # a longer run would stop there again
-            raise ConfigError(f"{run_dir} is a finished run: early stopping ended it at step {finished} of "
-                              f"{trained.trainer.max_steps}; to train on, start a new run from its weights "
-                              f"(init_from={str(run_dir)!r})")  # fmt: skip
-        if finished is not None and finished >= extended.trainer.max_steps:
-            raise ConfigError(f"{run_dir} is a finished run ({finished} steps); to train it longer, extend it: "
-                              f"{resume_advice(run_dir, 'trainer.max_steps=N')} with N > {finished}")  # fmt: skip
+        early_stopped = finished is not None and finished < trained.trainer.max_steps  # an extension stops there
+        if early_stopped or (finished is not None and finished >= extended.trainer.max_steps):
+            what, how = _finished_run(run_dir, finished, early_stopped)
+            raise ConfigError(f"{run_dir} is a finished run ({what}); to train on, {how}")
         return _fit(extended, writer, resume=True, rewrite_config=extended != config)
 
 
