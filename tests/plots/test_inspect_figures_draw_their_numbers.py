@@ -148,6 +148,15 @@ def test_a_window_longer_than_the_tokens_read_is_captioned_with_the_lags_read(tm
     assert "layer 0 read to fewer: the 24 tokens read hold no more" in page
 
 
+def test_the_caption_names_the_lags_the_figure_draws(tmp_path, drawn):  # noqa: F811
+    """A local layer of window 2 is read to lag 3 (window + 1, so that the window's edge shows), where it attends
+    nothing: the figure leaves lag 3 out and draws 0..2, while the caption said "lags 0..3"."""
+    page, _ = _report(tmp_path, {"max_order": 2, "scope": "local", "window": 2, "attention": "markov"})
+    xs = {x for panel in drawn["attention_by_lag.png"].panels for line in panel.lines_x for x in line}
+    assert (min(xs), max(xs)) == (0, 2)
+    assert ": lags 0..2 (read to 3; no head attends past 2: not drawn), over queries 3..23 of the first" in page
+
+
 # --------------------------------------------------------------------------- the command's inputs
 
 

@@ -10,7 +10,7 @@ import torch
 
 from markovformer.data.bundle import Split, examples_at
 from markovformer.data.collate import collate
-from markovformer.plots.markov import weight_scale
+from markovformer.plots.markov import lag_rows, weight_scale
 from markovformer.training.lag_report import CONVENTION
 from markovformer.training.tasks import model_inputs
 
@@ -150,19 +150,25 @@ def profile_reach(model_config, layer: int) -> int:
 
 def profile_caption(profile: LagProfiles, chain_lags: tuple[int, ...] | None) -> str:
     """The caption of the attention-by-lag figure: what it averages (probabilities, or signed weights), over which
-    keys (both sides for a bidirectional model), the lags each layer was read to as they were (a reach cut by the
-    tokens read is said), and over which queries of which sequences."""
+    keys (both sides for a bidirectional model), the lags each layer's panel draws (``lag_rows``, the figure's own:
+    a reach cut by the tokens read is said, and so are lags read past the last one any head attends, not drawn),
+    and over which queries of which sequences."""
     values = [*profile.profiles.values(), *profile.future.values()]
     scale = weight_scale([value.float().numpy() for value in values])
     what = "probability" if scale.probabilities else "weight (signed: not a probability)"
     both = ", and at k < 0 the key \u2212k tokens ahead (the model is bidirectional)" if profile.future else ""
-    reach = {layer: value.shape[1] - 1 for layer, value in profile.profiles.items()}
-    low = {layer: -last if layer in profile.future else 0 for layer, last in reach.items()}
-    spans = {layer: f"{low[layer]}..{last}".replace("-", "\u2212") for layer, last in reach.items()}
+    # the lags the figure draws (``lag_rows``): those past the last any head attends are read but not drawn
+    rows = lag_rows({layer: value.float().numpy() for layer, value in profile.profiles.items()},
+                    {layer: value.float().numpy() for layer, value in profile.future.items()})  # fmt: skip
+    spans = {layer: f"{lags[0]}..{lags[-1]}".replace("-", "\u2212") for layer, (lags, _) in rows.items()}
     if len(set(spans.values())) == 1:
         read = f"lags {next(iter(spans.values()))}"
     else:
         read = "lags " + ", ".join(f"{span} (layer {layer})" for layer, span in spans.items())
+    read_to = max(value.shape[1] - 1 for value in profile.profiles.values())
+    drawn_to = max(int(lags[-1]) for lags, _ in rows.values())
+    if drawn_to < read_to:
+        read += f" (read to {read_to}; no head attends past {drawn_to}: not drawn)"
     short = ""
     if profile.short:
         named = ", ".join(map(str, profile.short))
