@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Iterable
 from typing import Any, ClassVar, TypeVar
 
 from markovformer.advice import suggest
