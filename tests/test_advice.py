@@ -48,6 +48,15 @@ def test_a_run_already_there_is_resumed_by_the_callers_own_means(tmp_path, main_
     one_line_error(main_cli("train", f"output_dir={run}"), f"already holds a run; resume it with --resume {run} or")
 
 
+def test_a_run_that_would_start_from_itself_is_extended_by_the_callers_own_means(tmp_path, main_cli):
+    """init_from inside the run's own output_dir said "extend it with --resume" to a Python caller too."""
+    run = str(tmp_path / "run")
+    with pytest.raises(ConfigError) as raised:
+        resolve_run_config({**copy.deepcopy(DEMO_CONFIG), "output_dir": run, "init_from": run})
+    assert str(raised.value).endswith(f"to train a run longer, extend it with resume({run!r})")
+    one_line_error(main_cli("train", f"output_dir={run}", f"init_from={run}"), f"extend it with --resume {run}")
+
+
 def test_a_finished_run_is_extended_by_the_callers_own_means(tmp_path, main_cli):
     """`resume(RUN)` of a finished run said "extend it: --resume RUN trainer.max_steps=N"; from Python it names the
     call with its overrides list."""

@@ -22,7 +22,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from markovformer.advice import suggest
+from markovformer.advice import said_as, suggest
 from markovformer.training.tasks import TASKS
 from markovformer.training.trainer_config import ConfigError, TrainerConfig, coerce, shown
 
@@ -75,7 +75,7 @@ class RunConfig:
         if self.init_from is not None and _own_weights(Path(self.init_from), Path(self.output_dir)):
             raise ConfigError(f"init_from={self.init_from!r} is inside this run's own output_dir={self.output_dir!r}: "
                               f"a run cannot start from itself; to train a run longer, extend it with "
-                              f"--resume")  # fmt: skip
+                              f"{said_as(f'--resume {self.output_dir}', f'resume({self.output_dir!r})')}")  # fmt: skip
         if self.init_from_skip and self.init_from is None:
             raise ConfigError("init_from_skip is set but init_from is not: name the run or model directory to start "
                               "from")  # fmt: skip
