@@ -79,6 +79,10 @@ def check_same_data(run_dir: Path, bundle: DataBundle) -> None:
     changed = changed_digests(recorded, record[FILE_DIGESTS]) if isinstance(recorded, dict) else {}
     if changed:
         raise ConfigError(_changed_files_message(run_dir, changed, restore))
+    moved = changed_documents(saved.get("splits"), record["splits"])
+    if moved:
+        raise ConfigError(f"{moved}: resuming would train on other data than the run started with. Restore the "
+                          f"folder's files, {restore}")  # fmt: skip
     difference = _first_difference(saved, record, "", digests=digests)
     if difference is None:
         return
@@ -91,6 +95,28 @@ def check_same_data(run_dir: Path, bundle: DataBundle) -> None:
     raise ConfigError(f"{run_dir / DATA_RECORD}: the data rebuilt from the run's config differs from the data it "
                       f"started with ({where}: {before!r} then, {now!r} now): was a data file changed? "
                       f"Restore it, {restore}")  # fmt: skip
+
+
+def changed_documents(saved, now: dict) -> str | None:
+    """The files added to and removed from a folder or glob of documents since the run split it, in one sentence:
+    ``saved`` is the record of its splits (data.json's ``splits``), ``now`` that of the data rebuilt from the same
+    path. Its files are split whole, in name order, by the fractions, so one file more or less moves every part's
+    files. None when the path holds the files it held, or ``now`` reads another path or data of another kind."""
+    key = {"documents": "documents", "records": "files"}.get(saved.get("kind")) if isinstance(saved, dict) else None
+    before, after = (saved.get(key), now.get(key)) if key else (None, None)
+    if not (isinstance(before, list) and isinstance(after, list)) or saved.get("path") != now.get("path"):
+        return None
+    said = []
+    for what, files in (("added to", [f for f in after if f not in before]),
+                        ("removed from", [f for f in before if f not in after])):  # fmt: skip
+        if files:
+            more = f" and {len(files) - 3} more" if len(files) > 3 else ""
+            said.append(f"{len(files)} file{'s' * (len(files) > 1)} {what} {saved['path']} since the run started: "
+                        f"{', '.join(files[:3])}{more}")  # fmt: skip
+    if not said:
+        return None
+    return (f"{'; '.join(said)} (data.json records the {len(before)} files the run split whole, in name order, "
+            f"by data.fractions: the parts would now hold other files)")
 
 
 def _renamed(value, names: dict[str, str]):

@@ -19,7 +19,13 @@ from markovformer.data.recipes.locations import PREPARED_PREFIX, prepared_candid
 from markovformer.data.sources import DATA_SOURCES, run_fitted_options
 from markovformer.training.batches import RankShare
 from markovformer.training.build import build_data, build_run_task
-from markovformer.training.data_record import FILE_DIGESTS, changed_data_files, read_data_info, read_data_record
+from markovformer.training.data_record import (
+    FILE_DIGESTS,
+    changed_data_files,
+    changed_documents,
+    read_data_info,
+    read_data_record,
+)
 from markovformer.training.isolation import built_on_the_cpu
 from markovformer.training.run_config import FILE_OPTIONS
 from markovformer.training.run_config import task_options as task_options_of
@@ -277,6 +283,12 @@ def evaluate(target: str | Path, split: str = "val", data_overrides: dict | None
     check_same_names(run_dir, bundle.info)
     check_vocabulary_fits(run_dir, bundle.info, data_overrides or {})
     check_same_front_end(run_dir, bundle.info)
+    moved = changed_documents(read_data_record(run_dir, "splits", strict=False), bundle.splits)
+    if moved:
+        other = said_as("--data path=... fractions=[0,0,1] --split test", "data_overrides={'path': ..., 'fractions': "
+                        "[0, 0, 1]}, split='test'")  # fmt: skip
+        raise ConfigError(f"{moved}. Restore the folder's files to score the run's {split} split; score other files "
+                          f"with {other}")  # fmt: skip
     examples = scored_split(bundle, split, run_dir)
     task.describe_split(examples, bundle.tokenizer)
     task.check_scored(model, examples, split)
