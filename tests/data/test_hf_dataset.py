@@ -196,3 +196,15 @@ def test_a_private_cache_is_said_as_for_a_text_run_before_the_rows_are_loaded(tm
     told = rf"^cannot read the token cache {cache} \(Permission denied\): give a folder of your own as data.cache_dir"
     with pytest.raises(ValueError, match=told + r" or as \$MARKOVFORMER_CACHE"):
         load_hf_dataset_lm(str(path), seq_len=8, cache_dir=cache)
+
+
+def test_fractions_say_what_they_share_rows_by_count_here_and_bytes_for_the_text_source():
+    """The same JSONL file split otherwise through the two sources (2,660 paragraphs of Python's sources: hf_dataset's
+    val held rows 2394-2527, 134 windows; text with documents: jsonl cut it at bytes, 285 windows), while both
+    options said 'shares of the data' and the README 'read as text is'. The help says which."""
+    from markovformer.data.options import option_help
+    from markovformer.data.splits import contiguous_split
+
+    assert "rows, by count" in option_help("hf_dataset", "fractions")
+    assert "bytes" in option_help("text", "fractions")
+    assert contiguous_split(2660, (0.9, 0.05, 0.05))[1] == range(2394, 2527)  # the rows, whatever their lengths

@@ -111,6 +111,9 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("bed", "label_column"): "1-based BED column holding the label (4 = the name)",
     ("text", "path"): "a UTF-8 text file (data/NAME is looked up in $MARKOVFORMER_DATA, else ./data), or a directory "
     "or glob of files, each one document",
+    ("text", "fractions"): "train, validation and test shares of the text (in order; they sum to 1): one file is "
+                           "cut at those shares of its characters; a folder's files, or with documents a file's "
+                           "records, go whole to a part, by their bytes",
     ("text", "cache_dir"): "where token stores are cached ('': $MARKOVFORMER_CACHE, else "
                            "$XDG_CACHE_HOME/markovformer/token_stores, ~/.cache/markovformer/token_stores by default)",
     ("text", "fit_bytes"): "bytes of the train part BPE merges are learned on, sampled evenly (char reads it all)",
@@ -131,6 +134,9 @@ SOURCE_OPTION_HELP: dict[tuple[str, str], str] = {
     ("hf_dataset", "seq_len"): "tokens each window predicts (a window holds seq_len + 1, as for the text source)",
     ("hf_dataset", "data_files"): "local JSONL, Parquet, CSV or Arrow files (paths, directories or globs; no hub "
     "names, no URLs)",
+    ("hf_dataset", "fractions"): "train, validation and test shares of the rows, by count whatever their lengths "
+                                 "(in order; they sum to 1): the text source with documents: jsonl splits the same "
+                                 "file by bytes",
     ("hf_dataset", "text_column"): "the column holding each row's text (each row is a document)",
     ("hf_dataset", "num_proc"): "processes datasets.map tokenizes with (null: the cores available)",
     ("hf_dataset", "cache_dir"): "where token stores are cached (as for the text source)",
