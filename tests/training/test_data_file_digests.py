@@ -311,6 +311,9 @@ def test_a_file_added_to_or_removed_from_a_runs_folder_is_named_by_resume_and_ev
     scored = run_in_process("eval", "run", "--split", "test", cwd=tmp_path)
     one_line_error(scored, f"1 file added to {folder.resolve()} since the run started: {added.resolve()}",
                    "--data path=")  # fmt: skip
+    inspected = run_in_process("inspect", "run", cwd=tmp_path)  # its figures: said, as of a file changed
+    assert inspected.returncode == 0, inspected.stderr[-2000:]
+    assert f"warning: 1 file added to {folder.resolve()} since the run started: {added.resolve()}" in inspected.stderr
 
     added.unlink()
     (folder / "b.txt").unlink()

@@ -119,12 +119,17 @@ def recorded_data_files(run_dir: Path, data: dict, overrides: dict) -> dict:
 def warn_of_changed_files(run_dir: Path, bundle, reader: str = "these metrics score") -> list[str]:
     """The data files whose contents changed since the run started (``changed_data_files``), each said on stderr:
     what ``reader`` names (eval's metrics, inspect's figures) is then of the files as they are now, not of the data
-    the run was trained and validated on."""
+    the run was trained and validated on; so are files added to or removed from its folder (``changed_documents``:
+    ``evaluate`` refuses them first)."""
     changed = changed_data_files(run_dir, bundle)
     for path, (then, now) in changed.items():
         print(f"markovformer: warning: {path} changed since the run started (sha256 {then} then, in "
               f"{run_dir / 'data.json'}; {now} now): {reader} the file as it is now, not the data the run was "
               f"trained and validated on", file=sys.stderr, flush=True)  # fmt: skip
+    moved = changed_documents(read_data_record(run_dir, "splits", strict=False), bundle.splits)
+    if moved:
+        print(f"markovformer: warning: {moved}: {reader} the parts as they are now, not those the run was trained "
+              f"and validated on", file=sys.stderr, flush=True)  # fmt: skip
     return list(changed)
 
 
