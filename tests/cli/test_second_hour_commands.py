@@ -427,3 +427,30 @@ def test_eval_says_which_weights_and_step_it_scored(small_run, main_cli, tmp_pat
     assert "last.ckpt at step 4: the run is unfinished" in main_cli("eval", str(killed)).stdout
     named = main_cli("eval", str(small_run / "run" / "checkpoints" / "step-000004.ckpt")).stdout
     assert "(checkpoints/step-000004.ckpt at step 4)" in named  # a finished run's checkpoint, asked for by name
+
+
+@pytest.mark.parametrize("fold_case", [True, False])
+def test_generate_reads_a_soft_masked_prompt_as_the_run_read_its_fasta(tmp_path, main_cli, fold_case):
+    """A run of FASTA records with data.fold_case: true read acgt as ACGT; generate refused the prompt 'gaTTac'
+    ("character 'g' ... is not in the char alphabet; add --skip-unknown", which would drop its lowercase bases). It
+    folds the prompt as the run folded its bases, and only then: a run that kept the soft mask keeps its lowercase
+    symbols."""
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    (tmp_path / "reads.fa").write_text("".join(f">r{i}\nACGTacgtNAACCGGTTacgt\ngattacaGATTACA\n" for i in range(40)))
+    values = {"task": "causal_lm", "output_dir": str(tmp_path / "run"),
+              "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_order": 2},
+              "data": {"source": "text", "path": str(tmp_path / "reads.fa"), "tokenizer": "char", "seq_len": 16,
+                       "documents": "fasta", "fold_case": fold_case},
+              "trainer": {"max_steps": 1, "batch_size": 8, "warmup_steps": 1, "eval_every": 1, "checkpoint_every": 1,
+                          "log_every": 1, "eval_batch_size": 8}}  # fmt: skip
+    train(resolve_run_config(values))
+    sample = ("generate", str(tmp_path / "run"), "--max-new-tokens", "8", "--through-eod", "--prompt")
+    lower, upper = main_cli(*sample, "gaTTac"), main_cli(*sample, "GATTAC")
+    assert lower.returncode == 0 == upper.returncode, lower.stderr[-2000:]
+    if fold_case:
+        assert lower.stdout == upper.stdout and lower.stdout.startswith("GATTAC")
+        assert "--prompt read as 'GATTAC'" in lower.stderr and "data.fold_case" in lower.stderr
+    else:
+        assert lower.stdout.startswith("gaTTac") and lower.stdout != upper.stdout and "fold" not in lower.stderr

@@ -10,6 +10,7 @@ name. To add a task: subclass ``Task`` in a file of this package and add it to `
 from __future__ import annotations
 
 import inspect
+import string
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
@@ -283,6 +284,10 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
                                  "(prompt='' samples unconditionally)"))  # fmt: skip
     tokenizer = load_tokenizer(Path(run_dir) / "tokenizer") if (Path(run_dir) / "tokenizer").is_dir() else None
     prompt = request.prompt
+    if tokenizer is not None and folds_soft_mask(run_dir) and prompt != prompt.translate(_ASCII_UPPER):
+        prompt = prompt.translate(_ASCII_UPPER)
+        print(f"{given_prompt} read as {prompt!r}: the run read its bases uppercase (data.fold_case: true)",
+              file=sys.stderr)  # fmt: skip
     if tokenizer is not None:
         alphabet = set(getattr(tokenizer, "alphabet", ()))
         if request.skip_unknown and alphabet:
@@ -334,6 +339,19 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
 
 PACKED = ("this run packed its documents (data.packing: true): its model read each document alone and never "
           "scored a document's first token")
+
+
+_ASCII_UPPER = str.maketrans(string.ascii_lowercase, string.ascii_uppercase)  # fasta_records' fold: ASCII only
+
+
+def folds_soft_mask(run_dir: Path) -> bool:
+    """Whether the run at ``run_dir`` read FASTA records with ``data.fold_case: true`` (soft-masked acgt as ACGT), so
+    that a prompt is folded as its bases were. False for a folder without a run's config.yaml."""
+    from markovformer.training.run_config import load_yaml  # deferred: run_config imports the tasks
+
+    path = Path(run_dir) / "config.yaml"
+    data = (load_yaml(path).get("data") or {}) if path.is_file() else {}
+    return data.get("documents") == "fasta" and data.get("fold_case") is True
 
 
 def packs_documents(run_dir: Path) -> bool:
