@@ -412,3 +412,29 @@ def test_fold_case_given_to_a_classification_source_is_refused_saying_it_reads_u
         build_dataclass(source, {"path": "genome.fa", "fold_case": False}, "data")
     with pytest.raises(ConfigError, match=r"^unknown key data\.fractoins \(did you mean 'fractions'\?\)$"):
         build_dataclass(source, {"fractoins": [0.8, 0.1, 0.1]}, "data")
+
+
+def test_the_data_line_says_how_many_records_max_length_cut(dataset, tmp_path, capsys):
+    """data.max_length cut records to their first bases without a word (a 5,000-base record among 100-base ones lost
+    98% of its bases, and a user who set it as a model size never learned that it cut a record); translation_file
+    says how many pairs its max_length leaves out. The run's data line says how many records and bases it cut."""
+    from markovformer.training.run_config import resolve_run_config
+    from markovformer.training.runner import train
+
+    fasta_path, labels_path, sequences, _ = dataset
+    cut = sum(len(sequence) > 7 for sequence in sequences.values())
+    left_out = sum(max(len(sequence) - 7, 0) for sequence in sequences.values())
+    bundle = load_fasta_classification(fasta_path, labels_path, max_length=7)
+    assert 0 < cut < len(sequences)  # the fixture's records are 5 to 40 bases
+    assert bundle.info["cut_by_max_length"] == {"records": [cut, len(sequences)],
+                                                "bases": [left_out, sum(map(len, sequences.values()))]}
+    assert "cut_by_max_length" not in load_fasta_classification(fasta_path, labels_path, max_length=10**6).info
+    train(resolve_run_config({"task": "sequence_classification", "output_dir": str(tmp_path / "run"),
+                              "model": {"d_model": 8, "n_layers": 1, "n_heads": 2, "max_order": 2},
+                              "data": {"source": "fasta", "path": str(fasta_path), "labels": str(labels_path),
+                                       "max_length": 7},
+                              "trainer": {"max_steps": 1, "batch_size": 4, "warmup_steps": 1, "eval_every": 1,
+                                          "checkpoint_every": 1, "log_every": 1}}))  # fmt: skip
+    total = sum(map(len, sequences.values()))
+    assert (f"data.max_length=7 cut {cut:,} of {len(sequences):,} records to their first 7 bases ({left_out:,} of "
+            f"{total:,} bases left out)") in capsys.readouterr().out

@@ -41,7 +41,8 @@ OPTION_HELP: dict[str, str] = {
     "(a first line whose id is no record)",
     "reverse_complement": "add each training sequence's reverse complement (DNA is read from either strand; "
     "eval scores the records alone)",
-    "max_length": "each sequence cut to its first max_length bases, no record dropped (null: whole sequences)",
+    "max_length": "each sequence cut to its first max_length bases, no record dropped (the run's data line says how "
+    "many it cut; null: whole sequences)",
     "reference": "the reference genome FASTA the intervals are cut from (plain or .gz)",
     "label_column": "the column holding the label",
     "feature_columns": "the numeric columns used as features (null: every column but the label)",

@@ -33,6 +33,12 @@ def describe_run(config: RunConfig, bundle: DataBundle, model: torch.nn.Module) 
         print(f"  warning: {which} records repeat the bases of a training record (or its reverse complement) under "
               f"another id: they are not held out, and score as memorised; deduplicate the data to measure "
               f"generalisation", flush=True)  # fmt: skip
+    cut = bundle.info.get("cut_by_max_length")
+    if cut:  # fasta, bed
+        (records, all_records), (bases, all_bases) = cut["records"], cut["bases"]
+        limit = bundle.splits["max_length"]
+        print(f"  data.max_length={limit} cut {records:,} of {all_records:,} records to their first {limit} bases "
+              f"({bases:,} of {all_bases:,} bases left out)", flush=True)  # fmt: skip
     shared = bundle.info.get("sources_in_training", {})
     if shared:  # translation
         which = " and ".join(f"{count:,} of {len(getattr(bundle, split)):,} {SPLIT_NAMES[split]}"

@@ -219,7 +219,8 @@ def load_fasta_classification(
 
     Example: {"input_ids": (L,) uint8, ids 1..5 for ACGTN (one byte a base; ``collate`` pads them into long ids),
     "labels": 0-dim long}.
-    info: {"vocab_size": 6, "num_labels": C, "label_names": [...]}.
+    info: {"vocab_size": 6, "num_labels": C, "label_names": [...]}, and where ``max_length`` cut a record,
+    ``cut_by_max_length``: {"records": [cut, all], "bases": [left out, all]}.
     """
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
         raise ValueError(f"data.max_length={max_length!r}: must be a positive int or None")
@@ -255,6 +256,10 @@ def load_fasta_classification(
     shared = repeated_in_training(records, parts, max_length)
     if shared:
         info["repeats_training"] = shared
+    lengths = [len(sequence) for _, sequence in records]
+    if max_length is not None and max(lengths) > max_length:  # said on the run's data line (run_report)
+        info["cut_by_max_length"] = {"records": [sum(length > max_length for length in lengths), len(lengths)],
+                                     "bases": [sum(max(length - max_length, 0) for length in lengths), sum(lengths)]}
     return DataBundle(**examples, info=info, splits=splits)
 
 
