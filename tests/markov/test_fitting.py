@@ -96,3 +96,26 @@ def test_a_chain_fitted_on_one_sample_scores_a_held_out_one_near_the_entropy_rat
     fitted = fit_chain(train, 2, 4, beta=0.5)  # smoothed: a held-out transition unseen in training costs a finite loss
     in_sample = select_order(train, 4, 2).entropy_rate(2)
     assert in_sample < truth.entropy_rate() < fitted.oracle_loss(held_out) < truth.entropy_rate() + 0.02
+
+
+def test_sequences_of_different_lengths_count_as_their_padded_batch_would_without_the_padding():
+    """A list of records of any lengths (FASTA, documents): the same fit and selection as each record alone, counts
+    summed; a record no longer than max_order adds no target."""
+    generator = torch.Generator().manual_seed(10)
+    records = [torch.randint(0, 4, (n,), generator=generator) for n in (300, 41, 3, 1000)]
+    chain = fit_chain(records, 2, 4, beta=0.5)
+    counts = {}
+    for record in records:
+        for context, row in _naive_counts(record[None], 2, 4, 2).items():
+            counts[context] = [a + b for a, b in zip(counts.get(context, [0] * 4), row, strict=True)]
+    for (older, newer), row in counts.items():
+        expected = [(n + 0.5) / (sum(row) + 2.0) for n in row]
+        assert chain.transition[older * 4 + newer].tolist() == pytest.approx(expected, abs=1e-12)
+    selection = select_order(records, 4, 3)
+    assert selection.targets == (300 - 3) + (41 - 3) + 0 + (1000 - 3)
+    alone = [select_order(record, 4, 3).log_likelihood for record in records if len(record) > 3]
+    assert selection.log_likelihood[0] <= sum(ll[0] for ll in alone) + 1e-9  # one pooled fit, not one per record
+    with pytest.raises(ValueError, match=r"x\[1\] must be one sequence"):
+        select_order([records[0], records[0][None]], 4, 2)
+    with pytest.raises(ValueError, match="longest sequence has 3 symbols"):
+        select_order([records[2]], 4, 3)
