@@ -66,6 +66,20 @@ def test_a_typed_max_steps_below_the_files_warm_up_warms_up_over_the_whole_run()
         assert longer["trainer"]["warmup_steps"] == 100 and notes == []
 
 
+def test_switching_a_local_model_to_global_scope_drops_the_files_window_unless_typed():
+    """text_bpe.yaml's model.scope=global was refused "window=32: is only meaningful with scope='local'": the file's
+    window, which the user had not typed, is dropped with a note, as a switch of attention kind drops what it does
+    not read; a window typed with it is kept (and refused by the config, naming it)."""
+    file = {"task": "causal_lm", "model": {"attention": "softmax", "scope": "local", "window": 32, "d_model": 8}}
+    values, notes = apply_switching_overrides(copy.deepcopy(file), ["model.scope=global"])
+    assert values["model"] == {"attention": "softmax", "scope": "global", "d_model": 8}
+    assert notes == ["model.scope changed to 'global': dropped model.window, which only scope='local' reads"]
+    typed, notes = apply_switching_overrides(copy.deepcopy(file), ["model.scope=global", "model.window=16"])
+    assert typed["model"]["window"] == 16 and notes == []
+    same, notes = apply_switching_overrides(copy.deepcopy(file), ["model.scope=local"])
+    assert same["model"]["window"] == 32 and notes == []
+
+
 def test_an_option_typed_inside_a_section_override_is_never_dropped_by_a_switch():
     """``data={...}`` types every key it holds: a later ``data.source=`` switch keeps them (the new source's own
     check names an option it does not take)."""

@@ -110,6 +110,11 @@ def apply_switching_overrides(values: dict[str, Any], overrides: list[str]) -> t
             if dropped:
                 notes.append(f"model.attention changed to {model['attention']!r}: dropped the options its kinds do "
                              f"not read ({', '.join(dropped)})")  # fmt: skip
+    if (values.get("model_type", RunConfig.model_type) == "markovian_transformer" and isinstance(old_model, dict)
+            and isinstance(model, dict) and _was_typed(("model", "scope"), typed) and model.get("scope") == "global"
+            and old_model.get("scope") != "global"):  # fmt: skip
+        if _drop(model, set(model) - {"window"}, "model", typed):  # a typed window stays, for the config to refuse
+            notes.append("model.scope changed to 'global': dropped model.window, which only scope='local' reads")
     notes += _shorten_warmup(values, before, typed)
     return values, notes
 
