@@ -41,7 +41,8 @@ def _weights(model: nn.Module) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize(("held_out", "best"), [([5.0, 2.0, 3.0, 4.0], 1), ([5.0, 4.0, 3.0, 1.0], 3),
-                                                ([1.0, 2.0, 2.0, 1.0], 0)])  # fmt: skip
+                                                ([1.0, 2.0, 2.0, 1.0], 0),
+                                                ([float("nan"), 3.0, 2.0, 4.0], 2)])  # fmt: skip
 def test_a_fit_that_keeps_its_best_ends_with_the_weights_of_its_lowest_held_out_value(held_out, best):
     model, result, snapshots = _fit(held_out)
     assert result.steps == [0, 4, 8, 12] and result.best_step == result.steps[best]

@@ -10,6 +10,7 @@ at its last save, with the weights, optimiser, schedule and batch stream an unin
 from __future__ import annotations
 
 import contextvars
+import math
 import pickle
 import re
 import time
@@ -245,7 +246,8 @@ def fit_on_stream(
         with torch.no_grad():
             value = float(evaluate())
         model.train()
-        if keep_best and (result.best_step is None or value < min(result.evaluations)):
+        kept = None if result.best_step is None else result.evaluations[result.steps.index(result.best_step)]
+        if keep_best and math.isfinite(value) and (kept is None or value < kept):  # a NaN is never the best
             best = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
             result.best_step = step
         result.steps.append(step)
