@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from markovformer.layers.attention import AttentionOutput
+from markovformer.layers.hybrid_attention import unread_at_ratio
 from markovformer.layers.registry import ATTENTION_KINDS, attention_option_names, build_attention
 
 SMALL = dict(max_positions=16, linformer_k=3, chunk_size=4, ssm_state_size=4, shift_taps=2, head_dim=1, num_features=4,
@@ -24,6 +25,9 @@ def _layer(kind: str, scope: str | None) -> torch.nn.Module:
     torch.manual_seed(0)
     options = dict(SMALL, **({} if scope is None else {"scope": scope, "window": 3}))
     options = {name: value for name, value in options.items() if name in attention_option_names(kind)}
+    if kind == "hybrid_split":  # one head, Markov (at 0.5 it would have none: refused); no random-feature options
+        options = {name: value for name, value in options.items() if name not in unread_at_ratio(1.0)}
+        options["markov_head_ratio"] = 1.0
     causal = ATTENTION_KINDS[kind].accepts_causal(True)
     layer = build_attention(kind, d_model=3, n_heads=1, causal=causal, rotary=False, **options).double().eval()
     generator = torch.Generator().manual_seed(1)

@@ -257,3 +257,15 @@ def test_a_split_without_one_part_refuses_that_parts_options_when_set(ratio, unr
     for given in ({}, defaults, read):
         layer = build_attention("hybrid_split", **shared, **given)
         assert layer.heads_per_core == ([0, HEADS] if ratio == 0 else [HEADS, 0])
+
+
+def test_build_attention_refuses_a_split_ratio_that_leaves_no_markov_head_as_the_model_config_does():
+    """floor(n_heads * ratio) = 0 for 0 < ratio < 1/n_heads: random-feature heads alone, the Markov options unread;
+    build_attention built it without a word (0.2 with 4 heads) where the model config refuses it, naming the ratio."""
+    from markovformer.layers.registry import build_attention
+
+    shared = dict(d_model=16, n_heads=4, causal=True, rotary=False)
+    with pytest.raises(ValueError, match=r"markov_head_ratio=0.2: with n_heads=4 it gives floor\(0.8\) = 0 Markov"):
+        build_attention("hybrid_split", **shared, markov_head_ratio=0.2, max_order=3)
+    assert build_attention("hybrid_split", **shared, markov_head_ratio=0.25).heads_per_core == [1, 3]
+    assert build_attention("hybrid_split", **shared, markov_head_ratio=0.0).heads_per_core == [0, 4]  # the ablation

@@ -75,6 +75,16 @@ def markov_head_count(n_heads: int, markov_head_ratio: float) -> int:
     return math.floor(n_heads * markov_head_ratio)
 
 
+def no_markov_head(n_heads: int, markov_head_ratio: float) -> str | None:
+    """Why a split hybrid's ratio in (0, 1] that leaves it no Markov head is refused (floor(n_heads * ratio) = 0:
+    random-feature heads alone, its Markov options unread), or None; ratio 0 is the ablation, built as asked."""
+    if not markov_head_ratio or markov_head_count(n_heads, markov_head_ratio):
+        return None
+    return (f"markov_head_ratio={markov_head_ratio!r}: with n_heads={n_heads} it gives floor("
+            f"{n_heads * markov_head_ratio:.4g}) = 0 Markov heads, random-feature heads alone; set it to at least "
+            f"1/{n_heads} for one (0 for none)")
+
+
 def pick_options(options: dict, names: tuple[str, ...]) -> dict:
     return {name: options[name] for name in names if name in options}
 

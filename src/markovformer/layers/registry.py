@@ -39,6 +39,7 @@ from markovformer.layers.hybrid_attention import (
     HybridParallelOptions,
     HybridSplitAttention,
     HybridSplitOptions,
+    no_markov_head,
 )
 from markovformer.layers.markov_attention import MarkovAttention, MarkovOptions
 from markovformer.layers.options import DROPOUT_HELP, check_fields, interval, option, scoped_window
@@ -348,5 +349,7 @@ def build_attention(kind: str, *, d_model: int, n_heads: int, causal: bool, rota
             settings.refuse_unread(options)
         except ValueError as error:
             raise ValueError(f"build_attention({kind!r}): {error}") from None
+    if kind == "hybrid_split" and (why := no_markov_head(n_heads, settings.markov_head_ratio)):
+        raise ValueError(f"build_attention({kind!r}): {why}")  # as the model config refuses it
     return build_layer(LayerSpec(kind, settings), d_model=d_model, n_heads=n_heads, causal=causal, rotary=rotary,
                        attention_bias=attention_bias)  # fmt: skip

@@ -9,7 +9,13 @@ from typing import NoReturn
 from markovformer.advice import suggest
 from markovformer.layers.ffn import FFNS
 from markovformer.layers.gru import INJECTION_KINDS
-from markovformer.layers.hybrid_attention import HybridSplitOptions, markov_head_count, unread_at_ratio, unread_refusal
+from markovformer.layers.hybrid_attention import (
+    HybridSplitOptions,
+    markov_head_count,
+    no_markov_head,
+    unread_at_ratio,
+    unread_refusal,
+)
 from markovformer.layers.markov_attention import MarkovOptions
 from markovformer.layers.norm import NORMS
 from markovformer.layers.options import SCOPES
@@ -361,11 +367,9 @@ class MarkovianTransformerConfig(ModelConfig):
             except ValueError as error:
                 raise ValueError(f"{where}.{error}") from None
             ratio = getattr(settings, "markov_head_ratio", None)  # a split hybrid's: floor(n_heads * ratio) heads
-            if kind == "hybrid_split" and ratio and not markov_head_count(self.n_heads, ratio):
+            if kind == "hybrid_split" and (why := no_markov_head(self.n_heads, ratio)):
                 named = type(self).__name__ if isinstance(self.attention, str) else where  # flat: the flat field
-                raise ValueError(f"{named}.markov_head_ratio={ratio!r}: with n_heads={self.n_heads} it gives "
-                                 f"floor({self.n_heads * ratio:.4g}) = 0 Markov heads, random-feature heads alone; "
-                                 f"set it to at least 1/{self.n_heads} for one (0 for none)")  # fmt: skip
+                raise ValueError(f"{named}.{why}")
             head_dim = getattr(settings, "head_dim", None)  # a kind whose heads are sized by channels, not n_heads
             if head_dim is not None and self.d_model % head_dim:
                 raise ValueError(f"{where}.head_dim={head_dim}: must divide d_model={self.d_model}")
