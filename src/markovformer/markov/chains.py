@@ -39,6 +39,13 @@ def resolve_generator(generator: torch.Generator | None, device: torch.device) -
     return torch.Generator(device=device).manual_seed(0)
 
 
+def context_indices(windows: Tensor, num_symbols: int) -> Tensor:
+    """Context indices (...) of symbol windows (..., k), oldest symbol first and most significant: the base-S
+    encoding every table of this package is indexed by (k = 0: the one empty context, 0)."""
+    place_values = num_symbols ** torch.arange(windows.shape[-1] - 1, -1, -1, device=windows.device)
+    return (windows.long() * place_values).sum(-1)
+
+
 def _symbols_of_context(index: Tensor, order: int, num_symbols: int) -> Tensor:
     """Symbols (..., order), oldest first, of context indices (...): the inverse of the base-S encoding."""
     place_values = num_symbols ** torch.arange(order - 1, -1, -1, device=index.device)
@@ -121,8 +128,7 @@ class MarkovChain:
         check_symbols(x, self.num_symbols)
         if x.ndim == 0 or x.shape[-1] != self.order:
             raise ValueError(f"x must have last dimension order={self.order}, got shape {tuple(x.shape)}")
-        place_values = self.num_symbols ** torch.arange(self.order - 1, -1, -1, device=x.device)
-        return (x.long() * place_values).sum(-1)
+        return context_indices(x, self.num_symbols)
 
     def context_symbols(self, index: Tensor) -> Tensor:
         """Inverse of ``context_index``: symbols (..., order), oldest first, of context indices (...)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from markovformer.markov.chains import check_chain_arguments, check_symbols
+from markovformer.markov.chains import check_chain_arguments, check_symbols, context_indices
 
 
 def _check_arguments(x: Tensor, order: int, num_symbols: int, beta: float) -> None:
@@ -34,8 +34,7 @@ def _context_counts(x: Tensor, order: int, num_symbols: int) -> Tensor:
     in O(B T S) memory (no one-hot over S**(k+1) pairs, so large orders stay cheap).
     """
     batch, length = x.shape
-    place_values = num_symbols ** torch.arange(order - 1, -1, -1, device=x.device)
-    contexts = (x.long().unfold(1, order, 1) * place_values).sum(-1)  # (B, T-k+1): context of transition k..T
+    contexts = context_indices(x.unfold(1, order, 1), num_symbols)  # (B, T-k+1): context of transition k..T
     next_symbol = torch.zeros(batch, length - order + 1, num_symbols, dtype=torch.long, device=x.device)
     # the last query (t = T-1) has no observed next symbol: its one-hot row stays zero
     next_symbol[:, :-1].scatter_(-1, x[:, order:].long()[..., None], 1)

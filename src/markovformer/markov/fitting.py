@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from markovformer.markov.chains import MarkovChain, check_symbols
+from markovformer.markov.chains import MarkovChain, check_symbols, context_indices
 
 MAX_COUNTS = 2**26  # (context, next symbol) pairs counted at most: S**(k+1)
 
@@ -51,12 +51,9 @@ def _counts(rows: list[Tensor], order: int, num_symbols: int, first_target: int)
     """n_{c,j}, float64 (S**k, S): context c followed by j, over the targets at positions >= first_target (>= k) of
     every row (a row no longer than first_target has none)."""
     counts = torch.zeros(num_symbols ** (order + 1), dtype=torch.float64)
-    for batch in rows:
-        targets = batch[:, first_target:]
-        contexts = torch.zeros_like(targets)
-        for lag in range(order, 0, -1):  # the oldest symbol most significant
-            contexts = contexts * num_symbols + batch[:, first_target - lag : batch.shape[1] - lag]
-        pairs = (contexts * num_symbols + targets).flatten().cpu()
+    for batch in (batch for batch in rows if batch.shape[1] > first_target):  # a shorter row has no target
+        # each target with the k symbols before it: a window of k + 1 whose index is (context, next symbol)
+        pairs = context_indices(batch[:, first_target - order :].unfold(1, order + 1, 1), num_symbols).flatten().cpu()
         counts += torch.bincount(pairs, minlength=num_symbols ** (order + 1)).to(torch.float64)
     return counts.reshape(num_symbols**order, num_symbols)
 

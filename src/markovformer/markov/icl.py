@@ -23,6 +23,7 @@ from markovformer.markov.chains import (
     check_chain_arguments,
     check_rows,
     check_symbols,
+    context_indices,
     dirichlet_kernels,
     random_chain,
     resolve_generator,
@@ -58,8 +59,7 @@ def sample_from_kernels(x_length: int, kernels: Tensor, generator: torch.Generat
     batch, num_contexts, num_symbols = kernels.shape
     device = kernels.device
     sequence = torch.randint(num_symbols, (batch, max(x_length, order)), generator=generator, device=device)
-    place_values = num_symbols ** torch.arange(order - 1, -1, -1, device=device)
-    context = (sequence[:, :order] * place_values).sum(-1)
+    context = context_indices(sequence[:, :order], num_symbols)
     cumulative = kernels.to(torch.float64).cumsum(-1)
     rows = torch.arange(batch, device=device)
     for t in range(order, x_length):
@@ -84,8 +84,7 @@ def oracle_loss(x: Tensor, kernels: Tensor) -> float:
         raise ValueError(f"x must have shape (B, T) with B={kernels.shape[0]}, got {tuple(x.shape)}")
     if x.shape[1] <= order:
         raise ValueError(f"x must have length T > order={order}, got T={x.shape[1]}")
-    place_values = num_symbols ** torch.arange(order - 1, -1, -1, device=x.device)
-    contexts = (x.long().unfold(1, order, 1)[:, :-1] * place_values).sum(-1)  # (B, T-k): context of target t
+    contexts = context_indices(x.unfold(1, order, 1)[:, :-1], num_symbols)  # (B, T-k): context of target t
     rows = torch.arange(x.shape[0], device=x.device)[:, None]
     probability = kernels.to(torch.float64)[rows, contexts, x[:, order:].long()]
     return float(-probability.log().mean())
