@@ -10,7 +10,6 @@ name. To add a task: subclass ``Task`` in a file of this package and add it to `
 from __future__ import annotations
 
 import inspect
-import string
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
@@ -284,8 +283,10 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
                                  "(prompt='' samples unconditionally)"))  # fmt: skip
     tokenizer = load_tokenizer(Path(run_dir) / "tokenizer") if (Path(run_dir) / "tokenizer").is_dir() else None
     prompt = request.prompt
-    if tokenizer is not None and folds_soft_mask(run_dir) and prompt != prompt.translate(_ASCII_UPPER):
-        prompt = prompt.translate(_ASCII_UPPER)
+    folded = prompt.encode(errors="surrogateescape").upper().decode(errors="surrogateescape")  # as fasta_records
+    # folds a record's bytes: ASCII letters only
+    if tokenizer is not None and folded != prompt and folds_soft_mask(run_dir):
+        prompt = folded
         print(f"{given_prompt} read as {prompt!r}: the run read its bases uppercase (data.fold_case: true)",
               file=sys.stderr)  # fmt: skip
     if tokenizer is not None:
@@ -339,9 +340,6 @@ def continue_prompt(model: nn.Module, run_dir: Path, request: GenerationRequest)
 
 PACKED = ("this run packed its documents (data.packing: true): its model read each document alone and never "
           "scored a document's first token")
-
-
-_ASCII_UPPER = str.maketrans(string.ascii_lowercase, string.ascii_uppercase)  # fasta_records' fold: ASCII only
 
 
 def folds_soft_mask(run_dir: Path) -> bool:
