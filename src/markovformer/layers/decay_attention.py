@@ -223,6 +223,13 @@ def block_of(name: str) -> int | None:
     return None if found is None else int(found.group(1))
 
 
+def own_weights_with_slopes(model: nn.Module, weights: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
+    """``weights``, ``model``'s own (its run's checkpoint, its saved folder: names under ``prefix``), with the slopes
+    its ALiBi layers computed with where they lack them: saved before slopes were, ``alibi_slopes_of(model,
+    old=True)``. What every loader that knows the weights are the model's own loads."""
+    return {**{prefix + name: slopes for name, slopes in alibi_slopes_of(model, old=True).items()}, **weights}
+
+
 class AlibiAttention(SelfAttention):
     """Multi-head attention with ALiBi's fixed linear distance penalties, local (``window``) or global scope.
     ALiBi replaces position embeddings: use it with ``position='none'`` (rotary stacks on top otherwise)."""
@@ -287,4 +294,5 @@ class ForgettingAttention(SelfAttention):
 
 __all__ = ["PRO_PARTS", "AlibiAttention", "DecayCore", "DecayOptions", "ForgetGate", "ForgettingAttention",
            "ForgettingOptions", "alibi_slopes", "alibi_slopes_of", "block_of", "geometric_slopes", "head_rms_norm",
+           "own_weights_with_slopes",
            "token_shift"]

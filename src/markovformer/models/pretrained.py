@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from markovformer.atomic import atomic_write, atomic_write_text
-from markovformer.layers.decay_attention import alibi_slopes_of
+from markovformer.layers.decay_attention import own_weights_with_slopes
 from markovformer.layers.markov_bias import TransitionStrengths
 from markovformer.models.config_base import ModelConfig
 from markovformer.models.saved_weights import WEIGHTS_NAME, read_weights_folder, tied_names, weights_file
@@ -212,10 +212,8 @@ class PreTrainedModel(nn.Module):
         tied = tied_names(self)
         saved = {tied[name]: tensor for name, tensor in stored.items() if name in tied}
         shared = {name: saved[first] for name, first in tied.items() if name not in stored and first in saved}
-        # ALiBi layers (as its config says) whose weights lack their slopes were saved before slopes were
-        old_slopes = alibi_slopes_of(self, old=True)
-        try:
-            self.load_state_dict({**old_slopes, **shared, **stored}, strict=True)
+        try:  # ALiBi layers (as its config says) whose weights lack their slopes were saved before slopes were
+            self.load_state_dict(own_weights_with_slopes(self, {**shared, **stored}), strict=True)
         except RuntimeError as error:  # names or shapes that differ, in torch's lines
             lines = " ".join(str(error).split())
             raise ValueError(f"{source} does not match {type(self).__name__}: {lines}") from error

@@ -8,7 +8,7 @@ import math
 import lightning as L
 import torch
 
-from markovformer.layers.decay_attention import alibi_slopes_of
+from markovformer.layers.decay_attention import own_weights_with_slopes
 from markovformer.training.batches import world
 from markovformer.training.optim import build_optimizer, lr_multiplier, regroup_optimizer_state
 from markovformer.training.tasks import Task
@@ -109,8 +109,7 @@ class TrainingModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         # (before Lightning loads its state_dict) the run's ALiBi layers: weights without their slopes were saved
         # before slopes were, and keep those they computed with
-        old_slopes = {f"model.{name}": slopes for name, slopes in alibi_slopes_of(self.model, old=True).items()}
-        checkpoint["state_dict"] = {**old_slopes, **checkpoint["state_dict"]}
+        checkpoint["state_dict"] = own_weights_with_slopes(self.model, checkpoint["state_dict"], prefix="model.")
         states = checkpoint.get("rng_states")
         rank, world_size = world()
         if states is not None and len(states) != world_size:

@@ -38,7 +38,7 @@ from markovformer.advice import said_as
 from markovformer.atomic import atomic_write_text, remove_stale_temporaries
 from markovformer.data.bundle import DataBundle
 from markovformer.data.readers.tokenizer import TOKENIZER_FILE, load_tokenizer, save_hf_format
-from markovformer.layers.decay_attention import alibi_slopes_of
+from markovformer.layers.decay_attention import own_weights_with_slopes
 from markovformer.models.saved_weights import (
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
@@ -355,9 +355,8 @@ def load_trained_run(target: str | Path) -> LoadedRun:
     model = build_model(config, data_info)
     prefix = "model."
     check_tensors_match(model, state, checkpoint, prefix=prefix)
-    # the run's ALiBi layers: weights without their slopes were saved before slopes were
-    model.load_state_dict({**alibi_slopes_of(model, old=True),
-                           **{k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}})  # fmt: skip
+    model.load_state_dict(own_weights_with_slopes(model, {k[len(prefix) :]: v for k, v in state.items()
+                                                          if k.startswith(prefix)}))  # fmt: skip
     weights = {"source": Path(os.path.relpath(checkpoint, run_dir)).as_posix(), "step": step, "finished": False,
                "run_finished": finished is not None}  # fmt: skip
     return LoadedRun(config, check_finite(model.eval(), checkpoint), run_dir, weights)
