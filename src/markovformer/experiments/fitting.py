@@ -41,6 +41,11 @@ class FitResult:
     stopped_early: bool = False  # True when ``plateau`` ended training before ``steps``
     best_step: int | None = None  # with ``keep_best``: the step whose weights the model ends with
 
+    @property
+    def kept_value(self) -> float:
+        """The held-out value of the weights the model ends with: the last evaluation's, or ``best_step``'s."""
+        return self.evaluations[-1] if self.best_step is None else self.evaluations[self.steps.index(self.best_step)]
+
 
 @dataclass(frozen=True)
 class Plateau:
@@ -246,8 +251,7 @@ def fit_on_stream(
         with torch.no_grad():
             value = float(evaluate())
         model.train()
-        kept = None if result.best_step is None else result.evaluations[result.steps.index(result.best_step)]
-        if keep_best and math.isfinite(value) and (kept is None or value < kept):  # a NaN is never the best
+        if keep_best and math.isfinite(value) and (result.best_step is None or value < result.kept_value):  # not NaN
             best = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
             result.best_step = step
         result.steps.append(step)

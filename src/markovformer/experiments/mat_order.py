@@ -111,8 +111,7 @@ class MatOrderSettings:
 def kept_fit(fit: FitResult) -> dict:
     """A cell's record of its fit: the validation curve and the loss of the weights it ends with (the last, or
     with ``keep_best`` the lowest, whose step ``best_step`` says)."""
-    kept = fit.evaluations[-1] if fit.best_step is None else fit.evaluations[fit.steps.index(fit.best_step)]
-    return {"steps": fit.steps, "val_losses": fit.evaluations, "final_val_loss": kept,
+    return {"steps": fit.steps, "val_losses": fit.evaluations, "final_val_loss": fit.kept_value,
             **({"best_step": fit.best_step} if fit.best_step is not None else {})}
 
 
