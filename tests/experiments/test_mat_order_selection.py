@@ -63,6 +63,7 @@ def test_keep_best_cells_end_at_their_lowest_validation_loss_and_only_they_are_k
     kept = run(keep_best=True)
     assert not kept["read_back"]  # another fit: not the plain cell read back
     lowest = min(kept["val_losses"])
+    assert lowest < kept["val_losses"][-1]  # the rate overshoots: the kept weights are not the last ones
     assert kept["final_val_loss"] == lowest and kept["val_losses"][kept["steps"].index(kept["best_step"])] == lowest
     assert kept["val_losses"] == plain["val_losses"]  # the same fit, only the weights it ends with differ
     assert run()["read_back"] and run(keep_best=True)["read_back"]  # each keeps its cell; the old keys are unchanged
